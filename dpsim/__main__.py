@@ -1,0 +1,5 @@
+"""``python -m dpsim`` works like ``dpsim``."""
+
+from dpsim.cli import run
+
+run()

@@ -1,0 +1,192 @@
+"""Command line: ``dpsim predict`` and ``dpsim collective``.
+
+Every :class:`~dpsim.errors.DpsimError` and every bad flag is caught once, here, and
+printed as one line on stderr (exit status 2); nothing prints a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Optional
+
+import click
+import typer
+
+from dpsim.errors import ConfigError, DpsimError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Discrete-event simulator of data-parallel GPU training clusters.")
+
+
+def _emit_json(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+
+
+@app.command()
+def predict(
+    gpus: int = typer.Option(64, "--gpus", help="Data-parallel GPUs."),
+    link: str = typer.Option("ethernet", "--link", help="Topology preset: nvlink, infiniband, ethernet, pcie."),
+    topology: Optional[str] = typer.Option(None, "--topology", help="A topology YAML file (instead of --link)."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Override GPUs per node."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Override the GPU: v100, a100, h100, h200, b200."),
+    model: str = typer.Option("gpt2-xl", "--model", help="Catalog model (dpsim models lists them)."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Override the sequence length."),
+    micro_batch: int = typer.Option(4, "--micro-batch", help="Samples per GPU per step."),
+    precision: str = typer.Option("bf16-mixed", "--precision", help="fp32, amp, bf16-mixed or bf16."),
+    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adam, sgd-momentum or sgd."),
+    bucket_cap_mb: Optional[float] = typer.Option(
+        None, "--bucket-cap-mb", help="DDP bucket_cap_mb in MiB (default: PyTorch's 25 with a 1 MiB first bucket)."),
+    no_overlap: bool = typer.Option(False, "--no-overlap", help="All-reduce after backward instead of during it."),
+    overlap_slowdown: Optional[float] = typer.Option(
+        None, "--overlap-slowdown", help="Compute slowdown while communicating (0.1 = 10 %)."),
+    compute_efficiency: Optional[float] = typer.Option(
+        None, "--compute-efficiency", help="Fraction of the achieved matmul rate layers reach (default 0.6)."),
+    single_gpu_step_ms: Optional[float] = typer.Option(
+        None, "--single-gpu-step-ms", help="Your measured one-GPU step (ms): compute is scaled to it."),
+    single_gpu_samples_per_s: Optional[float] = typer.Option(
+        None, "--single-gpu-samples-per-s", help="Your measured one-GPU throughput: compute is scaled to it."),
+    steps: int = typer.Option(3, "--steps", help="Training steps to simulate."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Predict the step time, throughput, scaling efficiency and memory of DDP training."""
+    from dpsim.predict import DEFAULT_OVERLAP_SLOWDOWN, PredictConfig, predict as run_predict
+    from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
+
+    if single_gpu_step_ms is not None and single_gpu_samples_per_s is not None:
+        raise ConfigError("--single-gpu-step-ms and --single-gpu-samples-per-s: give one, not both")
+    single_s = None
+    if single_gpu_step_ms is not None:
+        _positive("--single-gpu-step-ms", single_gpu_step_ms)
+        single_s = single_gpu_step_ms / 1e3
+    if single_gpu_samples_per_s is not None:
+        _positive("--single-gpu-samples-per-s", single_gpu_samples_per_s)
+        single_s = micro_batch / single_gpu_samples_per_s
+    if bucket_cap_mb is not None:
+        _positive("--bucket-cap-mb", bucket_cap_mb)
+    if micro_batch < 1:
+        raise ConfigError(f"--micro-batch: {micro_batch} is not valid; expected an integer >= 1")
+    if seq_len is not None and seq_len < 1:
+        raise ConfigError(f"--seq-len: {seq_len} is not valid; expected an integer >= 1")
+    if overlap_slowdown is not None and not (math.isfinite(overlap_slowdown) and overlap_slowdown >= 0):
+        raise ConfigError(f"--overlap-slowdown: {overlap_slowdown} is not valid; expected a number >= 0")
+    config = PredictConfig(
+        gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node, gpu=gpu,
+        model=model, seq_len=seq_len, micro_batch=micro_batch, precision=precision, optimizer=optimizer,
+        bucket_cap_mb=bucket_cap_mb, overlap=not no_overlap,
+        overlap_slowdown=DEFAULT_OVERLAP_SLOWDOWN if overlap_slowdown is None else overlap_slowdown,
+        compute_efficiency=DEFAULT_COMPUTE_EFFICIENCY if compute_efficiency is None else compute_efficiency,
+        single_gpu_step_s=single_s, steps=steps,
+    )
+    result = run_predict(config)
+    if as_json:
+        _emit_json(result.to_dict())
+    else:
+        from dpsim.report import print_prediction
+        print_prediction(result)
+
+
+def _positive(flag: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{flag}: {value} is not valid; expected a number > 0")
+
+
+@app.command()
+def collective(
+    op: str = typer.Option("all_reduce", "--op", help="all_reduce, reduce_scatter, all_gather or broadcast."),
+    gpus: int = typer.Option(8, "--gpus", help="Ranks in the communicator."),
+    link: str = typer.Option("nvlink", "--link", help="Topology preset."),
+    topology: Optional[str] = typer.Option(None, "--topology", help="A topology YAML file (instead of --link)."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Override GPUs per node."),
+    minbytes: str = typer.Option("8", "-b", "--minbytes", help="Smallest size (nccl-tests -b; 1K = 1024)."),
+    maxbytes: str = typer.Option("1G", "-e", "--maxbytes", help="Largest size (nccl-tests -e)."),
+    stepfactor: float = typer.Option(2.0, "-f", "--stepfactor", help="Multiply the size by this each row."),
+    dtype: str = typer.Option("float", "-d", "--datatype", help="float, half, bfloat16, double or int8."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the nccl-tests table."),
+) -> None:
+    """Predict a collective over a size sweep, printed like nccl-tests' *_perf tools."""
+    from dpsim.collectives import OPS, RingCollectives
+    from dpsim.predict import PredictConfig, resolve_topology
+    from dpsim.report import NCCL_TESTS_TYPE_BYTES, nccl_tests_table
+    from dpsim.units import parse_size_bytes
+
+    if op not in OPS:
+        raise ConfigError(f"--op: {op!r} is not a collective; choose one of {', '.join(OPS)}")
+    if dtype not in NCCL_TESTS_TYPE_BYTES:
+        raise ConfigError(f"-d/--datatype: {dtype!r} is not known; choose one of {', '.join(NCCL_TESTS_TYPE_BYTES)}")
+    lo = parse_size_bytes(minbytes, "-b/--minbytes")
+    hi = parse_size_bytes(maxbytes, "-e/--maxbytes")
+    if lo <= 0 or hi < lo:
+        raise ConfigError(f"-b/-e: {minbytes!r}..{maxbytes!r} is not a valid range; need 0 < minbytes <= maxbytes")
+    if not (math.isfinite(stepfactor) and stepfactor > 1):
+        raise ConfigError(f"-f/--stepfactor: {stepfactor} is not valid; expected a number > 1")
+    topo = resolve_topology(PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node))
+    model = RingCollectives(topo)
+    elem = NCCL_TESTS_TYPE_BYTES[dtype]
+    sizes = []
+    size = lo
+    while size <= hi * (1 + 1e-12):
+        # nccl-tests rounds each size down to whole elements (and whole ranks' shares).
+        align = elem * (gpus if op in ("reduce_scatter", "all_gather") else 1)
+        sizes.append(max(align, int(size) // align * align))
+        size *= stepfactor
+    results = [model.time(op, s) for s in sizes]
+    if as_json:
+        _emit_json({
+            "schema": "dpsim.collective/1", "op": op, "n_ranks": topo.n_gpus, "topology": topo.spec.name,
+            "dtype": dtype, "algorithm": "ring",
+            "rows": [{"size_bytes": int(r.size_bytes), "count": int(r.size_bytes) // elem, "time_s": r.time_s,
+                      "algbw_bytes_per_s": r.algbw_bytes_per_s, "busbw_bytes_per_s": r.busbw_bytes_per_s}
+                     for r in results],
+        })
+    else:
+        print(f"# dpsim collective --op {op}: {topo.n_gpus} ranks on {topo.spec.name} "
+              f"({topo.n_nodes} node{'s' if topo.n_nodes > 1 else ''}), ring, predicted")
+        print(nccl_tests_table(results, dtype))
+
+
+@app.command()
+def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the built-in models with their parameter counts."""
+    from dpsim.workload.catalog import get_model, list_models
+
+    rows = []
+    for name in list_models():
+        m = get_model(name)
+        rows.append({"name": name, "param_count": m.param_count, "tokens_per_sample": m.tokens_per_sample,
+                     "forward_flops_per_sample": m.forward_flops_per_sample})
+    if as_json:
+        _emit_json({"schema": "dpsim.models/1", "models": rows})
+        return
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title="built-in models")
+    for col in ("name", "parameters", "tokens/sample", "forward GFLOP/sample"):
+        table.add_column(col, justify="right" if col != "name" else "left")
+    for r in rows:
+        table.add_row(r["name"], f"{r['param_count']:,}", str(r["tokens_per_sample"] or "-"),
+                      f"{r['forward_flops_per_sample'] / 1e9:,.1f}")
+    Console().print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI, turning every user error into one line on stderr."""
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="dpsim", standalone_mode=False)
+    except click.exceptions.Abort:
+        print("dpsim: aborted", file=sys.stderr)
+        return 130
+    except click.ClickException as exc:
+        print(f"dpsim: error: {exc.format_message()}", file=sys.stderr)
+        return 2
+    except DpsimError as exc:
+        print(f"dpsim: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run() -> None:
+    """Console-script entry point (``dpsim``)."""
+    sys.exit(main())

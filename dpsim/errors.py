@@ -1,0 +1,27 @@
+"""User-facing errors.
+
+Every mistake a user can make (a flag, a YAML key, a profile) raises a
+:class:`DpsimError` subclass whose message says what was wrong, the value given and
+what is allowed. The CLI catches :class:`DpsimError` once and prints that one line;
+``assert`` is kept for internal invariants only.
+"""
+
+
+class DpsimError(Exception):
+    """Base class of every error a user can act on."""
+
+
+class ConfigError(DpsimError):
+    """A flag, preset name or option value is not valid."""
+
+
+class TopologyError(DpsimError):
+    """A topology description (preset or user YAML) is not valid."""
+
+
+class WorkloadError(DpsimError):
+    """A model or workload description is not valid."""
+
+
+class ProfileError(DpsimError):
+    """A calibration profile or measurement log is malformed."""

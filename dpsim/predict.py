@@ -1,0 +1,257 @@
+"""The public API: predict one data-parallel training configuration.
+
+>>> from dpsim.predict import PredictConfig, predict
+>>> p = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2"))
+>>> p.n_gpus, p.scaling_efficiency <= 1.0
+(16, True)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from dpsim.collectives import CollectiveModel, RingCollectives, RingProfile
+from dpsim.engine import SimulationResult, simulate
+from dpsim.errors import ConfigError
+from dpsim.hardware import get_gpu
+from dpsim.memory import MemoryBreakdown, ddp_memory
+from dpsim.topology import Topology, TopologySpec, load_preset, load_topology_file
+from dpsim.workload.buckets import BucketPlan, assign_buckets
+from dpsim.workload.catalog import get_model
+from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY, ComputeProfile, compute_profile
+from dpsim.workload.precision import check_optimizer, get_precision
+from dpsim.workload.spec import ModelSpec, ParamSpec
+
+DEFAULT_OVERLAP_SLOWDOWN = 0.1
+"""Compute slowdown while a collective runs. NCCL runs one CTA per channel on its own
+SMs; ~16 channels on a 132-SM H100 (NVIDIA H100 datasheet: 132 SMs on SXM5) take
+~12 % of the SMs. An estimate until ``dpsim calibrate`` measures it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictConfig:
+    """Everything that defines one prediction (the CLI's flags, in SI units)."""
+
+    gpus: int = 64
+    """Data-parallel GPUs."""
+    link: str = "ethernet"
+    """Topology preset name (ignored when ``topology_file`` is set)."""
+    topology_file: str | None = None
+    """A user's topology YAML, instead of a preset."""
+    gpus_per_node: int | None = None
+    """Override the topology's GPUs per node."""
+    gpu: str | None = None
+    """Override the topology's GPU preset."""
+    model: str = "gpt2-xl"
+    """Catalog model name."""
+    seq_len: int | None = None
+    """Override the model's sequence length."""
+    micro_batch: int = 4
+    """Samples per GPU per step."""
+    precision: str = "bf16-mixed"
+    """Precision key (see :mod:`dpsim.workload.precision`)."""
+    optimizer: str = "adamw"
+    """Optimizer key."""
+    bucket_cap_mb: float | None = None
+    """DDP ``bucket_cap_mb`` in MiB; ``None`` = PyTorch default (25 MiB, 1 MiB first bucket)."""
+    overlap: bool = True
+    """Overlap all-reduce with backward (``False``: all-reduce after backward)."""
+    overlap_slowdown: float = DEFAULT_OVERLAP_SLOWDOWN
+    """Fractional compute slowdown while communication runs."""
+    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
+    """Fraction of the achieved matmul rate real layers reach."""
+    single_gpu_step_s: float | None = None
+    """A measured one-GPU step time to scale compute to."""
+    steps: int = 3
+    """Steps to simulate."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """The predicted training step and everything derived from it."""
+
+    config: PredictConfig
+    """What was asked."""
+    topology: str
+    """Topology name."""
+    gpu: str
+    """GPU preset used."""
+    n_gpus: int
+    """Data-parallel GPUs."""
+    n_nodes: int
+    """Servers."""
+    model: str
+    """Model name."""
+    param_count: int
+    """Model parameters."""
+    tokens_per_sample: int | None
+    """Sequence length, for token models."""
+    step_time_s: float
+    """Predicted steady-state step time (mean over simulated steps)."""
+    forward_s: float
+    """Forward pass."""
+    backward_s: float
+    """Backward pass, overlap slowdown included."""
+    optimizer_s: float
+    """Optimizer step."""
+    compute_s: float
+    """Forward + backward + optimizer with no communication (the one-GPU step)."""
+    comm_s: float
+    """Sum of all-reduce durations in one step."""
+    exposed_comm_s: float
+    """Communication not hidden behind compute."""
+    samples_per_s: float
+    """Global throughput."""
+    tokens_per_s: float | None
+    """Global token throughput, for token models."""
+    single_gpu_samples_per_s: float
+    """Throughput of the same model on one GPU."""
+    scaling_efficiency: float
+    """samples_per_s / (n_gpus x single_gpu_samples_per_s)."""
+    mfu: float
+    """Model FLOPs utilisation against the GPU's dense peak."""
+    n_buckets: int
+    """DDP buckets."""
+    gradient_bytes: int
+    """Bytes all-reduced per step."""
+    ring: RingProfile
+    """The collective model's ring step."""
+    memory: MemoryBreakdown
+    """Memory per GPU."""
+    simulation: SimulationResult = field(repr=False)
+    """Raw steps and trace."""
+
+    @property
+    def overlap_fraction(self) -> float:
+        """Share of communication hidden behind compute."""
+        return 1.0 - self.exposed_comm_s / self.comm_s if self.comm_s > 0 else 1.0
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able dict with stable keys (see README, "JSON output")."""
+        mem = self.memory
+        return {
+            "schema": "dpsim.prediction/1",
+            "config": asdict(self.config),
+            "topology": self.topology,
+            "gpu": self.gpu,
+            "n_gpus": self.n_gpus,
+            "n_nodes": self.n_nodes,
+            "model": self.model,
+            "param_count": self.param_count,
+            "tokens_per_sample": self.tokens_per_sample,
+            "step_time_s": self.step_time_s,
+            "forward_s": self.forward_s,
+            "backward_s": self.backward_s,
+            "optimizer_s": self.optimizer_s,
+            "compute_s": self.compute_s,
+            "comm_s": self.comm_s,
+            "exposed_comm_s": self.exposed_comm_s,
+            "overlap_fraction": self.overlap_fraction,
+            "samples_per_s": self.samples_per_s,
+            "tokens_per_s": self.tokens_per_s,
+            "single_gpu_samples_per_s": self.single_gpu_samples_per_s,
+            "scaling_efficiency": self.scaling_efficiency,
+            "mfu": self.mfu,
+            "n_buckets": self.n_buckets,
+            "gradient_bytes": self.gradient_bytes,
+            "ring": {
+                "channels": self.ring.channels,
+                "bandwidth_bytes_per_s": self.ring.bandwidth_bytes_per_s,
+                "intra_hop_latency_s": self.ring.intra_hop_latency_s,
+                "inter_hop_latency_s": self.ring.inter_hop_latency_s,
+                "bottleneck_link_classes": sorted({c for _, _, c in self.ring.bottleneck_links}),
+            },
+            "memory": {
+                "weights_bytes": mem.weights_bytes,
+                "gradients_bytes": mem.gradients_bytes,
+                "optimizer_bytes": mem.optimizer_bytes,
+                "activations_bytes": mem.activations_bytes,
+                "comm_buffers_bytes": mem.comm_buffers_bytes,
+                "overhead_bytes": mem.overhead_bytes,
+                "total_bytes": mem.total_bytes,
+                "capacity_bytes": mem.capacity_bytes,
+                "fits": mem.fits,
+            },
+        }
+
+
+def resolve_topology(config: PredictConfig) -> Topology:
+    """The cluster a config describes (preset or file, GPUs, GPUs per node, GPU override)."""
+    spec: TopologySpec = (load_topology_file(config.topology_file) if config.topology_file
+                          else load_preset(config.link))
+    if config.gpu is not None:
+        get_gpu(config.gpu)
+        from dataclasses import replace
+        spec = replace(spec, gpu=config.gpu.lower())
+    topology = Topology.from_spec(spec, config.gpus, config.gpus_per_node)
+    topology.check_connected()
+    return topology
+
+
+def with_grad_dtype(model: ModelSpec, dtype: str) -> list[ParamSpec]:
+    """The model's parameters in gradient-ready order with the gradient dtype applied.
+
+    For a sequential model gradients become ready in reverse registration order, the
+    order DDP's rebuilt buckets follow.
+    """
+    return [ParamSpec(name=p.name, shape=p.shape, dtype=dtype) for p in reversed(model.params)]
+
+
+def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None) -> Prediction:
+    """Predict a data-parallel training step.
+
+    ``collectives`` replaces the ring model built from the topology (e.g. a calibrated one).
+    """
+    if config.steps < 1:
+        raise ConfigError(f"--steps: {config.steps} is not valid; expected an integer >= 1")
+    topology = resolve_topology(config)
+    gpu = get_gpu(topology.spec.gpu)
+    model = get_model(config.model, seq_len=config.seq_len)
+    precision = get_precision(config.precision)
+    check_optimizer(config.optimizer)
+    compute: ComputeProfile = compute_profile(
+        model, gpu, micro_batch=config.micro_batch, precision=precision, optimizer=config.optimizer,
+        compute_efficiency=config.compute_efficiency, single_gpu_step_s=config.single_gpu_step_s,
+    )
+    buckets: BucketPlan = assign_buckets(with_grad_dtype(model, precision.grad_dtype),
+                                         bucket_cap_mb=config.bucket_cap_mb)
+    ring = RingCollectives(topology)
+    collectives = collectives or ring
+    sim = simulate(compute, buckets, collectives, steps=config.steps, overlap=config.overlap,
+                   overlap_slowdown=config.overlap_slowdown)
+    n = len(sim.steps)
+    mean = lambda attr: sum(getattr(s, attr) for s in sim.steps) / n  # noqa: E731
+    step_time = mean("step_time_s")
+    samples = config.micro_batch * topology.n_gpus / step_time
+    single = config.micro_batch / compute.step_s
+    peak = gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
+    return Prediction(
+        config=config,
+        topology=topology.spec.name,
+        gpu=gpu.name,
+        n_gpus=topology.n_gpus,
+        n_nodes=topology.n_nodes,
+        model=model.name,
+        param_count=model.param_count,
+        tokens_per_sample=model.tokens_per_sample,
+        step_time_s=step_time,
+        forward_s=mean("forward_s"),
+        backward_s=mean("backward_s"),
+        optimizer_s=mean("optimizer_s"),
+        compute_s=compute.step_s,
+        comm_s=mean("comm_s"),
+        exposed_comm_s=mean("exposed_comm_s"),
+        samples_per_s=samples,
+        tokens_per_s=samples * model.tokens_per_sample if model.tokens_per_sample else None,
+        single_gpu_samples_per_s=single,
+        scaling_efficiency=samples / (topology.n_gpus * single),
+        mfu=compute.flops_per_step / step_time / peak,
+        n_buckets=len(buckets.buckets),
+        gradient_bytes=buckets.total_size_bytes,
+        ring=ring.profile,
+        memory=ddp_memory(model, gpu, precision=precision, optimizer=config.optimizer,
+                          micro_batch=config.micro_batch),
+        simulation=sim,
+    )

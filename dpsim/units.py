@@ -1,0 +1,122 @@
+"""Units: SI inside, human units only at the edges.
+
+Every quantity inside dpsim is in seconds, bytes, bytes/s or FLOP/s and its name says
+so (``latency_s``, ``size_bytes``). Decimal (GB = 1e9) and binary (GiB = 2**30)
+prefixes are distinct constants and are never mixed silently: ASTRA-sim and Calculon
+disagree by 7 % on this. The parsers here turn what users type (``25MB``, ``1GiB``,
+``100Gbps``, ``400GB/s``, ``3us``) into SI floats and raise :class:`ConfigError` with
+the field name otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from dpsim.errors import ConfigError
+
+KB = 1e3
+MB = 1e6
+GB = 1e9
+TB = 1e12
+KiB = 2**10
+MiB = 2**20
+GiB = 2**30
+TiB = 2**40
+
+BITS_PER_BYTE = 8
+
+US = 1e-6
+MS = 1e-3
+
+_SIZE_PREFIX = {
+    "": 1, "k": KB, "m": MB, "g": GB, "t": TB,
+    "ki": KiB, "mi": MiB, "gi": GiB, "ti": TiB,
+}
+_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+
+
+def _finite_nonneg(value: float, field: str, raw: object) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{field}: {raw!r} is not a non-negative finite number")
+    return value
+
+
+def parse_size_bytes(raw: str | int | float, field: str = "size") -> float:
+    """Parse a size such as ``8``, ``1M``, ``25MB``, ``1GiB`` into bytes.
+
+    nccl-tests reads ``-e 1G`` as 2**30 bytes, so a bare one-letter suffix (``1K``,
+    ``1M``, ``1G``) is binary, ``KB``/``MB``/``GB`` decimal and ``KiB``/``MiB``/``GiB``
+    binary.
+    """
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return _finite_nonneg(float(raw), field, raw)
+    text = str(raw).strip()
+    m = re.fullmatch(_NUMBER + r"\s*([kKmMgGtT]?)(i?)([bB]?)", text)
+    if not m:
+        raise ConfigError(
+            f"{field}: {raw!r} is not a size; use bytes or a unit such as 8, 1K, 25MB, 1GiB"
+        )
+    number, prefix, binary, byte = m.groups()
+    prefix = prefix.lower()
+    if prefix and not binary and not byte:
+        # nccl-tests convention: -e 1G means 1 GiB.
+        scale = _SIZE_PREFIX[prefix + "i"]
+    else:
+        scale = _SIZE_PREFIX[prefix + binary]
+    return _finite_nonneg(float(number) * scale, field, raw)
+
+
+def parse_bandwidth_bytes_per_s(raw: str | int | float, field: str = "bandwidth") -> float:
+    """Parse ``100Gbps``, ``100Gb/s``, ``400GB/s``, ``25 GBps`` into bytes/s.
+
+    A lower-case ``b`` is bits, an upper-case ``B`` bytes; prefixes are decimal as in
+    every link datasheet. A bare number is bytes/s.
+    """
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return _finite_nonneg(float(raw), field, raw)
+    text = str(raw).strip().replace(" ", "")
+    m = re.fullmatch(_NUMBER + r"([kKmMgGtT]?)(b|B)(ps|/s)", text)
+    if not m:
+        raise ConfigError(
+            f"{field}: {raw!r} is not a bandwidth; use e.g. 100Gbps, 100Gb/s, 400GB/s"
+        )
+    number, prefix, unit, _ = m.groups()
+    value = float(number) * _SIZE_PREFIX[prefix.lower()]
+    if unit == "b":
+        value /= BITS_PER_BYTE
+    return _finite_nonneg(value, field, raw)
+
+
+def parse_duration_s(raw: str | int | float, field: str = "duration") -> float:
+    """Parse ``3us``, ``1.5ms``, ``2s`` (or a bare number of seconds) into seconds."""
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return _finite_nonneg(float(raw), field, raw)
+    m = re.fullmatch(_NUMBER + r"\s*(ns|us|µs|ms|s)?", str(raw).strip())
+    if not m:
+        raise ConfigError(f"{field}: {raw!r} is not a duration; use e.g. 3us, 1.5ms, 2s")
+    number, unit = m.groups()
+    scale = {"ns": 1e-9, "us": US, "µs": US, "ms": MS, "s": 1.0, None: 1.0}[unit]
+    return _finite_nonneg(float(number) * scale, field, raw)
+
+
+def gbit_per_s_to_bytes_per_s(gbit_per_s: float) -> float:
+    """A link rate in Gb/s (datasheet units) as bytes/s."""
+    return gbit_per_s * GB / BITS_PER_BYTE
+
+
+def format_bytes(size_bytes: float) -> str:
+    """Human-readable binary size, e.g. ``25.0 MiB``."""
+    for unit, scale in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if abs(size_bytes) >= scale:
+            return f"{size_bytes / scale:.1f} {unit}"
+    return f"{size_bytes:.0f} B"
+
+
+def format_seconds(duration_s: float) -> str:
+    """Human-readable duration, e.g. ``12.3 ms``."""
+    if duration_s >= 1:
+        return f"{duration_s:.3f} s"
+    if duration_s >= 1e-3:
+        return f"{duration_s * 1e3:.2f} ms"
+    return f"{duration_s * 1e6:.1f} us"

@@ -1,0 +1,1 @@
+"""Workloads: what each replica computes (layers, parameters, FLOPs) and how DDP buckets it."""
