@@ -1,0 +1,752 @@
+"""Built-in models, each built from its architecture config.
+
+Every model is described by a small frozen config dataclass (the fields of the
+reference implementation's config) and one builder per architecture family turns a
+config into a :class:`~dpsim.workload.spec.ModelSpec`. Tests build tiny versions from
+the same config classes, and ``tests/torch_reference_models.py`` builds the matching
+real torch modules from them.
+
+Parameters
+    Listed exactly as the reference PyTorch implementation registers them, in
+    ``model.named_parameters()`` order, with the torch names and shapes:
+    HuggingFace ``GPT2LMHeadModel`` (``lm_head`` tied to ``transformer.wte``, so
+    counted once), ``LlamaForCausalLM`` (untied ``lm_head``), ``BertModel`` (with the
+    pooler), torchvision ``resnet50`` (BatchNorm weight/bias are parameters, running
+    statistics are buffers and are not listed) and torchvision ``vit_b_16``/``vit_l_16``.
+    Concatenating the layers' parameters gives ``named_parameters()`` order.
+
+Layers
+    One :class:`LayerSpec` per compute unit, in forward order: the embedding, then per
+    transformer block an attention layer and an MLP layer, then the head. Norms are
+    folded into the layer that follows them in registration order. HuggingFace Llama
+    registers ``self_attn, mlp, input_layernorm, post_attention_layernorm`` in that
+    order, so for Llama the two RMSNorm weights of a block sit in its MLP layer (the
+    only split that keeps ``named_parameters()`` order); they are ``hidden`` elements
+    each, so attributing them to the MLP half of the block is immaterial for
+    bucketing.
+
+FLOPs (``forward_flops_per_sample``)
+    2 FLOPs per multiply-add of every matmul and convolution (weights × activations),
+    plus the attention score and context matmuls, ``QKᵀ`` and ``softmax(·)V``:
+    ``2 · 2 · seq² · d_attn`` per layer, counted over the full ``seq × seq`` square
+    even for causal models (the PaLM/Megatron MFU convention; a causal kernel that
+    skips the masked half does about half of it). Element-wise work (norms, softmax,
+    activations, residual adds, bias adds) and embedding lookups count 0. Hence, per
+    sample of ``tokens`` tokens::
+
+        forward ≈ 2 · (params − lookup-table params) · tokens + 4 · n_layer · tokens² · d_attn
+
+    which is the familiar ``2 · params · tokens + attention term`` with the lookup
+    tables (input embeddings, learned positions) left out, as Kaplan et al. 2020 do.
+    Heads applied to one token only (BERT pooler, ViT classifier) are counted once.
+
+Activations (``activation_bytes_per_sample``)
+    What autograd keeps for backward at 2 bytes per element (bf16/fp16), one sample.
+    Transformer blocks use Korthikanti et al. 2022, "Reducing Activation Recomputation
+    in Large Transformer Models" (arXiv:2205.05198), Sec. 4.1, with b = 1 and no
+    tensor/sequence parallelism: ``s·h·(34 + 5·a·s/h)`` bytes per layer, split as
+    attention block ``11·s·h + 5·a·s²`` plus its LayerNorm ``2·s·h`` and MLP block
+    ``19·s·h`` plus its LayerNorm ``2·s·h``. The formula is derived for a GPT block
+    (4h MLP, dropout); it is used as is for Llama (SwiGLU, no dropout) as an estimate.
+    With ``flash_attention=True`` the ``5·a·s²`` term (softmax output, dropout mask and
+    output kept for backward) is dropped, as fused attention kernels recompute it.
+    LM heads add ``4·s·h + 4·s·v`` (final norm and projection inputs, fp32 logits for
+    the loss; same paper); embeddings with dropout add its 1-byte mask ``s·h``.
+    ResNet counts every convolution output twice (kept as BatchNorm input and as the
+    following ReLU's output, which is also the next convolution's input), once for a
+    downsample branch, plus the input image, the max-pool output and indices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from dpsim.errors import WorkloadError
+from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec, dtype_size_bytes
+
+ACTIVATION_ELEMENT_BYTES = 2
+"""Activations are estimated for bf16/fp16 training (2 bytes per element)."""
+
+
+# --------------------------------------------------------------------------- configs
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPT2Config:
+    """HuggingFace ``GPT2Config`` fields that shape the parameters."""
+
+    vocab_size: int = 50257
+    n_positions: int = 1024
+    """Learned position table size: the longest sequence the model accepts."""
+    n_embd: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    n_inner: int | None = None
+    """MLP width; ``None`` means ``4 * n_embd`` as in HuggingFace."""
+
+    @property
+    def inner(self) -> int:
+        return self.n_inner if self.n_inner is not None else 4 * self.n_embd
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlamaConfig:
+    """HuggingFace ``LlamaConfig`` fields that shape the parameters."""
+
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int = 32
+    max_position_embeddings: int = 4096
+    """Training context; RoPE has no learned table, so longer ``seq_len`` is allowed."""
+    head_dim: int | None = None
+    """``None`` means ``hidden_size // num_attention_heads``."""
+    tie_word_embeddings: bool = False
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
+
+
+@dataclass(frozen=True, kw_only=True)
+class BertConfig:
+    """HuggingFace ``BertConfig`` fields that shape the parameters."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    add_pooling_layer: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViTConfig:
+    """torchvision ``VisionTransformer`` constructor arguments."""
+
+    image_size: int = 224
+    patch_size: int = 16
+    num_layers: int = 12
+    num_heads: int = 12
+    hidden_dim: int = 768
+    mlp_dim: int = 3072
+    num_classes: int = 1000
+
+    @property
+    def seq_length(self) -> int:
+        """Patches plus the class token (197 for 224 px / 16)."""
+        return (self.image_size // self.patch_size) ** 2 + 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResNetConfig:
+    """torchvision ``ResNet`` with ``Bottleneck`` blocks (ResNet v1.5, stride in the 3×3)."""
+
+    layers: tuple[int, ...] = (3, 4, 6, 3)
+    """Bottleneck blocks per stage."""
+    planes: tuple[int, ...] = (64, 128, 256, 512)
+    """Bottleneck width per stage (torchvision's ``planes``; groups=1, width_per_group=64)."""
+    stem_channels: int = 64
+    """Output channels of ``conv1`` (torchvision's initial ``inplanes``)."""
+    expansion: int = 4
+    num_classes: int = 1000
+    image_size: int = 224
+    in_channels: int = 3
+
+
+ModelConfig = Union[GPT2Config, LlamaConfig, BertConfig, ViTConfig, ResNetConfig]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def attention_matmul_flops(seq_len: int, attn_dim: int) -> float:
+    """FLOPs of ``QKᵀ`` and ``softmax(·)V`` for one layer and sample: ``2·2·seq²·attn_dim``.
+
+    Full square (not halved for causal masks); ``attn_dim`` is heads × head size.
+    """
+    return 4.0 * seq_len * seq_len * attn_dim
+
+
+def korthikanti_block_activation_bytes(
+    seq_len: int, hidden: int, heads: int, *, flash_attention: bool = False
+) -> tuple[float, float]:
+    """Bytes one transformer block keeps for backward (b = 1), as (attention, MLP) halves.
+
+    Korthikanti et al. 2022, Sec. 4.1: ``s·h·(34 + 5·a·s/h)`` per layer in 16-bit
+    activations, i.e. attention ``11sh + 5as²`` plus LayerNorm ``2sh`` and MLP ``19sh``
+    plus LayerNorm ``2sh``. ``flash_attention`` drops the ``5as²`` term.
+    """
+    sh = float(seq_len) * hidden
+    attention = 13.0 * sh + (0.0 if flash_attention else 5.0 * heads * seq_len * seq_len)
+    mlp = 21.0 * sh
+    return attention, mlp
+
+
+def lm_head_activation_bytes(seq_len: int, hidden: int, vocab: int) -> float:
+    """Final norm + output projection inputs and fp32 logits: ``4sh + 4sv`` (Korthikanti Sec. 4.1)."""
+    return 4.0 * seq_len * hidden + 4.0 * seq_len * vocab
+
+
+def _param(name: str, shape: tuple[int, ...], dtype: str) -> ParamSpec:
+    return ParamSpec(name=name, shape=tuple(int(d) for d in shape), dtype=dtype)
+
+
+def _linear(prefix: str, out_features: int, in_features: int, dtype: str, bias: bool = True) -> list[ParamSpec]:
+    """``torch.nn.Linear``: weight ``(out, in)`` then bias ``(out,)``."""
+    params = [_param(f"{prefix}.weight", (out_features, in_features), dtype)]
+    if bias:
+        params.append(_param(f"{prefix}.bias", (out_features,), dtype))
+    return params
+
+
+def _conv1d_hf(prefix: str, nx: int, nf: int, dtype: str) -> list[ParamSpec]:
+    """HuggingFace ``Conv1D`` (GPT-2): weight ``(in, out)`` then bias ``(out,)``."""
+    return [_param(f"{prefix}.weight", (nx, nf), dtype), _param(f"{prefix}.bias", (nf,), dtype)]
+
+
+def _norm(prefix: str, n: int, dtype: str, bias: bool = True) -> list[ParamSpec]:
+    """LayerNorm / BatchNorm affine (weight, bias) or RMSNorm (weight only)."""
+    params = [_param(f"{prefix}.weight", (n,), dtype)]
+    if bias:
+        params.append(_param(f"{prefix}.bias", (n,), dtype))
+    return params
+
+
+def _check_positive_int(value: object, field_name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise WorkloadError(f"{field_name}: {value!r} is not a positive integer")
+    return value
+
+
+def _resolve_seq_len(seq_len: int | None, default: int, model: str, *, max_field: str | None = None,
+                     max_value: int | None = None) -> int:
+    if seq_len is None:
+        return default
+    seq_len = _check_positive_int(seq_len, "--seq-len")
+    if max_value is not None and seq_len > max_value:
+        raise WorkloadError(
+            f"--seq-len: {seq_len} exceeds {model}'s {max_field} = {max_value} "
+            f"(learned position embeddings); use at most {max_value}"
+        )
+    return seq_len
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def build_gpt2(
+    cfg: GPT2Config,
+    *,
+    name: str = "gpt2-custom",
+    seq_len: int | None = None,
+    dtype: str = "float32",
+    flash_attention: bool = False,
+    published_param_count: int | None = None,
+    source: str = "",
+) -> ModelSpec:
+    """HuggingFace ``GPT2LMHeadModel`` (tied ``lm_head``); ``seq_len`` defaults to ``n_positions``."""
+    dtype_size_bytes(dtype)
+    s = _resolve_seq_len(seq_len, cfg.n_positions, name, max_field="n_positions",
+                         max_value=cfg.n_positions)
+    d, inner, v = cfg.n_embd, cfg.inner, cfg.vocab_size
+    layers = [
+        LayerSpec(
+            name="transformer.wte",
+            params=(
+                _param("transformer.wte.weight", (v, d), dtype),
+                _param("transformer.wpe.weight", (cfg.n_positions, d), dtype),
+            ),
+            forward_flops_per_sample=0.0,
+            activation_bytes_per_sample=float(s * d),  # embedding dropout mask (1 byte)
+        )
+    ]
+    for i in range(cfg.n_layer):
+        p = f"transformer.h.{i}"
+        attn_act, mlp_act = korthikanti_block_activation_bytes(s, d, cfg.n_head, flash_attention=flash_attention)
+        layers.append(LayerSpec(
+            name=f"{p}.attn",
+            params=tuple(
+                _norm(f"{p}.ln_1", d, dtype)
+                + _conv1d_hf(f"{p}.attn.c_attn", d, 3 * d, dtype)
+                + _conv1d_hf(f"{p}.attn.c_proj", d, d, dtype)
+            ),
+            forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
+            activation_bytes_per_sample=attn_act,
+        ))
+        layers.append(LayerSpec(
+            name=f"{p}.mlp",
+            params=tuple(
+                _norm(f"{p}.ln_2", d, dtype)
+                + _conv1d_hf(f"{p}.mlp.c_fc", d, inner, dtype)
+                + _conv1d_hf(f"{p}.mlp.c_proj", inner, d, dtype)
+            ),
+            forward_flops_per_sample=2.0 * s * d * inner * 2,
+            activation_bytes_per_sample=mlp_act,
+        ))
+    layers.append(LayerSpec(
+        name="lm_head",  # transformer.ln_f + lm_head (weight tied to transformer.wte.weight)
+        params=tuple(_norm("transformer.ln_f", d, dtype)),
+        forward_flops_per_sample=2.0 * s * d * v,
+        activation_bytes_per_sample=lm_head_activation_bytes(s, d, v),
+    ))
+    return ModelSpec(name=name, layers=tuple(layers), tokens_per_sample=s,
+                     published_param_count=published_param_count, source=source)
+
+
+def build_llama(
+    cfg: LlamaConfig,
+    *,
+    name: str = "llama-custom",
+    seq_len: int | None = None,
+    dtype: str = "float32",
+    flash_attention: bool = False,
+    published_param_count: int | None = None,
+    source: str = "",
+) -> ModelSpec:
+    """HuggingFace ``LlamaForCausalLM``; ``seq_len`` defaults to ``max_position_embeddings``.
+
+    RoPE positions are not parameters, so any positive ``seq_len`` is accepted.
+    """
+    dtype_size_bytes(dtype)
+    s = _resolve_seq_len(seq_len, cfg.max_position_embeddings, name)
+    d, inter, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    hd = cfg.head_size
+    q_dim = cfg.num_attention_heads * hd
+    kv_dim = cfg.num_key_value_heads * hd
+    layers = [
+        LayerSpec(
+            name="model.embed_tokens",
+            params=(_param("model.embed_tokens.weight", (v, d), dtype),),
+            forward_flops_per_sample=0.0,
+            activation_bytes_per_sample=0.0,  # no embedding dropout in Llama
+        )
+    ]
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}"
+        attn_act, mlp_act = korthikanti_block_activation_bytes(
+            s, d, cfg.num_attention_heads, flash_attention=flash_attention)
+        layers.append(LayerSpec(
+            name=f"{p}.self_attn",  # input_layernorm's FLOPs run here; its weight sits in the MLP layer
+            params=tuple(
+                _linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=False)
+                + _linear(f"{p}.self_attn.k_proj", kv_dim, d, dtype, bias=False)
+                + _linear(f"{p}.self_attn.v_proj", kv_dim, d, dtype, bias=False)
+                + _linear(f"{p}.self_attn.o_proj", d, q_dim, dtype, bias=False)
+            ),
+            forward_flops_per_sample=2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
+            + attention_matmul_flops(s, q_dim),
+            activation_bytes_per_sample=attn_act,
+        ))
+        layers.append(LayerSpec(
+            name=f"{p}.mlp",  # + both RMSNorm weights (registered after mlp in LlamaDecoderLayer)
+            params=tuple(
+                _linear(f"{p}.mlp.gate_proj", inter, d, dtype, bias=False)
+                + _linear(f"{p}.mlp.up_proj", inter, d, dtype, bias=False)
+                + _linear(f"{p}.mlp.down_proj", d, inter, dtype, bias=False)
+                + _norm(f"{p}.input_layernorm", d, dtype, bias=False)
+                + _norm(f"{p}.post_attention_layernorm", d, dtype, bias=False)
+            ),
+            forward_flops_per_sample=2.0 * s * d * inter * 3,
+            activation_bytes_per_sample=mlp_act,
+        ))
+    head_params = _norm("model.norm", d, dtype, bias=False)
+    if not cfg.tie_word_embeddings:
+        head_params += _linear("lm_head", v, d, dtype, bias=False)
+    layers.append(LayerSpec(
+        name="lm_head",  # model.norm + lm_head
+        params=tuple(head_params),
+        forward_flops_per_sample=2.0 * s * d * v,
+        activation_bytes_per_sample=lm_head_activation_bytes(s, d, v),
+    ))
+    return ModelSpec(name=name, layers=tuple(layers), tokens_per_sample=s,
+                     published_param_count=published_param_count, source=source)
+
+
+def build_bert(
+    cfg: BertConfig,
+    *,
+    name: str = "bert-custom",
+    seq_len: int | None = None,
+    dtype: str = "float32",
+    flash_attention: bool = False,
+    published_param_count: int | None = None,
+    source: str = "",
+) -> ModelSpec:
+    """HuggingFace ``BertModel`` (encoder + pooler, no pre-training heads)."""
+    dtype_size_bytes(dtype)
+    s = _resolve_seq_len(seq_len, cfg.max_position_embeddings, name,
+                         max_field="max_position_embeddings", max_value=cfg.max_position_embeddings)
+    d, inter = cfg.hidden_size, cfg.intermediate_size
+    layers = [
+        LayerSpec(
+            name="embeddings",
+            params=(
+                _param("embeddings.word_embeddings.weight", (cfg.vocab_size, d), dtype),
+                _param("embeddings.position_embeddings.weight", (cfg.max_position_embeddings, d), dtype),
+                _param("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d), dtype),
+                *_norm("embeddings.LayerNorm", d, dtype),
+            ),
+            forward_flops_per_sample=0.0,
+            activation_bytes_per_sample=float(s * d),  # dropout mask after the LayerNorm
+        )
+    ]
+    for i in range(cfg.num_hidden_layers):
+        p = f"encoder.layer.{i}"
+        attn_act, mlp_act = korthikanti_block_activation_bytes(
+            s, d, cfg.num_attention_heads, flash_attention=flash_attention)
+        layers.append(LayerSpec(
+            name=f"{p}.attention",
+            params=tuple(
+                _linear(f"{p}.attention.self.query", d, d, dtype)
+                + _linear(f"{p}.attention.self.key", d, d, dtype)
+                + _linear(f"{p}.attention.self.value", d, d, dtype)
+                + _linear(f"{p}.attention.output.dense", d, d, dtype)
+                + _norm(f"{p}.attention.output.LayerNorm", d, dtype)
+            ),
+            forward_flops_per_sample=2.0 * s * d * d * 4 + attention_matmul_flops(s, d),
+            activation_bytes_per_sample=attn_act,
+        ))
+        layers.append(LayerSpec(
+            name=f"{p}.ffn",  # BertIntermediate + BertOutput (no common module in HF)
+            params=tuple(
+                _linear(f"{p}.intermediate.dense", inter, d, dtype)
+                + _linear(f"{p}.output.dense", d, inter, dtype)
+                + _norm(f"{p}.output.LayerNorm", d, dtype)
+            ),
+            forward_flops_per_sample=2.0 * s * d * inter * 2,
+            activation_bytes_per_sample=mlp_act,
+        ))
+    if cfg.add_pooling_layer:
+        layers.append(LayerSpec(
+            name="pooler",
+            params=tuple(_linear("pooler.dense", d, d, dtype)),
+            forward_flops_per_sample=2.0 * d * d,  # first token only
+            activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * d),
+        ))
+    return ModelSpec(name=name, layers=tuple(layers), tokens_per_sample=s,
+                     published_param_count=published_param_count, source=source)
+
+
+def build_vit(
+    cfg: ViTConfig,
+    *,
+    name: str = "vit-custom",
+    seq_len: int | None = None,
+    dtype: str = "float32",
+    flash_attention: bool = False,
+    published_param_count: int | None = None,
+    source: str = "",
+) -> ModelSpec:
+    """torchvision ``VisionTransformer`` (class token, learned positions, linear head).
+
+    ``seq_len`` must be ``1 + k²`` (k patches per side): it sets the image size to
+    ``k · patch_size``, which resizes the learned ``encoder.pos_embedding``; the
+    published count then no longer applies and is dropped.
+    """
+    dtype_size_bytes(dtype)
+    if seq_len is not None:
+        seq_len = _check_positive_int(seq_len, "--seq-len")
+        side = math.isqrt(seq_len - 1)
+        if seq_len < 2 or side * side != seq_len - 1:
+            raise WorkloadError(
+                f"--seq-len: {seq_len} is not 1 + k² for {name} (class token + k×k patches of "
+                f"{cfg.patch_size} px; default {cfg.seq_length} = 1 + 14²)"
+            )
+        if side * cfg.patch_size != cfg.image_size:
+            cfg = dataclasses.replace(cfg, image_size=side * cfg.patch_size)
+            published_param_count = None
+    s = cfg.seq_length
+    d, patch = cfg.hidden_dim, cfg.patch_size
+    n_patches = s - 1
+    patch_in = 3 * patch * patch
+    layers = [
+        LayerSpec(
+            name="conv_proj",  # + class_token and encoder.pos_embedding
+            params=(
+                _param("class_token", (1, 1, d), dtype),
+                _param("conv_proj.weight", (d, 3, patch, patch), dtype),
+                _param("conv_proj.bias", (d,), dtype),
+                _param("encoder.pos_embedding", (1, s, d), dtype),
+            ),
+            forward_flops_per_sample=2.0 * n_patches * patch_in * d,
+            activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * 3 * cfg.image_size ** 2 + s * d),
+        )
+    ]
+    for i in range(cfg.num_layers):
+        p = f"encoder.layers.encoder_layer_{i}"
+        attn_act, mlp_act = korthikanti_block_activation_bytes(s, d, cfg.num_heads, flash_attention=flash_attention)
+        layers.append(LayerSpec(
+            name=f"{p}.self_attention",  # + ln_1
+            params=(
+                *_norm(f"{p}.ln_1", d, dtype),
+                _param(f"{p}.self_attention.in_proj_weight", (3 * d, d), dtype),
+                _param(f"{p}.self_attention.in_proj_bias", (3 * d,), dtype),
+                *_linear(f"{p}.self_attention.out_proj", d, d, dtype),
+            ),
+            forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
+            activation_bytes_per_sample=attn_act,
+        ))
+        layers.append(LayerSpec(
+            name=f"{p}.mlp",  # + ln_2
+            params=tuple(
+                _norm(f"{p}.ln_2", d, dtype)
+                + _linear(f"{p}.mlp.0", cfg.mlp_dim, d, dtype)
+                + _linear(f"{p}.mlp.3", d, cfg.mlp_dim, dtype)
+            ),
+            forward_flops_per_sample=2.0 * s * d * cfg.mlp_dim * 2,
+            activation_bytes_per_sample=mlp_act,
+        ))
+    layers.append(LayerSpec(
+        name="heads",  # encoder.ln + heads.head (class token only)
+        params=tuple(_norm("encoder.ln", d, dtype) + _linear("heads.head", cfg.num_classes, d, dtype)),
+        forward_flops_per_sample=2.0 * d * cfg.num_classes,
+        activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * (s * d + d)),
+    ))
+    return ModelSpec(name=name, layers=tuple(layers), tokens_per_sample=s,
+                     published_param_count=published_param_count, source=source)
+
+
+def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def build_resnet(
+    cfg: ResNetConfig,
+    *,
+    name: str = "resnet-custom",
+    seq_len: int | None = None,
+    dtype: str = "float32",
+    flash_attention: bool = False,
+    published_param_count: int | None = None,
+    source: str = "",
+) -> ModelSpec:
+    """torchvision ``ResNet`` with ``Bottleneck`` blocks: stem, one layer per block, ``fc``.
+
+    ``seq_len`` does not apply to an image model and is rejected.
+    """
+    del flash_attention
+    dtype_size_bytes(dtype)
+    if seq_len is not None:
+        raise WorkloadError(f"--seq-len: {name} is an image model without a sequence length; "
+                            f"leave --seq-len unset")
+    if len(cfg.layers) != len(cfg.planes):
+        raise WorkloadError(f"model {name!r}: layers {cfg.layers} and planes {cfg.planes} differ in length")
+    e = ACTIVATION_ELEMENT_BYTES
+    hw = _conv_out(cfg.image_size, 7, 2, 3)
+    c = cfg.stem_channels
+    stem_flops = 2.0 * hw * hw * c * cfg.in_channels * 49
+    pool_hw = _conv_out(hw, 3, 2, 1)
+    stem_act = e * (cfg.in_channels * cfg.image_size ** 2  # conv1 input
+                    + 2 * c * hw * hw  # bn1 input, relu output (= maxpool input)
+                    + c * pool_hw * pool_hw) + 8 * c * pool_hw * pool_hw  # maxpool output + int64 indices
+    layers = [LayerSpec(
+        name="conv1",  # + bn1, relu, maxpool
+        params=(_param("conv1.weight", (c, cfg.in_channels, 7, 7), dtype), *_norm("bn1", c, dtype)),
+        forward_flops_per_sample=stem_flops,
+        activation_bytes_per_sample=float(stem_act),
+    )]
+    hw = pool_hw
+    inplanes = c
+    for stage, (blocks, planes) in enumerate(zip(cfg.layers, cfg.planes), start=1):
+        for b in range(blocks):
+            stride = 2 if (stage > 1 and b == 0) else 1
+            out_c = planes * cfg.expansion
+            p = f"layer{stage}.{b}"
+            out_hw = _conv_out(hw, 3, stride, 1)
+            params = [
+                _param(f"{p}.conv1.weight", (planes, inplanes, 1, 1), dtype), *_norm(f"{p}.bn1", planes, dtype),
+                _param(f"{p}.conv2.weight", (planes, planes, 3, 3), dtype), *_norm(f"{p}.bn2", planes, dtype),
+                _param(f"{p}.conv3.weight", (out_c, planes, 1, 1), dtype), *_norm(f"{p}.bn3", out_c, dtype),
+            ]
+            flops = 2.0 * (hw * hw * planes * inplanes
+                           + out_hw * out_hw * planes * planes * 9
+                           + out_hw * out_hw * out_c * planes)
+            act = 2 * (planes * hw * hw + planes * out_hw * out_hw + out_c * out_hw * out_hw)
+            if stride != 1 or inplanes != out_c:
+                params += [_param(f"{p}.downsample.0.weight", (out_c, inplanes, 1, 1), dtype),
+                           *_norm(f"{p}.downsample.1", out_c, dtype)]
+                flops += 2.0 * out_hw * out_hw * out_c * inplanes
+                act += out_c * out_hw * out_hw
+            layers.append(LayerSpec(name=p, params=tuple(params), forward_flops_per_sample=flops,
+                                    activation_bytes_per_sample=float(e * act)))
+            inplanes, hw = out_c, out_hw
+    layers.append(LayerSpec(
+        name="fc",  # + avgpool
+        params=tuple(_linear("fc", cfg.num_classes, inplanes, dtype)),
+        forward_flops_per_sample=2.0 * inplanes * cfg.num_classes,
+        activation_bytes_per_sample=float(e * inplanes),
+    ))
+    return ModelSpec(name=name, layers=tuple(layers), tokens_per_sample=None,
+                     published_param_count=published_param_count, source=source)
+
+
+BUILDERS: dict[type, Callable[..., ModelSpec]] = {
+    GPT2Config: build_gpt2,
+    LlamaConfig: build_llama,
+    BertConfig: build_bert,
+    ViTConfig: build_vit,
+    ResNetConfig: build_resnet,
+}
+"""Builder for each config class."""
+
+
+def build_model(cfg: ModelConfig, **kwargs: object) -> ModelSpec:
+    """Build a :class:`ModelSpec` from any catalog config (dispatch on its class)."""
+    try:
+        builder = BUILDERS[type(cfg)]
+    except KeyError:
+        raise WorkloadError(f"model config {type(cfg).__name__!r} has no builder") from None
+    return builder(cfg, **kwargs)
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+@dataclass(frozen=True, kw_only=True)
+class CatalogEntry:
+    """A built-in model: its architecture config, published count and sources."""
+
+    name: str
+    config: ModelConfig
+    published_param_count: int
+    source: str
+
+    def build(self, *, seq_len: int | None = None, dtype: str = "float32",
+              flash_attention: bool = False) -> ModelSpec:
+        """The model at its default (or the given) sequence length."""
+        return build_model(self.config, name=self.name, seq_len=seq_len, dtype=dtype,
+                           flash_attention=flash_attention,
+                           published_param_count=self.published_param_count, source=self.source)
+
+
+_HF_COUNT = "model.num_parameters() of the HF transformers class built from that config"
+
+_GPT2_ARCH = ("OpenAI GPT-2 (Radford et al. 2019), HuggingFace transformers GPT2LMHeadModel "
+              "config '{repo}' (n_embd={d}, n_layer={l}); published count: {count:,} = HF Hub "
+              "model page / " + _HF_COUNT)
+_LLAMA_ARCH = ("{paper}; HuggingFace transformers LlamaForCausalLM config '{repo}' "
+               "(hidden={d}, layers={l}, heads={h}, kv_heads={kv}, intermediate={i}, vocab={v}); "
+               "published count: {count:,} = HF Hub safetensors parameter total of '{repo}' / "
+               + _HF_COUNT)
+_BERT_ARCH = ("Devlin et al. 2019 (BERT), HuggingFace transformers BertModel (with pooler) config "
+              "'{repo}'; published count: {count:,} = " + _HF_COUNT + " (also KerasHub preset "
+              "metadata)")
+_TV_ARCH = ("torchvision.models.{fn} ({paper}); published count: num_params = {count:,} in the "
+            "torchvision docs for {weights}")
+
+_ENTRIES: list[CatalogEntry] = [
+    CatalogEntry(
+        name="resnet50", config=ResNetConfig(), published_param_count=25_557_032,
+        source=_TV_ARCH.format(fn="resnet50", paper="He et al. 2016, v1.5 stride placement",
+                               count=25_557_032, weights="ResNet50_Weights.IMAGENET1K_V1/V2")
+        + "; torchvision lists 4.09 GFLOPS (multiply-adds) at 224 px"),
+    CatalogEntry(
+        name="bert-base", config=BertConfig(), published_param_count=109_482_240,
+        source=_BERT_ARCH.format(repo="bert-base-uncased", count=109_482_240)),
+    CatalogEntry(
+        name="bert-large",
+        config=BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                          intermediate_size=4096),
+        published_param_count=335_141_888,
+        source=_BERT_ARCH.format(repo="bert-large-uncased", count=335_141_888)),
+    CatalogEntry(
+        name="gpt2", config=GPT2Config(), published_param_count=124_439_808,
+        source=_GPT2_ARCH.format(repo="gpt2", d=768, l=12, count=124_439_808)),
+    CatalogEntry(
+        name="gpt2-medium", config=GPT2Config(n_embd=1024, n_layer=24, n_head=16),
+        published_param_count=354_823_168,
+        source=_GPT2_ARCH.format(repo="gpt2-medium", d=1024, l=24, count=354_823_168)),
+    CatalogEntry(
+        name="gpt2-large", config=GPT2Config(n_embd=1280, n_layer=36, n_head=20),
+        published_param_count=774_030_080,
+        source=_GPT2_ARCH.format(repo="gpt2-large", d=1280, l=36, count=774_030_080)),
+    CatalogEntry(
+        name="gpt2-xl", config=GPT2Config(n_embd=1600, n_layer=48, n_head=25),
+        published_param_count=1_557_611_200,
+        source=_GPT2_ARCH.format(repo="gpt2-xl", d=1600, l=48, count=1_557_611_200)),
+]
+
+
+def _llama(name: str, repo: str, paper: str, count: int, **fields: int) -> CatalogEntry:
+    cfg = LlamaConfig(**fields)
+    return CatalogEntry(
+        name=name, config=cfg, published_param_count=count,
+        source=_LLAMA_ARCH.format(paper=paper, repo=repo, d=cfg.hidden_size, l=cfg.num_hidden_layers,
+                                  h=cfg.num_attention_heads, kv=cfg.num_key_value_heads,
+                                  i=cfg.intermediate_size, v=cfg.vocab_size, count=count))
+
+
+_LLAMA2 = "Touvron et al. 2023, 'Llama 2: Open Foundation and Fine-Tuned Chat Models'"
+_LLAMA3 = "Llama Team 2024, 'The Llama 3 Herd of Models'"
+_ENTRIES += [
+    _llama("llama-2-7b", "meta-llama/Llama-2-7b-hf", _LLAMA2, 6_738_415_616),
+    _llama("llama-2-13b", "meta-llama/Llama-2-13b-hf", _LLAMA2, 13_015_864_320,
+           hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+           num_attention_heads=40, num_key_value_heads=40),
+    _llama("llama-2-70b", "meta-llama/Llama-2-70b-hf", _LLAMA2, 68_976_648_192,
+           hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+           num_attention_heads=64, num_key_value_heads=8),
+    _llama("llama-3-8b", "meta-llama/Meta-Llama-3-8B", _LLAMA3, 8_030_261_248,
+           vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+           num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192),
+    _llama("llama-3-70b", "meta-llama/Meta-Llama-3-70B", _LLAMA3, 70_553_706_496,
+           vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+           num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=8192),
+    # Released as Llama 3.1 405B (context 128K); catalogued at the 8192-token
+    # pre-training sequence length like the other Llama 3 models.
+    _llama("llama-3-405b", "meta-llama/Llama-3.1-405B", _LLAMA3, 405_853_388_800,
+           vocab_size=128256, hidden_size=16384, intermediate_size=53248, num_hidden_layers=126,
+           num_attention_heads=128, num_key_value_heads=8, max_position_embeddings=8192),
+    CatalogEntry(
+        name="vit-b-16", config=ViTConfig(), published_param_count=86_567_656,
+        source=_TV_ARCH.format(fn="vit_b_16", paper="Dosovitskiy et al. 2021", count=86_567_656,
+                               weights="ViT_B_16_Weights.IMAGENET1K_V1")
+        + "; torchvision lists 17.56 GFLOPS (multiply-adds) at 224 px"),
+    CatalogEntry(
+        name="vit-l-16",
+        config=ViTConfig(num_layers=24, num_heads=16, hidden_dim=1024, mlp_dim=4096),
+        published_param_count=304_326_632,
+        source=_TV_ARCH.format(fn="vit_l_16", paper="Dosovitskiy et al. 2021", count=304_326_632,
+                               weights="ViT_L_16_Weights.IMAGENET1K_V1")
+        + "; torchvision lists 61.55 GFLOPS (multiply-adds) at 224 px"),
+]
+
+CATALOG_ENTRIES: dict[str, CatalogEntry] = {entry.name: entry for entry in _ENTRIES}
+"""Built-in models by catalog key, with their configs."""
+
+CATALOG: dict[str, Callable[[], ModelSpec]] = {name: entry.build for name, entry in CATALOG_ENTRIES.items()}
+"""Catalog key → zero-argument builder of the model at its default sequence length."""
+
+
+def list_models() -> list[str]:
+    """Catalog keys, in catalog order."""
+    return list(CATALOG_ENTRIES)
+
+
+def get_entry(name: str) -> CatalogEntry:
+    """The catalog entry (config, published count, source) for ``name``, case-insensitively."""
+    try:
+        return CATALOG_ENTRIES[name.strip().lower()]
+    except (KeyError, AttributeError):
+        raise WorkloadError(
+            f"--model: {name!r} is not a catalog model; choose one of {', '.join(list_models())}"
+        ) from None
+
+
+def get_model(name: str, *, seq_len: int | None = None, dtype: str = "float32",
+              flash_attention: bool = False) -> ModelSpec:
+    """Build catalog model ``name``, optionally at another sequence length.
+
+    ``seq_len`` changes FLOPs and activations; it must fit learned position tables
+    (GPT-2 ``n_positions``, BERT ``max_position_embeddings``), must be ``1 + k²`` for
+    ViT (it sets the image size) and is rejected for ResNet.
+    """
+    return get_entry(name).build(seq_len=seq_len, dtype=dtype, flash_attention=flash_attention)
