@@ -1,0 +1,82 @@
+"""The flow model: max-min fairness and transfers (invariants + golden cases)."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from dpsim.network import Flow, FlowNetwork
+from dpsim.network.flow_model import max_min_rates
+
+
+def test_max_min_golden():
+    # Link 0 (cap 10) is shared by flows 0 and 1; link 1 (cap 4) by flows 1 and 2.
+    # Link 1 is the bottleneck for flows 1 and 2 (2 each); flow 0 takes the rest of link 0.
+    assert max_min_rates([[0], [0, 1], [1]], np.array([10.0, 4.0])).tolist() == [8.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_max_min_invariants(seed):
+    rng = np.random.default_rng(seed)
+    n_links, n_flows = rng.integers(1, 8), rng.integers(1, 12)
+    capacity = rng.uniform(1, 100, n_links)
+    paths = [sorted(set(rng.choice(n_links, rng.integers(1, n_links + 1)).tolist())) for _ in range(n_flows)]
+    rates = max_min_rates(paths, capacity)
+    load = np.zeros(n_links)
+    for p, r in zip(paths, rates):
+        load[p] += r
+    # No link over capacity.
+    assert np.all(load <= capacity * (1 + 1e-9))
+    # Max-min characterisation: every flow crosses a saturated link on which it has
+    # the largest rate (so it cannot grow without shrinking a flow that has no more).
+    for f, p in enumerate(paths):
+        assert any(
+            load[l] >= capacity[l] * (1 - 1e-9)
+            and rates[f] >= max(rates[g] for g, q in enumerate(paths) if l in q) * (1 - 1e-9)
+            for l in p
+        ), f"flow {f} is not bottlenecked"
+
+
+def _line(capacity=10.0, latency=1e-6):
+    g = nx.DiGraph()
+    for a, b in (("a", "s"), ("s", "b"), ("c", "s"), ("s", "d")):
+        for u, v in ((a, b), (b, a)):
+            g.add_edge(u, v, capacity_bytes_per_s=capacity, latency_s=latency, link_class="x")
+    for v in "abcd":
+        g.nodes[v]["kind"] = "gpu"
+    g.nodes["s"]["kind"] = "switch"
+    return g
+
+
+def test_single_flow_is_size_over_capacity_plus_latency():
+    net = FlowNetwork(_line(capacity=10.0, latency=1e-6))
+    res = net.transfer([Flow(src="a", dst="b", size_bytes=100.0)])
+    assert res.makespan_s == pytest.approx(10.0 + 2e-6)
+
+
+def test_sharing_and_resharing_after_completion():
+    # a->b and c->b share s->b: both at 5 until the small one ends, then the big one gets 10.
+    net = FlowNetwork(_line(capacity=10.0, latency=0.0))
+    res = net.transfer([Flow(src="a", dst="b", size_bytes=100.0), Flow(src="c", dst="b", size_bytes=20.0)])
+    assert res.finish_times_s.tolist() == pytest.approx([4.0 + 8.0, 4.0])
+    # Bytes are conserved on every link, and no link runs over capacity on average.
+    assert res.link_bytes[("s", "b")] == 120.0
+    assert res.link_bytes[("a", "s")] == 100.0
+    assert all(u <= 1 + 1e-9 for u in res.link_utilisation().values())
+
+
+def test_gpus_do_not_forward_traffic():
+    g = _line()
+    g.add_edge("a", "b", capacity_bytes_per_s=1.0, latency_s=0.0, link_class="direct")
+    g.add_edge("b", "d", capacity_bytes_per_s=1.0, latency_s=0.0, link_class="direct")
+    net = FlowNetwork(g)
+    # a->b->d would be 2 hops but b is a GPU: the route goes through the switch.
+    assert net.route("a", "d") == (("a", "s"), ("s", "d"))
+
+
+def test_no_route_raises():
+    g = _line()
+    g.add_node("lonely", kind="gpu")
+    with pytest.raises(nx.NetworkXNoPath):
+        FlowNetwork(g).route("a", "lonely")

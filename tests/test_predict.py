@@ -1,0 +1,78 @@
+"""End-to-end predictions: invariants across presets and golden relations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dpsim.predict import PredictConfig, predict
+from dpsim.topology import preset_names
+
+
+@pytest.mark.parametrize("link", preset_names())
+@pytest.mark.parametrize("gpus", [1, 8, 64])
+def test_step_between_compute_and_compute_plus_comm(link, gpus):
+    p = predict(PredictConfig(gpus=gpus, link=link, model="gpt2", micro_batch=8, overlap_slowdown=0.0, steps=1))
+    assert p.step_time_s >= max(p.compute_s, p.comm_s) - 1e-12
+    assert p.step_time_s <= p.compute_s + p.comm_s + 1e-12
+    assert 0 <= p.overlap_fraction <= 1
+    assert 0 < p.scaling_efficiency <= 1 + 1e-12
+    assert p.samples_per_s == pytest.approx(gpus * 8 / p.step_time_s)
+    assert p.tokens_per_s == pytest.approx(p.samples_per_s * 1024)
+
+
+def test_one_gpu_has_no_communication_and_full_efficiency():
+    p = predict(PredictConfig(gpus=1, link="nvlink", model="gpt2"))
+    assert p.comm_s == 0.0
+    assert p.scaling_efficiency == pytest.approx(1.0)
+
+
+def test_faster_fabric_is_never_slower():
+    times = {link: predict(PredictConfig(gpus=64, link=link, model="gpt2-large")).step_time_s
+             for link in ("ethernet", "infiniband", "nvlink")}
+    assert times["nvlink"] <= times["infiniband"] <= times["ethernet"]
+
+
+def test_overlap_helps_and_no_overlap_is_additive():
+    on = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2-medium", overlap_slowdown=0.0))
+    off = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2-medium", overlap=False))
+    assert on.step_time_s < off.step_time_s
+    assert off.step_time_s == pytest.approx(off.compute_s + off.comm_s, rel=1e-9)
+
+
+def test_single_gpu_step_scales_compute():
+    p = predict(PredictConfig(gpus=8, link="nvlink", model="gpt2", single_gpu_step_s=0.250))
+    assert p.compute_s == pytest.approx(0.250)
+    assert p.single_gpu_samples_per_s == pytest.approx(4 / 0.250)
+
+
+def test_bucket_cap_changes_bucket_count():
+    small = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2", bucket_cap_mb=1))
+    big = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2", bucket_cap_mb=100))
+    assert small.n_buckets > big.n_buckets
+    assert small.gradient_bytes == big.gradient_bytes == 124_439_808 * 2
+
+
+def test_seed_claim_8_gpus_nvlink_is_near_linear():
+    # The seed: 8 GPUs on NVLink reach 90-95 % of linear for DP (here with a realistic batch).
+    p = predict(PredictConfig(gpus=8, link="nvlink", model="gpt2-xl", micro_batch=8))
+    assert p.scaling_efficiency > 0.9
+
+
+def test_70b_does_not_fit_under_ddp():
+    p = predict(PredictConfig(gpus=64, link="infiniband", model="llama-2-70b", micro_batch=1))
+    assert not p.memory.fits
+    assert p.memory.weights_bytes + p.memory.gradients_bytes + p.memory.optimizer_bytes == pytest.approx(
+        16 * p.param_count)
+
+
+def test_predict_does_not_import_torch():
+    code = ("import sys; from dpsim.cli import main; "
+            "rc = main(['predict', '--gpus', '64', '--link', 'ethernet', '--json']); "
+            "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["n_gpus"] == 64
