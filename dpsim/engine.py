@@ -1,19 +1,23 @@
-"""The SimPy engine: one data-parallel training step, layer by layer.
+"""The SimPy engine: data-parallel training steps, task by task.
 
-Per rank: forward layer by layer, then backward in reverse; when a layer's backward
-ends its parameters' gradients are ready, and a bucket becomes ready with its last
-gradient. Buckets are launched in bucket order onto one FIFO communication stream
-(as DDP's reducer does); a collective starts once every rank has launched it and the
-stream is free, and lasts what the collective model says. The optimizer waits for all
-buckets. While a collective runs, compute progresses ``1 + overlap_slowdown`` times
-slower (communication kernels take SMs, or CPU threads for gloo).
+A step is a :class:`StepProgram`: compute tasks every rank runs in order (forward and
+backward layers, optimizer) and communication ops on one FIFO stream. A compute task
+may *wait* for comm ops (the optimizer waits for every bucket; an FSDP layer's forward
+waits for its all-gather) and *launches* comm ops when it ends (a layer's backward
+completes the buckets whose last gradient it produced). A comm op starts once every
+rank has launched it and the stream is free (ops on one communicator run one after
+another), and lasts what the :class:`~dpsim.collectives.CollectiveModel` says. While a
+collective runs, compute progresses ``1 + overlap_slowdown`` times slower
+(communication kernels take SMs, or CPU threads for gloo).
+
+For plain DDP (:func:`ddp_program`): forward layer by layer, backward in reverse; a
+bucket is launched, in bucket order, once its last gradient is ready; the optimizer
+waits for all buckets. Buckets are DDP's steady state (rebuilt after the first
+iteration in gradient-ready order); the first iteration's single-bucket layout is not
+modelled, so every simulated step is a steady-state step.
 
 Identical ranks are one rank: the engine simulates one process per *distinct* rank
 (``rank_compute_scale``), so a homogeneous 65,536-GPU job costs what one rank costs.
-
-Bucket rebuild: the buckets given are DDP's steady state (rebuilt after the first
-iteration in gradient-ready order); the first iteration's single-bucket layout is not
-modelled, so every simulated step is a steady-state step.
 """
 
 from __future__ import annotations
@@ -30,6 +34,63 @@ from dpsim.workload.compute import ComputeProfile
 
 
 @dataclass(frozen=True, kw_only=True)
+class ComputeTask:
+    """One piece of compute every rank runs, in program order."""
+
+    kind: str
+    """``forward``, ``backward``, ``recompute`` or ``optimizer``."""
+    name: str
+    """Layer name, or ``optimizer``."""
+    duration_s: float
+    """Time on an unslowed, unscaled rank."""
+    wait_for: tuple[int, ...] = ()
+    """Comm ops that must have finished before this task starts."""
+    launch_after: tuple[int, ...] = ()
+    """Comm ops this rank launches when the task ends, in this order."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommOp:
+    """One collective on the communication stream."""
+
+    name: str
+    """E.g. ``bucket 3``."""
+    op: str
+    """Collective (``all_reduce``, ``reduce_scatter``, ``all_gather``, ``broadcast``)."""
+    size_bytes: float
+    """Message size (nccl-tests convention)."""
+    kind: str = "allreduce"
+    """Trace category (``allreduce``, ``allgather``, ``reducescatter``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepProgram:
+    """What every rank does in one training step."""
+
+    tasks: tuple[ComputeTask, ...]
+    """Compute tasks in execution order."""
+    comms: tuple[CommOp, ...]
+    """Communication ops, indexed by ``wait_for``/``launch_after``."""
+    launch_at_start: tuple[int, ...] = ()
+    """Comm ops launched before the first task (e.g. FSDP's first all-gather)."""
+
+    def __post_init__(self) -> None:
+        order = list(self.launch_at_start) + [i for t in self.tasks for i in t.launch_after]
+        assert sorted(order) == list(range(len(self.comms))), "every comm op is launched exactly once"
+        position = {op: k for k, op in enumerate(order)}
+        launched = set(self.launch_at_start)
+        for t in self.tasks:
+            assert all(w in launched for w in t.wait_for), f"task {t.name} waits for an op not yet launched"
+            launched.update(t.launch_after)
+        object.__setattr__(self, "_launch_order", tuple(sorted(range(len(self.comms)), key=position.__getitem__)))
+
+    @property
+    def launch_order(self) -> tuple[int, ...]:
+        """Comm op indices in the order ranks launch them (the stream's FIFO order)."""
+        return self._launch_order  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, kw_only=True)
 class TraceEvent:
     """One interval of activity on one rank."""
 
@@ -38,31 +99,34 @@ class TraceEvent:
     step: int
     """Training step index."""
     kind: str
-    """``forward``, ``backward``, ``allreduce`` or ``optimizer``."""
+    """``forward``, ``backward``, ``optimizer``, ``allreduce``, ..."""
     name: str
-    """Layer name, or ``bucket <i>``."""
+    """Layer name, or the comm op's name."""
     start_s: float
     """Start time."""
     end_s: float
     """End time."""
     bucket: int | None = None
-    """Bucket index for communication events."""
+    """Comm op index for communication events."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class StepTiming:
-    """Timing of one simulated step (rank 0's view; collectives are global)."""
+    """Timing of one simulated step.
+
+    Phases are rank 0's; the step ends when the *last* rank finishes its optimizer.
+    """
 
     step_time_s: float
-    """From forward start to optimizer end."""
+    """From the first rank's step start to the last rank's step end."""
     forward_s: float
-    """Forward pass (wall time, slowdown included)."""
+    """Forward compute on rank 0 (wall time, slowdown included)."""
     backward_s: float
-    """Backward pass (wall time, slowdown included)."""
+    """Backward compute on rank 0 (wall time, slowdown included, recompute too)."""
     optimizer_s: float
-    """Optimizer step."""
+    """Optimizer step on rank 0."""
     comm_s: float
-    """Sum of the collectives' durations."""
+    """Sum of the step's collectives' durations."""
     exposed_comm_s: float
     """Time in which a collective ran and rank 0 computed nothing."""
 
@@ -108,6 +172,37 @@ class _Rank:
             self._changed.succeed()
 
 
+def ddp_program(compute: ComputeProfile, buckets: BucketPlan, *, overlap: bool = True) -> StepProgram:
+    """The step of plain DDP: buckets launch during backward (or after it without overlap)."""
+    owner = {name: i for i, layer in enumerate(compute.layers) for name in layer.param_names}
+    last_layer = []
+    for b in buckets.buckets:
+        missing = [name for name in b.param_names if name not in owner]
+        if missing:
+            raise ConfigError(f"bucket {b.index}: parameters {missing[:3]} belong to no layer")
+        # Backward runs layers in reverse, so the lowest layer index finishes last.
+        last_layer.append(min(owner[name] for name in b.param_names))
+    n_layers, n_buckets = len(compute.layers), len(buckets.buckets)
+    tasks = [ComputeTask(kind="forward", name=l.name, duration_s=l.forward_s) for l in compute.layers]
+    next_bucket = 0
+    for idx in range(n_layers - 1, -1, -1):
+        launch = []
+        # Buckets launch in order, each once its last gradient is ready.
+        while overlap and next_bucket < n_buckets and last_layer[next_bucket] >= idx:
+            launch.append(next_bucket)
+            next_bucket += 1
+        if idx == 0:
+            launch.extend(range(next_bucket, n_buckets))
+        layer = compute.layers[idx]
+        tasks.append(ComputeTask(kind="backward", name=layer.name, duration_s=layer.backward_s,
+                                 launch_after=tuple(launch)))
+    tasks.append(ComputeTask(kind="optimizer", name="optimizer", duration_s=compute.optimizer_s,
+                             wait_for=tuple(range(n_buckets))))
+    comms = tuple(CommOp(name=f"bucket {b.index}", op="all_reduce", size_bytes=b.size_bytes)
+                  for b in buckets.buckets)
+    return StepProgram(tasks=tuple(tasks), comms=comms)
+
+
 def simulate(
     compute: ComputeProfile,
     buckets: BucketPlan,
@@ -116,115 +211,137 @@ def simulate(
     steps: int = 1,
     overlap: bool = True,
     overlap_slowdown: float = 0.0,
-    rank_compute_scale: Sequence[float] = (1.0,),
+    rank_compute_scale: Sequence[float] | Sequence[Sequence[float]] = (1.0,),
 ) -> SimulationResult:
-    """Simulate ``steps`` training steps of data-parallel training."""
+    """Simulate ``steps`` steps of plain DDP (see :func:`run_program`)."""
+    return run_program(ddp_program(compute, buckets, overlap=overlap), collectives, steps=steps,
+                       overlap_slowdown=overlap_slowdown, rank_compute_scale=rank_compute_scale)
+
+
+def run_program(
+    program: StepProgram,
+    collectives: CollectiveModel,
+    *,
+    steps: int = 1,
+    overlap_slowdown: float = 0.0,
+    rank_compute_scale: Sequence[float] | Sequence[Sequence[float]] = (1.0,),
+) -> SimulationResult:
+    """Simulate ``steps`` repetitions of ``program`` on every distinct rank.
+
+    ``rank_compute_scale`` multiplies each rank's compute: one factor per distinct rank
+    (the same every step), or one row per step of one factor per rank.
+    """
     if steps < 1:
         raise ConfigError(f"--steps: {steps} is not valid; expected an integer >= 1")
     if overlap_slowdown < 0:
         raise ConfigError(f"--overlap-slowdown: {overlap_slowdown} is not valid; expected a number >= 0")
+    scales = [list(row) if isinstance(row, Sequence) else None for row in rank_compute_scale]
+    if all(s is None for s in scales):
+        per_step = [list(rank_compute_scale)] * steps  # type: ignore[list-item]
+    else:
+        per_step = [list(row) for row in rank_compute_scale]  # type: ignore[arg-type]
+        if len(per_step) != steps or len({len(r) for r in per_step}) != 1:
+            raise ConfigError("rank_compute_scale: give one factor per rank, or one row of them per step")
+    n_ranks = len(per_step[0])
+    if n_ranks < 1 or any(not (f > 0) for row in per_step for f in row):
+        raise ConfigError("rank_compute_scale: every factor must be a number > 0")
+
     env = simpy.Environment()
     trace: list[TraceEvent] = []
-    n_buckets = len(buckets.buckets)
-    comm_time = [collectives.time("all_reduce", b.size_bytes).time_s for b in buckets.buckets]
-    # Which buckets each layer's backward completes, in launch order.
-    owner = {name: i for i, layer in enumerate(compute.layers) for name in layer.param_names}
-    last_layer = []
-    for b in buckets.buckets:
-        layers = [owner[name] for name in b.param_names if name in owner]
-        if len(layers) != len(b.param_names):
-            missing = sorted(set(b.param_names) - set(owner))
-            raise ConfigError(f"bucket {b.index}: parameters {missing[:3]} belong to no layer")
-        # Backward runs layers in reverse, so the lowest layer index finishes last.
-        last_layer.append(min(layers))
-    ranks = [_Rank(env, overlap_slowdown) for _ in rank_compute_scale]
-    # launch[s][i][r]: rank r has launched bucket i of step s; done[s]: all buckets reduced.
-    launch = [[[env.event() for _ in ranks] for _ in range(n_buckets)] for _ in range(steps)]
-    done = [env.event() for _ in range(steps)]
-    step_records: list[dict] = []
+    n_ops = len(program.comms)
+    comm_time = [collectives.time(c.op, c.size_bytes).time_s for c in program.comms]
+    ranks = [_Rank(env, overlap_slowdown) for _ in range(n_ranks)]
+    # launched[s][i][r]: rank r launched op i of step s; finished[s][i]: op i of step s ended.
+    launched = [[[env.event() for _ in range(n_ranks)] for _ in range(n_ops)] for _ in range(steps)]
+    finished = [[env.event() for _ in range(n_ops)] for _ in range(steps)]
+    records: list[list[dict]] = [[{} for _ in range(n_ranks)] for _ in range(steps)]
 
-    def rank_process(r: int, scale: float):
+    def rank_process(r: int):
         rank = ranks[r]
         for s in range(steps):
-            rec = {"start": env.now}
-            for layer in compute.layers:
+            scale = per_step[s][r]
+            rec = records[s][r]
+            rec["start"] = env.now
+            rec.update(forward=0.0, backward=0.0, optimizer=0.0)
+            for i in program.launch_at_start:
+                launched[s][i][r].succeed()
+            for task in program.tasks:
+                for i in task.wait_for:
+                    if not finished[s][i].triggered:
+                        yield finished[s][i]
                 t0 = env.now
-                yield from rank.compute(layer.forward_s * scale)
-                trace.append(TraceEvent(rank=r, step=s, kind="forward", name=layer.name, start_s=t0, end_s=env.now))
-            rec["forward_end"] = env.now
-            next_bucket = 0
-            for idx in range(len(compute.layers) - 1, -1, -1):
-                layer = compute.layers[idx]
-                t0 = env.now
-                yield from rank.compute(layer.backward_s * scale)
-                trace.append(TraceEvent(rank=r, step=s, kind="backward", name=layer.name, start_s=t0, end_s=env.now))
-                # Buckets launch in order, each once its last gradient is ready.
-                while overlap and next_bucket < n_buckets and last_layer[next_bucket] >= idx:
-                    launch[s][next_bucket][r].succeed()
-                    next_bucket += 1
-            rec["backward_end"] = env.now
-            for i in range(next_bucket, n_buckets):
-                launch[s][i][r].succeed()
-            yield done[s]
-            rec["comm_end"] = env.now
-            t0 = env.now
-            yield from rank.compute(compute.optimizer_s * scale)
-            trace.append(TraceEvent(rank=r, step=s, kind="optimizer", name="optimizer", start_s=t0, end_s=env.now))
+                yield from rank.compute(task.duration_s * scale)
+                bucket = "optimizer" if task.kind == "optimizer" else "forward" if task.kind == "forward" else "backward"
+                rec[bucket] += env.now - t0
+                trace.append(TraceEvent(rank=r, step=s, kind=task.kind, name=task.name, start_s=t0, end_s=env.now))
+                for i in task.launch_after:
+                    launched[s][i][r].succeed()
             rec["end"] = env.now
-            if r == 0:
-                step_records.append(rec)
 
     def comm_process():
-        # One FIFO stream: collective i starts when every rank launched it and i-1 ended.
         for s in range(steps):
-            for i in range(n_buckets):
-                yield simpy.AllOf(env, launch[s][i])
+            for i in program.launch_order:
+                yield simpy.AllOf(env, launched[s][i])
                 start = env.now
                 for rank in ranks:
                     rank.set_comm(True)
                 yield env.timeout(comm_time[i])
                 for rank in ranks:
                     rank.set_comm(False)
-                trace.append(TraceEvent(rank=0, step=s, kind="allreduce", name=f"bucket {i}",
+                c = program.comms[i]
+                trace.append(TraceEvent(rank=0, step=s, kind=c.kind, name=c.name,
                                         start_s=start, end_s=env.now, bucket=i))
-            done[s].succeed()
+                finished[s][i].succeed()
 
-    for r, scale in enumerate(rank_compute_scale):
-        ranks[r].process = env.process(rank_process(r, scale))
+    for r in range(n_ranks):
+        env.process(rank_process(r))
     env.process(comm_process())
     env.run()
-    return _summarise(step_records, trace, comm_time)
+    return _summarise(records, trace, sum(comm_time))
 
 
-def _summarise(records: list[dict], trace: list[TraceEvent], comm_time: list[float]) -> SimulationResult:
+_COMPUTE_KINDS = {"forward", "backward", "recompute", "optimizer"}
+
+
+def _summarise(records: list[list[dict]], trace: list[TraceEvent], comm_s: float) -> SimulationResult:
     timings = []
-    for s, rec in enumerate(records):
-        busy = sorted((e.start_s, e.end_s) for e in trace if e.rank == 0 and e.step == s and e.kind != "allreduce")
-        comm = sorted((e.start_s, e.end_s) for e in trace if e.step == s and e.kind == "allreduce")
+    by_step: dict[int, tuple[list, list]] = {}
+    for e in trace:
+        busy, comm = by_step.setdefault(e.step, ([], []))
+        if e.kind in _COMPUTE_KINDS:
+            if e.rank == 0:
+                busy.append((e.start_s, e.end_s))
+        else:
+            comm.append((e.start_s, e.end_s))
+    for s, recs in enumerate(records):
+        busy, comm = by_step.get(s, ([], []))
+        r0 = recs[0]
         timings.append(StepTiming(
-            step_time_s=rec["end"] - rec["start"],
-            forward_s=rec["forward_end"] - rec["start"],
-            backward_s=rec["backward_end"] - rec["forward_end"],
-            optimizer_s=rec["end"] - rec["comm_end"],
-            comm_s=sum(comm_time),
+            step_time_s=max(r["end"] for r in recs) - min(r["start"] for r in recs),
+            forward_s=r0["forward"],
+            backward_s=r0["backward"],
+            optimizer_s=r0["optimizer"],
+            comm_s=comm_s,
             exposed_comm_s=_uncovered(comm, busy),
         ))
     return SimulationResult(steps=tuple(timings), trace=tuple(trace))
 
 
+def _union(intervals: list[tuple[float, float]]) -> list[list[float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
 def _uncovered(intervals: list[tuple[float, float]], cover: list[tuple[float, float]]) -> float:
     """Length of the union of ``intervals`` not covered by the union of ``cover``."""
-    def union(iv):
-        out: list[list[float]] = []
-        for a, b in sorted(iv):
-            if out and a <= out[-1][1]:
-                out[-1][1] = max(out[-1][1], b)
-            else:
-                out.append([a, b])
-        return out
+    covered = _union(cover)
     total = 0.0
-    covered = union(cover)
-    for a, b in union(intervals):
+    for a, b in _union(intervals):
         length = b - a
         for c, d in covered:
             length -= max(0.0, min(b, d) - max(a, c))

@@ -48,6 +48,8 @@ class PredictConfig:
     """Catalog model name."""
     seq_len: int | None = None
     """Override the model's sequence length."""
+    flash_attention: bool = True
+    """Attention without stored score matrices (SDPA/FlashAttention), for activation memory."""
     micro_batch: int = 4
     """Samples per GPU per step."""
     precision: str = "bf16-mixed"
@@ -208,7 +210,7 @@ def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None
         raise ConfigError(f"--steps: {config.steps} is not valid; expected an integer >= 1")
     topology = resolve_topology(config)
     gpu = get_gpu(topology.spec.gpu)
-    model = get_model(config.model, seq_len=config.seq_len)
+    model = get_model(config.model, seq_len=config.seq_len, flash_attention=config.flash_attention)
     precision = get_precision(config.precision)
     check_optimizer(config.optimizer)
     compute: ComputeProfile = compute_profile(
