@@ -16,12 +16,30 @@ import typer
 
 from dpsim.errors import ConfigError, DpsimError
 
+try:  # typer >= 0.22 parses with its own vendored copy of click, not the click package
+    from typer._click.exceptions import ClickException as _VendoredClickException
+except ImportError:  # older typer uses click itself
+    _VendoredClickException = click.ClickException
+_CLICK_ERRORS = (click.ClickException, _VendoredClickException)
+_ABORTS = (click.exceptions.Abort, typer.Abort)
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Discrete-event simulator of data-parallel GPU training clusters.")
 
 
+def _json_safe(obj):
+    # JSON has no inf/nan (e.g. the ring bandwidth of a 1-GPU "ring" is inf): write null.
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
 def _emit_json(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+    sys.stdout.write(json.dumps(_json_safe(obj), indent=2, allow_nan=False) + "\n")
 
 
 @app.command()
@@ -34,6 +52,8 @@ def predict(
     model: str = typer.Option("gpt2-xl", "--model", help="Catalog model (dpsim models lists them)."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Override the sequence length."),
     micro_batch: int = typer.Option(4, "--micro-batch", help="Samples per GPU per step."),
+    flash_attention: bool = typer.Option(
+        True, "--flash-attention/--no-flash-attention", help="Attention keeps no score matrices (activation memory)."),
     precision: str = typer.Option("bf16-mixed", "--precision", help="fp32, amp, bf16-mixed or bf16."),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adam, sgd-momentum or sgd."),
     bucket_cap_mb: Optional[float] = typer.Option(
@@ -73,7 +93,7 @@ def predict(
         raise ConfigError(f"--overlap-slowdown: {overlap_slowdown} is not valid; expected a number >= 0")
     config = PredictConfig(
         gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node, gpu=gpu,
-        model=model, seq_len=seq_len, micro_batch=micro_batch, precision=precision, optimizer=optimizer,
+        model=model, seq_len=seq_len, flash_attention=flash_attention, micro_batch=micro_batch, precision=precision, optimizer=optimizer,
         bucket_cap_mb=bucket_cap_mb, overlap=not no_overlap,
         overlap_slowdown=DEFAULT_OVERLAP_SLOWDOWN if overlap_slowdown is None else overlap_slowdown,
         compute_efficiency=DEFAULT_COMPUTE_EFFICIENCY if compute_efficiency is None else compute_efficiency,
@@ -175,11 +195,17 @@ def main(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     try:
         command.main(args=argv, prog_name="dpsim", standalone_mode=False)
-    except click.exceptions.Abort:
+    except _ABORTS:
         print("dpsim: aborted", file=sys.stderr)
         return 130
-    except click.ClickException as exc:
-        print(f"dpsim: error: {exc.format_message()}", file=sys.stderr)
+    except _CLICK_ERRORS as exc:
+        message = " ".join(exc.format_message().split())
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            # Bare ``dpsim``: typer's rich help is already on stdout (or is the message).
+            if message:
+                print(exc.format_message())
+            message = f"missing command; choose one of {', '.join(sorted(command.commands))}"
+        print(f"dpsim: error: {message}", file=sys.stderr)
         return 2
     except DpsimError as exc:
         print(f"dpsim: error: {exc}", file=sys.stderr)

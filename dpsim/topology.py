@@ -184,7 +184,7 @@ class _Reader:
 
     def string(self, key: str, default: Any = ...) -> str:
         value = self.get(key, default)
-        if not isinstance(value, str) or not value.strip():
+        if key in self.data and (not isinstance(value, str) or not value.strip()):
             self.fail(self._field(key), value, self.allowed[key])
         return value
 
@@ -243,9 +243,11 @@ def load_topology_file(path: str | Path) -> TopologySpec:
     """Read and validate a user's topology YAML file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise TopologyError(f"--topology: cannot read {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise TopologyError(f"--topology: {str(path)!r} is not a UTF-8 text file; expected a YAML file") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -1,0 +1,343 @@
+"""The command line: output, JSON keys, and the one-line error rule.
+
+House rules: every bad user input prints exactly one line on stderr starting with
+``dpsim: error:`` that names the flag (or YAML field), the value and what is allowed,
+and exits with status 2, never a traceback; ``python -m dpsim`` works like ``dpsim``;
+``--json`` is valid JSON with stable keys.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpsim.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+PREDICTION_KEYS = {
+    "schema", "config", "topology", "gpu", "n_gpus", "n_nodes", "model", "param_count",
+    "tokens_per_sample", "step_time_s", "forward_s", "backward_s", "optimizer_s", "compute_s",
+    "comm_s", "exposed_comm_s", "overlap_fraction", "samples_per_s", "tokens_per_s",
+    "single_gpu_samples_per_s", "scaling_efficiency", "mfu", "n_buckets", "gradient_bytes",
+    "ring", "memory",
+}
+MEMORY_KEYS = {
+    "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+    "comm_buffers_bytes", "overhead_bytes", "total_bytes", "capacity_bytes", "fits",
+}
+RING_KEYS = {"channels", "bandwidth_bytes_per_s", "intra_hop_latency_s", "inter_hop_latency_s",
+             "bottleneck_link_classes"}
+
+
+@pytest.fixture(autouse=True)
+def _wide_terminal(monkeypatch):
+    # rich sizes tables to COLUMNS when stdout is not a terminal; keep rows unwrapped.
+    monkeypatch.setenv("COLUMNS", "160")
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out and "Traceback" not in err
+    return rc, out, err
+
+
+def run_json(capsys, *args: str) -> dict:
+    rc, out, err = run_cli(capsys, *args, "--json")
+    assert rc == 0, err
+    assert err == ""
+    return json.loads(out)
+
+
+def assert_one_line_error(rc: int, out: str, err: str, *needles: str) -> str:
+    assert rc == 2, (rc, out, err)
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    line = lines[0]
+    assert line.startswith("dpsim: error: "), line
+    for needle in needles:
+        assert needle in line, (needle, line)
+    return line
+
+
+# ----------------------------------------------------------------------------- predict
+
+def test_predict_prints_table(capsys):
+    rc, out, err = run_cli(capsys, "predict", "--gpus", "64", "--link", "ethernet")
+    assert rc == 0, err
+    assert err == ""
+    for label in ("step time", "all-reduce exposed", "throughput", "samples/s", "tokens/s",
+                  "scaling efficiency", "memory per GPU", "total"):
+        assert label in out, label
+    assert re.search(r"\bfits\b|DOES NOT FIT", out)
+    assert "64 x h100" in out and "8 nodes" in out
+
+
+def test_predict_memory_verdict_does_not_fit(capsys):
+    rc, out, err = run_cli(capsys, "predict", "--gpus", "8", "--link", "nvlink", "--model", "llama-2-70b")
+    assert rc == 0, err
+    assert "DOES NOT FIT" in out
+
+
+def test_predict_json_keys_and_values(capsys):
+    d = run_json(capsys, "predict", "--gpus", "64", "--link", "ethernet")
+    assert PREDICTION_KEYS <= set(d)
+    assert MEMORY_KEYS <= set(d["memory"])
+    assert RING_KEYS <= set(d["ring"])
+    assert d["schema"] == "dpsim.prediction/1"
+    assert d["n_gpus"] == 64 and d["n_nodes"] == 8 and d["topology"] == "ethernet"
+    assert d["config"]["gpus"] == 64 and d["config"]["link"] == "ethernet"
+    for key in ("step_time_s", "compute_s", "comm_s", "samples_per_s", "tokens_per_s"):
+        assert isinstance(d[key], float) and d[key] > 0, key
+    assert 0 <= d["exposed_comm_s"] <= d["comm_s"] + 1e-12
+    assert 0 <= d["overlap_fraction"] <= 1
+    assert 0 < d["scaling_efficiency"] <= 1
+    assert d["step_time_s"] >= d["compute_s"] * (1 - 1e-9)
+    assert d["samples_per_s"] == pytest.approx(64 * d["config"]["micro_batch"] / d["step_time_s"])
+    assert d["tokens_per_s"] == pytest.approx(d["samples_per_s"] * d["tokens_per_sample"])
+    mem = d["memory"]
+    assert isinstance(mem["fits"], bool)
+    assert mem["fits"] == (mem["total_bytes"] <= mem["capacity_bytes"])
+    parts = sum(mem[k] for k in MEMORY_KEYS - {"total_bytes", "capacity_bytes", "fits"})
+    assert mem["total_bytes"] == pytest.approx(parts)
+
+
+@pytest.mark.parametrize("args", [
+    ("--gpus", "1"),  # no ring at all: no inf/nan may leak into JSON
+    ("--gpus", "4", "--model", "resnet50"),  # no tokens: tokens_per_s is null, key kept
+    ("--gpus", "16", "--link", "infiniband", "--no-overlap"),
+    ("--gpus", "16", "--link", "pcie", "--bucket-cap-mb", "100", "--precision", "fp32"),
+])
+def test_predict_json_keys_are_stable_across_configs(capsys, args):
+    d = run_json(capsys, "predict", *args)
+    assert PREDICTION_KEYS <= set(d)
+    assert MEMORY_KEYS <= set(d["memory"])
+    assert RING_KEYS <= set(d["ring"])
+
+    def finite(obj):
+        if isinstance(obj, float):
+            assert math.isfinite(obj)
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                finite(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                finite(v)
+    finite(d)
+
+
+def test_predict_json_key_order_is_stable(capsys):
+    a = list(run_json(capsys, "predict", "--gpus", "8"))
+    b = list(run_json(capsys, "predict", "--gpus", "32", "--link", "infiniband", "--model", "gpt2"))
+    assert a == b
+
+
+def test_predict_faster_fabric_is_faster(capsys):
+    eth = run_json(capsys, "predict", "--gpus", "64", "--link", "ethernet")
+    ib = run_json(capsys, "predict", "--gpus", "64", "--link", "infiniband")
+    assert ib["step_time_s"] < eth["step_time_s"]
+    assert ib["scaling_efficiency"] > eth["scaling_efficiency"]
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--gpus", "0"], ["--gpus", "0", ">= 1"]),
+    (["--gpus", "-8"], ["--gpus", "-8"]),
+    (["--gpus", "12"], ["--gpus", "12", "multiple", "8"]),
+    (["--gpus", "8", "--gpus-per-node", "3"], ["--gpus", "8", "--gpus-per-node=3"]),
+    (["--gpus-per-node", "0"], ["--gpus-per-node", "0"]),
+    (["--gpus", "abc"], ["--gpus", "integer"]),
+    (["--link", "nope"], ["--link", "'nope'", "ethernet", "infiniband", "nvlink", "pcie"]),
+    (["--model", "nope"], ["--model", "'nope'", "gpt2-xl"]),
+    (["--precision", "nope"], ["--precision", "'nope'", "bf16-mixed"]),
+    (["--optimizer", "nope"], ["--optimizer", "'nope'", "adamw"]),
+    (["--gpu", "nope"], ["--gpu", "'nope'", "h100"]),
+    (["--bucket-cap-mb", "-1"], ["--bucket-cap-mb", "-1", "> 0"]),
+    (["--bucket-cap-mb", "0"], ["--bucket-cap-mb", "0", "> 0"]),
+    (["--bucket-cap-mb", "nan"], ["--bucket-cap-mb", "nan"]),
+    (["--micro-batch", "0"], ["--micro-batch", "0", ">= 1"]),
+    (["--seq-len", "0"], ["--seq-len", "0"]),
+    (["--steps", "0"], ["--steps", "0"]),
+    (["--overlap-slowdown", "-1"], ["--overlap-slowdown", "-1"]),
+    (["--single-gpu-step-ms", "0"], ["--single-gpu-step-ms", "0"]),
+    (["--single-gpu-step-ms", "10", "--single-gpu-samples-per-s", "5"],
+     ["--single-gpu-step-ms", "--single-gpu-samples-per-s"]),
+    (["--topology", "missing.yaml"], ["--topology", "missing.yaml"]),
+    (["--frobnicate"], ["--frobnicate"]),
+    (["--gpus"], ["--gpus", "requires an argument"]),
+    (["--gpus", "8", "extra"], ["extra"]),
+])
+def test_predict_bad_input_one_line_exit_2(capsys, args, needles):
+    rc, out, err = run_cli(capsys, "predict", *args)
+    assert_one_line_error(rc, out, err, *needles)
+    assert out == ""
+
+
+def test_unknown_command_one_line(capsys):
+    rc, out, err = run_cli(capsys, "frobnicate")
+    assert_one_line_error(rc, out, err, "frobnicate")
+
+
+def test_no_command_shows_help_and_one_error_line(capsys):
+    rc, out, err = run_cli(capsys)
+    assert_one_line_error(rc, out, err, "predict", "collective", "models")
+    assert "predict" in out  # the help
+
+
+def test_help_exits_zero(capsys):
+    rc, out, err = run_cli(capsys, "predict", "--help")
+    assert rc == 0 and err == ""
+    assert "--gpus" in out and "--link" in out and "--json" in out
+
+
+def test_user_topology_file_errors_are_one_line(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / "topologies" / "ethernet.yaml").read_text()
+                   .replace("nic_gbit_per_s: 100", "nic_gbit_per_s: -100"))
+    rc, out, err = run_cli(capsys, "predict", "--topology", str(bad))
+    assert_one_line_error(rc, out, err, str(bad), "fabric.nic_gbit_per_s", "-100", "number>0")
+
+
+# ----------------------------------------------------------------------------- collective
+
+def parse_nccl_table(out: str) -> tuple[list[str], list[list[str]]]:
+    lines = out.splitlines()
+    header = [ln for ln in lines if ln.startswith("#") and "size" in ln and "busbw" in ln]
+    rows = [ln.split() for ln in lines if ln.strip() and not ln.startswith("#")]
+    assert len(header) == 1, out
+    return header[0].lstrip("#").split(), rows
+
+
+def test_collective_nccl_tests_table(capsys):
+    rc, out, err = run_cli(capsys, "collective", "--op", "all_reduce", "--gpus", "16", "--link", "infiniband",
+                           "-b", "8", "-e", "1G", "-f", "2")
+    assert rc == 0, err
+    header, rows = parse_nccl_table(out)
+    assert header == ["size", "count", "type", "redop", "root", "time", "algbw", "busbw"]
+    assert "(us)" in out and "(GB/s)" in out
+    assert len(rows) == 28
+    sizes = [int(r[0]) for r in rows]
+    assert sizes == [2**k for k in range(3, 31)]  # 8 B .. 1 GiB
+    n = 16
+    times = []
+    for size, count, dtype, redop, root, time_us, algbw, busbw in rows:
+        assert int(count) == int(size) // 4 and dtype == "float" and redop == "sum" and root == "-1"
+        algbw, busbw, time_us = float(algbw), float(busbw), float(time_us)
+        # algbw = S/T in GB/s (1e9) with T in us
+        assert algbw == pytest.approx(int(size) / (time_us * 1e-6) / 1e9, abs=0.01, rel=1e-3)
+        # busbw = algbw * 2(N-1)/N, each printed to 2 decimals
+        assert abs(busbw - algbw * 2 * (n - 1) / n) <= 0.005 + 0.005 * 2 * (n - 1) / n + 1e-9
+        times.append(time_us)
+    assert times == sorted(times)
+    assert float(rows[-1][7]) > float(rows[0][7])
+    assert "Avg bus bandwidth" in out
+
+
+def test_collective_json(capsys):
+    d = run_json(capsys, "collective", "--op", "all_reduce", "--gpus", "16", "--link", "infiniband",
+                 "-b", "8", "-e", "1G", "-f", "2")
+    assert d["schema"] == "dpsim.collective/1"
+    assert d["op"] == "all_reduce" and d["n_ranks"] == 16 and d["topology"] == "infiniband"
+    assert len(d["rows"]) == 28
+    for row in d["rows"]:
+        assert set(row) >= {"size_bytes", "count", "time_s", "algbw_bytes_per_s", "busbw_bytes_per_s"}
+        assert row["algbw_bytes_per_s"] == pytest.approx(row["size_bytes"] / row["time_s"], rel=1e-9)
+        assert row["busbw_bytes_per_s"] == pytest.approx(row["algbw_bytes_per_s"] * 2 * 15 / 16, rel=1e-9)
+    assert d["rows"][0]["size_bytes"] == 8 and d["rows"][-1]["size_bytes"] == 2**30
+
+
+@pytest.mark.parametrize("op, factor, redop, root", [
+    ("reduce_scatter", 7 / 8, "sum", "-1"),
+    ("all_gather", 7 / 8, "none", "-1"),
+    ("broadcast", 1.0, "none", "0"),
+])
+def test_collective_other_ops_busbw_factor(capsys, op, factor, redop, root):
+    d = run_json(capsys, "collective", "--op", op, "--gpus", "8", "-b", "1M", "-e", "64M")
+    for row in d["rows"]:
+        assert row["busbw_bytes_per_s"] == pytest.approx(row["algbw_bytes_per_s"] * factor, rel=1e-9)
+    rc, out, err = run_cli(capsys, "collective", "--op", op, "--gpus", "8", "-b", "1M", "-e", "64M")
+    assert rc == 0, err
+    _, rows = parse_nccl_table(out)
+    assert {r[3] for r in rows} == {redop} and {r[4] for r in rows} == {root}
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["-e", "1X"], ["-e/--maxbytes", "'1X'", "1GiB"]),
+    (["-b", "abc"], ["-b/--minbytes", "'abc'"]),
+    (["-b", "0"], ["-b/-e", "'0'"]),
+    (["-b", "2G", "-e", "1G"], ["-b/-e", "'2G'", "'1G'"]),
+    (["--op", "foo"], ["--op", "'foo'", "all_reduce"]),
+    (["-f", "1"], ["-f/--stepfactor", "1", "> 1"]),
+    (["-f", "abc"], ["--stepfactor"]),
+    (["-d", "foo"], ["--datatype", "'foo'", "float"]),
+    (["--gpus", "12", "--link", "infiniband"], ["--gpus", "12", "multiple"]),
+    (["--gpus", "0"], ["--gpus", "0"]),
+    (["--link", "nope"], ["--link", "'nope'"]),
+])
+def test_collective_bad_input_one_line_exit_2(capsys, args, needles):
+    rc, out, err = run_cli(capsys, "collective", *args)
+    assert_one_line_error(rc, out, err, *needles)
+    assert out == ""
+
+
+# ----------------------------------------------------------------------------- models
+
+def test_models_lists_catalog(capsys):
+    from dpsim.workload.catalog import list_models
+
+    rc, out, err = run_cli(capsys, "models")
+    assert rc == 0, err
+    names = list_models()
+    assert "gpt2-xl" in names
+    for name in names:
+        assert name in out, name
+    d = run_json(capsys, "models")
+    assert [m["name"] for m in d["models"]] == names
+    assert all(m["param_count"] > 0 for m in d["models"])
+
+
+# ----------------------------------------------------------------------------- python -m dpsim
+
+def _run_module(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="160")
+    return subprocess.run([sys.executable, "-m", "dpsim", *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=60)
+
+
+def test_module_entry_point_predict_json():
+    proc = _run_module("predict", "--gpus", "64", "--link", "ethernet", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    d = json.loads(proc.stdout)
+    assert PREDICTION_KEYS <= set(d) and d["n_gpus"] == 64
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["predict", "--gpus", "abc"], "--gpus"),
+    (["predict", "--gpus", "12"], "--gpus"),
+    (["predict", "--frobnicate"], "--frobnicate"),
+    (["collective", "-e", "1X"], "-e/--maxbytes"),
+])
+def test_module_entry_point_errors_exit_2(args, needle):
+    proc = _run_module(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpsim: error: ") and needle in lines[0]
+
+
+def test_predict_does_not_import_torch():
+    code = ("import sys, io, contextlib\n"
+            "from dpsim.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(['predict', '--gpus', '16', '--json']) == 0\n"
+            "assert 'torch' not in sys.modules, 'predict imported torch'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
