@@ -95,6 +95,27 @@ class TopologySpec:
 
 # ----------------------------------------------------------------------------- YAML
 
+class _StrictLoader(yaml.SafeLoader):
+    """Safe YAML loader that refuses a key given twice in one mapping."""
+
+
+def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def _load_yaml(text: str):
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
 _NODE_KEYS = {
     "gpus_per_node": "int>0",
     "interconnect": "one of " + "|".join(INTRA_NODE_KINDS),
@@ -249,11 +270,12 @@ def load_topology_file(path: str | Path) -> TopologySpec:
     except UnicodeDecodeError:
         raise TopologyError(f"--topology: {str(path)!r} is not a UTF-8 text file; expected a YAML file") from None
     try:
-        data = yaml.safe_load(text)
+        data = _load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise TopologyError(f"{path}: not valid YAML{where}") from None
+        problem = f" ({exc.problem})" if getattr(exc, "problem", None) else ""
+        raise TopologyError(f"{path}: not valid YAML{where}{problem}") from None
     return spec_from_dict(data, origin=str(path))
 
 
@@ -272,7 +294,7 @@ def load_preset(name: str) -> TopologySpec:
     if name not in names:
         raise TopologyError(f"--link: {name!r} is not a preset; choose one of {', '.join(names)}")
     text = resources.files("dpsim.topologies").joinpath(f"{name}.yaml").read_text()
-    return spec_from_dict(yaml.safe_load(text), origin=f"topologies/{name}.yaml")
+    return spec_from_dict(_load_yaml(text), origin=f"topologies/{name}.yaml")
 
 
 # ----------------------------------------------------------------------------- graph

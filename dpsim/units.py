@@ -52,7 +52,9 @@ def parse_size_bytes(raw: str | int | float, field: str = "size") -> float:
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         return _finite_nonneg(float(raw), field, raw)
     text = str(raw).strip()
-    m = re.fullmatch(_NUMBER + r"\s*([kKmMgGtT]?)(i?)([bB]?)", text)
+    if re.fullmatch(_NUMBER + r"\s*[kKmMgGtT]?i?b", text):
+        raise ConfigError(f"{field}: {raw!r} looks like bits (lower-case b); sizes are bytes, e.g. 25MB or 1GiB")
+    m = re.fullmatch(_NUMBER + r"\s*([kKmMgGtT]?)(i?)(B?)", text)
     if not m:
         raise ConfigError(
             f"{field}: {raw!r} is not a size; use bytes or a unit such as 8, 1K, 25MB, 1GiB"
@@ -76,6 +78,8 @@ def parse_bandwidth_bytes_per_s(raw: str | int | float, field: str = "bandwidth"
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         return _finite_nonneg(float(raw), field, raw)
     text = str(raw).strip().replace(" ", "")
+    if re.fullmatch(_NUMBER, text):
+        return _finite_nonneg(float(text), field, raw)
     m = re.fullmatch(_NUMBER + r"([kKmMgGtT]?)(b|B)(ps|/s)", text)
     if not m:
         raise ConfigError(

@@ -449,3 +449,10 @@ def test_preset_citations_name_existing_reference_rows(name):
         ids = {row["id"] for row in csv.DictReader(fh)}
     cited = {m for s in load_preset(name).sources for m in re.findall(r"\bH\d{3}\b", s)}
     assert cited <= ids, cited - ids
+
+
+def test_duplicate_key_is_refused_with_its_line(tmp_path):
+    f = tmp_path / "dup.yaml"
+    f.write_text("name: a\nname: b\n")
+    with pytest.raises(TopologyError, match=r"line 2.*'name' appears twice"):
+        load_topology_file(f)

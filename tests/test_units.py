@@ -106,7 +106,7 @@ def test_bandwidth_bits_versus_bytes():
     assert gbit_per_s_to_bytes_per_s(100) == parse_bandwidth_bytes_per_s("100Gbps")
 
 
-@pytest.mark.parametrize("bad", ["", "abc", "100G", "100", "100Gbit/s", "-5GB/s", "fastGB/s", None,
+@pytest.mark.parametrize("bad", ["", "abc", "100G", "100Gbit/s", "-5GB/s", "fastGB/s", None,
                                  float("inf"), -1.0])
 def test_parse_bandwidth_rejects_with_field_name(bad):
     with pytest.raises(ConfigError) as err:
@@ -153,3 +153,13 @@ def test_formatters():
     assert units.format_seconds(2.5) == "2.500 s"
     assert units.format_seconds(0.0123) == "12.30 ms"
     assert units.format_seconds(3e-6) == "3.0 us"
+
+
+def test_bare_number_string_is_bytes_per_s():
+    # The docstring's promise: a bare number is bytes/s, as a string too.
+    assert parse_bandwidth_bytes_per_s("100") == 100.0
+
+
+def test_lower_case_b_in_a_size_is_refused_as_bits():
+    with pytest.raises(ConfigError, match="bits"):
+        parse_size_bytes("1Mb", "-b")
