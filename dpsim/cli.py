@@ -11,17 +11,16 @@ import math
 import sys
 from typing import Optional
 
-import click
 import typer
 
 from dpsim.errors import ConfigError, DpsimError
 
-try:  # typer >= 0.22 parses with its own vendored copy of click, not the click package
-    from typer._click.exceptions import ClickException as _VendoredClickException
+try:  # typer >= 0.22 parses with its own vendored copy of click (the click package may be absent)
+    from typer._click import exceptions as _click_exceptions
 except ImportError:  # older typer uses click itself
-    _VendoredClickException = click.ClickException
-_CLICK_ERRORS = (click.ClickException, _VendoredClickException)
-_ABORTS = (click.exceptions.Abort, typer.Abort)
+    from click import exceptions as _click_exceptions  # type: ignore[no-redef]
+_CLICK_ERRORS = (_click_exceptions.ClickException,)
+_ABORTS = tuple({typer.Abort, getattr(_click_exceptions, "Abort", typer.Abort)})
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Discrete-event simulator of data-parallel GPU training clusters.")
