@@ -1,0 +1,283 @@
+"""An emulated cluster on one machine: network namespaces, veth links and tbf shaping.
+
+Each host is a network namespace with one NIC (``eth0``), a veth whose other end sits
+in a switch namespace on a Linux bridge. Both directions of every host link are shaped
+with ``tc qdisc ... tbf`` to the chosen rate (the host-side qdisc shapes what the host
+sends, the switch-side one what it receives). Optionally hosts are grouped in racks:
+each rack is a bridge in its own namespace, joined to the core switch by an uplink
+shaped to ``hosts_per_rack x rate / oversubscription``, so cross-rack traffic contends.
+
+Processes run inside a host with ``ip netns exec``. Everything created is recorded in a
+state file (``/run/dpsim-testbed/<tag>.json``) and removed by :meth:`Testbed.down`, also
+on Ctrl-C, SIGTERM or an exception; only namespaces this module created (whose names
+start with the testbed's tag) are ever touched. Addresses are private (10.77.k.0/24)
+and live only inside those namespaces.
+
+Needs root, iproute2 (``ip``, ``tc``) and the tbf qdisc; :func:`check_available` says
+clearly what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from dpsim.errors import ConfigError, DpsimError
+
+STATE_DIR = Path(os.environ.get("DPSIM_TESTBED_STATE", "/run/dpsim-testbed"))
+NAME_PREFIX = "dpsim"
+MIN_BURST_BYTES = 256 * 1024
+"""tbf bucket: at least 256 KiB, so a 64 KiB GSO/TSO super-packet on a veth always fits."""
+BURST_SECONDS = 0.002
+"""...and at least 2 ms worth of the rate, so the bucket refills smoothly at high rates."""
+
+
+class TestbedError(DpsimError):
+    """The emulated cluster cannot be built or used here."""
+
+    __test__ = False  # not a pytest test class
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestbedSpec:
+    """Shape of an emulated cluster."""
+
+    __test__ = False  # not a pytest test class
+
+    hosts: int
+    """Number of hosts (one namespace and one NIC each)."""
+    nic_bits_per_s: float
+    """Rate of every host NIC, each direction, bits/s."""
+    racks: int = 1
+    """Racks the hosts are spread over (consecutive hosts share a rack)."""
+    rack_oversubscription: float = 1.0
+    """Rack down-link to uplink ratio (1 = non-blocking)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.hosts, int) or self.hosts < 1 or self.hosts > 64:
+            raise ConfigError(f"--emulate-hosts: {self.hosts!r} is not valid; expected an integer in 1..64")
+        if not (math.isfinite(self.nic_bits_per_s) and 1e5 <= self.nic_bits_per_s <= 1e11):
+            raise ConfigError(f"--nic: {self.nic_bits_per_s!r} bits/s is not valid; expected 100kbit..100gbit")
+        if not isinstance(self.racks, int) or not 1 <= self.racks <= self.hosts:
+            raise ConfigError(f"--racks: {self.racks!r} is not valid; expected an integer in 1..hosts ({self.hosts})")
+        if not (math.isfinite(self.rack_oversubscription) and self.rack_oversubscription >= 1):
+            raise ConfigError(f"--oversubscription: {self.rack_oversubscription!r} is not valid; expected a number >= 1")
+
+    def rack_of(self, host: int) -> int:
+        """Rack of ``host`` (hosts are dealt to racks in consecutive blocks)."""
+        return host * self.racks // self.hosts
+
+    def uplink_bits_per_s(self, rack: int) -> float:
+        """Rate of one rack's uplink."""
+        members = sum(1 for h in range(self.hosts) if self.rack_of(h) == rack)
+        return members * self.nic_bits_per_s / self.rack_oversubscription
+
+
+def parse_rate_bits_per_s(raw: str, field_name: str = "--nic") -> float:
+    """Parse ``100mbit``, ``1gbit``, ``3Gbit``, ``500Mbps`` into bits/s (decimal prefixes)."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)(bit|bps|b/s)\s*", str(raw))
+    if not m:
+        raise ConfigError(f"{field_name}: {raw!r} is not a rate; use e.g. 100mbit, 1gbit, 3gbit")
+    scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()]
+    return float(m.group(1)) * scale
+
+
+def _run(cmd: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run(list(cmd), capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise TestbedError(f"testbed: `{' '.join(cmd)}` failed: {res.stderr.strip() or res.stdout.strip()}")
+    return res
+
+
+def check_available() -> None:
+    """Raise :class:`TestbedError` saying what is missing (root, ip, tc, netns, tbf)."""
+    if os.name != "posix" or os.geteuid() != 0:
+        raise TestbedError("testbed: needs root (network namespaces and tc); run as root or skip emulation")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise TestbedError(f"testbed: `{tool}` not found; install iproute2")
+    probe = f"{NAME_PREFIX}-probe-{uuid.uuid4().hex[:6]}"
+    try:
+        _run(["ip", "netns", "add", probe])
+        _run(["ip", "netns", "exec", probe, "ip", "link", "add", "p0", "type", "veth", "peer", "name", "p1"])
+        _run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "p0", "root", "tbf",
+              "rate", "1mbit", "burst", "32kb", "latency", "50ms"])
+    except TestbedError as exc:
+        raise TestbedError(f"testbed: network namespaces, veth or the tbf qdisc are not usable here ({exc})") from None
+    finally:
+        _run(["ip", "netns", "del", probe], check=False)
+
+
+@dataclass
+class Testbed:
+    """A running emulated cluster (use as a context manager, or :meth:`up`/:meth:`down`)."""
+
+    __test__ = False  # not a pytest test class
+
+    spec: TestbedSpec
+    tag: str = field(default_factory=lambda: f"{NAME_PREFIX}{uuid.uuid4().hex[:6]}")
+    subnet: int = 0
+    namespaces: list[str] = field(default_factory=list)
+    _old_handlers: dict = field(default_factory=dict, repr=False)
+
+    # ---------------------------------------------------------------- naming
+    def host_ns(self, host: int) -> str:
+        """Namespace of ``host``."""
+        return f"{self.tag}-h{host}"
+
+    def host_ip(self, host: int) -> str:
+        """Address of ``host``'s NIC."""
+        return f"10.77.{self.subnet}.{host + 1}"
+
+    @property
+    def switch_ns(self) -> str:
+        """Namespace of the core switch."""
+        return f"{self.tag}-sw"
+
+    def rack_ns(self, rack: int) -> str:
+        """Namespace of a rack switch (the core switch when there is one rack)."""
+        return self.switch_ns if self.spec.racks == 1 else f"{self.tag}-r{rack}"
+
+    # ---------------------------------------------------------------- lifecycle
+    def __enter__(self) -> Testbed:
+        self._trap_signals()
+        try:
+            self.up()
+        except BaseException:
+            self.down()
+            self._restore_signals()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.down()
+        finally:
+            self._restore_signals()
+
+    def _trap_signals(self) -> None:
+        def handler(signum, frame):  # turn SIGTERM/SIGHUP into an exception so `finally` cleans up
+            raise KeyboardInterrupt(f"signal {signum}")
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                self._old_handlers[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread: the caller must clean up
+                pass
+
+    def _restore_signals(self) -> None:
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        self._old_handlers.clear()
+
+    def _ns(self, name: str) -> None:
+        _run(["ip", "netns", "add", name])
+        self.namespaces.append(name)
+        self._save_state()
+        _run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"])
+
+    def _shape(self, ns: str, dev: str, bits_per_s: float) -> None:
+        burst = max(MIN_BURST_BYTES, int(bits_per_s / 8 * BURST_SECONDS))
+        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+              "rate", f"{int(bits_per_s)}bit", "burst", str(burst), "latency", "100ms"])
+
+    def _bridge(self, ns: str) -> None:
+        _run(["ip", "netns", "exec", ns, "ip", "link", "add", "br0", "type", "bridge"])
+        _run(["ip", "netns", "exec", ns, "ip", "link", "set", "br0", "up"])
+
+    def _wire(self, ns_a: str, dev_a: str, ns_b: str, dev_b: str, bits_per_s: float) -> None:
+        """A veth between two namespaces, ``dev_b`` enslaved to ``ns_b``'s bridge, shaped both ways."""
+        tmp_a, tmp_b = f"t{uuid.uuid4().hex[:8]}", f"t{uuid.uuid4().hex[:8]}"
+        _run(["ip", "netns", "exec", ns_a, "ip", "link", "add", tmp_a, "type", "veth", "peer", "name", tmp_b,
+              "netns", ns_b])
+        _run(["ip", "netns", "exec", ns_a, "ip", "link", "set", tmp_a, "name", dev_a])
+        _run(["ip", "netns", "exec", ns_b, "ip", "link", "set", tmp_b, "name", dev_b])
+        _run(["ip", "netns", "exec", ns_b, "ip", "link", "set", dev_b, "master", "br0"])
+        for ns, dev in ((ns_a, dev_a), (ns_b, dev_b)):
+            _run(["ip", "netns", "exec", ns, "ip", "link", "set", dev, "up"])
+            self._shape(ns, dev, bits_per_s)
+
+    def up(self) -> None:
+        """Create namespaces, bridges and shaped links."""
+        check_available()
+        self.subnet = self._free_subnet()
+        spec = self.spec
+        self._ns(self.switch_ns)
+        self._bridge(self.switch_ns)
+        if spec.racks > 1:
+            for r in range(spec.racks):
+                self._ns(self.rack_ns(r))
+                self._bridge(self.rack_ns(r))
+                # Uplink: the rack-side end joins the rack bridge; the core end the core bridge.
+                self._wire(self.rack_ns(r), "up0", self.switch_ns, f"r{r}", spec.uplink_bits_per_s(r))
+                _run(["ip", "netns", "exec", self.rack_ns(r), "ip", "link", "set", "up0", "master", "br0"])
+        for h in range(spec.hosts):
+            ns = self.host_ns(h)
+            self._ns(ns)
+            self._wire(ns, "eth0", self.rack_ns(spec.rack_of(h)), f"h{h}", spec.nic_bits_per_s)
+            _run(["ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.host_ip(h)}/24", "dev", "eth0"])
+
+    def down(self) -> None:
+        """Delete every namespace this testbed created (their veths go with them)."""
+        for ns in reversed(self.namespaces):
+            _run(["ip", "netns", "del", ns], check=False)
+        self.namespaces.clear()
+        self._state_path().unlink(missing_ok=True)
+
+    # ---------------------------------------------------------------- use
+    def command(self, host: int, argv: Sequence[str]) -> list[str]:
+        """``argv`` wrapped to run inside ``host``'s namespace."""
+        if not 0 <= host < self.spec.hosts:
+            raise ConfigError(f"host: {host} is not valid; expected 0..{self.spec.hosts - 1}")
+        return ["ip", "netns", "exec", self.host_ns(host), *argv]
+
+    # ---------------------------------------------------------------- state
+    def _state_path(self) -> Path:
+        return STATE_DIR / f"{self.tag}.json"
+
+    def _save_state(self) -> None:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = self._state_path().with_suffix(".tmp")
+        tmp.write_text(json.dumps({"tag": self.tag, "subnet": self.subnet, "spec": asdict(self.spec),
+                                   "namespaces": self.namespaces}))
+        tmp.replace(self._state_path())
+
+    def _free_subnet(self) -> int:
+        used = {s.get("subnet") for s in list_testbeds()}
+        for k in range(256):
+            if k not in used:
+                return k
+        raise TestbedError("testbed: 256 testbeds already up; run `dpsim testbed down --all`")
+
+    @classmethod
+    def from_state(cls, tag: str) -> Testbed:
+        """Re-attach to a testbed created by an earlier process (``dpsim testbed up``)."""
+        path = STATE_DIR / f"{tag}.json"
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            raise TestbedError(f"testbed: no testbed {tag!r} is up (no state in {STATE_DIR})") from None
+        return cls(spec=TestbedSpec(**state["spec"]), tag=state["tag"], subnet=state["subnet"],
+                   namespaces=list(state["namespaces"]))
+
+
+def list_testbeds() -> list[dict]:
+    """State of every testbed this machine has up."""
+    if not STATE_DIR.exists():
+        return []
+    out = []
+    for p in sorted(STATE_DIR.glob("*.json")):
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
