@@ -195,10 +195,10 @@ def resolve_topology(config: PredictConfig) -> Topology:
 def with_grad_dtype(model: ModelSpec, dtype: str) -> list[ParamSpec]:
     """The model's parameters in gradient-ready order with the gradient dtype applied.
 
-    For a sequential model gradients become ready in reverse registration order, the
-    order DDP's rebuilt buckets follow.
+    The order is ``model.grad_ready_params`` (layers in reverse, each in autograd's
+    order), the order DDP's rebuilt buckets follow.
     """
-    return [ParamSpec(name=p.name, shape=p.shape, dtype=dtype) for p in reversed(model.params)]
+    return [ParamSpec(name=p.name, shape=p.shape, dtype=dtype) for p in model.grad_ready_params]
 
 
 def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None) -> Prediction:

@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from dpsim.errors import ConfigError
+from dpsim.errors import ConfigError, WorkloadError
 from dpsim.units import MiB
 from dpsim.workload.buckets import (
     DEFAULT_BUCKET_CAP_BYTES,
@@ -570,15 +570,6 @@ def _tiny_configs() -> dict[str, object]:
 
 FAMILIES = ["gpt2", "llama", "bert", "vit", "resnet"]
 
-# Does reverse registration order (ddp_buckets) give DDP's bucket sizes at every cap?
-# gpt2/bert/vit: yes (only LayerNorm weight/bias pairs come out swapped). llama: no,
-# LlamaDecoderLayer registers both RMSNorms after the MLP though they run before
-# attention / MLP. resnet: no, each stage's downsample branch is registered after bn3
-# and BatchNorm hands over weight before bias.
-REVERSE_REGISTRATION_GIVES_DDP_SIZES = {
-    "gpt2": True, "llama": False, "bert": True, "vit": True, "resnet": False,
-}
-
 
 def _catalog_case(family: str):
     refs = pytest.importorskip("torch_reference_models")
@@ -587,27 +578,116 @@ def _catalog_case(family: str):
     cfg = _tiny_configs()[family]
     spec = build_model(cfg)
     total_bytes = sum(p.size_bytes for p in spec.params)
-    # Default cap (one bucket at this size) and caps giving ~3, ~8 and more buckets.
-    caps = [None, total_bytes / 3 / MiB, total_bytes / 8 / MiB, 0.01]
+    # Default cap (one bucket at this size) and caps giving ~3, ~8, ~20 and more buckets.
+    caps = [None, total_bytes / 3 / MiB, total_bytes / 8 / MiB, total_bytes / 20 / MiB, 0.01, 0.001]
 
     def ddp_run(cap):
         torch.manual_seed(0)
         module = refs.torch_model_for(cfg)
+        assert [p.name for p in spec.params] == [n for n, _ in module.named_parameters()]
         return run_ddp(module, refs.example_input(cfg, batch=2), cap)
 
     return spec, caps, ddp_run
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_catalog_tiny_models_bucket_like_ddp(process_group, family):
-    """Catalog params in DDP's own ready order give exactly DDP's buckets."""
+def test_catalog_tiny_models_bucket_exactly_like_ddp(process_group, family):
+    """dpsim's own ready order and buckets for a catalog model == real DDP's, at every cap."""
     spec, caps, ddp_run = _catalog_case(family)
-    by_name = {p.name: p for p in spec.params}
-    reverse_sizes_match = True
+    grad_ready = [p.name for p in spec.grad_ready_params]
+    reverse_registration = [p.name for p in reversed(spec.params)]
+    n_buckets = []
     for cap in caps:
         groups, sizes, ready, _ = ddp_run(cap)
-        plan = assign_buckets([by_name[n] for n in ready], bucket_cap_mb=cap)
+        assert grad_ready == ready, cap
+        plan = ddp_buckets(spec, bucket_cap_mb=cap)
         assert _groups(plan) == groups, cap
         assert _sizes(plan) == sizes, cap
-        reverse_sizes_match &= _sizes(ddp_buckets(spec, bucket_cap_mb=cap)) == sizes
-    assert reverse_sizes_match == REVERSE_REGISTRATION_GIVES_DDP_SIZES[family]
+        _check_invariants(plan, list(spec.params))
+        n_buckets.append(plan.num_buckets)
+    # The caps do cut the model into many buckets, and the ready order is not
+    # simply reverse registration (norms hand over weight before bias; Llama's
+    # norms are registered after the MLP): the spec's ready order does real work.
+    assert n_buckets[0] == 1 and max(n_buckets) >= 10, n_buckets
+    assert grad_ready != reverse_registration
+
+
+def test_reverse_registration_would_misplace_llama_norms(process_group):
+    """Why the spec carries a ready order: for Llama, reverse registration order
+    gives other buckets than DDP's at some cap."""
+    spec, caps, ddp_run = _catalog_case("llama")
+    reverse_registration = tuple(reversed(spec.params))
+    assert any(
+        _groups(assign_buckets(reverse_registration, bucket_cap_mb=cap)) != ddp_run(cap)[0]
+        for cap in caps
+    )
+
+
+def test_llama_norms_are_owned_by_the_layers_they_run_in():
+    from dpsim.engine import ddp_program
+    from dpsim.hardware import get_gpu
+    from dpsim.workload.catalog import build_model
+    from dpsim.workload.compute import compute_profile
+    from dpsim.workload.precision import get_precision
+
+    spec = build_model(_tiny_configs()["llama"])
+    owner = spec.layer_index_by_param()
+    for i in range(2):
+        p = f"model.layers.{i}"
+        assert spec.layers[owner[f"{p}.input_layernorm.weight"]].name == f"{p}.self_attn"
+        assert spec.layers[owner[f"{p}.post_attention_layernorm.weight"]].name == f"{p}.mlp"
+    # registration order is still HF's: both norms after the MLP.
+    names = [p.name for p in spec.params]
+    assert names.index("model.layers.0.input_layernorm.weight") > names.index(
+        "model.layers.0.mlp.down_proj.weight"
+    )
+    # The engine launches the norm's bucket after the attention layer's backward,
+    # not (too early) after the MLP's.
+    compute = compute_profile(spec, get_gpu("h100"), micro_batch=1, precision=get_precision("fp32"),
+                              optimizer="adamw")
+    plan = ddp_buckets(spec, bucket_cap_mb=1e-6)  # one parameter per bucket
+    assert plan.num_buckets == len(spec.params)
+    program = ddp_program(compute, plan)
+    launched_by = {
+        name: task.name
+        for task in program.tasks
+        if task.kind == "backward"
+        for b in task.launch_after
+        for name in plan.buckets[b].param_names
+    }
+    assert launched_by["model.layers.1.input_layernorm.weight"] == "model.layers.1.self_attn"
+    assert launched_by["model.layers.1.post_attention_layernorm.weight"] == "model.layers.1.mlp"
+
+
+def test_spec_orders_default_and_explicit():
+    a, b, c = _p("a.weight", 4), _p("a.bias", 2), _p("c.weight", 8)
+    plain = ModelSpec(name="plain", layers=(
+        LayerSpec(name="a", params=(a, b)), LayerSpec(name="c", params=(c,))))
+    assert [p.name for p in plain.params] == ["a.weight", "a.bias", "c.weight"]
+    assert [p.name for p in plain.grad_ready_params] == ["c.weight", "a.bias", "a.weight"]
+    norm_first = ModelSpec(
+        name="explicit",
+        layers=(LayerSpec(name="a", params=(a, b), grad_ready_order=("a.weight", "a.bias")),
+                LayerSpec(name="c", params=(c,))),
+        registration_order=("c.weight", "a.weight", "a.bias"),
+    )
+    assert [p.name for p in norm_first.params] == ["c.weight", "a.weight", "a.bias"]
+    assert [p.name for p in norm_first.grad_ready_params] == ["c.weight", "a.weight", "a.bias"]
+    assert norm_first.layer_index_by_param() == {"a.weight": 0, "a.bias": 0, "c.weight": 1}
+    with pytest.raises(WorkloadError, match="grad_ready_order"):
+        LayerSpec(name="a", params=(a, b), grad_ready_order=("a.weight",))
+    with pytest.raises(WorkloadError, match="registration_order"):
+        ModelSpec(name="bad", layers=(LayerSpec(name="a", params=(a, b)),),
+                  registration_order=("a.weight", "c.weight"))
+    with pytest.raises(TypeError):
+        LayerSpec("a", (a,))  # type: ignore[misc]
+
+
+def test_every_catalog_model_has_a_complete_ready_order():
+    from dpsim.workload.catalog import get_model, list_models
+
+    for name in list_models():
+        model = get_model(name)
+        ready = [p.name for p in model.grad_ready_params]
+        assert sorted(ready) == sorted(p.name for p in model.params), name
+        assert len(set(ready)) == len(ready), name

@@ -11,7 +11,9 @@ order) mirror the reference implementation:
 - :func:`tiny_vit_torch` — torchvision ``VisionTransformer``
 
 transformers and torchvision are not dependencies: modules are written here from the
-published architectures, registering submodules and parameters in the same order.
+published architectures, registering submodules and parameters in the same order
+and running them in the same forward order (which sets the gradient-ready order DDP
+records).
 They run forward and backward (for DDP bucket tests), use explicit matmuls for
 attention so FLOP counters see them, and can be built on ``torch.device("meta")`` at
 full size. ``example_input(model_cfg, batch)`` gives a matching input batch.
@@ -265,9 +267,10 @@ class BertEmbeddings(nn.Module):
         self.dropout = nn.Dropout(0.0)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        # HF order (word + token type, then + position): it sets the gradient-ready order.
         pos = torch.arange(input_ids.shape[1], device=input_ids.device)
-        x = self.word_embeddings(input_ids) + self.position_embeddings(pos)
-        x = x + self.token_type_embeddings(torch.zeros_like(input_ids))
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(torch.zeros_like(input_ids))
+        x = x + self.position_embeddings(pos)
         return self.dropout(self.LayerNorm(x))
 
 
@@ -395,10 +398,13 @@ class Bottleneck(nn.Module):
         self.downsample = downsample
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
+        # torchvision order: the downsample branch runs after bn3 (this sets the
+        # gradient-ready order: its gradients are ready before bn3's).
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
-        return self.relu(self.bn3(self.conv3(out)) + identity)
+        out = self.bn3(self.conv3(out))
+        identity = x if self.downsample is None else self.downsample(x)
+        return self.relu(out + identity)
 
 
 class ResNet(nn.Module):

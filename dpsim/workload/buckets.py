@@ -28,8 +28,9 @@ in ``tests/test_buckets.py``):
     dtype, so buckets never mix dtypes;
   - the parameter is added *first*, then the bucket is closed if its size is
     ``>=`` the current limit. A bucket therefore may exceed the cap, and a parameter
-    larger than the cap closes the open bucket of its dtype *together with the
-    smaller parameters already in it*; it is alone only when that bucket was empty;
+    larger than the cap does *not* simply get a bucket of its own: it closes the open
+    bucket of its dtype *together with the smaller parameters already in it*, and is
+    alone only when that bucket was empty;
   - each dtype has its own position in the list of limits: its first closed bucket
     uses the first limit, every later one the second (the last limit repeats);
   - closed buckets come out in the order they were closed; then the still-open,
@@ -38,6 +39,13 @@ in ``tests/test_buckets.py``):
     order; exact for two dtypes by construction of that container and verified
     empirically on CPU for every ordering of up to four float dtypes);
   - on rebuild the result is *not* re-sorted: bucket ``i`` is launched ``i``-th.
+
+The gradient-ready order is the model's :attr:`~dpsim.workload.spec.ModelSpec.grad_ready_params`
+(layers in reverse execution order, each layer's parameters in the order autograd
+hands over their gradients). For every catalog family (GPT-2, Llama, BERT, ViT,
+ResNet) it is exact: ``tests/test_buckets.py`` checks it, and the rebuilt buckets'
+sizes and membership, against real DDP at several caps. For other models it is as
+good as the ``ModelSpec`` says; :func:`assign_buckets` takes any observed order.
 
 Not modelled: ``bucket_cap_mb_list`` (per-bucket caps), parameters with sparse
 gradients (each gets its own bucket in torch), parameters with
@@ -198,19 +206,19 @@ def assign_buckets(
 
 
 def ddp_buckets(model: ModelSpec, *, bucket_cap_mb: float | None = None) -> BucketPlan:
-    """DDP's steady-state buckets for ``model``, assuming reverse registration order.
+    """DDP's steady-state buckets for ``model``, from its gradient-ready order.
 
-    The gradient-ready order is taken to be the *reverse* of registration
-    (``model.parameters()``) order, the order in which backward produces the
-    gradients of a sequential model whose modules run once, in registration order.
-    Checked against real DDP (``tests/test_buckets.py``): exact for stacks of
-    ``nn.Linear`` (bias ready before weight) and embeddings; ``nn.LayerNorm`` hands
-    autograd its ``weight`` gradient before its ``bias``, so inside each norm the
-    pair is swapped, which changes bucket sizes only if a bucket boundary falls
-    between those two tensors. It is an assumption, not a fact, for models that
-    reuse a parameter (tied embeddings) or whose modules are registered in another
-    order than they run (``nn.TransformerEncoderLayer`` registers its norms last);
-    for those pass the observed order to :func:`assign_buckets`. ``bucket_cap_mb``
-    as in :func:`assign_buckets`.
+    The parameters are taken in ``model.grad_ready_params`` order: layers in reverse
+    execution order, each in its ``grad_ready_order`` (by default its parameters
+    reversed). That is the order real DDP records in the first backward and rebuilds
+    its buckets from; it is exact for the catalog models, whose specs give each
+    layer the parameters it runs with and autograd's order inside it (norms hand
+    over ``weight`` before ``bias``, ``Linear`` ``bias`` before ``weight``). For a
+    model described only by its registration order (no ``grad_ready_order``, no
+    ``registration_order``) it falls back to reverse registration order, which is
+    exact for a sequential stack of ``Linear``/embedding modules running in
+    registration order but not, e.g., for ``nn.TransformerEncoderLayer`` (norms
+    registered last); pass an observed order to :func:`assign_buckets` then.
+    ``bucket_cap_mb`` as in :func:`assign_buckets`.
     """
-    return assign_buckets(tuple(reversed(model.params)), bucket_cap_mb=bucket_cap_mb)
+    return assign_buckets(model.grad_ready_params, bucket_cap_mb=bucket_cap_mb)

@@ -13,17 +13,30 @@ Parameters
     counted once), ``LlamaForCausalLM`` (untied ``lm_head``), ``BertModel`` (with the
     pooler), torchvision ``resnet50`` (BatchNorm weight/bias are parameters, running
     statistics are buffers and are not listed) and torchvision ``vit_b_16``/``vit_l_16``.
-    Concatenating the layers' parameters gives ``named_parameters()`` order.
+    ``ModelSpec.params`` gives exactly ``named_parameters()`` order: the layers'
+    concatenation, or ``registration_order`` where the two differ (Llama, whose blocks
+    register both RMSNorms after the MLP; BERT embeddings and the ViT stem, whose
+    tensors are registered in another order than they are used).
 
 Layers
-    One :class:`LayerSpec` per compute unit, in forward order: the embedding, then per
-    transformer block an attention layer and an MLP layer, then the head. Norms are
-    folded into the layer that follows them in registration order. HuggingFace Llama
-    registers ``self_attn, mlp, input_layernorm, post_attention_layernorm`` in that
-    order, so for Llama the two RMSNorm weights of a block sit in its MLP layer (the
-    only split that keeps ``named_parameters()`` order); they are ``hidden`` elements
-    each, so attributing them to the MLP half of the block is immaterial for
-    bucketing.
+    One :class:`LayerSpec` per compute unit, in forward execution order: the
+    embedding, then per transformer block an attention layer and an MLP layer, then
+    the head. Each layer owns the parameters its forward uses, so its backward is what
+    produces their gradients: a norm belongs to the layer it runs in (pre-norm: the
+    sub-block it feeds, e.g. Llama's ``input_layernorm`` to ``self_attn``; post-norm
+    BERT: the sub-block whose output it normalises), a tied weight to the first layer
+    that uses it (GPT-2's ``wte``, shared with ``lm_head``, to the embedding).
+
+Gradient-ready order (``ModelSpec.grad_ready_params``)
+    The order backward hands gradients to autograd, which DDP records in the first
+    iteration and rebuilds its buckets from: layers in reverse and, inside a layer,
+    its modules in reverse forward order, each module in autograd's own order
+    (``Linear``/``addmm``: bias then weight; ``LayerNorm``/``BatchNorm``/``Conv2d``:
+    weight then bias). It equals what real DDP records
+    (``prev_iteration_grad_ready_order_indices``) for every family, checked in
+    ``tests/test_buckets.py`` against modules that run in the reference
+    implementations' forward order (e.g. BERT embeddings add word + token type, then
+    position; a ResNet block runs its downsample branch after ``bn3``).
 
 FLOPs (``forward_flops_per_sample``)
     2 FLOPs per multiply-add of every matmul and convolution (weights × activations),
@@ -61,6 +74,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable, Union
 
@@ -199,25 +213,84 @@ def _param(name: str, shape: tuple[int, ...], dtype: str) -> ParamSpec:
     return ParamSpec(name=name, shape=tuple(int(d) for d in shape), dtype=dtype)
 
 
-def _linear(prefix: str, out_features: int, in_features: int, dtype: str, bias: bool = True) -> list[ParamSpec]:
-    """``torch.nn.Linear``: weight ``(out, in)`` then bias ``(out,)``."""
-    params = [_param(f"{prefix}.weight", (out_features, in_features), dtype)]
+@dataclass(frozen=True, kw_only=True)
+class _Module:
+    """One torch module's parameters, with the order its backward makes their gradients ready."""
+
+    params: tuple[ParamSpec, ...]
+    """In registration order."""
+    ready: tuple[str, ...]
+    """Names of ``params`` in the order autograd hands over their gradients."""
+
+
+def _tensor(name: str, shape: tuple[int, ...], dtype: str) -> _Module:
+    """A lone parameter: an embedding table, a class token, a position table."""
+    return _Module(params=(_param(name, shape, dtype),), ready=(name,))
+
+
+def _affine(weight: ParamSpec, bias: ParamSpec | None) -> _Module:
+    """A matmul plus bias (``F.linear``, ``addmm``): the bias gradient is ready first."""
+    if bias is None:
+        return _Module(params=(weight,), ready=(weight.name,))
+    return _Module(params=(weight, bias), ready=(bias.name, weight.name))
+
+
+def _linear(prefix: str, out_features: int, in_features: int, dtype: str, bias: bool = True) -> _Module:
+    """``torch.nn.Linear``: weight ``(out, in)`` then bias ``(out,)``; bias ready first."""
+    return _affine(_param(f"{prefix}.weight", (out_features, in_features), dtype),
+                   _param(f"{prefix}.bias", (out_features,), dtype) if bias else None)
+
+
+def _conv1d_hf(prefix: str, nx: int, nf: int, dtype: str) -> _Module:
+    """HuggingFace ``Conv1D`` (GPT-2, ``addmm``): weight ``(in, out)`` then bias ``(out,)``; bias ready first."""
+    return _affine(_param(f"{prefix}.weight", (nx, nf), dtype), _param(f"{prefix}.bias", (nf,), dtype))
+
+
+def _conv2d(prefix: str, shape: tuple[int, ...], dtype: str, bias: bool = False) -> _Module:
+    """``torch.nn.Conv2d``: ``convolution_backward`` hands over the weight gradient before the bias."""
+    params = (_param(f"{prefix}.weight", shape, dtype),)
     if bias:
-        params.append(_param(f"{prefix}.bias", (out_features,), dtype))
-    return params
+        params += (_param(f"{prefix}.bias", (shape[0],), dtype),)
+    return _Module(params=params, ready=tuple(p.name for p in params))
 
 
-def _conv1d_hf(prefix: str, nx: int, nf: int, dtype: str) -> list[ParamSpec]:
-    """HuggingFace ``Conv1D`` (GPT-2): weight ``(in, out)`` then bias ``(out,)``."""
-    return [_param(f"{prefix}.weight", (nx, nf), dtype), _param(f"{prefix}.bias", (nf,), dtype)]
+def _norm(prefix: str, n: int, dtype: str, bias: bool = True) -> _Module:
+    """LayerNorm / BatchNorm affine (weight, bias) or RMSNorm (weight only).
 
-
-def _norm(prefix: str, n: int, dtype: str, bias: bool = True) -> list[ParamSpec]:
-    """LayerNorm / BatchNorm affine (weight, bias) or RMSNorm (weight only)."""
-    params = [_param(f"{prefix}.weight", (n,), dtype)]
+    ``native_layer_norm_backward`` / ``native_batch_norm_backward`` hand over the
+    weight gradient before the bias gradient.
+    """
+    params = (_param(f"{prefix}.weight", (n,), dtype),)
     if bias:
-        params.append(_param(f"{prefix}.bias", (n,), dtype))
-    return params
+        params += (_param(f"{prefix}.bias", (n,), dtype),)
+    return _Module(params=params, ready=tuple(p.name for p in params))
+
+
+def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float,
+           activation_bytes_per_sample: float) -> LayerSpec:
+    """A layer running the modules ``run`` in this (forward) order.
+
+    It owns their parameters (listed in run order); backward runs the modules in
+    reverse, each handing over its gradients in its own order.
+    """
+    return LayerSpec(
+        name=name,
+        params=tuple(p for m in run for p in m.params),
+        grad_ready_order=tuple(n for m in reversed(run) for n in m.ready),
+        forward_flops_per_sample=forward_flops_per_sample,
+        activation_bytes_per_sample=activation_bytes_per_sample,
+    )
+
+
+def _model(name: str, layers: Sequence[LayerSpec], registered: Sequence[_Module], **fields: object) -> ModelSpec:
+    """A model whose ``named_parameters()`` lists the modules ``registered`` in that order.
+
+    ``registration_order`` is stored only where it differs from the layers' concatenation.
+    """
+    order = tuple(p.name for m in registered for p in m.params)
+    in_layers = tuple(p.name for layer in layers for p in layer.params)
+    return ModelSpec(name=name, layers=tuple(layers),
+                     registration_order=None if order == in_layers else order, **fields)  # type: ignore[arg-type]
 
 
 def _check_positive_int(value: object, field_name: str) -> int:
@@ -257,48 +330,42 @@ def build_gpt2(
     s = _resolve_seq_len(seq_len, cfg.n_positions, name, max_field="n_positions",
                          max_value=cfg.n_positions)
     d, inner, v = cfg.n_embd, cfg.inner, cfg.vocab_size
-    layers = [
-        LayerSpec(
-            name="transformer.wte",
-            params=(
-                _param("transformer.wte.weight", (v, d), dtype),
-                _param("transformer.wpe.weight", (cfg.n_positions, d), dtype),
-            ),
-            forward_flops_per_sample=0.0,
-            activation_bytes_per_sample=float(s * d),  # embedding dropout mask (1 byte)
-        )
-    ]
+    # wte is also lm_head's weight; its gradient is complete only after the embedding's
+    # backward, so the embedding layer owns it.
+    wte = _tensor("transformer.wte.weight", (v, d), dtype)
+    wpe = _tensor("transformer.wpe.weight", (cfg.n_positions, d), dtype)
+    registered = [wte, wpe]
+    layers = [_layer("transformer.wte", [wte, wpe], forward_flops_per_sample=0.0,
+                     activation_bytes_per_sample=float(s * d))]  # embedding dropout mask (1 byte)
     for i in range(cfg.n_layer):
         p = f"transformer.h.{i}"
         attn_act, mlp_act = korthikanti_block_activation_bytes(s, d, cfg.n_head, flash_attention=flash_attention)
-        layers.append(LayerSpec(
-            name=f"{p}.attn",
-            params=tuple(
-                _norm(f"{p}.ln_1", d, dtype)
-                + _conv1d_hf(f"{p}.attn.c_attn", d, 3 * d, dtype)
-                + _conv1d_hf(f"{p}.attn.c_proj", d, d, dtype)
-            ),
+        ln_1 = _norm(f"{p}.ln_1", d, dtype)
+        c_attn = _conv1d_hf(f"{p}.attn.c_attn", d, 3 * d, dtype)
+        attn_proj = _conv1d_hf(f"{p}.attn.c_proj", d, d, dtype)
+        ln_2 = _norm(f"{p}.ln_2", d, dtype)
+        c_fc = _conv1d_hf(f"{p}.mlp.c_fc", d, inner, dtype)
+        mlp_proj = _conv1d_hf(f"{p}.mlp.c_proj", inner, d, dtype)
+        registered += [ln_1, c_attn, attn_proj, ln_2, c_fc, mlp_proj]
+        layers.append(_layer(
+            f"{p}.attn", [ln_1, c_attn, attn_proj],
             forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
             activation_bytes_per_sample=attn_act,
         ))
-        layers.append(LayerSpec(
-            name=f"{p}.mlp",
-            params=tuple(
-                _norm(f"{p}.ln_2", d, dtype)
-                + _conv1d_hf(f"{p}.mlp.c_fc", d, inner, dtype)
-                + _conv1d_hf(f"{p}.mlp.c_proj", inner, d, dtype)
-            ),
+        layers.append(_layer(
+            f"{p}.mlp", [ln_2, c_fc, mlp_proj],
             forward_flops_per_sample=2.0 * s * d * inner * 2,
             activation_bytes_per_sample=mlp_act,
         ))
-    layers.append(LayerSpec(
-        name="lm_head",  # transformer.ln_f + lm_head (weight tied to transformer.wte.weight)
-        params=tuple(_norm("transformer.ln_f", d, dtype)),
+    ln_f = _norm("transformer.ln_f", d, dtype)
+    registered.append(ln_f)
+    layers.append(_layer(
+        "lm_head", [ln_f],  # transformer.ln_f + lm_head (weight tied to transformer.wte.weight)
         forward_flops_per_sample=2.0 * s * d * v,
         activation_bytes_per_sample=lm_head_activation_bytes(s, d, v),
     ))
-    return ModelSpec(name=name, layers=tuple(layers), tokens_per_sample=s,
-                     published_param_count=published_param_count, source=source)
+    return _model(name, layers, registered, tokens_per_sample=s,
+                  published_param_count=published_param_count, source=source)
 
 
 def build_llama(
@@ -314,6 +381,10 @@ def build_llama(
     """HuggingFace ``LlamaForCausalLM``; ``seq_len`` defaults to ``max_position_embeddings``.
 
     RoPE positions are not parameters, so any positive ``seq_len`` is accepted.
+    ``LlamaDecoderLayer`` registers ``self_attn, mlp, input_layernorm,
+    post_attention_layernorm`` but runs ``input_layernorm`` before attention and
+    ``post_attention_layernorm`` before the MLP: the attention layer owns the first
+    norm, the MLP layer the second, and ``registration_order`` keeps HF's order.
     """
     dtype_size_bytes(dtype)
     s = _resolve_seq_len(seq_len, cfg.max_position_embeddings, name)
@@ -321,53 +392,46 @@ def build_llama(
     hd = cfg.head_size
     q_dim = cfg.num_attention_heads * hd
     kv_dim = cfg.num_key_value_heads * hd
-    layers = [
-        LayerSpec(
-            name="model.embed_tokens",
-            params=(_param("model.embed_tokens.weight", (v, d), dtype),),
-            forward_flops_per_sample=0.0,
-            activation_bytes_per_sample=0.0,  # no embedding dropout in Llama
-        )
-    ]
+    embed = _tensor("model.embed_tokens.weight", (v, d), dtype)
+    registered = [embed]
+    layers = [_layer("model.embed_tokens", [embed], forward_flops_per_sample=0.0,
+                     activation_bytes_per_sample=0.0)]  # no embedding dropout in Llama
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}"
         attn_act, mlp_act = korthikanti_block_activation_bytes(
             s, d, cfg.num_attention_heads, flash_attention=flash_attention)
-        layers.append(LayerSpec(
-            name=f"{p}.self_attn",  # input_layernorm's FLOPs run here; its weight sits in the MLP layer
-            params=tuple(
-                _linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=False)
-                + _linear(f"{p}.self_attn.k_proj", kv_dim, d, dtype, bias=False)
-                + _linear(f"{p}.self_attn.v_proj", kv_dim, d, dtype, bias=False)
-                + _linear(f"{p}.self_attn.o_proj", d, q_dim, dtype, bias=False)
-            ),
+        q = _linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=False)
+        k = _linear(f"{p}.self_attn.k_proj", kv_dim, d, dtype, bias=False)
+        v_proj = _linear(f"{p}.self_attn.v_proj", kv_dim, d, dtype, bias=False)
+        o = _linear(f"{p}.self_attn.o_proj", d, q_dim, dtype, bias=False)
+        gate = _linear(f"{p}.mlp.gate_proj", inter, d, dtype, bias=False)
+        up = _linear(f"{p}.mlp.up_proj", inter, d, dtype, bias=False)
+        down = _linear(f"{p}.mlp.down_proj", d, inter, dtype, bias=False)
+        input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=False)
+        post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=False)
+        registered += [q, k, v_proj, o, gate, up, down, input_norm, post_norm]
+        layers.append(_layer(
+            f"{p}.self_attn", [input_norm, q, k, v_proj, o],  # + input_layernorm
             forward_flops_per_sample=2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
             + attention_matmul_flops(s, q_dim),
             activation_bytes_per_sample=attn_act,
         ))
-        layers.append(LayerSpec(
-            name=f"{p}.mlp",  # + both RMSNorm weights (registered after mlp in LlamaDecoderLayer)
-            params=tuple(
-                _linear(f"{p}.mlp.gate_proj", inter, d, dtype, bias=False)
-                + _linear(f"{p}.mlp.up_proj", inter, d, dtype, bias=False)
-                + _linear(f"{p}.mlp.down_proj", d, inter, dtype, bias=False)
-                + _norm(f"{p}.input_layernorm", d, dtype, bias=False)
-                + _norm(f"{p}.post_attention_layernorm", d, dtype, bias=False)
-            ),
+        layers.append(_layer(
+            f"{p}.mlp", [post_norm, gate, up, down],  # + post_attention_layernorm
             forward_flops_per_sample=2.0 * s * d * inter * 3,
             activation_bytes_per_sample=mlp_act,
         ))
-    head_params = _norm("model.norm", d, dtype, bias=False)
+    head = [_norm("model.norm", d, dtype, bias=False)]
     if not cfg.tie_word_embeddings:
-        head_params += _linear("lm_head", v, d, dtype, bias=False)
-    layers.append(LayerSpec(
-        name="lm_head",  # model.norm + lm_head
-        params=tuple(head_params),
+        head.append(_linear("lm_head", v, d, dtype, bias=False))
+    registered += head
+    layers.append(_layer(
+        "lm_head", head,  # model.norm + lm_head
         forward_flops_per_sample=2.0 * s * d * v,
         activation_bytes_per_sample=lm_head_activation_bytes(s, d, v),
     ))
-    return ModelSpec(name=name, layers=tuple(layers), tokens_per_sample=s,
-                     published_param_count=published_param_count, source=source)
+    return _model(name, layers, registered, tokens_per_sample=s,
+                  published_param_count=published_param_count, source=source)
 
 
 def build_bert(
@@ -385,54 +449,53 @@ def build_bert(
     s = _resolve_seq_len(seq_len, cfg.max_position_embeddings, name,
                          max_field="max_position_embeddings", max_value=cfg.max_position_embeddings)
     d, inter = cfg.hidden_size, cfg.intermediate_size
-    layers = [
-        LayerSpec(
-            name="embeddings",
-            params=(
-                _param("embeddings.word_embeddings.weight", (cfg.vocab_size, d), dtype),
-                _param("embeddings.position_embeddings.weight", (cfg.max_position_embeddings, d), dtype),
-                _param("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d), dtype),
-                *_norm("embeddings.LayerNorm", d, dtype),
-            ),
-            forward_flops_per_sample=0.0,
-            activation_bytes_per_sample=float(s * d),  # dropout mask after the LayerNorm
-        )
-    ]
+    word = _tensor("embeddings.word_embeddings.weight", (cfg.vocab_size, d), dtype)
+    position = _tensor("embeddings.position_embeddings.weight", (cfg.max_position_embeddings, d), dtype)
+    token_type = _tensor("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d), dtype)
+    emb_norm = _norm("embeddings.LayerNorm", d, dtype)
+    registered = [word, position, token_type, emb_norm]
+    layers = [_layer(
+        "embeddings", [word, token_type, position, emb_norm],  # HF: word + token type, then + position
+        forward_flops_per_sample=0.0,
+        activation_bytes_per_sample=float(s * d),  # dropout mask after the LayerNorm
+    )]
     for i in range(cfg.num_hidden_layers):
         p = f"encoder.layer.{i}"
         attn_act, mlp_act = korthikanti_block_activation_bytes(
             s, d, cfg.num_attention_heads, flash_attention=flash_attention)
-        layers.append(LayerSpec(
-            name=f"{p}.attention",
-            params=tuple(
-                _linear(f"{p}.attention.self.query", d, d, dtype)
-                + _linear(f"{p}.attention.self.key", d, d, dtype)
-                + _linear(f"{p}.attention.self.value", d, d, dtype)
-                + _linear(f"{p}.attention.output.dense", d, d, dtype)
-                + _norm(f"{p}.attention.output.LayerNorm", d, dtype)
-            ),
+        attention = [
+            _linear(f"{p}.attention.self.query", d, d, dtype),
+            _linear(f"{p}.attention.self.key", d, d, dtype),
+            _linear(f"{p}.attention.self.value", d, d, dtype),
+            _linear(f"{p}.attention.output.dense", d, d, dtype),
+            _norm(f"{p}.attention.output.LayerNorm", d, dtype),
+        ]
+        ffn = [
+            _linear(f"{p}.intermediate.dense", inter, d, dtype),
+            _linear(f"{p}.output.dense", d, inter, dtype),
+            _norm(f"{p}.output.LayerNorm", d, dtype),
+        ]
+        registered += attention + ffn
+        layers.append(_layer(
+            f"{p}.attention", attention,
             forward_flops_per_sample=2.0 * s * d * d * 4 + attention_matmul_flops(s, d),
             activation_bytes_per_sample=attn_act,
         ))
-        layers.append(LayerSpec(
-            name=f"{p}.ffn",  # BertIntermediate + BertOutput (no common module in HF)
-            params=tuple(
-                _linear(f"{p}.intermediate.dense", inter, d, dtype)
-                + _linear(f"{p}.output.dense", d, inter, dtype)
-                + _norm(f"{p}.output.LayerNorm", d, dtype)
-            ),
+        layers.append(_layer(
+            f"{p}.ffn", ffn,  # BertIntermediate + BertOutput (no common module in HF)
             forward_flops_per_sample=2.0 * s * d * inter * 2,
             activation_bytes_per_sample=mlp_act,
         ))
     if cfg.add_pooling_layer:
-        layers.append(LayerSpec(
-            name="pooler",
-            params=tuple(_linear("pooler.dense", d, d, dtype)),
+        pooler = _linear("pooler.dense", d, d, dtype)
+        registered.append(pooler)
+        layers.append(_layer(
+            "pooler", [pooler],
             forward_flops_per_sample=2.0 * d * d,  # first token only
             activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * d),
         ))
-    return ModelSpec(name=name, layers=tuple(layers), tokens_per_sample=s,
-                     published_param_count=published_param_count, source=source)
+    return _model(name, layers, registered, tokens_per_sample=s,
+                  published_param_count=published_param_count, source=source)
 
 
 def build_vit(
@@ -467,51 +530,49 @@ def build_vit(
     d, patch = cfg.hidden_dim, cfg.patch_size
     n_patches = s - 1
     patch_in = 3 * patch * patch
-    layers = [
-        LayerSpec(
-            name="conv_proj",  # + class_token and encoder.pos_embedding
-            params=(
-                _param("class_token", (1, 1, d), dtype),
-                _param("conv_proj.weight", (d, 3, patch, patch), dtype),
-                _param("conv_proj.bias", (d,), dtype),
-                _param("encoder.pos_embedding", (1, s, d), dtype),
-            ),
-            forward_flops_per_sample=2.0 * n_patches * patch_in * d,
-            activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * 3 * cfg.image_size ** 2 + s * d),
-        )
-    ]
+    class_token = _tensor("class_token", (1, 1, d), dtype)
+    conv_proj = _conv2d("conv_proj", (d, 3, patch, patch), dtype, bias=True)
+    pos_embedding = _tensor("encoder.pos_embedding", (1, s, d), dtype)
+    registered = [class_token, conv_proj, pos_embedding]
+    layers = [_layer(
+        "conv_proj", [conv_proj, class_token, pos_embedding],  # + class_token and encoder.pos_embedding
+        forward_flops_per_sample=2.0 * n_patches * patch_in * d,
+        activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * 3 * cfg.image_size ** 2 + s * d),
+    )]
     for i in range(cfg.num_layers):
         p = f"encoder.layers.encoder_layer_{i}"
         attn_act, mlp_act = korthikanti_block_activation_bytes(s, d, cfg.num_heads, flash_attention=flash_attention)
-        layers.append(LayerSpec(
-            name=f"{p}.self_attention",  # + ln_1
-            params=(
-                *_norm(f"{p}.ln_1", d, dtype),
-                _param(f"{p}.self_attention.in_proj_weight", (3 * d, d), dtype),
-                _param(f"{p}.self_attention.in_proj_bias", (3 * d,), dtype),
-                *_linear(f"{p}.self_attention.out_proj", d, d, dtype),
-            ),
+        attention = [
+            _norm(f"{p}.ln_1", d, dtype),
+            _affine(_param(f"{p}.self_attention.in_proj_weight", (3 * d, d), dtype),
+                    _param(f"{p}.self_attention.in_proj_bias", (3 * d,), dtype)),
+            _linear(f"{p}.self_attention.out_proj", d, d, dtype),
+        ]
+        mlp = [
+            _norm(f"{p}.ln_2", d, dtype),
+            _linear(f"{p}.mlp.0", cfg.mlp_dim, d, dtype),
+            _linear(f"{p}.mlp.3", d, cfg.mlp_dim, dtype),
+        ]
+        registered += attention + mlp
+        layers.append(_layer(
+            f"{p}.self_attention", attention,  # + ln_1
             forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
             activation_bytes_per_sample=attn_act,
         ))
-        layers.append(LayerSpec(
-            name=f"{p}.mlp",  # + ln_2
-            params=tuple(
-                _norm(f"{p}.ln_2", d, dtype)
-                + _linear(f"{p}.mlp.0", cfg.mlp_dim, d, dtype)
-                + _linear(f"{p}.mlp.3", d, cfg.mlp_dim, dtype)
-            ),
+        layers.append(_layer(
+            f"{p}.mlp", mlp,  # + ln_2
             forward_flops_per_sample=2.0 * s * d * cfg.mlp_dim * 2,
             activation_bytes_per_sample=mlp_act,
         ))
-    layers.append(LayerSpec(
-        name="heads",  # encoder.ln + heads.head (class token only)
-        params=tuple(_norm("encoder.ln", d, dtype) + _linear("heads.head", cfg.num_classes, d, dtype)),
+    heads = [_norm("encoder.ln", d, dtype), _linear("heads.head", cfg.num_classes, d, dtype)]
+    registered += heads
+    layers.append(_layer(
+        "heads", heads,  # encoder.ln + heads.head (class token only)
         forward_flops_per_sample=2.0 * d * cfg.num_classes,
         activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * (s * d + d)),
     ))
-    return ModelSpec(name=name, layers=tuple(layers), tokens_per_sample=s,
-                     published_param_count=published_param_count, source=source)
+    return _model(name, layers, registered, tokens_per_sample=s,
+                  published_param_count=published_param_count, source=source)
 
 
 def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
@@ -530,7 +591,10 @@ def build_resnet(
 ) -> ModelSpec:
     """torchvision ``ResNet`` with ``Bottleneck`` blocks: stem, one layer per block, ``fc``.
 
-    ``seq_len`` does not apply to an image model and is rejected.
+    A block runs ``conv1, bn1, conv2, bn2, conv3, bn3`` and then, where present, its
+    ``downsample`` branch (as torchvision's ``Bottleneck.forward`` does), so in backward
+    the downsample gradients are ready before ``bn3``'s. ``seq_len`` does not apply to
+    an image model and is rejected.
     """
     del flash_attention
     dtype_size_bytes(dtype)
@@ -547,12 +611,10 @@ def build_resnet(
     stem_act = e * (cfg.in_channels * cfg.image_size ** 2  # conv1 input
                     + 2 * c * hw * hw  # bn1 input, relu output (= maxpool input)
                     + c * pool_hw * pool_hw) + 8 * c * pool_hw * pool_hw  # maxpool output + int64 indices
-    layers = [LayerSpec(
-        name="conv1",  # + bn1, relu, maxpool
-        params=(_param("conv1.weight", (c, cfg.in_channels, 7, 7), dtype), *_norm("bn1", c, dtype)),
-        forward_flops_per_sample=stem_flops,
-        activation_bytes_per_sample=float(stem_act),
-    )]
+    stem = [_conv2d("conv1", (c, cfg.in_channels, 7, 7), dtype), _norm("bn1", c, dtype)]
+    registered = list(stem)
+    layers = [_layer("conv1", stem,  # + bn1, relu, maxpool
+                     forward_flops_per_sample=stem_flops, activation_bytes_per_sample=float(stem_act))]
     hw = pool_hw
     inplanes = c
     for stage, (blocks, planes) in enumerate(zip(cfg.layers, cfg.planes), start=1):
@@ -561,31 +623,33 @@ def build_resnet(
             out_c = planes * cfg.expansion
             p = f"layer{stage}.{b}"
             out_hw = _conv_out(hw, 3, stride, 1)
-            params = [
-                _param(f"{p}.conv1.weight", (planes, inplanes, 1, 1), dtype), *_norm(f"{p}.bn1", planes, dtype),
-                _param(f"{p}.conv2.weight", (planes, planes, 3, 3), dtype), *_norm(f"{p}.bn2", planes, dtype),
-                _param(f"{p}.conv3.weight", (out_c, planes, 1, 1), dtype), *_norm(f"{p}.bn3", out_c, dtype),
+            modules = [
+                _conv2d(f"{p}.conv1", (planes, inplanes, 1, 1), dtype), _norm(f"{p}.bn1", planes, dtype),
+                _conv2d(f"{p}.conv2", (planes, planes, 3, 3), dtype), _norm(f"{p}.bn2", planes, dtype),
+                _conv2d(f"{p}.conv3", (out_c, planes, 1, 1), dtype), _norm(f"{p}.bn3", out_c, dtype),
             ]
             flops = 2.0 * (hw * hw * planes * inplanes
                            + out_hw * out_hw * planes * planes * 9
                            + out_hw * out_hw * out_c * planes)
             act = 2 * (planes * hw * hw + planes * out_hw * out_hw + out_c * out_hw * out_hw)
             if stride != 1 or inplanes != out_c:
-                params += [_param(f"{p}.downsample.0.weight", (out_c, inplanes, 1, 1), dtype),
-                           *_norm(f"{p}.downsample.1", out_c, dtype)]
+                modules += [_conv2d(f"{p}.downsample.0", (out_c, inplanes, 1, 1), dtype),
+                            _norm(f"{p}.downsample.1", out_c, dtype)]
                 flops += 2.0 * out_hw * out_hw * out_c * inplanes
                 act += out_c * out_hw * out_hw
-            layers.append(LayerSpec(name=p, params=tuple(params), forward_flops_per_sample=flops,
-                                    activation_bytes_per_sample=float(e * act)))
+            registered += modules
+            layers.append(_layer(p, modules, forward_flops_per_sample=flops,
+                                 activation_bytes_per_sample=float(e * act)))
             inplanes, hw = out_c, out_hw
-    layers.append(LayerSpec(
-        name="fc",  # + avgpool
-        params=tuple(_linear("fc", cfg.num_classes, inplanes, dtype)),
+    fc = _linear("fc", cfg.num_classes, inplanes, dtype)
+    registered.append(fc)
+    layers.append(_layer(
+        "fc", [fc],  # + avgpool
         forward_flops_per_sample=2.0 * inplanes * cfg.num_classes,
         activation_bytes_per_sample=float(e * inplanes),
     ))
-    return ModelSpec(name=name, layers=tuple(layers), tokens_per_sample=None,
-                     published_param_count=published_param_count, source=source)
+    return _model(name, layers, registered, tokens_per_sample=None,
+                  published_param_count=published_param_count, source=source)
 
 
 BUILDERS: dict[type, Callable[..., ModelSpec]] = {

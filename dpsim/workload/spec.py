@@ -1,8 +1,26 @@
 """Frozen descriptions of a model: parameters, layers and their costs.
 
-A model is an ordered list of layers; each layer owns parameter tensors (in the order
-``model.parameters()`` would yield them) and costs forward FLOPs per sample. Backward
-and the optimizer are derived from these by :mod:`dpsim.workload.compute`.
+A model is a list of layers in forward *execution* order; each layer owns the
+parameter tensors it uses (so its backward is what produces their gradients) and
+costs forward FLOPs per sample. Backward and the optimizer are derived from these by
+:mod:`dpsim.workload.compute`.
+
+Two parameter orders matter and can differ from the layer order:
+
+* *registration* order, what ``model.parameters()`` yields (DDP indexes parameters
+  by it): :attr:`ModelSpec.params`. It is the concatenation of the layers'
+  parameters unless :attr:`ModelSpec.registration_order` says otherwise (e.g.
+  HuggingFace Llama registers both RMSNorms of a block after its MLP, though they
+  run before attention and before the MLP);
+* *gradient-ready* order, in which backward hands gradients to autograd (DDP's
+  rebuilt buckets follow it): :attr:`ModelSpec.grad_ready_params`, the layers in
+  reverse, each in its own :attr:`LayerSpec.grad_ready_order` (by default its
+  parameters reversed; ``LayerNorm``/``BatchNorm`` give ``weight`` before ``bias``,
+  ``Linear`` gives ``bias`` before ``weight``).
+
+A simple model needs neither field: with the defaults, the ready order is reverse
+registration order, exact for a stack of ``Linear``/embedding modules that run in
+registration order.
 """
 
 from __future__ import annotations
@@ -61,16 +79,41 @@ class LayerSpec:
     name: str
     """Module path, e.g. ``h.3.mlp``."""
     params: tuple[ParamSpec, ...] = ()
-    """Parameters owned by this layer, in registration order."""
+    """Parameters owned by this layer: those its forward uses, so that its backward
+    produces their gradients. A parameter used by several layers (tied weights) is
+    owned by the one that runs first, whose backward completes its gradient. The
+    order is free but sets two defaults: :attr:`ModelSpec.params` concatenates the
+    layers' parameters and :attr:`grad_ready_order` reverses them."""
+    grad_ready_order: tuple[str, ...] | None = None
+    """Names of :attr:`params` in the order this layer's backward hands their gradients
+    to autograd (what DDP records as gradient-ready order); ``None`` means
+    :attr:`params` reversed. Must be a permutation of the parameter names."""
     forward_flops_per_sample: float = 0.0
     """Forward FLOPs for one sample (a multiply-add counts 2)."""
     activation_bytes_per_sample: float = 0.0
     """Bytes this layer keeps for backward per sample, at 2 bytes per element (bf16/fp16)."""
 
+    def __post_init__(self) -> None:
+        if self.grad_ready_order is not None:
+            names = [p.name for p in self.params]
+            if sorted(self.grad_ready_order) != sorted(names):
+                raise WorkloadError(
+                    f"layer {self.name!r}: grad_ready_order {list(self.grad_ready_order)} is not "
+                    f"a permutation of its parameters {names}"
+                )
+
     @property
     def param_count(self) -> int:
         """Parameters in this layer."""
         return sum(p.numel for p in self.params)
+
+    @property
+    def grad_ready_params(self) -> tuple[ParamSpec, ...]:
+        """:attr:`params` in the order this layer's backward makes their gradients ready."""
+        if self.grad_ready_order is None:
+            return tuple(reversed(self.params))
+        by_name = {p.name: p for p in self.params}
+        return tuple(by_name[n] for n in self.grad_ready_order)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +123,11 @@ class ModelSpec:
     name: str
     """Catalog key or user-given name."""
     layers: tuple[LayerSpec, ...]
-    """Layers in forward execution order."""
+    """Layers in forward execution order (backward runs them in reverse)."""
+    registration_order: tuple[str, ...] | None = None
+    """Every parameter name in ``model.parameters()`` order, when that differs from
+    concatenating the layers' parameters; ``None`` means the concatenation. Must be a
+    permutation of the parameter names."""
     tokens_per_sample: int | None = None
     """Sequence length for token models; ``None`` for e.g. image models."""
     published_param_count: int | None = None
@@ -91,14 +138,35 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if not self.layers:
             raise WorkloadError(f"model {self.name!r}: has no layers")
-        names = [p.name for p in self.params]
+        names = [p.name for layer in self.layers for p in layer.params]
         if len(set(names)) != len(names):
             raise WorkloadError(f"model {self.name!r}: duplicate parameter names")
+        if self.registration_order is not None and sorted(self.registration_order) != sorted(names):
+            raise WorkloadError(
+                f"model {self.name!r}: registration_order is not a permutation of the "
+                f"layers' parameter names"
+            )
 
     @property
     def params(self) -> tuple[ParamSpec, ...]:
         """All parameters in registration (``model.parameters()``) order."""
-        return tuple(p for layer in self.layers for p in layer.params)
+        in_layers = tuple(p for layer in self.layers for p in layer.params)
+        if self.registration_order is None:
+            return in_layers
+        by_name = {p.name: p for p in in_layers}
+        return tuple(by_name[n] for n in self.registration_order)
+
+    @property
+    def grad_ready_params(self) -> tuple[ParamSpec, ...]:
+        """All parameters in gradient-ready order: the order backward makes their
+        gradients ready, which DDP records in the first iteration and rebuilds its
+        buckets from. Layers in reverse, each in its :attr:`LayerSpec.grad_ready_order`."""
+        return tuple(p for layer in reversed(self.layers) for p in layer.grad_ready_params)
+
+    def layer_index_by_param(self) -> dict[str, int]:
+        """Map each parameter name to the index of the layer that owns it (whose
+        backward produces its gradient)."""
+        return {p.name: i for i, layer in enumerate(self.layers) for p in layer.params}
 
     @property
     def param_count(self) -> int:
