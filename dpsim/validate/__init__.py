@@ -1,0 +1,1 @@
+"""Closed-loop validation: real DDP training against dpsim's prediction of it."""
