@@ -21,6 +21,11 @@ intraLat + nInterSteps * interLat), rather than charging the slowest hop at ever
 nccl-tests conventions (algbw = S/T; busbw = algbw * 2(N-1)/N for all-reduce, *(N-1)/N
 for reduce-scatter and all-gather, *1 for broadcast; GB = 1e9) are in
 :class:`CollectiveResult`.
+
+This flat-ring model is one :class:`CollectiveModel`; ``predict`` uses
+:class:`dpsim.algorithms.nccl.NcclCollectives` by default, which costs NCCL's ring,
+double binary tree, NVLS and NVLS tree (plus hierarchical and halving-doubling on
+request) on the whole cluster and picks the fastest per call, as NCCL does.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from functools import cached_property
 from typing import Protocol
 
 from dpsim.errors import ConfigError
-from dpsim.network import Flow, FlowNetwork, NetworkModel
-from dpsim.topology import Topology
+from dpsim.network import Flow, NetworkModel, TierNetwork
+from dpsim.topology import Topology, gpu_id
 from dpsim.units import MiB
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
@@ -78,6 +83,10 @@ class CollectiveResult:
     """Predicted duration."""
     latency_s: float
     """The size-independent part of ``time_s``."""
+    protocol: str = "Simple"
+    """NCCL protocol (``LL``, ``LL128``, ``Simple``; ``none`` when nothing moves)."""
+    channels: int = 0
+    """Channels used (0: not modelled)."""
 
     @property
     def algbw_bytes_per_s(self) -> float:
@@ -107,11 +116,14 @@ def ring_orders(topology: Topology, graph=None) -> list[list[str]]:
     towards the next one, so consecutive channels start on different GPUs and, with
     one NIC per GPU, leave through different NICs.
     """
-    gpus = topology.gpu_ids(graph)
     by_node: dict[int, list[str]] = {}
-    g = topology.graph if graph is None else graph
-    for v in gpus:
-        by_node.setdefault(g.nodes[v]["node"], []).append(v)
+    if graph is None:
+        # Same order as the graph's GPUs (node-major, local index), without building it.
+        for n in range(topology.n_nodes):
+            by_node[n] = [gpu_id(n, k) for k in range(topology.gpus_per_node)]
+    else:
+        for v in topology.gpu_ids(graph):
+            by_node.setdefault(graph.nodes[v]["node"], []).append(v)
     rings = []
     for c in range(topology.channels):
         ring = []
@@ -156,9 +168,10 @@ class RingCollectives:
         self.topology = topology
         self.n_ranks = topology.n_gpus
         rep = topology.representative
-        self._graph = rep.graph
-        self.network = network if network is not None else FlowNetwork(self._graph)
-        self._rings = ring_orders(rep, self._graph)
+        # TierNetwork routes dpsim's topologies by formula: the same routes and sharing as
+        # FlowNetwork(rep.graph), without building the graph (tests compare both).
+        self.network = network if network is not None else TierNetwork(rep)
+        self._rings = ring_orders(rep)
 
     @cached_property
     def profile(self) -> RingProfile:
@@ -168,13 +181,17 @@ class RingCollectives:
             return RingProfile(channels=1, flow_rate_bytes_per_s=math.inf, intra_hop_latency_s=0.0,
                                inter_hop_latency_s=0.0, bottleneck_links=())
         rates = self.network.rates(pairs)
-        g = self._graph
         slowest = float(rates.rates_bytes_per_s.min())
-        intra = [lat for (s, d), lat in zip(pairs, rates.latencies_s) if g.nodes[s]["node"] == g.nodes[d]["node"]]
-        inter = [lat for (s, d), lat in zip(pairs, rates.latencies_s) if g.nodes[s]["node"] != g.nodes[d]["node"]]
+        node = _server_of
+        intra = [lat for (s, d), lat in zip(pairs, rates.latencies_s) if node(s) == node(d)]
+        inter = [lat for (s, d), lat in zip(pairs, rates.latencies_s) if node(s) != node(d)]
+        classes = rates.link_class
+        if classes is None:
+            g = self.topology.representative_graph
+            classes = {e: g.edges[e]["link_class"] for e in rates.link_flows}
         # A link limits the slowest flow when its fair share equals that flow's rate.
         bottlenecks = tuple(
-            (u, v, g.edges[u, v]["link_class"])
+            (u, v, classes[(u, v)])
             for (u, v), n in rates.link_flows.items()
             if rates.link_capacity_bytes_per_s[(u, v)] / n <= slowest * (1 + 1e-9)
         )
@@ -217,6 +234,11 @@ class RingCollectives:
             transfer = steps * (size_bytes / n) / p.bandwidth_bytes_per_s
         return CollectiveResult(op=op, algorithm="ring", n_ranks=n, size_bytes=size_bytes,
                                 time_s=latency + transfer, latency_s=latency)
+
+
+def _server_of(gpu: str) -> int:
+    """Server index of a GPU id ``n{node}.gpu{local}``."""
+    return int(gpu[1:gpu.index(".")])
 
 
 def ring_schedule(op: str, size_bytes: float, rings: list[list[str]]) -> list[list[Flow]]:

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-import yaml
 
 from dpsim.errors import ConfigError, TopologyError
+from dpsim.yamlfile import load_yaml_text, read_yaml_file
 from dpsim.hardware import GPU_PRESETS, get_gpu
+from dpsim.network.fabric import add_switch_fabric, design_group_sizes, nic_layout
 from dpsim.units import GB, US, gbit_per_s_to_bytes_per_s
 
 INTRA_NODE_KINDS = ("nvswitch", "pcie")
@@ -49,6 +50,9 @@ class NodeSpec:
     """Per-hop latency of a ring step over this link (NCCL's hwLat model)."""
     pcie_bandwidth_bytes_per_s: float
     """GPU-to-NIC PCIe bandwidth per direction, bytes/s."""
+    nvls: bool | None = None
+    """NVLink SHARP (in-switch reduction) available: ``None`` = decide from the GPU
+    (NVSwitch systems of compute capability 9.0 and later, see :mod:`dpsim.algorithms.nccl`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +75,35 @@ class FabricSpec:
     """Leaf down-link to up-link bandwidth ratio (1 = non-blocking)."""
     rail_optimized: bool
     """NIC *j* of every node goes to rail *j*'s leaf, rather than all NICs of a node to one leaf."""
+    tiers: tuple[TierSpec, ...] = ()
+    """Switch tiers above the leaves, bottom-up (empty: one spine tier joins every leaf)."""
+    nic_message_overhead_s: float = 0.0
+    """NIC time per message (LogGP's gap *g*), seconds: messages of c bytes through a port of
+    rate r run at r / (1 + g r / c)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TierSpec:
+    """One switch tier above the leaves of a multi-tier fat tree."""
+
+    group_size: int
+    """Units of the tier below (leaf groups, then pods...) under one switch block of this tier."""
+    oversubscription: float
+    """A block's down-link to up-link bandwidth ratio (1 = non-blocking)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NvlinkDomainSpec:
+    """An NVLink switch tier joining the NVSwitches of several nodes (NVL72-like)."""
+
+    nodes: int
+    """Nodes per NVLink domain."""
+    gpu_link_bandwidth_bytes_per_s: float
+    """Line rate of one GPU into the NVLink switch tier, per direction, bytes/s."""
+    efficiency: float
+    """Fraction of that line rate NCCL achieves."""
+    latency_s: float
+    """Per-hop latency of a step that crosses the NVLink switch tier."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,30 +124,14 @@ class TopologySpec:
     """Fixed cost of launching one collective (NCCL's baseLat), seconds."""
     sources: tuple[str, ...] = ()
     """Citations for the numbers."""
+    nvlink_domain: NvlinkDomainSpec | None = None
+    """NVLink switch tier spanning several nodes (with a NIC ``fabric`` between domains)."""
+    launch_overhead_s: float = 0.0
+    """Per-collective host/launch overhead on top of NCCL's modelled latency, seconds."""
 
 
 # ----------------------------------------------------------------------------- YAML
 
-class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML loader that refuses a key given twice in one mapping."""
-
-
-def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
-
-
-def _load_yaml(text: str):
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
 
 _NODE_KEYS = {
     "gpus_per_node": "int>0",
@@ -123,6 +140,7 @@ _NODE_KEYS = {
     "gpu_link_efficiency": "number in (0, 1]",
     "gpu_link_latency_us": "number>=0",
     "pcie_gbyte_per_s": "number>0",
+    "nvls": "true|false",
 }
 _FABRIC_KEYS = {
     "kind": "one of " + "|".join(FABRIC_KINDS),
@@ -133,6 +151,18 @@ _FABRIC_KEYS = {
     "nodes_per_leaf": "int>0",
     "oversubscription": "number>=1",
     "rail_optimized": "true|false",
+    "tiers": "a list of tier mappings (group_size, oversubscription)",
+    "nic_message_overhead_us": "number>=0",
+}
+_TIER_KEYS = {
+    "group_size": "int>0",
+    "oversubscription": "number>=1",
+}
+_NVLINK_DOMAIN_KEYS = {
+    "nodes": "int>0",
+    "gpu_link_gbyte_per_s": "number>0",
+    "gpu_link_efficiency": "number in (0, 1]",
+    "gpu_link_latency_us": "number>=0",
 }
 _TOP_KEYS = {
     "name": "string",
@@ -142,6 +172,8 @@ _TOP_KEYS = {
     "node": "mapping",
     "fabric": "mapping or null",
     "collective_base_latency_us": "number>=0",
+    "launch_overhead_us": "number>=0",
+    "nvlink_domain": "mapping or null",
 }
 
 
@@ -224,6 +256,7 @@ def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
         gpu_link_efficiency=n.number("gpu_link_efficiency", strict=True, maximum=1.0),
         gpu_link_latency_s=n.number("gpu_link_latency_us") * US,
         pcie_bandwidth_bytes_per_s=n.number("pcie_gbyte_per_s", strict=True) * GB,
+        nvls=n.boolean("nvls", None) if "nvls" in n.data else None,
     )
     fabric = None
     raw_fabric = top.get("fabric", None)
@@ -238,12 +271,33 @@ def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
             nodes_per_leaf=f.integer("nodes_per_leaf", 32),
             oversubscription=f.number("oversubscription", minimum=1.0, default=1.0),
             rail_optimized=f.boolean("rail_optimized", False),
+            tiers=_tiers(f, origin),
+            nic_message_overhead_s=f.number("nic_message_overhead_us", default=0.0) * US,
         )
-        if fabric.kind != "nvlink" and node.gpus_per_node % fabric.nics_per_node:
+        if fabric.kind != "nvlink" and not _nics_fit(node.gpus_per_node, fabric.nics_per_node):
             raise TopologyError(
                 f"{origin}: fabric.nics_per_node: {fabric.nics_per_node} does not divide "
-                f"node.gpus_per_node={node.gpus_per_node}; GPUs share NICs evenly"
+                f"node.gpus_per_node={node.gpus_per_node} nor is a multiple of it; GPUs share NICs evenly"
             )
+        if fabric.kind == "nvlink" and fabric.tiers:
+            raise TopologyError(f"{origin}: fabric.tiers: not valid with fabric.kind nvlink "
+                                "(an NVLink switch tier has no leaves); use nvlink_domain plus a NIC fabric")
+    nvlink_domain = None
+    raw_domain = top.get("nvlink_domain", None)
+    if raw_domain is not None:
+        d = _Reader(origin, "nvlink_domain", raw_domain, _NVLINK_DOMAIN_KEYS)
+        nvlink_domain = NvlinkDomainSpec(
+            nodes=d.integer("nodes"),
+            gpu_link_bandwidth_bytes_per_s=d.number("gpu_link_gbyte_per_s", strict=True) * GB,
+            efficiency=d.number("gpu_link_efficiency", strict=True, maximum=1.0),
+            latency_s=d.number("gpu_link_latency_us") * US,
+        )
+        if node.interconnect != "nvswitch":
+            raise TopologyError(f"{origin}: nvlink_domain: needs node.interconnect nvswitch "
+                                f"(got {node.interconnect!r}); an NVLink switch tier joins NVSwitches")
+        if fabric is not None and fabric.kind == "nvlink":
+            raise TopologyError(f"{origin}: nvlink_domain: not valid with fabric.kind nvlink "
+                                "(already one NVLink domain); use an infiniband or ethernet fabric between domains")
     gpu = top.string("gpu")
     try:
         get_gpu(gpu)
@@ -257,26 +311,31 @@ def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
         fabric=fabric,
         collective_base_latency_s=top.number("collective_base_latency_us", default=0.0) * US,
         sources=tuple(sources),
+        nvlink_domain=nvlink_domain,
+        launch_overhead_s=top.number("launch_overhead_us", default=0.0) * US,
     )
+
+
+def _nics_fit(gpus_per_node: int, nics_per_node: int) -> bool:
+    """GPUs share NICs evenly, or each GPU has the same number of NIC ports."""
+    return gpus_per_node % nics_per_node == 0 or nics_per_node % gpus_per_node == 0
+
+
+def _tiers(f: _Reader, origin: str) -> tuple[TierSpec, ...]:
+    raw = f.get("tiers", [])
+    if not isinstance(raw, list):
+        f.fail("fabric.tiers", raw, _FABRIC_KEYS["tiers"])
+    tiers = []
+    for i, item in enumerate(raw):
+        t = _Reader(origin, f"fabric.tiers[{i}]", item, _TIER_KEYS)
+        tiers.append(TierSpec(group_size=t.integer("group_size"),
+                              oversubscription=t.number("oversubscription", minimum=1.0, default=1.0)))
+    return tuple(tiers)
 
 
 def load_topology_file(path: str | Path) -> TopologySpec:
     """Read and validate a user's topology YAML file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TopologyError(f"--topology: cannot read {str(path)!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise TopologyError(f"--topology: {str(path)!r} is not a UTF-8 text file; expected a YAML file") from None
-    try:
-        data = _load_yaml(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        problem = f" ({exc.problem})" if getattr(exc, "problem", None) else ""
-        raise TopologyError(f"{path}: not valid YAML{where}{problem}") from None
-    return spec_from_dict(data, origin=str(path))
+    return spec_from_dict(read_yaml_file(path, "--topology", TopologyError), origin=str(path))
 
 
 def preset_names() -> list[str]:
@@ -294,7 +353,7 @@ def load_preset(name: str) -> TopologySpec:
     if name not in names:
         raise TopologyError(f"--link: {name!r} is not a preset; choose one of {', '.join(names)}")
     text = resources.files("dpsim.topologies").joinpath(f"{name}.yaml").read_text()
-    return spec_from_dict(_load_yaml(text), origin=f"topologies/{name}.yaml")
+    return spec_from_dict(load_yaml_text(text), origin=f"topologies/{name}.yaml")
 
 
 # ----------------------------------------------------------------------------- graph
@@ -315,7 +374,8 @@ def _add_link(g: nx.DiGraph, a: str, b: str, *, capacity_bytes_per_s: float,
                latency_s=0.0, link_class=link_class)
 
 
-def build_graph(spec: TopologySpec, n_nodes: int, *, leaf_groups_of: int | None = None) -> nx.DiGraph:
+def build_graph(spec: TopologySpec, n_nodes: int, *, leaf_groups_of: int | None = None,
+                tier_groups_of: tuple[int, ...] | None = None) -> nx.DiGraph:
     """Build the directed graph of ``n_nodes`` servers of ``spec``.
 
     Parameters
@@ -329,6 +389,9 @@ def build_graph(spec: TopologySpec, n_nodes: int, *, leaf_groups_of: int | None 
         Uplink capacities always follow the full design's ``nodes_per_leaf``, so a
         representative slice built with small groups loads each link like the full
         cluster does.
+    tier_groups_of : tuple of int, optional
+        Units per block of each switch tier (``fabric.tiers``) *in this graph*; defaults
+        to the design's ``group_size`` values (see :mod:`dpsim.network.fabric`).
 
     Returns
     -------
@@ -348,16 +411,16 @@ def build_graph(spec: TopologySpec, n_nodes: int, *, leaf_groups_of: int | None 
     g = nx.DiGraph(name=spec.name)
     gpn = node.gpus_per_node
     gpu_link = node.gpu_link_bandwidth_bytes_per_s * node.gpu_link_efficiency
-    nvlink_fabric = fabric is not None and fabric.kind == "nvlink"
-    nics = 0 if fabric is None or nvlink_fabric else fabric.nics_per_node
+    layout = nic_layout(spec)
+    nics = layout.nic_nodes
     for n in range(n_nodes):
         hub = f"n{n}.{node.interconnect}"
         g.add_node(hub, kind=node.interconnect, node=n)
         for j in range(nics):
             g.add_node(f"n{n}.pcie{j}", kind="pcie", node=n)
             g.add_node(f"n{n}.nic{j}", kind="nic", node=n, rail=j)
-            _add_link(g, f"n{n}.pcie{j}", f"n{n}.nic{j}",
-                      capacity_bytes_per_s=node.pcie_bandwidth_bytes_per_s,
+            _add_link(g, f"n{n}.pcie{j}", f"n{n}.nic{j}",  # each bundled NIC port has its own PCIe link
+                      capacity_bytes_per_s=node.pcie_bandwidth_bytes_per_s * layout.ports_per_nic,
                       latency_s=0.0, link_class="pcie")
         for k in range(gpn):
             gid = gpu_id(n, k)
@@ -370,39 +433,14 @@ def build_graph(spec: TopologySpec, n_nodes: int, *, leaf_groups_of: int | None 
                 _add_link(g, gid, f"n{n}.pcie{k // (gpn // nics)}",
                           capacity_bytes_per_s=node.pcie_bandwidth_bytes_per_s,
                           latency_s=0.0, link_class="pcie")
-    if fabric is None or n_nodes == 1:
-        return g
-    group = leaf_groups_of or fabric.nodes_per_leaf
-    n_groups = math.ceil(n_nodes / group)
-    nic_rate = fabric.nic_bandwidth_bytes_per_s * fabric.nic_efficiency
-    if nvlink_fabric:
-        # Every node's NVSwitch reaches one NVLink switch tier at full per-GPU rate.
-        g.add_node("nvl-spine", kind="spine")
-        for n in range(n_nodes):
-            _add_link(g, f"n{n}.nvswitch", "nvl-spine", capacity_bytes_per_s=gpn * nic_rate,
-                      latency_s=fabric.nic_latency_s, link_class="nvlink-fabric")
-        return g
-    rails = fabric.nics_per_node if fabric.rail_optimized else 1
-    # Uplink of one leaf: its down-links' total over the oversubscription ratio, from
-    # the *full* design (NICs of nodes_per_leaf nodes on this rail).
-    nics_per_leaf = fabric.nodes_per_leaf * (1 if fabric.rail_optimized else fabric.nics_per_node)
-    uplink = nics_per_leaf * nic_rate / fabric.oversubscription
-    if n_groups > 1 or rails > 1:
-        # Spine switches of a leaf/spine fabric collapsed into one node: ECMP spreads
-        # a leaf's traffic over all its uplinks, which together carry `uplink`.
-        g.add_node("spine", kind="spine")
-    for grp in range(n_groups):
-        for r in range(rails):
-            leaf = f"leaf{grp}.{r}"
-            g.add_node(leaf, kind="leaf")
-            if g.has_node("spine"):
-                _add_link(g, leaf, "spine", capacity_bytes_per_s=uplink,
-                          latency_s=0.0, link_class="leaf-spine")
-    for n in range(n_nodes):
-        for j in range(nics):
-            leaf = f"leaf{n // group}.{j if fabric.rail_optimized else 0}"
-            _add_link(g, f"n{n}.nic{j}", leaf, capacity_bytes_per_s=nic_rate,
-                      latency_s=fabric.nic_latency_s, link_class=fabric.kind)
+    # Leaves, spine/core tiers (uplinks from the *full* design) and NVLink domains
+    # live in dpsim.network.fabric, shared with the arithmetic router (TierNetwork).
+    groups = None
+    if fabric is not None and fabric.kind != "nvlink":
+        design = design_group_sizes(spec)
+        tiers = tuple(tier_groups_of or ())
+        groups = (leaf_groups_of or design[0], *tiers, *design[1 + len(tiers):])
+    add_switch_fabric(g, spec, n_nodes, groups)
     return g
 
 
@@ -417,6 +455,9 @@ class Topology:
     leaf_group_nodes: int | None = None
     """Nodes per leaf group in *this* graph when it is a representative slice
     (``None``: the design's ``nodes_per_leaf``)."""
+    tier_group_sizes: tuple[int, ...] | None = None
+    """Units per block of each switch tier in *this* graph when it is a representative
+    slice (``None``: the design's ``fabric.tiers`` group sizes)."""
 
     def __post_init__(self) -> None:
         gpn = self.spec.node.gpus_per_node
@@ -427,7 +468,9 @@ class Topology:
                 f"--gpus: {self.n_gpus} is not a multiple of --gpus-per-node={gpn}; "
                 f"use a multiple (e.g. {math.ceil(self.n_gpus / gpn) * gpn}) or change --gpus-per-node"
             )
-        if self.n_gpus > gpn and self.spec.fabric is None:
+        domain = self.spec.nvlink_domain
+        within_domain = domain is not None and self.n_gpus <= domain.nodes * gpn
+        if self.n_gpus > gpn and self.spec.fabric is None and not within_domain:
             raise TopologyError(
                 f"--gpus: {self.n_gpus} GPUs need more than one node, but topology "
                 f"{self.spec.name!r} has no fabric between nodes"
@@ -440,7 +483,11 @@ class Topology:
             if gpus_per_node <= 0:
                 raise TopologyError(f"--gpus-per-node: {gpus_per_node} is not valid; expected an integer >= 1")
             fabric = spec.fabric
-            if fabric is not None and fabric.kind != "nvlink" and gpus_per_node % fabric.nics_per_node:
+            gpn = spec.node.gpus_per_node
+            if fabric is not None and fabric.kind != "nvlink" and fabric.nics_per_node > gpn:
+                # Several NIC ports per GPU: keep the ports per GPU.
+                fabric = replace(fabric, nics_per_node=gpus_per_node * (fabric.nics_per_node // gpn))
+            elif fabric is not None and fabric.kind != "nvlink" and gpus_per_node % fabric.nics_per_node:
                 fabric = replace(fabric, nics_per_node=math.gcd(gpus_per_node, fabric.nics_per_node))
             spec = replace(spec, node=replace(spec.node, gpus_per_node=gpus_per_node), fabric=fabric)
         return cls(spec=spec, n_gpus=n_gpus)
@@ -461,10 +508,10 @@ class Topology:
         fabric = self.spec.fabric
         if self.n_nodes == 1 or fabric is None or fabric.kind == "nvlink":
             return 1
-        return fabric.nics_per_node
+        return nic_layout(self.spec).nic_nodes
 
     def _graph(self, n_nodes: int, group: int | None) -> nx.DiGraph:
-        g = build_graph(self.spec, n_nodes, leaf_groups_of=group)
+        g = build_graph(self.spec, n_nodes, leaf_groups_of=group, tier_groups_of=self.tier_group_sizes)
         if self.n_gpus < self.spec.node.gpus_per_node:
             g.remove_nodes_from([gpu_id(0, k) for k in range(self.n_gpus, self.spec.node.gpus_per_node)])
         return g
@@ -486,7 +533,24 @@ class Topology:
         if self.n_nodes == 1:
             return self
         fabric = self.spec.fabric
+        if self.spec.nvlink_domain is not None:
+            return self  # domains and leaf groups partition nodes independently: no slice
         assert fabric is not None
+        if fabric.tiers:
+            # Multi-tier: two units at the highest level that has several, each of two
+            # (or the design's fewer) units of every level below (see network/fabric.py).
+            from dpsim.network.fabric import level_units
+            sizes = design_group_sizes(self.spec)
+            units = level_units(self.n_nodes, sizes)
+            multi = [lvl for lvl, u in enumerate(units) if u > 1]
+            if not multi:
+                return Topology(spec=self.spec, n_gpus=min(2, self.n_nodes) * self.spec.node.gpus_per_node)
+            small = [min(2, s) for s in sizes[:multi[-1] + 1]]
+            n_nodes = 2 * math.prod(small)
+            if n_nodes >= self.n_nodes:
+                return self
+            return Topology(spec=self.spec, n_gpus=n_nodes * self.spec.node.gpus_per_node,
+                            leaf_group_nodes=small[0], tier_group_sizes=tuple(small[1:]) or None)
         multi_group = self.n_nodes > fabric.nodes_per_leaf
         n_nodes = 4 if multi_group else 2
         return Topology(spec=self.spec, n_gpus=n_nodes * self.spec.node.gpus_per_node,

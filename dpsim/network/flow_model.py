@@ -41,26 +41,44 @@ def max_min_rates(paths: Sequence[Sequence[int]], capacity: np.ndarray) -> np.nd
     >>> max_min_rates([[0], [0, 1], [1]], np.array([10.0, 4.0])).tolist()
     [8.0, 2.0, 2.0]
     """
-    n_flows, n_links = len(paths), len(capacity)
+    lengths = np.fromiter((len(p) for p in paths), dtype=np.int64, count=len(paths))
+    flow_of = np.repeat(np.arange(len(paths)), lengths)
+    link_of = np.fromiter((l for p in paths for l in p), dtype=np.int64, count=int(lengths.sum()))
+    return max_min_sparse(flow_of, link_of, np.asarray(capacity, dtype=float), len(paths))
+
+
+def max_min_sparse(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarray,
+                   n_flows: int) -> np.ndarray:
+    """Max-min fair rates from a sparse flow-link incidence (progressive filling).
+
+    ``(flow_of[i], link_of[i])`` says flow ``flow_of[i]`` crosses link ``link_of[i]``
+    (each pair once). Every round raises all unfrozen flows equally until links
+    saturate, and freezes every flow on *every* link that saturates at that level
+    (ties together), so a homogeneous pattern of 100,000 flows settles in a few rounds
+    of O(incidences) numpy work instead of one round per link.
+    """
+    n_links = len(capacity)
     rates = np.full(n_flows, np.inf)
-    if n_flows == 0:
+    if n_flows == 0 or len(flow_of) == 0:
         return rates
-    incidence = np.zeros((n_links, n_flows))
-    for f, path in enumerate(paths):
-        incidence[list(path), f] = 1.0
-    active = incidence.sum(axis=0) > 0
     remaining = capacity.astype(float).copy()
-    while active.any():
-        users = incidence[:, active].sum(axis=1)
+    live = np.ones(len(flow_of), dtype=bool)
+    frozen = np.zeros(n_flows, dtype=bool)
+    while live.any():
+        users = np.bincount(link_of[live], minlength=n_links).astype(float)
         loaded = users > 0
         share = np.full(n_links, np.inf)
-        share[loaded] = remaining[loaded] / users[loaded]
-        bottleneck = int(np.argmin(share))
-        fair = max(share[bottleneck], 0.0)
-        frozen = active & (incidence[bottleneck] > 0)
-        rates[frozen] = fair
-        remaining -= incidence[:, frozen].sum(axis=1) * fair
-        active &= ~frozen
+        share[loaded] = np.maximum(remaining[loaded], 0.0) / users[loaded]
+        fair = float(share.min())
+        saturated = share <= fair * (1 + 1e-9) + 1e-300
+        hit = live & saturated[link_of]
+        newly = np.zeros(n_flows, dtype=bool)
+        newly[flow_of[hit]] = True
+        rates[newly] = fair
+        frozen |= newly
+        done = live & newly[flow_of]
+        remaining -= np.bincount(link_of[done], minlength=n_links) * fair
+        live &= ~done
     return rates
 
 
@@ -124,6 +142,7 @@ class FlowNetwork:
             latencies_s=latency,
             link_flows={e: int(c) for e, c in zip(edges, counts)},
             link_capacity_bytes_per_s=dict(zip(edges, capacity.tolist())),
+            link_class={e: self.graph.edges[e].get("link_class", "") for e in edges},
         )
         self._rates[key] = result
         return result

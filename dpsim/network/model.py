@@ -32,6 +32,8 @@ class FlowRates:
     """Number of these flows crossing each directed link."""
     link_capacity_bytes_per_s: dict[tuple[str, str], float]
     """Capacity of each link that carries at least one flow."""
+    link_class: dict[tuple[str, str], str] | None = None
+    """Link class (``nvlink``, ``infiniband``, ``leaf-spine``...) of each of those links, when known."""
 
     def completion_time_s(self, size_bytes: float) -> float:
         """Time until the last of these flows finishes when each carries ``size_bytes``.

@@ -1,0 +1,389 @@
+"""TierNetwork: the flow model on dpsim's own topologies, routed by arithmetic.
+
+:class:`~dpsim.network.flow_model.FlowNetwork` finds routes by breadth-first search on
+any graph, one Python BFS per flow: fine for a representative slice, hopeless for the
+131,072 ring flows of 16,384 GPUs with 8 channels. Topologies built by
+:func:`dpsim.topology.build_graph` are trees of switches above identical servers, so
+the fewest-hop route between two GPUs is known in closed form:
+
+- same server: GPU -> NVSwitch/PCIe hub -> GPU;
+- same NVLink domain (``nvlink_domain`` or ``fabric.kind: nvlink``): GPU -> hub ->
+  NVLink switch tier -> hub -> GPU;
+- otherwise: GPU -> PCIe switch -> NIC -> leaf -> (up the tiers to the lowest block
+  that holds both leaves, then down) -> leaf -> NIC -> PCIe switch -> GPU.
+
+:class:`TierNetwork` numbers every directed link of that graph by formula, computes
+all routes at once with numpy, and shares links max-min with the sparse solver
+(:func:`~dpsim.network.flow_model.max_min_sparse`). Link names, capacities, latencies
+and classes are exactly the graph's (``tests/test_network.py`` checks route for route
+against BFS on :func:`~dpsim.topology.build_graph`), so reports can name a link such as
+``leaf3.0 -> spine1``. Switch blocks are collapsed and ECMP is an even split over
+equal up-links (see :mod:`dpsim.network.fabric`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from dpsim.network.fabric import (
+    design_group_sizes,
+    level_class,
+    level_units,
+    nic_layout,
+    nic_rate,
+    switch_levels,
+    switch_name,
+    uplink_capacities,
+)
+from dpsim.network.flow_model import max_min_sparse
+from dpsim.network.model import Flow, FlowRates, TransferResult
+
+_GPU_ID = re.compile(r"n(\d+)\.gpu(\d+)$")
+_HUB_ID = re.compile(r"n(\d+)\.(?:nvswitch|pcie)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkLoads:
+    """Steady max-min rates of concurrent flows, in array form (no per-link dicts)."""
+
+    rates_bytes_per_s: np.ndarray
+    """Rate of each flow, in the order given."""
+    latencies_s: np.ndarray
+    """Sum of hop latencies along each flow's route."""
+    flow_of: np.ndarray
+    """Incidence: flow index of each (flow, link) pair."""
+    link_of: np.ndarray
+    """Incidence: link index of each (flow, link) pair."""
+    network: "TierNetwork"
+    """Who numbered the links (for names, capacities and classes)."""
+
+    def link_bytes(self, flow_bytes: np.ndarray) -> np.ndarray:
+        """Bytes each link carries when flow *f* moves ``flow_bytes[f]`` (dense over all links)."""
+        return np.bincount(self.link_of, weights=np.asarray(flow_bytes, float)[self.flow_of],
+                           minlength=self.network.n_links)
+
+    def flow_counts(self) -> np.ndarray:
+        """Flows crossing each link (dense over all links)."""
+        return np.bincount(self.link_of, minlength=self.network.n_links)
+
+
+class TierNetwork:
+    """The :class:`~dpsim.network.model.NetworkModel` of a dpsim topology, routed by formula.
+
+    Parameters
+    ----------
+    topology : dpsim.topology.Topology
+        The cluster (whole or a representative slice: its group sizes are used).
+    """
+
+    def __init__(self, topology):
+        spec = topology.spec
+        self.topology = topology
+        self.spec = spec
+        self.n_nodes = topology.n_nodes
+        self.gpn = spec.node.gpus_per_node
+        self.fabric = spec.fabric
+        self.layout = nic_layout(spec)
+        node = spec.node
+        fabric = spec.fabric
+        self.nic_kind = fabric is not None and fabric.kind != "nvlink" and self.n_nodes > 1
+        self.nvl_fabric = fabric is not None and fabric.kind == "nvlink" and self.n_nodes > 1
+        dom = spec.nvlink_domain
+        self.domain_nodes = dom.nodes if dom is not None and self.n_nodes > 1 else 0
+        if self.nic_kind:
+            design = design_group_sizes(spec)
+            tiers = tuple(topology.tier_group_sizes or ())
+            self.sizes = (topology.leaf_group_nodes or design[0], *tiers, *design[1 + len(tiers):])
+            self.n_levels = switch_levels(self.n_nodes, spec, self.sizes)
+            self.units = level_units(self.n_nodes, self.sizes)
+            self.uplinks = uplink_capacities(spec)
+        else:
+            self.sizes, self.n_levels, self.units, self.uplinks = (), 0, [], ()
+        # Link blocks: (name, count, capacity, latency, class, (u, v) namer).
+        n, gpn, nn = self.n_nodes, self.gpn, self.layout.nic_nodes
+        hub = node.interconnect
+        gpu_cls = "nvlink" if hub == "nvswitch" else "pcie"
+        blocks: list[tuple[str, int, float, float, str]] = []
+        gpu_rate = node.gpu_link_bandwidth_bytes_per_s * node.gpu_link_efficiency
+        blocks += [("gpu_up", n * gpn, gpu_rate, node.gpu_link_latency_s, gpu_cls),
+                   ("gpu_down", n * gpn, gpu_rate, 0.0, gpu_cls)]
+        if self.nic_kind:
+            ports = self.layout.ports_per_nic
+            pcie = node.pcie_bandwidth_bytes_per_s
+            rate = nic_rate(spec) * ports
+            blocks += [("gpu_pcie", n * gpn, pcie, 0.0, "pcie"), ("pcie_gpu", n * gpn, pcie, 0.0, "pcie"),
+                       ("pcie_nic", n * nn, pcie * ports, 0.0, "pcie"), ("nic_pcie", n * nn, pcie * ports, 0.0, "pcie"),
+                       ("nic_leaf", n * nn, rate, fabric.nic_latency_s, fabric.kind),
+                       ("leaf_nic", n * nn, rate, 0.0, fabric.kind)]
+            n_leaves = self.units[0] * self.layout.rails
+            for level in range(self.n_levels):
+                count = n_leaves if level == 0 else self.units[level]
+                blocks += [(f"up{level}", count, self.uplinks[level], 0.0, level_class(level)),
+                           (f"down{level}", count, self.uplinks[level], 0.0, level_class(level))]
+        if self.nvl_fabric:
+            rate = gpn * nic_rate(spec)
+            blocks += [("hub_nvl", n, rate, fabric.nic_latency_s, "nvlink-fabric"),
+                       ("nvl_hub", n, rate, 0.0, "nvlink-fabric")]
+        if self.domain_nodes:
+            rate = gpn * dom.gpu_link_bandwidth_bytes_per_s * dom.efficiency
+            blocks += [("hub_dom", n, rate, dom.latency_s, "nvlink-domain"),
+                       ("dom_hub", n, rate, 0.0, "nvlink-domain")]
+        self._offset: dict[str, int] = {}
+        self._blocks = blocks
+        counts = np.array([b[1] for b in blocks], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        for (name, *_), start in zip(blocks, starts):
+            self._offset[name] = int(start)
+        self.n_links = int(counts.sum())
+        nic = [(self._offset[b], count) for b, count, *_ in blocks if b in ("nic_leaf", "leaf_nic")]
+        self.nic_links = np.concatenate([np.arange(o, o + c) for o, c in nic]) if nic else np.zeros(0, int)
+        """Indices of the NIC <-> leaf links (what a per-message NIC overhead slows down)."""
+        self.capacity = np.repeat(np.array([b[2] for b in blocks], dtype=float), counts)
+        self.latency = np.repeat(np.array([b[3] for b in blocks], dtype=float), counts)
+        self.class_names: list[str] = list(dict.fromkeys(b[4] for b in blocks))
+        """Link classes; :attr:`class_id` indexes this list."""
+        self.class_id = np.repeat(np.array([self.class_names.index(b[4]) for b in blocks], dtype=np.int64), counts)
+        """Class of each link, as an index into :attr:`class_names`."""
+        self._hub = hub
+
+    @property
+    def link_class(self) -> np.ndarray:
+        """Class name of each link (an object array; prefer :attr:`class_id` in loops)."""
+        return np.array(self.class_names, dtype=object)[self.class_id]
+
+    # ------------------------------------------------------------------ naming
+    def gpu_index(self, gpu: str) -> int:
+        """Index ``node * gpus_per_node + local`` of a GPU id ``n{node}.gpu{local}``
+        (``-1 - node`` for a server's hub ``n{node}.nvswitch``, an NVLS endpoint)."""
+        m = _GPU_ID.match(gpu)
+        if m is None:
+            hub = _HUB_ID.match(gpu)
+            if hub is None:
+                raise ValueError(f"{gpu!r} is not a GPU of this topology")
+            return -1 - int(hub.group(1))
+        return int(m.group(1)) * self.gpn + int(m.group(2))
+
+    def link_name(self, link: int) -> tuple[str, str]:
+        """The graph edge ``(u, v)`` of link index ``link``."""
+        for name, count, *_ in self._blocks:
+            off = self._offset[name]
+            if off <= link < off + count:
+                k = link - off
+                return self._name(name, k)
+        raise IndexError(link)
+
+    def _name(self, block: str, k: int) -> tuple[str, str]:
+        gpn, nn = self.gpn, max(self.layout.nic_nodes, 1)
+        hub = self._hub
+        if block in ("gpu_up", "gpu_down"):
+            a, b = f"n{k // gpn}.gpu{k % gpn}", f"n{k // gpn}.{hub}"
+            return (a, b) if block == "gpu_up" else (b, a)
+        if block in ("gpu_pcie", "pcie_gpu"):
+            node, local = divmod(k, gpn)
+            a, b = f"n{node}.gpu{local}", f"n{node}.pcie{local // (gpn // nn)}"
+            return (a, b) if block == "gpu_pcie" else (b, a)
+        if block in ("pcie_nic", "nic_pcie"):
+            a, b = f"n{k // nn}.pcie{k % nn}", f"n{k // nn}.nic{k % nn}"
+            return (a, b) if block == "pcie_nic" else (b, a)
+        if block in ("nic_leaf", "leaf_nic"):
+            node, j = divmod(k, nn)
+            leaf = f"leaf{node // self.sizes[0]}.{j if self.fabric.rail_optimized else 0}"
+            a = f"n{node}.nic{j}"
+            return (a, leaf) if block == "nic_leaf" else (leaf, a)
+        if block in ("hub_nvl", "nvl_hub"):
+            a = f"n{k}.nvswitch"
+            return (a, "nvl-spine") if block == "hub_nvl" else ("nvl-spine", a)
+        if block in ("hub_dom", "dom_hub"):
+            a, b = f"n{k}.nvswitch", f"nvl{k // self.domain_nodes}"
+            return (a, b) if block == "hub_dom" else (b, a)
+        level = int(block[2:] if block.startswith("up") else block[4:])
+        if level == 0:
+            rails = self.layout.rails
+            grp, r = divmod(k, rails)
+            child = f"leaf{grp}.{r}"
+            parent_block = grp // self.sizes[1] if len(self.sizes) > 1 else 0
+        else:
+            child = switch_name(level, k, self.n_levels, self.spec)
+            parent_block = k // self.sizes[level + 1] if level + 1 < len(self.sizes) else 0
+        parent = switch_name(level + 1, parent_block, self.n_levels, self.spec)
+        return (child, parent) if block.startswith("up") else (parent, child)
+
+    # ------------------------------------------------------------------ routing
+    def routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Incidence ``(flow_of, link_of)`` of the fewest-hop routes from GPU indices ``src`` to ``dst``."""
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        gpn, off = self.gpn, self._offset
+        if (src < 0).any() or (dst < 0).any():
+            return self._switch_routes(src, dst)
+        a, i = np.divmod(src, gpn)
+        b, j = np.divmod(dst, gpn)
+        flows: list[np.ndarray] = []
+        links: list[np.ndarray] = []
+
+        def hop(mask: np.ndarray | None, link: np.ndarray) -> None:
+            if mask is None:
+                flows.append(np.arange(len(src)))
+                links.append(link)
+            else:
+                idx = np.flatnonzero(mask)
+                flows.append(idx)
+                links.append(link[idx])
+
+        same = a == b
+        if self.nic_kind:
+            via_nic = ~same
+            if self.domain_nodes:
+                via_nic = (a // self.domain_nodes) != (b // self.domain_nodes)
+            via_hub = ~via_nic
+        else:
+            via_nic = None
+            via_hub = None
+        # GPU <-> hub: within a server, or into an NVLink switch tier.
+        hop(via_hub, off["gpu_up"] + src)
+        hop(via_hub, off["gpu_down"] + dst)
+        if self.nvl_fabric:
+            hop(~same, off["hub_nvl"] + a)
+            hop(~same, off["nvl_hub"] + b)
+        elif self.domain_nodes:
+            via_dom = ~same & ~via_nic if via_nic is not None else ~same
+            hop(via_dom, off["hub_dom"] + a)
+            hop(via_dom, off["dom_hub"] + b)
+        if self.nic_kind and via_nic.any():
+            nn = self.layout.nic_nodes
+            s = i // (gpn // nn)
+            t = j // (gpn // nn)
+            hop(via_nic, off["gpu_pcie"] + src)
+            hop(via_nic, off["pcie_nic"] + a * nn + s)
+            hop(via_nic, off["nic_leaf"] + a * nn + s)
+            hop(via_nic, off["leaf_nic"] + b * nn + t)
+            hop(via_nic, off["nic_pcie"] + b * nn + t)
+            hop(via_nic, off["pcie_gpu"] + dst)
+            rails = self.layout.rails
+            ra = s if self.fabric.rail_optimized else 0
+            rb = t if self.fabric.rail_optimized else 0
+            blk_a, blk_b = a // self.sizes[0], b // self.sizes[0]
+            unit_a, unit_b = blk_a * rails + ra, blk_b * rails + rb
+            climbing = via_nic & (unit_a != unit_b)
+            for level in range(self.n_levels):
+                if not climbing.any():
+                    break
+                hop(climbing, off[f"up{level}"] + unit_a)
+                hop(climbing, off[f"down{level}"] + unit_b)
+                # Blocks of the next level up: the route turns at the first common one.
+                if level + 1 < len(self.sizes):
+                    blk_a, blk_b = blk_a // self.sizes[level + 1], blk_b // self.sizes[level + 1]
+                else:
+                    blk_a, blk_b = np.zeros_like(blk_a), np.zeros_like(blk_b)
+                climbing = climbing & (blk_a != blk_b)
+                unit_a, unit_b = blk_a, blk_b
+        return np.concatenate(flows), np.concatenate(links)
+
+    def _switch_routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Routes where some endpoints are NVSwitch hubs (in-switch reduction, NVLS).
+
+        An endpoint ``-1 - n`` is the hub of server ``n``: GPU -> hub uses the GPU's
+        up-link only, hub -> GPU its down-link only. GPU -> GPU flows route as usual.
+        """
+        to_hub, from_hub = dst < 0, src < 0
+        if (to_hub & from_hub).any():
+            raise ValueError("a flow cannot go from a hub to a hub")
+        if (to_hub & (src // self.gpn != -1 - dst)).any() or (from_hub & (dst // self.gpn != -1 - src)).any():
+            raise ValueError("a GPU only reaches its own server's hub directly")
+        plain = ~(to_hub | from_hub)
+        parts_f, parts_l = [np.flatnonzero(to_hub)], [self._offset["gpu_up"] + src[to_hub]]
+        parts_f.append(np.flatnonzero(from_hub))
+        parts_l.append(self._offset["gpu_down"] + dst[from_hub])
+        if plain.any():
+            idx = np.flatnonzero(plain)
+            f, l = self.routes(src[plain], dst[plain])
+            parts_f.append(idx[f])
+            parts_l.append(l)
+        return np.concatenate(parts_f), np.concatenate(parts_l)
+
+    def _indices(self, pairs: Sequence[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+        src = np.fromiter((self.gpu_index(s) for s, _ in pairs), dtype=np.int64, count=len(pairs))
+        dst = np.fromiter((self.gpu_index(d) for _, d in pairs), dtype=np.int64, count=len(pairs))
+        return src, dst
+
+    # ------------------------------------------------------------------ evaluation
+    def loads(self, src: np.ndarray, dst: np.ndarray, capacity: np.ndarray | None = None) -> LinkLoads:
+        """Max-min rates of concurrent flows ``src[f] -> dst[f]`` (GPU indices), as arrays.
+
+        ``capacity`` replaces the links' capacities (e.g. NIC links derated for small
+        messages); default: the topology's.
+        """
+        flow_of, link_of = self.routes(src, dst)
+        cap = self.capacity if capacity is None else capacity
+        rates = max_min_sparse(flow_of, link_of, cap, len(src))
+        latency = np.bincount(flow_of, weights=self.latency[link_of], minlength=len(src))
+        return LinkLoads(rates_bytes_per_s=rates, latencies_s=latency, flow_of=flow_of,
+                         link_of=link_of, network=self)
+
+    def rates(self, pairs: Sequence[tuple[str, str]]) -> FlowRates:
+        """Max-min fair rates of concurrent flows between GPU ``pairs`` (NetworkModel)."""
+        src, dst = self._indices(pairs)
+        loads = self.loads(src, dst)
+        counts = loads.flow_counts()
+        used = np.flatnonzero(counts)
+        names = [self.link_name(int(l)) for l in used]
+        return FlowRates(
+            rates_bytes_per_s=loads.rates_bytes_per_s,
+            latencies_s=loads.latencies_s,
+            link_flows={e: int(c) for e, c in zip(names, counts[used])},
+            link_capacity_bytes_per_s={e: float(c) for e, c in zip(names, self.capacity[used])},
+            link_class={e: self.class_names[c] for e, c in zip(names, self.class_id[used])},
+        )
+
+    def transfer(self, flows: Sequence[Flow]) -> TransferResult:
+        """Run ``flows`` together; rates re-shared max-min each time one finishes (NetworkModel)."""
+        src, dst = self._indices([(f.src, f.dst) for f in flows])
+        flow_of, link_of = self.routes(src, dst)
+        sizes = np.array([f.size_bytes for f in flows], dtype=float)
+        finish = transfer_times(flow_of, link_of, self.capacity, sizes)
+        latency = np.bincount(flow_of, weights=self.latency[link_of], minlength=len(flows))
+        link_bytes = np.bincount(link_of, weights=sizes[flow_of], minlength=self.n_links)
+        used = np.flatnonzero(np.bincount(link_of, minlength=self.n_links))
+        names = [self.link_name(int(l)) for l in used]
+        return TransferResult(
+            finish_times_s=finish + latency,
+            link_bytes={e: float(b) for e, b in zip(names, link_bytes[used])},
+            link_capacity_bytes_per_s={e: float(c) for e, c in zip(names, self.capacity[used])},
+        )
+
+
+def transfer_times(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarray,
+                   sizes: np.ndarray) -> np.ndarray:
+    """Finish time of each flow when all start together and rates are re-shared max-min
+    each time one finishes (no latency)."""
+    n = len(sizes)
+    remaining = sizes.astype(float).copy()
+    finish = np.zeros(n)
+    active = remaining > 0
+    now = 0.0
+    while active.any():
+        keep = active[flow_of]
+        idx = np.flatnonzero(active)
+        remap = np.full(n, -1)
+        remap[idx] = np.arange(len(idx))
+        rates = max_min_sparse(remap[flow_of[keep]], link_of[keep], capacity, len(idx))
+        dt = float(np.min(remaining[idx] / rates))
+        remaining[idx] -= rates * dt
+        now += dt
+        done = remaining[idx] <= 1e-9 * np.maximum(1.0, sizes[idx])
+        finish[idx[done]] = now
+        remaining[idx[done]] = 0.0
+        active[idx[done]] = False
+    return finish
+
+
+def cluster_network(topology) -> TierNetwork:
+    """A :class:`TierNetwork` of ``topology`` (whole cluster, no graph built)."""
+    return TierNetwork(topology)
+
+
+__all__ = ["LinkLoads", "TierNetwork", "cluster_network", "transfer_times"]
