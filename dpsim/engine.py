@@ -10,6 +10,11 @@ another), and lasts what the :class:`~dpsim.collectives.CollectiveModel` says. W
 collective runs, compute progresses ``1 + overlap_slowdown`` times slower
 (communication kernels take SMs, or CPU threads for gloo).
 
+A comm op names its communicator (:attr:`CommOp.group`): all ranks, or a sub-group
+such as the GPUs of one node (FSDP hybrid sharding); the ops of every communicator
+share the one FIFO stream. :mod:`dpsim.strategies` builds the programs of DDP, ZeRO and
+FSDP (with gradient accumulation and activation checkpointing).
+
 For plain DDP (:func:`ddp_program`): forward layer by layer, backward in reverse; a
 bucket is launched, in bucket order, once its last gradient is ready; the optimizer
 waits for all buckets. Buckets are DDP's steady state (rebuilt after the first
@@ -61,6 +66,10 @@ class CommOp:
     """Message size (nccl-tests convention)."""
     kind: str = "allreduce"
     """Trace category (``allreduce``, ``allgather``, ``reducescatter``)."""
+    group: str = "world"
+    """Communicator: ``world`` (every data-parallel rank) or a sub-communicator the
+    collective model knows by name (``intra``: a node's GPUs, ``inter``: one GPU per
+    node, for FSDP hybrid sharding; see :class:`dpsim.strategies.GroupCollectives`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,6 +181,19 @@ class _Rank:
             self._changed.succeed()
 
 
+def comm_op_time_s(collectives: CollectiveModel, op: CommOp) -> float:
+    """Duration of ``op`` on its communicator: ``collectives.time`` for ``world``, else
+    the sub-communicator's model (``collectives.group(name)``)."""
+    if op.group == "world":
+        return collectives.time(op.op, op.size_bytes).time_s
+    group = getattr(collectives, "group", None)
+    if group is None:
+        raise ConfigError(
+            f"comm op {op.name!r} runs on communicator {op.group!r}, but the collective model has no "
+            f"sub-communicators; use dpsim.strategies.GroupCollectives")
+    return group(op.group).time(op.op, op.size_bytes).time_s
+
+
 def ddp_program(compute: ComputeProfile, buckets: BucketPlan, *, overlap: bool = True) -> StepProgram:
     """The step of plain DDP: buckets launch during backward (or after it without overlap)."""
     owner = {name: i for i, layer in enumerate(compute.layers) for name in layer.param_names}
@@ -249,7 +271,7 @@ def run_program(
     env = simpy.Environment()
     trace: list[TraceEvent] = []
     n_ops = len(program.comms)
-    comm_time = [collectives.time(c.op, c.size_bytes).time_s for c in program.comms]
+    comm_time = [comm_op_time_s(collectives, c) for c in program.comms]
     ranks = [_Rank(env, overlap_slowdown) for _ in range(n_ranks)]
     # launched[s][i][r]: rank r launched op i of step s; finished[s][i]: op i of step s ended.
     launched = [[[env.event() for _ in range(n_ranks)] for _ in range(n_ops)] for _ in range(steps)]

@@ -1,16 +1,65 @@
-"""Memory per GPU under plain DDP, with a fits / does-not-fit verdict.
+"""Memory per GPU for every strategy, with a fits / does-not-fit verdict and advice.
 
-DDP keeps on every GPU the full weights, gradients and optimizer state (see
-:mod:`dpsim.workload.precision` for the bytes per parameter), the activations kept for
-backward, and its bucket buffers: with the default ``gradient_as_bucket_view=False``
-each bucket is a flat tensor the gradients are copied into, one more gradient's worth
-of memory (torch/nn/parallel/distributed.py, ``gradient_as_bucket_view`` docstring).
+Bytes per parameter follow the ZeRO paper's accounting (Rajbhandari et al. 2020,
+"ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", Sec. 3.1 and
+5.1): with Ψ parameters, weights ``w·Ψ``, gradients ``g·Ψ`` and optimizer state
+``K·Ψ`` (fp32 master copy included; mixed precision with Adam: w = g = 2, K = 12,
+16 bytes per parameter; the seed's pure-bf16 accounting: 2 + 2 + 4 = 8). Per GPU, on
+``N`` data-parallel ranks:
+
+============================  ==========  ==========  ==========
+strategy                      weights     gradients   optimizer
+============================  ==========  ==========  ==========
+``ddp``                       wΨ          gΨ          KΨ
+``zero1`` (P_os)              wΨ          gΨ          KΨ/N
+``zero2`` (P_os+g)            wΨ          gΨ/N        KΨ/N
+``zero3``, ``fsdp`` (P_os+g+p)  wΨ/N        gΨ/N        KΨ/N
+``fsdp-shard-grad-op``        wΨ          gΨ/N        KΨ/N
+``fsdp-hybrid``               wΨ/G        gΨ/G        KΨ/G   (G = GPUs per node)
+============================  ==========  ==========  ==========
+
+"/N" is the exact shard with each implementation's padding: DeepSpeed pads its flat
+buffer to a multiple of ``2N`` elements (ZeRO-1/2), FSDP pads each unit's flat
+parameter to ``ceil(numel/N)`` per rank (:mod:`dpsim.strategies`). FSDP with mixed
+precision keeps fp32 parameter and gradient shards and no separate master copy; its
+total per parameter is the same 16 bytes, so the ZeRO accounting is used throughout.
+``fsdp-shard-grad-op`` holds every unit unsharded from forward to backward, hence wΨ.
+With gradient accumulation FSDP runs ``no_sync()``, which "will accumulate the full
+model gradients (instead of gradient shards)" (torch ``FullyShardedDataParallel.no_sync``
+docstring): gΨ then.
+
+The other categories:
+
+* **activations** kept for backward for one micro-batch (catalog estimates at 2 bytes
+  per element; fp32 compute doubles them). With activation checkpointing only each
+  checkpointed unit's input is kept, plus one unit's full activations while it is
+  recomputed (Korthikanti et al. 2022, Sec. 5); root layers keep theirs;
+* **communication buffers**: DDP's bucket copies of every gradient (the default
+  ``gradient_as_bucket_view=False``); DeepSpeed ZeRO-1/2's contiguous "ipg" gradient
+  buffer of ``reduce_bucket_size`` elements (5e8) in the gradient dtype, allocated at full
+  size whatever the model, two of them with ``overlap_comm`` (``DeepSpeedZeroOptimizer.
+  backward``: "Use double buffers to avoid data access conflict when overlap_comm is
+  enabled"); dpsim's ``overlap`` is ``overlap_comm``;
+  ZeRO-3/FSDP's gathered working set: the root unit plus the current and the
+  prefetched unit unsharded (``limit_all_gathers``: two units in flight), and the
+  unsharded gradients of the unit being reduced (plus the root's, which are reduced
+  last; ``BackwardPrefetch.BACKWARD_PRE`` "holds the current set of parameters, next
+  set of parameters, and current set of gradients");
+* **framework overhead**: CUDA context, workspaces, NCCL buffers (an assumption).
+
+The verdict compares the total with the capacity less a headroom for the caching
+allocator. When it does not fit, :func:`fit_advice` says what would: the smallest
+sharding stage beyond the current one, then activation checkpointing, a smaller
+micro-batch, and the smallest GPU count (a whole number of nodes) at which ZeRO-3 /
+FSDP fits — or that no data-parallel configuration does.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
 from dpsim.units import GiB
 from dpsim.workload.precision import Precision, optimizer_state_bytes_per_param
@@ -30,19 +79,25 @@ class MemoryBreakdown:
     """Bytes per GPU, by category."""
 
     weights_bytes: float
-    """Working weights."""
+    """Working weights (the GPU's shard of them when sharded)."""
     gradients_bytes: float
-    """Gradients."""
+    """Gradients (the GPU's partition when sharded)."""
     optimizer_bytes: float
-    """Optimizer state, fp32 master copy included."""
+    """Optimizer state, fp32 master copy included (the GPU's partition when sharded)."""
     activations_bytes: float
     """Activations kept for backward for one micro-batch."""
     comm_buffers_bytes: float
-    """DDP bucket buffers."""
+    """DDP bucket buffers, DeepSpeed gradient buckets, or ZeRO-3/FSDP's gathered units."""
     overhead_bytes: float
     """Framework overhead (CUDA context, workspaces, NCCL)."""
     capacity_bytes: float
     """Device memory of the GPU."""
+    strategy: str = "ddp"
+    """Strategy the breakdown is for."""
+    shard_group_size: int = 1
+    """Ranks the sharded state is divided over (1 for DDP)."""
+    suggestion: str | None = None
+    """What would make it fit (``None`` when it fits or no advice was asked for)."""
 
     @property
     def total_bytes(self) -> float:
@@ -60,19 +115,235 @@ class MemoryBreakdown:
         """Whether the total fits in the usable memory."""
         return self.total_bytes <= self.usable_bytes
 
+    @property
+    def model_state_bytes(self) -> float:
+        """Weights + gradients + optimizer state (the ZeRO paper's "model states")."""
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+
+def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: bool = False,
+                                fsdp_unit: str = "block") -> float:
+    """Activation bytes one sample keeps (2-byte elements), with or without checkpointing.
+
+    Checkpointing every non-root unit keeps its input, the root layers' activations,
+    and the largest unit's activations while it is recomputed in backward.
+    """
+    if not activation_checkpointing:
+        return model.activation_bytes_per_sample
+    from dpsim.strategies import wrap_units
+
+    units = [u for u in wrap_units(model, fsdp_unit) if not u.is_root]
+    if not units:
+        raise ConfigError(f"--activation-checkpointing: model {model.name!r} has no {fsdp_unit} units to "
+                          f"checkpoint; use --fsdp-unit layer")
+    in_units = {i for u in units for i in u.layers}
+    root = sum(l.activation_bytes_per_sample for i, l in enumerate(model.layers) if i not in in_units)
+    inputs = sum(model.layers[min(u.layers)].input_bytes_per_sample for u in units)
+    working = max(sum(model.layers[i].activation_bytes_per_sample for i in u.layers) for u in units)
+    return root + inputs + working
+
+
+def memory_breakdown(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    precision: Precision,
+    optimizer: str,
+    micro_batch: int,
+    strategy: str = "ddp",
+    n_gpus: int = 1,
+    gpus_per_node: int | None = None,
+    activation_checkpointing: bool = False,
+    grad_accum: int = 1,
+    fsdp_unit: str = "block",
+    overlap: bool = True,
+) -> MemoryBreakdown:
+    """Per-GPU memory of ``strategy`` on ``n_gpus`` data-parallel GPUs (see the module docstring)."""
+    from dpsim.strategies import (DEEPSPEED_REDUCE_BUCKET_ELEMENTS, check_fsdp_unit, check_grad_accum,
+                                  check_strategy, fsdp_shard_numel, shard_group_size, sharded_numel, wrap_units)
+
+    check_strategy(strategy)
+    check_fsdp_unit(fsdp_unit)
+    check_grad_accum(grad_accum)
+    if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
+        raise ConfigError(f"--micro-batch: {micro_batch!r} is not valid; expected an integer >= 1")
+    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
+        raise ConfigError(f"--gpus: {n_gpus!r} is not valid; expected an integer >= 1")
+    psi = model.param_count
+    w, g = precision.weight_bytes, precision.grad_bytes
+    k = optimizer_state_bytes_per_param(precision, optimizer)
+    group = shard_group_size(strategy, n_gpus, gpus_per_node or n_gpus)
+    shard = sharded_numel(model, strategy, group, fsdp_unit=fsdp_unit)
+    # Catalog activations are given at 2 bytes per element; fp32 compute keeps 4.
+    act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
+    act = activation_bytes_per_sample(model, activation_checkpointing=activation_checkpointing,
+                                      fsdp_unit=fsdp_unit) * micro_batch * act_scale
+    no_sync_full_grads = strategy in ("fsdp", "fsdp-shard-grad-op", "fsdp-hybrid") and grad_accum > 1
+    if strategy == "ddp":
+        weights, grads, opt, buffers = psi * w, psi * g, psi * k, psi * g
+    elif strategy in ("zero1", "zero2"):
+        weights = psi * w
+        grads = psi * g if strategy == "zero1" else shard * g
+        opt = shard * k
+        buffers = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * g * (2 if overlap else 1)
+    else:
+        units = [u for u in wrap_units(model, fsdp_unit) if u.params]
+        full = {u.name: fsdp_shard_numel([p.numel for p in u.params], group) * group for u in units}
+        root = sum(full[u.name] for u in units if u.is_root)
+        largest = max((full[u.name] for u in units if not u.is_root), default=0)
+        opt = shard * k
+        grads = psi * g if no_sync_full_grads else shard * g
+        grad_work = 0 if no_sync_full_grads else (root + largest) * g
+        if strategy == "fsdp-shard-grad-op":
+            # Every unit stays gathered from forward through backward; the persistent shard
+            # is the fp32 master (in K) under mixed precision, a separate copy otherwise.
+            weights = psi * w + (0 if precision.master_bytes else shard * w)
+            buffers = grad_work
+        else:
+            weights = shard * w
+            buffers = (root + 2 * largest) * w + grad_work
+    return MemoryBreakdown(
+        weights_bytes=float(weights),
+        gradients_bytes=float(grads),
+        optimizer_bytes=float(opt),
+        activations_bytes=float(act),
+        comm_buffers_bytes=float(buffers),
+        overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),
+        capacity_bytes=float(gpu.memory_bytes),
+        strategy=strategy,
+        shard_group_size=group,
+    )
+
 
 def ddp_memory(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimizer: str,
                micro_batch: int) -> MemoryBreakdown:
-    """Per-GPU memory of plain DDP training."""
-    params = model.param_count
-    # Catalog activations are given at 2 bytes per element; fp32 compute keeps 4.
-    act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
-    return MemoryBreakdown(
-        weights_bytes=params * precision.weight_bytes,
-        gradients_bytes=params * precision.grad_bytes,
-        optimizer_bytes=params * optimizer_state_bytes_per_param(precision, optimizer),
-        activations_bytes=model.activation_bytes_per_sample * micro_batch * act_scale,
-        comm_buffers_bytes=params * precision.grad_bytes,
-        overhead_bytes=FRAMEWORK_OVERHEAD_BYTES,
-        capacity_bytes=gpu.memory_bytes,
-    )
+    """Per-GPU memory of plain DDP training (kept for callers of the first API)."""
+    return memory_breakdown(model, gpu, precision=precision, optimizer=optimizer, micro_batch=micro_batch)
+
+
+STAGE_LADDERS = {
+    "ddp": ("zero1", "zero2", "zero3"),
+    "zero1": ("zero2", "zero3"),
+    "zero2": ("zero3",),
+    "zero3": (),
+    "fsdp-shard-grad-op": ("fsdp",),
+    "fsdp-hybrid": ("fsdp",),
+    "fsdp": (),
+}
+"""Strategies to try, least sharded first, from each strategy."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitAdvice:
+    """What would make a configuration fit, found by re-evaluating the memory model."""
+
+    fits: bool
+    """The configuration fits as it is."""
+    strategy: str | None = None
+    """Strategy to use (``None``: keep it)."""
+    activation_checkpointing: bool | None = None
+    """Turn checkpointing on (``None``: no change)."""
+    micro_batch: int | None = None
+    """Micro-batch to use (``None``: keep it)."""
+    gpus: int | None = None
+    """GPU count to use (``None``: keep it)."""
+    total_bytes: float | None = None
+    """Per-GPU total with the advice applied."""
+    message: str = ""
+    """One line for humans."""
+
+    def to_dict(self) -> dict:
+        """JSON-able form."""
+        return {"fits": self.fits, "strategy": self.strategy, "activation_checkpointing": self.activation_checkpointing,
+                "micro_batch": self.micro_batch, "gpus": self.gpus, "total_bytes": self.total_bytes,
+                "message": self.message}
+
+
+def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimizer: str, micro_batch: int,
+               strategy: str = "ddp", n_gpus: int = 1, gpus_per_node: int | None = None,
+               activation_checkpointing: bool = False, grad_accum: int = 1, fsdp_unit: str = "block",
+               overlap: bool = True, max_gpus: int = 1 << 20) -> FitAdvice:
+    """The smallest change that makes ``model`` fit, in this order of preference:
+    a more sharded strategy (ZeRO-1 -> 2 -> 3, or FSDP shard-grad-op -> full shard) on
+    the same GPUs; that plus activation checkpointing; that plus a smaller micro-batch
+    (more accumulation keeps the global batch); the fully sharded strategy on more GPUs
+    (the smallest whole number of nodes). GPU counts above ``max_gpus`` are not offered.
+    """
+    gpn = gpus_per_node or n_gpus
+    base = dict(precision=precision, optimizer=optimizer, fsdp_unit=fsdp_unit, overlap=overlap,
+                gpus_per_node=gpn, grad_accum=grad_accum)
+
+    def mem(s, n, ck, mb):
+        return memory_breakdown(model, gpu, strategy=s, n_gpus=n, activation_checkpointing=ck, micro_batch=mb, **base)
+
+    now = mem(strategy, n_gpus, activation_checkpointing, micro_batch)
+    usable = now.usable_bytes
+    if now.fits:
+        return FitAdvice(fits=True, total_bytes=now.total_bytes, message="fits")
+
+    def gb(x):
+        from dpsim.units import format_bytes
+        return format_bytes(x)
+
+    ladder = STAGE_LADDERS[strategy]
+    for s in ladder:
+        m = mem(s, n_gpus, activation_checkpointing, micro_batch)
+        if m.fits:
+            return FitAdvice(fits=False, strategy=s, total_bytes=m.total_bytes,
+                             message=f"use --strategy {s}: {gb(m.total_bytes)} of {gb(usable)} usable per GPU")
+    top = ladder[-1] if ladder else strategy
+    can_ckpt = any(not u.is_root for u in _units(model, fsdp_unit))
+    ck_options = [activation_checkpointing] + ([True] if can_ckpt and not activation_checkpointing else [])
+    for ck in ck_options[1:]:
+        m = mem(top, n_gpus, ck, micro_batch)
+        if m.fits:
+            return FitAdvice(fits=False, strategy=None if top == strategy else top, activation_checkpointing=True,
+                             total_bytes=m.total_bytes,
+                             message=f"use {_flag_text(top, strategy)}--activation-checkpointing: "
+                                     f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
+    best_ck = ck_options[-1]
+    for mb in range(micro_batch - 1, 0, -1):
+        m = mem(top, n_gpus, best_ck, mb)
+        if m.fits:
+            ck_text = "--activation-checkpointing " if best_ck and not activation_checkpointing else ""
+            return FitAdvice(fits=False, strategy=None if top == strategy else top,
+                             activation_checkpointing=True if ck_text else None, micro_batch=mb,
+                             total_bytes=m.total_bytes,
+                             message=f"use {_flag_text(top, strategy)}{ck_text}--micro-batch {mb} (raise "
+                                     f"--grad-accum to keep the batch): {gb(m.total_bytes)} of {gb(usable)} usable")
+    # More GPUs: the fully sharded total is fixed + sharded/N; solve, then check.
+    full = "fsdp" if strategy.startswith("fsdp") else "zero3"
+    ck_text = "--activation-checkpointing " if best_ck and not activation_checkpointing else ""
+    one = mem(full, 1, best_ck, 1)
+    fixed = one.total_bytes - one.model_state_bytes  # what sharding does not divide
+    if fixed < usable:
+        need = math.ceil(one.model_state_bytes / (usable - fixed))
+        n = max(-(-need // gpn) * gpn, n_gpus + gpn if n_gpus >= gpn else gpn)
+        for _ in range(64):  # padding can cost a node or two more than the closed form
+            if n > max_gpus:
+                break
+            m = mem(full, n, best_ck, 1)
+            if m.fits:
+                mb_text = "--micro-batch 1 " if micro_batch > 1 else ""
+                return FitAdvice(fits=False, strategy=full, activation_checkpointing=True if ck_text else None,
+                                 micro_batch=1 if micro_batch > 1 else None, gpus=n, total_bytes=m.total_bytes,
+                                 message=f"use --strategy {full} {ck_text}{mb_text}on --gpus {n} or more: "
+                                         f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
+            n += gpn
+    return FitAdvice(
+        fits=False,
+        message=(f"no data-parallel configuration fits: with {full}{', checkpointing' if best_ck else ''} "
+                 f"and micro-batch 1, "
+                 f"activations, gathered units and overhead alone need {gb(fixed)} of {gb(usable)} usable per "
+                 f"GPU; use tensor/pipeline parallelism or a GPU with more memory"))
+
+
+def _units(model: ModelSpec, fsdp_unit: str):
+    from dpsim.strategies import wrap_units
+
+    return wrap_units(model, fsdp_unit)
+
+
+def _flag_text(new: str, old: str) -> str:
+    return "" if new == old else f"--strategy {new} "
+

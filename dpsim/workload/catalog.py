@@ -65,9 +65,19 @@ Activations (``activation_bytes_per_sample``)
     output kept for backward) is dropped, as fused attention kernels recompute it.
     LM heads add ``4·s·h + 4·s·v`` (final norm and projection inputs, fp32 logits for
     the loss; same paper); embeddings with dropout add its 1-byte mask ``s·h``.
+    A block layer also gives its input (``input_bytes_per_sample``, ``2·s·h`` for a
+    transformer sub-block): with activation checkpointing only the input of each
+    checkpointed block is kept (Korthikanti et al. 2022, Sec. 5, full recomputation).
     ResNet counts every convolution output twice (kept as BatchNorm input and as the
     following ReLU's output, which is also the next convolution's input), once for a
     downsample branch, plus the input image, the max-pool output and indices.
+
+Units (``LayerSpec.unit``)
+    Every layer of a transformer block (GPT-2 ``transformer.h.i``, Llama
+    ``model.layers.i``, BERT ``encoder.layer.i``, ViT ``encoder_layer_i``) or of a ResNet
+    bottleneck (``layer1.0``) carries the block's module path: the unit an FSDP
+    transformer auto-wrap policy wraps and activation checkpointing checkpoints.
+    Embeddings, final norms and heads belong to the root unit (``None``).
 """
 
 from __future__ import annotations
@@ -209,6 +219,12 @@ def lm_head_activation_bytes(seq_len: int, hidden: int, vocab: int) -> float:
     return 4.0 * seq_len * hidden + 4.0 * seq_len * vocab
 
 
+def _hidden_bytes(seq_len: int, hidden: int) -> float:
+    """One sample's hidden states at 2 bytes per element: a block's input, what full
+    activation checkpointing keeps per block (Korthikanti et al. 2022, Sec. 5: 2sbh)."""
+    return float(ACTIVATION_ELEMENT_BYTES * seq_len * hidden)
+
+
 def _param(name: str, shape: tuple[int, ...], dtype: str) -> ParamSpec:
     return ParamSpec(name=name, shape=tuple(int(d) for d in shape), dtype=dtype)
 
@@ -267,11 +283,13 @@ def _norm(prefix: str, n: int, dtype: str, bias: bool = True) -> _Module:
 
 
 def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float,
-           activation_bytes_per_sample: float) -> LayerSpec:
+           activation_bytes_per_sample: float, unit: str | None = None,
+           input_bytes_per_sample: float = 0.0) -> LayerSpec:
     """A layer running the modules ``run`` in this (forward) order.
 
     It owns their parameters (listed in run order); backward runs the modules in
-    reverse, each handing over its gradients in its own order.
+    reverse, each handing over its gradients in its own order. ``unit`` is the block
+    (FSDP wrap / checkpoint unit) it belongs to, ``input_bytes_per_sample`` its input.
     """
     return LayerSpec(
         name=name,
@@ -279,6 +297,8 @@ def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float
         grad_ready_order=tuple(n for m in reversed(run) for n in m.ready),
         forward_flops_per_sample=forward_flops_per_sample,
         activation_bytes_per_sample=activation_bytes_per_sample,
+        unit=unit,
+        input_bytes_per_sample=input_bytes_per_sample,
     )
 
 
@@ -350,12 +370,12 @@ def build_gpt2(
         layers.append(_layer(
             f"{p}.attn", [ln_1, c_attn, attn_proj],
             forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
-            activation_bytes_per_sample=attn_act,
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
         ))
         layers.append(_layer(
             f"{p}.mlp", [ln_2, c_fc, mlp_proj],
             forward_flops_per_sample=2.0 * s * d * inner * 2,
-            activation_bytes_per_sample=mlp_act,
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
         ))
     ln_f = _norm("transformer.ln_f", d, dtype)
     registered.append(ln_f)
@@ -414,12 +434,12 @@ def build_llama(
             f"{p}.self_attn", [input_norm, q, k, v_proj, o],  # + input_layernorm
             forward_flops_per_sample=2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
             + attention_matmul_flops(s, q_dim),
-            activation_bytes_per_sample=attn_act,
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
         ))
         layers.append(_layer(
             f"{p}.mlp", [post_norm, gate, up, down],  # + post_attention_layernorm
             forward_flops_per_sample=2.0 * s * d * inter * 3,
-            activation_bytes_per_sample=mlp_act,
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
         ))
     head = [_norm("model.norm", d, dtype, bias=False)]
     if not cfg.tie_word_embeddings:
@@ -479,12 +499,12 @@ def build_bert(
         layers.append(_layer(
             f"{p}.attention", attention,
             forward_flops_per_sample=2.0 * s * d * d * 4 + attention_matmul_flops(s, d),
-            activation_bytes_per_sample=attn_act,
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
         ))
         layers.append(_layer(
             f"{p}.ffn", ffn,  # BertIntermediate + BertOutput (no common module in HF)
             forward_flops_per_sample=2.0 * s * d * inter * 2,
-            activation_bytes_per_sample=mlp_act,
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
         ))
     if cfg.add_pooling_layer:
         pooler = _linear("pooler.dense", d, d, dtype)
@@ -557,12 +577,12 @@ def build_vit(
         layers.append(_layer(
             f"{p}.self_attention", attention,  # + ln_1
             forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
-            activation_bytes_per_sample=attn_act,
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
         ))
         layers.append(_layer(
             f"{p}.mlp", mlp,  # + ln_2
             forward_flops_per_sample=2.0 * s * d * cfg.mlp_dim * 2,
-            activation_bytes_per_sample=mlp_act,
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
         ))
     heads = [_norm("encoder.ln", d, dtype), _linear("heads.head", cfg.num_classes, d, dtype)]
     registered += heads
@@ -639,7 +659,8 @@ def build_resnet(
                 act += out_c * out_hw * out_hw
             registered += modules
             layers.append(_layer(p, modules, forward_flops_per_sample=flops,
-                                 activation_bytes_per_sample=float(e * act)))
+                                 activation_bytes_per_sample=float(e * act), unit=p,
+                                 input_bytes_per_sample=float(e * inplanes * hw * hw)))
             inplanes, hw = out_c, out_hw
     fc = _linear("fc", cfg.num_classes, inplanes, dtype)
     registered.append(fc)

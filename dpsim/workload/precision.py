@@ -5,6 +5,11 @@ Bytes per parameter follow the ZeRO paper's accounting (Rajbhandari et al. 2020,
 mixed precision with Adam keeps 2 (fp16/bf16 weights) + 2 (gradients) + 12 (fp32 master
 weights, momentum, variance) = 16 bytes per parameter. The seed's accounting keeps the
 Adam moments in bf16: 2 + 2 + 4 = 8.
+
+fp16 mixed precision (Micikevicius et al. 2018, "Mixed Precision Training") keeps the
+same 16 bytes per parameter as bf16 mixed precision; it is what Volta GPUs support.
+The gradient dtype is what DDP buckets and all-reduces, and what ZeRO / FSDP
+reduce-scatter.
 """
 
 from __future__ import annotations
@@ -52,6 +57,12 @@ PRECISIONS: dict[str, Precision] = {
         master_bytes=4, state_element_bytes=4,
         description="bf16 weights and gradients, fp32 master weights and moments (ZeRO paper: 16 B/param with Adam)",
     ),
+    "fp16-mixed": Precision(
+        name="fp16-mixed", compute_dtype="float16", weight_bytes=2, grad_dtype="float16", grad_bytes=2,
+        master_bytes=4, state_element_bytes=4,
+        description="fp16 weights and gradients (loss scaling), fp32 master weights and moments: "
+                    "16 B/param with Adam; the mixed precision Volta (V100) supports",
+    ),
     "bf16": Precision(
         name="bf16", compute_dtype="bfloat16", weight_bytes=2, grad_dtype="bfloat16", grad_bytes=2,
         master_bytes=0, state_element_bytes=2,
@@ -61,6 +72,24 @@ PRECISIONS: dict[str, Precision] = {
 
 OPTIMIZER_STATES: dict[str, int] = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0}
 """Optimizer-state tensors per parameter (Adam: m and v; SGD with momentum: one buffer)."""
+
+
+def check_precision_on_gpu(precision: Precision, gpu) -> None:
+    """Refuse a precision whose compute dtype the GPU has no tensor cores for.
+
+    Volta (V100) has fp16 tensor cores but no bf16 ones: bf16 matmuls there are emulated
+    (``torch.cuda.is_bf16_supported(including_emulation=False)`` is False before
+    compute capability 8.0), far below any rate dpsim could quote. So ``bf16-mixed``,
+    ``bf16`` and ``amp`` (bf16 autocast) on a V100 are an error that names
+    ``fp16-mixed``, rather than a silent fp16 rate.
+    """
+    dtype = precision.compute_dtype
+    if dtype in ("bfloat16", "float16") and dtype not in gpu.peak_flops_per_s:
+        other = [p.name for p in PRECISIONS.values() if p.compute_dtype in gpu.peak_flops_per_s]
+        raise ConfigError(
+            f"--precision: {precision.name!r} computes in {dtype}, which {gpu.name} has no tensor cores "
+            f"for; choose one of {', '.join(other)}"
+        )
 
 
 def get_precision(name: str) -> Precision:

@@ -20,7 +20,12 @@ Two parameter orders matter and can differ from the layer order:
 
 A simple model needs neither field: with the defaults, the ready order is reverse
 registration order, exact for a stack of ``Linear``/embedding modules that run in
-registration order.
+registration order. A workload traced from a torch module records the whole observed
+order in :attr:`ModelSpec.grad_ready_order` when the layers' order cannot express it.
+
+For sharding and checkpointing, a layer may name its *unit* (:attr:`LayerSpec.unit`,
+the transformer block an FSDP auto-wrap policy wraps) and its input size
+(:attr:`LayerSpec.input_bytes_per_sample`, what checkpointing keeps).
 """
 
 from __future__ import annotations
@@ -92,6 +97,14 @@ class LayerSpec:
     """Forward FLOPs for one sample (a multiply-add counts 2)."""
     activation_bytes_per_sample: float = 0.0
     """Bytes this layer keeps for backward per sample, at 2 bytes per element (bf16/fp16)."""
+    input_bytes_per_sample: float = 0.0
+    """Bytes of the layer's input activations per sample (2 bytes per element): what
+    activation checkpointing keeps when a checkpointed unit starts with this layer."""
+    unit: str | None = None
+    """The wrap unit this layer belongs to — a transformer block's module path, as an
+    FSDP auto-wrap policy (``transformer_auto_wrap_policy``) wraps it and activation
+    checkpointing checkpoints it; ``None``: the root unit (embeddings, final norm, head).
+    Layers of one unit are consecutive."""
 
     def __post_init__(self) -> None:
         if self.grad_ready_order is not None:
@@ -128,6 +141,11 @@ class ModelSpec:
     """Every parameter name in ``model.parameters()`` order, when that differs from
     concatenating the layers' parameters; ``None`` means the concatenation. Must be a
     permutation of the parameter names."""
+    grad_ready_order: tuple[str, ...] | None = None
+    """Every parameter name in the order backward makes the gradients ready, when it is
+    known as a whole (e.g. recorded from a torch module's backward) and differs from the
+    layers' order; ``None`` means layers in reverse, each in its own order. Must be a
+    permutation of the parameter names."""
     tokens_per_sample: int | None = None
     """Sequence length for token models; ``None`` for e.g. image models."""
     published_param_count: int | None = None
@@ -146,6 +164,19 @@ class ModelSpec:
                 f"model {self.name!r}: registration_order is not a permutation of the "
                 f"layers' parameter names"
             )
+        if self.grad_ready_order is not None and sorted(self.grad_ready_order) != sorted(names):
+            raise WorkloadError(
+                f"model {self.name!r}: grad_ready_order is not a permutation of the "
+                f"layers' parameter names"
+            )
+        seen: set[str] = set()
+        previous = object()
+        for layer in self.layers:
+            if layer.unit != previous and layer.unit is not None and layer.unit in seen:
+                raise WorkloadError(f"model {self.name!r}: the layers of unit {layer.unit!r} are not consecutive")
+            if layer.unit is not None:
+                seen.add(layer.unit)
+            previous = layer.unit
 
     @property
     def params(self) -> tuple[ParamSpec, ...]:
@@ -160,7 +191,11 @@ class ModelSpec:
     def grad_ready_params(self) -> tuple[ParamSpec, ...]:
         """All parameters in gradient-ready order: the order backward makes their
         gradients ready, which DDP records in the first iteration and rebuilds its
-        buckets from. Layers in reverse, each in its :attr:`LayerSpec.grad_ready_order`."""
+        buckets from: :attr:`grad_ready_order` when given, else layers in reverse, each
+        in its :attr:`LayerSpec.grad_ready_order`."""
+        if self.grad_ready_order is not None:
+            by_name = {p.name: p for layer in self.layers for p in layer.params}
+            return tuple(by_name[n] for n in self.grad_ready_order)
         return tuple(p for layer in reversed(self.layers) for p in layer.grad_ready_params)
 
     def layer_index_by_param(self) -> dict[str, int]:

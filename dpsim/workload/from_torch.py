@@ -1,0 +1,523 @@
+"""A dpsim workload from a user's ``torch.nn.Module``, traced on the meta device.
+
+``--model path/to/file.py:build`` or ``--model package.module:build`` names a function
+that returns an ``nn.Module``. dpsim builds it under ``torch.device("meta")`` (no real
+weights are allocated, no GPU is needed), runs one forward and one backward on meta
+tensors, and records:
+
+* **parameters** in registration order (``named_parameters()``, shared tensors once),
+  with shapes and dtypes;
+* **layers**: every module that does work, in the order its forward is first entered.
+  A parameter belongs to the module that is running (innermost) when an operator first
+  reads it — the module whose backward completes its gradient, so a tied weight goes
+  to its first user, as in the catalog;
+* **forward FLOPs** per layer: the operators run while the module is innermost,
+  counted with ``torch.utils.flop_counter``'s formulas (its registry; operators it does
+  not know are decomposed as ``FlopCounterMode`` does). 2 FLOPs per multiply-add,
+  element-wise work counts 0, as in the catalog;
+* **activations** per layer: the tensors autograd saves for backward
+  (``torch.autograd.graph.saved_tensors_hooks``), each storage once, parameters
+  excluded, floating-point elements at 2 bytes (the catalog's bf16/fp16 convention),
+  others at their own size; and each layer's **input** bytes (what activation
+  checkpointing keeps);
+* the **gradient-ready order**: the order ``AccumulateGrad`` fires in the meta
+  backward (``register_post_accumulate_grad_hook``). Autograd's engine orders work by
+  graph topology and sequence numbers, not by device, so the meta order is the CPU/GPU
+  order: ``tests/test_from_torch.py`` checks it, and the DDP buckets built from it,
+  against real ``DistributedDataParallel``;
+* **FSDP / checkpoint units** ("blocks"): the children of ``nn.ModuleList`` /
+  ``nn.Sequential`` containers, of the class that holds the most parameters among such
+  children (at least two of them) — a transformer block, a ResNet bottleneck — as a
+  transformer auto-wrap policy would wrap them; or the modules of the classes given in
+  ``unit_classes``.
+
+Everything per sample is the traced value divided by the batch size (the first
+dimension of the first input tensor).
+
+What is refused, with one line saying why (:class:`~dpsim.errors.WorkloadError`): a
+spec that is not ``file.py:fn`` / ``pkg.mod:fn``, an import that fails, a function that
+does not return an ``nn.Module``, a forward that fails on meta tensors (e.g.
+data-dependent control flow, ``.item()``, CPU-only custom kernels), operators with
+heavy compute whose FLOPs dpsim cannot count (RNN kernels, custom ops), higher-order
+operators, frozen parameters (``requires_grad=False``), parameters the forward never
+uses (DDP would need ``find_unused_parameters=True``) and sparse gradients.
+
+torch is imported lazily, inside the functions: ``dpsim predict`` with a catalog model
+never imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import keyword
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from dpsim.errors import WorkloadError
+from dpsim.workload.spec import DTYPE_SIZE_BYTES, LayerSpec, ModelSpec, ParamSpec
+
+ACTIVATION_ELEMENT_BYTES = 2
+"""Floating-point activations are counted at 2 bytes (bf16/fp16 training), as in the catalog."""
+
+ROOT_LAYER_NAME = "(root)"
+"""Layer name of the work the top-level module's own ``forward`` does."""
+
+_HEAVY_OP = re.compile(r"(mm|matmul|conv|attention|linear|einsum|dot|gemm|fft|lstm|gru|rnn|bilinear|cdist)")
+"""Operator names that do matmul-class work: if the FLOP registry does not know one and it
+does not decompose, the FLOP count would be wrong, so the model is refused."""
+
+_INPUT_DTYPES = {"float32": "float32", "float": "float32", "float16": "float16", "half": "float16",
+                 "bfloat16": "bfloat16", "int64": "int64", "long": "int64", "int32": "int32", "int": "int32",
+                 "bool": "bool"}
+
+
+def is_torch_model_ref(model: str) -> bool:
+    """Whether ``--model`` names a torch builder (``file.py:fn``, ``pkg.mod:fn``) rather than a catalog key."""
+    return isinstance(model, str) and ":" in model
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRef:
+    """A parsed ``--model`` reference to a builder function."""
+
+    target: str
+    """A ``.py`` file path or a dotted module name."""
+    function: str
+    """Name of the function returning the ``nn.Module``."""
+    example_function: str | None
+    """Name of the function returning the example input (``None``: ``example_input`` if the
+    module defines it)."""
+    is_file: bool
+    """``target`` is a file path."""
+
+
+def parse_model_ref(ref: str) -> ModelRef:
+    """Validate ``file.py:fn[:example_fn]`` or ``pkg.mod:fn[:example_fn]``."""
+    usage = ("expected path/to/file.py:build or package.module:build (optionally :example_fn for "
+             "the input), or a catalog name")
+    if not isinstance(ref, str) or not ref.strip():
+        raise WorkloadError(f"--model: {ref!r} is not valid; {usage}")
+    parts = ref.strip().split(":")
+    if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
+        raise WorkloadError(f"--model: {ref!r} is not valid; {usage}")
+    target, function = parts[0].strip(), parts[1].strip()
+    example = parts[2].strip() if len(parts) == 3 else None
+    for fn in (function, example):
+        if fn is not None and (not fn.isidentifier() or keyword.iskeyword(fn)):
+            raise WorkloadError(f"--model: {fn!r} in {ref!r} is not a Python function name; {usage}")
+    is_file = target.endswith(".py") or "/" in target or "\\" in target
+    if is_file:
+        if not target.endswith(".py"):
+            raise WorkloadError(f"--model: {target!r} is not a .py file; {usage}")
+        if not Path(target).is_file():
+            raise WorkloadError(f"--model: file {target!r} does not exist")
+    elif not all(p.isidentifier() and not keyword.iskeyword(p) for p in target.split(".")):
+        raise WorkloadError(f"--model: {target!r} is not a module name (dotted identifiers); {usage}")
+    return ModelRef(target=target, function=function, example_function=example, is_file=is_file)
+
+
+def parse_input_shape(text: str) -> tuple[tuple[int, ...], str]:
+    """``"4,3,224,224"`` or ``"2x1024:int64"`` -> (shape, dtype). The first dimension is the batch."""
+    usage = ("expected comma- or x-separated sizes >= 1, batch first, optionally :DTYPE "
+             f"({', '.join(sorted(set(_INPUT_DTYPES)))}), e.g. 8,3,224,224 or 4,1024:int64")
+    if not isinstance(text, str) or not text.strip():
+        raise WorkloadError(f"--input-shape: {text!r} is not valid; {usage}")
+    shape_text, _, dtype_text = text.strip().partition(":")
+    dtype = _INPUT_DTYPES.get(dtype_text.strip().lower() or "float32")
+    if dtype is None:
+        raise WorkloadError(f"--input-shape: dtype {dtype_text!r} is not known; {usage}")
+    items = [s.strip() for s in re.split(r"[,x×]", shape_text.strip().lower())]
+    if not items or not all(re.fullmatch(r"\d+", s) for s in items) or any(int(s) < 1 for s in items):
+        raise WorkloadError(f"--input-shape: {text!r} is not valid; {usage}")
+    return tuple(int(s) for s in items), dtype
+
+
+def _import_target(ref: ModelRef) -> Any:
+    try:
+        if ref.is_file:
+            path = Path(ref.target).resolve()
+            mod_name = f"_dpsim_user_model_{abs(hash(str(path)))}"
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            if spec is None or spec.loader is None:
+                raise WorkloadError(f"--model: cannot import {ref.target!r} as a Python file")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            # Let the file import its neighbours.
+            sys.path.insert(0, str(path.parent))
+            try:
+                spec.loader.exec_module(module)
+            finally:
+                try:
+                    sys.path.remove(str(path.parent))
+                except ValueError:
+                    pass
+            return module
+        return importlib.import_module(ref.target)
+    except WorkloadError:
+        raise
+    except Exception as exc:  # any failure while importing user code
+        raise WorkloadError(f"--model: importing {ref.target!r} failed: {type(exc).__name__}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] + ("..." if len(text) > 300 else "")
+
+
+def load_torch_workload(
+    ref: str,
+    *,
+    input_shape: str | None = None,
+    name: str | None = None,
+    unit_classes: Iterable[str] | None = None,
+) -> ModelSpec:
+    """The workload of the ``nn.Module`` that ``ref`` (``file.py:fn`` or ``pkg.mod:fn``) builds.
+
+    The example input is, in this order: ``input_shape`` (``"8,3,224,224"``,
+    ``"4,1024:int64"``); the function named after a second colon (``file.py:build:inputs``);
+    a module-level ``example_input()``. It may return a tensor, a tuple of positional
+    arguments or a dict of keyword arguments; it is called under the meta device.
+    """
+    parsed = parse_model_ref(ref)
+    stamp = Path(parsed.target).stat().st_mtime_ns if parsed.is_file else None
+    key = (ref, input_shape, name, None if unit_classes is None else tuple(unit_classes), stamp)
+    if key not in _CACHE:
+        if len(_CACHE) >= 16:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = _load(parsed, ref, input_shape=input_shape, name=name, unit_classes=unit_classes)
+    return _CACHE[key]
+
+
+_CACHE: dict[tuple, ModelSpec] = {}
+"""Traced workloads by (reference, input shape, name, unit classes, file mtime): a sweep
+over other axes traces a module once per process."""
+
+
+def _load(parsed: ModelRef, ref: str, *, input_shape, name, unit_classes) -> ModelSpec:
+    import torch
+
+    mod = _import_target(parsed)
+    builder = getattr(mod, parsed.function, None)
+    if builder is None or not callable(builder):
+        raise WorkloadError(f"--model: {parsed.target!r} has no function {parsed.function!r}")
+    example_fn = None
+    if input_shape is None:
+        ex_name = parsed.example_function or "example_input"
+        example_fn = getattr(mod, ex_name, None)
+        if example_fn is None or not callable(example_fn):
+            where = f"no function {ex_name!r} in {parsed.target!r}"
+            raise WorkloadError(f"--model: {ref!r} needs an example input: pass --input-shape "
+                                f"(e.g. 8,3,224,224 or 4,1024:int64) or define example_input() ({where})")
+    elif parsed.example_function is not None:
+        raise WorkloadError(f"--input-shape: give it or the example function in --model {ref!r}, not both")
+    with torch.device("meta"):
+        try:
+            module = builder()
+        except Exception as exc:
+            raise WorkloadError(f"--model: {parsed.function}() failed on the meta device: "
+                                f"{type(exc).__name__}: {_one_line(exc)}") from None
+        if not isinstance(module, torch.nn.Module):
+            raise WorkloadError(f"--model: {parsed.function}() returned {type(module).__name__}, "
+                                f"not a torch.nn.Module")
+        if input_shape is not None:
+            shape, dtype = parse_input_shape(input_shape)
+            tdtype = getattr(torch, dtype)
+            example = torch.zeros(shape, dtype=tdtype)
+        else:
+            try:
+                example = example_fn()
+            except Exception as exc:
+                raise WorkloadError(f"--model: the example-input function failed: {type(exc).__name__}: "
+                                    f"{_one_line(exc)}") from None
+    label = name or f"{Path(parsed.target).stem if parsed.is_file else parsed.target}:{parsed.function}"
+    return workload_from_module(module, example, name=label, unit_classes=unit_classes)
+
+
+class _Tracer:
+    """Module stack, per-module FLOPs, first parameter use and saved activations."""
+
+    def __init__(self, torch, module, unit_classes):
+        self.torch = torch
+        self.names = {id(m): n for n, m in module.named_modules()}
+        self.stack: list[str] = []
+        self.order: list[str] = []  # modules in order of first entry
+        self.classes = {n: type(m).__name__ for n, m in module.named_modules()}
+        self.flops: dict[str, float] = {}
+        self.act: dict[str, float] = {}
+        self.inputs: dict[str, float] = {}
+        self.first_use: dict[str, str] = {}  # param name -> module name
+        self.use_order: list[str] = []
+        self.param_ids: dict[int, str] = {}
+        self.seen_storage: set[int] = set()
+        self.keep: list = []  # keep saved tensors alive so ids stay unique
+
+    def current(self) -> str:
+        return self.stack[-1] if self.stack else ""
+
+    def pre_hook(self, mod, args, kwargs=None):
+        name = self.names[id(mod)]
+        if name not in self.inputs:
+            self.order.append(name)
+            self.inputs[name] = self._tensor_bytes(args) + self._tensor_bytes(kwargs or {})
+        self.stack.append(name)
+
+    def post_hook(self, mod, args, output):
+        name = self.names[id(mod)]
+        if self.stack and self.stack[-1] == name:
+            self.stack.pop()
+
+    def _tensor_bytes(self, obj) -> float:
+        from torch.utils._pytree import tree_flatten
+
+        leaves, _ = tree_flatten(obj)
+        total = 0.0
+        for t in leaves:
+            if isinstance(t, self.torch.Tensor) and id(t) not in self.param_ids:
+                total += t.numel() * (ACTIVATION_ELEMENT_BYTES if t.is_floating_point() else t.element_size())
+        return total
+
+    def saw_param(self, pname: str) -> None:
+        if pname not in self.first_use:
+            self.first_use[pname] = self.current()
+            self.use_order.append(pname)
+
+    def pack(self, t):
+        base = t
+        while getattr(base, "_base", None) is not None:
+            base = base._base
+        key = id(base)
+        if key in self.param_ids or key in self.seen_storage:
+            return t
+        self.seen_storage.add(key)
+        self.keep.append(base)
+        nbytes = base.numel() * (ACTIVATION_ELEMENT_BYTES if base.is_floating_point() else base.element_size())
+        cur = self.current()
+        self.act[cur] = self.act.get(cur, 0.0) + nbytes
+        return t
+
+
+def _make_mode(torch, tracer: _Tracer):
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    skip = {torch.ops.prim.device.default}
+
+    class _TraceMode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if isinstance(func, torch._ops.HigherOrderOperator):
+                raise WorkloadError(f"--model: module {tracer.current() or ROOT_LAYER_NAME!r} runs the "
+                                    f"higher-order operator {func}, which dpsim cannot trace")
+            for a in list(args) + list(kwargs.values()):
+                if isinstance(a, torch.Tensor) and id(a) in tracer.param_ids:
+                    tracer.saw_param(tracer.param_ids[id(a)])
+                elif isinstance(a, (list, tuple)):
+                    for b in a:
+                        if isinstance(b, torch.Tensor) and id(b) in tracer.param_ids:
+                            tracer.saw_param(tracer.param_ids[id(b)])
+            packet = func._overloadpacket
+            if packet not in flop_registry and func not in skip:
+                with self:
+                    r = func.decompose(*args, **kwargs)
+                if r is not NotImplemented:
+                    return r
+                if _HEAVY_OP.search(packet.__name__):
+                    raise WorkloadError(
+                        f"--model: module {tracer.current() or ROOT_LAYER_NAME!r} runs {func.name()}, "
+                        f"whose FLOPs dpsim cannot count; rewrite it with supported ops (matmul, conv, "
+                        f"scaled_dot_product_attention) or use a catalog model")
+            out = func(*args, **kwargs)
+            if packet in flop_registry:
+                flops = flop_registry[packet](*args, **kwargs, out_val=out)
+                cur = tracer.current()
+                tracer.flops[cur] = tracer.flops.get(cur, 0.0) + float(flops)
+            return out
+
+    return _TraceMode()
+
+
+def _find_units(module, unit_classes) -> list[str]:
+    """Module paths of the FSDP / checkpoint units ("blocks")."""
+    import torch
+
+    named = list(module.named_modules())
+    if unit_classes is not None:
+        wanted = set(unit_classes)
+        units: list[str] = []
+        for n, m in named:
+            if type(m).__name__ in wanted and not any(n.startswith(u + ".") for u in units) and n:
+                units.append(n)
+        return units
+    # Children of module containers, grouped by class: the class holding the most
+    # parameters is the block (GPT blocks in one ModuleList; ResNet bottlenecks across
+    # layer1..layer4).
+    by_class: dict[type, list[tuple[str, Any]]] = {}
+    for n, m in named:
+        if not isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
+            continue
+        for cn, c in m.named_children():
+            by_class.setdefault(type(c), []).append((f"{n}.{cn}" if n else cn, c))
+    best: tuple[int, list[str]] = (0, [])
+    for group in by_class.values():
+        if len(group) < 2:
+            continue
+        size = sum(p.numel() for _, c in group for p in c.parameters())
+        if size > best[0]:
+            best = (size, [name for name, _ in group])
+    units: list[str] = []
+    for name in sorted(best[1], key=len):  # outermost only
+        if not any(name.startswith(u + ".") for u in units):
+            units.append(name)
+    return units
+
+
+def workload_from_module(module, example: Any, *, name: str, unit_classes: Iterable[str] | None = None) -> ModelSpec:
+    """Trace ``module`` (on the meta device) with ``example`` and build its :class:`ModelSpec`.
+
+    ``example`` is a tensor, a tuple of positional arguments or a dict of keyword
+    arguments; tensors are moved to the meta device. See the module docstring for what
+    is recorded and what is refused.
+    """
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    if not isinstance(module, torch.nn.Module):
+        raise WorkloadError(f"--model: got {type(module).__name__}, not a torch.nn.Module")
+    for n, m in module.named_modules():
+        if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and getattr(m, "sparse", False):
+            raise WorkloadError(f"--model: module {n!r} has sparse gradients (sparse=True); dpsim models "
+                                f"dense gradients only")
+    module = module.to("meta")
+    module.train()
+    named_params = list(module.named_parameters())
+    if not named_params:
+        raise WorkloadError(f"--model: {name!r} has no parameters")
+    frozen = [n for n, p in named_params if not p.requires_grad]
+    if frozen:
+        raise WorkloadError(f"--model: parameter {frozen[0]!r} has requires_grad=False; dpsim models every "
+                            f"parameter as trained (DDP skips frozen ones): leave them out of the model")
+    for n, p in named_params:
+        if str(p.dtype).removeprefix("torch.") not in DTYPE_SIZE_BYTES:
+            raise WorkloadError(f"--model: parameter {n!r} has dtype {p.dtype}, which dpsim does not model")
+
+    def to_meta(x):
+        return x.to("meta") if isinstance(x, torch.Tensor) else x
+
+    example = tree_map(to_meta, example)
+    if isinstance(example, dict):
+        args, kwargs = (), example
+    elif isinstance(example, (tuple, list)):
+        args, kwargs = tuple(example), {}
+    else:
+        args, kwargs = (example,), {}
+    first = next((t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)), None)
+    if first is None or first.dim() == 0:
+        raise WorkloadError("--input-shape: the example input has no tensor with a batch dimension")
+    batch = int(first.shape[0])
+    tokens = int(first.shape[1]) if (not first.is_floating_point() and first.dim() >= 2) else None
+
+    tracer = _Tracer(torch, module, unit_classes)
+    tracer.param_ids = {id(p): n for n, p in named_params}
+    handles = []
+    for _, m in module.named_modules():
+        handles.append(m.register_forward_pre_hook(tracer.pre_hook, with_kwargs=True))
+        handles.append(m.register_forward_hook(tracer.post_hook))
+    ready: list[str] = []
+    for n, p in named_params:
+        handles.append(p.register_post_accumulate_grad_hook(lambda _p, n=n: ready.append(n)))
+    try:
+        try:
+            with torch.device("meta"), torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t):
+                with _make_mode(torch, tracer):
+                    out = module(*args, **kwargs)
+        except WorkloadError:
+            raise
+        except Exception as exc:
+            where = tracer.current() or ROOT_LAYER_NAME
+            raise WorkloadError(
+                f"--model: forward failed on the meta device in module {where!r} ({type(exc).__name__}: "
+                f"{_one_line(exc)}); data-dependent control flow, .item() or device-specific kernels "
+                f"cannot be traced without real weights") from None
+        losses = [t for t in tree_flatten(out)[0]
+                  if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point()]
+        if not losses:
+            raise WorkloadError("--model: the forward output has no floating-point tensor that requires grad")
+        try:
+            loss = sum(t.float().sum() for t in losses)
+            loss.backward()
+        except Exception as exc:
+            raise WorkloadError(f"--model: backward failed on the meta device ({type(exc).__name__}: "
+                                f"{_one_line(exc)})") from None
+    finally:
+        for h in handles:
+            h.remove()
+
+    unused = [n for n, _ in named_params if n not in tracer.first_use]
+    if unused:
+        raise WorkloadError(f"--model: parameter {unused[0]!r} is not used by forward; DDP would need "
+                            f"find_unused_parameters=True, which dpsim does not model")
+    no_grad = [n for n, _ in named_params if n not in set(ready)]
+    if no_grad:
+        raise WorkloadError(f"--model: parameter {no_grad[0]!r} got no gradient in backward (used only "
+                            f"under no_grad or detached?)")
+    if len(ready) != len(named_params):
+        raise WorkloadError("--model: a parameter's gradient was accumulated more than once in one "
+                            "backward; dpsim cannot order it")
+
+    units = _find_units(module, unit_classes)
+    shapes = {n: (tuple(int(d) for d in p.shape), str(p.dtype).removeprefix("torch.")) for n, p in named_params}
+    owned: dict[str, list[str]] = {}
+    for pname in tracer.use_order:
+        owned.setdefault(tracer.first_use[pname], []).append(pname)
+    ready_pos = {n: i for i, n in enumerate(ready)}
+    layers = []
+    for mod_name in tracer.order:
+        params = owned.get(mod_name, [])
+        flops = tracer.flops.get(mod_name, 0.0)
+        act = tracer.act.get(mod_name, 0.0)
+        if not params and flops == 0 and act == 0:
+            continue
+        unit = next((u for u in units if mod_name == u or mod_name.startswith(u + ".")), None)
+        layers.append(LayerSpec(
+            name=mod_name or ROOT_LAYER_NAME,
+            params=tuple(ParamSpec(name=p, shape=shapes[p][0], dtype=shapes[p][1]) for p in params),
+            grad_ready_order=tuple(sorted(params, key=ready_pos.__getitem__)),
+            forward_flops_per_sample=flops / batch,
+            activation_bytes_per_sample=act / batch,
+            input_bytes_per_sample=tracer.inputs.get(mod_name, 0.0) / batch,
+            unit=unit,
+        ))
+    registration = tuple(n for n, _ in named_params)
+    in_layers = tuple(p.name for layer in layers for p in layer.params)
+    derived_ready = tuple(p for layer in reversed(layers) for p in (layer.grad_ready_order or ()))
+    return ModelSpec(
+        name=name,
+        layers=tuple(layers),
+        registration_order=None if registration == in_layers else registration,
+        grad_ready_order=None if tuple(ready) == derived_ready else tuple(ready),
+        tokens_per_sample=tokens,
+        source=f"traced from torch module {type(module).__name__} on the meta device (batch {batch})",
+    )
+
+
+def trace_summary(model: ModelSpec) -> dict:
+    """A small JSON-able summary of a traced workload (for ``--json`` outputs and tests)."""
+    return {
+        "name": model.name,
+        "param_count": model.param_count,
+        "layers": len(model.layers),
+        "units": sorted({l.unit for l in model.layers if l.unit is not None}, key=_natural_key),
+        "forward_flops_per_sample": model.forward_flops_per_sample,
+        "activation_bytes_per_sample": model.activation_bytes_per_sample,
+        "tokens_per_sample": model.tokens_per_sample,
+    }
+
+
+def _natural_key(text: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
