@@ -25,3 +25,7 @@ class WorkloadError(DpsimError):
 
 class ProfileError(DpsimError):
     """A calibration profile or measurement log is malformed."""
+
+
+class CalibrationError(DpsimError):
+    """A calibration run failed (a rank died or hung, a backend is unavailable)."""

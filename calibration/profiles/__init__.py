@@ -1,0 +1,1 @@
+"""Calibration profiles shipped with dpsim (installed as ``dpsim.profiles``)."""

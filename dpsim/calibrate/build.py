@@ -1,0 +1,155 @@
+"""Turn measurements into a :class:`~dpsim.calibrate.profile.Profile`.
+
+Two ways in: parsed nccl-tests logs (:func:`profile_from_nccl_tests`) and the raw
+results of dpsim's own torch harness (:func:`profile_from_results`). Both fit every
+(link class, op) sweep with :func:`~dpsim.calibrate.fit.fit_alpha_beta` and list a
+warning for every poor fit.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import statistics
+from pathlib import Path
+from typing import Any, Iterable
+
+from dpsim.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
+from dpsim.calibrate.profile import (
+    LINK_CLASSES, PROFILE_OPS, ComputeCalibration, LayerTiming, Measurement, ModelStep, OpCalibration, Profile,
+    fit_warnings, make_op_calibration,
+)
+from dpsim.errors import ProfileError
+
+
+def utc_now() -> str:
+    """Current UTC time, ISO-8601 with a Z."""
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def profile_from_nccl_tests(
+    paths: Iterable[str | Path], *, name: str | None = None, description: str = "",
+    ranks_per_node: int | None = None, sources: Iterable[str] = (), created_utc: str | None = None,
+) -> Profile:
+    """Parse nccl-tests logs and fit them into a profile.
+
+    Logs of the same op and link class (one node: ``intra_node``; several:
+    ``inter_node``) are merged; every log of one link class must have the same number
+    of ranks (a profile holds one communicator size per link class).
+    """
+    paths = [str(p) for p in paths]
+    if not paths:
+        raise ProfileError("--from-nccl-tests: no log files given")
+    logs: list[NcclTestsLog] = [parse_nccl_tests(p, ranks_per_node=ranks_per_node) for p in paths]
+    groups: dict[tuple[str, str], list[NcclTestsLog]] = {}
+    classes: dict[str, tuple[int, int, str]] = {}
+    for log in logs:
+        lc = "intra_node" if log.n_nodes == 1 else "inter_node"
+        n_ranks = log.n_ranks
+        if lc in classes and classes[lc][:2] != (n_ranks, log.n_nodes) and log.op != "sendrecv":
+            n0, nodes0, first = classes[lc]
+            raise ProfileError(
+                f"--from-nccl-tests: {log.path}: {n_ranks} ranks on {log.n_nodes} node(s), but {first} "
+                f"measured {lc} on {n0} ranks on {nodes0} node(s); a profile holds one communicator size "
+                "per link class (make one profile per size)")
+        if log.op != "sendrecv":
+            classes.setdefault(lc, (n_ranks, log.n_nodes, log.path))
+        groups.setdefault((lc, log.op), []).append(log)
+    ops: dict[tuple[str, str], OpCalibration] = {}
+    link_classes: dict[str, dict[str, Any]] = {}
+    for (lc, op), group in groups.items():
+        if lc not in classes:  # only sendrecv logs for this class
+            classes[lc] = (group[0].n_ranks, group[0].n_nodes, group[0].path)
+        n0, nodes0, _ = classes[lc]
+        link_classes[lc] = {"n_ranks": n0, "n_nodes": nodes0}
+        meas = [m for log in group for m in log.measurements]
+        cites = tuple(dict.fromkeys(s for log in group for s in log.sources)) or tuple(
+            Path(log.path).name for log in group)
+        ops[lc, op] = make_op_calibration(op, lc, 2 if op == "sendrecv" else n0, meas, sources=cites,
+                                          what=f"{', '.join(log.path for log in group)}")
+    devices = sorted({d for log in logs for d in log.device_names})
+    hosts = max(log.n_nodes for log in logs)
+    environment = {
+        "backend": "nccl",
+        "backend_version": None,
+        "tool": "nccl-tests",
+        "device_names": devices,
+        "hosts": hosts,
+        "world_size": max(log.n_ranks for log in logs),
+        "logs": [{"path": Path(log.path).name, "op": log.op, "n_ranks": log.n_ranks, "n_nodes": log.n_nodes,
+                  "dtype": log.dtype, "header": log.header} for log in logs],
+    }
+    all_sources = tuple(dict.fromkeys(list(sources) + [s for log in logs for s in log.sources]))
+    return Profile(
+        name=name or Path(paths[0]).stem,
+        description=description or f"fitted from {len(logs)} nccl-tests log(s)",
+        created_utc=created_utc or utc_now(),
+        method="nccl-tests",
+        sources=all_sources,
+        environment=environment,
+        link_classes={lc: link_classes[lc] for lc in LINK_CLASSES if lc in link_classes},
+        ops=ops,
+        compute=None,
+        warnings=tuple(fit_warnings(ops)),
+    )
+
+
+def summarize(times_s: list[float], size_bytes: float, source: str | None = None) -> Measurement:
+    """Median and spread of repeated timings of one size."""
+    xs = sorted(times_s)
+    if not xs:
+        raise ProfileError(f"size {size_bytes:.0f} B: no timings")
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) >= 2 else [xs[0]] * 3
+    return Measurement(size_bytes=float(size_bytes), time_s=statistics.median(xs), min_s=xs[0], max_s=xs[-1],
+                       q1_s=q[0], q3_s=q[2], repeats=len(xs), source=source)
+
+
+def profile_from_results(results: dict, *, name: str, description: str = "",
+                         created_utc: str | None = None) -> Profile:
+    """Fit the raw results of the torch harness (see :mod:`dpsim.calibrate.harness`).
+
+    ``results`` has ``environment``, ``collectives`` (``{link_class: {"n_ranks",
+    "n_nodes", "ops": {op: [{"size_bytes", "times_s": [...]}, ...]}}}``) and ``compute``.
+    """
+    ops: dict[tuple[str, str], OpCalibration] = {}
+    link_classes: dict[str, dict[str, Any]] = {}
+    for lc, info in results.get("collectives", {}).items():
+        if lc not in LINK_CLASSES:
+            raise ProfileError(f"results: unknown link class {lc!r}")
+        link_classes[lc] = {"n_ranks": int(info["n_ranks"]), "n_nodes": int(info["n_nodes"])}
+        for op, rows in info["ops"].items():
+            if op not in PROFILE_OPS or not rows:
+                continue
+            meas = [summarize(r["times_s"], r["size_bytes"]) for r in rows]
+            n0 = 2 if op == "sendrecv" else int(info["n_ranks"])
+            ops[lc, op] = make_op_calibration(op, lc, n0, meas)
+    compute = None
+    c = results.get("compute")
+    if c:
+        step = None
+        if c.get("model_step"):
+            s = c["model_step"]
+            step = ModelStep(model=s["model"], micro_batch=int(s["micro_batch"]), dtype=s["dtype"],
+                             forward_s=float(s["forward_s"]), backward_s=float(s["backward_s"]),
+                             layers=tuple(LayerTiming(name=l["name"], forward_s=l["forward_s"],
+                                                      backward_s=l["backward_s"]) for l in s.get("layers", [])))
+        compute = ComputeCalibration(
+            device=c.get("device", "unknown"),
+            matmul_flops_per_s={k: float(v) for k, v in c.get("matmul_flops_per_s", {}).items()},
+            memory_bandwidth_bytes_per_s=c.get("memory_bandwidth_bytes_per_s"),
+            overlap_slowdown=c.get("overlap_slowdown"),
+            model_step=step,
+            raw={k: c[k] for k in ("matmul", "memcpy", "overlap") if k in c},
+        )
+    warnings = fit_warnings(ops) + list(results.get("warnings", []))
+    return Profile(
+        name=name,
+        description=description or "measured with dpsim calibrate",
+        created_utc=created_utc or utc_now(),
+        method="torch.distributed",
+        sources=(f"dpsim calibrate on {results.get('environment', {}).get('hostnames', ['?'])[0]}",),
+        environment=results.get("environment", {}),
+        link_classes={lc: link_classes[lc] for lc in LINK_CLASSES if lc in link_classes},
+        ops=ops,
+        compute=compute,
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,285 @@
+"""Least-squares alpha-beta fits of collective timings, piecewise by message size.
+
+A collective of S bytes on a ring of N ranks costs ``T = a + b*S`` (the simulator's
+``base + steps*alpha + steps*(S/N)/B``, see :mod:`dpsim.collectives`): ``a`` is the
+size-independent latency and ``b`` the seconds per byte, ``b = bus_factor(op, N) / B``
+with B the bus bandwidth nccl-tests reports for large S.
+
+Fitting
+    Measurements come from a geometric size sweep (8 B .. 1 GiB), whose times span
+    five orders of magnitude, so the fit minimises *relative* residuals,
+    ``sum(((T_i - a - b*S_i) / T_i)**2)`` (weighted least squares, numpy), with
+    ``a >= 0`` and ``b >= 0`` (a negative intercept or slope is refitted with that
+    parameter at 0).
+
+Piecewise
+    NCCL changes protocol (LL, LL128, Simple) and algorithm (tree, ring, NVLS) with
+    the message size, so one line rarely fits 8 B .. 1 GiB. :func:`fit_alpha_beta`
+    tries 1, 2, ... segments (each the optimal split of the sorted sizes into
+    contiguous runs of at least ``min_points`` sizes, by dynamic programming) and keeps
+    the fewest whose worst relative residual is within ``tolerance``; if none is, the
+    one with the smallest worst residual. ``min_points`` is 3 for a dense sweep (dpsim's
+    own, 2x steps) and 2 for a sparse one (median step >= :data:`SPARSE_STEP`, as in
+    published tables that sample every 8x): a 2-size piece passes through both
+    points, so its own R² and residual say nothing, which is why every fit also
+    reports the best single line's quality.
+
+Evaluation
+    A piece applies over its measured sizes (and beyond, for the first and last
+    pieces). Between the last size of one piece and the first of the next, where the
+    protocol changes somewhere unmeasured, the time is interpolated geometrically
+    (linearly in log size, log time) between the two pieces' values at those sizes, so
+    the fitted curve is continuous and never jumps from one line to the other. The
+    reported break is the geometric middle of that gap.
+
+Quality
+    Each fit reports R² of ``ln T`` (the share of the sweep's variance in log time
+    that the fit explains; a log scale because the sweep is geometric) and the worst
+    relative residual ``max |T_fit - T| / T``. :attr:`AlphaBetaFit.poor` flags a fit
+    whose worst residual exceeds :data:`POOR_WORST_REL`, or whose R² is below
+    :data:`POOR_R2` over a sweep whose times span more than :data:`R2_MIN_SPAN`x;
+    callers warn.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpsim.errors import ProfileError
+
+DEFAULT_TOLERANCE = 0.10
+"""Worst relative residual below which fewer segments are preferred."""
+DEFAULT_MAX_SEGMENTS = 4
+"""Most segments a piecewise fit uses."""
+DEFAULT_MIN_POINTS = 3
+"""Fewest sizes in one segment (two parameters plus one degree of freedom)."""
+SPARSE_STEP = 4.0
+"""A sweep whose median step between sizes is at least this (published tables often
+step 8x) is sparse: a segment may then hold 2 sizes."""
+POOR_R2 = 0.98
+"""A fit whose R² (of ln T) is below this is flagged poor, when its times span more
+than :data:`R2_MIN_SPAN` (over a flat, latency-bound sweep R² only measures noise)."""
+R2_MIN_SPAN = 10.0
+"""Slowest over fastest measured time above which R² is meaningful."""
+POOR_WORST_REL = 0.25
+"""A fit whose worst relative residual exceeds this is flagged poor."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Segment:
+    """One straight piece ``T = latency_s + seconds_per_byte * S`` fitted over a size range."""
+
+    first_size_bytes: float
+    """Smallest measured size in this piece."""
+    last_size_bytes: float
+    """Largest measured size in this piece."""
+    latency_s: float
+    """Intercept a: the size-independent time."""
+    seconds_per_byte: float
+    """Slope b."""
+    n_points: int
+    """Measurements fitted by this piece."""
+    r2: float
+    """R² of ln T over this piece's points (``nan`` when its times are all equal)."""
+    worst_rel_residual: float
+    """max |T_fit - T| / T over this piece's points."""
+
+    def time_s(self, size_bytes: float) -> float:
+        """This piece's time for a ``size_bytes`` message."""
+        return self.latency_s + self.seconds_per_byte * size_bytes
+
+
+def piecewise_time(segments, size_bytes: float, piece_time) -> float:
+    """Evaluate pieces at ``size_bytes``: the piece covering it, or log-log interpolation in a gap.
+
+    ``piece_time(segment, size)`` gives one piece's time (callers may rescale it, e.g.
+    to another communicator size). The first and last pieces extend to 0 and infinity.
+    """
+    for i, seg in enumerate(segments):
+        if size_bytes <= seg.last_size_bytes or i == len(segments) - 1:
+            if i == 0 or size_bytes >= seg.first_size_bytes:
+                return piece_time(seg, size_bytes)
+            prev = segments[i - 1]
+            lo, hi = prev.last_size_bytes, seg.first_size_bytes
+            t_lo, t_hi = piece_time(prev, lo), piece_time(seg, hi)
+            if t_lo <= 0 or t_hi <= 0:
+                return piece_time(seg, size_bytes)
+            w = math.log(size_bytes / lo) / math.log(hi / lo)
+            return math.exp((1 - w) * math.log(t_lo) + w * math.log(t_hi))
+    raise AssertionError("no segments")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlphaBetaFit:
+    """A piecewise alpha-beta fit over a size sweep."""
+
+    segments: tuple[Segment, ...]
+    """Pieces in increasing size order (measured ranges do not overlap)."""
+    r2: float
+    """R² of ln T over every point."""
+    worst_rel_residual: float
+    """Worst relative residual over every point."""
+    time_span: float = math.nan
+    """Slowest over fastest measured time (``nan`` if unknown)."""
+
+    @property
+    def gaps_bytes(self) -> tuple[tuple[float, float], ...]:
+        """(last size of one piece, first size of the next): where the behaviour changes."""
+        return tuple((a.last_size_bytes, b.first_size_bytes) for a, b in zip(self.segments, self.segments[1:]))
+
+    @property
+    def breaks_bytes(self) -> tuple[float, ...]:
+        """The geometric middle of each gap between pieces."""
+        return tuple(math.sqrt(lo * hi) for lo, hi in self.gaps_bytes)
+
+    @property
+    def poor(self) -> bool:
+        """True when the fit should be reported with a warning."""
+        r2_counts = not math.isnan(self.r2) and not math.isnan(self.time_span) and self.time_span > R2_MIN_SPAN
+        return (r2_counts and self.r2 < POOR_R2) or self.worst_rel_residual > POOR_WORST_REL
+
+    def time_s(self, size_bytes: float) -> float:
+        """Fitted time of a ``size_bytes`` message."""
+        return piecewise_time(self.segments, size_bytes, Segment.time_s)
+
+
+def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Relative-residual least squares of y = a + b*x with a, b >= 0."""
+    w = 1.0 / y
+    design = np.column_stack([w, x * w])
+    (a, b), *_ = np.linalg.lstsq(design, np.ones_like(y), rcond=None)
+    if a >= 0 and b >= 0:
+        return float(a), float(b)
+    candidates = []
+    u = x * w  # a = 0: minimise sum (1 - b*u)^2
+    if np.dot(u, u) > 0:
+        candidates.append((0.0, max(0.0, float(np.dot(u, np.ones_like(u)) / np.dot(u, u)))))
+    candidates.append((float(np.sum(w) / np.sum(w * w)), 0.0))  # b = 0
+    return min(candidates, key=lambda ab: float(np.sum((1 - (ab[0] + ab[1] * x) * w) ** 2)))
+
+
+def _rel_sse(x: np.ndarray, y: np.ndarray, a: float, b: float) -> float:
+    return float(np.sum(((a + b * x - y) / y) ** 2))
+
+
+def log_r2(y: np.ndarray, fitted: np.ndarray) -> float:
+    """R² of ln y against ln fitted (``nan`` when every y is equal)."""
+    ly, lf = np.log(y), np.log(np.maximum(fitted, 1e-300))
+    ss_tot = float(np.sum((ly - ly.mean()) ** 2))
+    ss_res = float(np.sum((ly - lf) ** 2))
+    if ss_tot <= 1e-18 * max(1.0, len(y)):
+        return 1.0 if ss_res <= 1e-12 else math.nan
+    return 1.0 - ss_res / ss_tot
+
+
+def _partition(x: np.ndarray, y: np.ndarray, k: int, min_points: int) -> list[tuple[int, int]] | None:
+    """Optimal split of the sorted points into k contiguous runs (DP over relative SSE)."""
+    n = len(x)
+    if k * min_points > n:
+        return None
+    cost = {}
+    for i in range(n):
+        for j in range(i + min_points, n + 1):
+            a, b = _line(x[i:j], y[i:j])
+            cost[i, j] = _rel_sse(x[i:j], y[i:j], a, b)
+    inf = math.inf
+    best = [[inf] * (n + 1) for _ in range(k + 1)]
+    back = [[-1] * (n + 1) for _ in range(k + 1)]
+    best[0][0] = 0.0
+    for m in range(1, k + 1):
+        for j in range(m * min_points, n + 1):
+            for i in range((m - 1) * min_points, j - min_points + 1):
+                if best[m - 1][i] < inf and best[m - 1][i] + cost[i, j] < best[m][j]:
+                    best[m][j] = best[m - 1][i] + cost[i, j]
+                    back[m][j] = i
+    if best[k][n] == inf:
+        return None
+    runs, j = [], n
+    for m in range(k, 0, -1):
+        i = back[m][j]
+        runs.append((i, j))
+        j = i
+    return runs[::-1]
+
+
+def _build(x: np.ndarray, y: np.ndarray, runs: list[tuple[int, int]]) -> AlphaBetaFit:
+    segments = []
+    for i, j in runs:
+        xs, ys = x[i:j], y[i:j]
+        a, b = _line(xs, ys)
+        fitted = a + b * xs
+        segments.append(Segment(
+            first_size_bytes=float(xs[0]), last_size_bytes=float(xs[-1]), latency_s=a, seconds_per_byte=b,
+            n_points=j - i, r2=log_r2(ys, fitted), worst_rel_residual=float(np.max(np.abs(fitted - ys) / ys)),
+        ))
+    fit = AlphaBetaFit(segments=tuple(segments), r2=math.nan, worst_rel_residual=math.nan)
+    fitted = np.array([fit.time_s(s) for s in x])
+    return AlphaBetaFit(segments=fit.segments, r2=log_r2(y, fitted),
+                        worst_rel_residual=float(np.max(np.abs(fitted - y) / y)),
+                        time_span=float(y.max() / y.min()))
+
+
+def fit_alpha_beta(
+    sizes_bytes, times_s, *, tolerance: float = DEFAULT_TOLERANCE,
+    max_segments: int = DEFAULT_MAX_SEGMENTS, min_points: int | None = None,
+    what: str = "measurements",
+) -> AlphaBetaFit:
+    """Fit ``T = a + b*S`` to a size sweep, piecewise where one line does not fit.
+
+    Parameters
+    ----------
+    sizes_bytes, times_s : sequences of float
+        Message sizes (nccl-tests convention) and their measured times (e.g. medians).
+        Repeated sizes are allowed; order does not matter.
+    tolerance : float
+        Worst relative residual at which fewer segments are accepted.
+    max_segments, min_points : int
+        Most pieces, and fewest sizes per piece (default: 3, or 2 for a sparse sweep,
+        see :data:`SPARSE_STEP`).
+    what : str
+        Names the data in error messages.
+
+    Raises
+    ------
+    ProfileError
+        Fewer than two distinct sizes, or a size/time that is not a positive number.
+
+    Examples
+    --------
+    >>> f = fit_alpha_beta([1e3, 1e4, 1e5, 1e6], [2e-5 + 1e-9 * s for s in (1e3, 1e4, 1e5, 1e6)])
+    >>> round(f.segments[0].latency_s * 1e6, 6), round(1 / f.segments[0].seconds_per_byte / 1e9, 6)
+    (20.0, 1.0)
+    """
+    x = np.asarray(sizes_bytes, dtype=float)
+    y = np.asarray(times_s, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ProfileError(f"{what}: sizes and times differ in length ({x.size} vs {y.size})")
+    bad = ~(np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ProfileError(f"{what}: size {x[i]!r} B, time {y[i]!r} s is not valid; "
+                           "expected positive finite sizes and times")
+    if len(np.unique(x)) < 2:
+        raise ProfileError(f"{what}: {len(np.unique(x))} distinct size(s); an alpha-beta fit needs at least 2")
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    if min_points is None:
+        distinct = np.unique(x)
+        sparse = float(np.median(distinct[1:] / distinct[:-1])) >= SPARSE_STEP
+        min_points = 2 if sparse else DEFAULT_MIN_POINTS
+    min_points = max(2, min(min_points, len(x)))
+    best: AlphaBetaFit | None = None
+    for k in range(1, max_segments + 1):
+        runs = _partition(x, y, k, min_points)
+        if runs is None:
+            break
+        fit = _build(x, y, runs)
+        if best is None or fit.worst_rel_residual < best.worst_rel_residual * 0.999:
+            best = fit
+        if fit.worst_rel_residual <= tolerance:
+            break
+    assert best is not None
+    return best

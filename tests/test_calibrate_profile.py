@@ -1,0 +1,249 @@
+"""Profiles: schema validation, atomic writes, and how predict uses them (collectives
+scaled to other communicator sizes, compute rates, measured model step, overlap)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from dpsim.calibrate.model import CalibratedCollectives, calibrated_gpu
+from dpsim.calibrate.profile import (
+    ComputeCalibration, Measurement, ModelStep, Profile, load_profile, make_op_calibration, save_profile,
+)
+from dpsim.cli import main
+from dpsim.errors import ProfileError
+from dpsim.hardware import get_gpu
+from dpsim.predict import PredictConfig, predict
+
+A_S = 30e-6  # fitted latency at N0
+BUSBW = 100e9  # fitted bus bandwidth
+N0 = 8
+SIZES = [2.0**k for k in range(12, 31)]
+
+
+def _sweep(op: str, n: int, a: float = A_S, busbw: float = BUSBW) -> list[Measurement]:
+    factor = {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n, "all_gather": (n - 1) / n,
+              "broadcast": 1.0, "sendrecv": 1.0}[op]
+    return [Measurement(size_bytes=s, time_s=a + factor * s / busbw, repeats=1) for s in SIZES]
+
+
+def make_profile(*, inter: bool = False, compute: ComputeCalibration | None = None, ops=("all_reduce",)) -> Profile:
+    calibrations = {("intra_node", op): make_op_calibration(op, "intra_node", N0, _sweep(op, N0)) for op in ops}
+    classes = {"intra_node": {"n_ranks": N0, "n_nodes": 1}}
+    if inter:
+        calibrations["inter_node", "all_reduce"] = make_op_calibration(
+            "all_reduce", "inter_node", 16, _sweep("all_reduce", 16, a=80e-6, busbw=40e9))
+        classes["inter_node"] = {"n_ranks": 16, "n_nodes": 2}
+    return Profile(name="synthetic", created_utc="2025-01-01T00:00:00Z", link_classes=classes, ops=calibrations,
+                   compute=compute, environment={"backend": "test"})
+
+
+def run_cli(capsys, *args):
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# --------------------------------------------------------------------------- collectives
+
+
+def test_measured_size_reproduces_the_fit():
+    model = CalibratedCollectives(make_profile(), N0, 1)
+    r = model.time("all_reduce", 2**24)
+    assert r.time_s == pytest.approx(A_S + 1.75 * 2**24 / BUSBW, rel=1e-9)
+    assert r.busbw_bytes_per_s == pytest.approx(2**24 / r.time_s * 1.75)
+    assert r.algorithm == "calibrated" and r.latency_s == pytest.approx(A_S, rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 64])
+def test_other_communicator_sizes_follow_the_ring_model(n):
+    """Latency scales with the ring's steps, busbw stays: T = a*steps(N)/steps(N0) + f(N)*S/B."""
+    model = CalibratedCollectives(make_profile(), n, 1)
+    s = 2**26
+    assert model.time("all_reduce", s).time_s == pytest.approx(
+        A_S * (n - 1) / (N0 - 1) + 2 * (n - 1) / n * s / BUSBW, rel=1e-9)
+    # ops not measured are derived from the all-reduce fit: same per-step latency and busbw
+    per_step = A_S / (2 * (N0 - 1))
+    assert model.time("reduce_scatter", s).time_s == pytest.approx(per_step * (n - 1) + (n - 1) / n * s / BUSBW)
+    assert model.time("all_gather", s).time_s == pytest.approx(per_step * (n - 1) + (n - 1) / n * s / BUSBW)
+    assert model.time("broadcast", s).time_s == pytest.approx(per_step * (n - 1) + s / BUSBW)
+    assert any("derived from the all_reduce fit" in note for note in model.notes)
+
+
+def test_measured_op_is_used_over_derivation():
+    profile = make_profile(ops=("all_reduce", "all_gather"))
+    ag = replace(profile.ops["intra_node", "all_gather"])
+    model = CalibratedCollectives(profile, N0, 1)
+    assert model.time("all_gather", 2**20).time_s == pytest.approx(ag.fit.time_s(2**20))
+    assert not model.notes
+
+
+def test_multi_node_uses_inter_node_fit():
+    model = CalibratedCollectives(make_profile(inter=True), 64, 8)
+    s = 2**27
+    assert model.link_class == "inter_node"
+    assert model.time("all_reduce", s).time_s == pytest.approx(80e-6 * 63 / 15 + 2 * 63 / 64 * s / 40e9)
+
+
+def test_missing_link_class_or_op_is_refused_clearly():
+    with pytest.raises(ProfileError, match="no inter_node measurements.*across nodes"):
+        CalibratedCollectives(make_profile(), 16, 2)
+    only_p2p = make_profile(ops=("sendrecv",))
+    with pytest.raises(ProfileError, match="no intra_node all_reduce fit.*sendrecv"):
+        CalibratedCollectives(only_p2p, 8, 1).time("all_reduce", 1024)
+
+
+def test_one_rank_and_empty_messages_cost_nothing():
+    assert CalibratedCollectives(make_profile(), 1, 1).time("all_reduce", 2**20).time_s == 0.0
+    assert CalibratedCollectives(make_profile(), 8, 1).time("all_reduce", 0).time_s == 0.0
+
+
+# --------------------------------------------------------------------------- save / load
+
+
+def test_round_trip_is_lossless(tmp_path):
+    profile = make_profile(inter=True, compute=ComputeCalibration(
+        device="cpu", matmul_flops_per_s={"float32": 1e11}, memory_bandwidth_bytes_per_s=2e10,
+        overlap_slowdown=0.07, raw={"matmul": [{"m": 1}]}))
+    path = save_profile(profile, tmp_path / "sub" / "p.json")
+    back = load_profile(path)
+    assert back.to_dict() == json.loads(path.read_text())
+    assert back.to_dict()["collectives"] == profile.to_dict()["collectives"]
+    for key, cal in profile.ops.items():
+        for s in (5e3, 3e6, 7e8):
+            assert back.ops[key].fit.time_s(s) == pytest.approx(cal.fit.time_s(s), rel=1e-12)
+    assert back.compute.overlap_slowdown == 0.07 and back.path == str(path)
+
+
+def test_failed_write_leaves_existing_profile_untouched(tmp_path, monkeypatch):
+    out = tmp_path / "node.json"
+    out.write_text('{"keep": "me"}')
+
+    def boom(fd):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(OSError):
+        save_profile(make_profile(), out)
+    assert out.read_text() == '{"keep": "me"}'
+    assert [p.name for p in tmp_path.iterdir()] == ["node.json"], "no temporary file left behind"
+
+
+def _doc():
+    return make_profile().to_dict()
+
+
+def _edit(path, doc):
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda d: d.update(schema="dpsim.calibration/0"), "schema: \"dpsim.calibration/0\" is not valid"),
+    (lambda d: d.pop("collectives"), "collectives: missing"),
+    (lambda d: d["collectives"].update(rack={}), "collectives.rack: unknown key"),
+    (lambda d: d["collectives"]["intra_node"].update(n_ranks=1), "collectives.intra_node.n_ranks: 1 is not valid"),
+    (lambda d: d["collectives"]["intra_node"].update(n_nodes=2), "intra_node.n_nodes: 2 is not valid; expected 1"),
+    (lambda d: d["collectives"]["intra_node"]["ops"].update(alltoall={}), "ops.alltoall: unknown key"),
+    (lambda d: d["collectives"]["intra_node"]["ops"]["all_reduce"]["fit"]["segments"][0].update(latency_s=-1),
+     "segments[0].latency_s: -1 is not valid; expected a number >= 0"),
+    (lambda d: d["collectives"]["intra_node"]["ops"]["all_reduce"]["fit"]["segments"][0].update(
+        bus_bandwidth_bytes_per_s="fast"), "bus_bandwidth_bytes_per_s: \"fast\" is not valid"),
+    (lambda d: d["collectives"]["intra_node"]["ops"]["all_reduce"]["fit"].update(segments=[]),
+     "fit.segments: list is not valid; expected a non-empty list"),
+    (lambda d: d["collectives"]["intra_node"]["ops"]["all_reduce"]["fit"]["segments"].append(
+        dict(d["collectives"]["intra_node"]["ops"]["all_reduce"]["fit"]["segments"][0])),
+     "segments[1].first_size_bytes"),
+    (lambda d: d.update(compute={"device": "x", "matmul_flops_per_s": {"tf99": 1.0}}),
+     "compute.matmul_flops_per_s.tf99: unknown dtype"),
+    (lambda d: d["collectives"]["intra_node"]["ops"]["all_reduce"]["measurements"][0].update(time_s=0),
+     "measurements[0].time_s: 0 is not valid"),
+])
+def test_malformed_profile_one_line_naming_the_field(capsys, tmp_path, mutate, needle):
+    doc = _doc()
+    mutate(doc)
+    path = _edit(tmp_path / "bad.json", doc)
+    with pytest.raises(ProfileError) as exc:
+        load_profile(path)
+    assert needle in str(exc.value) and str(path) in str(exc.value)
+    rc, out, err = run_cli(capsys, "predict", "--calibration", str(path), "--gpus", "8", "--link", "nvlink")
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("dpsim: error: ") and needle in err
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("{not json", "not valid JSON at line 1"),
+    ("[]", "(top level): list is not valid; expected a JSON object"),
+    (b"\xff\xfe", "not a UTF-8 text file"),
+])
+def test_unreadable_profiles(capsys, tmp_path, content, needle):
+    path = tmp_path / "p.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    rc, _, err = run_cli(capsys, "collective", "--calibration", str(path), "--gpus", "8")
+    assert rc == 2 and needle in err and err.count("\n") == 1
+
+
+def test_unknown_name_lists_shipped_profiles(capsys, tmp_path):
+    rc, _, err = run_cli(capsys, "predict", "--calibration", "no-such-node", "--gpus", "8")
+    assert rc == 2 and "neither a file nor a shipped profile" in err and "a100-nvswitch-8gpu" in err
+    rc, _, err = run_cli(capsys, "predict", "--calibration", str(tmp_path / "gone.json"), "--gpus", "8")
+    assert rc == 2 and "does not exist" in err
+    rc, _, err = run_cli(capsys, "predict", "--calibration", str(tmp_path), "--gpus", "8")
+    assert rc == 2 and "is a directory" in err
+
+
+# --------------------------------------------------------------------------- compute in predict
+
+
+def test_compute_rates_replace_achieved_but_not_peak():
+    gpu = get_gpu("h100")
+    profile = make_profile(compute=ComputeCalibration(device="NVIDIA H100", matmul_flops_per_s={"bfloat16": 600e12},
+                                                      memory_bandwidth_bytes_per_s=2.5e12))
+    cal = calibrated_gpu(profile, gpu)
+    assert cal.achieved_rate("bfloat16") == 600e12 and cal.achieved_rate("float16") == 794.5e12
+    assert cal.peak_flops_per_s == gpu.peak_flops_per_s
+    assert cal.memory_bandwidth_bytes_per_s == 2.5e12
+    assert calibrated_gpu(make_profile(), gpu) is gpu
+
+
+def test_predict_uses_measured_compute_and_model_step(tmp_path):
+    base = PredictConfig(gpus=8, link="nvlink", model="gpt2", micro_batch=4, steps=1)
+    preset = predict(base)
+    rate = get_gpu("h100").achieved_rate("bfloat16") / 2
+    slow = save_profile(make_profile(compute=ComputeCalibration(
+        device="slow h100", matmul_flops_per_s={"bfloat16": rate})), tmp_path / "slow.json")
+    p = predict(replace(base, calibration=str(slow)))
+    assert p.forward_s == pytest.approx(2 * preset.forward_s, rel=1e-9)
+    assert p.optimizer_s == pytest.approx(preset.optimizer_s, rel=1e-9)
+    step = ModelStep(model="gpt2", micro_batch=4, dtype="bfloat16", forward_s=0.010, backward_s=0.020)
+    measured = save_profile(make_profile(compute=ComputeCalibration(device="h100", model_step=step)),
+                            tmp_path / "m.json")
+    q = predict(replace(base, calibration=str(measured)))
+    assert q.compute_s - q.optimizer_s == pytest.approx(0.030, rel=1e-9)  # measured forward + backward
+    assert q.optimizer_s == pytest.approx(preset.optimizer_s, rel=1e-9)  # modelled optimizer
+    other = predict(replace(base, calibration=str(measured), micro_batch=8))  # not what was measured
+    assert other.compute_s - other.optimizer_s != pytest.approx(0.030, rel=1e-3)
+
+
+def test_cli_overlap_slowdown_defaults_to_the_measured_one(capsys, tmp_path):
+    path = save_profile(make_profile(compute=ComputeCalibration(device="x", overlap_slowdown=0.25)),
+                        tmp_path / "o.json")
+    d = json.loads(run_cli(capsys, "predict", "--calibration", str(path), "--gpus", "8", "--link", "nvlink",
+                           "--model", "gpt2", "--json")[1])
+    assert d["config"]["overlap_slowdown"] == 0.25
+    d = json.loads(run_cli(capsys, "predict", "--calibration", str(path), "--gpus", "8", "--link", "nvlink",
+                           "--model", "gpt2", "--overlap-slowdown", "0", "--json")[1])
+    assert d["config"]["overlap_slowdown"] == 0.0
+
+
+def test_predict_with_calibration_does_not_import_torch():
+    code = ("import sys; from dpsim.cli import main; "
+            "rc = main(['predict', '--gpus', '16', '--link', 'infiniband', '--calibration', 'aws-p4de-2node', "
+            "'--json']); assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["config"]["calibration"] == "aws-p4de-2node"
