@@ -1,0 +1,246 @@
+"""Failures and goodput: the simulation against closed forms, Young/Daly, elastic choice, CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from dpsim.cli import main
+from dpsim.errors import ConfigError
+from dpsim.predict import PredictConfig, resolve_topology
+from dpsim.reliability import (
+    DAY_S, HOUR_S, CheckpointPolicy, ClusterShape, FailureRates, TrainingJob, continuous_optimum_s,
+    daly_interval_s, elastic_choice, expected_wall_time_s, interval_study, model_optimum_s,
+    parse_long_duration_s, simulate_goodput, simulate_run, young_interval_s,
+)
+
+NEVER = math.inf
+
+
+def _job(*, mtbf_h=50.0, work_d=20.0, tau_h=1.0, write_s=60.0, restart_s=600.0, replace_s=0.0, nodes=16,
+         policy="wait") -> TrainingJob:
+    # Failures from nodes only, so the job's MTBF is exactly mtbf_h.
+    rates = FailureRates(gpu_mtbf_s=NEVER, link_mtbf_s=NEVER, node_mtbf_s=mtbf_h * HOUR_S * nodes)
+    return TrainingJob(
+        work_s=work_d * DAY_S, cluster=ClusterShape(n_nodes=nodes, gpus_per_node=8, links_per_node=1),
+        rates=rates, policy=policy, replace_s=replace_s,
+        checkpoint=CheckpointPolicy(interval_s=tau_h * HOUR_S, write_s=write_s, restart_s=restart_s),
+    )
+
+
+def _within(stats, expected, k=4.0):
+    walls = stats.walls_s
+    mean = sum(walls) / len(walls)
+    sd = math.sqrt(sum((w - mean) ** 2 for w in walls) / (len(walls) - 1))
+    return abs(mean - expected) <= k * sd / math.sqrt(len(walls))
+
+
+# ----------------------------------------------------------------------------- closed forms
+
+def test_no_failures_is_work_plus_checkpoints_exactly():
+    job = _job(mtbf_h=NEVER, work_d=1.0, tau_h=1.0, write_s=30.0)
+    out = simulate_run(job, seed=0)
+    assert out.failures == 0
+    assert out.wall_s == pytest.approx(DAY_S + 23 * 30.0)  # 24 segments, no write after the last
+    assert out.goodput == pytest.approx(DAY_S / (DAY_S + 23 * 30.0))
+    assert expected_wall_time_s(DAY_S, HOUR_S, 30.0, 600.0, NEVER) == pytest.approx(out.wall_s)
+
+
+def test_exponential_failures_without_overhead_match_the_closed_form():
+    """delta = R = 0: each tau-segment takes M (e^{tau/M} - 1) on average (restart from its start)."""
+    job = _job(mtbf_h=10.0, work_d=10.0, tau_h=2.0, write_s=0.0, restart_s=0.0)
+    m, tau, w = 10 * HOUR_S, 2 * HOUR_S, 10 * DAY_S
+    closed = (w / tau) * m * math.expm1(tau / m)
+    assert expected_wall_time_s(w, tau, 0.0, 0.0, m) == pytest.approx(closed, rel=1e-12)
+    stats = simulate_goodput(job, runs=400, seed=1)
+    assert _within(stats, closed)
+    assert stats.goodput == pytest.approx(w / closed, rel=0.01)
+    # As the interval shrinks, goodput tends to 1 (nothing is lost, nothing is paid).
+    assert expected_wall_time_s(w, 1.0, 0.0, 0.0, m) == pytest.approx(w, rel=1e-4)
+
+
+@pytest.mark.parametrize("write_s,restart_s,replace_s", [(60.0, 600.0, 0.0), (300.0, 120.0, 0.0),
+                                                         (120.0, 300.0, 3600.0)])
+def test_wait_policy_matches_daly_closed_form(write_s, restart_s, replace_s):
+    job = _job(mtbf_h=20.0, work_d=15.0, tau_h=1.5, write_s=write_s, restart_s=restart_s, replace_s=replace_s)
+    stats = simulate_goodput(job, runs=400, seed=2)
+    assert stats.expected_wall_s == pytest.approx(
+        expected_wall_time_s(15 * DAY_S, 1.5 * HOUR_S, write_s, restart_s, 20 * HOUR_S, replace_s))
+    assert _within(stats, stats.expected_wall_s)
+
+
+def test_time_is_accounted_for():
+    for policy, replace_s in (("wait", 1800.0), ("shrink", 7200.0)):
+        out = simulate_run(_job(mtbf_h=5.0, replace_s=replace_s, policy=policy), seed=5)
+        assert out.failures > 10
+        assert sum(out.failures_by_component.values()) == out.failures
+        if policy == "wait":
+            # Full speed all the time: wall = useful + lost + writes + restarts + waits.
+            assert out.wall_s == pytest.approx(out.work_s + out.lost_s + out.checkpoint_s + out.restart_s
+                                               + out.down_s, rel=1e-12)
+        else:
+            assert out.reduced_s > 0 and out.wall_s > out.work_s
+
+
+def test_same_seed_same_run():
+    job = _job(mtbf_h=8.0)
+    assert simulate_run(job, 3) == simulate_run(job, 3)
+    assert simulate_run(job, 3).wall_s != simulate_run(job, 4).wall_s
+    a, b = simulate_goodput(job, runs=20, seed=9), simulate_goodput(job, runs=20, seed=9)
+    assert a == b
+
+
+def test_failure_classes_follow_their_rates():
+    rates = FailureRates(gpu_mtbf_s=1000 * HOUR_S, node_mtbf_s=250 * HOUR_S, link_mtbf_s=NEVER)
+    cluster = ClusterShape(n_nodes=10, gpus_per_node=4, links_per_node=2)
+    job = TrainingJob(work_s=100 * DAY_S, cluster=cluster, rates=rates,
+                      checkpoint=CheckpointPolicy(interval_s=HOUR_S, write_s=0.0, restart_s=0.0))
+    counts = {"gpu": 0, "node": 0, "link": 0}
+    for seed in range(20):
+        for k, v in simulate_run(job, seed).failures_by_component.items():
+            counts[k] += v
+    # gpu: 40/1000 per h, node: 10/250 per h -> equal shares.
+    assert counts["link"] == 0
+    assert counts["gpu"] / (counts["gpu"] + counts["node"]) == pytest.approx(0.5, abs=0.05)
+
+
+# ----------------------------------------------------------------------------- the optimum interval
+
+def test_young_and_daly_formulas():
+    assert young_interval_s(60.0, 3600.0 * 10) == pytest.approx(math.sqrt(2 * 60 * 36000))
+    d, m = 60.0, 36000.0
+    x = d / (2 * m)
+    assert daly_interval_s(d, m) == pytest.approx(math.sqrt(2 * d * m) * (1 + math.sqrt(x) / 3 + x / 9) - d)
+    assert daly_interval_s(3 * m, m) == m
+    # Daly's estimate is the exact continuous optimum to high order when delta << M.
+    for d in (10.0, 60.0, 600.0):
+        assert daly_interval_s(d, m) == pytest.approx(continuous_optimum_s(d, m), rel=2e-3)
+        assert young_interval_s(d, m) > continuous_optimum_s(d, m)
+
+
+def test_model_optimum_beats_young_and_daly_in_expectation():
+    w, d, r, m = 30 * DAY_S, 120.0, 600.0, 6 * HOUR_S
+    opt = model_optimum_s(w, d, r, m)
+    cost = lambda tau: expected_wall_time_s(w, tau, d, r, m)  # noqa: E731
+    assert cost(opt) <= cost(young_interval_s(d, m)) + 1e-9
+    assert cost(opt) <= cost(daly_interval_s(d, m)) + 1e-9
+    for f in (0.5, 0.8, 1.25, 2.0):
+        assert cost(opt) <= cost(opt * f)
+
+
+def test_interval_study_simulated_optimum_agrees_with_the_model():
+    job = _job(mtbf_h=3.0, work_d=20.0, write_s=90.0, restart_s=300.0)
+    st = interval_study(job, runs=60, seed=0)
+    assert abs(st.young_vs_optimum) < 0.1 and abs(st.daly_vs_optimum) < 0.01
+    # The simulated best grid point is the model optimum, or within a hair of its goodput.
+    gap, lo, hi = st.simulated_gap
+    assert gap >= 0 and gap < 2e-3
+    # Goodput is flat near the optimum and falls away from it.
+    ends = (st.grid[0].goodput, st.grid[-1].goodput)
+    assert max(ends) < st.goodput_at_model_optimum
+    for g in st.grid:
+        assert _within(g, g.expected_wall_s, k=5.0)
+
+
+# ----------------------------------------------------------------------------- elastic choice
+
+def test_elastic_shrink_wins_with_slow_replacements_and_loses_with_spares():
+    slow = elastic_choice(_job(mtbf_h=10.0, replace_s=8 * HOUR_S, nodes=32), runs=40, seed=0)
+    assert slow["shrink"].goodput > slow["wait"].goodput
+    assert slow["shrink"].down_s == 0 and slow["wait"].down_s > 0
+    spare = elastic_choice(_job(mtbf_h=10.0, replace_s=0.0, nodes=32), runs=40, seed=0)
+    # With a hot spare, shrinking only adds a rejoin restart and a slower segment.
+    assert spare["wait"].goodput > spare["shrink"].goodput
+
+
+def test_shrink_below_min_nodes_waits():
+    job = _job(mtbf_h=2.0, replace_s=6 * HOUR_S, nodes=2, policy="shrink")
+    out = simulate_run(dataclasses.replace(job, min_nodes=2), seed=1)
+    assert out.down_s > 0 and out.reduced_s == 0
+
+
+# ----------------------------------------------------------------------------- inputs
+
+def test_default_rates_reproduce_llama3_interruption_rate():
+    topo = resolve_topology(PredictConfig(gpus=16384, link="infiniband"))
+    cluster = ClusterShape.from_topology(topo)
+    assert (cluster.n_nodes, cluster.links_per_node) == (2048, 8)
+    # 419 unexpected interruptions in 54 days: one every 3.09 h.
+    assert cluster.mtbf_s(FailureRates()) / HOUR_S == pytest.approx(54 * 24 / 419, rel=1e-9)
+
+
+@pytest.mark.parametrize("raw,seconds", [("90s", 90), ("10min", 600), ("4h", 14400), ("1.5d", 129600),
+                                         ("30", 30), ("none", math.inf)])
+def test_parse_long_duration(raw, seconds):
+    assert parse_long_duration_s(raw, "--x") == seconds
+
+
+@pytest.mark.parametrize("raw", ["4 hours", "-1h", "h", ""])
+def test_parse_long_duration_rejects(raw):
+    with pytest.raises(ConfigError, match="--restart"):
+        parse_long_duration_s(raw, "--restart")
+
+
+def test_job_validation_names_flags():
+    cluster = ClusterShape(n_nodes=4, gpus_per_node=8, links_per_node=1)
+    ck = CheckpointPolicy(interval_s=3600, write_s=10)
+    with pytest.raises(ConfigError, match="--elastic: 'later'"):
+        TrainingJob(work_s=1e6, cluster=cluster, checkpoint=ck, policy="later")
+    with pytest.raises(ConfigError, match="--min-nodes: 5"):
+        TrainingJob(work_s=1e6, cluster=cluster, checkpoint=ck, min_nodes=5)
+    with pytest.raises(ConfigError, match="--checkpoint-interval"):
+        CheckpointPolicy(interval_s=0, write_s=10)
+    with pytest.raises(ConfigError, match="--mtbf-gpu"):
+        FailureRates(gpu_mtbf_s=0.0)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def test_goodput_cli_json(capsys):
+    rc = main(["goodput", "--gpus", "256", "--link", "infiniband", "--model", "llama-2-7b", "--micro-batch", "1",
+               "--tokens", "200B", "--replace", "4h", "--runs", "20", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["schema"] == "dpsim.goodput/1"
+    assert d["work_s"] == pytest.approx(200e9 / d["tokens_per_s"])
+    for key in ("wall_s", "goodput", "lost_s", "failures", "expected_wall_s"):
+        assert key in d["result"]
+    assert 0 < d["result"]["goodput"] < 1
+    st = d["interval_study"]
+    assert st["young_s"] == pytest.approx(math.sqrt(2 * d["checkpoint_write_s"] * d["mtbf_s"]))
+    assert d["checkpoint_interval_s"] == pytest.approx(st["model_optimum_s"])
+    assert d["elastic"]["better"] in ("wait", "shrink")
+
+
+def test_goodput_cli_table(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    rc = main(["goodput", "--gpus", "64", "--duration", "10d", "--checkpoint-interval", "1h",
+               "--checkpoint-write", "2min", "--runs", "10"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    for label in ("goodput", "lost work", "Young", "Daly", "elastic choice", "shrink", "wait"):
+        assert label in out, label
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--mtbf-gpu", "soon"], ["--mtbf-gpu", "'soon'"]),
+    (["--tokens", "1T", "--duration", "3d"], ["--tokens and --duration"]),
+    (["--model", "resnet50", "--tokens", "1T"], ["--tokens", "resnet50", "--duration"]),
+    (["--elastic", "pray"], ["--elastic", "'pray'", "wait, shrink"]),
+    (["--restart", "-5min"], ["--restart"]),
+    (["--runs", "0"], ["--runs", "0"]),
+    (["--min-nodes", "100"], ["--min-nodes", "100"]),
+    (["--checkpoint-bandwidth", "fast"], ["--checkpoint-bandwidth", "'fast'"]),
+])
+def test_goodput_cli_bad_input_one_line(capsys, args, needles):
+    rc = main(["goodput", "--gpus", "64", "--runs", "5"] + args)
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpsim: error: "), err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])

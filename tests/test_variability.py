@@ -1,0 +1,445 @@
+"""Stragglers and variability: the per-rank fast path against the explicit engine,
+order statistics, reproducibility, link degradation and the predict flags."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from dpsim.cli import main
+from dpsim.collectives import CollectiveResult, RingCollectives, ring_orders, ring_pairs
+from dpsim.engine import CommOp, ComputeTask, StepProgram, ddp_program, run_program
+from dpsim.errors import ConfigError
+from dpsim.network import FlowNetwork
+from dpsim.predict import PredictConfig, predict, resolve_topology
+from dpsim.topology import Topology
+from dpsim.variability import (
+    LinkDegradation, VariabilitySpec, degraded_collectives, degraded_graph, expected_max_normal, factor_sampler,
+    monte_carlo, parse_degradation, parse_straggler, pareto_front, predict_with_variability, rank_factors,
+    simulate_ranks, t_quantile,
+)
+from tests.conftest import variant
+
+
+@dataclass
+class FixedCollectives:
+    """Every op costs ``seconds_per_byte`` per byte."""
+
+    seconds_per_byte: float
+    n_ranks: int = 8
+
+    def time(self, op, size_bytes):
+        t = size_bytes * self.seconds_per_byte
+        return CollectiveResult(op=op, algorithm="fixed", n_ranks=self.n_ranks, size_bytes=size_bytes,
+                                time_s=t, latency_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def gpt2_ethernet():
+    cfg = PredictConfig(gpus=16, link="ethernet", model="gpt2", steps=1)
+    p = predict(cfg)
+    return p, RingCollectives(resolve_topology(cfg))
+
+
+def _engine_reference(program, collectives, factors, slowdown):
+    """Step times, collective schedule and every rank's step ends from the SimPy engine."""
+    steps, n = factors.shape
+    sim = run_program(program, collectives, steps=steps, overlap_slowdown=slowdown,
+                      rank_compute_scale=factors.tolist())
+    step_time = np.array([s.step_time_s for s in sim.steps])
+    comm = sorted((e.start_s, e.end_s) for e in sim.trace if e.bucket is not None)
+    ends = np.zeros((steps, n))
+    for e in sim.trace:
+        if e.bucket is None:
+            ends[e.step, e.rank] = max(ends[e.step, e.rank], e.end_s)
+    return step_time, np.array(comm), ends
+
+
+def _fsdp_like_program() -> StepProgram:
+    """A program with a start-of-step launch and a last task that waits for nothing."""
+    tasks = (
+        ComputeTask(kind="forward", name="f0", duration_s=1.0, wait_for=(0,)),
+        ComputeTask(kind="forward", name="f1", duration_s=0.5),
+        ComputeTask(kind="backward", name="b1", duration_s=1.0, launch_after=(1,)),
+        ComputeTask(kind="backward", name="b0", duration_s=2.0, launch_after=(2,)),
+        ComputeTask(kind="optimizer", name="opt-a", duration_s=0.3, wait_for=(1,)),
+        ComputeTask(kind="optimizer", name="opt-b", duration_s=0.2),
+    )
+    comms = (CommOp(name="ag", op="all_gather", size_bytes=1.0, kind="allgather"),
+             CommOp(name="rs1", op="reduce_scatter", size_bytes=1.5, kind="reducescatter"),
+             CommOp(name="rs0", op="reduce_scatter", size_bytes=2.0, kind="reducescatter"))
+    return StepProgram(tasks=tasks, comms=comms, launch_at_start=(0,))
+
+
+# ----------------------------------------------------------------------------- exact against the engine
+
+@pytest.mark.parametrize("n_ranks", [1, 4, 9, 16])
+@pytest.mark.parametrize("slowdown", [0.0, 0.1, 0.5])
+@pytest.mark.parametrize("overlap", [True, False])
+def test_fast_path_equals_explicit_engine_on_ddp(gpt2_ethernet, n_ranks, slowdown, overlap):
+    p, coll = gpt2_ethernet
+    program = p.program if overlap else ddp_program_from(p, overlap=False)
+    rng = np.random.default_rng(n_ranks * 7 + int(slowdown * 10))
+    factors = np.maximum(1 + 0.15 * rng.standard_normal((4, n_ranks)), 0.2)
+    factors[:, 0] *= 1.4  # one persistent straggler
+    step_time, comm, ends = _engine_reference(program, coll, factors, slowdown)
+    for use_front in (True, False):
+        fast = simulate_ranks(program, coll, factors, overlap_slowdown=slowdown, record_ranks=True,
+                              use_front=use_front)
+        np.testing.assert_allclose(fast.step_time_s[0], step_time, rtol=1e-9)
+        np.testing.assert_allclose(fast.comm_start_s[0], comm[:, 0], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(fast.comm_end_s[0], comm[:, 1], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(fast.rank_end_s[0], ends, rtol=1e-9)
+    assert fast.ranks_simulated == n_ranks
+
+
+def ddp_program_from(prediction, *, overlap):
+    """The DDP program of a prediction with overlap switched (same compute and buckets)."""
+    tasks = prediction.program.tasks
+    # Rebuild: forward tasks, backward launching nothing, all buckets after the last backward.
+    n_ops = len(prediction.program.comms)
+    fwd = [t for t in tasks if t.kind == "forward"]
+    bwd = [t for t in tasks if t.kind == "backward"]
+    opt = [t for t in tasks if t.kind == "optimizer"]
+    bwd = [ComputeTask(kind=t.kind, name=t.name, duration_s=t.duration_s) for t in bwd[:-1]] + [
+        ComputeTask(kind="backward", name=bwd[-1].name, duration_s=bwd[-1].duration_s,
+                    launch_after=tuple(range(n_ops)))]
+    return StepProgram(tasks=tuple(fwd + bwd + opt), comms=prediction.program.comms)
+
+
+def _compute_after_last_launch_program() -> StepProgram:
+    """The last op is launched, then more compute runs before the optimizer waits for it."""
+    tasks = (
+        ComputeTask(kind="backward", name="b1", duration_s=1.0, launch_after=(0,)),
+        ComputeTask(kind="backward", name="b0", duration_s=1.0, launch_after=(1,)),
+        ComputeTask(kind="recompute", name="extra", duration_s=2.5),
+        ComputeTask(kind="optimizer", name="opt", duration_s=0.4, wait_for=(0, 1)),
+    )
+    comms = (CommOp(name="bucket 0", op="all_reduce", size_bytes=1.0),
+             CommOp(name="bucket 1", op="all_reduce", size_bytes=0.5))
+    return StepProgram(tasks=tasks, comms=comms)
+
+
+@pytest.mark.parametrize("slowdown", [0.0, 0.3])
+@pytest.mark.parametrize("make", [_fsdp_like_program, _compute_after_last_launch_program])
+def test_fast_path_equals_engine_on_a_program_without_synchronous_end(slowdown, make):
+    program = make()
+    coll = FixedCollectives(0.7)
+    rng = np.random.default_rng(3)
+    factors = np.maximum(1 + 0.3 * rng.standard_normal((5, 6)), 0.2)
+    step_time, comm, ends = _engine_reference(program, coll, factors, slowdown)
+    fast = simulate_ranks(program, coll, factors, overlap_slowdown=slowdown, record_ranks=True)
+    np.testing.assert_allclose(fast.step_time_s[0], step_time, rtol=1e-9)
+    np.testing.assert_allclose(fast.comm_end_s[0], comm[:, 1], rtol=1e-9)
+    np.testing.assert_allclose(fast.rank_end_s[0], ends, rtol=1e-9)
+
+
+def test_homogeneous_ranks_equal_the_one_rank_engine(gpt2_ethernet):
+    p, coll = gpt2_ethernet
+    ref = run_program(p.program, coll, steps=3, overlap_slowdown=0.1)
+    fast = simulate_ranks(p.program, coll, np.ones((3, 5)), overlap_slowdown=0.1)
+    np.testing.assert_allclose(fast.step_time_s[0], [s.step_time_s for s in ref.steps], rtol=1e-12)
+    # A homogeneous cluster: the front is one rank.
+    assert fast.max_front == 1
+
+
+def test_batched_samples_equal_separate_runs(gpt2_ethernet):
+    p, coll = gpt2_ethernet
+    rng = np.random.default_rng(5)
+    factors = np.maximum(1 + 0.1 * rng.standard_normal((3, 4, 32)), 0.2)
+    together = simulate_ranks(p.program, coll, factors, overlap_slowdown=0.2)
+    for b in range(3):
+        alone = simulate_ranks(p.program, coll, factors[b], overlap_slowdown=0.2)
+        np.testing.assert_allclose(together.step_end_s[b], alone.step_end_s[0], rtol=1e-12)
+
+
+def test_pareto_front_keeps_exactly_the_undominated_ranks():
+    rng = np.random.default_rng(0)
+    start = rng.integers(0, 5, size=(3, 40)).astype(float)
+    factor = rng.integers(0, 5, size=(3, 40)).astype(float) + 1
+    idx = pareto_front(start, factor)
+    for b in range(3):
+        pts = set(zip(start[b], factor[b]))
+        front = {(s, f) for s, f in pts if not any(s2 >= s and f2 >= f and (s2, f2) != (s, f) for s2, f2 in pts)}
+        chosen = set(zip(start[b, idx[b]], factor[b, idx[b]]))
+        assert front <= chosen  # every undominated point is played
+        # Padding only repeats dominated ranks; no undominated one is lost.
+        assert len({p for p in chosen if p in front}) == len(front)
+
+
+# ----------------------------------------------------------------------------- stragglers
+
+@pytest.mark.parametrize("f", [1.0, 1.3, 2.0])
+def test_one_straggler_slows_the_compute_part_by_f(gpt2_ethernet, f):
+    p, coll = gpt2_ethernet
+    program = ddp_program_from(p, overlap=False)  # synchronous: compute, then all-reduce
+    compute = sum(t.duration_s for t in program.tasks)
+    comm = sum(coll.time(c.op, c.size_bytes).time_s for c in program.comms)
+    factors = np.ones((6, 16))
+    factors[:, 5] = f
+    run = simulate_ranks(program, coll, factors)
+    np.testing.assert_allclose(run.step_time_s[0, 0], f * compute + comm, rtol=1e-12)
+    # Every later step too: everyone waits for the straggler, whose optimizer ends the step.
+    np.testing.assert_allclose(run.step_interval_s[0], f * compute + comm, rtol=1e-9)
+
+
+def test_rank_factors_from_node_and_gpu_stragglers():
+    fac = rank_factors([parse_straggler("node1:1.5x"), parse_straggler("gpu9:2")], 16, 8)
+    assert fac[:8].tolist() == [1.0] * 8
+    assert fac[8] == 1.5 and fac[9] == 3.0 and fac[15] == 1.5
+    with pytest.raises(ConfigError, match=r"--straggler: 'node2:1.5x' names node 2, but there are 2 nodes"):
+        rank_factors([parse_straggler("node2:1.5")], 16, 8)
+    with pytest.raises(ConfigError, match="--straggler.*gpu16"):
+        rank_factors([parse_straggler("rank16:1.5")], 16, 8)
+
+
+@pytest.mark.parametrize("raw", ["node3", "node:1.3x", "nodeX:2", "node1:0x", "node1:-1", "cpu1:2x", ""])
+def test_bad_straggler_names_the_flag_and_the_format(raw):
+    with pytest.raises(ConfigError, match=r"--straggler: .* expected node<K>:<factor>x"):
+        parse_straggler(raw)
+
+
+def test_stragglers_only_collapse_identical_ranks():
+    p = predict(PredictConfig(gpus=1024, link="infiniband", model="gpt2", steps=1))
+    coll = RingCollectives(resolve_topology(PredictConfig(gpus=1024, link="infiniband")))
+    spec = VariabilitySpec(stragglers=(parse_straggler("node3:1.3x"),))
+    stats = monte_carlo(p.program, coll, spec, n_ranks=1024, gpus_per_node=8, steps=20, overlap_slowdown=0.1,
+                        nominal_step_s=p.step_time_s, global_batch=4 * 1024)
+    assert stats.ranks_simulated == 2
+    assert stats.mean_s > p.step_time_s
+
+
+# ----------------------------------------------------------------------------- order statistics
+
+def test_expected_max_normal_reference_values():
+    assert expected_max_normal(1) == pytest.approx(0.0, abs=1e-9)
+    assert expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-9)
+    assert expected_max_normal(3) == pytest.approx(1.5 / math.sqrt(math.pi), abs=1e-9)
+    assert expected_max_normal(5) == pytest.approx(1.1629644736, abs=1e-8)  # tabulated (Harter 1961)
+    assert expected_max_normal(10) == pytest.approx(1.5387527308, abs=1e-8)
+    values = [expected_max_normal(n) for n in (8, 64, 1024)]
+    assert values == sorted(values)
+
+
+def _compute_then_allreduce(compute_s: float, size: float) -> StepProgram:
+    """One compute task, one all-reduce, a zero-length optimizer: every step starts in sync."""
+    return StepProgram(
+        tasks=(ComputeTask(kind="backward", name="b", duration_s=compute_s, launch_after=(0,)),
+               ComputeTask(kind="optimizer", name="opt", duration_s=0.0, wait_for=(0,))),
+        comms=(CommOp(name="bucket 0", op="all_reduce", size_bytes=size),))
+
+
+@pytest.mark.parametrize("n_ranks", [8, 64, 1024])
+def test_mean_step_is_the_expected_max_of_n_normals(n_ranks):
+    cv, compute_s, comm_s = 0.05, 1.0, 0.25
+    program = _compute_then_allreduce(compute_s, 1.0)
+    spec = VariabilitySpec(noise_cv=cv, seed=11, samples=4)
+    steps = 1000
+    draw = factor_sampler(spec, np.ones(n_ranks), sample_ids=range(4), compute_s=compute_s, exposure_s=1.0)
+    run = simulate_ranks(program, FixedCollectives(comm_s), draw, steps=steps)
+    intervals = run.step_interval_s.ravel()
+    expected = compute_s * (1 + cv * expected_max_normal(n_ranks)) + comm_s
+    se = intervals.std(ddof=1) / math.sqrt(intervals.size)
+    assert abs(intervals.mean() - expected) < 4 * se + 1e-12, (intervals.mean(), expected, se)
+    # The sampling error is tiny against the effect: the max of N draws, not the mean.
+    assert expected - (compute_s + comm_s) > 20 * se
+
+
+def test_ddp_step_grows_with_n_as_the_max_of_n_draws(gpt2_ethernet):
+    """No overlap: interval between all-reduce ends = comm + max_r(opt a_r + fb b_r) (a, b i.i.d.)."""
+    p, coll = gpt2_ethernet
+    program = ddp_program_from(p, overlap=False)
+    opt = sum(t.duration_s for t in program.tasks if t.kind == "optimizer")
+    fb = sum(t.duration_s for t in program.tasks if t.kind != "optimizer")
+    comm = sum(coll.time(c.op, c.size_bytes).time_s for c in program.comms)
+    cv = 0.04
+    means = []
+    for n in (4, 32, 256):
+        spec = VariabilitySpec(noise_cv=cv, seed=2, samples=2)
+        draw = factor_sampler(spec, np.ones(n), sample_ids=range(2), compute_s=opt + fb, exposure_s=1.0)
+        run = simulate_ranks(program, coll, draw, steps=1500)
+        last = run.comm_end_s[:, len(program.comms) - 1::len(program.comms)]  # each step's last all-reduce
+        gaps = np.diff(last, axis=1).ravel()
+        sd = cv * math.sqrt(opt ** 2 + fb ** 2)
+        expected = comm + opt + fb + sd * expected_max_normal(n)
+        se = gaps.std(ddof=1) / math.sqrt(gaps.size)
+        assert abs(gaps.mean() - expected) < 4 * se + 1e-12, (n, gaps.mean(), expected, se)
+        means.append(gaps.mean())
+    assert means == sorted(means)
+
+
+# ----------------------------------------------------------------------------- reproducibility
+
+def test_same_seed_same_numbers_and_batching_does_not_matter(gpt2_ethernet):
+    p, coll = gpt2_ethernet
+    kw = dict(n_ranks=64, gpus_per_node=8, steps=20, overlap_slowdown=0.1, nominal_step_s=p.step_time_s,
+              global_batch=256)
+    spec = VariabilitySpec(noise_cv=0.05, hiccup_rate_per_s=0.5, hiccup_s=0.02, seed=7, samples=5,
+                           stragglers=(parse_straggler("gpu3:1.2x"),))
+    a = monte_carlo(p.program, coll, spec, **kw)
+    b = monte_carlo(p.program, coll, spec, **kw)
+    c = monte_carlo(p.program, coll, spec, **kw, max_batch_elements=64 * 2)  # samples in batches of 2
+    assert a == b
+    assert a.mean_s == pytest.approx(c.mean_s, rel=1e-12) and a.p99_s == pytest.approx(c.p99_s, rel=1e-12)
+    d = monte_carlo(p.program, coll, VariabilitySpec(noise_cv=0.05, hiccup_rate_per_s=0.5, hiccup_s=0.02, seed=8,
+                                                     samples=5, stragglers=spec.stragglers), **kw)
+    assert d.mean_s != a.mean_s
+    assert a.p50_s <= a.p90_s <= a.p99_s
+    lo, hi = a.samples_per_s_ci
+    assert lo <= a.samples_per_s <= hi
+
+
+def test_hiccups_add_their_expected_stall():
+    program = _compute_then_allreduce(1.0, 1.0)
+    spec = VariabilitySpec(hiccup_rate_per_s=0.2, hiccup_s=0.1, seed=1, samples=1)
+    draw = factor_sampler(spec, np.ones(1), sample_ids=[0], compute_s=1.0, exposure_s=1.0)
+    run = simulate_ranks(program, FixedCollectives(0.0), draw, steps=20000)
+    # One rank: mean step = 1 + 0.1 x E[Poisson(0.2)].
+    assert run.step_interval_s.mean() == pytest.approx(1.0 + 0.1 * 0.2, rel=3e-3)
+
+
+def test_t_quantile_matches_known_values():
+    assert t_quantile(0.975, 1) == pytest.approx(12.706, rel=1e-3)
+    assert t_quantile(0.975, 4) == pytest.approx(2.776, rel=2e-3)
+    assert t_quantile(0.975, 9) == pytest.approx(2.262, rel=1e-3)
+    assert t_quantile(0.975, 1000) == pytest.approx(1.962, rel=1e-3)
+
+
+def test_spec_validation_names_flags():
+    for kw, flag in [({"noise_cv": -0.1}, "--noise-cv"), ({"noise_distribution": "cauchy"}, "--noise-dist"),
+                     ({"hiccup_rate_per_s": 1.0}, "--hiccup-rate-per-s / --hiccup-s"),
+                     ({"samples": 0}, "--mc-samples"), ({"seed": -1}, "--seed")]:
+        with pytest.raises(ConfigError, match=flag):
+            VariabilitySpec(**kw)
+
+
+# ----------------------------------------------------------------------------- link degradation
+
+@pytest.mark.parametrize("name,n,changes,link", [
+    ("ethernet", 32, {}, "node3.nic0"),
+    ("infiniband", 48, {"fabric__nodes_per_leaf": 2}, "node5.nic3"),  # 3 leaf groups, last node
+    ("infiniband", 32, {}, "node1.gpu6"),
+    ("pcie", 24, {}, "node2.nic0"),
+])
+@pytest.mark.parametrize("fraction", [0.5, 0.1])
+def test_degraded_link_on_the_slice_equals_the_full_cluster(name, n, changes, link, fraction):
+    topo = Topology(spec=variant(name, **changes), n_gpus=n)
+    deg = LinkDegradation(link=link, capacity_fraction=fraction)
+    fast = degraded_collectives(topo, [deg]).profile
+    g = topo.graph.copy()
+    k = int(link.split(".")[0][4:])
+    part = link.split(".")[1]
+    if part.startswith("nic"):
+        a = f"n{k}.{part}"
+        b = next(v for v in g.successors(a) if g.nodes[v]["kind"] == "leaf")
+    else:
+        a, b = f"n{k}.{part}", f"n{k}.{topo.spec.node.interconnect}"
+    for u, v in ((a, b), (b, a)):
+        g.edges[u, v]["capacity_bytes_per_s"] *= fraction
+    full = FlowNetwork(g).rates(ring_pairs(ring_orders(topo)))
+    assert fast.flow_rate_bytes_per_s == pytest.approx(float(full.rates_bytes_per_s.min()), rel=1e-9)
+
+
+def test_degrading_the_bottleneck_class_scales_the_ring():
+    topo = resolve_topology(PredictConfig(gpus=64, link="ethernet"))
+    healthy = RingCollectives(topo).profile.bandwidth_bytes_per_s
+    half = degraded_collectives(topo, [parse_degradation("ethernet:50%")]).profile.bandwidth_bytes_per_s
+    assert half == pytest.approx(healthy / 2, rel=1e-12)
+    # A non-bottleneck class degraded a little changes nothing.
+    same = degraded_collectives(topo, [parse_degradation("nvlink:90%")]).profile.bandwidth_bytes_per_s
+    assert same == pytest.approx(healthy, rel=1e-12)
+    # One slow NIC makes the whole ring that slow.
+    one = degraded_collectives(topo, [parse_degradation("node5.nic0:25%")]).profile
+    assert one.bandwidth_bytes_per_s == pytest.approx(healthy / 4, rel=1e-12)
+    assert {c for _, _, c in one.bottleneck_links} == {"ethernet"}
+
+
+@pytest.mark.parametrize("raw,needle", [
+    ("node3.nic0", "--degrade: 'node3.nic0' is not valid"),
+    ("node3.nic0:0%", "PCT in (0, 100]"),
+    ("node3.nic0:150%", "PCT in (0, 100]"),
+])
+def test_bad_degradation_format(raw, needle):
+    with pytest.raises(ConfigError) as exc:
+        parse_degradation(raw)
+    assert needle in str(exc.value)
+
+
+@pytest.mark.parametrize("raw,needle", [
+    ("node8.nic0:50%", "names node 8, but there are 8 nodes"),
+    ("node0.nic1:50%", "names NIC 1"),
+    ("node0.gpu8:50%", "gpu0..gpu7"),
+    ("token-ring:50%", "not a link of ethernet"),
+])
+def test_degradation_must_name_a_link_of_the_topology(raw, needle):
+    topo = resolve_topology(PredictConfig(gpus=64, link="ethernet"))
+    with pytest.raises(ConfigError, match="--degrade") as exc:
+        degraded_graph(topo, [parse_degradation(raw)])
+    assert needle in str(exc.value)
+
+
+# ----------------------------------------------------------------------------- predict and the CLI
+
+def test_predict_with_variability_keeps_the_plain_prediction():
+    cfg = PredictConfig(gpus=64, link="infiniband", model="gpt2")
+    plain = predict(cfg)
+    p, report = predict_with_variability(cfg, VariabilitySpec(noise_cv=0.05, samples=3), steps=20)
+    assert p.step_time_s == plain.step_time_s and p.to_dict() == plain.to_dict()
+    s = report.statistics
+    assert s.nominal_step_s == plain.step_time_s
+    assert s.mean_s > plain.step_time_s  # the slowest of 64 ranks paces every step
+    assert s.samples == 3 and s.steps == 20 and s.ci_method == "samples"
+
+
+def test_cli_without_variability_flags_is_the_plain_prediction(capsys):
+    rc = main(["predict", "--gpus", "32", "--link", "infiniband", "--json", "--seed", "3", "--mc-samples", "4"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    d = json.loads(out)
+    assert "variability" not in d
+    ref = predict(PredictConfig(gpus=32, link="infiniband")).to_dict()
+    assert d["step_time_s"] == ref["step_time_s"] and d["samples_per_s"] == ref["samples_per_s"]
+
+
+def test_cli_variability_json_and_table(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    args = ["predict", "--gpus", "64", "--link", "ethernet", "--model", "gpt2", "--noise-cv", "0.05",
+            "--straggler", "node3:1.3x", "--degrade", "node2.nic0:50%", "--hiccup-rate-per-s", "0.01",
+            "--hiccup-s", "0.05", "--mc-samples", "3", "--mc-steps", "10", "--seed", "4"]
+    assert main(args + ["--json"]) == 0
+    out, err = capsys.readouterr()
+    v = json.loads(out)["variability"]
+    assert v["schema"] == "dpsim.variability/1"
+    assert v["stragglers"] == ["node3:1.3x"] and v["degradations"] == ["node2.nic0:50%"]
+    assert v["ring_bandwidth_bytes_per_s"] == pytest.approx(v["healthy_ring_bandwidth_bytes_per_s"] / 2)
+    st = v["statistics"]
+    for key in ("mean_step_s", "p50_step_s", "p90_step_s", "p99_step_s", "samples_per_s", "samples_per_s_ci"):
+        assert key in st
+    assert main(args) == 0
+    out, _ = capsys.readouterr()
+    for label in ("variability", "mean step", "p50 / p90 / p99 step", "95 % CI", "healthy"):
+        assert label in out, label
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--straggler", "node99:1.3x"], ["--straggler", "node99", "nodes"]),
+    (["--straggler", "slow"], ["--straggler", "'slow'", "node<K>:<factor>x"]),
+    (["--degrade", "node1.nic0"], ["--degrade", "LINK:PCT%"]),
+    (["--degrade", "infiniband:50%"], ["--degrade", "'infiniband'", "ethernet"]),
+    (["--noise-cv", "-1"], ["--noise-cv", "-1"]),
+    (["--hiccup-s", "0.1"], ["--hiccup-rate-per-s / --hiccup-s"]),
+    (["--noise-cv", "0.1", "--mc-samples", "0"], ["--mc-samples", "0"]),
+    (["--noise-cv", "0.1", "--mc-steps", "0"], ["--mc-steps", "0"]),
+])
+def test_cli_bad_variability_flags_one_line(capsys, args, needles):
+    rc = main(["predict", "--gpus", "64", "--link", "ethernet"] + args)
+    out, err = capsys.readouterr()
+    assert rc == 2
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpsim: error: "), err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
