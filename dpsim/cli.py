@@ -1,4 +1,4 @@
-"""Command line: ``dpsim predict`` and ``dpsim collective``.
+"""Command line: ``dpsim predict`` and ``dpsim collective`` (``calibrate`` in :mod:`dpsim.cli_calibrate`).
 
 Every :class:`~dpsim.errors.DpsimError` and every bad flag is caught once, here, and
 printed as one line on stderr (exit status 2); nothing prints a traceback.
@@ -48,12 +48,14 @@ def predict(
     topology: Optional[str] = typer.Option(None, "--topology", help="A topology YAML file (instead of --link)."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Override GPUs per node."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Override the GPU: v100, a100, h100, h200, b200."),
-    model: str = typer.Option("gpt2-xl", "--model", help="Catalog model (dpsim models lists them)."),
+    model: str = typer.Option(
+        "gpt2-xl", "--model", help="Catalog model (dpsim models lists them), or a torch builder: "
+                                   "path/file.py:fn or package.module:fn returning an nn.Module."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Override the sequence length."),
     micro_batch: int = typer.Option(4, "--micro-batch", help="Samples per GPU per step."),
     flash_attention: bool = typer.Option(
         True, "--flash-attention/--no-flash-attention", help="Attention keeps no score matrices (activation memory)."),
-    precision: str = typer.Option("bf16-mixed", "--precision", help="fp32, amp, bf16-mixed or bf16."),
+    precision: str = typer.Option("bf16-mixed", "--precision", help="fp32, amp, bf16-mixed, fp16-mixed or bf16."),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adam, sgd-momentum or sgd."),
     bucket_cap_mb: Optional[float] = typer.Option(
         None, "--bucket-cap-mb", help="DDP bucket_cap_mb in MiB (default: PyTorch's 25 with a 1 MiB first bucket)."),
@@ -67,10 +69,97 @@ def predict(
     single_gpu_samples_per_s: Optional[float] = typer.Option(
         None, "--single-gpu-samples-per-s", help="Your measured one-GPU throughput: compute is scaled to it."),
     steps: int = typer.Option(3, "--steps", help="Training steps to simulate."),
+    strategy: str = typer.Option(
+        "ddp", "--strategy", help="ddp, zero1, zero2, zero3, fsdp, fsdp-shard-grad-op or fsdp-hybrid."),
+    grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches per optimizer step (gradient accumulation)."),
+    activation_checkpointing: bool = typer.Option(
+        False, "--activation-checkpointing/--no-activation-checkpointing",
+        help="Recompute each block's forward in backward (memory down, compute up)."),
+    fsdp_unit: str = typer.Option(
+        "block", "--fsdp-unit", help="ZeRO-3/FSDP wrap unit and checkpoint unit: block, layer or model."),
+    input_shape: Optional[str] = typer.Option(
+        None, "--input-shape", help="Example input of a torch --model, batch first: 8,3,224,224 or 4,1024:int64."),
+    calibration: Optional[str] = typer.Option(
+        None, "--calibration", help="A profile from dpsim calibrate (file or shipped name): fitted collectives "
+                                    "and measured compute replace the preset's."),
+    algo: Optional[str] = typer.Option(
+        None, "--algo", help="Collective algorithms allowed, like NCCL_ALGO: ring, tree, nvls, nvls_tree, "
+                             "hierarchical, halving_doubling (comma list, or ^name to exclude). Default: NCCL's choice."),
+    proto: Optional[str] = typer.Option(
+        None, "--proto", help="NCCL protocols allowed, like NCCL_PROTO: LL, LL128, Simple (comma list or ^name)."),
+    jobs: int = typer.Option(
+        1, "--jobs", help="Identical DP jobs sharing the fabric at once; their collectives share links max-min."),
+    placement: str = typer.Option(
+        "packed", "--placement", help="Servers of the --jobs: packed (contiguous) or interleaved (round robin)."),
+    links: bool = typer.Option(False, "--links", help="Also print per-link utilisation and the bottleneck links."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    timeline: Optional[str] = typer.Option(
+        None, "--timeline", help="Also write the step's timeline to this standalone .html file (plotly)."),
+    noise_cv: float = typer.Option(
+        0.0, "--noise-cv", help="Per-rank, per-step compute-time noise (coefficient of variation; 0.05 = 5 %). "
+                                "Default 0 until calibration records the measured spread."),
+    noise_dist: str = typer.Option("normal", "--noise-dist", help="Noise distribution: normal or lognormal."),
+    straggler: Optional[list[str]] = typer.Option(
+        None, "--straggler", help="A persistently slow node or GPU, e.g. node3:1.3x or gpu12:2x (repeatable)."),
+    degrade: Optional[list[str]] = typer.Option(
+        None, "--degrade", help="A link below capacity: node3.nic0:50%, node0.gpu2:50% or a link class "
+                                "such as ethernet:50% (capacity left; repeatable)."),
+    hiccup_rate_per_s: float = typer.Option(
+        0.0, "--hiccup-rate-per-s", help="Transient stalls per GPU per second (with --hiccup-s)."),
+    hiccup_s: float = typer.Option(0.0, "--hiccup-s", help="Duration of one stall, seconds."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random draws (same seed, same numbers)."),
+    mc_samples: int = typer.Option(
+        10, "--mc-samples", help="Monte-Carlo samples (independent seeds) with noise or hiccups."),
+    mc_steps: int = typer.Option(50, "--mc-steps", help="Steps per Monte-Carlo sample (with variability)."),
 ) -> None:
     """Predict the step time, throughput, scaling efficiency and memory of DDP training."""
-    from dpsim.predict import DEFAULT_OVERLAP_SLOWDOWN, PredictConfig, predict as run_predict
+    config = predict_config_from_flags(**locals())
+    from dpsim.predict import predict as run_predict
+
+    if timeline is not None:
+        from dpsim.html_report import check_output_path
+        check_output_path(timeline, "--timeline")
+    variability = _variability_from_flags(noise_cv=noise_cv, noise_dist=noise_dist, straggler=straggler,
+                                          degrade=degrade, hiccup_rate_per_s=hiccup_rate_per_s,
+                                          hiccup_s=hiccup_s, seed=seed, mc_samples=mc_samples,
+                                          mc_steps=mc_steps)
+    report = None
+    if variability is None:
+        result = run_predict(config)  # a homogeneous, healthy cluster: the engine's one-rank fast path
+    else:
+        from dpsim.variability import predict_with_variability
+        result, report = predict_with_variability(config, variability, steps=mc_steps)
+    if as_json:
+        out = result.to_dict()
+        if report is not None:
+            out["variability"] = report.to_dict()
+        _emit_json(out)
+    else:
+        from dpsim.report import print_prediction
+        print_prediction(result)
+        if links:
+            from dpsim.algorithms.links import print_link_report
+            print_link_report(result.links)
+        if report is not None:
+            from dpsim.variability import print_variability
+            print_variability(report)
+    if timeline is not None:
+        from dpsim.plots import timeline_figure, write_figure_html
+        write_figure_html(timeline_figure(result), timeline)
+
+
+def predict_config_from_flags(
+    *, gpus, link, topology, gpus_per_node, gpu, model, seq_len, micro_batch, flash_attention, precision,
+    optimizer, bucket_cap_mb, no_overlap, overlap_slowdown, compute_efficiency, single_gpu_step_ms,
+    single_gpu_samples_per_s, steps, calibration=None, strategy="ddp", grad_accum=1,
+    activation_checkpointing=False, fsdp_unit="block", input_shape=None, algo=None, proto=None, jobs=1,
+    placement="packed", **_output_flags,
+):
+    """The validated PredictConfig that ``predict``'s flags describe (``report`` shares it).
+
+    Flags that only choose the output (``--json``, ``--timeline``) land in ``_output_flags``.
+    """
+    from dpsim.predict import DEFAULT_OVERLAP_SLOWDOWN, PredictConfig
     from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 
     if single_gpu_step_ms is not None and single_gpu_samples_per_s is not None:
@@ -90,25 +179,151 @@ def predict(
         raise ConfigError(f"--seq-len: {seq_len} is not valid; expected an integer >= 1")
     if overlap_slowdown is not None and not (math.isfinite(overlap_slowdown) and overlap_slowdown >= 0):
         raise ConfigError(f"--overlap-slowdown: {overlap_slowdown} is not valid; expected a number >= 0")
+    from dpsim.strategies import check_fsdp_unit, check_grad_accum, check_strategy
+    check_strategy(strategy)
+    check_grad_accum(grad_accum)
+    check_fsdp_unit(fsdp_unit)
+    from dpsim.algorithms.nccl import check_job_flags, parse_algorithms, parse_protocols
+    parse_algorithms(algo)
+    parse_protocols(proto)
+    check_job_flags(jobs, placement)
     config = PredictConfig(
         gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node, gpu=gpu,
         model=model, seq_len=seq_len, flash_attention=flash_attention, micro_batch=micro_batch, precision=precision, optimizer=optimizer,
         bucket_cap_mb=bucket_cap_mb, overlap=not no_overlap,
-        overlap_slowdown=DEFAULT_OVERLAP_SLOWDOWN if overlap_slowdown is None else overlap_slowdown,
+        overlap_slowdown=_default_overlap_slowdown(calibration, DEFAULT_OVERLAP_SLOWDOWN)
+        if overlap_slowdown is None else overlap_slowdown,
         compute_efficiency=DEFAULT_COMPUTE_EFFICIENCY if compute_efficiency is None else compute_efficiency,
-        single_gpu_step_s=single_s, steps=steps,
+        single_gpu_step_s=single_s, steps=steps, calibration=calibration,
+        strategy=strategy, grad_accum=grad_accum, activation_checkpointing=activation_checkpointing,
+        fsdp_unit=fsdp_unit, input_shape=input_shape, algo=algo, proto=proto, jobs=jobs, placement=placement,
     )
-    result = run_predict(config)
-    if as_json:
-        _emit_json(result.to_dict())
-    else:
-        from dpsim.report import print_prediction
-        print_prediction(result)
+    return config
+
+
+def _default_overlap_slowdown(calibration: str | None, default: float) -> float:
+    """``--overlap-slowdown`` left out: the profile's measured slowdown, else the default."""
+    if calibration is None:
+        return default
+    from dpsim.calibrate.model import calibrated_overlap_slowdown
+    from dpsim.calibrate.profile import load_profile
+    measured = calibrated_overlap_slowdown(load_profile(calibration))
+    return default if measured is None else measured
+
+
+VARIABILITY_FLAGS = ("noise_cv", "noise_dist", "straggler", "degrade", "hiccup_rate_per_s", "hiccup_s",
+                     "seed", "mc_samples", "mc_steps")
+"""``predict`` parameters that only the variability report reads (commands that copy
+``predict``'s flags can leave them out)."""
+
+
+def _variability_from_flags(*, noise_cv, noise_dist, straggler, degrade, hiccup_rate_per_s, hiccup_s, seed,
+                            mc_samples, mc_steps):
+    """The VariabilitySpec of ``predict``'s variability flags, or ``None`` when none is active."""
+    from dpsim.variability import VariabilitySpec, parse_degradation, parse_straggler
+
+    if mc_steps < 1:
+        raise ConfigError(f"--mc-steps: {mc_steps} is not valid; expected an integer >= 1")
+    spec = VariabilitySpec(
+        noise_cv=noise_cv, noise_distribution=noise_dist,
+        stragglers=tuple(parse_straggler(x) for x in straggler or ()),
+        degradations=tuple(parse_degradation(x) for x in degrade or ()),
+        hiccup_rate_per_s=hiccup_rate_per_s, hiccup_s=hiccup_s, seed=seed, samples=mc_samples,
+    )
+    return spec if spec.active else None
 
 
 def _positive(flag: str, value: float) -> None:
     if not (math.isfinite(value) and value > 0):
         raise ConfigError(f"{flag}: {value} is not valid; expected a number > 0")
+
+
+@app.command()
+def memory(
+    gpus: int = typer.Option(64, "--gpus", help="Data-parallel GPUs."),
+    link: str = typer.Option("ethernet", "--link", help="Topology preset (sets the GPU and GPUs per node)."),
+    topology: Optional[str] = typer.Option(None, "--topology", help="A topology YAML file (instead of --link)."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Override GPUs per node."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Override the GPU: v100, a100, h100, h200, b200."),
+    model: str = typer.Option(
+        "gpt2-xl", "--model", help="Catalog model, or a torch builder path/file.py:fn or package.module:fn."),
+    input_shape: Optional[str] = typer.Option(
+        None, "--input-shape", help="Example input of a torch --model, batch first: 8,3,224,224 or 4,1024:int64."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Override the sequence length."),
+    micro_batch: int = typer.Option(4, "--micro-batch", help="Samples per GPU per micro-batch."),
+    flash_attention: bool = typer.Option(
+        True, "--flash-attention/--no-flash-attention", help="Attention keeps no score matrices."),
+    precision: str = typer.Option("bf16-mixed", "--precision", help="fp32, amp, bf16-mixed, fp16-mixed or bf16."),
+    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adam, sgd-momentum or sgd."),
+    strategy: str = typer.Option(
+        "ddp", "--strategy", help="ddp, zero1, zero2, zero3, fsdp, fsdp-shard-grad-op or fsdp-hybrid."),
+    grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches per optimizer step."),
+    activation_checkpointing: bool = typer.Option(
+        False, "--activation-checkpointing/--no-activation-checkpointing", help="Keep only block inputs."),
+    fsdp_unit: str = typer.Option("block", "--fsdp-unit", help="block, layer or model."),
+    no_overlap: bool = typer.Option(False, "--no-overlap", help="DeepSpeed overlap_comm off (one gradient buffer)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Memory per GPU by category for a strategy, the fits / OOM verdict and what would make it fit."""
+    from dpsim.memory import HEADROOM_FRACTION
+    from dpsim.predict import PredictConfig, memory_for_config
+    from dpsim.strategies import STRATEGIES, check_fsdp_unit, check_grad_accum, check_strategy
+
+    check_strategy(strategy)
+    check_grad_accum(grad_accum)
+    check_fsdp_unit(fsdp_unit)
+    if micro_batch < 1:
+        raise ConfigError(f"--micro-batch: {micro_batch} is not valid; expected an integer >= 1")
+    if seq_len is not None and seq_len < 1:
+        raise ConfigError(f"--seq-len: {seq_len} is not valid; expected an integer >= 1")
+    config = PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node, gpu=gpu,
+                           model=model, input_shape=input_shape, seq_len=seq_len, micro_batch=micro_batch,
+                           flash_attention=flash_attention, precision=precision, optimizer=optimizer,
+                           strategy=strategy, grad_accum=grad_accum,
+                           activation_checkpointing=activation_checkpointing, fsdp_unit=fsdp_unit,
+                           overlap=not no_overlap)
+    mem, advice, spec, topo = memory_for_config(config)
+    rows = [("weights", mem.weights_bytes), ("gradients", mem.gradients_bytes),
+            ("optimizer state", mem.optimizer_bytes), ("activations", mem.activations_bytes),
+            ("communication buffers", mem.comm_buffers_bytes), ("framework overhead", mem.overhead_bytes)]
+    if as_json:
+        _emit_json({
+            "schema": "dpsim.memory/1", "model": spec.name, "param_count": spec.param_count,
+            "gpu": topo.spec.gpu, "n_gpus": topo.n_gpus, "gpus_per_node": topo.gpus_per_node,
+            "strategy": strategy, "precision": precision, "optimizer": optimizer, "micro_batch": micro_batch,
+            "grad_accum": grad_accum, "activation_checkpointing": activation_checkpointing,
+            "shard_group_size": mem.shard_group_size,
+            "weights_bytes": mem.weights_bytes, "gradients_bytes": mem.gradients_bytes,
+            "optimizer_bytes": mem.optimizer_bytes, "activations_bytes": mem.activations_bytes,
+            "comm_buffers_bytes": mem.comm_buffers_bytes, "overhead_bytes": mem.overhead_bytes,
+            "total_bytes": mem.total_bytes, "capacity_bytes": mem.capacity_bytes,
+            "usable_bytes": mem.usable_bytes, "fits": mem.fits, "suggestion": mem.suggestion,
+            "advice": advice.to_dict(),
+        })
+        return
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from dpsim.units import format_bytes
+    title = (f"{spec.name} ({spec.param_count / 1e9:.3g} B params), {strategy} on {topo.n_gpus} x {topo.spec.gpu}, "
+             f"{precision} + {optimizer}, micro-batch {micro_batch}"
+             + (f" x {grad_accum}" if grad_accum > 1 else "")
+             + (", checkpointing" if activation_checkpointing else ""))
+    table = Table(title=escape(title), header_style="bold")
+    table.add_column("memory per GPU")
+    table.add_column("size", justify="right")
+    for name, value in rows:
+        table.add_row(name, format_bytes(value))
+    verdict = "[green]fits[/green]" if mem.fits else "[bold red]DOES NOT FIT (OOM)[/bold red]"
+    table.add_row("total", f"{format_bytes(mem.total_bytes)}: {verdict}")
+    table.add_row("usable", f"{format_bytes(mem.usable_bytes)} ({format_bytes(mem.capacity_bytes)} less "
+                            f"{HEADROOM_FRACTION:.0%} allocator headroom)")
+    console = Console()
+    console.print(table)
+    console.print(f"{escape(strategy)}: {escape(STRATEGIES[strategy])}")
+    if not mem.fits:
+        console.print(f"what would fit: {escape(mem.suggestion or advice.message)}")
 
 
 @app.command()
@@ -122,10 +337,16 @@ def collective(
     maxbytes: str = typer.Option("1G", "-e", "--maxbytes", help="Largest size (nccl-tests -e)."),
     stepfactor: float = typer.Option(2.0, "-f", "--stepfactor", help="Multiply the size by this each row."),
     dtype: str = typer.Option("float", "-d", "--datatype", help="float, half, bfloat16, double or int8."),
+    calibration: Optional[str] = typer.Option(
+        None, "--calibration", help="A profile from dpsim calibrate (file or shipped name) instead of the preset."),
+    algo: Optional[str] = typer.Option(
+        None, "--algo", help="Algorithms allowed, like NCCL_ALGO: ring, tree, nvls, nvls_tree, hierarchical, "
+                             "halving_doubling (comma list or ^name). Default: NCCL's choice per size."),
+    proto: Optional[str] = typer.Option(None, "--proto", help="Protocols allowed, like NCCL_PROTO: LL, LL128, Simple."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the nccl-tests table."),
 ) -> None:
     """Predict a collective over a size sweep, printed like nccl-tests' *_perf tools."""
-    from dpsim.collectives import OPS, RingCollectives
+    from dpsim.collectives import OPS
     from dpsim.predict import PredictConfig, resolve_topology
     from dpsim.report import NCCL_TESTS_TYPE_BYTES, nccl_tests_table
     from dpsim.units import parse_size_bytes
@@ -141,7 +362,15 @@ def collective(
     if not (math.isfinite(stepfactor) and stepfactor > 1):
         raise ConfigError(f"-f/--stepfactor: {stepfactor} is not valid; expected a number > 1")
     topo = resolve_topology(PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node))
-    model = RingCollectives(topo)
+    from dpsim.algorithms.nccl import NcclCollectives, parse_algorithms, parse_protocols
+    model = NcclCollectives(topo, algorithms=parse_algorithms(algo), protocols=parse_protocols(proto))
+    algorithm = "nccl"
+    if calibration is not None:
+        from dpsim.calibrate.model import calibrated_collectives
+        from dpsim.calibrate.profile import load_profile
+        profile = load_profile(calibration)
+        model = calibrated_collectives(profile, topo)
+        algorithm = f"calibrated ({profile.name})"
     elem = NCCL_TESTS_TYPE_BYTES[dtype]
     sizes = []
     size = lo
@@ -154,15 +383,20 @@ def collective(
     if as_json:
         _emit_json({
             "schema": "dpsim.collective/1", "op": op, "n_ranks": topo.n_gpus, "topology": topo.spec.name,
-            "dtype": dtype, "algorithm": "ring",
+            "dtype": dtype, "algorithm": "nccl" if calibration is None else "calibrated",
+            "calibration": calibration,
             "rows": [{"size_bytes": int(r.size_bytes), "count": int(r.size_bytes) // elem, "time_s": r.time_s,
-                      "algbw_bytes_per_s": r.algbw_bytes_per_s, "busbw_bytes_per_s": r.busbw_bytes_per_s}
+                      "algbw_bytes_per_s": r.algbw_bytes_per_s, "busbw_bytes_per_s": r.busbw_bytes_per_s,
+                      "algorithm": r.algorithm, "protocol": r.protocol}
                      for r in results],
         })
     else:
         print(f"# dpsim collective --op {op}: {topo.n_gpus} ranks on {topo.spec.name} "
-              f"({topo.n_nodes} node{'s' if topo.n_nodes > 1 else ''}), ring, predicted")
+              f"({topo.n_nodes} node{'s' if topo.n_nodes > 1 else ''}), {algorithm}, predicted")
         print(nccl_tests_table(results, dtype))
+        if calibration is None:
+            from dpsim.algorithms.nccl import describe_choices
+            print(describe_choices(results))
 
 
 @app.command()
@@ -327,3 +561,11 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     """Console-script entry point (``dpsim``)."""
     sys.exit(main())
+
+
+# ``dpsim report`` and ``dpsim sweep`` (capacity planning) live in their own module.
+from dpsim import cli_plan as _cli_plan  # noqa: E402,F401  (registers the commands on ``app``)
+# ``dpsim goodput`` (failures, checkpoints, goodput) lives in its own module.
+from dpsim import cli_reliability as _cli_reliability  # noqa: E402,F401  (registers the command on ``app``)
+# ``dpsim calibrate`` (torch benchmarks, nccl-tests logs -> profiles) lives in its own module.
+from dpsim import cli_calibrate as _cli_calibrate  # noqa: E402,F401  (registers the command on ``app``)

@@ -12,16 +12,17 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from dpsim.algorithms.links import LinkReport, link_report
 from dpsim.collectives import CollectiveModel, RingCollectives, RingProfile
-from dpsim.engine import SimulationResult, simulate
+from dpsim.engine import SimulationResult, StepProgram, ddp_program, run_program
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
-from dpsim.memory import MemoryBreakdown, ddp_memory
+from dpsim.memory import FitAdvice, MemoryBreakdown, ddp_memory, fit_advice, memory_breakdown
 from dpsim.topology import Topology, TopologySpec, load_preset, load_topology_file
 from dpsim.workload.buckets import BucketPlan, assign_buckets
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY, ComputeProfile, compute_profile
-from dpsim.workload.precision import check_optimizer, get_precision
+from dpsim.workload.precision import check_optimizer, check_precision_on_gpu, get_precision
 from dpsim.workload.spec import ModelSpec, ParamSpec
 
 DEFAULT_OVERLAP_SLOWDOWN = 0.1
@@ -45,7 +46,7 @@ class PredictConfig:
     gpu: str | None = None
     """Override the topology's GPU preset."""
     model: str = "gpt2-xl"
-    """Catalog model name."""
+    """Catalog model name, or a torch builder ``path/file.py:fn`` / ``package.module:fn``."""
     seq_len: int | None = None
     """Override the model's sequence length."""
     flash_attention: bool = True
@@ -68,6 +69,30 @@ class PredictConfig:
     """A measured one-GPU step time to scale compute to."""
     steps: int = 3
     """Steps to simulate."""
+    calibration: str | None = None
+    """A calibration profile (path or shipped name): its fitted collectives and measured
+    compute rates replace the preset's (:mod:`dpsim.calibrate.model`)."""
+    strategy: str = "ddp"
+    """Data-parallel strategy: ddp, zero1, zero2, zero3, fsdp, fsdp-shard-grad-op, fsdp-hybrid
+    (:mod:`dpsim.strategies`)."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step (gradient accumulation)."""
+    activation_checkpointing: bool = False
+    """Recompute each unit's forward in backward; keep only unit inputs."""
+    fsdp_unit: str = "block"
+    """FSDP / ZeRO-3 wrap unit and checkpoint unit: block, layer or model."""
+    input_shape: str | None = None
+    """Example input of a torch-module model (``--model file.py:fn``), e.g. ``8,3,224,224``
+    or ``4,1024:int64``; the first dimension is the traced batch."""
+    algo: str | None = None
+    """Allowed collective algorithms, like NCCL_ALGO (``ring,tree`` or ``^nvls``); ``None``:
+    NCCL's own choice per call (:mod:`dpsim.algorithms.nccl`)."""
+    proto: str | None = None
+    """Allowed NCCL protocols, like NCCL_PROTO (``LL,LL128,Simple`` or ``^LL``)."""
+    jobs: int = 1
+    """Identical data-parallel jobs sharing the cluster's fabric at once (link contention)."""
+    placement: str = "packed"
+    """Servers of the jobs: ``packed`` (each job contiguous) or ``interleaved`` (round robin)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +149,18 @@ class Prediction:
     """Memory per GPU."""
     simulation: SimulationResult = field(repr=False)
     """Raw steps and trace."""
+    program: StepProgram | None = field(default=None, repr=False)
+    """The step every rank runs (replayed per rank by :mod:`dpsim.variability`)."""
+    strategy: str = "ddp"
+    """Data-parallel strategy."""
+    comm_bytes_by_op: dict = field(default_factory=dict)
+    """Message bytes per collective type in one step (``all_reduce``, ``reduce_scatter``, ``all_gather``)."""
+    fit: FitAdvice | None = field(default=None, repr=False)
+    """What would make the job fit in memory (``fit.fits`` when it already does)."""
+    collectives: CollectiveModel | None = field(default=None, repr=False)
+    """The collective model the step used (ring, degraded ring or calibrated)."""
+    links: LinkReport | None = field(default=None, repr=False)
+    """Per-link utilisation and bottleneck links of a step (NCCL model only)."""
 
     @property
     def overlap_fraction(self) -> float:
@@ -175,7 +212,15 @@ class Prediction:
                 "total_bytes": mem.total_bytes,
                 "capacity_bytes": mem.capacity_bytes,
                 "fits": mem.fits,
+                "usable_bytes": mem.usable_bytes,
+                "strategy": mem.strategy,
+                "shard_group_size": mem.shard_group_size,
+                "suggestion": mem.suggestion,
+                "advice": self.fit.to_dict() if self.fit is not None else None,
             },
+            "strategy": self.strategy,
+            "comm_bytes_by_op": dict(self.comm_bytes_by_op),
+            "links": self.links.to_dict() if self.links is not None else None,
         }
 
 
@@ -210,24 +255,66 @@ def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None
         raise ConfigError(f"--steps: {config.steps} is not valid; expected an integer >= 1")
     topology = resolve_topology(config)
     gpu = get_gpu(topology.spec.gpu)
-    model = get_model(config.model, seq_len=config.seq_len, flash_attention=config.flash_attention)
+    profile = None
+    if config.calibration is not None:
+        from dpsim.calibrate.model import calibrated_gpu
+        from dpsim.calibrate.profile import load_profile
+        profile = load_profile(config.calibration)
+        gpu = calibrated_gpu(profile, gpu)
+    model = load_model(config)
     precision = get_precision(config.precision)
     check_optimizer(config.optimizer)
+    check_precision_on_gpu(precision, gpu)
     compute: ComputeProfile = compute_profile(
         model, gpu, micro_batch=config.micro_batch, precision=precision, optimizer=config.optimizer,
         compute_efficiency=config.compute_efficiency, single_gpu_step_s=config.single_gpu_step_s,
     )
+    if profile is not None and config.single_gpu_step_s is None:
+        from dpsim.calibrate.model import measured_step_s
+        measured = measured_step_s(profile, model=config.model, micro_batch=config.micro_batch,
+                                   dtype=precision.compute_dtype)
+        if measured is not None:  # measured forward + backward, modelled optimizer
+            from dpsim.calibrate.model import with_measured_step
+            compute = with_measured_step(compute, measured)
     buckets: BucketPlan = assign_buckets(with_grad_dtype(model, precision.grad_dtype),
                                          bucket_cap_mb=config.bucket_cap_mb)
-    ring = RingCollectives(topology)
+    # A RingCollectives given by the caller (e.g. with degraded links) reports its own ring.
+    ring = collectives if isinstance(collectives, RingCollectives) else RingCollectives(topology)
+    if collectives is None and profile is not None:
+        from dpsim.calibrate.model import calibrated_collectives
+        collectives = calibrated_collectives(profile, topology)
+    if collectives is None:  # NCCL's algorithm/protocol choice on the flow model (dpsim.algorithms)
+        from dpsim.algorithms.nccl import collectives_for
+        collectives = collectives_for(topology, config)
     collectives = collectives or ring
-    sim = simulate(compute, buckets, collectives, steps=config.steps, overlap=config.overlap,
-                   overlap_slowdown=config.overlap_slowdown)
+    from dpsim.strategies import build_step_program, hybrid_collectives
+
+    plan = build_step_program(
+        config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
+        gpus_per_node=topology.gpus_per_node, grad_accum=config.grad_accum,
+        activation_checkpointing=config.activation_checkpointing, overlap=config.overlap,
+        bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit)
+    program = plan.program
+    if any(c.group != "world" for c in program.comms) and not hasattr(collectives, "group"):
+        # Hybrid sharding: intra-node and inter-node communicators, costed like the world's
+        # (NCCL's choice when the world model is NCCL's, rings otherwise).
+        factory = None
+        if type(collectives).__name__ == "NcclCollectives":
+            from dpsim.algorithms.nccl import collectives_for
+            factory = lambda t: collectives_for(t, config)  # noqa: E731
+        collectives = hybrid_collectives(topology, collectives, factory=factory)
+    sim = run_program(program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown)
     n = len(sim.steps)
     mean = lambda attr: sum(getattr(s, attr) for s in sim.steps) / n  # noqa: E731
     step_time = mean("step_time_s")
-    samples = config.micro_batch * topology.n_gpus / step_time
-    single = config.micro_batch / compute.step_s
+    k = config.grad_accum
+    samples = config.micro_batch * k * topology.n_gpus / step_time
+    # The one-GPU step runs the same micro-batches (and recompute), unsharded optimizer.
+    single_step = (sum(t.duration_s for t in program.tasks if t.kind != "optimizer") + compute.optimizer_s)
+    single = config.micro_batch * k / single_step
+    memory, advice = memory_with_advice(model, gpu, config, precision, topology)
+    links = link_report(getattr(collectives, "world", collectives),
+                        [(c.op, c.size_bytes) for c in program.comms if c.group == "world"], step_time)
     peak = gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
     return Prediction(
         config=config,
@@ -242,18 +329,73 @@ def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None
         forward_s=mean("forward_s"),
         backward_s=mean("backward_s"),
         optimizer_s=mean("optimizer_s"),
-        compute_s=compute.step_s,
+        compute_s=single_step,
         comm_s=mean("comm_s"),
         exposed_comm_s=mean("exposed_comm_s"),
         samples_per_s=samples,
         tokens_per_s=samples * model.tokens_per_sample if model.tokens_per_sample else None,
         single_gpu_samples_per_s=single,
         scaling_efficiency=samples / (topology.n_gpus * single),
-        mfu=compute.flops_per_step / step_time / peak,
-        n_buckets=len(buckets.buckets),
-        gradient_bytes=buckets.total_size_bytes,
+        mfu=compute.flops_per_step * k / step_time / peak,
+        n_buckets=len(plan.gradient_ops),
+        gradient_bytes=int(plan.gradient_bytes),
         ring=ring.profile,
-        memory=ddp_memory(model, gpu, precision=precision, optimizer=config.optimizer,
-                          micro_batch=config.micro_batch),
+        memory=memory,
         simulation=sim,
+        program=program,
+        collectives=collectives,
+        strategy=config.strategy,
+        comm_bytes_by_op=plan.bytes_by_op,
+        fit=advice,
+        links=links,
     )
+
+
+def load_model(config: PredictConfig) -> ModelSpec:
+    """The config's model: a catalog entry, or a torch module (``file.py:fn``, ``pkg.mod:fn``)
+    traced on the meta device (torch is imported only then)."""
+    from dpsim.workload.from_torch import is_torch_model_ref
+
+    if is_torch_model_ref(config.model):
+        if config.seq_len is not None:
+            raise ConfigError("--seq-len: does not apply to a torch module (--model file.py:fn); its example "
+                              "input (--input-shape) sets the sequence length")
+        from dpsim.workload.from_torch import load_torch_workload
+        return load_torch_workload(config.model, input_shape=config.input_shape)
+    if config.input_shape is not None:
+        raise ConfigError("--input-shape: applies only to a torch module (--model file.py:fn); catalog models "
+                          "take --seq-len")
+    return get_model(config.model, seq_len=config.seq_len, flash_attention=config.flash_attention)
+
+
+def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, topology: Topology
+                       ) -> tuple[MemoryBreakdown, FitAdvice]:
+    """Per-GPU memory of ``config``'s strategy, with the fit advice in ``suggestion`` when it does not fit."""
+    from dataclasses import replace
+
+    kwargs = dict(precision=precision, optimizer=config.optimizer, micro_batch=config.micro_batch,
+                  strategy=config.strategy, n_gpus=topology.n_gpus, gpus_per_node=topology.gpus_per_node,
+                  activation_checkpointing=config.activation_checkpointing, grad_accum=config.grad_accum,
+                  fsdp_unit=config.fsdp_unit, overlap=config.overlap)
+    memory = memory_breakdown(model, gpu, **kwargs)
+    advice = fit_advice(model, gpu, **kwargs)
+    if not memory.fits:
+        memory = replace(memory, suggestion=advice.message)
+    return memory, advice
+
+
+def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpec, Topology]:
+    """Memory per GPU for ``config`` without simulating a step (``dpsim memory``)."""
+    topology = resolve_topology(config)
+    gpu = get_gpu(topology.spec.gpu)
+    model = load_model(config)
+    precision = get_precision(config.precision)
+    check_optimizer(config.optimizer)
+    check_precision_on_gpu(precision, gpu)
+    from dpsim.strategies import check_fsdp_unit, check_grad_accum, check_strategy
+
+    check_strategy(config.strategy)
+    check_fsdp_unit(config.fsdp_unit)
+    check_grad_accum(config.grad_accum)
+    memory, advice = memory_with_advice(model, gpu, config, precision, topology)
+    return memory, advice, model, topology

@@ -20,7 +20,10 @@ def prediction_tables(p: Prediction) -> list[Table]:
     cfg = p.config
     title = (f"{p.model} ({p.param_count / 1e9:.3g} B params) on {p.n_gpus} x {p.gpu} "
              f"[{p.topology}, {p.n_nodes} node{'s' if p.n_nodes > 1 else ''}], "
-             f"micro-batch {cfg.micro_batch}, {cfg.precision}")
+             f"micro-batch {cfg.micro_batch}, {cfg.precision}"
+             + (f", {p.strategy}" if p.strategy != "ddp" else "")
+             + (f", {cfg.grad_accum} micro-batches per step" if getattr(cfg, "grad_accum", 1) > 1 else "")
+             + (", activation checkpointing" if getattr(cfg, "activation_checkpointing", False) else ""))
     step = Table(title=escape(title), show_header=True, header_style="bold")
     step.add_column("step", justify="left")
     step.add_column("value", justify="right")
@@ -30,10 +33,11 @@ def prediction_tables(p: Prediction) -> list[Table]:
         ("  backward", format_seconds(p.backward_s)),
         ("  optimizer", format_seconds(p.optimizer_s)),
         ("compute (1 GPU step)", format_seconds(p.compute_s)),
-        ("all-reduce total", format_seconds(p.comm_s)),
-        ("all-reduce exposed", format_seconds(p.exposed_comm_s)),
+        ("all-reduce total" if p.strategy == "ddp" else "communication total", format_seconds(p.comm_s)),
+        ("all-reduce exposed" if p.strategy == "ddp" else "communication exposed", format_seconds(p.exposed_comm_s)),
         ("overlap", _pct(p.overlap_fraction)),
-        ("buckets", f"{p.n_buckets} ({format_bytes(p.gradient_bytes)} of gradients)"),
+        ("buckets" if p.strategy == "ddp" else "gradient reductions",
+         f"{p.n_buckets} ({format_bytes(p.gradient_bytes)} of gradients)"),
         ("ring bandwidth / rank", f"{p.ring.bandwidth_bytes_per_s / 1e9:.1f} GB/s x{p.ring.channels} ch"),
         ("throughput", f"{p.samples_per_s:,.1f} samples/s"),
     ]
@@ -46,15 +50,18 @@ def prediction_tables(p: Prediction) -> list[Table]:
     for name, value in rows:
         step.add_row(name, value)
     m = p.memory
-    mem = Table(title="memory per GPU (DDP)", header_style="bold")
+    mem = Table(title=f"memory per GPU ({p.strategy})", header_style="bold")
     mem.add_column("category")
     mem.add_column("size", justify="right")
     for name, value in [("weights", m.weights_bytes), ("gradients", m.gradients_bytes),
                         ("optimizer state", m.optimizer_bytes), ("activations", m.activations_bytes),
-                        ("DDP bucket buffers", m.comm_buffers_bytes), ("framework overhead", m.overhead_bytes)]:
+                        ("DDP bucket buffers" if p.strategy == "ddp" else "communication buffers",
+                         m.comm_buffers_bytes), ("framework overhead", m.overhead_bytes)]:
         mem.add_row(name, format_bytes(value))
     verdict = "[green]fits[/green]" if m.fits else "[bold red]DOES NOT FIT[/bold red]"
     mem.add_row("total", f"{format_bytes(m.total_bytes)} of {format_bytes(m.capacity_bytes)}: {verdict}")
+    if not m.fits and m.suggestion:
+        mem.add_row("what would fit", escape(m.suggestion))
     return [step, mem]
 
 
