@@ -36,8 +36,10 @@ SimPy process per rank:
 
 A homogeneous run (no noise, no stragglers, no hiccups) never comes here: ``predict``
 keeps its single-rank engine path and identical results. Link degradation is not
-per-rank: it changes the ring's bottleneck in the topology graph
-(:func:`degraded_collectives`) and keeps the fast path.
+per-rank: it scales the capacity of the named links in the NCCL model's flow network
+(:func:`degradation_scale`, used by :class:`~dpsim.algorithms.nccl.NcclCollectives`),
+so a degraded step is costed by the same collective model as a healthy one, and keeps
+the fast path.
 
 Default noise
 -------------
@@ -55,13 +57,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-import networkx as nx
 import numpy as np
 
-from dpsim.collectives import CollectiveModel, RingCollectives
-from dpsim.engine import StepProgram
+from dpsim.collectives import CollectiveModel
+from dpsim.engine import StepProgram, comm_op_time_s
 from dpsim.errors import ConfigError
-from dpsim.network import FlowNetwork
 from dpsim.topology import Topology
 
 NOISE_DISTRIBUTIONS = ("normal", "lognormal")
@@ -133,7 +133,7 @@ class VariabilitySpec:
     stragglers: tuple[Straggler, ...] = ()
     """Persistently slow GPUs or nodes."""
     degradations: tuple[LinkDegradation, ...] = ()
-    """Links running below capacity (change the ring's bottleneck, not per-rank)."""
+    """Links running below capacity (change the collectives' network, not per-rank)."""
     hiccup_rate_per_s: float = 0.0
     """Transient stalls per GPU per second of wall time (Poisson)."""
     hiccup_s: float = 0.0
@@ -225,54 +225,101 @@ def rank_factors(stragglers: Sequence[Straggler], n_ranks: int, gpus_per_node: i
     return factors
 
 
-def degraded_graph(topology: Topology, degradations: Sequence[LinkDegradation]) -> nx.DiGraph:
-    """The representative slice's graph with the degraded links' capacities scaled.
+_NAMED_LINK = re.compile(r"node(\d+)\.(nic|gpu)(\d+)")
 
-    A homogeneous ring loads every node's links identically, so a degraded link of node
-    K behaves like the same link of the slice's node 0 (same local GPU/NIC index, same
-    channels through it); a link class is scaled everywhere. Both directions of a
-    full-duplex link are scaled.
+
+def degradation_scale(network, degradations: Sequence[LinkDegradation], *, strict: bool = True) -> np.ndarray:
+    """Capacity multiplier of every link of ``network`` (a :class:`~dpsim.network.tiers.TierNetwork`)
+    under ``degradations``: 1 where healthy; degradations of one link multiply.
+
+    ``node<K>`` counts the servers of the network's cluster (with ``--jobs``, every job's
+    servers, as placed). ``node<K>.nic<J>`` scales both directions of that NIC's cable to
+    its leaf (with more NICs than GPUs, NICs are merged per GPU: one NIC of a bundle of
+    ``p`` scales the bundle's link to ``(p - 1 + f) / p``); ``node<K>.gpu<J>`` both
+    directions of that GPU's NVLink/PCIe link to its server's hub; a link class every link
+    of that class. A name that matches no link of the network is an error.
+
+    ``strict=False`` skips link classes the network lacks (a hybrid-sharding
+    communicator's network, whose names :func:`communicator_degradations` mapped).
     """
-    g = topology.representative_graph.copy()
-    classes = sorted({d["link_class"] for _, _, d in g.edges(data=True)})
-    spec = topology.spec
+    scale = np.ones(network.n_links)
+    spec = network.spec
+    n_nodes = network.n_nodes
     for deg in degradations:
-        m = re.fullmatch(r"node(\d+)\.(nic|gpu)(\d+)", deg.link)
+        f = deg.capacity_fraction
+        m = _NAMED_LINK.fullmatch(deg.link)
         if m:
             node, kind, j = int(m.group(1)), m.group(2), int(m.group(3))
-            if node >= topology.n_nodes:
+            if node >= n_nodes:
                 raise ConfigError(f"--degrade: {deg.label!r} names node {node}, but there are "
-                                  f"{topology.n_nodes} nodes (node0..node{topology.n_nodes - 1})")
+                                  f"{n_nodes} nodes (node0..node{n_nodes - 1})")
             if kind == "nic":
-                fabric = spec.fabric
-                nics = 0 if fabric is None or fabric.kind == "nvlink" else fabric.nics_per_node
-                if topology.n_nodes == 1 or j >= nics:
-                    allowed = (f"nic0..nic{nics - 1}" if nics and topology.n_nodes > 1
-                               else "no NIC carries ring traffic here")
+                ports = network.layout.ports_per_nic
+                nics = network.layout.nic_nodes * ports if network.nic_kind else 0
+                if j >= nics:
+                    allowed = (("nic0" if nics == 1 else f"nic0..nic{nics - 1}") if nics
+                               else "no NIC carrying traffic between servers")
                     raise ConfigError(f"--degrade: {deg.label!r} names NIC {j}; {spec.name} with "
-                                      f"{topology.n_nodes} node(s) has {allowed}")
-                a, b = f"n0.nic{j}", next(v for v in g.successors(f"n0.nic{j}") if g.nodes[v]["kind"] == "leaf")
+                                      f"{n_nodes} node(s) has {allowed}")
+                scale[network.server_nic_links(node, j // ports)] *= (ports - 1 + f) / ports
             else:
-                if j >= topology.gpus_per_node:
+                if j >= network.gpn:
                     raise ConfigError(f"--degrade: {deg.label!r} names GPU {j}; nodes have "
-                                      f"gpu0..gpu{topology.gpus_per_node - 1}")
-                a, b = f"n0.gpu{j}", f"n0.{spec.node.interconnect}"
-            for u, v in ((a, b), (b, a)):
-                g.edges[u, v]["capacity_bytes_per_s"] *= deg.capacity_fraction
-        elif deg.link in classes:
-            for _, _, d in g.edges(data=True):
-                if d["link_class"] == deg.link:
-                    d["capacity_bytes_per_s"] *= deg.capacity_fraction
-        else:
+                                      f"gpu0..gpu{network.gpn - 1}")
+                scale[network.server_gpu_links(node, j)] *= f
+        elif deg.link in network.class_names:
+            scale[network.class_links(deg.link)] *= f
+        elif strict:
             raise ConfigError(
                 f"--degrade: {deg.link!r} is not a link of {spec.name}; use node<K>.nic<J>, node<K>.gpu<J> "
-                f"or a link class present here: {', '.join(classes) or 'none'}")
-    return g
+                f"or a link class present here: {', '.join(sorted(network.class_names)) or 'none'}")
+    return scale
 
 
-def degraded_collectives(topology: Topology, degradations: Sequence[LinkDegradation]) -> RingCollectives:
-    """Ring collectives over ``topology`` with some links degraded (max-min flows decide the rest)."""
-    return RingCollectives(topology, network=FlowNetwork(degraded_graph(topology, degradations)))
+def same_numbering(job: Topology, group: Topology) -> bool:
+    """True when ``group``'s servers and GPUs are numbered like ``job``'s (the names apply as they are)."""
+    return group.n_nodes == job.n_nodes and group.gpus_per_node == job.gpus_per_node
+
+
+def communicator_degradations(degradations: Sequence[LinkDegradation], job: Topology,
+                              group: Topology) -> tuple[LinkDegradation, ...]:
+    """``degradations`` named on ``job``'s cluster, as seen by a hybrid-sharding communicator.
+
+    - ``intra`` (one server standing for every server's group, which all run at once):
+      ``node<K>.gpu<J>`` becomes ``node0.gpu<J>`` (the slowest server paces the step);
+      NICs carry no intra-server traffic and are dropped.
+    - ``inter`` (one GPU per server with its share of the server's NICs, standing for the
+      ``gpus_per_node`` replica groups): ``node<K>.gpu<J>`` becomes ``node<K>.gpu0`` and
+      ``node<K>.nic<J>`` ``node<K>.nic0`` at the share left to the GPUs behind that NIC
+      (their slowest group paces the step).
+
+    Link classes are kept as they are.
+    """
+    if group.n_gpus <= 1:
+        return ()
+    if same_numbering(job, group):
+        return tuple(degradations)
+    intra = group.n_nodes == 1
+    gpn = job.gpus_per_node
+    fabric = job.spec.fabric
+    nics = fabric.nics_per_node if fabric is not None and fabric.kind != "nvlink" else 0
+    out = []
+    for d in degradations:
+        m = _NAMED_LINK.fullmatch(d.link)
+        if not m:
+            out.append(d)
+            continue
+        node, kind, j = int(m.group(1)), m.group(2), int(m.group(3))
+        f = d.capacity_fraction
+        if intra:
+            if kind == "gpu":
+                out.append(LinkDegradation(link=f"node0.gpu{j}", capacity_fraction=f))
+        elif kind == "gpu":
+            out.append(LinkDegradation(link=f"node{node}.gpu0", capacity_fraction=f))
+        else:
+            per_gpu = nics / gpn if nics > gpn else 1.0  # NICs behind one GPU
+            out.append(LinkDegradation(link=f"node{node}.nic0", capacity_fraction=(per_gpu - 1 + f) / per_gpu))
+    return tuple(out)
 
 
 # ----------------------------------------------------------------------------- the fast path
@@ -473,7 +520,8 @@ def simulate_ranks(
 
     n_ops = len(program.comms)
     position = {op: k for k, op in enumerate(program.launch_order)}
-    op_time = [collectives.time(c.op, c.size_bytes).time_s for c in program.comms]
+    # Each op on its own communicator (hybrid sharding runs intra- and inter-node groups).
+    op_time = [comm_op_time_s(collectives, c) for c in program.comms]
     segs = program_segments(program)
     last = segs[-1]
     # Synchronous end: the last segment waits for the last op, which the segment before it
@@ -747,34 +795,53 @@ def monte_carlo(
 # ----------------------------------------------------------------------------- with predict
 
 @dataclass(frozen=True, kw_only=True)
+class DegradationEffect:
+    """What degraded links do to the noise-free step (same collective model as the healthy one)."""
+
+    healthy_step_s: float
+    """Step time with every link healthy."""
+    step_s: float
+    """Step time with the degraded links."""
+    healthy_comm_s: float
+    """Collective time per step (sum of durations) with every link healthy."""
+    comm_s: float
+    """Collective time per step with the degraded links."""
+    bottleneck_class: str | None
+    """Class of the busiest link with the degraded links (``None`` without a link report)."""
+    bottleneck_links: tuple[str, ...]
+    """A few of the links tied for busiest, ``u -> v``."""
+    bottleneck_count: int
+    """How many links tie for busiest."""
+
+    def to_dict(self) -> dict:
+        """JSON-able dict (seconds)."""
+        return {"healthy_step_s": self.healthy_step_s, "step_s": self.step_s,
+                "healthy_comm_s": self.healthy_comm_s, "comm_s": self.comm_s,
+                "bottleneck_class": self.bottleneck_class, "bottleneck_links": list(self.bottleneck_links),
+                "bottleneck_count": self.bottleneck_count}
+
+
+@dataclass(frozen=True, kw_only=True)
 class VariabilityReport:
     """What variability does to a prediction."""
 
     spec: VariabilitySpec
     """What was asked."""
-    healthy_ring_bandwidth_bytes_per_s: float
-    """Per-rank ring bandwidth without degradation."""
-    ring_bandwidth_bytes_per_s: float
-    """Per-rank ring bandwidth with the degraded links."""
+    degradation: DegradationEffect | None
+    """Healthy against degraded step (``None`` without degraded links)."""
     statistics: StepStatistics | None
     """Monte-Carlo step statistics (``None`` when ranks do not differ)."""
 
-    @property
-    def degradations_changed_ring(self) -> bool:
-        """True when degraded links lowered the ring's bandwidth."""
-        return bool(self.spec.degradations)
-
     def to_dict(self) -> dict:
-        """JSON-able dict (schema ``dpsim.variability/1``)."""
+        """JSON-able dict (schema ``dpsim.variability/2``)."""
         s = self.spec
         return {
-            "schema": "dpsim.variability/1",
+            "schema": "dpsim.variability/2",
             "noise_cv": s.noise_cv, "noise_distribution": s.noise_distribution,
             "stragglers": [x.label for x in s.stragglers],
             "degradations": [x.label for x in s.degradations],
             "hiccup_rate_per_s": s.hiccup_rate_per_s, "hiccup_s": s.hiccup_s, "seed": s.seed,
-            "healthy_ring_bandwidth_bytes_per_s": self.healthy_ring_bandwidth_bytes_per_s,
-            "ring_bandwidth_bytes_per_s": self.ring_bandwidth_bytes_per_s,
+            "degradation": self.degradation.to_dict() if self.degradation else None,
             "statistics": self.statistics.to_dict() if self.statistics else None,
         }
 
@@ -782,35 +849,40 @@ class VariabilityReport:
 def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None = None):
     """(prediction, report): ``predict(config)`` with degraded links, plus step statistics.
 
-    The prediction itself is the noise-free, straggler-free step (degraded links
-    included, on the engine's homogeneous fast path); the report's statistics replay
-    the same step program with per-rank factors over ``steps`` steps (default
-    :data:`DEFAULT_STOCHASTIC_STEPS`) and ``spec.samples`` seeds.
+    The prediction itself is the noise-free, straggler-free step, degraded links included:
+    the same collective model as a healthy ``predict`` (NCCL's choice with the config's
+    ``--algo/--proto/--jobs/--placement``, :func:`dpsim.predict.build_collectives`) with
+    those links' capacities scaled, on the engine's homogeneous fast path. The report
+    compares it with the healthy step and replays the same step program with per-rank
+    factors over ``steps`` steps (default :data:`DEFAULT_STOCHASTIC_STEPS`) and
+    ``spec.samples`` seeds.
     """
     from dpsim.predict import predict, resolve_topology
 
-    topology = resolve_topology(config)
-    healthy = RingCollectives(topology)
-    if spec.degradations and getattr(config, "calibration", None) is not None:
-        raise ConfigError("--degrade: not available with --calibration (a calibrated collective model has no "
-                          "link graph to degrade); leave one of them out")
-    # Without degraded links predict picks its own collectives (the ring, or a calibration's).
-    degraded = degraded_collectives(topology, spec.degradations) if spec.degradations else None
-    prediction = predict(config, collectives=degraded)
-    collectives = prediction.collectives
-    stats = None
     if spec.per_rank:
         steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
         if steps < 1:
             raise ConfigError(f"--steps: {steps} is not valid; expected an integer >= 1")
+    prediction = predict(config, degradations=spec.degradations)
+    effect = None
+    if spec.degradations:
+        healthy = predict(config)
+        links = prediction.links
+        effect = DegradationEffect(
+            healthy_step_s=healthy.step_time_s, step_s=prediction.step_time_s,
+            healthy_comm_s=healthy.comm_s, comm_s=prediction.comm_s,
+            bottleneck_class=links.bottleneck_class if links is not None else None,
+            bottleneck_links=tuple(f"{u.link[0]} -> {u.link[1]}" for u in links.bottleneck) if links else (),
+            bottleneck_count=links.bottleneck_count if links is not None else 0)
+    stats = None
+    if spec.per_rank:
+        topology = resolve_topology(config)
         stats = monte_carlo(
-            prediction.program, collectives, spec, n_ranks=topology.n_gpus,
+            prediction.program, prediction.collectives, spec, n_ranks=topology.n_gpus,
             gpus_per_node=topology.gpus_per_node, steps=steps, overlap_slowdown=config.overlap_slowdown,
-            nominal_step_s=prediction.step_time_s, global_batch=config.micro_batch * topology.n_gpus,
+            nominal_step_s=prediction.step_time_s, global_batch=config.micro_batch * config.grad_accum * topology.n_gpus,
         )
-    return prediction, VariabilityReport(
-        spec=spec, healthy_ring_bandwidth_bytes_per_s=healthy.profile.bandwidth_bytes_per_s,
-        ring_bandwidth_bytes_per_s=(degraded or healthy).profile.bandwidth_bytes_per_s, statistics=stats)
+    return prediction, VariabilityReport(spec=spec, degradation=effect, statistics=stats)
 
 
 def variability_table(report: VariabilityReport):
@@ -831,9 +903,17 @@ def variability_table(report: VariabilityReport):
     table = Table(title=escape("variability: " + ", ".join(what)), header_style="bold")
     table.add_column("step", justify="left")
     table.add_column("value", justify="right")
-    if report.degradations_changed_ring:
-        table.add_row("ring bandwidth / rank", f"{report.ring_bandwidth_bytes_per_s / 1e9:.2f} GB/s "
-                      f"(healthy {report.healthy_ring_bandwidth_bytes_per_s / 1e9:.2f} GB/s)")
+    d = report.degradation
+    if d is not None:
+        ratio = lambda a, b: f", x{a / b:.3f}" if b > 0 else ""  # noqa: E731
+        table.add_row("step, degraded links", f"{format_seconds(d.step_s)} (healthy "
+                      f"{format_seconds(d.healthy_step_s)}{ratio(d.step_s, d.healthy_step_s)})")
+        table.add_row("communication / step", f"{format_seconds(d.comm_s)} (healthy "
+                      f"{format_seconds(d.healthy_comm_s)}{ratio(d.comm_s, d.healthy_comm_s)})")
+        if d.bottleneck_class is not None:
+            more = d.bottleneck_count - len(d.bottleneck_links)
+            table.add_row("bottleneck", escape(f"{d.bottleneck_class}: {', '.join(d.bottleneck_links)}"
+                                               + (f" (+{more} tied)" if more > 0 else "")))
     s = report.statistics
     if s is not None:
         pct = f"{100 * s.confidence:g} %"

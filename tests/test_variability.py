@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from dpsim.cli import main
-from dpsim.collectives import CollectiveResult, RingCollectives, ring_orders, ring_pairs
+from dpsim.algorithms.nccl import NcclCollectives
+from dpsim.collectives import CollectiveResult, RingCollectives
 from dpsim.engine import CommOp, ComputeTask, StepProgram, ddp_program, run_program
 from dpsim.errors import ConfigError
-from dpsim.network import FlowNetwork
 from dpsim.predict import PredictConfig, predict, resolve_topology
 from dpsim.topology import Topology
 from dpsim.variability import (
-    LinkDegradation, VariabilitySpec, degraded_collectives, degraded_graph, expected_max_normal, factor_sampler,
+    LinkDegradation, VariabilitySpec, communicator_degradations, expected_max_normal, factor_sampler,
     monte_carlo, parse_degradation, parse_straggler, pareto_front, predict_with_variability, rank_factors,
     simulate_ranks, t_quantile,
 )
@@ -319,43 +319,172 @@ def test_spec_validation_names_flags():
 
 # ----------------------------------------------------------------------------- link degradation
 
-@pytest.mark.parametrize("name,n,changes,link", [
-    ("ethernet", 32, {}, "node3.nic0"),
-    ("infiniband", 48, {"fabric__nodes_per_leaf": 2}, "node5.nic3"),  # 3 leaf groups, last node
-    ("infiniband", 32, {}, "node1.gpu6"),
-    ("pcie", 24, {}, "node2.nic0"),
+def _spec(*degs: str) -> VariabilitySpec:
+    return VariabilitySpec(degradations=tuple(parse_degradation(d) for d in degs))
+
+
+@pytest.mark.parametrize("name,n,changes,link,expected", [
+    # (u, v) of the degraded cable in the full graph; both directions are scaled.
+    ("ethernet", 32, {}, "node3.nic0", ("n3.nic0", "leaf0.0")),
+    ("infiniband", 48, {"fabric__nodes_per_leaf": 2}, "node5.nic3", ("n5.nic3", "leaf2.3")),  # 3 leaf groups
+    ("infiniband", 32, {}, "node1.gpu6", ("n1.gpu6", "n1.nvswitch")),
+    ("pcie", 24, {}, "node2.nic0", ("n2.nic0", "leaf0.0")),
+    ("pcie", 24, {}, "node2.gpu3", ("n2.gpu3", "n2.pcie")),
 ])
-@pytest.mark.parametrize("fraction", [0.5, 0.1])
-def test_degraded_link_on_the_slice_equals_the_full_cluster(name, n, changes, link, fraction):
+def test_a_named_link_scales_both_directions_of_that_link_in_the_nccl_network(name, n, changes, link, expected):
     topo = Topology(spec=variant(name, **changes), n_gpus=n)
-    deg = LinkDegradation(link=link, capacity_fraction=fraction)
-    fast = degraded_collectives(topo, [deg]).profile
-    g = topo.graph.copy()
-    k = int(link.split(".")[0][4:])
-    part = link.split(".")[1]
-    if part.startswith("nic"):
-        a = f"n{k}.{part}"
-        b = next(v for v in g.successors(a) if g.nodes[v]["kind"] == "leaf")
-    else:
-        a, b = f"n{k}.{part}", f"n{k}.{topo.spec.node.interconnect}"
-    for u, v in ((a, b), (b, a)):
-        g.edges[u, v]["capacity_bytes_per_s"] *= fraction
-    full = FlowNetwork(g).rates(ring_pairs(ring_orders(topo)))
-    assert fast.flow_rate_bytes_per_s == pytest.approx(float(full.rates_bytes_per_s.min()), rel=1e-9)
+    healthy = NcclCollectives(topo)
+    degraded = NcclCollectives(topo, degradations=[LinkDegradation(link=link, capacity_fraction=0.3)])
+    changed = np.flatnonzero(degraded.network.capacity != healthy.network.capacity)
+    names = {degraded.network.link_name(int(i)) for i in changed}
+    u, v = expected
+    assert names == {(u, v), (v, u)}
+    assert {(a, b) for a, b in names} <= set(topo.graph.edges)  # the graph's own links
+    np.testing.assert_allclose(degraded.network.capacity[changed], 0.3 * healthy.network.capacity[changed],
+                               rtol=1e-15)
+    assert (degraded.capacity_scale[changed] == 0.3).all()
 
 
-def test_degrading_the_bottleneck_class_scales_the_ring():
-    topo = resolve_topology(PredictConfig(gpus=64, link="ethernet"))
-    healthy = RingCollectives(topo).profile.bandwidth_bytes_per_s
-    half = degraded_collectives(topo, [parse_degradation("ethernet:50%")]).profile.bandwidth_bytes_per_s
-    assert half == pytest.approx(healthy / 2, rel=1e-12)
-    # A non-bottleneck class degraded a little changes nothing.
-    same = degraded_collectives(topo, [parse_degradation("nvlink:90%")]).profile.bandwidth_bytes_per_s
-    assert same == pytest.approx(healthy, rel=1e-12)
-    # One slow NIC makes the whole ring that slow.
-    one = degraded_collectives(topo, [parse_degradation("node5.nic0:25%")]).profile
-    assert one.bandwidth_bytes_per_s == pytest.approx(healthy / 4, rel=1e-12)
-    assert {c for _, _, c in one.bottleneck_links} == {"ethernet"}
+def test_a_nic_of_a_bundle_scales_its_share_and_classes_multiply():
+    # AWS p5: 32 NICs for 8 GPUs, merged four per GPU: one NIC at 50 % leaves 3.5 of 4.
+    topo = resolve_topology(PredictConfig(gpus=32, link="aws-p5"))
+    coll = NcclCollectives(topo, degradations=[parse_degradation("node1.nic5:50%")])
+    assert sorted(set(coll.capacity_scale)) == [0.875, 1.0]
+    assert {coll.network.link_name(int(i)) for i in np.flatnonzero(coll.capacity_scale < 1)} == {
+        ("n1.nic1", "leaf0.0"), ("leaf0.0", "n1.nic1")}
+    both = NcclCollectives(topo, degradations=[parse_degradation("node1.nic5:50%"), parse_degradation("ethernet:50%")])
+    assert sorted(set(both.capacity_scale)) == [0.4375, 0.5, 1.0]
+
+
+@pytest.mark.parametrize("link,n,degrade", [
+    ("ethernet", 64, "ethernet:100%"),
+    ("infiniband", 64, "nvlink:100%"),
+    ("infiniband", 64, "node3.nic2:100%"),
+    ("infiniband", 64, "node5.gpu1:100%"),
+])
+def test_degrading_to_100_percent_is_exactly_the_healthy_prediction(link, n, degrade):
+    cfg = PredictConfig(gpus=n, link=link, model="gpt2")
+    p, report = predict_with_variability(cfg, _spec(degrade))
+    healthy = predict(cfg)
+    assert p.to_dict() == healthy.to_dict()
+    d = report.degradation
+    assert d.step_s == d.healthy_step_s == healthy.step_time_s
+    assert d.comm_s == d.healthy_comm_s == healthy.comm_s
+
+
+def test_degraded_and_healthy_use_the_same_collective_model():
+    cfg = PredictConfig(gpus=64, link="infiniband", model="gpt2", algo="ring,tree", proto="^LL", jobs=2,
+                        placement="interleaved")
+    p, _ = predict_with_variability(cfg, _spec("infiniband:80%"))
+    healthy = predict(cfg)
+    for coll in (p.collectives, healthy.collectives):
+        assert isinstance(coll, NcclCollectives)
+        assert coll.algorithms == ("ring", "tree") and coll.protocols == ("LL128", "Simple")
+        assert coll.jobs == 2 and coll.placement == "interleaved"
+    assert p.collectives.degradations == (parse_degradation("infiniband:80%"),)
+    assert healthy.collectives.degradations == ()
+    assert p.step_time_s > healthy.step_time_s
+
+
+def test_degrading_the_bottleneck_class_slows_communication_and_the_report_names_it():
+    cfg = PredictConfig(gpus=64, link="ethernet", model="gpt2")
+    p, report = predict_with_variability(cfg, _spec("ethernet:50%"))
+    d = report.degradation
+    assert d.bottleneck_class == "ethernet" and p.links.bottleneck_class == "ethernet"
+    assert all("nic0" in name for name in d.bottleneck_links)
+    # Bandwidth-bound all-reduces on the NICs: the time beyond the latency doubles.
+    healthy = predict(cfg).collectives
+    for c in p.program.comms:
+        a, b = p.collectives.time(c.op, c.size_bytes), healthy.time(c.op, c.size_bytes)
+        if a.algorithm == b.algorithm == "ring" and b.protocol == a.protocol == "Simple":
+            assert a.time_s - a.latency_s == pytest.approx(2 * (b.time_s - b.latency_s), rel=1e-9)
+    assert d.comm_s > 1.8 * d.healthy_comm_s and d.step_s > d.healthy_step_s
+    # A class that does not bind (NVLink on an Ethernet cluster), a little slower: nothing changes.
+    same, _ = predict_with_variability(cfg, _spec("nvlink:90%"))
+    assert same.step_time_s == predict(cfg).step_time_s
+
+
+@pytest.mark.parametrize("link,n,degrade,fraction", [
+    ("ethernet", 64, "node5.nic0:25%", 0.25),       # one NIC per server: every ring crosses it
+    ("infiniband", 64, "node3.nic2:50%", 0.5),      # rail 2's NIC of one server
+    ("infiniband", 128, "node15.nic7:40%", 0.4),    # the last server's last NIC
+])
+def test_one_degraded_nic_slows_the_step_by_its_slowest_flow(link, n, degrade, fraction):
+    cfg = PredictConfig(gpus=n, link=link, model="gpt2")
+    p, report = predict_with_variability(cfg, _spec(degrade))
+    d = report.degradation
+    assert d.step_s > d.healthy_step_s and d.comm_s > d.healthy_comm_s
+    # The report names it: both directions of that NIC's cable are the busiest links.
+    node, nic = degrade.split(":")[0].split(".")
+    assert d.bottleneck_class == link and d.bottleneck_count == 2
+    assert all(f"n{node[4:]}.{nic}" in name.split(" -> ") for name in d.bottleneck_links), d.bottleneck_links
+    # The ring's flows through that NIC run at fraction x their healthy rate: the ring's
+    # bandwidth term (slowest flow of each step) grows by exactly 1 / fraction.
+    topo = resolve_topology(cfg)
+    healthy = NcclCollectives(topo, algorithms=("ring",))
+    slow = NcclCollectives(topo, algorithms=("ring",), degradations=[parse_degradation(degrade)])
+    ratio = slow.plan_cost("ring", "all_reduce").seconds_per_byte / healthy.plan_cost("ring", "all_reduce").seconds_per_byte
+    assert ratio == pytest.approx(1 / fraction, rel=1e-12)
+
+
+def test_a_degraded_gpu_link_on_any_server_counts_like_on_server_0():
+    """Server 0's intra-server flows stand for every server's only while all servers are alike."""
+    topo = resolve_topology(PredictConfig(gpus=64, link="infiniband"))
+    steps = {}
+    for node in (0, 3, 7):
+        coll = NcclCollectives(topo, degradations=[parse_degradation(f"node{node}.gpu2:10%")])
+        steps[node] = [coll.plan_cost(a, "all_reduce").seconds_per_byte for a in ("ring", "tree", "nvls_tree")]
+    healthy = NcclCollectives(topo)
+    assert steps[0] == steps[3] == steps[7]
+    ref = [healthy.plan_cost(a, "all_reduce").seconds_per_byte for a in ("ring", "tree", "nvls_tree")]
+    assert all(a > b for a, b in zip(steps[3], ref)), (steps[3], ref)
+
+
+def test_a_class_that_carries_nothing_changes_nothing():
+    # Eight servers under one rail-optimised leaf group: NCCL's plans stay on their rails,
+    # so the leaf -> spine links exist but carry nothing.
+    cfg = PredictConfig(gpus=64, link="infiniband", model="gpt2")
+    healthy = predict(cfg)
+    assert "leaf-spine" in healthy.collectives.network.class_names
+    assert "leaf-spine" not in healthy.links.by_class
+    p, report = predict_with_variability(cfg, _spec("leaf-spine:50%"))
+    assert p.to_dict() == healthy.to_dict()
+    assert report.degradation.comm_s == report.degradation.healthy_comm_s
+
+
+def test_degraded_links_reach_hybrid_sharding_communicators():
+    cfg = PredictConfig(gpus=64, link="infiniband", model="gpt2", strategy="fsdp-hybrid")
+    healthy = predict(cfg)
+    same, _ = predict_with_variability(cfg, _spec("infiniband:100%"))
+    assert same.to_dict() == healthy.to_dict()
+    for degrade in ("infiniband:50%", "node3.nic2:50%", "node3.gpu2:10%"):
+        p, report = predict_with_variability(cfg, _spec(degrade))
+        assert report.degradation.comm_s > report.degradation.healthy_comm_s, degrade
+
+
+def test_communicator_degradations_map_names_onto_hybrid_groups():
+    from dpsim.strategies import hybrid_topologies
+
+    topo = resolve_topology(PredictConfig(gpus=32, link="aws-p5"))
+    intra, inter = hybrid_topologies(topo)
+    degs = [parse_degradation(x) for x in ("node3.gpu2:50%", "node1.nic5:50%", "ethernet:80%")]
+    assert [d.label for d in communicator_degradations(degs, topo, intra)] == ["node0.gpu2:50%", "ethernet:80%"]
+    # Four NICs behind each GPU: one at 50 % leaves the GPU's group 87.5 %.
+    assert [d.label for d in communicator_degradations(degs, topo, inter)] == [
+        "node3.gpu0:50%", "node1.nic0:87.5%", "ethernet:80%"]
+    assert communicator_degradations(degs, topo, topo) == tuple(degs)
+
+
+def test_per_message_overhead_on_a_degraded_nic_is_that_of_its_slower_rate():
+    topo = Topology(spec=variant("infiniband", fabric__nic_message_overhead_s=2e-6), n_gpus=32)
+    coll = NcclCollectives(topo, degradations=[parse_degradation("node1.nic3:50%")])
+    s = 0.8
+    scale = coll._nic_link_scale(s)
+    f = coll.capacity_scale[coll.network.nic_links]
+    assert (scale[f == 1.0] == s).all()
+    # Same time g per message at half the rate: 1 / (1 + g (r/2) / c) with 1 / (1 + g r / c) = s.
+    assert scale[f < 1] == pytest.approx(1 / (1 + 0.5 * (1 / s - 1)), rel=1e-15)
+    assert NcclCollectives(topo)._nic_link_scale(s) == s
 
 
 @pytest.mark.parametrize("raw,needle", [
@@ -369,17 +498,38 @@ def test_bad_degradation_format(raw, needle):
     assert needle in str(exc.value)
 
 
-@pytest.mark.parametrize("raw,needle", [
-    ("node8.nic0:50%", "names node 8, but there are 8 nodes"),
-    ("node0.nic1:50%", "names NIC 1"),
-    ("node0.gpu8:50%", "gpu0..gpu7"),
-    ("token-ring:50%", "not a link of ethernet"),
+@pytest.mark.parametrize("link,gpus,raw,needle", [
+    ("ethernet", 64, "node8.nic0:50%", "names node 8, but there are 8 nodes (node0..node7)"),
+    ("ethernet", 64, "node0.nic1:50%", "names NIC 1; ethernet with 8 node(s) has nic0"),
+    ("ethernet", 64, "node0.gpu8:50%", "gpu0..gpu7"),
+    ("ethernet", 64, "token-ring:50%", "not a link of ethernet"),
+    ("ethernet", 64, "leaf-spine:50%", "link class present here: ethernet, nvlink, pcie"),
+    ("infiniband", 16, "node0.nic8:50%", "nic0..nic7"),
+    ("nvlink", 8, "node0.nic0:50%", "no NIC carrying traffic between servers"),
+    ("nvlink", 8, "node1.gpu0:50%", "names node 1, but there are 1 nodes"),
 ])
-def test_degradation_must_name_a_link_of_the_topology(raw, needle):
-    topo = resolve_topology(PredictConfig(gpus=64, link="ethernet"))
+def test_degradation_must_name_a_link_of_the_cluster(link, gpus, raw, needle):
+    topo = resolve_topology(PredictConfig(gpus=gpus, link=link))
     with pytest.raises(ConfigError, match="--degrade") as exc:
-        degraded_graph(topo, [parse_degradation(raw)])
+        NcclCollectives(topo, degradations=[parse_degradation(raw)])
     assert needle in str(exc.value)
+    assert str(exc.value).count("\n") == 0
+
+
+def test_with_jobs_node_numbers_count_every_jobs_servers():
+    cfg = PredictConfig(gpus=64, link="infiniband", model="gpt2", jobs=2)
+    p, report = predict_with_variability(cfg, _spec("node12.nic2:50%"))  # a server of job 1
+    assert report.degradation.step_s > report.degradation.healthy_step_s
+    with pytest.raises(ConfigError, match="names node 16, but there are 16 nodes"):
+        predict_with_variability(cfg, _spec("node16.nic0:50%"))
+
+
+def test_degradation_with_a_calibration_is_rejected():
+    cfg = PredictConfig(gpus=16, link="infiniband", model="gpt2", calibration="aws-p4de-2node")
+    with pytest.raises(ConfigError, match="--degrade: not available with --calibration"):
+        predict_with_variability(cfg, _spec("infiniband:50%"))
+    with pytest.raises(ConfigError, match="--degrade: not available with --calibration"):
+        predict(cfg, degradations=(parse_degradation("infiniband:50%"),))
 
 
 # ----------------------------------------------------------------------------- predict and the CLI
@@ -413,15 +563,20 @@ def test_cli_variability_json_and_table(capsys, monkeypatch):
     assert main(args + ["--json"]) == 0
     out, err = capsys.readouterr()
     v = json.loads(out)["variability"]
-    assert v["schema"] == "dpsim.variability/1"
+    assert v["schema"] == "dpsim.variability/2"
     assert v["stragglers"] == ["node3:1.3x"] and v["degradations"] == ["node2.nic0:50%"]
-    assert v["ring_bandwidth_bytes_per_s"] == pytest.approx(v["healthy_ring_bandwidth_bytes_per_s"] / 2)
+    d = v["degradation"]
+    assert d["comm_s"] > d["healthy_comm_s"] and d["step_s"] > d["healthy_step_s"]
+    assert d["bottleneck_class"] == "ethernet"
+    assert set(d["bottleneck_links"]) == {"n2.nic0 -> leaf0.0", "leaf0.0 -> n2.nic0"}
+    assert v["statistics"]["nominal_step_s"] == d["step_s"]
     st = v["statistics"]
     for key in ("mean_step_s", "p50_step_s", "p90_step_s", "p99_step_s", "samples_per_s", "samples_per_s_ci"):
         assert key in st
     assert main(args) == 0
     out, _ = capsys.readouterr()
-    for label in ("variability", "mean step", "p50 / p90 / p99 step", "95 % CI", "healthy"):
+    for label in ("variability", "mean step", "p50 / p90 / p99 step", "95 % CI", "healthy", "communication / step",
+                  "bottleneck", "n2.nic0 -> leaf0.0"):
         assert label in out, label
 
 
@@ -430,6 +585,8 @@ def test_cli_variability_json_and_table(capsys, monkeypatch):
     (["--straggler", "slow"], ["--straggler", "'slow'", "node<K>:<factor>x"]),
     (["--degrade", "node1.nic0"], ["--degrade", "LINK:PCT%"]),
     (["--degrade", "infiniband:50%"], ["--degrade", "'infiniband'", "ethernet"]),
+    (["--degrade", "node99.nic0:50%"], ["--degrade", "'node99.nic0:50%'", "node0..node7"]),
+    (["--degrade", "ethernet:50%", "--calibration", "aws-p4de-2node"], ["--degrade", "--calibration"]),
     (["--noise-cv", "-1"], ["--noise-cv", "-1"]),
     (["--hiccup-s", "0.1"], ["--hiccup-rate-per-s / --hiccup-s"]),
     (["--noise-cv", "0.1", "--mc-samples", "0"], ["--mc-samples", "0"]),
@@ -443,3 +600,15 @@ def test_cli_bad_variability_flags_one_line(capsys, args, needles):
     assert len(lines) == 1 and lines[0].startswith("dpsim: error: "), err
     for n in needles:
         assert n in lines[0], (n, lines[0])
+
+
+def test_throughput_counts_every_accumulated_micro_batch():
+    # With K micro-batches per step, the global batch is micro_batch x K x GPUs.
+    from dpsim.predict import PredictConfig
+    from dpsim.variability import VariabilitySpec, predict_with_variability
+
+    cfg = PredictConfig(gpus=16, link="infiniband", model="gpt2", micro_batch=2, grad_accum=4)
+    spec = VariabilitySpec(noise_cv=0.02, seed=1, samples=2)
+    prediction, report = predict_with_variability(cfg, spec, steps=5)
+    stats = report.statistics
+    assert stats.samples_per_s == pytest.approx(2 * 4 * 16 / stats.mean_s, rel=1e-9)

@@ -207,11 +207,14 @@ def check_job_flags(jobs: int, placement: str) -> None:
         raise ConfigError(f"--placement: {placement!r} is not valid; choose packed or interleaved")
 
 
-def collectives_for(topology, config) -> NcclCollectives:
-    """The default collective model of a :class:`~dpsim.predict.PredictConfig`."""
+def collectives_for(topology, config, *, degradations=(), job=None) -> NcclCollectives:
+    """The default collective model of a :class:`~dpsim.predict.PredictConfig` (its
+    ``--algo/--proto/--jobs/--placement``), with ``degradations`` (links below capacity)
+    applied to the network; ``job``: see :class:`NcclCollectives`."""
     return NcclCollectives(topology, algorithms=parse_algorithms(getattr(config, "algo", None)),
                            protocols=parse_protocols(getattr(config, "proto", None)),
-                           jobs=getattr(config, "jobs", 1), placement=getattr(config, "placement", "packed"))
+                           jobs=getattr(config, "jobs", 1), placement=getattr(config, "placement", "packed"),
+                           degradations=degradations, job=job)
 
 
 class NcclCollectives:
@@ -229,11 +232,19 @@ class NcclCollectives:
     placement : str
         ``packed`` (job *j* on servers ``j*n .. j*n+n-1``) or ``interleaved``
         (server *x* of job *j* is cluster server ``x*jobs + j``).
+    degradations : sequence of :class:`~dpsim.variability.LinkDegradation`
+        Links below capacity (``--degrade``): their capacities in :attr:`network` are
+        scaled (:func:`~dpsim.variability.degradation_scale`; ``node<K>`` counts the
+        cluster's servers, every job's). Default: a healthy cluster.
+    job : dpsim.topology.Topology, optional
+        The job whose cluster ``degradations`` name, when ``topology`` is one of its
+        hybrid-sharding communicators (names are mapped onto it,
+        :func:`~dpsim.variability.communicator_degradations`).
     """
 
     def __init__(self, topology, *, algorithms: tuple[str, ...] | None = None,
                  protocols: tuple[str, ...] | None = None, jobs: int = 1, placement: str = "packed",
-                 tuning: NcclTuning | None = None):
+                 tuning: NcclTuning | None = None, degradations=(), job=None):
         from dpsim.network.tiers import TierNetwork
         from dpsim.topology import Topology
 
@@ -249,6 +260,17 @@ class NcclCollectives:
         self.cluster_topology = (topology if jobs == 1 else
                                  Topology(spec=topology.spec, n_gpus=topology.n_gpus * jobs))
         self.network = TierNetwork(self.cluster_topology)
+        self.degradations = tuple(degradations)
+        """Links below capacity, as given."""
+        self.capacity_scale = np.ones(self.network.n_links)
+        """Capacity left on each link of :attr:`network` (1 = healthy)."""
+        if self.degradations:
+            from dpsim.variability import communicator_degradations, degradation_scale, same_numbering
+
+            strict = job is None or same_numbering(job, topology)
+            named = self.degradations if job is None else communicator_degradations(self.degradations, job, topology)
+            self.capacity_scale = degradation_scale(self.network, named, strict=strict)
+            self.network.capacity = self.network.capacity * self.capacity_scale
         self.cluster = Cluster.of(topology, nvls=nvls_available(topology.spec))
         self.algorithms = algorithms or NCCL_DEFAULT_ALGORITHMS
         self.protocols = protocols or PROTOCOLS
@@ -275,7 +297,7 @@ class NcclCollectives:
         capacity = None
         if nic_scale != 1.0:
             capacity = self.network.capacity.copy()
-            capacity[self.network.nic_links] *= nic_scale
+            capacity[self.network.nic_links] *= self._nic_link_scale(nic_scale)
         plan = ALGORITHMS[algorithm].plan(op, self.cluster)
         gen = GENERATION.get(self.spec.gpu, "hopper")
         nvls_eff = NVLS_EFFICIENCY.get(gen, 0.85)
@@ -292,7 +314,8 @@ class NcclCollectives:
             d_node = np.where(ph.dst < 0, -1 - ph.dst, ph.dst // stride)
             crosses = s_node != d_node
             parts = []  # (mask of the plan's flows, jobs to place them for, replicate to every server)
-            if self._intra_is_separate and (~crosses).any() and self._same_in_every_server(ph, ~crosses, s_node):
+            if (self._intra_is_separate and self._servers_alike and (~crosses).any()
+                    and self._same_in_every_server(ph, ~crosses, s_node)):
                 # Every server runs the same intra-server flows on links no other flow uses:
                 # evaluate server 0 of job 0 once and copy its link loads to every server.
                 parts.append((~crosses & (s_node == 0), 1, True))
@@ -336,6 +359,27 @@ class NcclCollectives:
         (NIC fabrics; not NVLink switch tiers, whose routes go through the hub)."""
         net = self.network
         return not (net.nvl_fabric or net.domain_nodes)
+
+    @cached_property
+    def _servers_alike(self) -> bool:
+        """Every server's GPU <-> hub links have server 0's capacities (no degraded GPU link
+        on one server only), so server 0's intra-server flows stand for every server's."""
+        net = self.network
+        n = net.n_nodes * net.gpn
+        for block in ("gpu_up", "gpu_down"):
+            caps = net.capacity[net._offset[block]:net._offset[block] + n].reshape(net.n_nodes, net.gpn)
+            if not (caps == caps[:1]).all():
+                return False
+        return True
+
+    def _nic_link_scale(self, nic_scale: float) -> np.ndarray | float:
+        """Per-message overhead on each NIC link: ``nic_scale`` on a healthy link; a link left
+        at a fraction f of its rate spends the same time per message, so it keeps
+        ``1 / (1 + (1 / nic_scale - 1) f)`` of its (degraded) rate."""
+        f = self.capacity_scale[self.network.nic_links]
+        if (f == 1.0).all():
+            return nic_scale
+        return np.where(f == 1.0, nic_scale, 1.0 / (1.0 + (1.0 / nic_scale - 1.0) * f))
 
     def _same_in_every_server(self, ph, intra: np.ndarray, node: np.ndarray) -> bool:
         """Every server of the job runs the same intra-server flows in this phase."""
@@ -616,7 +660,8 @@ class NcclCollectives:
 
     @cached_property
     def profile(self):
-        """The flat ring's :class:`~dpsim.collectives.RingProfile` of this job (reports, compatibility)."""
+        """The flat ring's :class:`~dpsim.collectives.RingProfile` of this job on healthy links
+        (reports, compatibility; :attr:`degradations` do not change it)."""
         from dpsim.collectives import RingCollectives
 
         return RingCollectives(self.topology).profile

@@ -167,6 +167,28 @@ class TierNetwork:
             return -1 - int(hub.group(1))
         return int(m.group(1)) * self.gpn + int(m.group(2))
 
+    def server_nic_links(self, node: int, nic: int) -> np.ndarray:
+        """Indices of both directions of NIC ``nic``'s cable to its leaf on server ``node``
+        (``n{node}.nic{nic} <-> leaf``; ``nic`` counts NIC nodes, multi-port NICs merged)."""
+        if not self.nic_kind or not (0 <= node < self.n_nodes and 0 <= nic < self.layout.nic_nodes):
+            raise IndexError(f"n{node}.nic{nic} is not a NIC with a leaf link here")
+        k = node * self.layout.nic_nodes + nic
+        return np.array([self._offset["nic_leaf"] + k, self._offset["leaf_nic"] + k], dtype=np.int64)
+
+    def server_gpu_links(self, node: int, gpu: int) -> np.ndarray:
+        """Indices of both directions of GPU ``gpu``'s NVLink/PCIe link to its server's hub
+        (``n{node}.gpu{gpu} <-> n{node}.nvswitch`` or ``.pcie``)."""
+        if not (0 <= node < self.n_nodes and 0 <= gpu < self.gpn):
+            raise IndexError(f"n{node}.gpu{gpu} is not a GPU here")
+        k = node * self.gpn + gpu
+        return np.array([self._offset["gpu_up"] + k, self._offset["gpu_down"] + k], dtype=np.int64)
+
+    def class_links(self, link_class: str) -> np.ndarray:
+        """Indices of every link of class ``link_class`` (empty when there is none)."""
+        if link_class not in self.class_names:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(self.class_id == self.class_names.index(link_class))
+
     def link_name(self, link: int) -> tuple[str, str]:
         """The graph edge ``(u, v)`` of link index ``link``."""
         for name, count, *_ in self._blocks:
