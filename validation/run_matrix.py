@@ -43,19 +43,33 @@ SUBSET = [MATRIX[0], MATRIX[5], MATRIX[9]]
 MEDIAN_BAR, WORST_BAR = 0.05, 0.15
 
 
+DISTURBED_SPREAD = 1.4
+"""A run whose p90/p10 step-time ratio exceeds this was disturbed by outside load (the
+steady state of these runs spreads by a few per cent); it is run again, up to twice,
+and the run with the narrowest spread is kept. The table says how many runs it took."""
+
+
 def run_case(case, steps: int = 20) -> dict:
     model, mb, cap, ranks, nic, racks, over = case
     cfg = ValidationConfig(model=model, micro_batch=mb, bucket_cap_mb=cap, world_size=ranks,
                            nic_bits_per_s=parse_rate_bits_per_s(nic), racks=racks, oversubscription=over,
                            steps=steps)
-    r = validate(cfg)
-    return {"case": case, "measured": r.measured, "predicted": r.predicted, "error": r.error}
+    best = None
+    for attempt in range(1, 4):
+        r = validate(cfg)
+        spread = r.measured["p90_s"] / r.measured["p10_s"]
+        if best is None or spread < best[0]:
+            best = (spread, r)
+        if spread <= DISTURBED_SPREAD:
+            break
+    r = best[1]
+    return {"case": case, "measured": r.measured, "predicted": r.predicted, "error": r.error, "runs": attempt}
 
 
 def table(rows: list[dict]) -> str:
     lines = ["| # | model | micro-batch | bucket cap | ranks | NIC | racks (oversub.) | measured median (p10-p90) | "
-             "predicted | error | predicted comm / compute |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "predicted | error | predicted comm / compute | runs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
         model, mb, cap, ranks, nic, racks, over = r["case"]
         m, p = r["measured"], r["predicted"]
@@ -63,7 +77,7 @@ def table(rows: list[dict]) -> str:
             f"| {i} | {model} | {mb} | {cap if cap else 'default (25, 1st 1)'} MiB | {ranks} | {nic} | "
             f"{racks} ({over:g}:1) | {m['median_s'] * 1e3:.1f} ms ({m['p10_s'] * 1e3:.1f}-{m['p90_s'] * 1e3:.1f}) | "
             f"{p['step_time_s'] * 1e3:.1f} ms | {100 * r['error']:+.1f} % | "
-            f"{p['comm_s'] * 1e3:.1f} / {p['compute_s'] * 1e3:.1f} ms |")
+            f"{p['comm_s'] * 1e3:.1f} / {p['compute_s'] * 1e3:.1f} ms | {r.get('runs', 1)} |")
     return "\n".join(lines)
 
 
@@ -107,9 +121,16 @@ the compute slowdown while all-reduces run. The DDP steps themselves are never u
 
 {table(rows)}
 
-Where it misses: runs with more ranks than cores are noisiest (p10-p90 spread), because
-compute and gloo's communication threads compete for the same cores in ways one
-slowdown factor summarises only on average.
+A case whose measured p90/p10 exceeds {DISTURBED_SPREAD} (outside load on this shared
+machine) is run again, at most twice, keeping the steadiest run ("runs" column).
+
+Where it misses: the largest errors are communication-heavy runs with more ranks than
+cores (4 or 8 ranks on this machine's cores), where the compute inside DDP steps runs
+slower than the same compute measured beforehand: ranks and gloo's communication
+threads compete for the cores in ways one slowdown factor summarises only on average.
+Predictions are on average a little fast: DDP's per-parameter autograd hooks and Python
+overhead are not modelled (its gradient copies into bucket buffers are, at the measured
+memory-copy bandwidth).
 """
         tmp = Path(args.out).with_suffix(".tmp")
         tmp.write_text(doc)

@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 from dpsim.errors import ConfigError
-from dpsim.validate.models import BUILDERS
+from dpsim.validate.models import check_model
 from dpsim.validate.runner import measured_summary, predict_run, run_ranks
 
 
@@ -17,7 +17,7 @@ class ValidationConfig:
     """One validation case."""
 
     model: str
-    """Validation model: mlp, transformer or convnet."""
+    """Validation model: mlp, transformer or convnet, or a user's ``file.py:fn`` / ``pkg.mod:fn``."""
     micro_batch: int
     """Samples per rank per step."""
     bucket_cap_mb: float | None
@@ -36,10 +36,17 @@ class ValidationConfig:
     """Warm-up steps (bucket rebuild happens here)."""
     timeout_s: float = 600.0
     """Whole-run deadline; a hung rank ends the run then."""
+    input_shape: str | None = None
+    """Input of a user's model, batch first (``32,1024``, ``8,128:int64``)."""
 
     def __post_init__(self) -> None:
-        if self.model not in BUILDERS:
-            raise ConfigError(f"--model: {self.model!r} is not a validation model; choose one of {', '.join(BUILDERS)}")
+        check_model(self.model)
+        if ":" in self.model:
+            from dpsim.workload.from_torch import parse_input_shape
+
+            if self.input_shape is None:
+                raise ConfigError(f"--input-shape: needed for {self.model!r} (batch first, e.g. 32,1024)")
+            parse_input_shape(self.input_shape)
         if self.micro_batch < 1:
             raise ConfigError(f"--micro-batch: {self.micro_batch} is not valid; expected an integer >= 1")
         if self.bucket_cap_mb is not None and not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
@@ -89,7 +96,7 @@ def validate(config: ValidationConfig) -> ValidationResult:
 def _run(config: ValidationConfig, testbed) -> dict:
     return run_ranks(world_size=config.world_size, model=config.model, micro_batch=config.micro_batch,
                      bucket_cap_mb=config.bucket_cap_mb, steps=config.steps, warmup=config.warmup,
-                     testbed=testbed, timeout_s=config.timeout_s)
+                     testbed=testbed, timeout_s=config.timeout_s, input_shape=config.input_shape)
 
 
 def _result(config: ValidationConfig, run: dict) -> ValidationResult:
@@ -111,6 +118,8 @@ def validate_under_torchrun(config: ValidationConfig) -> ValidationResult | None
                 "--warmup", str(config.warmup), "--out", out]
         if config.bucket_cap_mb is not None:
             argv += ["--bucket-cap-mb", str(config.bucket_cap_mb)]
+        if config.input_shape is not None:
+            argv += ["--input-shape", config.input_shape]
         worker.main(argv)
         if rank != 0:
             return None

@@ -64,10 +64,37 @@ def convnet(channels: int = 64, blocks: int = 4, image: int = 32):
 BUILDERS: dict[str, Callable] = {"mlp": mlp, "transformer": transformer, "convnet": convnet}
 
 
+def check_model(name: str) -> None:
+    """Validate ``--model``: a built-in validation model or a ``file.py:fn`` / ``pkg.mod:fn`` builder."""
+    if ":" in name:
+        from dpsim.workload.from_torch import parse_model_ref
+
+        parse_model_ref(name)
+    elif name not in BUILDERS:
+        raise ConfigError(f"--model: {name!r} is not a validation model; choose one of "
+                          f"{', '.join(BUILDERS)}, or give path/to/file.py:build / package.module:build")
+
+
 def build(name: str, **kwargs):
-    """Build a validation model by name; returns ``(module, input_shape_hint)``."""
-    if name not in BUILDERS:
-        raise ConfigError(f"--model: {name!r} is not a validation model; choose one of {', '.join(BUILDERS)}")
+    """Build a validation model; returns ``(module, input_hint)``.
+
+    A user's builder (``file.py:fn`` or ``pkg.mod:fn``) must return an ``nn.Module``
+    whose top-level children run one after another (e.g. an ``nn.Sequential``): each
+    child is one layer for dpsim. Its input is ``("user", ref, input_shape)``.
+    """
+    check_model(name)
+    if ":" in name:
+        from dpsim.workload.from_torch import _import_target, parse_model_ref
+
+        ref = parse_model_ref(name)
+        module = getattr(_import_target(ref), ref.function, None)
+        if module is None or not callable(module):
+            raise ConfigError(f"--model: {name!r}: no function {ref.function!r} in {ref.target!r}")
+        model = module()
+        children = list(model.children())
+        if not children:
+            raise ConfigError(f"--model: {name!r} has no child modules to time as layers")
+        return model, ("user", name, kwargs.get("input_shape"))
     return BUILDERS[name](**kwargs)
 
 
@@ -76,6 +103,21 @@ def make_batch(hint, micro_batch: int, seed: int = 0):
     import torch
 
     g = torch.Generator().manual_seed(seed)
+    if hint and hint[0] == "user":
+        from dpsim.workload.from_torch import parse_input_shape
+
+        _, ref, input_shape = hint
+        if not input_shape:
+            raise ConfigError(f"--input-shape: needed for {ref!r} (batch first, e.g. 32,1024)")
+        shape, dtype = parse_input_shape(input_shape)
+        shape = (micro_batch, *shape[1:])
+        if dtype == "bool":
+            x = torch.randint(0, 2, shape, generator=g) > 0
+        elif "int" in dtype:
+            x = torch.randint(0, 2, shape, generator=g, dtype=getattr(torch, dtype))
+        else:
+            x = torch.randn(shape, generator=g, dtype=getattr(torch, dtype))
+        return x, None
     if hint and hint[0] == "tokens":
         _, seq, vocab = hint
         x = torch.randint(0, vocab, (micro_batch, seq), generator=g)

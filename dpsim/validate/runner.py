@@ -21,8 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+from dpsim.calibrate.fit import AlphaBetaFit, fit_alpha_beta
 from dpsim.collectives import CollectiveResult
 from dpsim.engine import ddp_program, run_program
 from dpsim.errors import DpsimError
@@ -42,7 +41,8 @@ def _free_port() -> int:
 
 
 def run_ranks(*, world_size: int, model: str, micro_batch: int, bucket_cap_mb: float | None,
-              steps: int = 20, warmup: int = 5, testbed=None, timeout_s: float = 600.0) -> dict:
+              steps: int = 20, warmup: int = 5, testbed=None, timeout_s: float = 600.0,
+              input_shape: str | None = None) -> dict:
     """Run one validation (all phases) and return rank 0's JSON document."""
     with tempfile.TemporaryDirectory(prefix="dpsim-validate-") as tmp:
         out = str(Path(tmp) / "run.json")
@@ -61,6 +61,8 @@ def run_ranks(*, world_size: int, model: str, micro_batch: int, bucket_cap_mb: f
                     "--out", out, "--timeout-s", str(max(30.0, timeout_s / 2))]
             if bucket_cap_mb is not None:
                 argv += ["--bucket-cap-mb", str(bucket_cap_mb)]
+            if input_shape is not None:
+                argv += ["--input-shape", input_shape]
             if testbed is not None:
                 argv = testbed.command(rank, argv)
             procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -93,27 +95,18 @@ def run_ranks(*, world_size: int, model: str, micro_batch: int, bucket_cap_mb: f
 
 @dataclass(frozen=True, kw_only=True)
 class FittedAllReduce:
-    """All-reduce cost fitted from the run's collective sweep: piecewise linear in size."""
+    """All-reduce cost of this cluster: ``dpsim calibrate``'s piecewise alpha-beta fit of the run's sweep."""
 
     n_ranks: int
-    """Ranks it was measured on."""
-    sizes_bytes: tuple[float, ...]
-    """Measured sizes, ascending."""
-    times_s: tuple[float, ...]
-    """Measured median times."""
+    """Ranks it was measured on (the prediction is for the same ranks)."""
+    fit: AlphaBetaFit
+    """The fit of the measured (size, median time) points."""
 
     def time(self, op: str, size_bytes: float) -> CollectiveResult:
-        """Interpolated (extrapolated linearly past the ends) all-reduce time."""
-        x, y = np.array(self.sizes_bytes), np.array(self.times_s)
-        if size_bytes <= x[0]:
-            t = y[0] * 0 + (y[0] - (y[1] - y[0]) / (x[1] - x[0]) * (x[0] - size_bytes))
-            t = max(t, 0.5 * y[0])
-        elif size_bytes >= x[-1]:
-            t = y[-1] + (y[-1] - y[-2]) / (x[-1] - x[-2]) * (size_bytes - x[-1])
-        else:
-            t = float(np.interp(size_bytes, x, y))
-        return CollectiveResult(op=op, algorithm="gloo-measured", n_ranks=self.n_ranks,
-                                size_bytes=size_bytes, time_s=float(t), latency_s=float(y[0]))
+        """Fitted all-reduce time of a ``size_bytes`` bucket."""
+        t = self.fit.time_s(size_bytes)
+        return CollectiveResult(op=op, algorithm="gloo-fitted", n_ranks=self.n_ranks, size_bytes=size_bytes,
+                                time_s=float(t), latency_s=float(self.fit.segments[0].latency_s))
 
 
 def predict_run(run: dict, *, steps: int = 5) -> dict:
@@ -130,11 +123,15 @@ def predict_run(run: dict, *, steps: int = 5) -> dict:
     params = [ParamSpec(name=n, shape=shapes[n], dtype="float32") for n in ready]
     buckets = assign_buckets(params, bucket_cap_mb=run["bucket_cap_mb"])
     coll = run["collectives"]
-    model = FittedAllReduce(n_ranks=run["world_size"], sizes_bytes=tuple(c["size_bytes"] for c in coll),
-                            times_s=tuple(c["time_s"] for c in coll))
+    fit = fit_alpha_beta([c["size_bytes"] for c in coll], [c["time_s"] for c in coll], what="all-reduce sweep")
+    model = FittedAllReduce(n_ranks=run["world_size"], fit=fit)
     ov = run["overlap"]
     slowdown = max(0.0, ov["compute_with_comm_s"] / ov["compute_alone_s"] - 1.0) if ov["compute_alone_s"] else 0.0
-    sim = run_program(ddp_program(compute, buckets), model if run["world_size"] > 1 else _NoComm(),
+    copy_bw = comp.get("copy_bytes_per_s")
+    param_bytes = {p.name: p.size_bytes for p in params}
+    program = ddp_program(compute, buckets, copy_bandwidth_bytes_per_s=copy_bw if run["world_size"] > 1 else None,
+                          param_bytes=param_bytes)
+    sim = run_program(program, model if run["world_size"] > 1 else _NoComm(),
                       steps=steps, overlap_slowdown=slowdown)
     s = sim.steps[-1]
     return {"step_time_s": s.step_time_s, "compute_s": compute.step_s, "comm_s": s.comm_s,

@@ -28,27 +28,46 @@ def _median(xs):
     return statistics.median(xs) if xs else 0.0
 
 
-def _layer_hooks(model, record):
-    """Forward and backward-start timestamps of each top-level block."""
+def execution_order(model, x) -> list[tuple[str, object]]:
+    """Top-level children of ``model`` in the order its forward runs them (one forward pass)."""
+    import torch
+
+    seen: list[str] = []
+    named = dict(model.named_children())
+    handles = [m.register_forward_pre_hook(lambda mod, a, n=n: seen.append(n) if n not in seen else None)
+               for n, m in named.items()]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return [(n, named[n]) for n in seen]
+
+
+def _layer_hooks(blocks, record):
+    """Forward and backward-start timestamps of each block."""
     handles = []
-    for i, block in enumerate(model):
+    for i, (_, block) in enumerate(blocks):
         handles.append(block.register_forward_pre_hook(lambda m, a, i=i: record("f0", i)))
         handles.append(block.register_forward_hook(lambda m, a, o, i=i: record("f1", i)))
         handles.append(block.register_full_backward_pre_hook(lambda m, g, i=i: record("b0", i)))
     return handles
 
 
-def measure_compute(model, x, y, loss_fn, optimizer, iters: int, warmup: int):
-    """Per-block forward/backward medians, optimizer median, and gradient-ready order."""
-    import torch
+def measure_compute(model, blocks, x, y, loss_fn, optimizer, iters: int, warmup: int, sync=lambda: None):
+    """Per-block forward/backward medians, optimizer median, and gradient-ready order.
 
-    n = len(model)
+    ``sync`` (a barrier) starts every iteration on every rank at once, so ranks that
+    share cores contend through the whole iteration as they do in lockstep DDP steps.
+    """
+    n = len(blocks)
     stamps: dict = {}
 
     def record(kind, i):
         stamps[(kind, i)] = time.perf_counter()
 
-    handles = _layer_hooks(model, record)
+    handles = _layer_hooks(blocks, record)
     ready: list[str] = []
     names = {p: name for name, p in model.named_parameters()}
     grad_handles = [p.register_post_accumulate_grad_hook(lambda p: ready.append(names[p]))
@@ -58,6 +77,7 @@ def measure_compute(model, x, y, loss_fn, optimizer, iters: int, warmup: int):
     opt = []
     order: list[str] = []
     for it in range(warmup + iters):
+        sync()
         stamps.clear()
         ready.clear()
         optimizer.zero_grad(set_to_none=True)
@@ -84,6 +104,21 @@ def measure_compute(model, x, y, loss_fn, optimizer, iters: int, warmup: int):
     return [_median(v) for v in fwd], [_median(v) for v in bwd], _median(opt), order
 
 
+def _loss_for(hint):
+    """Cross-entropy for the built-in models; mean square of the output for a user's model."""
+    import torch.nn as nn
+
+    if hint and hint[0] == "user":
+        def loss(out, _y):
+            while isinstance(out, (tuple, list)):
+                out = out[0]
+            if isinstance(out, dict):
+                out = next(iter(out.values()))
+            return out.float().pow(2).mean()
+        return loss
+    return nn.CrossEntropyLoss()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dpsim.validate.worker")
     ap.add_argument("--model", required=True)
@@ -94,6 +129,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="65536,262144,1048576,4194304,16777216")
     ap.add_argument("--out", required=True)
     ap.add_argument("--timeout-s", type=float, default=120.0)
+    ap.add_argument("--input-shape", default=None)
     args = ap.parse_args(argv)
 
     import datetime
@@ -112,9 +148,18 @@ def main(argv=None) -> int:
                     "micro_batch": args.micro_batch, "bucket_cap_mb": args.bucket_cap_mb,
                     "torch": torch.__version__}
 
+    model, hint = build(args.model, **({"input_shape": args.input_shape} if ":" in args.model else {}))
+    x, y = make_batch(hint, args.micro_batch, seed=rank)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+
     # 1. collectives: all-reduce sweep, every rank times, the slowest rank's median counts.
+    # The sweep reaches past the largest possible bucket (all gradients), so no bucket's
+    # time is extrapolated beyond the measured sizes.
+    sizes = [int(s) for s in args.sizes.split(",")]
+    while sizes[-1] < grad_bytes:
+        sizes.append(sizes[-1] * 4)
     coll = []
-    for size in [int(s) for s in args.sizes.split(",")]:
+    for size in sizes:
         t = torch.zeros(size // 4)
         reps = max(3, min(20, int(2e7 // max(size, 1))))
         times = []
@@ -127,29 +172,37 @@ def main(argv=None) -> int:
         med = torch.tensor([_median(times)])
         dist.all_reduce(med, op=dist.ReduceOp.MAX)
         coll.append({"size_bytes": size, "time_s": float(med)})
+        del t
     result["collectives"] = coll
 
-    # 2. compute, all ranks at once, no communication.
-    model, hint = build(args.model)
-    x, y = make_batch(hint, args.micro_batch, seed=rank)
-    loss_fn = nn.CrossEntropyLoss()
+    # 2. compute, all ranks at once (each iteration started together), no communication.
+    loss_fn = _loss_for(hint)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    dist.barrier()
-    fwd, bwd, opt_s, ready = measure_compute(model, x, y, loss_fn, optimizer, iters=8, warmup=3)
-    result["compute"] = {
-        "blocks": [{"name": f"{i}", "forward_s": f, "backward_s": b,
-                    "params": [{"name": f"{i}.{n}", "shape": list(p.shape)} for n, p in blk.named_parameters()]}
-                   for i, (blk, f, b) in enumerate(zip(model, fwd, bwd))],
-        "optimizer_s": opt_s,
-        "grad_ready_order": ready,
-    }
+    blocks = execution_order(model, x)
+    owned = {id(p) for _, blk in blocks for p in blk.parameters()}
+    if any(id(p) not in owned for p in model.parameters()):
+        raise SystemExit("validate: the model has parameters outside its top-level children; "
+                         "wrap them in child modules (each child is one layer for dpsim)")
+    fwd, bwd, opt_s, ready = measure_compute(model, blocks, x, y, loss_fn, optimizer, iters=8, warmup=3,
+                                             sync=dist.barrier)
+    # Memory-copy bandwidth with every rank copying at once (DDP copies gradients into
+    # its bucket buffers and back).
+    src = torch.ones(max(1 << 20, min(grad_bytes, 64 << 20)) // 4)
+    dst = torch.empty_like(src)
+    copies = []
+    for _ in range(7):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        copies.append(time.perf_counter() - t0)
+    copy_bw = src.numel() * 4 / _median(copies[2:])
+    del src, dst
 
     # 3. overlap: the same compute while all-reduces are in flight.
     big = torch.zeros(16 * 2**20 // 4)
-    alone = sum(fwd) + sum(bwd)
-    dist.barrier()
     slow = []
     for _ in range(4):
+        dist.barrier()
         works = [dist.all_reduce(big, async_op=True) for _ in range(3)]
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
@@ -157,10 +210,25 @@ def main(argv=None) -> int:
         slow.append(time.perf_counter() - t0)
         for w in works:
             w.wait()
-    result["overlap"] = {"compute_alone_s": alone, "compute_with_comm_s": _median(slow)}
+    # A collective waits for its slowest rank: predict with the slowest rank's compute.
+    mine = {"fwd": fwd, "bwd": bwd, "opt": opt_s, "with_comm": _median(slow), "copy_bw": copy_bw}
+    every = [None] * world
+    dist.all_gather_object(every, mine)
+    slowest = max(every, key=lambda m: sum(m["fwd"]) + sum(m["bwd"]))
+    fwd, bwd, opt_s = slowest["fwd"], slowest["bwd"], slowest["opt"]
+    result["compute"] = {
+        "blocks": [{"name": name, "forward_s": f, "backward_s": b,
+                    "params": [{"name": f"{name}.{n}", "shape": list(p.shape)} for n, p in blk.named_parameters()]}
+                   for (name, blk), f, b in zip(blocks, fwd, bwd)],
+        "optimizer_s": opt_s,
+        "grad_ready_order": ready,
+        "rank_compute_s": [sum(m["fwd"]) + sum(m["bwd"]) for m in every],
+        "copy_bytes_per_s": min(m["copy_bw"] for m in every),
+    }
+    result["overlap"] = {"compute_alone_s": sum(fwd) + sum(bwd), "compute_with_comm_s": slowest["with_comm"]}
 
-    # 4. the validated run: real DDP.
-    model, hint = build(args.model)
+    # 4. the validated run: real DDP (a fresh model, so nothing is reused from the measurements).
+    model, hint = build(args.model, **({"input_shape": args.input_shape} if ":" in args.model else {}))
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
     x, y = make_batch(hint, args.micro_batch, seed=100 + rank)
