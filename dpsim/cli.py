@@ -484,7 +484,10 @@ def testbed_status(as_json: bool = typer.Option(False, "--json", help="Print JSO
 
 @app.command()
 def validate(
-    model: str = typer.Option("mlp", "--model", help="Validation model: mlp, transformer or convnet."),
+    model: str = typer.Option(
+        "mlp", "--model", help="mlp, transformer, convnet, or your path/to/file.py:build / package.module:build."),
+    input_shape: Optional[str] = typer.Option(
+        None, "--input-shape", help="Input of your model, batch first (32,1024 or 8,128:int64)."),
     micro_batch: int = typer.Option(32, "--micro-batch", help="Samples per rank per step."),
     bucket_cap_mb: Optional[float] = typer.Option(None, "--bucket-cap-mb", help="DDP bucket_cap_mb (MiB)."),
     emulate_hosts: Optional[int] = typer.Option(
@@ -508,7 +511,7 @@ def validate(
         model=model, micro_batch=micro_batch, bucket_cap_mb=bucket_cap_mb,
         world_size=int(os.environ["WORLD_SIZE"]) if under_torchrun else emulate_hosts,
         nic_bits_per_s=None if under_torchrun else parse_rate_bits_per_s(nic),
-        racks=racks, oversubscription=oversubscription, steps=steps,
+        racks=racks, oversubscription=oversubscription, steps=steps, input_shape=input_shape,
     )
     result = validate_under_torchrun(config) if under_torchrun else run_validation(config)
     if result is None:

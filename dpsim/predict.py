@@ -246,11 +246,40 @@ def with_grad_dtype(model: ModelSpec, dtype: str) -> list[ParamSpec]:
     return [ParamSpec(name=p.name, shape=p.shape, dtype=dtype) for p in model.grad_ready_params]
 
 
-def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None) -> Prediction:
+def build_collectives(config: PredictConfig, topology: Topology, *, profile=None,
+                      degradations=()) -> CollectiveModel:
+    """The collective model ``predict`` costs ``config``'s world communicator with.
+
+    A calibration profile's fitted model when ``config.calibration`` is set (``profile``:
+    that profile, already loaded), else NCCL's algorithm/protocol choice on the flow model
+    with ``config``'s ``--algo/--proto/--jobs/--placement``
+    (:func:`dpsim.algorithms.nccl.collectives_for`), its links scaled by ``degradations``
+    (:class:`~dpsim.variability.LinkDegradation`, ``--degrade``).
+    """
+    if profile is None and config.calibration is not None:
+        from dpsim.calibrate.profile import load_profile
+        profile = load_profile(config.calibration)
+    if profile is not None:
+        if degradations:
+            raise ConfigError("--degrade: not available with --calibration (a calibrated collective model has no "
+                              "links to degrade); leave one of them out")
+        from dpsim.calibrate.model import calibrated_collectives
+        return calibrated_collectives(profile, topology)
+    from dpsim.algorithms.nccl import collectives_for
+    return collectives_for(topology, config, degradations=degradations)
+
+
+def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None,
+            degradations=()) -> Prediction:
     """Predict a data-parallel training step.
 
-    ``collectives`` replaces the ring model built from the topology (e.g. a calibrated one).
+    ``collectives`` replaces the model :func:`build_collectives` picks (NCCL's, or a
+    calibrated one); ``degradations`` (:class:`~dpsim.variability.LinkDegradation`) run
+    some links below capacity in that model.
     """
+    if collectives is not None and degradations:
+        raise ConfigError("degradations: apply to the collective model predict builds; "
+                          "give collectives or degradations, not both")
     if config.steps < 1:
         raise ConfigError(f"--steps: {config.steps} is not valid; expected an integer >= 1")
     topology = resolve_topology(config)
@@ -278,15 +307,10 @@ def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None
             compute = with_measured_step(compute, measured)
     buckets: BucketPlan = assign_buckets(with_grad_dtype(model, precision.grad_dtype),
                                          bucket_cap_mb=config.bucket_cap_mb)
-    # A RingCollectives given by the caller (e.g. with degraded links) reports its own ring.
+    # A RingCollectives given by the caller reports its own ring.
     ring = collectives if isinstance(collectives, RingCollectives) else RingCollectives(topology)
-    if collectives is None and profile is not None:
-        from dpsim.calibrate.model import calibrated_collectives
-        collectives = calibrated_collectives(profile, topology)
-    if collectives is None:  # NCCL's algorithm/protocol choice on the flow model (dpsim.algorithms)
-        from dpsim.algorithms.nccl import collectives_for
-        collectives = collectives_for(topology, config)
-    collectives = collectives or ring
+    if collectives is None:  # a calibration's, or NCCL's algorithm/protocol choice on the flow model
+        collectives = build_collectives(config, topology, profile=profile, degradations=degradations)
     from dpsim.strategies import build_step_program, hybrid_collectives
 
     plan = build_step_program(
@@ -301,7 +325,7 @@ def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None
         factory = None
         if type(collectives).__name__ == "NcclCollectives":
             from dpsim.algorithms.nccl import collectives_for
-            factory = lambda t: collectives_for(t, config)  # noqa: E731
+            factory = lambda t: collectives_for(t, config, degradations=degradations, job=topology)  # noqa: E731
         collectives = hybrid_collectives(topology, collectives, factory=factory)
     sim = run_program(program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown)
     n = len(sim.steps)
