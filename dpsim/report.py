@@ -15,6 +15,19 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
+def _collectives_row(p: Prediction) -> tuple[str, str]:
+    """What NCCL's choice ran and what bound it; the flat ring's bandwidth without a link report."""
+    links = getattr(p, "links", None)
+    if links is not None and links.algorithms:
+        used = ", ".join(f"{algo} x{n}" for algo, n in sorted(links.algorithms.items(), key=lambda kv: -kv[1]))
+        bound = links.bottleneck[0].link_class if links.bottleneck else "-"
+        return "collectives (bottleneck)", f"{used} ({bound})"
+    calibration = getattr(p.config, "calibration", None)
+    if calibration:
+        return "collectives", f"fitted from profile {calibration}"
+    return "ring bandwidth / rank", f"{p.ring.bandwidth_bytes_per_s / 1e9:.1f} GB/s x{p.ring.channels} ch"
+
+
 def prediction_tables(p: Prediction) -> list[Table]:
     """The step, throughput and memory of a prediction as rich tables."""
     cfg = p.config
@@ -38,7 +51,7 @@ def prediction_tables(p: Prediction) -> list[Table]:
         ("overlap", _pct(p.overlap_fraction)),
         ("buckets" if p.strategy == "ddp" else "gradient reductions",
          f"{p.n_buckets} ({format_bytes(p.gradient_bytes)} of gradients)"),
-        ("ring bandwidth / rank", f"{p.ring.bandwidth_bytes_per_s / 1e9:.1f} GB/s x{p.ring.channels} ch"),
+        _collectives_row(p),
         ("throughput", f"{p.samples_per_s:,.1f} samples/s"),
     ]
     if p.tokens_per_s is not None:
