@@ -95,9 +95,9 @@ def predict(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     timeline: Optional[str] = typer.Option(
         None, "--timeline", help="Also write the step's timeline to this standalone .html file (plotly)."),
-    noise_cv: float = typer.Option(
-        0.0, "--noise-cv", help="Per-rank, per-step compute-time noise (coefficient of variation; 0.05 = 5 %). "
-                                "Default 0 until calibration records the measured spread."),
+    noise_cv: Optional[float] = typer.Option(
+        None, "--noise-cv", help="Per-rank, per-step compute-time noise (coefficient of variation; 0.05 = 5 %). "
+                                 "Default: the step-time CV a --calibration profile recorded, else 0."),
     noise_dist: str = typer.Option("normal", "--noise-dist", help="Noise distribution: normal or lognormal."),
     straggler: Optional[list[str]] = typer.Option(
         None, "--straggler", help="A persistently slow node or GPU, e.g. node3:1.3x or gpu12:2x (repeatable)."),
@@ -119,10 +119,13 @@ def predict(
     if timeline is not None:
         from dpsim.html_report import check_output_path
         check_output_path(timeline, "--timeline")
+    noise_source = None
+    if noise_cv is None:
+        noise_cv, noise_source = _default_noise_cv(calibration)
     variability = _variability_from_flags(noise_cv=noise_cv, noise_dist=noise_dist, straggler=straggler,
                                           degrade=degrade, hiccup_rate_per_s=hiccup_rate_per_s,
                                           hiccup_s=hiccup_s, seed=seed, mc_samples=mc_samples,
-                                          mc_steps=mc_steps)
+                                          mc_steps=mc_steps, noise_source=noise_source)
     report = None
     if variability is None:
         result = run_predict(config)  # a homogeneous, healthy cluster: the engine's one-rank fast path
@@ -211,6 +214,21 @@ def _default_overlap_slowdown(calibration: str | None, default: float) -> float:
     return default if measured is None else measured
 
 
+def _default_noise_cv(calibration: str | None) -> tuple[float, str | None]:
+    """``--noise-cv`` left out: (the profile's measured step-time CV, where it came from), else (0, None)."""
+    if calibration is None:
+        return 0.0, None
+    from dpsim.calibrate.model import calibrated_noise_cv
+    from dpsim.calibrate.profile import load_profile
+    profile = load_profile(calibration)
+    measured = calibrated_noise_cv(profile)
+    if not measured:
+        return 0.0, None
+    from dpsim.variability import MAX_NOISE_CV
+    capped = " (capped)" if measured > MAX_NOISE_CV else ""
+    return min(measured, MAX_NOISE_CV), f"calibration profile {profile.name!r} step_time_cv{capped}"
+
+
 VARIABILITY_FLAGS = ("noise_cv", "noise_dist", "straggler", "degrade", "hiccup_rate_per_s", "hiccup_s",
                      "seed", "mc_samples", "mc_steps")
 """``predict`` parameters that only the variability report reads (commands that copy
@@ -218,7 +236,7 @@ VARIABILITY_FLAGS = ("noise_cv", "noise_dist", "straggler", "degrade", "hiccup_r
 
 
 def _variability_from_flags(*, noise_cv, noise_dist, straggler, degrade, hiccup_rate_per_s, hiccup_s, seed,
-                            mc_samples, mc_steps):
+                            mc_samples, mc_steps, noise_source=None):
     """The VariabilitySpec of ``predict``'s variability flags, or ``None`` when none is active."""
     from dpsim.variability import VariabilitySpec, parse_degradation, parse_straggler
 
@@ -229,6 +247,7 @@ def _variability_from_flags(*, noise_cv, noise_dist, straggler, degrade, hiccup_
         stragglers=tuple(parse_straggler(x) for x in straggler or ()),
         degradations=tuple(parse_degradation(x) for x in degrade or ()),
         hiccup_rate_per_s=hiccup_rate_per_s, hiccup_s=hiccup_s, seed=seed, samples=mc_samples,
+        noise_source=noise_source,
     )
     return spec if spec.active else None
 

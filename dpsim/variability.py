@@ -43,10 +43,11 @@ the fast path.
 
 Default noise
 -------------
-The issue asks for a default taken from the measured step-time spread. No calibration
-profile records one yet, so the default is *no noise* unless ``noise_cv`` /
-``--noise-cv`` is given; a profile's ``step_time_cv`` can feed :class:`VariabilitySpec`
-once ``dpsim calibrate`` writes it.
+The default comes from the measured step-time spread: ``dpsim calibrate --model`` records
+the coefficient of variation of the forward+backward time over its timed repeats
+(``ModelStep.step_time_cv``), and ``predict --calibration`` uses it when ``--noise-cv`` is
+not given (``noise_source`` says so in the table and the JSON). An explicit
+``--noise-cv`` (0 included) wins; without such a profile the default is *no noise*.
 """
 
 from __future__ import annotations
@@ -125,8 +126,8 @@ class VariabilitySpec:
 
     noise_cv: float = 0.0
     """Coefficient of variation of each rank's per-step compute time (0.05 = 5 %);
-    i.i.d. over ranks and steps. 0: no noise (the default until calibration records
-    the measured spread)."""
+    i.i.d. over ranks and steps. 0: no noise (the default without a calibration profile
+    that records the measured spread)."""
     noise_distribution: str = "normal"
     """``normal`` (1 + cv*Z, clipped at :data:`MIN_COMPUTE_FACTOR`) or ``lognormal``
     (mean 1, the same CV)."""
@@ -144,6 +145,8 @@ class VariabilitySpec:
     """Independent Monte-Carlo samples (seeds derived from ``seed``)."""
     confidence: float = DEFAULT_CONFIDENCE
     """Confidence level of the throughput interval."""
+    noise_source: str | None = None
+    """Where ``noise_cv`` came from when not given (e.g. a calibration profile); ``None``: given."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.noise_cv) and 0 <= self.noise_cv <= MAX_NOISE_CV):
@@ -837,7 +840,7 @@ class VariabilityReport:
         s = self.spec
         return {
             "schema": "dpsim.variability/2",
-            "noise_cv": s.noise_cv, "noise_distribution": s.noise_distribution,
+            "noise_cv": s.noise_cv, "noise_distribution": s.noise_distribution, "noise_source": s.noise_source,
             "stragglers": [x.label for x in s.stragglers],
             "degradations": [x.label for x in s.degradations],
             "hiccup_rate_per_s": s.hiccup_rate_per_s, "hiccup_s": s.hiccup_s, "seed": s.seed,
@@ -895,7 +898,8 @@ def variability_table(report: VariabilityReport):
     spec = report.spec
     what = []
     if spec.noise_cv:
-        what.append(f"noise {100 * spec.noise_cv:g} % CV ({spec.noise_distribution})")
+        source = f", from {spec.noise_source}" if spec.noise_source else ""
+        what.append(f"noise {100 * spec.noise_cv:g} % CV ({spec.noise_distribution}{source})")
     what += [f"straggler {s.label}" for s in spec.stragglers]
     if spec.hiccup_rate_per_s:
         what.append(f"hiccups {spec.hiccup_rate_per_s:g}/s/GPU x {format_seconds(spec.hiccup_s)}")

@@ -104,6 +104,7 @@ def test_cli_calibrate_end_to_end_into_predict(capsys, tmp_path, tiny_models_on_
     assert c.model_step.model == "calibrate_models:tiny_blocks" and c.model_step.micro_batch == 4
     assert [l.name for l in c.model_step.layers] == ["embed", "blocks.0", "blocks.1", "blocks.2", "head"]
     assert all(l.forward_s > 0 and l.backward_s > 0 for l in c.model_step.layers)
+    assert c.model_step.step_time_cv is not None and c.model_step.step_time_cv >= 0  # predict's default noise
     for w in profile.warnings:
         assert f"dpsim: warning: {w}" in err  # poor fits are reported, not silent
     # the profile drives predict and collective (2 ranks in one node: intra_node)

@@ -247,3 +247,81 @@ def test_predict_with_calibration_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["config"]["calibration"] == "aws-p4de-2node"
+
+
+# --------------------------------------------------------------------------- step-time noise (issue #7)
+
+
+def test_step_time_cv_from_the_harness_repeats():
+    from dpsim.calibrate.build import coefficient_of_variation, profile_from_results, step_time_cv
+
+    times = [0.9, 1.0, 1.1]  # mean 1, sample std 0.1
+    assert coefficient_of_variation(times) == pytest.approx(0.1, rel=1e-12)
+    assert coefficient_of_variation([0.5, 0.5, 0.5]) == 0.0
+    assert coefficient_of_variation([1.0]) is None and coefficient_of_variation([]) is None
+    # per rank, then the median over ranks
+    assert step_time_cv([[0.9, 1.0, 1.1], [2.0, 2.0, 2.0], [1.8, 2.0, 2.2]]) == pytest.approx(0.1, rel=1e-12)
+    assert step_time_cv([]) is None
+    step = {"model": "gpt2", "micro_batch": 4, "dtype": "float32", "forward_s": 0.01, "backward_s": 0.02,
+            "step_times_s": [[0.027, 0.030, 0.033], [0.029, 0.030, 0.031]], "layers": []}
+    profile = profile_from_results({"compute": {"device": "cpu", "model_step": step}}, name="noise",
+                                   created_utc="2025-01-01T00:00:00Z")
+    assert profile.compute.model_step.step_time_cv == pytest.approx((0.1 + 1 / 30) / 2, rel=1e-12)
+    old = dict(step)
+    del old["step_times_s"]  # results of an older harness: no spread recorded
+    assert profile_from_results({"compute": {"device": "cpu", "model_step": old}},
+                                name="old").compute.model_step.step_time_cv is None
+
+
+def test_step_time_cv_round_trip_and_older_profiles(tmp_path):
+    step = ModelStep(model="gpt2", micro_batch=4, dtype="bfloat16", forward_s=0.01, backward_s=0.02,
+                     step_time_cv=0.05)
+    path = save_profile(make_profile(compute=ComputeCalibration(device="h100", model_step=step)), tmp_path / "n.json")
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == "dpsim.calibration/1" and doc["compute"]["model_step"]["step_time_cv"] == 0.05
+    assert load_profile(path).compute.model_step == step
+    del doc["compute"]["model_step"]["step_time_cv"]  # a profile written before the field existed
+    back = load_profile(_edit(tmp_path / "old.json", doc))
+    assert back.compute.model_step.step_time_cv is None and "step_time_cv" not in back.to_dict()["compute"]["model_step"]
+
+
+@pytest.mark.parametrize("value, shown", [(-0.1, "-0.1"), (float("nan"), "NaN"), ("5%", '"5%"'), (True, "true")])
+def test_bad_step_time_cv_one_line(capsys, tmp_path, value, shown):
+    step = ModelStep(model="gpt2", micro_batch=4, dtype="bfloat16", forward_s=0.01, backward_s=0.02)
+    doc = make_profile(compute=ComputeCalibration(device="h100", model_step=step)).to_dict()
+    doc["compute"]["model_step"]["step_time_cv"] = value
+    path = _edit(tmp_path / "bad.json", doc)
+    needle = f"compute.model_step.step_time_cv: {shown} is not valid; expected a number >= 0 or null"
+    with pytest.raises(ProfileError, match="step_time_cv"):
+        load_profile(path)
+    rc, out, err = run_cli(capsys, "predict", "--calibration", str(path), "--gpus", "8", "--link", "nvlink")
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("dpsim: error: ") and needle in err, err
+
+
+def test_predict_noise_defaults_to_the_profiles_step_time_cv(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    step = ModelStep(model="resnet50", micro_batch=32, dtype="bfloat16", forward_s=0.01, backward_s=0.02,
+                     step_time_cv=0.05)
+    path = save_profile(make_profile(compute=ComputeCalibration(device="h100", model_step=step)), tmp_path / "n.json")
+    base = ("predict", "--calibration", str(path), "--gpus", "8", "--link", "nvlink", "--model", "gpt2",
+            "--mc-samples", "2", "--mc-steps", "5")
+    rc, out, err = run_cli(capsys, *base, "--json")
+    assert rc == 0, err
+    v = json.loads(out)["variability"]
+    assert v["noise_cv"] == 0.05 and "synthetic" in v["noise_source"] and v["statistics"]["samples"] == 2
+    rc, out, err = run_cli(capsys, *base)
+    assert rc == 0, err
+    assert "noise 5 % CV (normal, from calibration profile 'synthetic' step_time_cv)" in out
+    rc, out, err = run_cli(capsys, *base, "--noise-cv", "0", "--json")  # an explicit 0 wins
+    assert rc == 0, err
+    assert "variability" not in json.loads(out)
+    rc, out, err = run_cli(capsys, *base, "--noise-cv", "0.02", "--json")
+    v = json.loads(out)["variability"]
+    assert v["noise_cv"] == 0.02 and v["noise_source"] is None
+    no_cv = save_profile(make_profile(compute=ComputeCalibration(device="h100", model_step=replace(
+        step, step_time_cv=None))), tmp_path / "old.json")
+    rc, out, err = run_cli(capsys, "predict", "--calibration", str(no_cv), "--gpus", "8", "--link", "nvlink",
+                           "--model", "gpt2", "--json")
+    assert rc == 0, err
+    assert "variability" not in json.loads(out)

@@ -103,12 +103,29 @@ def summarize(times_s: list[float], size_bytes: float, source: str | None = None
                        q1_s=q[0], q3_s=q[2], repeats=len(xs), source=source)
 
 
+def coefficient_of_variation(values: Iterable[float]) -> float | None:
+    """Sample standard deviation / mean of ``values``; ``None`` with fewer than two or a mean <= 0."""
+    xs = [float(v) for v in values]
+    if len(xs) < 2:
+        return None
+    mean = statistics.fmean(xs)
+    return statistics.stdev(xs) / mean if mean > 0 else None
+
+
+def step_time_cv(step_times_s: Iterable[Iterable[float]]) -> float | None:
+    """The model step's noise: each rank's CV of its timed step times, the median over ranks."""
+    cvs = [cv for cv in map(coefficient_of_variation, step_times_s) if cv is not None]
+    return statistics.median(cvs) if cvs else None
+
+
 def profile_from_results(results: dict, *, name: str, description: str = "",
                          created_utc: str | None = None) -> Profile:
     """Fit the raw results of the torch harness (see :mod:`dpsim.calibrate.harness`).
 
     ``results`` has ``environment``, ``collectives`` (``{link_class: {"n_ranks",
-    "n_nodes", "ops": {op: [{"size_bytes", "times_s": [...]}, ...]}}}``) and ``compute``.
+    "n_nodes", "ops": {op: [{"size_bytes", "times_s": [...]}, ...]}}}``) and ``compute``
+    (its ``model_step`` has ``step_times_s``: every rank's forward+backward time of each
+    timed repeat, which :func:`step_time_cv` turns into ``ModelStep.step_time_cv``).
     """
     ops: dict[tuple[str, str], OpCalibration] = {}
     link_classes: dict[str, dict[str, Any]] = {}
@@ -130,6 +147,7 @@ def profile_from_results(results: dict, *, name: str, description: str = "",
             s = c["model_step"]
             step = ModelStep(model=s["model"], micro_batch=int(s["micro_batch"]), dtype=s["dtype"],
                              forward_s=float(s["forward_s"]), backward_s=float(s["backward_s"]),
+                             step_time_cv=step_time_cv(s.get("step_times_s", ())),
                              layers=tuple(LayerTiming(name=l["name"], forward_s=l["forward_s"],
                                                       backward_s=l["backward_s"]) for l in s.get("layers", [])))
         compute = ComputeCalibration(

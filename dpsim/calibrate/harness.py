@@ -29,7 +29,9 @@ Compute (per rank, concurrently; the profile keeps the median over ranks)
     matmul FLOP/s per dtype over a few shapes (``2*m*n*k / t``; float32 with TF32
     allowed on GPU, as the GPU presets define it); device copy bandwidth
     (``2 * bytes / t``: read plus write); a real model's forward/backward, whole and
-    per module (forward pre/post hooks and full backward pre/post hooks); and the
+    per module (forward pre/post hooks and full backward pre/post hooks), with every timed
+    repeat's forward+backward time kept per rank (the profile's ``step_time_cv``: each
+    rank's std/mean over the repeats after warm-up, the median over ranks); and the
     overlap interference: the same matmul loop alone and while all-reduces run
     concurrently, ``slowdown = t_concurrent / t_alone - 1``.
 
@@ -539,6 +541,7 @@ def bench_model(spec: str, micro_batch: int, device: torch.device, clock: Clock,
     for _ in range(2):
         step()
     runs = [step() for _ in range(max(3, plan["iters"] // 2))]
+    step_times = [f + b for f, b in runs]  # every timed repeat, for the step-time spread (noise)
     fwd = statistics.median(r[0] for r in runs)
     bwd = statistics.median(r[1] for r in runs)
 
@@ -584,7 +587,7 @@ def bench_model(spec: str, micro_batch: int, device: torch.device, clock: Clock,
     layer_rows = [{"name": name, "forward_s": statistics.median(t[0] for t in per_layer[name]),
                    "backward_s": statistics.median(t[1] for t in per_layer[name])} for name, _ in layers]
     return {"model": spec, "micro_batch": micro_batch, "dtype": dtype, "forward_s": fwd, "backward_s": bwd,
-            "layers": layer_rows}
+            "step_times_s": step_times, "layers": layer_rows}
 
 
 # ----------------------------------------------------------------------------- environment
@@ -806,6 +809,7 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
         first = dict(steps_[0])
         first["forward_s"] = med(s["forward_s"] for s in steps_)
         first["backward_s"] = med(s["backward_s"] for s in steps_)
+        first["step_times_s"] = [s["step_times_s"] for s in steps_]  # per rank: build takes each one's CV
         out["model_step"] = first
     return out
 

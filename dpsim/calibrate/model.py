@@ -164,3 +164,13 @@ def with_measured_step(compute, forward_backward_s: float):
 def calibrated_overlap_slowdown(profile: Profile) -> float | None:
     """The measured compute slowdown under a concurrent collective, if measured."""
     return None if profile.compute is None else profile.compute.overlap_slowdown
+
+
+def calibrated_noise_cv(profile: Profile) -> float | None:
+    """The measured step-time coefficient of variation (``predict``'s default ``--noise-cv``), if recorded.
+
+    It is the timing jitter of the calibrated machine, so it applies to any model predicted
+    with the profile, not only the one whose step was measured.
+    """
+    c = profile.compute
+    return None if c is None or c.model_step is None else c.model_step.step_time_cv

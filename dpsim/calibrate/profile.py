@@ -31,7 +31,8 @@ Schema ``dpsim.calibration/1`` (SI units, one unit in every key)::
                   "memory_bandwidth_bytes_per_s": 2.9e12, "overlap_slowdown": 0.08,
                   "matmul": [...], "memcpy": [...], "overlap": {...},
                   "model_step": {"model": "gpt2", "micro_batch": 4, "dtype": "bfloat16",
-                                 "forward_s": ..., "backward_s": ..., "layers": [...]}} | null,
+                                 "forward_s": ..., "backward_s": ..., "step_time_cv": 0.03,
+                                 "layers": [...]}} | null,
       "warnings": ["..."]
     }
 
@@ -190,6 +191,10 @@ class ModelStep:
     """Median backward time, no hooks attached."""
     layers: tuple[LayerTiming, ...] = ()
     """Per-module times (hooks add a little overhead to each)."""
+    step_time_cv: float | None = None
+    """Coefficient of variation (sample std / mean) of the forward+backward time over the
+    timed repeats after warm-up, the median over ranks; ``predict``'s default per-rank
+    noise (``--noise-cv``). ``None`` in profiles written before it was recorded."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -354,6 +359,7 @@ def _compute_to_dict(c: ComputeCalibration) -> dict:
         s = c.model_step
         step = {"model": s.model, "micro_batch": s.micro_batch, "dtype": s.dtype,
                 "forward_s": s.forward_s, "backward_s": s.backward_s,
+                **({"step_time_cv": s.step_time_cv} if s.step_time_cv is not None else {}),
                 "layers": [{"name": l.name, "forward_s": l.forward_s, "backward_s": l.backward_s}
                            for l in s.layers]}
     d = {
@@ -457,7 +463,7 @@ _SEG = ("first_size_bytes", "last_size_bytes", "latency_s", "bus_bandwidth_bytes
 _MEAS = ("size_bytes", "time_s", "min_s", "max_s", "q1_s", "q3_s", "repeats", "source")
 _COMPUTE = ("device", "matmul_flops_per_s", "memory_bandwidth_bytes_per_s", "overlap_slowdown",
             "model_step", "matmul", "memcpy", "overlap")
-_STEP = ("model", "micro_batch", "dtype", "forward_s", "backward_s", "layers")
+_STEP = ("model", "micro_batch", "dtype", "forward_s", "backward_s", "step_time_cv", "layers")
 _LAYER = ("name", "forward_s", "backward_s")
 
 
@@ -547,7 +553,8 @@ def _read_compute(origin: str, raw: Any) -> ComputeCalibration:
                                       backward_s=ld.number("backward_s")))
         step = ModelStep(model=sd.string("model"), micro_batch=sd.integer("micro_batch"),
                          dtype=sd.string("dtype"), forward_s=sd.number("forward_s", strict=True),
-                         backward_s=sd.number("backward_s", strict=True), layers=tuple(layers))
+                         backward_s=sd.number("backward_s", strict=True), layers=tuple(layers),
+                         step_time_cv=sd.number("step_time_cv", nullable=True, default=None))
     raw_extra = {k: doc.data[k] for k in ("matmul", "memcpy", "overlap") if k in doc.data}
     return ComputeCalibration(
         device=doc.string("device"),

@@ -72,5 +72,6 @@ def profile_report(profile: Profile) -> str:
         if cc.model_step is not None:
             s = cc.model_step
             parts.append(f"#   {s.model} micro-batch {s.micro_batch} ({s.dtype}): forward "
-                         f"{s.forward_s * 1e3:.2f} ms, backward {s.backward_s * 1e3:.2f} ms, {len(s.layers)} layers")
+                         f"{s.forward_s * 1e3:.2f} ms, backward {s.backward_s * 1e3:.2f} ms, {len(s.layers)} layers"
+                         + (f", step-time CV {100 * s.step_time_cv:.2f} %" if s.step_time_cv is not None else ""))
     return "\n".join(parts)
