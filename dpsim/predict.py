@@ -8,18 +8,15 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from dpsim.algorithms.links import LinkReport, link_report
 from dpsim.collectives import CollectiveModel, RingCollectives, RingProfile
-from dpsim.engine import SimulationResult, StepProgram, ddp_program, run_program
+from dpsim.engine import SimulationResult, StepProgram, run_program
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
-from dpsim.memory import FitAdvice, MemoryBreakdown, ddp_memory, fit_advice, memory_breakdown
+from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown
 from dpsim.topology import Topology, TopologySpec, load_preset, load_topology_file
-from dpsim.workload.buckets import BucketPlan, assign_buckets
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY, ComputeProfile, compute_profile
 from dpsim.workload.precision import check_optimizer, check_precision_on_gpu, get_precision
@@ -305,8 +302,6 @@ def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None
         if measured is not None:  # measured forward + backward, modelled optimizer
             from dpsim.calibrate.model import with_measured_step
             compute = with_measured_step(compute, measured)
-    buckets: BucketPlan = assign_buckets(with_grad_dtype(model, precision.grad_dtype),
-                                         bucket_cap_mb=config.bucket_cap_mb)
     # A RingCollectives given by the caller reports its own ring.
     ring = collectives if isinstance(collectives, RingCollectives) else RingCollectives(topology)
     if collectives is None:  # a calibration's, or NCCL's algorithm/protocol choice on the flow model

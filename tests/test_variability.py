@@ -13,7 +13,7 @@ import pytest
 from dpsim.cli import main
 from dpsim.algorithms.nccl import NcclCollectives
 from dpsim.collectives import CollectiveResult, RingCollectives
-from dpsim.engine import CommOp, ComputeTask, StepProgram, ddp_program, run_program
+from dpsim.engine import CommOp, ComputeTask, StepProgram, run_program
 from dpsim.errors import ConfigError
 from dpsim.predict import PredictConfig, predict, resolve_topology
 from dpsim.topology import Topology

@@ -10,7 +10,6 @@ its DDP phase, with dpsim's own engine, buckets and collective model.
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import statistics

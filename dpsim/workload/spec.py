@@ -31,7 +31,7 @@ the transformer block an FSDP auto-wrap policy wraps) and its input size
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from dpsim.errors import WorkloadError
 
