@@ -115,7 +115,8 @@ all-reduce stream, overlap with backward, compute slowdown while communicating) 
 with the same run's micro-benchmarks only: an all-reduce size sweep on the emulated
 network, per-layer forward/backward times with every rank computing at once (ranks
 share {__import__('os').cpu_count()} cores, so compute is measured under that sharing), and
-the compute slowdown while all-reduces run. The DDP steps themselves are never used.
+memory-copy bandwidth (DDP's bucket copies), and the compute slowdown while all-reduces
+run. The DDP steps themselves are never used.
 
 **{summary}**
 
