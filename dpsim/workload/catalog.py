@@ -335,6 +335,12 @@ def _resolve_seq_len(seq_len: int | None, default: int, model: str, *, max_field
 # --------------------------------------------------------------------------- builders
 
 
+def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int) -> LayerSpec:
+    """The final norm + LM head of a decoder: an s x d by d x v matmul per sample."""
+    return _layer("lm_head", run, forward_flops_per_sample=2.0 * s * d * v,
+                  activation_bytes_per_sample=lm_head_activation_bytes(s, d, v))
+
+
 def build_gpt2(
     cfg: GPT2Config,
     *,
@@ -379,11 +385,8 @@ def build_gpt2(
         ))
     ln_f = _norm("transformer.ln_f", d, dtype)
     registered.append(ln_f)
-    layers.append(_layer(
-        "lm_head", [ln_f],  # transformer.ln_f + lm_head (weight tied to transformer.wte.weight)
-        forward_flops_per_sample=2.0 * s * d * v,
-        activation_bytes_per_sample=lm_head_activation_bytes(s, d, v),
-    ))
+    # transformer.ln_f + lm_head (weight tied to transformer.wte.weight)
+    layers.append(_lm_head_layer([ln_f], s, d, v))
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source)
 
@@ -445,11 +448,7 @@ def build_llama(
     if not cfg.tie_word_embeddings:
         head.append(_linear("lm_head", v, d, dtype, bias=False))
     registered += head
-    layers.append(_layer(
-        "lm_head", head,  # model.norm + lm_head
-        forward_flops_per_sample=2.0 * s * d * v,
-        activation_bytes_per_sample=lm_head_activation_bytes(s, d, v),
-    ))
+    layers.append(_lm_head_layer(head, s, d, v))  # model.norm + lm_head
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source)
 

@@ -13,14 +13,13 @@ preset at the same size. Not a test: these machines are shared and noisy.
 
 from __future__ import annotations
 
-import statistics
-import subprocess
+from wall_time import REPEATS, wall
+
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPEATS = 3
 FAT_TREE = """\
 name: fat-tree-3tier
 gpu: h100
@@ -44,15 +43,6 @@ fabric:
     - group_size: 8
       oversubscription: 4
 """
-
-
-def wall(cmd: list[str]) -> float:
-    times = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -9,22 +9,12 @@ the ratio of each CLI run to it. Not a test: these machines are shared and noisy
 
 from __future__ import annotations
 
-import statistics
-import subprocess
+from wall_time import REPEATS, wall
+
 import sys
 import time
 
 GPU_COUNTS = (8, 64, 1024, 16384, 65536)
-REPEATS = 3
-
-
-def wall(cmd: list[str]) -> float:
-    times = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:
