@@ -1,0 +1,152 @@
+"""Golden cases: CLI invocations whose ``--json`` output is frozen in ``tests/golden/*.json``.
+
+They pin the numbers ``predict``, ``collective``, ``memory``, ``goodput`` and ``sweep``
+print for every preset x strategy x a few models, plus the flags that change the
+collective model (``--algo/--proto/--jobs/--calibration/--degrade``) and the
+variability path. A change that moves any of them must say why in its commit and
+regenerate the files with ``python tests/golden/regenerate.py``.
+"""
+
+from __future__ import annotations
+
+PRESETS = ("nvlink", "infiniband", "ethernet", "pcie", "dgx-a100", "aws-p4de", "aws-p5")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")
+MODELS = (("gpt2", 4), ("llama-2-7b", 1), ("resnet50", 32))
+
+
+def predict_cases() -> dict[str, list[str]]:
+    cases: dict[str, list[str]] = {}
+    for link in PRESETS:
+        for strategy in STRATEGIES:
+            for model, mb in MODELS:
+                cases[f"{link}/{strategy}/{model}"] = [
+                    "predict", "--gpus", "16", "--link", link, "--strategy", strategy, "--model", model,
+                    "--micro-batch", str(mb)]
+    extra = {
+        "default": [],
+        "ethernet-64-default": ["--gpus", "64", "--link", "ethernet"],
+        "one-gpu": ["--gpus", "1", "--link", "infiniband"],
+        "one-node": ["--gpus", "8", "--link", "infiniband"],
+        "big-ib": ["--gpus", "65536", "--link", "infiniband", "--model", "llama-2-7b", "--micro-batch", "1"],
+        "no-overlap": ["--gpus", "32", "--link", "infiniband", "--no-overlap"],
+        "grad-accum": ["--gpus", "32", "--link", "ethernet", "--grad-accum", "4"],
+        "grad-accum-zero2": ["--gpus", "32", "--link", "ethernet", "--grad-accum", "4", "--strategy", "zero2"],
+        "ckpt": ["--gpus", "32", "--link", "infiniband", "--activation-checkpointing", "--model", "llama-2-7b",
+                 "--micro-batch", "2"],
+        "ckpt-fsdp": ["--gpus", "32", "--link", "infiniband", "--activation-checkpointing", "--model",
+                      "llama-2-7b", "--micro-batch", "2", "--strategy", "fsdp"],
+        "fsdp-layer": ["--gpus", "16", "--link", "nvlink", "--strategy", "fsdp", "--fsdp-unit", "layer"],
+        "bucket-1": ["--gpus", "32", "--link", "ethernet", "--bucket-cap-mb", "1"],
+        "bucket-100": ["--gpus", "32", "--link", "ethernet", "--bucket-cap-mb", "100"],
+        "jobs-2-interleaved": ["--gpus", "32", "--link", "infiniband", "--jobs", "2", "--placement", "interleaved"],
+        "jobs-3-packed": ["--gpus", "16", "--link", "ethernet", "--jobs", "3"],
+        "algo-ring": ["--gpus", "32", "--link", "aws-p5", "--algo", "ring"],
+        "algo-tree": ["--gpus", "32", "--link", "aws-p5", "--algo", "tree"],
+        "algo-hier": ["--gpus", "32", "--link", "infiniband", "--algo", "hierarchical"],
+        "algo-hd": ["--gpus", "32", "--link", "infiniband", "--algo", "halving_doubling"],
+        "proto-simple": ["--gpus", "32", "--link", "nvlink", "--proto", "Simple"],
+        "no-nvls": ["--gpus", "16", "--link", "nvlink", "--algo", "^nvls,nvls_tree"],
+        "fat-tree": ["--gpus", "1024", "--topology", "topologies/examples/fat-tree-3tier.yaml"],
+        "nvl72": ["--gpus", "144", "--topology", "topologies/examples/nvl72-ib.yaml", "--model", "llama-2-7b",
+                  "--micro-batch", "1"],
+        "gpn-4": ["--gpus", "32", "--link", "infiniband", "--gpus-per-node", "4"],
+        "gpu-a100": ["--gpus", "16", "--link", "ethernet", "--gpu", "a100"],
+        "v100-fp16": ["--gpus", "16", "--link", "pcie", "--gpu", "v100", "--precision", "fp16-mixed"],
+        "fp32-sgd": ["--gpus", "16", "--link", "infiniband", "--precision", "fp32", "--optimizer", "sgd"],
+        "amp-adam": ["--gpus", "16", "--link", "infiniband", "--precision", "amp", "--optimizer", "adam"],
+        "bf16-momentum": ["--gpus", "16", "--link", "infiniband", "--precision", "bf16", "--optimizer",
+                          "sgd-momentum"],
+        "single-step": ["--gpus", "16", "--link", "nvlink", "--model", "gpt2", "--single-gpu-step-ms", "180"],
+        "single-rate": ["--gpus", "16", "--link", "nvlink", "--model", "gpt2", "--single-gpu-samples-per-s", "30"],
+        "slowdown-eff": ["--gpus", "16", "--link", "infiniband", "--overlap-slowdown", "0.3",
+                         "--compute-efficiency", "0.4"],
+        "seq-len": ["--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--seq-len", "512"],
+        "no-flash": ["--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--no-flash-attention"],
+        "steps-5": ["--gpus", "16", "--link", "infiniband", "--steps", "5"],
+        "oom-70b": ["--gpus", "16", "--link", "infiniband", "--model", "llama-2-70b", "--micro-batch", "1"],
+        "cal-a100": ["--gpus", "8", "--link", "dgx-a100", "--calibration", "a100-nvswitch-8gpu"],
+        "cal-p4de": ["--gpus", "16", "--link", "aws-p4de", "--calibration", "aws-p4de-2node"],
+        "cal-p4de-64": ["--gpus", "64", "--link", "aws-p4de", "--calibration", "aws-p4de-2node"],
+        "cal-p4de-hybrid": ["--gpus", "16", "--link", "aws-p4de", "--calibration", "aws-p4de-2node",
+                            "--strategy", "fsdp-hybrid"],
+        "cal-p4de-zero3": ["--gpus", "16", "--link", "aws-p4de", "--calibration", "aws-p4de-2node",
+                           "--strategy", "zero3"],
+        "cal-p5": ["--gpus", "16", "--link", "aws-p5", "--calibration", "aws-p5-2node"],
+        "straggler": ["--gpus", "32", "--link", "infiniband", "--straggler", "node1:1.5x"],
+        "degrade-nic": ["--gpus", "32", "--link", "infiniband", "--degrade", "node0.nic0:50%"],
+        "degrade-class": ["--gpus", "32", "--link", "ethernet", "--degrade", "ethernet:50%"],
+        "degrade-hybrid": ["--gpus", "32", "--link", "infiniband", "--degrade", "node1.nic3:25%", "--strategy",
+                           "fsdp-hybrid"],
+        "noise": ["--gpus", "64", "--link", "infiniband", "--noise-cv", "0.05", "--mc-samples", "3",
+                  "--mc-steps", "5"],
+        "noise-lognormal": ["--gpus", "64", "--link", "ethernet", "--noise-cv", "0.1", "--noise-dist",
+                            "lognormal", "--mc-samples", "2", "--mc-steps", "4", "--seed", "7"],
+        "hiccups": ["--gpus", "64", "--link", "infiniband", "--hiccup-rate-per-s", "0.01", "--hiccup-s", "0.5",
+                    "--mc-samples", "2", "--mc-steps", "5"],
+        "cal-noise": ["--gpus", "16", "--link", "aws-p4de", "--calibration", "aws-p4de-2node", "--straggler",
+                      "gpu3:1.2x"],
+    }
+    for name, args in extra.items():
+        cases[f"extra/{name}"] = ["predict", *args]
+    return {k: v + ["--json"] for k, v in cases.items()}
+
+
+def collective_cases() -> dict[str, list[str]]:
+    cases = {}
+    for link in PRESETS:
+        for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
+            cases[f"{link}/{op}"] = ["collective", "--op", op, "--gpus", "16", "--link", link,
+                                     "-b", "8", "-e", "4G", "-f", "4"]
+        cases[f"{link}/one-node"] = ["collective", "--gpus", "8", "--link", link, "-b", "1K", "-e", "1G", "-f", "8"]
+    cases["cal/a100"] = ["collective", "--gpus", "8", "--link", "dgx-a100", "--calibration", "a100-nvswitch-8gpu",
+                         "-b", "32K", "-e", "16G", "-f", "4"]
+    cases["cal/p4de-64"] = ["collective", "--gpus", "64", "--link", "aws-p4de", "--calibration", "aws-p4de-2node",
+                            "-b", "64K", "-e", "4G", "-f", "4", "--op", "reduce_scatter"]
+    cases["algo/ring-tree"] = ["collective", "--gpus", "64", "--link", "aws-p5", "--algo", "ring,tree",
+                               "-b", "1M", "-e", "16G", "-f", "4"]
+    cases["algo/hd"] = ["collective", "--gpus", "32", "--link", "infiniband", "--algo", "halving_doubling",
+                        "-b", "1M", "-e", "1G", "-f", "8"]
+    cases["dtype/half"] = ["collective", "--gpus", "16", "--link", "nvlink", "-d", "half", "-b", "8", "-e", "1M"]
+    cases["fat-tree"] = ["collective", "--gpus", "2048", "--topology", "topologies/examples/fat-tree-3tier.yaml",
+                         "-b", "1M", "-e", "1G", "-f", "8"]
+    return {k: v + ["--json"] for k, v in cases.items()}
+
+
+def memory_cases() -> dict[str, list[str]]:
+    cases = {}
+    for strategy in STRATEGIES:
+        for model, mb in (("llama-2-7b", 1), ("llama-2-70b", 1), ("gpt2-xl", 8)):
+            cases[f"{strategy}/{model}"] = ["memory", "--gpus", "64", "--link", "infiniband", "--strategy", strategy,
+                                            "--model", model, "--micro-batch", str(mb)]
+    cases["ckpt/70b"] = ["memory", "--gpus", "64", "--link", "infiniband", "--model", "llama-2-70b",
+                         "--micro-batch", "2", "--activation-checkpointing", "--strategy", "zero3"]
+    cases["v100"] = ["memory", "--gpus", "8", "--link", "pcie", "--gpu", "v100-16gb", "--precision", "fp16-mixed",
+                     "--model", "bert-large", "--micro-batch", "16"]
+    return {k: v + ["--json"] for k, v in cases.items()}
+
+
+def goodput_cases() -> dict[str, list[str]]:
+    cases = {
+        "default": ["goodput", "--gpus", "1024", "--link", "infiniband", "--duration", "7d", "--runs", "20"],
+        "tokens": ["goodput", "--gpus", "512", "--link", "infiniband", "--model", "llama-2-7b", "--micro-batch", "1",
+                   "--tokens", "100B", "--runs", "20", "--checkpoint-interval", "30min"],
+        "shrink": ["goodput", "--gpus", "256", "--link", "ethernet", "--duration", "3d", "--runs", "20",
+                   "--elastic", "shrink", "--seed", "3"],
+    }
+    return {k: v + ["--json"] for k, v in cases.items()}
+
+
+def sweep_cases() -> dict[str, list[str]]:
+    return {
+        "grid": ["sweep", "--gpus", "8,64", "--link", "infiniband,ethernet", "--model", "gpt2",
+                 "--strategy", "ddp,zero3", "--json"],
+    }
+
+
+FAMILIES = {
+    "predict": predict_cases,
+    "collective": collective_cases,
+    "memory": memory_cases,
+    "goodput": goodput_cases,
+    "sweep": sweep_cases,
+}
