@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = load_rows()
     sys.path.insert(0, str(REPO))
     from dpsim.calibrate.build import profile_from_nccl_tests
-    from dpsim.calibrate.profile import save_profile
-    from dpsim.calibrate.report import profile_report
+    from dpsim.profile.io import save_profile
+    from dpsim.calibrate.summary import profile_report
 
     for name, spec in PROFILES.items():
         logs, notes = [], []

@@ -1,5 +1,5 @@
 """``python -m dpsim`` works like ``dpsim``."""
 
-from dpsim.cli import run
+from dpsim.cli.app import run
 
 run()

@@ -130,7 +130,7 @@ def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: b
     """
     if not activation_checkpointing:
         return model.activation_bytes_per_sample
-    from dpsim.strategies import wrap_units
+    from dpsim.strategies.shards import wrap_units
 
     units = [u for u in wrap_units(model, fsdp_unit) if not u.is_root]
     if not units:
@@ -159,8 +159,18 @@ def memory_breakdown(
     overlap: bool = True,
 ) -> MemoryBreakdown:
     """Per-GPU memory of ``strategy`` on ``n_gpus`` data-parallel GPUs (see the module docstring)."""
-    from dpsim.strategies import (DEEPSPEED_REDUCE_BUCKET_ELEMENTS, check_fsdp_unit, check_grad_accum,
-                                  check_strategy, fsdp_shard_numel, shard_group_size, sharded_numel, wrap_units)
+    from dpsim.strategies.registry import (
+        check_fsdp_unit,
+        check_grad_accum,
+        check_strategy,
+    )
+    from dpsim.strategies.shards import (
+        DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+        fsdp_shard_numel,
+        shard_group_size,
+        sharded_numel,
+        wrap_units,
+    )
 
     check_strategy(strategy)
     check_fsdp_unit(fsdp_unit)
@@ -339,7 +349,7 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
 
 
 def _units(model: ModelSpec, fsdp_unit: str):
-    from dpsim.strategies import wrap_units
+    from dpsim.strategies.shards import wrap_units
 
     return wrap_units(model, fsdp_unit)
 

@@ -33,7 +33,9 @@ _SIZE_PREFIX = {
     "": 1, "k": KB, "m": MB, "g": GB, "t": TB,
     "ki": KiB, "mi": MiB, "gi": GiB, "ti": TiB,
 }
-_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+NUMBER_PATTERN = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+"""A plain non-negative decimal number (``1``, ``.5``, ``2e-3``) as one regex group."""
+_NUMBER = NUMBER_PATTERN
 
 
 def _finite_nonneg(value: float, field: str, raw: object) -> float:

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from dpsim.topology import TopologySpec, load_preset
+from dpsim.topology.load import load_preset
+from dpsim.topology.spec import TopologySpec
 
 
 def variant(name: str, **changes) -> TopologySpec:

@@ -3,12 +3,12 @@
 The score is the issue's: for message sizes >= 1 MiB, the geometric mean of
 |predicted / measured - 1| must be <= 10 % per system, using only the presets
 (`dgx-a100`, `aws-p4de`, `aws-p5`) and, for p5, the one NCCL tuning constant fitted on
-*another* system (OCI H100, row C059; see dpsim.algorithms.nccl.FITTED_TUNING). Preset
+*another* system (OCI H100, row C059; see dpsim.collectives.nccl_tuning.FITTED_TUNING). Preset
 numbers that come from rows come from rows below 1 MiB (launch overheads), so no
 scored row feeds its own prediction. The symmetric log error exp(mean |ln(p/m)|) - 1 is
 held too, so a few good points cannot hide many bad ones.
 
-Points that miss by more than 10 % (printed by `python -m dpsim.algorithms.accuracy`):
+Points that miss by more than 10 % (printed by `python validation/accuracy_collectives.py`):
 - dgx-a100 C002 (1 MiB, -37 %): the measured 101.9 us is twice NCCL's own LL/LL128
   estimate; the same table's 32 KiB point (C001) is explained by a 28 us launch
   overhead, so 1 MiB carries ~40 us nothing in NCCL's model accounts for (fewer channels
@@ -27,15 +27,18 @@ Points that miss by more than 10 % (printed by `python -m dpsim.algorithms.accur
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
-from dpsim.algorithms import accuracy
-from dpsim.algorithms.nccl import FITTED_TUNING
-from dpsim.topology import load_preset
+from dpsim.collectives.nccl_tuning import FITTED_TUNING
+from dpsim.topology.load import load_preset
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "validation"))
+import accuracy_collectives as accuracy  # noqa: E402
+
 SHARED = REPO.parent / "shared" / "reference" / "collectives.csv"
 
 

@@ -573,7 +573,7 @@ FAMILIES = ["gpt2", "llama", "bert", "vit", "resnet"]
 
 def _catalog_case(family: str):
     refs = pytest.importorskip("torch_reference_models")
-    from dpsim.workload.catalog import build_model
+    from dpsim.workload.architectures import build_model
 
     cfg = _tiny_configs()[family]
     spec = build_model(cfg)
@@ -624,9 +624,9 @@ def test_reverse_registration_would_misplace_llama_norms(process_group):
 
 
 def test_llama_norms_are_owned_by_the_layers_they_run_in():
-    from dpsim.engine import ddp_program
+    from dpsim.engine.ddp import ddp_program
     from dpsim.hardware import get_gpu
-    from dpsim.workload.catalog import build_model
+    from dpsim.workload.architectures import build_model
     from dpsim.workload.compute import compute_profile
     from dpsim.workload.precision import get_precision
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from dpsim.calibrate.fit import POOR_WORST_REL, fit_alpha_beta, piecewise_time
 from dpsim.errors import ProfileError
+from dpsim.profile.fit import POOR_WORST_REL, fit_alpha_beta, piecewise_time
 
 SIZES = [2.0**k for k in range(10, 31)]  # 1 KiB .. 1 GiB, doubling: a dpsim/nccl-tests sweep
 

@@ -22,10 +22,10 @@ import pytest
 pytest.importorskip("torch.distributed")
 
 from dpsim.calibrate.build import profile_from_results  # noqa: E402
-from dpsim.calibrate.model import CalibratedCollectives  # noqa: E402
-from dpsim.calibrate.profile import load_profile  # noqa: E402
 from dpsim.calibrate.runner import CalibrationPlan, free_port, run_local  # noqa: E402
-from dpsim.cli import main  # noqa: E402
+from dpsim.cli.app import main  # noqa: E402
+from dpsim.profile.calibrated import CalibratedCollectives  # noqa: E402
+from dpsim.profile.io import load_profile  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,9 @@ import pytest
 
 from dpsim.calibrate.build import profile_from_nccl_tests
 from dpsim.calibrate.nccl_tests import parse_nccl_tests
-from dpsim.calibrate.profile import load_profile
-from dpsim.cli import main
+from dpsim.cli.app import main
 from dpsim.errors import ProfileError
+from dpsim.profile.io import load_profile
 
 REPO = Path(__file__).resolve().parents[1]
 CALIBRATION = REPO / "calibration"

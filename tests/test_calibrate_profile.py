@@ -11,14 +11,20 @@ from dataclasses import replace
 
 import pytest
 
-from dpsim.calibrate.model import CalibratedCollectives, calibrated_gpu
-from dpsim.calibrate.profile import (
-    ComputeCalibration, Measurement, ModelStep, Profile, load_profile, make_op_calibration, save_profile,
-)
-from dpsim.cli import main
+from dpsim.cli.app import main
 from dpsim.errors import ProfileError
 from dpsim.hardware import get_gpu
-from dpsim.predict import PredictConfig, predict
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import predict
+from dpsim.profile.calibrated import CalibratedCollectives, calibrated_gpu
+from dpsim.profile.io import load_profile, save_profile
+from dpsim.profile.schema import (
+    ComputeCalibration,
+    Measurement,
+    ModelStep,
+    Profile,
+    make_op_calibration,
+)
 
 A_S = 30e-6  # fitted latency at N0
 BUSBW = 100e9  # fitted bus bandwidth
@@ -253,7 +259,11 @@ def test_predict_with_calibration_does_not_import_torch():
 
 
 def test_step_time_cv_from_the_harness_repeats():
-    from dpsim.calibrate.build import coefficient_of_variation, profile_from_results, step_time_cv
+    from dpsim.calibrate.build import (
+        coefficient_of_variation,
+        profile_from_results,
+        step_time_cv,
+    )
 
     times = [0.9, 1.0, 1.1]  # mean 1, sample std 0.1
     assert coefficient_of_variation(times) == pytest.approx(0.1, rel=1e-12)

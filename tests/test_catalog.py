@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+from torch_reference_models import example_input, torch_model_for
 
 from dpsim.errors import WorkloadError
-from dpsim.workload.catalog import (
-    CATALOG,
+from dpsim.workload.architectures import (
     BertConfig,
     GPT2Config,
     LlamaConfig,
@@ -17,14 +17,10 @@ from dpsim.workload.catalog import (
     build_gpt2,
     build_llama,
     build_model,
-    get_entry,
-    get_model,
     korthikanti_block_activation_bytes,
-    list_models,
 )
+from dpsim.workload.catalog import CATALOG, get_entry, get_model, list_models
 from dpsim.workload.spec import ModelSpec
-
-from torch_reference_models import example_input, torch_model_for
 
 # Exact counts: torchvision docs ``num_params`` for resnet50 / vit_b_16 / vit_l_16;
 # HuggingFace transformers ``num_parameters()`` (= HF Hub safetensors totals) for the rest.

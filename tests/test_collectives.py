@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import pytest
-
-from dpsim.collectives import OPS, RingCollectives, bus_factor, ring_orders, ring_pairs, ring_schedule
-from dpsim.network import FlowNetwork
-from dpsim.topology import Topology, preset_names
-from dpsim.units import GB, MiB, US
-
 from conftest import variant
+
+from dpsim.collectives.flat_ring import (
+    RingCollectives,
+    ring_orders,
+    ring_pairs,
+    ring_schedule,
+)
+from dpsim.collectives.ops import OPS, bus_factor
+from dpsim.network import FlowNetwork
+from dpsim.topology.cluster import Topology
+from dpsim.topology.load import preset_names
+from dpsim.units import GB, US, MiB
 
 SIZES = [8, 4096, 1 * MiB, 64 * MiB, 1 << 30]
 
@@ -163,12 +169,14 @@ import dataclasses  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from dpsim.algorithms import ALGORITHMS, Cluster  # noqa: E402
-from dpsim.algorithms.nccl import PROTOCOLS, NcclCollectives, nvls_available  # noqa: E402
-from dpsim.algorithms.verify import check, pair_bytes, plan_pair_bytes  # noqa: E402
+from dpsim.collectives.algorithms import ALGORITHMS, Cluster  # noqa: E402
+from dpsim.collectives.algorithms.verify import check, pair_bytes, plan_pair_bytes  # noqa: E402
+from dpsim.collectives.nccl import NcclCollectives
+from dpsim.collectives.nccl_tuning import PROTOCOLS, nvls_available
 from dpsim.errors import ConfigError  # noqa: E402
 from dpsim.network.tiers import TierNetwork  # noqa: E402
-from dpsim.topology import NvlinkDomainSpec, TierSpec, load_preset  # noqa: E402
+from dpsim.topology.load import load_preset
+from dpsim.topology.spec import NvlinkDomainSpec, TierSpec
 
 
 def _algo_clusters():
@@ -371,7 +379,7 @@ def test_nccl_picks_low_latency_protocols_for_small_and_simple_for_large_message
 
 
 def test_algo_and_proto_overrides_parse_like_nccl():
-    from dpsim.algorithms.nccl import parse_algorithms, parse_protocols
+    from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
 
     assert parse_algorithms(None) is None
     assert parse_algorithms("Ring,TREE") == ("ring", "tree")

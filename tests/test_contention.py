@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import variant
-from dpsim.algorithms.links import link_report
-from dpsim.algorithms.nccl import NcclCollectives
-from dpsim.cli import main
+
+from dpsim.cli.app import main
+from dpsim.collectives.links import link_report
+from dpsim.collectives.nccl import NcclCollectives
 from dpsim.errors import ConfigError
-from dpsim.predict import PredictConfig, predict
-from dpsim.topology import Topology
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import predict
+from dpsim.topology.cluster import Topology
 
 GiB = 1 << 30
 
@@ -142,7 +143,7 @@ def test_collective_command_takes_algo_and_reports_choices(capsys):
 def test_evaluating_one_server_s_intra_flows_equals_the_whole_cluster(link, gpus, jobs):
     """Intra-server flows are evaluated on server 0 and copied (they share no link with
     flows between servers); evaluating every flow of every server gives the same."""
-    from dpsim.topology import load_preset
+    from dpsim.topology.load import load_preset
 
     topo = Topology.from_spec(load_preset(link), gpus)
     fast = NcclCollectives(topo, jobs=jobs, placement="interleaved",
@@ -172,7 +173,7 @@ def test_nic_message_overhead_costs_small_messages_bandwidth():
 
 
 def test_nvls_spans_an_nvlink_domain_and_nvls_tree_crosses_domains():
-    from dpsim.topology import NvlinkDomainSpec
+    from dpsim.topology.spec import NvlinkDomainSpec
 
     spec = variant("infiniband", node__gpus_per_node=4, fabric__nics_per_node=4,
                    nvlink_domain=NvlinkDomainSpec(nodes=18, gpu_link_bandwidth_bytes_per_s=450e9, efficiency=0.822,

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from dpsim.cost import (GPU_HOUR_PRICES, format_count, gpu_hour_price, parse_count, parse_price_overrides,
-                        prediction_cost, training_cost)
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.hardware import GPU_PRESETS
-from dpsim.predict import PredictConfig, predict
+from dpsim.plan.cost import (
+    GPU_HOUR_PRICES,
+    format_count,
+    gpu_hour_price,
+    parse_count,
+    parse_price_overrides,
+    prediction_cost,
+    training_cost,
+)
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import predict
 
 
 def one_line(exc: pytest.ExceptionInfo) -> str:

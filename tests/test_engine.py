@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from dpsim.collectives import CollectiveResult
-from dpsim.engine import simulate
+from dpsim.collectives.ops import CollectiveResult
+from dpsim.engine.simulate import simulate
 from dpsim.workload.buckets import Bucket, BucketPlan
 from dpsim.workload.compute import ComputeProfile, LayerTime
 

@@ -11,21 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
 from conftest import variant
-from dpsim.cli import main
-from dpsim.collectives import RingCollectives, ring_orders, ring_pairs
+
+from dpsim.cli.app import main
+from dpsim.collectives.flat_ring import RingCollectives, ring_orders, ring_pairs
 from dpsim.errors import TopologyError
 from dpsim.network import Flow, FlowNetwork, TierNetwork
-from dpsim.network.fabric import uplink_capacities
-from dpsim.topology import (
-    NvlinkDomainSpec,
-    TierSpec,
-    Topology,
-    build_graph,
-    load_preset,
-    load_topology_file,
-)
+from dpsim.topology.cluster import Topology
+from dpsim.topology.fabric import uplink_capacities
+from dpsim.topology.graph import build_graph
+from dpsim.topology.load import load_preset, load_topology_file
+from dpsim.topology.spec import NvlinkDomainSpec, TierSpec
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "topologies" / "README.md"

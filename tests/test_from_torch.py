@@ -137,7 +137,7 @@ def test_input_shape_gives_the_example_and_the_batch_divides():
 def test_reference_modules_trace_to_the_catalog_workload(family):
     """Meta trace of the torch reference module == the catalog's own spec (params, order, FLOPs)."""
     refs = pytest.importorskip("torch_reference_models")
-    from dpsim.workload.catalog import build_model
+    from dpsim.workload.architectures import build_model
 
     cfg = _tiny_configs()[family]
     catalog = build_model(cfg)
@@ -265,7 +265,7 @@ def test_traced_reference_modules_bucket_like_ddp(process_group, family):
 
 
 def test_predict_and_memory_take_a_torch_module(capsys):
-    from dpsim.cli import main
+    from dpsim.cli.app import main
 
     assert main(["predict", "--model", f"{USER_FILE}:tied_lm", "--gpus", "8", "--link", "nvlink",
                  "--strategy", "fsdp", "--json"]) == 0
@@ -285,7 +285,7 @@ def test_predict_and_memory_take_a_torch_module(capsys):
     (["--model", "nope_dir/x.py:f"], "--model: file 'nope_dir/x.py' does not exist"),
 ])
 def test_cli_torch_errors_are_one_line_exit_2(capsys, args, needle):
-    from dpsim.cli import main
+    from dpsim.cli.app import main
 
     assert main(["predict", "--gpus", "8", *args]) == 2
     err = capsys.readouterr().err.strip()

@@ -17,8 +17,10 @@ from dpsim.memory import (
     fit_advice,
     memory_breakdown,
 )
-from dpsim.predict import PredictConfig, memory_for_config, predict
-from dpsim.strategies import STRATEGIES, fsdp_shard_numel, wrap_units
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import memory_for_config, predict
+from dpsim.strategies.registry import STRATEGIES
+from dpsim.strategies.shards import fsdp_shard_numel, wrap_units
 from dpsim.workload.catalog import get_model
 from dpsim.workload.precision import PRECISIONS, check_precision_on_gpu, get_precision
 from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec
@@ -241,7 +243,7 @@ def test_gradient_dtype_sets_all_reduce_bytes():
 
 
 def test_memory_command_json(capsys):
-    from dpsim.cli import main
+    from dpsim.cli.app import main
 
     assert main(["memory", "--model", "llama-2-70b", "--gpus", "64", "--link", "infiniband", "--micro-batch", "1",
                  "--precision", "bf16", "--json"]) == 0
@@ -255,7 +257,7 @@ def test_memory_command_json(capsys):
 
 
 def test_memory_command_table(capsys):
-    from dpsim.cli import main
+    from dpsim.cli.app import main
 
     assert main(["memory", "--model", "llama-2-70b", "--gpus", "64", "--link", "infiniband",
                  "--micro-batch", "1"]) == 0
@@ -272,7 +274,7 @@ def test_memory_command_table(capsys):
     (["--model", "gpt-5"], "--model: 'gpt-5' is not a catalog model"),
 ])
 def test_memory_command_bad_input_one_line(capsys, args, needle):
-    from dpsim.cli import main
+    from dpsim.cli.app import main
 
     assert main(["memory", *args]) == 2
     err = capsys.readouterr().err.strip()

@@ -104,7 +104,7 @@ def test_calibration_notebook_skips_without_dpsim_calibrate(kernel):
 
 
 def test_calibration_notebook_takes_a_profile_path(kernel, monkeypatch):
-    profile = pytest.importorskip("dpsim.calibrate.profile")
+    profile = pytest.importorskip("dpsim.profile.io")
     names = profile.shipped_profile_names()
     if not names:
         pytest.skip("no shipped calibration profile yet")

@@ -12,12 +12,13 @@ import sys
 import plotly.io as pio
 import pytest
 
-from dpsim import plots
-from dpsim.cli import main
+from dpsim.cli.app import main
 from dpsim.errors import ConfigError
-from dpsim.html_report import collect, render, scaling_gpu_counts, write_report
-from dpsim.predict import PredictConfig, predict
-from dpsim.sweep import sweep
+from dpsim.plan.sweep import sweep
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import predict
+from dpsim.report import plots
+from dpsim.report.html import collect, render, scaling_gpu_counts, write_report
 
 
 def check_figure(fig) -> dict:
@@ -175,7 +176,7 @@ def test_records_accepts_rows_and_rejects_junk(scaling_df):
 
 
 def test_plots_module_does_not_import_plotly_at_import_time():
-    code = "import sys, dpsim.plots, dpsim.html_report, dpsim.sweep, dpsim.cost; print('plotly' in sys.modules, 'pandas' in sys.modules)"
+    code = "import sys, dpsim.report.plots, dpsim.report.html, dpsim.plan.sweep, dpsim.plan.cost; print('plotly' in sys.modules, 'pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 
@@ -219,7 +220,7 @@ def test_report_is_standalone(report_html):
 
 def test_report_figures_are_valid():
     data = collect(PredictConfig(gpus=16, link="infiniband", model="gpt2"), tokens="1B")
-    from dpsim.html_report import figures
+    from dpsim.report.html import figures
     figs = figures(data)
     assert set(figs) == {"timeline", "scaling", "memory", "buckets", "cost"}
     for fig in figs.values():

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from dpsim.predict import PredictConfig, predict
-from dpsim.topology import preset_names
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import predict
+from dpsim.topology.load import preset_names
 
 
 @pytest.mark.parametrize("link", preset_names())

@@ -8,14 +8,30 @@ import math
 
 import pytest
 
-from dpsim.cli import main
+from dpsim.cli.app import main
 from dpsim.errors import ConfigError
-from dpsim.predict import PredictConfig, resolve_topology
-from dpsim.reliability import (
-    DAY_S, HOUR_S, CheckpointPolicy, ClusterShape, FailureRates, TrainingJob, continuous_optimum_s,
-    daly_interval_s, elastic_choice, expected_wall_time_s, interval_study, model_optimum_s,
-    parse_long_duration_s, simulate_goodput, simulate_run, young_interval_s,
+from dpsim.plan.goodput import (
+    elastic_choice,
+    interval_study,
+    simulate_goodput,
+    simulate_run,
 )
+from dpsim.plan.reliability import (
+    DAY_S,
+    HOUR_S,
+    CheckpointPolicy,
+    ClusterShape,
+    FailureRates,
+    TrainingJob,
+    continuous_optimum_s,
+    daly_interval_s,
+    expected_wall_time_s,
+    model_optimum_s,
+    parse_long_duration_s,
+    young_interval_s,
+)
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import resolve_topology
 
 NEVER = math.inf
 

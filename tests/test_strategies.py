@@ -7,28 +7,41 @@ import json
 
 import pytest
 
-from dpsim.collectives import RingCollectives, bus_factor
-from dpsim.engine import CommOp, ComputeTask, StepProgram, comm_op_time_s, ddp_program, run_program
+from dpsim.collectives.flat_ring import RingCollectives
+from dpsim.collectives.groups import (
+    GroupCollectives,
+    hybrid_collectives,
+    hybrid_topologies,
+)
+from dpsim.collectives.ops import bus_factor
+from dpsim.engine.ddp import ddp_program
+from dpsim.engine.program import CommOp, ComputeTask, StepProgram
+from dpsim.engine.simulate import comm_op_time_s, run_program
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
-from dpsim.predict import PredictConfig, predict, resolve_topology, with_grad_dtype
-from dpsim.strategies import (
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import predict, resolve_topology
+from dpsim.strategies.build import build_step_program
+from dpsim.strategies.ddp import with_grad_dtype
+from dpsim.strategies.registry import STRATEGIES
+from dpsim.strategies.shards import (
     DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
-    STRATEGIES,
-    GroupCollectives,
-    build_step_program,
-    deepspeed_buckets,
     deepspeed_partition_numel,
     fsdp2_shard_numel,
     fsdp_flat_numel,
     fsdp_shard_numel,
-    hybrid_collectives,
-    hybrid_topologies,
     wrap_units,
     zero_redundancy_optimizer_partition,
 )
+from dpsim.strategies.zero import deepspeed_buckets
+from dpsim.workload.architectures import (
+    GPT2Config,
+    LlamaConfig,
+    ResNetConfig,
+    build_model,
+)
 from dpsim.workload.buckets import assign_buckets
-from dpsim.workload.catalog import GPT2Config, LlamaConfig, ResNetConfig, build_model, get_model
+from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import compute_profile
 from dpsim.workload.precision import get_precision
 from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec
@@ -378,7 +391,7 @@ def test_predict_accumulation_counts_every_micro_batch():
 
 
 def test_predict_json_keeps_the_old_keys(capsys):
-    from dpsim.cli import main
+    from dpsim.cli.app import main
 
     assert main(["predict", "--gpus", "16", "--model", "gpt2", "--strategy", "zero3", "--grad-accum", "2",
                  "--activation-checkpointing", "--json"]) == 0
@@ -398,7 +411,7 @@ def test_predict_json_keeps_the_old_keys(capsys):
     (["--fsdp-unit", "tile"], "--fsdp-unit: 'tile' is not known"),
 ])
 def test_cli_bad_strategy_flags(capsys, args, needle):
-    from dpsim.cli import main
+    from dpsim.cli.app import main
 
     assert main(["predict", *args]) == 2
     err = capsys.readouterr().err.strip()

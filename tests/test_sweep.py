@@ -9,11 +9,19 @@ import time
 import pandas as pd
 import pytest
 
-from dpsim.cli import main
+from dpsim.cli.app import main
 from dpsim.errors import ConfigError, DpsimError
-from dpsim.predict import PredictConfig, predict
-from dpsim.sweep import (SweepSpec, prediction_record, read_results, run_sweep, sweep, sweep_records,
-                         write_results)
+from dpsim.plan.grid import SweepSpec
+from dpsim.plan.sweep import (
+    prediction_record,
+    read_results,
+    run_sweep,
+    sweep,
+    sweep_records,
+    write_results,
+)
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import predict
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,14 @@ import time
 import pytest
 
 from dpsim.errors import ConfigError
-from dpsim.testbed import Testbed, TestbedError, TestbedSpec, check_available, list_testbeds, parse_rate_bits_per_s
+from dpsim.validate.testbed import (
+    Testbed,
+    TestbedError,
+    TestbedSpec,
+    check_available,
+    list_testbeds,
+    parse_rate_bits_per_s,
+)
 
 try:
     check_available()
@@ -111,7 +118,7 @@ def test_cleanup_on_exception_and_foreign_namespaces_untouched():
 
 @needs_testbed
 def test_cli_up_status_down():
-    from dpsim.cli import main
+    from dpsim.cli.app import main
 
     before = _netns()
     out = subprocess.run([sys.executable, "-m", "dpsim", "testbed", "up", "--hosts", "2", "--nic", "100mbit"],

@@ -12,21 +12,19 @@ import networkx as nx
 import pytest
 import yaml
 
-import dpsim.topology as topology_mod
-from dpsim.cli import main
+import dpsim.topology.cluster as cluster_mod
+import dpsim.topology.load as load_mod
+from dpsim.cli.app import main
 from dpsim.errors import DpsimError, TopologyError
-from dpsim.topology import (
-    FABRIC_KINDS,
-    INTRA_NODE_KINDS,
-    Topology,
-    TopologySpec,
-    build_graph,
-    gpu_id,
+from dpsim.topology.cluster import Topology
+from dpsim.topology.graph import build_graph, gpu_id
+from dpsim.topology.load import (
     load_preset,
     load_topology_file,
     preset_names,
     spec_from_dict,
 )
+from dpsim.topology.spec import FABRIC_KINDS, INTRA_NODE_KINDS, TopologySpec
 
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = ("ethernet", "infiniband", "nvlink", "pcie")
@@ -256,14 +254,14 @@ def test_presets_are_connected():
 def test_gpu_without_path_is_reported(monkeypatch, capsys):
     """The YAML schema cannot describe an unreachable GPU (every GPU joins its node's
     switch, every multi-node design has a fabric), so break the graph builder instead."""
-    real_build_graph = topology_mod.build_graph
+    real_build_graph = cluster_mod.build_graph
 
     def build_graph_with_an_island(spec, n_nodes, **kw):
         g = real_build_graph(spec, n_nodes, **kw)
         g.remove_edges_from(list(g.in_edges(gpu_id(1, 3))) + list(g.out_edges(gpu_id(1, 3))))
         return g
 
-    monkeypatch.setattr(topology_mod, "build_graph", build_graph_with_an_island)
+    monkeypatch.setattr(cluster_mod, "build_graph", build_graph_with_an_island)
     topo = Topology.from_spec(load_preset("infiniband"), 16)
     with pytest.raises(TopologyError, match=r"GPU n1\.gpu3 has no path to n0\.gpu0"):
         topo.check_connected()
@@ -430,7 +428,7 @@ def test_readme_example_is_a_valid_topology(tmp_path, capsys):
 
 def test_readme_documents_every_key():
     text = README.read_text()
-    for key in (*topology_mod._TOP_KEYS, *topology_mod._NODE_KEYS, *topology_mod._FABRIC_KEYS):
+    for key in (*load_mod._TOP_KEYS, *load_mod._NODE_KEYS, *load_mod._FABRIC_KEYS):
         assert f"| `{key}` |" in text, key
     for value in (*INTRA_NODE_KINDS, *FABRIC_KINDS):
         assert f"`{value}`" in text, value

@@ -33,7 +33,7 @@ if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
 
 from dpsim.hardware import get_gpu  # noqa: E402
 from dpsim.memory import memory_breakdown  # noqa: E402
-from dpsim.strategies import (  # noqa: E402
+from dpsim.strategies.shards import (
     fsdp2_shard_numel,
     fsdp_shard_numel,
     torch_optimizer_state_bytes,

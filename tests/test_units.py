@@ -10,9 +10,9 @@ from dpsim import units
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.units import (
     GB,
+    MB,
     GiB,
     KiB,
-    MB,
     MiB,
     gbit_per_s_to_bytes_per_s,
     parse_bandwidth_bytes_per_s,

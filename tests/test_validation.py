@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from dpsim.errors import ConfigError
-from dpsim.testbed import TestbedError, check_available
 from dpsim.validate.api import ValidationConfig
+from dpsim.validate.testbed import TestbedError, check_available
 
 try:
     check_available()
@@ -64,8 +64,8 @@ def test_bad_validation_input_is_one_clear_error():
 @pytest.mark.skipif(not AVAILABLE, reason=WHY)
 def test_crashed_rank_ends_the_run_cleanly():
     """Ranks that die make the run fail with one message, and no namespace is left behind."""
-    from dpsim.testbed import Testbed, TestbedSpec
     from dpsim.validate.runner import ValidationError, run_ranks
+    from dpsim.validate.testbed import Testbed, TestbedSpec
 
     before = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     with pytest.raises(ValidationError, match="rank . exited"):

@@ -10,18 +10,26 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from dpsim.cli import main
-from dpsim.algorithms.nccl import NcclCollectives
-from dpsim.collectives import CollectiveResult, RingCollectives
-from dpsim.engine import CommOp, ComputeTask, StepProgram, run_program
+from dpsim.cli.app import main
+from dpsim.collectives.flat_ring import RingCollectives
+from dpsim.collectives.nccl import NcclCollectives
+from dpsim.collectives.ops import CollectiveResult
+from dpsim.engine.program import CommOp, ComputeTask, StepProgram
+from dpsim.engine.replay import pareto_front, simulate_ranks
+from dpsim.engine.simulate import run_program
 from dpsim.errors import ConfigError
-from dpsim.predict import PredictConfig, predict, resolve_topology
-from dpsim.topology import Topology
-from dpsim.variability import (
-    LinkDegradation, VariabilitySpec, communicator_degradations, expected_max_normal, factor_sampler,
-    monte_carlo, parse_degradation, parse_straggler, pareto_front, predict_with_variability, rank_factors,
-    simulate_ranks, t_quantile,
+from dpsim.network.degrade import (
+    LinkDegradation,
+    communicator_degradations,
+    parse_degradation,
 )
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import predict, resolve_topology
+from dpsim.stats import expected_max_normal, t_quantile
+from dpsim.topology.cluster import Topology
+from dpsim.variability.monte_carlo import factor_sampler, monte_carlo
+from dpsim.variability.run import predict_with_variability
+from dpsim.variability.spec import VariabilitySpec, parse_straggler, rank_factors
 from tests.conftest import variant
 
 
@@ -463,7 +471,7 @@ def test_degraded_links_reach_hybrid_sharding_communicators():
 
 
 def test_communicator_degradations_map_names_onto_hybrid_groups():
-    from dpsim.strategies import hybrid_topologies
+    from dpsim.collectives.groups import hybrid_topologies
 
     topo = resolve_topology(PredictConfig(gpus=32, link="aws-p5"))
     intra, inter = hybrid_topologies(topo)
@@ -604,8 +612,9 @@ def test_cli_bad_variability_flags_one_line(capsys, args, needles):
 
 def test_throughput_counts_every_accumulated_micro_batch():
     # With K micro-batches per step, the global batch is micro_batch x K x GPUs.
-    from dpsim.predict import PredictConfig
-    from dpsim.variability import VariabilitySpec, predict_with_variability
+    from dpsim.predict.config import PredictConfig
+    from dpsim.variability.run import predict_with_variability
+    from dpsim.variability.spec import VariabilitySpec
 
     cfg = PredictConfig(gpus=16, link="infiniband", model="gpt2", micro_batch=2, grad_accum=4)
     spec = VariabilitySpec(noise_cv=0.02, seed=1, samples=2)

@@ -18,8 +18,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from dpsim.testbed import parse_rate_bits_per_s
 from dpsim.validate.api import ValidationConfig, validate
+from dpsim.validate.testbed import parse_rate_bits_per_s
 
 # (model, micro-batch, bucket cap MiB or None, ranks, NIC, racks, oversubscription)
 MATRIX = [

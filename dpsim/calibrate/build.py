@@ -14,11 +14,19 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from dpsim.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
-from dpsim.calibrate.profile import (
-    LINK_CLASSES, PROFILE_OPS, ComputeCalibration, LayerTiming, Measurement, ModelStep, OpCalibration, Profile,
-    fit_warnings, make_op_calibration,
-)
 from dpsim.errors import ProfileError
+from dpsim.profile.schema import (
+    LINK_CLASSES,
+    PROFILE_OPS,
+    ComputeCalibration,
+    LayerTiming,
+    Measurement,
+    ModelStep,
+    OpCalibration,
+    Profile,
+    fit_warnings,
+    make_op_calibration,
+)
 
 
 def utc_now() -> str:

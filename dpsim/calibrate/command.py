@@ -9,8 +9,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpsim.calibrate.profile import PROFILE_OPS, Profile, save_profile
 from dpsim.errors import ConfigError
+from dpsim.profile.io import save_profile
+from dpsim.profile.schema import PROFILE_OPS, Profile
 
 GPU_SIZES = (8, 2**30, 2.0)
 """nccl-tests' usual sweep on GPUs: 8 B .. 1 GiB, doubling."""
@@ -78,7 +79,7 @@ def run_from_nccl_tests(opts: CalibrateOptions) -> tuple[Profile, Path | None]:
 
 
 def _finish(profile: Profile, opts: CalibrateOptions) -> Path | None:
-    from dpsim.calibrate.report import profile_report
+    from dpsim.calibrate.summary import profile_report
     if not opts.quiet:
         print(profile_report(profile))
     for w in profile.warnings:
@@ -177,7 +178,13 @@ class _Progress:
         if quiet:
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
         console = Console(stderr=True)
         if not console.is_terminal:
             return  # no bar in logs and pipes: the tables and the one-line errors stay clean
@@ -212,7 +219,12 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
     Returns ``(None, None)`` on torchrun ranks other than 0.
     """
     from dpsim.calibrate.build import profile_from_results
-    from dpsim.calibrate.runner import default_backend, run_local, run_torchrun, under_torchrun
+    from dpsim.calibrate.runner import (
+        default_backend,
+        run_local,
+        run_torchrun,
+        under_torchrun,
+    )
     _validate(opts)
     torchrun = under_torchrun()
     detected, n_gpus = default_backend()

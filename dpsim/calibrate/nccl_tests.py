@@ -38,8 +38,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpsim.calibrate.profile import Measurement
 from dpsim.errors import ProfileError
+from dpsim.profile.schema import Measurement
 
 PERF_BINARIES = {
     "all_reduce_perf": "all_reduce",

@@ -29,7 +29,9 @@ from typing import Sequence
 
 import numpy as np
 
-from dpsim.network.fabric import (
+from dpsim.network.flow_model import max_min_sparse
+from dpsim.network.model import Flow, FlowRates, TransferResult
+from dpsim.topology.fabric import (
     design_group_sizes,
     level_class,
     level_units,
@@ -39,8 +41,6 @@ from dpsim.network.fabric import (
     switch_name,
     uplink_capacities,
 )
-from dpsim.network.flow_model import max_min_sparse
-from dpsim.network.model import Flow, FlowRates, TransferResult
 
 _GPU_ID = re.compile(r"n(\d+)\.gpu(\d+)$")
 _HUB_ID = re.compile(r"n(\d+)\.(?:nvswitch|pcie)$")

@@ -82,7 +82,7 @@ class ValidationResult:
 def validate(config: ValidationConfig) -> ValidationResult:
     """Run the case for real and predict it from its own micro-benchmarks."""
     if config.nic_bits_per_s is not None:
-        from dpsim.testbed import Testbed, TestbedSpec
+        from dpsim.validate.testbed import Testbed, TestbedSpec
 
         spec = TestbedSpec(hosts=config.world_size, nic_bits_per_s=config.nic_bits_per_s, racks=config.racks,
                            rack_oversubscription=config.oversubscription)

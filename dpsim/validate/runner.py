@@ -20,10 +20,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpsim.calibrate.fit import AlphaBetaFit, fit_alpha_beta
-from dpsim.collectives import CollectiveResult
-from dpsim.engine import ddp_program, run_program
+from dpsim.collectives.ops import CollectiveResult
+from dpsim.engine.ddp import ddp_program
+from dpsim.engine.simulate import run_program
 from dpsim.errors import DpsimError
+from dpsim.profile.fit import AlphaBetaFit, fit_alpha_beta
 from dpsim.workload.buckets import assign_buckets
 from dpsim.workload.compute import ComputeProfile, LayerTime
 from dpsim.workload.spec import ParamSpec

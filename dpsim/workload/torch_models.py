@@ -31,7 +31,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dpsim.workload.catalog import BertConfig, GPT2Config, LlamaConfig, ResNetConfig, ViTConfig
+from dpsim.workload.architectures import (
+    BertConfig,
+    GPT2Config,
+    LlamaConfig,
+    ResNetConfig,
+    ViTConfig,
+)
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:

@@ -13,12 +13,12 @@ preset at the same size. Not a test: these machines are shared and noisy.
 
 from __future__ import annotations
 
-from wall_time import REPEATS, wall
-
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from wall_time import REPEATS, wall
 
 FAT_TREE = """\
 name: fat-tree-3tier
@@ -46,7 +46,8 @@ fabric:
 
 
 def main() -> None:
-    from dpsim.predict import PredictConfig, predict
+    from dpsim.predict.config import PredictConfig
+    from dpsim.predict.run import predict
 
     predict(PredictConfig(gpus=16, link="infiniband"))  # warm up lazy imports for the in-process times
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,17 +9,18 @@ the ratio of each CLI run to it. Not a test: these machines are shared and noisy
 
 from __future__ import annotations
 
-from wall_time import REPEATS, wall
-
 import sys
 import time
+
+from wall_time import REPEATS, wall
 
 GPU_COUNTS = (8, 64, 1024, 16384, 65536)
 
 
 def main() -> None:
-    from dpsim.predict import PredictConfig, predict
-    from dpsim.topology import preset_names
+    from dpsim.predict.config import PredictConfig
+    from dpsim.predict.run import predict
+    from dpsim.topology.load import preset_names
 
     baseline = wall([sys.executable, "-c", "pass"])
     print(f"baseline: python -c pass = {baseline:.3f} s (median of {REPEATS})")

@@ -30,12 +30,14 @@ def timed(fn):
 
 
 def main() -> None:
-    from dpsim.collectives import RingCollectives
-    from dpsim.engine import run_program
-    from dpsim.predict import PredictConfig, predict, resolve_topology
-    from dpsim.variability import (
-        VariabilitySpec, expected_max_normal, monte_carlo, parse_straggler, simulate_ranks, factor_sampler,
-    )
+    from dpsim.collectives.flat_ring import RingCollectives
+    from dpsim.engine.replay import simulate_ranks
+    from dpsim.engine.simulate import run_program
+    from dpsim.predict.config import PredictConfig
+    from dpsim.predict.run import predict, resolve_topology
+    from dpsim.stats import expected_max_normal
+    from dpsim.variability.monte_carlo import factor_sampler, monte_carlo
+    from dpsim.variability.spec import VariabilitySpec, parse_straggler
 
     steps = 100
     cfg = PredictConfig(gpus=1024, link="infiniband", model="gpt2-xl", steps=steps)
@@ -84,8 +86,8 @@ def main() -> None:
     print(f"fast path   16,384 ranks x {steps} steps, stragglers + 5 % noise:        {t:8.3f} s   front <= {s.max_front}")
 
     # Order statistics: compute then all-reduce, N = 1,024, i.i.d. normal noise.
-    from dpsim.engine import CommOp, ComputeTask, StepProgram
-    from dpsim.collectives import CollectiveResult
+    from dpsim.collectives.ops import CollectiveResult
+    from dpsim.engine.program import CommOp, ComputeTask, StepProgram
 
     class Fixed:
         n_ranks = 1024

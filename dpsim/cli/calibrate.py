@@ -1,0 +1,85 @@
+"""``dpsim calibrate``: the command line of :mod:`dpsim.calibrate` (registered on ``dpsim.cli.app``)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from dpsim.cli.app import _emit_json
+from dpsim.errors import ConfigError
+
+
+def _names(raw: Optional[str]) -> Optional[list[str]]:
+    return None if raw is None else [x.strip() for x in raw.split(",") if x.strip()]
+
+
+def calibrate(
+    logs: Optional[list[str]] = typer.Argument(None, help="nccl-tests logs (with --from-nccl-tests)."),
+    from_nccl_tests: bool = typer.Option(
+        False, "--from-nccl-tests", help="Fit the given nccl-tests logs (all_reduce_perf, all_gather_perf, "
+                                         "reduce_scatter_perf, ...) instead of measuring."),
+    out: Optional[str] = typer.Option(
+        None, "--out", help="Profile to write (atomically; default dpsim-calibration-NAME.json)."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="nccl or gloo (default: nccl if torch sees GPUs)."),
+    nproc: Optional[int] = typer.Option(
+        None, "--nproc", help="Local ranks (default: every GPU; gloo: up to 4 CPU processes). Not under torchrun."),
+    ranks_per_node: Optional[int] = typer.Option(
+        None, "--ranks-per-node", help="Treat every K consecutive ranks as one node (default: by host name); "
+                                       "for nccl-tests logs without a device list."),
+    minbytes: Optional[str] = typer.Option(None, "-b", "--minbytes", help="Smallest size (GPU 8, CPU 4K)."),
+    maxbytes: Optional[str] = typer.Option(None, "-e", "--maxbytes", help="Largest size (GPU 1G, CPU 4M)."),
+    stepfactor: Optional[float] = typer.Option(None, "-f", "--stepfactor", help="Size factor (default 2)."),
+    ops: Optional[str] = typer.Option(
+        None, "--ops", help="Comma-separated: all_reduce,reduce_scatter,all_gather,broadcast,sendrecv (default all)."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed calls per size (GPU 5, CPU 3)."),
+    iters: Optional[int] = typer.Option(None, "--iters", help="Timed repeats per size (GPU 20, CPU 10)."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a dead or hung rank "
+                                                         "ends the run."),
+    compute: bool = typer.Option(True, "--compute/--no-compute", help="Run the compute micro-benchmarks."),
+    dtypes: Optional[str] = typer.Option(
+        None, "--dtypes", help="Matmul dtypes (GPU bfloat16,float16,float32; CPU float32)."),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="Time a real model layer by layer: a catalog name, or path/file.py:fn or "
+                              "package.module:fn returning an nn.Module (as predict --model)."),
+    micro_batch: int = typer.Option(1, "--micro-batch", help="Micro-batch of the model benchmark."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length of a catalog token model."),
+    input_shape: Optional[str] = typer.Option(
+        None, "--input-shape", help="Example input of a builder --model, as predict takes it (8,3,224,224 or "
+                                    "4,1024:int64); the batch becomes --micro-batch."),
+    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the --out file stem)."),
+    description: str = typer.Option("", "--description", help="One line stored in the profile."),
+    quiet: bool = typer.Option(False, "--quiet", help="No tables or progress bar; warnings and errors only."),
+    as_json: bool = typer.Option(False, "--json", help="Print the written profile as JSON instead of tables."),
+) -> None:
+    """Measure collectives and compute with torch (or fit nccl-tests logs) and write a profile for predict."""
+    from dpsim.calibrate.command import (
+        CalibrateOptions,
+        run_calibrate,
+        run_from_nccl_tests,
+    )
+    from dpsim.units import parse_size_bytes
+
+    if logs and not from_nccl_tests:
+        raise ConfigError(f"LOG: {logs[0]!r} given without --from-nccl-tests; dpsim calibrate measures unless "
+                          "--from-nccl-tests is set")
+    if from_nccl_tests and not logs:
+        raise ConfigError("--from-nccl-tests: no log files given; e.g. dpsim calibrate --from-nccl-tests "
+                          "all_reduce_perf.log --out node.json")
+    opts = CalibrateOptions(
+        out=out, backend=backend, nproc=nproc, ranks_per_node=ranks_per_node,
+        minbytes=parse_size_bytes(minbytes, "-b/--minbytes") if minbytes is not None else None,
+        maxbytes=parse_size_bytes(maxbytes, "-e/--maxbytes") if maxbytes is not None else None,
+        stepfactor=stepfactor, ops=_names(ops), warmup=warmup, iters=iters, timeout_s=timeout,
+        compute=compute, dtypes=_names(dtypes), model=model, micro_batch=micro_batch, seq_len=seq_len,
+        input_shape=input_shape,
+        name=name, description=description, nccl_tests_logs=logs, quiet=quiet or as_json,
+    )
+    if ranks_per_node is not None and ranks_per_node < 1:
+        raise ConfigError(f"--ranks-per-node: {ranks_per_node} is not valid; expected an integer >= 1")
+    if from_nccl_tests:
+        profile, path = run_from_nccl_tests(opts)
+    else:
+        profile, path = run_calibrate(opts)
+    if as_json and profile is not None:
+        _emit_json(profile.to_dict())

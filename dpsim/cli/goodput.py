@@ -1,0 +1,205 @@
+"""``dpsim goodput``: failures, checkpoints, goodput and the best checkpoint interval.
+
+Registered on :data:`dpsim.cli.app` when :mod:`dpsim.cli` is imported; the work is in
+:mod:`dpsim.reliability`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import typer
+
+from dpsim.cli.app import _emit_json
+from dpsim.errors import ConfigError
+
+
+def goodput_command(
+    gpus: int = typer.Option(64, "--gpus", help="Data-parallel GPUs."),
+    link: str = typer.Option("ethernet", "--link", help="Topology preset: nvlink, infiniband, ethernet, pcie."),
+    topology: Optional[str] = typer.Option(None, "--topology", help="A topology YAML file (instead of --link)."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Override GPUs per node."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Override the GPU: v100, a100, h100, h200, b200."),
+    model: str = typer.Option("gpt2-xl", "--model", help="Catalog model (dpsim models lists them)."),
+    micro_batch: int = typer.Option(4, "--micro-batch", help="Samples per GPU per step."),
+    precision: str = typer.Option("bf16-mixed", "--precision", help="fp32, amp, bf16-mixed or bf16."),
+    tokens: Optional[str] = typer.Option(
+        None, "--tokens", help="Token budget, e.g. 300B, 1T (time = budget / predicted tokens/s)."),
+    duration: Optional[str] = typer.Option(
+        None, "--duration", help="Failure-free training time instead of a token budget, e.g. 30d, 720h "
+                                 "(default 30d when neither is given)."),
+    mtbf_gpu: str = typer.Option("82944h", "--mtbf-gpu", help="MTBF per GPU (none = never fails). Default from "
+                                 "Llama 3's 54-day run: 256 GPU failures over 16,384 GPUs."),
+    mtbf_node: str = typer.Option("20736h", "--mtbf-node", help="MTBF per node apart from GPUs and links "
+                                  "(host, PSU, software). Default from Llama 3: 128 over 2,048 nodes."),
+    mtbf_link: str = typer.Option("606674h", "--mtbf-link", help="MTBF per inter-node link (NIC, cable, "
+                                  "switch port). Default from Llama 3: 35 over 16,384 links."),
+    checkpoint_interval: Optional[str] = typer.Option(
+        None, "--checkpoint-interval", help="Training time between checkpoints, e.g. 30min "
+                                            "(default: the interval that maximises expected goodput)."),
+    checkpoint_write: Optional[str] = typer.Option(
+        None, "--checkpoint-write", help="Blocking checkpoint write time, e.g. 45s "
+                                         "(default: weights + optimizer state / --checkpoint-bandwidth)."),
+    checkpoint_bandwidth: str = typer.Option(
+        "10GB/s", "--checkpoint-bandwidth", help="Checkpoint write bandwidth (an assumption; measure yours)."),
+    restart: str = typer.Option("10min", "--restart", help="Restart after a failure (relaunch, init, load)."),
+    replace_after: str = typer.Option(
+        "0s", "--replace", help="Time until a failed node is replaced (0 = hot spare at hand), e.g. 4h."),
+    elastic: str = typer.Option("wait", "--elastic", help="After a failure: wait (for a replacement) or "
+                                "shrink (continue on fewer nodes); both are always compared."),
+    min_nodes: int = typer.Option(1, "--min-nodes", help="shrink: wait for a replacement below this many nodes."),
+    runs: int = typer.Option(100, "--runs", help="Monte-Carlo runs per configuration."),
+    seed: int = typer.Option(0, "--seed", help="Seed (same seed, same failures)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Simulate a training run through failures: wall time, goodput, lost work, best checkpoint interval."""
+    from dataclasses import replace
+
+    from dpsim.plan.goodput import elastic_choice, interval_study, simulate_goodput
+    from dpsim.plan.reliability import (
+        DAY_S,
+        POLICIES,
+        CheckpointPolicy,
+        ClusterShape,
+        FailureRates,
+        TrainingJob,
+        model_optimum_s,
+        parse_long_duration_s,
+    )
+    from dpsim.predict.config import PredictConfig
+    from dpsim.predict.run import predict, resolve_topology
+    from dpsim.units import parse_bandwidth_bytes_per_s
+
+    if tokens is not None and duration is not None:
+        raise ConfigError("--tokens and --duration: give one amount of work, not both")
+    if elastic not in POLICIES:
+        raise ConfigError(f"--elastic: {elastic!r} is not valid; choose one of {', '.join(POLICIES)}")
+    if micro_batch < 1:
+        raise ConfigError(f"--micro-batch: {micro_batch} is not valid; expected an integer >= 1")
+    if runs < 1:
+        raise ConfigError(f"--runs: {runs} is not valid; expected an integer >= 1")
+    if seed < 0:
+        raise ConfigError(f"--seed: {seed} is not valid; expected an integer >= 0")
+    rates = FailureRates(gpu_mtbf_s=parse_long_duration_s(mtbf_gpu, "--mtbf-gpu"),
+                         node_mtbf_s=parse_long_duration_s(mtbf_node, "--mtbf-node"),
+                         link_mtbf_s=parse_long_duration_s(mtbf_link, "--mtbf-link"))
+    config = PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node, gpu=gpu,
+                           model=model, micro_batch=micro_batch, precision=precision)
+    topo = resolve_topology(config)
+    p = predict(config)
+    if tokens is not None:
+        from dpsim.plan.cost import parse_count
+        budget = parse_count(tokens, "--tokens")
+        if p.tokens_per_s is None:
+            raise ConfigError(f"--tokens: {p.model} is not a token model; give --duration instead")
+        work_s = budget / p.tokens_per_s
+    else:
+        work_s = 30 * DAY_S if duration is None else parse_long_duration_s(duration, "--duration")
+        if not (0 < work_s < math.inf):
+            raise ConfigError(f"--duration: {duration!r} is not valid; expected a duration > 0, e.g. 30d")
+    checkpoint_bytes = p.memory.weights_bytes + p.memory.optimizer_bytes
+    if checkpoint_write is None:
+        bw = parse_bandwidth_bytes_per_s(checkpoint_bandwidth, "--checkpoint-bandwidth")
+        if not bw > 0:
+            raise ConfigError(f"--checkpoint-bandwidth: {checkpoint_bandwidth!r} is not valid; expected > 0")
+        write_s = checkpoint_bytes / bw
+    else:
+        write_s = parse_long_duration_s(checkpoint_write, "--checkpoint-write")
+    restart_s = parse_long_duration_s(restart, "--restart")
+    replace_s = parse_long_duration_s(replace_after, "--replace")
+    cluster = ClusterShape.from_topology(topo)
+    mtbf = cluster.mtbf_s(rates)
+    interval_s = (model_optimum_s(work_s, write_s, restart_s, mtbf, replace_s) if checkpoint_interval is None
+                  else parse_long_duration_s(checkpoint_interval, "--checkpoint-interval"))
+    if not math.isfinite(interval_s) or interval_s <= 0:
+        interval_s = work_s
+    job = TrainingJob(work_s=work_s, cluster=cluster, rates=rates, policy=elastic, replace_s=replace_s,
+                      min_nodes=min_nodes,
+                      checkpoint=CheckpointPolicy(interval_s=interval_s, write_s=write_s, restart_s=restart_s))
+    headline = simulate_goodput(job, runs=runs, seed=seed)
+    study = interval_study(replace(job, policy="wait"), runs=runs, seed=seed)
+    choice = elastic_choice(job, runs=runs, seed=seed)
+    best = max(choice.values(), key=lambda g: g.goodput)
+    out = {
+        "schema": "dpsim.goodput/1",
+        "n_gpus": topo.n_gpus, "n_nodes": topo.n_nodes, "topology": topo.spec.name, "model": p.model,
+        "tokens_per_s": p.tokens_per_s, "samples_per_s": p.samples_per_s, "work_s": work_s,
+        "tokens": float(budget) if tokens is not None else None,
+        "mtbf_s": mtbf, "failure_rates_per_s": cluster.rates_per_s(rates),
+        "checkpoint_bytes": checkpoint_bytes, "checkpoint_interval_s": interval_s, "checkpoint_write_s": write_s,
+        "restart_s": restart_s, "replace_s": replace_s, "seed": seed,
+        "result": headline.to_dict(),
+        "interval_study": study.to_dict(),
+        "elastic": {"wait": choice["wait"].to_dict(), "shrink": choice["shrink"].to_dict(),
+                    "better": best.policy},
+    }
+    if as_json:
+        _emit_json(out)
+    else:
+        _print(out, headline, study, choice)
+
+
+def _days(s: float) -> str:
+    if s >= 2 * 86400:
+        return f"{s / 86400:.2f} d"
+    if s >= 3600:
+        return f"{s / 3600:.2f} h"
+    if s >= 60:
+        return f"{s / 60:.1f} min"
+    return f"{s:.1f} s"
+
+
+def _print(out: dict, headline, study, choice) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    title = (f"{out['model']} on {out['n_gpus']} GPUs [{out['topology']}, {out['n_nodes']} nodes]: "
+             f"job MTBF {_days(out['mtbf_s'])}, policy {headline.policy}, {headline.runs} runs")
+    t = Table(title=escape(title), header_style="bold")
+    t.add_column("run", justify="left")
+    t.add_column("value", justify="right")
+    lo, hi = headline.wall_ci_s
+    rows = [
+        ("failure-free time", _days(out["work_s"])),
+        ("checkpoint every / write / restart",
+         f"{_days(out['checkpoint_interval_s'])} / {_days(out['checkpoint_write_s'])} / {_days(out['restart_s'])}"),
+        ("wall-clock time", f"{_days(headline.wall_s)} (95 % CI {_days(lo)} .. {_days(hi)})"),
+        ("goodput", f"{100 * headline.goodput:.2f} % (95 % CI {100 * headline.goodput_ci[0]:.2f} .. "
+                    f"{100 * headline.goodput_ci[1]:.2f} %)"),
+        ("failures", f"{headline.failures:.1f}"),
+        ("lost work", _days(headline.lost_s)),
+        ("checkpointing / restarting / waiting",
+         f"{_days(headline.checkpoint_s)} / {_days(headline.restart_s)} / {_days(headline.down_s)}"),
+    ]
+    if headline.expected_wall_s is not None:
+        rows.append(("closed-form wall time", _days(headline.expected_wall_s)))
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
+    s = Table(title="checkpoint interval that maximises goodput (policy wait)", header_style="bold")
+    for col in ("interval", "value", "vs optimum", "goodput (closed form)", "goodput (simulated)"):
+        s.add_column(col, justify="right" if col != "interval" else "left")
+    s.add_row("optimum (closed form, exact)", _days(study.model_optimum_s), "",
+              f"{100 * study.expected_goodput_at_optimum:.3f} %", f"{100 * study.goodput_at_model_optimum:.3f} %")
+    s.add_row("Young sqrt(2 delta M)", _days(study.young_s), f"{100 * study.young_vs_optimum:+.1f} %",
+              f"{100 * study.expected_goodput_at_young:.3f} %", f"{100 * study.goodput_at_young:.3f} %")
+    s.add_row("Daly (higher order)", _days(study.daly_s), f"{100 * study.daly_vs_optimum:+.1f} %",
+              f"{100 * study.expected_goodput_at_daly:.3f} %", f"{100 * study.goodput_at_daly:.3f} %")
+    gap, lo, hi = study.simulated_gap
+    # Agreement: the paired interval contains 0, or the gap is under a hundredth of a point.
+    verdict = "agrees" if lo <= 0 <= hi or abs(gap) < 1e-4 else "differs"
+    s.add_row("best simulated (grid)", _days(study.simulated_optimum_s),
+              f"{100 * (study.simulated_optimum_s / study.model_optimum_s - 1):+.1f} %", "",
+              f"{100 * study.goodput_at_simulated_optimum:.3f} % ({verdict}: paired gap "
+              f"{100 * gap:+.3f} pt, 95 % CI {100 * lo:+.3f} .. {100 * hi:+.3f})")
+    console.print(s)
+    e = Table(title=f"elastic choice (replacement after {_days(out['replace_s'])})", header_style="bold")
+    for col in ("policy", "wall-clock", "goodput", "waiting", "on fewer nodes"):
+        e.add_column(col, justify="right" if col != "policy" else "left")
+    for name, g in choice.items():
+        mark = " (better)" if name == out["elastic"]["better"] else ""
+        e.add_row(name + mark, _days(g.wall_s), f"{100 * g.goodput:.2f} %", _days(g.down_s), _days(g.reduced_s))
+    console.print(e)

@@ -1,0 +1,68 @@
+"""``dpsim testbed up|down|status``: the emulated cluster (network namespaces, shaped NICs).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from dpsim.cli.app import _emit_json
+from dpsim.errors import ConfigError
+
+testbed_app = typer.Typer(help="An emulated cluster: network namespaces with shaped NICs (needs root).",
+                          no_args_is_help=True)
+
+
+@testbed_app.command("up")
+def testbed_up(
+    hosts: int = typer.Option(2, "--hosts", help="Hosts (namespaces) to create."),
+    nic: str = typer.Option("1gbit", "--nic", help="NIC rate of every host, e.g. 100mbit, 1gbit, 3gbit."),
+    racks: int = typer.Option(1, "--racks", help="Racks; hosts are split into consecutive blocks."),
+    oversubscription: float = typer.Option(1.0, "--oversubscription", help="Rack uplink oversubscription."),
+) -> None:
+    """Create a testbed and leave it up; prints its tag (give it to `testbed down`)."""
+    from dpsim.validate.testbed import Testbed, TestbedSpec, parse_rate_bits_per_s
+
+    spec = TestbedSpec(hosts=hosts, nic_bits_per_s=parse_rate_bits_per_s(nic), racks=racks,
+                       rack_oversubscription=oversubscription)
+    tb = Testbed(spec=spec)
+    try:
+        tb.up()
+    except BaseException:
+        tb.down()
+        raise
+    print(f"{tb.tag} up: {hosts} hosts at {nic}; host i runs in namespace {tb.tag}-h<i> at {tb.host_ip(0)[:-1]}<i+1>")
+
+
+@testbed_app.command("down")
+def testbed_down(
+    tag: Optional[str] = typer.Argument(None, help="Tag printed by `testbed up`."),
+    all_: bool = typer.Option(False, "--all", help="Remove every testbed dpsim has up."),
+) -> None:
+    """Remove a testbed (only namespaces dpsim created for it)."""
+    from dpsim.validate.testbed import Testbed, list_testbeds
+
+    if all_ == (tag is not None):
+        raise ConfigError("testbed down: give a TAG or --all (one of them)")
+    tags = [s["tag"] for s in list_testbeds()] if all_ else [tag]
+    for t in tags:
+        Testbed.from_state(t).down()
+        print(f"{t} down")
+
+
+@testbed_app.command("status")
+def testbed_status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the testbeds that are up."""
+    from dpsim.validate.testbed import list_testbeds
+
+    beds = list_testbeds()
+    if as_json:
+        _emit_json({"schema": "dpsim.testbeds/1", "testbeds": beds})
+        return
+    if not beds:
+        print("no testbed is up")
+    for s in beds:
+        spec = s["spec"]
+        print(f"{s['tag']}: {spec['hosts']} hosts, {spec['nic_bits_per_s'] / 1e6:g} Mbit/s, "
+              f"{spec['racks']} rack(s), namespaces: {' '.join(s['namespaces'])}")

@@ -1,0 +1,67 @@
+"""``dpsim validate``: real DDP training against dpsim's prediction of it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from dpsim.cli.app import _emit_json
+from dpsim.errors import ConfigError
+
+
+def validate(
+    model: str = typer.Option(
+        "mlp", "--model", help="mlp, transformer, convnet, or your path/to/file.py:build / package.module:build."),
+    input_shape: Optional[str] = typer.Option(
+        None, "--input-shape", help="Input of your model, batch first (32,1024 or 8,128:int64)."),
+    micro_batch: int = typer.Option(32, "--micro-batch", help="Samples per rank per step."),
+    bucket_cap_mb: Optional[float] = typer.Option(None, "--bucket-cap-mb", help="DDP bucket_cap_mb (MiB)."),
+    emulate_hosts: Optional[int] = typer.Option(
+        None, "--emulate-hosts", help="Emulated hosts (one rank each); without it, run under torchrun."),
+    nic: str = typer.Option("1gbit", "--nic", help="Emulated NIC rate, e.g. 100mbit, 1gbit, 3gbit."),
+    racks: int = typer.Option(1, "--racks", help="Emulated racks."),
+    oversubscription: float = typer.Option(1.0, "--oversubscription", help="Rack uplink oversubscription."),
+    steps: int = typer.Option(20, "--steps", help="Measured DDP steps."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Train with real DDP (gloo) and compare the measured step with dpsim's prediction."""
+    import os
+
+    from dpsim.validate.api import ValidationConfig, validate_under_torchrun
+    from dpsim.validate.api import validate as run_validation
+    from dpsim.validate.testbed import parse_rate_bits_per_s
+
+    under_torchrun = emulate_hosts is None
+    if under_torchrun and not {"RANK", "WORLD_SIZE", "MASTER_ADDR"} <= set(os.environ):
+        raise ConfigError("validate: give --emulate-hosts N, or run under torchrun (RANK/WORLD_SIZE/MASTER_ADDR)")
+    config = ValidationConfig(
+        model=model, micro_batch=micro_batch, bucket_cap_mb=bucket_cap_mb,
+        world_size=int(os.environ["WORLD_SIZE"]) if under_torchrun else emulate_hosts,
+        nic_bits_per_s=None if under_torchrun else parse_rate_bits_per_s(nic),
+        racks=racks, oversubscription=oversubscription, steps=steps, input_shape=input_shape,
+    )
+    result = validate_under_torchrun(config) if under_torchrun else run_validation(config)
+    if result is None:
+        return
+    if as_json:
+        _emit_json(result.to_dict())
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    m, p = result.measured, result.predicted
+    table = Table(title=f"{model}, micro-batch {micro_batch}, {config.world_size} ranks, "
+                        f"{'torchrun' if under_torchrun else nic}, bucket cap {bucket_cap_mb or 'default'}")
+    for col in ("", "measured", "predicted"):
+        table.add_column(col, justify="right" if col else "left")
+    ms = lambda s: f"{s * 1e3:.2f} ms"  # noqa: E731
+    table.add_row("step (median)", f"{ms(m['median_s'])} (p10 {ms(m['p10_s'])}, p90 {ms(m['p90_s'])})",
+                  ms(p["step_time_s"]))
+    table.add_row("  forward", ms(m["forward_s"]), ms(p["forward_s"]))
+    table.add_row("  backward + waiting for all-reduce", ms(m["backward_and_wait_s"]), ms(p["backward_and_wait_s"]))
+    table.add_row("  optimizer", ms(m["optimizer_s"]), ms(p["optimizer_s"]))
+    table.add_row("all-reduce (sum, exposed)", "", f"{ms(p['comm_s'])}, {ms(p['exposed_comm_s'])}")
+    table.add_row("error", "", f"{100 * result.error:+.1f} %")
+    Console().print(table)

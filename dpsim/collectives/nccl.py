@@ -1,0 +1,592 @@
+"""NCCL's choice of algorithm and protocol, on top of the flow model.
+
+For every call NCCL estimates, for each enabled algorithm x protocol,
+``time = latency + bytes / bandwidth`` and runs the fastest
+(``ncclTopoGetAlgoTime`` / ``topoGetAlgoInfo``). :class:`NcclCollectives` does the
+same, with two differences: the bandwidth of an algorithm is not NCCL's per-channel
+guess but what the flow model gives for its traffic on *this* topology (max-min
+sharing of every concurrent flow, contention with other jobs included), and pipelined
+algorithms pay a pipeline fill. Everything else is NCCL's own model, with constants
+from ``src/graph/tuning.cc`` and ``src/enqueue.cc`` of NVIDIA/nccl at commit
+``5067397c2676d5aed50042fc39e5c8ee96eb0027`` (2026-06; "HEAD" below), quoted as
+facts, not code:
+
+- **Latency** ``baseLat[algo][proto] + intra_hops * hwLat[NVLINK|PCI][algo][proto] +
+  inter_hops * hwLat[NET][algo][proto]`` (:data:`BASE_LATENCY_US`,
+  :data:`HW_LATENCY_US`); hop counts per algorithm as NCCL counts them (ring:
+  ``nsteps - nInterSteps`` intra, ``nInterSteps`` inter; tree:
+  ``2 * ((ppn - 1) intra + log2(nNodes) inter)``; NVLS: one NVLink hop (+ one NET
+  hop); NVLS tree: one NVLink hop + ``2 log2(nNodes)`` NET hops). A topology's
+  ``gpu_link_latency_us`` / ``nic_latency_us`` are ring/Simple hop latencies; the
+  other algorithms and protocols scale with them. Ring/Simple all-reduce across
+  servers multiplies the latency by 1.4 (1.9 before Ampere): NCCL's "plateau effect".
+  On multi-server rings an intra hop costs at least the network post overhead
+  (1 us, x3 for Simple). Plus the topology's ``launch_overhead_us`` per call.
+- **Protocols** LL moves 8 data bytes per 16 (bus bandwidth x 0.5, capped at
+  ``llMaxBw``), LL128 120 of 128 (x 0.92 on rings; x 120/128 on trees across
+  servers, x 7/9 inside one), Simple all of it; tree all-reduce x 0.92 and NCCL's
+  per-size ``treeCorrectionFactor``; NVLS x ``nvlsEfficiency``. LL128 is enabled only
+  on NVLink servers, and across servers only from Hopper on (as NCCL's default).
+- **Channels** NCCL drops channels while ``bytes < channels * threads * threshold``
+  (threshold 64 B/thread for Simple, 8 for LL128 and 8 x ranks for LL; 512, 640 and
+  512 threads): fewer channels use fewer NICs, so a NIC-bound plan's bandwidth scales
+  with the channels kept.
+- **Pipeline fill** (trees, chains, NVLS tree): the first chunk crosses every stage
+  before the pipeline streams: ``chunk * (stages_intra / r_intra + stages_inter /
+  r_inter - 1 / r_slowest)``, chunk = ``min(step size, S / channels)``: Simple 512 KiB
+  (4 MiB buffer / 8 steps), LL 32 KiB, LL128 576,000 B, NVLS tree 128 KiB shrunk to
+  64/32 KiB for small messages as ``calcCollChunking`` does.
+
+``hierarchical`` and ``halving_doubling`` are costed with the ring's protocol factors
+and latencies; NCCL itself never picks them (they run only when ``--algo`` names them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from dpsim.collectives.algorithms import ALGORITHMS, NCCL_DEFAULT_ALGORITHMS
+from dpsim.collectives.algorithms.base import Cluster, Plan
+from dpsim.collectives.nccl_tuning import (
+    BASE_LATENCY_US,
+    CHUNK_BYTES,
+    FITTED_TUNING,
+    GENERATION,
+    HW_LATENCY_US,
+    LL_MAX_BW_GBPS,
+    NCCL_STEPS,
+    NVLS_CHANNELS,
+    NVLS_CHUNK_BYTES,
+    NVLS_EFFICIENCY,
+    PROTOCOLS,
+    THREAD_THRESHOLD,
+    THREADS,
+    TREE_CORRECTION,
+    NcclTuning,
+    check_job_flags,
+    nvls_available,
+    parse_algorithms,
+    parse_protocols,
+)
+from dpsim.errors import ConfigError
+from dpsim.units import US, KiB
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanCost:
+    """An algorithm's traffic on a cluster, evaluated once by the network model."""
+
+    plan: Plan
+    """What was evaluated."""
+    seconds_per_byte: float
+    """Bandwidth term per byte of S at full channel count (slowest flow of each phase, summed)."""
+    inter_bound: bool
+    """The slowest flow of the slowest phase crosses servers (a per-channel NIC resource)."""
+    r_intra: float
+    """Slowest intra-server flow rate of a pipelined plan, bytes/s (inf if none)."""
+    r_inter: float
+    """Slowest inter-server flow rate of a pipelined plan, bytes/s (inf if none)."""
+    link_bytes_per_byte: np.ndarray = field(repr=False)
+    """Bytes each link carries per byte of S, every job included (dense over the network's links)."""
+    max_fraction: float = 0.0
+    """Largest bytes of one flow in one repetition, as a fraction of S (a ring step's message)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Choice:
+    """One costed algorithm x protocol."""
+
+    algorithm: str
+    """Algorithm name."""
+    protocol: str
+    """``LL``, ``LL128`` or ``Simple``."""
+    time_s: float
+    """Estimated duration."""
+    latency_s: float
+    """Its size-independent part (launch overhead + NCCL latency)."""
+    channels: int
+    """Channels NCCL keeps for this size."""
+
+
+def describe_choices(results) -> str:
+    """``# algorithm: 8..32768 B ring/LL; 65536..1073741824 B tree/Simple`` for a size sweep."""
+    spans: list[list] = []
+    for r in results:
+        key = f"{r.algorithm}/{r.protocol}"
+        if spans and spans[-1][0] == key:
+            spans[-1][2] = int(r.size_bytes)
+        else:
+            spans.append([key, int(r.size_bytes), int(r.size_bytes)])
+    return "# algorithm: " + "; ".join(f"{lo}..{hi} B {key}" if lo != hi else f"{lo} B {key}" for key, lo, hi in spans)
+
+
+def collectives_for(topology, config, *, degradations=(), job=None) -> NcclCollectives:
+    """The default collective model of a :class:`~dpsim.predict.PredictConfig` (its
+    ``--algo/--proto/--jobs/--placement``), with ``degradations`` (links below capacity)
+    applied to the network; ``job``: see :class:`NcclCollectives`."""
+    return NcclCollectives(topology, algorithms=parse_algorithms(getattr(config, "algo", None)),
+                           protocols=parse_protocols(getattr(config, "proto", None)),
+                           jobs=getattr(config, "jobs", 1), placement=getattr(config, "placement", "packed"),
+                           degradations=degradations, job=job)
+
+
+class NcclCollectives:
+    """NCCL-like collectives: every algorithm x protocol costed, the fastest chosen per call.
+
+    Parameters
+    ----------
+    topology : dpsim.topology.Topology
+        One job's communicator (all its GPUs).
+    algorithms, protocols : tuple of str, optional
+        Allowed choices (``--algo``/``--proto``); default: NCCL's default set.
+    jobs : int
+        Identical jobs running at once on the cluster (``--jobs``); their collectives
+        share links max-min (lockstep: each runs the same phase at the same time).
+    placement : str
+        ``packed`` (job *j* on servers ``j*n .. j*n+n-1``) or ``interleaved``
+        (server *x* of job *j* is cluster server ``x*jobs + j``).
+    degradations : sequence of :class:`~dpsim.variability.LinkDegradation`
+        Links below capacity (``--degrade``): their capacities in :attr:`network` are
+        scaled (:func:`~dpsim.variability.degradation_scale`; ``node<K>`` counts the
+        cluster's servers, every job's). Default: a healthy cluster.
+    job : dpsim.topology.Topology, optional
+        The job whose cluster ``degradations`` name, when ``topology`` is one of its
+        hybrid-sharding communicators (names are mapped onto it,
+        :func:`~dpsim.variability.communicator_degradations`).
+    """
+
+    def __init__(self, topology, *, algorithms: tuple[str, ...] | None = None,
+                 protocols: tuple[str, ...] | None = None, jobs: int = 1, placement: str = "packed",
+                 tuning: NcclTuning | None = None, degradations=(), job=None):
+        from dpsim.network.tiers import TierNetwork
+        from dpsim.topology.cluster import Topology
+
+        check_job_flags(jobs, placement)
+        if jobs > 1 and topology.n_gpus < topology.spec.node.gpus_per_node:
+            raise ConfigError("--jobs: jobs share servers' NICs and switches, so each job needs whole "
+                              f"servers; --gpus {topology.n_gpus} is less than one server")
+        self.topology = topology
+        self.spec = topology.spec
+        self.n_ranks = topology.n_gpus
+        self.jobs = jobs
+        self.placement = placement
+        self.cluster_topology = (topology if jobs == 1 else
+                                 Topology(spec=topology.spec, n_gpus=topology.n_gpus * jobs))
+        self.network = TierNetwork(self.cluster_topology)
+        self.degradations = tuple(degradations)
+        """Links below capacity, as given."""
+        self.capacity_scale = np.ones(self.network.n_links)
+        """Capacity left on each link of :attr:`network` (1 = healthy)."""
+        if self.degradations:
+            from dpsim.network.degrade import (
+                communicator_degradations,
+                degradation_scale,
+                same_numbering,
+            )
+
+            strict = job is None or same_numbering(job, topology)
+            named = self.degradations if job is None else communicator_degradations(self.degradations, job, topology)
+            self.capacity_scale = degradation_scale(self.network, named, strict=strict)
+            self.network.capacity = self.network.capacity * self.capacity_scale
+        self.cluster = Cluster.of(topology, nvls=nvls_available(topology.spec))
+        self.algorithms = algorithms or NCCL_DEFAULT_ALGORITHMS
+        self.protocols = protocols or PROTOCOLS
+        self._forced = algorithms is not None
+        self.tuning = tuning or FITTED_TUNING
+        self._costs: dict[tuple, PlanCost] = {}
+        self._choices: dict[tuple[str, float], Choice] = {}
+
+    # ------------------------------------------------------------------ evaluation
+    def _place(self, endpoints: np.ndarray, job: int) -> np.ndarray:
+        stride, n = self.spec.node.gpus_per_node, self.topology.n_nodes
+        hub = endpoints < 0
+        node = np.where(hub, -1 - endpoints, endpoints // stride)
+        local = np.where(hub, 0, endpoints % stride)
+        cnode = job * n + node if self.placement == "packed" else node * self.jobs + job
+        return np.where(hub, -1 - cnode, cnode * stride + local)
+
+    def plan_cost(self, algorithm: str, op: str, nic_scale: float = 1.0) -> PlanCost:
+        """The network evaluation of ``algorithm``'s plan for ``op`` (cached), with NIC links
+        running at ``nic_scale`` of their rate (per-message overhead, see :meth:`nic_scale`)."""
+        key = (algorithm, op, round(nic_scale, 6))
+        if key in self._costs:
+            return self._costs[key]
+        capacity = None
+        if nic_scale != 1.0:
+            capacity = self.network.capacity.copy()
+            capacity[self.network.nic_links] *= self._nic_link_scale(nic_scale)
+        plan = ALGORITHMS[algorithm].plan(op, self.cluster)
+        gen = GENERATION.get(self.spec.gpu, "hopper")
+        nvls_eff = NVLS_EFFICIENCY.get(gen, 0.85)
+        total = 0.0
+        worst_phase, inter_bound = -1.0, False
+        r_intra = r_inter = math.inf
+        link_bytes = np.zeros(self.network.n_links)
+        stride = self.spec.node.gpus_per_node
+        for ph in plan.phases:
+            weight = np.ones(len(ph.src))
+            if plan.nvls_flows is not None:
+                weight = np.where(plan.nvls_flows, 1.0 / nvls_eff, 1.0)
+            s_node = np.where(ph.src < 0, -1 - ph.src, ph.src // stride)
+            d_node = np.where(ph.dst < 0, -1 - ph.dst, ph.dst // stride)
+            crosses = s_node != d_node
+            parts = []  # (mask of the plan's flows, jobs to place them for, replicate to every server)
+            if (self._intra_is_separate and self._servers_alike and (~crosses).any()
+                    and self._same_in_every_server(ph, ~crosses, s_node)):
+                # Every server runs the same intra-server flows on links no other flow uses:
+                # evaluate server 0 of job 0 once and copy its link loads to every server.
+                parts.append((~crosses & (s_node == 0), 1, True))
+                if crosses.any():
+                    parts.append((crosses, self.jobs, False))
+            else:
+                parts.append((np.ones(len(ph.src), dtype=bool), self.jobs, False))
+            phase_t, phase_slowest_crosses = 0.0, False
+            for mask, jobs, replicate in parts:
+                src = np.concatenate([self._place(ph.src[mask], j) for j in range(jobs)])
+                dst = np.concatenate([self._place(ph.dst[mask], j) for j in range(jobs)])
+                frac = np.tile(ph.fraction[mask], jobs)
+                w = np.tile(weight[mask], jobs)
+                cross = np.tile(crosses[mask], jobs)
+                loads = self.network.loads(src, dst, capacity)
+                t_flow = frac * w / loads.rates_bytes_per_s
+                slowest = int(np.argmax(t_flow))
+                if t_flow[slowest] > phase_t:
+                    phase_t, phase_slowest_crosses = float(t_flow[slowest]), bool(cross[slowest])
+                part_bytes = loads.link_bytes(frac)
+                if replicate:
+                    part_bytes = self._replicate_server0(part_bytes)
+                link_bytes += ph.repeat * part_bytes
+                rates = loads.rates_bytes_per_s / w
+                if (~cross).any():
+                    r_intra = min(r_intra, float(rates[~cross].min()))
+                if cross.any():
+                    r_inter = min(r_inter, float(rates[cross].min()))
+            total += ph.repeat * phase_t
+            if ph.repeat * phase_t > worst_phase:
+                worst_phase, inter_bound = ph.repeat * phase_t, phase_slowest_crosses
+        cost = PlanCost(plan=plan, seconds_per_byte=total, inter_bound=inter_bound, r_intra=r_intra,
+                        r_inter=r_inter, link_bytes_per_byte=link_bytes,
+                        max_fraction=max(float(ph.fraction.max()) for ph in plan.phases))
+        self._costs[key] = cost
+        return cost
+
+    @cached_property
+    def _intra_is_separate(self) -> bool:
+        """Intra-server flows use only GPU <-> hub links, which inter-server flows never use
+        (NIC fabrics; not NVLink switch tiers, whose routes go through the hub)."""
+        net = self.network
+        return not (net.nvl_fabric or net.domain_nodes)
+
+    @cached_property
+    def _servers_alike(self) -> bool:
+        """Every server's GPU <-> hub links have server 0's capacities (no degraded GPU link
+        on one server only), so server 0's intra-server flows stand for every server's."""
+        net = self.network
+        n = net.n_nodes * net.gpn
+        for block in ("gpu_up", "gpu_down"):
+            caps = net.capacity[net._offset[block]:net._offset[block] + n].reshape(net.n_nodes, net.gpn)
+            if not (caps == caps[:1]).all():
+                return False
+        return True
+
+    def _nic_link_scale(self, nic_scale: float) -> np.ndarray | float:
+        """Per-message overhead on each NIC link: ``nic_scale`` on a healthy link; a link left
+        at a fraction f of its rate spends the same time per message, so it keeps
+        ``1 / (1 + (1 / nic_scale - 1) f)`` of its (degraded) rate."""
+        f = self.capacity_scale[self.network.nic_links]
+        if (f == 1.0).all():
+            return nic_scale
+        return np.where(f == 1.0, nic_scale, 1.0 / (1.0 + (1.0 / nic_scale - 1.0) * f))
+
+    def _same_in_every_server(self, ph, intra: np.ndarray, node: np.ndarray) -> bool:
+        """Every server of the job runs the same intra-server flows in this phase."""
+        n = self.topology.n_nodes
+        stride = self.spec.node.gpus_per_node
+        counts = np.bincount(node[intra], minlength=n)
+        if n == 1:
+            return True
+        if counts.min() != counts.max():
+            return False
+        local = lambda e: np.where(e < 0, -1, e % stride)  # noqa: E731
+        keys = np.stack([node[intra], local(ph.src[intra]), local(ph.dst[intra]), ph.fraction[intra]], axis=1)
+        keys = keys[np.lexsort(keys.T[::-1])].reshape(n, int(counts[0]), 4)
+        return bool(np.all(keys[:, :, 1:] == keys[:1, :, 1:]))
+
+    def _replicate_server0(self, link_bytes: np.ndarray) -> np.ndarray:
+        """Server 0's GPU <-> hub link loads copied to every server of the cluster."""
+        net = self.network
+        out = link_bytes.copy()
+        for block in ("gpu_up", "gpu_down"):
+            off, g = net._offset[block], net.gpn
+            row = link_bytes[off:off + g]
+            out[off:off + net.n_nodes * g] = np.tile(row, net.n_nodes)
+        return out
+
+    # ------------------------------------------------------------------ NCCL's model
+    @cached_property
+    def _hop_scale(self) -> tuple[float, float, str, str]:
+        """(intra scale, inter scale, intra hw, inter hw): preset hop latency over NCCL's ring/Simple one."""
+        node, fabric = self.spec.node, self.spec.fabric
+        intra_hw = "nvlink" if node.interconnect == "nvswitch" else "pci"
+        intra = node.gpu_link_latency_s / (HW_LATENCY_US[intra_hw]["ring"][2] * US)
+        dom = self.spec.nvlink_domain
+        if fabric is not None and fabric.kind == "nvlink":
+            return intra, fabric.nic_latency_s / (HW_LATENCY_US["nvlink"]["ring"][2] * US), intra_hw, "nvlink"
+        if dom is not None and self.topology.n_nodes <= dom.nodes:
+            return intra, dom.latency_s / (HW_LATENCY_US["nvlink"]["ring"][2] * US), intra_hw, "nvlink"
+        if fabric is None:
+            return intra, 1.0, intra_hw, "net"
+        return intra, fabric.nic_latency_s / (HW_LATENCY_US["net"]["ring"][2] * US), intra_hw, "net"
+
+    def _latency_s(self, plan: Plan, protocol: str) -> float:
+        family = plan.algorithm if plan.algorithm in BASE_LATENCY_US else "ring"
+        p = PROTOCOLS.index(protocol)
+        intra_scale, inter_scale, intra_hw, inter_hw = self._hop_scale
+        intra_lat = HW_LATENCY_US[intra_hw][family][p] * US * intra_scale
+        inter_lat = HW_LATENCY_US[inter_hw][family][p] * US * inter_scale
+        multi = self.topology.n_nodes > 1
+        if family == "ring" and multi and inter_hw == "net":
+            intra_lat = max(intra_lat, (3.0 if protocol == "Simple" else 1.0) * US)
+        lat = BASE_LATENCY_US[family][p] * US + plan.intra_hops * intra_lat + plan.inter_hops * inter_lat
+        if plan.algorithm == "ring" and protocol == "Simple" and multi and plan.op == "all_reduce":
+            lat *= 1.9 if GENERATION.get(self.spec.gpu) == "volta" else 1.4
+        return lat
+
+    def _protocol_enabled(self, algorithm: str, protocol: str) -> bool:
+        if algorithm in ("nvls", "nvls_tree"):
+            return protocol == "Simple"
+        if protocol == "LL128":
+            nvlink = self.spec.node.interconnect == "nvswitch"
+            if not nvlink:
+                return False
+            if self.topology.n_nodes > 1 and GENERATION.get(self.spec.gpu) in ("volta", "ampere"):
+                return False
+        return True
+
+    def _ll_max_bw(self) -> float:
+        n = self.topology.n_nodes
+        col = 0 if n == 1 else (1 if n == 2 else 2)
+        row = GENERATION.get(self.spec.gpu, "hopper") if n == 1 else "volta"  # Intel CPU row across servers
+        return LL_MAX_BW_GBPS[row][col] * 1e9
+
+    def _channels(self, protocol: str, size_bytes: float, k: int) -> int:
+        per = THREADS[protocol] * THREAD_THRESHOLD[protocol] * (self.n_ranks if protocol == "LL" else 1)
+        return max(1, min(k, int(size_bytes // per)))
+
+    def message_bytes(self, algorithm: str, protocol: str, op: str, size_bytes: float) -> float:
+        """Bytes per network message (one NCCL step/chunk of a channel) for this call."""
+        pc = self.plan_cost(algorithm, op)
+        plan = pc.plan
+        if algorithm == "nvls_tree":
+            return self._nvls_tree_chunk(size_bytes)
+        if algorithm == "tree":
+            return min(CHUNK_BYTES[protocol], size_bytes / max(1, plan.channels))
+        # Rings: one step of one flow at a time.
+        per_step = pc.max_fraction * size_bytes
+        return max(1.0, min(CHUNK_BYTES[protocol], per_step))
+
+    def _nvls_tree_chunk(self, size_bytes: float) -> float:
+        # src/enqueue.cc calcCollChunking for NVLS_TREE: concurrentOps = NVLS channels (16 on
+        # Hopper, src/transport/nvls.cc) x heads (one per GPU); chunk 128 KiB shrunk to 64 KiB
+        # below 4 x ops x chunk bytes and to 32 KiB below ops x chunk.
+        ops = 16 * self.topology.gpus_per_node
+        chunk = NVLS_CHUNK_BYTES
+        if size_bytes < 4 * ops * chunk:
+            chunk = 64 * KiB
+        if size_bytes < ops * chunk:
+            chunk = 32 * KiB
+        return min(chunk, max(1.0, size_bytes / ops))
+
+    def nic_scale(self, message_bytes: float) -> float:
+        """Fraction of a NIC port's rate left with messages of ``message_bytes``: LogGP's
+        ``1 / (1 + g r / c)`` with g = ``fabric.nic_message_overhead_us`` (1 without one)."""
+        fabric = self.spec.fabric
+        if fabric is None or fabric.kind == "nvlink" or fabric.nic_message_overhead_s <= 0:
+            return 1.0
+        rate = fabric.nic_bandwidth_bytes_per_s * fabric.nic_efficiency
+        return 1.0 / (1.0 + fabric.nic_message_overhead_s * rate / message_bytes)
+
+    def cost(self, algorithm: str, protocol: str, op: str, size_bytes: float) -> Choice:
+        """NCCL's estimate for one algorithm x protocol (time includes the launch overhead).
+
+        NCCL's regimes change at fixed sizes (channels kept, NVLS-tree chunk size, the
+        tree correction table), where the raw estimate can drop as the message grows; a
+        bigger message is never faster here: the time is the largest of the raw estimate
+        and its values just below each regime change under ``size_bytes``.
+        """
+        raw = self._raw_cost(algorithm, protocol, op, size_bytes)
+        worst = raw.time_s
+        for b in self._breakpoints(algorithm, protocol, op):
+            if b <= size_bytes:
+                worst = max(worst, self._raw_cost(algorithm, protocol, op, b - 1).time_s)
+        if worst > raw.time_s:
+            raw = Choice(algorithm=raw.algorithm, protocol=raw.protocol, time_s=worst,
+                         latency_s=raw.latency_s, channels=raw.channels)
+        return raw
+
+    def _breakpoints(self, algorithm: str, protocol: str, op: str) -> list[float]:
+        out: list[float] = []
+        k = self.plan_cost(algorithm, op).plan.channels
+        per = THREADS[protocol] * THREAD_THRESHOLD[protocol] * (self.n_ranks if protocol == "LL" else 1)
+        out += [j * per for j in range(2, k + 1)]
+        if algorithm == "nvls_tree":
+            ops = 16 * self.topology.gpus_per_node
+            out += [ops * 64 * KiB, 4 * ops * NVLS_CHUNK_BYTES]
+        if algorithm == "tree":
+            out += [64 * 2 ** i for i in range(1, len(TREE_CORRECTION[protocol]) + 1)]
+        return out
+
+    def _raw_cost(self, algorithm: str, protocol: str, op: str, size_bytes: float) -> Choice:
+        from dpsim.collectives.ops import bus_factor
+
+        scale = 1.0
+        if self.topology.n_nodes > 1:
+            scale = self.nic_scale(self.message_bytes(algorithm, protocol, op, size_bytes))
+        pc = self.plan_cost(algorithm, op, scale)
+        plan = pc.plan
+        n = self.n_ranks
+        spb = pc.seconds_per_byte
+        k = plan.channels
+        kept = self._channels(protocol, size_bytes, k)
+        if pc.inter_bound and kept < k:
+            spb *= k / kept
+        algbw = 1.0 / spb if spb > 0 else math.inf
+        family = algorithm if algorithm in ("tree", "nvls", "nvls_tree") else "ring"
+        # NCCL's "bus bandwidth" of the algorithm, to apply its protocol factors and caps.
+        ratio = 2.0 if family == "tree" else (bus_factor(op, n) if op != "broadcast" else 1.0)
+        bus = algbw * ratio
+        single = self.topology.n_nodes == 1
+        if family == "ring":
+            if protocol == "LL":
+                bus = min(self._ll_max_bw(), bus * 0.5)
+            elif protocol == "LL128":
+                bus *= 0.92
+        elif family == "tree":
+            bus *= 0.92
+            if protocol == "LL":
+                bus = min(bus / 3.8, self._ll_max_bw())
+            elif protocol == "LL128":
+                bus *= 7.0 / 9.0 if single else 120.0 / 128.0
+            log_size = int(math.log2(max(size_bytes, 64) // 64)) if size_bytes >= 64 else 0
+            table = TREE_CORRECTION[protocol]
+            if log_size < len(table):
+                bus *= table[log_size]
+        algbw = bus / ratio
+        latency = self._latency_s(plan, protocol)
+        transfer = size_bytes / algbw if algbw > 0 else math.inf
+        transfer = max(transfer, self._window_s(pc, protocol, op, size_bytes))
+        # The fill runs through every stage at its own rate, slowed by the protocol (not by caps).
+        nominal = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}[protocol] if family != "nvls" else 1.0
+        fill = self._fill_s(pc, protocol, size_bytes, nominal)
+        overhead = self.spec.launch_overhead_s
+        return Choice(algorithm=algorithm, protocol=protocol, time_s=overhead + latency + transfer + fill,
+                      latency_s=overhead + latency, channels=kept)
+
+    def _window_s(self, pc: PlanCost, protocol: str, op: str, size_bytes: float) -> float:
+        """Flow-control bound: a channel keeps at most NCCL_STEPS chunks in flight and a
+        chunk slot comes back after one intra + one inter hop latency (NCCL's own hwLat),
+        so a channel moves at most ``NCCL_STEPS * chunk / rtt`` bytes/s. Binds only with
+        small chunks and slow hops (NVLS tree's 32-64 KiB chunks across servers)."""
+        plan = pc.plan
+        if self.topology.n_nodes == 1 or plan.algorithm not in ("nvls_tree", "tree"):
+            return 0.0
+        intra_scale, inter_scale, intra_hw, inter_hw = self._hop_scale
+        p = PROTOCOLS.index(protocol)
+        family = plan.algorithm
+        rtt = (HW_LATENCY_US[intra_hw][family][p] * intra_scale
+               + HW_LATENCY_US[inter_hw][family][p] * inter_scale) * US
+        if rtt <= 0:
+            return 0.0
+        if family == "nvls_tree":
+            chunk = self._nvls_tree_chunk(size_bytes)
+            streams = NVLS_CHANNELS.get(GENERATION.get(self.spec.gpu, "hopper"), 16)
+            rtt *= self.tuning.nvls_tree_rtt_scale
+        else:
+            chunk = min(CHUNK_BYTES[protocol], size_bytes / max(1, plan.channels))
+            streams = plan.channels
+        return (size_bytes / streams) * rtt / (NCCL_STEPS * chunk)
+
+    def _fill_s(self, pc: PlanCost, protocol: str, size_bytes: float, proto_factor: float) -> float:
+        plan = pc.plan
+        if plan.pipeline_intra == 0 and plan.pipeline_inter == 0:
+            return 0.0
+        if plan.algorithm == "nvls_tree":
+            chunk = self._nvls_tree_chunk(size_bytes)
+        elif plan.algorithm == "ring":  # broadcast chain
+            from dpsim.collectives.ops import BROADCAST_SLICE_BYTES
+            chunk = BROADCAST_SLICE_BYTES
+        else:
+            chunk = CHUNK_BYTES[protocol]
+        if plan.algorithm != "nvls_tree":
+            chunk = min(chunk, size_bytes / max(1, plan.channels))
+        stages = 0.0
+        slowest = min(pc.r_intra, pc.r_inter)
+        if plan.pipeline_intra and math.isfinite(pc.r_intra):
+            stages += plan.pipeline_intra / pc.r_intra
+        if plan.pipeline_inter and math.isfinite(pc.r_inter):
+            stages += plan.pipeline_inter / pc.r_inter
+        if math.isfinite(slowest) and stages > 0:
+            stages -= 1.0 / slowest
+        return max(0.0, chunk * stages / max(proto_factor, 1e-12))
+
+    def candidates(self, op: str) -> list[tuple[str, str]]:
+        """Algorithm x protocol pairs that can run ``op`` here."""
+        out = []
+        for a in self.algorithms:
+            algo = ALGORITHMS[a]
+            if not algo.supports(op, self.cluster):
+                continue
+            for p in self.protocols:
+                if self._protocol_enabled(a, p):
+                    out.append((a, p))
+        return out
+
+    def choose(self, op: str, size_bytes: float) -> Choice:
+        """The fastest allowed algorithm x protocol for one call (cached per op and size)."""
+        key = (op, float(size_bytes))
+        if key not in self._choices:
+            self._choices[key] = self._choose(op, size_bytes)
+        return self._choices[key]
+
+    def _choose(self, op: str, size_bytes: float) -> Choice:
+        options = self.candidates(op)
+        if not options:
+            if self._forced:
+                raise ConfigError(
+                    f"--algo/--proto: none of {', '.join(self.algorithms)} x {', '.join(self.protocols)} can run "
+                    f"{op} on {self.n_ranks} GPUs of {self.spec.name!r} (nvls needs NVSwitch and Hopper or later; "
+                    "nvls runs inside one server, nvls_tree across several; halving_doubling reduce_scatter and "
+                    "all_gather need a power-of-two number of GPUs)")
+            raise ConfigError(f"no algorithm can run {op} here")
+        return min((self.cost(a, p, op, size_bytes) for a, p in options), key=lambda c: c.time_s)
+
+    def time(self, op: str, size_bytes: float):
+        """Cost of ``op`` on ``size_bytes`` (the :class:`~dpsim.collectives.CollectiveModel` call)."""
+        from dpsim.collectives.ops import CollectiveResult, bus_factor
+
+        bus_factor(op, self.n_ranks)
+        if size_bytes < 0 or not math.isfinite(size_bytes):
+            raise ConfigError(f"size: {size_bytes!r} is not a non-negative finite number of bytes")
+        if self.n_ranks == 1 or size_bytes == 0:
+            return CollectiveResult(op=op, algorithm="none", n_ranks=self.n_ranks, size_bytes=size_bytes,
+                                    time_s=0.0, latency_s=0.0, protocol="none")
+        c = self.choose(op, size_bytes)
+        return CollectiveResult(op=op, algorithm=c.algorithm, n_ranks=self.n_ranks, size_bytes=size_bytes,
+                                time_s=c.time_s, latency_s=c.latency_s, protocol=c.protocol,
+                                channels=c.channels)
+
+    @cached_property
+    def profile(self):
+        """The flat ring's :class:`~dpsim.collectives.RingProfile` of this job on healthy links
+        (reports, compatibility; :attr:`degradations` do not change it)."""
+        from dpsim.collectives.flat_ring import RingCollectives
+
+        return RingCollectives(self.topology).profile
+
+    def table(self, op: str, size_bytes: float) -> list[Choice]:
+        """Every allowed algorithm x protocol's estimate, fastest first (``--explain``)."""
+        return sorted((self.cost(a, p, op, size_bytes) for a, p in self.candidates(op)), key=lambda c: c.time_s)

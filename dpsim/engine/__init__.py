@@ -1,0 +1,28 @@
+"""The engine: a step as a program of compute tasks and FIFO comm ops, played by SimPy or by the fast per-rank replay.
+
+- :mod:`~dpsim.engine.program` — :class:`StepProgram` (tasks, comm ops, what waits for what)
+- :mod:`~dpsim.engine.simulate` — the SimPy engine (:func:`run_program`), one process per distinct rank
+- :mod:`~dpsim.engine.replay` — the exact vectorised replay of every rank (stragglers, noise)
+- :mod:`~dpsim.engine.ddp` — the plain DDP program
+"""
+
+from __future__ import annotations
+
+from dpsim.lazy import lazy_exports
+
+_EXPORTS = {
+    "CommOp": "dpsim.engine.program",
+    "ComputeTask": "dpsim.engine.program",
+    "StepProgram": "dpsim.engine.program",
+    "SimulationResult": "dpsim.engine.simulate",
+    "StepTiming": "dpsim.engine.simulate",
+    "TraceEvent": "dpsim.engine.simulate",
+    "run_program": "dpsim.engine.simulate",
+    "simulate": "dpsim.engine.simulate",
+    "RankRun": "dpsim.engine.replay",
+    "simulate_ranks": "dpsim.engine.replay",
+    "ddp_program": "dpsim.engine.ddp",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -1,0 +1,281 @@
+"""The SimPy engine: data-parallel training steps, task by task.
+
+A step is a :class:`StepProgram`: compute tasks every rank runs in order (forward and
+backward layers, optimizer) and communication ops on one FIFO stream. A compute task
+may *wait* for comm ops (the optimizer waits for every bucket; an FSDP layer's forward
+waits for its all-gather) and *launches* comm ops when it ends (a layer's backward
+completes the buckets whose last gradient it produced). A comm op starts once every
+rank has launched it and the stream is free (ops on one communicator run one after
+another), and lasts what the :class:`~dpsim.collectives.CollectiveModel` says. While a
+collective runs, compute progresses ``1 + overlap_slowdown`` times slower
+(communication kernels take SMs, or CPU threads for gloo).
+
+A comm op names its communicator (:attr:`CommOp.group`): all ranks, or a sub-group
+such as the GPUs of one node (FSDP hybrid sharding); the ops of every communicator
+share the one FIFO stream. :mod:`dpsim.strategies` builds the programs of DDP, ZeRO and
+FSDP (with gradient accumulation and activation checkpointing).
+
+For plain DDP (:func:`ddp_program`): forward layer by layer, backward in reverse; a
+bucket is launched, in bucket order, once its last gradient is ready; the optimizer
+waits for all buckets. Buckets are DDP's steady state (rebuilt after the first
+iteration in gradient-ready order); the first iteration's single-bucket layout is not
+modelled, so every simulated step is a steady-state step.
+
+Identical ranks are one rank: the engine simulates one process per *distinct* rank
+(``rank_compute_scale``), so a homogeneous 65,536-GPU job costs what one rank costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import simpy
+
+from dpsim.collectives.ops import CollectiveModel
+from dpsim.engine.ddp import ddp_program
+from dpsim.engine.program import CommOp, StepProgram
+from dpsim.errors import ConfigError
+from dpsim.workload.buckets import BucketPlan
+from dpsim.workload.compute import ComputeProfile
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceEvent:
+    """One interval of activity on one rank."""
+
+    rank: int
+    """Rank group index (0 for a homogeneous job)."""
+    step: int
+    """Training step index."""
+    kind: str
+    """``forward``, ``backward``, ``optimizer``, ``allreduce``, ..."""
+    name: str
+    """Layer name, or the comm op's name."""
+    start_s: float
+    """Start time."""
+    end_s: float
+    """End time."""
+    bucket: int | None = None
+    """Comm op index for communication events."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTiming:
+    """Timing of one simulated step.
+
+    Phases are rank 0's; the step ends when the *last* rank finishes its optimizer.
+    """
+
+    step_time_s: float
+    """From the first rank's step start to the last rank's step end."""
+    forward_s: float
+    """Forward compute on rank 0 (wall time, slowdown included)."""
+    backward_s: float
+    """Backward compute on rank 0 (wall time, slowdown included, recompute too)."""
+    optimizer_s: float
+    """Optimizer step on rank 0."""
+    comm_s: float
+    """Sum of the step's collectives' durations."""
+    exposed_comm_s: float
+    """Time in which a collective ran and rank 0 computed nothing."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulationResult:
+    """All steps of a simulation plus its trace."""
+
+    steps: tuple[StepTiming, ...]
+    """One entry per simulated step."""
+    trace: tuple[TraceEvent, ...]
+    """Every interval, for timelines."""
+
+
+class _Rank:
+    """A rank's compute, slowed while communication is active."""
+
+    def __init__(self, env: simpy.Environment, slowdown: float):
+        self.env, self.slowdown = env, slowdown
+        self.comm_active = False
+        self._changed: simpy.Event | None = None
+
+    def compute(self, duration_s: float):
+        """Generator: run ``duration_s`` of compute, re-rating whenever comm starts or stops."""
+        remaining = duration_s
+        while remaining > 1e-15:
+            rate = 1.0 / (1.0 + self.slowdown) if self.comm_active else 1.0
+            start = self.env.now
+            timer = self.env.timeout(remaining / rate)
+            if not self.slowdown:
+                yield timer
+                return
+            self._changed = self.env.event()
+            fired = yield timer | self._changed
+            self._changed = None
+            if timer in fired:
+                return
+            remaining -= (self.env.now - start) * rate
+
+    def set_comm(self, active: bool) -> None:
+        self.comm_active = active
+        if self._changed is not None and not self._changed.triggered:
+            self._changed.succeed()
+
+
+def comm_op_time_s(collectives: CollectiveModel, op: CommOp) -> float:
+    """Duration of ``op`` on its communicator: ``collectives.time`` for ``world``, else
+    the sub-communicator's model (``collectives.group(name)``)."""
+    if op.group == "world":
+        return collectives.time(op.op, op.size_bytes).time_s
+    group = getattr(collectives, "group", None)
+    if group is None:
+        raise ConfigError(
+            f"comm op {op.name!r} runs on communicator {op.group!r}, but the collective model has no "
+            f"sub-communicators; use dpsim.strategies.GroupCollectives")
+    return group(op.group).time(op.op, op.size_bytes).time_s
+
+
+def simulate(
+    compute: ComputeProfile,
+    buckets: BucketPlan,
+    collectives: CollectiveModel,
+    *,
+    steps: int = 1,
+    overlap: bool = True,
+    overlap_slowdown: float = 0.0,
+    rank_compute_scale: Sequence[float] | Sequence[Sequence[float]] = (1.0,),
+) -> SimulationResult:
+    """Simulate ``steps`` steps of plain DDP (see :func:`run_program`)."""
+    return run_program(ddp_program(compute, buckets, overlap=overlap), collectives, steps=steps,
+                       overlap_slowdown=overlap_slowdown, rank_compute_scale=rank_compute_scale)
+
+
+def run_program(
+    program: StepProgram,
+    collectives: CollectiveModel,
+    *,
+    steps: int = 1,
+    overlap_slowdown: float = 0.0,
+    rank_compute_scale: Sequence[float] | Sequence[Sequence[float]] = (1.0,),
+) -> SimulationResult:
+    """Simulate ``steps`` repetitions of ``program`` on every distinct rank.
+
+    ``rank_compute_scale`` multiplies each rank's compute: one factor per distinct rank
+    (the same every step), or one row per step of one factor per rank.
+    """
+    if steps < 1:
+        raise ConfigError(f"--steps: {steps} is not valid; expected an integer >= 1")
+    if overlap_slowdown < 0:
+        raise ConfigError(f"--overlap-slowdown: {overlap_slowdown} is not valid; expected a number >= 0")
+    scales = [list(row) if isinstance(row, Sequence) else None for row in rank_compute_scale]
+    if all(s is None for s in scales):
+        per_step = [list(rank_compute_scale)] * steps  # type: ignore[list-item]
+    else:
+        per_step = [list(row) for row in rank_compute_scale]  # type: ignore[arg-type]
+        if len(per_step) != steps or len({len(r) for r in per_step}) != 1:
+            raise ConfigError("rank_compute_scale: give one factor per rank, or one row of them per step")
+    n_ranks = len(per_step[0])
+    if n_ranks < 1 or any(not (f > 0) for row in per_step for f in row):
+        raise ConfigError("rank_compute_scale: every factor must be a number > 0")
+
+    env = simpy.Environment()
+    trace: list[TraceEvent] = []
+    n_ops = len(program.comms)
+    comm_time = [comm_op_time_s(collectives, c) for c in program.comms]
+    ranks = [_Rank(env, overlap_slowdown) for _ in range(n_ranks)]
+    # launched[s][i][r]: rank r launched op i of step s; finished[s][i]: op i of step s ended.
+    launched = [[[env.event() for _ in range(n_ranks)] for _ in range(n_ops)] for _ in range(steps)]
+    finished = [[env.event() for _ in range(n_ops)] for _ in range(steps)]
+    records: list[list[dict]] = [[{} for _ in range(n_ranks)] for _ in range(steps)]
+
+    def rank_process(r: int):
+        rank = ranks[r]
+        for s in range(steps):
+            scale = per_step[s][r]
+            rec = records[s][r]
+            rec["start"] = env.now
+            rec.update(forward=0.0, backward=0.0, optimizer=0.0)
+            for i in program.launch_at_start:
+                launched[s][i][r].succeed()
+            for task in program.tasks:
+                for i in task.wait_for:
+                    if not finished[s][i].triggered:
+                        yield finished[s][i]
+                t0 = env.now
+                yield from rank.compute(task.duration_s * scale)
+                bucket = "optimizer" if task.kind == "optimizer" else "forward" if task.kind == "forward" else "backward"
+                rec[bucket] += env.now - t0
+                trace.append(TraceEvent(rank=r, step=s, kind=task.kind, name=task.name, start_s=t0, end_s=env.now))
+                for i in task.launch_after:
+                    launched[s][i][r].succeed()
+            rec["end"] = env.now
+
+    def comm_process():
+        for s in range(steps):
+            for i in program.launch_order:
+                yield simpy.AllOf(env, launched[s][i])
+                start = env.now
+                for rank in ranks:
+                    rank.set_comm(True)
+                yield env.timeout(comm_time[i])
+                for rank in ranks:
+                    rank.set_comm(False)
+                c = program.comms[i]
+                trace.append(TraceEvent(rank=0, step=s, kind=c.kind, name=c.name,
+                                        start_s=start, end_s=env.now, bucket=i))
+                finished[s][i].succeed()
+
+    for r in range(n_ranks):
+        env.process(rank_process(r))
+    env.process(comm_process())
+    env.run()
+    return _summarise(records, trace, sum(comm_time))
+
+
+_COMPUTE_KINDS = {"forward", "backward", "recompute", "optimizer"}
+
+
+def _summarise(records: list[list[dict]], trace: list[TraceEvent], comm_s: float) -> SimulationResult:
+    timings = []
+    by_step: dict[int, tuple[list, list]] = {}
+    for e in trace:
+        busy, comm = by_step.setdefault(e.step, ([], []))
+        if e.kind in _COMPUTE_KINDS:
+            if e.rank == 0:
+                busy.append((e.start_s, e.end_s))
+        else:
+            comm.append((e.start_s, e.end_s))
+    for s, recs in enumerate(records):
+        busy, comm = by_step.get(s, ([], []))
+        r0 = recs[0]
+        timings.append(StepTiming(
+            step_time_s=max(r["end"] for r in recs) - min(r["start"] for r in recs),
+            forward_s=r0["forward"],
+            backward_s=r0["backward"],
+            optimizer_s=r0["optimizer"],
+            comm_s=comm_s,
+            exposed_comm_s=_uncovered(comm, busy),
+        ))
+    return SimulationResult(steps=tuple(timings), trace=tuple(trace))
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[list[float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _uncovered(intervals: list[tuple[float, float]], cover: list[tuple[float, float]]) -> float:
+    """Length of the union of ``intervals`` not covered by the union of ``cover``."""
+    covered = _union(cover)
+    total = 0.0
+    for a, b in _union(intervals):
+        length = b - a
+        for c, d in covered:
+            length -= max(0.0, min(b, d) - max(a, c))
+        total += length
+    return total

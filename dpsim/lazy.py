@@ -1,0 +1,28 @@
+"""Lazy package exports (PEP 562): ``from dpsim.predict import predict`` without importing every submodule first.
+
+A package lists ``name -> submodule`` and gets a module ``__getattr__`` that imports the
+submodule on first use, so importing ``dpsim.predict.config`` does not drag in the whole
+prediction chain, and ``dpsim --help`` starts near the interpreter's own start-up time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+
+def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` for ``package`` exporting ``exports`` (name -> submodule of ``package``)."""
+    for name, module in exports.items():
+        assert module.startswith(package + "."), f"{package}.{name}: exports only come from the package itself"
+
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(module), name)
+
+    def __dir__() -> list[str]:
+        return sorted(exports)
+
+    return __getattr__, __dir__

@@ -1,0 +1,144 @@
+"""Links below capacity (``--degrade``): names of links, and their capacities in a network.
+
+``node<K>.nic<J>``, ``node<K>.gpu<J>`` or a link class name a set of links of a
+:class:`~dpsim.network.tiers.TierNetwork`; a degraded step is costed by the same
+collective model as a healthy one, on the network with those capacities scaled.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from dpsim.errors import ConfigError
+from dpsim.topology.cluster import Topology
+from dpsim.units import NUMBER_PATTERN
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkDegradation:
+    """A link, or a class of links, running below its capacity."""
+
+    link: str
+    """``node<K>.nic<J>`` (NIC J of node K and its cable to the leaf), ``node<K>.gpu<J>``
+    (GPU J's NVLink/PCIe link inside node K) or a link class (``ethernet``, ``infiniband``,
+    ``nvlink``, ``pcie``, ``leaf-spine``, ``nvlink-fabric``: every link of that class)."""
+    capacity_fraction: float
+    """Share of the healthy capacity left, in (0, 1] (``50%`` -> 0.5)."""
+
+    @property
+    def label(self) -> str:
+        """The flag value that describes it, e.g. ``node3.nic0:50%``."""
+        return f"{self.link}:{100 * self.capacity_fraction:g}%"
+
+
+def parse_degradation(raw: str) -> LinkDegradation:
+    """Parse ``node3.nic0:50%``, ``node0.gpu2:25%`` or ``ethernet:50%`` (capacity left)."""
+    m = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)\s*:\s*" + NUMBER_PATTERN + r"\s*%\s*", str(raw))
+    pct = float(m.group(2)) if m else math.nan
+    if not m or not (0 < pct <= 100):
+        raise ConfigError(
+            f"--degrade: {raw!r} is not valid; expected LINK:PCT% with PCT in (0, 100] the capacity left, "
+            "LINK being node<K>.nic<J>, node<K>.gpu<J> or a link class (e.g. ethernet:50%)")
+    return LinkDegradation(link=m.group(1).lower(), capacity_fraction=pct / 100)
+
+
+_NAMED_LINK = re.compile(r"node(\d+)\.(nic|gpu)(\d+)")
+
+
+def degradation_scale(network, degradations: Sequence[LinkDegradation], *, strict: bool = True) -> np.ndarray:
+    """Capacity multiplier of every link of ``network`` (a :class:`~dpsim.network.tiers.TierNetwork`)
+    under ``degradations``: 1 where healthy; degradations of one link multiply.
+
+    ``node<K>`` counts the servers of the network's cluster (with ``--jobs``, every job's
+    servers, as placed). ``node<K>.nic<J>`` scales both directions of that NIC's cable to
+    its leaf (with more NICs than GPUs, NICs are merged per GPU: one NIC of a bundle of
+    ``p`` scales the bundle's link to ``(p - 1 + f) / p``); ``node<K>.gpu<J>`` both
+    directions of that GPU's NVLink/PCIe link to its server's hub; a link class every link
+    of that class. A name that matches no link of the network is an error.
+
+    ``strict=False`` skips link classes the network lacks (a hybrid-sharding
+    communicator's network, whose names :func:`communicator_degradations` mapped).
+    """
+    scale = np.ones(network.n_links)
+    spec = network.spec
+    n_nodes = network.n_nodes
+    for deg in degradations:
+        f = deg.capacity_fraction
+        m = _NAMED_LINK.fullmatch(deg.link)
+        if m:
+            node, kind, j = int(m.group(1)), m.group(2), int(m.group(3))
+            if node >= n_nodes:
+                raise ConfigError(f"--degrade: {deg.label!r} names node {node}, but there are "
+                                  f"{n_nodes} nodes (node0..node{n_nodes - 1})")
+            if kind == "nic":
+                ports = network.layout.ports_per_nic
+                nics = network.layout.nic_nodes * ports if network.nic_kind else 0
+                if j >= nics:
+                    allowed = (("nic0" if nics == 1 else f"nic0..nic{nics - 1}") if nics
+                               else "no NIC carrying traffic between servers")
+                    raise ConfigError(f"--degrade: {deg.label!r} names NIC {j}; {spec.name} with "
+                                      f"{n_nodes} node(s) has {allowed}")
+                scale[network.server_nic_links(node, j // ports)] *= (ports - 1 + f) / ports
+            else:
+                if j >= network.gpn:
+                    raise ConfigError(f"--degrade: {deg.label!r} names GPU {j}; nodes have "
+                                      f"gpu0..gpu{network.gpn - 1}")
+                scale[network.server_gpu_links(node, j)] *= f
+        elif deg.link in network.class_names:
+            scale[network.class_links(deg.link)] *= f
+        elif strict:
+            raise ConfigError(
+                f"--degrade: {deg.link!r} is not a link of {spec.name}; use node<K>.nic<J>, node<K>.gpu<J> "
+                f"or a link class present here: {', '.join(sorted(network.class_names)) or 'none'}")
+    return scale
+
+
+def same_numbering(job: Topology, group: Topology) -> bool:
+    """True when ``group``'s servers and GPUs are numbered like ``job``'s (the names apply as they are)."""
+    return group.n_nodes == job.n_nodes and group.gpus_per_node == job.gpus_per_node
+
+
+def communicator_degradations(degradations: Sequence[LinkDegradation], job: Topology,
+                              group: Topology) -> tuple[LinkDegradation, ...]:
+    """``degradations`` named on ``job``'s cluster, as seen by a hybrid-sharding communicator.
+
+    - ``intra`` (one server standing for every server's group, which all run at once):
+      ``node<K>.gpu<J>`` becomes ``node0.gpu<J>`` (the slowest server paces the step);
+      NICs carry no intra-server traffic and are dropped.
+    - ``inter`` (one GPU per server with its share of the server's NICs, standing for the
+      ``gpus_per_node`` replica groups): ``node<K>.gpu<J>`` becomes ``node<K>.gpu0`` and
+      ``node<K>.nic<J>`` ``node<K>.nic0`` at the share left to the GPUs behind that NIC
+      (their slowest group paces the step).
+
+    Link classes are kept as they are.
+    """
+    if group.n_gpus <= 1:
+        return ()
+    if same_numbering(job, group):
+        return tuple(degradations)
+    intra = group.n_nodes == 1
+    gpn = job.gpus_per_node
+    fabric = job.spec.fabric
+    nics = fabric.nics_per_node if fabric is not None and fabric.kind != "nvlink" else 0
+    out = []
+    for d in degradations:
+        m = _NAMED_LINK.fullmatch(d.link)
+        if not m:
+            out.append(d)
+            continue
+        node, kind, j = int(m.group(1)), m.group(2), int(m.group(3))
+        f = d.capacity_fraction
+        if intra:
+            if kind == "gpu":
+                out.append(LinkDegradation(link=f"node0.gpu{j}", capacity_fraction=f))
+        elif kind == "gpu":
+            out.append(LinkDegradation(link=f"node{node}.gpu0", capacity_fraction=f))
+        else:
+            per_gpu = nics / gpn if nics > gpn else 1.0  # NICs behind one GPU
+            out.append(LinkDegradation(link=f"node{node}.nic0", capacity_fraction=(per_gpu - 1 + f) / per_gpu))
+    return tuple(out)

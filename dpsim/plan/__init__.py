@@ -1,0 +1,25 @@
+"""Capacity planning on top of ``predict``: sweeps, cost and time to train, failures and goodput.
+
+- :mod:`~dpsim.plan.grid` / :mod:`~dpsim.plan.sweep` — grids of configurations, run serially or on Dask
+- :mod:`~dpsim.plan.cost` — GPU-hour prices (cited) and the cost of a token or sample budget
+- :mod:`~dpsim.plan.reliability` / :mod:`~dpsim.plan.goodput` — MTBF, checkpoints, restarts, goodput
+"""
+
+from __future__ import annotations
+
+from dpsim.lazy import lazy_exports
+
+_EXPORTS = {
+    "sweep": "dpsim.plan.sweep",
+    "run_sweep": "dpsim.plan.sweep",
+    "to_dataframe": "dpsim.plan.sweep",
+    "SweepSpec": "dpsim.plan.grid",
+    "training_cost": "dpsim.plan.cost",
+    "prediction_cost": "dpsim.plan.cost",
+    "simulate_goodput": "dpsim.plan.goodput",
+    "interval_study": "dpsim.plan.goodput",
+    "TrainingJob": "dpsim.plan.reliability",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

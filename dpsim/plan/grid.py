@@ -1,0 +1,264 @@
+"""A sweep's grid: axes named after :class:`~dpsim.predict.PredictConfig` fields, from flags or YAML, validated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from dpsim.errors import ConfigError, DpsimError
+from dpsim.plan.cost import PriceOverride, check_price_override, parse_count
+from dpsim.predict.config import PredictConfig
+
+AXIS_ALIASES = {"topology": "topology_file"}
+"""Command-line spellings of ``PredictConfig`` fields."""
+
+_NONE_WORDS = {"none", "null", "default", "~"}
+_TRUE_WORDS = {"true", "on", "yes", "1"}
+_FALSE_WORDS = {"false", "off", "no", "0"}
+SPEC_KEYS = ("grid", "tokens", "samples", "gpu_hour_usd")
+"""Top-level keys of a sweep YAML file."""
+
+
+def sweep_axes() -> dict[str, Any]:
+    """Axis name -> type annotation, for every ``PredictConfig`` field."""
+    hints = typing.get_type_hints(PredictConfig)
+    return {f.name: hints[f.name] for f in dataclasses.fields(PredictConfig)}
+
+
+def axis_name(name: str, origin: str = "sweep") -> str:
+    """The ``PredictConfig`` field an axis name (``micro-batch``, ``topology``...) refers to."""
+    key = str(name).strip().replace("-", "_").lstrip("_")
+    key = AXIS_ALIASES.get(key, key)
+    axes = sweep_axes()
+    if key not in axes:
+        allowed = sorted(set(axes) - set(AXIS_ALIASES.values()) | set(AXIS_ALIASES))
+        raise ConfigError(f"{origin}: {name!r} is not a sweep axis; choose among {', '.join(allowed)}")
+    return key
+
+
+def _split_optional(annotation: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return (args[0] if len(args) == 1 else annotation), len(args) < len(typing.get_args(annotation))
+    return annotation, False
+
+
+def _describe(kind: Any, optional: bool) -> str:
+    name = {int: "an integer", float: "a number", str: "a string", bool: "true/false (on/off)"}.get(
+        kind, getattr(kind, "__name__", str(kind)))
+    return name + (" or null" if optional else "")
+
+
+def _where(origin: str, axis: str) -> str:
+    # A command-line flag (``--gpus``) names the axis itself; a file or API origin does not.
+    return origin if origin.startswith("-") else f"{origin} {axis}"
+
+
+def convert_value(axis: str, raw: Any, origin: str = "sweep") -> Any:
+    """``raw`` (a YAML value or command-line text) as the type of field ``axis``."""
+    kind, optional = _split_optional(sweep_axes()[axis])
+    where = _where(origin, axis)
+    expected = _describe(kind, optional)
+    text = raw.strip() if isinstance(raw, str) else None
+    if raw is None or (text is not None and text.lower() in _NONE_WORDS):
+        if optional:
+            return None
+        raise ConfigError(f"{where}: {raw!r} is not valid; expected {expected}")
+    bad = ConfigError(f"{where}: {raw!r} is not valid; expected {expected}")
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if text is not None and text.lower() in _TRUE_WORDS | _FALSE_WORDS:
+            return text.lower() in _TRUE_WORDS
+        raise bad
+    if kind is int:
+        if isinstance(raw, bool):
+            raise bad
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, float) and raw.is_integer():
+            return int(raw)
+        if text is not None and re.fullmatch(r"[-+]?\d+", text):
+            return int(text)
+        raise bad
+    if kind is float:
+        if isinstance(raw, bool):
+            raise bad
+        if isinstance(raw, (int, float)):
+            value = float(raw)
+        else:
+            try:
+                value = float(text) if text is not None else math.nan
+            except ValueError:
+                raise bad from None
+        if not math.isfinite(value):
+            raise bad
+        return value
+    if kind is str:
+        if isinstance(raw, str) and text:
+            return text
+        raise bad
+    return raw  # a field type this module does not know: predict() validates it
+
+
+def _check_domain(axis: str, value: Any, where: str) -> None:
+    """Cheap checks of one value, so that a typo fails before a long sweep runs."""
+    from dpsim.hardware import get_gpu
+    from dpsim.topology.load import load_topology_file, preset_names
+    from dpsim.workload.catalog import get_entry
+    from dpsim.workload.precision import check_optimizer, get_precision
+
+    def need(ok: bool, allowed: str) -> None:
+        if not ok:
+            raise ConfigError(f"{where}: {value!r} is not valid; expected {allowed}")
+
+    if value is None:
+        return
+    try:
+        if axis in ("gpus", "micro_batch", "steps", "seq_len", "gpus_per_node"):
+            need(value >= 1, "an integer >= 1")
+        elif axis in ("bucket_cap_mb", "single_gpu_step_s"):
+            need(value > 0, "a number > 0")
+        elif axis == "overlap_slowdown":
+            need(value >= 0, "a number >= 0")
+        elif axis == "compute_efficiency":
+            need(0 < value <= 1, "a number in (0, 1]")
+        elif axis == "link":
+            names = preset_names()
+            need(value in names, "a topology preset: " + ", ".join(names))
+        elif axis == "model":
+            get_entry(value)
+        elif axis == "gpu":
+            get_gpu(value)
+        elif axis == "precision":
+            get_precision(value)
+        elif axis == "optimizer":
+            check_optimizer(value)
+        elif axis == "topology_file":
+            load_topology_file(value)
+        elif axis == "calibration":
+            from dpsim.profile.io import load_profile
+
+            load_profile(value)
+    except DpsimError as exc:
+        message = str(exc)
+        if axis != "topology_file":
+            # The library names a predict flag ("--model: 'x' is not ..."): name the axis instead.
+            message = re.sub(r"^[^:]*: ", "", message, count=1)
+        raise ConfigError(f"{where}: {message}") from None
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A grid of predictions plus an optional training budget and price overrides."""
+
+    axes: dict[str, tuple] = field(default_factory=dict)
+    """``PredictConfig`` field -> values, in grid order (the last axis varies fastest)."""
+    tokens: float | None = None
+    """Token budget for time-to-train and cost."""
+    samples: float | None = None
+    """Sample budget (image models), instead of tokens."""
+    gpu_hour_usd: PriceOverride = None
+    """Price override: one number for every GPU, or per GPU preset."""
+
+    def __post_init__(self) -> None:
+        if self.tokens is not None and self.samples is not None:
+            raise ConfigError("sweep: give a token budget (tokens) or a sample budget (samples), not both")
+        for axis, values in self.axes.items():
+            if not values:
+                raise ConfigError(f"sweep {axis}: the axis has no values; give at least one")
+
+    @classmethod
+    def from_grid(cls, grid: Mapping[str, Any] | None = None, *, tokens: float | str | None = None,
+                  samples: float | str | None = None, gpu_hour_usd: PriceOverride = None,
+                  origin: str = "sweep", base_dir: Path | None = None) -> SweepSpec:
+        """Build and validate a spec from ``{axis: value or list of values}``."""
+        if grid is None:
+            grid = {}
+        if not isinstance(grid, Mapping):
+            raise ConfigError(f"{origin}: grid is {type(grid).__name__}; expected a mapping of axis to values")
+        axes: dict[str, tuple] = {}
+        for name, raw in grid.items():
+            axis = axis_name(name, origin)
+            if axis in axes:
+                raise ConfigError(f"{origin}: axis {name!r} is given twice")
+            values = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+            if not values:
+                raise ConfigError(f"{_where(origin, axis)}: [] has no values; give at least one")
+            converted = []
+            for v in values:
+                value = convert_value(axis, v, origin)
+                if axis == "topology_file" and value is not None and base_dir is not None:
+                    value = str((base_dir / value)) if not Path(value).is_absolute() else value
+                _check_domain(axis, value, _where(origin, axis))
+                converted.append(value)
+            if len(set(map(repr, converted))) != len(converted):
+                raise ConfigError(f"{_where(origin, axis)}: {values!r} repeats a value; give each value once")
+            axes[axis] = tuple(converted)
+        return cls(axes=axes,
+                   tokens=None if tokens is None else parse_count(tokens, f"{origin} tokens"),
+                   samples=None if samples is None else parse_count(samples, f"{origin} samples"),
+                   gpu_hour_usd=check_price_override(gpu_hour_usd, f"{origin} gpu_hour_usd"))
+
+    @classmethod
+    def from_dict(cls, data: Any, origin: str = "sweep", base_dir: Path | None = None) -> SweepSpec:
+        """A spec from a parsed sweep YAML document (see the module docstring)."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{origin}: the document is {type(data).__name__}; expected a mapping with "
+                              f"keys {', '.join(SPEC_KEYS)}")
+        unknown = [k for k in data if k not in SPEC_KEYS]
+        if unknown:
+            raise ConfigError(f"{origin}: {unknown[0]!r} is not a sweep key; choose among {', '.join(SPEC_KEYS)}")
+        if "grid" not in data:
+            raise ConfigError(f"{origin}: grid is missing; give a mapping of axis to values (e.g. gpus: [8, 16])")
+        spec = cls.from_grid(data["grid"], origin=f"{origin}: grid", base_dir=base_dir)
+        tokens, samples = data.get("tokens"), data.get("samples")
+        return cls(axes=spec.axes,
+                   tokens=None if tokens is None else parse_count(tokens, f"{origin}: tokens"),
+                   samples=None if samples is None else parse_count(samples, f"{origin}: samples"),
+                   gpu_hour_usd=check_price_override(data.get("gpu_hour_usd"), f"{origin}: gpu_hour_usd"))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> SweepSpec:
+        """Read and validate a sweep YAML file."""
+        from dpsim.files import read_yaml_file
+
+        path = Path(path)
+        data = read_yaml_file(path, "--config", ConfigError)
+        spec = cls.from_dict(data, origin=str(path), base_dir=path.parent)
+        return spec
+
+    def with_axes(self, overrides: SweepSpec) -> SweepSpec:
+        """This spec with ``overrides``' axes, budget and prices taking precedence."""
+        axes = dict(self.axes)
+        axes.update(overrides.axes)
+        tokens, samples = self.tokens, self.samples
+        if overrides.tokens is not None or overrides.samples is not None:
+            tokens, samples = overrides.tokens, overrides.samples
+        prices = overrides.gpu_hour_usd if overrides.gpu_hour_usd is not None else self.gpu_hour_usd
+        return SweepSpec(axes=axes, tokens=tokens, samples=samples, gpu_hour_usd=prices)
+
+    @property
+    def size(self) -> int:
+        """Number of grid points."""
+        return math.prod(len(v) for v in self.axes.values())
+
+    @property
+    def varying(self) -> list[str]:
+        """Axes with more than one value."""
+        return [a for a, v in self.axes.items() if len(v) > 1]
+
+    def configs(self) -> list[PredictConfig]:
+        """Every grid point, in grid order (the last axis varies fastest)."""
+        names = list(self.axes)
+        return [PredictConfig(**dict(zip(names, combo)))
+                for combo in itertools.product(*(self.axes[n] for n in names))]

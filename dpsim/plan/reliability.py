@@ -1,0 +1,293 @@
+"""Failures, checkpoints and goodput of a whole training run.
+
+Synchronous data parallelism stops when any GPU, node or link fails: every rank
+restarts from the last checkpoint and the work since then is lost. This module turns
+per-component MTBFs into a failure process, plays a training run of a given amount of
+work through it (checkpoint every ``interval_s`` of training, each write blocking for
+``write_s``, each restart costing ``restart_s``) and reports wall-clock time, goodput
+(failure-free time / wall time), lost work, and the checkpoint interval that
+maximises goodput, compared with Young's and Daly's approximations.
+
+Model
+-----
+* **Failures** of each component class are Poisson processes (exponential times
+  between failures, i.e. a constant MTBF per component): per GPU, per node (host,
+  PSU, software, ...) and per inter-node link (one per NIC -- NIC, cable and switch
+  port; one per GPU on an NVLink fabric). The job's failure rate is the sum
+  ``n_gpus/MTBF_gpu + n_nodes/MTBF_node + n_links/MTBF_link``. Failures strike while
+  the job holds running machines (training, writing a checkpoint, restarting), not
+  while it waits for a replacement. Any failure takes its node out of the job.
+* **Checkpoint/restart.** Work proceeds in segments of ``interval_s`` of training
+  followed by a blocking write of ``write_s`` (none after the last segment). A failure
+  loses the segment in progress; the job then waits ``replace_s`` for a replacement
+  node (0: a hot spare is at hand), restarts (``restart_s``, itself interruptible) and
+  resumes from the last checkpoint.
+* **Elastic choice.** ``wait`` (above) or ``shrink``: restart at once on the surviving
+  nodes, training at ``n/N`` of full speed (the global batch kept by gradient
+  accumulation), while the failed node is replaced in ``replace_s``; returned nodes
+  rejoin at the next checkpoint, at the cost of one more restart.
+
+Closed form
+-----------
+For ``wait`` with exponential failures (rate 1/M) the expected time to get through a
+segment of length L that must run uninterrupted is exactly
+``M e^{R/M} (e^{L/M} - 1) (1 + D/M)`` (R restart, D replacement wait; Daly 2006,
+"A higher order estimate of the optimum checkpoint interval for restart dumps", FGCS
+22(3), eq. 13, extended by D), so the expected wall time of a run is a sum over its
+segments (:func:`expected_wall_time_s`). Its minimum over the interval is the
+*model optimum*; Young (1974) approximates it by ``sqrt(2 delta M)`` and Daly (2006)
+by ``sqrt(2 delta M) [1 + sqrt(delta/(2M))/3 + delta/(18M)] - delta`` (delta < 2M).
+The simulation (:func:`simulate_run`, a direct event simulation) checks the closed
+form and extends it where it has none (``shrink``, replacement waits).
+
+Default MTBFs (:class:`FailureRates`) come from Llama 3's pre-training (Dubey et al.
+2024, "The Llama 3 Herd of Models", section 3.3.4, table 5): 419 unexpected
+interruptions in a 54-day snapshot on 16,384 H100 GPUs (2,048 nodes of 8, one 400 Gb/s
+NIC per GPU): 256 GPU-attributed (faulty GPU 148, HBM3 72, SRAM 19, GPU system
+processor 17) -> 16,384 x 1,296 h / 256 = 82,944 h per GPU; 35 network switch/cable
+-> 16,384 x 1,296 h / 35 = 606,674 h per link; the other 128 (host, software, NIC,
+...) -> 2,048 x 1,296 h / 128 = 20,736 h per node. On that cluster they give the
+reported ~3.1 h between interruptions. Your fleet differs: pass your own.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from dpsim.errors import ConfigError
+
+HOUR_S = 3600.0
+DAY_S = 86400.0
+
+_LLAMA3_GPU_HOURS = 16_384 * 54 * 24
+DEFAULT_GPU_MTBF_S = _LLAMA3_GPU_HOURS / 256 * HOUR_S
+"""82,944 h per GPU (Llama 3, table 5: 256 GPU-attributed interruptions; see module docstring)."""
+DEFAULT_LINK_MTBF_S = _LLAMA3_GPU_HOURS / 35 * HOUR_S
+"""606,674 h per inter-node link (Llama 3, table 5: 35 network switch/cable interruptions, one NIC per GPU)."""
+DEFAULT_NODE_MTBF_S = 2_048 * 54 * 24 / 128 * HOUR_S
+"""20,736 h per node (Llama 3, table 5: the other 128 interruptions over 2,048 nodes)."""
+
+DEFAULT_RESTART_S = 10 * 60.0
+"""Restart after a failure: relaunch, NCCL init, checkpoint load. An assumption (10 min); measure yours."""
+DEFAULT_CHECKPOINT_BYTES_PER_S = 10e9
+"""Checkpoint write bandwidth used when no write time is given. An assumption (10 GB/s); measure yours."""
+
+POLICIES = ("wait", "shrink")
+"""What the job does after a failure: wait for a replacement, or continue on fewer nodes."""
+
+COMPONENTS = ("gpu", "node", "link")
+
+
+def _check(flag: str, value: float, *, minimum: float = 0.0, strict: bool = False, allowed: str = "") -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+    ok = ok and (value > minimum if strict else value >= minimum)
+    if not ok:
+        raise ConfigError(f"{flag}: {value!r} is not valid; expected {allowed or ('a number > ' if strict else 'a number >= ') + f'{minimum:g}'}")
+    return float(value)
+
+
+def parse_long_duration_s(raw: str | float, flag: str) -> float:
+    """Parse ``90s``, ``10min``, ``4h``, ``30d`` (or a bare number of seconds) into seconds (>= 0).
+
+    ``none``, ``never`` and ``inf`` give ``inf`` (for an MTBF: never fails).
+    """
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        value = float(raw)
+    else:
+        text = str(raw).strip().lower()
+        if text in ("none", "never", "inf"):
+            return math.inf
+        m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(s|sec|min|m|h|d)?", text)
+        if not m:
+            raise ConfigError(f"{flag}: {raw!r} is not a duration; use e.g. 90s, 10min, 4h, 30d")
+        value = float(m.group(1)) * {None: 1.0, "s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0,
+                                     "h": HOUR_S, "d": DAY_S}[m.group(2)]
+    if not (value >= 0) or math.isnan(value):
+        raise ConfigError(f"{flag}: {raw!r} is not valid; expected a duration >= 0")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailureRates:
+    """Mean time between failures of each component (``inf``: never fails)."""
+
+    gpu_mtbf_s: float = DEFAULT_GPU_MTBF_S
+    """MTBF of one GPU, seconds."""
+    node_mtbf_s: float = DEFAULT_NODE_MTBF_S
+    """MTBF of one node apart from its GPUs and links (host, PSU, software), seconds."""
+    link_mtbf_s: float = DEFAULT_LINK_MTBF_S
+    """MTBF of one inter-node link (NIC, cable, switch port), seconds."""
+
+    def __post_init__(self) -> None:
+        for flag, v in (("--mtbf-gpu", self.gpu_mtbf_s), ("--mtbf-node", self.node_mtbf_s),
+                        ("--mtbf-link", self.link_mtbf_s)):
+            _check(flag, v, strict=True, allowed="a duration > 0 (e.g. 80000h) or none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterShape:
+    """What can fail: nodes, their GPUs and their inter-node links."""
+
+    n_nodes: int
+    """Servers in the job."""
+    gpus_per_node: int
+    """GPUs per server."""
+    links_per_node: int
+    """Inter-node links per server (NICs; GPUs on an NVLink fabric; 0 for one node)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_nodes, bool) or not isinstance(self.n_nodes, int) or self.n_nodes < 1:
+            raise ConfigError(f"nodes: {self.n_nodes!r} is not valid; expected an integer >= 1")
+        if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1:
+            raise ConfigError(f"--gpus-per-node: {self.gpus_per_node!r} is not valid; expected an integer >= 1")
+        if not isinstance(self.links_per_node, int) or self.links_per_node < 0:
+            raise ConfigError(f"links per node: {self.links_per_node!r} is not valid; expected an integer >= 0")
+
+    @classmethod
+    def from_topology(cls, topology) -> ClusterShape:
+        """Shape of a :class:`dpsim.topology.Topology`."""
+        fabric = topology.spec.fabric
+        if topology.n_nodes == 1 or fabric is None:
+            links = 0
+        elif fabric.kind == "nvlink":
+            links = topology.gpus_per_node
+        else:
+            links = fabric.nics_per_node
+        return cls(n_nodes=topology.n_nodes, gpus_per_node=topology.gpus_per_node, links_per_node=links)
+
+    def rates_per_s(self, rates: FailureRates, nodes: int | None = None) -> dict[str, float]:
+        """Failure rate of each component class with ``nodes`` nodes in the job (default all)."""
+        n = self.n_nodes if nodes is None else nodes
+        return {
+            "gpu": n * self.gpus_per_node / rates.gpu_mtbf_s,
+            "node": n / rates.node_mtbf_s,
+            "link": n * self.links_per_node / rates.link_mtbf_s,
+        }
+
+    def mtbf_s(self, rates: FailureRates) -> float:
+        """The whole job's mean time between failures."""
+        total = sum(self.rates_per_s(rates).values())
+        return 1.0 / total if total > 0 else math.inf
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointPolicy:
+    """How often and at what cost the job saves and restores its state."""
+
+    interval_s: float
+    """Training time between the ends of consecutive checkpoints (tau), seconds."""
+    write_s: float
+    """Blocking checkpoint write (delta), seconds."""
+    restart_s: float = DEFAULT_RESTART_S
+    """Restart after a failure (R): relaunch, init, checkpoint load, seconds."""
+
+    def __post_init__(self) -> None:
+        _check("--checkpoint-interval", self.interval_s, strict=True, allowed="a duration > 0")
+        _check("--checkpoint-write", self.write_s, allowed="a duration >= 0")
+        _check("--restart", self.restart_s, allowed="a duration >= 0")
+        if not math.isfinite(self.interval_s):
+            raise ConfigError(f"--checkpoint-interval: {self.interval_s!r} is not valid; expected a finite duration > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingJob:
+    """A training run to get through failures."""
+
+    work_s: float
+    """Failure-free training time at full size (token budget / tokens per second), seconds."""
+    cluster: ClusterShape
+    """What can fail."""
+    rates: FailureRates = field(default_factory=FailureRates)
+    """Component MTBFs."""
+    checkpoint: CheckpointPolicy
+    """Checkpoint interval, write and restart costs."""
+    policy: str = "wait"
+    """``wait`` for a replacement node, or ``shrink`` and continue on fewer nodes."""
+    replace_s: float = 0.0
+    """Time until a failed node is replaced (0: hot spare), seconds."""
+    min_nodes: int = 1
+    """``shrink``: below this many nodes the job waits for a replacement."""
+
+    def __post_init__(self) -> None:
+        _check("--duration/--tokens", self.work_s, strict=True, allowed="failure-free training time > 0")
+        if not math.isfinite(self.work_s):
+            raise ConfigError(f"--duration/--tokens: {self.work_s!r} is not valid; expected a finite amount of work")
+        if self.policy not in POLICIES:
+            raise ConfigError(f"--elastic: {self.policy!r} is not valid; choose one of {', '.join(POLICIES)}")
+        _check("--replace", self.replace_s, allowed="a duration >= 0")
+        if not math.isfinite(self.replace_s):
+            raise ConfigError(f"--replace: {self.replace_s!r} is not valid; expected a finite duration >= 0")
+        if not (isinstance(self.min_nodes, int) and 1 <= self.min_nodes <= self.cluster.n_nodes):
+            raise ConfigError(f"--min-nodes: {self.min_nodes!r} is not valid; expected an integer in "
+                              f"[1, {self.cluster.n_nodes}] (the job's nodes)")
+
+    @property
+    def mtbf_s(self) -> float:
+        """Mean time between failures of the full-size job."""
+        return self.cluster.mtbf_s(self.rates)
+
+
+# ----------------------------------------------------------------------------- closed form
+
+def expected_wall_time_s(work_s: float, interval_s: float, write_s: float, restart_s: float, mtbf_s: float,
+                         down_s: float = 0.0) -> float:
+    """Expected wall time of the ``wait`` policy under exponential failures (exact).
+
+    Segments of ``interval_s`` training + ``write_s`` write (the last one shorter, no
+    write); each needs an uninterrupted run and costs ``M e^{R/M} (e^{L/M} - 1)(1 + D/M)``.
+    """
+    k = max(1, math.ceil(work_s / interval_s - 1e-12))
+    last = work_s - (k - 1) * interval_s
+    if math.isinf(mtbf_s):
+        return work_s + (k - 1) * write_s
+    m = mtbf_s
+    per = m * math.exp(restart_s / m) * (1.0 + down_s / m)
+    return per * ((k - 1) * math.expm1((interval_s + write_s) / m) + math.expm1(last / m))
+
+
+def young_interval_s(write_s: float, mtbf_s: float) -> float:
+    """Young (1974): tau = sqrt(2 delta M)."""
+    return math.sqrt(2.0 * write_s * mtbf_s)
+
+
+def daly_interval_s(write_s: float, mtbf_s: float) -> float:
+    """Daly (2006), higher order: sqrt(2dM)[1 + sqrt(d/2M)/3 + d/(18M)] - d for d < 2M, else M."""
+    if write_s >= 2 * mtbf_s:
+        return mtbf_s
+    x = write_s / (2.0 * mtbf_s)
+    return math.sqrt(2.0 * write_s * mtbf_s) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - write_s
+
+
+def continuous_optimum_s(write_s: float, mtbf_s: float) -> float:
+    """Interval minimising (e^{(tau+delta)/M} - 1) / tau, the per-work cost of the closed form.
+
+    The root of e^{(tau+delta)/M} (1 - tau/M) = 1 on (0, M), by bisection.
+    """
+    if math.isinf(mtbf_s):
+        return math.inf
+    if write_s == 0:
+        return 0.0
+    m, d = mtbf_s, write_s
+    lo, hi = 0.0, m
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if math.exp((mid + d) / m) * (1 - mid / m) - 1 > 0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def model_optimum_s(work_s: float, write_s: float, restart_s: float, mtbf_s: float, down_s: float = 0.0) -> float:
+    """Interval minimising :func:`expected_wall_time_s` (the whole run, last segment included)."""
+    if math.isinf(mtbf_s) or write_s == 0:
+        return work_s if math.isinf(mtbf_s) else max(work_s * 1e-9, 1e-9)
+    tau_c = min(continuous_optimum_s(write_s, mtbf_s), work_s)
+    cost = lambda tau: expected_wall_time_s(work_s, tau, write_s, restart_s, mtbf_s, down_s)  # noqa: E731
+    k_c = work_s / tau_c
+    cands = {tau_c, work_s}
+    for k in range(max(1, int(k_c * 0.5)), int(k_c * 2) + 2):
+        cands.add(work_s / k)  # intervals that divide the run evenly
+    return min(cands, key=cost)

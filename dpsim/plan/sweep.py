@@ -1,0 +1,368 @@
+"""Sweeps: predict every point of a grid, serially or on a Dask cluster.
+
+A grid maps axis names to lists of values; every combination is one
+:class:`~dpsim.predict.PredictConfig`. The axes are *every* field of ``PredictConfig``
+(``gpus``, ``link``, ``model``, ``micro_batch``, ``bucket_cap_mb``, ``overlap``, ...; a
+field added later is an axis too), a few with command-line spellings
+(``topology`` = ``topology_file``, dashes for underscores). Values are checked before
+anything runs: an unknown axis, a wrong type or an unknown preset is one
+:class:`~dpsim.errors.ConfigError` naming the axis, the value and what is allowed.
+
+A sweep YAML file (``dpsim sweep --config sweep.yaml``)::
+
+    grid:                        # every combination is predicted
+      gpus: [8, 16, 32, 64]
+      link: [ethernet, infiniband]
+      model: llama-2-7b          # a scalar is a one-value axis
+      micro_batch: [1, 2]
+      bucket_cap_mb: [null, 25, 100]   # null: PyTorch's default buckets
+    tokens: 1T                   # optional: time-to-train and cost for this budget
+    gpu_hour_usd: {h100: 2.5}    # optional: override default prices (dpsim.cost)
+
+Results are one row per point: the point's config, the prediction flattened
+(``memory_*``, ``ring_*``), the price and, given a budget, ``time_to_train_s``,
+``gpu_hours`` and ``cost_usd``. :func:`run_sweep` returns a pandas DataFrame;
+:func:`sweep_records` the same rows as dicts without pandas. Rows come back in grid
+order whatever the executor: a Dask run gives exactly the serial run's rows.
+
+pandas and dask are imported only when used (``pip install 'dpsim[plan]'``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import typing
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from dpsim.errors import ConfigError, DpsimError
+from dpsim.plan.cost import PriceOverride, gpu_hour_price, training_cost
+from dpsim.plan.grid import SweepSpec
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.result import Prediction
+from dpsim.predict.run import predict
+
+# ---------------------------------------------------------------------------- rows
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item") and not isinstance(value, (list, tuple, dict, str)):
+        value = value.item()  # numpy scalar -> Python
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return value
+
+
+def prediction_record(p: Prediction) -> dict[str, Any]:
+    """A prediction as one flat row: config fields, then ``to_dict()`` flattened.
+
+    ``gpu`` is the GPU actually used (the topology's unless overridden); nested
+    objects become prefixed columns (``memory_total_bytes``, ``ring_channels``) and
+    lists comma-joined text.
+    """
+    row: dict[str, Any] = {k: _plain(v) for k, v in dataclasses.asdict(p.config).items()}
+
+    def put(key: str, value: Any) -> None:
+        if isinstance(value, dict):  # nested objects at any depth: memory_advice_fits, ...
+            for sub, v in value.items():
+                put(f"{key}_{sub}", v)
+        else:
+            row[key] = _plain(value)
+
+    for key, value in p.to_dict().items():
+        if key not in ("schema", "config"):
+            put(key, value)
+    return row
+
+
+def cost_columns(row: Mapping[str, Any], *, tokens: float | None = None, samples: float | None = None,
+                 gpu_hour_usd: PriceOverride = None) -> dict[str, Any]:
+    """Price columns of a row, plus time-to-train and cost when a budget is given."""
+    out: dict[str, Any] = {}
+    try:
+        price = gpu_hour_price(row["gpu"], gpu_hour_usd)
+    except ConfigError:
+        price = None
+    out["usd_per_gpu_hour"] = price
+    out["usd_per_hour"] = None if price is None else price * row["n_gpus"]
+    if tokens is not None or samples is not None:
+        out["budget_tokens" if tokens is not None else "budget_samples"] = tokens if tokens is not None else samples
+        if price is None:
+            out.update(time_to_train_s=None, time_to_train_days=None, gpu_hours=None, cost_usd=None)
+        else:
+            c = training_cost(n_gpus=row["n_gpus"], gpu=row["gpu"], tokens_per_s=row.get("tokens_per_s"),
+                              samples_per_s=row["samples_per_s"], tokens=tokens, samples=samples,
+                              gpu_hour_usd=price)
+            out.update(time_to_train_s=c.time_s, time_to_train_days=c.time_days, gpu_hours=c.gpu_hours,
+                       cost_usd=c.cost_usd)
+    return out
+
+
+def run_point(config: PredictConfig, *, tokens: float | None = None, samples: float | None = None,
+              gpu_hour_usd: PriceOverride = None, skip_invalid: bool = False) -> dict[str, Any]:
+    """Predict one grid point and return its row (an ``error`` column when ``skip_invalid``)."""
+    try:
+        row = prediction_record(predict(config))
+        row.update(cost_columns(row, tokens=tokens, samples=samples, gpu_hour_usd=gpu_hour_usd))
+    except DpsimError as exc:
+        if not skip_invalid:
+            point = ", ".join(f"{k}={v}" for k, v in _point_label(config).items())
+            raise type(exc)(f"sweep point {point}: {exc}") from None
+        row = {k: _plain(v) for k, v in dataclasses.asdict(config).items()}
+        row["error"] = str(exc)
+        return row
+    if skip_invalid:
+        row["error"] = None
+    return row
+
+
+def _point_label(config: PredictConfig) -> dict[str, Any]:
+    default = PredictConfig()
+    changed = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+               if getattr(config, f.name) != getattr(default, f.name)}
+    return changed or {"gpus": config.gpus}
+
+
+def _run_chunk(chunk: list[tuple[int, PredictConfig]], options: dict) -> list[tuple[int, dict]]:
+    """Worker task: a few grid points (module-level so Dask can pickle it by reference)."""
+    return [(i, run_point(c, **options)) for i, c in chunk]
+
+
+# ------------------------------------------------------------------------ executors
+
+def _check_budget_models(spec: SweepSpec) -> None:
+    if spec.tokens is None:
+        return
+    from dpsim.workload.catalog import get_model
+
+    for name in spec.axes.get("model", (PredictConfig().model,)):
+        if get_model(name).tokens_per_sample is None:
+            raise ConfigError(f"--tokens: model {name!r} has no tokens (an image model); "
+                              f"give a sample budget (--samples) instead")
+
+
+def _check_executor(scheduler: str | None, workers: int | None) -> None:
+    if scheduler is not None and workers is not None:
+        raise ConfigError("--scheduler and --workers: give one, not both (--scheduler uses an existing "
+                          "cluster, --workers starts a local one)")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"--workers: {workers!r} is not valid; expected an integer >= 1")
+    if scheduler is not None and not re.fullmatch(r"(tcp|tls|ucx|ws|wss|inproc)://[^\s/:]+(:\d+)?[^\s]*",
+                                                 str(scheduler)):
+        raise ConfigError(f"--scheduler: {scheduler!r} is not a scheduler address; expected e.g. "
+                          f"tcp://host:8786")
+
+
+def sweep_records(spec: SweepSpec, *, scheduler: str | None = None, workers: int | None = None,
+                  client: Any = None, progress: bool = False, skip_invalid: bool = False,
+                  connect_timeout_s: float = 10.0,
+                  on_result: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """Run every grid point and return the rows in grid order.
+
+    Serial by default. ``workers=N`` starts a ``dask.distributed.LocalCluster`` of N
+    single-threaded worker processes; ``scheduler="tcp://host:8786"`` uses an existing
+    cluster (its workers must have the same dpsim installed); ``client`` uses a
+    ``distributed.Client`` you already have (``connect_timeout_s`` bounds the wait for
+    ``scheduler``). ``progress`` shows a rich progress bar
+    on stderr. With ``skip_invalid`` a point that raises gets its message in an
+    ``error`` column instead of stopping the sweep.
+    """
+    _check_executor(scheduler, workers)
+    _check_budget_models(spec)
+    configs = spec.configs()
+    options = dict(tokens=spec.tokens, samples=spec.samples, gpu_hour_usd=spec.gpu_hour_usd,
+                   skip_invalid=skip_invalid)
+    rows: list[dict | None] = [None] * len(configs)
+    with _Progress(len(configs), enabled=progress) as bar:
+        def done(n: int) -> None:
+            bar.advance(n)
+            if on_result is not None:
+                on_result(n)
+
+        if scheduler is None and workers is None and client is None:
+            for i, config in enumerate(configs):
+                rows[i] = run_point(config, **options)
+                done(1)
+        else:
+            _run_dask(configs, options, rows, done, scheduler=scheduler, workers=workers, client=client,
+                      connect_timeout_s=connect_timeout_s)
+    return typing.cast(list, rows)
+
+
+def _run_dask(configs: list[PredictConfig], options: dict, rows: list, done: Callable[[int], None], *,
+              scheduler: str | None, workers: int | None, client: Any, connect_timeout_s: float) -> None:
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise ConfigError("--workers/--scheduler: dask.distributed is not installed; "
+                          "pip install 'dpsim[plan]'") from None
+    cluster = own_client = None
+    try:
+        if client is None:
+            if workers is not None:
+                cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0")
+                own_client = client = Client(cluster)
+            else:
+                try:
+                    own_client = client = Client(scheduler, timeout=f"{connect_timeout_s}s")
+                except (OSError, TimeoutError) as exc:
+                    raise ConfigError(f"--scheduler: cannot connect to {scheduler!r}: "
+                                      f"{' '.join(str(exc).split())[:200]}") from None
+        n_workers = max(1, len(client.scheduler_info().get("workers", {})) or (workers or 1))
+        indexed = list(enumerate(configs))
+        n_chunks = min(len(indexed), 4 * n_workers)
+        chunks = [indexed[k::n_chunks] for k in range(n_chunks)] if n_chunks else []
+        futures = client.map(_run_chunk, chunks, options=options, pure=False)
+        for future in as_completed(futures):
+            part = future.result()
+            for i, row in part:
+                rows[i] = row
+            done(len(part))
+    finally:
+        if own_client is not None:
+            own_client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+class _Progress:
+    """A rich progress bar on stderr, or nothing."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled
+        self._progress = self._task = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), TimeRemainingColumn(),
+                                      console=Console(stderr=True), transient=True)
+            self._progress.__enter__()
+            self._task = self._progress.add_task("sweep", total=self.total)
+        return self
+
+    def advance(self, n: int) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+
+def run_sweep(spec: SweepSpec, **kwargs: Any):
+    """Run a sweep (see :func:`sweep_records` for the options) as a pandas DataFrame."""
+    return to_dataframe(sweep_records(spec, **kwargs))
+
+
+def sweep(grid: Mapping[str, Any] | None = None, *, tokens: float | str | None = None,
+          samples: float | str | None = None, gpu_hour_usd: PriceOverride = None,
+          scheduler: str | None = None, workers: int | None = None, client: Any = None,
+          progress: bool = False, skip_invalid: bool = False, **axes: Any):
+    """Sweep a grid given as a mapping and/or keyword axes; returns a pandas DataFrame.
+
+    >>> df = sweep(gpus=[8, 16], link=["nvlink", "ethernet"], model="gpt2")  # doctest: +SKIP
+    """
+    merged = dict(grid or {})
+    for name, values in axes.items():
+        if name in merged:
+            raise ConfigError(f"sweep: axis {name!r} is given twice")
+        merged[name] = values
+    spec = SweepSpec.from_grid(merged, tokens=tokens, samples=samples, gpu_hour_usd=gpu_hour_usd)
+    return run_sweep(spec, scheduler=scheduler, workers=workers, client=client, progress=progress,
+                     skip_invalid=skip_invalid)
+
+
+# ---------------------------------------------------------------------------- output
+
+def to_dataframe(rows: Sequence[Mapping[str, Any]]):
+    """Rows as a pandas DataFrame with a stable column order (first row's keys first)."""
+    import pandas as pd
+
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    return pd.DataFrame.from_records(list(rows), columns=columns)
+
+
+OUTPUT_FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json"}
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if v is not None and not isinstance(v, (str, bool, int, float)):
+        if hasattr(v, "item"):
+            return _json_value(v.item())
+    try:
+        import pandas as pd
+
+        if v is not None and not isinstance(v, (str, bool)) and pd.isna(v):
+            return None
+    except (ImportError, TypeError, ValueError):
+        pass
+    return v
+
+
+def records_json(rows: Iterable[Mapping[str, Any]], spec: SweepSpec | None = None) -> dict:
+    """The JSON document ``dpsim sweep --json`` prints (schema ``dpsim.sweep/1``)."""
+    doc: dict[str, Any] = {"schema": "dpsim.sweep/1"}
+    if spec is not None:
+        doc["axes"] = {k: list(v) for k, v in spec.axes.items()}
+        doc["tokens"] = spec.tokens
+        doc["samples"] = spec.samples
+    doc["rows"] = [{k: _json_value(v) for k, v in row.items()} for row in rows]
+    return doc
+
+
+def write_results(df, path: str | Path, spec: SweepSpec | None = None) -> Path:
+    """Write a results DataFrame to ``.csv``, ``.parquet`` or ``.json`` (by extension)."""
+    import json
+
+    path = Path(path)
+    fmt = OUTPUT_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ConfigError(f"-o/--output: {str(path)!r} has no known extension; use one of "
+                          f"{', '.join(OUTPUT_FORMATS)}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"-o/--output: directory {str(path.parent)!r} does not exist")
+    if fmt == "csv":
+        df.to_csv(path, index=False)
+    elif fmt == "parquet":
+        try:
+            df.to_parquet(path, index=False)
+        except ImportError:
+            raise ConfigError("-o/--output: writing Parquet needs pyarrow; pip install 'dpsim[plan]'") from None
+    else:
+        doc = records_json(df.to_dict(orient="records"), spec)
+        path.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    return path
+
+
+def read_results(path: str | Path):
+    """Read results written by :func:`write_results` back into a DataFrame."""
+    import json
+
+    import pandas as pd
+
+    path = Path(path)
+    fmt = OUTPUT_FORMATS.get(path.suffix.lower())
+    if fmt == "csv":
+        return pd.read_csv(path)
+    if fmt == "parquet":
+        return pd.read_parquet(path)
+    if fmt == "json":
+        return to_dataframe(json.loads(path.read_text(encoding="utf-8"))["rows"])
+    raise ConfigError(f"results: {str(path)!r} has no known extension; use one of {', '.join(OUTPUT_FORMATS)}")

@@ -1,0 +1,143 @@
+"""What one prediction answers: :class:`Prediction` and its stable JSON form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from dpsim.collectives.flat_ring import RingProfile
+from dpsim.collectives.links import LinkReport
+from dpsim.collectives.ops import CollectiveModel
+from dpsim.engine.program import StepProgram
+from dpsim.engine.simulate import SimulationResult
+from dpsim.memory import FitAdvice, MemoryBreakdown
+from dpsim.predict.config import PredictConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """The predicted training step and everything derived from it."""
+
+    config: PredictConfig
+    """What was asked."""
+    topology: str
+    """Topology name."""
+    gpu: str
+    """GPU preset used."""
+    n_gpus: int
+    """Data-parallel GPUs."""
+    n_nodes: int
+    """Servers."""
+    model: str
+    """Model name."""
+    param_count: int
+    """Model parameters."""
+    tokens_per_sample: int | None
+    """Sequence length, for token models."""
+    step_time_s: float
+    """Predicted steady-state step time (mean over simulated steps)."""
+    forward_s: float
+    """Forward pass."""
+    backward_s: float
+    """Backward pass, overlap slowdown included."""
+    optimizer_s: float
+    """Optimizer step."""
+    compute_s: float
+    """Forward + backward + optimizer with no communication (the one-GPU step)."""
+    comm_s: float
+    """Sum of all-reduce durations in one step."""
+    exposed_comm_s: float
+    """Communication not hidden behind compute."""
+    samples_per_s: float
+    """Global throughput."""
+    tokens_per_s: float | None
+    """Global token throughput, for token models."""
+    single_gpu_samples_per_s: float
+    """Throughput of the same model on one GPU."""
+    scaling_efficiency: float
+    """samples_per_s / (n_gpus x single_gpu_samples_per_s)."""
+    mfu: float
+    """Model FLOPs utilisation against the GPU's dense peak."""
+    n_buckets: int
+    """DDP buckets."""
+    gradient_bytes: int
+    """Bytes all-reduced per step."""
+    ring: RingProfile
+    """The collective model's ring step."""
+    memory: MemoryBreakdown
+    """Memory per GPU."""
+    simulation: SimulationResult = field(repr=False)
+    """Raw steps and trace."""
+    program: StepProgram | None = field(default=None, repr=False)
+    """The step every rank runs (replayed per rank by :mod:`dpsim.variability`)."""
+    strategy: str = "ddp"
+    """Data-parallel strategy."""
+    comm_bytes_by_op: dict = field(default_factory=dict)
+    """Message bytes per collective type in one step (``all_reduce``, ``reduce_scatter``, ``all_gather``)."""
+    fit: FitAdvice | None = field(default=None, repr=False)
+    """What would make the job fit in memory (``fit.fits`` when it already does)."""
+    collectives: CollectiveModel | None = field(default=None, repr=False)
+    """The collective model the step used (ring, degraded ring or calibrated)."""
+    links: LinkReport | None = field(default=None, repr=False)
+    """Per-link utilisation and bottleneck links of a step (NCCL model only)."""
+
+    @property
+    def overlap_fraction(self) -> float:
+        """Share of communication hidden behind compute."""
+        return 1.0 - self.exposed_comm_s / self.comm_s if self.comm_s > 0 else 1.0
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able dict with stable keys (see README, "JSON output")."""
+        mem = self.memory
+        return {
+            "schema": "dpsim.prediction/1",
+            "config": asdict(self.config),
+            "topology": self.topology,
+            "gpu": self.gpu,
+            "n_gpus": self.n_gpus,
+            "n_nodes": self.n_nodes,
+            "model": self.model,
+            "param_count": self.param_count,
+            "tokens_per_sample": self.tokens_per_sample,
+            "step_time_s": self.step_time_s,
+            "forward_s": self.forward_s,
+            "backward_s": self.backward_s,
+            "optimizer_s": self.optimizer_s,
+            "compute_s": self.compute_s,
+            "comm_s": self.comm_s,
+            "exposed_comm_s": self.exposed_comm_s,
+            "overlap_fraction": self.overlap_fraction,
+            "samples_per_s": self.samples_per_s,
+            "tokens_per_s": self.tokens_per_s,
+            "single_gpu_samples_per_s": self.single_gpu_samples_per_s,
+            "scaling_efficiency": self.scaling_efficiency,
+            "mfu": self.mfu,
+            "n_buckets": self.n_buckets,
+            "gradient_bytes": self.gradient_bytes,
+            "ring": {
+                "channels": self.ring.channels,
+                "bandwidth_bytes_per_s": self.ring.bandwidth_bytes_per_s,
+                "intra_hop_latency_s": self.ring.intra_hop_latency_s,
+                "inter_hop_latency_s": self.ring.inter_hop_latency_s,
+                "bottleneck_link_classes": sorted({c for _, _, c in self.ring.bottleneck_links}),
+            },
+            "memory": {
+                "weights_bytes": mem.weights_bytes,
+                "gradients_bytes": mem.gradients_bytes,
+                "optimizer_bytes": mem.optimizer_bytes,
+                "activations_bytes": mem.activations_bytes,
+                "comm_buffers_bytes": mem.comm_buffers_bytes,
+                "overhead_bytes": mem.overhead_bytes,
+                "total_bytes": mem.total_bytes,
+                "capacity_bytes": mem.capacity_bytes,
+                "fits": mem.fits,
+                "usable_bytes": mem.usable_bytes,
+                "strategy": mem.strategy,
+                "shard_group_size": mem.shard_group_size,
+                "suggestion": mem.suggestion,
+                "advice": self.fit.to_dict() if self.fit is not None else None,
+            },
+            "strategy": self.strategy,
+            "comm_bytes_by_op": dict(self.comm_bytes_by_op),
+            "links": self.links.to_dict() if self.links is not None else None,
+        }

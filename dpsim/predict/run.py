@@ -1,0 +1,225 @@
+"""The public API: predict one data-parallel training configuration.
+
+>>> from dpsim.predict import PredictConfig, predict
+>>> p = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2"))
+>>> p.n_gpus, p.scaling_efficiency <= 1.0
+(16, True)
+"""
+
+from __future__ import annotations
+
+from dpsim.collectives.flat_ring import RingCollectives
+from dpsim.collectives.links import link_report
+from dpsim.collectives.ops import CollectiveModel
+from dpsim.engine.simulate import run_program
+from dpsim.errors import ConfigError
+from dpsim.hardware import get_gpu
+from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.result import Prediction
+from dpsim.topology.cluster import Topology
+from dpsim.topology.load import load_preset, load_topology_file
+from dpsim.topology.spec import TopologySpec
+from dpsim.workload.catalog import get_model
+from dpsim.workload.compute import ComputeProfile, compute_profile
+from dpsim.workload.precision import (
+    check_optimizer,
+    check_precision_on_gpu,
+    get_precision,
+)
+from dpsim.workload.spec import ModelSpec
+
+
+def resolve_topology(config: PredictConfig) -> Topology:
+    """The cluster a config describes (preset or file, GPUs, GPUs per node, GPU override)."""
+    spec: TopologySpec = (load_topology_file(config.topology_file) if config.topology_file
+                          else load_preset(config.link))
+    if config.gpu is not None:
+        get_gpu(config.gpu)
+        from dataclasses import replace
+        spec = replace(spec, gpu=config.gpu.lower())
+    topology = Topology.from_spec(spec, config.gpus, config.gpus_per_node)
+    topology.check_connected()
+    return topology
+
+
+def build_collectives(config: PredictConfig, topology: Topology, *, profile=None,
+                      degradations=()) -> CollectiveModel:
+    """The collective model ``predict`` costs ``config``'s world communicator with.
+
+    A calibration profile's fitted model when ``config.calibration`` is set (``profile``:
+    that profile, already loaded), else NCCL's algorithm/protocol choice on the flow model
+    with ``config``'s ``--algo/--proto/--jobs/--placement``
+    (:func:`dpsim.algorithms.nccl.collectives_for`), its links scaled by ``degradations``
+    (:class:`~dpsim.variability.LinkDegradation`, ``--degrade``).
+    """
+    if profile is None and config.calibration is not None:
+        from dpsim.profile.io import load_profile
+        profile = load_profile(config.calibration)
+    if profile is not None:
+        if degradations:
+            raise ConfigError("--degrade: not available with --calibration (a calibrated collective model has no "
+                              "links to degrade); leave one of them out")
+        from dpsim.profile.calibrated import calibrated_collectives
+        return calibrated_collectives(profile, topology)
+    from dpsim.collectives.nccl import collectives_for
+    return collectives_for(topology, config, degradations=degradations)
+
+
+def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None,
+            degradations=()) -> Prediction:
+    """Predict a data-parallel training step.
+
+    ``collectives`` replaces the model :func:`build_collectives` picks (NCCL's, or a
+    calibrated one); ``degradations`` (:class:`~dpsim.variability.LinkDegradation`) run
+    some links below capacity in that model.
+    """
+    if collectives is not None and degradations:
+        raise ConfigError("degradations: apply to the collective model predict builds; "
+                          "give collectives or degradations, not both")
+    if config.steps < 1:
+        raise ConfigError(f"--steps: {config.steps} is not valid; expected an integer >= 1")
+    topology = resolve_topology(config)
+    gpu = get_gpu(topology.spec.gpu)
+    profile = None
+    if config.calibration is not None:
+        from dpsim.profile.calibrated import calibrated_gpu
+        from dpsim.profile.io import load_profile
+        profile = load_profile(config.calibration)
+        gpu = calibrated_gpu(profile, gpu)
+    model = load_model(config)
+    precision = get_precision(config.precision)
+    check_optimizer(config.optimizer)
+    check_precision_on_gpu(precision, gpu)
+    compute: ComputeProfile = compute_profile(
+        model, gpu, micro_batch=config.micro_batch, precision=precision, optimizer=config.optimizer,
+        compute_efficiency=config.compute_efficiency, single_gpu_step_s=config.single_gpu_step_s,
+    )
+    if profile is not None and config.single_gpu_step_s is None:
+        from dpsim.profile.calibrated import measured_step_s
+        measured = measured_step_s(profile, model=config.model, micro_batch=config.micro_batch,
+                                   dtype=precision.compute_dtype)
+        if measured is not None:  # measured forward + backward, modelled optimizer
+            from dpsim.profile.calibrated import with_measured_step
+            compute = with_measured_step(compute, measured)
+    # A RingCollectives given by the caller reports its own ring.
+    ring = collectives if isinstance(collectives, RingCollectives) else RingCollectives(topology)
+    if collectives is None:  # a calibration's, or NCCL's algorithm/protocol choice on the flow model
+        collectives = build_collectives(config, topology, profile=profile, degradations=degradations)
+    from dpsim.collectives.groups import hybrid_collectives
+    from dpsim.strategies.build import build_step_program
+
+    plan = build_step_program(
+        config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
+        gpus_per_node=topology.gpus_per_node, grad_accum=config.grad_accum,
+        activation_checkpointing=config.activation_checkpointing, overlap=config.overlap,
+        bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit)
+    program = plan.program
+    if any(c.group != "world" for c in program.comms) and not hasattr(collectives, "group"):
+        # Hybrid sharding: intra-node and inter-node communicators, costed like the world's
+        # (NCCL's choice when the world model is NCCL's, rings otherwise).
+        factory = None
+        if type(collectives).__name__ == "NcclCollectives":
+            from dpsim.collectives.nccl import collectives_for
+            factory = lambda t: collectives_for(t, config, degradations=degradations, job=topology)  # noqa: E731
+        collectives = hybrid_collectives(topology, collectives, factory=factory)
+    sim = run_program(program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown)
+    n = len(sim.steps)
+    mean = lambda attr: sum(getattr(s, attr) for s in sim.steps) / n  # noqa: E731
+    step_time = mean("step_time_s")
+    k = config.grad_accum
+    samples = config.micro_batch * k * topology.n_gpus / step_time
+    # The one-GPU step runs the same micro-batches (and recompute), unsharded optimizer.
+    single_step = (sum(t.duration_s for t in program.tasks if t.kind != "optimizer") + compute.optimizer_s)
+    single = config.micro_batch * k / single_step
+    memory, advice = memory_with_advice(model, gpu, config, precision, topology)
+    links = link_report(getattr(collectives, "world", collectives),
+                        [(c.op, c.size_bytes) for c in program.comms if c.group == "world"], step_time)
+    peak = gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
+    return Prediction(
+        config=config,
+        topology=topology.spec.name,
+        gpu=gpu.name,
+        n_gpus=topology.n_gpus,
+        n_nodes=topology.n_nodes,
+        model=model.name,
+        param_count=model.param_count,
+        tokens_per_sample=model.tokens_per_sample,
+        step_time_s=step_time,
+        forward_s=mean("forward_s"),
+        backward_s=mean("backward_s"),
+        optimizer_s=mean("optimizer_s"),
+        compute_s=single_step,
+        comm_s=mean("comm_s"),
+        exposed_comm_s=mean("exposed_comm_s"),
+        samples_per_s=samples,
+        tokens_per_s=samples * model.tokens_per_sample if model.tokens_per_sample else None,
+        single_gpu_samples_per_s=single,
+        scaling_efficiency=samples / (topology.n_gpus * single),
+        mfu=compute.flops_per_step * k / step_time / peak,
+        n_buckets=len(plan.gradient_ops),
+        gradient_bytes=int(plan.gradient_bytes),
+        ring=ring.profile,
+        memory=memory,
+        simulation=sim,
+        program=program,
+        collectives=collectives,
+        strategy=config.strategy,
+        comm_bytes_by_op=plan.bytes_by_op,
+        fit=advice,
+        links=links,
+    )
+
+
+def load_model(config: PredictConfig) -> ModelSpec:
+    """The config's model: a catalog entry, or a torch module (``file.py:fn``, ``pkg.mod:fn``)
+    traced on the meta device (torch is imported only then)."""
+    from dpsim.workload.from_torch import is_torch_model_ref
+
+    if is_torch_model_ref(config.model):
+        if config.seq_len is not None:
+            raise ConfigError("--seq-len: does not apply to a torch module (--model file.py:fn); its example "
+                              "input (--input-shape) sets the sequence length")
+        from dpsim.workload.from_torch import load_torch_workload
+        return load_torch_workload(config.model, input_shape=config.input_shape)
+    if config.input_shape is not None:
+        raise ConfigError("--input-shape: applies only to a torch module (--model file.py:fn); catalog models "
+                          "take --seq-len")
+    return get_model(config.model, seq_len=config.seq_len, flash_attention=config.flash_attention)
+
+
+def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, topology: Topology
+                       ) -> tuple[MemoryBreakdown, FitAdvice]:
+    """Per-GPU memory of ``config``'s strategy, with the fit advice in ``suggestion`` when it does not fit."""
+    from dataclasses import replace
+
+    kwargs = dict(precision=precision, optimizer=config.optimizer, micro_batch=config.micro_batch,
+                  strategy=config.strategy, n_gpus=topology.n_gpus, gpus_per_node=topology.gpus_per_node,
+                  activation_checkpointing=config.activation_checkpointing, grad_accum=config.grad_accum,
+                  fsdp_unit=config.fsdp_unit, overlap=config.overlap)
+    memory = memory_breakdown(model, gpu, **kwargs)
+    advice = fit_advice(model, gpu, **kwargs)
+    if not memory.fits:
+        memory = replace(memory, suggestion=advice.message)
+    return memory, advice
+
+
+def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpec, Topology]:
+    """Memory per GPU for ``config`` without simulating a step (``dpsim memory``)."""
+    topology = resolve_topology(config)
+    gpu = get_gpu(topology.spec.gpu)
+    model = load_model(config)
+    precision = get_precision(config.precision)
+    check_optimizer(config.optimizer)
+    check_precision_on_gpu(precision, gpu)
+    from dpsim.strategies.registry import (
+        check_fsdp_unit,
+        check_grad_accum,
+        check_strategy,
+    )
+
+    check_strategy(config.strategy)
+    check_fsdp_unit(config.fsdp_unit)
+    check_grad_accum(config.grad_accum)
+    memory, advice = memory_with_advice(model, gpu, config, precision, topology)
+    return memory, advice, model, topology

@@ -1,0 +1,356 @@
+"""Reading and writing calibration profiles (schema in :mod:`dpsim.profile.schema`).
+
+:func:`load_profile` validates everything ``predict`` relies on and raises one
+:class:`~dpsim.errors.ProfileError` naming the file, the field path, the value and what
+is allowed. :func:`save_profile` writes atomically: a temporary file in the target
+directory, fsync, then ``os.replace``, so an existing profile is either kept whole or
+replaced whole, never truncated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dpsim.errors import ProfileError
+from dpsim.profile.fit import AlphaBetaFit, Segment
+from dpsim.profile.schema import (
+    LINK_CLASSES,
+    METHODS,
+    PROFILE_OPS,
+    SCHEMA,
+    ComputeCalibration,
+    LayerTiming,
+    Measurement,
+    ModelStep,
+    OpCalibration,
+    Profile,
+    op_bus_factor,
+)
+
+
+def shipped_profiles_dir() -> Path:
+    """Directory of the profiles shipped with dpsim (``calibration/profiles``)."""
+    from importlib import resources
+    return Path(str(resources.files("dpsim.profiles")))
+
+
+def shipped_profile_names() -> list[str]:
+    """Names accepted by ``--calibration`` instead of a path."""
+    try:
+        return sorted(p.stem for p in shipped_profiles_dir().glob("*.json"))
+    except (ModuleNotFoundError, FileNotFoundError):  # pragma: no cover - broken install
+        return []
+
+
+# ----------------------------------------------------------------------------- from JSON
+
+
+class _Doc:
+    """Strict access to one JSON object; every error names file and field path."""
+
+    def __init__(self, origin: str, path: str, data: Any, allowed: tuple[str, ...] | None):
+        self.origin, self.path = origin, path
+        if not isinstance(data, dict):
+            self.fail(path or "(top level)", data, "a JSON object")
+        if allowed is not None:
+            unknown = sorted(set(data) - set(allowed))
+            if unknown:
+                raise ProfileError(f"{origin}: {self.field(unknown[0])}: unknown key; allowed keys: "
+                                   f"{', '.join(allowed)}")
+        self.data = data
+
+    def field(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, where: str, value: Any, expected: str):
+        text = json.dumps(value) if not isinstance(value, (dict, list)) else type(value).__name__
+        if len(text) > 60:
+            text = text[:57] + "..."
+        raise ProfileError(f"{self.origin}: {where}: {text} is not valid; expected {expected}")
+
+    def get(self, key: str, expected: str, default: Any = ...) -> Any:
+        if key not in self.data:
+            if default is ...:
+                raise ProfileError(f"{self.origin}: {self.field(key)}: missing; expected {expected}")
+            return default
+        return self.data[key]
+
+    def number(self, key: str, *, minimum: float = 0.0, strict: bool = False, nullable: bool = False,
+               default: Any = ..., expected: str | None = None) -> float | None:
+        expected = expected or (f"a number {'>' if strict else '>='} {minimum:g}" + (" or null" if nullable else ""))
+        value = self.get(key, expected, default)
+        if value is None and nullable:
+            return None
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or (value <= minimum if strict else value < minimum):
+            self.fail(self.field(key), value, expected)
+        return float(value)
+
+    def integer(self, key: str, *, minimum: int = 1, default: Any = ..., nullable: bool = False) -> int | None:
+        expected = f"an integer >= {minimum}" + (" or null" if nullable else "")
+        value = self.get(key, expected, default)
+        if value is None and nullable:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            self.fail(self.field(key), value, expected)
+        return int(value)
+
+    def string(self, key: str, default: Any = ..., nullable: bool = False) -> str | None:
+        value = self.get(key, "a string", default)
+        if value is None and nullable:
+            return None
+        if not isinstance(value, str):
+            self.fail(self.field(key), value, "a string")
+        return value
+
+    def strings(self, key: str, default: Any = ...) -> tuple[str, ...]:
+        value = self.get(key, "a list of strings", default)
+        if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+            self.fail(self.field(key), value, "a list of strings")
+        return tuple(value)
+
+    def obj(self, key: str, allowed: tuple[str, ...] | None, default: Any = ...) -> _Doc | None:
+        value = self.get(key, "a JSON object", default)
+        if value is None and default is None:
+            return None
+        return _Doc(self.origin, self.field(key), value, allowed)
+
+    def list(self, key: str, default: Any = ...) -> list:
+        value = self.get(key, "a list", default)
+        if not isinstance(value, list):
+            self.fail(self.field(key), value, "a list")
+        return value
+
+
+_TOP = ("schema", "name", "description", "created_utc", "method", "sources", "environment",
+        "collectives", "compute", "warnings")
+_CLASS = ("n_ranks", "n_nodes", "ops")
+_OP = ("fit", "measurements", "sources")
+_FIT = ("r2", "worst_rel_residual", "poor", "breaks_bytes", "single_line", "segments")
+_SEG = ("first_size_bytes", "last_size_bytes", "latency_s", "bus_bandwidth_bytes_per_s", "n_points", "r2",
+        "worst_rel_residual")
+_MEAS = ("size_bytes", "time_s", "min_s", "max_s", "q1_s", "q3_s", "repeats", "source")
+_COMPUTE = ("device", "matmul_flops_per_s", "memory_bandwidth_bytes_per_s", "overlap_slowdown",
+            "model_step", "matmul", "memcpy", "overlap")
+_STEP = ("model", "micro_batch", "dtype", "forward_s", "backward_s", "step_time_cv", "layers")
+_LAYER = ("name", "forward_s", "backward_s")
+
+
+def _read_op(origin: str, path: str, op: str, lc: str, n_ranks: int, raw: Any) -> OpCalibration:
+    doc = _Doc(origin, path, raw, _OP)
+    fd = doc.obj("fit", _FIT)
+    raw_segs = fd.list("segments")
+    if not raw_segs:
+        fd.fail(fd.field("segments"), raw_segs, "a non-empty list of segments")
+    factor = op_bus_factor(op, n_ranks)
+    segments = []
+    previous_last = 0.0
+    for i, raw_seg in enumerate(raw_segs):
+        sd = _Doc(origin, f"{fd.field('segments')}[{i}]", raw_seg, _SEG)
+        first = sd.number("first_size_bytes", strict=True)
+        if i and first <= previous_last:
+            sd.fail(sd.field("first_size_bytes"), first,
+                    f"a number > {previous_last:g}, the previous segment's last_size_bytes (segments are in "
+                    "increasing size order and do not overlap)")
+        last = sd.number("last_size_bytes", minimum=first, expected=f"a number >= first_size_bytes ({first:g})")
+        latency = sd.number("latency_s")
+        busbw = sd.number("bus_bandwidth_bytes_per_s", strict=True, nullable=True)
+        seg = Segment(
+            first_size_bytes=first, last_size_bytes=last, latency_s=latency,
+            seconds_per_byte=0.0 if busbw is None else factor / busbw,
+            n_points=sd.integer("n_points", minimum=0, default=0),
+            r2=_nan(sd.number("r2", minimum=-math.inf, nullable=True, default=None)),
+            worst_rel_residual=sd.number("worst_rel_residual", default=0.0),
+        )
+        if latency == 0 and seg.seconds_per_byte == 0:
+            sd.fail(sd.field("bus_bandwidth_bytes_per_s"), None,
+                    "a number > 0 when latency_s is 0 (the segment would cost nothing)")
+        segments.append(seg)
+        previous_last = last
+    fit = AlphaBetaFit(
+        segments=tuple(segments),
+        r2=_nan(fd.number("r2", minimum=-math.inf, nullable=True, default=None)),
+        worst_rel_residual=fd.number("worst_rel_residual", default=0.0),
+    )
+    single = fd.obj("single_line", ("r2", "worst_rel_residual"), default=None)
+    measurements = []
+    for j, raw_m in enumerate(doc.list("measurements", default=[])):
+        md = _Doc(origin, f"{doc.field('measurements')}[{j}]", raw_m, _MEAS)
+        measurements.append(Measurement(
+            size_bytes=md.number("size_bytes", strict=True), time_s=md.number("time_s", strict=True),
+            min_s=md.number("min_s", nullable=True, default=None),
+            max_s=md.number("max_s", nullable=True, default=None),
+            q1_s=md.number("q1_s", nullable=True, default=None),
+            q3_s=md.number("q3_s", nullable=True, default=None),
+            repeats=md.integer("repeats", nullable=True, default=None),
+            source=md.string("source", nullable=True, default=None),
+        ))
+    if measurements:
+        times = [m.time_s for m in measurements]
+        fit = AlphaBetaFit(segments=fit.segments, r2=fit.r2, worst_rel_residual=fit.worst_rel_residual,
+                           time_span=max(times) / min(times))
+    return OpCalibration(
+        op=op, link_class=lc, n_ranks=n_ranks, fit=fit, measurements=tuple(measurements),
+        single_line_r2=_nan(single.number("r2", minimum=-math.inf, nullable=True, default=None)) if single else math.nan,
+        single_line_worst_rel_residual=_nan(single.number("worst_rel_residual", nullable=True, default=None))
+        if single else math.nan,
+        sources=doc.strings("sources", default=[]),
+    )
+
+
+def _nan(x: float | None) -> float:
+    return math.nan if x is None else x
+
+
+def _read_compute(origin: str, raw: Any) -> ComputeCalibration:
+    doc = _Doc(origin, "compute", raw, _COMPUTE)
+    rates = doc.obj("matmul_flops_per_s", None, default={})
+    from dpsim.workload.spec import DTYPE_SIZE_BYTES
+    flops = {}
+    for dtype in rates.data:
+        if dtype not in DTYPE_SIZE_BYTES:
+            raise ProfileError(f"{origin}: compute.matmul_flops_per_s.{dtype}: unknown dtype; "
+                               f"allowed: {', '.join(DTYPE_SIZE_BYTES)}")
+        flops[dtype] = rates.number(dtype, strict=True)
+    step = None
+    if doc.data.get("model_step") is not None:
+        sd = doc.obj("model_step", _STEP)
+        layers = []
+        for i, raw_l in enumerate(sd.list("layers", default=[])):
+            ld = _Doc(origin, f"compute.model_step.layers[{i}]", raw_l, _LAYER)
+            layers.append(LayerTiming(name=ld.string("name"), forward_s=ld.number("forward_s"),
+                                      backward_s=ld.number("backward_s")))
+        step = ModelStep(model=sd.string("model"), micro_batch=sd.integer("micro_batch"),
+                         dtype=sd.string("dtype"), forward_s=sd.number("forward_s", strict=True),
+                         backward_s=sd.number("backward_s", strict=True), layers=tuple(layers),
+                         step_time_cv=sd.number("step_time_cv", nullable=True, default=None))
+    raw_extra = {k: doc.data[k] for k in ("matmul", "memcpy", "overlap") if k in doc.data}
+    return ComputeCalibration(
+        device=doc.string("device"),
+        matmul_flops_per_s=flops,
+        memory_bandwidth_bytes_per_s=doc.number("memory_bandwidth_bytes_per_s", strict=True, nullable=True,
+                                                default=None),
+        overlap_slowdown=doc.number("overlap_slowdown", nullable=True, default=None),
+        model_step=step,
+        raw=raw_extra,
+    )
+
+
+def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
+    """Validate a parsed profile document and build its :class:`Profile`."""
+    top = _Doc(origin, "", data, _TOP)
+    schema = top.get("schema", f"{SCHEMA!r}")
+    if schema != SCHEMA:
+        top.fail("schema", schema, f"{SCHEMA!r} (this dpsim reads that version)")
+    method = top.string("method", default="torch.distributed")
+    if method not in METHODS:
+        top.fail("method", method, "one of " + ", ".join(METHODS))
+    env = top.obj("environment", None, default={})
+    collectives = top.obj("collectives", LINK_CLASSES)
+    link_classes: dict[str, dict[str, Any]] = {}
+    ops: dict[tuple[str, str], OpCalibration] = {}
+    for lc in LINK_CLASSES:
+        if lc not in collectives.data:
+            continue
+        cd = collectives.obj(lc, _CLASS)
+        n_ranks = cd.integer("n_ranks", minimum=2)
+        n_nodes = cd.integer("n_nodes", minimum=1)
+        if lc == "intra_node" and n_nodes != 1:
+            cd.fail(cd.field("n_nodes"), n_nodes, "1 for intra_node")
+        if lc == "inter_node" and n_nodes < 2:
+            cd.fail(cd.field("n_nodes"), n_nodes, "an integer >= 2 for inter_node")
+        link_classes[lc] = {"n_ranks": n_ranks, "n_nodes": n_nodes}
+        od = cd.obj("ops", PROFILE_OPS)
+        if not od.data:
+            od.fail(od.path, od.data, "at least one of " + ", ".join(PROFILE_OPS))
+        for op in PROFILE_OPS:
+            if op in od.data:
+                ops[lc, op] = _read_op(origin, od.field(op), op, lc, 2 if op == "sendrecv" else n_ranks,
+                                       od.data[op])
+    compute_raw = top.get("compute", "a JSON object or null", None)
+    return Profile(
+        name=top.string("name"),
+        description=top.string("description", default=""),
+        created_utc=top.string("created_utc", default=""),
+        method=method,
+        sources=top.strings("sources", default=[]),
+        environment=env.data,
+        link_classes=link_classes,
+        ops=ops,
+        compute=None if compute_raw is None else _read_compute(origin, compute_raw),
+        warnings=top.strings("warnings", default=[]),
+        path=None if origin == "profile" else origin,
+    )
+
+
+def resolve_profile_path(path_or_name: str, flag: str = "--calibration") -> Path:
+    """A file path, or the name of a shipped profile (``dpsim calibrate`` list)."""
+    path = Path(path_or_name)
+    if path.exists() or path.suffix == ".json" or os.sep in path_or_name:
+        return path
+    shipped = shipped_profile_names()
+    if path_or_name in shipped:
+        return shipped_profiles_dir() / f"{path_or_name}.json"
+    raise ProfileError(f"{flag}: {path_or_name!r} is neither a file nor a shipped profile; "
+                       f"shipped: {', '.join(shipped) or '(none)'}")
+
+
+def load_profile(path_or_name: str | Path, flag: str = "--calibration") -> Profile:
+    """Read and validate a profile file (or a shipped profile by name)."""
+    path = resolve_profile_path(str(path_or_name), flag)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(f"{flag}: {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise ProfileError(f"{flag}: {str(path)!r} is a directory; expected a profile JSON file") from None
+    except OSError as exc:
+        raise ProfileError(f"{flag}: cannot read {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{flag}: {str(path)!r} is not a UTF-8 text file; expected a profile JSON file") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    return profile_from_dict(data, origin=str(path))
+
+
+def _file_mode(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o777  # keep an existing profile's permissions
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def save_profile(profile: Profile, out: str | Path) -> Path:
+    """Write ``profile`` to ``out`` atomically (validated first; parents created)."""
+    out = Path(out)
+    doc = profile.to_dict()
+    profile_from_dict(json.loads(json.dumps(doc)), origin=f"(profile for {out})")  # never write what load rejects
+    text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise ProfileError(f"--out: cannot write {str(out)!r}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, _file_mode(out))  # mkstemp's 0600 -> what a plain open() would have given
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return out

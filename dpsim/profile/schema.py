@@ -1,0 +1,355 @@
+"""Calibration profiles: the versioned JSON ``dpsim calibrate`` writes and ``predict`` reads.
+
+Schema ``dpsim.calibration/1`` (SI units, one unit in every key)::
+
+    {
+      "schema": "dpsim.calibration/1",
+      "name": "a100-nvswitch-8gpu", "description": "...", "created_utc": "2025-...Z",
+      "method": "torch.distributed" | "nccl-tests",
+      "sources": ["C001..C007: stas00/ml-engineering@744d01e ...", ...],
+      "environment": {"torch_version": ..., "backend": "nccl", "backend_version": ...,
+                      "device_names": [...], "hosts": 2, "world_size": 16, ...},
+      "collectives": {
+        "intra_node": {                      # a communicator inside one node
+          "n_ranks": 8, "n_nodes": 1,
+          "ops": {
+            "all_reduce": {                  # also reduce_scatter, all_gather, broadcast, sendrecv
+              "fit": {"r2": 0.9999, "worst_rel_residual": 0.015, "poor": false,
+                      "breaks_bytes": [2.97e6, 1.88e8],
+                      "single_line": {"r2": 0.993, "worst_rel_residual": 0.398},
+                      "segments": [{"first_size_bytes": 32768, "last_size_bytes": 1048576,
+                                    "latency_s": 4.2e-05, "bus_bandwidth_bytes_per_s": 3.1e10,
+                                    "n_points": 2, "r2": 1.0, "worst_rel_residual": 0.0}, ...]},
+              "measurements": [{"size_bytes": 32768, "time_s": 4.383e-05, "min_s": ...,
+                                "max_s": ..., "q1_s": ..., "q3_s": ..., "repeats": 20,
+                                "source": "C001"}, ...],
+              "sources": ["C001", ...]}}},
+        "inter_node": {...}                  # a communicator spanning nodes
+      },
+      "compute": {"device": "NVIDIA H100 80GB HBM3",
+                  "matmul_flops_per_s": {"bfloat16": 7.9e14, ...},
+                  "memory_bandwidth_bytes_per_s": 2.9e12, "overlap_slowdown": 0.08,
+                  "matmul": [...], "memcpy": [...], "overlap": {...},
+                  "model_step": {"model": "gpt2", "micro_batch": 4, "dtype": "bfloat16",
+                                 "forward_s": ..., "backward_s": ..., "step_time_cv": 0.03,
+                                 "layers": [...]}} | null,
+      "warnings": ["..."]
+    }
+
+A segment's time at the measured ``n_ranks`` is ``latency_s + bus_factor(op, n_ranks) *
+S / bus_bandwidth_bytes_per_s`` (nccl-tests' busbw convention; ``sendrecv`` has factor
+1); ``bus_bandwidth_bytes_per_s: null`` is a latency-only piece. A segment applies over
+``[first_size_bytes, last_size_bytes]`` (the first and last extend to 0 and infinity);
+between two segments the time is interpolated in log-log (:mod:`dpsim.calibrate.fit`),
+and ``breaks_bytes`` (the middle of each gap) is informational.
+:mod:`dpsim.calibrate.model` says how a profile is used for other communicator sizes.
+
+:func:`load_profile` validates everything ``predict`` relies on and raises one
+:class:`~dpsim.errors.ProfileError` naming the file, the field path, the value and what
+is allowed. :func:`save_profile` writes atomically: a temporary file in the target
+directory, fsync, then ``os.replace``, so an existing profile is either kept whole or
+replaced whole, never truncated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpsim.collectives.ops import OPS, bus_factor
+from dpsim.profile.fit import AlphaBetaFit, Segment, fit_alpha_beta
+
+SCHEMA = "dpsim.calibration/1"
+"""Schema tag of the current profile format."""
+LINK_CLASSES = ("intra_node", "inter_node")
+"""Communicators a profile describes: inside one node, and across nodes."""
+PROFILE_OPS = OPS + ("sendrecv",)
+"""Measured operations: the collectives plus point-to-point (``sendrecv``, ping-pong)."""
+METHODS = ("torch.distributed", "nccl-tests")
+"""How the measurements were taken."""
+
+
+def op_bus_factor(op: str, n_ranks: int) -> float:
+    """nccl-tests' busbw/algbw factor, with ``sendrecv`` (point-to-point) at 1."""
+    return 1.0 if op == "sendrecv" else bus_factor(op, n_ranks)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measurement:
+    """One size of a sweep: the median time over repeats and its spread."""
+
+    size_bytes: float
+    """Message size (nccl-tests convention: the whole buffer)."""
+    time_s: float
+    """Median time (nccl-tests logs: the out-of-place time)."""
+    min_s: float | None = None
+    """Fastest repeat."""
+    max_s: float | None = None
+    """Slowest repeat."""
+    q1_s: float | None = None
+    """First quartile of the repeats."""
+    q3_s: float | None = None
+    """Third quartile of the repeats."""
+    repeats: int | None = None
+    """Timed repeats behind the median (each the slowest rank's time)."""
+    source: str | None = None
+    """Where the number comes from (a reference row id, a log file and line)."""
+
+    @property
+    def spread(self) -> float | None:
+        """(max - min) / median: how noisy this size was."""
+        if self.min_s is None or self.max_s is None or self.time_s <= 0:
+            return None
+        return (self.max_s - self.min_s) / self.time_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpCalibration:
+    """Fitted timing of one operation on one link class."""
+
+    op: str
+    """``all_reduce``, ``reduce_scatter``, ``all_gather``, ``broadcast`` or ``sendrecv``."""
+    link_class: str
+    """``intra_node`` or ``inter_node``."""
+    n_ranks: int
+    """Communicator size it was measured on (2 for ``sendrecv``)."""
+    fit: AlphaBetaFit
+    """Piecewise alpha-beta fit (times at ``n_ranks``)."""
+    measurements: tuple[Measurement, ...] = ()
+    """Raw sweep."""
+    single_line_r2: float = math.nan
+    """R² of the best one-line fit, to show what the pieces buy."""
+    single_line_worst_rel_residual: float = math.nan
+    """Worst relative residual of the best one-line fit."""
+    sources: tuple[str, ...] = ()
+    """Citations of the measurements."""
+
+    def bus_bandwidth_bytes_per_s(self, segment: Segment) -> float:
+        """busbw a segment tends to (``inf`` for a latency-only piece)."""
+        if segment.seconds_per_byte <= 0:
+            return math.inf
+        return op_bus_factor(self.op, self.n_ranks) / segment.seconds_per_byte
+
+    @property
+    def description(self) -> str:
+        """One line: pieces, breaks, quality."""
+        segs = self.fit.segments
+        breaks = ", ".join(f"{_human_bytes(lo)}..{_human_bytes(hi)}" for lo, hi in self.fit.gaps_bytes)
+        shape = f"{len(segs)} pieces (breaks between {breaks})" if len(segs) > 1 else "one line"
+        return (f"{self.link_class} {self.op} at {self.n_ranks} ranks: {shape}; "
+                f"R² {self.fit.r2:.4f}, worst residual {100 * self.fit.worst_rel_residual:.1f} %")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerTiming:
+    """Measured time of one module of a real model."""
+
+    name: str
+    """Module path."""
+    forward_s: float
+    """Forward time for one micro-batch."""
+    backward_s: float
+    """Backward time for one micro-batch."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelStep:
+    """A real model's forward/backward at one micro-batch."""
+
+    model: str
+    """Catalog name or ``module:function``."""
+    micro_batch: int
+    """Samples per step."""
+    dtype: str
+    """Compute dtype (``bfloat16`` under autocast, else ``float32``)."""
+    forward_s: float
+    """Median forward time, no hooks attached."""
+    backward_s: float
+    """Median backward time, no hooks attached."""
+    layers: tuple[LayerTiming, ...] = ()
+    """Per-module times (hooks add a little overhead to each)."""
+    step_time_cv: float | None = None
+    """Coefficient of variation (sample std / mean) of the forward+backward time over the
+    timed repeats after warm-up, the median over ranks; ``predict``'s default per-rank
+    noise (``--noise-cv``). ``None`` in profiles written before it was recorded."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeCalibration:
+    """Compute micro-benchmarks of one device type."""
+
+    device: str
+    """Device name (``torch.cuda.get_device_name`` or the CPU model)."""
+    matmul_flops_per_s: dict[str, float] = field(default_factory=dict)
+    """Best achieved matmul FLOP/s per dtype over the benchmarked shapes."""
+    memory_bandwidth_bytes_per_s: float | None = None
+    """Device copy bandwidth (bytes read + written per second)."""
+    overlap_slowdown: float | None = None
+    """Fractional compute slowdown while a collective runs concurrently."""
+    model_step: ModelStep | None = None
+    """A real model's measured step, when one was benchmarked."""
+    raw: dict[str, Any] = field(default_factory=dict)
+    """Raw results: ``matmul``, ``memcpy``, ``overlap`` lists/dicts."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    """A whole calibration profile."""
+
+    name: str
+    """Short name (file stem by default)."""
+    description: str = ""
+    """One line for humans."""
+    created_utc: str = ""
+    """ISO-8601 creation time."""
+    method: str = "torch.distributed"
+    """``torch.distributed`` (dpsim's harness) or ``nccl-tests`` (parsed logs)."""
+    sources: tuple[str, ...] = ()
+    """Citations."""
+    environment: dict[str, Any] = field(default_factory=dict)
+    """torch/NCCL/gloo versions, device names, host count, world size, date..."""
+    link_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``{link_class: {"n_ranks": int, "n_nodes": int}}``."""
+    ops: dict[tuple[str, str], OpCalibration] = field(default_factory=dict)
+    """Fits by ``(link_class, op)``."""
+    compute: ComputeCalibration | None = None
+    """Compute benchmarks, if run."""
+    warnings: tuple[str, ...] = ()
+    """Poor fits and other caveats, also printed when the profile is made."""
+    path: str | None = None
+    """File it was loaded from."""
+
+    def op(self, link_class: str, op: str) -> OpCalibration | None:
+        """The fit of ``op`` on ``link_class``, if measured."""
+        return self.ops.get((link_class, op))
+
+    def to_dict(self) -> dict:
+        """The JSON document (see the module docstring)."""
+        collectives: dict[str, Any] = {}
+        for lc in LINK_CLASSES:
+            if lc not in self.link_classes:
+                continue
+            info = self.link_classes[lc]
+            ops = {op: _op_to_dict(c) for (cls, op), c in sorted(self.ops.items(), key=_op_order) if cls == lc}
+            collectives[lc] = {"n_ranks": info["n_ranks"], "n_nodes": info["n_nodes"], "ops": ops}
+        return {
+            "schema": SCHEMA,
+            "name": self.name,
+            "description": self.description,
+            "created_utc": self.created_utc,
+            "method": self.method,
+            "sources": list(self.sources),
+            "environment": self.environment,
+            "collectives": collectives,
+            "compute": _compute_to_dict(self.compute) if self.compute else None,
+            "warnings": list(self.warnings),
+        }
+
+
+def _op_order(item):
+    (lc, op), _ = item
+    return LINK_CLASSES.index(lc), PROFILE_OPS.index(op)
+
+
+def _human_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def make_op_calibration(op: str, link_class: str, n_ranks: int, measurements: list[Measurement],
+                        sources: tuple[str, ...] = (), what: str | None = None) -> OpCalibration:
+    """Fit a sweep into an :class:`OpCalibration` (also fits one line for comparison)."""
+    what = what or f"{link_class} {op}"
+    sizes = [m.size_bytes for m in measurements]
+    times = [m.time_s for m in measurements]
+    fit = fit_alpha_beta(sizes, times, what=what)
+    line = fit_alpha_beta(sizes, times, max_segments=1, what=what)
+    return OpCalibration(op=op, link_class=link_class, n_ranks=n_ranks, fit=fit,
+                         measurements=tuple(sorted(measurements, key=lambda m: m.size_bytes)),
+                         single_line_r2=line.r2, single_line_worst_rel_residual=line.worst_rel_residual,
+                         sources=sources)
+
+
+def fit_warnings(ops: dict[tuple[str, str], OpCalibration]) -> list[str]:
+    """A warning for every poor fit, naming where it misses most."""
+    out = []
+    for (lc, op), c in sorted(ops.items(), key=_op_order):
+        if not c.fit.poor:
+            continue
+        worst = max(c.measurements, key=lambda m: abs(c.fit.time_s(m.size_bytes) - m.time_s) / m.time_s,
+                    default=None)
+        where = f" (at {_human_bytes(worst.size_bytes)})" if worst else ""
+        out.append(f"poor fit for {lc} {op}: R² {c.fit.r2:.4f}, worst relative residual "
+                   f"{100 * c.fit.worst_rel_residual:.1f} %{where}; predictions near those sizes are uncertain")
+    return out
+
+
+
+# ----------------------------------------------------------------------------- to JSON
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _op_to_dict(c: OpCalibration) -> dict:
+    segs = []
+    for s in c.fit.segments:
+        segs.append({
+            "first_size_bytes": s.first_size_bytes,
+            "last_size_bytes": s.last_size_bytes,
+            "latency_s": s.latency_s,
+            "bus_bandwidth_bytes_per_s": _num(c.bus_bandwidth_bytes_per_s(s)),
+            "n_points": s.n_points,
+            "r2": _num(s.r2),
+            "worst_rel_residual": s.worst_rel_residual,
+        })
+    meas = []
+    for m in c.measurements:
+        d = {"size_bytes": m.size_bytes, "time_s": m.time_s}
+        for key in ("min_s", "max_s", "q1_s", "q3_s", "repeats", "source"):
+            if getattr(m, key) is not None:
+                d[key] = getattr(m, key)
+        meas.append(d)
+    return {
+        "fit": {
+            "r2": _num(c.fit.r2),
+            "worst_rel_residual": c.fit.worst_rel_residual,
+            "poor": c.fit.poor,
+            "breaks_bytes": list(c.fit.breaks_bytes),
+            "single_line": {"r2": _num(c.single_line_r2),
+                            "worst_rel_residual": _num(c.single_line_worst_rel_residual)},
+            "segments": segs,
+        },
+        "measurements": meas,
+        "sources": list(c.sources),
+    }
+
+
+def _compute_to_dict(c: ComputeCalibration) -> dict:
+    step = None
+    if c.model_step is not None:
+        s = c.model_step
+        step = {"model": s.model, "micro_batch": s.micro_batch, "dtype": s.dtype,
+                "forward_s": s.forward_s, "backward_s": s.backward_s,
+                **({"step_time_cv": s.step_time_cv} if s.step_time_cv is not None else {}),
+                "layers": [{"name": l.name, "forward_s": l.forward_s, "backward_s": l.backward_s}
+                           for l in s.layers]}
+    d = {
+        "device": c.device,
+        "matmul_flops_per_s": dict(c.matmul_flops_per_s),
+        "memory_bandwidth_bytes_per_s": c.memory_bandwidth_bytes_per_s,
+        "overlap_slowdown": c.overlap_slowdown,
+        "model_step": step,
+    }
+    d.update(c.raw)
+    return d

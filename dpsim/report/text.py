@@ -1,0 +1,110 @@
+"""Human-readable output: rich tables for predictions and collective sweeps."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from dpsim.collectives.ops import CollectiveResult
+from dpsim.predict.result import Prediction
+from dpsim.units import format_bytes, format_seconds
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _collectives_row(p: Prediction) -> tuple[str, str]:
+    """What NCCL's choice ran and what bound it; the flat ring's bandwidth without a link report."""
+    links = getattr(p, "links", None)
+    if links is not None and links.algorithms:
+        used = ", ".join(f"{algo} x{n}" for algo, n in sorted(links.algorithms.items(), key=lambda kv: -kv[1]))
+        bound = links.bottleneck[0].link_class if links.bottleneck else "-"
+        return "collectives (bottleneck)", f"{used} ({bound})"
+    calibration = getattr(p.config, "calibration", None)
+    if calibration:
+        return "collectives", f"fitted from profile {calibration}"
+    return "ring bandwidth / rank", f"{p.ring.bandwidth_bytes_per_s / 1e9:.1f} GB/s x{p.ring.channels} ch"
+
+
+def prediction_tables(p: Prediction) -> list[Table]:
+    """The step, throughput and memory of a prediction as rich tables."""
+    cfg = p.config
+    title = (f"{p.model} ({p.param_count / 1e9:.3g} B params) on {p.n_gpus} x {p.gpu} "
+             f"[{p.topology}, {p.n_nodes} node{'s' if p.n_nodes > 1 else ''}], "
+             f"micro-batch {cfg.micro_batch}, {cfg.precision}"
+             + (f", {p.strategy}" if p.strategy != "ddp" else "")
+             + (f", {cfg.grad_accum} micro-batches per step" if getattr(cfg, "grad_accum", 1) > 1 else "")
+             + (", activation checkpointing" if getattr(cfg, "activation_checkpointing", False) else ""))
+    step = Table(title=escape(title), show_header=True, header_style="bold")
+    step.add_column("step", justify="left")
+    step.add_column("value", justify="right")
+    rows = [
+        ("step time", format_seconds(p.step_time_s)),
+        ("  forward", format_seconds(p.forward_s)),
+        ("  backward", format_seconds(p.backward_s)),
+        ("  optimizer", format_seconds(p.optimizer_s)),
+        ("compute (1 GPU step)", format_seconds(p.compute_s)),
+        ("all-reduce total" if p.strategy == "ddp" else "communication total", format_seconds(p.comm_s)),
+        ("all-reduce exposed" if p.strategy == "ddp" else "communication exposed", format_seconds(p.exposed_comm_s)),
+        ("overlap", _pct(p.overlap_fraction)),
+        ("buckets" if p.strategy == "ddp" else "gradient reductions",
+         f"{p.n_buckets} ({format_bytes(p.gradient_bytes)} of gradients)"),
+        _collectives_row(p),
+        ("throughput", f"{p.samples_per_s:,.1f} samples/s"),
+    ]
+    if p.tokens_per_s is not None:
+        rows.append(("", f"{p.tokens_per_s:,.0f} tokens/s"))
+    rows += [
+        ("scaling efficiency vs 1 GPU", _pct(p.scaling_efficiency)),
+        ("MFU", _pct(p.mfu)),
+    ]
+    for name, value in rows:
+        step.add_row(name, value)
+    m = p.memory
+    mem = Table(title=f"memory per GPU ({p.strategy})", header_style="bold")
+    mem.add_column("category")
+    mem.add_column("size", justify="right")
+    for name, value in [("weights", m.weights_bytes), ("gradients", m.gradients_bytes),
+                        ("optimizer state", m.optimizer_bytes), ("activations", m.activations_bytes),
+                        ("DDP bucket buffers" if p.strategy == "ddp" else "communication buffers",
+                         m.comm_buffers_bytes), ("framework overhead", m.overhead_bytes)]:
+        mem.add_row(name, format_bytes(value))
+    verdict = "[green]fits[/green]" if m.fits else "[bold red]DOES NOT FIT[/bold red]"
+    mem.add_row("total", f"{format_bytes(m.total_bytes)} of {format_bytes(m.capacity_bytes)}: {verdict}")
+    if not m.fits and m.suggestion:
+        mem.add_row("what would fit", escape(m.suggestion))
+    return [step, mem]
+
+
+def print_prediction(p: Prediction, console: Console | None = None) -> None:
+    """Print a prediction's tables."""
+    console = console or Console()
+    for table in prediction_tables(p):
+        console.print(table)
+
+
+NCCL_TESTS_TYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1}
+
+
+def nccl_tests_table(results: list[CollectiveResult], dtype: str) -> str:
+    """Results formatted as nccl-tests prints them (out-of-place columns), for diffing."""
+    elem = NCCL_TESTS_TYPE_BYTES[dtype]
+    redop = "sum" if results and results[0].op in ("all_reduce", "reduce_scatter") else "none"
+    root = "0" if results and results[0].op == "broadcast" else "-1"
+    lines = [
+        "#",
+        "#                                                              out-of-place",
+        "#       size         count      type   redop    root     time   algbw   busbw",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)",
+    ]
+    for r in results:
+        lines.append(
+            f"{int(r.size_bytes):>12d}  {int(r.size_bytes) // elem:>12d}  {dtype:>8s}  {redop:>6s}  {root:>6s}"
+            f"  {r.time_s * 1e6:>7.2f}  {r.algbw_bytes_per_s / 1e9:>6.2f}  {r.busbw_bytes_per_s / 1e9:>6.2f}"
+        )
+    if results:
+        avg = sum(r.busbw_bytes_per_s for r in results) / len(results) / 1e9
+        lines.append(f"# Avg bus bandwidth    : {avg:.4f} ")
+    return "\n".join(lines)

@@ -1,0 +1,181 @@
+"""Building blocks of the strategies' step programs: the builder, forward and backward passes, bucket launch points.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from dpsim.engine.program import CommOp, ComputeTask, StepProgram
+from dpsim.errors import ConfigError
+from dpsim.strategies.shards import Unit, wrap_units
+from dpsim.workload.compute import ComputeProfile
+from dpsim.workload.spec import ModelSpec
+
+# -------------------------------------------------------------------- programs
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyProgram:
+    """A strategy's step program and what it communicates."""
+
+    strategy: str
+    """Strategy key."""
+    program: StepProgram
+    """What every rank runs in one step."""
+    shard_group_size: int
+    """Ranks the state is sharded over (1 for DDP)."""
+    gradient_ops: tuple[int, ...]
+    """Comm ops that reduce gradients (all-reduce buckets, reduce-scatters, inter-node
+    all-reduces), all micro-batches."""
+    units: tuple[Unit, ...] = ()
+    """Units (ZeRO-3 / FSDP and checkpointing), in forward order."""
+    communicator_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """Ranks of each communicator the ops use (``world``, ``intra``, ``inter``)."""
+
+    @property
+    def bytes_by_op(self) -> dict[str, float]:
+        """Message bytes per collective type in one step (nccl-tests' sizes)."""
+        out: dict[str, float] = {}
+        for c in self.program.comms:
+            out[c.op] = out.get(c.op, 0.0) + c.size_bytes
+        return out
+
+    @property
+    def gradient_bytes(self) -> float:
+        """Bytes of the gradient reductions in one step."""
+        return sum(self.program.comms[i].size_bytes for i in self.gradient_ops)
+
+    def bus_bytes(self) -> float:
+        """Bytes each rank sends in one step on the rings (nccl-tests' bus volume):
+        all-reduce ``2(N-1)/N·S``, reduce-scatter and all-gather ``(N-1)/N·S``, N the
+        ranks of the op's communicator."""
+        from dpsim.collectives.ops import bus_factor
+
+        total = 0.0
+        for c in self.program.comms:
+            n = self.communicator_sizes.get(c.group, 1)
+            if n > 1:
+                total += bus_factor(c.op, n) * c.size_bytes
+        return total
+
+
+class _Builder:
+    """Collects tasks and comm ops; ``launch`` means "before the next task"."""
+
+    def __init__(self) -> None:
+        self.tasks: list[dict] = []
+        self.comms: list[CommOp] = []
+        self.at_start: list[int] = []
+        self.pending_wait: list[int] = []
+
+    def op(self, name: str, op: str, size_bytes: float, kind: str, group: str = "world") -> int:
+        self.comms.append(CommOp(name=name, op=op, size_bytes=float(size_bytes), kind=kind, group=group))
+        return len(self.comms) - 1
+
+    def launch(self, *ops: int) -> None:
+        (self.tasks[-1]["launch_after"] if self.tasks else self.at_start).extend(ops)
+
+    def task(self, kind: str, name: str, duration_s: float, wait: Sequence[int] = ()) -> None:
+        waits = list(self.pending_wait) + list(wait)
+        self.pending_wait = []
+        self.tasks.append(dict(kind=kind, name=name, duration_s=duration_s, wait_for=waits, launch_after=[]))
+
+    def wait_next(self, *ops: int) -> None:
+        """Make the next task wait for ``ops`` (communication run on the compute stream)."""
+        self.pending_wait.extend(ops)
+
+    def build(self) -> StepProgram:
+        return StepProgram(
+            tasks=tuple(ComputeTask(kind=t["kind"], name=t["name"], duration_s=t["duration_s"],
+                                    wait_for=tuple(dict.fromkeys(t["wait_for"])),
+                                    launch_after=tuple(t["launch_after"])) for t in self.tasks),
+            comms=tuple(self.comms),
+            launch_at_start=tuple(self.at_start),
+        )
+
+
+def _check_alignment(model: ModelSpec, compute: ComputeProfile) -> None:
+    if [l.name for l in compute.layers] != [l.name for l in model.layers]:
+        raise ConfigError("compute profile and model disagree on the layers; build both from the same model")
+
+
+def _checkpoint_units(model: ModelSpec, granularity: str, activation_checkpointing: bool) -> list[Unit]:
+    if not activation_checkpointing:
+        return []
+    units = [u for u in wrap_units(model, granularity) if not u.is_root]
+    if not units:
+        raise ConfigError(
+            f"--activation-checkpointing: model {model.name!r} has no {granularity} units to checkpoint; "
+            f"use --fsdp-unit layer")
+    return units
+
+
+def _mb(name: str, j: int, k: int) -> str:
+    return name if k == 1 else f"{name} (micro-batch {j + 1})"
+
+
+def _forward(b: _Builder, compute: ComputeProfile, j: int, k: int, wait_at: Mapping[int, Sequence[int]] = {},
+             launch_before: Mapping[int, Sequence[int]] = {}) -> None:
+    for i, layer in enumerate(compute.layers):
+        if launch_before.get(i):
+            b.launch(*launch_before[i])
+        b.task("forward", _mb(layer.name, j, k), layer.forward_s, wait=wait_at.get(i, ()))
+
+
+def _recompute_starts(ckpt_units: Sequence[Unit]) -> dict[int, Unit]:
+    """Layer index (the unit's last layer) before whose backward the unit is recomputed."""
+    return {max(u.layers): u for u in ckpt_units}
+
+
+def _backward_pass(b: _Builder, compute: ComputeProfile, j: int, k: int, *, recompute: Mapping[int, Unit],
+                   before: Mapping[int, Sequence[int]] = {}, wait_at: Mapping[int, Sequence[int]] = {},
+                   after: Mapping[int, Sequence[int]] = {}, block_after: Mapping[int, Sequence[int]] = {}) -> None:
+    """Backward layers in reverse; per layer index: ops launched before it (``before``),
+    ops it (or its recompute) waits for, ops launched after it, ops the *next* task waits
+    for (``block_after``: communication on the compute stream)."""
+    blocked: list[int] = []
+    for i in range(len(compute.layers) - 1, -1, -1):
+        layer = compute.layers[i]
+        if before.get(i):
+            b.launch(*before[i])
+        waits = list(wait_at.get(i, ())) + blocked
+        if i in recompute:
+            unit = recompute[i]
+            b.task("recompute", _mb(f"recompute {unit.name}", j, k),
+                   sum(compute.layers[x].forward_s for x in unit.layers), wait=waits)
+            waits = []
+        b.task("backward", _mb(layer.name, j, k), layer.backward_s, wait=waits)
+        if after.get(i):
+            b.launch(*after[i])
+        blocked = list(block_after.get(i, ()))
+    if blocked:
+        b.wait_next(*blocked)
+
+
+def _bucket_launch_points(bucket_params: Sequence[Sequence[str]], owner: Mapping[str, int], n_layers: int,
+                          overlap: bool) -> dict[int, list[int]]:
+    """Layer index -> buckets launched after its backward (buckets launch in order, each
+    once its last gradient is ready; without overlap, all after the last backward)."""
+    last_layer = [min(owner[n] for n in names) for names in bucket_params]
+    points: dict[int, list[int]] = {}
+    nxt = 0
+    for idx in range(n_layers - 1, -1, -1):
+        launch = []
+        while overlap and nxt < len(last_layer) and last_layer[nxt] >= idx:
+            launch.append(nxt)
+            nxt += 1
+        if idx == 0:
+            launch.extend(range(nxt, len(last_layer)))
+        if launch:
+            points[idx] = launch
+    return points
+
+
+def _owner(model: ModelSpec) -> dict[str, int]:
+    return model.layer_index_by_param()
+
+
+def _optimizer_s(compute: ComputeProfile, fraction: float) -> float:
+    return compute.optimizer_s * fraction

@@ -1,0 +1,143 @@
+"""ZeRO-3 and FSDP (``zero3``, ``fsdp``, ``fsdp-shard-grad-op``, ``fsdp-hybrid``): parameters gathered per unit.
+
+ZeRO-3 / FSDP full shard
+    Parameters are sharded per *unit* (``fsdp_unit``: a transformer block by default,
+    as ``transformer_auto_wrap_policy`` wraps it; everything else forms the root
+    unit). Each unit's flat parameter is all-gathered before its forward and, having
+    been freed after it, again before its backward; its gradient is reduce-scattered
+    in its post-backward hook. Prefetching follows torch FSDP's defaults (torch 2.13
+    ``FullyShardedDataParallel.__init__`` and ``fsdp/api.py``): ``backward_prefetch=
+    BackwardPrefetch.BACKWARD_PRE`` issues the next unit's all-gather *before* the
+    current unit's gradient computation, so in the one FIFO the order is ``AG(k-1),
+    RS(k), AG(k-2), ...`` ("for a single process group using NCCL backend, any
+    collectives, even if issued from different streams, contend for the same
+    per-device NCCL stream", ``BackwardPrefetch`` docstring); ``forward_prefetch=
+    False``, but the CPU runs ahead of the GPU so the next unit's all-gather is issued
+    while the current one computes, at most two units in flight (``limit_all_gathers=
+    True``, "the current instance running computation and the next instance whose
+    all-gather is prefetched"). FSDP does not free the *root* unit after forward
+    (``_post_forward_reshard``: "Do not free the root's parameters in the
+    post-forward for FULL_SHARD"), so only non-root units are gathered twice; dpsim's
+    ``zero3`` re-gathers the root too, which gives the ZeRO paper's 1.5x volume of
+    DDP exactly (Rajbhandari et al. 2020, Sec. 7.2.2). With accumulation, FSDP runs
+    ``no_sync()`` on the first ``K-1`` micro-batches (full unsharded gradients are kept,
+    the parameters are still freed and re-gathered: ``_should_free_in_backward``);
+    ZeRO-3 reduce-scatters every micro-batch (DeepSpeed refuses ``no_sync`` with
+    gradient partitioning).
+
+FSDP ``SHARD_GRAD_OP`` (``fsdp-shard-grad-op``)
+    Units are gathered for forward and kept through backward (no backward
+    all-gather); gradients reduce-scattered per unit. Under ``no_sync`` the unsharded
+    parameters also stay between micro-batches (``_should_free_in_backward``), so
+    only the first micro-batch gathers.
+
+FSDP ``HYBRID_SHARD`` (``fsdp-hybrid``)
+    ``FULL_SHARD`` within a node (all-gathers and reduce-scatters on the ``intra``
+    communicator of the node's GPUs) and replication across nodes: after each
+    reduce-scatter, the gradient *shard* is all-reduced on the ``inter`` communicator
+    (``dist.all_reduce(new_sharded_grad, group=state._inter_node_pg)`` in
+    ``_runtime_utils._reduce_grad``), one rank per node (:mod:`dpsim.collectives.groups`).
+    All ops share the one FIFO stream (conservative: FSDP issues the inter-node
+    all-reduce on its own stream).
+
+Not modelled: DeepSpeed ZeRO-3's per-submodule granularity, prefetch bucket and
+``stage3_param_persistence_threshold`` (small parameters kept unsharded) — dpsim's
+``zero3`` shards by unit like FSDP; CPU/NVMe offload; FSDP ``BACKWARD_POST``.
+"""
+
+from __future__ import annotations
+
+from dpsim.strategies.program import (
+    StrategyProgram,
+    _backward_pass,
+    _Builder,
+    _forward,
+    _mb,
+    _optimizer_s,
+    _recompute_starts,
+)
+from dpsim.strategies.registry import FSDP_STRATEGIES
+from dpsim.strategies.shards import fsdp_shard_numel, wrap_units
+
+
+def _unit_program(strategy, model, compute, *, precision, world, grad_accum, ckpt, fsdp_unit, overlap
+                  ) -> StrategyProgram:
+    units = [u for u in wrap_units(model, fsdp_unit)]
+    unit_of_layer = {i: u for u in units for i in u.layers}
+    shard = {u.name: fsdp_shard_numel([p.numel for p in u.params], world) for u in units}
+    group = "intra" if strategy == "fsdp-hybrid" else "world"
+    reshard_after_forward = strategy != "fsdp-shard-grad-op"
+    root_kept = strategy in FSDP_STRATEGIES  # FSDP keeps the root from forward to backward
+    sync_every = strategy == "zero3"
+    recompute = _recompute_starts(ckpt)
+    b = _Builder()
+    n_layers = len(compute.layers)
+    grad_ops: list[int] = []
+    order_fwd = [u for u in units if u.params]
+    # Units in the order backward first needs them.
+    seen: list[str] = []
+    for i in range(n_layers - 1, -1, -1):
+        name = unit_of_layer[i].name
+        if name not in seen:
+            seen.append(name)
+    by_name = {u.name: u for u in units}
+    order_bwd = [by_name[n] for n in seen if by_name[n].params]
+    for j in range(grad_accum):
+        last = j == grad_accum - 1
+        sync = sync_every or last
+        # ---- forward: gather each unit before its first layer, one unit ahead.
+        gathered_from_before = strategy == "fsdp-shard-grad-op" and j > 0  # kept under no_sync
+        ag_fwd: dict[str, int] = {}
+        if not gathered_from_before:
+            for u in order_fwd:
+                ag_fwd[u.name] = b.op(_mb(f"all-gather {u.name} (forward)", j, grad_accum), "all_gather",
+                                      shard[u.name] * world * precision.weight_bytes, "allgather", group)
+        first_layer = {u.name: min(u.layers) for u in order_fwd}
+        wait_at: dict[int, list[int]] = {}
+        launch_before: dict[int, list[int]] = {}
+        if ag_fwd:
+            seq = [u.name for u in order_fwd]
+            launch_before[0] = [ag_fwd[n] for n in seq[:2]]
+            for k_, n in enumerate(seq):
+                wait_at.setdefault(first_layer[n], []).append(ag_fwd[n])
+                if k_ >= 1 and k_ + 1 < len(seq):
+                    launch_before.setdefault(first_layer[n], []).append(ag_fwd[seq[k_ + 1]])
+            # Every layer of a unit waits for its gather (the root's later layers too).
+            for u in order_fwd:
+                for i in u.layers:
+                    if ag_fwd[u.name] not in wait_at.get(i, []):
+                        wait_at.setdefault(i, []).append(ag_fwd[u.name])
+        _forward(b, compute, j, grad_accum, wait_at=wait_at, launch_before=launch_before)
+        # ---- backward: re-gather resharded units (BACKWARD_PRE prefetch), reduce-scatter after each.
+        need = [u for u in order_bwd
+                if reshard_after_forward and not (u.is_root and root_kept)]
+        ag_bwd = {u.name: b.op(_mb(f"all-gather {u.name} (backward)", j, grad_accum), "all_gather",
+                               shard[u.name] * world * precision.weight_bytes, "allgather", group) for u in need}
+        before: dict[int, list[int]] = {}
+        bwait: dict[int, list[int]] = {}
+        after: dict[int, list[int]] = {}
+        start_layer = {u.name: max(u.layers) for u in units}  # a unit's first layer in backward
+        if need:
+            before[n_layers - 1] = [ag_bwd[need[0].name]]
+        for pos, u in enumerate(order_bwd):
+            if u.name in ag_bwd:
+                for i in u.layers:
+                    bwait.setdefault(i, []).append(ag_bwd[u.name])
+            # BACKWARD_PRE: this unit's pre-backward prefetches the next unit's all-gather.
+            nxt = order_bwd[pos + 1] if pos + 1 < len(order_bwd) else None
+            if nxt is not None and nxt.name in ag_bwd and nxt is not need[0]:
+                before.setdefault(start_layer[u.name], []).append(ag_bwd[nxt.name])
+            if sync:
+                rs = b.op(_mb(f"reduce-scatter {u.name}", j, grad_accum), "reduce_scatter",
+                          shard[u.name] * world * precision.grad_bytes, "reducescatter", group)
+                ops = [rs]
+                if strategy == "fsdp-hybrid":
+                    ops.append(b.op(_mb(f"all-reduce {u.name} shard across nodes", j, grad_accum), "all_reduce",
+                                    shard[u.name] * precision.grad_bytes, "allreduce", "inter"))
+                grad_ops += ops
+                after.setdefault(min(u.layers), []).extend(ops)
+        _backward_pass(b, compute, j, grad_accum, recompute=recompute, before=before, wait_at=bwait, after=after)
+    total_shard = sum(shard.values())
+    b.task("optimizer", "optimizer", _optimizer_s(compute, total_shard / model.param_count), wait=grad_ops)
+    return StrategyProgram(strategy=strategy, program=b.build(), shard_group_size=world,
+                           gradient_ops=tuple(grad_ops), units=tuple(units))

@@ -1,0 +1,101 @@
+"""DeepSpeed ZeRO-1 / ZeRO-2 (``zero1``, ``zero2``; ``stage_1_and_2.py``).
+
+Gradients are reduced in "ipg" buckets of ``reduce_bucket_size`` elements (default 5e8,
+``deepspeed/runtime/zero/config.py``), a bucket being flushed when the next gradient would
+overflow it (``reduce_independent_p_g_buckets_and_remove_grads``), with a partition-aware
+reduce of each bucket slice to the rank that owns it (``average_tensor`` with
+``reduce_scatter=True``, the default): the volume of a reduce-scatter, which is how dpsim
+costs it. DeepSpeed's ZeRO-1 reduces this way too, not with an all-reduce ("Reduce
+Scatter for ZeRO stage 1 ... total communication volume reduction 1.5x -> 1x of data
+parallelism", DeepSpeed blog 2020-03-17). After the optimizer updates its partition, each
+rank all-gathers the updated 16-bit parameters (``all_gather_dp_groups`` -> one
+``all_gather_into_tensor`` of the flat buffer) before the step ends. The stages differ in
+accumulation: ``DeepSpeedEngine.allreduce_gradients`` says "ZeRO stage >= 2 communicates
+during non gradient accumulation boundaries as well", while stage 1 communicates "only at
+gradient accumulation boundaries"; and in memory (ZeRO-2 keeps only its gradient
+partition). ``overlap`` is DeepSpeed's ``overlap_comm``: on, buckets are reduced on a side
+stream as they fill in backward; off, ZeRO-1 reduces after backward (``reduce_gradients``)
+and ZeRO-2 reduces in its backward hooks on the compute stream, so backward waits for
+each bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dpsim.strategies.program import (
+    StrategyProgram,
+    _backward_pass,
+    _bucket_launch_points,
+    _Builder,
+    _forward,
+    _mb,
+    _optimizer_s,
+    _owner,
+    _recompute_starts,
+)
+from dpsim.strategies.shards import (
+    DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+    deepspeed_partition_numel,
+)
+from dpsim.workload.spec import ParamSpec
+
+
+def deepspeed_buckets(params: Sequence[ParamSpec], bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+                      ) -> list[list[ParamSpec]]:
+    """DeepSpeed ZeRO-1/2 "ipg" gradient buckets: a bucket is reduced when the next
+    gradient would take it over ``reduce_bucket_size`` elements, then that gradient
+    starts the next one (``reduce_independent_p_g_buckets_and_remove_grads``)."""
+    buckets: list[list[ParamSpec]] = []
+    current: list[ParamSpec] = []
+    count = 0
+    for p in params:
+        if current and count + p.numel > bucket_elements:
+            buckets.append(current)
+            current, count = [], 0
+        current.append(p)
+        count += p.numel
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def _zero12_program(strategy, model, compute, *, precision, world, grad_accum, ckpt, overlap) -> StrategyProgram:
+    b = _Builder()
+    recompute = _recompute_starts(ckpt)
+    owner = _owner(model)
+    n_layers = len(compute.layers)
+    if overlap or strategy == "zero2":
+        order = list(model.grad_ready_params)  # backward hooks fire in gradient-ready order
+    else:
+        order = list(model.params)  # ZeRO-1 without overlap_comm: reduce_gradients() walks the group
+    buckets = deepspeed_buckets(order)
+    padded = deepspeed_partition_numel(model.param_count, world) * world
+    grad_ops: list[int] = []
+    last_bucket = len(buckets) - 1
+    for j in range(grad_accum):
+        _forward(b, compute, j, grad_accum)
+        reduce_now = strategy == "zero2" or j == grad_accum - 1
+        after: dict[int, list[int]] = {}
+        block: dict[int, list[int]] = {}
+        if reduce_now:
+            ops = []
+            for x, bk in enumerate(buckets):
+                size = sum(p.numel for p in bk)
+                if x == last_bucket:
+                    size += padded - model.param_count  # the alignment padding travels with the last slice
+                ops.append(b.op(_mb(f"reduce-scatter bucket {x}", j, grad_accum), "reduce_scatter",
+                                size * precision.grad_bytes, "reducescatter"))
+            grad_ops += ops
+            points = _bucket_launch_points([[p.name for p in bk] for bk in buckets], owner, n_layers,
+                                           overlap or strategy == "zero2")
+            after = {i: [ops[x] for x in xs] for i, xs in points.items()}
+            if not overlap and strategy == "zero2":
+                block = after  # reduced in the hook, on the compute stream
+        _backward_pass(b, compute, j, grad_accum, recompute=recompute, after=after, block_after=block)
+    b.task("optimizer", "optimizer", _optimizer_s(compute, padded / world / model.param_count), wait=grad_ops)
+    ag = b.op("all-gather updated parameters", "all_gather", padded * precision.weight_bytes, "allgather")
+    b.launch(ag)
+    b.task("optimizer", "wait for parameter all-gather", 0.0, wait=[ag])
+    return StrategyProgram(strategy=strategy, program=b.build(), shard_group_size=world,
+                           gradient_ops=tuple(grad_ops), units=tuple(ckpt))

@@ -1,0 +1,156 @@
+"""A cluster: a design instantiated with a number of GPUs, and its representative slice.
+
+Because every node is identical, collectives only need a *representative* slice of the
+cluster (two leaf groups of two nodes) to find the per-link load pattern; uplink
+capacities keep the values of the full cluster. :attr:`Topology.graph` builds the whole
+cluster when a caller wants it (tests compare both).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import networkx as nx
+
+from dpsim.errors import TopologyError
+from dpsim.topology.fabric import design_group_sizes, nic_layout
+from dpsim.topology.graph import build_graph, gpu_id
+from dpsim.topology.spec import TopologySpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    """A cluster: a :class:`TopologySpec` instantiated with a number of GPUs."""
+
+    spec: TopologySpec
+    """The design."""
+    n_gpus: int
+    """Total GPUs (a multiple of ``spec.node.gpus_per_node``)."""
+    leaf_group_nodes: int | None = None
+    """Nodes per leaf group in *this* graph when it is a representative slice
+    (``None``: the design's ``nodes_per_leaf``)."""
+    tier_group_sizes: tuple[int, ...] | None = None
+    """Units per block of each switch tier in *this* graph when it is a representative
+    slice (``None``: the design's ``fabric.tiers`` group sizes)."""
+
+    def __post_init__(self) -> None:
+        gpn = self.spec.node.gpus_per_node
+        if self.n_gpus <= 0:
+            raise TopologyError(f"--gpus: {self.n_gpus} is not valid; expected an integer >= 1")
+        if self.n_gpus > gpn and self.n_gpus % gpn:
+            raise TopologyError(
+                f"--gpus: {self.n_gpus} is not a multiple of --gpus-per-node={gpn}; "
+                f"use a multiple (e.g. {math.ceil(self.n_gpus / gpn) * gpn}) or change --gpus-per-node"
+            )
+        domain = self.spec.nvlink_domain
+        within_domain = domain is not None and self.n_gpus <= domain.nodes * gpn
+        if self.n_gpus > gpn and self.spec.fabric is None and not within_domain:
+            raise TopologyError(
+                f"--gpus: {self.n_gpus} GPUs need more than one node, but topology "
+                f"{self.spec.name!r} has no fabric between nodes"
+            )
+
+    @classmethod
+    def from_spec(cls, spec: TopologySpec, n_gpus: int, gpus_per_node: int | None = None) -> Topology:
+        """Instantiate ``spec`` with ``n_gpus`` GPUs, optionally overriding GPUs per node."""
+        if gpus_per_node is not None:
+            if gpus_per_node <= 0:
+                raise TopologyError(f"--gpus-per-node: {gpus_per_node} is not valid; expected an integer >= 1")
+            fabric = spec.fabric
+            gpn = spec.node.gpus_per_node
+            if fabric is not None and fabric.kind != "nvlink" and fabric.nics_per_node > gpn:
+                # Several NIC ports per GPU: keep the ports per GPU.
+                fabric = replace(fabric, nics_per_node=gpus_per_node * (fabric.nics_per_node // gpn))
+            elif fabric is not None and fabric.kind != "nvlink" and gpus_per_node % fabric.nics_per_node:
+                fabric = replace(fabric, nics_per_node=math.gcd(gpus_per_node, fabric.nics_per_node))
+            spec = replace(spec, node=replace(spec.node, gpus_per_node=gpus_per_node), fabric=fabric)
+        return cls(spec=spec, n_gpus=n_gpus)
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs per server actually used (a single partial node may use fewer)."""
+        return min(self.spec.node.gpus_per_node, self.n_gpus)
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of servers."""
+        return math.ceil(self.n_gpus / self.spec.node.gpus_per_node)
+
+    @property
+    def channels(self) -> int:
+        """Parallel rings NCCL builds across nodes: one per NIC of a node, else one."""
+        fabric = self.spec.fabric
+        if self.n_nodes == 1 or fabric is None or fabric.kind == "nvlink":
+            return 1
+        return nic_layout(self.spec).nic_nodes
+
+    def _graph(self, n_nodes: int, group: int | None) -> nx.DiGraph:
+        g = build_graph(self.spec, n_nodes, leaf_groups_of=group, tier_groups_of=self.tier_group_sizes)
+        if self.n_gpus < self.spec.node.gpus_per_node:
+            g.remove_nodes_from([gpu_id(0, k) for k in range(self.n_gpus, self.spec.node.gpus_per_node)])
+        return g
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """The whole cluster's graph (large for big clusters: prefer :attr:`representative`)."""
+        return self._graph(self.n_nodes, self.leaf_group_nodes)
+
+    @cached_property
+    def representative(self) -> Topology:
+        """A small cluster with the same per-link ring load pattern as this one.
+
+        One node stays one node; nodes under one leaf become two nodes; several leaf
+        groups become two groups of two nodes. Ring steps load every link class of the
+        slice as they load the full cluster (each NIC, leaf port and leaf uplink carries
+        one flow per channel and direction), and uplink capacities keep the full design's.
+        """
+        if self.n_nodes == 1:
+            return self
+        fabric = self.spec.fabric
+        if self.spec.nvlink_domain is not None:
+            return self  # domains and leaf groups partition nodes independently: no slice
+        assert fabric is not None
+        if fabric.tiers:
+            # Multi-tier: two units at the highest level that has several, each of two
+            # (or the design's fewer) units of every level below (see network/fabric.py).
+            from dpsim.topology.fabric import level_units
+            sizes = design_group_sizes(self.spec)
+            units = level_units(self.n_nodes, sizes)
+            multi = [lvl for lvl, u in enumerate(units) if u > 1]
+            if not multi:
+                return Topology(spec=self.spec, n_gpus=min(2, self.n_nodes) * self.spec.node.gpus_per_node)
+            small = [min(2, s) for s in sizes[:multi[-1] + 1]]
+            n_nodes = 2 * math.prod(small)
+            if n_nodes >= self.n_nodes:
+                return self
+            return Topology(spec=self.spec, n_gpus=n_nodes * self.spec.node.gpus_per_node,
+                            leaf_group_nodes=small[0], tier_group_sizes=tuple(small[1:]) or None)
+        multi_group = self.n_nodes > fabric.nodes_per_leaf
+        n_nodes = 4 if multi_group else 2
+        return Topology(spec=self.spec, n_gpus=n_nodes * self.spec.node.gpus_per_node,
+                        leaf_group_nodes=2 if multi_group else None)
+
+    @cached_property
+    def representative_graph(self) -> nx.DiGraph:
+        """Graph of :attr:`representative` (the whole graph when it is the cluster itself)."""
+        return self.representative.graph
+
+    def gpu_ids(self, graph: nx.DiGraph | None = None) -> list[str]:
+        """GPU node ids in ring order: node by node, local index within a node."""
+        g = self.graph if graph is None else graph
+        gpus = [(d["node"], d["local"], v) for v, d in g.nodes(data=True) if d["kind"] == "gpu"]
+        return [v for _, _, v in sorted(gpus)]
+
+    def check_connected(self) -> None:
+        """Raise :class:`TopologyError` if some GPU cannot reach another one."""
+        g = self.representative_graph
+        gpus = self.gpu_ids(g)
+        reach = nx.descendants(g, gpus[0]) | {gpus[0]}
+        missing = [v for v in gpus if v not in reach]
+        if missing:
+            raise TopologyError(
+                f"topology {self.spec.name!r}: GPU {missing[0]} has no path to {gpus[0]}; "
+                "check node.interconnect and fabric"
+            )

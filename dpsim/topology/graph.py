@@ -1,0 +1,108 @@
+"""Cluster topologies as networkx graphs, and their YAML description.
+
+A topology file (see ``topologies/*.yaml`` and ``topologies/README.md``) describes a
+*homogeneous* cluster: identical nodes of ``gpus_per_node`` GPUs joined inside the node
+by NVSwitch or PCIe and across nodes by NICs on a leaf/spine fabric. :func:`build_graph`
+turns it into a directed graph whose nodes are GPUs, NICs and switches and whose edges
+(two per full-duplex link) carry ``capacity_bytes_per_s`` (what NCCL can drive through the
+link: line rate times protocol efficiency), ``latency_s`` and ``link_class``.
+
+Because every node is identical, collectives only need a *representative* slice of the
+cluster (two leaf groups of two nodes) to find the per-link load pattern; uplink
+capacities keep the values of the full cluster. :meth:`Topology.graph` builds the whole
+cluster when a caller wants it (tests compare both).
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from dpsim.topology.fabric import add_switch_fabric, design_group_sizes, nic_layout
+from dpsim.topology.spec import TopologySpec
+
+# ----------------------------------------------------------------------------- graph
+
+def gpu_id(node: int, local: int) -> str:
+    """Graph node id of GPU ``local`` in server ``node``."""
+    return f"n{node}.gpu{local}"
+
+
+def _add_link(g: nx.DiGraph, a: str, b: str, *, capacity_bytes_per_s: float,
+              latency_s: float, link_class: str) -> None:
+    # Full duplex: one directed edge per direction, each with the full rate. A hop's
+    # latency (NCCL's per-step hwLat) is charged once, on the edge leaving the
+    # endpoint side ``a``, so a GPU->switch->GPU or NIC->leaf->NIC path pays it once.
+    g.add_edge(a, b, capacity_bytes_per_s=capacity_bytes_per_s,
+               latency_s=latency_s, link_class=link_class)
+    g.add_edge(b, a, capacity_bytes_per_s=capacity_bytes_per_s,
+               latency_s=0.0, link_class=link_class)
+
+
+def build_graph(spec: TopologySpec, n_nodes: int, *, leaf_groups_of: int | None = None,
+                tier_groups_of: tuple[int, ...] | None = None) -> nx.DiGraph:
+    """Build the directed graph of ``n_nodes`` servers of ``spec``.
+
+    Parameters
+    ----------
+    spec : TopologySpec
+        The cluster design.
+    n_nodes : int
+        Number of servers to build.
+    leaf_groups_of : int, optional
+        Nodes per leaf group *in this graph*; defaults to ``spec.fabric.nodes_per_leaf``.
+        Uplink capacities always follow the full design's ``nodes_per_leaf``, so a
+        representative slice built with small groups loads each link like the full
+        cluster does.
+    tier_groups_of : tuple of int, optional
+        Units per block of each switch tier (``fabric.tiers``) *in this graph*; defaults
+        to the design's ``group_size`` values (see :mod:`dpsim.network.fabric`).
+
+    Returns
+    -------
+    networkx.DiGraph
+        Nodes carry ``kind`` (gpu, nvswitch, pcie, nic, leaf, spine) and GPUs their
+        ``node``/``local`` index; edges carry ``capacity_bytes_per_s``, ``latency_s`` and
+        ``link_class``.
+
+    Examples
+    --------
+    >>> from dpsim.topology import load_preset, build_graph
+    >>> g = build_graph(load_preset("ethernet"), 2)
+    >>> sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
+    16
+    """
+    node, fabric = spec.node, spec.fabric
+    g = nx.DiGraph(name=spec.name)
+    gpn = node.gpus_per_node
+    gpu_link = node.gpu_link_bandwidth_bytes_per_s * node.gpu_link_efficiency
+    layout = nic_layout(spec)
+    nics = layout.nic_nodes
+    for n in range(n_nodes):
+        hub = f"n{n}.{node.interconnect}"
+        g.add_node(hub, kind=node.interconnect, node=n)
+        for j in range(nics):
+            g.add_node(f"n{n}.pcie{j}", kind="pcie", node=n)
+            g.add_node(f"n{n}.nic{j}", kind="nic", node=n, rail=j)
+            _add_link(g, f"n{n}.pcie{j}", f"n{n}.nic{j}",  # each bundled NIC port has its own PCIe link
+                      capacity_bytes_per_s=node.pcie_bandwidth_bytes_per_s * layout.ports_per_nic,
+                      latency_s=0.0, link_class="pcie")
+        for k in range(gpn):
+            gid = gpu_id(n, k)
+            g.add_node(gid, kind="gpu", node=n, local=k)
+            _add_link(g, gid, hub, capacity_bytes_per_s=gpu_link,
+                      latency_s=node.gpu_link_latency_s,
+                      link_class="nvlink" if node.interconnect == "nvswitch" else "pcie")
+            if nics:
+                # GPUs share NICs evenly, each through its PCIe switch.
+                _add_link(g, gid, f"n{n}.pcie{k // (gpn // nics)}",
+                          capacity_bytes_per_s=node.pcie_bandwidth_bytes_per_s,
+                          latency_s=0.0, link_class="pcie")
+    # Leaves, spine/core tiers (uplinks from the *full* design) and NVLink domains
+    # live in dpsim.network.fabric, shared with the arithmetic router (TierNetwork).
+    groups = None
+    if fabric is not None and fabric.kind != "nvlink":
+        design = design_group_sizes(spec)
+        tiers = tuple(tier_groups_of or ())
+        groups = (leaf_groups_of or design[0], *tiers, *design[1 + len(tiers):])
+    add_switch_fabric(g, spec, n_nodes, groups)
+    return g

@@ -1,0 +1,251 @@
+"""Topology YAML files and the built-in presets: strict validation into :mod:`~dpsim.topology.spec`.
+
+Every error names the file, the field path, the value and what is allowed
+(``topologies/README.md`` documents the schema).
+"""
+
+from __future__ import annotations
+
+import math
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dpsim.errors import ConfigError, TopologyError
+from dpsim.files import load_yaml_text, read_yaml_file
+from dpsim.hardware import GPU_PRESETS, get_gpu
+from dpsim.topology.spec import (
+    FABRIC_KINDS,
+    INTRA_NODE_KINDS,
+    FabricSpec,
+    NodeSpec,
+    NvlinkDomainSpec,
+    TierSpec,
+    TopologySpec,
+)
+from dpsim.units import GB, US, gbit_per_s_to_bytes_per_s
+
+# ----------------------------------------------------------------------------- YAML
+
+
+_NODE_KEYS = {
+    "gpus_per_node": "int>0",
+    "interconnect": "one of " + "|".join(INTRA_NODE_KINDS),
+    "gpu_link_gbyte_per_s": "number>0",
+    "gpu_link_efficiency": "number in (0, 1]",
+    "gpu_link_latency_us": "number>=0",
+    "pcie_gbyte_per_s": "number>0",
+    "nvls": "true|false",
+}
+_FABRIC_KEYS = {
+    "kind": "one of " + "|".join(FABRIC_KINDS),
+    "nics_per_node": "int>0",
+    "nic_gbit_per_s": "number>0",
+    "nic_efficiency": "number in (0, 1]",
+    "nic_latency_us": "number>=0",
+    "nodes_per_leaf": "int>0",
+    "oversubscription": "number>=1",
+    "rail_optimized": "true|false",
+    "tiers": "a list of tier mappings (group_size, oversubscription)",
+    "nic_message_overhead_us": "number>=0",
+}
+_TIER_KEYS = {
+    "group_size": "int>0",
+    "oversubscription": "number>=1",
+}
+_NVLINK_DOMAIN_KEYS = {
+    "nodes": "int>0",
+    "gpu_link_gbyte_per_s": "number>0",
+    "gpu_link_efficiency": "number in (0, 1]",
+    "gpu_link_latency_us": "number>=0",
+}
+_TOP_KEYS = {
+    "name": "string",
+    "description": "string",
+    "gpu": "GPU preset name",
+    "sources": "list of strings",
+    "node": "mapping",
+    "fabric": "mapping or null",
+    "collective_base_latency_us": "number>=0",
+    "launch_overhead_us": "number>=0",
+    "nvlink_domain": "mapping or null",
+}
+
+
+class _Reader:
+    """Strict reader of one YAML mapping: every error names the field path."""
+
+    def __init__(self, origin: str, path: str, data: Any, allowed: dict[str, str]):
+        self.origin, self.path, self.allowed = origin, path, allowed
+        if not isinstance(data, dict):
+            self.fail(path or "(top level)", data, "a mapping of keys")
+        unknown = sorted(set(map(str, data)) - set(allowed))
+        if unknown:
+            raise TopologyError(
+                f"{origin}: {self._field(unknown[0])}: unknown key; "
+                f"allowed keys: {', '.join(allowed)}"
+            )
+        self.data = data
+
+    def _field(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, key: str, value: Any, allowed: str) -> None:
+        raise TopologyError(f"{self.origin}: {key}: {value!r} is not valid; expected {allowed}")
+
+    def get(self, key: str, default: Any = ...) -> Any:
+        if key not in self.data:
+            if default is ...:
+                raise TopologyError(
+                    f"{self.origin}: {self._field(key)}: missing; expected {self.allowed[key]}"
+                )
+            return default
+        return self.data[key]
+
+    def number(self, key: str, *, minimum: float = 0.0, strict: bool = False,
+               maximum: float | None = None, default: Any = ...) -> float:
+        value = self.get(key, default)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ok = ok and (value > minimum if strict else value >= minimum)
+        ok = ok and (maximum is None or value <= maximum)
+        if not ok:
+            self.fail(self._field(key), value, self.allowed[key])
+        return float(value)
+
+    def integer(self, key: str, default: Any = ...) -> int:
+        value = self.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            self.fail(self._field(key), value, self.allowed[key])
+        return int(value)
+
+    def choice(self, key: str, choices: tuple[str, ...], default: Any = ...) -> str:
+        value = self.get(key, default)
+        if value not in choices:
+            self.fail(self._field(key), value, self.allowed[key])
+        return str(value)
+
+    def boolean(self, key: str, default: Any = ...) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            self.fail(self._field(key), value, self.allowed[key])
+        return value
+
+    def string(self, key: str, default: Any = ...) -> str:
+        value = self.get(key, default)
+        if key in self.data and (not isinstance(value, str) or not value.strip()):
+            self.fail(self._field(key), value, self.allowed[key])
+        return value
+
+
+def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
+    """Validate a parsed topology YAML document and build its :class:`TopologySpec`."""
+    top = _Reader(origin, "", data, _TOP_KEYS)
+    sources = top.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        top.fail("sources", sources, _TOP_KEYS["sources"])
+    n = _Reader(origin, "node", top.get("node"), _NODE_KEYS)
+    node = NodeSpec(
+        gpus_per_node=n.integer("gpus_per_node"),
+        interconnect=n.choice("interconnect", INTRA_NODE_KINDS),
+        gpu_link_bandwidth_bytes_per_s=n.number("gpu_link_gbyte_per_s", strict=True) * GB,
+        gpu_link_efficiency=n.number("gpu_link_efficiency", strict=True, maximum=1.0),
+        gpu_link_latency_s=n.number("gpu_link_latency_us") * US,
+        pcie_bandwidth_bytes_per_s=n.number("pcie_gbyte_per_s", strict=True) * GB,
+        nvls=n.boolean("nvls", None) if "nvls" in n.data else None,
+    )
+    fabric = None
+    raw_fabric = top.get("fabric", None)
+    if raw_fabric is not None:
+        f = _Reader(origin, "fabric", raw_fabric, _FABRIC_KEYS)
+        fabric = FabricSpec(
+            kind=f.choice("kind", FABRIC_KINDS),
+            nics_per_node=f.integer("nics_per_node", 1),
+            nic_bandwidth_bytes_per_s=gbit_per_s_to_bytes_per_s(f.number("nic_gbit_per_s", strict=True)),
+            nic_efficiency=f.number("nic_efficiency", strict=True, maximum=1.0),
+            nic_latency_s=f.number("nic_latency_us") * US,
+            nodes_per_leaf=f.integer("nodes_per_leaf", 32),
+            oversubscription=f.number("oversubscription", minimum=1.0, default=1.0),
+            rail_optimized=f.boolean("rail_optimized", False),
+            tiers=_tiers(f, origin),
+            nic_message_overhead_s=f.number("nic_message_overhead_us", default=0.0) * US,
+        )
+        if fabric.kind != "nvlink" and not _nics_fit(node.gpus_per_node, fabric.nics_per_node):
+            raise TopologyError(
+                f"{origin}: fabric.nics_per_node: {fabric.nics_per_node} does not divide "
+                f"node.gpus_per_node={node.gpus_per_node} nor is a multiple of it; GPUs share NICs evenly"
+            )
+        if fabric.kind == "nvlink" and fabric.tiers:
+            raise TopologyError(f"{origin}: fabric.tiers: not valid with fabric.kind nvlink "
+                                "(an NVLink switch tier has no leaves); use nvlink_domain plus a NIC fabric")
+    nvlink_domain = None
+    raw_domain = top.get("nvlink_domain", None)
+    if raw_domain is not None:
+        d = _Reader(origin, "nvlink_domain", raw_domain, _NVLINK_DOMAIN_KEYS)
+        nvlink_domain = NvlinkDomainSpec(
+            nodes=d.integer("nodes"),
+            gpu_link_bandwidth_bytes_per_s=d.number("gpu_link_gbyte_per_s", strict=True) * GB,
+            efficiency=d.number("gpu_link_efficiency", strict=True, maximum=1.0),
+            latency_s=d.number("gpu_link_latency_us") * US,
+        )
+        if node.interconnect != "nvswitch":
+            raise TopologyError(f"{origin}: nvlink_domain: needs node.interconnect nvswitch "
+                                f"(got {node.interconnect!r}); an NVLink switch tier joins NVSwitches")
+        if fabric is not None and fabric.kind == "nvlink":
+            raise TopologyError(f"{origin}: nvlink_domain: not valid with fabric.kind nvlink "
+                                "(already one NVLink domain); use an infiniband or ethernet fabric between domains")
+    gpu = top.string("gpu")
+    try:
+        get_gpu(gpu)
+    except ConfigError:
+        top.fail("gpu", gpu, "a GPU preset: " + ", ".join(sorted(GPU_PRESETS)))
+    return TopologySpec(
+        name=top.string("name"),
+        description=top.string("description", ""),
+        gpu=gpu,
+        node=node,
+        fabric=fabric,
+        collective_base_latency_s=top.number("collective_base_latency_us", default=0.0) * US,
+        sources=tuple(sources),
+        nvlink_domain=nvlink_domain,
+        launch_overhead_s=top.number("launch_overhead_us", default=0.0) * US,
+    )
+
+
+def _nics_fit(gpus_per_node: int, nics_per_node: int) -> bool:
+    """GPUs share NICs evenly, or each GPU has the same number of NIC ports."""
+    return gpus_per_node % nics_per_node == 0 or nics_per_node % gpus_per_node == 0
+
+
+def _tiers(f: _Reader, origin: str) -> tuple[TierSpec, ...]:
+    raw = f.get("tiers", [])
+    if not isinstance(raw, list):
+        f.fail("fabric.tiers", raw, _FABRIC_KEYS["tiers"])
+    tiers = []
+    for i, item in enumerate(raw):
+        t = _Reader(origin, f"fabric.tiers[{i}]", item, _TIER_KEYS)
+        tiers.append(TierSpec(group_size=t.integer("group_size"),
+                              oversubscription=t.number("oversubscription", minimum=1.0, default=1.0)))
+    return tuple(tiers)
+
+
+def load_topology_file(path: str | Path) -> TopologySpec:
+    """Read and validate a user's topology YAML file."""
+    return spec_from_dict(read_yaml_file(path, "--topology", TopologyError), origin=str(path))
+
+
+def preset_names() -> list[str]:
+    """Names of the built-in topology presets (``--link`` values)."""
+    return sorted(
+        p.name.removesuffix(".yaml")
+        for p in resources.files("dpsim.topologies").iterdir()
+        if p.name.endswith(".yaml")
+    )
+
+
+def load_preset(name: str) -> TopologySpec:
+    """Load a built-in topology preset by name."""
+    names = preset_names()
+    if name not in names:
+        raise TopologyError(f"--link: {name!r} is not a preset; choose one of {', '.join(names)}")
+    text = resources.files("dpsim.topologies").joinpath(f"{name}.yaml").read_text()
+    return spec_from_dict(load_yaml_text(text), origin=f"topologies/{name}.yaml")

@@ -1,0 +1,102 @@
+"""``predict`` with variability: degraded links in the collective model, plus Monte-Carlo step statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpsim.errors import ConfigError
+from dpsim.variability.monte_carlo import StepStatistics, monte_carlo
+from dpsim.variability.spec import DEFAULT_STOCHASTIC_STEPS, VariabilitySpec
+
+# ----------------------------------------------------------------------------- with predict
+
+@dataclass(frozen=True, kw_only=True)
+class DegradationEffect:
+    """What degraded links do to the noise-free step (same collective model as the healthy one)."""
+
+    healthy_step_s: float
+    """Step time with every link healthy."""
+    step_s: float
+    """Step time with the degraded links."""
+    healthy_comm_s: float
+    """Collective time per step (sum of durations) with every link healthy."""
+    comm_s: float
+    """Collective time per step with the degraded links."""
+    bottleneck_class: str | None
+    """Class of the busiest link with the degraded links (``None`` without a link report)."""
+    bottleneck_links: tuple[str, ...]
+    """A few of the links tied for busiest, ``u -> v``."""
+    bottleneck_count: int
+    """How many links tie for busiest."""
+
+    def to_dict(self) -> dict:
+        """JSON-able dict (seconds)."""
+        return {"healthy_step_s": self.healthy_step_s, "step_s": self.step_s,
+                "healthy_comm_s": self.healthy_comm_s, "comm_s": self.comm_s,
+                "bottleneck_class": self.bottleneck_class, "bottleneck_links": list(self.bottleneck_links),
+                "bottleneck_count": self.bottleneck_count}
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariabilityReport:
+    """What variability does to a prediction."""
+
+    spec: VariabilitySpec
+    """What was asked."""
+    degradation: DegradationEffect | None
+    """Healthy against degraded step (``None`` without degraded links)."""
+    statistics: StepStatistics | None
+    """Monte-Carlo step statistics (``None`` when ranks do not differ)."""
+
+    def to_dict(self) -> dict:
+        """JSON-able dict (schema ``dpsim.variability/2``)."""
+        s = self.spec
+        return {
+            "schema": "dpsim.variability/2",
+            "noise_cv": s.noise_cv, "noise_distribution": s.noise_distribution, "noise_source": s.noise_source,
+            "stragglers": [x.label for x in s.stragglers],
+            "degradations": [x.label for x in s.degradations],
+            "hiccup_rate_per_s": s.hiccup_rate_per_s, "hiccup_s": s.hiccup_s, "seed": s.seed,
+            "degradation": self.degradation.to_dict() if self.degradation else None,
+            "statistics": self.statistics.to_dict() if self.statistics else None,
+        }
+
+
+def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None = None):
+    """(prediction, report): ``predict(config)`` with degraded links, plus step statistics.
+
+    The prediction itself is the noise-free, straggler-free step, degraded links included:
+    the same collective model as a healthy ``predict`` (NCCL's choice with the config's
+    ``--algo/--proto/--jobs/--placement``, :func:`dpsim.predict.build_collectives`) with
+    those links' capacities scaled, on the engine's homogeneous fast path. The report
+    compares it with the healthy step and replays the same step program with per-rank
+    factors over ``steps`` steps (default :data:`DEFAULT_STOCHASTIC_STEPS`) and
+    ``spec.samples`` seeds.
+    """
+    from dpsim.predict.run import predict, resolve_topology
+
+    if spec.per_rank:
+        steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
+        if steps < 1:
+            raise ConfigError(f"--steps: {steps} is not valid; expected an integer >= 1")
+    prediction = predict(config, degradations=spec.degradations)
+    effect = None
+    if spec.degradations:
+        healthy = predict(config)
+        links = prediction.links
+        effect = DegradationEffect(
+            healthy_step_s=healthy.step_time_s, step_s=prediction.step_time_s,
+            healthy_comm_s=healthy.comm_s, comm_s=prediction.comm_s,
+            bottleneck_class=links.bottleneck_class if links is not None else None,
+            bottleneck_links=tuple(f"{u.link[0]} -> {u.link[1]}" for u in links.bottleneck) if links else (),
+            bottleneck_count=links.bottleneck_count if links is not None else 0)
+    stats = None
+    if spec.per_rank:
+        topology = resolve_topology(config)
+        stats = monte_carlo(
+            prediction.program, prediction.collectives, spec, n_ranks=topology.n_gpus,
+            gpus_per_node=topology.gpus_per_node, steps=steps, overlap_slowdown=config.overlap_slowdown,
+            nominal_step_s=prediction.step_time_s, global_batch=config.micro_batch * config.grad_accum * topology.n_gpus,
+        )
+    return prediction, VariabilityReport(spec=spec, degradation=effect, statistics=stats)

@@ -1,0 +1,195 @@
+"""Stragglers and variability: per-rank stochastic steps, Monte-Carlo statistics.
+
+A collective completes only when its slowest participant has joined it, so with
+per-rank compute noise the step is paced by the *maximum* of N draws and the expected
+step time grows with N even at fixed per-rank noise. This module draws per-rank,
+per-step compute factors (noise, persistent stragglers, transient hiccups), plays them
+through the engine's step semantics exactly, and summarises many steps and seeds
+(mean, p50, p90, p99 step time, a confidence interval on throughput).
+
+Exact and fast (:func:`simulate_ranks`)
+---------------------------------------
+It plays a :class:`~dpsim.engine.StepProgram` with the semantics of
+:func:`dpsim.engine.run_program` (same comm FIFO, same "a collective starts once every
+rank launched it and the stream is free", same compute slowdown while a collective
+runs, each rank starting its next step right after its own last task), but without a
+SimPy process per rank:
+
+* **Causal order without events.** Ops run one after another on the stream, so when
+  ranks are advanced segment by segment (a segment = consecutive compute tasks between
+  two launch/wait points), every collective that can overlap a segment's compute was
+  launched by an earlier segment and is already scheduled; an op launched by this
+  segment starts after every rank has finished it. Each rank's progress through a
+  segment is therefore a closed-form inversion of the piecewise-linear "work done by
+  time t" curve (rate 1 outside collectives, 1/(1+slowdown) inside), vectorised over
+  ranks and Monte-Carlo samples with numpy.
+* **Only the extreme ranks drive the schedule.** A rank's launch times are monotone in
+  its step start and its compute factor, so a rank that starts no later and computes
+  no slower than another never sets a collective's start: the schedule is decided by
+  the Pareto front of (step start, factor) -- O(log N) ranks for i.i.d. noise. When the
+  step ends synchronously (the last task waits for the last collective and launches
+  nothing, as DDP's optimizer does) every other rank's end is one closed-form step from
+  that collective's end, so the middle of the step is played for the front only.
+* **Identical ranks are one rank.** Without random components (only persistent
+  stragglers) ranks with equal factors are collapsed into one group: a 1,024-GPU job
+  with one slow node costs two ranks.
+
+A homogeneous run (no noise, no stragglers, no hiccups) never comes here: ``predict``
+keeps its single-rank engine path and identical results. Link degradation is not
+per-rank: it scales the capacity of the named links in the NCCL model's flow network
+(:func:`degradation_scale`, used by :class:`~dpsim.algorithms.nccl.NcclCollectives`),
+so a degraded step is costed by the same collective model as a healthy one, and keeps
+the fast path.
+
+Default noise
+-------------
+The default comes from the measured step-time spread: ``dpsim calibrate --model`` records
+the coefficient of variation of the forward+backward time over its timed repeats
+(``ModelStep.step_time_cv``), and ``predict --calibration`` uses it when ``--noise-cv`` is
+not given (``noise_source`` says so in the table and the JSON). An explicit
+``--noise-cv`` (0 included) wins; without such a profile the default is *no noise*.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from dpsim.errors import ConfigError
+from dpsim.network.degrade import LinkDegradation
+from dpsim.stats import DEFAULT_CONFIDENCE
+from dpsim.units import NUMBER_PATTERN as _FACTOR
+
+NOISE_DISTRIBUTIONS = ("normal", "lognormal")
+"""Per-rank compute-noise distributions (both with mean 1 and the given CV)."""
+
+MIN_COMPUTE_FACTOR = 0.01
+"""Normal noise is clipped below at this factor (a rank never computes 100x faster);
+with a CV under 0.3 the clip is hit with probability < 1e-3."""
+
+DEFAULT_SAMPLES = 10
+"""Monte-Carlo samples (independent seeds) of a stochastic prediction."""
+
+DEFAULT_STOCHASTIC_STEPS = 50
+"""Steps per sample when variability is on and ``--steps`` is not given."""
+
+MAX_NOISE_CV = 1.0
+
+
+# ----------------------------------------------------------------------------- inputs
+
+@dataclass(frozen=True, kw_only=True)
+class Straggler:
+    """A persistently slow GPU or node."""
+
+    target: str
+    """``node`` (all GPUs of one server) or ``gpu`` (one rank)."""
+    index: int
+    """Node index, or global GPU (rank) index, from 0."""
+    factor: float
+    """Compute-time multiplier (1.3 = 30 % slower); factors on one rank multiply."""
+
+    @property
+    def label(self) -> str:
+        """The flag value that describes it, e.g. ``node3:1.3x``."""
+        return f"{self.target}{self.index}:{self.factor:g}x"
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariabilitySpec:
+    """Everything that makes ranks differ from one another, or steps from one another."""
+
+    noise_cv: float = 0.0
+    """Coefficient of variation of each rank's per-step compute time (0.05 = 5 %);
+    i.i.d. over ranks and steps. 0: no noise (the default without a calibration profile
+    that records the measured spread)."""
+    noise_distribution: str = "normal"
+    """``normal`` (1 + cv*Z, clipped at :data:`MIN_COMPUTE_FACTOR`) or ``lognormal``
+    (mean 1, the same CV)."""
+    stragglers: tuple[Straggler, ...] = ()
+    """Persistently slow GPUs or nodes."""
+    degradations: tuple[LinkDegradation, ...] = ()
+    """Links running below capacity (change the collectives' network, not per-rank)."""
+    hiccup_rate_per_s: float = 0.0
+    """Transient stalls per GPU per second of wall time (Poisson)."""
+    hiccup_s: float = 0.0
+    """Duration of one stall: the rank's compute in that step grows by this much."""
+    seed: int = 0
+    """Seed of every random draw: the same seed gives the same numbers."""
+    samples: int = DEFAULT_SAMPLES
+    """Independent Monte-Carlo samples (seeds derived from ``seed``)."""
+    confidence: float = DEFAULT_CONFIDENCE
+    """Confidence level of the throughput interval."""
+    noise_source: str | None = None
+    """Where ``noise_cv`` came from when not given (e.g. a calibration profile); ``None``: given."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.noise_cv) and 0 <= self.noise_cv <= MAX_NOISE_CV):
+            raise ConfigError(f"--noise-cv: {self.noise_cv} is not valid; expected a number in [0, {MAX_NOISE_CV:g}]")
+        if self.noise_distribution not in NOISE_DISTRIBUTIONS:
+            raise ConfigError(f"--noise-dist: {self.noise_distribution!r} is not valid; "
+                              f"choose one of {', '.join(NOISE_DISTRIBUTIONS)}")
+        if not (math.isfinite(self.hiccup_rate_per_s) and self.hiccup_rate_per_s >= 0):
+            raise ConfigError(f"--hiccup-rate-per-s: {self.hiccup_rate_per_s} is not valid; expected a number >= 0")
+        if not (math.isfinite(self.hiccup_s) and self.hiccup_s >= 0):
+            raise ConfigError(f"--hiccup-s: {self.hiccup_s} is not valid; expected a duration >= 0")
+        if (self.hiccup_rate_per_s > 0) != (self.hiccup_s > 0):
+            raise ConfigError(
+                f"--hiccup-rate-per-s / --hiccup-s: {self.hiccup_rate_per_s:g} / {self.hiccup_s:g} is not valid; "
+                "give both a rate > 0 and a duration > 0 (or neither)")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"--seed: {self.seed!r} is not valid; expected an integer >= 0")
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
+            raise ConfigError(f"--mc-samples: {self.samples!r} is not valid; expected an integer >= 1")
+        if not (0 < self.confidence < 1):
+            raise ConfigError(f"confidence: {self.confidence} is not valid; expected a number in (0, 1)")
+
+    @property
+    def per_rank(self) -> bool:
+        """True when ranks differ (noise, stragglers or hiccups): the per-rank path is needed."""
+        return self.noise_cv > 0 or bool(self.stragglers) or self.hiccup_rate_per_s > 0
+
+    @property
+    def random(self) -> bool:
+        """True when factors are drawn at random (noise or hiccups), not just fixed."""
+        return self.noise_cv > 0 or self.hiccup_rate_per_s > 0
+
+    @property
+    def active(self) -> bool:
+        """True when anything differs from a homogeneous, healthy cluster."""
+        return self.per_rank or bool(self.degradations)
+
+
+
+
+def parse_straggler(raw: str) -> Straggler:
+    """Parse ``node3:1.3x``, ``gpu12:2x`` (``rank12`` is the same as ``gpu12``)."""
+    m = re.fullmatch(r"\s*(node|gpu|rank)(\d+)\s*:\s*" + _FACTOR + r"\s*x?\s*", str(raw))
+    if not m or not (math.isfinite(float(m.group(3))) and float(m.group(3)) > 0):
+        raise ConfigError(
+            f"--straggler: {raw!r} is not valid; expected node<K>:<factor>x or gpu<K>:<factor>x "
+            "with a factor > 0, e.g. node3:1.3x")
+    target = "node" if m.group(1) == "node" else "gpu"
+    return Straggler(target=target, index=int(m.group(2)), factor=float(m.group(3)))
+
+
+def rank_factors(stragglers: Sequence[Straggler], n_ranks: int, gpus_per_node: int) -> np.ndarray:
+    """Persistent compute factor of every rank (rank r lives on node r // gpus_per_node)."""
+    factors = np.ones(n_ranks)
+    n_nodes = math.ceil(n_ranks / gpus_per_node)
+    for s in stragglers:
+        if s.target == "node":
+            if s.index >= n_nodes:
+                raise ConfigError(f"--straggler: {s.label!r} names node {s.index}, but there are "
+                                  f"{n_nodes} nodes (node0..node{n_nodes - 1})")
+            factors[s.index * gpus_per_node:(s.index + 1) * gpus_per_node] *= s.factor
+        else:
+            if s.index >= n_ranks:
+                raise ConfigError(f"--straggler: {s.label!r} names GPU {s.index}, but there are "
+                                  f"{n_ranks} GPUs (gpu0..gpu{n_ranks - 1})")
+            factors[s.index] *= s.factor
+    return factors

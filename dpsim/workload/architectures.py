@@ -1,0 +1,617 @@
+"""Model families as layer lists: GPT-2, Llama, BERT, ViT and ResNet built from their configs.
+
+Each builder returns a :class:`~dpsim.workload.spec.ModelSpec` whose parameters are named,
+shaped and registered exactly as the reference torch implementation registers them
+(checked name by name in the tests), with per-layer FLOPs and activation bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from dpsim.errors import WorkloadError
+from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec, dtype_size_bytes
+
+ACTIVATION_ELEMENT_BYTES = 2
+"""Activations are estimated for bf16/fp16 training (2 bytes per element)."""
+
+
+# --------------------------------------------------------------------------- configs
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPT2Config:
+    """HuggingFace ``GPT2Config`` fields that shape the parameters."""
+
+    vocab_size: int = 50257
+    n_positions: int = 1024
+    """Learned position table size: the longest sequence the model accepts."""
+    n_embd: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    n_inner: int | None = None
+    """MLP width; ``None`` means ``4 * n_embd`` as in HuggingFace."""
+
+    @property
+    def inner(self) -> int:
+        return self.n_inner if self.n_inner is not None else 4 * self.n_embd
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlamaConfig:
+    """HuggingFace ``LlamaConfig`` fields that shape the parameters."""
+
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int = 32
+    max_position_embeddings: int = 4096
+    """Training context; RoPE has no learned table, so longer ``seq_len`` is allowed."""
+    head_dim: int | None = None
+    """``None`` means ``hidden_size // num_attention_heads``."""
+    tie_word_embeddings: bool = False
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
+
+
+@dataclass(frozen=True, kw_only=True)
+class BertConfig:
+    """HuggingFace ``BertConfig`` fields that shape the parameters."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    add_pooling_layer: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViTConfig:
+    """torchvision ``VisionTransformer`` constructor arguments."""
+
+    image_size: int = 224
+    patch_size: int = 16
+    num_layers: int = 12
+    num_heads: int = 12
+    hidden_dim: int = 768
+    mlp_dim: int = 3072
+    num_classes: int = 1000
+
+    @property
+    def seq_length(self) -> int:
+        """Patches plus the class token (197 for 224 px / 16)."""
+        return (self.image_size // self.patch_size) ** 2 + 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResNetConfig:
+    """torchvision ``ResNet`` with ``Bottleneck`` blocks (ResNet v1.5, stride in the 3×3)."""
+
+    layers: tuple[int, ...] = (3, 4, 6, 3)
+    """Bottleneck blocks per stage."""
+    planes: tuple[int, ...] = (64, 128, 256, 512)
+    """Bottleneck width per stage (torchvision's ``planes``; groups=1, width_per_group=64)."""
+    stem_channels: int = 64
+    """Output channels of ``conv1`` (torchvision's initial ``inplanes``)."""
+    expansion: int = 4
+    num_classes: int = 1000
+    image_size: int = 224
+    in_channels: int = 3
+
+
+ModelConfig = Union[GPT2Config, LlamaConfig, BertConfig, ViTConfig, ResNetConfig]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def attention_matmul_flops(seq_len: int, attn_dim: int) -> float:
+    """FLOPs of ``QKᵀ`` and ``softmax(·)V`` for one layer and sample: ``2·2·seq²·attn_dim``.
+
+    Full square (not halved for causal masks); ``attn_dim`` is heads × head size.
+    """
+    return 4.0 * seq_len * seq_len * attn_dim
+
+
+def korthikanti_block_activation_bytes(
+    seq_len: int, hidden: int, heads: int, *, flash_attention: bool = False
+) -> tuple[float, float]:
+    """Bytes one transformer block keeps for backward (b = 1), as (attention, MLP) halves.
+
+    Korthikanti et al. 2022, Sec. 4.1: ``s·h·(34 + 5·a·s/h)`` per layer in 16-bit
+    activations, i.e. attention ``11sh + 5as²`` plus LayerNorm ``2sh`` and MLP ``19sh``
+    plus LayerNorm ``2sh``. ``flash_attention`` drops the ``5as²`` term.
+    """
+    sh = float(seq_len) * hidden
+    attention = 13.0 * sh + (0.0 if flash_attention else 5.0 * heads * seq_len * seq_len)
+    mlp = 21.0 * sh
+    return attention, mlp
+
+
+def lm_head_activation_bytes(seq_len: int, hidden: int, vocab: int) -> float:
+    """Final norm + output projection inputs and fp32 logits: ``4sh + 4sv`` (Korthikanti Sec. 4.1)."""
+    return 4.0 * seq_len * hidden + 4.0 * seq_len * vocab
+
+
+def _hidden_bytes(seq_len: int, hidden: int) -> float:
+    """One sample's hidden states at 2 bytes per element: a block's input, what full
+    activation checkpointing keeps per block (Korthikanti et al. 2022, Sec. 5: 2sbh)."""
+    return float(ACTIVATION_ELEMENT_BYTES * seq_len * hidden)
+
+
+def _param(name: str, shape: tuple[int, ...], dtype: str) -> ParamSpec:
+    return ParamSpec(name=name, shape=tuple(int(d) for d in shape), dtype=dtype)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Module:
+    """One torch module's parameters, with the order its backward makes their gradients ready."""
+
+    params: tuple[ParamSpec, ...]
+    """In registration order."""
+    ready: tuple[str, ...]
+    """Names of ``params`` in the order autograd hands over their gradients."""
+
+
+def _tensor(name: str, shape: tuple[int, ...], dtype: str) -> _Module:
+    """A lone parameter: an embedding table, a class token, a position table."""
+    return _Module(params=(_param(name, shape, dtype),), ready=(name,))
+
+
+def _affine(weight: ParamSpec, bias: ParamSpec | None) -> _Module:
+    """A matmul plus bias (``F.linear``, ``addmm``): the bias gradient is ready first."""
+    if bias is None:
+        return _Module(params=(weight,), ready=(weight.name,))
+    return _Module(params=(weight, bias), ready=(bias.name, weight.name))
+
+
+def _linear(prefix: str, out_features: int, in_features: int, dtype: str, bias: bool = True) -> _Module:
+    """``torch.nn.Linear``: weight ``(out, in)`` then bias ``(out,)``; bias ready first."""
+    return _affine(_param(f"{prefix}.weight", (out_features, in_features), dtype),
+                   _param(f"{prefix}.bias", (out_features,), dtype) if bias else None)
+
+
+def _conv1d_hf(prefix: str, nx: int, nf: int, dtype: str) -> _Module:
+    """HuggingFace ``Conv1D`` (GPT-2, ``addmm``): weight ``(in, out)`` then bias ``(out,)``; bias ready first."""
+    return _affine(_param(f"{prefix}.weight", (nx, nf), dtype), _param(f"{prefix}.bias", (nf,), dtype))
+
+
+def _conv2d(prefix: str, shape: tuple[int, ...], dtype: str, bias: bool = False) -> _Module:
+    """``torch.nn.Conv2d``: ``convolution_backward`` hands over the weight gradient before the bias."""
+    params = (_param(f"{prefix}.weight", shape, dtype),)
+    if bias:
+        params += (_param(f"{prefix}.bias", (shape[0],), dtype),)
+    return _Module(params=params, ready=tuple(p.name for p in params))
+
+
+def _norm(prefix: str, n: int, dtype: str, bias: bool = True) -> _Module:
+    """LayerNorm / BatchNorm affine (weight, bias) or RMSNorm (weight only).
+
+    ``native_layer_norm_backward`` / ``native_batch_norm_backward`` hand over the
+    weight gradient before the bias gradient.
+    """
+    params = (_param(f"{prefix}.weight", (n,), dtype),)
+    if bias:
+        params += (_param(f"{prefix}.bias", (n,), dtype),)
+    return _Module(params=params, ready=tuple(p.name for p in params))
+
+
+def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float,
+           activation_bytes_per_sample: float, unit: str | None = None,
+           input_bytes_per_sample: float = 0.0) -> LayerSpec:
+    """A layer running the modules ``run`` in this (forward) order.
+
+    It owns their parameters (listed in run order); backward runs the modules in
+    reverse, each handing over its gradients in its own order. ``unit`` is the block
+    (FSDP wrap / checkpoint unit) it belongs to, ``input_bytes_per_sample`` its input.
+    """
+    return LayerSpec(
+        name=name,
+        params=tuple(p for m in run for p in m.params),
+        grad_ready_order=tuple(n for m in reversed(run) for n in m.ready),
+        forward_flops_per_sample=forward_flops_per_sample,
+        activation_bytes_per_sample=activation_bytes_per_sample,
+        unit=unit,
+        input_bytes_per_sample=input_bytes_per_sample,
+    )
+
+
+def _model(name: str, layers: Sequence[LayerSpec], registered: Sequence[_Module], **fields: object) -> ModelSpec:
+    """A model whose ``named_parameters()`` lists the modules ``registered`` in that order.
+
+    ``registration_order`` is stored only where it differs from the layers' concatenation.
+    """
+    order = tuple(p.name for m in registered for p in m.params)
+    in_layers = tuple(p.name for layer in layers for p in layer.params)
+    return ModelSpec(name=name, layers=tuple(layers),
+                     registration_order=None if order == in_layers else order, **fields)  # type: ignore[arg-type]
+
+
+def _check_positive_int(value: object, field_name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise WorkloadError(f"{field_name}: {value!r} is not a positive integer")
+    return value
+
+
+def _resolve_seq_len(seq_len: int | None, default: int, model: str, *, max_field: str | None = None,
+                     max_value: int | None = None) -> int:
+    if seq_len is None:
+        return default
+    seq_len = _check_positive_int(seq_len, "--seq-len")
+    if max_value is not None and seq_len > max_value:
+        raise WorkloadError(
+            f"--seq-len: {seq_len} exceeds {model}'s {max_field} = {max_value} "
+            f"(learned position embeddings); use at most {max_value}"
+        )
+    return seq_len
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int) -> LayerSpec:
+    """The final norm + LM head of a decoder: an s x d by d x v matmul per sample."""
+    return _layer("lm_head", run, forward_flops_per_sample=2.0 * s * d * v,
+                  activation_bytes_per_sample=lm_head_activation_bytes(s, d, v))
+
+
+def build_gpt2(
+    cfg: GPT2Config,
+    *,
+    name: str = "gpt2-custom",
+    seq_len: int | None = None,
+    dtype: str = "float32",
+    flash_attention: bool = False,
+    published_param_count: int | None = None,
+    source: str = "",
+) -> ModelSpec:
+    """HuggingFace ``GPT2LMHeadModel`` (tied ``lm_head``); ``seq_len`` defaults to ``n_positions``."""
+    dtype_size_bytes(dtype)
+    s = _resolve_seq_len(seq_len, cfg.n_positions, name, max_field="n_positions",
+                         max_value=cfg.n_positions)
+    d, inner, v = cfg.n_embd, cfg.inner, cfg.vocab_size
+    # wte is also lm_head's weight; its gradient is complete only after the embedding's
+    # backward, so the embedding layer owns it.
+    wte = _tensor("transformer.wte.weight", (v, d), dtype)
+    wpe = _tensor("transformer.wpe.weight", (cfg.n_positions, d), dtype)
+    registered = [wte, wpe]
+    layers = [_layer("transformer.wte", [wte, wpe], forward_flops_per_sample=0.0,
+                     activation_bytes_per_sample=float(s * d))]  # embedding dropout mask (1 byte)
+    for i in range(cfg.n_layer):
+        p = f"transformer.h.{i}"
+        attn_act, mlp_act = korthikanti_block_activation_bytes(s, d, cfg.n_head, flash_attention=flash_attention)
+        ln_1 = _norm(f"{p}.ln_1", d, dtype)
+        c_attn = _conv1d_hf(f"{p}.attn.c_attn", d, 3 * d, dtype)
+        attn_proj = _conv1d_hf(f"{p}.attn.c_proj", d, d, dtype)
+        ln_2 = _norm(f"{p}.ln_2", d, dtype)
+        c_fc = _conv1d_hf(f"{p}.mlp.c_fc", d, inner, dtype)
+        mlp_proj = _conv1d_hf(f"{p}.mlp.c_proj", inner, d, dtype)
+        registered += [ln_1, c_attn, attn_proj, ln_2, c_fc, mlp_proj]
+        layers.append(_layer(
+            f"{p}.attn", [ln_1, c_attn, attn_proj],
+            forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+        ))
+        layers.append(_layer(
+            f"{p}.mlp", [ln_2, c_fc, mlp_proj],
+            forward_flops_per_sample=2.0 * s * d * inner * 2,
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+        ))
+    ln_f = _norm("transformer.ln_f", d, dtype)
+    registered.append(ln_f)
+    # transformer.ln_f + lm_head (weight tied to transformer.wte.weight)
+    layers.append(_lm_head_layer([ln_f], s, d, v))
+    return _model(name, layers, registered, tokens_per_sample=s,
+                  published_param_count=published_param_count, source=source)
+
+
+def build_llama(
+    cfg: LlamaConfig,
+    *,
+    name: str = "llama-custom",
+    seq_len: int | None = None,
+    dtype: str = "float32",
+    flash_attention: bool = False,
+    published_param_count: int | None = None,
+    source: str = "",
+) -> ModelSpec:
+    """HuggingFace ``LlamaForCausalLM``; ``seq_len`` defaults to ``max_position_embeddings``.
+
+    RoPE positions are not parameters, so any positive ``seq_len`` is accepted.
+    ``LlamaDecoderLayer`` registers ``self_attn, mlp, input_layernorm,
+    post_attention_layernorm`` but runs ``input_layernorm`` before attention and
+    ``post_attention_layernorm`` before the MLP: the attention layer owns the first
+    norm, the MLP layer the second, and ``registration_order`` keeps HF's order.
+    """
+    dtype_size_bytes(dtype)
+    s = _resolve_seq_len(seq_len, cfg.max_position_embeddings, name)
+    d, inter, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    hd = cfg.head_size
+    q_dim = cfg.num_attention_heads * hd
+    kv_dim = cfg.num_key_value_heads * hd
+    embed = _tensor("model.embed_tokens.weight", (v, d), dtype)
+    registered = [embed]
+    layers = [_layer("model.embed_tokens", [embed], forward_flops_per_sample=0.0,
+                     activation_bytes_per_sample=0.0)]  # no embedding dropout in Llama
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}"
+        attn_act, mlp_act = korthikanti_block_activation_bytes(
+            s, d, cfg.num_attention_heads, flash_attention=flash_attention)
+        q = _linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=False)
+        k = _linear(f"{p}.self_attn.k_proj", kv_dim, d, dtype, bias=False)
+        v_proj = _linear(f"{p}.self_attn.v_proj", kv_dim, d, dtype, bias=False)
+        o = _linear(f"{p}.self_attn.o_proj", d, q_dim, dtype, bias=False)
+        gate = _linear(f"{p}.mlp.gate_proj", inter, d, dtype, bias=False)
+        up = _linear(f"{p}.mlp.up_proj", inter, d, dtype, bias=False)
+        down = _linear(f"{p}.mlp.down_proj", d, inter, dtype, bias=False)
+        input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=False)
+        post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=False)
+        registered += [q, k, v_proj, o, gate, up, down, input_norm, post_norm]
+        layers.append(_layer(
+            f"{p}.self_attn", [input_norm, q, k, v_proj, o],  # + input_layernorm
+            forward_flops_per_sample=2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
+            + attention_matmul_flops(s, q_dim),
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+        ))
+        layers.append(_layer(
+            f"{p}.mlp", [post_norm, gate, up, down],  # + post_attention_layernorm
+            forward_flops_per_sample=2.0 * s * d * inter * 3,
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+        ))
+    head = [_norm("model.norm", d, dtype, bias=False)]
+    if not cfg.tie_word_embeddings:
+        head.append(_linear("lm_head", v, d, dtype, bias=False))
+    registered += head
+    layers.append(_lm_head_layer(head, s, d, v))  # model.norm + lm_head
+    return _model(name, layers, registered, tokens_per_sample=s,
+                  published_param_count=published_param_count, source=source)
+
+
+def build_bert(
+    cfg: BertConfig,
+    *,
+    name: str = "bert-custom",
+    seq_len: int | None = None,
+    dtype: str = "float32",
+    flash_attention: bool = False,
+    published_param_count: int | None = None,
+    source: str = "",
+) -> ModelSpec:
+    """HuggingFace ``BertModel`` (encoder + pooler, no pre-training heads)."""
+    dtype_size_bytes(dtype)
+    s = _resolve_seq_len(seq_len, cfg.max_position_embeddings, name,
+                         max_field="max_position_embeddings", max_value=cfg.max_position_embeddings)
+    d, inter = cfg.hidden_size, cfg.intermediate_size
+    word = _tensor("embeddings.word_embeddings.weight", (cfg.vocab_size, d), dtype)
+    position = _tensor("embeddings.position_embeddings.weight", (cfg.max_position_embeddings, d), dtype)
+    token_type = _tensor("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d), dtype)
+    emb_norm = _norm("embeddings.LayerNorm", d, dtype)
+    registered = [word, position, token_type, emb_norm]
+    layers = [_layer(
+        "embeddings", [word, token_type, position, emb_norm],  # HF: word + token type, then + position
+        forward_flops_per_sample=0.0,
+        activation_bytes_per_sample=float(s * d),  # dropout mask after the LayerNorm
+    )]
+    for i in range(cfg.num_hidden_layers):
+        p = f"encoder.layer.{i}"
+        attn_act, mlp_act = korthikanti_block_activation_bytes(
+            s, d, cfg.num_attention_heads, flash_attention=flash_attention)
+        attention = [
+            _linear(f"{p}.attention.self.query", d, d, dtype),
+            _linear(f"{p}.attention.self.key", d, d, dtype),
+            _linear(f"{p}.attention.self.value", d, d, dtype),
+            _linear(f"{p}.attention.output.dense", d, d, dtype),
+            _norm(f"{p}.attention.output.LayerNorm", d, dtype),
+        ]
+        ffn = [
+            _linear(f"{p}.intermediate.dense", inter, d, dtype),
+            _linear(f"{p}.output.dense", d, inter, dtype),
+            _norm(f"{p}.output.LayerNorm", d, dtype),
+        ]
+        registered += attention + ffn
+        layers.append(_layer(
+            f"{p}.attention", attention,
+            forward_flops_per_sample=2.0 * s * d * d * 4 + attention_matmul_flops(s, d),
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+        ))
+        layers.append(_layer(
+            f"{p}.ffn", ffn,  # BertIntermediate + BertOutput (no common module in HF)
+            forward_flops_per_sample=2.0 * s * d * inter * 2,
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+        ))
+    if cfg.add_pooling_layer:
+        pooler = _linear("pooler.dense", d, d, dtype)
+        registered.append(pooler)
+        layers.append(_layer(
+            "pooler", [pooler],
+            forward_flops_per_sample=2.0 * d * d,  # first token only
+            activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * d),
+        ))
+    return _model(name, layers, registered, tokens_per_sample=s,
+                  published_param_count=published_param_count, source=source)
+
+
+def build_vit(
+    cfg: ViTConfig,
+    *,
+    name: str = "vit-custom",
+    seq_len: int | None = None,
+    dtype: str = "float32",
+    flash_attention: bool = False,
+    published_param_count: int | None = None,
+    source: str = "",
+) -> ModelSpec:
+    """torchvision ``VisionTransformer`` (class token, learned positions, linear head).
+
+    ``seq_len`` must be ``1 + k²`` (k patches per side): it sets the image size to
+    ``k · patch_size``, which resizes the learned ``encoder.pos_embedding``; the
+    published count then no longer applies and is dropped.
+    """
+    dtype_size_bytes(dtype)
+    if seq_len is not None:
+        seq_len = _check_positive_int(seq_len, "--seq-len")
+        side = math.isqrt(seq_len - 1)
+        if seq_len < 2 or side * side != seq_len - 1:
+            raise WorkloadError(
+                f"--seq-len: {seq_len} is not 1 + k² for {name} (class token + k×k patches of "
+                f"{cfg.patch_size} px; default {cfg.seq_length} = 1 + 14²)"
+            )
+        if side * cfg.patch_size != cfg.image_size:
+            cfg = dataclasses.replace(cfg, image_size=side * cfg.patch_size)
+            published_param_count = None
+    s = cfg.seq_length
+    d, patch = cfg.hidden_dim, cfg.patch_size
+    n_patches = s - 1
+    patch_in = 3 * patch * patch
+    class_token = _tensor("class_token", (1, 1, d), dtype)
+    conv_proj = _conv2d("conv_proj", (d, 3, patch, patch), dtype, bias=True)
+    pos_embedding = _tensor("encoder.pos_embedding", (1, s, d), dtype)
+    registered = [class_token, conv_proj, pos_embedding]
+    layers = [_layer(
+        "conv_proj", [conv_proj, class_token, pos_embedding],  # + class_token and encoder.pos_embedding
+        forward_flops_per_sample=2.0 * n_patches * patch_in * d,
+        activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * 3 * cfg.image_size ** 2 + s * d),
+    )]
+    for i in range(cfg.num_layers):
+        p = f"encoder.layers.encoder_layer_{i}"
+        attn_act, mlp_act = korthikanti_block_activation_bytes(s, d, cfg.num_heads, flash_attention=flash_attention)
+        attention = [
+            _norm(f"{p}.ln_1", d, dtype),
+            _affine(_param(f"{p}.self_attention.in_proj_weight", (3 * d, d), dtype),
+                    _param(f"{p}.self_attention.in_proj_bias", (3 * d,), dtype)),
+            _linear(f"{p}.self_attention.out_proj", d, d, dtype),
+        ]
+        mlp = [
+            _norm(f"{p}.ln_2", d, dtype),
+            _linear(f"{p}.mlp.0", cfg.mlp_dim, d, dtype),
+            _linear(f"{p}.mlp.3", d, cfg.mlp_dim, dtype),
+        ]
+        registered += attention + mlp
+        layers.append(_layer(
+            f"{p}.self_attention", attention,  # + ln_1
+            forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+        ))
+        layers.append(_layer(
+            f"{p}.mlp", mlp,  # + ln_2
+            forward_flops_per_sample=2.0 * s * d * cfg.mlp_dim * 2,
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+        ))
+    heads = [_norm("encoder.ln", d, dtype), _linear("heads.head", cfg.num_classes, d, dtype)]
+    registered += heads
+    layers.append(_layer(
+        "heads", heads,  # encoder.ln + heads.head (class token only)
+        forward_flops_per_sample=2.0 * d * cfg.num_classes,
+        activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * (s * d + d)),
+    ))
+    return _model(name, layers, registered, tokens_per_sample=s,
+                  published_param_count=published_param_count, source=source)
+
+
+def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def build_resnet(
+    cfg: ResNetConfig,
+    *,
+    name: str = "resnet-custom",
+    seq_len: int | None = None,
+    dtype: str = "float32",
+    flash_attention: bool = False,
+    published_param_count: int | None = None,
+    source: str = "",
+) -> ModelSpec:
+    """torchvision ``ResNet`` with ``Bottleneck`` blocks: stem, one layer per block, ``fc``.
+
+    A block runs ``conv1, bn1, conv2, bn2, conv3, bn3`` and then, where present, its
+    ``downsample`` branch (as torchvision's ``Bottleneck.forward`` does), so in backward
+    the downsample gradients are ready before ``bn3``'s. ``seq_len`` does not apply to
+    an image model and is rejected.
+    """
+    del flash_attention
+    dtype_size_bytes(dtype)
+    if seq_len is not None:
+        raise WorkloadError(f"--seq-len: {name} is an image model without a sequence length; "
+                            f"leave --seq-len unset")
+    if len(cfg.layers) != len(cfg.planes):
+        raise WorkloadError(f"model {name!r}: layers {cfg.layers} and planes {cfg.planes} differ in length")
+    e = ACTIVATION_ELEMENT_BYTES
+    hw = _conv_out(cfg.image_size, 7, 2, 3)
+    c = cfg.stem_channels
+    stem_flops = 2.0 * hw * hw * c * cfg.in_channels * 49
+    pool_hw = _conv_out(hw, 3, 2, 1)
+    stem_act = e * (cfg.in_channels * cfg.image_size ** 2  # conv1 input
+                    + 2 * c * hw * hw  # bn1 input, relu output (= maxpool input)
+                    + c * pool_hw * pool_hw) + 8 * c * pool_hw * pool_hw  # maxpool output + int64 indices
+    stem = [_conv2d("conv1", (c, cfg.in_channels, 7, 7), dtype), _norm("bn1", c, dtype)]
+    registered = list(stem)
+    layers = [_layer("conv1", stem,  # + bn1, relu, maxpool
+                     forward_flops_per_sample=stem_flops, activation_bytes_per_sample=float(stem_act))]
+    hw = pool_hw
+    inplanes = c
+    for stage, (blocks, planes) in enumerate(zip(cfg.layers, cfg.planes), start=1):
+        for b in range(blocks):
+            stride = 2 if (stage > 1 and b == 0) else 1
+            out_c = planes * cfg.expansion
+            p = f"layer{stage}.{b}"
+            out_hw = _conv_out(hw, 3, stride, 1)
+            modules = [
+                _conv2d(f"{p}.conv1", (planes, inplanes, 1, 1), dtype), _norm(f"{p}.bn1", planes, dtype),
+                _conv2d(f"{p}.conv2", (planes, planes, 3, 3), dtype), _norm(f"{p}.bn2", planes, dtype),
+                _conv2d(f"{p}.conv3", (out_c, planes, 1, 1), dtype), _norm(f"{p}.bn3", out_c, dtype),
+            ]
+            flops = 2.0 * (hw * hw * planes * inplanes
+                           + out_hw * out_hw * planes * planes * 9
+                           + out_hw * out_hw * out_c * planes)
+            act = 2 * (planes * hw * hw + planes * out_hw * out_hw + out_c * out_hw * out_hw)
+            if stride != 1 or inplanes != out_c:
+                modules += [_conv2d(f"{p}.downsample.0", (out_c, inplanes, 1, 1), dtype),
+                            _norm(f"{p}.downsample.1", out_c, dtype)]
+                flops += 2.0 * out_hw * out_hw * out_c * inplanes
+                act += out_c * out_hw * out_hw
+            registered += modules
+            layers.append(_layer(p, modules, forward_flops_per_sample=flops,
+                                 activation_bytes_per_sample=float(e * act), unit=p,
+                                 input_bytes_per_sample=float(e * inplanes * hw * hw)))
+            inplanes, hw = out_c, out_hw
+    fc = _linear("fc", cfg.num_classes, inplanes, dtype)
+    registered.append(fc)
+    layers.append(_layer(
+        "fc", [fc],  # + avgpool
+        forward_flops_per_sample=2.0 * inplanes * cfg.num_classes,
+        activation_bytes_per_sample=float(e * inplanes),
+    ))
+    return _model(name, layers, registered, tokens_per_sample=None,
+                  published_param_count=published_param_count, source=source)
+
+
+def build_model(cfg: ModelConfig, **kwargs: object) -> ModelSpec:
+    """Build a :class:`ModelSpec` from any catalog config (dispatch on its class)."""
+    try:
+        builder = BUILDERS[type(cfg)]
+    except KeyError:
+        raise WorkloadError(f"model config {type(cfg).__name__!r} has no builder") from None
+    return builder(cfg, **kwargs)
+
+
+
+BUILDERS: dict[type, Callable[..., ModelSpec]] = {
+    GPT2Config: build_gpt2,
+    LlamaConfig: build_llama,
+    BertConfig: build_bert,
+    ViTConfig: build_vit,
+    ResNetConfig: build_resnet,
+}
+"""Builder for each config class."""
