@@ -12,7 +12,7 @@ import pytest
 
 from dpsim.calibrate.build import profile_from_nccl_tests
 from dpsim.calibrate.nccl_tests import parse_nccl_tests
-from dpsim.cli.app import main
+from dpsim.cli import main
 from dpsim.errors import ProfileError
 from dpsim.profile.io import load_profile
 

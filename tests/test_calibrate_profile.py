@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from dpsim.cli.app import main
+from dpsim.cli import main
 from dpsim.errors import ProfileError
 from dpsim.hardware import get_gpu
 from dpsim.predict.config import PredictConfig

@@ -1,60 +1,56 @@
-"""Ring collectives: the closed form, invariants over every op, and fast path = full graph."""
+"""Collective models: closed forms, invariants over every algorithm, and swappable networks.
+
+Every collective is costed by the NCCL model (:class:`~dpsim.collectives.nccl.NcclCollectives`)
+on the network interface; the ring's closed form, the latency model and the bandwidth
+bounds are checked on it, and the same model runs unchanged on a graph-searching
+:class:`~dpsim.network.FlowNetwork` of the whole cluster.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 from conftest import variant
 
-from dpsim.collectives.flat_ring import (
-    RingCollectives,
-    ring_orders,
-    ring_pairs,
-    ring_schedule,
-)
-from dpsim.collectives.ops import OPS, bus_factor
+from dpsim.collectives.algorithms import ALGORITHMS, Cluster
+from dpsim.collectives.algorithms.verify import check, pair_bytes, plan_pair_bytes
+from dpsim.collectives.links import link_report
+from dpsim.collectives.nccl import NcclCollectives
+from dpsim.collectives.nccl_tuning import BASE_LATENCY_US, PROTOCOLS, nvls_available
+from dpsim.collectives.ops import OPS, bus_factor, ring_steps
+from dpsim.errors import ConfigError
 from dpsim.network import FlowNetwork
+from dpsim.network.model import run_transfer
+from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
-from dpsim.topology.load import preset_names
+from dpsim.topology.load import load_preset, preset_names
+from dpsim.topology.spec import NvlinkDomainSpec, TierSpec
 from dpsim.units import GB, US, MiB
 
 SIZES = [8, 4096, 1 * MiB, 64 * MiB, 1 << 30]
+
+
+def _ring(topo: Topology, **kw) -> NcclCollectives:
+    return NcclCollectives(topo, algorithms=("ring",), protocols=("Simple",), **kw)
 
 
 @pytest.mark.parametrize("n", [2, 3, 8, 16, 72])
 @pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather"])
 @pytest.mark.parametrize("size", SIZES)
 def test_homogeneous_ring_matches_closed_form(n, op, size):
-    # One node of n GPUs on a switch: every hop has latency a and bandwidth B.
-    spec = variant("nvlink", node__gpus_per_node=n, collective_base_latency_s=0.0, fabric=None)
+    # One node of n GPUs on a switch: every hop has latency a and bandwidth B, and NCCL's
+    # ring/Simple latency is baseLat + steps x a (src/graph/tuning.cc), so
+    # T = baseLat + 2(N-1) a + 2(N-1)/N S/B for an all-reduce.
+    spec = variant("nvlink", node__gpus_per_node=n, fabric=None)
     a = spec.node.gpu_link_latency_s
     B = spec.node.gpu_link_bandwidth_bytes_per_s * spec.node.gpu_link_efficiency
-    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
-    expected = steps * a + steps / n * size / B
-    got = RingCollectives(Topology(spec=spec, n_gpus=n)).time(op, size).time_s
-    assert got == pytest.approx(expected, rel=1e-3)
-
-
-def _topologies():
-    cases = []
-    for name in preset_names():
-        for n in (8, 16, 64, 1024, 65536):
-            cases.append((name, n, variant(name)))
-    # An oversubscribed 4:1 leaf/spine with small leaves, so rings cross the spine.
-    cases.append(("ib-oversub", 256, variant("infiniband", fabric__nodes_per_leaf=4, fabric__oversubscription=4.0)))
-    return cases
-
-
-@pytest.mark.parametrize("name,n,spec", _topologies(), ids=lambda x: str(x) if not hasattr(x, "node") else "")
-@pytest.mark.parametrize("op", OPS)
-def test_ring_never_beats_its_bandwidth_bound(name, n, spec, op):
-    # Per rank, a ring moves at least factor * S through a link of rate B (the busbw bound).
-    model = RingCollectives(Topology(spec=spec, n_gpus=n))
-    B = model.profile.bandwidth_bytes_per_s
-    for size in SIZES:
-        r = model.time(op, size)
-        assert r.time_s >= bus_factor(op, n) * size / B * (1 - 1e-12)
-        assert r.busbw_bytes_per_s <= B * (1 + 1e-9)
-        assert r.algbw_bytes_per_s == pytest.approx(size / r.time_s)
+    steps = ring_steps(op, n)
+    r = _ring(Topology(spec=spec, n_gpus=n)).time(op, size)
+    assert r.latency_s == pytest.approx(BASE_LATENCY_US["ring"][2] * US + steps * a, rel=1e-9)
+    assert r.time_s - r.latency_s == pytest.approx(steps / n * size / B, rel=1e-9)
+    assert r.transfer_bus_bandwidth_bytes_per_s == pytest.approx(B, rel=1e-9)
 
 
 def _small_cluster_cases():
@@ -65,52 +61,55 @@ def _small_cluster_cases():
         ("ethernet", 64, {"fabric__nodes_per_leaf": 3, "fabric__oversubscription": 3.0}),
         ("pcie", 24, {}),
         ("nvlink", 40, {"fabric__nodes_per_leaf": 2}),
+        ("aws-p5", 16, {}),
     ]
 
 
 @pytest.mark.parametrize("name,n,changes", _small_cluster_cases())
-def test_representative_slice_equals_full_cluster(name, n, changes):
-    """The ring step found on the small slice equals the one on the whole graph."""
+def test_network_models_are_interchangeable(name, n, changes):
+    """The NCCL model gives the same costs on the arithmetic router and on a graph search of
+    the whole cluster: the collectives see the network only through its interface."""
     topo = Topology(spec=variant(name, **changes), n_gpus=n)
-    fast = RingCollectives(topo).profile
-    full = FlowNetwork(topo.graph).rates(ring_pairs(ring_orders(topo)))
-    assert fast.flow_rate_bytes_per_s == pytest.approx(float(full.rates_bytes_per_s.min()), rel=1e-9)
-    assert topo.representative.n_gpus <= topo.n_gpus
+    by_formula = NcclCollectives(topo)
+    by_search = NcclCollectives(topo, network=FlowNetwork(topo.graph))
+    for op in OPS:
+        for size in (4096, 8 * MiB, 1 << 30):
+            a, b = by_formula.time(op, size), by_search.time(op, size)
+            assert (a.algorithm, a.protocol) == (b.algorithm, b.protocol)
+            assert b.time_s == pytest.approx(a.time_s, rel=1e-9)
+    # Per-link bytes agree link by link (names included).
+    ops = [("all_reduce", 64 * MiB), ("all_gather", 8 * MiB)]
+    ra, rb = link_report(by_formula, ops, 1.0, top=1000), link_report(by_search, ops, 1.0, top=1000)
+    assert {u.link: u.bytes for u in ra.top} == pytest.approx({u.link: u.bytes for u in rb.top})
 
 
 @pytest.mark.parametrize("name,n,changes", _small_cluster_cases())
 @pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather"])
-def test_explicit_schedule_on_full_graph(name, n, changes, op):
-    """Step by step on the whole graph: bytes conserved, links within capacity, same time."""
-    spec = variant(name, collective_base_latency_s=0.0, **changes)
-    spec = variant_zero_latency(spec)
-    topo = Topology(spec=spec, n_gpus=n)
-    rings = ring_orders(topo)
-    size = 64 * MiB
+def test_ring_schedule_step_by_step_on_the_whole_graph(name, n, changes, op):
+    """The ring's explicit schedule run step by step on the whole graph (flows re-shared as
+    they finish): links within capacity, every rank sends bus_factor x S, and the time is
+    the ring plan's bandwidth term."""
+    topo = Topology(spec=variant(name, **changes), n_gpus=n)
+    cluster = Cluster.of(topo, nvls=False)
     net = FlowNetwork(topo.graph)
-    total = 0.0
-    sent: dict[str, float] = {}
-    schedule = ring_schedule(op, size, rings)
-    # Ring steps are identical: simulate one, and check that they are.
-    assert all(step == schedule[0] for step in schedule)
-    res = net.transfer(schedule[0])
-    assert all(u <= 1 + 1e-9 for u in res.link_utilisation().values())
-    for flows in schedule:
-        total += res.makespan_s
-        for f in flows:
-            sent[f.src] = sent.get(f.src, 0.0) + f.size_bytes
-    # Every rank sends exactly bus_factor * S bytes (nccl-tests' busbw definition).
-    assert set(sent) == set(topo.gpu_ids())
+    size = 64 * MiB
+    schedule = ALGORITHMS["ring"].schedule(op, cluster)
+    chunk = size * schedule.steps[0][0].chunk_fraction
+    total, sent = 0.0, {}
+    for step in schedule.steps:
+        src = np.array([x.src for x in step])
+        dst = np.array([x.dst for x in step])
+        sizes = np.array([x.fraction * size for x in step])
+        res = run_transfer(net, net.loads(src, dst), sizes)
+        assert all(u <= 1 + 1e-9 for u in res.link_utilisation().values())
+        total += float(np.max(res.finish_times_s - net.loads(src, dst).latencies_s))
+        for x in step:
+            sent[x.src] = sent.get(x.src, 0.0) + x.fraction * size
+    assert chunk > 0
     for v in sent.values():
         assert v == pytest.approx(bus_factor(op, n) * size)
-    assert RingCollectives(topo).time(op, size).time_s == pytest.approx(total, rel=1e-9)
-
-
-def variant_zero_latency(spec):
-    import dataclasses
-    node = dataclasses.replace(spec.node, gpu_link_latency_s=0.0)
-    fabric = dataclasses.replace(spec.fabric, nic_latency_s=0.0) if spec.fabric else None
-    return dataclasses.replace(spec, node=node, fabric=fabric)
+    model = _ring(topo, network=net)
+    assert model.plan_cost("ring", op).seconds_per_byte * size == pytest.approx(total, rel=1e-9)
 
 
 @pytest.mark.parametrize("name", preset_names())
@@ -119,43 +118,58 @@ def test_more_bandwidth_is_never_slower(name):
     faster_nic = variant(name, fabric__nic_bandwidth_bytes_per_s=base.fabric.nic_bandwidth_bytes_per_s * 2)
     faster_gpu = variant(name, node__gpu_link_bandwidth_bytes_per_s=base.node.gpu_link_bandwidth_bytes_per_s * 2)
     for n in (8, 16, 256):
-        t0 = RingCollectives(Topology(spec=base, n_gpus=n)).time("all_reduce", 1 << 28).time_s
+        t0 = NcclCollectives(Topology(spec=base, n_gpus=n)).time("all_reduce", 1 << 28).time_s
         for spec in (faster_nic, faster_gpu):
-            assert RingCollectives(Topology(spec=spec, n_gpus=n)).time("all_reduce", 1 << 28).time_s <= t0
+            assert NcclCollectives(Topology(spec=spec, n_gpus=n)).time("all_reduce", 1 << 28).time_s <= t0
 
 
 def test_one_nic_per_node_bounds_ethernet_ring():
     # 100 GbE at the preset's efficiency is the whole ring's bottleneck across nodes.
     spec = variant("ethernet")
-    model = RingCollectives(Topology(spec=spec, n_gpus=64))
+    model = _ring(Topology(spec=spec, n_gpus=64))
     nic = spec.fabric.nic_bandwidth_bytes_per_s * spec.fabric.nic_efficiency
-    assert model.profile.bandwidth_bytes_per_s == pytest.approx(nic)
-    assert {c for _, _, c in model.profile.bottleneck_links} == {"ethernet"}
+    r = model.time("all_reduce", 1 << 30)
+    assert r.transfer_bus_bandwidth_bytes_per_s == pytest.approx(nic, rel=1e-6)
+    assert link_report(model, [("all_reduce", 1 << 30)], r.time_s).bottleneck_class == "ethernet"
     assert nic == pytest.approx(100e9 / 8 * 0.4)
 
 
 def test_single_rank_and_empty_message_cost_nothing():
-    model = RingCollectives(Topology(spec=variant("nvlink"), n_gpus=1))
+    model = NcclCollectives(Topology(spec=variant("nvlink"), n_gpus=1))
     assert model.time("all_reduce", 1 << 20).time_s == 0.0
-    model = RingCollectives(Topology(spec=variant("nvlink"), n_gpus=8))
+    model = NcclCollectives(Topology(spec=variant("nvlink"), n_gpus=8))
     assert model.time("all_reduce", 0).time_s == 0.0
 
 
-def test_nvlink_node_busbw_is_ncc_effective_rate():
-    # 8 H100 on NVSwitch: large all-reduce busbw approaches 450 GB/s x 0.822 = 370 GB/s
+@pytest.mark.parametrize("size", [-1, float("nan"), float("inf")])
+def test_bad_sizes_and_ops_are_one_line_errors(size):
+    model = NcclCollectives(Topology(spec=variant("nvlink"), n_gpus=8))
+    with pytest.raises(ConfigError, match="size"):
+        model.time("all_reduce", size)
+    with pytest.raises(ConfigError, match="--op: 'gather'"):
+        model.time("gather", 8)
+
+
+def test_nvlink_node_ring_busbw_is_nccl_effective_rate():
+    # 8 H100 on NVSwitch: a large ring all-reduce's busbw approaches 450 GB/s x 0.822 = 370 GB/s
     # (hardware.csv H012), less the latency term.
-    r = RingCollectives(Topology(spec=variant("nvlink"), n_gpus=8)).time("all_reduce", 1 << 30)
+    r = _ring(Topology(spec=variant("nvlink"), n_gpus=8)).time("all_reduce", 1 << 30)
     assert 350 * GB < r.busbw_bytes_per_s < 370 * GB
 
 
-def test_latency_term_counts_inter_node_hops_once_per_lap():
+def test_ring_latency_counts_inter_node_hops_as_nccl_does():
+    # NCCL (src/graph/tuning.cc): (nsteps - nInterSteps) x intra + nInterSteps x inter hops,
+    # nInterSteps = 2 (nNodes - 1) for an all-reduce, plus baseLat, times 1.4 on multi-node
+    # ring/Simple all-reduces (the "plateau").
     spec = variant("infiniband")
     topo = Topology(spec=spec, n_gpus=32)  # 4 nodes
-    r = RingCollectives(topo).time("all_reduce", 8)
-    n, nodes = 32, 4
-    lap = (n - nodes) * spec.node.gpu_link_latency_s + nodes * spec.fabric.nic_latency_s
-    expected = spec.collective_base_latency_s + lap * 2 * (n - 1) / n
-    assert r.latency_s == pytest.approx(expected)
+    model = _ring(topo)
+    r = model.time("all_reduce", 8)
+    intra, inter = model.hop_latencies_s("ring", "Simple")
+    steps, inter_steps = 2 * 31, 2 * (4 - 1)
+    expected = (BASE_LATENCY_US["ring"][2] * US + (steps - inter_steps) * intra + inter_steps * inter) * 1.4
+    assert r.latency_s == pytest.approx(spec.launch_overhead_s + expected)
+    assert r.inter_hop_latency_s == inter and r.intra_hop_latency_s == intra
     assert r.latency_s > 100 * US
 
 
@@ -164,20 +178,6 @@ def test_latency_term_counts_inter_node_hops_once_per_lap():
 # each algorithm's explicit schedule computes the collective (symbolically), its compact
 # plan moves exactly the schedule's bytes, no link runs over capacity, no algorithm beats
 # its own link-load bound or a rank's ingress bound, and more bandwidth is never slower.
-
-import dataclasses  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from dpsim.collectives.algorithms import ALGORITHMS, Cluster  # noqa: E402
-from dpsim.collectives.algorithms.verify import check, pair_bytes, plan_pair_bytes  # noqa: E402
-from dpsim.collectives.nccl import NcclCollectives
-from dpsim.collectives.nccl_tuning import PROTOCOLS, nvls_available
-from dpsim.errors import ConfigError  # noqa: E402
-from dpsim.network.tiers import TierNetwork  # noqa: E402
-from dpsim.topology.load import load_preset
-from dpsim.topology.spec import NvlinkDomainSpec, TierSpec
-
 
 def _algo_clusters():
     three_tier = variant("infiniband", node__gpus_per_node=4, fabric__nics_per_node=4, fabric__nodes_per_leaf=2,
@@ -248,14 +248,14 @@ def test_no_link_over_capacity(topo, cluster, name, op):
     for phase in ALGORITHMS[name].plan(op, cluster).phases:
         loads = net.loads(phase.src, phase.dst)
         used = np.bincount(loads.link_of, weights=loads.rates_bytes_per_s[loads.flow_of], minlength=net.n_links)
-        assert np.all(used <= net.capacity * (1 + 1e-9))
+        assert np.all(used <= net.capacity_bytes_per_s * (1 + 1e-9))
     # Over a whole collective, every link's bytes fit in the collective's duration.
     model = NcclCollectives(topo, algorithms=(name,))
     for size in (1 << 20, 1 << 28):
         choice = model.choose(op, size)
         pc = model.plan_cost(name, op, model.nic_scale(model.message_bytes(name, choice.protocol, op, size))
                              if topo.n_nodes > 1 else 1.0)
-        assert np.all(pc.link_bytes_per_byte * size <= net.capacity * choice.time_s * (1 + 1e-9))
+        assert np.all(pc.link_bytes_per_byte * size <= net.capacity_bytes_per_s * choice.time_s * (1 + 1e-9))
 
 
 def _ingress_bound_s(topo, op, size):
@@ -263,10 +263,9 @@ def _ingress_bound_s(topo, op, size):
     n = topo.n_gpus
     need = {"all_reduce": (n - 1) / n * size, "all_gather": (n - 1) / n * size,
             "reduce_scatter": (n - 1) / n * size / n, "broadcast": size}[op]
-    net = TierNetwork(topo)
-    ingress = net.capacity[net._offset["gpu_down"] + 1]  # rank 1 (rank 0 is a broadcast's root)
-    if "pcie_gpu" in net._offset:
-        ingress += net.capacity[net._offset["pcie_gpu"] + 1]
+    g = topo.graph
+    rank1 = "n0.gpu1"  # rank 1 (rank 0 is a broadcast's root)
+    ingress = sum(d["capacity_bytes_per_s"] for _, _, d in g.in_edges(rank1, data=True))
     return need / ingress
 
 
@@ -279,7 +278,7 @@ def test_never_faster_than_its_bandwidth_bound(topo, cluster, name, op):
         pc = model.plan_cost(name, op)
         for size in (1 << 10, 1 << 20, 1 << 30):
             t = model.cost(name, protocol, op, size).time_s
-            assert t >= float(np.max(pc.link_bytes_per_byte * size / model.network.capacity)) * (1 - 1e-9)
+            assert t >= float(np.max(pc.link_bytes_per_byte * size / model.capacity_bytes_per_s)) * (1 - 1e-9)
             assert t >= _ingress_bound_s(topo, op, size) * (1 - 1e-9)
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import variant
 
-from dpsim.cli.app import main
+from dpsim.cli import main
 from dpsim.collectives.links import link_report
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.errors import ConfigError

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from conftest import variant
 
-from dpsim.cli.app import main
-from dpsim.collectives.flat_ring import RingCollectives, ring_orders, ring_pairs
+from dpsim.cli import main
+from dpsim.collectives.nccl import NcclCollectives
 from dpsim.errors import TopologyError
 from dpsim.network import Flow, FlowNetwork, TierNetwork
 from dpsim.topology.cluster import Topology
@@ -185,12 +185,14 @@ def test_bundled_nic_ports_and_nvlink_domains_in_the_graph():
 
 
 @pytest.mark.parametrize("n_nodes", [9, 11, 40])
-def test_three_tier_slice_equals_the_whole_cluster_for_the_ring(n_nodes):
+def test_three_tier_collectives_equal_a_search_on_the_whole_graph(n_nodes):
     topo = Topology(spec=three_tier(), n_gpus=8 * n_nodes)
     assert topo.representative.n_nodes == 8 and topo.representative.tier_group_sizes == (2,)
-    fast = RingCollectives(topo).profile
-    full = FlowNetwork(topo.graph).rates(ring_pairs(ring_orders(topo)))
-    assert fast.flow_rate_bytes_per_s == pytest.approx(float(full.rates_bytes_per_s.min()), rel=1e-9)
+    by_formula = NcclCollectives(topo)
+    by_search = NcclCollectives(topo, network=FlowNetwork(topo.graph))
+    for op in ("all_reduce", "all_gather"):
+        for size in (1 << 20, 1 << 30):
+            assert by_search.time(op, size).time_s == pytest.approx(by_formula.time(op, size).time_s, rel=1e-9)
 
 
 # ----------------------------------------------------------------------------- TierNetwork
@@ -212,9 +214,9 @@ def test_tier_network_routes_like_a_search_on_the_graph(name):
         assert route == set(bfs.route(s, d)), (s, d)
         for l in link_of[flow_of == k]:
             e = g.edges[tiers.link_name(int(l))]
-            assert tiers.capacity[l] == pytest.approx(e["capacity_bytes_per_s"])
-            assert tiers.latency[l] == e["latency_s"]
-            assert tiers.class_names[tiers.class_id[l]] == e["link_class"]
+            assert tiers.capacity_bytes_per_s[l] == pytest.approx(e["capacity_bytes_per_s"])
+            assert tiers.latency_s[l] == e["latency_s"]
+            assert tiers.link_classes[tiers.link_class_id[l]] == e["link_class"]
     a, b = bfs.rates(pairs), tiers.rates(pairs)
     assert np.allclose(a.rates_bytes_per_s, b.rates_bytes_per_s)
     assert np.allclose(a.latencies_s, b.latencies_s)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dpsim.network import Flow, FlowNetwork
-from dpsim.network.flow_model import max_min_rates
+from dpsim.network.maxmin import max_min_rates
 
 
 def test_max_min_golden():

@@ -12,7 +12,7 @@ import sys
 import plotly.io as pio
 import pytest
 
-from dpsim.cli.app import main
+from dpsim.cli import main
 from dpsim.errors import ConfigError
 from dpsim.plan.sweep import sweep
 from dpsim.predict.config import PredictConfig

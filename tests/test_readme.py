@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dpsim.cli.app import main
+from dpsim.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from dpsim.cli.app import main
+from dpsim.cli import main
 from dpsim.errors import ConfigError
 from dpsim.plan.goodput import (
     elastic_choice,

@@ -14,7 +14,7 @@ import yaml
 
 import dpsim.topology.cluster as cluster_mod
 import dpsim.topology.load as load_mod
-from dpsim.cli.app import main
+from dpsim.cli import main
 from dpsim.errors import DpsimError, TopologyError
 from dpsim.topology.cluster import Topology
 from dpsim.topology.graph import build_graph, gpu_id
@@ -69,20 +69,20 @@ def test_preset_units_are_converted_to_si():
     assert ib.fabric.nic_bandwidth_bytes_per_s == pytest.approx(400e9 / 8)  # 400 Gb/s
     assert ib.node.gpu_link_bandwidth_bytes_per_s == pytest.approx(450e9)  # 450 GB/s
     assert ib.fabric.nic_latency_s == pytest.approx(9.6e-6)
-    assert ib.collective_base_latency_s == pytest.approx(8.4e-6)
+    assert ib.launch_overhead_s == 0.0
 
 
 def test_defaults_for_optional_keys():
     data = preset_dict("ethernet")
     for key in ("nics_per_node", "nodes_per_leaf", "oversubscription", "rail_optimized"):
         del data["fabric"][key]
-    del data["description"], data["sources"], data["collective_base_latency_us"]
+    del data["description"], data["sources"]
     spec = spec_from_dict(data)
     assert spec.fabric.nics_per_node == 1
     assert spec.fabric.nodes_per_leaf == 32
     assert spec.fabric.oversubscription == 1.0
     assert spec.fabric.rail_optimized is False
-    assert spec.description == "" and spec.sources == () and spec.collective_base_latency_s == 0.0
+    assert spec.description == "" and spec.sources == () and spec.launch_overhead_s == 0.0
 
 
 # ----------------------------------------------------------------------------- user files
@@ -168,7 +168,8 @@ BAD_FIELDS = [
     (_mut("gpu", "x9000"), ["gpu", "'x9000'", "h100"]),
     (_mut("gpu", 100), ["gpu", "100", "GPU preset"]),
     (_mut("sources", "a paper"), ["sources", "'a paper'", "list of strings"]),
-    (_mut("collective_base_latency_us", "8us"), ["collective_base_latency_us", "'8us'", ">=0"]),
+    (_mut("launch_overhead_us", "8us"), ["launch_overhead_us", "'8us'", ">=0"]),
+    (_mut("collective_base_latency_us", 8.4), ["collective_base_latency_us", "no longer read", "launch_overhead_us"]),
     (_mut("name", ...), ["name", "missing"]),
     (_mut("name", "  "), ["name", "'  '", "string"]),
     (_mut("description", 7), ["description", "7", "string"]),

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from dpsim.cli.app import main
-from dpsim.collectives.flat_ring import RingCollectives
+from dpsim.cli import main
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.collectives.ops import CollectiveResult
 from dpsim.engine.program import CommOp, ComputeTask, StepProgram
@@ -50,7 +49,7 @@ class FixedCollectives:
 def gpt2_ethernet():
     cfg = PredictConfig(gpus=16, link="ethernet", model="gpt2", steps=1)
     p = predict(cfg)
-    return p, RingCollectives(resolve_topology(cfg))
+    return p, p.collectives
 
 
 def _engine_reference(program, collectives, factors, slowdown):
@@ -213,7 +212,7 @@ def test_bad_straggler_names_the_flag_and_the_format(raw):
 
 def test_stragglers_only_collapse_identical_ranks():
     p = predict(PredictConfig(gpus=1024, link="infiniband", model="gpt2", steps=1))
-    coll = RingCollectives(resolve_topology(PredictConfig(gpus=1024, link="infiniband")))
+    coll = p.collectives
     spec = VariabilitySpec(stragglers=(parse_straggler("node3:1.3x"),))
     stats = monte_carlo(p.program, coll, spec, n_ranks=1024, gpus_per_node=8, steps=20, overlap_slowdown=0.1,
                         nominal_step_s=p.step_time_s, global_batch=4 * 1024)
@@ -343,12 +342,12 @@ def test_a_named_link_scales_both_directions_of_that_link_in_the_nccl_network(na
     topo = Topology(spec=variant(name, **changes), n_gpus=n)
     healthy = NcclCollectives(topo)
     degraded = NcclCollectives(topo, degradations=[LinkDegradation(link=link, capacity_fraction=0.3)])
-    changed = np.flatnonzero(degraded.network.capacity != healthy.network.capacity)
+    changed = np.flatnonzero(degraded.capacity_bytes_per_s != healthy.capacity_bytes_per_s)
     names = {degraded.network.link_name(int(i)) for i in changed}
     u, v = expected
     assert names == {(u, v), (v, u)}
     assert {(a, b) for a, b in names} <= set(topo.graph.edges)  # the graph's own links
-    np.testing.assert_allclose(degraded.network.capacity[changed], 0.3 * healthy.network.capacity[changed],
+    np.testing.assert_allclose(degraded.capacity_bytes_per_s[changed], 0.3 * healthy.capacity_bytes_per_s[changed],
                                rtol=1e-15)
     assert (degraded.capacity_scale[changed] == 0.3).all()
 
@@ -385,12 +384,12 @@ def test_degraded_and_healthy_use_the_same_collective_model():
                         placement="interleaved")
     p, _ = predict_with_variability(cfg, _spec("infiniband:80%"))
     healthy = predict(cfg)
-    for coll in (p.collectives, healthy.collectives):
+    for coll in (p.collectives.world, healthy.collectives.world):
         assert isinstance(coll, NcclCollectives)
         assert coll.algorithms == ("ring", "tree") and coll.protocols == ("LL128", "Simple")
         assert coll.jobs == 2 and coll.placement == "interleaved"
-    assert p.collectives.degradations == (parse_degradation("infiniband:80%"),)
-    assert healthy.collectives.degradations == ()
+    assert p.collectives.world.degradations == (parse_degradation("infiniband:80%"),)
+    assert healthy.collectives.world.degradations == ()
     assert p.step_time_s > healthy.step_time_s
 
 
@@ -453,7 +452,7 @@ def test_a_class_that_carries_nothing_changes_nothing():
     # so the leaf -> spine links exist but carry nothing.
     cfg = PredictConfig(gpus=64, link="infiniband", model="gpt2")
     healthy = predict(cfg)
-    assert "leaf-spine" in healthy.collectives.network.class_names
+    assert "leaf-spine" in healthy.collectives.world.network.link_classes
     assert "leaf-spine" not in healthy.links.by_class
     p, report = predict_with_variability(cfg, _spec("leaf-spine:50%"))
     assert p.to_dict() == healthy.to_dict()
@@ -488,7 +487,7 @@ def test_per_message_overhead_on_a_degraded_nic_is_that_of_its_slower_rate():
     coll = NcclCollectives(topo, degradations=[parse_degradation("node1.nic3:50%")])
     s = 0.8
     scale = coll._nic_link_scale(s)
-    f = coll.capacity_scale[coll.network.nic_links]
+    f = coll.capacity_scale[coll.network.nic_links()]
     assert (scale[f == 1.0] == s).all()
     # Same time g per message at half the rate: 1 / (1 + g (r/2) / c) with 1 / (1 + g r / c) = s.
     assert scale[f < 1] == pytest.approx(1 / (1 + 0.5 * (1 / s - 1)), rel=1e-15)

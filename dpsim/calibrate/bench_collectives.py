@@ -13,7 +13,6 @@ from dpsim.calibrate.timing import Clock, Steps, human_bytes
 
 ELEMENT = torch.float32
 ELEMENT_BYTES = 4
-COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor

@@ -54,7 +54,6 @@ import torch
 import torch.distributed as dist
 
 from dpsim.calibrate.bench_collectives import (
-    COLLECTIVE_OPS,
     _collective_fn,
     _pingpong_fn,
     _reduce_device,
@@ -75,6 +74,7 @@ from dpsim.calibrate.timing import (
     Watchdog,
     human_bytes,
 )
+from dpsim.collectives.ops import OPS
 
 # ----------------------------------------------------------------------------- environment
 
@@ -176,7 +176,7 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
     nodes, hostnames = _node_layout(plan, rank, world)
     steps.end("process group start-up")
     sizes_in = [int(s) for s in plan["sizes"]]
-    ops = [op for op in plan["ops"] if op in COLLECTIVE_OPS]
+    ops = [op for op in plan["ops"] if op in OPS]
     want_p2p = "sendrecv" in plan["ops"]
     node_sizes = {len(n) for n in nodes}
     classes = []

@@ -33,7 +33,7 @@ def collective(
     """Predict a collective over a size sweep, printed like nccl-tests' *_perf tools."""
     from dpsim.collectives.ops import OPS
     from dpsim.predict.config import PredictConfig
-    from dpsim.predict.run import resolve_topology
+    from dpsim.predict.run import build_collectives, resolve_topology
     from dpsim.report.text import NCCL_TESTS_TYPE_BYTES, nccl_tests_table
     from dpsim.units import parse_size_bytes
 
@@ -47,17 +47,12 @@ def collective(
         raise ConfigError(f"-b/-e: {minbytes!r}..{maxbytes!r} is not a valid range; need 0 < minbytes <= maxbytes")
     if not (math.isfinite(stepfactor) and stepfactor > 1):
         raise ConfigError(f"-f/--stepfactor: {stepfactor} is not valid; expected a number > 1")
-    topo = resolve_topology(PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node))
-    from dpsim.collectives.nccl import NcclCollectives
-    from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
-    model = NcclCollectives(topo, algorithms=parse_algorithms(algo), protocols=parse_protocols(proto))
-    algorithm = "nccl"
-    if calibration is not None:
-        from dpsim.profile.calibrated import calibrated_collectives
-        from dpsim.profile.io import load_profile
-        profile = load_profile(calibration)
-        model = calibrated_collectives(profile, topo)
-        algorithm = f"calibrated ({profile.name})"
+    config = PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node, algo=algo,
+                           proto=proto, calibration=calibration)
+    topo = resolve_topology(config)
+    # The same collective model predict costs the job's world communicator with.
+    model = build_collectives(config, topo).world
+    algorithm = "nccl" if calibration is None else f"calibrated ({model.profile.name})"
     elem = NCCL_TESTS_TYPE_BYTES[dtype]
     sizes = []
     size = lo

@@ -1,91 +1,116 @@
-"""Communicators: the job's world plus named sub-communicators (FSDP hybrid sharding).
+"""Communicators: the job's world plus named sub-communicators, every one costed the same way.
 
-FSDP ``HYBRID_SHARD`` runs ``FULL_SHARD`` within a node (the ``intra`` communicator of the
-node's GPUs) and all-reduces gradient shards across nodes (the ``inter`` communicator,
-one rank per node). :func:`hybrid_topologies` builds both communicators' topologies:
-``intra`` is one node of the same design; ``inter`` is a cluster of one-GPU nodes on the
-same fabric in which each GPU gets its share of its node's NICs (``nics x rate /
-gpus_per_node``: the ``gpus_per_node`` replica groups of a node run concurrently), which
-keeps the leaf uplinks' share too; an NVLink fabric keeps its per-GPU rate.
+A step's comm ops name their communicator (:attr:`dpsim.engine.program.CommOp.group`):
+``world`` (every data-parallel rank) or, for FSDP ``HYBRID_SHARD``, ``intra`` (the GPUs of
+one node: ``FULL_SHARD`` within it) and ``inter`` (one GPU per node: gradient shards
+all-reduced across nodes). :class:`GroupCollectives` builds the collective model of each
+communicator with **one** factory, so a job's sub-communicators are costed exactly like
+its world (NCCL's choice on the flow model, or the same calibration profile).
+
+:func:`communicators` describes them: ``intra`` is one node of the same design (every
+node's group runs at once on its own links); ``inter`` is a cluster of one-GPU nodes on
+the same fabric in which each GPU gets its share of its node's NICs (``nics x rate /
+gpus_per_node``: the ``gpus_per_node`` replica groups of a node, local rank *j* of every
+node in group *j*, run concurrently), which keeps the leaf uplinks' share too; an NVLink
+fabric keeps its per-GPU rate. :attr:`Communicator.concurrent` says how many identical
+groups share the node's links, for models that have no links of their own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from dpsim.collectives.flat_ring import RingCollectives
 from dpsim.collectives.ops import CollectiveModel, CollectiveResult
 from dpsim.errors import ConfigError
 from dpsim.topology.cluster import Topology
 
-# ------------------------------------------------------------- collective models
+GROUPS = ("world", "intra", "inter")
+"""Communicator names a comm op may use."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Communicator:
+    """One communicator of a job, as a cluster of its own."""
+
+    name: str
+    """``world``, ``intra`` or ``inter``."""
+    topology: Topology
+    """Its ranks as a cluster (for ``inter``: one GPU per node with its share of the NICs)."""
+    job: Topology
+    """The job's whole cluster (link names given for the job, e.g. ``--degrade``, refer to it)."""
+    concurrent: int = 1
+    """Identical communicators running the same ops at once on the same node links
+    (``inter``: the node's GPUs; ``world`` and ``intra``: 1, each on links of its own)."""
+
+
+def communicators(job: Topology) -> dict[str, Communicator]:
+    """The ``world``, ``intra`` and ``inter`` communicators of ``job`` (see the module docstring)."""
+    spec = job.spec
+    gpn = job.gpus_per_node
+    intra = Topology(spec=spec, n_gpus=gpn) if job.n_gpus >= spec.node.gpus_per_node else job
+    fabric = spec.fabric
+    if fabric is None or job.n_nodes == 1:
+        one = dataclasses.replace(spec, node=dataclasses.replace(spec.node, gpus_per_node=1))
+        inter = Topology(spec=one, n_gpus=1)
+    else:
+        if fabric.kind == "nvlink":
+            new_fabric = fabric
+        else:
+            new_fabric = dataclasses.replace(
+                fabric, nics_per_node=1, rail_optimized=False,
+                nic_bandwidth_bytes_per_s=fabric.nic_bandwidth_bytes_per_s * fabric.nics_per_node / gpn)
+        inter_spec = dataclasses.replace(spec, node=dataclasses.replace(spec.node, gpus_per_node=1),
+                                         fabric=new_fabric)
+        inter = Topology(spec=inter_spec, n_gpus=job.n_nodes)
+    return {
+        "world": Communicator(name="world", topology=job, job=job),
+        "intra": Communicator(name="intra", topology=intra, job=job),
+        "inter": Communicator(name="inter", topology=inter, job=job,
+                              concurrent=gpn if fabric is not None and fabric.kind != "nvlink" else 1),
+    }
+
+
+def hybrid_topologies(job: Topology) -> tuple[Topology, Topology]:
+    """``(intra, inter)`` topologies of FSDP hybrid sharding on ``job`` (:func:`communicators`)."""
+    comms = communicators(job)
+    return comms["intra"].topology, comms["inter"].topology
+
+
+ModelFactory = Callable[[Communicator], CollectiveModel]
+"""Builds the collective model of one communicator."""
 
 
 class GroupCollectives:
-    """A collective model for the whole job plus named sub-communicators.
+    """The collective models of a job's communicators, all built by one factory.
 
     ``time`` costs an op on all ranks (``world``); :meth:`group` gives the model of a
-    sub-communicator (``intra``, ``inter``) that :class:`~dpsim.engine.CommOp.group`
-    names.
+    communicator that :attr:`~dpsim.engine.program.CommOp.group` names, built on first use.
     """
 
-    def __init__(self, world: CollectiveModel, groups: Mapping[str, CollectiveModel]):
-        self.world = world
-        self.n_ranks = world.n_ranks
-        self.groups = dict(groups)
+    def __init__(self, job: Topology, make: ModelFactory):
+        self.job = job
+        self._make = make
+        self._communicators = communicators(job)
+        self._models: dict[str, CollectiveModel] = {}
+        self.world = self.group("world")
+        self.n_ranks = self.world.n_ranks
 
     def time(self, op: str, size_bytes: float) -> CollectiveResult:
         """Cost of ``op`` over all ranks."""
         return self.world.time(op, size_bytes)
 
-    def group(self, name: str) -> CollectiveModel:
-        """The collective model of sub-communicator ``name``."""
-        if name == "world":
-            return self.world
+    def communicator(self, name: str) -> Communicator:
+        """The communicator called ``name``."""
         try:
-            return self.groups[name]
+            return self._communicators[name]
         except KeyError:
-            raise ConfigError(f"communicator {name!r} is not known; known: world, {', '.join(self.groups)}") from None
+            raise ConfigError(f"communicator {name!r} is not known; known: {', '.join(GROUPS)}") from None
 
-    @property
-    def profile(self):
-        """The world ring's profile (what :class:`~dpsim.predict.Prediction` reports)."""
-        return self.world.profile  # type: ignore[attr-defined]
-
-
-def hybrid_topologies(topology: Topology) -> tuple[Topology, Topology]:
-    """``(intra, inter)``: the communicators of FSDP hybrid sharding on ``topology``.
-
-    ``intra``: one node of the design (its ``gpus_per_node`` GPUs). ``inter``: one GPU
-    per node on the same fabric, each GPU with its share of the node's NICs — the
-    ``gpus_per_node`` replica groups (local rank *j* of every node) run their
-    all-reduces at the same time and split the node's NICs (and hence the leaf
-    uplinks) between them; on an NVLink fabric each GPU keeps its own link rate.
-    """
-    spec = topology.spec
-    gpn = topology.gpus_per_node
-    intra = Topology(spec=spec, n_gpus=gpn) if topology.n_gpus >= spec.node.gpus_per_node else topology
-    fabric = spec.fabric
-    if fabric is None or topology.n_nodes == 1:
-        one = dataclasses.replace(spec, node=dataclasses.replace(spec.node, gpus_per_node=1))
-        return intra, Topology(spec=one, n_gpus=1)
-    if fabric.kind == "nvlink":
-        new_fabric = fabric
-    else:
-        new_fabric = dataclasses.replace(
-            fabric, nics_per_node=1, rail_optimized=False,
-            nic_bandwidth_bytes_per_s=fabric.nic_bandwidth_bytes_per_s * fabric.nics_per_node / gpn)
-    inter_spec = dataclasses.replace(spec, node=dataclasses.replace(spec.node, gpus_per_node=1), fabric=new_fabric)
-    return intra, Topology(spec=inter_spec, n_gpus=topology.n_nodes)
-
-
-def hybrid_collectives(topology: Topology, world: CollectiveModel | None = None, *,
-                       factory: Callable[[Topology], CollectiveModel] | None = None) -> GroupCollectives:
-    """``world`` (default: a ring on ``topology``) plus the ``intra`` and ``inter``
-    communicators of :func:`hybrid_topologies`, each costed by ``factory(topology)``
-    (default :class:`~dpsim.collectives.RingCollectives`; ``predict`` passes NCCL's
-    algorithm choice when the world model is NCCL's)."""
-    make = factory or RingCollectives
-    intra, inter = hybrid_topologies(topology)
-    return GroupCollectives(world or make(topology), {"intra": make(intra), "inter": make(inter)})
+    def group(self, name: str) -> CollectiveModel:
+        """The collective model of communicator ``name``."""
+        model = self._models.get(name)
+        if model is None:
+            model = self._models[name] = self._make(self.communicator(name))
+        return model

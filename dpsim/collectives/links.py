@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpsim.collectives.nccl import NcclCollectives
+
 
 @dataclass(frozen=True, kw_only=True)
 class LinkUse:
@@ -82,11 +84,9 @@ def link_report(collectives, ops: list[tuple[str, float]], step_time_s: float, *
                 top: int = 10, named_ties: int = 5) -> LinkReport | None:
     """Utilisation of every link by the collectives ``ops`` (``(op, size_bytes)``) of one step.
 
-    ``collectives`` is a :class:`~dpsim.algorithms.nccl.NcclCollectives` (or anything with
-    one as ``.world``); returns ``None`` for other collective models.
+    ``collectives`` is a :class:`~dpsim.collectives.nccl.NcclCollectives` (or anything with
+    one as ``.world``); returns ``None`` for models without links (a calibration's fits).
     """
-    from dpsim.collectives.nccl import NcclCollectives
-
     model = collectives
     if not isinstance(model, NcclCollectives):
         model = getattr(collectives, "world", None)
@@ -105,20 +105,21 @@ def link_report(collectives, ops: list[tuple[str, float]], step_time_s: float, *
         link_bytes += pc.link_bytes_per_byte * size
         key = f"{choice.algorithm}/{choice.protocol}"
         used[key] = used.get(key, 0) + 1
-    busy = link_bytes / net.capacity
+    capacity = model.capacity_bytes_per_s
+    busy = link_bytes / capacity
     step = max(step_time_s, 1e-30)
     idx = np.flatnonzero(link_bytes > 0)
 
     def use(i: int) -> LinkUse:
-        return LinkUse(link=net.link_name(int(i)), link_class=net.class_names[net.class_id[i]],
-                       capacity_bytes_per_s=float(net.capacity[i]), bytes=float(link_bytes[i]),
+        return LinkUse(link=net.link_name(int(i)), link_class=net.link_classes[net.link_class_id[i]],
+                       capacity_bytes_per_s=float(capacity[i]), bytes=float(link_bytes[i]),
                        busy_s=float(busy[i]), utilisation=float(busy[i] / step))
 
     order = idx[np.argsort(-busy[idx], kind="stable")]
     by_class: dict[str, dict] = {}
-    cid = net.class_id[idx]
+    cid = net.link_class_id[idx]
     for c in np.unique(cid):
-        cls = net.class_names[int(c)]
+        cls = net.link_classes[int(c)]
         sel = idx[cid == c]
         by_class[cls] = {"links": int(len(sel)), "max_utilisation": float(busy[sel].max() / step),
                          "mean_utilisation": float(busy[sel].mean() / step)}

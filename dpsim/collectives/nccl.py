@@ -69,10 +69,22 @@ from dpsim.collectives.nccl_tuning import (
     NcclTuning,
     check_job_flags,
     nvls_available,
-    parse_algorithms,
-    parse_protocols,
+)
+from dpsim.collectives.ops import (
+    BROADCAST_SLICE_BYTES,
+    CollectiveResult,
+    bus_factor,
+    check_message,
 )
 from dpsim.errors import ConfigError
+from dpsim.network.degrade import (
+    communicator_degradations,
+    degradation_scale,
+    same_numbering,
+)
+from dpsim.network.model import NetworkModel
+from dpsim.network.tiers import TierNetwork
+from dpsim.topology.cluster import Topology
 from dpsim.units import US, KiB
 
 
@@ -124,16 +136,6 @@ def describe_choices(results) -> str:
     return "# algorithm: " + "; ".join(f"{lo}..{hi} B {key}" if lo != hi else f"{lo} B {key}" for key, lo, hi in spans)
 
 
-def collectives_for(topology, config, *, degradations=(), job=None) -> NcclCollectives:
-    """The default collective model of a :class:`~dpsim.predict.PredictConfig` (its
-    ``--algo/--proto/--jobs/--placement``), with ``degradations`` (links below capacity)
-    applied to the network; ``job``: see :class:`NcclCollectives`."""
-    return NcclCollectives(topology, algorithms=parse_algorithms(getattr(config, "algo", None)),
-                           protocols=parse_protocols(getattr(config, "proto", None)),
-                           jobs=getattr(config, "jobs", 1), placement=getattr(config, "placement", "packed"),
-                           degradations=degradations, job=job)
-
-
 class NcclCollectives:
     """NCCL-like collectives: every algorithm x protocol costed, the fastest chosen per call.
 
@@ -149,22 +151,25 @@ class NcclCollectives:
     placement : str
         ``packed`` (job *j* on servers ``j*n .. j*n+n-1``) or ``interleaved``
         (server *x* of job *j* is cluster server ``x*jobs + j``).
-    degradations : sequence of :class:`~dpsim.variability.LinkDegradation`
-        Links below capacity (``--degrade``): their capacities in :attr:`network` are
-        scaled (:func:`~dpsim.variability.degradation_scale`; ``node<K>`` counts the
+    degradations : sequence of :class:`~dpsim.network.degrade.LinkDegradation`
+        Links below capacity (``--degrade``): their capacities in :attr:`capacity_bytes_per_s`
+        are scaled (:func:`~dpsim.network.degrade.degradation_scale`; ``node<K>`` counts the
         cluster's servers, every job's). Default: a healthy cluster.
     job : dpsim.topology.Topology, optional
         The job whose cluster ``degradations`` name, when ``topology`` is one of its
         hybrid-sharding communicators (names are mapped onto it,
-        :func:`~dpsim.variability.communicator_degradations`).
+        :func:`~dpsim.network.degrade.communicator_degradations`).
+    network : dpsim.network.model.NetworkModel, optional
+        The cluster's network (every job's servers); default: a
+        :class:`~dpsim.network.tiers.TierNetwork` of the cluster. Any model of the
+        :class:`~dpsim.network.model.NetworkModel` interface will do (the tests run the same
+        collectives on a :class:`~dpsim.network.graph_network.FlowNetwork` of the graph).
     """
 
     def __init__(self, topology, *, algorithms: tuple[str, ...] | None = None,
                  protocols: tuple[str, ...] | None = None, jobs: int = 1, placement: str = "packed",
-                 tuning: NcclTuning | None = None, degradations=(), job=None):
-        from dpsim.network.tiers import TierNetwork
-        from dpsim.topology.cluster import Topology
-
+                 tuning: NcclTuning | None = None, degradations=(), job=None,
+                 network: NetworkModel | None = None):
         check_job_flags(jobs, placement)
         if jobs > 1 and topology.n_gpus < topology.spec.node.gpus_per_node:
             raise ConfigError("--jobs: jobs share servers' NICs and switches, so each job needs whole "
@@ -176,22 +181,19 @@ class NcclCollectives:
         self.placement = placement
         self.cluster_topology = (topology if jobs == 1 else
                                  Topology(spec=topology.spec, n_gpus=topology.n_gpus * jobs))
-        self.network = TierNetwork(self.cluster_topology)
+        self.network: NetworkModel = network if network is not None else TierNetwork(self.cluster_topology)
+        """The cluster's links (every job's), through the network interface only."""
         self.degradations = tuple(degradations)
         """Links below capacity, as given."""
         self.capacity_scale = np.ones(self.network.n_links)
         """Capacity left on each link of :attr:`network` (1 = healthy)."""
         if self.degradations:
-            from dpsim.network.degrade import (
-                communicator_degradations,
-                degradation_scale,
-                same_numbering,
-            )
-
             strict = job is None or same_numbering(job, topology)
             named = self.degradations if job is None else communicator_degradations(self.degradations, job, topology)
             self.capacity_scale = degradation_scale(self.network, named, strict=strict)
-            self.network.capacity = self.network.capacity * self.capacity_scale
+        self.capacity_bytes_per_s = self.network.capacity_bytes_per_s * self.capacity_scale
+        """What each link can carry in this model (healthy capacity x :attr:`capacity_scale`)."""
+        self._server_links = self.network.server_links()
         self.cluster = Cluster.of(topology, nvls=nvls_available(topology.spec))
         self.algorithms = algorithms or NCCL_DEFAULT_ALGORITHMS
         self.protocols = protocols or PROTOCOLS
@@ -215,10 +217,10 @@ class NcclCollectives:
         key = (algorithm, op, round(nic_scale, 6))
         if key in self._costs:
             return self._costs[key]
-        capacity = None
+        capacity = self.capacity_bytes_per_s
         if nic_scale != 1.0:
-            capacity = self.network.capacity.copy()
-            capacity[self.network.nic_links] *= self._nic_link_scale(nic_scale)
+            capacity = capacity.copy()
+            capacity[self.network.nic_links()] *= self._nic_link_scale(nic_scale)
         plan = ALGORITHMS[algorithm].plan(op, self.cluster)
         gen = GENERATION.get(self.spec.gpu, "hopper")
         nvls_eff = NVLS_EFFICIENCY.get(gen, 0.85)
@@ -235,7 +237,7 @@ class NcclCollectives:
             d_node = np.where(ph.dst < 0, -1 - ph.dst, ph.dst // stride)
             crosses = s_node != d_node
             parts = []  # (mask of the plan's flows, jobs to place them for, replicate to every server)
-            if (self._intra_is_separate and self._servers_alike and (~crosses).any()
+            if (self._servers_alike and (~crosses).any()
                     and self._same_in_every_server(ph, ~crosses, s_node)):
                 # Every server runs the same intra-server flows on links no other flow uses:
                 # evaluate server 0 of job 0 once and copy its link loads to every server.
@@ -275,29 +277,22 @@ class NcclCollectives:
         return cost
 
     @cached_property
-    def _intra_is_separate(self) -> bool:
-        """Intra-server flows use only GPU <-> hub links, which inter-server flows never use
-        (NIC fabrics; not NVLink switch tiers, whose routes go through the hub)."""
-        net = self.network
-        return not (net.nvl_fabric or net.domain_nodes)
-
-    @cached_property
     def _servers_alike(self) -> bool:
-        """Every server's GPU <-> hub links have server 0's capacities (no degraded GPU link
-        on one server only), so server 0's intra-server flows stand for every server's."""
-        net = self.network
-        n = net.n_nodes * net.gpn
-        for block in ("gpu_up", "gpu_down"):
-            caps = net.capacity[net._offset[block]:net._offset[block] + n].reshape(net.n_nodes, net.gpn)
-            if not (caps == caps[:1]).all():
-                return False
-        return True
+        """Intra-server flows use only their server's GPU <-> hub links, no other flow does
+        (the network says so: NIC fabrics, not NVLink switch tiers), and every server's links
+        have server 0's capacities (no degraded GPU link on one server only): then server 0's
+        intra-server flows stand for every server's."""
+        rows = self._server_links
+        if rows is None:
+            return False
+        caps = self.capacity_bytes_per_s[rows]
+        return bool((caps == caps[:1]).all())
 
     def _nic_link_scale(self, nic_scale: float) -> np.ndarray | float:
         """Per-message overhead on each NIC link: ``nic_scale`` on a healthy link; a link left
         at a fraction f of its rate spends the same time per message, so it keeps
         ``1 / (1 + (1 / nic_scale - 1) f)`` of its (degraded) rate."""
-        f = self.capacity_scale[self.network.nic_links]
+        f = self.capacity_scale[self.network.nic_links()]
         if (f == 1.0).all():
             return nic_scale
         return np.where(f == 1.0, nic_scale, 1.0 / (1.0 + (1.0 / nic_scale - 1.0) * f))
@@ -318,12 +313,9 @@ class NcclCollectives:
 
     def _replicate_server0(self, link_bytes: np.ndarray) -> np.ndarray:
         """Server 0's GPU <-> hub link loads copied to every server of the cluster."""
-        net = self.network
+        rows = self._server_links
         out = link_bytes.copy()
-        for block in ("gpu_up", "gpu_down"):
-            off, g = net._offset[block], net.gpn
-            row = link_bytes[off:off + g]
-            out[off:off + net.n_nodes * g] = np.tile(row, net.n_nodes)
+        out[rows] = link_bytes[rows[0]]
         return out
 
     # ------------------------------------------------------------------ NCCL's model
@@ -342,15 +334,23 @@ class NcclCollectives:
             return intra, 1.0, intra_hw, "net"
         return intra, fabric.nic_latency_s / (HW_LATENCY_US["net"]["ring"][2] * US), intra_hw, "net"
 
-    def _latency_s(self, plan: Plan, protocol: str) -> float:
-        family = plan.algorithm if plan.algorithm in BASE_LATENCY_US else "ring"
+    def hop_latencies_s(self, algorithm: str, protocol: str) -> tuple[float, float]:
+        """(intra-server, inter-server) latency of one hop of ``algorithm`` in ``protocol``
+        (NCCL's ``hwLat`` scaled to the topology's ring/Simple hop latencies)."""
+        family = algorithm if algorithm in BASE_LATENCY_US else "ring"
         p = PROTOCOLS.index(protocol)
         intra_scale, inter_scale, intra_hw, inter_hw = self._hop_scale
         intra_lat = HW_LATENCY_US[intra_hw][family][p] * US * intra_scale
         inter_lat = HW_LATENCY_US[inter_hw][family][p] * US * inter_scale
-        multi = self.topology.n_nodes > 1
-        if family == "ring" and multi and inter_hw == "net":
+        if family == "ring" and self.topology.n_nodes > 1 and inter_hw == "net":
             intra_lat = max(intra_lat, (3.0 if protocol == "Simple" else 1.0) * US)
+        return intra_lat, inter_lat
+
+    def _latency_s(self, plan: Plan, protocol: str) -> float:
+        family = plan.algorithm if plan.algorithm in BASE_LATENCY_US else "ring"
+        p = PROTOCOLS.index(protocol)
+        intra_lat, inter_lat = self.hop_latencies_s(plan.algorithm, protocol)
+        multi = self.topology.n_nodes > 1
         lat = BASE_LATENCY_US[family][p] * US + plan.intra_hops * intra_lat + plan.inter_hops * inter_lat
         if plan.algorithm == "ring" and protocol == "Simple" and multi and plan.op == "all_reduce":
             lat *= 1.9 if GENERATION.get(self.spec.gpu) == "volta" else 1.4
@@ -441,8 +441,6 @@ class NcclCollectives:
         return out
 
     def _raw_cost(self, algorithm: str, protocol: str, op: str, size_bytes: float) -> Choice:
-        from dpsim.collectives.ops import bus_factor
-
         scale = 1.0
         if self.topology.n_nodes > 1:
             scale = self.nic_scale(self.message_bytes(algorithm, protocol, op, size_bytes))
@@ -517,7 +515,6 @@ class NcclCollectives:
         if plan.algorithm == "nvls_tree":
             chunk = self._nvls_tree_chunk(size_bytes)
         elif plan.algorithm == "ring":  # broadcast chain
-            from dpsim.collectives.ops import BROADCAST_SLICE_BYTES
             chunk = BROADCAST_SLICE_BYTES
         else:
             chunk = CHUNK_BYTES[protocol]
@@ -564,28 +561,18 @@ class NcclCollectives:
             raise ConfigError(f"no algorithm can run {op} here")
         return min((self.cost(a, p, op, size_bytes) for a, p in options), key=lambda c: c.time_s)
 
-    def time(self, op: str, size_bytes: float):
-        """Cost of ``op`` on ``size_bytes`` (the :class:`~dpsim.collectives.CollectiveModel` call)."""
-        from dpsim.collectives.ops import CollectiveResult, bus_factor
-
-        bus_factor(op, self.n_ranks)
-        if size_bytes < 0 or not math.isfinite(size_bytes):
-            raise ConfigError(f"size: {size_bytes!r} is not a non-negative finite number of bytes")
+    def time(self, op: str, size_bytes: float) -> CollectiveResult:
+        """Cost of ``op`` on ``size_bytes`` (the :class:`~dpsim.collectives.ops.CollectiveModel` call)."""
+        check_message(op, size_bytes, self.n_ranks)
         if self.n_ranks == 1 or size_bytes == 0:
             return CollectiveResult(op=op, algorithm="none", n_ranks=self.n_ranks, size_bytes=size_bytes,
                                     time_s=0.0, latency_s=0.0, protocol="none")
         c = self.choose(op, size_bytes)
+        intra, inter = self.hop_latencies_s(c.algorithm, c.protocol)
         return CollectiveResult(op=op, algorithm=c.algorithm, n_ranks=self.n_ranks, size_bytes=size_bytes,
                                 time_s=c.time_s, latency_s=c.latency_s, protocol=c.protocol,
-                                channels=c.channels)
-
-    @cached_property
-    def profile(self):
-        """The flat ring's :class:`~dpsim.collectives.RingProfile` of this job on healthy links
-        (reports, compatibility; :attr:`degradations` do not change it)."""
-        from dpsim.collectives.flat_ring import RingCollectives
-
-        return RingCollectives(self.topology).profile
+                                channels=c.channels, intra_hop_latency_s=intra,
+                                inter_hop_latency_s=inter if self.topology.n_nodes > 1 else None)
 
     def table(self, op: str, size_bytes: float) -> list[Choice]:
         """Every allowed algorithm x protocol's estimate, fastest first (``--explain``)."""

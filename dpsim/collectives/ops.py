@@ -1,12 +1,14 @@
 """Collective operations and what a collective model answers: nccl-tests conventions.
 
 nccl-tests conventions: algbw = S/T; busbw = algbw * 2(N-1)/N for all-reduce, *(N-1)/N
-for reduce-scatter and all-gather, *1 for broadcast; GB = 1e9. Ring step counts
-(2(N-1) for all-reduce, N-1 for reduce-scatter/all-gather) are defined once, here.
+for reduce-scatter and all-gather, *1 for broadcast; GB = 1e9. The list of operations
+(:data:`OPS`) and the ring step counts (:func:`ring_steps`) are defined once, here, for
+the models, the calibration harness and the profiles alike.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,33 +23,47 @@ BROADCAST_SLICE_BYTES = 4 * MiB // 8
 (NCCL environment-variable documentation, NCCL_BUFFSIZE; src/include/collectives.h)."""
 
 
+def check_op(op: str) -> str:
+    """``op`` if it is a collective dpsim models, else a one-line ConfigError."""
+    if op not in OPS:
+        raise ConfigError(f"--op: {op!r} is not a collective; choose one of {', '.join(OPS)}")
+    return op
+
+
 def bus_factor(op: str, n_ranks: int) -> float:
     """nccl-tests' busbw/algbw ratio for ``op`` on ``n_ranks`` ranks."""
+    check_op(op)
     if op == "all_reduce":
         return 2 * (n_ranks - 1) / n_ranks
     if op in ("reduce_scatter", "all_gather"):
         return (n_ranks - 1) / n_ranks
-    if op == "broadcast":
-        return 1.0
-    raise ConfigError(f"--op: {op!r} is not a collective; choose one of {', '.join(OPS)}")
+    return 1.0
 
 
 def ring_steps(op: str, n_ranks: int) -> int:
-    """Ring steps of ``op``: 2(N-1) for all-reduce, N-1 for reduce-scatter/all-gather."""
-    bus_factor(op, n_ranks)  # validates op
-    if op == "all_reduce":
-        return 2 * (n_ranks - 1)
-    return n_ranks - 1
+    """Steps of ``op`` on a ring of ``n_ranks``: 2(N-1) for all-reduce (reduce-scatter then
+    all-gather), N-1 for reduce-scatter, all-gather and a (chained) broadcast."""
+    check_op(op)
+    return 2 * (n_ranks - 1) if op == "all_reduce" else n_ranks - 1
+
+
+def check_message(op: str, size_bytes: float, n_ranks: int) -> None:
+    """Validate one call: a known op, a non-negative finite size, at least one rank."""
+    check_op(op)
+    if not (isinstance(size_bytes, (int, float)) and math.isfinite(size_bytes) and size_bytes >= 0):
+        raise ConfigError(f"size: {size_bytes!r} is not a non-negative finite number of bytes")
+    if n_ranks < 1:
+        raise ConfigError(f"ranks: {n_ranks} is not valid; expected an integer >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
 class CollectiveResult:
-    """Cost of one collective call."""
+    """Cost of one collective call, as the model that costed it saw it."""
 
     op: str
     """Collective name (``all_reduce``...)."""
     algorithm: str
-    """Algorithm used (``ring``)."""
+    """Algorithm used (``ring``, ``tree``, ``nvls``...; ``calibrated`` for a profile's fit)."""
     n_ranks: int
     """Ranks in the communicator."""
     size_bytes: float
@@ -60,6 +76,11 @@ class CollectiveResult:
     """NCCL protocol (``LL``, ``LL128``, ``Simple``; ``none`` when nothing moves)."""
     channels: int = 0
     """Channels used (0: not modelled)."""
+    intra_hop_latency_s: float | None = None
+    """Latency of one hop between GPUs of a server, for this algorithm and protocol (``None``:
+    the model has no hops, e.g. a calibrated fit)."""
+    inter_hop_latency_s: float | None = None
+    """Latency of one hop across servers (``None``: one server, or no hops in the model)."""
 
     @property
     def algbw_bytes_per_s(self) -> float:
@@ -71,9 +92,18 @@ class CollectiveResult:
         """nccl-tests bus bandwidth: algbw times the op's bus factor."""
         return self.algbw_bytes_per_s * bus_factor(self.op, self.n_ranks)
 
+    @property
+    def transfer_bus_bandwidth_bytes_per_s(self) -> float:
+        """Bus bandwidth of the size-dependent part alone: ``factor * S / (T - latency)``
+        (what busbw tends to for large messages; ``inf`` when nothing moves)."""
+        transfer = self.time_s - self.latency_s
+        if transfer <= 0:
+            return math.inf
+        return bus_factor(self.op, self.n_ranks) * self.size_bytes / transfer
+
 
 class CollectiveModel(Protocol):
-    """What the engine needs: the cost of a collective over all data-parallel ranks."""
+    """What the engine needs: the cost of a collective over a communicator's ranks."""
 
     n_ranks: int
 

@@ -89,12 +89,12 @@ def degradation_scale(network, degradations: Sequence[LinkDegradation], *, stric
                     raise ConfigError(f"--degrade: {deg.label!r} names GPU {j}; nodes have "
                                       f"gpu0..gpu{network.gpn - 1}")
                 scale[network.server_gpu_links(node, j)] *= f
-        elif deg.link in network.class_names:
+        elif deg.link in network.link_classes:
             scale[network.class_links(deg.link)] *= f
         elif strict:
             raise ConfigError(
                 f"--degrade: {deg.link!r} is not a link of {spec.name}; use node<K>.nic<J>, node<K>.gpu<J> "
-                f"or a link class present here: {', '.join(sorted(network.class_names)) or 'none'}")
+                f"or a link class present here: {', '.join(sorted(network.link_classes)) or 'none'}")
     return scale
 
 

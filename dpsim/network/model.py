@@ -1,16 +1,93 @@
-"""The small interface between collectives and any network model."""
+"""The interface between the collective layer and any network model.
+
+A network numbers its directed links ``0 .. n_links - 1`` and its endpoints by server:
+GPU ``local`` of server ``s`` is endpoint ``s * gpus_per_server + local`` and ``-1 - s``
+is server ``s``'s switch (the NVSwitch of an in-switch reduction, NVLS). Collectives hand
+it arrays of concurrent flows (source and destination endpoints) and get back each flow's
+max-min fair rate and route latency, plus the flow/link incidence to count bytes per link
+(:class:`LinkLoads`). That is all :mod:`dpsim.collectives` may use: a network model can be
+swapped (:class:`~dpsim.network.tiers.TierNetwork`, routed by formula on dpsim's own
+fabrics; :class:`~dpsim.network.graph_network.FlowNetwork`, routed by search on any graph)
+without touching the collectives.
+
+The string-named helpers (:class:`Flow`, :class:`FlowRates`, :class:`TransferResult`)
+serve tests and explicit schedules on small graphs.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
+
+from dpsim.network.maxmin import max_min_sparse
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkLoads:
+    """Steady max-min rates of concurrent flows, in array form."""
+
+    rates_bytes_per_s: np.ndarray
+    """Rate of each flow, in the order given."""
+    latencies_s: np.ndarray
+    """Sum of hop latencies along each flow's route."""
+    flow_of: np.ndarray
+    """Incidence: flow index of each (flow, link) pair."""
+    link_of: np.ndarray
+    """Incidence: link index of each (flow, link) pair."""
+    n_links: int
+    """Links of the network that numbered them (length of the dense per-link arrays)."""
+
+    def link_bytes(self, flow_bytes: np.ndarray) -> np.ndarray:
+        """Bytes each link carries when flow *f* moves ``flow_bytes[f]`` (dense over all links)."""
+        return np.bincount(self.link_of, weights=np.asarray(flow_bytes, float)[self.flow_of],
+                           minlength=self.n_links)
+
+    def flow_counts(self) -> np.ndarray:
+        """Flows crossing each link (dense over all links)."""
+        return np.bincount(self.link_of, minlength=self.n_links)
+
+
+@runtime_checkable
+class NetworkModel(Protocol):
+    """What collectives need from a network (see the module docstring for the numbering)."""
+
+    n_links: int
+    """Directed links."""
+    gpus_per_server: int
+    """Endpoint stride of a server."""
+    capacity_bytes_per_s: np.ndarray
+    """Healthy capacity of each link (what collectives can drive through it)."""
+    latency_s: np.ndarray
+    """Hop latency charged to a flow crossing each link."""
+    link_classes: tuple[str, ...]
+    """Link class names (``nvlink``, ``pcie``, ``infiniband``, ``leaf-spine``...)."""
+    link_class_id: np.ndarray
+    """Class of each link, as an index into :attr:`link_classes`."""
+
+    def loads(self, src: np.ndarray, dst: np.ndarray, capacity: np.ndarray | None = None) -> LinkLoads:
+        """Max-min rates of concurrent flows ``src[f] -> dst[f]``; ``capacity`` overrides the links'."""
+        ...
+
+    def link_name(self, link: int) -> tuple[str, str]:
+        """The graph edge ``(u, v)`` of a link index, for reports."""
+        ...
+
+    def nic_links(self) -> np.ndarray:
+        """Indices of the NIC <-> switch links (what a per-message NIC overhead slows down)."""
+        ...
+
+    def server_links(self) -> np.ndarray | None:
+        """``(servers, k)`` indices of each server's GPU <-> switch links, when intra-server flows
+        use only those links and no other flow does (so one server's loads stand for every
+        server's); ``None`` when that symmetry is not known."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True)
 class Flow:
-    """One point-to-point transfer."""
+    """One point-to-point transfer between named graph nodes."""
 
     src: str
     """Sending endpoint (graph node id)."""
@@ -22,7 +99,7 @@ class Flow:
 
 @dataclass(frozen=True, kw_only=True)
 class FlowRates:
-    """Steady rates of a set of flows that start together and never finish."""
+    """Steady rates of a set of named flows that start together and never finish."""
 
     rates_bytes_per_s: np.ndarray
     """Max-min fair rate of each flow, in the order given."""
@@ -48,7 +125,7 @@ class FlowRates:
 
 @dataclass(frozen=True, kw_only=True)
 class TransferResult:
-    """What happened to a set of concurrent flows of possibly different sizes."""
+    """What happened to a set of concurrent named flows of possibly different sizes."""
 
     finish_times_s: np.ndarray
     """When each flow's last byte arrived, in the order given."""
@@ -70,13 +147,56 @@ class TransferResult:
         return {e: b / (self.link_capacity_bytes_per_s[e] * span) for e, b in self.link_bytes.items()}
 
 
-class NetworkModel(Protocol):
-    """What collectives need from a network."""
+def describe_rates(net: NetworkModel, loads: LinkLoads) -> FlowRates:
+    """:class:`FlowRates` of evaluated flows, links named by :meth:`NetworkModel.link_name`."""
+    counts = loads.flow_counts()
+    used = np.flatnonzero(counts)
+    names = [net.link_name(int(link)) for link in used]
+    return FlowRates(
+        rates_bytes_per_s=loads.rates_bytes_per_s,
+        latencies_s=loads.latencies_s,
+        link_flows={e: int(c) for e, c in zip(names, counts[used])},
+        link_capacity_bytes_per_s={e: float(c) for e, c in zip(names, net.capacity_bytes_per_s[used])},
+        link_class={e: net.link_classes[c] for e, c in zip(names, net.link_class_id[used])},
+    )
 
-    def rates(self, pairs: Sequence[tuple[str, str]]) -> FlowRates:
-        """Fair rates of concurrent flows between ``pairs`` (cached by the model)."""
-        ...
 
-    def transfer(self, flows: Sequence[Flow]) -> TransferResult:
-        """Move ``flows`` concurrently and report when each finishes."""
-        ...
+def transfer_times(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarray,
+                   sizes: np.ndarray) -> np.ndarray:
+    """Finish time of each flow when all start together and rates are re-shared max-min
+    each time one finishes (no latency)."""
+    n = len(sizes)
+    remaining = sizes.astype(float).copy()
+    finish = np.zeros(n)
+    active = remaining > 0
+    now = 0.0
+    while active.any():
+        keep = active[flow_of]
+        idx = np.flatnonzero(active)
+        remap = np.full(n, -1)
+        remap[idx] = np.arange(len(idx))
+        rates = max_min_sparse(remap[flow_of[keep]], link_of[keep], capacity, len(idx))
+        dt = float(np.min(remaining[idx] / rates))
+        remaining[idx] -= rates * dt
+        now += dt
+        # Flows within a rounding error of zero finish together.
+        done = remaining[idx] <= 1e-9 * np.maximum(1.0, sizes[idx])
+        finish[idx[done]] = now
+        remaining[idx[done]] = 0.0
+        active[idx[done]] = False
+    return finish
+
+
+def run_transfer(net: NetworkModel, loads: LinkLoads, sizes: Sequence[float]) -> TransferResult:
+    """Flows of ``sizes`` bytes on the routes of ``loads``, run together, rates re-shared each time
+    one finishes: when each one's last byte arrives (route latency included) and bytes per link."""
+    sizes = np.asarray(sizes, dtype=float)
+    finish = transfer_times(loads.flow_of, loads.link_of, net.capacity_bytes_per_s, sizes)
+    link_bytes = loads.link_bytes(sizes)
+    used = np.flatnonzero(link_bytes > 0)
+    names = [net.link_name(int(link)) for link in used]
+    return TransferResult(
+        finish_times_s=finish + loads.latencies_s,
+        link_bytes={e: float(b) for e, b in zip(names, link_bytes[used])},
+        link_capacity_bytes_per_s={e: float(c) for e, c in zip(names, net.capacity_bytes_per_s[used])},
+    )

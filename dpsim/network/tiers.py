@@ -1,6 +1,6 @@
 """TierNetwork: the flow model on dpsim's own topologies, routed by arithmetic.
 
-:class:`~dpsim.network.flow_model.FlowNetwork` finds routes by breadth-first search on
+:class:`~dpsim.network.graph_network.FlowNetwork` finds routes by breadth-first search on
 any graph, one Python BFS per flow: fine for a representative slice, hopeless for the
 131,072 ring flows of 16,384 GPUs with 8 channels. Topologies built by
 :func:`dpsim.topology.build_graph` are trees of switches above identical servers, so
@@ -14,7 +14,7 @@ the fewest-hop route between two GPUs is known in closed form:
 
 :class:`TierNetwork` numbers every directed link of that graph by formula, computes
 all routes at once with numpy, and shares links max-min with the sparse solver
-(:func:`~dpsim.network.flow_model.max_min_sparse`). Link names, capacities, latencies
+(:func:`~dpsim.network.maxmin.max_min_sparse`). Link names, capacities, latencies
 and classes are exactly the graph's (``tests/test_network.py`` checks route for route
 against BFS on :func:`~dpsim.topology.build_graph`), so reports can name a link such as
 ``leaf3.0 -> spine1``. Switch blocks are collapsed and ECMP is an even split over
@@ -24,13 +24,12 @@ equal up-links (see :mod:`dpsim.network.fabric`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from dpsim.network.flow_model import max_min_sparse
-from dpsim.network.model import Flow, FlowRates, TransferResult
+from dpsim.network.maxmin import max_min_sparse
+from dpsim.network.model import Flow, FlowRates, LinkLoads, TransferResult, describe_rates, run_transfer
 from dpsim.topology.fabric import (
     design_group_sizes,
     level_class,
@@ -45,30 +44,6 @@ from dpsim.topology.fabric import (
 _GPU_ID = re.compile(r"n(\d+)\.gpu(\d+)$")
 _HUB_ID = re.compile(r"n(\d+)\.(?:nvswitch|pcie)$")
 
-
-@dataclass(frozen=True, kw_only=True)
-class LinkLoads:
-    """Steady max-min rates of concurrent flows, in array form (no per-link dicts)."""
-
-    rates_bytes_per_s: np.ndarray
-    """Rate of each flow, in the order given."""
-    latencies_s: np.ndarray
-    """Sum of hop latencies along each flow's route."""
-    flow_of: np.ndarray
-    """Incidence: flow index of each (flow, link) pair."""
-    link_of: np.ndarray
-    """Incidence: link index of each (flow, link) pair."""
-    network: "TierNetwork"
-    """Who numbered the links (for names, capacities and classes)."""
-
-    def link_bytes(self, flow_bytes: np.ndarray) -> np.ndarray:
-        """Bytes each link carries when flow *f* moves ``flow_bytes[f]`` (dense over all links)."""
-        return np.bincount(self.link_of, weights=np.asarray(flow_bytes, float)[self.flow_of],
-                           minlength=self.network.n_links)
-
-    def flow_counts(self) -> np.ndarray:
-        """Flows crossing each link (dense over all links)."""
-        return np.bincount(self.link_of, minlength=self.network.n_links)
 
 
 class TierNetwork:
@@ -140,20 +115,37 @@ class TierNetwork:
             self._offset[name] = int(start)
         self.n_links = int(counts.sum())
         nic = [(self._offset[b], count) for b, count, *_ in blocks if b in ("nic_leaf", "leaf_nic")]
-        self.nic_links = np.concatenate([np.arange(o, o + c) for o, c in nic]) if nic else np.zeros(0, int)
-        """Indices of the NIC <-> leaf links (what a per-message NIC overhead slows down)."""
-        self.capacity = np.repeat(np.array([b[2] for b in blocks], dtype=float), counts)
-        self.latency = np.repeat(np.array([b[3] for b in blocks], dtype=float), counts)
-        self.class_names: list[str] = list(dict.fromkeys(b[4] for b in blocks))
-        """Link classes; :attr:`class_id` indexes this list."""
-        self.class_id = np.repeat(np.array([self.class_names.index(b[4]) for b in blocks], dtype=np.int64), counts)
-        """Class of each link, as an index into :attr:`class_names`."""
+        self._nic_links = np.concatenate([np.arange(o, o + c) for o, c in nic]) if nic else np.zeros(0, np.int64)
+        self.capacity_bytes_per_s = np.repeat(np.array([b[2] for b in blocks], dtype=float), counts)
+        """Capacity of each link (line rate x NCCL efficiency), bytes/s."""
+        self.latency_s = np.repeat(np.array([b[3] for b in blocks], dtype=float), counts)
+        """Hop latency charged on each link, seconds."""
+        self.link_classes: tuple[str, ...] = tuple(dict.fromkeys(b[4] for b in blocks))
+        """Link classes; :attr:`link_class_id` indexes this tuple."""
+        self.link_class_id = np.repeat(np.array([self.link_classes.index(b[4]) for b in blocks], dtype=np.int64),
+                                       counts)
+        """Class of each link, as an index into :attr:`link_classes`."""
         self._hub = hub
 
     @property
-    def link_class(self) -> np.ndarray:
-        """Class name of each link (an object array; prefer :attr:`class_id` in loops)."""
-        return np.array(self.class_names, dtype=object)[self.class_id]
+    def gpus_per_server(self) -> int:
+        """Endpoint stride of a server (the design's GPUs per node)."""
+        return self.gpn
+
+    def nic_links(self) -> np.ndarray:
+        """Indices of the NIC <-> leaf links (what a per-message NIC overhead slows down)."""
+        return self._nic_links
+
+    def server_links(self) -> np.ndarray | None:
+        """``(servers, 2 x GPUs)`` indices of each server's GPU <-> hub links (up, then down),
+        when intra-server flows use only those links and no inter-server route does (NIC
+        fabrics); ``None`` on NVLink fabrics and domains, whose routes cross the hub links."""
+        if self.nvl_fabric or self.domain_nodes:
+            return None
+        n, g = self.n_nodes, self.gpn
+        up = self._offset["gpu_up"] + np.arange(n * g).reshape(n, g)
+        down = self._offset["gpu_down"] + np.arange(n * g).reshape(n, g)
+        return np.concatenate([up, down], axis=1)
 
     # ------------------------------------------------------------------ naming
     def gpu_index(self, gpu: str) -> int:
@@ -185,9 +177,9 @@ class TierNetwork:
 
     def class_links(self, link_class: str) -> np.ndarray:
         """Indices of every link of class ``link_class`` (empty when there is none)."""
-        if link_class not in self.class_names:
+        if link_class not in self.link_classes:
             return np.zeros(0, dtype=np.int64)
-        return np.flatnonzero(self.class_id == self.class_names.index(link_class))
+        return np.flatnonzero(self.link_class_id == self.link_classes.index(link_class))
 
     def link_name(self, link: int) -> tuple[str, str]:
         """The graph edge ``(u, v)`` of link index ``link``."""
@@ -340,72 +332,20 @@ class TierNetwork:
         messages); default: the topology's.
         """
         flow_of, link_of = self.routes(src, dst)
-        cap = self.capacity if capacity is None else capacity
+        cap = self.capacity_bytes_per_s if capacity is None else capacity
         rates = max_min_sparse(flow_of, link_of, cap, len(src))
-        latency = np.bincount(flow_of, weights=self.latency[link_of], minlength=len(src))
+        latency = np.bincount(flow_of, weights=self.latency_s[link_of], minlength=len(src))
         return LinkLoads(rates_bytes_per_s=rates, latencies_s=latency, flow_of=flow_of,
-                         link_of=link_of, network=self)
+                         link_of=link_of, n_links=self.n_links)
 
     def rates(self, pairs: Sequence[tuple[str, str]]) -> FlowRates:
-        """Max-min fair rates of concurrent flows between GPU ``pairs`` (NetworkModel)."""
-        src, dst = self._indices(pairs)
-        loads = self.loads(src, dst)
-        counts = loads.flow_counts()
-        used = np.flatnonzero(counts)
-        names = [self.link_name(int(l)) for l in used]
-        return FlowRates(
-            rates_bytes_per_s=loads.rates_bytes_per_s,
-            latencies_s=loads.latencies_s,
-            link_flows={e: int(c) for e, c in zip(names, counts[used])},
-            link_capacity_bytes_per_s={e: float(c) for e, c in zip(names, self.capacity[used])},
-            link_class={e: self.class_names[c] for e, c in zip(names, self.class_id[used])},
-        )
+        """Max-min fair rates of concurrent flows between named GPUs (tests, small checks)."""
+        return describe_rates(self, self.loads(*self._indices(pairs)))
 
     def transfer(self, flows: Sequence[Flow]) -> TransferResult:
-        """Run ``flows`` together; rates re-shared max-min each time one finishes (NetworkModel)."""
-        src, dst = self._indices([(f.src, f.dst) for f in flows])
-        flow_of, link_of = self.routes(src, dst)
-        sizes = np.array([f.size_bytes for f in flows], dtype=float)
-        finish = transfer_times(flow_of, link_of, self.capacity, sizes)
-        latency = np.bincount(flow_of, weights=self.latency[link_of], minlength=len(flows))
-        link_bytes = np.bincount(link_of, weights=sizes[flow_of], minlength=self.n_links)
-        used = np.flatnonzero(np.bincount(link_of, minlength=self.n_links))
-        names = [self.link_name(int(l)) for l in used]
-        return TransferResult(
-            finish_times_s=finish + latency,
-            link_bytes={e: float(b) for e, b in zip(names, link_bytes[used])},
-            link_capacity_bytes_per_s={e: float(c) for e, c in zip(names, self.capacity[used])},
-        )
+        """Run named ``flows`` together; rates re-shared max-min each time one finishes."""
+        loads = self.loads(*self._indices([(f.src, f.dst) for f in flows]))
+        return run_transfer(self, loads, [f.size_bytes for f in flows])
 
 
-def transfer_times(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarray,
-                   sizes: np.ndarray) -> np.ndarray:
-    """Finish time of each flow when all start together and rates are re-shared max-min
-    each time one finishes (no latency)."""
-    n = len(sizes)
-    remaining = sizes.astype(float).copy()
-    finish = np.zeros(n)
-    active = remaining > 0
-    now = 0.0
-    while active.any():
-        keep = active[flow_of]
-        idx = np.flatnonzero(active)
-        remap = np.full(n, -1)
-        remap[idx] = np.arange(len(idx))
-        rates = max_min_sparse(remap[flow_of[keep]], link_of[keep], capacity, len(idx))
-        dt = float(np.min(remaining[idx] / rates))
-        remaining[idx] -= rates * dt
-        now += dt
-        done = remaining[idx] <= 1e-9 * np.maximum(1.0, sizes[idx])
-        finish[idx[done]] = now
-        remaining[idx[done]] = 0.0
-        active[idx[done]] = False
-    return finish
-
-
-def cluster_network(topology) -> TierNetwork:
-    """A :class:`TierNetwork` of ``topology`` (whole cluster, no graph built)."""
-    return TierNetwork(topology)
-
-
-__all__ = ["LinkLoads", "TierNetwork", "cluster_network", "transfer_times"]
+__all__ = ["TierNetwork"]

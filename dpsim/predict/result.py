@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from dpsim.collectives.flat_ring import RingProfile
 from dpsim.collectives.links import LinkReport
-from dpsim.collectives.ops import CollectiveModel
+from dpsim.collectives.ops import CollectiveModel, CollectiveResult
 from dpsim.engine.program import StepProgram
 from dpsim.engine.simulate import SimulationResult
 from dpsim.memory import FitAdvice, MemoryBreakdown
@@ -62,8 +61,9 @@ class Prediction:
     """DDP buckets."""
     gradient_bytes: int
     """Bytes all-reduced per step."""
-    ring: RingProfile
-    """The collective model's ring step."""
+    ring: CollectiveResult | None
+    """The step's largest gradient collective as the model that ran costs it (algorithm,
+    protocol, channels, latency, hop latencies); ``None`` when nothing is communicated."""
     memory: MemoryBreakdown
     """Memory per GPU."""
     simulation: SimulationResult = field(repr=False)
@@ -77,7 +77,8 @@ class Prediction:
     fit: FitAdvice | None = field(default=None, repr=False)
     """What would make the job fit in memory (``fit.fits`` when it already does)."""
     collectives: CollectiveModel | None = field(default=None, repr=False)
-    """The collective model the step used (ring, degraded ring or calibrated)."""
+    """The job's collective models (:class:`~dpsim.collectives.groups.GroupCollectives`: NCCL's
+    choice on the flow model, degraded links included, or a calibration profile's fits)."""
     links: LinkReport | None = field(default=None, repr=False)
     """Per-link utilisation and bottleneck links of a step (NCCL model only)."""
 
@@ -85,6 +86,21 @@ class Prediction:
     def overlap_fraction(self) -> float:
         """Share of communication hidden behind compute."""
         return 1.0 - self.exposed_comm_s / self.comm_s if self.comm_s > 0 else 1.0
+
+    def _gradient_collective_dict(self) -> dict | None:
+        """``ring``: the largest gradient collective, from the model that ran (key kept from the
+        days of a flat-ring model; ``algorithm`` says what actually ran)."""
+        r = self.ring
+        if r is None:
+            return None
+        classes = sorted({u.link_class for u in self.links.bottleneck}) if self.links is not None else []
+        return {
+            "op": r.op, "size_bytes": r.size_bytes, "n_ranks": r.n_ranks, "algorithm": r.algorithm,
+            "protocol": r.protocol, "channels": r.channels, "time_s": r.time_s, "latency_s": r.latency_s,
+            "bandwidth_bytes_per_s": r.transfer_bus_bandwidth_bytes_per_s,
+            "intra_hop_latency_s": r.intra_hop_latency_s, "inter_hop_latency_s": r.inter_hop_latency_s,
+            "bottleneck_link_classes": classes,
+        }
 
     def to_dict(self) -> dict:
         """Plain JSON-able dict with stable keys (see README, "JSON output")."""
@@ -114,13 +130,7 @@ class Prediction:
             "mfu": self.mfu,
             "n_buckets": self.n_buckets,
             "gradient_bytes": self.gradient_bytes,
-            "ring": {
-                "channels": self.ring.channels,
-                "bandwidth_bytes_per_s": self.ring.bandwidth_bytes_per_s,
-                "intra_hop_latency_s": self.ring.intra_hop_latency_s,
-                "inter_hop_latency_s": self.ring.inter_hop_latency_s,
-                "bottleneck_link_classes": sorted({c for _, _, c in self.ring.bottleneck_links}),
-            },
+            "ring": self._gradient_collective_dict(),
             "memory": {
                 "weights_bytes": mem.weights_bytes,
                 "gradients_bytes": mem.gradients_bytes,

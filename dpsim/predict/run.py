@@ -8,9 +8,12 @@
 
 from __future__ import annotations
 
-from dpsim.collectives.flat_ring import RingCollectives
+from dpsim.collectives.groups import Communicator, GroupCollectives
 from dpsim.collectives.links import link_report
-from dpsim.collectives.ops import CollectiveModel
+from dpsim.collectives.nccl import NcclCollectives
+from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
+from dpsim.collectives.ops import CollectiveModel, CollectiveResult
+from dpsim.engine.program import StepProgram
 from dpsim.engine.simulate import run_program
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
@@ -44,39 +47,52 @@ def resolve_topology(config: PredictConfig) -> Topology:
 
 
 def build_collectives(config: PredictConfig, topology: Topology, *, profile=None,
-                      degradations=()) -> CollectiveModel:
-    """The collective model ``predict`` costs ``config``'s world communicator with.
+                      degradations=()) -> GroupCollectives:
+    """The collective models of ``config``'s job: its world and every sub-communicator.
 
-    A calibration profile's fitted model when ``config.calibration`` is set (``profile``:
-    that profile, already loaded), else NCCL's algorithm/protocol choice on the flow model
-    with ``config``'s ``--algo/--proto/--jobs/--placement``
-    (:func:`dpsim.algorithms.nccl.collectives_for`), its links scaled by ``degradations``
-    (:class:`~dpsim.variability.LinkDegradation`, ``--degrade``).
+    One factory costs every communicator the same way: a calibration profile's fitted
+    model when ``config.calibration`` is set (``profile``: that profile, already loaded;
+    :mod:`dpsim.profile.calibrated`), else NCCL's algorithm/protocol choice on the flow
+    model (:class:`~dpsim.collectives.nccl.NcclCollectives`) with ``config``'s
+    ``--algo/--proto/--jobs/--placement``, its links scaled by ``degradations``
+    (:class:`~dpsim.network.degrade.LinkDegradation`, ``--degrade``, named on the job's
+    cluster whichever communicator they fall on).
     """
     if profile is None and config.calibration is not None:
         from dpsim.profile.io import load_profile
         profile = load_profile(config.calibration)
-    if profile is not None:
-        if degradations:
-            raise ConfigError("--degrade: not available with --calibration (a calibrated collective model has no "
-                              "links to degrade); leave one of them out")
-        from dpsim.profile.calibrated import calibrated_collectives
-        return calibrated_collectives(profile, topology)
-    from dpsim.collectives.nccl import collectives_for
-    return collectives_for(topology, config, degradations=degradations)
+    if profile is not None and degradations:
+        raise ConfigError("--degrade: not available with --calibration (a calibrated collective model has no "
+                          "links to degrade); leave one of them out")
+    algorithms, protocols = parse_algorithms(config.algo), parse_protocols(config.proto)
+
+    def make(comm: Communicator) -> CollectiveModel:
+        if profile is not None:
+            from dpsim.profile.calibrated import calibrated_collectives
+            return calibrated_collectives(profile, comm.topology, concurrent=comm.concurrent)
+        return NcclCollectives(comm.topology, algorithms=algorithms, protocols=protocols, jobs=config.jobs,
+                               placement=config.placement, degradations=degradations,
+                               job=None if comm.name == "world" else comm.job)
+
+    return GroupCollectives(topology, make)
 
 
-def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None,
-            degradations=()) -> Prediction:
+def gradient_collective(program: StepProgram, gradient_ops, collectives: GroupCollectives) -> CollectiveResult | None:
+    """The step's largest gradient collective as the model that ran costs it (``predict --json``'s
+    ``ring`` block): its algorithm, protocol, channels, latency and bus bandwidth."""
+    ops = [program.comms[i] for i in gradient_ops] or list(program.comms)
+    if not ops:
+        return None
+    largest = max(ops, key=lambda c: c.size_bytes)
+    return collectives.group(largest.group).time(largest.op, largest.size_bytes)
+
+
+def predict(config: PredictConfig, *, degradations=()) -> Prediction:
     """Predict a data-parallel training step.
 
-    ``collectives`` replaces the model :func:`build_collectives` picks (NCCL's, or a
-    calibrated one); ``degradations`` (:class:`~dpsim.variability.LinkDegradation`) run
-    some links below capacity in that model.
+    ``degradations`` (:class:`~dpsim.network.degrade.LinkDegradation`) run some links below
+    capacity in the collective model :func:`build_collectives` builds.
     """
-    if collectives is not None and degradations:
-        raise ConfigError("degradations: apply to the collective model predict builds; "
-                          "give collectives or degradations, not both")
     if config.steps < 1:
         raise ConfigError(f"--steps: {config.steps} is not valid; expected an integer >= 1")
     topology = resolve_topology(config)
@@ -102,11 +118,7 @@ def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None
         if measured is not None:  # measured forward + backward, modelled optimizer
             from dpsim.profile.calibrated import with_measured_step
             compute = with_measured_step(compute, measured)
-    # A RingCollectives given by the caller reports its own ring.
-    ring = collectives if isinstance(collectives, RingCollectives) else RingCollectives(topology)
-    if collectives is None:  # a calibration's, or NCCL's algorithm/protocol choice on the flow model
-        collectives = build_collectives(config, topology, profile=profile, degradations=degradations)
-    from dpsim.collectives.groups import hybrid_collectives
+    collectives = build_collectives(config, topology, profile=profile, degradations=degradations)
     from dpsim.strategies.build import build_step_program
 
     plan = build_step_program(
@@ -115,14 +127,6 @@ def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None
         activation_checkpointing=config.activation_checkpointing, overlap=config.overlap,
         bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit)
     program = plan.program
-    if any(c.group != "world" for c in program.comms) and not hasattr(collectives, "group"):
-        # Hybrid sharding: intra-node and inter-node communicators, costed like the world's
-        # (NCCL's choice when the world model is NCCL's, rings otherwise).
-        factory = None
-        if type(collectives).__name__ == "NcclCollectives":
-            from dpsim.collectives.nccl import collectives_for
-            factory = lambda t: collectives_for(t, config, degradations=degradations, job=topology)  # noqa: E731
-        collectives = hybrid_collectives(topology, collectives, factory=factory)
     sim = run_program(program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown)
     n = len(sim.steps)
     mean = lambda attr: sum(getattr(s, attr) for s in sim.steps) / n  # noqa: E731
@@ -133,8 +137,8 @@ def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None
     single_step = (sum(t.duration_s for t in program.tasks if t.kind != "optimizer") + compute.optimizer_s)
     single = config.micro_batch * k / single_step
     memory, advice = memory_with_advice(model, gpu, config, precision, topology)
-    links = link_report(getattr(collectives, "world", collectives),
-                        [(c.op, c.size_bytes) for c in program.comms if c.group == "world"], step_time)
+    links = link_report(collectives.world, [(c.op, c.size_bytes) for c in program.comms if c.group == "world"],
+                        step_time)
     peak = gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
     return Prediction(
         config=config,
@@ -159,7 +163,7 @@ def predict(config: PredictConfig, *, collectives: CollectiveModel | None = None
         mfu=compute.flops_per_step * k / step_time / peak,
         n_buckets=len(plan.gradient_ops),
         gradient_bytes=int(plan.gradient_bytes),
-        ring=ring.profile,
+        ring=gradient_collective(program, plan.gradient_ops, collectives),
         memory=memory,
         simulation=sim,
         program=program,
@@ -196,7 +200,7 @@ def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, 
     kwargs = dict(precision=precision, optimizer=config.optimizer, micro_batch=config.micro_batch,
                   strategy=config.strategy, n_gpus=topology.n_gpus, gpus_per_node=topology.gpus_per_node,
                   activation_checkpointing=config.activation_checkpointing, grad_accum=config.grad_accum,
-                  fsdp_unit=config.fsdp_unit, overlap=config.overlap)
+                  fsdp_unit=config.fsdp_unit, overlap=config.overlap, bucket_cap_mb=config.bucket_cap_mb)
     memory = memory_breakdown(model, gpu, **kwargs)
     advice = fit_advice(model, gpu, **kwargs)
     if not memory.fits:

@@ -3,9 +3,9 @@
 Collectives (:class:`CalibratedCollectives`, a :class:`~dpsim.collectives.CollectiveModel`)
     A profile holds, per link class and op, a piecewise fit measured on a communicator
     of ``N0`` ranks: ``T(S) = a + f(op, N0) * S / B`` on each size range, with ``f`` the
-    nccl-tests bus factor and B the bus bandwidth. It is the simulator's ring model
-    ``base + steps * alpha + steps * (S/N) / B`` with the measured numbers in it, so a
-    communicator of ``N`` ranks is predicted the way the ring model scales:
+    nccl-tests bus factor and B the bus bandwidth. It is the ring's alpha-beta cost
+    ``steps * alpha + steps * (S/N) / B`` with the measured numbers in it, so a
+    communicator of ``N`` ranks is predicted the way a ring scales:
 
     - bandwidth: the busbw B of a ring does not depend on N, so the transfer term is
       ``f(op, N) * S / B``;
@@ -14,7 +14,7 @@ Collectives (:class:`CalibratedCollectives`, a :class:`~dpsim.collectives.Collec
       ``a * steps(op, N) / steps(op, N0)`` (``2(N-1)`` for all-reduce, ``N-1`` for the
       others). This is exact for N = N0 and follows the ring model elsewhere; NCCL's
       trees make large-N latency grow like log N instead, so latency-bound sizes at
-      N >> N0 are predicted pessimistically (as the preset ring model does);
+      N >> N0 are predicted pessimistically;
     - the size ranges (protocol/algorithm changes) are kept in bytes of the whole buffer,
       and between two pieces the time is interpolated in log-log as in the fit.
 
@@ -25,6 +25,9 @@ Collectives (:class:`CalibratedCollectives`, a :class:`~dpsim.collectives.Collec
     same GPUs per node). A prediction needing a link class the profile lacks is refused
     with :class:`~dpsim.errors.ProfileError` rather than silently mixing measured and
     preset numbers: a profile from one node cannot speak for a fabric it never used.
+    Every communicator of the job is costed this way (:class:`dpsim.collectives.groups.GroupCollectives`):
+    FSDP hybrid sharding's ``intra`` groups from ``intra_node``, its ``inter`` groups from
+    ``inter_node`` with the node's bandwidth shared by the node's concurrent groups.
 
     An op the profile did not measure on that link class is derived from the class's
     all-reduce fit, as the ring model relates them: per-step latency ``a / steps(AR, N0)``
@@ -47,26 +50,30 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from dpsim.collectives.ops import OPS, CollectiveResult, bus_factor, ring_steps
+from dpsim.collectives.ops import CollectiveResult, bus_factor, check_message, ring_steps
 from dpsim.errors import ConfigError, ProfileError
 from dpsim.hardware import GpuSpec
 from dpsim.profile.fit import Segment, piecewise_time
 from dpsim.profile.schema import OpCalibration, Profile
 
 
-def _steps(op: str, n: int) -> int:
-    return n - 1 if op == "broadcast" else ring_steps(op, n)
-
-
 class CalibratedCollectives:
-    """Collective costs from a profile's fits, for a communicator of ``n_ranks`` on ``n_nodes``."""
+    """Collective costs from a profile's fits, for a communicator of ``n_ranks`` on ``n_nodes``.
 
-    def __init__(self, profile: Profile, n_ranks: int, n_nodes: int = 1):
+    ``concurrent`` identical communicators share the links the fit was measured on (FSDP
+    hybrid sharding's ``inter`` groups, one per GPU of a node, share the node's NICs): each
+    gets ``1 / concurrent`` of the measured bus bandwidth, as the flow model gives each its
+    share of the NICs.
+    """
+
+    def __init__(self, profile: Profile, n_ranks: int, n_nodes: int = 1, *, concurrent: int = 1):
         if n_ranks < 1 or n_nodes < 1:
             raise ConfigError(f"--gpus: {n_ranks} ranks on {n_nodes} nodes is not valid; expected >= 1 each")
+        assert concurrent >= 1, "at least the communicator itself runs"
         self.profile = profile
         self.n_ranks = n_ranks
         self.n_nodes = n_nodes
+        self.concurrent = concurrent
         self.link_class = "intra_node" if n_nodes == 1 else "inter_node"
         where = profile.path or profile.name
         if n_ranks > 1 and self.link_class not in profile.link_classes:
@@ -99,19 +106,16 @@ class CalibratedCollectives:
     def time(self, op: str, size_bytes: float) -> CollectiveResult:
         """Cost of ``op`` on ``size_bytes`` over the ``n_ranks`` ranks."""
         n = self.n_ranks
-        if op not in OPS:
-            bus_factor(op, n)  # raises the usual message
-        if size_bytes < 0 or not math.isfinite(size_bytes):
-            raise ConfigError(f"size: {size_bytes!r} is not a non-negative finite number of bytes")
+        check_message(op, size_bytes, n)
         if n == 1 or size_bytes == 0:
             return CollectiveResult(op=op, algorithm="calibrated", n_ranks=n, size_bytes=size_bytes,
                                     time_s=0.0, latency_s=0.0)
         cal, fitted_op = self._source(op)
-        step_ratio = _steps(op, n) / _steps(fitted_op, cal.n_ranks)
+        step_ratio = ring_steps(op, n) / ring_steps(fitted_op, cal.n_ranks)
         factor = bus_factor(op, n)
 
         def piece(seg: Segment, size: float) -> float:
-            busbw = cal.bus_bandwidth_bytes_per_s(seg)
+            busbw = cal.bus_bandwidth_bytes_per_s(seg) / self.concurrent
             transfer = factor * size / busbw if math.isfinite(busbw) else 0.0
             return seg.latency_s * step_ratio + transfer
 
@@ -122,9 +126,10 @@ class CalibratedCollectives:
                                 time_s=total, latency_s=min(latency, total))
 
 
-def calibrated_collectives(profile: Profile, topology) -> CalibratedCollectives:
-    """The calibrated model for a :class:`~dpsim.topology.Topology`'s ranks and nodes."""
-    return CalibratedCollectives(profile, topology.n_gpus, topology.n_nodes)
+def calibrated_collectives(profile: Profile, topology, *, concurrent: int = 1) -> CalibratedCollectives:
+    """The calibrated model for a :class:`~dpsim.topology.Topology`'s ranks and nodes
+    (``concurrent``: see :class:`CalibratedCollectives`)."""
+    return CalibratedCollectives(profile, topology.n_gpus, topology.n_nodes, concurrent=concurrent)
 
 
 def calibrated_gpu(profile: Profile, gpu: GpuSpec) -> GpuSpec:

@@ -16,16 +16,15 @@ def _pct(x: float) -> str:
 
 
 def _collectives_row(p: Prediction) -> tuple[str, str]:
-    """What NCCL's choice ran and what bound it; the flat ring's bandwidth without a link report."""
-    links = getattr(p, "links", None)
+    """What NCCL's choice ran and what bound it, or the calibration profile the fits came from."""
+    links = p.links
     if links is not None and links.algorithms:
         used = ", ".join(f"{algo} x{n}" for algo, n in sorted(links.algorithms.items(), key=lambda kv: -kv[1]))
         bound = links.bottleneck[0].link_class if links.bottleneck else "-"
         return "collectives (bottleneck)", f"{used} ({bound})"
-    calibration = getattr(p.config, "calibration", None)
-    if calibration:
-        return "collectives", f"fitted from profile {calibration}"
-    return "ring bandwidth / rank", f"{p.ring.bandwidth_bytes_per_s / 1e9:.1f} GB/s x{p.ring.channels} ch"
+    if p.config.calibration:
+        return "collectives", f"fitted from profile {p.config.calibration}"
+    return "collectives", "none (one GPU)"
 
 
 def prediction_tables(p: Prediction) -> list[Table]:

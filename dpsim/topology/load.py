@@ -66,7 +66,6 @@ _TOP_KEYS = {
     "sources": "list of strings",
     "node": "mapping",
     "fabric": "mapping or null",
-    "collective_base_latency_us": "number>=0",
     "launch_overhead_us": "number>=0",
     "nvlink_domain": "mapping or null",
 }
@@ -137,8 +136,19 @@ class _Reader:
         return value
 
 
+_RETIRED_KEYS = {
+    "collective_base_latency_us": "the NCCL model charges NCCL's own per-algorithm base latency (baseLat, "
+                                  "src/graph/tuning.cc); put an extra fixed per-call cost in launch_overhead_us",
+}
+"""Keys that once existed and would now change nothing: refused with what to use instead."""
+
+
 def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
     """Validate a parsed topology YAML document and build its :class:`TopologySpec`."""
+    if isinstance(data, dict):
+        for key, instead in _RETIRED_KEYS.items():
+            if key in data:
+                raise TopologyError(f"{origin}: {key}: no longer read ({instead}); remove it")
     top = _Reader(origin, "", data, _TOP_KEYS)
     sources = top.get("sources", [])
     if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
@@ -204,7 +214,6 @@ def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
         gpu=gpu,
         node=node,
         fabric=fabric,
-        collective_base_latency_s=top.number("collective_base_latency_us", default=0.0) * US,
         sources=tuple(sources),
         nvlink_domain=nvlink_domain,
         launch_overhead_s=top.number("launch_overhead_us", default=0.0) * US,

@@ -99,8 +99,6 @@ class TopologySpec:
     """One server."""
     fabric: FabricSpec | None
     """Inter-node network; ``None`` for single-node systems."""
-    collective_base_latency_s: float
-    """Fixed cost of launching one collective (NCCL's baseLat), seconds."""
     sources: tuple[str, ...] = ()
     """Citations for the numbers."""
     nvlink_domain: NvlinkDomainSpec | None = None

@@ -1,7 +1,8 @@
 """Benchmark: 1,024 ranks x 100 steps with stragglers (target < 30 s), and its baselines.
 
 Run: ``python tests/benchmarks/bench_variability.py``. Prints, for GPT-2 XL on the
-``infiniband`` preset (DDP program from ``predict``):
+``infiniband`` preset (DDP program and collective model from ``predict``, so every slowdown is against the same
+step the noise-free prediction ran):
 
 * baseline 1: the homogeneous engine (one SimPy rank) for 100 steps, what ``predict``
   does without variability flags;
@@ -30,11 +31,10 @@ def timed(fn):
 
 
 def main() -> None:
-    from dpsim.collectives.flat_ring import RingCollectives
     from dpsim.engine.replay import simulate_ranks
     from dpsim.engine.simulate import run_program
     from dpsim.predict.config import PredictConfig
-    from dpsim.predict.run import predict, resolve_topology
+    from dpsim.predict.run import predict
     from dpsim.stats import expected_max_normal
     from dpsim.variability.monte_carlo import factor_sampler, monte_carlo
     from dpsim.variability.spec import VariabilitySpec, parse_straggler
@@ -42,7 +42,7 @@ def main() -> None:
     steps = 100
     cfg = PredictConfig(gpus=1024, link="infiniband", model="gpt2-xl", steps=steps)
     t_base, p = timed(lambda: predict(cfg))
-    coll = RingCollectives(resolve_topology(cfg))
+    coll = p.collectives  # the collective model the noise-free step ran on
     program = p.program
     print(f"GPT-2 XL, 1,024 x H100 on infiniband: {len(program.tasks)} tasks, {len(program.comms)} buckets/step, "
           f"noise-free step {p.step_time_s * 1e3:.1f} ms")
@@ -79,7 +79,7 @@ def main() -> None:
 
     big = PredictConfig(gpus=16384, link="infiniband", model="gpt2-xl", steps=1)
     pb = predict(big)
-    cb = RingCollectives(resolve_topology(big))
+    cb = pb.collectives
     spec = VariabilitySpec(stragglers=strag, noise_cv=0.05, samples=1)
     t, s = timed(lambda: monte_carlo(pb.program, cb, spec, n_ranks=16384, gpus_per_node=8, steps=steps,
                                      overlap_slowdown=0.1, nominal_step_s=pb.step_time_s, global_batch=4 * 16384))

@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dpsim.collectives.ops import check_op as check_message_op
 from dpsim.errors import ConfigError
-
-COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,8 +201,7 @@ def tree_depth(parent: np.ndarray) -> int:
 
 def check_op(op: str, supported: tuple[str, ...], algorithm: str) -> None:
     """Raise :class:`ConfigError` unless ``algorithm`` implements ``op``."""
-    if op not in COLLECTIVE_OPS:
-        raise ConfigError(f"--op: {op!r} is not a collective; choose one of {', '.join(COLLECTIVE_OPS)}")
+    check_message_op(op)
     if op not in supported:
         raise ConfigError(f"--algo: {algorithm} does not implement {op}; it implements {', '.join(supported)}")
 

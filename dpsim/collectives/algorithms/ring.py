@@ -20,6 +20,7 @@ from dpsim.collectives.algorithms.base import (
     Send,
     check_op,
 )
+from dpsim.collectives.ops import ring_steps
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 
@@ -58,11 +59,6 @@ def broadcast_chain(ring: np.ndarray, root: int = 0) -> np.ndarray:
     return np.roll(ring, -start)
 
 
-def steps(op: str, n: int) -> int:
-    """Ring steps: 2(N-1) for all-reduce, N-1 otherwise."""
-    return 2 * (n - 1) if op == "all_reduce" else n - 1
-
-
 class Ring:
     """NCCL's ring algorithm."""
 
@@ -88,7 +84,7 @@ class Ring:
             inter = nodes - 1
             return Plan(algorithm=self.name, op=op, phases=(phase,), intra_hops=(n - 1) - inter,
                         inter_hops=inter, channels=k, pipeline_intra=(n - 1) - inter, pipeline_inter=inter)
-        s = steps(op, n)
+        s = ring_steps(op, n)
         phase = Phase(src=src, dst=dst, fraction=np.full(len(src), 1.0 / (n * k)), repeat=s,
                       name="ring step")
         inter = 0 if nodes == 1 else (2 * (nodes - 1) if op == "all_reduce" else nodes - 1)

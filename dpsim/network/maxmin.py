@@ -1,0 +1,69 @@
+"""Max-min fair sharing of links by concurrent flows (progressive filling)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def max_min_rates(paths: Sequence[Sequence[int]], capacity: np.ndarray) -> np.ndarray:
+    """Max-min fair rates of flows over links.
+
+    Parameters
+    ----------
+    paths : sequence of sequences of int
+        For each flow, the indices of the links it crosses.
+    capacity : numpy.ndarray
+        Capacity of each link (bytes/s).
+
+    Returns
+    -------
+    numpy.ndarray
+        Rate of each flow; a flow with an empty path gets ``inf``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> max_min_rates([[0], [0, 1], [1]], np.array([10.0, 4.0])).tolist()
+    [8.0, 2.0, 2.0]
+    """
+    lengths = np.fromiter((len(p) for p in paths), dtype=np.int64, count=len(paths))
+    flow_of = np.repeat(np.arange(len(paths)), lengths)
+    link_of = np.fromiter((l for p in paths for l in p), dtype=np.int64, count=int(lengths.sum()))
+    return max_min_sparse(flow_of, link_of, np.asarray(capacity, dtype=float), len(paths))
+
+
+def max_min_sparse(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarray,
+                   n_flows: int) -> np.ndarray:
+    """Max-min fair rates from a sparse flow-link incidence (progressive filling).
+
+    ``(flow_of[i], link_of[i])`` says flow ``flow_of[i]`` crosses link ``link_of[i]``
+    (each pair once). Every round raises all unfrozen flows equally until links
+    saturate, and freezes every flow on *every* link that saturates at that level
+    (ties together), so a homogeneous pattern of 100,000 flows settles in a few rounds
+    of O(incidences) numpy work instead of one round per link.
+    """
+    n_links = len(capacity)
+    rates = np.full(n_flows, np.inf)
+    if n_flows == 0 or len(flow_of) == 0:
+        return rates
+    remaining = capacity.astype(float).copy()
+    live = np.ones(len(flow_of), dtype=bool)
+    frozen = np.zeros(n_flows, dtype=bool)
+    while live.any():
+        users = np.bincount(link_of[live], minlength=n_links).astype(float)
+        loaded = users > 0
+        share = np.full(n_links, np.inf)
+        share[loaded] = np.maximum(remaining[loaded], 0.0) / users[loaded]
+        fair = float(share.min())
+        saturated = share <= fair * (1 + 1e-9) + 1e-300
+        hit = live & saturated[link_of]
+        newly = np.zeros(n_flows, dtype=bool)
+        newly[flow_of[hit]] = True
+        rates[newly] = fair
+        frozen |= newly
+        done = live & newly[flow_of]
+        remaining -= np.bincount(link_of[done], minlength=n_links) * fair
+        live &= ~done
+    return rates
