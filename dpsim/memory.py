@@ -36,10 +36,12 @@ The other categories:
   recomputed (Korthikanti et al. 2022, Sec. 5); root layers keep theirs;
 * **communication buffers**: DDP's bucket copies of every gradient (the default
   ``gradient_as_bucket_view=False``); DeepSpeed ZeRO-1/2's contiguous "ipg" gradient
-  buffer of ``reduce_bucket_size`` elements (5e8) in the gradient dtype, allocated at full
-  size whatever the model, two of them with ``overlap_comm`` (``DeepSpeedZeroOptimizer.
-  backward``: "Use double buffers to avoid data access conflict when overlap_comm is
-  enabled"); dpsim's ``overlap`` is ``overlap_comm``;
+  buffer of ``reduce_bucket_size`` elements (5e8, or ``--bucket-cap-mb`` converted to
+  elements as the step program converts it:
+  :func:`~dpsim.strategies.shards.deepspeed_reduce_bucket_elements`) in the gradient
+  dtype, allocated at full size whatever the model, two of them with ``overlap_comm``
+  (``DeepSpeedZeroOptimizer.backward``: "Use double buffers to avoid data access conflict
+  when overlap_comm is enabled"); dpsim's ``overlap`` is ``overlap_comm``;
   ZeRO-3/FSDP's gathered working set: the root unit plus the current and the
   prefetched unit unsharded (``limit_all_gathers``: two units in flight), and the
   unsharded gradients of the unit being reduced (plus the root's, which are reduced
@@ -61,7 +63,22 @@ from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
-from dpsim.units import GiB
+from dpsim.strategies.registry import (
+    BUCKET_CAP_MB,
+    check_fsdp_unit,
+    check_grad_accum,
+    check_honoured,
+    get_strategy,
+    honours,
+    shard_group_size,
+    sharded_numel,
+)
+from dpsim.strategies.shards import (
+    deepspeed_reduce_bucket_elements,
+    fsdp_shard_numel,
+    wrap_units,
+)
+from dpsim.units import GiB, format_bytes
 from dpsim.workload.precision import Precision, optimizer_state_bytes_per_param
 from dpsim.workload.spec import ModelSpec
 
@@ -130,8 +147,6 @@ def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: b
     """
     if not activation_checkpointing:
         return model.activation_bytes_per_sample
-    from dpsim.strategies.shards import wrap_units
-
     units = [u for u in wrap_units(model, fsdp_unit) if not u.is_root]
     if not units:
         raise ConfigError(f"--activation-checkpointing: model {model.name!r} has no {fsdp_unit} units to "
@@ -157,22 +172,15 @@ def memory_breakdown(
     grad_accum: int = 1,
     fsdp_unit: str = "block",
     overlap: bool = True,
+    bucket_cap_mb: float | None = None,
 ) -> MemoryBreakdown:
-    """Per-GPU memory of ``strategy`` on ``n_gpus`` data-parallel GPUs (see the module docstring)."""
-    from dpsim.strategies.registry import (
-        check_fsdp_unit,
-        check_grad_accum,
-        check_strategy,
-    )
-    from dpsim.strategies.shards import (
-        DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
-        fsdp_shard_numel,
-        shard_group_size,
-        sharded_numel,
-        wrap_units,
-    )
+    """Per-GPU memory of ``strategy`` on ``n_gpus`` data-parallel GPUs (see the module docstring).
 
-    check_strategy(strategy)
+    ``bucket_cap_mb`` sizes ZeRO-1/2's gradient buffers; DDP's bucket copies hold every
+    gradient whatever the cap; other strategies refuse it.
+    """
+    record = get_strategy(strategy)
+    check_honoured(strategy, BUCKET_CAP_MB, bucket_cap_mb)
     check_fsdp_unit(fsdp_unit)
     check_grad_accum(grad_accum)
     if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
@@ -188,14 +196,14 @@ def memory_breakdown(
     act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
     act = activation_bytes_per_sample(model, activation_checkpointing=activation_checkpointing,
                                       fsdp_unit=fsdp_unit) * micro_batch * act_scale
-    no_sync_full_grads = strategy in ("fsdp", "fsdp-shard-grad-op", "fsdp-hybrid") and grad_accum > 1
+    no_sync_full_grads = record.family == "fsdp" and grad_accum > 1
     if strategy == "ddp":
         weights, grads, opt, buffers = psi * w, psi * g, psi * k, psi * g
     elif strategy in ("zero1", "zero2"):
         weights = psi * w
         grads = psi * g if strategy == "zero1" else shard * g
         opt = shard * k
-        buffers = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * g * (2 if overlap else 1)
+        buffers = deepspeed_reduce_bucket_elements(bucket_cap_mb, g) * g * (2 if overlap else 1)
     else:
         units = [u for u in wrap_units(model, fsdp_unit) if u.params]
         full = {u.name: fsdp_shard_numel([p.numel for p in u.params], group) * group for u in units}
@@ -272,44 +280,52 @@ class FitAdvice:
 def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimizer: str, micro_batch: int,
                strategy: str = "ddp", n_gpus: int = 1, gpus_per_node: int | None = None,
                activation_checkpointing: bool = False, grad_accum: int = 1, fsdp_unit: str = "block",
-               overlap: bool = True, max_gpus: int = 1 << 20) -> FitAdvice:
+               overlap: bool = True, bucket_cap_mb: float | None = None, max_gpus: int = 1 << 20) -> FitAdvice:
     """The smallest change that makes ``model`` fit, in this order of preference:
     a more sharded strategy (ZeRO-1 -> 2 -> 3, or FSDP shard-grad-op -> full shard) on
     the same GPUs; that plus activation checkpointing; that plus a smaller micro-batch
     (more accumulation keeps the global batch); the fully sharded strategy on more GPUs
     (the smallest whole number of nodes). GPU counts above ``max_gpus`` are not offered.
+    ``bucket_cap_mb`` applies to the strategies that take it; advice to move to one that
+    does not says to drop it.
     """
     gpn = gpus_per_node or n_gpus
     base = dict(precision=precision, optimizer=optimizer, fsdp_unit=fsdp_unit, overlap=overlap,
                 gpus_per_node=gpn, grad_accum=grad_accum)
 
     def mem(s, n, ck, mb):
-        return memory_breakdown(model, gpu, strategy=s, n_gpus=n, activation_checkpointing=ck, micro_batch=mb, **base)
+        cap = bucket_cap_mb if honours(s, BUCKET_CAP_MB) else None
+        return memory_breakdown(model, gpu, strategy=s, n_gpus=n, activation_checkpointing=ck, micro_batch=mb,
+                                bucket_cap_mb=cap, **base)
+
+    def use(s):
+        return _strategy_text(s, bucket_cap_mb)
+
+    def change(s):
+        return "" if s == strategy else use(s) + " "
 
     now = mem(strategy, n_gpus, activation_checkpointing, micro_batch)
     usable = now.usable_bytes
     if now.fits:
         return FitAdvice(fits=True, total_bytes=now.total_bytes, message="fits")
 
-    def gb(x):
-        from dpsim.units import format_bytes
-        return format_bytes(x)
+    gb = format_bytes
 
     ladder = STAGE_LADDERS[strategy]
     for s in ladder:
         m = mem(s, n_gpus, activation_checkpointing, micro_batch)
         if m.fits:
             return FitAdvice(fits=False, strategy=s, total_bytes=m.total_bytes,
-                             message=f"use --strategy {s}: {gb(m.total_bytes)} of {gb(usable)} usable per GPU")
+                             message=f"use {use(s)}: {gb(m.total_bytes)} of {gb(usable)} usable per GPU")
     top = ladder[-1] if ladder else strategy
-    can_ckpt = any(not u.is_root for u in _units(model, fsdp_unit))
+    can_ckpt = any(not u.is_root for u in wrap_units(model, fsdp_unit))
     ck_options = [activation_checkpointing] + ([True] if can_ckpt and not activation_checkpointing else [])
     for ck in ck_options[1:]:
         m = mem(top, n_gpus, ck, micro_batch)
         if m.fits:
             return FitAdvice(fits=False, strategy=None if top == strategy else top, activation_checkpointing=True,
                              total_bytes=m.total_bytes,
-                             message=f"use {_flag_text(top, strategy)}--activation-checkpointing: "
+                             message=f"use {change(top)}--activation-checkpointing: "
                                      f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
     best_ck = ck_options[-1]
     for mb in range(micro_batch - 1, 0, -1):
@@ -319,7 +335,7 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
             return FitAdvice(fits=False, strategy=None if top == strategy else top,
                              activation_checkpointing=True if ck_text else None, micro_batch=mb,
                              total_bytes=m.total_bytes,
-                             message=f"use {_flag_text(top, strategy)}{ck_text}--micro-batch {mb} (raise "
+                             message=f"use {change(top)}{ck_text}--micro-batch {mb} (raise "
                                      f"--grad-accum to keep the batch): {gb(m.total_bytes)} of {gb(usable)} usable")
     # More GPUs: the fully sharded total is fixed + sharded/N; solve, then check.
     full = "fsdp" if strategy.startswith("fsdp") else "zero3"
@@ -337,7 +353,7 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
                 mb_text = "--micro-batch 1 " if micro_batch > 1 else ""
                 return FitAdvice(fits=False, strategy=full, activation_checkpointing=True if ck_text else None,
                                  micro_batch=1 if micro_batch > 1 else None, gpus=n, total_bytes=m.total_bytes,
-                                 message=f"use --strategy {full} {ck_text}{mb_text}on --gpus {n} or more: "
+                                 message=f"use {use(full)} {ck_text}{mb_text}on --gpus {n} or more: "
                                          f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
             n += gpn
     return FitAdvice(
@@ -348,12 +364,8 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
                  f"GPU; use tensor/pipeline parallelism or a GPU with more memory"))
 
 
-def _units(model: ModelSpec, fsdp_unit: str):
-    from dpsim.strategies.shards import wrap_units
-
-    return wrap_units(model, fsdp_unit)
-
-
-def _flag_text(new: str, old: str) -> str:
-    return "" if new == old else f"--strategy {new} "
+def _strategy_text(strategy: str, bucket_cap_mb: float | None) -> str:
+    # The advised command must run: a strategy without gradient buckets refuses the cap.
+    drop = bucket_cap_mb is not None and not honours(strategy, BUCKET_CAP_MB)
+    return f"--strategy {strategy}" + (" without --bucket-cap-mb" if drop else "")
 

@@ -624,8 +624,8 @@ def test_reverse_registration_would_misplace_llama_norms(process_group):
 
 
 def test_llama_norms_are_owned_by_the_layers_they_run_in():
-    from dpsim.engine.ddp import ddp_program
     from dpsim.hardware import get_gpu
+    from dpsim.strategies.ddp import ddp_program
     from dpsim.workload.architectures import build_model
     from dpsim.workload.compute import compute_profile
     from dpsim.workload.precision import get_precision
@@ -641,13 +641,13 @@ def test_llama_norms_are_owned_by_the_layers_they_run_in():
     assert names.index("model.layers.0.input_layernorm.weight") > names.index(
         "model.layers.0.mlp.down_proj.weight"
     )
-    # The engine launches the norm's bucket after the attention layer's backward,
+    # The DDP program launches the norm's bucket after the attention layer's backward,
     # not (too early) after the MLP's.
     compute = compute_profile(spec, get_gpu("h100"), micro_batch=1, precision=get_precision("fp32"),
                               optimizer="adamw")
     plan = ddp_buckets(spec, bucket_cap_mb=1e-6)  # one parameter per bucket
     assert plan.num_buckets == len(spec.params)
-    program = ddp_program(compute, plan)
+    program = ddp_program(compute, plan).program
     launched_by = {
         name: task.name
         for task in program.tasks

@@ -1,4 +1,4 @@
-"""The SimPy step engine: golden cases and invariants of overlap."""
+"""The SimPy step engine: golden cases and invariants of overlap, played on DDP programs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import pytest
 
 from dpsim.collectives.ops import CollectiveResult
-from dpsim.engine.simulate import simulate
+from dpsim.engine.simulate import run_program
+from dpsim.strategies.ddp import ddp_program
 from dpsim.workload.buckets import Bucket, BucketPlan
 from dpsim.workload.compute import ComputeProfile, LayerTime
 
@@ -23,6 +24,11 @@ class FixedCollectives:
         t = size_bytes * self.seconds_per_byte
         return CollectiveResult(op=op, algorithm="fixed", n_ranks=self.n_ranks, size_bytes=size_bytes,
                                 time_s=t, latency_s=0.0)
+
+
+def simulate(compute, buckets, collectives, *, overlap=True, **kw):
+    """The engine playing the DDP step of ``buckets`` (the engine itself knows no strategy)."""
+    return run_program(ddp_program(compute, buckets, overlap=overlap).program, collectives, **kw)
 
 
 def _profile(fwd, bwd, opt=0.0):

@@ -7,14 +7,12 @@ import json
 
 import pytest
 
-from dpsim.collectives.flat_ring import RingCollectives
+from dpsim.collectives.nccl import NcclCollectives
 from dpsim.collectives.groups import (
     GroupCollectives,
-    hybrid_collectives,
     hybrid_topologies,
 )
 from dpsim.collectives.ops import bus_factor
-from dpsim.engine.ddp import ddp_program
 from dpsim.engine.program import CommOp, ComputeTask, StepProgram
 from dpsim.engine.simulate import comm_op_time_s, run_program
 from dpsim.errors import ConfigError
@@ -22,7 +20,6 @@ from dpsim.hardware import get_gpu
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.run import predict, resolve_topology
 from dpsim.strategies.build import build_step_program
-from dpsim.strategies.ddp import with_grad_dtype
 from dpsim.strategies.registry import STRATEGIES
 from dpsim.strategies.shards import (
     DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
@@ -40,7 +37,6 @@ from dpsim.workload.architectures import (
     ResNetConfig,
     build_model,
 )
-from dpsim.workload.buckets import assign_buckets
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import compute_profile
 from dpsim.workload.precision import get_precision
@@ -84,14 +80,6 @@ MODELS = {
 # ------------------------------------------------------------------- DDP
 
 
-def test_ddp_with_one_micro_batch_is_the_engine_ddp_program():
-    model, compute = _case(MODELS["gpt2"])
-    for overlap, cap in [(True, None), (False, None), (True, 1)]:
-        buckets = assign_buckets(with_grad_dtype(model, BF16.grad_dtype), bucket_cap_mb=cap)
-        assert _program("ddp", model, compute, overlap=overlap, bucket_cap_mb=cap).program == \
-            ddp_program(compute, buckets, overlap=overlap)
-
-
 def test_ddp_accumulation_all_reduces_only_in_the_last_micro_batch():
     model, compute = _case(MODELS["gpt2"])
     sp = _program("ddp", model, compute, grad_accum=3)
@@ -112,7 +100,7 @@ def test_ddp_accumulation_all_reduces_only_in_the_last_micro_batch():
 def test_step_between_max_and_sum_of_compute_and_comm(strategy, model_name, accum, ckpt, overlap):
     model, compute = _case(MODELS[model_name])
     topo = _topology(16)
-    coll = hybrid_collectives(topo)
+    coll = GroupCollectives(topo, lambda comm: NcclCollectives(comm.topology))
     sp = _program(strategy, model, compute, grad_accum=accum, activation_checkpointing=ckpt, overlap=overlap)
     sim = run_program(sp.program, coll, steps=2, overlap_slowdown=0.0)
     compute_s = sum(t.duration_s for t in sp.program.tasks)
@@ -265,7 +253,7 @@ def test_activation_checkpointing_recomputes_each_block_before_its_backward():
     assert sum(t.duration_s for t in rec) == pytest.approx(fwd_blocks)
     names = [(t.kind, t.name) for t in ck.program.tasks]
     assert names.index(("recompute", "recompute model.layers.3")) == names.index(("backward", "model.layers.3.mlp")) - 1
-    sim = lambda sp: run_program(sp.program, RingCollectives(_topology(16)), overlap_slowdown=0).steps[0]  # noqa
+    sim = lambda sp: run_program(sp.program, NcclCollectives(_topology(16)), overlap_slowdown=0).steps[0]  # noqa
     assert sim(ck).backward_s == pytest.approx(sim(plain).backward_s + fwd_blocks)
     flat = build_model(ResNetConfig(layers=(1, 1, 1, 1), planes=(4, 8, 8, 8), num_classes=3, image_size=32))
     with pytest.raises(ConfigError, match="--activation-checkpointing"):
@@ -285,7 +273,7 @@ def test_hybrid_topologies_split_intra_and_inter_node():
     ib_intra, ib_inter = hybrid_topologies(_topology(32, "infiniband"))  # a NIC per GPU: full rate each
     fi = _topology(32, "infiniband").spec.fabric
     assert ib_inter.spec.fabric.nic_bandwidth_bytes_per_s == pytest.approx(fi.nic_bandwidth_bytes_per_s)
-    coll = hybrid_collectives(topo)
+    coll = GroupCollectives(topo, lambda comm: NcclCollectives(comm.topology))
     size = 1e9
     # the inter-node ring of 4 ranks on 1/8 of a NIC each is slower per byte than the 8-GPU NVSwitch ring
     assert coll.group("inter").time("all_reduce", size).time_s > coll.group("intra").time("all_reduce", size).time_s
@@ -309,12 +297,12 @@ def test_hybrid_program_runs_on_sub_communicators():
             assert pos[i] == pos[rs] + 1
             assert c.size_bytes * 8 == sp.program.comms[rs].size_bytes
     with pytest.raises(ConfigError, match="sub-communicators"):
-        run_program(sp.program, RingCollectives(_topology(32)))
+        run_program(sp.program, NcclCollectives(_topology(32)))
 
 
 def test_engine_comm_op_time_uses_the_group():
     topo = _topology(16)
-    coll = hybrid_collectives(topo)
+    coll = GroupCollectives(topo, lambda comm: NcclCollectives(comm.topology))
     op = CommOp(name="x", op="all_reduce", size_bytes=1e8, group="intra")
     assert comm_op_time_s(coll, op) == coll.group("intra").time("all_reduce", 1e8).time_s
     prog = StepProgram(tasks=(ComputeTask(kind="forward", name="f", duration_s=0.0, launch_after=(0,)),

@@ -3,7 +3,8 @@
 - :mod:`~dpsim.engine.program` — :class:`StepProgram` (tasks, comm ops, what waits for what)
 - :mod:`~dpsim.engine.simulate` — the SimPy engine (:func:`run_program`), one process per distinct rank
 - :mod:`~dpsim.engine.replay` — the exact vectorised replay of every rank (stragglers, noise)
-- :mod:`~dpsim.engine.ddp` — the plain DDP program
+
+The engine plays any program and knows no strategy; :mod:`dpsim.strategies` builds them.
 """
 
 from __future__ import annotations
@@ -18,10 +19,8 @@ _EXPORTS = {
     "StepTiming": "dpsim.engine.simulate",
     "TraceEvent": "dpsim.engine.simulate",
     "run_program": "dpsim.engine.simulate",
-    "simulate": "dpsim.engine.simulate",
     "RankRun": "dpsim.engine.replay",
     "simulate_ranks": "dpsim.engine.replay",
-    "ddp_program": "dpsim.engine.ddp",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

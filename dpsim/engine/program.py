@@ -44,7 +44,7 @@ class CommOp:
     group: str = "world"
     """Communicator: ``world`` (every data-parallel rank) or a sub-communicator the
     collective model knows by name (``intra``: a node's GPUs, ``inter``: one GPU per
-    node, for FSDP hybrid sharding; see :class:`dpsim.strategies.GroupCollectives`)."""
+    node, for FSDP hybrid sharding; see :class:`dpsim.collectives.groups.GroupCollectives`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

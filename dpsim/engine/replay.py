@@ -191,7 +191,7 @@ def simulate_ranks(
     Parameters
     ----------
     program : StepProgram
-        What every rank does in one step (e.g. :func:`dpsim.engine.ddp_program`).
+        What every rank does in one step (e.g. a strategy's, :func:`dpsim.strategies.build_step_program`).
     collectives : CollectiveModel
         Cost of each comm op (over all ranks).
     factors : numpy.ndarray or callable

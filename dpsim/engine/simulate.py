@@ -12,14 +12,8 @@ collective runs, compute progresses ``1 + overlap_slowdown`` times slower
 
 A comm op names its communicator (:attr:`CommOp.group`): all ranks, or a sub-group
 such as the GPUs of one node (FSDP hybrid sharding); the ops of every communicator
-share the one FIFO stream. :mod:`dpsim.strategies` builds the programs of DDP, ZeRO and
-FSDP (with gradient accumulation and activation checkpointing).
-
-For plain DDP (:func:`ddp_program`): forward layer by layer, backward in reverse; a
-bucket is launched, in bucket order, once its last gradient is ready; the optimizer
-waits for all buckets. Buckets are DDP's steady state (rebuilt after the first
-iteration in gradient-ready order); the first iteration's single-bucket layout is not
-modelled, so every simulated step is a steady-state step.
+share the one FIFO stream. The engine knows no strategy: :mod:`dpsim.strategies` builds
+the programs (DDP, ZeRO, FSDP, with gradient accumulation and activation checkpointing).
 
 Identical ranks are one rank: the engine simulates one process per *distinct* rank
 (``rank_compute_scale``), so a homogeneous 65,536-GPU job costs what one rank costs.
@@ -33,11 +27,8 @@ from typing import Sequence
 import simpy
 
 from dpsim.collectives.ops import CollectiveModel
-from dpsim.engine.ddp import ddp_program
 from dpsim.engine.program import CommOp, StepProgram
 from dpsim.errors import ConfigError
-from dpsim.workload.buckets import BucketPlan
-from dpsim.workload.compute import ComputeProfile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,23 +122,8 @@ def comm_op_time_s(collectives: CollectiveModel, op: CommOp) -> float:
     if group is None:
         raise ConfigError(
             f"comm op {op.name!r} runs on communicator {op.group!r}, but the collective model has no "
-            f"sub-communicators; use dpsim.strategies.GroupCollectives")
+            f"sub-communicators; use dpsim.collectives.groups.GroupCollectives")
     return group(op.group).time(op.op, op.size_bytes).time_s
-
-
-def simulate(
-    compute: ComputeProfile,
-    buckets: BucketPlan,
-    collectives: CollectiveModel,
-    *,
-    steps: int = 1,
-    overlap: bool = True,
-    overlap_slowdown: float = 0.0,
-    rank_compute_scale: Sequence[float] | Sequence[Sequence[float]] = (1.0,),
-) -> SimulationResult:
-    """Simulate ``steps`` steps of plain DDP (see :func:`run_program`)."""
-    return run_program(ddp_program(compute, buckets, overlap=overlap), collectives, steps=steps,
-                       overlap_slowdown=overlap_slowdown, rank_compute_scale=rank_compute_scale)
 
 
 def run_program(

@@ -1,20 +1,30 @@
-"""TODO."""
+"""A strategy's step program for a model: checks the inputs once, then calls the registry's builder.
+
+The program is an engine :class:`~dpsim.engine.program.StepProgram` (compute tasks that
+wait for and launch comm ops on one FIFO stream), scheduled as the implementation
+schedules it. Gradient accumulation (``grad_accum`` micro-batches per step) and
+activation checkpointing (the forward of each checkpointed unit recomputed before its
+backward) apply to every strategy.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
 from dpsim.errors import ConfigError
-from dpsim.strategies.ddp import _ddp_program
 from dpsim.strategies.program import (
+    BuildRequest,
     StrategyProgram,
     _check_alignment,
     _checkpoint_units,
 )
-from dpsim.strategies.registry import check_fsdp_unit, check_grad_accum, check_strategy
-from dpsim.strategies.sharded import _unit_program
-from dpsim.strategies.shards import shard_group_size
-from dpsim.strategies.zero import _zero12_program
+from dpsim.strategies.registry import (
+    BUCKET_CAP_MB,
+    check_fsdp_unit,
+    check_grad_accum,
+    check_honoured,
+    get_strategy,
+)
 from dpsim.workload.compute import ComputeProfile
 from dpsim.workload.precision import Precision
 from dpsim.workload.spec import ModelSpec
@@ -38,24 +48,21 @@ def build_step_program(
 
     ``compute`` gives the per-layer times of one micro-batch (from the same ``model``);
     ``n_gpus`` the data-parallel ranks, ``gpus_per_node`` the hybrid shard group.
+    ``bucket_cap_mb`` (MiB) is DDP's ``bucket_cap_mb`` or ZeRO-1/2's ``reduce_bucket_size``;
+    a strategy without gradient buckets refuses it rather than ignore it.
     """
-    check_strategy(strategy)
+    record = get_strategy(strategy)
     check_fsdp_unit(fsdp_unit)
     check_grad_accum(grad_accum)
     if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
         raise ConfigError(f"--gpus: {n_gpus!r} is not valid; expected an integer >= 1")
+    check_honoured(record.key, BUCKET_CAP_MB, bucket_cap_mb)
     _check_alignment(model, compute)
     gpn = gpus_per_node or n_gpus
-    group_size = shard_group_size(strategy, n_gpus, gpn)
-    ckpt = _checkpoint_units(model, fsdp_unit, activation_checkpointing)
-    if strategy == "ddp":
-        result = _ddp_program(model, compute, precision=precision, grad_accum=grad_accum, ckpt=ckpt,
-                              overlap=overlap, bucket_cap_mb=bucket_cap_mb)
-    elif strategy in ("zero1", "zero2"):
-        result = _zero12_program(strategy, model, compute, precision=precision, world=group_size,
-                                 grad_accum=grad_accum, ckpt=ckpt, overlap=overlap)
-    else:
-        result = _unit_program(strategy, model, compute, precision=precision, world=group_size,
-                               grad_accum=grad_accum, ckpt=ckpt, fsdp_unit=fsdp_unit, overlap=overlap)
+    request = BuildRequest(
+        model=model, compute=compute, precision=precision, shard_group_size=record.group_size(n_gpus, gpn),
+        grad_accum=grad_accum, checkpoint_units=tuple(_checkpoint_units(model, fsdp_unit, activation_checkpointing)),
+        overlap=overlap, bucket_cap_mb=bucket_cap_mb, fsdp_unit=fsdp_unit)
+    result = record.build(request)
     sizes = {"world": n_gpus, "intra": min(gpn, n_gpus), "inter": max(1, -(-n_gpus // gpn))}
     return dataclasses.replace(result, communicator_sizes=sizes)

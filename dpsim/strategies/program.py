@@ -1,4 +1,5 @@
-"""Building blocks of the strategies' step programs: the builder, forward and backward passes, bucket launch points.
+"""Building blocks of the strategies' step programs: what a builder gets and returns, the
+program builder, forward and backward passes, bucket launch points.
 """
 
 from __future__ import annotations
@@ -7,13 +8,41 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dpsim.collectives.ops import bus_factor
 from dpsim.engine.program import CommOp, ComputeTask, StepProgram
 from dpsim.errors import ConfigError
 from dpsim.strategies.shards import Unit, wrap_units
 from dpsim.workload.compute import ComputeProfile
+from dpsim.workload.precision import Precision
 from dpsim.workload.spec import ModelSpec
 
 # -------------------------------------------------------------------- programs
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    """What every strategy builder gets (already validated by
+    :func:`~dpsim.strategies.build.build_step_program`)."""
+
+    model: ModelSpec
+    """The model (parameters, layers, units)."""
+    compute: ComputeProfile
+    """Per-layer times of one micro-batch, layer for layer the model's."""
+    precision: Precision
+    """Element sizes of weights and gradients."""
+    shard_group_size: int
+    """Ranks the strategy shards over (the registry's shard group; 1 for DDP)."""
+    grad_accum: int
+    """Micro-batches per optimizer step."""
+    checkpoint_units: tuple[Unit, ...]
+    """Units recomputed before their backward (empty without activation checkpointing)."""
+    overlap: bool
+    """Communication overlaps backward (DDP's hooks, DeepSpeed's ``overlap_comm``)."""
+    bucket_cap_mb: float | None
+    """Gradient bucket cap in MiB (``None``: the implementation's default); only
+    strategies that honour it get a value."""
+    fsdp_unit: str
+    """Unit granularity (``--fsdp-unit``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,8 +80,6 @@ class StrategyProgram:
         """Bytes each rank sends in one step on the rings (nccl-tests' bus volume):
         all-reduce ``2(N-1)/N·S``, reduce-scatter and all-gather ``(N-1)/N·S``, N the
         ranks of the op's communicator."""
-        from dpsim.collectives.ops import bus_factor
-
         total = 0.0
         for c in self.program.comms:
             n = self.communicator_sizes.get(c.group, 1)
@@ -96,6 +123,13 @@ class _Builder:
         )
 
 
+def check_grad_accum(value: int) -> int:
+    """Validate ``--grad-accum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"--grad-accum: {value!r} is not valid; expected an integer >= 1 (micro-batches per step)")
+    return value
+
+
 def _check_alignment(model: ModelSpec, compute: ComputeProfile) -> None:
     if [l.name for l in compute.layers] != [l.name for l in model.layers]:
         raise ConfigError("compute profile and model disagree on the layers; build both from the same model")
@@ -131,10 +165,12 @@ def _recompute_starts(ckpt_units: Sequence[Unit]) -> dict[int, Unit]:
 
 def _backward_pass(b: _Builder, compute: ComputeProfile, j: int, k: int, *, recompute: Mapping[int, Unit],
                    before: Mapping[int, Sequence[int]] = {}, wait_at: Mapping[int, Sequence[int]] = {},
-                   after: Mapping[int, Sequence[int]] = {}, block_after: Mapping[int, Sequence[int]] = {}) -> None:
+                   after: Mapping[int, Sequence[int]] = {}, block_after: Mapping[int, Sequence[int]] = {},
+                   extra_s: Mapping[int, float] = {}) -> None:
     """Backward layers in reverse; per layer index: ops launched before it (``before``),
     ops it (or its recompute) waits for, ops launched after it, ops the *next* task waits
-    for (``block_after``: communication on the compute stream)."""
+    for (``block_after``: communication on the compute stream), and time added to its
+    backward (``extra_s``: work the implementation does in the layer's gradient hooks)."""
     blocked: list[int] = []
     for i in range(len(compute.layers) - 1, -1, -1):
         layer = compute.layers[i]
@@ -146,7 +182,8 @@ def _backward_pass(b: _Builder, compute: ComputeProfile, j: int, k: int, *, reco
             b.task("recompute", _mb(f"recompute {unit.name}", j, k),
                    sum(compute.layers[x].forward_s for x in unit.layers), wait=waits)
             waits = []
-        b.task("backward", _mb(layer.name, j, k), layer.backward_s, wait=waits)
+        duration_s = layer.backward_s + extra_s[i] if i in extra_s else layer.backward_s
+        b.task("backward", _mb(layer.name, j, k), duration_s, wait=waits)
         if after.get(i):
             b.launch(*after[i])
         blocked = list(block_after.get(i, ()))

@@ -1,140 +1,181 @@
-"""Sharding strategies as step programs: DDP, ZeRO-1/2/3 and FSDP (full, shard-grad-op, hybrid).
+"""The strategies by key: one record each, and the checks of the strategy flags.
 
-Each strategy changes both what a GPU holds (:mod:`dpsim.memory`) and the step's
-collectives. This module turns a model, its per-layer compute and a strategy into an
-engine :class:`~dpsim.engine.StepProgram` — compute tasks that wait for and launch
-comm ops on one FIFO stream — scheduled as the real implementations schedule them.
-Gradient accumulation (``grad_accum`` micro-batches per step) and activation
-checkpointing (recompute the forward of each checkpointed unit in backward) apply to
-every strategy.
-
-DDP (``ddp``; torch ``DistributedDataParallel``)
-    Gradient buckets (:mod:`dpsim.workload.buckets`) all-reduced as they fill in
-    backward; the optimizer waits for every bucket. With accumulation, ``no_sync()``
-    skips the all-reduce on the first ``K-1`` micro-batches.
-
-ZeRO-1 / ZeRO-2 (``zero1``, ``zero2``; DeepSpeed ``stage_1_and_2.py``)
-    Gradients are reduced in "ipg" buckets of ``reduce_bucket_size`` elements
-    (default 5e8, ``deepspeed/runtime/zero/config.py``), a bucket being flushed when the
-    next gradient would overflow it (``reduce_independent_p_g_buckets_and_remove_grads``),
-    with a partition-aware reduce of each bucket slice to the rank that owns it
-    (``average_tensor`` with ``reduce_scatter=True``, the default): the volume of a
-    reduce-scatter, which is how dpsim costs it. DeepSpeed's ZeRO-1 reduces this way
-    too, not with an all-reduce ("Reduce Scatter for ZeRO stage 1 ... total
-    communication volume reduction 1.5x -> 1x of data parallelism", DeepSpeed blog
-    2020-03-17). After the optimizer updates its partition, each rank all-gathers the
-    updated 16-bit parameters (``all_gather_dp_groups`` -> one
-    ``all_gather_into_tensor`` of the flat buffer) before the step ends. The stages
-    differ in accumulation: ``DeepSpeedEngine.allreduce_gradients`` says "ZeRO stage >=
-    2 communicates during non gradient accumulation boundaries as well", while stage 1
-    communicates "only at gradient accumulation boundaries"; and in memory (ZeRO-2
-    keeps only its gradient partition). ``overlap`` is DeepSpeed's ``overlap_comm``:
-    on, buckets are reduced on a side stream as they fill in backward; off, ZeRO-1
-    reduces after backward (``reduce_gradients``) and ZeRO-2 reduces in its backward
-    hooks on the compute stream, so backward waits for each bucket.
-
-ZeRO-3 / FSDP full shard (``zero3``, ``fsdp``; ``fsdp-hybrid``)
-    Parameters are sharded per *unit* (``fsdp_unit``: a transformer block by default,
-    as ``transformer_auto_wrap_policy`` wraps it; everything else forms the root
-    unit). Each unit's flat parameter is all-gathered before its forward and, having
-    been freed after it, again before its backward; its gradient is reduce-scattered
-    in its post-backward hook. Prefetching follows torch FSDP's defaults (torch 2.13
-    ``FullyShardedDataParallel.__init__`` and ``fsdp/api.py``): ``backward_prefetch=
-    BackwardPrefetch.BACKWARD_PRE`` issues the next unit's all-gather *before* the
-    current unit's gradient computation, so in the one FIFO the order is ``AG(k-1),
-    RS(k), AG(k-2), ...`` ("for a single process group using NCCL backend, any
-    collectives, even if issued from different streams, contend for the same
-    per-device NCCL stream", ``BackwardPrefetch`` docstring); ``forward_prefetch=
-    False``, but the CPU runs ahead of the GPU so the next unit's all-gather is issued
-    while the current one computes, at most two units in flight (``limit_all_gathers=
-    True``, "the current instance running computation and the next instance whose
-    all-gather is prefetched"). FSDP does not free the *root* unit after forward
-    (``_post_forward_reshard``: "Do not free the root's parameters in the
-    post-forward for FULL_SHARD"), so only non-root units are gathered twice; dpsim's
-    ``zero3`` re-gathers the root too, which gives the ZeRO paper's 1.5x volume of
-    DDP exactly (Rajbhandari et al. 2020, Sec. 7.2.2). With accumulation, FSDP runs
-    ``no_sync()`` on the first ``K-1`` micro-batches (full unsharded gradients are kept,
-    the parameters are still freed and re-gathered: ``_should_free_in_backward``);
-    ZeRO-3 reduce-scatters every micro-batch (DeepSpeed refuses ``no_sync`` with
-    gradient partitioning).
-
-FSDP ``SHARD_GRAD_OP`` (``fsdp-shard-grad-op``)
-    Units are gathered for forward and kept through backward (no backward
-    all-gather); gradients reduce-scattered per unit. Under ``no_sync`` the unsharded
-    parameters also stay between micro-batches (``_should_free_in_backward``), so
-    only the first micro-batch gathers.
-
-FSDP ``HYBRID_SHARD`` (``fsdp-hybrid``)
-    ``FULL_SHARD`` within a node (all-gathers and reduce-scatters on the ``intra``
-    communicator of the node's GPUs) and replication across nodes: after each
-    reduce-scatter, the gradient *shard* is all-reduced on the ``inter`` communicator
-    (``dist.all_reduce(new_sharded_grad, group=state._inter_node_pg)`` in
-    ``_runtime_utils._reduce_grad``), one rank per node. :func:`hybrid_collectives`
-    builds both communicators' collective models from the topology: ``intra`` is one
-    node of the same design; ``inter`` is a cluster of one-GPU nodes on the same
-    fabric in which each GPU gets its share of its node's NICs (``nics ×
-    rate / gpus_per_node``: the ``gpus_per_node`` replica groups of a node run
-    concurrently, local rank *j* of every node in group *j*), which keeps the leaf
-    uplinks' share too; an NVLink fabric keeps its per-GPU rate. All ops share the
-    one FIFO stream (conservative: FSDP issues the inter-node all-reduce on its own
-    stream).
-
-Not modelled: DeepSpeed ZeRO-3's per-submodule granularity, prefetch bucket and
-``stage3_param_persistence_threshold`` (small parameters kept unsharded) — dpsim's
-``zero3`` shards by unit like FSDP; CPU/NVMe offload; FSDP ``BACKWARD_POST``.
+Every ``--strategy`` key maps to a :class:`StrategyRecord` in :data:`REGISTRY`: what it
+does, the small function that builds its step program (in :mod:`~dpsim.strategies.ddp`,
+:mod:`~dpsim.strategies.zero` and :mod:`~dpsim.strategies.sharded`, whose docstrings
+cite the implementations they follow), the ranks it shards over and the knobs it acts
+on. :func:`~dpsim.strategies.build.build_step_program` and :mod:`dpsim.memory` dispatch
+through it; :data:`STRATEGIES`, :data:`SHARDED_STRATEGIES`, :data:`FSDP_STRATEGIES` and
+:data:`UNIT_STRATEGIES` are derived from it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from dpsim.errors import ConfigError
+from dpsim.strategies.ddp import build_ddp
+from dpsim.strategies.program import BuildRequest, StrategyProgram, check_grad_accum
+from dpsim.strategies.sharded import (
+    build_fsdp,
+    build_fsdp_hybrid,
+    build_fsdp_shard_grad_op,
+    build_zero3,
+)
+from dpsim.strategies.shards import (
+    FSDP_UNITS,
+    check_fsdp_unit,
+    deepspeed_partition_numel,
+    units_shard_numel,
+)
+from dpsim.strategies.zero import build_zero1, build_zero2
+from dpsim.workload.spec import ModelSpec
 
-STRATEGIES: dict[str, str] = {
-    "ddp": "PyTorch DDP: full replicas, gradient buckets all-reduced during backward",
-    "zero1": "DeepSpeed ZeRO-1: optimizer state sharded; gradients reduce-scattered at the "
-             "accumulation boundary, updated parameters all-gathered after the step",
-    "zero2": "DeepSpeed ZeRO-2: optimizer state and gradients sharded; gradients reduce-scattered "
-             "every micro-batch, parameters all-gathered after the step",
-    "zero3": "ZeRO-3: parameters, gradients and optimizer state sharded; every unit all-gathered "
-             "for forward and again for backward (1.5x DDP's volume), gradients reduce-scattered",
-    "fsdp": "PyTorch FSDP FULL_SHARD: like ZeRO-3, per unit, root unit kept from forward to backward",
-    "fsdp-shard-grad-op": "PyTorch FSDP SHARD_GRAD_OP: parameters gathered once for forward and "
-                          "backward, gradients and optimizer state sharded (ZeRO-2-like)",
-    "fsdp-hybrid": "PyTorch FSDP HYBRID_SHARD: FULL_SHARD within a node, gradient shards "
-                   "all-reduced across nodes",
-}
+__all__ = [
+    "BUCKET_CAP_MB", "FSDP_UNIT", "KNOB_FLAGS", "StrategyRecord", "REGISTRY", "STRATEGIES", "SHARDED_STRATEGIES",
+    "FSDP_STRATEGIES", "UNIT_STRATEGIES", "FSDP_UNITS", "get_strategy", "check_strategy", "check_fsdp_unit",
+    "check_grad_accum", "check_honoured", "honours", "shard_group_size", "sharded_numel",
+]
+
+BUCKET_CAP_MB = "bucket_cap_mb"
+"""Knob: the gradient bucket cap (DDP's ``bucket_cap_mb``, DeepSpeed's ``reduce_bucket_size``)."""
+FSDP_UNIT = "fsdp_unit"
+"""Knob: the unit parameters are sharded and gathered by. Every strategy also takes it as
+the activation-checkpointing granularity, so it is never refused."""
+KNOB_FLAGS = {BUCKET_CAP_MB: "--bucket-cap-mb", FSDP_UNIT: "--fsdp-unit"}
+"""The command-line flag of each knob."""
+
+_SHARD_GROUPS = ("none", "node", "world")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyRecord:
+    """One ``--strategy``."""
+
+    key: str
+    """The ``--strategy`` value."""
+    description: str
+    """One line: what it shards and what it communicates."""
+    build: Callable[[BuildRequest], StrategyProgram]
+    """Builds its step program."""
+    family: str
+    """Implementation it follows: ``ddp`` (torch DDP), ``deepspeed`` (ZeRO) or ``fsdp``
+    (torch FSDP: ``no_sync`` keeps full gradients, the root unit stays gathered)."""
+    shard_group: str
+    """Ranks the model state is sharded over: ``none`` (full replicas), ``node`` (the GPUs
+    of one node) or ``world`` (every data-parallel rank)."""
+    honours: frozenset[str]
+    """Knobs that change what it communicates: :data:`BUCKET_CAP_MB` (gradient buckets),
+    :data:`FSDP_UNIT` (it shards per unit)."""
+
+    def __post_init__(self) -> None:
+        assert self.shard_group in _SHARD_GROUPS, f"{self.key}: shard group {self.shard_group!r}"
+        assert self.family in ("ddp", "deepspeed", "fsdp"), f"{self.key}: family {self.family!r}"
+        assert self.honours <= set(KNOB_FLAGS), f"{self.key}: unknown knobs {set(self.honours) - set(KNOB_FLAGS)}"
+
+    @property
+    def shards(self) -> bool:
+        """Whether a rank holds only part of the model state."""
+        return self.shard_group != "none"
+
+    @property
+    def shards_per_unit(self) -> bool:
+        """Parameters are sharded and gathered per unit (ZeRO-3, FSDP), not as one flat buffer."""
+        return FSDP_UNIT in self.honours
+
+    def group_size(self, n_gpus: int, gpus_per_node: int) -> int:
+        """Ranks it shards over on ``n_gpus`` GPUs with ``gpus_per_node`` per node."""
+        if self.shard_group == "none":
+            return 1
+        if self.shard_group == "node":
+            return min(gpus_per_node, n_gpus)
+        return n_gpus
+
+
+REGISTRY: dict[str, StrategyRecord] = {r.key: r for r in (
+    StrategyRecord(
+        key="ddp", family="ddp", shard_group="none", honours=frozenset({BUCKET_CAP_MB}), build=build_ddp,
+        description="PyTorch DDP: full replicas, gradient buckets all-reduced during backward"),
+    StrategyRecord(
+        key="zero1", family="deepspeed", shard_group="world", honours=frozenset({BUCKET_CAP_MB}), build=build_zero1,
+        description="DeepSpeed ZeRO-1: optimizer state sharded; gradients reduce-scattered at the "
+                    "accumulation boundary, updated parameters all-gathered after the step"),
+    StrategyRecord(
+        key="zero2", family="deepspeed", shard_group="world", honours=frozenset({BUCKET_CAP_MB}), build=build_zero2,
+        description="DeepSpeed ZeRO-2: optimizer state and gradients sharded; gradients reduce-scattered "
+                    "every micro-batch, parameters all-gathered after the step"),
+    StrategyRecord(
+        key="zero3", family="deepspeed", shard_group="world", honours=frozenset({FSDP_UNIT}), build=build_zero3,
+        description="ZeRO-3: parameters, gradients and optimizer state sharded; every unit all-gathered "
+                    "for forward and again for backward (1.5x DDP's volume), gradients reduce-scattered"),
+    StrategyRecord(
+        key="fsdp", family="fsdp", shard_group="world", honours=frozenset({FSDP_UNIT}), build=build_fsdp,
+        description="PyTorch FSDP FULL_SHARD: like ZeRO-3, per unit, root unit kept from forward to backward"),
+    StrategyRecord(
+        key="fsdp-shard-grad-op", family="fsdp", shard_group="world", honours=frozenset({FSDP_UNIT}),
+        build=build_fsdp_shard_grad_op,
+        description="PyTorch FSDP SHARD_GRAD_OP: parameters gathered once for forward and "
+                    "backward, gradients and optimizer state sharded (ZeRO-2-like)"),
+    StrategyRecord(
+        key="fsdp-hybrid", family="fsdp", shard_group="node", honours=frozenset({FSDP_UNIT}), build=build_fsdp_hybrid,
+        description="PyTorch FSDP HYBRID_SHARD: FULL_SHARD within a node, gradient shards "
+                    "all-reduced across nodes"),
+)}
+"""Every strategy by ``--strategy`` key, DDP first."""
+
+STRATEGIES: dict[str, str] = {key: r.description for key, r in REGISTRY.items()}
 """Strategy keys (``--strategy``) and what they do."""
-
-SHARDED_STRATEGIES = ("zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")
-FSDP_STRATEGIES = ("fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")
-UNIT_STRATEGIES = ("zero3",) + FSDP_STRATEGIES
+SHARDED_STRATEGIES = tuple(key for key, r in REGISTRY.items() if r.shards)
+"""Strategies whose ranks hold part of the model state."""
+FSDP_STRATEGIES = tuple(key for key, r in REGISTRY.items() if r.family == "fsdp")
+"""Strategies that follow torch FSDP."""
+UNIT_STRATEGIES = tuple(key for key, r in REGISTRY.items() if r.shards_per_unit)
 """Strategies that gather parameters per unit."""
 
-FSDP_UNITS: dict[str, str] = {
-    "block": "each transformer block / residual block (the model's LayerSpec.unit), the rest is the root",
-    "layer": "each layer that owns parameters",
-    "model": "the whole model as one unit",
-}
-"""Unit granularities (``--fsdp-unit``)."""
+
+def get_strategy(name: str) -> StrategyRecord:
+    """The record of a ``--strategy`` key (a :class:`ConfigError` naming the keys if unknown)."""
+    record = REGISTRY.get(name) if isinstance(name, str) else None
+    if record is None:
+        raise ConfigError(f"--strategy: {name!r} is not known; choose one of {', '.join(REGISTRY)}")
+    return record
 
 
 def check_strategy(name: str) -> str:
     """Validate a ``--strategy`` key."""
-    if name not in STRATEGIES:
-        raise ConfigError(f"--strategy: {name!r} is not known; choose one of {', '.join(STRATEGIES)}")
-    return name
+    return get_strategy(name).key
 
 
-def check_fsdp_unit(name: str) -> str:
-    """Validate a ``--fsdp-unit`` key."""
-    if name not in FSDP_UNITS:
-        raise ConfigError(f"--fsdp-unit: {name!r} is not known; choose one of {', '.join(FSDP_UNITS)}")
-    return name
+def honours(strategy: str, knob: str) -> bool:
+    """Whether ``strategy`` acts on ``knob`` (:data:`BUCKET_CAP_MB`, :data:`FSDP_UNIT`)."""
+    assert knob in KNOB_FLAGS, f"unknown knob {knob!r}"
+    return knob in get_strategy(strategy).honours
 
 
-def check_grad_accum(value: int) -> int:
-    """Validate ``--grad-accum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"--grad-accum: {value!r} is not valid; expected an integer >= 1 (micro-batches per step)")
-    return value
+def check_honoured(strategy: str, knob: str, value: object) -> None:
+    """Refuse a ``knob`` given (not ``None``) to a strategy that would silently ignore it."""
+    if value is None or honours(strategy, knob):
+        return
+    takers = ", ".join(key for key, r in REGISTRY.items() if knob in r.honours)
+    raise ConfigError(f"{KNOB_FLAGS[knob]}: {value!r} does not apply to --strategy {strategy}; "
+                      f"allowed with {takers} only, otherwise leave it unset")
 
 
+def shard_group_size(strategy: str, n_gpus: int, gpus_per_node: int) -> int:
+    """Ranks a strategy shards over: 1 for DDP, the node for hybrid, all GPUs otherwise."""
+    return get_strategy(strategy).group_size(n_gpus, gpus_per_node)
+
+
+def sharded_numel(model: ModelSpec, strategy: str, world_size: int, *, fsdp_unit: str = "block") -> int:
+    """Elements of parameters (and of gradient / optimizer partitions) one rank owns.
+
+    DDP: every parameter. ZeRO-1/2: DeepSpeed's partition of the flat buffer. ZeRO-3 and
+    FSDP: the sum over units of each flat parameter's shard.
+    """
+    record = get_strategy(strategy)
+    if not record.shards:
+        return model.param_count
+    if record.shards_per_unit:
+        return units_shard_numel(model, world_size, fsdp_unit)
+    return deepspeed_partition_numel(model.param_count, world_size)

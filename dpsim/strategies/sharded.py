@@ -48,6 +48,7 @@ Not modelled: DeepSpeed ZeRO-3's per-submodule granularity, prefetch bucket and
 from __future__ import annotations
 
 from dpsim.strategies.program import (
+    BuildRequest,
     StrategyProgram,
     _backward_pass,
     _Builder,
@@ -56,20 +57,46 @@ from dpsim.strategies.program import (
     _optimizer_s,
     _recompute_starts,
 )
-from dpsim.strategies.registry import FSDP_STRATEGIES
 from dpsim.strategies.shards import fsdp_shard_numel, wrap_units
 
 
-def _unit_program(strategy, model, compute, *, precision, world, grad_accum, ckpt, fsdp_unit, overlap
-                  ) -> StrategyProgram:
-    units = [u for u in wrap_units(model, fsdp_unit)]
+def build_zero3(request: BuildRequest) -> StrategyProgram:
+    """``zero3``: every unit, the root too, re-gathered for backward; reduce-scatter every micro-batch."""
+    return _unit_program(request, key="zero3", reshard_after_forward=True, keep_root=False,
+                         reduce_every_micro_batch=True, hybrid=False)
+
+
+def build_fsdp(request: BuildRequest) -> StrategyProgram:
+    """``fsdp`` (``FULL_SHARD``): non-root units re-gathered for backward; ``no_sync`` under accumulation."""
+    return _unit_program(request, key="fsdp", reshard_after_forward=True, keep_root=True,
+                         reduce_every_micro_batch=False, hybrid=False)
+
+
+def build_fsdp_shard_grad_op(request: BuildRequest) -> StrategyProgram:
+    """``fsdp-shard-grad-op`` (``SHARD_GRAD_OP``): units kept gathered from forward through backward."""
+    return _unit_program(request, key="fsdp-shard-grad-op", reshard_after_forward=False, keep_root=True,
+                         reduce_every_micro_batch=False, hybrid=False)
+
+
+def build_fsdp_hybrid(request: BuildRequest) -> StrategyProgram:
+    """``fsdp-hybrid`` (``HYBRID_SHARD``): ``FULL_SHARD`` on ``intra``, gradient shards all-reduced on ``inter``."""
+    return _unit_program(request, key="fsdp-hybrid", reshard_after_forward=True, keep_root=True,
+                         reduce_every_micro_batch=False, hybrid=True)
+
+
+def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: bool, keep_root: bool,
+                  reduce_every_micro_batch: bool, hybrid: bool) -> StrategyProgram:
+    """The step of a per-unit strategy. ``reshard_after_forward``: units are freed after
+    forward and re-gathered for backward (else also kept between ``no_sync`` micro-batches);
+    ``keep_root``: the root unit is not freed after forward (FSDP); ``hybrid``: shard on
+    the ``intra`` communicator and all-reduce each gradient shard on ``inter``."""
+    model, compute, precision = request.model, request.compute, request.precision
+    world, grad_accum = request.shard_group_size, request.grad_accum
+    units = [u for u in wrap_units(model, request.fsdp_unit)]
     unit_of_layer = {i: u for u in units for i in u.layers}
     shard = {u.name: fsdp_shard_numel([p.numel for p in u.params], world) for u in units}
-    group = "intra" if strategy == "fsdp-hybrid" else "world"
-    reshard_after_forward = strategy != "fsdp-shard-grad-op"
-    root_kept = strategy in FSDP_STRATEGIES  # FSDP keeps the root from forward to backward
-    sync_every = strategy == "zero3"
-    recompute = _recompute_starts(ckpt)
+    group = "intra" if hybrid else "world"
+    recompute = _recompute_starts(request.checkpoint_units)
     b = _Builder()
     n_layers = len(compute.layers)
     grad_ops: list[int] = []
@@ -84,9 +111,9 @@ def _unit_program(strategy, model, compute, *, precision, world, grad_accum, ckp
     order_bwd = [by_name[n] for n in seen if by_name[n].params]
     for j in range(grad_accum):
         last = j == grad_accum - 1
-        sync = sync_every or last
+        sync = reduce_every_micro_batch or last
         # ---- forward: gather each unit before its first layer, one unit ahead.
-        gathered_from_before = strategy == "fsdp-shard-grad-op" and j > 0  # kept under no_sync
+        gathered_from_before = not reshard_after_forward and j > 0  # kept under no_sync
         ag_fwd: dict[str, int] = {}
         if not gathered_from_before:
             for u in order_fwd:
@@ -110,7 +137,7 @@ def _unit_program(strategy, model, compute, *, precision, world, grad_accum, ckp
         _forward(b, compute, j, grad_accum, wait_at=wait_at, launch_before=launch_before)
         # ---- backward: re-gather resharded units (BACKWARD_PRE prefetch), reduce-scatter after each.
         need = [u for u in order_bwd
-                if reshard_after_forward and not (u.is_root and root_kept)]
+                if reshard_after_forward and not (u.is_root and keep_root)]
         ag_bwd = {u.name: b.op(_mb(f"all-gather {u.name} (backward)", j, grad_accum), "all_gather",
                                shard[u.name] * world * precision.weight_bytes, "allgather", group) for u in need}
         before: dict[int, list[int]] = {}
@@ -131,7 +158,7 @@ def _unit_program(strategy, model, compute, *, precision, world, grad_accum, ckp
                 rs = b.op(_mb(f"reduce-scatter {u.name}", j, grad_accum), "reduce_scatter",
                           shard[u.name] * world * precision.grad_bytes, "reducescatter", group)
                 ops = [rs]
-                if strategy == "fsdp-hybrid":
+                if hybrid:
                     ops.append(b.op(_mb(f"all-reduce {u.name} shard across nodes", j, grad_accum), "all_reduce",
                                     shard[u.name] * precision.grad_bytes, "allreduce", "inter"))
                 grad_ops += ops
@@ -139,5 +166,5 @@ def _unit_program(strategy, model, compute, *, precision, world, grad_accum, ckp
         _backward_pass(b, compute, j, grad_accum, recompute=recompute, before=before, wait_at=bwait, after=after)
     total_shard = sum(shard.values())
     b.task("optimizer", "optimizer", _optimizer_s(compute, total_shard / model.param_count), wait=grad_ops)
-    return StrategyProgram(strategy=strategy, program=b.build(), shard_group_size=world,
+    return StrategyProgram(strategy=key, program=b.build(), shard_group_size=world,
                            gradient_ops=tuple(grad_ops), units=tuple(units))

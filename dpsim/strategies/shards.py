@@ -1,8 +1,10 @@
-"""Shard maths shared by the strategies and the memory model: units, flat parameters, partitions.
+"""Shard maths shared by the strategies and the memory model: units, flat parameters, partitions, buckets.
 
 Sizes follow the implementations to the element: FSDP's flat parameters and their
-padding, FSDP2's per-parameter dim-0 chunks, DeepSpeed's aligned flat buffer, torch's
-``ZeroRedundancyOptimizer`` greedy partition and torch optimizer state.
+padding, FSDP2's per-parameter dim-0 chunks, DeepSpeed's aligned flat buffer and its
+``reduce_bucket_size``, torch's ``ZeroRedundancyOptimizer`` greedy partition and torch
+optimizer state. Nothing here knows a strategy key: :mod:`~dpsim.strategies.registry`
+says which strategy uses which rule.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
-from dpsim.strategies.registry import check_fsdp_unit, check_strategy
+from dpsim.workload.buckets import bucket_caps_bytes
+from dpsim.workload.precision import OPTIMIZER_STATES, check_optimizer
 from dpsim.workload.spec import ModelSpec, ParamSpec
 
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
@@ -26,6 +29,20 @@ alignment/sizeof(fp16) = 2"): the flat 16-bit buffer is padded to a multiple of
 
 ROOT_UNIT = "(root)"
 """Name of the root unit (embeddings, final norm, head: the layers outside every block)."""
+
+FSDP_UNITS: dict[str, str] = {
+    "block": "each transformer block / residual block (the model's LayerSpec.unit), the rest is the root",
+    "layer": "each layer that owns parameters",
+    "model": "the whole model as one unit",
+}
+"""Unit granularities (``--fsdp-unit``)."""
+
+
+def check_fsdp_unit(name: str) -> str:
+    """Validate a ``--fsdp-unit`` key."""
+    if name not in FSDP_UNITS:
+        raise ConfigError(f"--fsdp-unit: {name!r} is not known; choose one of {', '.join(FSDP_UNITS)}")
+    return name
 
 
 # ------------------------------------------------------------------------ units
@@ -137,6 +154,24 @@ def deepspeed_partition_numel(total_numel: int, world_size: int) -> int:
     return -(-total_numel // align) * align // world_size
 
 
+def deepspeed_reduce_bucket_elements(bucket_cap_mb: float | None, grad_element_bytes: int) -> int:
+    """DeepSpeed's ``reduce_bucket_size`` (elements) for dpsim's ``--bucket-cap-mb``.
+
+    DeepSpeed counts the ipg gradient bucket in *elements* (``reduce_bucket_size``,
+    default 5e8, ``deepspeed/runtime/zero/config.py``: "Number of elements
+    reduced/allreduced at a time"); dpsim's flag, shared with DDP, is in *MiB of
+    gradients*. A cap of ``x`` MiB is ``int(x * 2**20)`` bytes (truncated as DDP
+    truncates it, :func:`~dpsim.workload.buckets.bucket_caps_bytes`), divided by the
+    gradient element size and rounded down: 1 MiB of bf16 gradients is 524,288
+    elements. ``None`` keeps DeepSpeed's default.
+    """
+    if bucket_cap_mb is None:
+        return DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+    assert grad_element_bytes > 0, "gradient elements have a size"
+    _, cap_bytes = bucket_caps_bytes(bucket_cap_mb)  # validates the flag's value
+    return cap_bytes // grad_element_bytes
+
+
 def zero_redundancy_optimizer_partition(params: Sequence[ParamSpec], world_size: int) -> list[list[ParamSpec]]:
     """Which parameters each rank's ``torch.distributed.optim.ZeroRedundancyOptimizer`` owns.
 
@@ -162,33 +197,13 @@ def torch_optimizer_state_bytes(numels: Sequence[int], optimizer: str, state_ele
     parameter plus a float32 scalar ``step`` tensor per parameter; SGD with momentum: one
     ``momentum_buffer``; plain SGD: nothing.
     """
-    from dpsim.workload.precision import OPTIMIZER_STATES, check_optimizer
-
     states = OPTIMIZER_STATES[check_optimizer(optimizer)]
     step = 4 if optimizer in ("adam", "adamw") else 0
     return sum(states * n * state_element_bytes + step for n in numels)
 
 
-def shard_group_size(strategy: str, n_gpus: int, gpus_per_node: int) -> int:
-    """Ranks a strategy shards over: 1 for DDP, the node for hybrid, all GPUs otherwise."""
-    check_strategy(strategy)
-    if strategy == "ddp":
-        return 1
-    if strategy == "fsdp-hybrid":
-        return min(gpus_per_node, n_gpus)
-    return n_gpus
-
-
-def sharded_numel(model: ModelSpec, strategy: str, world_size: int, *, fsdp_unit: str = "block") -> int:
-    """Elements of parameters (and of gradient / optimizer partitions) one rank owns.
-
-    DDP: every parameter. ZeRO-1/2: DeepSpeed's partition of the flat buffer. ZeRO-3 and
-    FSDP: the sum over units of each flat parameter's shard.
-    """
-    check_strategy(strategy)
-    if strategy == "ddp":
-        return model.param_count
-    if strategy in ("zero1", "zero2"):
-        return deepspeed_partition_numel(model.param_count, world_size)
+def units_shard_numel(model: ModelSpec, world_size: int, fsdp_unit: str = "block") -> int:
+    """Elements one rank owns when every unit's flat parameter is sharded (ZeRO-3, FSDP):
+    the sum over units of :func:`fsdp_shard_numel`."""
     return sum(fsdp_shard_numel([p.numel for p in u.params], world_size)
                for u in wrap_units(model, fsdp_unit) if u.params)

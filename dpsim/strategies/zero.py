@@ -1,8 +1,11 @@
 """DeepSpeed ZeRO-1 / ZeRO-2 (``zero1``, ``zero2``; ``stage_1_and_2.py``).
 
 Gradients are reduced in "ipg" buckets of ``reduce_bucket_size`` elements (default 5e8,
-``deepspeed/runtime/zero/config.py``), a bucket being flushed when the next gradient would
-overflow it (``reduce_independent_p_g_buckets_and_remove_grads``), with a partition-aware
+``deepspeed/runtime/zero/config.py``; ``--bucket-cap-mb`` sets it, converted from MiB of
+gradients to elements by :func:`~dpsim.strategies.shards.deepspeed_reduce_bucket_elements`),
+a bucket being flushed when the next gradient would overflow it
+(``reduce_independent_p_g_buckets_and_remove_grads``; a gradient larger than the bucket
+is reduced alone, ``extra_large_param_to_reduce``), with a partition-aware
 reduce of each bucket slice to the rank that owns it (``average_tensor`` with
 ``reduce_scatter=True``, the default): the volume of a reduce-scatter, which is how dpsim
 costs it. DeepSpeed's ZeRO-1 reduces this way too, not with an all-reduce ("Reduce
@@ -17,6 +20,11 @@ partition). ``overlap`` is DeepSpeed's ``overlap_comm``: on, buckets are reduced
 stream as they fill in backward; off, ZeRO-1 reduces after backward (``reduce_gradients``)
 and ZeRO-2 reduces in its backward hooks on the compute stream, so backward waits for
 each bucket.
+
+``--bucket-cap-mb`` changes only the gradient buckets, not ``allgather_bucket_size``:
+``all_gather_dp_groups`` (``deepspeed/runtime/utils.py``) gathers the whole flat buffer
+with ``all_gather_into_tensor`` whenever the backend has it and uses that size only
+otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dpsim.strategies.program import (
+    BuildRequest,
     StrategyProgram,
     _backward_pass,
     _bucket_launch_points,
@@ -37,6 +46,7 @@ from dpsim.strategies.program import (
 from dpsim.strategies.shards import (
     DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
     deepspeed_partition_numel,
+    deepspeed_reduce_bucket_elements,
 )
 from dpsim.workload.spec import ParamSpec
 
@@ -45,7 +55,8 @@ def deepspeed_buckets(params: Sequence[ParamSpec], bucket_elements: int = DEEPSP
                       ) -> list[list[ParamSpec]]:
     """DeepSpeed ZeRO-1/2 "ipg" gradient buckets: a bucket is reduced when the next
     gradient would take it over ``reduce_bucket_size`` elements, then that gradient
-    starts the next one (``reduce_independent_p_g_buckets_and_remove_grads``)."""
+    starts the next one (``reduce_independent_p_g_buckets_and_remove_grads``); an empty
+    bucket reduces nothing, so a gradient larger than the bucket travels alone."""
     buckets: list[list[ParamSpec]] = []
     current: list[ParamSpec] = []
     count = 0
@@ -60,22 +71,37 @@ def deepspeed_buckets(params: Sequence[ParamSpec], bucket_elements: int = DEEPSP
     return buckets
 
 
-def _zero12_program(strategy, model, compute, *, precision, world, grad_accum, ckpt, overlap) -> StrategyProgram:
+def build_zero1(request: BuildRequest) -> StrategyProgram:
+    """``zero1``: optimizer state partitioned; gradients reduced only at the accumulation boundary."""
+    return _zero12_program(request, stage=1)
+
+
+def build_zero2(request: BuildRequest) -> StrategyProgram:
+    """``zero2``: gradients partitioned too, so reduced in every micro-batch."""
+    return _zero12_program(request, stage=2)
+
+
+def _zero12_program(request: BuildRequest, *, stage: int) -> StrategyProgram:
+    model, compute, precision = request.model, request.compute, request.precision
+    world, grad_accum, overlap = request.shard_group_size, request.grad_accum, request.overlap
+    # Stage 2 partitions gradients: it reduces in its backward hooks in every micro-batch,
+    # on the compute stream when overlap_comm is off.
+    hooks = overlap or stage == 2
     b = _Builder()
-    recompute = _recompute_starts(ckpt)
+    recompute = _recompute_starts(request.checkpoint_units)
     owner = _owner(model)
     n_layers = len(compute.layers)
-    if overlap or strategy == "zero2":
+    if hooks:
         order = list(model.grad_ready_params)  # backward hooks fire in gradient-ready order
     else:
         order = list(model.params)  # ZeRO-1 without overlap_comm: reduce_gradients() walks the group
-    buckets = deepspeed_buckets(order)
+    buckets = deepspeed_buckets(order, deepspeed_reduce_bucket_elements(request.bucket_cap_mb, precision.grad_bytes))
     padded = deepspeed_partition_numel(model.param_count, world) * world
     grad_ops: list[int] = []
     last_bucket = len(buckets) - 1
     for j in range(grad_accum):
         _forward(b, compute, j, grad_accum)
-        reduce_now = strategy == "zero2" or j == grad_accum - 1
+        reduce_now = stage == 2 or j == grad_accum - 1
         after: dict[int, list[int]] = {}
         block: dict[int, list[int]] = {}
         if reduce_now:
@@ -87,15 +113,14 @@ def _zero12_program(strategy, model, compute, *, precision, world, grad_accum, c
                 ops.append(b.op(_mb(f"reduce-scatter bucket {x}", j, grad_accum), "reduce_scatter",
                                 size * precision.grad_bytes, "reducescatter"))
             grad_ops += ops
-            points = _bucket_launch_points([[p.name for p in bk] for bk in buckets], owner, n_layers,
-                                           overlap or strategy == "zero2")
+            points = _bucket_launch_points([[p.name for p in bk] for bk in buckets], owner, n_layers, hooks)
             after = {i: [ops[x] for x in xs] for i, xs in points.items()}
-            if not overlap and strategy == "zero2":
+            if not overlap and stage == 2:
                 block = after  # reduced in the hook, on the compute stream
         _backward_pass(b, compute, j, grad_accum, recompute=recompute, after=after, block_after=block)
     b.task("optimizer", "optimizer", _optimizer_s(compute, padded / world / model.param_count), wait=grad_ops)
     ag = b.op("all-gather updated parameters", "all_gather", padded * precision.weight_bytes, "allgather")
     b.launch(ag)
     b.task("optimizer", "wait for parameter all-gather", 0.0, wait=[ag])
-    return StrategyProgram(strategy=strategy, program=b.build(), shard_group_size=world,
-                           gradient_ops=tuple(grad_ops), units=tuple(ckpt))
+    return StrategyProgram(strategy=f"zero{stage}", program=b.build(), shard_group_size=world,
+                           gradient_ops=tuple(grad_ops), units=tuple(request.checkpoint_units))

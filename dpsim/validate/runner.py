@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpsim.collectives.ops import CollectiveResult
-from dpsim.engine.ddp import ddp_program
 from dpsim.engine.simulate import run_program
 from dpsim.errors import DpsimError
 from dpsim.profile.fit import AlphaBetaFit, fit_alpha_beta
+from dpsim.strategies.ddp import ddp_program
 from dpsim.workload.buckets import assign_buckets
 from dpsim.workload.compute import ComputeProfile, LayerTime
 from dpsim.workload.spec import ParamSpec
@@ -130,7 +130,7 @@ def predict_run(run: dict, *, steps: int = 5) -> dict:
     copy_bw = comp.get("copy_bytes_per_s")
     param_bytes = {p.name: p.size_bytes for p in params}
     program = ddp_program(compute, buckets, copy_bandwidth_bytes_per_s=copy_bw if run["world_size"] > 1 else None,
-                          param_bytes=param_bytes)
+                          param_bytes=param_bytes).program
     sim = run_program(program, model if run["world_size"] > 1 else _NoComm(),
                       steps=steps, overlap_slowdown=slowdown)
     s = sim.steps[-1]
