@@ -21,15 +21,8 @@ from pathlib import Path
 import pytest
 
 from dpsim.errors import WorkloadError
-from dpsim.workload.from_torch import (
-    ROOT_LAYER_NAME,
-    is_torch_model_ref,
-    load_torch_workload,
-    parse_input_shape,
-    parse_model_ref,
-    trace_summary,
-    workload_from_module,
-)
+from dpsim.workload.from_torch import ROOT_LAYER_NAME, load_torch_workload, parse_input_shape, parse_model_ref, trace_summary, workload_from_module
+from dpsim.workload.model_ref import is_torch_model_ref
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")

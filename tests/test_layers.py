@@ -131,3 +131,38 @@ def test_readme_tree_lists_the_layers_in_order():
     order = [u for u in shown if u in units]
     assert set(order) == set(units), f"README tree misses {sorted(set(units) - set(order))}"
     assert order == sorted(order, key=RANK.__getitem__), f"README tree not bottom-up: {order}"
+
+
+HEAVY_LIBRARIES = ("torch", "plotly", "pandas", "dask", "pyarrow")
+"""Imported only where needed: a module importing one of them at its top is itself heavy."""
+
+
+def _heavy_modules() -> set[str]:
+    heavy = set()
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(m.split(".")[0] in HEAVY_LIBRARIES for m in mods):
+                heavy.add(name)
+    return heavy
+
+
+def test_function_level_imports_are_for_laziness_only():
+    """With the layers in order no import needs to hide in a function to dodge a cycle: a
+    dpsim import inside a function is allowed only in the command line (a command loads its
+    machinery when it runs, so ``dpsim --help`` starts fast) or when the module it imports
+    pulls in torch, plotly or pandas."""
+    heavy = _heavy_modules()
+    bad = []
+    for name, path in modules().items():
+        if unit(name) in ("cli", "__main__"):
+            continue
+        tree = ast.parse(path.read_text())
+        top = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and id(node) not in top and node.level == 0 \
+                    and (node.module or "").startswith("dpsim") and node.module not in heavy:
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {ast.unparse(node)}")
+    assert not bad, "imports inside functions that could be at the top:\n" + "\n".join(bad)

@@ -14,6 +14,8 @@ import torch.distributed as dist
 
 from dpsim.calibrate.bench_collectives import ELEMENT, ELEMENT_BYTES, _reduce_device
 from dpsim.calibrate.timing import Clock, _median_time
+from dpsim.workload.catalog import CATALOG_ENTRIES
+from dpsim.workload.from_torch import parse_input_shape, parse_model_ref
 
 # ----------------------------------------------------------------------------- compute
 
@@ -204,12 +206,10 @@ def build_model(spec: str, micro_batch: int, plan: dict, device: torch.device):
     method of the module. Its first dimension is set to ``micro_batch``.
     """
     if ":" not in spec:
-        from dpsim.workload.catalog import CATALOG_ENTRIES
         from dpsim.workload.torch_models import example_input, torch_model_for
         cfg = CATALOG_ENTRIES[spec].config
         model = torch_model_for(cfg)
         return model.to(device), example_input(cfg, micro_batch, plan.get("seq_len")).to(device)
-    from dpsim.workload.from_torch import parse_input_shape, parse_model_ref
     ref = parse_model_ref(spec)
     mod = _import_builder_module(ref)
     model = getattr(mod, ref.function)()

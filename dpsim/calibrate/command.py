@@ -9,9 +9,20 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpsim.calibrate.build import profile_from_nccl_tests, profile_from_results
+from dpsim.calibrate.runner import (
+    CalibrationPlan,
+    default_backend,
+    run_local,
+    run_torchrun,
+    under_torchrun,
+)
+from dpsim.calibrate.summary import profile_report
 from dpsim.errors import ConfigError
 from dpsim.profile.io import save_profile
 from dpsim.profile.schema import PROFILE_OPS, Profile
+from dpsim.workload.catalog import CATALOG_ENTRIES
+from dpsim.workload.from_torch import parse_input_shape, parse_model_ref
 
 GPU_SIZES = (8, 2**30, 2.0)
 """nccl-tests' usual sweep on GPUs: 8 B .. 1 GiB, doubling."""
@@ -70,7 +81,6 @@ def default_out(name: str) -> str:
 
 def run_from_nccl_tests(opts: CalibrateOptions) -> tuple[Profile, Path | None]:
     """Parse and fit nccl-tests logs; write the profile if ``opts.out``."""
-    from dpsim.calibrate.build import profile_from_nccl_tests
     logs = opts.nccl_tests_logs or []
     name = opts.name or (Path(opts.out).stem if opts.out else Path(logs[0]).stem)
     profile = profile_from_nccl_tests(logs, name=name, description=opts.description,
@@ -79,7 +89,6 @@ def run_from_nccl_tests(opts: CalibrateOptions) -> tuple[Profile, Path | None]:
 
 
 def _finish(profile: Profile, opts: CalibrateOptions) -> Path | None:
-    from dpsim.calibrate.summary import profile_report
     if not opts.quiet:
         print(profile_report(profile))
     for w in profile.warnings:
@@ -108,17 +117,14 @@ def _validate(opts: CalibrateOptions) -> None:
         if dtype not in ("float32", "bfloat16", "float16", "float64"):
             raise ConfigError(f"--dtypes: {dtype!r} is not valid; choose from float32, bfloat16, float16, float64")
     if opts.model and ":" not in opts.model:
-        from dpsim.workload.catalog import CATALOG_ENTRIES
         if opts.model not in CATALOG_ENTRIES:
             raise ConfigError(f"--model: {opts.model!r} is not a catalog model or a builder (file.py:fn, "
                               f"package.module:fn); catalog: {', '.join(sorted(CATALOG_ENTRIES))}")
     if opts.model and ":" in opts.model:
-        from dpsim.workload.from_torch import parse_model_ref
         ref = parse_model_ref(opts.model)  # the same syntax as predict --model
         if not ref.is_file:
             _check_importable(ref.target)
     if opts.input_shape is not None:
-        from dpsim.workload.from_torch import parse_input_shape
         parse_input_shape(opts.input_shape)
         if not (opts.model and ":" in opts.model):
             raise ConfigError("--input-shape: only for a builder --model (file.py:fn or package.module:fn)")
@@ -143,7 +149,6 @@ def _check_importable(module: str) -> None:
 
 
 def build_plan(opts: CalibrateOptions, backend: str):
-    from dpsim.calibrate.runner import CalibrationPlan
     gpu = backend == "nccl"
     lo, hi, f = GPU_SIZES if gpu else CPU_SIZES
     sizes = size_sweep(opts.minbytes if opts.minbytes is not None else lo,
@@ -218,13 +223,6 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
 
     Returns ``(None, None)`` on torchrun ranks other than 0.
     """
-    from dpsim.calibrate.build import profile_from_results
-    from dpsim.calibrate.runner import (
-        default_backend,
-        run_local,
-        run_torchrun,
-        under_torchrun,
-    )
     _validate(opts)
     torchrun = under_torchrun()
     detected, n_gpus = default_backend()

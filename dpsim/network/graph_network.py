@@ -18,7 +18,14 @@ import networkx as nx
 import numpy as np
 
 from dpsim.network.maxmin import max_min_sparse
-from dpsim.network.model import Flow, FlowRates, LinkLoads, TransferResult, describe_rates, run_transfer
+from dpsim.network.model import (
+    Flow,
+    FlowRates,
+    LinkLoads,
+    TransferResult,
+    describe_rates,
+    run_transfer,
+)
 
 Edge = tuple[str, str]
 

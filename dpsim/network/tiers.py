@@ -29,7 +29,14 @@ from typing import Sequence
 import numpy as np
 
 from dpsim.network.maxmin import max_min_sparse
-from dpsim.network.model import Flow, FlowRates, LinkLoads, TransferResult, describe_rates, run_transfer
+from dpsim.network.model import (
+    Flow,
+    FlowRates,
+    LinkLoads,
+    TransferResult,
+    describe_rates,
+    run_transfer,
+)
 from dpsim.topology.fabric import (
     design_group_sizes,
     level_class,

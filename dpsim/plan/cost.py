@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from dpsim.errors import ConfigError
+from dpsim.hardware import GPU_PRESETS
 
 _COREWEAVE = ("CoreWeave on-demand list price (coreweave.com/pricing, as listed Feb 2026; "
               "the same table is quoted in kaelresearch.com/blog/gpu-economics-real-inference-costs)")
@@ -110,7 +111,6 @@ def check_price_override(override: PriceOverride, field: str = "gpu_hour_usd") -
     if override is None:
         return None
     if isinstance(override, Mapping):
-        from dpsim.hardware import GPU_PRESETS
 
         out = {}
         for gpu, price in override.items():

@@ -43,6 +43,7 @@ from dpsim.plan.grid import SweepSpec
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict
+from dpsim.workload.catalog import get_model
 
 # ---------------------------------------------------------------------------- rows
 
@@ -134,7 +135,6 @@ def _run_chunk(chunk: list[tuple[int, PredictConfig]], options: dict) -> list[tu
 def _check_budget_models(spec: SweepSpec) -> None:
     if spec.tokens is None:
         return
-    from dpsim.workload.catalog import get_model
 
     for name in spec.axes.get("model", (PredictConfig().model,)):
         if get_model(name).tokens_per_sample is None:

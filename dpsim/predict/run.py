@@ -20,11 +20,22 @@ from dpsim.hardware import get_gpu
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.result import Prediction
+from dpsim.profile.calibrated import (
+    calibrated_collectives,
+    calibrated_gpu,
+    measured_step_s,
+    with_measured_step,
+)
+from dpsim.profile.io import load_profile
+from dpsim.strategies.build import build_step_program
+from dpsim.strategies.registry import check_fsdp_unit, check_grad_accum, check_strategy
 from dpsim.topology.cluster import Topology
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.topology.spec import TopologySpec
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import ComputeProfile, compute_profile
+from dpsim.workload.from_torch import load_torch_workload
+from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.precision import (
     check_optimizer,
     check_precision_on_gpu,
@@ -59,7 +70,6 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
     cluster whichever communicator they fall on).
     """
     if profile is None and config.calibration is not None:
-        from dpsim.profile.io import load_profile
         profile = load_profile(config.calibration)
     if profile is not None and degradations:
         raise ConfigError("--degrade: not available with --calibration (a calibrated collective model has no "
@@ -68,7 +78,6 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
 
     def make(comm: Communicator) -> CollectiveModel:
         if profile is not None:
-            from dpsim.profile.calibrated import calibrated_collectives
             return calibrated_collectives(profile, comm.topology, concurrent=comm.concurrent)
         return NcclCollectives(comm.topology, algorithms=algorithms, protocols=protocols, jobs=config.jobs,
                                placement=config.placement, degradations=degradations,
@@ -99,8 +108,6 @@ def predict(config: PredictConfig, *, degradations=()) -> Prediction:
     gpu = get_gpu(topology.spec.gpu)
     profile = None
     if config.calibration is not None:
-        from dpsim.profile.calibrated import calibrated_gpu
-        from dpsim.profile.io import load_profile
         profile = load_profile(config.calibration)
         gpu = calibrated_gpu(profile, gpu)
     model = load_model(config)
@@ -112,14 +119,11 @@ def predict(config: PredictConfig, *, degradations=()) -> Prediction:
         compute_efficiency=config.compute_efficiency, single_gpu_step_s=config.single_gpu_step_s,
     )
     if profile is not None and config.single_gpu_step_s is None:
-        from dpsim.profile.calibrated import measured_step_s
         measured = measured_step_s(profile, model=config.model, micro_batch=config.micro_batch,
                                    dtype=precision.compute_dtype)
         if measured is not None:  # measured forward + backward, modelled optimizer
-            from dpsim.profile.calibrated import with_measured_step
             compute = with_measured_step(compute, measured)
     collectives = build_collectives(config, topology, profile=profile, degradations=degradations)
-    from dpsim.strategies.build import build_step_program
 
     plan = build_step_program(
         config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
@@ -178,13 +182,11 @@ def predict(config: PredictConfig, *, degradations=()) -> Prediction:
 def load_model(config: PredictConfig) -> ModelSpec:
     """The config's model: a catalog entry, or a torch module (``file.py:fn``, ``pkg.mod:fn``)
     traced on the meta device (torch is imported only then)."""
-    from dpsim.workload.from_torch import is_torch_model_ref
 
     if is_torch_model_ref(config.model):
         if config.seq_len is not None:
             raise ConfigError("--seq-len: does not apply to a torch module (--model file.py:fn); its example "
                               "input (--input-shape) sets the sequence length")
-        from dpsim.workload.from_torch import load_torch_workload
         return load_torch_workload(config.model, input_shape=config.input_shape)
     if config.input_shape is not None:
         raise ConfigError("--input-shape: applies only to a torch module (--model file.py:fn); catalog models "
@@ -216,11 +218,6 @@ def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice
     precision = get_precision(config.precision)
     check_optimizer(config.optimizer)
     check_precision_on_gpu(precision, gpu)
-    from dpsim.strategies.registry import (
-        check_fsdp_unit,
-        check_grad_accum,
-        check_strategy,
-    )
 
     check_strategy(config.strategy)
     check_fsdp_unit(config.fsdp_unit)

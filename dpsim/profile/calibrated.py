@@ -50,7 +50,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from dpsim.collectives.ops import CollectiveResult, bus_factor, check_message, ring_steps
+from dpsim.collectives.ops import (
+    CollectiveResult,
+    bus_factor,
+    check_message,
+    ring_steps,
+)
 from dpsim.errors import ConfigError, ProfileError
 from dpsim.hardware import GpuSpec
 from dpsim.profile.fit import Segment, piecewise_time

@@ -31,6 +31,7 @@ from dpsim.profile.schema import (
     Profile,
     op_bus_factor,
 )
+from dpsim.workload.spec import DTYPE_SIZE_BYTES
 
 
 def shipped_profiles_dir() -> Path:
@@ -210,7 +211,6 @@ def _nan(x: float | None) -> float:
 def _read_compute(origin: str, raw: Any) -> ComputeCalibration:
     doc = _Doc(origin, "compute", raw, _COMPUTE)
     rates = doc.obj("matmul_flops_per_s", None, default={})
-    from dpsim.workload.spec import DTYPE_SIZE_BYTES
     flops = {}
     for dtype in rates.data:
         if dtype not in DTYPE_SIZE_BYTES:

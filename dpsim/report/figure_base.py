@@ -9,6 +9,9 @@ import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from dpsim.errors import ConfigError
+from dpsim.files import check_output_path, write_text_atomic
+from dpsim.plan.sweep import prediction_record
+from dpsim.predict.result import Prediction
 
 KIND_COLORS = {
     "forward": "#4C78A8",
@@ -62,7 +65,6 @@ def _is_missing(v: Any) -> bool:
 
 def records(data: Any, *, figure: str = "figure") -> list[dict[str, Any]]:
     """Rows of a sweep DataFrame, a list of dicts, or a list of Predictions, as dicts."""
-    from dpsim.predict.result import Prediction
 
     if data is None:
         raise ConfigError(f"{figure}: no data; give a sweep DataFrame, rows or predictions")
@@ -75,7 +77,6 @@ def records(data: Any, *, figure: str = "figure") -> list[dict[str, Any]]:
     out = []
     for row in rows:
         if isinstance(row, Prediction):
-            from dpsim.plan.sweep import prediction_record
 
             row = prediction_record(row)
         elif not isinstance(row, Mapping):
@@ -178,6 +179,5 @@ def figure_html(fig, *, full_html: bool = True, div_id: str | None = None) -> st
 
 def write_figure_html(fig, path) -> None:
     """Write one figure as a standalone HTML file that opens offline."""
-    from dpsim.files import check_output_path, write_text_atomic
 
     write_text_atomic(check_output_path(path, "--timeline"), figure_html(fig))

@@ -17,8 +17,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpsim.errors import ConfigError
+from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import check_output_path, write_text_atomic
+from dpsim.plan.cost import (
+    GPU_HOUR_PRICES,
+    check_price_override,
+    format_count,
+    gpu_hour_price,
+    prediction_cost,
+)
+from dpsim.plan.grid import SweepSpec
+from dpsim.plan.sweep import sweep_records
+from dpsim.predict.run import predict, resolve_topology
+from dpsim.report import plots
+from dpsim.report.text import prediction_tables
+from dpsim.strategies.registry import STRATEGIES
+from dpsim.units import format_seconds
+from dpsim.workload.precision import PRECISIONS
 
 FABRICS = ("nvlink", "infiniband", "ethernet")
 """Presets compared in the report's scaling figure (plus the job's own)."""
@@ -66,17 +81,9 @@ def memory_items(config) -> list[tuple[str, Any]]:
     """Memory breakdowns to compare for ``config``: one per sharding strategy (DDP, ZeRO,
     FSDP) when dpsim models them, else DDP at each precision. Each entry is (label,
     MemoryBreakdown), the input of :func:`dpsim.plots.memory_figure`."""
-    from dpsim.errors import DpsimError
-    from dpsim.predict.run import predict
 
-    strategies: Sequence[str] = ()
-    if "strategy" in {f.name for f in dataclasses.fields(config)}:
-        try:
-            from dpsim.strategies.registry import STRATEGIES as strategies  # noqa: N811
-        except ImportError:
-            strategies = ()
     items = []
-    for name in strategies:
+    for name in STRATEGIES:
         try:
             memory = predict(dataclasses.replace(config, strategy=name)).memory
         except DpsimError:  # e.g. a hybrid strategy on a single node
@@ -84,7 +91,6 @@ def memory_items(config) -> list[tuple[str, Any]]:
         items.append((name + (" (this job)" if name == config.strategy else ""), memory))
     if items:
         return items
-    from dpsim.workload.precision import PRECISIONS
 
     order = [config.precision] + [p for p in PRECISIONS if p != config.precision]
     return [(f"DDP, {name}" + (" (this job)" if name == config.precision else ""),
@@ -95,15 +101,6 @@ def collect(config, *, tokens: float | str | None = None, samples: float | str |
             gpu_hour_usd=None, scaling_gpus: Sequence[int] | None = None,
             fabrics: Sequence[str] = FABRICS) -> ReportData:
     """Run the prediction and the small sweeps a report shows."""
-    from dpsim.plan.cost import (
-        GPU_HOUR_PRICES,
-        check_price_override,
-        gpu_hour_price,
-        prediction_cost,
-    )
-    from dpsim.plan.grid import SweepSpec
-    from dpsim.plan.sweep import sweep_records
-    from dpsim.predict.run import predict, resolve_topology
 
     prediction = predict(config)
     topology = resolve_topology(config)
@@ -234,7 +231,6 @@ def _json_safe(obj: Any) -> Any:
 
 def figures(data: ReportData) -> dict[str, Any]:
     """The report's plotly figures by id."""
-    from dpsim.report import plots
 
     figs = {"timeline": plots.timeline_figure(data.prediction)}
     if data.scaling_rows:
@@ -254,9 +250,6 @@ def render(data: ReportData, *, title: str | None = None) -> str:
     """The report as one HTML document (plotly.js inlined)."""
     from plotly.offline import get_plotlyjs
 
-    from dpsim.plan.cost import format_count
-    from dpsim.report.text import prediction_tables
-    from dpsim.units import format_seconds
 
     p = data.prediction
     cfg = p.config

@@ -23,6 +23,7 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from dpsim.errors import ConfigError
+from dpsim.plan.cost import format_count
 from dpsim.report.figure_base import (
     _GB,
     _PALETTE,
@@ -252,7 +253,6 @@ def cost_figure(data: Any, *, group_by: str | Sequence[str] | None = "link", tit
                                  hovertemplate=hover), row=1, col=2)
     if title is None:
         tokens, samples = rows[0].get("budget_tokens"), rows[0].get("budget_samples")
-        from dpsim.plan.cost import format_count
 
         budget = (f" {format_count(tokens)} tokens" if tokens else f" {format_count(samples)} samples"
                   if samples else "")

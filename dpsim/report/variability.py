@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dpsim.units import format_seconds
 from dpsim.variability.run import VariabilityReport
 
 
@@ -11,7 +12,6 @@ def variability_table(report: VariabilityReport):
     from rich.markup import escape
     from rich.table import Table
 
-    from dpsim.units import format_seconds
 
     spec = report.spec
     what = []

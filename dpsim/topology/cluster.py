@@ -15,7 +15,7 @@ from functools import cached_property
 import networkx as nx
 
 from dpsim.errors import TopologyError
-from dpsim.topology.fabric import design_group_sizes, nic_layout
+from dpsim.topology.fabric import design_group_sizes, level_units, nic_layout
 from dpsim.topology.graph import build_graph, gpu_id
 from dpsim.topology.spec import TopologySpec
 
@@ -115,7 +115,6 @@ class Topology:
         if fabric.tiers:
             # Multi-tier: two units at the highest level that has several, each of two
             # (or the design's fewer) units of every level below (see network/fabric.py).
-            from dpsim.topology.fabric import level_units
             sizes = design_group_sizes(self.spec)
             units = level_units(self.n_nodes, sizes)
             multi = [lvl for lvl, u in enumerate(units) if u > 1]

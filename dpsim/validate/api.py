@@ -8,8 +8,11 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.validate import worker
 from dpsim.validate.models import check_model
 from dpsim.validate.runner import measured_summary, predict_run, run_ranks
+from dpsim.validate.testbed import Testbed, TestbedSpec
+from dpsim.workload.from_torch import parse_input_shape
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +45,6 @@ class ValidationConfig:
     def __post_init__(self) -> None:
         check_model(self.model)
         if ":" in self.model:
-            from dpsim.workload.from_torch import parse_input_shape
 
             if self.input_shape is None:
                 raise ConfigError(f"--input-shape: needed for {self.model!r} (batch first, e.g. 32,1024)")
@@ -82,7 +84,6 @@ class ValidationResult:
 def validate(config: ValidationConfig) -> ValidationResult:
     """Run the case for real and predict it from its own micro-benchmarks."""
     if config.nic_bits_per_s is not None:
-        from dpsim.validate.testbed import Testbed, TestbedSpec
 
         spec = TestbedSpec(hosts=config.world_size, nic_bits_per_s=config.nic_bits_per_s, racks=config.racks,
                            rack_oversubscription=config.oversubscription)
@@ -109,7 +110,6 @@ def _result(config: ValidationConfig, run: dict) -> ValidationResult:
 
 def validate_under_torchrun(config: ValidationConfig) -> ValidationResult | None:
     """Run this process's rank under torchrun (RANK/WORLD_SIZE set); rank 0 gets the result."""
-    from dpsim.validate import worker
 
     rank = int(os.environ["RANK"])
     with tempfile.TemporaryDirectory(prefix="dpsim-validate-") as tmp:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from dpsim.errors import ConfigError
+from dpsim.workload.from_torch import _import_target, parse_input_shape, parse_model_ref
 
 
 def mlp(width: int = 1024, depth: int = 6):
@@ -67,7 +68,6 @@ BUILDERS: dict[str, Callable] = {"mlp": mlp, "transformer": transformer, "convne
 def check_model(name: str) -> None:
     """Validate ``--model``: a built-in validation model or a ``file.py:fn`` / ``pkg.mod:fn`` builder."""
     if ":" in name:
-        from dpsim.workload.from_torch import parse_model_ref
 
         parse_model_ref(name)
     elif name not in BUILDERS:
@@ -84,7 +84,6 @@ def build(name: str, **kwargs):
     """
     check_model(name)
     if ":" in name:
-        from dpsim.workload.from_torch import _import_target, parse_model_ref
 
         ref = parse_model_ref(name)
         module = getattr(_import_target(ref), ref.function, None)
@@ -104,7 +103,6 @@ def make_batch(hint, micro_batch: int, seed: int = 0):
 
     g = torch.Generator().manual_seed(seed)
     if hint and hint[0] == "user":
-        from dpsim.workload.from_torch import parse_input_shape
 
         _, ref, input_shape = hint
         if not input_shape:

@@ -23,6 +23,8 @@ import statistics
 import sys
 import time
 
+from dpsim.validate.models import build, make_batch
+
 
 def _median(xs):
     return statistics.median(xs) if xs else 0.0
@@ -138,7 +140,6 @@ def main(argv=None) -> int:
     import torch.distributed as dist
     import torch.nn as nn
 
-    from dpsim.validate.models import build, make_batch
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.predict.run import predict, resolve_topology
 from dpsim.variability.monte_carlo import StepStatistics, monte_carlo
 from dpsim.variability.spec import DEFAULT_STOCHASTIC_STEPS, VariabilitySpec
 
@@ -74,7 +75,6 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
     factors over ``steps`` steps (default :data:`DEFAULT_STOCHASTIC_STEPS`) and
     ``spec.samples`` seeds.
     """
-    from dpsim.predict.run import predict, resolve_topology
 
     if spec.per_rank:
         steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps

@@ -9,16 +9,30 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable, Union
 
 from dpsim.errors import WorkloadError
-from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec, dtype_size_bytes
-
-ACTIVATION_ELEMENT_BYTES = 2
-"""Activations are estimated for bf16/fp16 training (2 bytes per element)."""
-
+from dpsim.workload.layers import (
+    ACTIVATION_ELEMENT_BYTES,
+    _affine,
+    _check_positive_int,
+    _conv1d_hf,
+    _conv2d,
+    _conv_out,
+    _hidden_bytes,
+    _layer,
+    _linear,
+    _lm_head_layer,
+    _model,
+    _norm,
+    _param,
+    _resolve_seq_len,
+    _tensor,
+    attention_matmul_flops,
+    korthikanti_block_activation_bytes,
+)
+from dpsim.workload.spec import ModelSpec, dtype_size_bytes
 
 # --------------------------------------------------------------------------- configs
 
@@ -111,159 +125,6 @@ class ResNetConfig:
 
 
 ModelConfig = Union[GPT2Config, LlamaConfig, BertConfig, ViTConfig, ResNetConfig]
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def attention_matmul_flops(seq_len: int, attn_dim: int) -> float:
-    """FLOPs of ``QKᵀ`` and ``softmax(·)V`` for one layer and sample: ``2·2·seq²·attn_dim``.
-
-    Full square (not halved for causal masks); ``attn_dim`` is heads × head size.
-    """
-    return 4.0 * seq_len * seq_len * attn_dim
-
-
-def korthikanti_block_activation_bytes(
-    seq_len: int, hidden: int, heads: int, *, flash_attention: bool = False
-) -> tuple[float, float]:
-    """Bytes one transformer block keeps for backward (b = 1), as (attention, MLP) halves.
-
-    Korthikanti et al. 2022, Sec. 4.1: ``s·h·(34 + 5·a·s/h)`` per layer in 16-bit
-    activations, i.e. attention ``11sh + 5as²`` plus LayerNorm ``2sh`` and MLP ``19sh``
-    plus LayerNorm ``2sh``. ``flash_attention`` drops the ``5as²`` term.
-    """
-    sh = float(seq_len) * hidden
-    attention = 13.0 * sh + (0.0 if flash_attention else 5.0 * heads * seq_len * seq_len)
-    mlp = 21.0 * sh
-    return attention, mlp
-
-
-def lm_head_activation_bytes(seq_len: int, hidden: int, vocab: int) -> float:
-    """Final norm + output projection inputs and fp32 logits: ``4sh + 4sv`` (Korthikanti Sec. 4.1)."""
-    return 4.0 * seq_len * hidden + 4.0 * seq_len * vocab
-
-
-def _hidden_bytes(seq_len: int, hidden: int) -> float:
-    """One sample's hidden states at 2 bytes per element: a block's input, what full
-    activation checkpointing keeps per block (Korthikanti et al. 2022, Sec. 5: 2sbh)."""
-    return float(ACTIVATION_ELEMENT_BYTES * seq_len * hidden)
-
-
-def _param(name: str, shape: tuple[int, ...], dtype: str) -> ParamSpec:
-    return ParamSpec(name=name, shape=tuple(int(d) for d in shape), dtype=dtype)
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Module:
-    """One torch module's parameters, with the order its backward makes their gradients ready."""
-
-    params: tuple[ParamSpec, ...]
-    """In registration order."""
-    ready: tuple[str, ...]
-    """Names of ``params`` in the order autograd hands over their gradients."""
-
-
-def _tensor(name: str, shape: tuple[int, ...], dtype: str) -> _Module:
-    """A lone parameter: an embedding table, a class token, a position table."""
-    return _Module(params=(_param(name, shape, dtype),), ready=(name,))
-
-
-def _affine(weight: ParamSpec, bias: ParamSpec | None) -> _Module:
-    """A matmul plus bias (``F.linear``, ``addmm``): the bias gradient is ready first."""
-    if bias is None:
-        return _Module(params=(weight,), ready=(weight.name,))
-    return _Module(params=(weight, bias), ready=(bias.name, weight.name))
-
-
-def _linear(prefix: str, out_features: int, in_features: int, dtype: str, bias: bool = True) -> _Module:
-    """``torch.nn.Linear``: weight ``(out, in)`` then bias ``(out,)``; bias ready first."""
-    return _affine(_param(f"{prefix}.weight", (out_features, in_features), dtype),
-                   _param(f"{prefix}.bias", (out_features,), dtype) if bias else None)
-
-
-def _conv1d_hf(prefix: str, nx: int, nf: int, dtype: str) -> _Module:
-    """HuggingFace ``Conv1D`` (GPT-2, ``addmm``): weight ``(in, out)`` then bias ``(out,)``; bias ready first."""
-    return _affine(_param(f"{prefix}.weight", (nx, nf), dtype), _param(f"{prefix}.bias", (nf,), dtype))
-
-
-def _conv2d(prefix: str, shape: tuple[int, ...], dtype: str, bias: bool = False) -> _Module:
-    """``torch.nn.Conv2d``: ``convolution_backward`` hands over the weight gradient before the bias."""
-    params = (_param(f"{prefix}.weight", shape, dtype),)
-    if bias:
-        params += (_param(f"{prefix}.bias", (shape[0],), dtype),)
-    return _Module(params=params, ready=tuple(p.name for p in params))
-
-
-def _norm(prefix: str, n: int, dtype: str, bias: bool = True) -> _Module:
-    """LayerNorm / BatchNorm affine (weight, bias) or RMSNorm (weight only).
-
-    ``native_layer_norm_backward`` / ``native_batch_norm_backward`` hand over the
-    weight gradient before the bias gradient.
-    """
-    params = (_param(f"{prefix}.weight", (n,), dtype),)
-    if bias:
-        params += (_param(f"{prefix}.bias", (n,), dtype),)
-    return _Module(params=params, ready=tuple(p.name for p in params))
-
-
-def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float,
-           activation_bytes_per_sample: float, unit: str | None = None,
-           input_bytes_per_sample: float = 0.0) -> LayerSpec:
-    """A layer running the modules ``run`` in this (forward) order.
-
-    It owns their parameters (listed in run order); backward runs the modules in
-    reverse, each handing over its gradients in its own order. ``unit`` is the block
-    (FSDP wrap / checkpoint unit) it belongs to, ``input_bytes_per_sample`` its input.
-    """
-    return LayerSpec(
-        name=name,
-        params=tuple(p for m in run for p in m.params),
-        grad_ready_order=tuple(n for m in reversed(run) for n in m.ready),
-        forward_flops_per_sample=forward_flops_per_sample,
-        activation_bytes_per_sample=activation_bytes_per_sample,
-        unit=unit,
-        input_bytes_per_sample=input_bytes_per_sample,
-    )
-
-
-def _model(name: str, layers: Sequence[LayerSpec], registered: Sequence[_Module], **fields: object) -> ModelSpec:
-    """A model whose ``named_parameters()`` lists the modules ``registered`` in that order.
-
-    ``registration_order`` is stored only where it differs from the layers' concatenation.
-    """
-    order = tuple(p.name for m in registered for p in m.params)
-    in_layers = tuple(p.name for layer in layers for p in layer.params)
-    return ModelSpec(name=name, layers=tuple(layers),
-                     registration_order=None if order == in_layers else order, **fields)  # type: ignore[arg-type]
-
-
-def _check_positive_int(value: object, field_name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise WorkloadError(f"{field_name}: {value!r} is not a positive integer")
-    return value
-
-
-def _resolve_seq_len(seq_len: int | None, default: int, model: str, *, max_field: str | None = None,
-                     max_value: int | None = None) -> int:
-    if seq_len is None:
-        return default
-    seq_len = _check_positive_int(seq_len, "--seq-len")
-    if max_value is not None and seq_len > max_value:
-        raise WorkloadError(
-            f"--seq-len: {seq_len} exceeds {model}'s {max_field} = {max_value} "
-            f"(learned position embeddings); use at most {max_value}"
-        )
-    return seq_len
-
-
-# --------------------------------------------------------------------------- builders
-
-
-def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int) -> LayerSpec:
-    """The final norm + LM head of a decoder: an s x d by d x v matmul per sample."""
-    return _layer("lm_head", run, forward_flops_per_sample=2.0 * s * d * v,
-                  activation_bytes_per_sample=lm_head_activation_bytes(s, d, v))
 
 
 def build_gpt2(
@@ -517,10 +378,6 @@ def build_vit(
     ))
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source)
-
-
-def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
-    return (size + 2 * padding - kernel) // stride + 1
 
 
 def build_resnet(

@@ -48,16 +48,18 @@ never imports it.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import keyword
 import re
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from dpsim.errors import WorkloadError
+from dpsim.workload.model_ref import (
+    ModelRef,
+    _import_target,
+    _one_line,
+    parse_input_shape,
+    parse_model_ref,
+)
 from dpsim.workload.spec import DTYPE_SIZE_BYTES, LayerSpec, ModelSpec, ParamSpec
 
 ACTIVATION_ELEMENT_BYTES = 2
@@ -69,103 +71,6 @@ ROOT_LAYER_NAME = "(root)"
 _HEAVY_OP = re.compile(r"(mm|matmul|conv|attention|linear|einsum|dot|gemm|fft|lstm|gru|rnn|bilinear|cdist)")
 """Operator names that do matmul-class work: if the FLOP registry does not know one and it
 does not decompose, the FLOP count would be wrong, so the model is refused."""
-
-_INPUT_DTYPES = {"float32": "float32", "float": "float32", "float16": "float16", "half": "float16",
-                 "bfloat16": "bfloat16", "int64": "int64", "long": "int64", "int32": "int32", "int": "int32",
-                 "bool": "bool"}
-
-
-def is_torch_model_ref(model: str) -> bool:
-    """Whether ``--model`` names a torch builder (``file.py:fn``, ``pkg.mod:fn``) rather than a catalog key."""
-    return isinstance(model, str) and ":" in model
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelRef:
-    """A parsed ``--model`` reference to a builder function."""
-
-    target: str
-    """A ``.py`` file path or a dotted module name."""
-    function: str
-    """Name of the function returning the ``nn.Module``."""
-    example_function: str | None
-    """Name of the function returning the example input (``None``: ``example_input`` if the
-    module defines it)."""
-    is_file: bool
-    """``target`` is a file path."""
-
-
-def parse_model_ref(ref: str) -> ModelRef:
-    """Validate ``file.py:fn[:example_fn]`` or ``pkg.mod:fn[:example_fn]``."""
-    usage = ("expected path/to/file.py:build or package.module:build (optionally :example_fn for "
-             "the input), or a catalog name")
-    if not isinstance(ref, str) or not ref.strip():
-        raise WorkloadError(f"--model: {ref!r} is not valid; {usage}")
-    parts = ref.strip().split(":")
-    if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
-        raise WorkloadError(f"--model: {ref!r} is not valid; {usage}")
-    target, function = parts[0].strip(), parts[1].strip()
-    example = parts[2].strip() if len(parts) == 3 else None
-    for fn in (function, example):
-        if fn is not None and (not fn.isidentifier() or keyword.iskeyword(fn)):
-            raise WorkloadError(f"--model: {fn!r} in {ref!r} is not a Python function name; {usage}")
-    is_file = target.endswith(".py") or "/" in target or "\\" in target
-    if is_file:
-        if not target.endswith(".py"):
-            raise WorkloadError(f"--model: {target!r} is not a .py file; {usage}")
-        if not Path(target).is_file():
-            raise WorkloadError(f"--model: file {target!r} does not exist")
-    elif not all(p.isidentifier() and not keyword.iskeyword(p) for p in target.split(".")):
-        raise WorkloadError(f"--model: {target!r} is not a module name (dotted identifiers); {usage}")
-    return ModelRef(target=target, function=function, example_function=example, is_file=is_file)
-
-
-def parse_input_shape(text: str) -> tuple[tuple[int, ...], str]:
-    """``"4,3,224,224"`` or ``"2x1024:int64"`` -> (shape, dtype). The first dimension is the batch."""
-    usage = ("expected comma- or x-separated sizes >= 1, batch first, optionally :DTYPE "
-             f"({', '.join(sorted(set(_INPUT_DTYPES)))}), e.g. 8,3,224,224 or 4,1024:int64")
-    if not isinstance(text, str) or not text.strip():
-        raise WorkloadError(f"--input-shape: {text!r} is not valid; {usage}")
-    shape_text, _, dtype_text = text.strip().partition(":")
-    dtype = _INPUT_DTYPES.get(dtype_text.strip().lower() or "float32")
-    if dtype is None:
-        raise WorkloadError(f"--input-shape: dtype {dtype_text!r} is not known; {usage}")
-    items = [s.strip() for s in re.split(r"[,x×]", shape_text.strip().lower())]
-    if not items or not all(re.fullmatch(r"\d+", s) for s in items) or any(int(s) < 1 for s in items):
-        raise WorkloadError(f"--input-shape: {text!r} is not valid; {usage}")
-    return tuple(int(s) for s in items), dtype
-
-
-def _import_target(ref: ModelRef) -> Any:
-    try:
-        if ref.is_file:
-            path = Path(ref.target).resolve()
-            mod_name = f"_dpsim_user_model_{abs(hash(str(path)))}"
-            spec = importlib.util.spec_from_file_location(mod_name, path)
-            if spec is None or spec.loader is None:
-                raise WorkloadError(f"--model: cannot import {ref.target!r} as a Python file")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[mod_name] = module
-            # Let the file import its neighbours.
-            sys.path.insert(0, str(path.parent))
-            try:
-                spec.loader.exec_module(module)
-            finally:
-                try:
-                    sys.path.remove(str(path.parent))
-                except ValueError:
-                    pass
-            return module
-        return importlib.import_module(ref.target)
-    except WorkloadError:
-        raise
-    except Exception as exc:  # any failure while importing user code
-        raise WorkloadError(f"--model: importing {ref.target!r} failed: {type(exc).__name__}: {_one_line(exc)}") from None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300] + ("..." if len(text) > 300 else "")
 
 
 def load_torch_workload(

@@ -24,6 +24,7 @@ import numpy as np
 
 from dpsim.collectives.ops import check_op as check_message_op
 from dpsim.errors import ConfigError
+from dpsim.topology.fabric import nic_layout
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +125,6 @@ class Cluster:
     @classmethod
     def of(cls, topology, nvls: bool = False) -> Cluster:
         """From a :class:`~dpsim.topology.Topology`."""
-        from dpsim.topology.fabric import nic_layout
 
         spec = topology.spec
         domain = spec.nvlink_domain

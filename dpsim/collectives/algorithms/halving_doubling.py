@@ -22,6 +22,7 @@ from dpsim.collectives.algorithms.base import (
     Send,
     check_op,
 )
+from dpsim.errors import ConfigError
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
 
@@ -42,7 +43,6 @@ class HalvingDoubling:
     def plan(self, op: str, c: Cluster) -> Plan:
         check_op(op, OPS, self.name)
         if not self.supports(op, c):
-            from dpsim.errors import ConfigError
             raise ConfigError(f"--algo: halving_doubling {op} needs a power-of-two number of ranks, got {c.n_ranks}")
         n = c.n_ranks
         p = _power(n)
