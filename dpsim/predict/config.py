@@ -1,77 +1,250 @@
-"""What one prediction is asked: :class:`PredictConfig` (the CLI's flags, in SI units).
+"""What one prediction is asked: :class:`PredictConfig` (the CLI's flags, in SI units), checked once.
+
+Every rule about the values of one configuration lives here and runs in
+:meth:`PredictConfig.__post_init__`: a field's own rule (its type, its range, its
+closed set of choices) sits next to the field (:func:`check_value` applies it), and
+the rules between fields are :meth:`PredictConfig._check_combination`. Each failure is one
+:class:`~dpsim.errors.ConfigError` line naming the command-line flag (:func:`flag_name`),
+the value and what is allowed. The facts a rule needs come from their owners (which
+strategies take gradient buckets: :mod:`dpsim.strategies.registry`; the ``--algo``/``--proto``
+lists: :mod:`dpsim.collectives.nccl_tuning`). Only what needs loading something is checked
+where it is loaded (:mod:`dpsim.predict.run`): the topology preset or file, the GPU preset,
+the catalog model, the calibration profile.
+
+The docstrings of the fields are the ``--help`` of their flags (:mod:`dpsim.cli.options`),
+so they are written for the person typing the command and contain no square brackets
+(rich would read them as markup).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from functools import cache
+from typing import Any, Literal
 
+from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
+from dpsim.errors import ConfigError
+from dpsim.strategies.registry import BUCKET_CAP_MB, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
+from dpsim.workload.model_ref import is_torch_model_ref
 
 DEFAULT_OVERLAP_SLOWDOWN = 0.1
 """Compute slowdown while a collective runs. NCCL runs one CTA per channel on its own
 SMs; ~16 channels on a 132-SM H100 (NVIDIA H100 datasheet: 132 SMs on SXM5) take
 ~12 % of the SMs. An estimate until ``dpsim calibrate`` measures it."""
 
+# The closed choices, spelled out so that a type checker and ``--help`` can read them.
+# Each mirrors a registry lower down; tests/test_config.py asserts they are equal.
+Precision = Literal["fp32", "amp", "bf16-mixed", "fp16-mixed", "bf16"]
+"""``--precision``: the keys of :data:`dpsim.workload.precision.PRECISIONS`."""
+Optimizer = Literal["adamw", "adam", "sgd-momentum", "sgd"]
+"""``--optimizer``: the keys of :data:`dpsim.workload.precision.OPTIMIZER_STATES`."""
+Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid"]
+"""``--strategy``: the keys of :data:`dpsim.strategies.registry.STRATEGIES`."""
+FsdpUnit = Literal["block", "layer", "model"]
+"""``--fsdp-unit``: the keys of :data:`dpsim.strategies.registry.FSDP_UNITS`."""
+Placement = Literal["packed", "interleaved"]
+"""``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """A field's own range rule; the type comes from the annotation."""
+
+    ok: Callable[[Any], bool]
+    """Whether a value of the right type is allowed."""
+    expected: str
+    """What is allowed, for the error message (``an integer >= 1``)."""
+
+
+def _rule(ok: Callable[[Any], bool], expected: str, **metadata: Any) -> dict[str, Any]:
+    return {"rule": _Rule(ok, expected), **metadata}
+
+
+def _count(**metadata: Any) -> dict[str, Any]:
+    return _rule(lambda v: v >= 1, "an integer >= 1", **metadata)
+
+
+def _positive(**metadata: Any) -> dict[str, Any]:
+    return _rule(lambda v: math.isfinite(v) and v > 0, "a number > 0", **metadata)
+
 
 @dataclass(frozen=True, kw_only=True)
 class PredictConfig:
-    """Everything that defines one prediction (the CLI's flags, in SI units)."""
+    """Everything that defines one prediction (the CLI's flags, in SI units), validated on creation.
 
-    gpus: int = 64
-    """Data-parallel GPUs."""
+    Field metadata (read by :func:`flag_name`, :func:`check_value` and the CLI):
+    ``flag`` spells the flag when it is not ``--`` + the name with dashes, ``flag_scale``
+    converts a flag in human units (flag value = field value x ``flag_scale``), ``rule``
+    is the field's range rule.
+    """
+
+    gpus: int = field(default=64, metadata=_count())
+    """Data-parallel GPUs of one job; a multiple of the GPUs per node."""
     link: str = "ethernet"
-    """Topology preset name (ignored when ``topology_file`` is set)."""
-    topology_file: str | None = None
-    """A user's topology YAML, instead of a preset."""
-    gpus_per_node: int | None = None
-    """Override the topology's GPUs per node."""
+    """Topology preset, the name of a file in topologies/: e.g. nvlink, infiniband, ethernet,
+    pcie, dgx-a100, aws-p4de, aws-p5. Ignored when a topology file is given."""
+    topology_file: str | None = field(default=None, metadata={"flag": "--topology"})
+    """A topology YAML file of your own (schema: topologies/README.md), instead of a preset."""
+    gpus_per_node: int | None = field(default=None, metadata=_count())
+    """GPUs per node, instead of the topology's."""
     gpu: str | None = None
-    """Override the topology's GPU preset."""
+    """GPU preset, instead of the topology's: v100, a100, h100, h200, b200, ... (dpsim/hardware.py)."""
     model: str = "gpt2-xl"
-    """Catalog model name, or a torch builder ``path/file.py:fn`` / ``package.module:fn``."""
-    seq_len: int | None = None
-    """Override the model's sequence length."""
+    """Catalog model (dpsim models lists them), or a torch builder returning an nn.Module:
+    path/file.py:fn or package.module:fn."""
+    seq_len: int | None = field(default=None, metadata=_count())
+    """Sequence length of a catalog model, instead of its own."""
     flash_attention: bool = True
-    """Attention without stored score matrices (SDPA/FlashAttention), for activation memory."""
-    micro_batch: int = 4
-    """Samples per GPU per step."""
-    precision: str = "bf16-mixed"
-    """Precision key (see :mod:`dpsim.workload.precision`)."""
-    optimizer: str = "adamw"
-    """Optimizer key."""
-    bucket_cap_mb: float | None = None
-    """DDP ``bucket_cap_mb`` in MiB; ``None`` = PyTorch default (25 MiB, 1 MiB first bucket)."""
+    """Attention keeps no score matrices (SDPA, FlashAttention): sets activation memory."""
+    micro_batch: int = field(default=4, metadata=_count())
+    """Samples per GPU per micro-batch."""
+    precision: Precision = "bf16-mixed"
+    """Weights, gradients and optimizer state dtypes, and the compute dtype; the gradient
+    dtype is what is all-reduced or reduce-scattered (dpsim/workload/precision.py)."""
+    optimizer: Optimizer = "adamw"
+    """Optimizer: sets the optimizer state kept per parameter."""
+    bucket_cap_mb: float | None = field(default=None, metadata=_positive())
+    """Gradient bucket size in MiB: DDP's bucket_cap_mb, or ZeRO-1/2's reduce_bucket_size; left
+    out, each framework's default (PyTorch: 25 MiB with a 1 MiB first bucket; DeepSpeed: 5e8
+    elements). ZeRO-3 and FSDP communicate per unit instead: their lever is --fsdp-unit."""
     overlap: bool = True
-    """Overlap all-reduce with backward (``False``: all-reduce after backward)."""
-    overlap_slowdown: float = DEFAULT_OVERLAP_SLOWDOWN
-    """Fractional compute slowdown while communication runs."""
-    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
-    """Fraction of the achieved matmul rate real layers reach."""
-    single_gpu_step_s: float | None = None
-    """A measured one-GPU step time to scale compute to."""
-    steps: int = 3
-    """Steps to simulate."""
+    """Communicate gradients during backward (DDP; DeepSpeed's overlap_comm); off:
+    after backward."""
+    overlap_slowdown: float = field(default=DEFAULT_OVERLAP_SLOWDOWN,
+                                    metadata=_rule(lambda v: math.isfinite(v) and v >= 0, "a number >= 0"))
+    """Fractional compute slowdown while communication runs (0.1 = 10 %); with a calibration
+    profile, the profile's measured slowdown unless given."""
+    compute_efficiency: float = field(default=DEFAULT_COMPUTE_EFFICIENCY,
+                                      metadata=_rule(lambda v: 0 < v <= 1, "a number in (0, 1]"))
+    """Fraction of the best measured matmul rate that real layers reach."""
+    single_gpu_step_s: float | None = field(
+        default=None, metadata=_positive(flag="--single-gpu-step-ms", flag_scale=1e3))
+    """Your measured one-GPU step time: compute is scaled to it."""
+    steps: int = field(default=3, metadata=_count())
+    """Training steps to simulate."""
     calibration: str | None = None
-    """A calibration profile (path or shipped name): its fitted collectives and measured
-    compute rates replace the preset's (:mod:`dpsim.calibrate.model`)."""
-    strategy: str = "ddp"
-    """Data-parallel strategy: ddp, zero1, zero2, zero3, fsdp, fsdp-shard-grad-op, fsdp-hybrid
-    (:mod:`dpsim.strategies`)."""
-    grad_accum: int = 1
+    """A profile from dpsim calibrate (file or shipped name): its fitted collectives and
+    measured compute replace the preset's."""
+    strategy: Strategy = "ddp"
+    """Data-parallel strategy: PyTorch DDP, DeepSpeed ZeRO-1/2/3, or PyTorch FSDP full shard,
+    shard-grad-op or hybrid (dpsim/strategies/)."""
+    grad_accum: int = field(default=1, metadata=_count())
     """Micro-batches per optimizer step (gradient accumulation)."""
     activation_checkpointing: bool = False
-    """Recompute each unit's forward in backward; keep only unit inputs."""
-    fsdp_unit: str = "block"
-    """FSDP / ZeRO-3 wrap unit and checkpoint unit: block, layer or model."""
+    """Recompute each unit's forward in backward and keep only unit inputs (memory down,
+    compute up)."""
+    fsdp_unit: FsdpUnit = "block"
+    """ZeRO-3/FSDP wrap unit, also the checkpointing unit: each block, each layer that owns
+    parameters, or the whole model."""
     input_shape: str | None = None
-    """Example input of a torch-module model (``--model file.py:fn``), e.g. ``8,3,224,224``
-    or ``4,1024:int64``; the first dimension is the traced batch."""
+    """Example input of a torch-module model, batch first: 8,3,224,224 or 4,1024:int64."""
     algo: str | None = None
-    """Allowed collective algorithms, like NCCL_ALGO (``ring,tree`` or ``^nvls``); ``None``:
-    NCCL's own choice per call (:mod:`dpsim.algorithms.nccl`)."""
+    """Collective algorithms allowed, like NCCL_ALGO: ring, tree, nvls, nvls_tree, hierarchical,
+    halving_doubling (comma list, or ^name to exclude); left out: NCCL's choice per call."""
     proto: str | None = None
-    """Allowed NCCL protocols, like NCCL_PROTO (``LL,LL128,Simple`` or ``^LL``)."""
-    jobs: int = 1
-    """Identical data-parallel jobs sharing the cluster's fabric at once (link contention)."""
-    placement: str = "packed"
-    """Servers of the jobs: ``packed`` (each job contiguous) or ``interleaved`` (round robin)."""
+    """NCCL protocols allowed, like NCCL_PROTO: LL, LL128, Simple (comma list, or ^name to
+    exclude); left out: all."""
+    jobs: int = field(default=1, metadata=_count())
+    """Identical data-parallel jobs sharing the fabric at once; their collectives share links
+    max-min."""
+    placement: Placement = "packed"
+    """Servers of the jobs: packed (each job contiguous) or interleaved (round robin)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            check_value(f.name, getattr(self, f.name))
+        self._check_combination()
+
+    def _check_combination(self) -> None:
+        """The rules between fields (each field's own value is already valid)."""
+        torch_model = is_torch_model_ref(self.model)
+        if self.input_shape is not None and not torch_model:
+            raise ConfigError(f"--input-shape: applies only to a torch module (--model file.py:fn), not to "
+                              f"catalog model {self.model!r} ({self.input_shape!r} given); catalog models "
+                              f"take --seq-len")
+        if self.seq_len is not None and torch_model:
+            raise ConfigError(f"--seq-len: does not apply to a torch module (--model {self.model}), "
+                              f"{self.seq_len} given; its example input (--input-shape) sets the sequence length")
+        if self.bucket_cap_mb is not None and not honours(self.strategy, BUCKET_CAP_MB):
+            # Every strategy without gradient buckets shards per unit (tests/test_config.py
+            # checks it), so the unit is the lever to name.
+            takers = [s for s in typing.get_args(Strategy) if honours(s, BUCKET_CAP_MB)]
+            raise ConfigError(f"--bucket-cap-mb: {self.bucket_cap_mb} does not apply to --strategy "
+                              f"{self.strategy}, which communicates per unit (gathers and reduce-scatters "
+                              f"each wrapped unit); set the unit with --fsdp-unit, or leave --bucket-cap-mb "
+                              f"out (it applies to {', '.join(takers)})")
+
+
+def flag_name(name: str) -> str:
+    """The command-line flag of field ``name`` (``micro_batch`` -> ``--micro-batch``)."""
+    return _field(name).metadata.get("flag", "--" + name.replace("_", "-"))
+
+
+def flag_scale(name: str) -> float | None:
+    """Flag value / field value for a flag in human units (``--single-gpu-step-ms``: 1e3), else None."""
+    return _field(name).metadata.get("flag_scale")
+
+
+@cache
+def _fields() -> dict[str, Any]:
+    return {f.name: f for f in fields(PredictConfig)}
+
+
+def _field(name: str):
+    try:
+        return _fields()[name]
+    except KeyError:
+        raise AssertionError(f"PredictConfig has no field {name!r}") from None
+
+
+@cache
+def field_kind(name: str) -> tuple[type, bool, tuple[str, ...]]:
+    """(base type, whether None is allowed, the choices of a Literal or ``()``) of field ``name``."""
+    annotation = typing.get_type_hints(PredictConfig)[name]
+    args = typing.get_args(annotation)
+    optional = type(None) in args
+    if optional:
+        (annotation,) = [a for a in args if a is not type(None)]
+    if typing.get_origin(annotation) is Literal:
+        return str, optional, typing.get_args(annotation)
+    assert annotation in (bool, int, float, str), f"{name}: no rule for type {annotation!r}"
+    return annotation, optional, ()
+
+
+_DESCRIPTIONS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _has_type(value: Any, kind: type) -> bool:
+    if kind is float:  # an integer is a number; a bool is not
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def check_value(name: str, value: Any) -> None:
+    """Raise a one-line :class:`ConfigError` naming the flag unless ``value`` suits field ``name``.
+
+    The field's own rule only: its type (a bool is not an integer), its choices, its
+    range, and for ``algo``/``proto`` that the list parses. The rules between fields are
+    checked when a :class:`PredictConfig` is built.
+    """
+    kind, optional, choices = field_kind(name)
+    flag = flag_name(name)
+    if value is None and optional:
+        return
+    if choices:
+        if not (isinstance(value, str) and value in choices):
+            raise ConfigError(f"{flag}: {value!r} is not known; choose one of {', '.join(choices)}")
+        return
+    rule: _Rule | None = _field(name).metadata.get("rule")
+    if not (_has_type(value, kind) and (rule is None or rule.ok(value))):
+        scale = flag_scale(name)
+        shown = value * scale if scale is not None and _has_type(value, kind) else value
+        raise ConfigError(f"{flag}: {shown!r} is not valid; expected {rule.expected if rule else _DESCRIPTIONS[kind]}")
+    if name in ("algo", "proto"):
+        (parse_algorithms if name == "algo" else parse_protocols)(value, flag)

@@ -1,0 +1,209 @@
+"""PredictConfig checks itself once, on creation: every rule, its one-line message, its choices.
+
+The ``Literal`` choices are spelled out in ``dpsim/predict/config.py`` (so type checkers and
+``--help`` can read them); the tests here keep each equal to the registry it mirrors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+
+from dpsim.errors import ConfigError
+from dpsim.predict.config import (
+    FsdpUnit,
+    Optimizer,
+    Placement,
+    Precision,
+    PredictConfig,
+    Strategy,
+    check_value,
+    flag_name,
+)
+
+ORIGINAL_DEFAULTS = {
+    "gpus": 64, "link": "ethernet", "topology_file": None, "gpus_per_node": None, "gpu": None, "model": "gpt2-xl",
+    "seq_len": None, "flash_attention": True, "micro_batch": 4, "precision": "bf16-mixed", "optimizer": "adamw",
+    "bucket_cap_mb": None, "overlap": True, "overlap_slowdown": 0.1, "compute_efficiency": 0.6,
+    "single_gpu_step_s": None, "steps": 3, "calibration": None, "strategy": "ddp", "grad_accum": 1,
+    "activation_checkpointing": False, "fsdp_unit": "block", "input_shape": None, "algo": None, "proto": None,
+    "jobs": 1, "placement": "packed",
+}
+"""Field names, order and defaults before the config checked itself (golden JSON prints them)."""
+
+
+# ---------------------------------------------------------------- choices = registries
+
+def test_precision_choices_are_the_precision_table():
+    from dpsim.workload.precision import PRECISIONS
+
+    assert typing.get_args(Precision) == tuple(PRECISIONS)
+
+
+def test_optimizer_choices_are_the_optimizer_table():
+    from dpsim.workload.precision import OPTIMIZER_STATES
+
+    assert typing.get_args(Optimizer) == tuple(OPTIMIZER_STATES)
+
+
+def test_strategy_choices_are_the_strategy_registry():
+    from dpsim.strategies.registry import STRATEGIES
+
+    assert typing.get_args(Strategy) == tuple(STRATEGIES)
+
+
+def test_fsdp_unit_choices_are_the_unit_table():
+    from dpsim.strategies.registry import FSDP_UNITS
+
+    assert typing.get_args(FsdpUnit) == tuple(FSDP_UNITS)
+
+
+def test_placement_choices_are_the_job_layouts():
+    from dpsim.collectives.nccl_tuning import check_job_flags
+
+    for placement in typing.get_args(Placement):
+        check_job_flags(2, placement)
+    with pytest.raises(ConfigError) as exc:
+        check_job_flags(2, "round-robin")
+    for placement in typing.get_args(Placement):
+        assert placement in str(exc.value)
+
+
+def test_each_closed_choice_is_a_literal():
+    hints = typing.get_type_hints(PredictConfig)
+    for name, literal in [("precision", Precision), ("optimizer", Optimizer), ("strategy", Strategy),
+                          ("fsdp_unit", FsdpUnit), ("placement", Placement)]:
+        assert hints[name] is literal, name
+
+
+# ---------------------------------------------------------------- fields unchanged
+
+def test_field_names_order_and_defaults_are_unchanged():
+    assert dataclasses.asdict(PredictConfig()) == ORIGINAL_DEFAULTS
+    assert list(dataclasses.asdict(PredictConfig())) == list(ORIGINAL_DEFAULTS)
+
+
+def test_flag_names():
+    assert flag_name("micro_batch") == "--micro-batch"
+    assert flag_name("topology_file") == "--topology"
+    assert flag_name("single_gpu_step_s") == "--single-gpu-step-ms"
+
+
+# ---------------------------------------------------------------- one field at a time
+
+def one_line(exc: pytest.ExceptionInfo) -> str:
+    message = str(exc.value)
+    assert message and "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("kwargs, needles", [
+    ({"gpus": 0}, ["--gpus: 0 is not valid", "an integer >= 1"]),
+    ({"gpus": True}, ["--gpus: True", "an integer"]),  # a bool is not an int
+    ({"gpus": 8.0}, ["--gpus: 8.0", "an integer"]),
+    ({"gpus": "8"}, ["--gpus: '8'", "an integer"]),
+    ({"micro_batch": 0}, ["--micro-batch: 0 is not valid; expected an integer >= 1"]),
+    ({"seq_len": 0}, ["--seq-len: 0", ">= 1"]),
+    ({"grad_accum": 0}, ["--grad-accum: 0", ">= 1"]),
+    ({"steps": 0}, ["--steps: 0", ">= 1"]),
+    ({"jobs": 0}, ["--jobs: 0", ">= 1"]),
+    ({"gpus_per_node": 0}, ["--gpus-per-node: 0", ">= 1"]),
+    ({"bucket_cap_mb": 0}, ["--bucket-cap-mb: 0", "> 0"]),
+    ({"bucket_cap_mb": float("nan")}, ["--bucket-cap-mb: nan", "> 0"]),
+    ({"bucket_cap_mb": float("inf")}, ["--bucket-cap-mb: inf", "> 0"]),
+    ({"bucket_cap_mb": True}, ["--bucket-cap-mb: True", "a number"]),
+    ({"overlap_slowdown": -0.1}, ["--overlap-slowdown: -0.1", ">= 0"]),
+    ({"overlap_slowdown": float("inf")}, ["--overlap-slowdown: inf", ">= 0"]),
+    ({"compute_efficiency": 0}, ["--compute-efficiency: 0", "(0, 1]"]),
+    ({"compute_efficiency": 1.5}, ["--compute-efficiency: 1.5", "(0, 1]"]),
+    ({"single_gpu_step_s": -0.001}, ["--single-gpu-step-ms: -1.0", "> 0"]),  # shown in the flag's units
+    ({"single_gpu_step_s": float("nan")}, ["--single-gpu-step-ms: nan", "> 0"]),
+    ({"overlap": 1}, ["--overlap: 1", "true or false"]),
+    ({"flash_attention": None}, ["--flash-attention: None", "true or false"]),
+    ({"link": None}, ["--link: None", "a string"]),
+    ({"model": 3}, ["--model: 3", "a string"]),
+    ({"precision": "fp8"}, ["--precision: 'fp8' is not known", "fp16-mixed", "bf16-mixed"]),
+    ({"optimizer": "lion"}, ["--optimizer: 'lion'", "adamw", "sgd-momentum"]),
+    ({"strategy": "zero4"}, ["--strategy: 'zero4'", "zero3", "fsdp-hybrid"]),
+    ({"fsdp_unit": "tile"}, ["--fsdp-unit: 'tile'", "block", "layer", "model"]),
+    ({"placement": "random"}, ["--placement: 'random'", "packed", "interleaved"]),
+    ({"algo": "ring,foo"}, ["--algo", "'foo'", "halving_doubling"]),
+    ({"proto": "LL256"}, ["--proto", "'LL256'", "Simple"]),
+])
+def test_each_rule_is_one_line_naming_flag_value_and_allowed(kwargs, needles):
+    with pytest.raises(ConfigError) as exc:
+        PredictConfig(**kwargs)
+    message = one_line(exc)
+    for needle in needles:
+        assert needle in message, message
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"bucket_cap_mb": 1},  # an int is a number
+    {"bucket_cap_mb": 0.5, "strategy": "zero2"},
+    {"gpus": 1, "gpus_per_node": 1, "jobs": 3, "placement": "interleaved"},
+    {"compute_efficiency": 1.0, "overlap_slowdown": 0},
+    {"single_gpu_step_s": 0.18, "seq_len": 512},
+    {"algo": "^nvls,nvls_tree", "proto": "LL128,Simple"},
+    {"model": "my_model.py:build", "input_shape": "8,1024:int64"},
+    {"precision": "fp16-mixed", "optimizer": "sgd", "strategy": "fsdp-hybrid", "fsdp_unit": "layer"},
+])
+def test_valid_configs_are_accepted(kwargs):
+    config = PredictConfig(**kwargs)
+    for name, value in kwargs.items():
+        assert getattr(config, name) == value
+
+
+def test_replace_checks_again():
+    config = PredictConfig()
+    with pytest.raises(ConfigError, match="--micro-batch"):
+        dataclasses.replace(config, micro_batch=0)
+
+
+def test_check_value_is_the_fields_own_rule():
+    check_value("gpus", 8)
+    check_value("seq_len", None)
+    check_value("input_shape", "8,3")  # alone it is fine; with a catalog model it is not
+    with pytest.raises(ConfigError, match="--gpus: 0"):
+        check_value("gpus", 0)
+
+
+# ---------------------------------------------------------------- between fields
+
+@pytest.mark.parametrize("strategy", ["zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid"])
+def test_bucket_cap_is_refused_for_per_unit_strategies(strategy):
+    with pytest.raises(ConfigError) as exc:
+        PredictConfig(strategy=strategy, bucket_cap_mb=25)
+    message = one_line(exc)
+    for needle in ("--bucket-cap-mb: 25", f"--strategy {strategy}", "per unit", "--fsdp-unit", "ddp, zero1, zero2"):
+        assert needle in message, message
+
+
+def test_the_bucket_cap_is_refused_exactly_for_the_strategies_that_communicate_per_unit():
+    from dpsim.strategies.registry import UNIT_STRATEGIES
+
+    for strategy in typing.get_args(Strategy):
+        try:
+            PredictConfig(strategy=strategy, bucket_cap_mb=5)
+        except ConfigError:
+            refused = True
+        else:
+            refused = False
+        assert refused == (strategy in UNIT_STRATEGIES), strategy
+
+
+def test_input_shape_only_with_a_torch_module():
+    with pytest.raises(ConfigError) as exc:
+        PredictConfig(model="gpt2", input_shape="8,1024")
+    message = one_line(exc)
+    assert "--input-shape: applies only to a torch module" in message and "'8,1024'" in message
+    assert "--seq-len" in message
+
+
+def test_seq_len_only_with_a_catalog_model():
+    with pytest.raises(ConfigError) as exc:
+        PredictConfig(model="my_model.py:build", seq_len=512)
+    message = one_line(exc)
+    assert "--seq-len: does not apply" in message and "512" in message and "--input-shape" in message
