@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dpsim.cli.app import main
+from dpsim.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 

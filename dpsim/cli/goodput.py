@@ -7,23 +7,22 @@ Registered on :data:`dpsim.cli.app` when :mod:`dpsim.cli` is imported; the work 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from dpsim.cli.app import _emit_json
+from dpsim.cli.options import config_options
 from dpsim.errors import ConfigError
 
+GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
+                  "micro_batch", "precision")
+"""The ``PredictConfig`` fields of the job whose throughput and checkpoint size goodput uses."""
 
+
+@config_options(GOODPUT_FIELDS)
 def goodput_command(
-    gpus: int = typer.Option(64, "--gpus", help="Data-parallel GPUs."),
-    link: str = typer.Option("ethernet", "--link", help="Topology preset: nvlink, infiniband, ethernet, pcie."),
-    topology: Optional[str] = typer.Option(None, "--topology", help="A topology YAML file (instead of --link)."),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Override GPUs per node."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Override the GPU: v100, a100, h100, h200, b200."),
-    model: str = typer.Option("gpt2-xl", "--model", help="Catalog model (dpsim models lists them)."),
-    micro_batch: int = typer.Option(4, "--micro-batch", help="Samples per GPU per step."),
-    precision: str = typer.Option("bf16-mixed", "--precision", help="fp32, amp, bf16-mixed or bf16."),
+    flags: dict[str, Any],
     tokens: Optional[str] = typer.Option(
         None, "--tokens", help="Token budget, e.g. 300B, 1T (time = budget / predicted tokens/s)."),
     duration: Optional[str] = typer.Option(
@@ -75,8 +74,6 @@ def goodput_command(
         raise ConfigError("--tokens and --duration: give one amount of work, not both")
     if elastic not in POLICIES:
         raise ConfigError(f"--elastic: {elastic!r} is not valid; choose one of {', '.join(POLICIES)}")
-    if micro_batch < 1:
-        raise ConfigError(f"--micro-batch: {micro_batch} is not valid; expected an integer >= 1")
     if runs < 1:
         raise ConfigError(f"--runs: {runs} is not valid; expected an integer >= 1")
     if seed < 0:
@@ -84,8 +81,7 @@ def goodput_command(
     rates = FailureRates(gpu_mtbf_s=parse_long_duration_s(mtbf_gpu, "--mtbf-gpu"),
                          node_mtbf_s=parse_long_duration_s(mtbf_node, "--mtbf-node"),
                          link_mtbf_s=parse_long_duration_s(mtbf_link, "--mtbf-link"))
-    config = PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node, gpu=gpu,
-                           model=model, micro_batch=micro_batch, precision=precision)
+    config = PredictConfig(**flags)
     topo = resolve_topology(config)
     p = predict(config)
     if tokens is not None:

@@ -7,27 +7,35 @@ stays fast.
 
 from __future__ import annotations
 
-import inspect
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from dpsim.cli.app import _emit_json
-from dpsim.cli.predict import predict as _predict_command
-from dpsim.cli.predict import predict_config_from_flags
+from dpsim.cli.options import axis_options, config_options
+from dpsim.cli.predict import PREDICT_FIELDS, SINGLE_GPU_SAMPLES_PER_S, predict_config
 from dpsim.errors import ConfigError
+from dpsim.predict.config import flag_name
 
 # --------------------------------------------------------------------------- report
 
-def report(**flags) -> None:
+@config_options(PREDICT_FIELDS)
+def report(
+    flags: dict[str, Any],
+    single_gpu_samples_per_s: Optional[float] = SINGLE_GPU_SAMPLES_PER_S,
+    output: str = typer.Option("report.html", "-o", "--output", help="The .html file to write."),
+    tokens: Optional[str] = typer.Option(
+        None, "--tokens", help="Token budget for time and cost to train, e.g. 1T, 300B."),
+    samples: Optional[str] = typer.Option(None, "--samples", help="Sample budget (image models), e.g. 90M."),
+    gpu_hour_usd: Optional[list[str]] = typer.Option(
+        None, "--gpu-hour-usd", metavar="PRICE", help="Price per GPU-hour: 2.5 (every GPU) or h100=2.5 (repeatable)."),
+    scaling_gpus: Optional[str] = typer.Option(
+        None, "--scaling-gpus", help="GPU counts of the scaling figure, e.g. 8,16,32,64."),
+) -> None:
     """Write one standalone HTML report (tables and figures; opens offline).
 
-    Takes every ``dpsim predict`` flag, plus the output file and an optional budget.
+    Takes every ``dpsim predict`` flag that defines the job, plus the output file and an optional budget.
     """
-    output = flags.pop("output")
-    tokens, samples = flags.pop("tokens"), flags.pop("samples")
-    prices = flags.pop("gpu_hour_usd")
-    scaling = flags.pop("scaling_gpus")
     from dpsim.files import check_output_path
     from dpsim.plan.cost import parse_count, parse_price_overrides
     from dpsim.report.html import write_report
@@ -38,12 +46,12 @@ def report(**flags) -> None:
     budget = dict(tokens=None if tokens is None else parse_count(tokens, "--tokens"),
                   samples=None if samples is None else parse_count(samples, "--samples"))
     counts = None
-    if scaling is not None:
-        counts = [_int_item(v, "--scaling-gpus") for v in scaling.split(",") if v.strip()]
+    if scaling_gpus is not None:
+        counts = [_int_item(v, "--scaling-gpus") for v in scaling_gpus.split(",") if v.strip()]
         if not counts:
-            raise ConfigError(f"--scaling-gpus: {scaling!r} has no GPU counts; give e.g. 8,16,32")
-    config = predict_config_from_flags(**flags)
-    path = write_report(output, config, gpu_hour_usd=parse_price_overrides(prices or []),
+            raise ConfigError(f"--scaling-gpus: {scaling_gpus!r} has no GPU counts; give e.g. 8,16,32")
+    config = predict_config(flags, single_gpu_samples_per_s)
+    path = write_report(output, config, gpu_hour_usd=parse_price_overrides(gpu_hour_usd or []),
                         scaling_gpus=counts, **budget)
     print(f"report written to {path} ({path.stat().st_size / 1e6:.1f} MB, opens offline)")
 
@@ -59,65 +67,19 @@ def _int_item(text: str, flag: str) -> int:
     return value
 
 
-def _report_signature() -> inspect.Signature:
-    """``predict``'s flags (less output and variability flags) plus the report's own."""
-    sig = inspect.signature(_predict_command, eval_str=True)
-    from dpsim.cli.predict import VARIABILITY_FLAGS
-    params = [p for name, p in sig.parameters.items() if name not in ("as_json", "timeline", *VARIABILITY_FLAGS)]
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    extra = [
-        inspect.Parameter("output", kind, annotation=str, default=typer.Option(
-            "report.html", "-o", "--output", help="The .html file to write.")),
-        inspect.Parameter("tokens", kind, annotation=Optional[str], default=typer.Option(
-            None, "--tokens", help="Token budget for time and cost to train, e.g. 1T, 300B.")),
-        inspect.Parameter("samples", kind, annotation=Optional[str], default=typer.Option(
-            None, "--samples", help="Sample budget (image models), e.g. 90M.")),
-        inspect.Parameter("gpu_hour_usd", kind, annotation=Optional[list[str]], default=typer.Option(
-            None, "--gpu-hour-usd", metavar="PRICE", help="Price per GPU-hour: 2.5 (every GPU) or h100=2.5 (repeatable).")),
-        inspect.Parameter("scaling_gpus", kind, annotation=Optional[str], default=typer.Option(
-            None, "--scaling-gpus", help="GPU counts of the scaling figure, e.g. 8,16,32,64.")),
-    ]
-    return sig.replace(parameters=params + extra, return_annotation=None)
-
-
-report.__signature__ = _report_signature()  # type: ignore[attr-defined]
-
-
 # ---------------------------------------------------------------------------- sweep
 
-_AXIS_FLAGS = {
-    "gpus": "--gpus", "link": "--link", "topology_file": "--topology", "gpus_per_node": "--gpus-per-node",
-    "gpu": "--gpu", "model": "--model", "seq_len": "--seq-len", "micro_batch": "--micro-batch",
-    "precision": "--precision", "optimizer": "--optimizer", "bucket_cap_mb": "--bucket-cap-mb",
-    "overlap": "--overlap", "overlap_slowdown": "--overlap-slowdown",
-    "compute_efficiency": "--compute-efficiency", "steps": "--steps", "calibration": "--calibration",
-    "strategy": "--strategy", "grad_accum": "--grad-accum",
-}
+SWEEP_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "micro_batch",
+                "precision", "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency",
+                "steps", "calibration", "strategy", "grad_accum")
+"""``PredictConfig`` fields with a comma-separated flag of their own in ``sweep`` (any other: ``--axis``)."""
 _SHOW_ROWS = 40
 
 
+@axis_options(SWEEP_FIELDS)
 def sweep_command(
+    axes: dict[str, str],
     config: Optional[str] = typer.Option(None, "--config", "-c", help="A sweep YAML file (grid:, tokens:, gpu_hour_usd:)."),
-    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU counts, comma-separated: 8,16,32,64."),
-    link: Optional[str] = typer.Option(None, "--link", help="Topology presets: nvlink,infiniband,ethernet,pcie."),
-    topology: Optional[str] = typer.Option(None, "--topology", help="Topology YAML files, comma-separated."),
-    gpus_per_node: Optional[str] = typer.Option(None, "--gpus-per-node", help="GPUs per node values."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU presets: a100,h100,..."),
-    model: Optional[str] = typer.Option(None, "--model", help="Catalog models: gpt2-xl,llama-2-7b,..."),
-    seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence lengths."),
-    micro_batch: Optional[str] = typer.Option(None, "--micro-batch", help="Samples per GPU per step: 1,2,4."),
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32, amp, bf16-mixed, bf16."),
-    optimizer: Optional[str] = typer.Option(None, "--optimizer", help="adamw, adam, sgd-momentum, sgd."),
-    bucket_cap_mb: Optional[str] = typer.Option(
-        None, "--bucket-cap-mb", help="DDP bucket caps in MiB; 'default' = PyTorch's (25, 1 MiB first)."),
-    overlap: Optional[str] = typer.Option(None, "--overlap", help="on, off or on,off."),
-    overlap_slowdown: Optional[str] = typer.Option(None, "--overlap-slowdown", help="Compute slowdowns while communicating."),
-    compute_efficiency: Optional[str] = typer.Option(None, "--compute-efficiency", help="Fractions of the matmul rate."),
-    steps: Optional[str] = typer.Option(None, "--steps", help="Training steps to simulate."),
-    calibration: Optional[str] = typer.Option(
-        None, "--calibration", help="Calibration profiles (names or files); 'none' = the preset's model."),
-    strategy: Optional[str] = typer.Option(None, "--strategy", help="Sharding strategies: ddp,zero1,zero2,zero3,fsdp,..."),
-    grad_accum: Optional[str] = typer.Option(None, "--grad-accum", help="Micro-batches per optimizer step: 1,4,16."),
     axis: Optional[list[str]] = typer.Option(
         None, "--axis", metavar="NAME=V1,V2", help="Any PredictConfig field as NAME=V1,V2 (repeatable), e.g. flash_attention=true,false."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget: adds time_to_train and cost_usd (1T, 300B)."),
@@ -146,16 +108,10 @@ def sweep_command(
                               f"{', '.join(OUTPUT_FORMATS)}")
         if not Path(output).parent.is_dir():
             raise ConfigError(f"-o/--output: directory {str(Path(output).parent)!r} does not exist")
-    flags = dict(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node, gpu=gpu, model=model,
-                 seq_len=seq_len, micro_batch=micro_batch, precision=precision, optimizer=optimizer,
-                 bucket_cap_mb=bucket_cap_mb, overlap=overlap, overlap_slowdown=overlap_slowdown,
-                 compute_efficiency=compute_efficiency, steps=steps, calibration=calibration, strategy=strategy,
-                 grad_accum=grad_accum)
     spec = SweepSpec.from_yaml(config) if config else SweepSpec()
-    for name, raw in flags.items():
-        if raw is not None:
-            spec = spec.with_axes(SweepSpec.from_grid({name: _split(raw, _AXIS_FLAGS[name])},
-                                                      origin=_AXIS_FLAGS[name]))
+    for name, raw in axes.items():
+        flag = flag_name(name)
+        spec = spec.with_axes(SweepSpec.from_grid({name: _split(raw, flag)}, origin=flag))
     for item in axis or []:
         name, sep, values = item.partition("=")
         if not sep or not name.strip():

@@ -1,0 +1,161 @@
+"""Command-line options made from :class:`~dpsim.predict.config.PredictConfig`'s fields.
+
+``predict``, ``memory``, ``report`` and ``goodput`` all describe a ``PredictConfig``;
+writing their shared flags once per command let the flags' help drift apart. Here a
+field *is* its flag:
+
+- the flag is :func:`~dpsim.predict.config.flag_name` (``micro_batch`` -> ``--micro-batch``,
+  or the spelling in the field's metadata: ``topology_file`` -> ``--topology``,
+  ``single_gpu_step_s`` -> ``--single-gpu-step-ms`` with its ``flag_scale``); a boolean
+  field is a ``--name/--no-name`` pair;
+- the help is the field's attribute docstring, read once from the class source with
+  :mod:`ast` (the way tyro and torchtitan read theirs), whitespace folded;
+- the choices of a ``Literal`` field are its metavar (``[fp32|amp|...]``); the default
+  shown is the field's default, in the flag's units.
+
+A command names the fields it exposes (:func:`config_options`) and receives the flags
+the user gave as ``{field: value in SI units}``, from which it builds its config; the
+values are checked once, by ``PredictConfig`` itself. ``sweep`` takes comma-separated
+lists of some fields (:func:`axis_options`): same flags, same help, prefixed.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import itertools
+import textwrap
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+import typer
+
+from dpsim.predict.config import PredictConfig, field_kind, flag_name, flag_scale
+
+ALL_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PredictConfig))
+"""Every ``PredictConfig`` field, in declaration order (``predict`` and ``report`` expose all)."""
+
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+
+
+@functools.cache
+def field_docs() -> dict[str, str]:
+    """Field name -> its attribute docstring (the string right after the field), whitespace folded."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(PredictConfig)))
+    body = tree.body[0].body
+    docs = {}
+    for node, after in itertools.pairwise(body):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def field_help(name: str) -> str:
+    """The ``--help`` text of field ``name``'s flag: its docstring."""
+    return field_docs()[name]
+
+
+def choices_metavar(name: str) -> str | None:
+    """``[a|b|c]`` for a ``Literal`` field, as click shows a choice; ``None`` otherwise."""
+    choices = field_kind(name)[2]
+    return "[" + "|".join(choices) + "]" if choices else None
+
+
+def _flag_default(name: str) -> Any:
+    default = next(f.default for f in dataclasses.fields(PredictConfig) if f.name == name)
+    scale = flag_scale(name)
+    return default * scale if scale is not None and default is not None else default
+
+
+def config_parameter(name: str) -> inspect.Parameter:
+    """The typer option of field ``name``, as a keyword parameter of a command."""
+    kind, optional, _ = field_kind(name)
+    flag = flag_name(name)
+    if kind is bool:
+        decls = f"{flag}/--no-{flag.removeprefix('--')}"
+        annotation: Any = bool
+    else:
+        decls = flag
+        annotation = float if flag_scale(name) is not None else kind
+        if optional:
+            annotation = Optional[annotation]
+    option = typer.Option(_flag_default(name), decls, help=field_help(name), metavar=choices_metavar(name))
+    return inspect.Parameter(name, _KEYWORD, annotation=annotation, default=option)
+
+
+def _from_flag(name: str, value: Any) -> Any:
+    scale = flag_scale(name)
+    return value / scale if scale is not None and value is not None else value
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    # A flag left at its default is left out, so the command sees only what the user chose
+    # (predict's --calibration supplies some defaults of its own).
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def _with_parameters(fn: Callable, params: list[inspect.Parameter],
+                     collect: Callable[[typer.Context, dict[str, Any]], Any]) -> Callable:
+    """``fn(collected, **own)`` as a command whose options are ``params`` followed by ``fn``'s own.
+
+    ``fn``'s first parameter receives ``collect(ctx, values of params)``.
+    """
+    own = list(inspect.signature(fn, eval_str=True).parameters.values())
+    assert own, f"{fn.__name__} needs a first parameter for the collected flags"
+    names = [p.name for p in params]
+    assert not set(names + ["ctx"]) & {p.name for p in own}, f"{fn.__name__} redeclares a generated parameter"
+
+    @functools.wraps(fn)
+    def command(ctx: typer.Context, **kwargs: Any) -> Any:
+        collected = collect(ctx, {n: kwargs.pop(n) for n in names})
+        return fn(collected, **kwargs)
+
+    context = inspect.Parameter("ctx", _KEYWORD, annotation=typer.Context)
+    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [context, *params, *(p.replace(kind=_KEYWORD) for p in own[1:])], return_annotation=None)
+    return command
+
+
+def config_options(names: Sequence[str]) -> Callable[[Callable], Callable]:
+    """Give a command the flags of the ``PredictConfig`` fields ``names``.
+
+    The command's first parameter receives ``{field: value}`` of the flags given on the
+    command line, in SI units (``--single-gpu-step-ms 180`` -> ``single_gpu_step_s: 0.18``);
+    ``PredictConfig(**flags)`` is then the config they describe, checked.
+    """
+    params = [config_parameter(n) for n in names]
+
+    def collect(ctx: typer.Context, values: dict[str, Any]) -> dict[str, Any]:
+        return {n: _from_flag(n, v) for n, v in values.items() if _given(ctx, n)}
+
+    return lambda fn: _with_parameters(fn, params, collect)
+
+
+def axis_parameter(name: str) -> inspect.Parameter:
+    """``sweep``'s comma-separated option of field ``name`` (values in the field's own units)."""
+    assert flag_scale(name) is None, f"{name}: a sweep axis flag takes the field's own units"
+    _, optional, choices = field_kind(name)
+    help_text = f"Comma-separated values of: {field_help(name)}"
+    if optional:
+        help_text += " Use none for the default."
+    metavar = "[" + "|".join(choices) + "],..." if choices else "V1,V2,..."
+    option = typer.Option(None, flag_name(name), help=help_text, metavar=metavar)
+    return inspect.Parameter(name, _KEYWORD, annotation=Optional[str], default=option)
+
+
+def axis_options(names: Sequence[str]) -> Callable[[Callable], Callable]:
+    """Give a command comma-separated list flags of the fields ``names`` (``sweep``).
+
+    The command's first parameter receives ``{field: raw text}`` of the flags given.
+    """
+    params = [axis_parameter(n) for n in names]
+
+    def collect(ctx: typer.Context, values: dict[str, Any]) -> dict[str, str]:
+        return {n: v for n, v in values.items() if v is not None}
+
+    return lambda fn: _with_parameters(fn, params, collect)
