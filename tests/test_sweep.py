@@ -9,7 +9,7 @@ import time
 import pandas as pd
 import pytest
 
-from dpsim.cli.app import main
+from dpsim.cli import main
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.plan.grid import SweepSpec
 from dpsim.plan.sweep import (
@@ -82,6 +82,13 @@ def test_grid_order_types_and_aliases():
     ({"compute_efficiency": [1.5]}, ["compute_efficiency", "1.5", "(0, 1]"]),
     ({"micro_batch": [None]}, ["micro_batch", "None", "an integer"]),
     ({"topology": ["/nonexistent/x.yaml"]}, ["topology_file", "cannot read"]),
+    ({"strategy": ["ddp", "zero4"]}, ["strategy", "'zero4'", "zero3"]),
+    ({"fsdp_unit": ["tile"]}, ["fsdp_unit", "'tile'", "block"]),
+    ({"placement": ["random"]}, ["placement", "'random'", "interleaved"]),
+    ({"jobs": [0]}, ["jobs", "0", ">= 1"]),
+    ({"grad_accum": [0]}, ["grad_accum", "0", ">= 1"]),
+    ({"algo": ["ring", "foo"]}, ["algo", "'foo'", "halving_doubling"]),
+    ({"single_gpu_step_s": [0]}, ["single_gpu_step_s", "0", "> 0"]),
 ])
 def test_grid_errors_name_axis_value_and_allowed(grid, needles):
     with pytest.raises(ConfigError) as exc:
@@ -89,6 +96,15 @@ def test_grid_errors_name_axis_value_and_allowed(grid, needles):
     message = one_line(exc)
     for needle in needles:
         assert needle in message, message
+
+
+def test_a_combination_the_config_refuses_names_the_point():
+    spec = SweepSpec.from_grid({"strategy": ["ddp", "zero3"], "bucket_cap_mb": [25]})
+    with pytest.raises(ConfigError) as exc:
+        spec.configs()
+    message = one_line(exc)
+    assert message.startswith("sweep point strategy=zero3: --bucket-cap-mb: 25.0")
+    assert "--fsdp-unit" in message
 
 
 def test_budget_and_prices_are_validated():
@@ -291,6 +307,8 @@ def test_cli_sweep_yaml_with_flag_override(tmp_path, capsys):
     (["--link", "nvlink,token-ring"], ["--link: 'token-ring'", "infiniband"]),
     (["--model", "gpt3"], ["--model: 'gpt3'"]),
     (["--overlap", "maybe"], ["--overlap: 'maybe'"]),
+    (["--strategy", "ddp,zero4"], ["--strategy: 'zero4'", "fsdp-hybrid"]),
+    (["--precision", "fp8"], ["--precision: 'fp8'", "fp16-mixed"]),
     (["--axis", "foo=1"], ["--axis: 'foo' is not a sweep axis"]),
     (["--axis", "gpus"], ["--axis: 'gpus'", "NAME=V1,V2"]),
     (["--workers", "0"], ["--workers: 0"]),

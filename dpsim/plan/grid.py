@@ -7,15 +7,19 @@ import dataclasses
 import itertools
 import math
 import re
-import types
-import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from dpsim.errors import ConfigError, DpsimError
+from dpsim.files import read_yaml_file
+from dpsim.hardware import get_gpu
 from dpsim.plan.cost import PriceOverride, check_price_override, parse_count
-from dpsim.predict.config import PredictConfig
+from dpsim.predict.config import PredictConfig, check_value, field_kind
+from dpsim.profile.io import load_profile
+from dpsim.topology.load import load_preset, load_topology_file
+from dpsim.workload.catalog import get_entry
 
 AXIS_ALIASES = {"topology": "topology_file"}
 """Command-line spellings of ``PredictConfig`` fields."""
@@ -27,10 +31,9 @@ SPEC_KEYS = ("grid", "tokens", "samples", "gpu_hour_usd")
 """Top-level keys of a sweep YAML file."""
 
 
-def sweep_axes() -> dict[str, Any]:
-    """Axis name -> type annotation, for every ``PredictConfig`` field."""
-    hints = typing.get_type_hints(PredictConfig)
-    return {f.name: hints[f.name] for f in dataclasses.fields(PredictConfig)}
+def sweep_axes() -> tuple[str, ...]:
+    """Every ``PredictConfig`` field: each is a sweep axis."""
+    return tuple(f.name for f in dataclasses.fields(PredictConfig))
 
 
 def axis_name(name: str, origin: str = "sweep") -> str:
@@ -44,17 +47,9 @@ def axis_name(name: str, origin: str = "sweep") -> str:
     return key
 
 
-def _split_optional(annotation: Any) -> tuple[Any, bool]:
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return (args[0] if len(args) == 1 else annotation), len(args) < len(typing.get_args(annotation))
-    return annotation, False
-
-
-def _describe(kind: Any, optional: bool) -> str:
-    name = {int: "an integer", float: "a number", str: "a string", bool: "true/false (on/off)"}.get(
-        kind, getattr(kind, "__name__", str(kind)))
+def _describe(kind: type, optional: bool, choices: tuple[str, ...]) -> str:
+    name = ("one of " + ", ".join(choices) if choices else
+            {int: "an integer", float: "a number", str: "a string", bool: "true/false (on/off)"}[kind])
     return name + (" or null" if optional else "")
 
 
@@ -64,10 +59,14 @@ def _where(origin: str, axis: str) -> str:
 
 
 def convert_value(axis: str, raw: Any, origin: str = "sweep") -> Any:
-    """``raw`` (a YAML value or command-line text) as the type of field ``axis``."""
-    kind, optional = _split_optional(sweep_axes()[axis])
+    """``raw`` (a YAML value or command-line text) as the type of field ``axis``.
+
+    Only the spelling is read here (``on`` is true, ``default`` is null, ``"8"`` is 8);
+    whether the value is allowed is :func:`dpsim.predict.config.check_value`'s to say.
+    """
+    kind, optional, choices = field_kind(axis)
     where = _where(origin, axis)
-    expected = _describe(kind, optional)
+    expected = _describe(kind, optional, choices)
     text = raw.strip() if isinstance(raw, str) else None
     if raw is None or (text is not None and text.lower() in _NONE_WORDS):
         if optional:
@@ -103,56 +102,35 @@ def convert_value(axis: str, raw: Any, origin: str = "sweep") -> Any:
         if not math.isfinite(value):
             raise bad
         return value
-    if kind is str:
-        if isinstance(raw, str) and text:
-            return text
-        raise bad
-    return raw  # a field type this module does not know: predict() validates it
+    if isinstance(raw, str) and text:
+        return text
+    raise bad
 
 
 def _check_domain(axis: str, value: Any, where: str) -> None:
-    """Cheap checks of one value, so that a typo fails before a long sweep runs."""
-    from dpsim.hardware import get_gpu
-    from dpsim.topology.load import load_topology_file, preset_names
-    from dpsim.workload.catalog import get_entry
-    from dpsim.workload.precision import check_optimizer, get_precision
+    """Check one value now, so that a typo fails before a long sweep runs.
 
-    def need(ok: bool, allowed: str) -> None:
-        if not ok:
-            raise ConfigError(f"{where}: {value!r} is not valid; expected {allowed}")
-
-    if value is None:
-        return
+    The field's own rule is :func:`~dpsim.predict.config.check_value`'s; what needs loading
+    (a preset, a catalog model, a GPU, a topology file, a calibration profile) is loaded here.
+    """
     try:
-        if axis in ("gpus", "micro_batch", "steps", "seq_len", "gpus_per_node"):
-            need(value >= 1, "an integer >= 1")
-        elif axis in ("bucket_cap_mb", "single_gpu_step_s"):
-            need(value > 0, "a number > 0")
-        elif axis == "overlap_slowdown":
-            need(value >= 0, "a number >= 0")
-        elif axis == "compute_efficiency":
-            need(0 < value <= 1, "a number in (0, 1]")
-        elif axis == "link":
-            names = preset_names()
-            need(value in names, "a topology preset: " + ", ".join(names))
+        check_value(axis, value)
+        if value is None:
+            return
+        if axis == "link":
+            load_preset(value)
         elif axis == "model":
             get_entry(value)
         elif axis == "gpu":
             get_gpu(value)
-        elif axis == "precision":
-            get_precision(value)
-        elif axis == "optimizer":
-            check_optimizer(value)
         elif axis == "topology_file":
             load_topology_file(value)
         elif axis == "calibration":
-            from dpsim.profile.io import load_profile
-
             load_profile(value)
     except DpsimError as exc:
         message = str(exc)
         if axis != "topology_file":
-            # The library names a predict flag ("--model: 'x' is not ..."): name the axis instead.
+            # The message names a predict flag ("--model: 'x' is not ..."): name the axis instead.
             message = re.sub(r"^[^:]*: ", "", message, count=1)
         raise ConfigError(f"{where}: {message}") from None
 
@@ -230,8 +208,6 @@ class SweepSpec:
     @classmethod
     def from_yaml(cls, path: str | Path) -> SweepSpec:
         """Read and validate a sweep YAML file."""
-        from dpsim.files import read_yaml_file
-
         path = Path(path)
         data = read_yaml_file(path, "--config", ConfigError)
         spec = cls.from_dict(data, origin=str(path), base_dir=path.parent)
@@ -258,7 +234,20 @@ class SweepSpec:
         return [a for a, v in self.axes.items() if len(v) > 1]
 
     def configs(self) -> list[PredictConfig]:
-        """Every grid point, in grid order (the last axis varies fastest)."""
+        """Every grid point, in grid order (the last axis varies fastest).
+
+        Each value was checked on its own when the axis was read; a combination that
+        ``PredictConfig`` refuses (``bucket_cap_mb`` with ``zero3``...) is an error naming
+        the point.
+        """
         names = list(self.axes)
-        return [PredictConfig(**dict(zip(names, combo)))
-                for combo in itertools.product(*(self.axes[n] for n in names))]
+        out = []
+        for combo in itertools.product(*(self.axes[n] for n in names)):
+            point = dict(zip(names, combo))
+            try:
+                out.append(PredictConfig(**point))
+            except ConfigError as exc:
+                label = ", ".join(f"{k}={v}" for k, v in point.items() if len(self.axes[k]) > 1) or \
+                    ", ".join(f"{k}={v}" for k, v in point.items())
+                raise ConfigError(f"sweep point {label}: {exc}") from None
+        return out
