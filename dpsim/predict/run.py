@@ -28,7 +28,6 @@ from dpsim.profile.calibrated import (
 )
 from dpsim.profile.io import load_profile
 from dpsim.strategies.build import build_step_program
-from dpsim.strategies.registry import check_fsdp_unit, check_grad_accum, check_strategy
 from dpsim.topology.cluster import Topology
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.topology.spec import TopologySpec
@@ -36,11 +35,7 @@ from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import ComputeProfile, compute_profile
 from dpsim.workload.from_torch import load_torch_workload
 from dpsim.workload.model_ref import is_torch_model_ref
-from dpsim.workload.precision import (
-    check_optimizer,
-    check_precision_on_gpu,
-    get_precision,
-)
+from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.spec import ModelSpec
 
 
@@ -102,8 +97,6 @@ def predict(config: PredictConfig, *, degradations=()) -> Prediction:
     ``degradations`` (:class:`~dpsim.network.degrade.LinkDegradation`) run some links below
     capacity in the collective model :func:`build_collectives` builds.
     """
-    if config.steps < 1:
-        raise ConfigError(f"--steps: {config.steps} is not valid; expected an integer >= 1")
     topology = resolve_topology(config)
     gpu = get_gpu(topology.spec.gpu)
     profile = None
@@ -112,7 +105,6 @@ def predict(config: PredictConfig, *, degradations=()) -> Prediction:
         gpu = calibrated_gpu(profile, gpu)
     model = load_model(config)
     precision = get_precision(config.precision)
-    check_optimizer(config.optimizer)
     check_precision_on_gpu(precision, gpu)
     compute: ComputeProfile = compute_profile(
         model, gpu, micro_batch=config.micro_batch, precision=precision, optimizer=config.optimizer,
@@ -184,13 +176,7 @@ def load_model(config: PredictConfig) -> ModelSpec:
     traced on the meta device (torch is imported only then)."""
 
     if is_torch_model_ref(config.model):
-        if config.seq_len is not None:
-            raise ConfigError("--seq-len: does not apply to a torch module (--model file.py:fn); its example "
-                              "input (--input-shape) sets the sequence length")
         return load_torch_workload(config.model, input_shape=config.input_shape)
-    if config.input_shape is not None:
-        raise ConfigError("--input-shape: applies only to a torch module (--model file.py:fn); catalog models "
-                          "take --seq-len")
     return get_model(config.model, seq_len=config.seq_len, flash_attention=config.flash_attention)
 
 
@@ -216,11 +202,6 @@ def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice
     gpu = get_gpu(topology.spec.gpu)
     model = load_model(config)
     precision = get_precision(config.precision)
-    check_optimizer(config.optimizer)
     check_precision_on_gpu(precision, gpu)
-
-    check_strategy(config.strategy)
-    check_fsdp_unit(config.fsdp_unit)
-    check_grad_accum(config.grad_accum)
     memory, advice = memory_with_advice(model, gpu, config, precision, topology)
     return memory, advice, model, topology
