@@ -18,7 +18,13 @@ from dpsim.collectives.algorithms import ALGORITHMS, Cluster
 from dpsim.collectives.algorithms.verify import check, pair_bytes, plan_pair_bytes
 from dpsim.collectives.links import link_report
 from dpsim.collectives.nccl import NcclCollectives
-from dpsim.collectives.nccl_tuning import BASE_LATENCY_US, PROTOCOLS, nvls_available
+from dpsim.collectives.nccl_tuning import (
+    ALGORITHM_NAMES,
+    BASE_LATENCY_US,
+    NCCL_DEFAULT_ALGORITHMS,
+    PROTOCOLS,
+    nvls_available,
+)
 from dpsim.collectives.ops import OPS, bus_factor, ring_steps
 from dpsim.errors import ConfigError
 from dpsim.network import FlowNetwork
@@ -219,6 +225,9 @@ ALGO_CASES = _algo_cases()
 def test_every_algorithm_is_exercised():
     names = {p.values[2] for p in ALGO_CASES}
     assert names == set(ALGORITHMS)
+    # The flags parse names without loading the algorithms: the two lists must agree.
+    assert ALGORITHM_NAMES == tuple(ALGORITHMS)
+    assert set(NCCL_DEFAULT_ALGORITHMS) < set(ALGORITHM_NAMES)
 
 
 @pytest.mark.parametrize("topo, cluster, name, op", ALGO_CASES)

@@ -61,8 +61,9 @@ def test_fsdp_unit_choices_are_the_unit_table():
 
 
 def test_placement_choices_are_the_job_layouts():
-    from dpsim.collectives.nccl_tuning import check_job_flags
+    from dpsim.collectives.nccl_tuning import PLACEMENTS, check_job_flags
 
+    assert typing.get_args(Placement) == PLACEMENTS
     for placement in typing.get_args(Placement):
         check_job_flags(2, placement)
     with pytest.raises(ConfigError) as exc:

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dpsim.collectives.algorithms import ALGORITHMS, NCCL_DEFAULT_ALGORITHMS
 from dpsim.errors import ConfigError
 from dpsim.units import KiB
 
 NCCL_COMMIT = "5067397c2676d5aed50042fc39e5c8ee96eb0027"
 PROTOCOLS = ("LL", "LL128", "Simple")
+ALGORITHM_NAMES = ("ring", "tree", "nvls", "nvls_tree", "hierarchical", "halving_doubling")
+"""``--algo`` values: every algorithm of :data:`dpsim.collectives.algorithms.ALGORITHMS` (a test keeps
+them equal), listed here so that parsing the flags does not load the algorithms."""
+NCCL_DEFAULT_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree")
+"""What NCCL chooses among by default (no CollNet: dpsim models no in-network switch
+reduction on NICs). ``hierarchical`` and ``halving_doubling`` are what-ifs: only used
+when ``--algo`` names them."""
+PLACEMENTS = ("packed", "interleaved")
+"""``--placement`` values for ``--jobs``."""
 
 # src/graph/tuning.cc@5067397 ncclTunerConstantsDefaults.baseLatencies, us: (LL, LL128, Simple)
 BASE_LATENCY_US = {
@@ -64,7 +72,7 @@ def parse_algorithms(text: str | None, field_name: str = "--algo") -> tuple[str,
     """``ring,tree`` or ``^nvls`` (like NCCL_ALGO) -> allowed algorithm names; ``None`` = NCCL's default."""
     if text is None or text.strip() == "":
         return None
-    return _parse_list(text, tuple(ALGORITHMS), field_name, aliases=ALGO_ALIASES,
+    return _parse_list(text, ALGORITHM_NAMES, field_name, aliases=ALGO_ALIASES,
                        default=NCCL_DEFAULT_ALGORITHMS)
 
 
@@ -114,5 +122,5 @@ def check_job_flags(jobs: int, placement: str) -> None:
     """Validate ``--jobs`` and ``--placement``."""
     if not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"--jobs: {jobs} is not valid; expected an integer >= 1")
-    if placement not in ("packed", "interleaved"):
+    if placement not in PLACEMENTS:
         raise ConfigError(f"--placement: {placement!r} is not valid; choose packed or interleaved")

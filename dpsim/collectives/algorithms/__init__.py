@@ -15,14 +15,12 @@ from dpsim.collectives.algorithms.hierarchical import Hierarchical
 from dpsim.collectives.algorithms.nvls import Nvls, NvlsTree
 from dpsim.collectives.algorithms.ring import Ring
 from dpsim.collectives.algorithms.tree import Tree
+from dpsim.collectives.nccl_tuning import NCCL_DEFAULT_ALGORITHMS
 
 ALGORITHMS = {a.name: a for a in (Ring(), Tree(), Nvls(), NvlsTree(), Hierarchical(), HalvingDoubling())}
-"""Every algorithm by name (``--algo`` values)."""
+"""Every algorithm by name (``--algo`` values; the names are
+:data:`dpsim.collectives.nccl_tuning.ALGORITHM_NAMES`, which the flags parse without importing this)."""
 
-NCCL_DEFAULT_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree")
-"""What NCCL chooses among by default (no CollNet: dpsim models no in-network switch
-reduction on NICs). ``hierarchical`` and ``halving_doubling`` are what-ifs: only used
-when ``--algo`` names them."""
 
 __all__ = ["ALGORITHMS", "NCCL_DEFAULT_ALGORITHMS", "Cluster", "HalvingDoubling", "Hierarchical", "Nvls",
            "NvlsTree", "Phase", "Plan", "Ring", "Schedule", "Send", "Tree"]
