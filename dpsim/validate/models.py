@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from dpsim.errors import ConfigError
-from dpsim.workload.from_torch import _import_target, parse_input_shape, parse_model_ref
+from dpsim.workload.model_ref import import_builder, parse_input_shape, parse_model_ref
 
 
 def mlp(width: int = 1024, depth: int = 6):
@@ -86,7 +86,7 @@ def build(name: str, **kwargs):
     if ":" in name:
 
         ref = parse_model_ref(name)
-        module = getattr(_import_target(ref), ref.function, None)
+        module = getattr(import_builder(ref), ref.function, None)
         if module is None or not callable(module):
             raise ConfigError(f"--model: {name!r}: no function {ref.function!r} in {ref.target!r}")
         model = module()

@@ -55,8 +55,8 @@ from typing import Any, Iterable
 from dpsim.errors import WorkloadError
 from dpsim.workload.model_ref import (
     ModelRef,
-    _import_target,
     _one_line,
+    import_builder,
     parse_input_shape,
     parse_model_ref,
 )
@@ -105,7 +105,7 @@ over other axes traces a module once per process."""
 def _load(parsed: ModelRef, ref: str, *, input_shape, name, unit_classes) -> ModelSpec:
     import torch
 
-    mod = _import_target(parsed)
+    mod = import_builder(parsed)
     builder = getattr(mod, parsed.function, None)
     if builder is None or not callable(builder):
         raise WorkloadError(f"--model: {parsed.target!r} has no function {parsed.function!r}")

@@ -83,7 +83,9 @@ def parse_input_shape(text: str) -> tuple[tuple[int, ...], str]:
     return tuple(int(s) for s in items), dtype
 
 
-def _import_target(ref: ModelRef) -> Any:
+def import_builder(ref: ModelRef) -> Any:
+    """The module that holds ``ref``'s builder (a file imported under a private name, or a
+    package module), or a one-line :class:`~dpsim.errors.WorkloadError` saying why not."""
     try:
         if ref.is_file:
             path = Path(ref.target).resolve()
