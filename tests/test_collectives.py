@@ -83,10 +83,22 @@ def test_network_models_are_interchangeable(name, n, changes):
             a, b = by_formula.time(op, size), by_search.time(op, size)
             assert (a.algorithm, a.protocol) == (b.algorithm, b.protocol)
             assert b.time_s == pytest.approx(a.time_s, rel=1e-9)
-    # Per-link bytes agree link by link (names included).
+    # Per-link bytes agree link by link (names included), and so do the report's groups.
     ops = [("all_reduce", 64 * MiB), ("all_gather", 8 * MiB)]
+    assert _named_link_bytes(by_formula, ops) == pytest.approx(_named_link_bytes(by_search, ops))
     ra, rb = link_report(by_formula, ops, 1.0, top=1000), link_report(by_search, ops, 1.0, top=1000)
-    assert {u.link: u.bytes for u in ra.top} == pytest.approx({u.link: u.bytes for u in rb.top})
+    groups = lambda r: sorted((u.link_class, round(u.bytes), u.links) for u in r.top)  # noqa: E731
+    assert groups(ra) == groups(rb)
+
+
+def _named_link_bytes(model, ops) -> dict:
+    """Bytes on every used link, by graph edge, of the plans NCCL's choice runs for ``ops``."""
+    total = np.zeros(model.network.n_links)
+    for op, size in ops:
+        c = model.choose(op, size)
+        scale = model.nic_scale(model.message_bytes(c.algorithm, c.protocol, op, size))
+        total += model.plan_cost(c.algorithm, op, scale).link_bytes_per_byte * size
+    return {model.network.link_name(int(i)): float(total[i]) for i in np.flatnonzero(total)}
 
 
 @pytest.mark.parametrize("name,n,changes", _small_cluster_cases())
@@ -370,7 +382,7 @@ def test_nvls_beats_the_ring_by_about_a_third_on_h100():
 
 def test_halving_doubling_takes_log2_steps_each_way():
     topo = Topology(spec=variant("infiniband"), n_gpus=64)
-    plan = NcclCollectives(topo, algorithms=("halving_doubling",)).plan_cost("halving_doubling", "all_reduce").plan
+    plan = ALGORITHMS["halving_doubling"].plan("all_reduce", Cluster.of(topo))
     assert len(plan.phases) == 2 * 6
     assert [p.fraction[0] for p in plan.phases[:6]] == [1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64]
     assert plan.intra_hops == 2 * 3 and plan.inter_hops == 2 * 3      # distances 1, 2, 4 stay in a server

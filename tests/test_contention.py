@@ -105,7 +105,7 @@ def test_predict_links_table_and_json(capsys, monkeypatch):
     assert set(links["algorithms"]) <= {"ring/LL", "ring/LL128", "ring/Simple"}
     assert d["config"]["algo"] == "ring" and d["config"]["jobs"] == 2
     b = links["bottleneck"][0]
-    assert set(b) == {"link", "class", "capacity_bytes_per_s", "bytes", "busy_s", "utilisation"}
+    assert set(b) == {"link", "class", "capacity_bytes_per_s", "bytes", "busy_s", "utilisation", "links"}
     assert " -> " in b["link"] and 0 < b["utilisation"] <= 1
 
 

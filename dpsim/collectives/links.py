@@ -1,44 +1,55 @@
-"""Per-link utilisation of a training step and its bottleneck links.
+"""Per-link utilisation of a training step and its bottleneck links, by symmetry group.
 
-Every collective of a step runs the plan :class:`~dpsim.algorithms.nccl.NcclCollectives`
+Every collective of a step runs the plan :class:`~dpsim.collectives.nccl.NcclCollectives`
 chose for it; the plan's evaluation knows how many bytes each directed link carries per
 byte of message (every concurrent job included). Summed over the step's collectives,
 ``bytes / capacity`` is the time the link is busy; over the step time, its
 utilisation. The **bottleneck links** are the busiest ones: the links whose upgrade
-would shorten the communication (with a homogeneous cluster many links tie, e.g. every
-NIC; the report counts them and names a few).
+would shorten the communication.
+
+A homogeneous cluster has thousands of identical links, so the report lists *groups*:
+the links of one class with the same capacity and the same bytes, with how many there
+are and the first of them by name (``n1.nic0 -> leaf0.0``, and 131,039 more). A link that
+differs from the others (a degraded NIC, the root of a tree) is a group of its own. On
+the symmetric path the groups come from the classes of identical servers and switch
+blocks (:class:`~dpsim.network.loadmap.LoadMap`): the report never walks the links of a
+262,144-GPU cluster.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from dpsim.collectives.nccl import NcclCollectives
+from dpsim.network.loadmap import LoadMap
 
 
 @dataclass(frozen=True, kw_only=True)
 class LinkUse:
-    """One directed link over a step."""
+    """A group of directed links that carried the same bytes in a step (often one link)."""
 
     link: tuple[str, str]
-    """Graph edge (source, target)."""
+    """Graph edge (source, target) of the group's first link."""
     link_class: str
     """``nvlink``, ``pcie``, ``infiniband``, ``leaf-spine``, ``spine-core``..."""
     capacity_bytes_per_s: float
-    """What collectives can drive through it."""
+    """What collectives can drive through each link."""
     bytes: float
-    """Bytes it carried in the step (all jobs)."""
+    """Bytes each link carried in the step (all jobs)."""
     busy_s: float
     """``bytes / capacity``."""
     utilisation: float
     """``busy_s / step time``."""
+    links: int = 1
+    """Links in the group (same class, capacity and bytes)."""
 
     def to_dict(self) -> dict:
         return {"link": f"{self.link[0]} -> {self.link[1]}", "class": self.link_class,
                 "capacity_bytes_per_s": self.capacity_bytes_per_s, "bytes": self.bytes,
-                "busy_s": self.busy_s, "utilisation": self.utilisation}
+                "busy_s": self.busy_s, "utilisation": self.utilisation, "links": self.links}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,9 +59,9 @@ class LinkReport:
     step_time_s: float
     """The step the utilisation is relative to."""
     top: tuple[LinkUse, ...]
-    """Busiest links, busiest first."""
+    """Busiest groups of links, busiest first."""
     bottleneck: tuple[LinkUse, ...]
-    """Up to a few of the links tied for busiest."""
+    """Up to a few of the links tied for busiest, one by one (busiest first, then by link index)."""
     bottleneck_count: int
     """How many links tie for busiest (within 0.1 %)."""
     by_class: dict[str, dict]
@@ -61,6 +72,8 @@ class LinkReport:
     """Concurrent jobs on the cluster."""
     placement: str
     """``packed`` or ``interleaved``."""
+    evaluation: str = "symmetric"
+    """How the collectives were evaluated (:attr:`NcclCollectives.evaluation`)."""
 
     @property
     def bottleneck_class(self) -> str | None:
@@ -77,6 +90,7 @@ class LinkReport:
             "algorithms": dict(self.algorithms),
             "jobs": self.jobs,
             "placement": self.placement,
+            "evaluation": self.evaluation,
         }
 
 
@@ -86,6 +100,7 @@ def link_report(collectives, ops: list[tuple[str, float]], step_time_s: float, *
 
     ``collectives`` is a :class:`~dpsim.collectives.nccl.NcclCollectives` (or anything with
     one as ``.world``); returns ``None`` for models without links (a calibration's fits).
+    ``top`` groups are listed, busiest first.
     """
     model = collectives
     if not isinstance(model, NcclCollectives):
@@ -93,7 +108,8 @@ def link_report(collectives, ops: list[tuple[str, float]], step_time_s: float, *
     if not isinstance(model, NcclCollectives):
         return None
     net = model.network
-    link_bytes = np.zeros(net.n_links)
+    # Calls that ran the same plan add their sizes first: one sum per plan, not per call.
+    per_plan: dict[tuple, list] = {}
     used: dict[str, int] = {}
     for op, size in ops:
         if size <= 0 or model.n_ranks == 1:
@@ -102,32 +118,94 @@ def link_report(collectives, ops: list[tuple[str, float]], step_time_s: float, *
         scale = model.nic_scale(model.message_bytes(choice.algorithm, choice.protocol, op, size)) \
             if model.topology.n_nodes > 1 else 1.0
         pc = model.plan_cost(choice.algorithm, op, scale)
-        link_bytes += pc.link_bytes_per_byte * size
+        entry = per_plan.setdefault((choice.algorithm, op, round(scale, 6)), [pc, 0.0])
+        entry[1] += size
         key = f"{choice.algorithm}/{choice.protocol}"
         used[key] = used.get(key, 0) + 1
-    capacity = model.capacity_bytes_per_s
-    busy = link_bytes / capacity
+    loads = [(pc.loads, size) for pc, size in per_plan.values()]
+    if loads and all(isinstance(x, LoadMap) for x, _ in loads):
+        total = LoadMap()
+        for x, size in loads:
+            total = total + x.scaled(size)
+        groups = _symmetric_groups(model, total)
+    else:
+        dense = np.zeros(net.n_links)
+        for x, size in loads:
+            dense += (x.dense(net.families(), net.n_links) if isinstance(x, LoadMap) else x) * size
+        groups = _dense_groups(model, dense)
     step = max(step_time_s, 1e-30)
-    idx = np.flatnonzero(link_bytes > 0)
 
-    def use(i: int) -> LinkUse:
-        return LinkUse(link=net.link_name(int(i)), link_class=net.link_classes[net.link_class_id[i]],
-                       capacity_bytes_per_s=float(capacity[i]), bytes=float(link_bytes[i]),
-                       busy_s=float(busy[i]), utilisation=float(busy[i] / step))
+    def use(g: _Group, link: int | None = None) -> LinkUse:
+        return LinkUse(link=net.link_name(g.first if link is None else link), link_class=g.link_class,
+                       capacity_bytes_per_s=g.capacity, bytes=g.bytes, busy_s=g.bytes / g.capacity,
+                       utilisation=g.bytes / g.capacity / step, links=g.links if link is None else 1)
 
-    order = idx[np.argsort(-busy[idx], kind="stable")]
+    # Busiest first; among equals, the group whose first link comes first in the network's numbering.
+    groups.sort(key=lambda g: (-(g.bytes / g.capacity), g.first))
     by_class: dict[str, dict] = {}
+    for cls in sorted({g.link_class for g in groups}, key=net.link_classes.index):
+        mine = [g for g in groups if g.link_class == cls]
+        links = sum(g.links for g in mine)
+        by_class[cls] = {"links": links, "max_utilisation": max(g.bytes / g.capacity for g in mine) / step,
+                         "mean_utilisation": sum(g.links * (g.bytes / g.capacity) for g in mine) / links / step}
+    base = dict(step_time_s=step_time_s, algorithms=used, jobs=model.jobs, placement=model.placement,
+                evaluation=model.evaluation, by_class=by_class)
+    if not groups:
+        return LinkReport(top=(), bottleneck=(), bottleneck_count=0, **base)
+    peak = groups[0].bytes / groups[0].capacity
+    tied = [g for g in groups if g.bytes / g.capacity >= peak * (1 - 1e-3)]
+    # The bottleneck names single links: the first few of the tied groups, busiest first.
+    named = sorted(((-(g.bytes / g.capacity), int(i), g) for g in tied for i in g.members(named_ties)),
+                   key=lambda t: t[:2])[:named_ties]
+    return LinkReport(top=tuple(use(g) for g in groups[:top]), bottleneck=tuple(use(g, i) for _, i, g in named),
+                      bottleneck_count=sum(g.links for g in tied), **base)
+
+
+@dataclass(kw_only=True)
+class _Group:
+    """Links of one class with the same capacity and bytes."""
+
+    link_class: str
+    capacity: float
+    bytes: float
+    links: int
+    first: int
+    members: Callable[[int], np.ndarray]
+    """The first ``k`` link indices of the group."""
+
+
+def _symmetric_groups(model: NcclCollectives, total: LoadMap) -> list[_Group]:
+    net = model.network
+    fams = net.families()
+    caps = model._family_capacity(1.0)
+    merged: dict[tuple, tuple[_Group, list]] = {}
+    for fam, value, count, first, cell in total.groups(fams):
+        cls = net.link_classes[fam.link_class]
+        key = (cls, caps[fam.name], value)
+        if key not in merged:
+            cells: list = []
+            g = _Group(link_class=cls, capacity=caps[fam.name], bytes=value, links=0, first=first,
+                       members=lambda k, cells=cells: np.sort(np.concatenate(
+                           [total.members(fams, c, k) for c in cells]))[:k])
+            merged[key] = (g, cells)
+        g, cells = merged[key]
+        g.links += count
+        g.first = min(g.first, first)
+        cells.append(cell)
+    return [g for g, _ in merged.values()]
+
+
+def _dense_groups(model: NcclCollectives, link_bytes: np.ndarray) -> list[_Group]:
+    """The same groups from bytes on every link (the whole-cluster path)."""
+    net = model.network
+    idx = np.flatnonzero(link_bytes > 0)
+    if not len(idx):
+        return []
     cid = net.link_class_id[idx]
-    for c in np.unique(cid):
-        cls = net.link_classes[int(c)]
-        sel = idx[cid == c]
-        by_class[cls] = {"links": int(len(sel)), "max_utilisation": float(busy[sel].max() / step),
-                         "mean_utilisation": float(busy[sel].mean() / step)}
-    if len(order) == 0:
-        return LinkReport(step_time_s=step_time_s, top=(), bottleneck=(), bottleneck_count=0, by_class={},
-                          algorithms=used, jobs=model.jobs, placement=model.placement)
-    peak = busy[order[0]]
-    tied = order[busy[order] >= peak * (1 - 1e-3)]
-    return LinkReport(step_time_s=step_time_s, top=tuple(use(i) for i in order[:top]),
-                      bottleneck=tuple(use(i) for i in tied[:named_ties]), bottleneck_count=int(len(tied)),
-                      by_class=by_class, algorithms=used, jobs=model.jobs, placement=model.placement)
+    cap = model.capacity_bytes_per_s[idx]
+    rows = np.stack([cid.astype(float), cap, link_bytes[idx]], axis=1)
+    _, first, inverse, count = np.unique(rows, axis=0, return_index=True, return_inverse=True, return_counts=True)
+    inverse = np.asarray(inverse).ravel()
+    return [_Group(link_class=net.link_classes[int(cid[f])], capacity=float(cap[f]), bytes=float(link_bytes[idx[f]]),
+                   links=int(c), first=int(idx[f]), members=lambda k, j=j: idx[inverse == j][:k])
+            for j, (f, c) in enumerate(zip(first, count))]

@@ -50,21 +50,12 @@ def parse_degradation(raw: str) -> LinkDegradation:
 _NAMED_LINK = re.compile(r"node(\d+)\.(nic|gpu)(\d+)")
 
 
-def degradation_scale(network, degradations: Sequence[LinkDegradation], *, strict: bool = True) -> np.ndarray:
-    """Capacity multiplier of every link of ``network`` (a :class:`~dpsim.network.tiers.TierNetwork`)
-    under ``degradations``: 1 where healthy; degradations of one link multiply.
-
-    ``node<K>`` counts the servers of the network's cluster (with ``--jobs``, every job's
-    servers, as placed). ``node<K>.nic<J>`` scales both directions of that NIC's cable to
-    its leaf (with more NICs than GPUs, NICs are merged per GPU: one NIC of a bundle of
-    ``p`` scales the bundle's link to ``(p - 1 + f) / p``); ``node<K>.gpu<J>`` both
-    directions of that GPU's NVLink/PCIe link to its server's hub; a link class every link
-    of that class. A name that matches no link of the network is an error.
-
-    ``strict=False`` skips link classes the network lacks (a hybrid-sharding
-    communicator's network, whose names :func:`communicator_degradations` mapped).
-    """
-    scale = np.ones(network.n_links)
+def degradation_terms(network, degradations: Sequence[LinkDegradation], *,
+                      strict: bool = True) -> list[tuple[str, object, float]]:
+    """``degradations`` checked against ``network`` (a :class:`~dpsim.network.tiers.TierNetwork`),
+    in order: ``("class", name, factor)`` for every link of a class, ``("links", indices,
+    factor)`` for named links. See :func:`degradation_scale` for the names and ``strict``."""
+    terms: list[tuple[str, object, float]] = []
     spec = network.spec
     n_nodes = network.n_nodes
     for deg in degradations:
@@ -83,19 +74,53 @@ def degradation_scale(network, degradations: Sequence[LinkDegradation], *, stric
                                else "no NIC carrying traffic between servers")
                     raise ConfigError(f"--degrade: {deg.label!r} names NIC {j}; {spec.name} with "
                                       f"{n_nodes} node(s) has {allowed}")
-                scale[network.server_nic_links(node, j // ports)] *= (ports - 1 + f) / ports
+                terms.append(("links", network.server_nic_links(node, j // ports), (ports - 1 + f) / ports))
             else:
                 if j >= network.gpn:
                     raise ConfigError(f"--degrade: {deg.label!r} names GPU {j}; nodes have "
                                       f"gpu0..gpu{network.gpn - 1}")
-                scale[network.server_gpu_links(node, j)] *= f
+                terms.append(("links", network.server_gpu_links(node, j), f))
         elif deg.link in network.link_classes:
-            scale[network.class_links(deg.link)] *= f
+            terms.append(("class", deg.link, f))
         elif strict:
             raise ConfigError(
                 f"--degrade: {deg.link!r} is not a link of {spec.name}; use node<K>.nic<J>, node<K>.gpu<J> "
                 f"or a link class present here: {', '.join(sorted(network.link_classes)) or 'none'}")
+    return terms
+
+
+def degradation_scale(network, degradations: Sequence[LinkDegradation], *, strict: bool = True) -> np.ndarray:
+    """Capacity multiplier of every link of ``network`` (a :class:`~dpsim.network.tiers.TierNetwork`)
+    under ``degradations``: 1 where healthy; degradations of one link multiply.
+
+    ``node<K>`` counts the servers of the network's cluster (with ``--jobs``, every job's
+    servers, as placed). ``node<K>.nic<J>`` scales both directions of that NIC's cable to
+    its leaf (with more NICs than GPUs, NICs are merged per GPU: one NIC of a bundle of
+    ``p`` scales the bundle's link to ``(p - 1 + f) / p``); ``node<K>.gpu<J>`` both
+    directions of that GPU's NVLink/PCIe link to its server's hub; a link class every link
+    of that class. A name that matches no link of the network is an error.
+
+    ``strict=False`` skips link classes the network lacks (a hybrid-sharding
+    communicator's network, whose names :func:`communicator_degradations` mapped).
+    """
+    scale = np.ones(network.n_links)
+    for kind, what, f in degradation_terms(network, degradations, strict=strict):
+        scale[network.class_links(what) if kind == "class" else what] *= f
     return scale
+
+
+def class_factors(terms: Sequence[tuple[str, object, float]]) -> dict[str, float] | None:
+    """The capacity factor of each degraded link class when :func:`degradation_terms` names
+    only whole classes (every link of a class alike: the cluster stays symmetric); ``None``
+    when a single link is named below its full rate."""
+    out: dict[str, float] = {}
+    for kind, what, f in terms:
+        if kind != "class":
+            if f == 1.0:
+                continue  # a link left at its full rate changes nothing
+            return None
+        out[what] = out.get(what, 1.0) * f
+    return out
 
 
 def same_numbering(job: Topology, group: Topology) -> bool:

@@ -98,8 +98,22 @@ class FlowNetwork:
                          if (kind(u) == "nic") != (kind(v) == "nic") and {kind(u), kind(v)} - {"nic", "pcie"}],
                         dtype=np.int64)
 
-    def server_links(self) -> None:
-        """No symmetry is assumed on an arbitrary graph: every flow is evaluated."""
+    # No symmetry is assumed on an arbitrary graph: collectives evaluate every flow.
+    def families(self) -> None:
+        """No link families on an arbitrary graph."""
+        return None
+
+    def server_network(self) -> None:
+        """No server is known to stand for the others on an arbitrary graph."""
+        return None
+
+    @property
+    def shared_server_links(self) -> bool:
+        """Unknown on an arbitrary graph: assume shared."""
+        return True
+
+    def symmetric_loads(self, *, server=None, crossing=()) -> None:
+        """No symmetric counting on an arbitrary graph."""
         return None
 
     # ------------------------------------------------------------------ routing

@@ -10,6 +10,17 @@ swapped (:class:`~dpsim.network.tiers.TierNetwork`, routed by formula on dpsim's
 fabrics; :class:`~dpsim.network.graph_network.FlowNetwork`, routed by search on any graph)
 without touching the collectives.
 
+A network that knows its own symmetry (every server identical, switch blocks identical)
+also takes flows in compact form, so that a collective on 262,144 GPUs costs what one
+on 16 does: :class:`ServerFlows` (what every server runs inside itself) and
+:class:`CrossingFlows` (a server-level pattern, e.g. a ring or a binary tree of servers,
+run on a few lanes, e.g. one per NIC). :meth:`NetworkModel.symmetric_loads` counts
+their load on every link as a :class:`~dpsim.network.loadmap.LoadMap` (per class of
+identical links), and :meth:`NetworkModel.server_network` is one server's own links,
+where max-min sharing of the flows inside a server is exact when no flow between
+servers uses them (:attr:`NetworkModel.shared_server_links` false). A network without
+that knowledge returns ``None`` and collectives evaluate every flow.
+
 The string-named helpers (:class:`Flow`, :class:`FlowRates`, :class:`TransferResult`)
 serve tests and explicit schedules on small graphs.
 """
@@ -21,6 +32,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from dpsim.network.loadmap import Family, LoadMap
 from dpsim.network.maxmin import max_min_sparse
 
 
@@ -47,6 +59,40 @@ class LinkLoads:
     def flow_counts(self) -> np.ndarray:
         """Flows crossing each link (dense over all links)."""
         return np.bincount(self.link_of, minlength=self.n_links)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerFlows:
+    """Flows inside a server that *every* server of the cluster runs at once."""
+
+    src: np.ndarray
+    """Local GPU index of each flow's source (``-1``: the server's switch, an NVLS endpoint)."""
+    dst: np.ndarray
+    """Local GPU index of each flow's destination (``-1``: the server's switch)."""
+    weight: np.ndarray
+    """What each flow puts on every link of its route (1: count flows; a fraction of S: bytes)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrossingFlows:
+    """Flows between servers: every edge of a server-level pattern, on every lane.
+
+    Flow ``(e, k)`` goes from GPU ``src_local[k]`` of server ``src_server[e]`` to GPU
+    ``dst_local[k]`` of server ``dst_server[e]`` (``src_server != dst_server``): e.g. a
+    ring of servers run on one lane per NIC, or a binary tree of servers run from each
+    server's channel heads.
+    """
+
+    src_server: np.ndarray
+    """Source server of each pattern edge."""
+    dst_server: np.ndarray
+    """Destination server of each pattern edge."""
+    src_local: np.ndarray
+    """Source GPU (local index) of each lane."""
+    dst_local: np.ndarray
+    """Destination GPU (local index) of each lane."""
+    weight: float = 1.0
+    """What each flow puts on every link of its route (1: count flows; a fraction of S: bytes)."""
 
 
 @runtime_checkable
@@ -78,10 +124,26 @@ class NetworkModel(Protocol):
         """Indices of the NIC <-> switch links (what a per-message NIC overhead slows down)."""
         ...
 
-    def server_links(self) -> np.ndarray | None:
-        """``(servers, k)`` indices of each server's GPU <-> switch links, when intra-server flows
-        use only those links and no other flow does (so one server's loads stand for every
-        server's); ``None`` when that symmetry is not known."""
+    def families(self) -> dict[str, Family] | None:
+        """Its links as families of ``units x lanes`` (:mod:`~dpsim.network.loadmap`), or ``None``
+        when it has no such structure (then it has no :meth:`symmetric_loads` either)."""
+        ...
+
+    def server_network(self) -> NetworkModel | None:
+        """A network of one server: its GPU <-> switch links with this network's capacities,
+        endpoints numbered like server 0's (``None`` when unknown)."""
+        ...
+
+    @property
+    def shared_server_links(self) -> bool:
+        """Whether flows between servers also cross the GPU <-> switch links (an NVLink switch
+        tier or domain), so that flows inside a server are not evaluated on their own."""
+        ...
+
+    def symmetric_loads(self, *, server: ServerFlows | None = None,
+                        crossing: Sequence[CrossingFlows] = ()) -> LoadMap | None:
+        """The weight every link carries when every server runs ``server`` and every pattern of
+        ``crossing`` runs (``None`` when the network cannot count them by symmetry)."""
         ...
 
 

@@ -19,20 +19,37 @@ and classes are exactly the graph's (``tests/test_network.py`` checks route for 
 against BFS on :func:`~dpsim.topology.build_graph`), so reports can name a link such as
 ``leaf3.0 -> spine1``. Switch blocks are collapsed and ECMP is an even split over
 equal up-links (see :mod:`dpsim.network.fabric`).
+
+Links come in *families* (:meth:`TierNetwork.families`: GPU up-links, PCIe links, NIC
+cables, each tier's up- and down-links...), each a grid of identical links, so the
+network never lists its links unless asked (the per-link arrays are built on first
+use). :meth:`TierNetwork.symmetric_loads` counts compact flows
+(:class:`~dpsim.network.model.ServerFlows`, :class:`~dpsim.network.model.CrossingFlows`)
+on every family with the same routes, by arithmetic on server numbers: the degree of
+each server in a crossing pattern loads its NIC and PCIe links, and the pattern edges
+whose servers lie in different leaf groups (or blocks of a tier, or rails) load that
+level's up- and down-links; servers and switch blocks with the same counts form one
+class of a :class:`~dpsim.network.loadmap.LoadMap`. The work is a few numpy passes over
+the pattern's edges (one per server for a ring or a tree), none over GPUs or flows.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
 
+from dpsim.network.loadmap import Family, FamilyLoad, LoadMap, classify
 from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.model import (
+    CrossingFlows,
     Flow,
     FlowRates,
     LinkLoads,
+    ServerFlows,
     TransferResult,
     describe_rates,
     run_transfer,
@@ -120,19 +137,29 @@ class TierNetwork:
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         for (name, *_), start in zip(blocks, starts):
             self._offset[name] = int(start)
+        self._counts = counts
         self.n_links = int(counts.sum())
-        nic = [(self._offset[b], count) for b, count, *_ in blocks if b in ("nic_leaf", "leaf_nic")]
-        self._nic_links = np.concatenate([np.arange(o, o + c) for o, c in nic]) if nic else np.zeros(0, np.int64)
-        self.capacity_bytes_per_s = np.repeat(np.array([b[2] for b in blocks], dtype=float), counts)
-        """Capacity of each link (line rate x NCCL efficiency), bytes/s."""
-        self.latency_s = np.repeat(np.array([b[3] for b in blocks], dtype=float), counts)
-        """Hop latency charged on each link, seconds."""
         self.link_classes: tuple[str, ...] = tuple(dict.fromkeys(b[4] for b in blocks))
         """Link classes; :attr:`link_class_id` indexes this tuple."""
-        self.link_class_id = np.repeat(np.array([self.link_classes.index(b[4]) for b in blocks], dtype=np.int64),
-                                       counts)
-        """Class of each link, as an index into :attr:`link_classes`."""
         self._hub = hub
+
+    # The per-link arrays of the NetworkModel interface: built on first use (a symmetric
+    # evaluation never needs them, and at 262,144 GPUs they would hold millions of links).
+    @cached_property
+    def capacity_bytes_per_s(self) -> np.ndarray:
+        """Capacity of each link (line rate x NCCL efficiency), bytes/s."""
+        return np.repeat(np.array([b[2] for b in self._blocks], dtype=float), self._counts)
+
+    @cached_property
+    def latency_s(self) -> np.ndarray:
+        """Hop latency charged on each link, seconds."""
+        return np.repeat(np.array([b[3] for b in self._blocks], dtype=float), self._counts)
+
+    @cached_property
+    def link_class_id(self) -> np.ndarray:
+        """Class of each link, as an index into :attr:`link_classes`."""
+        return np.repeat(np.array([self.link_classes.index(b[4]) for b in self._blocks], dtype=np.int64),
+                         self._counts)
 
     @property
     def gpus_per_server(self) -> int:
@@ -141,18 +168,172 @@ class TierNetwork:
 
     def nic_links(self) -> np.ndarray:
         """Indices of the NIC <-> leaf links (what a per-message NIC overhead slows down)."""
-        return self._nic_links
+        nic = [(self._offset[b], count) for b, count, *_ in self._blocks if b in ("nic_leaf", "leaf_nic")]
+        return np.concatenate([np.arange(o, o + c) for o, c in nic]) if nic else np.zeros(0, np.int64)
 
-    def server_links(self) -> np.ndarray | None:
-        """``(servers, 2 x GPUs)`` indices of each server's GPU <-> hub links (up, then down),
-        when intra-server flows use only those links and no inter-server route does (NIC
-        fabrics); ``None`` on NVLink fabrics and domains, whose routes cross the hub links."""
-        if self.nvl_fabric or self.domain_nodes:
-            return None
+    # ------------------------------------------------------------------ symmetry
+    def families(self) -> dict[str, Family]:
+        """Every block of links as a family of ``units x lanes`` (see :mod:`dpsim.network.loadmap`)."""
+        return self._families
+
+    @cached_property
+    def _families(self) -> dict[str, Family]:
+        out = {}
+        for name, count, cap, _, cls in self._blocks:
+            lanes = self._lanes(name)
+            out[name] = Family(name=name, offset=self._offset[name], units=count // lanes, lanes=lanes,
+                               capacity_bytes_per_s=cap, link_class=self.link_classes.index(cls),
+                               nic=name in ("nic_leaf", "leaf_nic"))
+        return out
+
+    def _lanes(self, block: str) -> int:
+        if block in ("gpu_up", "gpu_down", "gpu_pcie", "pcie_gpu"):
+            return self.gpn
+        if block in ("pcie_nic", "nic_pcie", "nic_leaf", "leaf_nic"):
+            return self.layout.nic_nodes
+        if block in ("up0", "down0"):
+            return self.layout.rails
+        return 1
+
+    @property
+    def shared_server_links(self) -> bool:
+        """Flows between servers cross the GPU <-> switch links too (NVLink switch tiers and
+        domains): flows inside a server are then not independent of the others."""
+        return bool(self.nvl_fabric or self.domain_nodes or (not self.nic_kind and self.n_nodes > 1))
+
+    def server_network(self) -> TierNetwork:
+        """One server of this design: its GPU <-> NVSwitch/PCIe hub links, nothing else."""
+        if self.n_nodes == 1:
+            return self
+        from dataclasses import replace
+
+        return TierNetwork(replace(self.topology, n_gpus=self.gpn, leaf_group_nodes=None, tier_group_sizes=None))
+
+    def symmetric_loads(self, *, server: ServerFlows | None = None,
+                        crossing: Sequence[CrossingFlows] = ()) -> LoadMap:
+        """What every link carries when every server runs ``server`` and every pattern of
+        ``crossing`` runs, counted with the same routes as :meth:`routes` (a test compares the two)."""
+        fams: dict[str, FamilyLoad] = {}
         n, g = self.n_nodes, self.gpn
-        up = self._offset["gpu_up"] + np.arange(n * g).reshape(n, g)
-        down = self._offset["gpu_down"] + np.arange(n * g).reshape(n, g)
-        return np.concatenate([up, down], axis=1)
+        if server is not None and len(server.src):
+            src, dst = np.asarray(server.src), np.asarray(server.dst)
+            w = np.broadcast_to(np.asarray(server.weight, float), src.shape)
+            up = np.bincount(src[src >= 0], weights=w[src >= 0], minlength=g)
+            down = np.bincount(dst[dst >= 0], weights=w[dst >= 0], minlength=g)
+            fams["gpu_up"] = FamilyLoad.uniform(n, up)
+            fams["gpu_down"] = FamilyLoad.uniform(n, down)
+        if crossing:
+            out = LoadMap(fams) + self._crossing_loads(crossing)
+            return out
+        return LoadMap(fams)
+
+    def _crossing_loads(self, crossing: Sequence[CrossingFlows]) -> LoadMap:
+        """Loads of patterns between servers: per server and per switch block, integer counts of
+        pattern edges (:func:`numpy.bincount`), times per-lane counts."""
+        n, g = self.n_nodes, self.gpn
+        nn = max(self.layout.nic_nodes, 1)
+        per = g // nn
+        rails = self.layout.rails
+        node_cols: list[np.ndarray] = []                  # per-server counts
+        node_terms: dict[str, list[tuple[int, np.ndarray]]] = {}
+        level_cols: list[list[np.ndarray]] = [[] for _ in range(self.n_levels)]
+        level_terms: list[dict[str, list[tuple[int, np.ndarray]]]] = [{} for _ in range(self.n_levels)]
+
+        seen: dict[int, int] = {}  # one column per count array, however many families use it
+
+        def column(cols: list[np.ndarray], col: np.ndarray) -> int:
+            key = id(col)
+            if key not in seen:
+                seen[key] = len(cols)
+                cols.append(col)
+            return seen[key]
+
+        def node_term(family: str, col: np.ndarray, lanes: np.ndarray) -> None:
+            if not col.any() or not lanes.any():
+                return
+            node_terms.setdefault(family, []).append((column(node_cols, col), lanes))
+
+        def level_term(level: int, family: str, col: np.ndarray, lanes: np.ndarray) -> None:
+            if not col.any() or not lanes.any():
+                return
+            level_terms[level].setdefault(family, []).append((column(level_cols[level], col), lanes))
+
+        for flows in crossing:
+            a = np.asarray(flows.src_server)
+            b = np.asarray(flows.dst_server)
+            i = np.asarray(flows.src_local, dtype=np.int64)
+            j = np.asarray(flows.dst_local, dtype=np.int64)
+            w = float(flows.weight)
+            if (a == b).any():
+                raise ValueError("a crossing pattern joins two different servers on every edge")
+            q = len(i)
+            if self.nic_kind:
+                via_nic = (a // self.domain_nodes != b // self.domain_nodes) if self.domain_nodes else None
+            else:
+                via_nic = np.zeros(len(a), dtype=bool)
+            via_hub = ~via_nic if via_nic is not None else None
+            if via_hub is not None and via_hub.any():
+                ah, bh = a[via_hub], b[via_hub]
+                out, inn = np.bincount(ah, minlength=n), np.bincount(bh, minlength=n)
+                node_term("gpu_up", out, np.bincount(i, minlength=g) * w)
+                node_term("gpu_down", inn, np.bincount(j, minlength=g) * w)
+                hub_up, hub_down = ("hub_nvl", "nvl_hub") if self.nvl_fabric else ("hub_dom", "dom_hub")
+                node_term(hub_up, out, np.array([q * w]))
+                node_term(hub_down, inn, np.array([q * w]))
+            nic_edges = np.ones(len(a), dtype=bool) if via_nic is None else via_nic
+            if not self.nic_kind or not nic_edges.any():
+                continue
+            an, bn = (a, b) if via_nic is None else (a[nic_edges], b[nic_edges])
+            out, inn = np.bincount(an, minlength=n), np.bincount(bn, minlength=n)
+            s, t = i // per, j // per
+            node_term("gpu_pcie", out, np.bincount(i, minlength=g) * w)
+            node_term("pcie_gpu", inn, np.bincount(j, minlength=g) * w)
+            for family, col, nic in (("pcie_nic", out, s), ("nic_leaf", out, s),
+                                     ("leaf_nic", inn, t), ("nic_pcie", inn, t)):
+                node_term(family, col, np.bincount(nic, minlength=nn) * w)
+            if not self.n_levels:
+                continue
+            ra = s if self.fabric.rail_optimized else np.zeros_like(s)
+            rb = t if self.fabric.rail_optimized else np.zeros_like(t)
+            same = ra == rb
+            units0 = self.units[0]
+            ga, gb = an // self.sizes[0], bn // self.sizes[0]
+            differ = ga != gb
+            if same.any():
+                level_term(0, "up0", np.bincount(ga[differ], minlength=units0),
+                           np.bincount(ra[same], minlength=rails) * w)
+                level_term(0, "down0", np.bincount(gb[differ], minlength=units0),
+                           np.bincount(rb[same], minlength=rails) * w)
+            if (~same).any():  # another rail's leaf: up to the spine even within a leaf group
+                level_term(0, "up0", np.bincount(ga, minlength=units0), np.bincount(ra[~same], minlength=rails) * w)
+                level_term(0, "down0", np.bincount(gb, minlength=units0),
+                           np.bincount(rb[~same], minlength=rails) * w)
+            span = self.sizes[0]
+            for level in range(1, self.n_levels):
+                span *= self.sizes[level]
+                ba, bb = an // span, bn // span
+                differ = ba != bb
+                level_term(level, f"up{level}", np.bincount(ba[differ], minlength=self.units[level]),
+                           np.array([q * w]))
+                level_term(level, f"down{level}", np.bincount(bb[differ], minlength=self.units[level]),
+                           np.array([q * w]))
+        fams: dict[str, FamilyLoad] = {}
+        self._class_families(fams, node_cols, node_terms)
+        for level in range(self.n_levels):
+            self._class_families(fams, level_cols[level], level_terms[level])
+        return LoadMap(fams)
+
+    @staticmethod
+    def _class_families(fams: dict[str, FamilyLoad], cols: list[np.ndarray],
+                        terms: dict[str, list[tuple[int, np.ndarray]]]) -> None:
+        """Units with the same counts in every column form one class (shared by the families
+        of these columns); each family's table is its terms' counts times their lane loads."""
+        if not cols:
+            return
+        rows, first, inverse, count = classify(cols)
+        for family, parts in terms.items():
+            table = sum(rows[:, k, None] * lanes[None, :] for k, lanes in parts)
+            fams[family] = FamilyLoad(cls=inverse, table=table, count=count, first=first)
 
     # ------------------------------------------------------------------ naming
     def gpu_index(self, gpu: str) -> int:

@@ -24,17 +24,18 @@ def print_link_report(report: LinkReport | None, console=None) -> None:
         classes.add_row(cls, str(d["links"]), f"{100 * d['max_utilisation']:.1f} %",
                         f"{100 * d['mean_utilisation']:.1f} %")
     console.print(classes)
-    top = Table(title="busiest links", header_style="bold")
-    for col in ("link", "class", "GB/s", "busy", "utilisation"):
-        top.add_column(col, justify="left" if col in ("link", "class") else "right")
+    # Identical links are one row: the first of them by name, and how many there are.
+    top = Table(title="busiest links (identical links grouped)", header_style="bold")
+    for col in ("first link", "links", "class", "GB/s", "busy", "utilisation"):
+        top.add_column(col, justify="left" if col in ("first link", "class") else "right")
     for u in report.top:
-        top.add_row(escape(f"{u.link[0]} -> {u.link[1]}"), u.link_class, f"{u.capacity_bytes_per_s / 1e9:.1f}",
+        top.add_row(escape(f"{u.link[0]} -> {u.link[1]}"), f"{u.links:,}", u.link_class, f"{u.capacity_bytes_per_s / 1e9:.1f}",
                     f"{u.busy_s * 1e3:.3g} ms", f"{100 * u.utilisation:.1f} %")
     console.print(top)
     if report.bottleneck:
         b = report.bottleneck[0]
-        more = f" (and {report.bottleneck_count - 1} more tied)" if report.bottleneck_count > 1 else ""
+        more = f" (and {report.bottleneck_count - 1:,} more tied)" if report.bottleneck_count > 1 else ""
         console.print(f"bottleneck: {b.link_class} link {escape(b.link[0])} -> {escape(b.link[1])}{more}, "
                       f"busy {100 * b.utilisation:.1f} % of the step: upgrade this link class first")
     used = ", ".join(f"{k} x{v}" for k, v in sorted(report.algorithms.items()))
-    console.print(f"collectives: {used}")
+    console.print(f"collectives: {used} (evaluated: {report.evaluation})")

@@ -1,9 +1,11 @@
 """A cluster: a design instantiated with a number of GPUs, and its representative slice.
 
-Because every node is identical, collectives only need a *representative* slice of the
-cluster (two leaf groups of two nodes) to find the per-link load pattern; uplink
-capacities keep the values of the full cluster. :attr:`Topology.graph` builds the whole
-cluster when a caller wants it (tests compare both).
+Every node is identical, so a small *representative* slice of the cluster (two leaf
+groups of two nodes, uplink capacities kept from the full design) has every kind of link
+the whole cluster has: :meth:`Topology.check_connected` checks it instead of the whole
+graph. Collectives do not need a graph at all: they are costed by symmetry on the whole
+cluster's numbering (:mod:`dpsim.collectives.symmetric`, :mod:`dpsim.network.tiers`).
+:attr:`Topology.graph` builds the whole cluster when a caller wants it (tests compare).
 """
 
 from __future__ import annotations
@@ -99,12 +101,12 @@ class Topology:
 
     @cached_property
     def representative(self) -> Topology:
-        """A small cluster with the same per-link ring load pattern as this one.
+        """A small cluster with every kind of link of this one (for connectivity checks).
 
         One node stays one node; nodes under one leaf become two nodes; several leaf
-        groups become two groups of two nodes. Ring steps load every link class of the
-        slice as they load the full cluster (each NIC, leaf port and leaf uplink carries
-        one flow per channel and direction), and uplink capacities keep the full design's.
+        groups become two groups of two nodes (multi-tier: two units at the highest level
+        that has several, each of two units of every level below); uplink capacities keep
+        the full design's.
         """
         if self.n_nodes == 1:
             return self
