@@ -1,7 +1,29 @@
-"""GPU presets: compute rates and memory, each number citing its source.
+"""GPU presets: compute rates, memory and SM counts, each number citing its source.
 
 Rows ``Hxxx`` refer to ``../shared/reference/hardware.csv`` (published measurements
-with their sources); other numbers cite the vendor datasheet they come from.
+with their sources); "MAMF table" is the *Maximum Achievable Matmul FLOPS comparison
+table* and "spec table" the *TFLOPS comparison table* of
+stas00/ml-engineering@744d01e18b79 ``compute/accelerator/README.md`` (dense peaks
+without sparsity, each row citing the vendor page); other numbers cite the vendor
+datasheet they come from. Vendors often print peaks *with* 2:4 sparsity (marked ``*``
+in datasheets); every peak here is dense, half of such a figure.
+
+Rate keys (torch dtype names, see :data:`MATMUL_DTYPES`):
+
+* ``float16``, ``bfloat16``, ``float8``: tensor-core (matrix-core) matmul peak;
+* ``float32``: a float32 matmul *with TF32 allowed* (``torch.backends.cuda.matmul.
+  allow_tf32 = True``, ``set_float32_matmul_precision("high")``, cuDNN's default for
+  convolutions, and NGC containers' default through ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE``):
+  the TF32 tensor-core peak on Ampere and later, the FP32 peak before (no TF32);
+* ``float32-highest``: a float32 matmul at full precision, PyTorch's default for
+  matmuls since 1.12 (``set_float32_matmul_precision("highest")``): the CUDA-core
+  FP32 peak. Given only where it differs from ``float32`` (Ampere and later).
+
+*Achieved* rates are the best measured matmul rate (mamf-finder's best shape) where one
+is published, else the dense peak times the efficiency of the nearest measured GPU
+(:data:`NVIDIA_MEASURED_EFFICIENCY` for NVIDIA parts without a measurement). The
+roofline (:mod:`dpsim.workload.roofline`) starts from them and loses more on small or
+skinny shapes.
 """
 
 from __future__ import annotations
@@ -10,45 +32,58 @@ from dataclasses import dataclass, field
 
 from dpsim.errors import ConfigError
 
+MATMUL_DTYPES = ("float8", "float16", "bfloat16", "float32", "float32-highest")
+"""Rate keys a preset may give (see the module docstring)."""
+
+ARCHITECTURES = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3")
+"""GPU generations of the presets."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class GpuSpec:
-    """One accelerator model."""
+    """One accelerator model, as one PyTorch device sees it."""
 
     name: str
     """Preset key, e.g. ``h100``."""
     description: str
     """Marketing name and form factor, e.g. ``NVIDIA H100 SXM5 80GB``."""
     peak_flops_per_s: dict[str, float]
-    """Dense tensor-core peak per dtype name (``bfloat16``, ``float16``, ``float32``,
-    ``float8``), FLOP/s. ``float32`` is a float32 matmul with TF32 tensor cores allowed
-    (Ampere and later); on Volta, which has no TF32, it is the CUDA-core FP32 peak."""
+    """Dense peak per rate key (module docstring: ``float16``, ``bfloat16``, ``float8``,
+    ``float32`` = TF32 where it exists, ``float32-highest`` = CUDA-core FP32), FLOP/s."""
     achieved_flops_per_s: dict[str, float]
-    """Best achieved matmul rate per dtype (e.g. mamf-finder), FLOP/s."""
+    """Best achieved matmul rate per rate key (mamf-finder's best shape, or derived), FLOP/s."""
     memory_bytes: float
     """Device memory capacity in bytes (GB = 1e9 as vendors state it)."""
     memory_bandwidth_bytes_per_s: float
     """Peak device-memory bandwidth, bytes/s."""
+    architecture: str = ""
+    """GPU generation (:data:`ARCHITECTURES`): sets which attention kernels PyTorch runs
+    (:data:`dpsim.workload.roofline.ATTENTION_FRACTION_OF_PEAK`) and whether TF32 exists."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (NVIDIA) or compute units (AMD): the roofline's wave
+    quantization divides output tiles over them; ``None`` when not published (no wave
+    quantization is modelled then)."""
     sources: tuple[str, ...] = field(default=())
     """Citations for the numbers above."""
 
     def achieved_rate(self, dtype: str) -> float:
         """Achieved matmul FLOP/s for ``dtype``.
 
-        ``float16`` and ``bfloat16`` stand in for each other when only one is given:
-        they share the tensor-core rate on Ampere and later, and on Volta (V100, no
-        bf16 tensor cores) a "bf16" mixed-precision job runs as fp16 AMP, which is
-        the rate returned. Any other missing dtype raises :class:`ConfigError`.
+        ``float16`` and ``bfloat16`` stand in for each other when only one is given (a
+        GPU without bf16 tensor cores is refused earlier, by
+        :func:`dpsim.workload.precision.check_precision_on_gpu`); ``float32-highest``
+        falls back to ``float32`` on GPUs without TF32, where the two are the same.
+        Any other missing key raises :class:`ConfigError`.
         """
         return self._rate(self.achieved_flops_per_s, dtype, "achieved")
 
     def peak_rate(self, dtype: str) -> float:
-        """Dense tensor-core peak FLOP/s for ``dtype``, with the same fallback as :meth:`achieved_rate`."""
+        """Dense peak FLOP/s for ``dtype``, with the same fallback as :meth:`achieved_rate`."""
         return self._rate(self.peak_flops_per_s, dtype, "peak")
 
     def _rate(self, rates: dict[str, float], dtype: str, kind: str) -> float:
-        half = {"float16": "bfloat16", "bfloat16": "float16"}
-        for candidate in (dtype, half.get(dtype)):
+        fallback = {"float16": "bfloat16", "bfloat16": "float16", "float32-highest": "float32"}
+        for candidate in (dtype, fallback.get(dtype)):
             if candidate in rates:
                 return rates[candidate]
         raise ConfigError(
@@ -61,166 +96,351 @@ TFLOPS = 1e12
 _GB = 1e9
 _TB = 1e12
 
-# Matmul efficiency (achieved / dense peak) of the GPUs measured with mamf-finder in
-# hardware.csv. "float16" reuses the bf16 numbers: every preset but V100 has the same
-# fp16 and bf16 tensor-core peak (datasheets), and the rows measure bf16 only.
-# "float32" means a float32 matmul with TF32 tensor cores allowed (Ampere and later);
-# no TF32 matmul is measured in the rows, so its achieved rate is the TF32 peak times
-# the same GPU's measured bf16 efficiency.
-_A100_BF16_EFFICIENCY = 271.2 / 312.0  # H013 achieved / H020 peak = 0.869
-_H100_BF16_EFFICIENCY = 794.5 / 989.0  # H015 achieved / H021 peak = 0.803
-_B200_BF16_EFFICIENCY = 1745.0 / 2250.0  # H017 achieved / H022 peak = 0.776
+# Measured matmul efficiency (achieved / dense peak), MAMF table, bf16.
+_A100_SXM_EFF = 271.2 / 312.0  # H013 / H020 = 0.869
+_A100_PCIE_EFF = 252.9 / 312.0  # H014 / spec table = 0.811
+_H100_EFF = 794.5 / 989.0  # H015 / H021 = 0.803
+_GH200_EFF = 828.6 / 989.0  # H016 / spec table = 0.838
+_B200_EFF = 1745.0 / 2250.0  # H017 / H022 = 0.776
+_GB200_EFF = 1822.0 / 2500.0  # MAMF table GB200 SXM row / spec table = 0.729
+_MI300X_EFF = 668.4 / 1300.0  # MAMF table MI300X row (PYTORCH_TUNABLEOP_ENABLED=1) = 0.514
 _H200_OVER_H100_FP8 = 1453.4 / 1402.6  # H019 / H018: measured H200 vs H100 fp8 matmul = 1.036
 
-_H100_SXM_DATASHEET = (
-    "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: 80 GB HBM3, 3.35 TB/s; "
-    "bf16/fp16 1,979 TFLOPS and fp8 3,958 TFLOPS with sparsity, i.e. 989 / 1,979 dense)"
-)
+NVIDIA_MEASURED_EFFICIENCY = (_A100_SXM_EFF + _A100_PCIE_EFF + _H100_EFF + _GH200_EFF + _B200_EFF) / 5
+"""Mean bf16 matmul efficiency of the NVIDIA GPUs measured in hardware.csv (H013-H017):
+0.819. Used for NVIDIA GPUs with no published measurement (Pascal, Volta, Turing,
+GA102/GA10x, Ada): a GEMM-benchmark constant from *other* GPUs, never fitted to
+throughput."""
+
+_MAMF = ("MAMF table (stas00/ml-engineering@744d01e18b79 compute/accelerator/README.md, "
+         "'Maximum Achievable Matmul FLOPS comparison table')")
+_SPEC = ("spec table (stas00/ml-engineering@744d01e18b79 compute/accelerator/README.md, "
+         "'TFLOPS comparison table', dense, each row citing the vendor page)")
+_DERIVED = "achieved = dense peak x {eff:.3f} ({why}); no published matmul measurement of this GPU"
 
 GPU_PRESETS: dict[str, GpuSpec] = {}
 """Built-in GPUs by key."""
 
 
 def _register(spec: GpuSpec) -> None:
+    assert spec.name not in GPU_PRESETS, spec.name
+    assert set(spec.achieved_flops_per_s) <= set(spec.peak_flops_per_s) <= set(MATMUL_DTYPES), spec.name
+    assert spec.architecture in ARCHITECTURES, spec.name
     GPU_PRESETS[spec.name] = spec
 
 
-# --- V100 (Volta): fp16 tensor cores only, no bf16, no TF32 ---------------------------
-_V100_FP16_PEAK = 125 * TFLOPS  # H023 (DLPerf, Tesla V100-SXM2-16GB) = V100 SXM2 datasheet
-_V100_FP32_PEAK = 15.7 * TFLOPS  # V100 SXM2 datasheet: FP32 on CUDA cores (no TF32 on Volta)
-for _name, _mem_gb in (("v100", 32), ("v100-16gb", 16)):
-    _register(GpuSpec(
-        name=_name,
-        description=f"NVIDIA Tesla V100 SXM2 {_mem_gb}GB",
-        peak_flops_per_s={
-            "float16": _V100_FP16_PEAK,  # H023
-            "float32": _V100_FP32_PEAK,  # datasheet; CUDA-core FP32, Volta has no TF32
-        },
-        # No measured V100 matmul rate in hardware.csv: peak x the A100 SXM bf16
-        # efficiency (H013/H020 = 0.869), the nearest measured generation.
-        achieved_flops_per_s={
-            "float16": _V100_FP16_PEAK * _A100_BF16_EFFICIENCY,  # 108.7 TF/s, derived (H023 x H013/H020)
-            "float32": _V100_FP32_PEAK * _A100_BF16_EFFICIENCY,  # 13.6 TF/s, derived (datasheet x H013/H020)
-        },
-        memory_bytes=_mem_gb * _GB,  # V100 SXM2 datasheet: 16 or 32 GB HBM2
-        memory_bandwidth_bytes_per_s=900 * _GB,  # V100 SXM2 datasheet: 900 GB/s
-        sources=(
-            "hardware.csv H023: V100-SXM2 fp16 tensor-core peak 125 TFLOP/s (Oneflow-Inc/DLPerf)",
-            "NVIDIA Tesla V100 datasheet (SXM2: 15.7 TFLOPS FP32, 125 TFLOPS tensor, "
-            "16/32 GB HBM2 at 900 GB/s)",
-            "achieved = peak x A100 SXM bf16 efficiency 271.2/312 (hardware.csv H013/H020); "
-            "no measured V100 row",
-        ),
-    ))
+def _scaled(peaks: dict[str, float], efficiency: float) -> dict[str, float]:
+    """Achieved rates derived as peak x one efficiency (fp8 left out: it is never derived)."""
+    return {k: v * efficiency for k, v in peaks.items() if k != "float8"}
 
-# --- A100 SXM4 80GB (Ampere) -------------------------------------------------------
+
+def _derived_gpu(*, name: str, description: str, architecture: str, peaks_tflops: dict[str, float],
+                 memory_gb: float, bandwidth_gb_s: float, sm_count: int | None, sources: tuple[str, ...],
+                 efficiency: float = NVIDIA_MEASURED_EFFICIENCY,
+                 why: str = "mean of the measured NVIDIA GPUs, H013-H017") -> GpuSpec:
+    peaks = {k: v * TFLOPS for k, v in peaks_tflops.items()}
+    return GpuSpec(
+        name=name, description=description, architecture=architecture, peak_flops_per_s=peaks,
+        achieved_flops_per_s=_scaled(peaks, efficiency), memory_bytes=memory_gb * _GB,
+        memory_bandwidth_bytes_per_s=bandwidth_gb_s * _GB, sm_count=sm_count,
+        sources=sources + (_DERIVED.format(eff=efficiency, why=why),),
+    )
+
+
+# --- Pascal: no tensor cores; fp16 runs at twice the fp32 rate on the CUDA cores --------
+_register(_derived_gpu(
+    name="p100", architecture="pascal", description="NVIDIA Tesla P100 SXM2 16GB",
+    peaks_tflops={"float16": 21.2, "float32": 10.6},
+    memory_gb=16, bandwidth_gb_s=732, sm_count=56,
+    sources=("NVIDIA Tesla P100 datasheet (SXM2: 21.2 TFLOPS half, 10.6 TFLOPS single precision, "
+             "16 GB CoWoS HBM2 at 732 GB/s)",
+             "NVIDIA Tesla P100 whitepaper (GP100): 56 SMs on Tesla P100"),
+))
+
+# --- Volta: fp16 tensor cores only, no bf16, no TF32 -------------------------------------
+_V100_SOURCES = (
+    "hardware.csv H023: V100-SXM2 fp16 tensor-core peak 125 TFLOP/s (Oneflow-Inc/DLPerf)",
+    "NVIDIA Tesla V100 datasheet (SXM2: 15.7 TFLOPS FP32, 125 TFLOPS tensor; PCIe: 14 TFLOPS "
+    "FP32, 112 TFLOPS tensor; 16/32 GB HBM2 at 900 GB/s)",
+    "NVIDIA Tesla V100 GPU architecture whitepaper: 80 SMs on Tesla V100",
+)
+for _name, _mem_gb in (("v100", 32), ("v100-16gb", 16)):
+    _register(_derived_gpu(
+        name=_name, architecture="volta", description=f"NVIDIA Tesla V100 SXM2 {_mem_gb}GB",
+        peaks_tflops={"float16": 125.0, "float32": 15.7},  # H023; datasheet (CUDA-core FP32)
+        memory_gb=_mem_gb, bandwidth_gb_s=900, sm_count=80, sources=_V100_SOURCES,
+    ))
+_register(_derived_gpu(
+    name="v100-pcie", architecture="volta", description="NVIDIA Tesla V100 PCIe 32GB",
+    peaks_tflops={"float16": 112.0, "float32": 14.0},  # datasheet, PCIe column
+    memory_gb=32, bandwidth_gb_s=900, sm_count=80, sources=_V100_SOURCES,
+))
+
+# --- Turing: fp16 tensor cores, no bf16, no TF32 -----------------------------------------
+_register(_derived_gpu(
+    name="t4", architecture="turing", description="NVIDIA T4 16GB (PCIe, 70 W)",
+    peaks_tflops={"float16": 65.0, "float32": 8.1},
+    memory_gb=16, bandwidth_gb_s=320, sm_count=40,
+    sources=("NVIDIA T4 datasheet: 8.1 TFLOPS single precision, 65 TFLOPS mixed precision "
+             "(FP16/FP32), 16 GB GDDR6 at 320+ GB/s",
+             "NVIDIA Turing GPU architecture whitepaper (TU104): Tesla T4 has 40 SMs"),
+))
+_register(_derived_gpu(
+    name="rtx2080ti", architecture="turing", description="NVIDIA GeForce RTX 2080 Ti 11GB (reference clocks)",
+    # GeForce Turing runs fp16 tensor math with fp32 accumulation -- what cuBLAS uses for
+    # torch's fp16 matmuls -- at half the fp16-accumulate rate (107.6).
+    peaks_tflops={"float16": 53.8, "float32": 13.4},
+    memory_gb=11, bandwidth_gb_s=616, sm_count=68,
+    sources=("NVIDIA Turing GPU architecture whitepaper, GeForce RTX 2080 Ti reference board: 13.4 "
+             "TFLOPS FP32, 53.8 TFLOPS FP16 tensor with FP32 accumulate (107.6 with FP16 accumulate), "
+             "11 GB GDDR6 at 616 GB/s, 68 SMs",),
+))
+
+# --- GA102/GA10x Ampere (GDDR): TF32 and bf16 tensor cores --------------------------------
+_register(_derived_gpu(
+    name="a10", architecture="ampere", description="NVIDIA A10 24GB (PCIe, 150 W)",
+    peaks_tflops={"bfloat16": 125.0, "float16": 125.0, "float32": 62.5, "float32-highest": 31.2},
+    memory_gb=24, bandwidth_gb_s=600, sm_count=72,
+    sources=("NVIDIA A10 datasheet: FP32 31.2 TFLOPS, TF32 62.5 | 125* TFLOPS, BF16/FP16 125 | "
+             "250* TFLOPS (* with sparsity), 24 GB GDDR6 at 600 GB/s",
+             "NVIDIA Ampere GA102 GPU architecture whitepaper: A10 has 72 SMs"),
+))
+_register(_derived_gpu(
+    name="rtx3090", architecture="ampere", description="NVIDIA GeForce RTX 3090 24GB",
+    # GeForce GA102: fp16/bf16 tensor math with fp32 accumulation at half the fp16-accumulate rate.
+    peaks_tflops={"bfloat16": 71.0, "float16": 71.0, "float32": 35.6, "float32-highest": 35.6},
+    memory_gb=24, bandwidth_gb_s=936, sm_count=82,
+    sources=("NVIDIA Ampere GA102 GPU architecture whitepaper, GeForce RTX 3090: 35.6 TFLOPS FP32, "
+             "35.6 TFLOPS TF32 tensor, 71 TFLOPS FP16/BF16 tensor with FP32 accumulate, 24 GB GDDR6X "
+             "at 936 GB/s, 82 SMs",),
+))
+
+# --- Ada (GDDR): TF32, bf16 and fp8 tensor cores -----------------------------------------
+_register(_derived_gpu(
+    name="l4", architecture="ada", description="NVIDIA L4 24GB (PCIe, 72 W)",
+    peaks_tflops={"bfloat16": 121.0, "float16": 121.0, "float32": 60.0, "float32-highest": 30.3,
+                  "float8": 242.5},
+    memory_gb=24, bandwidth_gb_s=300, sm_count=58,
+    sources=("NVIDIA L4 datasheet: FP32 30.3 TFLOPS, TF32 120*, BF16/FP16 242*, FP8 485* TFLOPS "
+             "(* with sparsity; dense is half), 24 GB GDDR6 at 300 GB/s",
+             "NVIDIA Ada GPU architecture whitepaper: L4 has 58 SMs"),
+))
+_register(_derived_gpu(
+    name="l40s", architecture="ada", description="NVIDIA L40S 48GB (PCIe, 350 W)",
+    peaks_tflops={"bfloat16": 362.0, "float16": 362.0, "float32": 183.0, "float32-highest": 91.6,
+                  "float8": 733.0},
+    memory_gb=48, bandwidth_gb_s=864, sm_count=142,
+    sources=(f"{_SPEC}: L40S fp32 91.6, tf32 183, bf16/fp16 362, fp8 733 TFLOPS",
+             "NVIDIA L40S datasheet: 48 GB GDDR6 at 864 GB/s",
+             "NVIDIA Ada GPU architecture whitepaper: L40S has 142 SMs"),
+))
+
+# --- GA100 Ampere (HBM) --------------------------------------------------------------
+_A100_PEAKS = {"bfloat16": 312 * TFLOPS, "float16": 312 * TFLOPS, "float32": 156 * TFLOPS,
+               "float32-highest": 19.5 * TFLOPS}  # H020 (bf16, tf32 in its notes); spec table fp32
+_A100_SOURCES = (f"{_SPEC}: A100 SXM and PCIe both fp32 19.5, tf32 156, bf16/fp16 312 TFLOPS",
+                 "NVIDIA A100 Tensor Core GPU architecture whitepaper: 108 SMs on A100")
 _register(GpuSpec(
     name="a100",
     description="NVIDIA A100 SXM4 80GB",
-    peak_flops_per_s={
-        "bfloat16": 312 * TFLOPS,  # H020
-        "float16": 312 * TFLOPS,  # A100 datasheet: fp16 = bf16 = 312 dense
-        "float32": 156 * TFLOPS,  # H020 notes: TF32 156.0 dense
-    },
+    architecture="ampere",
+    peak_flops_per_s=dict(_A100_PEAKS),
     achieved_flops_per_s={
         "bfloat16": 271.2 * TFLOPS,  # H013 (mamf-finder best shape)
         "float16": 271.2 * TFLOPS,  # H013, same tensor-core rate as bf16
-        "float32": 156 * TFLOPS * _A100_BF16_EFFICIENCY,  # 135.6, H020 TF32 x H013/H020
+        **_scaled({k: v for k, v in _A100_PEAKS.items() if k.startswith("float32")}, _A100_SXM_EFF),
     },
     memory_bytes=80 * _GB,  # A100 datasheet: 80 GB HBM2e
     memory_bandwidth_bytes_per_s=2039 * _GB,  # A100 datasheet: 2,039 GB/s (SXM 80GB)
+    sm_count=108,
     sources=(
         "hardware.csv H013: A100 SXM bf16 matmul 271.2 TFLOP/s achieved (mamf-finder)",
         "hardware.csv H020: A100 SXM dense peak bf16 312, tf32 156 TFLOP/s",
         "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: 80 GB HBM2e, 2,039 GB/s)",
-    ),
+        "TF32/FP32 achieved = peak x the bf16 efficiency H013/H020",
+    ) + _A100_SOURCES,
+))
+for _name, _mem_gb, _bw in (("a100-pcie-40gb", 40, 1555), ("a100-pcie-80gb", 80, 1935)):
+    _register(GpuSpec(
+        name=_name,
+        description=f"NVIDIA A100 PCIe {_mem_gb}GB",
+        architecture="ampere",
+        peak_flops_per_s=dict(_A100_PEAKS),
+        achieved_flops_per_s={
+            "bfloat16": 252.9 * TFLOPS,  # H014 (mamf-finder best shape, A100 PCIe)
+            "float16": 252.9 * TFLOPS,  # H014, same tensor-core rate as bf16
+            **_scaled({k: v for k, v in _A100_PEAKS.items() if k.startswith("float32")}, _A100_PCIE_EFF),
+        },
+        memory_bytes=_mem_gb * _GB,
+        memory_bandwidth_bytes_per_s=_bw * _GB,
+        sm_count=108,
+        sources=(
+            "hardware.csv H014: A100 PCIe bf16 matmul 252.9 TFLOP/s achieved (mamf-finder)",
+            "NVIDIA A100 Tensor Core GPU datasheet (A100 PCIe: 40 GB HBM2 at 1,555 GB/s; 80 GB HBM2e "
+            "at 1,935 GB/s)",
+            "TF32/FP32 achieved = peak x the bf16 efficiency H014/spec",
+        ) + _A100_SOURCES,
+    ))
+
+# --- GH100 Hopper --------------------------------------------------------------------
+_H100_SXM_DATASHEET = (
+    "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: 80 GB HBM3, 3.35 TB/s; "
+    "bf16/fp16 1,979 TFLOPS and fp8 3,958 TFLOPS with sparsity, i.e. 989 / 1,979 dense)"
+)
+_HOPPER_SMS = "NVIDIA H100 Tensor Core GPU architecture whitepaper: 132 SMs on H100 SXM5, 114 on H100 PCIe"
+_H100_PEAKS = {"bfloat16": 989 * TFLOPS, "float16": 989 * TFLOPS, "float32": 494.5 * TFLOPS,
+               "float32-highest": 67 * TFLOPS, "float8": 1979 * TFLOPS}  # H021, H018 notes, spec table
+
+
+def _hopper(name: str, description: str, bf16_achieved: float, fp8_achieved: float | None,
+            memory_gb: float, bandwidth_tb_s: float, sources: tuple[str, ...],
+            peaks: dict[str, float] = _H100_PEAKS, sm_count: int = 132) -> GpuSpec:
+    efficiency = bf16_achieved / peaks["bfloat16"]
+    achieved = {"bfloat16": bf16_achieved, "float16": bf16_achieved,
+                **_scaled({k: v for k, v in peaks.items() if k.startswith("float32")}, efficiency)}
+    if fp8_achieved is not None:
+        achieved["float8"] = fp8_achieved
+    return GpuSpec(name=name, description=description, architecture="hopper", peak_flops_per_s=dict(peaks),
+                   achieved_flops_per_s=achieved, memory_bytes=memory_gb * _GB,
+                   memory_bandwidth_bytes_per_s=bandwidth_tb_s * _TB, sm_count=sm_count,
+                   sources=sources + (_HOPPER_SMS, "TF32/FP32 achieved = peak x the GPU's bf16 efficiency"))
+
+
+_register(_hopper(
+    "h100", "NVIDIA H100 SXM5 80GB", 794.5 * TFLOPS, 1402.6 * TFLOPS, 80, 3.35,
+    ("hardware.csv H015: H100 SXM bf16 matmul 794.5 TFLOP/s achieved (mamf-finder)",
+     "hardware.csv H018: H100 SXM fp8 matmul 1402.6 TFLOP/s achieved, peak 1979",
+     "hardware.csv H021: H100 SXM dense peak bf16 989, tf32 494.5 TFLOP/s",
+     f"{_SPEC}: H100 SXM fp32 67 TFLOPS", _H100_SXM_DATASHEET),
+))
+_register(_hopper(
+    "h100-pcie", "NVIDIA H100 PCIe 80GB", 756 * TFLOPS * _H100_EFF, None, 80, 2.0,
+    (f"{_SPEC}: H100 PCIe fp32 51, tf32 378, bf16/fp16 756, fp8 1513 TFLOPS",
+     "NVIDIA H100 datasheet (H100 PCIe: 80 GB HBM2e at 2 TB/s)",
+     "bf16 achieved = peak x the H100 SXM efficiency H015/H021 (same GH100 die, no PCIe measurement)"),
+    peaks={"bfloat16": 756 * TFLOPS, "float16": 756 * TFLOPS, "float32": 378 * TFLOPS,
+           "float32-highest": 51 * TFLOPS, "float8": 1513 * TFLOPS},
+    sm_count=114,
+))
+_register(_hopper(
+    "h100-nvl", "NVIDIA H100 NVL 94GB (one GPU of the NVLink-bridged pair)", 835.5 * TFLOPS * _H100_EFF,
+    None, 94, 3.9,
+    ("NVIDIA H100 datasheet (H100 NVL: FP32 60, TF32 835*, BF16/FP16 1,671*, FP8 3,341* TFLOPS "
+     "(* with sparsity; dense is half), 94 GB HBM3 at 3.9 TB/s)",
+     "bf16 achieved = peak x the H100 SXM efficiency H015/H021 (same GH100 die, no NVL measurement)"),
+    peaks={"bfloat16": 835.5 * TFLOPS, "float16": 835.5 * TFLOPS, "float32": 417.5 * TFLOPS,
+           "float32-highest": 60 * TFLOPS, "float8": 1670.5 * TFLOPS},
+))
+_register(_hopper(
+    "gh200", "NVIDIA GH200 Grace Hopper (H100 GPU, 96GB HBM3)", 828.6 * TFLOPS, None, 96, 4.0,
+    ("hardware.csv H016: GH200 bf16 matmul 828.6 TFLOP/s achieved (mamf-finder, 900 W 141 GiB version)",
+     f"{_SPEC}: GH200 SXM same peaks as H100 SXM",
+     "NVIDIA GH200 Grace Hopper Superchip datasheet: 96 GB HBM3 at 4 TB/s (a 144 GB HBM3e at 4.9 TB/s "
+     "version also exists)"),
+))
+# H200: the same GH100 die and clocks as H100 SXM, so the same dense peaks (H021; H019
+# notes the same fp8 peak 1979 as H018). No bf16 matmul is measured on H200: take the
+# H100 bf16 measurement (H015) scaled by how much faster H200 ran the fp8 matmul than H100.
+_register(_hopper(
+    "h200", "NVIDIA H200 SXM 141GB", 794.5 * TFLOPS * _H200_OVER_H100_FP8, 1453.4 * TFLOPS, 141, 4.8,
+    ("hardware.csv H019: H200 SXM fp8 matmul 1453.4 TFLOP/s achieved, peak 1979",
+     "hardware.csv H021: H100 SXM dense peaks (H200 uses the same GH100 die)",
+     "bf16 achieved derived = H015 794.5 x (H019 1453.4 / H018 1402.6) = 823.3 TFLOP/s; "
+     "no measured H200 bf16 row",
+     "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: 141 GB HBM3e, 4.8 TB/s, same "
+     "compute as H100 SXM)"),
 ))
 
-# --- H100 SXM5 80GB (Hopper) -------------------------------------------------------
-_register(GpuSpec(
-    name="h100",
-    description="NVIDIA H100 SXM5 80GB",
-    peak_flops_per_s={
-        "bfloat16": 989 * TFLOPS,  # H021
-        "float16": 989 * TFLOPS,  # H100 datasheet: fp16 = bf16
-        "float32": 494.5 * TFLOPS,  # H021 notes: TF32 494.5 dense
-        "float8": 1979 * TFLOPS,  # H018 notes: fp8 dense peak 1979
-    },
-    achieved_flops_per_s={
-        "bfloat16": 794.5 * TFLOPS,  # H015
-        "float16": 794.5 * TFLOPS,  # H015, same tensor-core rate as bf16
-        "float32": 494.5 * TFLOPS * _H100_BF16_EFFICIENCY,  # 397.3, H021 TF32 x H015/H021
-        "float8": 1402.6 * TFLOPS,  # H018
-    },
-    memory_bytes=80 * _GB,  # H100 datasheet: 80 GB HBM3
-    memory_bandwidth_bytes_per_s=3.35 * _TB,  # H100 datasheet: 3.35 TB/s
-    sources=(
-        "hardware.csv H015: H100 SXM bf16 matmul 794.5 TFLOP/s achieved (mamf-finder)",
-        "hardware.csv H018: H100 SXM fp8 matmul 1402.6 TFLOP/s achieved, peak 1979",
-        "hardware.csv H021: H100 SXM dense peak bf16 989, tf32 494.5 TFLOP/s",
-        _H100_SXM_DATASHEET,
-    ),
-))
-
-# --- H200 SXM 141GB (Hopper, same GH100 die as H100, HBM3e) --------------------------
-# Same compute die and clocks as H100 SXM, so the same dense peaks (H021; H019 notes
-# the same fp8 peak 1979 as H018). No bf16 matmul is measured on H200: take the H100
-# bf16 measurement (H015) scaled by how much faster H200 ran the fp8 matmul than H100
-# (H019/H018 = 1.036), i.e. peak x H100 bf16 efficiency x that factor.
-_H200_BF16_ACHIEVED = 794.5 * TFLOPS * _H200_OVER_H100_FP8  # 823.3 TF/s, derived
-_register(GpuSpec(
-    name="h200",
-    description="NVIDIA H200 SXM 141GB",
-    peak_flops_per_s={
-        "bfloat16": 989 * TFLOPS,  # H021 (same die as H100)
-        "float16": 989 * TFLOPS,  # H021 (same die as H100)
-        "float32": 494.5 * TFLOPS,  # H021 notes (same die as H100)
-        "float8": 1979 * TFLOPS,  # H019 notes
-    },
-    achieved_flops_per_s={
-        "bfloat16": _H200_BF16_ACHIEVED,  # derived: H015 x H019/H018
-        "float16": _H200_BF16_ACHIEVED,  # same tensor-core rate as bf16
-        "float32": 494.5 * TFLOPS * (_H200_BF16_ACHIEVED / (989 * TFLOPS)),  # 411.6, TF32 peak x bf16 eff.
-        "float8": 1453.4 * TFLOPS,  # H019
-    },
-    memory_bytes=141 * _GB,  # H200 datasheet: 141 GB HBM3e
-    memory_bandwidth_bytes_per_s=4.8 * _TB,  # H200 datasheet: 4.8 TB/s
-    sources=(
-        "hardware.csv H019: H200 SXM fp8 matmul 1453.4 TFLOP/s achieved, peak 1979",
-        "hardware.csv H021: H100 SXM dense peaks (H200 uses the same GH100 die)",
-        "bf16 achieved derived = H015 794.5 x (H019 1453.4 / H018 1402.6) = 823.3 TFLOP/s; "
-        "no measured H200 bf16 row",
-        "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: 141 GB HBM3e, 4.8 TB/s, same "
-        "compute as H100 SXM)",
-    ),
-))
-
-# --- B200 (Blackwell, HGX/DGX B200, 1000 W) ------------------------------------------
+# --- Blackwell -------------------------------------------------------------------------
 _register(GpuSpec(
     name="b200",
     description="NVIDIA B200 SXM (HGX/DGX B200) 180GB",
+    architecture="blackwell",
     peak_flops_per_s={
         "bfloat16": 2250 * TFLOPS,  # H022
         "float16": 2250 * TFLOPS,  # HGX B200 spec: fp16 = bf16
         "float32": 1125 * TFLOPS,  # H022 notes: TF32 1125.0 dense
+        "float32-highest": 80 * TFLOPS,  # spec table: B200 SXM fp32 80
+        "float8": 4500 * TFLOPS,  # spec table
     },
     achieved_flops_per_s={
         "bfloat16": 1745.0 * TFLOPS,  # H017
         "float16": 1745.0 * TFLOPS,  # H017, same tensor-core rate as bf16
-        "float32": 1125 * TFLOPS * _B200_BF16_EFFICIENCY,  # 872.5, H022 TF32 x H017/H022
+        "float32": 1125 * TFLOPS * _B200_EFF,  # 872.5, H022 TF32 x H017/H022
+        "float32-highest": 80 * TFLOPS * _B200_EFF,
+        "float8": 3432.5 * TFLOPS,  # MAMF table, B200 SXM fp8 row
     },
     # 192 GB of HBM3e was announced (8 stacks x 24 GB); shipping HGX/DGX B200 expose
     # 180 GB per GPU (DGX B200: 1,440 GB for 8 GPUs).
     memory_bytes=180 * _GB,
     memory_bandwidth_bytes_per_s=8 * _TB,  # NVIDIA B200: 8 TB/s HBM3e per GPU
+    sm_count=None,
     sources=(
         "hardware.csv H017: B200 SXM bf16 matmul 1745.0 TFLOP/s achieved (mamf-finder)",
         "hardware.csv H022: B200 SXM dense peak bf16 2250, tf32 1125 TFLOP/s",
+        f"{_SPEC}: B200 SXM fp32 80, fp8 4500 TFLOPS; {_MAMF}: B200 fp8 3432.5",
         "NVIDIA DGX B200 user guide: 8 x B200 with 1,440 GB total GPU memory (180 GB each)",
         "NVIDIA Blackwell B200 specifications: 8 TB/s HBM3e bandwidth per GPU (192 GB as "
         "announced, 180 GB usable on HGX/DGX B200)",
     ),
 ))
+_register(GpuSpec(
+    name="gb200",
+    description="NVIDIA GB200 (one B200 GPU of a Grace Blackwell superchip, NVL72) 186GB",
+    architecture="blackwell",
+    peak_flops_per_s={"bfloat16": 2500 * TFLOPS, "float16": 2500 * TFLOPS, "float32": 1250 * TFLOPS,
+                      "float32-highest": 80 * TFLOPS, "float8": 5000 * TFLOPS},  # spec table, per GPU
+    achieved_flops_per_s={
+        "bfloat16": 1822.0 * TFLOPS, "float16": 1822.0 * TFLOPS,  # MAMF table GB200 SXM row
+        "float32": 1250 * TFLOPS * _GB200_EFF, "float32-highest": 80 * TFLOPS * _GB200_EFF,
+        "float8": 3615.6 * TFLOPS,  # MAMF table GB200 fp8 row
+    },
+    memory_bytes=186 * _GB,  # GB200 NVL72: up to 13.4 TB HBM3e for 72 GPUs
+    memory_bandwidth_bytes_per_s=8 * _TB,  # GB200 NVL72: 576 TB/s for 72 GPUs
+    sm_count=None,
+    sources=(
+        f"{_SPEC}: GB200 SXM per chip fp32 80, tf32 1250, bf16/fp16 2500, fp8 5000 TFLOPS",
+        f"{_MAMF}: GB200 SXM bf16 1822.0, fp8 3615.6 TFLOP/s",
+        "NVIDIA GB200 NVL72 specifications: 72 Blackwell GPUs, up to 13.4 TB HBM3e (186 GB each) "
+        "at 576 TB/s (8 TB/s each)",
+        "TF32/FP32 achieved = peak x the bf16 efficiency 1822/2500",
+    ),
+))
+
+# --- AMD CDNA (RCCL wiring is the network layer's; only the GPU is described here) ------
+# An MI250X package holds two GCDs, and PyTorch sees each GCD as one device (one DDP
+# rank), so the preset is one GCD: half the package's rates, memory and bandwidth.
+_register(_derived_gpu(
+    name="mi250x", architecture="cdna2", description="AMD Instinct MI250X, one GCD of two (one PyTorch device, 64GB)",
+    # Package: fp16/bf16 383 matrix, fp32 matrix 95.7 (what rocBLAS SGEMM runs on), no TF32.
+    peaks_tflops={"bfloat16": 383.0 / 2, "float16": 383.0 / 2, "float32": 95.7 / 2},
+    memory_gb=64, bandwidth_gb_s=3276.8 / 2, sm_count=110,
+    efficiency=_MI300X_EFF, why="MI300X's measured bf16 efficiency 668.4/1300, the nearest measured AMD GPU",
+    sources=(f"{_SPEC}: MI250X bf16/fp16 383 TFLOPS (package), no TF32",
+             "AMD Instinct MI250X specifications: 220 CUs, 95.7 TFLOPS FP32 matrix, 128 GB HBM2e at "
+             "3.2768 TB/s per package of two GCDs"),
+))
+_register(GpuSpec(
+    name="mi300x",
+    description="AMD Instinct MI300X 192GB",
+    architecture="cdna3",
+    peak_flops_per_s={"bfloat16": 1307.4 * TFLOPS, "float16": 1307.4 * TFLOPS, "float32": 653.7 * TFLOPS,
+                      "float32-highest": 163.4 * TFLOPS, "float8": 2614.9 * TFLOPS},
+    achieved_flops_per_s={
+        "bfloat16": 668.4 * TFLOPS, "float16": 668.4 * TFLOPS,  # MAMF table MI300X row
+        "float32": 653.7 * TFLOPS * _MI300X_EFF, "float32-highest": 163.4 * TFLOPS * _MI300X_EFF,
+    },
+    memory_bytes=192 * _GB,
+    memory_bandwidth_bytes_per_s=5.3 * _TB,
+    sm_count=304,
+    sources=(
+        "AMD Instinct MI300X specifications: 304 CUs, FP32 163.4, TF32 653.7, FP16/BF16 1307.4, FP8 "
+        "2614.9 TFLOPS dense, 192 GB HBM3 at 5.3 TB/s",
+        f"{_MAMF}: MI300X bf16 668.4 TFLOP/s (PYTORCH_TUNABLEOP_ENABLED=1)",
+        "TF32/FP32 achieved = peak x the bf16 efficiency 668.4/1307.4",
+    ),
+))
+
 
 def get_gpu(name: str) -> GpuSpec:
     """Look a GPU preset up by key, case-insensitively."""

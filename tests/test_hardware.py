@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from dpsim.errors import ConfigError
-from dpsim.hardware import GPU_PRESETS, GpuSpec, get_gpu
+from dpsim.hardware import ARCHITECTURES, GPU_PRESETS, MATMUL_DTYPES, NVIDIA_MEASURED_EFFICIENCY, GpuSpec, get_gpu
 
-REQUIRED = ("v100", "a100", "h100", "h200", "b200")
+REQUIRED = ("p100", "v100", "v100-16gb", "v100-pcie", "t4", "rtx2080ti", "a10", "l4", "l40s", "a100",
+            "a100-pcie-40gb", "a100-pcie-80gb", "h100", "h100-pcie", "h100-nvl", "gh200", "h200", "b200", "gb200",
+            "mi250x", "mi300x")
 TF = 1e12
 
 
@@ -19,9 +21,11 @@ def test_required_presets_exist():
 def test_preset_numbers_positive_and_achieved_below_peak(name):
     gpu = GPU_PRESETS[name]
     assert isinstance(gpu, GpuSpec) and gpu.name == name
-    assert gpu.description
+    assert gpu.description and gpu.architecture in ARCHITECTURES
     assert gpu.memory_bytes > 0 and gpu.memory_bandwidth_bytes_per_s > 0
+    assert gpu.sm_count is None or gpu.sm_count > 0
     assert gpu.peak_flops_per_s and gpu.achieved_flops_per_s
+    assert set(gpu.peak_flops_per_s) <= set(MATMUL_DTYPES)
     for dtype, rate in gpu.peak_flops_per_s.items():
         assert rate > 0, dtype
     for dtype, rate in gpu.achieved_flops_per_s.items():
@@ -29,6 +33,9 @@ def test_preset_numbers_positive_and_achieved_below_peak(name):
         assert 0 < rate <= gpu.peak_flops_per_s[dtype], dtype
         assert gpu.achieved_rate(dtype) == rate
         assert gpu.peak_rate(dtype) == gpu.peak_flops_per_s[dtype]
+    # Every training precision's rate key resolves (fp16 always; the fp32 pair on every GPU).
+    assert gpu.achieved_rate("float16") > 0
+    assert gpu.achieved_rate("float32") >= gpu.achieved_rate("float32-highest") > 0
 
 
 @pytest.mark.parametrize("name", sorted(GPU_PRESETS))
@@ -37,24 +44,47 @@ def test_sources_non_empty(name):
     assert sources and all(s.strip() for s in sources)
 
 
-@pytest.mark.parametrize("name", ["a100", "h100", "h200", "b200"])
-def test_training_dtypes_present(name):
+@pytest.mark.parametrize("name", ["a10", "l4", "l40s", "a100", "a100-pcie-40gb", "h100", "h100-pcie", "h100-nvl",
+                                  "gh200", "h200", "b200", "gb200", "mi300x"])
+def test_tf32_is_half_the_16_bit_peak_and_full_fp32_is_apart(name):
     gpu = GPU_PRESETS[name]
-    for dtype in ("bfloat16", "float16", "float32"):
-        assert gpu.achieved_rate(dtype) > 0
-    # TF32 dense peak is half the bf16 dense peak on Ampere/Hopper/Blackwell.
-    assert gpu.peak_flops_per_s["float32"] == pytest.approx(gpu.peak_flops_per_s["bfloat16"] / 2)
+    # Ampere and later: TF32 dense peak is half the bf16/fp16 dense peak (datasheets).
+    assert gpu.peak_flops_per_s["float32"] == pytest.approx(gpu.peak_rate("bfloat16") / 2, rel=0.02)
+    # PyTorch's default float32 matmul (no TF32) runs on the CUDA cores, far below TF32.
+    assert gpu.peak_flops_per_s["float32-highest"] < gpu.peak_flops_per_s["float32"]
+
+
+@pytest.mark.parametrize("name", ["p100", "v100", "v100-pcie", "t4", "rtx2080ti", "mi250x"])
+def test_no_tf32_so_full_fp32_falls_back_to_the_fp32_peak(name):
+    gpu = GPU_PRESETS[name]
+    assert "float32-highest" not in gpu.peak_flops_per_s
+    assert gpu.achieved_rate("float32-highest") == gpu.achieved_rate("float32")
 
 
 def test_cited_rows():
-    # hardware.csv rows: H013/H020 (A100), H015/H021 (H100), H017/H022 (B200), H023 (V100).
+    # hardware.csv rows: H013/H020 (A100), H014 (A100 PCIe), H015/H021 (H100), H016 (GH200),
+    # H017/H022 (B200), H023 (V100); the MAMF table's GB200 and MI300X rows.
     assert get_gpu("a100").achieved_rate("bfloat16") == pytest.approx(271.2 * TF)
     assert get_gpu("a100").peak_flops_per_s["bfloat16"] == pytest.approx(312 * TF)
+    assert get_gpu("a100-pcie-40gb").achieved_rate("bfloat16") == pytest.approx(252.9 * TF)
     assert get_gpu("h100").achieved_rate("bfloat16") == pytest.approx(794.5 * TF)
     assert get_gpu("h100").peak_flops_per_s["bfloat16"] == pytest.approx(989 * TF)
+    assert get_gpu("gh200").achieved_rate("bfloat16") == pytest.approx(828.6 * TF)
     assert get_gpu("b200").achieved_rate("bfloat16") == pytest.approx(1745.0 * TF)
     assert get_gpu("b200").peak_flops_per_s["bfloat16"] == pytest.approx(2250 * TF)
+    assert get_gpu("gb200").achieved_rate("bfloat16") == pytest.approx(1822.0 * TF)
+    assert get_gpu("mi300x").achieved_rate("bfloat16") == pytest.approx(668.4 * TF)
     assert get_gpu("v100").peak_flops_per_s["float16"] == pytest.approx(125 * TF)
+    assert get_gpu("a100").peak_flops_per_s["float32-highest"] == pytest.approx(19.5 * TF)
+    assert get_gpu("h100").peak_flops_per_s["float32-highest"] == pytest.approx(67 * TF)
+
+
+def test_unmeasured_nvidia_gpus_use_the_measured_mean_efficiency():
+    assert NVIDIA_MEASURED_EFFICIENCY == pytest.approx(
+        (271.2 / 312 + 252.9 / 312 + 794.5 / 989 + 828.6 / 989 + 1745.0 / 2250) / 5)
+    for name in ("p100", "v100", "t4", "rtx2080ti", "a10", "rtx3090", "l4", "l40s"):
+        gpu = get_gpu(name)
+        assert gpu.achieved_rate("float16") == pytest.approx(gpu.peak_rate("float16") * NVIDIA_MEASURED_EFFICIENCY)
 
 
 def test_h200_same_compute_die_as_h100():
@@ -66,23 +96,28 @@ def test_h200_same_compute_die_as_h100():
 
 
 def test_memory_datasheet_numbers():
-    assert get_gpu("v100").memory_bandwidth_bytes_per_s == pytest.approx(900e9)
-    assert get_gpu("a100").memory_bytes == pytest.approx(80e9)
-    assert get_gpu("a100").memory_bandwidth_bytes_per_s == pytest.approx(2039e9)
-    assert get_gpu("h100").memory_bandwidth_bytes_per_s == pytest.approx(3.35e12)
-    assert get_gpu("h200").memory_bytes == pytest.approx(141e9)
-    assert get_gpu("h200").memory_bandwidth_bytes_per_s == pytest.approx(4.8e12)
-    assert get_gpu("b200").memory_bandwidth_bytes_per_s == pytest.approx(8e12)
+    expected = {"v100": (32e9, 900e9), "a100": (80e9, 2039e9), "a100-pcie-40gb": (40e9, 1555e9),
+                "a100-pcie-80gb": (80e9, 1935e9), "h100": (80e9, 3.35e12), "h100-pcie": (80e9, 2.0e12),
+                "h100-nvl": (94e9, 3.9e12), "h200": (141e9, 4.8e12), "b200": (180e9, 8e12), "t4": (16e9, 320e9),
+                "l4": (24e9, 300e9), "l40s": (48e9, 864e9), "a10": (24e9, 600e9), "mi300x": (192e9, 5.3e12)}
+    for name, (capacity, bandwidth) in expected.items():
+        gpu = get_gpu(name)
+        assert gpu.memory_bytes == pytest.approx(capacity), name
+        assert gpu.memory_bandwidth_bytes_per_s == pytest.approx(bandwidth), name
 
 
-def test_v100_has_no_bf16_and_bf16_runs_as_fp16():
-    v100 = get_gpu("v100")
-    assert "bfloat16" not in v100.peak_flops_per_s
-    assert "bfloat16" not in v100.achieved_flops_per_s
-    # bf16 mixed precision on Volta runs as fp16 AMP: same rate, never a faster one.
-    assert v100.achieved_rate("bfloat16") == v100.achieved_rate("float16")
-    assert v100.peak_rate("bfloat16") == v100.peak_flops_per_s["float16"]
-    assert v100.achieved_rate("float16") < v100.peak_flops_per_s["float16"]
+def test_mi250x_is_one_gcd_as_pytorch_sees_it():
+    gcd = get_gpu("mi250x")
+    assert gcd.memory_bytes == pytest.approx(64e9)
+    assert gcd.peak_rate("bfloat16") == pytest.approx(383 * TF / 2)
+    assert gcd.memory_bandwidth_bytes_per_s == pytest.approx(3276.8e9 / 2)
+
+
+@pytest.mark.parametrize("name", ["p100", "v100", "v100-16gb", "v100-pcie", "t4", "rtx2080ti"])
+def test_pre_ampere_has_no_bf16_and_bf16_lookups_fall_back(name):
+    gpu = get_gpu(name)
+    assert "bfloat16" not in gpu.peak_flops_per_s
+    assert gpu.achieved_rate("bfloat16") == gpu.achieved_rate("float16")
 
 
 def test_float16_falls_back_to_bf16_and_unknown_dtype_raises():
@@ -95,7 +130,7 @@ def test_float16_falls_back_to_bf16_and_unknown_dtype_raises():
     with pytest.raises(ConfigError, match="float8"):
         get_gpu("a100").achieved_rate("float8")
     with pytest.raises(ConfigError, match="float8"):
-        get_gpu("b200").peak_rate("float8")
+        get_gpu("a10").peak_rate("float8")
 
 
 def test_get_gpu_case_insensitive_and_unknown():

@@ -25,6 +25,8 @@ from typing import Mapping
 from dpsim.errors import ConfigError
 from dpsim.hardware import GPU_PRESETS
 
+_MODAL_LAMBDA = ("techbytes.app/posts/serverless-gpu-pricing-matrix-modal-replicate-lambda-2026 (prices verified "
+                 "May 7, 2026 from the vendors' pricing pages)")
 _COREWEAVE = ("CoreWeave on-demand list price (coreweave.com/pricing, as listed Feb 2026; "
               "the same table is quoted in kaelresearch.com/blog/gpu-economics-real-inference-costs)")
 
@@ -60,6 +62,44 @@ GPU_HOUR_PRICES: dict[str, GpuPrice] = {
         GpuPrice(gpu="v100-16gb", usd_per_gpu_hour=0.80,
                  source="CoreWeave legacy per-GPU component price: Tesla V100 NVLINK $0.80 per GPU-hour "
                         "(same price as the 32 GB part)"),
+        # GPUs CoreWeave does not list: single-GPU on-demand prices of other clouds, each named.
+        GpuPrice(gpu="v100-pcie", usd_per_gpu_hour=0.80,
+                 source="no separate V100 PCIe price found: the V100 SXM2 price, CoreWeave legacy $0.80 per GPU-hour"),
+        GpuPrice(gpu="p100", usd_per_gpu_hour=0.60,
+                 source="gpuperhour.com/compare/p100-vs-t4: LeaderGPU Tesla P100 $0.60/GPU/hr"),
+        GpuPrice(gpu="t4", usd_per_gpu_hour=0.5904,
+                 source=_MODAL_LAMBDA + ": Modal T4 $0.5904/hr"),
+        GpuPrice(gpu="l4", usd_per_gpu_hour=0.7992,
+                 source=_MODAL_LAMBDA + ": Modal L4 $0.7992/hr"),
+        GpuPrice(gpu="l40s", usd_per_gpu_hour=1.9512,
+                 source=_MODAL_LAMBDA + ": Modal L40S $1.9512/hr"),
+        GpuPrice(gpu="a10", usd_per_gpu_hour=0.86,
+                 source=_MODAL_LAMBDA + ": Lambda A10 $0.86/hr"),
+        GpuPrice(gpu="a100-pcie-40gb", usd_per_gpu_hour=1.48,
+                 source=_MODAL_LAMBDA + ": Lambda A100 40GB $1.48/hr"),
+        GpuPrice(gpu="a100-pcie-80gb", usd_per_gpu_hour=2.4984,
+                 source=_MODAL_LAMBDA + ": Modal A100 80GB $2.4984/hr"),
+        GpuPrice(gpu="h100-pcie", usd_per_gpu_hour=2.86,
+                 source=_MODAL_LAMBDA + ": Lambda 1x H100 PCIe $2.86/hr"),
+        GpuPrice(gpu="h100-nvl", usd_per_gpu_hour=3.07,
+                 source="gpu.blog/gpus/nvidia-h100-nvl: RunPod on-demand H100 NVL $3.07/hour"),
+        GpuPrice(gpu="rtx3090", usd_per_gpu_hour=0.00019 * 3600,
+                 source="docs.runpod.io/serverless/pricing: L4, A5000, 3090 (24 GB) flex $0.00019 per second "
+                        "-> $0.684 per GPU-hour"),
+        GpuPrice(gpu="rtx2080ti", usd_per_gpu_hour=0.5904,
+                 source="no public list price found: the T4 price ($0.5904/hr, Modal) as a placeholder; "
+                        "override with --gpu-hour-usd rtx2080ti=PRICE"),
+        GpuPrice(gpu="gh200", usd_per_gpu_hour=49.24 / 8,
+                 source="no list price found in the sources used here: the HGX H100 price ($6.155 per GPU-hour, "
+                        "CoreWeave) as a placeholder; override with --gpu-hour-usd gh200=PRICE"),
+        GpuPrice(gpu="gb200", usd_per_gpu_hour=68.80 / 8,
+                 source="no list price found in the sources used here: the HGX B200 price ($8.60 per GPU-hour, "
+                        "CoreWeave) as a placeholder; override with --gpu-hour-usd gb200=PRICE"),
+        GpuPrice(gpu="mi300x", usd_per_gpu_hour=1.85,
+                 source="gpu.blog/gpus/instinct-mi300x-mi300x: Vultr on-demand MI300X $1.85/hour"),
+        GpuPrice(gpu="mi250x", usd_per_gpu_hour=1.85 / 2,
+                 source="no list price found: half the MI300X price ($1.85/hour, Vultr) per GCD as a placeholder; "
+                        "override with --gpu-hour-usd mi250x=PRICE"),
     )
 }
 """Default on-demand price per GPU-hour of every GPU preset, each with its source."""
