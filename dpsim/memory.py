@@ -59,6 +59,7 @@ FSDP fits — or that no data-parallel configuration does.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
@@ -78,6 +79,7 @@ from dpsim.strategies.shards import (
     fsdp_shard_numel,
     wrap_units,
 )
+from dpsim.strategies.tensor import block_input_bytes, layer_activation_bytes
 from dpsim.units import GiB, format_bytes
 from dpsim.workload.precision import Precision, optimizer_state_bytes_per_param
 from dpsim.workload.spec import ModelSpec
@@ -369,3 +371,98 @@ def _strategy_text(strategy: str, bucket_cap_mb: float | None) -> str:
     drop = bucket_cap_mb is not None and not honours(strategy, BUCKET_CAP_MB)
     return f"--strategy {strategy}" + (" without --bucket-cap-mb" if drop else "")
 
+
+
+# ----------------------------------------------------------------- 3D layouts
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageMemory:
+    """Memory per GPU of one pipeline stage of a tensor/pipeline/data layout."""
+
+    stage: int
+    """Pipeline stage."""
+    breakdown: MemoryBreakdown
+    """Bytes per GPU by category."""
+    params_per_gpu: int
+    """Parameters one GPU of the stage holds (its tensor-parallel shard of the stage's layers)."""
+    in_flight: tuple[int, ...]
+    """Micro-batches whose activations the stage holds at its peak, per model chunk."""
+
+
+def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Precision, optimizer: str,
+                        in_flight: Sequence[Sequence[int]]) -> tuple[StageMemory, ...]:
+    """Per-GPU memory of every stage of a layout (:class:`~dpsim.strategies.layout.Layout`).
+
+    ``tpm``: the tensor-parallel shard (:func:`~dpsim.strategies.tensor.tp_model`);
+    ``assignment[stage][chunk]``: layer indices (:func:`~dpsim.strategies.layout.stage_assignment`);
+    ``in_flight[stage][chunk]``: micro-batches held at the stage's peak
+    (:func:`~dpsim.strategies.pipeline.in_flight`).
+
+    - **Model state** of the stage's layers on one tensor-parallel rank, the last stage
+      also keeping a copy of a tied word embedding (Megatron's
+      ``shared_embedding_or_output_weight``): ``w`` + ``g`` + ``K`` bytes per parameter
+      (the module docstring's table); ``zero1`` (Megatron's distributed optimizer) divides
+      ``K`` by the data-parallel replicas (its ``6 + 12/d`` bytes per parameter with bf16
+      parameters and fp32 gradients, ``docs/source/api-guide/dist_optimizer.md``); ``fsdp``
+      under pipeline parallelism keeps the gathered parameters and the accumulated
+      gradients for the whole step and shards ``K`` the same way.
+    - **Activations** per micro-batch in flight (Korthikanti et al. 2022, Sec. 4.2.3: the
+      first 1F1B stage holds ``pp`` micro-batches, the interleaved schedule's
+      ``pp·(1 + (pp-1)/(pp·v))`` chunk's worth), per layer as
+      :func:`~dpsim.strategies.tensor.layer_activation_bytes` gives them; with full
+      recomputation each block keeps only its input, plus one block's full activations
+      while it is recomputed.
+    """
+    w, g = precision.weight_bytes, precision.grad_bytes
+    k = optimizer_state_bytes_per_param(precision, optimizer)
+    act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
+    t, mb = layout.tp, layout.micro_batch
+    sp = layout.sequence_parallel
+    p = len(assignment)
+    embedding_stage = next((s for s, chunks in enumerate(assignment)
+                            for layers in chunks for i in layers if tpm.layers[i].role == "embedding"), 0)
+    out = []
+    for s, chunks in enumerate(assignment):
+        numel = sum(tpm.layers[i].numel_per_rank for layers in chunks for i in layers)
+        if tpm.tied_embedding and p > 1 and s == p - 1 and s != embedding_stage:
+            numel += tpm.embedding_numel_per_rank
+        act = 0.0
+        working = 0.0
+        for c, layers in enumerate(chunks):
+            per_mb = 0.0
+            starts = {min(i for i in layers if tpm.layers[i].unit == u) for u in
+                      {tpm.layers[i].unit for i in layers if tpm.layers[i].unit is not None}}
+            for i in layers:
+                layer = tpm.layers[i]
+                if layout.recompute == "full" and layer.unit is not None:
+                    if i in starts:
+                        per_mb += block_input_bytes(layer, t, sequence_parallel=sp)
+                else:
+                    per_mb += layer_activation_bytes(layer, t, sequence_parallel=sp,
+                                                     recompute=layout.recompute)
+            act += in_flight[s][c] * per_mb * mb
+            if layout.recompute == "full":
+                blocks: dict[str, float] = {}
+                for i in layers:
+                    layer = tpm.layers[i]
+                    if layer.unit is not None:
+                        blocks[layer.unit] = blocks.get(layer.unit, 0.0) + layer_activation_bytes(
+                            layer, t, sequence_parallel=sp, recompute="off")
+                working = max([working, *blocks.values()])
+        act = (act + working * mb) * act_scale
+        d = layout.dp
+        opt = -(-numel // d) * k if layout.strategy in ("zero1", "fsdp") else numel * k
+        breakdown = MemoryBreakdown(
+            weights_bytes=float(numel * w), gradients_bytes=float(numel * g), optimizer_bytes=float(opt),
+            activations_bytes=float(act), comm_buffers_bytes=0.0, overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),
+            capacity_bytes=float(gpu.memory_bytes), strategy=layout.strategy,
+            shard_group_size=d if layout.strategy in ("zero1", "fsdp") else 1)
+        out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
+                               in_flight=tuple(in_flight[s])))
+    return tuple(out)
+
+
+def worst_stage(stages: Sequence[StageMemory]) -> StageMemory:
+    """The stage with the largest total (the one that decides whether the layout fits)."""
+    return max(stages, key=lambda m: (m.breakdown.total_bytes, -m.stage))

@@ -26,8 +26,9 @@ from dpsim.collectives.ops import CollectiveModel, CollectiveResult
 from dpsim.errors import ConfigError
 from dpsim.topology.cluster import Topology
 
-GROUPS = ("world", "intra", "inter")
-"""Communicator names a comm op may use."""
+GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb")
+"""Communicator names a comm op may use (``tp``, ``dp``, ``pp`` and ``emb`` exist only for a
+tensor/pipeline layout: :func:`layout_communicators`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +73,116 @@ def communicators(job: Topology) -> dict[str, Communicator]:
     }
 
 
+@dataclass(frozen=True, kw_only=True)
+class LayoutShape:
+    """A tensor x pipeline x data-parallel layout's sizes, for placing its groups."""
+
+    tp: int
+    """Tensor-parallel ranks."""
+    pp: int
+    """Pipeline stages."""
+    dp: int
+    """Data-parallel replicas."""
+
+
+def _node_group(job: Topology, per_node: int, nodes: int) -> tuple[Topology, int]:
+    """A group of ``per_node`` GPUs in each of ``nodes`` servers of ``job``, as a cluster of its
+    own, and how many such groups share each server's NICs. Each group gets its share of
+    the NICs (whole NICs, rails kept, when they divide evenly; otherwise one NIC carrying
+    the share of the bandwidth, as for ``inter``)."""
+    spec = job.spec
+    gpn = job.gpus_per_node
+    if nodes <= 1:
+        return Topology(spec=spec, n_gpus=per_node), 1
+    share = max(1, gpn // per_node)
+    fabric = spec.fabric
+    assert fabric is not None or spec.nvlink_domain is not None, "several nodes need a fabric or an NVLink domain"
+    if fabric is None or fabric.kind == "nvlink" or share == 1:
+        new_fabric = fabric
+    elif fabric.nics_per_node % share == 0:
+        new_fabric = dataclasses.replace(fabric, nics_per_node=fabric.nics_per_node // share)
+    else:
+        new_fabric = dataclasses.replace(
+            fabric, nics_per_node=1, rail_optimized=False,
+            nic_bandwidth_bytes_per_s=fabric.nic_bandwidth_bytes_per_s * fabric.nics_per_node / share)
+    sub = dataclasses.replace(spec, node=dataclasses.replace(spec.node, gpus_per_node=per_node), fabric=new_fabric)
+    concurrent = share if fabric is not None and fabric.kind != "nvlink" else 1
+    return Topology(spec=sub, n_gpus=per_node * nodes), concurrent
+
+
+def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communicator]:
+    """The ``tp``, ``dp``, ``pp`` and ``emb`` communicators of a layout on ``job``.
+
+    Ranks are ordered as Megatron-LM orders them: tensor-parallel rank fastest, then
+    data-parallel, then pipeline (``tp-cp-ep-dp-pp``, ``megatron/core/parallel_state.py``),
+    so a tensor-parallel group is ``tp`` consecutive GPUs (inside one server when ``tp``
+    divides its GPUs), a data-parallel group takes every ``tp``-th GPU (``gpus_per_node /
+    tp`` of them per server, or one per server: with a rail-optimised fabric the GPUs of
+    one local rank, hence one rail) and two neighbouring pipeline stages are ``tp x dp``
+    GPUs apart (the same local rank of two servers once ``tp x dp`` fills a server). The
+    ``pp`` communicator is one such pair (a point-to-point transfer is a two-rank
+    broadcast), ``emb`` the first and last stage's pair. Every server runs all its
+    groups at once, so each group gets its share of the server's NICs
+    (:attr:`Communicator.concurrent`). ``tp x dp`` must tile the servers (a multiple or a
+    divisor of the GPUs per node: :func:`check_layout_placement`).
+    """
+    gpn = job.gpus_per_node
+    t, d, p = shape.tp, shape.dp, shape.pp
+    comms: dict[str, Communicator] = {}
+    tp_topo, tp_conc = _node_group(job, t, 1) if t <= gpn else _node_group(job, gpn, t // gpn)
+    comms["tp"] = Communicator(name="tp", topology=tp_topo, job=job, concurrent=tp_conc)
+    if t * d <= gpn:
+        dp_topo, dp_conc = Topology(spec=job.spec, n_gpus=d), 1
+    else:
+        per_node = max(1, gpn // t)
+        dp_topo, dp_conc = _node_group(job, per_node, d // per_node)
+    comms["dp"] = Communicator(name="dp", topology=dp_topo, job=job, concurrent=dp_conc)
+
+    def pair(distance: int) -> tuple[Topology, int]:
+        if distance < gpn:
+            return Topology(spec=job.spec, n_gpus=2), 1
+        return _node_group(job, 1, 2)
+
+    pp_topo, pp_conc = pair(t * d)
+    comms["pp"] = Communicator(name="pp", topology=pp_topo, job=job, concurrent=pp_conc)
+    emb_topo, emb_conc = pair((p - 1) * t * d)
+    comms["emb"] = Communicator(name="emb", topology=emb_topo, job=job, concurrent=emb_conc)
+    return comms
+
+
+def nvlink_domain_gpus(job: Topology) -> int:
+    """GPUs one NVLink domain joins: a server, or the servers of a multi-node NVLink domain."""
+    spec = job.spec
+    domain = spec.nvlink_domain.nodes if spec.nvlink_domain is not None else 1
+    if spec.fabric is not None and spec.fabric.kind == "nvlink":
+        return job.n_gpus
+    return domain * spec.node.gpus_per_node
+
+
+def check_layout_placement(job: Topology, shape: LayoutShape, *, tp_across_network: bool = False) -> None:
+    """Refuse a layout whose groups cannot be placed as :func:`layout_communicators` places them
+    (one line naming the flag)."""
+    gpn = job.gpus_per_node
+    t, d, p = shape.tp, shape.dp, shape.pp
+    if t * d * p != job.n_gpus:
+        raise ConfigError(f"--gpus: {job.n_gpus} is not --tp {t} x --pp {p} x --dp {d} = {t * d * p}; "
+                          f"give --gpus {t * d * p} or change the layout")
+    if (t <= gpn and gpn % t) or (t > gpn and t % gpn):
+        raise ConfigError(f"--tp: {t} neither divides nor is a multiple of the {gpn} GPUs per node; "
+                          f"choose a --tp that tiles the servers")
+    domain = nvlink_domain_gpus(job)
+    if t > domain and not tp_across_network:
+        raise ConfigError(f"--tp: {t} GPUs do not fit in one NVLink domain of {domain} GPUs, so its "
+                          f"collectives would cross the network; use --tp {domain} or less, or allow it with "
+                          f"--tp-across-network")
+    if t * d > gpn and (t * d) % gpn:
+        raise ConfigError(f"--dp: --tp {t} x --dp {d} = {t * d} GPUs per pipeline stage do not fill whole "
+                          f"{gpn}-GPU servers; choose --dp so that tp x dp is a multiple of {gpn}")
+    if t * d < gpn and gpn % (t * d):
+        raise ConfigError(f"--dp: --tp {t} x --dp {d} = {t * d} GPUs per pipeline stage do not tile "
+                          f"{gpn}-GPU servers; choose --dp so that tp x dp divides {gpn}")
+
+
 def hybrid_topologies(job: Topology) -> tuple[Topology, Topology]:
     """``(intra, inter)`` topologies of FSDP hybrid sharding on ``job`` (:func:`communicators`)."""
     comms = communicators(job)
@@ -89,10 +200,14 @@ class GroupCollectives:
     communicator that :attr:`~dpsim.engine.program.CommOp.group` names, built on first use.
     """
 
-    def __init__(self, job: Topology, make: ModelFactory):
+    def __init__(self, job: Topology, make: ModelFactory, layout: LayoutShape | None = None):
         self.job = job
         self._make = make
         self._communicators = communicators(job)
+        self.layout = layout
+        """The tensor x pipeline x data layout whose groups :meth:`group` also knows (``None``: none)."""
+        if layout is not None:
+            self._communicators.update(layout_communicators(job, layout))
         self._models: dict[str, CollectiveModel] = {}
         self.world = self.group("world")
         self.n_ranks = self.world.n_ranks
@@ -106,7 +221,8 @@ class GroupCollectives:
         try:
             return self._communicators[name]
         except KeyError:
-            raise ConfigError(f"communicator {name!r} is not known; known: {', '.join(GROUPS)}") from None
+            known = ", ".join(self._communicators)
+            raise ConfigError(f"communicator {name!r} is not known; known: {known}") from None
 
     def group(self, name: str) -> CollectiveModel:
         """The collective model of communicator ``name``."""

@@ -3,6 +3,7 @@
 - :mod:`~dpsim.engine.program` — :class:`StepProgram` (tasks, comm ops, what waits for what)
 - :mod:`~dpsim.engine.simulate` — the SimPy engine (:func:`run_program`), one process per distinct rank
 - :mod:`~dpsim.engine.replay` — the exact vectorised replay of every rank (stragglers, noise)
+- :mod:`~dpsim.engine.pipeline` — several stage programs joined by point-to-point transfers (pipeline parallelism)
 
 The engine plays any program and knows no strategy; :mod:`dpsim.strategies` builds them.
 """
@@ -19,6 +20,8 @@ _EXPORTS = {
     "StepTiming": "dpsim.engine.simulate",
     "TraceEvent": "dpsim.engine.simulate",
     "run_program": "dpsim.engine.simulate",
+    "PipelineProgram": "dpsim.engine.pipeline",
+    "run_pipeline": "dpsim.engine.pipeline",
     "RankRun": "dpsim.engine.replay",
     "simulate_ranks": "dpsim.engine.replay",
 }

@@ -1,0 +1,396 @@
+"""Several distinct stage programs joined by point-to-point transfers: one pipeline-parallel step.
+
+A :class:`PipelineProgram` has one :class:`StageProgram` per pipeline stage. Each stage runs
+its compute ops in order on one compute stream; an op starts once the stage's previous op
+has ended, every transfer it needs has arrived and every collective it waits for has
+finished. When an op ends it
+
+- *sends* transfers to other stages (activations forward, gradients backward): each
+  ordered pair of stages is one FIFO channel, and a transfer lasts what the collective
+  model says for its message on its communicator (a point-to-point message costed as a
+  two-rank ``broadcast``: ``S/B`` plus latency);
+- *launches* collectives on its stage's communication stream (FIFO, in launch order). A
+  collective may belong to several stages (the tied-embedding all-reduce of the first
+  and last stage): it starts when every one of them has launched it and it heads each
+  of their streams.
+
+While a collective runs on a stage, that stage's compute runs ``1 + overlap_slowdown``
+times slower (communication kernels take SMs), exactly as in
+:mod:`dpsim.engine.simulate`: a one-stage program runs here as a :class:`StepProgram`
+runs there (tested). Transfers do not slow compute.
+
+Every data-parallel replica and every tensor-parallel rank of a stage does the same
+work, so one rank per stage is simulated. The simulation is event-driven (a heap of
+op ends, collective ends and arrivals; compute re-rated when a stage's collectives
+start or stop): the largest layout of the accuracy set, 64 stages x 1,024 ops, takes
+about half a second (``python tests/benchmarks/bench_plan.py``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dpsim.engine.program import CommOp, StepProgram
+from dpsim.engine.simulate import TraceEvent, comm_op_time_s
+from dpsim.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageOp:
+    """One piece of compute a stage runs, in program order."""
+
+    kind: str
+    """``forward``, ``backward``, ``recompute``, ``optimizer``..."""
+    name: str
+    """For the trace."""
+    duration_s: float
+    """Time on an unslowed rank."""
+    needs: tuple[int, ...] = ()
+    """Transfers that must have arrived before it starts."""
+    sends: tuple[int, ...] = ()
+    """Transfers it sends when it ends."""
+    waits: tuple[int, ...] = ()
+    """Collectives (indices into :attr:`PipelineProgram.comms`) that must have finished first."""
+    launches: tuple[int, ...] = ()
+    """Collectives it launches on its stage's stream when it ends, in this order."""
+    micro_batch: int | None = None
+    """Micro-batch index (forward/backward ops)."""
+    chunk: int | None = None
+    """Model chunk (virtual stage) of its stage."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transfer:
+    """A point-to-point message from one stage to another."""
+
+    name: str
+    """For the trace."""
+    src: int
+    """Sending stage."""
+    dst: int
+    """Receiving stage."""
+    size_bytes: float
+    """Bytes per GPU."""
+    kind: str = "p2p"
+    """Trace category."""
+    group: str = "pp"
+    """Communicator that costs it."""
+    op: str = "broadcast"
+    """How the collective model costs it (a two-rank broadcast is one send)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageProgram:
+    """What one stage runs."""
+
+    ops: tuple[StageOp, ...]
+    """Compute ops in execution order."""
+    comms_at_start: tuple[int, ...] = ()
+    """Collectives launched before the first op (e.g. a steady-state parameter all-gather)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineProgram:
+    """One step of every stage."""
+
+    stages: tuple[StageProgram, ...]
+    """Per stage, first to last."""
+    comms: tuple[CommOp, ...] = ()
+    """Collectives, indexed by ``waits``/``launches``."""
+    comm_stages: tuple[tuple[int, ...], ...] = ()
+    """Stages each collective belongs to (default: the one stage that launches it)."""
+    transfers: tuple[Transfer, ...] = ()
+    """Point-to-point messages, indexed by ``needs``/``sends``."""
+
+    def __post_init__(self) -> None:
+        launcher: dict[int, set[int]] = {}
+        for s, st in enumerate(self.stages):
+            for c in st.comms_at_start:
+                launcher.setdefault(c, set()).add(s)
+            for op in st.ops:
+                for c in op.launches:
+                    launcher.setdefault(c, set()).add(s)
+        assert set(launcher) == set(range(len(self.comms))), "every collective is launched"
+        if not self.comm_stages:
+            object.__setattr__(self, "comm_stages", tuple(tuple(sorted(launcher[c])) for c in range(len(self.comms))))
+        assert len(self.comm_stages) == len(self.comms)
+        for c, members in enumerate(self.comm_stages):
+            assert launcher[c] == set(members), f"collective {c} is launched by {launcher[c]}, not {members}"
+        sent = [t for st in self.stages for op in st.ops for t in op.sends]
+        assert sorted(sent) == list(range(len(self.transfers))), "every transfer is sent exactly once"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageTiming:
+    """One stage's step."""
+
+    end_s: float
+    """When its last op ended (the step starts at 0)."""
+    busy_s: float
+    """Wall time of its compute ops (slowdown included)."""
+    by_kind_s: dict = field(default_factory=dict)
+    """Wall time per op kind."""
+    comm_s: float = 0.0
+    """Time its collectives ran."""
+    exposed_comm_s: float = 0.0
+    """Time a collective of this stage ran while the stage computed nothing."""
+    wait_transfer_s: float = 0.0
+    """Idle time that ended when a transfer arrived: waiting for another stage (the pipeline
+    bubble: fill, drain, transfers on the critical path)."""
+    wait_comm_s: float = 0.0
+    """Idle time that ended when one of its collectives finished (a parameter gather before
+    a forward, the gradient reductions before the optimizer)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineResult:
+    """A simulated pipeline step."""
+
+    step_time_s: float
+    """From the start to the last stage's end."""
+    stages: tuple[StageTiming, ...]
+    """Per stage."""
+    trace: tuple[TraceEvent, ...]
+    """Every op (``rank`` = stage), collective and transfer (``rank`` = the sending stage)."""
+    transfer_s: float = 0.0
+    """Summed duration of the transfers of the step."""
+
+
+CostFn = Callable[[str, str, float], float]
+"""``cost(group, op, size_bytes)`` -> seconds."""
+
+
+def collective_cost(collectives) -> CostFn:
+    """A cost function over a collective model (:class:`~dpsim.collectives.groups.GroupCollectives`),
+    memoised: a step repeats the same few messages thousands of times."""
+    memo: dict[tuple[str, str, float], float] = {}
+
+    def cost(group: str, op: str, size_bytes: float) -> float:
+        key = (group, op, size_bytes)
+        t = memo.get(key)
+        if t is None:
+            t = memo[key] = comm_op_time_s(collectives, CommOp(name="", op=op, size_bytes=size_bytes, group=group))
+        return t
+
+    return cost
+
+
+def from_step_program(program: StepProgram) -> PipelineProgram:
+    """A data-parallel :class:`StepProgram` as a one-stage pipeline (same ops, same stream)."""
+    ops = tuple(StageOp(kind=t.kind, name=t.name, duration_s=t.duration_s, waits=t.wait_for,
+                        launches=t.launch_after) for t in program.tasks)
+    return PipelineProgram(stages=(StageProgram(ops=ops, comms_at_start=program.launch_at_start),),
+                           comms=program.comms)
+
+
+def run_pipeline(program: PipelineProgram, cost: CostFn, *, overlap_slowdown: float = 0.0,
+                 trace: bool = True) -> PipelineResult:
+    """Simulate one step of ``program`` (see the module docstring).
+
+    ``cost(group, op, size_bytes)`` gives each collective's and transfer's duration
+    (:func:`collective_cost` over a job's collective models).
+    """
+    if not overlap_slowdown >= 0:
+        raise ConfigError(f"--overlap-slowdown: {overlap_slowdown} is not valid; expected a number >= 0")
+    n = len(program.stages)
+    comm_time = [cost(c.group, c.op, c.size_bytes) for c in program.comms]
+    xfer_time = [cost(t.group, t.op, t.size_bytes) for t in program.transfers]
+    members = program.comm_stages
+    slow = 1.0 / (1.0 + overlap_slowdown)
+
+    heap: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, a, b)
+    seq = 0
+    OP_END, COMM_END, ARRIVE = 0, 1, 2
+
+    pos = [0] * n
+    running = [False] * n
+    remaining = [0.0] * n
+    rate = [1.0] * n
+    since = [0.0] * n
+    started_at = [0.0] * n
+    version = [0] * n
+    active = [0] * n  # collectives running on the stage
+    queue: list[list[int]] = [[] for _ in range(n)]  # launched, not started, in launch order
+    stream_busy = [False] * n
+    launched = [0] * len(program.comms)
+    comm_started = [False] * len(program.comms)
+    comm_done = [False] * len(program.comms)
+    arrived = [False] * len(program.transfers)
+    channel_free: dict[tuple[int, int], float] = {}
+    waiting_comm: dict[int, list[int]] = {}
+    waiting_xfer: dict[int, list[int]] = {}
+    busy = [0.0] * n
+    idle_since = [0.0] * n  # when the stage's compute stream last went idle
+    woken_by = ["start"] * n
+    wait_transfer = [0.0] * n
+    wait_comm = [0.0] * n
+    by_kind: list[dict[str, float]] = [{} for _ in range(n)]
+    end_s = [0.0] * n
+    comm_intervals: list[list[tuple[float, float]]] = [[] for _ in range(n)]
+    busy_intervals: list[list[tuple[float, float]]] = [[] for _ in range(n)]
+    events: list[TraceEvent] = []
+    now = 0.0
+
+    def push(t: float, kind: int, a: int, b: int = 0) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (t, seq, kind, a, b))
+
+    def rerate(s: int) -> None:
+        new = slow if active[s] else 1.0
+        if running[s]:
+            remaining[s] -= (now - since[s]) * rate[s]
+            since[s] = now
+            version[s] += 1
+            rate[s] = new
+            push(now + max(0.0, remaining[s]) / new, OP_END, s, version[s])
+        else:
+            rate[s] = new
+
+    def try_start(s: int) -> None:
+        if running[s] or pos[s] >= len(program.stages[s].ops):
+            return
+        op = program.stages[s].ops[pos[s]]
+        for t in op.needs:
+            if not arrived[t]:
+                waiting_xfer.setdefault(t, []).append(s)
+                return
+        for c in op.waits:
+            if not comm_done[c]:
+                waiting_comm.setdefault(c, []).append(s)
+                return
+        waited = now - idle_since[s]
+        if waited > 0:
+            if woken_by[s] == "comm":
+                wait_comm[s] += waited
+            else:
+                wait_transfer[s] += waited
+        running[s] = True
+        remaining[s] = op.duration_s
+        rate[s] = slow if active[s] else 1.0
+        since[s] = started_at[s] = now
+        version[s] += 1
+        push(now + remaining[s] / rate[s], OP_END, s, version[s])
+
+    def try_comm(c: int) -> None:
+        stages = members[c]
+        if comm_started[c] or launched[c] < len(stages):
+            return
+        if any(stream_busy[s] or not queue[s] or queue[s][0] != c for s in stages):
+            return
+        comm_started[c] = True
+        for s in stages:
+            queue[s].pop(0)
+            stream_busy[s] = True
+            active[s] += 1
+            rerate(s)
+        push(now + comm_time[c], COMM_END, c, 0)
+        if trace:
+            op = program.comms[c]
+            events.append(TraceEvent(rank=stages[0], step=0, kind=op.kind, name=op.name, start_s=now,
+                                     end_s=now + comm_time[c], bucket=c))
+        for s in stages:
+            comm_intervals[s].append((now, now + comm_time[c]))
+
+    def launch(c: int, s: int) -> None:
+        launched[c] += 1
+        queue[s].append(c)
+        try_comm(c)
+
+    for s, st in enumerate(program.stages):
+        for c in st.comms_at_start:
+            launch(c, s)
+    for s in range(n):
+        try_start(s)
+
+    while heap:
+        now, _, kind, a, b = heapq.heappop(heap)
+        if kind == OP_END:
+            s = a
+            if b != version[s] or not running[s]:
+                continue
+            op = program.stages[s].ops[pos[s]]
+            running[s] = False
+            wall = now - started_at[s]
+            busy[s] += wall
+            by_kind[s][op.kind] = by_kind[s].get(op.kind, 0.0) + wall
+            busy_intervals[s].append((started_at[s], now))
+            if trace:
+                events.append(TraceEvent(rank=s, step=0, kind=op.kind, name=op.name, start_s=started_at[s],
+                                         end_s=now))
+            pos[s] += 1
+            end_s[s] = now
+            idle_since[s] = now
+            for t in op.sends:
+                tr = program.transfers[t]
+                key = (tr.src, tr.dst)
+                start = max(now, channel_free.get(key, 0.0))
+                channel_free[key] = start + xfer_time[t]
+                push(start + xfer_time[t], ARRIVE, t, 0)
+                if trace:
+                    events.append(TraceEvent(rank=tr.src, step=0, kind=tr.kind, name=tr.name, start_s=start,
+                                             end_s=start + xfer_time[t], bucket=None))
+            for c in op.launches:
+                launch(c, s)
+            try_start(s)
+        elif kind == COMM_END:
+            c = a
+            comm_done[c] = True
+            for s in members[c]:
+                stream_busy[s] = False
+                active[s] -= 1
+                rerate(s)
+            for s in waiting_comm.pop(c, []):
+                woken_by[s] = "comm"
+                try_start(s)
+            for s in members[c]:
+                if queue[s]:
+                    try_comm(queue[s][0])
+        else:
+            arrived[a] = True
+            for s in waiting_xfer.pop(a, []):
+                woken_by[s] = "transfer"
+                try_start(s)
+
+    stuck = [s for s in range(n) if pos[s] < len(program.stages[s].ops)]
+    if stuck:
+        s = stuck[0]
+        raise RuntimeError(f"pipeline program deadlocks: stage {s} stops before op "
+                           f"{program.stages[s].ops[pos[s]].name!r}")
+    timings = []
+    for s in range(n):
+        comm = sum(b - a for a, b in comm_intervals[s])
+        timings.append(StageTiming(end_s=end_s[s], busy_s=busy[s], by_kind_s=dict(by_kind[s]), comm_s=comm,
+                                   exposed_comm_s=_uncovered(comm_intervals[s], busy_intervals[s]),
+                                   wait_transfer_s=wait_transfer[s], wait_comm_s=wait_comm[s]))
+    return PipelineResult(step_time_s=max(end_s) if n else 0.0, stages=tuple(timings),
+                          trace=tuple(sorted(events, key=lambda e: (e.start_s, e.rank))),
+                          transfer_s=sum(xfer_time))
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[list[float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _uncovered(intervals: list[tuple[float, float]], cover: list[tuple[float, float]]) -> float:
+    """Length of the union of ``intervals`` outside the union of ``cover`` (linear merge)."""
+    a_list, c_list = _union(intervals), _union(cover)
+    total, j = 0.0, 0
+    for a, b in a_list:
+        length = b - a
+        while j < len(c_list) and c_list[j][1] <= a:
+            j += 1
+        k = j
+        while k < len(c_list) and c_list[k][0] < b:
+            length -= max(0.0, min(b, c_list[k][1]) - max(a, c_list[k][0]))
+            k += 1
+        total += length
+    return total

@@ -1,0 +1,328 @@
+"""A 3D layout: tensor x pipeline x data parallelism, its stages and the work of each.
+
+A :class:`Layout` is ``tp`` tensor-parallel ranks (:mod:`~dpsim.strategies.tensor`) times
+``pp`` pipeline stages (:mod:`~dpsim.strategies.pipeline`) times ``dp`` data-parallel
+replicas, ``tp x pp x dp`` GPUs, ranked as Megatron-LM ranks them (tensor-parallel rank
+fastest, then data-parallel, then pipeline: ``RankGenerator`` order ``tp-cp-ep-dp-pp`` in
+``megatron/core/parallel_state.py``; :func:`dpsim.collectives.groups.layout_communicators`
+places the groups on the fabric).
+
+**Stages.** The model's blocks (transformer layers, :attr:`LayerSpec.unit`) are split
+over ``pp x virtual_stages`` *virtual stages*; virtual stage ``c x pp + s`` is model chunk
+``c`` of stage ``s`` (Megatron's interleaved assignment, Narayanan et al. 2021, Sec.
+2.2.2, Fig. 4). By default every virtual stage gets the same number of blocks (Megatron
+requires the layers to divide evenly); ``--stage-layers`` gives each stage its own count
+(Megatron's ``--decoder-first-pipeline-num-layers`` / ``...-last-...`` generalised). The
+layers before the first block (embedding) run on the first virtual stage, the layers
+after the last (final norm, LM head, loss) on the last one.
+
+**Work.** Per layer and micro-batch: the tensor-parallel shard's compute
+(:class:`~dpsim.workload.compute.ComputeProfile` of the shard), the tensor-parallel
+collectives the compute stream waits for, and recomputation: ``full`` re-runs each
+block's forward (its collectives too) before the block's backward (Megatron's
+``--recompute-granularity full --recompute-method uniform --recompute-num-layers 1``);
+``selective`` re-runs the attention core only (Korthikanti et al. 2022, Sec. 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dpsim.errors import ConfigError
+from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpModel, layer_tp_comm
+from dpsim.workload.compute import ComputeProfile
+
+SCHEDULES: dict[str, str] = {
+    "1f1b": "one forward one backward (PipeDream-Flush, Megatron's default): at most pp micro-batches in flight",
+    "gpipe": "all forwards, then all backwards: every micro-batch in flight",
+    "1f1b-interleaved": "1F1B over virtual stages (Megatron's interleaved schedule): bubble / virtual stages",
+}
+"""``--schedule`` choices."""
+
+RECOMPUTE: dict[str, str] = {
+    "off": "keep every activation",
+    "selective": "recompute the attention core only (Korthikanti et al. 2022)",
+    "full": "keep each block's input, recompute its forward before its backward",
+}
+"""``--recompute`` choices."""
+
+LAYOUT_STRATEGIES: dict[str, str] = {
+    "ddp": "gradients all-reduced across the data-parallel replicas of each shard (Megatron DDP)",
+    "zero1": "Megatron's distributed optimizer (ZeRO-1): gradients reduce-scattered, optimizer state "
+             "sharded, updated parameters all-gathered",
+    "fsdp": "parameters, gradients and optimizer state sharded across the replicas of each shard; "
+            "parameters gathered once per step and kept across micro-batches (FSDP2 under pipeline parallelism)",
+}
+"""Data-parallel strategies a tensor/pipeline layout runs over its replicas."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """How one job is split: tensor x pipeline x data parallelism and how each runs."""
+
+    tp: int = 1
+    """Tensor-parallel ranks."""
+    pp: int = 1
+    """Pipeline stages."""
+    dp: int = 1
+    """Data-parallel replicas of each tensor x pipeline shard."""
+    virtual_stages: int = 1
+    """Model chunks per stage (interleaved schedule)."""
+    schedule: str = "1f1b"
+    """A key of :data:`SCHEDULES`."""
+    micro_batch: int = 1
+    """Samples per micro-batch."""
+    micro_batches: int = 1
+    """Micro-batches per replica per step."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism with the tensor parallelism."""
+    recompute: str = "off"
+    """A key of :data:`RECOMPUTE`."""
+    tp_comm_overlap: str = "backward"
+    """A key of :data:`~dpsim.strategies.tensor.TP_COMM_OVERLAP`."""
+    strategy: str = "ddp"
+    """A key of :data:`LAYOUT_STRATEGIES`."""
+    overlap: bool = True
+    """Data-parallel collectives overlap the last micro-batch's backward (Megatron's
+    ``--overlap-grad-reduce``) and, for ``zero1``, the parameter all-gather the next
+    step's forward (``--overlap-param-gather``)."""
+    stage_blocks: tuple[int, ...] | None = None
+    """Blocks per stage (``None``: an even split)."""
+    bucket_elements: int | None = None
+    """Parameters per data-parallel gradient bucket (``None``: Megatron's default)."""
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "virtual_stages", "micro_batch", "micro_batches"):
+            v = getattr(self, name)
+            assert isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"{name}: {v!r}"
+        assert self.schedule in SCHEDULES and self.recompute in RECOMPUTE, (self.schedule, self.recompute)
+        assert self.tp_comm_overlap in TP_COMM_OVERLAP and self.strategy in LAYOUT_STRATEGIES
+
+    @property
+    def n_gpus(self) -> int:
+        """``tp x pp x dp``."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks per stage (1 unless interleaved)."""
+        return self.virtual_stages if self.schedule == "1f1b-interleaved" else 1
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step over every replica."""
+        return self.micro_batch * self.micro_batches * self.dp
+
+    def describe(self) -> str:
+        """``tp 8 x pp 4 (1f1b-interleaved, 2 chunks) x dp 16, zero1, micro-batch 1 x 64``."""
+        sched = "" if self.pp == 1 else f" ({self.schedule}{f', {self.chunks} chunks' if self.chunks > 1 else ''})"
+        extra = "".join([", sequence parallel" if self.sequence_parallel and self.tp > 1 else "",
+                         f", {self.recompute} recompute" if self.recompute != "off" else ""])
+        return (f"tp {self.tp} x pp {self.pp}{sched} x dp {self.dp}, {self.strategy}, micro-batch "
+                f"{self.micro_batch} x {self.micro_batches}{extra}")
+
+
+MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
+"""Megatron-Core's default gradient bucket: ``max(40000000, 1000000 * dp)`` parameters
+(``megatron/core/distributed/distributed_data_parallel.py`` @ NVIDIA/Megatron-LM d98e8a6:
+"If bucket_size is not provided as an input, use sane default"); one bucket per model
+chunk when the reduction is not overlapped."""
+
+
+def default_bucket_elements(dp: int) -> int:
+    """Megatron's default bucket size for ``dp`` replicas (:data:`MEGATRON_MIN_BUCKET_PARAMS`)."""
+    return max(MEGATRON_MIN_BUCKET_PARAMS, 1_000_000 * dp)
+
+
+# ------------------------------------------------------------------- stages
+
+
+def parse_stage_layers(text: str | None, pp: int) -> tuple[int, ...] | None:
+    """``--stage-layers 10,12,12,14`` -> blocks per stage (``None`` when not given)."""
+    if text is None:
+        return None
+    try:
+        counts = tuple(int(x) for x in str(text).split(","))
+    except ValueError:
+        raise ConfigError(f"--stage-layers: {text!r} is not valid; expected comma-separated block counts, "
+                          f"one per pipeline stage (e.g. 10,12,12,14)") from None
+    if len(counts) != pp or any(c < 0 for c in counts):
+        raise ConfigError(f"--stage-layers: {text!r} is not valid; expected {pp} block counts >= 0 (one per "
+                          f"pipeline stage, --pp {pp})")
+    return counts
+
+
+def block_layers(tpm: TpModel) -> list[list[int]]:
+    """Layer indices of each block, in forward order."""
+    out: list[list[int]] = []
+    current: str | None = None
+    for layer in tpm.layers:
+        if layer.unit is None:
+            continue
+        if layer.unit != current:
+            out.append([])
+            current = layer.unit
+        out[-1].append(layer.index)
+    return out
+
+
+def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Layer indices of each stage's model chunks: ``result[stage][chunk]`` (see the module docstring)."""
+    p, v = layout.pp, layout.chunks
+    blocks = block_layers(tpm)
+    n = len(blocks)
+    n_virtual = p * v
+    if layout.stage_blocks is not None:
+        counts = layout.stage_blocks
+        if sum(counts) != n:
+            raise ConfigError(f"--stage-layers: {','.join(map(str, counts))} sums to {sum(counts)} blocks; "
+                              f"{tpm.model.name} has {n}")
+        if any(c % v for c in counts):
+            raise ConfigError(f"--stage-layers: {','.join(map(str, counts))} does not split into "
+                              f"{v} chunks per stage (--virtual-stages {v}); give multiples of {v}")
+        per_virtual = [counts[g % p] // v for g in range(n_virtual)]
+    else:
+        if n % n_virtual:
+            raise ConfigError(
+                f"--pp: {n} blocks of {tpm.model.name} do not split evenly into {p} stages"
+                + (f" x {v} virtual stages" if v > 1 else "")
+                + f"; choose a --pp{' x --virtual-stages' if v > 1 else ''} that divides {n}, or give "
+                  f"--stage-layers")
+        per_virtual = [n // n_virtual] * n_virtual
+    if p > 1 and any(c == 0 for c in per_virtual):
+        raise ConfigError(f"--pp: {p} stages x {v} chunks leave a chunk without blocks; use fewer stages or "
+                          f"--stage-layers with every stage > 0")
+    block_of_virtual: list[list[int]] = []
+    start = 0
+    for g in range(n_virtual):
+        block_of_virtual.append(list(range(start, start + per_virtual[g])))
+        start += per_virtual[g]
+    layers_of_virtual: list[list[int]] = [sorted(i for b in bs for i in blocks[b]) for bs in block_of_virtual]
+    # Root layers: before the first block -> first virtual stage; after the last -> last;
+    # in between -> with the block that precedes them.
+    first = min(blocks[0]) if blocks else len(tpm.layers)
+    virtual_of_layer = {i: g for g, layers in enumerate(layers_of_virtual) for i in layers}
+    for layer in tpm.layers:
+        i = layer.index
+        if i in virtual_of_layer:
+            continue
+        if i < first:
+            g = 0
+        else:
+            before = [virtual_of_layer[j] for j in range(i) if j in virtual_of_layer]
+            g = before[-1] if before else 0
+        virtual_of_layer[i] = g
+        layers_of_virtual[g].append(i)
+    return tuple(tuple(tuple(sorted(layers_of_virtual[c * p + s])) for c in range(v)) for s in range(p))
+
+
+# --------------------------------------------------------------------- work
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerWork:
+    """One layer's work for one micro-batch on one rank."""
+
+    index: int
+    """Layer index."""
+    forward_s: float
+    """Forward: compute plus the tensor-parallel collectives it waits for."""
+    backward_s: float
+    """Backward: compute, the collectives it waits for, and recomputation."""
+    compute_forward_s: float
+    """Forward compute alone."""
+    compute_backward_s: float
+    """Backward compute alone."""
+    recompute_s: float
+    """Recomputation charged to this layer's backward (full recomputation: the block's
+    last layer, the first to run backward, carries the whole block's forward)."""
+    tp_comm_s: float
+    """Tensor-parallel collective time of the micro-batch (forward, backward and recompute)."""
+    tp_exposed_s: float
+    """Of which the compute stream waits for."""
+    grad_numel: int
+    """Parameters of the layer on one rank (gradients it produces)."""
+
+
+def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
+               tp_cost: Callable[[str, float], float], act_element_bytes: int = 2,
+               time_scale: float = 1.0) -> tuple[LayerWork, ...]:
+    """Per-layer work of one micro-batch on one tensor-parallel rank.
+
+    ``shard_compute`` is the compute profile of ``tpm.spec`` at the layout's micro-batch;
+    ``time_scale`` multiplies its times (a measured one-GPU step or calibration);
+    ``tp_cost(op, bytes)`` the ``tp`` communicator's collective time.
+    """
+    tokens = tpm.model.tokens_per_sample or 0
+    fwd_s, bwd_s, comms, core_s = [], [], [], []
+    for layer, lt in zip(tpm.layers, shard_compute.layers):
+        fwd = lt.forward_s * time_scale
+        fwd_s.append(fwd)
+        bwd_s.append(lt.backward_s * time_scale)
+        comms.append(layer_tp_comm(layer, fwd, layout.micro_batch, layout.tp,
+                                   sequence_parallel=layout.sequence_parallel, overlap=layout.tp_comm_overlap,
+                                   cost=tp_cost, tokens_per_sample=tokens, act_element_bytes=act_element_bytes))
+        flops = layer.col_flops_per_sample + layer.row_flops_per_sample + layer.core_flops_per_sample
+        core_s.append(fwd * layer.core_flops_per_sample / flops if flops > 0 else 0.0)
+    n = len(tpm.layers)
+    recompute, recompute_comm, recompute_exposed = [0.0] * n, [0.0] * n, [0.0] * n
+    if layout.recompute == "full":
+        # The block's forward, its collectives included, re-runs before the backward of its
+        # last layer (the first of the block in backward order).
+        for unit_layers in _units(tpm):
+            last = max(unit_layers)
+            recompute[last] = sum(fwd_s[i] + comms[i].forward_exposed_s for i in unit_layers)
+            recompute_comm[last] = sum(comms[i].forward_s for i in unit_layers)
+            recompute_exposed[last] = sum(comms[i].forward_exposed_s for i in unit_layers)
+    elif layout.recompute == "selective":
+        recompute = list(core_s)
+    return tuple(LayerWork(
+        index=layer.index, forward_s=fwd_s[i] + comms[i].forward_exposed_s,
+        backward_s=bwd_s[i] + comms[i].backward_exposed_s + recompute[i],
+        compute_forward_s=fwd_s[i], compute_backward_s=bwd_s[i], recompute_s=recompute[i],
+        tp_comm_s=comms[i].forward_s + comms[i].backward_s + recompute_comm[i],
+        tp_exposed_s=comms[i].forward_exposed_s + comms[i].backward_exposed_s + recompute_exposed[i],
+        grad_numel=layer.numel_per_rank) for i, layer in enumerate(tpm.layers))
+
+
+def _units(tpm: TpModel) -> list[list[int]]:
+    groups: dict[str, list[int]] = {}
+    for layer in tpm.layers:
+        if layer.unit is not None:
+            groups.setdefault(layer.unit, []).append(layer.index)
+    return list(groups.values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkWork:
+    """One model chunk (virtual stage) of one stage: its work per micro-batch."""
+
+    stage: int
+    """Pipeline stage."""
+    chunk: int
+    """Chunk index on the stage."""
+    layers: tuple[LayerWork, ...]
+    """Its layers, in forward order."""
+
+    @property
+    def forward_s(self) -> float:
+        """One micro-batch's forward."""
+        return sum(l.forward_s for l in self.layers)
+
+    @property
+    def backward_s(self) -> float:
+        """One micro-batch's backward (recomputation included)."""
+        return sum(l.backward_s for l in self.layers)
+
+    @property
+    def grad_numel(self) -> int:
+        """Parameters of the chunk on one rank."""
+        return sum(l.grad_numel for l in self.layers)
+
+
+def chunk_work(work: Sequence[LayerWork], assignment: tuple[tuple[tuple[int, ...], ...], ...]
+               ) -> tuple[tuple[ChunkWork, ...], ...]:
+    """:func:`layer_work` grouped by :func:`stage_assignment`: ``result[stage][chunk]``."""
+    return tuple(tuple(ChunkWork(stage=s, chunk=c, layers=tuple(work[i] for i in layers))
+                       for c, layers in enumerate(chunks)) for s, chunks in enumerate(assignment))

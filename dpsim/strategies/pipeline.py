@@ -1,0 +1,336 @@
+"""Pipeline parallelism: the schedules (GPipe, 1F1B, interleaved 1F1B) and a layout's step program.
+
+**Schedules** (the order in which each stage runs the forwards ``F`` and backwards ``B`` of
+its micro-batches and model chunks):
+
+- ``gpipe`` (Huang et al. 2019): all ``m`` forwards, then all ``m`` backwards; every
+  micro-batch's activations are held at once.
+- ``1f1b`` (PipeDream-Flush, Narayanan et al. 2021, Sec. 2.2.1; Megatron's
+  ``forward_backward_pipelining_without_interleaving``): stage ``s`` of ``p`` runs
+  ``min(p - s - 1, m)`` warm-up forwards, then alternates one forward and one backward,
+  then drains the remaining backwards: at most ``p - s`` micro-batches in flight.
+- ``1f1b-interleaved`` (Narayanan et al. 2021, Sec. 2.2.2; Megatron's
+  ``forward_backward_pipelining_with_interleaving``): each stage holds ``v`` model chunks;
+  virtual micro-batch ``k`` runs chunk ``(k mod p·v) // p`` in forward (``v - 1 -`` that in
+  backward) of micro-batch ``(k // p·v)·p + k mod p``; ``(p - s - 1)·2 + (v - 1)·p``
+  warm-up forwards (all ``m·v`` when ``m = p``). ``m`` must be a multiple of ``p``.
+
+The bubble of every schedule is ``(p - 1)`` forward+backward slots of a stage out of
+``m + p - 1`` (interleaved: of a chunk, ``(p - 1)/v`` of a stage): Narayanan et al. 2021,
+Sec. 2.2.
+
+**The step program** (:func:`build_pipeline_program`, played by
+:mod:`dpsim.engine.pipeline`): each ``F``/``B`` op of a chunk waits for the activation
+(gradient) sent by the previous (next) virtual stage, a point-to-point transfer of the
+``b x s x h`` hidden state on the ``pp`` communicator, one ``1/t`` slice per
+tensor-parallel rank (Megatron's scatter-gather optimisation, Narayanan et al. 2021,
+Sec. 4.1; with sequence parallelism the hidden state is already split), all-gathered
+over the ``tp`` group at the receiver without sequence parallelism. The last
+micro-batch's backward of each chunk runs layer by layer so that data-parallel gradient
+buckets launch as their gradients become ready (``overlap``), as Megatron's
+``--overlap-grad-reduce`` does; without overlap every bucket waits for the stage's last
+backward (Megatron's original ``allreduce_gradients`` after the whole pipeline
+schedule). With tied embeddings the first and last stage all-reduce the word
+embedding's gradient (``_allreduce_word_embedding_grads``) before the optimizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dpsim.engine.pipeline import PipelineProgram, StageOp, StageProgram, Transfer
+from dpsim.engine.program import CommOp
+from dpsim.errors import ConfigError
+from dpsim.strategies.layout import ChunkWork, Layout
+
+Slot = tuple[str, int, int]
+"""``("F" | "B", chunk, micro_batch)``."""
+
+
+def check_schedule(layout: Layout) -> None:
+    """The rules between the pipeline flags (one line each)."""
+    p, v, m = layout.pp, layout.virtual_stages, layout.micro_batches
+    if layout.schedule == "1f1b-interleaved":
+        if p == 1:
+            raise ConfigError("--schedule: 1f1b-interleaved needs pipeline stages; give --pp 2 or more, or use 1f1b")
+        if v < 2:
+            raise ConfigError(f"--virtual-stages: {v} with --schedule 1f1b-interleaved; give 2 or more model "
+                              f"chunks per stage, or use --schedule 1f1b")
+        if m % p:
+            raise ConfigError(f"--global-batch: {layout.global_batch} gives {m} micro-batches per replica, not a "
+                              f"multiple of --pp {p} as the interleaved schedule needs; change --global-batch or "
+                              f"--micro-batch")
+    elif v != 1:
+        raise ConfigError(f"--virtual-stages: {v} applies only to --schedule 1f1b-interleaved; leave it at 1")
+
+
+def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int) -> list[Slot]:
+    """The order stage ``stage`` runs its forwards and backwards (see the module docstring)."""
+    if schedule == "gpipe":
+        return [("F", 0, j) for j in range(m)] + [("B", 0, j) for j in range(m)]
+    if schedule == "1f1b":
+        w = min(p - stage - 1, m)
+        out: list[Slot] = [("F", 0, j) for j in range(w)]
+        for i in range(m - w):
+            out += [("F", 0, w + i), ("B", 0, i)]
+        return out + [("B", 0, j) for j in range(m - w, m)]
+    total = m * v
+
+    def slot(kind: str, k: int) -> Slot:
+        in_group = k % (p * v)
+        chunk = in_group // p
+        if kind == "B":
+            chunk = v - 1 - chunk
+        return kind, chunk, (k // (p * v)) * p + k % p
+
+    w = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    out = [slot("F", k) for k in range(w)]
+    for k in range(total - w):
+        out += [slot("F", k + w), slot("B", k)]
+    return out + [slot("B", k) for k in range(total - w, total)]
+
+
+def peak_in_flight(slots: Sequence[Slot], chunks: int) -> list[int]:
+    """Per chunk, the micro-batches whose activations are held at the stage's peak (when
+    the sum over chunks of forwards run but not yet backwarded is largest, counted just
+    before a backward starts)."""
+    held = [0] * chunks
+    best, best_held = -1, [0] * chunks
+    for kind, c, _ in slots:
+        if kind == "F":
+            held[c] += 1
+        else:
+            if sum(held) > best:
+                best, best_held = sum(held), list(held)
+            held[c] -= 1
+    return best_held
+
+
+def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
+    """Per chunk, the micro-batches stage ``stage`` holds at its peak, in closed form (equal to
+    :func:`peak_in_flight` of :func:`schedule_slots`): ``m`` for GPipe, ``min(p - stage, m)``
+    for 1F1B, the warm-up forwards plus one for the interleaved schedule."""
+    if schedule == "gpipe":
+        return [m]
+    if schedule == "1f1b":
+        return [min(p - stage, m)]
+    total = m * v
+    warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    counts = [0] * v
+    for k in range(min(warmup + 1, total)):
+        counts[(k % (p * v)) // p] += 1
+    return counts
+
+
+def bubble_fraction(layout: Layout) -> float:
+    """Idle share of a uniform pipeline's step: ``(p - 1) / (v·m + p - 1)`` of chunk slots
+    (Narayanan et al. 2021, Sec. 2.2; ``v = 1`` except interleaved)."""
+    p, v, m = layout.pp, layout.chunks, layout.micro_batches
+    return (p - 1) / (v * m + p - 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataParallelPlan:
+    """What a stage's data-parallel collectives look like (all sizes per GPU)."""
+
+    strategy: str
+    """``ddp``, ``zero1`` or ``fsdp``."""
+    dp: int
+    """Replicas (no collective when 1)."""
+    overlap: bool
+    """Buckets launch during the last micro-batch's backward."""
+    bucket_elements: int
+    """Parameters per bucket."""
+    grad_bytes: int
+    """Bytes per gradient element reduced."""
+    weight_bytes: int
+    """Bytes per parameter element gathered."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelinePlan:
+    """A layout's step program and what it communicates."""
+
+    program: PipelineProgram
+    """What every stage runs."""
+    slots: tuple[tuple[Slot, ...], ...]
+    """Each stage's schedule."""
+    gradient_ops: tuple[int, ...]
+    """Data-parallel gradient collectives (indices into ``program.comms``)."""
+    p2p_bytes: float
+    """Bytes one GPU sends per transfer."""
+
+
+def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: Layout, *, p2p_bytes: float,
+                           gather_s: float, optimizer_s: Sequence[float], dp: DataParallelPlan,
+                           embedding_grad_bytes: float = 0.0) -> PipelinePlan:
+    """One step of ``layout`` as a :class:`~dpsim.engine.pipeline.PipelineProgram`.
+
+    ``chunks[stage][chunk]``: work per micro-batch (:func:`~dpsim.strategies.layout.chunk_work`);
+    ``p2p_bytes``: what one GPU sends per transfer; ``gather_s``: the receiver's
+    tensor-parallel all-gather of a received slice (0 with sequence parallelism or
+    ``tp = 1``); ``optimizer_s``: each stage's optimizer step; ``embedding_grad_bytes``:
+    the tied word embedding's gradient the first and last stage all-reduce (0: none).
+    """
+    check_schedule(layout)
+    p, v, m = layout.pp, layout.chunks, layout.micro_batches
+    slots = [schedule_slots(layout.schedule, p, v, m, s) for s in range(p)]
+    transfers: list[Transfer] = []
+    comms: list[CommOp] = []
+    comm_stages: list[tuple[int, ...]] = []
+
+    def virtual(s: int, c: int) -> int:
+        return c * p + s
+
+    def position(g: int) -> tuple[int, int]:
+        return g % p, g // p
+
+    last_g = p * v - 1
+    # Transfers: activation of (g, j) to g+1; gradient of (g, j) to g-1 (across stages only).
+    act_send: dict[tuple[int, int], int] = {}
+    grad_send: dict[tuple[int, int], int] = {}
+    for g in range(last_g + 1):
+        s, c = position(g)
+        nxt, prev = (g + 1) % p, (g - 1) % p
+        for j in range(m):
+            if g < last_g and nxt != s:
+                act_send[g, j] = len(transfers)
+                transfers.append(Transfer(name=f"activation chunk {c} micro-batch {j + 1} -> stage {nxt}", src=s,
+                                          dst=nxt, size_bytes=p2p_bytes, kind="p2p"))
+            if g > 0 and prev != s:
+                grad_send[g, j] = len(transfers)
+                transfers.append(Transfer(name=f"gradient chunk {c} micro-batch {j + 1} -> stage {prev}", src=s,
+                                          dst=prev, size_bytes=p2p_bytes, kind="p2p"))
+    fwd = [[w.forward_s for w in stage] for stage in chunks]
+    bwd = [[w.backward_s for w in stage] for stage in chunks]
+
+    def new_comm(name: str, op: str, size: float, kind: str, group: str, stages: tuple[int, ...]) -> int:
+        comms.append(CommOp(name=name, op=op, size_bytes=float(size), kind=kind, group=group))
+        comm_stages.append(stages)
+        return len(comms) - 1
+
+    gradient_ops: list[int] = []
+    stage_programs: list[StageProgram] = []
+    emb_op = None
+    if embedding_grad_bytes > 0 and p > 1:
+        emb_op = new_comm("all-reduce tied embedding gradient (first and last stage)", "all_reduce",
+                          embedding_grad_bytes, "allreduce", "emb", (0, p - 1))
+    for s in range(p):
+        ops: list[StageOp] = []
+        at_start: list[int] = []
+        dp_ops: list[int] = []
+        gather_before: dict[tuple[int, int], int] = {}  # (chunk, layer) -> the all-gather it waits for
+        launches_after_layer: dict[tuple[int, int], list[int]] = {}  # (chunk, layer) -> buckets
+        end_ops: list[int] = []  # launched after the stage's last backward
+        if dp.dp > 1:
+            for c in range(v):
+                work = chunks[s][c]
+                buckets = _buckets(work, dp.bucket_elements)
+                if dp.strategy in ("fsdp",) or (dp.strategy == "zero1" and dp.overlap):
+                    # Gathered bucket by bucket in forward order; each layer's first forward
+                    # waits only for the bucket holding its parameters.
+                    label = "all-gather parameters" if dp.strategy == "fsdp" else "all-gather updated parameters"
+                    for x in range(len(buckets) - 1, -1, -1):
+                        _, numel, members = buckets[x]
+                        op = new_comm(f"{label} chunk {c} bucket {x}", "all_gather", numel * dp.weight_bytes,
+                                      "allgather", "dp", (s,))
+                        at_start.append(op)
+                        for i in members:
+                            gather_before[c, i] = op
+                reduce = "all_reduce" if dp.strategy == "ddp" else "reduce_scatter"
+                if dp.overlap:
+                    for x, (first_layer, numel, _) in enumerate(buckets):
+                        op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} chunk {c} "
+                                      f"bucket {x}", reduce, numel * dp.grad_bytes,
+                                      "allreduce" if reduce == "all_reduce" else "reducescatter", "dp", (s,))
+                        launches_after_layer.setdefault((c, first_layer), []).append(op)
+                        dp_ops.append(op)
+                else:
+                    op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} chunk {c} "
+                                  f"gradients", reduce, work.grad_numel * dp.grad_bytes,
+                                  "allreduce" if reduce == "all_reduce" else "reducescatter", "dp", (s,))
+                    end_ops.append(op)
+                    dp_ops.append(op)
+        gradient_ops += dp_ops
+        final_b = {c: max(j for kind, cc, j in slots[s] if kind == "B" and cc == c) for c in range(v)}
+        first_f = {c: min(j for kind, cc, j in slots[s] if kind == "F" and cc == c) for c in range(v)}
+        n_b = sum(1 for kind, _, _ in slots[s] if kind == "B")
+        b_seen = 0
+        for kind, c, j in slots[s]:
+            g = c * p + s
+            work = chunks[s][c]
+            if kind == "F":
+                needs = (act_send[g - 1, j],) if (g - 1, j) in act_send else ()
+                sends = (act_send[g, j],) if (g, j) in act_send else ()
+                extra = gather_s if needs else 0.0
+                if j == first_f[c] and any(key[0] == c for key in gather_before):
+                    for k, lw in enumerate(work.layers):
+                        first, last = k == 0, k == len(work.layers) - 1
+                        gate = gather_before.get((c, lw.index))
+                        ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1} layer "
+                                                                f"{lw.index}",
+                                           duration_s=lw.forward_s + (extra if first else 0.0),
+                                           needs=needs if first else (), sends=sends if last else (),
+                                           waits=(gate,) if gate is not None else (), micro_batch=j, chunk=c))
+                    continue
+                ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1}",
+                                   duration_s=fwd[s][c] + extra, needs=needs, sends=sends, micro_batch=j,
+                                   chunk=c))
+                continue
+            b_seen += 1
+            needs = (grad_send[g + 1, j],) if (g + 1, j) in grad_send else ()
+            sends = (grad_send[g, j],) if (g, j) in grad_send else ()
+            extra = gather_s if needs else 0.0
+            last_of_stage = b_seen == n_b
+            tail: list[int] = []
+            if last_of_stage:
+                tail = end_ops + ([emb_op] if emb_op is not None and s in (0, p - 1) else [])
+            if j == final_b[c] and any(key[0] == c for key in launches_after_layer):
+                # Layer by layer, so that buckets launch as their gradients become ready.
+                layers = list(reversed(work.layers))
+                for k, lw in enumerate(layers):
+                    first, last = k == 0, k == len(layers) - 1
+                    launch = list(launches_after_layer.get((c, lw.index), ()))
+                    if last:
+                        launch += tail
+                    ops.append(StageOp(kind="backward", name=f"backward chunk {c} micro-batch {j + 1} layer {lw.index}",
+                                       duration_s=lw.backward_s + (extra if first else 0.0),
+                                       needs=needs if first else (), sends=sends if last else (),
+                                       launches=tuple(launch), micro_batch=j, chunk=c))
+            else:
+                ops.append(StageOp(kind="backward", name=f"backward chunk {c} micro-batch {j + 1}",
+                                   duration_s=bwd[s][c] + extra, needs=needs, sends=sends,
+                                   launches=tuple(tail), micro_batch=j, chunk=c))
+        waits = tuple(dp_ops) + ((emb_op,) if emb_op is not None and s in (0, p - 1) else ())
+        ops.append(StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits))
+        if dp.dp > 1 and dp.strategy == "zero1" and not dp.overlap:
+            ags = [new_comm(f"all-gather updated parameters chunk {c}", "all_gather",
+                            chunks[s][c].grad_numel * dp.weight_bytes, "allgather", "dp", (s,)) for c in range(v)]
+            ops[-1] = StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits,
+                              launches=tuple(ags))
+            ops.append(StageOp(kind="optimizer", name="wait for parameter all-gather", duration_s=0.0,
+                               waits=tuple(ags)))
+        stage_programs.append(StageProgram(ops=tuple(ops), comms_at_start=tuple(at_start)))
+    program = PipelineProgram(stages=tuple(stage_programs), comms=tuple(comms), comm_stages=tuple(comm_stages),
+                              transfers=tuple(transfers))
+    return PipelinePlan(program=program, slots=tuple(tuple(x) for x in slots), gradient_ops=tuple(gradient_ops),
+                        p2p_bytes=p2p_bytes)
+
+
+def _buckets(work: ChunkWork, bucket_elements: int) -> list[tuple[int, int, tuple[int, ...]]]:
+    """Gradient buckets of a chunk in backward order: ``(layer whose backward completes it,
+    parameters, its layers)``; a layer larger than the bucket forms one of its own."""
+    out: list[tuple[int, int, tuple[int, ...]]] = []
+    current, members = 0, []
+    for lw in reversed(work.layers):
+        if lw.grad_numel == 0:
+            continue
+        if current and current + lw.grad_numel > bucket_elements:
+            out.append((members[-1], current, tuple(members)))
+            current, members = 0, []
+        current += lw.grad_numel
+        members.append(lw.index)
+    if current:
+        out.append((members[-1], current, tuple(members)))
+    return out

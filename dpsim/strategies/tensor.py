@@ -1,0 +1,441 @@
+"""Megatron-style tensor parallelism (``--tp``): every transformer block's linears split over t GPUs.
+
+What a tensor-parallel rank holds, computes and communicates, layer by layer, following
+Shoeybi et al. 2019, "Megatron-LM: Training Multi-Billion Parameter Language Models Using
+Model Parallelism" (Sec. 3, Fig. 3) and Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models" (arXiv:2205.05198, Sec. 4.2 and Fig. 5):
+
+- **Blocks.** In each attention and MLP sub-block the first linears (QKV; the MLP's up /
+  gate projections) are *column-parallel* (output features split, attention heads
+  split) and the last one (the attention output projection; the MLP's down projection)
+  is *row-parallel* (input features split). A sub-block's FLOPs divide by t; its
+  norms (and the row-parallel bias) are replicated. Without sequence parallelism a
+  sub-block all-reduces its ``b x s x h`` output in forward (the operator Megatron calls
+  *g*) and its input gradient in backward (*f*). With sequence parallelism
+  (``--sequence-parallel``) the norms and dropouts run on ``s/t`` of the sequence: the
+  forward all-reduce becomes an all-gather before the column-parallel linear and a
+  reduce-scatter after the row-parallel one; backward runs their conjugates (a
+  reduce-scatter and an all-gather) and all-gathers the saved ``s/t`` input once more
+  for the column-parallel weight gradient.
+- **Embedding and head.** The word embedding is *vocab-parallel* (rows split; its forward
+  all-reduces, or reduce-scatters with sequence parallelism, the embedded sequence); the
+  LM head is column-parallel over the vocabulary with Megatron's vocab-parallel cross
+  entropy (three all-reduces of ``b x s`` fp32 values: max, sum of exponentials,
+  target logit; ``megatron/core/tensor_parallel/cross_entropy.py``), its input gradient
+  all-reduced (reduce-scattered with sequence parallelism) in backward, its input
+  all-gathered in forward with sequence parallelism.
+- **Overlap** (``--tp-comm-overlap``): ``off`` (every collective blocks the compute
+  stream: Megatron-LM 2021, ``megatron/mpu/mappings.py``); ``backward`` (Megatron's
+  default since 2022: a column-parallel linear's input-gradient all-reduce or
+  reduce-scatter runs while the same linear's weight-gradient GEMM computes, and the
+  sequence-parallel re-gather of its input while its input-gradient GEMM computes:
+  ``LinearWithGradAccumulationAndAsyncCommunication`` in
+  ``megatron/core/tensor_parallel/layers.py``); ``full`` (TransformerEngine userbuffers,
+  Megatron's ``--tp-comm-overlap``: every collective is split into t chunks pipelined with
+  the GEMM it feeds or follows, so only one chunk, or what the GEMM cannot cover, stays
+  exposed).
+
+Which linear is which is read from the layer's parameters in run order: the last 2-D
+weight of a sub-block is the row-parallel one, the others column-parallel (true of
+every catalog family: GPT-2, Llama, BERT, ViT). A block layer's kind comes from its name
+(``attn``/``self_attn``/``attention``/``self_attention`` or ``mlp``/``ffn``).
+
+Activations per sample (Korthikanti et al. 2022, Sec. 4.1-4.2.2 and Table 2): a
+sub-block keeps ``5·s·h`` bytes that tensor parallelism does not split (norm input,
+the first linear's input, dropout mask: the ``10·s·h`` per layer of Table 2) and the
+rest split by t; sequence parallelism splits everything by t; selective recomputation
+drops the attention core (``5·a·s²``); full recomputation keeps only each block's
+``2·s·h`` input (split by t with sequence parallelism, as Megatron's
+``--distribute-saved-activations`` does). A catalog block layer gives ``2·s·h`` as its
+``input_bytes_per_sample`` and the attention core as what exceeds ``13·s·h``.
+
+Not modelled: vocabulary padding to a multiple of ``128 x t``
+(``--make-vocab-size-divisible-by``); 1-D parameters (norms, biases) are counted as
+replicated though column-parallel biases are split; element-wise work without
+sequence parallelism is divided by t with the layer's FLOPs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dpsim.errors import ConfigError
+from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec
+
+TP_COMM_OVERLAP: dict[str, str] = {
+    "off": "every tensor-parallel collective blocks compute (Megatron-LM 2021)",
+    "backward": "input-gradient reductions overlap the weight-gradient GEMM (Megatron default)",
+    "full": "collectives chunked and pipelined with their GEMMs (TransformerEngine --tp-comm-overlap)",
+}
+"""``--tp-comm-overlap`` choices."""
+
+ATTENTION_NAMES = ("attn", "self_attn", "attention", "self_attention")
+"""Last module-path component of an attention sub-block (GPT-2, Llama, BERT, ViT)."""
+MLP_NAMES = ("mlp", "ffn")
+"""Last module-path component of an MLP sub-block."""
+
+CROSS_ENTROPY_ALL_REDUCES = 3
+"""Vocab-parallel cross entropy: all-reduce of the logit max, of the sum of exponentials
+and of the target logits, each ``b x s`` fp32 values
+(``megatron/core/tensor_parallel/cross_entropy.py``, ``_VocabParallelCrossEntropy``)."""
+
+_UNSPLIT_ACTIVATION_SH = 5.0
+"""Bytes per ``s·h`` of a sub-block that tensor parallelism does not split (Korthikanti et
+al. 2022, Sec. 4.2.1: ``10sbh`` per layer = 5 per sub-block: norm input 2, first linear's
+input 2, dropout mask 1)."""
+_ATTENTION_LINEAR_ACTIVATION_SH = 13.0
+"""An attention sub-block's activation bytes per ``s·h`` besides the ``5as²`` core (11 + 2
+for its norm; Korthikanti et al. 2022, Sec. 4.1)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TpLayer:
+    """One layer as a tensor-parallel rank sees it (sizes for one sample, unsharded unless said)."""
+
+    index: int
+    """Index of the layer in the model."""
+    name: str
+    """Layer name."""
+    role: str
+    """``embedding`` (vocab-parallel), ``block`` (an attention or MLP sub-block), ``head``
+    (the LM head), ``root`` (other layers: replicated)."""
+    kind: str
+    """``attention``, ``mlp`` or ``other``."""
+    unit: str | None
+    """The block it belongs to (``None``: root)."""
+    col_flops_per_sample: float
+    """Forward FLOPs of its column-parallel GEMMs."""
+    row_flops_per_sample: float
+    """Forward FLOPs of its row-parallel GEMM."""
+    core_flops_per_sample: float
+    """Forward FLOPs of the attention core (score and context matmuls): what selective
+    recomputation recomputes."""
+    hidden_bytes_per_sample: float
+    """One sample's ``s x h`` hidden state at 2 bytes per element: every tensor-parallel
+    collective of the layer moves one of these (per micro-batch sample)."""
+    unsplit_activation_bytes_per_sample: float
+    """Activation bytes tensor parallelism does not split (sequence parallelism does)."""
+    split_activation_bytes_per_sample: float
+    """Activation bytes split by t, attention core excluded."""
+    core_activation_bytes_per_sample: float
+    """The attention core's activation bytes (``5·a·s²``; 0 with flash attention)."""
+    input_bytes_per_sample: float
+    """Bytes of the layer's input (what full recomputation keeps at a block's start)."""
+    numel_per_rank: int
+    """Parameters one tensor-parallel rank holds for this layer."""
+    split_numel_per_rank: int
+    """Of those, the ones split over the ranks (the rest is replicated)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TpModel:
+    """A model as one rank of a t-way tensor-parallel group holds and runs it."""
+
+    tp: int
+    """Tensor-parallel ranks."""
+    model: ModelSpec
+    """The full model."""
+    spec: ModelSpec
+    """One rank's shard: split parameters (dim 0), FLOPs divided by t, each op of the
+    roofline split as the rank runs it, same layer names."""
+    layers: tuple[TpLayer, ...]
+    """Per-layer facts, in model order."""
+    tied_embedding: bool
+    """The LM head reuses the word embedding (GPT-2): with pipeline parallelism the last
+    stage keeps a copy and the two copies' gradients are all-reduced every step."""
+    embedding_numel_per_rank: int
+    """Word-embedding parameters one rank holds (the copy a tied last stage keeps)."""
+    sequence_parallel: bool = False
+    """The shard's element-wise work is split along the sequence too (:attr:`spec`)."""
+
+    @property
+    def blocks(self) -> tuple[str, ...]:
+        """Block (unit) names in forward order."""
+        seen: dict[str, None] = {}
+        for layer in self.layers:
+            if layer.unit is not None:
+                seen.setdefault(layer.unit, None)
+        return tuple(seen)
+
+
+def layer_kind(layer: LayerSpec) -> str:
+    """``attention``, ``mlp`` or ``other`` from the layer's name (see the module docstring)."""
+    last = layer.name.rsplit(".", 1)[-1].lower()
+    if last in ATTENTION_NAMES:
+        return "attention"
+    if last in MLP_NAMES:
+        return "mlp"
+    return "other"
+
+
+def check_tp(model: ModelSpec, tp: int) -> None:
+    """Refuse a ``--tp`` this model cannot be split by (one line naming the flag)."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"--tp: {tp!r} is not valid; expected an integer >= 1")
+    if tp == 1:
+        return
+    blocks = [l for l in model.layers if l.unit is not None]
+    if model.tokens_per_sample is None or not blocks:
+        raise ConfigError(f"--tp: {tp} splits transformer blocks, but model {model.name!r} has none "
+                          f"(no token sequence or no blocks); use --tp 1")
+    odd = [l.name for l in blocks if layer_kind(l) == "other" or l.input_bytes_per_sample <= 0]
+    if odd:
+        raise ConfigError(f"--tp: {tp} needs attention and MLP sub-blocks, but {model.name!r} has block layer "
+                          f"{odd[0]!r}; use --tp 1")
+    for l in blocks:
+        for p in l.params:
+            if len(p.shape) >= 2 and p.shape[0] % tp:
+                raise ConfigError(f"--tp: {tp} does not divide {p.name} (shape {p.shape}) of {model.name!r}; "
+                                  f"use a --tp that divides the model's hidden and head dimensions")
+
+
+def _split_shape(shape: tuple[int, ...], tp: int) -> tuple[int, ...]:
+    return (-(-shape[0] // tp),) + tuple(shape[1:])
+
+
+def _weights(layer: LayerSpec) -> list[ParamSpec]:
+    return [p for p in layer.params if len(p.shape) >= 2]
+
+
+_TP_CACHE: dict[tuple[int, int, bool], TpModel] = {}
+_TP_CACHE_SIZE = 64
+
+
+def tp_model(model: ModelSpec, tp: int, *, sequence_parallel: bool = False) -> TpModel:
+    """``model`` as one rank of ``tp``-way tensor parallelism (see the module docstring).
+
+    ``sequence_parallel`` changes only the shard's element-wise work (:attr:`TpModel.spec`).
+    Cached by the model object (hashing a large model's every parameter would cost more
+    than the shard), so a planner's thousands of candidates build each shard once."""
+    key = (id(model), tp, bool(sequence_parallel))
+    hit = _TP_CACHE.get(key)
+    if hit is not None and hit.model is model:
+        return hit
+    if len(_TP_CACHE) >= _TP_CACHE_SIZE:
+        _TP_CACHE.pop(next(iter(_TP_CACHE)))
+    result = _TP_CACHE[key] = _tp_model(model, tp, bool(sequence_parallel))
+    return result
+
+
+def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool) -> TpModel:
+    check_tp(model, tp)
+    block_idx = [i for i, l in enumerate(model.layers) if l.unit is not None]
+    first_block = block_idx[0] if block_idx else len(model.layers)
+    last_block = block_idx[-1] if block_idx else -1
+    hidden = model.layers[first_block].input_bytes_per_sample if block_idx else 0.0
+    tokens = model.tokens_per_sample or 0
+    out_layers: list[TpLayer] = []
+    spec_layers: list[LayerSpec] = []
+    tied = False
+    emb_numel = 0
+    for i, layer in enumerate(model.layers):
+        weights = _weights(layer)
+        if layer.unit is not None:
+            role = "block"
+        elif i < first_block and weights and emb_numel == 0:
+            role = "embedding"
+        elif i > last_block and layer.name == "lm_head":
+            role = "head"
+        else:
+            role = "root"
+        kind = layer_kind(layer) if role == "block" else "other"
+        split_names: set[str] = set()
+        col = row = core = 0.0
+        if role == "block":
+            split_names = {p.name for p in weights}
+            row_w = weights[-1] if weights else None
+            col = sum(2.0 * tokens * p.numel for p in weights[:-1])
+            row = 2.0 * tokens * row_w.numel if row_w is not None else 0.0
+            core = max(0.0, layer.forward_flops_per_sample - col - row) if kind == "attention" else 0.0
+        elif role == "embedding":
+            table = max(weights, key=lambda p: p.shape[0])
+            split_names = {table.name}
+            emb_numel = -(-table.shape[0] // tp) * math.prod(table.shape[1:])
+        elif role == "head":
+            split_names = {p.name for p in weights}
+            tied = not weights and layer.forward_flops_per_sample > 0
+        params = tuple(ParamSpec(name=p.name, shape=_split_shape(p.shape, tp) if p.name in split_names else p.shape,
+                                 dtype=p.dtype) for p in layer.params)
+        numel = sum(p.numel for p in params)
+        split_numel = sum(p.numel for p in params if p.name in split_names)
+        act = layer.activation_bytes_per_sample
+        if role == "block":
+            sh = layer.input_bytes_per_sample / 2.0
+            unsplit = min(act, _UNSPLIT_ACTIVATION_SH * sh)
+            core_act = max(0.0, act - _ATTENTION_LINEAR_ACTIVATION_SH * sh) if kind == "attention" else 0.0
+            split = act - unsplit - core_act
+        elif role == "head":
+            # Final norm and projection inputs (2 x 2sh) are not split; the fp32 logits are.
+            unsplit = min(act, 2.0 * hidden)
+            split, core_act = act - unsplit, 0.0
+        elif role == "embedding":
+            unsplit, split, core_act = act, 0.0, 0.0
+        else:
+            unsplit, split, core_act = act, 0.0, 0.0
+        divisor = tp if role in ("block", "embedding", "head") else 1
+        out_layers.append(TpLayer(
+            index=i, name=layer.name, role=role, kind=kind, unit=layer.unit,
+            col_flops_per_sample=col, row_flops_per_sample=row, core_flops_per_sample=core,
+            hidden_bytes_per_sample=layer.input_bytes_per_sample if role == "block" else hidden,
+            unsplit_activation_bytes_per_sample=unsplit, split_activation_bytes_per_sample=split,
+            core_activation_bytes_per_sample=core_act, input_bytes_per_sample=layer.input_bytes_per_sample,
+            numel_per_rank=numel, split_numel_per_rank=split_numel))
+        changes = {"params": params, "forward_flops_per_sample": layer.forward_flops_per_sample / divisor,
+                       "activation_bytes_per_sample": unsplit + (split + core_act) / tp}
+        if tp > 1 and getattr(layer, "ops", None):
+            changes["ops"] = tuple(_shard_op(op, role, tp, hidden / 2.0, sequence_parallel, last_matmul=op is
+                                             _last_matmul(layer)) for op in layer.ops)
+        spec_layers.append(dataclasses.replace(layer, **changes))
+    spec = ModelSpec(name=model.name if tp == 1 else f"{model.name} (tp {tp} shard)", layers=tuple(spec_layers),
+                     registration_order=model.registration_order, grad_ready_order=model.grad_ready_order,
+                     tokens_per_sample=model.tokens_per_sample, source=model.source)
+    return TpModel(tp=tp, model=model, spec=spec, layers=tuple(out_layers), tied_embedding=tied,
+                   embedding_numel_per_rank=emb_numel, sequence_parallel=sequence_parallel)
+
+
+def _is_matmul(op) -> bool:
+    return all(hasattr(op, a) for a in ("m", "n", "k"))
+
+
+def _last_matmul(layer: LayerSpec):
+    matmuls = [op for op in getattr(layer, "ops", ()) if _is_matmul(op)]
+    return matmuls[-1] if matmuls else None
+
+
+def _shard_op(op, role: str, tp: int, hidden_elements: float, sequence_parallel: bool, *, last_matmul: bool):
+    """One op of a layer's forward as a tensor-parallel rank runs it (the roofline's op
+    descriptions, :mod:`dpsim.workload.roofline`): attention keeps ``heads / t``; a
+    column-parallel matmul ``n / t`` (the LM head's vocabulary too), the row-parallel one
+    (the block's last) ``k / t``; element-wise work over the split dimension (MLP
+    activations, attention scores, logits, column biases) ``elements / t``, and over the
+    ``s x h`` hidden state only with sequence parallelism; a vocab-parallel embedding's
+    weight-gradient traffic ``/ t``."""
+    if hasattr(op, "heads"):
+        return dataclasses.replace(op, heads=max(1, op.heads // tp))
+    if _is_matmul(op):
+        if role == "block":
+            return dataclasses.replace(op, k=max(1, op.k // tp)) if last_matmul else \
+                dataclasses.replace(op, n=max(1, -(-op.n // tp)))
+        if role == "head":
+            return dataclasses.replace(op, n=max(1, -(-op.n // tp)))
+        return op
+    if hasattr(op, "elements"):
+        changes = {}
+        if role in ("block", "head"):
+            hidden = hidden_elements > 0 and abs(op.elements - hidden_elements) <= 0.5
+            if sequence_parallel or not hidden:
+                changes["elements"] = op.elements / tp
+        if role in ("embedding", "head", "block") and getattr(op, "fixed_elements", 0.0):
+            changes["fixed_elements"] = op.fixed_elements / tp
+        return dataclasses.replace(op, **changes) if changes else op
+    return op
+
+
+# ------------------------------------------------------------------ activations
+
+
+def layer_activation_bytes(layer: TpLayer, tp: int, *, sequence_parallel: bool, recompute: str) -> float:
+    """Bytes one sample keeps for backward on one tensor-parallel rank, recomputation aside
+    for ``full`` (whose stored input :func:`block_input_bytes` gives). ``recompute``:
+    ``off`` or ``selective`` (drops the attention core)."""
+    core = 0.0 if recompute == "selective" else layer.core_activation_bytes_per_sample
+    if layer.role == "root":
+        return layer.unsplit_activation_bytes_per_sample
+    unsplit = layer.unsplit_activation_bytes_per_sample
+    return (unsplit / tp if sequence_parallel else unsplit) + (layer.split_activation_bytes_per_sample + core) / tp
+
+
+def block_input_bytes(layer: TpLayer, tp: int, *, sequence_parallel: bool) -> float:
+    """What full recomputation keeps of a block: its first layer's input (split by t with
+    sequence parallelism)."""
+    return layer.input_bytes_per_sample / (tp if sequence_parallel else 1)
+
+
+# ------------------------------------------------------------------ communication
+
+
+@dataclass(frozen=True, kw_only=True)
+class TpComm:
+    """Tensor-parallel communication of one layer for one micro-batch, in seconds."""
+
+    forward_s: float = 0.0
+    """Collective time in forward (all of it, hidden or not)."""
+    forward_exposed_s: float = 0.0
+    """Of which the compute stream waits for."""
+    backward_s: float = 0.0
+    """Collective time in backward."""
+    backward_exposed_s: float = 0.0
+    """Of which the compute stream waits for."""
+    forward_ops: tuple[tuple[str, float], ...] = ()
+    """``(collective, bytes)`` of the forward, in order."""
+    backward_ops: tuple[tuple[str, float], ...] = ()
+    """``(collective, bytes)`` of the backward, in order."""
+
+
+def layer_tp_comm(layer: TpLayer, forward_s: float, micro_batch: int, tp: int, *, sequence_parallel: bool,
+                  overlap: str, cost: Callable[[str, float], float], tokens_per_sample: int,
+                  act_element_bytes: int = 2) -> TpComm:
+    """Tensor-parallel communication of one layer and what of it the compute stream waits for.
+
+    ``forward_s`` is the layer's forward time on one rank (micro-batch included); GEMM
+    shares come from the layer's FLOPs. ``cost(op, bytes)`` is the ``tp`` communicator's
+    collective time.
+    """
+    if tp == 1 or layer.role == "root":
+        return TpComm()
+    fwd_ops, bwd_ops = layer_tp_ops(layer, micro_batch, sequence_parallel=sequence_parallel,
+                                    tokens_per_sample=tokens_per_sample, act_element_bytes=act_element_bytes)
+    fwd_t = [cost(op, size) for op, size in fwd_ops]
+    bwd_t = [cost(op, size) for op, size in bwd_ops]
+    flops = layer.col_flops_per_sample + layer.row_flops_per_sample + layer.core_flops_per_sample
+    share = (lambda f: forward_s * f / flops) if flops > 0 else (lambda f: 0.0)
+    col_s, row_s = share(layer.col_flops_per_sample), share(layer.row_flops_per_sample)
+    fwd_exposed, bwd_exposed = sum(fwd_t), sum(bwd_t)
+    if layer.role == "block" and overlap != "off":
+        if sequence_parallel:
+            ag_conj, rs_conj, regather = bwd_t
+            # The input-gradient reduce-scatter hides behind the weight-gradient GEMM, the
+            # re-gather of the saved input behind the input-gradient GEMM (each ~ the
+            # column-parallel linears' forward time); the all-gather conjugate blocks.
+            bwd_exposed = ag_conj + max(0.0, rs_conj - col_s) + max(0.0, regather - col_s)
+        else:
+            bwd_exposed = max(0.0, bwd_t[0] - col_s)
+        if overlap == "full":
+            # Userbuffers split each collective into tp chunks pipelined with its GEMM:
+            # one chunk is always exposed, the rest when the GEMM is shorter.
+            if sequence_parallel:
+                ag, rs = fwd_t
+                fwd_exposed = _chunked(ag, col_s, tp) + _chunked(rs, row_s, tp)
+                bwd_exposed = _chunked(bwd_t[0], row_s, tp) + _chunked(bwd_t[1], col_s, tp) \
+                    + _chunked(bwd_t[2], col_s, tp)
+            else:
+                fwd_exposed = _chunked(fwd_t[0], row_s, tp)
+                bwd_exposed = _chunked(bwd_t[0], col_s, tp)
+    return TpComm(forward_s=sum(fwd_t), forward_exposed_s=fwd_exposed, backward_s=sum(bwd_t),
+                  backward_exposed_s=bwd_exposed, forward_ops=tuple(fwd_ops), backward_ops=tuple(bwd_ops))
+
+
+def _chunked(comm_s: float, gemm_s: float, tp: int) -> float:
+    return comm_s / tp + max(0.0, comm_s * (tp - 1) / tp - gemm_s)
+
+
+def layer_tp_ops(layer: TpLayer, micro_batch: int, *, sequence_parallel: bool, tokens_per_sample: int,
+                 act_element_bytes: int = 2) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """The forward and backward collectives of one layer for one micro-batch, ``(op, bytes)``
+    in order (see the module docstring); ``act_element_bytes``: the activation dtype's size."""
+    s = layer.hidden_bytes_per_sample * micro_batch * act_element_bytes / 2.0
+    if layer.role == "block":
+        if sequence_parallel:
+            return ([("all_gather", s), ("reduce_scatter", s)],
+                    [("all_gather", s), ("reduce_scatter", s), ("all_gather", s)])
+        return [("all_reduce", s)], [("all_reduce", s)]
+    if layer.role == "embedding":
+        return [("reduce_scatter" if sequence_parallel else "all_reduce", s)], []
+    if layer.role == "head":
+        loss = [("all_reduce", 4.0 * tokens_per_sample * micro_batch)] * CROSS_ENTROPY_ALL_REDUCES
+        fwd = ([("all_gather", s)] if sequence_parallel else []) + loss
+        return fwd, [("reduce_scatter" if sequence_parallel else "all_reduce", s)]
+    return [], []

@@ -1,0 +1,249 @@
+"""Pipeline and tensor parallelism: the pipeline engine, the schedules, tensor-parallel shards,
+memory per stage, the layout's groups on the fabric.
+
+Invariants (a one-stage pipeline is the data-parallel engine; uniform stages take exactly
+the bubble of Narayanan et al. 2021; every stage runs each micro-batch once) and golden
+formulas (Korthikanti et al. 2022, Table 2 activations; the in-flight micro-batches of
+each schedule). ``predict --tp/--pp`` and ``dpsim plan`` are tests/test_layout.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dpsim.engine.pipeline import (
+    PipelineProgram,
+    StageOp,
+    StageProgram,
+    Transfer,
+    collective_cost,
+    from_step_program,
+    run_pipeline,
+)
+from dpsim.engine.program import CommOp
+from dpsim.engine.simulate import run_program
+from dpsim.errors import ConfigError
+from dpsim.hardware import get_gpu
+from dpsim.memory import layout_stage_memory
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import predict
+from dpsim.strategies.layout import ChunkWork, LayerWork, Layout, stage_assignment
+from dpsim.strategies.pipeline import (
+    DataParallelPlan,
+    build_pipeline_program,
+    in_flight,
+    peak_in_flight,
+    schedule_slots,
+)
+from dpsim.strategies.tensor import layer_activation_bytes, layer_tp_ops, tp_model
+from dpsim.workload.architectures import GPT2Config, build_gpt2
+from dpsim.workload.catalog import get_model
+from dpsim.workload.precision import get_precision
+
+BF16 = get_precision("bf16-mixed")
+
+
+# ------------------------------------------------------------------ the engine
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid"])
+@pytest.mark.parametrize("grad_accum", [1, 3])
+def test_a_one_stage_pipeline_is_the_data_parallel_engine(strategy, grad_accum):
+    p = predict(PredictConfig(gpus=32, link="infiniband", model="gpt2", micro_batch=4, strategy=strategy,
+                              grad_accum=grad_accum, steps=1))
+    piped = run_pipeline(from_step_program(p.program), collective_cost(p.collectives), overlap_slowdown=0.1)
+    simpy = run_program(p.program, p.collectives, steps=1, overlap_slowdown=0.1).steps[0]
+    assert piped.step_time_s == pytest.approx(simpy.step_time_s, rel=1e-12, abs=1e-15)
+    assert piped.stages[0].exposed_comm_s == pytest.approx(simpy.exposed_comm_s, rel=1e-9, abs=1e-12)
+
+
+def _uniform(p, v, f=1.0, b=2.0, numel=100):
+    def lw(i, x, y):
+        return LayerWork(index=i, forward_s=x, backward_s=y, compute_forward_s=x, compute_backward_s=y,
+                         recompute_s=0.0, tp_comm_s=0.0, tp_exposed_s=0.0, grad_numel=numel)
+    return tuple(tuple(ChunkWork(stage=s, chunk=c, layers=(lw(c * p + s, f / v, b / v),)) for c in range(v))
+                 for s in range(p))
+
+
+_NO_DP = DataParallelPlan(strategy="ddp", dp=1, overlap=True, bucket_elements=10**9, grad_bytes=2, weight_bytes=2)
+
+
+@pytest.mark.parametrize("schedule, v", [("gpipe", 1), ("1f1b", 1), ("1f1b-interleaved", 2), ("1f1b-interleaved", 3)])
+@pytest.mark.parametrize("p, m", [(2, 2), (4, 4), (4, 12), (8, 16)])
+def test_uniform_stages_take_the_bubble_of_narayanan_2021(schedule, v, p, m):
+    """(m + (p - 1)/v) x (F + B) with free transfers (Narayanan et al. 2021, Sec. 2.2)."""
+    layout = Layout(pp=p, virtual_stages=v, schedule=schedule, micro_batches=m)
+    plan = build_pipeline_program(_uniform(p, v), layout, p2p_bytes=0.0, gather_s=0.0, optimizer_s=[0.0] * p,
+                                  dp=_NO_DP)
+    result = run_pipeline(plan.program, lambda g, op, s: 0.0)
+    assert result.step_time_s == pytest.approx((m + (p - 1) / v) * 3.0, rel=1e-12)
+    assert result.stages[0].wait_transfer_s == pytest.approx((p - 1) / v * 3.0, rel=1e-9)
+
+
+def test_transfers_lengthen_fill_and_drain():
+    p, m, tau = 4, 8, 0.25
+    layout = Layout(pp=p, schedule="1f1b", micro_batches=m)
+    plan = build_pipeline_program(_uniform(p, 1), layout, p2p_bytes=1.0, gather_s=0.0, optimizer_s=[0.0] * p,
+                                  dp=_NO_DP)
+    free = run_pipeline(plan.program, lambda g, op, s: 0.0).step_time_s
+    paid = run_pipeline(plan.program, lambda g, op, s: tau if g == "pp" else 0.0).step_time_s
+    # The first activation crosses p - 1 links and the last gradient comes back over them.
+    assert paid >= free + 2 * (p - 1) * tau - 1e-12
+    assert len(plan.program.transfers) == 2 * (p - 1) * m
+
+
+def test_a_collective_of_two_stages_waits_for_both():
+    prog = PipelineProgram(
+        stages=(StageProgram(ops=(StageOp(kind="backward", name="b0", duration_s=1.0, launches=(0,)),
+                                  StageOp(kind="optimizer", name="o0", duration_s=0.5, waits=(0,)))),
+                StageProgram(ops=(StageOp(kind="backward", name="b1", duration_s=3.0, launches=(0,)),
+                                  StageOp(kind="optimizer", name="o1", duration_s=0.5, waits=(0,))))),
+        comms=(CommOp(name="emb", op="all_reduce", size_bytes=1.0, group="emb"),))
+    r = run_pipeline(prog, lambda g, op, s: 2.0)
+    assert r.step_time_s == pytest.approx(3.0 + 2.0 + 0.5)
+    assert r.stages[0].wait_comm_s == pytest.approx(4.0)  # idle from 1 s until the all-reduce ends at 5 s
+
+
+def test_a_program_that_cannot_finish_is_reported():
+    prog = PipelineProgram(stages=(
+        StageProgram(ops=(StageOp(kind="forward", name="a", duration_s=1.0, needs=(1,), sends=(0,)),)),
+        StageProgram(ops=(StageOp(kind="forward", name="b", duration_s=1.0, needs=(0,), sends=(1,)),))),
+        transfers=(Transfer(name="x", src=0, dst=1, size_bytes=1.0), Transfer(name="y", src=1, dst=0, size_bytes=1.0)))
+    with pytest.raises(RuntimeError, match="deadlocks"):
+        run_pipeline(prog, lambda g, op, s: 0.0)
+
+
+# ------------------------------------------------------------------ schedules
+
+
+@pytest.mark.parametrize("schedule, v", [("gpipe", 1), ("1f1b", 1), ("1f1b-interleaved", 2), ("1f1b-interleaved", 4)])
+@pytest.mark.parametrize("p, m", [(2, 4), (4, 8), (3, 6), (8, 8)])
+def test_every_stage_runs_each_forward_and_backward_once(schedule, v, p, m):
+    for s in range(p):
+        slots = schedule_slots(schedule, p, v, m, s)
+        assert sorted(slots) == sorted((k, c, j) for k in "FB" for c in range(v) for j in range(m))
+        done = set()
+        for kind, c, j in slots:
+            if kind == "B":
+                assert ("F", c, j) in done  # a backward after its own forward
+            done.add((kind, c, j))
+
+
+@pytest.mark.parametrize("schedule, v", [("gpipe", 1), ("1f1b", 1), ("1f1b-interleaved", 2), ("1f1b-interleaved", 3)])
+def test_in_flight_closed_form_is_the_schedules_peak(schedule, v):
+    for p in (1, 2, 4, 8):
+        for m in range(1, 25):
+            if schedule == "1f1b-interleaved" and (p == 1 or m % p):
+                continue
+            for s in range(p):
+                assert in_flight(schedule, p, v, m, s) == peak_in_flight(schedule_slots(schedule, p, v, m, s), v)
+
+
+def test_first_stage_holds_korthikanti_micro_batches():
+    """1F1B: p micro-batches on the first stage; interleaved: p(1 + (p-1)/(p·v)) stages' worth
+    (Korthikanti et al. 2022, Sec. 4.2.3)."""
+    for p in (2, 4, 8):
+        assert in_flight("1f1b", p, 1, 4 * p, 0) == [p]
+        for v in (2, 4):
+            assert sum(in_flight("1f1b-interleaved", p, v, 4 * p, 0)) / v == pytest.approx(p * (1 + (p - 1) / (p * v)))
+
+
+# ------------------------------------------------------------------ tensor parallelism
+
+
+def _gpt(h=1024, layers=4, heads=16, seq=512, vocab=51200, flash=False):
+    return build_gpt2(GPT2Config(vocab_size=vocab, n_positions=seq, n_embd=h, n_layer=layers, n_head=heads),
+                      name="gpt-test", flash_attention=flash)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_a_shard_holds_a_tp_th_of_the_split_weights_and_flops(tp):
+    model = _gpt()
+    tpm = tp_model(model, tp)
+    blocks = [(l, t) for l, t in zip(model.layers, tpm.layers) if t.role == "block"]
+    for layer, t in blocks:
+        split = sum(p.numel for p in layer.params if len(p.shape) >= 2)
+        rest = sum(p.numel for p in layer.params if len(p.shape) < 2)
+        assert t.numel_per_rank == split // tp + rest
+    assert sum(l.forward_flops_per_sample for l in tpm.spec.layers) == pytest.approx(
+        model.forward_flops_per_sample / tp)
+    emb = next(t for t in tpm.layers if t.role == "embedding") if tp > 1 else None
+    if emb is not None:
+        assert tpm.embedding_numel_per_rank == 51200 // tp * 1024 and tpm.tied_embedding
+
+
+def test_activations_per_layer_are_korthikanti_table_2():
+    """Per layer, sbh x: 34 + 5as/h (none); 10 + 24/t + 5as/(ht) (tensor); 34/t + 5as/(ht) (tensor +
+    sequence); 10 + 24/t (tensor + selective); 34/t (all three) (Korthikanti et al. 2022, Table 2)."""
+    h, a, s, t = 1024, 16, 512, 4
+    tpm = tp_model(_gpt(h=h, heads=a, seq=s), t)
+    block = [l for l in tpm.layers if l.role == "block"][:2]
+    sh = s * h
+
+    def per_layer(sp, recompute):
+        return sum(layer_activation_bytes(l, t, sequence_parallel=sp, recompute=recompute) for l in block) / sh
+    assert per_layer(False, "off") == pytest.approx(10 + 24 / t + 5 * a * s / (h * t))
+    assert per_layer(True, "off") == pytest.approx(34 / t + 5 * a * s / (h * t))
+    assert per_layer(False, "selective") == pytest.approx(10 + 24 / t)
+    assert per_layer(True, "selective") == pytest.approx(34 / t)
+    assert tp_model(_gpt(h=h, heads=a, seq=s), 1).layers[1].core_activation_bytes_per_sample == \
+        pytest.approx(5 * a * s * s)
+
+
+def test_tensor_parallel_collectives_per_sub_block():
+    tpm = tp_model(_gpt(), 4)
+    block = next(l for l in tpm.layers if l.role == "block")
+    size = 512 * 1024 * 2 * 3  # micro-batch 3, bf16
+    fwd, bwd = layer_tp_ops(block, 3, sequence_parallel=False, tokens_per_sample=512)
+    assert fwd == [("all_reduce", size)] and bwd == [("all_reduce", size)]
+    fwd, bwd = layer_tp_ops(block, 3, sequence_parallel=True, tokens_per_sample=512)
+    assert [o for o, _ in fwd] == ["all_gather", "reduce_scatter"]
+    assert [o for o, _ in bwd] == ["all_gather", "reduce_scatter", "all_gather"]
+    assert {s for _, s in fwd + bwd} == {size}
+
+
+def test_tensor_parallelism_is_refused_where_it_cannot_split():
+    with pytest.raises(ConfigError, match="--tp: 2 splits transformer blocks"):
+        tp_model(get_model("resnet50"), 2)
+    with pytest.raises(ConfigError, match="--tp: 3 does not divide"):
+        tp_model(get_model("llama-2-7b"), 3)
+
+
+def test_stage_assignment_puts_embedding_first_and_head_last():
+    model = get_model("llama-2-7b")
+    layout = Layout(pp=4, virtual_stages=2, schedule="1f1b-interleaved", micro_batches=8)
+    a = stage_assignment(tp_model(model, 1), layout)
+    assert a[0][0][0] == 0  # the embedding on virtual stage 0
+    assert a[3][1][-1] == len(model.layers) - 1  # the head on the last virtual stage
+    assert sorted(i for s in a for c in s for i in c) == list(range(len(model.layers)))
+
+
+def test_stage_memory_counts_in_flight_micro_batches():
+    model = get_model("llama-2-7b")
+    layout = Layout(tp=1, pp=4, dp=1, micro_batches=8, schedule="1f1b")
+    tpm = tp_model(model, 1)
+    stages = layout_stage_memory(tpm, stage_assignment(tpm, layout), layout, get_gpu("h100"), precision=BF16,
+                                 optimizer="adamw", in_flight=[in_flight("1f1b", 4, 1, 8, s) for s in range(4)])
+    # stage 1 and 2 hold the same blocks; stage 1 holds 3 micro-batches, stage 2 two
+    a1, a2 = stages[1].breakdown.activations_bytes, stages[2].breakdown.activations_bytes
+    assert a1 / a2 == pytest.approx(3 / 2)
+    assert dataclasses.asdict(stages[0])["in_flight"] == (4,)
+
+
+def test_layout_groups_are_placed_as_megatron_ranks_them():
+    from dpsim.collectives.groups import LayoutShape, layout_communicators
+    from dpsim.predict.run import resolve_topology
+    job = resolve_topology(PredictConfig(gpus=512, link="infiniband"))
+    comms = layout_communicators(job, LayoutShape(tp=8, pp=4, dp=16))
+    assert comms["tp"].topology.n_gpus == 8 and comms["tp"].topology.n_nodes == 1
+    dp = comms["dp"].topology
+    # one GPU (one local rank, one rail) per server: the rail's NIC is the group's own
+    assert dp.n_gpus == 16 and dp.gpus_per_node == 1 and dp.spec.fabric.nics_per_node == 1
+    assert dp.spec.fabric.rail_optimized and comms["dp"].concurrent == 8
+    assert comms["pp"].topology.n_gpus == 2 and comms["pp"].topology.n_nodes == 2
+    small = layout_communicators(resolve_topology(PredictConfig(gpus=16, link="infiniband")),
+                                 LayoutShape(tp=2, pp=2, dp=4))
+    assert small["dp"].topology.n_gpus == 4 and small["dp"].topology.n_nodes == 1  # tp x dp = 8: one server
+    assert small["pp"].topology.n_nodes == 2
