@@ -222,7 +222,7 @@ def test_bf16_on_v100_is_an_explicit_error():
     for name in ("bf16-mixed", "bf16", "amp"):
         with pytest.raises(ConfigError) as info:
             check_precision_on_gpu(get_precision(name), v100)
-        assert str(info.value).startswith("--precision: ") and "fp16-mixed" in str(info.value)
+        assert str(info.value).startswith("--precision: ") and "amp-fp16" in str(info.value)
     check_precision_on_gpu(get_precision("fp16-mixed"), v100)
     check_precision_on_gpu(get_precision("fp32"), v100)
     for name in PRECISIONS:
@@ -270,7 +270,7 @@ def test_memory_command_table(capsys):
     (["--grad-accum", "0"], "--grad-accum: 0 is not valid"),
     (["--micro-batch", "0"], "--micro-batch: 0 is not valid"),
     (["--precision", "bf8"], "--precision: 'bf8' is not known"),
-    (["--gpu", "v100"], "--precision: 'bf16-mixed' computes in bfloat16"),
+    (["--gpu", "v100"], "--precision: 'amp-bf16' computes in bfloat16"),
     (["--model", "gpt-5"], "--model: 'gpt-5' is not a catalog model"),
 ])
 def test_memory_command_bad_input_one_line(capsys, args, needle):

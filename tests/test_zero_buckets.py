@@ -87,7 +87,8 @@ def test_gpt2_buckets_obey_deepspeeds_rule_at_any_cap():
 def test_zero2_step_and_op_count_move_with_the_cap():
     """The issue's check: zero2 gave the same step at 1 and 1000 MiB."""
     default_mib = 500_000_000 * 2 / MiB  # DeepSpeed's 5e8 bf16 elements, exactly
-    runs = {cap: predict(PredictConfig(gpus=32, link="ethernet", strategy="zero2", bucket_cap_mb=cap))
+    runs = {cap: predict(PredictConfig(gpus=32, link="ethernet", strategy="zero2", bucket_cap_mb=cap,
+                                       precision="bf16-params"))  # DeepSpeed bf16: 2-byte gradients
             for cap in (None, 1, 1000, default_mib)}
     ops = {cap: sum(c.op == "reduce_scatter" for c in p.program.comms) for cap, p in runs.items()}
     assert ops[1] > 10 * ops[1000]
@@ -130,8 +131,9 @@ def test_ddp_memory_does_not_depend_on_the_cap():
 
 
 def test_predict_memory_follows_the_cap():
-    one = predict(PredictConfig(gpus=32, link="ethernet", strategy="zero1", bucket_cap_mb=1, steps=1))
-    default = predict(PredictConfig(gpus=32, link="ethernet", strategy="zero1", steps=1))
+    kw = dict(gpus=32, link="ethernet", strategy="zero1", steps=1, precision="bf16-params")  # DeepSpeed bf16
+    one = predict(PredictConfig(bucket_cap_mb=1, **kw))
+    default = predict(PredictConfig(**kw))
     assert one.memory.comm_buffers_bytes == 2 * MiB
     assert default.memory.total_bytes - one.memory.total_bytes == 2 * (500_000_000 * 2 - MiB)
 

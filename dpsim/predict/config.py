@@ -38,8 +38,10 @@ SMs; ~16 channels on a 132-SM H100 (NVIDIA H100 datasheet: 132 SMs on SXM5) take
 
 # The closed choices, spelled out so that a type checker and ``--help`` can read them.
 # Each mirrors a registry lower down; tests/test_config.py asserts they are equal.
-Precision = Literal["fp32", "amp", "bf16-mixed", "fp16-mixed", "bf16"]
-"""``--precision``: the keys of :data:`dpsim.workload.precision.PRECISIONS`."""
+Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16-params", "fp16-params", "bf16-true",
+                    "amp", "bf16-mixed", "fp16-mixed", "bf16"]
+"""``--precision``: the keys of :data:`dpsim.workload.precision.PRECISIONS`, then the old names kept
+as aliases (:data:`dpsim.workload.precision.PRECISION_ALIASES`)."""
 Optimizer = Literal["adamw", "adam", "sgd-momentum", "sgd"]
 """``--optimizer``: the keys of :data:`dpsim.workload.precision.OPTIMIZER_STATES`."""
 Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid"]
@@ -102,9 +104,12 @@ class PredictConfig:
     """Attention keeps no score matrices (SDPA, FlashAttention): sets activation memory."""
     micro_batch: int = field(default=4, metadata=_count())
     """Samples per GPU per micro-batch."""
-    precision: Precision = "bf16-mixed"
-    """Weights, gradients and optimizer state dtypes, and the compute dtype; the gradient
-    dtype is what is all-reduced or reduce-scattered (dpsim/workload/precision.py)."""
+    precision: Precision = "amp-bf16"
+    """The framework setting trained with (dpsim/workload/precision.py): fp32, tf32, amp-bf16
+    (torch.autocast bf16: fp32 params and grads, so DDP all-reduces fp32), amp-fp16 (+ GradScaler),
+    bf16-params or fp16-params (16-bit params and grads, fp32 master: DeepSpeed, Megatron, FSDP
+    MixedPrecision), bf16-true (everything bf16). Old names: amp = amp-bf16, bf16-mixed = bf16-params,
+    fp16-mixed = fp16-params, bf16 = bf16-true."""
     optimizer: Optimizer = "adamw"
     """Optimizer: sets the optimizer state kept per parameter."""
     bucket_cap_mb: float | None = field(default=None, metadata=_positive())

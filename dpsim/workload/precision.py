@@ -1,15 +1,60 @@
-"""Training precision and optimizer: bytes per parameter and what DDP all-reduces.
+"""Training precision and optimizer: what each framework setting stores, computes and reduces.
 
-Bytes per parameter follow the ZeRO paper's accounting (Rajbhandari et al. 2020,
-"ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", section 3.1):
-mixed precision with Adam keeps 2 (fp16/bf16 weights) + 2 (gradients) + 12 (fp32 master
-weights, momentum, variance) = 16 bytes per parameter. The seed's accounting keeps the
-Adam moments in bf16: 2 + 2 + 4 = 8.
+Each precision is named after the framework setting it models, because that setting,
+not a generic "mixed precision", decides the bytes of every category:
 
-fp16 mixed precision (Micikevicius et al. 2018, "Mixed Precision Training") keeps the
-same 16 bytes per parameter as bf16 mixed precision; it is what Volta GPUs support.
-The gradient dtype is what DDP buckets and all-reduces, and what ZeRO / FSDP
-reduce-scatter.
+========================  ======  =====  ======  ======  =====  =========================================
+``--precision``           params  grads  master  Adam    bytes  framework setting
+========================  ======  =====  ======  ======  =====  =========================================
+``fp32``                  4       4      -       4+4     16     plain fp32 (PyTorch's default)
+``tf32``                  4       4      -       4+4     16     fp32 with TF32 matmuls allowed
+``amp-bf16`` (default)    4       4      -       4+4     16     ``torch.autocast(dtype=torch.bfloat16)``
+``amp-fp16``              4       4      -       4+4     16     ``torch.autocast`` fp16 + ``GradScaler``
+``bf16-params``           2       2      4       4+4     16     16-bit model, fp32 master: DeepSpeed ``bf16``,
+                                                                Megatron; FSDP ``MixedPrecision(param_dtype=bf16)``
+``fp16-params``           2       2      4       4+4     16     the same in fp16 with loss scaling
+                                                                (DeepSpeed ``fp16``, Megatron ``--fp16``, Apex O2)
+``bf16-true``             2       2      -       2+2     8      ``model.to(torch.bfloat16)`` (Lightning
+                                                                ``bf16-true``; the seed's 8 B/param)
+========================  ======  =====  ======  ======  =====  =========================================
+
+The 16 bytes of the 16-bit-parameter rows are the ZeRO paper's accounting (Rajbhandari
+et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
+Sec. 3.1). ``torch.autocast`` keeps the parameters, hence their ``.grad``, in fp32: it
+casts weights to 16 bits inside each op (``torch/amp/autocast_mode.py``), so plain DDP
+all-reduces **fp32** gradients (``DistributedDataParallel`` buckets ``param.grad`` as
+is); only a communication hook, a framework that keeps 16-bit gradients
+(``bf16-params``) or FSDP's ``MixedPrecision(reduce_dtype=...)`` reduces in 16 bits. The
+gradient dtype below is what DDP buckets and all-reduces and what ZeRO / FSDP
+reduce-scatter; the parameter dtype is what ZeRO-3 / FSDP all-gather.
+
+For the FSDP strategies the rows read: ``amp-bf16``/``fp32`` = FSDP without
+``mixed_precision`` (its default; autocast, if any, only changes compute): fp32 shards,
+fp32 all-gathers and reduce-scatters. ``bf16-params`` = FSDP
+``MixedPrecision(param_dtype=torch.bfloat16)``, whose ``reduce_dtype`` defaults to
+``param_dtype`` ("If this is None but param_dtype is not None, then this takes on the
+param_dtype value", ``torch.distributed.fsdp.MixedPrecision``): bf16 all-gathers and
+reduce-scatters of fp32 shards; the per-parameter total (4 + 4 + 8 = 16 bytes of
+shards) equals the ZeRO row's, which :mod:`dpsim.memory` uses.
+
+The old names stay as aliases with their old meaning (:data:`PRECISION_ALIASES`):
+``bf16-mixed`` is ``bf16-params`` and ``fp16-mixed`` is ``fp16-params`` (note that
+Lightning's ``"bf16-mixed"`` means autocast, i.e. ``amp-bf16``), ``amp`` is
+``amp-bf16`` and ``bf16`` is ``bf16-true``.
+
+Matmul rates (the keys of :class:`dpsim.hardware.GpuSpec`): PyTorch runs float32
+matmuls at full FP32 precision by default (``torch.backends.cuda.matmul.allow_tf32``
+is False since 1.12), but cuDNN convolutions with TF32 (``torch.backends.cudnn.
+allow_tf32`` is True): ``fp32`` computes linear layers on the CUDA cores and
+convolutions on TF32 tensor cores; ``tf32`` both on TF32 (what
+``set_float32_matmul_precision("high")`` and NVIDIA's NGC containers give).
+
+Optimizer step (:func:`optimizer_traffic_bytes_per_param`): what PyTorch runs by
+default on CUDA tensors, the ``foreach`` implementation (one multi-tensor kernel per
+elementwise op, not ``fused=True``), op by op as ``torch/optim/adam.py``
+``_multi_tensor_adam`` and ``torch/optim/sgd.py`` ``_multi_tensor_sgd`` call them; the
+16-bit-parameter rows use a fused master-weight update, as DeepSpeed's and Megatron's
+fused Adam do.
 """
 
 from __future__ import annotations
@@ -21,14 +66,22 @@ from dpsim.errors import ConfigError
 
 @dataclass(frozen=True, kw_only=True)
 class Precision:
-    """How weights, gradients and optimizer state are stored, and compute's dtype."""
+    """How weights, gradients and optimizer state are stored, and in which dtype each op computes."""
 
     name: str
     """Key used on the command line."""
     compute_dtype: str
-    """dtype of the matmuls (sets the achieved FLOP/s)."""
+    """dtype of the activations matmuls produce (``float32``, ``bfloat16``, ``float16``);
+    also the key of the peak used for MFU."""
+    matmul_dtype: str
+    """Rate key (:data:`dpsim.hardware.MATMUL_DTYPES`) of linear layers and attention."""
+    conv_dtype: str
+    """Rate key of convolutions (cuDNN allows TF32 by default: ``float32`` for fp32 models)."""
+    activation_bytes: int
+    """Bytes per element of matmul/convolution outputs (16-bit under autocast)."""
     weight_bytes: int
-    """Bytes per parameter of the weights the model computes with."""
+    """Bytes per parameter of the weights the model holds, also the dtype of the residual
+    stream and of norms' outputs (fp32 under autocast)."""
     grad_dtype: str
     """dtype of gradients, hence of DDP's buckets and all-reduce."""
     grad_bytes: int
@@ -37,38 +90,75 @@ class Precision:
     """Bytes per parameter of an fp32 master copy (0 when none)."""
     state_element_bytes: int
     """Bytes of one optimizer-state element (Adam's m or v, SGD's momentum)."""
+    autocast: bool = False
+    """Weights are cast to 16 bits inside every matmul each forward (``torch.autocast``)."""
+    grad_scaler: bool = False
+    """fp16 loss scaling: gradients are checked for overflow (and unscaled) every step."""
     description: str
-    """One line for humans."""
+    """One line for humans: the framework setting it models."""
 
 
-PRECISIONS: dict[str, Precision] = {
-    "fp32": Precision(
-        name="fp32", compute_dtype="float32", weight_bytes=4, grad_dtype="float32", grad_bytes=4,
-        master_bytes=0, state_element_bytes=4,
-        description="everything in fp32 (TF32 matmuls)",
+PRECISIONS: dict[str, Precision] = {p.name: p for p in (
+    Precision(
+        name="fp32", compute_dtype="float32", matmul_dtype="float32-highest", conv_dtype="float32",
+        activation_bytes=4, weight_bytes=4, grad_dtype="float32", grad_bytes=4, master_bytes=0,
+        state_element_bytes=4,
+        description="plain fp32, PyTorch's defaults: matmuls in full FP32, convolutions in TF32 (cuDNN)",
     ),
-    "amp": Precision(
-        name="amp", compute_dtype="bfloat16", weight_bytes=4, grad_dtype="float32", grad_bytes=4,
-        master_bytes=0, state_element_bytes=4,
-        description="torch.autocast bf16: fp32 weights and gradients (DDP all-reduces fp32)",
+    Precision(
+        name="tf32", compute_dtype="float32", matmul_dtype="float32", conv_dtype="float32",
+        activation_bytes=4, weight_bytes=4, grad_dtype="float32", grad_bytes=4, master_bytes=0,
+        state_element_bytes=4,
+        description="fp32 with TF32 matmuls allowed (set_float32_matmul_precision('high'), NGC containers)",
     ),
-    "bf16-mixed": Precision(
-        name="bf16-mixed", compute_dtype="bfloat16", weight_bytes=2, grad_dtype="bfloat16", grad_bytes=2,
-        master_bytes=4, state_element_bytes=4,
-        description="bf16 weights and gradients, fp32 master weights and moments (ZeRO paper: 16 B/param with Adam)",
+    Precision(
+        name="amp-bf16", compute_dtype="bfloat16", matmul_dtype="bfloat16", conv_dtype="bfloat16",
+        activation_bytes=2, weight_bytes=4, grad_dtype="float32", grad_bytes=4, master_bytes=0,
+        state_element_bytes=4, autocast=True,
+        description="torch.autocast(dtype=torch.bfloat16): fp32 params, grads and Adam state; DDP "
+                    "all-reduces fp32 gradients",
     ),
-    "fp16-mixed": Precision(
-        name="fp16-mixed", compute_dtype="float16", weight_bytes=2, grad_dtype="float16", grad_bytes=2,
-        master_bytes=4, state_element_bytes=4,
-        description="fp16 weights and gradients (loss scaling), fp32 master weights and moments: "
-                    "16 B/param with Adam; the mixed precision Volta (V100) supports",
+    Precision(
+        name="amp-fp16", compute_dtype="float16", matmul_dtype="float16", conv_dtype="float16",
+        activation_bytes=2, weight_bytes=4, grad_dtype="float32", grad_bytes=4, master_bytes=0,
+        state_element_bytes=4, autocast=True, grad_scaler=True,
+        description="torch.autocast (fp16) + GradScaler: fp32 params, grads and Adam state (runs on Volta)",
     ),
-    "bf16": Precision(
-        name="bf16", compute_dtype="bfloat16", weight_bytes=2, grad_dtype="bfloat16", grad_bytes=2,
-        master_bytes=0, state_element_bytes=2,
-        description="pure bf16 including optimizer moments (the seed's accounting: 8 B/param with Adam)",
+    Precision(
+        name="bf16-params", compute_dtype="bfloat16", matmul_dtype="bfloat16", conv_dtype="bfloat16",
+        activation_bytes=2, weight_bytes=2, grad_dtype="bfloat16", grad_bytes=2, master_bytes=4,
+        state_element_bytes=4,
+        description="bf16 params and grads (reduced in bf16), fp32 master and Adam state: DeepSpeed bf16, "
+                    "Megatron; FSDP MixedPrecision(param_dtype=bf16)",
     ),
+    Precision(
+        name="fp16-params", compute_dtype="float16", matmul_dtype="float16", conv_dtype="float16",
+        activation_bytes=2, weight_bytes=2, grad_dtype="float16", grad_bytes=2, master_bytes=4,
+        state_element_bytes=4, grad_scaler=True,
+        description="fp16 params and grads with loss scaling, fp32 master and Adam state: DeepSpeed fp16, "
+                    "Megatron --fp16, Apex O2 (runs on Volta)",
+    ),
+    Precision(
+        name="bf16-true", compute_dtype="bfloat16", matmul_dtype="bfloat16", conv_dtype="bfloat16",
+        activation_bytes=2, weight_bytes=2, grad_dtype="bfloat16", grad_bytes=2, master_bytes=0,
+        state_element_bytes=2,
+        description="model.to(torch.bfloat16), Adam state in bf16 too (Lightning bf16-true; the seed's "
+                    "8 B/param)",
+    ),
+)}
+"""Every precision by its canonical name."""
+
+PRECISION_ALIASES: dict[str, str] = {
+    "amp": "amp-bf16",
+    "bf16-mixed": "bf16-params",
+    "fp16-mixed": "fp16-params",
+    "bf16": "bf16-true",
 }
+"""Names dpsim used before the precisions were named after framework settings, with the
+precision that has their old meaning."""
+
+DEFAULT_PRECISION = "amp-bf16"
+"""What a plain PyTorch DDP + ``torch.autocast(dtype=torch.bfloat16)`` user runs."""
 
 OPTIMIZER_STATES: dict[str, int] = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0}
 """Optimizer-state tensors per parameter (Adam: m and v; SGD with momentum: one buffer)."""
@@ -77,15 +167,15 @@ OPTIMIZER_STATES: dict[str, int] = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "s
 def check_precision_on_gpu(precision: Precision, gpu) -> None:
     """Refuse a precision whose compute dtype the GPU has no tensor cores for.
 
-    Volta (V100) has fp16 tensor cores but no bf16 ones: bf16 matmuls there are emulated
-    (``torch.cuda.is_bf16_supported(including_emulation=False)`` is False before
-    compute capability 8.0), far below any rate dpsim could quote. So ``bf16-mixed``,
-    ``bf16`` and ``amp`` (bf16 autocast) on a V100 are an error that names
-    ``fp16-mixed``, rather than a silent fp16 rate.
+    Volta and Turing have fp16 tensor cores but no bf16 ones: bf16 matmuls there are
+    emulated (``torch.cuda.is_bf16_supported(including_emulation=False)`` is False before
+    compute capability 8.0), far below any rate dpsim could quote. So a bf16 precision on
+    a V100 is an error that names the fp16 ones, rather than a silent fp16 rate.
     """
-    dtype = precision.compute_dtype
+    dtype = precision.matmul_dtype
     if dtype in ("bfloat16", "float16") and dtype not in gpu.peak_flops_per_s:
-        other = [p.name for p in PRECISIONS.values() if p.compute_dtype in gpu.peak_flops_per_s]
+        other = [p.name for p in PRECISIONS.values() if p.matmul_dtype not in ("bfloat16", "float16")
+                 or p.matmul_dtype in gpu.peak_flops_per_s]
         raise ConfigError(
             f"--precision: {precision.name!r} computes in {dtype}, which {gpu.name} has no tensor cores "
             f"for; choose one of {', '.join(other)}"
@@ -93,10 +183,10 @@ def check_precision_on_gpu(precision: Precision, gpu) -> None:
 
 
 def get_precision(name: str) -> Precision:
-    """Look a precision up by key."""
+    """Look a precision up by name or old alias (:data:`PRECISION_ALIASES`)."""
     try:
-        return PRECISIONS[name]
-    except KeyError:
+        return PRECISIONS[PRECISION_ALIASES.get(name, name)]
+    except (KeyError, TypeError):
         raise ConfigError(
             f"--precision: {name!r} is not known; choose one of {', '.join(PRECISIONS)}"
         ) from None
@@ -114,13 +204,46 @@ def optimizer_state_bytes_per_param(precision: Precision, optimizer: str) -> int
     return precision.master_bytes + OPTIMIZER_STATES[check_optimizer(optimizer)] * precision.state_element_bytes
 
 
-def optimizer_traffic_bytes_per_param(precision: Precision, optimizer: str) -> int:
+ADAMW_DEFAULT_WEIGHT_DECAY = 0.01
+"""``torch.optim.AdamW``'s default ``weight_decay``: non-zero, so its step starts with
+``_foreach_mul_(params, 1 - lr * weight_decay)``. ``Adam`` and ``SGD`` default to 0 and skip it."""
+
+
+def optimizer_traffic_bytes_per_param(precision: Precision, optimizer: str, *, fused: bool | None = None) -> float:
     """Device-memory bytes one optimizer step reads and writes per parameter.
 
-    It reads the gradient, reads and writes each state tensor and the master copy
-    (if any), and writes the working weights; without a master copy it reads and
-    writes the weights themselves.
+    ``fused=None`` is what the precision's framework runs: PyTorch's default ``foreach``
+    kernels for the fp32-parameter rows and ``bf16-true``, a fused master-weight update for
+    ``bf16-params``/``fp16-params``. With p, g, s the bytes of a parameter, gradient and
+    state element, each foreach op reads its inputs and writes its output once:
+
+    * AdamW (``_multi_tensor_adam``, decoupled weight decay): ``mul_(p)`` 2p,
+      ``lerp_(m, g)`` 2s+g, ``mul_(v)`` 2s, ``addcmul_(v, g, g)`` 2s+g, ``sqrt(v)`` 2s,
+      ``div_`` 2s, ``add_(eps)`` 2s, ``addcdiv_(p, m, .)`` 2p+2s: 4p + 14s + 2g, 80 bytes in fp32;
+      Adam (no weight decay by default) drops ``mul_(p)``: 72 bytes;
+    * SGD with momentum (``_multi_tensor_sgd``): ``mul_(buf)`` 2s, ``add_(buf, g)`` 2s+g,
+      ``add_(p, buf)`` 2p+s: 32 bytes in fp32; plain SGD ``add_(p, g)``: 12 bytes;
+    * fused (one pass): read p, g and each state, write p and each state; with an fp32
+      master the 16-bit parameter copy is written as well;
+    * ``GradScaler`` adds ``_amp_foreach_non_finite_check_and_unscale_`` (read and write
+      g); loss-scaled 16-bit parameters add one overflow check (read g).
     """
-    states = OPTIMIZER_STATES[check_optimizer(optimizer)] * precision.state_element_bytes
-    weights = precision.weight_bytes + 2 * precision.master_bytes if precision.master_bytes else 2 * precision.weight_bytes
-    return precision.grad_bytes + 2 * states + weights
+    n_states = OPTIMIZER_STATES[check_optimizer(optimizer)]
+    if fused is None:
+        fused = precision.master_bytes > 0
+    p = precision.master_bytes or precision.weight_bytes
+    g, s = precision.grad_bytes, precision.state_element_bytes
+    if fused:
+        total = 2 * p + g + 2 * n_states * s
+        if precision.master_bytes:
+            total += precision.weight_bytes
+    elif optimizer in ("adam", "adamw"):
+        decay = 2 * p if optimizer == "adamw" and ADAMW_DEFAULT_WEIGHT_DECAY else 0
+        total = decay + 2 * p + 14 * s + 2 * g
+    elif optimizer == "sgd-momentum":
+        total = 2 * p + 5 * s + g
+    else:
+        total = 2 * p + g
+    if precision.grad_scaler:
+        total += g if precision.master_bytes else 2 * g
+    return float(total)
