@@ -29,3 +29,22 @@ class ProfileError(DpsimError):
 
 class CalibrationError(DpsimError):
     """A calibration run failed (a rank died or hung, a backend is unavailable)."""
+
+
+class Interrupted(BaseException):
+    """The run was stopped by a signal (SIGINT: Ctrl-C, or SIGTERM) and must end now.
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so that no ``except Exception`` on
+    the way swallows it while ``finally`` blocks and context managers still clean up.
+    The command line turns it into one line and exit status 128 + the signal number.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        """The signal's number."""
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's convention for a process ended by the signal: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signum

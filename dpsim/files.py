@@ -1,33 +1,90 @@
-"""Users' files: YAML read strictly, output paths checked before any work, writes that are atomic.
+"""Users' files: read with a size cap, YAML read strictly, output paths checked before any work, atomic writes.
 
-Reading: safe types only, no duplicate keys, one-line errors naming the flag. Writing:
-a temporary file in the target directory, flushed and fsynced, then ``os.replace``, so an
-existing file is either kept whole or replaced whole, never left half-written.
+Reading: only a regular file (``/dev/zero`` or a FIFO would never end or never start), at
+most :data:`~dpsim.limits.MAX_INPUT_FILE_BYTES`, UTF-8; YAML with safe types only, no
+duplicate keys, and aliases expanding to at most :data:`~dpsim.limits.MAX_YAML_NODES`
+nodes (a "billion laughs" file is refused before anything walks it). Every failure is
+one line naming the flag. Writing: a temporary file in the target directory, flushed and
+fsynced, then ``os.replace``, so an existing file is either kept whole or replaced whole,
+never left half-written, and an interrupted write leaves no temporary file behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dpsim.errors import ConfigError, DpsimError
+from dpsim.limits import MAX_INPUT_FILE_BYTES, MAX_YAML_NODES, short
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML loader that refuses a key given twice in one mapping."""
+    """Safe YAML loader that refuses a key given twice in one mapping and oversized alias expansions."""
+
+    def compose_document(self) -> yaml.Node | None:
+        node = super().compose_document()
+        if node is not None:
+            _check_expanded_size(node)
+        return node
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    """Refuse a document whose aliases expand to more than MAX_YAML_NODES nodes, or refer to themselves.
+
+    Aliases share nodes, so the document is a graph; the size of its expansion is counted
+    with one memo per node (linear in the file), without building anything.
+    """
+    size: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            active.discard(key)
+            children = _children(node)
+            total = 1 + sum(size[id(c)] for c in children)
+            if total > MAX_YAML_NODES:
+                raise yaml.YAMLError(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded")
+            size[key] = total
+            continue
+        if key in size:
+            continue
+        if key in active:
+            raise yaml.YAMLError("an alias refers to the collection that contains it")
+        active.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in size)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
 
 
 def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice", key_node.start_mark)
-        seen.add(key)
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:  # a list or mapping as a key: unhashable, and never a valid key here
+            raise yaml.constructor.ConstructorError(None, None, "a key is a list or a mapping",
+                                                    key_node.start_mark) from None
+        if duplicate:
+            raise yaml.constructor.ConstructorError(None, None, f"key {short(key)} appears twice",
+                                                    key_node.start_mark)
     return loader.construct_mapping(node, deep)
 
 
@@ -35,26 +92,59 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _n
 
 
 def load_yaml_text(text: str) -> Any:
-    """Parse YAML text with the strict loader (raises ``yaml.YAMLError``)."""
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    """Parse YAML text with the strict loader (raises ``yaml.YAMLError`` for every problem of the text)."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer past Python's 4,300-digit limit
+        text = " ".join(str(exc).split())
+        raise yaml.YAMLError("a number has too many digits" if "digits" in text else text[:120]) from None
+
+
+def read_text_capped(path: str | Path, flag: str, error: type[DpsimError], *, what: str = "file",
+                     max_bytes: int = MAX_INPUT_FILE_BYTES) -> str:
+    """The UTF-8 text of a user's regular file of at most ``max_bytes``; else ``error`` naming ``flag``.
+
+    A device, FIFO or directory is refused before it is opened (``/dev/zero`` never ends,
+    a FIFO blocks until a writer comes), and at most ``max_bytes + 1`` bytes are read.
+    """
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise error(f"{flag}: cannot read {str(path)!r}: {exc.strerror}") from None
+    except ValueError:  # an embedded NUL byte
+        raise error(f"{flag}: {short(str(path))} is not a valid file name") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, FIFO or socket)"
+        raise error(f"{flag}: cannot read {str(path)!r}: it is {kind}; expected a {what}")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise error(f"{flag}: cannot read {str(path)!r}: {exc.strerror}") from None
+    if len(data) > max_bytes:
+        raise error(f"{flag}: {str(path)!r} is larger than {max_bytes:,} bytes; expected a {what} of at most "
+                    f"{max_bytes // 1024:,} KiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{flag}: {str(path)!r} is not a UTF-8 text file; expected a {what}") from None
 
 
 def read_yaml_file(path: str | Path, flag: str, error: type[DpsimError]) -> Any:
     """Read and parse a user's YAML file; every failure is ``error`` with one line naming ``flag``."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise error(f"{flag}: cannot read {str(path)!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise error(f"{flag}: {str(path)!r} is not a UTF-8 text file; expected a YAML file") from None
+    text = read_text_capped(path, flag, error, what="YAML file")
     try:
         return load_yaml_text(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        problem = f" ({exc.problem})" if getattr(exc, "problem", None) else ""
-        raise error(f"{path}: not valid YAML{where}{problem}") from None
+        problem = getattr(exc, "problem", None) or (str(exc) if type(exc) is yaml.YAMLError else None)
+        detail = f" ({' '.join(str(problem).split())[:160]})" if problem else ""
+        raise error(f"{path}: not valid YAML{where}{detail}") from None
 
 
 def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (".html", ".htm")) -> Path:
@@ -67,28 +157,44 @@ def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (
         raise ConfigError(f"{flag}: {str(path)!r} is not an {suffixes[0]} file; give a path ending in {suffixes[0]}")
     if not p.parent.is_dir():
         raise ConfigError(f"{flag}: directory {str(p.parent)!r} does not exist")
+    if p.is_dir():
+        raise ConfigError(f"{flag}: {str(path)!r} is a directory; give a file path ending in {suffixes[0]}")
     return p
+
+
+def _umask_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path, *, mode: int | None = None) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; when the block ends normally it becomes ``path`` atomically.
+
+    For writers that want a file name (pandas, pyarrow). If the block raises (or is
+    interrupted) the temporary file is removed and ``path`` is left as it was. ``mode``:
+    permission bits (default: what a plain ``open`` gives under the umask).
+    """
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, _umask_mode() if mode is None else mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None) -> Path:
     """Write ``text`` to ``path`` atomically (UTF-8); ``mode``: permission bits (default: the umask's)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is None:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_output(path, mode=mode) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return path

@@ -59,7 +59,7 @@ FSDP fits — or that no data-parallel configuration does.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
@@ -330,15 +330,17 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
                              message=f"use {change(top)}--activation-checkpointing: "
                                      f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
     best_ck = ck_options[-1]
-    for mb in range(micro_batch - 1, 0, -1):
+    # Memory grows with the micro-batch (activations are linear in it): the largest that fits
+    # is found in O(log micro_batch) evaluations, not one per value.
+    mb = largest_true(1, micro_batch - 1, lambda b: mem(top, n_gpus, best_ck, b).fits)
+    if mb is not None:
         m = mem(top, n_gpus, best_ck, mb)
-        if m.fits:
-            ck_text = "--activation-checkpointing " if best_ck and not activation_checkpointing else ""
-            return FitAdvice(fits=False, strategy=None if top == strategy else top,
-                             activation_checkpointing=True if ck_text else None, micro_batch=mb,
-                             total_bytes=m.total_bytes,
-                             message=f"use {change(top)}{ck_text}--micro-batch {mb} (raise "
-                                     f"--grad-accum to keep the batch): {gb(m.total_bytes)} of {gb(usable)} usable")
+        ck_text = "--activation-checkpointing " if best_ck and not activation_checkpointing else ""
+        return FitAdvice(fits=False, strategy=None if top == strategy else top,
+                         activation_checkpointing=True if ck_text else None, micro_batch=mb,
+                         total_bytes=m.total_bytes,
+                         message=f"use {change(top)}{ck_text}--micro-batch {mb} (raise "
+                                 f"--grad-accum to keep the batch): {gb(m.total_bytes)} of {gb(usable)} usable")
     # More GPUs: the fully sharded total is fixed + sharded/N; solve, then check.
     full = "fsdp" if strategy.startswith("fsdp") else "zero3"
     ck_text = "--activation-checkpointing " if best_ck and not activation_checkpointing else ""
@@ -346,24 +348,64 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
     fixed = one.total_bytes - one.model_state_bytes  # what sharding does not divide
     if fixed < usable:
         need = math.ceil(one.model_state_bytes / (usable - fixed))
-        n = max(-(-need // gpn) * gpn, n_gpus + gpn if n_gpus >= gpn else gpn)
-        for _ in range(64):  # padding can cost a node or two more than the closed form
-            if n > max_gpus:
-                break
+        start = max(-(-need // gpn) * gpn, n_gpus + gpn if n_gpus >= gpn else gpn)
+        # Sharded state shrinks as 1/N (padding moves it by less than N elements per tensor),
+        # so the smallest count of whole nodes that fits, from the closed form up, takes
+        # O(log N) evaluations; padding can cost a node or two more than the closed form.
+        extra = smallest_true(0, (max_gpus - start) // gpn, lambda k: mem(full, start + k * gpn, best_ck, 1).fits)
+        if extra is not None:
+            n = start + extra * gpn
             m = mem(full, n, best_ck, 1)
-            if m.fits:
-                mb_text = "--micro-batch 1 " if micro_batch > 1 else ""
-                return FitAdvice(fits=False, strategy=full, activation_checkpointing=True if ck_text else None,
-                                 micro_batch=1 if micro_batch > 1 else None, gpus=n, total_bytes=m.total_bytes,
-                                 message=f"use {use(full)} {ck_text}{mb_text}on --gpus {n} or more: "
-                                         f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
-            n += gpn
+            mb_text = "--micro-batch 1 " if micro_batch > 1 else ""
+            return FitAdvice(fits=False, strategy=full, activation_checkpointing=True if ck_text else None,
+                             micro_batch=1 if micro_batch > 1 else None, gpus=n, total_bytes=m.total_bytes,
+                             message=f"use {use(full)} {ck_text}{mb_text}on --gpus {n} or more: "
+                                     f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
     return FitAdvice(
         fits=False,
         message=(f"no data-parallel configuration fits: with {full}{', checkpointing' if best_ck else ''} "
                  f"and micro-batch 1, "
                  f"activations, gathered units and overhead alone need {gb(fixed)} of {gb(usable)} usable per "
                  f"GPU; use tensor/pipeline parallelism or a GPU with more memory"))
+
+
+def largest_true(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
+    """The largest ``n`` in ``[lo, hi]`` with ``ok(n)``, for ``ok`` true up to some point and false after
+    (``None`` if ``ok(lo)`` is false or the range is empty).
+
+    Exponential search up from ``lo`` (the answer is usually near it), then bisection:
+    O(log(answer - lo)) calls of ``ok``.
+    """
+    if hi < lo or not ok(lo):
+        return None
+    good, step = lo, 1
+    while True:
+        probe = lo + step
+        if probe > hi:
+            bad = hi + 1
+            break
+        if not ok(probe):
+            bad = probe
+            break
+        good, step = probe, step * 2
+    while bad - good > 1:  # ok(good) and not ok(bad) (or bad past hi)
+        mid = (good + bad) // 2
+        if ok(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def smallest_true(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
+    """The smallest ``n`` in ``[lo, hi]`` with ``ok(n)``, for ``ok`` false up to some point and true after
+    (``None`` if ``ok(hi)`` is false or the range is empty); O(log(answer - lo)) calls."""
+    if hi < lo:
+        return None
+    if ok(lo):
+        return lo
+    last_false = largest_true(lo, hi, lambda n: not ok(n))
+    return None if last_false is None or last_false >= hi else last_false + 1
 
 
 def _strategy_text(strategy: str, bucket_cap_mb: float | None) -> str:

@@ -28,6 +28,7 @@ BITS_PER_BYTE = 8
 
 US = 1e-6
 MS = 1e-3
+DAY_S = 86_400.0
 
 _SIZE_PREFIX = {
     "": 1, "k": KB, "m": MB, "g": GB, "t": TB,
@@ -112,15 +113,27 @@ def gbit_per_s_to_bytes_per_s(gbit_per_s: float) -> float:
 
 
 def format_bytes(size_bytes: float) -> str:
-    """Human-readable binary size, e.g. ``25.0 MiB``."""
-    for unit, scale in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+    """Human-readable binary size, e.g. ``25.0 MiB``; never more than a few digits."""
+    if not math.isfinite(size_bytes):
+        return "n/a"
+    for unit, scale in (("EiB", 2**60), ("PiB", 2**50), ("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if abs(size_bytes) >= scale:
-            return f"{size_bytes / scale:.1f} {unit}"
+            value = size_bytes / scale
+            return f"{value:.1f} {unit}" if abs(value) < 1e4 else f"{value:.3g} {unit}"
     return f"{size_bytes:.0f} B"
 
 
 def format_seconds(duration_s: float) -> str:
-    """Human-readable duration, e.g. ``12.3 ms``."""
+    """Human-readable duration, e.g. ``12.3 ms``, ``2.50 h``, ``3.1 d``; never more than a few digits."""
+    if not math.isfinite(duration_s):
+        return "n/a"
+    if duration_s < 0:
+        return "-" + format_seconds(-duration_s)
+    if duration_s >= 2 * DAY_S:
+        days = duration_s / DAY_S
+        return f"{days:,.1f} d" if days < 1e5 else f"{days:.3g} d"
+    if duration_s >= 1e4:
+        return f"{duration_s / 3600:.2f} h"
     if duration_s >= 1:
         return f"{duration_s:.3f} s"
     if duration_s >= 1e-3:

@@ -22,7 +22,7 @@ from dpsim.cli.memory import MEMORY_FIELDS
 from dpsim.cli.options import ALL_FIELDS, field_docs
 from dpsim.cli.plan import SWEEP_FIELDS
 from dpsim.cli.predict import PREDICT_FIELDS
-from dpsim.predict.config import Precision, PredictConfig, field_kind, flag_name
+from dpsim.predict.config import Precision, PredictConfig, field_kind, flag_name, range_help
 
 CONFIG_COMMANDS = {"predict": PREDICT_FIELDS, "memory": MEMORY_FIELDS, "report": PREDICT_FIELDS,
                    "goodput": GOODPUT_FIELDS}
@@ -54,7 +54,10 @@ def test_config_flags_have_the_fields_docstring_as_help(command):
     fields = CONFIG_COMMANDS[command]
     for name in fields:
         param = params[name]
-        assert param.help == field_docs()[name], (command, name)
+        assert param.help.startswith(field_docs()[name]), (command, name)
+        allowed = range_help(name)  # every count and number says its range (dpsim/limits.py)
+        assert (allowed is None or param.help.endswith(f" Allowed: {allowed}.")), (command, name)
+        assert allowed is not None or field_kind(name)[0] in (str, bool), (command, name)
         flag = flag_name(name)
         assert param.opts == [flag], (command, name, param.opts)
         if field_kind(name)[0] is bool:
@@ -156,7 +159,7 @@ def test_calibration_sets_the_overlap_slowdown_unless_given(capsys, monkeypatch)
     ("predict", ["--grad-accum", "0"], ["--grad-accum: 0", ">= 1"]),
     ("predict", ["--jobs", "0"], ["--jobs: 0", ">= 1"]),
     ("predict", ["--placement", "random"], ["--placement: 'random'", "interleaved"]),
-    ("predict", ["--compute-efficiency", "1.5"], ["--compute-efficiency: 1.5", "(0, 1]"]),
+    ("predict", ["--compute-efficiency", "1.5"], ["--compute-efficiency: 1.5", "> 0 and <= 1"]),
     ("predict", ["--algo", "foo"], ["--algo: 'foo'", "ring"]),
     ("predict", ["--single-gpu-samples-per-s", "0"], ["--single-gpu-samples-per-s: 0", "> 0"]),
     ("memory", ["--micro-batch", "0"], ["--micro-batch: 0", ">= 1"]),

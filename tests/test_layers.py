@@ -19,7 +19,7 @@ README = PACKAGE.parent / "README.md"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "lazy"),
-    ("units",),
+    ("units", "limits"),
     ("files", "stats"),
     ("hardware",),
     ("topology",),

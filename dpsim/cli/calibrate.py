@@ -7,7 +7,18 @@ from typing import Optional
 import typer
 
 from dpsim.cli.app import _emit_json
+from dpsim.cli.checks import require_torch, size_sweep
 from dpsim.errors import ConfigError
+from dpsim.limits import (
+    MAX_CALIBRATE_BYTES,
+    MAX_MICRO_BATCH,
+    MAX_NPROC,
+    MAX_REPEATS,
+    MAX_SEQ_LEN,
+    MAX_TIMEOUT_S,
+    check_int,
+    check_number,
+)
 
 
 def _names(raw: Optional[str]) -> Optional[list[str]]:
@@ -52,7 +63,11 @@ def calibrate(
     quiet: bool = typer.Option(False, "--quiet", help="No tables or progress bar; warnings and errors only."),
     as_json: bool = typer.Option(False, "--json", help="Print the written profile as JSON instead of tables."),
 ) -> None:
-    """Measure collectives and compute with torch (or fit nccl-tests logs) and write a profile for predict."""
+    """Measure collectives and compute with torch (or fit nccl-tests logs) and write a profile for predict.
+
+    Limits, checked before anything runs: --nproc and --ranks-per-node at most 1,024, -b/-e at most 64 GiB
+    (buffers are really allocated) and 1,000 sizes, --warmup/--iters at most 10,000, --timeout at most a day.
+    """
     from dpsim.calibrate.command import (
         CalibrateOptions,
         run_calibrate,
@@ -60,6 +75,11 @@ def calibrate(
     )
     from dpsim.units import parse_size_bytes
 
+    _check_bounds(nproc=nproc, ranks_per_node=ranks_per_node, minbytes=minbytes, maxbytes=maxbytes,
+                  stepfactor=stepfactor, warmup=warmup, iters=iters, timeout=timeout, micro_batch=micro_batch,
+                  seq_len=seq_len)
+    if not from_nccl_tests:
+        require_torch("dpsim calibrate (measuring; --from-nccl-tests only fits logs)")
     if logs and not from_nccl_tests:
         raise ConfigError(f"LOG: {logs[0]!r} given without --from-nccl-tests; dpsim calibrate measures unless "
                           "--from-nccl-tests is set")
@@ -83,3 +103,19 @@ def calibrate(
         profile, path = run_calibrate(opts)
     if as_json and profile is not None:
         _emit_json(profile.to_dict())
+
+
+def _check_bounds(*, nproc, ranks_per_node, minbytes, maxbytes, stepfactor, warmup, iters, timeout, micro_batch,
+                  seq_len) -> None:
+    """Every count and size of a calibration within :mod:`dpsim.limits`, before anything is measured."""
+    for flag, value, lo, hi in (("--nproc", nproc, 1, MAX_NPROC), ("--ranks-per-node", ranks_per_node, 1, MAX_NPROC),
+                                ("--warmup", warmup, 0, MAX_REPEATS), ("--iters", iters, 1, MAX_REPEATS),
+                                ("--micro-batch", micro_batch, 1, MAX_MICRO_BATCH),
+                                ("--seq-len", seq_len, 1, MAX_SEQ_LEN)):
+        if value is not None:
+            check_int(value, flag, lo, hi)
+    check_number(timeout, "--timeout", 0, MAX_TIMEOUT_S, open_below=True, unit=" s")
+    if minbytes is not None or maxbytes is not None or stepfactor is not None:
+        # Unset ends take the GPU defaults (8 B .. 1 GiB, by 2) for the row count.
+        size_sweep(minbytes or "8", maxbytes or "1G", 2.0 if stepfactor is None else stepfactor,
+                   max_bytes=MAX_CALIBRATE_BYTES)

@@ -3,24 +3,26 @@
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import typer
 
 from dpsim.cli.app import _emit_json
+from dpsim.cli.checks import size_sweep
 from dpsim.errors import ConfigError
+from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_GPUS, MAX_SIZE_ROWS
 
 
 def collective(
     op: str = typer.Option("all_reduce", "--op", help="all_reduce, reduce_scatter, all_gather or broadcast."),
-    gpus: int = typer.Option(8, "--gpus", help="Ranks in the communicator."),
+    gpus: int = typer.Option(8, "--gpus", help=f"Ranks in the communicator (at most {MAX_GPUS:,})."),
     link: str = typer.Option("nvlink", "--link", help="Topology preset."),
     topology: Optional[str] = typer.Option(None, "--topology", help="A topology YAML file (instead of --link)."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Override GPUs per node."),
     minbytes: str = typer.Option("8", "-b", "--minbytes", help="Smallest size (nccl-tests -b; 1K = 1024)."),
-    maxbytes: str = typer.Option("1G", "-e", "--maxbytes", help="Largest size (nccl-tests -e)."),
-    stepfactor: float = typer.Option(2.0, "-f", "--stepfactor", help="Multiply the size by this each row."),
+    maxbytes: str = typer.Option("1G", "-e", "--maxbytes", help="Largest size (nccl-tests -e); at most 1TiB."),
+    stepfactor: float = typer.Option(2.0, "-f", "--stepfactor", help=f"Multiply the size by this each row (> 1; at "
+                                                                     f"most {MAX_SIZE_ROWS:,} rows)."),
     dtype: str = typer.Option("float", "-d", "--datatype", help="float, half, bfloat16, double or int8."),
     calibration: Optional[str] = typer.Option(
         None, "--calibration", help="A profile from dpsim calibrate (file or shipped name) instead of the preset."),
@@ -35,18 +37,12 @@ def collective(
     from dpsim.predict.config import PredictConfig
     from dpsim.predict.run import build_collectives, resolve_topology
     from dpsim.report.text import NCCL_TESTS_TYPE_BYTES, nccl_tests_table
-    from dpsim.units import parse_size_bytes
 
     if op not in OPS:
         raise ConfigError(f"--op: {op!r} is not a collective; choose one of {', '.join(OPS)}")
     if dtype not in NCCL_TESTS_TYPE_BYTES:
         raise ConfigError(f"-d/--datatype: {dtype!r} is not known; choose one of {', '.join(NCCL_TESTS_TYPE_BYTES)}")
-    lo = parse_size_bytes(minbytes, "-b/--minbytes")
-    hi = parse_size_bytes(maxbytes, "-e/--maxbytes")
-    if lo <= 0 or hi < lo:
-        raise ConfigError(f"-b/-e: {minbytes!r}..{maxbytes!r} is not a valid range; need 0 < minbytes <= maxbytes")
-    if not (math.isfinite(stepfactor) and stepfactor > 1):
-        raise ConfigError(f"-f/--stepfactor: {stepfactor} is not valid; expected a number > 1")
+    lo, hi, _ = size_sweep(minbytes, maxbytes, stepfactor, max_bytes=MAX_COLLECTIVE_BYTES)
     config = PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node, algo=algo,
                            proto=proto, calibration=calibration)
     topo = resolve_topology(config)

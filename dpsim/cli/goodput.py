@@ -13,7 +13,9 @@ import typer
 
 from dpsim.cli.app import _emit_json
 from dpsim.cli.options import config_options
+from dpsim.cli.checks import check_budget
 from dpsim.errors import ConfigError
+from dpsim.limits import MAX_GOODPUT_RUNS, MAX_GPUS, MAX_SEED, check_int
 
 GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
                   "micro_batch", "precision")
@@ -48,8 +50,8 @@ def goodput_command(
     elastic: str = typer.Option("wait", "--elastic", help="After a failure: wait (for a replacement) or "
                                 "shrink (continue on fewer nodes); both are always compared."),
     min_nodes: int = typer.Option(1, "--min-nodes", help="shrink: wait for a replacement below this many nodes."),
-    runs: int = typer.Option(100, "--runs", help="Monte-Carlo runs per configuration."),
-    seed: int = typer.Option(0, "--seed", help="Seed (same seed, same failures)."),
+    runs: int = typer.Option(100, "--runs", help=f"Monte-Carlo runs per configuration (1 to {MAX_GOODPUT_RUNS:,})."),
+    seed: int = typer.Option(0, "--seed", help="Seed (same seed, same failures); 0 to 2**63-1."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Simulate a training run through failures: wall time, goodput, lost work, best checkpoint interval."""
@@ -74,10 +76,9 @@ def goodput_command(
         raise ConfigError("--tokens and --duration: give one amount of work, not both")
     if elastic not in POLICIES:
         raise ConfigError(f"--elastic: {elastic!r} is not valid; choose one of {', '.join(POLICIES)}")
-    if runs < 1:
-        raise ConfigError(f"--runs: {runs} is not valid; expected an integer >= 1")
-    if seed < 0:
-        raise ConfigError(f"--seed: {seed} is not valid; expected an integer >= 0")
+    check_int(runs, "--runs", 1, MAX_GOODPUT_RUNS)
+    check_int(seed, "--seed", 0, MAX_SEED)
+    check_int(min_nodes, "--min-nodes", 1, MAX_GPUS)
     rates = FailureRates(gpu_mtbf_s=parse_long_duration_s(mtbf_gpu, "--mtbf-gpu"),
                          node_mtbf_s=parse_long_duration_s(mtbf_node, "--mtbf-node"),
                          link_mtbf_s=parse_long_duration_s(mtbf_link, "--mtbf-link"))
@@ -86,7 +87,7 @@ def goodput_command(
     p = predict(config)
     if tokens is not None:
         from dpsim.plan.cost import parse_count
-        budget = parse_count(tokens, "--tokens")
+        budget = check_budget(parse_count(tokens, "--tokens"), "--tokens")
         if p.tokens_per_s is None:
             raise ConfigError(f"--tokens: {p.model} is not a token model; give --duration instead")
         work_s = budget / p.tokens_per_s

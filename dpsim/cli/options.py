@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import typer
 
-from dpsim.predict.config import PredictConfig, field_kind, flag_name, flag_scale
+from dpsim.predict.config import PredictConfig, field_kind, flag_name, flag_scale, range_help
 
 ALL_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PredictConfig))
 """Every ``PredictConfig`` field, in declaration order (``predict`` and ``report`` expose all)."""
@@ -55,8 +55,9 @@ def field_docs() -> dict[str, str]:
 
 
 def field_help(name: str) -> str:
-    """The ``--help`` text of field ``name``'s flag: its docstring."""
-    return field_docs()[name]
+    """The ``--help`` text of field ``name``'s flag: its docstring, then its range if it has one."""
+    allowed = range_help(name)
+    return field_docs()[name] + (f" Allowed: {allowed}." if allowed else "")
 
 
 def choices_metavar(name: str) -> str | None:

@@ -14,7 +14,17 @@ import typer
 from dpsim.cli.app import _emit_json
 from dpsim.cli.options import axis_options, config_options
 from dpsim.cli.predict import PREDICT_FIELDS, SINGLE_GPU_SAMPLES_PER_S, predict_config
+from dpsim.cli.checks import check_budget, check_prices
 from dpsim.errors import ConfigError
+from dpsim.limits import (
+    MAX_GPUS,
+    MAX_REPEATED_FLAGS,
+    MAX_SCALING_POINTS,
+    MAX_SWEEP_POINTS,
+    MAX_WORKERS,
+    check_int,
+    short,
+)
 from dpsim.predict.config import flag_name
 
 # --------------------------------------------------------------------------- report
@@ -30,7 +40,8 @@ def report(
     gpu_hour_usd: Optional[list[str]] = typer.Option(
         None, "--gpu-hour-usd", metavar="PRICE", help="Price per GPU-hour: 2.5 (every GPU) or h100=2.5 (repeatable)."),
     scaling_gpus: Optional[str] = typer.Option(
-        None, "--scaling-gpus", help="GPU counts of the scaling figure, e.g. 8,16,32,64."),
+        None, "--scaling-gpus", help=f"GPU counts of the scaling figure, e.g. 8,16,32,64 (at most "
+                                     f"{MAX_SCALING_POINTS} counts, each at most {MAX_GPUS:,})."),
 ) -> None:
     """Write one standalone HTML report (tables and figures; opens offline).
 
@@ -43,28 +54,40 @@ def report(
     check_output_path(output, "-o/--output")
     if tokens is not None and samples is not None:
         raise ConfigError("--tokens and --samples: give one budget, not both")
-    budget = dict(tokens=None if tokens is None else parse_count(tokens, "--tokens"),
-                  samples=None if samples is None else parse_count(samples, "--samples"))
+    budget = dict(tokens=None if tokens is None else check_budget(parse_count(tokens, "--tokens"), "--tokens"),
+                  samples=None if samples is None else check_budget(parse_count(samples, "--samples"), "--samples"))
     counts = None
     if scaling_gpus is not None:
-        counts = [_int_item(v, "--scaling-gpus") for v in scaling_gpus.split(",") if v.strip()]
+        items = [v for v in scaling_gpus.split(",") if v.strip()]
+        if len(items) > MAX_SCALING_POINTS:
+            raise ConfigError(f"--scaling-gpus: {len(items):,} GPU counts given; expected at most {MAX_SCALING_POINTS}")
+        counts = [_int_item(v, "--scaling-gpus") for v in items]
         if not counts:
-            raise ConfigError(f"--scaling-gpus: {scaling_gpus!r} has no GPU counts; give e.g. 8,16,32")
+            raise ConfigError(f"--scaling-gpus: {short(scaling_gpus)} has no GPU counts; give e.g. 8,16,32")
+    prices = check_prices(parse_price_overrides(_repeated(gpu_hour_usd, "--gpu-hour-usd")), "--gpu-hour-usd")
     config = predict_config(flags, single_gpu_samples_per_s)
-    path = write_report(output, config, gpu_hour_usd=parse_price_overrides(gpu_hour_usd or []),
-                        scaling_gpus=counts, **budget)
+    path = write_report(output, config, gpu_hour_usd=prices, scaling_gpus=counts, **budget)
     print(f"report written to {path} ({path.stat().st_size / 1e6:.1f} MB, opens offline)")
 
 
 def _int_item(text: str, flag: str) -> int:
     try:
-        value = int(text.strip())
+        value = int(text.strip()) if len(text.strip()) <= 20 else None
     except ValueError:
-        raise ConfigError(f"{flag}: {text.strip()!r} is not a GPU count; expected integers >= 1, "
-                          f"comma-separated") from None
-    if value < 1:
-        raise ConfigError(f"{flag}: {value} is not a GPU count; expected integers >= 1, comma-separated")
+        value = None
+    if value is None:
+        raise ConfigError(f"{flag}: {short(text.strip())} is not a GPU count; expected integers >= 1, "
+                          f"comma-separated")
+    if not 1 <= value <= MAX_GPUS:
+        raise ConfigError(f"{flag}: {value} is not a GPU count; expected integers >= 1 and <= {MAX_GPUS:,}, "
+                          f"comma-separated")
     return value
+
+
+def _repeated(items: list[str] | None, flag: str) -> list[str]:
+    if items and len(items) > MAX_REPEATED_FLAGS:
+        raise ConfigError(f"{flag}: given {len(items):,} times; expected at most {MAX_REPEATED_FLAGS:,}")
+    return items or []
 
 
 # ---------------------------------------------------------------------------- sweep
@@ -86,8 +109,10 @@ def sweep_command(
     samples: Optional[str] = typer.Option(None, "--samples", help="Sample budget, for image models."),
     gpu_hour_usd: Optional[list[str]] = typer.Option(
         None, "--gpu-hour-usd", metavar="PRICE", help="Price per GPU-hour: 2.5 (every GPU) or h100=2.5 (repeatable)."),
-    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write results to .csv, .parquet or .json."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Run on a local Dask cluster of N worker processes."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write results to .csv, .parquet or .json "
+                                                                     "(atomically: replaced whole or not at all)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help=f"Run on a local Dask cluster of N worker processes "
+                                                                  f"(1 to {MAX_WORKERS})."),
     scheduler: Optional[str] = typer.Option(
         None, "--scheduler", help="Run on an existing dask.distributed cluster, e.g. tcp://host:8786."),
     skip_invalid: bool = typer.Option(
@@ -96,7 +121,10 @@ def sweep_command(
         None, "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal)."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON (schema dpsim.sweep/1)."),
 ) -> None:
-    """Predict every combination of a grid (flags and/or a YAML file): table, CSV/Parquet/JSON."""
+    """Predict every combination of a grid (flags and/or a YAML file): table, CSV/Parquet/JSON.
+
+    At most 100,000 points (the product of the axes' lengths).
+    """
     from dpsim.plan.cost import parse_count, parse_price_overrides
     from dpsim.plan.grid import SweepSpec
     from dpsim.plan.sweep import OUTPUT_FORMATS, records_json, run_sweep, write_results
@@ -108,6 +136,10 @@ def sweep_command(
                               f"{', '.join(OUTPUT_FORMATS)}")
         if not Path(output).parent.is_dir():
             raise ConfigError(f"-o/--output: directory {str(Path(output).parent)!r} does not exist")
+        if Path(output).is_dir():
+            raise ConfigError(f"-o/--output: {output!r} is a directory; give a file path")
+    if workers is not None:
+        check_int(workers, "--workers", 1, MAX_WORKERS)
     spec = SweepSpec.from_yaml(config) if config else SweepSpec()
     for name, raw in axes.items():
         flag = flag_name(name)
@@ -122,7 +154,14 @@ def sweep_command(
         spec = spec.with_axes(SweepSpec(
             tokens=None if tokens is None else parse_count(tokens, "--tokens"),
             samples=None if samples is None else parse_count(samples, "--samples"),
-            gpu_hour_usd=parse_price_overrides(gpu_hour_usd or [])))
+            gpu_hour_usd=parse_price_overrides(_repeated(gpu_hour_usd, "--gpu-hour-usd"))))
+    check_budget(spec.tokens, "--tokens" if tokens is not None else f"{config}: tokens")
+    check_budget(spec.samples, "--samples" if samples is not None else f"{config}: samples")
+    check_prices(spec.gpu_hour_usd, "--gpu-hour-usd" if gpu_hour_usd else f"{config}: gpu_hour_usd")
+    if spec.size > MAX_SWEEP_POINTS:
+        lengths = " x ".join(f"{len(v)} {k}" for k, v in spec.axes.items() if len(v) > 1)
+        raise ConfigError(f"sweep: {lengths} = {spec.size:,} points; expected at most {MAX_SWEEP_POINTS:,} "
+                          f"(fewer values per axis, or several sweeps)")
     if progress is None:
         from rich.console import Console
         progress = Console(stderr=True).is_terminal

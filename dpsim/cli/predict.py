@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -12,6 +11,23 @@ import typer
 from dpsim.cli.app import _emit_json
 from dpsim.cli.options import ALL_FIELDS, config_options
 from dpsim.errors import ConfigError
+from dpsim.limits import (
+    MAX_HICCUP_RATE_PER_S,
+    MAX_HICCUP_S,
+    MAX_MC_RANK_STEPS,
+    MAX_MC_SAMPLE_STEPS,
+    MAX_MC_SAMPLES,
+    MAX_MC_STEPS,
+    MAX_REPEATED_FLAGS,
+    MAX_SAMPLES_PER_S,
+    MAX_SINGLE_GPU_STEP_S,
+    MAX_STRAGGLER_FACTOR,
+    MIN_DEGRADED_FRACTION,
+    MIN_SINGLE_GPU_STEP_S,
+    MIN_STRAGGLER_FACTOR,
+    check_int,
+    check_number,
+)
 from dpsim.predict.config import PredictConfig
 
 PREDICT_FIELDS = ALL_FIELDS
@@ -36,17 +52,23 @@ def predict(
                                  "Default: the step-time CV a --calibration profile recorded, else 0."),
     noise_dist: str = typer.Option("normal", "--noise-dist", help="Noise distribution: normal or lognormal."),
     straggler: Optional[list[str]] = typer.Option(
-        None, "--straggler", help="A persistently slow node or GPU, e.g. node3:1.3x or gpu12:2x (repeatable)."),
+        None, "--straggler", help=f"A persistently slow node or GPU, e.g. node3:1.3x or gpu12:2x (repeatable); "
+                                  f"factors from {MIN_STRAGGLER_FACTOR:g} to {MAX_STRAGGLER_FACTOR:g}."),
     degrade: Optional[list[str]] = typer.Option(
-        None, "--degrade", help="A link below capacity: node3.nic0:50%, node0.gpu2:50% or a link class "
-                                "such as ethernet:50% (capacity left; repeatable)."),
+        None, "--degrade", help=f"A link below capacity: node3.nic0:50%, node0.gpu2:50% or a link class "
+                                f"such as ethernet:50% (capacity left, at least {100 * MIN_DEGRADED_FRACTION:g} %; "
+                                f"repeatable)."),
     hiccup_rate_per_s: float = typer.Option(
-        0.0, "--hiccup-rate-per-s", help="Transient stalls per GPU per second (with --hiccup-s)."),
-    hiccup_s: float = typer.Option(0.0, "--hiccup-s", help="Duration of one stall, seconds."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random draws (same seed, same numbers)."),
+        0.0, "--hiccup-rate-per-s", help=f"Transient stalls per GPU per second (with --hiccup-s); at most "
+                                         f"{MAX_HICCUP_RATE_PER_S:g}."),
+    hiccup_s: float = typer.Option(0.0, "--hiccup-s", help=f"Duration of one stall, seconds; at most {MAX_HICCUP_S:g}."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random draws (same seed, same numbers); 0 to 2**63-1."),
     mc_samples: int = typer.Option(
-        10, "--mc-samples", help="Monte-Carlo samples (independent seeds) with noise or hiccups."),
-    mc_steps: int = typer.Option(50, "--mc-steps", help="Steps per Monte-Carlo sample (with variability)."),
+        10, "--mc-samples", help=f"Monte-Carlo samples (independent seeds) with noise or hiccups; at most "
+                                 f"{MAX_MC_SAMPLES:,}, and samples x steps x GPUs at most {MAX_MC_RANK_STEPS:.3g}."),
+    mc_steps: int = typer.Option(50, "--mc-steps", help=f"Steps per Monte-Carlo sample (with variability); at most "
+                                                        f"{MAX_MC_STEPS:,}, and samples x steps at most "
+                                                        f"{MAX_MC_SAMPLE_STEPS:,}."),
 ) -> None:
     """Predict the step time, throughput, scaling efficiency and memory of DDP training."""
     config = predict_config(flags, single_gpu_samples_per_s)
@@ -61,7 +83,7 @@ def predict(
     variability = _variability_from_flags(noise_cv=noise_cv, noise_dist=noise_dist, straggler=straggler,
                                           degrade=degrade, hiccup_rate_per_s=hiccup_rate_per_s,
                                           hiccup_s=hiccup_s, seed=seed, mc_samples=mc_samples,
-                                          mc_steps=mc_steps, noise_source=noise_source)
+                                          mc_steps=mc_steps, n_gpus=config.gpus, noise_source=noise_source)
     report = None
     if variability is None:
         result = run_predict(config)  # a homogeneous, healthy cluster: the engine's one-rank fast path
@@ -101,10 +123,13 @@ def predict_config(flags: dict[str, Any], single_gpu_samples_per_s: float | None
     if single_gpu_samples_per_s is not None:
         if config.single_gpu_step_s is not None:
             raise ConfigError("--single-gpu-step-ms and --single-gpu-samples-per-s: give one, not both")
-        if not (math.isfinite(single_gpu_samples_per_s) and single_gpu_samples_per_s > 0):
-            raise ConfigError(f"--single-gpu-samples-per-s: {single_gpu_samples_per_s} is not valid; "
-                              f"expected a number > 0")
-        changes["single_gpu_step_s"] = config.micro_batch / single_gpu_samples_per_s
+        check_number(single_gpu_samples_per_s, "--single-gpu-samples-per-s", 0, MAX_SAMPLES_PER_S, open_below=True)
+        step_s = config.micro_batch / single_gpu_samples_per_s
+        if not MIN_SINGLE_GPU_STEP_S <= step_s <= MAX_SINGLE_GPU_STEP_S:
+            raise ConfigError(f"--single-gpu-samples-per-s: {single_gpu_samples_per_s:g} at --micro-batch "
+                              f"{config.micro_batch} is a {step_s:.3g} s step; expected a step from "
+                              f"{MIN_SINGLE_GPU_STEP_S:g} s to {MAX_SINGLE_GPU_STEP_S:g} s")
+        changes["single_gpu_step_s"] = step_s
     if "overlap_slowdown" not in flags and config.calibration is not None:
         measured = _calibrated_overlap_slowdown(config.calibration)
         if measured is not None:
@@ -135,13 +160,15 @@ def _default_noise_cv(calibration: str | None) -> tuple[float, str | None]:
 
 
 def _variability_from_flags(*, noise_cv, noise_dist, straggler, degrade, hiccup_rate_per_s, hiccup_s, seed,
-                            mc_samples, mc_steps, noise_source=None):
+                            mc_samples, mc_steps, n_gpus, noise_source=None):
     """The VariabilitySpec of ``predict``'s variability flags, or ``None`` when none is active."""
     from dpsim.network.degrade import parse_degradation
-    from dpsim.variability.spec import VariabilitySpec, parse_straggler
+    from dpsim.variability.spec import VariabilitySpec, check_monte_carlo_size, parse_straggler
 
-    if mc_steps < 1:
-        raise ConfigError(f"--mc-steps: {mc_steps} is not valid; expected an integer >= 1")
+    for flag, items in (("--straggler", straggler), ("--degrade", degrade)):
+        if items and len(items) > MAX_REPEATED_FLAGS:
+            raise ConfigError(f"{flag}: given {len(items):,} times; expected at most {MAX_REPEATED_FLAGS:,}")
+
     spec = VariabilitySpec(
         noise_cv=noise_cv, noise_distribution=noise_dist,
         stragglers=tuple(parse_straggler(x) for x in straggler or ()),
@@ -149,5 +176,9 @@ def _variability_from_flags(*, noise_cv, noise_dist, straggler, degrade, hiccup_
         hiccup_rate_per_s=hiccup_rate_per_s, hiccup_s=hiccup_s, seed=seed, samples=mc_samples,
         noise_source=noise_source,
     )
+    if spec.per_rank:
+        check_monte_carlo_size(n_gpus, spec.samples, mc_steps)
+    else:
+        check_int(mc_steps, "--mc-steps", 1, MAX_MC_STEPS)
     return spec if spec.active else None
 

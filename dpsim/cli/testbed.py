@@ -9,6 +9,7 @@ import typer
 
 from dpsim.cli.app import _emit_json
 from dpsim.errors import ConfigError
+from dpsim.limits import MAX_EMULATED_HOSTS, MAX_OVERSUBSCRIPTION, check_int, check_number
 
 testbed_app = typer.Typer(help="An emulated cluster: network namespaces with shaped NICs (needs root).",
                           no_args_is_help=True)
@@ -21,7 +22,13 @@ def testbed_up(
     racks: int = typer.Option(1, "--racks", help="Racks; hosts are split into consecutive blocks."),
     oversubscription: float = typer.Option(1.0, "--oversubscription", help="Rack uplink oversubscription."),
 ) -> None:
-    """Create a testbed and leave it up; prints its tag (give it to `testbed down`)."""
+    """Create a testbed and leave it up; prints its tag (give it to `testbed down`).
+
+    At most 64 hosts; --oversubscription at most 1,000.
+    """
+    check_int(hosts, "--hosts", 1, MAX_EMULATED_HOSTS)
+    check_int(racks, "--racks", 1, hosts)
+    check_number(oversubscription, "--oversubscription", 1, MAX_OVERSUBSCRIPTION)
     from dpsim.validate.testbed import Testbed, TestbedSpec, parse_rate_bits_per_s
 
     spec = TestbedSpec(hosts=hosts, nic_bits_per_s=parse_rate_bits_per_s(nic), racks=racks,

@@ -8,7 +8,17 @@ from typing import Optional
 import typer
 
 from dpsim.cli.app import _emit_json
+from dpsim.cli.checks import require_torch
 from dpsim.errors import ConfigError
+from dpsim.limits import (
+    MAX_BUCKET_CAP_MB,
+    MAX_EMULATED_HOSTS,
+    MAX_MICRO_BATCH,
+    MAX_OVERSUBSCRIPTION,
+    MAX_VALIDATE_STEPS,
+    check_int,
+    check_number,
+)
 
 
 def validate(
@@ -26,8 +36,22 @@ def validate(
     steps: int = typer.Option(20, "--steps", help="Measured DDP steps."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Train with real DDP (gloo) and compare the measured step with dpsim's prediction."""
+    """Train with real DDP (gloo) and compare the measured step with dpsim's prediction.
+
+    Limits, checked before anything runs: --emulate-hosts at most 64, --steps at most 10,000,
+    --oversubscription at most 1,000.
+    """
     import os
+
+    check_int(micro_batch, "--micro-batch", 1, MAX_MICRO_BATCH)
+    check_int(steps, "--steps", 1, MAX_VALIDATE_STEPS)
+    check_int(racks, "--racks", 1, MAX_EMULATED_HOSTS)
+    check_number(oversubscription, "--oversubscription", 1, MAX_OVERSUBSCRIPTION)
+    if emulate_hosts is not None:
+        check_int(emulate_hosts, "--emulate-hosts", 1, MAX_EMULATED_HOSTS)
+    if bucket_cap_mb is not None:
+        check_number(bucket_cap_mb, "--bucket-cap-mb", 0, MAX_BUCKET_CAP_MB, open_below=True)
+    require_torch("dpsim validate")
 
     from dpsim.validate.api import ValidationConfig, validate_under_torchrun
     from dpsim.validate.api import validate as run_validation

@@ -98,7 +98,12 @@ def _parse_list(text, choices, field_name, *, aliases, default):
     if not out:
         raise ConfigError(f"{field_name}: {text!r} names nothing; choose from {', '.join(choices)}")
     if exclude:
-        return tuple(c for c in default if c not in out)
+        left = tuple(c for c in default if c not in out)
+        if not left:
+            # NCCL would fall back to its full choice; a restriction that allows nothing is a mistake.
+            raise ConfigError(f"{field_name}: {text!r} excludes every one of {', '.join(default)}; "
+                              f"nothing is left to choose from (exclude fewer, or name the ones to allow)")
+        return left
     return tuple(dict.fromkeys(out))
 
 

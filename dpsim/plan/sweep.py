@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from dpsim.errors import ConfigError, DpsimError
+from dpsim.files import atomic_output
 from dpsim.plan.cost import PriceOverride, gpu_hour_price, training_cost
 from dpsim.plan.grid import SweepSpec
 from dpsim.predict.config import PredictConfig
@@ -338,16 +339,18 @@ def write_results(df, path: str | Path, spec: SweepSpec | None = None) -> Path:
                           f"{', '.join(OUTPUT_FORMATS)}")
     if not path.parent.is_dir():
         raise ConfigError(f"-o/--output: directory {str(path.parent)!r} does not exist")
-    if fmt == "csv":
-        df.to_csv(path, index=False)
-    elif fmt == "parquet":
-        try:
-            df.to_parquet(path, index=False)
-        except ImportError:
-            raise ConfigError("-o/--output: writing Parquet needs pyarrow; pip install 'dpsim[plan]'") from None
-    else:
-        doc = records_json(df.to_dict(orient="records"), spec)
-        path.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    # Through a temporary file: an interrupted or failed write leaves the old file (or none).
+    with atomic_output(path) as tmp:
+        if fmt == "csv":
+            df.to_csv(tmp, index=False)
+        elif fmt == "parquet":
+            try:
+                df.to_parquet(tmp, index=False)
+            except ImportError:
+                raise ConfigError("-o/--output: writing Parquet needs pyarrow; pip install 'dpsim[plan]'") from None
+        else:
+            doc = records_json(df.to_dict(orient="records"), spec)
+            tmp.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return path
 
 

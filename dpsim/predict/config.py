@@ -18,15 +18,31 @@ so they are written for the person typing the command and contain no square brac
 
 from __future__ import annotations
 
-import math
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any, Literal
 
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
 from dpsim.errors import ConfigError
+from dpsim.limits import (
+    MAX_BUCKET_CAP_MB,
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_GRAD_ACCUM,
+    MAX_JOBS,
+    MAX_MICRO_BATCH,
+    MAX_OVERLAP_SLOWDOWN,
+    MAX_SEQ_LEN,
+    MAX_SIMULATED_MICRO_BATCHES,
+    MAX_SINGLE_GPU_STEP_S,
+    MAX_STEPS,
+    MAX_TEXT_CHARS,
+    MIN_SINGLE_GPU_STEP_S,
+    Range,
+    is_finite,
+    short,
+)
 from dpsim.strategies.registry import BUCKET_CAP_MB, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
@@ -52,26 +68,14 @@ Placement = Literal["packed", "interleaved"]
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
 
 
-@dataclass(frozen=True)
-class _Rule:
-    """A field's own range rule; the type comes from the annotation."""
-
-    ok: Callable[[Any], bool]
-    """Whether a value of the right type is allowed."""
-    expected: str
-    """What is allowed, for the error message (``an integer >= 1``)."""
+def _count(maximum: int = MAX_GPUS, **metadata: Any) -> dict[str, Any]:
+    # Every count has an upper bound (dpsim/limits.py); one the size of the largest cluster
+    # unless the field names a tighter one.
+    return {"rule": Range(1, maximum, integer=True), **metadata}
 
 
-def _rule(ok: Callable[[Any], bool], expected: str, **metadata: Any) -> dict[str, Any]:
-    return {"rule": _Rule(ok, expected), **metadata}
-
-
-def _count(**metadata: Any) -> dict[str, Any]:
-    return _rule(lambda v: v >= 1, "an integer >= 1", **metadata)
-
-
-def _positive(**metadata: Any) -> dict[str, Any]:
-    return _rule(lambda v: math.isfinite(v) and v > 0, "a number > 0", **metadata)
+def _range(minimum: float, maximum: float, *, open_below: bool = False, **metadata: Any) -> dict[str, Any]:
+    return {"rule": Range(minimum, maximum, open_below=open_below), **metadata}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,25 +88,25 @@ class PredictConfig:
     is the field's range rule.
     """
 
-    gpus: int = field(default=64, metadata=_count())
+    gpus: int = field(default=64, metadata=_count(MAX_GPUS))
     """Data-parallel GPUs of one job; a multiple of the GPUs per node."""
     link: str = "ethernet"
     """Topology preset, the name of a file in topologies/: e.g. nvlink, infiniband, ethernet,
     pcie, dgx-a100, aws-p4de, aws-p5. Ignored when a topology file is given."""
     topology_file: str | None = field(default=None, metadata={"flag": "--topology"})
     """A topology YAML file of your own (schema: topologies/README.md), instead of a preset."""
-    gpus_per_node: int | None = field(default=None, metadata=_count())
+    gpus_per_node: int | None = field(default=None, metadata=_count(MAX_GPUS_PER_NODE))
     """GPUs per node, instead of the topology's."""
     gpu: str | None = None
     """GPU preset, instead of the topology's: v100, a100, h100, h200, b200, ... (dpsim/hardware.py)."""
     model: str = "gpt2-xl"
     """Catalog model (dpsim models lists them), or a torch builder returning an nn.Module:
     path/file.py:fn or package.module:fn."""
-    seq_len: int | None = field(default=None, metadata=_count())
+    seq_len: int | None = field(default=None, metadata=_count(MAX_SEQ_LEN))
     """Sequence length of a catalog model, instead of its own."""
     flash_attention: bool = True
     """Attention keeps no score matrices (SDPA, FlashAttention): sets activation memory."""
-    micro_batch: int = field(default=4, metadata=_count())
+    micro_batch: int = field(default=4, metadata=_count(MAX_MICRO_BATCH))
     """Samples per GPU per micro-batch."""
     precision: Precision = "amp-bf16"
     """The framework setting trained with (dpsim/workload/precision.py): fp32, tf32, amp-bf16
@@ -112,7 +116,7 @@ class PredictConfig:
     fp16-mixed = fp16-params, bf16 = bf16-true."""
     optimizer: Optimizer = "adamw"
     """Optimizer: sets the optimizer state kept per parameter."""
-    bucket_cap_mb: float | None = field(default=None, metadata=_positive())
+    bucket_cap_mb: float | None = field(default=None, metadata=_range(0, MAX_BUCKET_CAP_MB, open_below=True))
     """Gradient bucket size in MiB: DDP's bucket_cap_mb, or ZeRO-1/2's reduce_bucket_size; left
     out, each framework's default (PyTorch: 25 MiB with a 1 MiB first bucket; DeepSpeed: 5e8
     elements). ZeRO-3 and FSDP communicate per unit instead: their lever is --fsdp-unit."""
@@ -120,16 +124,17 @@ class PredictConfig:
     """Communicate gradients during backward (DDP; DeepSpeed's overlap_comm); off:
     after backward."""
     overlap_slowdown: float = field(default=DEFAULT_OVERLAP_SLOWDOWN,
-                                    metadata=_rule(lambda v: math.isfinite(v) and v >= 0, "a number >= 0"))
+                                    metadata=_range(0, MAX_OVERLAP_SLOWDOWN))
     """Fractional compute slowdown while communication runs (0.1 = 10 %); with a calibration
     profile, the profile's measured slowdown unless given."""
     compute_efficiency: float = field(default=DEFAULT_COMPUTE_EFFICIENCY,
-                                      metadata=_rule(lambda v: 0 < v <= 1, "a number in (0, 1]"))
+                                      metadata=_range(0, 1, open_below=True))
     """Fraction of the best measured matmul rate that real layers reach."""
     single_gpu_step_s: float | None = field(
-        default=None, metadata=_positive(flag="--single-gpu-step-ms", flag_scale=1e3))
+        default=None, metadata=_range(MIN_SINGLE_GPU_STEP_S, MAX_SINGLE_GPU_STEP_S, flag="--single-gpu-step-ms",
+                                     flag_scale=1e3, unit=" ms"))
     """Your measured one-GPU step time: compute is scaled to it."""
-    steps: int = field(default=3, metadata=_count())
+    steps: int = field(default=3, metadata=_count(MAX_STEPS))
     """Training steps to simulate."""
     calibration: str | None = None
     """A profile from dpsim calibrate (file or shipped name): its fitted collectives and
@@ -137,7 +142,7 @@ class PredictConfig:
     strategy: Strategy = "ddp"
     """Data-parallel strategy: PyTorch DDP, DeepSpeed ZeRO-1/2/3, or PyTorch FSDP full shard,
     shard-grad-op or hybrid (dpsim/strategies/)."""
-    grad_accum: int = field(default=1, metadata=_count())
+    grad_accum: int = field(default=1, metadata=_count(MAX_GRAD_ACCUM))
     """Micro-batches per optimizer step (gradient accumulation)."""
     activation_checkpointing: bool = False
     """Recompute each unit's forward in backward and keep only unit inputs (memory down,
@@ -153,7 +158,7 @@ class PredictConfig:
     proto: str | None = None
     """NCCL protocols allowed, like NCCL_PROTO: LL, LL128, Simple (comma list, or ^name to
     exclude); left out: all."""
-    jobs: int = field(default=1, metadata=_count())
+    jobs: int = field(default=1, metadata=_count(MAX_JOBS))
     """Identical data-parallel jobs sharing the fabric at once; their collectives share links
     max-min."""
     placement: Placement = "packed"
@@ -166,6 +171,13 @@ class PredictConfig:
 
     def _check_combination(self) -> None:
         """The rules between fields (each field's own value is already valid)."""
+        if self.gpus * self.jobs > MAX_GPUS:
+            raise ConfigError(f"--gpus x --jobs: {self.gpus:,} x {self.jobs:,} = {self.gpus * self.jobs:,} GPUs is "
+                              f"not valid; the whole cluster may have at most {MAX_GPUS:,}")
+        if self.steps * self.grad_accum > MAX_SIMULATED_MICRO_BATCHES:
+            raise ConfigError(f"--steps x --grad-accum: {self.steps:,} x {self.grad_accum:,} = "
+                              f"{self.steps * self.grad_accum:,} simulated micro-batches is not valid; expected at "
+                              f"most {MAX_SIMULATED_MICRO_BATCHES:,} (lower --steps: every step is the same)")
         torch_model = is_torch_model_ref(self.model)
         if self.input_shape is not None and not torch_model:
             raise ConfigError(f"--input-shape: applies only to a torch module (--model file.py:fn), not to "
@@ -187,6 +199,14 @@ class PredictConfig:
 def flag_name(name: str) -> str:
     """The command-line flag of field ``name`` (``micro_batch`` -> ``--micro-batch``)."""
     return _field(name).metadata.get("flag", "--" + name.replace("_", "-"))
+
+
+def range_help(name: str) -> str | None:
+    """What field ``name``'s flag allows, in the flag's units (``an integer >= 1 and <= 10,000``), if it has a range."""
+    rule: Range | None = _field(name).metadata.get("rule")
+    if rule is None:
+        return None
+    return rule.text(flag_scale(name) or 1.0, _field(name).metadata.get("unit", ""))
 
 
 def flag_scale(name: str) -> float | None:
@@ -246,10 +266,17 @@ def check_value(name: str, value: Any) -> None:
         if not (isinstance(value, str) and value in choices):
             raise ConfigError(f"{flag}: {value!r} is not known; choose one of {', '.join(choices)}")
         return
-    rule: _Rule | None = _field(name).metadata.get("rule")
+    rule: Range | None = _field(name).metadata.get("rule")
     if not (_has_type(value, kind) and (rule is None or rule.ok(value))):
         scale = flag_scale(name)
-        shown = value * scale if scale is not None and _has_type(value, kind) else value
-        raise ConfigError(f"{flag}: {shown!r} is not valid; expected {rule.expected if rule else _DESCRIPTIONS[kind]}")
+        unit = _field(name).metadata.get("unit", "")
+        if scale is not None and _has_type(value, kind) and is_finite(value):
+            shown = f"{short(value * scale)}{unit}"  # in the flag's units, as typed
+        else:
+            shown = short(value)
+        expected = rule.text(scale or 1.0, unit) if rule else _DESCRIPTIONS[kind]
+        raise ConfigError(f"{flag}: {shown} is not valid; expected {expected}")
+    if isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
+        raise ConfigError(f"{flag}: {short(value)} is not valid; expected at most {MAX_TEXT_CHARS:,} characters")
     if name in ("algo", "proto"):
         (parse_algorithms if name == "algo" else parse_protocols)(value, flag)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.errors import ProfileError
+from dpsim.files import read_text_capped
 from dpsim.profile.fit import AlphaBetaFit, Segment
 from dpsim.profile.schema import (
     LINK_CLASSES,
@@ -303,20 +304,15 @@ def resolve_profile_path(path_or_name: str, flag: str = "--calibration") -> Path
 def load_profile(path_or_name: str | Path, flag: str = "--calibration") -> Profile:
     """Read and validate a profile file (or a shipped profile by name)."""
     path = resolve_profile_path(str(path_or_name), flag)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError(f"{flag}: {str(path)!r} does not exist") from None
-    except IsADirectoryError:
-        raise ProfileError(f"{flag}: {str(path)!r} is a directory; expected a profile JSON file") from None
-    except OSError as exc:
-        raise ProfileError(f"{flag}: cannot read {str(path)!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ProfileError(f"{flag}: {str(path)!r} is not a UTF-8 text file; expected a profile JSON file") from None
+    if not path.exists() and not path.is_symlink():
+        raise ProfileError(f"{flag}: {str(path)!r} does not exist")
+    text = read_text_capped(path, flag, ProfileError, what="profile JSON file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ProfileError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except (ValueError, RecursionError):  # a number past 4,300 digits; nesting past the recursion limit
+        raise ProfileError(f"{path}: not valid JSON (a number with too many digits, or nested too deeply)") from None
     return profile_from_dict(data, origin=str(path))
 
 

@@ -6,7 +6,6 @@ Every error names the file, the field path, the value and what is allowed
 
 from __future__ import annotations
 
-import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,50 +22,93 @@ from dpsim.topology.spec import (
     TierSpec,
     TopologySpec,
 )
+from dpsim.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_OVERSUBSCRIPTION, MAX_TEXT_CHARS, is_finite, number_text, short
 from dpsim.units import GB, US, gbit_per_s_to_bytes_per_s
 
 # ----------------------------------------------------------------------------- YAML
 
 
+# Numeric bounds: far beyond any hardware (a GB200 NVLink port is 1.8 TB/s per GPU, the
+# fastest NICs 1.6 Tb/s), close enough that a typo cannot turn a time into 1e300 s.
+MIN_GBYTE_PER_S, MAX_GBYTE_PER_S = 1e-3, 1e5
+"""A GPU link or PCIe rate in GB/s: 1 MB/s to 100 TB/s."""
+MIN_NIC_GBIT_PER_S, MAX_NIC_GBIT_PER_S = 1e-3, 1e5
+"""A NIC's line rate in Gb/s: 1 Mbit/s to 100 Tbit/s."""
+MIN_EFFICIENCY = 0.01
+"""The smallest fraction of line rate a collective may be said to achieve."""
+MAX_LATENCY_US = 1e6
+"""A latency or per-message overhead in microseconds: at most a second."""
+MAX_NICS_PER_NODE = 1024
+"""NIC ports of one server."""
+MAX_TIERS = 8
+"""Switch tiers above the leaves (real fat trees have 1-3)."""
+MAX_SOURCES = 1000
+"""Entries of ``sources``."""
+
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "gpus_per_node": (1, MAX_GPUS_PER_NODE),
+    "gpu_link_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
+    "gpu_link_efficiency": (MIN_EFFICIENCY, 1.0),
+    "gpu_link_latency_us": (0.0, MAX_LATENCY_US),
+    "pcie_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
+    "nics_per_node": (1, MAX_NICS_PER_NODE),
+    "nic_gbit_per_s": (MIN_NIC_GBIT_PER_S, MAX_NIC_GBIT_PER_S),
+    "nic_efficiency": (MIN_EFFICIENCY, 1.0),
+    "nic_latency_us": (0.0, MAX_LATENCY_US),
+    "nodes_per_leaf": (1, MAX_GPUS),
+    "oversubscription": (1.0, MAX_OVERSUBSCRIPTION),
+    "nic_message_overhead_us": (0.0, MAX_LATENCY_US),
+    "group_size": (1, MAX_GPUS),
+    "nodes": (1, MAX_GPUS),
+    "launch_overhead_us": (0.0, MAX_LATENCY_US),
+}
+"""Every numeric key's range (the same key means the same quantity wherever it appears)."""
+
+
+def _bounded(kind: str, key: str) -> str:
+    lo, hi = _BOUNDS[key]
+    return f"{kind}: {number_text(lo)} to {number_text(hi)}"
+
+
 _NODE_KEYS = {
-    "gpus_per_node": "int>0",
+    "gpus_per_node": _bounded("int>0", "gpus_per_node"),
     "interconnect": "one of " + "|".join(INTRA_NODE_KINDS),
-    "gpu_link_gbyte_per_s": "number>0",
-    "gpu_link_efficiency": "number in (0, 1]",
-    "gpu_link_latency_us": "number>=0",
-    "pcie_gbyte_per_s": "number>0",
+    "gpu_link_gbyte_per_s": _bounded("number>0", "gpu_link_gbyte_per_s"),
+    "gpu_link_efficiency": _bounded("number in (0, 1]", "gpu_link_efficiency"),
+    "gpu_link_latency_us": _bounded("number>=0", "gpu_link_latency_us"),
+    "pcie_gbyte_per_s": _bounded("number>0", "pcie_gbyte_per_s"),
     "nvls": "true|false",
 }
 _FABRIC_KEYS = {
     "kind": "one of " + "|".join(FABRIC_KINDS),
-    "nics_per_node": "int>0",
-    "nic_gbit_per_s": "number>0",
-    "nic_efficiency": "number in (0, 1]",
-    "nic_latency_us": "number>=0",
-    "nodes_per_leaf": "int>0",
-    "oversubscription": "number>=1",
+    "nics_per_node": _bounded("int>0", "nics_per_node"),
+    "nic_gbit_per_s": _bounded("number>0", "nic_gbit_per_s"),
+    "nic_efficiency": _bounded("number in (0, 1]", "nic_efficiency"),
+    "nic_latency_us": _bounded("number>=0", "nic_latency_us"),
+    "nodes_per_leaf": _bounded("int>0", "nodes_per_leaf"),
+    "oversubscription": _bounded("number>=1", "oversubscription"),
     "rail_optimized": "true|false",
-    "tiers": "a list of tier mappings (group_size, oversubscription)",
-    "nic_message_overhead_us": "number>=0",
+    "tiers": f"a list of tier mappings (group_size, oversubscription), at most {MAX_TIERS}",
+    "nic_message_overhead_us": _bounded("number>=0", "nic_message_overhead_us"),
 }
 _TIER_KEYS = {
-    "group_size": "int>0",
-    "oversubscription": "number>=1",
+    "group_size": _bounded("int>0", "group_size"),
+    "oversubscription": _bounded("number>=1", "oversubscription"),
 }
 _NVLINK_DOMAIN_KEYS = {
-    "nodes": "int>0",
-    "gpu_link_gbyte_per_s": "number>0",
-    "gpu_link_efficiency": "number in (0, 1]",
-    "gpu_link_latency_us": "number>=0",
+    "nodes": _bounded("int>0", "nodes"),
+    "gpu_link_gbyte_per_s": _bounded("number>0", "gpu_link_gbyte_per_s"),
+    "gpu_link_efficiency": _bounded("number in (0, 1]", "gpu_link_efficiency"),
+    "gpu_link_latency_us": _bounded("number>=0", "gpu_link_latency_us"),
 }
 _TOP_KEYS = {
-    "name": "string",
-    "description": "string",
+    "name": f"a string of at most {MAX_TEXT_CHARS:,} characters",
+    "description": f"a string of at most {MAX_TEXT_CHARS:,} characters",
     "gpu": "GPU preset name",
-    "sources": "list of strings",
+    "sources": f"list of strings (at most {MAX_SOURCES:,})",
     "node": "mapping",
     "fabric": "mapping or null",
-    "launch_overhead_us": "number>=0",
+    "launch_overhead_us": _bounded("number>=0", "launch_overhead_us"),
     "nvlink_domain": "mapping or null",
 }
 
@@ -78,10 +120,10 @@ class _Reader:
         self.origin, self.path, self.allowed = origin, path, allowed
         if not isinstance(data, dict):
             self.fail(path or "(top level)", data, "a mapping of keys")
-        unknown = sorted(set(map(str, data)) - set(allowed))
+        unknown = sorted(short(k) if not isinstance(k, str) else k for k in data if k not in allowed)
         if unknown:
             raise TopologyError(
-                f"{origin}: {self._field(unknown[0])}: unknown key; "
+                f"{origin}: {self._field(unknown[0][:80])}: unknown key; "
                 f"allowed keys: {', '.join(allowed)}"
             )
         self.data = data
@@ -90,7 +132,7 @@ class _Reader:
         return f"{self.path}.{key}" if self.path else key
 
     def fail(self, key: str, value: Any, allowed: str) -> None:
-        raise TopologyError(f"{self.origin}: {key}: {value!r} is not valid; expected {allowed}")
+        raise TopologyError(f"{self.origin}: {key}: {short(value)} is not valid; expected {allowed}")
 
     def get(self, key: str, default: Any = ...) -> Any:
         if key not in self.data:
@@ -104,16 +146,18 @@ class _Reader:
     def number(self, key: str, *, minimum: float = 0.0, strict: bool = False,
                maximum: float | None = None, default: Any = ...) -> float:
         value = self.get(key, default)
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        lo, hi = _BOUNDS[key]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and is_finite(value)
         ok = ok and (value > minimum if strict else value >= minimum)
-        ok = ok and (maximum is None or value <= maximum)
+        ok = ok and (maximum is None or value <= maximum) and lo <= value <= hi
         if not ok:
             self.fail(self._field(key), value, self.allowed[key])
         return float(value)
 
     def integer(self, key: str, default: Any = ...) -> int:
         value = self.get(key, default)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        lo, hi = _BOUNDS[key]
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
             self.fail(self._field(key), value, self.allowed[key])
         return int(value)
 
@@ -131,7 +175,7 @@ class _Reader:
 
     def string(self, key: str, default: Any = ...) -> str:
         value = self.get(key, default)
-        if key in self.data and (not isinstance(value, str) or not value.strip()):
+        if key in self.data and (not isinstance(value, str) or not value.strip() or len(value) > MAX_TEXT_CHARS):
             self.fail(self._field(key), value, self.allowed[key])
         return value
 
@@ -151,7 +195,8 @@ def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
                 raise TopologyError(f"{origin}: {key}: no longer read ({instead}); remove it")
     top = _Reader(origin, "", data, _TOP_KEYS)
     sources = top.get("sources", [])
-    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+    if (not isinstance(sources, list) or len(sources) > MAX_SOURCES
+            or not all(isinstance(s, str) and len(s) <= MAX_TEXT_CHARS for s in sources)):
         top.fail("sources", sources, _TOP_KEYS["sources"])
     n = _Reader(origin, "node", top.get("node"), _NODE_KEYS)
     node = NodeSpec(
@@ -227,7 +272,7 @@ def _nics_fit(gpus_per_node: int, nics_per_node: int) -> bool:
 
 def _tiers(f: _Reader, origin: str) -> tuple[TierSpec, ...]:
     raw = f.get("tiers", [])
-    if not isinstance(raw, list):
+    if not isinstance(raw, list) or len(raw) > MAX_TIERS:
         f.fail("fabric.tiers", raw, _FABRIC_KEYS["tiers"])
     tiers = []
     for i, item in enumerate(raw):

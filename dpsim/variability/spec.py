@@ -60,6 +60,24 @@ from typing import Sequence
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.limits import (
+    MAX_HICCUP_RATE_PER_S,
+    MAX_HICCUP_S,
+    MAX_MC_RANK_STEPS,
+    MAX_MC_SAMPLE_STEPS,
+    MAX_MC_SAMPLES,
+    MAX_MC_STEPS,
+    MAX_REPEATED_FLAGS,
+    MAX_SEED,
+    MAX_STRAGGLER_FACTOR,
+    MAX_TEXT_CHARS,
+    MIN_DEGRADED_FRACTION,
+    MIN_STRAGGLER_FACTOR,
+    check_int,
+    check_number,
+    is_finite,
+    short,
+)
 from dpsim.network.degrade import LinkDegradation
 from dpsim.stats import DEFAULT_CONFIDENCE
 from dpsim.units import NUMBER_PATTERN as _FACTOR
@@ -128,25 +146,33 @@ class VariabilitySpec:
     """Where ``noise_cv`` came from when not given (e.g. a calibration profile); ``None``: given."""
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.noise_cv) and 0 <= self.noise_cv <= MAX_NOISE_CV):
-            raise ConfigError(f"--noise-cv: {self.noise_cv} is not valid; expected a number in [0, {MAX_NOISE_CV:g}]")
+        if not (is_finite(self.noise_cv) and 0 <= self.noise_cv <= MAX_NOISE_CV):
+            raise ConfigError(f"--noise-cv: {short(self.noise_cv)} is not valid; expected a number >= 0 and "
+                              f"<= {MAX_NOISE_CV:g}")
         if self.noise_distribution not in NOISE_DISTRIBUTIONS:
-            raise ConfigError(f"--noise-dist: {self.noise_distribution!r} is not valid; "
+            raise ConfigError(f"--noise-dist: {short(self.noise_distribution)} is not valid; "
                               f"choose one of {', '.join(NOISE_DISTRIBUTIONS)}")
-        if not (math.isfinite(self.hiccup_rate_per_s) and self.hiccup_rate_per_s >= 0):
-            raise ConfigError(f"--hiccup-rate-per-s: {self.hiccup_rate_per_s} is not valid; expected a number >= 0")
-        if not (math.isfinite(self.hiccup_s) and self.hiccup_s >= 0):
-            raise ConfigError(f"--hiccup-s: {self.hiccup_s} is not valid; expected a duration >= 0")
+        check_number(self.hiccup_rate_per_s, "--hiccup-rate-per-s", 0, MAX_HICCUP_RATE_PER_S)
+        check_number(self.hiccup_s, "--hiccup-s", 0, MAX_HICCUP_S)
         if (self.hiccup_rate_per_s > 0) != (self.hiccup_s > 0):
             raise ConfigError(
                 f"--hiccup-rate-per-s / --hiccup-s: {self.hiccup_rate_per_s:g} / {self.hiccup_s:g} is not valid; "
                 "give both a rate > 0 and a duration > 0 (or neither)")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"--seed: {self.seed!r} is not valid; expected an integer >= 0")
-        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
-            raise ConfigError(f"--mc-samples: {self.samples!r} is not valid; expected an integer >= 1")
-        if not (0 < self.confidence < 1):
-            raise ConfigError(f"confidence: {self.confidence} is not valid; expected a number in (0, 1)")
+        check_int(self.seed, "--seed", 0, MAX_SEED)
+        check_int(self.samples, "--mc-samples", 1, MAX_MC_SAMPLES)
+        if not (is_finite(self.confidence) and 0 < self.confidence < 1):
+            raise ConfigError(f"confidence: {short(self.confidence)} is not valid; expected a number in (0, 1)")
+        for flag, items in (("--straggler", self.stragglers), ("--degrade", self.degradations)):
+            if len(items) > MAX_REPEATED_FLAGS:
+                raise ConfigError(f"{flag}: given {len(items):,} times; expected at most {MAX_REPEATED_FLAGS:,}")
+        left: dict[str, float] = {}
+        for d in self.degradations:
+            # Degradations of one link multiply: keep what is left of it within reach.
+            left[d.link] = left.get(d.link, 1.0) * d.capacity_fraction
+            if not left[d.link] >= MIN_DEGRADED_FRACTION:
+                raise ConfigError(f"--degrade: {d.label!r} leaves {100 * left[d.link]:.3g} % of {d.link}'s capacity "
+                                  f"(all --degrade of that link multiplied); expected at least "
+                                  f"{100 * MIN_DEGRADED_FRACTION:g} %")
 
     @property
     def per_rank(self) -> bool:
@@ -168,11 +194,11 @@ class VariabilitySpec:
 
 def parse_straggler(raw: str) -> Straggler:
     """Parse ``node3:1.3x``, ``gpu12:2x`` (``rank12`` is the same as ``gpu12``)."""
-    m = re.fullmatch(r"\s*(node|gpu|rank)(\d+)\s*:\s*" + _FACTOR + r"\s*x?\s*", str(raw))
-    if not m or not (math.isfinite(float(m.group(3))) and float(m.group(3)) > 0):
+    m = re.fullmatch(r"\s*(node|gpu|rank)(\d{1,9})\s*:\s*" + _FACTOR + r"\s*x?\s*", str(raw)[:MAX_TEXT_CHARS])
+    if not m or not MIN_STRAGGLER_FACTOR <= float(m.group(3)) <= MAX_STRAGGLER_FACTOR:
         raise ConfigError(
-            f"--straggler: {raw!r} is not valid; expected node<K>:<factor>x or gpu<K>:<factor>x "
-            "with a factor > 0, e.g. node3:1.3x")
+            f"--straggler: {short(raw)} is not valid; expected node<K>:<factor>x or gpu<K>:<factor>x "
+            f"with a factor >= {MIN_STRAGGLER_FACTOR:g} and <= {MAX_STRAGGLER_FACTOR:g}, e.g. node3:1.3x")
     target = "node" if m.group(1) == "node" else "gpu"
     return Straggler(target=target, index=int(m.group(2)), factor=float(m.group(3)))
 
@@ -192,4 +218,21 @@ def rank_factors(stragglers: Sequence[Straggler], n_ranks: int, gpus_per_node: i
                 raise ConfigError(f"--straggler: {s.label!r} names GPU {s.index}, but there are "
                                   f"{n_ranks} GPUs (gpu0..gpu{n_ranks - 1})")
             factors[s.index] *= s.factor
+    extreme = float(factors.max()) if factors.max() > 1 / factors.min() else float(factors.min())
+    if not MIN_STRAGGLER_FACTOR <= extreme <= MAX_STRAGGLER_FACTOR:
+        rank = int(np.argmax(factors == extreme))
+        raise ConfigError(f"--straggler: the factors on gpu{rank} multiply to {extreme:.3g}x; expected at least "
+                          f"{MIN_STRAGGLER_FACTOR:g}x and at most {MAX_STRAGGLER_FACTOR:g}x per GPU")
     return factors
+
+
+def check_monte_carlo_size(n_ranks: int, samples: int, steps: int) -> None:
+    """Refuse a Monte-Carlo run larger than :mod:`dpsim.limits` allows (time and memory grow with the product)."""
+    check_int(steps, "--mc-steps", 1, MAX_MC_STEPS)
+    if samples * steps > MAX_MC_SAMPLE_STEPS:
+        raise ConfigError(f"--mc-samples x --mc-steps: {samples:,} x {steps:,} = {samples * steps:,} is not valid; "
+                          f"expected at most {MAX_MC_SAMPLE_STEPS:,}")
+    if n_ranks * samples * steps > MAX_MC_RANK_STEPS:
+        raise ConfigError(f"--mc-samples x --mc-steps: {samples:,} x {steps:,} on {n_ranks:,} GPUs is "
+                          f"{n_ranks * samples * steps:.3g} rank-steps; expected at most {MAX_MC_RANK_STEPS:.3g} "
+                          f"(lower --mc-samples or --mc-steps)")

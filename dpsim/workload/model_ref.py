@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import keyword
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -105,7 +106,20 @@ def import_builder(ref: ModelRef) -> Any:
                 except ValueError:
                     pass
             return module
-        return importlib.import_module(ref.target)
+        # ``package.module:fn`` is looked up from the current directory too, as ``python -m``
+        # would: the ``dpsim`` script's own directory, not the user's, heads sys.path.
+        cwd = os.getcwd()
+        added = cwd not in sys.path
+        if added:
+            sys.path.insert(0, cwd)
+        try:
+            return importlib.import_module(ref.target)
+        finally:
+            if added:
+                try:
+                    sys.path.remove(cwd)
+                except ValueError:
+                    pass
     except WorkloadError:
         raise
     except Exception as exc:  # any failure while importing user code

@@ -1,0 +1,68 @@
+"""Checks shared by several commands, made before any work starts: size sweeps, budgets, prices, torch.
+
+The limits themselves are in :mod:`dpsim.limits`; each failure is one
+:class:`~dpsim.errors.ConfigError` line naming the flag, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from dpsim.errors import ConfigError
+from dpsim.limits import MAX_GPU_HOUR_USD, MAX_SIZE_ROWS, MAX_TOKENS, number_text, short
+from dpsim.units import format_bytes, parse_size_bytes
+
+
+def size_sweep(minbytes: str, maxbytes: str, stepfactor: float, *, max_bytes: float,
+               flags: tuple[str, str, str] = ("-b/--minbytes", "-e/--maxbytes", "-f/--stepfactor"),
+               ) -> tuple[float, float, int]:
+    """``(lo, hi, rows)`` of an nccl-tests-style size sweep, checked: ``1 <= lo <= hi <= max_bytes``,
+    a factor > 1 and at most :data:`~dpsim.limits.MAX_SIZE_ROWS` rows."""
+    b_flag, e_flag, f_flag = flags
+    lo = parse_size_bytes(minbytes, b_flag)
+    hi = parse_size_bytes(maxbytes, e_flag)
+    for flag, raw, value in ((b_flag, minbytes, lo), (e_flag, maxbytes, hi)):
+        if value > max_bytes:
+            raise ConfigError(f"{flag}: {short(raw)} is not valid; expected at most {format_bytes(max_bytes)}")
+    if lo < 1 or hi < lo:
+        raise ConfigError(f"{b_flag.split('/')[0]}/{e_flag.split('/')[0]}: {short(minbytes)}..{short(maxbytes)} is "
+                          f"not a valid range; need 1 byte <= minbytes <= maxbytes")
+    if not (isinstance(stepfactor, (int, float)) and math.isfinite(stepfactor) and stepfactor > 1):
+        raise ConfigError(f"{f_flag}: {short(stepfactor)} is not valid; expected a number > 1")
+    rows = math.floor(math.log(hi * (1 + 1e-12) / lo) / math.log(stepfactor)) + 1
+    if rows > MAX_SIZE_ROWS:
+        raise ConfigError(f"{f_flag}: {stepfactor:.10g} from {number_text(lo)} to {number_text(hi)} bytes makes "
+                          f"{rows:,} rows; expected at most {MAX_SIZE_ROWS:,} (use a larger factor)")
+    return lo, hi, rows
+
+
+def check_budget(value: float | None, flag: str) -> float | None:
+    """A token or sample budget (already parsed) at most :data:`~dpsim.limits.MAX_TOKENS`."""
+    if value is not None and not value <= MAX_TOKENS:
+        raise ConfigError(f"{flag}: {value:.3g} is not valid; expected at most {MAX_TOKENS:.0e}")
+    return value
+
+
+def check_prices(prices: float | Mapping[str, float] | None, flag: str) -> Any:
+    """Prices per GPU-hour (already parsed) at most :data:`~dpsim.limits.MAX_GPU_HOUR_USD`."""
+    items = prices.items() if isinstance(prices, Mapping) else [("", prices)] if prices is not None else []
+    for gpu, price in items:
+        if not price <= MAX_GPU_HOUR_USD:
+            where = f" {gpu}" if gpu else ""
+            raise ConfigError(f"{flag}{where}: {price:g} USD per GPU-hour is not valid; expected at most "
+                              f"{MAX_GPU_HOUR_USD:,.0f}")
+    return prices
+
+
+def require_torch(feature: str) -> None:
+    """One line naming the ``dpsim[torch]`` extra when ``feature`` needs PyTorch and it is not installed."""
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(f"{feature} needs PyTorch, which is not installed; install it with: "
+                          f"pip install 'dpsim[torch]'")

@@ -1,0 +1,195 @@
+"""Every upper limit on what a user may ask for, in one place, checked before any work starts.
+
+Without a limit a typo costs minutes and gigabytes (``--steps 10000000`` grew to 20 GB)
+or prints numbers no one can use (``--straggler node0:1e308x`` gave NaN). Each limit here
+is far above any real training job and low enough that the worst case allowed still
+finishes in about a minute on a laptop; the measured cost of the worst case is given
+next to each (this 2-core machine, ``dpsim`` 2026-12). ``PredictConfig``'s fields carry
+their range in their field metadata, built from these constants; the other flags and
+files read them from here. ``--help`` states them and a value outside is one
+:class:`~dpsim.errors.ConfigError` line naming the flag, the value and the range.
+"""
+
+from __future__ import annotations
+
+import math
+import reprlib
+from dataclasses import dataclass
+from typing import Any
+
+from dpsim.errors import ConfigError
+
+# ------------------------------------------------------------------ one prediction
+
+MAX_GPUS = 1 << 20
+"""GPUs of one job, and of all ``--jobs`` together (1,048,576). 65,536 GPUs cost ~0.7 s
+(README "Engine"); 1,048,576 on ``infiniband`` ~11 s and 2.8 GB."""
+MAX_GPUS_PER_NODE = 1024
+"""GPUs in one server or NVLink box (an NVL576 rack is 576)."""
+MAX_JOBS = 1024
+"""Identical jobs sharing one cluster (``--jobs``)."""
+MAX_STEPS = 10_000
+"""Simulated training steps (``--steps``): 10,000 DDP steps ~20 s and 1.4 GB."""
+MAX_GRAD_ACCUM = 10_000
+"""Micro-batches per optimizer step (``--grad-accum``)."""
+MAX_SIMULATED_MICRO_BATCHES = 10_000
+"""``--steps`` x ``--grad-accum``: every micro-batch is a task of the engine
+(3 steps x 10,000 micro-batches took 40 s and 2 GB)."""
+MAX_MICRO_BATCH = 1 << 20
+"""Samples per GPU per micro-batch."""
+MAX_SEQ_LEN = 1 << 20
+"""Tokens per sample (a 1M-token context)."""
+MAX_BUCKET_CAP_MB = 1 << 20
+"""Gradient bucket size in MiB (1 TiB)."""
+MAX_OVERLAP_SLOWDOWN = 10.0
+"""Fractional compute slowdown while communicating (10 = eleven times slower)."""
+MIN_SINGLE_GPU_STEP_S = 1e-6
+"""Shortest measured one-GPU step (1 us): shorter ones print 300-digit throughputs."""
+MAX_SINGLE_GPU_STEP_S = 86_400.0
+"""Longest measured one-GPU step (a day)."""
+MAX_SAMPLES_PER_S = 1e9
+"""``--single-gpu-samples-per-s``."""
+
+MAX_TEXT_CHARS = 4096
+"""A flag's text (a name, a path, a comma list)."""
+
+# --------------------------------------------------------------- variability (Monte Carlo)
+
+MAX_MC_SAMPLES = 1000
+"""``--mc-samples``."""
+MAX_MC_STEPS = 10_000
+"""``--mc-steps``."""
+MAX_MC_SAMPLE_STEPS = 50_000
+"""``--mc-samples`` x ``--mc-steps`` (100 x 1,000 on 64 GPUs took 27 s)."""
+MAX_MC_RANK_STEPS = 150_000_000
+"""GPUs x ``--mc-samples`` x ``--mc-steps`` with per-rank noise, stragglers or hiccups
+(262,144 GPUs x 10 x 50 = 1.3e8 took 27 s and 0.8 GB)."""
+MAX_SEED = 2**63 - 1
+"""``--seed`` (numpy's seeds are unbounded; a 64-bit value is plenty)."""
+MAX_STRAGGLER_FACTOR = 100.0
+"""A straggler at most 100x slower (all factors on one rank multiplied)."""
+MIN_STRAGGLER_FACTOR = 0.01
+"""... and at most 100x faster."""
+MAX_HICCUP_RATE_PER_S = 1000.0
+"""``--hiccup-rate-per-s``."""
+MAX_HICCUP_S = 3600.0
+"""``--hiccup-s`` (an hour)."""
+MIN_DEGRADED_FRACTION = 1e-3
+"""``--degrade`` keeps at least 0.1 % of a link's capacity (all degradations of one link multiplied)."""
+MAX_REPEATED_FLAGS = 1024
+"""Items of a repeatable flag (``--straggler``, ``--degrade``, ``--gpu-hour-usd``)."""
+
+# ------------------------------------------------------------------- other commands
+
+MAX_COLLECTIVE_BYTES = float(1 << 40)
+"""``dpsim collective -b/-e``: 1 TiB."""
+MAX_SIZE_ROWS = 1000
+"""Rows of a size sweep (``-b``..``-e`` by ``-f``); nccl-tests' 8 B..16 GiB by 2 is 32."""
+MAX_SWEEP_POINTS = 100_000
+"""Points of a ``dpsim sweep`` grid (the product of its axes; ~10 ms each serially)."""
+MAX_WORKERS = 256
+"""``dpsim sweep --workers`` (local processes)."""
+MAX_SCALING_POINTS = 64
+"""GPU counts of ``dpsim report --scaling-gpus``."""
+MAX_TOKENS = 1e18
+"""A token or sample budget (Llama 3 trained on 1.5e13 tokens)."""
+MAX_GPU_HOUR_USD = 1e4
+"""A price per GPU-hour in US dollars."""
+MAX_GOODPUT_RUNS = 1000
+"""``dpsim goodput --runs`` (1,000 runs at 16,384 GPUs took 105 s; the time grows with the failures simulated)."""
+MAX_NPROC = 1024
+"""``dpsim calibrate --nproc`` / ``--ranks-per-node``: local ranks."""
+MAX_CALIBRATE_BYTES = float(64 << 30)
+"""``dpsim calibrate -b/-e``: 64 GiB (buffers of this size are really allocated)."""
+MAX_REPEATS = 10_000
+"""``dpsim calibrate --warmup/--iters``."""
+MAX_TIMEOUT_S = 86_400.0
+"""``--timeout`` (a day)."""
+MAX_EMULATED_HOSTS = 64
+"""``dpsim validate --emulate-hosts`` / ``testbed up --hosts``: every host is a network
+namespace and a training process on this machine."""
+MAX_OVERSUBSCRIPTION = 1000.0
+"""A rack uplink's oversubscription."""
+MAX_VALIDATE_STEPS = 10_000
+"""``dpsim validate --steps``."""
+
+# ------------------------------------------------------------------------ files
+
+MAX_INPUT_FILE_BYTES = 1 << 20
+"""A topology, sweep or profile file a user gives (1 MiB; the largest shipped file is 30 KiB)."""
+MAX_YAML_NODES = 1_000_000
+"""Scalars, sequences and mappings of a YAML document once its aliases are expanded (a
+1 MiB file without aliases holds at most ~550,000; a 711-byte "billion laughs" file
+expands to 10^9)."""
+
+
+def number_text(value: float) -> str:
+    """``1,048,576``, ``0.001``, ``1e-06``: a limit as a person reads it."""
+    if isinstance(value, int) or (float(value).is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class Range:
+    """An allowed range ``[minimum, maximum]`` (``(minimum, maximum]`` when ``open_below``)."""
+
+    minimum: float
+    """The smallest value allowed (excluded when ``open_below``)."""
+    maximum: float
+    """The largest value allowed."""
+    integer: bool = False
+    """Only integers (a bool is not one)."""
+    open_below: bool = False
+    """The minimum itself is not allowed (``> 0``)."""
+
+    def ok(self, value: Any) -> bool:
+        """Whether ``value`` is a number of the right kind inside the range; never raises."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value):
+            return False
+        if self.integer and not isinstance(value, int):
+            return False
+        above = value > self.minimum if self.open_below else value >= self.minimum
+        return above and value <= self.maximum
+
+    def text(self, scale: float = 1.0, unit: str = "") -> str:
+        """``an integer >= 1 and <= 10,000``, ``a number > 0 and <= 1``; ``scale`` converts to a flag's units."""
+        lo, hi = (number_text(v if scale == 1 else v * scale) for v in (self.minimum, self.maximum))
+        kind = "an integer" if self.integer else "a number"
+        return f"{kind} {'>' if self.open_below else '>='} {lo}{unit} and <= {hi}{unit}"
+
+
+def check_int(value: Any, flag: str, minimum: int, maximum: int) -> int:
+    """``value`` if it is an integer in ``[minimum, maximum]``, else one ConfigError line naming ``flag``."""
+    rule = Range(minimum, maximum, integer=True)
+    if not rule.ok(value):
+        raise ConfigError(f"{flag}: {short(value)} is not valid; expected {rule.text()}")
+    return value
+
+
+def check_number(value: Any, flag: str, minimum: float, maximum: float, *, open_below: bool = False,
+                 unit: str = "") -> float:
+    """``value`` if it is a finite number in ``[minimum, maximum]`` (``(minimum, ...`` with ``open_below``)."""
+    rule = Range(minimum, maximum, open_below=open_below)
+    if not rule.ok(value):
+        raise ConfigError(f"{flag}: {short(value)}{unit} is not valid; expected {rule.text(unit=unit)}")
+    return float(value)
+
+
+def is_finite(value: Any) -> bool:
+    """A finite int or float; never raises (``math.isfinite(10**400)`` would overflow)."""
+    if isinstance(value, int):
+        return abs(value) < 1e300
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: an error line never grows with the input
+    (a YAML alias bomb's repr would never finish)."""
+    r = reprlib.Repr()
+    r.maxstring, r.maxother, r.maxlist, r.maxdict, r.maxtuple, r.maxlevel = limit, limit, 4, 4, 4, 2
+    try:
+        text = r.repr(value)
+    except ValueError:  # an int past Python's 4,300-digit str() limit
+        text = f"<{type(value).__name__} of {value.bit_length() if isinstance(value, int) else '?'} bits>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
