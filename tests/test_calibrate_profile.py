@@ -223,7 +223,8 @@ def test_predict_uses_measured_compute_and_model_step(tmp_path):
     slow = save_profile(make_profile(compute=ComputeCalibration(
         device="slow h100", matmul_flops_per_s={"bfloat16": rate})), tmp_path / "slow.json")
     p = predict(replace(base, calibration=str(slow)))
-    assert p.forward_s == pytest.approx(2 * preset.forward_s, rel=1e-9)
+    # Only the matmuls slow down: the roofline's memory-bound ops keep the preset's bandwidth.
+    assert 1.1 * preset.forward_s < p.forward_s < 2 * preset.forward_s
     assert p.optimizer_s == pytest.approx(preset.optimizer_s, rel=1e-9)
     step = ModelStep(model="gpt2", micro_batch=4, dtype="bfloat16", forward_s=0.010, backward_s=0.020)
     measured = save_profile(make_profile(compute=ComputeCalibration(device="h100", model_step=step)),

@@ -129,7 +129,8 @@ class PredictConfig:
     profile, the profile's measured slowdown unless given."""
     compute_efficiency: float = field(default=DEFAULT_COMPUTE_EFFICIENCY,
                                       metadata=_range(0, 1, open_below=True))
-    """Fraction of the best measured matmul rate that real layers reach."""
+    """Overall factor on every modelled compute time: 1 keeps the per-op roofline as it is (it
+    carries each GPU's efficiencies), 0.8 makes compute 1/0.8 slower."""
     single_gpu_step_s: float | None = field(
         default=None, metadata=_range(MIN_SINGLE_GPU_STEP_S, MAX_SINGLE_GPU_STEP_S, flag="--single-gpu-step-ms",
                                      flag_scale=1e3, unit=" ms"))

@@ -29,10 +29,19 @@ from dpsim.workload.layers import (
     _param,
     _resolve_seq_len,
     _tensor,
+    activation_op,
     attention_matmul_flops,
+    attention_ops,
+    cast_op,
+    dropout_op,
+    embedding_op,
+    gated_activation_op,
     korthikanti_block_activation_bytes,
+    linear_ops,
+    norm_op,
+    residual_op,
 )
-from dpsim.workload.spec import ModelSpec, dtype_size_bytes
+from dpsim.workload.spec import MatmulOp, MemoryOp, ModelSpec, OpSpec, dtype_size_bytes
 
 # --------------------------------------------------------------------------- configs
 
@@ -49,6 +58,15 @@ class GPT2Config:
     n_head: int = 12
     n_inner: int | None = None
     """MLP width; ``None`` means ``4 * n_embd`` as in HuggingFace."""
+    activation_function: str = "gelu_new"
+    """MLP activation, as HF names it: ``gelu_new`` (GPT-2's tanh approximation, eight eager
+    ops) or ``gelu`` (one kernel); it changes time only, not parameters or FLOPs."""
+    resid_pdrop: float = 0.1
+    """Dropout after each sub-block (0: no dropout kernels); time only."""
+    embd_pdrop: float = 0.1
+    """Dropout after the embeddings (0: none); time only."""
+    attn_pdrop: float = 0.1
+    """Dropout on the attention probabilities (eager attention only; 0: none); time only."""
 
     @property
     def inner(self) -> int:
@@ -122,6 +140,9 @@ class ResNetConfig:
     num_classes: int = 1000
     image_size: int = 224
     in_channels: int = 3
+    channels_last: bool = False
+    """Tensors in ``torch.channels_last`` (NHWC) rather than PyTorch's default NCHW: cuDNN's
+    16-bit tensor-core kernels then need no layout transposes. Changes time only."""
 
 
 ModelConfig = Union[GPT2Config, LlamaConfig, BertConfig, ViTConfig, ResNetConfig]
@@ -147,8 +168,14 @@ def build_gpt2(
     wte = _tensor("transformer.wte.weight", (v, d), dtype)
     wpe = _tensor("transformer.wpe.weight", (cfg.n_positions, d), dtype)
     registered = [wte, wpe]
+    if cfg.activation_function not in ("gelu_new", "gelu"):
+        raise WorkloadError(f"activation_function: {cfg.activation_function!r} is not modelled; "
+                            f"allowed: gelu_new, gelu")
+    hd = d // cfg.n_head
     layers = [_layer("transformer.wte", [wte, wpe], forward_flops_per_sample=0.0,
-                     activation_bytes_per_sample=float(s * d))]  # embedding dropout mask (1 byte)
+                     activation_bytes_per_sample=float(s * d),  # embedding dropout mask (1 byte)
+                     ops=[embedding_op("wte", s, d, v), embedding_op("wpe", s, d, cfg.n_positions, add=True),
+                          *([dropout_op("drop", float(s * d), "stream")] if cfg.embd_pdrop else [])])]
     for i in range(cfg.n_layer):
         p = f"transformer.h.{i}"
         attn_act, mlp_act = korthikanti_block_activation_bytes(s, d, cfg.n_head, flash_attention=flash_attention)
@@ -159,15 +186,23 @@ def build_gpt2(
         c_fc = _conv1d_hf(f"{p}.mlp.c_fc", d, inner, dtype)
         mlp_proj = _conv1d_hf(f"{p}.mlp.c_proj", inner, d, dtype)
         registered += [ln_1, c_attn, attn_proj, ln_2, c_fc, mlp_proj]
+        sd = float(s * d)
+        resid_dropout = [dropout_op("resid_dropout", sd)] if cfg.resid_pdrop else []
         layers.append(_layer(
             f"{p}.attn", [ln_1, c_attn, attn_proj],
             forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
             activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            ops=[norm_op("ln_1", sd), cast_op("cast", sd), *linear_ops("c_attn", s, 3 * d, d, bias=True),
+                 *attention_ops(s, cfg.n_head, hd, causal=True, fused=flash_attention, dropout=cfg.attn_pdrop > 0),
+                 *linear_ops("c_proj", s, d, d, bias=True), *resid_dropout, residual_op("residual", sd)],
         ))
         layers.append(_layer(
             f"{p}.mlp", [ln_2, c_fc, mlp_proj],
             forward_flops_per_sample=2.0 * s * d * inner * 2,
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            ops=[norm_op("ln_2", sd), cast_op("cast", sd), *linear_ops("c_fc", s, inner, d, bias=True),
+                 activation_op("act", float(s * inner), cfg.activation_function),
+                 *linear_ops("c_proj", s, d, inner, bias=True), *resid_dropout, residual_op("residual", sd)],
         ))
     ln_f = _norm("transformer.ln_f", d, dtype)
     registered.append(ln_f)
@@ -204,7 +239,8 @@ def build_llama(
     embed = _tensor("model.embed_tokens.weight", (v, d), dtype)
     registered = [embed]
     layers = [_layer("model.embed_tokens", [embed], forward_flops_per_sample=0.0,
-                     activation_bytes_per_sample=0.0)]  # no embedding dropout in Llama
+                     activation_bytes_per_sample=0.0,  # no embedding dropout in Llama
+                     ops=[embedding_op("embed_tokens", s, d, v)])]
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}"
         attn_act, mlp_act = korthikanti_block_activation_bytes(
@@ -219,22 +255,40 @@ def build_llama(
         input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=False)
         post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=False)
         registered += [q, k, v_proj, o, gate, up, down, input_norm, post_norm]
+        sd = float(s * d)
+        attn_ops = [norm_op("input_layernorm", sd, eager_rms=True), cast_op("cast", sd),
+                    *linear_ops("q_proj", s, q_dim, d, bias=False),
+                    *linear_ops("k_proj", s, kv_dim, d, bias=False),
+                    *linear_ops("v_proj", s, kv_dim, d, bias=False),
+                    # apply_rotary_pos_emb: q·cos + rotate_half(q)·sin (a cat, two muls, an add), same for k
+                    MemoryOp(name="rope", elements=float(s * (q_dim + kv_dim)), forward=((11, "act"),),
+                             backward=((11, "act"),))]
+        if kv_dim < q_dim:  # repeat_kv expands the key/value heads for eager and SDPA attention
+            attn_ops.append(MemoryOp(name="repeat_kv", elements=float(2 * s * q_dim), forward=((1, "act"),),
+                                     backward=((1, "act"),)))
+        attn_ops += [*attention_ops(s, cfg.num_attention_heads, hd, causal=True, fused=flash_attention),
+                     *linear_ops("o_proj", s, d, q_dim, bias=False), residual_op("residual", sd)]
         layers.append(_layer(
             f"{p}.self_attn", [input_norm, q, k, v_proj, o],  # + input_layernorm
             forward_flops_per_sample=2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
             + attention_matmul_flops(s, q_dim),
             activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            ops=attn_ops,
         ))
         layers.append(_layer(
             f"{p}.mlp", [post_norm, gate, up, down],  # + post_attention_layernorm
             forward_flops_per_sample=2.0 * s * d * inter * 3,
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            ops=[norm_op("post_attention_layernorm", sd, eager_rms=True), cast_op("cast", sd),
+                 *linear_ops("gate_proj", s, inter, d, bias=False), *linear_ops("up_proj", s, inter, d, bias=False),
+                 gated_activation_op("act_fn", float(s * inter)),
+                 *linear_ops("down_proj", s, d, inter, bias=False), residual_op("residual", sd)],
         ))
     head = [_norm("model.norm", d, dtype, bias=False)]
     if not cfg.tie_word_embeddings:
         head.append(_linear("lm_head", v, d, dtype, bias=False))
     registered += head
-    layers.append(_lm_head_layer(head, s, d, v))  # model.norm + lm_head
+    layers.append(_lm_head_layer(head, s, d, v, eager_rms=True))  # model.norm + lm_head
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source)
 
@@ -259,10 +313,16 @@ def build_bert(
     token_type = _tensor("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d), dtype)
     emb_norm = _norm("embeddings.LayerNorm", d, dtype)
     registered = [word, position, token_type, emb_norm]
+    sd = float(s * d)
+    hd = d // cfg.num_attention_heads
     layers = [_layer(
         "embeddings", [word, token_type, position, emb_norm],  # HF: word + token type, then + position
         forward_flops_per_sample=0.0,
         activation_bytes_per_sample=float(s * d),  # dropout mask after the LayerNorm
+        ops=[embedding_op("word_embeddings", s, d, cfg.vocab_size),
+             embedding_op("token_type_embeddings", s, d, cfg.type_vocab_size, add=True),
+             embedding_op("position_embeddings", s, d, cfg.max_position_embeddings, add=True),
+             norm_op("LayerNorm", sd), dropout_op("dropout", sd, "stream")],
     )]
     for i in range(cfg.num_hidden_layers):
         p = f"encoder.layer.{i}"
@@ -281,15 +341,25 @@ def build_bert(
             _norm(f"{p}.output.LayerNorm", d, dtype),
         ]
         registered += attention + ffn
+        # Post-LN: each sub-block ends with dropout, the residual add and its LayerNorm.
         layers.append(_layer(
             f"{p}.attention", attention,
             forward_flops_per_sample=2.0 * s * d * d * 4 + attention_matmul_flops(s, d),
             activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            ops=[cast_op("cast", sd), *linear_ops("query", s, d, d, bias=True),
+                 *linear_ops("key", s, d, d, bias=True), *linear_ops("value", s, d, d, bias=True),
+                 *attention_ops(s, cfg.num_attention_heads, hd, causal=False, fused=flash_attention,
+                                dropout=True),
+                 *linear_ops("output.dense", s, d, d, bias=True), dropout_op("output.dropout", sd),
+                 residual_op("residual", sd), norm_op("output.LayerNorm", sd)],
         ))
         layers.append(_layer(
             f"{p}.ffn", ffn,  # BertIntermediate + BertOutput (no common module in HF)
             forward_flops_per_sample=2.0 * s * d * inter * 2,
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            ops=[cast_op("cast", sd), *linear_ops("intermediate.dense", s, inter, d, bias=True),
+                 activation_op("gelu", float(s * inter)), *linear_ops("output.dense", s, d, inter, bias=True),
+                 dropout_op("output.dropout", sd), residual_op("residual", sd), norm_op("output.LayerNorm", sd)],
         ))
     if cfg.add_pooling_layer:
         pooler = _linear("pooler.dense", d, d, dtype)
@@ -298,6 +368,7 @@ def build_bert(
             "pooler", [pooler],
             forward_flops_per_sample=2.0 * d * d,  # first token only
             activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * d),
+            ops=[*linear_ops("pooler", 1, d, d, bias=True), activation_op("tanh", float(d), "tanh")],
         ))
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source)
@@ -339,10 +410,19 @@ def build_vit(
     conv_proj = _conv2d("conv_proj", (d, 3, patch, patch), dtype, bias=True)
     pos_embedding = _tensor("encoder.pos_embedding", (1, s, d), dtype)
     registered = [class_token, conv_proj, pos_embedding]
+    sd = float(s * d)
+    image = float(3 * cfg.image_size ** 2)
     layers = [_layer(
         "conv_proj", [conv_proj, class_token, pos_embedding],  # + class_token and encoder.pos_embedding
         forward_flops_per_sample=2.0 * n_patches * patch_in * d,
         activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * 3 * cfg.image_size ** 2 + s * d),
+        ops=[cast_op("cast_image", image),
+             *conv_ops("conv_proj", in_elements=image, out_hw=cfg.image_size // patch, in_channels=3,
+                       out_channels=d, kernel=patch, channels_last=False, norm=False, relu=False, stride=patch),
+             # torch.cat([class_token, x]) promotes the 16-bit patches to the fp32 token's dtype.
+             MemoryOp(name="class_token_cat", elements=sd, forward=((1, "act"), (1, "stream")),
+                      backward=((1, "stream"), (1, "act"))),
+             MemoryOp(name="pos_embedding", elements=sd, forward=((3, "stream"),), backward=((1, "stream"),))],
     )]
     for i in range(cfg.num_layers):
         p = f"encoder.layers.encoder_layer_{i}"
@@ -359,15 +439,23 @@ def build_vit(
             _linear(f"{p}.mlp.3", d, cfg.mlp_dim, dtype),
         ]
         registered += attention + mlp
+        # Dropout is 0.0 in torchvision's and timm's ViTs: F.dropout(p=0) returns its input.
         layers.append(_layer(
             f"{p}.self_attention", attention,  # + ln_1
             forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
             activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            ops=[norm_op("ln_1", sd), cast_op("cast", sd), *linear_ops("in_proj", s, 3 * d, d, bias=True),
+                 *attention_ops(s, cfg.num_heads, d // cfg.num_heads, causal=False, fused=flash_attention,
+                                masked=False),
+                 *linear_ops("out_proj", s, d, d, bias=True), residual_op("residual", sd)],
         ))
         layers.append(_layer(
             f"{p}.mlp", mlp,  # + ln_2
             forward_flops_per_sample=2.0 * s * d * cfg.mlp_dim * 2,
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            ops=[norm_op("ln_2", sd), cast_op("cast", sd), *linear_ops("mlp.0", s, cfg.mlp_dim, d, bias=True),
+                 activation_op("gelu", float(s * cfg.mlp_dim)), *linear_ops("mlp.3", s, d, cfg.mlp_dim, bias=True),
+                 residual_op("residual", sd)],
         ))
     heads = [_norm("encoder.ln", d, dtype), _linear("heads.head", cfg.num_classes, d, dtype)]
     registered += heads
@@ -375,6 +463,7 @@ def build_vit(
         "heads", heads,  # encoder.ln + heads.head (class token only)
         forward_flops_per_sample=2.0 * d * cfg.num_classes,
         activation_bytes_per_sample=float(ACTIVATION_ELEMENT_BYTES * (s * d + d)),
+        ops=[norm_op("encoder.ln", sd), *linear_ops("heads.head", 1, cfg.num_classes, d, bias=True)],
     ))
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source)
@@ -414,8 +503,20 @@ def build_resnet(
                     + c * pool_hw * pool_hw) + 8 * c * pool_hw * pool_hw  # maxpool output + int64 indices
     stem = [_conv2d("conv1", (c, cfg.in_channels, 7, 7), dtype), _norm("bn1", c, dtype)]
     registered = list(stem)
+    image = float(cfg.in_channels * cfg.image_size ** 2)
+    pooled = float(c * pool_hw * pool_hw)
+    stem_ops = [cast_op("cast_image", image),
+                *conv_ops("conv1", in_elements=image, out_hw=hw, in_channels=cfg.in_channels, out_channels=c,
+                          kernel=7, channels_last=cfg.channels_last, stride=2),
+                # max_pool2d_with_indices: read the input, write the output and int64 indices;
+                # backward zero-fills the input gradient and scatters into it.
+                MemoryOp(name="maxpool", elements=float(c * hw * hw), forward=((1, "act"),),
+                         backward=((2, "act"),)),
+                MemoryOp(name="maxpool.out", elements=pooled, forward=((1, "act"), (2, "f32")),
+                         backward=((1, "act"), (2, "f32")))]
     layers = [_layer("conv1", stem,  # + bn1, relu, maxpool
-                     forward_flops_per_sample=stem_flops, activation_bytes_per_sample=float(stem_act))]
+                     forward_flops_per_sample=stem_flops, activation_bytes_per_sample=float(stem_act),
+                     ops=stem_ops)]
     hw = pool_hw
     inplanes = c
     for stage, (blocks, planes) in enumerate(zip(cfg.layers, cfg.planes), start=1):
@@ -433,15 +534,31 @@ def build_resnet(
                            + out_hw * out_hw * planes * planes * 9
                            + out_hw * out_hw * out_c * planes)
             act = 2 * (planes * hw * hw + planes * out_hw * out_hw + out_c * out_hw * out_hw)
+            x_in, mid_in, mid_out, y = (float(n) for n in (inplanes * hw * hw, planes * hw * hw,
+                                                              planes * out_hw * out_hw, out_c * out_hw * out_hw))
+            cl = cfg.channels_last
+            ops = [*conv_ops("conv1", in_elements=x_in, out_hw=hw, in_channels=inplanes, out_channels=planes,
+                             kernel=1, channels_last=cl),
+                   *conv_ops("conv2", in_elements=mid_in, out_hw=out_hw, in_channels=planes,
+                             out_channels=planes, kernel=3, channels_last=cl, stride=stride),
+                   *conv_ops("conv3", in_elements=mid_out, out_hw=out_hw, in_channels=planes,
+                             out_channels=out_c, kernel=1, channels_last=cl, relu=False)]
             if stride != 1 or inplanes != out_c:
                 modules += [_conv2d(f"{p}.downsample.0", (out_c, inplanes, 1, 1), dtype),
                             _norm(f"{p}.downsample.1", out_c, dtype)]
                 flops += 2.0 * out_hw * out_hw * out_c * inplanes
                 act += out_c * out_hw * out_hw
+                ops += conv_ops("downsample.0", in_elements=x_in, out_hw=out_hw, in_channels=inplanes,
+                                out_channels=out_c, kernel=1, channels_last=cl, relu=False)
+            # out += identity; relu. Backward sums the gradient reaching the block input from
+            # its two branches.
+            ops += [MemoryOp(name="residual", elements=y, forward=((3, "act"),), backward=()),
+                    activation_op("relu", y, "relu"),
+                    MemoryOp(name="branch_sum", elements=x_in, forward=(), backward=((3, "act"),))]
             registered += modules
             layers.append(_layer(p, modules, forward_flops_per_sample=flops,
                                  activation_bytes_per_sample=float(e * act), unit=p,
-                                 input_bytes_per_sample=float(e * inplanes * hw * hw)))
+                                 input_bytes_per_sample=float(e * inplanes * hw * hw), ops=ops))
             inplanes, hw = out_c, out_hw
     fc = _linear("fc", cfg.num_classes, inplanes, dtype)
     registered.append(fc)
@@ -449,9 +566,37 @@ def build_resnet(
         "fc", [fc],  # + avgpool
         forward_flops_per_sample=2.0 * inplanes * cfg.num_classes,
         activation_bytes_per_sample=float(e * inplanes),
+        ops=[MemoryOp(name="avgpool", elements=float(inplanes * hw * hw), forward=((1, "act"),),
+                      backward=((1, "act"),)),
+             *linear_ops("fc", 1, cfg.num_classes, inplanes, bias=True)],
     ))
     return _model(name, layers, registered, tokens_per_sample=None,
                   published_param_count=published_param_count, source=source)
+
+
+def conv_ops(name: str, *, in_elements: float, out_hw: int, in_channels: int, out_channels: int, kernel: int,
+             channels_last: bool, norm: bool = True, relu: bool = True, stride: int = 1) -> list[OpSpec]:
+    """A convolution as cuDNN runs it, per sample, with its BatchNorm and ReLU.
+
+    The convolution is an implicit GEMM (output pixels x output channels, reduction over
+    input channels x kernel area). In PyTorch's default NCHW layout cuDNN's 16-bit
+    tensor-core kernels transpose the input and output to NHWC and back, in the forward and
+    in both backward convolutions (``nchwToNhwcKernel``/``nhwcToNchwKernel`` in profiles).
+    Training BatchNorm reads its input twice (statistics, then normalisation) and writes
+    the output; its backward reads the gradient and the input twice and writes one.
+    """
+    out = float(out_channels * out_hw * out_hw)
+    ops: list[OpSpec] = [MatmulOp(name=name, m=out_hw * out_hw, n=out_channels, k=in_channels * kernel * kernel,
+                                  kind="conv", kernel=kernel, stride=stride)]
+    if not channels_last:
+        ops += [MemoryOp(name=f"{name}.nchw_in", elements=in_elements, forward=((2, "nchw"),),
+                         backward=((4, "nchw"),)),
+                MemoryOp(name=f"{name}.nchw_out", elements=out, forward=((2, "nchw"),), backward=((4, "nchw"),))]
+    if norm:
+        ops.append(MemoryOp(name=f"{name}.bn", elements=out, forward=((3, "act"),), backward=((5, "act"),)))
+    if relu:
+        ops.append(activation_op(f"{name}.relu", out, "relu"))
+    return ops
 
 
 def build_model(cfg: ModelConfig, **kwargs: object) -> ModelSpec:

@@ -1,29 +1,47 @@
-"""Per-layer compute times of one replica on one GPU.
+"""Per-layer compute times of one replica on one GPU: a per-op roofline.
 
-Forward time of a layer = its FLOPs x micro-batch / (achieved matmul FLOP/s x
-``compute_efficiency``); backward = 2 x forward (weight and input gradients each cost
-one forward's FLOPs: Kaplan et al. 2020, "Scaling Laws for Neural Language Models",
-section 2.1, C ~ 6N per token = 2N forward + 4N backward). The optimizer step is
-memory-bound: the bytes it moves over the device-memory bandwidth.
+A layer's forward and backward are the sums of its ops' times
+(:mod:`dpsim.workload.roofline`): matmuls and convolutions at a shape-dependent fraction
+of the GPU's measured matmul rate for the precision's dtype (fp32, TF32, fp16 with fp32
+accumulation, bf16), attention as a fused kernel or eager matmuls + softmax, and the
+memory-bound ops (norms, activations, dropout, residual adds, autocast's casts, softmax,
+embedding gathers and the loss) at HBM bandwidth. Under ``torch.autocast`` every forward
+also casts each layer's fp32 weights to 16 bits and every backward casts their 16-bit
+gradients back (:func:`autocast_weight_bytes`). The optimizer step streams the bytes of
+PyTorch's default ``foreach`` kernels (:func:`dpsim.workload.precision.optimizer_traffic_bytes_per_param`).
 
-``compute_efficiency`` is the fraction of the best-shape matmul rate real layers reach.
-The default 0.6 puts H100 bf16 at 0.6 x 794.5 = 477 TFLOP/s, 48 % of the 989 TFLOP/s
-peak: between Llama 3's 38-43 % MFU on 16K H100s (Dubey et al. 2024, "The Llama 3
-Herd of Models", table 4) and MegaScale's 55.2 % on 12,288 GPUs (Jiang et al., NSDI
-2024). It is a modelling default: ``--single-gpu-step-ms`` or a calibration replaces it.
+A layer known only by its FLOPs (no ops: a traced torch module) is costed as matmul
+FLOPs at :data:`FLOPS_ONLY_EFFICIENCY` of the best matmul rate, with a backward of twice
+the forward (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Sec. 2.1:
+C ~ 6N per token = 2N forward + 4N backward).
+
+``compute_efficiency`` (``--compute-efficiency``, default 1) is an overall factor on
+every time above: 1 keeps the roofline as it is, 0.8 makes all compute 1/0.8 slower.
+``--single-gpu-step-ms`` replaces the model's scale altogether: every time is scaled so
+that forward + backward + optimizer equals the measured step, keeping the proportions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
 from dpsim.workload.precision import Precision, optimizer_traffic_bytes_per_param
-from dpsim.workload.spec import ModelSpec
+from dpsim.workload.roofline import Efficiencies, Term, memory_term, op_kind, op_terms
+from dpsim.workload.spec import LayerSpec, ModelSpec
 
-DEFAULT_COMPUTE_EFFICIENCY = 0.6
+DEFAULT_COMPUTE_EFFICIENCY = 1.0
+"""``--compute-efficiency``'s default: the roofline carries the real efficiencies."""
+
 BACKWARD_TO_FORWARD = 2.0
+"""Backward / forward FLOPs of a layer known only by its FLOPs (Kaplan et al. 2020)."""
+
+FLOPS_ONLY_EFFICIENCY = 0.6
+"""Fraction of the best matmul rate for a layer known only by its FLOPs (no ops): the
+efficiency dpsim used for every layer before the roofline, kept for traced torch modules.
+0.6 x H100's 794.5 TFLOP/s is 48 % of the 989 peak, between Llama 3's 38-43 % MFU
+(Dubey et al. 2024, table 4) and MegaScale's 55.2 % (Jiang et al., NSDI 2024)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +68,9 @@ class ComputeProfile:
     """One optimizer step."""
     flops_per_step: float
     """Model FLOPs of forward + backward for one micro-batch (no recompute)."""
+    breakdown_s: dict[str, float] = field(default_factory=dict)
+    """Forward + backward seconds by kind of op (``matmul``, ``attention``, ``memory``,
+    ``flops-only``) for one micro-batch, before ``--single-gpu-step-ms`` scaling."""
 
     @property
     def forward_s(self) -> float:
@@ -67,6 +88,59 @@ class ComputeProfile:
         return self.forward_s + self.backward_s + self.optimizer_s
 
 
+def autocast_weight_bytes(layer: LayerSpec, precision: Precision) -> tuple[float, float]:
+    """(forward, backward) bytes autocast moves for a layer's weights per micro-batch.
+
+    Forward reads each fp32 weight and writes its 16-bit copy; backward reads the 16-bit
+    weight gradient and writes it as the fp32 ``.grad`` (the cast's backward).
+    """
+    if not precision.autocast:
+        return 0.0, 0.0
+    per_param = precision.weight_bytes + precision.activation_bytes
+    return layer.param_count * per_param, layer.param_count * per_param
+
+
+def layer_terms(layer: LayerSpec, gpu: GpuSpec, precision: Precision,
+                micro_batch: int) -> list[tuple[str, list[Term], list[Term]]]:
+    """The roofline kernels of one layer for one micro-batch, as (kind, forward, backward) per op
+    (kind: :func:`dpsim.workload.roofline.op_kind`, or ``memory`` for autocast's weight casts).
+    Empty for a layer known only by its FLOPs."""
+    out = [(op_kind(op), *op_terms(op, gpu, precision, micro_batch)) for op in layer.ops]
+    cast_f, cast_b = autocast_weight_bytes(layer, precision)
+    if layer.ops and cast_f:
+        out.append(("memory", [memory_term(cast_f, gpu)], [memory_term(cast_b, gpu)]))
+    return out
+
+
+def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batch: int,
+                breakdown: dict[str, float] | None = None,
+                efficiencies: Efficiencies | None = None) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer for one micro-batch (before ``compute_efficiency``)."""
+    if not layer.ops:
+        rate = gpu.achieved_rate(precision.matmul_dtype) * FLOPS_ONLY_EFFICIENCY
+        fwd = layer.forward_flops_per_sample * micro_batch / rate
+        if breakdown is not None:
+            breakdown["flops-only"] = breakdown.get("flops-only", 0.0) + fwd * (1 + BACKWARD_TO_FORWARD)
+        return fwd, BACKWARD_TO_FORWARD * fwd
+    eff = efficiencies or Efficiencies()
+    fwd = bwd = 0.0
+    for kind, forward, backward in layer_terms(layer, gpu, precision, micro_batch):
+        f = sum(t.time_s(eff) for t in forward)
+        b = sum(t.time_s(eff) for t in backward)
+        fwd += f
+        bwd += b
+        if breakdown is not None:
+            breakdown[kind] = breakdown.get(kind, 0.0) + f + b
+    return fwd, bwd
+
+
+def optimizer_term(model: ModelSpec, gpu: GpuSpec, precision: Precision, optimizer: str, *,
+                   fused: bool | None = None) -> Term:
+    """The optimizer step as one memory-bound kernel stream over every parameter."""
+    traffic = optimizer_traffic_bytes_per_param(precision, optimizer, fused=fused) * model.param_count
+    return memory_term(traffic, gpu)
+
+
 def compute_profile(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -76,26 +150,34 @@ def compute_profile(
     optimizer: str,
     compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY,
     single_gpu_step_s: float | None = None,
+    fused_optimizer: bool | None = None,
+    efficiencies: Efficiencies | None = None,
 ) -> ComputeProfile:
-    """Layer times of ``model`` on ``gpu``.
+    """Layer times of ``model`` on ``gpu`` for one micro-batch of ``micro_batch`` samples.
 
+    ``fused_optimizer`` picks the optimizer kernels: ``None`` is what the precision's
+    framework runs by default (PyTorch's ``foreach``; a fused master update for 16-bit
+    parameters), ``True`` PyTorch's ``fused=True``, ``False`` ``foreach``. ``efficiencies``
+    replaces the roofline's fitted constants (the validation script's fit).
     When ``single_gpu_step_s`` is given (a user's measured one-GPU step), every time is
     scaled so that forward + backward + optimizer equals it, keeping the proportions.
     """
-    if micro_batch < 1:
+    if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
         raise ConfigError(f"--micro-batch: {micro_batch} is not valid; expected an integer >= 1")
     if not 0 < compute_efficiency <= 1:
         raise ConfigError(f"--compute-efficiency: {compute_efficiency} is not valid; expected a number in (0, 1]")
-    rate = gpu.achieved_rate(precision.compute_dtype) * compute_efficiency
+    breakdown: dict[str, float] = {}
     layers = []
     for layer in model.layers:
-        fwd = layer.forward_flops_per_sample * micro_batch / rate
-        layers.append(LayerTime(name=layer.name, forward_s=fwd, backward_s=BACKWARD_TO_FORWARD * fwd,
+        fwd, bwd = layer_times(layer, gpu, precision, micro_batch, breakdown, efficiencies)
+        layers.append(LayerTime(name=layer.name, forward_s=fwd / compute_efficiency,
+                                backward_s=bwd / compute_efficiency,
                                 param_names=tuple(p.name for p in layer.params)))
-    traffic = optimizer_traffic_bytes_per_param(precision, optimizer) * model.param_count
-    optimizer_s = traffic / gpu.memory_bandwidth_bytes_per_s
+    optimizer_s = (optimizer_term(model, gpu, precision, optimizer, fused=fused_optimizer)
+                   .time_s(efficiencies or Efficiencies()) / compute_efficiency)
     flops = model.forward_flops_per_sample * micro_batch * (1 + BACKWARD_TO_FORWARD)
-    profile = ComputeProfile(layers=tuple(layers), optimizer_s=optimizer_s, flops_per_step=flops)
+    profile = ComputeProfile(layers=tuple(layers), optimizer_s=optimizer_s, flops_per_step=flops,
+                             breakdown_s=breakdown)
     if single_gpu_step_s is not None:
         if not single_gpu_step_s > 0:
             raise ConfigError(f"--single-gpu-step-ms: {single_gpu_step_s * 1e3} is not valid; expected a number > 0")
@@ -105,5 +187,6 @@ def compute_profile(
                                    param_names=l.param_names) for l in layers),
             optimizer_s=optimizer_s * scale,
             flops_per_step=flops,
+            breakdown_s=breakdown,
         )
     return profile

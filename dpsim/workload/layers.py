@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from dpsim.errors import WorkloadError
-from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec
+from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, MemoryOp, ModelSpec, OpSpec, ParamSpec
 
 ACTIVATION_ELEMENT_BYTES = 2
 """Activations are estimated for bf16/fp16 training (2 bytes per element)."""
@@ -108,9 +108,107 @@ def _norm(prefix: str, n: int, dtype: str, bias: bool = True) -> _Module:
     return _Module(params=params, ready=tuple(p.name for p in params))
 
 
+# --------------------------------------------------------------------------- roofline ops
+#
+# Per-sample ops of each layer for :mod:`dpsim.workload.roofline`. Pass counts are the
+# tensors each eager PyTorch kernel reads and writes (one pass = one tensor of the op's
+# elements): an element-wise op reads its inputs and writes its output; its backward
+# reads the incoming gradient and what it saved, and writes the input gradient.
+
+
+def linear_ops(name: str, tokens: int, out_features: int, in_features: int, *, bias: bool) -> list[OpSpec]:
+    """``nn.Linear`` / HF ``Conv1D`` on ``tokens`` rows: the GEMM (the bias add is fused in
+    its epilogue) and, with a bias, its gradient's reduction over the rows (reads dy)."""
+    ops: list[OpSpec] = [MatmulOp(name=name, m=tokens, n=out_features, k=in_features)]
+    if bias:
+        ops.append(MemoryOp(name=f"{name}.bias_grad", elements=float(tokens * out_features), forward=(),
+                            backward=((1, "act"),)))
+    return ops
+
+
+def norm_op(name: str, elements: float, *, eager_rms: bool = False) -> MemoryOp:
+    """LayerNorm (one fused kernel: read x, write y; backward reads dy and x, writes dx) on
+    the residual stream's dtype. HF's eager ``LlamaRMSNorm`` runs ``pow``, ``mean``,
+    ``rsqrt``, two multiplies and dtype casts as separate kernels: about three times the passes."""
+    if eager_rms:
+        return MemoryOp(name=name, elements=elements, forward=((6, "stream"),), backward=((10, "stream"),))
+    return MemoryOp(name=name, elements=elements, forward=((2, "stream"),), backward=((3, "stream"),))
+
+
+def cast_op(name: str, elements: float) -> MemoryOp:
+    """Autocast's copy of a residual-stream tensor into the 16-bit input of the next matmul,
+    and the backward's copy of its gradient back (nothing when the dtypes agree)."""
+    return MemoryOp(name=name, elements=elements, forward=((1, "cast"),), backward=((1, "cast"),))
+
+
+def dropout_op(name: str, elements: float, byte_class: str = "act") -> MemoryOp:
+    """Training dropout: read x, write y and a 1-byte mask; backward reads dy and the mask."""
+    return MemoryOp(name=name, elements=elements, forward=((2, byte_class), (1, "byte")),
+                    backward=((2, byte_class), (1, "byte")))
+
+
+def residual_op(name: str, elements: float) -> MemoryOp:
+    """``x + branch(x)``: read the stream and the 16-bit branch output, write the stream.
+    Backward: the gradient reaching ``x`` from the branch and from the skip is summed
+    (read two, write one), and the branch's share is cast to 16 bits under autocast."""
+    return MemoryOp(name=name, elements=elements, forward=((2, "stream"), (1, "act")),
+                    backward=((3, "stream"), (1, "cast")))
+
+
+ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", "tanh")
+"""Activation functions whose kernels :func:`activation_op` knows."""
+
+
+def activation_op(name: str, elements: float, function: str = "gelu") -> MemoryOp:
+    """An element-wise activation: ``gelu``/``relu``/``silu``/``tanh`` are one kernel each way; HF's
+    ``gelu_new`` (``NewGELUActivation``, GPT-2's default) is ``0.5·x·(1 + tanh(√(2/π)·(x +
+    0.044715·x³)))`` written as eight eager ops, each reading and writing the tensor."""
+    if function not in ACTIVATIONS:
+        raise WorkloadError(f"activation {function!r} is not known; allowed: {', '.join(ACTIVATIONS)}")
+    if function == "gelu_new":
+        return MemoryOp(name=name, elements=elements, forward=((18, "act"),), backward=((30, "act"),))
+    return MemoryOp(name=name, elements=elements, forward=((2, "act"),), backward=((3, "act"),))
+
+
+def gated_activation_op(name: str, elements: float) -> MemoryOp:
+    """SwiGLU's ``silu(gate) * up`` over the ``elements`` of one projection: silu (read,
+    write) then multiply (read two, write); backward: the product's two gradients (read
+    three, write two) and silu's (read two, write)."""
+    return MemoryOp(name=name, elements=elements, forward=((5, "act"),), backward=((8, "act"),))
+
+
+def embedding_op(name: str, tokens: int, dim: int, table_rows: int, *, add: bool = False) -> MemoryOp:
+    """An embedding lookup of ``tokens`` rows of ``dim`` (read the rows, write the output;
+    ``add``: summed into the running embedding, one more read). Backward scatters the
+    gradient into a dense weight gradient: the whole table is zeroed once per micro-batch
+    and read back when autograd accumulates it."""
+    return MemoryOp(name=name, elements=float(tokens * dim),
+                    forward=((3 if add else 2, "stream"),), backward=((2, "stream"),),
+                    fixed_elements=float(table_rows * dim), fixed_backward=((2, "stream"),))
+
+
+def lm_loss_op(tokens: int, vocab: int) -> MemoryOp:
+    """Cross-entropy over the ``tokens x vocab`` logits: autocast (or HF's ``logits.float()``)
+    copies them to fp32, ``log_softmax`` reads and writes them; backward writes the
+    zero-filled NLL gradient, ``log_softmax_backward`` reads two and writes one, and the
+    gradient is cast back to the logits' dtype."""
+    return MemoryOp(name="loss", elements=float(tokens * vocab), forward=((1, "upcast"), (2, "f32")),
+                    backward=((4, "f32"), (1, "upcast")))
+
+
+def attention_ops(tokens: int, heads: int, head_dim: int, *, causal: bool, fused: bool,
+                  dropout: bool = False, masked: bool = True) -> list[OpSpec]:
+    """Attention core plus the copy merging the heads back into ``tokens x heads·head_dim``
+    (``transpose(1, 2).contiguous()``), both ways."""
+    return [AttentionOp(seq=tokens, heads=heads, head_dim=head_dim, causal=causal, fused=fused,
+                        dropout=dropout and not fused, masked=masked),
+            MemoryOp(name="merge_heads", elements=float(tokens * heads * head_dim), forward=((2, "act"),),
+                     backward=((2, "act"),))]
+
+
 def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float,
            activation_bytes_per_sample: float, unit: str | None = None,
-           input_bytes_per_sample: float = 0.0) -> LayerSpec:
+           input_bytes_per_sample: float = 0.0, ops: Sequence[OpSpec] = ()) -> LayerSpec:
     """A layer running the modules ``run`` in this (forward) order.
 
     It owns their parameters (listed in run order); backward runs the modules in
@@ -125,6 +223,7 @@ def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float
         activation_bytes_per_sample=activation_bytes_per_sample,
         unit=unit,
         input_bytes_per_sample=input_bytes_per_sample,
+        ops=tuple(ops),
     )
 
 
@@ -161,10 +260,13 @@ def _resolve_seq_len(seq_len: int | None, default: int, model: str, *, max_field
 # --------------------------------------------------------------------------- builders
 
 
-def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int) -> LayerSpec:
-    """The final norm + LM head of a decoder: an s x d by d x v matmul per sample."""
+def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int, *, eager_rms: bool = False) -> LayerSpec:
+    """The final norm + LM head of a decoder and its loss: an s x d by d x v matmul per sample,
+    then cross-entropy over the s x v logits."""
+    ops = [norm_op("final_norm", float(s * d), eager_rms=eager_rms), cast_op("cast", float(s * d)),
+           MatmulOp(name="lm_head", m=s, n=v, k=d), lm_loss_op(s, v)]
     return _layer("lm_head", run, forward_flops_per_sample=2.0 * s * d * v,
-                  activation_bytes_per_sample=lm_head_activation_bytes(s, d, v))
+                  activation_bytes_per_sample=lm_head_activation_bytes(s, d, v), ops=ops)
 
 
 def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:

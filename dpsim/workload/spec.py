@@ -77,6 +77,120 @@ class ParamSpec:
         return self.numel * dtype_size_bytes(self.dtype)
 
 
+MATMUL_KINDS = ("linear", "conv")
+"""What a :class:`MatmulOp` is: a linear layer (``rate key = Precision.matmul_dtype``) or a
+convolution run as an implicit GEMM (``Precision.conv_dtype``)."""
+
+BYTE_CLASSES = ("act", "stream", "f32", "byte", "cast", "upcast", "nchw")
+"""How a :class:`MemoryOp` pass is sized, per element, for a precision
+(:func:`dpsim.workload.roofline.pass_bytes`): ``act`` a matmul/convolution output (16-bit
+under autocast), ``stream`` the residual stream and norm outputs (the parameters' dtype:
+fp32 under autocast), ``f32`` always 4 bytes (softmax and loss under autocast), ``byte`` a
+1-byte mask, ``cast`` autocast's copy of a ``stream`` tensor into ``act`` (0 when the two
+dtypes agree), ``upcast`` autocast's copy of an ``act`` tensor into fp32, ``nchw`` cuDNN's
+layout transpose of a 16-bit channels-first tensor for its tensor-core kernels (0 in fp32)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatmulOp:
+    """One matmul of a layer's forward, per sample: ``(m x k) @ (k x n)``, ``batch`` times.
+
+    A linear layer has ``m`` = tokens of the sample; a convolution is the implicit GEMM
+    ``m`` = output pixels, ``n`` = output channels, ``k`` = input channels x kernel area.
+    The micro-batch multiplies ``m``. Backward runs two matmuls of the same FLOPs, the
+    input gradient ``(m x n) @ (n x k)`` and the weight gradient ``(n x m) @ (m x k)``.
+    """
+
+    name: str
+    """What it computes, e.g. ``qkv``."""
+    m: int
+    """Output rows per sample."""
+    n: int
+    """Output columns."""
+    k: int
+    """Reduction length."""
+    batch: int = 1
+    """Independent products of this shape per sample (e.g. grouped convolutions)."""
+    kind: str = "linear"
+    """``linear`` or ``conv`` (:data:`MATMUL_KINDS`)."""
+    kernel: int = 1
+    """Kernel edge of a convolution (``k`` already includes its area)."""
+    stride: int = 1
+    """Stride of a convolution."""
+
+    @property
+    def flops_per_sample(self) -> float:
+        """Forward FLOPs per sample (a multiply-add counts 2)."""
+        return 2.0 * self.m * self.n * self.k * self.batch
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionOp:
+    """Scaled dot-product attention of one layer, per sample: ``softmax(QKᵀ)V`` over ``heads``.
+
+    With ``fused`` (SDPA's flash / memory-efficient kernels) it is one kernel that keeps no
+    score matrix and, when ``causal``, skips the masked half; otherwise it is two batched
+    matmuls plus the element-wise passes over the ``heads x seq x seq`` scores that eager
+    implementations run (scale, mask, softmax, dropout).
+    """
+
+    name: str = "attention"
+    """Label."""
+    seq: int
+    """Query and key length."""
+    heads: int
+    """Query heads."""
+    head_dim: int
+    """Size of one head."""
+    causal: bool = False
+    """Decoder (causal) mask."""
+    fused: bool = True
+    """One fused kernel (FlashAttention / SDPA) rather than matmul + softmax + matmul."""
+    dropout: bool = False
+    """Dropout on the attention probabilities (eager implementations only)."""
+    masked: bool = True
+    """An additive or causal mask is applied to the scores (eager implementations only)."""
+
+    @property
+    def flops_per_sample(self) -> float:
+        """Forward FLOPs over the full square (the MFU convention): ``4 · seq² · heads · head_dim``."""
+        return 4.0 * self.seq * self.seq * self.heads * self.head_dim
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryOp:
+    """Element-wise or reduction work of a layer's forward that streams tensors through device memory.
+
+    ``forward`` and ``backward`` list ``(passes, byte_class)``: each pass reads or writes one
+    tensor of ``elements`` elements sized by :data:`BYTE_CLASSES`. ``fixed_backward`` is
+    backward traffic per micro-batch over ``fixed_elements`` elements that does not grow
+    with samples (an embedding's dense weight gradient: the table zeroed, then accumulated).
+    """
+
+    name: str
+    """What it is, e.g. ``ln_1``, ``gelu``, ``loss``."""
+    elements: float
+    """Elements of the tensor streamed, per sample."""
+    forward: tuple[tuple[float, str], ...]
+    """Tensor passes of the forward, each with its byte class."""
+    backward: tuple[tuple[float, str], ...] = ()
+    """Tensor passes of the backward."""
+    fixed_elements: float = 0.0
+    """Elements of the per-micro-batch tensor of :attr:`fixed_backward`."""
+    fixed_backward: tuple[tuple[float, str], ...] = ()
+    """Backward passes over ``fixed_elements``, once per micro-batch whatever its size."""
+
+    def __post_init__(self) -> None:
+        for _, cls in self.forward + self.backward + self.fixed_backward:
+            if cls not in BYTE_CLASSES:
+                raise WorkloadError(f"memory op {self.name!r}: byte class {cls!r} is not one of "
+                                    f"{', '.join(BYTE_CLASSES)}")
+
+
+OpSpec = MatmulOp | AttentionOp | MemoryOp
+"""One operation of a layer, as the roofline costs it."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class LayerSpec:
     """A unit of compute in forward/backward order that owns zero or more parameters."""
@@ -100,6 +214,10 @@ class LayerSpec:
     input_bytes_per_sample: float = 0.0
     """Bytes of the layer's input activations per sample (2 bytes per element): what
     activation checkpointing keeps when a checkpointed unit starts with this layer."""
+    ops: tuple[OpSpec, ...] = ()
+    """The layer's operations for the roofline (:mod:`dpsim.workload.roofline`): its
+    matmuls, attention and memory-bound work, per sample. Empty for a layer known only by
+    its FLOPs (a traced torch module), which is then costed as matmul FLOPs alone."""
     unit: str | None = None
     """The wrap unit this layer belongs to — a transformer block's module path, as an
     FSDP auto-wrap policy (``transformer_auto_wrap_policy``) wraps it and activation

@@ -1,0 +1,268 @@
+"""Per-op roofline: the time of each matmul, attention and memory-bound op on one GPU.
+
+Every op takes the longer of its compute time and its device-memory time (Williams,
+Waterman and Patterson 2009, "Roofline: an insightful visual performance model", CACM
+52(4)), with the GPU's rates from :mod:`dpsim.hardware`:
+
+* **Matmuls** (linear layers, convolutions as implicit GEMMs) compute at the GPU's best
+  measured matmul rate for the op's rate key (:attr:`Precision.matmul_dtype` or
+  :attr:`Precision.conv_dtype`) times a *shape efficiency*: cuBLAS computes the output in
+  128 x 128 tiles, one per SM at a time, so a shape whose tiles do not fill the last wave
+  of SMs, or whose edges do not fill a tile, wastes the rest (tile and wave quantization,
+  NVIDIA "Matrix Multiplication Background User's Guide", DU-09799-001, Sec. 3.1-3.2);
+  when there are fewer tiles than SMs, cuBLAS splits the reduction (split-K) over the idle
+  SMs. Their memory time moves A, B and C once. Small and skinny GEMMs therefore run below
+  the best rate, large ones at it.
+* **Fused attention** (SDPA's flash / memory-efficient kernels) runs at
+  :data:`ATTENTION_FRACTION_OF_PEAK` of the dense peak, on half the square when causal,
+  with a backward of 2.5x the forward FLOPs (it recomputes the scores: Dao 2023,
+  "FlashAttention-2", arXiv:2307.08691, whose benchmark counts fwd + bwd as 3.5x fwd).
+  Eager attention is two batched matmuls plus element-wise passes over the scores.
+* **Memory-bound ops** (norms, activations, dropout, residual adds, casts, softmax, the
+  loss, embedding gathers, the optimizer) stream their bytes at
+  :data:`MEMORY_EFFICIENCY` of the peak HBM bandwidth.
+
+Two constants are not datasheet numbers, :data:`MEMORY_EFFICIENCY` and
+:data:`MATMUL_EFFICIENCY`; ``python validation/accuracy_compute.py`` fits them on
+published single-GPU throughput leaving each GPU out (nothing fitted on the GPU predicted),
+and the defaults here are the fit on all rows, which that script prints.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dpsim.errors import ConfigError
+from dpsim.hardware import GpuSpec
+from dpsim.workload.precision import Precision
+from dpsim.workload.spec import AttentionOp, MatmulOp, MemoryOp, OpSpec
+
+TILE = 128
+"""Edge of cuBLAS's typical output tile (User's Guide DU-09799-001, Sec. 2.3: 256x128 and
+128x128 are its most efficient tiles); the quantization unit of the shape efficiency."""
+
+SPLIT_K_MIN_K = 256
+"""Smallest reduction slice split-K hands to one SM (a few 64-deep main-loop iterations);
+bounds the split of short reductions."""
+
+MEMORY_EFFICIENCY = 0.7132
+"""Fraction of the peak HBM bandwidth that streaming element-wise kernels reach.
+Fitted leave-one-GPU-out by ``validation/accuracy_compute.py`` (it prints every fold);
+this default is the fit on all rows."""
+
+MATMUL_EFFICIENCY = 0.9335
+"""Fraction of the best-shape measured matmul rate that a full-wave, full-tile GEMM of a
+real layer reaches. Fitted like :data:`MEMORY_EFFICIENCY`."""
+
+ATTENTION_FRACTION_OF_PEAK: dict[str, float] = {
+    "ampere": 0.6, "ada": 0.6,
+    "hopper": 0.35, "blackwell": 0.35,
+    "pascal": 0.35, "volta": 0.35, "turing": 0.35, "cdna2": 0.35, "cdna3": 0.35,
+}
+"""Fused attention's rate as a fraction of the dense tensor-core peak, per GPU generation.
+PyTorch's SDPA runs FlashAttention-2 kernels on Ampere and later: they reach 50-73 % of the
+A100's peak forward and backward (Dao 2023, "FlashAttention-2", abstract and Sec. 4.1) but
+"only 35 % utilization on the H100" (Shah et al. 2024, "FlashAttention-3", arXiv:2407.08608,
+abstract). Blackwell, pre-Ampere (SDPA's memory-efficient kernel) and AMD parts have no
+published figure: Hopper's 35 % is assumed, a kernel not tuned for the architecture."""
+
+TF32_EFFICIENCY = 0.7053
+"""Achieved TF32 matmul rate relative to the preset's TF32 rate (TF32 peak x the GPU's bf16
+efficiency, since no TF32 matmul benchmark is published). Fitted like
+:data:`MEMORY_EFFICIENCY` on the TF32 rows of the reference set."""
+
+WINOGRAD_SPEEDUP = 2.25
+"""Fewer multiplications of a 3x3, stride-1 convolution run with Winograd's F(2x2, 3x3)
+(16 instead of 36 per 2x2 output tile: Lavin and Gray 2016, "Fast Algorithms for
+Convolutional Neural Networks", CVPR), which cuDNN picks for fp32 convolutions on CUDA
+cores (GPUs without TF32). Tensor-core convolutions are costed as plain implicit GEMMs."""
+
+FUSED_ATTENTION_BACKWARD_FLOPS = 2.5
+"""Backward / forward FLOPs of a fused attention kernel, which recomputes ``QKᵀ``
+(FlashAttention-2's benchmark convention)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Efficiencies:
+    """The fitted constants, as one value (``validation/accuracy_compute.py`` varies them)."""
+
+    memory: float = MEMORY_EFFICIENCY
+    """:data:`MEMORY_EFFICIENCY`."""
+    matmul: float = MATMUL_EFFICIENCY
+    """:data:`MATMUL_EFFICIENCY`."""
+    tf32: float = TF32_EFFICIENCY
+    """:data:`TF32_EFFICIENCY`."""
+
+
+@dataclass(frozen=True)
+class Term:
+    """One kernel's two roofline times before the fitted efficiencies: compute at the nominal
+    rate and traffic at the peak bandwidth; the kernel takes the longer once each is divided
+    by its efficiency (:meth:`time_s`)."""
+
+    compute_s: float
+    """FLOPs / nominal rate (best matmul rate x shape efficiency, or attention's rate)."""
+    memory_s: float
+    """Bytes / peak HBM bandwidth."""
+    kind: str = "memory"
+    """``matmul`` (compute scales with the matmul efficiency), ``tf32`` (also with the TF32
+    one), ``attention`` (fixed fraction of peak) or ``memory`` (no compute)."""
+
+    def time_s(self, eff: Efficiencies) -> float:
+        """Seconds of the kernel under ``eff``."""
+        compute = self.compute_s
+        if self.kind in ("matmul", "tf32"):
+            compute /= eff.matmul * (eff.tf32 if self.kind == "tf32" else 1.0)
+        return max(compute, self.memory_s / eff.memory)
+
+
+def pass_bytes(byte_class: str, precision: Precision) -> float:
+    """Bytes per element of one tensor pass of ``byte_class`` (:data:`dpsim.workload.spec.BYTE_CLASSES`)."""
+    act, stream = precision.activation_bytes, precision.weight_bytes
+    if byte_class == "act":
+        return act
+    if byte_class == "stream":
+        return stream
+    if byte_class == "f32":
+        return 4.0
+    if byte_class == "byte":
+        return 1.0
+    if byte_class == "cast":
+        return 0.0 if stream == act else float(stream + act)
+    if byte_class == "upcast":
+        return 0.0 if act == 4 else float(act + 4)
+    if byte_class == "nchw":
+        return 0.0 if act == 4 else float(act)
+    raise AssertionError(byte_class)
+
+
+def shape_efficiency(m: int, n: int, k: int, batch: int, gpu: GpuSpec) -> float:
+    """Useful fraction of the SM-time a ``batch`` x (m x k)(k x n) GEMM occupies: tile and
+    wave quantization over the GPU's SMs, with split-K when the tiles do not fill them."""
+    tiles = math.ceil(m / TILE) * math.ceil(n / TILE) * batch
+    useful = float(m) * n * batch
+    if not gpu.sm_count:
+        return useful / (tiles * TILE * TILE)
+    split = 1
+    if tiles < gpu.sm_count:
+        split = max(1, min(gpu.sm_count // tiles, k // SPLIT_K_MIN_K))
+    waves = math.ceil(tiles * split / gpu.sm_count)
+    return min(1.0, useful * split / (waves * gpu.sm_count * TILE * TILE))
+
+
+def uses_tf32(rate_key: str, gpu: GpuSpec) -> bool:
+    """Whether a ``rate_key`` matmul runs on TF32 tensor cores on ``gpu`` (float32 with TF32
+    allowed, on a GPU that has TF32, i.e. whose full-precision FP32 rate is given apart)."""
+    return rate_key == "float32" and "float32-highest" in gpu.peak_flops_per_s
+
+
+def matmul_term(m: int, n: int, k: int, batch: int, rate_key: str, element_bytes: float, gpu: GpuSpec,
+                *, flops_divisor: float = 1.0) -> Term:
+    """One (batched) GEMM: its FLOPs at the shape-efficient best rate and its traffic (A, B
+    and C once). ``flops_divisor`` > 1 for an algorithm doing fewer multiplications (Winograd)."""
+    if min(m, n, k, batch) <= 0:
+        return Term(0.0, 0.0, "matmul")
+    rate = gpu.achieved_rate(rate_key) * shape_efficiency(m, n, k, batch, gpu)
+    compute = 2.0 * m * n * k * batch / rate / flops_divisor
+    traffic = element_bytes * batch * (float(m) * k + float(k) * n + float(m) * n)
+    return Term(compute, traffic / gpu.memory_bandwidth_bytes_per_s, "tf32" if uses_tf32(rate_key, gpu) else "matmul")
+
+
+def memory_term(size_bytes: float, gpu: GpuSpec) -> Term:
+    """A kernel that only streams ``size_bytes`` through device memory."""
+    return Term(0.0, size_bytes / gpu.memory_bandwidth_bytes_per_s)
+
+
+def memory_time_s(size_bytes: float, gpu: GpuSpec, eff: Efficiencies | None = None) -> float:
+    """Time to stream ``size_bytes`` through device memory."""
+    return memory_term(size_bytes, gpu).time_s(eff or Efficiencies())
+
+
+def _peak_or_achieved(rate_key: str, gpu: GpuSpec) -> float:
+    """The dense peak for ``rate_key``, or the measured rate of a device with no published peak
+    (a calibration profile's CPU)."""
+    try:
+        return gpu.peak_rate(rate_key)
+    except ConfigError:
+        return gpu.achieved_rate(rate_key)
+
+
+def _rate_key(op: MatmulOp, precision: Precision) -> str:
+    return precision.conv_dtype if op.kind == "conv" else precision.matmul_dtype
+
+
+def _matmul(op: MatmulOp, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
+    key = _rate_key(op, precision)
+    e = precision.activation_bytes
+    m = op.m * micro_batch
+    simt_fp32 = key.startswith("float32") and not uses_tf32(key, gpu)
+    winograd = WINOGRAD_SPEEDUP if (op.kind == "conv" and op.kernel == 3 and op.stride == 1 and simt_fp32) else 1.0
+    forward = [matmul_term(m, op.n, op.k, op.batch, key, e, gpu, flops_divisor=winograd)]
+    # Input gradient (m x n)(n x k) and weight gradient (n x m)(m x k).
+    backward = [matmul_term(m, op.k, op.n, op.batch, key, e, gpu, flops_divisor=winograd),
+                matmul_term(op.n, op.k, m, op.batch, key, e, gpu, flops_divisor=winograd)]
+    return forward, backward
+
+
+def _attention(op: AttentionOp, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
+    e = precision.activation_bytes
+    heads = op.heads * micro_batch
+    bw = gpu.memory_bandwidth_bytes_per_s
+    if op.fused:
+        flops = op.flops_per_sample * micro_batch * (0.5 if op.causal else 1.0)
+        rate = _peak_or_achieved(precision.matmul_dtype, gpu) * ATTENTION_FRACTION_OF_PEAK.get(gpu.architecture, 0.35)
+        io = float(op.seq) * op.head_dim * heads * e
+        return ([Term(flops / rate, 4 * io / bw, "attention")],
+                [Term(FUSED_ATTENTION_BACKWARD_FLOPS * flops / rate, 8 * io / bw, "attention")])
+    key, s, d = precision.matmul_dtype, op.seq, op.head_dim
+    forward = [matmul_term(s, s, d, heads, key, e, gpu), matmul_term(s, d, s, heads, key, e, gpu)]
+    backward = [matmul_term(s, d, s, heads, key, e, gpu), matmul_term(s, d, s, heads, key, e, gpu),
+                matmul_term(s, s, d, heads, key, e, gpu), matmul_term(d, s, s, heads, key, e, gpu)]
+    scores = float(s) * s * heads
+    # Eager attention: scale, mask, softmax (fp32 under autocast, cast there and back), dropout.
+    fwd_passes = [(2, "act"), (1, "upcast"), (2, "f32"), (1, "upcast")]
+    bwd_passes = [(2, "act"), (1, "upcast"), (3, "f32"), (1, "upcast")]
+    if op.masked:
+        fwd_passes.append((2, "act"))
+        bwd_passes.append((2, "act"))
+    if op.dropout:
+        fwd_passes += [(2, "act"), (1, "byte")]
+        bwd_passes += [(2, "act"), (1, "byte")]
+    forward.append(memory_term(scores * sum(n * pass_bytes(c, precision) for n, c in fwd_passes), gpu))
+    backward.append(memory_term(scores * sum(n * pass_bytes(c, precision) for n, c in bwd_passes), gpu))
+    return forward, backward
+
+
+def _memory(op: MemoryOp, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
+    per_sample = lambda passes: sum(n * pass_bytes(c, precision) for n, c in passes)  # noqa: E731
+    forward = memory_term(op.elements * micro_batch * per_sample(op.forward), gpu)
+    backward = memory_term(op.elements * micro_batch * per_sample(op.backward)
+                           + op.fixed_elements * per_sample(op.fixed_backward), gpu)
+    return [forward], [backward]
+
+
+def op_terms(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
+    """(forward, backward) kernels of one op for a micro-batch of ``micro_batch`` samples."""
+    if isinstance(op, MatmulOp):
+        return _matmul(op, gpu, precision, micro_batch)
+    if isinstance(op, AttentionOp):
+        return _attention(op, gpu, precision, micro_batch)
+    return _memory(op, gpu, precision, micro_batch)
+
+
+def op_times(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: int,
+             eff: Efficiencies | None = None) -> tuple[float, float]:
+    """(forward, backward) seconds of one op for a micro-batch of ``micro_batch`` samples."""
+    eff = eff or Efficiencies()
+    forward, backward = op_terms(op, gpu, precision, micro_batch)
+    return sum(t.time_s(eff) for t in forward), sum(t.time_s(eff) for t in backward)
+
+
+def op_kind(op: OpSpec) -> str:
+    """``matmul``, ``attention`` or ``memory``: the breakdown category of an op."""
+    if isinstance(op, MatmulOp):
+        return "matmul"
+    if isinstance(op, AttentionOp):
+        return "attention"
+    return "memory"

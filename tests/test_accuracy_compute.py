@@ -1,0 +1,92 @@
+"""One-GPU throughput from specs against published measurements (issue: accuracy), leave one GPU out.
+
+``tests/data/single_gpu_throughput.csv`` holds published training throughput, each row
+citing its source (repository@commit, file, table and row) and its configuration (GPU,
+model, precision as the framework set it, micro-batch, attention kernel, memory layout).
+``python validation/accuracy_compute.py`` predicts every row from the GPU preset and the
+roofline, with the roofline's three fitted constants fitted on the *other* GPU chips'
+rows. Deterministic (no timing). The issue's target is median |error| <= 10 %, worst
+<= 25 %; what the model reaches today is pinned here so that it can only improve, and the
+misses are explained in VALIDATION.md ("Single-GPU throughput").
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpsim.hardware import GPU_PRESETS
+from dpsim.workload.precision import PRECISIONS, OPTIMIZER_STATES
+from dpsim.workload.roofline import Efficiencies
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "validation"))
+import accuracy_compute as accuracy  # noqa: E402
+
+PINNED_MEDIAN = 0.125
+PINNED_WORST = 0.50
+"""Today's leave-one-chip-out accuracy (12.4 % / 49.8 %), with a hair of slack."""
+
+
+@pytest.fixture(scope="module")
+def evaluated():
+    return accuracy.evaluate()
+
+
+def test_rows_are_cited_and_well_formed():
+    rows = accuracy.load_rows()
+    assert len(rows) >= 50 and len({r.id for r in rows}) == len(rows)
+    chips = {r.chip for r in rows if r.is_scored}
+    assert {"GV100", "GA100", "GH100"} <= chips and len(chips) >= 5
+    models = {r.model for r in rows}
+    assert {"resnet50", "bert-large", "vit-b-16"} <= models and any(m.startswith("mpt-") for m in models)
+    for r in rows:
+        assert r.gpu in GPU_PRESETS and r.precision in PRECISIONS and r.optimizer in OPTIMIZER_STATES, r.id
+        assert re.search(r"@[0-9a-f]{40} ", r.source), f"{r.id}: source must pin a commit"
+        assert r.micro_batch >= 1 and r.grad_accum >= 1 and r.measured > 0, r.id
+        assert r.scored == "yes" or (r.scored.startswith("no: ") and len(r.scored) > 40), r.id
+
+
+def test_reference_models_have_the_published_parameter_counts():
+    for name, (cfg, published) in accuracy.REFERENCE_MODELS.items():
+        row = next(r for r in accuracy.load_rows() if r.model == name and (r.seq_len or 0) <= cfg.n_positions)
+        assert accuracy.build(row).param_count == published, name
+
+
+def test_the_fast_kernels_reproduce_compute_profile():
+    for row in accuracy.load_rows()[::7]:
+        assert abs(accuracy.check_profile_agrees(row)) < 1e-9, row.id
+
+
+def test_shipped_constants_are_the_fit_on_all_rows(evaluated):
+    _, all_rows = evaluated
+    shipped = Efficiencies()
+    for field in ("memory", "matmul", "tf32"):
+        assert getattr(shipped, field) == pytest.approx(getattr(all_rows, field), abs=0.002), field
+
+
+def test_leave_one_chip_out_is_honest():
+    # Changing every measurement of one chip must not move that chip's predictions.
+    rows = accuracy.load_rows()
+    before, _ = accuracy.evaluate(rows)
+    import dataclasses
+    doubled = [dataclasses.replace(r, measured=r.measured * 2) if r.chip == "GH100" else r for r in rows]
+    after, _ = accuracy.evaluate(doubled)
+    for b, a in zip(before, after):
+        if b.row.chip == "GH100":
+            assert a.predicted == pytest.approx(b.predicted, rel=1e-12), b.row.id
+
+
+def test_accuracy_is_pinned_and_documented(evaluated):
+    results, _ = evaluated
+    s = accuracy.summary(results)
+    assert s["median"] <= PINNED_MEDIAN and s["worst"] <= PINNED_WORST
+    validation = (REPO / "VALIDATION.md").read_text()
+    line = (f"{s['rows']} scored rows, leave one chip out: median |error| {s['median'] * 100:.1f} %, "
+            f"worst {s['worst'] * 100:.1f} %")
+    assert line in validation, "VALIDATION.md's single-GPU section is stale: rerun validation/accuracy_compute.py"
+    for res in results:
+        assert f"| {res.row.id} |" in validation

@@ -1,0 +1,192 @@
+"""The per-op roofline: invariants of the shape efficiency, the dtype a precision computes in,
+memory-bound ops, attention kernels, the loss and the optimizer, and large batches."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dpsim.errors import ConfigError
+from dpsim.hardware import get_gpu
+from dpsim.workload.architectures import GPT2Config, ResNetConfig, build_gpt2, build_resnet
+from dpsim.workload.catalog import get_model
+from dpsim.workload.compute import FLOPS_ONLY_EFFICIENCY, compute_profile
+from dpsim.workload.precision import get_precision
+from dpsim.workload.roofline import (
+    ATTENTION_FRACTION_OF_PEAK,
+    Efficiencies,
+    matmul_term,
+    op_times,
+    pass_bytes,
+    shape_efficiency,
+)
+from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, MemoryOp, ModelSpec, ParamSpec
+
+A100, H100, V100 = get_gpu("a100"), get_gpu("h100"), get_gpu("v100")
+AMP = get_precision("amp-bf16")
+
+
+def profile(model, gpu=A100, precision=AMP, micro_batch=8, **kw):
+    return compute_profile(model, gpu, micro_batch=micro_batch, precision=precision, optimizer="adamw", **kw)
+
+
+def test_large_aligned_gemm_runs_at_the_best_rate_small_ones_below():
+    assert shape_efficiency(8192, 8192, 8192, 1, A100) == pytest.approx(1.0, abs=0.02)
+    assert shape_efficiency(64, 64, 4096, 1, A100) < 0.5  # a quarter-filled tile on a few SMs
+    # Wave quantization: 109 tiles on 108 SMs need two waves.
+    assert shape_efficiency(128 * 109, 128, 128, 1, A100) == pytest.approx(109 / 216, rel=1e-9)
+
+
+def test_skinny_gemm_is_memory_bound():
+    t = matmul_term(16384, 16384, 16, 1, "bfloat16", 2, A100)
+    assert t.memory_s > t.compute_s
+    big = matmul_term(8192, 8192, 8192, 1, "bfloat16", 2, A100)
+    assert big.compute_s > big.memory_s
+
+
+def test_a_gemm_takes_its_flops_at_the_measured_rate_times_the_fitted_efficiency():
+    eff = Efficiencies()
+    t = matmul_term(8192, 8192, 8192, 1, "bfloat16", 2, A100)
+    flops = 2.0 * 8192 ** 3
+    rate = A100.achieved_rate("bfloat16") * shape_efficiency(8192, 8192, 8192, 1, A100) * eff.matmul
+    assert t.time_s(eff) == pytest.approx(flops / rate)
+
+
+def test_torch_default_fp32_matmul_is_not_tf32():
+    bert = get_model("bert-large", seq_len=128)
+    fp32, tf32 = profile(bert, precision=get_precision("fp32")), profile(bert, precision=get_precision("tf32"))
+    assert fp32.step_s > 3 * tf32.step_s  # CUDA-core FP32 (19.5 TF/s) vs TF32 tensor cores (156)
+    # Volta has no TF32: the two are the same there.
+    v_fp32 = profile(bert, gpu=V100, precision=get_precision("fp32"))
+    v_tf32 = profile(bert, gpu=V100, precision=get_precision("tf32"))
+    assert v_fp32.step_s == pytest.approx(v_tf32.step_s)
+
+
+def test_fp32_convolutions_use_tf32_by_default():
+    resnet = get_model("resnet50")
+    fp32, tf32 = profile(resnet, precision=get_precision("fp32")), profile(resnet, precision=get_precision("tf32"))
+    assert fp32.step_s == pytest.approx(tf32.step_s, rel=0.02)  # only the fc layer differs
+
+
+def test_v100_fp16_with_fp32_accumulate_vs_fp32():
+    gpt2 = get_model("gpt2")
+    fp16 = profile(gpt2, gpu=V100, precision=get_precision("amp-fp16"))
+    fp32 = profile(gpt2, gpu=V100, precision=get_precision("fp32"))
+    assert 2 < fp32.step_s / fp16.step_s < 8  # 125 vs 15.7 TF/s peaks, diluted by memory-bound ops
+
+
+def test_winograd_only_for_fp32_3x3_stride_1_convolutions_on_cuda_cores():
+    conv3 = MatmulOp(name="c", m=56 * 56, n=64, k=64 * 9, kind="conv", kernel=3, stride=1)
+    conv3_s2 = dataclasses.replace(conv3, stride=2)
+    fp32 = get_precision("fp32")
+    assert op_times(conv3, V100, fp32, 64)[0] < op_times(conv3_s2, V100, fp32, 64)[0] / 2
+    # On A100 fp32 convolutions run on TF32 tensor cores, costed as implicit GEMMs.
+    assert op_times(conv3, A100, fp32, 64)[0] == pytest.approx(op_times(conv3_s2, A100, fp32, 64)[0])
+
+
+def test_fused_causal_attention_does_half_the_work():
+    full = AttentionOp(seq=2048, heads=16, head_dim=128, causal=False)
+    causal = dataclasses.replace(full, causal=True)
+    f_full, b_full = op_times(full, A100, AMP, 4)
+    f_causal, b_causal = op_times(causal, A100, AMP, 4)
+    assert f_causal == pytest.approx(f_full / 2) and b_causal == pytest.approx(b_full / 2)
+    assert b_full == pytest.approx(2.5 * f_full)  # the backward recomputes the scores
+
+
+def test_flash_attention_is_slower_relative_to_peak_on_hopper():
+    assert ATTENTION_FRACTION_OF_PEAK["hopper"] < ATTENTION_FRACTION_OF_PEAK["ampere"]
+
+
+def test_eager_attention_streams_the_score_matrix():
+    eager = AttentionOp(seq=1024, heads=16, head_dim=64, fused=False)
+    fused = dataclasses.replace(eager, fused=True)
+    assert sum(op_times(eager, A100, AMP, 8)) > sum(op_times(fused, A100, AMP, 8))
+
+
+def test_byte_classes_follow_the_precision():
+    fp32, amp, params = get_precision("fp32"), AMP, get_precision("bf16-params")
+    assert [pass_bytes(c, amp) for c in ("act", "stream", "f32", "cast", "upcast", "nchw")] == [2, 4, 4, 6, 6, 2]
+    assert [pass_bytes(c, fp32) for c in ("act", "stream", "cast", "upcast", "nchw")] == [4, 4, 0, 0, 0]
+    assert [pass_bytes(c, params) for c in ("act", "stream", "cast")] == [2, 2, 0]
+
+
+def test_memory_bound_ops_cost_their_bytes_at_hbm_bandwidth():
+    op = MemoryOp(name="x", elements=1e6, forward=((3, "act"),), backward=((5, "act"),))
+    f, b = op_times(op, A100, AMP, 100)
+    eff = Efficiencies()
+    assert f == pytest.approx(3 * 2 * 1e8 / (A100.memory_bandwidth_bytes_per_s * eff.memory))
+    assert b == pytest.approx(5 / 3 * f)
+
+
+def test_every_catalog_layer_has_ops_and_memory_bound_work_costs_time():
+    for name in ("gpt2", "llama-2-7b", "bert-base", "vit-b-16", "resnet50"):
+        model = get_model(name)
+        assert all(layer.ops for layer in model.layers), name
+        p = profile(model, micro_batch=2)
+        assert p.breakdown_s["memory"] > 0 and p.breakdown_s["matmul"] > 0, name
+
+
+def test_the_lm_loss_is_included():
+    gpt2 = get_model("gpt2")
+    head = next(layer for layer in gpt2.layers if layer.name == "lm_head")
+    assert any(op.name == "loss" for op in head.ops)
+    loss = next(op for op in head.ops if op.name == "loss")
+    # Roughly a third of GPT-2 small's head: the 50257-wide logits are streamed in fp32.
+    assert sum(op_times(loss, A100, AMP, 8)) > 0.1 * sum(sum(op_times(o, A100, AMP, 8)) for o in head.ops)
+
+
+def test_channels_last_removes_the_layout_transposes():
+    nchw = build_resnet(ResNetConfig(), name="r")
+    nhwc = build_resnet(ResNetConfig(channels_last=True), name="r")
+    ratio = profile(nchw, precision=get_precision("amp-fp16"), micro_batch=256).step_s / profile(
+        nhwc, precision=get_precision("amp-fp16"), micro_batch=256).step_s
+    assert 1.2 < ratio < 1.7  # published: 1.44-1.56 (tests/data/single_gpu_throughput.csv T001/T042, T049/T050)
+    # fp32 convolutions need no transposes.
+    fp32 = get_precision("tf32")
+    assert profile(nchw, precision=fp32).step_s == pytest.approx(profile(nhwc, precision=fp32).step_s)
+
+
+def test_large_batches_scale_linearly_and_small_ones_do_not():
+    gpt2 = get_model("gpt2")
+    per_sample = {mb: (profile(gpt2, micro_batch=mb).forward_s + profile(gpt2, micro_batch=mb).backward_s) / mb
+                  for mb in (1, 8, 64)}
+    assert per_sample[64] == pytest.approx(per_sample[8], rel=0.05)  # compute-bound: linear
+    assert per_sample[1] > per_sample[64]  # small GEMMs under-fill the GPU
+
+
+def test_activation_function_and_dropout_change_time_not_flops():
+    base = GPT2Config(n_layer=2)
+    new = build_gpt2(base, seq_len=256)
+    gelu = build_gpt2(dataclasses.replace(base, activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0),
+                      seq_len=256)
+    assert new.forward_flops_per_sample == gelu.forward_flops_per_sample
+    assert profile(new).step_s > profile(gelu).step_s
+
+
+def test_compute_efficiency_and_measured_step_scale_everything():
+    gpt2 = get_model("gpt2")
+    full = profile(gpt2)
+    half = profile(gpt2, compute_efficiency=0.5)
+    assert half.step_s == pytest.approx(2 * full.step_s)
+    scaled = profile(gpt2, single_gpu_step_s=0.123)
+    assert scaled.step_s == pytest.approx(0.123)
+    assert scaled.forward_s / scaled.backward_s == pytest.approx(full.forward_s / full.backward_s)
+    with pytest.raises(ConfigError, match="--compute-efficiency"):
+        profile(gpt2, compute_efficiency=0)
+
+
+def test_layers_without_ops_keep_the_flops_only_cost():
+    layer = LayerSpec(name="l", params=(ParamSpec(name="w", shape=(10,)),), forward_flops_per_sample=1e12)
+    p = profile(ModelSpec(name="m", layers=(layer,)), micro_batch=2)
+    fwd = 2e12 / (A100.achieved_rate("bfloat16") * FLOPS_ONLY_EFFICIENCY)
+    assert p.layers[0].forward_s == pytest.approx(fwd) and p.layers[0].backward_s == pytest.approx(2 * fwd)
+    assert set(p.breakdown_s) == {"flops-only"}
+
+
+def test_newer_gpus_are_faster_on_every_catalog_model():
+    for name in ("gpt2", "resnet50", "vit-b-16"):
+        model = get_model(name)
+        steps = [profile(model, gpu=get_gpu(g), precision=get_precision("amp-fp16")).step_s
+                 for g in ("t4", "v100", "a100", "h100", "b200")]
+        assert steps == sorted(steps, reverse=True), name
