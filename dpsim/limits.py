@@ -41,6 +41,8 @@ MAX_SEQ_LEN = 1 << 20
 """Tokens per sample (a 1M-token context)."""
 MAX_BUCKET_CAP_MB = 1 << 20
 """Gradient bucket size in MiB (1 TiB)."""
+MIN_COMPUTE_EFFICIENCY = 0.01
+"""``--compute-efficiency``: compute at most 100x slower than modelled (1e-300 printed 6e293 days)."""
 MAX_OVERLAP_SLOWDOWN = 10.0
 """Fractional compute slowdown while communicating (10 = eleven times slower)."""
 MIN_SINGLE_GPU_STEP_S = 1e-6
@@ -74,6 +76,9 @@ MAX_HICCUP_RATE_PER_S = 1000.0
 """``--hiccup-rate-per-s``."""
 MAX_HICCUP_S = 3600.0
 """``--hiccup-s`` (an hour)."""
+MAX_HICCUP_FRACTION = 1.0
+"""``--hiccup-rate-per-s`` x ``--hiccup-s``: expected stall time per second of work (1 doubles
+the step; 1000/s x 3600 s made a 0.13 s step last six days)."""
 MIN_DEGRADED_FRACTION = 1e-3
 """``--degrade`` keeps at least 0.1 % of a link's capacity (all degradations of one link multiplied)."""
 MAX_REPEATED_FLAGS = 1024

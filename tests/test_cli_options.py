@@ -159,7 +159,7 @@ def test_calibration_sets_the_overlap_slowdown_unless_given(capsys, monkeypatch)
     ("predict", ["--grad-accum", "0"], ["--grad-accum: 0", ">= 1"]),
     ("predict", ["--jobs", "0"], ["--jobs: 0", ">= 1"]),
     ("predict", ["--placement", "random"], ["--placement: 'random'", "interleaved"]),
-    ("predict", ["--compute-efficiency", "1.5"], ["--compute-efficiency: 1.5", "> 0 and <= 1"]),
+    ("predict", ["--compute-efficiency", "1.5"], ["--compute-efficiency: 1.5", ">= 0.01 and <= 1"]),
     ("predict", ["--algo", "foo"], ["--algo: 'foo'", "ring"]),
     ("predict", ["--single-gpu-samples-per-s", "0"], ["--single-gpu-samples-per-s: 0", "> 0"]),
     ("memory", ["--micro-batch", "0"], ["--micro-batch: 0", ">= 1"]),

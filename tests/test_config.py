@@ -117,8 +117,8 @@ def one_line(exc: pytest.ExceptionInfo) -> str:
     ({"bucket_cap_mb": True}, ["--bucket-cap-mb: True", "a number"]),
     ({"overlap_slowdown": -0.1}, ["--overlap-slowdown: -0.1", ">= 0"]),
     ({"overlap_slowdown": float("inf")}, ["--overlap-slowdown: inf", ">= 0"]),
-    ({"compute_efficiency": 0}, ["--compute-efficiency: 0", "> 0 and <= 1"]),
-    ({"compute_efficiency": 1.5}, ["--compute-efficiency: 1.5", "> 0 and <= 1"]),
+    ({"compute_efficiency": 0}, ["--compute-efficiency: 0", ">= 0.01 and <= 1"]),
+    ({"compute_efficiency": 1.5}, ["--compute-efficiency: 1.5", ">= 0.01 and <= 1"]),
     ({"single_gpu_step_s": -0.001}, ["--single-gpu-step-ms: -1.0", ">= 0.001 ms"]),  # shown in the flag's units
     ({"single_gpu_step_s": float("nan")}, ["--single-gpu-step-ms: nan", ">= 0.001 ms"]),
     ({"overlap": 1}, ["--overlap: 1", "true or false"]),

@@ -79,7 +79,7 @@ def test_grid_order_types_and_aliases():
     ({"overlap": ["maybe"]}, ["overlap", "'maybe'", "true/false"]),
     ({"bucket_cap_mb": [-5]}, ["bucket_cap_mb", "-5", "> 0"]),
     ({"bucket_cap_mb": ["nan"]}, ["bucket_cap_mb", "'nan'"]),
-    ({"compute_efficiency": [1.5]}, ["compute_efficiency", "1.5", "> 0 and <= 1"]),
+    ({"compute_efficiency": [1.5]}, ["compute_efficiency", "1.5", ">= 0.01 and <= 1"]),
     ({"micro_batch": [None]}, ["micro_batch", "None", "an integer"]),
     ({"topology": ["/nonexistent/x.yaml"]}, ["topology_file", "cannot read"]),
     ({"strategy": ["ddp", "zero4"]}, ["strategy", "'zero4'", "zero3"]),

@@ -82,6 +82,23 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+MAX_ERROR_WORD_CHARS = 120
+"""A word of an error line longer than this (a value the user gave, repeated) is cut in the middle."""
+MAX_ERROR_CHARS = 800
+"""... and the whole line is cut to this: the line names the value, it need not repeat it."""
+
+
+def error_line(message: str) -> str:
+    """``message`` as one bounded line: whitespace folded, each overlong word and the whole cut."""
+    words = []
+    for word in message.split():
+        if len(word) > MAX_ERROR_WORD_CHARS:
+            word = f"{word[:MAX_ERROR_WORD_CHARS - 24]}...({len(word):,} chars)...{word[-8:]}"
+        words.append(word)
+    line = " ".join(words)
+    return line if len(line) <= MAX_ERROR_CHARS else line[:MAX_ERROR_CHARS - 3] + "..."
+
+
 def missing_extra(exc: ModuleNotFoundError) -> str | None:
     """The one-line error for an optional dependency that is not installed, or ``None`` for any other module."""
     module = (exc.name or "").split(".")[0]
@@ -108,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         print("dpsim: aborted", file=sys.stderr)
         return 130
     except _CLICK_ERRORS as exc:
-        message = " ".join(exc.format_message().split())
+        message = error_line(exc.format_message())
         if type(exc).__name__ == "NoArgsIsHelpError":
             # Bare ``dpsim``: typer's rich help is already on stdout (or is the message).
             if message:
@@ -117,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dpsim: error: {message}", file=sys.stderr)
         return 2
     except DpsimError as exc:
-        print(f"dpsim: error: {exc}", file=sys.stderr)
+        print(f"dpsim: error: {error_line(str(exc))}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:
         message = missing_extra(exc)

@@ -126,7 +126,7 @@ def sweep_command(
     At most 100,000 points (the product of the axes' lengths).
     """
     from dpsim.plan.cost import parse_count, parse_price_overrides
-    from dpsim.plan.grid import SweepSpec
+    from dpsim.plan.grid import SweepSpec, axis_name
     from dpsim.plan.sweep import OUTPUT_FORMATS, records_json, run_sweep, write_results
 
     if output is not None:
@@ -147,9 +147,11 @@ def sweep_command(
     for item in axis or []:
         name, sep, values = item.partition("=")
         if not sep or not name.strip():
-            raise ConfigError(f"--axis: {item!r} is not valid; expected NAME=V1,V2 (e.g. flash_attention=true,false)")
+            raise ConfigError(f"--axis: {short(item)} is not valid; expected NAME=V1,V2 (e.g. "
+                              f"flash_attention=true,false)")
+        axis_name(name, "--axis")  # an unknown axis is named as such first
         spec = spec.with_axes(SweepSpec.from_grid({name.strip(): _split(values, f"--axis {name.strip()}")},
-                                                  origin="--axis"))
+                                                  origin=f"--axis {name.strip()}"))
     if tokens is not None or samples is not None or gpu_hour_usd:
         spec = spec.with_axes(SweepSpec(
             tokens=None if tokens is None else parse_count(tokens, "--tokens"),

@@ -38,6 +38,7 @@ from dpsim.limits import (
     MAX_SINGLE_GPU_STEP_S,
     MAX_STEPS,
     MAX_TEXT_CHARS,
+    MIN_COMPUTE_EFFICIENCY,
     MIN_SINGLE_GPU_STEP_S,
     Range,
     is_finite,
@@ -128,7 +129,7 @@ class PredictConfig:
     """Fractional compute slowdown while communication runs (0.1 = 10 %); with a calibration
     profile, the profile's measured slowdown unless given."""
     compute_efficiency: float = field(default=DEFAULT_COMPUTE_EFFICIENCY,
-                                      metadata=_range(0, 1, open_below=True))
+                                      metadata=_range(MIN_COMPUTE_EFFICIENCY, 1))
     """Overall factor on every modelled compute time: 1 keeps the per-op roofline as it is (it
     carries each GPU's efficiencies), 0.8 makes compute 1/0.8 slower."""
     single_gpu_step_s: float | None = field(

@@ -61,6 +61,7 @@ import numpy as np
 
 from dpsim.errors import ConfigError
 from dpsim.limits import (
+    MAX_HICCUP_FRACTION,
     MAX_HICCUP_RATE_PER_S,
     MAX_HICCUP_S,
     MAX_MC_RANK_STEPS,
@@ -158,6 +159,11 @@ class VariabilitySpec:
             raise ConfigError(
                 f"--hiccup-rate-per-s / --hiccup-s: {self.hiccup_rate_per_s:g} / {self.hiccup_s:g} is not valid; "
                 "give both a rate > 0 and a duration > 0 (or neither)")
+        if self.hiccup_rate_per_s * self.hiccup_s > MAX_HICCUP_FRACTION:
+            raise ConfigError(
+                f"--hiccup-rate-per-s x --hiccup-s: {self.hiccup_rate_per_s:g} x {self.hiccup_s:g} s = "
+                f"{self.hiccup_rate_per_s * self.hiccup_s:g} s of stalls per second of work is not valid; "
+                f"expected at most {MAX_HICCUP_FRACTION:g}")
         check_int(self.seed, "--seed", 0, MAX_SEED)
         check_int(self.samples, "--mc-samples", 1, MAX_MC_SAMPLES)
         if not (is_finite(self.confidence) and 0 < self.confidence < 1):
