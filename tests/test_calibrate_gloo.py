@@ -26,6 +26,8 @@ from dpsim.calibrate.runner import CalibrationPlan, free_port, run_local  # noqa
 from dpsim.cli.app import main  # noqa: E402
 from dpsim.profile.calibrated import CalibratedCollectives  # noqa: E402
 from dpsim.profile.io import load_profile  # noqa: E402
+from dpsim.profile.match import model_fingerprint  # noqa: E402
+from dpsim.workload.from_torch import load_torch_workload  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -72,48 +74,76 @@ def test_gloo_calibration_predicts_a_size_it_did_not_measure():
 
 
 def test_cli_calibrate_end_to_end_into_predict(capsys, tmp_path, tiny_models_on_path):
-    out = tmp_path / "profiles" / "ci.json"
+    out = tmp_path / "profiles" / "ci.json"  # a missing directory is created
+    ref = "calibrate_models:tiny_blocks:tiny_tokens:next_token"
     t0 = time.monotonic()
     rc, text, err = run_cli(capsys, "calibrate", "--backend", "gloo", "--nproc", "2", "-b", "16K", "-e", "1M", "-f", "4",
-                            "--warmup", "1", "--iters", "5", "--model", "calibrate_models:tiny_blocks",
+                            "--warmup", "1", "--iters", "5", "--max-iters", "8", "--model", ref,
                             "--micro-batch", "4", "--out", str(out))
     assert rc == 0, err
-    assert time.monotonic() - t0 < 60
+    assert time.monotonic() - t0 < 90
     # nccl-tests table with measured and fitted columns, one per op
     for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "sendrecv"):
         assert f"# intra_node {op}: " in text
-    assert "measured" in text and "fitted" in text and "(GB/s)" in text and f"# wrote {out}" in text
+    assert "measured" in text and "fitted" in text and f"# wrote {out}" in text
+    assert "0.00 GB/s" not in text and " -0.0" not in text
     profile = load_profile(out)
     doc = json.loads(out.read_text())
     assert doc["schema"] == "dpsim.calibration/1" and doc["method"] == "torch.distributed"
     env = doc["environment"]
     assert env["backend"] == "gloo" and env["world_size"] == 2 and env["hosts"] == 1
+    assert env["nodes_from"].startswith("GROUP_RANK") and env["device_type"] == "cpu" and env["device_memory_bytes"] > 0
     assert env["torch_version"] and env["device_names"] and env["date_utc"] and "backend_version" in env
     for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "sendrecv"):
         cal = profile.op("intra_node", op)
-        assert cal is not None and len(cal.measurements) == 4
+        assert cal is not None
         m = cal.measurements[0]
-        assert m.repeats == 5 and m.min_s <= m.q1_s <= m.time_s <= m.q3_s <= m.max_s
+        assert m.min_s <= m.q1_s <= m.time_s <= m.q3_s <= m.max_s
+        if op != "sendrecv":  # repeated until +-2 % or --max-iters; the mean's interval is kept
+            assert 5 <= m.repeats <= 8 and m.ci_low_s <= m.mean_s <= m.ci_high_s
         fit = doc["collectives"]["intra_node"]["ops"][op]["fit"]
         assert {"r2", "worst_rel_residual", "segments", "breaks_bytes", "single_line", "poor"} <= set(fit)
+        assert all("rms_rel_residual" in seg for seg in fit["segments"])
+    # the sweep reaches the model's gradient bytes (the largest bucket DDP can make) even with -e 1M
+    assert profile.op("intra_node", "all_reduce").measurements[-1].size_bytes >= 1 << 20
     # reduce-scatter / all-gather sizes are whole float32 elements per rank
     assert all(m.size_bytes % 8 == 0 for m in profile.op("intra_node", "all_gather").measurements)
     c = profile.compute
     assert c.matmul_flops_per_s["float32"] > 1e8 and c.memory_bandwidth_bytes_per_s > 1e8
     assert c.overlap_slowdown is not None and c.overlap_slowdown >= 0
-    assert c.model_step.model == "calibrate_models:tiny_blocks" and c.model_step.micro_batch == 4
-    assert [l.name for l in c.model_step.layers] == ["embed", "blocks.0", "blocks.1", "blocks.2", "head"]
-    assert all(l.forward_s > 0 and l.backward_s > 0 for l in c.model_step.layers)
-    assert c.model_step.step_time_cv is not None and c.model_step.step_time_cv >= 0  # predict's default noise
+    assert c.comm_slowdown is not None and c.comm_slowdown >= 0  # the other direction of the interference
+    s = c.model_step
+    assert s.model == ref and s.micro_batch == 4
+    assert s.loss == "next_token()" and s.optimizer == "optimizer()" and s.optimizer_s > 0
+    traced = load_torch_workload("calibrate_models:tiny_blocks:tiny_tokens")
+    assert s.structure_hash == model_fingerprint(traced) and s.layers_traced
+    assert [l.name for l in s.layers] == [l.name for l in traced.layers]
+    assert sum(l.forward_s for l in s.layers) == pytest.approx(s.forward_s, rel=1e-9)
+    assert sum(l.backward_s for l in s.layers) == pytest.approx(s.backward_s, rel=1e-9)
+    assert s.step_time_cv is not None and s.step_time_cv >= 0  # predict's default noise
+    assert s.step_time_ci_low_s <= s.step_time_mean_s <= s.step_time_ci_high_s and s.repeats >= 5
     for w in profile.warnings:
         assert f"dpsim: warning: {w}" in err  # poor fits are reported, not silent
-    # the profile drives predict and collective (2 ranks in one node: intra_node)
+    # predict matches the model by what it is: another spelling of the same module, the
+    # measured step and optimizer are used, fp32 and a CPU device (no H100) come from the profile
+    model_file = str(TESTS / "calibrate_models.py") + ":tiny_blocks:tiny_tokens"
     rc, text, err = run_cli(capsys, "predict", "--calibration", str(out), "--gpus", "2", "--gpus-per-node", "2",
-                            "--link", "nvlink", "--model", "gpt2", "--json")
+                            "--model", model_file, "--micro-batch", "4", "--noise-cv", "0", "--json")
     assert rc == 0, err
     d = json.loads(text)
     assert d["config"]["overlap_slowdown"] == pytest.approx(c.overlap_slowdown)
+    assert d["config"]["precision"] == "fp32" and d["gpu"] == "cpu" and d["mfu"] is None
+    assert d["memory"]["capacity_bytes"] == pytest.approx(env["device_memory_bytes"] / 2)  # the host shared by 2 ranks
+    prov = d["provenance"]
+    assert prov["compute"]["source"] == "profile" and "per traced layer" in prov["compute"]["detail"]
+    assert prov["network"]["source"] == "profile" and prov["overlap"]["source"] == "profile"
+    assert d["optimizer_s"] == pytest.approx(s.optimizer_s)
     assert d["comm_s"] > 0
+    # another micro-batch is not what was measured: modelled, and the provenance says why
+    rc, text, err = run_cli(capsys, "predict", "--calibration", str(out), "--gpus", "2", "--gpus-per-node", "2",
+                            "--model", model_file, "--micro-batch", "8", "--noise-cv", "0", "--json")
+    prov = json.loads(text)["provenance"]
+    assert prov["compute"]["source"] == "model" and "micro-batch 4, not 8" in prov["compute"]["detail"]
     rc, text, err = run_cli(capsys, "collective", "--calibration", str(out), "--gpus", "2", "-b", "16K", "-e", "1M",
                             "-f", "4", "--json")
     assert rc == 0, err
@@ -132,7 +162,10 @@ def test_builder_model_from_a_file_with_input_shape(capsys, tmp_path):
     assert rc == 0, err
     step = load_profile(out).compute.model_step
     assert step.model == model and step.micro_batch == 3 and step.dtype == "float32"
-    assert [l.name for l in step.layers] == ["0", "1", "2", "3", "4"]  # the Sequential's children
+    traced = load_torch_workload(model, input_shape="2,64")
+    assert [l.name for l in step.layers] == [l.name for l in traced.layers]  # the traced layers, not children
+    assert step.loss.startswith("mean of the output") and step.optimizer == "optimizer()"  # the file's own
+    assert any("no loss given" in w for w in load_profile(out).warnings)  # a stand-in loss is said out loud
 
 
 def test_torchrun_mode_joins_the_process_group(tmp_path):
@@ -164,8 +197,12 @@ def test_simulated_nodes_calibrate_intra_and_inter_node_separately(capsys, tmp_p
     assert profile.environment["ranks_per_node"] == [2, 2] and profile.environment["ranks_per_node_simulated"]
     # a 4-node prediction with 2 ranks per node uses the inter-node fit
     d = json.loads(run_cli(capsys, "predict", "--calibration", str(out), "--gpus", "8", "--gpus-per-node", "2",
-                           "--link", "infiniband", "--model", "gpt2", "--json")[1])
+                           "--link", "infiniband", "--model", "gpt2", "--single-gpu-step-ms", "100", "--json")[1])
     assert d["n_nodes"] == 4 and d["comm_s"] > 0
+    # a CPU profile without compute measurements cannot say how fast its CPUs are
+    rc, _, err = run_cli(capsys, "predict", "--calibration", str(out), "--gpus", "8", "--model", "gpt2")
+    assert rc == 2 and "without compute benchmarks" in err and "--single-gpu-step-ms" in err
+
 
 
 @pytest.mark.parametrize("fault, needle", [
@@ -179,7 +216,7 @@ def test_dead_or_hung_rank_ends_the_run_and_keeps_the_old_profile(capsys, tmp_pa
     t0 = time.monotonic()
     rc, stdout, err = run_cli(capsys, "calibrate", "--backend", "gloo", "--nproc", "2", "-b", "4K", "-e", "64K",
                               "--ops", "all_reduce", "--no-compute", "--iters", "3", "--timeout", "4",
-                              "--out", str(out), "--quiet")
+                              "--out", str(out), "--force", "--quiet")
     elapsed = time.monotonic() - t0
     assert rc == 2
     lines = err.strip().splitlines()
@@ -210,3 +247,64 @@ def test_bad_calibrate_flags_are_one_line(capsys, tmp_path):
         rc, _, err = run_cli(capsys, "calibrate", *args, "--out", str(tmp_path / "x.json"))
         assert rc == 2 and err.count("\n") == 1 and needle in err, (args, err)
     assert not (tmp_path / "x.json").exists()
+
+
+def test_out_and_model_are_checked_before_any_rank_starts(capsys, tmp_path, tiny_models_on_path):
+    """Nothing is measured for a run that could not write its profile or fit its model (one line, at once)."""
+    existing = tmp_path / "node.json"
+    existing.write_text("{}")
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    readonly.chmod(0o500)
+    a_file = tmp_path / "plain"
+    a_file.write_text("")
+    cases = [
+        (["--out", str(existing)], "already exists; pass --force"),
+        (["--out", str(tmp_path)], "is a directory"),
+        (["--out", str(a_file / "p.json")], "is a file, not a directory"),
+        (["--out", str(tmp_path / "x.json"), "--ci", "0"], "--ci: 0"),
+        (["--out", str(tmp_path / "x.json"), "--optimizer", "lion"], "--optimizer: 'lion'"),
+        (["--out", str(tmp_path / "x.json"), "--iters", "5", "--max-iters", "2"], "--max-iters: 2"),
+        (["--out", str(tmp_path / "x.json"), "--model", "calibrate_models:not_a_module:tiny_tokens"],
+         "not_a_module() returned int"),
+        # a model whose step cannot fit in this host's memory is refused before it is started
+        (["--out", str(tmp_path / "x.json"), "--model", "llama-2-70b"], "needs about"),
+    ]
+    if os.geteuid() != 0:  # root writes anywhere
+        cases.append((["--out", str(readonly / "p.json")], "is not writable"))
+    for args, needle in cases:
+        t0 = time.monotonic()
+        rc, _, err = run_cli(capsys, "calibrate", "--backend", "gloo", "--nproc", "2", *args)
+        assert rc == 2 and err.count("\n") == 1 and needle in err, (args, err)
+        assert time.monotonic() - t0 < 30, args
+    assert existing.read_text() == "{}"
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_nodes_come_from_torchruns_facts_before_host_names(tmp_path):
+    """Ranks on one host name but different torchrun nodes (containers, network namespaces) are
+    two nodes: the profile has an inter-node fit and predict takes its ranks per node."""
+    out = tmp_path / "two.json"
+    port = free_port()
+    procs = []
+    for node in range(2):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+               "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
+               "-m", "dpsim", "calibrate", "--backend", "gloo", "-b", "16K", "-e", "256K", "-f", "4", "--ops",
+               "all_reduce", "--no-compute", "--warmup", "1", "--iters", "3", "--out", str(out), "--quiet"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=dict(os.environ, OMP_NUM_THREADS="1")))
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-1500:] for o in outs]
+    # one copy of gloo's and torch's warnings, not one per rank
+    assert outs[1][1].count("[W") == 0
+    doc = json.loads(out.read_text())
+    assert doc["environment"]["nodes_from"].startswith("GROUP_RANK") and doc["environment"]["hosts"] == 2
+    assert list(doc["collectives"]) == ["inter_node"]
+    rc = main(["predict", "--calibration", str(out), "--gpus", "4", "--link", "ethernet", "--model", "gpt2",
+               "--single-gpu-step-ms", "100", "--json"])  # 4 nodes: --gpus-per-node 1 from the profile
+    assert rc == 0
+    # a --gpus-per-node that needs a link class the profile lacks suggests the profile's own
+    rc = main(["predict", "--calibration", str(out), "--gpus", "4", "--gpus-per-node", "4", "--model", "gpt2",
+               "--single-gpu-step-ms", "100"])
+    assert rc == 2

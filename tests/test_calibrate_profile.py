@@ -4,6 +4,7 @@ scaled to other communicator sizes, compute rates, measured model step, overlap)
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -336,3 +337,15 @@ def test_predict_noise_defaults_to_the_profiles_step_time_cv(capsys, tmp_path, m
                            "--model", "gpt2", "--json")
     assert rc == 0, err
     assert "variability" not in json.loads(out)
+
+
+def test_bandwidths_read_in_their_own_unit():
+    from dpsim.calibrate.summary import calibration_table, format_rate
+
+    assert format_rate(12.1e6) == "12.1 MB/s" and format_rate(48.5e9) == "48.5 GB/s" and format_rate(950) == "950 B/s"
+    assert format_rate(math.inf) == "unbounded"
+    # a 100 Mbit/s sweep: its table is in MB/s, with no "0.00" rates and no "-0.0" errors
+    sizes = [2.0**k for k in range(12, 24)]
+    meas = [Measurement(size_bytes=s, time_s=1e-3 + s / 12.5e6) for s in sizes]
+    table = calibration_table(make_op_calibration("all_reduce", "inter_node", 2, meas))
+    assert "(MB/s)" in table and "(GB/s)" not in table and "  0.00  " not in table and "-0.0 " not in table

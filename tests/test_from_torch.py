@@ -55,7 +55,7 @@ def test_model_refs_are_recognised_and_validated(tmp_path):
     assert ref.is_file and ref.function == "tied_lm" and ref.example_function is None
     ref = parse_model_ref("torch_user_models:sharding_net:sharding_net_input")
     assert not ref.is_file and ref.example_function == "sharding_net_input"
-    bad = ["x.py", ":build", "a.py:", "a.py:1fn", "a.py:class", "a b:c", "pkg..mod:fn", "a:b:c:d",
+    bad = ["x.py", ":build", "a.py:", "a.py:1fn", "a.py:class", "a b:c", "pkg..mod:fn", "a:b:c:d:e",
            str(tmp_path / "missing.py") + ":f", "dir/file.txt:f"]
     for text in bad:
         with pytest.raises(WorkloadError) as info:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Callable
 
 import torch
@@ -94,13 +95,22 @@ def time_repeat(fn, inner: int, *, group, clock: Clock) -> float:
 
 
 def sweep(fns: dict[int, Callable], label: str, steps: "Steps", *, group, clock: Clock, warmup: int, iters: int,
-          batch_s: float, max_inner: int, backend: str, device: torch.device, scale: float = 1.0) -> dict[int, list]:
-    """Per-call times of each size's ``fn``: warm-up per size, then ``iters`` rounds over all sizes.
+          batch_s: float, max_inner: int, backend: str, device: torch.device, scale: float = 1.0,
+          max_iters: int | None = None, target_rel_ci: float | None = None, budget_s: float | None = None
+          ) -> dict[int, list]:
+    """Per-call times of each size's ``fn`` (the slowest rank's): warm-up per size, then rounds over all sizes.
 
     Sizes are interleaved (round r times every size once) rather than measured one
     after another, so a burst of load from something else on the machine spreads over
-    all sizes instead of biasing a few, and the medians stay comparable.
+    all sizes instead of biasing a few, and the medians stay comparable. Each round's
+    times go through one MAX all-reduce, so every rank of ``group`` holds the slowest
+    rank's times (a collective ends when its last rank does) and takes the same decision
+    to go on: after ``iters`` rounds, rounds continue until every size's mean is known
+    within ``target_rel_ci`` (95 % Student-t interval), ``max_iters`` rounds were made
+    or ``budget_s`` has passed (on any rank).
     """
+    from dpsim.trainstep import converged
+
     inner = {}
     for size, fn in fns.items():
         name = f"{label} warm-up {human_bytes(size)}"
@@ -109,10 +119,24 @@ def sweep(fns: dict[int, Callable], label: str, steps: "Steps", *, group, clock:
                                        max_inner=max_inner, backend=backend, device=device)
         steps.end(name)
     times: dict[int, list] = {size: [] for size in fns}
-    for r in range(iters):
-        name = f"{label} round {r + 1}/{iters}"
+    max_iters = max(iters, max_iters if max_iters is not None else iters)
+    start = time.monotonic()
+    r = 0
+    while True:
+        name = f"{label} round {r + 1}"
         steps.begin(name)
-        for size, fn in fns.items():
-            times[size].append(scale * time_repeat(fn, inner[size], group=group, clock=clock))
+        row = [scale * time_repeat(fn, inner[size], group=group, clock=clock) for size, fn in fns.items()]
+        over = budget_s is not None and time.monotonic() - start > budget_s
+        t = torch.tensor(row + [1.0 if over else 0.0], dtype=torch.float64, device=_reduce_device(backend, device))
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        values = t.tolist()
+        for size, v in zip(fns, values):
+            times[size].append(v)
         steps.end(name)
-    return times
+        r += 1
+        if r < iters:
+            continue
+        if values[-1] > 0 or r >= max_iters or target_rel_ci is None or all(
+                converged(ts, min_n=iters, target_rel_ci=target_rel_ci) for ts in times.values()):
+            return times
+        steps.grow(1)

@@ -1,21 +1,18 @@
-"""Compute micro-benchmarks of the harness: matmul rates, copy bandwidth, overlap interference, a model's step.
+"""Compute micro-benchmarks of the harness: matmul rates, copy bandwidth, the user's training step,
+and the interference between compute and a concurrent all-reduce, both ways.
 """
 
 from __future__ import annotations
 
-import importlib
-import math
 import statistics
-import sys
-import time
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from dpsim.calibrate.bench_collectives import ELEMENT, ELEMENT_BYTES, _reduce_device
+from dpsim.calibrate.bench_collectives import _reduce_device
 from dpsim.calibrate.timing import Clock, _median_time
-from dpsim.workload.catalog import CATALOG_ENTRIES
-from dpsim.workload.from_torch import parse_input_shape, parse_model_ref
+from dpsim.trainstep import TrainStep, build_train_step, measure_interference, measure_step
 
 # ----------------------------------------------------------------------------- compute
 
@@ -46,265 +43,72 @@ def bench_matmul(device: torch.device, clock: Clock, plan: dict) -> list[dict]:
     return rows
 
 
-def bench_memcpy(device: torch.device, clock: Clock, plan: dict) -> dict:
+def bench_memcpy(device: torch.device, clock: Clock, plan: dict, sync: Callable[[], None] = lambda: None) -> dict:
+    """Copy bandwidth (read + write) with every rank copying at once (``sync`` aligns the
+    repeats): DDP copies each gradient into its bucket and back on every rank together."""
     nbytes = int(plan["memcpy_bytes"])
     src = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(1)
     dst = torch.empty_like(src)
-    t = _median_time(lambda: dst.copy_(src), clock, batch_s=plan["batch_s"])
+    dst.copy_(src)
+    times = []
+    for _ in range(max(5, plan["iters"])):
+        sync()
+        clock.sync()
+        t0 = clock.start()
+        dst.copy_(src)
+        times.append(clock.stop(t0))
+    t = statistics.median(times)
     return {"bytes": nbytes, "time_s": t, "bandwidth_bytes_per_s": 2.0 * nbytes / t}
 
 
-def bench_overlap(device: torch.device, clock: Clock, plan: dict, group, backend: str) -> dict:
-    """Matmul time alone and while all-reduces run on ``group``."""
-    n = 4096 if device.type == "cuda" else 384
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    c = torch.empty(n, n, device=device, dtype=dtype)
-
-    def compute():
-        torch.mm(a, b, out=c)
-
-    comm_bytes = int(plan["overlap_bytes"])
-    buf = torch.zeros(comm_bytes // ELEMENT_BYTES, dtype=ELEMENT, device=device)
-    repeats = max(3, plan["iters"] // 2)
-    # compute alone: `inner` matmuls per repeat, agreed across ranks
-    for _ in range(3):
-        compute()
-    clock.sync()
-    t = clock.start()
-    compute()
-    one = max(clock.stop(t), 1e-7)
-    rd = _reduce_device(backend, device)
-    agree = torch.tensor([one], dtype=torch.float64, device=rd)
-    dist.all_reduce(agree, op=dist.ReduceOp.MAX, group=group)
-    inner = int(max(1, math.ceil(4 * plan["batch_s"] / float(agree.item()))))
-    alone = []
-    for _ in range(repeats):
-        dist.barrier(group=group)
-        clock.sync()
-        t = clock.start()
-        for _ in range(inner):
-            compute()
-        alone.append(clock.stop(t))
-    window = statistics.median(alone)
-    # one collective alone, then enough of them to cover the compute window 1.5 times
-    dist.all_reduce(buf, group=group)
-    clock.sync()
-    t = clock.start()
-    dist.all_reduce(buf, group=group)
-    comm_one = max(clock.stop(t), 1e-7)
-    agree = torch.tensor([window, comm_one], dtype=torch.float64, device=rd)
-    dist.all_reduce(agree, op=dist.ReduceOp.MAX, group=group)
-    window_max, comm_max = (float(x) for x in agree.tolist())
-    k = int(min(10_000, max(1, math.ceil(1.5 * window_max / comm_max))))
-    together = []
-    for _ in range(repeats):
-        dist.barrier(group=group)
-        clock.sync()
-        works = [dist.all_reduce(buf, group=group, async_op=True) for _ in range(k)]
-        t = clock.start()
-        for _ in range(inner):
-            compute()
-        together.append(clock.stop(t))
-        for w in works:
-            w.wait()
-        clock.sync()
-    concurrent = statistics.median(together)
-    return {"matmul_n": n, "matmul_dtype": str(dtype).removeprefix("torch."), "matmuls": inner,
-            "collective": "all_reduce", "collective_bytes": comm_bytes, "collectives": k,
-            "compute_alone_s": window, "compute_concurrent_s": concurrent,
-            "slowdown": max(0.0, concurrent / window - 1.0)}
+def make_step(plan: dict, device: torch.device) -> TrainStep:
+    """The user's training step (:func:`dpsim.trainstep.build_train_step`) as the plan names it."""
+    return build_train_step(plan["model"], micro_batch=plan["micro_batch"], device=device,
+                            input_shape=plan.get("input_shape"), seq_len=plan.get("seq_len"),
+                            optimizer=plan.get("optimizer") or "adamw", seed=plan.get("seed", 0))
 
 
-def _first_tensor(out):
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, dict):
-        out = list(out.values())
-    if hasattr(out, "logits"):
-        return out.logits
-    if isinstance(out, (list, tuple)):
-        for o in out:
-            t = _first_tensor(o)
-            if t is not None:
-                return t
-    return None
+def bench_step(step: TrainStep, plan: dict, agree) -> dict:
+    """The user's step as trained, every rank at once (``agree``), per traced layer."""
+    layers = [(("" if name == "(root)" else name), params) for name, params in plan.get("model_layers") or []]
+    use_bf16 = next(step.model.parameters()).device.type == "cuda" and torch.cuda.is_bf16_supported()
+    if use_bf16:  # autocast around forward + loss, as mixed-precision training scripts do
+        forward = step.forward
 
-
-def layer_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    """The model's "layers": leaves and the blocks of its ModuleLists/Sequentials, in order."""
-    containers = (torch.nn.ModuleList, torch.nn.Sequential)
-    chosen: list[tuple[str, torch.nn.Module]] = []
-
-    def has_blocks(m: torch.nn.Module) -> bool:
-        return any(isinstance(x, containers) and len(x) >= 2 for x in m.modules())
-
-    def visit(prefix: str, m: torch.nn.Module) -> None:
-        kids = list(m.named_children())
-        if isinstance(m, containers) and len(m) >= 2:
-            chosen.extend((f"{prefix}.{n}" if prefix else n, c) for n, c in kids)
-        elif kids and has_blocks(m):
-            for n, c in kids:
-                visit(f"{prefix}.{n}" if prefix else n, c)
-        else:
-            chosen.append((prefix or type(m).__name__, m))
-
-    visit("", model)
-    return chosen
-
-
-def _import_builder_module(ref):
-    """The module a parsed ``--model`` reference names (a ``.py`` file or a dotted module)."""
-    if ref.is_file:
-        from importlib.util import module_from_spec, spec_from_file_location
-        from pathlib import Path
-        path = Path(ref.target).resolve()
-        spec = spec_from_file_location(f"_dpsim_calibrate_model_{abs(hash(str(path)))}", path)
-        module = module_from_spec(spec)
-        sys.path.insert(0, str(path.parent))  # let the file import its neighbours
-        try:
-            spec.loader.exec_module(module)
-        finally:
-            sys.path.remove(str(path.parent))
-        return module
-    return importlib.import_module(ref.target)
-
-
-def _with_batch(x, micro_batch: int):
-    """An example input resized to ``micro_batch`` along dim 0 (rows repeated or cut)."""
-    if isinstance(x, torch.Tensor):
-        if x.dim() == 0 or x.shape[0] == micro_batch:
-            return x
-        return x.index_select(0, torch.arange(micro_batch, device=x.device) % x.shape[0])
-    if isinstance(x, tuple):
-        return tuple(_with_batch(v, micro_batch) for v in x)
-    if isinstance(x, list):
-        return [_with_batch(v, micro_batch) for v in x]
-    if isinstance(x, dict):
-        return {k: _with_batch(v, micro_batch) for k, v in x.items()}
-    return x
-
-
-def _to_device(x, device: torch.device):
-    if isinstance(x, torch.Tensor):
-        return x.to(device)
-    if isinstance(x, (tuple, list)):
-        return type(x)(_to_device(v, device) for v in x)
-    if isinstance(x, dict):
-        return {k: _to_device(v, device) for k, v in x.items()}
-    return x
-
-
-def build_model(spec: str, micro_batch: int, plan: dict, device: torch.device):
-    """(module, input batch) for a catalog name or a builder, as ``predict --model`` names them.
-
-    A builder is ``path/file.py:fn`` or ``package.module:fn`` (optionally ``:example_fn``),
-    with the example input from, in this order: ``--input-shape`` (predict's syntax,
-    ``8,3,224,224`` or ``4,1024:int64``; random normal floats, zero integers), the
-    example function, a module-level ``example_input()``, or an ``example_input(batch)``
-    method of the module. Its first dimension is set to ``micro_batch``.
-    """
-    if ":" not in spec:
-        from dpsim.workload.torch_models import example_input, torch_model_for
-        cfg = CATALOG_ENTRIES[spec].config
-        model = torch_model_for(cfg)
-        return model.to(device), example_input(cfg, micro_batch, plan.get("seq_len")).to(device)
-    ref = parse_model_ref(spec)
-    mod = _import_builder_module(ref)
-    model = getattr(mod, ref.function)()
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"--model: {spec} returned {type(model).__name__}, expected a torch.nn.Module")
-    if plan.get("input_shape"):
-        shape, dtype = parse_input_shape(plan["input_shape"])
-        tdtype = getattr(torch, dtype)
-        x = (torch.randn(shape).to(tdtype) if tdtype.is_floating_point else torch.zeros(shape, dtype=tdtype))
-    elif ref.example_function or hasattr(mod, "example_input"):
-        x = getattr(mod, ref.example_function or "example_input")()
-    elif hasattr(model, "example_input"):
-        x = model.example_input(micro_batch)
-    else:
-        raise TypeError(f"--model: {spec} needs an example input: pass --input-shape (e.g. 8,3,224,224 or "
-                        "4,1024:int64) or define example_input()")
-    return model.to(device), _to_device(_with_batch(x, micro_batch), device)
-
-
-def bench_model(spec: str, micro_batch: int, device: torch.device, clock: Clock, plan: dict) -> dict:
-    """Forward/backward of a real model: whole (median) and per module (hooks)."""
-    model, x = build_model(spec, micro_batch, plan, device)
-    model.train()
-    use_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    dtype = "bfloat16" if use_bf16 else "float32"
-
-    def call():
-        if isinstance(x, dict):
-            return model(**x)
-        if isinstance(x, (tuple, list)):
-            return model(*x)
-        return model(x)
-
-    def forward():
-        if use_bf16:
+        def autocast_forward():
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                return _first_tensor(call()).float().mean()
-        return _first_tensor(call()).float().mean()
+                return forward()
+        step.forward = autocast_forward  # type: ignore[method-assign]
+    r = measure_step(step, layers=layers or None, warmup=max(2, plan.get("warmup", 2)),
+                     min_iters=plan["iters"], max_iters=plan.get("max_iters", 5 * plan["iters"]),
+                     target_rel_ci=plan.get("target_rel_ci", 0.02), budget_s=plan.get("budget_s", 60.0),
+                     agree=agree)
+    r.update(model=plan["model"], micro_batch=plan["micro_batch"], dtype="bfloat16" if use_bf16 else "float32",
+             loss=step.loss_source, optimizer=step.optimizer_source, threads=torch.get_num_threads())
+    return r
 
-    def step():
-        model.zero_grad(set_to_none=True)
-        t = clock.start()
-        loss = forward()
-        f = clock.stop(t)
-        t = clock.start()
-        loss.backward()
-        return f, clock.stop(t)
 
-    for _ in range(2):
-        step()
-    runs = [step() for _ in range(max(3, plan["iters"] // 2))]
-    step_times = [f + b for f, b in runs]  # every timed repeat, for the step-time spread (noise)
-    fwd = statistics.median(r[0] for r in runs)
-    bwd = statistics.median(r[1] for r in runs)
+def bench_interference(device: torch.device, clock: Clock, plan: dict, group, backend: str,
+                       step: TrainStep | None = None) -> dict:
+    """The interference of compute and all-reduce both ways (:func:`dpsim.trainstep.measure_interference`),
+    with the user's forward + loss + backward as compute when a model is calibrated, else a matmul."""
+    if step is not None:
+        def compute():
+            step.optimizer.zero_grad(set_to_none=True)
+            step.loss_fn(step.forward()).backward()
+        unit = "model forward + loss + backward"
+    else:
+        n = 4096 if device.type == "cuda" else 384
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        c = torch.empty(n, n, device=device, dtype=dtype)
 
-    layers = layer_modules(model)
-    marks: dict[str, dict[str, list]] = {name: {"f": [], "b": []} for name, _ in layers}
-    handles = []
-    sync_cpu = not clock.cuda
-
-    def now():
-        if clock.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            return ev
-        return time.perf_counter()
-
-    for name, m in layers:
-        rec = marks[name]
-        handles.append(m.register_forward_pre_hook(lambda mod, inp, rec=rec: rec["f"].append([now(), None])))
-        handles.append(m.register_forward_hook(lambda mod, inp, out, rec=rec: rec["f"][-1].__setitem__(1, now())))
-        handles.append(m.register_full_backward_pre_hook(lambda mod, go, rec=rec: rec["b"].append([now(), None])))
-        handles.append(m.register_full_backward_hook(
-            lambda mod, gi, go, rec=rec: rec["b"][-1].__setitem__(1, now()) if rec["b"] else None))
-    per_layer: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in layers}
-    try:
-        for _ in range(3):
-            for rec in marks.values():
-                rec["f"].clear()
-                rec["b"].clear()
-            step()
-            clock.sync()
-            for name, rec in marks.items():
-                def total(pairs):
-                    s = 0.0
-                    for a, b in pairs:
-                        if b is None:
-                            continue
-                        s += (b - a) if sync_cpu else a.elapsed_time(b) / 1e3
-                    return s
-                per_layer[name].append((total(rec["f"]), total(rec["b"])))
-    finally:
-        for h in handles:
-            h.remove()
-    layer_rows = [{"name": name, "forward_s": statistics.median(t[0] for t in per_layer[name]),
-                   "backward_s": statistics.median(t[1] for t in per_layer[name])} for name, _ in layers]
-    return {"model": spec, "micro_batch": micro_batch, "dtype": dtype, "forward_s": fwd, "backward_s": bwd,
-            "step_times_s": step_times, "layers": layer_rows}
+        def compute():
+            torch.mm(a, b, out=c)
+        unit = f"matmul {n}x{n} {str(dtype).removeprefix('torch.')}"
+    r = measure_interference(compute, comm_bytes=int(plan["overlap_bytes"]), group=group, device=device,
+                             repeats=max(5, plan["iters"]), batch_s=plan["batch_s"],
+                             reduce_device=_reduce_device(backend, device))
+    r["unit"] = unit
+    return r

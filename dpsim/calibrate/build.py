@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from dpsim.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
 from dpsim.errors import ProfileError
+from dpsim.stats import mean_confidence_interval
 from dpsim.profile.schema import (
     LINK_CLASSES,
     PROFILE_OPS,
@@ -102,13 +103,15 @@ def profile_from_nccl_tests(
 
 
 def summarize(times_s: list[float], size_bytes: float, source: str | None = None) -> Measurement:
-    """Median and spread of repeated timings of one size."""
+    """Median, spread, mean and its 95 % interval of repeated timings of one size."""
     xs = sorted(times_s)
     if not xs:
         raise ProfileError(f"size {size_bytes:.0f} B: no timings")
     q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) >= 2 else [xs[0]] * 3
+    mean, lo, hi = mean_confidence_interval(xs)
     return Measurement(size_bytes=float(size_bytes), time_s=statistics.median(xs), min_s=xs[0], max_s=xs[-1],
-                       q1_s=q[0], q3_s=q[2], repeats=len(xs), source=source)
+                       q1_s=q[0], q3_s=q[2], repeats=len(xs), mean_s=mean, ci_low_s=max(0.0, lo), ci_high_s=hi,
+                       source=source)
 
 
 def coefficient_of_variation(values: Iterable[float]) -> float | None:
@@ -132,8 +135,8 @@ def profile_from_results(results: dict, *, name: str, description: str = "",
 
     ``results`` has ``environment``, ``collectives`` (``{link_class: {"n_ranks",
     "n_nodes", "ops": {op: [{"size_bytes", "times_s": [...]}, ...]}}}``) and ``compute``
-    (its ``model_step`` has ``step_times_s``: every rank's forward+backward time of each
-    timed repeat, which :func:`step_time_cv` turns into ``ModelStep.step_time_cv``).
+    (its ``model_step`` has ``own_step_times_s``: every rank's own step time of each timed
+    repeat, which :func:`step_time_cv` turns into ``ModelStep.step_time_cv``).
     """
     ops: dict[tuple[str, str], OpCalibration] = {}
     link_classes: dict[str, dict[str, Any]] = {}
@@ -153,20 +156,32 @@ def profile_from_results(results: dict, *, name: str, description: str = "",
         step = None
         if c.get("model_step"):
             s = c["model_step"]
+            interval = s.get("interval") or {}
+            layer_rows = s.get("layer_times") or s.get("layers") or []
             step = ModelStep(model=s["model"], micro_batch=int(s["micro_batch"]), dtype=s["dtype"],
                              forward_s=float(s["forward_s"]), backward_s=float(s["backward_s"]),
-                             step_time_cv=step_time_cv(s.get("step_times_s", ())),
+                             step_time_cv=step_time_cv(s.get("own_step_times_s", s.get("step_times_s", ()))),
                              layers=tuple(LayerTiming(name=l["name"], forward_s=l["forward_s"],
-                                                      backward_s=l["backward_s"]) for l in s.get("layers", [])))
+                                                      backward_s=l["backward_s"]) for l in layer_rows),
+                             layers_traced="layer_times" in s,
+                             structure_hash=s.get("structure_hash"),
+                             forward_flops_per_sample=s.get("forward_flops_per_sample"),
+                             optimizer=s.get("optimizer"), optimizer_s=s.get("optimizer_s"), loss=s.get("loss"),
+                             step_time_mean_s=interval.get("mean_s"), step_time_ci_low_s=interval.get("ci_low_s"),
+                             step_time_ci_high_s=interval.get("ci_high_s"), repeats=s.get("iterations"),
+                             threads=s.get("threads"))
         compute = ComputeCalibration(
             device=c.get("device", "unknown"),
             matmul_flops_per_s={k: float(v) for k, v in c.get("matmul_flops_per_s", {}).items()},
             memory_bandwidth_bytes_per_s=c.get("memory_bandwidth_bytes_per_s"),
             overlap_slowdown=c.get("overlap_slowdown"),
+            comm_slowdown=c.get("comm_slowdown"),
             model_step=step,
             raw={k: c[k] for k in ("matmul", "memcpy", "overlap") if k in c},
         )
     warnings = fit_warnings(ops) + list(results.get("warnings", []))
+    if compute is not None and compute.model_step is not None and (compute.model_step.loss or "").startswith("mean"):
+        warnings.append(f"model step timed with a stand-in loss, the {compute.model_step.loss}")
     return Profile(
         name=name,
         description=description or "measured with dpsim calibrate",

@@ -19,15 +19,29 @@ from dpsim.calibrate.runner import (
 )
 from dpsim.calibrate.summary import profile_report
 from dpsim.errors import ConfigError
+from dpsim.hardware import get_gpu
+from dpsim.limits import MAX_REPEATS, MAX_TIMEOUT_S
+from dpsim.memory import FRAMEWORK_OVERHEAD_BYTES, memory_breakdown
 from dpsim.profile.io import save_profile
+from dpsim.profile.match import model_fingerprint
 from dpsim.profile.schema import PROFILE_OPS, Profile
-from dpsim.workload.catalog import CATALOG_ENTRIES
-from dpsim.workload.from_torch import parse_input_shape, parse_model_ref
+from dpsim.units import format_bytes
+from dpsim.workload.catalog import CATALOG_ENTRIES, get_model
+from dpsim.workload.from_torch import load_torch_workload
+from dpsim.workload.model_ref import is_torch_model_ref, parse_input_shape, parse_model_ref
+from dpsim.workload.precision import get_precision
+from dpsim.workload.spec import ModelSpec
+
+OPTIMIZERS = ("adamw", "adam", "sgd-momentum", "sgd")
+"""``--optimizer`` names (predict's, :data:`dpsim.trainstep.OPTIMIZERS`; this module does not import torch)."""
 
 GPU_SIZES = (8, 2**30, 2.0)
 """nccl-tests' usual sweep on GPUs: 8 B .. 1 GiB, doubling."""
-CPU_SIZES = (4 * 2**10, 4 * 2**20, 2.0)
-"""A lighter sweep for gloo on CPU: 4 KiB .. 4 MiB, doubling."""
+CPU_SIZES = (4 * 2**10, 32 * 2**20, 2.0)
+"""A lighter sweep for gloo on CPU: 4 KiB .. 32 MiB, doubling (past DDP's 25 MiB buckets,
+``torch.nn.parallel.DistributedDataParallel``'s ``bucket_cap_mb`` default)."""
+MAX_MODEL_SWEEP_BYTES = 2**30
+"""A model's gradients extend the sweep up to this (beyond, buckets are extrapolated)."""
 
 
 def size_sweep(lo: float, hi: float, factor: float) -> list[int]:
@@ -48,31 +62,71 @@ def warn(message: str) -> None:
     print(f"dpsim: warning: {message}", file=sys.stderr)
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class CalibrateOptions:
-    """The CLI's flags (sizes already parsed)."""
+    """What ``dpsim calibrate`` is asked (the CLI's flags, sizes already parsed), checked by :func:`run_calibrate`."""
 
     out: str | None = None
+    """Profile to write (atomically; default dpsim-calibration-NAME.json). Checked before measuring:
+    its directory must exist and be writable, and an existing file is replaced only with --force."""
+    force: bool = False
+    """Replace an existing --out file."""
     backend: str | None = None
+    """nccl or gloo (default: nccl if torch sees GPUs)."""
     nproc: int | None = None
+    """Local ranks (default: every GPU; gloo: up to 4 CPU processes). Not under torchrun."""
     ranks_per_node: int | None = None
+    """Treat every K consecutive ranks as one node. Default: torchrun's node rank (GROUP_RANK),
+    else blocks of LOCAL_WORLD_SIZE, else the host name. With --from-nccl-tests: the ranks per
+    node of logs without a device list. predict then takes it as its default --gpus-per-node."""
     minbytes: float | None = None
+    """Smallest size (GPU 8, CPU 4K)."""
     maxbytes: float | None = None
+    """Largest size (GPU 1G, CPU 32M; with --model, at least the model's gradient bytes, the
+    largest bucket DDP can make)."""
     stepfactor: float | None = None
+    """Size factor (default 2)."""
     ops: list[str] | None = None
+    """Operations to measure (default all)."""
     warmup: int | None = None
+    """Untimed calls per size (GPU 5, CPU 3)."""
     iters: int | None = None
+    """Fewest timed repeats per size and of the model step (GPU 20, CPU 10)."""
+    max_iters: int | None = None
+    """Most timed repeats (default 5 x --iters)."""
+    ci: float = 0.02
+    """Repeat until the 95 % interval of every mean is within this fraction of it (0.02 = +-2 %),
+    or --max-iters, or --budget."""
+    budget_s: float = 120.0
+    """Seconds of timed repeats one sweep or the model step may take beyond --iters."""
     timeout_s: float = 120.0
+    """Seconds without progress before a dead or hung rank ends the run."""
     compute: bool = True
+    """Run the compute micro-benchmarks."""
     dtypes: list[str] | None = None
+    """Matmul dtypes (GPU bfloat16,float16,float32; CPU float32)."""
     model: str | None = None
+    """Time this model's training step (forward, loss, backward, optimizer) layer by layer: a
+    catalog name, or path/file.py:fn, package.module:fn (optionally :input_fn, then :loss_fn), as
+    predict --model takes it."""
     micro_batch: int = 1
+    """Micro-batch of the model step."""
     seq_len: int | None = None
+    """Sequence length of a catalog token model."""
     input_shape: str | None = None
+    """Example input of a builder --model, as predict takes it (8,3,224,224 or 4,1024:int64); the
+    batch becomes --micro-batch."""
+    optimizer: str = "adamw"
+    """Optimizer of the model step when the model file defines no optimizer(parameters): adamw,
+    adam, sgd-momentum or sgd (predict's names)."""
     name: str | None = None
+    """Profile name (default: the --out file stem)."""
     description: str = ""
+    """One line stored in the profile."""
     nccl_tests_logs: list[str] | None = None
+    """nccl-tests logs to fit instead of measuring (--from-nccl-tests)."""
     quiet: bool = False
+    """No tables or progress bar; warnings and errors only."""
 
 
 def default_out(name: str) -> str:
@@ -80,12 +134,39 @@ def default_out(name: str) -> str:
 
 
 def run_from_nccl_tests(opts: CalibrateOptions) -> tuple[Profile, Path | None]:
-    """Parse and fit nccl-tests logs; write the profile if ``opts.out``."""
+    """Parse and fit nccl-tests logs; write the profile (``opts.out`` or the default name)."""
     logs = opts.nccl_tests_logs or []
     name = opts.name or (Path(opts.out).stem if opts.out else Path(logs[0]).stem)
+    if opts.out is not None:
+        check_out(opts.out, force=opts.force)
     profile = profile_from_nccl_tests(logs, name=name, description=opts.description,
                                       ranks_per_node=opts.ranks_per_node)
     return profile, _finish(profile, opts)
+
+
+def check_out(out: str | Path, *, force: bool) -> Path:
+    """``--out`` before any measurement: a file name (not a directory) whose directory exists and
+    is writable, or can be created in one that is; and not an existing file unless ``force``.
+    One :class:`ConfigError` line otherwise."""
+    p = Path(out)
+    if str(out).strip() == "" or p.name in ("", ".", ".."):
+        raise ConfigError(f"--out: {str(out)!r} is not a file name; give e.g. --out node.json")
+    if p.is_dir():
+        raise ConfigError(f"--out: {str(out)!r} is a directory; give a file name, e.g. {p / 'profile.json'}")
+    parent = p.parent if str(p.parent) else Path(".")
+    existing = parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # missing directories are created when the profile is written
+    if not existing.is_dir():
+        raise ConfigError(f"--out: {str(existing)!r} is a file, not a directory; choose another --out")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out: directory {str(existing)!r} is not writable; choose another --out")
+    if p.exists() and not force:
+        raise ConfigError(f"--out: {str(out)!r} already exists; pass --force to replace it (atomically, once "
+                          "the new profile is complete) or choose another --out")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ConfigError(f"--out: {str(out)!r} is not writable; choose another --out")
+    return p
 
 
 def _finish(profile: Profile, opts: CalibrateOptions) -> Path | None:
@@ -105,11 +186,23 @@ def _validate(opts: CalibrateOptions) -> None:
         raise ConfigError(f"--backend: {opts.backend!r} is not valid; choose nccl or gloo")
     for flag, value, lo in (("--nproc", opts.nproc, 2), ("--ranks-per-node", opts.ranks_per_node, 1),
                             ("--warmup", opts.warmup, 0), ("--iters", opts.iters, 1),
+                            ("--max-iters", opts.max_iters, 1),
                             ("--micro-batch", opts.micro_batch, 1), ("--seq-len", opts.seq_len, 1)):
         if value is not None and value < lo:
             raise ConfigError(f"{flag}: {value} is not valid; expected an integer >= {lo}")
+    if opts.max_iters is not None and opts.max_iters > MAX_REPEATS:
+        raise ConfigError(f"--max-iters: {opts.max_iters} is not valid; expected an integer <= {MAX_REPEATS:,}")
+    if opts.max_iters is not None and opts.iters is not None and opts.max_iters < opts.iters:
+        raise ConfigError(f"--max-iters: {opts.max_iters} is not valid; expected at least --iters ({opts.iters})")
     if not (math.isfinite(opts.timeout_s) and opts.timeout_s > 0):
         raise ConfigError(f"--timeout: {opts.timeout_s} is not valid; expected a number of seconds > 0")
+    if not (math.isfinite(opts.ci) and 0 < opts.ci < 1):
+        raise ConfigError(f"--ci: {opts.ci} is not valid; expected a fraction in (0, 1), e.g. 0.02 for +-2 %")
+    if not (math.isfinite(opts.budget_s) and 0 < opts.budget_s <= MAX_TIMEOUT_S):
+        raise ConfigError(f"--budget: {opts.budget_s} is not valid; expected a number of seconds > 0 and "
+                          f"<= {MAX_TIMEOUT_S:g}")
+    if opts.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"--optimizer: {opts.optimizer!r} is not valid; choose one of {', '.join(OPTIMIZERS)}")
     for op in opts.ops or []:
         if op not in PROFILE_OPS:
             raise ConfigError(f"--ops: {op!r} is not valid; choose from {', '.join(PROFILE_OPS)}")
@@ -148,30 +241,103 @@ def _check_importable(module: str) -> None:
                           "give path/file.py:fn or fix PYTHONPATH")
 
 
-def build_plan(opts: CalibrateOptions, backend: str):
+def build_plan(opts: CalibrateOptions, backend: str, model: ModelSpec | None = None) -> CalibrationPlan:
+    """What the ranks measure: the size sweep (past the model's largest bucket), repeats, the model step."""
     gpu = backend == "nccl"
     lo, hi, f = GPU_SIZES if gpu else CPU_SIZES
-    sizes = size_sweep(opts.minbytes if opts.minbytes is not None else lo,
-                       opts.maxbytes if opts.maxbytes is not None else hi,
-                       opts.stepfactor if opts.stepfactor is not None else f)
+    hi = opts.maxbytes if opts.maxbytes is not None else hi
+    factor = opts.stepfactor if opts.stepfactor is not None else f
+    sizes = size_sweep(opts.minbytes if opts.minbytes is not None else lo, hi, factor)
     if len(sizes) < 2:
         raise ConfigError(f"-b/-e/-f: the sweep {sizes} has {len(sizes)} size; an alpha-beta fit needs at least 2")
+    largest = _largest_bucket_bytes(model) if model is not None else 0
+    if largest > sizes[-1]:
+        if opts.maxbytes is None:
+            # DDP's largest bucket can hold every gradient (a large --bucket-cap-mb): measure it,
+            # do not extrapolate to it.
+            while sizes[-1] < min(largest, MAX_MODEL_SWEEP_BYTES):
+                sizes.append(int(sizes[-1] * factor))
+        else:
+            warn(f"-e/--maxbytes: {format_bytes(sizes[-1])} is below the model's {format_bytes(largest)} of "
+                 "gradients; buckets larger than the sweep will be extrapolated by predict")
+    iters = opts.iters if opts.iters is not None else (20 if gpu else 10)
+    grad_bytes = largest
     return CalibrationPlan(
         backend=backend, sizes=sizes,
         ops=list(opts.ops) if opts.ops else list(PROFILE_OPS),
         warmup=opts.warmup if opts.warmup is not None else (5 if gpu else 3),
-        iters=opts.iters if opts.iters is not None else (20 if gpu else 10),
+        iters=iters,
+        max_iters=opts.max_iters if opts.max_iters is not None else 5 * iters,
+        target_rel_ci=opts.ci,
+        budget_s=opts.budget_s,
         batch_s=0.005 if gpu else 0.02,
         max_inner=100 if gpu else 20,
         timeout_s=opts.timeout_s,
         ranks_per_node=opts.ranks_per_node,
         compute=opts.compute,
         dtypes=list(opts.dtypes) if opts.dtypes else (["bfloat16", "float16", "float32"] if gpu else ["float32"]),
-        memcpy_bytes=2**30 if gpu else 64 * 2**20,
-        overlap_bytes=256 * 2**20 if gpu else 8 * 2**20,
+        memcpy_bytes=2**30 if gpu else max(2**20, min(64 * 2**20, grad_bytes or 64 * 2**20)),
+        overlap_bytes=(256 * 2**20 if gpu else 8 * 2**20) if not grad_bytes
+        else int(min(25 * 2**20, max(2**20, grad_bytes // 2))) // 4 * 4,
         model=opts.model, micro_batch=opts.micro_batch, seq_len=opts.seq_len,
-        input_shape=opts.input_shape,
+        input_shape=opts.input_shape, optimizer=opts.optimizer,
+        model_layers=[[layer.name, [p.name for p in layer.params]] for layer in model.layers]
+        if model is not None and is_torch_model_ref(opts.model or "") else None,
+        structure_hash=model_fingerprint(model) if model is not None else None,
+        forward_flops_per_sample=model.forward_flops_per_sample if model is not None else None,
     )
+
+
+def _largest_bucket_bytes(model: ModelSpec) -> int:
+    """The largest bucket DDP can make of ``model``'s float32 gradients: all of them (with a
+    ``bucket_cap_mb`` above their total)."""
+    return int(sum(p.numel for p in model.params) * 4)
+
+
+def trace_model(opts: CalibrateOptions) -> ModelSpec | None:
+    """The ``--model`` as predict sees it (traced on the meta device, or the catalog's), before
+    any rank starts: a model that cannot be built or traced fails here, in one line."""
+    if not opts.model or not opts.compute:
+        return None
+    if not is_torch_model_ref(opts.model):
+        return get_model(opts.model, seq_len=opts.seq_len, flash_attention=True)
+    # package.module:fn is found from this directory, as the ranks (python -m, from here) find it;
+    # the loss part of the reference names a function the trace does not need
+    return load_torch_workload(opts.model, input_shape=opts.input_shape)
+
+
+def _available_memory_bytes() -> float | None:
+    """MemAvailable of this host (Linux), else ``None``."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(model: ModelSpec, opts: CalibrateOptions, *, backend: str, ranks_here: int,
+                 device_memory_bytes: float | None) -> None:
+    """Refuse, before starting, a model step that cannot fit: on CPU the ranks of this host share
+    its available RAM; on a GPU each rank has its device's memory."""
+    gpu = backend == "nccl"
+    precision = get_precision("bf16-mixed" if gpu else "fp32")
+    breakdown = memory_breakdown(model, get_gpu("h100"), precision=precision, optimizer=opts.optimizer,
+                                 micro_batch=opts.micro_batch)
+    need = breakdown.total_bytes - (0 if gpu else FRAMEWORK_OVERHEAD_BYTES)  # no CUDA context on a CPU
+    if gpu:
+        have, where, per = device_memory_bytes, "each GPU has", need
+    else:
+        have, where, per = _available_memory_bytes(), "this host has available", need * ranks_here
+    if have is None or per <= have * 0.95:
+        return
+    ranks = f"{ranks_here} ranks on this host need {format_bytes(per)}; " if not gpu and ranks_here > 1 else ""
+    raise ConfigError(
+        f"--model: {opts.model} at --micro-batch {opts.micro_batch} needs about {format_bytes(need)} per rank "
+        f"(weights, gradients, {opts.optimizer} state, activations); {ranks}{where} {format_bytes(have)}; "
+        "use a smaller --micro-batch or model" + ("" if gpu else ", or fewer ranks (--nproc)"))
 
 
 class _Progress:
@@ -212,6 +378,10 @@ class _Progress:
         kind = ev.get("event")
         if kind == "plan":
             self.bar.update(self.task, total=ev["total"])
+        elif kind == "grow":
+            total = self.bar.tasks[0].total
+            if total is not None:
+                self.bar.update(self.task, total=total + ev["by"])
         elif kind == "begin":
             self.bar.update(self.task, description=ev["label"])
         elif kind == "end":
@@ -221,10 +391,21 @@ class _Progress:
 def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
     """Measure on this machine (local ranks) or as a torchrun rank; fit; print; write.
 
+    Everything that can be checked is checked before a rank starts: the flags, ``--out``
+    (rank 0), the model (traced as predict traces it) and whether its step fits in memory.
     Returns ``(None, None)`` on torchrun ranks other than 0.
     """
     _validate(opts)
     torchrun = under_torchrun()
+    rank0 = not torchrun or os.environ.get("RANK") == "0"
+    if torchrun and not rank0:
+        # one copy of torch's C++ warnings (gloo's host-name lookups), not one per rank
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    host = socket.gethostname().split(".")[0]
+    name = opts.name or (Path(opts.out).stem if opts.out else host)
+    if rank0:
+        check_out(opts.out or default_out(name), force=opts.force)
+    model = trace_model(opts)
     detected, n_gpus = default_backend()
     backend = opts.backend or detected
     if backend == "nccl" and n_gpus == 0:
@@ -233,6 +414,7 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
         if opts.nproc is not None:
             raise ConfigError("--nproc: not allowed under torchrun; torchrun's --nproc-per-node sets the ranks")
         nproc = int(os.environ["WORLD_SIZE"])
+        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
     else:
         nproc = opts.nproc if opts.nproc is not None else (n_gpus if backend == "nccl" else
                                                           max(2, min(4, os.cpu_count() or 2)))
@@ -242,10 +424,11 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
             raise ConfigError(f"--nproc: {nproc} GPU(s); collectives need at least 2 ranks (use --backend gloo)")
         if opts.ranks_per_node is not None and nproc % opts.ranks_per_node:
             raise ConfigError(f"--ranks-per-node: {opts.ranks_per_node} does not divide --nproc {nproc}")
-    plan = build_plan(opts, backend)
-    host = socket.gethostname().split(".")[0]
-    name = opts.name or (Path(opts.out).stem if opts.out else host)
-    rank0 = not torchrun or os.environ.get("RANK") == "0"
+        ranks_here = nproc
+    if model is not None:
+        check_memory(model, opts, backend=backend, ranks_here=ranks_here,
+                     device_memory_bytes=_device_memory_bytes() if backend == "nccl" else None)
+    plan = build_plan(opts, backend, model)
     with _Progress(opts.quiet or not rank0) as progress:
         if torchrun:
             results = run_torchrun(plan, progress.on_event)
@@ -258,3 +441,8 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
             f"{nproc} local gloo processes on CPU: measures this host's loopback and CPU, not a GPU fabric")
     profile = profile_from_results(results, name=name, description=opts.description)
     return profile, _finish(profile, opts)
+
+
+def _device_memory_bytes() -> float | None:
+    import torch
+    return float(torch.cuda.get_device_properties(0).total_memory) if torch.cuda.is_available() else None

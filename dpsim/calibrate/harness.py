@@ -10,30 +10,40 @@ Collectives
     Every op in the plan over a geometric size sweep, like nccl-tests: ``size`` is the
     whole buffer (all-gather output, reduce-scatter input), float32 elements, rounded
     down to whole elements (and to a multiple of the ranks for gather/scatter). For
-    each size: ``warmup`` calls and one timed call to estimate the cost; then ``iters``
-    rounds, each timing every size once (sizes interleaved, so a burst of outside load
-    hits all sizes alike rather than a few): a barrier, then ``inner`` back-to-back
-    calls (``inner`` makes a repeat last about ``batch_s``; all ranks agree on it
-    through a MAX all-reduce). A repeat's time is the slowest rank's (a collective ends when its
-    last rank does), and the profile keeps the median, min, max and quartiles. On GPU
-    the time comes from CUDA events on the current stream (which waits for NCCL's), on
-    CPU from ``time.perf_counter``.
+    each size: ``warmup`` calls and one timed call to estimate the cost; then rounds,
+    each timing every size once (sizes interleaved, so a burst of outside load hits all
+    sizes alike rather than a few): a barrier, then ``inner`` back-to-back calls
+    (``inner`` makes a repeat last about ``batch_s``; all ranks agree on it through a
+    MAX all-reduce). A repeat's time is the slowest rank's (a collective ends when its
+    last rank does). After ``iters`` rounds, rounds go on until every size's mean is
+    known within ``target_rel_ci`` (95 % Student-t interval), or ``max_iters`` rounds, or
+    ``budget_s`` seconds (:func:`~dpsim.calibrate.bench_collectives.sweep`); the profile
+    keeps the median (what the fit uses: robust to bursts of outside load), min, max,
+    quartiles, mean and its interval. On GPU the time comes from CUDA events on the
+    current stream (which waits for NCCL's), on CPU from ``time.perf_counter``.
 
-    With several nodes, ``intra_node`` is measured on one communicator per node (all
-    nodes at once, as DDP's intra-node rings would run) and ``inter_node`` on the whole
-    world. ``sendrecv`` is a ping-pong between two ranks (node 0's first two for
+    Nodes are told apart by torchrun's own facts before host names (containers and
+    network namespaces share one host name): ``--ranks-per-node`` if given, else
+    ``GROUP_RANK`` (torchrun's node rank), else blocks of ``LOCAL_WORLD_SIZE``, else the
+    host name. With several nodes, ``intra_node`` is measured on one communicator per
+    node (all nodes at once, as DDP's intra-node rings would run) and ``inter_node`` on
+    the whole world. ``sendrecv`` is a ping-pong between two ranks (node 0's first two for
     intra-node, the first rank of nodes 0 and 1 for inter-node); its time is half the
     round trip, the one-way alpha + S/B of the DESIGN's point-to-point model.
 
-Compute (per rank, concurrently; the profile keeps the median over ranks)
+Compute (every rank at once, as in training: ranks of one host share its cores)
     matmul FLOP/s per dtype over a few shapes (``2*m*n*k / t``; float32 with TF32
-    allowed on GPU, as the GPU presets define it); device copy bandwidth
-    (``2 * bytes / t``: read plus write); a real model's forward/backward, whole and
-    per module (forward pre/post hooks and full backward pre/post hooks), with every timed
-    repeat's forward+backward time kept per rank (the profile's ``step_time_cv``: each
-    rank's std/mean over the repeats after warm-up, the median over ranks); and the
-    overlap interference: the same matmul loop alone and while all-reduces run
-    concurrently, ``slowdown = t_concurrent / t_alone - 1``.
+    allowed on GPU, as the GPU presets define it; the median over ranks); device copy
+    bandwidth (``2 * bytes / t``: read plus write, every rank copying at once); the
+    user's training step as trained (:mod:`dpsim.trainstep`: forward, loss, backward,
+    optimizer, each iteration started on every rank at once, repeated until the mean
+    step is known within ``target_rel_ci`` or a limit, the slowest rank's time per
+    iteration, split per traced layer); and the interference both ways between that
+    compute and concurrent all-reduces
+    (:func:`~dpsim.calibrate.bench_compute.bench_interference`): the compute slowdown
+    while all-reduces run and the all-reduce slowdown while every rank computes.
+    The model is built before any collective is measured, so a model that fails to
+    build or run fails the calibration at once.
 
 A watchdog thread ends the rank (exit status 3, one line on stderr) when no step has
 progressed for ``timeout_s``; the process group's own timeout is a little longer.
@@ -48,6 +58,7 @@ import os
 import platform
 import socket
 import statistics
+import warnings
 from typing import Any
 
 import torch
@@ -61,10 +72,11 @@ from dpsim.calibrate.bench_collectives import (
     sweep,
 )
 from dpsim.calibrate.bench_compute import (
+    bench_interference,
     bench_matmul,
     bench_memcpy,
-    bench_model,
-    bench_overlap,
+    bench_step,
+    make_step,
 )
 from dpsim.calibrate.timing import (
     STARTUP_GRACE_S,
@@ -136,8 +148,13 @@ def run_rank(plan: dict, emit: Emit) -> dict | None:
     backend = plan["backend"]
     watchdog = Watchdog(rank, plan["timeout_s"] + plan.get("watchdog_grace_s", 5.0))
     steps = Steps(rank, emit, watchdog)
-    if backend == "gloo":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world)))
+    if rank != 0:  # one copy of torch's and gloo's warnings, not one per rank
+        warnings.simplefilter("ignore")
+    if backend == "gloo" and not os.environ.get("OMP_NUM_THREADS"):
+        # What torchrun does for several ranks per node: one intra-op thread each (a
+        # single rank per node keeps torch's default, as the training script would).
+        if local_world > 1:
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
     device = setup_device(backend, local_rank)
     clock = Clock(device)
     timeout = datetime.timedelta(seconds=max(plan["timeout_s"], STARTUP_GRACE_S) + plan.get("pg_grace_s", 10.0))
@@ -157,24 +174,41 @@ def run_rank(plan: dict, emit: Emit) -> dict | None:
     return result
 
 
-def _node_layout(plan: dict, rank: int, world: int) -> tuple[list[list[int]], list[str]]:
-    hostnames: list[Any] = [None] * world
-    dist.all_gather_object(hostnames, socket.gethostname())
+def _node_layout(plan: dict, rank: int, world: int) -> tuple[list[list[int]], list[str], str]:
+    """Ranks grouped into nodes, every rank's host name, and which fact grouped them."""
+    facts: list[Any] = [None] * world
+    dist.all_gather_object(facts, (socket.gethostname(), os.environ.get("GROUP_RANK"),
+                                   os.environ.get("LOCAL_WORLD_SIZE")))
+    hostnames = [f[0] for f in facts]
     rpn = plan.get("ranks_per_node")
     if rpn:
-        keys = [r // rpn for r in range(world)]
+        keys, how = [r // rpn for r in range(world)], "--ranks-per-node"
+    elif all(f[1] is not None and f[1].isdigit() for f in facts):
+        keys, how = [int(f[1]) for f in facts], "GROUP_RANK (torchrun's node rank)"
+    elif all(f[2] is not None and f[2].isdigit() and int(f[2]) > 0 for f in facts) and len({f[2] for f in facts}) == 1:
+        lws = int(facts[0][2])
+        keys, how = [r // lws for r in range(world)], "LOCAL_WORLD_SIZE"
     else:
         order = list(dict.fromkeys(hostnames))
-        keys = [order.index(h) for h in hostnames]
+        keys, how = [order.index(h) for h in hostnames], "host name"
     nodes: dict[int, list[int]] = {}
     for r, k in enumerate(keys):
         nodes.setdefault(k, []).append(r)
-    return [nodes[k] for k in sorted(nodes)], hostnames
+    return [nodes[k] for k in sorted(nodes)], hostnames, how
 
 
 def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) -> dict | None:
-    nodes, hostnames = _node_layout(plan, rank, world)
+    nodes, hostnames, nodes_from = _node_layout(plan, rank, world)
     steps.end("process group start-up")
+    user_step = None
+    if plan.get("compute") and plan.get("model"):
+        # Fail fast: build the user's step (model, batch, loss, optimizer) and run it once
+        # before minutes of collectives.
+        label = f"model {plan['model']}: build and first step"
+        steps.begin(label)
+        user_step = make_step(plan, device)
+        user_step.run()
+        steps.end(label)
     sizes_in = [int(s) for s in plan["sizes"]]
     ops = [op for op in plan["ops"] if op in OPS]
     want_p2p = "sendrecv" in plan["ops"]
@@ -189,6 +223,8 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
         warnings.append(f"intra_node not measured: nodes have {sorted(node_sizes)} ranks "
                         "(need the same number, at least 2, on every node)")
     compute_steps = (1 + 1 + (1 if plan.get("model") else 0) + 1) if plan.get("compute") else 0
+    adaptive = dict(max_iters=plan.get("max_iters"), target_rel_ci=plan.get("target_rel_ci"),
+                    budget_s=plan.get("budget_s"))
     def per_sweep(op: str, group_size: int) -> int:  # warm-ups (distinct sizes), then rounds over all sizes
         return len({aligned_size(op, s, group_size) for s in sizes_in}) + plan["iters"]
 
@@ -223,7 +259,7 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
             for s in sizes_in:
                 size = aligned_size(op, s, len(granks))
                 fns.setdefault(size, _collective_fn(op, size, group, granks, device))
-            times = sweep(fns, f"{lc} {op}", steps, group=group, **common)
+            times = sweep(fns, f"{lc} {op}", steps, group=group, **common, **adaptive)
             del fns
             ops_out[op] = [{"size_bytes": size, "times_s": t} for size, t in times.items()]
         if lc in pairs:
@@ -243,37 +279,48 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
                     steps.end(f"{label} round {r + 1}/{plan['iters']}")
                 times = {size: [0.0] * plan["iters"] for size in sizes_p2p}
             ops_out["sendrecv"] = [{"size_bytes": size, "times_s": t} for size, t in times.items()]
-        # a repeat's time is the slowest rank's
-        for op, rows in ops_out.items():
+        # a repeat's time is the slowest rank's (the sweeps already agree on it; the ping-pong's
+        # bystanders hold zeros)
+        rows = ops_out.get("sendrecv", [])
+        if rows:
             t = torch.tensor([r["times_s"] for r in rows], dtype=torch.float64, device=rd)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             for r, times in zip(rows, t.tolist()):
                 r["times_s"] = times
         results["collectives"][lc] = {"n_ranks": n0, "n_nodes": nn, "ops": ops_out}
     if plan.get("compute"):
-        results["compute"] = _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_node)
-    results["environment"] = _environment(plan, backend, device, hostnames, nodes, world)
+        results["compute"] = _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_node,
+                                      user_step)
+    results["environment"] = _environment(plan, backend, device, hostnames, nodes, world, nodes_from)
     dist.barrier()
     return results if rank == 0 else None
 
 
-def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_node) -> dict:
+def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_node, user_step) -> dict:
     out: dict[str, Any] = {}
+    rd = _reduce_device(backend, device)
+
+    def agree(times: list[float], flag: bool) -> tuple[list[float], bool]:
+        t = torch.tensor(list(times) + [1.0 if flag else 0.0], dtype=torch.float64, device=rd)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        values = t.tolist()
+        return values[:-1], values[-1] > 0
+
     steps.begin("matmul throughput")
     mine = {"matmul": bench_matmul(device, clock, plan)}
     steps.end("matmul throughput")
     steps.begin("memory copy bandwidth")
-    mine["memcpy"] = bench_memcpy(device, clock, plan)
+    mine["memcpy"] = bench_memcpy(device, clock, plan, sync=dist.barrier)
     steps.end("memory copy bandwidth")
-    if plan.get("model"):
-        label = f"model {plan['model']} micro-batch {plan['micro_batch']}"
+    if user_step is not None:
+        label = f"model {plan['model']} micro-batch {plan['micro_batch']}: training step"
         steps.begin(label)
-        mine["model_step"] = bench_model(plan["model"], plan["micro_batch"], device, clock, plan)
+        mine["model_step"] = bench_step(user_step, plan, agree)
         steps.end(label)
-    steps.begin("overlap interference")
+    steps.begin("interference of compute and all-reduce")
     group = node_groups[my_node] if node_groups else dist.group.WORLD
-    mine["overlap"] = bench_overlap(device, clock, plan, group, backend)
-    steps.end("overlap interference")
+    mine["overlap"] = bench_interference(device, clock, plan, group, backend, user_step)
+    steps.end("interference of compute and all-reduce")
     everyone: list[Any] = [None] * world
     dist.all_gather_object(everyone, mine)
     if rank != 0:
@@ -287,22 +334,40 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
     out["matmul_flops_per_s"] = best
     out["memory_bandwidth_bytes_per_s"] = med(e["memcpy"]["bandwidth_bytes_per_s"] for e in everyone)
     out["overlap_slowdown"] = med(e["overlap"]["slowdown"] for e in everyone)
+    out["comm_slowdown"] = med(e["overlap"]["comm_slowdown"] for e in everyone)
     out["matmul"] = everyone[0]["matmul"]
     out["memcpy"] = [e["memcpy"] for e in everyone]
     out["overlap"] = {"per_rank": [e["overlap"] for e in everyone]}
-    if plan.get("model"):
+    if user_step is not None:
         steps_ = [e["model_step"] for e in everyone]
+        # Every rank holds the slowest rank's times (``agree``); the per-layer split is the
+        # rank whose own step was slowest.
         first = dict(steps_[0])
-        first["forward_s"] = med(s["forward_s"] for s in steps_)
-        first["backward_s"] = med(s["backward_s"] for s in steps_)
-        first["step_times_s"] = [s["step_times_s"] for s in steps_]  # per rank: build takes each one's CV
+        slowest = max(steps_, key=lambda s: statistics.median(s["own_step_times_s"]))
+        if "layer_times" in slowest:
+            first["layer_times"] = slowest["layer_times"]
+        first["own_step_times_s"] = [s["own_step_times_s"] for s in steps_]  # per rank: build takes each one's CV
+        first.update({k: plan.get(k) for k in ("structure_hash", "forward_flops_per_sample")})
         out["model_step"] = first
     return out
 
 
-def _environment(plan, backend, device, hostnames, nodes, world) -> dict:
+def _host_memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _environment(plan, backend, device, hostnames, nodes, world, nodes_from) -> dict:
     names: list[Any] = [None] * world
     dist.all_gather_object(names, device_name(device))
+    memory = (torch.cuda.get_device_properties(device).total_memory if device.type == "cuda"
+              else _host_memory_bytes())
     return {
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda,
@@ -310,13 +375,17 @@ def _environment(plan, backend, device, hostnames, nodes, world) -> dict:
         "backend_version": backend_version(backend),
         "device_names": sorted(set(names)),
         "device_type": device.type,
+        "device_memory_bytes": memory,
+        "threads_per_rank": torch.get_num_threads(),
         "hosts": len(nodes),
         "hostnames": list(dict.fromkeys(hostnames)),
         "world_size": world,
         "ranks_per_node": [len(n) for n in nodes],
         "ranks_per_node_simulated": bool(plan.get("ranks_per_node")),
+        "nodes_from": nodes_from,
         "python_version": platform.python_version(),
         "platform": platform.platform(),
         "date_utc": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
-        "plan": {k: plan[k] for k in ("ops", "sizes", "warmup", "iters", "batch_s", "dtypes") if k in plan},
+        "plan": {k: plan[k] for k in ("ops", "sizes", "warmup", "iters", "max_iters", "target_rel_ci", "budget_s",
+                                      "batch_s", "dtypes") if k in plan},
     }

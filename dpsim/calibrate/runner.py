@@ -12,7 +12,10 @@ Local (no ``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` in the environment)
     :class:`~dpsim.errors.CalibrationError` naming the rank and the step: the
     supervisor never blocks in a collective, so a dead or hung rank cannot hang it.
     Rank 0 hands its results back through a file; only when every rank has exited
-    cleanly is anything fitted and written.
+    cleanly is anything fitted and written. Ctrl-C or SIGTERM stops every rank and removes
+    the working directory on the way out; if the supervisor itself is killed (SIGKILL),
+    the kernel kills its ranks (``PR_SET_PDEATHSIG``) and the next calibration removes the
+    working directory it left (:func:`reap_stale_workdirs`).
 
 Under torchrun (those variables set)
     This process *is* a rank: it joins the job's process group (gloo or NCCL) and runs
@@ -26,9 +29,12 @@ so a failed run leaves an existing file at ``--out`` untouched.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import queue
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -71,7 +77,14 @@ class CalibrationPlan:
     warmup: int = 5
     """Untimed calls per size."""
     iters: int = 20
-    """Timed repeats per size (each of ``inner`` calls; median and spread over repeats)."""
+    """Fewest timed repeats per size (each of ``inner`` calls; median and spread over repeats)
+    and of the model step."""
+    max_iters: int | None = None
+    """Most timed repeats (``None``: ``iters``)."""
+    target_rel_ci: float | None = None
+    """Repeat until the 95 % interval of each mean is within this fraction of it (``None``: no)."""
+    budget_s: float | None = None
+    """Seconds of repeats one sweep (or the model step) may take beyond ``iters``."""
     batch_s: float = 0.005
     """Target duration of one repeat (sets ``inner``)."""
     max_inner: int = 100
@@ -99,6 +112,17 @@ class CalibrationPlan:
     input_shape: str | None = None
     """Example input of a builder model, predict's syntax (``8,3,224,224``, ``4,1024:int64``);
     its first dimension is replaced by ``micro_batch``."""
+    optimizer: str = "adamw"
+    """Optimizer of the model step when the model file defines no ``optimizer(parameters)``."""
+    model_layers: list[list] | None = None
+    """The traced model's layers as ``[module path or "(root)", [parameter names]]``, in
+    forward order: the step is split per layer as predict's engine plays it."""
+    structure_hash: str | None = None
+    """:func:`dpsim.profile.match.model_fingerprint` of the traced model (stored in the profile)."""
+    forward_flops_per_sample: float | None = None
+    """The traced model's forward FLOPs per sample (stored in the profile)."""
+    seed: int = 0
+    """Seed of the model's weights and the example batch."""
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -192,11 +216,47 @@ def _stop_all(ranks: list[_Rank], grace_s: float = 2.0) -> None:
             r.proc.wait()
 
 
+WORKDIR_PREFIX = "dpsim-calibrate-"
+"""Working directories are ``<tmp>/dpsim-calibrate-<pid>-<random>``: the process id tells a
+leftover of a killed supervisor from a running one."""
+
+
+def _die_with_parent() -> None:
+    """``preexec_fn`` of a rank: SIGKILL when the supervisor dies, however it dies (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_stale_workdirs(tmp: str | None = None) -> list[Path]:
+    """Remove the working directories of supervisors that are gone (killed by SIGKILL)."""
+    removed = []
+    root = Path(tmp or tempfile.gettempdir())
+    for d in root.glob(f"{WORKDIR_PREFIX}*"):
+        m = re.fullmatch(rf"{WORKDIR_PREFIX}(\d+)-.*", d.name)
+        if m and d.is_dir() and not _alive(int(m.group(1))):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 def run_local(plan: CalibrationPlan, nproc: int, on_event: Callable[[int, dict], None] | None = None) -> dict:
     """Run ``nproc`` local ranks under supervision; rank 0's raw results."""
     if nproc < 2:
         raise ConfigError(f"--nproc: {nproc} is not valid; collectives need at least 2 ranks")
-    workdir = Path(tempfile.mkdtemp(prefix="dpsim-calibrate-"))
+    reap_stale_workdirs()
+    workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
     plan_path = workdir / "plan.json"
     result_path = workdir / "result.json"
     plan_path.write_text(json.dumps(plan.to_dict()))
@@ -208,15 +268,21 @@ def run_local(plan: CalibrationPlan, nproc: int, on_event: Callable[[int, dict],
             env = dict(os.environ)
             env.update({
                 "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
-                "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore",
+                "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port), "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore",
             })
+            if rank:
+                env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
             stderr_path = workdir / f"rank{rank}.stderr"
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "dpsim.calibrate.worker", str(plan_path), str(result_path)],
-                stdout=subprocess.PIPE, stderr=open(stderr_path, "w"), stdin=subprocess.DEVNULL,
-                env=env, text=True, bufsize=1,
-            )
+            with open(stderr_path, "w") as stderr:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "dpsim.calibrate.worker", str(plan_path), str(result_path)],
+                    stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
+                    env=env, text=True, bufsize=1, preexec_fn=_die_with_parent,
+                    # Ctrl-C in a terminal signals the whole foreground group: the ranks ignore it
+                    # and the supervisor stops them in order (SIGTERM, then SIGKILL).
+                    start_new_session=True,
+                )
             ranks.append(_Rank(rank=rank, proc=proc, stderr_path=stderr_path))
             threading.Thread(target=_reader, args=(rank, proc.stdout, events), daemon=True).start()
         _supervise(ranks, events, plan.timeout_s, on_event)
@@ -226,15 +292,7 @@ def run_local(plan: CalibrationPlan, nproc: int, on_event: Callable[[int, dict],
             raise CalibrationError("calibrate: rank 0 finished without results; no profile written") from None
     finally:
         _stop_all(ranks)
-        for p in workdir.iterdir():
-            try:
-                p.unlink()
-            except OSError:
-                pass
-        try:
-            workdir.rmdir()
-        except OSError:
-            pass
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _supervise(ranks: list[_Rank], events: queue.Queue, timeout_s: float,

@@ -1,10 +1,34 @@
-"""Tables of a calibration: nccl-tests columns, measured and fitted side by side."""
+"""Tables of a calibration: nccl-tests columns, measured and fitted side by side.
+
+Bandwidths use the decimal unit that suits them (GB/s, MB/s, kB/s; nccl-tests' GB = 1e9):
+a 100 Mbit/s link reads "12.1 MB/s", not "0.01 GB/s". A table uses one unit for all its
+rows, named in its header.
+"""
 
 from __future__ import annotations
+
+import math
 
 from dpsim.profile.schema import OpCalibration, Profile, op_bus_factor
 
 _REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
+_RATE_UNITS = (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0))
+
+
+def rate_unit(bytes_per_s: float) -> tuple[str, float]:
+    """The decimal unit in which ``bytes_per_s`` reads with at least one digit before the point."""
+    for unit, scale in _RATE_UNITS:
+        if bytes_per_s >= scale:
+            return unit, scale
+    return _RATE_UNITS[-1]
+
+
+def format_rate(bytes_per_s: float) -> str:
+    """``12.1 MB/s``, ``48.5 GB/s``: a bandwidth in its own unit, three significant digits."""
+    if not math.isfinite(bytes_per_s):
+        return "unbounded"
+    unit, scale = rate_unit(bytes_per_s)
+    return f"{bytes_per_s / scale:.3g} {unit}"
 
 
 def fit_summary(c: OpCalibration) -> str:
@@ -15,9 +39,10 @@ def fit_summary(c: OpCalibration) -> str:
                      f"{100 * c.single_line_worst_rel_residual:.1f} %")
     for s in c.fit.segments:
         bw = c.bus_bandwidth_bytes_per_s(s)
-        bw_text = "latency only" if bw == float("inf") else f"busbw {bw / 1e9:.2f} GB/s"
+        bw_text = "latency only" if bw == float("inf") else f"busbw {format_rate(bw)}"
+        rms = f", rms {100 * s.rms_rel_residual:.1f} %" if math.isfinite(s.rms_rel_residual) else ""
         lines.append(f"#   {s.first_size_bytes:.4g}..{s.last_size_bytes:.4g} B: latency {s.latency_s * 1e6:.2f} us, {bw_text} "
-                     f"({s.n_points} sizes, worst {100 * s.worst_rel_residual:.1f} %)")
+                     f"({s.n_points} sizes, residual worst {100 * s.worst_rel_residual:.1f} %{rms})")
     return "\n".join(lines)
 
 
@@ -27,11 +52,14 @@ def calibration_table(c: OpCalibration, dtype: str = "float", elem_bytes: int = 
     factor = op_bus_factor(c.op, n)
     redop = _REDOP.get(c.op, "none")
     root = "0" if c.op == "broadcast" else "-1"
+    top = max((m.size_bytes / m.time_s * max(factor, 1.0) for m in c.measurements), default=1e9)
+    unit, scale = rate_unit(top)
     lines = [
         fit_summary(c),
         "#                                                           measured                              fitted",
         "#       size         count      type   redop    root     time  spread   algbw   busbw     time   busbw     err",
-        "#        (B)    (elements)                               (us)     (%)  (GB/s)  (GB/s)     (us)  (GB/s)     (%)",
+        f"#        (B)    (elements)                               (us)     (%)  {f'({unit})':>6s}  {f'({unit})':>6s}"
+        f"     (us)  {f'({unit})':>6s}     (%)",
     ]
     for m in c.measurements:
         t = m.time_s
@@ -39,10 +67,15 @@ def calibration_table(c: OpCalibration, dtype: str = "float", elem_bytes: int = 
         spread = f"{100 * m.spread:7.1f}" if m.spread is not None else "    n/a"
         lines.append(
             f"{int(m.size_bytes):>12d}  {int(m.size_bytes) // elem_bytes:>12d}  {dtype:>8s}  {redop:>6s}  {root:>6s}"
-            f"  {t * 1e6:>7.2f}  {spread}  {m.size_bytes / t / 1e9:>6.2f}  {m.size_bytes / t * factor / 1e9:>6.2f}"
-            f"  {fit_t * 1e6:>7.2f}  {m.size_bytes / fit_t * factor / 1e9:>6.2f}  {100 * (fit_t - t) / t:>+6.1f}"
+            f"  {t * 1e6:>7.2f}  {spread}  {m.size_bytes / t / scale:>6.2f}  {m.size_bytes / t * factor / scale:>6.2f}"
+            f"  {fit_t * 1e6:>7.2f}  {m.size_bytes / fit_t * factor / scale:>6.2f}  {_signed_pct(fit_t, t):>6s}"
         )
     return "\n".join(lines)
+
+
+def _signed_pct(fit_t: float, t: float) -> str:
+    value = round(100 * (fit_t - t) / t, 1)
+    return f"{value + 0.0 if value != 0 else 0.0:+.1f}"  # "+0.0", never "-0.0"
 
 
 def profile_report(profile: Profile) -> str:
@@ -64,14 +97,22 @@ def profile_report(profile: Profile) -> str:
         cc = profile.compute
         parts.append(f"#\n# compute on {cc.device}")
         for dtype, rate in cc.matmul_flops_per_s.items():
-            parts.append(f"#   matmul {dtype}: {rate / 1e12:.3f} TFLOP/s (best shape)")
+            unit, scale = ("TFLOP/s", 1e12) if rate >= 1e12 else ("GFLOP/s", 1e9)
+            parts.append(f"#   matmul {dtype}: {rate / scale:.3g} {unit} (best shape)")
         if cc.memory_bandwidth_bytes_per_s:
-            parts.append(f"#   memory copy: {cc.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s (read + write)")
+            parts.append(f"#   memory copy: {format_rate(cc.memory_bandwidth_bytes_per_s)} (read + write)")
         if cc.overlap_slowdown is not None:
             parts.append(f"#   compute slowdown while a collective runs: {100 * cc.overlap_slowdown:.1f} %")
+        if cc.comm_slowdown is not None:
+            parts.append(f"#   all-reduce slowdown while every rank computes: {100 * cc.comm_slowdown:.1f} %")
         if cc.model_step is not None:
             s = cc.model_step
-            parts.append(f"#   {s.model} micro-batch {s.micro_batch} ({s.dtype}): forward "
-                         f"{s.forward_s * 1e3:.2f} ms, backward {s.backward_s * 1e3:.2f} ms, {len(s.layers)} layers"
+            opt = f", optimizer {s.optimizer_s * 1e3:.2f} ms ({s.optimizer})" if s.optimizer_s is not None else ""
+            parts.append(f"#   {s.model} micro-batch {s.micro_batch} ({s.dtype}): forward + loss "
+                         f"{s.forward_s * 1e3:.2f} ms, backward {s.backward_s * 1e3:.2f} ms{opt}, {len(s.layers)} layers"
                          + (f", step-time CV {100 * s.step_time_cv:.2f} %" if s.step_time_cv is not None else ""))
+            if s.step_time_mean_s is not None and s.step_time_ci_low_s is not None:
+                parts.append(f"#     mean step {s.step_time_mean_s * 1e3:.2f} ms, 95 % interval "
+                             f"{s.step_time_ci_low_s * 1e3:.2f}..{s.step_time_ci_high_s * 1e3:.2f} ms over {s.repeats} "
+                             f"repeats; loss {s.loss}")
     return "\n".join(parts)

@@ -116,6 +116,10 @@ class Steps:
         self.emit({"event": "end", "rank": self.rank, "index": self.index, "label": label})
         self.index += 1
 
+    def grow(self, by: int) -> None:
+        """The plan has ``by`` more steps than announced (a measurement repeats until it converges)."""
+        self.emit({"event": "grow", "rank": self.rank, "by": by})
+
 
 def human_bytes(n: float) -> str:
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):

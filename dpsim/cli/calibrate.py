@@ -31,28 +31,43 @@ def calibrate(
         False, "--from-nccl-tests", help="Fit the given nccl-tests logs (all_reduce_perf, all_gather_perf, "
                                          "reduce_scatter_perf, ...) instead of measuring."),
     out: Optional[str] = typer.Option(
-        None, "--out", help="Profile to write (atomically; default dpsim-calibration-NAME.json)."),
+        None, "--out", help="Profile to write (atomically; default dpsim-calibration-NAME.json); checked before "
+                            "measuring."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
     backend: Optional[str] = typer.Option(None, "--backend", help="nccl or gloo (default: nccl if torch sees GPUs)."),
     nproc: Optional[int] = typer.Option(
         None, "--nproc", help="Local ranks (default: every GPU; gloo: up to 4 CPU processes). Not under torchrun."),
     ranks_per_node: Optional[int] = typer.Option(
-        None, "--ranks-per-node", help="Treat every K consecutive ranks as one node (default: by host name); "
-                                       "for nccl-tests logs without a device list."),
+        None, "--ranks-per-node", help="Treat every K consecutive ranks as one node: when measuring (default: "
+                                       "torchrun's node rank GROUP_RANK, else LOCAL_WORLD_SIZE, else the host "
+                                       "name) and for nccl-tests logs without a device list. predict takes the "
+                                       "profile's ranks per node as its default --gpus-per-node."),
     minbytes: Optional[str] = typer.Option(None, "-b", "--minbytes", help="Smallest size (GPU 8, CPU 4K)."),
     maxbytes: Optional[str] = typer.Option(None, "-e", "--maxbytes", help="Largest size (GPU 1G, CPU 4M)."),
     stepfactor: Optional[float] = typer.Option(None, "-f", "--stepfactor", help="Size factor (default 2)."),
     ops: Optional[str] = typer.Option(
         None, "--ops", help="Comma-separated: all_reduce,reduce_scatter,all_gather,broadcast,sendrecv (default all)."),
     warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed calls per size (GPU 5, CPU 3)."),
-    iters: Optional[int] = typer.Option(None, "--iters", help="Timed repeats per size (GPU 20, CPU 10)."),
+    iters: Optional[int] = typer.Option(None, "--iters", help="Fewest timed repeats per size and of the model "
+                                                             "step (GPU 20, CPU 10)."),
+    max_iters: Optional[int] = typer.Option(None, "--max-iters", help="Most timed repeats (default 5 x --iters)."),
+    ci: float = typer.Option(0.02, "--ci", help="Repeat until the 95 % interval of every mean is within this "
+                                                "fraction of it (0.02 = +-2 %), or --max-iters, or --budget."),
+    budget: float = typer.Option(120.0, "--budget", help="Seconds of repeats one sweep or the model step may "
+                                                         "take beyond --iters."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a dead or hung rank "
                                                          "ends the run."),
     compute: bool = typer.Option(True, "--compute/--no-compute", help="Run the compute micro-benchmarks."),
     dtypes: Optional[str] = typer.Option(
         None, "--dtypes", help="Matmul dtypes (GPU bfloat16,float16,float32; CPU float32)."),
     model: Optional[str] = typer.Option(
-        None, "--model", help="Time a real model layer by layer: a catalog name, or path/file.py:fn or "
-                              "package.module:fn returning an nn.Module (as predict --model)."),
+        None, "--model", help="Time a model's training step (forward, loss, backward, optimizer) layer by layer: "
+                              "a catalog name, or path/file.py:fn or package.module:fn returning an nn.Module, "
+                              "optionally :input_fn then :loss_fn (as predict --model; else the module's "
+                              "example_input() and loss())."),
+    optimizer: str = typer.Option("adamw", "--optimizer", help="Optimizer of the model step when the model file "
+                                                               "defines no optimizer(parameters): adamw, adam, "
+                                                               "sgd-momentum, sgd."),
     micro_batch: int = typer.Option(1, "--micro-batch", help="Micro-batch of the model benchmark."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length of a catalog token model."),
     input_shape: Optional[str] = typer.Option(
@@ -87,10 +102,11 @@ def calibrate(
         raise ConfigError("--from-nccl-tests: no log files given; e.g. dpsim calibrate --from-nccl-tests "
                           "all_reduce_perf.log --out node.json")
     opts = CalibrateOptions(
-        out=out, backend=backend, nproc=nproc, ranks_per_node=ranks_per_node,
+        out=out, force=force, backend=backend, nproc=nproc, ranks_per_node=ranks_per_node,
         minbytes=parse_size_bytes(minbytes, "-b/--minbytes") if minbytes is not None else None,
         maxbytes=parse_size_bytes(maxbytes, "-e/--maxbytes") if maxbytes is not None else None,
-        stepfactor=stepfactor, ops=_names(ops), warmup=warmup, iters=iters, timeout_s=timeout,
+        stepfactor=stepfactor, ops=_names(ops), warmup=warmup, iters=iters, max_iters=max_iters, ci=ci,
+        budget_s=budget, optimizer=optimizer, timeout_s=timeout,
         compute=compute, dtypes=_names(dtypes), model=model, micro_batch=micro_batch, seq_len=seq_len,
         input_shape=input_shape,
         name=name, description=description, nccl_tests_logs=logs, quiet=quiet or as_json,

@@ -115,8 +115,8 @@ def predict_config(flags: dict[str, Any], single_gpu_samples_per_s: float | None
 
     ``flags``: the fields given on the command line (:func:`~dpsim.cli.options.config_options`).
     ``--single-gpu-samples-per-s`` becomes ``single_gpu_step_s`` at the config's micro-batch;
-    with ``--calibration`` and no ``--overlap-slowdown``, the profile's measured slowdown
-    is the default.
+    with ``--calibration``, the flags left out take the profile's values (its ranks per
+    node, its measured overlap slowdown, fp32 for a CPU profile).
     """
     config = PredictConfig(**flags)
     changes: dict[str, Any] = {}
@@ -130,11 +130,26 @@ def predict_config(flags: dict[str, Any], single_gpu_samples_per_s: float | None
                               f"{config.micro_batch} is a {step_s:.3g} s step; expected a step from "
                               f"{MIN_SINGLE_GPU_STEP_S:g} s to {MAX_SINGLE_GPU_STEP_S:g} s")
         changes["single_gpu_step_s"] = step_s
+    if config.calibration is not None:
+        changes.update(_profile_defaults(flags, config))
     if "overlap_slowdown" not in flags and config.calibration is not None:
         measured = _calibrated_overlap_slowdown(config.calibration)
         if measured is not None:
             changes["overlap_slowdown"] = measured
     return replace(config, **changes) if changes else config
+
+
+def _profile_defaults(flags: dict[str, Any], config: PredictConfig) -> dict[str, Any]:
+    """What the profile implies for the flags left out: its ranks per node and fp32 for a CPU
+    profile (:func:`dpsim.predict.provenance.profile_defaults`; the overlap slowdown below)."""
+    from dpsim.predict.provenance import profile_defaults
+    from dpsim.profile.io import load_profile
+    from dpsim.topology.load import load_preset, load_topology_file
+
+    spec = load_topology_file(config.topology_file) if config.topology_file else load_preset(config.link)
+    defaults = profile_defaults(flags, load_profile(config.calibration),
+                                topology_gpus_per_node=spec.node.gpus_per_node)
+    return {k: v for k, v in defaults.items() if k != "overlap_slowdown"}
 
 
 def _calibrated_overlap_slowdown(calibration: str) -> float | None:

@@ -8,7 +8,11 @@ completes the buckets whose last gradient it produced). A comm op starts once ev
 rank has launched it and the stream is free (ops on one communicator run one after
 another), and lasts what the :class:`~dpsim.collectives.CollectiveModel` says. While a
 collective runs, compute progresses ``1 + overlap_slowdown`` times slower
-(communication kernels take SMs, or CPU threads for gloo).
+(communication kernels take SMs, or CPU threads for gloo); and, the other way round,
+while any rank computes, a collective progresses ``1 + comm_slowdown`` times slower
+(compute competes for the cores gloo's threads run on, or for SMs and memory
+bandwidth). ``comm_slowdown`` is 0 unless a calibration measured it, and then the
+engine's schedule is exactly the one it plays without it.
 
 A comm op names its communicator (:attr:`CommOp.group`): all ranks, or a sub-group
 such as the GPUs of one node (FSDP hybrid sharding); the ops of every communicator
@@ -85,13 +89,25 @@ class SimulationResult:
 class _Rank:
     """A rank's compute, slowed while communication is active."""
 
-    def __init__(self, env: simpy.Environment, slowdown: float):
+    def __init__(self, env: simpy.Environment, slowdown: float, stream: "_Stream | None" = None):
         self.env, self.slowdown = env, slowdown
         self.comm_active = False
         self._changed: simpy.Event | None = None
+        self.stream = stream
+        """Told when this rank starts or stops computing (it slows the collectives)."""
 
     def compute(self, duration_s: float):
         """Generator: run ``duration_s`` of compute, re-rating whenever comm starts or stops."""
+        if self.stream is None:
+            yield from self._compute(duration_s)
+            return
+        self.stream.computing(+1)
+        try:
+            yield from self._compute(duration_s)
+        finally:
+            self.stream.computing(-1)
+
+    def _compute(self, duration_s: float):
         remaining = duration_s
         while remaining > 1e-15:
             rate = 1.0 / (1.0 + self.slowdown) if self.comm_active else 1.0
@@ -113,9 +129,73 @@ class _Rank:
             self._changed.succeed()
 
 
+class _Stream:
+    """The communication stream's progress, slowed while any rank computes (``comm_slowdown``)."""
+
+    def __init__(self, env: simpy.Environment, slowdown: float):
+        self.env, self.slowdown = env, slowdown
+        self.busy = 0
+        self._changed: simpy.Event | None = None
+
+    def computing(self, delta: int) -> None:
+        before = self.busy > 0
+        self.busy += delta
+        if (self.busy > 0) != before and self._changed is not None and not self._changed.triggered:
+            self._changed.succeed()
+
+    def run(self, duration_s: float):
+        """Generator: ``duration_s`` of communication, re-rated whenever compute starts or stops."""
+        remaining = duration_s
+        while remaining > 1e-15:
+            rate = 1.0 / (1.0 + self.slowdown) if self.busy > 0 else 1.0
+            start = self.env.now
+            timer = self.env.timeout(remaining / rate)
+            self._changed = self.env.event()
+            fired = yield timer | self._changed
+            self._changed = None
+            if timer in fired:
+                return
+            remaining -= (self.env.now - start) * rate
+
+
+class PlayedCollectives:
+    """``collectives`` with the duration one engine run gave each op of a program.
+
+    With a ``comm_slowdown`` a collective lasts longer than its model says while ranks
+    compute. The per-rank replay (:mod:`dpsim.engine.replay`) schedules collectives with
+    fixed durations, so it plays them with the durations of the noise-free run (exact when
+    the ranks are identical; an approximation when their compute differs). Anything else
+    is the wrapped model's.
+    """
+
+    def __init__(self, collectives: CollectiveModel, durations_s: dict[CommOp, float]):
+        self._collectives = collectives
+        self._durations_s = dict(durations_s)
+
+    def __getattr__(self, name: str):
+        return getattr(self._collectives, name)
+
+    def played_time_s(self, op: CommOp) -> float | None:
+        """The played duration of ``op`` (``None`` for an op of another program)."""
+        return self._durations_s.get(op)
+
+
+def played_durations(program: StepProgram, sim: SimulationResult) -> dict[CommOp, float]:
+    """Each comm op's duration in the last simulated step (the steady state)."""
+    last = max((e.step for e in sim.trace), default=0)
+    return {program.comms[e.bucket]: e.end_s - e.start_s for e in sim.trace
+            if e.step == last and e.bucket is not None and e.kind not in _COMPUTE_KINDS}
+
+
 def comm_op_time_s(collectives: CollectiveModel, op: CommOp) -> float:
     """Duration of ``op`` on its communicator: ``collectives.time`` for ``world``, else
-    the sub-communicator's model (``collectives.group(name)``)."""
+    the sub-communicator's model (``collectives.group(name)``); the played duration when
+    ``collectives`` is a :class:`PlayedCollectives`."""
+    played = getattr(collectives, "played_time_s", None)
+    if played is not None:
+        t = played(op)
+        if t is not None:
+            return t
     if op.group == "world":
         return collectives.time(op.op, op.size_bytes).time_s
     group = getattr(collectives, "group", None)
@@ -133,16 +213,21 @@ def run_program(
     steps: int = 1,
     overlap_slowdown: float = 0.0,
     rank_compute_scale: Sequence[float] | Sequence[Sequence[float]] = (1.0,),
+    comm_slowdown: float = 0.0,
 ) -> SimulationResult:
     """Simulate ``steps`` repetitions of ``program`` on every distinct rank.
 
     ``rank_compute_scale`` multiplies each rank's compute: one factor per distinct rank
     (the same every step), or one row per step of one factor per rank.
+    ``comm_slowdown``: a collective runs ``1 + comm_slowdown`` times slower while any rank
+    computes (0: collectives last what the model says; see the module docstring).
     """
     if steps < 1:
         raise ConfigError(f"--steps: {steps} is not valid; expected an integer >= 1")
     if overlap_slowdown < 0:
         raise ConfigError(f"--overlap-slowdown: {overlap_slowdown} is not valid; expected a number >= 0")
+    if not comm_slowdown >= 0:
+        raise ConfigError(f"comm slowdown: {comm_slowdown} is not valid; expected a number >= 0")
     scales = [list(row) if isinstance(row, Sequence) else None for row in rank_compute_scale]
     if all(s is None for s in scales):
         per_step = [list(rank_compute_scale)] * steps  # type: ignore[list-item]
@@ -158,7 +243,8 @@ def run_program(
     trace: list[TraceEvent] = []
     n_ops = len(program.comms)
     comm_time = [comm_op_time_s(collectives, c) for c in program.comms]
-    ranks = [_Rank(env, overlap_slowdown) for _ in range(n_ranks)]
+    stream = _Stream(env, comm_slowdown) if comm_slowdown > 0 else None
+    ranks = [_Rank(env, overlap_slowdown, stream) for _ in range(n_ranks)]
     # launched[s][i][r]: rank r launched op i of step s; finished[s][i]: op i of step s ended.
     launched = [[[env.event() for _ in range(n_ranks)] for _ in range(n_ops)] for _ in range(steps)]
     finished = [[env.event() for _ in range(n_ops)] for _ in range(steps)]
@@ -193,7 +279,10 @@ def run_program(
                 start = env.now
                 for rank in ranks:
                     rank.set_comm(True)
-                yield env.timeout(comm_time[i])
+                if stream is None:
+                    yield env.timeout(comm_time[i])
+                else:
+                    yield from stream.run(comm_time[i])
                 for rank in ranks:
                     rank.set_comm(False)
                 c = program.comms[i]
@@ -205,13 +294,15 @@ def run_program(
         env.process(rank_process(r))
     env.process(comm_process())
     env.run()
-    return _summarise(records, trace, sum(comm_time))
+    return _summarise(records, trace, sum(comm_time), played=stream is not None)
 
 
 _COMPUTE_KINDS = {"forward", "backward", "recompute", "optimizer"}
 
 
-def _summarise(records: list[list[dict]], trace: list[TraceEvent], comm_s: float) -> SimulationResult:
+def _summarise(records: list[list[dict]], trace: list[TraceEvent], comm_s: float, *,
+               played: bool = False) -> SimulationResult:
+    """Step timings; ``played``: a collective's time is what it took (slowed by compute), else ``comm_s``."""
     timings = []
     by_step: dict[int, tuple[list, list]] = {}
     for e in trace:
@@ -229,7 +320,7 @@ def _summarise(records: list[list[dict]], trace: list[TraceEvent], comm_s: float
             forward_s=r0["forward"],
             backward_s=r0["backward"],
             optimizer_s=r0["optimizer"],
-            comm_s=comm_s,
+            comm_s=sum(b - a for a, b in comm) if played else comm_s,
             exposed_comm_s=_uncovered(comm, busy),
         ))
     return SimulationResult(steps=tuple(timings), trace=tuple(trace))

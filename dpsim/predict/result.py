@@ -11,6 +11,7 @@ from dpsim.engine.program import StepProgram
 from dpsim.engine.simulate import SimulationResult
 from dpsim.memory import FitAdvice, MemoryBreakdown
 from dpsim.predict.config import PredictConfig
+from dpsim.predict.provenance import Provenance
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,8 +56,8 @@ class Prediction:
     """Throughput of the same model on one GPU."""
     scaling_efficiency: float
     """samples_per_s / (n_gpus x single_gpu_samples_per_s)."""
-    mfu: float
-    """Model FLOPs utilisation against the GPU's dense peak."""
+    mfu: float | None
+    """Model FLOPs utilisation against the GPU's dense peak (``None`` on CPUs: no peak to quote)."""
     n_buckets: int
     """DDP buckets."""
     gradient_bytes: int
@@ -81,6 +82,9 @@ class Prediction:
     choice on the flow model, degraded links included, or a calibration profile's fits)."""
     links: LinkReport | None = field(default=None, repr=False)
     """Per-link utilisation and bottleneck links of a step (NCCL model only)."""
+    provenance: Provenance | None = field(default=None, repr=False)
+    """Where compute, network and overlap came from (profile, flag or model) and what makes
+    them uncertain (:mod:`dpsim.predict.provenance`)."""
 
     @property
     def overlap_fraction(self) -> float:
@@ -150,4 +154,5 @@ class Prediction:
             "strategy": self.strategy,
             "comm_bytes_by_op": dict(self.comm_bytes_by_op),
             "links": self.links.to_dict() if self.links is not None else None,
+            "provenance": self.provenance.to_dict() if self.provenance is not None else None,
         }

@@ -35,14 +35,28 @@ Collectives (:class:`CalibratedCollectives`, a :class:`~dpsim.collectives.Collec
     a broadcast is a pipelined chain of ``N - 1`` hops). ``sendrecv`` is never needed by
     the engine; it is reported only.
 
-Compute (:func:`calibrated_gpu`, :func:`measured_step_s`)
+Compute (:func:`calibrated_device`, :func:`measured_compute`)
     Measured best matmul FLOP/s per dtype replace the GPU preset's *achieved* rates (the
     peaks, used for MFU, stay), and the measured copy bandwidth replaces the memory
     bandwidth (which sets the optimizer step). ``--compute-efficiency`` still applies on
-    top, as it does to the preset's rates. When the profile timed the same model at the
-    same micro-batch and dtype, its measured forward + backward replaces the modelled one
-    (the optimizer stays modelled) unless the user gave ``--single-gpu-step-ms``.
-    A measured ``overlap_slowdown`` is the CLI's default for ``--overlap-slowdown``.
+    top, as it does to the preset's rates. A profile measured on CPUs describes a CPU
+    cluster: its device replaces the GPU preset altogether (:func:`calibrated_device`:
+    the CPU's name, the host's memory shared by its ranks, no peak and so no MFU).
+
+    When the profile timed the same model (:mod:`dpsim.profile.match`: its traced
+    structure, what it is fed, the micro-batch and the dtype), the measured step replaces
+    the modelled one unless the user gave ``--single-gpu-step-ms``: layer by layer when the
+    profile split it per traced layer, else scaled to the modelled proportions; and the
+    measured optimizer step too when it timed the same optimizer (or the model file's own).
+    With DDP, each gradient's copy into its bucket and back (torch's default
+    ``gradient_as_bucket_view=False``: ``Reducer::mark_variable_ready_dense`` and
+    ``copy_bucket_to_grad`` in ``torch/csrc/distributed/c10d/reducer.cpp``), which a
+    single replica's step does not run, is added to the backward of the layer that made
+    it, at the measured copy bandwidth.
+
+    A measured ``overlap_slowdown`` (compute slowed while a collective runs) is the
+    default ``--overlap-slowdown``, and a measured ``comm_slowdown`` (a collective slowed
+    while compute runs) is played by the engine.
 """
 
 from __future__ import annotations
@@ -59,7 +73,13 @@ from dpsim.collectives.ops import (
 from dpsim.errors import ConfigError, ProfileError
 from dpsim.hardware import GpuSpec
 from dpsim.profile.fit import Segment, piecewise_time
-from dpsim.profile.schema import OpCalibration, Profile
+from dpsim.profile.schema import ModelStep, OpCalibration, Profile
+from dpsim.workload.compute import LayerTime
+from dpsim.workload.spec import ModelSpec
+
+HIGH_CV = 0.05
+"""A measured spread (step-time CV, or a size's 95 % interval half-width over its mean)
+above which predict warns that the profile's number is uncertain."""
 
 
 class CalibratedCollectives:
@@ -149,6 +169,136 @@ def calibrated_gpu(profile: Profile, gpu: GpuSpec) -> GpuSpec:
                    sources=gpu.sources + (f"compute measured on {c.device} (profile {profile.name})",))
 
 
+def is_cpu_profile(profile: Profile) -> bool:
+    """Whether the profile was measured on CPUs (gloo ranks without GPUs)."""
+    env = profile.environment
+    if env.get("device_type") is not None:
+        return env.get("device_type") == "cpu"
+    return env.get("backend") == "gloo" and profile.compute is not None
+
+
+def profile_ranks_per_node(profile: Profile) -> int | None:
+    """Ranks per node of the profile's multi-node communicator (or of its one node when it
+    measured only inside one), the natural ``--gpus-per-node`` of a prediction with it."""
+    inter = profile.link_classes.get("inter_node")
+    if inter and inter["n_ranks"] % inter["n_nodes"] == 0:
+        return inter["n_ranks"] // inter["n_nodes"]
+    rpn = profile.environment.get("ranks_per_node")
+    if isinstance(rpn, list) and rpn and len(set(rpn)) == 1 and isinstance(rpn[0], int) and rpn[0] >= 1:
+        return rpn[0]
+    return None
+
+
+def calibrated_device(profile: Profile, gpu: GpuSpec) -> GpuSpec:
+    """The device a prediction with ``profile`` runs on: ``gpu`` with the measured rates
+    (:func:`calibrated_gpu`), or, for a CPU profile, the CPU it measured (no GPU preset's
+    numbers: its measured matmul rates and copy bandwidth, the host's memory over the
+    host's ranks, and no peak, so no MFU)."""
+    if not is_cpu_profile(profile):
+        return calibrated_gpu(profile, gpu)
+    c = profile.compute
+    env = profile.environment
+    per_host = profile_ranks_per_node(profile) or 1
+    memory = env.get("device_memory_bytes")
+    rates = dict(c.matmul_flops_per_s) if c is not None else {}
+    if "float32" in rates:
+        rates.setdefault("float32-highest", rates["float32"])  # no TF32 on a CPU: one float32 rate
+    return GpuSpec(
+        name="cpu",
+        description=f"{c.device if c is not None else 'CPU'} (profile {profile.name})",
+        peak_flops_per_s={},
+        achieved_flops_per_s=rates,
+        memory_bytes=float(memory) / per_host if isinstance(memory, (int, float)) and memory > 0 else math.inf,
+        memory_bandwidth_bytes_per_s=(c.memory_bandwidth_bytes_per_s if c is not None
+                                      and c.memory_bandwidth_bytes_per_s else gpu.memory_bandwidth_bytes_per_s),
+        sources=(f"measured by dpsim calibrate on {c.device if c is not None else 'CPUs'} (profile {profile.name})",),
+    )
+
+
+def measured_compute(step: ModelStep, model: ModelSpec, compute, *, optimizer: str, ddp_copy_bandwidth: float | None):
+    """``compute`` (a :class:`~dpsim.workload.compute.ComputeProfile` of ``model``) with the
+    measured step in it (see the module docstring); returns ``(compute, details)``.
+
+    ``details`` says what was measured: ``layers`` ("per traced layer" or "scaled to the
+    model's proportions"), ``optimizer`` ("measured" or why modelled), ``ddp_copy_s``.
+    """
+    names = [layer.name for layer in model.layers]
+    by_name = {l.name: l for l in step.layers}
+    details: dict = {}
+    if step.layers_traced and set(by_name) == set(names) and len(by_name) == len(names):
+        layers = tuple(replace(l, forward_s=by_name[l.name].forward_s, backward_s=by_name[l.name].backward_s)
+                       for l in compute.layers)
+        details["layers"] = "per traced layer"
+    else:
+        compute = with_measured_step(compute, step.forward_s + step.backward_s)
+        layers = compute.layers
+        details["layers"] = "whole step, split in the model's proportions"
+    copy_s = 0.0
+    if ddp_copy_bandwidth:
+        sizes = {p.name: p.size_bytes for p in model.params}
+        layers = tuple(replace(l, backward_s=l.backward_s + sum(2 * sizes[n] for n in l.param_names)
+                               / ddp_copy_bandwidth) for l in layers)
+        copy_s = sum(2 * sizes[n] for n in sizes) / ddp_copy_bandwidth
+    details["ddp_copy_s"] = copy_s
+    optimizer_s = compute.optimizer_s
+    if step.optimizer_s is not None and step.optimizer in (optimizer, "optimizer()"):
+        optimizer_s = step.optimizer_s
+        details["optimizer"] = f"measured ({step.optimizer})"
+    elif step.optimizer_s is not None:
+        details["optimizer"] = f"modelled: the profile timed {step.optimizer}, not {optimizer}"
+    else:
+        details["optimizer"] = "modelled: the profile did not time an optimizer"
+    return replace(compute, layers=layers, optimizer_s=optimizer_s), details
+
+
+def range_warnings(profile: Profile, link_class: str, sizes_bytes) -> list[str]:
+    """Warnings for message sizes outside the profile's measured range, or noisy measurements near them."""
+    out = []
+    cal = profile.op(link_class, "all_reduce")
+    sizes = [s for s in sizes_bytes if s > 0]
+    if cal is None or not cal.measurements or not sizes:
+        return out
+    lo = min(m.size_bytes for m in cal.measurements)
+    hi = max(m.size_bytes for m in cal.measurements)
+    big = [s for s in sizes if s > hi * 1.0001]
+    small = [s for s in sizes if s < lo * 0.9999]
+    if big:
+        out.append(f"{len(big)} all-reduce(s) of up to {_bytes(max(big))} are larger than the profile measured "
+                   f"({link_class} up to {_bytes(hi)}): extrapolated; calibrate with a larger -e")
+    if small:
+        out.append(f"{len(small)} all-reduce(s) of {_bytes(min(small))} and up are smaller than the profile "
+                   f"measured ({link_class} from {_bytes(lo)}): extrapolated; calibrate with a smaller -b")
+    noisy = [m for m in cal.measurements if m.ci_low_s is not None and m.ci_high_s is not None and m.mean_s
+             and (m.ci_high_s - m.ci_low_s) / 2 > HIGH_CV * m.mean_s and lo <= m.size_bytes
+             and any(m.size_bytes / 2 <= s <= m.size_bytes * 2 for s in sizes)]
+    if noisy:
+        worst = max(noisy, key=lambda m: (m.ci_high_s - m.ci_low_s) / m.mean_s)
+        out.append(f"the profile's {link_class} all-reduce at {_bytes(worst.size_bytes)} is known only to "
+                   f"+-{50 * (worst.ci_high_s - worst.ci_low_s) / worst.mean_s:.0f} % (95 %): a noisy "
+                   "measurement near this job's bucket sizes")
+    return out
+
+
+def step_warnings(step: ModelStep) -> list[str]:
+    """Warnings for a noisy measured step."""
+    out = []
+    if step.step_time_cv is not None and step.step_time_cv > HIGH_CV:
+        out.append(f"the measured step varied by {100 * step.step_time_cv:.0f} % (CV) between repeats: the "
+                   "compute times are uncertain (outside load while calibrating?)")
+    if (step.step_time_mean_s and step.step_time_ci_low_s is not None and step.step_time_ci_high_s is not None
+            and (step.step_time_ci_high_s - step.step_time_ci_low_s) / 2 > HIGH_CV * step.step_time_mean_s):
+        out.append(f"the measured step's mean is known only to +-"
+                   f"{50 * (step.step_time_ci_high_s - step.step_time_ci_low_s) / step.step_time_mean_s:.0f} % (95 %)")
+    return out
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
 def measured_step_s(profile: Profile, *, model: str, micro_batch: int, dtype: str) -> float | None:
     """Measured forward + backward of ``model`` at ``micro_batch`` in ``dtype``, if the profile has it."""
     c = profile.compute
@@ -174,6 +324,11 @@ def with_measured_step(compute, forward_backward_s: float):
 def calibrated_overlap_slowdown(profile: Profile) -> float | None:
     """The measured compute slowdown under a concurrent collective, if measured."""
     return None if profile.compute is None else profile.compute.overlap_slowdown
+
+
+def calibrated_comm_slowdown(profile: Profile) -> float | None:
+    """The measured all-reduce slowdown while every rank computes, if measured."""
+    return None if profile.compute is None else profile.compute.comm_slowdown
 
 
 def calibrated_noise_cv(profile: Profile) -> float | None:

@@ -29,6 +29,7 @@ from dpsim.profile.schema import (
     Measurement,
     ModelStep,
     OpCalibration,
+    STEP_OPTIONAL,
     Profile,
     op_bus_factor,
 )
@@ -135,11 +136,12 @@ _CLASS = ("n_ranks", "n_nodes", "ops")
 _OP = ("fit", "measurements", "sources")
 _FIT = ("r2", "worst_rel_residual", "poor", "breaks_bytes", "single_line", "segments")
 _SEG = ("first_size_bytes", "last_size_bytes", "latency_s", "bus_bandwidth_bytes_per_s", "n_points", "r2",
-        "worst_rel_residual")
-_MEAS = ("size_bytes", "time_s", "min_s", "max_s", "q1_s", "q3_s", "repeats", "source")
-_COMPUTE = ("device", "matmul_flops_per_s", "memory_bandwidth_bytes_per_s", "overlap_slowdown",
+        "worst_rel_residual", "rms_rel_residual")
+_MEAS = ("size_bytes", "time_s", "min_s", "max_s", "q1_s", "q3_s", "repeats", "mean_s", "ci_low_s", "ci_high_s",
+         "source")
+_COMPUTE = ("device", "matmul_flops_per_s", "memory_bandwidth_bytes_per_s", "overlap_slowdown", "comm_slowdown",
             "model_step", "matmul", "memcpy", "overlap")
-_STEP = ("model", "micro_batch", "dtype", "forward_s", "backward_s", "step_time_cv", "layers")
+_STEP = ("model", "micro_batch", "dtype", "forward_s", "backward_s", "layers") + STEP_OPTIONAL
 _LAYER = ("name", "forward_s", "backward_s")
 
 
@@ -168,6 +170,7 @@ def _read_op(origin: str, path: str, op: str, lc: str, n_ranks: int, raw: Any) -
             n_points=sd.integer("n_points", minimum=0, default=0),
             r2=_nan(sd.number("r2", minimum=-math.inf, nullable=True, default=None)),
             worst_rel_residual=sd.number("worst_rel_residual", default=0.0),
+            rms_rel_residual=_nan(sd.number("rms_rel_residual", nullable=True, default=None)),
         )
         if latency == 0 and seg.seconds_per_byte == 0:
             sd.fail(sd.field("bus_bandwidth_bytes_per_s"), None,
@@ -190,6 +193,9 @@ def _read_op(origin: str, path: str, op: str, lc: str, n_ranks: int, raw: Any) -
             q1_s=md.number("q1_s", nullable=True, default=None),
             q3_s=md.number("q3_s", nullable=True, default=None),
             repeats=md.integer("repeats", nullable=True, default=None),
+            mean_s=md.number("mean_s", nullable=True, default=None),
+            ci_low_s=md.number("ci_low_s", nullable=True, default=None),
+            ci_high_s=md.number("ci_high_s", nullable=True, default=None),
             source=md.string("source", nullable=True, default=None),
         ))
     if measurements:
@@ -226,10 +232,24 @@ def _read_compute(origin: str, raw: Any) -> ComputeCalibration:
             ld = _Doc(origin, f"compute.model_step.layers[{i}]", raw_l, _LAYER)
             layers.append(LayerTiming(name=ld.string("name"), forward_s=ld.number("forward_s"),
                                       backward_s=ld.number("backward_s")))
+        traced = sd.get("layers_traced", "true or false", False)
+        if not isinstance(traced, bool):
+            sd.fail(sd.field("layers_traced"), traced, "true or false")
         step = ModelStep(model=sd.string("model"), micro_batch=sd.integer("micro_batch"),
                          dtype=sd.string("dtype"), forward_s=sd.number("forward_s", strict=True),
                          backward_s=sd.number("backward_s", strict=True), layers=tuple(layers),
-                         step_time_cv=sd.number("step_time_cv", nullable=True, default=None))
+                         step_time_cv=sd.number("step_time_cv", nullable=True, default=None),
+                         structure_hash=sd.string("structure_hash", nullable=True, default=None),
+                         forward_flops_per_sample=sd.number("forward_flops_per_sample", nullable=True, default=None),
+                         layers_traced=traced,
+                         optimizer=sd.string("optimizer", nullable=True, default=None),
+                         optimizer_s=sd.number("optimizer_s", nullable=True, default=None),
+                         loss=sd.string("loss", nullable=True, default=None),
+                         step_time_mean_s=sd.number("step_time_mean_s", nullable=True, default=None),
+                         step_time_ci_low_s=sd.number("step_time_ci_low_s", nullable=True, default=None),
+                         step_time_ci_high_s=sd.number("step_time_ci_high_s", nullable=True, default=None),
+                         repeats=sd.integer("repeats", nullable=True, default=None),
+                         threads=sd.integer("threads", nullable=True, default=None))
     raw_extra = {k: doc.data[k] for k in ("matmul", "memcpy", "overlap") if k in doc.data}
     return ComputeCalibration(
         device=doc.string("device"),
@@ -237,6 +257,7 @@ def _read_compute(origin: str, raw: Any) -> ComputeCalibration:
         memory_bandwidth_bytes_per_s=doc.number("memory_bandwidth_bytes_per_s", strict=True, nullable=True,
                                                 default=None),
         overlap_slowdown=doc.number("overlap_slowdown", nullable=True, default=None),
+        comm_slowdown=doc.number("comm_slowdown", nullable=True, default=None),
         model_step=step,
         raw=raw_extra,
     )

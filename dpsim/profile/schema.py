@@ -96,6 +96,13 @@ class Measurement:
     """Third quartile of the repeats."""
     repeats: int | None = None
     """Timed repeats behind the median (each the slowest rank's time)."""
+    mean_s: float | None = None
+    """Mean of the repeats."""
+    ci_low_s: float | None = None
+    """Low end of the 95 % Student-t interval of the mean (``dpsim calibrate`` repeats a size
+    until it is within its ``--ci`` target, or its budget runs out)."""
+    ci_high_s: float | None = None
+    """High end of that interval."""
     source: str | None = None
     """Where the number comes from (a reference row id, a log file and line)."""
 
@@ -158,24 +165,58 @@ class LayerTiming:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelStep:
-    """A real model's forward/backward at one micro-batch."""
+    """A real model's training step at one micro-batch, as trained: forward, loss, backward, optimizer."""
 
     model: str
-    """Catalog name or ``module:function``."""
+    """The ``--model`` reference as given (catalog name, ``file.py:fn...``); informational:
+    predictions match a model by :attr:`structure_hash`."""
     micro_batch: int
     """Samples per step."""
     dtype: str
     """Compute dtype (``bfloat16`` under autocast, else ``float32``)."""
     forward_s: float
-    """Median forward time, no hooks attached."""
+    """Median forward time, the loss included."""
     backward_s: float
-    """Median backward time, no hooks attached."""
+    """Median backward time."""
     layers: tuple[LayerTiming, ...] = ()
-    """Per-module times (hooks add a little overhead to each)."""
+    """Per-layer times; with :attr:`layers_traced`, one per layer of the traced model
+    (forward from each layer's first entry, backward up to its last gradient being ready),
+    adding up to the medians above."""
     step_time_cv: float | None = None
-    """Coefficient of variation (sample std / mean) of the forward+backward time over the
-    timed repeats after warm-up, the median over ranks; ``predict``'s default per-rank
-    noise (``--noise-cv``). ``None`` in profiles written before it was recorded."""
+    """Coefficient of variation (sample std / mean) of the step time over the timed repeats
+    after warm-up, the median over ranks; ``predict``'s default per-rank noise
+    (``--noise-cv``). ``None`` in profiles written before it was recorded."""
+    structure_hash: str | None = None
+    """SHA-256 of the traced model's structure (parameter names, shapes and dtypes in
+    registration order, layers in execution order with their parameters:
+    :func:`dpsim.profile.match.model_fingerprint`); ``None`` in older profiles."""
+    forward_flops_per_sample: float | None = None
+    """Forward FLOPs per sample of the traced model: what it was fed (sequence length,
+    image size) must match too."""
+    layers_traced: bool = False
+    """:attr:`layers` are the traced model's layers (``predict`` then uses them one by one)."""
+    optimizer: str | None = None
+    """Optimizer timed: a ``--optimizer`` name, or ``optimizer()`` (the model file's own)."""
+    optimizer_s: float | None = None
+    """Median optimizer step (``zero_grad`` + ``step``); ``None`` in older profiles."""
+    loss: str | None = None
+    """Loss timed: ``loss_fn()`` of the reference, ``loss()`` of the module, or a stand-in."""
+    step_time_mean_s: float | None = None
+    """Mean step time (forward + backward + optimizer) over the timed repeats, each the
+    slowest rank's."""
+    step_time_ci_low_s: float | None = None
+    """Low end of the 95 % Student-t interval of that mean."""
+    step_time_ci_high_s: float | None = None
+    """High end of that interval."""
+    repeats: int | None = None
+    """Timed repeats behind the medians."""
+    threads: int | None = None
+    """torch intra-op threads per rank while timing."""
+
+    @property
+    def step_s(self) -> float:
+        """Median forward + backward, plus the optimizer when it was timed."""
+        return self.forward_s + self.backward_s + (self.optimizer_s or 0.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,6 +231,9 @@ class ComputeCalibration:
     """Device copy bandwidth (bytes read + written per second)."""
     overlap_slowdown: float | None = None
     """Fractional compute slowdown while a collective runs concurrently."""
+    comm_slowdown: float | None = None
+    """Fractional all-reduce slowdown while every rank computes (the other direction of
+    the interference: on shared cores, gloo's threads compete with compute)."""
     model_step: ModelStep | None = None
     """A real model's measured step, when one was benchmarked."""
     raw: dict[str, Any] = field(default_factory=dict)
@@ -312,11 +356,12 @@ def _op_to_dict(c: OpCalibration) -> dict:
             "n_points": s.n_points,
             "r2": _num(s.r2),
             "worst_rel_residual": s.worst_rel_residual,
+            **({"rms_rel_residual": s.rms_rel_residual} if math.isfinite(s.rms_rel_residual) else {}),
         })
     meas = []
     for m in c.measurements:
         d = {"size_bytes": m.size_bytes, "time_s": m.time_s}
-        for key in ("min_s", "max_s", "q1_s", "q3_s", "repeats", "source"):
+        for key in ("min_s", "max_s", "q1_s", "q3_s", "repeats", "mean_s", "ci_low_s", "ci_high_s", "source"):
             if getattr(m, key) is not None:
                 d[key] = getattr(m, key)
         meas.append(d)
@@ -340,16 +385,25 @@ def _compute_to_dict(c: ComputeCalibration) -> dict:
     if c.model_step is not None:
         s = c.model_step
         step = {"model": s.model, "micro_batch": s.micro_batch, "dtype": s.dtype,
-                "forward_s": s.forward_s, "backward_s": s.backward_s,
-                **({"step_time_cv": s.step_time_cv} if s.step_time_cv is not None else {}),
-                "layers": [{"name": l.name, "forward_s": l.forward_s, "backward_s": l.backward_s}
-                           for l in s.layers]}
+                "forward_s": s.forward_s, "backward_s": s.backward_s}
+        for key in STEP_OPTIONAL:
+            value = getattr(s, key)
+            if value is not None and value is not False:
+                step[key] = value
+        step["layers"] = [{"name": l.name, "forward_s": l.forward_s, "backward_s": l.backward_s} for l in s.layers]
     d = {
         "device": c.device,
         "matmul_flops_per_s": dict(c.matmul_flops_per_s),
         "memory_bandwidth_bytes_per_s": c.memory_bandwidth_bytes_per_s,
         "overlap_slowdown": c.overlap_slowdown,
+        **({"comm_slowdown": c.comm_slowdown} if c.comm_slowdown is not None else {}),
         "model_step": step,
     }
     d.update(c.raw)
     return d
+
+
+STEP_OPTIONAL = ("step_time_cv", "structure_hash", "forward_flops_per_sample", "layers_traced", "optimizer",
+                 "optimizer_s", "loss", "step_time_mean_s", "step_time_ci_low_s", "step_time_ci_high_s", "repeats",
+                 "threads")
+""":class:`ModelStep` fields written only when known (older profiles lack them)."""

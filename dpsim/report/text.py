@@ -11,8 +11,11 @@ from dpsim.predict.result import Prediction
 from dpsim.units import format_bytes, format_seconds
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f} %"
+def _pct(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    value = round(100 * x, 1)
+    return f"{value + 0.0 if value != 0 else 0.0:.1f} %"  # never "-0.0 %" for a rounding speck below zero
 
 
 def _collectives_row(p: Prediction) -> tuple[str, str]:
@@ -27,10 +30,23 @@ def _collectives_row(p: Prediction) -> tuple[str, str]:
     return "collectives", "none (one GPU)"
 
 
+def _provenance_rows(p: Prediction) -> list[tuple[str, str]]:
+    """Where compute, network and overlap came from, and the warnings about them."""
+    prov = p.provenance
+    if prov is None:
+        return []
+    rows = [(what, f"{origin.source}: {origin.detail}")
+            for what, origin in (("compute", prov.compute), ("network", prov.network), ("overlap", prov.overlap),
+                                 ("device", prov.device))]
+    rows += [("warning", w) for w in prov.warnings]
+    return [(escape(a), escape(b)) for a, b in rows]
+
+
 def prediction_tables(p: Prediction) -> list[Table]:
     """The step, throughput and memory of a prediction as rich tables."""
     cfg = p.config
-    title = (f"{p.model} ({p.param_count / 1e9:.3g} B params) on {p.n_gpus} x {p.gpu} "
+    device = "CPU ranks" if p.gpu == "cpu" else p.gpu
+    title = (f"{p.model} ({p.param_count / 1e9:.3g} B params) on {p.n_gpus} x {device} "
              f"[{p.topology}, {p.n_nodes} node{'s' if p.n_nodes > 1 else ''}], "
              f"micro-batch {cfg.micro_batch}, {cfg.precision}"
              + (f", {p.strategy}" if p.strategy != "ddp" else "")
@@ -57,12 +73,12 @@ def prediction_tables(p: Prediction) -> list[Table]:
         rows.append(("", f"{p.tokens_per_s:,.0f} tokens/s"))
     rows += [
         ("scaling efficiency vs 1 GPU", _pct(p.scaling_efficiency)),
-        ("MFU", _pct(p.mfu)),
+        ("MFU", _pct(p.mfu) if p.mfu is not None else "n/a (CPU: no peak)"),
     ]
     for name, value in rows:
         step.add_row(name, value)
     m = p.memory
-    mem = Table(title=f"memory per GPU ({p.strategy})", header_style="bold")
+    mem = Table(title=f"memory per {'rank' if p.gpu == 'cpu' else 'GPU'} ({p.strategy})", header_style="bold")
     mem.add_column("category")
     mem.add_column("size", justify="right")
     for name, value in [("weights", m.weights_bytes), ("gradients", m.gradients_bytes),
@@ -74,7 +90,16 @@ def prediction_tables(p: Prediction) -> list[Table]:
     mem.add_row("total", f"{format_bytes(m.total_bytes)} of {format_bytes(m.capacity_bytes)}: {verdict}")
     if not m.fits and m.suggestion:
         mem.add_row("what would fit", escape(m.suggestion))
-    return [step, mem]
+    tables = [step, mem]
+    provenance = _provenance_rows(p)
+    if provenance:
+        where = Table(title="where the numbers come from", header_style="bold")
+        where.add_column("what")
+        where.add_column("source: detail")
+        for name, value in provenance:
+            where.add_row(name, value)
+        tables.append(where)
+    return tables
 
 
 def print_prediction(p: Prediction, console: Console | None = None) -> None:

@@ -39,22 +39,27 @@ class ModelRef:
     example_function: str | None
     """Name of the function returning the example input (``None``: ``example_input`` if the
     module defines it)."""
+    loss_function: str | None = None
+    """Name of the training loss function, ``loss(output)`` or ``loss(output, batch)``, named
+    after a third colon (``None``: ``loss`` if the module defines it). ``dpsim calibrate`` and
+    ``dpsim validate`` time the step with it; ``predict`` only traces the model."""
     is_file: bool
     """``target`` is a file path."""
 
 
 def parse_model_ref(ref: str) -> ModelRef:
-    """Validate ``file.py:fn[:example_fn]`` or ``pkg.mod:fn[:example_fn]``."""
+    """Validate ``file.py:fn[:example_fn[:loss_fn]]`` or ``pkg.mod:fn[:example_fn[:loss_fn]]``."""
     usage = ("expected path/to/file.py:build or package.module:build (optionally :example_fn for "
-             "the input), or a catalog name")
+             "the input, then :loss_fn for the loss), or a catalog name")
     if not isinstance(ref, str) or not ref.strip():
         raise WorkloadError(f"--model: {ref!r} is not valid; {usage}")
     parts = ref.strip().split(":")
-    if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
+    if len(parts) not in (2, 3, 4) or not all(p.strip() for p in parts):
         raise WorkloadError(f"--model: {ref!r} is not valid; {usage}")
     target, function = parts[0].strip(), parts[1].strip()
-    example = parts[2].strip() if len(parts) == 3 else None
-    for fn in (function, example):
+    example = parts[2].strip() if len(parts) >= 3 else None
+    loss = parts[3].strip() if len(parts) == 4 else None
+    for fn in (function, example, loss):
         if fn is not None and (not fn.isidentifier() or keyword.iskeyword(fn)):
             raise WorkloadError(f"--model: {fn!r} in {ref!r} is not a Python function name; {usage}")
     is_file = target.endswith(".py") or "/" in target or "\\" in target
@@ -65,7 +70,8 @@ def parse_model_ref(ref: str) -> ModelRef:
             raise WorkloadError(f"--model: file {target!r} does not exist")
     elif not all(p.isidentifier() and not keyword.iskeyword(p) for p in target.split(".")):
         raise WorkloadError(f"--model: {target!r} is not a module name (dotted identifiers); {usage}")
-    return ModelRef(target=target, function=function, example_function=example, is_file=is_file)
+    return ModelRef(target=target, function=function, example_function=example, loss_function=loss,
+                    is_file=is_file)
 
 
 def parse_input_shape(text: str) -> tuple[tuple[int, ...], str]:

@@ -1,0 +1,218 @@
+"""Where every number of a prediction came from: a calibration profile, a flag, or a model/preset.
+
+A prediction mixes measured and modelled numbers; :class:`Provenance` says which is which
+for compute, the network and the overlap (in the table and in ``--json``'s ``provenance``
+block), and lists what makes a number uncertain (sizes beyond what the profile measured,
+noisy measurements, a measured step that could not be used and why).
+
+With a profile (:func:`apply_profile`): the measured step replaces the modelled compute
+when it is the same model (:mod:`dpsim.profile.match`), the fitted collectives replace
+NCCL's model, the measured slowdowns set the overlap, and a CPU profile predicts a CPU
+cluster (:func:`dpsim.profile.calibrated.calibrated_device`). :func:`profile_defaults`
+gives the defaults a profile implies for flags the user left out (``--gpus-per-node``,
+``--precision``, ``--overlap-slowdown``); the CLI applies them, API users pass them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dpsim.errors import ConfigError, ProfileError
+from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN, PredictConfig
+from dpsim.profile.calibrated import (
+    calibrated_comm_slowdown,
+    calibrated_overlap_slowdown,
+    is_cpu_profile,
+    measured_compute,
+    profile_ranks_per_node,
+    range_warnings,
+    step_warnings,
+)
+from dpsim.profile.match import match_model_step
+from dpsim.profile.schema import Profile
+from dpsim.workload.precision import get_precision
+
+SOURCES = ("profile", "flag", "model")
+"""``profile``: measured by the calibration; ``flag``: given on the command line; ``model``:
+dpsim's own model of the preset (or its default)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Origin:
+    """Where one part of the prediction came from."""
+
+    source: str
+    """``profile``, ``flag`` or ``model`` (:data:`SOURCES`)."""
+    detail: str
+    """One phrase: what was measured or modelled, and with what."""
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "detail": self.detail}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provenance:
+    """Where compute, network and overlap came from, and what makes them uncertain."""
+
+    compute: Origin
+    """The per-layer compute times and the optimizer step."""
+    network: Origin
+    """The collectives' times."""
+    overlap: Origin
+    """The slowdowns while compute and communication overlap."""
+    device: Origin
+    """The device whose memory and peak the prediction quotes."""
+    warnings: tuple[str, ...] = field(default=())
+    """What makes the numbers uncertain, one line each."""
+
+    def to_dict(self) -> dict:
+        """``predict --json``'s ``provenance`` block."""
+        return {"compute": self.compute.to_dict(), "network": self.network.to_dict(),
+                "overlap": self.overlap.to_dict(), "device": self.device.to_dict(),
+                "warnings": list(self.warnings)}
+
+    def with_bucket_warnings(self, profile: Profile, topology, sizes_bytes) -> Provenance:
+        """Add warnings for message sizes the profile did not measure (or measured noisily)."""
+        link_class = "intra_node" if topology.n_nodes == 1 else "inter_node"
+        extra = [w for w in range_warnings(profile, link_class, sizes_bytes) if w not in self.warnings]
+        return replace(self, warnings=self.warnings + tuple(extra)) if extra else self
+
+
+def _overlap_origin(config: PredictConfig, measured: float | None, comm_slowdown: float, name: str) -> Origin:
+    comm = (f"; collectives {100 * comm_slowdown:.1f} % slower while compute runs (measured)"
+            if comm_slowdown > 0 else "")
+    if measured is not None and config.overlap_slowdown == measured:
+        return Origin(source="profile", detail=f"compute {100 * measured:.1f} % slower while a collective runs "
+                                               f"(measured by profile {name}){comm}")
+    if config.overlap_slowdown == DEFAULT_OVERLAP_SLOWDOWN:
+        return Origin(source="model", detail=f"compute {100 * config.overlap_slowdown:.0f} % slower while a "
+                                             f"collective runs (dpsim's default estimate){comm}")
+    return Origin(source="flag", detail=f"compute {100 * config.overlap_slowdown:.1f} % slower while a collective "
+                                        f"runs (--overlap-slowdown){comm}")
+
+
+def preset_provenance(config: PredictConfig, gpu, topology) -> Provenance:
+    """Provenance of a prediction without a profile: presets, dpsim's models, or flags."""
+    if config.single_gpu_step_s is not None:
+        compute = Origin(source="flag", detail=f"scaled to the measured one-GPU step "
+                                               f"({config.single_gpu_step_s * 1e3:.4g} ms, --single-gpu-step-ms)")
+    else:
+        compute = Origin(source="model", detail=f"{gpu.name} preset's measured matmul rates and memory bandwidth, "
+                                                f"per-layer model (--compute-efficiency {config.compute_efficiency:g})")
+    where = f"file {config.topology_file}" if config.topology_file else f"preset {config.link}"
+    network = Origin(source="model", detail=f"NCCL's algorithm choice on the flow model of topology {where}")
+    device = Origin(source="model", detail=f"{gpu.name} preset ({gpu.description})")
+    return Provenance(compute=compute, network=network, overlap=_overlap_origin(config, None, 0.0, ""),
+                      device=device)
+
+
+def check_profile_layout(config: PredictConfig, profile: Profile, topology) -> None:
+    """Refuse, with the fix, a ``--gpus``/``--gpus-per-node`` that cannot use the profile's link
+    classes: a prediction on several nodes needs its ``inter_node`` fit, on one node its
+    ``intra_node`` fit; the profile's own ranks per node is the fix to suggest."""
+    need = "intra_node" if topology.n_nodes == 1 else "inter_node"
+    if topology.n_gpus <= 1 or need in profile.link_classes:
+        return
+    rpn = profile_ranks_per_node(profile)
+    have = ", ".join(profile.link_classes) or "none"
+    with_rpn = None if rpn is None else ("intra_node" if topology.n_gpus <= rpn else "inter_node")
+    if rpn is not None and rpn != topology.gpus_per_node and with_rpn in profile.link_classes:
+        fix = f"; the profile was measured with {rpn} rank(s) per node: use --gpus-per-node {rpn}"
+    else:
+        fix = "; calibrate under torchrun across nodes" if need == "inter_node" else "; calibrate on one node"
+    raise ProfileError(f"--calibration: {profile.path or profile.name} has no {need} measurements (it has: {have}); "
+                       f"--gpus {topology.n_gpus} with {topology.gpus_per_node} GPUs per node is "
+                       f"{topology.n_nodes} node{'s' if topology.n_nodes > 1 else ''}{fix}")
+
+
+def check_cpu_compute(config: PredictConfig, profile: Profile, device):
+    """A CPU profile's device, ready for the compute model: its float32 is the only precision it
+    measured (another is refused, naming fp32); a profile that measured no matmul
+    rate (``calibrate --no-compute``) predicts compute only from ``--single-gpu-step-ms`` (its
+    rates then only set the proportions between layers); without it, one line says so."""
+    if device.name != "cpu":
+        return device
+    dtype = get_precision(config.precision).compute_dtype
+    if dtype != "float32":
+        raise ConfigError(f"--precision: {config.precision} computes in {dtype}, but profile {profile.name} was "
+                          "measured on CPUs in float32; use --precision fp32")
+    if device.achieved_flops_per_s:
+        return device
+    if config.single_gpu_step_s is None:
+        raise ProfileError(f"--calibration: profile {profile.name} was measured on CPUs without compute benchmarks "
+                           "(calibrate --no-compute), so it cannot say how fast they compute; give "
+                           "--single-gpu-step-ms, or calibrate with compute (and --model)")
+    return replace(device, achieved_flops_per_s={"float32": 1e11, "float32-highest": 1e11})
+
+
+def profile_defaults(config_flags: dict[str, Any], profile: Profile, *,
+                     topology_gpus_per_node: int | None = None) -> dict[str, Any]:
+    """The values a profile implies for the flags not in ``config_flags`` (field name -> value):
+    ``gpus_per_node`` (its ranks per node, when it measured across nodes and the topology's
+    ``topology_gpus_per_node`` differs), ``precision`` (``fp32`` for a CPU profile: what it
+    measured), ``overlap_slowdown`` (its measured compute slowdown)."""
+    out: dict[str, Any] = {}
+    rpn = profile_ranks_per_node(profile)
+    if ("gpus_per_node" not in config_flags and rpn is not None and "inter_node" in profile.link_classes
+            and rpn != topology_gpus_per_node):
+        out["gpus_per_node"] = rpn
+    if "precision" not in config_flags and is_cpu_profile(profile):
+        out["precision"] = "fp32"
+    measured = calibrated_overlap_slowdown(profile)
+    if "overlap_slowdown" not in config_flags and measured is not None:
+        out["overlap_slowdown"] = measured
+    return out
+
+
+def apply_profile(config: PredictConfig, profile: Profile, model, compute, precision, topology):
+    """``(compute, comm_slowdown, provenance)`` of a prediction with ``profile`` (see the module docstring)."""
+    warnings: list[str] = []
+    cpu = is_cpu_profile(profile)
+    gpn = topology.gpus_per_node
+    link_class = "intra_node" if topology.n_nodes == 1 else "inter_node"
+    info = profile.link_classes.get(link_class, {})
+    measured_rpn = profile_ranks_per_node(profile)
+    network = Origin(source="profile", detail=f"fitted {link_class} collectives of profile {profile.name} "
+                                              f"(measured on {info.get('n_ranks', '?')} ranks, "
+                                              f"{info.get('n_nodes', '?')} node(s))")
+    if measured_rpn is not None and link_class == "inter_node" and gpn != measured_rpn:
+        warnings.append(f"the profile measured {measured_rpn} rank(s) per node, this prediction has {gpn}: its "
+                        f"inter-node fit assumes the measured node's share of the NICs")
+    if config.single_gpu_step_s is not None:
+        compute_origin = Origin(source="flag", detail=f"scaled to the measured one-GPU step "
+                                                      f"({config.single_gpu_step_s * 1e3:.4g} ms, --single-gpu-step-ms)")
+    else:
+        match = match_model_step(profile, model, micro_batch=config.micro_batch, dtype=precision.compute_dtype,
+                                 config_model=config.model)
+        if match.step is not None:
+            copy_bw = (profile.compute.memory_bandwidth_bytes_per_s
+                       if config.strategy == "ddp" and topology.n_gpus > 1 and cpu else None)
+            compute, details = measured_compute(match.step, model, compute, optimizer=config.optimizer,
+                                                ddp_copy_bandwidth=copy_bw)
+            copy = (f", DDP bucket copies {details['ddp_copy_s'] * 1e3:.3g} ms at the measured copy bandwidth"
+                    if details["ddp_copy_s"] else "")
+            compute_origin = Origin(source="profile", detail=f"training step {match.reason} ({details['layers']}; "
+                                                             f"loss {match.step.loss or 'not recorded'}; optimizer "
+                                                             f"{details['optimizer']}{copy})")
+            warnings += step_warnings(match.step)
+        else:
+            rates = "measured matmul rates" if profile.compute is not None and profile.compute.matmul_flops_per_s \
+                else "the preset's matmul rates"
+            compute_origin = Origin(source="model", detail=f"per-layer model with {rates} "
+                                                           f"(measured step not used: {match.reason})")
+            if profile.compute is not None and profile.compute.model_step is not None:
+                warnings.append(f"compute is modelled, not measured: {match.reason}")
+    comm_slowdown = calibrated_comm_slowdown(profile) or 0.0
+    overlap = _overlap_origin(config, calibrated_overlap_slowdown(profile), comm_slowdown, profile.name)
+    if cpu:
+        mem = "RAM" if profile.environment.get("device_memory_bytes") else "RAM (not recorded: not checked)"
+        cpu_name = profile.compute.device if profile.compute is not None else "CPU"
+        device = Origin(source="profile", detail=f"CPU ranks as measured ({cpu_name}); memory: the host's {mem} "
+                                                 "shared by its ranks; no MFU (no peak)")
+    else:
+        device = Origin(source="model", detail=f"{topology.spec.gpu} preset's memory and peak; measured rates from "
+                                               f"profile {profile.name}" if profile.compute is not None else
+                        f"{topology.spec.gpu} preset")
+    return compute, comm_slowdown, Provenance(compute=compute_origin, network=network, overlap=overlap,
+                                              device=device, warnings=tuple(warnings))
