@@ -198,6 +198,61 @@ def test_invalid_point_stops_or_is_recorded():
     assert math.isnan(df.step_time_s.iloc[1]) and df.step_time_s.iloc[0] > 0
 
 
+def test_a_refused_combination_is_that_points_error_with_skip_invalid(capsys):
+    """PredictConfig refusing one combination (a bucket cap with ZeRO-3) is that point's error,
+    not the sweep's: its config is built inside the point."""
+    grid = {"gpus": 8, "model": "gpt2", "strategy": ["ddp", "zero3"], "bucket_cap_mb": [25]}
+    df = sweep(grid, skip_invalid=True)
+    assert df.strategy.tolist() == ["ddp", "zero3"]
+    assert df.error.isna().tolist() == [True, False] and "--bucket-cap-mb" in df.error.iloc[1]
+    assert df.bucket_cap_mb.tolist() == [25.0, 25.0] and df.step_time_s.iloc[0] > 0
+    rc, out, err = run_cli(capsys, "sweep", "--gpus", "8", "--model", "gpt2", "--strategy", "ddp,zero3",
+                           "--bucket-cap-mb", "25", "--skip-invalid", "--json", "--no-progress")
+    assert rc == 0, err
+    rows = json.loads(out)["rows"]
+    assert rows[0]["error"] is None and "--bucket-cap-mb" in rows[1]["error"]
+    # Without --skip-invalid the sweep stops before any point runs, naming the point.
+    rc, out, err = run_cli(capsys, "sweep", "--gpus", "8", "--model", "gpt2", "--strategy", "ddp,zero3",
+                           "--bucket-cap-mb", "25", "--no-progress")
+    assert rc == 2 and "sweep point strategy=zero3" in err
+
+
+def test_points_share_work_and_give_the_same_rows():
+    """Topologies, models, compute times, step programs and collective costs are computed once
+    per distinct input (dpsim.predict.memo, the NCCL model's shared caches); rows do not change."""
+    from dpsim.predict import memo
+
+    spec = SweepSpec.from_grid({"gpus": [8, 16], "link": ["infiniband", "ethernet"], "model": ["gpt2"],
+                                "micro_batch": [1, 2]})
+    memo.clear()
+    shared = sweep_records(spec)
+    cold = []
+    for point in spec.points():
+        memo.clear()
+        cold.append(prediction_record(predict(PredictConfig(**point))))
+    assert [{k: r[k] for k in c} for r, c in zip(shared, cold)] == cold
+    assert len(memo._CACHES["dpsim.workload.catalog.get_model"]) == 1
+
+
+def test_local_workers_start_only_when_they_pay_off(monkeypatch):
+    """--workers on a small grid runs serially (no cluster start-up); when the points left would
+    take longer than LOCAL_CLUSTER_PAYOFF_S the rest runs on local workers, with the serial rows,
+    and no worker process outlives the sweep."""
+    import multiprocessing
+
+    import dpsim.plan.sweep as sweep_module
+
+    spec = SweepSpec.from_grid({"gpus": [8, 16, 64], "link": ["nvlink", "infiniband"], "model": ["gpt2"]})
+    serial = sweep_records(spec)
+    started = []
+    real = sweep_module._run_dask
+    monkeypatch.setattr(sweep_module, "_run_dask", lambda *a, **k: (started.append(a[2]), real(*a, **k)))
+    assert sweep_records(spec, workers=2) == serial and started == []
+    monkeypatch.setattr(sweep_module, "LOCAL_CLUSTER_PAYOFF_S", 0.0)
+    assert sweep_records(spec, workers=2) == serial and started == [1]   # after one point, serially
+    assert multiprocessing.active_children() == []
+
+
 def test_sweep_keyword_axes_and_duplicates():
     assert len(sweep(gpus=[8, 16], model="gpt2")) == 2
     with pytest.raises(ConfigError):

@@ -108,6 +108,42 @@ def link_report(collectives, ops: list[tuple[str, float]], step_time_s: float, *
     if not isinstance(model, NcclCollectives):
         return None
     net = model.network
+    key = (_Same(model._costs), tuple(ops))  # the model's caches: one per cluster and flags
+    cached = _GROUPS.get(key)
+    if cached is None:
+        cached = _GROUPS[key] = _groups(model, ops)
+        while len(_GROUPS) > 256:
+            _GROUPS.pop(next(iter(_GROUPS)))
+    groups, used = cached[0], dict(cached[1])
+    step = max(step_time_s, 1e-30)
+
+    def use(g: _Group, link: int | None = None) -> LinkUse:
+        return LinkUse(link=net.link_name(g.first if link is None else link), link_class=g.link_class,
+                       capacity_bytes_per_s=g.capacity, bytes=g.bytes, busy_s=g.bytes / g.capacity,
+                       utilisation=g.bytes / g.capacity / step, links=g.links if link is None else 1)
+
+    by_class: dict[str, dict] = {}
+    for cls in sorted({g.link_class for g in groups}, key=net.link_classes.index):
+        mine = [g for g in groups if g.link_class == cls]
+        links = sum(g.links for g in mine)
+        by_class[cls] = {"links": links, "max_utilisation": max(g.bytes / g.capacity for g in mine) / step,
+                         "mean_utilisation": sum(g.links * (g.bytes / g.capacity) for g in mine) / links / step}
+    base = dict(step_time_s=step_time_s, algorithms=used, jobs=model.jobs, placement=model.placement,
+                evaluation=model.evaluation, by_class=by_class)
+    if not groups:
+        return LinkReport(top=(), bottleneck=(), bottleneck_count=0, **base)
+    peak = groups[0].bytes / groups[0].capacity
+    tied = [g for g in groups if g.bytes / g.capacity >= peak * (1 - 1e-3)]
+    # The bottleneck names single links: the first few of the tied groups, busiest first.
+    named = sorted(((-(g.bytes / g.capacity), int(i), g) for g in tied for i in g.members(named_ties)),
+                   key=lambda t: t[:2])[:named_ties]
+    return LinkReport(top=tuple(use(g) for g in groups[:top]), bottleneck=tuple(use(g, i) for _, i, g in named),
+                      bottleneck_count=sum(g.links for g in tied), **base)
+
+
+def _groups(model: NcclCollectives, ops: list[tuple[str, float]]) -> tuple[list[_Group], dict[str, int]]:
+    """The groups of equal links under ``ops``, and how many calls each algorithm/protocol ran."""
+    net = model.network
     # Calls that ran the same plan add their sizes first: one sum per plan, not per call.
     per_plan: dict[tuple, list] = {}
     used: dict[str, int] = {}
@@ -133,32 +169,28 @@ def link_report(collectives, ops: list[tuple[str, float]], step_time_s: float, *
         for x, size in loads:
             dense += (x.dense(net.families(), net.n_links) if isinstance(x, LoadMap) else x) * size
         groups = _dense_groups(model, dense)
-    step = max(step_time_s, 1e-30)
-
-    def use(g: _Group, link: int | None = None) -> LinkUse:
-        return LinkUse(link=net.link_name(g.first if link is None else link), link_class=g.link_class,
-                       capacity_bytes_per_s=g.capacity, bytes=g.bytes, busy_s=g.bytes / g.capacity,
-                       utilisation=g.bytes / g.capacity / step, links=g.links if link is None else 1)
-
     # Busiest first; among equals, the group whose first link comes first in the network's numbering.
     groups.sort(key=lambda g: (-(g.bytes / g.capacity), g.first))
-    by_class: dict[str, dict] = {}
-    for cls in sorted({g.link_class for g in groups}, key=net.link_classes.index):
-        mine = [g for g in groups if g.link_class == cls]
-        links = sum(g.links for g in mine)
-        by_class[cls] = {"links": links, "max_utilisation": max(g.bytes / g.capacity for g in mine) / step,
-                         "mean_utilisation": sum(g.links * (g.bytes / g.capacity) for g in mine) / links / step}
-    base = dict(step_time_s=step_time_s, algorithms=used, jobs=model.jobs, placement=model.placement,
-                evaluation=model.evaluation, by_class=by_class)
-    if not groups:
-        return LinkReport(top=(), bottleneck=(), bottleneck_count=0, **base)
-    peak = groups[0].bytes / groups[0].capacity
-    tied = [g for g in groups if g.bytes / g.capacity >= peak * (1 - 1e-3)]
-    # The bottleneck names single links: the first few of the tied groups, busiest first.
-    named = sorted(((-(g.bytes / g.capacity), int(i), g) for g in tied for i in g.members(named_ties)),
-                   key=lambda t: t[:2])[:named_ties]
-    return LinkReport(top=tuple(use(g) for g in groups[:top]), bottleneck=tuple(use(g, i) for _, i, g in named),
-                      bottleneck_count=sum(g.links for g in tied), **base)
+    return groups, used
+
+
+class _Same:
+    """A key part that matches one object only (and holds it, so its identity is not reused)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+
+_GROUPS: dict[tuple, tuple] = {}
+"""Link groups by (model caches, ops): a sweep's points on one cluster with one model's buckets share them."""
 
 
 @dataclass(kw_only=True)

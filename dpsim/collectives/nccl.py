@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -161,6 +162,30 @@ class Choice:
     """Channels NCCL keeps for this size."""
 
 
+_SHARED: OrderedDict[tuple, dict] = OrderedDict()
+_SHARED_MAX = 64
+"""Models whose plan costs and choices are kept for reuse (least recently used dropped first)."""
+
+
+def _shared_state(key: tuple | None) -> dict:
+    """The caches of a model built with arguments ``key`` (fresh ones when ``key`` is ``None``
+    or not hashable)."""
+    fresh = {"costs": {}, "choices": {}, "symmetric": {}, "paths": {}}
+    if key is None:
+        return fresh
+    try:
+        state = _SHARED.get(key)
+    except TypeError:
+        return fresh
+    if state is None:
+        state = _SHARED[key] = fresh
+        while len(_SHARED) > _SHARED_MAX:
+            _SHARED.popitem(last=False)
+    else:
+        _SHARED.move_to_end(key)
+    return state
+
+
 def _touches(part: LoadMap, both: LoadMap, hits) -> bool:
     """Whether ``part`` (a term of ``both``) loads one of the cells ``hits`` of ``both``
     (:meth:`~dpsim.network.loadmap.LoadMap.min_share`)."""
@@ -249,13 +274,20 @@ class NcclCollectives:
         self.protocols = protocols or PROTOCOLS
         self._forced = algorithms is not None
         self.tuning = tuning or FITTED_TUNING
-        self._costs: dict[tuple, PlanCost] = {}
-        self._choices: dict[tuple[str, float], Choice] = {}
-        self._symmetric: dict[tuple[str, str], tuple | None] = {}
         self._class_factor = class_factors(self._terms)
         self.whole_cluster_reason: str | None = self._whole_cluster_reason() if symmetric else "asked for"
         """Why plans are evaluated flow by flow on the whole cluster (``None``: by symmetry)."""
-        self.paths: dict[tuple[str, str], str] = {}
+        # Plan costs and choices depend only on the arguments: models built with the same ones
+        # (every point of a sweep on one cluster) share them, on the default network.
+        key = None
+        if network is None:
+            key = (topology, self.algorithms, self.protocols, jobs, placement, self.degradations, job,
+                   self.tuning, symmetric)
+        state = _shared_state(key)
+        self._costs: dict[tuple, PlanCost] = state["costs"]
+        self._choices: dict[tuple[str, float], Choice] = state["choices"]
+        self._symmetric: dict[tuple[str, str], tuple | None] = state["symmetric"]
+        self.paths: dict[tuple[str, str], str] = state["paths"]
         """How each (algorithm, op) evaluated so far was evaluated."""
 
     def _whole_cluster_reason(self) -> str | None:

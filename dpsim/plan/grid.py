@@ -233,6 +233,17 @@ class SweepSpec:
         """Axes with more than one value."""
         return [a for a, v in self.axes.items() if len(v) > 1]
 
+    def points(self) -> list[dict[str, Any]]:
+        """Every grid point as ``{axis: value}``, in grid order (the last axis varies fastest);
+        :class:`~dpsim.predict.PredictConfig` is built (and may refuse it) per point."""
+        names = list(self.axes)
+        return [dict(zip(names, combo)) for combo in itertools.product(*(self.axes[n] for n in names))]
+
+    def point_label(self, point: dict[str, Any]) -> str:
+        """``gpus=12, link=nvlink``: the point's values on the axes that vary (all when none does)."""
+        return (", ".join(f"{k}={v}" for k, v in point.items() if len(self.axes.get(k, ())) > 1)
+                or ", ".join(f"{k}={v}" for k, v in point.items()))
+
     def configs(self) -> list[PredictConfig]:
         """Every grid point, in grid order (the last axis varies fastest).
 
@@ -240,14 +251,10 @@ class SweepSpec:
         ``PredictConfig`` refuses (``bucket_cap_mb`` with ``zero3``...) is an error naming
         the point.
         """
-        names = list(self.axes)
         out = []
-        for combo in itertools.product(*(self.axes[n] for n in names)):
-            point = dict(zip(names, combo))
+        for point in self.points():
             try:
                 out.append(PredictConfig(**point))
             except ConfigError as exc:
-                label = ", ".join(f"{k}={v}" for k, v in point.items() if len(self.axes[k]) > 1) or \
-                    ", ".join(f"{k}={v}" for k, v in point.items())
-                raise ConfigError(f"sweep point {label}: {exc}") from None
+                raise ConfigError(f"sweep point {self.point_label(point)}: {exc}") from None
         return out

@@ -31,8 +31,11 @@ pandas and dask are imported only when used (``pip install 'dpsim[plan]'``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import multiprocessing
 import re
+import time
 import typing
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -101,17 +104,29 @@ def cost_columns(row: Mapping[str, Any], *, tokens: float | None = None, samples
     return out
 
 
-def run_point(config: PredictConfig, *, tokens: float | None = None, samples: float | None = None,
-              gpu_hour_usd: PriceOverride = None, skip_invalid: bool = False) -> dict[str, Any]:
-    """Predict one grid point and return its row (an ``error`` column when ``skip_invalid``)."""
+def run_point(config: PredictConfig | Mapping[str, Any], *, tokens: float | None = None,
+              samples: float | None = None, gpu_hour_usd: PriceOverride = None,
+              skip_invalid: bool = False, label: str | None = None) -> dict[str, Any]:
+    """Predict one grid point and return its row (an ``error`` column when ``skip_invalid``).
+
+    ``config`` may be the point's ``{field: value}``: its :class:`PredictConfig` is built here,
+    so a combination the config refuses is this point's error, not the sweep's. ``label``
+    names the point in an error (default: the fields that differ from the defaults).
+    """
+    point = dict(config) if not isinstance(config, PredictConfig) else None
     try:
+        if point is not None:
+            config = PredictConfig(**point)
         row = prediction_record(predict(config))
         row.update(cost_columns(row, tokens=tokens, samples=samples, gpu_hour_usd=gpu_hour_usd))
     except DpsimError as exc:
         if not skip_invalid:
-            point = ", ".join(f"{k}={v}" for k, v in _point_label(config).items())
-            raise type(exc)(f"sweep point {point}: {exc}") from None
-        row = {k: _plain(v) for k, v in dataclasses.asdict(config).items()}
+            name = label or ", ".join(f"{k}={v}" for k, v in _point_label(config, point).items())
+            raise type(exc)(f"sweep point {name}: {exc}") from None
+        row = {k: _plain(v) for k, v in dataclasses.asdict(PredictConfig()).items()} if point is not None \
+            else {}
+        row.update({k: _plain(v) for k, v in (point.items() if point is not None
+                                               else dataclasses.asdict(config).items())})
         row["error"] = str(exc)
         return row
     if skip_invalid:
@@ -119,16 +134,29 @@ def run_point(config: PredictConfig, *, tokens: float | None = None, samples: fl
     return row
 
 
-def _point_label(config: PredictConfig) -> dict[str, Any]:
+def _point_label(config: PredictConfig | None, point: dict | None = None) -> dict[str, Any]:
     default = PredictConfig()
-    changed = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-               if getattr(config, f.name) != getattr(default, f.name)}
-    return changed or {"gpus": config.gpus}
+    if point is not None:
+        changed = {k: v for k, v in point.items() if getattr(default, k, object()) != v}
+    else:
+        changed = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                   if getattr(config, f.name) != getattr(default, f.name)}
+    return changed or {"gpus": (point or {}).get("gpus", getattr(config, "gpus", default.gpus))}
 
 
-def _run_chunk(chunk: list[tuple[int, PredictConfig]], options: dict) -> list[tuple[int, dict]]:
-    """Worker task: a few grid points (module-level so Dask can pickle it by reference)."""
-    return [(i, run_point(c, **options)) for i, c in chunk]
+def _run_chunk(chunk: list[tuple[int, dict, str]], options: dict) -> list[tuple[int, dict]]:
+    """Worker task: a chunk of ``(index, point, label)`` (module-level so Dask can pickle it by reference).
+
+    The points of a chunk share their cluster (see :func:`_locality`), so a worker's caches
+    (topology, collective costs, models: :mod:`dpsim.predict.memo`) serve the whole chunk.
+    """
+    return [(i, run_point(p, label=label, **options)) for i, p, label in chunk]
+
+
+def _locality(point: Mapping[str, Any]) -> tuple:
+    """Points with equal keys share a cluster and its collective costs: run them together."""
+    return tuple(str(point.get(k)) for k in ("link", "topology_file", "gpus_per_node", "gpu", "gpus", "algo",
+                                              "proto", "jobs", "placement", "calibration", "model"))
 
 
 # ------------------------------------------------------------------------ executors
@@ -155,44 +183,70 @@ def _check_executor(scheduler: str | None, workers: int | None) -> None:
                           f"tcp://host:8786")
 
 
+LOCAL_CLUSTER_PAYOFF_S = 8.0
+"""``--workers``: a local Dask cluster is started only when the points left would take longer
+than this serially. Starting one costs 2-4 s (worker processes importing dpsim), and its
+workers begin with empty caches; below this the serial run finishes first."""
+
+CHUNK_S = 1.0
+"""Target work per Dask task: long enough that scheduling costs little, short enough to balance."""
+
+
 def sweep_records(spec: SweepSpec, *, scheduler: str | None = None, workers: int | None = None,
                   client: Any = None, progress: bool = False, skip_invalid: bool = False,
                   connect_timeout_s: float = 10.0,
                   on_result: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
     """Run every grid point and return the rows in grid order.
 
-    Serial by default. ``workers=N`` starts a ``dask.distributed.LocalCluster`` of N
-    single-threaded worker processes; ``scheduler="tcp://host:8786"`` uses an existing
-    cluster (its workers must have the same dpsim installed); ``client`` uses a
-    ``distributed.Client`` you already have (``connect_timeout_s`` bounds the wait for
-    ``scheduler``). ``progress`` shows a rich progress bar
-    on stderr. With ``skip_invalid`` a point that raises gets its message in an
-    ``error`` column instead of stopping the sweep.
+    Serial by default: one process shares topologies, collective costs, models and step
+    programs between points (:mod:`dpsim.predict.memo`). ``workers=N`` runs points serially
+    until the rest would take longer than :data:`LOCAL_CLUSTER_PAYOFF_S`, then starts a
+    ``dask.distributed.LocalCluster`` of N single-threaded worker processes for the rest
+    (chunks of points that share a cluster, about :data:`CHUNK_S` of work each), closed
+    before returning. ``scheduler="tcp://host:8786"`` uses an existing cluster (its workers
+    must have the same dpsim installed); ``client`` uses a ``distributed.Client`` you already
+    have (``connect_timeout_s`` bounds the wait for ``scheduler``). ``progress`` shows a rich
+    progress bar on stderr. With ``skip_invalid`` a point that raises, or that
+    :class:`PredictConfig` refuses, gets its message in an ``error`` column instead of
+    stopping the sweep.
     """
     _check_executor(scheduler, workers)
     _check_budget_models(spec)
-    configs = spec.configs()
+    points = spec.points()
+    if not skip_invalid:
+        spec.configs()  # a refused combination fails the sweep before any point runs
     options = dict(tokens=spec.tokens, samples=spec.samples, gpu_hour_usd=spec.gpu_hour_usd,
                    skip_invalid=skip_invalid)
-    rows: list[dict | None] = [None] * len(configs)
-    with _Progress(len(configs), enabled=progress) as bar:
+    rows: list[dict | None] = [None] * len(points)
+    with _Progress(len(points), enabled=progress) as bar:
         def done(n: int) -> None:
             bar.advance(n)
             if on_result is not None:
                 on_result(n)
 
-        if scheduler is None and workers is None and client is None:
-            for i, config in enumerate(configs):
-                rows[i] = run_point(config, **options)
+        start, per_point_s = 0, None
+        if scheduler is None and client is None:
+            # Serial, while the points left do not pay for starting workers.
+            t0 = time.perf_counter()
+            while start < len(points):
+                rows[start] = run_point(points[start], label=spec.point_label(points[start]), **options)
+                start += 1
                 done(1)
-        else:
-            _run_dask(configs, options, rows, done, scheduler=scheduler, workers=workers, client=client,
-                      connect_timeout_s=connect_timeout_s)
+                per_point_s = (time.perf_counter() - t0) / start
+                left = len(points) - start
+                if workers is not None and workers > 1 and left > workers \
+                        and left * per_point_s > LOCAL_CLUSTER_PAYOFF_S:
+                    break
+        if start < len(points):
+            bar.describe(f"sweep ({workers or 'cluster'} workers)")
+            _run_dask(spec, points, start, options, rows, done, scheduler=scheduler, workers=workers,
+                      client=client, connect_timeout_s=connect_timeout_s, per_point_s=per_point_s)
     return typing.cast(list, rows)
 
 
-def _run_dask(configs: list[PredictConfig], options: dict, rows: list, done: Callable[[int], None], *,
-              scheduler: str | None, workers: int | None, client: Any, connect_timeout_s: float) -> None:
+def _run_dask(spec: SweepSpec, points: list[dict], start: int, options: dict, rows: list,
+              done: Callable[[int], None], *, scheduler: str | None, workers: int | None, client: Any,
+              connect_timeout_s: float, per_point_s: float | None) -> None:
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -202,8 +256,10 @@ def _run_dask(configs: list[PredictConfig], options: dict, rows: list, done: Cal
     try:
         if client is None:
             if workers is not None:
+                before = set(multiprocessing.active_children())
                 cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0")
+                                       dashboard_address=":0", silence_logs=logging.ERROR)
+                children = [p for p in multiprocessing.active_children() if p not in before]
                 own_client = client = Client(cluster)
             else:
                 try:
@@ -212,9 +268,15 @@ def _run_dask(configs: list[PredictConfig], options: dict, rows: list, done: Cal
                     raise ConfigError(f"--scheduler: cannot connect to {scheduler!r}: "
                                       f"{' '.join(str(exc).split())[:200]}") from None
         n_workers = max(1, len(client.scheduler_info().get("workers", {})) or (workers or 1))
-        indexed = list(enumerate(configs))
-        n_chunks = min(len(indexed), 4 * n_workers)
-        chunks = [indexed[k::n_chunks] for k in range(n_chunks)] if n_chunks else []
+        left = sorted(range(start, len(points)), key=lambda i: (_locality(points[i]), i))
+        if per_point_s:
+            size = max(1, int(CHUNK_S / per_point_s))
+        else:
+            size = max(1, -(-len(left) // (4 * n_workers)))
+        # Never fewer chunks than workers x 2, so that the last ones balance.
+        size = max(1, min(size, -(-len(left) // (2 * n_workers))))
+        chunks = [[(i, points[i], spec.point_label(points[i])) for i in left[k:k + size]]
+                  for k in range(0, len(left), size)]
         futures = client.map(_run_chunk, chunks, options=options, pure=False)
         for future in as_completed(futures):
             part = future.result()
@@ -226,6 +288,13 @@ def _run_dask(configs: list[PredictConfig], options: dict, rows: list, done: Cal
             own_client.close()
         if cluster is not None:
             cluster.close()
+            # Wait for (and reap) the worker processes: none outlives the sweep, not even as a zombie.
+            for proc in children:
+                proc.join(timeout=10)
+                if proc.is_alive():
+                    proc.terminate()
+                    proc.join(timeout=5)
+            multiprocessing.active_children()
 
 
 class _Progress:
@@ -247,7 +316,7 @@ class _Progress:
                 TimeRemainingColumn,
             )
 
-            self._progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                       TimeElapsedColumn(), TimeRemainingColumn(),
                                       console=Console(stderr=True), transient=True)
             self._progress.__enter__()
@@ -257,6 +326,10 @@ class _Progress:
     def advance(self, n: int) -> None:
         if self._progress is not None:
             self._progress.advance(self._task, n)
+
+    def describe(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=text)
 
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:

@@ -111,8 +111,15 @@ class Topology:
         if self.n_nodes == 1:
             return self
         fabric = self.spec.fabric
-        if self.spec.nvlink_domain is not None:
-            return self  # domains and leaf groups partition nodes independently: no slice
+        domain = self.spec.nvlink_domain
+        if domain is not None:
+            # Domains and leaf groups partition servers independently: two of the larger of the
+            # two, with the design's group sizes (every kind of link, not the whole cluster).
+            span = max(domain.nodes, fabric.nodes_per_leaf if fabric is not None else 1)
+            n_nodes = min(self.n_nodes, 2 * span)
+            if n_nodes == self.n_nodes:
+                return self
+            return Topology(spec=self.spec, n_gpus=n_nodes * self.spec.node.gpus_per_node)
         assert fabric is not None
         if fabric.tiers:
             # Multi-tier: two units at the highest level that has several, each of two
@@ -145,8 +152,13 @@ class Topology:
         return [v for _, _, v in sorted(gpus)]
 
     def check_connected(self) -> None:
-        """Raise :class:`TopologyError` if some GPU cannot reach another one."""
-        g = self.representative_graph
+        """Raise :class:`TopologyError` if some GPU cannot reach another one (checked once per
+        representative slice in a process: a sweep checks each design once, not each point)."""
+        slice_ = self.representative
+        key = (build_graph, slice_.spec, slice_.n_gpus, slice_.leaf_group_nodes, slice_.tier_group_sizes)
+        if key in _CONNECTED:
+            return
+        g = slice_._graph(slice_.n_nodes, slice_.leaf_group_nodes)  # not kept: checked once
         gpus = self.gpu_ids(g)
         reach = nx.descendants(g, gpus[0]) | {gpus[0]}
         missing = [v for v in gpus if v not in reach]
@@ -155,3 +167,8 @@ class Topology:
                 f"topology {self.spec.name!r}: GPU {missing[0]} has no path to {gpus[0]}; "
                 "check node.interconnect and fabric"
             )
+        _CONNECTED.add(key)
+
+
+_CONNECTED: set[tuple] = set()
+"""Representative slices already found connected."""

@@ -6,6 +6,8 @@ Every error names the file, the field path, the value and what is allowed
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -283,8 +285,29 @@ def _tiers(f: _Reader, origin: str) -> tuple[TierSpec, ...]:
 
 
 def load_topology_file(path: str | Path) -> TopologySpec:
-    """Read and validate a user's topology YAML file."""
-    return spec_from_dict(read_yaml_file(path, "--topology", TopologyError), origin=str(path))
+    """Read and validate a user's topology YAML file (parsed once per content: a sweep's points
+    share it; a file edited between two calls is read again)."""
+    key = None
+    try:
+        p = Path(path)
+        if p.is_file() and p.stat().st_size <= _CACHED_FILE_BYTES:
+            key = (str(p.resolve()), hashlib.sha256(p.read_bytes()).hexdigest())
+    except OSError:
+        key = None  # read_yaml_file says what is wrong
+    if key is not None and key in _FILES:
+        return _FILES[key]
+    spec = spec_from_dict(read_yaml_file(path, "--topology", TopologyError), origin=str(path))
+    if key is not None:
+        _FILES[key] = spec
+        while len(_FILES) > 64:
+            _FILES.pop(next(iter(_FILES)))
+    return spec
+
+
+_CACHED_FILE_BYTES = 1 << 20
+"""Files up to this size are remembered by content (a topology file is a few KB)."""
+_FILES: dict[tuple, TopologySpec] = {}
+"""Topology files already read, by (path, SHA-256 of the content)."""
 
 
 def preset_names() -> list[str]:
@@ -301,5 +324,11 @@ def load_preset(name: str) -> TopologySpec:
     names = preset_names()
     if name not in names:
         raise TopologyError(f"--link: {name!r} is not a preset; choose one of {', '.join(names)}")
+    return _preset(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _preset(name: str) -> TopologySpec:
+    # Presets ship with the package: parsed once per process (a sweep loads them at every point).
     text = resources.files("dpsim.topologies").joinpath(f"{name}.yaml").read_text()
     return spec_from_dict(load_yaml_text(text), origin=f"topologies/{name}.yaml")

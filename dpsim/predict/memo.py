@@ -1,0 +1,90 @@
+"""Work shared between predictions in one process: pure steps memoized by their arguments.
+
+A sweep predicts thousands of points that differ in one or two axes; most steps of a
+prediction (the model, its compute times, the DDP step program) depend on a few of the
+config's fields only, and :func:`memoized` computes each distinct one once. A key is made
+of *every* argument (so a new argument can never be forgotten): plain values as they are,
+frozen dataclasses, tuples, lists and dicts field by field, and objects that a memoized
+call returned by identity (they are kept alive with the entry, so an identity is never
+reused). Topologies and collective costs have their own caches
+(:func:`dpsim.topology.load.load_preset`, :class:`dpsim.collectives.nccl.NcclCollectives`).
+
+Entries are kept per function, least recently used dropped first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from typing import Any, Callable
+
+MAX_ENTRIES = 128
+"""Entries kept per memoized function."""
+
+_CACHES: dict[str, OrderedDict] = {}
+_RETURNED: dict[int, Any] = {}  # id -> object returned by a memoized call (kept alive)
+
+
+class _Unkeyable(Exception):
+    pass
+
+
+class _Same:
+    """A key part that matches one object only (it holds it: its identity cannot be reused)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+
+def _key(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if _RETURNED.get(id(value)) is value:
+        return _Same(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if not value.__dataclass_params__.frozen:
+            raise _Unkeyable
+        return (type(value).__qualname__,) + tuple(_key(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__,) + tuple(_key(v) for v in value)
+    if isinstance(value, dict):
+        return ("dict",) + tuple(sorted((str(k), _key(v)) for k, v in value.items()))
+    raise _Unkeyable
+
+
+def memoized(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, computed once per distinct arguments (see the module docstring).
+
+    Arguments that cannot be keyed (a mutable object) make the call run unmemoized.
+    """
+    try:
+        key = (tuple(_key(a) for a in args), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+        hash(key)
+    except (_Unkeyable, TypeError):
+        return fn(*args, **kwargs)
+    cache = _CACHES.setdefault(f"{fn.__module__}.{fn.__qualname__}", OrderedDict())
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = fn(*args, **kwargs)
+    cache[key] = value
+    _RETURNED[id(value)] = value
+    while len(cache) > MAX_ENTRIES:
+        _, old = cache.popitem(last=False)
+        if not any(old is v for c in _CACHES.values() for v in c.values()):
+            _RETURNED.pop(id(old), None)  # keys still holding it match it only by identity: safe
+    return value
+
+
+def clear() -> None:
+    """Forget every memoized result."""
+    _CACHES.clear()
+    _RETURNED.clear()
