@@ -8,25 +8,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dpsim.collectives.groups import Communicator, GroupCollectives
 from dpsim.collectives.links import link_report
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
 from dpsim.collectives.ops import CollectiveModel, CollectiveResult
 from dpsim.engine.program import StepProgram
-from dpsim.engine.simulate import run_program
+from dpsim.engine.simulate import PlayedCollectives, played_durations, run_program
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.memo import memoized
+from dpsim.predict.provenance import apply_profile, check_cpu_compute, check_profile_layout, preset_provenance
 from dpsim.predict.result import Prediction
-from dpsim.profile.calibrated import (
-    calibrated_collectives,
-    calibrated_gpu,
-    measured_step_s,
-    with_measured_step,
-)
+from dpsim.profile.calibrated import calibrated_collectives, calibrated_device, profile_ranks_per_node
 from dpsim.profile.io import load_profile
 from dpsim.strategies.build import build_step_program
 from dpsim.topology.cluster import Topology
@@ -50,6 +48,23 @@ def resolve_topology(config: PredictConfig) -> Topology:
         spec = replace(spec, gpu=config.gpu.lower())
     topology = Topology.from_spec(spec, config.gpus, config.gpus_per_node)
     topology.check_connected()
+    return topology
+
+
+def _resolve_topology(config: PredictConfig, profile) -> Topology:
+    """:func:`resolve_topology`; with a profile, a node layout its measurements cannot cost is
+    refused with the profile's ranks per node as the fix."""
+    if profile is None:
+        return resolve_topology(config)
+    try:
+        topology = resolve_topology(config)
+    except ConfigError as exc:
+        rpn = profile_ranks_per_node(profile)
+        if rpn is None or config.gpus_per_node == rpn:
+            raise
+        raise ConfigError(f"{exc}; profile {profile.name} was measured with {rpn} rank(s) per node: "
+                          f"add --gpus-per-node {rpn}") from None
+    check_profile_layout(config, profile, topology)
     return topology
 
 
@@ -98,25 +113,25 @@ def predict(config: PredictConfig, *, degradations=()) -> Prediction:
     ``degradations`` (:class:`~dpsim.network.degrade.LinkDegradation`) run some links below
     capacity in the collective model :func:`build_collectives` builds.
     """
-    topology = resolve_topology(config)
+    profile = load_profile(config.calibration) if config.calibration is not None else None
+    topology = _resolve_topology(config, profile)
     gpu = get_gpu(topology.spec.gpu)
-    profile = None
-    if config.calibration is not None:
-        profile = load_profile(config.calibration)
-        gpu = calibrated_gpu(profile, gpu)
+    if profile is not None:
+        gpu = check_cpu_compute(config, profile, calibrated_device(profile, gpu))
     model = load_model(config)
     precision = get_precision(config.precision)
-    check_precision_on_gpu(precision, gpu)
+    if gpu.peak_flops_per_s:  # a CPU profile's device has no tensor cores to check
+        check_precision_on_gpu(precision, gpu)
     compute: ComputeProfile = memoized(  # memoized: a sweep shares it between points
         compute_profile, model, gpu, micro_batch=config.micro_batch, precision=precision, optimizer=config.optimizer,
         compute_efficiency=config.compute_efficiency, single_gpu_step_s=config.single_gpu_step_s,
     )
-    if profile is not None and config.single_gpu_step_s is None:
-        measured = measured_step_s(profile, model=config.model, micro_batch=config.micro_batch,
-                                   dtype=precision.compute_dtype)
-        if measured is not None:  # measured forward + backward, modelled optimizer
-            compute = with_measured_step(compute, measured)
     collectives = build_collectives(config, topology, profile=profile, degradations=degradations)
+    comm_slowdown = 0.0
+    if profile is not None:
+        compute, comm_slowdown, provenance = apply_profile(config, profile, model, compute, precision, topology)
+    else:
+        provenance = preset_provenance(config, gpu, topology)
 
     plan = memoized(
         build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
@@ -124,7 +139,12 @@ def predict(config: PredictConfig, *, degradations=()) -> Prediction:
         activation_checkpointing=config.activation_checkpointing, overlap=config.overlap,
         bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit)
     program = plan.program
-    sim = run_program(program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown)
+    sim = run_program(program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown,
+                      comm_slowdown=comm_slowdown)
+    if comm_slowdown > 0:
+        collectives = PlayedCollectives(collectives, played_durations(program, sim))
+    if profile is not None:
+        provenance = provenance.with_bucket_warnings(profile, topology, [c.size_bytes for c in program.comms])
     n = len(sim.steps)
     mean = lambda attr: sum(getattr(s, attr) for s in sim.steps) / n  # noqa: E731
     step_time = mean("step_time_s")
@@ -134,9 +154,12 @@ def predict(config: PredictConfig, *, degradations=()) -> Prediction:
     single_step = (sum(t.duration_s for t in program.tasks if t.kind != "optimizer") + compute.optimizer_s)
     single = config.micro_batch * k / single_step
     memory, advice = memory_with_advice(model, gpu, config, precision, topology)
+    if gpu.name == "cpu":  # a CPU profile's ranks: no CUDA context, workspaces or NCCL buffers
+        memory = replace(memory, overhead_bytes=0.0)
     links = link_report(collectives.world, [(c.op, c.size_bytes) for c in program.comms if c.group == "world"],
                         step_time)
-    peak = gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
+    peak = (gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
+            if gpu.peak_flops_per_s else None)  # a CPU has no peak to quote an MFU against
     return Prediction(
         config=config,
         topology=topology.spec.name,
@@ -157,7 +180,7 @@ def predict(config: PredictConfig, *, degradations=()) -> Prediction:
         tokens_per_s=samples * model.tokens_per_sample if model.tokens_per_sample else None,
         single_gpu_samples_per_s=single,
         scaling_efficiency=samples / (topology.n_gpus * single),
-        mfu=compute.flops_per_step * k / step_time / peak,
+        mfu=compute.flops_per_step * k / step_time / peak if peak else None,
         n_buckets=len(plan.gradient_ops),
         gradient_bytes=int(plan.gradient_bytes),
         ring=gradient_collective(program, plan.gradient_ops, collectives),
@@ -169,6 +192,7 @@ def predict(config: PredictConfig, *, degradations=()) -> Prediction:
         comm_bytes_by_op=plan.bytes_by_op,
         fit=advice,
         links=links,
+        provenance=provenance,
     )
 
 
