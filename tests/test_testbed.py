@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -27,9 +29,27 @@ except TestbedError as exc:
 needs_testbed = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 
 
+@pytest.fixture(autouse=True)
+def isolated_state(tmp_path, monkeypatch):
+    """Each test keeps its testbeds' state in a directory of its own (its subprocesses too), so
+    `down --all` here never meets the testbeds of anyone else using this machine meanwhile."""
+    import dpsim.validate.testbed as testbed
+
+    state = tmp_path / "testbed-state"
+    monkeypatch.setenv("DPSIM_TESTBED_STATE", str(state))
+    monkeypatch.setattr(testbed, "STATE_DIR", state)
+    return state
+
+
 def _netns() -> set[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def _testbed_netns() -> set[str]:
+    """Namespaces named like a testbed's (``dpsim<6 hex>-<role>``), whoever made them."""
+    import re
+    return {ns for ns in _netns() if re.fullmatch(r"dpsim[0-9a-f]{6}-\w+", ns)}
 
 
 def test_rate_parser_and_spec_validation():
@@ -103,13 +123,12 @@ def test_cleanup_on_exception_and_foreign_namespaces_untouched():
     foreign = "unrelated-ns-keepme"
     subprocess.run(["ip", "netns", "add", foreign], check=True)
     try:
-        before = _netns()
         with pytest.raises(RuntimeError):
             with Testbed(spec=TestbedSpec(hosts=3, nic_bits_per_s=1e9)) as tb:
                 assert set(tb.namespaces) <= _netns()
                 assert any(s["tag"] == tb.tag for s in list_testbeds())
                 raise RuntimeError("a rank crashed")
-        assert _netns() == before
+        assert not _ours(tb.tag)
         assert foreign in _netns()
         assert not any(s["tag"] == tb.tag for s in list_testbeds())
     finally:
@@ -120,7 +139,6 @@ def test_cleanup_on_exception_and_foreign_namespaces_untouched():
 def test_cli_up_status_down():
     from dpsim.cli.app import main
 
-    before = _netns()
     out = subprocess.run([sys.executable, "-m", "dpsim", "testbed", "up", "--hosts", "2", "--nic", "100mbit"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -130,4 +148,163 @@ def test_cli_up_status_down():
                             capture_output=True, text=True, timeout=60)
     assert tag in status.stdout
     assert main(["testbed", "down", tag]) == 0
-    assert _netns() == before
+    assert not _ours(tag)
+
+
+# --------------------------------------------------------------------------- leaks, ownership, signals
+
+def _ours(tag: str) -> set[str]:
+    return {ns for ns in _netns() if ns.startswith(tag)}
+
+
+def _dpsim(*args, env=None, **kw):
+    return subprocess.run([sys.executable, "-m", "dpsim", *args], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, **(env or {})}, **kw)
+
+
+def _start_up(hosts: int, env=None):
+    return subprocess.Popen([sys.executable, "-m", "dpsim", "testbed", "up", "--hosts", str(hosts), "--nic", "1gbit"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**__import__("os").environ, **(env or {})})
+
+
+def _new_tags(before: set[str]) -> set[str]:
+    return {s["tag"] for s in list_testbeds()} - before
+
+
+def _wait_for_state(timeout_s: float = 30.0) -> str:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        beds = list_testbeds()
+        if beds:
+            return beds[0]["tag"]
+        time.sleep(0.05)
+    raise AssertionError("no testbed state appeared")
+
+
+@needs_testbed
+@pytest.mark.parametrize("delay_s", [0.6, 1.0, 1.6])
+def test_killed_up_leaves_nothing_down_all_cannot_find(delay_s, isolated_state):
+    """SIGKILL at any moment of `testbed up`: every namespace it made is in its state (recorded
+    before it is created), so `testbed down --all` removes them all."""
+    import signal as sig
+
+    seen_before = _testbed_netns()
+    proc = _start_up(24)
+    time.sleep(delay_s)
+    proc.send_signal(sig.SIGKILL)
+    proc.wait(timeout=30)
+    tags = {s["tag"] for s in list_testbeds()}
+    recorded = {ns for s in list_testbeds() for ns in s["namespaces"]}
+    mine = {ns for ns in _testbed_netns() if any(ns.startswith(t) for t in tags)}
+    assert mine <= recorded  # nothing made and not recorded
+    # a namespace of this pattern that appeared and belongs to no state at all would be a leak
+    others = {s["tag"] for s in _states(Path("/run/dpsim-testbed"))}
+    strays = {ns for ns in _testbed_netns() - seen_before if not any(ns.startswith(t) for t in tags | others)}
+    assert not strays, strays
+    out = _dpsim("testbed", "down", "--all")
+    assert out.returncode == 0, out.stderr
+    assert not any(_ours(t) for t in tags)
+    assert not list_testbeds()
+
+
+def _states(directory: Path) -> list[dict]:
+    out = []
+    for p in directory.glob("*.json") if directory.exists() else ():
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+@needs_testbed
+@pytest.mark.parametrize("signame, status", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_interrupted_up_removes_what_it_made(signame, status):
+    import signal as sig
+
+    proc = _start_up(24)
+    tag = _wait_for_state()
+    time.sleep(0.3)
+    proc.send_signal(getattr(sig, signame))
+    _, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:  # it finished first: take it down and call it done
+        _dpsim("testbed", "down", "--all")
+        pytest.skip("testbed up finished before the signal")
+    assert proc.returncode == status, err
+    assert err.strip().count("\n") == 0 and "did not finish" in err
+    assert not _ours(tag) and not list_testbeds()
+
+
+@needs_testbed
+def test_down_all_spares_other_users_and_testbeds_in_use():
+    import signal as sig
+
+    tags_before = {s["tag"] for s in list_testbeds()}
+    alice = _dpsim("testbed", "up", "--hosts", "2", env={"SUDO_USER": "alice-dpsim-test"})
+    assert alice.returncode == 0, alice.stderr
+    alice_tag = alice.stdout.split()[0]
+    # a validate run holds its testbed while it uses it
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from dpsim.validate.testbed import Testbed, TestbedSpec\n"
+        "with Testbed(spec=TestbedSpec(hosts=2, nic_bits_per_s=1e9), kind='validate') as tb:\n"
+        "    print(tb.tag, flush=True)\n"
+        "    time.sleep(300)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        busy_tag = holder.stdout.readline().split()[0]
+        out = _dpsim("testbed", "down", "--all")
+        assert out.returncode == 0, out.stderr
+        assert _ours(alice_tag) and _ours(busy_tag), "another user's testbed and one in use stay up"
+        assert f"{busy_tag} is in use by process {holder.pid}" in out.stdout and alice_tag not in out.stdout
+        refused = _dpsim("testbed", "down", busy_tag)
+        assert refused.returncode == 2 and "in use by process" in refused.stderr
+        refused = _dpsim("testbed", "down", alice_tag)
+        assert refused.returncode == 2 and "belongs to alice-dpsim-test" in refused.stderr
+        status = _dpsim("testbed", "status", "--json")
+        beds = {b["tag"]: b for b in json.loads(status.stdout)["testbeds"]}
+        assert beds[busy_tag]["in_use"] and beds[busy_tag]["kind"] == "validate"
+        assert beds[alice_tag]["owner"] == "alice-dpsim-test" and not beds[alice_tag]["in_use"]
+        # the run is killed (no cleanup of its own): its lease is gone with it, down --all takes it down
+        holder.send_signal(sig.SIGKILL)
+        holder.wait(timeout=30)
+        out = _dpsim("testbed", "down", "--all")
+        assert f"{busy_tag} down" in out.stdout and not _ours(busy_tag)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        _dpsim("testbed", "down", "--all", env={"SUDO_USER": "alice-dpsim-test"})
+        _dpsim("testbed", "down", "--all")
+    assert not _ours(alice_tag) and not _new_tags(tags_before)
+
+
+@needs_testbed
+def test_a_dead_validate_testbed_is_reaped_by_the_next_one():
+    from dpsim.validate.testbed import Testbed, TestbedSpec, current_owner
+
+    tags_before = {s["tag"] for s in list_testbeds()}
+    crashed = subprocess.run([sys.executable, "-c", (
+        "import os\n"
+        "from dpsim.validate.testbed import Testbed, TestbedSpec\n"
+        "tb = Testbed(spec=TestbedSpec(hosts=2, nic_bits_per_s=1e9), kind='validate')\n"
+        "tb.up()\n"
+        "print(tb.tag, flush=True)\n"
+        "os._exit(9)\n")], capture_output=True, text=True, timeout=60)  # dies without cleaning up
+    dead_tag = crashed.stdout.split()[0]
+    assert _ours(dead_tag)
+    with Testbed(spec=TestbedSpec(hosts=2, nic_bits_per_s=1e9), kind="validate") as tb:
+        assert not _ours(dead_tag) and tb.owner == current_owner()
+    assert not _new_tags(tags_before)
+
+
+@needs_testbed
+def test_a_probe_left_by_a_killed_check_is_removed():
+    from dpsim.validate.testbed import check_available
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = f"dpsim-probe-{gone.pid}-abcdef"  # its process is gone
+    subprocess.run(["ip", "netns", "add", stale], check=True)
+    check_available()
+    assert stale not in _netns()

@@ -1,17 +1,21 @@
-"""Closed loop on the emulated cluster: real DDP vs prediction, held to the accuracy bar.
+"""Closed loop on the emulated cluster: real DDP vs prediction, held to the accuracy bar, on a busy machine too.
 
-A small subset of validation/run_matrix.py (one case per model shape, 2 ranks), run
-with the matrix's own procedure. Needs root, iproute2 and tbf (the emulated hosts);
-skips cleanly without them. A case off by more than the median bar is run once more
-and the closer run kept: this machine is shared, and one outside burst of load can
-distort a 20-step run; a model error reproduces, a burst rarely does.
+How busy this shared machine is must not decide the outcome:
+
+- **Live runs**, with the matrix's procedure (``validation/run_matrix.py``): a case is
+  re-run while other processes take more than 15 % of the machine ("outside load",
+  ``validation/load.py``); a case whose quietest run was still loaded is not judged (its
+  load is reported), and when no case ran quietly the test is skipped with the figures:
+  contention measures the machine, not the model.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,26 +29,24 @@ try:
 except TestbedError as exc:
     AVAILABLE, WHY = False, str(exc)
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "validation"))
-from run_matrix import MEDIAN_BAR, SUBSET, WORST_BAR, run_case  # noqa: E402
-
-
-def _case(case) -> float:
-    # The matrix's own procedure: 20 steps, re-run while outside load disturbs the run.
-    return run_case(case)["error"]
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "validation"))
+from run_matrix import MEDIAN_BAR, OUTSIDE_LOAD_LIMIT, SUBSET, WORST_BAR, case_name, run_case  # noqa: E402
 
 
 @pytest.mark.skipif(not AVAILABLE, reason=WHY)
 def test_subset_meets_the_accuracy_bar():
-    errors = []
+    judged, loaded = [], []
     for case in SUBSET:
-        err = _case(case)
-        if abs(err) > MEDIAN_BAR:
-            # A model error reproduces; one burst of load on this shared machine rarely does.
-            err = min(err, _case(case), key=abs)
-        errors.append(abs(err))
-    assert max(errors) <= WORST_BAR, errors
-    assert statistics.median(errors) <= MEDIAN_BAR, errors
+        r = run_case(case)
+        (loaded if r["outside_load"] > OUTSIDE_LOAD_LIMIT else judged).append((case_name(case), r))
+    if not judged:
+        pytest.skip("every case ran under outside load (" + ", ".join(
+            f"{name} {r['outside_load']:.0%}" for name, r in loaded) + "): too busy to judge accuracy")
+    errors = [abs(r["error"]) for _, r in judged]
+    detail = {name: f"{r['error']:+.1%} at {r['outside_load']:.0%} load" for name, r in judged + loaded}
+    assert max(errors) <= WORST_BAR, detail
+    assert statistics.median(errors) <= MEDIAN_BAR, detail
 
 
 def test_bad_validation_input_is_one_clear_error():
@@ -54,11 +56,35 @@ def test_bad_validation_input_is_one_clear_error():
         ValidationConfig(model="mlp", micro_batch=1, bucket_cap_mb=-1, world_size=2, nic_bits_per_s=1e9)
     with pytest.raises(ConfigError, match="--emulate-hosts"):
         ValidationConfig(model="mlp", micro_batch=1, bucket_cap_mb=None, world_size=0, nic_bits_per_s=1e9)
+    with pytest.raises(ConfigError, match="--optimizer"):
+        ValidationConfig(model="mlp", micro_batch=1, bucket_cap_mb=None, world_size=2, nic_bits_per_s=1e9,
+                         optimizer="lion")
     out = subprocess.run([sys.executable, "-m", "dpsim", "validate", "--model", "mlp"], capture_output=True,
-                         text=True, timeout=60, env={k: v for k, v in __import__("os").environ.items()
+                         text=True, timeout=60, env={k: v for k, v in os.environ.items()
                                                      if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")})
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "--emulate-hosts" in out.stderr
+
+
+def test_validate_accepts_what_predict_accepts():
+    """Catalog names, file.py:fn:input_fn (no --input-shape), package.module:fn, and models whose
+    parameters are not in top-level children; each is traced as predict traces it."""
+    from dpsim.validate.api import trace
+
+    user = str(ROOT / "tests" / "calibrate_models.py")
+    for model in ("gpt2", f"{user}:tiny_blocks:tiny_tokens", f"{user}:tiny_blocks:tiny_tokens:next_token",
+                  "dpsim.validate.models:mlp:mlp_batch", "mlp", "transformer", "convnet"):
+        cfg = ValidationConfig(model=model, micro_batch=2, bucket_cap_mb=None, world_size=2, nic_bits_per_s=1e9)
+        assert trace(cfg).param_count > 0, model
+
+
+def test_a_model_that_cannot_be_traced_fails_before_anything_starts(tmp_path):
+    """No testbed, no rank, no sweep: the model is checked first, in one line."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\ndef build():\n    return 42\ndef example_input():\n    return torch.zeros(2, 3)\n")
+    out = subprocess.run([sys.executable, "-m", "dpsim", "validate", "--model", f"{bad}:build", "--emulate-hosts",
+                          "2", "--nic", "1gbit"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "returned int" in out.stderr, out.stderr
 
 
 @pytest.mark.skipif(not AVAILABLE, reason=WHY)
@@ -67,11 +93,10 @@ def test_crashed_rank_ends_the_run_cleanly():
     from dpsim.validate.runner import ValidationError, run_ranks
     from dpsim.validate.testbed import Testbed, TestbedSpec
 
-    before = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     with pytest.raises(ValidationError, match="rank . exited"):
-        with Testbed(spec=TestbedSpec(hosts=2, nic_bits_per_s=1e9)) as tb:
+        with Testbed(spec=TestbedSpec(hosts=2, nic_bits_per_s=1e9), kind="validate") as tb:
             # An unknown model makes every worker exit with an error right after start-up.
             run_ranks(world_size=2, model="no-such-model", micro_batch=1, bucket_cap_mb=None,
                       testbed=tb, timeout_s=120)
     after = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert before == after
+    assert tb.tag not in after

@@ -45,16 +45,22 @@ def testbed_up(
 @testbed_app.command("down")
 def testbed_down(
     tag: Optional[str] = typer.Argument(None, help="Tag printed by `testbed up`."),
-    all_: bool = typer.Option(False, "--all", help="Remove every testbed dpsim has up."),
+    all_: bool = typer.Option(False, "--all", help="Remove every testbed of yours that no running process uses "
+                                                 "(another user's, or one a running validate uses, stay up)."),
 ) -> None:
     """Remove a testbed (only namespaces dpsim created for it)."""
-    from dpsim.validate.testbed import Testbed, list_testbeds
+    from dpsim.validate.testbed import down_all, down_tag
 
     if all_ == (tag is not None):
         raise ConfigError("testbed down: give a TAG or --all (one of them)")
-    tags = [s["tag"] for s in list_testbeds()] if all_ else [tag]
-    for t in tags:
-        Testbed.from_state(t).down()
+    if all_:
+        removed, skipped = down_all()
+        for line in skipped:
+            print(line)
+    else:
+        down_tag(tag)
+        removed = [tag]
+    for t in removed:
         print(f"{t} down")
 
 
@@ -72,4 +78,6 @@ def testbed_status(as_json: bool = typer.Option(False, "--json", help="Print JSO
     for s in beds:
         spec = s["spec"]
         print(f"{s['tag']}: {spec['hosts']} hosts, {spec['nic_bits_per_s'] / 1e6:g} Mbit/s, "
-              f"{spec['racks']} rack(s), namespaces: {' '.join(s['namespaces'])}")
+              f"{spec['racks']} rack(s), {s.get('kind', 'up')} of {s.get('owner', '?')}"
+              f"{', in use by process ' + str(s.get('pid')) if s.get('in_use') else ''}; "
+              f"namespaces: {' '.join(s['namespaces'])}")

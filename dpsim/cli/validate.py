@@ -23,9 +23,15 @@ from dpsim.limits import (
 
 def validate(
     model: str = typer.Option(
-        "mlp", "--model", help="mlp, transformer, convnet, or your path/to/file.py:build / package.module:build."),
+        "mlp", "--model", help="What predict and calibrate take (a catalog name, path/file.py:fn or "
+                               "package.module:fn, optionally :input_fn then :loss_fn), or mlp, transformer, "
+                               "convnet."),
     input_shape: Optional[str] = typer.Option(
-        None, "--input-shape", help="Input of your model, batch first (32,1024 or 8,128:int64)."),
+        None, "--input-shape", help="Input of your model, batch first (32,1024 or 8,128:int64); without it, the "
+                                    "model file's example function."),
+    optimizer: str = typer.Option("adamw", "--optimizer", help="Optimizer when the model file defines no "
+                                                               "optimizer(parameters): adamw, adam, sgd-momentum, "
+                                                               "sgd."),
     micro_batch: int = typer.Option(32, "--micro-batch", help="Samples per rank per step."),
     bucket_cap_mb: Optional[float] = typer.Option(None, "--bucket-cap-mb", help="DDP bucket_cap_mb (MiB)."),
     emulate_hosts: Optional[int] = typer.Option(
@@ -64,7 +70,7 @@ def validate(
         model=model, micro_batch=micro_batch, bucket_cap_mb=bucket_cap_mb,
         world_size=int(os.environ["WORLD_SIZE"]) if under_torchrun else emulate_hosts,
         nic_bits_per_s=None if under_torchrun else parse_rate_bits_per_s(nic),
-        racks=racks, oversubscription=oversubscription, steps=steps, input_shape=input_shape,
+        racks=racks, oversubscription=oversubscription, steps=steps, input_shape=input_shape, optimizer=optimizer,
     )
     result = validate_under_torchrun(config) if under_torchrun else run_validation(config)
     if result is None:

@@ -262,7 +262,7 @@ def render(data: ReportData, *, title: str | None = None) -> str:
         _card("scaling efficiency vs 1 GPU", f"{100 * p.scaling_efficiency:.1f} %",
               "good" if p.scaling_efficiency >= 0.9 else "bad" if p.scaling_efficiency < 0.7 else ""),
         _card("communication hidden", f"{100 * p.overlap_fraction:.0f} %"),
-        _card("MFU", f"{100 * p.mfu:.1f} %"),
+        _card("MFU", "n/a (CPU)" if p.mfu is None else f"{100 * p.mfu:.1f} %"),
         _card("memory per GPU (GB = 1e9 B)", ("fits" if p.memory.fits else "DOES NOT FIT")
               + f": {p.memory.total_bytes / 1e9:,.1f} of {p.memory.capacity_bytes / 1e9:,.0f} GB",
               "good" if p.memory.fits else "bad"),

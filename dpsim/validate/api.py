@@ -1,18 +1,32 @@
-"""``dpsim validate``: real DDP training on an emulated (or real) cluster vs prediction."""
+"""``dpsim validate``: real DDP training on an emulated (or real) cluster vs ``dpsim predict``'s prediction of it.
+
+The model is checked first, as ``predict`` traces it, before any host, rank or
+measurement starts (a model that cannot be traced or built fails in one line at once).
+The ranks then measure the cluster as ``dpsim calibrate`` would and train the user's step
+with real DDP (:mod:`dpsim.validate.worker`); the prediction is ``dpsim predict`` with a
+profile made of the measurements (:func:`dpsim.validate.runner.predict_run`).
+"""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from dpsim.errors import ConfigError
 from dpsim.validate import worker
-from dpsim.validate.models import check_model
+from dpsim.validate.models import check_model, predict_reference, resolve
 from dpsim.validate.runner import measured_summary, predict_run, run_ranks
 from dpsim.validate.testbed import Testbed, TestbedSpec
-from dpsim.workload.from_torch import parse_input_shape
+from dpsim.workload.catalog import get_model
+from dpsim.workload.from_torch import load_torch_workload
+from dpsim.workload.model_ref import is_torch_model_ref, parse_input_shape
+from dpsim.workload.spec import ModelSpec
+
+OPTIMIZERS = ("adamw", "adam", "sgd-momentum", "sgd")
+"""``--optimizer`` names (predict's), for a model file without ``optimizer(parameters)``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -20,7 +34,8 @@ class ValidationConfig:
     """One validation case."""
 
     model: str
-    """Validation model: mlp, transformer or convnet, or a user's ``file.py:fn`` / ``pkg.mod:fn``."""
+    """What predict and calibrate accept (a catalog name, path/file.py:fn or package.module:fn,
+    optionally :input_fn then :loss_fn), or a built-in: mlp, transformer, convnet."""
     micro_batch: int
     """Samples per rank per step."""
     bucket_cap_mb: float | None
@@ -40,23 +55,27 @@ class ValidationConfig:
     timeout_s: float = 600.0
     """Whole-run deadline; a hung rank ends the run then."""
     input_shape: str | None = None
-    """Input of a user's model, batch first (``32,1024``, ``8,128:int64``)."""
+    """Example input of a builder model, batch first (``32,1024``, ``8,128:int64``), as predict takes it;
+    without it, the model file's example function."""
+    optimizer: str = "adamw"
+    """Optimizer when the model file defines no ``optimizer(parameters)``: adamw, adam, sgd-momentum, sgd."""
 
     def __post_init__(self) -> None:
         check_model(self.model)
-        if ":" in self.model:
-
-            if self.input_shape is None:
-                raise ConfigError(f"--input-shape: needed for {self.model!r} (batch first, e.g. 32,1024)")
+        if self.input_shape is not None:
             parse_input_shape(self.input_shape)
-        if self.micro_batch < 1:
-            raise ConfigError(f"--micro-batch: {self.micro_batch} is not valid; expected an integer >= 1")
+            if not is_torch_model_ref(resolve(self.model)):
+                raise ConfigError(f"--input-shape: only for a builder --model (file.py:fn), not {self.model!r}")
+        if isinstance(self.micro_batch, bool) or not isinstance(self.micro_batch, int) or self.micro_batch < 1:
+            raise ConfigError(f"--micro-batch: {self.micro_batch!r} is not valid; expected an integer >= 1")
         if self.bucket_cap_mb is not None and not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
             raise ConfigError(f"--bucket-cap-mb: {self.bucket_cap_mb} is not valid; expected a number > 0")
         if not 1 <= self.world_size <= 64:
             raise ConfigError(f"--emulate-hosts: {self.world_size} is not valid; expected an integer in 1..64")
         if self.steps < 3 or self.warmup < 2:
             raise ConfigError("--steps/--warmup: need at least 3 measured steps and 2 warm-up steps")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"--optimizer: {self.optimizer!r} is not valid; choose one of {', '.join(OPTIMIZERS)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +88,8 @@ class ValidationResult:
     """median_s, p10_s, p90_s of rank 0's steps; phase medians."""
     predicted: dict
     """dpsim's step and where the time goes."""
+    run: dict = field(default_factory=dict, repr=False, compare=False)
+    """Rank 0's raw document (measurements and DDP steps), which :func:`predict_again` replays."""
 
     @property
     def error(self) -> float:
@@ -77,54 +98,81 @@ class ValidationResult:
 
     def to_dict(self) -> dict:
         """JSON-able."""
-        return {"schema": "dpsim.validation/1", "config": asdict(self.config), "measured": self.measured,
+        return {"schema": "dpsim.validation/2", "config": asdict(self.config), "measured": self.measured,
                 "predicted": self.predicted, "error": self.error}
 
 
-def validate(config: ValidationConfig) -> ValidationResult:
-    """Run the case for real and predict it from its own micro-benchmarks."""
-    if config.nic_bits_per_s is not None:
+def trace(config: ValidationConfig) -> ModelSpec:
+    """The model as predict sees it (fails fast, in one line, before anything runs)."""
+    ref = resolve(config.model)
+    if not is_torch_model_ref(ref):
+        return get_model(ref, flash_attention=True)
+    return load_torch_workload(ref, input_shape=config.input_shape)
 
+
+def _layers(model: ModelSpec, config: ValidationConfig) -> list | None:
+    if not is_torch_model_ref(resolve(config.model)):
+        return None  # catalog specs are not module paths: the step is split in their proportions
+    return [[layer.name, [p.name for p in layer.params]] for layer in model.layers]
+
+
+def validate(config: ValidationConfig) -> ValidationResult:
+    """Run the case for real and predict it from its own measurements."""
+    model = trace(config)
+    if config.nic_bits_per_s is not None:
         spec = TestbedSpec(hosts=config.world_size, nic_bits_per_s=config.nic_bits_per_s, racks=config.racks,
                            rack_oversubscription=config.oversubscription)
-        with Testbed(spec=spec) as tb:
-            run = _run(config, tb)
+        with Testbed(spec=spec, kind="validate") as tb:
+            run = _run(config, tb, model)
     else:
-        run = _run(config, None)
-    return _result(config, run)
+        run = _run(config, None, model)
+    return _result(config, run, model)
 
 
-def _run(config: ValidationConfig, testbed) -> dict:
-    return run_ranks(world_size=config.world_size, model=config.model, micro_batch=config.micro_batch,
+def _run(config: ValidationConfig, testbed, model: ModelSpec) -> dict:
+    return run_ranks(world_size=config.world_size, model=resolve(config.model), micro_batch=config.micro_batch,
                      bucket_cap_mb=config.bucket_cap_mb, steps=config.steps, warmup=config.warmup,
-                     testbed=testbed, timeout_s=config.timeout_s, input_shape=config.input_shape)
+                     testbed=testbed, timeout_s=config.timeout_s, input_shape=config.input_shape,
+                     optimizer=config.optimizer, layers=_layers(model, config))
 
 
-def _result(config: ValidationConfig, run: dict) -> ValidationResult:
+def _result(config: ValidationConfig, run: dict, model: ModelSpec) -> ValidationResult:
     measured = measured_summary(run)
     ddp = run["ddp"]
     measured.update(forward_s=ddp["forward_s"], backward_and_wait_s=ddp["backward_and_wait_s"],
                     optimizer_s=ddp["optimizer_s"])
-    return ValidationResult(config=config, measured=measured, predicted=predict_run(run))
+    predicted = predict_run(run, model, reference=predict_reference(config.model), input_shape=config.input_shape,
+                            optimizer=config.optimizer)
+    return ValidationResult(config=config, measured=measured, predicted=predicted, run=run)
+
+
+def predict_again(config: ValidationConfig, run: dict) -> ValidationResult:
+    """The result of a recorded run (``ValidationResult.run``), predicted anew by today's dpsim:
+    a deterministic check of the prediction against real measurements, whatever the machine's load now."""
+    return _result(config, run, trace(config))
 
 
 def validate_under_torchrun(config: ValidationConfig) -> ValidationResult | None:
     """Run this process's rank under torchrun (RANK/WORLD_SIZE set); rank 0 gets the result."""
-
+    model = trace(config)
     rank = int(os.environ["RANK"])
-    with tempfile.TemporaryDirectory(prefix="dpsim-validate-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"dpsim-validate-{os.getpid()}-") as tmp:
         out = os.path.join(tmp, "run.json")
-        argv = ["--model", config.model, "--micro-batch", str(config.micro_batch), "--steps", str(config.steps),
-                "--warmup", str(config.warmup), "--out", out]
+        argv = ["--model", resolve(config.model), "--micro-batch", str(config.micro_batch), "--steps",
+                str(config.steps), "--warmup", str(config.warmup), "--out", out, "--optimizer", config.optimizer]
         if config.bucket_cap_mb is not None:
             argv += ["--bucket-cap-mb", str(config.bucket_cap_mb)]
         if config.input_shape is not None:
             argv += ["--input-shape", config.input_shape]
+        layers = _layers(model, config)
+        if layers is not None:
+            path = os.path.join(tmp, "layers.json")
+            with open(path, "w") as fh:
+                json.dump(layers, fh)
+            argv += ["--layers", path]
         worker.main(argv)
         if rank != 0:
             return None
-        import json
-
         with open(out) as f:
             run = json.load(f)
-    return _result(config, run)
+    return _result(config, run, model)

@@ -1,33 +1,44 @@
-"""Launch validation ranks (emulated hosts or local processes) and predict their step.
+"""Launch validation ranks (emulated hosts or local processes) and predict their step with ``dpsim predict``.
 
 :func:`run_ranks` starts one :mod:`dpsim.validate.worker` per rank, each in its own
-testbed host when a :class:`~dpsim.testbed.Testbed` is given, with a deadline: a rank
-that dies or hangs ends the run with a clear message and every rank is killed.
-:func:`predict_run` turns the measurement phases of a run into a dpsim prediction of
-its DDP phase, with dpsim's own engine, buckets and collective model.
+testbed host when a :class:`~dpsim.validate.testbed.Testbed` is given, with a deadline: a
+rank that dies or hangs ends the run with a clear message and every rank is killed
+(ranks also die with this process: ``PR_SET_PDEATHSIG``). :func:`profile_from_run` turns
+the run's measurement phases into a calibration profile, exactly what ``dpsim calibrate``
+would have written on that cluster, and :func:`predict_run` predicts the DDP phase with
+``dpsim predict`` and that profile: validate checks predict's own path.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import re
+import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from dpsim.collectives.ops import CollectiveResult
-from dpsim.engine.simulate import run_program
 from dpsim.errors import DpsimError
-from dpsim.profile.fit import AlphaBetaFit, fit_alpha_beta
-from dpsim.strategies.ddp import ddp_program
-from dpsim.workload.buckets import assign_buckets
-from dpsim.workload.compute import ComputeProfile, LayerTime
-from dpsim.workload.spec import ParamSpec
+from dpsim.predict import PredictConfig, predict
+from dpsim.profile.io import save_profile
+from dpsim.profile.match import model_fingerprint
+from dpsim.profile.schema import (
+    ComputeCalibration,
+    LayerTiming,
+    Measurement,
+    ModelStep,
+    Profile,
+    make_op_calibration,
+)
+from dpsim.stats import mean_confidence_interval
+from dpsim.workload.spec import ModelSpec
 
 
 class ValidationError(DpsimError):
@@ -40,33 +51,88 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def die_with_parent() -> None:
+    """``preexec_fn`` of a rank: the kernel sends it SIGKILL when this process dies (even by SIGKILL).
+
+    Linux ``prctl(PR_SET_PDEATHSIG)``; kept across ``ip netns exec``'s ``execve``. Elsewhere a
+    no-op (the deadline and the ``finally`` still stop the ranks).
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+TMP_PREFIX = "dpsim-validate-"
+"""Temporary directories are ``<tmp>/dpsim-validate-<pid>-<random>``."""
+
+
+def reap_stale_tmpdirs(tmp: str | None = None) -> list[Path]:
+    """Remove the temporary directories of validate runs whose process is gone (killed by SIGKILL)."""
+    removed = []
+    for d in Path(tmp or tempfile.gettempdir()).glob(f"{TMP_PREFIX}*"):
+        m = re.fullmatch(rf"{TMP_PREFIX}(\d+)-.*", d.name)
+        if m and d.is_dir() and not _alive(int(m.group(1))):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def run_ranks(*, world_size: int, model: str, micro_batch: int, bucket_cap_mb: float | None,
               steps: int = 20, warmup: int = 5, testbed=None, timeout_s: float = 600.0,
-              input_shape: str | None = None) -> dict:
-    """Run one validation (all phases) and return rank 0's JSON document."""
-    with tempfile.TemporaryDirectory(prefix="dpsim-validate-") as tmp:
+              input_shape: str | None = None, optimizer: str = "adamw", layers: list | None = None) -> dict:
+    """Run one validation (all phases) and return rank 0's JSON document.
+
+    ``model`` is a resolved reference (:func:`dpsim.validate.models.resolve`); ``layers`` the
+    traced model's layers, ``[[name, [parameter names]], ...]``, for the per-layer split.
+    """
+    reap_stale_tmpdirs()
+    with tempfile.TemporaryDirectory(prefix=f"{TMP_PREFIX}{os.getpid()}-") as tmp:
         out = str(Path(tmp) / "run.json")
+        layers_path = None
+        if layers is not None:
+            layers_path = str(Path(tmp) / "layers.json")
+            Path(layers_path).write_text(json.dumps(layers))
         if testbed is not None:
             master, port = testbed.host_ip(0), 29500 + (os.getpid() % 1000)
         else:
             master, port = "127.0.0.1", _free_port()
         procs = []
         for rank in range(world_size):
+            # torchrun's facts: one rank per emulated host, or every rank on this one
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR=master,
-                       MASTER_PORT=str(port), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+                       MASTER_PORT=str(port), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+                       LOCAL_RANK="0" if testbed is not None else str(rank),
+                       LOCAL_WORLD_SIZE="1" if testbed is not None else str(world_size),
+                       GROUP_RANK=str(rank) if testbed is not None else "0")
             if testbed is not None:
                 env["GLOO_SOCKET_IFNAME"] = "eth0"
+            if rank:
+                env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # one copy of gloo's warnings
             argv = [sys.executable, "-m", "dpsim.validate.worker", "--model", model,
                     "--micro-batch", str(micro_batch), "--steps", str(steps), "--warmup", str(warmup),
-                    "--out", out, "--timeout-s", str(max(30.0, timeout_s / 2))]
+                    "--out", out, "--timeout-s", str(max(30.0, timeout_s / 2)), "--optimizer", optimizer]
             if bucket_cap_mb is not None:
                 argv += ["--bucket-cap-mb", str(bucket_cap_mb)]
             if input_shape is not None:
                 argv += ["--input-shape", input_shape]
+            if layers_path is not None:
+                argv += ["--layers", layers_path]
             if testbed is not None:
                 argv = testbed.command(rank, argv)
             procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True))
+                                          text=True, preexec_fn=die_with_parent))
         deadline = time.monotonic() + timeout_s
         failed = None
         try:
@@ -81,7 +147,7 @@ def run_ranks(*, world_size: int, model: str, micro_batch: int, bucket_cap_mb: f
             for p in procs:
                 if p.poll() is None:
                     p.kill()
-            logs = [p.communicate()[0] for p in procs]
+            logs = [p.communicate()[0] for p in procs]  # also reaps every rank: no zombie is left
         if failed is None and any(p.returncode != 0 for p in procs):
             failed = next((r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0)
         if failed is not None:
@@ -93,59 +159,78 @@ def run_ranks(*, world_size: int, model: str, micro_batch: int, bucket_cap_mb: f
         return json.loads(Path(out).read_text())
 
 
-@dataclass(frozen=True, kw_only=True)
-class FittedAllReduce:
-    """All-reduce cost of this cluster: ``dpsim calibrate``'s piecewise alpha-beta fit of the run's sweep."""
-
-    n_ranks: int
-    """Ranks it was measured on (the prediction is for the same ranks)."""
-    fit: AlphaBetaFit
-    """The fit of the measured (size, median time) points."""
-
-    def time(self, op: str, size_bytes: float) -> CollectiveResult:
-        """Fitted all-reduce time of a ``size_bytes`` bucket."""
-        t = self.fit.time_s(size_bytes)
-        return CollectiveResult(op=op, algorithm="gloo-fitted", n_ranks=self.n_ranks, size_bytes=size_bytes,
-                                time_s=float(t), latency_s=float(self.fit.segments[0].latency_s))
+def _measurement(size_bytes: float, times_s: list[float]) -> Measurement:
+    xs = sorted(times_s)
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) >= 2 else [xs[0]] * 3
+    mean, lo, hi = mean_confidence_interval(xs)
+    return Measurement(size_bytes=float(size_bytes), time_s=statistics.median(xs), min_s=xs[0], max_s=xs[-1],
+                       q1_s=q[0], q3_s=q[2], repeats=len(xs), mean_s=mean, ci_low_s=max(0.0, lo), ci_high_s=hi)
 
 
-def predict_run(run: dict, *, steps: int = 5) -> dict:
-    """Predict the DDP phase of ``run`` from its measurement phases with dpsim's engine."""
-    comp = run["compute"]
-    layers = tuple(
-        LayerTime(name=b["name"], forward_s=b["forward_s"], backward_s=b["backward_s"],
-                  param_names=tuple(p["name"] for p in b["params"]))
-        for b in comp["blocks"]
-    )
-    compute = ComputeProfile(layers=layers, optimizer_s=comp["optimizer_s"], flops_per_step=0.0)
-    shapes = {p["name"]: tuple(p["shape"]) for b in comp["blocks"] for p in b["params"]}
-    ready = comp["grad_ready_order"] or list(reversed(list(shapes)))
-    params = [ParamSpec(name=n, shape=shapes[n], dtype="float32") for n in ready]
-    buckets = assign_buckets(params, bucket_cap_mb=run["bucket_cap_mb"])
-    coll = run["collectives"]
-    fit = fit_alpha_beta([c["size_bytes"] for c in coll], [c["time_s"] for c in coll], what="all-reduce sweep")
-    model = FittedAllReduce(n_ranks=run["world_size"], fit=fit)
-    ov = run["overlap"]
-    slowdown = max(0.0, ov["compute_with_comm_s"] / ov["compute_alone_s"] - 1.0) if ov["compute_alone_s"] else 0.0
-    copy_bw = comp.get("copy_bytes_per_s")
-    param_bytes = {p.name: p.size_bytes for p in params}
-    program = ddp_program(compute, buckets, copy_bandwidth_bytes_per_s=copy_bw if run["world_size"] > 1 else None,
-                          param_bytes=param_bytes).program
-    sim = run_program(program, model if run["world_size"] > 1 else _NoComm(),
-                      steps=steps, overlap_slowdown=slowdown)
-    s = sim.steps[-1]
-    return {"step_time_s": s.step_time_s, "compute_s": compute.step_s, "comm_s": s.comm_s,
+def _cv(values: list[float]) -> float | None:
+    if len(values) < 2 or statistics.fmean(values) <= 0:
+        return None
+    return statistics.stdev(values) / statistics.fmean(values)
+
+
+def profile_from_run(run: dict, model: ModelSpec, *, name: str = "validate") -> Profile:
+    """The calibration profile of a validation run's measurement phases (never its DDP steps):
+    what ``dpsim calibrate --ops all_reduce --model ...`` would have written on that cluster."""
+    n = int(run["world_size"])
+    rpn = max(1, int(run.get("ranks_per_node") or 1))
+    link_class = "intra_node" if rpn >= n else "inter_node"
+    n_nodes = 1 if link_class == "intra_node" else n // rpn
+    ops, link_classes = {}, {}
+    if n >= 2:
+        meas = [_measurement(c["size_bytes"], c["times_s"]) for c in run["collectives"]]
+        ops[link_class, "all_reduce"] = make_op_calibration("all_reduce", link_class, n, meas)
+        link_classes[link_class] = {"n_ranks": n, "n_nodes": n_nodes}
+    comp, ov = run["compute"], run["overlap"]
+    interval = comp.get("interval") or {}
+    step = ModelStep(
+        model=run["model"], micro_batch=int(run["micro_batch"]), dtype="float32", forward_s=comp["forward_s"],
+        backward_s=comp["backward_s"],
+        layers=tuple(LayerTiming(name=l["name"], forward_s=l["forward_s"], backward_s=l["backward_s"])
+                     for l in comp.get("layer_times", [])),
+        layers_traced="layer_times" in comp, structure_hash=model_fingerprint(model),
+        forward_flops_per_sample=model.forward_flops_per_sample, optimizer=run["step"]["optimizer"],
+        optimizer_s=comp["optimizer_s"], loss=run["step"]["loss"], step_time_cv=_cv(comp["own_step_times_s"]),
+        step_time_mean_s=interval.get("mean_s"), step_time_ci_low_s=interval.get("ci_low_s"),
+        step_time_ci_high_s=interval.get("ci_high_s"), repeats=comp.get("iterations"), threads=run.get("threads"))
+    compute = ComputeCalibration(
+        device="CPU (dpsim validate)", matmul_flops_per_s={"float32": float(comp["matmul_flops_per_s"])},
+        memory_bandwidth_bytes_per_s=comp["copy_bytes_per_s"], overlap_slowdown=ov["slowdown"],
+        comm_slowdown=ov["comm_slowdown"], model_step=step)
+    return Profile(
+        name=name, description="measured by dpsim validate before its DDP run", method="torch.distributed",
+        sources=("dpsim validate's measurement phases",),
+        environment={"backend": "gloo", "device_type": "cpu", "world_size": n, "hosts": n_nodes,
+                     "ranks_per_node": [rpn] * n_nodes, "threads_per_rank": run.get("threads")},
+        link_classes=link_classes, ops=ops, compute=compute)
+
+
+def predict_run(run: dict, model: ModelSpec, *, reference: str, input_shape: str | None = None,
+                optimizer: str = "adamw") -> dict:
+    """Predict the DDP phase of ``run`` with ``dpsim predict`` and :func:`profile_from_run`'s profile.
+
+    ``reference``: the model as predict takes it (:func:`dpsim.validate.models.predict_reference`).
+    """
+    profile = profile_from_run(run, model)
+    n = int(run["world_size"])
+    with tempfile.TemporaryDirectory(prefix=f"dpsim-validate-{os.getpid()}-") as tmp:
+        path = save_profile(profile, Path(tmp) / "profile.json")
+        config = PredictConfig(gpus=n, gpus_per_node=min(n, max(1, int(run.get("ranks_per_node") or 1))),
+                               link="ethernet", model=reference, micro_batch=int(run["micro_batch"]),
+                               precision="fp32", optimizer=optimizer, bucket_cap_mb=run["bucket_cap_mb"],
+                               overlap_slowdown=profile.compute.overlap_slowdown, calibration=str(path),
+                               input_shape=input_shape, steps=5)
+        p = predict(config)
+    s = p.simulation.steps[-1]
+    return {"step_time_s": s.step_time_s, "compute_s": p.compute_s, "comm_s": s.comm_s,
             "forward_s": s.forward_s, "backward_and_wait_s": s.step_time_s - s.forward_s - s.optimizer_s,
-            "optimizer_s": s.optimizer_s,
-            "exposed_comm_s": s.exposed_comm_s, "n_buckets": len(buckets.buckets),
-            "bucket_sizes_bytes": [b.size_bytes for b in buckets.buckets], "overlap_slowdown": slowdown}
-
-
-class _NoComm:
-    n_ranks = 1
-
-    def time(self, op, size_bytes):
-        return CollectiveResult(op=op, algorithm="none", n_ranks=1, size_bytes=size_bytes, time_s=0.0, latency_s=0.0)
+            "optimizer_s": s.optimizer_s, "exposed_comm_s": s.exposed_comm_s, "n_buckets": p.n_buckets,
+            "overlap_slowdown": profile.compute.overlap_slowdown, "comm_slowdown": profile.compute.comm_slowdown,
+            "provenance": p.provenance.to_dict() if p.provenance is not None else None}
 
 
 def measured_summary(run: dict) -> dict:

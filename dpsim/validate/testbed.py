@@ -7,11 +7,29 @@ sends, the switch-side one what it receives). Optionally hosts are grouped in ra
 each rack is a bridge in its own namespace, joined to the core switch by an uplink
 shaped to ``hosts_per_rack x rate / oversubscription``, so cross-rack traffic contends.
 
-Processes run inside a host with ``ip netns exec``. Everything created is recorded in a
-state file (``/run/dpsim-testbed/<tag>.json``) and removed by :meth:`Testbed.down`, also
-on Ctrl-C, SIGTERM or an exception; only namespaces this module created (whose names
-start with the testbed's tag) are ever touched. Addresses are private (10.77.k.0/24)
+Processes run inside a host with ``ip netns exec``. Addresses are private (10.77.k.0/24)
 and live only inside those namespaces.
+
+Nothing leaks, even when the process building or using a testbed is killed:
+
+- **Recorded before created.** Every namespace is written to the testbed's state file
+  (``/run/dpsim-testbed/<tag>.json``, atomically) *before* ``ip netns add`` runs, so a
+  kill at any moment leaves no namespace the state file does not name; :meth:`Testbed.down`
+  deletes what the file names (a name that was never created is skipped) and only those:
+  namespaces this module did not record are never touched.
+- **Named to be found.** Every name starts with the testbed's tag (``dpsim`` + 6 hex
+  digits); the probe namespace of :func:`check_available` carries its process id, and a
+  probe left by a killed process is removed by the next check.
+- **Owned and leased.** The state names the owner (``SUDO_USER``, else the user), the kind
+  (``up``: made by ``dpsim testbed up`` to stay up; ``validate``: a run's own) and the
+  process that made it. While a process builds or uses a testbed it holds a shared
+  ``flock`` on ``<tag>.lock`` (the kernel drops it when the process dies, even by
+  SIGKILL). :func:`down_all` (``dpsim testbed down --all``) removes only the caller's own
+  testbeds that no live process holds: never another user's, never one a running
+  ``validate`` uses, and a crashed run's leftovers as soon as its process is gone.
+- **Cleaned on the way out.** The context manager removes its testbed on an exception,
+  Ctrl-C or SIGTERM (when nobody else handles SIGTERM it is turned into an exception),
+  and a new ``validate`` first reaps the caller's dead ``validate`` testbeds.
 
 Needs root, iproute2 (``ip``, ``tc``) and the tbf qdisc; :func:`check_available` says
 clearly what is missing.
@@ -19,21 +37,32 @@ clearly what is missing.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+import pwd
+import re
 import shutil
 import signal
 import subprocess
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from dpsim.errors import ConfigError, DpsimError
+from dpsim.files import write_text_atomic
 
 STATE_DIR = Path(os.environ.get("DPSIM_TESTBED_STATE", "/run/dpsim-testbed"))
 NAME_PREFIX = "dpsim"
+TAG_PATTERN = re.compile(rf"{NAME_PREFIX}[0-9a-f]{{6}}")
+"""A testbed's tag; every namespace of the testbed is named ``<tag>-<role>``."""
+PROBE_PATTERN = re.compile(rf"{NAME_PREFIX}-probe-(\d+)-[0-9a-f]{{6}}")
+"""The namespace :func:`check_available` makes, with the id of the process that made it."""
+KINDS = ("up", "validate")
+"""Who made a testbed: ``dpsim testbed up`` (stays up) or a ``validate`` run (its own)."""
 MIN_BURST_BYTES = 256 * 1024
 """tbf bucket: at least 256 KiB, so a 64 KiB GSO/TSO super-packet on a veth always fits."""
 BURST_SECONDS = 0.002
@@ -106,7 +135,8 @@ def check_available() -> None:
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
             raise TestbedError(f"testbed: `{tool}` not found; install iproute2")
-    probe = f"{NAME_PREFIX}-probe-{uuid.uuid4().hex[:6]}"
+    _reap_probes()
+    probe = f"{NAME_PREFIX}-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     try:
         _run(["ip", "netns", "add", probe])
         _run(["ip", "netns", "exec", probe, "ip", "link", "add", "p0", "type", "veth", "peer", "name", "p1"])
@@ -116,6 +146,42 @@ def check_available() -> None:
         raise TestbedError(f"testbed: network namespaces, veth or the tbf qdisc are not usable here ({exc})") from None
     finally:
         _run(["ip", "netns", "del", probe], check=False)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _netns_names() -> set[str]:
+    out = _run(["ip", "netns", "list"], check=False).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def _reap_probes() -> None:
+    """Delete probe namespaces whose process is gone (a kill during :func:`check_available`)."""
+    for name in _netns_names():
+        m = PROBE_PATTERN.fullmatch(name)
+        if m and not _alive(int(m.group(1))):
+            _run(["ip", "netns", "del", name], check=False)
+
+
+def current_owner() -> str:
+    """Who is asking: the user behind ``sudo``, else this process's user."""
+    sudo = os.environ.get("SUDO_USER")
+    if sudo:
+        return sudo
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 @dataclass
@@ -128,7 +194,14 @@ class Testbed:
     tag: str = field(default_factory=lambda: f"{NAME_PREFIX}{uuid.uuid4().hex[:6]}")
     subnet: int = 0
     namespaces: list[str] = field(default_factory=list)
+    kind: str = "up"
+    """``up`` or ``validate`` (:data:`KINDS`)."""
+    owner: str = field(default_factory=current_owner)
+    """The user it belongs to (:func:`current_owner`)."""
+    pid: int = field(default_factory=os.getpid)
+    """The process that made it."""
     _old_handlers: dict = field(default_factory=dict, repr=False)
+    _lease: object = field(default=None, repr=False)
 
     # ---------------------------------------------------------------- naming
     def host_ns(self, host: int) -> str:
@@ -154,8 +227,10 @@ class Testbed:
         try:
             self.up()
         except BaseException:
-            self.down()
-            self._restore_signals()
+            try:
+                self.down()
+            finally:
+                self._restore_signals()
             raise
         return self
 
@@ -166,11 +241,14 @@ class Testbed:
             self._restore_signals()
 
     def _trap_signals(self) -> None:
-        def handler(signum, frame):  # turn SIGTERM/SIGHUP into an exception so `finally` cleans up
+        """SIGTERM and SIGHUP raise, so the ``finally`` on the way removes the testbed; only where
+        nobody handles them already (the command line turns them into its own exception)."""
+        def handler(signum, frame):
             raise KeyboardInterrupt(f"signal {signum}")
         for sig in (signal.SIGTERM, signal.SIGHUP):
             try:
-                self._old_handlers[sig] = signal.signal(sig, handler)
+                if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                    self._old_handlers[sig] = signal.signal(sig, handler)
             except ValueError:  # not the main thread: the caller must clean up
                 pass
 
@@ -180,9 +258,9 @@ class Testbed:
         self._old_handlers.clear()
 
     def _ns(self, name: str) -> None:
-        _run(["ip", "netns", "add", name])
         self.namespaces.append(name)
-        self._save_state()
+        self._save_state()  # recorded before it exists: a kill now leaves nothing unrecorded
+        _run(["ip", "netns", "add", name])
         _run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"])
 
     def _shape(self, ns: str, dev: str, bits_per_s: float) -> None:
@@ -207,9 +285,15 @@ class Testbed:
             self._shape(ns, dev, bits_per_s)
 
     def up(self) -> None:
-        """Create namespaces, bridges and shaped links."""
+        """Create namespaces, bridges and shaped links (holding the testbed's lease meanwhile)."""
+        if self.kind not in KINDS:
+            raise ConfigError(f"testbed kind: {self.kind!r} is not valid; choose one of {', '.join(KINDS)}")
         check_available()
+        if self.kind == "validate":
+            reap_dead(self.owner)
+        self.lease()
         self.subnet = self._free_subnet()
+        self._save_state()
         spec = self.spec
         self._ns(self.switch_ns)
         self._bridge(self.switch_ns)
@@ -227,11 +311,35 @@ class Testbed:
             _run(["ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.host_ip(h)}/24", "dev", "eth0"])
 
     def down(self) -> None:
-        """Delete every namespace this testbed created (their veths go with them)."""
+        """Delete every namespace this testbed recorded (their veths go with them), then its state."""
+        existing = _netns_names()
         for ns in reversed(self.namespaces):
-            _run(["ip", "netns", "del", ns], check=False)
+            if ns in existing:
+                _run(["ip", "netns", "del", ns], check=False)
         self.namespaces.clear()
         self._state_path().unlink(missing_ok=True)
+        self.release()
+        self._lock_path().unlink(missing_ok=True)
+
+    # ---------------------------------------------------------------- lease
+    def _lock_path(self) -> Path:
+        return STATE_DIR / f"{self.tag}.lock"
+
+    def lease(self) -> None:
+        """Hold a shared lock on the testbed while this process builds or uses it (:func:`down_all`
+        leaves a leased testbed alone; the kernel releases the lock when the process dies)."""
+        if self._lease is not None:
+            return
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        fh = open(self._lock_path(), "a")
+        fcntl.flock(fh, fcntl.LOCK_SH)
+        self._lease = fh
+
+    def release(self) -> None:
+        """Drop this process's lease."""
+        if self._lease is not None:
+            self._lease.close()
+            self._lease = None
 
     # ---------------------------------------------------------------- use
     def command(self, host: int, argv: Sequence[str]) -> list[str]:
@@ -246,10 +354,9 @@ class Testbed:
 
     def _save_state(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = self._state_path().with_suffix(".tmp")
-        tmp.write_text(json.dumps({"tag": self.tag, "subnet": self.subnet, "spec": asdict(self.spec),
-                                   "namespaces": self.namespaces}))
-        tmp.replace(self._state_path())
+        write_text_atomic(self._state_path(), json.dumps({
+            "tag": self.tag, "subnet": self.subnet, "spec": asdict(self.spec), "namespaces": self.namespaces,
+            "kind": self.kind, "owner": self.owner, "pid": self.pid, "created_unix_s": time.time()}))
 
     def _free_subnet(self) -> int:
         used = {s.get("subnet") for s in list_testbeds()}
@@ -267,17 +374,84 @@ class Testbed:
         except (OSError, ValueError):
             raise TestbedError(f"testbed: no testbed {tag!r} is up (no state in {STATE_DIR})") from None
         return cls(spec=TestbedSpec(**state["spec"]), tag=state["tag"], subnet=state["subnet"],
-                   namespaces=list(state["namespaces"]))
+                   namespaces=list(state["namespaces"]), kind=state.get("kind", "up"),
+                   owner=state.get("owner", "?"), pid=int(state.get("pid", 0)))
 
 
 def list_testbeds() -> list[dict]:
-    """State of every testbed this machine has up."""
+    """State of every testbed this machine has up, each with ``in_use`` (a live process holds it)."""
     if not STATE_DIR.exists():
         return []
     out = []
     for p in sorted(STATE_DIR.glob("*.json")):
         try:
-            out.append(json.loads(p.read_text()))
+            state = json.loads(p.read_text())
         except (OSError, ValueError):
             continue
+        if not isinstance(state, dict) or not TAG_PATTERN.fullmatch(str(state.get("tag", ""))):
+            continue
+        state["in_use"] = in_use(state["tag"])
+        out.append(state)
     return out
+
+
+def in_use(tag: str) -> bool:
+    """Whether a live process holds ``tag``'s lease (builds it, or runs on it)."""
+    path = STATE_DIR / f"{tag}.lock"
+    try:
+        fh = open(path, "a")
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        fh.close()  # closing drops the probe lock too
+    return False
+
+
+def down_all(owner: str | None = None) -> tuple[list[str], list[str]]:
+    """Remove ``owner``'s testbeds (default: the caller's) that no live process uses.
+
+    Returns ``(removed tags, skipped lines)``: another user's testbeds are not touched (not
+    even listed as skipped), and one in use says so.
+    """
+    owner = owner or current_owner()
+    removed, skipped = [], []
+    for state in list_testbeds():
+        if state.get("owner", owner) != owner:
+            continue
+        if state["in_use"]:
+            skipped.append(f"{state['tag']} is in use by process {state.get('pid', '?')} "
+                           f"({state.get('kind', 'up')}); left up")
+            continue
+        Testbed.from_state(state["tag"]).down()
+        removed.append(state["tag"])
+    return removed, skipped
+
+
+def down_tag(tag: str) -> None:
+    """Remove testbed ``tag`` (``dpsim testbed down TAG``): refused while a live process uses it, or
+    when it belongs to another user."""
+    state = next((s for s in list_testbeds() if s["tag"] == tag), None)
+    if state is None:
+        raise TestbedError(f"testbed: no testbed {tag!r} is up (no state in {STATE_DIR})")
+    owner = current_owner()
+    if state.get("owner", owner) != owner:
+        raise TestbedError(f"testbed: {tag} belongs to {state['owner']}, not {owner}; it is left up")
+    if state["in_use"]:
+        raise TestbedError(f"testbed: {tag} is in use by process {state.get('pid', '?')} ({state.get('kind', 'up')}); "
+                           "it is left up (stop that process first)")
+    Testbed.from_state(tag).down()
+
+
+def reap_dead(owner: str) -> list[str]:
+    """Remove ``owner``'s ``validate`` testbeds whose process is gone (a run killed by SIGKILL)."""
+    removed = []
+    for state in list_testbeds():
+        if (state.get("kind") == "validate" and state.get("owner") == owner and not state["in_use"]
+                and not _alive(int(state.get("pid", 0) or 0))):
+            Testbed.from_state(state["tag"]).down()
+            removed.append(state["tag"])
+    return removed
