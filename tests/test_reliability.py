@@ -123,6 +123,46 @@ def test_failure_classes_follow_their_rates():
     assert counts["gpu"] / (counts["gpu"] + counts["node"]) == pytest.approx(0.5, abs=0.05)
 
 
+def _same_run(a, b) -> bool:
+    return (a.failures == b.failures and a.failures_by_component == b.failures_by_component
+            and all(math.isclose(getattr(a, f), getattr(b, f), rel_tol=1e-9, abs_tol=1e-6)
+                    for f in ("wall_s", "lost_s", "checkpoint_s", "restart_s", "down_s", "reduced_s")))
+
+
+@pytest.mark.parametrize("kw", [dict(mtbf_h=5.0), dict(mtbf_h=20.0, write_s=300.0, restart_s=120.0),
+                                dict(mtbf_h=2.0, tau_h=0.3, write_s=30.0), dict(mtbf_h=NEVER, work_d=1.0),
+                                dict(mtbf_h=10.0, write_s=0.0, restart_s=0.0, tau_h=2.0),
+                                dict(mtbf_h=1.0, nodes=3, restart_s=1200.0),
+                                dict(mtbf_h=0.5, work_d=2.0, tau_h=0.05, write_s=10.0)])
+def test_fast_path_is_the_event_by_event_simulation_run_for_run(kw):
+    """simulate_goodput skips whole segments (wait: no loop over events at all; shrink: one numpy
+    step per event); simulate_run plays every segment. Same seeds, same runs."""
+    seeds = list(range(8))
+    jobs = [_job(**kw, policy="wait"), _job(**kw, policy="wait", replace_s=3600.0),
+            _job(**kw, policy="shrink"), _job(**kw, policy="shrink", replace_s=7200.0)]
+    if kw.get("nodes", 16) >= 2:
+        jobs.append(dataclasses.replace(_job(**kw, policy="shrink", replace_s=7200.0), min_nodes=2))
+    from dpsim.plan.goodput import _simulate_jobs
+
+    for job, runs in zip(jobs, _simulate_jobs(jobs, seeds)):
+        for seed, fast in zip(seeds, runs):
+            assert _same_run(fast, simulate_run(job, seed)), (job.policy, job.replace_s, seed)
+
+
+def test_huge_jobs_do_not_overflow():
+    """The closed form is inf, not an OverflowError, for segments far longer than the MTBF; the
+    optimum interval stays finite; a job that would fail a million times per run is refused in
+    one line with the reason."""
+    assert expected_wall_time_s(30 * DAY_S, 30 * DAY_S, 60.0, 600.0, 60.0) == math.inf
+    assert expected_wall_time_s(30 * DAY_S, 3600.0, 60.0, 1e6, 60.0) == math.inf
+    assert 0 < continuous_optimum_s(1e6, 60.0) <= 60.0
+    assert 0 < model_optimum_s(30 * DAY_S, 10.0, 600.0, 2800.0) < 30 * DAY_S
+    hopeless = _job(mtbf_h=0.02, restart_s=600.0, tau_h=0.01, write_s=1.0)
+    with pytest.raises(ConfigError) as exc:
+        simulate_goodput(hopeless, runs=2)
+    assert "fails every" in str(exc.value) and "\n" not in str(exc.value)
+
+
 # ----------------------------------------------------------------------------- the optimum interval
 
 def test_young_and_daly_formulas():
@@ -189,9 +229,18 @@ def test_default_rates_reproduce_llama3_interruption_rate():
 
 
 @pytest.mark.parametrize("raw,seconds", [("90s", 90), ("10min", 600), ("4h", 14400), ("1.5d", 129600),
-                                         ("30", 30), ("none", math.inf)])
+                                         (30, 30), (2.5, 2.5), ("none", math.inf)])
 def test_parse_long_duration(raw, seconds):
     assert parse_long_duration_s(raw, "--x") == seconds
+
+
+def test_a_duration_as_text_needs_its_unit():
+    """'--mtbf-gpu 80000' was read as 80,000 seconds (the user meant hours: a 16,384-GPU job then
+    fails every few seconds); text must say its unit."""
+    with pytest.raises(ConfigError) as exc:
+        parse_long_duration_s("80000", "--mtbf-gpu")
+    message = str(exc.value)
+    assert "--mtbf-gpu: '80000' has no unit" in message and "80000h" in message and "\n" not in message
 
 
 @pytest.mark.parametrize("raw", ["4 hours", "-1h", "h", ""])

@@ -243,15 +243,18 @@ def test_symmetric_evaluation_equals_the_whole_cluster(cid, topo, kw):
     assert all(_close(u.bytes, v.bytes) for u, v in zip(ra.top, rb.top))
     # Where the plan has a symmetric form the fast model used it (NVLink domains: some plans do not).
     if "domains" not in cid and not cid.startswith("nvl72") and "degraded" not in cid:
-        assert fast.evaluation == SYMMETRIC, fast.evaluation
+        plans = {(a, op) for op in ("all_reduce", "reduce_scatter", "all_gather") for a, _ in fast.candidates(op)}
+        assert fast.evaluation_of(plans) == SYMMETRIC, fast.evaluation_of(plans)
+        assert ra.evaluation == SYMMETRIC and rb.evaluation.startswith(WHOLE_CLUSTER)
 
 
 # ----------------------------------------------------------------------------- which path ran
 
 
 def test_the_path_that_ran_is_reported():
-    assert NcclCollectives(Topology(spec=load_preset("infiniband"), n_gpus=65536)).time("all_reduce", GiB) \
-        and NcclCollectives(Topology(spec=load_preset("infiniband"), n_gpus=65536)).evaluation == SYMMETRIC
+    big = NcclCollectives(Topology(spec=load_preset("infiniband"), n_gpus=65536))
+    assert big.time("all_reduce", GiB).time_s > 0
+    assert big.evaluation_of([(a, "all_reduce") for a, _ in big.candidates("all_reduce")]) == SYMMETRIC
     topo = Topology(spec=load_preset("infiniband"), n_gpus=32)
     graph = NcclCollectives(topo, network=FlowNetwork(topo.graph))
     graph.time("all_reduce", MiB)

@@ -73,7 +73,8 @@ class LinkReport:
     placement: str
     """``packed`` or ``interleaved``."""
     evaluation: str = "symmetric"
-    """How the collectives were evaluated (:attr:`NcclCollectives.evaluation`)."""
+    """How the plans costed for the step's collectives were evaluated
+    (:meth:`NcclCollectives.evaluation_of`)."""
 
     @property
     def bottleneck_class(self) -> str | None:
@@ -128,8 +129,10 @@ def link_report(collectives, ops: list[tuple[str, float]], step_time_s: float, *
         links = sum(g.links for g in mine)
         by_class[cls] = {"links": links, "max_utilisation": max(g.bytes / g.capacity for g in mine) / step,
                          "mean_utilisation": sum(g.links * (g.bytes / g.capacity) for g in mine) / links / step}
+    # The plans costed for these calls (every candidate NCCL weighed), however they were evaluated.
+    plans = {(a, op) for op in {op for op, size in ops if size > 0} for a, _ in model.candidates(op)}
     base = dict(step_time_s=step_time_s, algorithms=used, jobs=model.jobs, placement=model.placement,
-                evaluation=model.evaluation, by_class=by_class)
+                evaluation=model.evaluation_of(plans), by_class=by_class)
     if not groups:
         return LinkReport(top=(), bottleneck=(), bottleneck_count=0, **base)
     peak = groups[0].bytes / groups[0].capacity

@@ -301,9 +301,13 @@ class NcclCollectives:
 
     @property
     def evaluation(self) -> str:
-        """How the plans evaluated so far were evaluated: :data:`SYMMETRIC` when all of them were
-        (the cost does not grow with the cluster), else ``whole cluster`` and why."""
-        whole = sorted(f"{a}/{op}" for (a, op), p in self.paths.items() if p != SYMMETRIC)
+        """How the plans evaluated so far were evaluated (:meth:`evaluation_of` all of them)."""
+        return self.evaluation_of(self.paths)
+
+    def evaluation_of(self, plans) -> str:
+        """How the plans ``(algorithm, op)`` among ``plans`` were evaluated: :data:`SYMMETRIC` when
+        all of them were (the cost does not grow with the cluster), else ``whole cluster`` and why."""
+        whole = sorted(f"{a}/{op}" for a, op in plans if self.paths.get((a, op), SYMMETRIC) != SYMMETRIC)
         if not whole:
             return SYMMETRIC
         reason = self.whole_cluster_reason or f"{', '.join(whole)} have no symmetric form here"

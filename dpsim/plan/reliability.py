@@ -52,9 +52,12 @@ reported ~3.1 h between interruptions. Your fleet differs: pass your own.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from dpsim.errors import ConfigError
 
@@ -89,8 +92,10 @@ def _check(flag: str, value: float, *, minimum: float = 0.0, strict: bool = Fals
 
 
 def parse_long_duration_s(raw: str | float, flag: str) -> float:
-    """Parse ``90s``, ``10min``, ``4h``, ``30d`` (or a bare number of seconds) into seconds (>= 0).
+    """Parse ``90s``, ``10min``, ``4h``, ``30d`` into seconds (>= 0); a Python number is seconds.
 
+    Text must carry its unit: ``--mtbf-gpu 80000`` (meant as hours, read as seconds, it makes a
+    16,384-GPU job fail every few seconds) is refused with the units to choose from.
     ``none``, ``never`` and ``inf`` give ``inf`` (for an MTBF: never fails).
     """
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
@@ -102,7 +107,10 @@ def parse_long_duration_s(raw: str | float, flag: str) -> float:
         m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(s|sec|min|m|h|d)?", text)
         if not m:
             raise ConfigError(f"{flag}: {raw!r} is not a duration; use e.g. 90s, 10min, 4h, 30d")
-        value = float(m.group(1)) * {None: 1.0, "s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0,
+        if m.group(2) is None:
+            raise ConfigError(f"{flag}: {raw!r} has no unit; give one: s, min, h or d (e.g. {m.group(1)}h for "
+                              f"hours, {m.group(1)}s for seconds)")
+        value = float(m.group(1)) * {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0,
                                      "h": HOUR_S, "d": DAY_S}[m.group(2)]
     if not (value >= 0) or math.isnan(value):
         raise ConfigError(f"{flag}: {raw!r} is not valid; expected a duration >= 0")
@@ -231,9 +239,15 @@ class TrainingJob:
 
 # ----------------------------------------------------------------------------- closed form
 
+def _expm1(x: float) -> float:
+    """``e^x - 1``, ``inf`` past the largest double (a job that cannot finish takes forever)."""
+    return math.expm1(x) if x < 709.0 else math.inf
+
+
 def expected_wall_time_s(work_s: float, interval_s: float, write_s: float, restart_s: float, mtbf_s: float,
                          down_s: float = 0.0) -> float:
-    """Expected wall time of the ``wait`` policy under exponential failures (exact).
+    """Expected wall time of the ``wait`` policy under exponential failures (exact; ``inf`` when it
+    exceeds the largest double).
 
     Segments of ``interval_s`` training + ``write_s`` write (the last one shorter, no
     write); each needs an uninterrupted run and costs ``M e^{R/M} (e^{L/M} - 1)(1 + D/M)``.
@@ -243,8 +257,9 @@ def expected_wall_time_s(work_s: float, interval_s: float, write_s: float, resta
     if math.isinf(mtbf_s):
         return work_s + (k - 1) * write_s
     m = mtbf_s
-    per = m * math.exp(restart_s / m) * (1.0 + down_s / m)
-    return per * ((k - 1) * math.expm1((interval_s + write_s) / m) + math.expm1(last / m))
+    per = m * (_expm1(restart_s / m) + 1.0) * (1.0 + down_s / m)
+    full = (k - 1) * _expm1((interval_s + write_s) / m) if k > 1 else 0.0  # no 0 x inf
+    return per * (full + _expm1(last / m))
 
 
 def young_interval_s(write_s: float, mtbf_s: float) -> float:
@@ -273,21 +288,32 @@ def continuous_optimum_s(write_s: float, mtbf_s: float) -> float:
     lo, hi = 0.0, m
     for _ in range(200):
         mid = (lo + hi) / 2
-        if math.exp((mid + d) / m) * (1 - mid / m) - 1 > 0:
+        # e^{(mid+d)/M} (1 - mid/M) > 1, in logs (the exponential overflows when d >> M)
+        if mid < m and (mid + d) / m + math.log1p(-mid / m) > 0:
             lo = mid
         else:
             hi = mid
     return (lo + hi) / 2
 
 
+@functools.lru_cache(maxsize=256)
 def model_optimum_s(work_s: float, write_s: float, restart_s: float, mtbf_s: float, down_s: float = 0.0) -> float:
-    """Interval minimising :func:`expected_wall_time_s` (the whole run, last segment included)."""
+    """Interval minimising :func:`expected_wall_time_s` (the whole run, last segment included).
+
+    Candidates: the continuous optimum, the whole run, and every interval that divides the run
+    evenly within a factor 2 of the continuous optimum (tens of thousands for a long run with a
+    short interval: ranked with numpy, the best few costed exactly).
+    """
     if math.isinf(mtbf_s) or write_s == 0:
         return work_s if math.isinf(mtbf_s) else max(work_s * 1e-9, 1e-9)
     tau_c = min(continuous_optimum_s(write_s, mtbf_s), work_s)
     cost = lambda tau: expected_wall_time_s(work_s, tau, write_s, restart_s, mtbf_s, down_s)  # noqa: E731
     k_c = work_s / tau_c
-    cands = {tau_c, work_s}
-    for k in range(max(1, int(k_c * 0.5)), int(k_c * 2) + 2):
-        cands.add(work_s / k)  # intervals that divide the run evenly
-    return min(cands, key=cost)
+    ks = np.arange(max(1, int(k_c * 0.5)), min(int(k_c * 2) + 2, 10_000_000))
+    tau = work_s / ks
+    with np.errstate(over="ignore"):
+        approx = (ks - 1) * np.expm1((tau + write_s) / mtbf_s) + np.expm1(tau / mtbf_s)
+    order = np.argsort(approx, kind="stable")[:8]
+    cands = {tau_c, work_s, *(work_s / int(k) for k in ks[order])}
+    best = min(sorted(cands), key=cost)
+    return best if math.isfinite(cost(best)) else tau_c  # every interval hopeless: the continuous optimum
