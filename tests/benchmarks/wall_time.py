@@ -32,3 +32,17 @@ def peak_mib(cmd: list[str]) -> float:
     that runs nothing else: ``getrusage(RUSAGE_CHILDREN)``, Linux units of KiB)."""
     out = subprocess.run([sys.executable, "-c", _RSS, *cmd], check=True, capture_output=True, text=True).stdout
     return int(out.strip().splitlines()[-1]) / 1024
+
+
+def cpu(cmd: list[str]) -> float:
+    """Median user + system CPU time (s) of ``REPEATS`` runs of ``cmd``: steadier than wall time
+    on a machine other jobs keep busy (they take the cores, not this process's CPU seconds)."""
+    import resource
+
+    times = []
+    for _ in range(REPEATS):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        times.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return statistics.median(times)
