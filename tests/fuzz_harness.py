@@ -62,7 +62,7 @@ def run_cli(args: list[str], capsys, *, limit_s: float = CASE_TIME_LIMIT_S) -> O
     return Outcome(status, out, err, time.perf_counter() - t0)
 
 
-_BAD_WORD = re.compile(r"(?<![\w.])-?(nan|inf|infinity)(?![\w])", re.I)
+_BAD_WORD = re.compile(r"(?<![\w.])-?(nan|inf|infinity)(?![\w…])", re.I)  # "inf…" is rich's cut "infiniband"
 _LONG_NUMBER = re.compile(r"\d{25,}")
 ABSURD = 1e40
 """No number dpsim prints is this large (FLOPs of a 405B model's sample are ~1e16)."""

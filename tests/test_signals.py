@@ -12,6 +12,7 @@ pieces in-process: :func:`dpsim.cli.main`'s statuses, its signal handlers put ba
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -27,15 +28,17 @@ from dpsim.files import atomic_output, write_text_atomic
 ROOT = Path(__file__).resolve().parent.parent
 
 SWEEP = ["sweep", "--gpus", "8,16,32,64,128,256,512,1024,2048,4096", "--link", "ethernet,infiniband,nvlink,pcie",
-         "--micro-batch", "1,2,4,8", "--model", "gpt2,gpt2-xl,llama-2-7b", "--no-progress"]
-"""480 points: ~10 s of CPU, far more than the time before the signal."""
-REPORT = ["report", "--scaling-gpus", ",".join(str(8 * 2 ** (i % 14) * (1 + i // 14)) for i in range(64))]
-"""A report whose scaling figure has 64 GPU counts: several seconds of CPU."""
+         "--micro-batch", "1,2,3,4,5,6,7,8", "--model", "gpt2,gpt2-xl,llama-2-7b,bert-large", "--steps", "1,2,3,4,5",
+         "--no-progress"]
+"""6,400 points: about a minute of CPU, far more than the time before the signal."""
+REPORT = ["report", "--scaling-gpus", ",".join(str(1024 * (i + 1)) for i in range(64))]
+"""A report whose scaling figure has 64 GPU counts up to 65,536: several seconds of CPU."""
 
 # The launcher says "ready" on stdout once dpsim is imported, right before main() installs its
 # handlers and runs the command; the signal comes AFTER_READY_S later, in the middle of the work.
-LAUNCHER = ("import sys; from dpsim.cli import main; print('ready', flush=True); "
-            "sys.exit(main(sys.argv[1:]))")
+LAUNCHER = ("import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+            "from dpsim.cli import main; print('ready', flush=True); sys.exit(main(sys.argv[1:]))")
+"""SIGUSR1 makes a launched command print where it is (a hang reports its own traceback)."""
 AFTER_READY_S = 2.0
 BEFORE = "the file that was there before\n"
 
@@ -46,12 +49,15 @@ def _start(args: list[str], cwd: Path) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
-def _signal_mid_run(proc: subprocess.Popen, sig: int) -> tuple[int, str, str]:
-    assert proc.stdout.readline() == "ready\n"
-    time.sleep(AFTER_READY_S)
-    assert proc.poll() is None, "the command finished before the signal: make its work longer"
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
+def _finish(proc: subprocess.Popen) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"still running 120 s after the signal; where it was:\n{err[-4000:]}") from None
     return proc.returncode, out, err
 
 
@@ -69,8 +75,22 @@ def test_signals_mid_run_exit_honestly_and_leave_no_partial_file(tmp_path):
         where.mkdir()
         (where / output).write_text(BEFORE)
         runs.append((where, output, sig, status, _start([*cmd, "-o", output], where)))
+    # Each command gets its signal AFTER_READY_S after it said "ready" (they start at different speeds).
+    waiting = {proc.stdout.fileno(): (output, sig, proc) for _, output, sig, _, proc in runs}
+    due: list[tuple[float, str, int, subprocess.Popen]] = []
+    while waiting or due:
+        ready, _, _ = select.select(list(waiting), [], [], 0.05)
+        for fd in ready:
+            output, sig, proc = waiting.pop(fd)
+            assert proc.stdout.readline() == "ready\n", output
+            due.append((time.monotonic() + AFTER_READY_S, output, sig, proc))
+        for item in [d for d in due if d[0] <= time.monotonic()]:
+            due.remove(item)
+            _, output, sig, proc = item
+            assert proc.poll() is None, f"{output}: the command finished before the signal: make its work longer"
+            proc.send_signal(sig)
     for where, output, sig, status, proc in runs:
-        code, out, err = _signal_mid_run(proc, sig)
+        code, out, err = _finish(proc)
         name = f"{signal.Signals(sig).name} on {output}"
         assert code == status, (name, code, err[-2000:])
         if sig == signal.SIGKILL:

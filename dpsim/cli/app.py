@@ -13,12 +13,15 @@ names the extra to install. Commands live in their own modules and are registere
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
+import re
 import signal
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import typer
 
@@ -30,6 +33,62 @@ except ImportError:  # older typer uses click itself
     from click import exceptions as _click_exceptions  # type: ignore[no-redef]
 _CLICK_ERRORS = (_click_exceptions.ClickException,)
 _ABORTS = tuple({typer.Abort, getattr(_click_exceptions, "Abort", typer.Abort)})
+
+try:  # typer >= 0.2x converts every value through a pydantic TypeAdapter built on first use
+    from typer._coercion import RuntimeParam as _RuntimeParam
+    from typer.core import _TyperParameter
+except ImportError:  # older typer converts with click's own types: nothing to replace
+    _RuntimeParam = _TyperParameter = None  # type: ignore[assignment,misc]
+
+_PLAIN = {int: ("integer", int), float: ("float", float), str: ("string", str), bool: ("boolean", bool)}
+"""Annotations converted without pydantic: what a bad value is called, and the conversion."""
+
+if _RuntimeParam is not None and hasattr(_TyperParameter, "get_runtime_param"):
+    @dataclasses.dataclass(frozen=True)
+    class _PlainRuntimeParam(_RuntimeParam):  # type: ignore[misc,valid-type]
+        """int, float, str, bool and list[str] converted as Python converts them, without pydantic.
+
+        Typer builds a pydantic adapter for each parameter the first time a value (or a
+        default, None included) passes through it; importing pydantic costs ~60 ms of every
+        ``dpsim predict``, a third of its start-up above the libraries it needs
+        (tests/benchmarks/bench_cli_startup.py). A flag of these types needs no more than
+        ``int(text)``, and bad text gets the same one-line "Invalid value for '--flag'" error.
+        """
+
+        kind: type = str
+        """The annotation (``str`` for ``list[str]``)."""
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            if isinstance(value, (list, tuple)):
+                return [self._one(v, param, ctx) for v in value]
+            return self._one(value, param, ctx)
+
+        def _one(self, value: Any, param: Any, ctx: Any) -> Any:
+            name, convert = _PLAIN[self.kind]
+            if isinstance(value, self.kind) and (self.kind is bool or not isinstance(value, bool)):
+                return value
+            if self.kind is not bool:
+                try:
+                    return convert(value)
+                except (TypeError, ValueError):
+                    pass
+            shown = value if len(str(value)) <= 60 else str(value)[:57] + "..."
+            raise _click_exceptions.BadParameter(f"{shown!r} is not a valid {name}.", ctx=ctx, param=param)
+
+    _typers_runtime_param = _TyperParameter.get_runtime_param
+
+    def _runtime_param(self: Any) -> Any:
+        # Answer for the plain annotations; every other one is typer's to convert.
+        if getattr(self, "_runtime_param", 1) is None:
+            annotation = self.type_descriptor.annotation
+            kind = str if annotation == list[str] else annotation if annotation in _PLAIN else None
+            if kind is not None:
+                self._runtime_param = _PlainRuntimeParam(parameter_info=self.type_descriptor.parameter_info,
+                                                         annotation=annotation, kind=kind)
+        return _typers_runtime_param(self)
+
+    _TyperParameter.get_runtime_param = _runtime_param
+
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Discrete-event simulator of data-parallel GPU training clusters.")
@@ -57,24 +116,27 @@ EXTRAS = {"torch": "torch", "torchvision": "torch", "dask": "plan", "distributed
 _SIGNAL_NAMES = {signal.SIGINT: "interrupted (SIGINT)", signal.SIGTERM: "terminated (SIGTERM)"}
 
 
-def _raise_interrupted(signum, frame) -> None:
-    raise Interrupted(signum)
-
-
 @contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
+def _signals_raise(received: list[int]) -> Iterator[None]:
     """SIGINT and SIGTERM raise :class:`~dpsim.errors.Interrupted` while a command runs.
 
     SIGTERM's default would end the process at once, skipping every ``finally`` (temporary
     files, Dask clusters, testbeds); SIGINT gets its own exception so that typer, which
     turns ``KeyboardInterrupt`` into a return code, does not swallow it. Signals can only
     be set from the main thread; elsewhere (a test calling :func:`main` from a thread)
-    the process's handlers stay as they are.
+    the process's handlers stay as they are. Each signal is also recorded in ``received``:
+    an exception raised while Python runs a finalizer is printed and dropped, and the
+    command must not then report success.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in _SIGNAL_NAMES}
+
+    def interrupted(signum, frame) -> None:
+        received.append(signum)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, interrupted) for sig in _SIGNAL_NAMES}
     try:
         yield
     finally:
@@ -89,13 +151,11 @@ MAX_ERROR_CHARS = 800
 
 
 def error_line(message: str) -> str:
-    """``message`` as one bounded line: whitespace folded, each overlong word and the whole cut."""
-    words = []
-    for word in message.split():
-        if len(word) > MAX_ERROR_WORD_CHARS:
-            word = f"{word[:MAX_ERROR_WORD_CHARS - 24]}...({len(word):,} chars)...{word[-8:]}"
-        words.append(word)
-    line = " ".join(words)
+    """``message`` as one bounded line: line breaks made spaces, each overlong word and the whole cut."""
+    line = re.sub(r"\s*[\r\n\v\f]+\s*", " ", message.strip())
+    line = re.sub(r"\S{%d,}" % (MAX_ERROR_WORD_CHARS + 1),
+                  lambda m: f"{m.group(0)[:MAX_ERROR_WORD_CHARS - 24]}...({len(m.group(0)):,} chars)..."
+                            f"{m.group(0)[-8:]}", line)
     return line if len(line) <= MAX_ERROR_CHARS else line[:MAX_ERROR_CHARS - 3] + "..."
 
 
@@ -105,7 +165,8 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
     extra = EXTRAS.get(module)
     if extra is None:
         return None
-    return f"this needs {module}, which is not installed; install it with: pip install 'dpsim[{extra}]'"
+    why = " (PyTorch runs calibrate and validate, and traces --model file.py:fn)" if extra == "torch" else ""
+    return f"this needs {module}, which is not installed{why}; install it with: pip install 'dpsim[{extra}]'"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,14 +174,13 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns the exit status: 0, 2 for a user error, 130 after SIGINT (Ctrl-C), 143 after SIGTERM.
     """
-    command = typer.main.get_command(app)
+    received: list[int] = []
     try:
-        with _signals_raise():
+        with _signals_raise(received):  # first: a signal during start-up is honoured too
+            command = typer.main.get_command(app)
             status = command.main(args=argv, prog_name="dpsim", standalone_mode=False)
     except Interrupted as exc:
-        print(f"dpsim: {_SIGNAL_NAMES.get(exc.signum, f'stopped by signal {exc.signum}')}; the command did "
-              f"not finish", file=sys.stderr)
-        return exc.exit_status
+        return _interrupted(exc.signum)
     except _ABORTS:
         print("dpsim: aborted", file=sys.stderr)
         return 130
@@ -130,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             # Bare ``dpsim``: typer's rich help is already on stdout (or is the message).
             if message:
                 print(exc.format_message())
-            message = f"missing command; choose one of {', '.join(sorted(command.commands))}"
+            message = f"missing command; choose one of {', '.join(sorted(typer.main.get_command(app).commands))}"
         print(f"dpsim: error: {message}", file=sys.stderr)
         return 2
     except DpsimError as exc:
@@ -142,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"dpsim: error: {message}", file=sys.stderr)
         return 2
+    if received:  # the signal's exception was dropped on the way (raised inside a finalizer)
+        return _interrupted(received[0])
     # typer returns the code of a ``typer.Exit``, and 130 for a KeyboardInterrupt raised
     # by code (not the signal, which raises Interrupted above); a command returns None.
     if isinstance(status, int) and not isinstance(status, bool) and status != 0:
@@ -149,6 +211,12 @@ def main(argv: list[str] | None = None) -> int:
             print("dpsim: interrupted; the command did not finish", file=sys.stderr)
         return status
     return 0
+
+
+def _interrupted(signum: int) -> int:
+    print(f"dpsim: {_SIGNAL_NAMES.get(signum, f'stopped by signal {signum}')}; the command did not finish",
+          file=sys.stderr)
+    return 128 + signum
 
 
 def run() -> None:

@@ -1,0 +1,1 @@
+"""An example package for the ``package.module:fn`` form of ``--model`` (run dpsim from ``examples/``)."""
