@@ -35,6 +35,12 @@ MAX_GRAD_ACCUM = 10_000
 MAX_SIMULATED_MICRO_BATCHES = 10_000
 """``--steps`` x ``--grad-accum``: every micro-batch is a task of the engine
 (3 steps x 10,000 micro-batches took 40 s and 2 GB)."""
+MAX_PIPELINE_SLOTS = 500_000
+"""A tensor/pipeline layout's ``--pp`` x ``--virtual-stages`` x micro-batches per step: each is
+a forward and a backward op of the pipeline engine (one step is simulated; 64 x 1 x 512 =
+32,768 slots take ~1 s, so the limit ~15 s and under 1 GB)."""
+MAX_PLAN_CANDIDATES = 300_000
+"""Layouts one ``dpsim plan`` search may enumerate (~5,000 a second: about a minute)."""
 MAX_MICRO_BATCH = 1 << 20
 """Samples per GPU per micro-batch."""
 MAX_SEQ_LEN = 1 << 20

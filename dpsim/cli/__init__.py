@@ -11,6 +11,7 @@ from dpsim.cli.app import app, main, run
 from dpsim.cli.calibrate import calibrate
 from dpsim.cli.collective import collective
 from dpsim.cli.goodput import goodput_command
+from dpsim.cli.layout_plan import plan_command
 from dpsim.cli.memory import memory
 from dpsim.cli.models import models
 from dpsim.cli.plan import report, sweep_command
@@ -26,6 +27,7 @@ COMMANDS = {
     "report": report,
     "sweep": sweep_command,
     "goodput": goodput_command,
+    "plan": plan_command,
     "calibrate": calibrate,
     "validate": validate,
 }

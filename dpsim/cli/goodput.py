@@ -16,9 +16,10 @@ from dpsim.cli.options import config_options
 from dpsim.cli.checks import check_budget
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_GOODPUT_RUNS, MAX_GPUS, MAX_SEED, check_int
+from dpsim.predict.config import LAYOUT_FIELDS
 
 GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
-                  "micro_batch", "precision")
+                  "micro_batch", "precision") + LAYOUT_FIELDS
 """The ``PredictConfig`` fields of the job whose throughput and checkpoint size goodput uses."""
 
 

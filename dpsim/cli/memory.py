@@ -9,10 +9,11 @@ import typer
 
 from dpsim.cli.app import _emit_json
 from dpsim.cli.options import config_options
+from dpsim.predict.config import LAYOUT_FIELDS
 
 MEMORY_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
                  "micro_batch", "flash_attention", "precision", "optimizer", "strategy", "grad_accum",
-                 "activation_checkpointing", "fsdp_unit", "overlap", "bucket_cap_mb")
+                 "activation_checkpointing", "fsdp_unit", "overlap", "bucket_cap_mb") + LAYOUT_FIELDS
 """The ``PredictConfig`` fields memory depends on (``overlap``: DeepSpeed keeps one gradient buffer
 without it; ``bucket_cap_mb``: the size of ZeRO-1/2's gradient buffers)."""
 
@@ -69,6 +70,10 @@ def memory(
                             f"{HEADROOM_FRACTION:.0%} allocator headroom)")
     console = Console()
     console.print(table)
-    console.print(f"{escape(config.strategy)}: {escape(STRATEGIES[config.strategy])}")
+    if config.layout_active:
+        from dpsim.predict.layout import layout_of
+        console.print(f"layout: {escape(layout_of(config).describe())} (the fullest stage's GPU)")
+    else:
+        console.print(f"{escape(config.strategy)}: {escape(STRATEGIES[config.strategy])}")
     if not mem.fits:
         console.print(f"what would fit: {escape(mem.suggestion or advice.message)}")

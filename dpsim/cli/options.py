@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import typer
 
-from dpsim.predict.config import PredictConfig, field_kind, flag_name, flag_scale, range_help
+from dpsim.predict.config import PredictConfig, derived_flags, field_kind, flag_name, flag_scale, range_help
 
 ALL_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PredictConfig))
 """Every ``PredictConfig`` field, in declaration order (``predict`` and ``report`` expose all)."""
@@ -132,7 +132,7 @@ def config_options(names: Sequence[str]) -> Callable[[Callable], Callable]:
     params = [config_parameter(n) for n in names]
 
     def collect(ctx: typer.Context, values: dict[str, Any]) -> dict[str, Any]:
-        return {n: _from_flag(n, v) for n, v in values.items() if _given(ctx, n)}
+        return derived_flags({n: _from_flag(n, v) for n, v in values.items() if _given(ctx, n)})
 
     return lambda fn: _with_parameters(fn, params, collect)
 

@@ -33,6 +33,7 @@ from dpsim.limits import (
     MAX_JOBS,
     MAX_MICRO_BATCH,
     MAX_OVERLAP_SLOWDOWN,
+    MAX_PIPELINE_SLOTS,
     MAX_SEQ_LEN,
     MAX_SIMULATED_MICRO_BATCHES,
     MAX_SINGLE_GPU_STEP_S,
@@ -67,6 +68,18 @@ FsdpUnit = Literal["block", "layer", "model"]
 """``--fsdp-unit``: the keys of :data:`dpsim.strategies.registry.FSDP_UNITS`."""
 Placement = Literal["packed", "interleaved"]
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
+Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved"]
+"""``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
+Recompute = Literal["off", "selective", "full"]
+"""``--recompute``: the keys of :data:`dpsim.strategies.layout.RECOMPUTE`."""
+TpCommOverlap = Literal["off", "backward", "full"]
+"""``--tp-comm-overlap``: the keys of :data:`dpsim.strategies.tensor.TP_COMM_OVERLAP`."""
+LAYOUT_FIELDS = ("tp", "pp", "dp", "global_batch", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
+                 "recompute", "tp_comm_overlap", "tp_across_network")
+"""The fields of a tensor x pipeline x data layout (every command that takes a job takes them)."""
+LAYOUT_DP_STRATEGIES = ("ddp", "zero1", "fsdp")
+"""Data-parallel strategies over the replicas of a tensor/pipeline layout: the keys of
+:data:`dpsim.strategies.layout.LAYOUT_STRATEGIES`."""
 
 
 def _count(maximum: int = MAX_GPUS, **metadata: Any) -> dict[str, Any]:
@@ -165,11 +178,41 @@ class PredictConfig:
     max-min."""
     placement: Placement = "packed"
     """Servers of the jobs: packed (each job contiguous) or interleaved (round robin)."""
+    tp: int = field(default=1, metadata=_count())
+    """Tensor-parallel GPUs per model replica (Megatron-style: each transformer block's linears
+    split over them, inside one NVLink domain)."""
+    pp: int = field(default=1, metadata=_count())
+    """Pipeline stages: the model's blocks split over them, micro-batches flowing through."""
+    dp: int | None = field(default=None, metadata=_count())
+    """Data-parallel replicas of each tensor x pipeline shard; left out: gpus / (tp x pp). Given
+    without --gpus, --gpus becomes tp x pp x dp."""
+    global_batch: int | None = field(default=None, metadata=_count())
+    """Samples per optimizer step over all replicas; sets the micro-batches per step to
+    global-batch / (micro-batch x data-parallel replicas). Left out: --grad-accum micro-batches."""
+    schedule: Schedule = "1f1b"
+    """Pipeline schedule: 1f1b (Megatron's default), gpipe, or 1f1b-interleaved (with
+    --virtual-stages model chunks per stage)."""
+    virtual_stages: int = field(default=1, metadata=_count())
+    """Model chunks per pipeline stage for --schedule 1f1b-interleaved (bubble divided by it)."""
+    stage_layers: str | None = None
+    """Blocks per pipeline stage, comma-separated (uneven splits, e.g. 7,8,8,9); left out: an even split."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism with --tp: norms and dropouts split along the sequence,
+    all-reduces replaced by reduce-scatter + all-gather, activations divided by tp."""
+    recompute: Recompute = "off"
+    """Activation recomputation of a tensor/pipeline layout: selective (attention core only) or
+    full (each block's forward re-run in backward)."""
+    tp_comm_overlap: TpCommOverlap = "backward"
+    """Tensor-parallel communication hidden behind GEMMs: off, backward (input-gradient reductions
+    under the weight-gradient GEMM, Megatron's default) or full (TransformerEngine userbuffers)."""
+    tp_across_network: bool = False
+    """Allow a tensor-parallel group larger than one NVLink domain (its collectives cross the network)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             check_value(f.name, getattr(self, f.name))
         self._check_combination()
+        self._check_layout()
 
     def _check_combination(self) -> None:
         """The rules between fields (each field's own value is already valid)."""
@@ -196,6 +239,97 @@ class PredictConfig:
                               f"{self.strategy}, which communicates per unit (gathers and reduce-scatters "
                               f"each wrapped unit); set the unit with --fsdp-unit, or leave --bucket-cap-mb "
                               f"out (it applies to {', '.join(takers)})")
+
+    @property
+    def layout_active(self) -> bool:
+        """Tensor or pipeline parallelism is asked for (``tp`` or ``pp`` above 1)."""
+        return self.tp > 1 or self.pp > 1
+
+    @property
+    def data_parallel(self) -> int:
+        """Data-parallel replicas: ``dp``, or ``gpus / (tp x pp)``."""
+        return self.dp if self.dp is not None else self.gpus // (self.tp * self.pp)
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per replica per optimizer step: from ``global_batch``, else ``grad_accum``."""
+        if self.global_batch is None:
+            return self.grad_accum
+        return self.global_batch // (self.micro_batch * self.data_parallel)
+
+    def _check_layout(self) -> None:
+        """The rules of the tensor/pipeline layout fields (each field's own value is already valid)."""
+        shard = self.tp * self.pp
+        if self.dp is not None and shard * self.dp != self.gpus:
+            raise ConfigError(f"--dp: {self.dp} with --tp {self.tp} --pp {self.pp} needs --gpus {shard * self.dp} "
+                              f"(tp x pp x dp), not {self.gpus}; leave --gpus out or make them agree")
+        if self.gpus % shard:
+            raise ConfigError(f"--gpus: {self.gpus} is not a multiple of --tp {self.tp} x --pp {self.pp} = {shard}")
+        if self.global_batch is not None:
+            per_step = self.micro_batch * self.data_parallel
+            if self.global_batch % per_step:
+                raise ConfigError(f"--global-batch: {self.global_batch} is not a multiple of --micro-batch "
+                                  f"{self.micro_batch} x {self.data_parallel} data-parallel replicas = {per_step}")
+            if self.grad_accum != 1 and self.grad_accum != self.global_batch // per_step:
+                raise ConfigError(f"--grad-accum: {self.grad_accum} disagrees with --global-batch "
+                                  f"{self.global_batch} ({self.global_batch // per_step} micro-batches per replica); "
+                                  f"give one of them")
+            if not self.layout_active and self.steps * self.micro_batches > MAX_SIMULATED_MICRO_BATCHES:
+                raise ConfigError(f"--global-batch: {self.global_batch:,} gives {self.micro_batches:,} micro-batches per "
+                                  f"replica x --steps {self.steps} = {self.steps * self.micro_batches:,} simulated; "
+                                  f"expected at most {MAX_SIMULATED_MICRO_BATCHES:,} (raise --micro-batch or lower "
+                                  f"--steps)")
+        slots = self.pp * self.virtual_stages * self.micro_batches
+        if self.layout_active and slots > MAX_PIPELINE_SLOTS:
+            raise ConfigError(f"--pp x --virtual-stages x micro-batches: {self.pp} x {self.virtual_stages} x "
+                              f"{self.micro_batches:,} = {slots:,} pipeline slots is not valid; expected at most "
+                              f"{MAX_PIPELINE_SLOTS:,} (raise --micro-batch or lower --global-batch)")
+        if self.tp == 1:
+            for name, default in (("sequence_parallel", False), ("tp_comm_overlap", "backward"),
+                                  ("tp_across_network", False)):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies only with tensor "
+                                      f"parallelism; give --tp 2 or more, or leave it out")
+        if self.pp == 1:
+            for name, default in (("schedule", "1f1b"), ("virtual_stages", 1), ("stage_layers", None)):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies only with pipeline "
+                                      f"parallelism; give --pp 2 or more, or leave it out")
+        if self.schedule != "1f1b-interleaved" and self.virtual_stages != 1:
+            raise ConfigError(f"--virtual-stages: {self.virtual_stages} applies only to --schedule "
+                              f"1f1b-interleaved; use that schedule or leave --virtual-stages out")
+        if self.schedule == "1f1b-interleaved" and self.virtual_stages < 2:
+            raise ConfigError("--schedule: 1f1b-interleaved needs --virtual-stages 2 or more (model chunks per "
+                              "stage)")
+        if not self.layout_active:
+            if self.recompute != "off":
+                raise ConfigError(f"--recompute: {self.recompute!r} applies with --tp or --pp above 1; with data "
+                                  f"parallelism alone use --activation-checkpointing")
+            return
+        if self.strategy not in LAYOUT_DP_STRATEGIES:
+            raise ConfigError(f"--strategy: {self.strategy!r} does not combine with --tp/--pp here; over the "
+                              f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
+        if self.activation_checkpointing:
+            raise ConfigError("--activation-checkpointing: with --tp/--pp use --recompute full (or selective)")
+        if is_torch_model_ref(self.model):
+            raise ConfigError(f"--model: {self.model!r} is a torch module; tensor/pipeline layouts need a catalog "
+                              f"transformer (dpsim models), with --tp 1 --pp 1 for a torch module")
+        if self.fsdp_unit != "block":
+            raise ConfigError(f"--fsdp-unit: {self.fsdp_unit!r} does not apply with --tp/--pp (the stage's "
+                              f"model chunk is the unit); leave it out")
+        if self.jobs != 1:
+            raise ConfigError(f"--jobs: {self.jobs} is not modelled with --tp/--pp; leave it at 1")
+
+
+def derived_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """The flags a user gave, with what they imply filled in: ``--dp`` without ``--gpus`` means
+    ``--gpus tp x pp x dp``."""
+    dp, tp, pp = flags.get("dp"), flags.get("tp", 1), flags.get("pp", 1)
+    if "gpus" in flags or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (dp, tp, pp)):
+        return flags  # nothing to derive, or a bad value PredictConfig names by its own flag
+    if tp * pp * dp > MAX_GPUS:
+        return flags
+    return {**flags, "gpus": tp * pp * dp}
 
 
 def flag_name(name: str) -> str:
@@ -266,7 +400,7 @@ def check_value(name: str, value: Any) -> None:
         return
     if choices:
         if not (isinstance(value, str) and value in choices):
-            raise ConfigError(f"{flag}: {value!r} is not known; choose one of {', '.join(choices)}")
+            raise ConfigError(f"{flag}: {short(value)} is not known; choose one of {', '.join(choices)}")
         return
     rule: Range | None = _field(name).metadata.get("rule")
     if not (_has_type(value, kind) and (rule is None or rule.ok(value))):

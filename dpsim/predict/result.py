@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from dpsim.collectives.links import LinkReport
 from dpsim.collectives.ops import CollectiveModel, CollectiveResult
@@ -85,6 +86,9 @@ class Prediction:
     provenance: Provenance | None = field(default=None, repr=False)
     """Where compute, network and overlap came from (profile, flag or model) and what makes
     them uncertain (:mod:`dpsim.predict.provenance`)."""
+    layout: Any = field(default=None, repr=False)
+    """Where a tensor x pipeline x data layout's step goes, stage by stage
+    (:class:`dpsim.predict.layout.LayoutReport`; ``None`` for data parallelism alone)."""
 
     @property
     def overlap_fraction(self) -> float:
@@ -155,4 +159,5 @@ class Prediction:
             "comm_bytes_by_op": dict(self.comm_bytes_by_op),
             "links": self.links.to_dict() if self.links is not None else None,
             "provenance": self.provenance.to_dict() if self.provenance is not None else None,
+            "layout": self.layout.to_dict() if self.layout is not None else None,
         }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dpsim.collectives.groups import Communicator, GroupCollectives
+from dpsim.collectives.groups import Communicator, GroupCollectives, LayoutShape
 from dpsim.collectives.links import link_report
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
@@ -21,6 +21,7 @@ from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown
 from dpsim.predict.config import PredictConfig
+from dpsim.predict.layout import check_layout, layout_fit, layout_memory, layout_shape, predict_layout
 from dpsim.predict.memo import memoized
 from dpsim.predict.provenance import apply_profile, check_cpu_compute, check_profile_layout, preset_provenance
 from dpsim.predict.result import Prediction
@@ -69,7 +70,7 @@ def _resolve_topology(config: PredictConfig, profile) -> Topology:
 
 
 def build_collectives(config: PredictConfig, topology: Topology, *, profile=None,
-                      degradations=()) -> GroupCollectives:
+                      degradations=(), layout: LayoutShape | None = None) -> GroupCollectives:
     """The collective models of ``config``'s job: its world and every sub-communicator.
 
     One factory costs every communicator the same way: a calibration profile's fitted
@@ -78,7 +79,8 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
     model (:class:`~dpsim.collectives.nccl.NcclCollectives`) with ``config``'s
     ``--algo/--proto/--jobs/--placement``, its links scaled by ``degradations``
     (:class:`~dpsim.network.degrade.LinkDegradation`, ``--degrade``, named on the job's
-    cluster whichever communicator they fall on).
+    cluster whichever communicator they fall on). ``layout`` adds a tensor/pipeline layout's
+    ``tp``, ``dp``, ``pp`` and ``emb`` groups (:func:`~dpsim.collectives.groups.layout_communicators`).
     """
     if profile is None and config.calibration is not None:
         profile = load_profile(config.calibration)
@@ -94,7 +96,7 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
                                placement=config.placement, degradations=degradations,
                                job=None if comm.name == "world" else comm.job)
 
-    return GroupCollectives(topology, make)
+    return GroupCollectives(topology, make, layout=layout)
 
 
 def gradient_collective(program: StepProgram, gradient_ops, collectives: GroupCollectives) -> CollectiveResult | None:
@@ -107,18 +109,20 @@ def gradient_collective(program: StepProgram, gradient_ops, collectives: GroupCo
     return collectives.group(largest.group).time(largest.op, largest.size_bytes)
 
 
-def predict(config: PredictConfig, *, degradations=()) -> Prediction:
+def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None = None) -> Prediction:
     """Predict a data-parallel training step.
 
     ``degradations`` (:class:`~dpsim.network.degrade.LinkDegradation`) run some links below
-    capacity in the collective model :func:`build_collectives` builds.
+    capacity in the collective model :func:`build_collectives` builds. ``model``: a model built
+    in Python (e.g. a published configuration that is not in the catalog) instead of
+    ``config.model``, which then only names it.
     """
     profile = load_profile(config.calibration) if config.calibration is not None else None
     topology = _resolve_topology(config, profile)
     gpu = get_gpu(topology.spec.gpu)
     if profile is not None:
         gpu = check_cpu_compute(config, profile, calibrated_device(profile, gpu))
-    model = load_model(config)
+    model = load_model(config) if model is None else model
     precision = get_precision(config.precision)
     if gpu.peak_flops_per_s:  # a CPU profile's device has no tensor cores to check
         check_precision_on_gpu(precision, gpu)
@@ -126,16 +130,24 @@ def predict(config: PredictConfig, *, degradations=()) -> Prediction:
         compute_profile, model, gpu, micro_batch=config.micro_batch, precision=precision, optimizer=config.optimizer,
         compute_efficiency=config.compute_efficiency, single_gpu_step_s=config.single_gpu_step_s,
     )
-    collectives = build_collectives(config, topology, profile=profile, degradations=degradations)
+    if config.layout_active:
+        if degradations:
+            raise ConfigError("--degrade: not modelled with --tp/--pp (tensor/pipeline layouts); leave it out")
+        check_layout(config, model, topology)
+    collectives = build_collectives(config, topology, profile=profile, degradations=degradations,
+                                    layout=layout_shape(config))
     comm_slowdown = 0.0
     if profile is not None:
         compute, comm_slowdown, provenance = apply_profile(config, profile, model, compute, precision, topology)
     else:
         provenance = preset_provenance(config, gpu, topology)
+    if config.layout_active:
+        return predict_layout(config, topology=topology, gpu=gpu, model=model, precision=precision,
+                              compute=compute, collectives=collectives, provenance=provenance)
 
     plan = memoized(
         build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
-        gpus_per_node=topology.gpus_per_node, grad_accum=config.grad_accum,
+        gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
         activation_checkpointing=config.activation_checkpointing, overlap=config.overlap,
         bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit)
     program = plan.program
@@ -148,7 +160,7 @@ def predict(config: PredictConfig, *, degradations=()) -> Prediction:
     n = len(sim.steps)
     mean = lambda attr: sum(getattr(s, attr) for s in sim.steps) / n  # noqa: E731
     step_time = mean("step_time_s")
-    k = config.grad_accum
+    k = config.micro_batches
     samples = config.micro_batch * k * topology.n_gpus / step_time
     # The one-GPU step runs the same micro-batches (and recompute), unsharded optimizer.
     single_step = (sum(t.duration_s for t in program.tasks if t.kind != "optimizer") + compute.optimizer_s)
@@ -212,7 +224,7 @@ def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, 
 
     kwargs = dict(precision=precision, optimizer=config.optimizer, micro_batch=config.micro_batch,
                   strategy=config.strategy, n_gpus=topology.n_gpus, gpus_per_node=topology.gpus_per_node,
-                  activation_checkpointing=config.activation_checkpointing, grad_accum=config.grad_accum,
+                  activation_checkpointing=config.activation_checkpointing, grad_accum=config.micro_batches,
                   fsdp_unit=config.fsdp_unit, overlap=config.overlap, bucket_cap_mb=config.bucket_cap_mb)
     memory = memoized(memory_breakdown, model, gpu, **kwargs)
     advice = memoized(fit_advice, model, gpu, **kwargs)
@@ -228,5 +240,9 @@ def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice
     model = load_model(config)
     precision = get_precision(config.precision)
     check_precision_on_gpu(precision, gpu)
+    if config.layout_active:
+        check_layout(config, model, topology)
+        memory, advice = layout_fit(layout_memory(config, model, gpu, precision), config)
+        return memory, advice, model, topology
     memory, advice = memory_with_advice(model, gpu, config, precision, topology)
     return memory, advice, model, topology

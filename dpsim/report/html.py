@@ -30,6 +30,7 @@ from dpsim.plan.grid import SweepSpec
 from dpsim.plan.sweep import sweep_records
 from dpsim.predict.run import predict, resolve_topology
 from dpsim.report import plots
+from dpsim.report.layout import layout_tables
 from dpsim.report.text import prediction_tables
 from dpsim.strategies.registry import STRATEGIES
 from dpsim.units import format_seconds
@@ -108,6 +109,10 @@ def collect(config, *, tokens: float | str | None = None, samples: float | str |
     base["gpu"] = prediction.gpu
     gpn = topology.spec.node.gpus_per_node
     counts = sorted(set(scaling_gpus)) if scaling_gpus else scaling_gpu_counts(prediction.n_gpus, gpn)
+    if config.layout_active:  # a tensor/pipeline layout scales by data-parallel replicas
+        shard = config.tp * config.pp
+        counts = [n for n in counts if n % shard == 0] or [prediction.n_gpus]
+        base["dp"] = None
     if config.topology_file:
         links = [config.link]
     else:
@@ -119,7 +124,7 @@ def collect(config, *, tokens: float | str | None = None, samples: float | str |
     grid.update(gpus=counts, link=links)
     scaling = [r for r in sweep_records(SweepSpec.from_grid(grid, **budget), skip_invalid=True) if not r["error"]]
     buckets: list[dict] = []
-    if getattr(config, "strategy", "ddp") == "ddp":  # bucket_cap_mb is DDP's knob
+    if getattr(config, "strategy", "ddp") == "ddp" and not config.layout_active:  # bucket_cap_mb is DDP's knob
         grid = {k: [v] for k, v in base.items()}
         grid["bucket_cap_mb"] = [None, *BUCKET_CAPS_MB]
         buckets = sweep_records(SweepSpec.from_grid(grid))
@@ -272,6 +277,8 @@ def render(data: ReportData, *, title: str | None = None) -> str:
                            f"{data.cost.time_days:,.1f} days"))
         cards.append(_card("cost", f"${data.cost.cost_usd:,.0f}"))
     tables = [rich_table_html(t) for t in prediction_tables(p)]
+    if p.layout is not None:
+        tables += [rich_table_html(t) for t in layout_tables(p)]
     inputs = [(f.name, "default" if getattr(cfg, f.name) is None else str(getattr(cfg, f.name)))
               for f in dataclasses.fields(cfg)]
     tables.append(_kv_table("inputs (PredictConfig)", inputs))

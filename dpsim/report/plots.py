@@ -76,7 +76,15 @@ def timeline_figure(prediction: Any, *, step: int | None = None, title: str | No
     rank), the communication stream (one bar per bucket's collective) and the exposed
     communication (collectives running while rank 0 computes nothing). ``step``
     defaults to the last simulated step (steady state).
+
+    A tensor/pipeline layout's prediction is drawn stage by stage instead: per pipeline
+    stage a compute row (each micro-batch's forward and backward, the optimizer) with its
+    idle time before the last backward shaded as the *bubble*, and a row of its
+    collectives and point-to-point transfers; ``max_ranks`` caps the stages shown (the
+    first and last half of them).
     """
+    if getattr(prediction, "layout", None) is not None:
+        return _stage_timeline(prediction, title=title, max_stages=max(max_ranks, 2))
     go = _go()
     sim = getattr(prediction, "simulation", prediction)
     trace = getattr(sim, "trace", None)
@@ -147,6 +155,67 @@ def timeline_figure(prediction: Any, *, step: int | None = None, title: str | No
         title = (f"{name}step {step} = {step_ms:.2f} ms; communication {comm_ms:.2f} ms, "
                  f"exposed {exposed_ms:.2f} ms{hidden}")
     _layout(fig, title, barmode="overlay", bargap=0.25, height=200 + 60 * len(rows_order),
+            xaxis=dict(title="time since step start (ms)", rangemode="tozero"),
+            yaxis=dict(categoryorder="array", categoryarray=rows_order[::-1]))
+    return fig
+
+
+_STAGE_COLORS = {"bubble": "#BDBDBD", "p2p": "#72B7B2"}
+"""Colours of the pipeline view's bubble and transfers (the other kinds: ``KIND_COLORS``)."""
+
+
+def _stage_timeline(prediction: Any, *, title: str | None, max_stages: int):
+    """Timeline of a tensor/pipeline layout: a compute row and a communication row per stage."""
+    go = _go()
+    rep = prediction.layout
+    events = list(prediction.simulation.trace)
+    n = len(rep.stages)
+    stages = list(range(n)) if n <= max_stages else (list(range(max_stages // 2))
+                                                     + list(range(n - max_stages // 2, n)))
+    compute_kinds = ("forward", "backward", "recompute", "optimizer")
+    rows_order: list[str] = []
+    for st in stages:
+        rows_order += [f"stage {st} compute", f"stage {st} communication"]
+    fig = go.Figure()
+    ms = 1e3
+    step = prediction.step_time_s
+
+    def add(kind: str, row: str, items: list[tuple[float, float, str]], legend: str) -> None:
+        if not items:
+            return
+        color = _STAGE_COLORS.get(kind) or KIND_COLORS.get(kind, "#888888")
+        fig.add_trace(go.Bar(
+            name=legend, legendgroup=kind, orientation="h", y=[row] * len(items),
+            base=[a * ms for a, _, _ in items], x=[(b - a) * ms for a, b, _ in items],
+            customdata=[[label, a * ms, b * ms, (b - a) * ms] for a, b, label in items],
+            hovertemplate="%{customdata[0]}<br>%{customdata[1]:.3f} - %{customdata[2]:.3f} ms"
+                          "<br>duration %{customdata[3]:.3f} ms<extra>" + legend + "</extra>",
+            marker=dict(color=color, line=dict(width=0)),
+            showlegend=not any(t.legendgroup == kind for t in fig.data)))
+
+    for st in stages:
+        mine = [e for e in events if e.rank == st]
+        busy = [(float(e.start_s), float(e.end_s)) for e in mine if e.kind in compute_kinds]
+        last_b = max((float(e.end_s) for e in mine if e.kind in ("forward", "backward", "recompute")), default=0.0)
+        for kind in compute_kinds:
+            add(kind, f"stage {st} compute", [(float(e.start_s), float(e.end_s), e.name) for e in mine
+                                              if e.kind == kind and e.end_s > e.start_s], kind)
+        idle = _subtract([(0.0, last_b)], busy)
+        add("bubble", f"stage {st} compute", [(a, b, "bubble (stage idle)") for a, b in idle], "pipeline bubble")
+        comm = [e for e in mine if e.kind not in compute_kinds]
+        for kind in sorted({e.kind for e in comm}):
+            add(kind, f"stage {st} communication",
+                [(float(e.start_s), float(e.end_s), e.name) for e in comm if e.kind == kind and e.end_s > e.start_s],
+                {"p2p": "point-to-point transfer", "allreduce": "all-reduce",
+                 "reducescatter": "reduce-scatter", "allgather": "all-gather"}.get(kind, kind))
+    if title is None:
+        lay = rep.layout
+        title = (f"{prediction.model} on {prediction.n_gpus} x {prediction.gpu}, {lay.describe()}: step "
+                 f"{step * ms:.1f} ms, bubble {100 * rep.bubble_fraction:.1f} % of stage 0 (ideal "
+                 f"{100 * rep.ideal_bubble_fraction:.1f} %)")
+        if len(stages) < n:
+            title += f"; stages {', '.join(map(str, stages))} of {n}"
+    _layout(fig, title, barmode="overlay", bargap=0.25, height=200 + 45 * len(rows_order),
             xaxis=dict(title="time since step start (ms)", rangemode="tozero"),
             yaxis=dict(categoryorder="array", categoryarray=rows_order[::-1]))
     return fig

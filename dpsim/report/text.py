@@ -8,6 +8,7 @@ from rich.table import Table
 
 from dpsim.collectives.ops import CollectiveResult
 from dpsim.predict.result import Prediction
+from dpsim.report.layout import layout_tables
 from dpsim.units import format_bytes, format_seconds
 
 
@@ -77,6 +78,7 @@ def prediction_tables(p: Prediction) -> list[Table]:
     ]
     for name, value in rows:
         step.add_row(name, value)
+
     m = p.memory
     mem = Table(title=f"memory per {'rank' if p.gpu == 'cpu' else 'GPU'} ({p.strategy})", header_style="bold")
     mem.add_column("category")
@@ -107,6 +109,9 @@ def print_prediction(p: Prediction, console: Console | None = None) -> None:
     console = console or Console()
     for table in prediction_tables(p):
         console.print(table)
+    if p.layout is not None:
+        for table in layout_tables(p):
+            console.print(table)
 
 
 NCCL_TESTS_TYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1}

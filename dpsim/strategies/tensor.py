@@ -286,8 +286,7 @@ def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool) -> TpModel:
         changes = {"params": params, "forward_flops_per_sample": layer.forward_flops_per_sample / divisor,
                        "activation_bytes_per_sample": unsplit + (split + core_act) / tp}
         if tp > 1 and getattr(layer, "ops", None):
-            changes["ops"] = tuple(_shard_op(op, role, tp, hidden / 2.0, sequence_parallel, last_matmul=op is
-                                             _last_matmul(layer)) for op in layer.ops)
+            changes["ops"] = _shard_ops(layer, role, tp, hidden / 2.0, sequence_parallel)
         spec_layers.append(dataclasses.replace(layer, **changes))
     spec = ModelSpec(name=model.name if tp == 1 else f"{model.name} (tp {tp} shard)", layers=tuple(spec_layers),
                      registration_order=model.registration_order, grad_ready_order=model.grad_ready_order,
@@ -300,22 +299,32 @@ def _is_matmul(op) -> bool:
     return all(hasattr(op, a) for a in ("m", "n", "k"))
 
 
-def _last_matmul(layer: LayerSpec):
-    matmuls = [op for op in getattr(layer, "ops", ()) if _is_matmul(op)]
-    return matmuls[-1] if matmuls else None
+def _shard_ops(layer: LayerSpec, role: str, tp: int, hidden_elements: float, sequence_parallel: bool) -> tuple:
+    """The layer's ops as a tensor-parallel rank runs them (:func:`_shard_op`): in a block, the
+    weight matmuls (``batch`` 1) are column-parallel up to the last, which is row-parallel,
+    and element-wise work between the first and the last runs on the split dimension."""
+    ops = list(layer.ops)
+    weights = [i for i, op in enumerate(ops) if _is_matmul(op) and getattr(op, "batch", 1) == 1]
+    first, last = (weights[0], weights[-1]) if weights else (-1, -1)
+    return tuple(_shard_op(op, role, tp, hidden_elements, sequence_parallel, last_matmul=i == last,
+                           between=first < i < last) for i, op in enumerate(ops))
 
 
-def _shard_op(op, role: str, tp: int, hidden_elements: float, sequence_parallel: bool, *, last_matmul: bool):
+def _shard_op(op, role: str, tp: int, hidden_elements: float, sequence_parallel: bool, *, last_matmul: bool,
+              between: bool = False):
     """One op of a layer's forward as a tensor-parallel rank runs it (the roofline's op
-    descriptions, :mod:`dpsim.workload.roofline`): attention keeps ``heads / t``; a
-    column-parallel matmul ``n / t`` (the LM head's vocabulary too), the row-parallel one
-    (the block's last) ``k / t``; element-wise work over the split dimension (MLP
-    activations, attention scores, logits, column biases) ``elements / t``, and over the
-    ``s x h`` hidden state only with sequence parallelism; a vocab-parallel embedding's
-    weight-gradient traffic ``/ t``."""
+    descriptions, :mod:`dpsim.workload.roofline`): attention keeps ``heads / t`` (a batched
+    per-head matmul ``batch / t``); a column-parallel matmul ``n / t`` (the LM head's
+    vocabulary too), the row-parallel one (the block's last) ``k / t``; element-wise work on
+    the split dimension (between a block's first and last matmul: activations, attention
+    scores, merged heads; anything larger than the hidden state: logits, column biases)
+    ``elements / t``, and over the ``s x h`` hidden state only with sequence parallelism; a
+    vocab-parallel embedding's weight-gradient traffic ``/ t``."""
     if hasattr(op, "heads"):
         return dataclasses.replace(op, heads=max(1, op.heads // tp))
     if _is_matmul(op):
+        if getattr(op, "batch", 1) > 1:
+            return dataclasses.replace(op, batch=max(1, op.batch // tp))
         if role == "block":
             return dataclasses.replace(op, k=max(1, op.k // tp)) if last_matmul else \
                 dataclasses.replace(op, n=max(1, -(-op.n // tp)))
@@ -326,7 +335,7 @@ def _shard_op(op, role: str, tp: int, hidden_elements: float, sequence_parallel:
         changes = {}
         if role in ("block", "head"):
             hidden = hidden_elements > 0 and abs(op.elements - hidden_elements) <= 0.5
-            if sequence_parallel or not hidden:
+            if sequence_parallel or between or not hidden:
                 changes["elements"] = op.elements / tp
         if role in ("embedding", "head", "block") and getattr(op, "fixed_elements", 0.0):
             changes["fixed_elements"] = op.fixed_elements / tp

@@ -76,6 +76,9 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
     ``spec.samples`` seeds.
     """
 
+    if config.layout_active:
+        raise ConfigError("--noise-cv, --straggler, --degrade and --hiccup-rate-per-s: per-rank variability is not "
+                          "modelled for tensor/pipeline layouts (--tp/--pp above 1); leave them out")
     if spec.per_rank:
         steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
         if steps < 1:

@@ -1,0 +1,94 @@
+"""``dpsim plan``: search tensor x pipeline x data layouts that fit and rank them by time to train and cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+from dpsim.cli.app import _emit_json
+from dpsim.cli.options import config_options
+
+PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "flash_attention", "precision",
+               "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
+               "tp_comm_overlap", "tp_across_network", "algo", "proto")
+"""``PredictConfig`` fields that describe the job the layouts are searched for (the layout fields
+themselves are what ``plan`` searches)."""
+
+
+@config_options(PLAN_FIELDS)
+def plan_command(
+    flags: dict[str, Any],
+    gpus: str = typer.Option(..., "--gpus", help="GPU counts to search, comma-separated (e.g. 256,512,1024)."),
+    tp: Optional[str] = typer.Option(None, "--tp", help="Tensor-parallel sizes to search (default: every size "
+                                                         "that fits an NVLink domain and divides the heads)."),
+    pp: Optional[str] = typer.Option(None, "--pp", help="Pipeline stages to search (default: every divisor of the "
+                                                         "model's blocks)."),
+    strategies: str = typer.Option("ddp,zero1", "--strategies",
+                                   help="Data-parallel strategies to search: ddp, zero1, fsdp."),
+    micro_batches: Optional[str] = typer.Option(None, "--micro-batches",
+                                                help="Micro-batch sizes to search (default 1,2,4,8,16)."),
+    recompute: str = typer.Option("off,selective,full", "--recompute",
+                                  help="Recomputation modes to search: off, selective, full."),
+    schedules: str = typer.Option("1f1b,1f1b-interleaved", "--schedules",
+                                  help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe."),
+    sequence_parallel: Optional[bool] = typer.Option(
+        None, "--sequence-parallel/--no-sequence-parallel",
+        help="Only with (or only without) sequence parallelism; default: both."),
+    tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train, e.g. 1T: ranks by time and "
+                                                                "cost to train it."),
+    samples: Optional[str] = typer.Option(None, "--samples", help="Sample budget instead (image models)."),
+    budget_usd: Optional[float] = typer.Option(None, "--budget-usd",
+                                               help="Drop layouts whose training would cost more (needs --tokens)."),
+    gpu_hour_usd: Optional[list[str]] = typer.Option(
+        None, "--gpu-hour-usd", metavar="PRICE", help="Price per GPU-hour: 2.5 (every GPU) or h100=2.5 (repeatable)."),
+    rank: str = typer.Option("time", "--rank", help="Rank by time (to train, or per sample) or by cost."),
+    top: int = typer.Option(10, "--top", help="Layouts to list."),
+    verify: int = typer.Option(3, "--verify", help="Best layouts simulated step by step (the rest are closed-form "
+                                                   "estimates)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (schema dpsim.plan/1)."),
+) -> None:
+    """Search tensor x pipeline x data layouts (tp, pp, dp, strategy, micro-batch, recomputation, schedule)
+    that fit in memory and rank them by time to train and cost."""
+    from dpsim.errors import ConfigError
+    from dpsim.plan.cost import parse_count, parse_price_overrides
+    from dpsim.plan.planner import (
+        RANKINGS,
+        parse_choice_list,
+        parse_int_list,
+        plan_layouts,
+    )
+    from dpsim.predict.config import LAYOUT_DP_STRATEGIES, PredictConfig
+
+    global_batch = flags.pop("global_batch", None)
+    if global_batch is None:
+        raise ConfigError("--global-batch: the layouts are searched for one global batch; give it "
+                          "(samples per optimizer step, e.g. --global-batch 1024)")
+    if tokens is not None and samples is not None:
+        raise ConfigError("--tokens and --samples: give one budget, not both")
+    if rank not in RANKINGS:
+        raise ConfigError(f"--rank: {rank!r} is not known; choose one of {', '.join(RANKINGS)}")
+    for name, value, low, high in (("--top", top, 1, 10_000), ("--verify", verify, 0, 100)):
+        if not low <= value <= high:
+            raise ConfigError(f"{name}: {value} is not valid; expected an integer in [{low}, {high}]")
+    if budget_usd is not None and not budget_usd > 0:
+        raise ConfigError(f"--budget-usd: {budget_usd} is not valid; expected a number > 0")
+    counts = parse_int_list(gpus, "--gpus")
+    base = PredictConfig(**flags, micro_batch=1)
+    result = plan_layouts(
+        base, gpus=counts, global_batch=global_batch, tps=parse_int_list(tp, "--tp"), pps=parse_int_list(pp, "--pp"),
+        strategies=parse_choice_list(strategies, "--strategies", tuple(LAYOUT_DP_STRATEGIES)),
+        micro_batches=parse_int_list(micro_batches, "--micro-batches"),
+        recomputes=parse_choice_list(recompute, "--recompute", ("off", "selective", "full")),
+        schedules=parse_choice_list(schedules, "--schedules", ("1f1b", "1f1b-interleaved", "gpipe")),
+        sequence_parallel=sequence_parallel,
+        tokens=None if tokens is None else parse_count(tokens, "--tokens"),
+        samples=None if samples is None else parse_count(samples, "--samples"),
+        budget_usd=budget_usd, gpu_hour_usd=parse_price_overrides(gpu_hour_usd or []), rank_by=rank, top=top,
+        verify=verify)
+    if as_json:
+        _emit_json(result.to_dict())
+        return
+    from dpsim.report.layout import print_plan
+    print_plan(result, base, global_batch=global_batch)

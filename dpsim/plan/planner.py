@@ -1,0 +1,632 @@
+"""``dpsim plan``: search the tensor x pipeline x data layouts of a job, keep those that fit, rank them.
+
+For each GPU count, every layout of the search space is enumerated: tensor-parallel size
+(dividing the GPUs of an NVLink domain and the attention heads), pipeline stages
+(dividing the blocks), data-parallel replicas (the rest, placed as
+:func:`~dpsim.collectives.groups.check_layout_placement` requires), data-parallel strategy
+(``ddp``, ``zero1``, ``fsdp``), micro-batch (dividing the global batch per replica),
+recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
+``1f1b-interleaved`` with every number of chunks that divides a stage's blocks; GPipe
+takes the time of 1F1B with more memory, so it is never better) and sequence
+parallelism (with ``tp > 1``).
+
+**Memory first.** A candidate's memory (the first and last stage: the first holds the
+most micro-batches in flight and the embedding, the last the LM head and its logits)
+is summed from per-layer tables computed once per (tp, micro-batch, sequence
+parallelism, recomputation); a candidate that does not fit is dropped before any time
+is estimated. **Then time**, in closed form from the same per-layer work the simulator
+plays (:func:`~dpsim.strategies.layout.layer_work`: compute, tensor-parallel collectives
+costed on the ``tp`` communicator, recomputation): with ``X_s`` stage ``s``'s forward +
+backward per micro-batch, the pipeline takes ``m·max X + (ΣX - max X)/v`` (Narayanan et
+al. 2021, Sec. 2.2: ``(m + (p-1)/v)·X`` for uniform stages) plus ``2(p·v - 1)`` transfers
+(activations in, gradients out), then the data-parallel collectives the last
+micro-batch's backward cannot hide, the tied-embedding all-reduce and the optimizer.
+Collective models are built once per communicator shape and every cost is memoised.
+**Finally** the best ``verify`` candidates are simulated by
+:func:`dpsim.predict.run.predict` (the pipeline engine) and ranked on those exact times.
+
+Ranking: by time to train a token budget (``tokens``) or by step throughput, or by
+cost (GPU-hours x price per GPU-hour, :mod:`dpsim.plan.cost`); a USD budget drops the
+layouts that would cost more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dpsim.collectives.groups import (
+    Communicator,
+    GroupCollectives,
+    LayoutShape,
+    check_layout_placement,
+    nvlink_domain_gpus,
+)
+from dpsim.collectives.ops import CollectiveModel
+from dpsim.errors import ConfigError, DpsimError
+from dpsim.hardware import get_gpu
+from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, short
+from dpsim.memory import FRAMEWORK_OVERHEAD_BYTES, HEADROOM_FRACTION
+from dpsim.plan.cost import PriceOverride, gpu_hour_price
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.layout import _heads, shard_compute
+from dpsim.predict.result import Prediction
+from dpsim.predict.run import build_collectives, load_model, predict, resolve_topology
+from dpsim.strategies.layout import (
+    Layout,
+    block_layers,
+    default_bucket_elements,
+    layer_work,
+)
+from dpsim.strategies.pipeline import in_flight
+from dpsim.strategies.tensor import (
+    TpModel,
+    block_input_bytes,
+    check_tp,
+    layer_activation_bytes,
+    tp_model,
+)
+from dpsim.topology.cluster import Topology
+from dpsim.workload.precision import get_precision, optimizer_state_bytes_per_param
+from dpsim.workload.spec import ModelSpec
+
+MAX_PLAN_VALUES = 32
+"""Values of one searched flag (``--gpus 256,512,...``): the search grows as their product."""
+
+RANKINGS = ("time", "cost")
+"""``--rank``: fastest to train first, or cheapest first."""
+
+DEFAULT_MICRO_BATCHES = (1, 2, 4, 8, 16)
+"""Micro-batch sizes searched unless given."""
+DEFAULT_STRATEGIES = ("ddp", "zero1")
+"""Data-parallel strategies searched unless given (``fsdp`` under pipeline parallelism is
+costed like the distributed optimizer, so it only ties with ``zero1``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """One layout of the search space."""
+
+    gpus: int
+    """GPUs of the job."""
+    tp: int
+    """Tensor-parallel size."""
+    pp: int
+    """Pipeline stages."""
+    dp: int
+    """Data-parallel replicas."""
+    strategy: str
+    """``ddp``, ``zero1`` or ``fsdp``."""
+    micro_batch: int
+    """Samples per micro-batch."""
+    recompute: str
+    """``none``, ``selective`` or ``full``."""
+    schedule: str
+    """``1f1b`` or ``1f1b-interleaved`` (``1f1b`` without pipeline parallelism)."""
+    virtual_stages: int
+    """Model chunks per stage."""
+    sequence_parallel: bool
+    """Megatron sequence parallelism."""
+    global_batch: int
+    """Samples per optimizer step."""
+
+    def config(self, base: PredictConfig) -> PredictConfig:
+        """The :class:`PredictConfig` of this layout on ``base``'s job."""
+        return dataclasses.replace(
+            base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, strategy=self.strategy,
+            micro_batch=self.micro_batch, recompute=self.recompute if self.tp * self.pp > 1 else "off",
+            activation_checkpointing=self.recompute == "full" and self.tp * self.pp == 1,
+            schedule=self.schedule, virtual_stages=self.virtual_stages, sequence_parallel=self.sequence_parallel,
+            grad_accum=1, global_batch=self.global_batch, tp_comm_overlap=base.tp_comm_overlap if self.tp > 1 else "backward",
+            tp_across_network=base.tp_across_network and self.tp > 1)
+
+    def flags(self) -> str:
+        """The ``dpsim predict`` flags of the layout."""
+        out = (f"--gpus {self.gpus} --tp {self.tp} --pp {self.pp} --dp {self.dp} --micro-batch {self.micro_batch} "
+               f"--global-batch {self.global_batch}")
+        out += f" --strategy {self.strategy}"
+        if self.pp > 1 and self.schedule != "1f1b":
+            out += f" --schedule {self.schedule} --virtual-stages {self.virtual_stages}"
+        if self.sequence_parallel:
+            out += " --sequence-parallel"
+        if self.recompute != "off":
+            out += " --activation-checkpointing" if self.tp * self.pp == 1 else f" --recompute {self.recompute}"
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    """A candidate's closed-form step, memory and cost."""
+
+    candidate: Candidate
+    """The layout."""
+    step_time_s: float
+    """Estimated step."""
+    memory_bytes: float
+    """Per GPU, the fuller of the first and last stage."""
+    usable_bytes: float
+    """Device memory less the allocator headroom."""
+    compute_s: float
+    """Stage 0's forward + backward compute of the step (recomputation included)."""
+    tp_exposed_s: float
+    """Tensor-parallel collectives stage 0 waits for."""
+    bubble_s: float
+    """Pipeline fill and drain."""
+    p2p_s: float
+    """Transfers on the critical path."""
+    dp_exposed_s: float
+    """Data-parallel and embedding collectives not hidden by the last backward."""
+    optimizer_s: float
+    """Optimizer step."""
+    samples_per_s: float
+    """Global throughput."""
+    tokens_per_s: float | None
+    """Token throughput (token models)."""
+    mfu: float | None
+    """Model FLOPs utilisation."""
+    usd_per_hour: float | None
+    """Price of the job's GPUs per hour."""
+    time_to_train_s: float | None = None
+    """With a token (or sample) budget."""
+    cost_usd: float | None = None
+    """With a budget and a price."""
+    verified: Prediction | None = field(default=None, repr=False)
+    """The simulated prediction, for the candidates that were verified."""
+
+    @property
+    def fits(self) -> bool:
+        """Memory within the usable capacity."""
+        return self.memory_bytes <= self.usable_bytes
+
+    def to_dict(self) -> dict:
+        """JSON-able form."""
+        c = self.candidate
+        return {
+            "gpus": c.gpus, "tp": c.tp, "pp": c.pp, "dp": c.dp, "strategy": c.strategy, "micro_batch": c.micro_batch,
+            "recompute": c.recompute, "schedule": c.schedule, "virtual_stages": c.virtual_stages,
+            "sequence_parallel": c.sequence_parallel, "flags": c.flags(),
+            "step_time_s": self.step_time_s, "memory_bytes": self.memory_bytes, "usable_bytes": self.usable_bytes,
+            "compute_s": self.compute_s, "tp_exposed_s": self.tp_exposed_s, "bubble_s": self.bubble_s,
+            "p2p_s": self.p2p_s, "dp_exposed_s": self.dp_exposed_s, "optimizer_s": self.optimizer_s,
+            "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
+            "usd_per_hour": self.usd_per_hour, "time_to_train_s": self.time_to_train_s, "cost_usd": self.cost_usd,
+            "verified_step_time_s": self.verified.step_time_s if self.verified is not None else None,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanResult:
+    """What :func:`plan_layouts` found."""
+
+    ranked: tuple[Estimate, ...]
+    """Layouts that fit (and meet the budget), best first; the first ``verify`` simulated."""
+    counts: dict
+    """Candidates enumerated, refused by placement, not fitting, over budget, ranked."""
+    wall_s: float
+    """Time the search took."""
+    rank_by: str
+    """``time`` or ``cost``."""
+    best_memory: object = None
+    """Nothing fits: the candidate closest to fitting (an :class:`Estimate`), else ``None``."""
+
+    @property
+    def best(self) -> Estimate | None:
+        """The chosen layout."""
+        return self.ranked[0] if self.ranked else None
+
+    def to_dict(self) -> dict:
+        """JSON-able form (schema ``dpsim.plan/1``)."""
+        best = self.best
+        return {
+            "schema": "dpsim.plan/1", "rank_by": self.rank_by, "counts": dict(self.counts), "wall_s": self.wall_s,
+            "layouts": [e.to_dict() for e in self.ranked],
+            "best": best.to_dict() if best is not None else None,
+            "best_prediction": best.verified.to_dict() if best is not None and best.verified is not None else None,
+            "closest_to_fitting": self.best_memory.to_dict() if self.best_memory is not None else None,
+        }
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def parse_int_list(text: str | None, flag: str, *, maximum: int = MAX_GPUS,
+                   max_items: int = MAX_PLAN_VALUES) -> tuple[int, ...] | None:
+    """``"1,2,4"`` -> ``(1, 2, 4)`` (``None`` stays ``None``); a one-line error naming ``flag`` otherwise."""
+    if text is None:
+        return None
+    expected = f"expected at most {max_items} comma-separated integers in [1, {maximum:,}]"
+    try:
+        values = tuple(int(v) for v in str(text).split(","))
+    except ValueError:
+        raise ConfigError(f"{flag}: {short(text)} is not valid; {expected}") from None
+    if not values or len(values) > max_items or any(not 1 <= v <= maximum for v in values):
+        raise ConfigError(f"{flag}: {short(text)} is not valid; {expected}")
+    return tuple(dict.fromkeys(values))
+
+
+def parse_choice_list(text: str | None, flag: str, choices: Sequence[str]) -> tuple[str, ...] | None:
+    """``"ddp,zero1"`` -> ``("ddp", "zero1")`` checked against ``choices``."""
+    if text is None:
+        return None
+    values = tuple(v.strip() for v in str(text).split(","))
+    bad = [v for v in values if v not in choices]
+    if not values or bad:
+        raise ConfigError(f"{flag}: {text!r} is not valid; choose from {', '.join(choices)} (comma-separated)")
+    return values
+
+
+class _Tables:
+    """Per-layer work and memory of one (tp, micro-batch, sequence parallelism, recompute), for summing by stage."""
+
+    def __init__(self, tpm: TpModel, work, act_per_sample: list[float], working_per_sample: float):
+        self.forward = [w.forward_s for w in work]
+        self.backward = [w.backward_s for w in work]
+        self.compute = [w.compute_forward_s + w.compute_backward_s + w.recompute_s for w in work]
+        self.tp_exposed = [w.tp_exposed_s for w in work]
+        self.numel = [l.numel_per_rank for l in tpm.layers]
+        self.act = act_per_sample
+        self.working = working_per_sample
+
+
+class Planner:
+    """The searches of one job (model, cluster design, precision): caches shared by every candidate."""
+
+    def __init__(self, base: PredictConfig):
+        self.base = base
+        self.model: ModelSpec = load_model(base)
+        self.precision = get_precision(base.precision)
+        self._topologies: dict[int, Topology] = {}
+        self._models: dict[object, CollectiveModel] = {}
+        self._collectives: dict[tuple[int, int, int, int], GroupCollectives] = {}
+        self._costs: dict[tuple, float] = {}
+        self._tables: dict[tuple, _Tables] = {}
+        self._compute: dict[tuple[int, int], object] = {}
+        self.heads = _heads(base.model)
+        self.forward_flops_per_sample = self.model.forward_flops_per_sample
+        self.n_blocks = len({l.unit for l in self.model.layers if l.unit is not None})
+        self._blocks: dict[int, list[list[int]]] = {}
+        self._shard_params: dict[int, int] = {}
+        self.gpu = None
+        """The GPU preset of the cluster design (set by the first :meth:`topology`)."""
+
+    def topology(self, gpus: int) -> Topology:
+        """The job's cluster at ``gpus`` GPUs."""
+        topo = self._topologies.get(gpus)
+        if topo is None:
+            topo = self._topologies[gpus] = resolve_topology(dataclasses.replace(
+                self.base, gpus=gpus, tp=1, pp=1, dp=None, global_batch=None, grad_accum=1, schedule="1f1b",
+                virtual_stages=1, stage_layers=None, recompute="off", sequence_parallel=False,
+                tp_comm_overlap="backward", tp_across_network=False))
+            if self.gpu is None:
+                self.gpu = get_gpu(topo.spec.gpu)
+        return topo
+
+    def collectives(self, gpus: int, tp: int, pp: int, dp: int) -> GroupCollectives:
+        """The layout's communicators, their models shared with every other layout of the same shapes."""
+        key = (gpus, tp, pp, dp)
+        gc = self._collectives.get(key)
+        if gc is None:
+            inner = build_collectives(self.base, self.topology(gpus), layout=LayoutShape(tp=tp, pp=pp, dp=dp))
+            make = inner._make  # the factory of the job's models, memoised here by communicator shape
+
+            def shared(comm: Communicator) -> CollectiveModel:
+                k = (comm.topology, comm.concurrent)
+                model = self._models.get(k)
+                if model is None:
+                    model = self._models[k] = make(comm)
+                return model
+
+            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), shared,
+                                                           layout=LayoutShape(tp=tp, pp=pp, dp=dp))
+        return gc
+
+    def cost(self, gc: GroupCollectives, group: str, op: str, size: float) -> float:
+        """A collective's time on ``gc``'s communicator ``group`` (memoised)."""
+        comm = gc.communicator(group)
+        key = (comm.topology, comm.concurrent, op, size)
+        t = self._costs.get(key)
+        if t is None:
+            t = self._costs[key] = gc.group(group).time(op, size).time_s
+        return t
+
+    def tables(self, tp: int, micro_batch: int, sp: bool, recompute: str, gc: GroupCollectives) -> _Tables:
+        """Per-layer work and activation memory (cached)."""
+        key = (tp, micro_batch, sp, recompute, id(gc.group("tp")))
+        tab = self._tables.get(key)
+        if tab is not None:
+            return tab
+        tpm = tp_model(self.model, tp, sequence_parallel=sp)
+        ckey = (tp, micro_batch, sp)
+        compute = self._compute.get(ckey)
+        if compute is None:
+            cfg = dataclasses.replace(self.base, micro_batch=micro_batch)
+            compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, self.precision)
+        layout = Layout(tp=tp, micro_batch=micro_batch, sequence_parallel=sp, recompute=recompute,
+                        tp_comm_overlap=self.base.tp_comm_overlap if tp > 1 else "backward")
+        act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
+        work = layer_work(tpm, compute, layout, tp_cost=lambda op, s: self.cost(gc, "tp", op, s),
+                          act_element_bytes=act_bytes)
+        scale = 2.0 if self.precision.compute_dtype == "float32" else 1.0
+        act = []
+        starts = {min(b) for b in block_layers(tpm)}
+        working = 0.0
+        for unit in block_layers(tpm):
+            working = max(working, sum(layer_activation_bytes(tpm.layers[i], tp, sequence_parallel=sp,
+                                                              recompute="off") for i in unit))
+        for layer in tpm.layers:
+            if recompute == "full" and layer.unit is not None:
+                act.append(block_input_bytes(layer, tp, sequence_parallel=sp) * scale if layer.index in starts else 0.0)
+            else:
+                act.append(layer_activation_bytes(layer, tp, sequence_parallel=sp, recompute=recompute) * scale)
+        tab = self._tables[key] = _Tables(tpm, work, act, working * scale if recompute == "full" else 0.0)
+        return tab
+
+    def candidates(self, gpus: int, *, tps=None, pps=None, strategies=None, micro_batches=None, recomputes=None,
+                   schedules=None, sequence_parallel=None, global_batch: int) -> tuple[list[Candidate], dict]:
+        """Every layout of the search space on ``gpus`` GPUs, and how many were refused by placement."""
+        topo = self.topology(gpus)
+        domain = nvlink_domain_gpus(topo)
+        n_blocks = self.n_blocks
+        refused = 0
+        out: list[Candidate] = []
+        tp_values = tps or [t for t in _divisors(gpus) if t <= (gpus if self.base.tp_across_network else domain)]
+        for tp in tp_values:
+            if gpus % tp:
+                refused += 1
+                continue
+            if tp > 1:
+                try:
+                    check_tp(self.model, tp)
+                except ConfigError:
+                    refused += 1
+                    continue
+                if self.heads is not None and any(h % tp for h in self.heads):
+                    refused += 1
+                    continue
+            for pp in (pps or [p for p in _divisors(n_blocks) if p <= n_blocks]):
+                if (gpus // tp) % pp:
+                    continue
+                dp = gpus // (tp * pp)
+                try:
+                    check_layout_placement(topo, LayoutShape(tp=tp, pp=pp, dp=dp),
+                                           tp_across_network=self.base.tp_across_network)
+                except ConfigError:
+                    refused += 1
+                    continue
+                if n_blocks % pp:
+                    refused += 1
+                    continue
+                for mb in (micro_batches or DEFAULT_MICRO_BATCHES):
+                    if global_batch % (mb * dp):
+                        continue
+                    m = global_batch // (mb * dp)
+                    for strategy in (strategies or DEFAULT_STRATEGIES):
+                        if dp == 1 and strategy != "ddp":
+                            continue
+                        for recompute in (recomputes or ("off", "selective", "full")):
+                            if tp * pp == 1 and recompute == "selective":
+                                continue
+                            for sp in ((sequence_parallel,) if sequence_parallel is not None else (True, False)):
+                                if sp and tp == 1:
+                                    continue
+                                for schedule, v in self._schedules(pp, m, n_blocks, schedules):
+                                    out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, strategy=strategy,
+                                                         micro_batch=mb, recompute=recompute, schedule=schedule,
+                                                         virtual_stages=v, sequence_parallel=sp,
+                                                         global_batch=global_batch))
+        return out, {"refused_by_placement": refused}
+
+    @staticmethod
+    def _schedules(pp: int, m: int, n_blocks: int, schedules) -> list[tuple[str, int]]:
+        wanted = schedules or ("1f1b", "1f1b-interleaved")
+        out = []
+        if pp == 1:
+            return [("1f1b", 1)]
+        if "1f1b" in wanted:
+            out.append(("1f1b", 1))
+        if "gpipe" in wanted:
+            out.append(("gpipe", 1))
+        if "1f1b-interleaved" in wanted and m % pp == 0:
+            per_stage = n_blocks // pp
+            out += [("1f1b-interleaved", v) for v in _divisors(per_stage) if v > 1]
+        return out
+
+    def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
+        """Closed-form memory and, when it fits, step of ``c`` (see the module docstring)."""
+        gc = self.collectives(c.gpus, c.tp, c.pp, c.dp)
+        tab = self.tables(c.tp, c.micro_batch, c.sequence_parallel, c.recompute, gc)
+        tpm = tp_model(self.model, c.tp)
+        self.topology(c.gpus)
+        gpu = self.gpu
+        p, v = c.pp, c.virtual_stages
+        m = global_batch // (c.micro_batch * c.dp)
+        blocks = self._blocks.get(c.tp)
+        if blocks is None:
+            blocks = self._blocks[c.tp] = block_layers(tpm)
+        n_virtual = p * v
+        per = len(blocks) // n_virtual
+        first = min(blocks[0]) if blocks else len(tpm.layers)
+        last = max(blocks[-1]) if blocks else -1
+        # layers of each virtual stage: roots before the first block join virtual stage 0, after the last join the last
+        virtual_layers: list[list[int]] = []
+        for g in range(n_virtual):
+            layers = [i for b in blocks[g * per:(g + 1) * per] for i in b]
+            if g == 0:
+                layers = list(range(first)) + layers
+            if g == n_virtual - 1:
+                layers = layers + list(range(last + 1, len(tpm.layers)))
+            virtual_layers.append(layers)
+        x = []
+        for s in range(p):
+            xs = 0.0
+            for ch in range(v):
+                for i in virtual_layers[ch * p + s]:
+                    xs += tab.forward[i] + tab.backward[i]
+            x.append(xs)
+        xmax = max(x)
+        pipe = m * xmax + (sum(x) - xmax) / v
+        hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
+        act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
+        full_hidden = hidden * c.micro_batch * act_bytes / 2.0
+        p2p_bytes = full_hidden / c.tp
+        p2p_one = self.cost(gc, "pp", "broadcast", p2p_bytes) if p > 1 else 0.0
+        gather = self.cost(gc, "tp", "all_gather", full_hidden) if c.tp > 1 and not c.sequence_parallel else 0.0
+        p2p = 2 * (n_virtual - 1) * (p2p_one + gather) if p > 1 else 0.0
+        # memory and parameters of the first and last stage
+        w, g = self.precision.weight_bytes, self.precision.grad_bytes
+        k = optimizer_state_bytes_per_param(self.precision, self.base.optimizer)
+        sharded = c.strategy in ("zero1", "fsdp")
+        mems, numels = [], []
+        for s in sorted({0, p - 1}):
+            flights = in_flight(c.schedule, p, v, m, s)
+            numel = sum(tab.numel[i] for ch in range(v) for i in virtual_layers[ch * p + s])
+            if tpm.tied_embedding and p > 1 and s == p - 1:
+                numel += tpm.embedding_numel_per_rank
+            act = sum(flights[ch] * sum(tab.act[i] for i in virtual_layers[ch * p + s]) for ch in range(v))
+            act = (act + tab.working) * c.micro_batch
+            opt = -(-numel // c.dp) * k if sharded else numel * k
+            mems.append(numel * (w + g) + opt + act + FRAMEWORK_OVERHEAD_BYTES)
+            numels.append(numel)
+        usable = gpu.memory_bytes * (1 - HEADROOM_FRACTION)
+        memory = max(mems)
+        compute0 = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p])
+        tp_exposed0 = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p])
+        if memory > usable:
+            return Estimate(candidate=c, step_time_s=math.inf, memory_bytes=memory, usable_bytes=usable,
+                            compute_s=compute0, tp_exposed_s=tp_exposed0, bubble_s=0.0, p2p_s=p2p, dp_exposed_s=0.0,
+                            optimizer_s=0.0, samples_per_s=0.0, tokens_per_s=None, mfu=None, usd_per_hour=None)
+        # data-parallel collectives of stage 0 and what the last backward cannot hide
+        numel0 = numels[0]
+        dp_exposed = 0.0
+        if c.dp > 1:
+            bucket = default_bucket_elements(c.dp) if self.base.bucket_cap_mb is None else \
+                max(1, int(self.base.bucket_cap_mb * 2**20) // g)
+            op = "all_reduce" if c.strategy == "ddp" else "reduce_scatter"
+            full, rest = divmod(numel0, bucket)
+            one = self.cost(gc, "dp", op, bucket * g) if full else 0.0
+            tail = self.cost(gc, "dp", op, rest * g) if rest else 0.0
+            total = full * one + tail
+            last_b = x[0] / v - sum(tab.forward[i] for i in virtual_layers[0])
+            hide = last_b if self.base.overlap else 0.0
+            dp_exposed = max(min(one, total) if full else tail, total - hide)
+            if c.strategy in ("zero1", "fsdp"):
+                ag_full = self.cost(gc, "dp", "all_gather", bucket * w) if full else 0.0
+                ag_rest = self.cost(gc, "dp", "all_gather", rest * w) if rest else 0.0
+                gather_total = full * ag_full + ag_rest
+                # Steady state: gathered during the next step's first forward (overlap), else after the update.
+                dp_exposed += (ag_full if full else ag_rest) if (self.base.overlap or c.strategy == "fsdp") \
+                    else gather_total
+        if tpm.tied_embedding and p > 1:
+            dp_exposed += self.cost(gc, "emb", "all_reduce", tpm.embedding_numel_per_rank * g)
+        shard = self._compute[(c.tp, c.micro_batch, c.sequence_parallel)]
+        shard_params = self._shard_params.get(c.tp)
+        if shard_params is None:
+            shard_params = self._shard_params[c.tp] = tpm.spec.param_count
+        per_param = shard.optimizer_s / shard_params if shard_params else 0.0
+        optimizer = per_param * (-(-numel0 // c.dp) if sharded else numel0)
+        step = pipe + p2p + dp_exposed + optimizer
+        samples = global_batch / step
+        tokens = samples * self.model.tokens_per_sample if self.model.tokens_per_sample else None
+        peak = (gpu.peak_flops_per_s.get(self.precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
+                if gpu.peak_flops_per_s else None)
+        model_flops = 3.0 * self.forward_flops_per_sample * global_batch
+        mfu = model_flops / step / c.gpus / peak if peak else None
+        return Estimate(candidate=c, step_time_s=step, memory_bytes=memory, usable_bytes=usable, compute_s=compute0,
+                        tp_exposed_s=tp_exposed0, bubble_s=pipe - m * x[0] if p > 1 else 0.0, p2p_s=p2p,
+                        dp_exposed_s=dp_exposed, optimizer_s=optimizer, samples_per_s=samples, tokens_per_s=tokens,
+                        mfu=mfu, usd_per_hour=None)
+
+
+def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int, tps=None, pps=None,
+                 strategies=None, micro_batches=None, recomputes=None, schedules=None, sequence_parallel=None,
+                 tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
+                 gpu_hour_usd: PriceOverride = None, rank_by: str = "time", top: int = 10,
+                 verify: int = 3) -> PlanResult:
+    """Search the layouts of ``base``'s job on each GPU count (see the module docstring)."""
+    t0 = time.perf_counter()
+    if rank_by not in RANKINGS:
+        raise ConfigError(f"--rank: {rank_by!r} is not known; choose one of {', '.join(RANKINGS)}")
+    if rank_by == "cost" and tokens is None and samples is None:
+        raise ConfigError("--rank: cost needs a budget to train; give --tokens (or --samples)")
+    if budget_usd is not None and tokens is None and samples is None:
+        raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
+    planner = Planner(base)
+    counts = {"candidates": 0, "refused_by_placement": 0, "do_not_fit": 0, "over_budget": 0, "ranked": 0}
+    fitting: list[Estimate] = []
+    closest: Estimate | None = None
+    searches = []
+    for n in gpus:
+        cands, info = planner.candidates(n, tps=tps, pps=pps, strategies=strategies, micro_batches=micro_batches,
+                                         recomputes=recomputes, schedules=schedules,
+                                         sequence_parallel=sequence_parallel, global_batch=global_batch)
+        counts["candidates"] += len(cands)
+        counts["refused_by_placement"] += info["refused_by_placement"]
+        if counts["candidates"] > MAX_PLAN_CANDIDATES:
+            raise ConfigError(f"--gpus: {counts['candidates']:,}+ layouts to search is not valid; expected at most "
+                              f"{MAX_PLAN_CANDIDATES:,}: narrow the search with fewer --gpus, --tp, --pp, "
+                              f"--micro-batches, --recompute or --schedules values")
+        searches.append((n, cands))
+    for n, cands in searches:
+        try:
+            price = gpu_hour_price(planner.topology(n).spec.gpu, gpu_hour_usd)
+        except ConfigError:
+            price = None
+        for c in cands:
+            e = planner.estimate(c, global_batch=global_batch)
+            if not e.fits:
+                counts["do_not_fit"] += 1
+                if closest is None or e.memory_bytes < closest.memory_bytes:
+                    closest = e
+                continue
+            e = _priced(e, price, tokens=tokens, samples=samples)
+            if budget_usd is not None and (e.cost_usd is None or e.cost_usd > budget_usd):
+                counts["over_budget"] += 1
+                continue
+            fitting.append(e)
+    fitting.sort(key=lambda e: _key(e, rank_by))
+    verified: list[Estimate] = []
+    for e in fitting[:max(0, verify)]:
+        try:
+            pred = predict(e.candidate.config(base))
+        except DpsimError:
+            continue
+        if not pred.memory.fits:
+            continue
+        v = dataclasses.replace(e, step_time_s=pred.step_time_s, samples_per_s=pred.samples_per_s,
+                                tokens_per_s=pred.tokens_per_s, mfu=pred.mfu, memory_bytes=pred.memory.total_bytes,
+                                verified=pred)
+        verified.append(_priced(v, e.usd_per_hour / e.candidate.gpus if e.usd_per_hour else None, tokens=tokens,
+                                samples=samples))
+    verified.sort(key=lambda e: _key(e, rank_by))
+    rest = fitting[len(verified):] if verify else fitting
+    ranked = tuple(verified + [e for e in rest if all(e.candidate != v.candidate for v in verified)])[:max(top, 1)]
+    counts["ranked"] = len(fitting)
+    return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
+                      best_memory=closest if not fitting else None)
+
+
+def _priced(e: Estimate, price: float | None, *, tokens, samples) -> Estimate:
+    usd_per_hour = price * e.candidate.gpus if price is not None else None
+    ttt = None
+    if tokens is not None and e.tokens_per_s:
+        ttt = tokens / e.tokens_per_s
+    elif samples is not None and e.samples_per_s:
+        ttt = samples / e.samples_per_s
+    cost = usd_per_hour * ttt / 3600.0 if usd_per_hour is not None and ttt is not None else None
+    return dataclasses.replace(e, usd_per_hour=usd_per_hour, time_to_train_s=ttt, cost_usd=cost)
+
+
+_SIMPLER = {"ddp": 0, "zero1": 1, "fsdp": 2}
+"""Between layouts that tie, the simpler data-parallel strategy first."""
+
+
+def _key(e: Estimate, rank_by: str) -> tuple:
+    simpler = (_SIMPLER.get(e.candidate.strategy, 3), e.memory_bytes)
+    if rank_by == "cost":
+        return (e.cost_usd if e.cost_usd is not None else math.inf, e.step_time_s, *simpler)
+    ttt = e.time_to_train_s if e.time_to_train_s is not None else 1.0 / e.samples_per_s
+    return (ttt, e.cost_usd if e.cost_usd is not None else 0.0, *simpler)

@@ -1,0 +1,348 @@
+"""Predict a tensor x pipeline x data-parallel layout (``predict --tp/--pp``): one step, its bubble, memory per stage.
+
+:func:`predict_layout` builds the layout (:class:`~dpsim.strategies.layout.Layout`) from a
+:class:`PredictConfig`, the tensor-parallel shard of the model
+(:func:`~dpsim.strategies.tensor.tp_model`) and its compute profile, each layer's work
+with its tensor-parallel collectives costed on the ``tp`` communicator, the stages'
+step program (:func:`~dpsim.strategies.pipeline.build_pipeline_program`) and plays it on
+the pipeline engine (:func:`~dpsim.engine.pipeline.run_pipeline`) with the ``pp``,
+``dp`` and ``emb`` communicators placed on the job's fabric
+(:func:`~dpsim.collectives.groups.layout_communicators`). :func:`layout_memory` gives the
+memory of every stage and the fits verdict of the fullest.
+
+A ``--single-gpu-step-ms`` (or a calibration's measured step) scales the shard's compute
+by the same factor it scales the whole model's modelled step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from dpsim.collectives.groups import (
+    GroupCollectives,
+    LayoutShape,
+    check_layout_placement,
+)
+from dpsim.collectives.links import link_report
+from dpsim.engine.pipeline import PipelineResult, collective_cost, run_pipeline
+from dpsim.engine.simulate import SimulationResult, StepTiming
+from dpsim.errors import ConfigError
+from dpsim.memory import (
+    FitAdvice,
+    MemoryBreakdown,
+    StageMemory,
+    layout_stage_memory,
+    worst_stage,
+)
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.result import Prediction
+from dpsim.strategies.layout import (
+    ChunkWork,
+    Layout,
+    chunk_work,
+    default_bucket_elements,
+    layer_work,
+    parse_stage_layers,
+    stage_assignment,
+)
+from dpsim.strategies.pipeline import (
+    DataParallelPlan,
+    bubble_fraction,
+    build_pipeline_program,
+    check_schedule,
+    in_flight,
+)
+from dpsim.strategies.tensor import TpModel, check_tp, tp_model
+from dpsim.topology.cluster import Topology
+from dpsim.units import MiB, format_bytes
+from dpsim.workload.catalog import CATALOG_ENTRIES
+from dpsim.workload.compute import ComputeProfile, compute_profile
+from dpsim.workload.spec import ModelSpec
+
+
+def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
+    """The :class:`Layout` a config asks for (its own rules already checked); ``--bucket-cap-mb``
+    (MiB of gradients) becomes parameters per bucket at ``grad_element_bytes``."""
+    dp = config.data_parallel
+    bucket = None
+    if config.bucket_cap_mb is not None:
+        bucket = max(1, int(config.bucket_cap_mb * MiB) // grad_element_bytes)
+    return Layout(tp=config.tp, pp=config.pp, dp=dp, virtual_stages=config.virtual_stages,
+                  schedule=config.schedule, micro_batch=config.micro_batch, micro_batches=config.micro_batches,
+                  sequence_parallel=config.sequence_parallel, recompute=config.recompute,
+                  tp_comm_overlap=config.tp_comm_overlap, strategy=config.strategy, overlap=config.overlap,
+                  stage_blocks=parse_stage_layers(config.stage_layers, config.pp), bucket_elements=bucket)
+
+
+def layout_shape(config: PredictConfig) -> LayoutShape | None:
+    """The layout's group sizes for :class:`~dpsim.collectives.groups.GroupCollectives` (``None``
+    without tensor/pipeline parallelism)."""
+    if not config.layout_active:
+        return None
+    return LayoutShape(tp=config.tp, pp=config.pp, dp=config.data_parallel)
+
+
+def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) -> None:
+    """What needs the model or the cluster: the split, the heads, the placement (one line each)."""
+    shape = layout_shape(config)
+    assert shape is not None
+    check_tp(model, config.tp)
+    heads = _heads(config.model)
+    if heads is not None and config.tp > 1 and any(h % config.tp for h in heads):
+        what = (f"{heads[0]} attention heads" if len(heads) == 1 or heads[0] == heads[1]
+                else f"{heads[0]} query and {heads[1]} key-value heads")
+        raise ConfigError(f"--tp: {config.tp} does not divide {config.model}'s {what}; choose a --tp that "
+                          f"divides them")
+    check_layout_placement(topology, shape, tp_across_network=config.tp_across_network)
+
+
+def _heads(name: str) -> tuple[int, ...] | None:
+    entry = CATALOG_ENTRIES.get(name.strip().lower()) if isinstance(name, str) else None
+    if entry is None:
+        return None
+    cfg = entry.config
+    for attrs in (("num_attention_heads", "num_key_value_heads"), ("n_head",), ("num_attention_heads",),
+                  ("num_heads",)):
+        if all(hasattr(cfg, a) for a in attrs):
+            return tuple(getattr(cfg, a) for a in attrs)
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageReport:
+    """One pipeline stage of a predicted layout."""
+
+    stage: int
+    """Stage index."""
+    blocks: int
+    """Transformer blocks (over all its model chunks)."""
+    layers: tuple[tuple[str, ...], ...]
+    """Layer names of each model chunk."""
+    forward_s: float
+    """One micro-batch's forward over all its chunks (tensor-parallel waits included)."""
+    backward_s: float
+    """One micro-batch's backward over all its chunks (recomputation included)."""
+    busy_s: float
+    """Compute of the whole step (every micro-batch, optimizer included)."""
+    bubble_s: float
+    """Idle waiting for another stage: pipeline fill and drain, transfers on the critical path."""
+    comm_wait_s: float
+    """Idle waiting for its own collectives: parameter gathers before a forward, gradient
+    reductions (and the tied-embedding all-reduce) before the optimizer."""
+    tail_s: float
+    """After its last op, until the slowest stage ends the step."""
+    dp_comm_s: float
+    """Its data-parallel (and embedding) collectives' time."""
+    dp_exposed_s: float
+    """Of which it computed nothing."""
+    memory: StageMemory
+    """Memory per GPU."""
+
+    def to_dict(self) -> dict:
+        """JSON-able form."""
+        m = self.memory.breakdown
+        return {"stage": self.stage, "blocks": self.blocks, "forward_s": self.forward_s,
+                "backward_s": self.backward_s, "busy_s": self.busy_s, "bubble_s": self.bubble_s,
+                "comm_wait_s": self.comm_wait_s, "tail_s": self.tail_s, "dp_comm_s": self.dp_comm_s, "dp_exposed_s": self.dp_exposed_s,
+                "params_per_gpu": self.memory.params_per_gpu, "in_flight": list(self.memory.in_flight),
+                "memory_total_bytes": m.total_bytes, "memory_activations_bytes": m.activations_bytes,
+                "fits": m.fits}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutReport:
+    """Where a layout's step goes, stage by stage."""
+
+    layout: Layout
+    """What was predicted."""
+    stages: tuple[StageReport, ...]
+    """Per stage."""
+    bubble_fraction: float
+    """Stage 0's bubble (waiting for other stages) over the step."""
+    ideal_bubble_fraction: float
+    """``(p - 1) / (v·m + p - 1)``: the bubble of uniform stages without transfers."""
+    tp_comm_s: float
+    """Tensor-parallel collective time of stage 0's step (all micro-batches, recomputation included)."""
+    tp_exposed_s: float
+    """Of which stage 0's compute stream waits for."""
+    p2p_bytes: float
+    """Bytes one GPU sends per activation or gradient transfer."""
+    p2p_s: float
+    """Duration of one transfer on the ``pp`` communicator (0 without pipeline parallelism)."""
+    transfers: int
+    """Transfers of the step (all stages)."""
+    embedding_grad_bytes: float = 0.0
+    """Tied word embedding's gradient all-reduced between the first and last stage (per GPU)."""
+    pipeline: PipelineResult | None = field(default=None, repr=False)
+    """The simulated step."""
+
+    def to_dict(self) -> dict:
+        """JSON-able form (see README, "JSON output")."""
+        lay = self.layout
+        return {
+            "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "schedule": lay.schedule, "virtual_stages": lay.chunks,
+            "micro_batch": lay.micro_batch, "micro_batches": lay.micro_batches, "global_batch": lay.global_batch,
+            "sequence_parallel": lay.sequence_parallel, "recompute": lay.recompute,
+            "tp_comm_overlap": lay.tp_comm_overlap, "strategy": lay.strategy,
+            "bubble_fraction": self.bubble_fraction, "ideal_bubble_fraction": self.ideal_bubble_fraction,
+            "tp_comm_s": self.tp_comm_s, "tp_exposed_s": self.tp_exposed_s, "p2p_bytes": self.p2p_bytes,
+            "p2p_s": self.p2p_s, "transfers": self.transfers, "embedding_grad_bytes": self.embedding_grad_bytes,
+            "stages": [s.to_dict() for s in self.stages],
+        }
+
+
+def _act_bytes(precision) -> int:
+    return 4 if precision.compute_dtype == "float32" else 2
+
+
+def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision) -> ComputeProfile:
+    """The compute profile of one tensor-parallel rank's shard at the config's micro-batch."""
+    return compute_profile(tpm.spec, gpu, micro_batch=config.micro_batch, precision=precision,
+                           optimizer=config.optimizer, compute_efficiency=config.compute_efficiency)
+
+
+def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: ComputeProfile) -> tuple[float, float]:
+    """(compute, optimizer) factors a measured step applied to the modelled whole-model profile."""
+    plain = compute_profile(model, gpu, micro_batch=config.micro_batch, precision=precision,
+                            optimizer=config.optimizer, compute_efficiency=config.compute_efficiency)
+    fb = plain.forward_s + plain.backward_s
+    scale = (compute.forward_s + compute.backward_s) / fb if fb > 0 else 1.0
+    opt = compute.optimizer_s / plain.optimizer_s if plain.optimizer_s > 0 else 1.0
+    return scale, opt
+
+
+def layout_memory(config: PredictConfig, model: ModelSpec, gpu, precision) -> tuple[StageMemory, ...]:
+    """Memory per GPU of every stage of ``config``'s layout."""
+    layout = layout_of(config)
+    check_schedule(layout)
+    tpm = tp_model(model, config.tp)
+    assignment = stage_assignment(tpm, layout)
+    flights = [in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, s)
+               for s in range(layout.pp)]
+    return layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=config.optimizer,
+                               in_flight=flights)
+
+
+def layout_fit(stages: tuple[StageMemory, ...], config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice]:
+    """The fullest stage's breakdown (with a suggestion when it does not fit) and the advice."""
+    worst = worst_stage(stages)
+    m = worst.breakdown
+    if m.fits:
+        return m, FitAdvice(fits=True, total_bytes=m.total_bytes, message="fits")
+    hints = []
+    if config.strategy == "ddp" and config.data_parallel > 1:
+        hints.append("--strategy zero1")
+    if config.recompute != "full":
+        hints.append("--recompute full" if config.recompute == "selective" else "--recompute selective or full")
+    if config.tp > 1 and not config.sequence_parallel:
+        hints.append("--sequence-parallel")
+    if config.micro_batch > 1:
+        hints.append("a smaller --micro-batch")
+    hints.append("more --tp or --pp (dpsim plan searches the layouts that fit)")
+    message = (f"stage {worst.stage} needs {format_bytes(m.total_bytes)} of {format_bytes(m.usable_bytes)} usable "
+               f"per GPU; try {', '.join(hints)}")
+    return replace(m, suggestion=message), FitAdvice(fits=False, total_bytes=m.total_bytes, message=message)
+
+
+def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: ModelSpec, precision,
+                   compute: ComputeProfile, collectives: GroupCollectives, provenance=None) -> Prediction:
+    """Predict one step of ``config``'s tensor x pipeline x data layout (see the module docstring).
+
+    ``compute`` is the whole model's profile at the micro-batch (scaled to a measured step
+    when the config gives one); ``collectives`` the job's models with the layout's groups.
+    """
+    layout = layout_of(config, precision.grad_bytes)
+    check_schedule(layout)
+    tpm = tp_model(model, config.tp, sequence_parallel=config.sequence_parallel)
+    cost = collective_cost(collectives)
+
+    def tp_cost(op: str, size: float) -> float:
+        return cost("tp", op, size)
+
+    scale, opt_scale = _scales(config, model, gpu, precision, compute)
+    shard = shard_compute(tpm, gpu, config, precision)
+    act = _act_bytes(precision)
+    work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale)
+    assignment = stage_assignment(tpm, layout)
+    chunks = chunk_work(work, assignment)
+    hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
+    full_hidden = hidden * layout.micro_batch * act / 2.0
+    p2p_bytes = full_hidden / layout.tp
+    gather_s = tp_cost("all_gather", full_hidden) if layout.tp > 1 and not layout.sequence_parallel else 0.0
+    p, d = layout.pp, layout.dp
+    flights = [in_flight(layout.schedule, p, layout.chunks, layout.micro_batches, s) for s in range(p)]
+    memory = layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=config.optimizer,
+                                 in_flight=flights)
+    per_param_opt = shard.optimizer_s / tpm.spec.param_count * opt_scale if tpm.spec.param_count else 0.0
+    sharded_opt = layout.strategy in ("zero1", "fsdp")
+    optimizer_s = [per_param_opt * (-(-m.params_per_gpu // d) if sharded_opt else m.params_per_gpu) for m in memory]
+    dp_plan = DataParallelPlan(strategy=layout.strategy, dp=d, overlap=layout.overlap,
+                               bucket_elements=layout.bucket_elements or default_bucket_elements(d),
+                               grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes)
+    emb_bytes = tpm.embedding_numel_per_rank * precision.grad_bytes if tpm.tied_embedding and p > 1 else 0.0
+    plan = build_pipeline_program(chunks, layout, p2p_bytes=p2p_bytes, gather_s=gather_s, optimizer_s=optimizer_s,
+                                  dp=dp_plan, embedding_grad_bytes=emb_bytes)
+    result = run_pipeline(plan.program, cost, overlap_slowdown=config.overlap_slowdown)
+    step = result.step_time_s
+    reports = _stage_reports(result, chunks, memory, model)
+    m_total = layout.micro_batches
+    s0 = chunks[0]
+    tp_comm = sum(l.tp_comm_s for c in s0 for l in c.layers) * m_total
+    tp_exposed = sum(l.tp_exposed_s for c in s0 for l in c.layers) * m_total
+    p2p_s = cost("pp", "broadcast", p2p_bytes) if p > 1 else 0.0
+    sent0 = sum(1 for t in plan.program.transfers if t.src == 0)
+    mem, advice = layout_fit(memory, config)
+    report = LayoutReport(layout=layout, stages=reports, bubble_fraction=reports[0].bubble_s / step if step else 0.0,
+                          ideal_bubble_fraction=bubble_fraction(layout), tp_comm_s=tp_comm, tp_exposed_s=tp_exposed,
+                          p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(plan.program.transfers),
+                          embedding_grad_bytes=emb_bytes, pipeline=result)
+    st0 = result.stages[0]
+    fwd0 = st0.by_kind_s.get("forward", 0.0)
+    bwd0 = st0.by_kind_s.get("backward", 0.0) + st0.by_kind_s.get("recompute", 0.0)
+    opt0 = st0.by_kind_s.get("optimizer", 0.0)
+    samples = layout.global_batch / step
+    # The one-GPU step: the whole model's micro-batches with their recomputation, no communication.
+    full_fb = (compute.forward_s + compute.backward_s)
+    recompute_full = sum(l.recompute_s for l in work) * layout.tp
+    single_step = m_total * (full_fb + recompute_full) + compute.optimizer_s
+    single = layout.micro_batch * m_total / single_step
+    peak = (gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
+            if gpu.peak_flops_per_s else None)
+    flops_per_gpu = compute.flops_per_step * m_total / (layout.tp * layout.pp)
+    dp_ops = [plan.program.comms[i] for i in plan.gradient_ops if plan.program.comm_stages[i] == (0,)]
+    largest = max(dp_ops, key=lambda c: c.size_bytes) if dp_ops else None
+    ring = collectives.group("dp").time(largest.op, largest.size_bytes) if largest is not None else None
+    by_op: dict[str, float] = {}
+    for i, c in enumerate(plan.program.comms):
+        if 0 in plan.program.comm_stages[i]:
+            by_op[c.op] = by_op.get(c.op, 0.0) + c.size_bytes
+    timing = StepTiming(step_time_s=step, forward_s=fwd0, backward_s=bwd0, optimizer_s=opt0,
+                        comm_s=tp_comm + st0.comm_s + sent0 * p2p_s, exposed_comm_s=tp_exposed + st0.exposed_comm_s)
+    sim = SimulationResult(steps=(timing,) * config.steps, trace=result.trace)
+    return Prediction(
+        config=config, topology=topology.spec.name, gpu=gpu.name, n_gpus=topology.n_gpus, n_nodes=topology.n_nodes,
+        model=model.name, param_count=model.param_count, tokens_per_sample=model.tokens_per_sample,
+        step_time_s=step, forward_s=fwd0, backward_s=bwd0, optimizer_s=opt0, compute_s=single_step,
+        comm_s=timing.comm_s, exposed_comm_s=timing.exposed_comm_s, samples_per_s=samples,
+        tokens_per_s=samples * model.tokens_per_sample if model.tokens_per_sample else None,
+        single_gpu_samples_per_s=single, scaling_efficiency=samples / (topology.n_gpus * single),
+        mfu=flops_per_gpu / step / peak if peak else None, n_buckets=len(dp_ops), gradient_bytes=int(sum(c.size_bytes for c in dp_ops)),
+        ring=ring, memory=mem, simulation=sim, program=None, collectives=collectives, strategy=config.strategy,
+        comm_bytes_by_op=by_op, fit=advice, provenance=provenance, layout=report,
+        # The links of one data-parallel group's cluster, as its collectives load them.
+        links=link_report(collectives.group("dp"), [(c.op, c.size_bytes) for c in dp_ops], step) if dp_ops else None)
+
+
+def _stage_reports(result: PipelineResult, chunks: tuple[tuple[ChunkWork, ...], ...],
+                   memory: tuple[StageMemory, ...], model: ModelSpec) -> tuple[StageReport, ...]:
+    out = []
+    step = result.step_time_s
+    for s, st in enumerate(result.stages):
+        blocks = len({model.layers[w.index].unit for c in chunks[s] for w in c.layers if model.layers[w.index].unit})
+        out.append(StageReport(
+            stage=s, blocks=blocks, layers=tuple(tuple(model.layers[w.index].name for w in c.layers) for c in chunks[s]),
+            forward_s=sum(c.forward_s for c in chunks[s]), backward_s=sum(c.backward_s for c in chunks[s]),
+            busy_s=st.busy_s, bubble_s=st.wait_transfer_s, comm_wait_s=st.wait_comm_s,
+            tail_s=max(0.0, step - st.end_s), dp_comm_s=st.comm_s, dp_exposed_s=st.exposed_comm_s,
+            memory=memory[s]))
+    return tuple(out)

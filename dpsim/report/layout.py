@@ -1,0 +1,119 @@
+"""Human-readable output of tensor x pipeline x data layouts: a prediction's stages and ``dpsim plan``'s ranking.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from dpsim.units import format_bytes, format_seconds
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def layout_tables(p) -> list[Table]:
+    """Where a layout's step goes (a :class:`~dpsim.predict.layout.LayoutReport`) and its stages."""
+    rep = p.layout
+    lay = rep.layout
+    summary = Table(title=escape(f"layout: {lay.describe()}"), header_style="bold")
+    summary.add_column("step of stage 0")
+    summary.add_column("value", justify="right")
+    s0 = rep.stages[0]
+    compute0 = s0.busy_s - rep.tp_exposed_s
+    tp = f"{format_seconds(rep.tp_exposed_s)} of {format_seconds(rep.tp_comm_s)}"
+    bubble = (f"{format_seconds(s0.bubble_s)} ({_pct(rep.bubble_fraction)}; ideal "
+              f"{_pct(rep.ideal_bubble_fraction)})")
+    waits = f"{format_seconds(s0.comm_wait_s)} (they take {format_seconds(s0.dp_comm_s)})"
+    rows = [
+        ("compute (forward, backward, recompute, optimizer)", format_seconds(compute0)),
+        ("tensor-parallel collectives waited for", tp),
+        ("pipeline bubble (fill, drain, transfers)", bubble),
+        ("waiting for its data-parallel collectives", waits),
+    ]
+    if lay.pp > 1:
+        p2p = f"{format_bytes(rep.p2p_bytes)} per GPU in {format_seconds(rep.p2p_s)}, {rep.transfers} per step"
+        rows.append(("point-to-point transfer", p2p))
+    for name, value in rows:
+        summary.add_row(name, value)
+    stages = Table(title="pipeline stages" if lay.pp > 1 else "the stage", header_style="bold")
+    for col in ("stage", "blocks", "fwd / micro-batch", "bwd / micro-batch", "busy", "bubble", "in flight",
+                "memory / GPU"):
+        stages.add_column(col, justify="right")
+    shown = rep.stages if len(rep.stages) <= 12 else rep.stages[:6] + rep.stages[-6:]
+    for s in shown:
+        mem = s.memory.breakdown
+        mark = "" if mem.fits else " [bold red]OOM[/bold red]"
+        stages.add_row(str(s.stage), str(s.blocks), format_seconds(s.forward_s), format_seconds(s.backward_s),
+                       format_seconds(s.busy_s), format_seconds(s.bubble_s), "+".join(map(str, s.memory.in_flight)),
+                       format_bytes(mem.total_bytes) + mark)
+    return [summary, stages]
+
+
+def _usd(x: float) -> str:
+    return f"${x / 1e6:,.2f}M" if x >= 1e6 else f"${x:,.0f}"
+
+
+def _short(c) -> str:
+    """``512: tp4 pp4 dp32 i10 zero1 mb1 sel sp`` (GPUs, sizes, interleaved chunks, strategy, micro-batch,
+    recomputation, sequence parallelism)."""
+    parts = [f"{c.gpus}: tp{c.tp} pp{c.pp} dp{c.dp}"]
+    if c.pp > 1 and c.virtual_stages > 1:
+        parts.append(f"i{c.virtual_stages}")
+    elif c.pp > 1 and c.schedule == "gpipe":
+        parts.append("gpipe")
+    parts += [c.strategy, f"mb{c.micro_batch}"]
+    if c.recompute != "off":
+        parts.append({"selective": "sel", "full": "full"}[c.recompute])
+    if c.sequence_parallel:
+        parts.append("sp")
+    return " ".join(parts)
+
+
+def print_plan(result, base, *, global_batch: int, console: Console | None = None) -> None:
+    """``dpsim plan``'s table, the chosen layout's breakdown and the search's counts."""
+    console = console or Console(width=max(Console().width, 110))
+    counts = result.counts
+    title = (f"{base.model}: layouts for a global batch of {global_batch} "
+             f"({counts['ranked']} fit of {counts['candidates']}, searched in {result.wall_s:.1f} s)")
+    table = Table(title=escape(title), header_style="bold")
+    tokens = any(e.tokens_per_s for e in result.ranked)
+    for col in ("#", "layout", "step", "tokens/s" if tokens else "samples/s", "MFU", "memory/GPU", "to train", "cost"):
+        table.add_column(col, justify="left" if col == "layout" else "right", no_wrap=True)
+    for i, e in enumerate(result.ranked, 1):
+        table.add_row(
+            f"{i}{'*' if e.verified is not None else ''}", escape(_short(e.candidate)), format_seconds(e.step_time_s),
+            f"{e.tokens_per_s:,.0f}" if tokens and e.tokens_per_s else f"{e.samples_per_s:,.1f}",
+            "-" if e.mfu is None else _pct(e.mfu), format_bytes(e.memory_bytes),
+            "-" if e.time_to_train_s is None else f"{e.time_to_train_s / 86400:,.1f} d",
+            "-" if e.cost_usd is None else _usd(e.cost_usd))
+    console.print(table)
+    console.print("layout: GPUs: tensor x pipeline x data sizes, iN = interleaved with N chunks per stage, "
+                  "data-parallel strategy, micro-batch, sel/full = recomputation, sp = sequence parallelism")
+    console.print(f"* simulated step by step; the others are closed-form estimates. Refused: "
+                  f"{counts['do_not_fit']} do not fit in memory, {counts['refused_by_placement']} cannot be placed"
+                  + (f", {counts['over_budget']} over budget" if counts.get("over_budget") else ""))
+    best = result.best
+    if best is None:
+        near = result.best_memory
+        hint = (f"; closest: {escape(near.candidate.flags())} needs {format_bytes(near.memory_bytes)} of "
+                f"{format_bytes(near.usable_bytes)} usable") if near is not None else ""
+        console.print(f"[bold red]no layout fits[/bold red]{hint}; add GPUs, or allow more tensor parallelism")
+        return
+    console.print(f"best: dpsim predict --model {escape(base.model)} {escape(best.candidate.flags())}")
+    pred = best.verified
+    if pred is not None and pred.layout is not None:
+        for t in layout_tables(pred):
+            console.print(t)
+        m = pred.memory
+        console.print(f"memory per GPU (fullest stage): weights {format_bytes(m.weights_bytes)}, gradients "
+                      f"{format_bytes(m.gradients_bytes)}, optimizer {format_bytes(m.optimizer_bytes)}, activations "
+                      f"{format_bytes(m.activations_bytes)}, overhead {format_bytes(m.overhead_bytes)}: "
+                      f"{format_bytes(m.total_bytes)} of {format_bytes(m.usable_bytes)} usable")
+    else:
+        console.print(f"estimated step {format_seconds(best.step_time_s)}: compute {format_seconds(best.compute_s)}, "
+                      f"tensor-parallel waits {format_seconds(best.tp_exposed_s)}, bubble "
+                      f"{format_seconds(best.bubble_s)}, transfers {format_seconds(best.p2p_s)}, data-parallel "
+                      f"exposed {format_seconds(best.dp_exposed_s)}, optimizer {format_seconds(best.optimizer_s)}")

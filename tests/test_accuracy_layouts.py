@@ -1,0 +1,72 @@
+"""Tensor x pipeline x data layouts against published Megatron-LM measurements.
+
+The rows are ``tests/data/layout_reference.csv`` (each citing its source: Narayanan et al.
+2021 Table 1 with the configurations of Megatron-LM's ``examples/sc21`` scripts,
+Korthikanti et al. 2022's MFU table, Megatron-Turing NLG 530B, Megatron-Core's 2024 H100
+table); ``validation/accuracy_layouts.py`` predicts them from the presets alone and prints
+the table VALIDATION.md shows. Nothing is fitted on them. The bars below are what the
+model reaches today (README and VALIDATION.md say where it misses): a change that makes
+it worse fails here.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "validation"))
+
+import accuracy_layouts  # noqa: E402
+
+MEDIAN_BAR = 0.11
+"""Median |error| over every row, nothing fitted (9.7 % today; the issue's target is 5 %)."""
+WORST_BAR = 0.45
+"""Worst |error| over every row, nothing fitted (41.7 % today; the issue's target is 12 %)."""
+
+
+@pytest.fixture(scope="module")
+def results():
+    return [accuracy_layouts.evaluate(r) for r in accuracy_layouts.rows()]
+
+
+def test_every_row_cites_its_source_and_is_a_valid_layout():
+    with accuracy_layouts.DATA.open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len({r["id"] for r in rows}) >= 20
+    for r in rows:
+        assert r["source"] and ("@" in r["source"] or "arXiv" in r["source"]), r["id"]
+        assert int(r["tp"]) * int(r["pp"]) * int(r["dp"]) == int(r["gpus"]), r["id"]
+        config = accuracy_layouts.config_of(r)  # PredictConfig checks the layout's own rules
+        assert config.micro_batches * config.micro_batch * int(r["dp"]) == int(r["global_batch"])
+
+
+def test_published_flops_reproduce_the_published_times():
+    """Korthikanti et al. 2022's MFU with the model-FLOPs formula gives the paper's iteration
+    times (1.10, 13.75, 37.83, 71.49 s), and Narayanan's Eq. 3 gives MT-NLG's 126 TFLOP/s at 60.1 s:
+    the FLOP conventions of the validation script are the publications'."""
+    rows = {r["id"]: r for r in accuracy_layouts.rows()}
+    for rid, seconds in (("K01", 1.10), ("K02", 13.75), ("K03", 37.83), ("K04", 71.49)):
+        r = rows[rid]
+        t = accuracy_layouts.flops(r) / (float(r["published"]) / 100 * int(r["gpus"]) * 312e12)
+        assert t == pytest.approx(seconds, rel=0.005)
+    m01 = dict(rows["M01"], flop_formula="narayanan-eq3")
+    assert accuracy_layouts.flops(m01) / (60.1 * 2240) / 1e12 == pytest.approx(126, rel=0.01)
+
+
+def test_accuracy_on_published_layouts(results):
+    errors = [abs(r["error"]) for r in results]
+    median, worst = statistics.median(errors), max(errors)
+    table = "\n".join(f"{r['id']} {r['model']} {r['layout']}: {100 * r['error']:+.1f} %" for r in results)
+    assert median <= MEDIAN_BAR, f"median |error| {100 * median:.1f} %\n{table}"
+    assert worst <= WORST_BAR, f"worst |error| {100 * worst:.1f} %\n{table}"
+
+
+def test_every_published_layout_fits_in_memory(results):
+    """They ran, so dpsim's memory model must find them within capacity (80 GB A100/H100; the
+    MT-NLG rows' 40 GB GPUs are costed on the 80 GB preset)."""
+    assert [r["id"] for r in results if not r["fits"]] == []

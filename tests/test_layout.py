@@ -1,0 +1,247 @@
+"""Tensor x pipeline x data layouts end to end: the config fields and their one-line rules,
+predict --tp/--pp (consistency, what each knob moves, placement), dpsim plan.
+
+The engine, schedules and tensor-parallel shards are tests/test_pipeline.py; the
+comparison with published measurements is tests/test_accuracy_layouts.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dpsim.errors import ConfigError
+from dpsim.hardware import get_gpu
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.layout import layout_memory
+from dpsim.predict.run import load_model, predict
+from dpsim.workload.precision import get_precision
+
+BF16 = get_precision("bf16-mixed")
+
+
+# ------------------------------------------------------------------ the config fields
+
+
+def test_layout_choices_are_the_registries():
+    import typing
+
+    from dpsim.predict import config as cfg
+    from dpsim.strategies.layout import LAYOUT_STRATEGIES, RECOMPUTE, SCHEDULES
+    from dpsim.strategies.tensor import TP_COMM_OVERLAP
+
+    assert typing.get_args(cfg.Schedule) == tuple(SCHEDULES)
+    assert typing.get_args(cfg.Recompute) == tuple(RECOMPUTE)
+    assert typing.get_args(cfg.TpCommOverlap) == tuple(TP_COMM_OVERLAP)
+    assert cfg.LAYOUT_DP_STRATEGIES == tuple(LAYOUT_STRATEGIES)
+    fields = [f.name for f in dataclasses.fields(PredictConfig)]
+    assert set(cfg.LAYOUT_FIELDS) <= set(fields)
+    defaults = dataclasses.asdict(PredictConfig())
+    assert {k: defaults[k] for k in cfg.LAYOUT_FIELDS} == {
+        "tp": 1, "pp": 1, "dp": None, "global_batch": None, "schedule": "1f1b", "virtual_stages": 1,
+        "stage_layers": None, "sequence_parallel": False, "recompute": "off", "tp_comm_overlap": "backward",
+        "tp_across_network": False}
+
+
+def test_dp_alone_implies_the_gpus():
+    from dpsim.predict.config import derived_flags
+    assert derived_flags({"tp": 8, "pp": 4, "dp": 16}) == {"tp": 8, "pp": 4, "dp": 16, "gpus": 512}
+    assert derived_flags({"dp": 16, "gpus": 64}) == {"dp": 16, "gpus": 64}  # then PredictConfig says they disagree
+
+
+# ------------------------------------------------------------------ predict --tp/--pp
+
+
+def _layout_config(**kw):
+    base = dict(gpus=64, tp=2, pp=4, model="llama-2-13b", link="infiniband", micro_batch=1, global_batch=64,
+                precision="bf16-mixed", steps=1)
+    base.update(kw)
+    return PredictConfig(**base)
+
+
+def test_layout_prediction_is_consistent():
+    p = predict(_layout_config())
+    rep = p.layout
+    d = p.to_dict()
+    assert d["layout"]["tp"] == 2 and d["layout"]["pp"] == 4 and d["layout"]["dp"] == 8
+    assert d["layout"]["micro_batches"] == 8 and len(d["layout"]["stages"]) == 4
+    for st in rep.stages:
+        assert st.busy_s + st.bubble_s + st.comm_wait_s + st.tail_s == pytest.approx(p.step_time_s, rel=1e-9)
+    assert rep.bubble_fraction >= rep.ideal_bubble_fraction * 0.9
+    assert p.samples_per_s == pytest.approx(64 / p.step_time_s)
+    assert 0 < p.mfu < 1 and p.memory.fits
+
+
+def test_the_bubble_shrinks_with_micro_batches_and_chunks():
+    few = predict(_layout_config(global_batch=32)).layout.bubble_fraction
+    many = predict(_layout_config(global_batch=128)).layout.bubble_fraction
+    chunks = predict(_layout_config(global_batch=32, schedule="1f1b-interleaved", virtual_stages=2)).layout
+    assert many < few and chunks.bubble_fraction < few
+
+
+def test_sequence_parallelism_and_recomputation_lower_the_memory():
+    def mem(**kw):
+        return predict(_layout_config(**kw)).memory.activations_bytes
+    plain = mem()
+    assert mem(sequence_parallel=True) < plain
+    assert mem(recompute="full") < mem(recompute="selective") <= plain
+    assert predict(_layout_config(schedule="gpipe")).memory.total_bytes > predict(_layout_config()).memory.total_bytes
+
+
+def test_zero1_shards_the_optimizer_over_the_replicas():
+    ddp = predict(_layout_config(strategy="ddp")).memory
+    zero1 = predict(_layout_config(strategy="zero1")).memory
+    assert zero1.optimizer_bytes == pytest.approx(ddp.optimizer_bytes / 8, rel=1e-3)
+
+
+def test_memory_command_and_predict_agree_on_the_fullest_stage():
+    config = _layout_config(sequence_parallel=True, recompute="selective")
+    stages = layout_memory(config, load_model(config), get_gpu("h100"), BF16)
+    assert max(s.breakdown.total_bytes for s in stages) == pytest.approx(predict(config).memory.total_bytes)
+
+
+@pytest.mark.parametrize("kwargs, needles", [
+    (dict(gpus=64, tp=3), ["--gpus: 64 is not a multiple of --tp 3"]),
+    (dict(gpus=64, tp=2, dp=8), ["--dp: 8 with --tp 2 --pp 1 needs --gpus 16"]),
+    (dict(gpus=64, sequence_parallel=True), ["--sequence-parallel", "tensor parallelism"]),
+    (dict(gpus=64, schedule="gpipe"), ["--schedule", "pipeline parallelism"]),
+    (dict(gpus=64, pp=2, schedule="1f1b-interleaved"), ["--schedule: 1f1b-interleaved needs --virtual-stages"]),
+    (dict(gpus=64, pp=2, virtual_stages=2), ["--virtual-stages: 2 applies only to --schedule 1f1b-interleaved"]),
+    (dict(gpus=64, pp=2, strategy="zero3"), ["--strategy: 'zero3'", "ddp, zero1, fsdp"]),
+    (dict(gpus=64, recompute="full"), ["--recompute", "--activation-checkpointing"]),
+    (dict(gpus=64, pp=2, activation_checkpointing=True), ["--activation-checkpointing", "--recompute full"]),
+    (dict(gpus=64, global_batch=100, micro_batch=1), ["--global-batch: 100", "64"]),
+    (dict(gpus=64, global_batch=128, micro_batch=1, grad_accum=3), ["--grad-accum: 3 disagrees"]),
+])
+def test_layout_rules_are_one_line(kwargs, needles):
+    with pytest.raises(ConfigError) as exc:
+        PredictConfig(**kwargs)
+    message = str(exc.value)
+    assert "\n" not in message
+    for needle in needles:
+        assert needle in message
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(gpus=64, tp=16, link="infiniband", model="llama-2-7b"), "NVLink domain of 8 GPUs"),
+    (dict(gpus=48, tp=2, pp=8, link="infiniband", model="llama-2-13b"), "do not tile"),
+    (dict(gpus=64, pp=3, dp=None, link="infiniband", model="llama-2-13b"), "not a multiple"),
+    (dict(gpus=64, pp=16, link="infiniband", model="llama-2-13b", global_batch=64, micro_batch=1,
+          schedule="1f1b-interleaved", virtual_stages=2), "do not split evenly"),
+])
+def test_layouts_that_cannot_be_placed_are_refused(kwargs, needle):
+    with pytest.raises(ConfigError, match=needle):
+        predict(PredictConfig(**kwargs))
+
+
+def test_tp_across_the_network_when_asked():
+    p = predict(PredictConfig(gpus=32, tp=16, link="infiniband", model="llama-2-7b", micro_batch=1,
+                              tp_across_network=True, steps=1))
+    within = predict(PredictConfig(gpus=32, tp=8, link="infiniband", model="llama-2-7b", micro_batch=1, steps=1))
+    assert p.layout.tp_exposed_s > within.layout.tp_exposed_s
+
+
+def test_uneven_stage_split_moves_the_memory():
+    even = predict(_layout_config(pp=4, gpus=64)).layout.stages
+    uneven = predict(_layout_config(pp=4, gpus=64, stage_layers="8,10,11,11")).layout.stages
+    assert [s.blocks for s in uneven] == [8, 10, 11, 11] and [s.blocks for s in even] == [10] * 4
+    assert uneven[0].memory.params_per_gpu < even[0].memory.params_per_gpu
+    with pytest.raises(ConfigError, match="--stage-layers: '8,10,11' is not valid"):
+        predict(_layout_config(stage_layers="8,10,11"))
+
+
+def test_stage_memory_of_the_planner_equals_the_memory_model():
+    from dpsim.plan.planner import Candidate, Planner
+    base = PredictConfig(model="llama-2-13b", link="infiniband", precision="bf16-mixed")
+    planner = Planner(base)
+    for kw in (dict(tp=2, pp=4, dp=8, schedule="1f1b", virtual_stages=1, sequence_parallel=True, recompute="off"),
+               dict(tp=4, pp=2, dp=8, schedule="1f1b-interleaved", virtual_stages=2, sequence_parallel=False,
+                    recompute="full"),
+               dict(tp=1, pp=8, dp=8, schedule="1f1b", virtual_stages=1, sequence_parallel=False,
+                    recompute="selective")):
+        c = Candidate(gpus=64, strategy="zero1", micro_batch=1, global_batch=64, **kw)
+        est = planner.estimate(c, global_batch=64)
+        config = c.config(base)
+        stages = layout_memory(config, load_model(config), get_gpu("h100"), BF16)
+        assert est.memory_bytes == pytest.approx(max(stages[0].breakdown.total_bytes,
+                                                     stages[-1].breakdown.total_bytes), rel=1e-9)
+        # the closed-form step tracks the simulated one
+        assert est.step_time_s == pytest.approx(predict(config).step_time_s, rel=0.06)
+
+
+def test_plan_finds_layouts_that_fit_and_ranks_them():
+    from dpsim.plan.planner import plan_layouts
+    base = PredictConfig(model="llama-2-70b", link="infiniband", precision="bf16-mixed")
+    result = plan_layouts(base, gpus=[128], global_batch=256, tokens=1e11, verify=2, top=5)
+    assert result.ranked and all(e.fits for e in result.ranked)
+    assert result.counts["do_not_fit"] > 0  # 70B does not fit every way on 128 GPUs
+    best = result.best
+    assert best.verified is not None and best.verified.memory.fits
+    times = [e.time_to_train_s for e in result.ranked[:2]]
+    assert times == sorted(times)
+    cost = plan_layouts(base, gpus=[128], global_batch=256, tokens=1e11, verify=0, rank_by="cost",
+                        budget_usd=best.cost_usd * 0.999)
+    assert all(e.cost_usd <= best.cost_usd * 0.999 for e in cost.ranked)
+
+
+def test_predict_and_plan_on_the_command_line():
+    out = subprocess.run([sys.executable, "-m", "dpsim", "predict", "--tp", "2", "--pp", "2", "--dp", "4",
+                          "--model", "llama-2-7b", "--link", "infiniband", "--micro-batch", "1",
+                          "--global-batch", "16", "--json"], capture_output=True, text=True, check=True)
+    d = json.loads(out.stdout)
+    assert d["n_gpus"] == 16 and d["config"]["gpus"] == 16 and d["layout"]["pp"] == 2
+    out = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16",
+                          "--link", "infiniband", "--global-batch", "64", "--verify", "1", "--top", "3", "--json"],
+                         capture_output=True, text=True, check=True)
+    d = json.loads(out.stdout)
+    assert d["schema"] == "dpsim.plan/1" and d["best"]["flags"] and len(d["layouts"]) <= 3
+    bad = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--global-batch" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_pipeline_parallelism_alone_on_any_block_model():
+    p = predict(PredictConfig(gpus=16, pp=4, link="nvlink", model="gpt2-xl", micro_batch=2, global_batch=64,
+                              recompute="full", steps=1))
+    assert p.layout.tp_comm_s == 0 and len(p.layout.stages) == 4
+    # GPT-2's embedding is tied to its head: the last stage keeps a copy, both all-reduce its gradient
+    assert p.layout.embedding_grad_bytes > 0
+    assert p.layout.stages[-1].memory.params_per_gpu > p.layout.stages[1].memory.params_per_gpu
+
+
+def test_a_layout_with_variability_is_refused():
+    from dpsim.variability.run import predict_with_variability
+    from dpsim.variability.spec import VariabilitySpec
+    with pytest.raises(ConfigError, match="not modelled for tensor/pipeline"):
+        predict_with_variability(_layout_config(), VariabilitySpec(noise_cv=0.05, samples=2), steps=2)
+
+
+def test_data_parallel_configs_keep_their_path():
+    """tp = pp = 1 runs the data-parallel engine and prints no layout (tests/test_golden.py
+    freezes the numbers)."""
+    p = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2", steps=1))
+    assert p.layout is None and p.program is not None and p.to_dict()["layout"] is None
+    q = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2", steps=1, global_batch=128))
+    assert q.step_time_s == pytest.approx(
+        predict(PredictConfig(gpus=16, link="infiniband", model="gpt2", steps=1, grad_accum=2)).step_time_s)
+
+
+
+
+def test_the_timeline_shows_each_stage_and_its_bubble():
+    pytest.importorskip("plotly")
+    from dpsim.report.plots import timeline_figure
+    p = predict(_layout_config(schedule="1f1b-interleaved", virtual_stages=2))
+    fig = timeline_figure(p)
+    rows = {y for trace in fig.data for y in trace.y}
+    assert {f"stage {s} compute" for s in range(4)} <= rows
+    assert {f"stage {s} communication" for s in range(4)} <= rows
+    bubble = [t for t in fig.data if t.name == "pipeline bubble"]
+    assert bubble and "bubble" in fig.layout.title.text
+    # stage 0's shaded bubble is its simulated wait for the other stages
+    shaded = sum(x for t in bubble for x, y in zip(t.x, t.y) if y == "stage 0 compute") / 1e3
+    assert shaded == pytest.approx(p.layout.stages[0].bubble_s, rel=1e-6)
