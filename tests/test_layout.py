@@ -199,6 +199,7 @@ def test_predict_and_plan_on_the_command_line():
                          capture_output=True, text=True, check=True)
     d = json.loads(out.stdout)
     assert d["schema"] == "dpsim.plan/1" and d["best"]["flags"] and len(d["layouts"]) <= 3
+    assert d["command"].startswith("dpsim predict --model llama-2-7b --link infiniband ")
     bad = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "--global-batch" in bad.stderr and bad.stderr.count("\n") == 1

@@ -51,7 +51,7 @@ from dpsim.hardware import get_gpu
 from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, short
 from dpsim.memory import FRAMEWORK_OVERHEAD_BYTES, HEADROOM_FRACTION
 from dpsim.plan.cost import PriceOverride, gpu_hour_price
-from dpsim.predict.config import PredictConfig
+from dpsim.predict.config import PredictConfig, flag_name, flag_scale
 from dpsim.predict.layout import _heads, shard_compute
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import build_collectives, load_model, predict, resolve_topology
@@ -72,6 +72,11 @@ from dpsim.strategies.tensor import (
 from dpsim.topology.cluster import Topology
 from dpsim.workload.precision import get_precision, optimizer_state_bytes_per_param
 from dpsim.workload.spec import ModelSpec
+
+_LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "strategy", "micro_batch", "recompute", "activation_checkpointing",
+                         "schedule", "virtual_stages", "sequence_parallel", "grad_accum", "global_batch",
+                         "stage_layers"})
+"""Fields a candidate sets itself (the rest of the command is the job's)."""
 
 MAX_PLAN_VALUES = 32
 """Values of one searched flag (``--gpus 256,512,...``): the search grows as their product."""
@@ -122,6 +127,22 @@ class Candidate:
             schedule=self.schedule, virtual_stages=self.virtual_stages, sequence_parallel=self.sequence_parallel,
             grad_accum=1, global_batch=self.global_batch, tp_comm_overlap=base.tp_comm_overlap if self.tp > 1 else "backward",
             tp_across_network=base.tp_across_network and self.tp > 1)
+
+    def command(self, base: PredictConfig) -> str:
+        """The whole ``dpsim predict`` command: the job's flags that differ from the defaults, then the layout's."""
+        default = PredictConfig()
+        job = []
+        for f in dataclasses.fields(base):
+            value = getattr(base, f.name)
+            if f.name in _LAYOUT_OWN or value == getattr(default, f.name) or f.name == "model":
+                continue
+            flag = flag_name(f.name)
+            if isinstance(value, bool):
+                job.append(flag if value else f"--no-{flag[2:]}")
+            else:
+                scale = flag_scale(f.name)
+                job.append(f"{flag} {value * scale if scale else value}")
+        return " ".join(["dpsim predict --model", base.model, *job, self.flags()])
 
     def flags(self) -> str:
         """The ``dpsim predict`` flags of the layout."""
@@ -211,6 +232,8 @@ class PlanResult:
     """``time`` or ``cost``."""
     best_memory: object = None
     """Nothing fits: the candidate closest to fitting (an :class:`Estimate`), else ``None``."""
+    base: PredictConfig | None = field(default=None, repr=False)
+    """The job searched (for the chosen layout's whole command)."""
 
     @property
     def best(self) -> Estimate | None:
@@ -224,6 +247,7 @@ class PlanResult:
             "schema": "dpsim.plan/1", "rank_by": self.rank_by, "counts": dict(self.counts), "wall_s": self.wall_s,
             "layouts": [e.to_dict() for e in self.ranked],
             "best": best.to_dict() if best is not None else None,
+            "command": best.candidate.command(self.base) if best is not None and self.base is not None else None,
             "best_prediction": best.verified.to_dict() if best is not None and best.verified is not None else None,
             "closest_to_fitting": self.best_memory.to_dict() if self.best_memory is not None else None,
         }
@@ -606,7 +630,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     ranked = tuple(verified + [e for e in rest if all(e.candidate != v.candidate for v in verified)])[:max(top, 1)]
     counts["ranked"] = len(fitting)
     return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
-                      best_memory=closest if not fitting else None)
+                      best_memory=closest if not fitting else None, base=base)
 
 
 def _priced(e: Estimate, price: float | None, *, tokens, samples) -> Estimate:

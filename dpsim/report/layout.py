@@ -102,7 +102,7 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
                 f"{format_bytes(near.usable_bytes)} usable") if near is not None else ""
         console.print(f"[bold red]no layout fits[/bold red]{hint}; add GPUs, or allow more tensor parallelism")
         return
-    console.print(f"best: dpsim predict --model {escape(base.model)} {escape(best.candidate.flags())}")
+    console.print(f"best: {escape(best.candidate.command(base))}")
     pred = best.verified
     if pred is not None and pred.layout is not None:
         for t in layout_tables(pred):
