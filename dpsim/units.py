@@ -123,6 +123,13 @@ def format_bytes(size_bytes: float) -> str:
     return f"{size_bytes:.0f} B"
 
 
+def format_number(value: float, decimals: int = 0) -> str:
+    """``1,234.5`` with thousands separators up to a trillion, ``3.75e+19`` beyond: never 20 digits."""
+    if not math.isfinite(value):
+        return "n/a"
+    return f"{value:,.{decimals}f}" if abs(value) < 1e12 else f"{value:.3g}"
+
+
 def format_seconds(duration_s: float) -> str:
     """Human-readable duration, e.g. ``12.3 ms``, ``2.50 h``, ``3.1 d``; never more than a few digits."""
     if not math.isfinite(duration_s):

@@ -31,7 +31,7 @@ from dpsim.limits import (
     MAX_WORKERS,
 )
 from dpsim.predict.config import PredictConfig, field_kind, flag_name, flag_scale
-from fuzz_harness import check_outcome, run_cli
+from fuzz_harness import check_outcome, check_sane_output, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--gpus", "8", "--link", "nvlink", "--model", "gpt2"]
@@ -434,3 +434,16 @@ def test_random_text_in_a_flag(command, flag, rest, value, capsys):
     args = [command, *flag, value, *rest]
     outcome = run_cli(args, capsys)
     check_outcome(outcome, args, "either")
+
+
+def test_a_report_at_the_extremes_prints_human_numbers(capsys, tmp_path):
+    # Valid but extreme inputs: a day per step, the largest budget and price. The HTML's text
+    # (plotly.js removed) must not hold a 20-digit cost or a trillion days written out.
+    import re
+
+    out = tmp_path / "r.html"
+    args = ["report", "--gpus", "8", "--link", "ethernet", "--model", "gpt2", "--tokens", "1e18",
+            "--gpu-hour-usd", "10000", "--single-gpu-step-ms", "86400000", "--scaling-gpus", "8,16", "-o", str(out)]
+    check_outcome(run_cli(args, capsys), args, "ok")
+    text = re.sub(r"<[^>]+>", " ", re.sub(r"<script.*?</script>", "", out.read_text(), flags=re.S))
+    check_sane_output(text, "report.html")

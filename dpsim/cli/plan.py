@@ -190,7 +190,7 @@ def _print_table(df, spec) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from dpsim.units import format_bytes, format_seconds
+    from dpsim.units import format_bytes, format_number, format_seconds
 
     axes = spec.varying or list(spec.axes) or ["gpus"]
     table = Table(title=f"dpsim sweep: {len(df)} point{'s' if len(df) != 1 else ''}", header_style="bold")
@@ -215,7 +215,7 @@ def _print_table(df, spec) -> None:
         if col in ("step_time_s", "exposed_comm_s"):
             return format_seconds(v)
         if col in ("tokens_per_s", "samples_per_s"):
-            return f"{v:,.0f}"
+            return format_number(v)
         if col == "scaling_efficiency":
             return f"{100 * v:.1f} %"
         if col == "memory_total_bytes":
@@ -223,9 +223,9 @@ def _print_table(df, spec) -> None:
         if col == "memory_fits":
             return "yes" if v else "[red]NO[/red]"
         if col in ("usd_per_hour", "cost_usd"):
-            return f"${v:,.0f}"
+            return f"${format_number(v)}"
         if col == "time_to_train_days":
-            return f"{v:,.1f}"
+            return format_number(v, 1)
         return escape(str(v))
 
     for row in df.head(_SHOW_ROWS).to_dict(orient="records"):

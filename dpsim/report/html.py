@@ -33,7 +33,7 @@ from dpsim.report import plots
 from dpsim.report.layout import layout_tables
 from dpsim.report.text import prediction_tables
 from dpsim.strategies.registry import STRATEGIES
-from dpsim.units import format_seconds
+from dpsim.units import format_number, format_seconds
 from dpsim.workload.precision import PRECISIONS
 
 FABRICS = ("nvlink", "infiniband", "ethernet")
@@ -260,7 +260,8 @@ def render(data: ReportData, *, title: str | None = None) -> str:
     cfg = p.config
     title = title or f"dpsim report: {p.model} on {p.n_gpus} x {p.gpu} [{p.topology}]"
     figs = figures(data)
-    rate = (f"{p.tokens_per_s:,.0f} tokens/s" if p.tokens_per_s is not None else f"{p.samples_per_s:,.1f} samples/s")
+    rate = (f"{format_number(p.tokens_per_s)} tokens/s" if p.tokens_per_s is not None
+            else f"{format_number(p.samples_per_s, 1)} samples/s")
     cards = [
         _card("step time", format_seconds(p.step_time_s)),
         _card("throughput", rate),
@@ -274,8 +275,8 @@ def render(data: ReportData, *, title: str | None = None) -> str:
     ]
     if data.cost is not None:
         cards.append(_card(f"time to train on {format_count(data.cost.budget)} {data.cost.budget_unit}",
-                           f"{data.cost.time_days:,.1f} days"))
-        cards.append(_card("cost", f"${data.cost.cost_usd:,.0f}"))
+                           f"{format_number(data.cost.time_days, 1)} days"))
+        cards.append(_card("cost", f"${format_number(data.cost.cost_usd)}"))
     tables = [rich_table_html(t) for t in prediction_tables(p)]
     if p.layout is not None:
         tables += [rich_table_html(t) for t in layout_tables(p)]
@@ -284,12 +285,13 @@ def render(data: ReportData, *, title: str | None = None) -> str:
     tables.append(_kv_table("inputs (PredictConfig)", inputs))
     if data.price is not None:
         cost_rows = [("price per GPU-hour", f"${data.price['usd_per_gpu_hour']:.3f}"),
-                     ("cluster per hour", f"${data.price['usd_per_gpu_hour'] * p.n_gpus:,.2f}")]
+                     ("cluster per hour", f"${format_number(data.price['usd_per_gpu_hour'] * p.n_gpus, 2)}")]
         if data.cost is not None:
             c = data.cost
             cost_rows += [("budget", f"{format_count(c.budget)} {c.budget_unit}"),
-                          ("time to train", f"{c.time_days:,.2f} days ({c.time_s / 3600:,.1f} h)"),
-                          ("GPU-hours", f"{c.gpu_hours:,.0f}"), ("cost", f"${c.cost_usd:,.0f}")]
+                          ("time to train", f"{format_number(c.time_days, 2)} days "
+                                            f"({format_number(c.time_s / 3600, 1)} h)"),
+                          ("GPU-hours", format_number(c.gpu_hours)), ("cost", f"${format_number(c.cost_usd)}")]
         cost_rows.append(("price source", data.price["source"]))
         tables.append(_kv_table("cost (steady-state steps only: no start-up, checkpoints or failures)", cost_rows,
                                 wide_last=True))
