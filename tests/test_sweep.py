@@ -244,13 +244,14 @@ def test_local_workers_start_only_when_they_pay_off(monkeypatch):
 
     spec = SweepSpec.from_grid({"gpus": [8, 16, 64], "link": ["nvlink", "infiniband"], "model": ["gpt2"]})
     serial = sweep_records(spec)
+    before = set(multiprocessing.active_children())   # other tests' processes, if any
     started = []
     real = sweep_module._run_dask
     monkeypatch.setattr(sweep_module, "_run_dask", lambda *a, **k: (started.append(a[2]), real(*a, **k)))
     assert sweep_records(spec, workers=2) == serial and started == []
     monkeypatch.setattr(sweep_module, "LOCAL_CLUSTER_PAYOFF_S", 0.0)
     assert sweep_records(spec, workers=2) == serial and started == [1]   # after one point, serially
-    assert multiprocessing.active_children() == []
+    assert set(multiprocessing.active_children()) <= before
 
 
 def test_sweep_keyword_axes_and_duplicates():
