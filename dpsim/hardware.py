@@ -19,11 +19,17 @@ Rate keys (torch dtype names, see :data:`MATMUL_DTYPES`):
   matmuls since 1.12 (``set_float32_matmul_precision("highest")``): the CUDA-core
   FP32 peak. Given only where it differs from ``float32`` (Ampere and later).
 
-*Achieved* rates are the best measured matmul rate (mamf-finder's best shape) where one
-is published, else the dense peak times the efficiency of the nearest measured GPU
-(:data:`NVIDIA_MEASURED_EFFICIENCY` for NVIDIA parts without a measurement). The
-roofline (:mod:`dpsim.workload.roofline`) starts from them and loses more on small or
-skinny shapes.
+*Achieved* rates are the best measured matmul rate where one is published: mamf-finder's
+best shape (the MAMF table), or the best square ``torch.mm`` of a community benchmark
+(:data:`_TPD`, whose H100 bf16 rows agree with mamf-finder's within 1.5 %). A rate key
+with no measurement of its own is derived from the GPU's measured 16-bit rate times the
+ratio that key keeps to it where both are measured on the same silicon (TF32 ~ half the
+16-bit rate, as the datasheets' peaks say); a GPU with no measurement at all takes the
+dense peak times :data:`NVIDIA_MEASURED_EFFICIENCY`. Power-limited boards (T4, L4, A10,
+H100 PCIe) measure far below their peak; GeForce boards measure *above* the datasheet's
+peak, which is computed at the rated boost clock that they exceed under load. The
+roofline (:mod:`dpsim.workload.roofline`) starts from these rates and loses more on small
+or skinny shapes.
 """
 
 from __future__ import annotations
@@ -104,19 +110,30 @@ _GH200_EFF = 828.6 / 989.0  # H016 / spec table = 0.838
 _B200_EFF = 1745.0 / 2250.0  # H017 / H022 = 0.776
 _GB200_EFF = 1822.0 / 2500.0  # MAMF table GB200 SXM row / spec table = 0.729
 _MI300X_EFF = 668.4 / 1300.0  # MAMF table MI300X row (PYTORCH_TUNABLEOP_ENABLED=1) = 0.514
-_H200_OVER_H100_FP8 = 1453.4 / 1402.6  # H019 / H018: measured H200 vs H100 fp8 matmul = 1.036
 
 NVIDIA_MEASURED_EFFICIENCY = (_A100_SXM_EFF + _A100_PCIE_EFF + _H100_EFF + _GH200_EFF + _B200_EFF) / 5
 """Mean bf16 matmul efficiency of the NVIDIA GPUs measured in hardware.csv (H013-H017):
-0.819. Used for NVIDIA GPUs with no published measurement (Pascal, Volta, Turing,
-GA102/GA10x, Ada): a GEMM-benchmark constant from *other* GPUs, never fitted to
-throughput."""
+0.819. Used for NVIDIA GPUs with no published matmul measurement at all (the A10): a
+GEMM-benchmark constant from *other* GPUs, never fitted to throughput. Power-limited
+boards measure well below it (T4 0.65, L4 0.58, H100 PCIe 0.66: :data:`_TPD`), so it is
+optimistic for a 150 W board such as the A10."""
 
 _MAMF = ("MAMF table (stas00/ml-engineering@744d01e18b79 compute/accelerator/README.md, "
          "'Maximum Achievable Matmul FLOPS comparison table')")
 _SPEC = ("spec table (stas00/ml-engineering@744d01e18b79 compute/accelerator/README.md, "
          "'TFLOPS comparison table', dense, each row citing the vendor page)")
 _DERIVED = "achieved = dense peak x {eff:.3f} ({why}); no published matmul measurement of this GPU"
+_TPD = ("zzc0721/torch-performance-test-data@9d82827637262c4351e3f9483f96b8cff57a601f database.md "
+        "(test.py: torch.mm of square matrices 1024-10240, best size, 30 iterations after 10 warm-up; "
+        "columns fp32 = TF32 off, tf32, fp16, bf16)")
+"""The community matmul benchmark the GPUs without a MAMF row cite, row by row."""
+
+# TF32 / 16-bit matmul rate measured on one board (_TPD rows), for GPUs whose TF32 is not
+# measured: the datasheets' 1:2 peak ratio holds within a few per cent.
+_HOPPER_TF32_OVER_BF16 = 402.15 / 797.51  # _TPD 'NVIDIA H100 80GB HBM3' (HaxxorCialtion) = 0.504
+_A100_TF32_OVER_BF16 = 108.32 / 234.14  # _TPD 'NVIDIA A100-PCIE-40GB' (yjzxkxdn) = 0.463
+_GA102_TF32_OVER_FP16 = (38.15 / 77.83 + 32.03 / 64.10) / 2  # _TPD RTX 3080 Ti (datdanboi25), 3080 10GB = 0.495
+_AD10X_TF32_OVER_BF16 = 31.88 / 70.89  # _TPD 'NVIDIA L4' (Arcannite) = 0.450
 
 GPU_PRESETS: dict[str, GpuSpec] = {}
 """Built-in GPUs by key."""
@@ -137,24 +154,41 @@ def _scaled(peaks: dict[str, float], efficiency: float) -> dict[str, float]:
 def _derived_gpu(*, name: str, description: str, architecture: str, peaks_tflops: dict[str, float],
                  memory_gb: float, bandwidth_gb_s: float, sm_count: int | None, sources: tuple[str, ...],
                  efficiency: float = NVIDIA_MEASURED_EFFICIENCY,
-                 why: str = "mean of the measured NVIDIA GPUs, H013-H017") -> GpuSpec:
+                 why: str = "mean of the measured NVIDIA GPUs, H013-H017",
+                 measured_tflops: dict[str, float] | None = None) -> GpuSpec:
+    """A preset whose achieved rates are ``measured_tflops`` (each cited in ``sources``) and,
+    for the other rate keys, the dense peak times ``efficiency``."""
     peaks = {k: v * TFLOPS for k, v in peaks_tflops.items()}
+    measured = {k: v * TFLOPS for k, v in (measured_tflops or {}).items()}
+    achieved = {**_scaled(peaks, efficiency), **measured}
+    derived = sorted(set(achieved) - set(measured))
+    note = ()
+    if derived:
+        note = (_DERIVED.format(eff=efficiency, why=why) if not measured else
+                f"{', '.join(derived)} achieved = dense peak x {efficiency:.3f} ({why}); not measured on this GPU",)
     return GpuSpec(
         name=name, description=description, architecture=architecture, peak_flops_per_s=peaks,
-        achieved_flops_per_s=_scaled(peaks, efficiency), memory_bytes=memory_gb * _GB,
+        achieved_flops_per_s=achieved, memory_bytes=memory_gb * _GB,
         memory_bandwidth_bytes_per_s=bandwidth_gb_s * _GB, sm_count=sm_count,
-        sources=sources + (_DERIVED.format(eff=efficiency, why=why),),
+        sources=sources + note,
     )
 
 
 # --- Pascal: no tensor cores; fp16 runs at twice the fp32 rate on the CUDA cores --------
+# ... but only with fp16 accumulation: torch's fp16 matmuls accumulate in fp32, which
+# runs at the fp32 rate (the P100 PCIe row of _TPD: fp16 8.39, fp32 8.63 TFLOP/s of its
+# 9.3 fp32 peak). The SXM2 preset takes that board's fp32 efficiency for both.
+_P100_FP32_EFF = 8.63 / 9.3  # _TPD 'NVIDIA Tesla P100 PCIE 16GB' (zzc0208) / datasheet PCIe fp32 peak
 _register(_derived_gpu(
     name="p100", architecture="pascal", description="NVIDIA Tesla P100 SXM2 16GB",
     peaks_tflops={"float16": 21.2, "float32": 10.6},
+    measured_tflops={"float16": 10.6 * _P100_FP32_EFF, "float32": 10.6 * _P100_FP32_EFF},
     memory_gb=16, bandwidth_gb_s=732, sm_count=56,
     sources=("NVIDIA Tesla P100 datasheet (SXM2: 21.2 TFLOPS half, 10.6 TFLOPS single precision, "
-             "16 GB CoWoS HBM2 at 732 GB/s)",
-             "NVIDIA Tesla P100 whitepaper (GP100): 56 SMs on Tesla P100"),
+             "16 GB CoWoS HBM2 at 732 GB/s; PCIe: 9.3 TFLOPS single precision)",
+             "NVIDIA Tesla P100 whitepaper (GP100): 56 SMs on Tesla P100",
+             f"{_TPD}: 'NVIDIA Tesla P100 PCIE 16GB' fp32 8.63, fp16 8.39 TFLOP/s; achieved fp16 = fp32 = "
+             "SXM2 fp32 peak x that board's fp32 efficiency 0.928"),
 ))
 
 # --- Volta: fp16 tensor cores only, no bf16, no TF32 -------------------------------------
@@ -164,36 +198,49 @@ _V100_SOURCES = (
     "FP32, 112 TFLOPS tensor; 16/32 GB HBM2 at 900 GB/s)",
     "NVIDIA Tesla V100 GPU architecture whitepaper: 80 SMs on Tesla V100",
 )
+_V100_MEASURED = {"float16": 94.84, "float32": 14.06}  # _TPD 'NVIDIA Tesla V100-SXM2-16GB' (hhhhhge)
 for _name, _mem_gb in (("v100", 32), ("v100-16gb", 16)):
     _register(_derived_gpu(
         name=_name, architecture="volta", description=f"NVIDIA Tesla V100 SXM2 {_mem_gb}GB",
         peaks_tflops={"float16": 125.0, "float32": 15.7},  # H023; datasheet (CUDA-core FP32)
-        memory_gb=_mem_gb, bandwidth_gb_s=900, sm_count=80, sources=_V100_SOURCES,
+        measured_tflops=dict(_V100_MEASURED),
+        memory_gb=_mem_gb, bandwidth_gb_s=900, sm_count=80,
+        sources=_V100_SOURCES + (f"{_TPD}: 'NVIDIA Tesla V100-SXM2-16GB' fp16 94.84, fp32 14.06 TFLOP/s",),
     ))
+# The PCIe board: the same GV100 at lower clocks; the SXM2 board's measured efficiencies.
 _register(_derived_gpu(
     name="v100-pcie", architecture="volta", description="NVIDIA Tesla V100 PCIe 32GB",
     peaks_tflops={"float16": 112.0, "float32": 14.0},  # datasheet, PCIe column
-    memory_gb=32, bandwidth_gb_s=900, sm_count=80, sources=_V100_SOURCES,
+    measured_tflops={"float16": 112.0 * 94.84 / 125.0, "float32": 14.0 * 14.06 / 15.7},
+    memory_gb=32, bandwidth_gb_s=900, sm_count=80,
+    sources=_V100_SOURCES + (f"{_TPD}: 'NVIDIA Tesla V100-SXM2-16GB' fp16 94.84, fp32 14.06 TFLOP/s; achieved = "
+                             "PCIe peak x the SXM2 board's efficiency (0.759 fp16, 0.896 fp32)",),
 ))
 
 # --- Turing: fp16 tensor cores, no bf16, no TF32 -----------------------------------------
 _register(_derived_gpu(
     name="t4", architecture="turing", description="NVIDIA T4 16GB (PCIe, 70 W)",
     peaks_tflops={"float16": 65.0, "float32": 8.1},
+    measured_tflops={"float16": 41.93, "float32": 4.35},  # _TPD, median of the three T4 rows
     memory_gb=16, bandwidth_gb_s=320, sm_count=40,
     sources=("NVIDIA T4 datasheet: 8.1 TFLOPS single precision, 65 TFLOPS mixed precision "
              "(FP16/FP32), 16 GB GDDR6 at 320+ GB/s",
-             "NVIDIA Turing GPU architecture whitepaper (TU104): Tesla T4 has 40 SMs"),
+             "NVIDIA Turing GPU architecture whitepaper (TU104): Tesla T4 has 40 SMs",
+             f"{_TPD}: three 'NVIDIA Tesla T4 16GB' rows, fp16 41.91 / 42.71 / 41.93, fp32 4.17 / 4.43 / 4.35 "
+             "TFLOP/s (medians taken; a 70 W board runs far below its peak)"),
 ))
 _register(_derived_gpu(
     name="rtx2080ti", architecture="turing", description="NVIDIA GeForce RTX 2080 Ti 11GB (reference clocks)",
     # GeForce Turing runs fp16 tensor math with fp32 accumulation -- what cuBLAS uses for
     # torch's fp16 matmuls -- at half the fp16-accumulate rate (107.6).
     peaks_tflops={"float16": 53.8, "float32": 13.4},
+    measured_tflops={"float16": 58.58, "float32": 13.04},  # _TPD 'NVIDIA GeForce RTX 2080 Ti 22GB' (yjzxkxdn)
     memory_gb=11, bandwidth_gb_s=616, sm_count=68,
     sources=("NVIDIA Turing GPU architecture whitepaper, GeForce RTX 2080 Ti reference board: 13.4 "
              "TFLOPS FP32, 53.8 TFLOPS FP16 tensor with FP32 accumulate (107.6 with FP16 accumulate), "
-             "11 GB GDDR6 at 616 GB/s, 68 SMs",),
+             "11 GB GDDR6 at 616 GB/s, 68 SMs",
+             f"{_TPD}: 'NVIDIA GeForce RTX 2080 Ti 22GB' (the same TU102 with more memory) fp16 58.58, fp32 13.04 "
+             "TFLOP/s: above the peak at the rated 1545 MHz boost, which GeForce boards exceed under load"),
 ))
 
 # --- GA102/GA10x Ampere (GDDR): TF32 and bf16 tensor cores --------------------------------
@@ -209,10 +256,19 @@ _register(_derived_gpu(
     name="rtx3090", architecture="ampere", description="NVIDIA GeForce RTX 3090 24GB",
     # GeForce GA102: fp16/bf16 tensor math with fp32 accumulation at half the fp16-accumulate rate.
     peaks_tflops={"bfloat16": 71.0, "float16": 71.0, "float32": 35.6, "float32-highest": 35.6},
+    # _TPD: three RTX 3090 rows (zzc0208, a-cold-bird, Mightlaus), medians: bf16 76.58, fp16
+    # 75.64, fp32 (TF32 off) 24.79; TF32 not measured: fp16 x the GA102 ratio.
+    measured_tflops={"bfloat16": 76.58, "float16": 75.64, "float32": 75.64 * _GA102_TF32_OVER_FP16,
+                     "float32-highest": 24.79},
     memory_gb=24, bandwidth_gb_s=936, sm_count=82,
     sources=("NVIDIA Ampere GA102 GPU architecture whitepaper, GeForce RTX 3090: 35.6 TFLOPS FP32, "
              "35.6 TFLOPS TF32 tensor, 71 TFLOPS FP16/BF16 tensor with FP32 accumulate, 24 GB GDDR6X "
-             "at 936 GB/s, 82 SMs",),
+             "at 936 GB/s, 82 SMs",
+             f"{_TPD}: three RTX 3090 rows, bf16 76.34 / 76.68 / 76.58, fp16 75.64 / 75.88 / 75.48, fp32 "
+             "24.46 / 24.84 / 24.79 TFLOP/s (medians taken): 8 % above the peak at the rated 1695 MHz boost, "
+             "which GeForce boards exceed under load",
+             f"TF32 achieved = fp16 achieved x {_GA102_TF32_OVER_FP16:.3f}, the TF32/fp16 ratio {_TPD} measured "
+             "on two other GA102 GeForce boards (RTX 3080 Ti 38.15/77.83, RTX 3080 32.03/64.10)"),
 ))
 
 # --- Ada (GDDR): TF32, bf16 and fp8 tensor cores -----------------------------------------
@@ -220,19 +276,26 @@ _register(_derived_gpu(
     name="l4", architecture="ada", description="NVIDIA L4 24GB (PCIe, 72 W)",
     peaks_tflops={"bfloat16": 121.0, "float16": 121.0, "float32": 60.0, "float32-highest": 30.3,
                   "float8": 242.5},
+    measured_tflops={"bfloat16": 70.89, "float16": 68.83, "float32": 31.88, "float32-highest": 15.38},
     memory_gb=24, bandwidth_gb_s=300, sm_count=58,
     sources=("NVIDIA L4 datasheet: FP32 30.3 TFLOPS, TF32 120*, BF16/FP16 242*, FP8 485* TFLOPS "
              "(* with sparsity; dense is half), 24 GB GDDR6 at 300 GB/s",
-             "NVIDIA Ada GPU architecture whitepaper: L4 has 58 SMs"),
+             "NVIDIA Ada GPU architecture whitepaper: L4 has 58 SMs",
+             f"{_TPD}: 'NVIDIA L4' (Arcannite) bf16 70.89, fp16 68.83, tf32 31.88, fp32 15.38 TFLOP/s "
+             "(a 72 W board runs far below its peak)"),
 ))
 _register(_derived_gpu(
     name="l40s", architecture="ada", description="NVIDIA L40S 48GB (PCIe, 350 W)",
     peaks_tflops={"bfloat16": 362.0, "float16": 362.0, "float32": 183.0, "float32-highest": 91.6,
                   "float8": 733.0},
+    measured_tflops={"bfloat16": 269.15, "float16": 264.02, "float32": 269.15 * _AD10X_TF32_OVER_BF16,
+                     "float32-highest": 46.88},
     memory_gb=48, bandwidth_gb_s=864, sm_count=142,
     sources=(f"{_SPEC}: L40S fp32 91.6, tf32 183, bf16/fp16 362, fp8 733 TFLOPS",
              "NVIDIA L40S datasheet: 48 GB GDDR6 at 864 GB/s",
-             "NVIDIA Ada GPU architecture whitepaper: L40S has 142 SMs"),
+             "NVIDIA Ada GPU architecture whitepaper: L40S has 142 SMs",
+             f"{_TPD}: 'NVIDIA L40S' (Mightlaus) bf16 269.15, fp16 264.02, fp32 46.88 TFLOP/s; TF32 not "
+             f"measured: bf16 x {_AD10X_TF32_OVER_BF16:.3f}, the TF32/bf16 ratio measured on the L4 (AD104)"),
 ))
 
 # --- GA100 Ampere (HBM) --------------------------------------------------------------
@@ -248,7 +311,8 @@ _register(GpuSpec(
     achieved_flops_per_s={
         "bfloat16": 271.2 * TFLOPS,  # H013 (mamf-finder best shape)
         "float16": 271.2 * TFLOPS,  # H013, same tensor-core rate as bf16
-        **_scaled({k: v for k, v in _A100_PEAKS.items() if k.startswith("float32")}, _A100_SXM_EFF),
+        "float32": 271.2 * _A100_TF32_OVER_BF16 * TFLOPS,  # TF32/bf16 measured on an A100 PCIe (_TPD)
+        "float32-highest": 19.18 * TFLOPS,  # _TPD 'NVIDIA A100 SXM4 80GB' (aiguoliuguo) fp32
     },
     memory_bytes=80 * _GB,  # A100 datasheet: 80 GB HBM2e
     memory_bandwidth_bytes_per_s=2039 * _GB,  # A100 datasheet: 2,039 GB/s (SXM 80GB)
@@ -257,7 +321,9 @@ _register(GpuSpec(
         "hardware.csv H013: A100 SXM bf16 matmul 271.2 TFLOP/s achieved (mamf-finder)",
         "hardware.csv H020: A100 SXM dense peak bf16 312, tf32 156 TFLOP/s",
         "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: 80 GB HBM2e, 2,039 GB/s)",
-        "TF32/FP32 achieved = peak x the bf16 efficiency H013/H020",
+        f"{_TPD}: 'NVIDIA A100 SXM4 80GB' fp32 (TF32 off) 19.18, bf16 264.53 TFLOP/s (H013's 271.2 kept)",
+        f"TF32 achieved = bf16 achieved x {_A100_TF32_OVER_BF16:.3f}, the TF32/bf16 ratio {_TPD} measured on "
+        "'NVIDIA A100-PCIE-40GB' (108.32 / 234.14)",
     ) + _A100_SOURCES,
 ))
 for _name, _mem_gb, _bw in (("a100-pcie-40gb", 40, 1555), ("a100-pcie-80gb", 80, 1935)):
@@ -269,7 +335,8 @@ for _name, _mem_gb, _bw in (("a100-pcie-40gb", 40, 1555), ("a100-pcie-80gb", 80,
         achieved_flops_per_s={
             "bfloat16": 252.9 * TFLOPS,  # H014 (mamf-finder best shape, A100 PCIe)
             "float16": 252.9 * TFLOPS,  # H014, same tensor-core rate as bf16
-            **_scaled({k: v for k, v in _A100_PEAKS.items() if k.startswith("float32")}, _A100_PCIE_EFF),
+            "float32": 252.9 * _A100_TF32_OVER_BF16 * TFLOPS,
+            "float32-highest": 17.56 * TFLOPS,  # _TPD 'NVIDIA A100-PCIE-40GB' (yjzxkxdn) fp32
         },
         memory_bytes=_mem_gb * _GB,
         memory_bandwidth_bytes_per_s=_bw * _GB,
@@ -278,7 +345,8 @@ for _name, _mem_gb, _bw in (("a100-pcie-40gb", 40, 1555), ("a100-pcie-80gb", 80,
             "hardware.csv H014: A100 PCIe bf16 matmul 252.9 TFLOP/s achieved (mamf-finder)",
             "NVIDIA A100 Tensor Core GPU datasheet (A100 PCIe: 40 GB HBM2 at 1,555 GB/s; 80 GB HBM2e "
             "at 1,935 GB/s)",
-            "TF32/FP32 achieved = peak x the bf16 efficiency H014/spec",
+            f"{_TPD}: 'NVIDIA A100-PCIE-40GB' fp32 (TF32 off) 17.56, tf32 108.32, bf16 234.14 TFLOP/s (H014's "
+            "252.9 kept); TF32 achieved = bf16 achieved x their TF32/bf16 ratio",
         ) + _A100_SOURCES,
     ))
 
@@ -292,18 +360,29 @@ _H100_PEAKS = {"bfloat16": 989 * TFLOPS, "float16": 989 * TFLOPS, "float32": 494
                "float32-highest": 67 * TFLOPS, "float8": 1979 * TFLOPS}  # H021, H018 notes, spec table
 
 
+_H100_FP32_EFF = (51.88 + 52.11) / 2 / 67.0  # _TPD two 'NVIDIA H100 80GB HBM3' rows, fp32 / spec-table peak
+
+
 def _hopper(name: str, description: str, bf16_achieved: float, fp8_achieved: float | None,
             memory_gb: float, bandwidth_tb_s: float, sources: tuple[str, ...],
-            peaks: dict[str, float] = _H100_PEAKS, sm_count: int = 132) -> GpuSpec:
-    efficiency = bf16_achieved / peaks["bfloat16"]
+            peaks: dict[str, float] = _H100_PEAKS, sm_count: int = 132,
+            measured: dict[str, float] | None = None) -> GpuSpec:
+    """A GH100 preset: bf16 (and fp8) measured, fp16 = bf16, TF32 = bf16 x the TF32/bf16 ratio
+    measured on an H100 SXM, full FP32 at the H100 SXM's measured efficiency; ``measured``
+    (FLOP/s, cited in ``sources``) replaces any of them."""
     achieved = {"bfloat16": bf16_achieved, "float16": bf16_achieved,
-                **_scaled({k: v for k, v in peaks.items() if k.startswith("float32")}, efficiency)}
+                "float32": bf16_achieved * _HOPPER_TF32_OVER_BF16,
+                "float32-highest": peaks["float32-highest"] * _H100_FP32_EFF}
     if fp8_achieved is not None:
         achieved["float8"] = fp8_achieved
+    achieved.update(measured or {})
     return GpuSpec(name=name, description=description, architecture="hopper", peak_flops_per_s=dict(peaks),
                    achieved_flops_per_s=achieved, memory_bytes=memory_gb * _GB,
                    memory_bandwidth_bytes_per_s=bandwidth_tb_s * _TB, sm_count=sm_count,
-                   sources=sources + (_HOPPER_SMS, "TF32/FP32 achieved = peak x the GPU's bf16 efficiency"))
+                   sources=sources + (_HOPPER_SMS, f"unless measured here: TF32 achieved = bf16 achieved x "
+                                      f"{_HOPPER_TF32_OVER_BF16:.3f} and FP32 = peak x {_H100_FP32_EFF:.3f}, both "
+                                      f"measured on an H100 SXM ({_TPD}: tf32 402.15 / bf16 797.51; fp32 51.88, "
+                                      "52.11 of 67)"))
 
 
 _register(_hopper(
@@ -311,16 +390,21 @@ _register(_hopper(
     ("hardware.csv H015: H100 SXM bf16 matmul 794.5 TFLOP/s achieved (mamf-finder)",
      "hardware.csv H018: H100 SXM fp8 matmul 1402.6 TFLOP/s achieved, peak 1979",
      "hardware.csv H021: H100 SXM dense peak bf16 989, tf32 494.5 TFLOP/s",
-     f"{_SPEC}: H100 SXM fp32 67 TFLOPS", _H100_SXM_DATASHEET),
+     f"{_SPEC}: H100 SXM fp32 67 TFLOPS", _H100_SXM_DATASHEET,
+     f"{_TPD}: 'NVIDIA H100 80GB HBM3' (HaxxorCialtion) tf32 402.15 TFLOP/s measured"),
+    measured={"float32": 402.15 * TFLOPS},
 ))
+# A 350 W board: it measures 66 % of its peak where the 700 W SXM measures 80 %.
 _register(_hopper(
-    "h100-pcie", "NVIDIA H100 PCIe 80GB", 756 * TFLOPS * _H100_EFF, None, 80, 2.0,
+    "h100-pcie", "NVIDIA H100 PCIe 80GB", 495.93 * TFLOPS, None, 80, 2.0,
     (f"{_SPEC}: H100 PCIe fp32 51, tf32 378, bf16/fp16 756, fp8 1513 TFLOPS",
      "NVIDIA H100 datasheet (H100 PCIe: 80 GB HBM2e at 2 TB/s)",
-     "bf16 achieved = peak x the H100 SXM efficiency H015/H021 (same GH100 die, no PCIe measurement)"),
+     f"{_TPD}: 'NVIDIA H100 PCIe' (htdxd) bf16 495.93, fp16 458.03, tf32 240.43, fp32 36.95 TFLOP/s; "
+     "'NVIDIA H800 PCIe' (the same board for China) 503.83, 478.23, 242.83, 37.77 agrees"),
     peaks={"bfloat16": 756 * TFLOPS, "float16": 756 * TFLOPS, "float32": 378 * TFLOPS,
            "float32-highest": 51 * TFLOPS, "float8": 1513 * TFLOPS},
     sm_count=114,
+    measured={"float16": 458.03 * TFLOPS, "float32": 240.43 * TFLOPS, "float32-highest": 36.95 * TFLOPS},
 ))
 _register(_hopper(
     "h100-nvl", "NVIDIA H100 NVL 94GB (one GPU of the NVLink-bridged pair)", 835.5 * TFLOPS * _H100_EFF,
@@ -339,16 +423,15 @@ _register(_hopper(
      "version also exists)"),
 ))
 # H200: the same GH100 die and clocks as H100 SXM, so the same dense peaks (H021; H019
-# notes the same fp8 peak 1979 as H018). No bf16 matmul is measured on H200: take the
-# H100 bf16 measurement (H015) scaled by how much faster H200 ran the fp8 matmul than H100.
+# notes the same fp8 peak 1979 as H018).
 _register(_hopper(
-    "h200", "NVIDIA H200 SXM 141GB", 794.5 * TFLOPS * _H200_OVER_H100_FP8, 1453.4 * TFLOPS, 141, 4.8,
+    "h200", "NVIDIA H200 SXM 141GB", 790.29 * TFLOPS, 1453.4 * TFLOPS, 141, 4.8,
     ("hardware.csv H019: H200 SXM fp8 matmul 1453.4 TFLOP/s achieved, peak 1979",
      "hardware.csv H021: H100 SXM dense peaks (H200 uses the same GH100 die)",
-     "bf16 achieved derived = H015 794.5 x (H019 1453.4 / H018 1402.6) = 823.3 TFLOP/s; "
-     "no measured H200 bf16 row",
+     f"{_TPD}: 'NVIDIA H200' (Mightlaus) bf16 790.29, fp16 759.40, fp32 51.34 TFLOP/s",
      "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: 141 GB HBM3e, 4.8 TB/s, same "
      "compute as H100 SXM)"),
+    measured={"float16": 759.40 * TFLOPS, "float32-highest": 51.34 * TFLOPS},
 ))
 
 # --- Blackwell -------------------------------------------------------------------------

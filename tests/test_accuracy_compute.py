@@ -2,12 +2,12 @@
 
 ``tests/data/single_gpu_throughput.csv`` holds published training throughput, each row
 citing its source (repository@commit, file, table and row) and its configuration (GPU,
-model, precision as the framework set it, micro-batch, attention kernel, memory layout).
-``python validation/accuracy_compute.py`` predicts every row from the GPU preset and the
-roofline, with the roofline's three fitted constants fitted on the *other* GPU chips'
-rows. Deterministic (no timing). The issue's target is median |error| <= 10 %, worst
-<= 25 %; what the model reaches today is pinned here so that it can only improve, and the
-misses are explained in VALIDATION.md ("Single-GPU throughput").
+model, precision as the framework set it, micro-batch, attention kernel, memory layout,
+optimizer implementation). ``python validation/accuracy_compute.py`` predicts every row
+from the GPU preset and the roofline, with the roofline's two fitted constants fitted on
+the *other* GPU chips' rows. Deterministic (no timing). The issue's target is median
+|error| <= 10 %, worst <= 25 %; what the model reaches today is pinned here so that it can
+only improve, and the misses are explained in VALIDATION.md ("Single-GPU throughput").
 """
 
 from __future__ import annotations
@@ -19,16 +19,17 @@ from pathlib import Path
 import pytest
 
 from dpsim.hardware import GPU_PRESETS
-from dpsim.workload.precision import PRECISIONS, OPTIMIZER_STATES
+from dpsim.workload.compute import OPTIMIZER_IMPLEMENTATIONS
+from dpsim.workload.precision import OPTIMIZER_STATES, PRECISIONS
 from dpsim.workload.roofline import Efficiencies
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "validation"))
 import accuracy_compute as accuracy  # noqa: E402
 
-PINNED_MEDIAN = 0.125
-PINNED_WORST = 0.50
-"""Today's leave-one-chip-out accuracy (12.4 % / 49.8 %), with a hair of slack."""
+PINNED_MEDIAN = 0.105
+PINNED_WORST = 0.47
+"""Today's leave-one-chip-out accuracy (10.4 % / 46.1 %), with a hair of slack."""
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,23 @@ def test_rows_are_cited_and_well_formed():
     for r in rows:
         assert r.gpu in GPU_PRESETS and r.precision in PRECISIONS and r.optimizer in OPTIMIZER_STATES, r.id
         assert re.search(r"@[0-9a-f]{40} ", r.source), f"{r.id}: source must pin a commit"
-        assert r.micro_batch >= 1 and r.grad_accum >= 1 and r.measured > 0, r.id
+        assert r.micro_batch >= 1 and r.grad_accum >= 1 and r.measured > 0 and r.published > 0, r.id
         assert r.scored == "yes" or (r.scored.startswith("no: ") and len(r.scored) > 40), r.id
+        impl, ops = r.optimizer_kernels
+        assert impl in OPTIMIZER_IMPLEMENTATIONS and (ops is None or (impl == "loop" and ops > 0)), r.id
+        assert r.attention in ("", "eager", "fused", "triton"), r.id
+        assert r.gpus == 1 or not r.is_scored, f"{r.id}: a multi-GPU row is not a single-GPU measurement"
+
+
+def test_lambda_rows_score_the_steady_state_of_their_logs():
+    # Lambda's table divides whole runs, start-up included: the steady state is faster, by
+    # 0.3-17 %, and every such row names the logs it was read from.
+    for r in accuracy.load_rows():
+        if r.source.startswith("lambdal/"):
+            assert r.published <= r.measured <= 1.2 * r.published, r.id
+            assert "steady state from the run logs pytorch/results" in r.source, r.id
+        else:
+            assert r.measured == r.published, r.id
 
 
 def test_reference_models_have_the_published_parameter_counts():
@@ -64,7 +80,7 @@ def test_the_fast_kernels_reproduce_compute_profile():
 def test_shipped_constants_are_the_fit_on_all_rows(evaluated):
     _, all_rows = evaluated
     shipped = Efficiencies()
-    for field in ("memory", "matmul", "tf32"):
+    for field in ("memory", "matmul"):
         assert getattr(shipped, field) == pytest.approx(getattr(all_rows, field), abs=0.002), field
 
 
@@ -90,3 +106,27 @@ def test_accuracy_is_pinned_and_documented(evaluated):
     assert line in validation, "VALIDATION.md's single-GPU section is stale: rerun validation/accuracy_compute.py"
     for res in results:
         assert f"| {res.row.id} |" in validation
+
+
+def test_multi_gpu_rows_go_through_the_fsdp_path():
+    rows = [r for r in accuracy.load_rows() if r.gpus > 1]
+    assert rows and all(not r.is_scored for r in rows)
+    m = accuracy.multi_gpu(rows[0])
+    # FSDP's collectives are mostly hidden behind compute on one NVSwitch node: the FSDP path
+    # is within a few per cent of the compute-only estimate, and both are positive.
+    assert m.fsdp > 0 and m.compute_only > 0 and m.exposed_comm_s < 0.05 * m.step_s
+    assert m.fsdp == pytest.approx(m.compute_only, rel=0.05)
+
+
+def test_the_section_writer_keeps_every_other_section(tmp_path):
+    doc = tmp_path / "VALIDATION.md"
+    doc.write_text("# Validation\n\n## Part 1\n\ntext one\n\n<!-- single-gpu-throughput: begin -->\n"
+                   f"{accuracy.HEADING}\n\nold\n<!-- single-gpu-throughput: end -->\n\n<!-- layouts: begin -->\n"
+                   "## Layouts\n\nx\n<!-- layouts: end -->\n\n## Part 3\n\ny\n")
+    accuracy.write_section(f"{accuracy.HEADING}\n\nnew\n", doc)
+    text = doc.read_text()
+    assert "old" not in text and "single-gpu-throughput" not in text
+    assert text.index("text one") < text.index("new") < text.index("<!-- layouts: begin -->\n## Layouts")
+    assert text.endswith("<!-- layouts: end -->\n\n## Part 3\n\ny\n")
+    accuracy.write_section(f"{accuracy.HEADING}\n\nnew\n", doc)
+    assert doc.read_text() == text  # idempotent

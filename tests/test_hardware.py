@@ -11,6 +11,8 @@ REQUIRED = ("p100", "v100", "v100-16gb", "v100-pcie", "t4", "rtx2080ti", "a10", 
             "a100-pcie-40gb", "a100-pcie-80gb", "h100", "h100-pcie", "h100-nvl", "gh200", "h200", "b200", "gb200",
             "mi250x", "mi300x")
 TF = 1e12
+GEFORCE = ("rtx2080ti", "rtx3090")
+GEFORCE_BOOST = 1.1
 
 
 def test_required_presets_exist():
@@ -30,7 +32,9 @@ def test_preset_numbers_positive_and_achieved_below_peak(name):
         assert rate > 0, dtype
     for dtype, rate in gpu.achieved_flops_per_s.items():
         assert dtype in gpu.peak_flops_per_s, dtype
-        assert 0 < rate <= gpu.peak_flops_per_s[dtype], dtype
+        # GeForce boards run above the rated boost clock the datasheet's peak assumes, and
+        # measure up to ~10 % above it; every other board measures below its peak.
+        assert 0 < rate <= gpu.peak_flops_per_s[dtype] * (GEFORCE_BOOST if name in GEFORCE else 1.0), dtype
         assert gpu.achieved_rate(dtype) == rate
         assert gpu.peak_rate(dtype) == gpu.peak_flops_per_s[dtype]
     # Every training precision's rate key resolves (fp16 always; the fp32 pair on every GPU).
@@ -82,17 +86,39 @@ def test_cited_rows():
 def test_unmeasured_nvidia_gpus_use_the_measured_mean_efficiency():
     assert NVIDIA_MEASURED_EFFICIENCY == pytest.approx(
         (271.2 / 312 + 252.9 / 312 + 794.5 / 989 + 828.6 / 989 + 1745.0 / 2250) / 5)
-    for name in ("p100", "v100", "t4", "rtx2080ti", "a10", "rtx3090", "l4", "l40s"):
-        gpu = get_gpu(name)
-        assert gpu.achieved_rate("float16") == pytest.approx(gpu.peak_rate("float16") * NVIDIA_MEASURED_EFFICIENCY)
+    gpu = get_gpu("a10")  # no published matmul measurement
+    for dtype in ("float16", "bfloat16", "float32", "float32-highest"):
+        assert gpu.achieved_rate(dtype) == pytest.approx(gpu.peak_rate(dtype) * NVIDIA_MEASURED_EFFICIENCY)
+
+
+def test_community_matmul_measurements():
+    # zzc0721/torch-performance-test-data@9d82827 database.md rows (medians where several).
+    measured = {("rtx3090", "bfloat16"): 76.58, ("rtx3090", "float16"): 75.64, ("rtx3090", "float32-highest"): 24.79,
+                ("t4", "float16"): 41.93, ("l4", "bfloat16"): 70.89, ("l4", "float32"): 31.88,
+                ("l40s", "bfloat16"): 269.15, ("v100", "float16"): 94.84, ("v100", "float32"): 14.06,
+                ("h100", "float32"): 402.15, ("h100-pcie", "bfloat16"): 495.93, ("h100-pcie", "float32"): 240.43,
+                ("h200", "bfloat16"): 790.29, ("a100", "float32-highest"): 19.18}
+    for (name, dtype), tflops in measured.items():
+        assert get_gpu(name).achieved_rate(dtype) == pytest.approx(tflops * TF), (name, dtype)
+    # Power-limited boards measure far below their peak; a GeForce above it (boost clocks).
+    for name in ("t4", "l4", "h100-pcie"):
+        assert get_gpu(name).achieved_rate("float16") < 0.7 * get_gpu(name).peak_rate("float16"), name
+    assert get_gpu("rtx3090").achieved_rate("bfloat16") > get_gpu("rtx3090").peak_rate("bfloat16")
+
+
+@pytest.mark.parametrize("name", ["a100", "a100-pcie-40gb", "h100", "h200", "gh200", "rtx3090", "l40s", "b200"])
+def test_tf32_is_about_half_the_16_bit_rate(name):
+    # Measured where published (H100, A100 PCIe, GA102 and AD104 boards), else derived from the
+    # measured 16-bit rate by the ratio the same silicon measures.
+    gpu = get_gpu(name)
+    assert 0.44 < gpu.achieved_rate("float32") / gpu.achieved_rate("bfloat16") < 0.52
 
 
 def test_h200_same_compute_die_as_h100():
     h100, h200 = get_gpu("h100"), get_gpu("h200")
     assert h200.peak_flops_per_s == h100.peak_flops_per_s
-    # Derived: H015 x H019/H018, between H100's and GH200's (H016) measurements.
-    assert 794.5 * TF < h200.achieved_rate("bfloat16") < 828.6 * TF
-    assert h200.achieved_rate("bfloat16") == pytest.approx(794.5 * 1453.4 / 1402.6 * TF)
+    # Measured bf16 within 1 % of H100's (H015): the same die and clocks.
+    assert h200.achieved_rate("bfloat16") == pytest.approx(h100.achieved_rate("bfloat16"), rel=0.01)
 
 
 def test_memory_datasheet_numbers():

@@ -11,12 +11,21 @@ from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
 from dpsim.workload.architectures import GPT2Config, ResNetConfig, build_gpt2, build_resnet
 from dpsim.workload.catalog import get_model
-from dpsim.workload.compute import FLOPS_ONLY_EFFICIENCY, compute_profile
+from dpsim.workload.compute import (
+    FLOPS_ONLY_EFFICIENCY,
+    OPTIMIZER_OPS,
+    compute_profile,
+    optimizer_terms,
+    optimizer_time_s,
+)
 from dpsim.workload.precision import get_precision
 from dpsim.workload.roofline import (
     ATTENTION_FRACTION_OF_PEAK,
+    HOST_OVERHEAD_PER_OP_S,
+    TRITON_FLASH_SLOWDOWN,
     Efficiencies,
     matmul_term,
+    op_terms,
     op_times,
     pass_bytes,
     shape_efficiency,
@@ -190,3 +199,61 @@ def test_newer_gpus_are_faster_on_every_catalog_model():
         steps = [profile(model, gpu=get_gpu(g), precision=get_precision("amp-fp16")).step_s
                  for g in ("t4", "v100", "a100", "h100", "b200")]
         assert steps == sorted(steps, reverse=True), name
+
+
+def test_a_kernel_takes_at_least_its_host_dispatch():
+    tiny = MemoryOp(name="x", elements=16.0, forward=((2, "act"),), backward=((3, "act"),))
+    assert op_times(tiny, H100, AMP, 1) == pytest.approx((HOST_OVERHEAD_PER_OP_S, HOST_OVERHEAD_PER_OP_S))
+    big = MemoryOp(name="x", elements=1e8, forward=((2, "act"),), backward=((3, "act"),))
+    assert op_times(big, H100, AMP, 8)[0] > 100 * HOST_OVERHEAD_PER_OP_S  # long kernels: the CPU runs ahead
+    # An op with no traffic in a direction launches no kernel there.
+    fwd_only = MemoryOp(name="x", elements=16.0, forward=((1, "act"),))
+    assert op_times(fwd_only, H100, AMP, 1)[1] == 0.0
+
+
+def test_a_per_parameter_optimizer_loop_is_host_bound():
+    bert = get_model("bert-large", seq_len=384)
+    fp32 = get_precision("tf32")
+    foreach = optimizer_time_s(optimizer_terms(bert, H100, fp32, "adamw"))
+    loop = optimizer_time_s(optimizer_terms(bert, H100, fp32, "adamw", implementation="loop"))
+    bert_adam = optimizer_time_s(optimizer_terms(bert, H100, fp32, "adamw", implementation="loop", ops_per_param=18))
+    n_params = len(bert.params)
+    # The same bytes either way; the loop dispatches every op of every parameter from Python.
+    assert loop > foreach and loop >= n_params * OPTIMIZER_OPS["adamw"] * HOST_OVERHEAD_PER_OP_S
+    assert bert_adam >= n_params * 18 * HOST_OVERHEAD_PER_OP_S > loop / 2
+    # foreach streams at memory speed: the host cost of its few dispatches is hidden.
+    traffic = sum(t.memory_s for t in optimizer_terms(bert, H100, fp32, "adamw")) / Efficiencies().memory
+    assert foreach == pytest.approx(traffic)
+    # The profile carries the implementation through.
+    p = profile(bert, gpu=H100, precision=fp32, micro_batch=8, optimizer_impl="loop", optimizer_ops_per_param=18)
+    assert p.optimizer_s == pytest.approx(bert_adam)
+    with pytest.raises(ConfigError, match="optimizer implementation"):
+        profile(bert, optimizer_impl="vectorised")
+
+
+def test_triton_flash_attention_is_slower_than_sdpa():
+    sdpa = AttentionOp(seq=2048, heads=16, head_dim=128, causal=True)
+    triton = dataclasses.replace(sdpa, kernel="triton")
+    assert sum(op_times(triton, A100, AMP, 8)) == pytest.approx(TRITON_FLASH_SLOWDOWN * sum(op_times(sdpa, A100, AMP, 8)))
+    with pytest.raises(Exception, match="kernel"):
+        AttentionOp(seq=8, heads=1, head_dim=8, kernel="cudnn")
+
+
+def test_a_convolution_moves_its_input_not_its_im2col_matrix():
+    conv = MatmulOp(name="c", m=56 * 56, n=64, k=64 * 9, kind="conv", kernel=3, stride=1)
+    (fwd,), _ = op_terms(conv, A100, AMP, 32)
+    im2col = matmul_term(56 * 56 * 32, 64, 64 * 9, 1, "float16", 2, A100)
+    # Input 56x56x64 + weights + output, not 9x the input.
+    expected = 2 * (32 * 56 * 56 * 64 + 64 * 9 * 64 + 32 * 56 * 56 * 64) / A100.memory_bandwidth_bytes_per_s
+    assert fwd.memory_s == pytest.approx(expected) and fwd.memory_s < im2col.memory_s / 3
+    # A linear layer's operand is stored whole.
+    linear = MatmulOp(name="l", m=512, n=1024, k=1024)
+    (lf,), _ = op_terms(linear, A100, AMP, 4)
+    assert lf.memory_s == pytest.approx(matmul_term(2048, 1024, 1024, 1, "bfloat16", 2, A100).memory_s)
+
+
+def test_eager_softmax_runs_in_the_scores_dtype_without_autocast():
+    eager = AttentionOp(seq=384, heads=16, head_dim=64, fused=False, dropout=True)
+    amp_fp16, apex_o2 = get_precision("amp-fp16"), get_precision("fp16-params")
+    # Both keep 16-bit scores; autocast's softmax also writes and reads an fp32 copy.
+    assert sum(op_times(eager, A100, apex_o2, 32)) < sum(op_times(eager, A100, amp_fp16, 32))

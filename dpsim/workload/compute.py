@@ -8,7 +8,11 @@ memory-bound ops (norms, activations, dropout, residual adds, autocast's casts, 
 embedding gathers and the loss) at HBM bandwidth. Under ``torch.autocast`` every forward
 also casts each layer's fp32 weights to 16 bits and every backward casts their 16-bit
 gradients back (:func:`autocast_weight_bytes`). The optimizer step streams the bytes of
-PyTorch's default ``foreach`` kernels (:func:`dpsim.workload.precision.optimizer_traffic_bytes_per_param`).
+PyTorch's default ``foreach`` kernels (:func:`dpsim.workload.precision.optimizer_traffic_bytes_per_param`);
+a per-parameter ``for`` loop (PyTorch's single-tensor implementation, the default before
+2.0, or a hand-written optimizer) streams the same bytes but dispatches every op of every
+parameter from Python, so it takes at least :data:`dpsim.workload.roofline.HOST_OVERHEAD_PER_OP_S`
+per op and parameter (:func:`optimizer_terms`).
 
 A layer known only by its FLOPs (no ops: a traced torch module) is costed as matmul
 FLOPs at :data:`FLOPS_ONLY_EFFICIENCY` of the best matmul rate, with a backward of twice
@@ -23,12 +27,14 @@ that forward + backward + optimizer equals the measured step, keeping the propor
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
-from dpsim.workload.precision import Precision, optimizer_traffic_bytes_per_param
-from dpsim.workload.roofline import Efficiencies, Term, memory_term, op_kind, op_terms
+from dpsim.workload.precision import Precision, check_optimizer, optimizer_traffic_bytes_per_param
+from dpsim.workload.roofline import HOST_OVERHEAD_PER_OP_S, Efficiencies, Term, memory_term, op_kind, op_terms
 from dpsim.workload.spec import LayerSpec, ModelSpec
 
 DEFAULT_COMPUTE_EFFICIENCY = 1.0
@@ -36,6 +42,21 @@ DEFAULT_COMPUTE_EFFICIENCY = 1.0
 
 BACKWARD_TO_FORWARD = 2.0
 """Backward / forward FLOPs of a layer known only by its FLOPs (Kaplan et al. 2020)."""
+
+OPTIMIZER_IMPLEMENTATIONS = ("foreach", "fused", "loop")
+"""How the optimizer step runs: ``foreach`` (PyTorch's multi-tensor kernels, its default on
+CUDA since 2.0), ``fused`` (one kernel over all parameters: ``fused=True``, apex
+``FusedAdam``, DeepSpeed/Megatron) or ``loop`` (one kernel per op and parameter from a
+Python ``for`` loop: PyTorch's single-tensor path, its default before 2.0, and
+hand-written optimizers such as BERT's ``BertAdam``)."""
+
+OPTIMIZER_OPS: dict[str, int] = {"adamw": 8, "adam": 7, "sgd-momentum": 3, "sgd": 1}
+"""Element-wise ops of one optimizer step, the ones
+:func:`dpsim.workload.precision.optimizer_traffic_bytes_per_param` costs: AdamW ``mul_``,
+``lerp_``, ``mul_``, ``addcmul_``, ``sqrt``, ``div_``, ``add_``, ``addcdiv_`` (Adam without
+the weight-decay ``mul_``); SGD momentum ``mul_``, ``add_``, ``add_``; SGD ``add_``
+(``torch/optim/adam.py``, ``sgd.py``). ``foreach`` dispatches each once, ``loop`` once per
+parameter."""
 
 FLOPS_ONLY_EFFICIENCY = 0.6
 """Fraction of the best matmul rate for a layer known only by its FLOPs (no ops): the
@@ -108,7 +129,9 @@ def layer_terms(layer: LayerSpec, gpu: GpuSpec, precision: Precision,
     out = [(op_kind(op), *op_terms(op, gpu, precision, micro_batch)) for op in layer.ops]
     cast_f, cast_b = autocast_weight_bytes(layer, precision)
     if layer.ops and cast_f:
-        out.append(("memory", [memory_term(cast_f, gpu)], [memory_term(cast_b, gpu)]))
+        # One cast kernel per weight tensor each way.
+        n = float(len(layer.params))
+        out.append(("memory", [memory_term(cast_f, gpu, kernels=n)], [memory_term(cast_b, gpu, kernels=n)]))
     return out
 
 
@@ -134,11 +157,47 @@ def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batc
     return fwd, bwd
 
 
-def optimizer_term(model: ModelSpec, gpu: GpuSpec, precision: Precision, optimizer: str, *,
-                   fused: bool | None = None) -> Term:
-    """The optimizer step as one memory-bound kernel stream over every parameter."""
-    traffic = optimizer_traffic_bytes_per_param(precision, optimizer, fused=fused) * model.param_count
-    return memory_term(traffic, gpu)
+def optimizer_implementation(precision: Precision, implementation: str | None = None,
+                             fused: bool | None = None) -> str:
+    """The optimizer implementation a step runs: ``implementation`` when given, else
+    ``fused``'s choice, else the precision framework's default (a fused master-weight
+    update for 16-bit parameters, PyTorch's ``foreach`` otherwise)."""
+    if implementation is not None:
+        if implementation not in OPTIMIZER_IMPLEMENTATIONS:
+            raise ConfigError(f"optimizer implementation: {implementation!r} is not one of "
+                              f"{', '.join(OPTIMIZER_IMPLEMENTATIONS)}")
+        return implementation
+    if fused is None:
+        fused = precision.master_bytes > 0
+    return "fused" if fused else "foreach"
+
+
+def optimizer_terms(model: ModelSpec, gpu: GpuSpec, precision: Precision, optimizer: str, *,
+                    fused: bool | None = None, implementation: str | None = None,
+                    ops_per_param: int | None = None) -> list[Term]:
+    """The optimizer step's kernels: their device-memory traffic and the CPU time to dispatch
+    them. ``foreach`` and ``fused`` stream every parameter's bytes in a few dispatches;
+    ``loop`` dispatches :data:`OPTIMIZER_OPS` kernels per parameter (``ops_per_param``
+    instead, for an optimizer that runs more: BertAdam clips each gradient too), one term
+    per parameter size (parameters of one size cost alike). ``GradScaler``'s unscale is
+    one more foreach op."""
+    impl = optimizer_implementation(precision, implementation, fused)
+    per_param = optimizer_traffic_bytes_per_param(precision, optimizer, fused=impl == "fused")
+    ops = ops_per_param if ops_per_param is not None else OPTIMIZER_OPS[check_optimizer(optimizer)]
+    scaler = 1.0 if precision.grad_scaler else 0.0
+    if impl != "loop":
+        dispatches = (1.0 if impl == "fused" else float(ops)) + scaler
+        return [memory_term(per_param * model.param_count, gpu, kernels=dispatches)]
+    sizes = Counter(p.numel for p in model.params)
+    terms = [memory_term(per_param * numel * count, gpu, kernels=float(ops * count)) for numel, count in sizes.items()]
+    terms.append(Term(0.0, 0.0, host_s=scaler * HOST_OVERHEAD_PER_OP_S))
+    return terms
+
+
+def optimizer_time_s(terms: list[Term], efficiencies: Efficiencies | None = None) -> float:
+    """Seconds of an optimizer step's kernels (:func:`optimizer_terms`)."""
+    eff = efficiencies or Efficiencies()
+    return math.fsum(t.time_s(eff) for t in terms)
 
 
 def compute_profile(
@@ -152,12 +211,16 @@ def compute_profile(
     single_gpu_step_s: float | None = None,
     fused_optimizer: bool | None = None,
     efficiencies: Efficiencies | None = None,
+    optimizer_impl: str | None = None,
+    optimizer_ops_per_param: int | None = None,
 ) -> ComputeProfile:
     """Layer times of ``model`` on ``gpu`` for one micro-batch of ``micro_batch`` samples.
 
     ``fused_optimizer`` picks the optimizer kernels: ``None`` is what the precision's
     framework runs by default (PyTorch's ``foreach``; a fused master update for 16-bit
-    parameters), ``True`` PyTorch's ``fused=True``, ``False`` ``foreach``. ``efficiencies``
+    parameters), ``True`` PyTorch's ``fused=True``, ``False`` ``foreach``; ``optimizer_impl``
+    (:data:`OPTIMIZER_IMPLEMENTATIONS`) overrides it, ``optimizer_ops_per_param`` the ops a
+    ``loop`` runs per parameter (:func:`optimizer_terms`). ``efficiencies``
     replaces the roofline's fitted constants (the validation script's fit).
     When ``single_gpu_step_s`` is given (a user's measured one-GPU step), every time is
     scaled so that forward + backward + optimizer equals it, keeping the proportions.
@@ -173,8 +236,10 @@ def compute_profile(
         layers.append(LayerTime(name=layer.name, forward_s=fwd / compute_efficiency,
                                 backward_s=bwd / compute_efficiency,
                                 param_names=tuple(p.name for p in layer.params)))
-    optimizer_s = (optimizer_term(model, gpu, precision, optimizer, fused=fused_optimizer)
-                   .time_s(efficiencies or Efficiencies()) / compute_efficiency)
+    optimizer_s = optimizer_time_s(optimizer_terms(model, gpu, precision, optimizer, fused=fused_optimizer,
+                                                   implementation=optimizer_impl,
+                                                   ops_per_param=optimizer_ops_per_param),
+                                   efficiencies) / compute_efficiency
     flops = model.forward_flops_per_sample * micro_batch * (1 + BACKWARD_TO_FORWARD)
     profile = ComputeProfile(layers=tuple(layers), optimizer_s=optimizer_s, flops_per_step=flops,
                              breakdown_s=breakdown)

@@ -11,21 +11,33 @@ Waterman and Patterson 2009, "Roofline: an insightful visual performance model",
   of SMs, or whose edges do not fill a tile, wastes the rest (tile and wave quantization,
   NVIDIA "Matrix Multiplication Background User's Guide", DU-09799-001, Sec. 3.1-3.2);
   when there are fewer tiles than SMs, cuBLAS splits the reduction (split-K) over the idle
-  SMs. Their memory time moves A, B and C once. Small and skinny GEMMs therefore run below
-  the best rate, large ones at it.
+  SMs. Their memory time moves the input, the weights and the output once (a
+  convolution's im2col operand is gathered on chip, so its input tensor counts, not the
+  im2col matrix). Small and skinny GEMMs therefore run below the best rate, large ones at it.
 * **Fused attention** (SDPA's flash / memory-efficient kernels) runs at
   :data:`ATTENTION_FRACTION_OF_PEAK` of the dense peak, on half the square when causal,
   with a backward of 2.5x the forward FLOPs (it recomputes the scores: Dao 2023,
-  "FlashAttention-2", arXiv:2307.08691, whose benchmark counts fwd + bwd as 3.5x fwd).
-  Eager attention is two batched matmuls plus element-wise passes over the scores.
+  "FlashAttention-2", arXiv:2307.08691, whose benchmark counts fwd + bwd as 3.5x fwd);
+  the Triton FlashAttention kernel :data:`TRITON_FLASH_SLOWDOWN` slower. Eager attention
+  is two batched matmuls plus element-wise passes over the scores (softmax in fp32 under
+  autocast, in the scores' dtype without it).
 * **Memory-bound ops** (norms, activations, dropout, residual adds, casts, softmax, the
   loss, embedding gathers, the optimizer) stream their bytes at
   :data:`MEMORY_EFFICIENCY` of the peak HBM bandwidth.
+* **Host-bound ops**: PyTorch's eager mode spends CPU time on every op it dispatches
+  (Python, the dispatcher, autograd bookkeeping, the kernel launch), about
+  :data:`HOST_OVERHEAD_PER_OP_S`. The CPU runs ahead of the GPU while kernels are long, so
+  this costs nothing then; once kernels are shorter than their dispatch, the GPU waits
+  for the CPU. A kernel therefore takes at least its dispatch time (:attr:`Term.host_s`):
+  a bound that binds for small tensors and for per-parameter optimizer loops (thousands
+  of tiny kernels after a host synchronisation).
 
-Two constants are not datasheet numbers, :data:`MEMORY_EFFICIENCY` and
+Two constants are not datasheet numbers or measurements, :data:`MEMORY_EFFICIENCY` and
 :data:`MATMUL_EFFICIENCY`; ``python validation/accuracy_compute.py`` fits them on
-published single-GPU throughput leaving each GPU out (nothing fitted on the GPU predicted),
-and the defaults here are the fit on all rows, which that script prints.
+published single-GPU throughput leaving each GPU chip out (nothing fitted on the GPU
+predicted), and the defaults here are the fit on all rows, which that script prints.
+TF32 needs no constant of its own: its rates are measured or derived from measured
+16-bit rates (:mod:`dpsim.hardware`).
 """
 
 from __future__ import annotations
@@ -46,14 +58,26 @@ SPLIT_K_MIN_K = 256
 """Smallest reduction slice split-K hands to one SM (a few 64-deep main-loop iterations);
 bounds the split of short reductions."""
 
-MEMORY_EFFICIENCY = 0.7132
-"""Fraction of the peak HBM bandwidth that streaming element-wise kernels reach.
-Fitted leave-one-GPU-out by ``validation/accuracy_compute.py`` (it prints every fold);
-this default is the fit on all rows."""
+HOST_OVERHEAD_PER_OP_S = 8e-6
+"""CPU time PyTorch's eager mode takes to dispatch one CUDA op and launch its kernel.
+Measured: 8 µs per op submitted back to back (``add`` on a 512x512 tensor, A100 host; the
+vendor CUDA path of flagos-ai/Torch-FL pull request #27, 'Findings (NVIDIA A100, µs/op)',
+column cuda_sub); about 7 µs per eager op on tiny tensors (flagos-ai/FlagGems issue #4812,
+'sigmoid/relu/abs/silu/gelu ... ~7 us eager'); 4 µs per op on CUDA under torch 1.12
+(pytorch/pytorch issue #82793, description). Python-level optimizer loops pay it per
+parameter and per op."""
 
-MATMUL_EFFICIENCY = 0.9335
-"""Fraction of the best-shape measured matmul rate that a full-wave, full-tile GEMM of a
-real layer reaches. Fitted like :data:`MEMORY_EFFICIENCY`."""
+MEMORY_EFFICIENCY = 0.635
+"""Fraction of the peak device-memory bandwidth that PyTorch's eager element-wise kernels
+reach, as the ops are counted here. Fitted leave-one-chip-out by
+``validation/accuracy_compute.py`` (it prints every fold); this default is the fit on all
+scored rows. A streaming kernel alone reaches 85-94 % of peak on HBM2/HBM2e/GDDR6 boards
+(te42kyfo/gpu-benches@1c36d509 gpu-stream: scale/triad on V100, A100, A40, L40, H100 PCIe)
+and 66-74 % on H200's HBM3e; real kernels lose more to launch tails and partial waves."""
+
+MATMUL_EFFICIENCY = 0.9673
+"""Fraction of the best-shape measured matmul rate (:mod:`dpsim.hardware`) that a
+full-wave, full-tile GEMM of a real layer reaches. Fitted like :data:`MEMORY_EFFICIENCY`."""
 
 ATTENTION_FRACTION_OF_PEAK: dict[str, float] = {
     "ampere": 0.6, "ada": 0.6,
@@ -67,11 +91,6 @@ A100's peak forward and backward (Dao 2023, "FlashAttention-2", abstract and Sec
 abstract). Blackwell, pre-Ampere (SDPA's memory-efficient kernel) and AMD parts have no
 published figure: Hopper's 35 % is assumed, a kernel not tuned for the architecture."""
 
-TF32_EFFICIENCY = 0.7053
-"""Achieved TF32 matmul rate relative to the preset's TF32 rate (TF32 peak x the GPU's bf16
-efficiency, since no TF32 matmul benchmark is published). Fitted like
-:data:`MEMORY_EFFICIENCY` on the TF32 rows of the reference set."""
-
 WINOGRAD_SPEEDUP = 2.25
 """Fewer multiplications of a 3x3, stride-1 convolution run with Winograd's F(2x2, 3x3)
 (16 instead of 36 per 2x2 output tile: Lavin and Gray 2016, "Fast Algorithms for
@@ -82,6 +101,12 @@ FUSED_ATTENTION_BACKWARD_FLOPS = 2.5
 """Backward / forward FLOPs of a fused attention kernel, which recomputes ``QKᵀ``
 (FlashAttention-2's benchmark convention)."""
 
+TRITON_FLASH_SLOWDOWN = math.sqrt(1.3 * 2.5)
+"""How much slower the Triton FlashAttention kernel (HazyResearch ``flash_attn_triton``,
+run by llm-foundry's ``attn_impl: triton``) is than FlashAttention-2: "1.3-2.5x faster
+than FlashAttention in Triton" (Dao 2023, "FlashAttention-2", Sec. 4.1, A100); the
+geometric middle of that range, 1.8."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Efficiencies:
@@ -91,30 +116,30 @@ class Efficiencies:
     """:data:`MEMORY_EFFICIENCY`."""
     matmul: float = MATMUL_EFFICIENCY
     """:data:`MATMUL_EFFICIENCY`."""
-    tf32: float = TF32_EFFICIENCY
-    """:data:`TF32_EFFICIENCY`."""
 
 
 @dataclass(frozen=True)
 class Term:
-    """One kernel's two roofline times before the fitted efficiencies: compute at the nominal
-    rate and traffic at the peak bandwidth; the kernel takes the longer once each is divided
-    by its efficiency (:meth:`time_s`)."""
+    """One kernel's (or a group of kernels') roofline times before the fitted efficiencies:
+    compute at the nominal rate and traffic at the peak bandwidth; the kernel takes the
+    longer once each is divided by its efficiency, and never less than the CPU time to
+    dispatch it (:meth:`time_s`)."""
 
     compute_s: float
     """FLOPs / nominal rate (best matmul rate x shape efficiency, or attention's rate)."""
     memory_s: float
     """Bytes / peak HBM bandwidth."""
     kind: str = "memory"
-    """``matmul`` (compute scales with the matmul efficiency), ``tf32`` (also with the TF32
-    one), ``attention`` (fixed fraction of peak) or ``memory`` (no compute)."""
+    """``matmul`` (compute scales with the matmul efficiency), ``attention`` (fixed fraction
+    of peak) or ``memory`` (no compute)."""
+    host_s: float = 0.0
+    """CPU time to dispatch the kernels (:data:`HOST_OVERHEAD_PER_OP_S` each): the least the
+    GPU can take for them when the CPU cannot run ahead."""
 
     def time_s(self, eff: Efficiencies) -> float:
         """Seconds of the kernel under ``eff``."""
-        compute = self.compute_s
-        if self.kind in ("matmul", "tf32"):
-            compute /= eff.matmul * (eff.tf32 if self.kind == "tf32" else 1.0)
-        return max(compute, self.memory_s / eff.memory)
+        compute = self.compute_s / eff.matmul if self.kind == "matmul" else self.compute_s
+        return max(compute, self.memory_s / eff.memory, self.host_s)
 
 
 def pass_bytes(byte_class: str, precision: Precision) -> float:
@@ -158,20 +183,24 @@ def uses_tf32(rate_key: str, gpu: GpuSpec) -> bool:
 
 
 def matmul_term(m: int, n: int, k: int, batch: int, rate_key: str, element_bytes: float, gpu: GpuSpec,
-                *, flops_divisor: float = 1.0) -> Term:
+                *, flops_divisor: float = 1.0, traffic_elements: float | None = None) -> Term:
     """One (batched) GEMM: its FLOPs at the shape-efficient best rate and its traffic (A, B
-    and C once). ``flops_divisor`` > 1 for an algorithm doing fewer multiplications (Winograd)."""
+    and C once, or ``traffic_elements`` per batch entry when the operands are not stored
+    whole, as a convolution's implicit im2col matrix is not). ``flops_divisor`` > 1 for an
+    algorithm doing fewer multiplications (Winograd)."""
     if min(m, n, k, batch) <= 0:
         return Term(0.0, 0.0, "matmul")
     rate = gpu.achieved_rate(rate_key) * shape_efficiency(m, n, k, batch, gpu)
     compute = 2.0 * m * n * k * batch / rate / flops_divisor
-    traffic = element_bytes * batch * (float(m) * k + float(k) * n + float(m) * n)
-    return Term(compute, traffic / gpu.memory_bandwidth_bytes_per_s, "tf32" if uses_tf32(rate_key, gpu) else "matmul")
+    if traffic_elements is None:
+        traffic_elements = float(m) * k + float(k) * n + float(m) * n
+    traffic = element_bytes * batch * traffic_elements
+    return Term(compute, traffic / gpu.memory_bandwidth_bytes_per_s, "matmul", HOST_OVERHEAD_PER_OP_S)
 
 
-def memory_term(size_bytes: float, gpu: GpuSpec) -> Term:
-    """A kernel that only streams ``size_bytes`` through device memory."""
-    return Term(0.0, size_bytes / gpu.memory_bandwidth_bytes_per_s)
+def memory_term(size_bytes: float, gpu: GpuSpec, kernels: float = 1.0) -> Term:
+    """``kernels`` kernels that only stream ``size_bytes`` through device memory."""
+    return Term(0.0, size_bytes / gpu.memory_bandwidth_bytes_per_s, host_s=kernels * HOST_OVERHEAD_PER_OP_S)
 
 
 def memory_time_s(size_bytes: float, gpu: GpuSpec, eff: Efficiencies | None = None) -> float:
@@ -198,10 +227,16 @@ def _matmul(op: MatmulOp, gpu: GpuSpec, precision: Precision, micro_batch: int) 
     m = op.m * micro_batch
     simt_fp32 = key.startswith("float32") and not uses_tf32(key, gpu)
     winograd = WINOGRAD_SPEEDUP if (op.kind == "conv" and op.kernel == 3 and op.stride == 1 and simt_fp32) else 1.0
-    forward = [matmul_term(m, op.n, op.k, op.batch, key, e, gpu, flops_divisor=winograd)]
+    # Every pass moves the input activation, the weights and the output once. A convolution's
+    # GEMM operand is the implicit im2col matrix (m x k), which repeats each input pixel
+    # kernel²/stride² times; it is gathered on chip from the input tensor, whose size
+    # device memory sees.
+    im2col = max(1.0, op.kernel * op.kernel / (op.stride * op.stride)) if op.kind == "conv" else 1.0
+    traffic = float(m) * op.k / im2col + float(op.k) * op.n + float(m) * op.n
+    forward = [matmul_term(m, op.n, op.k, op.batch, key, e, gpu, flops_divisor=winograd, traffic_elements=traffic)]
     # Input gradient (m x n)(n x k) and weight gradient (n x m)(m x k).
-    backward = [matmul_term(m, op.k, op.n, op.batch, key, e, gpu, flops_divisor=winograd),
-                matmul_term(op.n, op.k, m, op.batch, key, e, gpu, flops_divisor=winograd)]
+    backward = [matmul_term(m, op.k, op.n, op.batch, key, e, gpu, flops_divisor=winograd, traffic_elements=traffic),
+                matmul_term(op.n, op.k, m, op.batch, key, e, gpu, flops_divisor=winograd, traffic_elements=traffic)]
     return forward, backward
 
 
@@ -212,33 +247,46 @@ def _attention(op: AttentionOp, gpu: GpuSpec, precision: Precision, micro_batch:
     if op.fused:
         flops = op.flops_per_sample * micro_batch * (0.5 if op.causal else 1.0)
         rate = _peak_or_achieved(precision.matmul_dtype, gpu) * ATTENTION_FRACTION_OF_PEAK.get(gpu.architecture, 0.35)
+        if op.kernel == "triton":
+            rate /= TRITON_FLASH_SLOWDOWN
         io = float(op.seq) * op.head_dim * heads * e
-        return ([Term(flops / rate, 4 * io / bw, "attention")],
-                [Term(FUSED_ATTENTION_BACKWARD_FLOPS * flops / rate, 8 * io / bw, "attention")])
+        return ([Term(flops / rate, 4 * io / bw, "attention", HOST_OVERHEAD_PER_OP_S)],
+                [Term(FUSED_ATTENTION_BACKWARD_FLOPS * flops / rate, 8 * io / bw, "attention", HOST_OVERHEAD_PER_OP_S)])
     key, s, d = precision.matmul_dtype, op.seq, op.head_dim
     forward = [matmul_term(s, s, d, heads, key, e, gpu), matmul_term(s, d, s, heads, key, e, gpu)]
     backward = [matmul_term(s, d, s, heads, key, e, gpu), matmul_term(s, d, s, heads, key, e, gpu),
                 matmul_term(s, s, d, heads, key, e, gpu), matmul_term(d, s, s, heads, key, e, gpu)]
     scores = float(s) * s * heads
-    # Eager attention: scale, mask, softmax (fp32 under autocast, cast there and back), dropout.
-    fwd_passes = [(2, "act"), (1, "upcast"), (2, "f32"), (1, "upcast")]
-    bwd_passes = [(2, "act"), (1, "upcast"), (3, "f32"), (1, "upcast")]
+    # Eager attention: scale, mask, softmax, dropout. Autocast runs softmax in fp32 (a cast
+    # there and back); without autocast (16-bit parameters: apex O2, Megatron, FSDP) softmax
+    # reads and writes the scores in their own dtype.
+    if precision.autocast:
+        fwd_passes = [(2, "act"), (1, "upcast"), (2, "f32"), (1, "upcast")]
+        bwd_passes = [(2, "act"), (1, "upcast"), (3, "f32"), (1, "upcast")]
+    else:
+        fwd_passes = [(2, "act"), (2, "act")]
+        bwd_passes = [(2, "act"), (3, "act")]
     if op.masked:
         fwd_passes.append((2, "act"))
         bwd_passes.append((2, "act"))
     if op.dropout:
         fwd_passes += [(2, "act"), (1, "byte")]
         bwd_passes += [(2, "act"), (1, "byte")]
-    forward.append(memory_term(scores * sum(n * pass_bytes(c, precision) for n, c in fwd_passes), gpu))
-    backward.append(memory_term(scores * sum(n * pass_bytes(c, precision) for n, c in bwd_passes), gpu))
+    # One kernel per listed pass group (scale, cast, softmax, mask, dropout).
+    forward.append(memory_term(scores * sum(n * pass_bytes(c, precision) for n, c in fwd_passes), gpu,
+                               kernels=len(fwd_passes)))
+    backward.append(memory_term(scores * sum(n * pass_bytes(c, precision) for n, c in bwd_passes), gpu,
+                                kernels=len(bwd_passes)))
     return forward, backward
 
 
 def _memory(op: MemoryOp, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
     per_sample = lambda passes: sum(n * pass_bytes(c, precision) for n, c in passes)  # noqa: E731
-    forward = memory_term(op.elements * micro_batch * per_sample(op.forward), gpu)
-    backward = memory_term(op.elements * micro_batch * per_sample(op.backward)
-                           + op.fixed_elements * per_sample(op.fixed_backward), gpu)
+    # At least one kernel each way (an op with no traffic in a direction launches none).
+    fwd_bytes = op.elements * micro_batch * per_sample(op.forward)
+    bwd_bytes = op.elements * micro_batch * per_sample(op.backward) + op.fixed_elements * per_sample(op.fixed_backward)
+    forward = memory_term(fwd_bytes, gpu, kernels=1.0 if fwd_bytes else 0.0)
+    backward = memory_term(bwd_bytes, gpu, kernels=1.0 if bwd_bytes else 0.0)
     return [forward], [backward]
 
 

@@ -124,6 +124,13 @@ class MatmulOp:
         return 2.0 * self.m * self.n * self.k * self.batch
 
 
+ATTENTION_KERNELS = ("sdpa", "triton")
+"""Fused attention kernels an :class:`AttentionOp` may name: ``sdpa`` (PyTorch's
+scaled_dot_product_attention: FlashAttention-2 on Ampere and later) and ``triton``
+(HazyResearch's Triton FlashAttention, slower by
+:data:`dpsim.workload.roofline.TRITON_FLASH_SLOWDOWN`)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class AttentionOp:
     """Scaled dot-product attention of one layer, per sample: ``softmax(QKᵀ)V`` over ``heads``.
@@ -150,6 +157,16 @@ class AttentionOp:
     """Dropout on the attention probabilities (eager implementations only)."""
     masked: bool = True
     """An additive or causal mask is applied to the scores (eager implementations only)."""
+    kernel: str = "sdpa"
+    """The fused kernel: ``sdpa`` (PyTorch's scaled_dot_product_attention, FlashAttention-2
+    on Ampere and later) or ``triton`` (HazyResearch's Triton FlashAttention, which
+    llm-foundry's ``attn_impl: triton`` runs); see
+    :data:`ATTENTION_KERNELS`."""
+
+    def __post_init__(self) -> None:
+        if self.kernel not in ATTENTION_KERNELS:
+            raise WorkloadError(f"attention op {self.name!r}: kernel {self.kernel!r} is not one of "
+                                f"{', '.join(ATTENTION_KERNELS)}")
 
     @property
     def flops_per_sample(self) -> float:
