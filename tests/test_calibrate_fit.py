@@ -118,3 +118,27 @@ def test_piecewise_time_with_custom_piece_function():
     fit = fit_alpha_beta(SIZES, [5e-6 + s / 5e9 if s <= 65536 else 40e-6 + s / 150e9 for s in SIZES])
     doubled = piecewise_time(fit.segments, 2**20, lambda seg, s: 2 * seg.time_s(s))
     assert doubled == pytest.approx(2 * fit.time_s(2**20))
+
+
+def test_known_uncertainties_keep_noisy_sizes_from_pulling_the_line():
+    """Small messages under outside load (+-30 %) and precise large ones (+-0.5 %): weighted by
+    their uncertainties, the fit holds the large sizes (where DDP's buckets are) to their noise."""
+    rng = np.random.default_rng(7)
+    sizes = np.array([2.0**k for k in range(12, 26)])
+    truth = 250e-6 + sizes / 36e6
+    noisy = truth * np.where(sizes < 2**20, rng.lognormal(0.0, 0.3, sizes.size), rng.lognormal(0.0, 0.003, sizes.size))
+    sigma = np.where(sizes < 2**20, 0.3, 0.005)
+    weighted = fit_alpha_beta(sizes, noisy, rel_sigma=sigma)
+    big = sizes >= 2**20
+    err = np.abs([weighted.time_s(s) / t - 1 for s, t in zip(sizes[big], truth[big])])
+    assert err.max() < 0.01
+    with pytest.raises(ProfileError, match="relative uncertainties"):
+        fit_alpha_beta(sizes, noisy, rel_sigma=sigma[:-1])
+
+
+def test_uncertainties_come_from_the_repeats():
+    from dpsim.profile.schema import Measurement, relative_uncertainties
+
+    m = Measurement(size_bytes=1e6, time_s=1.0, q1_s=0.9, q3_s=1.1, repeats=16)
+    assert relative_uncertainties([m]) == pytest.approx([1.2533 * 0.2 / 1.349 / 4])
+    assert relative_uncertainties([Measurement(size_bytes=1e6, time_s=1.0)]) is None  # nccl-tests rows: unweighted

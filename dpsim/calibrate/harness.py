@@ -219,7 +219,7 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
     if len(nodes) >= 2:
         classes.append("inter_node")
     warnings = []
-    if world >= 2 and "intra_node" not in classes:
+    if world >= 2 and "intra_node" not in classes and max(node_sizes) > 1:  # one rank per node has no intra-node
         warnings.append(f"intra_node not measured: nodes have {sorted(node_sizes)} ranks "
                         "(need the same number, at least 2, on every node)")
     compute_steps = (1 + 1 + (1 if plan.get("model") else 0) + 1) if plan.get("compute") else 0

@@ -19,6 +19,10 @@ Piecewise
     sizes into contiguous runs of at least ``min_points`` sizes, by dynamic programming)
     and chooses how many:
 
+    Each size's relative residual counts once, or, when the sizes' uncertainties are known
+    (``rel_sigma``: dpsim calibrate's 95 % intervals), weighted by the inverse of their
+    square, so precise sizes steer the fit and noisy ones barely do.
+
     - a *dense* sweep (dpsim's own, 2x steps; ``min_points`` 3): the fewest segments
       whose worst relative residual is within :data:`DENSE_TOLERANCE` (2 %), else the
       count with the lowest information criterion of the relative residuals,
@@ -66,6 +70,9 @@ from dpsim.errors import ProfileError
 
 DEFAULT_TOLERANCE = 0.10
 """Sparse sweeps: worst relative residual below which fewer segments are preferred."""
+SIGMA_FLOOR = 0.005
+"""Smallest relative uncertainty a point is weighted with (:func:`fit_alpha_beta`'s ``rel_sigma``):
+no size is trusted beyond +-0.5 %, whatever its repeats say (systematic effects remain)."""
 DENSE_TOLERANCE = 0.02
 """Dense sweeps: a fit whose worst relative residual is within this needs no more segments
 (about the repeat-to-repeat noise of a converged measurement, see ``dpsim calibrate``)."""
@@ -165,23 +172,26 @@ class AlphaBetaFit:
         return piecewise_time(self.segments, size_bytes, Segment.time_s)
 
 
-def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Relative-residual least squares of y = a + b*x with a, b >= 0."""
+def _line(x: np.ndarray, y: np.ndarray, wt: np.ndarray | None = None) -> tuple[float, float]:
+    """Relative-residual least squares of y = a + b*x with a, b >= 0 (each point weighted by ``wt``)."""
+    wt = np.ones_like(y) if wt is None else wt
+    r = np.sqrt(wt)
     w = 1.0 / y
-    design = np.column_stack([w, x * w])
-    (a, b), *_ = np.linalg.lstsq(design, np.ones_like(y), rcond=None)
+    design = np.column_stack([w * r, x * w * r])
+    (a, b), *_ = np.linalg.lstsq(design, r, rcond=None)
     if a >= 0 and b >= 0:
         return float(a), float(b)
     candidates = []
-    u = x * w  # a = 0: minimise sum (1 - b*u)^2
-    if np.dot(u, u) > 0:
-        candidates.append((0.0, max(0.0, float(np.dot(u, np.ones_like(u)) / np.dot(u, u)))))
-    candidates.append((float(np.sum(w) / np.sum(w * w)), 0.0))  # b = 0
-    return min(candidates, key=lambda ab: float(np.sum((1 - (ab[0] + ab[1] * x) * w) ** 2)))
+    u = x * w  # a = 0: minimise sum wt (1 - b*u)^2
+    if np.dot(wt * u, u) > 0:
+        candidates.append((0.0, max(0.0, float(np.dot(wt, u) / np.dot(wt * u, u)))))
+    candidates.append((float(np.dot(wt, w) / np.dot(wt * w, w)), 0.0))  # b = 0
+    return min(candidates, key=lambda ab: float(np.sum(wt * (1 - (ab[0] + ab[1] * x) * w) ** 2)))
 
 
-def _rel_sse(x: np.ndarray, y: np.ndarray, a: float, b: float) -> float:
-    return float(np.sum(((a + b * x - y) / y) ** 2))
+def _rel_sse(x: np.ndarray, y: np.ndarray, a: float, b: float, wt: np.ndarray | None = None) -> float:
+    sq = ((a + b * x - y) / y) ** 2
+    return float(np.sum(sq if wt is None else wt * sq))
 
 
 def log_r2(y: np.ndarray, fitted: np.ndarray) -> float:
@@ -194,16 +204,18 @@ def log_r2(y: np.ndarray, fitted: np.ndarray) -> float:
     return 1.0 - ss_res / ss_tot
 
 
-def _partition(x: np.ndarray, y: np.ndarray, k: int, min_points: int) -> list[tuple[int, int]] | None:
-    """Optimal split of the sorted points into k contiguous runs (DP over relative SSE)."""
+def _partition(x: np.ndarray, y: np.ndarray, k: int, min_points: int,
+               wt: np.ndarray | None = None) -> list[tuple[int, int]] | None:
+    """Optimal split of the sorted points into k contiguous runs (DP over weighted relative SSE)."""
     n = len(x)
     if k * min_points > n:
         return None
     cost = {}
     for i in range(n):
         for j in range(i + min_points, n + 1):
-            a, b = _line(x[i:j], y[i:j])
-            cost[i, j] = _rel_sse(x[i:j], y[i:j], a, b)
+            ws = None if wt is None else wt[i:j]
+            a, b = _line(x[i:j], y[i:j], ws)
+            cost[i, j] = _rel_sse(x[i:j], y[i:j], a, b, ws)
     inf = math.inf
     best = [[inf] * (n + 1) for _ in range(k + 1)]
     back = [[-1] * (n + 1) for _ in range(k + 1)]
@@ -224,11 +236,11 @@ def _partition(x: np.ndarray, y: np.ndarray, k: int, min_points: int) -> list[tu
     return runs[::-1]
 
 
-def _build(x: np.ndarray, y: np.ndarray, runs: list[tuple[int, int]]) -> AlphaBetaFit:
+def _build(x: np.ndarray, y: np.ndarray, runs: list[tuple[int, int]], wt: np.ndarray | None = None) -> AlphaBetaFit:
     segments = []
     for i, j in runs:
         xs, ys = x[i:j], y[i:j]
-        a, b = _line(xs, ys)
+        a, b = _line(xs, ys, None if wt is None else wt[i:j])
         fitted = a + b * xs
         segments.append(Segment(
             first_size_bytes=float(xs[0]), last_size_bytes=float(xs[-1]), latency_s=a, seconds_per_byte=b,
@@ -245,7 +257,7 @@ def _build(x: np.ndarray, y: np.ndarray, runs: list[tuple[int, int]]) -> AlphaBe
 def fit_alpha_beta(
     sizes_bytes, times_s, *, tolerance: float | None = None,
     max_segments: int = DEFAULT_MAX_SEGMENTS, min_points: int | None = None,
-    what: str = "measurements",
+    what: str = "measurements", rel_sigma=None,
 ) -> AlphaBetaFit:
     """Fit ``T = a + b*S`` to a size sweep, piecewise where one line does not fit.
 
@@ -263,6 +275,12 @@ def fit_alpha_beta(
         see :data:`SPARSE_STEP`).
     what : str
         Names the data in error messages.
+    rel_sigma : sequence of float, optional
+        Each time's relative uncertainty (e.g. the half-width of its mean's 95 % interval
+        over the mean). Given, each point weighs ``1 / max(rel_sigma, SIGMA_FLOOR)**2`` in
+        the least squares and the criterion, so a noisy size (small messages under outside
+        load, +-30 %) cannot pull the line away from precise ones (large messages, +-1 %,
+        where DDP's buckets are). Without it every point weighs the same.
 
     Raises
     ------
@@ -286,8 +304,17 @@ def fit_alpha_beta(
                            "expected positive finite sizes and times")
     if len(np.unique(x)) < 2:
         raise ProfileError(f"{what}: {len(np.unique(x))} distinct size(s); an alpha-beta fit needs at least 2")
+    wt = None
+    if rel_sigma is not None:
+        sig = np.asarray(rel_sigma, dtype=float)
+        if sig.shape != x.shape or not np.all(np.isfinite(sig)) or np.any(sig < 0):
+            raise ProfileError(f"{what}: relative uncertainties must be one finite number >= 0 per size")
+        wt = 1.0 / np.maximum(sig, SIGMA_FLOOR) ** 2
+        wt = wt / wt.mean()
     order = np.argsort(x, kind="stable")
     x, y = x[order], y[order]
+    if wt is not None:
+        wt = wt[order]
     if min_points is None:
         distinct = np.unique(x)
         sparse = float(np.median(distinct[1:] / distinct[:-1])) >= SPARSE_STEP
@@ -295,10 +322,10 @@ def fit_alpha_beta(
     min_points = max(2, min(min_points, len(x)))
     fits: list[AlphaBetaFit] = []
     for k in range(1, max_segments + 1):
-        runs = _partition(x, y, k, min_points)
+        runs = _partition(x, y, k, min_points, wt)
         if runs is None:
             break
-        fits.append(_build(x, y, runs))
+        fits.append(_build(x, y, runs, wt))
         if fits[-1].worst_rel_residual <= (tolerance if tolerance is not None
                                           else DEFAULT_TOLERANCE if min_points < DEFAULT_MIN_POINTS
                                           else DENSE_TOLERANCE):
@@ -310,13 +337,14 @@ def fit_alpha_beta(
             if fit.worst_rel_residual < best.worst_rel_residual * 0.999:
                 best = fit
         return best
-    return min(fits, key=lambda f: _bic(x, y, f))
+    return min(fits, key=lambda f: _bic(x, y, f, wt))
 
 
-def _bic(x: np.ndarray, y: np.ndarray, fit: AlphaBetaFit) -> float:
-    """Information criterion of a fit's relative residuals (lower is better; see "Piecewise")."""
+def _bic(x: np.ndarray, y: np.ndarray, fit: AlphaBetaFit, wt: np.ndarray | None = None) -> float:
+    """Information criterion of a fit's (weighted) relative residuals (lower is better; see "Piecewise")."""
     n = len(x)
     fitted = np.array([fit.time_s(s) for s in x])
-    rss = max(float(np.sum(((fitted - y) / y) ** 2)), n * 1e-12)  # exact data: every count ties at the floor
+    sq = ((fitted - y) / y) ** 2
+    rss = max(float(np.sum(sq if wt is None else wt * sq)), n * 1e-12)  # exact data: counts tie at the floor
     k = len(fit.segments)
     return n * math.log(rss / n) + 2 * (3 * k - 1) * math.log(n)

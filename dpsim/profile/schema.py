@@ -315,12 +315,34 @@ def make_op_calibration(op: str, link_class: str, n_ranks: int, measurements: li
     what = what or f"{link_class} {op}"
     sizes = [m.size_bytes for m in measurements]
     times = [m.time_s for m in measurements]
-    fit = fit_alpha_beta(sizes, times, what=what)
-    line = fit_alpha_beta(sizes, times, max_segments=1, what=what)
+    sigma = relative_uncertainties(measurements)
+    fit = fit_alpha_beta(sizes, times, what=what, rel_sigma=sigma)
+    line = fit_alpha_beta(sizes, times, max_segments=1, what=what, rel_sigma=sigma)
     return OpCalibration(op=op, link_class=link_class, n_ranks=n_ranks, fit=fit,
                          measurements=tuple(sorted(measurements, key=lambda m: m.size_bytes)),
                          single_line_r2=line.r2, single_line_worst_rel_residual=line.worst_rel_residual,
                          sources=sources)
+
+
+def relative_uncertainties(measurements) -> list[float] | None:
+    """Each measurement's relative uncertainty, when every one has repeats to judge it by.
+
+    The fit uses medians, so the median's standard error: ``1.2533 * sigma / sqrt(n)``
+    with ``sigma = IQR / 1.349`` (normal-theory constants; the quartiles keep a burst of
+    outside load from inflating it as it inflates a standard deviation), over the median;
+    else the half-width of the mean's 95 % interval over the mean. ``None`` when a size has
+    neither (nccl-tests logs): then every size weighs the same
+    (:func:`dpsim.profile.fit.fit_alpha_beta`).
+    """
+    out = []
+    for m in measurements:
+        if m.q1_s is not None and m.q3_s is not None and m.repeats and m.repeats >= 4 and m.time_s > 0:
+            out.append(max(0.0, 1.2533 * (m.q3_s - m.q1_s) / 1.349 / math.sqrt(m.repeats) / m.time_s))
+        elif m.ci_low_s is not None and m.ci_high_s is not None and m.mean_s:
+            out.append(max(0.0, (m.ci_high_s - m.ci_low_s) / 2 / m.mean_s))
+        else:
+            return None
+    return out
 
 
 def fit_warnings(ops: dict[tuple[str, str], OpCalibration]) -> list[str]:

@@ -399,7 +399,7 @@ def in_use(tag: str) -> bool:
     """Whether a live process holds ``tag``'s lease (builds it, or runs on it)."""
     path = STATE_DIR / f"{tag}.lock"
     try:
-        fh = open(path, "a")
+        fh = open(path, "r")  # no lock file: nobody ever leased it (and probing creates none)
     except OSError:
         return False
     try:
