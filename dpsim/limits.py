@@ -126,6 +126,14 @@ MAX_VALIDATE_STEPS = 10_000
 
 # ------------------------------------------------------------------------ files
 
+MAX_FIT_LATENCY_S = 10.0
+"""A calibration profile's fitted fixed cost of one collective (measured ones are microseconds
+to milliseconds; a fuzzed 1e300 s printed 300-digit times)."""
+MIN_FIT_BUS_BANDWIDTH_BYTES_PER_S = 1e3
+"""... and its fitted bus bandwidth: at least 1 kB/s ..."""
+MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S = 1e15
+"""... and at most 1 PB/s (NVLink 5 is 1.8 TB/s per GPU)."""
+
 MAX_INPUT_FILE_BYTES = 1 << 20
 """A topology, sweep or profile file a user gives (1 MiB; the largest shipped file is 30 KiB)."""
 MAX_YAML_NODES = 1_000_000

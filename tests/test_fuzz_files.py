@@ -148,6 +148,24 @@ def test_every_topology_number_at_the_ends_of_its_range(base, path, value, tmp_p
     check_outcome(run_cli(args, capsys, limit_s=20), args, "either")
 
 
+def _profile_numbers():
+    for path, value in _leaves(PROFILE):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value:
+            for factor in (1e300, 1e-300):
+                yield pytest.param(path, value * factor, id=f"{'.'.join(map(str, path))}x{factor:g}")
+
+
+@pytest.mark.parametrize("path, value", list(_profile_numbers()))
+def test_every_profile_number_scaled_to_an_extreme(path, value, tmp_path, capsys):
+    # Each number of a shipped profile x 1e300 and x 1e-300: refused, or still finite and sane
+    # (a fitted latency of 1e295 s once came out as a 296-digit time).
+    doc = _set(copy.deepcopy(PROFILE), path, value)
+    target = tmp_path / "p.json"
+    target.write_text(json.dumps(doc))
+    args = ["collective", "--gpus", "8", "--calibration", str(target), "-b", "1K", "-e", "1G", "-f", "32", "--json"]
+    check_outcome(run_cli(args, capsys), args, "either")
+
+
 def test_the_unmutated_documents_are_accepted(tmp_path, capsys):
     # The fuzzing starts from documents that work, so that its mutations are what gets refused.
     for args in (["predict", "--topology", str(_write_yaml(tmp_path, PRESET, "t.yaml")), "--model", "gpt2", "--steps", "1"],

@@ -18,6 +18,7 @@ from typing import Any
 
 from dpsim.errors import ProfileError
 from dpsim.files import read_text_capped
+from dpsim.limits import MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S, MAX_FIT_LATENCY_S, MIN_FIT_BUS_BANDWIDTH_BYTES_PER_S
 from dpsim.profile.fit import AlphaBetaFit, Segment
 from dpsim.profile.schema import (
     LINK_CLASSES,
@@ -84,13 +85,15 @@ class _Doc:
         return self.data[key]
 
     def number(self, key: str, *, minimum: float = 0.0, strict: bool = False, nullable: bool = False,
-               default: Any = ..., expected: str | None = None) -> float | None:
-        expected = expected or (f"a number {'>' if strict else '>='} {minimum:g}" + (" or null" if nullable else ""))
+               default: Any = ..., expected: str | None = None, maximum: float = math.inf) -> float | None:
+        expected = expected or (f"a number {'>' if strict else '>='} {minimum:g}"
+                                + (f" and <= {maximum:g}" if maximum < math.inf else "")
+                                + (" or null" if nullable else ""))
         value = self.get(key, expected, default)
         if value is None and nullable:
             return None
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok or (value <= minimum if strict else value < minimum):
+        if not ok or (value <= minimum if strict else value < minimum) or value > maximum:
             self.fail(self.field(key), value, expected)
         return float(value)
 
@@ -162,8 +165,9 @@ def _read_op(origin: str, path: str, op: str, lc: str, n_ranks: int, raw: Any) -
                     f"a number > {previous_last:g}, the previous segment's last_size_bytes (segments are in "
                     "increasing size order and do not overlap)")
         last = sd.number("last_size_bytes", minimum=first, expected=f"a number >= first_size_bytes ({first:g})")
-        latency = sd.number("latency_s")
-        busbw = sd.number("bus_bandwidth_bytes_per_s", strict=True, nullable=True)
+        latency = sd.number("latency_s", maximum=MAX_FIT_LATENCY_S)
+        busbw = sd.number("bus_bandwidth_bytes_per_s", minimum=MIN_FIT_BUS_BANDWIDTH_BYTES_PER_S,
+                          maximum=MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S, nullable=True)
         seg = Segment(
             first_size_bytes=first, last_size_bytes=last, latency_s=latency,
             seconds_per_byte=0.0 if busbw is None else factor / busbw,
