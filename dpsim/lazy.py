@@ -15,6 +15,9 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
     """``(__getattr__, __dir__)`` for ``package`` exporting ``exports`` (name -> submodule of ``package``)."""
     for name, module in exports.items():
         assert module.startswith(package + "."), f"{package}.{name}: exports only come from the package itself"
+        # Importing a submodule sets an attribute of the same name on its package, which
+        # would shadow an export of that name once the submodule is loaded.
+        assert f"{package}.{name}" not in exports.values(), f"{package}.{name}: an export may not be named like a submodule"
 
     def __getattr__(name: str) -> Any:
         module = exports.get(name)

@@ -106,6 +106,12 @@ MAX_TOKENS = 1e18
 """A token or sample budget (Llama 3 trained on 1.5e13 tokens)."""
 MAX_GPU_HOUR_USD = 1e4
 """A price per GPU-hour in US dollars."""
+MIN_CHECKPOINT_INTERVAL_S = 1.0
+"""``dpsim goodput --checkpoint-interval``: a second of training between checkpoints (frameworks save at
+step boundaries, and no training step is shorter)."""
+MAX_RECOVERY_S = 365 * 86400.0
+"""``dpsim goodput --restart`` / ``--replace``: a year (a job that waits longer than that per failure has no
+goodput to plan)."""
 MAX_GOODPUT_RUNS = 1000
 """``dpsim goodput --runs`` (1,000 runs at 16,384 GPUs took 105 s; the time grows with the failures simulated)."""
 MAX_NPROC = 1024

@@ -1,6 +1,7 @@
 """Capacity planning on top of ``predict``: sweeps, cost and time to train, failures and goodput.
 
 - :mod:`~dpsim.plan.grid` / :mod:`~dpsim.plan.sweep` — grids of configurations, run serially or on Dask
+  (``from dpsim.plan.sweep import sweep``: the package does not re-export a name its submodule has)
 - :mod:`~dpsim.plan.cost` — GPU-hour prices (cited) and the cost of a token or sample budget
 - :mod:`~dpsim.plan.reliability` / :mod:`~dpsim.plan.goodput` — MTBF, checkpoints, restarts, goodput
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 from dpsim.lazy import lazy_exports
 
 _EXPORTS = {
-    "sweep": "dpsim.plan.sweep",
     "run_sweep": "dpsim.plan.sweep",
     "to_dataframe": "dpsim.plan.sweep",
     "SweepSpec": "dpsim.plan.grid",

@@ -132,6 +132,8 @@ def parse_count(raw: str | int | float, field: str = "tokens") -> float:
 
 def format_count(value: float) -> str:
     """A count with a decimal suffix, the way budgets are quoted: ``1T``, ``300B``, ``2.5M``."""
+    if abs(value) >= 1e18:  # beyond the largest suffix: no "1e+03P"
+        return f"{value:.3g}"
     for suffix, scale in (("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(value) >= scale:
             return f"{value / scale:.3g}{suffix}"

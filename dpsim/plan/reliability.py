@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
 
 HOUR_S = 3600.0
 DAY_S = 86400.0
@@ -195,8 +196,12 @@ class CheckpointPolicy:
         _check("--checkpoint-interval", self.interval_s, strict=True, allowed="a duration > 0")
         _check("--checkpoint-write", self.write_s, allowed="a duration >= 0")
         _check("--restart", self.restart_s, allowed="a duration >= 0")
-        if not math.isfinite(self.interval_s):
-            raise ConfigError(f"--checkpoint-interval: {self.interval_s!r} is not valid; expected a finite duration > 0")
+        if not (math.isfinite(self.interval_s) and self.interval_s >= MIN_CHECKPOINT_INTERVAL_S):
+            raise ConfigError(f"--checkpoint-interval: {self.interval_s!r} s is not valid; expected a finite duration "
+                              f">= {MIN_CHECKPOINT_INTERVAL_S:g} s")
+        if not self.restart_s <= MAX_RECOVERY_S:
+            raise ConfigError(f"--restart: {self.restart_s!r} s is not valid; expected a duration <= {MAX_RECOVERY_S:g} s "
+                              "(a year)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,8 +230,9 @@ class TrainingJob:
         if self.policy not in POLICIES:
             raise ConfigError(f"--elastic: {self.policy!r} is not valid; choose one of {', '.join(POLICIES)}")
         _check("--replace", self.replace_s, allowed="a duration >= 0")
-        if not math.isfinite(self.replace_s):
-            raise ConfigError(f"--replace: {self.replace_s!r} is not valid; expected a finite duration >= 0")
+        if not (math.isfinite(self.replace_s) and self.replace_s <= MAX_RECOVERY_S):
+            raise ConfigError(f"--replace: {self.replace_s!r} s is not valid; expected a duration >= 0 and <= "
+                              f"{MAX_RECOVERY_S:g} s (a year)")
         if not (isinstance(self.min_nodes, int) and 1 <= self.min_nodes <= self.cluster.n_nodes):
             raise ConfigError(f"--min-nodes: {self.min_nodes!r} is not valid; expected an integer in "
                               f"[1, {self.cluster.n_nodes}] (the job's nodes)")

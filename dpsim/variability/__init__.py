@@ -18,7 +18,6 @@ _EXPORTS = {
     "Straggler": "dpsim.variability.spec",
     "parse_straggler": "dpsim.variability.spec",
     "StepStatistics": "dpsim.variability.monte_carlo",
-    "monte_carlo": "dpsim.variability.monte_carlo",
     "VariabilityReport": "dpsim.variability.run",
     "predict_with_variability": "dpsim.variability.run",
 }
