@@ -1,12 +1,18 @@
-"""The SimPy step engine: golden cases and invariants of overlap, played on DDP programs."""
+"""The step engine: golden cases and invariants of overlap, played on DDP programs.
+
+Every case runs on the SimPy engine (the reference) and on the SimPy-free player of a
+homogeneous job that ``predict`` uses (``tests/test_engine_play.py`` compares them in depth).
+"""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import pytest
 
 from dpsim.collectives.ops import CollectiveResult
+from dpsim.engine.play import play_program
 from dpsim.engine.simulate import run_program
 from dpsim.strategies.ddp import ddp_program
 from dpsim.workload.buckets import Bucket, BucketPlan
@@ -26,9 +32,18 @@ class FixedCollectives:
                                 time_s=t, latency_s=0.0)
 
 
+_ENGINE = run_program
+
+
+@pytest.fixture(autouse=True, params=[run_program, play_program], ids=["simpy", "play"])
+def engine(request, monkeypatch):
+    """Each test once per engine."""
+    monkeypatch.setattr(sys.modules[__name__], "_ENGINE", request.param)
+
+
 def simulate(compute, buckets, collectives, *, overlap=True, **kw):
     """The engine playing the DDP step of ``buckets`` (the engine itself knows no strategy)."""
-    return run_program(ddp_program(compute, buckets, overlap=overlap).program, collectives, **kw)
+    return _ENGINE(ddp_program(compute, buckets, overlap=overlap).program, collectives, **kw)
 
 
 def _profile(fwd, bwd, opt=0.0):

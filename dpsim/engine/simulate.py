@@ -21,18 +21,21 @@ the programs (DDP, ZeRO, FSDP, with gradient accumulation and activation checkpo
 
 Identical ranks are one rank: the engine simulates one process per *distinct* rank
 (``rank_compute_scale``), so a homogeneous 65,536-GPU job costs what one rank costs.
+This engine is the reference: ``predict`` plays a homogeneous job with the exact
+SimPy-free player :func:`dpsim.engine.play.play_program`, tested against it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
-
-import simpy
+from typing import TYPE_CHECKING, Sequence
 
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.engine.program import CommOp, StepProgram
 from dpsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    import simpy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,7 +187,7 @@ def played_durations(program: StepProgram, sim: SimulationResult) -> dict[CommOp
     """Each comm op's duration in the last simulated step (the steady state)."""
     last = max((e.step for e in sim.trace), default=0)
     return {program.comms[e.bucket]: e.end_s - e.start_s for e in sim.trace
-            if e.step == last and e.bucket is not None and e.kind not in _COMPUTE_KINDS}
+            if e.step == last and e.bucket is not None and e.kind not in COMPUTE_KINDS}
 
 
 def comm_op_time_s(collectives: CollectiveModel, op: CommOp) -> float:
@@ -206,6 +209,27 @@ def comm_op_time_s(collectives: CollectiveModel, op: CommOp) -> float:
     return group(op.group).time(op.op, op.size_bytes).time_s
 
 
+def check_run_arguments(steps: int, overlap_slowdown: float, comm_slowdown: float,
+                        rank_compute_scale: Sequence[float] | Sequence[Sequence[float]]) -> list[list[float]]:
+    """:func:`run_program`'s arguments checked; the compute factors as one row per step."""
+    if steps < 1:
+        raise ConfigError(f"--steps: {steps} is not valid; expected an integer >= 1")
+    if overlap_slowdown < 0:
+        raise ConfigError(f"--overlap-slowdown: {overlap_slowdown} is not valid; expected a number >= 0")
+    if not comm_slowdown >= 0:
+        raise ConfigError(f"comm slowdown: {comm_slowdown} is not valid; expected a number >= 0")
+    scales = [list(row) if isinstance(row, Sequence) else None for row in rank_compute_scale]
+    if all(s is None for s in scales):
+        per_step = [list(rank_compute_scale)] * steps  # type: ignore[list-item]
+    else:
+        per_step = [list(row) for row in rank_compute_scale]  # type: ignore[arg-type]
+        if len(per_step) != steps or len({len(r) for r in per_step}) != 1:
+            raise ConfigError("rank_compute_scale: give one factor per rank, or one row of them per step")
+    if len(per_step[0]) < 1 or any(not (f > 0) for row in per_step for f in row):
+        raise ConfigError("rank_compute_scale: every factor must be a number > 0")
+    return per_step
+
+
 def run_program(
     program: StepProgram,
     collectives: CollectiveModel,
@@ -222,22 +246,11 @@ def run_program(
     ``comm_slowdown``: a collective runs ``1 + comm_slowdown`` times slower while any rank
     computes (0: collectives last what the model says; see the module docstring).
     """
-    if steps < 1:
-        raise ConfigError(f"--steps: {steps} is not valid; expected an integer >= 1")
-    if overlap_slowdown < 0:
-        raise ConfigError(f"--overlap-slowdown: {overlap_slowdown} is not valid; expected a number >= 0")
-    if not comm_slowdown >= 0:
-        raise ConfigError(f"comm slowdown: {comm_slowdown} is not valid; expected a number >= 0")
-    scales = [list(row) if isinstance(row, Sequence) else None for row in rank_compute_scale]
-    if all(s is None for s in scales):
-        per_step = [list(rank_compute_scale)] * steps  # type: ignore[list-item]
-    else:
-        per_step = [list(row) for row in rank_compute_scale]  # type: ignore[arg-type]
-        if len(per_step) != steps or len({len(r) for r in per_step}) != 1:
-            raise ConfigError("rank_compute_scale: give one factor per rank, or one row of them per step")
+    # Imported here: predict plays homogeneous jobs without SimPy and skips its import.
+    import simpy
+
+    per_step = check_run_arguments(steps, overlap_slowdown, comm_slowdown, rank_compute_scale)
     n_ranks = len(per_step[0])
-    if n_ranks < 1 or any(not (f > 0) for row in per_step for f in row):
-        raise ConfigError("rank_compute_scale: every factor must be a number > 0")
 
     env = simpy.Environment()
     trace: list[TraceEvent] = []
@@ -294,36 +307,44 @@ def run_program(
         env.process(rank_process(r))
     env.process(comm_process())
     env.run()
-    return _summarise(records, trace, sum(comm_time), played=stream is not None)
+    return summarise(records, trace, sum(comm_time), played=stream is not None)
 
 
-_COMPUTE_KINDS = {"forward", "backward", "recompute", "optimizer"}
+COMPUTE_KINDS = frozenset({"forward", "backward", "recompute", "optimizer"})
+"""Trace kinds that are compute (anything else is a collective)."""
 
 
-def _summarise(records: list[list[dict]], trace: list[TraceEvent], comm_s: float, *,
-               played: bool = False) -> SimulationResult:
-    """Step timings; ``played``: a collective's time is what it took (slowed by compute), else ``comm_s``."""
-    timings = []
+def summarise(records: list[list[dict]], trace: list[TraceEvent], comm_s: float, *,
+              played: bool = False) -> SimulationResult:
+    """Step timings from each rank's step records (``start``, ``end``, ``forward``, ``backward``,
+    ``optimizer``) and the trace; ``played``: a collective's time is what it took (slowed by
+    compute), else ``comm_s``."""
     by_step: dict[int, tuple[list, list]] = {}
     for e in trace:
         busy, comm = by_step.setdefault(e.step, ([], []))
-        if e.kind in _COMPUTE_KINDS:
+        if e.kind in COMPUTE_KINDS:
             if e.rank == 0:
                 busy.append((e.start_s, e.end_s))
         else:
             comm.append((e.start_s, e.end_s))
-    for s, recs in enumerate(records):
-        busy, comm = by_step.get(s, ([], []))
-        r0 = recs[0]
-        timings.append(StepTiming(
-            step_time_s=max(r["end"] for r in recs) - min(r["start"] for r in recs),
-            forward_s=r0["forward"],
-            backward_s=r0["backward"],
-            optimizer_s=r0["optimizer"],
-            comm_s=sum(b - a for a, b in comm) if played else comm_s,
-            exposed_comm_s=_uncovered(comm, busy),
-        ))
-    return SimulationResult(steps=tuple(timings), trace=tuple(trace))
+    timings = tuple(step_timing(recs, *by_step.get(s, ([], [])), comm_s, played=played)
+                    for s, recs in enumerate(records))
+    return SimulationResult(steps=timings, trace=tuple(trace))
+
+
+def step_timing(recs: list[dict], busy: list[tuple[float, float]], comm: list[tuple[float, float]],
+                comm_s: float, *, played: bool = False) -> StepTiming:
+    """One step's timing from every rank's record of it, rank 0's compute intervals (``busy``)
+    and the collectives' (``comm``, in stream order); see :func:`summarise`."""
+    r0 = recs[0]
+    return StepTiming(
+        step_time_s=max(r["end"] for r in recs) - min(r["start"] for r in recs),
+        forward_s=r0["forward"],
+        backward_s=r0["backward"],
+        optimizer_s=r0["optimizer"],
+        comm_s=sum(b - a for a, b in comm) if played else comm_s,
+        exposed_comm_s=_uncovered(comm, busy),
+    )
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[list[float]]:
@@ -337,12 +358,22 @@ def _union(intervals: list[tuple[float, float]]) -> list[list[float]]:
 
 
 def _uncovered(intervals: list[tuple[float, float]], cover: list[tuple[float, float]]) -> float:
-    """Length of the union of ``intervals`` not covered by the union of ``cover``."""
+    """Length of the union of ``intervals`` not covered by the union of ``cover``.
+
+    Both unions are sorted and disjoint, so one pass over them subtracts every overlap in
+    ascending order; a pair that does not overlap would subtract 0, so the sum is the one
+    every pair gives (bit for bit), in linear time.
+    """
     covered = _union(cover)
-    total = 0.0
+    total, j, n = 0.0, 0, len(covered)
     for a, b in _union(intervals):
         length = b - a
-        for c, d in covered:
+        while j < n and covered[j][1] <= a:
+            j += 1
+        k = j
+        while k < n and covered[k][0] < b:
+            c, d = covered[k]
             length -= max(0.0, min(b, d) - max(a, c))
+            k += 1
         total += length
     return total

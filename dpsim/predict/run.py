@@ -16,7 +16,8 @@ from dpsim.collectives.nccl import NcclCollectives
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
 from dpsim.collectives.ops import CollectiveModel, CollectiveResult
 from dpsim.engine.program import StepProgram
-from dpsim.engine.simulate import PlayedCollectives, played_durations, run_program
+from dpsim.engine.play import play_program
+from dpsim.engine.simulate import PlayedCollectives, played_durations
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown
@@ -151,8 +152,8 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
         activation_checkpointing=config.activation_checkpointing, overlap=config.overlap,
         bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit)
     program = plan.program
-    sim = run_program(program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown,
-                      comm_slowdown=comm_slowdown)
+    sim = play_program(program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown,
+                       comm_slowdown=comm_slowdown)
     if comm_slowdown > 0:
         collectives = PlayedCollectives(collectives, played_durations(program, sim))
     if profile is not None:
