@@ -12,6 +12,7 @@ streams, per-step compute factors) they agree to 1e-9.
 from __future__ import annotations
 
 import math
+import pickle
 import subprocess
 import sys
 from dataclasses import dataclass, fields
@@ -44,13 +45,13 @@ def assert_same(played, reference, *, rel: float = 0.0):
         assert played.steps == reference.steps
         assert a == b
         return
-    close = lambda x, y: math.isclose(x, y, rel_tol=rel, abs_tol=1e-12)  # noqa: E731
+    close = lambda x, y: math.isclose(x, y, rel_tol=rel, abs_tol=1e-12)
     for s, r in zip(played.steps, reference.steps):
         for f in fields(s):
             assert close(getattr(s, f.name), getattr(r, f.name)), (f.name, s, r)
     assert len(a) == len(b)
     # Events that tie at one instant may sort differently when their times differ by rounding.
-    by_name = lambda t: sorted(t, key=lambda e: (e.step, e.kind, e.name, e.bucket or 0))  # noqa: E731
+    by_name = lambda t: sorted(t, key=lambda e: (e.step, e.kind, e.name, e.bucket or 0))
     for x, y in zip(by_name(a), by_name(b)):
         assert (x.rank, x.step, x.kind, x.name, x.bucket) == (y.rank, y.step, y.kind, y.name, y.bucket)
         assert close(x.start_s, y.start_s) and close(x.end_s, y.end_s), (x, y)
@@ -83,7 +84,7 @@ def test_every_strategy_plays_bit_for_bit_as_simpy(case):
 ], ids=["llama-ddp", "llama-fsdp-ckpt", "calibrated", "one-gpu"])
 def test_predict_is_simpys_prediction(argv, monkeypatch):
     """predict() plays with the fast player; with SimPy swapped in it predicts the very same numbers."""
-    import dpsim.predict.run as run
+    from dpsim.predict import run
 
     fast = predict(PredictConfig(**argv))
     monkeypatch.setattr(run, "play_program", run_program)
@@ -171,6 +172,19 @@ def test_ops_carried_into_the_next_step():
     # Step 0: b 0-1, g 1-3, o 1-2 (slowed); step 1 starts at 2 while g runs: b 2-3.5 (slowed 1 s).
     b1 = next(e for e in played.trace if e.step == 1 and e.name == "b")
     assert (b1.start_s, b1.end_s) == (2.0, 3.5)
+
+
+def test_the_trace_is_built_when_read_and_equals_simpys_tuple():
+    p = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2", steps=2))
+    trace = play_program(p.program, p.collectives, steps=2, overlap_slowdown=0.1).trace
+    reference = run_program(p.program, p.collectives, steps=2, overlap_slowdown=0.1).trace
+    n = len(trace)  # known before any event is built
+    assert trace._events is None and n == len(reference)
+    assert sorted(trace, key=lambda e: (e.start_s, e.end_s, e.name)) == \
+        sorted(reference, key=lambda e: (e.start_s, e.end_s, e.name))
+    assert trace == tuple(trace) and tuple(trace) == trace and hash(trace) == hash(tuple(trace))
+    assert trace[0] == tuple(trace)[0] and trace[-3:] == tuple(trace)[-3:]
+    assert type(pickle.loads(pickle.dumps(trace))) is tuple and pickle.loads(pickle.dumps(trace)) == trace
 
 
 # ------------------------------------------------------------------ several ranks, errors

@@ -39,7 +39,7 @@ variability model's thousands of ranks go to the vectorised replay (:mod:`dpsim.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.engine.program import StepProgram
@@ -111,7 +111,7 @@ def play_homogeneous(program: StepProgram, collectives: CollectiveModel, *, scal
     total_ops = steps * n_ops
     launched = [False] * total_ops
     # (is a comm op, task index or stream position, step, start, end), in the order SimPy's
-    # trace has them (as they end); TraceEvents are built once at the end.
+    # trace has them (as they end): the trace's events, built if it is read (PlayedTrace).
     spans: list[tuple[bool, int, int, float, float]] = []
     busy: list[list[tuple[float, float]]] = [[] for _ in range(steps)]
     comm: list[list[tuple[float, float]]] = [[] for _ in range(steps)]
@@ -235,7 +235,7 @@ def play_homogeneous(program: StepProgram, collectives: CollectiveModel, *, scal
         raise RuntimeError(f"step program deadlocks: step {s} stops before task {tasks[ti].name!r}")
     comm_s = sum(comm_time)
     timings = tuple(step_timing([records[k]], busy[k], comm[k], comm_s, played=stream_mode) for k in range(steps))
-    return SimulationResult(steps=timings, trace=tuple(_trace(spans, program, n_ops)))
+    return SimulationResult(steps=timings, trace=PlayedTrace(spans, program))
 
 
 def _comm_times(program: StepProgram, collectives: CollectiveModel) -> list[float]:
@@ -253,17 +253,62 @@ def _comm_times(program: StepProgram, collectives: CollectiveModel) -> list[floa
     return out
 
 
+class PlayedTrace(Sequence):
+    """The trace of a played run, as a sequence of TraceEvents built when first read.
+
+    A prediction's trace is read only to draw its timeline; building thousands of events
+    for every sweep point would be half of the player's time. Equal to (and pickled as)
+    the tuple of its events.
+    """
+
+    __slots__ = ("_events", "_program", "_spans")
+
+    def __init__(self, spans: list[tuple[bool, int, int, float, float]], program: StepProgram):
+        self._spans: list | None = spans
+        self._program: StepProgram | None = program
+        self._events: tuple[TraceEvent, ...] | None = None
+
+    def _built(self) -> tuple[TraceEvent, ...]:
+        if self._events is None:
+            self._events = _trace(self._spans, self._program)
+            self._spans = self._program = None
+        return self._events
+
+    def __len__(self) -> int:
+        return len(self._spans) if self._events is None else len(self._events)
+
+    def __getitem__(self, index):
+        return self._built()[index]
+
+    def __iter__(self):
+        return iter(self._built())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (tuple, PlayedTrace)):
+            return self._built() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._built())
+
+    def __repr__(self) -> str:
+        return repr(self._built())
+
+    def __reduce__(self):
+        return tuple, (self._built(),)
+
+
 _new = object.__new__
 
 
-def _trace(spans: list[tuple[bool, int, int, float, float]], program: StepProgram, n_ops: int) -> list[TraceEvent]:
+def _trace(spans: list[tuple[bool, int, int, float, float]], program: StepProgram) -> tuple[TraceEvent, ...]:
     """The spans as the engine's TraceEvents.
 
-    Thousands per prediction: filling a new event's ``__dict__`` builds exactly the object
-    the frozen dataclass's ``__init__`` would (``TraceEvent`` has no ``__post_init__``),
-    five times faster.
+    Filling a new event's ``__dict__`` builds exactly the object the frozen dataclass's
+    ``__init__`` would (``TraceEvent`` has no ``__post_init__``), four times faster.
     """
     tasks, comms, order = program.tasks, program.comms, program.launch_order
+    n_ops = len(comms)
     out = []
     for is_comm, j, step, a, b in spans:
         e = _new(TraceEvent)
@@ -275,4 +320,4 @@ def _trace(spans: list[tuple[bool, int, int, float, float]], program: StepProgra
             task = tasks[j]
             e.__dict__.update(rank=0, step=step, kind=task.kind, name=task.name, start_s=a, end_s=b, bucket=None)
         out.append(e)
-    return out
+    return tuple(out)

@@ -85,8 +85,9 @@ class SimulationResult:
 
     steps: tuple[StepTiming, ...]
     """One entry per simulated step."""
-    trace: tuple[TraceEvent, ...]
-    """Every interval, for timelines."""
+    trace: Sequence[TraceEvent]
+    """Every interval, for timelines: a tuple, or (from :func:`dpsim.engine.play.play_program`)
+    a sequence that builds its events when first read and equals the tuple of them."""
 
 
 class _Rank:
