@@ -56,7 +56,11 @@ MIN_SINGLE_GPU_STEP_S = 1e-6
 MAX_SINGLE_GPU_STEP_S = 86_400.0
 """Longest measured one-GPU step (a day)."""
 MAX_SAMPLES_PER_S = 1e9
-"""``--single-gpu-samples-per-s``."""
+"""``--single-gpu-samples-per-s``, ``--input-samples-per-s``."""
+MAX_POWERSGD_RANK = 1024
+"""``--powersgd-rank`` (PowerSGD's own guidance: 1-4, 32 for some NLP tasks)."""
+MAX_POWERSGD_START_ITER = 10**9
+"""``--powersgd-start-iter``."""
 
 MAX_TEXT_CHARS = 4096
 """A flag's text (a name, a path, a comma list)."""
@@ -139,6 +143,28 @@ MIN_FIT_BUS_BANDWIDTH_BYTES_PER_S = 1e3
 """... and its fitted bus bandwidth: at least 1 kB/s ..."""
 MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S = 1e15
 """... and at most 1 PB/s (NVLink 5 is 1.8 TB/s per GPU)."""
+
+MIN_PROFILE_RATE = 1e6
+"""A calibration profile's measured matmul FLOP/s or memory-copy bytes/s: at least a million
+(a single CPU core does billions) ..."""
+MAX_PROFILE_FLOPS_PER_S = 1e17
+"""... matmul at most 100 PFLOP/s, ten times any single device (NVIDIA's B200 datasheet: 9
+PFLOPS dense FP4) ..."""
+MAX_PROFILE_BYTES_PER_S = 1e15
+"""... memory copies at most 1 PB/s (NVIDIA's B200 datasheet: 8 TB/s of HBM3e)."""
+MAX_PROFILE_SLOWDOWN = 100.0
+"""A measured all-reduce slowdown while compute runs (0.25 = 25 % slower): gloo's measured 2.5
+(250 %) beside compute on a loaded 2-core machine; beyond 100 it is a broken measurement. (The
+other direction, compute slowed by a collective, is bounded like predict's flag:
+:data:`MAX_OVERLAP_SLOWDOWN`.)"""
+MAX_PROFILE_CV = 10.0
+"""A measured step time's coefficient of variation (1,000 %)."""
+MAX_PROFILE_FLOPS_PER_SAMPLE = 1e24
+"""A traced model's forward FLOPs per sample (a 1T-parameter model over a 1M-token sample is 2e18)."""
+MAX_PROFILE_REPEATS = 10**7
+"""Repeats behind one measured number of a profile."""
+MAX_PROFILE_THREADS = 1 << 16
+"""Threads per rank recorded in a profile."""
 
 MAX_INPUT_FILE_BYTES = 1 << 20
 """A topology, sweep or profile file a user gives (1 MiB; the largest shipped file is 30 KiB)."""

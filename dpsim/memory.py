@@ -35,7 +35,9 @@ The other categories:
   checkpointed unit's input is kept, plus one unit's full activations while it is
   recomputed (Korthikanti et al. 2022, Sec. 5); root layers keep theirs;
 * **communication buffers**: DDP's bucket copies of every gradient (the default
-  ``gradient_as_bucket_view=False``); DeepSpeed ZeRO-1/2's contiguous "ipg" gradient
+  ``gradient_as_bucket_view=False``; none with the view), its comm hook's state (PowerSGD's
+  error feedback, P and Q; 16-bit copies of the buckets in flight) and buffers being
+  broadcast (:func:`~dpsim.strategies.ddp_costs.ddp_comm_buffer_bytes`); DeepSpeed ZeRO-1/2's contiguous "ipg" gradient
   buffer of ``reduce_bucket_size`` elements (5e8, or ``--bucket-cap-mb`` converted to
   elements as the step program converts it:
   :func:`~dpsim.strategies.shards.deepspeed_reduce_bucket_elements`) in the gradient
@@ -64,6 +66,11 @@ from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
+from dpsim.strategies.ddp_costs import (
+    DEFAULT_DDP_OPTIONS,
+    DdpOptions,
+    ddp_comm_buffer_bytes,
+)
 from dpsim.strategies.registry import (
     BUCKET_CAP_MB,
     check_fsdp_unit,
@@ -175,14 +182,20 @@ def memory_breakdown(
     fsdp_unit: str = "block",
     overlap: bool = True,
     bucket_cap_mb: float | None = None,
+    ddp: DdpOptions | None = None,
 ) -> MemoryBreakdown:
     """Per-GPU memory of ``strategy`` on ``n_gpus`` data-parallel GPUs (see the module docstring).
 
     ``bucket_cap_mb`` sizes ZeRO-1/2's gradient buffers; DDP's bucket copies hold every
-    gradient whatever the cap; other strategies refuse it.
+    gradient whatever the cap; other strategies refuse it. ``ddp``: DDP's arguments (torch's
+    defaults when ``None``), which set its buffers
+    (:func:`~dpsim.strategies.ddp_costs.ddp_comm_buffer_bytes`: no bucket copy with
+    ``gradient_as_bucket_view``, a comm hook's state); refused by the other strategies.
     """
     record = get_strategy(strategy)
     check_honoured(strategy, BUCKET_CAP_MB, bucket_cap_mb)
+    if ddp is not None and not ddp.is_default and record.family != "ddp":
+        raise ConfigError(f"DDP options: {ddp} apply to --strategy ddp only, not {strategy}")
     check_fsdp_unit(fsdp_unit)
     check_grad_accum(grad_accum)
     if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
@@ -200,7 +213,9 @@ def memory_breakdown(
                                       fsdp_unit=fsdp_unit) * micro_batch * act_scale
     no_sync_full_grads = record.family == "fsdp" and grad_accum > 1
     if strategy == "ddp":
-        weights, grads, opt, buffers = psi * w, psi * g, psi * k, psi * g
+        weights, grads, opt = psi * w, psi * g, psi * k
+        buffers = ddp_comm_buffer_bytes(model, precision.grad_dtype, ddp or DEFAULT_DDP_OPTIONS,
+                                        bucket_cap_mb=bucket_cap_mb)
     elif strategy in ("zero1", "zero2"):
         weights = psi * w
         grads = psi * g if strategy == "zero1" else shard * g
@@ -282,7 +297,8 @@ class FitAdvice:
 def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimizer: str, micro_batch: int,
                strategy: str = "ddp", n_gpus: int = 1, gpus_per_node: int | None = None,
                activation_checkpointing: bool = False, grad_accum: int = 1, fsdp_unit: str = "block",
-               overlap: bool = True, bucket_cap_mb: float | None = None, max_gpus: int = 1 << 20) -> FitAdvice:
+               overlap: bool = True, bucket_cap_mb: float | None = None, max_gpus: int = 1 << 20,
+               ddp: DdpOptions | None = None) -> FitAdvice:
     """The smallest change that makes ``model`` fit, in this order of preference:
     a more sharded strategy (ZeRO-1 -> 2 -> 3, or FSDP shard-grad-op -> full shard) on
     the same GPUs; that plus activation checkpointing; that plus a smaller micro-batch
@@ -292,13 +308,13 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
     does not says to drop it.
     """
     gpn = gpus_per_node or n_gpus
-    base = dict(precision=precision, optimizer=optimizer, fsdp_unit=fsdp_unit, overlap=overlap,
-                gpus_per_node=gpn, grad_accum=grad_accum)
+    base = {"precision": precision, "optimizer": optimizer, "fsdp_unit": fsdp_unit, "overlap": overlap,
+            "gpus_per_node": gpn, "grad_accum": grad_accum}
 
     def mem(s, n, ck, mb):
         cap = bucket_cap_mb if honours(s, BUCKET_CAP_MB) else None
         return memory_breakdown(model, gpu, strategy=s, n_gpus=n, activation_checkpointing=ck, micro_batch=mb,
-                                bucket_cap_mb=cap, **base)
+                                bucket_cap_mb=cap, ddp=ddp if s == "ddp" else None, **base)
 
     def use(s):
         return _strategy_text(s, bucket_cap_mb)

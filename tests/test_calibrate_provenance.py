@@ -73,8 +73,9 @@ def test_fingerprint_is_the_structure_not_the_name():
 def test_measured_step_is_used_layer_by_layer_with_its_optimizer(tmp_path):
     step = measured_step()
     p = predict(config(cpu_profile(tmp_path, step=step)))
-    assert p.compute_s == pytest.approx(step.forward_s + step.backward_s + step.optimizer_s
-                                        + 2 * 4 * p.param_count / 20e9, rel=1e-6)  # + DDP's bucket copies
+    assert p.compute_s == pytest.approx(step.forward_s + step.backward_s + step.optimizer_s, rel=1e-6)
+    # DDP's bucket copies (fp32 gradients in and back, read + write) at the measured 20 GB/s
+    assert p.ddp["bucket_copies_s"] >= 4 * 4 * p.param_count / 20e9
     assert p.optimizer_s == pytest.approx(0.004)
     prov = p.provenance.to_dict()
     assert prov["compute"]["source"] == "profile" and "per traced layer" in prov["compute"]["detail"]

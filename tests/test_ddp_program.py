@@ -14,6 +14,7 @@ from dpsim.workload.buckets import Bucket, BucketPlan, assign_buckets
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import ComputeProfile, LayerTime, compute_profile
 from dpsim.workload.precision import get_precision
+from dpsim.workload.roofline import HOST_OVERHEAD_PER_OP_S
 
 BF16 = get_precision("bf16-mixed")
 
@@ -67,9 +68,9 @@ def test_copy_bandwidth_charges_both_copies_to_the_layer_that_made_the_gradients
 
 
 @pytest.mark.parametrize("kwargs,needle", [
-    (dict(copy_bandwidth_bytes_per_s=0.0, param_bytes={}), "copy bandwidth"),
-    (dict(copy_bandwidth_bytes_per_s=1e9), "param_bytes"),
-    (dict(grad_accum=0), "--grad-accum"),
+    ({"copy_bandwidth_bytes_per_s": 0.0, "param_bytes": {}}, "copy bandwidth"),
+    ({"copy_bandwidth_bytes_per_s": 1e9}, "param_bytes"),
+    ({"grad_accum": 0}, "--grad-accum"),
 ])
 def test_bad_arguments_are_refused(kwargs, needle):
     with pytest.raises(ConfigError, match=needle):
@@ -92,23 +93,45 @@ def test_the_registry_builds_it_from_the_models_gradient_buckets(cap):
     assert sp.communicator_sizes["world"] == 16
 
 
-def _run(world_size, copy_bytes_per_s):
-    blocks = [{"name": f"b{i}", "forward_s": 0.01, "backward_s": 0.02,
-               "params": [{"name": f"b{i}.w", "shape": [256, 256]}]} for i in range(4)]
-    sizes = [1e4, 1e5, 1e6, 1e7]
-    return {"compute": {"blocks": blocks, "optimizer_s": 0.005, "grad_ready_order": None,
-                        "copy_bytes_per_s": copy_bytes_per_s},
-            "bucket_cap_mb": 0.25, "world_size": world_size,
-            "collectives": [{"size_bytes": s, "time_s": 1e-4 + s / 1e9} for s in sizes],
-            "overlap": {"compute_with_comm_s": 1.0, "compute_alone_s": 1.0}}
+VALIDATE_MLP = "dpsim.validate.models:mlp:mlp_batch"
+
+
+def _run(model, world_size, copy_bytes_per_s):
+    """A ``dpsim validate`` run record (its measurement phases only) of ``model`` on
+    ``world_size`` CPU ranks: 1 ms forward and 2 ms backward per layer, fast collectives."""
+    layers = [{"name": layer.name, "forward_s": 1e-3, "backward_s": 2e-3} for layer in model.layers]
+    n = len(layers)
+    return {"model": VALIDATE_MLP, "micro_batch": 32, "world_size": world_size, "ranks_per_node": world_size,
+            "bucket_cap_mb": 1.0, "threads": 1, "step": {"optimizer": "sgd", "loss": "classify"},
+            "compute": {"forward_s": 1e-3 * n, "backward_s": 2e-3 * n, "layer_times": layers, "optimizer_s": 5e-3,
+                        "own_step_times_s": [0.05, 0.05, 0.05], "iterations": 3,
+                        "copy_bytes_per_s": copy_bytes_per_s, "matmul_flops_per_s": 5e10},
+            "collectives": [{"size_bytes": s, "times_s": [1e-5 + s / 1e12] * 5} for s in (1e4, 1e5, 1e6, 1e7)],
+            "overlap": {"slowdown": 0.0, "comm_slowdown": 0.0}}
 
 
 def test_validate_predicts_its_measured_run_with_the_copies_charged():
-    plain = predict_run(_run(2, None))
-    copied = predict_run(_run(2, 1e9))
-    assert plain["n_buckets"] == 4 and plain["bucket_sizes_bytes"] == [256 * 256 * 4] * 4
-    # Four fp32 gradients of 256 KiB, each copied in and out, all on the backward's path.
-    assert copied["step_time_s"] - plain["step_time_s"] == pytest.approx(4 * 2 * 256 * 256 * 4 / 1e9, rel=1e-6)
-    # One rank: no communication, no copies.
-    alone = predict_run(_run(1, 1e9))
-    assert alone["step_time_s"] == pytest.approx(4 * 0.03 + 0.005)
+    # dpsim validate times the bare model, not the DDP-wrapped one (dpsim.trainstep.measure_step):
+    # predict must add DDP's copy of every gradient into its bucket and back, at the measured
+    # copy bandwidth (read + write bytes per second, as the worker measures it).
+    pytest.importorskip("torch")
+    from dpsim.workload.from_torch import load_torch_workload
+
+    model = load_torch_workload(VALIDATE_MLP)
+    measured_step_s = 3e-3 * len(model.layers) + 5e-3
+    slow, fast = 1e9, 1e15
+    alone = predict_run(_run(model, 1, slow), model, reference=VALIDATE_MLP, optimizer="sgd")
+    assert alone["step_time_s"] == pytest.approx(measured_step_s)  # one rank: no DDP, no copies
+    runs = {bw: predict_run(_run(model, 2, bw), model, reference=VALIDATE_MLP, optimizer="sgd")
+            for bw in (slow, fast)}
+    assert runs[slow]["n_buckets"] > 1
+    assert "bucket copies at the measured copy bandwidth" in runs[slow]["provenance"]["compute"]["detail"]
+
+    def copies_s(bw):  # two copies per gradient, each at least one kernel dispatch
+        return sum(2 * max(2 * 4 * p.numel / bw, HOST_OVERHEAD_PER_OP_S) for p in model.params)
+
+    # Every copy is on the step's path: into the bucket during backward, back after the all-reduce.
+    moved = runs[slow]["step_time_s"] - runs[fast]["step_time_s"]
+    assert moved == pytest.approx(copies_s(slow) - copies_s(fast), rel=1e-3)
+    assert moved > 0.99 * 4 * 4 * model.param_count / slow  # fp32 gradients: 4 bytes, 4 passes over them
+    assert runs[fast]["step_time_s"] >= measured_step_s + copies_s(fast)

@@ -17,8 +17,9 @@ from dpsim.topology.load import preset_names
 @pytest.mark.parametrize("gpus", [1, 8, 64])
 def test_step_between_compute_and_compute_plus_comm(link, gpus):
     p = predict(PredictConfig(gpus=gpus, link=link, model="gpt2", micro_batch=8, overlap_slowdown=0.0, steps=1))
+    ddp_s = p.ddp["bucket_copies_s"] + p.ddp["comm_hook_s"] + p.ddp["host_s"]  # DDP's own work, not in compute_s
     assert p.step_time_s >= max(p.compute_s, p.comm_s) - 1e-12
-    assert p.step_time_s <= p.compute_s + p.comm_s + 1e-12
+    assert p.step_time_s <= p.compute_s + ddp_s + p.comm_s + 1e-12
     assert 0 <= p.overlap_fraction <= 1
     assert 0 < p.scaling_efficiency <= 1 + 1e-12
     assert p.samples_per_s == pytest.approx(gpus * 8 / p.step_time_s)
@@ -41,7 +42,10 @@ def test_overlap_helps_and_no_overlap_is_additive():
     on = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2-medium", overlap_slowdown=0.0))
     off = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2-medium", overlap=False))
     assert on.step_time_s < off.step_time_s
-    assert off.step_time_s == pytest.approx(off.compute_s + off.comm_s, rel=1e-9)
+    # Without overlap, compute and communication add up; DDP's copies back after each bucket's
+    # all-reduce run while the later buckets' do (slowed by the overlap slowdown, 10 %).
+    ddp_s = off.ddp["bucket_copies_s"] + off.ddp["comm_hook_s"] + off.ddp["host_s"]
+    assert off.compute_s + off.comm_s < off.step_time_s <= off.compute_s + 1.1 * ddp_s + off.comm_s + 1e-12
 
 
 def test_single_gpu_step_scales_compute():
@@ -74,6 +78,6 @@ def test_predict_does_not_import_torch():
     code = ("import sys; from dpsim.cli import main; "
             "rc = main(['predict', '--gpus', '64', '--link', 'ethernet', '--json']); "
             "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["n_gpus"] == 64

@@ -34,6 +34,9 @@ from dpsim.limits import (
     MAX_MICRO_BATCH,
     MAX_OVERLAP_SLOWDOWN,
     MAX_PIPELINE_SLOTS,
+    MAX_POWERSGD_RANK,
+    MAX_POWERSGD_START_ITER,
+    MAX_SAMPLES_PER_S,
     MAX_SEQ_LEN,
     MAX_SIMULATED_MICRO_BATCHES,
     MAX_SINGLE_GPU_STEP_S,
@@ -45,6 +48,7 @@ from dpsim.limits import (
     is_finite,
     short,
 )
+from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.registry import BUCKET_CAP_MB, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
@@ -74,6 +78,11 @@ Recompute = Literal["off", "selective", "full"]
 """``--recompute``: the keys of :data:`dpsim.strategies.layout.RECOMPUTE`."""
 TpCommOverlap = Literal["off", "backward", "full"]
 """``--tp-comm-overlap``: the keys of :data:`dpsim.strategies.tensor.TP_COMM_OVERLAP`."""
+CommHook = Literal["off", "allreduce", "fp16-compress", "bf16-compress", "powersgd"]
+"""``--comm-hook``: the keys of :data:`dpsim.strategies.comm_hooks.COMM_HOOKS`."""
+DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters", "broadcast_buffers", "comm_hook",
+              "powersgd_rank", "powersgd_start_iter")
+"""The fields of PyTorch ``DistributedDataParallel``'s arguments (:class:`dpsim.strategies.ddp_costs.DdpOptions`)."""
 LAYOUT_FIELDS = ("tp", "pp", "dp", "global_batch", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
                  "recompute", "tp_comm_overlap", "tp_across_network")
 """The fields of a tensor x pipeline x data layout (every command that takes a job takes them)."""
@@ -207,12 +216,40 @@ class PredictConfig:
     under the weight-gradient GEMM, Megatron's default) or full (TransformerEngine userbuffers)."""
     tp_across_network: bool = False
     """Allow a tensor-parallel group larger than one NVLink domain (its collectives cross the network)."""
+    gradient_as_bucket_view: bool = False
+    """DDP's gradient_as_bucket_view: gradients are views of the all-reduce buckets, which saves one
+    gradient-sized buffer and the copy back after each all-reduce; off (PyTorch's default): every
+    gradient is copied into its bucket and back."""
+    static_graph: bool = False
+    """DDP's static_graph: the graph is the same every step, so --find-unused-parameters searches it
+    in the first step only and the buckets are rebuilt in gradient-ready order."""
+    find_unused_parameters: bool = False
+    """DDP's find_unused_parameters: walk the autograd graph after every forward, keep the buckets in
+    reverse parameter order (never rebuilt) and all-reduce the map of used parameters."""
+    broadcast_buffers: bool = True
+    """DDP's broadcast_buffers (PyTorch's default on): broadcast the module's buffers, e.g. BatchNorm
+    statistics, from rank 0 before the forward of every step."""
+    comm_hook: CommHook = "off"
+    """DDP communication hook (torch/distributed/algorithms/ddp_comm_hooks): off (DDP's own
+    all-reduce), allreduce, fp16-compress or bf16-compress (all-reduce 16-bit copies: half the bytes of
+    fp32 gradients), powersgd (low-rank P and Q per matrix, see --powersgd-rank)."""
+    powersgd_rank: int = field(default=1, metadata=_count(MAX_POWERSGD_RANK))
+    """PowerSGD's matrix_approximation_rank, with --comm-hook powersgd."""
+    powersgd_start_iter: int = field(default=1000, metadata={"rule": Range(2, MAX_POWERSGD_START_ITER,
+                                                                             integer=True)})
+    """PowerSGD's start_powerSGD_iter, with --comm-hook powersgd: steps of plain all-reduce before it
+    compresses. The step predicted is the compressed one; --json's ddp block gives the warm-up step."""
+    input_samples_per_s: float | None = field(default=None, metadata=_range(0, MAX_SAMPLES_PER_S,
+                                                                             open_below=True))
+    """Samples per second one GPU's input pipeline (its data loader) delivers: a step is never shorter
+    than loading its micro-batches. Left out: unlimited (synthetic data)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             check_value(f.name, getattr(self, f.name))
         self._check_combination()
         self._check_layout()
+        self._check_ddp()
 
     def _check_combination(self) -> None:
         """The rules between fields (each field's own value is already valid)."""
@@ -319,6 +356,32 @@ class PredictConfig:
                               f"model chunk is the unit); leave it out")
         if self.jobs != 1:
             raise ConfigError(f"--jobs: {self.jobs} is not modelled with --tp/--pp; leave it at 1")
+
+
+    def _check_ddp(self) -> None:
+        """The rules of the DDP fields and the input pipeline."""
+        changed = [name for name in DDP_FIELDS if getattr(self, name) != _fields()[name].default]
+        if changed and self.strategy != "ddp":
+            name = changed[0]
+            raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} is an argument of PyTorch DDP and does "
+                              f"not apply to --strategy {self.strategy}; use --strategy ddp or leave it out")
+        if changed and self.layout_active:
+            name = changed[0]
+            raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} is an argument of PyTorch DDP; with "
+                              f"--tp/--pp the replicas are reduced by Megatron's DDP (contiguous gradient "
+                              f"buffers, no hooks), so leave it out")
+        if self.input_samples_per_s is not None and self.layout_active:
+            raise ConfigError(f"--input-samples-per-s: {self.input_samples_per_s:g} is not modelled with --tp/--pp; "
+                              f"leave it out")
+        if self.comm_hook != "powersgd":
+            for name in ("powersgd_rank", "powersgd_start_iter"):
+                if getattr(self, name) != _fields()[name].default:
+                    raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies only with --comm-hook "
+                                      f"powersgd; give that hook or leave it out")
+
+    def ddp_options(self):
+        """The DDP arguments as :class:`~dpsim.strategies.ddp_costs.DdpOptions`."""
+        return DdpOptions(**{name: getattr(self, name) for name in DDP_FIELDS})
 
 
 def derived_flags(flags: dict[str, Any]) -> dict[str, Any]:

@@ -186,12 +186,13 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
         match = match_model_step(profile, model, micro_batch=config.micro_batch, dtype=precision.compute_dtype,
                                  config_model=config.model)
         if match.step is not None:
-            copy_bw = (profile.compute.memory_bandwidth_bytes_per_s
-                       if config.strategy == "ddp" and topology.n_gpus > 1 and cpu else None)
+            # DDP's bucket copies are the step program's (dpsim.strategies.ddp_costs), at the
+            # measured copy bandwidth: not folded into the measured step here
             compute, details = measured_compute(match.step, model, compute, optimizer=config.optimizer,
-                                                ddp_copy_bandwidth=copy_bw)
-            copy = (f", DDP bucket copies {details['ddp_copy_s'] * 1e3:.3g} ms at the measured copy bandwidth"
-                    if details["ddp_copy_s"] else "")
+                                                ddp_copy_bandwidth=None)
+            copy = (", DDP's bucket copies at the measured copy bandwidth"
+                    if config.strategy == "ddp" and topology.n_gpus > 1 and profile.compute.memory_bandwidth_bytes_per_s
+                    else "")
             compute_origin = Origin(source="profile", detail=f"training step {match.reason} ({details['layers']}; "
                                                              f"loss {match.step.loss or 'not recorded'}; optimizer "
                                                              f"{details['optimizer']}{copy})")

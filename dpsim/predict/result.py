@@ -89,6 +89,14 @@ class Prediction:
     layout: Any = field(default=None, repr=False)
     """Where a tensor x pipeline x data layout's step goes, stage by stage
     (:class:`dpsim.predict.layout.LayoutReport`; ``None`` for data parallelism alone)."""
+    ddp: dict | None = None
+    """PyTorch DDP's own work per step (``bucket_copies_s``, ``comm_hook_s``, ``host_s``), the
+    gradient bytes before and after its comm hook, PowerSGD's warm-up step; ``None`` for other
+    strategies and tensor/pipeline layouts."""
+    input_step_s: float | None = None
+    """Time the input pipeline needs for one step's micro-batches (``--input-samples-per-s``)."""
+    input_bound: bool = False
+    """The input pipeline, not compute or communication, sets the step time."""
 
     @property
     def overlap_fraction(self) -> float:
@@ -160,4 +168,7 @@ class Prediction:
             "links": self.links.to_dict() if self.links is not None else None,
             "provenance": self.provenance.to_dict() if self.provenance is not None else None,
             "layout": self.layout.to_dict() if self.layout is not None else None,
+            "ddp": dict(self.ddp) if self.ddp is not None else None,
+            "input_step_s": self.input_step_s,
+            "input_bound": self.input_bound,
         }

@@ -15,18 +15,33 @@ from dpsim.collectives.links import link_report
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
 from dpsim.collectives.ops import CollectiveModel, CollectiveResult
-from dpsim.engine.program import StepProgram
 from dpsim.engine.play import play_program
+from dpsim.engine.program import StepProgram
 from dpsim.engine.simulate import PlayedCollectives, played_durations
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown
 from dpsim.predict.config import PredictConfig
-from dpsim.predict.layout import check_layout, layout_fit, layout_memory, layout_shape, predict_layout
+from dpsim.predict.layout import (
+    check_layout,
+    layout_fit,
+    layout_memory,
+    layout_shape,
+    predict_layout,
+)
 from dpsim.predict.memo import memoized
-from dpsim.predict.provenance import apply_profile, check_cpu_compute, check_profile_layout, preset_provenance
+from dpsim.predict.provenance import (
+    apply_profile,
+    check_cpu_compute,
+    check_profile_layout,
+    preset_provenance,
+)
 from dpsim.predict.result import Prediction
-from dpsim.profile.calibrated import calibrated_collectives, calibrated_device, profile_ranks_per_node
+from dpsim.profile.calibrated import (
+    calibrated_collectives,
+    calibrated_device,
+    profile_ranks_per_node,
+)
 from dpsim.profile.io import load_profile
 from dpsim.strategies.build import build_step_program
 from dpsim.topology.cluster import Topology
@@ -37,6 +52,7 @@ from dpsim.workload.compute import ComputeProfile, compute_profile
 from dpsim.workload.from_torch import load_torch_workload
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
+from dpsim.workload.roofline import Efficiencies
 from dpsim.workload.spec import ModelSpec
 
 
@@ -150,7 +166,7 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
         build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
         gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
         activation_checkpointing=config.activation_checkpointing, overlap=config.overlap,
-        bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit)
+        bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit, **_ddp_kwargs(config, gpu, profile))
     program = plan.program
     sim = play_program(program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown,
                        comm_slowdown=comm_slowdown)
@@ -159,12 +175,19 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
     if profile is not None:
         provenance = provenance.with_bucket_warnings(profile, topology, [c.size_bytes for c in program.comms])
     n = len(sim.steps)
-    mean = lambda attr: sum(getattr(s, attr) for s in sim.steps) / n  # noqa: E731
+    mean = lambda attr: sum(getattr(s, attr) for s in sim.steps) / n
     step_time = mean("step_time_s")
     k = config.micro_batches
+    # The one-GPU step runs the same micro-batches (and recompute), unsharded optimizer, and none
+    # of the strategy's own work (DDP's bucket copies and hooks).
+    single_step = (sum(t.duration_s for t in program.tasks if t.kind != "optimizer") + compute.optimizer_s
+                   - plan.framework_s)
+    input_step = config.micro_batch * k / config.input_samples_per_s if config.input_samples_per_s else None
+    input_bound = input_step is not None and input_step > step_time
+    if input_step is not None:  # the loader runs ahead (prefetch): a step is never shorter than loading it
+        step_time = max(step_time, input_step)
+        single_step = max(single_step, input_step)
     samples = config.micro_batch * k * topology.n_gpus / step_time
-    # The one-GPU step runs the same micro-batches (and recompute), unsharded optimizer.
-    single_step = (sum(t.duration_s for t in program.tasks if t.kind != "optimizer") + compute.optimizer_s)
     single = config.micro_batch * k / single_step
     memory, advice = memory_with_advice(model, gpu, config, precision, topology)
     if gpu.name == "cpu":  # a CPU profile's ranks: no CUDA context, workspaces or NCCL buffers
@@ -194,7 +217,7 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
         single_gpu_samples_per_s=single,
         scaling_efficiency=samples / (topology.n_gpus * single),
         mfu=compute.flops_per_step * k / step_time / peak if peak else None,
-        n_buckets=len(plan.gradient_ops),
+        n_buckets=plan.n_buckets,
         gradient_bytes=int(plan.gradient_bytes),
         ring=gradient_collective(program, plan.gradient_ops, collectives),
         memory=memory,
@@ -206,7 +229,59 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
         fit=advice,
         links=links,
         provenance=provenance,
+        ddp=_ddp_report(config, plan, collectives, gpu, profile, model, compute, precision, topology,
+                        comm_slowdown),
+        input_step_s=input_step,
+        input_bound=input_bound,
     )
+
+
+def _ddp_kwargs(config: PredictConfig, gpu, profile) -> dict:
+    """``build_step_program``'s DDP arguments: the options, and the device DDP's own kernels are
+    costed on (none for one GPU: a one-GPU job is not wrapped in DDP).
+
+    With a calibration profile that measured a copy bandwidth (a CPU profile's device, or a
+    GPU's measured memcpy), that bandwidth is already what a copy reaches: efficiency 1. The
+    measured step never holds DDP's work: ``dpsim calibrate`` and ``dpsim validate`` time the
+    bare model (:func:`dpsim.trainstep.measure_step`), not the DDP-wrapped one.
+    """
+    if config.strategy != "ddp":
+        return {}
+    measured = profile is not None and profile.compute is not None and profile.compute.memory_bandwidth_bytes_per_s
+    return {"ddp": config.ddp_options(), "gpu": None if config.gpus == 1 else gpu,
+            "efficiencies": Efficiencies(memory=1.0) if measured else None}
+
+
+def _ddp_report(config: PredictConfig, plan, collectives, gpu, profile, model, compute, precision, topology,
+                comm_slowdown: float) -> dict | None:
+    """``predict --json``'s ``ddp`` block: DDP's own time per step by part, the bytes a comm hook
+    saves and, for PowerSGD, the step of its warm-up (plain all-reduce) before ``--powersgd-start-iter``."""
+    if config.strategy != "ddp":
+        return None
+    parts = dict(plan.framework_parts_s)
+    reduced = plan.reduced_bytes if plan.reduced_bytes is not None else plan.gradient_bytes
+    warmup_s = None
+    options = config.ddp_options()
+    if options.comm_hook == "powersgd":
+        warm = memoized(
+            build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
+            gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
+            activation_checkpointing=config.activation_checkpointing, overlap=config.overlap,
+            bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit,
+            **{**_ddp_kwargs(config, gpu, profile), "ddp": options.warmup()})
+        sim = play_program(warm.program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown,
+                           comm_slowdown=comm_slowdown)
+        warmup_s = sum(s.step_time_s for s in sim.steps) / len(sim.steps)
+    return {
+        "bucket_copies_s": parts.get("bucket_copies", 0.0),
+        "comm_hook_s": parts.get("comm_hook", 0.0),
+        "host_s": parts.get("host", 0.0),
+        "reduced_bytes": reduced,
+        "communicated_bytes": plan.gradient_bytes,
+        "compression_ratio": reduced / plan.gradient_bytes if plan.gradient_bytes else None,
+        "warmup_steps": options.powersgd_start_iter if options.comm_hook == "powersgd" else 0,
+        "warmup_step_time_s": warmup_s,
+    }
 
 
 def load_model(config: PredictConfig) -> ModelSpec:
@@ -223,10 +298,11 @@ def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, 
     """Per-GPU memory of ``config``'s strategy, with the fit advice in ``suggestion`` when it does not fit."""
     from dataclasses import replace
 
-    kwargs = dict(precision=precision, optimizer=config.optimizer, micro_batch=config.micro_batch,
-                  strategy=config.strategy, n_gpus=topology.n_gpus, gpus_per_node=topology.gpus_per_node,
-                  activation_checkpointing=config.activation_checkpointing, grad_accum=config.micro_batches,
-                  fsdp_unit=config.fsdp_unit, overlap=config.overlap, bucket_cap_mb=config.bucket_cap_mb)
+    kwargs = {"precision": precision, "optimizer": config.optimizer, "micro_batch": config.micro_batch,
+              "strategy": config.strategy, "n_gpus": topology.n_gpus, "gpus_per_node": topology.gpus_per_node,
+              "activation_checkpointing": config.activation_checkpointing, "grad_accum": config.micro_batches,
+              "fsdp_unit": config.fsdp_unit, "overlap": config.overlap, "bucket_cap_mb": config.bucket_cap_mb,
+              "ddp": config.ddp_options() if config.strategy == "ddp" else None}
     memory = memoized(memory_breakdown, model, gpu, **kwargs)
     advice = memoized(fit_advice, model, gpu, **kwargs)
     if not memory.fits:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 
 from dpsim.errors import ConfigError
+from dpsim.hardware import GpuSpec
+from dpsim.strategies.ddp_costs import DEFAULT_DDP_OPTIONS, DdpOptions
 from dpsim.strategies.program import (
     BuildRequest,
     StrategyProgram,
@@ -27,6 +29,7 @@ from dpsim.strategies.registry import (
 )
 from dpsim.workload.compute import ComputeProfile
 from dpsim.workload.precision import Precision
+from dpsim.workload.roofline import Efficiencies
 from dpsim.workload.spec import ModelSpec
 
 
@@ -43,13 +46,19 @@ def build_step_program(
     overlap: bool = True,
     bucket_cap_mb: float | None = None,
     fsdp_unit: str = "block",
+    ddp: DdpOptions | None = None,
+    gpu: GpuSpec | None = None,
+    efficiencies: Efficiencies | None = None,
 ) -> StrategyProgram:
     """The step program of ``strategy`` for ``model`` (see the module docstring).
 
     ``compute`` gives the per-layer times of one micro-batch (from the same ``model``);
     ``n_gpus`` the data-parallel ranks, ``gpus_per_node`` the hybrid shard group.
     ``bucket_cap_mb`` (MiB) is DDP's ``bucket_cap_mb`` or ZeRO-1/2's ``reduce_bucket_size``;
-    a strategy without gradient buckets refuses it rather than ignore it.
+    a strategy without gradient buckets refuses it rather than ignore it. ``ddp``: DDP's
+    arguments (refused by the other strategies unless torch's defaults); ``gpu``: cost the
+    strategy's own kernels on it (DDP's copies and comm hooks; ``None``: not costed), with
+    ``efficiencies`` (``None``: the roofline's fitted ones).
     """
     record = get_strategy(strategy)
     check_fsdp_unit(fsdp_unit)
@@ -58,11 +67,15 @@ def build_step_program(
         raise ConfigError(f"--gpus: {n_gpus!r} is not valid; expected an integer >= 1")
     check_honoured(record.key, BUCKET_CAP_MB, bucket_cap_mb)
     _check_alignment(model, compute)
+    ddp = DEFAULT_DDP_OPTIONS if ddp is None else ddp
+    if record.family != "ddp" and not ddp.is_default:
+        raise ConfigError(f"DDP options: {ddp} apply to --strategy ddp only, not {record.key}")
     gpn = gpus_per_node or n_gpus
     request = BuildRequest(
         model=model, compute=compute, precision=precision, shard_group_size=record.group_size(n_gpus, gpn),
         grad_accum=grad_accum, checkpoint_units=tuple(_checkpoint_units(model, fsdp_unit, activation_checkpointing)),
-        overlap=overlap, bucket_cap_mb=bucket_cap_mb, fsdp_unit=fsdp_unit)
+        overlap=overlap, bucket_cap_mb=bucket_cap_mb, fsdp_unit=fsdp_unit, ddp=ddp, gpu=gpu,
+        efficiencies=efficiencies)
     result = record.build(request)
     sizes = {"world": n_gpus, "intra": min(gpn, n_gpus), "inter": max(1, -(-n_gpus // gpn))}
     return dataclasses.replace(result, communicator_sizes=sizes)

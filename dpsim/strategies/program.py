@@ -5,15 +5,18 @@ program builder, forward and backward passes, bucket launch points.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dpsim.collectives.ops import bus_factor
 from dpsim.engine.program import CommOp, ComputeTask, StepProgram
 from dpsim.errors import ConfigError
+from dpsim.hardware import GpuSpec
+from dpsim.strategies.ddp_costs import DEFAULT_DDP_OPTIONS, DdpOptions
 from dpsim.strategies.shards import Unit, wrap_units
 from dpsim.workload.compute import ComputeProfile
 from dpsim.workload.precision import Precision
+from dpsim.workload.roofline import Efficiencies
 from dpsim.workload.spec import ModelSpec
 
 # -------------------------------------------------------------------- programs
@@ -43,6 +46,14 @@ class BuildRequest:
     strategies that honour it get a value."""
     fsdp_unit: str
     """Unit granularity (``--fsdp-unit``)."""
+    ddp: DdpOptions = DEFAULT_DDP_OPTIONS
+    """``DistributedDataParallel``'s arguments (``ddp`` only)."""
+    gpu: GpuSpec | None = None
+    """The GPU a strategy's own kernels are costed on (DDP's copies and comm hooks); ``None``:
+    not costed."""
+    efficiencies: Efficiencies | None = None
+    """The roofline's efficiencies for those kernels (``None``: the fitted defaults); a
+    calibration profile's measured copy bandwidth is already achieved: memory efficiency 1."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +73,24 @@ class StrategyProgram:
     """Units (ZeRO-3 / FSDP and checkpointing), in forward order."""
     communicator_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
     """Ranks of each communicator the ops use (``world``, ``intra``, ``inter``)."""
+    framework_parts_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """Compute time in the program that the strategy itself adds and a one-GPU step without it
+    would not run, by part (DDP: ``bucket_copies``, ``comm_hook``, ``host``: its forward
+    wrapper, buffer broadcast copies and unused-parameter search)."""
+    bucket_count: int | None = None
+    """Gradient buckets (``None``: one per gradient op)."""
+    reduced_bytes: float | None = None
+    """Gradient bytes reduced per step before any compression (``None``: :attr:`gradient_bytes`)."""
+
+    @property
+    def framework_s(self) -> float:
+        """:attr:`framework_parts_s` summed."""
+        return sum(self.framework_parts_s.values())
+
+    @property
+    def n_buckets(self) -> int:
+        """Gradient buckets of a step."""
+        return len(self.gradient_ops) if self.bucket_count is None else self.bucket_count
 
     @property
     def bytes_by_op(self) -> dict[str, float]:
@@ -107,7 +136,7 @@ class _Builder:
     def task(self, kind: str, name: str, duration_s: float, wait: Sequence[int] = ()) -> None:
         waits = list(self.pending_wait) + list(wait)
         self.pending_wait = []
-        self.tasks.append(dict(kind=kind, name=name, duration_s=duration_s, wait_for=waits, launch_after=[]))
+        self.tasks.append({"kind": kind, "name": name, "duration_s": duration_s, "wait_for": waits, "launch_after": []})
 
     def wait_next(self, *ops: int) -> None:
         """Make the next task wait for ``ops`` (communication run on the compute stream)."""
@@ -166,11 +195,13 @@ def _recompute_starts(ckpt_units: Sequence[Unit]) -> dict[int, Unit]:
 def _backward_pass(b: _Builder, compute: ComputeProfile, j: int, k: int, *, recompute: Mapping[int, Unit],
                    before: Mapping[int, Sequence[int]] = {}, wait_at: Mapping[int, Sequence[int]] = {},
                    after: Mapping[int, Sequence[int]] = {}, block_after: Mapping[int, Sequence[int]] = {},
-                   extra_s: Mapping[int, float] = {}) -> None:
+                   extra_s: Mapping[int, float] = {}, then: Mapping[int, Callable[[_Builder], None]] = {}) -> None:
     """Backward layers in reverse; per layer index: ops launched before it (``before``),
     ops it (or its recompute) waits for, ops launched after it, ops the *next* task waits
     for (``block_after``: communication on the compute stream), and time added to its
-    backward (``extra_s``: work the implementation does in the layer's gradient hooks)."""
+    backward (``extra_s``: work the implementation does in the layer's gradient hooks), and
+    what the implementation runs right after it (``then``: adds tasks and ops, e.g. DDP's comm
+    hooks)."""
     blocked: list[int] = []
     for i in range(len(compute.layers) - 1, -1, -1):
         layer = compute.layers[i]
@@ -186,6 +217,8 @@ def _backward_pass(b: _Builder, compute: ComputeProfile, j: int, k: int, *, reco
         b.task("backward", _mb(layer.name, j, k), duration_s, wait=waits)
         if after.get(i):
             b.launch(*after[i])
+        if i in then:
+            then[i](b)
         blocked = list(block_after.get(i, ()))
     if blocked:
         b.wait_next(*blocked)

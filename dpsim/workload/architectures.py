@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 from dpsim.errors import WorkloadError
 from dpsim.workload.layers import (
@@ -41,7 +41,14 @@ from dpsim.workload.layers import (
     norm_op,
     residual_op,
 )
-from dpsim.workload.spec import MatmulOp, MemoryOp, ModelSpec, OpSpec, dtype_size_bytes
+from dpsim.workload.spec import (
+    MatmulOp,
+    MemoryOp,
+    ModelSpec,
+    OpSpec,
+    ParamSpec,
+    dtype_size_bytes,
+)
 
 # --------------------------------------------------------------------------- configs
 
@@ -145,7 +152,7 @@ class ResNetConfig:
     16-bit tensor-core kernels then need no layout transposes. Changes time only."""
 
 
-ModelConfig = Union[GPT2Config, LlamaConfig, BertConfig, ViTConfig, ResNetConfig]
+ModelConfig = GPT2Config | LlamaConfig | BertConfig | ViTConfig | ResNetConfig
 
 
 def build_gpt2(
@@ -570,8 +577,15 @@ def build_resnet(
                       backward=((1, "act"),)),
              *linear_ops("fc", 1, cfg.num_classes, inplanes, bias=True)],
     ))
+    # Every BatchNorm2d keeps running_mean and running_var (fp32, one per channel) and an
+    # int64 num_batches_tracked (torch/nn/modules/batchnorm.py, _NormBase); its weight is
+    # the only 1-D ``.weight`` a ResNet has.
+    buffers = tuple(ParamSpec(name=f"{p.name.removesuffix('.weight')}.{b}", shape=shape, dtype=t)
+                    for m in registered for p in m.params if p.name.endswith(".weight") and len(p.shape) == 1
+                    for b, shape, t in (("running_mean", p.shape, "float32"), ("running_var", p.shape, "float32"),
+                                        ("num_batches_tracked", (), "int64")))
     return _model(name, layers, registered, tokens_per_sample=None,
-                  published_param_count=published_param_count, source=source)
+                  published_param_count=published_param_count, source=source, buffers=buffers)
 
 
 def conv_ops(name: str, *, in_elements: float, out_hw: int, in_channels: int, out_channels: int, kernel: int,

@@ -49,10 +49,17 @@ never imports it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from dpsim.errors import WorkloadError
+from dpsim.workload.library_models import (
+    Call,
+    build_module,
+    default_example,
+    missing_library,
+)
 from dpsim.workload.model_ref import (
     ModelRef,
     _one_line,
@@ -87,7 +94,7 @@ def load_torch_workload(
     a module-level ``example_input()``. It may return a tensor, a tuple of positional
     arguments or a dict of keyword arguments; it is called under the meta device.
     """
-    parsed = parse_model_ref(ref)
+    parsed = parse_model_ref(ref, calls=True)
     stamp = Path(parsed.target).stat().st_mtime_ns if parsed.is_file else None
     key = (ref, input_shape, name, None if unit_classes is None else tuple(unit_classes), stamp)
     if key not in _CACHE:
@@ -105,26 +112,27 @@ over other axes traces a module once per process."""
 def _load(parsed: ModelRef, ref: str, *, input_shape, name, unit_classes) -> ModelSpec:
     import torch
 
+    missing = None if parsed.is_file else missing_library(parsed.target)
+    if missing:
+        raise WorkloadError(missing)
     mod = import_builder(parsed)
     builder = getattr(mod, parsed.function, None)
     if builder is None or not callable(builder):
         raise WorkloadError(f"--model: {parsed.target!r} has no function {parsed.function!r}")
     example_fn = None
+    no_example = None
     if input_shape is None:
         ex_name = parsed.example_function or "example_input"
         example_fn = getattr(mod, ex_name, None)
         if example_fn is None or not callable(example_fn):
+            example_fn = None
             where = f"no function {ex_name!r} in {parsed.target!r}"
-            raise WorkloadError(f"--model: {ref!r} needs an example input: pass --input-shape "
-                                f"(e.g. 8,3,224,224 or 4,1024:int64) or define example_input() ({where})")
+            no_example = (f"--model: {ref!r} needs an example input: pass --input-shape "
+                          f"(e.g. 8,3,224,224 or 4,1024:int64) or define example_input() ({where})")
     elif parsed.example_function is not None:
         raise WorkloadError(f"--input-shape: give it or the example function in --model {ref!r}, not both")
     with torch.device("meta"):
-        try:
-            module = builder()
-        except Exception as exc:
-            raise WorkloadError(f"--model: {parsed.function}() failed on the meta device: "
-                                f"{type(exc).__name__}: {_one_line(exc)}") from None
+        module = build_module(builder, Call(name=parsed.function, kwargs=parsed.kwargs), ref)
         if not isinstance(module, torch.nn.Module):
             raise WorkloadError(f"--model: {parsed.function}() returned {type(module).__name__}, "
                                 f"not a torch.nn.Module")
@@ -132,13 +140,19 @@ def _load(parsed: ModelRef, ref: str, *, input_shape, name, unit_classes) -> Mod
             shape, dtype = parse_input_shape(input_shape)
             tdtype = getattr(torch, dtype)
             example = torch.zeros(shape, dtype=tdtype)
+        elif example_fn is None:
+            # A torchvision or transformers model has a documented input; anything else needs one given.
+            example = default_example(torch, module, ref)
+            if example is None:
+                raise WorkloadError(no_example)
         else:
             try:
                 example = example_fn()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - user code may raise anything: one line, no traceback
                 raise WorkloadError(f"--model: the example-input function failed: {type(exc).__name__}: "
                                     f"{_one_line(exc)}") from None
-    label = name or f"{Path(parsed.target).stem if parsed.is_file else parsed.target}:{parsed.function}"
+    label = name or (ref.strip() if parsed.kwargs else
+                     f"{Path(parsed.target).stem if parsed.is_file else parsed.target}:{parsed.function}")
     return workload_from_module(module, example, name=label, unit_classes=unit_classes)
 
 
@@ -336,12 +350,12 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
         handles.append(p.register_post_accumulate_grad_hook(lambda _p, n=n: ready.append(n)))
     try:
         try:
-            with torch.device("meta"), torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t):
-                with _make_mode(torch, tracer):
-                    out = module(*args, **kwargs)
+            with torch.device("meta"), torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t), \
+                    _make_mode(torch, tracer):
+                out = module(*args, **kwargs)
         except WorkloadError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything: one line, no traceback
             where = tracer.current() or ROOT_LAYER_NAME
             raise WorkloadError(
                 f"--model: forward failed on the meta device in module {where!r} ({type(exc).__name__}: "
@@ -354,7 +368,7 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
         try:
             loss = sum(t.float().sum() for t in losses)
             loss.backward()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything: one line, no traceback
             raise WorkloadError(f"--model: backward failed on the meta device ({type(exc).__name__}: "
                                 f"{_one_line(exc)})") from None
     finally:
@@ -396,6 +410,10 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
             input_bytes_per_sample=tracer.inputs.get(mod_name, 0.0) / batch,
             unit=unit,
         ))
+    # What DDP's broadcast_buffers sends before each synchronised forward: every buffer
+    # (persistent or not) that named_buffers() lists.
+    buffers = tuple(ParamSpec(name=n, shape=tuple(int(d) for d in b.shape), dtype=str(b.dtype).removeprefix("torch."))
+                    for n, b in module.named_buffers() if str(b.dtype).removeprefix("torch.") in DTYPE_SIZE_BYTES)
     registration = tuple(n for n, _ in named_params)
     in_layers = tuple(p.name for layer in layers for p in layer.params)
     derived_ready = tuple(p for layer in reversed(layers) for p in (layer.grad_ready_order or ()))
@@ -406,6 +424,7 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
         grad_ready_order=None if tuple(ready) == derived_ready else tuple(ready),
         tokens_per_sample=tokens,
         source=f"traced from torch module {type(module).__name__} on the meta device (batch {batch})",
+        buffers=buffers,
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.errors import WorkloadError
+from dpsim.workload.library_models import parse_call
 
 _INPUT_DTYPES = {"float32": "float32", "float": "float32", "float16": "float16", "half": "float16",
                  "bfloat16": "bfloat16", "int64": "int64", "long": "int64", "int32": "int32", "int": "int32",
@@ -45,14 +46,27 @@ class ModelRef:
     ``dpsim validate`` time the step with it; ``predict`` only traces the model."""
     is_file: bool
     """``target`` is a file path."""
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    """Keyword arguments of ``module:fn(key=literal, ...)`` (:mod:`dpsim.workload.library_models`)."""
 
 
-def parse_model_ref(ref: str) -> ModelRef:
-    """Validate ``file.py:fn[:example_fn[:loss_fn]]`` or ``pkg.mod:fn[:example_fn[:loss_fn]]``."""
+def parse_model_ref(ref: str, *, calls: bool = False) -> ModelRef:
+    """Validate ``file.py:fn[:example_fn[:loss_fn]]`` or ``pkg.mod:fn[:example_fn[:loss_fn]]``;
+    with ``calls``, also ``pkg.mod:fn(key=literal, ...)`` (:mod:`dpsim.workload.library_models`:
+    what ``predict`` traces; ``calibrate`` and ``validate`` build a model without arguments)."""
     usage = ("expected path/to/file.py:build or package.module:build (optionally :example_fn for "
              "the input, then :loss_fn for the loss), or a catalog name")
     if not isinstance(ref, str) or not ref.strip():
         raise WorkloadError(f"--model: {ref!r} is not valid; {usage}")
+    if "(" in ref:
+        if not calls:
+            raise WorkloadError(f"--model: {ref!r} calls its builder with arguments, which only predict, memory, "
+                                f"report and sweep read; here give a builder without arguments")
+        target, _, rest = ref.strip().partition(":")
+        call = parse_call(rest, ref)
+        parsed = parse_model_ref(f"{target}:{call.name}")
+        return ModelRef(target=parsed.target, function=parsed.function, example_function=None,
+                        is_file=parsed.is_file, kwargs=call.kwargs)
     parts = ref.strip().split(":")
     if len(parts) not in (2, 3, 4) or not all(p.strip() for p in parts):
         raise WorkloadError(f"--model: {ref!r} is not valid; {usage}")
@@ -128,7 +142,7 @@ def import_builder(ref: ModelRef) -> Any:
                     pass
     except WorkloadError:
         raise
-    except Exception as exc:  # any failure while importing user code
+    except Exception as exc:  # noqa: BLE001 - any failure while importing user code
         raise WorkloadError(f"--model: importing {ref.target!r} failed: {type(exc).__name__}: {_one_line(exc)}") from None
 
 

@@ -42,8 +42,12 @@ DTYPE_SIZE_BYTES: dict[str, int] = {
     "float16": 2,
     "float8": 1,
     "int8": 1,
+    "int64": 8,
+    "int32": 4,
+    "bool": 1,
 }
-"""Bytes per element of each dtype name dpsim accepts (torch's names, no prefix)."""
+"""Bytes per element of each dtype name dpsim accepts (torch's names, no prefix); the integer
+ones and ``bool`` occur in buffers (BatchNorm's ``num_batches_tracked``, position ids, masks)."""
 
 
 def dtype_size_bytes(dtype: str) -> int:
@@ -287,6 +291,9 @@ class ModelSpec:
     """Parameter count as published by the model's authors, when known."""
     source: str = ""
     """Where the architecture and published count come from."""
+    buffers: tuple[ParamSpec, ...] = ()
+    """Module buffers (``named_buffers()``: BatchNorm running statistics, ...), which DDP
+    broadcasts from rank 0 before every synchronised forward (``broadcast_buffers``)."""
 
     def __post_init__(self) -> None:
         if not self.layers:

@@ -1,0 +1,183 @@
+"""Models from the libraries users already have: torchvision and Hugging Face transformers.
+
+``--model`` names a callable of a module, optionally called with keyword arguments::
+
+    torchvision.models:resnet101                      # a torchvision builder (weights=None: no download)
+    torchvision.models:vit_b_16(image_size=384)       # ... with arguments
+    transformers:LlamaConfig(hidden_size=2048, num_hidden_layers=16, num_attention_heads=16)
+    transformers:BertForMaskedLM(num_hidden_layers=12)
+    transformers:GPT2Config()                         # GPT-2 small as its config class defines it
+
+``MODULE:NAME(ARGS)``: ``MODULE`` a dotted module (or ``file.py``), ``NAME`` an attribute of
+it, ``ARGS`` keyword arguments whose values are Python literals (numbers, strings, booleans,
+``None``, tuples, lists and dicts of them; read with :func:`ast.literal_eval`, never
+evaluated as code). What ``NAME(**ARGS)`` gives decides what is built, on the meta device
+(no weights, no download, no GPU), then traced by :mod:`dpsim.workload.from_torch`:
+
+* an ``nn.Module`` (a torchvision builder, any function of yours): traced as it is;
+* a transformers configuration (a ``PretrainedConfig``, ``PreTrainedConfig`` since 5.0): the model of its architecture
+  with a language-modelling head: ``AutoModelForMaskedLM.from_config(config)`` for an
+  encoder such as BERT (its pretraining head), else ``AutoModelForCausalLM``;
+* a transformers model class (a ``PreTrainedModel`` subclass) named without calling it
+  with a config: ``NAME(NAME.config_class(**ARGS))``.
+
+The example input, unless ``--input-shape`` gives one: a torchvision model takes one image
+batch ``1 x 3 x S x S`` with ``S`` its ``image_size`` attribute when it has one (ViT), 299
+for Inception v3, else 224 (torchvision's documented input sizes); a transformers model
+takes ``1 x L`` token ids, ``L`` the configuration's context length
+(``max_position_embeddings``, ``n_positions``, ``seq_length`` or ``max_seq_len``). Give
+``--input-shape 8,2048:int64`` to train at another sequence length.
+
+Neither library is a dependency of dpsim: ``pip install 'dpsim[models]'`` adds both; a
+reference to a library that is not installed stops with one line naming the extra.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+from dpsim.errors import WorkloadError
+
+LIBRARY_EXTRA = "models"
+"""The optional extra that installs torchvision and transformers (``pip install 'dpsim[models]'``)."""
+
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "seq_length", "max_seq_len")
+"""Configuration attributes that give a transformers model's context length, in order of preference."""
+
+TORCHVISION_DEFAULT_IMAGE = 224
+"""torchvision's classification models take 224 x 224 images ("The models expect ... H and W
+expected to be at least 224", torchvision models documentation), Inception v3 299 x 299."""
+
+_INCEPTION_IMAGE = 299
+
+_LITERAL_USAGE = ("keyword arguments with literal values, e.g. torchvision.models:vit_b_16(image_size=384) or "
+                  "transformers:LlamaConfig(hidden_size=2048, num_hidden_layers=16)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Call:
+    """``NAME(ARGS)`` of a model reference."""
+
+    name: str
+    """The attribute called."""
+    kwargs: tuple[tuple[str, Any], ...]
+    """Its keyword arguments, in order."""
+
+
+def parse_call(text: str, ref: str) -> Call:
+    """``NAME`` or ``NAME(key=literal, ...)``, or a one-line :class:`WorkloadError` naming ``ref``."""
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        raise WorkloadError(f"--model: {text!r} in {ref!r} is not NAME or NAME(...) with {_LITERAL_USAGE}") from None
+    if isinstance(node, ast.Name):
+        return Call(name=node.id, kwargs=())
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        raise WorkloadError(f"--model: {text!r} in {ref!r} is not NAME or NAME(...) with {_LITERAL_USAGE}")
+    if node.args:
+        raise WorkloadError(f"--model: {node.func.id}() in {ref!r} takes {_LITERAL_USAGE}; positional arguments "
+                            f"are not accepted")
+    kwargs = []
+    for kw in node.keywords:
+        if kw.arg is None:
+            raise WorkloadError(f"--model: ** in {ref!r} is not accepted; write each keyword argument")
+        try:
+            value = ast.literal_eval(kw.value)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            raise WorkloadError(f"--model: {kw.arg}= in {ref!r} is not a literal value (number, string, "
+                                f"True/False/None, or a tuple, list or dict of them)") from None
+        kwargs.append((kw.arg, value))
+    return Call(name=node.func.id, kwargs=tuple(kwargs))
+
+
+def _library(obj: Any) -> str:
+    return (getattr(obj, "__module__", "") or "").split(".")[0]
+
+
+def _is_hf_config(obj: Any) -> bool:
+    # PretrainedConfig until transformers 4.x, PreTrainedConfig in 5.x.
+    return any(c.__name__ in ("PretrainedConfig", "PreTrainedConfig") and _library(c) == "transformers"
+               for c in type(obj).__mro__)
+
+
+def _is_hf_model_class(obj: Any) -> bool:
+    return isinstance(obj, type) and any(c.__name__ == "PreTrainedModel" and _library(c) == "transformers"
+                                         for c in obj.__mro__)
+
+
+def build_module(builder: Any, call: Call, ref: str) -> Any:
+    """``builder(**kwargs)`` turned into an ``nn.Module`` (see the module docstring); call it
+    under ``torch.device("meta")``."""
+    kwargs = dict(call.kwargs)
+    try:
+        if _is_hf_model_class(builder):
+            config = builder.config_class(**kwargs)
+            return builder(config)
+        made = builder(**kwargs)
+        if _is_hf_config(made):
+            return _model_for_config(made)
+        return made
+    except WorkloadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a library's constructor may raise anything: one line
+        text = " ".join(str(exc).split())
+        raise WorkloadError(f"--model: {call.name}({', '.join(k + '=...' for k in kwargs)}) failed on the meta "
+                            f"device: {type(exc).__name__}: {text[:300]}") from None
+
+
+def _model_for_config(config: Any) -> Any:
+    """A transformers configuration's model with a language-modelling head: masked for an
+    encoder, else causal, else the bare model."""
+    import transformers
+
+    errors = []
+    # Encoders (BERT, RoBERTa) have both heads; their pretraining head is the masked one.
+    for auto in ("AutoModelForMaskedLM", "AutoModelForCausalLM", "AutoModel"):
+        cls = getattr(transformers, auto, None)
+        if cls is None:
+            continue
+        try:
+            return cls.from_config(config)
+        except ValueError as exc:  # "Unrecognized configuration class ... for this kind of AutoModel"
+            errors.append(str(exc).split("\n")[0])
+    raise WorkloadError(f"--model: transformers has no causal-LM, masked-LM or base model for "
+                        f"{type(config).__name__}: {errors[-1] if errors else 'no AutoModel classes'}")
+
+
+def default_example(torch: Any, module: Any, ref: str) -> Any | None:
+    """The example input of a library model (see the module docstring), or ``None`` for a
+    module of another origin."""
+    library = _library(type(module))
+    if library == "torchvision":
+        if type(module).__name__ == "Inception3":
+            size = _INCEPTION_IMAGE
+        else:
+            size = int(getattr(module, "image_size", TORCHVISION_DEFAULT_IMAGE))
+        return torch.zeros((1, 3, size, size))
+    if library == "transformers":
+        config = getattr(module, "config", None)
+        length = next((getattr(config, f) for f in CONTEXT_FIELDS if isinstance(getattr(config, f, None), int)), None)
+        if length is None:
+            raise WorkloadError(f"--model: {ref!r}: its configuration gives no context length; pass --input-shape "
+                                f"(e.g. 4,2048:int64)")
+        return torch.zeros((1, length), dtype=torch.int64)
+    return None
+
+
+def missing_library(target: str) -> str | None:
+    """The one-line reason a library reference cannot be imported, or ``None`` if it can."""
+    import importlib.util
+
+    top = target.split(".")[0]
+    if top not in ("torchvision", "transformers"):
+        return None
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        return None
+    return (f"--model: {target!r} needs the {top} package, which is not installed; "
+            f"pip install 'dpsim[{LIBRARY_EXTRA}]' adds torchvision and transformers")

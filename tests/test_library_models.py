@@ -1,0 +1,135 @@
+"""Models from torchvision and transformers (dpsim/workload/library_models.py), traced on the meta device.
+
+Neither library is installed with dpsim's test extra (torchvision from PyPI does not import
+beside the CPU build of torch used here), so these tests run against the stand-ins in
+``tests/stubs/`` that mimic the API dpsim uses; the real transformers 5.24.0 was checked by
+hand with the same references (VALIDATION.md, "Models from libraries").
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpsim.errors import WorkloadError
+from dpsim.workload.library_models import LIBRARY_EXTRA, missing_library, parse_call
+from dpsim.workload.model_ref import parse_model_ref
+
+STUBS = Path(__file__).resolve().parent / "stubs"
+
+
+@pytest.fixture
+def libraries(monkeypatch):
+    """``torchvision`` and ``transformers`` are the stand-ins for the test's duration."""
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(STUBS))
+    for name in [m for m in sys.modules if m.split(".")[0] in ("torchvision", "transformers")]:
+        monkeypatch.delitem(sys.modules, name)
+    from dpsim.workload import from_torch
+
+    monkeypatch.setattr(from_torch, "_CACHE", {})
+    yield from_torch.load_torch_workload
+    for name in [m for m in sys.modules if m.split(".")[0] in ("torchvision", "transformers")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+# ----------------------------------------------------------------- the reference syntax
+
+
+def test_calls_take_literal_keyword_arguments_only():
+    call = parse_call("LlamaConfig(hidden_size=2048, rope_scaling={'type': 'linear', 'factor': 2.0}, tie=True)", "r")
+    assert call.name == "LlamaConfig"
+    assert call.kwargs == (("hidden_size", 2048), ("rope_scaling", {"type": "linear", "factor": 2.0}), ("tie", True))
+    assert parse_call("resnet101", "r").kwargs == ()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("f(1)", "positional"),
+    ("f(x=__import__('os'))", "not a literal"),
+    ("f(**{'a': 1})", "**"),
+    ("a.b(x=1)", "not NAME"),
+    ("f(x=", "not NAME"),
+])
+def test_anything_but_literals_is_refused_in_one_line(text, words):
+    with pytest.raises(WorkloadError) as e:
+        parse_call(text, f"m:{text}")
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_ref_with_a_call_parses_with_its_colons_inside():
+    ref = parse_model_ref("transformers:LlamaConfig(rope_scaling={'type': 'x'})", calls=True)
+    assert (ref.target, ref.function, ref.kwargs) == ("transformers", "LlamaConfig", (("rope_scaling", {"type": "x"}),))
+    # calibrate and validate build a model without arguments: refused there, in one line.
+    with pytest.raises(WorkloadError, match="only predict"):
+        parse_model_ref("torchvision.models:vit_b_16(image_size=384)")
+
+
+def test_a_missing_library_names_the_extra(monkeypatch):
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    text = missing_library("torchvision.models")
+    assert f"dpsim[{LIBRARY_EXTRA}]" in text and "\n" not in text
+    assert missing_library("mypackage.models") is None
+
+
+# ----------------------------------------------------------------- torchvision
+
+
+def test_torchvision_builder_traces_with_its_default_image(libraries):
+    model = libraries("torchvision.models:resnet18")
+    assert model.param_count == 11_689_512  # torchvision's resnet18 (BasicBlock [2, 2, 2, 2], 1000 classes)
+    assert len(model.buffers) == 3 * 20  # 20 BatchNorm2d: running_mean, running_var, num_batches_tracked
+    assert model.tokens_per_sample is None
+    # ~1.82 GFLOPs multiply-adds per 224x224 image in torchvision's table; 2 FLOPs each.
+    assert model.forward_flops_per_sample == pytest.approx(2 * 1.814e9, rel=0.01)
+
+
+def test_torchvision_arguments_and_image_size(libraries):
+    small = libraries("torchvision.models:resnet18(num_classes=10)")
+    assert small.param_count == 11_689_512 - 990 * 513
+    vit = libraries("torchvision.models:vit_tiny(image_size=64)")
+    vit224 = libraries("torchvision.models:vit_tiny")
+    # Attention and MLP FLOPs grow with the patches: 16 at 64 px, 196 at 224 px.
+    assert vit224.forward_flops_per_sample > 10 * vit.forward_flops_per_sample
+
+
+# ----------------------------------------------------------------- transformers
+
+
+def test_a_transformers_config_builds_its_lm_with_the_context_length(libraries):
+    gpt = libraries("transformers:TinyGPTConfig(n_layer=3, n_positions=12)")
+    assert gpt.tokens_per_sample == 12
+    d, v = 32, 100
+    block = 2 * d + (d * 4 * d + 4 * d) + (4 * d * d + d)
+    assert gpt.param_count == v * d + 3 * block + d * v
+    assert {l.unit for l in gpt.layers if l.unit} == {"h.0", "h.1", "h.2"}
+
+
+def test_an_encoder_config_gets_the_masked_lm_and_its_buffers(libraries):
+    bert = libraries("transformers:TinyBertConfig()")
+    assert bert.tokens_per_sample == 24
+    assert [b.name for b in bert.buffers] == ["position_ids"] and bert.buffers[0].dtype == "int64"
+
+
+def test_a_model_class_is_built_from_its_config_class(libraries):
+    by_class = libraries("transformers:TinyGPTForCausalLM(n_layer=1)", input_shape="2,8:int64")
+    by_config = libraries("transformers:TinyGPTConfig(n_layer=1)", input_shape="2,8:int64")
+    assert by_class.param_count == by_config.param_count and by_class.tokens_per_sample == 8
+
+
+def test_a_config_without_a_model_or_a_length_is_one_line(libraries):
+    with pytest.raises(WorkloadError, match="no causal-LM, masked-LM or base model"):
+        libraries("transformers:NoLengthConfig()")
+    with pytest.raises(WorkloadError, match="failed on the meta device"):
+        libraries("transformers:TinyGPTConfig(n_layer='x')")
+
+
+def test_predict_runs_a_library_model(libraries):
+    from dpsim.predict import PredictConfig, predict
+
+    p = predict(PredictConfig(gpus=8, link="nvlink", model="transformers:TinyGPTConfig(n_layer=2)", micro_batch=2))
+    assert p.model == "transformers:TinyGPTConfig(n_layer=2)" and p.tokens_per_sample == 16
+    assert p.step_time_s > 0 and p.n_buckets >= 1
