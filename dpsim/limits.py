@@ -148,10 +148,10 @@ MIN_PROFILE_RATE = 1e6
 """A calibration profile's measured matmul FLOP/s or memory-copy bytes/s: at least a million
 (a single CPU core does billions) ..."""
 MAX_PROFILE_FLOPS_PER_S = 1e17
-"""... matmul at most 100 PFLOP/s, ten times any single device (NVIDIA's B200 datasheet: 9
-PFLOPS dense FP4) ..."""
+"""... matmul at most 100 PFLOP/s, ten times any single device (an HGX B200 GPU: 9,000 TFLOPS
+dense FP4, per glennklockwood.com/garden/processors/B200 quoting NVIDIA) ..."""
 MAX_PROFILE_BYTES_PER_S = 1e15
-"""... memory copies at most 1 PB/s (NVIDIA's B200 datasheet: 8 TB/s of HBM3e)."""
+"""... memory copies at most 1 PB/s (B200: 8 TB/s of HBM3e, same source)."""
 MAX_PROFILE_SLOWDOWN = 100.0
 """A measured all-reduce slowdown while compute runs (0.25 = 25 % slower): gloo's measured 2.5
 (250 %) beside compute on a loaded 2-core machine; beyond 100 it is a broken measurement. (The

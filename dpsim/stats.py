@@ -61,3 +61,10 @@ def mean_confidence_interval(values: Sequence[float], confidence: float = DEFAUL
     return mean, mean - half, mean + half
 
 
+def fixed(value: float, spec: str) -> str:
+    """``format(value, spec)``, except that a value that rounds to zero never reads ``-0.0``
+    (a rounding speck below zero, or IEEE negative zero); a real negative stays negative."""
+    text = format(value, spec)
+    if text.lstrip().startswith("-") and math.isfinite(value) and float(text) == 0:
+        return format(0.0, spec)
+    return text

@@ -257,3 +257,18 @@ def test_multi_node_prediction_needs_an_inter_node_class(capsys, tmp_path):
     assert "no inter_node measurements" in err and "across nodes" in err
     rc, _, err = run_cli(capsys, "collective", "--calibration", "aws-p5-2node", "--gpus", "8", "--link", "infiniband")
     assert rc == 2 and "no intra_node measurements" in err
+
+
+def test_a_device_or_a_huge_log_is_refused_without_reading_it(capsys, tmp_path):
+    """/dev/zero never ends: refused before it is opened; a log past the input cap is refused
+    after reading just past the cap (issue 14)."""
+    from dpsim.limits import MAX_INPUT_FILE_BYTES
+
+    rc, _, err = run_cli(capsys, "calibrate", "--from-nccl-tests", "/dev/zero", "--out", str(tmp_path / "p.json"))
+    assert rc == 2 and "not a regular file" in err and len(err.strip().splitlines()) == 1
+    big = tmp_path / "big.log"
+    with open(big, "wb") as fh:
+        fh.truncate(MAX_INPUT_FILE_BYTES + 10)  # sparse: costs no disk
+    rc, _, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(big), "--out", str(tmp_path / "p.json"))
+    assert rc == 2 and "larger than" in err and "--from-nccl-tests" in err
+    assert not (tmp_path / "p.json").exists()

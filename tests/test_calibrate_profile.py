@@ -7,6 +7,7 @@ import json
 import math
 import os
 import subprocess
+import re
 import sys
 from dataclasses import replace
 
@@ -21,6 +22,7 @@ from dpsim.profile.calibrated import CalibratedCollectives, calibrated_gpu
 from dpsim.profile.io import load_profile, save_profile
 from dpsim.profile.schema import (
     ComputeCalibration,
+    LayerTiming,
     Measurement,
     ModelStep,
     Profile,
@@ -297,13 +299,14 @@ def test_step_time_cv_round_trip_and_older_profiles(tmp_path):
     assert back.compute.model_step.step_time_cv is None and "step_time_cv" not in back.to_dict()["compute"]["model_step"]
 
 
-@pytest.mark.parametrize("value, shown", [(-0.1, "-0.1"), (float("nan"), "NaN"), ("5%", '"5%"'), (True, "true")])
+@pytest.mark.parametrize("value, shown", [(-0.1, "-0.1"), (float("nan"), "NaN"), ("5%", '"5%"'), (True, "true"),
+                                          (11, "11")])
 def test_bad_step_time_cv_one_line(capsys, tmp_path, value, shown):
     step = ModelStep(model="gpt2", micro_batch=4, dtype="bfloat16", forward_s=0.01, backward_s=0.02)
     doc = make_profile(compute=ComputeCalibration(device="h100", model_step=step)).to_dict()
     doc["compute"]["model_step"]["step_time_cv"] = value
     path = _edit(tmp_path / "bad.json", doc)
-    needle = f"compute.model_step.step_time_cv: {shown} is not valid; expected a number >= 0 or null"
+    needle = f"compute.model_step.step_time_cv: {shown} is not valid; expected a number >= 0 and <= 10 or null"
     with pytest.raises(ProfileError, match="step_time_cv"):
         load_profile(path)
     rc, out, err = run_cli(capsys, "predict", "--calibration", str(path), "--gpus", "8", "--link", "nvlink")
@@ -349,3 +352,50 @@ def test_bandwidths_read_in_their_own_unit():
     meas = [Measurement(size_bytes=s, time_s=1e-3 + s / 12.5e6) for s in sizes]
     table = calibration_table(make_op_calibration("all_reduce", "inter_node", 2, meas))
     assert "(MB/s)" in table and "(GB/s)" not in table and "  0.00  " not in table and "-0.0 " not in table
+
+
+@pytest.mark.parametrize("where, key, value", [
+    ("compute.matmul_flops_per_s", "float32", 1e300), ("compute.matmul_flops_per_s", "float32", 1e-300),
+    ("compute", "memory_bandwidth_bytes_per_s", 1e300), ("compute", "memory_bandwidth_bytes_per_s", 1e-300),
+    ("compute", "overlap_slowdown", 1e300), ("compute", "comm_slowdown", 1e300),
+    ("compute.model_step", "forward_s", 1e300), ("compute.model_step", "backward_s", 1e300),
+    ("compute.model_step", "optimizer_s", 1e300), ("compute.model_step", "step_time_mean_s", 1e300),
+    ("compute.model_step", "forward_flops_per_sample", 1e300), ("compute.model_step", "micro_batch", 10**30),
+    ("compute.model_step", "repeats", 10**30), ("compute.model_step", "threads", 10**30),
+    ("compute.model_step.layers[0]", "forward_s", 1e300),
+    ("collectives.intra_node.ops.all_reduce.measurements[0]", "time_s", 1e300),
+    ("collectives.intra_node.ops.all_reduce.measurements[0]", "size_bytes", 1e300),
+    ("collectives.intra_node.ops.all_reduce.measurements[0]", "repeats", 10**30),
+])
+def test_compute_and_measured_numbers_are_bounded(tmp_path, where, key, value):
+    """Like the fitted collective numbers (commit 10e49c0): a profile number far beyond any
+    hardware is a corrupt file, refused in one line naming it, not 300-digit output."""
+    step = ModelStep(model="gpt2", micro_batch=4, dtype="float32", forward_s=0.01, backward_s=0.02,
+                     layers=(LayerTiming(name="h.0", forward_s=0.01, backward_s=0.02),), optimizer_s=0.001,
+                     step_time_mean_s=0.031, forward_flops_per_sample=1e9, repeats=10, threads=2)
+    doc = make_profile(compute=ComputeCalibration(
+        device="cpu", matmul_flops_per_s={"float32": 5e10}, memory_bandwidth_bytes_per_s=1e10,
+        overlap_slowdown=0.2, comm_slowdown=0.5, model_step=step)).to_dict()
+    node = doc
+    for part in re.split(r"\.(?![^\[]*\])", where):
+        name, _, index = part.partition("[")
+        node = node[name] if not index else node[name][int(index[:-1])]
+    if key == "repeats" and "measurements" in where:
+        node.setdefault("repeats", 5)
+    node[key] = value
+    with pytest.raises(ProfileError) as info:
+        load_profile(_edit(tmp_path / "bad.json", doc))
+    message = str(info.value)
+    assert f"{where}.{key}:" in message and "\n" not in message and len(message) < 400, message
+
+
+def test_calibrate_caps_a_slowdown_the_loader_would_refuse(tmp_path):
+    """A machine busy enough to slow work 50-fold writes a profile predict can still load, and says so."""
+    from dpsim.calibrate.build import profile_from_results
+
+    profile = profile_from_results({"compute": {"device": "cpu", "matmul_flops_per_s": {"float32": 1e10},
+                                                "overlap_slowdown": 50.0, "comm_slowdown": 300.0}}, name="busy")
+    assert profile.compute.overlap_slowdown == 10.0 and profile.compute.comm_slowdown == 100.0
+    assert sum("too busy to measure the interference" in w for w in profile.warnings) == 2
+    back = load_profile(save_profile(profile, tmp_path / "busy.json"))
+    assert back.compute.overlap_slowdown == 10.0

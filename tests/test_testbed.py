@@ -292,3 +292,32 @@ def test_a_probe_left_by_a_killed_check_is_removed():
     subprocess.run(["ip", "netns", "add", stale], check=True)
     check_available()
     assert stale not in _netns()
+
+
+@needs_testbed
+@pytest.mark.parametrize("signame, status", [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_a_script_holding_a_testbed_exits_with_the_signal_not_a_ctrl_c(signame, status):
+    """Outside the command line (validation/ scripts, a notebook's subprocess) the testbed turns
+    SIGTERM/SIGHUP into dpsim's Interrupted, not a KeyboardInterrupt (a Ctrl-C's 130): the
+    script can exit 128 + the signal, and the testbed is removed on the way out."""
+    import os
+    import signal as sig
+
+    script = ("import sys, time\n"
+              "from dpsim.errors import Interrupted\n"
+              "from dpsim.validate.testbed import Testbed, TestbedSpec\n"
+              "try:\n"
+              "    with Testbed(spec=TestbedSpec(hosts=2, nic_bits_per_s=1e9)) as tb:\n"
+              "        print(tb.tag, flush=True)\n"
+              "        time.sleep(120)\n"
+              "except Interrupted as exc:\n"
+              "    sys.exit(exc.exit_status)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ))
+    tag = proc.stdout.readline().split()[0]
+    assert _ours(tag)
+    proc.send_signal(getattr(sig, signame))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == status, err
+    assert "KeyboardInterrupt" not in err and "Traceback" not in err
+    assert not _ours(tag) and not list_testbeds()

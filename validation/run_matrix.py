@@ -26,6 +26,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from dpsim.errors import Interrupted
 from dpsim.validate.api import ValidationConfig, validate
 from dpsim.validate.testbed import parse_rate_bits_per_s
 
@@ -171,4 +172,8 @@ of the kept runs: median {100 * statistics.median(loads):.0f} %, max {100 * max(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Interrupted as exc:  # SIGTERM/SIGHUP while a testbed is up: it is already removed
+        print(f"{Path(__file__).name}: stopped by signal {exc.signum}", file=sys.stderr)
+        sys.exit(exc.exit_status)

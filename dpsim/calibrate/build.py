@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from dpsim.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
 from dpsim.errors import ProfileError
+from dpsim.limits import MAX_OVERLAP_SLOWDOWN, MAX_PROFILE_SLOWDOWN
 from dpsim.stats import mean_confidence_interval
 from dpsim.profile.schema import (
     LINK_CLASSES,
@@ -129,6 +130,16 @@ def step_time_cv(step_times_s: Iterable[Iterable[float]]) -> float | None:
     return statistics.median(cvs) if cvs else None
 
 
+def _bounded_slowdown(value: float | None, limit: float, what: str, warnings: list[str]) -> float | None:
+    """A measured slowdown, capped where the profile loader (and predict) would refuse it: a
+    machine busy enough to slow work a hundredfold measured the load, not the interference."""
+    if value is None or value <= limit:
+        return value
+    warnings.append(f"{what}: measured {100 * value:,.0f} % slower, kept as {100 * limit:,.0f} % (the most a "
+                    "profile holds); the machine was too busy to measure the interference")
+    return limit
+
+
 def profile_from_results(results: dict, *, name: str, description: str = "",
                          created_utc: str | None = None) -> Profile:
     """Fit the raw results of the torch harness (see :mod:`dpsim.calibrate.harness`).
@@ -151,6 +162,7 @@ def profile_from_results(results: dict, *, name: str, description: str = "",
             n0 = 2 if op == "sendrecv" else int(info["n_ranks"])
             ops[lc, op] = make_op_calibration(op, lc, n0, meas)
     compute = None
+    capped: list[str] = []
     c = results.get("compute")
     if c:
         step = None
@@ -170,16 +182,20 @@ def profile_from_results(results: dict, *, name: str, description: str = "",
                              step_time_mean_s=interval.get("mean_s"), step_time_ci_low_s=interval.get("ci_low_s"),
                              step_time_ci_high_s=interval.get("ci_high_s"), repeats=s.get("iterations"),
                              threads=s.get("threads"))
+        overlap = _bounded_slowdown(c.get("overlap_slowdown"), MAX_OVERLAP_SLOWDOWN, "compute while a collective runs",
+                                    capped)
+        comm = _bounded_slowdown(c.get("comm_slowdown"), MAX_PROFILE_SLOWDOWN, "all-reduce while compute runs",
+                                 capped)
         compute = ComputeCalibration(
             device=c.get("device", "unknown"),
             matmul_flops_per_s={k: float(v) for k, v in c.get("matmul_flops_per_s", {}).items()},
             memory_bandwidth_bytes_per_s=c.get("memory_bandwidth_bytes_per_s"),
-            overlap_slowdown=c.get("overlap_slowdown"),
-            comm_slowdown=c.get("comm_slowdown"),
+            overlap_slowdown=overlap,
+            comm_slowdown=comm,
             model_step=step,
             raw={k: c[k] for k in ("matmul", "memcpy", "overlap") if k in c},
         )
-    warnings = fit_warnings(ops) + list(results.get("warnings", []))
+    warnings = fit_warnings(ops) + list(results.get("warnings", [])) + capped
     if compute is not None and compute.model_step is not None and (compute.model_step.loss or "").startswith("mean"):
         warnings.append(f"model step timed with a stand-in loss, the {compute.model_step.loss}")
     return Profile(

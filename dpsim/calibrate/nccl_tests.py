@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpsim.errors import ProfileError
+from dpsim.files import read_text_capped
 from dpsim.profile.schema import Measurement
 
 PERF_BINARIES = {
@@ -136,14 +137,10 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
     """
     path = str(path)
     if text is None:
-        try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            raise _fail(path, None, "does not exist") from None
-        except IsADirectoryError:
-            raise _fail(path, None, "is a directory; expected an nccl-tests log file") from None
-        except OSError as exc:
-            raise _fail(path, None, f"cannot be read: {exc.strerror}") from None
+        if not Path(path).exists():
+            raise _fail(path, None, "does not exist")
+        # capped and regular files only: /dev/zero or a FIFO would otherwise be read until memory runs out
+        text = read_text_capped(path, "--from-nccl-tests", ProfileError, what="nccl-tests log file")
     lines = text.splitlines()
     op = _detect_op(path, lines)
     if op is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from dpsim.profile.schema import OpCalibration, Profile, op_bus_factor
+from dpsim.stats import fixed
 
 _REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
 _RATE_UNITS = (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0))
@@ -31,17 +32,30 @@ def format_rate(bytes_per_s: float) -> str:
     return f"{bytes_per_s / scale:.3g} {unit}"
 
 
+def rate_cell(value: float) -> str:
+    """A bandwidth in a table's unit (or a latency in us): two decimals from 1 up (nccl-tests'
+    style), three significant digits below, so a slow small message reads ``0.0312``, never
+    ``0.00``; an exact zero (a fitted latency at its bound) reads ``0``."""
+    if not math.isfinite(value):
+        return "inf"
+    if value <= 0:
+        return "0"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.{2 - math.floor(math.log10(value))}f}"
+
+
 def fit_summary(c: OpCalibration) -> str:
     """Parameters and quality of one fit, one line per piece."""
     lines = [f"# fit: {c.description}"]
     if len(c.fit.segments) > 1:
-        lines.append(f"#   one line would give R² {c.single_line_r2:.4f}, worst residual "
+        lines.append(f"#   one line would give R² {fixed(c.single_line_r2, '.4f')}, worst residual "
                      f"{100 * c.single_line_worst_rel_residual:.1f} %")
     for s in c.fit.segments:
         bw = c.bus_bandwidth_bytes_per_s(s)
         bw_text = "latency only" if bw == float("inf") else f"busbw {format_rate(bw)}"
         rms = f", rms {100 * s.rms_rel_residual:.1f} %" if math.isfinite(s.rms_rel_residual) else ""
-        lines.append(f"#   {s.first_size_bytes:.4g}..{s.last_size_bytes:.4g} B: latency {s.latency_s * 1e6:.2f} us, {bw_text} "
+        lines.append(f"#   {s.first_size_bytes:.4g}..{s.last_size_bytes:.4g} B: latency {rate_cell(s.latency_s * 1e6)} us, {bw_text} "
                      f"({s.n_points} sizes, residual worst {100 * s.worst_rel_residual:.1f} %{rms})")
     return "\n".join(lines)
 
@@ -56,10 +70,10 @@ def calibration_table(c: OpCalibration, dtype: str = "float", elem_bytes: int = 
     unit, scale = rate_unit(top)
     lines = [
         fit_summary(c),
-        "#                                                           measured                              fitted",
-        "#       size         count      type   redop    root     time  spread   algbw   busbw     time   busbw     err",
-        f"#        (B)    (elements)                               (us)     (%)  {f'({unit})':>6s}  {f'({unit})':>6s}"
-        f"     (us)  {f'({unit})':>6s}     (%)",
+        "#                                                           measured                                 fitted",
+        "#       size         count      type   redop    root     time  spread    algbw    busbw     time    busbw     err",
+        f"#        (B)    (elements)                               (us)     (%)  {f'({unit})':>7s}  {f'({unit})':>7s}"
+        f"     (us)  {f'({unit})':>7s}     (%)",
     ]
     for m in c.measurements:
         t = m.time_s
@@ -67,15 +81,15 @@ def calibration_table(c: OpCalibration, dtype: str = "float", elem_bytes: int = 
         spread = f"{100 * m.spread:7.1f}" if m.spread is not None else "    n/a"
         lines.append(
             f"{int(m.size_bytes):>12d}  {int(m.size_bytes) // elem_bytes:>12d}  {dtype:>8s}  {redop:>6s}  {root:>6s}"
-            f"  {t * 1e6:>7.2f}  {spread}  {m.size_bytes / t / scale:>6.2f}  {m.size_bytes / t * factor / scale:>6.2f}"
-            f"  {fit_t * 1e6:>7.2f}  {m.size_bytes / fit_t * factor / scale:>6.2f}  {_signed_pct(fit_t, t):>6s}"
+            f"  {t * 1e6:>7.2f}  {spread}  {rate_cell(m.size_bytes / t / scale):>7s}"
+            f"  {rate_cell(m.size_bytes / t * factor / scale):>7s}"
+            f"  {fit_t * 1e6:>7.2f}  {rate_cell(m.size_bytes / fit_t * factor / scale):>7s}  {_signed_pct(fit_t, t):>6s}"
         )
     return "\n".join(lines)
 
 
 def _signed_pct(fit_t: float, t: float) -> str:
-    value = round(100 * (fit_t - t) / t, 1)
-    return f"{value + 0.0 if value != 0 else 0.0:+.1f}"  # "+0.0", never "-0.0"
+    return fixed(100 * (fit_t - t) / t, "+.1f")
 
 
 def profile_report(profile: Profile) -> str:
@@ -102,9 +116,9 @@ def profile_report(profile: Profile) -> str:
         if cc.memory_bandwidth_bytes_per_s:
             parts.append(f"#   memory copy: {format_rate(cc.memory_bandwidth_bytes_per_s)} (read + write)")
         if cc.overlap_slowdown is not None:
-            parts.append(f"#   compute slowdown while a collective runs: {100 * cc.overlap_slowdown:.1f} %")
+            parts.append(f"#   compute slowdown while a collective runs: {fixed(100 * cc.overlap_slowdown, '.1f')} %")
         if cc.comm_slowdown is not None:
-            parts.append(f"#   all-reduce slowdown while every rank computes: {100 * cc.comm_slowdown:.1f} %")
+            parts.append(f"#   all-reduce slowdown while every rank computes: {fixed(100 * cc.comm_slowdown, '.1f')} %")
         if cc.model_step is not None:
             s = cc.model_step
             opt = f", optimizer {s.optimizer_s * 1e3:.2f} ms ({s.optimizer})" if s.optimizer_s is not None else ""

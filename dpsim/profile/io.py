@@ -18,7 +18,24 @@ from typing import Any
 
 from dpsim.errors import ProfileError
 from dpsim.files import read_text_capped
-from dpsim.limits import MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S, MAX_FIT_LATENCY_S, MIN_FIT_BUS_BANDWIDTH_BYTES_PER_S
+from dpsim.limits import (
+    MAX_COLLECTIVE_BYTES,
+    MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S,
+    MAX_FIT_LATENCY_S,
+    MAX_MICRO_BATCH,
+    MAX_OVERLAP_SLOWDOWN,
+    MAX_PROFILE_BYTES_PER_S,
+    MAX_PROFILE_CV,
+    MAX_PROFILE_FLOPS_PER_S,
+    MAX_PROFILE_FLOPS_PER_SAMPLE,
+    MAX_PROFILE_REPEATS,
+    MAX_PROFILE_SLOWDOWN,
+    MAX_PROFILE_THREADS,
+    MAX_SINGLE_GPU_STEP_S,
+    MAX_TIMEOUT_S,
+    MIN_FIT_BUS_BANDWIDTH_BYTES_PER_S,
+    MIN_PROFILE_RATE,
+)
 from dpsim.profile.fit import AlphaBetaFit, Segment
 from dpsim.profile.schema import (
     LINK_CLASSES,
@@ -97,12 +114,15 @@ class _Doc:
             self.fail(self.field(key), value, expected)
         return float(value)
 
-    def integer(self, key: str, *, minimum: int = 1, default: Any = ..., nullable: bool = False) -> int | None:
-        expected = f"an integer >= {minimum}" + (" or null" if nullable else "")
+    def integer(self, key: str, *, minimum: int = 1, default: Any = ..., nullable: bool = False,
+                maximum: int | None = None) -> int | None:
+        expected = (f"an integer >= {minimum}" + (f" and <= {maximum:,}" if maximum is not None else "")
+                    + (" or null" if nullable else ""))
         value = self.get(key, expected, default)
         if value is None and nullable:
             return None
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        if (not isinstance(value, int) or isinstance(value, bool) or value < minimum
+                or (maximum is not None and value > maximum)):
             self.fail(self.field(key), value, expected)
         return int(value)
 
@@ -190,16 +210,20 @@ def _read_op(origin: str, path: str, op: str, lc: str, n_ranks: int, raw: Any) -
     measurements = []
     for j, raw_m in enumerate(doc.list("measurements", default=[])):
         md = _Doc(origin, f"{doc.field('measurements')}[{j}]", raw_m, _MEAS)
+        # a measured time beyond the longest --timeout, or a size beyond any collective predict
+        # takes, is a corrupt file, not a slow network
+        t = lambda key, **kw: md.number(key, maximum=MAX_TIMEOUT_S, **kw)  # noqa: E731
         measurements.append(Measurement(
-            size_bytes=md.number("size_bytes", strict=True), time_s=md.number("time_s", strict=True),
-            min_s=md.number("min_s", nullable=True, default=None),
-            max_s=md.number("max_s", nullable=True, default=None),
-            q1_s=md.number("q1_s", nullable=True, default=None),
-            q3_s=md.number("q3_s", nullable=True, default=None),
-            repeats=md.integer("repeats", nullable=True, default=None),
-            mean_s=md.number("mean_s", nullable=True, default=None),
-            ci_low_s=md.number("ci_low_s", nullable=True, default=None),
-            ci_high_s=md.number("ci_high_s", nullable=True, default=None),
+            size_bytes=md.number("size_bytes", strict=True, maximum=MAX_COLLECTIVE_BYTES),
+            time_s=t("time_s", strict=True),
+            min_s=t("min_s", nullable=True, default=None),
+            max_s=t("max_s", nullable=True, default=None),
+            q1_s=t("q1_s", nullable=True, default=None),
+            q3_s=t("q3_s", nullable=True, default=None),
+            repeats=md.integer("repeats", nullable=True, default=None, maximum=MAX_PROFILE_REPEATS),
+            mean_s=t("mean_s", nullable=True, default=None),
+            ci_low_s=t("ci_low_s", nullable=True, default=None),
+            ci_high_s=t("ci_high_s", nullable=True, default=None),
             source=md.string("source", nullable=True, default=None),
         ))
     if measurements:
@@ -227,41 +251,45 @@ def _read_compute(origin: str, raw: Any) -> ComputeCalibration:
         if dtype not in DTYPE_SIZE_BYTES:
             raise ProfileError(f"{origin}: compute.matmul_flops_per_s.{dtype}: unknown dtype; "
                                f"allowed: {', '.join(DTYPE_SIZE_BYTES)}")
-        flops[dtype] = rates.number(dtype, strict=True)
+        flops[dtype] = rates.number(dtype, minimum=MIN_PROFILE_RATE, maximum=MAX_PROFILE_FLOPS_PER_S)
     step = None
     if doc.data.get("model_step") is not None:
         sd = doc.obj("model_step", _STEP)
         layers = []
         for i, raw_l in enumerate(sd.list("layers", default=[])):
             ld = _Doc(origin, f"compute.model_step.layers[{i}]", raw_l, _LAYER)
-            layers.append(LayerTiming(name=ld.string("name"), forward_s=ld.number("forward_s"),
-                                      backward_s=ld.number("backward_s")))
+            layers.append(LayerTiming(name=ld.string("name"), forward_s=ld.number("forward_s", maximum=MAX_SINGLE_GPU_STEP_S),
+                                      backward_s=ld.number("backward_s", maximum=MAX_SINGLE_GPU_STEP_S)))
         traced = sd.get("layers_traced", "true or false", False)
         if not isinstance(traced, bool):
             sd.fail(sd.field("layers_traced"), traced, "true or false")
-        step = ModelStep(model=sd.string("model"), micro_batch=sd.integer("micro_batch"),
-                         dtype=sd.string("dtype"), forward_s=sd.number("forward_s", strict=True),
-                         backward_s=sd.number("backward_s", strict=True), layers=tuple(layers),
-                         step_time_cv=sd.number("step_time_cv", nullable=True, default=None),
+        step = ModelStep(model=sd.string("model"), micro_batch=sd.integer("micro_batch", maximum=MAX_MICRO_BATCH),
+                         dtype=sd.string("dtype"), forward_s=sd.number("forward_s", strict=True, maximum=MAX_SINGLE_GPU_STEP_S),
+                         backward_s=sd.number("backward_s", strict=True, maximum=MAX_SINGLE_GPU_STEP_S), layers=tuple(layers),
+                         step_time_cv=sd.number("step_time_cv", nullable=True, default=None, maximum=MAX_PROFILE_CV),
                          structure_hash=sd.string("structure_hash", nullable=True, default=None),
-                         forward_flops_per_sample=sd.number("forward_flops_per_sample", nullable=True, default=None),
+                         forward_flops_per_sample=sd.number("forward_flops_per_sample", nullable=True, default=None,
+                                                                   maximum=MAX_PROFILE_FLOPS_PER_SAMPLE),
                          layers_traced=traced,
                          optimizer=sd.string("optimizer", nullable=True, default=None),
-                         optimizer_s=sd.number("optimizer_s", nullable=True, default=None),
+                         optimizer_s=sd.number("optimizer_s", nullable=True, default=None, maximum=MAX_SINGLE_GPU_STEP_S),
                          loss=sd.string("loss", nullable=True, default=None),
-                         step_time_mean_s=sd.number("step_time_mean_s", nullable=True, default=None),
-                         step_time_ci_low_s=sd.number("step_time_ci_low_s", nullable=True, default=None),
-                         step_time_ci_high_s=sd.number("step_time_ci_high_s", nullable=True, default=None),
-                         repeats=sd.integer("repeats", nullable=True, default=None),
-                         threads=sd.integer("threads", nullable=True, default=None))
+                         step_time_mean_s=sd.number("step_time_mean_s", nullable=True, default=None,
+                                                    maximum=MAX_SINGLE_GPU_STEP_S),
+                         step_time_ci_low_s=sd.number("step_time_ci_low_s", nullable=True, default=None,
+                                                      maximum=MAX_SINGLE_GPU_STEP_S),
+                         step_time_ci_high_s=sd.number("step_time_ci_high_s", nullable=True, default=None,
+                                                       maximum=MAX_SINGLE_GPU_STEP_S),
+                         repeats=sd.integer("repeats", nullable=True, default=None, maximum=MAX_PROFILE_REPEATS),
+                         threads=sd.integer("threads", nullable=True, default=None, maximum=MAX_PROFILE_THREADS))
     raw_extra = {k: doc.data[k] for k in ("matmul", "memcpy", "overlap") if k in doc.data}
     return ComputeCalibration(
         device=doc.string("device"),
         matmul_flops_per_s=flops,
-        memory_bandwidth_bytes_per_s=doc.number("memory_bandwidth_bytes_per_s", strict=True, nullable=True,
-                                                default=None),
-        overlap_slowdown=doc.number("overlap_slowdown", nullable=True, default=None),
-        comm_slowdown=doc.number("comm_slowdown", nullable=True, default=None),
+        memory_bandwidth_bytes_per_s=doc.number("memory_bandwidth_bytes_per_s", minimum=MIN_PROFILE_RATE,
+                                                maximum=MAX_PROFILE_BYTES_PER_S, nullable=True, default=None),
+        overlap_slowdown=doc.number("overlap_slowdown", nullable=True, default=None, maximum=MAX_OVERLAP_SLOWDOWN),
+        comm_slowdown=doc.number("comm_slowdown", nullable=True, default=None, maximum=MAX_PROFILE_SLOWDOWN),
         model_step=step,
         raw=raw_extra,
     )

@@ -59,6 +59,7 @@ from typing import Any
 
 from dpsim.collectives.ops import OPS, bus_factor
 from dpsim.profile.fit import AlphaBetaFit, Segment, fit_alpha_beta
+from dpsim.stats import fixed
 
 SCHEMA = "dpsim.calibration/1"
 """Schema tag of the current profile format."""
@@ -148,7 +149,7 @@ class OpCalibration:
         breaks = ", ".join(f"{_human_bytes(lo)}..{_human_bytes(hi)}" for lo, hi in self.fit.gaps_bytes)
         shape = f"{len(segs)} pieces (breaks between {breaks})" if len(segs) > 1 else "one line"
         return (f"{self.link_class} {self.op} at {self.n_ranks} ranks: {shape}; "
-                f"R² {self.fit.r2:.4f}, worst residual {100 * self.fit.worst_rel_residual:.1f} %")
+                f"R² {fixed(self.fit.r2, '.4f')}, worst residual {100 * self.fit.worst_rel_residual:.1f} %")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -354,7 +355,7 @@ def fit_warnings(ops: dict[tuple[str, str], OpCalibration]) -> list[str]:
         worst = max(c.measurements, key=lambda m: abs(c.fit.time_s(m.size_bytes) - m.time_s) / m.time_s,
                     default=None)
         where = f" (at {_human_bytes(worst.size_bytes)})" if worst else ""
-        out.append(f"poor fit for {lc} {op}: R² {c.fit.r2:.4f}, worst relative residual "
+        out.append(f"poor fit for {lc} {op}: R² {fixed(c.fit.r2, '.4f')}, worst relative residual "
                    f"{100 * c.fit.worst_rel_residual:.1f} %{where}; predictions near those sizes are uncertain")
     return out
 

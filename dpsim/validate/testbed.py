@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from dpsim.errors import ConfigError, DpsimError
+from dpsim.errors import ConfigError, DpsimError, Interrupted
 from dpsim.files import write_text_atomic
 
 STATE_DIR = Path(os.environ.get("DPSIM_TESTBED_STATE", "/run/dpsim-testbed"))
@@ -241,10 +241,11 @@ class Testbed:
             self._restore_signals()
 
     def _trap_signals(self) -> None:
-        """SIGTERM and SIGHUP raise, so the ``finally`` on the way removes the testbed; only where
-        nobody handles them already (the command line turns them into its own exception)."""
+        """SIGTERM and SIGHUP raise :class:`~dpsim.errors.Interrupted`, so the ``finally`` on the
+        way removes the testbed and the caller can exit 128 + the signal (143, 129), not a
+        Ctrl-C's 130; only where nobody handles them already (the command line does)."""
         def handler(signum, frame):
-            raise KeyboardInterrupt(f"signal {signum}")
+            raise Interrupted(signum)
         for sig in (signal.SIGTERM, signal.SIGHUP):
             try:
                 if signal.getsignal(sig) in (signal.SIG_DFL, None):
