@@ -63,6 +63,15 @@ DISTURBED_SPREAD = 1.4
 runs spreads by a few per cent)."""
 OUTSIDE_LOAD_LIMIT = 0.15
 """A run during which other processes took more than this share of the machine is repeated."""
+DRIFT_LIMIT = 0.05
+"""A run whose control step (timed again after the DDP steps) moved by more than this from the
+measured one (before them) ran on a machine that changed speed meanwhile: it is repeated
+(:func:`dpsim.validate.runner.speed_drift`; steady runs drift by 1-3 %)."""
+
+
+def steady(load: float, drift: float | None) -> bool:
+    """Whether a run measured the model, not the machine: little outside load, no change of speed."""
+    return load <= OUTSIDE_LOAD_LIMIT and (drift is None or abs(drift) <= DRIFT_LIMIT)
 
 
 def run_case(case, steps: int = 20, attempts: int = 3) -> dict:
@@ -76,14 +85,16 @@ def run_case(case, steps: int = 20, attempts: int = 3) -> dict:
         with Load() as load:
             r = validate(cfg)
         spread = r.measured["p90_s"] / r.measured["p10_s"]
-        key = (load.outside > OUTSIDE_LOAD_LIMIT, load.outside, spread)
+        drift = r.measured.get("speed_drift")
+        key = (not steady(load.outside, drift), load.outside, abs(drift or 0.0), spread)
         if best is None or key < best[0]:
             best = (key, r, load.outside)
-        if spread <= DISTURBED_SPREAD and load.outside <= OUTSIDE_LOAD_LIMIT:
+        if spread <= DISTURBED_SPREAD and steady(load.outside, drift):
             break
     _, r, outside = best
     return {"case": case, "measured": r.measured, "predicted": r.predicted, "error": r.error, "runs": attempt,
-            "outside_load": outside, "run": r.run}
+            "outside_load": outside, "speed_drift": r.measured.get("speed_drift"),
+            "steady": steady(outside, r.measured.get("speed_drift")), "run": r.run}
 
 
 def case_name(case) -> str:
@@ -92,10 +103,14 @@ def case_name(case) -> str:
     return f"{model}-mb{mb}-cap-{cap if cap else 'default'}-{ranks}x{nic}-r{racks}"
 
 
+def _drift(drift: float | None) -> str:
+    return "n/a" if drift is None else f"{100 * drift:+.1f} %"
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| # | model | micro-batch | bucket cap | ranks | NIC | racks (oversub.) | measured median (p10-p90) | "
-             "predicted | error | predicted comm / compute | runs | outside load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "predicted | error | predicted comm / compute | runs | outside load | speed drift |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
         model, mb, cap, ranks, nic, racks, over = r["case"]
         m, p = r["measured"], r["predicted"]
@@ -104,7 +119,8 @@ def table(rows: list[dict]) -> str:
             f"{racks} ({over:g}:1) | {m['median_s'] * 1e3:.1f} ms ({m['p10_s'] * 1e3:.1f}-{m['p90_s'] * 1e3:.1f}) | "
             f"{p['step_time_s'] * 1e3:.1f} ms | {100 * r['error']:+.1f} % | "
             f"{p['comm_s'] * 1e3:.1f} / {p['compute_s'] * 1e3:.1f} ms | {r.get('runs', 1)} | "
-            f"{100 * r.get('outside_load', 0):.0f} % |")
+            f"{100 * r.get('outside_load', 0):.0f} % | "
+            f"{_drift(r.get('speed_drift'))} |")
     return "\n".join(lines)
 
 
@@ -162,8 +178,10 @@ in both directions. The DDP steps themselves are never used.
 {table(rows)}
 
 The machine is shared: a run during which other processes took more than
-{100 * OUTSIDE_LOAD_LIMIT:.0f} % of it ("outside load", `validation/load.py`), or whose p90/p10 exceeds
-{DISTURBED_SPREAD}, is run again, at most twice, keeping the quietest ("runs" column). Outside load
+{100 * OUTSIDE_LOAD_LIMIT:.0f} % of it ("outside load", `validation/load.py`), whose measured step, timed again
+after the DDP steps, moved by more than {100 * DRIFT_LIMIT:.0f} % ("speed drift": the machine changed speed
+between the measurements and the steps), or whose p90/p10 exceeds {DISTURBED_SPREAD}, is run again, at
+most twice, keeping the quietest ("runs" column). Outside load
 of the kept runs: median {100 * statistics.median(loads):.0f} %, max {100 * max(loads):.0f} %.
 """
         replace_section(Path(args.out), SECTION, body)

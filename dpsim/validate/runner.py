@@ -234,7 +234,24 @@ def predict_run(run: dict, model: ModelSpec, *, reference: str, input_shape: str
 
 
 def measured_summary(run: dict) -> dict:
-    """Median, p10 and p90 of rank 0's steady-state step times."""
+    """Median, p10 and p90 of rank 0's steady-state step times, and ``speed_drift``: how much
+    slower (positive) the machine ran the measured step after the DDP steps than before them
+    (:func:`speed_drift`)."""
     xs = sorted(run["ddp"]["step_times_s"])
     q = lambda f: xs[min(len(xs) - 1, max(0, int(round(f * (len(xs) - 1)))))]  # noqa: E731
-    return {"median_s": statistics.median(xs), "p10_s": q(0.1), "p90_s": q(0.9), "n": len(xs)}
+    return {"median_s": statistics.median(xs), "p10_s": q(0.1), "p90_s": q(0.9), "n": len(xs),
+            "speed_drift": speed_drift(run)}
+
+
+def speed_drift(run: dict) -> float | None:
+    """Median of the control step times (phase 5, after the DDP steps) over the median of the
+    measured ones (phase 2, before), less one; ``None`` for runs recorded without the control.
+
+    Neither is a DDP step, so a drift is the machine's doing (another job, clocks), never the
+    model's: a validation judged on a run whose machine changed speed judges the machine.
+    """
+    after = (run.get("compute_after") or {}).get("step_times_s")
+    before = run["compute"].get("step_times_s")
+    if not after or not before:
+        return None
+    return statistics.median(after) / statistics.median(before) - 1.0

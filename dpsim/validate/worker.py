@@ -14,7 +14,11 @@ with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set. Phases, in order:
    copying (DDP copies gradients into its buckets and back);
 3. ``overlap``: the interference of that compute and all-reduces, both ways
    (:func:`dpsim.trainstep.measure_interference`);
-4. ``ddp``: the validated run: real DistributedDataParallel training of the same step.
+4. ``ddp``: the validated run: real DistributedDataParallel training of the same step;
+5. ``compute_after``: phase 2's step timed again (briefly, no layers): a control of the
+   machine's speed across the run. On a shared machine a change of speed between the
+   measurements and the DDP steps (another job starting, clocks) moves the DDP step without
+   any fault of the model's; the control says so without looking at the DDP steps.
 
 The prediction is built from phases 1-3 only (by ``dpsim predict`` with a profile made
 of them, :func:`dpsim.validate.runner.predict_run`): it is never fitted to phase 4.
@@ -183,6 +187,14 @@ def main(argv=None) -> int:
     gathered = [None] * world
     dist.all_gather_object(gathered, steps)
     result["ddp"]["all_rank_step_times_s"] = gathered
+    del ddp, step
+
+    # 5. the control: phase 2's step (same seed) timed again, as phase 2 timed it
+    again = make_step(0)
+    after = measure_step(again, warmup=2, min_iters=8, max_iters=15, target_rel_ci=0.02,
+                         budget_s=max(5.0, args.timeout_s / 8), agree=agree)
+    result["compute_after"] = {"step_times_s": after["step_times_s"], "iterations": after["iterations"]}
+    del again
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
