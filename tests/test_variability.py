@@ -111,7 +111,8 @@ def ddp_program_from(prediction, *, overlap):
     n_ops = len(prediction.program.comms)
     fwd = [t for t in tasks if t.kind == "forward"]
     bwd = [t for t in tasks if t.kind == "backward"]
-    opt = [t for t in tasks if t.kind == "optimizer"]
+    opt = [ComputeTask(kind=t.kind, name=t.name, duration_s=t.duration_s, wait_for=tuple(range(n_ops)))
+           for t in tasks if t.kind == "optimizer"]
     bwd = [ComputeTask(kind=t.kind, name=t.name, duration_s=t.duration_s) for t in bwd[:-1]] + [
         ComputeTask(kind="backward", name=bwd[-1].name, duration_s=bwd[-1].duration_s,
                     launch_after=tuple(range(n_ops)))]

@@ -15,7 +15,9 @@ what is charged, per synchronised micro-batch unless said otherwise:
 * **Copies back** (``gradient_as_bucket_view=False``, the default): after the bucket's
   all-reduce, ``Reducer::finalize_backward`` waits for it and runs ``copy_bucket_to_grad``,
   ``grad.copy_(bucket_view)`` per parameter, on the compute stream at the end of backward,
-  before the optimizer. With the view they are not needed.
+  before the optimizer. With the view they are not needed. The step program starts them once
+  every bucket's all-reduce is done, not each behind its own bucket's
+  (:func:`dpsim.strategies.ddp._ddp_epilogue` says why and what it costs).
 * **Memory**: the buckets hold a second copy of every gradient unless they *are* the
   gradients (``gradient_as_bucket_view``: "the saved memory size will be equal to the total
   gradients size", DDP's docstring) — :func:`ddp_comm_buffer_bytes`.
