@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from dpsim.errors import WorkloadError
 
@@ -70,7 +71,7 @@ class ParamSpec:
     dtype: str = "float32"
     """Element dtype (torch name without ``torch.``); the gradient has the same dtype."""
 
-    @property
+    @cached_property  # cached (frozen, so it cannot change): a sweep asks millions of times
     def numel(self) -> int:
         """Number of elements."""
         return math.prod(self.shape)
@@ -320,7 +321,7 @@ class ModelSpec:
                 seen.add(layer.unit)
             previous = layer.unit
 
-    @property
+    @cached_property
     def params(self) -> tuple[ParamSpec, ...]:
         """All parameters in registration (``model.parameters()``) order."""
         in_layers = tuple(p for layer in self.layers for p in layer.params)
@@ -329,7 +330,7 @@ class ModelSpec:
         by_name = {p.name: p for p in in_layers}
         return tuple(by_name[n] for n in self.registration_order)
 
-    @property
+    @cached_property
     def grad_ready_params(self) -> tuple[ParamSpec, ...]:
         """All parameters in gradient-ready order: the order backward makes their
         gradients ready, which DDP records in the first iteration and rebuilds its
@@ -345,17 +346,17 @@ class ModelSpec:
         backward produces its gradient)."""
         return {p.name: i for i, layer in enumerate(self.layers) for p in layer.params}
 
-    @property
+    @cached_property
     def param_count(self) -> int:
         """Total number of parameters."""
         return sum(layer.param_count for layer in self.layers)
 
-    @property
+    @cached_property
     def forward_flops_per_sample(self) -> float:
         """Forward FLOPs for one sample."""
         return sum(layer.forward_flops_per_sample for layer in self.layers)
 
-    @property
+    @cached_property
     def activation_bytes_per_sample(self) -> float:
         """Activation bytes kept for backward per sample."""
         return sum(layer.activation_bytes_per_sample for layer in self.layers)
