@@ -211,3 +211,10 @@ def test_seq_len_only_with_a_catalog_model():
         PredictConfig(model="my_model.py:build", seq_len=512)
     message = one_line(exc)
     assert "--seq-len: does not apply" in message and "512" in message and "--input-shape" in message
+
+
+def test_to_dict_is_asdict_of_plain_fields():
+    """PredictConfig.to_dict skips asdict's deep copy: right only while every field is a plain value."""
+    for config in (PredictConfig(), PredictConfig(gpus=64, link="ethernet", strategy="fsdp", micro_batch=2)):
+        assert config.to_dict() == dataclasses.asdict(config)
+        assert all(v is None or isinstance(v, (bool, int, float, str)) for v in config.to_dict().values())

@@ -66,7 +66,7 @@ def prediction_record(p: Prediction) -> dict[str, Any]:
     objects become prefixed columns (``memory_total_bytes``, ``ring_channels``) and
     lists comma-joined text.
     """
-    row: dict[str, Any] = {k: _plain(v) for k, v in dataclasses.asdict(p.config).items()}
+    row: dict[str, Any] = {k: _plain(v) for k, v in p.config.to_dict().items()}
 
     def put(key: str, value: Any) -> None:
         if isinstance(value, dict):  # nested objects at any depth: memory_advice_fits, ...
@@ -123,10 +123,10 @@ def run_point(config: PredictConfig | Mapping[str, Any], *, tokens: float | None
         if not skip_invalid:
             name = label or ", ".join(f"{k}={v}" for k, v in _point_label(config, point).items())
             raise type(exc)(f"sweep point {name}: {exc}") from None
-        row = {k: _plain(v) for k, v in dataclasses.asdict(PredictConfig()).items()} if point is not None \
+        row = {k: _plain(v) for k, v in PredictConfig().to_dict().items()} if point is not None \
             else {}
         row.update({k: _plain(v) for k, v in (point.items() if point is not None
-                                               else dataclasses.asdict(config).items())})
+                                               else config.to_dict().items())})
         row["error"] = str(exc)
         return row
     if skip_invalid:

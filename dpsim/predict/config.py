@@ -379,6 +379,11 @@ class PredictConfig:
                     raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies only with --comm-hook "
                                       f"powersgd; give that hook or leave it out")
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every field by name. Each is a plain value (numbers, text, ``None``), so this equals
+        :func:`dataclasses.asdict` without its deep copy (a sweep writes two per point)."""
+        return {name: getattr(self, name) for name in _FIELD_NAMES}
+
     def ddp_options(self):
         """The DDP arguments as :class:`~dpsim.strategies.ddp_costs.DdpOptions`."""
         return DdpOptions(**{name: getattr(self, name) for name in DDP_FIELDS})
@@ -479,3 +484,6 @@ def check_value(name: str, value: Any) -> None:
         raise ConfigError(f"{flag}: {short(value)} is not valid; expected at most {MAX_TEXT_CHARS:,} characters")
     if name in ("algo", "proto"):
         (parse_algorithms if name == "algo" else parse_protocols)(value, flag)
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))

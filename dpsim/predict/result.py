@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from dpsim.collectives.links import LinkReport
@@ -123,7 +123,7 @@ class Prediction:
         mem = self.memory
         return {
             "schema": "dpsim.prediction/1",
-            "config": asdict(self.config),
+            "config": self.config.to_dict(),
             "topology": self.topology,
             "gpu": self.gpu,
             "n_gpus": self.n_gpus,
