@@ -116,7 +116,8 @@ def test_a_cpu_profile_predicts_a_cpu_cluster(tmp_path, capsys):
     assert rc == 0, err
     d = json.loads(out)
     assert d["config"]["precision"] == "fp32" and d["config"]["gpus_per_node"] == 1 and d["gpu"] == "cpu"
-    assert d["mfu"] is None and set(d["provenance"]) == {"compute", "network", "overlap", "device", "warnings"}
+    assert d["mfu"] is None and set(d["provenance"]) == {"compute", "network", "overlap", "device", "warnings",
+                                                          "transport_sensitivity"}
     rc, out, err = run_cli(capsys, "predict", "--calibration", path, "--gpus", "2", "--model", MODEL,
                            "--micro-batch", str(MB), "--noise-cv", "0")
     assert rc == 0 and "where the numbers come from" in out and "CPU ranks" in out and "h100" not in out.lower()

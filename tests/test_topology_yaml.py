@@ -69,7 +69,8 @@ def test_preset_units_are_converted_to_si():
     assert ib.fabric.nic_bandwidth_bytes_per_s == pytest.approx(400e9 / 8)  # 400 Gb/s
     assert ib.node.gpu_link_bandwidth_bytes_per_s == pytest.approx(450e9)  # 450 GB/s
     assert ib.fabric.nic_latency_s == pytest.approx(9.6e-6)
-    assert ib.launch_overhead_s == 0.0
+    # No launch_overhead_us in the file: the fitted per-call default applies (NcclTuning).
+    assert ib.launch_overhead_s is None
 
 
 def test_defaults_for_optional_keys():
@@ -82,7 +83,7 @@ def test_defaults_for_optional_keys():
     assert spec.fabric.nodes_per_leaf == 32
     assert spec.fabric.oversubscription == 1.0
     assert spec.fabric.rail_optimized is False
-    assert spec.description == "" and spec.sources == () and spec.launch_overhead_s == 0.0
+    assert spec.description == "" and spec.sources == () and spec.launch_overhead_s is None
 
 
 # ----------------------------------------------------------------------------- user files
@@ -122,7 +123,7 @@ def test_single_node_file_without_fabric(tmp_path, capsys):
     assert main(["predict", "--topology", str(path), "--gpus", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr()[0])["n_nodes"] == 1
     assert main(["predict", "--topology", str(path), "--gpus", "16"]) == 2
-    out, err = capsys.readouterr()
+    _out, err = capsys.readouterr()
     assert err.count("\n") == 1 and "--gpus: 16" in err and "no fabric" in err
 
 
@@ -174,7 +175,15 @@ BAD_FIELDS = [
     (_mut("name", "  "), ["name", "'  '", "string"]),
     (_mut("description", 7), ["description", "7", "string"]),
     (_mut("node", ...), ["node", "missing", "mapping"]),
-    (_mut("fabric.nic_efficiency", ...), ["fabric.nic_efficiency", "missing", "(0, 1]"]),
+    # nic_efficiency may be left out (the transport gives it); the line rate may not without a NIC preset.
+    (_mut("fabric.nic_gbit_per_s", ...), ["fabric.nic_gbit_per_s", "missing", "number>0"]),
+    (_mut("fabric.transport", "tcp"), ["fabric.transport", "'tcp'", "socket", "efa"]),
+    (_mut("fabric.transport", {"preset": "ib", "streams_per_connection": 0}),
+     ["fabric.transport.streams_per_connection", "0", "int>0"]),
+    (_mut("fabric.transport", {"preset": "roce", "qps": 4}), ["fabric.transport.qps", "streams_per_connection"]),
+    (_mut("fabric.nic", "200gbe"), ["fabric.nic", "'200gbe'", "200gbe-tcp", "ib-ndr"]),
+    (_mut("node.sockets", 2), ["node.sockets", "pcie-tree"]),
+    (_mut("node.mesh_links", [[0, 1, 4]]), ["node.mesh_links", "nvswitch"]),
     (_mut("node", [8, "nvswitch"]), ["node", "mapping"]),
     (_mut("fabric", "infiniband"), ["fabric", "'infiniband'", "mapping"]),
 ]
@@ -206,7 +215,7 @@ def test_invalid_yaml_syntax_names_line(tmp_path, capsys):
     with pytest.raises(TopologyError, match=r"broken\.yaml: not valid YAML at line \d+"):
         load_topology_file(path)
     assert main(["predict", "--topology", str(path)]) == 2
-    out, err = capsys.readouterr()
+    _out, err = capsys.readouterr()
     assert len(err.splitlines()) == 1 and "not valid YAML at line" in err and "Traceback" not in err
 
 
@@ -232,7 +241,7 @@ def test_unreadable_files(tmp_path, capsys):
         with pytest.raises(TopologyError, match=needle):
             load_topology_file(path)
         assert main(["predict", "--topology", str(path)]) == 2
-        out, err = capsys.readouterr()
+        _out, err = capsys.readouterr()
         assert len(err.splitlines()) == 1 and err.startswith("dpsim: error: --topology: ")
 
 
@@ -267,9 +276,9 @@ def test_gpu_without_path_is_reported(monkeypatch, capsys):
     with pytest.raises(TopologyError, match=r"GPU n1\.gpu3 has no path to n0\.gpu0"):
         topo.check_connected()
     assert main(["predict", "--link", "infiniband", "--gpus", "16"]) == 2
-    out, err = capsys.readouterr()
-    assert err.splitlines() == ["dpsim: error: topology 'infiniband': GPU n1.gpu3 has no path to n0.gpu0; "
-                                "check node.interconnect and fabric"]
+    _out, err = capsys.readouterr()
+    assert err.splitlines() == [("dpsim: error: topology 'infiniband': GPU n1.gpu3 has no path to n0.gpu0; "
+                                "check node.interconnect and fabric")]
 
 
 # ----------------------------------------------------------------------------- graph invariants

@@ -511,7 +511,7 @@ def test_bad_degradation_format(raw, needle):
     ("ethernet", 64, "node0.nic1:50%", "names NIC 1; ethernet with 8 node(s) has nic0"),
     ("ethernet", 64, "node0.gpu8:50%", "gpu0..gpu7"),
     ("ethernet", 64, "token-ring:50%", "not a link of ethernet"),
-    ("ethernet", 64, "leaf-spine:50%", "link class present here: ethernet, nvlink, pcie"),
+    ("ethernet", 64, "leaf-spine:50%", "link class present here: ethernet, host-memory, nvlink, pcie"),
     ("infiniband", 16, "node0.nic8:50%", "nic0..nic7"),
     ("nvlink", 8, "node0.nic0:50%", "no NIC carrying traffic between servers"),
     ("nvlink", 8, "node1.gpu0:50%", "names node 1, but there are 1 nodes"),

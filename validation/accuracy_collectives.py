@@ -1,25 +1,29 @@
-"""Predicted vs measured nccl-tests all-reduce on the reference systems.
+"""Predicted vs measured all-reduce on published systems, each predicted with nothing fitted on it.
 
-``python validation/accuracy_collectives.py`` prints the full comparison table;
-``--fit`` redoes the one fit (see :data:`~dpsim.algorithms.nccl.FITTED_TUNING`) and the
-derivations of the presets' numbers that come from rows. The rows are
-``tests/data/nccl_tests_reference.csv``, a verbatim copy of
-``../shared/reference/collectives.csv`` (each row cites its source):
+``python validation/accuracy_collectives.py`` prints, system by system and class by class,
+every reference row against its prediction, the prediction coming from the system's own
+description (``validation/systems/<system>.yaml``: datasheet rates and cited NCCL
+constants, nothing taken from its measurements) and from the model's fitted constants
+(:class:`~dpsim.collectives.nccl_tuning.NcclTuning`: per-call overheads, the Simple
+protocol's bandwidth ramp, the NVLS-tree round trip) **fitted on every other system**
+(leave-one-system-out; systems on the same hardware platform, e.g. one node and four
+nodes of AWS p6-b200, are left out together). ``--write`` stores the per-system fits and scores in
+``validation/collectives_loso.json`` (checked by ``tests/test_accuracy_nccl.py``);
+``--fit`` prints the fit on every system, the default of :data:`FITTED_TUNING`.
 
-============  ==========================================  =====================================
-system        rows (sizes >= 1 MiB are scored)            model
-============  ==========================================  =====================================
-dgx-a100      C001-C007 (8x A100, one NVSwitch server)    preset ``dgx-a100`` only
-aws-p4de      C043-C049 (2x p4de, 4x100G EFA v1)          preset ``aws-p4de`` only
-aws-p5        C050-C058 (2x p5, 32x100G EFA v2)           preset ``aws-p5`` + the NVLS-tree
-                                                          tuning fitted on OCI (C059)
-============  ==========================================  =====================================
+The rows are ``tests/data/collectives_reference.csv``, one per published measurement,
+each citing its source (repository at a commit, or issue thread), the system, the tool and
+the NCCL version when stated. Sizes >= 1 MiB are scored: the geometric mean of
+|predicted / measured - 1| per system and per system class (the issue's metric), with the
+symmetric log error exp(mean |ln(pred/meas)|) - 1 alongside.
 
-Preset numbers derived from rows use only rows *below* 1 MiB (launch overhead: the
-smallest message) or another system (OCI C059), so no scored row feeds its own
-prediction. The score is the geometric mean of |predicted / measured - 1| over the
-scored rows (the issue's metric); the symmetric log error exp(mean |ln(pred/meas)|) - 1
-and the mean absolute error are printed too.
+How the fit works (:func:`fit`): a per-call overhead per scope (collectives inside one
+server, or the transport kind of the NICs) is the median over the training systems of that
+scope of what their smallest-message row (below 1 MiB, never scored) measures beyond the
+model without an overhead; a scope without a training system takes the median of the
+others (network scopes) or of all. Then the ramp (half size per scope, one exponent) and the
+NVLS-tree round-trip scale are searched on a grid, minimising the mean squared log error of
+the training rows >= 1 MiB.
 """
 
 from __future__ import annotations
@@ -27,36 +31,84 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import json
 import math
+import statistics
+import sys
 from dataclasses import dataclass
+from functools import cache, lru_cache
 from pathlib import Path
 
 from dpsim.collectives.nccl import NcclCollectives
-from dpsim.collectives.nccl_tuning import FITTED_TUNING, NcclTuning
+from dpsim.collectives.nccl_tuning import CALL_SCOPES, FITTED_TUNING, NcclTuning
+from dpsim.files import write_text_atomic
 from dpsim.topology.cluster import Topology
-from dpsim.topology.load import load_preset
+from dpsim.topology.load import load_topology_file
 from dpsim.units import MiB
 
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "nccl_tests_reference.csv"
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sections import replace_section
 
-SYSTEMS = {
-    "dgx-a100": ("8x A100 SXM node", 8),
-    "aws-p4de": ("AWS p4de.24xlarge x2", 16),
-    "aws-p5": ("AWS p5.48xlarge x2", 16),
-}
-"""Preset -> (prefix of the rows' ``system`` column, GPUs)."""
-
-OCI_ROW = "C059"
+VALIDATION = REPO / "VALIDATION.md"
+HEADING = "## Collectives against published nccl-tests, leave one system out (issue 12)"
+"""VALIDATION.md's section of this script (``validation/sections.py``: up to the next ``## `` heading)."""
+TARGET = 0.08
+"""The issue's target: geomean |pred/meas - 1| <= 8 % per system class, sizes >= 1 MiB."""
+DATA = REPO / "tests" / "data" / "collectives_reference.csv"
+SYSTEMS_DIR = REPO / "validation" / "systems"
+RESULTS = REPO / "validation" / "collectives_loso.json"
 SCORED_FROM_BYTES = 1 * MiB
+CLASSES = ("nvswitch", "ib", "efa", "roce", "tcpxo", "tcp", "nvlink-bridge", "xgmi")
+"""System classes, in report order."""
+
+VERBS_KINDS = {"ib": True, "roce": True}
+"""Transport kinds that run NCCL's InfiniBand verbs transport (``src/transport/net_ib.cc``, RoCE
+through the same code over Ethernet, GPUDirect RDMA, no proxy copy): one without a
+small-message row of its own takes the per-call overhead of the other, not that of the
+host-driven kinds (EFA's libfabric, sockets, TCPX/TCPXO), which measure 5-15x more."""
+
+MAX_UNCERTAINTY = 0.02
+"""Rows whose time is known to worse than this (a bus bandwidth quoted to two decimals at a few
+MB/s) are shown but neither scored nor fitted on."""
+PLATFORMS = {"p6-b200-node": "aws-p6-b200", "p6-b200-x4": "aws-p6-b200", "p6-b200-x2": "aws-p6-b200",
+             "oci-a100-node": "oci-bm-gpu4.8", "oci-a100-x2": "oci-bm-gpu4.8"}
+"""Systems that are the same hardware platform (left out together); any other system is its own."""
+
+HALF_GRID_MIB = (0.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+EXPONENT_GRID = (0.5, 1.0)
+"""At most 1: the ramp adds ``transfer x (half / S) ** exponent``, which grows with S only then
+(a larger message never finishes sooner)."""
+RTT_GRID = (1.0, 1.25, 1.5, 1.75, 2.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """One published measurement."""
+
+    id: str
+    system: str
+    system_class: str
+    gpus: int
+    size_bytes: int
+    measured_s: float
+    uncertainty: float
+
+    @property
+    def precise(self) -> bool:
+        """Known well enough to fit on or score."""
+        return self.uncertainty <= MAX_UNCERTAINTY
+
+    @property
+    def scored(self) -> bool:
+        return self.size_bytes >= SCORED_FROM_BYTES and self.precise
 
 
 @dataclass(frozen=True, kw_only=True)
 class Point:
     """One row against its prediction."""
 
-    row: str
-    size_bytes: int
-    measured_s: float
+    row: Row
     predicted_s: float
     algorithm: str
     protocol: str
@@ -64,99 +116,187 @@ class Point:
     @property
     def error(self) -> float:
         """predicted / measured - 1."""
-        return self.predicted_s / self.measured_s - 1
-
-    @property
-    def scored(self) -> bool:
-        return self.size_bytes >= SCORED_FROM_BYTES
+        return self.predicted_s / self.row.measured_s - 1
 
 
-def load_rows(path: Path = DATA) -> list[dict]:
-    """The reference rows (all-reduce times in us)."""
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: reference rows missing (copy of ../shared/reference/collectives.csv)")
-    with path.open(newline="") as fh:
-        return [r for r in csv.DictReader(fh) if r["metric"] == "time_us"]
+@lru_cache(maxsize=1)
+def load_rows() -> tuple[Row, ...]:
+    """The reference rows."""
+    with DATA.open(newline="") as fh:
+        return tuple(Row(id=r["id"], system=r["system"], system_class=r["system_class"], gpus=int(r["gpus"]),
+                         size_bytes=int(r["size_bytes"]), measured_s=float(r["time_us"]) * 1e-6,
+                         uncertainty=float(r["time_rel_uncertainty"]))
+                     for r in csv.DictReader(fh))
 
 
-def rows_of(system: str, rows: list[dict] | None = None) -> list[dict]:
-    """Rows of one reference system (by preset name)."""
-    prefix = SYSTEMS[system][0]
-    return [r for r in (rows or load_rows()) if r["system"].startswith(prefix)]
+def systems() -> list[str]:
+    """Every reference system, in row order."""
+    return list(dict.fromkeys(r.system for r in load_rows()))
 
 
-def model(system: str, tuning: NcclTuning | None = None, spec=None) -> NcclCollectives:
-    """The collective model of a reference system (its preset, or ``spec``)."""
-    spec = spec or load_preset(system)
-    return NcclCollectives(Topology.from_spec(spec, SYSTEMS[system][1]), tuning=tuning)
+@cache
+def system_spec(system: str):
+    """The system's description from its datasheet (``validation/systems/<system>.yaml``)."""
+    return load_topology_file(SYSTEMS_DIR / f"{system}.yaml")
 
 
-def compare(system: str, tuning: NcclTuning | None = None, spec=None) -> list[Point]:
-    """Every row of ``system`` against the model's prediction."""
-    m = model(system, tuning, spec)
-    out = []
-    for r in rows_of(system):
-        size = int(r["message_bytes_or_batch"])
-        res = m.time("all_reduce", size)
-        out.append(Point(row=r["id"], size_bytes=size, measured_s=float(r["value"]) * 1e-6,
-                         predicted_s=res.time_s, algorithm=res.algorithm, protocol=res.protocol))
-    return out
+@cache
+def _topology(system: str, gpus: int, overhead_free: bool) -> Topology:
+    spec = system_spec(system)
+    if overhead_free:
+        spec = dataclasses.replace(spec, launch_overhead_s=0.0)
+    return Topology.from_spec(spec, gpus)
 
+
+def model(row: Row, tuning: NcclTuning, *, overhead_free: bool = False) -> NcclCollectives:
+    """The collective model of a row's system and GPU count."""
+    return NcclCollectives(_topology(row.system, row.gpus, overhead_free), tuning=tuning)
+
+
+def predict(row: Row, tuning: NcclTuning) -> Point:
+    res = model(row, tuning).time("all_reduce", row.size_bytes)
+    return Point(row=row, predicted_s=res.time_s, algorithm=res.algorithm, protocol=res.protocol)
+
+
+def scope(row: Row) -> tuple[str, str]:
+    """(call-overhead scope, ramp scope) of a row's collectives."""
+    m = model(row, FITTED_TUNING)
+    if m.crosses_network:
+        return m.spec.fabric.transport.kind, "network"
+    return "node", "node"
+
+
+# ----------------------------------------------------------------------------- fitting
+
+def measured_overhead_s(system: str) -> tuple[str, float] | None:
+    """What the system's smallest-message row (below 1 MiB) measures beyond the model without a
+    per-call overhead: ``(row id, seconds)``, or ``None`` without such a row."""
+    small = [r for r in load_rows() if r.system == system and r.precise and r.size_bytes < SCORED_FROM_BYTES]
+    if not small:
+        return None
+    row = min(small, key=lambda r: r.size_bytes)
+    bare = model(row, NcclTuning(), overhead_free=True).time("all_reduce", row.size_bytes).time_s
+    return row.id, row.measured_s - bare
+
+
+def fit(train: list[str]) -> NcclTuning:
+    """The tuning fitted on the systems ``train`` (see the module docstring)."""
+    rows = [r for r in load_rows() if r.system in train]
+    by_scope: dict[str, list[float]] = {}
+    for system in train:
+        got = measured_overhead_s(system)
+        if got is None:
+            continue
+        first = next(r for r in rows if r.system == system)
+        by_scope.setdefault(scope(first)[0], []).append(got[1] * 1e6)
+    medians = {k: statistics.median(v) for k, v in by_scope.items()}
+    network = [v for k, v in medians.items() if k != "node"]
+    fallback_net = statistics.median(network) if network else statistics.median(medians.values())
+
+    def overhead(kind: str) -> float:
+        """A kind's own median; else the median of its family (verbs, or host-driven); else every
+        network kind's."""
+        if kind in medians:
+            return medians[kind]
+        family = [v for k, v in medians.items()
+                  if k != "node" and VERBS_KINDS.get(k, False) == VERBS_KINDS.get(kind, False)]
+        return statistics.median(family) if family else fallback_net
+
+    overheads = tuple((k, round(overhead(k), 1)) for k in CALL_SCOPES)
+    scored = [r for r in rows if r.scored]
+    node_rows = [r for r in scored if scope(r)[1] == "node"]
+    net_rows = [r for r in scored if scope(r)[1] == "network"]
+    best = None
+    for gamma in EXPONENT_GRID:
+        node_best = min(((_loss(node_rows, NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma,
+                                                      ramp_half_bytes=(("node", h * MiB), ("nvls", v * MiB)))), h, v)
+                         for h in HALF_GRID_MIB for v in HALF_GRID_MIB), default=(0.0, 0.0, 0.0))
+        net_best = min(((_loss(net_rows, NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma,
+                                                    nvls_tree_rtt_scale=rtt, ramp_half_bytes=(("network", h * MiB),))),
+                         h, rtt) for h in HALF_GRID_MIB for rtt in RTT_GRID), default=(0.0, 0.0, 1.0))
+        total = node_best[0] + net_best[0]
+        if best is None or total < best[0] - 1e-12:
+            best = (total, gamma, node_best[1], node_best[2], net_best[1], net_best[2])
+    _, gamma, h_node, h_nvls, h_net, rtt = best
+    return NcclTuning(nvls_tree_rtt_scale=rtt, call_overhead_us=overheads, ramp_exponent=gamma,
+                      ramp_half_bytes=(("node", h_node * MiB), ("nvls", h_nvls * MiB), ("network", h_net * MiB)))
+
+
+def _loss(rows: list[Row], tuning: NcclTuning) -> float:
+    return sum(math.log(predict(r, tuning).predicted_s / r.measured_s) ** 2 for r in rows)
+
+
+def platform(system: str) -> str:
+    """The hardware platform a system runs on (:data:`PLATFORMS`)."""
+    return PLATFORMS.get(system, system)
+
+
+def loso() -> dict[str, NcclTuning]:
+    """Each system's tuning, fitted on every system of another platform."""
+    names = systems()
+    fits: dict[str, NcclTuning] = {}
+    for plat in dict.fromkeys(platform(s) for s in names):
+        tuning = fit([t for t in names if platform(t) != plat])
+        fits.update({s: tuning for s in names if platform(s) == plat})
+    return fits
+
+
+# ----------------------------------------------------------------------------- scores
 
 def geomean_abs_error(points: list[Point]) -> float:
     """Geometric mean of |pred/meas - 1| over the scored points (the issue's metric)."""
-    errs = [max(abs(p.error), 1e-12) for p in points if p.scored]
-    return math.exp(sum(math.log(e) for e in errs) / len(errs))
+    errs = [max(abs(p.error), 1e-12) for p in points if p.row.scored]
+    return math.exp(sum(math.log(e) for e in errs) / len(errs)) if errs else math.nan
 
 
 def log_error(points: list[Point]) -> float:
     """exp(mean |ln(pred/meas)|) - 1 over the scored points (a typical factor off)."""
-    logs = [abs(math.log(p.predicted_s / p.measured_s)) for p in points if p.scored]
-    return math.exp(sum(logs) / len(logs)) - 1
+    logs = [abs(math.log(p.predicted_s / p.row.measured_s)) for p in points if p.row.scored]
+    return math.exp(sum(logs) / len(logs)) - 1 if logs else math.nan
 
 
-def mean_abs_error(points: list[Point]) -> float:
-    """Mean |pred/meas - 1| over the scored points."""
-    errs = [abs(p.error) for p in points if p.scored]
-    return sum(errs) / len(errs)
+def evaluate(tunings: dict[str, NcclTuning]) -> list[Point]:
+    """Every row predicted with its own system's tuning."""
+    return [predict(r, tunings[r.system]) for r in load_rows()]
 
 
-# ----------------------------------------------------------------------------- derivations
-
-def oci_spec():
-    """OCI BM.GPU.H100.8: the p5 server (8x H100 NVSwitch) with 16x 200 Gb/s RoCE NICs and
-    no launch overhead (no small-message row to take it from)."""
-    p5 = load_preset("aws-p5")
-    fabric = dataclasses.replace(p5.fabric, nics_per_node=16, nic_bandwidth_bytes_per_s=200e9 / 8)
-    return dataclasses.replace(p5, name="oci-h100", fabric=fabric, launch_overhead_s=0.0)
-
-
-def fit_nvls_tree_rtt_scale() -> float:
-    """The NVLS-tree slot round trip scale that makes OCI's 1 GiB all-reduce (C059) exact."""
-    row = next(r for r in load_rows() if r["id"] == OCI_ROW)
-    size, target = int(row["message_bytes_or_batch"]), float(row["value"]) * 1e-6
-    topo = Topology.from_spec(oci_spec(), int(row["gpus"]))
-
-    def predicted(scale: float) -> float:
-        return NcclCollectives(topo, tuning=NcclTuning(nvls_tree_rtt_scale=scale)).time("all_reduce", size).time_s
-
-    lo, hi = 0.0, 20.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if predicted(mid) < target:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+def summary(points: list[Point]) -> dict:
+    """Per system and per class: scored rows, geomean |error| and log error."""
+    out = {"systems": {}, "classes": {}}
+    for s in systems():
+        mine = [p for p in points if p.row.system == s]
+        if not any(p.row.scored for p in mine):
+            continue
+        out["systems"][s] = {"class": mine[0].row.system_class, "scored": sum(p.row.scored for p in mine),
+                             "geomean_abs_error": _r(geomean_abs_error(mine)), "log_error": _r(log_error(mine))}
+    for c in CLASSES:
+        mine = [p for p in points if p.row.system_class == c]
+        if mine:
+            out["classes"][c] = {"systems": len({p.row.system for p in mine}),
+                                 "scored": sum(p.row.scored for p in mine),
+                                 "geomean_abs_error": _r(geomean_abs_error(mine)), "log_error": _r(log_error(mine))}
+    return out
 
 
-def derive_launch_overhead_us(system: str) -> tuple[str, float]:
-    """Launch overhead that makes the system's smallest-message row exact (sizes < 1 MiB)."""
-    rows = rows_of(system)
-    row = min(rows, key=lambda r: int(r["message_bytes_or_batch"]))
-    spec = dataclasses.replace(load_preset(system), launch_overhead_s=0.0)
-    t = model(system, spec=spec).time("all_reduce", int(row["message_bytes_or_batch"])).time_s
-    return row["id"], float(row["value"]) - t * 1e6
+def _r(x: float) -> float | None:
+    return None if math.isnan(x) else round(x, 4)
+
+
+def tuning_dict(t: NcclTuning) -> dict:
+    return {"nvls_tree_rtt_scale": t.nvls_tree_rtt_scale, "call_overhead_us": dict(t.call_overhead_us),
+            "ramp_half_bytes": dict(t.ramp_half_bytes), "ramp_exponent": t.ramp_exponent}
+
+
+def tuning_from(d: dict) -> NcclTuning:
+    return NcclTuning(nvls_tree_rtt_scale=d["nvls_tree_rtt_scale"],
+                      call_overhead_us=tuple((k, float(v)) for k, v in d["call_overhead_us"].items()),
+                      ramp_half_bytes=tuple((k, float(v)) for k, v in d["ramp_half_bytes"].items()),
+                      ramp_exponent=d["ramp_exponent"])
+
+
+def load_results() -> dict:
+    """The committed leave-one-system-out fits and scores."""
+    return json.loads(RESULTS.read_text())
 
 
 # ----------------------------------------------------------------------------- report
@@ -164,32 +304,120 @@ def derive_launch_overhead_us(system: str) -> tuple[str, float]:
 def table(points: list[Point]) -> str:
     lines = [f"{'row':<5} {'size':>12} {'measured us':>12} {'predicted us':>13} {'error':>8}  choice"]
     for p in points:
-        mark = "" if p.scored else "  (< 1 MiB, not scored)"
-        lines.append(f"{p.row:<5} {p.size_bytes:>12d} {p.measured_s * 1e6:>12.1f} {p.predicted_s * 1e6:>13.1f} "
-                     f"{100 * p.error:>+7.1f}%  {p.algorithm}/{p.protocol}{mark}")
+        mark = "" if p.row.scored else ("  (< 1 MiB, not scored)" if p.row.precise else
+                                        f"  (known to {100 * p.row.uncertainty:.0f} %, not scored)")
+        lines.append(f"{p.row.id:<5} {p.row.size_bytes:>12d} {p.row.measured_s * 1e6:>12.1f} "
+                     f"{p.predicted_s * 1e6:>13.1f} {100 * p.error:>+7.1f}%  {p.algorithm}/{p.protocol}{mark}")
     return "\n".join(lines)
+
+
+def markdown(result: dict) -> str:
+    """The class table VALIDATION.md shows."""
+    lines = ["| class | systems | rows >= 1 MiB | geomean abs error | log error |",
+             "|---|---:|---:|---:|---:|"]
+    for c, v in result["classes"].items():
+        if not v["scored"]:  # small-message rows only: they fit the per-call overhead, nothing is scored
+            lines.append(f"| {c} | {v['systems']} | 0 | - | - |")
+            continue
+        lines.append(f"| {c} | {v['systems']} | {v['scored']} | {100 * v['geomean_abs_error']:.1f} % | "
+                     f"{100 * v['log_error']:.1f} % |")
+    lines += ["", "| system | class | rows >= 1 MiB | geomean abs error | log error |", "|---|---|---:|---:|---:|"]
+    for s, v in result["systems"].items():
+        if v["scored"]:
+            lines.append(f"| {s} | {v['class']} | {v['scored']} | {100 * v['geomean_abs_error']:.1f} % | "
+                         f"{100 * v['log_error']:.1f} % |")
+    return "\n".join(lines)
+
+
+def section(result: dict) -> str:
+    """VALIDATION.md's section (heading excluded): method, the tables, which classes meet the
+    target and where the model misses (:data:`ANALYSIS`)."""
+    scored = {c: v for c, v in result["classes"].items() if v["scored"]}
+    met = [c for c, v in scored.items() if v["geomean_abs_error"] <= TARGET]
+    missed = [c for c in scored if c not in met]
+    return f"""Generated by `python validation/accuracy_collectives.py --write`; checked by
+`tests/test_accuracy_nccl.py`. Each row of `tests/data/collectives_reference.csv` is one
+published nccl-tests all-reduce time (out-of-place), citing its source (repository at a
+commit, or issue thread), the system, the tool's command line and the NCCL version when
+stated. Each system is described from its datasheet in `validation/systems/<system>.yaml`
+(rates, layout, NICs and transport, cited; nothing taken from its measurements). The
+model's fitted constants (`NcclTuning`: per-call overheads per scope, the Simple
+protocol's bandwidth ramp, the NVLS-tree round trip) are refitted for each system on
+**every other hardware platform** (leave one system out; one and several nodes of a platform
+are left out together), and the system is predicted with that fit. Sizes >= 1 MiB whose time
+is known to 2 % are scored: the geometric mean of |pred/meas - 1| (the issue's metric) and
+the symmetric log error exp(mean |ln(pred/meas)|) - 1.
+
+{markdown(result)}
+
+Target (geomean <= {100 * TARGET:.0f} % per class): met by {", ".join(met) or "none"}; missed by
+{", ".join(missed) or "none"}.
+
+{ANALYSIS}"""
+
+
+ANALYSIS = """Where it misses (per-row errors: `python validation/accuracy_collectives.py`):
+
+- **One per-call overhead per transport kind does not hold across EFA systems.** The
+  smallest-message rows measure 138 us beyond the model on p4de (EFA v1), 43 us on p5 (v2),
+  489 us on four p6-b200 (v4) and 25 us on two: each EFA system, left out, gets the median of
+  the others, so p4de's 1-4 MiB rows come out 24-47 % fast (43 us), p5's 1-8 MiB rows 26-78 %
+  slow (138 us) and p6-b200 x4's 1-256 MiB rows 25-41 % fast (91 us).
+- **The Simple protocol's ramp differs by system.** Left out, p4de gets a network ramp
+  half-size of 64 MiB from p5/p6 and its tree/Simple rows of 32 MiB-1 GiB come out 25-59 %
+  slow; H200's ring rows of 1-128 MiB come out 14-35 % slow with the intra-node ramp fitted on
+  the other single servers (half-size 64 MiB, the edge of the searched grid); B200's NVLS rows
+  of 4-64 MiB 15-34 % fast with the NVLS ramp fitted on H200.
+- **GCP A3 Mega (the only TCPXO system)** is 13-65 % fast from 1 to 512 MiB: nothing else
+  teaches the model TCPXO's per-call cost and mid-size streaming (the measured time grows
+  from 0.2 ms at 1 MiB to 1 ms at 16 MiB); from 2 GiB on it is within 10 %.
+- **The two H100 PCIe cards joined by an NVLink bridge (NVIDIA/nccl#1161)** reach 115 GB/s
+  bus bandwidth where the datasheet bridge (300 GB/s per direction x 0.822) predicts twice
+  that: the model drives a bridge like NVSwitch NVLink, and whatever halves the rate there
+  (the thread does not say) is not modelled. Three rows of one system.
+- **DGX A100's 1 MiB row** (101.9 us, flat from 1 to 4 MiB) is 37 % above the model, and its
+  16-32 MiB rows 20-26 %; from 256 MiB on it is within 9 %.
+- **InfiniBand has one small-message system** (two A100 nodes on HDR, one GPU each,
+  NVIDIA/nccl-tests#150: 19.9 us at 8 B, 7.9 us beyond NCCL's own model). It sets the per-call
+  overhead of ``ib`` and ``roce`` (NCCL's verbs transport, GPUDirect RDMA, no host proxy copy);
+  left out, nothing else teaches it and it gets the host-driven kinds' 100 us: 112 us, +465 %
+  (not scored: below 1 MiB). Before it was added, the ``infiniband`` preset paid those 100 us
+  per call.
+- The classes that meet the target (roce, xgmi) have few rows (6 and 2), all of 1 GiB or
+  more, where the model is bandwidth-bound and nothing fitted matters much."""
+"""What the misses are, in words (written from the printed table)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fit", action="store_true", help="redo the fit and the row-derived preset numbers")
+    parser.add_argument("--fit", action="store_true", help="print the fit on every system (FITTED_TUNING's values)")
+    parser.add_argument("--write", action="store_true", help=f"store the fits and scores in {RESULTS.name}")
+    parser.add_argument("--committed", action="store_true",
+                        help=f"use the fits stored in {RESULTS.name} instead of refitting (fast)")
     args = parser.parse_args(argv)
     if args.fit:
-        scale = fit_nvls_tree_rtt_scale()
-        print(f"nvls_tree_rtt_scale fitted on {OCI_ROW} (OCI H100, 1 GiB): {scale:.3f} "
-              f"(FITTED_TUNING has {FITTED_TUNING.nvls_tree_rtt_scale})")
-        for system in SYSTEMS:
-            row, us = derive_launch_overhead_us(system)
-            print(f"{system}: launch_overhead_us from {row}: {us:.1f} "
-                  f"(preset has {load_preset(system).launch_overhead_s * 1e6:.1f})")
+        print("fit on every system:", json.dumps(tuning_dict(fit(systems())), indent=1))
+        print("FITTED_TUNING:      ", json.dumps(tuning_dict(FITTED_TUNING), indent=1))
+        return 0
+    if args.committed:
+        tunings = {s: tuning_from(d) for s, d in load_results()["fits"].items()}
+    else:
+        tunings = loso()
+    points = evaluate(tunings)
+    for s in systems():
+        mine = [p for p in points if p.row.system == s]
+        print(f"== {s} ({mine[0].row.system_class}); fitted without it: {json.dumps(tuning_dict(tunings[s]))}")
+        print(table(mine))
+        print(f"   sizes >= 1 MiB: geomean |error| {100 * geomean_abs_error(mine):.1f} %, "
+              f"log error {100 * log_error(mine):.1f} %")
         print()
-    for system in SYSTEMS:
-        points = compare(system)
-        print(f"== {system} ({SYSTEMS[system][0]}, {SYSTEMS[system][1]} GPUs)")
-        print(table(points))
-        print(f"   sizes >= 1 MiB: geomean |error| {100 * geomean_abs_error(points):.1f} %, "
-              f"log error {100 * log_error(points):.1f} %, mean |error| {100 * mean_abs_error(points):.1f} %")
-        print()
+    result = summary(points)
+    print(markdown(result))
+    if args.write:
+        write_text_atomic(RESULTS, json.dumps({"fits": {s: tuning_dict(t) for s, t in tunings.items()}, **result},
+                                              indent=1) + "\n")
+        replace_section(VALIDATION, HEADING, section(result))
+        print(f"\nwrote {RESULTS.relative_to(REPO)} and {VALIDATION.name}'s section")
     return 0
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from dpsim.collectives.ops import CollectiveModel, CollectiveResult
 from dpsim.errors import ConfigError
 from dpsim.topology.cluster import Topology
+from dpsim.topology.server import with_gpus_per_node
 
 GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb")
 """Communicator names a comm op may use (``tp``, ``dp``, ``pp`` and ``emb`` exist only for a
@@ -53,7 +54,7 @@ def communicators(job: Topology) -> dict[str, Communicator]:
     intra = Topology(spec=spec, n_gpus=gpn) if job.n_gpus >= spec.node.gpus_per_node else job
     fabric = spec.fabric
     if fabric is None or job.n_nodes == 1:
-        one = dataclasses.replace(spec, node=dataclasses.replace(spec.node, gpus_per_node=1))
+        one = dataclasses.replace(spec, node=with_gpus_per_node(spec.node, 1))
         inter = Topology(spec=one, n_gpus=1)
     else:
         if fabric.kind == "nvlink":
@@ -62,7 +63,7 @@ def communicators(job: Topology) -> dict[str, Communicator]:
             new_fabric = dataclasses.replace(
                 fabric, nics_per_node=1, rail_optimized=False,
                 nic_bandwidth_bytes_per_s=fabric.nic_bandwidth_bytes_per_s * fabric.nics_per_node / gpn)
-        inter_spec = dataclasses.replace(spec, node=dataclasses.replace(spec.node, gpus_per_node=1),
+        inter_spec = dataclasses.replace(spec, node=with_gpus_per_node(spec.node, 1),
                                          fabric=new_fabric)
         inter = Topology(spec=inter_spec, n_gpus=job.n_nodes)
     return {
@@ -105,7 +106,7 @@ def _node_group(job: Topology, per_node: int, nodes: int) -> tuple[Topology, int
         new_fabric = dataclasses.replace(
             fabric, nics_per_node=1, rail_optimized=False,
             nic_bandwidth_bytes_per_s=fabric.nic_bandwidth_bytes_per_s * fabric.nics_per_node / share)
-    sub = dataclasses.replace(spec, node=dataclasses.replace(spec.node, gpus_per_node=per_node), fabric=new_fabric)
+    sub = dataclasses.replace(spec, node=with_gpus_per_node(spec.node, per_node), fabric=new_fabric)
     concurrent = share if fabric is not None and fabric.kind != "nvlink" else 1
     return Topology(spec=sub, n_gpus=per_node * nodes), concurrent
 

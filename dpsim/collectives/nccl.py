@@ -78,11 +78,14 @@ from dpsim.collectives.nccl_tuning import (
     NVLS_CHUNK_BYTES,
     NVLS_EFFICIENCY,
     PROTOCOLS,
+    RCCL_BASE_LATENCY_US,
+    RCCL_XGMI_LATENCY_US,
     THREAD_THRESHOLD,
     THREADS,
     TREE_CORRECTION,
     NcclTuning,
     check_job_flags,
+    library,
     nvls_available,
 )
 from dpsim.collectives.ops import (
@@ -104,7 +107,6 @@ from dpsim.network.model import CrossingFlows, NetworkModel, ServerFlows
 from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
 from dpsim.units import US, KiB
-
 
 SYMMETRIC = "symmetric"
 """Evaluation path: one server's flows max-min shared, traffic between servers counted by
@@ -160,6 +162,10 @@ class Choice:
     """Its size-independent part (launch overhead + NCCL latency)."""
     channels: int
     """Channels NCCL keeps for this size."""
+    transfer_s: float = 0.0
+    """The flow model's time for the bytes at the full channel count, before NCCL's size
+    corrections, the flow-control window and the ramp (what the ramp stretches: linear in
+    the size and never longer on faster links, so the ramp keeps both monotone)."""
 
 
 _SHARED: OrderedDict[tuple, dict] = OrderedDict()
@@ -197,6 +203,13 @@ def _touches(part: LoadMap, both: LoadMap, hits) -> bool:
         if (mask & (fam.table[fam.cls[units]] > 0)).any():
             return True
     return False
+
+
+def _tree_correction(protocol: str, size_bytes: float) -> float:
+    """NCCL's ``treeCorrectionFactor`` for a message size (1 outside its 64 B .. 256 MiB table)."""
+    log_size = int(math.log2(max(size_bytes, 64) // 64)) if size_bytes >= 64 else 0
+    table = TREE_CORRECTION[protocol]
+    return table[log_size] if log_size < len(table) else 1.0
 
 
 def describe_choices(results) -> str:
@@ -278,14 +291,15 @@ class NcclCollectives:
         self.whole_cluster_reason: str | None = self._whole_cluster_reason() if symmetric else "asked for"
         """Why plans are evaluated flow by flow on the whole cluster (``None``: by symmetry)."""
         # Plan costs and choices depend only on the arguments: models built with the same ones
-        # (every point of a sweep on one cluster) share them, on the default network.
-        key = None
+        # (every point of a sweep on one cluster) share them, on the default network. Plan costs
+        # do not depend on the fitted tuning either (a fit tries many on one cluster).
+        key = choice_key = None
         if network is None:
-            key = (topology, self.algorithms, self.protocols, jobs, placement, self.degradations, job,
-                   self.tuning, symmetric)
+            key = (topology, self.algorithms, self.protocols, jobs, placement, self.degradations, job, symmetric)
+            choice_key = (*key, self.tuning)
         state = _shared_state(key)
         self._costs: dict[tuple, PlanCost] = state["costs"]
-        self._choices: dict[tuple[str, float], Choice] = state["choices"]
+        self._choices: dict[tuple[str, float], Choice] = _shared_state(choice_key)["choices"]
         self._symmetric: dict[tuple[str, str], tuple | None] = state["symmetric"]
         self.paths: dict[tuple[str, str], str] = state["paths"]
         """How each (algorithm, op) evaluated so far was evaluated."""
@@ -540,11 +554,33 @@ class NcclCollectives:
 
     # ------------------------------------------------------------------ NCCL's model
     @cached_property
+    def _intra_hw(self) -> str:
+        """NCCL's hardware row for hops inside a server: ``nvlink`` when rings stay on NVLink
+        (NVSwitch, NVLink meshes) or AMD xGMI, else ``pci`` (NCCL takes the slowest link of the
+        path: a ring through NVLink bridges still crosses PCIe)."""
+        return "nvlink" if self.spec.node.interconnect in ("nvswitch", "nvlink-mesh", "xgmi") else "pci"
+
+    @cached_property
+    def _rccl(self) -> bool:
+        return library(self.spec) == "rccl"
+
+    def _hw_latency_us(self, hw: str, family: str, p: int) -> float:
+        """NCCL's hwLat (RCCL's for xGMI and the same algorithms)."""
+        if self._rccl and hw == "nvlink" and family in RCCL_XGMI_LATENCY_US:
+            return RCCL_XGMI_LATENCY_US[family][p]
+        return HW_LATENCY_US[hw][family][p]
+
+    def _base_latency_us(self, family: str, p: int) -> float:
+        if self._rccl and family in RCCL_BASE_LATENCY_US:
+            return RCCL_BASE_LATENCY_US[family][p]
+        return BASE_LATENCY_US[family][p]
+
+    @cached_property
     def _hop_scale(self) -> tuple[float, float, str, str]:
         """(intra scale, inter scale, intra hw, inter hw): preset hop latency over NCCL's ring/Simple one."""
         node, fabric = self.spec.node, self.spec.fabric
-        intra_hw = "nvlink" if node.interconnect == "nvswitch" else "pci"
-        intra = node.gpu_link_latency_s / (HW_LATENCY_US[intra_hw]["ring"][2] * US)
+        intra_hw = self._intra_hw
+        intra = node.gpu_link_latency_s / (self._hw_latency_us(intra_hw, "ring", 2) * US)
         dom = self.spec.nvlink_domain
         if fabric is not None and fabric.kind == "nvlink":
             return intra, fabric.nic_latency_s / (HW_LATENCY_US["nvlink"]["ring"][2] * US), intra_hw, "nvlink"
@@ -560,7 +596,7 @@ class NcclCollectives:
         family = algorithm if algorithm in BASE_LATENCY_US else "ring"
         p = PROTOCOLS.index(protocol)
         intra_scale, inter_scale, intra_hw, inter_hw = self._hop_scale
-        intra_lat = HW_LATENCY_US[intra_hw][family][p] * US * intra_scale
+        intra_lat = self._hw_latency_us(intra_hw, family, p) * US * intra_scale
         inter_lat = HW_LATENCY_US[inter_hw][family][p] * US * inter_scale
         if family == "ring" and self.topology.n_nodes > 1 and inter_hw == "net":
             intra_lat = max(intra_lat, (3.0 if protocol == "Simple" else 1.0) * US)
@@ -571,8 +607,8 @@ class NcclCollectives:
         p = PROTOCOLS.index(protocol)
         intra_lat, inter_lat = self.hop_latencies_s(plan.algorithm, protocol)
         multi = self.topology.n_nodes > 1
-        lat = BASE_LATENCY_US[family][p] * US + plan.intra_hops * intra_lat + plan.inter_hops * inter_lat
-        if plan.algorithm == "ring" and protocol == "Simple" and multi and plan.op == "all_reduce":
+        lat = self._base_latency_us(family, p) * US + plan.intra_hops * intra_lat + plan.inter_hops * inter_lat
+        if plan.algorithm == "ring" and protocol == "Simple" and multi and plan.op == "all_reduce" and not self._rccl:
             lat *= 1.9 if GENERATION.get(self.spec.gpu) == "volta" else 1.4
         return lat
 
@@ -580,17 +616,22 @@ class NcclCollectives:
         if algorithm in ("nvls", "nvls_tree"):
             return protocol == "Simple"
         if protocol == "LL128":
-            nvlink = self.spec.node.interconnect == "nvswitch"
-            if not nvlink:
+            # NCCL enables LL128 only where rings stay on NVLink (typeIntra <= PATH_NVB); RCCL only
+            # on the systems its model table marks ll128Enabled (not MI300X's, rome_model_79).
+            if self._rccl or self._intra_hw != "nvlink":
                 return False
             if self.topology.n_nodes > 1 and GENERATION.get(self.spec.gpu) in ("volta", "ampere"):
                 return False
-        return True
+        # ROCm/rccl@0cbce2a7 src/graph/tuning.cc: no tree/Simple when every rank of a gfx94x
+        # (MI300) communicator is on one node.
+        return not (self._rccl and algorithm == "tree" and protocol == "Simple" and self.topology.n_nodes == 1
+                    and self.spec.gpu == "mi300x")
 
     def _ll_max_bw(self) -> float:
         n = self.topology.n_nodes
         col = 0 if n == 1 else (1 if n == 2 else 2)
-        row = GENERATION.get(self.spec.gpu, "hopper") if n == 1 else "volta"  # Intel CPU row across servers
+        gen = GENERATION.get(self.spec.gpu, "hopper")
+        row = (gen if gen in LL_MAX_BW_GBPS else "ampere") if n == 1 else "volta"  # Intel CPU row across servers
         return LL_MAX_BW_GBPS[row][col] * 1e9
 
     def _channels(self, protocol: str, size_bytes: float, k: int) -> int:
@@ -631,7 +672,8 @@ class NcclCollectives:
         return 1.0 / (1.0 + fabric.nic_message_overhead_s * rate / message_bytes)
 
     def cost(self, algorithm: str, protocol: str, op: str, size_bytes: float) -> Choice:
-        """NCCL's estimate for one algorithm x protocol (time includes the launch overhead).
+        """What one algorithm x protocol takes: NCCL's estimate, the per-call overhead and the
+        measured bandwidth ramp of the Simple protocol included.
 
         NCCL's regimes change at fixed sizes (channels kept, NVLS-tree chunk size, the
         tree correction table), where the raw estimate can drop as the message grows; a
@@ -639,14 +681,25 @@ class NcclCollectives:
         and its values just below each regime change under ``size_bytes``.
         """
         raw = self._raw_cost(algorithm, protocol, op, size_bytes)
-        worst = raw.time_s
+        extra = self._ramp_extra_s
+        worst = raw.time_s + extra(raw, size_bytes)
         for b in self._breakpoints(algorithm, protocol, op):
             if b <= size_bytes:
-                worst = max(worst, self._raw_cost(algorithm, protocol, op, b - 1).time_s)
+                below = self._raw_cost(algorithm, protocol, op, b - 1)
+                worst = max(worst, below.time_s + extra(below, b - 1))
         if worst > raw.time_s:
             raw = Choice(algorithm=raw.algorithm, protocol=raw.protocol, time_s=worst,
-                         latency_s=raw.latency_s, channels=raw.channels)
+                         latency_s=raw.latency_s, channels=raw.channels, transfer_s=raw.transfer_s)
         return raw
+
+    def _ramp_extra_s(self, raw: Choice, size_bytes: float) -> float:
+        """What the Simple protocol's bandwidth ramp (:meth:`NcclTuning.ramp`) adds to a transfer:
+        LL and LL128 carry their own factors from NCCL's model, Simple reaches its bandwidth
+        only on large messages (measured; see ``validation/accuracy_collectives.py``)."""
+        if raw.protocol != "Simple":
+            return 0.0
+        scope = "nvls" if raw.algorithm == "nvls" else self.ramp_scope
+        return raw.transfer_s * (1.0 / self.tuning.ramp(scope, size_bytes) - 1.0)
 
     def _breakpoints(self, algorithm: str, protocol: str, op: str) -> list[float]:
         out: list[float] = []
@@ -656,7 +709,7 @@ class NcclCollectives:
         if algorithm == "nvls_tree":
             ops = 16 * self.topology.gpus_per_node
             out += [ops * 64 * KiB, 4 * ops * NVLS_CHUNK_BYTES]
-        if algorithm == "tree":
+        if algorithm == "tree" or (algorithm == "nvls_tree" and GENERATION.get(self.spec.gpu) == "blackwell"):
             out += [64 * 2 ** i for i in range(1, len(TREE_CORRECTION[protocol]) + 1)]
         return out
 
@@ -689,10 +742,11 @@ class NcclCollectives:
                 bus = min(bus / 3.8, self._ll_max_bw())
             elif protocol == "LL128":
                 bus *= 7.0 / 9.0 if single else 120.0 / 128.0
-            log_size = int(math.log2(max(size_bytes, 64) // 64)) if size_bytes >= 64 else 0
-            table = TREE_CORRECTION[protocol]
-            if log_size < len(table):
-                bus *= table[log_size]
+            bus *= _tree_correction(protocol, size_bytes)
+        elif family == "nvls_tree" and GENERATION.get(self.spec.gpu) == "blackwell" and op == "all_reduce":
+            # NCCL applies the trees' size correction to NVLS tree on Blackwell (x86 hosts)
+            # too (src/graph/tuning.cc@5067397 ncclTopoGetAlgoTime): its ramp differs from Hopper's.
+            bus *= _tree_correction(protocol, size_bytes)
         algbw = bus / ratio
         latency = self._latency_s(plan, protocol)
         transfer = size_bytes / algbw if algbw > 0 else math.inf
@@ -700,9 +754,34 @@ class NcclCollectives:
         # The fill runs through every stage at its own rate, slowed by the protocol (not by caps).
         nominal = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}[protocol] if family != "nvls" else 1.0
         fill = self._fill_s(pc, protocol, size_bytes, nominal)
-        overhead = self.spec.launch_overhead_s
+        overhead = self.call_overhead_s
         return Choice(algorithm=algorithm, protocol=protocol, time_s=overhead + latency + transfer + fill,
-                      latency_s=overhead + latency, channels=kept)
+                      latency_s=overhead + latency, channels=kept, transfer_s=size_bytes * pc.seconds_per_byte)
+
+    @cached_property
+    def crosses_network(self) -> bool:
+        """The communicator's collectives cross NICs (not one server, not one NVLink domain)."""
+        fabric = self.spec.fabric
+        return (self.topology.n_nodes > 1 and fabric is not None and fabric.kind != "nvlink"
+                and not self.cluster.single_domain)
+
+    @cached_property
+    def ramp_scope(self) -> str:
+        """``network`` when collectives cross NICs, else ``node`` (:attr:`NcclTuning.ramp_half_bytes`)."""
+        return "network" if self.crosses_network else "node"
+
+    @cached_property
+    def call_overhead_s(self) -> float:
+        """Per-call host overhead: the topology's ``launch_overhead_us``, else the transport's own,
+        else the fitted default of the scope (one server, or the NICs' transport kind)."""
+        if self.spec.launch_overhead_s is not None:
+            return self.spec.launch_overhead_s
+        if self.crosses_network:
+            transport = self.spec.fabric.transport
+            if transport.call_overhead_s is not None:
+                return transport.call_overhead_s
+            return self.tuning.call_overhead_s(transport.kind)
+        return self.tuning.call_overhead_s("node")
 
     def _window_s(self, pc: PlanCost, protocol: str, op: str, size_bytes: float) -> float:
         """Flow-control bound: a channel keeps at most NCCL_STEPS chunks in flight and a
@@ -779,6 +858,10 @@ class NcclCollectives:
                     "nvls runs inside one server, nvls_tree across several; halving_doubling reduce_scatter and "
                     "all_gather need a power-of-two number of GPUs)")
             raise ConfigError(f"no algorithm can run {op} here")
+        # The fastest option *with* the measured ramp, not NCCL's own pick (its estimate has no
+        # ramp): switching by that estimate from a ramped Simple option to LL one size up would
+        # make a larger message finish sooner, which no reference table shows; a minimum of
+        # options each monotone in size stays monotone.
         return min((self.cost(a, p, op, size_bytes) for a, p in options), key=lambda c: c.time_s)
 
     def time(self, op: str, size_bytes: float) -> CollectiveResult:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.hardware import GPU_PRESETS
 from dpsim.units import KiB
 
 NCCL_COMMIT = "5067397c2676d5aed50042fc39e5c8ee96eb0027"
@@ -54,9 +55,39 @@ NVLS_CHUNK_BYTES = 128 * KiB  # src/transport/nvls.cc NCCL_NVLS_CHUNKSIZE defaul
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 32}  # src/transport/nvls.cc NVLS_NCHANNELS_SM90 / SM100
 NCCL_STEPS = 8  # src/include/device.h: FIFO slots per connection (chunks in flight)
 
-GENERATION = {"v100": "volta", "v100-16gb": "volta", "a100": "ampere", "h100": "hopper", "h200": "hopper",
-              "b200": "blackwell"}
-"""GPU preset -> architecture generation (compute capability 7.0, 8.0, 9.0, 10.0)."""
+ARCH_GENERATION = {"pascal": "volta", "volta": "volta", "turing": "volta", "ampere": "ampere", "ada": "ampere",
+                   "hopper": "hopper", "blackwell": "blackwell", "cdna2": "cdna", "cdna3": "cdna"}
+"""GPU architecture -> the row of NCCL's per-generation tables it falls in: NCCL indexes them
+by the smallest compute capability, ``>= 100`` Blackwell, ``>= 90`` Hopper, ``>= 80`` Ampere
+(Ada's 8.9 included), else Volta (src/graph/tuning.cc@5067397 ncclTopoTuneModel); AMD CDNA
+GPUs run RCCL."""
+
+
+def generation(gpu: str) -> str:
+    """NCCL generation row of a GPU preset (``volta``, ``ampere``, ``hopper``, ``blackwell``, ``cdna``)."""
+    preset = GPU_PRESETS.get(gpu)
+    return ARCH_GENERATION.get(preset.architecture, "hopper") if preset is not None else "hopper"
+
+
+class _Generations(dict):
+    """``GENERATION[gpu]``: :func:`generation` of a GPU preset, read like the table it replaces."""
+
+    def get(self, gpu, default=None):
+        return generation(gpu) if gpu in GPU_PRESETS else default
+
+    def __getitem__(self, gpu):
+        return generation(gpu)
+
+
+GENERATION = _Generations()
+"""GPU preset -> NCCL generation row (see :func:`generation`)."""
+
+# ROCm/rccl@0cbce2a7571c src/graph/tuning.cc: RCCL's own constants where they differ from NCCL's.
+RCCL_BASE_LATENCY_US = {"tree": (12.0, 12.0, 17.0), "ring": (12.0, 12.0, 17.0)}
+"""RCCL baseLat (LL, LL128, Simple), us."""
+RCCL_XGMI_LATENCY_US = {"tree": (0.9, 0.0, 2.3), "ring": (0.8, 0.0, 2.1)}
+"""RCCL tuning_model_5 (MI300X, rome_models.cc rome_model_79 ``tuning=5``) hwLat of its NVLINK
+slot, which RCCL uses for xGMI: (LL, LL128, Simple), us."""
 
 ALGO_ALIASES = {"hd": "halving_doubling", "nvlstree": "nvls_tree", "hier": "hierarchical"}
 
@@ -65,7 +96,14 @@ def nvls_available(spec) -> bool:
     """NVLink SHARP: NVSwitch servers of Hopper or later, unless ``node.nvls`` says otherwise."""
     if spec.node.nvls is not None:
         return bool(spec.node.nvls) and spec.node.interconnect == "nvswitch"
-    return spec.node.interconnect == "nvswitch" and GENERATION.get(spec.gpu) in ("hopper", "blackwell")
+    return spec.node.interconnect == "nvswitch" and generation(spec.gpu) in ("hopper", "blackwell")
+
+
+def library(spec) -> str:
+    """``nccl`` or ``rccl``: the file's ``node.collective_library``, else RCCL on AMD GPUs."""
+    if spec.node.collective_library is not None:
+        return spec.node.collective_library
+    return "rccl" if generation(spec.gpu) == "cdna" else "nccl"
 
 
 def parse_algorithms(text: str | None, field_name: str = "--algo") -> tuple[str, ...] | None:
@@ -107,20 +145,64 @@ def _parse_list(text, choices, field_name, *, aliases, default):
     return tuple(dict.fromkeys(out))
 
 
+CALL_SCOPES = ("node", *("ib", "roce", "socket", "efa", "tcpx", "tcpxo"))
+"""What a per-call overhead is fitted per: collectives inside one server (``node``), or the
+transport kind of the NICs a collective crosses."""
+RAMP_SCOPES = ("node", "nvls", "network")
+"""What the bandwidth ramp is fitted per: rings and trees inside one NVLink/PCIe domain, NVLS
+(the switch's multicast path streams differently from a ring), or anything across a network."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class NcclTuning:
-    """Software constants of the model that are *fitted*, not read from NCCL's source."""
+    """Software constants of the model that are *fitted* on measurements, not read from NCCL's source.
+
+    ``validation/accuracy_collectives.py --fit`` fits them on the reference rows
+    (``tests/data/collectives_reference.csv``) and, for the accuracy it reports, refits them
+    leaving each system out (nothing fitted on the system being predicted).
+    """
 
     nvls_tree_rtt_scale: float = 1.0
     """Round trip of an NVLS-tree chunk slot, as a multiple of NCCL's NVLS + NVLSTree hop
     latencies (25 + 20.9 us on Hopper). 1.0 = NCCL's own latencies."""
+    call_overhead_us: tuple[tuple[str, float], ...] = ()
+    """Per-call host overhead beyond NCCL's modelled latency (kernel launch, proxy, plugin), us,
+    by scope (:data:`CALL_SCOPES`): what a topology without ``launch_overhead_us`` gets."""
+    ramp_half_bytes: tuple[tuple[str, float], ...] = ()
+    """Message size at which the size-dependent part runs at half its bandwidth, by scope
+    (:data:`RAMP_SCOPES`); 0: no ramp."""
+    ramp_exponent: float = 1.0
+    """How fast the ramp closes: the bandwidth is ``B / (1 + (half / S) ** exponent)``."""
+
+    def call_overhead_s(self, scope: str) -> float:
+        """Per-call overhead of ``scope``, seconds (0 when not fitted)."""
+        return dict(self.call_overhead_us).get(scope, 0.0) * 1e-6
+
+    def ramp(self, scope: str, size_bytes: float) -> float:
+        """Fraction of the size-dependent bandwidth a message of ``size_bytes`` reaches in ``scope``."""
+        half = dict(self.ramp_half_bytes).get(scope, 0.0)
+        if half <= 0 or size_bytes <= 0:
+            return 1.0
+        return 1.0 / (1.0 + (half / size_bytes) ** self.ramp_exponent)
 
 
-FITTED_TUNING = NcclTuning(nvls_tree_rtt_scale=1.51)
-"""The default: ``nvls_tree_rtt_scale`` fitted on OCI BM.GPU.H100.8 x2 (collectives.csv
-C059: 1 GiB all-reduce, 16x200 Gb/s RoCE, NCCL 2.21.5) by
-``python validation/accuracy_collectives.py --fit``, and *tested* on AWS p5 (C050-C058), a
-different system (EFA). Nothing is fitted on the A100 or p4de rows."""
+FITTED_TUNING = NcclTuning(
+    nvls_tree_rtt_scale=1.5,
+    call_overhead_us=(("node", 28.2), ("ib", 7.9), ("roce", 7.9), ("socket", 100.4), ("efa", 90.8),
+                      ("tcpx", 100.4), ("tcpxo", 109.9)),
+    ramp_half_bytes=(("node", 64.0 * 2**20), ("nvls", 8.0 * 2**20), ("network", 8.0 * 2**20)),
+    ramp_exponent=0.5,
+)
+"""The default, fitted on every reference system (``tests/data/collectives_reference.csv``) by
+``python validation/accuracy_collectives.py --fit``, which prints it (the accuracy it reports
+refits it leaving each system out): per-call overheads on each system's smallest-message row
+below 1 MiB (``node``: median of the single-server systems; ``ib``: two A100 nodes on HDR,
+NVIDIA/nccl-tests#150, 19.9 us at 8 B; ``efa``: AWS p4de/p5/p6; ``tcpxo``: GCP A3 Mega); kinds
+without a reference system with such a row take their transport family's (``roce``: the
+verbs transport ``ib`` runs; ``socket``, ``tcpx``: the host-driven kinds EFA and TCPXO), an
+assumption; the
+ramp and the NVLS-tree round trip on the rows of 1 MiB and more (``tests/test_accuracy_nccl.py``
+checks the fit reproduces these values)."""
 
 
 def check_job_flags(jobs: int, placement: str) -> None:

@@ -35,7 +35,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsim.collectives.algorithms.base import Cluster, Phase, Plan, dtree_parents, log2_floor, tree_depth
+from dpsim.collectives.algorithms.base import (
+    Cluster,
+    Phase,
+    Plan,
+    dtree_parents,
+    log2_floor,
+    tree_depth,
+)
 from dpsim.collectives.algorithms.nvls import _switch_flows
 from dpsim.collectives.algorithms.tree import chain, tree_channels
 from dpsim.collectives.ops import ring_steps
@@ -137,14 +144,15 @@ def _ring(op: str, c: Cluster) -> SymmetricPlan | None:
     if op == "broadcast":
         return None  # the chain starts at the root, mid-server: server 0 differs from the others
     n, g, ranks = c.n_nodes, c.gpus_per_node, c.n_ranks
-    k = c.channels if n > 1 else 1
+    k = c.channels if n > 1 else c.intra_rings
     per_nic = g // c.nic_nodes if c.nic_nodes and n > 1 else 0
     src, dst = [], []
     for ch in range(k):  # server 0's order of each channel (ring.ring_order_indices)
+        cyc = c.ring_cycle(ch)
         if per_nic >= 2:
-            order = (np.arange(g) + ch * per_nic + 1) % g
+            order = cyc[(np.arange(g) + ch * per_nic + 1) % g]
         else:
-            order = (np.arange(g) + ch) % g
+            order = cyc[(np.arange(g) + ch) % g]
         if n == 1:
             src.append(order)
             dst.append(np.roll(order, -1))
@@ -156,15 +164,21 @@ def _ring(op: str, c: Cluster) -> SymmetricPlan | None:
         nodes = np.arange(n)
         lanes = np.arange(k)
         if per_nic == 1:
-            # Channel c enters server i at GPU (c - i) mod g and leaves from the GPU before it, on
-            # the same NIC as the next server's entry: over the channels, every GPU once.
-            crossing.append(_pattern(nodes[:-1], nodes[1:], lanes, lanes))
-            # The wrap (last server to server 0) leaves from (c - n) mod g and enters at c.
-            crossing.append(_pattern([n - 1], [0], (lanes - n) % g, lanes))
+            # Channel c enters server i at position (c - i) mod g of the (one) cycle and leaves from
+            # the position before it, on the same NIC as the next server's entry: over the
+            # channels, every GPU once.
+            cyc = c.ring_cycle(0)
+            crossing.append(_pattern(nodes[:-1], nodes[1:], cyc[lanes], cyc[lanes]))
+            # The wrap (last server to server 0) leaves from position (c - n) mod g and enters at c.
+            crossing.append(_pattern([n - 1], [0], cyc[(lanes - n) % g], cyc[lanes]))
         elif per_nic >= 2:
-            crossing.append(_pattern(nodes, (nodes + 1) % n, lanes * per_nic % g, (lanes * per_nic + 1) % g))
+            exits = [c.ring_cycle(ch)[ch * per_nic % g] for ch in range(k)]
+            entries = [c.ring_cycle(ch)[(ch * per_nic + 1) % g] for ch in range(k)]
+            crossing.append(_pattern(nodes, (nodes + 1) % n, exits, entries))
         else:
-            crossing.append(_pattern(nodes, (nodes + 1) % n, (lanes + g - 1) % g, lanes))
+            exits = [c.ring_cycle(ch)[(ch + g - 1) % g] for ch in range(k)]
+            entries = [c.ring_cycle(ch)[ch % g] for ch in range(k)]
+            crossing.append(_pattern(nodes, (nodes + 1) % n, exits, entries))
     s = ring_steps(op, ranks)
     frac = 1.0 / (ranks * k)
     phase = _phase((np.concatenate(src), np.concatenate(dst), frac), crossing, frac, repeat=s, name="ring step")
@@ -235,8 +249,9 @@ def _nvls_tree(op: str, c: Cluster) -> SymmetricPlan | None:
 def _hierarchical(op: str, c: Cluster) -> SymmetricPlan | None:
     g, n = c.gpus_per_node, c.n_nodes
     local = np.arange(g)
+    cyc = c.cycle(0)
     rs, ag = op in ("all_reduce", "reduce_scatter"), op in ("all_reduce", "all_gather")
-    intra = _phase((local, (local + 1) % g, 1.0 / g), repeat=g - 1, name="intra-server ring")
+    intra = _phase((cyc, np.roll(cyc, -1), 1.0 / g), repeat=g - 1, name="intra-server ring")
     phases, intra_steps, inter_steps = [], 0, 0
     if rs and g > 1:
         phases.append(intra)

@@ -35,10 +35,9 @@ the pattern's edges (one per server for a ring or a tree), none over GPUs or flo
 
 from __future__ import annotations
 
-import math
 import re
+from collections.abc import Sequence
 from functools import cached_property
-from typing import Sequence
 
 import numpy as np
 
@@ -64,6 +63,7 @@ from dpsim.topology.fabric import (
     switch_name,
     uplink_capacities,
 )
+from dpsim.topology.server import build_server
 
 _GPU_ID = re.compile(r"n(\d+)\.gpu(\d+)$")
 _HUB_ID = re.compile(r"n(\d+)\.(?:nvswitch|pcie)$")
@@ -87,7 +87,8 @@ class TierNetwork:
         self.gpn = spec.node.gpus_per_node
         self.fabric = spec.fabric
         self.layout = nic_layout(spec)
-        node = spec.node
+        self.server = build_server(spec)
+        """The links and routes every server repeats (:mod:`dpsim.topology.server`)."""
         fabric = spec.fabric
         self.nic_kind = fabric is not None and fabric.kind != "nvlink" and self.n_nodes > 1
         self.nvl_fabric = fabric is not None and fabric.kind == "nvlink" and self.n_nodes > 1
@@ -102,22 +103,14 @@ class TierNetwork:
             self.uplinks = uplink_capacities(spec)
         else:
             self.sizes, self.n_levels, self.units, self.uplinks = (), 0, [], ()
-        # Link blocks: (name, count, capacity, latency, class, (u, v) namer).
-        n, gpn, nn = self.n_nodes, self.gpn, self.layout.nic_nodes
-        hub = node.interconnect
-        gpu_cls = "nvlink" if hub == "nvswitch" else "pcie"
+        # Link blocks: (name, count, capacity, latency, class): the server's families (one unit
+        # per server), then the switch tiers, then NVLink tiers.
+        n, gpn = self.n_nodes, self.gpn
         blocks: list[tuple[str, int, float, float, str]] = []
-        gpu_rate = node.gpu_link_bandwidth_bytes_per_s * node.gpu_link_efficiency
-        blocks += [("gpu_up", n * gpn, gpu_rate, node.gpu_link_latency_s, gpu_cls),
-                   ("gpu_down", n * gpn, gpu_rate, 0.0, gpu_cls)]
+        self._server_families = [f for f in self.server.families if f.intra or self.nic_kind]
+        for f in self._server_families:
+            blocks.append((f.name, n * len(f.links), f.capacity_bytes_per_s, f.latency_s, f.link_class))
         if self.nic_kind:
-            ports = self.layout.ports_per_nic
-            pcie = node.pcie_bandwidth_bytes_per_s
-            rate = nic_rate(spec) * ports
-            blocks += [("gpu_pcie", n * gpn, pcie, 0.0, "pcie"), ("pcie_gpu", n * gpn, pcie, 0.0, "pcie"),
-                       ("pcie_nic", n * nn, pcie * ports, 0.0, "pcie"), ("nic_pcie", n * nn, pcie * ports, 0.0, "pcie"),
-                       ("nic_leaf", n * nn, rate, fabric.nic_latency_s, fabric.kind),
-                       ("leaf_nic", n * nn, rate, 0.0, fabric.kind)]
             n_leaves = self.units[0] * self.layout.rails
             for level in range(self.n_levels):
                 count = n_leaves if level == 0 else self.units[level]
@@ -141,7 +134,17 @@ class TierNetwork:
         self.n_links = int(counts.sum())
         self.link_classes: tuple[str, ...] = tuple(dict.fromkeys(b[4] for b in blocks))
         """Link classes; :attr:`link_class_id` indexes this tuple."""
-        self._hub = hub
+        self._hub = self.server.hub
+        # Every server link's global block offset and lane count, by template link index.
+        tmpl = self.server
+        self._t_offset = np.full(len(tmpl.links), -1, np.int64)
+        self._t_lanes = np.ones(len(tmpl.links), np.int64)
+        self._t_lane = np.zeros(len(tmpl.links), np.int64)
+        for f in self._server_families:
+            for lane, i in enumerate(f.links):
+                self._t_offset[i] = self._offset[f.name]
+                self._t_lanes[i] = len(f.links)
+                self._t_lane[i] = lane
 
     # The per-link arrays of the NetworkModel interface: built on first use (a symmetric
     # evaluation never needs them, and at 262,144 GPUs they would hold millions of links).
@@ -171,6 +174,10 @@ class TierNetwork:
         nic = [(self._offset[b], count) for b, count, *_ in self._blocks if b in ("nic_leaf", "leaf_nic")]
         return np.concatenate([np.arange(o, o + c) for o, c in nic]) if nic else np.zeros(0, np.int64)
 
+    def _global(self, server: np.ndarray, tlinks: np.ndarray) -> np.ndarray:
+        """Global index of template links ``tlinks`` on servers ``server`` (same shapes)."""
+        return self._t_offset[tlinks] + server * self._t_lanes[tlinks] + self._t_lane[tlinks]
+
     # ------------------------------------------------------------------ symmetry
     def families(self) -> dict[str, Family]:
         """Every block of links as a family of ``units x lanes`` (see :mod:`dpsim.network.loadmap`)."""
@@ -187,41 +194,49 @@ class TierNetwork:
         return out
 
     def _lanes(self, block: str) -> int:
-        if block in ("gpu_up", "gpu_down", "gpu_pcie", "pcie_gpu"):
-            return self.gpn
-        if block in ("pcie_nic", "nic_pcie", "nic_leaf", "leaf_nic"):
-            return self.layout.nic_nodes
+        for f in self._server_families:
+            if f.name == block:
+                return len(f.links)
         if block in ("up0", "down0"):
             return self.layout.rails
         return 1
 
     @property
     def shared_server_links(self) -> bool:
-        """Flows between servers cross the GPU <-> switch links too (NVLink switch tiers and
-        domains): flows inside a server are then not independent of the others."""
-        return bool(self.nvl_fabric or self.domain_nodes or (not self.nic_kind and self.n_nodes > 1))
+        """Flows between servers cross links that flows inside a server use too (NVLink switch
+        tiers and domains, PCIe trees): flows inside a server are then not independent of the others."""
+        if self.nvl_fabric or self.domain_nodes or (not self.nic_kind and self.n_nodes > 1):
+            return True
+        return bool(self.nic_kind and self.server.shared_with_nic_paths)
 
     def server_network(self) -> TierNetwork:
-        """One server of this design: its GPU <-> NVSwitch/PCIe hub links, nothing else."""
+        """One server of this design: its links between GPUs, nothing else."""
         if self.n_nodes == 1:
             return self
         from dataclasses import replace
 
         return TierNetwork(replace(self.topology, n_gpus=self.gpn, leaf_group_nodes=None, tier_group_sizes=None))
 
+    def _template_loads(self, routes: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
+        """Per server family, the load of each lane when flows take ``routes`` (template links,
+        ``-1`` padded) with ``weights``."""
+        mask = routes >= 0
+        w = np.broadcast_to(np.asarray(weights, float)[:, None], routes.shape)[mask]
+        per_link = np.bincount(routes[mask], weights=w, minlength=len(self.server.links))
+        return {f.name: per_link[list(f.links)] for f in self._server_families
+                if per_link[list(f.links)].any()}
+
     def symmetric_loads(self, *, server: ServerFlows | None = None,
                         crossing: Sequence[CrossingFlows] = ()) -> LoadMap:
         """What every link carries when every server runs ``server`` and every pattern of
         ``crossing`` runs, counted with the same routes as :meth:`routes` (a test compares the two)."""
         fams: dict[str, FamilyLoad] = {}
-        n, g = self.n_nodes, self.gpn
+        n = self.n_nodes
         if server is not None and len(server.src):
             src, dst = np.asarray(server.src), np.asarray(server.dst)
             w = np.broadcast_to(np.asarray(server.weight, float), src.shape)
-            up = np.bincount(src[src >= 0], weights=w[src >= 0], minlength=g)
-            down = np.bincount(dst[dst >= 0], weights=w[dst >= 0], minlength=g)
-            fams["gpu_up"] = FamilyLoad.uniform(n, up)
-            fams["gpu_down"] = FamilyLoad.uniform(n, down)
+            for name, row in self._template_loads(self.server.intra_routes(src, dst), w).items():
+                fams[name] = FamilyLoad.uniform(n, row)
         if crossing:
             out = LoadMap(fams) + self._crossing_loads(crossing)
             return out
@@ -229,11 +244,10 @@ class TierNetwork:
 
     def _crossing_loads(self, crossing: Sequence[CrossingFlows]) -> LoadMap:
         """Loads of patterns between servers: per server and per switch block, integer counts of
-        pattern edges (:func:`numpy.bincount`), times per-lane counts."""
-        n, g = self.n_nodes, self.gpn
-        nn = max(self.layout.nic_nodes, 1)
-        per = g // nn
+        pattern edges (:func:`numpy.bincount`), times per-lane loads of the servers' routes."""
+        n = self.n_nodes
         rails = self.layout.rails
+        tmpl = self.server
         node_cols: list[np.ndarray] = []                  # per-server counts
         node_terms: dict[str, list[tuple[int, np.ndarray]]] = {}
         level_cols: list[list[np.ndarray]] = [[] for _ in range(self.n_levels)]
@@ -252,6 +266,10 @@ class TierNetwork:
             if not col.any() or not lanes.any():
                 return
             node_terms.setdefault(family, []).append((column(node_cols, col), lanes))
+
+        def route_terms(col: np.ndarray, routes: np.ndarray, w: float) -> None:
+            for family, lanes in self._template_loads(routes, np.full(len(routes), w)).items():
+                node_term(family, col, lanes)
 
         def level_term(level: int, family: str, col: np.ndarray, lanes: np.ndarray) -> None:
             if not col.any() or not lanes.any():
@@ -275,8 +293,8 @@ class TierNetwork:
             if via_hub is not None and via_hub.any():
                 ah, bh = a[via_hub], b[via_hub]
                 out, inn = np.bincount(ah, minlength=n), np.bincount(bh, minlength=n)
-                node_term("gpu_up", out, np.bincount(i, minlength=g) * w)
-                node_term("gpu_down", inn, np.bincount(j, minlength=g) * w)
+                route_terms(out, tmpl.to_hub(i)[:, None], w)
+                route_terms(inn, tmpl.from_hub(j)[:, None], w)
                 hub_up, hub_down = ("hub_nvl", "nvl_hub") if self.nvl_fabric else ("hub_dom", "dom_hub")
                 node_term(hub_up, out, np.array([q * w]))
                 node_term(hub_down, inn, np.array([q * w]))
@@ -285,12 +303,9 @@ class TierNetwork:
                 continue
             an, bn = (a, b) if via_nic is None else (a[nic_edges], b[nic_edges])
             out, inn = np.bincount(an, minlength=n), np.bincount(bn, minlength=n)
-            s, t = i // per, j // per
-            node_term("gpu_pcie", out, np.bincount(i, minlength=g) * w)
-            node_term("pcie_gpu", inn, np.bincount(j, minlength=g) * w)
-            for family, col, nic in (("pcie_nic", out, s), ("nic_leaf", out, s),
-                                     ("leaf_nic", inn, t), ("nic_pcie", inn, t)):
-                node_term(family, col, np.bincount(nic, minlength=nn) * w)
+            s, t = tmpl.nic_of[i], tmpl.nic_of[j]
+            route_terms(out, tmpl.out_routes(i), w)
+            route_terms(inn, tmpl.in_routes(j), w)
             if not self.n_levels:
                 continue
             ra = s if self.fabric.rail_optimized else np.zeros_like(s)
@@ -356,12 +371,20 @@ class TierNetwork:
         return np.array([self._offset["nic_leaf"] + k, self._offset["leaf_nic"] + k], dtype=np.int64)
 
     def server_gpu_links(self, node: int, gpu: int) -> np.ndarray:
-        """Indices of both directions of GPU ``gpu``'s NVLink/PCIe link to its server's hub
-        (``n{node}.gpu{gpu} <-> n{node}.nvswitch`` or ``.pcie``)."""
+        """Indices of both directions of GPU ``gpu``'s links inside server ``node``: its NVLink/PCIe
+        link to the hub (``n{node}.gpu{gpu} <-> n{node}.nvswitch`` or ``.pcie``) or, on tree and
+        mesh layouts, every link that touches it (direct links and its PCIe link)."""
         if not (0 <= node < self.n_nodes and 0 <= gpu < self.gpn):
             raise IndexError(f"n{node}.gpu{gpu} is not a GPU here")
-        k = node * self.gpn + gpu
-        return np.array([self._offset["gpu_up"] + k, self._offset["gpu_down"] + k], dtype=np.int64)
+        tmpl = self.server
+        name = f"gpu{gpu}"
+        if tmpl.hub is not None:
+            t = np.array([tmpl.to_hub([gpu])[0], tmpl.from_hub([gpu])[0]], np.int64)
+        else:
+            present = {i for f in self._server_families for i in f.links}
+            t = np.array([i for i, link in enumerate(tmpl.links) if i in present and name in (link.src, link.dst)],
+                         np.int64)
+        return self._global(np.full(len(t), node), t)
 
     def class_links(self, link_class: str) -> np.ndarray:
         """Indices of every link of class ``link_class`` (empty when there is none)."""
@@ -379,23 +402,16 @@ class TierNetwork:
         raise IndexError(link)
 
     def _name(self, block: str, k: int) -> tuple[str, str]:
-        gpn, nn = self.gpn, max(self.layout.nic_nodes, 1)
-        hub = self._hub
-        if block in ("gpu_up", "gpu_down"):
-            a, b = f"n{k // gpn}.gpu{k % gpn}", f"n{k // gpn}.{hub}"
-            return (a, b) if block == "gpu_up" else (b, a)
-        if block in ("gpu_pcie", "pcie_gpu"):
-            node, local = divmod(k, gpn)
-            a, b = f"n{node}.gpu{local}", f"n{node}.pcie{local // (gpn // nn)}"
-            return (a, b) if block == "gpu_pcie" else (b, a)
-        if block in ("pcie_nic", "nic_pcie"):
-            a, b = f"n{k // nn}.pcie{k % nn}", f"n{k // nn}.nic{k % nn}"
-            return (a, b) if block == "pcie_nic" else (b, a)
-        if block in ("nic_leaf", "leaf_nic"):
-            node, j = divmod(k, nn)
-            leaf = f"leaf{node // self.sizes[0]}.{j if self.fabric.rail_optimized else 0}"
-            a = f"n{node}.nic{j}"
-            return (a, leaf) if block == "nic_leaf" else (leaf, a)
+        fam = next((f for f in self._server_families if f.name == block), None)
+        if fam is not None:
+            node, lane = divmod(k, len(fam.links))
+            link = self.server.links[fam.links[lane]]
+            if block in ("nic_leaf", "leaf_nic"):
+                j = int(link.src[3:]) if block == "nic_leaf" else int(link.dst[3:])
+                leaf = f"leaf{node // self.sizes[0]}.{j if self.fabric.rail_optimized else 0}"
+                a = f"n{node}.nic{j}"
+                return (a, leaf) if block == "nic_leaf" else (leaf, a)
+            return f"n{node}.{link.src}", f"n{node}.{link.dst}"
         if block in ("hub_nvl", "nvl_hub"):
             a = f"n{k}.nvswitch"
             return (a, "nvl-spine") if block == "hub_nvl" else ("nvl-spine", a)
@@ -420,6 +436,7 @@ class TierNetwork:
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
         gpn, off = self.gpn, self._offset
+        tmpl = self.server
         if (src < 0).any() or (dst < 0).any():
             return self._switch_routes(src, dst)
         a, i = np.divmod(src, gpn)
@@ -436,35 +453,38 @@ class TierNetwork:
                 flows.append(idx)
                 links.append(link[idx])
 
+        def template(mask: np.ndarray, server: np.ndarray, routes: np.ndarray) -> None:
+            idx = np.flatnonzero(mask)
+            r = routes[idx]
+            keep = r >= 0
+            rows = np.broadcast_to(idx[:, None], r.shape)[keep]
+            flows.append(rows)
+            links.append(self._global(np.broadcast_to(server[idx][:, None], r.shape)[keep], r[keep]))
+
         same = a == b
         if self.nic_kind:
             via_nic = ~same
             if self.domain_nodes:
                 via_nic = (a // self.domain_nodes) != (b // self.domain_nodes)
-            via_hub = ~via_nic
         else:
-            via_nic = None
-            via_hub = None
-        # GPU <-> hub: within a server, or into an NVLink switch tier.
-        hop(via_hub, off["gpu_up"] + src)
-        hop(via_hub, off["gpu_down"] + dst)
-        if self.nvl_fabric:
-            hop(~same, off["hub_nvl"] + a)
-            hop(~same, off["nvl_hub"] + b)
-        elif self.domain_nodes:
-            via_dom = ~same & ~via_nic if via_nic is not None else ~same
-            hop(via_dom, off["hub_dom"] + a)
-            hop(via_dom, off["dom_hub"] + b)
+            via_nic = np.zeros(len(src), dtype=bool)
+        via_hub = ~same & ~via_nic
+        if same.any():
+            template(same, a, tmpl.intra_routes(i, j))
+        if via_hub.any():
+            # Into an NVLink switch tier or domain through the server's hub.
+            hop(via_hub, self._global(a, tmpl.to_hub(i)))
+            hop(via_hub, self._global(b, tmpl.from_hub(j)))
+            if self.nvl_fabric:
+                hop(via_hub, off["hub_nvl"] + a)
+                hop(via_hub, off["nvl_hub"] + b)
+            else:
+                hop(via_hub, off["hub_dom"] + a)
+                hop(via_hub, off["dom_hub"] + b)
         if self.nic_kind and via_nic.any():
-            nn = self.layout.nic_nodes
-            s = i // (gpn // nn)
-            t = j // (gpn // nn)
-            hop(via_nic, off["gpu_pcie"] + src)
-            hop(via_nic, off["pcie_nic"] + a * nn + s)
-            hop(via_nic, off["nic_leaf"] + a * nn + s)
-            hop(via_nic, off["leaf_nic"] + b * nn + t)
-            hop(via_nic, off["nic_pcie"] + b * nn + t)
-            hop(via_nic, off["pcie_gpu"] + dst)
+            template(via_nic, a, tmpl.out_routes(i))
+            template(via_nic, b, tmpl.in_routes(j))
+            s, t = tmpl.nic_of[i], tmpl.nic_of[j]
             rails = self.layout.rails
             ra = s if self.fabric.rail_optimized else 0
             rb = t if self.fabric.rail_optimized else 0
@@ -483,6 +503,8 @@ class TierNetwork:
                     blk_a, blk_b = np.zeros_like(blk_a), np.zeros_like(blk_b)
                 climbing = climbing & (blk_a != blk_b)
                 unit_a, unit_b = blk_a, blk_b
+        if not flows:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate(flows), np.concatenate(links)
 
     def _switch_routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -496,10 +518,14 @@ class TierNetwork:
             raise ValueError("a flow cannot go from a hub to a hub")
         if (to_hub & (src // self.gpn != -1 - dst)).any() or (from_hub & (dst // self.gpn != -1 - src)).any():
             raise ValueError("a GPU only reaches its own server's hub directly")
+        if self.server.hub is None:
+            raise ValueError(f"a {self.server.layout} server has no switch to reduce in")
         plain = ~(to_hub | from_hub)
-        parts_f, parts_l = [np.flatnonzero(to_hub)], [self._offset["gpu_up"] + src[to_hub]]
-        parts_f.append(np.flatnonzero(from_hub))
-        parts_l.append(self._offset["gpu_down"] + dst[from_hub])
+        tmpl = self.server
+        s_node, s_loc = np.divmod(src[to_hub], self.gpn)
+        d_node, d_loc = np.divmod(dst[from_hub], self.gpn)
+        parts_f = [np.flatnonzero(to_hub), np.flatnonzero(from_hub)]
+        parts_l = [self._global(s_node, tmpl.to_hub(s_loc)), self._global(d_node, tmpl.from_hub(d_loc))]
         if plain.any():
             idx = np.flatnonzero(plain)
             f, l = self.routes(src[plain], dst[plain])

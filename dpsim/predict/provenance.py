@@ -52,6 +52,37 @@ class Origin:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SensitivityPoint:
+    """The step at one NIC efficiency."""
+
+    nic_efficiency: float
+    """Fraction of the NIC line rate collectives drive."""
+    step_time_s: float
+    """The predicted step at that efficiency, seconds."""
+    used: bool
+    """The efficiency the prediction itself used (the transport's assumption)."""
+
+    def to_dict(self) -> dict:
+        return {"nic_efficiency": self.nic_efficiency, "step_time_s": self.step_time_s, "used": self.used}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransportSensitivity:
+    """How the step moves with a NIC efficiency that rests on an assumption about the transport."""
+
+    transport: str
+    """The transport (``fabric.transport``) whose efficiency is assumed."""
+    assumption: str
+    """What is assumed, in one phrase."""
+    points: tuple[SensitivityPoint, ...]
+    """The step at lower, the used and higher efficiencies, in increasing efficiency."""
+
+    def to_dict(self) -> dict:
+        return {"transport": self.transport, "assumption": self.assumption,
+                "points": [p.to_dict() for p in self.points]}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Provenance:
     """Where compute, network and overlap came from, and what makes them uncertain."""
 
@@ -65,12 +96,17 @@ class Provenance:
     """The device whose memory and peak the prediction quotes."""
     warnings: tuple[str, ...] = field(default=())
     """What makes the numbers uncertain, one line each."""
+    transport_sensitivity: TransportSensitivity | None = None
+    """The step at other NIC efficiencies when the one used is an assumption of the transport
+    (``None``: measured, written in the topology, or no network crossed)."""
 
     def to_dict(self) -> dict:
         """``predict --json``'s ``provenance`` block."""
+        sens = self.transport_sensitivity
         return {"compute": self.compute.to_dict(), "network": self.network.to_dict(),
                 "overlap": self.overlap.to_dict(), "device": self.device.to_dict(),
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings),
+                "transport_sensitivity": sens.to_dict() if sens is not None else None}
 
     def with_bucket_warnings(self, profile: Profile, topology, sizes_bytes) -> Provenance:
         """Add warnings for message sizes the profile did not measure (or measured noisily)."""

@@ -31,6 +31,8 @@ from dpsim.predict.layout import (
 )
 from dpsim.predict.memo import memoized
 from dpsim.predict.provenance import (
+    SensitivityPoint,
+    TransportSensitivity,
     apply_profile,
     check_cpu_compute,
     check_profile_layout,
@@ -47,6 +49,7 @@ from dpsim.strategies.build import build_step_program
 from dpsim.topology.cluster import Topology
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.topology.spec import TopologySpec
+from dpsim.topology.transport import TRANSPORT_ASSUMPTION_NOTE
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import ComputeProfile, compute_profile
 from dpsim.workload.from_torch import load_torch_workload
@@ -126,16 +129,27 @@ def gradient_collective(program: StepProgram, gradient_ops, collectives: GroupCo
     return collectives.group(largest.group).time(largest.op, largest.size_bytes)
 
 
-def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None = None) -> Prediction:
+SENSITIVITY_FACTORS = (0.5, 1.5)
+"""The NIC efficiencies an assumed transport's step is also shown at, as multiples of the one
+used (capped at 1): adding half covers NVIDIA/nccl#450's 4-6 GB/s per 100 GbE NIC against the
+4.12 GB/s the socket preset assumes (2 x NVIDIA/nccl#209's 2.06 GB/s); halving is the same
+spread the other way."""
+
+
+def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None = None,
+            topology: Topology | None = None) -> Prediction:
     """Predict a data-parallel training step.
 
     ``degradations`` (:class:`~dpsim.network.degrade.LinkDegradation`) run some links below
     capacity in the collective model :func:`build_collectives` builds. ``model``: a model built
     in Python (e.g. a published configuration that is not in the catalog) instead of
-    ``config.model``, which then only names it.
+    ``config.model``, which then only names it. ``topology``: the cluster to use instead of
+    the one ``config`` names (without a calibration profile).
     """
     profile = load_profile(config.calibration) if config.calibration is not None else None
-    topology = _resolve_topology(config, profile)
+    if topology is not None and profile is not None:
+        raise ConfigError("--calibration: a profile predicts the cluster the config names; leave the topology out")
+    topology = _resolve_topology(config, profile) if topology is None else topology
     gpu = get_gpu(topology.spec.gpu)
     if profile is not None:
         gpu = check_cpu_compute(config, profile, calibrated_device(profile, gpu))
@@ -196,6 +210,11 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
                         step_time)
     peak = (gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
             if gpu.peak_flops_per_s else None)  # a CPU has no peak to quote an MFU against
+    if profile is None:
+        sensitivity = _transport_sensitivity(config, topology, degradations=degradations, model=model,
+                                             step_time_s=step_time)
+        if sensitivity is not None:
+            provenance = replace(provenance, transport_sensitivity=sensitivity)
     return Prediction(
         config=config,
         topology=topology.spec.name,
@@ -282,6 +301,30 @@ def _ddp_report(config: PredictConfig, plan, collectives, gpu, profile, model, c
         "warmup_steps": options.powersgd_start_iter if options.comm_hook == "powersgd" else 0,
         "warmup_step_time_s": warmup_s,
     }
+def _transport_sensitivity(config: PredictConfig, topology: Topology, *, degradations, model: ModelSpec,
+                           step_time_s: float) -> TransportSensitivity | None:
+    """The step at :data:`SENSITIVITY_FACTORS` times the NIC efficiency, when that efficiency
+    comes from an ``assumed`` transport (not measured, not written in the topology file) and the
+    job crosses NICs; ``None`` otherwise."""
+    fabric = topology.spec.fabric
+    if (fabric is None or fabric.kind == "nvlink" or topology.n_nodes < 2 or fabric.efficiency_given
+            or not fabric.transport.assumed):
+        return None
+    used = fabric.nic_efficiency
+    points = [SensitivityPoint(nic_efficiency=used, step_time_s=step_time_s, used=True)]
+    for factor in SENSITIVITY_FACTORS:
+        efficiency = min(1.0, used * factor)
+        if efficiency == used:
+            continue
+        # Written as if in the file: the other prediction shows no sensitivity of its own.
+        spec = replace(topology.spec, fabric=replace(fabric, nic_efficiency=efficiency, efficiency_given=True))
+        other = predict(config, degradations=degradations, model=model,
+                        topology=Topology(spec=spec, n_gpus=topology.n_gpus))
+        points.append(SensitivityPoint(nic_efficiency=efficiency, step_time_s=other.step_time_s, used=False))
+    base = fabric.transport.name.split(" ")[0]
+    return TransportSensitivity(transport=fabric.transport.name,
+                                assumption=TRANSPORT_ASSUMPTION_NOTE.get(base, "its efficiency is assumed"),
+                                points=tuple(sorted(points, key=lambda p: p.nic_efficiency)))
 
 
 def load_model(config: PredictConfig) -> ModelSpec:

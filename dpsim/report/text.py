@@ -40,6 +40,11 @@ def _provenance_rows(p: Prediction) -> list[tuple[str, str]]:
             for what, origin in (("compute", prov.compute), ("network", prov.network), ("overlap", prov.overlap),
                                  ("device", prov.device))]
     rows += [("warning", w) for w in prov.warnings]
+    sens = prov.transport_sensitivity
+    if sens is not None:
+        steps = "; ".join(f"{q.nic_efficiency:.2f}{' (used)' if q.used else ''} -> {format_seconds(q.step_time_s)}"
+                          for q in sens.points)
+        rows.append(("transport", f"assumed ({sens.transport}: {sens.assumption}); NIC efficiency -> step: {steps}"))
     return [(escape(a), escape(b)) for a, b in rows]
 
 

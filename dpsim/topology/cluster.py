@@ -19,6 +19,7 @@ import networkx as nx
 from dpsim.errors import TopologyError
 from dpsim.topology.fabric import design_group_sizes, level_units, nic_layout
 from dpsim.topology.graph import build_graph, gpu_id
+from dpsim.topology.server import with_gpus_per_node
 from dpsim.topology.spec import TopologySpec
 
 
@@ -67,7 +68,7 @@ class Topology:
                 fabric = replace(fabric, nics_per_node=gpus_per_node * (fabric.nics_per_node // gpn))
             elif fabric is not None and fabric.kind != "nvlink" and gpus_per_node % fabric.nics_per_node:
                 fabric = replace(fabric, nics_per_node=math.gcd(gpus_per_node, fabric.nics_per_node))
-            spec = replace(spec, node=replace(spec.node, gpus_per_node=gpus_per_node), fabric=fabric)
+            spec = replace(spec, node=with_gpus_per_node(spec.node, gpus_per_node), fabric=fabric)
         return cls(spec=spec, n_gpus=n_gpus)
 
     @property

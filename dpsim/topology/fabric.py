@@ -49,10 +49,13 @@ class NicLayout:
 
 def nic_layout(spec) -> NicLayout:
     """NIC nodes, ports per NIC node and rails of ``spec`` (a TopologySpec)."""
-    fabric = spec.fabric
+    return nic_layout_of(spec.node.gpus_per_node, spec.fabric)
+
+
+def nic_layout_of(gpn: int, fabric) -> NicLayout:
+    """NIC nodes, ports per NIC node and rails of servers of ``gpn`` GPUs on ``fabric``."""
     if fabric is None or fabric.kind == "nvlink":
         return NicLayout(nic_nodes=0, ports_per_nic=1, rails=1)
-    gpn = spec.node.gpus_per_node
     nics = fabric.nics_per_node
     nodes = min(nics, gpn)
     ports = nics // nodes if nics >= gpn else 1

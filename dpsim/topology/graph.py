@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from dpsim.topology.fabric import add_switch_fabric, design_group_sizes, nic_layout
+from dpsim.topology.fabric import add_switch_fabric, design_group_sizes
+from dpsim.topology.server import build_server
 from dpsim.topology.spec import TopologySpec
 
 # ----------------------------------------------------------------------------- graph
@@ -71,32 +72,29 @@ def build_graph(spec: TopologySpec, n_nodes: int, *, leaf_groups_of: int | None 
     >>> sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
     16
     """
-    node, fabric = spec.node, spec.fabric
+    fabric = spec.fabric
     g = nx.DiGraph(name=spec.name)
-    gpn = node.gpus_per_node
-    gpu_link = node.gpu_link_bandwidth_bytes_per_s * node.gpu_link_efficiency
-    layout = nic_layout(spec)
-    nics = layout.nic_nodes
+    server = build_server(spec)
+    nic_fabric = fabric is not None and fabric.kind != "nvlink"
     for n in range(n_nodes):
-        hub = f"n{n}.{node.interconnect}"
-        g.add_node(hub, kind=node.interconnect, node=n)
-        for j in range(nics):
-            g.add_node(f"n{n}.pcie{j}", kind="pcie", node=n)
-            g.add_node(f"n{n}.nic{j}", kind="nic", node=n, rail=j)
-            _add_link(g, f"n{n}.pcie{j}", f"n{n}.nic{j}",  # each bundled NIC port has its own PCIe link
-                      capacity_bytes_per_s=node.pcie_bandwidth_bytes_per_s * layout.ports_per_nic,
-                      latency_s=0.0, link_class="pcie")
-        for k in range(gpn):
-            gid = gpu_id(n, k)
-            g.add_node(gid, kind="gpu", node=n, local=k)
-            _add_link(g, gid, hub, capacity_bytes_per_s=gpu_link,
-                      latency_s=node.gpu_link_latency_s,
-                      link_class="nvlink" if node.interconnect == "nvswitch" else "pcie")
-            if nics:
-                # GPUs share NICs evenly, each through its PCIe switch.
-                _add_link(g, gid, f"n{n}.pcie{k // (gpn // nics)}",
-                          capacity_bytes_per_s=node.pcie_bandwidth_bytes_per_s,
-                          latency_s=0.0, link_class="pcie")
+        for name, kind in server.nodes:
+            if kind == "nic" and not nic_fabric:
+                continue
+            attrs = {"kind": kind, "node": n}
+            if kind == "gpu":
+                attrs["local"] = int(name[3:])
+            elif kind == "nic":
+                attrs["rail"] = int(name[3:])
+            g.add_node(f"n{n}.{name}", **attrs)
+        for fam in server.families:
+            if not fam.intra and not nic_fabric:
+                continue
+            if fam.name in ("nic_leaf", "leaf_nic"):
+                continue  # the cables to the leaves: dpsim.topology.fabric
+            for i in fam.links:
+                link = server.links[i]
+                g.add_edge(f"n{n}.{link.src}", f"n{n}.{link.dst}", capacity_bytes_per_s=link.capacity_bytes_per_s,
+                           latency_s=link.latency_s, link_class=link.link_class)
     # Leaves, spine/core tiers (uplinks from the *full* design) and NVLink domains
     # live in dpsim.network.fabric, shared with the arithmetic router (TierNetwork).
     groups = None

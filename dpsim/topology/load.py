@@ -6,6 +6,7 @@ Every error names the file, the field path, the value and what is allowed
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 from importlib import resources
@@ -15,7 +16,24 @@ from typing import Any
 from dpsim.errors import ConfigError, TopologyError
 from dpsim.files import load_yaml_text, read_yaml_file
 from dpsim.hardware import GPU_PRESETS, get_gpu
+from dpsim.limits import (
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_OVERSUBSCRIPTION,
+    MAX_TEXT_CHARS,
+    is_finite,
+    number_text,
+    short,
+)
+from dpsim.topology.server import (
+    MESH_KINDS,
+    TREE_KINDS,
+    check_mesh,
+    check_ring_orders,
+)
 from dpsim.topology.spec import (
+    COLLECTIVE_LIBRARIES,
+    DEFAULT_HOST_MEMORY_BYTES_PER_S,
     FABRIC_KINDS,
     INTRA_NODE_KINDS,
     FabricSpec,
@@ -24,7 +42,13 @@ from dpsim.topology.spec import (
     TierSpec,
     TopologySpec,
 )
-from dpsim.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_OVERSUBSCRIPTION, MAX_TEXT_CHARS, is_finite, number_text, short
+from dpsim.topology.transport import (
+    NIC_PRESETS,
+    TRANSPORT_KINDS,
+    TRANSPORTS,
+    TransportSpec,
+    effective_nic_efficiency,
+)
 from dpsim.units import GB, US, gbit_per_s_to_bytes_per_s
 
 # ----------------------------------------------------------------------------- YAML
@@ -46,6 +70,13 @@ MAX_TIERS = 8
 """Switch tiers above the leaves (real fat trees have 1-3)."""
 MAX_SOURCES = 1000
 """Entries of ``sources``."""
+MAX_MESH_LINKS = 4096
+"""Entries of ``node.mesh_links`` (every pair of 64 GPUs)."""
+MAX_RING_ORDERS = 64
+"""Entries of ``node.ring_orders`` (NCCL runs at most 64 channels)."""
+DEFAULT_NET_HOP_LATENCY_US = 14.0
+"""``fabric.nic_latency_us`` when left out: NCCL's hwLat[NET][ring][Simple]
+(NVIDIA/nccl src/graph/tuning.cc@5067397)."""
 
 _BOUNDS: dict[str, tuple[float, float]] = {
     "gpus_per_node": (1, MAX_GPUS_PER_NODE),
@@ -63,6 +94,18 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "group_size": (1, MAX_GPUS),
     "nodes": (1, MAX_GPUS),
     "launch_overhead_us": (0.0, MAX_LATENCY_US),
+    "pcie_switches": (1, MAX_GPUS_PER_NODE),
+    "sockets": (1, 2),
+    "host_pcie_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
+    "inter_socket_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
+    "host_memory_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
+    "wire_efficiency": (MIN_EFFICIENCY, 1.0),
+    "streams_per_connection": (1, 1024),
+    "stream_gbit_per_s": (MIN_NIC_GBIT_PER_S, MAX_NIC_GBIT_PER_S),
+    "connections_per_nic": (1, 1024),
+    "message_overhead_us": (0.0, MAX_LATENCY_US),
+    "host_memory_passes": (0, 16),
+    "call_overhead_us": (0.0, MAX_LATENCY_US),
 }
 """Every numeric key's range (the same key means the same quantity wherever it appears)."""
 
@@ -80,9 +123,19 @@ _NODE_KEYS = {
     "gpu_link_latency_us": _bounded("number>=0", "gpu_link_latency_us"),
     "pcie_gbyte_per_s": _bounded("number>0", "pcie_gbyte_per_s"),
     "nvls": "true|false",
+    "pcie_switches": _bounded("int>0", "pcie_switches"),
+    "sockets": "1 or 2",
+    "host_pcie_gbyte_per_s": _bounded("number>0", "host_pcie_gbyte_per_s"),
+    "inter_socket_gbyte_per_s": _bounded("number>0", "inter_socket_gbyte_per_s"),
+    "host_memory_gbyte_per_s": _bounded("number>0", "host_memory_gbyte_per_s"),
+    "mesh_links": f"a list of [gpu a, gpu b, links] (at most {MAX_MESH_LINKS:,})",
+    "ring_orders": f"a list of orders of the GPUs 0..gpus_per_node-1 (at most {MAX_RING_ORDERS})",
+    "collective_library": "one of " + "|".join(COLLECTIVE_LIBRARIES),
 }
 _FABRIC_KEYS = {
     "kind": "one of " + "|".join(FABRIC_KINDS),
+    "nic": "a NIC preset: " + ", ".join(NIC_PRESETS),
+    "transport": "a transport (" + ", ".join(TRANSPORTS) + ") or a mapping with preset and overrides",
     "nics_per_node": _bounded("int>0", "nics_per_node"),
     "nic_gbit_per_s": _bounded("number>0", "nic_gbit_per_s"),
     "nic_efficiency": _bounded("number in (0, 1]", "nic_efficiency"),
@@ -92,6 +145,17 @@ _FABRIC_KEYS = {
     "rail_optimized": "true|false",
     "tiers": f"a list of tier mappings (group_size, oversubscription), at most {MAX_TIERS}",
     "nic_message_overhead_us": _bounded("number>=0", "nic_message_overhead_us"),
+}
+_TRANSPORT_KEYS = {
+    "preset": "one of " + ", ".join(TRANSPORTS),
+    "gpudirect": "true|false",
+    "wire_efficiency": _bounded("number in (0, 1]", "wire_efficiency"),
+    "streams_per_connection": _bounded("int>0", "streams_per_connection"),
+    "stream_gbit_per_s": _bounded("number>0", "stream_gbit_per_s"),
+    "connections_per_nic": _bounded("int>0", "connections_per_nic"),
+    "message_overhead_us": _bounded("number>=0", "message_overhead_us"),
+    "host_memory_passes": _bounded("int>=0", "host_memory_passes"),
+    "call_overhead_us": _bounded("number>=0", "call_overhead_us"),
 }
 _TIER_KEYS = {
     "group_size": _bounded("int>0", "group_size"),
@@ -201,31 +265,11 @@ def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
             or not all(isinstance(s, str) and len(s) <= MAX_TEXT_CHARS for s in sources)):
         top.fail("sources", sources, _TOP_KEYS["sources"])
     n = _Reader(origin, "node", top.get("node"), _NODE_KEYS)
-    node = NodeSpec(
-        gpus_per_node=n.integer("gpus_per_node"),
-        interconnect=n.choice("interconnect", INTRA_NODE_KINDS),
-        gpu_link_bandwidth_bytes_per_s=n.number("gpu_link_gbyte_per_s", strict=True) * GB,
-        gpu_link_efficiency=n.number("gpu_link_efficiency", strict=True, maximum=1.0),
-        gpu_link_latency_s=n.number("gpu_link_latency_us") * US,
-        pcie_bandwidth_bytes_per_s=n.number("pcie_gbyte_per_s", strict=True) * GB,
-        nvls=n.boolean("nvls", None) if "nvls" in n.data else None,
-    )
+    node = _node(n, origin)
     fabric = None
     raw_fabric = top.get("fabric", None)
     if raw_fabric is not None:
-        f = _Reader(origin, "fabric", raw_fabric, _FABRIC_KEYS)
-        fabric = FabricSpec(
-            kind=f.choice("kind", FABRIC_KINDS),
-            nics_per_node=f.integer("nics_per_node", 1),
-            nic_bandwidth_bytes_per_s=gbit_per_s_to_bytes_per_s(f.number("nic_gbit_per_s", strict=True)),
-            nic_efficiency=f.number("nic_efficiency", strict=True, maximum=1.0),
-            nic_latency_s=f.number("nic_latency_us") * US,
-            nodes_per_leaf=f.integer("nodes_per_leaf", 32),
-            oversubscription=f.number("oversubscription", minimum=1.0, default=1.0),
-            rail_optimized=f.boolean("rail_optimized", False),
-            tiers=_tiers(f, origin),
-            nic_message_overhead_s=f.number("nic_message_overhead_us", default=0.0) * US,
-        )
+        fabric = _fabric(_Reader(origin, "fabric", raw_fabric, _FABRIC_KEYS), origin)
         if fabric.kind != "nvlink" and not _nics_fit(node.gpus_per_node, fabric.nics_per_node):
             raise TopologyError(
                 f"{origin}: fabric.nics_per_node: {fabric.nics_per_node} does not divide "
@@ -234,6 +278,9 @@ def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
         if fabric.kind == "nvlink" and fabric.tiers:
             raise TopologyError(f"{origin}: fabric.tiers: not valid with fabric.kind nvlink "
                                 "(an NVLink switch tier has no leaves); use nvlink_domain plus a NIC fabric")
+        if fabric.kind == "nvlink" and node.interconnect != "nvswitch":
+            raise TopologyError(f"{origin}: fabric.kind: nvlink needs node.interconnect nvswitch "
+                                f"(got {node.interconnect!r}); an NVLink switch tier joins NVSwitches")
     nvlink_domain = None
     raw_domain = top.get("nvlink_domain", None)
     if raw_domain is not None:
@@ -263,8 +310,148 @@ def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
         fabric=fabric,
         sources=tuple(sources),
         nvlink_domain=nvlink_domain,
-        launch_overhead_s=top.number("launch_overhead_us", default=0.0) * US,
+        launch_overhead_s=(top.number("launch_overhead_us") * US if "launch_overhead_us" in top.data else None),
     )
+
+
+def _node(n: _Reader, origin: str) -> NodeSpec:
+    """The ``node`` mapping, its layout's own rules checked."""
+    gpn = n.integer("gpus_per_node")
+    interconnect = n.choice("interconnect", INTRA_NODE_KINDS)
+    tree = interconnect in TREE_KINDS
+    for key in ("pcie_switches", "sockets", "host_pcie_gbyte_per_s", "inter_socket_gbyte_per_s", "mesh_links"):
+        if key in n.data and not tree:
+            raise TopologyError(f"{origin}: node.{key}: only read for node.interconnect {', '.join(TREE_KINDS)} "
+                                f"(got {interconnect!r}); remove it")
+    if "mesh_links" in n.data and interconnect not in MESH_KINDS:
+        raise TopologyError(f"{origin}: node.mesh_links: only read for node.interconnect {', '.join(MESH_KINDS)}; "
+                            "remove it")
+    switches = n.integer("pcie_switches", 1)
+    sockets = n.integer("sockets", 1)
+    if tree and (switches > gpn or gpn % switches):
+        n.fail("node.pcie_switches", switches, f"a divisor of node.gpus_per_node={gpn} (GPUs split evenly)")
+    if tree and switches % sockets:
+        n.fail("node.sockets", sockets, f"1 or 2, dividing node.pcie_switches={switches}")
+    if sockets == 2 and "inter_socket_gbyte_per_s" not in n.data:
+        raise TopologyError(f"{origin}: node.inter_socket_gbyte_per_s: missing; two sockets need the link between "
+                            f"them ({_NODE_KEYS['inter_socket_gbyte_per_s']})")
+    mesh = _int_rows(n, "mesh_links", MAX_MESH_LINKS, width=3)
+    orders = _int_rows(n, "ring_orders", MAX_RING_ORDERS, width=None)
+    node = NodeSpec(
+        gpus_per_node=gpn,
+        interconnect=interconnect,
+        gpu_link_bandwidth_bytes_per_s=n.number("gpu_link_gbyte_per_s", strict=True) * GB,
+        gpu_link_efficiency=n.number("gpu_link_efficiency", strict=True, maximum=1.0),
+        gpu_link_latency_s=n.number("gpu_link_latency_us") * US,
+        pcie_bandwidth_bytes_per_s=n.number("pcie_gbyte_per_s", strict=True) * GB,
+        nvls=n.boolean("nvls", None) if "nvls" in n.data else None,
+        pcie_switches=switches,
+        sockets=sockets,
+        host_pcie_bandwidth_bytes_per_s=(n.number("host_pcie_gbyte_per_s", strict=True) * GB
+                                         if "host_pcie_gbyte_per_s" in n.data else 0.0),
+        inter_socket_bandwidth_bytes_per_s=(n.number("inter_socket_gbyte_per_s", strict=True) * GB
+                                            if "inter_socket_gbyte_per_s" in n.data else 0.0),
+        host_memory_bandwidth_bytes_per_s=(n.number("host_memory_gbyte_per_s", strict=True) * GB
+                                           if "host_memory_gbyte_per_s" in n.data
+                                           else DEFAULT_HOST_MEMORY_BYTES_PER_S),
+        mesh_links=tuple(tuple(r) for r in mesh),
+        ring_orders=tuple(tuple(r) for r in orders),
+        collective_library=(n.choice("collective_library", COLLECTIVE_LIBRARIES)
+                            if "collective_library" in n.data else None),
+    )
+    if interconnect in ("nvlink-mesh", "xgmi") and not node.mesh_links:
+        raise TopologyError(f"{origin}: node.mesh_links: missing; {interconnect} needs its direct links "
+                            f"({_NODE_KEYS['mesh_links']})")
+    if interconnect == "nvlink-bridge" and not node.mesh_links and gpn % 2:
+        n.fail("node.gpus_per_node", gpn, "an even number for nvlink-bridge (GPUs bridged in pairs), or mesh_links")
+    why = check_mesh(node) or check_ring_orders(node)
+    if why:
+        key = "mesh_links" if check_mesh(node) else "ring_orders"
+        raise TopologyError(f"{origin}: node.{key}: {why}")
+    if node.nvls and interconnect != "nvswitch":
+        n.fail("node.nvls", True, "false unless node.interconnect is nvswitch (NVLink SHARP is in the NVSwitch)")
+    return node
+
+
+def _int_rows(r: _Reader, key: str, limit: int, *, width: int | None) -> list[list[int]]:
+    """A list of lists of non-negative integers (``width`` each when given)."""
+    raw = r.get(key, [])
+    ok = isinstance(raw, list) and len(raw) <= limit and all(
+        isinstance(row, list) and (width is None or len(row) == width) and len(row) <= 1024
+        and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < MAX_GPUS_PER_NODE for x in row)
+        for row in raw)
+    if not ok:
+        r.fail(f"{r.path}.{key}", raw, r.allowed[key])
+    return raw
+
+
+def _fabric(f: _Reader, origin: str) -> FabricSpec:
+    """The ``fabric`` mapping: a NIC preset and a transport fill what the file leaves out."""
+    nic = None
+    if "nic" in f.data:
+        nic = NIC_PRESETS.get(f.data["nic"]) if isinstance(f.data["nic"], str) else None
+        if nic is None:
+            f.fail("fabric.nic", f.data["nic"], _FABRIC_KEYS["nic"])
+    kind = f.choice("kind", FABRIC_KINDS, nic.fabric_kind if nic is not None else ...)
+    line_gbit = (f.number("nic_gbit_per_s", strict=True) if "nic_gbit_per_s" in f.data or nic is None
+                 else nic.line_gbit_per_s)
+    line = gbit_per_s_to_bytes_per_s(line_gbit)
+    transport = _transport(f, origin, kind, nic.transport if nic is not None else None)
+    given = "nic_efficiency" in f.data
+    if kind == "nvlink" and not given:
+        raise TopologyError(f"{origin}: fabric.nic_efficiency: missing; expected {_FABRIC_KEYS['nic_efficiency']} "
+                            "(an NVLink switch tier has no transport to derive it from)")
+    efficiency = (f.number("nic_efficiency", strict=True, maximum=1.0) if given
+                  else effective_nic_efficiency(transport, line))
+    overhead = (f.number("nic_message_overhead_us") * US if "nic_message_overhead_us" in f.data
+                else transport.message_overhead_s)
+    return FabricSpec(
+        kind=kind,
+        nics_per_node=f.integer("nics_per_node", 1),
+        nic_bandwidth_bytes_per_s=line,
+        nic_efficiency=efficiency,
+        nic_latency_s=f.number("nic_latency_us", default=DEFAULT_NET_HOP_LATENCY_US) * US,
+        nodes_per_leaf=f.integer("nodes_per_leaf", 32),
+        oversubscription=f.number("oversubscription", minimum=1.0, default=1.0),
+        rail_optimized=f.boolean("rail_optimized", False),
+        tiers=_tiers(f, origin),
+        nic_message_overhead_s=overhead,
+        transport=transport,
+        nic=nic.name if nic is not None else None,
+        efficiency_given=given,
+    )
+
+
+def _transport(f: _Reader, origin: str, kind: str, nic_default: str | None) -> TransportSpec:
+    """``fabric.transport``: a preset name, or a mapping of a preset and overrides."""
+    default = nic_default or ("ib" if kind == "infiniband" else "roce" if kind == "ethernet" else "ib")
+    raw = f.data.get("transport", default)
+    if isinstance(raw, str):
+        if raw not in TRANSPORTS:
+            f.fail("fabric.transport", raw, _FABRIC_KEYS["transport"])
+        return TRANSPORTS[raw]
+    t = _Reader(origin, "fabric.transport", raw, _TRANSPORT_KEYS)
+    base = TRANSPORTS[t.choice("preset", tuple(TRANSPORTS))]
+    changes: dict[str, Any] = {}
+    if "gpudirect" in t.data:
+        changes["gpudirect"] = t.boolean("gpudirect")
+    if "wire_efficiency" in t.data:
+        changes["wire_efficiency"] = t.number("wire_efficiency", strict=True, maximum=1.0)
+    for key in ("streams_per_connection", "connections_per_nic", "host_memory_passes"):
+        if key in t.data:
+            changes[key] = t.integer(key)
+    if "stream_gbit_per_s" in t.data:
+        changes["stream_bytes_per_s"] = gbit_per_s_to_bytes_per_s(t.number("stream_gbit_per_s", strict=True))
+    if "message_overhead_us" in t.data:
+        changes["message_overhead_s"] = t.number("message_overhead_us") * US
+    if "call_overhead_us" in t.data:
+        changes["call_overhead_s"] = t.number("call_overhead_us") * US
+    if changes.get("gpudirect") is False and base.host_memory_passes == 0 and "host_memory_passes" not in changes:
+        changes["host_memory_passes"] = 2
+    if changes.get("gpudirect") and "host_memory_passes" not in changes:
+        changes["host_memory_passes"] = 0
+    assert base.kind in TRANSPORT_KINDS
+    return dataclasses.replace(base, name=base.name if not changes else f"{base.name} (custom)", **changes)
 
 
 def _nics_fit(gpus_per_node: int, nics_per_node: int) -> bool:
@@ -327,7 +514,7 @@ def load_preset(name: str) -> TopologySpec:
     return _preset(name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _preset(name: str) -> TopologySpec:
     # Presets ship with the package: parsed once per process (a sweep loads them at every point).
     text = resources.files("dpsim.topologies").joinpath(f"{name}.yaml").read_text()

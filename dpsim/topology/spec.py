@@ -1,16 +1,24 @@
 """A cluster design as frozen dataclasses (what a topology YAML file describes).
 
 A topology describes a *homogeneous* cluster: identical nodes of ``gpus_per_node`` GPUs
-joined inside the node by NVSwitch or PCIe and across nodes by NICs on a leaf/spine
-(or multi-tier) fabric, optionally NVLink domains spanning nodes. SI units inside.
+joined inside the node by NVSwitch, NVLink meshes or bridges, AMD xGMI or a PCIe tree
+(:mod:`dpsim.topology.server`) and across nodes by NICs running a transport
+(:mod:`dpsim.topology.transport`) on a leaf/spine (or multi-tier) fabric, optionally NVLink
+domains spanning nodes. SI units inside.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-INTRA_NODE_KINDS = ("nvswitch", "pcie")
+from dpsim.topology.transport import TRANSPORTS, TransportSpec
+
+INTRA_NODE_KINDS = ("nvswitch", "pcie", "pcie-tree", "nvlink-mesh", "nvlink-bridge", "xgmi")
 FABRIC_KINDS = ("infiniband", "ethernet", "nvlink")
+COLLECTIVE_LIBRARIES = ("nccl", "rccl")
+DEFAULT_HOST_MEMORY_BYTES_PER_S = 614.4e9
+"""Host memory bandwidth of a server when its file does not say: two sockets of eight
+DDR5-4800 channels, 2 x 8 x 4800 MT/s x 8 B = 614.4 GB/s (JEDEC JESD79-5 DDR5-4800)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -20,9 +28,10 @@ class NodeSpec:
     gpus_per_node: int
     """GPUs in one server."""
     interconnect: str
-    """How GPUs in a node talk: ``nvswitch`` (NVLink to an NVSwitch) or ``pcie`` (through the host)."""
+    """How GPUs in a node talk: one of :data:`INTRA_NODE_KINDS` (see :mod:`dpsim.topology.server`)."""
     gpu_link_bandwidth_bytes_per_s: float
-    """Line rate of one GPU's NVLink (aggregate) or PCIe link, per direction, bytes/s."""
+    """Line rate per direction, bytes/s, of one GPU's NVLink (aggregate, ``nvswitch``) or PCIe
+    link (``pcie``, ``pcie-tree``), or of one direct link between two GPUs (meshes, bridges, xGMI)."""
     gpu_link_efficiency: float
     """Fraction of that line rate NCCL achieves (protocol overhead)."""
     gpu_link_latency_s: float
@@ -32,6 +41,23 @@ class NodeSpec:
     nvls: bool | None = None
     """NVLink SHARP (in-switch reduction) available: ``None`` = decide from the GPU
     (NVSwitch systems of compute capability 9.0 and later, see :mod:`dpsim.algorithms.nccl`)."""
+    pcie_switches: int = 1
+    """PCIe switches the GPUs sit behind (tree layouts), GPUs split evenly in order."""
+    sockets: int = 1
+    """CPU sockets (1 or 2) whose root complexes hold the PCIe switches, split evenly."""
+    host_pcie_bandwidth_bytes_per_s: float = 0.0
+    """A PCIe switch's uplink to its CPU, per direction, bytes/s (0: the node's PCIe rate)."""
+    inter_socket_bandwidth_bytes_per_s: float = 0.0
+    """The link between two CPU sockets (UPI, xGMI), per direction, bytes/s (two sockets only)."""
+    host_memory_bandwidth_bytes_per_s: float = DEFAULT_HOST_MEMORY_BYTES_PER_S
+    """Memory bandwidth of one CPU socket, bytes/s: bounds traffic staged in host memory."""
+    mesh_links: tuple[tuple[int, int, int], ...] = ()
+    """Direct GPU-to-GPU links ``(gpu a, gpu b, links)`` of ``nvlink-mesh``/``xgmi`` (``nvlink-bridge``: pairs by default)."""
+    ring_orders: tuple[tuple[int, ...], ...] = ()
+    """Orders of the GPUs that rings follow inside a server (empty: found from the links)."""
+    collective_library: str | None = None
+    """``nccl`` or ``rccl`` (AMD): whose tuning constants and algorithm rules apply (``None``:
+    RCCL on AMD GPU presets, NCCL otherwise)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +71,9 @@ class FabricSpec:
     nic_bandwidth_bytes_per_s: float
     """Line rate of one NIC (or, for ``nvlink``, one GPU's NVLink), per direction, bytes/s."""
     nic_efficiency: float
-    """Fraction of the line rate a collective achieves."""
+    """Fraction of the line rate a collective drives through a NIC port: the transport's
+    payload share, or less when its streams cannot fill the port
+    (:func:`~dpsim.topology.transport.effective_nic_efficiency`), unless the file sets it."""
     nic_latency_s: float
     """Per-hop latency of a ring step that crosses the network."""
     nodes_per_leaf: int
@@ -59,6 +87,12 @@ class FabricSpec:
     nic_message_overhead_s: float = 0.0
     """NIC time per message (LogGP's gap *g*), seconds: messages of c bytes through a port of
     rate r run at r / (1 + g r / c)."""
+    transport: TransportSpec = TRANSPORTS["ib"]
+    """What NCCL runs over the NICs (:mod:`dpsim.topology.transport`)."""
+    nic: str | None = None
+    """The NIC preset the rate and transport came from (``fabric.nic``), if any."""
+    efficiency_given: bool = False
+    """``nic_efficiency`` was written in the file rather than derived from the transport."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,5 +137,6 @@ class TopologySpec:
     """Citations for the numbers."""
     nvlink_domain: NvlinkDomainSpec | None = None
     """NVLink switch tier spanning several nodes (with a NIC ``fabric`` between domains)."""
-    launch_overhead_s: float = 0.0
-    """Per-collective host/launch overhead on top of NCCL's modelled latency, seconds."""
+    launch_overhead_s: float | None = None
+    """Per-collective host/launch overhead on top of NCCL's modelled latency, seconds
+    (``None``: the fitted default of the GPU and transport, :mod:`dpsim.collectives.nccl_tuning`)."""

@@ -25,6 +25,7 @@ import numpy as np
 from dpsim.collectives.ops import check_op as check_message_op
 from dpsim.errors import ConfigError
 from dpsim.topology.fabric import nic_layout
+from dpsim.topology.server import build_server
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +122,9 @@ class Cluster:
     single_domain: bool = True
     """Every rank in one NVLink domain (one server, an NVLink switch tier, or an
     ``nvlink_domain`` holding all the servers)."""
+    ring_orders: tuple[tuple[int, ...], ...] = ()
+    """Cycles over a server's GPUs that rings follow (:func:`dpsim.topology.server.ring_orders`;
+    empty: the GPUs in order)."""
 
     @classmethod
     def of(cls, topology, nvls: bool = False) -> Cluster:
@@ -131,9 +135,31 @@ class Cluster:
         single = (topology.n_nodes == 1
                   or (spec.fabric is not None and spec.fabric.kind == "nvlink")
                   or (domain is not None and topology.n_nodes <= domain.nodes))
+        orders = build_server(spec).ring_orders if topology.gpus_per_node == spec.node.gpus_per_node else ()
+        if orders and all(tuple(o) == tuple(range(len(o))) for o in orders):
+            orders = ()
         return cls(n_ranks=topology.n_gpus, gpus_per_node=topology.gpus_per_node, n_nodes=topology.n_nodes,
                    stride=spec.node.gpus_per_node, channels=topology.channels,
-                   nic_nodes=nic_layout(spec).nic_nodes, nvls=nvls, single_domain=single)
+                   nic_nodes=nic_layout(spec).nic_nodes, nvls=nvls, single_domain=single, ring_orders=orders)
+
+    def cycle(self, channel: int) -> np.ndarray:
+        """The server cycle channel ``channel``'s ring follows (the GPUs in order by default)."""
+        if not self.ring_orders:
+            return np.arange(self.gpus_per_node)
+        return np.asarray(self.ring_orders[channel % len(self.ring_orders)], dtype=np.int64)
+
+    def ring_cycle(self, channel: int) -> np.ndarray:
+        """The cycle ring ``channel`` follows inside every server: its own cycle, except across
+        servers with a NIC per GPU, where every channel enters a server on the rail it leaves
+        by only if all channels follow one cycle (:func:`~dpsim.collectives.algorithms.ring.ring_order_indices`)."""
+        if self.n_nodes > 1 and self.nic_nodes and self.gpus_per_node // self.nic_nodes == 1:
+            return self.cycle(0)
+        return self.cycle(channel)
+
+    @property
+    def intra_rings(self) -> int:
+        """Rings a single server runs: one per cycle of :attr:`ring_orders` (one by default)."""
+        return max(1, len(self.ring_orders))
 
     def index(self, node, local):
         """Endpoint index of GPU ``local`` of server ``node`` (arrays welcome)."""
@@ -208,4 +234,4 @@ def check_op(op: str, supported: tuple[str, ...], algorithm: str) -> None:
 
 def log2_floor(n: int) -> int:
     """``floor(log2(n))`` for n >= 1 (NCCL's ``log2i``)."""
-    return int(math.floor(math.log2(n))) if n >= 1 else 0
+    return math.floor(math.log2(n)) if n >= 1 else 0

@@ -36,9 +36,10 @@ class Hierarchical:
         return op in OPS
 
     def _intra(self, c: Cluster):
-        g, n = c.gpus_per_node, c.n_nodes
-        nodes, local = np.arange(n)[:, None], np.arange(g)[None, :]
-        return c.index(nodes, local).ravel(), c.index(nodes, (local + 1) % g).ravel()
+        n = c.n_nodes
+        cyc = c.cycle(0)
+        nodes = np.arange(n)[:, None]
+        return c.index(nodes, cyc[None, :]).ravel(), c.index(nodes, np.roll(cyc, -1)[None, :]).ravel()
 
     def _inter(self, c: Cluster):
         g, n = c.gpus_per_node, c.n_nodes
@@ -75,14 +76,17 @@ class Hierarchical:
         g, n = c.gpus_per_node, c.n_nodes
         n_chunks = g * n                     # chunk l*n + j: part j of shard l
         frac = 1.0 / n_chunks
-        shard = lambda l: tuple(l * n + j for j in range(n))  # noqa: E731
+        shard = lambda l: tuple(l * n + j for j in range(n))
         rs = op in ("all_reduce", "reduce_scatter")
         ag = op in ("all_reduce", "all_gather")
         steps: list[list[Send]] = []
+        cyc = [int(v) for v in c.cycle(0)]
+        nxt = {cyc[p]: cyc[(p + 1) % g] for p in range(g)}
+        pos = {v: p for p, v in enumerate(cyc)}
         if rs:
             for s in range(g - 1):
-                steps.append([Send(src=int(c.index(x, i)), dst=int(c.index(x, (i + 1) % g)),
-                                   chunks=shard((i - s - 1) % g), chunk_fraction=frac, reduce=True)
+                steps.append([Send(src=int(c.index(x, i)), dst=int(c.index(x, nxt[i])),
+                                   chunks=shard(cyc[(pos[i] - s - 1) % g]), chunk_fraction=frac, reduce=True)
                               for x in range(n) for i in range(g)])
             # Local GPU l now holds shard l summed over its server.
             for s in range(n - 1):
@@ -96,7 +100,7 @@ class Hierarchical:
                                    chunks=(l * n + (x - s) % n,), chunk_fraction=frac, reduce=False)
                               for x in range(n) for l in range(g)])
             for s in range(g - 1):
-                steps.append([Send(src=int(c.index(x, i)), dst=int(c.index(x, (i + 1) % g)),
-                                   chunks=shard((i - s) % g), chunk_fraction=frac, reduce=False)
+                steps.append([Send(src=int(c.index(x, i)), dst=int(c.index(x, nxt[i])),
+                                   chunks=shard(cyc[(pos[i] - s) % g]), chunk_fraction=frac, reduce=False)
                               for x in range(n) for i in range(g)])
         return Schedule(steps=steps, n_chunks=n_chunks, owners=owners)

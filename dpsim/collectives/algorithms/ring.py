@@ -34,22 +34,25 @@ def ring_order_indices(c: Cluster) -> list[np.ndarray]:
     local GPU ``(c - i) mod g`` and leaves from the GPU before it (each server still
     runs every rotation once over its g channels); with m >= 2 GPUs per NIC, channel
     *c* enters every server at GPU ``c*m + 1`` and leaves from GPU ``c*m``, both on NIC
-    *c*. Either way every server carries the same intra-server flows. (The flat-ring
-    model's :func:`dpsim.collectives.ring_orders` starts every server at *c*.)
+    *c*. Either way every server carries the same intra-server flows. Positions are along
+    the server's ring cycle (:meth:`Cluster.ring_cycle`: the GPUs in order on NVSwitch and
+    PCIe servers, a Hamiltonian cycle of direct links on meshes), and a single server runs
+    one ring per cycle.
     """
     g = c.gpus_per_node
     rings = []
     nodes = np.arange(c.n_nodes)[:, None]
-    k = c.channels if c.n_nodes > 1 else 1
+    k = c.channels if c.n_nodes > 1 else c.intra_rings
     per_nic = g // c.nic_nodes if c.nic_nodes and c.n_nodes > 1 else 0
     for ch in range(k):
+        cyc = c.ring_cycle(ch)
         if per_nic == 1:
-            local = (np.arange(g)[None, :] + ch - nodes) % g
+            pos = (np.arange(g)[None, :] + ch - nodes) % g
         elif per_nic >= 2:
-            local = np.broadcast_to((np.arange(g) + ch * per_nic + 1) % g, (c.n_nodes, g))
+            pos = np.broadcast_to((np.arange(g) + ch * per_nic + 1) % g, (c.n_nodes, g))
         else:
-            local = np.broadcast_to((np.arange(g) + ch) % g, (c.n_nodes, g))
-        rings.append((nodes * c.stride + local).ravel())
+            pos = np.broadcast_to((np.arange(g) + ch) % g, (c.n_nodes, g))
+        rings.append((nodes * c.stride + cyc[pos]).ravel())
     return rings
 
 

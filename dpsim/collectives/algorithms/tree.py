@@ -38,10 +38,13 @@ def tree_channels(c: Cluster) -> int:
 
 
 def chain(c: Cluster, channel: int) -> np.ndarray:
-    """Local GPUs of a server in chain order for ``channel``: the head first."""
+    """Local GPUs of a server in chain order for ``channel``: the head first, then along the
+    server's ring cycle (NVLink hops on a mesh)."""
     g = c.gpus_per_node
     head = c.head(channel % max(1, c.channels)) if c.n_nodes > 1 else 0
-    return (np.arange(g) + head) % g
+    cyc = c.ring_cycle(channel)
+    start = int(np.flatnonzero(cyc == head)[0])
+    return cyc[(np.arange(g) + start) % g]
 
 
 class Tree:
