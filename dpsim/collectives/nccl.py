@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -176,7 +177,7 @@ _SHARED_MAX = 64
 def _shared_state(key: tuple | None) -> dict:
     """The caches of a model built with arguments ``key`` (fresh ones when ``key`` is ``None``
     or not hashable)."""
-    fresh = {"costs": {}, "choices": {}, "symmetric": {}, "paths": {}}
+    fresh = {"costs": {}, "choices": {}, "symmetric": {}, "paths": {}, "below": {}}
     if key is None:
         return fresh
     try:
@@ -299,7 +300,9 @@ class NcclCollectives:
             choice_key = (*key, self.tuning)
         state = _shared_state(key)
         self._costs: dict[tuple, PlanCost] = state["costs"]
-        self._choices: dict[tuple[str, float], Choice] = _shared_state(choice_key)["choices"]
+        tuned = _shared_state(choice_key)
+        self._choices: dict[tuple[str, float], Choice] = tuned["choices"]
+        self._below: dict[tuple[str, str, str], tuple[list[float], list[float]]] = tuned["below"]
         self._symmetric: dict[tuple[str, str], tuple | None] = state["symmetric"]
         self.paths: dict[tuple[str, str], str] = state["paths"]
         """How each (algorithm, op) evaluated so far was evaluated."""
@@ -681,16 +684,31 @@ class NcclCollectives:
         and its values just below each regime change under ``size_bytes``.
         """
         raw = self._raw_cost(algorithm, protocol, op, size_bytes)
-        extra = self._ramp_extra_s
-        worst = raw.time_s + extra(raw, size_bytes)
-        for b in self._breakpoints(algorithm, protocol, op):
-            if b <= size_bytes:
-                below = self._raw_cost(algorithm, protocol, op, b - 1)
-                worst = max(worst, below.time_s + extra(below, b - 1))
+        worst = max(raw.time_s + self._ramp_extra_s(raw, size_bytes),
+                    self._below_regime_changes_s(algorithm, protocol, op, size_bytes))
         if worst > raw.time_s:
             raw = Choice(algorithm=raw.algorithm, protocol=raw.protocol, time_s=worst,
                          latency_s=raw.latency_s, channels=raw.channels, transfer_s=raw.transfer_s)
         return raw
+
+    def _below_regime_changes_s(self, algorithm: str, protocol: str, op: str, size_bytes: float) -> float:
+        """The largest time just below a regime change at or under ``size_bytes`` (0 when none).
+
+        The changes sit at fixed sizes, so their times are computed once per algorithm x
+        protocol x op, with their running maximum (a sweep asks for hundreds of sizes)."""
+        key = (algorithm, protocol, op)
+        table = self._below.get(key)
+        if table is None:
+            sizes = sorted(self._breakpoints(algorithm, protocol, op))
+            tops, top = [], 0.0
+            for b in sizes:
+                below = self._raw_cost(algorithm, protocol, op, b - 1)
+                top = max(top, below.time_s + self._ramp_extra_s(below, b - 1))
+                tops.append(top)
+            table = self._below[key] = (sizes, tops)
+        sizes, tops = table
+        i = bisect_right(sizes, size_bytes)
+        return tops[i - 1] if i else 0.0
 
     def _ramp_extra_s(self, raw: Choice, size_bytes: float) -> float:
         """What the Simple protocol's bandwidth ramp (:meth:`NcclTuning.ramp`) adds to a transfer:
