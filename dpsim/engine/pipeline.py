@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dpsim.engine.program import CommOp, StepProgram
-from dpsim.engine.simulate import TraceEvent, comm_op_time_s
+from dpsim.engine.simulate import TraceEvent, comm_op_time_s, uncovered_s
 from dpsim.errors import ConfigError
 
 
@@ -363,34 +363,8 @@ def run_pipeline(program: PipelineProgram, cost: CostFn, *, overlap_slowdown: fl
     for s in range(n):
         comm = sum(b - a for a, b in comm_intervals[s])
         timings.append(StageTiming(end_s=end_s[s], busy_s=busy[s], by_kind_s=dict(by_kind[s]), comm_s=comm,
-                                   exposed_comm_s=_uncovered(comm_intervals[s], busy_intervals[s]),
+                                   exposed_comm_s=uncovered_s(comm_intervals[s], busy_intervals[s]),
                                    wait_transfer_s=wait_transfer[s], wait_comm_s=wait_comm[s]))
     return PipelineResult(step_time_s=max(end_s) if n else 0.0, stages=tuple(timings),
                           trace=tuple(sorted(events, key=lambda e: (e.start_s, e.rank))),
                           transfer_s=sum(xfer_time))
-
-
-def _union(intervals: list[tuple[float, float]]) -> list[list[float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
-
-
-def _uncovered(intervals: list[tuple[float, float]], cover: list[tuple[float, float]]) -> float:
-    """Length of the union of ``intervals`` outside the union of ``cover`` (linear merge)."""
-    a_list, c_list = _union(intervals), _union(cover)
-    total, j = 0.0, 0
-    for a, b in a_list:
-        length = b - a
-        while j < len(c_list) and c_list[j][1] <= a:
-            j += 1
-        k = j
-        while k < len(c_list) and c_list[k][0] < b:
-            length -= max(0.0, min(b, c_list[k][1]) - max(a, c_list[k][0]))
-            k += 1
-        total += length
-    return total

@@ -344,7 +344,7 @@ def step_timing(recs: list[dict], busy: list[tuple[float, float]], comm: list[tu
         backward_s=r0["backward"],
         optimizer_s=r0["optimizer"],
         comm_s=sum(b - a for a, b in comm) if played else comm_s,
-        exposed_comm_s=_uncovered(comm, busy),
+        exposed_comm_s=uncovered_s(comm, busy),
     )
 
 
@@ -358,7 +358,7 @@ def _union(intervals: list[tuple[float, float]]) -> list[list[float]]:
     return out
 
 
-def _uncovered(intervals: list[tuple[float, float]], cover: list[tuple[float, float]]) -> float:
+def uncovered_s(intervals: list[tuple[float, float]], cover: list[tuple[float, float]]) -> float:
     """Length of the union of ``intervals`` not covered by the union of ``cover``.
 
     Both unions are sorted and disjoint, so one pass over them subtracts every overlap in
