@@ -20,7 +20,7 @@ README = PACKAGE.parent / "README.md"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "lazy"),
     ("units", "limits"),
-    ("files", "stats"),
+    ("files", "stats", "processes"),
     ("hardware",),
     ("topology",),
     ("network",),

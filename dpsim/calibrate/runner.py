@@ -29,11 +29,9 @@ so a failed run leaves an existing file at ``--out`` untouched.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import queue
-import re
 import shutil
 import signal
 import socket
@@ -47,6 +45,7 @@ from pathlib import Path
 from typing import Callable
 
 from dpsim.errors import CalibrationError, ConfigError
+from dpsim.processes import die_with_parent, reap_dead_owner_dirs
 
 EVENT_PREFIX = "@@dpsim "
 """Workers print progress events as ``@@dpsim {json}`` lines on stdout."""
@@ -221,34 +220,9 @@ WORKDIR_PREFIX = "dpsim-calibrate-"
 leftover of a killed supervisor from a running one."""
 
 
-def _die_with_parent() -> None:
-    """``preexec_fn`` of a rank: SIGKILL when the supervisor dies, however it dies (Linux)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def reap_stale_workdirs(tmp: str | None = None) -> list[Path]:
     """Remove the working directories of supervisors that are gone (killed by SIGKILL)."""
-    removed = []
-    root = Path(tmp or tempfile.gettempdir())
-    for d in root.glob(f"{WORKDIR_PREFIX}*"):
-        m = re.fullmatch(rf"{WORKDIR_PREFIX}(\d+)-.*", d.name)
-        if m and d.is_dir() and not _alive(int(m.group(1))):
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(d)
-    return removed
+    return reap_dead_owner_dirs(WORKDIR_PREFIX, tmp)
 
 
 def run_local(plan: CalibrationPlan, nproc: int, on_event: Callable[[int, dict], None] | None = None) -> dict:
@@ -278,7 +252,7 @@ def run_local(plan: CalibrationPlan, nproc: int, on_event: Callable[[int, dict],
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "dpsim.calibrate.worker", str(plan_path), str(result_path)],
                     stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
-                    env=env, text=True, bufsize=1, preexec_fn=_die_with_parent,
+                    env=env, text=True, bufsize=1, preexec_fn=die_with_parent,
                     # Ctrl-C in a terminal signals the whole foreground group: the ranks ignore it
                     # and the supervisor stops them in order (SIGTERM, then SIGKILL).
                     start_new_session=True,

@@ -11,12 +11,8 @@ would have written on that cluster, and :func:`predict_run` predicts the DDP pha
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import re
-import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -27,6 +23,7 @@ from pathlib import Path
 
 from dpsim.errors import DpsimError
 from dpsim.predict import PredictConfig, predict
+from dpsim.processes import die_with_parent, reap_dead_owner_dirs
 from dpsim.profile.io import save_profile
 from dpsim.profile.match import model_fingerprint
 from dpsim.profile.schema import (
@@ -51,42 +48,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def die_with_parent() -> None:
-    """``preexec_fn`` of a rank: the kernel sends it SIGKILL when this process dies (even by SIGKILL).
-
-    Linux ``prctl(PR_SET_PDEATHSIG)``; kept across ``ip netns exec``'s ``execve``. Elsewhere a
-    no-op (the deadline and the ``finally`` still stop the ranks).
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-
-
 TMP_PREFIX = "dpsim-validate-"
 """Temporary directories are ``<tmp>/dpsim-validate-<pid>-<random>``."""
 
 
 def reap_stale_tmpdirs(tmp: str | None = None) -> list[Path]:
     """Remove the temporary directories of validate runs whose process is gone (killed by SIGKILL)."""
-    removed = []
-    for d in Path(tmp or tempfile.gettempdir()).glob(f"{TMP_PREFIX}*"):
-        m = re.fullmatch(rf"{TMP_PREFIX}(\d+)-.*", d.name)
-        if m and d.is_dir() and not _alive(int(m.group(1))):
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(d)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return reap_dead_owner_dirs(TMP_PREFIX, tmp)
 
 
 def run_ranks(*, world_size: int, model: str, micro_batch: int, bucket_cap_mb: float | None,

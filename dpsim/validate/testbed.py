@@ -54,6 +54,7 @@ from typing import Sequence
 
 from dpsim.errors import ConfigError, DpsimError, Interrupted
 from dpsim.files import write_text_atomic
+from dpsim.processes import alive
 
 STATE_DIR = Path(os.environ.get("DPSIM_TESTBED_STATE", "/run/dpsim-testbed"))
 NAME_PREFIX = "dpsim"
@@ -152,18 +153,6 @@ def check_available() -> None:
         _run(["ip", "netns", "del", probe], check=False)
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _netns_names() -> set[str]:
     out = _run(["ip", "netns", "list"], check=False).stdout
     return {line.split()[0] for line in out.splitlines() if line.strip()}
@@ -173,7 +162,7 @@ def _reap_probes() -> None:
     """Delete probe namespaces whose process is gone (a kill during :func:`check_available`)."""
     for name in _netns_names():
         m = PROBE_PATTERN.fullmatch(name)
-        if m and not _alive(int(m.group(1))):
+        if m and not alive(int(m.group(1))):
             _run(["ip", "netns", "del", name], check=False)
 
 
@@ -456,7 +445,7 @@ def reap_dead(owner: str) -> list[str]:
     removed = []
     for state in list_testbeds():
         if (state.get("kind") == "validate" and state.get("owner") == owner and not state["in_use"]
-                and not _alive(int(state.get("pid", 0) or 0))):
+                and not alive(int(state.get("pid", 0) or 0))):
             Testbed.from_state(state["tag"]).down()
             removed.append(state["tag"])
     return removed
