@@ -80,3 +80,28 @@ def test_predict_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["n_gpus"] == 64
+
+
+def test_predict_imports_only_its_own_command_module():
+    # The other commands' modules (calibrate, plan, goodput, ...) are imported when they run,
+    # not on every ``dpsim predict`` (dpsim/cli/commands.py).
+    code = ("import sys; from dpsim.cli import main; "
+            "rc = main(['predict', '--gpus', '8', '--json']); "
+            "print(sorted(m for m in sys.modules if m.startswith('dpsim.cli.')), file=sys.stderr); sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    loaded = set(eval(out.stderr.strip().splitlines()[-1]))  # noqa: S307 - our own printed list
+    assert {"dpsim.cli.predict", "dpsim.cli.app", "dpsim.cli.commands"} <= loaded
+    assert not loaded & {"dpsim.cli.calibrate", "dpsim.cli.plan", "dpsim.cli.goodput", "dpsim.cli.layout_plan",
+                         "dpsim.cli.validate", "dpsim.cli.testbed", "dpsim.cli.memory"}, loaded
+
+
+def test_every_command_in_the_table_builds_and_has_help():
+    from dpsim.cli import COMMANDS, app
+    import typer
+
+    group = typer.main.get_command(app)
+    assert list(group.list_commands(None)) == list(COMMANDS)
+    for name in COMMANDS:
+        command = group.commands[name]
+        assert command.name == name and command.help, name

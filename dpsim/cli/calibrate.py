@@ -1,4 +1,4 @@
-"""``dpsim calibrate``: the command line of :mod:`dpsim.calibrate` (registered on ``dpsim.cli.app``)."""
+"""``dpsim calibrate``: the command line of :mod:`dpsim.calibrate` (named in ``dpsim.cli.commands.COMMANDS``)."""
 
 from __future__ import annotations
 

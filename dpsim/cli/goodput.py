@@ -1,6 +1,6 @@
 """``dpsim goodput``: failures, checkpoints, goodput and the best checkpoint interval.
 
-Registered on :data:`dpsim.cli.app` when :mod:`dpsim.cli` is imported; the work is in
+Named in :data:`dpsim.cli.commands.COMMANDS` and imported only when it runs; the work is in
 :mod:`dpsim.reliability`.
 """
 

@@ -1,8 +1,8 @@
 """Capacity-planning commands: ``dpsim report`` and ``dpsim sweep``.
 
-Registered on :data:`dpsim.cli.app` when :mod:`dpsim.cli` is imported. Nothing heavy is
-imported here: pandas, dask and plotly load inside the commands, so ``dpsim predict``
-stays fast.
+Named in :data:`dpsim.cli.commands.COMMANDS` and imported only when one of them runs. Nothing heavy
+is imported here: pandas, dask and plotly load inside the commands, so ``dpsim report``
+starts fast.
 """
 
 from __future__ import annotations

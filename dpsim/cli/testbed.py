@@ -11,7 +11,7 @@ from dpsim.cli.app import _emit_json
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_EMULATED_HOSTS, MAX_OVERSUBSCRIPTION, check_int, check_number
 
-testbed_app = typer.Typer(help="An emulated cluster: network namespaces with shaped NICs (needs root).",
+testbed_app = typer.Typer(add_completion=False, help="An emulated cluster: network namespaces with shaped NICs (needs root).",
                           no_args_is_help=True)
 
 
