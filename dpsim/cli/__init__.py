@@ -10,4 +10,4 @@ from __future__ import annotations
 from dpsim.cli.app import app, main, run
 from dpsim.cli.commands import COMMANDS
 
-__all__ = ["app", "main", "run", "COMMANDS"]
+__all__ = ["COMMANDS", "app", "main", "run"]
