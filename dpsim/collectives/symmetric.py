@@ -161,7 +161,7 @@ def _ring(op: str, c: Cluster) -> SymmetricPlan | None:
             dst.append(order[1:])
     crossing = []
     if n > 1:
-        nodes = np.arange(n)
+        nodes = np.arange(n, dtype=np.int32)
         lanes = np.arange(k)
         if per_nic == 1:
             # Channel c enters server i at position (c - i) mod g of the (one) cycle and leaves from
@@ -205,7 +205,7 @@ def _tree(op: str, c: Cluster) -> SymmetricPlan | None:
     depth = 0
     if n > 1:
         trees = dtree_parents(n)
-        nodes = np.arange(n)
+        nodes = np.arange(n, dtype=np.int32)
         for t, parent in enumerate(trees):
             if not heads[t]:
                 continue
@@ -232,7 +232,7 @@ def _nvls_tree(op: str, c: Cluster) -> SymmetricPlan | None:
     g, n = c.gpus_per_node, c.n_nodes
     src, dst, frac = _switch_flows(c, op, np.array([0]))
     trees = dtree_parents(n)
-    nodes = np.arange(n)
+    nodes = np.arange(n, dtype=np.int32)
     lanes = np.arange(g)
     crossing = []
     for parent in trees:
@@ -258,7 +258,7 @@ def _hierarchical(op: str, c: Cluster) -> SymmetricPlan | None:
         intra_steps += g - 1
     if n > 1:
         steps = (2 if op == "all_reduce" else 1) * (n - 1)
-        nodes = np.arange(n)
+        nodes = np.arange(n, dtype=np.int32)
         phases.append(_phase(crossing=[_pattern(nodes, (nodes + 1) % n, local, local)],
                              crossing_fraction=1.0 / (g * n), repeat=steps, name="per-rail inter-server ring"))
         inter_steps += steps
@@ -274,7 +274,7 @@ def _halving_doubling(op: str, c: Cluster) -> SymmetricPlan | None:
     if n_ranks & (n_ranks - 1) or g & (g - 1):
         return None  # extra ranks fold on some servers only; partners straddle servers unevenly
     m = n_ranks.bit_length() - 1
-    local, nodes = np.arange(g), np.arange(n)
+    local, nodes = np.arange(g), np.arange(n, dtype=np.int32)
     phases, intra, inter = [], 0, 0
 
     def add(s: int, name: str) -> None:

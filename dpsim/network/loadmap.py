@@ -55,7 +55,9 @@ class FamilyLoad:
     @classmethod
     def uniform(cls_, units: int, row: np.ndarray) -> FamilyLoad:
         """Every unit carries ``row``."""
-        return cls_(cls=np.zeros(units, dtype=np.int32), table=np.asarray(row, float)[None, :],
+        # One class: a read-only broadcast of class 0, not an array of one integer per unit
+        # (memory independent of the cluster's size: issue 15).
+        return cls_(cls=np.broadcast_to(np.zeros(1, dtype=np.int32), (units,)), table=np.asarray(row, float)[None, :],
                     count=np.array([units]), first=np.array([0]))
 
     def scaled(self, factor: float) -> FamilyLoad:
