@@ -168,3 +168,19 @@ def test_the_nvls_tree_ramp_is_its_own_scope():
     assert cost({"nvls_tree": 16 * 2**20}, "ring") == bare["ring"]
     assert cost({"network": 16 * 2**20}, "nvls_tree") == bare["nvls_tree"]
     assert cost({"network": 16 * 2**20}, "tree") > bare["tree"]
+
+
+def test_a_host_staged_transport_ramps_in_its_own_scope():
+    # Sockets stage every byte through host memory: their ramp is not a GPUDirect NIC's.
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.topology.cluster import Topology
+
+    def scope(fabric: dict) -> str:
+        spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": fabric})
+        return NcclCollectives(Topology.from_spec(spec, 16)).ramp_scope
+
+    assert scope({"nic": "100gbe-tcp"}) == "staged"
+    assert scope({"nic": "ib-ndr", "transport": "ib-host"}) == "staged"
+    assert scope({"nic": "ib-ndr"}) == scope({"nic": "efa-v2"}) == scope({"nic": "400gbe-roce"}) == "network"
+    spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})
+    assert NcclCollectives(Topology.from_spec(spec, 8)).ramp_scope == "node"

@@ -794,8 +794,11 @@ class NcclCollectives:
 
     @cached_property
     def ramp_scope(self) -> str:
-        """``network`` when collectives cross NICs, else ``node`` (:attr:`NcclTuning.ramp_half_bytes`)."""
-        return "network" if self.crosses_network else "node"
+        """``network`` when collectives cross NICs (``staged`` when the transport stages every byte
+        through host memory), else ``node`` (:attr:`NcclTuning.ramp_half_bytes`)."""
+        if not self.crosses_network:
+            return "node"
+        return "network" if self.spec.fabric.transport.gpudirect else "staged"
 
     @cached_property
     def call_overhead_s(self) -> float:
