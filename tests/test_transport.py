@@ -144,7 +144,7 @@ def test_forcing_a_protocol_the_transport_forbids_names_what_is_allowed():
 
     model = _efa_cluster("efa-v1", 16)
     forced = NcclCollectives(model.topology, protocols=("LL",))
-    with pytest.raises(ConfigError, match="only the protocols Simple"):
+    with pytest.raises(ConfigError, match="lets only the protocols Simple cross servers"):
         forced.time("all_reduce", 1024)
 
 

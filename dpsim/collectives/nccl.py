@@ -886,9 +886,9 @@ class NcclCollectives:
                     f"--algo/--proto: none of {', '.join(self.algorithms)} x {', '.join(self.protocols)} can run "
                     f"{op} on {self.n_ranks} GPUs of {self.spec.name!r} (nvls needs NVSwitch and Hopper or later; "
                     "nvls runs inside one server, nvls_tree across several; halving_doubling reduce_scatter and "
-                    "all_gather need a power-of-two number of GPUs; across servers only the protocols "
+                    "all_gather need a power-of-two number of GPUs; the NICs' transport lets only the protocols "
                     f"{', '.join(self.spec.fabric.transport.network_protocols) if self.crosses_network else 'any'} "
-                    "of the NICs' transport run)")
+                    "cross servers)")
             raise ConfigError(f"no algorithm can run {op} here")
         # The fastest option *with* the measured ramp, not NCCL's own pick (its estimate has no
         # ramp): switching by that estimate from a ramped Simple option to LL one size up would
