@@ -377,8 +377,9 @@ ANALYSIS = """What the model does that explains misses it used to have:
   P5 (aws/aws-ofi-nccl#280, #516). The `efa-v1` NIC now takes the `efa-sendrecv` transport
   (`network_protocols: Simple`). p4de's 8 B row, 164 us, is then NCCL's tree/Simple latency
   plus 70 us, no longer LL's plus 138 us: the EFA per-call overheads measured beyond the model
-  become 70 us (p4de), 43 us (p5), 25 us (two p6-b200) instead of 138/43/25, and p5 (3.6 %)
-  and p4de (17.0 %, was 26.8 %) each get a closer overhead from the others.
+  become 70 us (p4de), 43 us (p5), 25 us (two p6-b200) instead of 138/43/25, so each EFA
+  system left out gets a closer overhead from the others: p5 8.0 -> 3.6 %, p4de 26.8 -> 7.6 %
+  (with the two ramp scopes below).
 - **NVLS tree's ramp is its own scope** (`nvls_tree`, 32-128 KiB chunks) instead of sharing
   the ring/tree Simple ramp across a network (512 KiB chunks): fitted on p5, two OCI H100
   nodes and A3 Mega, it no longer stretches p4de's tree/Simple rows, and the round-trip scale
@@ -395,15 +396,16 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   within 7 %): the GPUDirect systems it is fitted on want no network ramp, and NCCL's own
   estimate may pick the tree there (20 % slow to 19 % fast).
 - **Four p6-b200 nodes (torch benchmark, `NCCL_TUNER_PLUGIN=ofi`)** take ~360-500 us from
-  256 KiB to 16 MiB, 42-48 % above the model's ring/LL128; their smallest exact row (128 KiB,
+  256 KiB to 16 MiB, where the model's tree/ring LL128 comes out 42-48 % fast (64-256 MiB:
+  27-32 %); their smallest exact row (128 KiB,
   564 us, the 32-64 KiB rows decreasing from 6 ms) sets a 489 us "overhead" that is no
   per-call cost. The AWS tuner's region table for P6 (aws/aws-ofi-nccl
   `src/tuner/nccl_ofi_regions.cpp`) picks tree/LL128 there, whose NCCL latency is ~100 us:
   what adds the rest is not known.
 - **H200 (NCCL 2.27.7, NVLS on) and B200 disagree on the NVLS ramp.** H200's rows from
-  8 MiB to 16 GiB follow the ramp with a 2 MiB half-size within 5 %; B200's 4-256 MiB rows need
-  32 MiB. Each, left out, gets the other's: H200's 1-128 MiB rows go to ring/LL128 and come out
-  14-35 % slow, B200's NVLS rows of 4-64 MiB 14-34 % fast. NCCL's NVLS chunk shrinks with
+  8 MiB to 16 GiB follow the ramp with a 2 MiB half-size within 5 %; B200's rows fit 32 MiB.
+  Each, left out, gets the other's: H200's 1-128 MiB rows go to ring/LL128 and come out
+  14-35 % slow, B200's NVLS rows of 4-64 MiB 15-34 % fast. NCCL's NVLS chunk shrinks with
   the size (128/64/32/16 KiB below 64/8/2 x channels x heads x chunk, `calcCollChunking`),
   and B200 runs 24 NVLS channels to Hopper's 16: that accounts for 1.5x, not 16x. Extending
   the half-size grid past 64 MiB does not help: the intra-node fit then runs to the new edge
