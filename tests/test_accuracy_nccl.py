@@ -86,9 +86,12 @@ def test_validation_md_shows_the_stored_scores():
 
 @pytest.mark.parametrize("system_class", ["nvswitch", "efa", "roce"])
 def test_classes_with_many_rows_stay_within_their_committed_error(system_class):
-    # The classes with several systems: under 16 % geomean (the 8 % target is met by roce only).
+    # The classes with several systems: under 16 % geomean; efa and roce meet the 8 % target
+    # (EFA v1's Simple-only protocol and the host-staged ramp scope brought efa there).
     v = accuracy.load_results()["classes"][system_class]
     assert v["scored"] >= 6 and v["geomean_abs_error"] <= 0.16
+    if system_class in ("efa", "roce"):
+        assert v["geomean_abs_error"] <= accuracy.TARGET
 
 
 def test_accuracy_script_prints_every_system(capsys):

@@ -110,3 +110,77 @@ def test_sensitivity_in_json_and_table(tmp_path, capsys):
     assert "transport" in out and "(used)" in out
     assert main(["predict", "--link", "ethernet", "--gpus", "16", "--model", "gpt2", "--json"]) == 0
     assert json.loads(capsys.readouterr()[0])["provenance"]["transport_sensitivity"] is None
+
+
+def _efa_cluster(nic: str, gpus: int):
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.topology.cluster import Topology
+
+    spec = spec_from_dict({"name": "efa", "gpu": "a100", "node": {**NODE, "gpu_link_gbyte_per_s": 300},
+                           "fabric": {"nic": nic, "nics_per_node": 4}})
+    return NcclCollectives(Topology.from_spec(spec, gpus))
+
+
+def test_efa_v1_runs_only_the_simple_protocol_across_servers():
+    # aws-ofi-nccl forces NCCL_PROTO=simple where EFA cannot deliver 128-byte-aligned writes in
+    # order (EFA v1, p4d/p4de); from EFA v2 (p5) on, LL and LL128 stay on.
+    assert NIC_PRESETS["efa-v1"].transport == "efa-sendrecv"
+    assert TRANSPORTS["efa-sendrecv"].network_protocols == ("Simple",)
+    assert TRANSPORTS["efa"].network_protocols == ("LL", "LL128", "Simple")
+    v1, v2 = _efa_cluster("efa-v1", 16), _efa_cluster("efa-v2", 16)
+    for size in (8, 64 * 1024, 4 * 2**20, 2**30):
+        assert v1.choose("all_reduce", size).protocol == "Simple"
+        assert {p for _, p in v1.candidates("all_reduce")} == {"Simple"}
+    assert v2.choose("all_reduce", 8).protocol == "LL"
+    # Small messages pay the Simple protocol's latencies: slower than where LL may cross the NIC.
+    assert v1.time("all_reduce", 8).time_s > v2.time("all_reduce", 8).time_s
+    # Inside one server the NICs are not crossed: every protocol stays available.
+    assert {p for _, p in _efa_cluster("efa-v1", 8).candidates("all_reduce")} == {"LL", "LL128", "Simple"}
+
+
+def test_forcing_a_protocol_the_transport_forbids_names_what_is_allowed():
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.errors import ConfigError
+
+    model = _efa_cluster("efa-v1", 16)
+    forced = NcclCollectives(model.topology, protocols=("LL",))
+    with pytest.raises(ConfigError, match="lets only the protocols Simple cross servers"):
+        forced.time("all_reduce", 1024)
+
+
+def test_the_nvls_tree_ramp_is_its_own_scope():
+    # NVLS tree's 32-128 KiB chunks ramp unlike rings' and trees' 512 KiB ones across a network:
+    # its ramp scope moves its Simple cost only, the network scope the others only.
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.collectives.nccl_tuning import NcclTuning
+    from dpsim.topology.cluster import Topology
+
+    spec = spec_from_dict({"name": "ib", "gpu": "h100", "node": NODE, "fabric": {"nic": "ib-ndr", "nics_per_node": 8}})
+    topo = Topology.from_spec(spec, 16)
+    size = 64 * 2**20
+
+    def cost(half: dict, algorithm: str) -> float:
+        tuning = NcclTuning(ramp_half_bytes=tuple(half.items()))
+        return NcclCollectives(topo, tuning=tuning).cost(algorithm, "Simple", "all_reduce", size).time_s
+
+    bare = {a: cost({}, a) for a in ("nvls_tree", "ring", "tree")}
+    assert cost({"nvls_tree": 16 * 2**20}, "nvls_tree") > bare["nvls_tree"]
+    assert cost({"nvls_tree": 16 * 2**20}, "ring") == bare["ring"]
+    assert cost({"network": 16 * 2**20}, "nvls_tree") == bare["nvls_tree"]
+    assert cost({"network": 16 * 2**20}, "tree") > bare["tree"]
+
+
+def test_a_host_staged_transport_ramps_in_its_own_scope():
+    # Sockets stage every byte through host memory: their ramp is not a GPUDirect NIC's.
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.topology.cluster import Topology
+
+    def scope(fabric: dict) -> str:
+        spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": fabric})
+        return NcclCollectives(Topology.from_spec(spec, 16)).ramp_scope
+
+    assert scope({"nic": "100gbe-tcp"}) == "staged"
+    assert scope({"nic": "ib-ndr", "transport": "ib-host"}) == "staged"
+    assert scope({"nic": "ib-ndr"}) == scope({"nic": "efa-v2"}) == scope({"nic": "400gbe-roce"}) == "network"
+    spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})
+    assert NcclCollectives(Topology.from_spec(spec, 8)).ramp_scope == "node"

@@ -26,7 +26,9 @@ facts, not code:
   ``llMaxBw``), LL128 120 of 128 (x 0.92 on rings; x 120/128 on trees across
   servers, x 7/9 inside one), Simple all of it; tree all-reduce x 0.92 and NCCL's
   per-size ``treeCorrectionFactor``; NVLS x ``nvlsEfficiency``. LL128 is enabled only
-  on NVLink servers, and across servers only from Hopper on (as NCCL's default).
+  on NVLink servers, and across servers only from Hopper on (as NCCL's default); across
+  servers only the protocols the NICs' transport allows run (``network_protocols``: the
+  AWS plugin forces Simple on EFA v1).
 - **Channels** NCCL drops channels while ``bytes < channels * threads * threshold``
   (threshold 64 B/thread for Simple, 8 for LL128 and 8 x ranks for LL; 512, 640 and
   512 threads): fewer channels use fewer NICs, so a NIC-bound plan's bandwidth scales
@@ -286,7 +288,7 @@ class NcclCollectives:
         self.cluster = Cluster.of(topology, nvls=nvls_available(topology.spec))
         self.algorithms = algorithms or NCCL_DEFAULT_ALGORITHMS
         self.protocols = protocols or PROTOCOLS
-        self._forced = algorithms is not None
+        self._forced = algorithms is not None or protocols is not None
         self.tuning = tuning or FITTED_TUNING
         self._class_factor = class_factors(self._terms)
         self.whole_cluster_reason: str | None = self._whole_cluster_reason() if symmetric else "asked for"
@@ -618,6 +620,8 @@ class NcclCollectives:
     def _protocol_enabled(self, algorithm: str, protocol: str) -> bool:
         if algorithm in ("nvls", "nvls_tree"):
             return protocol == "Simple"
+        if self.crosses_network and protocol not in self.spec.fabric.transport.network_protocols:
+            return False  # the network plugin set NCCL_PROTO (e.g. Simple only on EFA v1)
         if protocol == "LL128":
             # NCCL enables LL128 only where rings stay on NVLink (typeIntra <= PATH_NVB); RCCL only
             # on the systems its model table marks ll128Enabled (not MI300X's, rome_model_79).
@@ -716,7 +720,12 @@ class NcclCollectives:
         only on large messages (measured; see ``validation/accuracy_collectives.py``)."""
         if raw.protocol != "Simple":
             return 0.0
-        scope = "nvls" if raw.algorithm == "nvls" else self.ramp_scope
+        if raw.algorithm == "nvls":
+            scope = "nvls"
+        elif raw.algorithm == "nvls_tree" and self.crosses_network:
+            scope = "nvls_tree"  # its 32-128 KiB chunks stream unlike a ring's or tree's 512 KiB ones
+        else:
+            scope = self.ramp_scope
         return raw.transfer_s * (1.0 / self.tuning.ramp(scope, size_bytes) - 1.0)
 
     def _breakpoints(self, algorithm: str, protocol: str, op: str) -> list[float]:
@@ -785,8 +794,11 @@ class NcclCollectives:
 
     @cached_property
     def ramp_scope(self) -> str:
-        """``network`` when collectives cross NICs, else ``node`` (:attr:`NcclTuning.ramp_half_bytes`)."""
-        return "network" if self.crosses_network else "node"
+        """``network`` when collectives cross NICs (``staged`` when the transport stages every byte
+        through host memory), else ``node`` (:attr:`NcclTuning.ramp_half_bytes`)."""
+        if not self.crosses_network:
+            return "node"
+        return "network" if self.spec.fabric.transport.gpudirect else "staged"
 
     @cached_property
     def call_overhead_s(self) -> float:
@@ -874,7 +886,9 @@ class NcclCollectives:
                     f"--algo/--proto: none of {', '.join(self.algorithms)} x {', '.join(self.protocols)} can run "
                     f"{op} on {self.n_ranks} GPUs of {self.spec.name!r} (nvls needs NVSwitch and Hopper or later; "
                     "nvls runs inside one server, nvls_tree across several; halving_doubling reduce_scatter and "
-                    "all_gather need a power-of-two number of GPUs)")
+                    "all_gather need a power-of-two number of GPUs; the NICs' transport lets only the protocols "
+                    f"{', '.join(self.spec.fabric.transport.network_protocols) if self.crosses_network else 'any'} "
+                    "cross servers)")
             raise ConfigError(f"no algorithm can run {op} here")
         # The fastest option *with* the measured ramp, not NCCL's own pick (its estimate has no
         # ramp): switching by that estimate from a ramped Simple option to LL one size up would

@@ -148,9 +148,15 @@ def _parse_list(text, choices, field_name, *, aliases, default):
 CALL_SCOPES = ("node", *("ib", "roce", "socket", "efa", "tcpx", "tcpxo"))
 """What a per-call overhead is fitted per: collectives inside one server (``node``), or the
 transport kind of the NICs a collective crosses."""
-RAMP_SCOPES = ("node", "nvls", "network")
+RAMP_SCOPES = ("node", "nvls", "network", "nvls_tree", "staged")
 """What the bandwidth ramp is fitted per: rings and trees inside one NVLink/PCIe domain, NVLS
-(the switch's multicast path streams differently from a ring), or anything across a network."""
+(the switch's multicast path streams differently from a ring), rings and trees across a
+network whose NICs read and write GPU memory (512 KiB Simple chunks), NVLS tree across a
+network (32-128 KiB chunks, ``calcCollChunking``, whose flow-control window
+:attr:`NcclTuning.nvls_tree_rtt_scale` also scales), or rings and trees across a transport
+that stages every byte through host memory (sockets, RDMA without GPUDirect: each chunk
+also crosses PCIe to host memory, a host copy and the proxy thread on both sides, more
+pipeline stages to fill than a GPUDirect path's)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,10 +193,11 @@ class NcclTuning:
 
 
 FITTED_TUNING = NcclTuning(
-    nvls_tree_rtt_scale=1.5,
-    call_overhead_us=(("node", 28.2), ("ib", 7.9), ("roce", 7.9), ("socket", 100.4), ("efa", 90.8),
-                      ("tcpx", 100.4), ("tcpxo", 109.9)),
-    ramp_half_bytes=(("node", 64.0 * 2**20), ("nvls", 8.0 * 2**20), ("network", 8.0 * 2**20)),
+    nvls_tree_rtt_scale=1.0,
+    call_overhead_us=(("node", 28.2), ("ib", 7.9), ("roce", 7.9), ("socket", 83.2), ("efa", 56.4),
+                      ("tcpx", 83.2), ("tcpxo", 109.9)),
+    ramp_half_bytes=(("node", 64.0 * 2**20), ("nvls", 8.0 * 2**20), ("network", 2.0 * 2**20),
+                     ("nvls_tree", 64.0 * 2**20), ("staged", 16.0 * 2**20)),
     ramp_exponent=0.5,
 )
 """The default, fitted on every reference system (``tests/data/collectives_reference.csv``) by

@@ -18,7 +18,12 @@ NCCL's network plugin runs over the NIC:
   staged in host memory on both sides, through the GPU's and the NIC's PCIe links, the
   PCIe switch's uplink to the CPU and the host memory (:mod:`dpsim.topology.server`);
 - **a per-call host cost** (the proxy thread, the plugin's completion path): ``None``
-  takes the fitted default of the transport's kind (:mod:`dpsim.collectives.nccl_tuning`).
+  takes the fitted default of the transport's kind (:mod:`dpsim.collectives.nccl_tuning`);
+- **which NCCL protocols may cross it**: LL and LL128 put a flag in every 8- or 128-byte
+  line and read the data as soon as the flag arrives, so they are only safe where the
+  network writes those lines whole and in order; a plugin whose NIC cannot promise it
+  forces ``NCCL_PROTO=simple`` (AWS EFA v1), and small messages then pay the Simple
+  protocol's latencies.
 
 :func:`effective_nic_efficiency` folds the first two into the fraction of line rate the
 flow model drives through a NIC port. Every number cites where it comes from; a number
@@ -77,6 +82,9 @@ class TransportSpec:
     """Times host memory is read or written per staged byte on each side (0 with GPUDirect)."""
     call_overhead_s: float | None = None
     """Per-call host overhead, seconds; ``None``: the fitted default of the transport's kind."""
+    network_protocols: tuple[str, ...] = ("LL", "LL128", "Simple")
+    """NCCL protocols a collective that crosses this transport may run (the plugin sets
+    ``NCCL_PROTO`` to the others' exclusion when the NIC cannot deliver them safely)."""
     assumed: bool = False
     """Its efficiency is an assumption rather than a measurement: ``predict`` shows how much
     the answer moves with it."""
@@ -152,6 +160,16 @@ TRANSPORTS: dict[str, TransportSpec] = {
                  "ib_write_bw over SRD on one p5en EFA adapter, 193.72 of 200 Gb/s -> 0.969"),
                  ("aws/aws-ofi-nccl: NCCL's net plugin for EFA (libfabric SRD), progressed by NCCL's proxy thread; "
                  "its per-call cost is the fitted default of kind efa"))),
+    "efa-sendrecv": TransportSpec(
+        name="efa-sendrecv", kind="efa", gpudirect=True, wire_efficiency=0.969, streams_per_connection=1,
+        network_protocols=("Simple",),
+        sources=(("as efa, on EFA v1 (p4d/p4de): no RDMA write, so aws-ofi-nccl runs its SENDRECV protocol "
+                 "(libfabric tagged send/recv; aws/aws-ofi-nccl#802, B. Barrett: 'different on P4 and P5 (and "
+                 "later)')"),
+                 ("aws/aws-ofi-nccl#76 (2021, p4d): 'NCCL_PROTO=simple is a must ... EFA doesn't support LL and "
+                 "LL128'; aws/aws-ofi-nccl@2daf7d30 src/platform-aws.cpp forces NCCL_PROTO=simple when the "
+                 "endpoint cannot set FI_OPT_EFA_*_IN_ORDER_ALIGNED_128_BYTES (byte delivery ordering); "
+                 "aws/aws-ofi-nccl#280 and #516 stopped forcing it on P5 (EFA v2), which reports it"))),
     "tcpx": TransportSpec(
         name="tcpx", kind="tcpx", gpudirect=True, wire_efficiency=round(tcp_payload_efficiency(8244), 4),
         streams_per_connection=4, connections_per_nic=2, assumed=True,
@@ -213,7 +231,9 @@ def _nics() -> dict[str, NicPreset]:
     efa = ("stas00/ml-engineering@744d01e18b79 network/README.md 'EFA': EFA v1 4x100 Gb/s (p4), v2 32x100 Gb/s (p5), "
            "v3 16x200 Gb/s (p5en), v4 8x400 Gb/s (p6-b200)")
     for name, rate in (("efa-v1", 100), ("efa-v2", 100), ("efa-v3", 200), ("efa-v4", 400)):
-        out[name] = NicPreset(name=name, line_gbit_per_s=rate, fabric_kind="ethernet", transport="efa", source=efa)
+        # EFA v1 cannot deliver 128-byte-aligned writes in order: LL/LL128 off (TRANSPORTS["efa-sendrecv"]).
+        out[name] = NicPreset(name=name, line_gbit_per_s=rate, fabric_kind="ethernet",
+                              transport="efa-sendrecv" if name == "efa-v1" else "efa", source=efa)
     gcp = ("stas00/ml-engineering@744d01e18b79 network/README.md inter-node table note 29: A3 High 4x200 Gb/s, "
            "A3 Mega 8x200 Gb/s of accelerator fabric")
     out["gpudirect-tcpx"] = NicPreset(name="gpudirect-tcpx", line_gbit_per_s=200, fabric_kind="ethernet",
