@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "validation"))
 import accuracy_compute as accuracy  # noqa: E402
 
-PINNED_MEDIAN = 0.105
-PINNED_WORST = 0.47
+PINNED_MEDIAN = 0.10
+PINNED_WORST = 0.37
 """Today's leave-one-chip-out accuracy (10.4 % / 46.1 %), with a hair of slack."""
 
 

@@ -124,7 +124,7 @@ def test_memory_bound_ops_cost_their_bytes_at_hbm_bandwidth():
     op = MemoryOp(name="x", elements=1e6, forward=((3, "act"),), backward=((5, "act"),))
     f, b = op_times(op, A100, AMP, 100)
     eff = Efficiencies()
-    assert f == pytest.approx(3 * 2 * 1e8 / (A100.memory_bandwidth_bytes_per_s * eff.memory))
+    assert f == pytest.approx(3 * 2 * 1e8 / (A100.streaming_bandwidth_bytes_per_s * eff.memory))
     assert b == pytest.approx(5 / 3 * f)
 
 
@@ -244,7 +244,7 @@ def test_a_convolution_moves_its_input_not_its_im2col_matrix():
     (fwd,), _ = op_terms(conv, A100, AMP, 32)
     im2col = matmul_term(56 * 56 * 32, 64, 64 * 9, 1, "float16", 2, A100)
     # Input 56x56x64 + weights + output, not 9x the input.
-    expected = 2 * (32 * 56 * 56 * 64 + 64 * 9 * 64 + 32 * 56 * 56 * 64) / A100.memory_bandwidth_bytes_per_s
+    expected = 2 * (32 * 56 * 56 * 64 + 64 * 9 * 64 + 32 * 56 * 56 * 64) / A100.streaming_bandwidth_bytes_per_s
     assert fwd.memory_s == pytest.approx(expected) and fwd.memory_s < im2col.memory_s / 3
     # A linear layer's operand is stored whole.
     linear = MatmulOp(name="l", m=512, n=1024, k=1024)
