@@ -120,6 +120,18 @@ def test_byte_classes_follow_the_precision():
     assert [pass_bytes(c, params) for c in ("act", "stream", "cast")] == [2, 2, 0]
 
 
+def test_memory_bound_ops_stream_at_the_measured_rate_not_the_datasheet_peak():
+    # HBM3e streams at 66 % of its peak (H200, gpu-benches), HBM2e at 85 % (H100 PCIe): the
+    # same bytes take the B200 more than peak bandwidth alone says, relative to an H100.
+    op = MemoryOp(name="x", elements=1e8, forward=((2, "act"),))
+    b200, h200 = get_gpu("b200"), get_gpu("h200")
+    f_b200, _ = op_times(op, b200, AMP, 1)
+    f_h200, _ = op_times(op, h200, AMP, 1)
+    assert f_b200 == pytest.approx(4e8 / (b200.streaming_bandwidth_bytes_per_s * Efficiencies().memory))
+    assert f_b200 > 4e8 / (b200.memory_bandwidth_bytes_per_s * Efficiencies().memory) * 1.4
+    assert f_h200 / f_b200 == pytest.approx(8.0 / 4.8)
+
+
 def test_memory_bound_ops_cost_their_bytes_at_hbm_bandwidth():
     op = MemoryOp(name="x", elements=1e6, forward=((3, "act"),), backward=((5, "act"),))
     f, b = op_times(op, A100, AMP, 100)
