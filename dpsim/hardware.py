@@ -298,6 +298,10 @@ _register(_derived_gpu(
 _register(_derived_gpu(
     name="rtx3090", architecture="ampere", description="NVIDIA GeForce RTX 3090 24GB",
     # GeForce GA102: fp16/bf16 tensor math with fp32 accumulation at half the fp16-accumulate rate.
+    # That half rate is the one training sees: cuBLAS accumulates torch's fp16 matmuls in fp32,
+    # and PyTorch asks cuDNN for fp32 math on half convolutions, AMP's included
+    # (pytorch/pytorch@8f4329ea aten/src/ATen/cudnn/Descriptors.h, ConvolutionDescriptor::set:
+    # "if (dataType == CUDNN_DATA_HALF) mathType = CUDNN_DATA_FLOAT").
     peaks_tflops={"bfloat16": 71.0, "float16": 71.0, "float32": 35.6, "float32-highest": 35.6},
     # _TPD: three RTX 3090 rows (zzc0208, a-cold-bird, Mightlaus), medians: bf16 76.58, fp16
     # 75.64, fp32 (TF32 off) 24.79; TF32 not measured: fp16 x the GA102 ratio.
