@@ -482,8 +482,15 @@ _register(_hopper(
            "float32-highest": 60 * TFLOPS, "float8": 1670.5 * TFLOPS},
 ))
 _register(_hopper(
-    "gh200", "NVIDIA GH200 Grace Hopper (H100 GPU, 96GB HBM3)", 828.6 * TFLOPS, None, 96, 4.0,
-    ("hardware.csv H016: GH200 bf16 matmul 828.6 TFLOP/s achieved (mamf-finder, 900 W 141 GiB version)",
+    # The 96 GB HBM3 superchip has no matmul measurement of its own: H016 (828.6) is the 900 W
+    # 141 GiB HBM3e version. This one takes the H100 SXM's (H015): the same 132-SM GH100 with
+    # HBM3, at the 700 W that Lambda's table lists for its GH200 96GB system.
+    "gh200", "NVIDIA GH200 Grace Hopper (H100 GPU, 96GB HBM3)", 794.5 * TFLOPS, None, 96, 4.0,
+    ("hardware.csv H015: H100 SXM bf16 matmul 794.5 TFLOP/s achieved (mamf-finder), taken for the 96 GB "
+     "HBM3 GH200, which has no measurement of its own; hardware.csv H016 (GH200 828.6 TFLOP/s) is the "
+     "'900W 141GiB HBM3e version' (stas00/ml-engineering@744d01e18b79 compute/accelerator/README.md, MAMF table)",
+     "lambdal/deeplearning-benchmark@aa5addb6a53675a649a80036dad548f1c27cbcc4 pytorch/csv_v1_v2/"
+     "pytorch-train-throughput-fp16.csv: 'LambdaCloud 1x GH200 96GB' listed at 700 W, as H100 SXM",
      f"{_SPEC}: GH200 SXM same peaks as H100 SXM",
      "NVIDIA GH200 Grace Hopper Superchip datasheet: 96 GB HBM3 at 4 TB/s (a 144 GB HBM3e at 4.9 TB/s "
      "version also exists)"),
