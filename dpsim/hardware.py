@@ -161,9 +161,10 @@ STREAM_FRACTION: dict[str, float] = {
 """Fraction of the peak memory bandwidth a streaming kernel reaches, measured (te42kyfo/gpu-benches
 @1c36d509, gpu-stream, 'scale' at full occupancy) on one board per memory technology, for the
 presets that have no measurement of their own. It is far from constant: HBM2/HBM2e and GDDR6
-boards stream at 83-94 % of their peak, the H200's HBM3e at 66 %. HBM3 (H100 SXM/NVL, GH200
-96 GB, MI300X) has no published measurement there; those presets take the HBM2e fraction measured
-on the same GH100 memory system (H100 PCIe), an assumption the H200's 66 % says may be generous."""
+boards stream at 83-94 % of their peak, the H200's HBM3e at 66 %. HBM3 has no published
+measurement there: H100 SXM/NVL and GH200 96 GB take the HBM2e fraction measured on the same
+GH100 memory system (H100 PCIe), MI300X the one measured on CDNA2 (MI210); assumptions the
+H200's 66 % says may be generous."""
 
 GPU_PRESETS: dict[str, GpuSpec] = {}
 """Built-in GPUs by key."""
