@@ -414,10 +414,11 @@ def _misses(results: list[Result]) -> str:
   {resnet_amp} (mostly slow: V100, GA102, H100 PCIe) and its TF32 rows by {resnet_tf32}
   (mostly fast). Measured AMP/TF32 ratios (NCHW, same GPU and source) are 1.4-1.8x, modelled
   1.3-1.4x. cuDNN's per-layer choices (layout transposes, batch-norm kernels, TF32
-  convolution algorithms) are costed by one rule for all layers; charging NCHW->NHWC transposes to TF32 convolutions too
-  (NVIDIA recommends NHWC for TF32 tensor cores: tensorflow/tensorflow pull request #55761)
-  over-corrects (TF32 rows then 15-30 % slow), so cuDNN keeps native NCHW TF32 kernels for
-  part of the layers and the truth lies between.
+  convolution algorithms) are costed by one rule for all layers. Charging the NCHW->NHWC
+  transposes of 16-bit convolutions to TF32 ones too (NVIDIA recommends NHWC for TF32
+  tensor cores: tensorflow/tensorflow pull request #55761) over-corrects: the TF32 rows then
+  come out 5-24 % slow (and the median 11.9 %). What cuDNN does per layer in TF32 is not
+  published; not modelled.
 - **BERT with apex O2 (16-bit parameters)** is predicted {bert16}; its TF32 rows are
   centred. NVIDIA's own DGX A100 row T046 (NGC 21.11, batch 32) is the worst row,
   {by_id["T046"].error * 100:+.0f} %: the same script on the same GPU runs at 155.6 seq/s at batch
