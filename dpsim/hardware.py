@@ -61,7 +61,12 @@ class GpuSpec:
     memory_bytes: float
     """Device memory capacity in bytes (GB = 1e9 as vendors state it)."""
     memory_bandwidth_bytes_per_s: float
-    """Peak device-memory bandwidth, bytes/s."""
+    """Peak device-memory bandwidth, bytes/s (the datasheet's)."""
+    stream_bandwidth_bytes_per_s: float | None = None
+    """Device-memory bandwidth a streaming kernel reaches (STREAM's ``scale``: one load and
+    one store stream), bytes/s: measured where published, else the peak times the measured
+    fraction of a GPU with the same memory technology (:data:`STREAM_FRACTION`). ``None``:
+    not known, the peak stands in (:attr:`streaming_bandwidth_bytes_per_s`)."""
     architecture: str = ""
     """GPU generation (:data:`ARCHITECTURES`): sets which attention kernels PyTorch runs
     (:data:`dpsim.workload.roofline.ATTENTION_FRACTION_OF_PEAK`) and whether TF32 exists."""
@@ -71,6 +76,12 @@ class GpuSpec:
     quantization is modelled then)."""
     sources: tuple[str, ...] = field(default=())
     """Citations for the numbers above."""
+
+    @property
+    def streaming_bandwidth_bytes_per_s(self) -> float:
+        """The memory rate the roofline divides traffic by: :attr:`stream_bandwidth_bytes_per_s`,
+        or the peak where no streaming measurement applies."""
+        return self.stream_bandwidth_bytes_per_s or self.memory_bandwidth_bytes_per_s
 
     def achieved_rate(self, dtype: str) -> float:
         """Achieved matmul FLOP/s for ``dtype``.
@@ -135,6 +146,26 @@ _A100_TF32_OVER_BF16 = 108.32 / 234.14  # _TPD 'NVIDIA A100-PCIE-40GB' (yjzxkxdn
 _GA102_TF32_OVER_FP16 = (38.15 / 77.83 + 32.03 / 64.10) / 2  # _TPD RTX 3080 Ti (datdanboi25), 3080 10GB = 0.495
 _AD10X_TF32_OVER_BF16 = 31.88 / 70.89  # _TPD 'NVIDIA L4' (Arcannite) = 0.450
 
+_STREAM = ("te42kyfo/gpu-benches@1c36d509ee717dca9215c27135fa1e611bb03ed1 gpu-stream/{file}.txt, 'scale' "
+           "column (one load and one store stream) at 100 % occupancy: {gbs} GB/s of {peak} GB/s peak")
+"""The streaming-bandwidth measurement a preset cites (its file, result and the board's peak)."""
+
+STREAM_FRACTION: dict[str, float] = {
+    "hbm2": 802.0 / 900.0,  # gpu-stream/v100.txt: V100, 802 of 900 GB/s = 0.891
+    "hbm2e": 1704.0 / 2000.0,  # gpu-stream/h100_pcie.txt: H100 PCIe, 1704 of 2000 GB/s = 0.852
+    "hbm3e": 3165.0 / 4800.0,  # gpu-stream/h200.txt: H200, 3165 of 4800 GB/s = 0.659
+    "gddr6": 652.0 / 696.0,  # gpu-stream/a40.txt: A40 (GA102, GDDR6), 652 of 696 GB/s = 0.937
+    "gddr6-ada": 770.0 / 864.0,  # gpu-stream/l40.txt: L40 (AD102, GDDR6), 770 of 864 GB/s = 0.891
+    "cdna2": 1358.0 / 1638.4,  # gpu-stream/mi210.txt: MI210 (CDNA2, HBM2e), 1358 of 1638.4 GB/s = 0.829
+}
+"""Fraction of the peak memory bandwidth a streaming kernel reaches, measured (te42kyfo/gpu-benches
+@1c36d509, gpu-stream, 'scale' at full occupancy) on one board per memory technology, for the
+presets that have no measurement of their own. It is far from constant: HBM2/HBM2e and GDDR6
+boards stream at 83-94 % of their peak, the H200's HBM3e at 66 %. HBM3 has no published
+measurement there: H100 SXM/NVL and GH200 96 GB take the HBM2e fraction measured on the same
+GH100 memory system (H100 PCIe), MI300X the one measured on CDNA2 (MI210); assumptions the
+H200's 66 % says may be generous."""
+
 GPU_PRESETS: dict[str, GpuSpec] = {}
 """Built-in GPUs by key."""
 
@@ -155,9 +186,11 @@ def _derived_gpu(*, name: str, description: str, architecture: str, peaks_tflops
                  memory_gb: float, bandwidth_gb_s: float, sm_count: int | None, sources: tuple[str, ...],
                  efficiency: float = NVIDIA_MEASURED_EFFICIENCY,
                  why: str = "mean of the measured NVIDIA GPUs, H013-H017",
-                 measured_tflops: dict[str, float] | None = None) -> GpuSpec:
+                 measured_tflops: dict[str, float] | None = None, memory: str,
+                 stream_gb_s: float | None = None) -> GpuSpec:
     """A preset whose achieved rates are ``measured_tflops`` (each cited in ``sources``) and,
-    for the other rate keys, the dense peak times ``efficiency``."""
+    for the other rate keys, the dense peak times ``efficiency``; its streaming bandwidth is
+    ``stream_gb_s`` (measured, cited) or the peak times :data:`STREAM_FRACTION` of ``memory``."""
     peaks = {k: v * TFLOPS for k, v in peaks_tflops.items()}
     measured = {k: v * TFLOPS for k, v in (measured_tflops or {}).items()}
     achieved = {**_scaled(peaks, efficiency), **measured}
@@ -166,12 +199,21 @@ def _derived_gpu(*, name: str, description: str, architecture: str, peaks_tflops
     if derived:
         note = (_DERIVED.format(eff=efficiency, why=why) if not measured else
                 f"{', '.join(derived)} achieved = dense peak x {efficiency:.3f} ({why}); not measured on this GPU",)
+    stream = stream_gb_s if stream_gb_s is not None else bandwidth_gb_s * STREAM_FRACTION[memory]
     return GpuSpec(
         name=name, description=description, architecture=architecture, peak_flops_per_s=peaks,
         achieved_flops_per_s=achieved, memory_bytes=memory_gb * _GB,
-        memory_bandwidth_bytes_per_s=bandwidth_gb_s * _GB, sm_count=sm_count,
-        sources=sources + note,
+        memory_bandwidth_bytes_per_s=bandwidth_gb_s * _GB, stream_bandwidth_bytes_per_s=stream * _GB,
+        sm_count=sm_count, sources=sources + note + _stream_note(memory, stream_gb_s),
     )
+
+
+def _stream_note(memory: str, stream_gb_s: float | None) -> tuple[str, ...]:
+    """The citation of a preset's streaming bandwidth when it is derived, not measured."""
+    if stream_gb_s is not None:
+        return ()
+    return (f"streaming bandwidth = peak x {STREAM_FRACTION[memory]:.3f}, the {memory} fraction of "
+            "STREAM_FRACTION (te42kyfo/gpu-benches@1c36d509 gpu-stream); not measured on this GPU",)
 
 
 # --- Pascal: no tensor cores; fp16 runs at twice the fp32 rate on the CUDA cores --------
@@ -183,7 +225,7 @@ _register(_derived_gpu(
     name="p100", architecture="pascal", description="NVIDIA Tesla P100 SXM2 16GB",
     peaks_tflops={"float16": 21.2, "float32": 10.6},
     measured_tflops={"float16": 10.6 * _P100_FP32_EFF, "float32": 10.6 * _P100_FP32_EFF},
-    memory_gb=16, bandwidth_gb_s=732, sm_count=56,
+    memory_gb=16, bandwidth_gb_s=732, sm_count=56, memory="hbm2",
     sources=("NVIDIA Tesla P100 datasheet (SXM2: 21.2 TFLOPS half, 10.6 TFLOPS single precision, "
              "16 GB CoWoS HBM2 at 732 GB/s; PCIe: 9.3 TFLOPS single precision)",
              "NVIDIA Tesla P100 whitepaper (GP100): 56 SMs on Tesla P100",
@@ -199,22 +241,24 @@ _V100_SOURCES = (
     "NVIDIA Tesla V100 GPU architecture whitepaper: 80 SMs on Tesla V100",
 )
 _V100_MEASURED = {"float16": 94.84, "float32": 14.06}  # _TPD 'NVIDIA Tesla V100-SXM2-16GB' (hhhhhge)
+_V100_STREAM = _STREAM.format(file="v100", gbs=802, peak=900)
 for _name, _mem_gb in (("v100", 32), ("v100-16gb", 16)):
     _register(_derived_gpu(
         name=_name, architecture="volta", description=f"NVIDIA Tesla V100 SXM2 {_mem_gb}GB",
         peaks_tflops={"float16": 125.0, "float32": 15.7},  # H023; datasheet (CUDA-core FP32)
         measured_tflops=dict(_V100_MEASURED),
-        memory_gb=_mem_gb, bandwidth_gb_s=900, sm_count=80,
-        sources=_V100_SOURCES + (f"{_TPD}: 'NVIDIA Tesla V100-SXM2-16GB' fp16 94.84, fp32 14.06 TFLOP/s",),
+        memory_gb=_mem_gb, bandwidth_gb_s=900, sm_count=80, memory="hbm2", stream_gb_s=802.0,
+        sources=_V100_SOURCES + (f"{_TPD}: 'NVIDIA Tesla V100-SXM2-16GB' fp16 94.84, fp32 14.06 TFLOP/s",
+                                 _V100_STREAM),
     ))
 # The PCIe board: the same GV100 at lower clocks; the SXM2 board's measured efficiencies.
 _register(_derived_gpu(
     name="v100-pcie", architecture="volta", description="NVIDIA Tesla V100 PCIe 32GB",
     peaks_tflops={"float16": 112.0, "float32": 14.0},  # datasheet, PCIe column
     measured_tflops={"float16": 112.0 * 94.84 / 125.0, "float32": 14.0 * 14.06 / 15.7},
-    memory_gb=32, bandwidth_gb_s=900, sm_count=80,
+    memory_gb=32, bandwidth_gb_s=900, sm_count=80, memory="hbm2", stream_gb_s=802.0,
     sources=_V100_SOURCES + (f"{_TPD}: 'NVIDIA Tesla V100-SXM2-16GB' fp16 94.84, fp32 14.06 TFLOP/s; achieved = "
-                             "PCIe peak x the SXM2 board's efficiency (0.759 fp16, 0.896 fp32)",),
+                             "PCIe peak x the SXM2 board's efficiency (0.759 fp16, 0.896 fp32)", _V100_STREAM),
 ))
 
 # --- Turing: fp16 tensor cores, no bf16, no TF32 -----------------------------------------
@@ -222,7 +266,7 @@ _register(_derived_gpu(
     name="t4", architecture="turing", description="NVIDIA T4 16GB (PCIe, 70 W)",
     peaks_tflops={"float16": 65.0, "float32": 8.1},
     measured_tflops={"float16": 41.93, "float32": 4.35},  # _TPD, median of the three T4 rows
-    memory_gb=16, bandwidth_gb_s=320, sm_count=40,
+    memory_gb=16, bandwidth_gb_s=320, sm_count=40, memory="gddr6",
     sources=("NVIDIA T4 datasheet: 8.1 TFLOPS single precision, 65 TFLOPS mixed precision "
              "(FP16/FP32), 16 GB GDDR6 at 320+ GB/s",
              "NVIDIA Turing GPU architecture whitepaper (TU104): Tesla T4 has 40 SMs",
@@ -235,7 +279,7 @@ _register(_derived_gpu(
     # torch's fp16 matmuls -- at half the fp16-accumulate rate (107.6).
     peaks_tflops={"float16": 53.8, "float32": 13.4},
     measured_tflops={"float16": 58.58, "float32": 13.04},  # _TPD 'NVIDIA GeForce RTX 2080 Ti 22GB' (yjzxkxdn)
-    memory_gb=11, bandwidth_gb_s=616, sm_count=68,
+    memory_gb=11, bandwidth_gb_s=616, sm_count=68, memory="gddr6",
     sources=("NVIDIA Turing GPU architecture whitepaper, GeForce RTX 2080 Ti reference board: 13.4 "
              "TFLOPS FP32, 53.8 TFLOPS FP16 tensor with FP32 accumulate (107.6 with FP16 accumulate), "
              "11 GB GDDR6 at 616 GB/s, 68 SMs",
@@ -247,7 +291,7 @@ _register(_derived_gpu(
 _register(_derived_gpu(
     name="a10", architecture="ampere", description="NVIDIA A10 24GB (PCIe, 150 W)",
     peaks_tflops={"bfloat16": 125.0, "float16": 125.0, "float32": 62.5, "float32-highest": 31.2},
-    memory_gb=24, bandwidth_gb_s=600, sm_count=72,
+    memory_gb=24, bandwidth_gb_s=600, sm_count=72, memory="gddr6",  # GA102 + GDDR6, as the A40 measured
     sources=("NVIDIA A10 datasheet: FP32 31.2 TFLOPS, TF32 62.5 | 125* TFLOPS, BF16/FP16 125 | "
              "250* TFLOPS (* with sparsity), 24 GB GDDR6 at 600 GB/s",
              "NVIDIA Ampere GA102 GPU architecture whitepaper: A10 has 72 SMs"),
@@ -255,12 +299,16 @@ _register(_derived_gpu(
 _register(_derived_gpu(
     name="rtx3090", architecture="ampere", description="NVIDIA GeForce RTX 3090 24GB",
     # GeForce GA102: fp16/bf16 tensor math with fp32 accumulation at half the fp16-accumulate rate.
+    # That half rate is the one training sees: cuBLAS accumulates torch's fp16 matmuls in fp32,
+    # and PyTorch asks cuDNN for fp32 math on half convolutions, AMP's included
+    # (pytorch/pytorch@8f4329ea aten/src/ATen/cudnn/Descriptors.h, ConvolutionDescriptor::set:
+    # "if (dataType == CUDNN_DATA_HALF) mathType = CUDNN_DATA_FLOAT").
     peaks_tflops={"bfloat16": 71.0, "float16": 71.0, "float32": 35.6, "float32-highest": 35.6},
     # _TPD: three RTX 3090 rows (zzc0208, a-cold-bird, Mightlaus), medians: bf16 76.58, fp16
     # 75.64, fp32 (TF32 off) 24.79; TF32 not measured: fp16 x the GA102 ratio.
     measured_tflops={"bfloat16": 76.58, "float16": 75.64, "float32": 75.64 * _GA102_TF32_OVER_FP16,
                      "float32-highest": 24.79},
-    memory_gb=24, bandwidth_gb_s=936, sm_count=82,
+    memory_gb=24, bandwidth_gb_s=936, sm_count=82, memory="gddr6",  # GDDR6X on GA102: the A40's GA102 fraction
     sources=("NVIDIA Ampere GA102 GPU architecture whitepaper, GeForce RTX 3090: 35.6 TFLOPS FP32, "
              "35.6 TFLOPS TF32 tensor, 71 TFLOPS FP16/BF16 tensor with FP32 accumulate, 24 GB GDDR6X "
              "at 936 GB/s, 82 SMs",
@@ -277,7 +325,7 @@ _register(_derived_gpu(
     peaks_tflops={"bfloat16": 121.0, "float16": 121.0, "float32": 60.0, "float32-highest": 30.3,
                   "float8": 242.5},
     measured_tflops={"bfloat16": 70.89, "float16": 68.83, "float32": 31.88, "float32-highest": 15.38},
-    memory_gb=24, bandwidth_gb_s=300, sm_count=58,
+    memory_gb=24, bandwidth_gb_s=300, sm_count=58, memory="gddr6-ada",
     sources=("NVIDIA L4 datasheet: FP32 30.3 TFLOPS, TF32 120*, BF16/FP16 242*, FP8 485* TFLOPS "
              "(* with sparsity; dense is half), 24 GB GDDR6 at 300 GB/s",
              "NVIDIA Ada GPU architecture whitepaper: L4 has 58 SMs",
@@ -290,7 +338,7 @@ _register(_derived_gpu(
                   "float8": 733.0},
     measured_tflops={"bfloat16": 269.15, "float16": 264.02, "float32": 269.15 * _AD10X_TF32_OVER_BF16,
                      "float32-highest": 46.88},
-    memory_gb=48, bandwidth_gb_s=864, sm_count=142,
+    memory_gb=48, bandwidth_gb_s=864, sm_count=142, memory="gddr6-ada",
     sources=(f"{_SPEC}: L40S fp32 91.6, tf32 183, bf16/fp16 362, fp8 733 TFLOPS",
              "NVIDIA L40S datasheet: 48 GB GDDR6 at 864 GB/s",
              "NVIDIA Ada GPU architecture whitepaper: L40S has 142 SMs",
@@ -316,6 +364,7 @@ _register(GpuSpec(
     },
     memory_bytes=80 * _GB,  # A100 datasheet: 80 GB HBM2e
     memory_bandwidth_bytes_per_s=2039 * _GB,  # A100 datasheet: 2,039 GB/s (SXM 80GB)
+    stream_bandwidth_bytes_per_s=1732 * _GB,  # gpu-stream/a100_80.txt, scale
     sm_count=108,
     sources=(
         "hardware.csv H013: A100 SXM bf16 matmul 271.2 TFLOP/s achieved (mamf-finder)",
@@ -324,8 +373,17 @@ _register(GpuSpec(
         f"{_TPD}: 'NVIDIA A100 SXM4 80GB' fp32 (TF32 off) 19.18, bf16 264.53 TFLOP/s (H013's 271.2 kept)",
         f"TF32 achieved = bf16 achieved x {_A100_TF32_OVER_BF16:.3f}, the TF32/bf16 ratio {_TPD} measured on "
         "'NVIDIA A100-PCIE-40GB' (108.32 / 234.14)",
+        _STREAM.format(file="a100_80", gbs=1732, peak=2039) + " (the repository's plot.py peak list gives "
+        "2,039 GB/s for its A100 80GB: the SXM4 board)",
     ) + _A100_SOURCES,
 ))
+# Streaming: the 40 GB board measured (1381 GB/s); the 80 GB PCIe board (HBM2e) at the 80 GB SXM4
+# board's measured fraction 1732 / 2039.
+_A100_PCIE_STREAM = {
+    "a100-pcie-40gb": (1381.0, _STREAM.format(file="a100_40", gbs=1381, peak=1555)),
+    "a100-pcie-80gb": (1935 * 1732.0 / 2039.0, "streaming bandwidth = peak x 1732 / 2039 = 0.849, the fraction "
+                       + _STREAM.format(file="a100_80", gbs=1732, peak=2039) + " (A100 80GB SXM4, the same HBM2e)"),
+}
 for _name, _mem_gb, _bw in (("a100-pcie-40gb", 40, 1555), ("a100-pcie-80gb", 80, 1935)):
     _register(GpuSpec(
         name=_name,
@@ -340,6 +398,7 @@ for _name, _mem_gb, _bw in (("a100-pcie-40gb", 40, 1555), ("a100-pcie-80gb", 80,
         },
         memory_bytes=_mem_gb * _GB,
         memory_bandwidth_bytes_per_s=_bw * _GB,
+        stream_bandwidth_bytes_per_s=_A100_PCIE_STREAM[_name][0] * _GB,
         sm_count=108,
         sources=(
             "hardware.csv H014: A100 PCIe bf16 matmul 252.9 TFLOP/s achieved (mamf-finder)",
@@ -347,6 +406,7 @@ for _name, _mem_gb, _bw in (("a100-pcie-40gb", 40, 1555), ("a100-pcie-80gb", 80,
             "at 1,935 GB/s)",
             f"{_TPD}: 'NVIDIA A100-PCIE-40GB' fp32 (TF32 off) 17.56, tf32 108.32, bf16 234.14 TFLOP/s (H014's "
             "252.9 kept); TF32 achieved = bf16 achieved x their TF32/bf16 ratio",
+            _A100_PCIE_STREAM[_name][1],
         ) + _A100_SOURCES,
     ))
 
@@ -366,20 +426,25 @@ _H100_FP32_EFF = (51.88 + 52.11) / 2 / 67.0  # _TPD two 'NVIDIA H100 80GB HBM3' 
 def _hopper(name: str, description: str, bf16_achieved: float, fp8_achieved: float | None,
             memory_gb: float, bandwidth_tb_s: float, sources: tuple[str, ...],
             peaks: dict[str, float] = _H100_PEAKS, sm_count: int = 132,
-            measured: dict[str, float] | None = None) -> GpuSpec:
+            measured: dict[str, float] | None = None, memory: str = "hbm2e",
+            stream_tb_s: float | None = None) -> GpuSpec:
     """A GH100 preset: bf16 (and fp8) measured, fp16 = bf16, TF32 = bf16 x the TF32/bf16 ratio
     measured on an H100 SXM, full FP32 at the H100 SXM's measured efficiency; ``measured``
-    (FLOP/s, cited in ``sources``) replaces any of them."""
+    (FLOP/s, cited in ``sources``) replaces any of them. Streaming bandwidth: ``stream_tb_s``
+    (measured, cited) or the peak times :data:`STREAM_FRACTION` of ``memory`` (HBM3 boards take
+    the HBM2e fraction measured on the H100 PCIe: see :data:`STREAM_FRACTION`)."""
     achieved = {"bfloat16": bf16_achieved, "float16": bf16_achieved,
                 "float32": bf16_achieved * _HOPPER_TF32_OVER_BF16,
                 "float32-highest": peaks["float32-highest"] * _H100_FP32_EFF}
     if fp8_achieved is not None:
         achieved["float8"] = fp8_achieved
     achieved.update(measured or {})
+    stream = stream_tb_s if stream_tb_s is not None else bandwidth_tb_s * STREAM_FRACTION[memory]
     return GpuSpec(name=name, description=description, architecture="hopper", peak_flops_per_s=dict(peaks),
                    achieved_flops_per_s=achieved, memory_bytes=memory_gb * _GB,
-                   memory_bandwidth_bytes_per_s=bandwidth_tb_s * _TB, sm_count=sm_count,
-                   sources=sources + (_HOPPER_SMS, f"unless measured here: TF32 achieved = bf16 achieved x "
+                   memory_bandwidth_bytes_per_s=bandwidth_tb_s * _TB, stream_bandwidth_bytes_per_s=stream * _TB,
+                   sm_count=sm_count,
+                   sources=sources + _stream_note(memory, stream_tb_s) + (_HOPPER_SMS, f"unless measured here: TF32 achieved = bf16 achieved x "
                                       f"{_HOPPER_TF32_OVER_BF16:.3f} and FP32 = peak x {_H100_FP32_EFF:.3f}, both "
                                       f"measured on an H100 SXM ({_TPD}: tf32 402.15 / bf16 797.51; fp32 51.88, "
                                       "52.11 of 67)"))
@@ -400,11 +465,13 @@ _register(_hopper(
     (f"{_SPEC}: H100 PCIe fp32 51, tf32 378, bf16/fp16 756, fp8 1513 TFLOPS",
      "NVIDIA H100 datasheet (H100 PCIe: 80 GB HBM2e at 2 TB/s)",
      f"{_TPD}: 'NVIDIA H100 PCIe' (htdxd) bf16 495.93, fp16 458.03, tf32 240.43, fp32 36.95 TFLOP/s; "
-     "'NVIDIA H800 PCIe' (the same board for China) 503.83, 478.23, 242.83, 37.77 agrees"),
+     "'NVIDIA H800 PCIe' (the same board for China) 503.83, 478.23, 242.83, 37.77 agrees",
+     _STREAM.format(file="h100_pcie", gbs=1704, peak=2000)),
     peaks={"bfloat16": 756 * TFLOPS, "float16": 756 * TFLOPS, "float32": 378 * TFLOPS,
            "float32-highest": 51 * TFLOPS, "float8": 1513 * TFLOPS},
     sm_count=114,
     measured={"float16": 458.03 * TFLOPS, "float32": 240.43 * TFLOPS, "float32-highest": 36.95 * TFLOPS},
+    stream_tb_s=1.704,
 ))
 _register(_hopper(
     "h100-nvl", "NVIDIA H100 NVL 94GB (one GPU of the NVLink-bridged pair)", 835.5 * TFLOPS * _H100_EFF,
@@ -416,8 +483,15 @@ _register(_hopper(
            "float32-highest": 60 * TFLOPS, "float8": 1670.5 * TFLOPS},
 ))
 _register(_hopper(
-    "gh200", "NVIDIA GH200 Grace Hopper (H100 GPU, 96GB HBM3)", 828.6 * TFLOPS, None, 96, 4.0,
-    ("hardware.csv H016: GH200 bf16 matmul 828.6 TFLOP/s achieved (mamf-finder, 900 W 141 GiB version)",
+    # The 96 GB HBM3 superchip has no matmul measurement of its own: H016 (828.6) is the 900 W
+    # 141 GiB HBM3e version. This one takes the H100 SXM's (H015): the same 132-SM GH100 with
+    # HBM3, at the 700 W that Lambda's table lists for its GH200 96GB system.
+    "gh200", "NVIDIA GH200 Grace Hopper (H100 GPU, 96GB HBM3)", 794.5 * TFLOPS, None, 96, 4.0,
+    ("hardware.csv H015: H100 SXM bf16 matmul 794.5 TFLOP/s achieved (mamf-finder), taken for the 96 GB "
+     "HBM3 GH200, which has no measurement of its own; hardware.csv H016 (GH200 828.6 TFLOP/s) is the "
+     "'900W 141GiB HBM3e version' (stas00/ml-engineering@744d01e18b79 compute/accelerator/README.md, MAMF table)",
+     "lambdal/deeplearning-benchmark@aa5addb6a53675a649a80036dad548f1c27cbcc4 pytorch/csv_v1_v2/"
+     "pytorch-train-throughput-fp16.csv: 'LambdaCloud 1x GH200 96GB' listed at 700 W, as H100 SXM",
      f"{_SPEC}: GH200 SXM same peaks as H100 SXM",
      "NVIDIA GH200 Grace Hopper Superchip datasheet: 96 GB HBM3 at 4 TB/s (a 144 GB HBM3e at 4.9 TB/s "
      "version also exists)"),
@@ -430,8 +504,8 @@ _register(_hopper(
      "hardware.csv H021: H100 SXM dense peaks (H200 uses the same GH100 die)",
      f"{_TPD}: 'NVIDIA H200' (Mightlaus) bf16 790.29, fp16 759.40, fp32 51.34 TFLOP/s",
      "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: 141 GB HBM3e, 4.8 TB/s, same "
-     "compute as H100 SXM)"),
-    measured={"float16": 759.40 * TFLOPS, "float32-highest": 51.34 * TFLOPS},
+     "compute as H100 SXM)", _STREAM.format(file="h200", gbs=3165, peak=4800)),
+    measured={"float16": 759.40 * TFLOPS, "float32-highest": 51.34 * TFLOPS}, memory="hbm3e", stream_tb_s=3.165,
 ))
 
 # --- Blackwell -------------------------------------------------------------------------
@@ -457,7 +531,10 @@ _register(GpuSpec(
     # 180 GB per GPU (DGX B200: 1,440 GB for 8 GPUs).
     memory_bytes=180 * _GB,
     memory_bandwidth_bytes_per_s=8 * _TB,  # NVIDIA B200: 8 TB/s HBM3e per GPU
-    sm_count=None,
+    stream_bandwidth_bytes_per_s=8 * _TB * STREAM_FRACTION["hbm3e"],  # HBM3e as the H200 measured
+    # "a B200 SKU also reads 148" SMs (stas00/ml-engineering@744d01e18b79 training/performance/README.md,
+    # on SM counts by SKU); wave quantization needs it.
+    sm_count=148,
     sources=(
         "hardware.csv H017: B200 SXM bf16 matmul 1745.0 TFLOP/s achieved (mamf-finder)",
         "hardware.csv H022: B200 SXM dense peak bf16 2250, tf32 1125 TFLOP/s",
@@ -465,7 +542,8 @@ _register(GpuSpec(
         "NVIDIA DGX B200 user guide: 8 x B200 with 1,440 GB total GPU memory (180 GB each)",
         "NVIDIA Blackwell B200 specifications: 8 TB/s HBM3e bandwidth per GPU (192 GB as "
         "announced, 180 GB usable on HGX/DGX B200)",
-    ),
+        "stas00/ml-engineering@744d01e18b79 training/performance/README.md: a B200 SKU has 148 SMs",
+    ) + _stream_note("hbm3e", None),
 ))
 _register(GpuSpec(
     name="gb200",
@@ -480,6 +558,7 @@ _register(GpuSpec(
     },
     memory_bytes=186 * _GB,  # GB200 NVL72: up to 13.4 TB HBM3e for 72 GPUs
     memory_bandwidth_bytes_per_s=8 * _TB,  # GB200 NVL72: 576 TB/s for 72 GPUs
+    stream_bandwidth_bytes_per_s=8 * _TB * STREAM_FRACTION["hbm3e"],  # HBM3e as the H200 measured
     sm_count=None,
     sources=(
         f"{_SPEC}: GB200 SXM per chip fp32 80, tf32 1250, bf16/fp16 2500, fp8 5000 TFLOPS",
@@ -487,7 +566,7 @@ _register(GpuSpec(
         "NVIDIA GB200 NVL72 specifications: 72 Blackwell GPUs, up to 13.4 TB HBM3e (186 GB each) "
         "at 576 TB/s (8 TB/s each)",
         "TF32/FP32 achieved = peak x the bf16 efficiency 1822/2500",
-    ),
+    ) + _stream_note("hbm3e", None),
 ))
 
 # --- AMD CDNA (RCCL wiring is the network layer's; only the GPU is described here) ------
@@ -497,7 +576,7 @@ _register(_derived_gpu(
     name="mi250x", architecture="cdna2", description="AMD Instinct MI250X, one GCD of two (one PyTorch device, 64GB)",
     # Package: fp16/bf16 383 matrix, fp32 matrix 95.7 (what rocBLAS SGEMM runs on), no TF32.
     peaks_tflops={"bfloat16": 383.0 / 2, "float16": 383.0 / 2, "float32": 95.7 / 2},
-    memory_gb=64, bandwidth_gb_s=3276.8 / 2, sm_count=110,
+    memory_gb=64, bandwidth_gb_s=3276.8 / 2, sm_count=110, memory="cdna2",
     efficiency=_MI300X_EFF, why="MI300X's measured bf16 efficiency 668.4/1300, the nearest measured AMD GPU",
     sources=(f"{_SPEC}: MI250X bf16/fp16 383 TFLOPS (package), no TF32",
              "AMD Instinct MI250X specifications: 220 CUs, 95.7 TFLOPS FP32 matrix, 128 GB HBM2e at "
@@ -515,13 +594,15 @@ _register(GpuSpec(
     },
     memory_bytes=192 * _GB,
     memory_bandwidth_bytes_per_s=5.3 * _TB,
+    # HBM3, no streaming measurement: the CDNA2 (MI210) fraction.
+    stream_bandwidth_bytes_per_s=5.3 * _TB * STREAM_FRACTION["cdna2"],
     sm_count=304,
     sources=(
         "AMD Instinct MI300X specifications: 304 CUs, FP32 163.4, TF32 653.7, FP16/BF16 1307.4, FP8 "
         "2614.9 TFLOPS dense, 192 GB HBM3 at 5.3 TB/s",
         f"{_MAMF}: MI300X bf16 668.4 TFLOP/s (PYTORCH_TUNABLEOP_ENABLED=1)",
         "TF32/FP32 achieved = peak x the bf16 efficiency 668.4/1307.4",
-    ),
+    ) + _stream_note("cdna2", None),
 ))
 
 

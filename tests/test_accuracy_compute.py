@@ -27,9 +27,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "validation"))
 import accuracy_compute as accuracy  # noqa: E402
 
-PINNED_MEDIAN = 0.105
-PINNED_WORST = 0.47
-"""Today's leave-one-chip-out accuracy (10.4 % / 46.1 %), with a hair of slack."""
+PINNED_MEDIAN = 0.102
+PINNED_WORST = 0.375
+"""Today's leave-one-chip-out accuracy (10.1 % / 37.0 %), with a hair of slack."""
 
 
 @pytest.fixture(scope="module")

@@ -216,6 +216,7 @@ def test_compute_rates_replace_achieved_but_not_peak():
     assert cal.achieved_rate("bfloat16") == 600e12 and cal.achieved_rate("float16") == 794.5e12
     assert cal.peak_flops_per_s == gpu.peak_flops_per_s
     assert cal.memory_bandwidth_bytes_per_s == 2.5e12
+    assert cal.streaming_bandwidth_bytes_per_s == 2.5e12  # a measured copy is what the roofline streams at
     assert calibrated_gpu(make_profile(), gpu) is gpu
 
 

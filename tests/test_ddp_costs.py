@@ -62,7 +62,7 @@ def _program(model, options=DEFAULT_DDP_OPTIONS, *, grad_accum=1, gpu=H100, n_gp
 
 def _stream_s(size_bytes, kernels=1):
     # One roofline memory kernel (dpsim.workload.roofline.memory_term at the fitted efficiency).
-    return max(size_bytes / H100.memory_bandwidth_bytes_per_s / MEMORY_EFFICIENCY, kernels * HOST_OVERHEAD_PER_OP_S)
+    return max(size_bytes / H100.streaming_bandwidth_bytes_per_s / MEMORY_EFFICIENCY, kernels * HOST_OVERHEAD_PER_OP_S)
 
 
 # ----------------------------------------------------------------- configuration

@@ -165,7 +165,10 @@ def calibrated_gpu(profile: Profile, gpu: GpuSpec) -> GpuSpec:
     achieved = dict(gpu.achieved_flops_per_s)
     achieved.update(c.matmul_flops_per_s)
     bandwidth = c.memory_bandwidth_bytes_per_s or gpu.memory_bandwidth_bytes_per_s
+    # A measured copy is a streaming measurement: the roofline's memory rate too.
+    stream = c.memory_bandwidth_bytes_per_s or gpu.stream_bandwidth_bytes_per_s
     return replace(gpu, achieved_flops_per_s=achieved, memory_bandwidth_bytes_per_s=bandwidth,
+                   stream_bandwidth_bytes_per_s=stream,
                    sources=gpu.sources + (f"compute measured on {c.device} (profile {profile.name})",))
 
 

@@ -264,7 +264,8 @@ def scaling_figure(data: Any, *, group_by: str | Sequence[str] | None = "link", 
                                  name=label, legendgroup=label, showlegend=False, line=dict(color=color),
                                  customdata=hover, hovertemplate=template.replace("%{y:,.4s} " + unit, "%{y:.1f} %")),
                       row=1, col=2)
-        rates = {round(r["single_gpu_samples_per_s"] * per_sample(r), 9) for r in grp}
+        # 9 significant digits: the one-GPU rate of 1 and of N GPUs may differ in the last bit.
+        rates = {float(f'{r["single_gpu_samples_per_s"] * per_sample(r):.9g}') for r in grp}
         for rate in rates:
             ideals.setdefault(rate, []).append(label)
     for k, (rate, labels) in enumerate(sorted(ideals.items())):

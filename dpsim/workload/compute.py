@@ -5,8 +5,8 @@ A layer's forward and backward are the sums of its ops' times
 of the GPU's measured matmul rate for the precision's dtype (fp32, TF32, fp16 with fp32
 accumulation, bf16), attention as a fused kernel or eager matmuls + softmax, and the
 memory-bound ops (norms, activations, dropout, residual adds, autocast's casts, softmax,
-embedding gathers and the loss) at HBM bandwidth. Under ``torch.autocast`` every forward
-also casts each layer's fp32 weights to 16 bits and every backward casts their 16-bit
+embedding gathers and the loss) at the GPU's streaming bandwidth. Under ``torch.autocast``
+every forward also casts each layer's fp32 weights to 16 bits and every backward casts their 16-bit
 gradients back (:func:`autocast_weight_bytes`). The optimizer step streams the bytes of
 PyTorch's default ``foreach`` kernels (:func:`dpsim.workload.precision.optimizer_traffic_bytes_per_param`);
 a per-parameter ``for`` loop (PyTorch's single-tensor implementation, the default before

@@ -22,8 +22,10 @@ Waterman and Patterson 2009, "Roofline: an insightful visual performance model",
   is two batched matmuls plus element-wise passes over the scores (softmax in fp32 under
   autocast, in the scores' dtype without it).
 * **Memory-bound ops** (norms, activations, dropout, residual adds, casts, softmax, the
-  loss, embedding gathers, the optimizer) stream their bytes at
-  :data:`MEMORY_EFFICIENCY` of the peak HBM bandwidth.
+  loss, embedding gathers, the optimizer) stream their bytes at :data:`MEMORY_EFFICIENCY` of
+  the GPU's streaming bandwidth: the rate a STREAM kernel measures on it, not the datasheet
+  peak, because the fraction of the peak that DRAM delivers differs by memory technology
+  (83-94 % on HBM2/HBM2e/GDDR6 boards, 66 % on the H200's HBM3e: :data:`dpsim.hardware.STREAM_FRACTION`).
 * **Host-bound ops**: PyTorch's eager mode spends CPU time on every op it dispatches
   (Python, the dispatcher, autograd bookkeeping, the kernel launch), about
   :data:`HOST_OVERHEAD_PER_OP_S`. The CPU runs ahead of the GPU while kernels are long, so
@@ -67,15 +69,15 @@ column cuda_sub); about 7 µs per eager op on tiny tensors (flagos-ai/FlagGems i
 (pytorch/pytorch issue #82793, description). Python-level optimizer loops pay it per
 parameter and per op."""
 
-MEMORY_EFFICIENCY = 0.635
-"""Fraction of the peak device-memory bandwidth that PyTorch's eager element-wise kernels
-reach, as the ops are counted here. Fitted leave-one-chip-out by
-``validation/accuracy_compute.py`` (it prints every fold); this default is the fit on all
-scored rows. A streaming kernel alone reaches 85-94 % of peak on HBM2/HBM2e/GDDR6 boards
-(te42kyfo/gpu-benches@1c36d509 gpu-stream: scale/triad on V100, A100, A40, L40, H100 PCIe)
-and 66-74 % on H200's HBM3e; real kernels lose more to launch tails and partial waves."""
+MEMORY_EFFICIENCY = 0.733
+"""Fraction of the GPU's *streaming* bandwidth (:attr:`dpsim.hardware.GpuSpec.streaming_bandwidth_bytes_per_s`:
+what a STREAM ``scale`` kernel measures, 66-94 % of the datasheet peak depending on the memory
+technology) that PyTorch's eager element-wise kernels reach, as the ops are counted here. Fitted
+leave-one-chip-out by ``validation/accuracy_compute.py`` (it prints every fold); this default is
+the fit on all scored rows. Real kernels lose more than a pure stream to launch tails, partial
+waves and less regular access (strided norms, gathers)."""
 
-MATMUL_EFFICIENCY = 0.9673
+MATMUL_EFFICIENCY = 0.964
 """Fraction of the best-shape measured matmul rate (:mod:`dpsim.hardware`) that a
 full-wave, full-tile GEMM of a real layer reaches. Fitted like :data:`MEMORY_EFFICIENCY`."""
 
@@ -128,7 +130,7 @@ class Term:
     compute_s: float
     """FLOPs / nominal rate (best matmul rate x shape efficiency, or attention's rate)."""
     memory_s: float
-    """Bytes / peak HBM bandwidth."""
+    """Bytes / the streaming bandwidth (:attr:`dpsim.hardware.GpuSpec.streaming_bandwidth_bytes_per_s`)."""
     kind: str = "memory"
     """``matmul`` (compute scales with the matmul efficiency), ``attention`` (fixed fraction
     of peak) or ``memory`` (no compute)."""
@@ -195,12 +197,12 @@ def matmul_term(m: int, n: int, k: int, batch: int, rate_key: str, element_bytes
     if traffic_elements is None:
         traffic_elements = float(m) * k + float(k) * n + float(m) * n
     traffic = element_bytes * batch * traffic_elements
-    return Term(compute, traffic / gpu.memory_bandwidth_bytes_per_s, "matmul", HOST_OVERHEAD_PER_OP_S)
+    return Term(compute, traffic / gpu.streaming_bandwidth_bytes_per_s, "matmul", HOST_OVERHEAD_PER_OP_S)
 
 
 def memory_term(size_bytes: float, gpu: GpuSpec, kernels: float = 1.0) -> Term:
     """``kernels`` kernels that only stream ``size_bytes`` through device memory."""
-    return Term(0.0, size_bytes / gpu.memory_bandwidth_bytes_per_s, host_s=kernels * HOST_OVERHEAD_PER_OP_S)
+    return Term(0.0, size_bytes / gpu.streaming_bandwidth_bytes_per_s, host_s=kernels * HOST_OVERHEAD_PER_OP_S)
 
 
 def memory_time_s(size_bytes: float, gpu: GpuSpec, eff: Efficiencies | None = None) -> float:
@@ -243,7 +245,7 @@ def _matmul(op: MatmulOp, gpu: GpuSpec, precision: Precision, micro_batch: int) 
 def _attention(op: AttentionOp, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
     e = precision.activation_bytes
     heads = op.heads * micro_batch
-    bw = gpu.memory_bandwidth_bytes_per_s
+    bw = gpu.streaming_bandwidth_bytes_per_s
     if op.fused:
         flops = op.flops_per_sample * micro_batch * (0.5 if op.causal else 1.0)
         rate = _peak_or_achieved(precision.matmul_dtype, gpu) * ATTENTION_FRACTION_OF_PEAK.get(gpu.architecture, 0.35)
