@@ -154,6 +154,18 @@ def test_uneven_stage_split_moves_the_memory():
         predict(_layout_config(stage_layers="8,10,11"))
 
 
+def test_deepspeed_schedule_pays_its_blocking_transfers():
+    """DeepSpeed's pipeline engine runs 1F1B's order with blocking sends and receives and
+    reduces gradients only after the pipeline: never faster than Megatron's 1F1B with the
+    data-parallel reduction after the pipeline too, and the same memory."""
+    megatron = predict(_layout_config(strategy="zero1", overlap=False))
+    deepspeed = predict(_layout_config(strategy="zero1", schedule="deepspeed"))
+    assert deepspeed.step_time_s >= megatron.step_time_s * (1 - 1e-9)
+    assert deepspeed.memory.total_bytes == megatron.memory.total_bytes
+    assert deepspeed.layout.transfers == megatron.layout.transfers == 2 * (4 - 1) * 8
+    assert deepspeed.layout.to_dict()["schedule"] == "deepspeed"
+
+
 def test_stage_memory_of_the_planner_equals_the_memory_model():
     from dpsim.plan.planner import Candidate, Planner
     base = PredictConfig(model="llama-2-13b", link="infiniband", precision="bf16-mixed")

@@ -499,7 +499,9 @@ class Planner:
         p2p_bytes = full_hidden / c.tp
         p2p_one = self.cost(gc, "pp", "broadcast", p2p_bytes) if p > 1 else 0.0
         gather = self.cost(gc, "tp", "all_gather", full_hidden) if c.tp > 1 and not c.sequence_parallel else 0.0
-        p2p = 2 * (n_virtual - 1) * (p2p_one + gather) if p > 1 else 0.0
+        # Fill and drain cross every link; in the steady state the blocking exchanges (one per
+        # micro-batch and chunk on the critical path, as the simulator plays them) add theirs.
+        p2p = (2 * (n_virtual - 1) + m * v) * (p2p_one + gather) if p > 1 else 0.0
         # memory and parameters of the first and last stage
         w, g = self.precision.weight_bytes, self.precision.grad_bytes
         k = optimizer_state_bytes_per_param(self.precision, self.base.optimizer)

@@ -72,7 +72,7 @@ FsdpUnit = Literal["block", "layer", "model"]
 """``--fsdp-unit``: the keys of :data:`dpsim.strategies.registry.FSDP_UNITS`."""
 Placement = Literal["packed", "interleaved"]
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
-Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved"]
+Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
 Recompute = Literal["off", "selective", "full"]
 """``--recompute``: the keys of :data:`dpsim.strategies.layout.RECOMPUTE`."""
@@ -199,8 +199,9 @@ class PredictConfig:
     """Samples per optimizer step over all replicas; sets the micro-batches per step to
     global-batch / (micro-batch x data-parallel replicas). Left out: --grad-accum micro-batches."""
     schedule: Schedule = "1f1b"
-    """Pipeline schedule: 1f1b (Megatron's default), gpipe, or 1f1b-interleaved (with
-    --virtual-stages model chunks per stage)."""
+    """Pipeline schedule: 1f1b (Megatron's default), gpipe, 1f1b-interleaved (with
+    --virtual-stages model chunks per stage), or deepspeed (DeepSpeed's pipeline engine: 1F1B
+    with blocking sends and receives, gradients reduced after the pipeline)."""
     virtual_stages: int = field(default=1, metadata=_count())
     """Model chunks per pipeline stage for --schedule 1f1b-interleaved (bubble divided by it)."""
     stage_layers: str | None = None

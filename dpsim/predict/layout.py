@@ -290,11 +290,12 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     tp_comm = sum(l.tp_comm_s for c in s0 for l in c.layers) * m_total
     tp_exposed = sum(l.tp_exposed_s for c in s0 for l in c.layers) * m_total
     p2p_s = cost("pp", "broadcast", p2p_bytes) if p > 1 else 0.0
-    sent0 = sum(1 for t in plan.program.transfers if t.src == 0)
+    data_transfers = [t for t in plan.program.transfers if t.size_bytes > 0]  # not DeepSpeed's handshakes
+    sent0 = sum(1 for t in data_transfers if t.src == 0)
     mem, advice = layout_fit(memory, config)
     report = LayoutReport(layout=layout, stages=reports, bubble_fraction=reports[0].bubble_s / step if step else 0.0,
                           ideal_bubble_fraction=bubble_fraction(layout), tp_comm_s=tp_comm, tp_exposed_s=tp_exposed,
-                          p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(plan.program.transfers),
+                          p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
                           embedding_grad_bytes=emb_bytes, pipeline=result)
     st0 = result.stages[0]
     fwd0 = st0.by_kind_s.get("forward", 0.0)
