@@ -301,3 +301,27 @@ def test_layout_groups_are_placed_as_megatron_ranks_them():
                                  LayoutShape(tp=2, pp=2, dp=4))
     assert small["dp"].topology.n_gpus == 4 and small["dp"].topology.n_nodes == 1  # tp x dp = 8: one server
     assert small["pp"].topology.n_nodes == 2
+
+
+@pytest.mark.parametrize("overlap", ["off", "backward", "full"])
+@pytest.mark.parametrize("recompute", ["off", "full"])
+def test_hidden_tensor_parallel_collectives_slow_their_gemms(overlap, recompute):
+    """A collective hidden under a GEMM takes SMs: the layer pays hidden x s / (1 + s) more,
+    s the overlap slowdown (nothing when every collective blocks, nothing with s = 0)."""
+    from dpsim.strategies.layout import layer_work
+    from dpsim.workload.compute import compute_profile
+    tp, s = 4, 0.1
+    tpm = tp_model(_gpt(layers=2), tp, sequence_parallel=True)
+    shard = compute_profile(tpm.spec, get_gpu("h100"), micro_batch=2, precision=BF16, optimizer="adamw")
+    layout = Layout(tp=tp, micro_batch=2, sequence_parallel=True, tp_comm_overlap=overlap, recompute=recompute)
+
+    def cost(op, size):
+        return size / 100e9
+
+    base = layer_work(tpm, shard, layout, tp_cost=cost)
+    slowed = layer_work(tpm, shard, layout, tp_cost=cost, overlap_slowdown=s)
+    extra = sum(b.forward_s + b.backward_s for b in slowed) - sum(b.forward_s + b.backward_s for b in base)
+    hidden = sum(w.tp_comm_s - w.tp_exposed_s for w in base)
+    assert extra == pytest.approx(hidden * s / (1 + s), rel=1e-9, abs=1e-15)
+    assert (hidden == 0) == (overlap == "off")
+    assert [w.recompute_s for w in slowed] == [w.recompute_s for w in base]

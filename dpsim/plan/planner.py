@@ -373,7 +373,7 @@ class Planner:
                         tp_comm_overlap=self.base.tp_comm_overlap if tp > 1 else "backward")
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
         work = layer_work(tpm, compute, layout, tp_cost=lambda op, s: self.cost(gc, "tp", op, s),
-                          act_element_bytes=act_bytes)
+                          act_element_bytes=act_bytes, overlap_slowdown=self.base.overlap_slowdown)
         scale = 2.0 if self.precision.compute_dtype == "float32" else 1.0
         act = []
         starts = {min(b) for b in block_layers(tpm)}

@@ -249,13 +249,18 @@ class LayerWork:
 
 def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                tp_cost: Callable[[str, float], float], act_element_bytes: int = 2,
-               time_scale: float = 1.0) -> tuple[LayerWork, ...]:
+               time_scale: float = 1.0, overlap_slowdown: float = 0.0) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
     ``shard_compute`` is the compute profile of ``tpm.spec`` at the layout's micro-batch;
     ``time_scale`` multiplies its times (a measured one-GPU step or calibration);
-    ``tp_cost(op, bytes)`` the ``tp`` communicator's collective time.
+    ``tp_cost(op, bytes)`` the ``tp`` communicator's collective time. A tensor-parallel
+    collective hidden under a GEMM still runs its kernels on the GPU's SMs: the GEMM runs
+    ``1 + overlap_slowdown`` times slower while it does (``--overlap-slowdown``, the same
+    contention the engines charge a data-parallel collective overlapping compute), so the
+    hidden time adds ``hidden x overlap_slowdown / (1 + overlap_slowdown)``.
     """
+    contention = overlap_slowdown / (1.0 + overlap_slowdown)
     tokens = tpm.model.tokens_per_sample or 0
     fwd_s, bwd_s, comms, core_s = [], [], [], []
     for layer, lt in zip(tpm.layers, shard_compute.layers):
@@ -279,9 +284,15 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
             recompute_exposed[last] = sum(comms[i].forward_exposed_s for i in unit_layers)
     elif layout.recompute == "selective":
         recompute = list(core_s)
+    hidden_f = [contention * (c.forward_s - c.forward_exposed_s) for c in comms]
+    hidden_b = [contention * (c.backward_s - c.backward_exposed_s) for c in comms]
+    if layout.recompute == "full":
+        # The re-run forward's hidden collectives contend like the first run's.
+        for unit_layers in _units(tpm):
+            hidden_b[max(unit_layers)] += sum(hidden_f[i] for i in unit_layers)
     return tuple(LayerWork(
-        index=layer.index, forward_s=fwd_s[i] + comms[i].forward_exposed_s,
-        backward_s=bwd_s[i] + comms[i].backward_exposed_s + recompute[i],
+        index=layer.index, forward_s=fwd_s[i] + comms[i].forward_exposed_s + hidden_f[i],
+        backward_s=bwd_s[i] + comms[i].backward_exposed_s + hidden_b[i] + recompute[i],
         compute_forward_s=fwd_s[i], compute_backward_s=bwd_s[i], recompute_s=recompute[i],
         tp_comm_s=comms[i].forward_s + comms[i].backward_s + recompute_comm[i],
         tp_exposed_s=comms[i].forward_exposed_s + comms[i].backward_exposed_s + recompute_exposed[i],
