@@ -325,3 +325,25 @@ def test_hidden_tensor_parallel_collectives_slow_their_gemms(overlap, recompute)
     assert extra == pytest.approx(hidden * s / (1 + s), rel=1e-9, abs=1e-15)
     assert (hidden == 0) == (overlap == "off")
     assert [w.recompute_s for w in slowed] == [w.recompute_s for w in base]
+
+
+def test_unfused_gradient_accumulation_streams_the_gradients_each_micro_batch():
+    """Megatron's local DDP adds every micro-batch's gradients into main_grad (read both, write
+    one); fused accumulation (the default) does it inside the weight-gradient GEMM."""
+    from dpsim.strategies.layout import gradient_accumulation_s, layer_work
+    from dpsim.workload.compute import compute_profile
+    from dpsim.workload.roofline import MEMORY_EFFICIENCY
+    gpu = get_gpu("a100")
+    tpm = tp_model(_gpt(h=4096, layers=2), 2)
+    acc = gradient_accumulation_s(tpm, gpu, 2)
+    for layer, t in zip(tpm.layers, acc):
+        stream = 3 * 2 * layer.numel_per_rank / (gpu.memory_bandwidth_bytes_per_s * MEMORY_EFFICIENCY)
+        assert t >= stream * (1 - 1e-12) and (layer.numel_per_rank == 0) == (t == 0)
+        if layer.numel_per_rank > 10**7:
+            assert t == pytest.approx(stream, rel=1e-12)
+    shard = compute_profile(tpm.spec, gpu, micro_batch=1, precision=BF16, optimizer="adamw")
+    fused = layer_work(tpm, shard, Layout(tp=2), tp_cost=lambda op, s: 0.0, accumulate_s=acc)
+    unfused = layer_work(tpm, shard, Layout(tp=2, grad_accum_fusion=False), tp_cost=lambda op, s: 0.0,
+                         accumulate_s=acc)
+    assert [u.backward_s - f.backward_s for f, u in zip(fused, unfused)] == pytest.approx(acc, rel=1e-12)
+    assert [u.forward_s for u in unfused] == [f.forward_s for f in fused]

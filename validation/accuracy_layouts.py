@@ -100,6 +100,7 @@ def config_of(row: dict) -> PredictConfig:
                   sequence_parallel=row["sequence_parallel"] == "true" and tp > 1)
         if tp > 1:
             kw["tp_comm_overlap"] = row["tp_comm_overlap"]
+        kw["grad_accum_fusion"] = row["grad_accum_fusion"] == "true"
     else:
         kw["activation_checkpointing"] = recompute == "full"
     return PredictConfig(**kw)

@@ -41,6 +41,7 @@ from dpsim.strategies.layout import (
     Layout,
     chunk_work,
     default_bucket_elements,
+    gradient_accumulation_s,
     layer_work,
     parse_stage_layers,
     stage_assignment,
@@ -71,7 +72,8 @@ def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
                   schedule=config.schedule, micro_batch=config.micro_batch, micro_batches=config.micro_batches,
                   sequence_parallel=config.sequence_parallel, recompute=config.recompute,
                   tp_comm_overlap=config.tp_comm_overlap, strategy=config.strategy, overlap=config.overlap,
-                  stage_blocks=parse_stage_layers(config.stage_layers, config.pp), bucket_elements=bucket)
+                  stage_blocks=parse_stage_layers(config.stage_layers, config.pp), bucket_elements=bucket,
+                  grad_accum_fusion=config.grad_accum_fusion)
 
 
 def layout_shape(config: PredictConfig) -> LayoutShape | None:
@@ -262,8 +264,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     scale, opt_scale = _scales(config, model, gpu, precision, compute)
     shard = shard_compute(tpm, gpu, config, precision)
     act = _act_bytes(precision)
+    accumulate = () if layout.grad_accum_fusion else gradient_accumulation_s(tpm, gpu, precision.grad_bytes)
     work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
-                      overlap_slowdown=config.overlap_slowdown)
+                      overlap_slowdown=config.overlap_slowdown, accumulate_s=accumulate)
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
     hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
