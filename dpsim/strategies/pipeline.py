@@ -58,7 +58,7 @@ embedding's gradient (``_allreduce_word_embedding_grads``) before the optimizer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpsim.engine.pipeline import PipelineProgram, StageOp, StageProgram, Transfer
 from dpsim.engine.program import CommOp
@@ -393,6 +393,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         n_b = sum(1 for kind, _, _ in slots[s] if kind == "B")
         b_seen = 0
         tail_ops = end_ops + ([emb_op] if emb_op is not None and s in (0, p - 1) else [])
+        pending: list[int] = []  # transfers of blocking exchanges the next op waits for
         for kind, c, j, xsend, xrecv in _stage_sequence(slots[s], s, p, m, deepspeed=deepspeed,
                                                         blocking=blocking_p2p, act_send=act_send,
                                                         grad_send=grad_send,
@@ -400,20 +401,29 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
             g = c * p + s
             work = chunks[s][c]
             if kind == "exchange":
-                if xrecv:
-                    ops.append(StageOp(kind="p2p", name="post receive", duration_s=0.0,
-                                       sends=tuple(ready[t] for t in xrecv)))
+                # Few ops (the engine's cost is per op): receives are posted by the op that
+                # just ended, unless an earlier exchange is still in flight (DeepSpeed's
+                # sequential commands); each send is one op; the next op waits for the data.
+                tokens = tuple(ready[t] for t in xrecv)
+                if tokens:
+                    if pending or not ops:
+                        ops.append(StageOp(kind="p2p", name="post receive", duration_s=0.0,
+                                           needs=tuple(pending), sends=tokens))
+                        pending.clear()
+                    else:
+                        ops[-1] = replace(ops[-1], sends=ops[-1].sends + tokens)
                 for t in xsend:
                     ops.append(StageOp(kind="p2p", name=f"send {transfers[t].name}", duration_s=0.0,
-                                       needs=(ready[t],), sends=(t,)))
-                ops.append(StageOp(kind="p2p", name="wait for transfers", duration_s=0.0, needs=xsend + xrecv))
+                                       needs=(ready[t], *pending), sends=(t,)))
+                pending.extend(xsend + xrecv)
                 continue
             if kind == "F":
                 needs = (act_send[g - 1, j],) if (g - 1, j) in act_send else ()
                 sends = (act_send[g, j],) if (g, j) in act_send else ()
                 extra = gather_s if needs else 0.0
                 if blocking_p2p:
-                    needs, sends = (), ()
+                    needs, sends = tuple(pending), ()
+                    pending.clear()
                 if j == first_f[c] and any(key[0] == c for key in gather_before):
                     for k, lw in enumerate(work.layers):
                         first, last = k == 0, k == len(work.layers) - 1
@@ -433,7 +443,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
             sends = (grad_send[g, j],) if (g, j) in grad_send else ()
             extra = gather_s if needs else 0.0
             if blocking_p2p:
-                needs, sends = (), ()
+                needs, sends = tuple(pending), ()
+                pending.clear()
             last_of_stage = b_seen == n_b and not deepspeed
             tail: list[int] = list(tail_ops) if last_of_stage else []
             if j == final_b[c] and any(key[0] == c for key in launches_after_layer):
@@ -452,10 +463,13 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 ops.append(StageOp(kind="backward", name=f"backward chunk {c} micro-batch {j + 1}",
                                    duration_s=bwd[s][c] + extra, needs=needs, sends=sends,
                                    launches=tuple(tail), micro_batch=j, chunk=c))
-        if deepspeed:
-            # ReduceTiedGrads and ReduceGrads follow the stage's last pipe step.
-            ops.append(StageOp(kind="p2p", name="reduce gradients after the pipeline", duration_s=0.0,
-                               launches=tuple(tail_ops)))
+        if pending or deepspeed:
+            # The last exchange completes before the step goes on (DeepSpeed's ReduceTiedGrads
+            # and ReduceGrads follow the stage's last pipe step).
+            ops.append(StageOp(kind="p2p", name="reduce gradients after the pipeline" if deepspeed else
+                               "wait for transfers", duration_s=0.0, needs=tuple(pending),
+                               launches=tuple(tail_ops) if deepspeed else ()))
+            pending.clear()
         waits = tuple(dp_ops) + ((emb_op,) if emb_op is not None and s in (0, p - 1) else ())
         ops.append(StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits))
         if dp.dp > 1 and dp.strategy == "zero1" and not overlap:
