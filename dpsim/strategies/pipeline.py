@@ -22,11 +22,13 @@ its micro-batches and model chunks):
   assert ``async_op == False``, ``deepspeed/runtime/pipe/p2p.py``@077e6740): a forward
   step receives its activation from ``s - 1`` then sends the previous backward's gradient
   to it; a backward step sends the previous forward's activation to ``s + 1`` then receives
-  its gradient. A send completes only once the peer has reached the matching receive, so
-  neighbours alternate in lock-step: in the steady state a stage's forward waits for its
-  neighbour's backward, and every micro-batch costs ``2·max(F, B)`` instead of ``F + B``.
-  Gradients are reduced across replicas after the pipeline (``ReduceTiedGrads``,
-  ``ReduceGrads`` at the last step), never overlapped.
+  its gradient. A send completes only once the peer has reached the matching receive. A
+  stage meets each neighbour every other pipe step, with one forward and one backward in
+  between on both sides, so in the steady state neighbours run one forward apart and do
+  not wait for each other: free transfers give 1F1B's step exactly, and what DeepSpeed adds
+  is its messages one at a time on the critical path. Gradients are reduced across
+  replicas after the pipeline (``ReduceTiedGrads``, ``ReduceGrads`` at the last step),
+  never overlapped.
 
 The bubble of every schedule is ``(p - 1)`` forward+backward slots of a stage out of
 ``m + p - 1`` (interleaved: of a chunk, ``(p - 1)/v`` of a stage): Narayanan et al. 2021,
@@ -196,8 +198,12 @@ def deepspeed_commands(p: int, m: int, stage: int) -> list[Command]:
     return out
 
 
+Step = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
+"""``(kind, chunk, micro-batch, transfers sent, transfers received)`` of a stage's sequence."""
+
+
 def _stage_sequence(slots: Sequence[Slot], s: int, p: int, m: int, *, deepspeed: bool, blocking: bool,
-                    act_send: dict, grad_send: dict, interleaved_warmup: int | None = None) -> list[tuple[str, int, int, tuple[int, ...], tuple[int, ...]]]:
+                    act_send: dict, grad_send: dict, interleaved_warmup: int | None = None) -> list[Step]:
     """A stage's compute ops and blocking exchanges in order: ``(kind, chunk, micro-batch, sent,
     received)``, kind ``F``, ``B`` or ``exchange`` (its transfers sent and received).
 
