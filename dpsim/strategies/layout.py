@@ -254,12 +254,14 @@ class LayerWork:
 def gradient_accumulation_s(tpm: TpModel, gpu, grad_bytes: int) -> list[float]:
     """Per layer, the unfused gradient accumulation of one micro-batch on one rank: Megatron's
     local DDP hook runs ``param.main_grad.add_(param.grad.data)`` for every parameter after
-    every micro-batch's backward (``megatron/model/distributed.py``, ``_make_param_hook``, as
-    stored at NVIDIA/Megatron-LM@01d65bde; autograd's ``AccumulateGrad`` adds into ``.grad``
-    the same way under DeepSpeed), one element-wise kernel per parameter reading the new
-    gradient and the buffer and writing the buffer. Fused accumulation (the weight-gradient
-    GEMM's ``beta = 1`` epilogue writing ``main_grad``: NVIDIA/apex pull request #1297,
-    February 2022; Megatron's ``--gradient-accumulation-fusion``) removes the pass
+    every micro-batch's backward (``megatron/model/distributed.py`` ``_make_param_hook``,
+    NVIDIA/Megatron-LM@50a4b5fa02, April 2021); without the hook autograd's
+    ``AccumulateGrad`` adds into ``.grad`` the same way from the second micro-batch (torch
+    DDP, DeepSpeed): one element-wise kernel per parameter reading the new gradient and the
+    buffer and writing the buffer, charged here every micro-batch. Fused accumulation (the
+    weight-gradient GEMM's ``beta = 1`` epilogue writing ``main_grad``: Megatron-LM
+    83b1e42f30 "gradient accumulation fusion", February 2022, on by default with fp32
+    accumulation in ``megatron/arguments.py``@2e90a342f5; TransformerEngine) removes the pass
     ("every linear paid an extra full-size read-modify-write of main_grad per microbatch",
     AMD-AGI/Primus pull request #995)."""
     eff = Efficiencies()

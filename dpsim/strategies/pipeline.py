@@ -43,8 +43,8 @@ Sec. 4.1; with sequence parallelism the hidden state is already split), all-gath
 over the ``tp`` group at the receiver without sequence parallelism. Exchanges block
 (``blocking_p2p``, the default): Megatron's ``p2p_communication._communicate`` posts an op's
 sends with the next op's receives as one ``batch_isend_irecv`` and waits on it before
-computing on (``megatron/p2p_communication.py`` ``_communicate``, as stored at
-NVIDIA/Megatron-LM@178beeb45d: ``req.wait()`` on every request, then a device synchronize
+computing on (``megatron/p2p_communication.py`` ``_communicate``@50a4b5fa02, the code of
+Narayanan et al. 2021: ``req.wait()`` on every request, then ``torch.cuda.synchronize()``
 "to protect against race condition"; Megatron-Core waits on the requests unless
 ``--overlap-p2p-communication``), and a large NCCL send completes only once its receive is
 posted, so both sides hold until the data has landed: each steady-state exchange sits on
