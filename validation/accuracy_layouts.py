@@ -79,7 +79,8 @@ def _megatron_ops(op, flash: bool) -> tuple:
 
 def _megatron_cross_entropy(elements: float) -> MemoryOp:
     """Megatron's ``_VocabParallelCrossEntropy`` over the logits, pass by pass
-    (``megatron/core/tensor_parallel/cross_entropy.py``@00611e6e; the same passes in
+    (``megatron/core/tensor_parallel/cross_entropy.py``@937571cfd4, Megatron-Core r0.8 whose
+    ``--cross-entropy-loss-fusion`` is off by default; the same passes in
     ``megatron/mpu/cross_entropy.py``@34ed99d1 with the ``.float()`` in the GPT model):
     forward casts the 16-bit logits to fp32, reads them for the max, subtracts it in place,
     exponentiates in place, reads them for the sum and divides in place (the softmax kept
