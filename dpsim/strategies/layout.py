@@ -38,8 +38,8 @@ SCHEDULES: dict[str, str] = {
     "1f1b": "one forward one backward (PipeDream-Flush, Megatron's default): at most pp micro-batches in flight",
     "gpipe": "all forwards, then all backwards: every micro-batch in flight",
     "1f1b-interleaved": "1F1B over virtual stages (Megatron's interleaved schedule): bubble / virtual stages",
-    "deepspeed": "DeepSpeed's pipeline engine (TrainSchedule): 1F1B in lock-step with blocking sends and receives, "
-                 "gradients reduced after the pipeline",
+    "deepspeed": "DeepSpeed's pipeline engine (TrainSchedule): 1F1B's order in pipe steps, one blocking send or "
+                 "receive at a time, gradients reduced after the pipeline",
 }
 """``--schedule`` choices."""
 
