@@ -44,7 +44,7 @@ def test_layout_choices_are_the_registries():
     assert {k: defaults[k] for k in cfg.LAYOUT_FIELDS} == {
         "tp": 1, "pp": 1, "dp": None, "global_batch": None, "schedule": "1f1b", "virtual_stages": 1,
         "stage_layers": None, "sequence_parallel": False, "recompute": "off", "tp_comm_overlap": "backward",
-        "tp_across_network": False}
+        "tp_across_network": False, "grad_accum_fusion": True}
 
 
 def test_dp_alone_implies_the_gpus():
@@ -152,6 +152,27 @@ def test_uneven_stage_split_moves_the_memory():
     assert uneven[0].memory.params_per_gpu < even[0].memory.params_per_gpu
     with pytest.raises(ConfigError, match="--stage-layers: '8,10,11' is not valid"):
         predict(_layout_config(stage_layers="8,10,11"))
+
+
+def test_deepspeed_schedule_pays_its_blocking_transfers():
+    """DeepSpeed's pipeline engine runs 1F1B's order with blocking sends and receives and
+    reduces gradients only after the pipeline: never faster than Megatron's 1F1B with the
+    data-parallel reduction after the pipeline too, and the same memory."""
+    megatron = predict(_layout_config(strategy="zero1", overlap=False))
+    deepspeed = predict(_layout_config(strategy="zero1", schedule="deepspeed"))
+    assert deepspeed.step_time_s >= megatron.step_time_s * (1 - 1e-9)
+    assert deepspeed.memory.total_bytes == megatron.memory.total_bytes
+    assert deepspeed.layout.transfers == megatron.layout.transfers == 2 * (4 - 1) * 8
+    assert deepspeed.layout.to_dict()["schedule"] == "deepspeed"
+
+
+def test_unfused_gradient_accumulation_costs_each_micro_batch_and_needs_a_layout():
+    fused = predict(_layout_config(global_batch=128))
+    unfused = predict(_layout_config(global_batch=128, grad_accum_fusion=False))
+    assert unfused.step_time_s > fused.step_time_s
+    assert unfused.memory.total_bytes == fused.memory.total_bytes
+    with pytest.raises(ConfigError, match="^--no-grad-accum-fusion: applies with --tp or --pp above 1"):
+        PredictConfig(gpus=8, link="infiniband", grad_accum_fusion=False)
 
 
 def test_stage_memory_of_the_planner_equals_the_memory_model():

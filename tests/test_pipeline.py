@@ -33,6 +33,7 @@ from dpsim.strategies.layout import ChunkWork, LayerWork, Layout, stage_assignme
 from dpsim.strategies.pipeline import (
     DataParallelPlan,
     build_pipeline_program,
+    deepspeed_commands,
     in_flight,
     peak_in_flight,
     schedule_slots,
@@ -70,7 +71,8 @@ def _uniform(p, v, f=1.0, b=2.0, numel=100):
 _NO_DP = DataParallelPlan(strategy="ddp", dp=1, overlap=True, bucket_elements=10**9, grad_bytes=2, weight_bytes=2)
 
 
-@pytest.mark.parametrize("schedule, v", [("gpipe", 1), ("1f1b", 1), ("1f1b-interleaved", 2), ("1f1b-interleaved", 3)])
+@pytest.mark.parametrize("schedule, v", [("gpipe", 1), ("1f1b", 1), ("1f1b-interleaved", 2), ("1f1b-interleaved", 3),
+                                         ("deepspeed", 1)])
 @pytest.mark.parametrize("p, m", [(2, 2), (4, 4), (4, 12), (8, 16)])
 def test_uniform_stages_take_the_bubble_of_narayanan_2021(schedule, v, p, m):
     """(m + (p - 1)/v) x (F + B) with free transfers (Narayanan et al. 2021, Sec. 2.2)."""
@@ -91,7 +93,59 @@ def test_transfers_lengthen_fill_and_drain():
     paid = run_pipeline(plan.program, lambda g, op, s: tau if g == "pp" else 0.0).step_time_s
     # The first activation crosses p - 1 links and the last gradient comes back over them.
     assert paid >= free + 2 * (p - 1) * tau - 1e-12
-    assert len(plan.program.transfers) == 2 * (p - 1) * m
+    assert len([t for t in plan.program.transfers if t.size_bytes > 0]) == 2 * (p - 1) * m
+
+
+@pytest.mark.parametrize("schedule, v", [("gpipe", 1), ("1f1b", 1), ("1f1b-interleaved", 2), ("1f1b-interleaved", 3),
+                                         ("deepspeed", 1)])
+@pytest.mark.parametrize("p, m", [(2, 2), (2, 6), (3, 3), (4, 8), (8, 8), (8, 24)])
+def test_blocking_exchanges_never_deadlock_and_cost_only_their_transfers(schedule, v, p, m):
+    """Megatron's and DeepSpeed's blocking sends and receives: free transfers give the
+    asynchronous step exactly; paid ones hold both sides, so the step never gets shorter."""
+    if schedule == "1f1b-interleaved" and m % p:
+        pytest.skip("the interleaved schedule needs m a multiple of p")
+    layout = Layout(pp=p, virtual_stages=v, schedule=schedule, micro_batches=m)
+    work = _uniform(p, v, f=1.0, b=3.0)
+    steps = {}
+    for blocking in (False, True):
+        plan = build_pipeline_program(work, layout, p2p_bytes=1.0, gather_s=0.0, optimizer_s=[0.0] * p,
+                                      dp=_NO_DP, blocking_p2p=blocking)
+        for tau in (0.0, 0.05):
+            steps[blocking, tau] = run_pipeline(plan.program, lambda g, op, size: tau if size > 0 else 0.0).step_time_s
+    assert steps[True, 0.0] == pytest.approx(steps[False, 0.0], rel=1e-12)
+    assert steps[True, 0.05] >= steps[False, 0.05] - 1e-12
+
+
+def test_deepspeed_runs_1f1b_order_in_pipe_steps():
+    """DeepSpeed's TrainSchedule: F(j) at pipe step 2j + s, B(j) at 2j + 2p - 1 - s
+    (deepspeed/runtime/pipe/schedule.py@077e6740), so its compute order is 1F1B's; each
+    activation and gradient is sent and received exactly once."""
+    for p in (2, 3, 4, 7):
+        for m in (1, 2, 5, 12):
+            sent: dict[tuple[str, int, int], int] = {}
+            for s in range(p):
+                cmds = deepspeed_commands(p, m, s)
+                order = [(k, 0, j) for k, _, j in cmds if k in ("F", "B")]
+                assert order == schedule_slots("1f1b", p, 1, m, s)
+                for kind, what, j in cmds:
+                    if kind == "send":
+                        dst = s + 1 if what == "act" else s - 1
+                        sent[what, dst, j] = sent.get((what, dst, j), 0) + 1
+                    elif kind == "recv":
+                        sent[what, s, j] = sent.get((what, s, j), 0) - 1
+            assert all(v == 0 for v in sent.values()) and len(sent) == 2 * (p - 1) * m
+
+
+def test_deepspeed_reduces_gradients_after_the_pipeline():
+    p, m = 4, 8
+    dp = DataParallelPlan(strategy="zero1", dp=8, overlap=True, bucket_elements=10, grad_bytes=2, weight_bytes=2)
+    plan = build_pipeline_program(_uniform(p, 1), Layout(pp=p, dp=8, schedule="deepspeed", micro_batches=m),
+                                  p2p_bytes=1.0, gather_s=0.0, optimizer_s=[0.0] * p, dp=dp)
+    for st in plan.program.stages:
+        launched = [i for op in st.ops for i in op.launches]
+        computing = [k for k, op in enumerate(st.ops) if op.kind in ("forward", "backward")]
+        launcher = [k for k, op in enumerate(st.ops) if op.launches]
+        assert launched and min(launcher) > max(computing)  # nothing overlaps the backward
 
 
 def test_a_collective_of_two_stages_waits_for_both():
@@ -247,3 +301,49 @@ def test_layout_groups_are_placed_as_megatron_ranks_them():
                                  LayoutShape(tp=2, pp=2, dp=4))
     assert small["dp"].topology.n_gpus == 4 and small["dp"].topology.n_nodes == 1  # tp x dp = 8: one server
     assert small["pp"].topology.n_nodes == 2
+
+
+@pytest.mark.parametrize("overlap", ["off", "backward", "full"])
+@pytest.mark.parametrize("recompute", ["off", "full"])
+def test_hidden_tensor_parallel_collectives_slow_their_gemms(overlap, recompute):
+    """A collective hidden under a GEMM takes SMs: the layer pays hidden x s / (1 + s) more,
+    s the overlap slowdown (nothing when every collective blocks, nothing with s = 0)."""
+    from dpsim.strategies.layout import layer_work
+    from dpsim.workload.compute import compute_profile
+    tp, s = 4, 0.1
+    tpm = tp_model(_gpt(layers=2), tp, sequence_parallel=True)
+    shard = compute_profile(tpm.spec, get_gpu("h100"), micro_batch=2, precision=BF16, optimizer="adamw")
+    layout = Layout(tp=tp, micro_batch=2, sequence_parallel=True, tp_comm_overlap=overlap, recompute=recompute)
+
+    def cost(op, size):
+        return size / 100e9
+
+    base = layer_work(tpm, shard, layout, tp_cost=cost)
+    slowed = layer_work(tpm, shard, layout, tp_cost=cost, overlap_slowdown=s)
+    extra = sum(b.forward_s + b.backward_s for b in slowed) - sum(b.forward_s + b.backward_s for b in base)
+    hidden = sum(w.tp_comm_s - w.tp_exposed_s for w in base)
+    assert extra == pytest.approx(hidden * s / (1 + s), rel=1e-9, abs=1e-15)
+    assert (hidden == 0) == (overlap == "off")
+    assert [w.recompute_s for w in slowed] == [w.recompute_s for w in base]
+
+
+def test_unfused_gradient_accumulation_streams_the_gradients_each_micro_batch():
+    """Megatron's local DDP adds every micro-batch's gradients into main_grad (read both, write
+    one); fused accumulation (the default) does it inside the weight-gradient GEMM."""
+    from dpsim.strategies.layout import gradient_accumulation_s, layer_work
+    from dpsim.workload.compute import compute_profile
+    from dpsim.workload.roofline import MEMORY_EFFICIENCY
+    gpu = get_gpu("a100")
+    tpm = tp_model(_gpt(h=4096, layers=2), 2)
+    acc = gradient_accumulation_s(tpm, gpu, 2)
+    for layer, t in zip(tpm.layers, acc):
+        stream = 3 * 2 * layer.numel_per_rank / (gpu.memory_bandwidth_bytes_per_s * MEMORY_EFFICIENCY)
+        assert t >= stream * (1 - 1e-12) and (layer.numel_per_rank == 0) == (t == 0)
+        if layer.numel_per_rank > 10**7:
+            assert t == pytest.approx(stream, rel=1e-12)
+    shard = compute_profile(tpm.spec, gpu, micro_batch=1, precision=BF16, optimizer="adamw")
+    fused = layer_work(tpm, shard, Layout(tp=2), tp_cost=lambda op, s: 0.0, accumulate_s=acc)
+    unfused = layer_work(tpm, shard, Layout(tp=2, grad_accum_fusion=False), tp_cost=lambda op, s: 0.0,
+                         accumulate_s=acc)
+    assert [u.backward_s - f.backward_s for f, u in zip(fused, unfused)] == pytest.approx(acc, rel=1e-12)
+    assert [u.forward_s for u in unfused] == [f.forward_s for f in fused]

@@ -60,16 +60,34 @@ def model_of(row: dict):
     FlashAttention (2021-22 rows), the attention core as Megatron runs it: two batched GEMMs
     around one fused scale-mask-softmax kernel reading and writing 16-bit scores
     (``FusedScaleMaskSoftmax``, ``megatron/model/fused_softmax.py``@50a4b5fa02) and the
-    attention dropout. Megatron-Core's rows (2024) run TransformerEngine's fused attention."""
+    attention dropout. Megatron-Core's rows (2024) run TransformerEngine's fused attention.
+    Every row's loss is Megatron's vocab-parallel cross-entropy (:func:`_megatron_cross_entropy`)."""
     kwargs = {"vocab_size": int(row["vocab"]), "n_positions": int(row["seq_len"]), "n_embd": int(row["hidden"]),
               "n_layer": int(row["layers"]), "n_head": int(row["heads"]), "activation_function": "gelu"}
     flash = row["set"] == "mcore2024"
     model = build_gpt2(GPT2Config(**kwargs), name=row["model"], flash_attention=flash)
-    if flash:
-        return model
-    layers = tuple(dataclasses.replace(layer, ops=tuple(o for op in layer.ops for o in _megatron_attention(op)))
+    layers = tuple(dataclasses.replace(layer, ops=tuple(o for op in layer.ops for o in _megatron_ops(op, flash)))
                    for layer in model.layers)
     return dataclasses.replace(model, layers=layers)
+
+
+def _megatron_ops(op, flash: bool) -> tuple:
+    if isinstance(op, MemoryOp) and op.name == "loss":
+        return (_megatron_cross_entropy(op.elements),)
+    return (op,) if flash else _megatron_attention(op)
+
+
+def _megatron_cross_entropy(elements: float) -> MemoryOp:
+    """Megatron's ``_VocabParallelCrossEntropy`` over the logits, pass by pass
+    (``megatron/core/tensor_parallel/cross_entropy.py``@937571cfd4, Megatron-Core r0.8 whose
+    ``--cross-entropy-loss-fusion`` is off by default; the same passes in
+    ``megatron/mpu/cross_entropy.py``@34ed99d1 with the ``.float()`` in the GPT model):
+    forward casts the 16-bit logits to fp32, reads them for the max, subtracts it in place,
+    exponentiates in place, reads them for the sum and divides in place (the softmax kept
+    for backward); backward multiplies the softmax by the loss gradient in place and the
+    cast's backward writes it back in 16 bits."""
+    return MemoryOp(name="vocab_parallel_cross_entropy", elements=elements,
+                    forward=((1, "act"), (9, "f32")), backward=((3, "f32"), (1, "act")))
 
 
 def _megatron_attention(op) -> tuple:
@@ -100,6 +118,7 @@ def config_of(row: dict) -> PredictConfig:
                   sequence_parallel=row["sequence_parallel"] == "true" and tp > 1)
         if tp > 1:
             kw["tp_comm_overlap"] = row["tp_comm_overlap"]
+        kw["grad_accum_fusion"] = row["grad_accum_fusion"] == "true"
     else:
         kw["activation_checkpointing"] = recompute == "full"
     return PredictConfig(**kw)

@@ -59,6 +59,7 @@ from dpsim.strategies.layout import (
     Layout,
     block_layers,
     default_bucket_elements,
+    gradient_accumulation_s,
     layer_work,
 )
 from dpsim.strategies.pipeline import in_flight
@@ -370,10 +371,14 @@ class Planner:
             cfg = dataclasses.replace(self.base, micro_batch=micro_batch)
             compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, self.precision)
         layout = Layout(tp=tp, micro_batch=micro_batch, sequence_parallel=sp, recompute=recompute,
-                        tp_comm_overlap=self.base.tp_comm_overlap if tp > 1 else "backward")
+                        tp_comm_overlap=self.base.tp_comm_overlap if tp > 1 else "backward",
+                        grad_accum_fusion=self.base.grad_accum_fusion)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
+        accumulate = () if layout.grad_accum_fusion else \
+            gradient_accumulation_s(tpm, self.gpu, self.precision.grad_bytes)
         work = layer_work(tpm, compute, layout, tp_cost=lambda op, s: self.cost(gc, "tp", op, s),
-                          act_element_bytes=act_bytes)
+                          act_element_bytes=act_bytes, overlap_slowdown=self.base.overlap_slowdown,
+                          accumulate_s=accumulate)
         scale = 2.0 if self.precision.compute_dtype == "float32" else 1.0
         act = []
         starts = {min(b) for b in block_layers(tpm)}
@@ -499,7 +504,9 @@ class Planner:
         p2p_bytes = full_hidden / c.tp
         p2p_one = self.cost(gc, "pp", "broadcast", p2p_bytes) if p > 1 else 0.0
         gather = self.cost(gc, "tp", "all_gather", full_hidden) if c.tp > 1 and not c.sequence_parallel else 0.0
-        p2p = 2 * (n_virtual - 1) * (p2p_one + gather) if p > 1 else 0.0
+        # Fill and drain cross every link; in the steady state the blocking exchanges (one per
+        # micro-batch and chunk on the critical path, as the simulator plays them) add theirs.
+        p2p = (2 * (n_virtual - 1) + m * v) * (p2p_one + gather) if p > 1 else 0.0
         # memory and parameters of the first and last stage
         w, g = self.precision.weight_bytes, self.precision.grad_bytes
         k = optimizer_state_bytes_per_param(self.precision, self.base.optimizer)

@@ -72,7 +72,7 @@ FsdpUnit = Literal["block", "layer", "model"]
 """``--fsdp-unit``: the keys of :data:`dpsim.strategies.registry.FSDP_UNITS`."""
 Placement = Literal["packed", "interleaved"]
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
-Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved"]
+Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
 Recompute = Literal["off", "selective", "full"]
 """``--recompute``: the keys of :data:`dpsim.strategies.layout.RECOMPUTE`."""
@@ -84,7 +84,7 @@ DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters
               "powersgd_rank", "powersgd_start_iter")
 """The fields of PyTorch ``DistributedDataParallel``'s arguments (:class:`dpsim.strategies.ddp_costs.DdpOptions`)."""
 LAYOUT_FIELDS = ("tp", "pp", "dp", "global_batch", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
-                 "recompute", "tp_comm_overlap", "tp_across_network")
+                 "recompute", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion")
 """The fields of a tensor x pipeline x data layout (every command that takes a job takes them)."""
 LAYOUT_DP_STRATEGIES = ("ddp", "zero1", "fsdp")
 """Data-parallel strategies over the replicas of a tensor/pipeline layout: the keys of
@@ -199,8 +199,9 @@ class PredictConfig:
     """Samples per optimizer step over all replicas; sets the micro-batches per step to
     global-batch / (micro-batch x data-parallel replicas). Left out: --grad-accum micro-batches."""
     schedule: Schedule = "1f1b"
-    """Pipeline schedule: 1f1b (Megatron's default), gpipe, or 1f1b-interleaved (with
-    --virtual-stages model chunks per stage)."""
+    """Pipeline schedule: 1f1b (Megatron's default), gpipe, 1f1b-interleaved (with
+    --virtual-stages model chunks per stage), or deepspeed (DeepSpeed's pipeline engine: 1F1B
+    with blocking sends and receives, gradients reduced after the pipeline)."""
     virtual_stages: int = field(default=1, metadata=_count())
     """Model chunks per pipeline stage for --schedule 1f1b-interleaved (bubble divided by it)."""
     stage_layers: str | None = None
@@ -216,6 +217,11 @@ class PredictConfig:
     under the weight-gradient GEMM, Megatron's default) or full (TransformerEngine userbuffers)."""
     tp_across_network: bool = False
     """Allow a tensor-parallel group larger than one NVLink domain (its collectives cross the network)."""
+    grad_accum_fusion: bool = True
+    """With --tp/--pp: each micro-batch's weight gradients are accumulated by their GEMM into the
+    gradient buffer (Megatron's --gradient-accumulation-fusion, TransformerEngine); off (Megatron
+    before 2022, DeepSpeed's pipeline engine): one more kernel per parameter adds them in,
+    reading and writing the buffer every micro-batch."""
     gradient_as_bucket_view: bool = False
     """DDP's gradient_as_bucket_view: gradients are views of the all-reduce buckets, which saves one
     gradient-sized buffer and the copy back after each all-reduce; off (PyTorch's default): every
@@ -339,6 +345,9 @@ class PredictConfig:
             raise ConfigError("--schedule: 1f1b-interleaved needs --virtual-stages 2 or more (model chunks per "
                               "stage)")
         if not self.layout_active:
+            if not self.grad_accum_fusion:
+                raise ConfigError("--no-grad-accum-fusion: applies with --tp or --pp above 1 (Megatron's "
+                                  "gradient buffers); leave it out")
             if self.recompute != "off":
                 raise ConfigError(f"--recompute: {self.recompute!r} applies with --tp or --pp above 1; with data "
                                   f"parallelism alone use --activation-checkpointing")

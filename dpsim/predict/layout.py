@@ -41,6 +41,7 @@ from dpsim.strategies.layout import (
     Layout,
     chunk_work,
     default_bucket_elements,
+    gradient_accumulation_s,
     layer_work,
     parse_stage_layers,
     stage_assignment,
@@ -71,7 +72,8 @@ def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
                   schedule=config.schedule, micro_batch=config.micro_batch, micro_batches=config.micro_batches,
                   sequence_parallel=config.sequence_parallel, recompute=config.recompute,
                   tp_comm_overlap=config.tp_comm_overlap, strategy=config.strategy, overlap=config.overlap,
-                  stage_blocks=parse_stage_layers(config.stage_layers, config.pp), bucket_elements=bucket)
+                  stage_blocks=parse_stage_layers(config.stage_layers, config.pp), bucket_elements=bucket,
+                  grad_accum_fusion=config.grad_accum_fusion)
 
 
 def layout_shape(config: PredictConfig) -> LayoutShape | None:
@@ -262,7 +264,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     scale, opt_scale = _scales(config, model, gpu, precision, compute)
     shard = shard_compute(tpm, gpu, config, precision)
     act = _act_bytes(precision)
-    work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale)
+    accumulate = () if layout.grad_accum_fusion else gradient_accumulation_s(tpm, gpu, precision.grad_bytes)
+    work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
+                      overlap_slowdown=config.overlap_slowdown, accumulate_s=accumulate)
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
     hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
@@ -290,11 +294,12 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     tp_comm = sum(l.tp_comm_s for c in s0 for l in c.layers) * m_total
     tp_exposed = sum(l.tp_exposed_s for c in s0 for l in c.layers) * m_total
     p2p_s = cost("pp", "broadcast", p2p_bytes) if p > 1 else 0.0
-    sent0 = sum(1 for t in plan.program.transfers if t.src == 0)
+    data_transfers = [t for t in plan.program.transfers if t.size_bytes > 0]  # not DeepSpeed's handshakes
+    sent0 = sum(1 for t in data_transfers if t.src == 0)
     mem, advice = layout_fit(memory, config)
     report = LayoutReport(layout=layout, stages=reports, bubble_fraction=reports[0].bubble_s / step if step else 0.0,
                           ideal_bubble_fraction=bubble_fraction(layout), tp_comm_s=tp_comm, tp_exposed_s=tp_exposed,
-                          p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(plan.program.transfers),
+                          p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
                           embedding_grad_bytes=emb_bytes, pipeline=result)
     st0 = result.stages[0]
     fwd0 = st0.by_kind_s.get("forward", 0.0)

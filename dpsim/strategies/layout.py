@@ -32,11 +32,14 @@ from dataclasses import dataclass
 from dpsim.errors import ConfigError
 from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpModel, layer_tp_comm
 from dpsim.workload.compute import ComputeProfile
+from dpsim.workload.roofline import Efficiencies, memory_term
 
 SCHEDULES: dict[str, str] = {
     "1f1b": "one forward one backward (PipeDream-Flush, Megatron's default): at most pp micro-batches in flight",
     "gpipe": "all forwards, then all backwards: every micro-batch in flight",
     "1f1b-interleaved": "1F1B over virtual stages (Megatron's interleaved schedule): bubble / virtual stages",
+    "deepspeed": "DeepSpeed's pipeline engine (TrainSchedule): 1F1B's order in pipe steps, one blocking send or "
+                 "receive at a time, gradients reduced after the pipeline",
 }
 """``--schedule`` choices."""
 
@@ -91,6 +94,9 @@ class Layout:
     """Blocks per stage (``None``: an even split)."""
     bucket_elements: int | None = None
     """Parameters per data-parallel gradient bucket (``None``: Megatron's default)."""
+    grad_accum_fusion: bool = True
+    """Weight-gradient GEMMs accumulate into the gradient buffer; ``False``: a separate pass per
+    micro-batch (:func:`gradient_accumulation_s`)."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "virtual_stages", "micro_batch", "micro_batches"):
@@ -245,15 +251,45 @@ class LayerWork:
     """Parameters of the layer on one rank (gradients it produces)."""
 
 
+def gradient_accumulation_s(tpm: TpModel, gpu, grad_bytes: int) -> list[float]:
+    """Per layer, the unfused gradient accumulation of one micro-batch on one rank: Megatron's
+    local DDP hook runs ``param.main_grad.add_(param.grad.data)`` for every parameter after
+    every micro-batch's backward (``megatron/model/distributed.py`` ``_make_param_hook``,
+    NVIDIA/Megatron-LM@50a4b5fa02, April 2021); without the hook autograd's
+    ``AccumulateGrad`` adds into ``.grad`` the same way from the second micro-batch (torch
+    DDP, DeepSpeed): one element-wise kernel per parameter reading the new gradient and the
+    buffer and writing the buffer, charged here every micro-batch. Fused accumulation (the
+    weight-gradient GEMM's ``beta = 1`` epilogue writing ``main_grad``: Megatron-LM
+    83b1e42f30 "gradient accumulation fusion", February 2022, on by default with fp32
+    accumulation in ``megatron/arguments.py``@2e90a342f5; TransformerEngine) removes the pass
+    ("every linear paid an extra full-size read-modify-write of main_grad per microbatch",
+    AMD-AGI/Primus pull request #995)."""
+    eff = Efficiencies()
+    out = []
+    for layer in tpm.layers:
+        tensors = len(tpm.model.layers[layer.index].params)
+        size = 3.0 * layer.numel_per_rank * grad_bytes
+        out.append(memory_term(size, gpu, kernels=tensors).time_s(eff) if layer.numel_per_rank else 0.0)
+    return out
+
+
 def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                tp_cost: Callable[[str, float], float], act_element_bytes: int = 2,
-               time_scale: float = 1.0) -> tuple[LayerWork, ...]:
+               time_scale: float = 1.0, overlap_slowdown: float = 0.0,
+               accumulate_s: Sequence[float] = ()) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
     ``shard_compute`` is the compute profile of ``tpm.spec`` at the layout's micro-batch;
     ``time_scale`` multiplies its times (a measured one-GPU step or calibration);
-    ``tp_cost(op, bytes)`` the ``tp`` communicator's collective time.
+    ``tp_cost(op, bytes)`` the ``tp`` communicator's collective time. A tensor-parallel
+    collective hidden under a GEMM still runs its kernels on the GPU's SMs: the GEMM runs
+    ``1 + overlap_slowdown`` times slower while it does (``--overlap-slowdown``, the same
+    contention the engines charge a data-parallel collective overlapping compute), so the
+    hidden time adds ``hidden x overlap_slowdown / (1 + overlap_slowdown)``. Without
+    ``layout.grad_accum_fusion`` each layer's backward also runs ``accumulate_s``
+    (:func:`gradient_accumulation_s`).
     """
+    contention = overlap_slowdown / (1.0 + overlap_slowdown)
     tokens = tpm.model.tokens_per_sample or 0
     fwd_s, bwd_s, comms, core_s = [], [], [], []
     for layer, lt in zip(tpm.layers, shard_compute.layers):
@@ -277,9 +313,16 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
             recompute_exposed[last] = sum(comms[i].forward_exposed_s for i in unit_layers)
     elif layout.recompute == "selective":
         recompute = list(core_s)
+    hidden_f = [contention * (c.forward_s - c.forward_exposed_s) for c in comms]
+    hidden_b = [contention * (c.backward_s - c.backward_exposed_s) for c in comms]
+    if layout.recompute == "full":
+        # The re-run forward's hidden collectives contend like the first run's.
+        for unit_layers in _units(tpm):
+            hidden_b[max(unit_layers)] += sum(hidden_f[i] for i in unit_layers)
+    accumulate = list(accumulate_s) if not layout.grad_accum_fusion and accumulate_s else [0.0] * n
     return tuple(LayerWork(
-        index=layer.index, forward_s=fwd_s[i] + comms[i].forward_exposed_s,
-        backward_s=bwd_s[i] + comms[i].backward_exposed_s + recompute[i],
+        index=layer.index, forward_s=fwd_s[i] + comms[i].forward_exposed_s + hidden_f[i],
+        backward_s=bwd_s[i] + comms[i].backward_exposed_s + hidden_b[i] + recompute[i] + accumulate[i],
         compute_forward_s=fwd_s[i], compute_backward_s=bwd_s[i], recompute_s=recompute[i],
         tp_comm_s=comms[i].forward_s + comms[i].backward_s + recompute_comm[i],
         tp_exposed_s=comms[i].forward_exposed_s + comms[i].backward_exposed_s + recompute_exposed[i],

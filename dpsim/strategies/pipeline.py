@@ -14,6 +14,21 @@ its micro-batches and model chunks):
   virtual micro-batch ``k`` runs chunk ``(k mod p·v) // p`` in forward (``v - 1 -`` that in
   backward) of micro-batch ``(k // p·v)·p + k mod p``; ``(p - s - 1)·2 + (v - 1)·p``
   warm-up forwards (all ``m·v`` when ``m = p``). ``m`` must be a multiple of ``p``.
+- ``deepspeed`` (DeepSpeed's ``PipelineEngine`` running ``TrainSchedule``,
+  ``deepspeed/runtime/pipe/schedule.py``@077e6740, as Megatron-Turing NLG trained, Smith et
+  al. 2022): the same order as 1F1B (stage ``s`` runs ``F(j)`` at pipe step ``2j + s`` and
+  ``B(j)`` at step ``2j + 2p - 1 - s`` of ``2(m + p - 1)``), but each step first exchanges
+  with one neighbour through *blocking* sends and receives (``p2p.send``/``p2p.recv``
+  assert ``async_op == False``, ``deepspeed/runtime/pipe/p2p.py``@077e6740): a forward
+  step receives its activation from ``s - 1`` then sends the previous backward's gradient
+  to it; a backward step sends the previous forward's activation to ``s + 1`` then receives
+  its gradient. A send completes only once the peer has reached the matching receive. A
+  stage meets each neighbour every other pipe step, with one forward and one backward in
+  between on both sides, so in the steady state neighbours run one forward apart and do
+  not wait for each other: free transfers give 1F1B's step exactly, and what DeepSpeed adds
+  is its messages one at a time on the critical path. Gradients are reduced across
+  replicas after the pipeline (``ReduceTiedGrads``, ``ReduceGrads`` at the last step),
+  never overlapped.
 
 The bubble of every schedule is ``(p - 1)`` forward+backward slots of a stage out of
 ``m + p - 1`` (interleaved: of a chunk, ``(p - 1)/v`` of a stage): Narayanan et al. 2021,
@@ -25,7 +40,15 @@ Sec. 2.2.
 ``b x s x h`` hidden state on the ``pp`` communicator, one ``1/t`` slice per
 tensor-parallel rank (Megatron's scatter-gather optimisation, Narayanan et al. 2021,
 Sec. 4.1; with sequence parallelism the hidden state is already split), all-gathered
-over the ``tp`` group at the receiver without sequence parallelism. The last
+over the ``tp`` group at the receiver without sequence parallelism. Exchanges block
+(``blocking_p2p``, the default): Megatron's ``p2p_communication._communicate`` posts an op's
+sends with the next op's receives as one ``batch_isend_irecv`` and waits on it before
+computing on (``megatron/p2p_communication.py`` ``_communicate``@50a4b5fa02, the code of
+Narayanan et al. 2021: ``req.wait()`` on every request, then ``torch.cuda.synchronize()``
+"to protect against race condition"; Megatron-Core waits on the requests unless
+``--overlap-p2p-communication``), and a large NCCL send completes only once its receive is
+posted, so both sides hold until the data has landed: each steady-state exchange sits on
+the critical path. With free transfers the step is the asynchronous one exactly. The last
 micro-batch's backward of each chunk runs layer by layer so that data-parallel gradient
 buckets launch as their gradients become ready (``overlap``), as Megatron's
 ``--overlap-grad-reduce`` does; without overlap every bucket waits for the stage's last
@@ -37,7 +60,7 @@ embedding's gradient (``_allreduce_word_embedding_grads``) before the optimizer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpsim.engine.pipeline import PipelineProgram, StageOp, StageProgram, Transfer
 from dpsim.engine.program import CommOp
@@ -69,7 +92,7 @@ def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int) -> list[Sl
     """The order stage ``stage`` runs its forwards and backwards (see the module docstring)."""
     if schedule == "gpipe":
         return [("F", 0, j) for j in range(m)] + [("B", 0, j) for j in range(m)]
-    if schedule == "1f1b":
+    if schedule in ("1f1b", "deepspeed"):
         w = min(p - stage - 1, m)
         out: list[Slot] = [("F", 0, j) for j in range(w)]
         for i in range(m - w):
@@ -89,6 +112,15 @@ def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int) -> list[Sl
     for k in range(total - w):
         out += [slot("F", k + w), slot("B", k)]
     return out + [slot("B", k) for k in range(total - w, total)]
+
+
+def _interleaved_warmup(layout: Layout, stage: int) -> int | None:
+    """Warm-up forwards of the interleaved schedule on ``stage`` (``None`` for the others)."""
+    if layout.schedule != "1f1b-interleaved":
+        return None
+    p, v, m = layout.pp, layout.chunks, layout.micro_batches
+    total = m * v
+    return total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
 
 
 def peak_in_flight(slots: Sequence[Slot], chunks: int) -> list[int]:
@@ -113,7 +145,7 @@ def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
     for 1F1B, the warm-up forwards plus one for the interleaved schedule."""
     if schedule == "gpipe":
         return [m]
-    if schedule == "1f1b":
+    if schedule in ("1f1b", "deepspeed"):
         return [min(p - stage, m)]
     total = m * v
     warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
@@ -128,6 +160,103 @@ def bubble_fraction(layout: Layout) -> float:
     (Narayanan et al. 2021, Sec. 2.2; ``v = 1`` except interleaved)."""
     p, v, m = layout.pp, layout.chunks, layout.micro_batches
     return (p - 1) / (v * m + p - 1)
+
+
+Command = tuple[str, str, int]
+"""A DeepSpeed pipe step's command: ``("recv" | "send", "act" | "grad", micro_batch)`` or
+``("F" | "B", "", micro_batch)``."""
+
+
+def deepspeed_commands(p: int, m: int, stage: int) -> list[Command]:
+    """Stage ``stage``'s commands, pipe step by pipe step, as DeepSpeed's ``TrainSchedule``
+    issues them (see the module docstring): forward steps are those of the stage's parity,
+    ``F(j)`` at step ``2j + s``; backward steps the others, ``B(j)`` at ``2j + 2p - 1 - s``;
+    each step's exchange concerns the micro-batch of the step before (its result to pass on)
+    and of this step (its input to receive)."""
+    out: list[Command] = []
+
+    def valid(j: int) -> bool:
+        return 0 <= j < m
+
+    for t in range(2 * (m + p - 1)):
+        if (t - stage) % 2 == 0:
+            j, prev = (t - stage) // 2, (t - 2 * p + stage) // 2
+            if stage > 0 and valid(j):
+                out.append(("recv", "act", j))
+            if stage > 0 and t > 0 and valid(prev):
+                out.append(("send", "grad", prev))
+            if valid(j):
+                out.append(("F", "", j))
+        else:
+            j, prev = (t - 2 * p + 1 + stage) // 2, (t - 1 - stage) // 2
+            if stage < p - 1 and valid(prev):
+                out.append(("send", "act", prev))
+            if stage < p - 1 and valid(j):
+                out.append(("recv", "grad", j))
+            if valid(j):
+                out.append(("B", "", j))
+    return out
+
+
+Step = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
+"""``(kind, chunk, micro-batch, transfers sent, transfers received)`` of a stage's sequence."""
+
+
+def _stage_sequence(slots: Sequence[Slot], s: int, p: int, m: int, *, deepspeed: bool, blocking: bool,
+                    act_send: dict, grad_send: dict, interleaved_warmup: int | None = None) -> list[Step]:
+    """A stage's compute ops and blocking exchanges in order: ``(kind, chunk, micro-batch, sent,
+    received)``, kind ``F``, ``B`` or ``exchange`` (its transfers sent and received).
+
+    DeepSpeed exchanges one message per command (:func:`deepspeed_commands`). Megatron
+    (``p2p_communication.py``: ``send_forward_recv_backward``, ``send_backward_recv_forward``,
+    ``send_forward_recv_forward``... each one batched ``batch_isend_irecv`` waited on before
+    the next op) sends an op's output together with receiving the next op's input, after the
+    op; the first op's input is received before it. Without ``blocking`` the ops alone."""
+    if deepspeed and blocking:
+        out = []
+        for kind, what, j in deepspeed_commands(p, m, s):
+            if kind in ("F", "B"):
+                out.append((kind, 0, j, (), ()))
+                continue
+            t = (act_send[s - 1, j] if kind == "recv" else act_send[s, j]) if what == "act" else \
+                (grad_send[s + 1, j] if kind == "recv" else grad_send[s, j])
+            out.append(("exchange", 0, j, (t,) if kind == "send" else (), (t,) if kind == "recv" else ()))
+        return out
+    if not blocking:
+        return [(kind, c, j, (), ()) for kind, c, j in slots]
+
+    def io(kind: str, c: int, j: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        g = c * p + s
+        if kind == "F":
+            return (((act_send[g - 1, j],) if (g - 1, j) in act_send else ()),
+                    ((act_send[g, j],) if (g, j) in act_send else ()))
+        return (((grad_send[g + 1, j],) if (g + 1, j) in grad_send else ()),
+                ((grad_send[g, j],) if (g, j) in grad_send else ()))
+
+    # The ops between two exchanges: one each, except the interleaved schedule's steady state,
+    # which runs a forward and a backward, then one exchange for both (receiving the next
+    # backward's input an iteration early: forward_backward_pipelining_with_interleaving).
+    groups: list[list[Slot]] = []
+    if interleaved_warmup is None:
+        groups = [[slot] for slot in slots]
+    else:
+        w = interleaved_warmup
+        n_f = sum(1 for kind, _, _ in slots if kind == "F")
+        groups = [[slot] for slot in slots[:w]]
+        groups += [list(slots[w + 2 * i: w + 2 * i + 2]) for i in range(n_f - w)]
+        groups += [[slot] for slot in slots[w + 2 * (n_f - w):]]
+    out = []
+    for k, group in enumerate(groups):
+        if k == 0:
+            first = tuple(t for slot in group for t in io(*slot)[0])
+            if first:
+                out.append(("exchange", group[0][1], group[0][2], (), first))
+        out += [(kind, c, j, (), ()) for kind, c, j in group]
+        sends = tuple(t for slot in group for t in io(*slot)[1])
+        nxt = tuple(t for slot in groups[k + 1] for t in io(*slot)[0]) if k + 1 < len(groups) else ()
+        if sends or nxt:
+            out.append(("exchange", group[-1][1], group[-1][2], sends, nxt))
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,7 +293,7 @@ class PipelinePlan:
 
 def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: Layout, *, p2p_bytes: float,
                            gather_s: float, optimizer_s: Sequence[float], dp: DataParallelPlan,
-                           embedding_grad_bytes: float = 0.0) -> PipelinePlan:
+                           embedding_grad_bytes: float = 0.0, blocking_p2p: bool = True) -> PipelinePlan:
     """One step of ``layout`` as a :class:`~dpsim.engine.pipeline.PipelineProgram`.
 
     ``chunks[stage][chunk]``: work per micro-batch (:func:`~dpsim.strategies.layout.chunk_work`);
@@ -202,6 +331,18 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 grad_send[g, j] = len(transfers)
                 transfers.append(Transfer(name=f"gradient chunk {c} micro-batch {j + 1} -> stage {prev}", src=s,
                                           dst=prev, size_bytes=p2p_bytes, kind="p2p"))
+    # Blocking exchanges (Megatron's and DeepSpeed's point-to-point calls): a receiver, on
+    # reaching its receive, hands the sender a zero-byte "ready" token; the sender's data
+    # leaves once it holds it; both wait until the data has landed.
+    ready: dict[int, int] = {}
+    if blocking_p2p:
+        for t in range(len(transfers)):
+            tr = transfers[t]
+            ready[t] = len(transfers)
+            transfers.append(Transfer(name=f"ready to receive: {tr.name}", src=tr.dst, dst=tr.src, size_bytes=0.0,
+                                      kind="p2p"))
+    deepspeed = layout.schedule == "deepspeed"
+    overlap = dp.overlap and not deepspeed
     fwd = [[w.forward_s for w in stage] for stage in chunks]
     bwd = [[w.backward_s for w in stage] for stage in chunks]
 
@@ -227,7 +368,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
             for c in range(v):
                 work = chunks[s][c]
                 buckets = _buckets(work, dp.bucket_elements)
-                if dp.strategy in ("fsdp",) or (dp.strategy == "zero1" and dp.overlap):
+                if dp.strategy in ("fsdp",) or (dp.strategy == "zero1" and overlap):
                     # Gathered bucket by bucket in forward order; each layer's first forward
                     # waits only for the bucket holding its parameters.
                     label = "all-gather parameters" if dp.strategy == "fsdp" else "all-gather updated parameters"
@@ -239,7 +380,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         for i in members:
                             gather_before[c, i] = op
                 reduce = "all_reduce" if dp.strategy == "ddp" else "reduce_scatter"
-                if dp.overlap:
+                if overlap:
                     for x, (first_layer, numel, _) in enumerate(buckets):
                         op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} chunk {c} "
                                       f"bucket {x}", reduce, numel * dp.grad_bytes,
@@ -257,13 +398,38 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         first_f = {c: min(j for kind, cc, j in slots[s] if kind == "F" and cc == c) for c in range(v)}
         n_b = sum(1 for kind, _, _ in slots[s] if kind == "B")
         b_seen = 0
-        for kind, c, j in slots[s]:
+        tail_ops = end_ops + ([emb_op] if emb_op is not None and s in (0, p - 1) else [])
+        pending: list[int] = []  # transfers of blocking exchanges the next op waits for
+        for kind, c, j, xsend, xrecv in _stage_sequence(slots[s], s, p, m, deepspeed=deepspeed,
+                                                        blocking=blocking_p2p, act_send=act_send,
+                                                        grad_send=grad_send,
+                                                        interleaved_warmup=_interleaved_warmup(layout, s)):
             g = c * p + s
             work = chunks[s][c]
+            if kind == "exchange":
+                # Few ops (the engine's cost is per op): receives are posted by the op that
+                # just ended, unless an earlier exchange is still in flight (DeepSpeed's
+                # sequential commands); each send is one op; the next op waits for the data.
+                tokens = tuple(ready[t] for t in xrecv)
+                if tokens:
+                    if pending or not ops:
+                        ops.append(StageOp(kind="p2p", name="post receive", duration_s=0.0,
+                                           needs=tuple(pending), sends=tokens))
+                        pending.clear()
+                    else:
+                        ops[-1] = replace(ops[-1], sends=ops[-1].sends + tokens)
+                for t in xsend:
+                    ops.append(StageOp(kind="p2p", name=f"send {transfers[t].name}", duration_s=0.0,
+                                       needs=(ready[t], *pending), sends=(t,)))
+                pending.extend(xsend + xrecv)
+                continue
             if kind == "F":
                 needs = (act_send[g - 1, j],) if (g - 1, j) in act_send else ()
                 sends = (act_send[g, j],) if (g, j) in act_send else ()
                 extra = gather_s if needs else 0.0
+                if blocking_p2p:
+                    needs, sends = tuple(pending), ()
+                    pending.clear()
                 if j == first_f[c] and any(key[0] == c for key in gather_before):
                     for k, lw in enumerate(work.layers):
                         first, last = k == 0, k == len(work.layers) - 1
@@ -282,10 +448,11 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
             needs = (grad_send[g + 1, j],) if (g + 1, j) in grad_send else ()
             sends = (grad_send[g, j],) if (g, j) in grad_send else ()
             extra = gather_s if needs else 0.0
-            last_of_stage = b_seen == n_b
-            tail: list[int] = []
-            if last_of_stage:
-                tail = end_ops + ([emb_op] if emb_op is not None and s in (0, p - 1) else [])
+            if blocking_p2p:
+                needs, sends = tuple(pending), ()
+                pending.clear()
+            last_of_stage = b_seen == n_b and not deepspeed
+            tail: list[int] = list(tail_ops) if last_of_stage else []
             if j == final_b[c] and any(key[0] == c for key in launches_after_layer):
                 # Layer by layer, so that buckets launch as their gradients become ready.
                 layers = list(reversed(work.layers))
@@ -302,9 +469,16 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 ops.append(StageOp(kind="backward", name=f"backward chunk {c} micro-batch {j + 1}",
                                    duration_s=bwd[s][c] + extra, needs=needs, sends=sends,
                                    launches=tuple(tail), micro_batch=j, chunk=c))
+        if pending or deepspeed:
+            # The last exchange completes before the step goes on (DeepSpeed's ReduceTiedGrads
+            # and ReduceGrads follow the stage's last pipe step).
+            ops.append(StageOp(kind="p2p", name="reduce gradients after the pipeline" if deepspeed else
+                               "wait for transfers", duration_s=0.0, needs=tuple(pending),
+                               launches=tuple(tail_ops) if deepspeed else ()))
+            pending.clear()
         waits = tuple(dp_ops) + ((emb_op,) if emb_op is not None and s in (0, p - 1) else ())
         ops.append(StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits))
-        if dp.dp > 1 and dp.strategy == "zero1" and not dp.overlap:
+        if dp.dp > 1 and dp.strategy == "zero1" and not overlap:
             ags = [new_comm(f"all-gather updated parameters chunk {c}", "all_gather",
                             chunks[s][c].grad_numel * dp.weight_bytes, "allgather", "dp", (s,)) for c in range(v)]
             ops[-1] = StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits,
