@@ -22,8 +22,10 @@ runs there (tested). Transfers do not slow compute.
 Every data-parallel replica and every tensor-parallel rank of a stage does the same
 work, so one rank per stage is simulated. The simulation is event-driven (a heap of
 op ends, collective ends and arrivals; compute re-rated when a stage's collectives
-start or stop): the largest layout of the accuracy set, 64 stages x 1,024 ops, takes
-about half a second (``python tests/benchmarks/bench_plan.py``).
+start or stop): the largest layouts of the accuracy set (gpt-1t, 64 stages) take about
+3 s each since transfers block both sides (a rendezvous per exchange; 2.8-3.0 s whole
+prediction, 2026-12-01, shared 2-core machine), about half a second before
+(``python tests/benchmarks/bench_plan.py``).
 """
 
 from __future__ import annotations
