@@ -337,7 +337,7 @@ def test_unfused_gradient_accumulation_streams_the_gradients_each_micro_batch():
     tpm = tp_model(_gpt(h=4096, layers=2), 2)
     acc = gradient_accumulation_s(tpm, gpu, 2)
     for layer, t in zip(tpm.layers, acc):
-        stream = 3 * 2 * layer.numel_per_rank / (gpu.memory_bandwidth_bytes_per_s * MEMORY_EFFICIENCY)
+        stream = 3 * 2 * layer.numel_per_rank / (gpu.streaming_bandwidth_bytes_per_s * MEMORY_EFFICIENCY)
         assert t >= stream * (1 - 1e-12) and (layer.numel_per_rank == 0) == (t == 0)
         if layer.numel_per_rank > 10**7:
             assert t == pytest.approx(stream, rel=1e-12)
