@@ -103,7 +103,7 @@ def classify(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     radix = 1
     for c, span in zip(cols, spans):
         if span > 1:
-            key += c * radix if radix > 1 else c
+            key += c * np.int64(radix) if radix > 1 else c  # int64: a column may be int32
         radix *= span
     small = radix <= 4 * units + 64
     values = np.flatnonzero(np.bincount(key, minlength=radix)) if small else np.unique(key)  # ascending
