@@ -40,14 +40,14 @@ _RSS = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=Tr
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
 
 
-def wall(cmd: list[str]) -> float:
-    """Median wall time (s) of ``REPEATS`` runs of ``cmd``, output discarded."""
+def wall(cmd: list[str], repeats: int = REPEATS, stat=statistics.median) -> float:
+    """Wall time (s) of ``repeats`` runs of ``cmd`` (their median, or ``stat``), output discarded."""
     times = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return stat(times)
 
 
 def peak_mib(cmd: list[str]) -> float:
@@ -57,15 +57,16 @@ def peak_mib(cmd: list[str]) -> float:
     return int(out.strip().splitlines()[-1]) / 1024
 
 
-def cpu(cmd: list[str]) -> float:
-    """Median user + system CPU time (s) of ``REPEATS`` runs of ``cmd``: steadier than wall time
-    on a machine other jobs keep busy (they take the cores, not this process's CPU seconds)."""
+def cpu(cmd: list[str], repeats: int = REPEATS, stat=statistics.median) -> float:
+    """User + system CPU time (s) of ``repeats`` runs of ``cmd`` (their median, or ``stat``):
+    steadier than wall time on a machine other jobs keep busy (they take the cores, not this
+    process's CPU seconds)."""
     import resource
 
     times = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         times.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
-    return statistics.median(times)
+    return stat(times)
