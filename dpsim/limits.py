@@ -159,6 +159,12 @@ other direction, compute slowed by a collective, is bounded like predict's flag:
 :data:`MAX_OVERLAP_SLOWDOWN`.)"""
 MAX_PROFILE_CV = 10.0
 """A measured step time's coefficient of variation (1,000 %)."""
+MAX_FRESH_PROCESSES = 100
+"""``calibrate --fresh-processes``: each costs a torch start-up and the step's repeats per rank."""
+MAX_FRESH_PROCESS_RATIO = 10.0
+"""A step's time in fresh processes over the calibrating process's: two calibrations on an idle
+2-core VM measured one model's step 16 % apart (VALIDATION.md part 2); tenfold is a broken
+measurement."""
 MAX_PROFILE_FLOPS_PER_SAMPLE = 1e24
 """A traced model's forward FLOPs per sample (a 1T-parameter model over a 1M-token sample is 2e18)."""
 MAX_PROFILE_REPEATS = 10**7

@@ -406,6 +406,55 @@ def measure_step(step: TrainStep, *, layers: list[tuple[str, list[str]]] | None 
     return out
 
 
+def measure_step_after_comm(step: TrainStep, *, comm_bytes: int, group=None, min_iters: int = 8,
+                            max_iters: int = 30, budget_s: float = 30.0, agree: Agree = solo) -> dict:
+    """The step right after the rank waited on an all-reduce of ``comm_bytes``, against the
+    step back to back, as pairs.
+
+    A communication-bound DDP rank starts its optimizer step and the next forward right
+    after waiting on the gradients' all-reduce, its caches flushed by the collective's
+    buffers and its core idle meanwhile (VALIDATION.md part 2: that step is slower than
+    the back-to-back step :func:`measure_step` times). Each iteration is a blocking
+    all-reduce of ``comm_bytes`` on ``group``, the step (``after``), then the step again
+    (``back to back``); the extra time is the median of the paired differences, so a drift
+    of the machine's speed cancels. Returns ``extra_s``, ``wait_s`` (the all-reduce's
+    median), both steps' medians (each iteration's slowest rank, from ``agree``) and
+    ``iterations``.
+    """
+    device = next((p.device for p in step.model.parameters()), torch.device("cpu"))
+    clock = _Clock(device)
+    buf = torch.zeros(max(1, comm_bytes // 4), dtype=torch.float32, device=device)
+
+    def timed_step() -> float:
+        clock.sync()
+        t0 = time.perf_counter()
+        step.run()
+        clock.sync()
+        return time.perf_counter() - t0
+
+    timed_step()
+    waits, after, back = [], [], []
+    start = time.monotonic()
+    while True:
+        clock.sync()
+        t0 = time.perf_counter()
+        dist.all_reduce(buf, group=group)
+        clock.sync()
+        w = time.perf_counter() - t0
+        a = timed_step()
+        b = timed_step()
+        (w, a, b), over_budget = agree([w, a, b], time.monotonic() - start > budget_s)
+        waits.append(w)
+        after.append(a)
+        back.append(b)
+        if len(after) >= max_iters or (over_budget and len(after) >= 2) or (
+                len(after) >= min_iters and converged(after, min_n=min_iters, target_rel_ci=0.02)):
+            break
+    return {"extra_s": statistics.median(x - y for x, y in zip(after, back)), "wait_s": statistics.median(waits),
+            "after_comm_step_s": statistics.median(after), "back_to_back_step_s": statistics.median(back),
+            "comm_bytes": comm_bytes, "iterations": len(after)}
+
+
 def _scaled(parts: list[float], total: float) -> list[float]:
     s = sum(parts)
     if s <= 0:

@@ -126,6 +126,14 @@ def test_cli_calibrate_end_to_end_into_predict(capsys, tmp_path, tiny_models_on_
     assert sum(l.backward_s for l in s.layers) == pytest.approx(s.backward_s, rel=1e-9)
     assert s.step_time_cv is not None and s.step_time_cv >= 0  # predict's default noise
     assert s.step_time_ci_low_s <= s.step_time_mean_s <= s.step_time_ci_high_s and s.repeats >= 5
+    # the step's level from fresh processes, and the step right after waiting on an all-reduce
+    # of the gradients (two ranks: there is a network to wait on)
+    assert 0.2 < s.fresh_process_ratio < 5
+    assert s.after_comm_wait_s > 0 and abs(s.after_comm_extra_s) < 10 * s.step_s
+    assert "in fresh processes the step takes" in text and "right after waiting" in text
+    raw = doc["compute"]["model_step"]
+    assert raw["fresh_process_ratio"] == pytest.approx(s.fresh_process_ratio)
+    assert raw["forward_s"] == pytest.approx(s.forward_s)  # stored as scaled: the profile holds the level it uses
     for w in profile.warnings:
         assert f"dpsim: warning: {w}" in err  # poor fits are reported, not silent
     # predict matches the model by what it is: another spelling of the same module, the
@@ -143,6 +151,10 @@ def test_cli_calibrate_end_to_end_into_predict(capsys, tmp_path, tiny_models_on_
     assert prov["network"]["source"] == "profile" and prov["overlap"]["source"] == "profile"
     assert d["optimizer_s"] == pytest.approx(s.optimizer_s)
     assert d["comm_s"] > 0
+    after = prov["after_comm"]  # charged in proportion to the wait, never below zero
+    assert after["extra_s"] == pytest.approx(s.after_comm_extra_s) and after["wait_s"] == pytest.approx(s.after_comm_wait_s)
+    share = min(1.0, d["exposed_comm_s"] / s.after_comm_wait_s)
+    assert after["charged_s"] == pytest.approx(max(0.0, s.after_comm_extra_s) * share)
     # another micro-batch is not what was measured: modelled, and the provenance says why
     rc, text, err = run_cli(capsys, "predict", "--calibration", str(out), "--gpus", "2", "--gpus-per-node", "2",
                             "--model", model_file, "--micro-batch", "8", "--noise-cv", "0", "--json")

@@ -158,3 +158,28 @@ def test_variability_replays_the_slowed_collectives(tmp_path):
     plain = predict(cfg)
     _, report = predict_with_variability(cfg, VariabilitySpec(noise_cv=1e-9, samples=2), steps=5)
     assert report.statistics.mean_s == pytest.approx(plain.step_time_s, rel=1e-4)
+
+
+def test_the_step_after_waiting_on_the_network_is_charged_by_the_wait(tmp_path):
+    # Without the measurement: nothing charged, no key in the JSON.
+    base = predict(config(cpu_profile(tmp_path, step=measured_step(), name="plain")))
+    assert base.provenance.after_comm is None and "after_comm" not in base.provenance.to_dict()
+    assert base.exposed_comm_s > 0.05  # bert-base's gradients over 120 MB/s: mostly exposed
+    extra_s = 0.004
+    # A wait as long as the step's exposed communication: all of it; twice as long: half.
+    for wait_s, share in ((base.exposed_comm_s, 1.0), (2 * base.exposed_comm_s, 0.5), (base.exposed_comm_s / 3, 1.0)):
+        step = measured_step(after_comm_extra_s=extra_s, after_comm_wait_s=wait_s)
+        p = predict(config(cpu_profile(tmp_path, step=step, name=f"w{share}")))
+        assert p.step_time_s == pytest.approx(base.step_time_s + extra_s * share, rel=1e-9)
+        assert p.compute_s == pytest.approx(base.compute_s)  # one GPU waits on nothing
+        after = p.provenance.to_dict()["after_comm"]
+        assert after == pytest.approx({"extra_s": extra_s, "wait_s": wait_s, "charged_s": extra_s * share})
+        assert "right after waiting on the network" in p.provenance.compute.detail
+    # Measured faster within noise: never a credit.
+    p = predict(config(cpu_profile(tmp_path, step=measured_step(after_comm_extra_s=-0.002, after_comm_wait_s=0.2),
+                                   name="neg")))
+    assert p.step_time_s == pytest.approx(base.step_time_s, rel=1e-9)
+    # One GPU: no network to wait on, nothing charged.
+    one = predict(config(cpu_profile(tmp_path, step=measured_step(after_comm_extra_s=extra_s, after_comm_wait_s=0.2),
+                                     name="one"), gpus=1))
+    assert one.provenance.after_comm is None

@@ -1,10 +1,14 @@
-"""Compute micro-benchmarks of the harness: matmul rates, copy bandwidth, the user's training step,
-and the interference between compute and a concurrent all-reduce, both ways.
+"""Compute micro-benchmarks of the harness: matmul rates, copy bandwidth, the user's training step
+(in this process, in fresh processes, and right after an all-reduce), and the interference
+between compute and a concurrent all-reduce, both ways.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
 from typing import Callable
 
 import torch
@@ -12,7 +16,15 @@ import torch.distributed as dist
 
 from dpsim.calibrate.bench_collectives import _reduce_device
 from dpsim.calibrate.timing import Clock, _median_time
-from dpsim.trainstep import TrainStep, build_train_step, measure_interference, measure_step
+from dpsim.errors import CalibrationError
+from dpsim.trainstep import (
+    TrainStep,
+    build_train_step,
+    gradient_bytes,
+    measure_interference,
+    measure_step,
+    measure_step_after_comm,
+)
 
 # ----------------------------------------------------------------------------- compute
 
@@ -86,6 +98,38 @@ def bench_step(step: TrainStep, plan: dict, agree) -> dict:
     r.update(model=plan["model"], micro_batch=plan["micro_batch"], dtype="bfloat16" if use_bf16 else "float32",
              loss=step.loss_source, optimizer=step.optimizer_source, threads=torch.get_num_threads())
     return r
+
+
+FRESH_PROCESSES = 3
+"""Fresh processes that time the step on a CPU host (:mod:`dpsim.calibrate.step_probe`)."""
+
+
+def bench_fresh_processes(plan: dict, barrier: Callable[[], None], processes: int = FRESH_PROCESSES) -> list[float]:
+    """The step's median in each of ``processes`` fresh processes on this rank, started on every
+    rank at once (``barrier``), as training runs it: one process per rank, all computing."""
+    child = {k: plan.get(k) for k in ("model", "micro_batch", "input_shape", "seq_len", "optimizer", "seed",
+                                       "warmup", "target_rel_ci")}
+    iters = max(5, plan["iters"])
+    child.update(threads=torch.get_num_threads(), iters=iters, max_iters=max(iters, plan.get("max_iters", 2 * iters)),
+                 budget_s=min(30.0, plan.get("budget_s", 60.0) / 2))
+    medians = []
+    for _ in range(processes):
+        barrier()
+        out = subprocess.run([sys.executable, "-m", "dpsim.calibrate.step_probe"], input=json.dumps(child),
+                             capture_output=True, text=True, timeout=plan.get("timeout_s", 600))
+        if out.returncode != 0:
+            tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+            raise CalibrationError(f"--model: the step in a fresh process failed (exit {out.returncode}): {tail}")
+        medians.append(float(json.loads(out.stdout.strip().splitlines()[-1])["median_s"]))
+    return medians
+
+
+def bench_step_after_comm(step: TrainStep, plan: dict, agree) -> dict:
+    """The user's step right after waiting on an all-reduce of its gradients' bytes, against
+    back to back (:func:`dpsim.trainstep.measure_step_after_comm`), every rank at once."""
+    return measure_step_after_comm(step, comm_bytes=gradient_bytes(step.model), min_iters=max(8, plan["iters"]),
+                                   max_iters=plan.get("max_iters", 5 * plan["iters"]),
+                                   budget_s=plan.get("budget_s", 60.0) / 2, agree=agree)
 
 
 def bench_interference(device: torch.device, clock: Clock, plan: dict, group, backend: str,

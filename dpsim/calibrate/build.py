@@ -170,6 +170,15 @@ def profile_from_results(results: dict, *, name: str, description: str = "",
             s = c["model_step"]
             interval = s.get("interval") or {}
             layer_rows = s.get("layer_times") or s.get("layers") or []
+            # The in-process times hold the step's split; fresh processes (a training run is
+            # one) set its level: every time scaled by their ratio.
+            k = float(s.get("fresh_process_ratio") or 1.0)
+            if k != 1.0:
+                s = {**s, **{key: s[key] * k for key in ("forward_s", "backward_s", "optimizer_s")
+                             if s.get(key) is not None}}
+                interval = {key: (v * k if key.endswith("_s") and v is not None else v) for key, v in interval.items()}
+                layer_rows = [{**l, "forward_s": l["forward_s"] * k, "backward_s": l["backward_s"] * k}
+                              for l in layer_rows]
             step = ModelStep(model=s["model"], micro_batch=int(s["micro_batch"]), dtype=s["dtype"],
                              forward_s=float(s["forward_s"]), backward_s=float(s["backward_s"]),
                              step_time_cv=step_time_cv(s.get("own_step_times_s", s.get("step_times_s", ()))),
@@ -181,7 +190,10 @@ def profile_from_results(results: dict, *, name: str, description: str = "",
                              optimizer=s.get("optimizer"), optimizer_s=s.get("optimizer_s"), loss=s.get("loss"),
                              step_time_mean_s=interval.get("mean_s"), step_time_ci_low_s=interval.get("ci_low_s"),
                              step_time_ci_high_s=interval.get("ci_high_s"), repeats=s.get("iterations"),
-                             threads=s.get("threads"))
+                             threads=s.get("threads"),
+                             after_comm_extra_s=(s.get("after_comm") or {}).get("extra_s"),
+                             after_comm_wait_s=(s.get("after_comm") or {}).get("wait_s"),
+                             fresh_process_ratio=s.get("fresh_process_ratio"))
         overlap = _bounded_slowdown(c.get("overlap_slowdown"), MAX_OVERLAP_SLOWDOWN, "compute while a collective runs",
                                     capped)
         comm = _bounded_slowdown(c.get("comm_slowdown"), MAX_PROFILE_SLOWDOWN, "all-reduce while compute runs",

@@ -20,7 +20,7 @@ from dpsim.calibrate.runner import (
 from dpsim.calibrate.summary import profile_report
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
-from dpsim.limits import MAX_REPEATS, MAX_TIMEOUT_S
+from dpsim.limits import MAX_FRESH_PROCESSES, MAX_REPEATS, MAX_TIMEOUT_S
 from dpsim.memory import FRAMEWORK_OVERHEAD_BYTES, memory_breakdown
 from dpsim.profile.io import save_profile
 from dpsim.profile.match import model_fingerprint
@@ -111,6 +111,9 @@ class CalibrateOptions:
     predict --model takes it."""
     micro_batch: int = 1
     """Micro-batch of the model step."""
+    fresh_processes: int = 3
+    """On CPU hosts, also time the model step in this many fresh processes per rank and take its
+    level from them (a training run is a process of its own; 0: only the calibrating process)."""
     seq_len: int | None = None
     """Sequence length of a catalog token model."""
     input_shape: str | None = None
@@ -187,9 +190,13 @@ def _validate(opts: CalibrateOptions) -> None:
     for flag, value, lo in (("--nproc", opts.nproc, 2), ("--ranks-per-node", opts.ranks_per_node, 1),
                             ("--warmup", opts.warmup, 0), ("--iters", opts.iters, 1),
                             ("--max-iters", opts.max_iters, 1),
-                            ("--micro-batch", opts.micro_batch, 1), ("--seq-len", opts.seq_len, 1)):
+                            ("--micro-batch", opts.micro_batch, 1), ("--seq-len", opts.seq_len, 1),
+                            ("--fresh-processes", opts.fresh_processes, 0)):
         if value is not None and value < lo:
             raise ConfigError(f"{flag}: {value} is not valid; expected an integer >= {lo}")
+    if opts.fresh_processes > MAX_FRESH_PROCESSES:
+        raise ConfigError(f"--fresh-processes: {opts.fresh_processes} is not valid; expected an integer from 0 to "
+                          f"{MAX_FRESH_PROCESSES}")
     if opts.max_iters is not None and opts.max_iters > MAX_REPEATS:
         raise ConfigError(f"--max-iters: {opts.max_iters} is not valid; expected an integer <= {MAX_REPEATS:,}")
     if opts.max_iters is not None and opts.iters is not None and opts.max_iters < opts.iters:
@@ -280,7 +287,7 @@ def build_plan(opts: CalibrateOptions, backend: str, model: ModelSpec | None = N
         overlap_bytes=(256 * 2**20 if gpu else 8 * 2**20) if not grad_bytes
         else int(min(25 * 2**20, max(2**20, grad_bytes // 2))) // 4 * 4,
         model=opts.model, micro_batch=opts.micro_batch, seq_len=opts.seq_len,
-        input_shape=opts.input_shape, optimizer=opts.optimizer,
+        input_shape=opts.input_shape, optimizer=opts.optimizer, fresh_processes=opts.fresh_processes,
         model_layers=[[layer.name, [p.name for p in layer.params]] for layer in model.layers]
         if model is not None and is_torch_model_ref(opts.model or "") else None,
         structure_hash=model_fingerprint(model) if model is not None else None,

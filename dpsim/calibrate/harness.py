@@ -38,7 +38,10 @@ Compute (every rank at once, as in training: ranks of one host share its cores)
     user's training step as trained (:mod:`dpsim.trainstep`: forward, loss, backward,
     optimizer, each iteration started on every rank at once, repeated until the mean
     step is known within ``target_rel_ci`` or a limit, the slowest rank's time per
-    iteration, split per traced layer); and the interference both ways between that
+    iteration, split per traced layer); with several ranks, the same step right after
+    an all-reduce of its gradients' bytes, against back to back (a communication-bound
+    DDP rank computes after waiting on the network:
+    :func:`~dpsim.trainstep.measure_step_after_comm`); and the interference both ways between that
     compute and concurrent all-reduces
     (:func:`~dpsim.calibrate.bench_compute.bench_interference`): the compute slowdown
     while all-reduces run and the all-reduce slowdown while every rank computes.
@@ -75,7 +78,10 @@ from dpsim.calibrate.bench_compute import (
     bench_interference,
     bench_matmul,
     bench_memcpy,
+    FRESH_PROCESSES,
+    bench_fresh_processes,
     bench_step,
+    bench_step_after_comm,
     make_step,
 )
 from dpsim.calibrate.timing import (
@@ -222,7 +228,8 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
     if world >= 2 and "intra_node" not in classes and max(node_sizes) > 1:  # one rank per node has no intra-node
         warnings.append(f"intra_node not measured: nodes have {sorted(node_sizes)} ranks "
                         "(need the same number, at least 2, on every node)")
-    compute_steps = (1 + 1 + (1 if plan.get("model") else 0) + 1) if plan.get("compute") else 0
+    model_steps = 1 + (world > 1) + (device.type == "cpu" and plan.get("fresh_processes", FRESH_PROCESSES) > 0)
+    compute_steps = (1 + 1 + (model_steps if plan.get("model") else 0) + 1) if plan.get("compute") else 0
     adaptive = dict(max_iters=plan.get("max_iters"), target_rel_ci=plan.get("target_rel_ci"),
                     budget_s=plan.get("budget_s"))
     def per_sweep(op: str, group_size: int) -> int:  # warm-ups (distinct sizes), then rounds over all sizes
@@ -317,6 +324,17 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
         steps.begin(label)
         mine["model_step"] = bench_step(user_step, plan, agree)
         steps.end(label)
+        if device.type == "cpu" and plan.get("fresh_processes", FRESH_PROCESSES) > 0:
+            label = f"training step in {plan.get('fresh_processes', FRESH_PROCESSES)} fresh processes"
+            steps.begin(label)
+            mine["model_step"]["fresh_process_medians_s"] = bench_fresh_processes(
+                plan, dist.barrier, plan.get("fresh_processes", FRESH_PROCESSES))
+            steps.end(label)
+        if world > 1:
+            label = "training step right after an all-reduce of its gradients"
+            steps.begin(label)
+            mine["model_step"]["after_comm"] = bench_step_after_comm(user_step, plan, agree)
+            steps.end(label)
     steps.begin("interference of compute and all-reduce")
     group = node_groups[my_node] if node_groups else dist.group.WORLD
     mine["overlap"] = bench_interference(device, clock, plan, group, backend, user_step)
@@ -347,6 +365,13 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
         if "layer_times" in slowest:
             first["layer_times"] = slowest["layer_times"]
         first["own_step_times_s"] = [s["own_step_times_s"] for s in steps_]  # per rank: build takes each one's CV
+        if all("fresh_process_medians_s" in s for s in steps_):
+            # The level from fresh processes (dpsim.calibrate.step_probe): each rank's median
+            # over them against its own in-process median, the median over ranks.
+            first["fresh_process_medians_s"] = [s["fresh_process_medians_s"] for s in steps_]
+            first["fresh_process_ratio"] = statistics.median(
+                statistics.median(s["fresh_process_medians_s"]) / statistics.median(s["own_step_times_s"])
+                for s in steps_)
         first.update({k: plan.get(k) for k in ("structure_hash", "forward_flops_per_sample")})
         out["model_step"] = first
     return out

@@ -118,6 +118,8 @@ class CalibrationPlan:
     forward order: the step is split per layer as predict's engine plays it."""
     structure_hash: str | None = None
     """:func:`dpsim.profile.match.model_fingerprint` of the traced model (stored in the profile)."""
+    fresh_processes: int = 3
+    """Fresh processes per rank that time the model step on a CPU host (0: none)."""
     forward_flops_per_sample: float | None = None
     """The traced model's forward FLOPs per sample (stored in the profile)."""
     seed: int = 0

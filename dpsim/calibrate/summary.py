@@ -129,4 +129,10 @@ def profile_report(profile: Profile) -> str:
                 parts.append(f"#     mean step {s.step_time_mean_s * 1e3:.2f} ms, 95 % interval "
                              f"{s.step_time_ci_low_s * 1e3:.2f}..{s.step_time_ci_high_s * 1e3:.2f} ms over {s.repeats} "
                              f"repeats; loss {s.loss}")
+            if s.fresh_process_ratio is not None:
+                parts.append(f"#     in fresh processes the step takes {s.fresh_process_ratio:.3f} x this process's "
+                             "time: the times above are scaled by it")
+            if s.after_comm_extra_s is not None and s.after_comm_wait_s is not None:
+                parts.append(f"#     right after waiting {s.after_comm_wait_s * 1e3:.3g} ms on an all-reduce of its "
+                             f"gradients the step takes {s.after_comm_extra_s * 1e3:+.2f} ms against back to back")
     return "\n".join(parts)

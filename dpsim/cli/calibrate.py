@@ -58,6 +58,9 @@ def calibrate(
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a dead or hung rank "
                                                          "ends the run."),
     compute: bool = typer.Option(True, "--compute/--no-compute", help="Run the compute micro-benchmarks."),
+    fresh_processes: int = typer.Option(3, "--fresh-processes", help="On CPU hosts, also time the --model step in "
+                                        "this many fresh processes per rank and take its level from them (a "
+                                        "training run is a process of its own); 0: only the calibrating process."),
     dtypes: Optional[str] = typer.Option(
         None, "--dtypes", help="Matmul dtypes (GPU bfloat16,float16,float32; CPU float32)."),
     model: Optional[str] = typer.Option(
@@ -108,7 +111,7 @@ def calibrate(
         stepfactor=stepfactor, ops=_names(ops), warmup=warmup, iters=iters, max_iters=max_iters, ci=ci,
         budget_s=budget, optimizer=optimizer, timeout_s=timeout,
         compute=compute, dtypes=_names(dtypes), model=model, micro_batch=micro_batch, seq_len=seq_len,
-        input_shape=input_shape,
+        input_shape=input_shape, fresh_processes=fresh_processes,
         name=name, description=description, nccl_tests_logs=logs, quiet=quiet or as_json,
     )
     if ranks_per_node is not None and ranks_per_node < 1:

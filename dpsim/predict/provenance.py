@@ -83,6 +83,29 @@ class TransportSensitivity:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AfterComm:
+    """The measured extra time of a step that starts right after waiting on the network."""
+
+    extra_s: float
+    """Extra time of the step right after an all-reduce of the gradients' bytes, against
+    back to back (:attr:`dpsim.profile.schema.ModelStep.after_comm_extra_s`)."""
+    wait_s: float
+    """How long that all-reduce took in the calibration."""
+    charged_s: float = 0.0
+    """What the prediction charged per step: :attr:`extra_s` (never below 0) times the
+    step's exposed communication over :attr:`wait_s`, at most 1 (a rank that waits as long as
+    the calibration's did pays all of it; one whose communication is hidden pays none)."""
+
+    def charge(self, exposed_comm_s: float) -> AfterComm:
+        """This with :attr:`charged_s` for a step whose exposed communication is ``exposed_comm_s``."""
+        share = min(1.0, max(0.0, exposed_comm_s) / self.wait_s) if self.wait_s > 0 else 0.0
+        return replace(self, charged_s=max(0.0, self.extra_s) * share)
+
+    def to_dict(self) -> dict:
+        return {"extra_s": self.extra_s, "wait_s": self.wait_s, "charged_s": self.charged_s}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Provenance:
     """Where compute, network and overlap came from, and what makes them uncertain."""
 
@@ -99,6 +122,9 @@ class Provenance:
     transport_sensitivity: TransportSensitivity | None = None
     """The step at other NIC efficiencies when the one used is an assumption of the transport
     (``None``: measured, written in the topology, or no network crossed)."""
+    after_comm: AfterComm | None = None
+    """The measured step's extra time after waiting on the network, when the profile
+    measured it and its step is used (``None``: not measured, or compute not from it)."""
 
     def to_dict(self) -> dict:
         """``predict --json``'s ``provenance`` block."""
@@ -106,7 +132,8 @@ class Provenance:
         return {"compute": self.compute.to_dict(), "network": self.network.to_dict(),
                 "overlap": self.overlap.to_dict(), "device": self.device.to_dict(),
                 "warnings": list(self.warnings),
-                "transport_sensitivity": sens.to_dict() if sens is not None else None}
+                "transport_sensitivity": sens.to_dict() if sens is not None else None,
+                **({"after_comm": self.after_comm.to_dict()} if self.after_comm is not None else {})}
 
     def with_bucket_warnings(self, profile: Profile, topology, sizes_bytes) -> Provenance:
         """Add warnings for message sizes the profile did not measure (or measured noisily)."""
@@ -204,6 +231,7 @@ def profile_defaults(config_flags: dict[str, Any], profile: Profile, *,
 def apply_profile(config: PredictConfig, profile: Profile, model, compute, precision, topology):
     """``(compute, comm_slowdown, provenance)`` of a prediction with ``profile`` (see the module docstring)."""
     warnings: list[str] = []
+    after_comm = None
     cpu = is_cpu_profile(profile)
     gpn = topology.gpus_per_node
     link_class = "intra_node" if topology.n_nodes == 1 else "inter_node"
@@ -233,6 +261,9 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
                                                              f"loss {match.step.loss or 'not recorded'}; optimizer "
                                                              f"{details['optimizer']}{copy})")
             warnings += step_warnings(match.step)
+            if (topology.n_gpus > 1 and match.step.after_comm_extra_s is not None
+                    and match.step.after_comm_wait_s):
+                after_comm = AfterComm(extra_s=match.step.after_comm_extra_s, wait_s=match.step.after_comm_wait_s)
         else:
             rates = "measured matmul rates" if profile.compute is not None and profile.compute.matmul_flops_per_s \
                 else "the preset's matmul rates"
@@ -252,4 +283,4 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
                                                f"profile {profile.name}" if profile.compute is not None else
                         f"{topology.spec.gpu} preset")
     return compute, comm_slowdown, Provenance(compute=compute_origin, network=network, overlap=overlap,
-                                              device=device, warnings=tuple(warnings))
+                                              device=device, warnings=tuple(warnings), after_comm=after_comm)

@@ -22,6 +22,7 @@ from dpsim.limits import (
     MAX_COLLECTIVE_BYTES,
     MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S,
     MAX_FIT_LATENCY_S,
+    MAX_FRESH_PROCESS_RATIO,
     MAX_MICRO_BATCH,
     MAX_OVERLAP_SLOWDOWN,
     MAX_PROFILE_BYTES_PER_S,
@@ -281,7 +282,13 @@ def _read_compute(origin: str, raw: Any) -> ComputeCalibration:
                          step_time_ci_high_s=sd.number("step_time_ci_high_s", nullable=True, default=None,
                                                        maximum=MAX_SINGLE_GPU_STEP_S),
                          repeats=sd.integer("repeats", nullable=True, default=None, maximum=MAX_PROFILE_REPEATS),
-                         threads=sd.integer("threads", nullable=True, default=None, maximum=MAX_PROFILE_THREADS))
+                         threads=sd.integer("threads", nullable=True, default=None, maximum=MAX_PROFILE_THREADS),
+                         after_comm_extra_s=sd.number("after_comm_extra_s", nullable=True, default=None,
+                                                      minimum=-MAX_SINGLE_GPU_STEP_S, maximum=MAX_SINGLE_GPU_STEP_S),
+                         after_comm_wait_s=sd.number("after_comm_wait_s", nullable=True, default=None,
+                                                     maximum=MAX_SINGLE_GPU_STEP_S),
+                         fresh_process_ratio=sd.number("fresh_process_ratio", nullable=True, default=None,
+                                                       strict=True, maximum=MAX_FRESH_PROCESS_RATIO))
     raw_extra = {k: doc.data[k] for k in ("matmul", "memcpy", "overlap") if k in doc.data}
     return ComputeCalibration(
         device=doc.string("device"),

@@ -213,6 +213,17 @@ class ModelStep:
     """Timed repeats behind the medians."""
     threads: int | None = None
     """torch intra-op threads per rank while timing."""
+    after_comm_extra_s: float | None = None
+    """How much longer the step takes right after the rank waited on an all-reduce of the
+    gradients' bytes than back to back (median of paired differences:
+    :func:`dpsim.trainstep.measure_step_after_comm`); may be negative within noise.
+    ``None``: not measured (one rank, or an older profile)."""
+    after_comm_wait_s: float | None = None
+    """How long that all-reduce took: the wait :attr:`after_comm_extra_s` followed."""
+    fresh_process_ratio: float | None = None
+    """The step's median in fresh processes over its median in the calibrating process
+    (:mod:`dpsim.calibrate.step_probe`, CPU hosts): every time above is the in-process
+    time scaled by it. ``None``: not measured (a GPU, or an older profile)."""
 
     @property
     def step_s(self) -> float:
@@ -428,5 +439,5 @@ def _compute_to_dict(c: ComputeCalibration) -> dict:
 
 STEP_OPTIONAL = ("step_time_cv", "structure_hash", "forward_flops_per_sample", "layers_traced", "optimizer",
                  "optimizer_s", "loss", "step_time_mean_s", "step_time_ci_low_s", "step_time_ci_high_s", "repeats",
-                 "threads")
+                 "threads", "after_comm_extra_s", "after_comm_wait_s", "fresh_process_ratio")
 """:class:`ModelStep` fields written only when known (older profiles lack them)."""
