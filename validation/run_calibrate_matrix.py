@@ -305,11 +305,30 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.1f}"
 
 
+def _profile_step(row: Row) -> dict:
+    """The kept profile's measured step (``{}`` when the profile is not at hand)."""
+    try:
+        return json.loads(Path(row.calibration["profile"]).read_text())["compute"]["model_step"] or {}
+    except (OSError, KeyError, ValueError, TypeError):
+        return {}
+
+
+def _after_comm(row: Row) -> str:
+    """Fresh processes' level over the calibrating process's, and the step's extra time right
+    after waiting on the network: charged by predict (measured)."""
+    step = _profile_step(row)
+    ratio = step.get("fresh_process_ratio")
+    after = (row.predicted.get("provenance") or {}).get("after_comm")
+    fresh = f"{ratio:.3f}" if ratio is not None else "-"
+    charged = (f"{_ms(after['charged_s'])} ({1e3 * after['extra_s']:+.1f}) ms" if after else "-")
+    return f"{fresh} | {charged}"
+
+
 def table(rows: list[Row]) -> str:
     lines = ["| # | model | micro-batch | ranks | NIC | racks (oversub.) | bucket cap | measured step, median of runs "
-             "(runs' medians) | predicted | error | compute / all-reduce (exposed) predicted | outside load "
-             "(calibrate; runs) | cluster measured |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(runs' medians) | predicted | error | compute / all-reduce (exposed) predicted | fresh / in-process "
+             "step | after a wait: charged (measured) | outside load (calibrate; runs) | cluster measured |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
         c, p = r.cluster, r.predicted
         runs = ", ".join(_ms(x["median_s"]) for x in r.runs)
@@ -317,7 +336,7 @@ def table(rows: list[Row]) -> str:
             f"| {i}{'*' if c.beyond_cores else ''} | {c.model} | {c.micro_batch} | {c.ranks} | {c.nic} | {c.racks} ({c.oversubscription:g}:1) | "
             f"{'default' if r.cap is None else f'{r.cap:g} MiB'} | {_ms(r.measured_s)} ms ({runs}) | "
             f"{_ms(p['step_time_s'])} ms | {100 * r.error:+.1f} % | {_ms(p['compute_s'])} / {_ms(p['comm_s'])} "
-            f"({_ms(p['exposed_comm_s'])}) ms | {100 * r.calibration['outside_load']:.0f} %; "
+            f"({_ms(p['exposed_comm_s'])}) ms | {_after_comm(r)} | {100 * r.calibration['outside_load']:.0f} %; "
             f"{', '.join(f'{100 * x:.0f}' for x in r.loads)} % | "
             f"{r.calibration.get('attempts_cluster', 1)} time(s) |")
     return "\n".join(lines)
@@ -398,6 +417,7 @@ def main() -> int:
 
 
 SECTION = "## Part 2: calibrate -> predict, as a user runs it"
+KEEP_MARKER = "<!-- hand-written below: kept when the section is regenerated -->"
 
 
 def write_section(path: Path, rows: list[Row], text: str, wall_s: float, load_before, nice: int = 0,
@@ -420,8 +440,10 @@ emulated cluster (one network namespace per host, one rank each, NICs shaped wit
 (`--model validation/models.py:mlp:mlp_batch:classify`: builder, example batch, loss; the
 file's `optimizer()`, SGD with momentum) and writes a profile: the all-reduce sweep (every
 size repeated until its mean is known within +-2 % at 95 %, or 50 rounds), the training step
-as trained (every rank at once, split per traced layer) and the interference of compute and
-all-reduce both ways. `dpsim predict --calibration PROFILE --model validation/models.py:mlp:mlp_batch
+as trained (every rank at once, split per traced layer, its level from 3 fresh processes per
+rank: "fresh / in-process step"), the step right after an all-reduce of its gradients against
+back to back (which predict charges in proportion to the step's exposed communication:
+"after a wait") and the interference of compute and all-reduce both ways. `dpsim predict --calibration PROFILE --model validation/models.py:mlp:mlp_batch
 --gpus N --micro-batch M --bucket-cap-mb C` predicts the step (the ranks per node and fp32
 come from the profile). The measurement is `validation/ddp_train.py`, a plain DDP training
 script that imports nothing of dpsim, launched by torchrun on every host: {RUNS} runs of 20
@@ -453,7 +475,12 @@ than {100 * NOISY_SPREAD:.0f} % was measured while the machine's speed changed: 
 (calibration and runs) was measured again (`--rerun-noisy`), keeping the attempt whose cases
 spread least ("cluster measured").
 """
-    replace_section(path, SECTION, section.split("\n", 1)[1])
+    kept = ""
+    if path.exists():  # hand-written notes below the marker survive a regeneration
+        old = path.read_text().partition(SECTION)[2].split("\n## ", 1)[0]
+        if KEEP_MARKER in old:
+            kept = "\n" + KEEP_MARKER + old.split(KEEP_MARKER, 1)[1].rstrip() + "\n"
+    replace_section(path, SECTION, section.split("\n", 1)[1] + kept)
     print(f"wrote {path}")
 
 
