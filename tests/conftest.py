@@ -26,3 +26,25 @@ def variant(name: str, **changes) -> TopologySpec:
 @pytest.fixture
 def make_variant():
     return variant
+
+
+@pytest.fixture(scope="module")
+def process_group(tmp_path_factory):
+    """A gloo process group of world size 1 for real DDP and collectives in this process,
+    destroyed after the module (torch imported here: only torch tests ask for it)."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():  # pragma: no cover
+        pytest.skip("torch.distributed is not available")
+    with pytest.MonkeyPatch.context() as mp:
+        # This switch makes torch put the small bucket last; dpsim models the default.
+        mp.delenv("DDP_SET_LAST_BUCKET_CAP", raising=False)
+        created = False
+        if not dist.is_initialized():
+            init_file = tmp_path_factory.mktemp("pg") / "init"
+            dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=0, world_size=1)
+            created = True
+        try:
+            yield
+        finally:
+            if created:
+                dist.destroy_process_group()

@@ -253,26 +253,6 @@ def test_matches_torch_compute_bucket_assignment_by_size(seed):
 nn = torch.nn
 
 
-@pytest.fixture(scope="module")
-def process_group(tmp_path_factory):
-    """A gloo process group of world size 1, destroyed after this module."""
-    with pytest.MonkeyPatch.context() as mp:
-        # This switch makes torch put the small bucket last; dpsim models the default.
-        mp.delenv("DDP_SET_LAST_BUCKET_CAP", raising=False)
-        created = False
-        if not dist.is_initialized():
-            init_file = tmp_path_factory.mktemp("pg") / "init"
-            dist.init_process_group(
-                "gloo", init_method=f"file://{init_file}", rank=0, world_size=1
-            )
-            created = True
-        try:
-            yield
-        finally:
-            if created:
-                dist.destroy_process_group()
-
-
 class MLP(nn.Module):
     """Assorted sizes: 64 KiB .. 8 MiB weights, one exactly 1 MiB."""
 

@@ -257,20 +257,6 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 
-@pytest.fixture(scope="module")
-def process_group(tmp_path_factory):
-    created = False
-    if not dist.is_initialized():
-        init_file = tmp_path_factory.mktemp("pg") / "init"
-        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=0, world_size=1)
-        created = True
-    try:
-        yield
-    finally:
-        if created:
-            dist.destroy_process_group()
-
-
 def test_split_equals_torchs_should_compress_on_gpt2():
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
 

@@ -192,24 +192,6 @@ def test_lstm_decomposes_to_counted_matmuls():
 # ------------------------------------------------------ real DDP on the traced spec
 
 
-@pytest.fixture(scope="module")
-def process_group(tmp_path_factory):
-    if not dist.is_available():  # pragma: no cover
-        pytest.skip("torch.distributed is not available")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("DDP_SET_LAST_BUCKET_CAP", raising=False)
-        created = False
-        if not dist.is_initialized():
-            init_file = tmp_path_factory.mktemp("pg") / "init"
-            dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=0, world_size=1)
-            created = True
-        try:
-            yield
-        finally:
-            if created:
-                dist.destroy_process_group()
-
-
 def _groups(plan):
     return [list(b.param_names) for b in plan.buckets]
 

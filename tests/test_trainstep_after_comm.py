@@ -7,23 +7,9 @@ import time
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
+import torch.distributed as dist
 
-from dpsim.trainstep import TrainStep, measure_step_after_comm  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def process_group(tmp_path_factory):
-    created = False
-    if not dist.is_initialized():
-        init_file = tmp_path_factory.mktemp("pg") / "init"
-        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=0, world_size=1)
-        created = True
-    try:
-        yield
-    finally:
-        if created:
-            dist.destroy_process_group()
+from dpsim.trainstep import TrainStep, measure_step_after_comm
 
 
 def _step() -> TrainStep:
