@@ -183,3 +183,14 @@ def test_the_step_after_waiting_on_the_network_is_charged_by_the_wait(tmp_path):
     one = predict(config(cpu_profile(tmp_path, step=measured_step(after_comm_extra_s=extra_s, after_comm_wait_s=0.2),
                                      name="one"), gpus=1))
     assert one.provenance.after_comm is None
+
+
+def test_the_variability_replay_adds_the_same_after_wait_charge(tmp_path):
+    from dpsim.variability.run import predict_with_variability
+    from dpsim.variability.spec import VariabilitySpec
+
+    step = measured_step(after_comm_extra_s=0.004, after_comm_wait_s=0.01)  # a short wait: all of it
+    cfg = config(cpu_profile(tmp_path, step=step, name="var"))
+    p, report = predict_with_variability(cfg, VariabilitySpec(noise_cv=1e-9, samples=2), steps=5)
+    assert p.provenance.after_comm.charged_s == pytest.approx(0.004)
+    assert report.statistics.mean_s == pytest.approx(p.step_time_s, rel=1e-4)

@@ -154,12 +154,15 @@ def monte_carlo(
     nominal_step_s: float,
     global_batch: float,
     max_batch_elements: int = 2_000_000,
+    step_extra_s: float = 0.0,
 ) -> StepStatistics:
     """Step-time statistics of ``program`` on ``n_ranks`` ranks under ``spec``.
 
     Without random components (stragglers only) one sample is played with identical
     ranks collapsed; otherwise ``spec.samples`` samples of ``steps`` steps, batched so
-    that one batch holds at most ``max_batch_elements`` rank-samples.
+    that one batch holds at most ``max_batch_elements`` rank-samples. ``step_extra_s`` is added
+    to every step, as the prediction adds it (a calibrated step's extra time after waiting on
+    the network: :class:`dpsim.predict.provenance.AfterComm`).
     """
     persistent = rank_factors(spec.stragglers, n_ranks, gpus_per_node)
     compute_s = sum(t.duration_s for t in program.tasks)
@@ -167,7 +170,7 @@ def monte_carlo(
         groups, inverse = np.unique(persistent, return_inverse=True)
         run = simulate_ranks(program, collectives, np.broadcast_to(groups, (steps, len(groups))),
                              overlap_slowdown=overlap_slowdown)
-        return summarise(run.step_interval_s, global_batch=global_batch, nominal_step_s=nominal_step_s,
+        return summarise(run.step_interval_s + step_extra_s, global_batch=global_batch, nominal_step_s=nominal_step_s,
                          confidence=spec.confidence, n_ranks=n_ranks, ranks_simulated=len(groups),
                          max_front=run.max_front, seed=spec.seed)
     per_batch = max(1, max_batch_elements // n_ranks)
@@ -179,6 +182,6 @@ def monte_carlo(
         run = simulate_ranks(program, collectives, draw, steps=steps, overlap_slowdown=overlap_slowdown)
         intervals.append(run.step_interval_s)
         max_front = max(max_front, run.max_front)
-    return summarise(np.concatenate(intervals), global_batch=global_batch, nominal_step_s=nominal_step_s,
+    return summarise(np.concatenate(intervals) + step_extra_s, global_batch=global_batch, nominal_step_s=nominal_step_s,
                      confidence=spec.confidence, n_ranks=n_ranks, ranks_simulated=n_ranks,
                      max_front=max_front, seed=spec.seed)
