@@ -123,7 +123,7 @@ class Efficiencies:
 @dataclass(frozen=True)
 class Term:
     """One kernel's (or a group of kernels') roofline times before the fitted efficiencies:
-    compute at the nominal rate and traffic at the peak bandwidth; the kernel takes the
+    compute at the nominal rate and traffic at the streaming bandwidth; the kernel takes the
     longer once each is divided by its efficiency, and never less than the CPU time to
     dispatch it (:meth:`time_s`)."""
 
