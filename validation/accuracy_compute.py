@@ -454,7 +454,7 @@ def _misses(results: list[Result]) -> str:
   was made after seeing the A10 rows; it is a datasheet fraction, not a measurement of the A10.
 - **B200**: with HBM3e's measured streaming fraction, BERT is {by_id["T039"].error * 100:+.0f} % (16-bit) and
   {by_id["T040"].error * 100:+.0f} % (TF32); its ResNet-50 rows stay unscored (not GPU-bound, see above).
-- **8-GPU LLM pretraining on H100** (the multi-GPU table, not scored) is predicted 21-29 %
+- **8-GPU LLM pretraining on H100** (the multi-GPU table, not scored) is predicted 22-29 %
   fast, on A100 11-15 %: llm-foundry measured 42-46 % MFU on H100 and 60-64 % on A100
   (its own column). The H100 runs used torch 2.1 / CUDA 12.1 (Oct. 2023) with a Triton
   attention kernel written for Ampere, while the H100 GEMM rate dpsim starts from
