@@ -304,8 +304,8 @@ _register(_derived_gpu(
     name="a10", architecture="ampere", description="NVIDIA A10 24GB (PCIe, 150 W)",
     peaks_tflops={"bfloat16": 125.0, "float16": 125.0, "float32": 62.5, "float32-highest": 31.2},
     memory_gb=24, bandwidth_gb_s=600, sm_count=72, memory="gddr6",  # GA102 + GDDR6, as the A40 measured
-    efficiency=POWER_LIMITED_EFFICIENCY, why="no matmul measurement of the A10 is published; the mean of the "
-    "power-limited boards T4, L4 and H100 PCIe, POWER_LIMITED_EFFICIENCY",
+    efficiency=POWER_LIMITED_EFFICIENCY, why="mean measured on the power-limited boards T4, L4 and H100 PCIe: "
+    "POWER_LIMITED_EFFICIENCY; 150 W cannot sustain the datasheet rate",
     sources=("NVIDIA A10 datasheet: FP32 31.2 TFLOPS, TF32 62.5 | 125* TFLOPS, BF16/FP16 125 | "
              "250* TFLOPS (* with sparsity), 24 GB GDDR6 at 600 GB/s",
              "NVIDIA Ampere GA102 GPU architecture whitepaper: A10 has 72 SMs"),
