@@ -438,8 +438,11 @@ def _misses(results: list[Result]) -> str:
   the reason: a 96 GB GH200 reads at 3.61 TB/s and writes at 3.70 TB/s (clinfo-style OpenCL
   benchmark, 132 SMs at 1980 MHz as on H100 SXM: mredenti/PowerCapping@f57c11cb
   configuration/OpenCL_benchmark.md), 90-93 % of its peak, more than the 85 % it is given.
-  What holds it back (the Grace CPU feeding the GPU, the aarch64 container build) is not
-  measured here; not modelled.
+  Its runs differ from the H100 SXM rows in software and host, not in the GPU's clocks or
+  power: NGC 24.10 (PyTorch 2.5, CUDA 12.6, driver 550) on a Neoverse-V2 (Grace) host, where
+  the H100 SXM rows ran NGC 24.03 (PyTorch 2.3, driver 535) on x86 (each run's
+  `sys_pytorch.txt` in lambdal/deeplearning-benchmark@aa5addb6 pytorch/results_v2/). Which
+  of those holds it back (aarch64 eager dispatch, the container) is not measured; not modelled.
 - **Streaming measurements disagree by source**: BabelStream on Azure's H200 (ND H200 v5)
   measures `Mul` (STREAM's scale) at 4.00 TB/s, 83 % of 4.8 TB/s, and on its H100 SXM 2.90 TB/s,
   87 % of 3.35 (samuel-bohman/AI-benchmarking-guide@5e2c4e55 Azure_Results/ND_H200_v5_results.md,
