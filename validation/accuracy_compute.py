@@ -429,8 +429,12 @@ def _misses(results: list[Result]) -> str:
   work the steady state hides (a `loss.item()` and apex's overflow check synchronise every
   step; the batch comes from a main-process DataLoader and is copied from pageable memory;
   gradient clipping runs every step), but that is milliseconds per step where the gap is
-  about 80 ms of a 210 ms step. Not explained; the container generation (cuBLAS, apex,
-  PyTorch's per-op cost) is not an input of the model.
+  about 80 ms of a 210 ms step. The software generation is part of it: on the V100 at the
+  same batch (16) and precision, NVIDIA's NGC 21.11 run (T048, 52 seq/s) is 12 % slower than
+  Lambda's (T003, 59.2 seq/s, PyTorch 1.13 = NGC 22.x per its `sys_pytorch.txt`), and the
+  A100 rows pair the same two generations; that and the batch leave about half of T046's
+  miss unexplained. The container generation (cuBLAS, apex, PyTorch's per-op cost) is not an
+  input of the model.
 - **NVIDIA's own tables** (T041-T048: NGC 21.03/21.11, DGX-1 and DGX A100) are off by
   {nvidia}, less regularly than Lambda's rows of the same GPUs.
 - **GH200** (96 GB HBM3, 'NVIDIA_GH200_480GB' in Lambda's `sys_pytorch.txt`): {gh200}. It runs
