@@ -124,10 +124,22 @@ _MI300X_EFF = 668.4 / 1300.0  # MAMF table MI300X row (PYTORCH_TUNABLEOP_ENABLED
 
 NVIDIA_MEASURED_EFFICIENCY = (_A100_SXM_EFF + _A100_PCIE_EFF + _H100_EFF + _GH200_EFF + _B200_EFF) / 5
 """Mean bf16 matmul efficiency of the NVIDIA GPUs measured in hardware.csv (H013-H017):
-0.819. Used for NVIDIA GPUs with no published matmul measurement at all (the A10): a
-GEMM-benchmark constant from *other* GPUs, never fitted to throughput. Power-limited
+0.819. For NVIDIA GPUs with no published matmul measurement at all: a GEMM-benchmark
+constant from *other* GPUs, never fitted to throughput. Power-limited
 boards measure well below it (T4 0.65, L4 0.58, H100 PCIe 0.66: :data:`_TPD`), so it is
-optimistic for a 150 W board such as the A10."""
+optimistic for a 150 W board such as the A10 (:data:`POWER_LIMITED_EFFICIENCY`)."""
+
+POWER_LIMITED_EFFICIENCY = (41.93 / 65.0 + 70.89 / 121.0 + 495.93 / 756.0) / 3
+"""Mean 16-bit matmul efficiency measured on boards whose power budget caps their tensor
+clocks (:data:`_TPD` rows: T4 70 W fp16 41.93 of 65, L4 72 W bf16 70.89 of 121, H100 PCIe
+350 W bf16 495.93 of 756): 0.629. The A10 (GA102, 150 W) has no published matmul
+measurement; its datasheet peak (125 TFLOPS fp16 at the 1695 MHz boost) cannot be sustained
+in 150 W: the same GA102 on the 300 W RTX A6000 measures 120.49 TFLOP/s fp16
+(zzc0721/torch-performance-test-data@078586871da3 database.md, 'NVIDIA RTX A6000',
+Mightlaus), 2.5 W per achieved TFLOP/s, so 150 W sustains about 60 TFLOP/s at the A6000's
+clocks and somewhat more at the lower voltage of lower clocks. The datasheet fraction of the
+power-limited boards (79 TFLOP/s) lies in that bracket; the measured mean of unconstrained
+boards (:data:`NVIDIA_MEASURED_EFFICIENCY`, 102 TFLOP/s) does not. Not fitted to throughput."""
 
 _MAMF = ("MAMF table (stas00/ml-engineering@744d01e18b79 compute/accelerator/README.md, "
          "'Maximum Achievable Matmul FLOPS comparison table')")
@@ -292,6 +304,8 @@ _register(_derived_gpu(
     name="a10", architecture="ampere", description="NVIDIA A10 24GB (PCIe, 150 W)",
     peaks_tflops={"bfloat16": 125.0, "float16": 125.0, "float32": 62.5, "float32-highest": 31.2},
     memory_gb=24, bandwidth_gb_s=600, sm_count=72, memory="gddr6",  # GA102 + GDDR6, as the A40 measured
+    efficiency=POWER_LIMITED_EFFICIENCY, why="mean measured on the power-limited boards T4, L4 and H100 PCIe: "
+    "POWER_LIMITED_EFFICIENCY; 150 W cannot sustain the datasheet rate",
     sources=("NVIDIA A10 datasheet: FP32 31.2 TFLOPS, TF32 62.5 | 125* TFLOPS, BF16/FP16 125 | "
              "250* TFLOPS (* with sparsity), 24 GB GDDR6 at 600 GB/s",
              "NVIDIA Ampere GA102 GPU architecture whitepaper: A10 has 72 SMs"),

@@ -27,9 +27,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "validation"))
 import accuracy_compute as accuracy  # noqa: E402
 
-PINNED_MEDIAN = 0.102
-PINNED_WORST = 0.375
-"""Today's leave-one-chip-out accuracy (10.1 % / 37.0 %), with a hair of slack."""
+PINNED_MEDIAN = 0.092
+PINNED_WORST = 0.385
+"""Today's leave-one-chip-out accuracy (9.1 % / 38.0 %), with a hair of slack. The worst row
+(T046) moved from 37.0 % when the A10 took the power-limited boards' matmul efficiency: the
+fold that leaves GA100 out fits its constants on the A10 rows too."""
 
 
 @pytest.fixture(scope="module")

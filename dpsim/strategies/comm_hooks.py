@@ -38,7 +38,10 @@ version installed beside dpsim), read for what it launches and in which order:
   bucket), ``P`` and ``Q`` (warm start), and while a bucket is compressed its clone.
 
 Every kernel is costed by the roofline (:mod:`dpsim.workload.roofline`): its device-memory
-traffic at HBM bandwidth, never less than PyTorch's per-kernel dispatch time
+traffic at the GPU's streaming bandwidth (what a STREAM kernel measures,
+:attr:`dpsim.hardware.GpuSpec.streaming_bandwidth_bytes_per_s`, not the datasheet peak) times
+the roofline's :data:`~dpsim.workload.roofline.MEMORY_EFFICIENCY`, never less than PyTorch's
+per-kernel dispatch time
 (:data:`~dpsim.workload.roofline.HOST_OVERHEAD_PER_OP_S`), and the PowerSGD matmuls as GEMMs
 in the gradient dtype.
 """
