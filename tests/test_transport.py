@@ -220,3 +220,20 @@ def test_the_aws_p4de_preset_runs_efa_v1():
     spec = load_preset("aws-p4de")
     assert spec.fabric.transport.name == "efa-sendrecv"
     assert spec.fabric.transport.network_protocols == ("Simple",)
+
+
+def test_no_ll128_across_servers_without_gpudirect():
+    # NCCL enables LL128 only where the GPU reaches the NIC within PATH_PXB (PATH_PXN on sm90+);
+    # a NIC without GPUDirect RDMA is reached through the CPU (PATH_PHB or worse), so sockets
+    # and host-staged RDMA run LL and Simple only across servers, GPUDirect NICs all three.
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.topology.cluster import Topology
+
+    def protocols(fabric: dict, gpus: int = 16) -> set[str]:
+        spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": fabric})
+        return {p for _, p in NcclCollectives(Topology.from_spec(spec, gpus)).candidates("all_reduce")}
+
+    assert protocols({"nic": "100gbe-tcp"}) == {"LL", "Simple"}
+    assert protocols({"nic": "ib-ndr", "transport": "ib-host"}) == {"LL", "Simple"}
+    assert protocols({"nic": "ib-ndr"}) == protocols({"nic": "400gbe-roce"}) == {"LL", "LL128", "Simple"}
+    assert protocols({"nic": "100gbe-tcp"}, gpus=8) == {"LL", "LL128", "Simple"}  # inside one server

@@ -629,6 +629,12 @@ class NcclCollectives:
                 return False
             if self.topology.n_nodes > 1 and GENERATION.get(self.spec.gpu) in ("volta", "ampere"):
                 return False
+            # ... and where the path to the NIC is at most PATH_PXB (PATH_PXN from sm90); without
+            # GPUDirect RDMA NCCL diverts it through the CPU (src/graph/paths.cc@5067397
+            # ncclTopoComputePaths, ncclTopoCheckGdr == 0: PATH_PHB or worse), so sockets and
+            # host-staged RDMA never run LL128 across servers (src/graph/tuning.cc@5067397).
+            if self.crosses_network and not self.spec.fabric.transport.gpudirect:
+                return False
         # ROCm/rccl@0cbce2a7 src/graph/tuning.cc: no tree/Simple when every rank of a gfx94x
         # (MI300) communicator is on one node.
         return not (self._rccl and algorithm == "tree" and protocol == "Simple" and self.topology.n_nodes == 1
