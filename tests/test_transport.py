@@ -237,3 +237,22 @@ def test_no_ll128_across_servers_without_gpudirect():
     assert protocols({"nic": "ib-ndr", "transport": "ib-host"}) == {"LL", "Simple"}
     assert protocols({"nic": "ib-ndr"}) == protocols({"nic": "400gbe-roce"}) == {"LL", "LL128", "Simple"}
     assert protocols({"nic": "100gbe-tcp"}, gpus=8) == {"LL", "LL128", "Simple"}  # inside one server
+
+
+def test_socket_messages_under_64_kib_per_socket_leave_sockets_idle():
+    # net_socket.cc splits a message into tasks of at least 64 KiB over the connection's
+    # sockets: with 2 sockets per connection, a 64 KiB step uses one, a 128 KiB step both.
+    from dpsim.collectives.nccl import SOCKET_MIN_TASK_BYTES, NcclCollectives
+    from dpsim.topology.cluster import Topology
+
+    fabric = {"nic": "100gbe-tcp", "nics_per_node": 1,
+              "transport": {"preset": "socket", "streams_per_connection": 2, "connections_per_nic": 1}}
+    spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": fabric})
+    model = NcclCollectives(Topology.from_spec(spec, 16), algorithms=("ring",))
+    pc = model.plan_cost("ring", "all_reduce")
+    size_one_task = SOCKET_MIN_TASK_BYTES / (pc.max_fraction * max(1, pc.plan.channels))
+    assert model._socket_tasks_scale("ring", "Simple", "all_reduce", size_one_task) == pytest.approx(0.5)
+    assert model._socket_tasks_scale("ring", "Simple", "all_reduce", 2 * size_one_task) == pytest.approx(1.0)
+    # One socket per connection (NCCL's default off AWS/GCP): nothing to leave idle.
+    single = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})
+    assert NcclCollectives(Topology.from_spec(single, 16))._socket_tasks_scale("ring", "Simple", "all_reduce", 1e3) == 1.0

@@ -398,6 +398,12 @@ ANALYSIS = """What the model does that explains misses it used to have:
   each: 68.3 GB/s per socket, 68.3 / (2 x 4) = 8.5 GB/s per direction, under the NIC's
   11.8. Its 8-16 MiB rows go from 25-30 % fast to 3-7 % fast with the network's ramp (left
   out), and the staged ramp fitted on every system falls from 16 to 4 MiB.
+- **Small socket messages leave sockets idle.** NCCL's socket transport splits each message
+  (one step of one channel) into tasks of at least 64 KiB over the connection's sockets
+  (`net_socket.cc` `MIN_CHUNKSIZE`). The V100 TCP run's 4 channels x 32 ranks make 64 KiB
+  steps at 8 MiB: one of its 2 sockets per connection works, 4 x 2.06 GB/s = 8.2 GB/s
+  (8.5 GB/s of host memory otherwise); at 16 MiB both do. Its 8 MiB row goes from 3.4 to
+  0.5 % fast; the staged ramp fitted on every system falls from 4 to 2 MiB (the network's).
 
 Where it still misses (per-row errors: `python validation/accuracy_collectives.py`):
 
