@@ -2,7 +2,8 @@
 
 Invariants: the TCP payload share follows from the header and frame sizes; a transport's
 streams cap what a NIC carries; every preset is cited; a file naming a NIC preset gets its
-rate, kind and transport. When the NIC efficiency rests on an assumption (an ``assumed``
+rate, kind and transport; host memory bounds what a staged transport moves, not a
+GPUDirect one's. When the NIC efficiency rests on an assumption (an ``assumed``
 transport, the efficiency not written in the file), ``predict`` shows the step at other
 efficiencies, and the step never grows with the efficiency.
 """
@@ -184,3 +185,74 @@ def test_a_host_staged_transport_ramps_in_its_own_scope():
     assert scope({"nic": "ib-ndr"}) == scope({"nic": "efa-v2"}) == scope({"nic": "400gbe-roce"}) == "network"
     spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})
     assert NcclCollectives(Topology.from_spec(spec, 8)).ramp_scope == "node"
+
+
+def test_host_memory_bounds_what_a_staged_transport_moves():
+    # The socket transport crosses the host memory of the NIC's CPU socket 4 times a side per
+    # byte, both directions sharing it (dpsim.topology.server): a DGX-1-era socket (4 DDR4-2133
+    # channels, 68.3 GB/s) carries 68.3 / (2 x 4) = 8.5 GB/s per direction, under a 100 GbE
+    # NIC's 11.8; GPUDirect NICs never touch host memory.
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.collectives.ops import bus_factor
+    from dpsim.topology.cluster import Topology
+
+    def busbw(nic: str, host_gbyte_per_s: float | None) -> float:
+        node = dict(NODE, **({"host_memory_gbyte_per_s": host_gbyte_per_s} if host_gbyte_per_s else {}))
+        fabric = {"nic": nic, "nics_per_node": 1}
+        if nic.endswith("tcp"):  # enough sockets to fill the NIC (NVIDIA/nccl#450's settings)
+            fabric["transport"] = {"preset": "socket", "streams_per_connection": 2, "connections_per_nic": 4}
+        spec = spec_from_dict({"name": "x", "gpu": "h100", "node": node, "fabric": fabric})
+        size = 2**32
+        # A ring crosses each NIC once per direction: its bus bandwidth is what one direction carries.
+        t = NcclCollectives(Topology.from_spec(spec, 16), algorithms=("ring",)).time("all_reduce", size).time_s
+        return size * bus_factor("all_reduce", 16) / t
+
+    slow_host = busbw("100gbe-tcp", 68.3)
+    assert slow_host <= 68.3e9 / 8 * 1.001
+    assert slow_host < 0.9 * busbw("100gbe-tcp", None)
+    assert busbw("ib-ndr", 68.3) == pytest.approx(busbw("ib-ndr", None), rel=1e-9)
+
+
+def test_the_aws_p4de_preset_runs_efa_v1():
+    # p4de's NICs are EFA v1 (aws-hpc-tutorials): aws-ofi-nccl's send/recv path, Simple only.
+    from dpsim.topology.load import load_preset
+
+    spec = load_preset("aws-p4de")
+    assert spec.fabric.transport.name == "efa-sendrecv"
+    assert spec.fabric.transport.network_protocols == ("Simple",)
+
+
+def test_no_ll128_across_servers_without_gpudirect():
+    # NCCL enables LL128 only where the GPU reaches the NIC within PATH_PXB (PATH_PXN on sm90+);
+    # a NIC without GPUDirect RDMA is reached through the CPU (PATH_PHB or worse), so sockets
+    # and host-staged RDMA run LL and Simple only across servers, GPUDirect NICs all three.
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.topology.cluster import Topology
+
+    def protocols(fabric: dict, gpus: int = 16) -> set[str]:
+        spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": fabric})
+        return {p for _, p in NcclCollectives(Topology.from_spec(spec, gpus)).candidates("all_reduce")}
+
+    assert protocols({"nic": "100gbe-tcp"}) == {"LL", "Simple"}
+    assert protocols({"nic": "ib-ndr", "transport": "ib-host"}) == {"LL", "Simple"}
+    assert protocols({"nic": "ib-ndr"}) == protocols({"nic": "400gbe-roce"}) == {"LL", "LL128", "Simple"}
+    assert protocols({"nic": "100gbe-tcp"}, gpus=8) == {"LL", "LL128", "Simple"}  # inside one server
+
+
+def test_socket_messages_under_64_kib_per_socket_leave_sockets_idle():
+    # net_socket.cc splits a message into tasks of at least 64 KiB over the connection's
+    # sockets: with 2 sockets per connection, a 64 KiB step uses one, a 128 KiB step both.
+    from dpsim.collectives.nccl import SOCKET_MIN_TASK_BYTES, NcclCollectives
+    from dpsim.topology.cluster import Topology
+
+    fabric = {"nic": "100gbe-tcp", "nics_per_node": 1,
+              "transport": {"preset": "socket", "streams_per_connection": 2, "connections_per_nic": 1}}
+    spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": fabric})
+    model = NcclCollectives(Topology.from_spec(spec, 16), algorithms=("ring",))
+    pc = model.plan_cost("ring", "all_reduce")
+    size_one_task = SOCKET_MIN_TASK_BYTES / (pc.max_fraction * max(1, pc.plan.channels))
+    assert model._socket_tasks_scale("ring", "Simple", "all_reduce", size_one_task) == pytest.approx(0.5)
+    assert model._socket_tasks_scale("ring", "Simple", "all_reduce", 2 * size_one_task) == pytest.approx(1.0)
+    # One socket per connection (NCCL's default off AWS/GCP): nothing to leave idle.
+    single = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})
+    assert NcclCollectives(Topology.from_spec(single, 16))._socket_tasks_scale("ring", "Simple", "all_reduce", 1e3) == 1.0

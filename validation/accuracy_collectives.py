@@ -387,8 +387,23 @@ ANALYSIS = """What the model does that explains misses it used to have:
 - **Host-staged transports ramp in their own scope** (`staged`: sockets, RDMA without
   GPUDirect): each chunk also crosses PCIe into host memory, a host copy and the proxy
   thread on both sides, more pipeline stages than a GPUDirect NIC's. The four V100 TCP nodes
-  (NVIDIA/nccl#450), the only such system, no longer set the ramp of EFA and InfiniBand
-  (16 MiB half-size where the GPUDirect systems fit 2 MiB); left out, they get the network's.
+  (NVIDIA/nccl#450), the only such system, no longer set the ramp of EFA and InfiniBand;
+  left out, they get the network's (2 MiB half-size).
+- **Host memory bounds the socket transport.** Every byte the socket transport moves crosses
+  the host memory of the NIC's CPU socket four times on each side (the GPU's DMA, the kernel's
+  copy read and write, the NIC's DMA), both directions sharing it. The V100 TCP system's
+  file described no host memory and got the default (a DDR5 server, 614 GB/s), so its NIC
+  ran at line rate and a 16 MiB staged ramp stood in for the missing bound. Its server
+  (a DGX-1, as the file already assumes) has 2 Xeon E5-2698 v4 with 4 DDR4-2133 channels
+  each: 68.3 GB/s per socket, 68.3 / (2 x 4) = 8.5 GB/s per direction, under the NIC's
+  11.8. Its 8-16 MiB rows go from 25-30 % fast to 3-7 % fast with the network's ramp (left
+  out), and the staged ramp fitted on every system falls from 16 to 4 MiB.
+- **Small socket messages leave sockets idle.** NCCL's socket transport splits each message
+  (one step of one channel) into tasks of at least 64 KiB over the connection's sockets
+  (`net_socket.cc` `MIN_CHUNKSIZE`). The V100 TCP run's 4 channels x 32 ranks make 64 KiB
+  steps at 8 MiB: one of its 2 sockets per connection works, 4 x 2.06 GB/s = 8.2 GB/s
+  (8.5 GB/s of host memory otherwise); at 16 MiB both do. Its 8 MiB row goes from 3.4 to
+  0.5 % fast; the staged ramp fitted on every system falls from 4 to 2 MiB (the network's).
 
 Where it still misses (per-row errors: `python validation/accuracy_collectives.py`):
 
@@ -418,9 +433,9 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   bus bandwidth where the datasheet bridge (600 GB/s both directions, 300 per direction x
   0.822, NCCL's own 12 x 20.6 GB/s) predicts 246: what halves it is not in the thread. Three
   rows of one system.
-- **Four V100 TCP nodes** (NVIDIA/nccl#450) run their 8-16 MiB rows at 44 % of the socket
-  transport's rate; left out, nothing else stages through host memory and they get the
-  GPUDirect systems' network ramp: 25-30 % fast.
+- **Four V100 TCP nodes** (NVIDIA/nccl#450): two rows, on an assumed server (the issue does
+  not name it); nothing else stages through host memory, so the staged ramp is untested
+  beyond them.
 - **DGX A100's 1 MiB row** (101.9 us, flat from 1 to 4 MiB) is 37 % above the model, and its
   16-32 MiB rows 20-26 %; from 256 MiB on it is within 9 %.
 - **InfiniBand has one small-message system** (two A100 nodes on HDR, one GPU each,

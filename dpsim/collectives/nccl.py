@@ -111,6 +111,10 @@ from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
 from dpsim.units import US, KiB
 
+SOCKET_MIN_TASK_BYTES = 64 * KiB
+"""Smallest piece NCCL's socket transport splits a message into across a connection's sockets
+(src/transport/net_socket.cc@5067397 ``MIN_CHUNKSIZE``)."""
+
 SYMMETRIC = "symmetric"
 """Evaluation path: one server's flows max-min shared, traffic between servers counted by
 symmetry (:mod:`dpsim.collectives.symmetric`); cost independent of the cluster's size."""
@@ -629,6 +633,12 @@ class NcclCollectives:
                 return False
             if self.topology.n_nodes > 1 and GENERATION.get(self.spec.gpu) in ("volta", "ampere"):
                 return False
+            # ... and where the path to the NIC is at most PATH_PXB (PATH_PXN from sm90); without
+            # GPUDirect RDMA NCCL diverts it through the CPU (src/graph/paths.cc@5067397
+            # ncclTopoComputePaths, ncclTopoCheckGdr == 0: PATH_PHB or worse), so sockets and
+            # host-staged RDMA never run LL128 across servers (src/graph/tuning.cc@5067397).
+            if self.crosses_network and not self.spec.fabric.transport.gpudirect:
+                return False
         # ROCm/rccl@0cbce2a7 src/graph/tuning.cc: no tree/Simple when every rank of a gfx94x
         # (MI300) communicator is on one node.
         return not (self._rccl and algorithm == "tree" and protocol == "Simple" and self.topology.n_nodes == 1
@@ -677,6 +687,33 @@ class NcclCollectives:
             return 1.0
         rate = fabric.nic_bandwidth_bytes_per_s * fabric.nic_efficiency
         return 1.0 / (1.0 + fabric.nic_message_overhead_s * rate / message_bytes)
+
+    def _socket_tasks_scale(self, algorithm: str, protocol: str, op: str, size_bytes: float) -> float:
+        """Fraction of the socket transport's stream cap one connection's messages can use.
+
+        NCCL's socket transport splits each message (one step of one channel) into tasks of
+        ``max(64 KiB, size / sockets)`` spread over the connection's sockets
+        (src/transport/net_socket.cc@5067397, ``MIN_CHUNKSIZE``): a message under
+        ``sockets x 64 KiB`` leaves sockets idle, and the NIC then carries at most
+        ``connections x busy sockets x stream rate``. Each channel has its own connection
+        (``connections_per_nic``), so a step is ``S x fraction x plan channels / connections``.
+        """
+        fabric = self.spec.fabric
+        transport = fabric.transport
+        if (transport.kind != "socket" or transport.streams_per_connection <= 1
+                or not math.isfinite(transport.stream_bytes_per_s) or algorithm not in ("ring", "tree")):
+            return 1.0
+        pc = self.plan_cost(algorithm, op)
+        channels = max(1, pc.plan.channels)
+        connections = max(channels, transport.connections_per_nic)
+        step = pc.max_fraction * size_bytes if algorithm == "ring" else size_bytes / channels
+        per_connection = min(CHUNK_BYTES[protocol], step * channels / connections)
+        busy = min(transport.streams_per_connection, max(1, math.ceil(per_connection / SOCKET_MIN_TASK_BYTES)))
+        line = fabric.nic_bandwidth_bytes_per_s
+        full = min(transport.wire_efficiency, transport.stream_cap_bytes_per_s / line)
+        part = min(transport.wire_efficiency,
+                   transport.connections_per_nic * busy * transport.stream_bytes_per_s / line)
+        return part / full if full > 0 else 1.0
 
     def cost(self, algorithm: str, protocol: str, op: str, size_bytes: float) -> Choice:
         """What one algorithm x protocol takes: NCCL's estimate, the per-call overhead and the
@@ -743,7 +780,8 @@ class NcclCollectives:
     def _raw_cost(self, algorithm: str, protocol: str, op: str, size_bytes: float) -> Choice:
         scale = 1.0
         if self.topology.n_nodes > 1:
-            scale = self.nic_scale(self.message_bytes(algorithm, protocol, op, size_bytes))
+            scale = (self.nic_scale(self.message_bytes(algorithm, protocol, op, size_bytes))
+                     * self._socket_tasks_scale(algorithm, protocol, op, size_bytes))
         pc = self.plan_cost(algorithm, op, scale)
         plan = pc.plan
         n = self.n_ranks

@@ -197,7 +197,7 @@ FITTED_TUNING = NcclTuning(
     call_overhead_us=(("node", 28.2), ("ib", 7.9), ("roce", 7.9), ("socket", 83.2), ("efa", 56.4),
                       ("tcpx", 83.2), ("tcpxo", 109.9)),
     ramp_half_bytes=(("node", 64.0 * 2**20), ("nvls", 8.0 * 2**20), ("network", 2.0 * 2**20),
-                     ("nvls_tree", 64.0 * 2**20), ("staged", 16.0 * 2**20)),
+                     ("nvls_tree", 64.0 * 2**20), ("staged", 2.0 * 2**20)),
     ramp_exponent=0.5,
 )
 """The default, fitted on every reference system (``tests/data/collectives_reference.csv``) by
