@@ -226,6 +226,24 @@ def test_predict_and_plan_on_the_command_line():
     assert bad.returncode == 2 and "--global-batch" in bad.stderr and bad.stderr.count("\n") == 1
 
 
+def test_plan_takes_no_grad_accum_fusion_as_predict_does():
+    out = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16",
+                          "--link", "infiniband", "--global-batch", "64", "--tp", "2", "--pp", "2", "--verify", "1",
+                          "--top", "2", "--no-grad-accum-fusion", "--json"], capture_output=True, text=True,
+                         check=True)
+    d = json.loads(out.stdout)
+    assert "--no-grad-accum-fusion" in d["best"]["flags"]
+    # the planner's closed form and the verified prediction charge the same separate adds
+    from dpsim.plan.planner import plan_layouts
+    base = PredictConfig(model="llama-2-7b", link="infiniband")
+    fused, unfused = (plan_layouts(base, gpus=[16], global_batch=64, tps=[2], pps=[2], verify=1, top=1,
+                                   grad_accum_fusion=f).best for f in (True, False))
+    assert fused.candidate.flags() + " --no-grad-accum-fusion" == unfused.candidate.flags() or \
+        fused.candidate != unfused.candidate
+    assert unfused.verified.config.grad_accum_fusion is False
+    assert unfused.step_time_s > fused.step_time_s
+
+
 def test_pipeline_parallelism_alone_on_any_block_model():
     p = predict(PredictConfig(gpus=16, pp=4, link="nvlink", model="gpt2-xl", micro_batch=2, global_batch=64,
                               recompute="full", steps=1))

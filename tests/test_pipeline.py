@@ -148,6 +148,24 @@ def test_deepspeed_reduces_gradients_after_the_pipeline():
         assert launched and min(launcher) > max(computing)  # nothing overlaps the backward
 
 
+def test_deepspeed_gathers_a_stage_output_again_before_its_backward():
+    """DeepSpeed keeps only its slice of each output it sent and restores it with an all-gather
+    before the backward (deepspeed/runtime/pipe/engine.py@0457bb1cb6): every backward of a stage
+    that has a next stage carries two tensor-group all-gathers where Megatron's carries one."""
+    p, m, g = 4, 8, 0.25
+    dp = DataParallelPlan(strategy="ddp", dp=1, overlap=False, bucket_elements=10, grad_bytes=2, weight_bytes=2)
+    work = _uniform(p, 1)
+
+    def backward_extra(schedule):
+        plan = build_pipeline_program(work, Layout(pp=p, schedule=schedule, micro_batches=m), p2p_bytes=1.0,
+                                      gather_s=g, optimizer_s=[0.0] * p, dp=dp)
+        return [sum(op.duration_s for op in st.ops if op.kind == "backward") - m * 2.0
+                for st in plan.program.stages]
+
+    assert backward_extra("1f1b") == pytest.approx([m * g] * (p - 1) + [0.0])
+    assert backward_extra("deepspeed") == pytest.approx([2 * m * g] * (p - 1) + [0.0])
+
+
 def test_a_collective_of_two_stages_waits_for_both():
     prog = PipelineProgram(
         stages=(StageProgram(ops=(StageOp(kind="backward", name="b0", duration_s=1.0, launches=(0,)),

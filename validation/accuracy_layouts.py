@@ -156,7 +156,23 @@ def evaluate(row: dict, *, compute_efficiency: float | None = None) -> dict:
     return {"id": row["id"], "set": row["set"], "model": row["model"], "layout": f"{row['tp']}x{row['pp']}x{row['dp']}",
             "gpus": n, "published": published, "predicted": predicted, "unit": row["unit"], "error": error,
             "step_s": step, "bubble": rep.bubble_fraction if rep is not None else 0.0,
-            "tp_exposed_s": rep.tp_exposed_s if rep is not None else 0.0, "fits": p.memory.fits}
+            "tp_exposed_s": rep.tp_exposed_s if rep is not None else 0.0, "fits": p.memory.fits,
+            "global_batch": int(row["global_batch"])}
+
+
+def dp_decomposition(results: list[dict], key: str) -> tuple[float, float]:
+    """Split the step times of one model and layout run at several data-parallel sizes into
+    ``work / dp + fixed`` (least squares over the rows): with the global batch fixed, the
+    micro-batches each pipeline runs go as ``1/dp`` and everything else (the bubble, the
+    reductions after the pipeline, the optimizer) does not depend on ``dp``. Returns the work
+    per sample of one pipeline (seconds: ``work / global batch``) and the fixed part (s).
+    ``key`` is ``published`` or ``step_s``. Two numbers from three rows: a diagnosis of where
+    the time goes, never an input of a prediction."""
+    xs = [1.0 / int(r["layout"].split("x")[2]) for r in results]
+    ys = [float(r[key]) for r in results]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return slope / int(results[0]["global_batch"]), my - slope * mx
 
 
 SYSTEMS = {"dgx-a100": "Selene (A100)", "infiniband": "Eos (H100)"}
@@ -271,6 +287,11 @@ def main(argv=None) -> int:
               f"{'' if r['fits'] else '  (does not fit)'}")
     for key, v in summary(results).items():
         print(f"{key}: {v['n']} rows, median |error| {100 * v['median']:.1f} %, worst {100 * v['worst']:.1f} %")
+    mt = [r for r in results if r["set"] == "mtnlg2022"]
+    if len(mt) >= 3:
+        (pw, pf), (dw, df) = dp_decomposition(mt, "published"), dp_decomposition(mt, "step_s")
+        print(f"mtnlg2022 as work/dp + fixed: published {1e3 * pw:.1f} ms per sample + {pf:.1f} s, "
+              f"dpsim {1e3 * dw:.1f} ms per sample + {df:.1f} s")
     if loso:
         print("leave one system out, --compute-efficiency fitted on the other system:",
               ", ".join(f"{k} {v:.2f}" for k, v in fitted.items()))

@@ -12,7 +12,7 @@ from dpsim.cli.options import config_options
 
 PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "flash_attention", "precision",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
-               "tp_comm_overlap", "tp_across_network", "algo", "proto")
+               "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "algo", "proto")
 """``PredictConfig`` fields that describe the job the layouts are searched for (the layout fields
 themselves are what ``plan`` searches)."""
 
@@ -75,6 +75,8 @@ def plan_command(
     if budget_usd is not None and not budget_usd > 0:
         raise ConfigError(f"--budget-usd: {budget_usd} is not valid; expected a number > 0")
     counts = parse_int_list(gpus, "--gpus")
+    # Searched layouts with tensor or pipeline parallelism take it; the base (no --tp/--pp) cannot.
+    grad_accum_fusion = flags.pop("grad_accum_fusion", True)
     base = PredictConfig(**flags, micro_batch=1)
     result = plan_layouts(
         base, gpus=counts, global_batch=global_batch, tps=parse_int_list(tp, "--tp"), pps=parse_int_list(pp, "--pp"),
@@ -86,7 +88,7 @@ def plan_command(
         tokens=None if tokens is None else parse_count(tokens, "--tokens"),
         samples=None if samples is None else parse_count(samples, "--samples"),
         budget_usd=budget_usd, gpu_hour_usd=parse_price_overrides(gpu_hour_usd or []), rank_by=rank, top=top,
-        verify=verify)
+        verify=verify, grad_accum_fusion=grad_accum_fusion)
     if as_json:
         _emit_json(result.to_dict())
         return

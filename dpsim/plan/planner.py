@@ -76,7 +76,7 @@ from dpsim.workload.spec import ModelSpec
 
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "strategy", "micro_batch", "recompute", "activation_checkpointing",
                          "schedule", "virtual_stages", "sequence_parallel", "grad_accum", "global_batch",
-                         "stage_layers"})
+                         "stage_layers", "grad_accum_fusion"})
 """Fields a candidate sets itself (the rest of the command is the job's)."""
 
 MAX_PLAN_VALUES = 32
@@ -118,6 +118,10 @@ class Candidate:
     """Megatron sequence parallelism."""
     global_batch: int
     """Samples per optimizer step."""
+    grad_accum_fusion: bool = True
+    """Weight gradients accumulated by their GEMM (``--no-grad-accum-fusion``: one more add per
+    parameter and micro-batch); always on without tensor or pipeline parallelism, where it
+    does not apply."""
 
     def config(self, base: PredictConfig) -> PredictConfig:
         """The :class:`PredictConfig` of this layout on ``base``'s job."""
@@ -127,7 +131,8 @@ class Candidate:
             activation_checkpointing=self.recompute == "full" and self.tp * self.pp == 1,
             schedule=self.schedule, virtual_stages=self.virtual_stages, sequence_parallel=self.sequence_parallel,
             grad_accum=1, global_batch=self.global_batch, tp_comm_overlap=base.tp_comm_overlap if self.tp > 1 else "backward",
-            tp_across_network=base.tp_across_network and self.tp > 1)
+            tp_across_network=base.tp_across_network and self.tp > 1,
+            grad_accum_fusion=self.grad_accum_fusion or self.tp * self.pp == 1)
 
     def command(self, base: PredictConfig) -> str:
         """The whole ``dpsim predict`` command: the job's flags that differ from the defaults, then the layout's."""
@@ -156,6 +161,8 @@ class Candidate:
             out += " --sequence-parallel"
         if self.recompute != "off":
             out += " --activation-checkpointing" if self.tp * self.pp == 1 else f" --recompute {self.recompute}"
+        if not self.grad_accum_fusion and self.tp * self.pp > 1:
+            out += " --no-grad-accum-fusion"
         return out
 
 
@@ -300,8 +307,11 @@ class _Tables:
 class Planner:
     """The searches of one job (model, cluster design, precision): caches shared by every candidate."""
 
-    def __init__(self, base: PredictConfig):
+    def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True):
         self.base = base
+        # The job's setting, kept apart from ``base``: a config without --tp/--pp refuses
+        # --no-grad-accum-fusion, and the search's base has neither.
+        self.grad_accum_fusion = grad_accum_fusion
         self.model: ModelSpec = load_model(base)
         self.precision = get_precision(base.precision)
         self._topologies: dict[int, Topology] = {}
@@ -358,9 +368,10 @@ class Planner:
             t = self._costs[key] = gc.group(group).time(op, size).time_s
         return t
 
-    def tables(self, tp: int, micro_batch: int, sp: bool, recompute: str, gc: GroupCollectives) -> _Tables:
+    def tables(self, tp: int, micro_batch: int, sp: bool, recompute: str, gc: GroupCollectives, *,
+               grad_accum_fusion: bool = True) -> _Tables:
         """Per-layer work and activation memory (cached)."""
-        key = (tp, micro_batch, sp, recompute, id(gc.group("tp")))
+        key = (tp, micro_batch, sp, recompute, id(gc.group("tp")), grad_accum_fusion)
         tab = self._tables.get(key)
         if tab is not None:
             return tab
@@ -372,7 +383,7 @@ class Planner:
             compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, self.precision)
         layout = Layout(tp=tp, micro_batch=micro_batch, sequence_parallel=sp, recompute=recompute,
                         tp_comm_overlap=self.base.tp_comm_overlap if tp > 1 else "backward",
-                        grad_accum_fusion=self.base.grad_accum_fusion)
+                        grad_accum_fusion=grad_accum_fusion)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
         accumulate = () if layout.grad_accum_fusion else \
             gradient_accumulation_s(tpm, self.gpu, self.precision.grad_bytes)
@@ -446,7 +457,8 @@ class Planner:
                                     out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, strategy=strategy,
                                                          micro_batch=mb, recompute=recompute, schedule=schedule,
                                                          virtual_stages=v, sequence_parallel=sp,
-                                                         global_batch=global_batch))
+                                                         global_batch=global_batch,
+                                                         grad_accum_fusion=self.grad_accum_fusion or tp * pp == 1))
         return out, {"refused_by_placement": refused}
 
     @staticmethod
@@ -467,7 +479,8 @@ class Planner:
     def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
         """Closed-form memory and, when it fits, step of ``c`` (see the module docstring)."""
         gc = self.collectives(c.gpus, c.tp, c.pp, c.dp)
-        tab = self.tables(c.tp, c.micro_batch, c.sequence_parallel, c.recompute, gc)
+        tab = self.tables(c.tp, c.micro_batch, c.sequence_parallel, c.recompute, gc,
+                          grad_accum_fusion=c.grad_accum_fusion)
         tpm = tp_model(self.model, c.tp)
         self.topology(c.gpus)
         gpu = self.gpu
@@ -576,7 +589,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  strategies=None, micro_batches=None, recomputes=None, schedules=None, sequence_parallel=None,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
                  gpu_hour_usd: PriceOverride = None, rank_by: str = "time", top: int = 10,
-                 verify: int = 3) -> PlanResult:
+                 verify: int = 3, grad_accum_fusion: bool = True) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring)."""
     t0 = time.perf_counter()
     if rank_by not in RANKINGS:
@@ -585,7 +598,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         raise ConfigError("--rank: cost needs a budget to train; give --tokens (or --samples)")
     if budget_usd is not None and tokens is None and samples is None:
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
-    planner = Planner(base)
+    planner = Planner(base, grad_accum_fusion=grad_accum_fusion)
     counts = {"candidates": 0, "refused_by_placement": 0, "do_not_fit": 0, "over_budget": 0, "ranked": 0}
     fitting: list[Estimate] = []
     closest: Estimate | None = None

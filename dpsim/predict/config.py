@@ -60,8 +60,8 @@ SMs; ~16 channels on a 132-SM H100 (NVIDIA H100 datasheet: 132 SMs on SXM5) take
 
 # The closed choices, spelled out so that a type checker and ``--help`` can read them.
 # Each mirrors a registry lower down; tests/test_config.py asserts they are equal.
-Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16-params", "fp16-params", "bf16-true",
-                    "amp", "bf16-mixed", "fp16-mixed", "bf16"]
+Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16-params", "bf16-fp32-grads", "fp16-params",
+                    "bf16-true", "amp", "bf16-mixed", "fp16-mixed", "bf16"]
 """``--precision``: the keys of :data:`dpsim.workload.precision.PRECISIONS`, then the old names kept
 as aliases (:data:`dpsim.workload.precision.PRECISION_ALIASES`)."""
 Optimizer = Literal["adamw", "adam", "sgd-momentum", "sgd"]
@@ -134,8 +134,8 @@ class PredictConfig:
     precision: Precision = "amp-bf16"
     """The framework setting trained with (dpsim/workload/precision.py): fp32, tf32, amp-bf16
     (torch.autocast bf16: fp32 params and grads, so DDP all-reduces fp32), amp-fp16 (+ GradScaler),
-    bf16-params or fp16-params (16-bit params and grads, fp32 master: DeepSpeed, Megatron, FSDP
-    MixedPrecision), bf16-true (everything bf16). Old names: amp = amp-bf16, bf16-mixed = bf16-params,
+    bf16-params or fp16-params (16-bit params and grads, fp32 master: DeepSpeed, Megatron --fp16, FSDP
+    MixedPrecision), bf16-fp32-grads (Megatron --bf16: gradients accumulated and reduced in fp32), bf16-true (everything bf16). Old names: amp = amp-bf16, bf16-mixed = bf16-params,
     fp16-mixed = fp16-params, bf16 = bf16-true."""
     optimizer: Optimizer = "adamw"
     """Optimizer: sets the optimizer state kept per parameter."""

@@ -28,7 +28,9 @@ its micro-batches and model chunks):
   not wait for each other: free transfers give 1F1B's step exactly, and what DeepSpeed adds
   is its messages one at a time on the critical path. Gradients are reduced across
   replicas after the pipeline (``ReduceTiedGrads``, ``ReduceGrads`` at the last step),
-  never overlapped.
+  never overlapped. With tensor parallelism a stage keeps only its slice of each output it
+  sent and all-gathers it again before that micro-batch's backward (one more tensor-group
+  all-gather per micro-batch than Megatron).
 
 The bubble of every schedule is ``(p - 1)`` forward+backward slots of a stage out of
 ``m + p - 1`` (interleaved: of a chunk, ``(p - 1)/v`` of a stage): Narayanan et al. 2021,
@@ -447,7 +449,11 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
             b_seen += 1
             needs = (grad_send[g + 1, j],) if (g + 1, j) in grad_send else ()
             sends = (grad_send[g, j],) if (g, j) in grad_send else ()
-            extra = gather_s if needs else 0.0
+            # DeepSpeed also all-gathers the stage's own output before backward: it kept only its
+            # slice after sending it (``_exec_forward_pass`` empties ``outputs.data``;
+            # ``_exec_backward_pass`` restores it with ``PartitionedTensor.full()``,
+            # deepspeed/runtime/pipe/engine.py@0457bb1cb6), then the received gradient's slices.
+            extra = (2 if deepspeed else 1) * gather_s if needs else 0.0
             if blocking_p2p:
                 needs, sends = tuple(pending), ()
                 pending.clear()

@@ -129,7 +129,18 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
         activation_bytes=2, weight_bytes=2, grad_dtype="bfloat16", grad_bytes=2, master_bytes=4,
         state_element_bytes=4,
         description="bf16 params and grads (reduced in bf16), fp32 master and Adam state: DeepSpeed bf16, "
-                    "Megatron; FSDP MixedPrecision(param_dtype=bf16)",
+                    "FSDP MixedPrecision(param_dtype=bf16)",
+    ),
+    # Megatron-LM's --bf16 forces --accumulate-allreduce-grads-in-fp32 (megatron/arguments.py@2e90a342f5,
+    # megatron/training/arguments.py@937571cfd4: "bfloat16 requires gradient accumulation and
+    # all-reduce to be done in fp32"), the DDP's grad_reduce_in_fp32; no opt-out until
+    # --grad-reduce-in-bf16 (Megatron-LM d165a8548b, February 2025).
+    Precision(
+        name="bf16-fp32-grads", compute_dtype="bfloat16", matmul_dtype="bfloat16", conv_dtype="bfloat16",
+        activation_bytes=2, weight_bytes=2, grad_dtype="float32", grad_bytes=4, master_bytes=4,
+        state_element_bytes=4,
+        description="bf16 params, fp32 gradient buffer (accumulated and reduced in fp32), fp32 master and "
+                    "Adam state: Megatron-LM --bf16 (main_grad)",
     ),
     Precision(
         name="fp16-params", compute_dtype="float16", matmul_dtype="float16", conv_dtype="float16",
