@@ -193,9 +193,21 @@ def train(tb: Testbed, c: Cluster, cap: float | None, workdir: Path, tag: str) -
             "--steps", "20", "--warmup", "5", "--out", str(out)]
     if cap is not None:
         argv += ["--bucket-cap-mb", str(cap)]
-    with Load() as load:
-        torchrun(tb, c.ranks, argv, workdir, tag)
-    return json.loads(out.read_text()), load.outside
+    out.unlink(missing_ok=True)
+    for attempt in (1, 2):
+        with Load() as load:
+            try:
+                torchrun(tb, c.ranks, argv, workdir, tag)
+            except RuntimeError as exc:
+                # gloo sometimes aborts a rank while the process group is torn down, after
+                # rank 0 wrote its steps (atomically): the measurement is whole; else run again.
+                if not out.exists():
+                    if attempt == 2:
+                        raise
+                    print(f"{tag}: {str(exc).splitlines()[0]}; running it again", flush=True)
+                    continue
+        return json.loads(out.read_text()), load.outside
+    raise AssertionError("unreachable")
 
 
 def quiet_run(fn, *args):
@@ -279,7 +291,8 @@ def rerun_noisy(rows_path: Path, workdir: Path, runs: int) -> int:
     for c in clusters:
         old = [r for r in rows if r.cluster == c]
         worst = max(r.spread for r in old)
-        if worst <= NOISY_SPREAD:
+        loaded = max(max(r.loads) for r in old) > OUTSIDE_LOAD_LIMIT
+        if worst <= NOISY_SPREAD and not loaded:
             out += old
             continue
         new = run_cluster(c, workdir, runs)
@@ -370,6 +383,8 @@ def main() -> int:
     ap.add_argument("--repredict", action="store_true",
                     help="with --render: predict again with today's dpsim, from the kept profiles refitted by "
                          "today's fitter (the measurements, calibration's and training's, are the kept ones)")
+    ap.add_argument("--resume", default=None, metavar="ROWS_JSON",
+                    help="keep the clusters a stopped run already measured (its rows.json) and measure the rest")
     ap.add_argument("--rerun-noisy", default=None, metavar="ROWS_JSON",
                     help="measure again the clusters of a kept rows.json with a case spread past "
                          f"{100 * NOISY_SPREAD:.0f} %%; keep each cluster's steadier attempt; write rows.json in --keep")
@@ -397,7 +412,13 @@ def main() -> int:
     rows: list[Row] = []
     started = time.monotonic()
     load_avg_before = os.getloadavg()
+    if args.resume:
+        doc, rows = _load_rows(Path(args.resume))
+        started -= doc["wall_s"]
+        load_avg_before = doc["load_before"]
     for i, c in enumerate(chosen, 1):
+        if any(r.cluster == c for r in rows):
+            continue
         got = run_cluster(c, workdir, args.runs)
         rows += got
         for r in got:
@@ -406,6 +427,9 @@ def main() -> int:
                   f"error {100 * r.error:+.1f} % (outside load {', '.join(f'{100 * x:.0f}' for x in r.loads)} %; "
                   f"calibration {r.calibration['wall_s']:.0f} s at {100 * r.calibration['outside_load']:.0f} %)",
                   flush=True)
+        # After every cluster: a run stopped later keeps what it measured (--resume).
+        _dump_rows(workdir / "rows.json", rows, wall_s=time.monotonic() - started, load_before=load_avg_before,
+                   nice=args.nice)
     text, ok = summary(rows)
     print(table(rows))
     print(text)
