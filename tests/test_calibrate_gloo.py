@@ -312,8 +312,11 @@ def test_nodes_come_from_torchruns_facts_before_host_names(tmp_path):
                                       env=dict(os.environ, OMP_NUM_THREADS="1")))
     outs = [p.communicate(timeout=180) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-1500:] for o in outs]
-    # one copy of gloo's and torch's warnings, not one per rank
-    assert outs[1][1].count("[W") == 0
+    # one copy of gloo's and torch's warnings, not one per rank (torchrun's own agent may report
+    # its store closing when node 0's agent exits first: a shutdown race outside the ranks)
+    warned = [line for line in outs[1][1].splitlines()
+              if "[W" in line and not ("TCPStore" in line and "Connection was likely closed" in line)]
+    assert warned == [], warned
     doc = json.loads(out.read_text())
     assert doc["environment"]["nodes_from"].startswith("GROUP_RANK") and doc["environment"]["hosts"] == 2
     assert list(doc["collectives"]) == ["inter_node"]
