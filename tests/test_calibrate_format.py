@@ -64,3 +64,20 @@ def test_report_prints_no_negative_zero_for_slowdowns_a_speck_below_zero():
     assert "compute slowdown while a collective runs: 0.0 %" in text
     assert "all-reduce slowdown while every rank computes: 0.0 %" in text
     assert not NEGATIVE_ZERO.search(text) and not ROUNDED_TO_NOTHING.search(text), text
+
+
+def test_a_noisy_step_never_prints_zero_point_zero_zero():
+    """A few noisy repeats put the mean's interval at zero and the after-a-wait extra near it
+    (seen on CI: "95 % interval 0.00..3.50 ms")."""
+    import re
+
+    from dpsim.calibrate.summary import profile_report
+    from dpsim.profile.schema import ComputeCalibration, ModelStep, Profile
+
+    for extra in (0.0, -2e-7, 3e-6, -0.004):
+        step = ModelStep(model="m", micro_batch=4, dtype="float32", forward_s=0.0005, backward_s=0.001,
+                         step_time_mean_s=0.00157, step_time_ci_low_s=0.0, step_time_ci_high_s=0.0035, repeats=8,
+                         after_comm_extra_s=extra, after_comm_wait_s=0.00136, fresh_process_ratio=0.643)
+        text = profile_report(Profile(name="p", compute=ComputeCalibration(device="cpu", model_step=step)))
+        assert "interval 0..3.50 ms" in text and "right after waiting" in text, text
+        assert not re.search(r"(?<![0-9.])0\.00(?![0-9])", text) and not re.search(r"-0\.0+(?![0-9])", text), text

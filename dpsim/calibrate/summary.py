@@ -33,8 +33,8 @@ def format_rate(bytes_per_s: float) -> str:
 
 
 def rate_cell(value: float) -> str:
-    """A bandwidth in a table's unit (or a latency in us): two decimals from 1 up (nccl-tests'
-    style), three significant digits below, so a slow small message reads ``0.0312``, never
+    """A bandwidth in a table's unit (or a time: a latency in us, a step in ms): two decimals
+    from 1 up (nccl-tests' style), three significant digits below, so a slow small message reads ``0.0312``, never
     ``0.00``; an exact zero (a fitted latency at its bound) reads ``0``."""
     if not math.isfinite(value):
         return "inf"
@@ -126,13 +126,17 @@ def profile_report(profile: Profile) -> str:
                          f"{s.forward_s * 1e3:.2f} ms, backward {s.backward_s * 1e3:.2f} ms{opt}, {len(s.layers)} layers"
                          + (f", step-time CV {100 * s.step_time_cv:.2f} %" if s.step_time_cv is not None else ""))
             if s.step_time_mean_s is not None and s.step_time_ci_low_s is not None:
-                parts.append(f"#     mean step {s.step_time_mean_s * 1e3:.2f} ms, 95 % interval "
-                             f"{s.step_time_ci_low_s * 1e3:.2f}..{s.step_time_ci_high_s * 1e3:.2f} ms over {s.repeats} "
+                # A noisy few repeats can put the interval's low end at or near zero: three
+                # significant digits below 1 ms ("0", "0.004"), never "0.00".
+                ms = [rate_cell(x * 1e3) for x in (s.step_time_mean_s, s.step_time_ci_low_s, s.step_time_ci_high_s)]
+                parts.append(f"#     mean step {ms[0]} ms, 95 % interval "
+                             f"{ms[1]}..{ms[2]} ms over {s.repeats} "
                              f"repeats; loss {s.loss}")
             if s.fresh_process_ratio is not None:
                 parts.append(f"#     in fresh processes the step takes {s.fresh_process_ratio:.3f} x this process's "
                              "time: the times above are scaled by it")
             if s.after_comm_extra_s is not None and s.after_comm_wait_s is not None:
                 parts.append(f"#     right after waiting {s.after_comm_wait_s * 1e3:.3g} ms on an all-reduce of its "
-                             f"gradients the step takes {s.after_comm_extra_s * 1e3:+.2f} ms against back to back")
+                             f"gradients the step takes {'-' if s.after_comm_extra_s < 0 else '+'}"
+                             f"{rate_cell(abs(s.after_comm_extra_s) * 1e3)} ms against back to back")
     return "\n".join(parts)
