@@ -74,6 +74,17 @@ def test_gloo_calibration_predicts_a_size_it_did_not_measure():
     assert min(errors) <= 0.25, f"relative errors of the held-out size: {errors}"
 
 
+def test_fresh_processes_are_spread_over_the_calibration():
+    """Every process is placed, as evenly as the three points allow, symmetric about the middle."""
+    from dpsim.calibrate.bench_compute import fresh_process_schedule
+
+    assert [fresh_process_schedule(n) for n in range(7)] == [
+        [0, 0, 0], [0, 1, 0], [1, 0, 1], [1, 1, 1], [1, 2, 1], [2, 1, 2], [2, 2, 2]]
+    for n in range(40):
+        counts = fresh_process_schedule(n)
+        assert sum(counts) == n and max(counts) - min(counts) <= 1 and counts == counts[::-1]
+
+
 def test_cli_calibrate_end_to_end_into_predict(capsys, tmp_path, tiny_models_on_path):
     out = tmp_path / "profiles" / "ci.json"  # a missing directory is created
     ref = "calibrate_models:tiny_blocks:tiny_tokens:next_token"
@@ -133,6 +144,9 @@ def test_cli_calibrate_end_to_end_into_predict(capsys, tmp_path, tiny_models_on_
     assert "in fresh processes the step takes" in text and "right after waiting" in text
     raw = doc["compute"]["model_step"]
     assert raw["fresh_process_ratio"] == pytest.approx(s.fresh_process_ratio)
+    # three per rank (the default), one each at the start, middle and end of the calibration
+    assert len(s.fresh_process_steps_s) == 3 and min(s.fresh_process_steps_s) > 0
+    assert "fresh processes over the calibration (start to end): " in text
     assert raw["forward_s"] == pytest.approx(s.forward_s)  # stored as scaled: the profile holds the level it uses
     for w in profile.warnings:
         assert f"dpsim: warning: {w}" in err  # poor fits are reported, not silent

@@ -296,15 +296,18 @@ def test_fresh_processes_set_the_level_and_the_wait_is_kept():
             "optimizer_s": 0.004, "interval": {"mean_s": 0.035, "ci_low_s": 0.034, "ci_high_s": 0.036, "n": 10},
             "layer_times": [{"name": "a", "forward_s": 0.004, "backward_s": 0.015},
                             {"name": "b", "forward_s": 0.006, "backward_s": 0.005}],
-            "fresh_process_ratio": 1.2, "after_comm": {"extra_s": 0.003, "wait_s": 0.25, "iterations": 12}}
+            "fresh_process_ratio": 1.2, "after_comm": {"extra_s": 0.003, "wait_s": 0.25, "iterations": 12},
+            "fresh_process_medians_s": [[0.041, 0.046, 0.040], [0.043, 0.044, 0.042]]}
     s = profile_from_results({"compute": {"device": "cpu", "model_step": step}}, name="fresh").compute.model_step
+    assert s.fresh_process_steps_s == (0.043, 0.046, 0.042)  # each process's slowest rank, in the order they ran
     assert (s.forward_s, s.backward_s, s.optimizer_s) == pytest.approx((0.012, 0.024, 0.0048), rel=1e-12)
     assert [t for l in s.layers for t in (l.forward_s, l.backward_s)] == pytest.approx([0.0048, 0.018, 0.0072, 0.006])
     assert (s.step_time_mean_s, s.step_time_ci_low_s, s.step_time_ci_high_s) == pytest.approx((0.042, 0.0408, 0.0432))
     assert s.fresh_process_ratio == 1.2 and (s.after_comm_extra_s, s.after_comm_wait_s) == (0.003, 0.25)
-    plain = {k: v for k, v in step.items() if k not in ("fresh_process_ratio", "after_comm")}
+    plain = {k: v for k, v in step.items() if k not in ("fresh_process_ratio", "after_comm", "fresh_process_medians_s")}
     s = profile_from_results({"compute": {"device": "cpu", "model_step": plain}}, name="old").compute.model_step
     assert s.forward_s == 0.01 and s.fresh_process_ratio is None and s.after_comm_extra_s is None
+    assert s.fresh_process_steps_s is None
 
 
 def test_step_time_cv_round_trip_and_older_profiles(tmp_path):
@@ -384,7 +387,8 @@ def test_bandwidths_read_in_their_own_unit():
     ("compute.model_step", "repeats", 10**30), ("compute.model_step", "threads", 10**30),
     ("compute.model_step", "after_comm_extra_s", 1e300), ("compute.model_step", "after_comm_extra_s", -1e300),
     ("compute.model_step", "after_comm_wait_s", -1.0), ("compute.model_step", "fresh_process_ratio", 0.0),
-    ("compute.model_step", "fresh_process_ratio", 1e3),
+    ("compute.model_step", "fresh_process_ratio", 1e3), ("compute.model_step", "fresh_process_steps_s", [0.1, 1e300]),
+    ("compute.model_step", "fresh_process_steps_s", [0.0]), ("compute.model_step", "fresh_process_steps_s", 0.1),
     ("compute.model_step.layers[0]", "forward_s", 1e300),
     ("collectives.intra_node.ops.all_reduce.measurements[0]", "time_s", 1e300),
     ("collectives.intra_node.ops.all_reduce.measurements[0]", "size_bytes", 1e300),
@@ -396,7 +400,8 @@ def test_compute_and_measured_numbers_are_bounded(tmp_path, where, key, value):
     step = ModelStep(model="gpt2", micro_batch=4, dtype="float32", forward_s=0.01, backward_s=0.02,
                      layers=(LayerTiming(name="h.0", forward_s=0.01, backward_s=0.02),), optimizer_s=0.001,
                      step_time_mean_s=0.031, forward_flops_per_sample=1e9, repeats=10, threads=2,
-                     after_comm_extra_s=0.002, after_comm_wait_s=0.2, fresh_process_ratio=1.1)
+                     after_comm_extra_s=0.002, after_comm_wait_s=0.2, fresh_process_ratio=1.1,
+                     fresh_process_steps_s=(0.03, 0.034, 0.031))
     doc = make_profile(compute=ComputeCalibration(
         device="cpu", matmul_flops_per_s={"float32": 5e10}, memory_bandwidth_bytes_per_s=1e10,
         overlap_slowdown=0.2, comm_slowdown=0.5, model_step=step)).to_dict()

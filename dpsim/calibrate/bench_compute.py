@@ -103,6 +103,26 @@ def bench_step(step: TrainStep, plan: dict, agree) -> dict:
 FRESH_PROCESSES = 3
 """Fresh processes that time the step on a CPU host (:mod:`dpsim.calibrate.step_probe`)."""
 
+FRESH_PROCESS_POINTS = ("start", "middle", "end")
+"""Where in the calibration the fresh processes run: before the collective sweeps, after them,
+and after the compute benchmarks. A CPU host's speed drifts over minutes (VALIDATION.md part 2:
+one convnet step measured 78.1 and 86.5 ms by two calibrations minutes apart, each the median of
+3 back-to-back fresh processes); spread over the calibration, their median samples that drift
+rather than one moment of it."""
+
+
+def fresh_process_schedule(processes: int) -> list[int]:
+    """How many of ``processes`` fresh processes run at each of :data:`FRESH_PROCESS_POINTS`:
+    evenly, one left over in the middle, two left over at start and end."""
+    counts = [processes // 3] * 3
+    extra = processes % 3
+    if extra == 1:
+        counts[1] += 1
+    elif extra == 2:
+        counts[0] += 1
+        counts[2] += 1
+    return counts
+
 
 def bench_fresh_processes(plan: dict, barrier: Callable[[], None], processes: int = FRESH_PROCESSES) -> list[float]:
     """The step's median in each of ``processes`` fresh processes on this rank, started on every

@@ -140,6 +140,13 @@ def _bounded_slowdown(value: float | None, limit: float, what: str, warnings: li
     return limit
 
 
+def _fresh_process_steps(per_rank: list[list[float]] | None) -> tuple[float, ...] | None:
+    """Each fresh process's median step, the slowest rank's (ranks ran theirs at once)."""
+    if not per_rank or len({len(r) for r in per_rank}) != 1 or not per_rank[0]:
+        return None
+    return tuple(max(times) for times in zip(*per_rank))
+
+
 def profile_from_results(results: dict, *, name: str, description: str = "",
                          created_utc: str | None = None) -> Profile:
     """Fit the raw results of the torch harness (see :mod:`dpsim.calibrate.harness`).
@@ -193,7 +200,8 @@ def profile_from_results(results: dict, *, name: str, description: str = "",
                              threads=s.get("threads"),
                              after_comm_extra_s=(s.get("after_comm") or {}).get("extra_s"),
                              after_comm_wait_s=(s.get("after_comm") or {}).get("wait_s"),
-                             fresh_process_ratio=s.get("fresh_process_ratio"))
+                             fresh_process_ratio=s.get("fresh_process_ratio"),
+                             fresh_process_steps_s=_fresh_process_steps(s.get("fresh_process_medians_s")))
         overlap = _bounded_slowdown(c.get("overlap_slowdown"), MAX_OVERLAP_SLOWDOWN, "compute while a collective runs",
                                     capped)
         comm = _bounded_slowdown(c.get("comm_slowdown"), MAX_PROFILE_SLOWDOWN, "all-reduce while compute runs",

@@ -112,8 +112,9 @@ class CalibrateOptions:
     micro_batch: int = 1
     """Micro-batch of the model step."""
     fresh_processes: int = 3
-    """On CPU hosts, also time the model step in this many fresh processes per rank and take its
-    level from them (a training run is a process of its own; 0: only the calibrating process)."""
+    """On CPU hosts, also time the model step in this many fresh processes per rank, spread over the
+    calibration's start, middle and end, and take its level from them (a training run is a
+    process of its own; 0: only the calibrating process)."""
     seq_len: int | None = None
     """Sequence length of a catalog token model."""
     input_shape: str | None = None

@@ -62,6 +62,7 @@ import platform
 import socket
 import statistics
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -78,8 +79,10 @@ from dpsim.calibrate.bench_compute import (
     bench_interference,
     bench_matmul,
     bench_memcpy,
+    FRESH_PROCESS_POINTS,
     FRESH_PROCESSES,
     bench_fresh_processes,
+    fresh_process_schedule,
     bench_step,
     bench_step_after_comm,
     make_step,
@@ -215,6 +218,21 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
         user_step = make_step(plan, device)
         user_step.run()
         steps.end(label)
+    on_cpu_with_step = user_step is not None and device.type == "cpu"
+    fresh_counts = fresh_process_schedule(plan.get("fresh_processes", FRESH_PROCESSES) if on_cpu_with_step else 0)
+    fresh_medians: list[float] = []
+
+    def fresh_probe(point: int) -> None:
+        """The step in fresh processes at one point of the calibration (every rank at once)."""
+        n = fresh_counts[point]
+        if n:
+            label = (f"training step in {n} fresh process{'es' if n > 1 else ''} "
+                     f"({FRESH_PROCESS_POINTS[point]} of the calibration)")
+            steps.begin(label)
+            fresh_medians.extend(bench_fresh_processes(plan, dist.barrier, n))
+            steps.end(label)
+
+    fresh_probe(0)
     sizes_in = [int(s) for s in plan["sizes"]]
     ops = [op for op in plan["ops"] if op in OPS]
     want_p2p = "sendrecv" in plan["ops"]
@@ -228,7 +246,7 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
     if world >= 2 and "intra_node" not in classes and max(node_sizes) > 1:  # one rank per node has no intra-node
         warnings.append(f"intra_node not measured: nodes have {sorted(node_sizes)} ranks "
                         "(need the same number, at least 2, on every node)")
-    model_steps = 1 + (world > 1) + (device.type == "cpu" and plan.get("fresh_processes", FRESH_PROCESSES) > 0)
+    model_steps = 1 + (world > 1) + sum(n > 0 for n in fresh_counts)
     compute_steps = (1 + 1 + (model_steps if plan.get("model") else 0) + 1) if plan.get("compute") else 0
     adaptive = dict(max_iters=plan.get("max_iters"), target_rel_ci=plan.get("target_rel_ci"),
                     budget_s=plan.get("budget_s"))
@@ -297,14 +315,16 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
         results["collectives"][lc] = {"n_ranks": n0, "n_nodes": nn, "ops": ops_out}
     if plan.get("compute"):
         results["compute"] = _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_node,
-                                      user_step)
+                                      user_step, fresh_probe, fresh_medians)
     results["environment"] = _environment(plan, backend, device, hostnames, nodes, world, nodes_from)
     dist.barrier()
     return results if rank == 0 else None
 
 
-def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_node, user_step) -> dict:
+def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_node, user_step,
+             fresh_probe: Callable[[int], None], fresh_medians: list[float]) -> dict:
     out: dict[str, Any] = {}
+    fresh_probe(1)
     rd = _reduce_device(backend, device)
 
     def agree(times: list[float], flag: bool) -> tuple[list[float], bool]:
@@ -324,12 +344,6 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
         steps.begin(label)
         mine["model_step"] = bench_step(user_step, plan, agree)
         steps.end(label)
-        if device.type == "cpu" and plan.get("fresh_processes", FRESH_PROCESSES) > 0:
-            label = f"training step in {plan.get('fresh_processes', FRESH_PROCESSES)} fresh processes"
-            steps.begin(label)
-            mine["model_step"]["fresh_process_medians_s"] = bench_fresh_processes(
-                plan, dist.barrier, plan.get("fresh_processes", FRESH_PROCESSES))
-            steps.end(label)
         if world > 1:
             label = "training step right after an all-reduce of its gradients"
             steps.begin(label)
@@ -339,6 +353,9 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
     group = node_groups[my_node] if node_groups else dist.group.WORLD
     mine["overlap"] = bench_interference(device, clock, plan, group, backend, user_step)
     steps.end("interference of compute and all-reduce")
+    fresh_probe(2)
+    if user_step is not None and fresh_medians:
+        mine["model_step"]["fresh_process_medians_s"] = list(fresh_medians)  # in the order they ran
     everyone: list[Any] = [None] * world
     dist.all_gather_object(everyone, mine)
     if rank != 0:

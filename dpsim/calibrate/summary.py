@@ -135,6 +135,9 @@ def profile_report(profile: Profile) -> str:
             if s.fresh_process_ratio is not None:
                 parts.append(f"#     in fresh processes the step takes {s.fresh_process_ratio:.3f} x this process's "
                              "time: the times above are scaled by it")
+                if s.fresh_process_steps_s:
+                    ms = ", ".join(rate_cell(x * 1e3) for x in s.fresh_process_steps_s)
+                    parts.append(f"#     fresh processes over the calibration (start to end): {ms} ms")
             if s.after_comm_extra_s is not None and s.after_comm_wait_s is not None:
                 parts.append(f"#     right after waiting {s.after_comm_wait_s * 1e3:.3g} ms on an all-reduce of its "
                              f"gradients the step takes {'-' if s.after_comm_extra_s < 0 else '+'}"

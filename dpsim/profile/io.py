@@ -141,6 +141,18 @@ class _Doc:
             self.fail(self.field(key), value, "a list of strings")
         return tuple(value)
 
+    def numbers(self, key: str, *, maximum: float) -> tuple[float, ...] | None:
+        """A list of positive numbers, each at most ``maximum``; ``None`` when absent or null."""
+        expected = f"a list of numbers > 0 and <= {maximum:g}, or null"
+        value = self.get(key, expected, None)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 < v <= maximum
+                for v in value):
+            self.fail(self.field(key), value, expected)
+        return tuple(float(v) for v in value)
+
     def obj(self, key: str, allowed: tuple[str, ...] | None, default: Any = ...) -> _Doc | None:
         value = self.get(key, "a JSON object", default)
         if value is None and default is None:
@@ -288,7 +300,8 @@ def _read_compute(origin: str, raw: Any) -> ComputeCalibration:
                          after_comm_wait_s=sd.number("after_comm_wait_s", nullable=True, default=None,
                                                      maximum=MAX_SINGLE_GPU_STEP_S),
                          fresh_process_ratio=sd.number("fresh_process_ratio", nullable=True, default=None,
-                                                       strict=True, maximum=MAX_FRESH_PROCESS_RATIO))
+                                                       strict=True, maximum=MAX_FRESH_PROCESS_RATIO),
+                         fresh_process_steps_s=sd.numbers("fresh_process_steps_s", maximum=MAX_SINGLE_GPU_STEP_S))
     raw_extra = {k: doc.data[k] for k in ("matmul", "memcpy", "overlap") if k in doc.data}
     return ComputeCalibration(
         device=doc.string("device"),

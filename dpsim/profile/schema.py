@@ -224,6 +224,10 @@ class ModelStep:
     """The step's median in fresh processes over its median in the calibrating process
     (:mod:`dpsim.calibrate.step_probe`, CPU hosts): every time above is the in-process
     time scaled by it. ``None``: not measured (a GPU, or an older profile)."""
+    fresh_process_steps_s: tuple[float, ...] | None = None
+    """Each fresh process's median step, the slowest rank's, in the order they ran (spread over
+    the calibration's start, middle and end): how far the host's speed drifted meanwhile.
+    ``None``: not measured."""
 
     @property
     def step_s(self) -> float:
@@ -423,7 +427,7 @@ def _compute_to_dict(c: ComputeCalibration) -> dict:
         for key in STEP_OPTIONAL:
             value = getattr(s, key)
             if value is not None and value is not False:
-                step[key] = value
+                step[key] = list(value) if isinstance(value, tuple) else value
         step["layers"] = [{"name": l.name, "forward_s": l.forward_s, "backward_s": l.backward_s} for l in s.layers]
     d = {
         "device": c.device,
@@ -439,5 +443,6 @@ def _compute_to_dict(c: ComputeCalibration) -> dict:
 
 STEP_OPTIONAL = ("step_time_cv", "structure_hash", "forward_flops_per_sample", "layers_traced", "optimizer",
                  "optimizer_s", "loss", "step_time_mean_s", "step_time_ci_low_s", "step_time_ci_high_s", "repeats",
-                 "threads", "after_comm_extra_s", "after_comm_wait_s", "fresh_process_ratio")
+                 "threads", "after_comm_extra_s", "after_comm_wait_s", "fresh_process_ratio",
+                 "fresh_process_steps_s")
 """:class:`ModelStep` fields written only when known (older profiles lack them)."""
