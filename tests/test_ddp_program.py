@@ -135,3 +135,22 @@ def test_validate_predicts_its_measured_run_with_the_copies_charged():
     assert moved == pytest.approx(copies_s(slow) - copies_s(fast), rel=1e-3)
     assert moved > 0.99 * 4 * 4 * model.param_count / slow  # fp32 gradients: 4 bytes, 4 passes over them
     assert runs[fast]["step_time_s"] >= measured_step_s + copies_s(fast)
+
+
+def test_validate_charges_the_step_after_a_wait_as_predict_does():
+    """A run that measured the step right after an all-reduce (as calibrate does) is predicted
+    with predict's charge for it: the exposed communication's share of the measured extra."""
+    pytest.importorskip("torch")
+    from dpsim.workload.from_torch import load_torch_workload
+
+    model = load_torch_workload(VALIDATE_MLP)
+    run = _run(model, 2, 1e15)
+    run["collectives"] = [{"size_bytes": s, "times_s": [1e-4 + s / 1e8] * 5} for s in (1e4, 1e5, 1e6, 1e7, 1e8)]
+    plain = predict_run(run, model, reference=VALIDATE_MLP, optimizer="sgd")
+    assert plain["after_comm_s"] == 0.0 and "after_comm" not in plain["provenance"]
+    wait_s = 2 * plain["exposed_comm_s"]  # the calibration waited twice as long: half the extra is charged
+    charged = predict_run(dict(run, after_comm={"extra_s": 0.004, "wait_s": wait_s, "iterations": 8}), model,
+                          reference=VALIDATE_MLP, optimizer="sgd")
+    assert charged["after_comm_s"] == pytest.approx(0.002, rel=1e-6)
+    assert charged["step_time_s"] == pytest.approx(plain["step_time_s"] + 0.002, rel=1e-9)
+    assert charged["provenance"]["after_comm"]["charged_s"] == pytest.approx(0.002, rel=1e-6)

@@ -199,8 +199,9 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
         step_time += after.charged_s
         provenance = replace(provenance, after_comm=after, compute=replace(
             provenance.compute, detail=f"{provenance.compute.detail}; +{1e3 * after.charged_s:.3g} ms per step "
-                                       f"computed right after waiting on the network (measured +"
-                                       f"{1e3 * max(0.0, after.extra_s):.3g} ms after a {1e3 * after.wait_s:.3g} ms wait)"))
+                                       f"computed right after waiting on the network (measured "
+                                       f"{1e3 * after.extra_s:+.3g} ms after a {1e3 * after.wait_s:.3g} ms wait"
+                                       + (", within noise: nothing charged" if after.extra_s <= 0 else "") + ")"))
     k = config.micro_batches
     # The one-GPU step runs the same micro-batches (and recompute), unsharded optimizer, and none
     # of the strategy's own work (DDP's bucket copies and hooks).

@@ -164,7 +164,9 @@ def profile_from_run(run: dict, model: ModelSpec, *, name: str = "validate") -> 
         forward_flops_per_sample=model.forward_flops_per_sample, optimizer=run["step"]["optimizer"],
         optimizer_s=comp["optimizer_s"], loss=run["step"]["loss"], step_time_cv=_cv(comp["own_step_times_s"]),
         step_time_mean_s=interval.get("mean_s"), step_time_ci_low_s=interval.get("ci_low_s"),
-        step_time_ci_high_s=interval.get("ci_high_s"), repeats=comp.get("iterations"), threads=run.get("threads"))
+        step_time_ci_high_s=interval.get("ci_high_s"), repeats=comp.get("iterations"), threads=run.get("threads"),
+        after_comm_extra_s=(run.get("after_comm") or {}).get("extra_s"),
+        after_comm_wait_s=(run.get("after_comm") or {}).get("wait_s"))
     compute = ComputeCalibration(
         device="CPU (dpsim validate)", matmul_flops_per_s={"float32": float(comp["matmul_flops_per_s"])},
         memory_bandwidth_bytes_per_s=comp["copy_bytes_per_s"], overlap_slowdown=ov["slowdown"],
@@ -194,7 +196,11 @@ def predict_run(run: dict, model: ModelSpec, *, reference: str, input_shape: str
                                input_shape=input_shape, steps=5)
         p = predict(config)
     s = p.simulation.steps[-1]
-    return {"step_time_s": s.step_time_s, "compute_s": p.compute_s, "comm_s": s.comm_s,
+    after = p.provenance.after_comm if p.provenance is not None else None
+    # p.step_time_s, not the played step's: it includes what predict charges beyond the
+    # engine (the step computed right after waiting on the network, when measured).
+    return {"step_time_s": p.step_time_s, "compute_s": p.compute_s, "comm_s": s.comm_s,
+            "after_comm_s": after.charged_s if after is not None else 0.0,
             "forward_s": s.forward_s, "backward_and_wait_s": s.step_time_s - s.forward_s - s.optimizer_s,
             "optimizer_s": s.optimizer_s, "exposed_comm_s": s.exposed_comm_s, "n_buckets": p.n_buckets,
             "overlap_slowdown": profile.compute.overlap_slowdown, "comm_slowdown": profile.compute.comm_slowdown,

@@ -13,7 +13,9 @@ with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set. Phases, in order:
    (:func:`dpsim.trainstep.measure_step`), and the memory-copy bandwidth with every rank
    copying (DDP copies gradients into its buckets and back);
 3. ``overlap``: the interference of that compute and all-reduces, both ways
-   (:func:`dpsim.trainstep.measure_interference`);
+   (:func:`dpsim.trainstep.measure_interference`), and ``after_comm``: the step right after
+   waiting on an all-reduce of its gradients against back to back
+   (:func:`dpsim.trainstep.measure_step_after_comm`), as calibrate measures both;
 4. ``ddp``: the validated run: real DistributedDataParallel training of the same step;
 5. ``compute_after``: phase 2's step timed again (briefly, no layers): a control of the
    machine's speed across the run. On a shared machine a change of speed between the
@@ -62,7 +64,13 @@ def main(argv=None) -> int:
     import torch.distributed as dist
     import torch.nn as nn
 
-    from dpsim.trainstep import build_train_step, gradient_bytes, measure_interference, measure_step
+    from dpsim.trainstep import (
+        build_train_step,
+        gradient_bytes,
+        measure_interference,
+        measure_step,
+        measure_step_after_comm,
+    )
 
     if int(os.environ.get("RANK", "0")) != 0:  # one copy of torch's warnings, not one per rank
         warnings.simplefilter("ignore")
@@ -157,6 +165,9 @@ def main(argv=None) -> int:
     result["overlap"]["slowdown"] = _median([e["slowdown"] for e in everyone])
     result["overlap"]["comm_slowdown"] = _median([e["comm_slowdown"] for e in everyone])
     result["compute"]["copy_bytes_per_s"] = _median([e["copy"] for e in everyone])
+    if world > 1:
+        result["after_comm"] = measure_step_after_comm(step, comm_bytes=grad_bytes, min_iters=8, max_iters=15,
+                                                       budget_s=max(5.0, args.timeout_s / 8), agree=agree)
     del step
 
     # 4. the validated run: real DDP of a fresh step (nothing reused from the measurements)
