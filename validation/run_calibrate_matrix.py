@@ -333,6 +333,8 @@ def _after_comm(row: Row) -> str:
     ratio = step.get("fresh_process_ratio")
     after = (row.predicted.get("provenance") or {}).get("after_comm")
     fresh = f"{ratio:.3f}" if ratio is not None else "-"
+    if step.get("fresh_process_steps_s"):  # each fresh process, start to end of the calibration
+        fresh += f" ({', '.join(_ms(x) for x in step['fresh_process_steps_s'])} ms)"
     charged = (f"{_ms(after['charged_s'])} ({1e3 * after['extra_s']:+.1f}) ms" if after else "-")
     return f"{fresh} | {charged}"
 
@@ -340,7 +342,7 @@ def _after_comm(row: Row) -> str:
 def table(rows: list[Row]) -> str:
     lines = ["| # | model | micro-batch | ranks | NIC | racks (oversub.) | bucket cap | measured step, median of runs "
              "(runs' medians) | predicted | error | compute / all-reduce (exposed) predicted | fresh / in-process "
-             "step | after a wait: charged (measured) | outside load (calibrate; runs) | cluster measured |",
+             "step (fresh processes, start to end) | after a wait: charged (measured) | outside load (calibrate; runs) | cluster measured |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
         c, p = r.cluster, r.predicted
@@ -465,7 +467,8 @@ emulated cluster (one network namespace per host, one rank each, NICs shaped wit
 file's `optimizer()`, SGD with momentum) and writes a profile: the all-reduce sweep (every
 size repeated until its mean is known within +-2 % at 95 %, or 50 rounds), the training step
 as trained (every rank at once, split per traced layer, its level from 3 fresh processes per
-rank: "fresh / in-process step"), the step right after an all-reduce of its gradients against
+rank, one each at the calibration's start, middle and end: "fresh / in-process step", with
+each fresh process's step in brackets), the step right after an all-reduce of its gradients against
 back to back (which predict charges in proportion to the step's exposed communication:
 "after a wait") and the interference of compute and all-reduce both ways. `dpsim predict --calibration PROFILE --model validation/models.py:mlp:mlp_batch
 --gpus N --micro-batch M --bucket-cap-mb C` predicts the step (the ranks per node and fp32

@@ -6,7 +6,8 @@ Run as root on a quiet machine (the runs share its cores):
 Each case trains with real torch DDP (gloo) across emulated hosts (network namespaces,
 tbf-shaped NICs), measures the steady-state step, and compares it with ``dpsim predict``'s
 prediction from a profile of the same run's micro-benchmarks (all-reduce sweep, the
-training step per layer with all ranks busy, the interference of compute and all-reduce
+training step per layer with all ranks busy, the step right after an all-reduce of its
+gradients, the interference of compute and all-reduce
 both ways), never from the DDP steps themselves.
 
 The machine is shared: each run records the CPU time other processes took meanwhile
@@ -170,8 +171,10 @@ DDP steps as `dpsim calibrate` takes them: an all-reduce size sweep on the emula
 (up to the model's gradient bytes), the training step as trained (forward, cross-entropy,
 backward, SGD with momentum) split per traced layer with every rank computing at once
 (ranks share {os.cpu_count()} cores, so compute is measured under that sharing), the
-memory-copy bandwidth (DDP's bucket copies) and the interference of compute and all-reduce
-in both directions. The DDP steps themselves are never used.
+memory-copy bandwidth (DDP's bucket copies), the interference of compute and all-reduce
+in both directions, and the step right after an all-reduce of its gradients against back to
+back (charged in proportion to the step's exposed communication, as `dpsim predict` charges a
+calibrated profile's). The DDP steps themselves are never used.
 
 **{summary}**
 
