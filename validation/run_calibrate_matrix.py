@@ -281,8 +281,15 @@ def _dump_rows(path: Path, rows: list[Row], **meta) -> None:
                   "loads": r.loads, "calibration": r.calibration} for r in rows], **meta}, default=str))
 
 
-def rerun_noisy(rows_path: Path, workdir: Path, runs: int) -> int:
-    """Measure noisy clusters again (see :data:`NOISY_SPREAD`), keep the steadier attempt of each."""
+def _max_load(rows: list[Row]) -> float:
+    """The largest outside load of a cluster's calibration and training runs."""
+    return max(max(max(r.loads), r.calibration.get("outside_load", 0.0)) for r in rows)
+
+
+def rerun_noisy(rows_path: Path, workdir: Path, runs: int, load_limit: float = OUTSIDE_LOAD_LIMIT) -> int:
+    """Measure noisy or loaded clusters again (see :data:`NOISY_SPREAD`; calibration or a run above
+    ``load_limit``), keep the better attempt of each: the one not loaded, else the steadier; never
+    by its error."""
     workdir.mkdir(parents=True, exist_ok=True)
     doc, rows = _load_rows(rows_path)
     started = time.monotonic()
@@ -291,7 +298,7 @@ def rerun_noisy(rows_path: Path, workdir: Path, runs: int) -> int:
     for c in clusters:
         old = [r for r in rows if r.cluster == c]
         worst = max(r.spread for r in old)
-        loaded = max(max(r.loads) for r in old) > OUTSIDE_LOAD_LIMIT
+        loaded = _max_load(old) > load_limit
         if worst <= NOISY_SPREAD and not loaded:
             out += old
             continue
@@ -299,11 +306,15 @@ def rerun_noisy(rows_path: Path, workdir: Path, runs: int) -> int:
         attempts = old[0].calibration.get("attempts_cluster", 1) + 1
         for r in new:
             r.calibration["attempts_cluster"] = attempts
-        keep = new if max(r.spread for r in new) < worst else old
+        def quality(rs: list[Row]) -> tuple[bool, float]:
+            return _max_load(rs) > load_limit, max(r.spread for r in rs)
+
+        keep = new if quality(new) < quality(old) else old
         for r in keep:
             r.calibration["attempts_cluster"] = attempts
         print(f"{c.model} mb {c.micro_batch} {c.ranks}x{c.nic}: spread {100 * worst:.1f} % -> "
-              f"{100 * max(r.spread for r in new):.1f} %; kept the {'new' if keep is new else 'old'} attempt",
+              f"{100 * max(r.spread for r in new):.1f} %, outside load {100 * _max_load(old):.0f} % -> "
+              f"{100 * _max_load(new):.0f} %; kept the {'new' if keep is new else 'old'} attempt",
               flush=True)
         out += keep
     _dump_rows(workdir / "rows.json", out, wall_s=doc["wall_s"] + time.monotonic() - started,
@@ -389,8 +400,14 @@ def main() -> int:
                     help="keep the clusters a stopped run already measured (its rows.json) and measure the rest")
     ap.add_argument("--rerun-noisy", default=None, metavar="ROWS_JSON",
                     help="measure again the clusters of a kept rows.json with a case spread past "
-                         f"{100 * NOISY_SPREAD:.0f} %%; keep each cluster's steadier attempt; write rows.json in --keep")
+                         f"{100 * NOISY_SPREAD:.0f} %%, or measured above --load-limit; keep each cluster's "
+                         "attempt that was not loaded, else the steadier; write rows.json in --keep")
+    ap.add_argument("--load-limit", type=float, default=OUTSIDE_LOAD_LIMIT,
+                    help="with --rerun-noisy: the outside load (0-1) of a calibration or run above which its "
+                         f"cluster is measured again (default {OUTSIDE_LOAD_LIMIT:g})")
     args = ap.parse_args()
+    if not 0.0 <= args.load_limit <= 1.0:
+        ap.error(f"--load-limit: {args.load_limit:g} is not valid; expected a share of the machine from 0 to 1")
     if args.render:
         doc, rows = _load_rows(Path(args.render))
         if args.repredict:
@@ -407,7 +424,7 @@ def main() -> int:
         os.nice(args.nice)
     if args.rerun_noisy:
         return rerun_noisy(Path(args.rerun_noisy), Path(args.keep or tempfile.mkdtemp(prefix="dpsim-calmatrix-")),
-                           args.runs)
+                           args.runs, load_limit=args.load_limit)
     chosen = MATRIX if args.clusters is None else [MATRIX[int(i) - 1] for i in args.clusters.split(",")]
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="dpsim-calmatrix-"))
     workdir.mkdir(parents=True, exist_ok=True)
