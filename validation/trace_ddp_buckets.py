@@ -1,8 +1,10 @@
 """Where a DDP step's time goes, bucket by bucket, against the same all-reduces run alone (gloo).
 
-A diagnostic for VALIDATION.md part 2 (not a test): the validation mlp at micro-batch 32,
-PyTorch's default buckets, SGD with momentum, each bucket all-reduced by a hook that
-records when DDP handed it over and when it completed. Launch one rank per testbed host:
+A diagnostic for VALIDATION.md part 2 (not a test): a validation model (``mlp``, the
+default, at micro-batch 32; ``lm``; ``convnet`` at 16: the first argument), PyTorch's
+default buckets (or ``bucket_cap_mb``, the second argument), SGD with momentum, each bucket
+all-reduced by a hook that records when DDP handed it over and when it completed. Launch
+one rank per testbed host:
 
     dpsim testbed up --hosts 2 --nic 1gbit      # prints TAG
     ip netns exec TAG-h<i> env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 \
@@ -29,10 +31,15 @@ import models  # noqa: E402
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
 rank = dist.get_rank()
 torch.manual_seed(0)
-model = models.mlp()
-ddp = nn.parallel.DistributedDataParallel(model)
-opt = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
-x = torch.randn(32, 1024); y = torch.randint(0, 10, (32,))
+name = sys.argv[1] if len(sys.argv) > 1 else "mlp"
+if name not in ("mlp", "lm", "convnet"):
+    sys.exit(f"trace_ddp_buckets.py: model {name!r} is not valid; expected mlp, lm or convnet")
+model = getattr(models, name)()
+cap = {} if len(sys.argv) < 3 else {"bucket_cap_mb": float(sys.argv[2])}
+ddp = nn.parallel.DistributedDataParallel(model, **cap)
+opt = models.optimizer(ddp.parameters())
+x = getattr(models, f"{name}_batch")()
+loss_of = models.next_token if name == "lm" else (lambda out, batch: models.classify(out))
 events = []
 def hook(state, bucket):
     t0 = time.perf_counter()
@@ -48,7 +55,7 @@ phase = []
 for i in range(25):
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
-    out = ddp(x); loss = nn.functional.cross_entropy(out, y)
+    out = ddp(x); loss = loss_of(out, x)
     t1 = time.perf_counter()
     loss.backward()
     t2 = time.perf_counter()
