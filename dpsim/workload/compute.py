@@ -184,7 +184,8 @@ def optimizer_implementation(precision: Precision, implementation: str | None = 
 
 def optimizer_terms(model: ModelSpec, gpu: GpuSpec, precision: Precision, optimizer: str, *,
                     fused: bool | None = None, implementation: str | None = None,
-                    ops_per_param: int | None = None, clip_grad_norm: bool = False) -> list[Term]:
+                    ops_per_param: int | None = None, clip_grad_norm: bool = False,
+                    zero_grad_loop: bool = False) -> list[Term]:
     """The optimizer step's kernels: their device-memory traffic and the CPU time to dispatch
     them. ``foreach`` and ``fused`` stream every parameter's bytes in a few dispatches;
     ``loop`` dispatches :data:`OPTIMIZER_OPS` kernels per parameter (``ops_per_param``
@@ -194,7 +195,11 @@ def optimizer_terms(model: ModelSpec, gpu: GpuSpec, precision: Precision, optimi
     into it (16-bit gradients only; it also unscales) and one of the master into the 16-bit
     weights (:func:`dpsim.workload.precision.optimizer_traffic_bytes_per_param`).
     ``clip_grad_norm``: the step first clips the gradients to a global norm
-    (:data:`CLIP_GRAD_NORM_PASSES`)."""
+    (:data:`CLIP_GRAD_NORM_PASSES`). ``zero_grad_loop``: the gradients are zeroed one
+    ``zero_()`` per parameter from Python (Apex O2's patched ``zero_grad``, which loops over
+    the fp16 model gradients: NVIDIA/apex@f17401fc apex/amp/_process_optimizer.py,
+    ``new_zero_grad``), a memset of each gradient at the dispatch cost of one op per
+    parameter; ``set_to_none`` (PyTorch 2's default) and a flat buffer cost nothing."""
     impl = optimizer_implementation(precision, implementation, fused)
     per_param = optimizer_traffic_bytes_per_param(precision, optimizer, fused=impl == "fused")
     ops = ops_per_param if ops_per_param is not None else OPTIMIZER_OPS[check_optimizer(optimizer)]
@@ -214,6 +219,9 @@ def optimizer_terms(model: ModelSpec, gpu: GpuSpec, precision: Precision, optimi
     if clip_grad_norm:
         grad_bytes = precision.master_bytes or precision.grad_bytes
         terms.append(memory_term(CLIP_GRAD_NORM_PASSES * grad_bytes * model.param_count, gpu, kernels=2.0))
+    if zero_grad_loop:
+        terms.append(Term(0.0, precision.grad_bytes * model.param_count / gpu.streaming_bandwidth_bytes_per_s,
+                          host_s=len(model.params) * HOST_OVERHEAD_PER_OP_S))
     return terms
 
 
@@ -237,6 +245,7 @@ def compute_profile(
     optimizer_impl: str | None = None,
     optimizer_ops_per_param: int | None = None,
     clip_grad_norm: bool = False,
+    zero_grad_loop: bool = False,
 ) -> ComputeProfile:
     """Layer times of ``model`` on ``gpu`` for one micro-batch of ``micro_batch`` samples.
 
@@ -244,8 +253,9 @@ def compute_profile(
     framework runs by default (PyTorch's ``foreach``; a fused master update for 16-bit
     parameters), ``True`` PyTorch's ``fused=True``, ``False`` ``foreach``; ``optimizer_impl``
     (:data:`OPTIMIZER_IMPLEMENTATIONS`) overrides it, ``optimizer_ops_per_param`` the ops a
-    ``loop`` runs per parameter and ``clip_grad_norm`` a step that first clips the gradients
-    to a global norm (:func:`optimizer_terms`). ``efficiencies`` replaces the roofline's fitted constants (the validation script's fit).
+    ``loop`` runs per parameter, ``clip_grad_norm`` a step that first clips the gradients
+    to a global norm and ``zero_grad_loop`` one that zeroes them parameter by parameter
+    (:func:`optimizer_terms`). ``efficiencies`` replaces the roofline's fitted constants (the validation script's fit).
     When ``single_gpu_step_s`` is given (a user's measured one-GPU step), every time is
     scaled so that forward + backward + optimizer equals it, keeping the proportions.
     """
@@ -263,7 +273,8 @@ def compute_profile(
     optimizer_s = optimizer_time_s(optimizer_terms(model, gpu, precision, optimizer, fused=fused_optimizer,
                                                    implementation=optimizer_impl,
                                                    ops_per_param=optimizer_ops_per_param,
-                                                   clip_grad_norm=clip_grad_norm),
+                                                   clip_grad_norm=clip_grad_norm,
+                                                   zero_grad_loop=zero_grad_loop),
                                    efficiencies) / compute_efficiency
     flops = model.forward_flops_per_sample * micro_batch * (1 + BACKWARD_TO_FORWARD)
     profile = ComputeProfile(layers=tuple(layers), optimizer_s=optimizer_s, flops_per_step=flops,

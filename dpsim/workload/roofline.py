@@ -77,7 +77,7 @@ leave-one-chip-out by ``validation/accuracy_compute.py`` (it prints every fold);
 the fit on all scored rows. Real kernels lose more than a pure stream to launch tails, partial
 waves and less regular access (strided norms, gathers)."""
 
-MATMUL_EFFICIENCY = 0.993
+MATMUL_EFFICIENCY = 0.999
 """Fraction of the best-shape measured matmul rate (:mod:`dpsim.hardware`) that a
 full-wave, full-tile GEMM of a real layer reaches. Fitted like :data:`MEMORY_EFFICIENCY`."""
 
