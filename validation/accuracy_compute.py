@@ -535,7 +535,18 @@ def _misses(results: list[Result], multi: list[MultiGpuResult]) -> str:
   apex, PyTorch 1.x's fp16 element-wise and LayerNorm kernels) are slower is not published;
   the container generation is not an input of the model; not modelled.
 - **NVIDIA's own tables** (T041-T048: NGC 21.03/21.11, DGX-1 and DGX A100) are off by
-  {nvidia}, less regularly than Lambda's rows of the same GPUs.
+  {nvidia}, less regularly than Lambda's rows of the same GPUs. T043 (ResNet-50 TF32 NCHW on
+  the DGX A100, NGC 21.03, DALI on real images) is {by_id["T043"].error * 100:+.0f} % where Lambda's A100 SXM row of the
+  same script, precision and layout (T018, NGC 22.x, synthetic data) is {by_id["T018"].error * 100:+.0f} %: NVIDIA's run
+  is 13 % slower (938 vs 1073 img/s) and batch 256 vs 640 explains 1-2 % in the model. DALI's
+  GPU work does not close it: decoding a typical 500x375 ImageNet JPEG writes 0.56 MB, the
+  random-resized crop reads at most that and writes 0.15 MB (224x224x3), the normalisation
+  writes 0.6 MB of fp32: under 2 MB per image, about 2 GB/s at 938 img/s, 0.1 % of the
+  A100's bandwidth.
+  The container generation remains, as for T046; the same README's DGX A100 TF32 row read
+  680 img/s in its 2020 version (A100 40 GB, 20.06 container: NVIDIA/DeepLearningExamples@9061083098da
+  PyTorch/Classification/ConvNets/resnet50v1.5/README.md) and 945 in 2021 (A100 80 GB,
+  20.12: @097c7ff917b7), a change of GPU memory and software together; not modelled.
 - **GH200** (96 GB HBM3, 'NVIDIA_GH200_480GB' in Lambda's `sys_pytorch.txt`): {gh200}. The
   model puts it {gh_model} faster than H100 SXM (its 4.0 vs 3.35 TB/s); Lambda measures
   {gh_meas}. It is not the software: Lambda also ran both GPUs in the *same* containers,
@@ -547,9 +558,9 @@ def _misses(results: list[Result], multi: list[MultiGpuResult]) -> str:
   pytorch/results_v2/, each run's logs and `sys_pytorch.txt`). The container moves both GPUs
   alike, by at most 4 %. Nor is it the memory's datasheet rate: a 96 GB GH200 reads at 3.61
   TB/s and writes at 3.70 TB/s (clinfo-style OpenCL benchmark, 132 SMs at 1980 MHz as on H100
-  SXM: mredenti/PowerCapping@f57c11cb configuration/OpenCL_benchmark.md). The GH200 module
-  shares one power budget between the Grace CPU, its LPDDR5X and the GPU, and Lambda's logs
-  record neither the power limit nor the clocks under load; what holds its GPU to H100 SXM's
+  SXM: mredenti/PowerCapping@f57c11cb configuration/OpenCL_benchmark.md). The GH200 module's
+  power (up to 1000 W, NVIDIA GH200 datasheet) covers the Grace CPU, its LPDDR5X and the GPU,
+  and Lambda's logs record neither the power limit nor the clocks under load; what holds its GPU to H100 SXM's
   speed on these workloads is not measured; not modelled.
 - **Streaming measurements disagree by source**: BabelStream on Azure's H200 (ND H200 v5)
   measures `Mul` (STREAM's scale) at 4.00 TB/s, 83 % of 4.8 TB/s, and on its H100 SXM 2.90 TB/s,
