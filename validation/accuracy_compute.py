@@ -533,7 +533,12 @@ def _misses(results: list[Result], multi: list[MultiGpuResult]) -> str:
   NGC 22.x per its `sys_pytorch.txt`), and NVIDIA's 16-bit inference rows are over-predicted
   in both of its container generations (20.06 on the V100, 21.11 on the A100). Which kernels of the 2020-2021 containers (cuBLAS 11,
   apex, PyTorch 1.x's fp16 element-wise and LayerNorm kernels) are slower is not published;
-  the container generation is not an input of the model; not modelled.
+  the container generation is not an input of the model; not modelled. One candidate was
+  tried and dropped: charging 16-bit element-wise kernels as if they moved 1.6x their bytes
+  (PyTorch loads 4 elements per thread whatever the dtype until its 128-bit vectorization,
+  pytorch/pytorch pull request #141959, so 16-bit kernels have half the bytes in flight)
+  brings T046 to +23 % only by refitting the memory constant so that T043 goes to +46 %
+  and the 16-bit ResNet-50 rows 5 points slower (median 12.4 %).
 - **NVIDIA's own tables** (T041-T048: NGC 21.03/21.11, DGX-1 and DGX A100) are off by
   {nvidia}, less regularly than Lambda's rows of the same GPUs. T043 (ResNet-50 TF32 NCHW on
   the DGX A100, NGC 21.03, DALI on real images) is {by_id["T043"].error * 100:+.0f} % where Lambda's A100 SXM row of the
