@@ -492,6 +492,10 @@ def _misses(results: list[Result], multi: list[MultiGpuResult]) -> str:
     for gpu in ("h100", "a100"):
         errors = sorted(m.error * 100 for m in multi if m.row.gpu == gpu)
         mpt[gpu] = f"{errors[0]:+.0f} to {errors[-1]:+.0f} %" if errors else "none"
+    t046 = kernels(by_id["T046"].row)
+    t046_kernels = float(np.dot(t046.host_s, t046.weight)) / HOST_OVERHEAD_PER_OP_S
+    t046_dispatch_ms = t046_kernels * HOST_OVERHEAD_PER_OP_S * 1e3
+    t046_step_ms = t046.samples / by_id["T046"].predicted * 1e3
     pairs = [("T033", "T029"), ("T034", "T030"), ("T035", "T031"), ("T036", "T032")]
     model_ratio = sorted(by_id[a].predicted / by_id[b].predicted for a, b in pairs)
     meas_ratio = sorted(by_id[a].row.measured / by_id[b].row.measured for a, b in pairs)
@@ -520,8 +524,9 @@ def _misses(results: list[Result], multi: list[MultiGpuResult]) -> str:
   rows ({fwd16} for the 16-bit forward where the training rows are {train16}), and inference has
   no backward, optimizer, clipping, loss-scale check or per-step `.item()`; so the time the
   model misses is in the 16-bit kernels of the forward (and backward), not in the step around
-  them. It is not the kernel launches either: the step's ~1400 kernels need ~11 ms of CPU
-  dispatch at {HOST_OVERHEAD_PER_OP_S * 1e6:.0f} µs each against ~220 ms of GPU time, so the CPU runs ahead.
+  them. It is not the kernel launches either: the step's {t046_kernels:.0f} kernels need {t046_dispatch_ms:.0f} ms of CPU
+  dispatch at {HOST_OVERHEAD_PER_OP_S * 1e6:.0f} µs each against {t046_step_ms:.0f} ms of GPU time, so the CPU runs ahead
+  (apex's per-parameter `zero_grad`, which follows a sync, is charged at its dispatch cost).
   Nor the batch: the same loop on Lambda's GH200 runs at 346.9 seq/s at batch 112 and
   347.9 at batch 152 (lambdal/deeplearning-benchmark@aa5addb6 pytorch/results_v2/
   LambdaOD_1x_Test_1xGH200_96GB_192-222-56-184_v2 and LambdaOD_1x_1xGH200_96GB_192-222-57-0_v2,
