@@ -530,8 +530,9 @@ def _misses(results: list[Result], multi: list[MultiGpuResult]) -> str:
   Nor the batch: the same loop on Lambda's GH200 runs at 346.9 seq/s at batch 112 and
   347.9 at batch 152 (lambdal/deeplearning-benchmark@aa5addb6 pytorch/results_v2/
   LambdaOD_1x_Test_1xGH200_96GB_192-222-56-184_v2 and LambdaOD_1x_1xGH200_96GB_192-222-57-0_v2,
-  steady state of the logs): about 5 ms per step that a larger batch amortises (the size of
-  the per-step costs now charged), and
+  steady state of the logs): +0.3 %, which bounds what a larger batch amortises to about
+  5 ms per step (give or take 4 ms: two machines and two containers), where the model, with
+  the per-step costs above, says +1.2 % (13 ms per step); and
   Lambda's A100 SXM at batch 112 (T019, NGC 22.x) is predicted {by_id["T019"].error * 100:+.0f} %. The software
   generation is what differs: on the V100 at the same batch (16) and precision, NVIDIA's NGC
   21.11 run (T048, 52 seq/s) is 12 % slower than Lambda's (T003, 59.2 seq/s, PyTorch 1.13 =
