@@ -384,7 +384,8 @@ def multi_gpu_table(results: list[MultiGpuResult]) -> list[str]:
     return lines
 
 
-_DLE_BERT = "NVIDIA/DeepLearningExamples@{commit} PyTorch/LanguageModeling/BERT/README.md, table '{table}' (SQuAD), {column}"
+_DLE_BERT = ("NVIDIA/DeepLearningExamples@{commit} PyTorch/LanguageModeling/BERT/README.md, "
+             "table '{table}' (SQuAD), {column}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -519,14 +520,14 @@ def _misses(results: list[Result], multi: list[MultiGpuResult]) -> str:
 - **BERT with apex O2 (16-bit parameters)** is predicted {bert16}; its TF32 rows are
   centred. The worst row is NVIDIA's own DGX A100 T046 (NGC 21.11, batch 32), {by_id["T046"].error * 100:+.0f} % (+38 %
   before apex O2's fp32-master copies, its per-parameter `zero_grad` and `run_squad.py`'s
-  clipping were charged: about 9 ms of its ~220 ms step). What is left is not per-step work. NVIDIA's inference rows of the same script
-  and container (the forward-only table above) are over-predicted *more* than its training
+  clipping were charged: about 9 ms of its ~220 ms step). What is left is not per-step work.
+  NVIDIA's inference rows of the same script and container (the forward-only table above) are over-predicted *more* than its training
   rows ({fwd16} for the 16-bit forward where the training rows are {train16}), and inference has
   no backward, optimizer, clipping, loss-scale check or per-step `.item()`; so the time the
   model misses is in the 16-bit kernels of the forward (and backward), not in the step around
-  them. It is not the kernel launches either: the step's {t046_kernels:.0f} kernels need {t046_dispatch_ms:.0f} ms of CPU
-  dispatch at {HOST_OVERHEAD_PER_OP_S * 1e6:.0f} µs each against {t046_step_ms:.0f} ms of GPU time, so the CPU runs ahead
-  (apex's per-parameter `zero_grad`, which follows a sync, is charged at its dispatch cost).
+  them. It is not the kernel launches either: the step's {t046_kernels:.0f} kernels need
+  {t046_dispatch_ms:.0f} ms of CPU dispatch at {HOST_OVERHEAD_PER_OP_S * 1e6:.0f} µs each against {t046_step_ms:.0f} ms of GPU time, so
+  the CPU runs ahead (apex's per-parameter `zero_grad`, which follows a sync, is charged at its dispatch cost).
   Nor the batch: the same loop on Lambda's GH200 runs at 346.9 seq/s at batch 112 and
   347.9 at batch 152 (lambdal/deeplearning-benchmark@aa5addb6 pytorch/results_v2/
   LambdaOD_1x_Test_1xGH200_96GB_192-222-56-184_v2 and LambdaOD_1x_1xGH200_96GB_192-222-57-0_v2,
@@ -537,7 +538,8 @@ def _misses(results: list[Result], multi: list[MultiGpuResult]) -> str:
   generation is what differs: on the V100 at the same batch (16) and precision, NVIDIA's NGC
   21.11 run (T048, 52 seq/s) is 12 % slower than Lambda's (T003, 59.2 seq/s, PyTorch 1.13 =
   NGC 22.x per its `sys_pytorch.txt`), and NVIDIA's 16-bit inference rows are over-predicted
-  in both of its container generations (20.06 on the V100, 21.11 on the A100). Which kernels of the 2020-2021 containers (cuBLAS 11,
+  in both of its container generations (20.06 on the V100, 21.11 on the A100). Which
+  kernels of the 2020-2021 containers (cuBLAS 11,
   apex, PyTorch 1.x's fp16 element-wise and LayerNorm kernels) are slower is not published;
   the container generation is not an input of the model; not modelled. One candidate was
   tried and dropped: charging 16-bit element-wise kernels as if they moved 1.6x their bytes
@@ -616,8 +618,9 @@ TF32 = `tf32`), memory layout, attention kernel and how the optimizer ran (`fore
 `fused`, or a per-parameter Python `loop`: PyTorch's default before 2.0, and BERT's
 `BertAdam`, which also clips every gradient on its own: `loop:18`, 18 ops per parameter
 in `optimization.py`) and whether the script clips the gradients to a global norm every step
-(`grad_clip`: NVIDIA's `run_squad.py`, which Lambda's BERT runs use too). Lambda's tables divide whole runs, start-up included, by their wall
-time; the "measured" column is the steady state read from Lambda's published run logs
+(`grad_clip`: NVIDIA's `run_squad.py`, which Lambda's BERT runs use too) and zeroes them
+parameter by parameter (`zero_grad`: apex O2). Lambda's tables divide whole runs, start-up
+included, by their wall time; the "measured" column is the steady state read from Lambda's published run logs
 (`validation/lambda_logs.py`), the "published" column the table's figure.
 
 dpsim predicts each row from the GPU preset (datasheet peaks, SM count, measured GEMM rates

@@ -255,7 +255,8 @@ def compute_profile(
     (:data:`OPTIMIZER_IMPLEMENTATIONS`) overrides it, ``optimizer_ops_per_param`` the ops a
     ``loop`` runs per parameter, ``clip_grad_norm`` a step that first clips the gradients
     to a global norm and ``zero_grad_loop`` one that zeroes them parameter by parameter
-    (:func:`optimizer_terms`). ``efficiencies`` replaces the roofline's fitted constants (the validation script's fit).
+    (:func:`optimizer_terms`). ``efficiencies`` replaces the roofline's fitted constants (the
+    validation script's fit).
     When ``single_gpu_step_s`` is given (a user's measured one-GPU step), every time is
     scaled so that forward + backward + optimizer equals it, keeping the proportions.
     """
