@@ -136,3 +136,15 @@ def test_the_section_writer_keeps_every_other_section(tmp_path):
     assert text.endswith("<!-- layouts: end -->\n\n## Part 3\n\ny\n")
     accuracy.write_section(f"{accuracy.HEADING}\n\nnew\n", doc)
     assert doc.read_text() == text  # idempotent
+
+
+def test_forward_checks_pair_an_inference_row_with_its_training_row(evaluated):
+    results, _ = evaluated
+    by_id = {r.row.id: r for r in results}
+    for check in accuracy.FORWARD_CHECKS:
+        assert re.search(r"@[0-9a-f]{40} ", check.source), check
+        train = by_id[check.training_row]
+        assert (train.row.gpu, train.row.precision) == (check.gpu, check.precision), check
+        # The forward alone (no dropout, backward or optimizer) runs several times faster
+        # than a training step of the same batch.
+        assert accuracy.forward_only(check, train.efficiencies) > 2.5 * train.predicted, check
