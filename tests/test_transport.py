@@ -183,6 +183,8 @@ def test_a_host_staged_transport_ramps_in_its_own_scope():
     assert scope({"nic": "100gbe-tcp"}) == "staged"
     assert scope({"nic": "ib-ndr", "transport": "ib-host"}) == "staged"
     assert scope({"nic": "ib-ndr"}) == scope({"nic": "efa-v2"}) == scope({"nic": "400gbe-roce"}) == "network"
+    # Google's TCPX/TCPXO receive into GPU memory through their own daemon: their own scope.
+    assert scope({"nic": "gpudirect-tcpxo", "nics_per_node": 8}) == scope({"nic": "gpudirect-tcpx"}) == "tcpx"
     spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})
     assert NcclCollectives(Topology.from_spec(spec, 8)).ramp_scope == "node"
 
@@ -256,3 +258,15 @@ def test_socket_messages_under_64_kib_per_socket_leave_sockets_idle():
     # One socket per connection (NCCL's default off AWS/GCP): nothing to leave idle.
     single = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})
     assert NcclCollectives(Topology.from_spec(single, 16))._socket_tasks_scale("ring", "Simple", "all_reduce", 1e3) == 1.0
+
+
+def test_tcpxo_runs_simple_only_as_google_sets_it():
+    # Google's TCPXO settings: NCCL_PROTO=Simple (AI-Hypercomputer/gpu-recipes a3mega chart).
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.topology.cluster import Topology
+
+    assert TRANSPORTS["tcpxo"].network_protocols == ("Simple",)
+    spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE,
+                           "fabric": {"nic": "gpudirect-tcpxo", "nics_per_node": 8}})
+    assert {p for _, p in NcclCollectives(Topology.from_spec(spec, 16)).candidates("all_reduce")} == {"Simple"}
+

@@ -180,10 +180,13 @@ TRANSPORTS: dict[str, TransportSpec] = {
                  "headroom is not published per NIC: assumed)"))),
     "tcpxo": TransportSpec(
         name="tcpxo", kind="tcpxo", gpudirect=True, wire_efficiency=round(tcp_payload_efficiency(8244), 4),
-        streams_per_connection=1, connections_per_nic=2, assumed=True,
+        streams_per_connection=1, connections_per_nic=2, assumed=True, network_protocols=("Simple",),
         sources=(("GPUDirect-TCPXO (Google A3 Mega): TCPX with the data path offloaded to the NIC (no per-socket "
                  "CPU limit modelled)"),
-                 "wire_efficiency: as tcpx (assumed)")),
+                 "wire_efficiency: as tcpx (assumed)",
+                 ("Simple only: Google's TCPXO settings set NCCL_PROTO=Simple (AI-Hypercomputer/gpu-recipes@c72e38d "
+                 "src/helm-charts/a3mega/nemo-training/templates/nemo-launcher-job.yaml, 'should likely not be "
+                 "adjusted')"))),
 }
 """The transports ``fabric.transport`` names (or starts from, as a mapping with overrides)."""
 
