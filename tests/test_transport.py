@@ -263,12 +263,12 @@ def test_socket_messages_under_64_kib_per_socket_leave_sockets_idle():
     assert NcclCollectives(Topology.from_spec(single, 16))._socket_tasks_scale("ring", "Simple", "all_reduce", 1e3) == 1.0
 
 
-def test_tcpxo_runs_simple_only_as_google_sets_it():
+def test_tcpx_and_tcpxo_run_simple_only_as_google_sets_them():
     # Google's TCPXO settings: NCCL_PROTO=Simple (AI-Hypercomputer/gpu-recipes a3mega chart).
     from dpsim.collectives.nccl import NcclCollectives
     from dpsim.topology.cluster import Topology
 
-    assert TRANSPORTS["tcpxo"].network_protocols == ("Simple",)
+    assert TRANSPORTS["tcpxo"].network_protocols == TRANSPORTS["tcpx"].network_protocols == ("Simple",)
     spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE,
                            "fabric": {"nic": "gpudirect-tcpxo", "nics_per_node": 8}})
     assert {p for _, p in NcclCollectives(Topology.from_spec(spec, 16)).candidates("all_reduce")} == {"Simple"}
