@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,6 +39,8 @@ from dpsim.topology.spec import NvlinkDomainSpec, TierSpec
 from dpsim.units import GB, US, MiB
 
 SIZES = [8, 4096, 1 * MiB, 64 * MiB, 1 << 30]
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _ring(topo: Topology, **kw) -> NcclCollectives:
@@ -154,7 +157,8 @@ def test_one_nic_per_node_bounds_ethernet_ring():
     r = model.time("all_reduce", 1 << 30)
     assert r.transfer_bus_bandwidth_bytes_per_s == pytest.approx(nic, rel=1e-6)
     assert link_report(model, [("all_reduce", 1 << 30)], r.time_s).bottleneck_class == "ethernet"
-    assert nic == pytest.approx(100e9 / 8 * 0.4)
+    # NCCL's default sockets: 2 connections x 1 socket x 2.06 GB/s (topologies/ethernet.yaml).
+    assert nic == pytest.approx(2 * 2.06e9)
 
 
 def test_single_rank_and_empty_message_cost_nothing():
@@ -429,3 +433,44 @@ def test_forcing_an_algorithm_that_cannot_run_is_a_one_line_error():
     assert hd.time("all_reduce", 1 << 20).time_s > 0           # folds the 8 extra ranks
     with pytest.raises(ConfigError, match="power-of-two"):
         hd.time("reduce_scatter", 1 << 20)
+
+
+def test_nvls_channels_and_chunks_follow_ncclnvlstuning():
+    # src/transport/nvls.cc@5067397: Hopper 16 channels; Blackwell 24 in one server, 32 across
+    # servers unless its per-NIC-rate table says otherwise; NVLS-tree chunks at most 128 KiB,
+    # 64 KiB from four Hopper servers or with a NIC behind each B200's PCIe switch.
+    from dpsim.collectives.nccl_tuning import nvls_tree_chunk_bytes, nvls_tuning
+    from dpsim.units import KiB
+
+    def got(*args):
+        t = nvls_tuning(*args)
+        return t.channels, t.chunk_bytes // KiB, t.tree_max_chunk_bytes // KiB
+
+    assert got("hopper", 1, 50.0, 8, True) == got("hopper", 2, 50.0, 8, True) == (16, 128, 128)
+    assert got("hopper", 4, 50.0, 8, True) == (16, 128, 64)
+    assert got("blackwell", 1, 50.0, 8, True) == (24, 128, 128)
+    assert got("blackwell", 2, 50.0, 8, True) == (32, 128, 64)   # p6-b200: 400 Gb/s EFA per GPU
+    assert got("blackwell", 2, 50.0, 8, False) == (32, 128, 128)
+    assert got("blackwell", 2, 50.0, 4, True) == (32, 256, 256)
+    assert got("blackwell", 4, 50.0, 8, True) == (24, 128, 64)
+    assert got("blackwell", 4, 100.0, 8, True) == (24, 256, 256)
+    assert got("blackwell", 4, 25.0, 8, True) == (32, 128, 64)    # below the table: defaults
+    # calcCollChunking: ops = 16 x 8 on Hopper; 128 KiB from 4 x ops x 128 KiB = 64 MiB, 64 KiB
+    # down to ops x 64 KiB = 8 MiB, 32 KiB below (never more than size / ops).
+    hopper = nvls_tuning("hopper", 2, 50.0, 8, True)
+    assert nvls_tree_chunk_bytes(hopper, 8, 64 * 2**20) == 128 * KiB
+    assert nvls_tree_chunk_bytes(hopper, 8, 64 * 2**20 - 1) == 64 * KiB
+    assert nvls_tree_chunk_bytes(hopper, 8, 8 * 2**20 - 1) == 32 * KiB
+    assert nvls_tree_chunk_bytes(hopper, 8, 2**20) == 2**20 / 128
+
+
+def test_a_b200_server_runs_24_nvls_channels_and_two_servers_32():
+    from dpsim.topology.load import load_topology_file
+
+    def channels(system: str, gpus: int) -> int:
+        spec = load_topology_file(REPO / "validation" / "systems" / f"{system}.yaml")
+        return NcclCollectives(Topology.from_spec(spec, gpus)).nvls.channels
+
+    assert channels("p6-b200-node", 8) == 24
+    assert channels("p6-b200-x2", 16) == 32
+    assert channels("h200-node", 8) == 16

@@ -148,6 +148,25 @@ def test_deepspeed_reduces_gradients_after_the_pipeline():
         assert launched and min(launcher) > max(computing)  # nothing overlaps the backward
 
 
+def test_deepspeed_all_reduces_zero1_gradients():
+    """DeepSpeed's engine of 2021 ran ZeRO-1 on stage2.py with contiguous gradients off, so each
+    bucket went through ``buffered_reduce_fallback`` -> ``dist.all_reduce``
+    (deepspeed/runtime/zero/stage2.py@0457bb1cb6), where Megatron's distributed optimizer
+    reduce-scatters; both all-gather the updated parameters after the step."""
+    p, m = 4, 8
+    dp = DataParallelPlan(strategy="zero1", dp=8, overlap=False, bucket_elements=10, grad_bytes=2, weight_bytes=2)
+
+    def ops(schedule):
+        plan = build_pipeline_program(_uniform(p, 1), Layout(pp=p, dp=8, schedule=schedule, micro_batches=m),
+                                      p2p_bytes=1.0, gather_s=0.0, optimizer_s=[0.0] * p, dp=dp)
+        return sorted({(c.op, c.size_bytes) for c in plan.program.comms if c.group == "dp"})
+
+    deepspeed, megatron = ops("deepspeed"), ops("1f1b")
+    assert [op for op, _ in deepspeed] == ["all_gather", "all_reduce"]
+    assert [op for op, _ in megatron] == ["all_gather", "reduce_scatter"]
+    assert [size for _, size in deepspeed] == [size for _, size in megatron]
+
+
 def test_deepspeed_gathers_a_stage_output_again_before_its_backward():
     """DeepSpeed keeps only its slice of each output it sent and restores it with an all-gather
     before the backward (deepspeed/runtime/pipe/engine.py@0457bb1cb6): every backward of a stage

@@ -106,8 +106,11 @@ def test_bf16_refused_where_there_are_no_bf16_tensor_cores(gpu):
     ("amp-bf16", "adamw", 80.0),  # autocast changes nothing in the optimizer
     ("amp-fp16", "adamw", 88.0),  # + GradScaler's unscale (read and write the grads)
     ("bf16-true", "adamw", 40.0),  # the same kernels on 2-byte tensors
-    ("bf16-params", "adamw", 28.0),  # fused: read g16, rw master, m, v, write the bf16 copy
-    ("fp16-params", "adamw", 30.0),  # + overflow check
+    # fused on the fp32 master: copy g16 into fp32 (6), rw master, read g32, rw m, v (28), copy
+    # the master into the 16-bit weights (6); fp16 unscales and checks overflow in the first copy
+    ("bf16-params", "adamw", 40.0),
+    ("fp16-params", "adamw", 40.0),
+    ("bf16-fp32-grads", "adamw", 34.0),  # fp32 gradients already: no first copy
 ])
 def test_optimizer_bytes_are_torchs_foreach_kernels(name, optimizer, expected):
     assert optimizer_traffic_bytes_per_param(get_precision(name), optimizer) == expected

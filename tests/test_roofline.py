@@ -12,6 +12,7 @@ from dpsim.hardware import get_gpu
 from dpsim.workload.architectures import GPT2Config, ResNetConfig, build_gpt2, build_resnet
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import (
+    CLIP_GRAD_NORM_PASSES,
     FLOPS_ONLY_EFFICIENCY,
     OPTIMIZER_OPS,
     compute_profile,
@@ -241,6 +242,29 @@ def test_a_per_parameter_optimizer_loop_is_host_bound():
     assert p.optimizer_s == pytest.approx(bert_adam)
     with pytest.raises(ConfigError, match="optimizer implementation"):
         profile(bert, optimizer_impl="vectorised")
+
+
+def test_master_weights_and_clipping_cost_their_passes():
+    bert = get_model("bert-large", seq_len=384)
+    n = bert.param_count
+    mem = Efficiencies().memory * H100.streaming_bandwidth_bytes_per_s
+
+    def seconds(precision, **kw):
+        return optimizer_time_s(optimizer_terms(bert, H100, get_precision(precision), "adamw", **kw))
+
+    # Apex O2 / Megatron --fp16: copy g16 into fp32 (6 B), fused step on fp32 (28 B), copy the
+    # master into the fp16 weights (6 B); the fp32 model's fused step is the 28 B alone.
+    assert seconds("fp16-params") == pytest.approx(40 * n / mem)
+    assert seconds("fp16-params") - seconds("tf32", fused=True) == pytest.approx(12 * n / mem)
+    # Clipping to a global norm: a read for the norm, a read and a write to scale, in the
+    # dtype the optimizer reads the gradients (the fp32 master gradients here).
+    assert seconds("fp16-params", clip_grad_norm=True) - seconds("fp16-params") == pytest.approx(
+        CLIP_GRAD_NORM_PASSES * 4 * n / mem)
+    assert seconds("bf16-true", clip_grad_norm=True) - seconds("bf16-true") == pytest.approx(
+        CLIP_GRAD_NORM_PASSES * 2 * n / mem)
+    # Apex O2's zero_grad: one zero_() per parameter from Python, bound by its dispatch.
+    looped = seconds("fp16-params", zero_grad_loop=True) - seconds("fp16-params")
+    assert looped == pytest.approx(len(bert.params) * HOST_OVERHEAD_PER_OP_S)
 
 
 def test_triton_flash_attention_is_slower_than_sdpa():

@@ -109,7 +109,10 @@ def test_sensitivity_in_json_and_table(tmp_path, capsys):
     assert main(["predict", "--topology", path, "--gpus", "16", "--model", "gpt2"]) == 0
     out = capsys.readouterr()[0]
     assert "transport" in out and "(used)" in out
+    # The ethernet preset leaves its efficiency to the (assumed) socket transport: it shows it too.
     assert main(["predict", "--link", "ethernet", "--gpus", "16", "--model", "gpt2", "--json"]) == 0
+    assert json.loads(capsys.readouterr()[0])["provenance"]["transport_sensitivity"]["transport"] == "socket"
+    assert main(["predict", "--link", "infiniband", "--gpus", "16", "--model", "gpt2", "--json"]) == 0
     assert json.loads(capsys.readouterr()[0])["provenance"]["transport_sensitivity"] is None
 
 
@@ -183,6 +186,8 @@ def test_a_host_staged_transport_ramps_in_its_own_scope():
     assert scope({"nic": "100gbe-tcp"}) == "staged"
     assert scope({"nic": "ib-ndr", "transport": "ib-host"}) == "staged"
     assert scope({"nic": "ib-ndr"}) == scope({"nic": "efa-v2"}) == scope({"nic": "400gbe-roce"}) == "network"
+    # Google's TCPX/TCPXO receive into GPU memory through their own daemon: their own scope.
+    assert scope({"nic": "gpudirect-tcpxo", "nics_per_node": 8}) == scope({"nic": "gpudirect-tcpx"}) == "tcpx"
     spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})
     assert NcclCollectives(Topology.from_spec(spec, 8)).ramp_scope == "node"
 
@@ -256,3 +261,34 @@ def test_socket_messages_under_64_kib_per_socket_leave_sockets_idle():
     # One socket per connection (NCCL's default off AWS/GCP): nothing to leave idle.
     single = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})
     assert NcclCollectives(Topology.from_spec(single, 16))._socket_tasks_scale("ring", "Simple", "all_reduce", 1e3) == 1.0
+
+
+def test_tcpx_and_tcpxo_run_simple_only_as_google_sets_them():
+    # Google's TCPXO settings: NCCL_PROTO=Simple (AI-Hypercomputer/gpu-recipes a3mega chart).
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.topology.cluster import Topology
+
+    assert TRANSPORTS["tcpxo"].network_protocols == TRANSPORTS["tcpx"].network_protocols == ("Simple",)
+    spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE,
+                           "fabric": {"nic": "gpudirect-tcpxo", "nics_per_node": 8}})
+    assert {p for _, p in NcclCollectives(Topology.from_spec(spec, 16)).candidates("all_reduce")} == {"Simple"}
+
+
+def test_the_ethernet_preset_leaves_its_efficiency_to_the_socket_transport():
+    # NCCL's default sockets (net_socket.cc: one per connection) over 100 GbE: 2 x 2.06 GB/s;
+    # the same transport fills a 10 GbE NIC up to TCP's payload share, not a fixed 40 %.
+    from dpsim.topology.load import load_preset
+
+    f = load_preset("ethernet").fabric
+    assert not f.efficiency_given and f.transport.name == "socket"
+    assert f.nic_efficiency == pytest.approx(4.12 / 12.5)
+    assert effective_nic_efficiency(f.transport, 1.25 * GB) == pytest.approx(0.94, abs=0.005)
+
+
+def test_the_default_host_memory_is_one_ddr5_socket():
+    # Applied per CPU socket: 8 channels x 4800 MT/s x 8 B (JEDEC DDR5-4800), not two sockets' sum.
+    from dpsim.topology.spec import DEFAULT_HOST_MEMORY_BYTES_PER_S
+
+    assert DEFAULT_HOST_MEMORY_BYTES_PER_S == pytest.approx(8 * 4800e6 * 8)
+    spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})
+    assert spec.node.host_memory_bandwidth_bytes_per_s == DEFAULT_HOST_MEMORY_BYTES_PER_S

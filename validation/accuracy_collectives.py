@@ -23,7 +23,7 @@ scope of what their smallest-message row (below 1 MiB, never scored) measures be
 model without an overhead; a scope without a training system takes the median of the
 others (network scopes) or of all. Then the ramp (half size per scope, one exponent) and the
 NVLS-tree round-trip scale are searched on a grid, minimising the mean squared log error of
-the training rows >= 1 MiB; the ramp of host-staged transports (``staged``) on their own rows,
+the training rows >= 1 MiB; the ramps of host-staged transports (``staged``) and of Google's TCPX/TCPXO (``tcpx``) on their own rows,
 and without a training system of that kind it takes the network's.
 """
 
@@ -207,7 +207,6 @@ def fit(train: list[str]) -> NcclTuning:
     scored = [r for r in rows if r.scored]
     node_rows = [r for r in scored if scope(r)[1] == "node"]
     net_rows = [r for r in scored if scope(r)[1] == "network"]
-    staged_rows = [r for r in scored if scope(r)[1] == "staged"]
     best = None
     for gamma in EXPONENT_GRID:
         node_best = min(((_loss(node_rows, NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma,
@@ -222,16 +221,20 @@ def fit(train: list[str]) -> NcclTuning:
         if best is None or total < best[0] - 1e-12:
             best = (total, gamma, node_best[1], node_best[2], net_best[1], net_best[2], net_best[3])
     _, gamma, h_node, h_nvls, h_net, h_nvls_tree, rtt = best
-    # Host-staged transports (sockets): their own ramp when a training system has such rows,
-    # else the network's.
-    h_staged = h_net
-    if staged_rows:
-        h_staged = min((_loss(staged_rows, NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma,
-                                                     ramp_half_bytes=(("staged", h * MiB),))), h)
-                       for h in HALF_GRID_MIB)[1]
+    # Host-staged transports (sockets) and Google's TCPX/TCPXO: each its own ramp when a
+    # training system has such rows, else the network's.
+    own = {}
+    for kind in ("staged", "tcpx"):
+        kind_rows = [r for r in scored if scope(r)[1] == kind]
+        own[kind] = h_net
+        if kind_rows:
+            own[kind] = min((_loss(kind_rows, NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma,
+                                                         ramp_half_bytes=((kind, h * MiB),))), h)
+                            for h in HALF_GRID_MIB)[1]
     return NcclTuning(nvls_tree_rtt_scale=rtt, call_overhead_us=overheads, ramp_exponent=gamma,
                       ramp_half_bytes=(("node", h_node * MiB), ("nvls", h_nvls * MiB), ("network", h_net * MiB),
-                                       ("nvls_tree", h_nvls_tree * MiB), ("staged", h_staged * MiB)))
+                                       ("nvls_tree", h_nvls_tree * MiB), ("staged", own["staged"] * MiB),
+                                       ("tcpx", own["tcpx"] * MiB)))
 
 
 def _loss(rows: list[Row], tuning: NcclTuning) -> float:
@@ -392,7 +395,7 @@ ANALYSIS = """What the model does that explains misses it used to have:
 - **Host memory bounds the socket transport.** Every byte the socket transport moves crosses
   the host memory of the NIC's CPU socket four times on each side (the GPU's DMA, the kernel's
   copy read and write, the NIC's DMA), both directions sharing it. The V100 TCP system's
-  file described no host memory and got the default (a DDR5 server, 614 GB/s), so its NIC
+  file described no host memory and got the default (a DDR5 server), so its NIC
   ran at line rate and a 16 MiB staged ramp stood in for the missing bound. Its server
   (a DGX-1, as the file already assumes) has 2 Xeon E5-2698 v4 with 4 DDR4-2133 channels
   each: 68.3 GB/s per socket, 68.3 / (2 x 4) = 8.5 GB/s per direction, under the NIC's
@@ -404,6 +407,27 @@ ANALYSIS = """What the model does that explains misses it used to have:
   steps at 8 MiB: one of its 2 sockets per connection works, 4 x 2.06 GB/s = 8.2 GB/s
   (8.5 GB/s of host memory otherwise); at 16 MiB both do. Its 8 MiB row goes from 3.4 to
   0.5 % fast; the staged ramp fitted on every system falls from 4 to 2 MiB (the network's).
+- **GCP A3 Mega runs Google's TCPXO settings: Simple only, no NVLS.** The run passes its
+  `NCCL_*` variables with `mpirun -x ${HOST_VARS}`, the way Google's A3 Mega instructions
+  export what the TCPXO plugin's `nccl-env-profile.sh` sets: `NCCL_PROTO=Simple`,
+  `NCCL_NVLS_ENABLE=0` (AI-Hypercomputer/gpu-recipes@c72e38d
+  `src/helm-charts/a3mega/nemo-training/templates/nemo-launcher-job.yaml`, "should likely
+  not be adjusted"; an `-ll128` variant of the profile exists, so which one ran is an
+  assumption). The `tcpxo` transport now allows Simple only and the system file sets
+  `nvls: false`: its 8 B row is tree/Simple plus 41 us (was LL plus 110), its 1-2 MiB rows
+  go from 30-40 % fast to 10-19 % slow and its 128 MiB-8 GiB rows run tree/Simple within
+  -12..+7 %: 16.6 -> 7.8 %. Its ring/Simple rows would then set the network's ramp for every
+  GPUDirect NIC (8-32 MiB half-sizes; p4de 27.5 %), so TCPX/TCPXO ramp in their own scope
+  (`tcpx`: TCP into GPU memory through Google's receive-datapath daemon, not a verbs NIC's
+  RDMA writes); left out, A3 Mega gets the network's (2 MiB).
+- **NVLS channels and chunks as NCCL sets them** (`src/transport/nvls.cc@5067397`
+  `ncclNvlsTuning`): Hopper 16 channels; Blackwell 24 inside one server
+  (`NVLS_NCHANNELS_SM100_NVL`, also at v2.27.7, the H200/B200 runs' version) and 32 across
+  servers, reset by its per-NIC-rate table (`ncclNvlsTreeSm100Tuning`: two p6-b200 nodes
+  32 channels, four 24, NVLS-tree chunks capped at 64 KiB with a NIC behind each GPU's PCIe
+  switch); Hopper's NVLS-tree chunk is capped at 64 KiB from four servers. The code used 32
+  Blackwell channels everywhere and 16 for the NVLS-tree chunk of every GPU; no scored row
+  moves (the multi-node B200 rows run ring/LL128).
 
 Where it still misses (per-row errors: `python validation/accuracy_collectives.py`):
 
@@ -422,17 +446,33 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   Each, left out, gets the other's: H200's 1-128 MiB rows go to ring/LL128 and come out
   14-35 % slow, B200's NVLS rows of 4-64 MiB 15-34 % fast. NCCL's NVLS chunk shrinks with
   the size (128/64/32/16 KiB below 64/8/2 x channels x heads x chunk, `calcCollChunking`),
-  and B200 runs 24 NVLS channels to Hopper's 16: that accounts for 1.5x, not 16x. Extending
-  the half-size grid past 64 MiB does not help: the intra-node fit then runs to the new edge
-  (256 MiB) and MI300X's rows move from 3 % to 9 %.
-- **GCP A3 Mega (TCPXO)** is 30-69 % fast from 1 to 32 MiB: its time grows by 51 us per MiB
-  from 8 to 16 MiB (38.8 GB/s bus bandwidth), which is NCCL's LL cap across two servers
-  (`llMaxBw` 39 GB/s), but Google's TCPXO profile sets `NCCL_PROTO=Simple,LL128`, so that is
-  not the mechanism; the row's command line does not say which profile ran.
+  and one B200 server runs 24 NVLS channels to Hopper's 16 (the code now says so): with
+  per-channel rates alike (275 / 16 and 483 / 24 GB/s of algorithm bandwidth) that moves the
+  chunk thresholds by 1.5x, not the 16x between the two half-sizes; nothing in NCCL's
+  tuning (`tuning.cc`: NVLS latency and `nvlsEfficiency` only) sets Blackwell's single-server
+  NVLS apart. Extending the half-size grid past 64 MiB does not help: the intra-node fit
+  then runs to the new edge (256 MiB) and MI300X's rows move from 3 % to 9 %.
+- **GCP A3 Mega's 4-32 MiB rows come out 15-53 % fast** on ring/Simple: the time grows by
+  51 us per MiB from 8 to 16 MiB, then by 5 us per MiB to 32 MiB, a regime change no NCCL
+  default makes there. The profile also runs Google's tuner plugin (`NCCL_TUNER_PLUGIN=
+  libnccl-tuner.so` with `a3plus_tuner_config.textproto`, which picks algorithm, protocol
+  and channels by size and is not published), `NCCL_MIN_NCHANNELS=4` and
+  `NCCL_BUFFSIZE=8388608` (1 MiB Simple steps, not modelled).
+- **p5 went from 3.6 to 7.0 %** (efa 6.4 -> 8.1 %): with A3 Mega off NVLS, p5 left out has
+  only two OCI H100 nodes (five rows of 1-16 GiB) to fit the NVLS-tree ramp on, which then
+  picks no ramp and a 1.5x round trip: its 128-256 MiB rows come out 15-20 % fast and its
+  4-16 GiB rows 3-7 % slow. A mid-size NVLS-tree row from another system would pin it.
 - **The two H100 PCIe cards joined by an NVLink bridge (NVIDIA/nccl#1161)** reach 115 GB/s
   bus bandwidth where the datasheet bridge (600 GB/s both directions, 300 per direction x
-  0.822, NCCL's own 12 x 20.6 GB/s) predicts 246: what halves it is not in the thread. Three
-  rows of one system.
+  0.822, NCCL's own 12 x 20.6 GB/s) predicts 246. The link count does not explain it:
+  bridged H100 PCIe cards have 12 of their 18 links active by design and move 256.6 GB/s
+  one way in nvbandwidth's copy-engine read test, 12 x 21.4 GB/s
+  (Azure/azurehpc-health-checks#162 on NCv5; the test is `device_to_device_memcpy_read_ce`,
+  `customTests/azure_gpu_bandwidth.nhc`), and the run's log shows 24 NCCL channels. A pair of H100s over NVLink reports
+  260 GB/s for both directions together in nvbandwidth's SM-write test
+  (NVIDIA/nccl-tests#268, the system not named): a 2-GPU all-reduce sends both ways at once,
+  and 2 x 115 GB/s fits such a shared cap, but no published figure says what sets it on a
+  bridged pair, so it is not modelled. Three rows of one system.
 - **Four V100 TCP nodes** (NVIDIA/nccl#450): two rows, on an assumed server (the issue does
   not name it); nothing else stages through host memory, so the staged ramp is untested
   beyond them.
@@ -441,11 +481,11 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
 - **InfiniBand has one small-message system** (two A100 nodes on HDR, one GPU each,
   NVIDIA/nccl-tests#150: 19.9 us at 8 B, 7.9 us beyond NCCL's own model). It sets the per-call
   overhead of ``ib`` and ``roce`` (NCCL's verbs transport, GPUDirect RDMA, no host proxy copy);
-  left out, nothing else teaches it and it gets the host-driven kinds' 83 us (not scored:
+  left out, nothing else teaches it and it gets the host-driven kinds' 49 us (not scored:
   below 1 MiB).
-- Of the classes that meet the target, efa has 42 rows on four systems (three EFA
-  generations); roce and xgmi have few rows (6 and 2), all of 1 GiB or more, where the model
-  is bandwidth-bound and nothing fitted matters much."""
+- Of the classes that meet the target, tcpxo is one system (14 rows); roce and xgmi have few
+  rows (6 and 2), all of 1 GiB or more, where the model is bandwidth-bound and nothing
+  fitted matters much."""
 """What the misses are, in words (written from the printed table)."""
 
 

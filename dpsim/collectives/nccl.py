@@ -36,8 +36,9 @@ facts, not code:
 - **Pipeline fill** (trees, chains, NVLS tree): the first chunk crosses every stage
   before the pipeline streams: ``chunk * (stages_intra / r_intra + stages_inter /
   r_inter - 1 / r_slowest)``, chunk = ``min(step size, S / channels)``: Simple 512 KiB
-  (4 MiB buffer / 8 steps), LL 32 KiB, LL128 576,000 B, NVLS tree 128 KiB shrunk to
-  64/32 KiB for small messages as ``calcCollChunking`` does.
+  (4 MiB buffer / 8 steps), LL 32 KiB, LL128 576,000 B, NVLS tree NCCL's NVLS chunk
+  (:func:`~dpsim.collectives.nccl_tuning.nvls_tuning`) shrunk for small messages as
+  ``calcCollChunking`` does.
 
 ``hierarchical`` and ``halving_doubling`` are costed with the ring's protocol factors
 and latencies; NCCL itself never picks them (they run only when ``--algo`` names them).
@@ -77,8 +78,6 @@ from dpsim.collectives.nccl_tuning import (
     HW_LATENCY_US,
     LL_MAX_BW_GBPS,
     NCCL_STEPS,
-    NVLS_CHANNELS,
-    NVLS_CHUNK_BYTES,
     NVLS_EFFICIENCY,
     PROTOCOLS,
     RCCL_BASE_LATENCY_US,
@@ -87,9 +86,13 @@ from dpsim.collectives.nccl_tuning import (
     THREADS,
     TREE_CORRECTION,
     NcclTuning,
+    NvlsTuning,
     check_job_flags,
     library,
     nvls_available,
+    nvls_tree_chunk_breaks,
+    nvls_tree_chunk_bytes,
+    nvls_tuning,
 )
 from dpsim.collectives.ops import (
     BROADCAST_SLICE_BYTES,
@@ -667,17 +670,20 @@ class NcclCollectives:
         per_step = pc.max_fraction * size_bytes
         return max(1.0, min(CHUNK_BYTES[protocol], per_step))
 
+    @cached_property
+    def nvls(self) -> NvlsTuning:
+        """NCCL's NVLS channels and chunk sizes for this communicator (:func:`nvls_tuning`)."""
+        fabric = self.spec.fabric
+        n_nodes = self.topology.n_nodes if self.crosses_network else 1
+        nic_gbyte_per_s = fabric.nic_bandwidth_bytes_per_s / 1e9 if fabric is not None else 0.0
+        # A NIC per GPU is what puts one behind each GPU's PCIe switch (PATH_PXB) on the NVSwitch
+        # servers NVLS runs on (DGX/HGX H100 and B200, AWS P5/P6).
+        behind = fabric is not None and fabric.nics_per_node >= self.topology.gpus_per_node
+        return nvls_tuning(GENERATION.get(self.spec.gpu, "hopper"), n_nodes, nic_gbyte_per_s,
+                           self.topology.gpus_per_node, behind)
+
     def _nvls_tree_chunk(self, size_bytes: float) -> float:
-        # src/enqueue.cc calcCollChunking for NVLS_TREE: concurrentOps = NVLS channels (16 on
-        # Hopper, src/transport/nvls.cc) x heads (one per GPU); chunk 128 KiB shrunk to 64 KiB
-        # below 4 x ops x chunk bytes and to 32 KiB below ops x chunk.
-        ops = 16 * self.topology.gpus_per_node
-        chunk = NVLS_CHUNK_BYTES
-        if size_bytes < 4 * ops * chunk:
-            chunk = 64 * KiB
-        if size_bytes < ops * chunk:
-            chunk = 32 * KiB
-        return min(chunk, max(1.0, size_bytes / ops))
+        return nvls_tree_chunk_bytes(self.nvls, self.topology.gpus_per_node, size_bytes)
 
     def nic_scale(self, message_bytes: float) -> float:
         """Fraction of a NIC port's rate left with messages of ``message_bytes``: LogGP's
@@ -771,8 +777,7 @@ class NcclCollectives:
         per = THREADS[protocol] * THREAD_THRESHOLD[protocol] * (self.n_ranks if protocol == "LL" else 1)
         out += [j * per for j in range(2, k + 1)]
         if algorithm == "nvls_tree":
-            ops = 16 * self.topology.gpus_per_node
-            out += [ops * 64 * KiB, 4 * ops * NVLS_CHUNK_BYTES]
+            out += nvls_tree_chunk_breaks(self.nvls, self.topology.gpus_per_node)
         if algorithm == "tree" or (algorithm == "nvls_tree" and GENERATION.get(self.spec.gpu) == "blackwell"):
             out += [64 * 2 ** i for i in range(1, len(TREE_CORRECTION[protocol]) + 1)]
         return out
@@ -833,10 +838,14 @@ class NcclCollectives:
     @cached_property
     def ramp_scope(self) -> str:
         """``network`` when collectives cross NICs (``staged`` when the transport stages every byte
-        through host memory), else ``node`` (:attr:`NcclTuning.ramp_half_bytes`)."""
+        through host memory, ``tcpx`` over Google's GPUDirect-TCPX/TCPXO), else ``node``
+        (:attr:`NcclTuning.ramp_half_bytes`)."""
         if not self.crosses_network:
             return "node"
-        return "network" if self.spec.fabric.transport.gpudirect else "staged"
+        transport = self.spec.fabric.transport
+        if not transport.gpudirect:
+            return "staged"
+        return "tcpx" if transport.kind in ("tcpx", "tcpxo") else "network"
 
     @cached_property
     def call_overhead_s(self) -> float:
@@ -868,7 +877,7 @@ class NcclCollectives:
             return 0.0
         if family == "nvls_tree":
             chunk = self._nvls_tree_chunk(size_bytes)
-            streams = NVLS_CHANNELS.get(GENERATION.get(self.spec.gpu, "hopper"), 16)
+            streams = self.nvls.channels
             rtt *= self.tuning.nvls_tree_rtt_scale
         else:
             chunk = min(CHUNK_BYTES[protocol], size_bytes / max(1, plan.channels))

@@ -52,7 +52,9 @@ THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 # Pipeline chunk per channel (src/init.cc buffer sizes / NCCL_STEPS = 8; src/enqueue.cc calcCollChunking)
 CHUNK_BYTES = {"LL": 32 * KiB, "LL128": 576_000, "Simple": 512 * KiB}
 NVLS_CHUNK_BYTES = 128 * KiB  # src/transport/nvls.cc NCCL_NVLS_CHUNKSIZE default
-NVLS_CHANNELS = {"hopper": 16, "blackwell": 32}  # src/transport/nvls.cc NVLS_NCHANNELS_SM90 / SM100
+# src/transport/nvls.cc@5067397 NVLS_NCHANNELS_SM90 / SM100 (across servers) / SM100_NVL (one server)
+NVLS_CHANNELS = {"hopper": 16, "blackwell": 32}
+NVLS_CHANNELS_ONE_SERVER = {"hopper": 16, "blackwell": 24}
 NCCL_STEPS = 8  # src/include/device.h: FIFO slots per connection (chunks in flight)
 
 ARCH_GENERATION = {"pascal": "volta", "volta": "volta", "turing": "volta", "ampere": "ampere", "ada": "ampere",
@@ -90,6 +92,78 @@ RCCL_XGMI_LATENCY_US = {"tree": (0.9, 0.0, 2.3), "ring": (0.8, 0.0, 2.1)}
 slot, which RCCL uses for xGMI: (LL, LL128, Simple), us."""
 
 ALGO_ALIASES = {"hd": "halving_doubling", "nvlstree": "nvls_tree", "hier": "hierarchical"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class NvlsTuning:
+    """What NCCL's ``ncclNvlsTuning`` sets for a communicator (src/transport/nvls.cc@5067397)."""
+
+    channels: int
+    """NVLS channels (``comm->nvlsChannels``): the CTAs an NVLS or NVLS-tree collective runs on."""
+    chunk_bytes: int
+    """NVLS chunk before ``calcCollChunking`` shrinks it (``comm->nvlsChunkSize``)."""
+    tree_max_chunk_bytes: int
+    """Largest NVLS-tree chunk (``comm->nvlsTreeMaxChunkSize``)."""
+
+
+def nvls_tuning(gen: str, n_nodes: int, nic_gbyte_per_s: float, gpus_per_node: int,
+                nic_behind_gpu_switch: bool) -> NvlsTuning:
+    """NCCL's NVLS channel count and chunk sizes for a communicator.
+
+    Hopper: 16 channels, 128 KiB chunks, NVLS-tree chunks capped at 64 KiB from four servers.
+    Blackwell: 24 channels inside one server, 32 across servers, and across servers a table
+    by servers, GPUs per server (ppn) and NIC rate (``ncclNvlsTreeSm100Tuning``; NCCL's NIC
+    rate is the line rate in GB/s). ``nic_behind_gpu_switch``: the path from a GPU to its NIC
+    is at most PATH_PXB (a NIC per GPU behind the GPU's PCIe switch).
+    """
+    chunk = NVLS_CHUNK_BYTES
+    tree_max = 0
+    if gen == "blackwell":
+        channels = NVLS_CHANNELS["blackwell"] if n_nodes > 1 else NVLS_CHANNELS_ONE_SERVER["blackwell"]
+        if n_nodes > 1:
+            ppn, bw = gpus_per_node, nic_gbyte_per_s
+            if n_nodes == 2 and bw >= 48.0:
+                channels, tree_max = 32, 128 * KiB
+                if ppn <= 4:
+                    chunk = tree_max = 256 * KiB
+                elif ppn >= 16 or (ppn <= 8 and nic_behind_gpu_switch and bw < 96.0):
+                    tree_max = 64 * KiB
+            elif bw >= 96.0:
+                if ppn <= 8:
+                    channels, chunk, tree_max = 24, 256 * KiB, 256 * KiB
+                else:
+                    channels, tree_max = 32, (128 * KiB if ppn < 32 else 64 * KiB)
+            elif bw >= 48.0:
+                channels, tree_max = 24, (64 * KiB if nic_behind_gpu_switch else 128 * KiB)
+    else:
+        channels = NVLS_CHANNELS["hopper"]
+    if tree_max == 0:
+        tree_max = 64 * KiB if n_nodes >= 4 else chunk
+    return NvlsTuning(channels=channels, chunk_bytes=chunk, tree_max_chunk_bytes=tree_max)
+
+
+def nvls_tree_chunk_bytes(tuning: NvlsTuning, heads: int, size_bytes: float) -> float:
+    """NVLS-tree chunk of a call (src/enqueue.cc@5067397 ``calcCollChunking``): concurrent ops =
+    channels x heads (one per GPU of a server); the chunk, at most the tree cap, halves below
+    32 / 16 / 4 / 1 x ops x chunk (floors 256 / 128 / 64 / 32 KiB)."""
+    ops = tuning.channels * heads
+    chunk = min(tuning.chunk_bytes, tuning.tree_max_chunk_bytes)
+    for factor, floor in ((32, 256 * KiB), (16, 128 * KiB), (4, 64 * KiB), (1, 32 * KiB)):
+        if size_bytes < factor * ops * chunk and chunk > floor:
+            chunk = floor
+    return min(chunk, max(1.0, size_bytes / ops))
+
+
+def nvls_tree_chunk_breaks(tuning: NvlsTuning, heads: int) -> list[float]:
+    """Sizes where :func:`nvls_tree_chunk_bytes` changes its chunk."""
+    ops = tuning.channels * heads
+    chunk = min(tuning.chunk_bytes, tuning.tree_max_chunk_bytes)
+    out = []
+    for factor, floor in ((32, 256 * KiB), (16, 128 * KiB), (4, 64 * KiB), (1, 32 * KiB)):
+        if chunk > floor:
+            out.append(float(factor * ops * chunk))
+            chunk = floor
+    return out
 
 
 def nvls_available(spec) -> bool:
@@ -148,7 +222,7 @@ def _parse_list(text, choices, field_name, *, aliases, default):
 CALL_SCOPES = ("node", *("ib", "roce", "socket", "efa", "tcpx", "tcpxo"))
 """What a per-call overhead is fitted per: collectives inside one server (``node``), or the
 transport kind of the NICs a collective crosses."""
-RAMP_SCOPES = ("node", "nvls", "network", "nvls_tree", "staged")
+RAMP_SCOPES = ("node", "nvls", "network", "nvls_tree", "staged", "tcpx")
 """What the bandwidth ramp is fitted per: rings and trees inside one NVLink/PCIe domain, NVLS
 (the switch's multicast path streams differently from a ring), rings and trees across a
 network whose NICs read and write GPU memory (512 KiB Simple chunks), NVLS tree across a
@@ -156,7 +230,11 @@ network (32-128 KiB chunks, ``calcCollChunking``, whose flow-control window
 :attr:`NcclTuning.nvls_tree_rtt_scale` also scales), or rings and trees across a transport
 that stages every byte through host memory (sockets, RDMA without GPUDirect: each chunk
 also crosses PCIe to host memory, a host copy and the proxy thread on both sides, more
-pipeline stages to fill than a GPUDirect path's)."""
+pipeline stages to fill than a GPUDirect path's), or rings and trees over Google's
+GPUDirect-TCPX/TCPXO (TCP into GPU memory: receive buffers handed out by Google's
+receive-datapath daemon, ``tcpgpudmarxd`` / RxDM, and the FasTrak plugin's own flows, not a
+verbs NIC's RDMA writes; GoogleCloudPlatform/container-engine-accelerators
+``gpudirect-tcpxo/nccl-test-latest.yaml`` runs that daemon beside every NCCL job)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,10 +272,10 @@ class NcclTuning:
 
 FITTED_TUNING = NcclTuning(
     nvls_tree_rtt_scale=1.0,
-    call_overhead_us=(("node", 28.2), ("ib", 7.9), ("roce", 7.9), ("socket", 83.2), ("efa", 56.4),
-                      ("tcpx", 83.2), ("tcpxo", 109.9)),
+    call_overhead_us=(("node", 28.2), ("ib", 7.9), ("roce", 7.9), ("socket", 48.8), ("efa", 56.4),
+                      ("tcpx", 48.8), ("tcpxo", 41.1)),
     ramp_half_bytes=(("node", 64.0 * 2**20), ("nvls", 8.0 * 2**20), ("network", 2.0 * 2**20),
-                     ("nvls_tree", 64.0 * 2**20), ("staged", 2.0 * 2**20)),
+                     ("nvls_tree", 32.0 * 2**20), ("staged", 2.0 * 2**20), ("tcpx", 32.0 * 2**20)),
     ramp_exponent=0.5,
 )
 """The default, fitted on every reference system (``tests/data/collectives_reference.csv``) by

@@ -28,9 +28,13 @@ its micro-batches and model chunks):
   not wait for each other: free transfers give 1F1B's step exactly, and what DeepSpeed adds
   is its messages one at a time on the critical path. Gradients are reduced across
   replicas after the pipeline (``ReduceTiedGrads``, ``ReduceGrads`` at the last step),
-  never overlapped. With tensor parallelism a stage keeps only its slice of each output it
-  sent and all-gathers it again before that micro-batch's backward (one more tensor-group
-  all-gather per micro-batch than Megatron).
+  never overlapped, and all-reduced even under ZeRO-1 (the engine of the time reduced stage 1
+  with ``dist.all_reduce``, ``deepspeed/runtime/zero/stage2.py``@0457bb1cb6
+  ``buffered_reduce_fallback``; the partition-aware ``dist.reduce`` of ``average_tensor`` ran only
+  with contiguous gradients, which that engine turned off for stage 1). With tensor
+  parallelism a stage keeps only its slice of each output it sent and all-gathers it again
+  before that micro-batch's backward (one more tensor-group all-gather per micro-batch than
+  Megatron).
 
 The bubble of every schedule is ``(p - 1)`` forward+backward slots of a stage out of
 ``m + p - 1`` (interleaved: of a chunk, ``(p - 1)/v`` of a stage): Narayanan et al. 2021,
@@ -381,7 +385,13 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         at_start.append(op)
                         for i in members:
                             gather_before[c, i] = op
-                reduce = "all_reduce" if dp.strategy == "ddp" else "reduce_scatter"
+                # DeepSpeed's engine of 2021 all-reduces ZeRO-1's gradients: stage 1 runs on
+                # stage2.py with contiguous_gradients forced off ("meaningless in stage 1",
+                # runtime/engine.py@0457bb1cb6), so reduce_ipg_grads takes buffered_reduce_fallback
+                # with rank None -> allreduce_bucket -> dist.all_reduce of each bucket of
+                # reduce_bucket_size elements (runtime/zero/stage2.py@0457bb1cb6): twice a
+                # reduce-scatter's volume, before the all-gather after the step.
+                reduce = "all_reduce" if dp.strategy == "ddp" or deepspeed else "reduce_scatter"
                 if overlap:
                     for x, (first_layer, numel, _) in enumerate(buckets):
                         op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} chunk {c} "

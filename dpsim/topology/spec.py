@@ -16,9 +16,11 @@ from dpsim.topology.transport import TRANSPORTS, TransportSpec
 INTRA_NODE_KINDS = ("nvswitch", "pcie", "pcie-tree", "nvlink-mesh", "nvlink-bridge", "xgmi")
 FABRIC_KINDS = ("infiniband", "ethernet", "nvlink")
 COLLECTIVE_LIBRARIES = ("nccl", "rccl")
-DEFAULT_HOST_MEMORY_BYTES_PER_S = 614.4e9
-"""Host memory bandwidth of a server when its file does not say: two sockets of eight
-DDR5-4800 channels, 2 x 8 x 4800 MT/s x 8 B = 614.4 GB/s (JEDEC JESD79-5 DDR5-4800)."""
+DEFAULT_HOST_MEMORY_BYTES_PER_S = 307.2e9
+"""Memory bandwidth of one CPU socket when the server's file does not say (it is applied per
+socket, :attr:`NodeSpec.host_memory_bandwidth_bytes_per_s`): eight DDR5-4800 channels,
+8 x 4800 MT/s x 8 B = 307.2 GB/s (JEDEC JESD79-5 DDR5-4800; eight channels per socket on
+Intel Xeon 4th gen (Sapphire Rapids), the CPU of DGX/HGX H100 servers, Intel ARK)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -172,18 +172,24 @@ TRANSPORTS: dict[str, TransportSpec] = {
                  "aws/aws-ofi-nccl#280 and #516 stopped forcing it on P5 (EFA v2), which reports it"))),
     "tcpx": TransportSpec(
         name="tcpx", kind="tcpx", gpudirect=True, wire_efficiency=round(tcp_payload_efficiency(8244), 4),
-        streams_per_connection=4, connections_per_nic=2, assumed=True,
+        streams_per_connection=4, connections_per_nic=2, assumed=True, network_protocols=("Simple",),
         sources=(("GPUDirect-TCPX (Google A3): TCP with payloads received into and sent from GPU memory "
                  "(devmem TCP), no host copy; 4 sockets per connection (NCCL_NSOCKS_PERTHREAD=4 in Google's "
                  "TCPX configuration)"),
                  ("wire_efficiency: TCP payload share of an 8244-byte MTU frame (GCP's maximum VPC MTU 8896 less "
-                 "headroom is not published per NIC: assumed)"))),
+                 "headroom is not published per NIC: assumed)"),
+                 ("Simple only: Google's TCPX nccl-tests run sets NCCL_PROTO=Simple and NCCL_ALGO=Ring "
+                 "(GoogleCloudPlatform/container-engine-accelerators@3a1b61d gpudirect-tcpxo/nccl-config.yaml, "
+                 "run-nccl.sh with the NCCL_GPUDIRECTTCPX_* variables)"))),
     "tcpxo": TransportSpec(
         name="tcpxo", kind="tcpxo", gpudirect=True, wire_efficiency=round(tcp_payload_efficiency(8244), 4),
-        streams_per_connection=1, connections_per_nic=2, assumed=True,
+        streams_per_connection=1, connections_per_nic=2, assumed=True, network_protocols=("Simple",),
         sources=(("GPUDirect-TCPXO (Google A3 Mega): TCPX with the data path offloaded to the NIC (no per-socket "
                  "CPU limit modelled)"),
-                 "wire_efficiency: as tcpx (assumed)")),
+                 "wire_efficiency: as tcpx (assumed)",
+                 ("Simple only: Google's TCPXO settings set NCCL_PROTO=Simple (AI-Hypercomputer/gpu-recipes@c72e38d "
+                 "src/helm-charts/a3mega/nemo-training/templates/nemo-launcher-job.yaml, 'should likely not be "
+                 "adjusted')"))),
 }
 """The transports ``fabric.transport`` names (or starts from, as a mapping with overrides)."""
 

@@ -58,6 +58,16 @@ the weight-decay ``mul_``); SGD momentum ``mul_``, ``add_``, ``add_``; SGD ``add
 (``torch/optim/adam.py``, ``sgd.py``). ``foreach`` dispatches each once, ``loop`` once per
 parameter."""
 
+CLIP_GRAD_NORM_PASSES = 3
+"""Passes over the gradients (in the dtype the optimizer reads them) of clipping to a global
+norm: one read for the norm, one read and one write to scale them (two multi-tensor
+kernels: ``torch.nn.utils.clip_grad_norm_``'s ``_foreach_norm`` and ``_foreach_mul_``;
+NVIDIA's BERT fine-tuning ``GradientClipper``, ``amp_C.multi_tensor_l2norm`` then
+``multi_tensor_scale``, NVIDIA/DeepLearningExamples@a9e2c1d5 PyTorch/LanguageModeling/BERT/
+run_squad.py, called every step; Megatron-LM's ``clip_grad_norm_fp32``). The scale pass is
+skipped when the norm is already under the threshold; it is charged, as it runs on most steps
+of short fine-tuning runs."""
+
 FLOPS_ONLY_EFFICIENCY = 0.6
 """Fraction of the best matmul rate for a layer known only by its FLOPs (no ops): the
 efficiency dpsim used for every layer before the roofline, kept for traced torch modules.
@@ -174,23 +184,44 @@ def optimizer_implementation(precision: Precision, implementation: str | None = 
 
 def optimizer_terms(model: ModelSpec, gpu: GpuSpec, precision: Precision, optimizer: str, *,
                     fused: bool | None = None, implementation: str | None = None,
-                    ops_per_param: int | None = None) -> list[Term]:
+                    ops_per_param: int | None = None, clip_grad_norm: bool = False,
+                    zero_grad_loop: bool = False) -> list[Term]:
     """The optimizer step's kernels: their device-memory traffic and the CPU time to dispatch
     them. ``foreach`` and ``fused`` stream every parameter's bytes in a few dispatches;
     ``loop`` dispatches :data:`OPTIMIZER_OPS` kernels per parameter (``ops_per_param``
     instead, for an optimizer that runs more: BertAdam clips each gradient too), one term
     per parameter size (parameters of one size cost alike). ``GradScaler``'s unscale is
-    one more foreach op."""
+    one more foreach op; an fp32 master copy adds one multi-tensor copy of the gradients
+    into it (16-bit gradients only; it also unscales) and one of the master into the 16-bit
+    weights (:func:`dpsim.workload.precision.optimizer_traffic_bytes_per_param`).
+    ``clip_grad_norm``: the step first clips the gradients to a global norm
+    (:data:`CLIP_GRAD_NORM_PASSES`). ``zero_grad_loop``: the gradients are zeroed one
+    ``zero_()`` per parameter from Python (Apex O2's patched ``zero_grad``, which loops over
+    the fp16 model gradients: NVIDIA/apex@f17401fc apex/amp/_process_optimizer.py,
+    ``new_zero_grad``), a memset of each gradient at the dispatch cost of one op per
+    parameter; ``set_to_none`` (PyTorch 2's default) and a flat buffer cost nothing."""
     impl = optimizer_implementation(precision, implementation, fused)
     per_param = optimizer_traffic_bytes_per_param(precision, optimizer, fused=impl == "fused")
     ops = ops_per_param if ops_per_param is not None else OPTIMIZER_OPS[check_optimizer(optimizer)]
-    scaler = 1.0 if precision.grad_scaler else 0.0
+    grads_to_master = bool(precision.master_bytes) and precision.grad_bytes < precision.master_bytes
+    copies = (1.0 + grads_to_master) if precision.master_bytes else 0.0
+    # The overflow check rides in the gradient copy when there is one.
+    scaler = 1.0 if precision.grad_scaler and not grads_to_master else 0.0
+    terms: list[Term] = []
     if impl != "loop":
-        dispatches = (1.0 if impl == "fused" else float(ops)) + scaler
-        return [memory_term(per_param * model.param_count, gpu, kernels=dispatches)]
-    sizes = Counter(p.numel for p in model.params)
-    terms = [memory_term(per_param * numel * count, gpu, kernels=float(ops * count)) for numel, count in sizes.items()]
-    terms.append(Term(0.0, 0.0, host_s=scaler * HOST_OVERHEAD_PER_OP_S))
+        dispatches = (1.0 if impl == "fused" else float(ops)) + scaler + copies
+        terms.append(memory_term(per_param * model.param_count, gpu, kernels=dispatches))
+    else:
+        sizes = Counter(p.numel for p in model.params)
+        terms += [memory_term(per_param * numel * count, gpu, kernels=float(ops * count))
+                  for numel, count in sizes.items()]
+        terms.append(Term(0.0, 0.0, host_s=(scaler + copies) * HOST_OVERHEAD_PER_OP_S))
+    if clip_grad_norm:
+        grad_bytes = precision.master_bytes or precision.grad_bytes
+        terms.append(memory_term(CLIP_GRAD_NORM_PASSES * grad_bytes * model.param_count, gpu, kernels=2.0))
+    if zero_grad_loop:
+        terms.append(Term(0.0, precision.grad_bytes * model.param_count / gpu.streaming_bandwidth_bytes_per_s,
+                          host_s=len(model.params) * HOST_OVERHEAD_PER_OP_S))
     return terms
 
 
@@ -213,6 +244,8 @@ def compute_profile(
     efficiencies: Efficiencies | None = None,
     optimizer_impl: str | None = None,
     optimizer_ops_per_param: int | None = None,
+    clip_grad_norm: bool = False,
+    zero_grad_loop: bool = False,
 ) -> ComputeProfile:
     """Layer times of ``model`` on ``gpu`` for one micro-batch of ``micro_batch`` samples.
 
@@ -220,8 +253,10 @@ def compute_profile(
     framework runs by default (PyTorch's ``foreach``; a fused master update for 16-bit
     parameters), ``True`` PyTorch's ``fused=True``, ``False`` ``foreach``; ``optimizer_impl``
     (:data:`OPTIMIZER_IMPLEMENTATIONS`) overrides it, ``optimizer_ops_per_param`` the ops a
-    ``loop`` runs per parameter (:func:`optimizer_terms`). ``efficiencies``
-    replaces the roofline's fitted constants (the validation script's fit).
+    ``loop`` runs per parameter, ``clip_grad_norm`` a step that first clips the gradients
+    to a global norm and ``zero_grad_loop`` one that zeroes them parameter by parameter
+    (:func:`optimizer_terms`). ``efficiencies`` replaces the roofline's fitted constants (the
+    validation script's fit).
     When ``single_gpu_step_s`` is given (a user's measured one-GPU step), every time is
     scaled so that forward + backward + optimizer equals it, keeping the proportions.
     """
@@ -238,7 +273,9 @@ def compute_profile(
                                 param_names=tuple(p.name for p in layer.params)))
     optimizer_s = optimizer_time_s(optimizer_terms(model, gpu, precision, optimizer, fused=fused_optimizer,
                                                    implementation=optimizer_impl,
-                                                   ops_per_param=optimizer_ops_per_param),
+                                                   ops_per_param=optimizer_ops_per_param,
+                                                   clip_grad_norm=clip_grad_norm,
+                                                   zero_grad_loop=zero_grad_loop),
                                    efficiencies) / compute_efficiency
     flops = model.forward_flops_per_sample * micro_batch * (1 + BACKWARD_TO_FORWARD)
     profile = ComputeProfile(layers=tuple(layers), optimizer_s=optimizer_s, flops_per_step=flops,

@@ -53,8 +53,10 @@ Optimizer step (:func:`optimizer_traffic_bytes_per_param`): what PyTorch runs by
 default on CUDA tensors, the ``foreach`` implementation (one multi-tensor kernel per
 elementwise op, not ``fused=True``), op by op as ``torch/optim/adam.py``
 ``_multi_tensor_adam`` and ``torch/optim/sgd.py`` ``_multi_tensor_sgd`` call them; the
-16-bit-parameter rows use a fused master-weight update, as DeepSpeed's and Megatron's
-fused Adam do.
+16-bit-parameter rows use a fused update of the fp32 master copy, as DeepSpeed's, Megatron's
+and Apex's fused Adam do, between the two copies those frameworks make every step: the
+16-bit gradients into fp32 ones before it, the updated fp32 master into the 16-bit weights
+after it.
 """
 
 from __future__ import annotations
@@ -234,27 +236,46 @@ def optimizer_traffic_bytes_per_param(precision: Precision, optimizer: str, *, f
       Adam (no weight decay by default) drops ``mul_(p)``: 72 bytes;
     * SGD with momentum (``_multi_tensor_sgd``): ``mul_(buf)`` 2s, ``add_(buf, g)`` 2s+g,
       ``add_(p, buf)`` 2p+s: 32 bytes in fp32; plain SGD ``add_(p, g)``: 12 bytes;
-    * fused (one pass): read p, g and each state, write p and each state; with an fp32
-      master the 16-bit parameter copy is written as well;
-    * ``GradScaler`` adds ``_amp_foreach_non_finite_check_and_unscale_`` (read and write
-      g); loss-scaled 16-bit parameters add one overflow check (read g).
+    * fused (one pass): read p, g and each state, write p and each state;
+    * ``GradScaler`` adds ``_amp_foreach_non_finite_check_and_unscale_`` (read and write g).
+
+    With an fp32 master copy the update runs on fp32 tensors (p = g = 4) between two copies:
+    the 16-bit gradients into fp32 master gradients before it (read g16, write 4 bytes; the
+    loss-scaled rows unscale and check for overflow in the same pass) and the updated master
+    into the 16-bit weights after it (read 4, write the weight's bytes): Apex O2's
+    ``post_backward_with_master_weights`` (``scaler.unscale`` of the fp16 gradients into new
+    fp32 ones, one ``multi_tensor_scale`` pass that also flags overflow) and
+    ``_master_params_to_model_params`` (NVIDIA/apex@f17401fc71f54f80df8350ca649d0c180d874c59
+    apex/amp/_process_optimizer.py); Megatron-LM's ``_copy_model_grads_to_main_grads`` and
+    ``_copy_main_params_to_model_params`` around ``optimizer.step()``
+    (NVIDIA/Megatron-LM@d657a3ef5cedf68aad17c4b76d847902978b42cd megatron/optimizer/optimizer.py,
+    ``MixedPrecisionOptimizer.step``, which unscales in a pass of its own). Gradients already
+    kept in fp32 (``bf16-fp32-grads``) need no first copy. Fused Adam over an fp16-params
+    model: 6 + 28 + 6 = 40 bytes.
     """
     n_states = OPTIMIZER_STATES[check_optimizer(optimizer)]
     if fused is None:
         fused = precision.master_bytes > 0
-    p = precision.master_bytes or precision.weight_bytes
-    g, s = precision.grad_bytes, precision.state_element_bytes
+    s = precision.state_element_bytes
+    to_master = to_model = 0
+    if precision.master_bytes:
+        p = g = precision.master_bytes
+        if precision.grad_bytes < precision.master_bytes:
+            to_master = precision.grad_bytes + precision.master_bytes
+        to_model = precision.master_bytes + precision.weight_bytes
+    else:
+        p, g = precision.weight_bytes, precision.grad_bytes
     if fused:
-        total = 2 * p + g + 2 * n_states * s
-        if precision.master_bytes:
-            total += precision.weight_bytes
+        step = 2 * p + g + 2 * n_states * s
     elif optimizer in ("adam", "adamw"):
         decay = 2 * p if optimizer == "adamw" and ADAMW_DEFAULT_WEIGHT_DECAY else 0
-        total = decay + 2 * p + 14 * s + 2 * g
+        step = decay + 2 * p + 14 * s + 2 * g
     elif optimizer == "sgd-momentum":
-        total = 2 * p + 5 * s + g
+        step = 2 * p + 5 * s + g
     else:
-        total = 2 * p + g
-    if precision.grad_scaler:
-        total += g if precision.master_bytes else 2 * g
+        step = 2 * p + g
+    total = to_master + step + to_model
+    if precision.grad_scaler and not to_master:
+        # No copy pass to fold the overflow check into: GradScaler's unscale reads and writes g.
+        total += 2 * g
     return float(total)
