@@ -303,7 +303,11 @@ def test_a_script_holding_a_testbed_exits_with_the_signal_not_a_ctrl_c(signame, 
     import os
     import signal as sig
 
-    script = ("import sys, time\n"
+    # A script started from a terminal has the default dispositions; one started under
+    # `nohup` (as a CI job may be) inherits SIGHUP ignored, which the testbed rightly keeps.
+    script = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
+              "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
               "from dpsim.errors import Interrupted\n"
               "from dpsim.validate.testbed import Testbed, TestbedSpec\n"
               "try:\n"
