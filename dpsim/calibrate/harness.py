@@ -222,8 +222,9 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
     fresh_counts = fresh_process_schedule(plan.get("fresh_processes", FRESH_PROCESSES) if on_cpu_with_step else 0)
     fresh_medians: list[float] = []
 
-    def fresh_probe(point: int) -> None:
-        """The step in fresh processes at one point of the calibration (every rank at once)."""
+    def fresh_probe(point: int) -> list[float]:
+        """The step in fresh processes at one point of the calibration (every rank at once);
+        returns every fresh process's median so far, in the order they ran."""
         n = fresh_counts[point]
         if n:
             label = (f"training step in {n} fresh process{'es' if n > 1 else ''} "
@@ -231,6 +232,7 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
             steps.begin(label)
             fresh_medians.extend(bench_fresh_processes(plan, dist.barrier, n))
             steps.end(label)
+        return list(fresh_medians)
 
     fresh_probe(0)
     sizes_in = [int(s) for s in plan["sizes"]]
@@ -315,14 +317,14 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
         results["collectives"][lc] = {"n_ranks": n0, "n_nodes": nn, "ops": ops_out}
     if plan.get("compute"):
         results["compute"] = _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_node,
-                                      user_step, fresh_probe, fresh_medians)
+                                      user_step, fresh_probe)
     results["environment"] = _environment(plan, backend, device, hostnames, nodes, world, nodes_from)
     dist.barrier()
     return results if rank == 0 else None
 
 
 def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_node, user_step,
-             fresh_probe: Callable[[int], None], fresh_medians: list[float]) -> dict:
+             fresh_probe: Callable[[int], list[float]]) -> dict:
     out: dict[str, Any] = {}
     fresh_probe(1)
     rd = _reduce_device(backend, device)
@@ -353,9 +355,9 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
     group = node_groups[my_node] if node_groups else dist.group.WORLD
     mine["overlap"] = bench_interference(device, clock, plan, group, backend, user_step)
     steps.end("interference of compute and all-reduce")
-    fresh_probe(2)
-    if user_step is not None and fresh_medians:
-        mine["model_step"]["fresh_process_medians_s"] = list(fresh_medians)  # in the order they ran
+    fresh = fresh_probe(2)
+    if user_step is not None and fresh:
+        mine["model_step"]["fresh_process_medians_s"] = fresh
     everyone: list[Any] = [None] * world
     dist.all_gather_object(everyone, mine)
     if rank != 0:
