@@ -465,6 +465,19 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   tuning (`tuning.cc`: NVLS latency and `nvlsEfficiency` only) sets Blackwell's single-server
   NVLS apart. Extending the half-size grid past 64 MiB does not help: the intra-node fit
   then runs to the new edge (256 MiB) and MI300X's rows move from 3 % to 9 %.
+  H200 carries the nvswitch class's miss: DGX A100 8.8 %, B200 8.7 %, OCI A100 7.1 % (one
+  row), H200 14.6 %; with the others as they are, the class meets 8 % once H200 reaches
+  6.7 %. Its 1 MiB-1 GiB rows come out 13-35 % slow, on ring/LL and ring/LL128 up to 128 MiB,
+  where the measured run cannot have used a ring: its 128 MiB row's bus bandwidth, 402 GB/s,
+  is above the ~370 GB/s a ring gets from NVLink4 (NCCL's maintainer in
+  NVIDIA/nccl-tests#212; NVLS reaches ~480), so it ran NVLS there, with a shorter ramp than
+  B200's rows teach. B200's rows are not one ramp either: 8 and 16 MiB take the same time
+  (116.1 and 115.2 us), 4 MiB (96.0 us) is slower than H200's 68.5 us, whose NVLink runs
+  at half the rate, and the algorithm bandwidth steps from 413-423 GB/s (1-4 GiB) to 480-483 (8-16
+  GiB): regime changes inside one system's rows that a half-size fitted across them
+  averages; the published table (same script, same NCCL 2.27.7 as H200) does not say
+  which algorithm ran at each size, and NCCL's tuning at that version gives Blackwell no
+  NVLS constant besides `nvlsEfficiency` (0.74 vs Hopper's 0.85) and the channel count.
 - **GCP A3 Mega's 4-32 MiB rows come out 15-53 % fast** on ring/Simple: the time grows by
   51 us per MiB from 8 to 16 MiB, then by 5 us per MiB to 32 MiB, a regime change no NCCL
   default makes there. The profile also runs Google's tuner plugin (`NCCL_TUNER_PLUGIN=
@@ -485,12 +498,22 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   260 GB/s for both directions together in nvbandwidth's SM-write test
   (NVIDIA/nccl-tests#268, the system not named): a 2-GPU all-reduce sends both ways at once,
   and 2 x 115 GB/s fits such a shared cap, but no published figure says what sets it on a
-  bridged pair, so it is not modelled. Three rows of one system.
+  bridged pair, so it is not modelled. Three rows of one system. Also checked: the run's
+  log says `via P2P/direct pointer`, not `.../read`: NCCL turns P2P read on by default only
+  between Ampere GPUs on NVLink (`p2pGetInfo`, quoted by its maintainer in
+  NVIDIA/nccl#512), so these Hoppers write over the bridge from the SMs, as the SXM
+  systems the model fits do; SM stores carry 128 B payloads, ~20 of a link's 25 GB/s
+  (NVIDIA/nccl-tests#149), which the 0.822 efficiency already applies. Neither halves the
+  rate, and no NCCL setting (`NCCL_P2P_LEVEL` only decides whether P2P is used; the log
+  shows it is) or published bridged-pair measurement accounts for the other half.
 - **Four V100 TCP nodes** (NVIDIA/nccl#450): two rows, on an assumed server (the issue does
   not name it); nothing else stages through host memory, so the staged ramp is untested
   beyond them.
 - **DGX A100's 1 MiB row** (101.9 us, flat from 1 to 4 MiB) is 37 % above the model, and its
-  16-32 MiB rows 20-26 %; from 256 MiB on it is within 9 %.
+  16-32 MiB rows 20-26 %; from 256 MiB on it is within 9 %. The step from 8 to 16 MiB
+  (133.5 -> 276.6 us: the second 8 MiB at 59 GB/s of algorithm bandwidth, against 134 GB/s
+  at 8-16 GiB) looks like a protocol change (LL128 to Simple) the published table does
+  not show; the run (`-g 8`, one process driving the eight GPUs) states no NCCL version.
 - **InfiniBand has one small-message system** (two A100 nodes on HDR, one GPU each,
   NVIDIA/nccl-tests#150: 19.9 us at 8 B, 7.9 us beyond NCCL's own model). It sets the per-call
   overhead of ``ib`` and ``roce`` (NCCL's verbs transport, GPUDirect RDMA, no host proxy copy);
