@@ -400,6 +400,15 @@ ANALYSIS = """What the model does that explains misses it used to have:
   gets the 32 MiB NVLS-tree half-size and its NVLS-tree rows land within 3 %: p5 7.0 -> 4.1 %,
   efa 8.1 -> 6.7 %; no other system moves. One fitted degree of freedom fewer, but the choice
   was made after seeing p5's score: its 1-64 MiB ring/LL128 rows (-27..+22 %) are untouched.
+  Also checked: aws-ofi-nccl sets `NCCL_NVLS_CHUNKSIZE` and `NCCL_NVLSTREE_MAX_CHUNKSIZE` to
+  512 KiB (and `NCCL_BUFFSIZE` to 8 MiB) on p5/p5e, p5en and P6 (`src/platform-aws.cpp`
+  @45197df `platform_data_map`: NCCL 2.19.3's 64 KiB NVLS-tree chunk "drastically impacted
+  performance on AWS"), where the model uses NCCL's 128 KiB. Applied to the `efa` transport
+  as a trial, it moves p5 from 4.1 to 3.9 % (its NVLS-tree rows are 256 MiB and more, where
+  the chunk is not what limits) and no p6-b200 row (they run ring/LL128); it is not in the
+  model, since the run does not state its plugin version and a new transport field would
+  move golden outputs for 0.2 points. The plugin caps no channel count and adds no proxy
+  limit that this table shows.
 - **Host-staged transports ramp in their own scope** (`staged`: sockets, RDMA without
   GPUDirect): each chunk also crosses PCIe into host memory, a host copy and the proxy
   thread on both sides, more pipeline stages than a GPUDirect NIC's. The four V100 TCP nodes
