@@ -64,9 +64,22 @@ norm: one read for the norm, one read and one write to scale them (two multi-ten
 kernels: ``torch.nn.utils.clip_grad_norm_``'s ``_foreach_norm`` and ``_foreach_mul_``;
 NVIDIA's BERT fine-tuning ``GradientClipper``, ``amp_C.multi_tensor_l2norm`` then
 ``multi_tensor_scale``, NVIDIA/DeepLearningExamples@a9e2c1d5 PyTorch/LanguageModeling/BERT/
-run_squad.py, called every step; Megatron-LM's ``clip_grad_norm_fp32``). The scale pass is
-skipped when the norm is already under the threshold; it is charged, as it runs on most steps
-of short fine-tuning runs."""
+run_squad.py, called every step; Megatron-LM's ``clip_grad_norm_fp32``). torch always runs the
+scale pass: it multiplies by the coefficient clamped at 1 rather than test it on the host, and
+``foreach=None`` picks the multi-tensor kernels on CUDA (torch/nn/utils/clip_grad.py at v2.0.0,
+``clip_coef_clamped``); a script that skips it under the threshold still runs it on most steps
+of a short fine-tuning run, so it is charged. ``--clip-grad-norm`` and the reference rows'
+``grad_clip`` both charge this."""
+
+ZERO_GRAD_MODES = ("set-to-none", "zero-loop")
+"""How the gradients are reset before each step (``--zero-grad``): ``set-to-none``
+(``optimizer.zero_grad()``'s default since torch 2.0: every ``.grad`` set to ``None``, no
+kernel; torch/optim/optimizer.py at v2.0.0, ``zero_grad(self, set_to_none: bool = True)``,
+where v1.13.0 defaulted to ``False``) or ``zero-loop`` (one ``zero_()`` per parameter from
+Python: ``zero_grad(set_to_none=False)``, which loops per parameter unless the optimizer was
+built with ``foreach=True`` or ``fused=True``, as its ``defaults.get("foreach", False)`` is
+``None`` by default; PyTorch before 2.0; Apex O2's patched ``zero_grad``). ``zero-loop`` is
+:func:`optimizer_terms`'s ``zero_grad_loop``."""
 
 FLOPS_ONLY_EFFICIENCY = 0.6
 """Fraction of the best matmul rate for a layer known only by its FLOPs (no ops): the
