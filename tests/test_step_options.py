@@ -108,3 +108,25 @@ def test_bad_zero_grad_is_one_line(capsys):
     assert main(["predict", "--zero-grad", "zeros"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--zero-grad" in err and "'zeros'" in err and "set-to-none, zero-loop" in err
+
+
+@pytest.mark.parametrize("row_id", ["T046", "T003"])
+def test_predict_charges_a_reference_row_as_the_accuracy_script_does(row_id):
+    """One code path: ``predict --gpus 1`` with the row's flags gives the accuracy script's
+    throughput for it (shipped constants), clipping and apex O2's zero loop included."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+    import accuracy_compute as accuracy
+
+    (row,) = [r for r in accuracy.load_rows() if r.id == row_id]
+    assert row.grad_clip and row.zero_grad_loop and row.optimizer_kernels == ("fused", None)
+    config = PredictConfig(gpus=1, gpus_per_node=1, link="dgx-a100", gpu=row.gpu, model=row.model,
+                           seq_len=row.seq_len, flash_attention=False, precision=row.precision,
+                           optimizer=row.optimizer, micro_batch=row.micro_batch, steps=1,
+                           clip_grad_norm=True, zero_grad="zero-loop")
+    expected = accuracy.predicted(accuracy.kernels(row), Efficiencies())
+    assert predict(config).single_gpu_samples_per_s == pytest.approx(expected, rel=1e-9)
+    without = predict(PredictConfig(**{**config.to_dict(), "clip_grad_norm": False, "zero_grad": "set-to-none"}))
+    assert without.single_gpu_samples_per_s > expected
