@@ -130,3 +130,26 @@ def test_predict_charges_a_reference_row_as_the_accuracy_script_does(row_id):
     assert predict(config).single_gpu_samples_per_s == pytest.approx(expected, rel=1e-9)
     without = predict(PredictConfig(**{**config.to_dict(), "clip_grad_norm": False, "zero_grad": "set-to-none"}))
     assert without.single_gpu_samples_per_s > expected
+
+
+def test_a_measured_optimizer_step_gets_the_options_added(tmp_path):
+    """A calibration profile's optimizer step was timed without clipping or a zero loop
+    (``zero_grad(set_to_none=True)`` and ``step()``): predict adds what the options cost."""
+    from test_calibrate_provenance import config, cpu_profile, measured_step
+
+    path = cpu_profile(tmp_path, step=measured_step())
+    plain = predict(config(path))
+    both = predict(config(path, clip_grad_norm=True, zero_grad="zero-loop"))
+    assert plain.optimizer_s == pytest.approx(0.004)
+    from dpsim.profile.calibrated import calibrated_device
+    from dpsim.profile.io import load_profile
+    from dpsim.workload.compute import compute_profile
+
+    device = calibrated_device(load_profile(path), get_gpu("h100"))
+    expected = compute_profile(get_model("bert-base", flash_attention=True), device, micro_batch=2,
+                               precision=get_precision("fp32"), optimizer="adamw", clip_grad_norm=True,
+                               zero_grad_loop=True).step_options_s
+    extra = both.optimizer_s - plain.optimizer_s
+    assert extra > 0 and extra == pytest.approx(expected, rel=1e-9)
+    assert both.compute_s - plain.compute_s == pytest.approx(extra, rel=1e-6)
+    assert "modelled clipping/zero_grad loop" in both.provenance.to_dict()["compute"]["detail"]

@@ -115,6 +115,11 @@ class ComputeProfile:
     breakdown_s: dict[str, float] = field(default_factory=dict)
     """Forward + backward seconds by kind of op (``matmul``, ``attention``, ``memory``,
     ``flops-only``) for one micro-batch, before ``--single-gpu-step-ms`` scaling."""
+    step_options_s: float = 0.0
+    """The part of ``optimizer_s`` that gradient clipping and a per-parameter ``zero_grad`` loop
+    take (``--clip-grad-norm``, ``--zero-grad zero-loop``): a calibration profile's measured
+    optimizer step (``zero_grad(set_to_none=True)`` and ``step()``) does neither, so it is added
+    to it."""
 
     @property
     def forward_s(self) -> float:
@@ -284,15 +289,18 @@ def compute_profile(
         layers.append(LayerTime(name=layer.name, forward_s=fwd / compute_efficiency,
                                 backward_s=bwd / compute_efficiency,
                                 param_names=tuple(p.name for p in layer.params)))
-    optimizer_s = optimizer_time_s(optimizer_terms(model, gpu, precision, optimizer, fused=fused_optimizer,
-                                                   implementation=optimizer_impl,
-                                                   ops_per_param=optimizer_ops_per_param,
-                                                   clip_grad_norm=clip_grad_norm,
-                                                   zero_grad_loop=zero_grad_loop),
-                                   efficiencies) / compute_efficiency
+    def optimizer_s_with(clip: bool, zero_loop: bool) -> float:
+        return optimizer_time_s(optimizer_terms(model, gpu, precision, optimizer, fused=fused_optimizer,
+                                                implementation=optimizer_impl,
+                                                ops_per_param=optimizer_ops_per_param,
+                                                clip_grad_norm=clip, zero_grad_loop=zero_loop),
+                                efficiencies) / compute_efficiency
+
+    optimizer_s = optimizer_s_with(clip_grad_norm, zero_grad_loop)
+    options_s = optimizer_s - optimizer_s_with(False, False) if clip_grad_norm or zero_grad_loop else 0.0
     flops = model.forward_flops_per_sample * micro_batch * (1 + BACKWARD_TO_FORWARD)
     profile = ComputeProfile(layers=tuple(layers), optimizer_s=optimizer_s, flops_per_step=flops,
-                             breakdown_s=breakdown)
+                             breakdown_s=breakdown, step_options_s=options_s)
     if single_gpu_step_s is not None:
         if not single_gpu_step_s > 0:
             raise ConfigError(f"--single-gpu-step-ms: {single_gpu_step_s * 1e3} is not valid; expected a number > 0")
@@ -303,5 +311,6 @@ def compute_profile(
             optimizer_s=optimizer_s * scale,
             flops_per_step=flops,
             breakdown_s=breakdown,
+            step_options_s=options_s * scale,
         )
     return profile
