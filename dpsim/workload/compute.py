@@ -69,7 +69,9 @@ scale pass: it multiplies by the coefficient clamped at 1 rather than test it on
 ``foreach=None`` picks the multi-tensor kernels on CUDA (torch/nn/utils/clip_grad.py at v2.0.0,
 ``clip_coef_clamped``); a script that skips it under the threshold still runs it on most steps
 of a short fine-tuning run, so it is charged. ``--clip-grad-norm`` and the reference rows'
-``grad_clip`` both charge this."""
+``grad_clip`` both charge this. Under ZeRO and FSDP each rank clips its own shard (the strategies
+divide the optimizer step, this included, by the shard); the all-reduce of the partial norms
+(one scalar, a collective's latency) is not charged."""
 
 ZERO_GRAD_MODES = ("set-to-none", "zero-loop")
 """How the gradients are reset before each step (``--zero-grad``): ``set-to-none``
