@@ -200,13 +200,15 @@ def _act_bytes(precision) -> int:
 def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision) -> ComputeProfile:
     """The compute profile of one tensor-parallel rank's shard at the config's micro-batch."""
     return compute_profile(tpm.spec, gpu, micro_batch=config.micro_batch, precision=precision,
-                           optimizer=config.optimizer, compute_efficiency=config.compute_efficiency)
+                           optimizer=config.optimizer, compute_efficiency=config.compute_efficiency,
+                           clip_grad_norm=config.clip_grad_norm, zero_grad_loop=config.zero_grad == "zero-loop")
 
 
 def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: ComputeProfile) -> tuple[float, float]:
     """(compute, optimizer) factors a measured step applied to the modelled whole-model profile."""
     plain = compute_profile(model, gpu, micro_batch=config.micro_batch, precision=precision,
-                            optimizer=config.optimizer, compute_efficiency=config.compute_efficiency)
+                            optimizer=config.optimizer, compute_efficiency=config.compute_efficiency,
+                            clip_grad_norm=config.clip_grad_norm, zero_grad_loop=config.zero_grad == "zero-loop")
     fb = plain.forward_s + plain.backward_s
     scale = (compute.forward_s + compute.backward_s) / fb if fb > 0 else 1.0
     opt = compute.optimizer_s / plain.optimizer_s if plain.optimizer_s > 0 else 1.0

@@ -160,6 +160,7 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
     compute: ComputeProfile = memoized(  # memoized: a sweep shares it between points
         compute_profile, model, gpu, micro_batch=config.micro_batch, precision=precision, optimizer=config.optimizer,
         compute_efficiency=config.compute_efficiency, single_gpu_step_s=config.single_gpu_step_s,
+        clip_grad_norm=config.clip_grad_norm, zero_grad_loop=config.zero_grad == "zero-loop",
     )
     if config.layout_active:
         if degradations:
