@@ -4,9 +4,9 @@ a wait on the network exactly as the data-parallel path does (one function, same
 from __future__ import annotations
 
 import pytest
+from test_calibrate_provenance import config, cpu_profile, measured_step  # helpers only
 
 from dpsim.predict.run import predict
-from test_calibrate_provenance import config, cpu_profile, measured_step  # helpers only
 
 
 def _layout(path: str, **changes):
