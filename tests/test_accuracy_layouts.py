@@ -132,3 +132,12 @@ def test_micro_batch_sensitivity_covers_only_the_assumed_rows():
     assert errors[1] == pytest.approx(accuracy_layouts.evaluate(rows[1])["error"])
     assert errors[1] < errors[2] < errors[4]
     assert "| H04 |" in accuracy_layouts.sensitivity_markdown(sens)
+
+
+def test_shard_diagnosis_sees_the_split_shapes_and_the_uncharged_clipping():
+    # K01: tp 8 at micro-batch 1 quantizes worst; dp 1 keeps 2.7e9 parameters per GPU to clip.
+    by_id = {r["id"]: r for r in accuracy_layouts.rows()}
+    k01, n09 = (accuracy_layouts.shard_diagnosis(by_id[i]) for i in ("K01", "N09"))
+    assert 0.85 < k01["gemm_efficiency"] < n09["gemm_efficiency"] <= 1.0
+    assert 0.0 < n09["clip_share"] < 0.005 < k01["clip_share"] < 0.05
+    assert 0.5 < k01["matmul_share"] < 1.0

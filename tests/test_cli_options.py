@@ -127,7 +127,7 @@ def test_flags_in_human_units_and_old_spellings_reach_the_config(capsys):
     config = predict_config(capsys, "--gpus", "16", "--link", "nvlink", "--model", "gpt2", "--single-gpu-step-ms",
                             "180", "--no-overlap", "--no-flash-attention", "--activation-checkpointing",
                             "--topology", "topologies/examples/nvl72-ib.yaml", "--gpus-per-node", "8")
-    assert config == {**dataclasses.asdict(PredictConfig()), "gpus": 16, "link": "nvlink", "model": "gpt2",
+    assert config == {**PredictConfig().to_dict(), "gpus": 16, "link": "nvlink", "model": "gpt2",
                       "single_gpu_step_s": 0.18, "overlap": False, "flash_attention": False,
                       "activation_checkpointing": True, "topology_file": "topologies/examples/nvl72-ib.yaml",
                       "gpus_per_node": 8}

@@ -19,6 +19,7 @@ from dpsim.predict.config import (
     Precision,
     PredictConfig,
     Strategy,
+    ZeroGrad,
     check_value,
     flag_name,
 )
@@ -72,10 +73,16 @@ def test_placement_choices_are_the_job_layouts():
         assert placement in str(exc.value)
 
 
+def test_zero_grad_choices_are_the_compute_modes():
+    from dpsim.workload.compute import ZERO_GRAD_MODES
+
+    assert typing.get_args(ZeroGrad) == ZERO_GRAD_MODES
+
+
 def test_each_closed_choice_is_a_literal():
     hints = typing.get_type_hints(PredictConfig)
     for name, literal in [("precision", Precision), ("optimizer", Optimizer), ("strategy", Strategy),
-                          ("fsdp_unit", FsdpUnit), ("placement", Placement)]:
+                          ("fsdp_unit", FsdpUnit), ("placement", Placement), ("zero_grad", ZeroGrad)]:
         assert hints[name] is literal, name
 
 
@@ -214,7 +221,26 @@ def test_seq_len_only_with_a_catalog_model():
 
 
 def test_to_dict_is_asdict_of_plain_fields():
-    """PredictConfig.to_dict skips asdict's deep copy: right only while every field is a plain value."""
+    """PredictConfig.to_dict skips asdict's deep copy: right only while every field is a plain value.
+    The training-script options are named only when set (golden outputs stay as they were)."""
+    from dpsim.predict.config import SHOWN_WHEN_SET
+
     for config in (PredictConfig(), PredictConfig(gpus=64, link="ethernet", strategy="fsdp", micro_batch=2)):
-        assert config.to_dict() == dataclasses.asdict(config)
+        full = dataclasses.asdict(config)
+        assert config.to_dict() == {k: v for k, v in full.items() if k not in SHOWN_WHEN_SET}
         assert all(v is None or isinstance(v, (bool, int, float, str)) for v in config.to_dict().values())
+    config = PredictConfig(clip_grad_norm=True, zero_grad="zero-loop")
+    assert config.to_dict() == dataclasses.asdict(config)
+    assert PredictConfig(**config.to_dict()) == config
+
+
+@pytest.mark.parametrize("name, value, expected", [
+    ("zero_grad", "zero", "--zero-grad: 'zero' is not known; choose one of set-to-none, zero-loop"),
+    ("zero_grad", None, "--zero-grad: None is not known; choose one of set-to-none, zero-loop"),
+    ("clip_grad_norm", "yes", "--clip-grad-norm: 'yes' is not valid; expected true or false"),
+    ("clip_grad_norm", 1, "--clip-grad-norm: 1 is not valid; expected true or false"),
+])
+def test_step_options_refused_in_one_line(name, value, expected):
+    with pytest.raises(ConfigError) as exc:
+        PredictConfig(**{name: value})
+    assert one_line(exc) == expected

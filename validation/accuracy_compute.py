@@ -546,7 +546,28 @@ def _misses(results: list[Result], multi: list[MultiGpuResult]) -> str:
   (PyTorch loads 4 elements per thread whatever the dtype until its 128-bit vectorization,
   pytorch/pytorch pull request #141959, so 16-bit kernels have half the bytes in flight)
   brings T046 to +23 % only by refitting the memory constant so that T043 goes to +46 %
-  and the 16-bit ResNet-50 rows 5 points slower (median 12.4 %).
+  and the 16-bit ResNet-50 rows 5 points slower (median 12.4 %). A last look at what
+  `run_squad.py` does per step besides its kernels (NVIDIA/DeepLearningExamples@729963dd
+  PyTorch/LanguageModeling/BERT/run_squad.py, the training loop) finds nothing of that size.
+  The README's figure is the whole run over its wall time (`training_sequences_per_second`,
+  `max_steps` -1 in its benchmark command), so per-step host work counts: after each of the
+  step's three host synchronisations (apex's loss-scale overflow flag, `GradientClipper`'s
+  `total_norm.item()`, `loss.item()`) the GPU waits while Python batches the next 32 sequences
+  from a `TensorDataset` in the main process (a `DataLoader` without workers), copies them from
+  pageable memory and builds apex's and FusedAdam's per-parameter lists (391 tensors). Counting
+  every such step at a whole eager op's {HOST_OVERHEAD_PER_OP_S * 1e6:.0f} µs (more than Python
+  attribute work costs), 2 x 391 + 32 x 5 + 10 steps take at most 7.6 ms, part of it hidden
+  behind the clip's scale pass: under 3 % of the 290 ms measured step, against a 74 ms gap,
+  and in line with the ~5 ms the GH200 batch comparison above allows. Its model code
+  (`modeling.py`, same commit) runs PyTorch's `nn.LayerNorm`, and the encoder in (sequence,
+  batch) layout with one `contiguous()` copy of the attention context per layer each way
+  (dpsim's `merge_heads` charges it). LayerNorm kernels of that time were slow: apex's
+  reached 896 GB/s forward and 572 GB/s backward on the GA100 at batch 32, sequence 512
+  (NVIDIA/apex pull request #1037, January 2021), and charging BERT-large's 49 LayerNorms at
+  those rates would add about 5 ms (2 %); PyTorch's own kernel, reworked in pytorch/pytorch
+  pull request #68238 (November 2021, around the 21.11 container), has no published rate.
+  Together under 13 ms of the 74, and neither can be charged honestly: the first is a bound,
+  not a measured cost, and the second is apex's kernel, not the one the script ran; not modelled.
 - **NVIDIA's own tables** (T041-T048: NGC 21.03/21.11, DGX-1 and DGX A100) are off by
   {nvidia}, less regularly than Lambda's rows of the same GPUs. T043 (ResNet-50 TF32 NCHW on
   the DGX A100, NGC 21.03, DALI on real images) is {by_id["T043"].error * 100:+.0f} % where Lambda's A100 SXM row of the
@@ -632,7 +653,9 @@ optimizer loop costs. The optimizer step streams the bytes of the kernels the fr
 PyTorch's `foreach` ops, one fused pass, or, with an fp32 master copy (apex O2, Megatron,
 DeepSpeed), the copy of the 16-bit gradients into fp32 ones, the fused update and the copy of
 the master back into the 16-bit weights; clipping adds a norm pass and a scale pass over the
-gradients. The streaming bandwidth is what a STREAM `scale` kernel measures
+gradients. `dpsim predict --clip-grad-norm --zero-grad zero-loop` charges these two through the
+same terms (`tests/test_step_options.py` checks that `predict --gpus 1` gives T003's and T046's
+predictions). The streaming bandwidth is what a STREAM `scale` kernel measures
 (te42kyfo/gpu-benches@1c36d509 gpu-stream), on the GPU itself where published (V100, A100 40 GB
 and 80 GB, H100 PCIe, H200) and otherwise the peak times the fraction measured on a GPU with
 the same memory technology: DRAM delivers 83-94 % of the datasheet peak on HBM2/HBM2e/GDDR6

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from dpsim.hardware import get_gpu
 from dpsim.predict.config import PredictConfig
-from dpsim.predict.run import predict
+from dpsim.predict.run import predict, resolve_topology
 from dpsim.workload.architectures import GPT2Config, build_gpt2
 from dpsim.workload.spec import AttentionOp, MatmulOp, MemoryOp
 
@@ -236,6 +236,45 @@ def leave_one_system_out(rows_: list[dict]) -> tuple[list[dict], dict]:
     return sorted(out, key=lambda r: order[r["id"]]), fitted
 
 
+def shard_diagnosis(row: dict) -> dict:
+    """What one GPU's shard of the row computes, as the roofline costs it (a diagnosis,
+    nothing here enters the tables): the FLOP-weighted tile/wave efficiency of its forward
+    and backward GEMMs after the tensor-parallel split, the matmuls' share of its layer
+    time, and what Megatron's per-step gradient clipping (``--clip-grad`` 1.0 by default:
+    ``megatron/arguments.py``@00129014dc; ``clip_grad_norm_fp32``, one read for the norm and
+    a read and write to scale, :data:`dpsim.workload.compute.CLIP_GRAD_NORM_PASSES`) over the
+    fp32 gradients of the GPU's optimizer shard would add, which dpsim's layout path does not
+    charge."""
+    from dpsim.strategies.tensor import tp_model
+    from dpsim.workload.compute import CLIP_GRAD_NORM_PASSES, compute_profile
+    from dpsim.workload.precision import get_precision
+    from dpsim.workload.roofline import MEMORY_EFFICIENCY, shape_efficiency
+
+    config, model = config_of(row), model_of(row)
+    gpu, precision = get_gpu(resolve_topology(config).spec.gpu), get_precision(config.precision)
+    tp = config.tp if config.layout_active else 1
+    tpm = tp_model(model, tp, sequence_parallel=config.sequence_parallel)
+    useful = total = 0.0
+    for layer in tpm.spec.layers:
+        for op in layer.ops:
+            if isinstance(op, MatmulOp):
+                m = op.m * config.micro_batch
+                for a, b, c in ((m, op.n, op.k), (m, op.k, op.n), (op.n, op.k, m)):
+                    f = 2.0 * a * b * c * op.batch
+                    useful += f * shape_efficiency(a, b, c, op.batch, gpu)
+                    total += f
+    shard = compute_profile(tpm.spec, gpu, micro_batch=config.micro_batch, precision=precision,
+                            optimizer=config.optimizer)
+    times = shard.breakdown_s
+    pp = config.pp if config.layout_active else 1
+    dp = config.data_parallel if config.layout_active else config.gpus
+    params = tpm.spec.param_count / pp / (dp if config.strategy in ("zero1", "fsdp") else 1)
+    clip_s = CLIP_GRAD_NORM_PASSES * 4 * params / (gpu.streaming_bandwidth_bytes_per_s * MEMORY_EFFICIENCY)
+    step = predict(config, model=model).step_time_s
+    return {"id": row["id"], "gemm_efficiency": useful / total if total else 1.0,
+            "matmul_share": times.get("matmul", 0.0) / sum(times.values()), "clip_share": clip_s / step}
+
+
 def summary(results: list[dict]) -> dict:
     """Median and worst |error|, overall and per set."""
     out = {}
@@ -316,6 +355,9 @@ def main(argv=None) -> int:
                                                          "(~4 min)")
     ap.add_argument("--sensitivity", action="store_true", help="also predict the rows whose micro-batch is "
                                                                 "assumed at micro-batches 2 and 4 (~1 min)")
+    ap.add_argument("--diagnose", action="store_true", help="also print each row's GEMM tile/wave efficiency "
+                                                             "after the tensor split, matmul share and the "
+                                                             "uncharged gradient clipping (shard_diagnosis)")
     ap.add_argument("--only", help="comma-separated row ids")
     args = ap.parse_args(argv)
     selected = [r for r in rows() if not args.only or r["id"] in args.only.split(",")]
@@ -339,6 +381,10 @@ def main(argv=None) -> int:
         (pw, pf), (dw, df) = dp_decomposition(mt, "published"), dp_decomposition(mt, "step_s")
         print(f"mtnlg2022 as work/dp + fixed: published {1e3 * pw:.1f} ms per sample + {pf:.1f} s, "
               f"dpsim {1e3 * dw:.1f} ms per sample + {df:.1f} s")
+    if args.diagnose:
+        for d in (shard_diagnosis(r) for r in selected):
+            print(f"{d['id']:4s} GEMM tile/wave efficiency {d['gemm_efficiency']:.3f}  matmul share "
+                  f"{100 * d['matmul_share']:.0f} %  clipping {100 * d['clip_share']:.2f} % of the step")
     if sens:
         print("micro-batch sensitivity (rows whose micro-batch is assumed):")
         print(sensitivity_markdown(sens))

@@ -80,6 +80,8 @@ TpCommOverlap = Literal["off", "backward", "full"]
 """``--tp-comm-overlap``: the keys of :data:`dpsim.strategies.tensor.TP_COMM_OVERLAP`."""
 CommHook = Literal["off", "allreduce", "fp16-compress", "bf16-compress", "powersgd"]
 """``--comm-hook``: the keys of :data:`dpsim.strategies.comm_hooks.COMM_HOOKS`."""
+ZeroGrad = Literal["set-to-none", "zero-loop"]
+"""``--zero-grad``: :data:`dpsim.workload.compute.ZERO_GRAD_MODES`."""
 DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters", "broadcast_buffers", "comm_hook",
               "powersgd_rank", "powersgd_start_iter")
 """The fields of PyTorch ``DistributedDataParallel``'s arguments (:class:`dpsim.strategies.ddp_costs.DdpOptions`)."""
@@ -245,6 +247,13 @@ class PredictConfig:
                                                                              integer=True)})
     """PowerSGD's start_powerSGD_iter, with --comm-hook powersgd: steps of plain all-reduce before it
     compresses. The step predicted is the compressed one; --json's ddp block gives the warm-up step."""
+    clip_grad_norm: bool = False
+    """The step clips the gradients to a global norm (torch.nn.utils.clip_grad_norm_): a norm pass and a
+    scale pass over every gradient before the optimizer."""
+    zero_grad: ZeroGrad = "set-to-none"
+    """How gradients are reset each step: set-to-none (optimizer.zero_grad() since torch 2.0, free) or
+    zero-loop (zero_grad(set_to_none=False) without foreach, torch before 2.0, Apex O2: one zero_() per
+    parameter, each paying its dispatch)."""
     input_samples_per_s: float | None = field(default=None, metadata=_range(0, MAX_SAMPLES_PER_S,
                                                                              open_below=True))
     """Samples per second one GPU's input pipeline (its data loader) delivers: a step is never shorter
@@ -389,9 +398,14 @@ class PredictConfig:
                                       f"powersgd; give that hook or leave it out")
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field by name. Each is a plain value (numbers, text, ``None``), so this equals
-        :func:`dataclasses.asdict` without its deep copy (a sweep writes two per point)."""
-        return {name: getattr(self, name) for name in _FIELD_NAMES}
+        """Every field by name, except the :data:`SHOWN_WHEN_SET` ones left at their default. Each is
+        a plain value (numbers, text, ``None``), so this equals :func:`dataclasses.asdict` less those,
+        without its deep copy (a sweep writes two per point)."""
+        out = {name: getattr(self, name) for name in _FIELD_NAMES}
+        for name in SHOWN_WHEN_SET:
+            if out[name] == _fields()[name].default:
+                del out[name]
+        return out
 
     def ddp_options(self):
         """The DDP arguments as :class:`~dpsim.strategies.ddp_costs.DdpOptions`."""
@@ -502,3 +516,6 @@ def check_value(name: str, value: Any) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
+SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad")
+"""Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
+from their default: options of the training script that most configurations leave alone."""

@@ -35,6 +35,7 @@ from dpsim.memory import (
     worst_stage,
 )
 from dpsim.predict.config import PredictConfig
+from dpsim.predict.provenance import charge_after_comm
 from dpsim.predict.result import Prediction
 from dpsim.strategies.layout import (
     ChunkWork,
@@ -200,13 +201,15 @@ def _act_bytes(precision) -> int:
 def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision) -> ComputeProfile:
     """The compute profile of one tensor-parallel rank's shard at the config's micro-batch."""
     return compute_profile(tpm.spec, gpu, micro_batch=config.micro_batch, precision=precision,
-                           optimizer=config.optimizer, compute_efficiency=config.compute_efficiency)
+                           optimizer=config.optimizer, compute_efficiency=config.compute_efficiency,
+                           clip_grad_norm=config.clip_grad_norm, zero_grad_loop=config.zero_grad == "zero-loop")
 
 
 def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: ComputeProfile) -> tuple[float, float]:
     """(compute, optimizer) factors a measured step applied to the modelled whole-model profile."""
     plain = compute_profile(model, gpu, micro_batch=config.micro_batch, precision=precision,
-                            optimizer=config.optimizer, compute_efficiency=config.compute_efficiency)
+                            optimizer=config.optimizer, compute_efficiency=config.compute_efficiency,
+                            clip_grad_norm=config.clip_grad_norm, zero_grad_loop=config.zero_grad == "zero-loop")
     fb = plain.forward_s + plain.backward_s
     scale = (compute.forward_s + compute.backward_s) / fb if fb > 0 else 1.0
     opt = compute.optimizer_s / plain.optimizer_s if plain.optimizer_s > 0 else 1.0
@@ -305,6 +308,12 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     fwd0 = st0.by_kind_s.get("forward", 0.0)
     bwd0 = st0.by_kind_s.get("backward", 0.0) + st0.by_kind_s.get("recompute", 0.0)
     opt0 = st0.by_kind_s.get("optimizer", 0.0)
+    exposed = tp_exposed + st0.exposed_comm_s
+    # The same charge as the data-parallel path's, on the same exposed communication the
+    # prediction reports (stage 0's tensor-parallel and data-parallel waits); the pipeline's
+    # own report (bubble, tails) keeps the played step, which the charge does not reshape.
+    charged_s, provenance = charge_after_comm(provenance, exposed)
+    step += charged_s
     samples = layout.global_batch / step
     # The one-GPU step: the whole model's micro-batches with their recomputation, no communication.
     full_fb = (compute.forward_s + compute.backward_s)
@@ -322,7 +331,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         if 0 in plan.program.comm_stages[i]:
             by_op[c.op] = by_op.get(c.op, 0.0) + c.size_bytes
     timing = StepTiming(step_time_s=step, forward_s=fwd0, backward_s=bwd0, optimizer_s=opt0,
-                        comm_s=tp_comm + st0.comm_s + sent0 * p2p_s, exposed_comm_s=tp_exposed + st0.exposed_comm_s)
+                        comm_s=tp_comm + st0.comm_s + sent0 * p2p_s, exposed_comm_s=exposed)
     sim = SimulationResult(steps=(timing,) * config.steps, trace=result.trace)
     return Prediction(
         config=config, topology=topology.spec.name, gpu=gpu.name, n_gpus=topology.n_gpus, n_nodes=topology.n_nodes,

@@ -105,6 +105,25 @@ class AfterComm:
         return {"extra_s": self.extra_s, "wait_s": self.wait_s, "charged_s": self.charged_s}
 
 
+def charge_after_comm(provenance: Provenance | None, exposed_comm_s: float) -> tuple[float, Provenance | None]:
+    """``(seconds added to the step, provenance saying so)`` for a step whose exposed
+    communication is ``exposed_comm_s``, when the profile measured the step after a wait
+    (otherwise ``(0.0, provenance)`` unchanged).
+
+    A rank that waited on the network computes its next optimizer step and forward slower
+    than back to back (measured by calibrate): that part of the step starts it, so the
+    whole step moves by it. The data-parallel and the layout paths both charge it here.
+    """
+    if provenance is None or provenance.after_comm is None:
+        return 0.0, provenance
+    after = provenance.after_comm.charge(exposed_comm_s)
+    detail = (f"{provenance.compute.detail}; +{1e3 * after.charged_s:.3g} ms per step computed right after "
+              f"waiting on the network (measured {1e3 * after.extra_s:+.3g} ms after a "
+              f"{1e3 * after.wait_s:.3g} ms wait" + (", within noise: nothing charged" if after.extra_s <= 0 else "")
+              + ")")
+    return after.charged_s, replace(provenance, after_comm=after, compute=replace(provenance.compute, detail=detail))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Provenance:
     """Where compute, network and overlap came from, and what makes them uncertain."""

@@ -34,6 +34,7 @@ from dpsim.predict.provenance import (
     SensitivityPoint,
     TransportSensitivity,
     apply_profile,
+    charge_after_comm,
     check_cpu_compute,
     check_profile_layout,
     preset_provenance,
@@ -160,6 +161,7 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
     compute: ComputeProfile = memoized(  # memoized: a sweep shares it between points
         compute_profile, model, gpu, micro_batch=config.micro_batch, precision=precision, optimizer=config.optimizer,
         compute_efficiency=config.compute_efficiency, single_gpu_step_s=config.single_gpu_step_s,
+        clip_grad_norm=config.clip_grad_norm, zero_grad_loop=config.zero_grad == "zero-loop",
     )
     if config.layout_active:
         if degradations:
@@ -191,17 +193,8 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
     n = len(sim.steps)
     mean = lambda attr: sum(getattr(s, attr) for s in sim.steps) / n
     step_time = mean("step_time_s")
-    if provenance.after_comm is not None:
-        # A rank that waited on the network computes its next optimizer step and forward
-        # slower than back to back (measured by calibrate): that part of the step starts it,
-        # so the whole step moves by it.
-        after = provenance.after_comm.charge(mean("exposed_comm_s"))
-        step_time += after.charged_s
-        provenance = replace(provenance, after_comm=after, compute=replace(
-            provenance.compute, detail=f"{provenance.compute.detail}; +{1e3 * after.charged_s:.3g} ms per step "
-                                       f"computed right after waiting on the network (measured "
-                                       f"{1e3 * after.extra_s:+.3g} ms after a {1e3 * after.wait_s:.3g} ms wait"
-                                       + (", within noise: nothing charged" if after.extra_s <= 0 else "") + ")"))
+    charged_s, provenance = charge_after_comm(provenance, mean("exposed_comm_s"))
+    step_time += charged_s
     k = config.micro_batches
     # The one-GPU step runs the same micro-batches (and recompute), unsharded optimizer, and none
     # of the strategy's own work (DDP's bucket copies and hooks).

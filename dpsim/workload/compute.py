@@ -64,9 +64,24 @@ norm: one read for the norm, one read and one write to scale them (two multi-ten
 kernels: ``torch.nn.utils.clip_grad_norm_``'s ``_foreach_norm`` and ``_foreach_mul_``;
 NVIDIA's BERT fine-tuning ``GradientClipper``, ``amp_C.multi_tensor_l2norm`` then
 ``multi_tensor_scale``, NVIDIA/DeepLearningExamples@a9e2c1d5 PyTorch/LanguageModeling/BERT/
-run_squad.py, called every step; Megatron-LM's ``clip_grad_norm_fp32``). The scale pass is
-skipped when the norm is already under the threshold; it is charged, as it runs on most steps
-of short fine-tuning runs."""
+run_squad.py, called every step; Megatron-LM's ``clip_grad_norm_fp32``). torch always runs the
+scale pass: it multiplies by the coefficient clamped at 1 rather than test it on the host, and
+``foreach=None`` picks the multi-tensor kernels on CUDA (torch/nn/utils/clip_grad.py at v2.0.0,
+``clip_coef_clamped``); a script that skips it under the threshold still runs it on most steps
+of a short fine-tuning run, so it is charged. ``--clip-grad-norm`` and the reference rows'
+``grad_clip`` both charge this. Under ZeRO and FSDP each rank clips its own shard (the strategies
+divide the optimizer step, this included, by the shard); the all-reduce of the partial norms
+(one scalar, a collective's latency) is not charged."""
+
+ZERO_GRAD_MODES = ("set-to-none", "zero-loop")
+"""How the gradients are reset before each step (``--zero-grad``): ``set-to-none``
+(``optimizer.zero_grad()``'s default since torch 2.0: every ``.grad`` set to ``None``, no
+kernel; torch/optim/optimizer.py at v2.0.0, ``zero_grad(self, set_to_none: bool = True)``,
+where v1.13.0 defaulted to ``False``) or ``zero-loop`` (one ``zero_()`` per parameter from
+Python: ``zero_grad(set_to_none=False)``, which loops per parameter unless the optimizer was
+built with ``foreach=True`` or ``fused=True``, as its ``defaults.get("foreach", False)`` is
+``None`` by default; PyTorch before 2.0; Apex O2's patched ``zero_grad``). ``zero-loop`` is
+:func:`optimizer_terms`'s ``zero_grad_loop``."""
 
 FLOPS_ONLY_EFFICIENCY = 0.6
 """Fraction of the best matmul rate for a layer known only by its FLOPs (no ops): the
@@ -102,6 +117,11 @@ class ComputeProfile:
     breakdown_s: dict[str, float] = field(default_factory=dict)
     """Forward + backward seconds by kind of op (``matmul``, ``attention``, ``memory``,
     ``flops-only``) for one micro-batch, before ``--single-gpu-step-ms`` scaling."""
+    step_options_s: float = 0.0
+    """The part of ``optimizer_s`` that gradient clipping and a per-parameter ``zero_grad`` loop
+    take (``--clip-grad-norm``, ``--zero-grad zero-loop``): a calibration profile's measured
+    optimizer step (``zero_grad(set_to_none=True)`` and ``step()``) does neither, so it is added
+    to it."""
 
     @property
     def forward_s(self) -> float:
@@ -271,15 +291,18 @@ def compute_profile(
         layers.append(LayerTime(name=layer.name, forward_s=fwd / compute_efficiency,
                                 backward_s=bwd / compute_efficiency,
                                 param_names=tuple(p.name for p in layer.params)))
-    optimizer_s = optimizer_time_s(optimizer_terms(model, gpu, precision, optimizer, fused=fused_optimizer,
-                                                   implementation=optimizer_impl,
-                                                   ops_per_param=optimizer_ops_per_param,
-                                                   clip_grad_norm=clip_grad_norm,
-                                                   zero_grad_loop=zero_grad_loop),
-                                   efficiencies) / compute_efficiency
+    def optimizer_s_with(clip: bool, zero_loop: bool) -> float:
+        return optimizer_time_s(optimizer_terms(model, gpu, precision, optimizer, fused=fused_optimizer,
+                                                implementation=optimizer_impl,
+                                                ops_per_param=optimizer_ops_per_param,
+                                                clip_grad_norm=clip, zero_grad_loop=zero_loop),
+                                efficiencies) / compute_efficiency
+
+    optimizer_s = optimizer_s_with(clip_grad_norm, zero_grad_loop)
+    options_s = optimizer_s - optimizer_s_with(False, False) if clip_grad_norm or zero_grad_loop else 0.0
     flops = model.forward_flops_per_sample * micro_batch * (1 + BACKWARD_TO_FORWARD)
     profile = ComputeProfile(layers=tuple(layers), optimizer_s=optimizer_s, flops_per_step=flops,
-                             breakdown_s=breakdown)
+                             breakdown_s=breakdown, step_options_s=options_s)
     if single_gpu_step_s is not None:
         if not single_gpu_step_s > 0:
             raise ConfigError(f"--single-gpu-step-ms: {single_gpu_step_s * 1e3} is not valid; expected a number > 0")
@@ -290,5 +313,6 @@ def compute_profile(
             optimizer_s=optimizer_s * scale,
             flops_per_step=flops,
             breakdown_s=breakdown,
+            step_options_s=options_s * scale,
         )
     return profile
