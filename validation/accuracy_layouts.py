@@ -111,7 +111,12 @@ def config_of(row: dict) -> PredictConfig:
     kw = {"gpus": int(row["gpus"]), "link": row["topology"], "model": row["model"], "micro_batch": int(row["micro_batch"]),
               "global_batch": int(row["global_batch"]), "precision": row["precision"], "strategy": row["strategy"],
               "overlap": row["dp_overlap"] == "true", "steps": 1,
-              "bucket_cap_mb": float(row["bucket_cap_mb"]) if row["bucket_cap_mb"] else None}
+              "bucket_cap_mb": float(row["bucket_cap_mb"]) if row["bucket_cap_mb"] else None,
+              # Every row's run clipped the gradient norm at 1.0: Megatron-LM's default
+              # (--clip-grad 1.0, megatron/arguments.py@00129014dc, as for every Megatron set
+              # here) and MT-NLG's stated setting (Smith et al. 2022, arXiv:2201.11990, Sec. 3:
+              # "gradient norm clipping at 1.0").
+              "clip_grad_norm": True}
     if layout:
         kw.update(tp=tp, pp=pp, dp=int(row["dp"]), schedule=row["schedule"],
                   virtual_stages=int(row["virtual_stages"]), recompute=recompute,
