@@ -233,9 +233,18 @@ def control_step(tb: Testbed, c: Cluster, processes: int = CONTROL_PROCESSES) ->
     return statistics.median(_fresh_step(tb, c) for _ in range(processes))
 
 
+def control_plan(c: Cluster) -> dict:
+    """The fresh-process plan ``dpsim calibrate`` hands its fresh processes for this cluster's model
+    (its defaults, gloo), with :data:`ENV`'s one intra-op thread."""
+    from dpsim.calibrate.bench_compute import fresh_process_plan
+    from dpsim.calibrate.command import CalibrateOptions, build_plan
+
+    opts = CalibrateOptions(model=MODELS[c.model][0], micro_batch=c.micro_batch)
+    return fresh_process_plan(build_plan(opts, "gloo").to_dict(), threads=int(ENV["OMP_NUM_THREADS"]))
+
+
 def _fresh_step(tb: Testbed, c: Cluster, timeout_s: float = 300) -> float:
-    plan = {"model": MODELS[c.model][0], "micro_batch": c.micro_batch, "optimizer": "adamw", "seed": 0,
-            "warmup": 3, "target_rel_ci": 0.02, "threads": 1, "iters": 10, "max_iters": 50, "budget_s": 30.0}
+    plan = control_plan(c)
     with tempfile.TemporaryDirectory() as tmp:  # the plan in a file each host opens: all start at once
         plan_path = Path(tmp) / "plan.json"
         plan_path.write_text(json.dumps(plan))

@@ -124,14 +124,21 @@ def fresh_process_schedule(processes: int) -> list[int]:
     return counts
 
 
-def bench_fresh_processes(plan: dict, barrier: Callable[[], None], processes: int = FRESH_PROCESSES) -> list[float]:
-    """The step's median in each of ``processes`` fresh processes on this rank, started on every
-    rank at once (``barrier``), as training runs it: one process per rank, all computing."""
+def fresh_process_plan(plan: dict, threads: int) -> dict:
+    """What one fresh process (:mod:`dpsim.calibrate.step_probe`) is handed: the calibration
+    plan's model step, with ``threads`` intra-op threads and a shorter budget."""
     child = {k: plan.get(k) for k in ("model", "micro_batch", "input_shape", "seq_len", "optimizer", "seed",
                                        "warmup", "target_rel_ci")}
     iters = max(5, plan["iters"])
-    child.update(threads=torch.get_num_threads(), iters=iters, max_iters=max(iters, plan.get("max_iters", 2 * iters)),
+    child.update(threads=threads, iters=iters, max_iters=max(iters, plan.get("max_iters", 2 * iters)),
                  budget_s=min(30.0, plan.get("budget_s", 60.0) / 2))
+    return child
+
+
+def bench_fresh_processes(plan: dict, barrier: Callable[[], None], processes: int = FRESH_PROCESSES) -> list[float]:
+    """The step's median in each of ``processes`` fresh processes on this rank, started on every
+    rank at once (``barrier``), as training runs it: one process per rank, all computing."""
+    child = fresh_process_plan(plan, threads=torch.get_num_threads())
     medians = []
     for _ in range(processes):
         barrier()
