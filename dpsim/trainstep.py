@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
+import socket
 import statistics
 import threading
 import time
@@ -450,9 +452,36 @@ def measure_step_after_comm(step: TrainStep, *, comm_bytes: int, group=None, min
         if len(after) >= max_iters or (over_budget and len(after) >= 2) or (
                 len(after) >= min_iters and converged(after, min_n=min_iters, target_rel_ci=0.02)):
             break
-    return {"extra_s": statistics.median(x - y for x, y in zip(after, back)), "wait_s": statistics.median(waits),
-            "after_comm_step_s": statistics.median(after), "back_to_back_step_s": statistics.median(back),
-            "comm_bytes": comm_bytes, "iterations": len(after)}
+    out = {"extra_s": statistics.median(x - y for x, y in zip(after, back)), "wait_s": statistics.median(waits),
+           "after_comm_step_s": statistics.median(after), "back_to_back_step_s": statistics.median(back),
+           "comm_bytes": comm_bytes, "iterations": len(after)}
+    if device.type == "cpu":
+        out["cores"] = _core_sharing(group)
+    return out
+
+
+def _machine_id() -> str:
+    """What ranks on one machine share: the kernel's boot id (network namespaces, which
+    validate's emulated hosts are, share it), else the host name."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return socket.gethostname()
+
+
+def _core_sharing(group) -> dict:
+    """How many ranks of ``group`` run on the busiest machine, with how many intra-op threads
+    each, against the cores this rank may run on (one all-gather; every rank calls it)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    mine = (_machine_id(), torch.get_num_threads(), cores)
+    everyone = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, mine, group=group)
+    per_machine: dict[str, int] = {}
+    for machine, _, _ in everyone:
+        per_machine[machine] = per_machine.get(machine, 0) + 1
+    return {"ranks_per_machine": max(per_machine.values()), "threads_per_rank": max(t for _, t, _ in everyone),
+            "cpu_cores": min(c for _, _, c in everyone)}
 
 
 def _scaled(parts: list[float], total: float) -> list[float]:

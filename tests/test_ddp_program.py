@@ -154,3 +154,39 @@ def test_validate_charges_the_step_after_a_wait_as_predict_does():
     assert charged["after_comm_s"] == pytest.approx(0.002, rel=1e-6)
     assert charged["step_time_s"] == pytest.approx(plain["step_time_s"] + 0.002, rel=1e-9)
     assert charged["provenance"]["after_comm"]["charged_s"] == pytest.approx(0.002, rel=1e-6)
+    assert "after_comm_not_charged" not in charged
+
+
+@pytest.mark.parametrize("ranks, threads, cores, charged", [(2, 1, 2, True), (4, 1, 2, False), (2, 2, 2, False),
+                                                            (8, 1, 8, True), (1, 1, 1, True)])
+def test_the_step_after_a_wait_is_not_charged_when_ranks_share_cores(ranks, threads, cores, charged):
+    """With more rank threads than cores on one machine the paired probe times how the
+    scheduler deals the cores out, which the compute measurement already holds (VALIDATION.md
+    part 1): validate's and calibrate's profiles leave it out and say why."""
+    from dpsim.profile.schema import after_comm_fields, ranks_share_cores
+
+    record = {"extra_s": 0.004, "wait_s": 0.1, "iterations": 8,
+              "cores": {"ranks_per_machine": ranks, "threads_per_rank": threads, "cpu_cores": cores}}
+    why = ranks_share_cores(record)
+    assert (why is None) == charged
+    assert after_comm_fields(record) == ({"after_comm_extra_s": 0.004, "after_comm_wait_s": 0.1} if charged else
+                                         {"after_comm_extra_s": None, "after_comm_wait_s": None})
+    if not charged:
+        assert why == f"{ranks} ranks x {threads} threads share {cores} cores"
+    # a record from before the probe counted cores is charged as it was
+    assert after_comm_fields({"extra_s": 0.004, "wait_s": 0.1})["after_comm_extra_s"] == 0.004
+    assert after_comm_fields(None) == {"after_comm_extra_s": None, "after_comm_wait_s": None}
+
+
+def test_validate_says_why_a_shared_core_run_is_not_charged():
+    pytest.importorskip("torch")
+    from dpsim.workload.from_torch import load_torch_workload
+
+    model = load_torch_workload(VALIDATE_MLP)
+    run = _run(model, 4, 1e15)
+    run["collectives"] = [{"size_bytes": s, "times_s": [1e-4 + s / 1e8] * 5} for s in (1e4, 1e5, 1e6, 1e7, 1e8)]
+    plain = predict_run(run, model, reference=VALIDATE_MLP, optimizer="sgd")
+    shared = predict_run(dict(run, after_comm={"extra_s": 0.004, "wait_s": 1.0, "iterations": 8, "cores": {
+        "ranks_per_machine": 4, "threads_per_rank": 1, "cpu_cores": 2}}), model, reference=VALIDATE_MLP, optimizer="sgd")
+    assert shared["after_comm_s"] == 0.0 and shared["step_time_s"] == plain["step_time_s"]
+    assert shared["after_comm_not_charged"] == "4 ranks x 1 threads share 2 cores"

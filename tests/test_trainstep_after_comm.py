@@ -45,6 +45,9 @@ def test_the_extra_time_is_paired_against_the_back_to_back_step(process_group, m
     assert r["wait_s"] > 0 and r["back_to_back_step_s"] > 0
     assert r["extra_s"] >= 0.019 and r["after_comm_step_s"] >= r["back_to_back_step_s"] + 0.019
     assert r["back_to_back_step_s"] < r["after_comm_step_s"]
+    # one rank on this machine: whether ranks share its cores is recorded, and here they do not
+    assert r["cores"]["ranks_per_machine"] == 1 and r["cores"]["threads_per_rank"] == torch.get_num_threads()
+    assert r["cores"]["cpu_cores"] >= 1
 
 
 def test_the_budget_stops_it_and_every_rank_agrees(process_group):

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from dpsim.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
 from dpsim.errors import ProfileError
 from dpsim.limits import MAX_OVERLAP_SLOWDOWN, MAX_PROFILE_SLOWDOWN
-from dpsim.stats import mean_confidence_interval
 from dpsim.profile.schema import (
     LINK_CLASSES,
     PROFILE_OPS,
@@ -26,9 +26,11 @@ from dpsim.profile.schema import (
     ModelStep,
     OpCalibration,
     Profile,
+    after_comm_fields,
     fit_warnings,
     make_op_calibration,
 )
+from dpsim.stats import mean_confidence_interval
 
 
 def utc_now() -> str:
@@ -198,8 +200,7 @@ def profile_from_results(results: dict, *, name: str, description: str = "",
                              step_time_mean_s=interval.get("mean_s"), step_time_ci_low_s=interval.get("ci_low_s"),
                              step_time_ci_high_s=interval.get("ci_high_s"), repeats=s.get("iterations"),
                              threads=s.get("threads"),
-                             after_comm_extra_s=(s.get("after_comm") or {}).get("extra_s"),
-                             after_comm_wait_s=(s.get("after_comm") or {}).get("wait_s"),
+                             **after_comm_fields(s.get("after_comm")),
                              fresh_process_ratio=s.get("fresh_process_ratio"),
                              fresh_process_steps_s=_fresh_process_steps(s.get("fresh_process_medians_s")))
         overlap = _bounded_slowdown(c.get("overlap_slowdown"), MAX_OVERLAP_SLOWDOWN, "compute while a collective runs",

@@ -310,6 +310,34 @@ class Profile:
         }
 
 
+def ranks_share_cores(record: dict | None) -> str | None:
+    """Why a measured step-after-a-wait is not charged, or ``None`` when it is.
+
+    ``record``: :func:`dpsim.trainstep.measure_step_after_comm`'s result. When more rank
+    threads than cores run on one machine (validate's emulated hosts, or CPU ranks packed
+    on a node), every rank leaves the all-reduce at once and the paired difference times
+    how the scheduler deals the shared cores out, not a cost of the wait: the step it
+    predicts is already timed with the ranks sharing the cores. VALIDATION.md part 1: all
+    nine such cases (parts 1 and 2) came out slow by about the charge.
+    """
+    cores = (record or {}).get("cores")
+    if not cores:
+        return None
+    busy = int(cores["ranks_per_machine"]) * int(cores["threads_per_rank"])
+    if busy <= int(cores["cpu_cores"]):
+        return None
+    return (f"{cores['ranks_per_machine']} ranks x {cores['threads_per_rank']} threads share "
+            f"{cores['cpu_cores']} cores")
+
+
+def after_comm_fields(record: dict | None) -> dict:
+    """The :class:`ModelStep` fields of a measured step-after-a-wait record (``None`` each
+    when not measured, or when :func:`ranks_share_cores` says it is not to be charged)."""
+    if not record or ranks_share_cores(record):
+        return {"after_comm_extra_s": None, "after_comm_wait_s": None}
+    return {"after_comm_extra_s": record.get("extra_s"), "after_comm_wait_s": record.get("wait_s")}
+
+
 def _op_order(item):
     (lc, op), _ = item
     return LINK_CLASSES.index(lc), PROFILE_OPS.index(op)

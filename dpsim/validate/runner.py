@@ -32,7 +32,9 @@ from dpsim.profile.schema import (
     Measurement,
     ModelStep,
     Profile,
+    after_comm_fields,
     make_op_calibration,
+    ranks_share_cores,
 )
 from dpsim.stats import mean_confidence_interval
 from dpsim.workload.spec import ModelSpec
@@ -165,8 +167,7 @@ def profile_from_run(run: dict, model: ModelSpec, *, name: str = "validate") -> 
         optimizer_s=comp["optimizer_s"], loss=run["step"]["loss"], step_time_cv=_cv(comp["own_step_times_s"]),
         step_time_mean_s=interval.get("mean_s"), step_time_ci_low_s=interval.get("ci_low_s"),
         step_time_ci_high_s=interval.get("ci_high_s"), repeats=comp.get("iterations"), threads=run.get("threads"),
-        after_comm_extra_s=(run.get("after_comm") or {}).get("extra_s"),
-        after_comm_wait_s=(run.get("after_comm") or {}).get("wait_s"))
+        **after_comm_fields(run.get("after_comm")))
     compute = ComputeCalibration(
         device="CPU (dpsim validate)", matmul_flops_per_s={"float32": float(comp["matmul_flops_per_s"])},
         memory_bandwidth_bytes_per_s=comp["copy_bytes_per_s"], overlap_slowdown=ov["slowdown"],
@@ -204,7 +205,8 @@ def predict_run(run: dict, model: ModelSpec, *, reference: str, input_shape: str
             "forward_s": s.forward_s, "backward_and_wait_s": s.step_time_s - s.forward_s - s.optimizer_s,
             "optimizer_s": s.optimizer_s, "exposed_comm_s": s.exposed_comm_s, "n_buckets": p.n_buckets,
             "overlap_slowdown": profile.compute.overlap_slowdown, "comm_slowdown": profile.compute.comm_slowdown,
-            "provenance": p.provenance.to_dict() if p.provenance is not None else None}
+            "provenance": p.provenance.to_dict() if p.provenance is not None else None,
+            **({"after_comm_not_charged": why} if (why := ranks_share_cores(run.get("after_comm"))) else {})}
 
 
 def measured_summary(run: dict) -> dict:
@@ -212,7 +214,7 @@ def measured_summary(run: dict) -> dict:
     slower (positive) the machine ran the measured step after the DDP steps than before them
     (:func:`speed_drift`)."""
     xs = sorted(run["ddp"]["step_times_s"])
-    q = lambda f: xs[min(len(xs) - 1, max(0, int(round(f * (len(xs) - 1)))))]  # noqa: E731
+    q = lambda f: xs[min(len(xs) - 1, max(0, int(round(f * (len(xs) - 1)))))]
     return {"median_s": statistics.median(xs), "p10_s": q(0.1), "p90_s": q(0.9), "n": len(xs),
             "speed_drift": speed_drift(run)}
 
