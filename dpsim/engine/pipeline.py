@@ -24,9 +24,11 @@ progresses ``1 + comm_slowdown`` times slower while any stage it belongs to comp
 (:func:`~dpsim.engine.simulate.comm_rate`, the rule the data-parallel engines apply), and
 is re-rated whenever one of them starts or ends an op: the data-parallel gradient
 reductions overlapped with the last micro-batch's backward, the parameter gathers and the
-tied-embedding all-reduce. Transfers are not slowed: a point-to-point send blocks both
-stages here (a rendezvous), so no compute of theirs runs beside it, and its rate is the
-link's. Tensor-parallel collectives are not ops of this engine: they are inside a stage
+tied-embedding all-reduce. Transfers are not slowed: in the programs ``predict`` plays, an
+exchange blocks both stages (a rendezvous, ``blocking_p2p`` in
+:func:`dpsim.strategies.pipeline.build_pipeline_program`, Megatron's default), so no compute
+of theirs runs beside it; the non-blocking variant (a test's bound, not a prediction) keeps
+the link's rate too, so it is optimistic by up to that slowdown. Tensor-parallel collectives are not ops of this engine: they are inside a stage
 op's duration (:func:`dpsim.strategies.layout.layer_work`), where the overlapped ones get
 the same slowdown.
 
