@@ -51,13 +51,18 @@ BF16 = get_precision("bf16-mixed")
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid"])
 @pytest.mark.parametrize("grad_accum", [1, 3])
-def test_a_one_stage_pipeline_is_the_data_parallel_engine(strategy, grad_accum):
+@pytest.mark.parametrize("comm_slowdown", [0.0, 0.3])
+def test_a_one_stage_pipeline_is_the_data_parallel_engine(strategy, grad_accum, comm_slowdown):
+    # comm_slowdown > 0: a calibration's collectives slowed beside compute, the same rule both ways.
     p = predict(PredictConfig(gpus=32, link="infiniband", model="gpt2", micro_batch=4, strategy=strategy,
                               grad_accum=grad_accum, steps=1))
-    piped = run_pipeline(from_step_program(p.program), collective_cost(p.collectives), overlap_slowdown=0.1)
-    simpy = run_program(p.program, p.collectives, steps=1, overlap_slowdown=0.1).steps[0]
+    piped = run_pipeline(from_step_program(p.program), collective_cost(p.collectives), overlap_slowdown=0.1,
+                         comm_slowdown=comm_slowdown)
+    simpy = run_program(p.program, p.collectives, steps=1, overlap_slowdown=0.1,
+                        comm_slowdown=comm_slowdown).steps[0]
     assert piped.step_time_s == pytest.approx(simpy.step_time_s, rel=1e-12, abs=1e-15)
     assert piped.stages[0].exposed_comm_s == pytest.approx(simpy.exposed_comm_s, rel=1e-9, abs=1e-12)
+    assert piped.stages[0].comm_s == pytest.approx(simpy.comm_s, rel=1e-9, abs=1e-12)
 
 
 def _uniform(p, v, f=1.0, b=2.0, numel=100):

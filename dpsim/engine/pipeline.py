@@ -19,6 +19,19 @@ times slower (communication kernels take SMs), exactly as in
 :mod:`dpsim.engine.simulate`: a one-stage program runs here as a :class:`StepProgram`
 runs there (tested). Transfers do not slow compute.
 
+The other way round, with a calibration's measured ``comm_slowdown``, a collective
+progresses ``1 + comm_slowdown`` times slower while any stage it belongs to computes
+(:func:`~dpsim.engine.simulate.comm_rate`, the rule the data-parallel engines apply), and
+is re-rated whenever one of them starts or ends an op: the data-parallel gradient
+reductions overlapped with the last micro-batch's backward, the parameter gathers and the
+tied-embedding all-reduce. Transfers are not slowed: in the programs ``predict`` plays, an
+exchange blocks both stages (a rendezvous, ``blocking_p2p`` in
+:func:`dpsim.strategies.pipeline.build_pipeline_program`, Megatron's default), so no compute
+of theirs runs beside it; the non-blocking variant (a test's bound, not a prediction) keeps
+the link's rate too, so it is optimistic by up to that slowdown. Tensor-parallel collectives are not ops of this engine: they are inside a stage
+op's duration (:func:`dpsim.strategies.layout.layer_work`), where the overlapped ones get
+the same slowdown.
+
 Every data-parallel replica and every tensor-parallel rank of a stage does the same
 work, so one rank per stage is simulated. The simulation is event-driven (a heap of
 op ends, collective ends and arrivals; compute re-rated when a stage's collectives
@@ -35,7 +48,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dpsim.engine.program import CommOp, StepProgram
-from dpsim.engine.simulate import TraceEvent, comm_op_time_s, uncovered_s
+from dpsim.engine.simulate import (
+    TraceEvent,
+    check_comm_slowdown,
+    comm_op_time_s,
+    comm_rate,
+    uncovered_s,
+)
 from dpsim.errors import ConfigError
 
 
@@ -188,14 +207,19 @@ def from_step_program(program: StepProgram) -> PipelineProgram:
 
 
 def run_pipeline(program: PipelineProgram, cost: CostFn, *, overlap_slowdown: float = 0.0,
-                 trace: bool = True) -> PipelineResult:
+                 comm_slowdown: float = 0.0, trace: bool = True) -> PipelineResult:
     """Simulate one step of ``program`` (see the module docstring).
 
     ``cost(group, op, size_bytes)`` gives each collective's and transfer's duration
-    (:func:`collective_cost` over a job's collective models).
+    (:func:`collective_cost` over a job's collective models). ``comm_slowdown``: a
+    collective runs ``1 + comm_slowdown`` times slower while a stage it belongs to computes
+    (0: every collective lasts what ``cost`` says, and the step is played exactly as
+    without the argument).
     """
     if not overlap_slowdown >= 0:
         raise ConfigError(f"--overlap-slowdown: {overlap_slowdown} is not valid; expected a number >= 0")
+    check_comm_slowdown(comm_slowdown)
+    stream_mode = comm_slowdown > 0
     n = len(program.stages)
     comm_time = [cost(c.group, c.op, c.size_bytes) for c in program.comms]
     xfer_time = [cost(t.group, t.op, t.size_bytes) for t in program.transfers]
@@ -219,6 +243,14 @@ def run_pipeline(program: PipelineProgram, cost: CostFn, *, overlap_slowdown: fl
     launched = [0] * len(program.comms)
     comm_started = [False] * len(program.comms)
     comm_done = [False] * len(program.comms)
+    # With a comm_slowdown, each running collective's progress, re-rated as its stages'
+    # compute starts and stops (the compute re-rating below, the other way round).
+    comm_rem = [0.0] * len(program.comms)
+    comm_speed = [1.0] * len(program.comms)
+    comm_since = [0.0] * len(program.comms)
+    comm_t0 = [0.0] * len(program.comms)
+    comm_version = [0] * len(program.comms)
+    on_stream: list[int | None] = [None] * n  # the collective running on each stage's stream
     arrived = [False] * len(program.transfers)
     channel_free: dict[tuple[int, int], float] = {}
     waiting_comm: dict[int, list[int]] = {}
@@ -251,6 +283,23 @@ def run_pipeline(program: PipelineProgram, cost: CostFn, *, overlap_slowdown: fl
         else:
             rate[s] = new
 
+    def comm_pace(c: int) -> float:
+        return comm_rate(comm_slowdown, any(running[m] for m in members[c]))
+
+    def rerate_comm(s: int) -> None:
+        """Stage ``s`` started or ended an op: its running collective's new pace."""
+        c = on_stream[s]
+        if c is None:
+            return
+        new = comm_pace(c)
+        if new == comm_speed[c]:
+            return
+        comm_rem[c] -= (now - comm_since[c]) * comm_speed[c]
+        comm_since[c] = now
+        comm_speed[c] = new
+        comm_version[c] += 1
+        push(now + max(0.0, comm_rem[c]) / new, COMM_END, c, comm_version[c])
+
     def try_start(s: int) -> None:
         if running[s] or pos[s] >= len(program.stages[s].ops):
             return
@@ -275,6 +324,8 @@ def run_pipeline(program: PipelineProgram, cost: CostFn, *, overlap_slowdown: fl
         since[s] = started_at[s] = now
         version[s] += 1
         push(now + remaining[s] / rate[s], OP_END, s, version[s])
+        if stream_mode:
+            rerate_comm(s)
 
     def try_comm(c: int) -> None:
         stages = members[c]
@@ -288,6 +339,14 @@ def run_pipeline(program: PipelineProgram, cost: CostFn, *, overlap_slowdown: fl
             stream_busy[s] = True
             active[s] += 1
             rerate(s)
+        if stream_mode:
+            for s in stages:
+                on_stream[s] = c
+            comm_rem[c] = comm_time[c]
+            comm_since[c] = comm_t0[c] = now
+            comm_speed[c] = comm_pace(c)
+            push(now + comm_rem[c] / comm_speed[c], COMM_END, c, comm_version[c])
+            return  # traced when it ends: its duration is known then
         push(now + comm_time[c], COMM_END, c, 0)
         if trace:
             op = program.comms[c]
@@ -315,6 +374,8 @@ def run_pipeline(program: PipelineProgram, cost: CostFn, *, overlap_slowdown: fl
                 continue
             op = program.stages[s].ops[pos[s]]
             running[s] = False
+            if stream_mode:
+                rerate_comm(s)
             wall = now - started_at[s]
             busy[s] += wall
             by_kind[s][op.kind] = by_kind[s].get(op.kind, 0.0) + wall
@@ -339,6 +400,17 @@ def run_pipeline(program: PipelineProgram, cost: CostFn, *, overlap_slowdown: fl
             try_start(s)
         elif kind == COMM_END:
             c = a
+            if stream_mode:
+                if b != comm_version[c] or comm_done[c]:
+                    continue
+                for s in members[c]:
+                    on_stream[s] = None
+                if trace:
+                    op = program.comms[c]
+                    events.append(TraceEvent(rank=members[c][0], step=0, kind=op.kind, name=op.name,
+                                             start_s=comm_t0[c], end_s=now, bucket=c))
+                for s in members[c]:
+                    comm_intervals[s].append((comm_t0[c], now))
             comm_done[c] = True
             for s in members[c]:
                 stream_busy[s] = False

@@ -49,6 +49,7 @@ from dpsim.engine.simulate import (
     TraceEvent,
     check_run_arguments,
     comm_op_time_s,
+    comm_rate,
     run_program,
     step_timing,
 )
@@ -106,7 +107,7 @@ def play_homogeneous(program: StepProgram, collectives: CollectiveModel, *, scal
     slow = 1.0 / (1.0 + overlap_slowdown)
     rank_splits = bool(overlap_slowdown)  # the engine re-rates compute only when it is slowed
     stream_mode = comm_slowdown > 0
-    comm_slow = 1.0 / (1.0 + comm_slowdown) if stream_mode else 1.0
+    comm_slow = comm_rate(comm_slowdown, True) if stream_mode else 1.0
 
     total_ops = steps * n_ops
     launched = [False] * total_ops

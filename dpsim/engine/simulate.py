@@ -151,7 +151,7 @@ class _Stream:
         """Generator: ``duration_s`` of communication, re-rated whenever compute starts or stops."""
         remaining = duration_s
         while remaining > 1e-15:
-            rate = 1.0 / (1.0 + self.slowdown) if self.busy > 0 else 1.0
+            rate = comm_rate(self.slowdown, self.busy > 0)
             start = self.env.now
             timer = self.env.timeout(remaining / rate)
             self._changed = self.env.event()
@@ -210,6 +210,24 @@ def comm_op_time_s(collectives: CollectiveModel, op: CommOp) -> float:
     return group(op.group).time(op.op, op.size_bytes).time_s
 
 
+def comm_rate(comm_slowdown: float, computing: bool) -> float:
+    """Seconds of a collective's modelled time done per second of wall time: ``1 / (1 + comm_slowdown)``
+    while compute runs beside it, else 1.
+
+    The one rule every engine applies to a measured ``comm_slowdown`` (this module's
+    ``_Stream``, :mod:`dpsim.engine.play` and the pipeline engine
+    :func:`dpsim.engine.pipeline.run_pipeline`), so the DDP path and the layout path slow a
+    collective by the same calibration in the same way.
+    """
+    return 1.0 / (1.0 + comm_slowdown) if computing else 1.0
+
+
+def check_comm_slowdown(comm_slowdown: float) -> None:
+    """Refuse a ``comm_slowdown`` that is not a number >= 0 (one line, the value named)."""
+    if not comm_slowdown >= 0:
+        raise ConfigError(f"comm slowdown: {comm_slowdown} is not valid; expected a number >= 0")
+
+
 def check_run_arguments(steps: int, overlap_slowdown: float, comm_slowdown: float,
                         rank_compute_scale: Sequence[float] | Sequence[Sequence[float]]) -> list[list[float]]:
     """:func:`run_program`'s arguments checked; the compute factors as one row per step."""
@@ -217,8 +235,7 @@ def check_run_arguments(steps: int, overlap_slowdown: float, comm_slowdown: floa
         raise ConfigError(f"--steps: {steps} is not valid; expected an integer >= 1")
     if overlap_slowdown < 0:
         raise ConfigError(f"--overlap-slowdown: {overlap_slowdown} is not valid; expected a number >= 0")
-    if not comm_slowdown >= 0:
-        raise ConfigError(f"comm slowdown: {comm_slowdown} is not valid; expected a number >= 0")
+    check_comm_slowdown(comm_slowdown)
     scales = [list(row) if isinstance(row, Sequence) else None for row in rank_compute_scale]
     if all(s is None for s in scales):
         per_step = [list(rank_compute_scale)] * steps  # type: ignore[list-item]

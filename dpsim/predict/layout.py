@@ -11,7 +11,11 @@ the pipeline engine (:func:`~dpsim.engine.pipeline.run_pipeline`) with the ``pp`
 memory of every stage and the fits verdict of the fullest.
 
 A ``--single-gpu-step-ms`` (or a calibration's measured step) scales the shard's compute
-by the same factor it scales the whole model's modelled step.
+by the same factor it scales the whole model's modelled step. A calibration's measured
+``comm_slowdown`` slows every collective that runs beside compute, as on the data-parallel
+path: the data-parallel and embedding collectives in the pipeline engine, the hidden
+tensor-parallel ones in :func:`~dpsim.strategies.layout.layer_work` (see each for what is
+not slowed: blocking collectives and point-to-point transfers run beside no compute).
 """
 
 from __future__ import annotations
@@ -250,11 +254,13 @@ def layout_fit(stages: tuple[StageMemory, ...], config: PredictConfig) -> tuple[
 
 
 def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: ModelSpec, precision,
-                   compute: ComputeProfile, collectives: GroupCollectives, provenance=None) -> Prediction:
+                   compute: ComputeProfile, collectives: GroupCollectives, provenance=None,
+                   comm_slowdown: float = 0.0) -> Prediction:
     """Predict one step of ``config``'s tensor x pipeline x data layout (see the module docstring).
 
     ``compute`` is the whole model's profile at the micro-batch (scaled to a measured step
-    when the config gives one); ``collectives`` the job's models with the layout's groups.
+    when the config gives one); ``collectives`` the job's models with the layout's groups;
+    ``comm_slowdown`` a calibration profile's measured one (0 without).
     """
     layout = layout_of(config, precision.grad_bytes)
     check_schedule(layout)
@@ -269,7 +275,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     act = _act_bytes(precision)
     accumulate = () if layout.grad_accum_fusion else gradient_accumulation_s(tpm, gpu, precision.grad_bytes)
     work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
-                      overlap_slowdown=config.overlap_slowdown, accumulate_s=accumulate)
+                      overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown,
+                      accumulate_s=accumulate)
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
     hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
@@ -289,7 +296,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     emb_bytes = tpm.embedding_numel_per_rank * precision.grad_bytes if tpm.tied_embedding and p > 1 else 0.0
     plan = build_pipeline_program(chunks, layout, p2p_bytes=p2p_bytes, gather_s=gather_s, optimizer_s=optimizer_s,
                                   dp=dp_plan, embedding_grad_bytes=emb_bytes)
-    result = run_pipeline(plan.program, cost, overlap_slowdown=config.overlap_slowdown)
+    result = run_pipeline(plan.program, cost, overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown)
     step = result.step_time_s
     reports = _stage_reports(result, chunks, memory, model)
     m_total = layout.micro_batches

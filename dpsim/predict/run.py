@@ -176,7 +176,8 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
         provenance = preset_provenance(config, gpu, topology)
     if config.layout_active:
         return predict_layout(config, topology=topology, gpu=gpu, model=model, precision=precision,
-                              compute=compute, collectives=collectives, provenance=provenance)
+                              compute=compute, collectives=collectives, provenance=provenance,
+                              comm_slowdown=comm_slowdown)
 
     plan = memoized(
         build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
 from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpModel, layer_tp_comm
 from dpsim.workload.compute import ComputeProfile
@@ -244,7 +245,8 @@ class LayerWork:
     """Recomputation charged to this layer's backward (full recomputation: the block's
     last layer, the first to run backward, carries the whole block's forward)."""
     tp_comm_s: float
-    """Tensor-parallel collective time of the micro-batch (forward, backward and recompute)."""
+    """Tensor-parallel collective time of the micro-batch (forward, backward and recompute): what
+    they take, a hidden one slowed beside its GEMM by a calibration's ``comm_slowdown``."""
     tp_exposed_s: float
     """Of which the compute stream waits for."""
     grad_numel: int
@@ -275,7 +277,7 @@ def gradient_accumulation_s(tpm: TpModel, gpu, grad_bytes: int) -> list[float]:
 
 def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                tp_cost: Callable[[str, float], float], act_element_bytes: int = 2,
-               time_scale: float = 1.0, overlap_slowdown: float = 0.0,
+               time_scale: float = 1.0, overlap_slowdown: float = 0.0, comm_slowdown: float = 0.0,
                accumulate_s: Sequence[float] = ()) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
@@ -285,11 +287,17 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     collective hidden under a GEMM still runs its kernels on the GPU's SMs: the GEMM runs
     ``1 + overlap_slowdown`` times slower while it does (``--overlap-slowdown``, the same
     contention the engines charge a data-parallel collective overlapping compute), so the
-    hidden time adds ``hidden x overlap_slowdown / (1 + overlap_slowdown)``. Without
+    hidden time adds ``hidden x overlap_slowdown / (1 + overlap_slowdown)``. A calibration's
+    ``comm_slowdown`` slows the other direction: a hidden collective progresses ``1 +
+    comm_slowdown`` times slower beside its GEMM (:func:`~dpsim.strategies.tensor.layer_tp_comm`
+    exposes what the GEMM then no longer covers), and its hidden part runs ``1 +
+    comm_slowdown`` times longer beside the GEMM, which it slows that much longer. Without
     ``layout.grad_accum_fusion`` each layer's backward also runs ``accumulate_s``
     (:func:`gradient_accumulation_s`).
     """
-    contention = overlap_slowdown / (1.0 + overlap_slowdown)
+    # Compute lost per second of hidden collective: overlap_slowdown / (1 + overlap_slowdown)
+    # per second beside the GEMM, and a hidden second lasts 1 + comm_slowdown seconds there.
+    contention = overlap_slowdown / (1.0 + overlap_slowdown) / comm_rate(comm_slowdown, True)
     tokens = tpm.model.tokens_per_sample or 0
     fwd_s, bwd_s, comms, core_s = [], [], [], []
     for layer, lt in zip(tpm.layers, shard_compute.layers):
@@ -298,7 +306,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         bwd_s.append(lt.backward_s * time_scale)
         comms.append(layer_tp_comm(layer, fwd, layout.micro_batch, layout.tp,
                                    sequence_parallel=layout.sequence_parallel, overlap=layout.tp_comm_overlap,
-                                   cost=tp_cost, tokens_per_sample=tokens, act_element_bytes=act_element_bytes))
+                                   cost=tp_cost, tokens_per_sample=tokens, act_element_bytes=act_element_bytes,
+                                   comm_slowdown=comm_slowdown))
         flops = layer.col_flops_per_sample + layer.row_flops_per_sample + layer.core_flops_per_sample
         core_s.append(fwd * layer.core_flops_per_sample / flops if flops > 0 else 0.0)
     n = len(tpm.layers)
@@ -320,12 +329,16 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         for unit_layers in _units(tpm):
             hidden_b[max(unit_layers)] += sum(hidden_f[i] for i in unit_layers)
     accumulate = list(accumulate_s) if not layout.grad_accum_fusion and accumulate_s else [0.0] * n
+    tp_comm = [c.forward_s + c.backward_s + recompute_comm[i] for i, c in enumerate(comms)]
+    tp_exposed = [c.forward_exposed_s + c.backward_exposed_s + recompute_exposed[i] for i, c in enumerate(comms)]
+    if comm_slowdown > 0:  # the hidden part lasts longer (with none, the modelled time bit for bit)
+        pace = comm_rate(comm_slowdown, True)
+        tp_comm = [e + (t - e) / pace for t, e in zip(tp_comm, tp_exposed)]
     return tuple(LayerWork(
         index=layer.index, forward_s=fwd_s[i] + comms[i].forward_exposed_s + hidden_f[i],
         backward_s=bwd_s[i] + comms[i].backward_exposed_s + hidden_b[i] + recompute[i] + accumulate[i],
         compute_forward_s=fwd_s[i], compute_backward_s=bwd_s[i], recompute_s=recompute[i],
-        tp_comm_s=comms[i].forward_s + comms[i].backward_s + recompute_comm[i],
-        tp_exposed_s=comms[i].forward_exposed_s + comms[i].backward_exposed_s + recompute_exposed[i],
+        tp_comm_s=tp_comm[i], tp_exposed_s=tp_exposed[i],
         grad_numel=layer.numel_per_rank) for i, layer in enumerate(tpm.layers))
 
 

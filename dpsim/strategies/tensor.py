@@ -62,6 +62,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
 from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec
 
@@ -386,12 +387,17 @@ class TpComm:
 
 def layer_tp_comm(layer: TpLayer, forward_s: float, micro_batch: int, tp: int, *, sequence_parallel: bool,
                   overlap: str, cost: Callable[[str, float], float], tokens_per_sample: int,
-                  act_element_bytes: int = 2) -> TpComm:
+                  act_element_bytes: int = 2, comm_slowdown: float = 0.0) -> TpComm:
     """Tensor-parallel communication of one layer and what of it the compute stream waits for.
 
     ``forward_s`` is the layer's forward time on one rank (micro-batch included); GEMM
     shares come from the layer's FLOPs. ``cost(op, bytes)`` is the ``tp`` communicator's
-    collective time.
+    collective time. ``comm_slowdown`` (a calibration's measured one): a collective hidden
+    under a GEMM progresses ``1 + comm_slowdown`` times slower while the GEMM runs
+    (:func:`~dpsim.engine.simulate.comm_rate`, the engines' rule), so a GEMM covers
+    ``1 / (1 + comm_slowdown)`` of its time's worth of collective and more is exposed.
+    A collective that blocks the compute stream (``--tp-comm-overlap off``, the all-gather
+    conjugate, the head's loss all-reduces) runs beside no compute: it is not slowed.
     """
     if tp == 1 or layer.role == "root":
         return TpComm()
@@ -401,7 +407,9 @@ def layer_tp_comm(layer: TpLayer, forward_s: float, micro_batch: int, tp: int, *
     bwd_t = [cost(op, size) for op, size in bwd_ops]
     flops = layer.col_flops_per_sample + layer.row_flops_per_sample + layer.core_flops_per_sample
     share = (lambda f: forward_s * f / flops) if flops > 0 else (lambda f: 0.0)
-    col_s, row_s = share(layer.col_flops_per_sample), share(layer.row_flops_per_sample)
+    # The collective time each GEMM can hide (the whole GEMM without a comm_slowdown).
+    pace = comm_rate(comm_slowdown, True)
+    col_s, row_s = share(layer.col_flops_per_sample) * pace, share(layer.row_flops_per_sample) * pace
     fwd_exposed, bwd_exposed = sum(fwd_t), sum(bwd_t)
     if layer.role == "block" and overlap != "off":
         if sequence_parallel:
