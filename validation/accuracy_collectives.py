@@ -488,7 +488,6 @@ ANALYSIS = """What the model does that explains misses it used to have:
   switch); Hopper's NVLS-tree chunk is capped at 64 KiB from four servers. The code used 32
   Blackwell channels everywhere and 16 for the NVLS-tree chunk of every GPU; no scored row
   moves (the multi-node B200 rows run ring/LL128).
-
 - **NVLS all-reduce advances in chunk steps** (replacing the NVLS bandwidth ramp, whose
   half-size H200 and B200 disagreed on by 16x: 2 vs 32 MiB). Each step a channel reduces
   and multicasts one chunk per head through the switch; NCCL shrinks the chunk with the
