@@ -522,10 +522,13 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   per-call cost. The AWS tuner's region table for P6 (aws/aws-ofi-nccl
   `src/tuner/nccl_ofi_regions.cpp`) picks tree/LL128 there, whose NCCL latency is ~100 us:
   what adds the rest is not known.
-- **NVLS's smallest steps and B200's mid sizes.** H200's 2-8 MiB rows come out 14-20 % slow
-  (two to four 16-32 KiB steps: the step latency fitted on B200, 7.0 us, is longer than
-  H200's own rows want) and its 1 MiB row 27 % slow on ring/LL, which NCCL may not run
-  there. B200's 4-8 MiB rows come out 28-30 % fast (96.0 and 116.1 us measured: slower than
+- **NVLS's one- and two-step calls and B200's mid sizes.** H200's 2-8 MiB rows (one or two
+  16-32 KiB steps) come out 14-20 % slow: the fixed part alone, the per-call overhead fitted
+  on the other single servers (30.4 us) plus NCCL's 25 us NVLS latency, is 55.4 of the
+  2 MiB row's 56.9 us, so NCCL's latency likely holds the first step. Charging the step
+  latency from the second step on was tried: the fit runs to the grid's edge (15 us per step
+  for H200), nvswitch 7.0 -> 6.8 %, but five of H200's six 32 MiB-1 GiB rows go 8-23 % slow; not adopted.
+  H200's 1 MiB row is 27 % slow on ring/LL, which NCCL may not run there. B200's 4-8 MiB rows come out 28-30 % fast (96.0 and 116.1 us measured: slower than
   H200's 68.5 and 94.4 us on NVLink at twice the rate, which no step count explains; 4 MiB is
   predicted on ring/LL), its 32-64 MiB rows 15-19 % fast on ring/LL128 (NVLS predicted
   slower), its 8-16 GiB rows 18-19 % slow: the algorithm bandwidth steps from 413-423 GB/s
