@@ -86,12 +86,13 @@ def test_validation_md_shows_the_stored_scores():
 
 @pytest.mark.parametrize("system_class", ["nvswitch", "efa", "roce", "tcpxo"])
 def test_classes_with_many_rows_stay_within_their_committed_error(system_class):
-    # The classes with six rows or more: under 16 % geomean; roce, tcpxo and efa meet the 8 %
-    # target (Google's TCPXO settings, Simple only and no NVLS, brought tcpxo there; NCCL's own
-    # NVLS-tree round trip, no longer fitted, brought efa back from 8.1 %).
+    # The classes with six rows or more: under 16 % geomean; all four meet the 8 % target
+    # (Google's TCPXO settings, Simple only and no NVLS, brought tcpxo there; NCCL's own
+    # NVLS-tree round trip, no longer fitted, brought efa back from 8.1 %; NVLS's chunk steps
+    # brought nvswitch from 10.3 %).
     v = accuracy.load_results()["classes"][system_class]
     assert v["scored"] >= 6 and v["geomean_abs_error"] <= 0.16
-    if system_class in ("roce", "tcpxo", "efa"):
+    if system_class in ("roce", "tcpxo", "efa", "nvswitch"):
         assert v["geomean_abs_error"] <= accuracy.TARGET
 
 

@@ -5,7 +5,8 @@ every reference row against its prediction, the prediction coming from the syste
 description (``validation/systems/<system>.yaml``: datasheet rates and cited NCCL
 constants, nothing taken from its measurements) and from the model's fitted constants
 (:class:`~dpsim.collectives.nccl_tuning.NcclTuning`: per-call overheads, the Simple
-protocol's bandwidth ramp, the NVLS-tree round trip) **fitted on every other system**
+protocol's bandwidth ramp, NVLS's chunk-step latency and per-channel rate, the NVLS-tree
+round trip) **fitted on every other system**
 (leave-one-system-out; systems on the same hardware platform, e.g. one node and four
 nodes of AWS p6-b200, are left out together). ``--write`` stores the per-system fits and scores in
 ``validation/collectives_loso.json`` (checked by ``tests/test_accuracy_nccl.py``);
@@ -21,9 +22,12 @@ How the fit works (:func:`fit`): a per-call overhead per scope (collectives insi
 server, or the transport kind of the NICs) is the median over the training systems of that
 scope of what their smallest-message row (below 1 MiB, never scored) measures beyond the
 model without an overhead; a scope without a training system takes the median of the
-others (network scopes) or of all. Then the ramp (half size per scope, one exponent) and the
+others (network scopes) or of all. Then the ramp (half size per scope, one exponent), the NVLS
+chunk step (latency and per-channel rate, on the rows of the systems that run NVLS inside one
+server, between a fit of the node ramp without steps and one with them) and the
 NVLS-tree round-trip scale are searched on a grid, minimising the mean squared log error of
-the training rows >= 1 MiB; the ramps of host-staged transports (``staged``) and of Google's TCPX/TCPXO (``tcpx``) on their own rows,
+the training rows >= 1 MiB; the ramps of host-staged transports (``staged``) and of Google's
+TCPX/TCPXO (``tcpx``) on their own rows,
 and without a training system of that kind it takes the network's.
 """
 
@@ -80,6 +84,11 @@ HALF_GRID_MIB = (0.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 EXPONENT_GRID = (0.5, 1.0)
 """At most 1: the ramp adds ``transfer x (half / S) ** exponent``, which grows with S only then
 (a larger message never finishes sooner)."""
+STEP_LATENCY_GRID_US = tuple(0.5 * i for i in range(31))
+"""NVLS chunk-step latency candidates, 0-15 us."""
+CHANNEL_RATE_GRID_GBPS = (8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 32, 36, 40, 48, 56, 64)
+"""NVLS per-channel rate candidates, GB/s (16-24 channels: 128-1500 GB/s per GPU, around the
+200-480 GB/s of algorithm bandwidth the NVLS systems measure)."""
 RTT_GRID = (1.0,)
 """The NVLS-tree round-trip scale is not fitted: NCCL's own NVLS + NVLSTree hop latencies
 (``tuning.cc`` hwLat, 25 + 20.9 us on Hopper) stand. Left out, p5 has one training system
@@ -212,11 +221,27 @@ def fit(train: list[str]) -> NcclTuning:
     scored = [r for r in rows if r.scored]
     node_rows = [r for r in scored if scope(r)[1] == "node"]
     net_rows = [r for r in scored if scope(r)[1] == "network"]
+    nvls_rows = [r for r in node_rows if nvls_runs(r)]
+
+    def node_fit(step: tuple[float, float]) -> dict[float, tuple[float, float]]:
+        """Per exponent: (loss, half) of the node ramp, NVLS steps ``step`` given."""
+        return {gamma: min(((_loss(node_rows, _node_tuning(overheads, gamma, h, step)), h) for h in HALF_GRID_MIB),
+                           default=(0.0, 0.0)) for gamma in EXPONENT_GRID}
+
+    # The NVLS step constants and the node ramp meet only where NCCL chooses between NVLS and a
+    # ring on the NVLS systems' rows: fit the ramp without steps, the steps given that ramp,
+    # then the ramp again given the steps (one round; a second moved no fit).
+    step = (0.0, 0.0)
+    first = node_fit(step)
+    if nvls_rows:
+        gamma0 = min(first, key=lambda g: first[g][0])
+        h0 = first[gamma0][1]
+        step = min(((_loss(nvls_rows, _node_tuning(overheads, gamma0, h0, (a, r * 1e9))), (a, r * 1e9))
+                    for a in STEP_LATENCY_GRID_US for r in CHANNEL_RATE_GRID_GBPS), key=lambda x: x[0])[1]
+    nodes = node_fit(step)
     best = None
     for gamma in EXPONENT_GRID:
-        node_best = min(((_loss(node_rows, NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma,
-                                                      ramp_half_bytes=(("node", h * MiB), ("nvls", v * MiB)))), h, v)
-                         for h in HALF_GRID_MIB for v in HALF_GRID_MIB), default=(0.0, 0.0, 0.0))
+        node_best = nodes[gamma]
         net_best = min(((_loss(net_rows, NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma,
                                                     nvls_tree_rtt_scale=rtt,
                                                     ramp_half_bytes=(("network", h * MiB), ("nvls_tree", t * MiB)))),
@@ -224,8 +249,8 @@ def fit(train: list[str]) -> NcclTuning:
                        default=(0.0, 0.0, 0.0, 1.0))
         total = node_best[0] + net_best[0]
         if best is None or total < best[0] - 1e-12:
-            best = (total, gamma, node_best[1], node_best[2], net_best[1], net_best[2], net_best[3])
-    _, gamma, h_node, h_nvls, h_net, h_nvls_tree, rtt = best
+            best = (total, gamma, node_best[1], net_best[1], net_best[2], net_best[3])
+    _, gamma, h_node, h_net, h_nvls_tree, rtt = best
     # Host-staged transports (sockets) and Google's TCPX/TCPXO: each its own ramp when a
     # training system has such rows, else the network's.
     own = {}
@@ -237,9 +262,20 @@ def fit(train: list[str]) -> NcclTuning:
                                                          ramp_half_bytes=((kind, h * MiB),))), h)
                             for h in HALF_GRID_MIB)[1]
     return NcclTuning(nvls_tree_rtt_scale=rtt, call_overhead_us=overheads, ramp_exponent=gamma,
-                      ramp_half_bytes=(("node", h_node * MiB), ("nvls", h_nvls * MiB), ("network", h_net * MiB),
+                      ramp_half_bytes=(("node", h_node * MiB), ("network", h_net * MiB),
                                        ("nvls_tree", h_nvls_tree * MiB), ("staged", own["staged"] * MiB),
-                                       ("tcpx", own["tcpx"] * MiB)))
+                                       ("tcpx", own["tcpx"] * MiB)),
+                      nvls_step_latency_us=step[0], nvls_channel_bytes_per_s=step[1])
+
+
+def _node_tuning(overheads, gamma: float, half_mib: float, step: tuple[float, float]) -> NcclTuning:
+    return NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma, ramp_half_bytes=(("node", half_mib * MiB),),
+                      nvls_step_latency_us=step[0], nvls_channel_bytes_per_s=step[1])
+
+
+def nvls_runs(row: Row) -> bool:
+    """NCCL may run NVLS (inside one NVLink domain) on the row's system."""
+    return any(a == "nvls" for a, _ in model(row, FITTED_TUNING).candidates("all_reduce"))
 
 
 def _loss(rows: list[Row], tuning: NcclTuning) -> float:
@@ -304,14 +340,16 @@ def _r(x: float) -> float | None:
 
 def tuning_dict(t: NcclTuning) -> dict:
     return {"nvls_tree_rtt_scale": t.nvls_tree_rtt_scale, "call_overhead_us": dict(t.call_overhead_us),
-            "ramp_half_bytes": dict(t.ramp_half_bytes), "ramp_exponent": t.ramp_exponent}
+            "ramp_half_bytes": dict(t.ramp_half_bytes), "ramp_exponent": t.ramp_exponent,
+            "nvls_step_latency_us": t.nvls_step_latency_us, "nvls_channel_bytes_per_s": t.nvls_channel_bytes_per_s}
 
 
 def tuning_from(d: dict) -> NcclTuning:
     return NcclTuning(nvls_tree_rtt_scale=d["nvls_tree_rtt_scale"],
                       call_overhead_us=tuple((k, float(v)) for k, v in d["call_overhead_us"].items()),
                       ramp_half_bytes=tuple((k, float(v)) for k, v in d["ramp_half_bytes"].items()),
-                      ramp_exponent=d["ramp_exponent"])
+                      ramp_exponent=d["ramp_exponent"], nvls_step_latency_us=d.get("nvls_step_latency_us", 0.0),
+                      nvls_channel_bytes_per_s=d.get("nvls_channel_bytes_per_s", 0.0))
 
 
 def load_results() -> dict:
@@ -450,6 +488,27 @@ ANALYSIS = """What the model does that explains misses it used to have:
   switch); Hopper's NVLS-tree chunk is capped at 64 KiB from four servers. The code used 32
   Blackwell channels everywhere and 16 for the NVLS-tree chunk of every GPU; no scored row
   moves (the multi-node B200 rows run ring/LL128).
+- **NVLS all-reduce advances in chunk steps** (replacing the NVLS bandwidth ramp, whose
+  half-size H200 and B200 disagreed on by 16x: 2 vs 32 MiB). Each step a channel reduces
+  and multicasts one chunk per head through the switch; NCCL shrinks the chunk with the
+  message (`calcCollChunking`, src/enqueue.cc@593de54e:2007-2016 = v2.27.7-1, the H200/B200
+  runs' version; same at 5067397:2263-2274): 128 KiB, then 64 / 32 / 16 KiB below 64 / 8 /
+  2 x channels x heads x chunk. Heads are the server's 8 GPUs (src/graph/search.cc@593de54e:1014
+  and :1020), channels 16 on Hopper and 24 on one Blackwell server (src/transport/nvls.cc
+  `NVLS_NCHANNELS_SM90` / `_SM100_NVL`). The NVLS time is NCCL's latency plus the larger of
+  the bandwidth term and steps x (a + heads x chunk / r), with a step latency a and a
+  per-channel rate r fitted in the LOSO protocol (grid 0-15 us x 8-64 GB/s, on the rows of
+  the training systems that run NVLS inside a server): H200 left out gets a = 7.0 us,
+  r = 22 GB/s (from B200), B200 left out 3.5 us and 18 GB/s (from H200), every system 5.5 us
+  and 20 GB/s. Two fitted constants replace one (the ramp's half-size), but they carry the
+  mechanism across generations: the per-channel rates of the two systems agree
+  (18-22 GB/s) where the half-sizes did not, and B200's flat 8-16 MiB rows (116.1 and
+  115.2 us) are three steps each (24 x 8 x 16 KiB, then 32 KiB). H200 14.6 -> 4.6 %, B200
+  8.7 -> 8.4 %, nvswitch 10.3 -> 7.0 %; no other system moves. NVLS tree keeps its own
+  chunking (a different `calcCollChunking` branch, :2018-2030, 256-32 KiB) and its
+  flow-control window and ramp across the network: no NVLS-tree row is mid-size enough to fit
+  steps on. Reduce-scatter and all-gather take the same steps with half the bytes per step
+  (one of all-reduce's two switch passes), an assumption: no reference row measures them.
 
 Where it still misses (per-row errors: `python validation/accuracy_collectives.py`):
 
@@ -463,30 +522,18 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   per-call cost. The AWS tuner's region table for P6 (aws/aws-ofi-nccl
   `src/tuner/nccl_ofi_regions.cpp`) picks tree/LL128 there, whose NCCL latency is ~100 us:
   what adds the rest is not known.
-- **H200 (NCCL 2.27.7, NVLS on) and B200 disagree on the NVLS ramp.** H200's rows from
-  8 MiB to 16 GiB follow the ramp with a 2 MiB half-size within 5 %; B200's rows fit 32 MiB.
-  Each, left out, gets the other's: H200's 1-128 MiB rows go to ring/LL128 and come out
-  14-35 % slow, B200's NVLS rows of 4-64 MiB 15-34 % fast. NCCL's NVLS chunk shrinks with
-  the size (128/64/32/16 KiB below 64/8/2 x channels x heads x chunk, `calcCollChunking`),
-  and one B200 server runs 24 NVLS channels to Hopper's 16 (the code now says so): with
-  per-channel rates alike (275 / 16 and 483 / 24 GB/s of algorithm bandwidth) that moves the
-  chunk thresholds by 1.5x, not the 16x between the two half-sizes; nothing in NCCL's
-  tuning (`tuning.cc`: NVLS latency and `nvlsEfficiency` only) sets Blackwell's single-server
-  NVLS apart. Extending the half-size grid past 64 MiB does not help: the intra-node fit
-  then runs to the new edge (256 MiB) and MI300X's rows move from 3 % to 9 %.
-  H200 carries the nvswitch class's miss: DGX A100 8.8 %, B200 8.7 %, OCI A100 7.1 % (one
-  row), H200 14.6 %; with the others as they are, the class meets 8 % once H200 reaches
-  6.7 %. Its 1 MiB-1 GiB rows come out 13-35 % slow, on ring/LL and ring/LL128 up to 128 MiB,
-  where the measured run cannot have used a ring: its 128 MiB row's bus bandwidth, 402 GB/s,
-  is above the ~370 GB/s a ring gets from NVLink4 (NCCL's maintainer in
-  NVIDIA/nccl-tests#212; NVLS reaches ~480), so it ran NVLS there, with a shorter ramp than
-  B200's rows teach. B200's rows are not one ramp either: 8 and 16 MiB take the same time
-  (116.1 and 115.2 us), 4 MiB (96.0 us) is slower than H200's 68.5 us, whose NVLink runs
-  at half the rate, and the algorithm bandwidth steps from 413-423 GB/s (1-4 GiB) to 480-483 (8-16
-  GiB): regime changes inside one system's rows that a half-size fitted across them
-  averages; the published table (same script, same NCCL 2.27.7 as H200) does not say
-  which algorithm ran at each size, and NCCL's tuning at that version gives Blackwell no
-  NVLS constant besides `nvlsEfficiency` (0.74 vs Hopper's 0.85) and the channel count.
+- **NVLS's one- and two-step calls and B200's mid sizes.** H200's 2-8 MiB rows (one or two
+  16-32 KiB steps) come out 14-20 % slow: the fixed part alone, the per-call overhead fitted
+  on the other single servers (30.4 us) plus NCCL's 25 us NVLS latency, is 55.4 of the
+  2 MiB row's 56.9 us, so NCCL's latency likely holds the first step. Charging the step
+  latency from the second step on was tried: the fit runs to the grid's edge (15 us per step
+  for H200), nvswitch 7.0 -> 6.8 %, but five of H200's six 32 MiB-1 GiB rows go 8-23 % slow; not adopted.
+  H200's 1 MiB row is 27 % slow on ring/LL, which NCCL may not run there. B200's 4-8 MiB rows come out 28-30 % fast (96.0 and 116.1 us measured: slower than
+  H200's 68.5 and 94.4 us on NVLink at twice the rate, which no step count explains; 4 MiB is
+  predicted on ring/LL), its 32-64 MiB rows 15-19 % fast on ring/LL128 (NVLS predicted
+  slower), its 8-16 GiB rows 18-19 % slow: the algorithm bandwidth steps from 413-423 GB/s
+  (1-4 GiB) to 480-483 GB/s (8-16 GiB) inside one run, a regime change the published table
+  (same script and NCCL 2.27.7 as H200) does not explain and NCCL's tuning does not make.
 - **GCP A3 Mega's 4-32 MiB rows come out 15-53 % fast** on ring/Simple: the time grows by
   51 us per MiB from 8 to 16 MiB, then by 5 us per MiB to 32 MiB, a regime change no NCCL
   default makes there. The profile also runs Google's tuner plugin (`NCCL_TUNER_PLUGIN=

@@ -39,6 +39,11 @@ facts, not code:
   (4 MiB buffer / 8 steps), LL 32 KiB, LL128 576,000 B, NVLS tree NCCL's NVLS chunk
   (:func:`~dpsim.collectives.nccl_tuning.nvls_tuning`) shrunk for small messages as
   ``calcCollChunking`` does.
+- **NVLS chunk steps** (one NVLink domain): each step a channel reduces and multicasts one
+  chunk per head (every GPU of the domain, at most 32); ``calcCollChunking`` shrinks the chunk
+  from 128 KiB to 64 / 32 / 16 KiB for smaller messages, so a mid-size call is a few steps of
+  fixed cost. The transfer is the larger of the bandwidth term and steps x the fitted step
+  (:attr:`~dpsim.collectives.nccl_tuning.NcclTuning.nvls_step_latency_us`); NVLS has no ramp.
 
 ``hierarchical`` and ``halving_doubling`` are costed with the ring's protocol factors
 and latencies; NCCL itself never picks them (they run only when ``--algo`` names them).
@@ -79,6 +84,7 @@ from dpsim.collectives.nccl_tuning import (
     LL_MAX_BW_GBPS,
     NCCL_STEPS,
     NVLS_EFFICIENCY,
+    NVLS_MAX_ARITY,
     PROTOCOLS,
     RCCL_BASE_LATENCY_US,
     RCCL_XGMI_LATENCY_US,
@@ -90,6 +96,8 @@ from dpsim.collectives.nccl_tuning import (
     check_job_flags,
     library,
     nvls_available,
+    nvls_chunk_breaks,
+    nvls_steps,
     nvls_tree_chunk_breaks,
     nvls_tree_chunk_bytes,
     nvls_tuning,
@@ -761,11 +769,9 @@ class NcclCollectives:
         """What the Simple protocol's bandwidth ramp (:meth:`NcclTuning.ramp`) adds to a transfer:
         LL and LL128 carry their own factors from NCCL's model, Simple reaches its bandwidth
         only on large messages (measured; see ``validation/accuracy_collectives.py``)."""
-        if raw.protocol != "Simple":
-            return 0.0
-        if raw.algorithm == "nvls":
-            scope = "nvls"
-        elif raw.algorithm == "nvls_tree" and self.crosses_network:
+        if raw.protocol != "Simple" or raw.algorithm == "nvls":
+            return 0.0  # NVLS: its chunk steps (:meth:`_nvls_steps_s`) are its mid-size cost
+        if raw.algorithm == "nvls_tree" and self.crosses_network:
             scope = "nvls_tree"  # its 32-128 KiB chunks stream unlike a ring's or tree's 512 KiB ones
         else:
             scope = self.ramp_scope
@@ -778,6 +784,9 @@ class NcclCollectives:
         out += [j * per for j in range(2, k + 1)]
         if algorithm == "nvls_tree":
             out += nvls_tree_chunk_breaks(self.nvls, self.topology.gpus_per_node)
+        if algorithm == "nvls":
+            # A bigger chunk halves the steps at each break: the step term drops there.
+            out += nvls_chunk_breaks(self.nvls, self.nvls_heads)
         if algorithm == "tree" or (algorithm == "nvls_tree" and GENERATION.get(self.spec.gpu) == "blackwell"):
             out += [64 * 2 ** i for i in range(1, len(TREE_CORRECTION[protocol]) + 1)]
         return out
@@ -821,6 +830,8 @@ class NcclCollectives:
         latency = self._latency_s(plan, protocol)
         transfer = size_bytes / algbw if algbw > 0 else math.inf
         transfer = max(transfer, self._window_s(pc, protocol, op, size_bytes))
+        if family == "nvls":
+            transfer = max(transfer, self._nvls_steps_s(op, size_bytes))
         # The fill runs through every stage at its own rate, slowed by the protocol (not by caps).
         nominal = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}[protocol] if family != "nvls" else 1.0
         fill = self._fill_s(pc, protocol, size_bytes, nominal)
@@ -883,6 +894,21 @@ class NcclCollectives:
             chunk = min(CHUNK_BYTES[protocol], size_bytes / max(1, plan.channels))
             streams = plan.channels
         return (size_bytes / streams) * rtt / (NCCL_STEPS * chunk)
+
+    @cached_property
+    def nvls_heads(self) -> int:
+        """NVLS heads: every GPU of the NVLink domain, at most 32 (:data:`NVLS_MAX_ARITY`)."""
+        return max(1, min(NVLS_MAX_ARITY, self.n_ranks))
+
+    def _nvls_steps_s(self, op: str, size_bytes: float) -> float:
+        """NVLS in chunk steps: each step a channel reduces and multicasts one chunk per head
+        (``calcCollChunking``'s chunk, :func:`nvls_steps`); a step takes the fitted
+        :meth:`NcclTuning.nvls_step_s`. Reduce-scatter and all-gather run one of all-reduce's two
+        switch passes per chunk, so their steps move half its bytes (an assumption: only
+        all-reduce is measured). 0 without fitted step constants."""
+        steps, chunk = nvls_steps(self.nvls, self.nvls_heads, size_bytes)
+        passes = 1.0 if op == "all_reduce" else 0.5
+        return steps * self.tuning.nvls_step_s(passes * self.nvls_heads * chunk)
 
     def _fill_s(self, pc: PlanCost, protocol: str, size_bytes: float, proto_factor: float) -> float:
         plan = pc.plan

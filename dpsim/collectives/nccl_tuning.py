@@ -7,6 +7,7 @@ for how the model uses them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
@@ -52,6 +53,14 @@ THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 # Pipeline chunk per channel (src/init.cc buffer sizes / NCCL_STEPS = 8; src/enqueue.cc calcCollChunking)
 CHUNK_BYTES = {"LL": 32 * KiB, "LL128": 576_000, "Simple": 512 * KiB}
 NVLS_CHUNK_BYTES = 128 * KiB  # src/transport/nvls.cc NCCL_NVLS_CHUNKSIZE default
+NVLS_MAX_ARITY = 32
+"""Most NVLS heads (``NCCL_MAX_NVLS_ARITY``, src/include/device.h@593de54e:206): NCCL's NVLS graph
+search makes every GPU of the NVLink domain a head, up to this many (src/graph/search.cc@593de54e:1014,
+and :1020 forces all of them inside one server: "pull evenly from all GPUs")."""
+NVLS_CHUNK_STEPS = ((64, 64 * KiB), (8, 32 * KiB), (2, 16 * KiB))
+"""NVLS (not NVLS tree) ``calcCollChunking``: the chunk drops to the floor while the message is
+under factor x channels x heads x chunk (src/enqueue.cc@593de54e:2014-2016 = v2.27.7-1, the H200/B200
+runs' version; the same three lines at 5067397:2272-2274)."""
 # src/transport/nvls.cc@5067397 NVLS_NCHANNELS_SM90 / SM100 (across servers) / SM100_NVL (one server)
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 32}
 NVLS_CHANNELS_ONE_SERVER = {"hopper": 16, "blackwell": 24}
@@ -166,6 +175,40 @@ def nvls_tree_chunk_breaks(tuning: NvlsTuning, heads: int) -> list[float]:
     return out
 
 
+def nvls_chunk_bytes(tuning: NvlsTuning, heads: int, size_bytes: float) -> int:
+    """NVLS chunk of a call (src/enqueue.cc@593de54e:2007-2016 ``calcCollChunking``): the NVLS chunk
+    (128 KiB), halved to 64 / 32 / 16 KiB below 64 / 8 / 2 x concurrent ops x chunk, concurrent
+    ops = NVLS channels x heads. Not the NVLS-tree rule (:func:`nvls_tree_chunk_bytes`: its own
+    branch, :2018-2030, other factors and floors). The single-server case only: across servers
+    NCCL caps the chunk at 32 KiB when NVLS bandwidth is under 150 GB/s, which dpsim never runs
+    (NVLS across servers is its NVLS tree)."""
+    ops = tuning.channels * heads
+    chunk = tuning.chunk_bytes
+    for factor, floor in NVLS_CHUNK_STEPS:
+        if size_bytes < factor * ops * chunk and chunk > floor:
+            chunk = floor
+    return chunk
+
+
+def nvls_chunk_breaks(tuning: NvlsTuning, heads: int) -> list[float]:
+    """Sizes where :func:`nvls_chunk_bytes` changes its chunk."""
+    ops = tuning.channels * heads
+    chunk = tuning.chunk_bytes
+    out = []
+    for factor, floor in NVLS_CHUNK_STEPS:
+        if chunk > floor:
+            out.append(float(factor * ops * chunk))
+            chunk = floor
+    return out
+
+
+def nvls_steps(tuning: NvlsTuning, heads: int, size_bytes: float) -> tuple[int, int]:
+    """(steps, chunk bytes) of an NVLS call: each step a channel moves one chunk per head, so
+    ``ceil(S / (channels x heads x chunk))`` steps (NCCL's loop over ``loopSize``)."""
+    chunk = nvls_chunk_bytes(tuning, heads, size_bytes)
+    return max(1, math.ceil(size_bytes / (tuning.channels * heads * chunk))), chunk
+
+
 def nvls_available(spec) -> bool:
     """NVLink SHARP: NVSwitch servers of Hopper or later, unless ``node.nvls`` says otherwise."""
     if spec.node.nvls is not None:
@@ -222,9 +265,9 @@ def _parse_list(text, choices, field_name, *, aliases, default):
 CALL_SCOPES = ("node", *("ib", "roce", "socket", "efa", "tcpx", "tcpxo"))
 """What a per-call overhead is fitted per: collectives inside one server (``node``), or the
 transport kind of the NICs a collective crosses."""
-RAMP_SCOPES = ("node", "nvls", "network", "nvls_tree", "staged", "tcpx")
-"""What the bandwidth ramp is fitted per: rings and trees inside one NVLink/PCIe domain, NVLS
-(the switch's multicast path streams differently from a ring), rings and trees across a
+RAMP_SCOPES = ("node", "network", "nvls_tree", "staged", "tcpx")
+"""What the bandwidth ramp is fitted per: rings and trees inside one NVLink/PCIe domain (NVLS has
+no ramp: its chunk steps, :attr:`NcclTuning.nvls_step_latency_us`, set its mid-size time), rings and trees across a
 network whose NICs read and write GPU memory (512 KiB Simple chunks), NVLS tree across a
 network (32-128 KiB chunks, ``calcCollChunking``, whose flow-control window
 :attr:`NcclTuning.nvls_tree_rtt_scale` also scales), or rings and trees across a transport
@@ -257,6 +300,12 @@ class NcclTuning:
     (:data:`RAMP_SCOPES`); 0: no ramp."""
     ramp_exponent: float = 1.0
     """How fast the ramp closes: the bandwidth is ``B / (1 + (half / S) ** exponent)``."""
+    nvls_step_latency_us: float = 0.0
+    """NVLS (one NVLink domain): fixed time of one chunk step of a channel, us (a ``multimem``
+    reduce-and-multicast round through the switch and the step's flag handshake)."""
+    nvls_channel_bytes_per_s: float = 0.0
+    """NVLS: bytes per second one channel (one CTA) moves through the switch within a step, all
+    heads' chunks counted; 0: no chunk-step term (the NVLS time is its bandwidth bound)."""
 
     def call_overhead_s(self, scope: str) -> float:
         """Per-call overhead of ``scope``, seconds (0 when not fitted)."""
@@ -269,14 +318,23 @@ class NcclTuning:
             return 1.0
         return 1.0 / (1.0 + (half / size_bytes) ** self.ramp_exponent)
 
+    def nvls_step_s(self, step_bytes: float) -> float:
+        """One NVLS chunk step of a channel moving ``step_bytes`` through the switch, seconds
+        (0 when the step constants are not fitted)."""
+        if self.nvls_channel_bytes_per_s <= 0:
+            return 0.0
+        return self.nvls_step_latency_us * 1e-6 + step_bytes / self.nvls_channel_bytes_per_s
+
 
 FITTED_TUNING = NcclTuning(
     nvls_tree_rtt_scale=1.0,
     call_overhead_us=(("node", 28.2), ("ib", 7.9), ("roce", 7.9), ("socket", 48.8), ("efa", 56.4),
                       ("tcpx", 48.8), ("tcpxo", 41.1)),
-    ramp_half_bytes=(("node", 64.0 * 2**20), ("nvls", 8.0 * 2**20), ("network", 2.0 * 2**20),
+    ramp_half_bytes=(("node", 64.0 * 2**20), ("network", 2.0 * 2**20),
                      ("nvls_tree", 32.0 * 2**20), ("staged", 2.0 * 2**20), ("tcpx", 32.0 * 2**20)),
     ramp_exponent=0.5,
+    nvls_step_latency_us=5.5,
+    nvls_channel_bytes_per_s=20e9,
 )
 """The default, fitted on every reference system (``tests/data/collectives_reference.csv``) by
 ``python validation/accuracy_collectives.py --fit``, which prints it (the accuracy it reports
@@ -286,7 +344,8 @@ NVIDIA/nccl-tests#150, 19.9 us at 8 B; ``efa``: AWS p4de/p5/p6; ``tcpxo``: GCP A
 without a reference system with such a row take their transport family's (``roce``: the
 verbs transport ``ib`` runs; ``socket``, ``tcpx``: the host-driven kinds EFA and TCPXO), an
 assumption; the
-ramp and the NVLS-tree round trip on the rows of 1 MiB and more (``tests/test_accuracy_nccl.py``
+ramp, the NVLS chunk step (fitted on the single H200 and B200 servers, the systems that run NVLS
+inside one server) and the NVLS-tree round trip on the rows of 1 MiB and more (``tests/test_accuracy_nccl.py``
 checks the fit reproduces these values)."""
 
 
