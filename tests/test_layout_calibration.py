@@ -263,3 +263,13 @@ def test_a_measured_comm_slowdown_exposes_more_of_the_hidden_tensor_parallel_col
     moved = p.step_time_s - base.step_time_s
     assert moved == pytest.approx(hidden_s * c / (1 + c), rel=1e-6)
     assert p.layout.tp_exposed_s - base.layout.tp_exposed_s == pytest.approx(moved, rel=1e-6)
+
+
+def test_the_layout_warns_of_collectives_the_profile_did_not_measure_as_ddp_does(tmp_path):
+    # The CPU fixture measured all-reduces up to 32 MiB; bert-base's gradients are larger, in
+    # one bucket-sized all-reduce on the data-parallel path and in each stage's reduction here.
+    path = cpu_profile(tmp_path, step=measured_step(), name="range")
+    ddp = predict(config(path, gpus=4)).provenance.warnings
+    lay = predict(_layout(path)).provenance.warnings
+    assert any("larger than the profile measured (inter_node up to 32 MiB)" in w for w in ddp)
+    assert any("larger than the profile measured (inter_node up to 32 MiB)" in w for w in lay)

@@ -255,12 +255,14 @@ def layout_fit(stages: tuple[StageMemory, ...], config: PredictConfig) -> tuple[
 
 def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: ModelSpec, precision,
                    compute: ComputeProfile, collectives: GroupCollectives, provenance=None,
-                   comm_slowdown: float = 0.0) -> Prediction:
+                   comm_slowdown: float = 0.0, profile=None) -> Prediction:
     """Predict one step of ``config``'s tensor x pipeline x data layout (see the module docstring).
 
     ``compute`` is the whole model's profile at the micro-batch (scaled to a measured step
     when the config gives one); ``collectives`` the job's models with the layout's groups;
-    ``comm_slowdown`` a calibration profile's measured one (0 without).
+    ``comm_slowdown`` a calibration profile's measured one (0 without); ``profile`` that
+    profile, whose measured message sizes the step's collectives are checked against as the
+    data-parallel path checks its buckets.
     """
     layout = layout_of(config, precision.grad_bytes)
     check_schedule(layout)
@@ -321,6 +323,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     # own report (bubble, tails) keeps the played step, which the charge does not reshape.
     charged_s, provenance = charge_after_comm(provenance, exposed)
     step += charged_s
+    if profile is not None and provenance is not None:
+        provenance = provenance.with_bucket_warnings(profile, topology, [c.size_bytes for c in plan.program.comms])
     samples = layout.global_batch / step
     # The one-GPU step: the whole model's micro-batches with their recomputation, no communication.
     full_fb = (compute.forward_s + compute.backward_s)

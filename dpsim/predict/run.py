@@ -177,7 +177,7 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
     if config.layout_active:
         return predict_layout(config, topology=topology, gpu=gpu, model=model, precision=precision,
                               compute=compute, collectives=collectives, provenance=provenance,
-                              comm_slowdown=comm_slowdown)
+                              comm_slowdown=comm_slowdown, profile=profile)
 
     plan = memoized(
         build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
