@@ -26,9 +26,10 @@ others (network scopes) or of all. Then the ramp (half size per scope, one expon
 chunk step (latency and per-channel rate, on the rows of the systems that run NVLS inside one
 server, between a fit of the node ramp without steps and one with them) and the
 NVLS-tree round-trip scale are searched on a grid, minimising the mean squared log error of
-the training rows >= 1 MiB; the ramps of host-staged transports (``staged``) and of Google's
-TCPX/TCPXO (``tcpx``) on their own rows,
-and without a training system of that kind it takes the network's.
+the training rows >= 1 MiB; then the ramps of NCCL's verbs transport (``verbs``: IB, RoCE) and of
+the other GPUDirect NICs (``network``: EFA) each on its own rows, and those of host-staged
+transports (``staged``) and of Google's TCPX/TCPXO (``tcpx``) on their own rows; a kind without a
+training system keeps the joint fit's (``staged`` and ``tcpx``: the network's).
 """
 
 from __future__ import annotations
