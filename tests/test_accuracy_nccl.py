@@ -84,15 +84,16 @@ def test_validation_md_shows_the_stored_scores():
         "VALIDATION.md's collectives section is stale: rerun python validation/accuracy_collectives.py --write"
 
 
-@pytest.mark.parametrize("system_class", ["nvswitch", "efa", "roce", "tcpxo"])
+@pytest.mark.parametrize("system_class", ["nvswitch", "ib", "efa", "roce", "tcpxo"])
 def test_classes_with_many_rows_stay_within_their_committed_error(system_class):
-    # The classes with six rows or more: under 16 % geomean; all four meet the 8 % target
+    # The classes with six rows or more: under 16 % geomean; all five meet the 8 % target
     # (Google's TCPXO settings, Simple only and no NVLS, brought tcpxo there; NCCL's own
     # NVLS-tree round trip, no longer fitted, brought efa back from 8.1 %; NVLS's chunk steps
-    # brought nvswitch from 10.3 %).
+    # brought nvswitch from 10.3 %; ib, first scored on four systems, meets it with NCCL's
+    # per-channel tree bound and the verbs transport's own ramp).
     v = accuracy.load_results()["classes"][system_class]
     assert v["scored"] >= 6 and v["geomean_abs_error"] <= 0.16
-    if system_class in ("roce", "tcpxo", "efa", "nvswitch"):
+    if system_class in ("roce", "tcpxo", "efa", "nvswitch", "ib"):
         assert v["geomean_abs_error"] <= accuracy.TARGET
 
 

@@ -476,3 +476,19 @@ def test_a_b200_server_runs_24_nvls_channels_and_two_servers_32():
     assert channels("p6-b200-node", 8) == 24
     assert channels("p6-b200-x2", 16) == 32
     assert channels("h200-node", 8) == 16
+
+
+def test_a_tree_channel_across_nics_moves_at_most_ncclS_per_channel_bound():
+    # Two 8x A100 servers with 4 HDR NICs each (NVIDIA/nccl-tests#152): NCCL bounds a tree channel
+    # at perChMaxTreeBw (23.6 GB/s of bus bandwidth on two Ampere servers), one channel per NIC
+    # port, so the tree's 4 x 23.6 loses to the ring's NIC-bound 4 x 24 and NCCL runs the ring.
+    from dpsim.topology.load import load_topology_file
+
+    spec = load_topology_file(REPO / "validation" / "systems" / "a100-hdr4-x2.yaml")
+    model = NcclCollectives(Topology(spec=spec, n_gpus=16), tuning=NcclTuning())
+    tree = model.cost("tree", "Simple", "all_reduce", 1 << 30)
+    assert (1 << 30) / tree.time_s * 2 <= 4 * 23.6 * GB * 1.0001
+    assert model.time("all_reduce", 1 << 30).algorithm == "ring"
+    # Inside one server there is no NIC to bind a channel to: no bound.
+    one = NcclCollectives(Topology(spec=spec, n_gpus=8), algorithms=("tree",), tuning=NcclTuning())
+    assert (1 << 30) / one.time("all_reduce", 1 << 30).time_s * 2 > 4 * 23.6 * GB

@@ -154,7 +154,7 @@ def test_forcing_a_protocol_the_transport_forbids_names_what_is_allowed():
 
 def test_the_nvls_tree_ramp_is_its_own_scope():
     # NVLS tree's 32-128 KiB chunks ramp unlike rings' and trees' 512 KiB ones across a network:
-    # its ramp scope moves its Simple cost only, the network scope the others only.
+    # its ramp scope moves its Simple cost only, the network's (verbs, over IB) the others only.
     from dpsim.collectives.nccl import NcclCollectives
     from dpsim.collectives.nccl_tuning import NcclTuning
     from dpsim.topology.cluster import Topology
@@ -170,8 +170,9 @@ def test_the_nvls_tree_ramp_is_its_own_scope():
     bare = {a: cost({}, a) for a in ("nvls_tree", "ring", "tree")}
     assert cost({"nvls_tree": 16 * 2**20}, "nvls_tree") > bare["nvls_tree"]
     assert cost({"nvls_tree": 16 * 2**20}, "ring") == bare["ring"]
-    assert cost({"network": 16 * 2**20}, "nvls_tree") == bare["nvls_tree"]
-    assert cost({"network": 16 * 2**20}, "tree") > bare["tree"]
+    assert cost({"verbs": 16 * 2**20}, "nvls_tree") == bare["nvls_tree"]
+    assert cost({"verbs": 16 * 2**20}, "tree") > bare["tree"]
+    assert cost({"network": 16 * 2**20}, "tree") == bare["tree"]
 
 
 def test_a_host_staged_transport_ramps_in_its_own_scope():
@@ -185,7 +186,9 @@ def test_a_host_staged_transport_ramps_in_its_own_scope():
 
     assert scope({"nic": "100gbe-tcp"}) == "staged"
     assert scope({"nic": "ib-ndr", "transport": "ib-host"}) == "staged"
-    assert scope({"nic": "ib-ndr"}) == scope({"nic": "efa-v2"}) == scope({"nic": "400gbe-roce"}) == "network"
+    # NCCL's verbs transport (IB, RoCE: the NIC RDMA-writes into GPU memory) is not EFA's plugin.
+    assert scope({"nic": "ib-ndr"}) == scope({"nic": "400gbe-roce"}) == "verbs"
+    assert scope({"nic": "efa-v2"}) == "network"
     # Google's TCPX/TCPXO receive into GPU memory through their own daemon: their own scope.
     assert scope({"nic": "gpudirect-tcpxo", "nics_per_node": 8}) == scope({"nic": "gpudirect-tcpx"}) == "tcpx"
     spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})

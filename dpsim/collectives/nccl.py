@@ -24,8 +24,9 @@ facts, not code:
   (1 us, x3 for Simple). Plus the topology's ``launch_overhead_us`` per call.
 - **Protocols** LL moves 8 data bytes per 16 (bus bandwidth x 0.5, capped at
   ``llMaxBw``), LL128 120 of 128 (x 0.92 on rings; x 120/128 on trees across
-  servers, x 7/9 inside one), Simple all of it; tree all-reduce x 0.92 and NCCL's
-  per-size ``treeCorrectionFactor``; NVLS x ``nvlsEfficiency``. LL128 is enabled only
+  servers, x 7/9 inside one), Simple all of it; tree all-reduce x 0.92, across servers
+  at most channels x ``perChMaxTreeBw`` (one CTA per tree channel), and NCCL's per-size
+  ``treeCorrectionFactor``; NVLS x ``nvlsEfficiency``. LL128 is enabled only
   on NVLink servers, and across servers only from Hopper on (as NCCL's default); across
   servers only the protocols the NICs' transport allows run (``network_protocols``: the
   AWS plugin forces Simple on EFA v1).
@@ -85,6 +86,7 @@ from dpsim.collectives.nccl_tuning import (
     NCCL_STEPS,
     NVLS_EFFICIENCY,
     NVLS_MAX_ARITY,
+    PER_CHANNEL_MAX_TREE_BW_GBPS,
     PROTOCOLS,
     RCCL_BASE_LATENCY_US,
     RCCL_XGMI_LATENCY_US,
@@ -120,6 +122,7 @@ from dpsim.network.loadmap import LoadMap
 from dpsim.network.model import CrossingFlows, NetworkModel, ServerFlows
 from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
+from dpsim.topology.fabric import nic_layout
 from dpsim.units import US, KiB
 
 SOCKET_MIN_TASK_BYTES = 64 * KiB
@@ -662,6 +665,33 @@ class NcclCollectives:
         row = (gen if gen in LL_MAX_BW_GBPS else "ampere") if n == 1 else "volta"  # Intel CPU row across servers
         return LL_MAX_BW_GBPS[row][col] * 1e9
 
+    @cached_property
+    def _nccl_picks_channels(self) -> bool:
+        """NCCL's own tuning sets the tree's channels (one per NIC port): not over Google's
+        TCPX/TCPXO, whose tuner plugin (``NCCL_TUNER_PLUGIN``, with ``NCCL_MIN_NCHANNELS``) picks
+        algorithm, protocol and channels by size from a table Google does not publish
+        (AI-Hypercomputer/gpu-recipes@c72e38d a3mega ``nemo-launcher-job.yaml``)."""
+        return self.spec.fabric.transport.kind not in ("tcpx", "tcpxo")
+
+    def _tree_channel_max_bw(self) -> float:
+        """What one channel of the double binary tree moves across servers at most, bytes/s of bus
+        bandwidth (NCCL's ``perChMaxTreeBws``, :data:`PER_CHANNEL_MAX_TREE_BW_GBPS`).
+
+        A tree channel is one CTA that receives, reduces and forwards along the chain and the tree
+        at once, so it runs out of SM throughput before a fast NIC does: NVLS tree "can achieve peak
+        bandwidth with only 16 SMs ... whereas tree would require 32 SMs" (S. Jeaugey,
+        NVIDIA/nccl#1649). With the flow model's tree unbounded, two servers' tree moved each NIC's
+        share once instead of a ring's 2(n-1)/n and won where NCCL, bounding it by this, runs the
+        ring: two 8x A100 servers with 4 HDR NICs each (4 channels: 4 x 23.6 = 94 GB/s of tree bus
+        bandwidth against a ring's 4 x 24) measure the ring's 47.8 GB/s of algorithm bandwidth
+        (NVIDIA/nccl-tests#152), not a tree's 85. Applied across NICs only: there a channel is one
+        NIC port's ring or tree, as NCCL's graph search builds them (one server's tree, or an NVLink
+        domain's, has no NIC to bind its channels)."""
+        n = self.topology.n_nodes
+        col = 0 if n == 1 else (1 if n == 2 else 2)
+        gen = GENERATION.get(self.spec.gpu, "hopper")
+        return PER_CHANNEL_MAX_TREE_BW_GBPS.get(gen, PER_CHANNEL_MAX_TREE_BW_GBPS["hopper"])[col] * 1e9
+
     def _channels(self, protocol: str, size_bytes: float, k: int) -> int:
         per = THREADS[protocol] * THREAD_THRESHOLD[protocol] * (self.n_ranks if protocol == "LL" else 1)
         return max(1, min(k, int(size_bytes // per)))
@@ -817,6 +847,10 @@ class NcclCollectives:
                 bus *= 0.92
         elif family == "tree":
             bus *= 0.92
+            if self.crosses_network and op == "all_reduce" and self._nccl_picks_channels:
+                # NCCL's graph search binds each tree channel to one NIC port (NET device);
+                # a NIC node of several ports is one channel here but that many in NCCL.
+                bus = min(bus, kept * nic_layout(self.spec).ports_per_nic * self._tree_channel_max_bw())
             if protocol == "LL":
                 bus = min(bus / 3.8, self._ll_max_bw())
             elif protocol == "LL128":
@@ -848,14 +882,17 @@ class NcclCollectives:
 
     @cached_property
     def ramp_scope(self) -> str:
-        """``network`` when collectives cross NICs (``staged`` when the transport stages every byte
-        through host memory, ``tcpx`` over Google's GPUDirect-TCPX/TCPXO), else ``node``
+        """``network`` when collectives cross NICs (``verbs`` over NCCL's IB verbs transport, IB or
+        RoCE; ``staged`` when the transport stages every byte through host memory, ``tcpx`` over
+        Google's GPUDirect-TCPX/TCPXO), else ``node``
         (:attr:`NcclTuning.ramp_half_bytes`)."""
         if not self.crosses_network:
             return "node"
         transport = self.spec.fabric.transport
         if not transport.gpudirect:
             return "staged"
+        if transport.kind in ("ib", "roce"):
+            return "verbs"
         return "tcpx" if transport.kind in ("tcpx", "tcpxo") else "network"
 
     @cached_property

@@ -39,6 +39,11 @@ HW_LATENCY_US = {
 # ... llMaxBws, GB/s, by GPU generation (single server) or CPU (Intel row, across servers) x (1, 2, >2 servers)
 LL_MAX_BW_GBPS = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0), "hopper": (141.0, 45.0, 35.0),
                   "blackwell": (282.0, 90.0, 70.0)}
+# ... perChMaxTreeBws, GB/s per channel, by generation x (1, 2, >2 servers): what one channel (one
+# CTA) of the double binary tree moves at most; NCCL caps a tree's bus bandwidth at channels x this
+# when it picks an algorithm (ncclTopoTuneModel: busBw = min(busBw * .92, nChannels * perChMaxTreeBw))
+PER_CHANNEL_MAX_TREE_BW_GBPS = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
+                                "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0)}
 # ... nvlsEfficiency by generation
 NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
 # ... treeCorrectionFactor[proto][log2(bytes / 64)], 64 B .. 256 MiB
@@ -265,10 +270,13 @@ def _parse_list(text, choices, field_name, *, aliases, default):
 CALL_SCOPES = ("node", *("ib", "roce", "socket", "efa", "tcpx", "tcpxo"))
 """What a per-call overhead is fitted per: collectives inside one server (``node``), or the
 transport kind of the NICs a collective crosses."""
-RAMP_SCOPES = ("node", "network", "nvls_tree", "staged", "tcpx")
+RAMP_SCOPES = ("node", "network", "verbs", "nvls_tree", "staged", "tcpx")
 """What the bandwidth ramp is fitted per: rings and trees inside one NVLink/PCIe domain (NVLS has
 no ramp: its chunk steps, :attr:`NcclTuning.nvls_step_latency_us`, set its mid-size time), rings and trees across a
-network whose NICs read and write GPU memory (512 KiB Simple chunks), NVLS tree across a
+network whose NICs read and write GPU memory (512 KiB Simple chunks; ``verbs`` when NCCL's own
+InfiniBand verbs transport drives them, IB or RoCE: the NIC RDMA-writes each chunk into the
+peer's GPU memory, where EFA's plugin posts SRD messages through libfabric from the proxy
+thread), NVLS tree across a
 network (32-128 KiB chunks, ``calcCollChunking``, whose flow-control window
 :attr:`NcclTuning.nvls_tree_rtt_scale` also scales), or rings and trees across a transport
 that stages every byte through host memory (sockets, RDMA without GPUDirect: each chunk
@@ -328,9 +336,9 @@ class NcclTuning:
 
 FITTED_TUNING = NcclTuning(
     nvls_tree_rtt_scale=1.0,
-    call_overhead_us=(("node", 28.2), ("ib", 7.9), ("roce", 7.9), ("socket", 48.8), ("efa", 56.4),
+    call_overhead_us=(("node", 28.2), ("ib", -0.9), ("roce", -0.9), ("socket", 48.8), ("efa", 56.4),
                       ("tcpx", 48.8), ("tcpxo", 41.1)),
-    ramp_half_bytes=(("node", 64.0 * 2**20), ("network", 2.0 * 2**20),
+    ramp_half_bytes=(("node", 64.0 * 2**20), ("network", 2.0 * 2**20), ("verbs", 0.0),
                      ("nvls_tree", 32.0 * 2**20), ("staged", 2.0 * 2**20), ("tcpx", 32.0 * 2**20)),
     ramp_exponent=0.5,
     nvls_step_latency_us=5.5,
@@ -339,8 +347,10 @@ FITTED_TUNING = NcclTuning(
 """The default, fitted on every reference system (``tests/data/collectives_reference.csv``) by
 ``python validation/accuracy_collectives.py --fit``, which prints it (the accuracy it reports
 refits it leaving each system out): per-call overheads on each system's smallest-message row
-below 1 MiB (``node``: median of the single-server systems; ``ib``: two A100 nodes on HDR,
-NVIDIA/nccl-tests#150, 19.9 us at 8 B; ``efa``: AWS p4de/p5/p6; ``tcpxo``: GCP A3 Mega); kinds
+below 1 MiB (``node``: median of the single-server systems; ``ib``: median of two A100 nodes on
+HDR, NVIDIA/nccl-tests#150, 19.9 us at 8 B, and the two and four XE9680 H100 nodes of
+NVIDIA/nccl-tests#309, whose 16 B rows sit 1 us under NCCL's own latency; ``efa``: AWS
+p4de/p5/p6; ``tcpxo``: GCP A3 Mega); kinds
 without a reference system with such a row take their transport family's (``roce``: the
 verbs transport ``ib`` runs; ``socket``, ``tcpx``: the host-driven kinds EFA and TCPXO), an
 assumption; the
