@@ -220,7 +220,9 @@ def fit(train: list[str]) -> NcclTuning:
                   if k != "node" and VERBS_KINDS.get(k, False) == VERBS_KINDS.get(kind, False)]
         return statistics.median(family) if family else fallback_net
 
-    overheads = tuple((k, round(overhead(k), 1)) for k in CALL_SCOPES)
+    # A host overhead cannot be negative: where NCCL's own latency already exceeds a system's
+    # smallest-message time (the #309 pairs, 1 us under it), nothing is added.
+    overheads = tuple((k, round(max(0.0, overhead(k)), 1)) for k in CALL_SCOPES)
     scored = [r for r in rows if r.scored]
     node_rows = [r for r in scored if scope(r)[1] == "node"]
     net_rows = [r for r in scored if scope(r)[1] in ("network", "verbs")]

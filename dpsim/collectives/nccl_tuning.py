@@ -336,7 +336,7 @@ class NcclTuning:
 
 FITTED_TUNING = NcclTuning(
     nvls_tree_rtt_scale=1.0,
-    call_overhead_us=(("node", 28.2), ("ib", -0.9), ("roce", -0.9), ("socket", 48.8), ("efa", 56.4),
+    call_overhead_us=(("node", 28.2), ("ib", 0.0), ("roce", 0.0), ("socket", 48.8), ("efa", 56.4),
                       ("tcpx", 48.8), ("tcpxo", 41.1)),
     ramp_half_bytes=(("node", 64.0 * 2**20), ("network", 2.0 * 2**20), ("verbs", 0.0),
                      ("nvls_tree", 32.0 * 2**20), ("staged", 2.0 * 2**20), ("tcpx", 32.0 * 2**20)),
@@ -349,7 +349,8 @@ FITTED_TUNING = NcclTuning(
 refits it leaving each system out): per-call overheads on each system's smallest-message row
 below 1 MiB (``node``: median of the single-server systems; ``ib``: median of two A100 nodes on
 HDR, NVIDIA/nccl-tests#150, 19.9 us at 8 B, and the two and four XE9680 H100 nodes of
-NVIDIA/nccl-tests#309, whose 16 B rows sit 1 us under NCCL's own latency; ``efa``: AWS
+NVIDIA/nccl-tests#309, whose 16 B rows sit 1 us under NCCL's own latency: a median of -0.9 us,
+held at 0 since a host overhead cannot be negative; ``efa``: AWS
 p4de/p5/p6; ``tcpxo``: GCP A3 Mega); kinds
 without a reference system with such a row take their transport family's (``roce``: the
 verbs transport ``ib`` runs; ``socket``, ``tcpx``: the host-driven kinds EFA and TCPXO), an
