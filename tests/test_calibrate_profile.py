@@ -308,6 +308,13 @@ def test_fresh_processes_set_the_level_and_the_wait_is_kept():
     s = profile_from_results({"compute": {"device": "cpu", "model_step": plain}}, name="old").compute.model_step
     assert s.forward_s == 0.01 and s.fresh_process_ratio is None and s.after_comm_extra_s is None
     assert s.fresh_process_steps_s is None
+    # Ranks that outnumber the cores: the wait is not charged, and the profile says why.
+    shared = dict(step, after_comm={**step["after_comm"], "cores": {"ranks_per_machine": 4, "threads_per_rank": 1,
+                                                                    "cpu_cores": 2}})
+    p = profile_from_results({"compute": {"device": "cpu", "model_step": shared}}, name="shared")
+    assert p.compute.model_step.after_comm_extra_s is None and p.compute.model_step.after_comm_wait_s is None
+    assert any("+3 ms but is not charged: 4 ranks x 1 threads share 2 cores" in w for w in p.warnings)
+    assert not profile_from_results({"compute": {"device": "cpu", "model_step": step}}, name="own").warnings
 
 
 def test_step_time_cv_round_trip_and_older_profiles(tmp_path):

@@ -29,6 +29,7 @@ from dpsim.profile.schema import (
     after_comm_fields,
     fit_warnings,
     make_op_calibration,
+    ranks_share_cores,
 )
 from dpsim.stats import mean_confidence_interval
 
@@ -178,6 +179,10 @@ def profile_from_results(results: dict, *, name: str, description: str = "",
         if c.get("model_step"):
             s = c["model_step"]
             interval = s.get("interval") or {}
+            if (why := ranks_share_cores(s.get("after_comm"))) is not None:
+                capped.append(f"the step right after a wait on the network measured "
+                              f"{1e3 * s['after_comm']['extra_s']:+.3g} ms but is not charged: {why}, so it "
+                              "times how the scheduler deals the cores out, not the wait")
             layer_rows = s.get("layer_times") or s.get("layers") or []
             # The in-process times hold the step's split; fresh processes (a training run is
             # one) set its level: every time scaled by their ratio.
