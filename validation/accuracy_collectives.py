@@ -257,30 +257,27 @@ def fit(train: list[str]) -> NcclTuning:
         if best is None or total < best[0] - 1e-12:
             best = (total, gamma, node_best[1], net_best[1], net_best[2], net_best[3])
     _, gamma, h_node, h_net, h_nvls_tree, rtt = best
+    def own_half(kind: str, fallback: float, **given) -> float:
+        """The ramp half-size (MiB) of scope ``kind`` fitted on its own training rows, the
+        rest of the tuning ``given``; ``fallback`` when no training system has such rows."""
+        kind_rows = [r for r in scored if scope(r)[1] == kind]
+        if not kind_rows:
+            return fallback
+        extra = given.pop("ramp_half_bytes", ())
+        return min((_loss(kind_rows, NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma,
+                                                ramp_half_bytes=((kind, h * MiB), *extra), **given)), h)
+                   for h in HALF_GRID_MIB)[1]
+
     # NCCL's verbs transport (IB, RoCE) and the other GPUDirect NICs (EFA) then ramp each on its
     # own rows, given the exponent and the NVLS-tree ramp; a kind without training rows keeps
     # the joint fit's.
-    split = {}
-    for kind in ("verbs", "network"):
-        kind_rows = [r for r in scored if scope(r)[1] == kind]
-        split[kind] = h_net
-        if kind_rows:
-            split[kind] = min((_loss(kind_rows, NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma,
-                                                           nvls_tree_rtt_scale=rtt,
-                                                           ramp_half_bytes=((kind, h * MiB),
-                                                                            ("nvls_tree", h_nvls_tree * MiB)))), h)
-                              for h in HALF_GRID_MIB)[1]
+    split = {kind: own_half(kind, h_net, nvls_tree_rtt_scale=rtt,
+                            ramp_half_bytes=(("nvls_tree", h_nvls_tree * MiB),))
+             for kind in ("verbs", "network")}
     h_net = split["network"]
     # Host-staged transports (sockets) and Google's TCPX/TCPXO: each its own ramp when a
     # training system has such rows, else the network's.
-    own = {}
-    for kind in ("staged", "tcpx"):
-        kind_rows = [r for r in scored if scope(r)[1] == kind]
-        own[kind] = h_net
-        if kind_rows:
-            own[kind] = min((_loss(kind_rows, NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma,
-                                                         ramp_half_bytes=((kind, h * MiB),))), h)
-                            for h in HALF_GRID_MIB)[1]
+    own = {kind: own_half(kind, h_net) for kind in ("staged", "tcpx")}
     return NcclTuning(nvls_tree_rtt_scale=rtt, call_overhead_us=overheads, ramp_exponent=gamma,
                       ramp_half_bytes=(("node", h_node * MiB), ("network", h_net * MiB),
                                        ("verbs", split["verbs"] * MiB),
