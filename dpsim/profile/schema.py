@@ -317,8 +317,8 @@ def ranks_share_cores(record: dict | None) -> str | None:
     threads than cores run on one machine (validate's emulated hosts, or CPU ranks packed
     on a node), every rank leaves the all-reduce at once and the paired difference times
     how the scheduler deals the shared cores out, not a cost of the wait: the step it
-    predicts is already timed with the ranks sharing the cores. VALIDATION.md part 1: all
-    nine such cases (parts 1 and 2) came out slow by about the charge.
+    predicts is already timed with the ranks sharing the cores. VALIDATION.md part 1 has
+    the evidence: chosen on one run of the matrix, checked on a fresh one.
     """
     cores = (record or {}).get("cores")
     if not cores:
