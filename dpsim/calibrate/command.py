@@ -326,6 +326,52 @@ def _available_memory_bytes() -> float | None:
     return None
 
 
+LOCAL_RANKS_PER_CORE = 4
+"""Local gloo ranks allowed per core this process may run on. Past a few ranks per core a
+collective's time measures the scheduler dealing out the cores, not the transport: VALIDATION
+part 1 ran up to 8 ranks on 2 cores (4 per core) and had to leave the step after a wait
+uncharged there (:func:`dpsim.profile.schema.ranks_share_cores`); more than that calibrates nothing."""
+
+RANK_PROCESS_BYTES = 256 * 2**20
+"""Resident memory of one local gloo rank before its buffers: Python, torch 2.13 (CPU build) and a
+gloo process group, measured here at 225 MiB peak RSS (``ru_maxrss`` after ``init_process_group`` and
+a 4 MiB all-reduce), rounded up."""
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which containers and ``taskset`` narrow)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def local_rank_capacity(largest_buffer_bytes: float) -> tuple[int, str]:
+    """How many local gloo ranks this machine can run, and what sets the bound (cores or memory).
+
+    Each rank holds its process (:data:`RANK_PROCESS_BYTES`) and a collective's input and output
+    buffers of up to ``largest_buffer_bytes`` each.
+    """
+    cores = usable_cores()
+    by_cores = LOCAL_RANKS_PER_CORE * cores
+    available = _available_memory_bytes()
+    per_rank = RANK_PROCESS_BYTES + 2.0 * largest_buffer_bytes
+    by_memory = int(available * 0.9 // per_rank) if available is not None else by_cores
+    if by_memory < by_cores:
+        return by_memory, (f"{format_bytes(available)} of available memory at about {format_bytes(per_rank)} "
+                           f"per rank (the process and its largest collective buffers)")
+    return by_cores, f"{cores} usable core{'s' if cores != 1 else ''} x {LOCAL_RANKS_PER_CORE} ranks per core"
+
+
+def check_local_ranks(nproc: int, opts: CalibrateOptions) -> None:
+    """Refuse, before any rank starts, more local gloo ranks than this machine can run."""
+    hi = opts.maxbytes if opts.maxbytes is not None else CPU_SIZES[1]
+    limit, why = local_rank_capacity(max(hi, 64 * 2**20))
+    if nproc > limit:
+        flag = "--nproc" if opts.nproc is not None else "the default ranks"
+        raise ConfigError(f"{flag}: {nproc} local gloo ranks is more than this machine can run ({limit}: {why}); "
+                          f"use --nproc {max(2, limit)} or fewer, or run under torchrun across hosts")
+
+
 def check_memory(model: ModelSpec, opts: CalibrateOptions, *, backend: str, ranks_here: int,
                  device_memory_bytes: float | None) -> None:
     """Refuse, before starting, a model step that cannot fit: on CPU the ranks of this host share
@@ -413,7 +459,6 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
     name = opts.name or (Path(opts.out).stem if opts.out else host)
     if rank0:
         check_out(opts.out or default_out(name), force=opts.force)
-    model = trace_model(opts)
     detected, n_gpus = default_backend()
     backend = opts.backend or detected
     if backend == "nccl" and n_gpus == 0:
@@ -433,6 +478,9 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
         if opts.ranks_per_node is not None and nproc % opts.ranks_per_node:
             raise ConfigError(f"--ranks-per-node: {opts.ranks_per_node} does not divide --nproc {nproc}")
         ranks_here = nproc
+        if backend == "gloo":
+            check_local_ranks(nproc, opts)
+    model = trace_model(opts)
     if model is not None:
         check_memory(model, opts, backend=backend, ranks_here=ranks_here,
                      device_memory_bytes=_device_memory_bytes() if backend == "nccl" else None)

@@ -36,7 +36,7 @@ def calibrate(
     force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
     backend: Optional[str] = typer.Option(None, "--backend", help="nccl or gloo (default: nccl if torch sees GPUs)."),
     nproc: Optional[int] = typer.Option(
-        None, "--nproc", help="Local ranks (default: every GPU; gloo: up to 4 CPU processes). Not under torchrun."),
+        None, "--nproc", help="Local ranks (default: every GPU; gloo: up to 4 CPU processes; at most 4 per usable core and what memory holds). Not under torchrun."),
     ranks_per_node: Optional[int] = typer.Option(
         None, "--ranks-per-node", help="Treat every K consecutive ranks as one node: when measuring (default: "
                                        "torchrun's node rank GROUP_RANK, else LOCAL_WORLD_SIZE, else the host "
