@@ -128,6 +128,9 @@ def goodput_command(
         "checkpoint_bytes": checkpoint_bytes, "checkpoint_interval_s": interval_s, "checkpoint_write_s": write_s,
         "restart_s": restart_s, "replace_s": replace_s, "seed": seed,
         "result": headline.to_dict(),
+        # The model-error interval of the failure-free time to train (the step's, scaled to the work);
+        # the 95 % CIs of "result" are run-to-run variability of failures, a separate interval.
+        "work_model_error": p.model_error.scaled(work_s / p.step_time_s).to_dict() if p.model_error else None,
         "interval_study": study.to_dict(),
         "elastic": {"wait": choice["wait"].to_dict(), "shrink": choice["shrink"].to_dict(),
                     "better": best.policy},
@@ -161,10 +164,13 @@ def _print(out: dict, headline, study, choice) -> None:
     t.add_column("value", justify="right")
     lo, hi = headline.wall_ci_s
     rows = [
-        ("failure-free time", _days(out["work_s"])),
+        ("failure-free time", _days(out["work_s"]) + (
+            "" if out["work_model_error"] is None else
+            f" (model error p10-p90 {_days(out['work_model_error']['low_s'])} .. "
+            f"{_days(out['work_model_error']['high_s'])})")),
         ("checkpoint every / write / restart",
          f"{_days(out['checkpoint_interval_s'])} / {_days(out['checkpoint_write_s'])} / {_days(out['restart_s'])}"),
-        ("wall-clock time", f"{_days(headline.wall_s)} (95 % CI {_days(lo)} .. {_days(hi)})"),
+        ("wall-clock time", f"{_days(headline.wall_s)} (failure variability 95 % CI {_days(lo)} .. {_days(hi)})"),
         ("goodput", f"{100 * headline.goodput:.2f} % (95 % CI {100 * headline.goodput_ci[0]:.2f} .. "
                     f"{100 * headline.goodput_ci[1]:.2f} %)"),
         ("failures", f"{headline.failures:.1f}"),

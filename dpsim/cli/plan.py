@@ -185,6 +185,16 @@ def _split(raw: str, flag: str) -> list[str]:
     return values
 
 
+def _model_error_cell(col: str, row: dict) -> str:
+    """`` (low - high)`` after the step, when the row carries its model-error interval."""
+    from dpsim.units import format_seconds
+
+    low, high = row.get("model_error_low_s"), row.get("model_error_high_s")
+    if col != "step_time_s" or low is None or high is None or low != low:
+        return ""
+    return f" ({format_seconds(low)} - {format_seconds(high)})"
+
+
 def _print_table(df, spec) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -195,7 +205,7 @@ def _print_table(df, spec) -> None:
     axes = spec.varying or list(spec.axes) or ["gpus"]
     table = Table(title=f"dpsim sweep: {len(df)} point{'s' if len(df) != 1 else ''}", header_style="bold")
     tokens = "tokens_per_s" in df.columns and df["tokens_per_s"].notna().any()
-    result_cols = [("step", "step_time_s"), ("tokens/s" if tokens else "samples/s",
+    result_cols = [("step (p10-p90 model error)", "step_time_s"), ("tokens/s" if tokens else "samples/s",
                                              "tokens_per_s" if tokens else "samples_per_s"),
                    ("efficiency", "scaling_efficiency"), ("exposed comm", "exposed_comm_s"),
                    ("memory/GPU", "memory_total_bytes"), ("fits", "memory_fits"), ("$/hour", "usd_per_hour")]
@@ -231,7 +241,7 @@ def _print_table(df, spec) -> None:
     for row in df.head(_SHOW_ROWS).to_dict(orient="records"):
         cells = ["default" if row.get(a) is None or row.get(a) != row.get(a) else escape(str(row.get(a)))
                  for a in axes]
-        cells += [fmt(col, row.get(col)) for _, col in result_cols]
+        cells += [fmt(col, row.get(col)) + _model_error_cell(col, row) for _, col in result_cols]
         table.add_row(*cells)
     console = Console()
     console.print(table)

@@ -223,7 +223,14 @@ class Estimate:
             "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
             "usd_per_hour": self.usd_per_hour, "time_to_train_s": self.time_to_train_s, "cost_usd": self.cost_usd,
             "verified_step_time_s": self.verified.step_time_s if self.verified is not None else None,
+            "model_error": self.model_error.to_dict() if self.model_error is not None else None,
         }
+
+    @property
+    def model_error(self):
+        """The simulated step's model-error interval (:mod:`dpsim.predict.model_error`); ``None``
+        for a closed-form estimate, which only ranks (the verified candidates carry the numbers)."""
+        return self.verified.model_error if self.verified is not None else None
 
 
 @dataclass(frozen=True, kw_only=True)

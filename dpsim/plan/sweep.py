@@ -76,6 +76,9 @@ def prediction_record(p: Prediction) -> dict[str, Any]:
             row[key] = _plain(value)
 
     for key, value in p.to_dict().items():
+        if key == "model_error" and value is not None:
+            # the interval and what widened it; the regime and its row ids stay in predict --json
+            value = {k: value[k] for k in ("low_s", "high_s", "coverage", "widened_for")}
         if key not in ("schema", "config"):
             put(key, value)
     return row
@@ -101,6 +104,9 @@ def cost_columns(row: Mapping[str, Any], *, tokens: float | None = None, samples
                               gpu_hour_usd=price)
             out.update(time_to_train_s=c.time_s, time_to_train_days=c.time_days, gpu_hours=c.gpu_hours,
                        cost_usd=c.cost_usd)
+            if row.get("model_error_low_s") is not None:  # the model-error interval, scaled to the run
+                out.update(time_to_train_low_s=c.time_s * row["model_error_low_s"] / row["step_time_s"],
+                           time_to_train_high_s=c.time_s * row["model_error_high_s"] / row["step_time_s"])
     return out
 
 

@@ -12,6 +12,7 @@ from dpsim.engine.program import StepProgram
 from dpsim.engine.simulate import SimulationResult
 from dpsim.memory import FitAdvice, MemoryBreakdown
 from dpsim.predict.config import PredictConfig
+from dpsim.predict.model_error import ModelErrorInterval
 from dpsim.predict.provenance import Provenance
 
 
@@ -97,6 +98,9 @@ class Prediction:
     """Time the input pipeline needs for one step's micro-batches (``--input-samples-per-s``)."""
     input_bound: bool = False
     """The input pipeline, not compute or communication, sets the step time."""
+    model_error: ModelErrorInterval | None = None
+    """How far the model's step time is to be trusted: a p10-p90 interval from the validation
+    rows of the prediction's regime (:mod:`dpsim.predict.model_error`); not run-to-run variability."""
 
     @property
     def overlap_fraction(self) -> float:
@@ -171,4 +175,5 @@ class Prediction:
             "ddp": dict(self.ddp) if self.ddp is not None else None,
             "input_step_s": self.input_step_s,
             "input_bound": self.input_bound,
+            "model_error": self.model_error.to_dict() if self.model_error is not None else None,
         }

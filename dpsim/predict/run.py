@@ -30,6 +30,8 @@ from dpsim.predict.layout import (
     predict_layout,
 )
 from dpsim.predict.memo import memoized
+from dpsim.predict.model_error import interval as model_error_interval
+from dpsim.predict.model_error import regime_of
 from dpsim.predict.provenance import (
     SensitivityPoint,
     TransportSensitivity,
@@ -175,9 +177,10 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
     else:
         provenance = preset_provenance(config, gpu, topology)
     if config.layout_active:
-        return predict_layout(config, topology=topology, gpu=gpu, model=model, precision=precision,
-                              compute=compute, collectives=collectives, provenance=provenance,
-                              comm_slowdown=comm_slowdown, profile=profile)
+        return with_model_error(predict_layout(config, topology=topology, gpu=gpu, model=model, precision=precision,
+                                               compute=compute, collectives=collectives, provenance=provenance,
+                                               comm_slowdown=comm_slowdown, profile=profile),
+                                model=model, gpu=gpu, topology=topology)
 
     plan = memoized(
         build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
@@ -220,7 +223,7 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
                                              step_time_s=step_time)
         if sensitivity is not None:
             provenance = replace(provenance, transport_sensitivity=sensitivity)
-    return Prediction(
+    return with_model_error(Prediction(
         config=config,
         topology=topology.spec.name,
         gpu=gpu.name,
@@ -257,7 +260,19 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
                         comm_slowdown),
         input_step_s=input_step,
         input_bound=input_bound,
-    )
+    ), model=model, gpu=gpu, topology=topology)
+
+
+def with_model_error(prediction: Prediction, *, model: ModelSpec, gpu, topology: Topology) -> Prediction:
+    """``prediction`` with its model-error interval (:mod:`dpsim.predict.model_error`): compute
+    measured (a profile's step or ``--single-gpu-step-ms``) or modelled, layout or data parallelism."""
+    provenance = prediction.provenance
+    measured = provenance is not None and provenance.compute.source != "model"
+    regime = regime_of(model=model, gpu=gpu, topology=topology, n_gpus=topology.n_gpus, measured_compute=measured,
+                       layout=prediction.config.layout_active,
+                       exposed_share=prediction.exposed_comm_s / prediction.step_time_s if prediction.step_time_s > 0
+                       else 0.0)
+    return replace(prediction, model_error=model_error_interval(prediction.step_time_s, regime))
 
 
 def _ddp_kwargs(config: PredictConfig, gpu, profile) -> dict:

@@ -84,7 +84,10 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
         table.add_column(col, justify="left" if col == "layout" else "right", no_wrap=True)
     for i, e in enumerate(result.ranked, 1):
         table.add_row(
-            f"{i}{'*' if e.verified is not None else ''}", escape(_short(e.candidate)), format_seconds(e.step_time_s),
+            f"{i}{'*' if e.verified is not None else ''}", escape(_short(e.candidate)),
+            format_seconds(e.step_time_s) + ("" if e.model_error is None else
+                                             f" ({format_seconds(e.model_error.low_s)} - "
+                                             f"{format_seconds(e.model_error.high_s)})"),
             f"{e.tokens_per_s:,.0f}" if tokens and e.tokens_per_s else f"{e.samples_per_s:,.1f}",
             "-" if e.mfu is None else _pct(e.mfu), format_bytes(e.memory_bytes),
             "-" if e.time_to_train_s is None else f"{e.time_to_train_s / 86400:,.1f} d",
@@ -92,7 +95,8 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
     console.print(table)
     console.print("layout: GPUs: tensor x pipeline x data sizes, iN = interleaved with N chunks per stage, "
                   "data-parallel strategy, micro-batch, sel/full = recomputation, sp = sequence parallelism")
-    console.print(f"* simulated step by step; the others are closed-form estimates. Refused: "
+    console.print(f"* simulated step by step, with its p10-p90 model error; the others are closed-form "
+                  f"estimates. Refused: "
                   f"{counts['do_not_fit']} do not fit in memory, {counts['refused_by_placement']} cannot be placed"
                   + (f", {counts['over_budget']} over budget" if counts.get("over_budget") else ""))
     best = result.best

@@ -62,7 +62,7 @@ def prediction_tables(p: Prediction) -> list[Table]:
     step.add_column("step", justify="left")
     step.add_column("value", justify="right")
     rows = [
-        ("step time", format_seconds(p.step_time_s)),
+        ("step time", format_seconds(p.step_time_s) + _model_error_suffix(p)),
         ("  forward", format_seconds(p.forward_s)),
         ("  backward", format_seconds(p.backward_s)),
         ("  optimizer", format_seconds(p.optimizer_s)),
@@ -98,7 +98,7 @@ def prediction_tables(p: Prediction) -> list[Table]:
     if not m.fits and m.suggestion:
         mem.add_row("what would fit", escape(m.suggestion))
     tables = [step, mem]
-    provenance = _provenance_rows(p)
+    provenance = _provenance_rows(p) + _model_error_rows(p)
     if provenance:
         where = Table(title="where the numbers come from", header_style="bold")
         where.add_column("what")
@@ -107,6 +107,28 @@ def prediction_tables(p: Prediction) -> list[Table]:
             where.add_row(name, value)
         tables.append(where)
     return tables
+
+
+def _model_error_suffix(p: Prediction) -> str:
+    """`` (low-high, 80 %)``: the model-error interval of the step time, when there is one."""
+    e = p.model_error
+    if e is None:
+        return ""
+    return f" ({format_seconds(e.low_s)} - {format_seconds(e.high_s)}, {e.coverage:.0%})"
+
+
+def _model_error_rows(p: Prediction) -> list[tuple[str, str]]:
+    """What set the model-error interval: the validation rows of the regime, and any extrapolation."""
+    e = p.model_error
+    if e is None:
+        return []
+    pools = " + ".join(e.regime.get("pools", []))
+    keys = "; ".join(f"{pool}: " + (", ".join(f"{k} {v}" for k, v in e.regime[pool].items()) or "all rows")
+                     for pool in e.regime.get("pools", []))
+    rows = [("model error", escape(f"p10-p90 of {len(e.rows)} validation rows ({pools}; {keys}), each "
+                                   "predicted without its own system; VALIDATION.md reports the coverage"))]
+    rows += [("  widened", escape(w)) for w in e.widened_for]
+    return rows
 
 
 def print_prediction(p: Prediction, console: Console | None = None) -> None:

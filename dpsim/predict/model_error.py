@@ -1,0 +1,387 @@
+"""How far to trust a prediction: a model-error interval from the project's own validation residuals.
+
+Every validation row (``validation/model_error.py`` gathers them) is one published measurement
+predicted with nothing fitted on its own system, kept as ``ln(measured time / predicted time)``
+with the facts that place it in a *regime*: which part of the model it tests (its *pool*), the
+GPU's architecture, the model family and size, and the GPUs it ran on. A prediction's interval
+is built from the rows of the regime it falls in:
+
+* **Pools.** ``compute`` (one GPU's step from the presets and the roofline, leave-one-chip-out),
+  ``ddp`` (a data-parallel step from a measured one-GPU step: buckets, NCCL, overlap) and
+  ``layout`` (sharded and tensor x pipeline x data layouts of large transformers from presets).
+  A preset prediction of a data-parallel job on several GPUs carries both the compute error and
+  the communication/overlap error: its residuals are every sum of a ``compute`` and a ``ddp``
+  residual (the errors of two independent parts add in log space). A prediction whose compute
+  was measured (``--single-gpu-step-ms``, a calibration profile) carries only the ``ddp`` error;
+  tensor/pipeline layouts and transformers of a billion parameters or more take ``layout``.
+* **Regime.** Within a pool the rows that share the query's GPU architecture, model family,
+  size band and scale band; keys are dropped from the last (scale, then size, family,
+  architecture) until at least :data:`MIN_ROWS` rows remain.
+* **Interval.** The split-conformal quantiles of those residuals: with ``n`` rows, the
+  ``ceil(0.9 (n + 1))``-th smallest and the ``floor(0.1 (n + 1))``-th (interpolated), which
+  cover a new exchangeable row at least 80 % of the time. Systems are not exchangeable, so
+  the claim is measured, not assumed: :func:`loso_coverage` leaves each system out, builds its
+  rows' intervals from the others exactly as a prediction would, and counts how many fall inside
+  (VALIDATION.md, "Model-error intervals"; ``tests/test_model_error.py`` holds the bar).
+* **Extrapolation.** Each way the query leaves the validated ground widens both sides of the
+  interval by :data:`WIDEN_PER_EXTRAPOLATION`, and is named: a GPU architecture, model family,
+  model size or scale that no row of the pool has, or an intra-node fabric or network transport
+  that no published collective measurement validated (``collective_classes`` of the rows file).
+
+The interval is the *model's* error. Run-to-run variability (stragglers, noise) is a separate
+interval, from :mod:`dpsim.variability`, and is labelled as such.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROWS_FILE = Path(__file__).with_name("model_error_rows.json")
+"""The residuals, written by ``python validation/model_error.py --write``."""
+
+POOLS = ("compute", "ddp", "layout")
+"""What a residual row tests about a whole step (module docstring)."""
+
+COLLECTIVE_POOL = "collective"
+"""Published all-reduce times (>= 1 MiB), each predicted with the NCCL constants fitted on the
+other platforms: the error of a step's exposed communication over its fabric."""
+
+COLLECTIVE_KEYS = ("fabric",)
+"""Regime key of the collective pool: the fabric class the exposed communication crosses."""
+
+COVERAGE = 0.80
+"""The interval's nominal coverage (p10-p90)."""
+
+MIN_ROWS = 16
+"""Fewest rows a regime keeps before a key is dropped: the 80 % conformal interval is finite
+from 9 rows (``ceil(0.9 x 10) = 9``)."""
+
+WIDEN_PER_EXTRAPOLATION = 1.5
+"""Each side of the interval grows by this factor for each way the query extrapolates."""
+
+LARGE_TRANSFORMER_PARAMS = 1e9
+"""Transformers from this size on are judged on the ``layout`` pool (large-model runs)."""
+
+SIZE_BANDS = ((1e9, "<1B"), (2e10, "1-20B"), (2e11, "20-200B"), (math.inf, ">=200B"))
+"""Model size bands: (upper bound in parameters, label)."""
+
+SCALE_BANDS = ((1, "1"), (8, "2-8"), (512, "9-512"), (math.inf, ">512"))
+"""GPU-count bands: (upper bound, label)."""
+
+REGIME_KEYS = ("gpu_arch", "model_family", "size_band", "scale_band")
+"""Regime keys in the order they are kept: the last is dropped first."""
+
+SIZE_EXTRAPOLATION = 2.0
+"""A model more than this factor larger or smaller than every row of its pool extrapolates."""
+
+SCALE_EXTRAPOLATION = 2.0
+"""A job on more than this factor more GPUs than every multi-GPU row of its pool extrapolates."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResidualRow:
+    """One validation row: a published measurement against its leave-one-system-out prediction."""
+
+    id: str
+    """Row id in its reference CSV (``T001``, ``D003``, ``N01``...)."""
+    pool: str
+    """What it tests (:data:`POOLS`)."""
+    system: str
+    """The unit left out together (a GPU chip, a server, a publication's cluster and software)."""
+    log_ratio: float
+    """``ln(measured step time / predicted step time)``: positive when dpsim is fast."""
+    gpu_arch: str
+    """GPU architecture (:data:`dpsim.hardware.ARCHITECTURES`)."""
+    model_family: str
+    """``cnn``, ``encoder``, ``decoder`` or ``unknown`` (:func:`model_family`)."""
+    params: float
+    """Model parameters."""
+    gpus: int
+    """GPUs of the run."""
+    source: str
+    """Where the measurement comes from (the reference CSV's citation, shortened)."""
+    fabric: str = ""
+    """A collective row's fabric class (``nvswitch``, ``ib``, ``tcp``...); empty for step rows."""
+
+    @property
+    def size_band(self) -> str:
+        return band(self.params, SIZE_BANDS)
+
+    @property
+    def scale_band(self) -> str:
+        return band(self.gpus, SCALE_BANDS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Regime:
+    """Where a prediction falls: what its residuals are drawn from."""
+
+    pools: tuple[str, ...]
+    """Pools whose errors add up in this prediction (``("compute", "ddp")``, ``("ddp",)``, ``("layout",)``...)."""
+    gpu_arch: str
+    """GPU architecture."""
+    model_family: str
+    """Model family (:func:`model_family`)."""
+    params: float
+    """Model parameters."""
+    gpus: int
+    """GPUs of the job."""
+    fabric: str = ""
+    """The fabric class the job's communication crosses: the network transport's across servers,
+    else the intra-node fabric's; empty on one GPU."""
+    exposed_share: float = 0.0
+    """Exposed communication over the predicted step: the share of the step the collective pool's
+    error applies to (the rest carries the step pools' error)."""
+    unvalidated_fabric: tuple[str, ...] = ()
+    """Intra-node fabrics and network transports the job uses that no published collective
+    measurement validated (each widens the interval)."""
+
+    @property
+    def size_band(self) -> str:
+        return band(self.params, SIZE_BANDS)
+
+    @property
+    def scale_band(self) -> str:
+        return band(self.gpus, SCALE_BANDS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelErrorInterval:
+    """A p10-p90 interval of the measured step time, given the prediction and its regime."""
+
+    predicted_s: float
+    """The predicted step time."""
+    low_s: float
+    """Lower end: the measured step should be at least this long 9 times in 10."""
+    high_s: float
+    """Upper end: the measured step should be at most this long 9 times in 10."""
+    coverage: float = COVERAGE
+    """Nominal coverage of the interval."""
+    regime: dict = field(default_factory=dict)
+    """The regime as matched: pools and the keys kept (dropped keys are absent)."""
+    rows: tuple[str, ...] = ()
+    """Ids of the validation rows that set the width."""
+    widened_for: tuple[str, ...] = ()
+    """Each way the query extrapolates beyond the validation rows (each widens the interval)."""
+
+    def scaled(self, factor: float) -> ModelErrorInterval:
+        """The same relative interval on a quantity ``factor`` times the step (time to train)."""
+        return ModelErrorInterval(predicted_s=self.predicted_s * factor, low_s=self.low_s * factor,
+                                  high_s=self.high_s * factor, coverage=self.coverage, regime=self.regime,
+                                  rows=self.rows, widened_for=self.widened_for)
+
+    def throughput_range(self, value: float) -> tuple[float, float]:
+        """A throughput's interval: ``value`` is inversely proportional to the step time."""
+        return value * self.predicted_s / self.high_s, value * self.predicted_s / self.low_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "model-error", "coverage": self.coverage, "low_s": self.low_s, "high_s": self.high_s,
+                "regime": dict(self.regime), "rows": list(self.rows), "widened_for": list(self.widened_for)}
+
+
+def band(value: float, bands: tuple[tuple[float, str], ...]) -> str:
+    """The label of the first band whose upper bound is at least ``value``."""
+    for upper, label in bands:
+        if value <= upper:
+            return label
+    raise AssertionError(value)
+
+
+def model_family(model) -> str:
+    """``cnn`` (convolutions), ``decoder`` (causal attention), ``encoder`` (other attention) or
+    ``unknown`` (a model known only by its FLOPs), from a :class:`~dpsim.workload.spec.ModelSpec`'s ops."""
+    from dpsim.workload.spec import AttentionOp, MatmulOp
+
+    ops = [op for layer in model.layers for op in layer.ops]
+    if any(isinstance(op, AttentionOp) for op in ops):
+        return "decoder" if any(isinstance(op, AttentionOp) and op.causal for op in ops) else "encoder"
+    if any(isinstance(op, MatmulOp) and op.kind == "conv" for op in ops):
+        return "cnn"
+    return "unknown"
+
+
+@lru_cache(maxsize=1)
+def load_rows(path: Path = ROWS_FILE) -> tuple[tuple[ResidualRow, ...], frozenset[str]]:
+    """The shipped residual rows and the fabric classes published collectives validated."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    rows = tuple(ResidualRow(**r) for r in data["rows"])
+    return rows, frozenset(data["collective_classes"])
+
+
+def _select(rows: list[ResidualRow], regime: Regime, keys_in_order: tuple[str, ...]) -> tuple[list[ResidualRow], dict]:
+    """The rows of the regime, keys dropped from the last until :data:`MIN_ROWS` remain."""
+    for keep in range(len(keys_in_order), -1, -1):
+        keys = keys_in_order[:keep]
+        chosen = [r for r in rows if all(getattr(r, k) == getattr(regime, k) for k in keys)]
+        if len(chosen) >= MIN_ROWS or keep == 0:
+            return chosen, {k: getattr(regime, k) for k in keys}
+    raise AssertionError("unreachable")
+
+
+def _extrapolations(pool_rows: list[ResidualRow], regime: Regime, pool: str) -> list[str]:
+    out = []
+    scale = [r.gpus for r in pool_rows]
+    if pool != COLLECTIVE_POOL:
+        if regime.gpu_arch not in {r.gpu_arch for r in pool_rows}:
+            out.append(f"{pool}: no validation row on a {regime.gpu_arch} GPU")
+        if regime.model_family not in {r.model_family for r in pool_rows}:
+            out.append(f"{pool}: no validation row of a {regime.model_family} model")
+        sizes = [r.params for r in pool_rows]
+        if not min(sizes) / SIZE_EXTRAPOLATION <= regime.params <= max(sizes) * SIZE_EXTRAPOLATION:
+            out.append(f"{pool}: model size {regime.params:.3g} outside the validated {min(sizes):.3g}-{max(sizes):.3g}")
+    if regime.gpus > 1 and max(scale) > 1 and regime.gpus > max(scale) * SCALE_EXTRAPOLATION:
+        out.append(f"{pool}: {regime.gpus} GPUs beyond the validated {max(scale)}")
+    return out
+
+
+def _pool_samples(rows, regime: Regime, pool: str, matched: dict, ids: list, widened: list) -> np.ndarray:
+    pool_rows = [r for r in rows if r.pool == pool]
+    if not pool_rows:
+        raise AssertionError(f"no residual rows in pool {pool!r}")
+    chosen, keys = _select(pool_rows, regime, COLLECTIVE_KEYS if pool == COLLECTIVE_POOL else REGIME_KEYS)
+    matched[pool] = keys
+    ids += [r.id for r in chosen]
+    widened += _extrapolations(pool_rows, regime, pool)
+    return np.array([r.log_ratio for r in chosen])
+
+
+def log_interval(regime: Regime, rows: tuple[ResidualRow, ...] | list[ResidualRow] | None = None,
+                 ) -> tuple[float, float, dict, tuple[str, ...], tuple[str, ...]]:
+    """``(low, high, matched regime, row ids, extrapolations)`` of ``ln(measured / predicted)``.
+
+    ``rows`` defaults to the shipped rows (a test passes a subset to leave a system out).
+    """
+    rows = load_rows()[0] if rows is None else rows
+    matched: dict[str, Any] = {"pools": list(regime.pools)}
+    ids: list[str] = []
+    widened: list[str] = [f"{name} not validated by a published collective measurement"
+                          for name in regime.unvalidated_fabric]
+    sizes = []
+    step = np.zeros(1)
+    for pool in regime.pools:
+        values = _pool_samples(rows, regime, pool, matched, ids, widened)
+        step = np.add.outer(step, values).ravel()
+        sizes.append(len(values))
+    share = regime.exposed_share if regime.fabric else 0.0
+    if share > 0:
+        matched["pools"].append(COLLECTIVE_POOL)
+        matched["exposed_share"] = round(share, 4)
+        coll = _pool_samples(rows, regime, COLLECTIVE_POOL, matched, ids, widened)
+        sizes.append(len(coll))
+        # measured = compute part x its error + exposed communication x its error
+        step = np.log(np.add.outer((1 - share) * np.expm1(step), share * np.expm1(coll)).ravel() + 1.0)
+    assert sizes, "a regime needs a pool"
+    n_eff = min(sizes)
+    # Split-conformal ranks ceil(0.9 (n + 1)) and floor(0.1 (n + 1)) of n, as quantile levels
+    # (samples combined from several pools take the smallest pool's n).
+    level = min(1.0, (1 + COVERAGE) / 2 * (n_eff + 1) / n_eff)
+    low, center, high = np.quantile(step, [1.0 - level, 0.5, level])
+    factor = WIDEN_PER_EXTRAPOLATION ** len(widened)
+    low, high = center - (center - low) * factor, center + (high - center) * factor
+    return float(low), float(high), matched, tuple(ids), tuple(widened)
+
+
+def interval(step_s: float, regime: Regime) -> ModelErrorInterval:
+    """The model-error interval of a predicted step time ``step_s`` in ``regime``."""
+    low, high, matched, ids, widened = log_interval(regime)
+    return ModelErrorInterval(predicted_s=step_s, low_s=step_s * math.exp(low), high_s=step_s * math.exp(high),
+                              regime=matched, rows=ids, widened_for=widened)
+
+
+def fabric_class(interconnect: str) -> str:
+    """The collective class (``validation/accuracy_collectives.py``'s ``CLASSES``) of a server's interconnect."""
+    return {"nvswitch": "nvswitch", "nvlink-bridge": "nvlink-bridge", "xgmi": "xgmi"}.get(interconnect, interconnect)
+
+
+def transport_class(transport) -> str:
+    """The collective class of a network transport (:class:`~dpsim.topology.transport.TransportSpec`):
+    its NCCL plugin family (``socket`` is the ``tcp`` class, IPoIB included); a verbs or EFA
+    transport without GPUDirect RDMA stages through host memory, which no published row measured."""
+    kind = {"socket": "tcp"}.get(transport.kind, transport.kind)
+    if not transport.gpudirect and kind != "tcp":
+        return f"{kind} (host-staged)"
+    return kind
+
+
+def regime_of(*, model, gpu, topology, n_gpus: int, measured_compute: bool, layout: bool,
+              exposed_share: float) -> Regime:
+    """The regime of a prediction (module docstring: which pools, and the keys within them);
+    ``exposed_share``: the step's exposed communication over the step."""
+    family = model_family(model)
+    params = float(model.param_count)
+    if layout or (family in ("decoder", "encoder") and params >= LARGE_TRANSFORMER_PARAMS and not measured_compute):
+        pools: tuple[str, ...] = ("layout",)
+    elif measured_compute:
+        pools = ("ddp",)
+    elif n_gpus > 1:
+        pools = ("compute", "ddp")
+    else:
+        pools = ("compute",)
+    _, classes = load_rows()
+    unvalidated = []
+    fabric = ""
+    node = topology.spec.node
+    if n_gpus > 1 and node.gpus_per_node > 1:
+        fabric = fabric_class(node.interconnect)
+        if fabric not in classes:
+            unvalidated.append(f"intra-node fabric {fabric!r}")
+    if topology.spec.fabric is not None and n_gpus > node.gpus_per_node:
+        fabric = transport_class(topology.spec.fabric.transport)
+        if fabric not in classes:
+            unvalidated.append(f"network transport {fabric!r}")
+    return Regime(pools=pools, gpu_arch=gpu.architecture or "cpu", model_family=family, params=params, gpus=n_gpus,
+                  fabric=fabric, exposed_share=min(1.0, max(0.0, exposed_share)) if n_gpus > 1 else 0.0,
+                  unvalidated_fabric=tuple(unvalidated))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Coverage:
+    """Leave-one-system-out coverage of the intervals over one pool's rows (or all)."""
+
+    pool: str
+    """Pool, or ``all``."""
+    rows: int
+    """Rows scored."""
+    inside: int
+    """Rows whose measured time fell inside the interval built without their system."""
+    median_abs_error: float
+    """Median |measured / predicted - 1| of the rows."""
+    median_half_width: float
+    """Median half-width of their intervals, relative to the prediction: (high - low) / 2."""
+
+    @property
+    def fraction(self) -> float:
+        return self.inside / self.rows if self.rows else math.nan
+
+
+def loso_coverage(rows: tuple[ResidualRow, ...] | None = None) -> dict[str, Coverage]:
+    """Each row's interval built from the rows of every *other* system, as a prediction in the
+    row's own regime would build it (a collective row: a step that is all exposed communication
+    over its fabric); per pool and over all pools."""
+    rows = load_rows()[0] if rows is None else rows
+    per_pool: dict[str, list[tuple[bool, float, float]]] = {}
+    for row in rows:
+        others = [r for r in rows if r.system != row.system]
+        collective = row.pool == COLLECTIVE_POOL
+        regime = Regime(pools=() if collective else (row.pool,), gpu_arch=row.gpu_arch,
+                        model_family=row.model_family, params=row.params, gpus=row.gpus,
+                        fabric=row.fabric, exposed_share=1.0 if collective else 0.0)
+        low, high, _, _, _ = log_interval(regime, others)
+        inside = low <= row.log_ratio <= high
+        per_pool.setdefault(row.pool, []).append((inside, abs(math.exp(row.log_ratio) - 1),
+                                                  (math.exp(high) - math.exp(low)) / 2))
+    per_pool["all"] = [x for pool in (*POOLS, COLLECTIVE_POOL) for x in per_pool.get(pool, [])]
+    out = {}
+    for pool, items in per_pool.items():
+        errs = [e for _, e, _ in items]
+        widths = [w for _, _, w in items]
+        out[pool] = Coverage(pool=pool, rows=len(items), inside=sum(i for i, _, _ in items),
+                             median_abs_error=float(np.median(errs)), median_half_width=float(np.median(widths)))
+    return out
