@@ -153,6 +153,7 @@ _SLOWDOWN = st.one_of(st.sampled_from([0.0, 0.1, 0.5, 1.0]), st.floats(0.0, 2.0,
 @given(program=_programs(), steps=st.integers(1, 4), overlap_slowdown=_SLOWDOWN,
        comm_slowdown=st.one_of(st.just(0.0), _SLOWDOWN), seconds_per_byte=st.sampled_from([1.0, 0.5, 0.3]),
        factors=st.one_of(st.none(), st.lists(st.sampled_from([0.5, 1.0, 2.0, 0.7]), min_size=4, max_size=4)))
+@pytest.mark.slow
 def test_random_programs_play_as_simpy(program, steps, overlap_slowdown, comm_slowdown, seconds_per_byte, factors):
     kw = dict(steps=steps, overlap_slowdown=overlap_slowdown, comm_slowdown=comm_slowdown)
     if factors is not None:  # one rank whose compute factor changes from step to step

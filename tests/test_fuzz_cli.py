@@ -117,6 +117,7 @@ def paths(tmp_path_factory):
 
 @pytest.mark.parametrize("command, args, kind", [
     pytest.param(c, a, k, id=f"{c}{f}={k}") for c, a, f, kinds in FILE_FLAGS for k in kinds])
+@pytest.mark.slow
 def test_file_inputs_that_are_not_what_they_should_be(command, args, kind, paths, capsys):
     full = [command, *args, paths[kind]]
     outcome = run_cli(full, capsys, limit_s=20)

@@ -96,6 +96,7 @@ def _write_yaml(tmp: Path, doc, name: str = "doc.yaml") -> Path:
     return path
 
 
+@pytest.mark.slow
 @FUZZ
 @given(doc=st.one_of(mutated(PRESET), mutated(NVL)))
 def test_mutated_topology_yaml(doc, tmp_path_factory, capsys):
@@ -107,6 +108,7 @@ def test_mutated_topology_yaml(doc, tmp_path_factory, capsys):
         assert str(path) in outcome.err, outcome.err
 
 
+@pytest.mark.slow
 @FUZZ
 @given(doc=mutated(SWEEP))
 def test_mutated_sweep_yaml(doc, tmp_path_factory, capsys):
@@ -118,6 +120,7 @@ def test_mutated_sweep_yaml(doc, tmp_path_factory, capsys):
         assert str(path) in outcome.err or "sweep" in outcome.err, outcome.err
 
 
+@pytest.mark.slow
 @FUZZ
 @given(doc=mutated(PROFILE))
 def test_mutated_calibration_profile(doc, tmp_path_factory, capsys):

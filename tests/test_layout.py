@@ -194,6 +194,7 @@ def test_stage_memory_of_the_planner_equals_the_memory_model():
         assert est.step_time_s == pytest.approx(predict(config).step_time_s, rel=0.06)
 
 
+@pytest.mark.slow
 def test_plan_finds_layouts_that_fit_and_ranks_them():
     from dpsim.plan.planner import plan_layouts
     base = PredictConfig(model="llama-2-70b", link="infiniband", precision="bf16-mixed")
@@ -209,6 +210,7 @@ def test_plan_finds_layouts_that_fit_and_ranks_them():
     assert all(e.cost_usd <= best.cost_usd * 0.999 for e in cost.ranked)
 
 
+@pytest.mark.slow
 def test_predict_and_plan_on_the_command_line():
     out = subprocess.run([sys.executable, "-m", "dpsim", "predict", "--tp", "2", "--pp", "2", "--dp", "4",
                           "--model", "llama-2-7b", "--link", "infiniband", "--micro-batch", "1",
