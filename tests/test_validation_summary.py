@@ -96,3 +96,20 @@ def test_place_replaces_only_between_the_markers():
     assert summary.place("# T\n\nbody\n", block, title="# ") == f"# T\n\n{block}\n\nbody\n"
     with pytest.raises(summary.StaleSource):
         summary.place("no title\n", block)
+
+
+def test_run_history_stays_last():
+    import sections
+
+    assert VALIDATION.count(sections.APPENDIX) == 1
+    assert "\n## " not in VALIDATION.split(sections.APPENDIX, 1)[1]
+
+
+def test_a_new_section_goes_before_the_appendix(tmp_path):
+    import sections
+
+    doc = tmp_path / "VALIDATION.md"
+    doc.write_text(f"# T\n\n## A\n\na\n{sections.APPENDIX}\nold run\n")
+    sections.replace_section(doc, "## B", "b")
+    sections.replace_section(doc, "## A", "a2")
+    assert doc.read_text() == f"# T\n\n## A\n\na2\n\n## B\n\nb\n{sections.APPENDIX}\nold run\n"
