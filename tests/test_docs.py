@@ -74,3 +74,40 @@ def test_the_site_builds_strictly(tmp_path):
         assert built.is_file(), page.name
     accuracy = (tmp_path / "site" / "accuracy" / "index.html").read_text()
     assert "<table>" in accuracy and "inside its 80 % interval" in accuracy
+
+
+def _bullet(page: str, flag: str) -> str:
+    """The text of the bullet of ``page`` that describes ``flag`` (``- `--flag`...`` up to the next bullet)."""
+    text = (DOCS / page).read_text()
+    start = text.index(f"- `{flag}`")
+    end = text.find("\n- `", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def _named(name: str, text: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) is not None
+
+
+def test_the_docs_name_every_gpu_and_cluster_preset():
+    from dpsim.hardware import GPU_PRESETS
+    from dpsim.topology.load import preset_names
+
+    gpus = _bullet("predict.md", "--gpu")
+    missing = [g for g in GPU_PRESETS if not _named(g, gpus)]
+    assert not missing, f"docs/predict.md's --gpu bullet does not name the GPU presets {missing}"
+    links = _bullet("topologies.md", "--link")
+    link_row = next(l for l in README.splitlines() if l.startswith("| `--link"))
+    for name in preset_names():
+        assert _named(name, links), f"docs/topologies.md's --link bullet does not name the preset {name!r}"
+        assert _named(name, link_row), f"README's --link row does not name the preset {name!r}"
+
+
+def test_the_main_flags_are_predicts(capsys, monkeypatch):
+    from dpsim.cli import main
+
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["predict", "--help"]) == 0
+    shown = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", capsys.readouterr().out))
+    table = README.split("## Main flags", 1)[1].split("\n## ", 1)[0]
+    flags = {f for row in table.splitlines() if row.startswith("| `") for f in re.findall(r"`(--[\w-]+)", row.split("|")[1])}
+    assert len(flags) >= 12 and flags <= shown, sorted(flags - shown)
