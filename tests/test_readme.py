@@ -116,8 +116,11 @@ def _argv(cmd: str, workdir: Path, monkeypatch) -> list[str]:
     return words[1:]
 
 
-@pytest.mark.parametrize("cmd", _runnable())
+@pytest.mark.parametrize("cmd", _bash_lines())
 def test_documented_commands_run(cmd, workdir, capsys, monkeypatch):
+    why = _not_run(cmd)
+    if why:
+        pytest.skip(f"not run here: {why}")
     args = _argv(cmd, workdir, monkeypatch)
     if "--workers" in args or "--scheduler" in args:
         # A Dask cluster's threads and processes must not outlive the command inside this test
