@@ -35,6 +35,7 @@ def collective(
     """Predict a collective over a size sweep, printed like nccl-tests' *_perf tools."""
     from dpsim.collectives.ops import OPS
     from dpsim.predict.config import PredictConfig
+    from dpsim.predict.resolve import resolve
     from dpsim.predict.run import build_collectives, resolve_topology
     from dpsim.report.text import NCCL_TESTS_TYPE_BYTES, nccl_tests_table
 
@@ -43,11 +44,12 @@ def collective(
     if dtype not in NCCL_TESTS_TYPE_BYTES:
         raise ConfigError(f"-d/--datatype: {dtype!r} is not known; choose one of {', '.join(NCCL_TESTS_TYPE_BYTES)}")
     lo, hi, _ = size_sweep(minbytes, maxbytes, stepfactor, max_bytes=MAX_COLLECTIVE_BYTES)
-    config = PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node, algo=algo,
-                           proto=proto, calibration=calibration)
-    topo = resolve_topology(config)
-    # The same collective model predict costs the job's world communicator with.
-    model = build_collectives(config, topo).world
+    # The same cluster and collective model predict costs the job's world communicator with
+    # (a profile's ranks per node included).
+    resolved = resolve(PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node,
+                                     algo=algo, proto=proto, calibration=calibration))
+    topo = resolve_topology(resolved.config)
+    model = build_collectives(resolved.config, topo, profile=resolved.profile).world
     algorithm = "nccl" if calibration is None else f"calibrated ({model.profile.name})"
     elem = NCCL_TESTS_TYPE_BYTES[dtype]
     sizes = []
