@@ -22,6 +22,10 @@ from dpsim.lazy import lazy_exports
 _EXPORTS = {
     "PredictConfig": "dpsim.predict.config",
     "Prediction": "dpsim.predict.result",
+    "memory_report": "dpsim.predict.run",
+    "MemoryReport": "dpsim.predict.result",
+    "predict_collective": "dpsim.predict.collective",
+    "CollectiveReport": "dpsim.predict.collective",
     "predict_with_variability": "dpsim.variability.run",
     "VariabilitySpec": "dpsim.variability.spec",
     "VariabilityReport": "dpsim.variability.run",

@@ -15,7 +15,14 @@ from dpsim.cli.options import config_options
 from dpsim.cli.checks import check_budget
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_GOODPUT_RUNS
+from dpsim.plan.reliability import DEFAULT_GPU_MTBF_S, DEFAULT_LINK_MTBF_S, DEFAULT_NODE_MTBF_S, HOUR_S
 from dpsim.predict.config import LAYOUT_FIELDS
+
+def _hours(seconds: float) -> str:
+    # The library's default, shown: the flag left out is the library's number (the CLI's own
+    # "606674h" once differed from the API's 606,676 h).
+    return f"{seconds / HOUR_S:,.0f} h"
+
 
 GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
                   "micro_batch", "precision") + LAYOUT_FIELDS
@@ -30,12 +37,16 @@ def goodput_command(
     duration: Optional[str] = typer.Option(
         None, "--duration", help="Failure-free training time instead of a token budget, e.g. 30d, 720h "
                                  "(default 30d when neither is given)."),
-    mtbf_gpu: str = typer.Option("82944h", "--mtbf-gpu", help="MTBF per GPU (none = never fails). Default from "
-                                 "Llama 3's 54-day run: 256 GPU failures over 16,384 GPUs."),
-    mtbf_node: str = typer.Option("20736h", "--mtbf-node", help="MTBF per node apart from GPUs and links "
-                                  "(host, PSU, software). Default from Llama 3: 128 over 2,048 nodes."),
-    mtbf_link: str = typer.Option("606674h", "--mtbf-link", help="MTBF per inter-node link (NIC, cable, "
-                                  "switch port). Default from Llama 3: 35 over 16,384 links."),
+    mtbf_gpu: Optional[str] = typer.Option(
+        None, "--mtbf-gpu", help=f"MTBF per GPU, e.g. 80000h (none = never fails). Default "
+                                 f"{_hours(DEFAULT_GPU_MTBF_S)}, from Llama 3's 54-day run: 256 GPU failures over "
+                                 f"16,384 GPUs."),
+    mtbf_node: Optional[str] = typer.Option(
+        None, "--mtbf-node", help=f"MTBF per node apart from GPUs and links (host, PSU, software). Default "
+                                  f"{_hours(DEFAULT_NODE_MTBF_S)}, from Llama 3: 128 over 2,048 nodes."),
+    mtbf_link: Optional[str] = typer.Option(
+        None, "--mtbf-link", help=f"MTBF per inter-node link (NIC, cable, switch port). Default "
+                                  f"{_hours(DEFAULT_LINK_MTBF_S)}, from Llama 3: 35 over 16,384 links."),
     checkpoint_interval: Optional[str] = typer.Option(
         None, "--checkpoint-interval", help="Training time between checkpoints, e.g. 30min "
                                             "(default: the interval that maximises expected goodput)."),
@@ -62,9 +73,9 @@ def goodput_command(
 
     if tokens is not None and duration is not None:
         raise ConfigError("--tokens and --duration: give one amount of work, not both")
-    rates = FailureRates(gpu_mtbf_s=parse_long_duration_s(mtbf_gpu, "--mtbf-gpu"),
-                         node_mtbf_s=parse_long_duration_s(mtbf_node, "--mtbf-node"),
-                         link_mtbf_s=parse_long_duration_s(mtbf_link, "--mtbf-link"))
+    rates = FailureRates(**{name: parse_long_duration_s(raw, flag) for name, flag, raw in (
+        ("gpu_mtbf_s", "--mtbf-gpu", mtbf_gpu), ("node_mtbf_s", "--mtbf-node", mtbf_node),
+        ("link_mtbf_s", "--mtbf-link", mtbf_link)) if raw is not None})
     budget = None
     if tokens is not None:
         from dpsim.plan.cost import parse_count

@@ -16,6 +16,7 @@ from dpsim.limits import MAX_GOODPUT_RUNS, MAX_GPUS, MAX_SEED, check_int
 from dpsim.plan.goodput import GoodputStats, IntervalStudy, elastic_choice, interval_study, simulate_goodput
 from dpsim.plan.reliability import (
     DAY_S,
+    DEFAULT_RESTART_S,
     POLICIES,
     CheckpointPolicy,
     ClusterShape,
@@ -34,8 +35,6 @@ DEFAULT_WORK_S = 30 * DAY_S
 DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S = 10e9
 """Checkpoint write bandwidth when neither it nor the write time is given: an assumption (10 GB/s,
 a parallel file system's share for one job); measure yours."""
-DEFAULT_RESTART_S = 600.0
-"""Restart after a failure (relaunch, initialisation, loading the checkpoint): 10 minutes, an assumption."""
 
 
 @dataclass(frozen=True, kw_only=True)

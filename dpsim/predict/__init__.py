@@ -22,6 +22,8 @@ _EXPORTS = {
     "build_collectives": "dpsim.predict.run",
     "load_model": "dpsim.predict.run",
     "memory_for_config": "dpsim.predict.run",
+    "memory_report": "dpsim.predict.run",
+    "MemoryReport": "dpsim.predict.result",
     "Resolved": "dpsim.predict.resolve",
 }
 

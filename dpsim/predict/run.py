@@ -42,7 +42,7 @@ from dpsim.predict.provenance import (
     preset_provenance,
 )
 from dpsim.predict.resolve import Resolved, resolve
-from dpsim.predict.result import Prediction
+from dpsim.predict.result import MemoryReport, Prediction
 from dpsim.profile.calibrated import (
     calibrated_collectives,
     calibrated_device,
@@ -387,7 +387,10 @@ def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, 
 def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpec, Topology]:
     """Memory per GPU for ``config`` without simulating a step (``dpsim memory``); a calibration
     profile's defaults apply as in :func:`predict`."""
-    config = resolve(config).config
+    return _memory(resolve(config).config)
+
+
+def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpec, Topology]:
     topology = resolve_topology(config)
     gpu = get_gpu(topology.spec.gpu)
     model = load_model(config)
@@ -399,3 +402,11 @@ def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice
         return memory, advice, model, topology
     memory, advice = memory_with_advice(model, gpu, config, precision, topology)
     return memory, advice, model, topology
+
+
+def memory_report(config: PredictConfig) -> MemoryReport:
+    """:func:`memory_for_config` as a result (``dpsim memory``)."""
+    config = resolve(config).config
+    memory, advice, model, topology = _memory(config)
+    return MemoryReport(config=config, model=model.name, param_count=model.param_count, gpu=topology.spec.gpu,
+                        n_gpus=topology.n_gpus, gpus_per_node=topology.gpus_per_node, memory=memory, advice=advice)
