@@ -220,6 +220,10 @@ def test_predict_reads_its_profile_once(tmp_path, monkeypatch):
     parse = io_module.profile_from_dict
     monkeypatch.setattr(io_module, "profile_from_dict", lambda *a, **k: parses.append(1) or parse(*a, **k))
     _cli_json("predict", "--gpus", "16", "--link", "aws-p4de", "--calibration", path, "--json")
+    assert len(parses) == 1  # was 4: the CLI's three defaults and predict each read it
+    parses.clear()
+    _cli_json("predict", "--gpus", "16", "--link", "aws-p4de", "--calibration", path, "--straggler", "gpu3:1.2x",
+              "--mc-samples", "2", "--mc-steps", "3", "--json")
     assert len(parses) == 1
     parses.clear()
     dpsim.predict(dpsim.PredictConfig(gpus=16, link="aws-p4de", calibration=path))

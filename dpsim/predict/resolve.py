@@ -11,9 +11,9 @@ not given; :func:`resolve` reads the profile once and fills them in:
 - ``overlap_slowdown``: the compute slowdown the profile measured while communicating, else
   :data:`~dpsim.predict.config.DEFAULT_OVERLAP_SLOWDOWN`.
 
-:func:`profile_noise_cv` is the variability default (``--noise-cv`` left out: the step-time
-spread the profile recorded). :func:`dpsim.predict.run.predict`, ``sweep``, ``report``, the
-variability path and every command go through here, so the same question gets the same number
+:func:`dpsim.variability.run.profile_noise_cv` is the variability default on top (``--noise-cv``
+left out: the step-time spread the profile recorded). :func:`dpsim.predict.run.predict`, ``sweep``,
+``report``, the variability path and every command go through here, so the same question gets the same number
 from the Python API and the command line.
 """
 
@@ -24,7 +24,6 @@ from typing import Any
 
 from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN, DEFAULT_PRECISION, PredictConfig
 from dpsim.profile.calibrated import (
-    calibrated_noise_cv,
     calibrated_overlap_slowdown,
     is_cpu_profile,
     profile_ranks_per_node,
@@ -73,15 +72,3 @@ def profile_defaults(config: PredictConfig, profile: Profile) -> dict[str, Any]:
         measured = calibrated_overlap_slowdown(profile)
         out["overlap_slowdown"] = DEFAULT_OVERLAP_SLOWDOWN if measured is None else measured
     return out
-
-
-def profile_noise_cv(profile: Profile | None) -> tuple[float, str | None]:
-    """``--noise-cv`` left out: (the profile's measured step-time CV, capped at the largest
-    allowed, and where it came from), else ``(0.0, None)``."""
-    from dpsim.variability.spec import MAX_NOISE_CV
-
-    measured = calibrated_noise_cv(profile) if profile is not None else None
-    if not measured:
-        return 0.0, None
-    capped = " (capped)" if measured > MAX_NOISE_CV else ""
-    return min(measured, MAX_NOISE_CV), f"calibration profile {profile.name!r} step_time_cv{capped}"

@@ -7,10 +7,12 @@ from dataclasses import dataclass, replace
 
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_MC_STEPS, check_int
-from dpsim.predict.resolve import profile_noise_cv, resolve
+from dpsim.predict.resolve import resolve
 from dpsim.predict.run import predict_resolved, resolve_topology
+from dpsim.profile.calibrated import calibrated_noise_cv
+from dpsim.profile.schema import Profile
 from dpsim.variability.monte_carlo import StepStatistics, monte_carlo
-from dpsim.variability.spec import DEFAULT_STOCHASTIC_STEPS, VariabilitySpec, check_monte_carlo_size
+from dpsim.variability.spec import DEFAULT_STOCHASTIC_STEPS, MAX_NOISE_CV, VariabilitySpec, check_monte_carlo_size
 
 # ----------------------------------------------------------------------------- with predict
 
@@ -64,6 +66,16 @@ class VariabilityReport:
             "degradation": self.degradation.to_dict() if self.degradation else None,
             "statistics": self.statistics.to_dict() if self.statistics else None,
         }
+
+
+def profile_noise_cv(profile: Profile | None) -> tuple[float, str | None]:
+    """``--noise-cv`` left out: (the profile's measured step-time CV, capped at the largest
+    allowed, and where it came from), else ``(0.0, None)``."""
+    measured = calibrated_noise_cv(profile) if profile is not None else None
+    if not measured:
+        return 0.0, None
+    capped = " (capped)" if measured > MAX_NOISE_CV else ""
+    return min(measured, MAX_NOISE_CV), f"calibration profile {profile.name!r} step_time_cv{capped}"
 
 
 def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None = None):
