@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import io
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -141,14 +140,10 @@ API = {"predict": api_predict, "goodput": api_goodput, "sweep": api_sweep, "memo
 
 
 def _as_printed(obj):
-    """What ``--json`` writes for ``obj``: JSON has no inf or nan, the CLI writes null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _as_printed(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_as_printed(v) for v in obj]
-    return obj
+    """What ``--json`` writes for ``obj`` (JSON has no inf or nan: the CLI writes null)."""
+    from dpsim.cli.app import _json_safe
+
+    return _json_safe(obj)
 
 
 def test_every_command_with_golden_cases_has_an_api_here():
