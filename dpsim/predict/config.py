@@ -58,6 +58,15 @@ DEFAULT_OVERLAP_SLOWDOWN = 0.1
 SMs; ~16 channels on a 132-SM H100 (NVIDIA H100 datasheet: 132 SMs on SXM5) take
 ~12 % of the SMs. An estimate until ``dpsim calibrate`` measures it."""
 
+DEFAULT_PRECISION = "amp-bf16"
+"""``--precision`` left out, without a CPU calibration profile: what PyTorch users train with most."""
+
+PROFILE_DEFAULTED = {"precision": DEFAULT_PRECISION, "overlap_slowdown": DEFAULT_OVERLAP_SLOWDOWN}
+"""Fields whose default a calibration profile decides (``None`` until :mod:`dpsim.predict.resolve`
+reads it), and their value without a profile, filled in when the config is made. A config made
+without ``calibration`` therefore holds these values as if given: add a profile by making the
+config with it, not by ``dataclasses.replace``."""
+
 # The closed choices, spelled out so that a type checker and ``--help`` can read them.
 # Each mirrors a registry lower down; tests/test_config.py asserts they are equal.
 Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16-params", "bf16-fp32-grads", "fp16-params",
@@ -121,7 +130,8 @@ class PredictConfig:
     topology_file: str | None = field(default=None, metadata={"flag": "--topology"})
     """A topology YAML file of your own (schema: topologies/README.md), instead of a preset."""
     gpus_per_node: int | None = field(default=None, metadata=_count(MAX_GPUS_PER_NODE))
-    """GPUs per node, instead of the topology's."""
+    """GPUs per node, instead of the topology's; left out with a calibration profile measured across
+    nodes: the profile's ranks per node."""
     gpu: str | None = None
     """GPU preset, instead of the topology's: v100, a100, h100, h200, b200, ... (dpsim/hardware.py)."""
     model: str = "gpt2-xl"
@@ -133,12 +143,13 @@ class PredictConfig:
     """Attention keeps no score matrices (SDPA, FlashAttention): sets activation memory."""
     micro_batch: int = field(default=4, metadata=_count(MAX_MICRO_BATCH))
     """Samples per GPU per micro-batch."""
-    precision: Precision = "amp-bf16"
+    precision: Precision | None = None
     """The framework setting trained with (dpsim/workload/precision.py): fp32, tf32, amp-bf16
     (torch.autocast bf16: fp32 params and grads, so DDP all-reduces fp32), amp-fp16 (+ GradScaler),
     bf16-params or fp16-params (16-bit params and grads, fp32 master: DeepSpeed, Megatron --fp16, FSDP
     MixedPrecision), bf16-fp32-grads (Megatron --bf16: gradients accumulated and reduced in fp32), bf16-true (everything bf16). Old names: amp = amp-bf16, bf16-mixed = bf16-params,
-    fp16-mixed = fp16-params, bf16 = bf16-true."""
+    fp16-mixed = fp16-params, bf16 = bf16-true. Left out: amp-bf16, or fp32 with a calibration profile
+    measured on CPUs."""
     optimizer: Optimizer = "adamw"
     """Optimizer: sets the optimizer state kept per parameter."""
     bucket_cap_mb: float | None = field(default=None, metadata=_range(0, MAX_BUCKET_CAP_MB, open_below=True))
@@ -148,10 +159,9 @@ class PredictConfig:
     overlap: bool = True
     """Communicate gradients during backward (DDP; DeepSpeed's overlap_comm); off:
     after backward."""
-    overlap_slowdown: float = field(default=DEFAULT_OVERLAP_SLOWDOWN,
-                                    metadata=_range(0, MAX_OVERLAP_SLOWDOWN))
-    """Fractional compute slowdown while communication runs (0.1 = 10 %); with a calibration
-    profile, the profile's measured slowdown unless given."""
+    overlap_slowdown: float | None = field(default=None, metadata=_range(0, MAX_OVERLAP_SLOWDOWN))
+    """Fractional compute slowdown while communication runs (0.1 = 10 %); left out: a calibration
+    profile's measured slowdown, else 0.1 (dpsim's estimate)."""
     compute_efficiency: float = field(default=DEFAULT_COMPUTE_EFFICIENCY,
                                       metadata=_range(MIN_COMPUTE_EFFICIENCY, 1))
     """Overall factor on every modelled compute time: 1 keeps the per-op roofline as it is (it
@@ -260,6 +270,12 @@ class PredictConfig:
     than loading its micro-batches. Left out: unlimited (synthetic data)."""
 
     def __post_init__(self) -> None:
+        if self.calibration is None:
+            # Nothing to read: these defaults are known now. With a profile they wait for
+            # dpsim.predict.resolve, which reads it.
+            for name, value in PROFILE_DEFAULTED.items():
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, value)
         for f in fields(self):
             check_value(f.name, getattr(self, f.name))
         self._check_combination()

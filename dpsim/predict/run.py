@@ -41,7 +41,8 @@ from dpsim.predict.provenance import (
     check_profile_layout,
     preset_provenance,
 )
-from dpsim.predict.result import Prediction
+from dpsim.predict.resolve import Resolved, resolve
+from dpsim.predict.result import MemoryReport, Prediction
 from dpsim.profile.calibrated import (
     calibrated_collectives,
     calibrated_device,
@@ -143,13 +144,23 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
             topology: Topology | None = None) -> Prediction:
     """Predict a data-parallel training step.
 
-    ``degradations`` (:class:`~dpsim.network.degrade.LinkDegradation`) run some links below
-    capacity in the collective model :func:`build_collectives` builds. ``model``: a model built
-    in Python (e.g. a published configuration that is not in the catalog) instead of
-    ``config.model``, which then only names it. ``topology``: the cluster to use instead of
-    the one ``config`` names (without a calibration profile).
+    The fields a calibration profile decides and ``config`` leaves out take the profile's
+    values (:func:`dpsim.predict.resolve.resolve`; the prediction's ``config`` is the resolved
+    one), as on the command line. ``degradations``
+    (:class:`~dpsim.network.degrade.LinkDegradation`) run some links below capacity in the
+    collective model :func:`build_collectives` builds. ``model``: a model built in Python (e.g.
+    a published configuration that is not in the catalog) instead of ``config.model``, which
+    then only names it. ``topology``: the cluster to use instead of the one ``config`` names
+    (without a calibration profile).
     """
-    profile = load_profile(config.calibration) if config.calibration is not None else None
+    return predict_resolved(resolve(config), degradations=degradations, model=model, topology=topology)
+
+
+def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | None = None,
+                     topology: Topology | None = None) -> Prediction:
+    """:func:`predict` of a config already resolved, with its profile already read (a caller that
+    predicts several times, or needs the profile itself, reads it once)."""
+    config, profile = resolved.config, resolved.profile
     if topology is not None and profile is not None:
         raise ConfigError("--calibration: a profile predicts the cluster the config names; leave the topology out")
     topology = _resolve_topology(config, profile) if topology is None else topology
@@ -374,7 +385,12 @@ def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, 
 
 
 def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpec, Topology]:
-    """Memory per GPU for ``config`` without simulating a step (``dpsim memory``)."""
+    """Memory per GPU for ``config`` without simulating a step (``dpsim memory``); a calibration
+    profile's defaults apply as in :func:`predict`."""
+    return _memory(resolve(config).config)
+
+
+def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpec, Topology]:
     topology = resolve_topology(config)
     gpu = get_gpu(topology.spec.gpu)
     model = load_model(config)
@@ -386,3 +402,11 @@ def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice
         return memory, advice, model, topology
     memory, advice = memory_with_advice(model, gpu, config, precision, topology)
     return memory, advice, model, topology
+
+
+def memory_report(config: PredictConfig) -> MemoryReport:
+    """:func:`memory_for_config` as a result (``dpsim memory``)."""
+    config = resolve(config).config
+    memory, advice, model, topology = _memory(config)
+    return MemoryReport(config=config, model=model.name, param_count=model.param_count, gpu=topology.spec.gpu,
+                        n_gpus=topology.n_gpus, gpus_per_node=topology.gpus_per_node, memory=memory, advice=advice)

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dpsim.collectives.ops import CollectiveResult
+from dpsim.predict.collective import TYPE_BYTES as NCCL_TESTS_TYPE_BYTES
 from dpsim.predict.result import Prediction
 from dpsim.report.layout import layout_tables
 from dpsim.units import format_bytes, format_seconds
@@ -141,7 +142,6 @@ def print_prediction(p: Prediction, console: Console | None = None) -> None:
             console.print(table)
 
 
-NCCL_TESTS_TYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1}
 
 
 def nccl_tests_table(results: list[CollectiveResult], dtype: str) -> str:
