@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
+from dpsim.strategies.checkpointing import RECOMPUTE, selective_recompute_s
 from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpModel, layer_tp_comm
 from dpsim.workload.compute import ComputeProfile
 from dpsim.workload.roofline import Efficiencies, memory_term
@@ -43,13 +44,6 @@ SCHEDULES: dict[str, str] = {
                  "receive at a time, gradients reduced after the pipeline",
 }
 """``--schedule`` choices."""
-
-RECOMPUTE: dict[str, str] = {
-    "off": "keep every activation",
-    "selective": "recompute the attention core only (Korthikanti et al. 2022)",
-    "full": "keep each block's input, recompute its forward before its backward",
-}
-"""``--recompute`` choices."""
 
 LAYOUT_STRATEGIES: dict[str, str] = {
     "ddp": "gradients all-reduced across the data-parallel replicas of each shard (Megatron DDP)",
@@ -308,8 +302,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                                    sequence_parallel=layout.sequence_parallel, overlap=layout.tp_comm_overlap,
                                    cost=tp_cost, tokens_per_sample=tokens, act_element_bytes=act_element_bytes,
                                    comm_slowdown=comm_slowdown))
-        flops = layer.col_flops_per_sample + layer.row_flops_per_sample + layer.core_flops_per_sample
-        core_s.append(fwd * layer.core_flops_per_sample / flops if flops > 0 else 0.0)
+        core_s.append(selective_recompute_s(layer, fwd))
     n = len(tpm.layers)
     recompute, recompute_comm, recompute_exposed = [0.0] * n, [0.0] * n, [0.0] * n
     if layout.recompute == "full":

@@ -57,36 +57,34 @@ from dpsim.strategies.program import (
     _optimizer_s,
     _recompute_starts,
 )
-from dpsim.strategies.shards import fsdp_shard_numel, wrap_units
+from dpsim.strategies.shards import unit_shard_numel, wrap_units
 
 
 def build_zero3(request: BuildRequest) -> StrategyProgram:
     """``zero3``: every unit, the root too, re-gathered for backward; reduce-scatter every micro-batch."""
-    return _unit_program(request, key="zero3", reshard_after_forward=True, keep_root=False,
-                         reduce_every_micro_batch=True, hybrid=False)
+    return _unit_program(request, key="zero3", reshard_after_forward=True, keep_root=False, hybrid=False)
 
 
 def build_fsdp(request: BuildRequest) -> StrategyProgram:
     """``fsdp`` (``FULL_SHARD``): non-root units re-gathered for backward; ``no_sync`` under accumulation."""
-    return _unit_program(request, key="fsdp", reshard_after_forward=True, keep_root=True,
-                         reduce_every_micro_batch=False, hybrid=False)
+    return _unit_program(request, key="fsdp", reshard_after_forward=True, keep_root=True, hybrid=False)
 
 
 def build_fsdp_shard_grad_op(request: BuildRequest) -> StrategyProgram:
     """``fsdp-shard-grad-op`` (``SHARD_GRAD_OP``): units kept gathered from forward through backward."""
     return _unit_program(request, key="fsdp-shard-grad-op", reshard_after_forward=False, keep_root=True,
-                         reduce_every_micro_batch=False, hybrid=False)
+                         hybrid=False)
 
 
 def build_fsdp_hybrid(request: BuildRequest) -> StrategyProgram:
     """``fsdp-hybrid`` (``HYBRID_SHARD``): ``FULL_SHARD`` on ``intra``, gradient shards all-reduced on ``inter``."""
-    return _unit_program(request, key="fsdp-hybrid", reshard_after_forward=True, keep_root=True,
-                         reduce_every_micro_batch=False, hybrid=True)
+    return _unit_program(request, key="fsdp-hybrid", reshard_after_forward=True, keep_root=True, hybrid=True)
 
 
 def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: bool, keep_root: bool,
-                  reduce_every_micro_batch: bool, hybrid: bool) -> StrategyProgram:
-    """The step of a per-unit strategy. ``reshard_after_forward``: units are freed after
+                  hybrid: bool) -> StrategyProgram:
+    """The step of a per-unit strategy. Every micro-batch reduce-scatters unless the request
+    accumulates unsharded gradients (``no_sync``). ``reshard_after_forward``: units are freed after
     forward and re-gathered for backward (else also kept between ``no_sync`` micro-batches);
     ``keep_root``: the root unit is not freed after forward (FSDP); ``hybrid``: shard on
     the ``intra`` communicator and all-reduce each gradient shard on ``inter``."""
@@ -94,9 +92,10 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
     world, grad_accum = request.shard_group_size, request.grad_accum
     units = [u for u in wrap_units(model, request.fsdp_unit)]
     unit_of_layer = {i: u for u in units for i in u.layers}
-    shard = {u.name: fsdp_shard_numel([p.numel for p in u.params], world) for u in units}
+    shard = {u.name: unit_shard_numel(u.params, world, request.fsdp_version) for u in units}
+    reduce_every_micro_batch = not request.unsharded_accumulation
     group = "intra" if hybrid else "world"
-    recompute = _recompute_starts(request.checkpoint_units)
+    recompute = _recompute_starts(request.checkpoint_units, request.recompute_share)
     b = _Builder()
     n_layers = len(compute.layers)
     grad_ops: list[int] = []
@@ -113,7 +112,9 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
         last = j == grad_accum - 1
         sync = reduce_every_micro_batch or last
         # ---- forward: gather each unit before its first layer, one unit ahead.
-        gathered_from_before = not reshard_after_forward and j > 0  # kept under no_sync
+        # Kept between micro-batches only under no_sync: a synchronising backward frees them
+        # (FSDP1 _should_free_in_backward).
+        gathered_from_before = not reshard_after_forward and j > 0 and not reduce_every_micro_batch
         ag_fwd: dict[str, int] = {}
         if not gathered_from_before:
             for u in order_fwd:
