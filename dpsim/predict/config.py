@@ -91,7 +91,7 @@ DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters
               "powersgd_rank", "powersgd_start_iter")
 """The fields of PyTorch ``DistributedDataParallel``'s arguments (:class:`dpsim.strategies.ddp_costs.DdpOptions`)."""
 LAYOUT_FIELDS = ("tp", "pp", "dp", "global_batch", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
-                 "recompute", "recompute_every", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion")
+                 "recompute", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion")
 """The fields of a tensor x pipeline x data layout (every command that takes a job takes them)."""
 LAYOUT_DP_STRATEGIES = ("ddp", "zero1", "fsdp")
 """Data-parallel strategies over the replicas of a tensor/pipeline layout: the keys of
@@ -181,15 +181,6 @@ class PredictConfig:
     fsdp_unit: FsdpUnit = "block"
     """ZeRO-3/FSDP wrap unit, also the checkpointing unit: each block, each layer that owns
     parameters, or the whole model."""
-    fsdp_version: FsdpVersion = "1"
-    """PyTorch FSDP API of the fsdp strategies: 1 (FullyShardedDataParallel: one flat parameter per
-    unit) or 2 (fully_shard: each parameter sharded on dim 0, collectives staged through copy-in and
-    copy-out buffers)."""
-    fsdp_accumulate: FsdpAccumulate = "auto"
-    """How the fsdp strategies accumulate gradients over micro-batches: unsharded (FSDP1 no_sync(),
-    FSDP2 set_requires_gradient_sync(False): full gradients kept, one reduce-scatter at the last
-    micro-batch), sharded (reduce-scatter after every micro-batch, only the gradient shard kept:
-    FSDP2's default, FSDP1 without no_sync) or auto (unsharded with --fsdp-version 1, sharded with 2)."""
     input_shape: str | None = None
     """Example input of a torch-module model, batch first: 8,3,224,224 or 4,1024:int64."""
     algo: str | None = None
@@ -229,9 +220,6 @@ class PredictConfig:
     """Activation checkpointing of every layout: selective (attention core only, Megatron), op (keep
     matmul and attention outputs, recompute the other ops of each block, torchtitan's op-level
     policy) or full (each block keeps its input and re-runs its forward in backward)."""
-    recompute_every: int = field(default=1, metadata=_count())
-    """With --recompute full: checkpoint every k-th block only (the k-th, 2k-th, ...), the others keep
-    their activations."""
     tp_comm_overlap: TpCommOverlap = "backward"
     """Tensor-parallel communication hidden behind GEMMs: off, backward (input-gradient reductions
     under the weight-gradient GEMM, Megatron's default) or full (TransformerEngine userbuffers)."""
@@ -276,6 +264,18 @@ class PredictConfig:
                                                                              open_below=True))
     """Samples per second one GPU's input pipeline (its data loader) delivers: a step is never shorter
     than loading its micro-batches. Left out: unlimited (synthetic data)."""
+    fsdp_version: FsdpVersion = "1"
+    """PyTorch FSDP API of the fsdp strategies: 1 (FullyShardedDataParallel: one flat parameter per
+    unit) or 2 (fully_shard: each parameter sharded on dim 0, collectives staged through copy-in and
+    copy-out buffers)."""
+    fsdp_accumulate: FsdpAccumulate = "auto"
+    """How the fsdp strategies accumulate gradients over micro-batches: unsharded (FSDP1 no_sync(),
+    FSDP2 set_requires_gradient_sync(False): full gradients kept, one reduce-scatter at the last
+    micro-batch), sharded (reduce-scatter after every micro-batch, only the gradient shard kept:
+    FSDP2's default, FSDP1 without no_sync) or auto (unsharded with --fsdp-version 1, sharded with 2)."""
+    recompute_every: int = field(default=1, metadata=_count())
+    """With --recompute full: checkpoint every k-th block only (the k-th, 2k-th, ...), the others keep
+    their activations."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
