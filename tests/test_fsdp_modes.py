@@ -192,3 +192,21 @@ def test_predict_runs_the_new_flags_end_to_end():
     op = predict(PredictConfig(**base, recompute="op"))
     assert op.memory.activations_bytes < no_sync.memory.activations_bytes
     assert op.step_time_s > no_sync.step_time_s  # recomputation is charged
+
+
+def test_fsdp2_copies_are_charged_at_streaming_bandwidth():
+    from dpsim.workload.roofline import Efficiencies, memory_term
+
+    v1, _ = _program(version="1", accumulate="sharded", grad_accum=1)
+    v2, compute = _program(version="2", accumulate="sharded", grad_accum=1)
+    assert v1.framework_s == 0.0
+    root, block = ROOT_FULL["2"], BLOCK_FULL["2"]
+    w = g = 2
+    t = lambda size: memory_term(size, H100).time_s(Efficiencies())  # noqa: E731
+    # copy-out after every all-gather (3 units forward, 2 re-gathered for backward), copy-in before
+    # every reduce-scatter (3 units)
+    expected = (t(2 * root * w) + 2 * t(2 * block * w)) + 2 * t(2 * block * w) \
+        + (t(root * (w + g)) + 2 * t(block * (w + g)))
+    assert v2.framework_s == pytest.approx(expected)
+    forward = sum(t.duration_s for t in v2.program.tasks if t.kind == "forward")
+    assert forward == pytest.approx(compute.forward_s + t(2 * root * w) + 2 * t(2 * block * w))

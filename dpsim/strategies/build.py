@@ -71,7 +71,8 @@ def build_step_program(
     level recomputes the share of each layer the roofline gives on ``compute_gpu`` at
     ``micro_batch`` (:func:`~dpsim.strategies.checkpointing.recompute_shares`).
     ``fsdp_version``, ``fsdp_accumulate``: the FSDP strategies' API and gradient accumulation
-    (:data:`~dpsim.strategies.registry.FSDP_ACCUMULATE`).
+    (:data:`~dpsim.strategies.registry.FSDP_ACCUMULATE`); FSDP2's staging copies are costed on
+    ``compute_gpu`` too.
     """
     record = get_strategy(strategy)
     check_fsdp_unit(fsdp_unit)
@@ -91,7 +92,7 @@ def build_step_program(
         grad_accum=grad_accum, checkpoint_units=tuple(_checkpoint_units(model, fsdp_unit, policy)),
         recompute_share=recompute_shares(model, policy, gpu=compute_gpu, precision=precision, micro_batch=micro_batch),
         overlap=overlap, bucket_cap_mb=bucket_cap_mb, fsdp_unit=fsdp_unit, ddp=ddp, gpu=gpu,
-        efficiencies=efficiencies, fsdp_version=fsdp_version,
+        efficiencies=efficiencies, fsdp_version=fsdp_version, compute_gpu=compute_gpu,
         unsharded_accumulation=unsharded_accumulation(record.key, grad_accum, fsdp_version, fsdp_accumulate))
     result = record.build(request)
     sizes = {"world": n_gpus, "intra": min(gpn, n_gpus), "inter": max(1, -(-n_gpus // gpn))}

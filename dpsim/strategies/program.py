@@ -63,6 +63,9 @@ class BuildRequest:
     unsharded_accumulation: bool = False
     """Gradients accumulate unsharded and are reduced at the last micro-batch only (FSDP's
     ``no_sync``); otherwise every micro-batch reduce-scatters."""
+    compute_gpu: GpuSpec | None = None
+    """The GPU the strategy's memory-bound staging copies are costed on (FSDP2's copy-in and
+    copy-out); ``None``: not costed."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,11 +193,14 @@ def _mb(name: str, j: int, k: int) -> str:
 
 
 def _forward(b: _Builder, compute: ComputeProfile, j: int, k: int, wait_at: Mapping[int, Sequence[int]] = {},
-             launch_before: Mapping[int, Sequence[int]] = {}) -> None:
+             launch_before: Mapping[int, Sequence[int]] = {}, extra_s: Mapping[int, float] = {}) -> None:
+    """Forward layers in order; per layer index: ops it waits for, ops launched before it, and
+    time added to it (``extra_s``: work the implementation runs on the compute stream first)."""
     for i, layer in enumerate(compute.layers):
         if launch_before.get(i):
             b.launch(*launch_before[i])
-        b.task("forward", _mb(layer.name, j, k), layer.forward_s, wait=wait_at.get(i, ()))
+        duration_s = layer.forward_s + extra_s[i] if i in extra_s else layer.forward_s
+        b.task("forward", _mb(layer.name, j, k), duration_s, wait=wait_at.get(i, ()))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -58,6 +58,7 @@ from dpsim.strategies.program import (
     _recompute_starts,
 )
 from dpsim.strategies.shards import unit_shard_numel, wrap_units
+from dpsim.workload.roofline import Efficiencies, memory_term
 
 
 def build_zero3(request: BuildRequest) -> StrategyProgram:
@@ -94,6 +95,8 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
     unit_of_layer = {i: u for u in units for i in u.layers}
     shard = {u.name: unit_shard_numel(u.params, world, request.fsdp_version) for u in units}
     reduce_every_micro_batch = not request.unsharded_accumulation
+    copy_out_s, copy_in_s = _fsdp2_copies_s(request, units, shard, world)
+    copies_s = 0.0
     group = "intra" if hybrid else "world"
     recompute = _recompute_starts(request.checkpoint_units, request.recompute_share)
     b = _Builder()
@@ -135,7 +138,11 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
                 for i in u.layers:
                     if ag_fwd[u.name] not in wait_at.get(i, []):
                         wait_at.setdefault(i, []).append(ag_fwd[u.name])
-        _forward(b, compute, j, grad_accum, wait_at=wait_at, launch_before=launch_before)
+        fwd_copies: dict[int, float] = {}
+        for u in order_fwd:
+            if u.name in ag_fwd and u.name in copy_out_s:
+                fwd_copies[min(u.layers)] = fwd_copies.get(min(u.layers), 0.0) + copy_out_s[u.name]
+        _forward(b, compute, j, grad_accum, wait_at=wait_at, launch_before=launch_before, extra_s=fwd_copies)
         # ---- backward: re-gather resharded units (BACKWARD_PRE prefetch), reduce-scatter after each.
         need = [u for u in order_bwd
                 if reshard_after_forward and not (u.is_root and keep_root)]
@@ -164,8 +171,44 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
                                     shard[u.name] * precision.grad_bytes, "allreduce", "inter"))
                 grad_ops += ops
                 after.setdefault(min(u.layers), []).extend(ops)
-        _backward_pass(b, compute, j, grad_accum, recompute=recompute, before=before, wait_at=bwait, after=after)
+        bwd_copies: dict[int, float] = {}
+        for u in order_bwd:
+            if u.name in ag_bwd and u.name in copy_out_s:
+                bwd_copies[max(u.layers)] = bwd_copies.get(max(u.layers), 0.0) + copy_out_s[u.name]
+            if sync and u.name in copy_in_s:
+                bwd_copies[min(u.layers)] = bwd_copies.get(min(u.layers), 0.0) + copy_in_s[u.name]
+        copies_s += sum(fwd_copies.values()) + sum(bwd_copies.values())
+        _backward_pass(b, compute, j, grad_accum, recompute=recompute, before=before, wait_at=bwait, after=after,
+                       extra_s=bwd_copies)
     total_shard = sum(shard.values())
     b.task("optimizer", "optimizer", _optimizer_s(compute, total_shard / model.param_count), wait=grad_ops)
     return StrategyProgram(strategy=key, program=b.build(), shard_group_size=world,
-                           gradient_ops=tuple(grad_ops), units=tuple(units))
+                           gradient_ops=tuple(grad_ops), units=tuple(units),
+                           framework_parts_s={"fsdp2_copies": copies_s} if copy_out_s else {})
+
+
+def _fsdp2_copies_s(request: BuildRequest, units, shard: dict[str, int], world: int
+                    ) -> tuple[dict[str, float], dict[str, float]]:
+    """Per unit, FSDP2's all-gather copy-out and reduce-scatter copy-in (seconds; empty for
+    FSDP1 or with no GPU to cost them on). Copy-out (``foreach_all_gather_copy_out``:
+    ``split_with_sizes_copy`` on the compute stream once the all-gather is done) reads the
+    gathered buffer and writes the unsharded parameters in the parameter dtype; copy-in
+    (``foreach_reduce``: ``chunk_cat`` of the unsharded gradients into the reduce-scatter input,
+    cast to the reduce dtype) reads them and writes the buffer. Both are one kernel streaming
+    through device memory; the copy-in runs on FSDP2's reduce-scatter stream, charged here to
+    the compute stream it shares device memory with (an upper bound). The shard-sized copies
+    (the all-gather input, the reduce-scatter output into the sharded gradient) are 1/N of these
+    and left out."""
+    gpu = request.compute_gpu
+    if request.fsdp_version != "2" or gpu is None:
+        return {}, {}
+    eff = request.efficiencies or Efficiencies()
+    w, g = request.precision.weight_bytes, request.precision.grad_bytes
+    out, into = {}, {}
+    for u in units:
+        if not u.params:
+            continue
+        full = shard[u.name] * world
+        out[u.name] = memory_term(2 * full * w, gpu).time_s(eff)
+        into[u.name] = memory_term(full * (w + g), gpu).time_s(eff)
+    return out, into
