@@ -94,6 +94,7 @@ from dpsim.strategies.checkpointing import (
     op_saved_bytes_per_sample,
     policy_of,
 )
+from dpsim.strategies.layout import checkpointed_blocks
 from dpsim.strategies.tensor import block_input_bytes, layer_activation_bytes, tp_model
 from dpsim.units import GiB, format_bytes
 from dpsim.workload.precision import Precision, optimizer_state_bytes_per_param
@@ -517,8 +518,10 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
       first 1F1B stage holds ``pp`` micro-batches, the interleaved schedule's
       ``pp·(1 + (pp-1)/(pp·v))`` chunk's worth), per layer as
       :func:`~dpsim.strategies.tensor.layer_activation_bytes` gives them; with full
-      recomputation each block keeps only its input, plus one block's full activations
-      while it is recomputed.
+      recomputation each checkpointed block (every ``recompute_every``-th) keeps only its
+      input, plus one block's full activations while it is recomputed; with ``op`` each
+      block keeps its input and its shard's matmul and attention outputs, plus one block's
+      recomputed rest (:mod:`~dpsim.strategies.checkpointing`).
     """
     w, g = precision.weight_bytes, precision.grad_bytes
     k = optimizer_state_bytes_per_param(precision, optimizer)
@@ -526,6 +529,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
     t, mb = layout.tp, layout.micro_batch
     sp = layout.sequence_parallel
     p = len(assignment)
+    ckpt = {tpm.layers[block[0]].unit for block in checkpointed_blocks(tpm, layout)}
     embedding_stage = next((s for s, chunks in enumerate(assignment)
                             for layers in chunks for i in layers if tpm.layers[i].role == "embedding"), 0)
     out = []
@@ -539,20 +543,31 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             per_mb = 0.0
             starts = {min(i for i in layers if tpm.layers[i].unit == u) for u in
                       {tpm.layers[i].unit for i in layers if tpm.layers[i].unit is not None}}
+            op_units: dict[str, list[float]] = {}  # op level: [all of the block, what it keeps]
             for i in layers:
                 layer = tpm.layers[i]
-                if layout.recompute == "full" and layer.unit is not None:
+                if layout.recompute == "full" and layer.unit in ckpt:
                     if i in starts:
                         per_mb += block_input_bytes(layer, t, sequence_parallel=sp)
+                elif layout.recompute == "op" and layer.unit in ckpt:
+                    every = layer_activation_bytes(layer, t, sequence_parallel=sp, recompute="off")
+                    saved = op_saved_bytes_per_sample(tpm.spec.layers[i])
+                    kept = op_units.setdefault(layer.unit, [0.0, 0.0])
+                    kept[0] += every
+                    kept[1] += (every if saved is None else saved) + (
+                        block_input_bytes(layer, t, sequence_parallel=sp) if i in starts else 0.0)
                 else:
                     per_mb += layer_activation_bytes(layer, t, sequence_parallel=sp,
                                                      recompute=layout.recompute)
+            for every, kept in op_units.values():
+                per_mb += min(every, kept)
+                working = max(working, every - min(every, kept))
             act += in_flight[s][c] * per_mb * mb
             if layout.recompute == "full":
                 blocks: dict[str, float] = {}
                 for i in layers:
                     layer = tpm.layers[i]
-                    if layer.unit is not None:
+                    if layer.unit in ckpt:
                         blocks[layer.unit] = blocks.get(layer.unit, 0.0) + layer_activation_bytes(
                             layer, t, sequence_parallel=sp, recompute="off")
                 working = max([working, *blocks.values()])

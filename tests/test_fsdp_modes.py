@@ -164,7 +164,6 @@ def test_choices_mirror_the_registries():
     ({"recompute": "op", "activation_checkpointing": True}, "--activation-checkpointing: means --recompute full"),
     ({"strategy": "fsdp", "fsdp_version": "2", "tp": 2, "gpus": 16}, "--fsdp-version: '2' applies to data "
                                                                       "parallelism alone"),
-    ({"recompute": "op", "tp": 2, "gpus": 16}, "--recompute: 'op' is modelled with --tp 1 --pp 1 only"),
 ])
 def test_bad_values_are_one_line_naming_the_flag(flags, needle):
     with pytest.raises(ConfigError) as err:
@@ -210,3 +209,16 @@ def test_fsdp2_copies_are_charged_at_streaming_bandwidth():
     assert v2.framework_s == pytest.approx(expected)
     forward = sum(t.duration_s for t in v2.program.tasks if t.kind == "forward")
     assert forward == pytest.approx(compute.forward_s + t(2 * root * w) + 2 * t(2 * block * w))
+
+
+def test_one_policy_serves_tensor_and_pipeline_layouts():
+    from dpsim.predict.run import predict
+    base = dict(gpus=16, tp=2, pp=2, link="infiniband", model="llama-2-7b", micro_batch=1, global_batch=32,
+                steps=1)
+    runs = {name: predict(PredictConfig(**base, **kw)) for name, kw in {
+        "off": {}, "op": {"recompute": "op"}, "full": {"recompute": "full"},
+        "every2": {"recompute": "full", "recompute_every": 2}}.items()}
+    act = {k: r.memory.activations_bytes for k, r in runs.items()}
+    step = {k: r.step_time_s for k, r in runs.items()}
+    assert act["full"] < act["every2"] < act["off"] and act["full"] < act["op"] < act["off"]
+    assert step["off"] < step["op"] < step["full"] and step["off"] < step["every2"] < step["full"]

@@ -392,11 +392,6 @@ class PredictConfig:
                 raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies to data parallelism alone; "
                                   f"with --tp/--pp the fsdp replicas keep gathered parameters and accumulated "
                                   f"gradients for the whole step, so leave it out")
-        if self.recompute == "op" or self.recompute_every != 1:
-            flag = "--recompute" if self.recompute == "op" else "--recompute-every"
-            value = self.recompute if self.recompute == "op" else self.recompute_every
-            raise ConfigError(f"{flag}: {value!r} is modelled with --tp 1 --pp 1 only; with --tp/--pp use "
-                              f"--recompute selective or full")
         if self.strategy not in LAYOUT_DP_STRATEGIES:
             raise ConfigError(f"--strategy: {self.strategy!r} does not combine with --tp/--pp here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
