@@ -24,16 +24,21 @@ parameter to ``ceil(numel/N)`` per rank (:mod:`dpsim.strategies`). FSDP with mix
 precision keeps fp32 parameter and gradient shards and no separate master copy; its
 total per parameter is the same 16 bytes, so the ZeRO accounting is used throughout.
 ``fsdp-shard-grad-op`` holds every unit unsharded from forward to backward, hence wΨ.
-With gradient accumulation FSDP runs ``no_sync()``, which "will accumulate the full
-model gradients (instead of gradient shards)" (torch ``FullyShardedDataParallel.no_sync``
-docstring): gΨ then.
+With gradient accumulation an FSDP1 trainer runs ``no_sync()``, which "will accumulate the
+full model gradients (instead of gradient shards)" (torch ``FullyShardedDataParallel.no_sync``
+docstring): gΨ then, as with FSDP2's ``set_requires_gradient_sync(False)`` (``--fsdp-accumulate
+unsharded``). FSDP2 by default, and FSDP1 without ``no_sync``, reduce-scatter after every
+micro-batch and keep only the gradient shard (``--fsdp-accumulate sharded``; PyTorch pull request
+126166: "FSDP2 offers (1) [reduce-scatter per microbatch] without any intervention"). FSDP2
+(``--fsdp-version 2``) shards every parameter on dim 0, each padded to ``ceil(dim0/N)`` rows.
 
 The other categories:
 
 * **activations** kept for backward for one micro-batch (catalog estimates at 2 bytes
-  per element; fp32 compute doubles them). With activation checkpointing only each
-  checkpointed unit's input is kept, plus one unit's full activations while it is
-  recomputed (Korthikanti et al. 2022, Sec. 5); root layers keep theirs;
+  per element; fp32 compute doubles them), under the checkpointing policy of
+  :mod:`~dpsim.strategies.checkpointing` (full: only each checkpointed unit's input is kept,
+  plus one unit's full activations while it is recomputed, Korthikanti et al. 2022, Sec. 5;
+  selective and op-level policies keep more and recompute less); root layers keep theirs;
 * **communication buffers**: DDP's bucket copies of every gradient (the default
   ``gradient_as_bucket_view=False``; none with the view), its comm hook's state (PowerSGD's
   error feedback, P and Q; 16-bit copies of the buckets in flight) and buffers being
@@ -48,7 +53,8 @@ The other categories:
   prefetched unit unsharded (``limit_all_gathers``: two units in flight), and the
   unsharded gradients of the unit being reduced (plus the root's, which are reduced
   last; ``BackwardPrefetch.BACKWARD_PRE`` "holds the current set of parameters, next
-  set of parameters, and current set of gradients");
+  set of parameters, and current set of gradients"); FSDP2 also stages the largest unit's
+  all-gather output and reduce-scatter input in flat buffers beside its per-parameter tensors;
 * **framework overhead**: CUDA context, workspaces, NCCL buffers (an assumption).
 
 The verdict compares the total with the capacity less a headroom for the caching

@@ -59,7 +59,7 @@ def memory(
     title = (f"{spec.name} ({spec.param_count / 1e9:.3g} B params), {config.strategy} on {topo.n_gpus} x "
              f"{topo.spec.gpu}, {config.precision} + {config.optimizer}, micro-batch {config.micro_batch}"
              + (f" x {config.grad_accum}" if config.grad_accum > 1 else "")
-             + (", checkpointing" if config.activation_checkpointing else ""))
+             + (f", {config.checkpointing.describe()}" if config.checkpointing.active else ""))
     table = Table(title=escape(title), header_style="bold")
     table.add_column("memory per GPU")
     table.add_column("size", justify="right")

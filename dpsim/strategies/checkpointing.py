@@ -76,6 +76,12 @@ class CheckpointPolicy:
         """Anything is recomputed."""
         return self.mode != "off"
 
+    def describe(self) -> str:
+        """A few words for a report title ("" when nothing is recomputed)."""
+        if self.mode == "full":
+            return "activation checkpointing" + (f" of one block in {self.every}" if self.every != 1 else "")
+        return {"off": "", "selective": "selective recomputation", "op": "op-level checkpointing"}[self.mode]
+
     def checkpoints(self, position: int) -> bool:
         """Whether the block at ``position`` (0-based, forward order, root excluded) is checkpointed."""
         if self.mode == "off":

@@ -194,9 +194,9 @@ def check_fsdp_options(strategy: str, fsdp_version: str = "1", accumulate: str =
         raise ConfigError(f"--fsdp-version: {fsdp_version} applies to {takers}, not --strategy {strategy}; "
                           f"leave it out")
     if accumulate != "auto":
-        raise ConfigError(f"--fsdp-accumulate: {accumulate} applies to {takers}, not --strategy {strategy} "
-                          f"(DeepSpeed fixes it: ZeRO-1 reduces at the boundary, ZeRO-2/3 every micro-batch); "
-                          f"leave it out")
+        raise ConfigError(f"--fsdp-accumulate: {accumulate} applies to {takers}, not --strategy {strategy}, "
+                          f"whose implementation fixes when it reduces (DDP and ZeRO-1 at the last micro-batch, "
+                          f"ZeRO-2/3 every one); leave it out")
 
 
 def unsharded_accumulation(strategy: str, grad_accum: int, fsdp_version: str = "1", accumulate: str = "auto") -> bool:

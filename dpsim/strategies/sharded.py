@@ -19,17 +19,23 @@ ZeRO-3 / FSDP full shard
     (``_post_forward_reshard``: "Do not free the root's parameters in the
     post-forward for FULL_SHARD"), so only non-root units are gathered twice; dpsim's
     ``zero3`` re-gathers the root too, which gives the ZeRO paper's 1.5x volume of
-    DDP exactly (Rajbhandari et al. 2020, Sec. 7.2.2). With accumulation, FSDP runs
-    ``no_sync()`` on the first ``K-1`` micro-batches (full unsharded gradients are kept,
-    the parameters are still freed and re-gathered: ``_should_free_in_backward``);
-    ZeRO-3 reduce-scatters every micro-batch (DeepSpeed refuses ``no_sync`` with
-    gradient partitioning).
+    DDP exactly (Rajbhandari et al. 2020, Sec. 7.2.2). With accumulation and
+    ``--fsdp-accumulate unsharded`` (FSDP1's default here), FSDP runs ``no_sync()`` on the
+    first ``K-1`` micro-batches (full unsharded gradients are kept, the parameters are still
+    freed and re-gathered: ``_should_free_in_backward``); ``sharded`` (FSDP2's default:
+    ``set_requires_gradient_sync`` left on) reduce-scatters every micro-batch, as ZeRO-3
+    always does (DeepSpeed refuses ``no_sync`` with gradient partitioning).
+
+FSDP2 (``--fsdp-version 2``, ``fully_shard``)
+    The same schedule with each parameter sharded on dim 0 (``unit_shard_numel``), the
+    root not resharded after forward either, and two memory-bound copies per collective
+    charged to the compute stream (``_fsdp2_copies_s``).
 
 FSDP ``SHARD_GRAD_OP`` (``fsdp-shard-grad-op``)
     Units are gathered for forward and kept through backward (no backward
     all-gather); gradients reduce-scattered per unit. Under ``no_sync`` the unsharded
     parameters also stay between micro-batches (``_should_free_in_backward``), so
-    only the first micro-batch gathers.
+    only the first micro-batch gathers; a synchronising backward frees them.
 
 FSDP ``HYBRID_SHARD`` (``fsdp-hybrid``)
     ``FULL_SHARD`` within a node (all-gathers and reduce-scatters on the ``intra``
