@@ -222,3 +222,16 @@ def test_one_policy_serves_tensor_and_pipeline_layouts():
     step = {k: r.step_time_s for k, r in runs.items()}
     assert act["full"] < act["every2"] < act["off"] and act["full"] < act["op"] < act["off"]
     assert step["off"] < step["op"] < step["full"] and step["off"] < step["every2"] < step["full"]
+
+
+@pytest.mark.parametrize("policy,advice", [
+    (CheckpointPolicy(), "use --activation-checkpointing:"),
+    (CheckpointPolicy(mode="op"), "use --recompute full:"),
+    (CheckpointPolicy(mode="full", every=2), "use --recompute full without --recompute-every:"),
+])
+def test_fit_advice_names_the_flag_that_turns_full_checkpointing_on(policy, advice):
+    from dpsim.memory import fit_advice
+    from dpsim.workload.catalog import get_model
+    a = fit_advice(get_model("llama-2-13b"), H100, precision=BF16, optimizer="adamw", micro_batch=4, strategy="fsdp",
+                   n_gpus=8, gpus_per_node=8, checkpointing=policy)
+    assert not a.fits and a.activation_checkpointing and a.message.startswith(advice)
