@@ -13,7 +13,8 @@ from dpsim.predict.config import LAYOUT_FIELDS
 
 MEMORY_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
                  "micro_batch", "flash_attention", "precision", "optimizer", "strategy", "grad_accum",
-                 "activation_checkpointing", "fsdp_unit", "overlap", "bucket_cap_mb") + LAYOUT_FIELDS
+                 "activation_checkpointing", "fsdp_unit", "fsdp_version", "fsdp_accumulate", "overlap",
+                 "bucket_cap_mb", "recompute_every") + LAYOUT_FIELDS
 """The ``PredictConfig`` fields memory depends on (``overlap``: DeepSpeed keeps one gradient buffer
 without it; ``bucket_cap_mb``: the size of ZeRO-1/2's gradient buffers)."""
 
@@ -45,7 +46,7 @@ def memory(
     title = (f"{report.model} ({report.param_count / 1e9:.3g} B params), {config.strategy} on {report.n_gpus} x "
              f"{report.gpu}, {config.precision} + {config.optimizer}, micro-batch {config.micro_batch}"
              + (f" x {config.grad_accum}" if config.grad_accum > 1 else "")
-             + (", checkpointing" if config.activation_checkpointing else ""))
+             + (f", {config.checkpointing.describe()}" if config.checkpointing.active else ""))
     table = Table(title=escape(title), header_style="bold")
     table.add_column("memory per GPU")
     table.add_column("size", justify="right")

@@ -196,8 +196,9 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     plan = memoized(
         build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
         gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
-        activation_checkpointing=config.activation_checkpointing, overlap=config.overlap,
-        bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit, **_ddp_kwargs(config, gpu, profile))
+        checkpointing=config.checkpointing, overlap=config.overlap,
+        bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit, **_strategy_kwargs(config, gpu),
+        **_ddp_kwargs(config, gpu, profile))
     program = plan.program
     sim = play_program(program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown,
                        comm_slowdown=comm_slowdown)
@@ -286,6 +287,13 @@ def with_model_error(prediction: Prediction, *, model: ModelSpec, gpu, topology:
     return replace(prediction, model_error=model_error_interval(prediction.step_time_s, regime))
 
 
+def _strategy_kwargs(config: PredictConfig, gpu) -> dict:
+    """``build_step_program``'s FSDP and checkpointing arguments beyond the policy: the FSDP API
+    and accumulation, and the GPU and micro-batch op-level recomputation is costed at."""
+    return {"fsdp_version": config.fsdp_version, "fsdp_accumulate": config.fsdp_accumulate,
+            "micro_batch": config.micro_batch, "compute_gpu": gpu}
+
+
 def _ddp_kwargs(config: PredictConfig, gpu, profile) -> dict:
     """``build_step_program``'s DDP arguments: the options, and the device DDP's own kernels are
     costed on (none for one GPU: a one-GPU job is not wrapped in DDP).
@@ -316,8 +324,8 @@ def _ddp_report(config: PredictConfig, plan, collectives, gpu, profile, model, c
         warm = memoized(
             build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
             gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
-            activation_checkpointing=config.activation_checkpointing, overlap=config.overlap,
-            bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit,
+            checkpointing=config.checkpointing, overlap=config.overlap,
+            bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit, **_strategy_kwargs(config, gpu),
             **{**_ddp_kwargs(config, gpu, profile), "ddp": options.warmup()})
         sim = play_program(warm.program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown,
                            comm_slowdown=comm_slowdown)
@@ -374,8 +382,9 @@ def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, 
 
     kwargs = {"precision": precision, "optimizer": config.optimizer, "micro_batch": config.micro_batch,
               "strategy": config.strategy, "n_gpus": topology.n_gpus, "gpus_per_node": topology.gpus_per_node,
-              "activation_checkpointing": config.activation_checkpointing, "grad_accum": config.micro_batches,
+              "checkpointing": config.checkpointing, "grad_accum": config.micro_batches,
               "fsdp_unit": config.fsdp_unit, "overlap": config.overlap, "bucket_cap_mb": config.bucket_cap_mb,
+              "fsdp_version": config.fsdp_version, "fsdp_accumulate": config.fsdp_accumulate,
               "ddp": config.ddp_options() if config.strategy == "ddp" else None}
     memory = memoized(memory_breakdown, model, gpu, **kwargs)
     advice = memoized(fit_advice, model, gpu, **kwargs)

@@ -49,6 +49,15 @@ def _provenance_rows(p: Prediction) -> list[tuple[str, str]]:
     return [(escape(a), escape(b)) for a, b in rows]
 
 
+def _fsdp_and_checkpointing_text(cfg) -> str:
+    # The FSDP options and the checkpointing policy, named only when not the defaults.
+    version, accumulate = getattr(cfg, "fsdp_version", "1"), getattr(cfg, "fsdp_accumulate", "auto")
+    policy = getattr(cfg, "checkpointing", None)
+    return ((f", FSDP{version}" if version != "1" else "")
+            + (f", {accumulate} gradient accumulation" if accumulate != "auto" else "")
+            + (f", {policy.describe()}" if policy is not None and policy.active else ""))
+
+
 def prediction_tables(p: Prediction) -> list[Table]:
     """The step, throughput and memory of a prediction as rich tables."""
     cfg = p.config
@@ -58,7 +67,7 @@ def prediction_tables(p: Prediction) -> list[Table]:
              f"micro-batch {cfg.micro_batch}, {cfg.precision}"
              + (f", {p.strategy}" if p.strategy != "ddp" else "")
              + (f", {cfg.grad_accum} micro-batches per step" if getattr(cfg, "grad_accum", 1) > 1 else "")
-             + (", activation checkpointing" if getattr(cfg, "activation_checkpointing", False) else ""))
+             + _fsdp_and_checkpointing_text(cfg))
     step = Table(title=escape(title), show_header=True, header_style="bold")
     step.add_column("step", justify="left")
     step.add_column("value", justify="right")
