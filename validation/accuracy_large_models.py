@@ -87,12 +87,12 @@ class System:
 SYSTEMS = {
     "MosaicML platform, H100 80GB": System(
         name="MosaicML", link="infiniband",
-        assumed="network not published: 8x 400 Gb/s NDR per node (preset infiniband)"),
+        assumed="H100 rows: network not published, 8x 400 Gb/s NDR per node assumed"),
     "MosaicML platform, A100 80GB, 1600 Gbps node-node RoCE": System(
         name="MosaicML", topology_file="mosaicml-a100-roce.yaml", assumed="1600 Gb/s RoCE as 8x 200 Gb/s"),
     "MosaicML platform, A100 40GB, 1600 Gbps node-node RoCE": System(
         name="MosaicML", topology_file="mosaicml-a100-roce.yaml",
-        assumed="1600 Gb/s RoCE as 8x 200 Gb/s; A100 80GB preset (HBM2e 2.0 TB/s vs 1.6), fit checked at 40 GB"),
+        assumed="A100 40GB as the A100 80GB preset (HBM2e 2.0 TB/s vs HBM2 1.6), fit checked at 40 GB"),
     "GCP A3 (h100-80gb-8), as published": System(
         name="GCP A3 (MaxText)", topology_file="gcp-a3-tcpx.yaml",
         assumed="network not published: 4x 200 Gb/s GPUDirect-TCPX"),
@@ -107,7 +107,7 @@ SYSTEMS = {
     "IBM Cloud H100 cluster, 3.2 Tbps RoCE GPU-to-GPU (as published)": System(
         name="IBM Cloud H100", topology_file="ibm-h100-roce.yaml", assumed="3.2 Tb/s RoCE as 8x 400 Gb/s"),
     "Ai2 H100 cluster ('a cluster with NVIDIA H100 GPUs', as published)": System(
-        name="Ai2 H100 (OLMo-core)", link="infiniband", assumed="one 8-GPU node (preset infiniband)"),
+        name="Ai2 H100 (OLMo-core)", link="infiniband", assumed="one 8-GPU node (GPU count assumed by the row)"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -196,7 +196,7 @@ def model_of(row: dict) -> ModelSpec:
 def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     """The row's job (see the module docstring); ``compute_efficiency`` for the fit."""
     system = system_of(row)
-    assumed = [system.assumed] if system.assumed else []
+    assumed = []  # the system's own assumptions are shown once per system (System.assumed)
     strategy, note = _lookup(STRATEGIES, row["data_parallel"], "data_parallel")
     if note:
         assumed.append(note)
@@ -304,6 +304,8 @@ class Result:
     published_mfu: float
     predicted_mfu: float
     assumed: tuple[str, ...]
+    series: str
+    """Rows of one series differ only in their GPU count (same system, model, sharding, batch)."""
 
     @property
     def error(self) -> float:
@@ -326,7 +328,7 @@ def memory_note(memory) -> str:
 def layout_text(row: dict, config: PredictConfig) -> str:
     parts = [config.strategy]
     if config.layout_active:
-        parts.append(f"tp{config.tp} pp{config.pp} dp{config.data_parallel}")
+        parts.append(f"tp{config.tp} pp{config.pp}")
     parts.append(f"mb {config.micro_batch}x{config.micro_batches if config.layout_active else config.grad_accum}")
     if config.activation_checkpointing or config.recompute == "full":
         parts.append("AC")
@@ -348,7 +350,8 @@ def evaluate(row: dict, *, compute_efficiency: float | None = None) -> Result:
                   predicted=to_published_unit(row, job.model, tokens), step_s=p.step_time_s,
                   exposed_comm_s=p.exposed_comm_s, fits=memory.fits, memory_note=memory_note(memory),
                   published_mfu=tokens_per_s_per_gpu(row, job.model, published) * flops / peak,
-                  predicted_mfu=tokens * flops / peak, assumed=job.assumed)
+                  predicted_mfu=tokens * flops / peak, assumed=job.assumed,
+                  series=" ".join((row["system"], row["model"], row["data_parallel"], layout_text(row, job.config))))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -452,6 +455,24 @@ def mfu_trend(results: list[Result]) -> dict[str, tuple[float, float, int]]:
     return out
 
 
+def scale_out(results: list[Result]) -> list[tuple[Result, Result]]:
+    """The (fewest, most GPUs) rows of every series run at several GPU counts: what the step loses
+    per GPU as the job grows, published against predicted."""
+    series: dict[str, list[Result]] = {}
+    for r in results:
+        series.setdefault(r.series, []).append(r)
+    out = []
+    for rs in series.values():
+        if len({r.gpus for r in rs}) > 1:
+            rs = sorted(rs, key=lambda r: r.gpus)
+            out.append((rs[0], rs[-1]))
+    return out
+
+
+def signed_median(results: list[Result]) -> float:
+    return statistics.median(r.error for r in results) if results else math.nan
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
@@ -460,13 +481,13 @@ def markdown(presets: list[Result], loso: list[Result] | None) -> str:
     """The per-row table."""
     loso_by = {r.id: r for r in loso} if loso else {}
     lines = ["| id | system | model | GPUs | layout | published | unit | predicted | error | LOSO error | "
-             "MFU pub. / pred. | fits | assumed |", "|" + "---|" * 13]
+             "MFU pub. / pred. | exposed comm. | fits | assumed |", "|" + "---|" * 14]
     for r in presets:
         lo = f"{100 * loso_by[r.id].error:+.1f} %" if r.id in loso_by else "-"
         lines.append(f"| {r.id} | {r.system} | {r.model} | {r.gpus}x {r.gpu} | {r.layout} | {r.published:g} | "
                      f"{r.unit} | {r.predicted:.4g} | {100 * r.error:+.1f} % | {lo} | "
                      f"{100 * r.published_mfu:.1f} / {100 * r.predicted_mfu:.1f} % | "
-                     f"{'yes' if r.fits else '**no**: ' + r.memory_note} | "
+                     f"{100 * r.exposed_comm_s / r.step_s:.1f} % | {'yes' if r.fits else '**no**: ' + r.memory_note} | "
                      f"{'; '.join(r.assumed)} |")
     return "\n".join(lines)
 
@@ -478,10 +499,15 @@ def section(presets: list[Result], loso: list[Result], fitted: dict[str, float],
     sp, sl = per_system(presets), per_system(loso)
     not_fit = [r for r in presets if not r.fits]
     trend = mfu_trend(presets)
-    comm = max(r.exposed_comm_s / r.step_s for r in presets)
+    most_exposed = max(presets, key=lambda r: r.exposed_comm_s / r.step_s)
     by_set: dict[str, int] = {}
     for x in skipped:
-        by_set[x.set] = by_set.get(x.set, 0) + 1
+        if x.set != "dense":
+            by_set[x.set] = by_set.get(x.set, 0) + 1
+    unexpressed: dict[str, list[str]] = {}
+    for r in presets:
+        for note in r.assumed:
+            unexpressed.setdefault(note, []).append(r.id)
     sign = lambda v: "+" if v > 0 else ("-" if v < 0 else "0")  # noqa: E731
     lines = [
         "Generated by `python validation/accuracy_large_models.py --write`; checked by "
@@ -499,16 +525,43 @@ def section(presets: list[Result], loso: list[Result], fitted: dict[str, float],
         f"{EFFICIENCY_GRID[0]:.2f}-{EFFICIENCY_GRID[-1]:.2f}): median {_pct(lo['median'])}, worst {_pct(lo['worst'])} "
         "(issue 24's bar: median <= 6 %, worst <= 15 %).",
         "",
-        "| system | rows | presets: median / worst | LOSO: median / worst | efficiency fitted without it |",
-        "|---|---|---|---|---|",
+        "| system | rows | presets: median / worst | presets: signed median | LOSO: median / worst | "
+        "efficiency fitted without it | topology: what is assumed |",
+        "|---|---|---|---|---|---|---|",
     ]
+    assumptions: dict[str, list[str]] = {}
+    for sys_ in SYSTEMS.values():
+        where = f"preset {sys_.link}" if sys_.link else f"validation/systems/{sys_.topology_file}"
+        text = where + (f": {sys_.assumed}" if sys_.assumed else "")
+        if text not in assumptions.setdefault(sys_.name, []):
+            assumptions[sys_.name].append(text)
     for name in sp:
+        mine = [r for r in presets if r.system == name]
         lines.append(f"| {name} | {sp[name]['n']} | {_pct(sp[name]['median'])} / {_pct(sp[name]['worst'])} | "
-                     f"{_pct(sl[name]['median'])} / {_pct(sl[name]['worst'])} | {fitted[name]:.2f} |")
+                     f"{100 * signed_median(mine):+.1f} % | {_pct(sl[name]['median'])} / {_pct(sl[name]['worst'])} | "
+                     f"{fitted[name]:.2f} | {'; '.join(assumptions[name])} |")
+    causes: dict[str, list[str]] = {}
+    for r in not_fit:
+        causes.setdefault(r.memory_note.split(": ", 1)[1].split(" ")[0], []).append(r.id)
+    by_gpu = {g: [r for r in presets if r.gpu == g] for g in sorted({r.gpu for r in presets})}
+    ac = [r for r in presets if " AC" in r.layout]
+    no_ac = [r for r in presets if " AC" not in r.layout]
     lines += [
         "",
         f"- **Told \"does not fit\" although they ran: {len(not_fit)} of {len(presets)}**"
-        + (f" ({', '.join(r.id for r in not_fit)})." if not_fit else "."),
+        + (" (by the largest part of the memory charged: "
+           + "; ".join(f"{k} {len(v)}: {', '.join(v)}" for k, v in sorted(causes.items())) + ")." if not_fit else "."),
+        "- **Signed median error** by GPU: " + ", ".join(f"{g} {100 * signed_median(rs):+.1f} % ({len(rs)} rows)"
+                                                         for g, rs in by_gpu.items())
+        + f"; with activation checkpointing {100 * signed_median(ac):+.1f} % ({len(ac)} rows), without "
+        f"{100 * signed_median(no_ac):+.1f} % ({len(no_ac)} rows).",
+        "- **Scale-out** (the same job at its fewest and most GPUs; tokens/s per GPU at the most over at the "
+        "fewest, published / predicted):",
+    ]
+    for a, b in scale_out(presets):
+        lines.append(f"  - {a.system}, {a.model} {a.layout} ({a.id}-{b.id}), {a.gpus} -> {b.gpus} GPUs: "
+                     f"{b.published / a.published:.2f} / {b.predicted / a.predicted:.2f}")
+    lines += [
         "- **MFU against model size** (least-squares slope of MFU per decade of parameters, published / "
         "predicted; the issue asks for the published sign):",
     ]
@@ -516,12 +569,17 @@ def section(presets: list[Result], loso: list[Result], fitted: dict[str, float],
         lines.append(f"  - {name} ({n} rows): {100 * pub:+.1f} / {100 * pred:+.1f} points per decade "
                      f"({'same sign' if sign(pub) == sign(pred) else 'OPPOSITE sign'})")
     lines += [
-        f"- Exposed communication is at most {_pct(comm)} of a predicted step.",
-        f"- **Not expressible: {len(skipped)} rows** of the other sets "
+        f"- Exposed communication is at most {_pct(most_exposed.exposed_comm_s / most_exposed.step_s)} of a "
+        f"predicted step ({most_exposed.id}).",
+        "- **What the rows ran that dpsim cannot say** (each row's \"assumed\" column; the prediction runs "
+        "without it):",
+        *(f"  - {note}: {len(ids)} rows ({', '.join(ids)})" for note, ids in unexpressed.items()),
+        f"- **Not expressible: {sum(by_set.values())} rows** of the other sets "
         + ", ".join(f"{k} {v}" for k, v in sorted(by_set.items())) + " ("
         + "; ".join(f"{k}: {v}" for k, v in NOT_EXPRESSIBLE_SETS.items()) + ").",
     ]
     refused = [x for x in skipped if x.set == "dense"]
+    lines.append(f"- Dense rows dpsim refuses: {len(refused)}" + (":" if refused else "."))
     for x in refused:
         lines.append(f"  - {x.id} ({x.model}): {x.why}")
     lines += ["", markdown(presets, loso)]
