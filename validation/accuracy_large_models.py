@@ -222,8 +222,8 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         assumed.append("torch.compile not modelled (eager kernels)")
     if "pack_sample_into_one=False" in row["attention"]:
         assumed.append("packed variable-length attention as full 2048-token causal attention")
-    kw = dict(gpus=gpus, model=row["model"], micro_batch=micro_batch, precision=_lookup(PRECISIONS, row["precision"], "precision"),
-              strategy=strategy, optimizer="adamw", steps=1)
+    kw = dict(gpus=gpus, model=row["model"], micro_batch=micro_batch,
+              precision=_lookup(PRECISIONS, row["precision"], "precision"), strategy=strategy, optimizer="adamw", steps=1)
     if system.topology_file:
         kw["topology_file"] = str(SYSTEMS_DIR / system.topology_file)
     else:
@@ -325,7 +325,8 @@ def memory_note(memory) -> str:
             + ", ".join(f"{name} {b / 2**30:.0f}" for b, name in parts))
 
 
-def layout_text(row: dict, config: PredictConfig) -> str:
+def layout_text(config: PredictConfig) -> str:
+    """Strategy, tensor x pipeline split, micro-batch x micro-batches per step, checkpointing."""
     parts = [config.strategy]
     if config.layout_active:
         parts.append(f"tp{config.tp} pp{config.pp}")
@@ -342,16 +343,18 @@ def evaluate(row: dict, *, compute_efficiency: float | None = None) -> Result:
     n = int(row["gpus"])
     tokens = p.samples_per_s * job.model.tokens_per_sample / n
     published = float(row["value"])
-    memory = p.memory if job.capacity_bytes is None else dataclasses.replace(p.memory, capacity_bytes=job.capacity_bytes)
+    memory = p.memory
+    if job.capacity_bytes is not None:
+        memory = dataclasses.replace(memory, capacity_bytes=job.capacity_bytes)
     flops = common_flops_per_token(row, job.model)
     peak = BF16_PEAK_FLOPS[row["gpu"]]
     return Result(id=row["id"], system=system_of(row).name, model=row["model"], params=params_of(row, job.model),
-                  gpus=n, gpu=row["gpu"], layout=layout_text(row, job.config), unit=row["unit"], published=published,
+                  gpus=n, gpu=row["gpu"], layout=layout_text(job.config), unit=row["unit"], published=published,
                   predicted=to_published_unit(row, job.model, tokens), step_s=p.step_time_s,
                   exposed_comm_s=p.exposed_comm_s, fits=memory.fits, memory_note=memory_note(memory),
                   published_mfu=tokens_per_s_per_gpu(row, job.model, published) * flops / peak,
                   predicted_mfu=tokens * flops / peak, assumed=job.assumed,
-                  series=" ".join((row["system"], row["model"], row["data_parallel"], layout_text(row, job.config))))
+                  series=" ".join((row["system"], row["model"], row["data_parallel"], layout_text(job.config))))
 
 
 @dataclass(frozen=True, kw_only=True)
