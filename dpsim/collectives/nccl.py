@@ -123,6 +123,7 @@ from dpsim.network.model import CrossingFlows, NetworkModel, ServerFlows
 from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
 from dpsim.topology.fabric import nic_layout
+from dpsim.topology.spec import nic_fabric, nvlink_fabric
 from dpsim.units import US, KiB
 
 SOCKET_MIN_TASK_BYTES = 64 * KiB
@@ -605,7 +606,7 @@ class NcclCollectives:
         intra_hw = self._intra_hw
         intra = node.gpu_link_latency_s / (self._hw_latency_us(intra_hw, "ring", 2) * US)
         dom = self.spec.nvlink_domain
-        if fabric is not None and fabric.kind == "nvlink":
+        if nvlink_fabric(fabric):
             return intra, fabric.nic_latency_s / (HW_LATENCY_US["nvlink"]["ring"][2] * US), intra_hw, "nvlink"
         if dom is not None and self.topology.n_nodes <= dom.nodes:
             return intra, dom.latency_s / (HW_LATENCY_US["nvlink"]["ring"][2] * US), intra_hw, "nvlink"
@@ -727,7 +728,7 @@ class NcclCollectives:
         """Fraction of a NIC port's rate left with messages of ``message_bytes``: LogGP's
         ``1 / (1 + g r / c)`` with g = ``fabric.nic_message_overhead_us`` (1 without one)."""
         fabric = self.spec.fabric
-        if fabric is None or fabric.kind == "nvlink" or fabric.nic_message_overhead_s <= 0:
+        if not nic_fabric(fabric) or fabric.nic_message_overhead_s <= 0:
             return 1.0
         rate = fabric.nic_bandwidth_bytes_per_s * fabric.nic_efficiency
         return 1.0 / (1.0 + fabric.nic_message_overhead_s * rate / message_bytes)
@@ -876,9 +877,7 @@ class NcclCollectives:
     @cached_property
     def crosses_network(self) -> bool:
         """The communicator's collectives cross NICs (not one server, not one NVLink domain)."""
-        fabric = self.spec.fabric
-        return (self.topology.n_nodes > 1 and fabric is not None and fabric.kind != "nvlink"
-                and not self.cluster.single_domain)
+        return self.topology.crosses_nics
 
     @cached_property
     def ramp_scope(self) -> str:
