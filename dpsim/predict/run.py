@@ -301,7 +301,7 @@ def _ddp_kwargs(config: PredictConfig, gpu, profile) -> dict:
     With a calibration profile that measured a copy bandwidth (a CPU profile's device, or a
     GPU's measured memcpy), that bandwidth is already what a copy reaches: efficiency 1. The
     measured step never holds DDP's work: ``dpsim calibrate`` and ``dpsim validate`` time the
-    bare model (:func:`dpsim.trainstep.measure_step`), not the DDP-wrapped one.
+    bare model (:func:`dpsim.measure.trainstep.measure_step`), not the DDP-wrapped one.
     """
     if config.strategy != "ddp":
         return {}
