@@ -44,7 +44,8 @@ class NcclCollectives:
         ``packed`` (job *j* on servers ``j*n .. j*n+n-1``) or ``interleaved``
         (server *x* of job *j* is cluster server ``x*jobs + j``).
     degradations : sequence of :class:`~dpsim.network.degrade.LinkDegradation`
-        Links below capacity (``--degrade``): their capacities in :attr:`capacity_bytes_per_s`
+        Links below capacity (``--degrade``): their capacities in
+        :attr:`~dpsim.collectives.plan_cost.PlanEvaluator.capacity_bytes_per_s`
         are scaled (:func:`~dpsim.network.degrade.degradation_scale`; ``node<K>`` counts the
         cluster's servers, every job's). Default: a healthy cluster.
     job : dpsim.topology.Topology, optional
@@ -56,9 +57,11 @@ class NcclCollectives:
         :class:`~dpsim.network.tiers.TierNetwork` of the cluster. Any model of the
         :class:`~dpsim.network.model.NetworkModel` interface will do (the tests run the same
         collectives on a :class:`~dpsim.network.graph_network.FlowNetwork` of the graph).
+    tuning : dpsim.collectives.nccl_tuning.NcclTuning, optional
+        The fitted constants (default :data:`~dpsim.collectives.nccl_tuning.FITTED_TUNING`).
     symmetric : bool
         Evaluate plans by symmetry where they have a symmetric form and the cluster is
-        symmetric (:data:`SYMMETRIC`, the default); ``False`` evaluates every flow of the
+        symmetric (:data:`~dpsim.collectives.plan_cost.SYMMETRIC`, the default); ``False`` evaluates every flow of the
         whole cluster (the tests compare both).
     """
 
@@ -86,12 +89,12 @@ class NcclCollectives:
         if network is None:
             key = (topology, self.algorithms, self.protocols, jobs, placement, tuple(degradations), job, symmetric)
             choice_key = (*key, self.tuning)
-        tuned = shared_state(choice_key)
+        state, tuned = shared_state(key), shared_state(choice_key)
         self.facts = fabric_facts(topology)
         """What the topology offers NCCL."""
         self.plans = PlanEvaluator(topology, jobs=jobs, placement=placement, degradations=degradations, job=job,
                                    network=network, symmetric=symmetric, nvls_weight=self.facts.nvls_weight,
-                                   cache=shared_state(key))
+                                   cache=state)
         """The algorithms' plans evaluated on the cluster's network."""
         self.costs = NcclCost(self.facts, self.plans, self.tuning, below=tuned["below"])
         """NCCL's estimate of each algorithm x protocol."""

@@ -12,8 +12,8 @@ quoted as facts, not code (:mod:`dpsim.collectives.nccl_tuning`), read against t
 communicator's fabric facts (:mod:`dpsim.collectives.fabric_facts`):
 
 - **Latency** ``baseLat[algo][proto] + intra_hops * hwLat[NVLINK|PCI][algo][proto] +
-  inter_hops * hwLat[NET][algo][proto]`` (:data:`BASE_LATENCY_US`,
-  :data:`HW_LATENCY_US`); hop counts per algorithm as NCCL counts them (ring:
+  inter_hops * hwLat[NET][algo][proto]`` (:data:`~dpsim.collectives.nccl_tuning.BASE_LATENCY_US`,
+  :data:`~dpsim.collectives.nccl_tuning.HW_LATENCY_US`); hop counts per algorithm as NCCL counts them (ring:
   ``nsteps - nInterSteps`` intra, ``nInterSteps`` inter; tree:
   ``2 * ((ppn - 1) intra + log2(nNodes) inter)``; NVLS: one NVLink hop (+ one NET
   hop); NVLS tree: one NVLink hop + ``2 log2(nNodes)`` NET hops). A topology's
@@ -60,7 +60,6 @@ from functools import cached_property
 from dpsim.collectives.algorithms.base import Plan
 from dpsim.collectives.fabric_facts import FabricFacts
 from dpsim.collectives.nccl_tuning import (
-    BASE_LATENCY_US,
     CHUNK_BYTES,
     HW_LATENCY_US,
     NCCL_STEPS,
@@ -112,6 +111,13 @@ def tree_correction(protocol: str, size_bytes: float) -> float:
 
 
 
+def cost_family(algorithm: str) -> str:
+    """Whose protocol factors and latencies an algorithm takes: ``tree``, ``nvls`` and ``nvls_tree``
+    their own; ``ring``, ``hierarchical`` and ``halving_doubling`` the ring's (NCCL itself never
+    picks the last two: they run only when ``--algo`` names them)."""
+    return algorithm if algorithm in ("tree", "nvls", "nvls_tree") else "ring"
+
+
 def channel_bytes(protocol: str, n_ranks: int) -> int:
     """Bytes per channel NCCL wants before it keeps one more: ``threads * threshold`` (LL's
     threshold counts every rank)."""
@@ -144,7 +150,7 @@ class NcclCost:
     def hop_latencies_s(self, algorithm: str, protocol: str) -> tuple[float, float]:
         """(intra-server, inter-server) latency of one hop of ``algorithm`` in ``protocol``
         (NCCL's ``hwLat`` scaled to the topology's ring/Simple hop latencies)."""
-        family = algorithm if algorithm in BASE_LATENCY_US else "ring"
+        family = cost_family(algorithm)
         p = PROTOCOLS.index(protocol)
         f = self.facts
         intra_scale, inter_scale, intra_hw, inter_hw = f.intra_hop_scale, f.inter_hop_scale, f.intra_hw, f.inter_hw
@@ -157,7 +163,7 @@ class NcclCost:
     def latency_s(self, plan: Plan, protocol: str) -> float:
         """NCCL's latency of ``plan`` in ``protocol``: base latency plus the plan's hops (without
         the per-call overhead)."""
-        family = plan.algorithm if plan.algorithm in BASE_LATENCY_US else "ring"
+        family = cost_family(plan.algorithm)
         p = PROTOCOLS.index(protocol)
         intra_lat, inter_lat = self.hop_latencies_s(plan.algorithm, protocol)
         multi = self.facts.n_nodes > 1
@@ -287,11 +293,26 @@ class NcclCost:
         if pc.inter_bound and kept < k:
             spb *= k / kept
         algbw = 1.0 / spb if spb > 0 else math.inf
-        family = algorithm if algorithm in ("tree", "nvls", "nvls_tree") else "ring"
+        family = cost_family(algorithm)
         # NCCL's "bus bandwidth" of the algorithm, to apply its protocol factors and caps.
         ratio = 2.0 if family == "tree" else (bus_factor(op, n) if op != "broadcast" else 1.0)
-        bus = algbw * ratio
-        single = self.facts.n_nodes == 1
+        algbw = self.protocol_bus_bandwidth(family, protocol, op, algbw * ratio, kept, size_bytes) / ratio
+        latency = self.latency_s(plan, protocol)
+        transfer = size_bytes / algbw if algbw > 0 else math.inf
+        transfer = max(transfer, self._window_s(pc, protocol, op, size_bytes))
+        if family == "nvls":
+            transfer = max(transfer, self.nvls_steps_s(op, size_bytes))
+        # The fill runs through every stage at its own rate, slowed by the protocol (not by caps).
+        nominal = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}[protocol] if family != "nvls" else 1.0
+        fill = self._fill_s(pc, protocol, size_bytes, nominal)
+        overhead = self.call_overhead_s
+        return Choice(algorithm=algorithm, protocol=protocol, time_s=overhead + latency + transfer + fill,
+                      latency_s=overhead + latency, channels=kept, transfer_s=size_bytes * pc.seconds_per_byte)
+
+    def protocol_bus_bandwidth(self, family: str, protocol: str, op: str, bus: float, kept: int,
+                               size_bytes: float) -> float:
+        """NCCL's protocol factors and caps on the bus bandwidth ``bus`` (bytes/s) of an algorithm
+        of ``family`` (:func:`cost_family`) running on ``kept`` channels."""
         if family == "ring":
             if protocol == "LL":
                 bus = min(self.facts.ll_max_bw_bytes_per_s, bus * 0.5)
@@ -306,24 +327,13 @@ class NcclCost:
             if protocol == "LL":
                 bus = min(bus / 3.8, self.facts.ll_max_bw_bytes_per_s)
             elif protocol == "LL128":
-                bus *= 7.0 / 9.0 if single else 120.0 / 128.0
+                bus *= 7.0 / 9.0 if self.facts.n_nodes == 1 else 120.0 / 128.0
             bus *= tree_correction(protocol, size_bytes)
         elif family == "nvls_tree" and self.facts.generation == "blackwell" and op == "all_reduce":
             # NCCL applies the trees' size correction to NVLS tree on Blackwell (x86 hosts)
             # too (src/graph/tuning.cc@5067397 ncclTopoGetAlgoTime): its ramp differs from Hopper's.
             bus *= tree_correction(protocol, size_bytes)
-        algbw = bus / ratio
-        latency = self.latency_s(plan, protocol)
-        transfer = size_bytes / algbw if algbw > 0 else math.inf
-        transfer = max(transfer, self._window_s(pc, protocol, op, size_bytes))
-        if family == "nvls":
-            transfer = max(transfer, self.nvls_steps_s(op, size_bytes))
-        # The fill runs through every stage at its own rate, slowed by the protocol (not by caps).
-        nominal = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}[protocol] if family != "nvls" else 1.0
-        fill = self._fill_s(pc, protocol, size_bytes, nominal)
-        overhead = self.call_overhead_s
-        return Choice(algorithm=algorithm, protocol=protocol, time_s=overhead + latency + transfer + fill,
-                      latency_s=overhead + latency, channels=kept, transfer_s=size_bytes * pc.seconds_per_byte)
+        return bus
 
     @cached_property
     def call_overhead_s(self) -> float:
