@@ -132,55 +132,59 @@ def _server_columns(n_nodes: int) -> int:
     return 0 if n_nodes == 1 else (1 if n_nodes == 2 else 2)
 
 
+def _inter_hop(spec: TopologySpec, n_nodes: int) -> tuple[float, str]:
+    """(scale, hardware row) of a hop between servers: the topology's ring/Simple hop latency over
+    NCCL's on an NVLink fabric or inside an NVLink domain, else over the network's."""
+    fabric, dom = spec.fabric, spec.nvlink_domain
+    nvlink = HW_LATENCY_US["nvlink"]["ring"][2] * US
+    if nvlink_fabric(fabric):
+        return fabric.nic_latency_s / nvlink, "nvlink"
+    if dom is not None and n_nodes <= dom.nodes:
+        return dom.latency_s / nvlink, "nvlink"
+    if fabric is None:
+        return 1.0, "net"
+    return fabric.nic_latency_s / (HW_LATENCY_US["net"]["ring"][2] * US), "net"
+
+
+def _ramp_scope(fabric: FabricSpec | None, crosses: bool) -> str:
+    """:attr:`FabricFacts.ramp_scope` of collectives that cross the NICs of ``fabric`` or not."""
+    if not crosses:
+        return "node"
+    transport = fabric.transport
+    if not transport.gpudirect:
+        return "staged"
+    if transport.kind in ("ib", "roce"):
+        return "verbs"
+    return "tcpx" if transport.kind in ("tcpx", "tcpxo") else "network"
+
+
 def fabric_facts(topology: Topology) -> FabricFacts:
     """The fabric facts of the communicator ``topology``."""
     spec, node, fabric = topology.spec, topology.spec.node, topology.spec.fabric
-    n_nodes = topology.n_nodes
+    n_nodes, gpn = topology.n_nodes, topology.gpus_per_node
     gen = GENERATION.get(spec.gpu)
+    row = gen or "hopper"  # the tables' row for a GPU without a preset
     rccl = library(spec) == "rccl"
     crosses = topology.crosses_nics
-    facts = dict(spec=spec, fabric=fabric, n_ranks=topology.n_gpus, n_nodes=n_nodes,
-                 gpus_per_node=topology.gpus_per_node, generation=gen, rccl=rccl, crosses_nics=crosses)
-
     intra_hw = "nvlink" if node.interconnect in NVLINK_RING_INTERCONNECTS else "pci"
-    intra = node.gpu_link_latency_s / (_hw_latency_us(rccl, intra_hw, "ring", 2) * US)
-    dom = spec.nvlink_domain
-    if nvlink_fabric(fabric):
-        inter, inter_hw = fabric.nic_latency_s / (HW_LATENCY_US["nvlink"]["ring"][2] * US), "nvlink"
-    elif dom is not None and n_nodes <= dom.nodes:
-        inter, inter_hw = dom.latency_s / (HW_LATENCY_US["nvlink"]["ring"][2] * US), "nvlink"
-    elif fabric is None:
-        inter, inter_hw = 1.0, "net"
-    else:
-        inter, inter_hw = fabric.nic_latency_s / (HW_LATENCY_US["net"]["ring"][2] * US), "net"
-
-    scope = "node"
-    picks = False
-    if crosses:
-        transport = fabric.transport
-        picks = transport.kind not in ("tcpx", "tcpxo")
-        if not transport.gpudirect:
-            scope = "staged"
-        elif transport.kind in ("ib", "roce"):
-            scope = "verbs"
-        else:
-            scope = "tcpx" if transport.kind in ("tcpx", "tcpxo") else "network"
-
-    hopper = gen or "hopper"
-    nvls_nodes = n_nodes if crosses else 1
+    inter, inter_hw = _inter_hop(spec, n_nodes)
     nic_gbyte_per_s = fabric.nic_bandwidth_bytes_per_s / 1e9 if fabric is not None else 0.0
     # A NIC per GPU is what puts one behind each GPU's PCIe switch (PATH_PXB) on the NVSwitch
     # servers NVLS runs on (DGX/HGX H100 and B200, AWS P5/P6).
-    behind = fabric is not None and fabric.nics_per_node >= topology.gpus_per_node
+    behind = fabric is not None and fabric.nics_per_node >= gpn
     col = _server_columns(n_nodes)
-    ll_row = (hopper if hopper in LL_MAX_BW_GBPS else "ampere") if n_nodes == 1 else "volta"  # Intel CPU row across servers
+    ll_row = (row if row in LL_MAX_BW_GBPS else "ampere") if n_nodes == 1 else "volta"  # Intel CPU row across servers
     return FabricFacts(
-        **facts, intra_hw=intra_hw, inter_hw=inter_hw, intra_hop_scale=intra, inter_hop_scale=inter,
-        ports_per_nic=nic_layout(spec).ports_per_nic, nccl_picks_tree_channels=picks, ramp_scope=scope,
-        nvls=nvls_tuning(hopper, nvls_nodes, nic_gbyte_per_s, topology.gpus_per_node, behind),
+        spec=spec, fabric=fabric, n_ranks=topology.n_gpus, n_nodes=n_nodes, gpus_per_node=gpn, generation=gen,
+        rccl=rccl, crosses_nics=crosses, intra_hw=intra_hw, inter_hw=inter_hw,
+        intra_hop_scale=node.gpu_link_latency_s / (_hw_latency_us(rccl, intra_hw, "ring", 2) * US),
+        inter_hop_scale=inter, ports_per_nic=nic_layout(spec).ports_per_nic,
+        nccl_picks_tree_channels=crosses and fabric.transport.kind not in ("tcpx", "tcpxo"),
+        ramp_scope=_ramp_scope(fabric, crosses),
+        nvls=nvls_tuning(row, n_nodes if crosses else 1, nic_gbyte_per_s, gpn, behind),
         nvls_heads=max(1, min(NVLS_MAX_ARITY, topology.n_gpus)),
-        nvls_weight=1.0 / NVLS_EFFICIENCY.get(hopper, 0.85),
+        nvls_weight=1.0 / NVLS_EFFICIENCY.get(row, 0.85),
         ll_max_bw_bytes_per_s=LL_MAX_BW_GBPS[ll_row][col] * 1e9,
         tree_channel_max_bw_bytes_per_s=PER_CHANNEL_MAX_TREE_BW_GBPS.get(
-            hopper, PER_CHANNEL_MAX_TREE_BW_GBPS["hopper"])[col] * 1e9,
+            row, PER_CHANNEL_MAX_TREE_BW_GBPS["hopper"])[col] * 1e9,
     )
