@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("topology",),
     ("network",),
     ("collectives", "workload"),
-    ("profile", "trainstep"),
+    ("profile", "measure"),
     ("engine",),
     ("strategies",),
     ("memory",),

@@ -49,5 +49,5 @@ def collective(
               f"({report.n_nodes} node{'s' if report.n_nodes > 1 else ''}), {algorithm}, predicted")
         print(nccl_tests_table(results, dtype))
         if calibration is None:
-            from dpsim.collectives.nccl import describe_choices
+            from dpsim.collectives.selection import describe_choices
             print(describe_choices(results))

@@ -61,6 +61,7 @@ import numpy as np
 
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
+from dpsim.topology.spec import nvlink_fabric
 
 HOUR_S = 3600.0
 DAY_S = 86400.0
@@ -160,7 +161,7 @@ class ClusterShape:
         fabric = topology.spec.fabric
         if topology.n_nodes == 1 or fabric is None:
             links = 0
-        elif fabric.kind == "nvlink":
+        elif nvlink_fabric(fabric):
             links = topology.gpus_per_node
         else:
             links = fabric.nics_per_node

@@ -52,7 +52,7 @@ from dpsim.profile.io import load_profile
 from dpsim.strategies.build import build_step_program
 from dpsim.topology.cluster import Topology
 from dpsim.topology.load import load_preset, load_topology_file
-from dpsim.topology.spec import TopologySpec
+from dpsim.topology.spec import TopologySpec, nic_fabric
 from dpsim.topology.transport import TRANSPORT_ASSUMPTION_NOTE
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import ComputeProfile, compute_profile
@@ -301,7 +301,7 @@ def _ddp_kwargs(config: PredictConfig, gpu, profile) -> dict:
     With a calibration profile that measured a copy bandwidth (a CPU profile's device, or a
     GPU's measured memcpy), that bandwidth is already what a copy reaches: efficiency 1. The
     measured step never holds DDP's work: ``dpsim calibrate`` and ``dpsim validate`` time the
-    bare model (:func:`dpsim.trainstep.measure_step`), not the DDP-wrapped one.
+    bare model (:func:`dpsim.measure.trainstep.measure_step`), not the DDP-wrapped one.
     """
     if config.strategy != "ddp":
         return {}
@@ -346,7 +346,7 @@ def _transport_sensitivity(config: PredictConfig, topology: Topology, *, degrada
     comes from an ``assumed`` transport (not measured, not written in the topology file) and the
     job crosses NICs; ``None`` otherwise."""
     fabric = topology.spec.fabric
-    if (fabric is None or fabric.kind == "nvlink" or topology.n_nodes < 2 or fabric.efficiency_given
+    if (not nic_fabric(fabric) or topology.n_nodes < 2 or fabric.efficiency_given
             or not fabric.transport.assumed):
         return None
     used = fabric.nic_efficiency

@@ -37,7 +37,7 @@ SimPy process per rank:
 A homogeneous run (no noise, no stragglers, no hiccups) never comes here: ``predict``
 keeps its single-rank engine path and identical results. Link degradation is not
 per-rank: it scales the capacity of the named links in the NCCL model's flow network
-(:func:`degradation_scale`, used by :class:`~dpsim.algorithms.nccl.NcclCollectives`),
+(:func:`degradation_scale`, used by :class:`~dpsim.collectives.nccl.NcclCollectives`),
 so a degraded step is costed by the same collective model as a healthy one, and keeps
 the fast path.
 
