@@ -84,9 +84,9 @@ def test_every_config_field_has_one_panel():
 
     listed = [name for names in CONFIG_PANELS.values() for name in names]
     fields = [f.name for f in dataclasses.fields(PredictConfig)]
-    assert sorted(set(fields) - set(listed)) == [], "give these PredictConfig fields a panel in CONFIG_PANELS " \
-                                                    "(dpsim/cli/panels.py)"
-    assert sorted(set(listed) - set(fields)) == [], "CONFIG_PANELS names fields PredictConfig does not have"
+    missing, unknown = sorted(set(fields) - set(listed)), sorted(set(listed) - set(fields))
+    assert not missing, f"give the PredictConfig fields {missing} a panel in CONFIG_PANELS (dpsim/cli/panels.py)"
+    assert not unknown, f"CONFIG_PANELS names {unknown}, which PredictConfig does not have"
     assert len(listed) == len(set(listed)), "a field is in two panels"
     assert set(CONFIG_PANELS) <= set(PANEL_ORDER)
 
