@@ -104,6 +104,7 @@ def test_leave_one_chip_out_is_honest():
             assert a.predicted == pytest.approx(b.predicted, rel=1e-12), b.row.id
 
 
+@pytest.mark.slow
 def test_accuracy_is_pinned_and_documented(evaluated):
     results, _ = evaluated
     s = accuracy.summary(results)

@@ -201,6 +201,7 @@ def test_every_command_with_golden_cases_has_an_api_here():
     assert sorted(API) == sorted(FAMILIES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_every_golden_case_gives_the_same_json_through_the_api(family, monkeypatch):
     monkeypatch.chdir(ROOT)  # the cases name topology files relative to the repository

@@ -119,6 +119,7 @@ def test_tiny_params_match_torch_reference(family):
     assert _spec_shapes(build_model(cfg)) == _named_shapes(torch_model_for(cfg))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list_models())
 def test_full_size_params_match_torch_reference_on_meta(name):
     entry = get_entry(name)

@@ -63,6 +63,7 @@ _CASES = [dict(strategy=s, grad_accum=k, activation_checkpointing=ckpt, overlap=
           for s in STRATEGIES for k in (1, 3) for ckpt in (False, True) for overlap in (True, False)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _CASES, ids=lambda c: "-".join(f"{v}" for v in c.values()))
 def test_every_strategy_plays_bit_for_bit_as_simpy(case):
     # 16 GPUs = two 8-GPU nodes: fsdp-hybrid runs on its intra- and inter-node communicators.

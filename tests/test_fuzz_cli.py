@@ -33,6 +33,9 @@ from dpsim.limits import (
 from dpsim.predict.config import PredictConfig, field_kind, flag_name, flag_scale
 from fuzz_harness import check_outcome, check_sane_output, run_cli
 
+# Fuzzers (hundreds of hostile inputs): the fast lane (-m "not slow") leaves them to the full suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--gpus", "8", "--link", "nvlink", "--model", "gpt2"]
 """A cheap job, so that the cases that get past validation finish quickly."""
@@ -117,7 +120,6 @@ def paths(tmp_path_factory):
 
 @pytest.mark.parametrize("command, args, kind", [
     pytest.param(c, a, k, id=f"{c}{f}={k}") for c, a, f, kinds in FILE_FLAGS for k in kinds])
-@pytest.mark.slow
 def test_file_inputs_that_are_not_what_they_should_be(command, args, kind, paths, capsys):
     full = [command, *args, paths[kind]]
     outcome = run_cli(full, capsys, limit_s=20)

@@ -25,6 +25,9 @@ from hypothesis import strategies as st
 from dpsim.profile.io import load_profile, shipped_profiles_dir
 from fuzz_harness import check_outcome, run_cli
 
+# Fuzzers (hundreds of hostile inputs): the fast lane (-m "not slow") leaves them to the full suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = yaml.safe_load((ROOT / "topologies" / "examples" / "fat-tree-3tier.yaml").read_text())
 NVL = yaml.safe_load((ROOT / "topologies" / "examples" / "nvl72-ib.yaml").read_text())
@@ -96,7 +99,6 @@ def _write_yaml(tmp: Path, doc, name: str = "doc.yaml") -> Path:
     return path
 
 
-@pytest.mark.slow
 @FUZZ
 @given(doc=st.one_of(mutated(PRESET), mutated(NVL)))
 def test_mutated_topology_yaml(doc, tmp_path_factory, capsys):
@@ -108,7 +110,6 @@ def test_mutated_topology_yaml(doc, tmp_path_factory, capsys):
         assert str(path) in outcome.err, outcome.err
 
 
-@pytest.mark.slow
 @FUZZ
 @given(doc=mutated(SWEEP))
 def test_mutated_sweep_yaml(doc, tmp_path_factory, capsys):
@@ -120,7 +121,6 @@ def test_mutated_sweep_yaml(doc, tmp_path_factory, capsys):
         assert str(path) in outcome.err or "sweep" in outcome.err, outcome.err
 
 
-@pytest.mark.slow
 @FUZZ
 @given(doc=mutated(PROFILE))
 def test_mutated_calibration_profile(doc, tmp_path_factory, capsys):
