@@ -141,6 +141,7 @@ def test_the_section_writer_keeps_every_other_section(tmp_path):
     assert doc.read_text() == text  # idempotent
 
 
+@pytest.mark.slow
 def test_forward_checks_pair_an_inference_row_with_its_training_row(evaluated):
     results, _ = evaluated
     by_id = {r.row.id: r for r in results}

@@ -288,6 +288,7 @@ def _spec(module) -> ModelSpec:
     return ModelSpec(name="net", layers=tuple(layers))
 
 
+@pytest.mark.slow
 def test_powersgd_all_reduces_what_torchs_hook_all_reduces(process_group, monkeypatch):
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
 
