@@ -131,7 +131,7 @@ def test_layout_rules_are_one_line(kwargs, needles):
     (dict(gpus=48, tp=2, pp=8, link="infiniband", model="llama-2-13b"), "do not tile"),
     (dict(gpus=64, pp=3, dp=None, link="infiniband", model="llama-2-13b"), "not a multiple"),
     (dict(gpus=64, pp=16, link="infiniband", model="llama-2-13b", global_batch=64, micro_batch=1,
-          schedule="1f1b-interleaved", virtual_stages=2), "do not split evenly"),
+          schedule="1f1b-interleaved", virtual_stages=4), "leave a chunk without blocks"),
 ])
 def test_layouts_that_cannot_be_placed_are_refused(kwargs, needle):
     with pytest.raises(ConfigError, match=needle):

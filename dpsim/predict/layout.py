@@ -77,7 +77,8 @@ def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
                   schedule=config.schedule, micro_batch=config.micro_batch, micro_batches=config.micro_batches,
                   sequence_parallel=config.sequence_parallel, recompute=config.recompute,
                   tp_comm_overlap=config.tp_comm_overlap, strategy=config.strategy, overlap=config.overlap,
-                  stage_blocks=parse_stage_layers(config.stage_layers, config.pp), bucket_elements=bucket,
+                  stage_blocks=parse_stage_layers(config.stage_layers, config.pp, config.virtual_stages),
+                  bucket_elements=bucket,
                   grad_accum_fusion=config.grad_accum_fusion)
 
 
@@ -167,7 +168,8 @@ class LayoutReport:
     bubble_fraction: float
     """Stage 0's bubble (waiting for other stages) over the step."""
     ideal_bubble_fraction: float
-    """``(p - 1) / (v·m + p - 1)``: the bubble of uniform stages without transfers."""
+    """The bubble of uniform stages without transfers: ``(p - 1) / (v·m + p - 1)``, ZB-H1's
+    smaller (:func:`~dpsim.strategies.pipeline.bubble_fraction`)."""
     tp_comm_s: float
     """Tensor-parallel collective time of stage 0's step (all micro-batches, recomputation included)."""
     tp_exposed_s: float
@@ -310,7 +312,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     sent0 = sum(1 for t in data_transfers if t.src == 0)
     mem, advice = layout_fit(memory, config)
     report = LayoutReport(layout=layout, stages=reports, bubble_fraction=reports[0].bubble_s / step if step else 0.0,
-                          ideal_bubble_fraction=bubble_fraction(layout), tp_comm_s=tp_comm, tp_exposed_s=tp_exposed,
+                          ideal_bubble_fraction=bubble_fraction(layout, weight_share=_weight_share(s0)),
+                          tp_comm_s=tp_comm, tp_exposed_s=tp_exposed,
                           p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
                           embedding_grad_bytes=emb_bytes, pipeline=result)
     st0 = result.stages[0]
@@ -356,6 +359,12 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         comm_bytes_by_op=by_op, fit=advice, provenance=provenance, layout=report,
         # The links of one data-parallel group's cluster, as its collectives load them.
         links=link_report(collectives.group("dp"), [(c.op, c.size_bytes) for c in dp_ops], step) if dp_ops else None)
+
+
+def _weight_share(chunks: tuple[ChunkWork, ...]) -> float:
+    """A stage's weight-gradient pass over its forward and backward (ZB-H1's closed-form bubble)."""
+    total = sum(c.forward_s + c.backward_s for c in chunks)
+    return sum(c.weight_grad_s for c in chunks) / total if total > 0 else 0.0
 
 
 def _stage_reports(result: PipelineResult, chunks: tuple[tuple[ChunkWork, ...], ...],

@@ -1,4 +1,4 @@
-"""Pipeline parallelism: the schedules (GPipe, 1F1B, interleaved 1F1B) and a layout's step program.
+"""Pipeline parallelism: the schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1) and a layout's step program.
 
 **Schedules** (the order in which each stage runs the forwards ``F`` and backwards ``B`` of
 its micro-batches and model chunks):
@@ -14,6 +14,15 @@ its micro-batches and model chunks):
   virtual micro-batch ``k`` runs chunk ``(k mod p·v) // p`` in forward (``v - 1 -`` that in
   backward) of micro-batch ``(k // p·v)·p + k mod p``; ``(p - s - 1)·2 + (v - 1)·p``
   warm-up forwards (all ``m·v`` when ``m = p``). ``m`` must be a multiple of ``p``.
+- ``zb-h1`` (zero bubble, Qi et al. 2024, arXiv:2401.10241, Sec. 3.1, Fig. 3): each backward
+  is split into ``B``, the input gradient the previous stage waits for, and ``W``, the weight
+  gradient nothing waits for (:attr:`~dpsim.strategies.layout.LayerWork.weight_grad_s`);
+  1F1B's order of ``F`` and ``B``, and stage ``s`` runs each ``W`` ``s`` backwards late, so
+  that every stage holds at most ``p`` micro-batches (1F1B's peak, stage 0's: a micro-batch's
+  activations are freed after its ``W``) and the deferred ``W`` fill the drain: the bubble
+  is ``(p - 1)(F + B - W)`` instead of ``(p - 1)(F + B + W)``. The exchange after a ``B`` is
+  in flight while a ``W`` runs (the next ``F`` or ``B`` waits for it). The last micro-batch's
+  ``W`` launches the data-parallel buckets layer by layer.
 - ``deepspeed`` (DeepSpeed's ``PipelineEngine`` running ``TrainSchedule``,
   ``deepspeed/runtime/pipe/schedule.py``@077e6740, as Megatron-Turing NLG trained, Smith et
   al. 2022): the same order as 1F1B (stage ``s`` runs ``F(j)`` at pipe step ``2j + s`` and
@@ -74,7 +83,7 @@ from dpsim.errors import ConfigError
 from dpsim.strategies.layout import ChunkWork, Layout
 
 Slot = tuple[str, int, int]
-"""``("F" | "B", chunk, micro_batch)``."""
+"""``("F" | "B" | "W", chunk, micro_batch)`` (``W``: a zero-bubble schedule's weight gradient)."""
 
 
 def check_schedule(layout: Layout) -> None:
@@ -104,6 +113,19 @@ def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int) -> list[Sl
         for i in range(m - w):
             out += [("F", 0, w + i), ("B", 0, i)]
         return out + [("B", 0, j) for j in range(m - w, m)]
+    if schedule == "zb-h1":
+        # 1F1B's order of F and B; each W runs ``stage`` backwards late, so that at most
+        # ``p`` micro-batches are held on every stage (stage 0's 1F1B peak) and the
+        # deferred W fill the drain (Qi et al. 2024, Sec. 3.1, Fig. 3).
+        w = min(p - stage - 1, m)
+        out = [("F", 0, j) for j in range(w)]
+        done_w = 0
+        for kind, _, j in schedule_slots("1f1b", p, 1, m, stage)[w:]:
+            out.append((kind, 0, j))
+            if kind == "B" and j - done_w >= stage:
+                out.append(("W", 0, done_w))
+                done_w += 1
+        return out + [("W", 0, j) for j in range(done_w, m)]
     total = m * v
 
     def slot(kind: str, k: int) -> Slot:
@@ -135,24 +157,31 @@ def peak_in_flight(slots: Sequence[Slot], chunks: int) -> list[int]:
     before a backward starts)."""
     held = [0] * chunks
     best, best_held = -1, [0] * chunks
+    # A split backward frees a micro-batch's activations after its weight gradient W (which
+    # reads the layers' inputs), not after B.
+    release = "W" if any(kind == "W" for kind, _, _ in slots) else "B"
     for kind, c, _ in slots:
         if kind == "F":
             held[c] += 1
         else:
             if sum(held) > best:
                 best, best_held = sum(held), list(held)
-            held[c] -= 1
+            if kind == release:
+                held[c] -= 1
     return best_held
 
 
 def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
     """Per chunk, the micro-batches stage ``stage`` holds at its peak, in closed form (equal to
     :func:`peak_in_flight` of :func:`schedule_slots`): ``m`` for GPipe, ``min(p - stage, m)``
-    for 1F1B, the warm-up forwards plus one for the interleaved schedule."""
+    for 1F1B, ``min(p, m)`` on every stage for ZB-H1 (1F1B's peak, stage 0's), the warm-up
+    forwards plus one for the interleaved schedule."""
     if schedule == "gpipe":
         return [m]
     if schedule in ("1f1b", "deepspeed"):
         return [min(p - stage, m)]
+    if schedule == "zb-h1":
+        return [min(p, m)]
     total = m * v
     warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
     counts = [0] * v
@@ -161,10 +190,16 @@ def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
     return counts
 
 
-def bubble_fraction(layout: Layout) -> float:
-    """Idle share of a uniform pipeline's step: ``(p - 1) / (v·m + p - 1)`` of chunk slots
-    (Narayanan et al. 2021, Sec. 2.2; ``v = 1`` except interleaved)."""
+def bubble_fraction(layout: Layout, *, weight_share: float = 1.0 / 3.0) -> float:
+    """Idle share of a uniform pipeline's step without transfers: ``(p - 1) / (v·m + p - 1)`` of
+    chunk slots (Narayanan et al. 2021, Sec. 2.2; ``v = 1`` except interleaved). ZB-H1 idles
+    ``(p - 1)(F + B - W)`` beside ``m(F + B + W)`` of work (Qi et al. 2024, Sec. 3.1, with
+    ``W <= F``): with ``weight_share`` ``W / (F + B + W)``, ``(p - 1)(1 - 2w) / (m + (p - 1)(1 - 2w))``,
+    a third of 1F1B's bubble when ``F = B = W``."""
     p, v, m = layout.pp, layout.chunks, layout.micro_batches
+    if layout.schedule == "zb-h1":
+        idle = (p - 1) * (1.0 - 2.0 * weight_share)
+        return idle / (m + idle) if m + idle > 0 else 0.0
     return (p - 1) / (v * m + p - 1)
 
 
@@ -233,6 +268,8 @@ def _stage_sequence(slots: Sequence[Slot], s: int, p: int, m: int, *, deepspeed:
 
     def io(kind: str, c: int, j: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         g = c * p + s
+        if kind == "W":
+            return (), ()
         if kind == "F":
             return (((act_send[g - 1, j],) if (g - 1, j) in act_send else ()),
                     ((act_send[g, j],) if (g, j) in act_send else ()))
@@ -311,6 +348,12 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
     check_schedule(layout)
     p, v, m = layout.pp, layout.chunks, layout.micro_batches
     slots = [schedule_slots(layout.schedule, p, v, m, s) for s in range(p)]
+    split = any(kind == "W" for stage in slots for kind, _, _ in stage)
+    if split:
+        # A split backward's exchanges are played non-blocking: an op waits only for the data
+        # it needs. A blocking exchange after ``B`` would hold the deferred ``W`` behind the
+        # neighbour's progress, the coupling the schedule is built to remove.
+        blocking_p2p = False
     transfers: list[Transfer] = []
     comms: list[CommOp] = []
     comm_stages: list[tuple[int, ...]] = []
@@ -351,6 +394,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
     overlap = dp.overlap and not deepspeed
     fwd = [[w.forward_s for w in stage] for stage in chunks]
     bwd = [[w.backward_s for w in stage] for stage in chunks]
+    wgrad = [[w.weight_grad_s for w in stage] for stage in chunks]
 
     def new_comm(name: str, op: str, size: float, kind: str, group: str, stages: tuple[int, ...]) -> int:
         comms.append(CommOp(name=name, op=op, size_bytes=float(size), kind=kind, group=group))
@@ -406,9 +450,12 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     end_ops.append(op)
                     dp_ops.append(op)
         gradient_ops += dp_ops
-        final_b = {c: max(j for kind, cc, j in slots[s] if kind == "B" and cc == c) for c in range(v)}
+        # The op that completes a micro-batch's gradients: the backward, or with a zero-bubble
+        # schedule its weight-gradient pass W (the input-gradient pass B runs before).
+        grad_kind = "W" if split else "B"
+        final_b = {c: max(j for kind, cc, j in slots[s] if kind == grad_kind and cc == c) for c in range(v)}
         first_f = {c: min(j for kind, cc, j in slots[s] if kind == "F" and cc == c) for c in range(v)}
-        n_b = sum(1 for kind, _, _ in slots[s] if kind == "B")
+        n_b = sum(1 for kind, _, _ in slots[s] if kind == grad_kind)
         b_seen = 0
         tail_ops = end_ops + ([emb_op] if emb_op is not None and s in (0, p - 1) else [])
         pending: list[int] = []  # transfers of blocking exchanges the next op waits for
@@ -456,17 +503,34 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                                    duration_s=fwd[s][c] + extra, needs=needs, sends=sends, micro_batch=j,
                                    chunk=c))
                 continue
+            if kind == "B" and split:
+                needs = (grad_send[g + 1, j],) if (g + 1, j) in grad_send else ()
+                sends = (grad_send[g, j],) if (g, j) in grad_send else ()
+                extra = gather_s if needs else 0.0
+                if blocking_p2p:
+                    needs, sends = tuple(pending), ()
+                    pending.clear()
+                ops.append(StageOp(kind="backward", name=f"input gradient chunk {c} micro-batch {j + 1}",
+                                   duration_s=bwd[s][c] - wgrad[s][c] + extra, needs=needs, sends=sends,
+                                   micro_batch=j, chunk=c))
+                continue
             b_seen += 1
-            needs = (grad_send[g + 1, j],) if (g + 1, j) in grad_send else ()
-            sends = (grad_send[g, j],) if (g, j) in grad_send else ()
+            if kind == "W":
+                # Needs nothing from another stage: it runs while the input gradient's exchange
+                # is in flight (the next F or B waits for it).
+                needs = sends = ()
+            else:
+                needs = (grad_send[g + 1, j],) if (g + 1, j) in grad_send else ()
+                sends = (grad_send[g, j],) if (g, j) in grad_send else ()
             # DeepSpeed also all-gathers the stage's own output before backward: it kept only its
             # slice after sending it (``_exec_forward_pass`` empties ``outputs.data``;
             # ``_exec_backward_pass`` restores it with ``PartitionedTensor.full()``,
             # deepspeed/runtime/pipe/engine.py@0457bb1cb6), then the received gradient's slices.
-            extra = (2 if deepspeed else 1) * gather_s if needs else 0.0
-            if blocking_p2p:
+            extra = (2 if deepspeed else 1) * gather_s if needs and kind == "B" else 0.0
+            if blocking_p2p and kind == "B":
                 needs, sends = tuple(pending), ()
                 pending.clear()
+            label = "weight gradient" if kind == "W" else "backward"
             last_of_stage = b_seen == n_b and not deepspeed
             tail: list[int] = list(tail_ops) if last_of_stage else []
             if j == final_b[c] and any(key[0] == c for key in launches_after_layer):
@@ -477,13 +541,14 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     launch = list(launches_after_layer.get((c, lw.index), ()))
                     if last:
                         launch += tail
-                    ops.append(StageOp(kind="backward", name=f"backward chunk {c} micro-batch {j + 1} layer {lw.index}",
-                                       duration_s=lw.backward_s + (extra if first else 0.0),
+                    ops.append(StageOp(kind="backward", name=f"{label} chunk {c} micro-batch {j + 1} layer {lw.index}",
+                                       duration_s=(lw.weight_grad_s if split else lw.backward_s)
+                                       + (extra if first else 0.0),
                                        needs=needs if first else (), sends=sends if last else (),
                                        launches=tuple(launch), micro_batch=j, chunk=c))
             else:
-                ops.append(StageOp(kind="backward", name=f"backward chunk {c} micro-batch {j + 1}",
-                                   duration_s=bwd[s][c] + extra, needs=needs, sends=sends,
+                ops.append(StageOp(kind="backward", name=f"{label} chunk {c} micro-batch {j + 1}",
+                                   duration_s=(wgrad[s][c] if split else bwd[s][c]) + extra, needs=needs, sends=sends,
                                    launches=tuple(tail), micro_batch=j, chunk=c))
         if pending or deepspeed:
             # The last exchange completes before the step goes on (DeepSpeed's ReduceTiedGrads
