@@ -225,12 +225,20 @@ def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: Co
 def layout_memory(config: PredictConfig, model: ModelSpec, gpu, precision) -> tuple[StageMemory, ...]:
     """Memory per GPU of every stage of ``config``'s layout."""
     layout = layout_of(config)
+    return stages_memory(tp_model(model, config.tp), layout, gpu, precision, config.optimizer)
+
+
+def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
+                  assignment=None) -> tuple[StageMemory, ...]:
+    """Memory per GPU of every stage of ``layout`` (the one count ``predict``, ``memory`` and
+    ``plan`` use): its stages' layers (``assignment``, :func:`~dpsim.strategies.layout.stage_assignment`
+    when not given) and the micro-batches its schedule holds in flight."""
     check_schedule(layout)
-    tpm = tp_model(model, config.tp)
-    assignment = stage_assignment(tpm, layout)
+    if assignment is None:
+        assignment = stage_assignment(tpm, layout)
     flights = [in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, s)
                for s in range(layout.pp)]
-    return layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=config.optimizer,
+    return layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
                                in_flight=flights)
 
 
@@ -288,9 +296,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     p2p_bytes = full_hidden / layout.tp
     gather_s = tp_cost("all_gather", full_hidden) if layout.tp > 1 and not layout.sequence_parallel else 0.0
     p, d = layout.pp, layout.dp
-    flights = [in_flight(layout.schedule, p, layout.chunks, layout.micro_batches, s) for s in range(p)]
-    memory = layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=config.optimizer,
-                                 in_flight=flights)
+    memory = stages_memory(tpm, layout, gpu, precision, config.optimizer, assignment)
     per_param_opt = shard.optimizer_s / tpm.spec.param_count * opt_scale if tpm.spec.param_count else 0.0
     sharded_opt = layout.strategy in ("zero1", "fsdp")
     optimizer_s = [per_param_opt * (-(-m.params_per_gpu // d) if sharded_opt else m.params_per_gpu) for m in memory]
