@@ -2,19 +2,21 @@
 
 For each GPU count, every layout of the search space is enumerated: tensor-parallel size
 (dividing the GPUs of an NVLink domain and the attention heads), pipeline stages
-(dividing the blocks), data-parallel replicas (the rest, placed as
+(any count up to the blocks: :func:`~dpsim.strategies.layout.balanced_counts` gives the
+first and last stage the lighter share when they do not divide), data-parallel replicas (the rest, placed as
 :func:`~dpsim.collectives.groups.check_layout_placement` requires), data-parallel strategy
 (``ddp``, ``zero1``, ``fsdp``), micro-batch (dividing the global batch per replica),
 recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
-``1f1b-interleaved`` with every number of chunks that divides a stage's blocks; GPipe
+``1f1b-interleaved`` with every number of chunks that divides a stage's blocks and those
+up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe`` and ``zb-h1`` when asked: GPipe
 takes the time of 1F1B with more memory, so it is never better) and sequence
 parallelism (with ``tp > 1``).
 
-**Memory first.** A candidate's memory (the first and last stage: the first holds the
-most micro-batches in flight and the embedding, the last the LM head and its logits)
-is summed from per-layer tables computed once per (tp, micro-batch, sequence
-parallelism, recomputation); a candidate that does not fit is dropped before any time
-is estimated. **Then time**, in closed form from the same per-layer work the simulator
+**Memory first.** A candidate's memory is ``predict``'s, from the same functions
+(:func:`~dpsim.predict.layout.stages_memory` over every stage, the fullest deciding;
+:func:`~dpsim.predict.run.memory_with_advice` without tensor or pipeline parallelism), so
+that ``plan`` and ``predict`` never disagree on a fit; a candidate that does not fit is
+dropped before any time is estimated. **Then time**, in closed form from the same per-layer work the simulator
 plays (:func:`~dpsim.strategies.layout.layer_work`: compute, tensor-parallel collectives
 costed on the ``tp`` communicator, recomputation): with ``X_s`` stage ``s``'s forward +
 backward per micro-batch, the pipeline takes ``m·max X + (ΣX - max X)/v`` (Narayanan et
@@ -304,6 +306,7 @@ class _Tables:
         self.backward = [w.backward_s for w in work]
         self.compute = [w.compute_forward_s + w.compute_backward_s + w.recompute_s for w in work]
         self.tp_exposed = [w.tp_exposed_s for w in work]
+        self.weight_grad = [w.weight_grad_s for w in work]
 
 
 class Planner:
@@ -531,6 +534,10 @@ class Planner:
             x.append(xs)
         xmax = max(x)
         pipe = m * xmax + (sum(x) - xmax) / v
+        if c.schedule == "zb-h1" and sum(x) > 0:
+            # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
+            share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
+            pipe = m * xmax + (sum(x) - xmax) * max(0.0, 1.0 - 2.0 * share)
         hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
         full_hidden = hidden * c.micro_batch * act_bytes / 2.0

@@ -154,7 +154,8 @@ class StageReport:
                 "comm_wait_s": self.comm_wait_s, "tail_s": self.tail_s, "dp_comm_s": self.dp_comm_s, "dp_exposed_s": self.dp_exposed_s,
                 "params_per_gpu": self.memory.params_per_gpu, "in_flight": list(self.memory.in_flight),
                 "memory_total_bytes": m.total_bytes, "memory_activations_bytes": m.activations_bytes,
-                "fits": m.fits}
+                "memory_weights_bytes": m.weights_bytes, "memory_gradients_bytes": m.gradients_bytes,
+                "memory_optimizer_bytes": m.optimizer_bytes, "fits": m.fits}
 
 
 @dataclass(frozen=True, kw_only=True)
