@@ -436,7 +436,7 @@ def test_balanced_counts_put_the_lighter_stages_at_the_ends():
     (4, 3, None),  # 32 blocks over 12 virtual stages: 2 or 3 each
     (16, 2, None),  # 32 blocks over 32 virtual stages
     (4, 2, (7, 9, 9, 7)),  # per stage, odd counts split over the chunks
-    (4, 2, (3, 4, 4, 4, 4, 4, 4, 5)),  # per virtual stage (Llama-3-style lighter first and last)
+    (4, 2, (3, 4, 4, 4, 4, 4, 4, 5)),  # per virtual stage, lighter first and last
 ])
 def test_interleaving_splits_any_block_count(pp, v, stage_blocks):
     model = get_model("llama-2-7b")
