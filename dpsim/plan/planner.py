@@ -14,7 +14,7 @@ parallelism (with ``tp > 1``).
 
 **Memory first.** A candidate's memory is ``predict``'s, from the same functions
 (:func:`~dpsim.predict.layout.stages_memory` over every stage, the fullest deciding;
-:func:`~dpsim.predict.run.memory_with_advice` without tensor or pipeline parallelism), so
+:func:`~dpsim.predict.run.strategy_memory` without tensor or pipeline parallelism), so
 that ``plan`` and ``predict`` never disagree on a fit; a candidate that does not fit is
 dropped before any time is estimated. **Then time**, in closed form from the same per-layer work the simulator
 plays (:func:`~dpsim.strategies.layout.layer_work`: compute, tensor-parallel collectives
@@ -51,12 +51,13 @@ from dpsim.collectives.ops import CollectiveModel
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.hardware import get_gpu
 from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, short
-from dpsim.memory import worst_stage
+from dpsim.memory import stage_activation_bytes, worst_stage
 from dpsim.plan.cost import PriceOverride, gpu_hour_price
 from dpsim.predict.config import PredictConfig, flag_name, flag_scale
 from dpsim.predict.layout import _heads, shard_compute, stages_memory
+from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
-from dpsim.predict.run import build_collectives, load_model, memory_with_advice, predict, resolve_topology
+from dpsim.predict.run import build_collectives, load_model, predict, resolve_topology, strategy_memory
 from dpsim.strategies.layout import (
     Layout,
     default_bucket_elements,
@@ -330,6 +331,7 @@ class Planner:
         self.n_blocks = len({l.unit for l in self.model.layers if l.unit is not None})
         self._assignments: dict[tuple[int, int, int], tuple] = {}
         self._tpms: dict[tuple[int, bool], TpModel] = {}
+        self._activations: dict[tuple, tuple] = {}
         self._shard_params: dict[int, int] = {}
         self.gpu = None
         """The GPU preset of the cluster design (set by the first :meth:`topology`)."""
@@ -480,7 +482,8 @@ class Planner:
         """The :class:`Layout` of ``c`` (what its memory and stages depend on)."""
         return Layout(tp=c.tp, pp=c.pp, dp=c.dp, virtual_stages=c.virtual_stages, schedule=c.schedule,
                       micro_batch=c.micro_batch, micro_batches=micro_batches, sequence_parallel=c.sequence_parallel,
-                      recompute=c.recompute, strategy=c.strategy)
+                      recompute=c.recompute, recompute_every=self.base.recompute_every,
+                      strategy=c.strategy)
 
     def assignment(self, tp: int, layout: Layout):
         """Layers of each stage's chunks, as ``predict`` splits them (cached by shape)."""
@@ -504,10 +507,14 @@ class Planner:
         strategy's breakdown without tensor or pipeline parallelism)."""
         if c.tp * c.pp == 1:
             cfg = c.config(self.base)
-            mem, _ = memory_with_advice(self.model, self.gpu, cfg, self.precision, self.topology(c.gpus))
+            mem = strategy_memory(self.model, self.gpu, cfg, self.precision, self.topology(c.gpus))
             return mem.total_bytes, mem.usable_bytes, self.model.param_count
-        stages = stages_memory(self.tp_model(c.tp, c.sequence_parallel), layout, self.gpu, self.precision,
-                               self.base.optimizer, assignment)
+        tpm = self.tp_model(c.tp, c.sequence_parallel)
+        key = (c.tp, c.sequence_parallel, layout.recompute, layout.recompute_every, layout.pp, layout.chunks)
+        activations = self._activations.get(key)
+        if activations is None:
+            activations = self._activations[key] = stage_activation_bytes(tpm, assignment, layout)
+        stages = stages_memory(tpm, layout, self.gpu, self.precision, self.base.optimizer, assignment, activations)
         worst = worst_stage(stages).breakdown
         return worst.total_bytes, worst.usable_bytes, stages[0].params_per_gpu
 
@@ -603,8 +610,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
                  gpu_hour_usd: PriceOverride = None, rank_by: str = "time", top: int = 10,
                  verify: int = 3, grad_accum_fusion: bool = True) -> PlanResult:
-    """Search the layouts of ``base``'s job on each GPU count (see the module docstring)."""
+    """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
+    ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`)."""
     t0 = time.perf_counter()
+    base = resolve(base).config
     if rank_by not in RANKINGS:
         raise ConfigError(f"--rank: {rank_by!r} is not known; choose one of {', '.join(RANKINGS)}")
     if rank_by == "cost" and tokens is None and samples is None:

@@ -74,6 +74,7 @@ embedding's gradient (``_allreduce_word_embedding_grads``) before the optimizer.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -188,6 +189,12 @@ def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
     for k in range(min(warmup + 1, total)):
         counts[(k % (p * v)) // p] += 1
     return counts
+
+
+@functools.lru_cache(maxsize=4096)
+def stage_in_flight(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
+    """:func:`in_flight` of every stage (cached: a search asks for the same shapes many times)."""
+    return tuple(tuple(in_flight(schedule, p, v, m, s)) for s in range(p))
 
 
 def bubble_fraction(layout: Layout, *, weight_share: float = 1.0 / 3.0) -> float:

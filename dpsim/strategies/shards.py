@@ -91,13 +91,12 @@ def wrap_units(model: ModelSpec, granularity: str = "block") -> tuple[Unit, ...]
             order.append(k)
             members[k] = []
         members[k].append(i)
-    units = []
-    for k in order:
-        idx = set(members[k])
-        params = tuple(p for p in model.params if layer_index[p.name] in idx)
-        units.append(Unit(name=ROOT_UNIT if k is None else k, layers=tuple(members[k]), params=params,
-                          is_root=k is None))
-    return tuple(units)
+    # One pass over the parameters (each keeps its registration order within its unit).
+    params_of: dict[str | None, list] = {k: [] for k in order}
+    for p in model.params:
+        params_of[key[layer_index[p.name]]].append(p)
+    return tuple(Unit(name=ROOT_UNIT if k is None else k, layers=tuple(members[k]), params=tuple(params_of[k]),
+                      is_root=k is None) for k in order)
 
 
 # ------------------------------------------------------------------- shard sizes
@@ -202,8 +201,17 @@ def torch_optimizer_state_bytes(numels: Sequence[int], optimizer: str, state_ele
     return sum(states * n * state_element_bytes + step for n in numels)
 
 
-def units_shard_numel(model: ModelSpec, world_size: int, fsdp_unit: str = "block") -> int:
-    """Elements one rank owns when every unit's flat parameter is sharded (ZeRO-3, FSDP):
-    the sum over units of :func:`fsdp_shard_numel`."""
-    return sum(fsdp_shard_numel([p.numel for p in u.params], world_size)
+def unit_shard_numel(params: Sequence[ParamSpec], world_size: int, fsdp_version: str = "1") -> int:
+    """Elements each rank holds of one unit's parameters: FSDP1 (and ZeRO-3 as dpsim runs it)
+    shards the unit's flat parameter (:func:`fsdp_shard_numel`); FSDP2 shards each parameter
+    on dim 0 (:func:`fsdp2_shard_numel`)."""
+    if fsdp_version == "2":
+        return fsdp2_shard_numel([p.shape for p in params], world_size)
+    return fsdp_shard_numel([p.numel for p in params], world_size)
+
+
+def units_shard_numel(model: ModelSpec, world_size: int, fsdp_unit: str = "block", fsdp_version: str = "1") -> int:
+    """Elements one rank owns when every unit is sharded (ZeRO-3, FSDP): the sum over units
+    of :func:`unit_shard_numel`."""
+    return sum(unit_shard_numel(u.params, world_size, fsdp_version)
                for u in wrap_units(model, fsdp_unit) if u.params)
