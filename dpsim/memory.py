@@ -567,12 +567,13 @@ def stage_activation_bytes(tpm, assignment, layout) -> tuple[tuple[tuple[float, 
     sp = layout.sequence_parallel
     p = len(assignment)
     ckpt = {tpm.layers[block[0]].unit for block in checkpointed_blocks(tpm, layout)}
-    embedding_stage = next((s for s, chunks in enumerate(assignment)
-                            for layers in chunks for i in layers if tpm.layers[i].role == "embedding"), 0)
     out = []
     for s, chunks in enumerate(assignment):
         numel = sum(tpm.layers[i].numel_per_rank for layers in chunks for i in layers)
-        if tpm.tied_embedding and p > 1 and s == p - 1 and s != embedding_stage:
+        # The last stage keeps its own copy of a tied embedding unless it holds the embedding
+        # itself (one stage; DualPipe's last stage, which also runs the first stage's layers).
+        holds_embedding = any(tpm.layers[i].role == "embedding" for layers in chunks for i in layers)
+        if tpm.tied_embedding and p > 1 and s == p - 1 and not holds_embedding:
             numel += tpm.embedding_numel_per_rank
         working = 0.0
         per_chunk = []

@@ -480,3 +480,61 @@ def test_stage_memory_is_an_independent_count(schedule, v):
         assert b.weights_bytes == numel * BF16.weight_bytes and b.gradients_bytes == numel * BF16.grad_bytes
         assert b.optimizer_bytes == -(-numel // d) * 12
         assert b.activations_bytes == pytest.approx(act, rel=1e-12)
+
+
+@pytest.mark.parametrize("p, m", [(2, 4), (4, 8), (4, 12), (6, 12), (8, 16), (8, 40)])
+def test_dualpipe_runs_each_chunk_once_and_holds_p_plus_one(p, m):
+    """DualPipe (DeepSeek-V3 report, Table 2): every stage runs each direction's m/2 micro-batches
+    through its chunk once (B after F, W after B) and holds p + 1 chunks' activations at its peak."""
+    for s in range(p):
+        slots = schedule_slots("dualpipe", p, 2, m, s)
+        assert sorted(slots) == sorted((k, c, j) for k in "FBW" for c in range(2) for j in range(m // 2))
+        assert all(slots.index(("F", c, j)) < slots.index(("B", c, j)) < slots.index(("W", c, j))
+                   for c in range(2) for j in range(m // 2))
+        assert sum(in_flight("dualpipe", p, 2, m, s)) == p + 1
+
+
+@pytest.mark.parametrize("f, b, w", [(1.0, 2.0, 1.0), (1.0, 2.0, 0.5), (1.0, 1.5, 0.6)])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_dualpipe_bubble_is_at_most_its_papers_and_independent_of_m(f, b, w, p):
+    """Uniform stages, free transfers: the played bubble never exceeds the paper's (p/2 - 1)(F&B + B - 3W)
+    (played non-blocking, F&B = F + B), does not grow with the micro-batches, and vanishes with p = 2."""
+    idle = []
+    for m in (2 * p, 4 * p + 2):
+        layout = Layout(pp=p, schedule="dualpipe", micro_batches=m)
+        plan = build_pipeline_program(_uniform(p, 2, f=2 * f, b=2 * b, w=2 * w), layout, p2p_bytes=0.0,
+                                      gather_s=0.0, optimizer_s=[0.0] * p, dp=_NO_DP)
+        step = run_pipeline(plan.program, lambda g, op, s: 0.0).step_time_s
+        idle.append(step - m * (f + b))
+        paper = (p / 2 - 1) * ((f + b) + b - 3 * w)
+        assert idle[-1] <= paper + 1e-9
+        assert bubble_fraction(layout, weight_share=w / (f + b), backward_share=b / (f + b)) == pytest.approx(
+            paper / (m * (f + b) + paper), rel=1e-12)
+    assert idle[0] == pytest.approx(idle[1], abs=1e-9)
+    assert (idle[0] == pytest.approx(0.0, abs=1e-12)) == (p == 2)
+
+
+def test_dualpipe_holds_two_stages_parameters():
+    """Stage r holds stages r and p - 1 - r of the model: twice a 1F1B stage's parameters
+    (Table 2), the tied embedding not copied again on the last stage (it holds the first stage's layers)."""
+    for name in ("llama-2-7b", "gpt2-xl"):
+        model = get_model(name)
+        tpm = tp_model(model, 1)
+        p, m = 4, 8
+        one = stage_assignment(tpm, Layout(pp=p, micro_batches=m))
+        dual_layout = Layout(pp=p, schedule="dualpipe", micro_batches=m)
+        dual = stage_assignment(tpm, dual_layout)
+        assert dual == tuple((one[r][0], one[p - 1 - r][0]) for r in range(p))
+        stages = layout_stage_memory(tpm, dual, dual_layout, get_gpu("h100"), precision=BF16, optimizer="adamw",
+                                     in_flight=[in_flight("dualpipe", p, 2, m, s) for s in range(p)])
+        for r in range(p):
+            assert stages[r].params_per_gpu == sum(model.layers[i].param_count for c in dual[r] for i in c)
+        assert sum(s.params_per_gpu for s in stages) == 2 * model.param_count
+
+
+@pytest.mark.parametrize("pp, m, needle", [(3, 12, "even number of stages"), (4, 6, "at least 2 x --pp = 8"),
+                                           (4, 9, "even number")])
+def test_dualpipe_refuses_what_it_cannot_run(pp, m, needle):
+    from dpsim.strategies.pipeline import check_schedule
+    with pytest.raises(ConfigError, match=needle):
+        check_schedule(Layout(pp=pp, schedule="dualpipe", micro_batches=m))

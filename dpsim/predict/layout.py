@@ -310,7 +310,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     dp_plan = DataParallelPlan(strategy=layout.strategy, dp=d, overlap=layout.overlap,
                                bucket_elements=layout.bucket_elements or default_bucket_elements(d),
                                grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes)
-    emb_bytes = tpm.embedding_numel_per_rank * precision.grad_bytes if tpm.tied_embedding and p > 1 else 0.0
+    # DualPipe sums each stage's two parameter copies instead (the embedding's among them).
+    emb_bytes = (tpm.embedding_numel_per_rank * precision.grad_bytes
+                 if tpm.tied_embedding and p > 1 and layout.schedule != "dualpipe" else 0.0)
     plan = build_pipeline_program(chunks, layout, p2p_bytes=p2p_bytes, gather_s=gather_s, optimizer_s=optimizer_s,
                                   dp=dp_plan, embedding_grad_bytes=emb_bytes)
     result = run_pipeline(plan.program, cost, overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown)
@@ -325,7 +327,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     sent0 = sum(1 for t in data_transfers if t.src == 0)
     mem, advice = layout_fit(memory, config)
     report = LayoutReport(layout=layout, stages=reports, bubble_fraction=reports[0].bubble_s / step if step else 0.0,
-                          ideal_bubble_fraction=bubble_fraction(layout, weight_share=_weight_share(s0)),
+                          ideal_bubble_fraction=bubble_fraction(layout, weight_share=_share(s0, "weight_grad_s"),
+                                                                backward_share=_share(s0, "backward_s")),
                           tp_comm_s=tp_comm, tp_exposed_s=tp_exposed,
                           p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
                           embedding_grad_bytes=emb_bytes, pipeline=result)
@@ -374,10 +377,11 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         links=link_report(collectives.group("dp"), [(c.op, c.size_bytes) for c in dp_ops], step) if dp_ops else None)
 
 
-def _weight_share(chunks: tuple[ChunkWork, ...]) -> float:
-    """A stage's weight-gradient pass over its forward and backward (ZB-H1's closed-form bubble)."""
+def _share(chunks: tuple[ChunkWork, ...], part: str) -> float:
+    """A stage's ``part`` (weight-gradient pass, backward) over its forward and backward (the
+    closed-form bubbles of ZB-H1 and DualPipe)."""
     total = sum(c.forward_s + c.backward_s for c in chunks)
-    return sum(c.weight_grad_s for c in chunks) / total if total > 0 else 0.0
+    return sum(getattr(c, part) for c in chunks) / total if total > 0 else 0.0
 
 
 def _stage_reports(result: PipelineResult, chunks: tuple[tuple[ChunkWork, ...], ...],

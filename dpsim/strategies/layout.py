@@ -29,7 +29,7 @@ block's forward (its collectives too) before the block's backward (Megatron's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
@@ -46,6 +46,8 @@ SCHEDULES: dict[str, str] = {
                  "receive at a time, gradients reduced after the pipeline",
     "zb-h1": "zero bubble ZB-H1 (Qi et al. 2024): backward split into input and weight gradients, the weight "
              "gradients filling the drain; 1F1B's memory, about a third of its bubble",
+    "dualpipe": "DualPipe (DeepSeek-V3): micro-batches fed from both ends, each stage holding two stages' "
+                "parameters, forward and backward chunks paired, weight gradients in the bubbles",
 }
 """``--schedule`` choices."""
 
@@ -114,7 +116,9 @@ class Layout:
 
     @property
     def chunks(self) -> int:
-        """Model chunks per stage (1 unless interleaved)."""
+        """Model chunks per stage (1 unless interleaved; DualPipe's two directions)."""
+        if self.schedule == "dualpipe":
+            return 2
         return self.virtual_stages if self.schedule == "1f1b-interleaved" else 1
 
     @property
@@ -191,7 +195,13 @@ def block_layers(tpm: TpModel) -> list[list[int]]:
 
 
 def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """Layer indices of each stage's model chunks: ``result[stage][chunk]`` (see the module docstring)."""
+    """Layer indices of each stage's model chunks: ``result[stage][chunk]`` (see the module docstring).
+    DualPipe: the model split over ``pp`` stages, stage ``r`` holding stage ``r`` of the forward
+    direction (chunk 0) and stage ``pp - 1 - r`` of the reverse one (chunk 1)."""
+    if layout.schedule == "dualpipe":
+        one = stage_assignment(tpm, replace(layout, schedule="1f1b", virtual_stages=1))
+        p = layout.pp
+        return tuple((one[r][0], one[p - 1 - r][0]) for r in range(p))
     p, v = layout.pp, layout.chunks
     blocks = block_layers(tpm)
     n = len(blocks)

@@ -1,4 +1,4 @@
-"""Pipeline parallelism: the schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1) and a layout's step program.
+"""Pipeline parallelism: the schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1, DualPipe) and a layout's step program.
 
 **Schedules** (the order in which each stage runs the forwards ``F`` and backwards ``B`` of
 its micro-batches and model chunks):
@@ -23,6 +23,20 @@ its micro-batches and model chunks):
   is ``(p - 1)(F + B - W)`` instead of ``(p - 1)(F + B + W)``. The exchange after a ``B`` is
   in flight while a ``W`` runs (the next ``F`` or ``B`` waits for it). The last micro-batch's
   ``W`` launches the data-parallel buckets layer by layer.
+- ``dualpipe`` (DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.2.1, Fig. 5 and Table 2; the
+  order of ``deepseek-ai/DualPipe``'s ``DualPipe.step``@bb214e82, its eight phases): half
+  the ``m`` micro-batches enter at stage 0 and half at stage ``p - 1``; the model is split
+  over ``p`` stages and stage ``r`` holds stage ``r`` of the first direction (chunk 0) and
+  stage ``p - 1 - r`` of the second (chunk 1), so **twice the parameters** of a 1F1B stage,
+  whose gradients the two holders all-reduce before the optimizer. In the steady state each
+  forward chunk runs paired with a backward chunk of the other direction (``F&B``: here one
+  after the other, starting once both inputs are in, the pair's compute being their sum on
+  a dense model); the warm-up's and drain's backwards split off their ``W`` to fill the
+  bubbles. It holds **p + 1** chunks' activations at its peak (Table 2; counted from the
+  slots, tested). Its exchanges are played non-blocking (the runtime waits on each chunk's
+  sends and receives together before the chunk, ``_commit_and_wait_comm``), so the bubble
+  played here is at most the paper's ``(p/2 - 1)(F&B + B - 3W)``. ``p`` even, ``m`` even and
+  at least ``2p``.
 - ``deepspeed`` (DeepSpeed's ``PipelineEngine`` running ``TrainSchedule``,
   ``deepspeed/runtime/pipe/schedule.py``@077e6740, as Megatron-Turing NLG trained, Smith et
   al. 2022): the same order as 1F1B (stage ``s`` runs ``F(j)`` at pipe step ``2j + s`` and
@@ -100,6 +114,14 @@ def check_schedule(layout: Layout) -> None:
             raise ConfigError(f"--global-batch: {layout.global_batch} gives {m} micro-batches per replica, not a "
                               f"multiple of --pp {p} as the interleaved schedule needs; change --global-batch or "
                               f"--micro-batch")
+    elif layout.schedule == "dualpipe":
+        if p < 2 or p % 2:
+            raise ConfigError(f"--pp: {p} stages with --schedule dualpipe; it needs an even number of stages "
+                              f"(2 or more), half of them feeding each direction")
+        if m % 2 or m < 2 * p:
+            raise ConfigError(f"--global-batch: {layout.global_batch} gives {m} micro-batches per replica; "
+                              f"--schedule dualpipe needs an even number, at least 2 x --pp = {2 * p} (half "
+                              f"enter from each end); change --global-batch or --micro-batch")
     elif v != 1:
         raise ConfigError(f"--virtual-stages: {v} applies only to --schedule 1f1b-interleaved; leave it at 1")
 
@@ -114,6 +136,8 @@ def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int) -> list[Sl
         for i in range(m - w):
             out += [("F", 0, w + i), ("B", 0, i)]
         return out + [("B", 0, j) for j in range(m - w, m)]
+    if schedule == "dualpipe":
+        return dualpipe_slots(p, m, stage)
     if schedule == "zb-h1":
         # 1F1B's order of F and B; each W runs ``stage`` backwards late, so that at most
         # ``p`` micro-batches are held on every stage (stage 0's 1F1B peak) and the
@@ -141,6 +165,88 @@ def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int) -> list[Sl
     for k in range(total - w):
         out += [slot("F", k + w), slot("B", k)]
     return out + [slot("B", k) for k in range(total - w, total)]
+
+
+def dualpipe_pairs(p: int, m: int, stage: int) -> dict[tuple[int, int], tuple[int, int]]:
+    """DualPipe's overlapped chunks on ``stage``: forward ``(chunk, micro-batch)`` -> the backward
+    ``(chunk, micro-batch)`` run with it."""
+    pairs: list[int] = []
+    slots = dualpipe_slots(p, m, stage, pairs)
+    return {slots[k][1:]: slots[k + 1][1:] for k in pairs}
+
+
+def dualpipe_slots(p: int, m: int, stage: int, pairs: list[int] | None = None) -> list[Slot]:
+    """DualPipe's order on ``stage`` (see the module docstring): chunk ``c`` is direction ``c``;
+    micro-batch ``j`` counts that direction's ``m/2``. ``pairs`` collects the positions of the
+    forwards run overlapped with the backward after them."""
+    half_p, half_m = p // 2, m // 2
+    h = min(stage, p - 1 - stage)
+    second = stage >= half_p
+    out: list[Slot] = []
+    n_f, n_b = [0, 0], [0, 0]
+    deferred: list[tuple[int, int]] = []
+
+    def direction(phase: int) -> int:
+        return phase ^ second
+
+    def f(phase: int) -> None:
+        d = direction(phase)
+        out.append(("F", d, n_f[d]))
+        n_f[d] += 1
+
+    def b(phase: int, defer: bool) -> None:
+        d = direction(phase)
+        out.append(("B", d, n_b[d]))
+        if defer:
+            deferred.append((d, n_b[d]))
+        else:
+            out.append(("W", d, n_b[d]))
+        n_b[d] += 1
+
+    def w() -> None:
+        d, j = deferred.pop(0)
+        out.append(("W", d, j))
+
+    for _ in range(2 * (half_p - h - 1)):
+        f(0)
+    for _ in range(h + 1):
+        f(0)
+        f(1)
+    for _ in range(half_p - h - 1):
+        b(1, True)
+        w()
+        f(1)
+    def pair(phase: int) -> None:
+        if pairs is not None:
+            pairs.append(len(out))
+        f(phase)
+        b(1 - phase, False)
+
+    for i in range(half_m - p + h + 1):
+        if i == 0 and h == half_p - 1:  # the middle stages run their first pair apart
+            f(0)
+            b(1, False)
+        else:
+            pair(0)
+        pair(1)
+    for _ in range(half_p - h - 1):
+        b(1, False)
+        pair(1)
+    defer = False
+    for i in range(h + 1):
+        if i == (h + 1) // 2 and h % 2 == 1:
+            defer = True
+        b(1, defer)
+        if i == (h + 1) // 2 and h % 2 == 0:
+            defer = True
+        b(0, defer)
+    for _ in range(half_p - h - 1):
+        w()
+        b(0, True)
+    for _ in range(h + 1):
+        w()
+    assert not deferred and n_f == n_b == [half_m, half_m]
+    return out
 
 
 def _interleaved_warmup(layout: Layout, stage: int) -> int | None:
@@ -183,6 +289,8 @@ def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
         return [min(p - stage, m)]
     if schedule == "zb-h1":
         return [min(p, m)]
+    if schedule == "dualpipe":
+        return peak_in_flight(dualpipe_slots(p, m, stage), 2)
     total = m * v
     warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
     counts = [0] * v
@@ -197,13 +305,18 @@ def stage_in_flight(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, .
     return tuple(tuple(in_flight(schedule, p, v, m, s)) for s in range(p))
 
 
-def bubble_fraction(layout: Layout, *, weight_share: float = 1.0 / 3.0) -> float:
+def bubble_fraction(layout: Layout, *, weight_share: float = 1.0 / 3.0, backward_share: float = 2.0 / 3.0) -> float:
     """Idle share of a uniform pipeline's step without transfers: ``(p - 1) / (v·m + p - 1)`` of
     chunk slots (Narayanan et al. 2021, Sec. 2.2; ``v = 1`` except interleaved). ZB-H1 idles
     ``(p - 1)(F + B - W)`` beside ``m(F + B + W)`` of work (Qi et al. 2024, Sec. 3.1, with
     ``W <= F``): with ``weight_share`` ``W / (F + B + W)``, ``(p - 1)(1 - 2w) / (m + (p - 1)(1 - 2w))``,
-    a third of 1F1B's bubble when ``F = B = W``."""
+    a third of 1F1B's bubble when ``F = B = W``. DualPipe: its paper's ``(p/2 - 1)(F&B + B - 3W)``
+    (DeepSeek-V3 report, Sec. 3.2.1, Table 2; ``B`` the whole backward, ``F&B`` an overlapped
+    pair, here ``F + B``) beside ``m(F + B)``, with ``backward_share`` ``B / (F + B)``."""
     p, v, m = layout.pp, layout.chunks, layout.micro_batches
+    if layout.schedule == "dualpipe":
+        idle = (p / 2 - 1) * (1.0 + backward_share - 3.0 * weight_share)
+        return idle / (m + idle) if m + idle > 0 else 0.0
     if layout.schedule == "zb-h1":
         idle = (p - 1) * (1.0 - 2.0 * weight_share)
         return idle / (m + idle) if m + idle > 0 else 0.0
@@ -355,30 +468,47 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
     check_schedule(layout)
     p, v, m = layout.pp, layout.chunks, layout.micro_batches
     slots = [schedule_slots(layout.schedule, p, v, m, s) for s in range(p)]
+    # Forward (chunk, micro-batch) -> the backward it runs overlapped with (DualPipe's F&B).
+    pairs: list[dict[tuple[int, int], tuple[int, int]]] = [
+        dualpipe_pairs(p, m, s) if layout.schedule == "dualpipe" else {} for s in range(p)]
     split = any(kind == "W" for stage in slots for kind, _, _ in stage)
     if split:
         # A split backward's exchanges are played non-blocking: an op waits only for the data
         # it needs. A blocking exchange after ``B`` would hold the deferred ``W`` behind the
-        # neighbour's progress, the coupling the schedule is built to remove.
+        # neighbour's progress, the coupling the schedule is built to remove (ZB-H1); DualPipe
+        # waits on its exchanges before each chunk (``_commit_and_wait_comm``), which this
+        # plays more freely: its bubble here is at most its paper's.
         blocking_p2p = False
     transfers: list[Transfer] = []
     comms: list[CommOp] = []
     comm_stages: list[tuple[int, ...]] = []
 
+    dual = layout.schedule == "dualpipe"
+
     def virtual(s: int, c: int) -> int:
+        # DualPipe: two chains of p virtual stages, direction c entering at stage 0 (c = 0) or
+        # at stage p - 1 (c = 1); otherwise one chain, chunk c of stage s at c·p + s.
+        if dual:
+            return c * p + (s if c == 0 else p - 1 - s)
         return c * p + s
 
     def position(g: int) -> tuple[int, int]:
+        if dual:
+            c, k = divmod(g, p)
+            return (k if c == 0 else p - 1 - k), c
         return g % p, g // p
 
     last_g = p * v - 1
+    chain = p if dual else p * v  # virtual stages one micro-batch runs through
     # Transfers: activation of (g, j) to g+1; gradient of (g, j) to g-1 (across stages only).
     act_send: dict[tuple[int, int], int] = {}
     grad_send: dict[tuple[int, int], int] = {}
     for g in range(last_g + 1):
         s, c = position(g)
-        nxt, prev = (g + 1) % p, (g - 1) % p
-        for j in range(m):
+        has_next, has_prev = g % chain < chain - 1, g % chain > 0
+        nxt = position(g + 1)[0] if has_next else s
+        prev = position(g - 1)[0] if has_prev else s
+        for j in range(m // 2 if dual else m):
             if g < last_g and nxt != s:
                 act_send[g, j] = len(transfers)
                 transfers.append(Transfer(name=f"activation chunk {c} micro-batch {j + 1} -> stage {nxt}", src=s,
@@ -410,10 +540,20 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
 
     gradient_ops: list[int] = []
     stage_programs: list[StageProgram] = []
-    emb_op = None
-    if embedding_grad_bytes > 0 and p > 1:
-        emb_op = new_comm("all-reduce tied embedding gradient (first and last stage)", "all_reduce",
-                          embedding_grad_bytes, "allreduce", "emb", (0, p - 1))
+    # Collectives between two stages before the optimizer: the tied embedding's gradient
+    # (first and last stage); DualPipe's two copies of each stage's parameters (stage r holds
+    # stages r and p - 1 - r) summed between the two stages that hold them, costed on the
+    # same two-stage communicator.
+    pair_op: dict[int, int] = {}
+    if dual:
+        for r in range(p // 2):
+            numel = sum(w.grad_numel for w in chunks[r])
+            pair_op[r] = pair_op[p - 1 - r] = new_comm(
+                f"all-reduce gradients of the two parameter copies (stages {r} and {p - 1 - r})", "all_reduce",
+                numel * dp.grad_bytes, "allreduce", "emb", (r, p - 1 - r))
+    elif embedding_grad_bytes > 0 and p > 1:
+        pair_op[0] = pair_op[p - 1] = new_comm("all-reduce tied embedding gradient (first and last stage)",
+                                               "all_reduce", embedding_grad_bytes, "allreduce", "emb", (0, p - 1))
     for s in range(p):
         ops: list[StageOp] = []
         at_start: list[int] = []
@@ -464,13 +604,13 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         first_f = {c: min(j for kind, cc, j in slots[s] if kind == "F" and cc == c) for c in range(v)}
         n_b = sum(1 for kind, _, _ in slots[s] if kind == grad_kind)
         b_seen = 0
-        tail_ops = end_ops + ([emb_op] if emb_op is not None and s in (0, p - 1) else [])
+        tail_ops = end_ops + ([pair_op[s]] if s in pair_op else [])
         pending: list[int] = []  # transfers of blocking exchanges the next op waits for
         for kind, c, j, xsend, xrecv in _stage_sequence(slots[s], s, p, m, deepspeed=deepspeed,
                                                         blocking=blocking_p2p, act_send=act_send,
                                                         grad_send=grad_send,
                                                         interleaved_warmup=_interleaved_warmup(layout, s)):
-            g = c * p + s
+            g = virtual(s, c)
             work = chunks[s][c]
             if kind == "exchange":
                 # Few ops (the engine's cost is per op): receives are posted by the op that
@@ -493,6 +633,11 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 needs = (act_send[g - 1, j],) if (g - 1, j) in act_send else ()
                 sends = (act_send[g, j],) if (g, j) in act_send else ()
                 extra = gather_s if needs else 0.0
+                paired = pairs[s].get((c, j))
+                if paired is not None:
+                    # DualPipe's overlapped pair starts once both chunks' inputs are in.
+                    gb = virtual(s, paired[0]) + 1
+                    needs += (grad_send[gb, paired[1]],) if (gb, paired[1]) in grad_send else ()
                 if blocking_p2p:
                     needs, sends = tuple(pending), ()
                     pending.clear()
@@ -523,8 +668,9 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 continue
             b_seen += 1
             if kind == "W":
-                # Needs nothing from another stage: it runs while the input gradient's exchange
-                # is in flight (the next F or B waits for it).
+                # Needs nothing from another stage: non-blocking, it runs while the input
+                # gradient's exchange is in flight (the next F or B waits for it); DualPipe
+                # completes the pending exchanges first (``_weight_chunk``).
                 needs = sends = ()
             else:
                 needs = (grad_send[g + 1, j],) if (g + 1, j) in grad_send else ()
@@ -564,7 +710,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                                "wait for transfers", duration_s=0.0, needs=tuple(pending),
                                launches=tuple(tail_ops) if deepspeed else ()))
             pending.clear()
-        waits = tuple(dp_ops) + ((emb_op,) if emb_op is not None and s in (0, p - 1) else ())
+        waits = tuple(dp_ops) + ((pair_op[s],) if s in pair_op else ())
         ops.append(StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits))
         if dp.dp > 1 and dp.strategy == "zero1" and not overlap:
             ags = [new_comm(f"all-gather updated parameters chunk {c}", "all_gather",

@@ -1,6 +1,6 @@
 """Golden cases of the pipeline schedules (``predict --pp``): every schedule on stages whose
 block counts do not divide (the default split, lighter first and last), the interleaved
-schedule over any block count and over a split given per virtual stage, and ZB-H1.
+schedule over any block count and over a split given per virtual stage, ZB-H1 and DualPipe.
 
 Kept in their own family (``pipeline.json``) so that other layout cases can be added beside
 them without touching these.
@@ -19,6 +19,10 @@ def pipeline_cases() -> dict[str, list[str]]:
         "zb-h1": ["--gpus", "32", *llama7, "--pp", "4", "--global-batch", "64", "--schedule", "zb-h1"],
         "zb-h1-tp-uneven": ["--gpus", "48", *llama7, "--tp", "2", "--pp", "3", "--global-batch", "48",
                             "--schedule", "zb-h1", "--strategy", "zero1", "--sequence-parallel"],
+        "dualpipe": ["--gpus", "32", *llama7, "--pp", "4", "--global-batch", "64", "--schedule", "dualpipe"],
+        "dualpipe-tied-uneven": ["--gpus", "48", "--link", "infiniband", "--model", "gpt2-xl", "--micro-batch", "2",
+                                 "--pp", "6", "--global-batch", "192", "--schedule", "dualpipe", "--strategy",
+                                 "zero1"],
         "interleaved-any-blocks": ["--gpus", "48", *llama7, "--pp", "6", "--global-batch", "96", "--schedule",
                                    "1f1b-interleaved", "--virtual-stages", "3"],
         "interleaved-per-virtual-stage": ["--gpus", "32", *llama7, "--pp", "4", "--global-batch", "64",
