@@ -496,22 +496,43 @@ def test_dualpipe_runs_each_chunk_once_and_holds_p_plus_one(p, m):
 
 @pytest.mark.parametrize("f, b, w", [(1.0, 2.0, 1.0), (1.0, 2.0, 0.5), (1.0, 1.5, 0.6)])
 @pytest.mark.parametrize("p", [2, 4, 8])
-def test_dualpipe_bubble_is_at_most_its_papers_and_independent_of_m(f, b, w, p):
-    """Uniform stages, free transfers: the played bubble never exceeds the paper's (p/2 - 1)(F&B + B - 3W)
-    (played non-blocking, F&B = F + B), does not grow with the micro-batches, and vanishes with p = 2."""
+def test_dualpipe_takes_the_bubble_of_its_paper(f, b, w, p):
+    """Uniform stages, free transfers, the runtime's commits waited on: the bubble is the paper's
+    (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 report, Table 2; F&B = F + B) when F = B - W = W, the
+    chunks its figure draws, for any number of micro-batches, and none with p = 2."""
+    paper = (p / 2 - 1) * ((f + b) + b - 3 * w)
     idle = []
     for m in (2 * p, 4 * p + 2):
         layout = Layout(pp=p, schedule="dualpipe", micro_batches=m)
         plan = build_pipeline_program(_uniform(p, 2, f=2 * f, b=2 * b, w=2 * w), layout, p2p_bytes=0.0,
                                       gather_s=0.0, optimizer_s=[0.0] * p, dp=_NO_DP)
-        step = run_pipeline(plan.program, lambda g, op, s: 0.0).step_time_s
-        idle.append(step - m * (f + b))
-        paper = (p / 2 - 1) * ((f + b) + b - 3 * w)
-        assert idle[-1] <= paper + 1e-9
+        idle.append(run_pipeline(plan.program, lambda g, op, s: 0.0).step_time_s - m * (f + b))
         assert bubble_fraction(layout, weight_share=w / (f + b), backward_share=b / (f + b)) == pytest.approx(
             paper / (m * (f + b) + paper), rel=1e-12)
     assert idle[0] == pytest.approx(idle[1], abs=1e-9)
+    if f == b - w == w:
+        assert idle[0] == pytest.approx(paper, abs=1e-9)
     assert (idle[0] == pytest.approx(0.0, abs=1e-12)) == (p == 2)
+
+
+def test_dualpipe_commits_every_message_once():
+    """Each activation and gradient a stage sends is received once by the next stage of its
+    direction, in the commits of :func:`dualpipe_steps`."""
+    from dpsim.strategies.pipeline import dualpipe_steps
+    for p, m in ((2, 4), (4, 8), (6, 14), (8, 16)):
+        balance: dict = {}
+        for s in range(p):
+            for step in dualpipe_steps(p, m, s):
+                if step[0] != "commit":
+                    continue
+                for what, d, j in step[1]:
+                    step_dir = 1 if (what == "act") == (d == 0) else -1
+                    key = (what, d, j, s + step_dir)
+                    balance[key] = balance.get(key, 0) + 1
+                for what, d, j in step[2]:
+                    key = (what, d, j, s)
+                    balance[key] = balance.get(key, 0) - 1
+        assert all(v == 0 for v in balance.values()) and len(balance) == 2 * 2 * (p - 1) * (m // 2)
 
 
 def test_dualpipe_holds_two_stages_parameters():

@@ -33,10 +33,11 @@ its micro-batches and model chunks):
   after the other, starting once both inputs are in, the pair's compute being their sum on
   a dense model); the warm-up's and drain's backwards split off their ``W`` to fill the
   bubbles. It holds **p + 1** chunks' activations at its peak (Table 2; counted from the
-  slots, tested). Its exchanges are played non-blocking (the runtime waits on each chunk's
-  sends and receives together before the chunk, ``_commit_and_wait_comm``), so the bubble
-  played here is at most the paper's ``(p/2 - 1)(F&B + B - 3W)``. ``p`` even, ``m`` even and
-  at least ``2p``.
+  slots, tested). Its exchanges block as its runtime's do: the sends and receives a stage
+  appends are posted together and all waited on before its next chunk
+  (``_commit_and_wait_comm``; :func:`dualpipe_steps`), so with uniform chunks and free
+  transfers the played bubble is the paper's ``(p/2 - 1)(F&B + B - 3W)`` when ``F = B - W =
+  W`` (tested). ``p`` even, ``m`` even and at least ``2p``.
 - ``deepspeed`` (DeepSpeed's ``PipelineEngine`` running ``TrainSchedule``,
   ``deepspeed/runtime/pipe/schedule.py``@077e6740, as Megatron-Turing NLG trained, Smith et
   al. 2022): the same order as 1F1B (stage ``s`` runs ``F(j)`` at pipe step ``2j + s`` and
@@ -179,22 +180,81 @@ def dualpipe_slots(p: int, m: int, stage: int, pairs: list[int] | None = None) -
     """DualPipe's order on ``stage`` (see the module docstring): chunk ``c`` is direction ``c``;
     micro-batch ``j`` counts that direction's ``m/2``. ``pairs`` collects the positions of the
     forwards run overlapped with the backward after them."""
+    out: list[Slot] = []
+    for step in dualpipe_steps(p, m, stage):
+        if step[0] == "pair" and pairs is not None:
+            pairs.append(len(out))
+        elif step[0] in ("F", "B", "W"):
+            out.append(step)
+    return out
+
+
+Message = tuple[str, int, int]
+"""``("act" | "grad", direction, micro_batch)``: a DualPipe point-to-point message."""
+
+
+def dualpipe_steps(p: int, m: int, stage: int) -> list[tuple]:
+    """DualPipe's calls on ``stage`` as its runtime issues them (``DualPipe.step``'s eight phases,
+    deepseek-ai/DualPipe@bb214e82): compute ``("F" | "B" | "W", direction, micro_batch)``,
+    ``("pair",)`` before an overlapped forward-backward pair, and ``("commit", sends, receives)``
+    (tuples of :data:`Message`): the sends and receives appended since the last commit, posted
+    together and all waited on (``_commit_and_wait_comm``) before the next compute."""
     half_p, half_m = p // 2, m // 2
     h = min(stage, p - 1 - stage)
     second = stage >= half_p
-    out: list[Slot] = []
+    middle = h == half_p - 1
+    out: list[tuple] = []
     n_f, n_b = [0, 0], [0, 0]
+    sent_f, sent_b, recv_f, recv_b = [0, 0], [0, 0], [0, 0], [0, 0]
+    queued: list[Message] = [], []
+    sends, recvs = queued
     deferred: list[tuple[int, int]] = []
 
     def direction(phase: int) -> int:
         return phase ^ second
 
-    def f(phase: int) -> None:
+    def first_of(d: int) -> bool:  # where direction d enters
+        return stage == (0 if d == 0 else p - 1)
+
+    def last_of(d: int) -> bool:
+        return stage == (p - 1 if d == 0 else 0)
+
+    def commit() -> None:
+        if sends or recvs:
+            out.append(("commit", tuple(sends), tuple(recvs)))
+            sends.clear()
+            recvs.clear()
+
+    def recv_forward(phase: int) -> None:
+        d = direction(phase)
+        if not first_of(d):
+            recvs.append(("act", d, recv_f[d]))
+            recv_f[d] += 1
+
+    def send_forward(phase: int) -> None:
+        d = direction(phase)
+        if not last_of(d):
+            sends.append(("act", d, sent_f[d]))
+            sent_f[d] += 1
+
+    def recv_backward(phase: int) -> None:
+        d = direction(phase)
+        if not last_of(d):
+            recvs.append(("grad", d, recv_b[d]))
+            recv_b[d] += 1
+
+    def send_backward(phase: int) -> None:
+        d = direction(phase)
+        if not first_of(d):
+            sends.append(("grad", d, sent_b[d]))
+            sent_b[d] += 1
+
+    def f_compute(phase: int) -> None:
         d = direction(phase)
         out.append(("F", d, n_f[d]))
         n_f[d] += 1
 
-    def b(phase: int, defer: bool) -> None:
+    def b_compute(phase: int, defer: bool) -> None:
         d = direction(phase)
         out.append(("B", d, n_b[d]))
         if defer:
@@ -203,48 +263,78 @@ def dualpipe_slots(p: int, m: int, stage: int, pairs: list[int] | None = None) -
             out.append(("W", d, n_b[d]))
         n_b[d] += 1
 
-    def w() -> None:
+    def forward(phase: int, recv: bool = True, send: bool = True) -> None:
+        if recv:
+            recv_forward(phase)
+        commit()
+        f_compute(phase)
+        if send:
+            send_forward(phase)
+
+    def backward(phase: int, defer: bool = False, send: bool = True) -> None:
+        recv_backward(phase)
+        commit()
+        b_compute(phase, defer)
+        if send:
+            send_backward(phase)
+
+    def forward_backward(phase0: int, phase1: int, recv0: bool = True) -> None:
+        if recv0:
+            recv_forward(phase0)
+        recv_backward(phase1)
+        commit()
+        out.append(("pair",))
+        f_compute(phase0)
+        b_compute(phase1, False)
+        send_forward(phase0)
+        send_backward(phase1)
+
+    def weight() -> None:
+        commit()
         d, j = deferred.pop(0)
         out.append(("W", d, j))
 
     for _ in range(2 * (half_p - h - 1)):
-        f(0)
-    for _ in range(h + 1):
-        f(0)
-        f(1)
+        forward(0)
+    recv_forward(0)
+    for i in range(h + 1):
+        forward(0, recv=False, send=middle)
+        recv_forward(0)
+        forward(1, send=not middle or i < h)
+        if not middle:
+            send_forward(0)
     for _ in range(half_p - h - 1):
-        b(1, True)
-        w()
-        f(1)
-    def pair(phase: int) -> None:
-        if pairs is not None:
-            pairs.append(len(out))
-        f(phase)
-        b(1 - phase, False)
-
+        backward(1, defer=True)
+        recv_forward(1)
+        weight()
+        forward(1, recv=False)
     for i in range(half_m - p + h + 1):
-        if i == 0 and h == half_p - 1:  # the middle stages run their first pair apart
-            f(0)
-            b(1, False)
+        if i == 0 and middle:  # the middle stages run their first pair apart
+            forward(0, recv=False, send=False)
+            send_forward(1)
+            backward(1, send=False)
+            send_forward(0)
+            send_backward(1)
         else:
-            pair(0)
-        pair(1)
+            forward_backward(0, 1, recv0=i > 0)
+        forward_backward(1, 0)
     for _ in range(half_p - h - 1):
-        b(1, False)
-        pair(1)
+        backward(1)
+        forward_backward(1, 0)
     defer = False
     for i in range(h + 1):
         if i == (h + 1) // 2 and h % 2 == 1:
             defer = True
-        b(1, defer)
+        backward(1, defer)
         if i == (h + 1) // 2 and h % 2 == 0:
             defer = True
-        b(0, defer)
+        backward(0, defer)
     for _ in range(half_p - h - 1):
-        w()
-        b(0, True)
+        weight()
+        backward(0, defer=True)
     for _ in range(h + 1):
-        w()
+        weight()
+    commit()
     assert not deferred and n_f == n_b == [half_m, half_m]
     return out
 
@@ -364,7 +454,8 @@ Step = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
 
 
 def _stage_sequence(slots: Sequence[Slot], s: int, p: int, m: int, *, deepspeed: bool, blocking: bool,
-                    act_send: dict, grad_send: dict, interleaved_warmup: int | None = None) -> list[Step]:
+                    act_send: dict, grad_send: dict, interleaved_warmup: int | None = None,
+                    dual_virtual=None) -> list[Step]:
     """A stage's compute ops and blocking exchanges in order: ``(kind, chunk, micro-batch, sent,
     received)``, kind ``F``, ``B`` or ``exchange`` (its transfers sent and received).
 
@@ -372,7 +463,25 @@ def _stage_sequence(slots: Sequence[Slot], s: int, p: int, m: int, *, deepspeed:
     (``p2p_communication.py``: ``send_forward_recv_backward``, ``send_backward_recv_forward``,
     ``send_forward_recv_forward``... each one batched ``batch_isend_irecv`` waited on before
     the next op) sends an op's output together with receiving the next op's input, after the
-    op; the first op's input is received before it. Without ``blocking`` the ops alone."""
+    op; the first op's input is received before it. DualPipe posts and waits on what each commit
+    of :func:`dualpipe_steps` holds (``dual_virtual(s, c)``: the virtual stage of its chunk ``c``).
+    Without ``blocking`` the ops alone."""
+    if dual_virtual is not None and blocking:
+        def transfer(msg: Message, sending: bool) -> int:
+            what, d, j = msg
+            g = dual_virtual(s, d)
+            if what == "act":
+                return act_send[g, j] if sending else act_send[g - 1, j]
+            return grad_send[g, j] if sending else grad_send[g + 1, j]
+
+        out = []
+        for step in dualpipe_steps(p, m, s):
+            if step[0] == "commit":
+                out.append(("exchange", 0, 0, tuple(transfer(x, True) for x in step[1]),
+                            tuple(transfer(x, False) for x in step[2])))
+            elif step[0] != "pair":
+                out.append((*step, (), ()))
+        return out
     if deepspeed and blocking:
         out = []
         for kind, what, j in deepspeed_commands(p, m, s):
@@ -472,12 +581,11 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
     pairs: list[dict[tuple[int, int], tuple[int, int]]] = [
         dualpipe_pairs(p, m, s) if layout.schedule == "dualpipe" else {} for s in range(p)]
     split = any(kind == "W" for stage in slots for kind, _, _ in stage)
-    if split:
-        # A split backward's exchanges are played non-blocking: an op waits only for the data
-        # it needs. A blocking exchange after ``B`` would hold the deferred ``W`` behind the
-        # neighbour's progress, the coupling the schedule is built to remove (ZB-H1); DualPipe
-        # waits on its exchanges before each chunk (``_commit_and_wait_comm``), which this
-        # plays more freely: its bubble here is at most its paper's.
+    if split and layout.schedule != "dualpipe":
+        # ZB-H1's exchanges are played non-blocking: an op waits only for the data it needs. A
+        # blocking exchange after ``B`` would hold the deferred ``W`` behind the neighbour's
+        # progress, the coupling the schedule is built to remove. DualPipe's runtime waits on
+        # its exchanges at each commit (:func:`dualpipe_steps`), played as such.
         blocking_p2p = False
     transfers: list[Transfer] = []
     comms: list[CommOp] = []
@@ -609,7 +717,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         for kind, c, j, xsend, xrecv in _stage_sequence(slots[s], s, p, m, deepspeed=deepspeed,
                                                         blocking=blocking_p2p, act_send=act_send,
                                                         grad_send=grad_send,
-                                                        interleaved_warmup=_interleaved_warmup(layout, s)):
+                                                        interleaved_warmup=_interleaved_warmup(layout, s),
+                                                        dual_virtual=virtual if dual else None):
             g = virtual(s, c)
             work = chunks[s][c]
             if kind == "exchange":
@@ -672,6 +781,9 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 # gradient's exchange is in flight (the next F or B waits for it); DualPipe
                 # completes the pending exchanges first (``_weight_chunk``).
                 needs = sends = ()
+                if blocking_p2p and pending:  # DualPipe's _weight_chunk commits first
+                    needs = tuple(pending)
+                    pending.clear()
             else:
                 needs = (grad_send[g + 1, j],) if (g + 1, j) in grad_send else ()
                 sends = (grad_send[g, j],) if (g, j) in grad_send else ()
