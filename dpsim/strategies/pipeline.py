@@ -205,9 +205,8 @@ def dualpipe_steps(p: int, m: int, stage: int) -> list[tuple]:
     middle = h == half_p - 1
     out: list[tuple] = []
     n_f, n_b = [0, 0], [0, 0]
-    sent_f, sent_b, recv_f, recv_b = [0, 0], [0, 0], [0, 0], [0, 0]
-    queued: list[Message] = [], []
-    sends, recvs = queued
+    sends: list[Message] = []
+    recvs: list[Message] = []
     deferred: list[tuple[int, int]] = []
 
     def direction(phase: int) -> int:
@@ -225,29 +224,30 @@ def dualpipe_steps(p: int, m: int, stage: int) -> list[tuple]:
             sends.clear()
             recvs.clear()
 
-    def recv_forward(phase: int) -> None:
+    counters: dict[tuple[bool, str, int], int] = {}
+
+    def message(send: bool, what: str, phase: int) -> None:
+        """Append a send or a receive of ``what`` in the direction of ``phase``, unless the stage
+        is where that message starts or ends (activations enter at the direction's first stage,
+        gradients at its last)."""
         d = direction(phase)
-        if not first_of(d):
-            recvs.append(("act", d, recv_f[d]))
-            recv_f[d] += 1
+        edge = first_of(d) if (what == "act") != send else last_of(d)
+        if not edge:
+            j = counters.get((send, what, d), 0)
+            counters[send, what, d] = j + 1
+            (sends if send else recvs).append((what, d, j))
+
+    def recv_forward(phase: int) -> None:
+        message(False, "act", phase)
 
     def send_forward(phase: int) -> None:
-        d = direction(phase)
-        if not last_of(d):
-            sends.append(("act", d, sent_f[d]))
-            sent_f[d] += 1
+        message(True, "act", phase)
 
     def recv_backward(phase: int) -> None:
-        d = direction(phase)
-        if not last_of(d):
-            recvs.append(("grad", d, recv_b[d]))
-            recv_b[d] += 1
+        message(False, "grad", phase)
 
     def send_backward(phase: int) -> None:
-        d = direction(phase)
-        if not first_of(d):
-            sends.append(("grad", d, sent_b[d]))
-            sent_b[d] += 1
+        message(True, "grad", phase)
 
     def f_compute(phase: int) -> None:
         d = direction(phase)
