@@ -137,6 +137,7 @@ def api_collective(argv: list[str]) -> dict:
 
 API = {"predict": api_predict, "goodput": api_goodput, "sweep": api_sweep, "memory": api_memory,
        "collective": api_collective}
+API["pipeline"] = api_predict  # the pipeline schedules' cases are predict's
 
 
 def _as_printed(obj):

@@ -82,7 +82,7 @@ FsdpUnit = Literal["block", "layer", "model"]
 """``--fsdp-unit``: the keys of :data:`dpsim.strategies.registry.FSDP_UNITS`."""
 Placement = Literal["packed", "interleaved"]
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
-Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed"]
+Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed", "zb-h1", "dualpipe"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
 Recompute = Literal["off", "selective", "op", "full"]
 """``--recompute``: the keys of :data:`dpsim.strategies.checkpointing.RECOMPUTE`."""
@@ -217,12 +217,16 @@ class PredictConfig:
     global-batch / (micro-batch x data-parallel replicas). Left out: --grad-accum micro-batches."""
     schedule: Schedule = "1f1b"
     """Pipeline schedule: 1f1b (Megatron's default), gpipe, 1f1b-interleaved (with
-    --virtual-stages model chunks per stage), or deepspeed (DeepSpeed's pipeline engine: 1F1B
-    with blocking sends and receives, gradients reduced after the pipeline)."""
+    --virtual-stages model chunks per stage), deepspeed (DeepSpeed's pipeline engine: 1F1B
+    with blocking sends and receives, gradients reduced after the pipeline), zb-h1 (zero
+    bubble: weight gradients deferred into the drain, 1F1B's memory) or dualpipe (DeepSeek-V3's
+    bidirectional schedule: two parameter copies per stage, an even --pp, at least 2 x pp
+    micro-batches)."""
     virtual_stages: int = field(default=1, metadata=_count())
     """Model chunks per pipeline stage for --schedule 1f1b-interleaved (bubble divided by it)."""
     stage_layers: str | None = None
-    """Blocks per pipeline stage, comma-separated (uneven splits, e.g. 7,8,8,9); left out: an even split."""
+    """Blocks per pipeline stage, comma-separated (uneven splits, e.g. 7,8,8,9), or per virtual stage
+    (pp x virtual-stages counts); left out: counts differing by at most one, lighter first and last."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism with --tp: norms and dropouts split along the sequence,
     all-reduces replaced by reduce-scatter + all-gather, activations divided by tp."""

@@ -380,17 +380,27 @@ def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, 
     """Per-GPU memory of ``config``'s strategy, with the fit advice in ``suggestion`` when it does not fit."""
     from dataclasses import replace
 
-    kwargs = {"precision": precision, "optimizer": config.optimizer, "micro_batch": config.micro_batch,
-              "strategy": config.strategy, "n_gpus": topology.n_gpus, "gpus_per_node": topology.gpus_per_node,
-              "checkpointing": config.checkpointing, "grad_accum": config.micro_batches,
-              "fsdp_unit": config.fsdp_unit, "overlap": config.overlap, "bucket_cap_mb": config.bucket_cap_mb,
-              "fsdp_version": config.fsdp_version, "fsdp_accumulate": config.fsdp_accumulate,
-              "ddp": config.ddp_options() if config.strategy == "ddp" else None}
+    kwargs = _memory_kwargs(config, precision, topology)
     memory = memoized(memory_breakdown, model, gpu, **kwargs)
     advice = memoized(fit_advice, model, gpu, **kwargs)
     if not memory.fits:
         memory = replace(memory, suggestion=advice.message)
     return memory, advice
+
+
+def strategy_memory(model: ModelSpec, gpu, config: PredictConfig, precision, topology: Topology) -> MemoryBreakdown:
+    """Per-GPU memory of ``config``'s data-parallel strategy, as :func:`memory_with_advice` gives it,
+    without the advice (``plan`` needs only the total)."""
+    return memoized(memory_breakdown, model, gpu, **_memory_kwargs(config, precision, topology))
+
+
+def _memory_kwargs(config: PredictConfig, precision, topology: Topology) -> dict:
+    return {"precision": precision, "optimizer": config.optimizer, "micro_batch": config.micro_batch,
+            "strategy": config.strategy, "n_gpus": topology.n_gpus, "gpus_per_node": topology.gpus_per_node,
+            "checkpointing": config.checkpointing, "grad_accum": config.micro_batches,
+            "fsdp_unit": config.fsdp_unit, "overlap": config.overlap, "bucket_cap_mb": config.bucket_cap_mb,
+            "fsdp_version": config.fsdp_version, "fsdp_accumulate": config.fsdp_accumulate,
+            "ddp": config.ddp_options() if config.strategy == "ddp" else None}
 
 
 def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpec, Topology]:

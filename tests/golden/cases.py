@@ -9,6 +9,8 @@ regenerate the files with ``python tests/golden/regenerate.py``.
 
 from __future__ import annotations
 
+from pipeline_cases import pipeline_cases
+
 PRESETS = ("nvlink", "infiniband", "ethernet", "pcie", "dgx-a100", "aws-p4de", "aws-p5")
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")
 MODELS = (("gpt2", 4), ("llama-2-7b", 1), ("resnet50", 32))
@@ -145,6 +147,7 @@ def sweep_cases() -> dict[str, list[str]]:
 
 FAMILIES = {
     "predict": predict_cases,
+    "pipeline": pipeline_cases,
     "collective": collective_cases,
     "memory": memory_cases,
     "goodput": goodput_cases,
