@@ -180,6 +180,9 @@ class PredictConfig:
     calibration: str | None = None
     """A profile from dpsim calibrate (file or shipped name): its fitted collectives and
     measured compute replace the preset's."""
+    op_rates: bool = False
+    """With --calibration: cost the op graph with the profile's measured kernel rates even when it
+    timed this model's whole step (which is used otherwise)."""
     strategy: Strategy = "ddp"
     """Data-parallel strategy: PyTorch DDP, DeepSpeed ZeRO-1/2/3, or PyTorch FSDP full shard,
     shard-grad-op or hybrid (dpsim/strategies/)."""
@@ -309,6 +312,8 @@ class PredictConfig:
             raise ConfigError(f"--steps x --grad-accum: {self.steps:,} x {self.grad_accum:,} = "
                               f"{self.steps * self.grad_accum:,} simulated micro-batches is not valid; expected at "
                               f"most {MAX_SIMULATED_MICRO_BATCHES:,} (lower --steps: every step is the same)")
+        if self.op_rates and self.calibration is None:
+            raise ConfigError("--op-rates: needs --calibration PROFILE, whose measured kernel rates it uses")
         torch_model = is_torch_model_ref(self.model)
         if self.input_shape is not None and not torch_model:
             raise ConfigError(f"--input-shape: applies only to a torch module (--model file.py:fn), not to "
@@ -563,6 +568,6 @@ def check_value(name: str, value: Any) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
-SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every")
+SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""
