@@ -180,9 +180,6 @@ class PredictConfig:
     calibration: str | None = None
     """A profile from dpsim calibrate (file or shipped name): its fitted collectives and
     measured compute replace the preset's."""
-    op_rates: bool = False
-    """With --calibration: cost the op graph with the profile's measured kernel rates even when it
-    timed this model's whole step (which is used otherwise)."""
     strategy: Strategy = "ddp"
     """Data-parallel strategy: PyTorch DDP, DeepSpeed ZeRO-1/2/3, or PyTorch FSDP full shard,
     shard-grad-op or hybrid (dpsim/strategies/)."""
@@ -289,6 +286,9 @@ class PredictConfig:
     recompute_every: int = field(default=1, metadata=_count())
     """With --recompute full: checkpoint every k-th block only (the k-th, 2k-th, ...), the others keep
     their activations."""
+    op_rates: bool = False
+    """With --calibration: cost the op graph with the profile's measured kernel rates even when it
+    timed this model's whole step (which is used otherwise)."""
 
     def __post_init__(self) -> None:
         if self.calibration is None:
