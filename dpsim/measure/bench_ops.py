@@ -10,7 +10,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from dpsim.measure.timing import Clock, _median_time
+from dpsim.measure.timing import Clock, Steps, _median_time
 
 
 def _gemm(m: int, n: int, k: int, batch: int, dtype, device):
@@ -44,9 +44,16 @@ def _elementwise(size_bytes: int, device):
     return 8 * n, lambda: torch.mul(x, 2.0, out=out)
 
 
-def bench_ops(device: torch.device, clock: Clock, plan: dict) -> dict:
-    """Times ``plan["op_kernels"]`` (:func:`dpsim.profile.op_rates.kernels_to_time`) in ``plan["op_dtype"]``;
-    stops timing kernels when ``plan["budget_s"]`` has passed (those left count in ``left_out``)."""
+def op_steps(plan: dict) -> int:
+    """Progress steps :func:`bench_ops` takes: one per kernel, one for the element-wise sweep."""
+    kernels = plan.get("op_kernels")
+    return len(kernels["matmul"]) + len(kernels["attention"]) + 1 if kernels else 0
+
+
+def bench_ops(device: torch.device, clock: Clock, plan: dict, steps: Steps) -> dict:
+    """Times ``plan["op_kernels"]`` (:func:`dpsim.profile.op_rates.kernels_to_time`) in ``plan["op_dtype"]``,
+    one progress step each (the watchdog and the supervisor see a long sweep progress); stops timing
+    kernels when ``plan["budget_s"]`` has passed (those left count in ``left_out``)."""
     kernels = plan["op_kernels"]
     dtype = getattr(torch, plan["op_dtype"])
     batch_s = plan["batch_s"]
@@ -56,18 +63,26 @@ def bench_ops(device: torch.device, clock: Clock, plan: dict) -> dict:
         if time.monotonic() > deadline:
             out["left_out"] += 1
             continue
+        label = f"GEMM {m}x{n}x{k} (batch {batch})"
+        steps.begin(label)
         t = _median_time(_gemm(m, n, k, batch, dtype, device), clock, batch_s=batch_s)
+        steps.end(label)
         out["matmul"].append({"m": m, "n": n, "k": k, "batch": batch, "time_s": t})
     for batch_heads, seq, head_dim, causal in kernels["attention"]:
         if time.monotonic() > deadline:
             out["left_out"] += 1
             continue
+        label = f"attention {batch_heads}x{seq}x{head_dim}{' causal' if causal else ''}"
+        steps.begin(label)
         forward, forward_backward = _attention(batch_heads, seq, head_dim, causal, dtype, device)
         fwd = _median_time(forward, clock, batch_s=batch_s)
         both = _median_time(forward_backward, clock, batch_s=batch_s)
+        steps.end(label)
         out["attention"].append({"batch_heads": batch_heads, "seq": seq, "head_dim": head_dim, "causal": causal,
                                  "forward_s": fwd, "backward_s": both - fwd})
+    steps.begin("element-wise kernel: launch and bandwidth")
     for size in plan["op_memory_bytes"]:
         moved, fn = _elementwise(int(size), device)
         out["memory"].append({"size_bytes": moved, "time_s": _median_time(fn, clock, batch_s=batch_s)})
+    steps.end("element-wise kernel: launch and bandwidth")
     return out

@@ -88,7 +88,7 @@ from dpsim.measure.bench_compute import (
     bench_step_after_comm,
     make_step,
 )
-from dpsim.measure.bench_ops import bench_ops
+from dpsim.measure.bench_ops import bench_ops, op_steps
 from dpsim.measure.timing import (
     STARTUP_GRACE_S,
     Clock,
@@ -250,7 +250,7 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
         warnings.append(f"intra_node not measured: nodes have {sorted(node_sizes)} ranks "
                         "(need the same number, at least 2, on every node)")
     model_steps = 1 + (world > 1) + sum(n > 0 for n in fresh_counts)
-    compute_steps = (1 + 1 + bool(plan.get("op_kernels")) + (model_steps if plan.get("model") else 0) + 1) \
+    compute_steps = (1 + 1 + op_steps(plan) + (model_steps if plan.get("model") else 0) + 1) \
         if plan.get("compute") else 0
     adaptive = dict(max_iters=plan.get("max_iters"), target_rel_ci=plan.get("target_rel_ci"),
                     budget_s=plan.get("budget_s"))
@@ -345,9 +345,7 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
     steps.end("memory copy bandwidth")
     if plan.get("op_kernels"):
         dist.barrier()  # every rank times its kernels at once, as ranks compute at once in training
-        steps.begin("the model's kernels one by one")
-        mine["op_rates"] = bench_ops(device, clock, plan)
-        steps.end("the model's kernels one by one")
+        mine["op_rates"] = bench_ops(device, clock, plan, steps)
     if user_step is not None:
         label = f"model {plan['model']} micro-batch {plan['micro_batch']}: training step"
         steps.begin(label)

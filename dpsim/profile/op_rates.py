@@ -204,7 +204,8 @@ def describe(rates: OpRates) -> str:
     parts = [f"{len(rates.matmuls)} GEMM shape{'s' if len(rates.matmuls) != 1 else ''}",
              f"{len(rates.attention)} attention kernel{'s' if len(rates.attention) != 1 else ''}"]
     if rates.launch_s is not None and rates.bandwidth_bytes_per_s:
-        parts.append(f"element-wise {1e6 * rates.launch_s:.3g} us + bytes at {rates.bandwidth_bytes_per_s / 1e9:.3g} GB/s")
+        parts.append(f"element-wise {1e6 * rates.launch_s:.3g} us + bytes at "
+                     f"{rates.bandwidth_bytes_per_s / 1e9:.3g} GB/s")
     return ", ".join(parts)
 
 
