@@ -246,3 +246,17 @@ def test_gloo_calibration_of_op_rates_predicts_a_larger_model(tmp_path):
     print(f"op-rate prediction {1e3 * predicted:.1f} ms, torch directly {1e3 * measured:.1f} ms, "
           f"error {100 * error:.0f} %")
     assert error <= 0.35
+
+
+def test_calibrate_plans_the_kernels_of_the_model_it_is_given():
+    """A catalog --model: its op graph's kernels at --micro-batch, in the model step's dtype, within --budget."""
+    from dpsim.calibrate.command import CalibrateOptions, build_plan, trace_model
+
+    opts = CalibrateOptions(model="gpt2", seq_len=32, micro_batch=2, budget_s=30.0)
+    model = trace_model(opts)
+    plan = build_plan(opts, "gloo", model).to_dict()
+    assert plan["op_kernels"] == kernels_to_time(model, 2) and plan["op_dtype"] == "float32"
+    assert [64, 50257, 768, 1] in plan["op_kernels"]["matmul"]  # the tied head: 32 tokens x 2
+    assert plan["budget_s"] == 30.0 and plan["op_memory_bytes"] == list(MEMORY_KERNEL_BYTES)
+    assert build_plan(opts, "nccl", model).op_dtype == "bfloat16"
+    assert build_plan(CalibrateOptions(), "gloo", None).op_kernels is None

@@ -59,27 +59,27 @@ def bench_ops(device: torch.device, clock: Clock, plan: dict, steps: Steps) -> d
     batch_s = plan["batch_s"]
     deadline = time.monotonic() + float(plan.get("budget_s") or 60.0)
     out: dict = {"matmul": [], "attention": [], "memory": [], "left_out": int(kernels.get("left_out", 0))}
-    for m, n, k, batch in kernels["matmul"]:
-        if time.monotonic() > deadline:
-            out["left_out"] += 1
-            continue
-        label = f"GEMM {m}x{n}x{k} (batch {batch})"
-        steps.begin(label)
+
+    def gemm(m: int, n: int, k: int, batch: int) -> dict:
         t = _median_time(_gemm(m, n, k, batch, dtype, device), clock, batch_s=batch_s)
-        steps.end(label)
-        out["matmul"].append({"m": m, "n": n, "k": k, "batch": batch, "time_s": t})
-    for batch_heads, seq, head_dim, causal in kernels["attention"]:
-        if time.monotonic() > deadline:
-            out["left_out"] += 1
-            continue
-        label = f"attention {batch_heads}x{seq}x{head_dim}{' causal' if causal else ''}"
-        steps.begin(label)
+        return {"m": m, "n": n, "k": k, "batch": batch, "time_s": t}
+
+    def attention(batch_heads: int, seq: int, head_dim: int, causal: bool) -> dict:
         forward, forward_backward = _attention(batch_heads, seq, head_dim, causal, dtype, device)
         fwd = _median_time(forward, clock, batch_s=batch_s)
         both = _median_time(forward_backward, clock, batch_s=batch_s)
-        steps.end(label)
-        out["attention"].append({"batch_heads": batch_heads, "seq": seq, "head_dim": head_dim, "causal": causal,
-                                 "forward_s": fwd, "backward_s": both - fwd})
+        return {"batch_heads": batch_heads, "seq": seq, "head_dim": head_dim, "causal": causal,
+                "forward_s": fwd, "backward_s": both - fwd}
+
+    for kind, time_one in (("matmul", gemm), ("attention", attention)):
+        for shape in kernels[kind]:
+            if time.monotonic() > deadline:
+                out["left_out"] += 1
+                continue
+            label = f"{'GEMM' if kind == 'matmul' else kind} {'x'.join(str(int(x)) for x in shape)}"
+            steps.begin(label)
+            out[kind].append(time_one(*shape))
+            steps.end(label)
     steps.begin("element-wise kernel: launch and bandwidth")
     for size in plan["op_memory_bytes"]:
         moved, fn = _elementwise(int(size), device)
