@@ -167,8 +167,11 @@ def test_whole_step_of_the_same_model_wins_unless_op_rates_is_asked(tmp_path):
     assert ops.provenance.compute.detail.startswith("profile op rates (")
     want = _expected_fwd_bwd_s(model, rates, 2, get_precision("fp32"))
     assert ops.compute_s - ops.optimizer_s == pytest.approx(want, rel=1e-9)
+    assert "from the nearest timed ones" not in ops.provenance.compute.detail  # every shape was timed
     other = predict(PredictConfig(**config), model=tiny_gpt2(3))  # another model: op rates without asking
     assert "measured step not used" in other.provenance.compute.detail
+    wider = predict(PredictConfig(**{**config, "micro_batch": 1}), model=model)  # m halves: no shape timed
+    assert "10 of its 10 GEMM/attention shapes from the nearest timed ones" in wider.provenance.compute.detail
     assert other.compute_s - other.optimizer_s == pytest.approx(_expected_fwd_bwd_s(tiny_gpt2(3), rates, 2,
                                                                                    get_precision("fp32")), rel=1e-9)
 

@@ -29,7 +29,7 @@ from dpsim.profile.calibrated import (
     step_warnings,
 )
 from dpsim.profile.match import match_model_step
-from dpsim.profile.op_rates import describe, op_rate_compute
+from dpsim.profile.op_rates import describe, op_rate_compute, untimed_kernels
 from dpsim.profile.schema import Profile
 from dpsim.workload.precision import get_precision
 
@@ -261,6 +261,9 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
                                                 micro_batch=config.micro_batch,
                                                 compute_efficiency=config.compute_efficiency)
             why = "--op-rates" if match.step is not None else f"measured step not used: {match.reason}"
+            untimed, kernels = untimed_kernels(model, op_rates, config.micro_batch)
+            if untimed:
+                why += f"; {untimed} of its {kernels} GEMM/attention shapes from the nearest timed ones"
             rest = "; ".join(f"{n} {what} at the measured matmul rates / copy bandwidth"
                              for what, n in sorted(fallback.items()))
             compute_origin = Origin(source="profile", detail=f"profile op rates ({describe(op_rates)}) of profile "

@@ -58,10 +58,9 @@ def _attention_flops(seq: int, heads: int, head_dim: int, causal: bool) -> float
     return 4.0 * seq * seq * heads * head_dim * (0.5 if causal else 1.0)
 
 
-def kernels_to_time(model: ModelSpec, micro_batch: int) -> dict:
-    """The distinct kernels of ``model``'s op graph at ``micro_batch``, at most :data:`MAX_TIMED_KERNELS`
-    (those with the most FLOPs per step first): ``{"matmul": [[m, n, k, batch], ...], "attention":
-    [[batch_heads, seq, head_dim, causal], ...], "left_out": int}``; JSON-able, for the ranks."""
+def _kernel_flops(model: ModelSpec, micro_batch: int) -> dict[tuple, float]:
+    """FLOPs per step of each distinct timeable kernel: ``("matmul", m, n, k, batch)`` or
+    ``("attention", batch_heads, seq, head_dim, causal)``."""
     flops: dict[tuple, float] = {}
     for layer in model.layers:
         for op in layer.ops:
@@ -72,11 +71,27 @@ def kernels_to_time(model: ModelSpec, micro_batch: int) -> dict:
                 key = ("attention", op.heads * micro_batch, op.seq, op.head_dim, op.causal)
                 flops[key] = flops.get(key, 0.0) + _attention_flops(op.seq, op.heads * micro_batch, op.head_dim,
                                                                     op.causal) * (1 + FUSED_ATTENTION_BACKWARD_FLOPS)
+    return flops
+
+
+def kernels_to_time(model: ModelSpec, micro_batch: int) -> dict:
+    """The distinct kernels of ``model``'s op graph at ``micro_batch``, at most :data:`MAX_TIMED_KERNELS`
+    (those with the most FLOPs per step first): ``{"matmul": [[m, n, k, batch], ...], "attention":
+    [[batch_heads, seq, head_dim, causal], ...], "left_out": int}``; JSON-able, for the ranks."""
+    flops = _kernel_flops(model, micro_batch)
     ranked = sorted(flops, key=lambda key: (-flops[key], key))
     kept = ranked[:MAX_TIMED_KERNELS]
     return {"matmul": [list(k[1:]) for k in kept if k[0] == "matmul"],
             "attention": [list(k[1:]) for k in kept if k[0] == "attention"],
             "left_out": len(ranked) - len(kept)}
+
+
+def untimed_kernels(model: ModelSpec, rates: OpRates, micro_batch: int) -> tuple[int, int]:
+    """(kernels of ``model`` at ``micro_batch`` whose exact shape the profile did not time, all its kernels)."""
+    timed = {("matmul", r.m, r.n, r.k, r.batch) for r in rates.matmuls}
+    timed |= {("attention", a.batch_heads, a.seq, a.head_dim, a.causal) for a in rates.attention}
+    kernels = _kernel_flops(model, micro_batch)
+    return len(set(kernels) - timed), len(kernels)
 
 
 def _nearest_log_rate(query: tuple[float, ...], points: list[tuple[tuple[float, ...], float]]) -> float:
