@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from dpsim.profile.fit import fit_alpha_beta
 from dpsim.profile.schema import AttentionRate, MatmulRate, OpRates
 from dpsim.workload.compute import autocast_weight_bytes, layer_times
 from dpsim.workload.roofline import FUSED_ATTENTION_BACKWARD_FLOPS, op_kind, op_times, pass_bytes
@@ -225,9 +226,9 @@ def describe(rates: OpRates) -> str:
 
 
 def from_results(raw: dict, dtype: str) -> OpRates:
-    """:class:`OpRates` from the harness's merged ``op_rates`` record (medians over ranks already taken)."""
-    from dpsim.profile.fit import fit_alpha_beta
-
+    """:class:`OpRates` from the harness's merged ``op_rates`` record (medians over ranks already taken).
+    An attention backward timed at or below zero (forward + backward within the forward's noise, a
+    kernel too small to tell) is kept at 1 ns, so the profile stays loadable."""
     matmuls = tuple(MatmulRate(dtype=dtype, m=int(r["m"]), n=int(r["n"]), k=int(r["k"]), batch=int(r["batch"]),
                                time_s=float(r["time_s"])) for r in raw.get("matmul", []))
     attention = tuple(AttentionRate(dtype=dtype, batch_heads=int(r["batch_heads"]), seq=int(r["seq"]),
