@@ -290,6 +290,9 @@ class PredictConfig:
     recompute_every: int = field(default=1, metadata=_count())
     """With --recompute full: checkpoint every k-th block only (the k-th, 2k-th, ...), the others keep
     their activations."""
+    op_rates: bool = False
+    """With --calibration: cost the op graph with the profile's measured kernel rates even when it
+    timed this model's whole step (which is used otherwise)."""
 
     def __post_init__(self) -> None:
         if self.calibration is None:
@@ -313,6 +316,8 @@ class PredictConfig:
             raise ConfigError(f"--steps x --grad-accum: {self.steps:,} x {self.grad_accum:,} = "
                               f"{self.steps * self.grad_accum:,} simulated micro-batches is not valid; expected at "
                               f"most {MAX_SIMULATED_MICRO_BATCHES:,} (lower --steps: every step is the same)")
+        if self.op_rates and self.calibration is None:
+            raise ConfigError("--op-rates: needs --calibration PROFILE, whose measured kernel rates it uses")
         torch_model = is_torch_model_ref(self.model)
         if self.input_shape is not None and not torch_model:
             raise ConfigError(f"--input-shape: applies only to a torch module (--model file.py:fn), not to "
@@ -567,6 +572,6 @@ def check_value(name: str, value: Any) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
-SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every")
+SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

@@ -184,7 +184,8 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
                                     layout=layout_shape(config))
     comm_slowdown = 0.0
     if profile is not None:
-        compute, comm_slowdown, provenance = apply_profile(config, profile, model, compute, precision, topology)
+        compute, comm_slowdown, provenance = apply_profile(config, profile, model, compute, precision, topology,
+                                                           gpu)
     else:
         provenance = preset_provenance(config, gpu, topology)
     if config.layout_active:
