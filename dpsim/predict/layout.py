@@ -62,7 +62,7 @@ from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.tensor import TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
-from dpsim.workload.catalog import CATALOG_ENTRIES
+from dpsim.workload.catalog import find_entry
 from dpsim.workload.compute import ComputeProfile, compute_profile
 from dpsim.workload.spec import ModelSpec
 
@@ -107,7 +107,7 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
 
 
 def _heads(name: str) -> tuple[int, ...] | None:
-    entry = CATALOG_ENTRIES.get(name.strip().lower()) if isinstance(name, str) else None
+    entry = find_entry(name)
     if entry is None:
         return None
     cfg = entry.config
