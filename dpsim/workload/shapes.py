@@ -157,6 +157,13 @@ def check_shape(shape: TransformerShape) -> TransformerShape:
     return shape
 
 
+def shape_ref(shape: TransformerShape) -> str:
+    """The ``--model`` text that gives ``shape`` (:func:`parse_shape` reads it back)."""
+    def text(value: object) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+    return SHAPE_PREFIX + ",".join(f"{f.name}={text(getattr(shape, f.name))}" for f in fields(shape))
+
+
 def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
     """The catalog config whose builder makes ``shape`` (see the module docstring)."""
     if shape.norm == "rmsnorm":
