@@ -215,10 +215,11 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
     by attribute names (``model_type`` picks the family); ``None`` for any other (it is traced).
 
     Llama, Mistral and Qwen2 (``LlamaForCausalLM``'s block; Qwen2's QKV biases are not
-    counted), GPT-2, OPT (learned table of ``max_position_embeddings + 2`` rows, ReLU) and
-    BLOOM (ALiBi, embedding LayerNorm) as their transformers classes define them. A Mistral
-    sliding window, a Llama ``head_dim`` other than ``hidden / heads``, OPT's
-    ``project_in``/``project_out`` (``word_embed_proj_dim != hidden_size``) and a non-pre-norm
+    counted, a Mistral sliding window not modelled: attention is costed over the whole
+    sequence), GPT-2, OPT (learned table of ``max_position_embeddings + 2`` rows, ReLU) and
+    BLOOM (ALiBi, embedding LayerNorm) as their transformers classes define them. A Llama
+    ``head_dim`` other than ``hidden / heads``, a gated activation other than SiLU, OPT's
+    ``project_in``/``project_out`` (``word_embed_proj_dim != hidden_size``) and a post-norm
     OPT are not in the builders: such configs return ``None``.
     """
     kind = getattr(config, "model_type", None)
