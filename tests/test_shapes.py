@@ -223,3 +223,10 @@ def test_a_tp_that_does_not_divide_the_shape_heads_is_refused():
     with pytest.raises(ConfigError, match="does not divide"):
         predict(PredictConfig(model=BLOOM_176B, gpus=48, tp=3, pp=2, link="infiniband", steps=1,
                               global_batch=16, micro_batch=1))
+
+
+def test_seq_len_is_bounded_by_a_learned_table_only():
+    assert get_model(BLOOM_176B, seq_len=8192).tokens_per_sample == 8192  # ALiBi: no table
+    with pytest.raises(DpsimError, match="exceeds"):
+        get_model(OPT_175B, seq_len=4096)
+    assert get_model(OPT_175B, seq_len=2050).tokens_per_sample == 2050
