@@ -22,12 +22,12 @@ LLAMA_2_7B = "transformer:hidden=4096,layers=32,heads=32,ffn=11008,vocab=32000,s
 GPT2 = "transformer:hidden=768,layers=12,heads=12,vocab=50257,seq=1024,act=gelu_new,norm=layernorm,pos=learned,tied=true"
 # bigscience/bloom config.json on the Hugging Face Hub (n_embed 14336, n_layer 70,
 # num_attention_heads 112, vocab_size 250880; BloomForCausalLM: ALiBi, word_embeddings_layernorm,
-# tied head, 4h GELU MLP); sequence length 2048 from the bigscience/bloom model card.
+# hidden_dropout 0.0; tied head, 4h GELU MLP); sequence length 2048 from the bigscience/bloom model card.
 BLOOM_176B = ("transformer:hidden=14336,layers=70,heads=112,vocab=250880,seq=2048,act=gelu,norm=layernorm,"
-              "pos=alibi,tied=true,embed_norm=true,name=bloom-176b")
+              "pos=alibi,tied=true,embed_norm=true,dropout=0,name=bloom-176b")
 # OPT-175B: 96 layers, width 12288, 96 heads, FFN 4 x width from metaseq's
 # metaseq/launcher/opt_job_constants.py (MODEL_SIZES["175b"]); vocab 50272, context 2048 (+2 rows
-# of OPTLearnedPositionalEmbedding), ReLU, tied head from the facebook/opt-* config.json files on
+# of OPTLearnedPositionalEmbedding), ReLU, dropout 0.1, tied head from the facebook/opt-* config.json files on
 # the Hugging Face Hub (OPT-175B's own weights are not on the Hub).
 OPT_175B = ("transformer:hidden=12288,layers=96,heads=96,vocab=50272,seq=2048,positions=2050,act=relu,"
             "norm=layernorm,pos=learned,tied=true,name=opt-175b")
@@ -117,14 +117,14 @@ def test_a_llama_config_is_the_catalog_llama():
 
 def test_bloom_and_opt_configs_read_their_attribute_names():
     # The attribute names of bigscience/bloom's config.json and of transformers' OPTConfig.
-    bloom = _cfg("bloom", n_embed=14336, n_layer=70, num_attention_heads=112, vocab_size=250880)
+    bloom = _cfg("bloom", n_embed=14336, n_layer=70, num_attention_heads=112, vocab_size=250880, hidden_dropout=0.0)
     assert shape_ref(shape_of_hf_config(bloom, name="bloom-176b")) == shape_ref(parse_shape(BLOOM_176B))
     opt = _cfg("opt", hidden_size=12288, num_hidden_layers=96, num_attention_heads=96, ffn_dim=49152,
                vocab_size=50272, max_position_embeddings=2048, word_embed_proj_dim=12288, do_layer_norm_before=True,
-               activation_function="relu", tie_word_embeddings=True)
+               activation_function="relu", tie_word_embeddings=True, dropout=0.1)
     assert shape_ref(shape_of_hf_config(opt, name="opt-175b")) == shape_ref(parse_shape(OPT_175B))
     gpt2 = _cfg("gpt2", vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
-                activation_function="gelu_new")
+                activation_function="gelu_new", resid_pdrop=0.1)
     assert get_model(shape_ref(shape_of_hf_config(gpt2, name="gpt2"))).layers == get_model("gpt2").layers
 
 
@@ -211,6 +211,9 @@ def test_a_traced_stack_of_blocks_is_split_into_stages(tmp_path):
     ("transformer:hidden=64,layers=2,heads=4,ffn=1,vocab=10,seq=8,tied=maybe", "tied=maybe is not valid; allowed: true, false"),
     ("transformer:hidden=64,hidden=32", "hidden is given twice"),
     ("transformer:width=64", "'width' is not a shape key"),
+    ("transformer:hidden=64,layers=2,heads=4,ffn=1,vocab=10,seq=8,dropout=0.1", "rmsnorm (Llama) blocks have no dropout"),
+    ("transformer:hidden=64,layers=2,heads=4,vocab=10,seq=8,act=gelu,norm=layernorm,pos=alibi,dropout=1",
+     "dropout=1 is not valid"),
     ("transformer:LlamaConfig()", "transformers:LlamaConfig(...)"),
 ])
 def test_bad_shapes_are_refused_in_one_line(text, needle):

@@ -142,7 +142,7 @@ class PredictConfig:
     model: str = "gpt2-xl"
     """Catalog model (dpsim models lists them), a decoder by its shape
     (transformer:hidden=4096,layers=32,heads=32,ffn=11008,vocab=32000,seq=4096, plus kv_heads, act,
-    norm, pos, positions, tied, embed_norm, name), or a torch builder returning an nn.Module:
+    norm, pos, positions, tied, embed_norm, dropout, name), or a torch builder returning an nn.Module:
     path/file.py:fn or package.module:fn."""
     seq_len: int | None = field(default=None, metadata=_count(MAX_SEQ_LEN))
     """Sequence length of a catalog model, instead of its own."""

@@ -3,7 +3,7 @@
 ::
 
     transformer:hidden=4096,layers=32,heads=32,ffn=11008,vocab=32000,seq=4096     # Llama-2-7B's shape
-    transformer:hidden=14336,layers=70,heads=112,vocab=250880,seq=2048,act=gelu,norm=layernorm,pos=alibi,tied=true,embed_norm=true
+    transformer:hidden=14336,layers=70,heads=112,vocab=250880,seq=2048,act=gelu,norm=layernorm,pos=alibi,tied=true,embed_norm=true,dropout=0
 
 A shape is lowered to the config of the catalog family that has its parts
 (:func:`shape_config`): rmsnorm + swiglu + rope to :class:`~dpsim.workload.architectures.LlamaConfig`
@@ -33,6 +33,8 @@ ACTIVATIONS = ("swiglu", "gelu", "gelu_new", "relu")
 NORMS = ("rmsnorm", "layernorm")
 POSITIONS = ("rope", "learned", "alibi")
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+GPT2_DROPOUT = 0.1
+"""HF ``GPT2Config``'s ``resid_pdrop``/``embd_pdrop``/``attn_pdrop``: layernorm shapes' default dropout."""
 _MAX_DIM = 2 ** 31
 """Upper bound of every integer field: larger shapes are typos, and the counts stay exact in floats."""
 
@@ -68,6 +70,9 @@ class TransformerShape:
     """The LM head shares the embedding's weight."""
     embed_norm: bool
     """A LayerNorm after the word embeddings (BLOOM)."""
+    dropout: float
+    """Dropout probability after the embeddings, each sub-block and on the attention
+    probabilities (layernorm blocks; GPT-2's 0.1 unless given, BLOOM trains with 0); time only."""
     name: str
     """The model's name in the output."""
 
@@ -132,8 +137,23 @@ def parse_shape(text: str) -> TransformerShape:
     values.setdefault("ffn", 4 * values["hidden"])
     values.setdefault("kv_heads", values["heads"])
     values.setdefault("positions", values["seq"])
+    values["dropout"] = _dropout(given.get("dropout"), values["norm"])
     values["name"] = given.get("name", "transformer")
     return check_shape(TransformerShape(**values))
+
+
+def _dropout(text: str | None, norm: str) -> float:
+    if text is None:
+        return GPT2_DROPOUT if norm == "layernorm" else 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1.0:
+        raise _fail("dropout", text, "expected a probability from 0 up to (not including) 1")
+    if value and norm == "rmsnorm":
+        raise _fail("dropout", text, "rmsnorm (Llama) blocks have no dropout; give dropout=0 or leave it out")
+    return value
 
 
 def check_shape(shape: TransformerShape) -> TransformerShape:
@@ -174,7 +194,8 @@ def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
     return GPT2Config(vocab_size=shape.vocab, n_positions=shape.positions if shape.pos == "learned" else shape.seq,
                       n_embd=shape.hidden, n_layer=shape.layers, n_head=shape.heads, n_inner=shape.ffn,
                       activation_function=shape.act, position_embedding=shape.pos,
-                      embedding_norm=shape.embed_norm, tie_word_embeddings=shape.tied)
+                      embedding_norm=shape.embed_norm, tie_word_embeddings=shape.tied,
+                      resid_pdrop=shape.dropout, embd_pdrop=shape.dropout, attn_pdrop=shape.dropout)
 
 
 def shape_param_count(shape: TransformerShape) -> int:
@@ -233,7 +254,8 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 kv_heads=_attr(config, "num_key_value_heads") or heads, ffn=config.intermediate_size,
                 vocab=config.vocab_size, seq=config.max_position_embeddings, act="swiglu", norm="rmsnorm",
                 pos="rope", positions=config.max_position_embeddings,
-                tied=bool(getattr(config, "tie_word_embeddings", False)), embed_norm=False, name=name))
+                tied=bool(getattr(config, "tie_word_embeddings", False)), embed_norm=False, dropout=0.0,
+                name=name))
         if kind == "gpt2":
             act = config.activation_function
             if act not in ACTIVATIONS or act == "swiglu":
@@ -242,7 +264,8 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 hidden=config.n_embd, layers=config.n_layer, heads=config.n_head, kv_heads=config.n_head,
                 ffn=_attr(config, "n_inner") or 4 * config.n_embd, vocab=config.vocab_size,
                 seq=config.n_positions, act=act, norm="layernorm", pos="learned", positions=config.n_positions,
-                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False, name=name))
+                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False,
+                dropout=_attr(config, "resid_pdrop") or 0.0, name=name))
         if kind == "opt":
             h = config.hidden_size
             if (getattr(config, "word_embed_proj_dim", h) != h or not getattr(config, "do_layer_norm_before", True)
@@ -254,7 +277,8 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 seq=config.max_position_embeddings, act=config.activation_function, norm="layernorm",
                 # OPTLearnedPositionalEmbedding keeps 2 rows more than the context (offset = 2).
                 pos="learned", positions=config.max_position_embeddings + 2,
-                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False, name=name))
+                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False,
+                dropout=_attr(config, "dropout") or 0.0, name=name))
         if kind == "bloom":
             h = _attr(config, "hidden_size", "n_embed")
             layers = _attr(config, "n_layer", "num_hidden_layers")
@@ -263,7 +287,8 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
             return check_shape(TransformerShape(
                 hidden=h, layers=layers, heads=heads, kv_heads=heads, ffn=4 * h, vocab=config.vocab_size, seq=seq,
                 act="gelu", norm="layernorm", pos="alibi", positions=seq,
-                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=True, name=name))
+                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=True,
+                dropout=_attr(config, "hidden_dropout") or 0.0, name=name))
     except (AttributeError, TypeError):
         return None
     return None

@@ -91,7 +91,7 @@ def predict_cases() -> dict[str, list[str]]:
         "shape-bloom-176b": ["--gpus", "320", "--link", "infiniband", "--gpu", "h100", "--tp", "8", "--pp", "10",
                              "--global-batch", "128", "--micro-batch", "1", "--recompute", "full", "--model",
                              "transformer:hidden=14336,layers=70,heads=112,vocab=250880,seq=2048,act=gelu,"
-                             "norm=layernorm,pos=alibi,tied=true,embed_norm=true,name=bloom-176b"],
+                             "norm=layernorm,pos=alibi,tied=true,embed_norm=true,dropout=0,name=bloom-176b"],
         "shape-opt-175b": ["--gpus", "192", "--link", "infiniband", "--gpu", "h100", "--tp", "8", "--pp", "12",
                            "--global-batch", "96", "--micro-batch", "1", "--sequence-parallel", "--recompute",
                            "selective", "--model", "transformer:hidden=12288,layers=96,heads=96,vocab=50272,"
