@@ -377,7 +377,6 @@ def load_model(config: PredictConfig) -> ModelSpec:
     return memoized(get_model, model, seq_len=config.seq_len, flash_attention=config.flash_attention)
 
 
-
 def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, topology: Topology
                        ) -> tuple[MemoryBreakdown, FitAdvice]:
     """Per-GPU memory of ``config``'s strategy, with the fit advice in ``suggestion`` when it does not fit."""

@@ -209,4 +209,3 @@ def lowered_shape_ref(ref: str) -> str | None:
         return None
     shape = shape_of_hf_config(made, name=f"{call.name}()" if not call.kwargs else f"{call.name}(...)")
     return None if shape is None else shape_ref(shape)
-
