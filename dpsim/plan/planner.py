@@ -54,7 +54,7 @@ from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, short
 from dpsim.memory import stage_activation_bytes, worst_stage
 from dpsim.plan.cost import PriceOverride, gpu_hour_price
 from dpsim.predict.config import PredictConfig, flag_name, flag_scale
-from dpsim.predict.layout import _heads, shard_compute, stages_memory
+from dpsim.predict.layout import _heads, model_source, shard_compute, stages_memory
 from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import build_collectives, load_model, predict, resolve_topology, strategy_memory
@@ -326,7 +326,7 @@ class Planner:
         self._costs: dict[tuple, float] = {}
         self._tables: dict[tuple, _Tables] = {}
         self._compute: dict[tuple[int, int], object] = {}
-        self.heads = _heads(base.model)
+        self.heads = _heads(model_source(base))
         self.forward_flops_per_sample = self.model.forward_flops_per_sample
         self.n_blocks = len({l.unit for l in self.model.layers if l.unit is not None})
         self._assignments: dict[tuple[int, int, int], tuple] = {}

@@ -140,7 +140,9 @@ class PredictConfig:
     gpu: str | None = None
     """GPU preset, instead of the topology's: v100, a100, h100, h200, b200, ... (dpsim/hardware.py)."""
     model: str = "gpt2-xl"
-    """Catalog model (dpsim models lists them), or a torch builder returning an nn.Module:
+    """Catalog model (dpsim models lists them), a decoder by its shape
+    (transformer:hidden=4096,layers=32,heads=32,ffn=11008,vocab=32000,seq=4096, plus kv_heads, act,
+    norm, pos, positions, tied, embed_norm, dropout, name), or a torch builder returning an nn.Module:
     path/file.py:fn or package.module:fn."""
     seq_len: int | None = field(default=None, metadata=_count(MAX_SEQ_LEN))
     """Sequence length of a catalog model, instead of its own."""
@@ -422,9 +424,11 @@ class PredictConfig:
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
         if self.activation_checkpointing:
             raise ConfigError("--activation-checkpointing: with --tp/--pp use --recompute full (or selective)")
-        if is_torch_model_ref(self.model):
-            raise ConfigError(f"--model: {self.model!r} is a torch module; tensor/pipeline layouts need a catalog "
-                              f"transformer (dpsim models), with --tp 1 --pp 1 for a torch module")
+        if self.tp > 1 and is_torch_model_ref(self.model) and not self.model.strip().startswith("transformers:"):
+            # A transformers configuration may have a shape (checked when the model is built).
+            raise ConfigError(f"--tp: {self.tp} splits the layers of a known transformer block, which a traced "
+                              f"torch module ({self.model}) does not give; use --tp 1 (--pp splits its blocks "
+                              f"into stages), or give its shape with --model transformer:hidden=...")
         if self.fsdp_unit != "block":
             raise ConfigError(f"--fsdp-unit: {self.fsdp_unit!r} does not apply with --tp/--pp (the stage's "
                               f"model chunk is the unit); leave it out")

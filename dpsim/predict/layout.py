@@ -62,7 +62,9 @@ from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.tensor import TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
-from dpsim.workload.catalog import CATALOG_ENTRIES
+from dpsim.workload.catalog import find_entry
+from dpsim.workload.library_models import lowered_shape_ref
+from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.compute import ComputeProfile, compute_profile
 from dpsim.workload.spec import ModelSpec
 
@@ -96,8 +98,17 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
     """What needs the model or the cluster: the split, the heads, the placement (one line each)."""
     shape = layout_shape(config)
     assert shape is not None
+    source = model_source(config)
+    if is_torch_model_ref(source):
+        if config.tp > 1:
+            raise ConfigError(f"--tp: {config.tp} splits the layers of a known transformer block; {config.model} is "
+                              f"traced (not a Llama, Mistral, Qwen2, GPT-2, OPT or BLOOM configuration given "
+                              f"without --input-shape), so use --tp 1 (--pp splits its blocks into stages)")
+        if config.pp > 1 and not any(layer.unit is not None for layer in model.layers):
+            raise ConfigError(f"--pp: {config.pp} splits a model's repeated blocks into stages, but tracing "
+                              f"{config.model} found none (no ModuleList of blocks); use --pp 1")
     check_tp(model, config.tp)
-    heads = _heads(config.model)
+    heads = _heads(source)
     if heads is not None and config.tp > 1 and any(h % config.tp for h in heads):
         what = (f"{heads[0]} attention heads" if len(heads) == 1 or heads[0] == heads[1]
                 else f"{heads[0]} query and {heads[1]} key-value heads")
@@ -106,8 +117,16 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
     check_layout_placement(topology, shape, tp_across_network=config.tp_across_network)
 
 
+def model_source(config: PredictConfig) -> str:
+    """``--model`` as the model is built: a transformers configuration given without
+    ``--input-shape`` as its shape when it has one (:func:`lowered_shape_ref`), else as given."""
+    if is_torch_model_ref(config.model) and config.input_shape is None:
+        return lowered_shape_ref(config.model) or config.model
+    return config.model
+
+
 def _heads(name: str) -> tuple[int, ...] | None:
-    entry = CATALOG_ENTRIES.get(name.strip().lower()) if isinstance(name, str) else None
+    entry = find_entry(name)
     if entry is None:
         return None
     cfg = entry.config

@@ -27,6 +27,7 @@ from dpsim.predict.layout import (
     layout_fit,
     layout_memory,
     layout_shape,
+    model_source,
     predict_layout,
 )
 from dpsim.predict.memo import memoized
@@ -368,12 +369,13 @@ def _transport_sensitivity(config: PredictConfig, topology: Topology, *, degrada
 
 
 def load_model(config: PredictConfig) -> ModelSpec:
-    """The config's model: a catalog entry, or a torch module (``file.py:fn``, ``pkg.mod:fn``)
-    traced on the meta device (torch is imported only then)."""
-
-    if is_torch_model_ref(config.model):
-        return load_torch_workload(config.model, input_shape=config.input_shape)
-    return memoized(get_model, config.model, seq_len=config.seq_len, flash_attention=config.flash_attention)
+    """The config's model: a catalog entry, a shape (``transformer:...``), a transformers
+    configuration the catalog builders cover (its shape), or a torch module (``file.py:fn``,
+    ``pkg.mod:fn``) traced on the meta device (torch is imported only then)."""
+    model = model_source(config)
+    if is_torch_model_ref(model):
+        return load_torch_workload(model, input_shape=config.input_shape)
+    return memoized(get_model, model, seq_len=config.seq_len, flash_attention=config.flash_attention)
 
 
 def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, topology: Topology
