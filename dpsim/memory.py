@@ -504,7 +504,7 @@ class StageMemory:
 
 
 def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Precision, optimizer: str,
-                        in_flight: Sequence[Sequence[int]]) -> tuple[StageMemory, ...]:
+                        in_flight: Sequence[Sequence[int]], activations=None) -> tuple[StageMemory, ...]:
     """Per-GPU memory of every stage of a layout (:class:`~dpsim.strategies.layout.Layout`).
 
     ``tpm``: the tensor-parallel shard (:func:`~dpsim.strategies.tensor.tp_model`);
@@ -527,25 +527,57 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
       recomputation each checkpointed block (every ``recompute_every``-th) keeps only its
       input, plus one block's full activations while it is recomputed; with ``op`` each
       block keeps its input and its shard's matmul and attention outputs, plus one block's
-      recomputed rest (:mod:`~dpsim.strategies.checkpointing`).
+      recomputed rest (:mod:`~dpsim.strategies.checkpointing`). ``activations``: what
+      :func:`stage_activation_bytes` gives for the same shard, split and policy (computed
+      when not given).
     """
     w, g = precision.weight_bytes, precision.grad_bytes
     k = optimizer_state_bytes_per_param(precision, optimizer)
     act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
-    t, mb = layout.tp, layout.micro_batch
+    mb = layout.micro_batch
+    if activations is None:
+        activations = stage_activation_bytes(tpm, assignment, layout)
+    out = []
+    for s in range(len(assignment)):
+        per_chunk, working, numel = activations[s]
+        act = 0.0
+        for c, per_mb in enumerate(per_chunk):
+            act += in_flight[s][c] * per_mb * mb
+        act = (act + working * mb) * act_scale
+        d = layout.dp
+        opt = -(-numel // d) * k if layout.strategy in ("zero1", "fsdp") else numel * k
+        breakdown = MemoryBreakdown(
+            weights_bytes=float(numel * w), gradients_bytes=float(numel * g), optimizer_bytes=float(opt),
+            activations_bytes=float(act), comm_buffers_bytes=0.0, overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),
+            capacity_bytes=float(gpu.memory_bytes), strategy=layout.strategy,
+            shard_group_size=d if layout.strategy in ("zero1", "fsdp") else 1)
+        out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
+                               in_flight=tuple(in_flight[s])))
+    return tuple(out)
+
+
+def stage_activation_bytes(tpm, assignment, layout) -> tuple[tuple[tuple[float, ...], float, int], ...]:
+    """Per stage of :func:`layout_stage_memory`: the bytes one sample of one micro-batch keeps for
+    backward in each model chunk, the working bytes of the block being recomputed (per
+    sample), both before the precision's scale, and the parameters it holds per GPU (the
+    last stage's copy of a tied embedding included). They depend on the shard, the split
+    and the checkpointing policy only, so a search over micro-batches, schedules and
+    replicas reuses them."""
+    t = layout.tp
     sp = layout.sequence_parallel
     p = len(assignment)
     ckpt = {tpm.layers[block[0]].unit for block in checkpointed_blocks(tpm, layout)}
-    embedding_stage = next((s for s, chunks in enumerate(assignment)
-                            for layers in chunks for i in layers if tpm.layers[i].role == "embedding"), 0)
     out = []
     for s, chunks in enumerate(assignment):
         numel = sum(tpm.layers[i].numel_per_rank for layers in chunks for i in layers)
-        if tpm.tied_embedding and p > 1 and s == p - 1 and s != embedding_stage:
+        # The last stage keeps its own copy of a tied embedding unless it holds the embedding
+        # itself (one stage; DualPipe's last stage, which also runs the first stage's layers).
+        holds_embedding = any(tpm.layers[i].role == "embedding" for layers in chunks for i in layers)
+        if tpm.tied_embedding and p > 1 and s == p - 1 and not holds_embedding:
             numel += tpm.embedding_numel_per_rank
-        act = 0.0
         working = 0.0
-        for c, layers in enumerate(chunks):
+        per_chunk = []
+        for layers in chunks:
             per_mb = 0.0
             starts = {min(i for i in layers if tpm.layers[i].unit == u) for u in
                       {tpm.layers[i].unit for i in layers if tpm.layers[i].unit is not None}}
@@ -568,7 +600,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             for every, kept in op_units.values():
                 per_mb += min(every, kept)
                 working = max(working, every - min(every, kept))
-            act += in_flight[s][c] * per_mb * mb
+            per_chunk.append(per_mb)
             if layout.recompute == "full":
                 blocks: dict[str, float] = {}
                 for i in layers:
@@ -577,16 +609,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
                         blocks[layer.unit] = blocks.get(layer.unit, 0.0) + layer_activation_bytes(
                             layer, t, sequence_parallel=sp, recompute="off")
                 working = max([working, *blocks.values()])
-        act = (act + working * mb) * act_scale
-        d = layout.dp
-        opt = -(-numel // d) * k if layout.strategy in ("zero1", "fsdp") else numel * k
-        breakdown = MemoryBreakdown(
-            weights_bytes=float(numel * w), gradients_bytes=float(numel * g), optimizer_bytes=float(opt),
-            activations_bytes=float(act), comm_buffers_bytes=0.0, overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),
-            capacity_bytes=float(gpu.memory_bytes), strategy=layout.strategy,
-            shard_group_size=d if layout.strategy in ("zero1", "fsdp") else 1)
-        out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
-                               in_flight=tuple(in_flight[s])))
+        out.append((tuple(per_chunk), working, numel))
     return tuple(out)
 
 

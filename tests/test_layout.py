@@ -131,7 +131,7 @@ def test_layout_rules_are_one_line(kwargs, needles):
     (dict(gpus=48, tp=2, pp=8, link="infiniband", model="llama-2-13b"), "do not tile"),
     (dict(gpus=64, pp=3, dp=None, link="infiniband", model="llama-2-13b"), "not a multiple"),
     (dict(gpus=64, pp=16, link="infiniband", model="llama-2-13b", global_batch=64, micro_batch=1,
-          schedule="1f1b-interleaved", virtual_stages=2), "do not split evenly"),
+          schedule="1f1b-interleaved", virtual_stages=4), "leave a chunk without blocks"),
 ])
 def test_layouts_that_cannot_be_placed_are_refused(kwargs, needle):
     with pytest.raises(ConfigError, match=needle):
@@ -188,10 +188,43 @@ def test_stage_memory_of_the_planner_equals_the_memory_model():
         est = planner.estimate(c, global_batch=64)
         config = c.config(base)
         stages = layout_memory(config, load_model(config), get_gpu("h100"), BF16)
-        assert est.memory_bytes == pytest.approx(max(stages[0].breakdown.total_bytes,
-                                                     stages[-1].breakdown.total_bytes), rel=1e-9)
+        assert est.memory_bytes == pytest.approx(max(s.breakdown.total_bytes for s in stages), rel=1e-12)
         # the closed-form step tracks the simulated one
         assert est.step_time_s == pytest.approx(predict(config).step_time_s, rel=0.06)
+
+
+@pytest.mark.parametrize("model, kw", [
+    ("gpt2-xl", dict(tp=1, pp=5, dp=16, schedule="1f1b", virtual_stages=1)),  # tied embedding, 48 blocks / 5
+    ("gpt2-xl", dict(tp=1, pp=6, dp=16, schedule="zb-h1", virtual_stages=1)),
+    ("llama-2-13b", dict(tp=2, pp=8, dp=4, schedule="1f1b-interleaved", virtual_stages=3)),  # 40 over 24
+    ("llama-2-13b", dict(tp=1, pp=1, dp=64, schedule="1f1b", virtual_stages=1)),  # the data-parallel path
+])
+@pytest.mark.parametrize("strategy, recompute", [("zero1", "full"), ("ddp", "selective")])
+def test_plan_memory_is_predicts_memory(model, kw, strategy, recompute):
+    """One memory model: the planner's memory of a candidate is what predict reports for it."""
+    from dpsim.plan.planner import Candidate, Planner
+    base = PredictConfig(model=model, link="infiniband", precision="bf16-mixed")
+    planner = Planner(base)
+    if kw["tp"] * kw["pp"] == 1:
+        recompute = "full" if recompute == "full" else "off"
+    gpus = kw["tp"] * kw["pp"] * kw["dp"]
+    c = Candidate(gpus=gpus, strategy=strategy, micro_batch=1, global_batch=kw["dp"] * kw["pp"] * 2,
+                  recompute=recompute, sequence_parallel=False, **kw)
+    est = planner.estimate(c, global_batch=c.global_batch)
+    assert est.memory_bytes == pytest.approx(predict(dataclasses.replace(c.config(base), steps=1)).memory.total_bytes,
+                                             rel=1e-12)
+
+
+@pytest.mark.slow
+def test_plan_places_llama_3_405b_on_16384_gpus():
+    """Issue 28: 126 blocks over 16 stages (lighter first and last) fit, tp 8 x pp 16 among the
+    layouts listed, and the search stays under 10 s."""
+    from dpsim.plan.planner import plan_layouts
+    base = PredictConfig(model="llama-3-405b", link="infiniband", precision="bf16-params")
+    result = plan_layouts(base, gpus=[16384], global_batch=2048, top=50, verify=3)
+    assert result.counts["ranked"] > 0
+    assert any(e.candidate.tp == 8 and e.candidate.pp == 16 for e in result.ranked)
+    assert result.wall_s < 10.0
 
 
 @pytest.mark.slow

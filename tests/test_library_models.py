@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dpsim.errors import WorkloadError
+from dpsim.errors import ConfigError, WorkloadError
 from dpsim.workload.library_models import LIBRARY_EXTRA, missing_library, parse_call
 from dpsim.workload.model_ref import parse_model_ref
 
@@ -133,3 +133,24 @@ def test_predict_runs_a_library_model(libraries):
     p = predict(PredictConfig(gpus=8, link="nvlink", model="transformers:TinyGPTConfig(n_layer=2)", micro_batch=2))
     assert p.model == "transformers:TinyGPTConfig(n_layer=2)" and p.tokens_per_sample == 16
     assert p.step_time_s > 0 and p.n_buckets >= 1
+
+
+def test_a_llama_config_is_lowered_to_its_shape_under_every_layout(libraries):
+    """Not traced (the stand-in LlamaConfig has no model behind it): built from its shape, so it
+    predicts what the same shape and the catalog's llama-2-7b predict, under --tp/--pp too."""
+    from dpsim.predict import PredictConfig, predict
+    from dpsim.workload.library_models import lowered_shape_ref
+
+    lowered_shape_ref.cache_clear()
+    ref = "transformers:LlamaConfig(max_position_embeddings=4096)"
+    for layout in (dict(strategy="fsdp"), dict(tp=2, pp=2)):
+        def run(model):
+            return predict(PredictConfig(model=model, gpus=16, gpu="h100", link="infiniband", steps=1, **layout))
+        assert run(ref).step_time_s == run("llama-2-7b").step_time_s
+    # A configuration without a shape stays traced, and takes --pp over its blocks but not --tp.
+    traced = "transformers:TinyGPTConfig(n_layer=4)"
+    assert lowered_shape_ref(traced) is None
+    p = predict(PredictConfig(model=traced, gpus=4, pp=2, link="nvlink", steps=1, micro_batch=1, global_batch=8))
+    assert len(p.layout.stages) == 2
+    with pytest.raises(ConfigError, match="is traced"):
+        predict(PredictConfig(model=traced, gpus=4, tp=2, link="nvlink", steps=1))

@@ -29,9 +29,10 @@ from dpsim.hardware import get_gpu
 from dpsim.memory import layout_stage_memory
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.run import predict
-from dpsim.strategies.layout import ChunkWork, LayerWork, Layout, stage_assignment
+from dpsim.strategies.layout import ChunkWork, LayerWork, Layout, balanced_counts, block_layers, stage_assignment
 from dpsim.strategies.pipeline import (
     DataParallelPlan,
+    bubble_fraction,
     build_pipeline_program,
     deepspeed_commands,
     in_flight,
@@ -65,10 +66,10 @@ def test_a_one_stage_pipeline_is_the_data_parallel_engine(strategy, grad_accum, 
     assert piped.stages[0].comm_s == pytest.approx(simpy.comm_s, rel=1e-9, abs=1e-12)
 
 
-def _uniform(p, v, f=1.0, b=2.0, numel=100):
+def _uniform(p, v, f=1.0, b=2.0, numel=100, w=0.0):
     def lw(i, x, y):
         return LayerWork(index=i, forward_s=x, backward_s=y, compute_forward_s=x, compute_backward_s=y,
-                         recompute_s=0.0, tp_comm_s=0.0, tp_exposed_s=0.0, grad_numel=numel)
+                         recompute_s=0.0, tp_comm_s=0.0, tp_exposed_s=0.0, grad_numel=numel, weight_grad_s=w / v)
     return tuple(tuple(ChunkWork(stage=s, chunk=c, layers=(lw(c * p + s, f / v, b / v),)) for c in range(v))
                  for s in range(p))
 
@@ -389,3 +390,172 @@ def test_unfused_gradient_accumulation_streams_the_gradients_each_micro_batch():
                          accumulate_s=acc)
     assert [u.backward_s - f.backward_s for f, u in zip(fused, unfused)] == pytest.approx(acc, rel=1e-12)
     assert [u.forward_s for u in unfused] == [f.forward_s for f in fused]
+
+
+# ------------------------------------------------------------------ zero bubble, uneven stages
+
+
+@pytest.mark.parametrize("f, b, w", [(1.0, 2.0, 1.0), (1.0, 1.9, 0.7), (1.0, 1.5, 0.5)])
+@pytest.mark.parametrize("p, m", [(2, 4), (4, 4), (4, 8), (8, 16), (8, 24)])
+def test_zb_h1_takes_the_bubble_of_qi_2024(f, b, w, p, m):
+    """Uniform stages, free transfers: ZB-H1 idles (p - 1)(F + B - W) beside m(F + B + W) of work
+    (Qi et al. 2024, Sec. 3.1, W <= F), a third of 1F1B's (p - 1)(F + B + W) when F = B = W;
+    every stage holds at most p micro-batches, 1F1B's peak."""
+    layout = Layout(pp=p, schedule="zb-h1", micro_batches=m)
+    plan = build_pipeline_program(_uniform(p, 1, f=f, b=b, w=w), layout, p2p_bytes=0.0, gather_s=0.0,
+                                  optimizer_s=[0.0] * p, dp=_NO_DP)
+    step = run_pipeline(plan.program, lambda g, op, s: 0.0).step_time_s
+    b_input = b - w
+    assert step == pytest.approx(m * (f + b) + (p - 1) * (f + b_input - w), rel=1e-12)
+    assert 1 - m * (f + b) / step == pytest.approx(bubble_fraction(layout, weight_share=w / (f + b)), rel=1e-12)
+    one_f_one_b = run_pipeline(build_pipeline_program(_uniform(p, 1, f=f, b=b), Layout(pp=p, micro_batches=m),
+                                                      p2p_bytes=0.0, gather_s=0.0, optimizer_s=[0.0] * p,
+                                                      dp=_NO_DP).program, lambda g, op, s: 0.0).step_time_s
+    if f == b_input == w:
+        assert step - m * (f + b) == pytest.approx((one_f_one_b - m * (f + b)) / 3, rel=1e-12)
+    for s in range(p):
+        slots = schedule_slots("zb-h1", p, 1, m, s)
+        assert sorted(slots) == sorted((k, 0, j) for k in "FBW" for j in range(m))
+        assert all(slots.index(("F", 0, j)) < slots.index(("B", 0, j)) < slots.index(("W", 0, j)) for j in range(m))
+        assert in_flight("zb-h1", p, 1, m, s) == peak_in_flight(slots, 1) == [min(p, m)]
+
+
+def test_balanced_counts_put_the_lighter_stages_at_the_ends():
+    assert balanced_counts(126, 16) == (7,) + (8,) * 14 + (7,)
+    assert balanced_counts(32, 4) == (8, 8, 8, 8)
+    assert balanced_counts(30, 4) == (7, 8, 8, 7)
+    for n in range(1, 60):
+        for k in range(1, n + 1):
+            counts = balanced_counts(n, k)
+            assert sum(counts) == n and max(counts) - min(counts) <= 1
+            if n % k <= k - 2:  # the blocks left over fit between the ends
+                assert counts[0] == counts[-1] == n // k
+
+
+@pytest.mark.parametrize("pp, v, stage_blocks", [
+    (4, 3, None),  # 32 blocks over 12 virtual stages: 2 or 3 each
+    (16, 2, None),  # 32 blocks over 32 virtual stages
+    (4, 2, (7, 9, 9, 7)),  # per stage, odd counts split over the chunks
+    (4, 2, (3, 4, 4, 4, 4, 4, 4, 5)),  # per virtual stage, lighter first and last
+])
+def test_interleaving_splits_any_block_count(pp, v, stage_blocks):
+    model = get_model("llama-2-7b")
+    tpm = tp_model(model, 1)
+    layout = Layout(pp=pp, virtual_stages=v, schedule="1f1b-interleaved", micro_batches=pp, stage_blocks=stage_blocks)
+    a = stage_assignment(tpm, layout)
+    blocks = block_layers(tpm)
+    per_virtual = [sum(1 for b in blocks if b[0] in a[g % pp][g // pp]) for g in range(pp * v)]
+    assert sum(per_virtual) == len(blocks) == 32
+    if stage_blocks is None:
+        assert per_virtual == list(balanced_counts(32, pp * v))
+    elif len(stage_blocks) == pp * v:
+        assert per_virtual == list(stage_blocks)
+    else:
+        assert [sum(per_virtual[c * pp + s] for c in range(v)) for s in range(pp)] == list(stage_blocks)
+        assert all(abs(per_virtual[s] - per_virtual[pp + s]) <= 1 for s in range(pp))
+    # virtual stages run the blocks in order
+    flat = [i for g in range(pp * v) for i in a[g % pp][g // pp]]
+    assert flat == sorted(flat) == list(range(len(model.layers)))
+
+
+@pytest.mark.parametrize("schedule, v", [("1f1b", 1), ("gpipe", 1), ("zb-h1", 1), ("1f1b-interleaved", 3)])
+def test_stage_memory_is_an_independent_count(schedule, v):
+    """Weights, gradients and optimizer state of the stage's own layers (the tied embedding's copy on
+    the last stage) plus its schedule's peak micro-batches of each chunk's activations."""
+    model = get_model("llama-2-7b")
+    p, m, d = 4, 8, 4
+    layout = Layout(pp=p, dp=d, virtual_stages=v, schedule=schedule, micro_batches=m, strategy="zero1",
+                    stage_blocks=(7, 9, 9, 7))
+    tpm = tp_model(model, 1)
+    a = stage_assignment(tpm, layout)
+    stages = layout_stage_memory(tpm, a, layout, get_gpu("h100"), precision=BF16, optimizer="adamw",
+                                 in_flight=[in_flight(schedule, p, v, m, s) for s in range(p)])
+    for s, st in enumerate(stages):
+        numel = sum(model.layers[i].param_count for c in a[s] for i in c)
+        peak = peak_in_flight(schedule_slots(schedule, p, v, m, s), v)
+        act = sum(peak[c] * sum(layer_activation_bytes(tpm.layers[i], 1, sequence_parallel=False, recompute="off")
+                                     for i in a[s][c]) for c in range(v))
+        b = st.breakdown
+        assert st.params_per_gpu == numel
+        assert b.weights_bytes == numel * BF16.weight_bytes and b.gradients_bytes == numel * BF16.grad_bytes
+        assert b.optimizer_bytes == -(-numel // d) * 12
+        assert b.activations_bytes == pytest.approx(act, rel=1e-12)
+
+
+@pytest.mark.parametrize("p, m", [(2, 4), (4, 8), (4, 12), (6, 12), (8, 16), (8, 40)])
+def test_dualpipe_runs_each_chunk_once_and_holds_p_plus_one(p, m):
+    """DualPipe (DeepSeek-V3 report, Table 2): every stage runs each direction's m/2 micro-batches
+    through its chunk once (B after F, W after B) and holds p + 1 chunks' activations at its peak."""
+    for s in range(p):
+        slots = schedule_slots("dualpipe", p, 2, m, s)
+        assert sorted(slots) == sorted((k, c, j) for k in "FBW" for c in range(2) for j in range(m // 2))
+        assert all(slots.index(("F", c, j)) < slots.index(("B", c, j)) < slots.index(("W", c, j))
+                   for c in range(2) for j in range(m // 2))
+        assert sum(in_flight("dualpipe", p, 2, m, s)) == p + 1
+
+
+@pytest.mark.parametrize("f, b, w", [(1.0, 2.0, 1.0), (1.0, 2.0, 0.5), (1.0, 1.5, 0.6)])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_dualpipe_takes_the_bubble_of_its_paper(f, b, w, p):
+    """Uniform stages, free transfers, the runtime's commits waited on: the bubble is the paper's
+    (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 report, Table 2; F&B = F + B) when F = B - W = W, the
+    chunks its figure draws, for any number of micro-batches, and none with p = 2."""
+    paper = (p / 2 - 1) * ((f + b) + b - 3 * w)
+    idle = []
+    for m in (2 * p, 4 * p + 2):
+        layout = Layout(pp=p, schedule="dualpipe", micro_batches=m)
+        plan = build_pipeline_program(_uniform(p, 2, f=2 * f, b=2 * b, w=2 * w), layout, p2p_bytes=0.0,
+                                      gather_s=0.0, optimizer_s=[0.0] * p, dp=_NO_DP)
+        idle.append(run_pipeline(plan.program, lambda g, op, s: 0.0).step_time_s - m * (f + b))
+        assert bubble_fraction(layout, weight_share=w / (f + b), backward_share=b / (f + b)) == pytest.approx(
+            paper / (m * (f + b) + paper), rel=1e-12)
+    assert idle[0] == pytest.approx(idle[1], abs=1e-9)
+    if f == b - w == w:
+        assert idle[0] == pytest.approx(paper, abs=1e-9)
+    assert (idle[0] == pytest.approx(0.0, abs=1e-12)) == (p == 2)
+
+
+def test_dualpipe_commits_every_message_once():
+    """Each activation and gradient a stage sends is received once by the next stage of its
+    direction, in the commits of :func:`dualpipe_steps`."""
+    from dpsim.strategies.pipeline import dualpipe_steps
+    for p, m in ((2, 4), (4, 8), (6, 14), (8, 16)):
+        balance: dict = {}
+        for s in range(p):
+            for step in dualpipe_steps(p, m, s):
+                if step[0] != "commit":
+                    continue
+                for what, d, j in step[1]:
+                    step_dir = 1 if (what == "act") == (d == 0) else -1
+                    key = (what, d, j, s + step_dir)
+                    balance[key] = balance.get(key, 0) + 1
+                for what, d, j in step[2]:
+                    key = (what, d, j, s)
+                    balance[key] = balance.get(key, 0) - 1
+        assert all(v == 0 for v in balance.values()) and len(balance) == 2 * 2 * (p - 1) * (m // 2)
+
+
+def test_dualpipe_holds_two_stages_parameters():
+    """Stage r holds stages r and p - 1 - r of the model: twice a 1F1B stage's parameters
+    (Table 2), the tied embedding not copied again on the last stage (it holds the first stage's layers)."""
+    for name in ("llama-2-7b", "gpt2-xl"):
+        model = get_model(name)
+        tpm = tp_model(model, 1)
+        p, m = 4, 8
+        one = stage_assignment(tpm, Layout(pp=p, micro_batches=m))
+        dual_layout = Layout(pp=p, schedule="dualpipe", micro_batches=m)
+        dual = stage_assignment(tpm, dual_layout)
+        assert dual == tuple((one[r][0], one[p - 1 - r][0]) for r in range(p))
+        stages = layout_stage_memory(tpm, dual, dual_layout, get_gpu("h100"), precision=BF16, optimizer="adamw",
+                                     in_flight=[in_flight("dualpipe", p, 2, m, s) for s in range(p)])
+        for r in range(p):
+            assert stages[r].params_per_gpu == sum(model.layers[i].param_count for c in dual[r] for i in c)
+        assert sum(s.params_per_gpu for s in stages) == 2 * model.param_count
+
+
+@pytest.mark.parametrize("pp, m, needle", [(3, 12, "even number of stages"), (4, 6, "at least 2 x --pp = 8"),
+                                           (4, 9, "even number")])
+def test_dualpipe_refuses_what_it_cannot_run(pp, m, needle):
+    from dpsim.strategies.pipeline import check_schedule
+    with pytest.raises(ConfigError, match=needle):
+        check_schedule(Layout(pp=pp, schedule="dualpipe", micro_batches=m))

@@ -137,10 +137,10 @@ class Point:
         return self.predicted_s / self.row.measured_s - 1
 
 
-@lru_cache(maxsize=1)
-def load_rows() -> tuple[Row, ...]:
-    """The reference rows."""
-    with DATA.open(newline="") as fh:
+@lru_cache(maxsize=4)
+def load_rows(path: Path = DATA) -> tuple[Row, ...]:
+    """The reference rows (of ``path``, the same columns; default the fitted-on systems')."""
+    with path.open(newline="") as fh:
         return tuple(Row(id=r["id"], system=r["system"], system_class=r["system_class"], gpus=int(r["gpus"]),
                          size_bytes=int(r["size_bytes"]), measured_s=float(r["time_us"]) * 1e-6,
                          uncertainty=float(r["time_rel_uncertainty"]))
@@ -181,7 +181,7 @@ def scope(row: Row) -> tuple[str, str]:
     m = model(row, FITTED_TUNING)
     if m.facts.crosses_nics:
         return m.spec.fabric.transport.kind, m.facts.ramp_scope
-    return "node", "node"
+    return "node", m.facts.ramp_scope
 
 
 # ----------------------------------------------------------------------------- fitting

@@ -17,6 +17,7 @@ from typing import Any
 from dpsim.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
 from dpsim.errors import ProfileError
 from dpsim.limits import MAX_OVERLAP_SLOWDOWN, MAX_PROFILE_SLOWDOWN
+from dpsim.profile.op_rates import from_results
 from dpsim.profile.schema import (
     LINK_CLASSES,
     PROFILE_OPS,
@@ -219,6 +220,7 @@ def profile_from_results(results: dict, *, name: str, description: str = "",
             overlap_slowdown=overlap,
             comm_slowdown=comm,
             model_step=step,
+            op_rates=from_results(c["op_rates"], c["op_rates"].get("dtype", "float32")) if c.get("op_rates") else None,
             raw={k: c[k] for k in ("matmul", "memcpy", "overlap") if k in c},
         )
     warnings = fit_warnings(ops) + list(results.get("warnings", [])) + capped

@@ -24,6 +24,7 @@ from dpsim.limits import MAX_FRESH_PROCESSES, MAX_REPEATS, MAX_TIMEOUT_S
 from dpsim.memory import FRAMEWORK_OVERHEAD_BYTES, memory_breakdown
 from dpsim.profile.io import save_profile
 from dpsim.profile.match import model_fingerprint
+from dpsim.profile.op_rates import MEMORY_KERNEL_BYTES, kernels_to_time
 from dpsim.profile.schema import PROFILE_OPS, Profile
 from dpsim.units import format_bytes
 from dpsim.workload.catalog import CATALOG_ENTRIES, get_model
@@ -293,7 +294,16 @@ def build_plan(opts: CalibrateOptions, backend: str, model: ModelSpec | None = N
         if model is not None and is_torch_model_ref(opts.model or "") else None,
         structure_hash=model_fingerprint(model) if model is not None else None,
         forward_flops_per_sample=model.forward_flops_per_sample if model is not None else None,
+        op_kernels=_op_kernels(model, opts.micro_batch) if model is not None else None,
+        op_dtype="bfloat16" if gpu else "float32",  # the model step's dtype (bench_step: autocast on GPUs)
+        op_memory_bytes=list(MEMORY_KERNEL_BYTES),
     )
+
+
+def _op_kernels(model: ModelSpec, micro_batch: int) -> dict | None:
+    """The model's op-graph kernels to time, or ``None`` for a model known only by its FLOPs."""
+    kernels = kernels_to_time(model, micro_batch)
+    return kernels if kernels["matmul"] or kernels["attention"] else None
 
 
 def _largest_bucket_bytes(model: ModelSpec) -> int:

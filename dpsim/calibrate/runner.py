@@ -124,6 +124,13 @@ class CalibrationPlan:
     """The traced model's forward FLOPs per sample (stored in the profile)."""
     seed: int = 0
     """Seed of the model's weights and the example batch."""
+    op_kernels: dict | None = None
+    """The model's op-graph kernels to time one by one (:func:`dpsim.profile.op_rates.kernels_to_time`);
+    ``None``: none (no model, or one known only by its FLOPs)."""
+    op_dtype: str = "float32"
+    """Dtype the kernels run in: the model step's (bfloat16 under autocast on GPUs, else float32)."""
+    op_memory_bytes: list[int] | None = None
+    """Bytes the element-wise kernel moves at each size of its launch + bandwidth fit."""
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from dpsim.profile.op_rates import describe
 from dpsim.profile.schema import OpCalibration, Profile, op_bus_factor
 from dpsim.stats import fixed
 
@@ -142,4 +143,7 @@ def profile_report(profile: Profile) -> str:
                 parts.append(f"#     right after waiting {s.after_comm_wait_s * 1e3:.3g} ms on an all-reduce of its "
                              f"gradients the step takes {'-' if s.after_comm_extra_s < 0 else '+'}"
                              f"{rate_cell(abs(s.after_comm_extra_s) * 1e3)} ms against back to back")
+        if cc.op_rates is not None:
+            left = f"; {cc.op_rates.left_out} left out (cap or --budget)" if cc.op_rates.left_out else ""
+            parts.append(f"#   the model's kernels one by one: {describe(cc.op_rates)}{left}")
     return "\n".join(parts)

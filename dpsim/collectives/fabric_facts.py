@@ -75,7 +75,7 @@ class FabricFacts:
     (AI-Hypercomputer/gpu-recipes@c72e38d a3mega ``nemo-launcher-job.yaml``). False without NICs."""
     ramp_scope: str
     """Which fitted bandwidth ramp applies (:attr:`~dpsim.collectives.nccl_tuning.NcclTuning.ramp_half_bytes`):
-    ``node`` inside one NVLink domain; across NICs ``verbs`` over NCCL's IB verbs transport (IB or
+    ``node`` inside one NVLink domain (``network`` inside a PCIe-only server); across NICs ``verbs`` over NCCL's IB verbs transport (IB or
     RoCE), ``staged`` when the transport stages every byte through host memory, ``tcpx`` over
     Google's GPUDirect-TCPX/TCPXO, else ``network``."""
     nvls: NvlsTuning
@@ -146,10 +146,22 @@ def _inter_hop(spec: TopologySpec, n_nodes: int) -> tuple[float, str]:
     return fabric.nic_latency_s / (HW_LATENCY_US["net"]["ring"][2] * US), "net"
 
 
-def _ramp_scope(fabric: FabricSpec | None, crosses: bool) -> str:
-    """:attr:`FabricFacts.ramp_scope` of collectives that cross the NICs of ``fabric`` or not."""
+PCIE_ONLY_INTERCONNECTS = ("pcie", "pcie-tree")
+"""Servers whose GPUs have no NVLink or xGMI link at all: every hop is PCIe."""
+
+
+def _ramp_scope(fabric: FabricSpec | None, crosses: bool, interconnect: str) -> str:
+    """:attr:`FabricFacts.ramp_scope` of collectives that cross the NICs of ``fabric`` or not.
+
+    Inside a PCIe-only server the rings take the network's ramp, not the NVLink domains' ``node``
+    one: the ramp is the bandwidth-delay product of the Simple protocol's 512 KiB chunk pipeline,
+    and a PCIe 4.0 x16 ring flow (25 GB/s) runs at a NIC's per-flow rate (12-50 GB/s), not at
+    the 150-480 GB/s of the NVSwitch servers the ``node`` ramp (64 MiB half) was fitted on. Four
+    RTX 4090 on PCIe 4.0 (tinygrad/open-gpu-kernel-modules#36) hold 25.7-26.0 GB/s of bus
+    bandwidth from 256 MiB to 1 GiB: the ``node`` ramp made them 29-54 % slow
+    (``python validation/accuracy_pcie.py``; those rows are never fitted on)."""
     if not crosses:
-        return "node"
+        return "network" if interconnect in PCIE_ONLY_INTERCONNECTS else "node"
     transport = fabric.transport
     if not transport.gpudirect:
         return "staged"
@@ -180,7 +192,7 @@ def fabric_facts(topology: Topology) -> FabricFacts:
         intra_hop_scale=node.gpu_link_latency_s / (_hw_latency_us(rccl, intra_hw, "ring", 2) * US),
         inter_hop_scale=inter, ports_per_nic=nic_layout(spec).ports_per_nic,
         nccl_picks_tree_channels=crosses and fabric.transport.kind not in ("tcpx", "tcpxo"),
-        ramp_scope=_ramp_scope(fabric, crosses),
+        ramp_scope=_ramp_scope(fabric, crosses, node.interconnect),
         nvls=nvls_tuning(row, n_nodes if crosses else 1, nic_gbyte_per_s, gpn, behind),
         nvls_heads=max(1, min(NVLS_MAX_ARITY, topology.n_gpus)),
         nvls_weight=1.0 / NVLS_EFFICIENCY.get(row, 0.85),

@@ -271,8 +271,9 @@ CALL_SCOPES = ("node", *("ib", "roce", "socket", "efa", "tcpx", "tcpxo"))
 """What a per-call overhead is fitted per: collectives inside one server (``node``), or the
 transport kind of the NICs a collective crosses."""
 RAMP_SCOPES = ("node", "network", "verbs", "nvls_tree", "staged", "tcpx")
-"""What the bandwidth ramp is fitted per: rings and trees inside one NVLink/PCIe domain (NVLS has
-no ramp: its chunk steps, :attr:`NcclTuning.nvls_step_latency_us`, set its mid-size time), rings and trees across a
+"""What the bandwidth ramp is fitted per: rings and trees inside one NVLink domain (NVLS has
+no ramp: its chunk steps, :attr:`NcclTuning.nvls_step_latency_us`, set its mid-size time; a server of
+PCIe only takes ``network``'s, :func:`dpsim.collectives.fabric_facts._ramp_scope`), rings and trees across a
 network whose NICs read and write GPU memory (512 KiB Simple chunks; ``verbs`` when NCCL's own
 InfiniBand verbs transport drives them, IB or RoCE: the NIC RDMA-writes each chunk into the
 peer's GPU memory, where EFA's plugin posts SRD messages through libfabric from the proxy

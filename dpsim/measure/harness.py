@@ -88,6 +88,7 @@ from dpsim.measure.bench_compute import (
     bench_step_after_comm,
     make_step,
 )
+from dpsim.measure.bench_ops import bench_ops, op_steps
 from dpsim.measure.timing import (
     STARTUP_GRACE_S,
     Clock,
@@ -249,7 +250,8 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
         warnings.append(f"intra_node not measured: nodes have {sorted(node_sizes)} ranks "
                         "(need the same number, at least 2, on every node)")
     model_steps = 1 + (world > 1) + sum(n > 0 for n in fresh_counts)
-    compute_steps = (1 + 1 + (model_steps if plan.get("model") else 0) + 1) if plan.get("compute") else 0
+    compute_steps = (1 + 1 + op_steps(plan) + (model_steps if plan.get("model") else 0) + 1) \
+        if plan.get("compute") else 0
     adaptive = dict(max_iters=plan.get("max_iters"), target_rel_ci=plan.get("target_rel_ci"),
                     budget_s=plan.get("budget_s"))
     def per_sweep(op: str, group_size: int) -> int:  # warm-ups (distinct sizes), then rounds over all sizes
@@ -341,6 +343,9 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
     steps.begin("memory copy bandwidth")
     mine["memcpy"] = bench_memcpy(device, clock, plan, sync=dist.barrier)
     steps.end("memory copy bandwidth")
+    if plan.get("op_kernels"):
+        dist.barrier()  # every rank times its kernels at once, as ranks compute at once in training
+        mine["op_rates"] = bench_ops(device, clock, plan, steps)
     if user_step is not None:
         label = f"model {plan['model']} micro-batch {plan['micro_batch']}: training step"
         steps.begin(label)
@@ -375,6 +380,9 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
     out["matmul"] = everyone[0]["matmul"]
     out["memcpy"] = [e["memcpy"] for e in everyone]
     out["overlap"] = {"per_rank": [e["overlap"] for e in everyone]}
+    if all("op_rates" in e for e in everyone):
+        out["op_rates"] = _merge_op_rates([e["op_rates"] for e in everyone])
+        out["op_rates"]["dtype"] = plan["op_dtype"]
     if user_step is not None:
         steps_ = [e["model_step"] for e in everyone]
         # Every rank holds the slowest rank's times (``agree``); the per-layer split is the
@@ -393,6 +401,27 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
                 for s in steps_)
         first.update({k: plan.get(k) for k in ("structure_hash", "forward_flops_per_sample")})
         out["model_step"] = first
+    return out
+
+
+def _merge_op_rates(per_rank: list[dict]) -> dict:
+    """Every kernel all ranks timed, at the median over ranks (a rank past its budget times fewer)."""
+    med = statistics.median
+    out: dict[str, Any] = {"left_out": max(r["left_out"] for r in per_rank)}
+    for kind, shape, times in (("matmul", ("m", "n", "k", "batch"), ("time_s",)),
+                               ("attention", ("batch_heads", "seq", "head_dim", "causal"), ("forward_s", "backward_s")),
+                               ("memory", ("size_bytes",), ("time_s",))):
+        by_shape: dict[tuple, list[dict]] = {}
+        for rows in per_rank:
+            for row in rows[kind]:
+                by_shape.setdefault(tuple(row[f] for f in shape), []).append(row)
+        merged = []
+        for key, rows in by_shape.items():
+            if len(rows) == len(per_rank):
+                merged.append({**dict(zip(shape, key)), **{t: med(r[t] for r in rows) for t in times}})
+            elif kind != "memory":
+                out["left_out"] += 1
+        out[kind] = merged
     return out
 
 

@@ -2,19 +2,21 @@
 
 For each GPU count, every layout of the search space is enumerated: tensor-parallel size
 (dividing the GPUs of an NVLink domain and the attention heads), pipeline stages
-(dividing the blocks), data-parallel replicas (the rest, placed as
+(any count up to the blocks: :func:`~dpsim.strategies.layout.balanced_counts` gives the
+first and last stage the lighter share when they do not divide), data-parallel replicas (the rest, placed as
 :func:`~dpsim.collectives.groups.check_layout_placement` requires), data-parallel strategy
 (``ddp``, ``zero1``, ``fsdp``), micro-batch (dividing the global batch per replica),
 recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
-``1f1b-interleaved`` with every number of chunks that divides a stage's blocks; GPipe
+``1f1b-interleaved`` with every number of chunks that divides a stage's blocks and those
+up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe`` and ``zb-h1`` when asked: GPipe
 takes the time of 1F1B with more memory, so it is never better) and sequence
 parallelism (with ``tp > 1``).
 
-**Memory first.** A candidate's memory (the first and last stage: the first holds the
-most micro-batches in flight and the embedding, the last the LM head and its logits)
-is summed from per-layer tables computed once per (tp, micro-batch, sequence
-parallelism, recomputation); a candidate that does not fit is dropped before any time
-is estimated. **Then time**, in closed form from the same per-layer work the simulator
+**Memory first.** A candidate's memory is ``predict``'s, from the same functions
+(:func:`~dpsim.predict.layout.stages_memory` over every stage, the fullest deciding;
+:func:`~dpsim.predict.run.strategy_memory` without tensor or pipeline parallelism), so
+that ``plan`` and ``predict`` never disagree on a fit; a candidate that does not fit is
+dropped before any time is estimated. **Then time**, in closed form from the same per-layer work the simulator
 plays (:func:`~dpsim.strategies.layout.layer_work`: compute, tensor-parallel collectives
 costed on the ``tp`` communicator, recomputation): with ``X_s`` stage ``s``'s forward +
 backward per micro-batch, the pipeline takes ``m·max X + (ΣX - max X)/v`` (Narayanan et
@@ -49,30 +51,23 @@ from dpsim.collectives.ops import CollectiveModel
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.hardware import get_gpu
 from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, short
-from dpsim.memory import FRAMEWORK_OVERHEAD_BYTES, HEADROOM_FRACTION
+from dpsim.memory import stage_activation_bytes, worst_stage
 from dpsim.plan.cost import PriceOverride, gpu_hour_price
 from dpsim.predict.config import PredictConfig, flag_name, flag_scale
+from dpsim.predict.layout import _heads, model_source, shard_compute, stages_memory
 from dpsim.predict.resolve import resolve
-from dpsim.predict.layout import _heads, shard_compute
 from dpsim.predict.result import Prediction
-from dpsim.predict.run import build_collectives, load_model, predict, resolve_topology
+from dpsim.predict.run import build_collectives, load_model, predict, resolve_topology, strategy_memory
 from dpsim.strategies.layout import (
     Layout,
-    block_layers,
     default_bucket_elements,
     gradient_accumulation_s,
     layer_work,
+    stage_assignment,
 )
-from dpsim.strategies.pipeline import in_flight
-from dpsim.strategies.tensor import (
-    TpModel,
-    block_input_bytes,
-    check_tp,
-    layer_activation_bytes,
-    tp_model,
-)
+from dpsim.strategies.tensor import TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
-from dpsim.workload.precision import get_precision, optimizer_state_bytes_per_param
+from dpsim.workload.precision import get_precision
 from dpsim.workload.spec import ModelSpec
 
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "strategy", "micro_batch", "recompute", "activation_checkpointing",
@@ -85,6 +80,11 @@ MAX_PLAN_VALUES = 32
 
 RANKINGS = ("time", "cost")
 """``--rank``: fastest to train first, or cheapest first."""
+
+MAX_UNEVEN_CHUNKS = 4
+"""Interleaved chunks per stage searched when they do not divide a stage's blocks (beyond
+this, only the counts that divide): each more chunk adds transfers for a bubble that
+shrinks as ``1/v``."""
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8, 16)
 """Micro-batch sizes searched unless given."""
@@ -300,16 +300,14 @@ def parse_choice_list(text: str | None, flag: str, choices: Sequence[str]) -> tu
 
 
 class _Tables:
-    """Per-layer work and memory of one (tp, micro-batch, sequence parallelism, recompute), for summing by stage."""
+    """Per-layer work of one (tp, micro-batch, sequence parallelism, recompute), for summing by stage."""
 
-    def __init__(self, tpm: TpModel, work, act_per_sample: list[float], working_per_sample: float):
+    def __init__(self, work):
         self.forward = [w.forward_s for w in work]
         self.backward = [w.backward_s for w in work]
         self.compute = [w.compute_forward_s + w.compute_backward_s + w.recompute_s for w in work]
         self.tp_exposed = [w.tp_exposed_s for w in work]
-        self.numel = [l.numel_per_rank for l in tpm.layers]
-        self.act = act_per_sample
-        self.working = working_per_sample
+        self.weight_grad = [w.weight_grad_s for w in work]
 
 
 class Planner:
@@ -328,10 +326,12 @@ class Planner:
         self._costs: dict[tuple, float] = {}
         self._tables: dict[tuple, _Tables] = {}
         self._compute: dict[tuple[int, int], object] = {}
-        self.heads = _heads(base.model)
+        self.heads = _heads(model_source(base))
         self.forward_flops_per_sample = self.model.forward_flops_per_sample
         self.n_blocks = len({l.unit for l in self.model.layers if l.unit is not None})
-        self._blocks: dict[int, list[list[int]]] = {}
+        self._assignments: dict[tuple[int, int, int], tuple] = {}
+        self._tpms: dict[tuple[int, bool], TpModel] = {}
+        self._activations: dict[tuple, tuple] = {}
         self._shard_params: dict[int, int] = {}
         self.gpu = None
         """The GPU preset of the cluster design (set by the first :meth:`topology`)."""
@@ -378,12 +378,12 @@ class Planner:
 
     def tables(self, tp: int, micro_batch: int, sp: bool, recompute: str, gc: GroupCollectives, *,
                grad_accum_fusion: bool = True) -> _Tables:
-        """Per-layer work and activation memory (cached)."""
+        """Per-layer work (cached)."""
         key = (tp, micro_batch, sp, recompute, id(gc.group("tp")), grad_accum_fusion)
         tab = self._tables.get(key)
         if tab is not None:
             return tab
-        tpm = tp_model(self.model, tp, sequence_parallel=sp)
+        tpm = self.tp_model(tp, sp)
         ckey = (tp, micro_batch, sp)
         compute = self._compute.get(ckey)
         if compute is None:
@@ -398,19 +398,7 @@ class Planner:
         work = layer_work(tpm, compute, layout, tp_cost=lambda op, s: self.cost(gc, "tp", op, s),
                           act_element_bytes=act_bytes, overlap_slowdown=self.base.overlap_slowdown,
                           accumulate_s=accumulate)
-        scale = 2.0 if self.precision.compute_dtype == "float32" else 1.0
-        act = []
-        starts = {min(b) for b in block_layers(tpm)}
-        working = 0.0
-        for unit in block_layers(tpm):
-            working = max(working, sum(layer_activation_bytes(tpm.layers[i], tp, sequence_parallel=sp,
-                                                              recompute="off") for i in unit))
-        for layer in tpm.layers:
-            if recompute == "full" and layer.unit is not None:
-                act.append(block_input_bytes(layer, tp, sequence_parallel=sp) * scale if layer.index in starts else 0.0)
-            else:
-                act.append(layer_activation_bytes(layer, tp, sequence_parallel=sp, recompute=recompute) * scale)
-        tab = self._tables[key] = _Tables(tpm, work, act, working * scale if recompute == "full" else 0.0)
+        tab = self._tables[key] = _Tables(work)
         return tab
 
     def candidates(self, gpus: int, *, tps=None, pps=None, strategies=None, micro_batches=None, recomputes=None,
@@ -435,7 +423,8 @@ class Planner:
                 if self.heads is not None and any(h % tp for h in self.heads):
                     refused += 1
                     continue
-            for pp in (pps or [p for p in _divisors(n_blocks) if p <= n_blocks]):
+            # Any stage count up to the blocks: the split need not divide (balanced_counts).
+            for pp in (pps or [p for p in _divisors(gpus // tp) if p <= n_blocks]):
                 if (gpus // tp) % pp:
                     continue
                 dp = gpus // (tp * pp)
@@ -445,7 +434,7 @@ class Planner:
                 except ConfigError:
                     refused += 1
                     continue
-                if n_blocks % pp:
+                if pp > n_blocks:
                     refused += 1
                     continue
                 for mb in (micro_batches or DEFAULT_MICRO_BATCHES):
@@ -479,37 +468,70 @@ class Planner:
             out.append(("1f1b", 1))
         if "gpipe" in wanted:
             out.append(("gpipe", 1))
+        if "zb-h1" in wanted:
+            out.append(("zb-h1", 1))
         if "1f1b-interleaved" in wanted and m % pp == 0:
+            # The chunk counts that divide a stage's blocks, and the small ones that do not
+            # (chunks then differ by one block).
             per_stage = n_blocks // pp
-            out += [("1f1b-interleaved", v) for v in _divisors(per_stage) if v > 1]
+            chunks = sorted(set(_divisors(per_stage)) | set(range(2, min(per_stage, MAX_UNEVEN_CHUNKS) + 1)))
+            out += [("1f1b-interleaved", v) for v in chunks if v > 1]
         return out
+
+    def layout(self, c: Candidate, micro_batches: int) -> Layout:
+        """The :class:`Layout` of ``c`` (what its memory and stages depend on)."""
+        return Layout(tp=c.tp, pp=c.pp, dp=c.dp, virtual_stages=c.virtual_stages, schedule=c.schedule,
+                      micro_batch=c.micro_batch, micro_batches=micro_batches, sequence_parallel=c.sequence_parallel,
+                      recompute=c.recompute, recompute_every=self.base.recompute_every,
+                      strategy=c.strategy)
+
+    def assignment(self, tp: int, layout: Layout):
+        """Layers of each stage's chunks, as ``predict`` splits them (cached by shape)."""
+        key = (tp, layout.pp, layout.chunks)
+        a = self._assignments.get(key)
+        if a is None:
+            a = self._assignments[key] = stage_assignment(self.tp_model(tp, False), layout)
+        return a
+
+    def tp_model(self, tp: int, sp: bool) -> TpModel:
+        """The tensor-parallel shard (cached)."""
+        key = (tp, sp)
+        tpm = self._tpms.get(key)
+        if tpm is None:
+            tpm = self._tpms[key] = tp_model(self.model, tp, sequence_parallel=sp)
+        return tpm
+
+    def memory(self, c: Candidate, layout: Layout, assignment) -> tuple[float, float, int]:
+        """``(bytes per GPU of the fullest stage, usable bytes, parameters of stage 0 per GPU)``:
+        the memory ``predict`` reports for ``c`` (the layout's stages, or the data-parallel
+        strategy's breakdown without tensor or pipeline parallelism)."""
+        if c.tp * c.pp == 1:
+            cfg = c.config(self.base)
+            mem = strategy_memory(self.model, self.gpu, cfg, self.precision, self.topology(c.gpus))
+            return mem.total_bytes, mem.usable_bytes, self.model.param_count
+        tpm = self.tp_model(c.tp, c.sequence_parallel)
+        key = (c.tp, c.sequence_parallel, layout.recompute, layout.recompute_every, layout.pp, layout.chunks)
+        activations = self._activations.get(key)
+        if activations is None:
+            activations = self._activations[key] = stage_activation_bytes(tpm, assignment, layout)
+        stages = stages_memory(tpm, layout, self.gpu, self.precision, self.base.optimizer, assignment, activations)
+        worst = worst_stage(stages).breakdown
+        return worst.total_bytes, worst.usable_bytes, stages[0].params_per_gpu
 
     def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
         """Closed-form memory and, when it fits, step of ``c`` (see the module docstring)."""
         gc = self.collectives(c.gpus, c.tp, c.pp, c.dp)
         tab = self.tables(c.tp, c.micro_batch, c.sequence_parallel, c.recompute, gc,
                           grad_accum_fusion=c.grad_accum_fusion)
-        tpm = tp_model(self.model, c.tp)
+        tpm = self.tp_model(c.tp, False)
         self.topology(c.gpus)
         gpu = self.gpu
         p, v = c.pp, c.virtual_stages
         m = global_batch // (c.micro_batch * c.dp)
-        blocks = self._blocks.get(c.tp)
-        if blocks is None:
-            blocks = self._blocks[c.tp] = block_layers(tpm)
+        layout = self.layout(c, m)
+        assignment = self.assignment(c.tp, layout)
+        virtual_layers = [assignment[g % p][g // p] for g in range(p * v)]
         n_virtual = p * v
-        per = len(blocks) // n_virtual
-        first = min(blocks[0]) if blocks else len(tpm.layers)
-        last = max(blocks[-1]) if blocks else -1
-        # layers of each virtual stage: roots before the first block join virtual stage 0, after the last join the last
-        virtual_layers: list[list[int]] = []
-        for g in range(n_virtual):
-            layers = [i for b in blocks[g * per:(g + 1) * per] for i in b]
-            if g == 0:
-                layers = list(range(first)) + layers
-            if g == n_virtual - 1:
-                layers = layers + list(range(last + 1, len(tpm.layers)))
-            virtual_layers.append(layers)
         x = []
         for s in range(p):
             xs = 0.0
@@ -519,6 +541,10 @@ class Planner:
             x.append(xs)
         xmax = max(x)
         pipe = m * xmax + (sum(x) - xmax) / v
+        if c.schedule == "zb-h1" and sum(x) > 0:
+            # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
+            share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
+            pipe = m * xmax + (sum(x) - xmax) * max(0.0, 1.0 - 2.0 * share)
         hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
         full_hidden = hidden * c.micro_batch * act_bytes / 2.0
@@ -528,23 +554,10 @@ class Planner:
         # Fill and drain cross every link; in the steady state the blocking exchanges (one per
         # micro-batch and chunk on the critical path, as the simulator plays them) add theirs.
         p2p = (2 * (n_virtual - 1) + m * v) * (p2p_one + gather) if p > 1 else 0.0
-        # memory and parameters of the first and last stage
+        # The one memory model (predict's): every stage, the fullest decides.
+        memory, usable, numel0 = self.memory(c, layout, assignment)
         w, g = self.precision.weight_bytes, self.precision.grad_bytes
-        k = optimizer_state_bytes_per_param(self.precision, self.base.optimizer)
         sharded = c.strategy in ("zero1", "fsdp")
-        mems, numels = [], []
-        for s in sorted({0, p - 1}):
-            flights = in_flight(c.schedule, p, v, m, s)
-            numel = sum(tab.numel[i] for ch in range(v) for i in virtual_layers[ch * p + s])
-            if tpm.tied_embedding and p > 1 and s == p - 1:
-                numel += tpm.embedding_numel_per_rank
-            act = sum(flights[ch] * sum(tab.act[i] for i in virtual_layers[ch * p + s]) for ch in range(v))
-            act = (act + tab.working) * c.micro_batch
-            opt = -(-numel // c.dp) * k if sharded else numel * k
-            mems.append(numel * (w + g) + opt + act + FRAMEWORK_OVERHEAD_BYTES)
-            numels.append(numel)
-        usable = gpu.memory_bytes * (1 - HEADROOM_FRACTION)
-        memory = max(mems)
         compute0 = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p])
         tp_exposed0 = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p])
         if memory > usable:
@@ -552,7 +565,6 @@ class Planner:
                             compute_s=compute0, tp_exposed_s=tp_exposed0, bubble_s=0.0, p2p_s=p2p, dp_exposed_s=0.0,
                             optimizer_s=0.0, samples_per_s=0.0, tokens_per_s=None, mfu=None, usd_per_hour=None)
         # data-parallel collectives of stage 0 and what the last backward cannot hide
-        numel0 = numels[0]
         dp_exposed = 0.0
         if c.dp > 1:
             bucket = default_bucket_elements(c.dp) if self.base.bucket_cap_mb is None else \

@@ -82,7 +82,7 @@ FsdpUnit = Literal["block", "layer", "model"]
 """``--fsdp-unit``: the keys of :data:`dpsim.strategies.registry.FSDP_UNITS`."""
 Placement = Literal["packed", "interleaved"]
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
-Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed"]
+Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed", "zb-h1", "dualpipe"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
 Recompute = Literal["off", "selective", "op", "full"]
 """``--recompute``: the keys of :data:`dpsim.strategies.checkpointing.RECOMPUTE`."""
@@ -140,7 +140,9 @@ class PredictConfig:
     gpu: str | None = None
     """GPU preset, instead of the topology's: v100, a100, h100, h200, b200, ... (dpsim/hardware.py)."""
     model: str = "gpt2-xl"
-    """Catalog model (dpsim models lists them), or a torch builder returning an nn.Module:
+    """Catalog model (dpsim models lists them), a decoder by its shape
+    (transformer:hidden=4096,layers=32,heads=32,ffn=11008,vocab=32000,seq=4096, plus kv_heads, act,
+    norm, pos, positions, tied, embed_norm, dropout, name), or a torch builder returning an nn.Module:
     path/file.py:fn or package.module:fn."""
     seq_len: int | None = field(default=None, metadata=_count(MAX_SEQ_LEN))
     """Sequence length of a catalog model, instead of its own."""
@@ -217,12 +219,16 @@ class PredictConfig:
     global-batch / (micro-batch x data-parallel replicas). Left out: --grad-accum micro-batches."""
     schedule: Schedule = "1f1b"
     """Pipeline schedule: 1f1b (Megatron's default), gpipe, 1f1b-interleaved (with
-    --virtual-stages model chunks per stage), or deepspeed (DeepSpeed's pipeline engine: 1F1B
-    with blocking sends and receives, gradients reduced after the pipeline)."""
+    --virtual-stages model chunks per stage), deepspeed (DeepSpeed's pipeline engine: 1F1B
+    with blocking sends and receives, gradients reduced after the pipeline), zb-h1 (zero
+    bubble: weight gradients deferred into the drain, 1F1B's memory) or dualpipe (DeepSeek-V3's
+    bidirectional schedule: two parameter copies per stage, an even --pp, at least 2 x pp
+    micro-batches)."""
     virtual_stages: int = field(default=1, metadata=_count())
     """Model chunks per pipeline stage for --schedule 1f1b-interleaved (bubble divided by it)."""
     stage_layers: str | None = None
-    """Blocks per pipeline stage, comma-separated (uneven splits, e.g. 7,8,8,9); left out: an even split."""
+    """Blocks per pipeline stage, comma-separated (uneven splits, e.g. 7,8,8,9), or per virtual stage
+    (pp x virtual-stages counts); left out: counts differing by at most one, lighter first and last."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism with --tp: norms and dropouts split along the sequence,
     all-reduces replaced by reduce-scatter + all-gather, activations divided by tp."""
@@ -286,6 +292,9 @@ class PredictConfig:
     recompute_every: int = field(default=1, metadata=_count())
     """With --recompute full: checkpoint every k-th block only (the k-th, 2k-th, ...), the others keep
     their activations."""
+    op_rates: bool = False
+    """With --calibration: cost the op graph with the profile's measured kernel rates even when it
+    timed this model's whole step (which is used otherwise)."""
 
     def __post_init__(self) -> None:
         if self.calibration is None:
@@ -309,6 +318,8 @@ class PredictConfig:
             raise ConfigError(f"--steps x --grad-accum: {self.steps:,} x {self.grad_accum:,} = "
                               f"{self.steps * self.grad_accum:,} simulated micro-batches is not valid; expected at "
                               f"most {MAX_SIMULATED_MICRO_BATCHES:,} (lower --steps: every step is the same)")
+        if self.op_rates and self.calibration is None:
+            raise ConfigError("--op-rates: needs --calibration PROFILE, whose measured kernel rates it uses")
         torch_model = is_torch_model_ref(self.model)
         if self.input_shape is not None and not torch_model:
             raise ConfigError(f"--input-shape: applies only to a torch module (--model file.py:fn), not to "
@@ -413,9 +424,11 @@ class PredictConfig:
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
         if self.activation_checkpointing:
             raise ConfigError("--activation-checkpointing: with --tp/--pp use --recompute full (or selective)")
-        if is_torch_model_ref(self.model):
-            raise ConfigError(f"--model: {self.model!r} is a torch module; tensor/pipeline layouts need a catalog "
-                              f"transformer (dpsim models), with --tp 1 --pp 1 for a torch module")
+        if self.tp > 1 and is_torch_model_ref(self.model) and not self.model.strip().startswith("transformers:"):
+            # A transformers configuration may have a shape (checked when the model is built).
+            raise ConfigError(f"--tp: {self.tp} splits the layers of a known transformer block, which a traced "
+                              f"torch module ({self.model}) does not give; use --tp 1 (--pp splits its blocks "
+                              f"into stages), or give its shape with --model transformer:hidden=...")
         if self.fsdp_unit != "block":
             raise ConfigError(f"--fsdp-unit: {self.fsdp_unit!r} does not apply with --tp/--pp (the stage's "
                               f"model chunk is the unit); leave it out")
@@ -563,6 +576,6 @@ def check_value(name: str, value: Any) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
-SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every")
+SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

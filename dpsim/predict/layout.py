@@ -56,13 +56,15 @@ from dpsim.strategies.pipeline import (
     bubble_fraction,
     build_pipeline_program,
     check_schedule,
-    in_flight,
+    stage_in_flight,
 )
 from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.tensor import TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
-from dpsim.workload.catalog import CATALOG_ENTRIES
+from dpsim.workload.catalog import find_entry
+from dpsim.workload.library_models import lowered_shape_ref
+from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.compute import ComputeProfile, compute_profile
 from dpsim.workload.spec import ModelSpec
 
@@ -79,7 +81,8 @@ def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
                   sequence_parallel=config.sequence_parallel, recompute=config.recompute,
                   recompute_every=config.recompute_every,
                   tp_comm_overlap=config.tp_comm_overlap, strategy=config.strategy, overlap=config.overlap,
-                  stage_blocks=parse_stage_layers(config.stage_layers, config.pp), bucket_elements=bucket,
+                  stage_blocks=parse_stage_layers(config.stage_layers, config.pp, config.virtual_stages),
+                  bucket_elements=bucket,
                   grad_accum_fusion=config.grad_accum_fusion)
 
 
@@ -95,8 +98,17 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
     """What needs the model or the cluster: the split, the heads, the placement (one line each)."""
     shape = layout_shape(config)
     assert shape is not None
+    source = model_source(config)
+    if is_torch_model_ref(source):
+        if config.tp > 1:
+            raise ConfigError(f"--tp: {config.tp} splits the layers of a known transformer block; {config.model} is "
+                              f"traced (not a Llama, Mistral, Qwen2, GPT-2, OPT or BLOOM configuration given "
+                              f"without --input-shape), so use --tp 1 (--pp splits its blocks into stages)")
+        if config.pp > 1 and not any(layer.unit is not None for layer in model.layers):
+            raise ConfigError(f"--pp: {config.pp} splits a model's repeated blocks into stages, but tracing "
+                              f"{config.model} found none (no ModuleList of blocks); use --pp 1")
     check_tp(model, config.tp)
-    heads = _heads(config.model)
+    heads = _heads(source)
     if heads is not None and config.tp > 1 and any(h % config.tp for h in heads):
         what = (f"{heads[0]} attention heads" if len(heads) == 1 or heads[0] == heads[1]
                 else f"{heads[0]} query and {heads[1]} key-value heads")
@@ -105,8 +117,16 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
     check_layout_placement(topology, shape, tp_across_network=config.tp_across_network)
 
 
+def model_source(config: PredictConfig) -> str:
+    """``--model`` as the model is built: a transformers configuration given without
+    ``--input-shape`` as its shape when it has one (:func:`lowered_shape_ref`), else as given."""
+    if is_torch_model_ref(config.model) and config.input_shape is None:
+        return lowered_shape_ref(config.model) or config.model
+    return config.model
+
+
 def _heads(name: str) -> tuple[int, ...] | None:
-    entry = CATALOG_ENTRIES.get(name.strip().lower()) if isinstance(name, str) else None
+    entry = find_entry(name)
     if entry is None:
         return None
     cfg = entry.config
@@ -155,7 +175,8 @@ class StageReport:
                 "comm_wait_s": self.comm_wait_s, "tail_s": self.tail_s, "dp_comm_s": self.dp_comm_s, "dp_exposed_s": self.dp_exposed_s,
                 "params_per_gpu": self.memory.params_per_gpu, "in_flight": list(self.memory.in_flight),
                 "memory_total_bytes": m.total_bytes, "memory_activations_bytes": m.activations_bytes,
-                "fits": m.fits}
+                "memory_weights_bytes": m.weights_bytes, "memory_gradients_bytes": m.gradients_bytes,
+                "memory_optimizer_bytes": m.optimizer_bytes, "fits": m.fits}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,7 +190,8 @@ class LayoutReport:
     bubble_fraction: float
     """Stage 0's bubble (waiting for other stages) over the step."""
     ideal_bubble_fraction: float
-    """``(p - 1) / (v·m + p - 1)``: the bubble of uniform stages without transfers."""
+    """The bubble of uniform stages without transfers: ``(p - 1) / (v·m + p - 1)``, ZB-H1's
+    smaller (:func:`~dpsim.strategies.pipeline.bubble_fraction`)."""
     tp_comm_s: float
     """Tensor-parallel collective time of stage 0's step (all micro-batches, recomputation included)."""
     tp_exposed_s: float
@@ -225,13 +247,21 @@ def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: Co
 def layout_memory(config: PredictConfig, model: ModelSpec, gpu, precision) -> tuple[StageMemory, ...]:
     """Memory per GPU of every stage of ``config``'s layout."""
     layout = layout_of(config)
+    return stages_memory(tp_model(model, config.tp), layout, gpu, precision, config.optimizer)
+
+
+def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
+                  assignment=None, activations=None) -> tuple[StageMemory, ...]:
+    """Memory per GPU of every stage of ``layout`` (the one count ``predict``, ``memory`` and
+    ``plan`` use): its stages' layers (``assignment``, :func:`~dpsim.strategies.layout.stage_assignment`
+    when not given) and the micro-batches its schedule holds in flight; ``activations``: the
+    split's :func:`~dpsim.memory.stage_activation_bytes`, when a caller keeps them."""
     check_schedule(layout)
-    tpm = tp_model(model, config.tp)
-    assignment = stage_assignment(tpm, layout)
-    flights = [in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, s)
-               for s in range(layout.pp)]
-    return layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=config.optimizer,
-                               in_flight=flights)
+    if assignment is None:
+        assignment = stage_assignment(tpm, layout)
+    flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches)
+    return layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
+                               in_flight=flights, activations=activations)
 
 
 def layout_fit(stages: tuple[StageMemory, ...], config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice]:
@@ -292,16 +322,16 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     p2p_bytes = full_hidden / layout.tp
     gather_s = tp_cost("all_gather", full_hidden) if layout.tp > 1 and not layout.sequence_parallel else 0.0
     p, d = layout.pp, layout.dp
-    flights = [in_flight(layout.schedule, p, layout.chunks, layout.micro_batches, s) for s in range(p)]
-    memory = layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=config.optimizer,
-                                 in_flight=flights)
+    memory = stages_memory(tpm, layout, gpu, precision, config.optimizer, assignment)
     per_param_opt = shard.optimizer_s / tpm.spec.param_count * opt_scale if tpm.spec.param_count else 0.0
     sharded_opt = layout.strategy in ("zero1", "fsdp")
     optimizer_s = [per_param_opt * (-(-m.params_per_gpu // d) if sharded_opt else m.params_per_gpu) for m in memory]
     dp_plan = DataParallelPlan(strategy=layout.strategy, dp=d, overlap=layout.overlap,
                                bucket_elements=layout.bucket_elements or default_bucket_elements(d),
                                grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes)
-    emb_bytes = tpm.embedding_numel_per_rank * precision.grad_bytes if tpm.tied_embedding and p > 1 else 0.0
+    # DualPipe sums each stage's two parameter copies instead (the embedding's among them).
+    emb_bytes = (tpm.embedding_numel_per_rank * precision.grad_bytes
+                 if tpm.tied_embedding and p > 1 and layout.schedule != "dualpipe" else 0.0)
     plan = build_pipeline_program(chunks, layout, p2p_bytes=p2p_bytes, gather_s=gather_s, optimizer_s=optimizer_s,
                                   dp=dp_plan, embedding_grad_bytes=emb_bytes)
     result = run_pipeline(plan.program, cost, overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown)
@@ -316,7 +346,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     sent0 = sum(1 for t in data_transfers if t.src == 0)
     mem, advice = layout_fit(memory, config)
     report = LayoutReport(layout=layout, stages=reports, bubble_fraction=reports[0].bubble_s / step if step else 0.0,
-                          ideal_bubble_fraction=bubble_fraction(layout), tp_comm_s=tp_comm, tp_exposed_s=tp_exposed,
+                          ideal_bubble_fraction=bubble_fraction(layout, weight_share=_share(s0, "weight_grad_s"),
+                                                                backward_share=_share(s0, "backward_s")),
+                          tp_comm_s=tp_comm, tp_exposed_s=tp_exposed,
                           p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
                           embedding_grad_bytes=emb_bytes, pipeline=result)
     st0 = result.stages[0]
@@ -362,6 +394,13 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         comm_bytes_by_op=by_op, fit=advice, provenance=provenance, layout=report,
         # The links of one data-parallel group's cluster, as its collectives load them.
         links=link_report(collectives.group("dp"), [(c.op, c.size_bytes) for c in dp_ops], step) if dp_ops else None)
+
+
+def _share(chunks: tuple[ChunkWork, ...], part: str) -> float:
+    """A stage's ``part`` (weight-gradient pass, backward) over its forward and backward (the
+    closed-form bubbles of ZB-H1 and DualPipe)."""
+    total = sum(c.forward_s + c.backward_s for c in chunks)
+    return sum(getattr(c, part) for c in chunks) / total if total > 0 else 0.0
 
 
 def _stage_reports(result: PipelineResult, chunks: tuple[tuple[ChunkWork, ...], ...],

@@ -6,7 +6,8 @@ block), and lists what makes a number uncertain (sizes beyond what the profile m
 noisy measurements, a measured step that could not be used and why).
 
 With a profile (:func:`apply_profile`): the measured step replaces the modelled compute
-when it is the same model (:mod:`dpsim.profile.match`), the fitted collectives replace
+when it is the same model (:mod:`dpsim.profile.match`), else (or with ``--op-rates``) the
+measured kernel rates cost the op graph (:mod:`dpsim.profile.op_rates`); the fitted collectives replace
 NCCL's model, the measured slowdowns set the overlap, and a CPU profile predicts a CPU
 cluster (:func:`dpsim.profile.calibrated.calibrated_device`). The defaults a profile implies
 for the fields left out are :mod:`dpsim.predict.resolve`'s.
@@ -28,6 +29,7 @@ from dpsim.profile.calibrated import (
     step_warnings,
 )
 from dpsim.profile.match import match_model_step
+from dpsim.profile.op_rates import describe, op_rate_compute, untimed_kernels
 from dpsim.profile.schema import Profile
 from dpsim.workload.precision import get_precision
 
@@ -226,8 +228,11 @@ def check_cpu_compute(config: PredictConfig, profile: Profile, device):
     return replace(device, achieved_flops_per_s={"float32": 1e11, "float32-highest": 1e11})
 
 
-def apply_profile(config: PredictConfig, profile: Profile, model, compute, precision, topology):
-    """``(compute, comm_slowdown, provenance)`` of a prediction with ``profile`` (see the module docstring)."""
+def apply_profile(config: PredictConfig, profile: Profile, model, compute, precision, topology, gpu=None):
+    """``(compute, comm_slowdown, provenance)`` of a prediction with ``profile`` (see the module docstring).
+
+    ``gpu``: the profile's device the compute was modelled on (the fallback of ops its kernel rates
+    do not cover)."""
     warnings: list[str] = []
     after_comm = None
     cpu = is_cpu_profile(profile)
@@ -247,7 +252,25 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
     else:
         match = match_model_step(profile, model, micro_batch=config.micro_batch, dtype=precision.compute_dtype,
                                  config_model=config.model)
-        if match.step is not None:
+        op_rates = profile.compute.op_rates if profile.compute is not None else None
+        if config.op_rates and op_rates is None:
+            raise ProfileError(f"--op-rates: profile {profile.name} has no measured kernel rates (calibrated without "
+                               "--model, or by an older dpsim); calibrate with --model, or leave --op-rates out")
+        if op_rates is not None and gpu is not None and (match.step is None or config.op_rates):
+            compute, fallback = op_rate_compute(model, compute, op_rates, gpu, precision,
+                                                micro_batch=config.micro_batch,
+                                                compute_efficiency=config.compute_efficiency)
+            why = "--op-rates" if match.step is not None else f"measured step not used: {match.reason}"
+            untimed, kernels = untimed_kernels(model, op_rates, config.micro_batch)
+            if untimed:
+                why += f"; {untimed} of its {kernels} GEMM/attention shapes from the nearest timed ones"
+            rest = "; ".join(f"{n} {what} at the measured matmul rates / copy bandwidth"
+                             for what, n in sorted(fallback.items()))
+            compute_origin = Origin(source="profile", detail=f"profile op rates ({describe(op_rates)}) of profile "
+                                                             f"{profile.name}, op by op ({why}"
+                                                             + (f"; {rest}" if rest else "")
+                                                             + "; optimizer modelled at the measured copy bandwidth)")
+        elif match.step is not None:
             # DDP's bucket copies are the step program's (dpsim.strategies.ddp_costs), at the
             # measured copy bandwidth: not folded into the measured step here
             compute, details = measured_compute(match.step, model, compute, optimizer=config.optimizer,

@@ -27,6 +27,7 @@ from dpsim.predict.layout import (
     layout_fit,
     layout_memory,
     layout_shape,
+    model_source,
     predict_layout,
 )
 from dpsim.predict.memo import memoized
@@ -184,7 +185,8 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
                                     layout=layout_shape(config))
     comm_slowdown = 0.0
     if profile is not None:
-        compute, comm_slowdown, provenance = apply_profile(config, profile, model, compute, precision, topology)
+        compute, comm_slowdown, provenance = apply_profile(config, profile, model, compute, precision, topology,
+                                                           gpu)
     else:
         provenance = preset_provenance(config, gpu, topology)
     if config.layout_active:
@@ -367,12 +369,13 @@ def _transport_sensitivity(config: PredictConfig, topology: Topology, *, degrada
 
 
 def load_model(config: PredictConfig) -> ModelSpec:
-    """The config's model: a catalog entry, or a torch module (``file.py:fn``, ``pkg.mod:fn``)
-    traced on the meta device (torch is imported only then)."""
-
-    if is_torch_model_ref(config.model):
-        return load_torch_workload(config.model, input_shape=config.input_shape)
-    return memoized(get_model, config.model, seq_len=config.seq_len, flash_attention=config.flash_attention)
+    """The config's model: a catalog entry, a shape (``transformer:...``), a transformers
+    configuration the catalog builders cover (its shape), or a torch module (``file.py:fn``,
+    ``pkg.mod:fn``) traced on the meta device (torch is imported only then)."""
+    model = model_source(config)
+    if is_torch_model_ref(model):
+        return load_torch_workload(model, input_shape=config.input_shape)
+    return memoized(get_model, model, seq_len=config.seq_len, flash_attention=config.flash_attention)
 
 
 def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, topology: Topology
@@ -380,17 +383,27 @@ def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, 
     """Per-GPU memory of ``config``'s strategy, with the fit advice in ``suggestion`` when it does not fit."""
     from dataclasses import replace
 
-    kwargs = {"precision": precision, "optimizer": config.optimizer, "micro_batch": config.micro_batch,
-              "strategy": config.strategy, "n_gpus": topology.n_gpus, "gpus_per_node": topology.gpus_per_node,
-              "checkpointing": config.checkpointing, "grad_accum": config.micro_batches,
-              "fsdp_unit": config.fsdp_unit, "overlap": config.overlap, "bucket_cap_mb": config.bucket_cap_mb,
-              "fsdp_version": config.fsdp_version, "fsdp_accumulate": config.fsdp_accumulate,
-              "ddp": config.ddp_options() if config.strategy == "ddp" else None}
+    kwargs = _memory_kwargs(config, precision, topology)
     memory = memoized(memory_breakdown, model, gpu, **kwargs)
     advice = memoized(fit_advice, model, gpu, **kwargs)
     if not memory.fits:
         memory = replace(memory, suggestion=advice.message)
     return memory, advice
+
+
+def strategy_memory(model: ModelSpec, gpu, config: PredictConfig, precision, topology: Topology) -> MemoryBreakdown:
+    """Per-GPU memory of ``config``'s data-parallel strategy, as :func:`memory_with_advice` gives it,
+    without the advice (``plan`` needs only the total)."""
+    return memoized(memory_breakdown, model, gpu, **_memory_kwargs(config, precision, topology))
+
+
+def _memory_kwargs(config: PredictConfig, precision, topology: Topology) -> dict:
+    return {"precision": precision, "optimizer": config.optimizer, "micro_batch": config.micro_batch,
+            "strategy": config.strategy, "n_gpus": topology.n_gpus, "gpus_per_node": topology.gpus_per_node,
+            "checkpointing": config.checkpointing, "grad_accum": config.micro_batches,
+            "fsdp_unit": config.fsdp_unit, "overlap": config.overlap, "bucket_cap_mb": config.bucket_cap_mb,
+            "fsdp_version": config.fsdp_version, "fsdp_accumulate": config.fsdp_accumulate,
+            "ddp": config.ddp_options() if config.strategy == "ddp" else None}
 
 
 def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpec, Topology]:

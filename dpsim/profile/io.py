@@ -43,8 +43,11 @@ from dpsim.profile.schema import (
     METHODS,
     PROFILE_OPS,
     SCHEMA,
+    AttentionRate,
     ComputeCalibration,
     LayerTiming,
+    MatmulRate,
+    OpRates,
     Measurement,
     ModelStep,
     OpCalibration,
@@ -176,7 +179,11 @@ _SEG = ("first_size_bytes", "last_size_bytes", "latency_s", "bus_bandwidth_bytes
 _MEAS = ("size_bytes", "time_s", "min_s", "max_s", "q1_s", "q3_s", "repeats", "mean_s", "ci_low_s", "ci_high_s",
          "source")
 _COMPUTE = ("device", "matmul_flops_per_s", "memory_bandwidth_bytes_per_s", "overlap_slowdown", "comm_slowdown",
-            "model_step", "matmul", "memcpy", "overlap")
+            "model_step", "matmul", "memcpy", "overlap", "op_rates")
+_OP_RATES = ("matmul", "attention", "memory", "left_out")
+_MATMUL_RATE = ("dtype", "m", "n", "k", "batch", "time_s")
+_ATTENTION_RATE = ("dtype", "batch_heads", "seq", "head_dim", "causal", "forward_s", "backward_s")
+_MEMORY_RATE = ("launch_s", "bandwidth_bytes_per_s", "points")
 _STEP = ("model", "micro_batch", "dtype", "forward_s", "backward_s", "layers") + STEP_OPTIONAL
 _LAYER = ("name", "forward_s", "backward_s")
 
@@ -311,8 +318,51 @@ def _read_compute(origin: str, raw: Any) -> ComputeCalibration:
         overlap_slowdown=doc.number("overlap_slowdown", nullable=True, default=None, maximum=MAX_OVERLAP_SLOWDOWN),
         comm_slowdown=doc.number("comm_slowdown", nullable=True, default=None, maximum=MAX_PROFILE_SLOWDOWN),
         model_step=step,
+        op_rates=_read_op_rates(doc.obj("op_rates", _OP_RATES)) if doc.data.get("op_rates") is not None else None,
         raw=raw_extra,
     )
+
+
+def _dtype(doc: _Doc) -> str:
+    dtype = doc.string("dtype")
+    if dtype not in DTYPE_SIZE_BYTES:
+        doc.fail(doc.field("dtype"), dtype, "one of " + ", ".join(DTYPE_SIZE_BYTES))
+    return dtype
+
+
+def _read_op_rates(doc: _Doc) -> OpRates:
+    """``compute.op_rates``: every timed kernel, checked as the rest of the profile is."""
+    origin = doc.origin
+    time = lambda d, key: d.number(key, strict=True, maximum=MAX_SINGLE_GPU_STEP_S)  # noqa: E731
+    matmuls = []
+    for i, raw in enumerate(doc.list("matmul", default=[])):
+        d = _Doc(origin, f"{doc.field('matmul')}[{i}]", raw, _MATMUL_RATE)
+        matmuls.append(MatmulRate(dtype=_dtype(d), m=d.integer("m"), n=d.integer("n"), k=d.integer("k"),
+                                  batch=d.integer("batch", default=1), time_s=time(d, "time_s")))
+    attention = []
+    for i, raw in enumerate(doc.list("attention", default=[])):
+        d = _Doc(origin, f"{doc.field('attention')}[{i}]", raw, _ATTENTION_RATE)
+        causal = d.get("causal", "true or false")
+        if not isinstance(causal, bool):
+            d.fail(d.field("causal"), causal, "true or false")
+        attention.append(AttentionRate(dtype=_dtype(d), batch_heads=d.integer("batch_heads"), seq=d.integer("seq"),
+                                       head_dim=d.integer("head_dim"), causal=causal,
+                                       forward_s=time(d, "forward_s"), backward_s=time(d, "backward_s")))
+    launch = bandwidth = None
+    points = []
+    md = doc.obj("memory", _MEMORY_RATE, default=None)
+    if md is not None:
+        launch = md.number("launch_s", nullable=True, default=None, maximum=MAX_FIT_LATENCY_S)
+        bandwidth = md.number("bandwidth_bytes_per_s", strict=True, nullable=True, default=None,
+                              minimum=MIN_PROFILE_RATE, maximum=MAX_PROFILE_BYTES_PER_S)
+        for i, raw in enumerate(md.list("points", default=[])):
+            d = _Doc(origin, f"{md.field('points')}[{i}]", raw, ("size_bytes", "time_s"))
+            points.append((d.number("size_bytes", strict=True, maximum=MAX_COLLECTIVE_BYTES), time(d, "time_s")))
+        if (launch is None) != (bandwidth is None):
+            md.fail(md.field("bandwidth_bytes_per_s"), bandwidth, "given together with launch_s (both or neither)")
+    return OpRates(matmuls=tuple(matmuls), attention=tuple(attention), launch_s=launch,
+                   bandwidth_bytes_per_s=bandwidth, memory_points=tuple(points),
+                   left_out=doc.integer("left_out", minimum=0, default=0))
 
 
 def profile_from_dict(data: Any, origin: str = "profile") -> Profile:

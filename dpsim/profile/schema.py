@@ -32,7 +32,13 @@ Schema ``dpsim.calibration/1`` (SI units, one unit in every key)::
                   "matmul": [...], "memcpy": [...], "overlap": {...},
                   "model_step": {"model": "gpt2", "micro_batch": 4, "dtype": "bfloat16",
                                  "forward_s": ..., "backward_s": ..., "step_time_cv": 0.03,
-                                 "layers": [...]}} | null,
+                                 "layers": [...]},
+                  "op_rates": {"matmul": [{"dtype", "m", "n", "k", "batch", "time_s"}, ...],
+                               "attention": [{"dtype", "batch_heads", "seq", "head_dim", "causal",
+                                              "forward_s", "backward_s"}, ...],
+                               "memory": {"launch_s", "bandwidth_bytes_per_s",
+                                          "points": [{"size_bytes", "time_s"}, ...]},
+                               "left_out": 0}} | null,   # op_rates optional (older profiles lack it)
       "warnings": ["..."]
     }
 
@@ -236,6 +242,68 @@ class ModelStep:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MatmulRate:
+    """One GEMM shape timed alone: ``batch`` products ``(m x k) @ (k x n)``."""
+
+    dtype: str
+    """Element dtype it ran in (torch's name)."""
+    m: int
+    """Output rows."""
+    n: int
+    """Output columns."""
+    k: int
+    """Reduction length."""
+    batch: int = 1
+    """Independent products (a batched matmul)."""
+    time_s: float
+    """Median time of one call."""
+
+    @property
+    def flops_per_s(self) -> float:
+        """Achieved FLOP/s (a multiply-add counts 2)."""
+        return 2.0 * self.m * self.n * self.k * self.batch / self.time_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionRate:
+    """One scaled-dot-product attention kernel timed alone (``torch.nn.functional.scaled_dot_product_attention``)."""
+
+    dtype: str
+    """Element dtype it ran in."""
+    batch_heads: int
+    """Micro-batch x heads."""
+    seq: int
+    """Query and key length."""
+    head_dim: int
+    """Size of one head."""
+    causal: bool
+    """Causal mask."""
+    forward_s: float
+    """Median forward time."""
+    backward_s: float
+    """Median backward time (forward + backward less the forward)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpRates:
+    """The rates of the op graph's kernels on the calibrated device (:mod:`dpsim.profile.op_rates`)."""
+
+    matmuls: tuple[MatmulRate, ...] = ()
+    """Every GEMM shape timed (forward and both backward GEMMs of the model's matmuls)."""
+    attention: tuple[AttentionRate, ...] = ()
+    """Every attention kernel timed."""
+    launch_s: float | None = None
+    """Fixed time per element-wise kernel: the intercept of ``time = launch_s + bytes / bandwidth``
+    fitted on :attr:`memory_points`."""
+    bandwidth_bytes_per_s: float | None = None
+    """Streaming bandwidth of an element-wise kernel (bytes read + written per second): that fit's slope."""
+    memory_points: tuple[tuple[float, float], ...] = ()
+    """The element-wise kernel's ``(bytes moved, median time_s)`` the fit is made on."""
+    left_out: int = 0
+    """Kernels of the model not timed (over the cap or the budget): costed from the nearest timed one."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ComputeCalibration:
     """Compute micro-benchmarks of one device type."""
 
@@ -252,6 +320,8 @@ class ComputeCalibration:
     the interference: on shared cores, gloo's threads compete with compute)."""
     model_step: ModelStep | None = None
     """A real model's measured step, when one was benchmarked."""
+    op_rates: OpRates | None = None
+    """The op graph's kernels timed one by one (``None``: not measured, or an older profile)."""
     raw: dict[str, Any] = field(default_factory=dict)
     """Raw results: ``matmul``, ``memcpy``, ``overlap`` lists/dicts."""
 
@@ -464,9 +534,23 @@ def _compute_to_dict(c: ComputeCalibration) -> dict:
         "overlap_slowdown": c.overlap_slowdown,
         **({"comm_slowdown": c.comm_slowdown} if c.comm_slowdown is not None else {}),
         "model_step": step,
+        **({"op_rates": _op_rates_to_dict(c.op_rates)} if c.op_rates is not None else {}),
     }
     d.update(c.raw)
     return d
+
+
+def _op_rates_to_dict(r: OpRates) -> dict:
+    return {
+        "matmul": [{"dtype": x.dtype, "m": x.m, "n": x.n, "k": x.k, "batch": x.batch, "time_s": x.time_s}
+                   for x in r.matmuls],
+        "attention": [{"dtype": a.dtype, "batch_heads": a.batch_heads, "seq": a.seq, "head_dim": a.head_dim,
+                       "causal": a.causal, "forward_s": a.forward_s, "backward_s": a.backward_s}
+                      for a in r.attention],
+        "memory": {"launch_s": r.launch_s, "bandwidth_bytes_per_s": r.bandwidth_bytes_per_s,
+                   "points": [{"size_bytes": b, "time_s": t} for b, t in r.memory_points]},
+        "left_out": r.left_out,
+    }
 
 
 STEP_OPTIONAL = ("step_time_cv", "structure_hash", "forward_flops_per_sample", "layers_traced", "optimizer",

@@ -40,7 +40,7 @@ def layout_tables(p) -> list[Table]:
         summary.add_row(name, value)
     stages = Table(title="pipeline stages" if lay.pp > 1 else "the stage", header_style="bold")
     for col in ("stage", "blocks", "fwd / micro-batch", "bwd / micro-batch", "busy", "bubble", "in flight",
-                "memory / GPU"):
+                "model state", "activations", "memory / GPU"):
         stages.add_column(col, justify="right")
     shown = rep.stages if len(rep.stages) <= 12 else rep.stages[:6] + rep.stages[-6:]
     for s in shown:
@@ -48,6 +48,7 @@ def layout_tables(p) -> list[Table]:
         mark = "" if mem.fits else " [bold red]OOM[/bold red]"
         stages.add_row(str(s.stage), str(s.blocks), format_seconds(s.forward_s), format_seconds(s.backward_s),
                        format_seconds(s.busy_s), format_seconds(s.bubble_s), "+".join(map(str, s.memory.in_flight)),
+                       format_bytes(mem.model_state_bytes), format_bytes(mem.activations_bytes),
                        format_bytes(mem.total_bytes) + mark)
     return [summary, stages]
 
@@ -62,8 +63,8 @@ def _short(c) -> str:
     parts = [f"{c.gpus}: tp{c.tp} pp{c.pp} dp{c.dp}"]
     if c.pp > 1 and c.virtual_stages > 1:
         parts.append(f"i{c.virtual_stages}")
-    elif c.pp > 1 and c.schedule == "gpipe":
-        parts.append("gpipe")
+    elif c.pp > 1 and c.schedule in ("gpipe", "zb-h1"):
+        parts.append({"gpipe": "gpipe", "zb-h1": "zb"}[c.schedule])
     parts += [c.strategy, f"mb{c.micro_batch}"]
     if c.recompute != "off":
         parts.append({"selective": "sel", "full": "full"}[c.recompute])

@@ -10,9 +10,11 @@ places the groups on the fabric).
 **Stages.** The model's blocks (transformer layers, :attr:`LayerSpec.unit`) are split
 over ``pp x virtual_stages`` *virtual stages*; virtual stage ``c x pp + s`` is model chunk
 ``c`` of stage ``s`` (Megatron's interleaved assignment, Narayanan et al. 2021, Sec.
-2.2.2, Fig. 4). By default every virtual stage gets the same number of blocks (Megatron
-requires the layers to divide evenly); ``--stage-layers`` gives each stage its own count
-(Megatron's ``--decoder-first-pipeline-num-layers`` / ``...-last-...`` generalised). The
+2.2.2, Fig. 4). By default the virtual stages get block counts that
+differ by at most one, the lighter at the ends (:func:`balanced_counts`; equal counts when
+they divide); ``--stage-layers`` gives each stage its own count, split over its chunks the
+same way, or each virtual stage its own (``pp x virtual_stages`` counts; Megatron's
+``--decoder-first-pipeline-num-layers`` / ``...-last-...`` generalised). The
 layers before the first block (embedding) run on the first virtual stage, the layers
 after the last (final norm, LM head, loss) on the last one.
 
@@ -27,7 +29,7 @@ block's forward (its collectives too) before the block's backward (Megatron's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
@@ -42,6 +44,10 @@ SCHEDULES: dict[str, str] = {
     "1f1b-interleaved": "1F1B over virtual stages (Megatron's interleaved schedule): bubble / virtual stages",
     "deepspeed": "DeepSpeed's pipeline engine (TrainSchedule): 1F1B's order in pipe steps, one blocking send or "
                  "receive at a time, gradients reduced after the pipeline",
+    "zb-h1": "zero bubble ZB-H1 (Qi et al. 2024): backward split into input and weight gradients, the weight "
+             "gradients filling the drain; 1F1B's memory, about a third of its bubble",
+    "dualpipe": "DualPipe (DeepSeek-V3): micro-batches fed from both ends, each stage holding two stages' "
+                "parameters, forward and backward chunks paired, weight gradients in the bubbles",
 }
 """``--schedule`` choices."""
 
@@ -88,7 +94,7 @@ class Layout:
     ``--overlap-grad-reduce``) and, for ``zero1``, the parameter all-gather the next
     step's forward (``--overlap-param-gather``)."""
     stage_blocks: tuple[int, ...] | None = None
-    """Blocks per stage (``None``: an even split)."""
+    """Blocks per stage, or per virtual stage in virtual-stage order (``None``: :func:`balanced_counts`)."""
     bucket_elements: int | None = None
     """Parameters per data-parallel gradient bucket (``None``: Megatron's default)."""
     grad_accum_fusion: bool = True
@@ -110,7 +116,9 @@ class Layout:
 
     @property
     def chunks(self) -> int:
-        """Model chunks per stage (1 unless interleaved)."""
+        """Model chunks per stage (1 unless interleaved; DualPipe's two directions)."""
+        if self.schedule == "dualpipe":
+            return 2
         return self.virtual_stages if self.schedule == "1f1b-interleaved" else 1
 
     @property
@@ -142,8 +150,9 @@ def default_bucket_elements(dp: int) -> int:
 # ------------------------------------------------------------------- stages
 
 
-def parse_stage_layers(text: str | None, pp: int) -> tuple[int, ...] | None:
-    """``--stage-layers 10,12,12,14`` -> blocks per stage (``None`` when not given)."""
+def parse_stage_layers(text: str | None, pp: int, virtual_stages: int = 1) -> tuple[int, ...] | None:
+    """``--stage-layers 10,12,12,14`` -> blocks per stage, or per virtual stage when it gives
+    ``pp x virtual_stages`` counts (``None`` when not given)."""
     if text is None:
         return None
     try:
@@ -151,10 +160,24 @@ def parse_stage_layers(text: str | None, pp: int) -> tuple[int, ...] | None:
     except ValueError:
         raise ConfigError(f"--stage-layers: {text!r} is not valid; expected comma-separated block counts, "
                           f"one per pipeline stage (e.g. 10,12,12,14)") from None
-    if len(counts) != pp or any(c < 0 for c in counts):
-        raise ConfigError(f"--stage-layers: {text!r} is not valid; expected {pp} block counts >= 0 (one per "
-                          f"pipeline stage, --pp {pp})")
+    allowed = sorted({pp, pp * virtual_stages})
+    if len(counts) not in allowed or any(c < 0 for c in counts):
+        per = f"{pp}" + (f" or {pp * virtual_stages}" if virtual_stages > 1 else "")
+        raise ConfigError(f"--stage-layers: {text!r} is not valid; expected {per} block counts >= 0 (one per "
+                          f"pipeline stage, --pp {pp}" + (f"; or one per virtual stage, --pp x --virtual-stages "
+                                                          f"{virtual_stages}" if virtual_stages > 1 else "") + ")")
     return counts
+
+
+def balanced_counts(n: int, k: int) -> tuple[int, ...]:
+    """``n`` blocks over ``k`` (virtual) stages in forward order, counts differing by at most one;
+    the heavier ones fill the middle first, so the first and last (which also run the
+    embedding, and the final norm, LM head and loss) are the lighter ones, as large runs
+    split layer counts that do not divide (Megatron-Core's ``--decoder-first-pipeline-num-layers``
+    and ``--decoder-last-pipeline-num-layers`` set lighter ends the same way)."""
+    base, extra = divmod(n, k)
+    heavy = set(sorted(range(k), key=lambda g: (-min(g, k - 1 - g), g))[:extra])
+    return tuple(base + (g in heavy) for g in range(k))
 
 
 def block_layers(tpm: TpModel) -> list[list[int]]:
@@ -172,7 +195,13 @@ def block_layers(tpm: TpModel) -> list[list[int]]:
 
 
 def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """Layer indices of each stage's model chunks: ``result[stage][chunk]`` (see the module docstring)."""
+    """Layer indices of each stage's model chunks: ``result[stage][chunk]`` (see the module docstring).
+    DualPipe: the model split over ``pp`` stages, stage ``r`` holding stage ``r`` of the forward
+    direction (chunk 0) and stage ``pp - 1 - r`` of the reverse one (chunk 1)."""
+    if layout.schedule == "dualpipe":
+        one = stage_assignment(tpm, replace(layout, schedule="1f1b", virtual_stages=1))
+        p = layout.pp
+        return tuple((one[r][0], one[p - 1 - r][0]) for r in range(p))
     p, v = layout.pp, layout.chunks
     blocks = block_layers(tpm)
     n = len(blocks)
@@ -182,18 +211,13 @@ def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...
         if sum(counts) != n:
             raise ConfigError(f"--stage-layers: {','.join(map(str, counts))} sums to {sum(counts)} blocks; "
                               f"{tpm.model.name} has {n}")
-        if any(c % v for c in counts):
-            raise ConfigError(f"--stage-layers: {','.join(map(str, counts))} does not split into "
-                              f"{v} chunks per stage (--virtual-stages {v}); give multiples of {v}")
-        per_virtual = [counts[g % p] // v for g in range(n_virtual)]
+        if len(counts) == n_virtual:
+            per_virtual = list(counts)
+        else:
+            # A stage's blocks over its chunks, the first chunks taking the one left over.
+            per_virtual = [counts[g % p] // v + (g // p < counts[g % p] % v) for g in range(n_virtual)]
     else:
-        if n % n_virtual:
-            raise ConfigError(
-                f"--pp: {n} blocks of {tpm.model.name} do not split evenly into {p} stages"
-                + (f" x {v} virtual stages" if v > 1 else "")
-                + f"; choose a --pp{' x --virtual-stages' if v > 1 else ''} that divides {n}, or give "
-                  f"--stage-layers")
-        per_virtual = [n // n_virtual] * n_virtual
+        per_virtual = list(balanced_counts(n, n_virtual))
     if p > 1 and any(c == 0 for c in per_virtual):
         raise ConfigError(f"--pp: {p} stages x {v} chunks leave a chunk without blocks; use fewer stages or "
                           f"--stage-layers with every stage > 0")
@@ -248,6 +272,19 @@ class LayerWork:
     """Of which the compute stream waits for."""
     grad_numel: int
     """Parameters of the layer on one rank (gradients it produces)."""
+    weight_grad_s: float = 0.0
+    """Of :attr:`backward_s`, the weight-gradient GEMMs: the pass ``W`` a zero-bubble schedule
+    runs apart from the input gradient ``B`` (:func:`weight_gradient_share`)."""
+
+
+def weight_gradient_share(layer) -> float:
+    """The weight-gradient GEMMs' share of a layer's backward compute. A linear layer's backward
+    is two GEMMs the size of its forward one, the input gradient and the weight gradient (Qi et
+    al. 2024, arXiv:2401.10241, Sec. 2: ``B`` and ``W`` each about ``F``); the attention core
+    has no weights, its backward (about twice its forward) is all input gradient."""
+    linear = layer.col_flops_per_sample + layer.row_flops_per_sample
+    total = 2.0 * (linear + layer.core_flops_per_sample)
+    return linear / total if total > 0 else 0.0
 
 
 def gradient_accumulation_s(tpm: TpModel, gpu, grad_bytes: int) -> list[float]:
@@ -341,7 +378,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         backward_s=bwd_s[i] + comms[i].backward_exposed_s + hidden_b[i] + recompute[i] + accumulate[i],
         compute_forward_s=fwd_s[i], compute_backward_s=bwd_s[i], recompute_s=recompute[i],
         tp_comm_s=tp_comm[i], tp_exposed_s=tp_exposed[i],
-        grad_numel=layer.numel_per_rank) for i, layer in enumerate(tpm.layers))
+        grad_numel=layer.numel_per_rank,
+        weight_grad_s=bwd_s[i] * weight_gradient_share(layer) + accumulate[i]) for i, layer in enumerate(tpm.layers))
 
 
 def _units(tpm: TpModel) -> list[list[int]]:
@@ -378,6 +416,11 @@ class ChunkWork:
     def backward_s(self) -> float:
         """One micro-batch's backward (recomputation included)."""
         return sum(l.backward_s for l in self.layers)
+
+    @property
+    def weight_grad_s(self) -> float:
+        """Of :attr:`backward_s`, the weight-gradient pass of one micro-batch."""
+        return sum(l.weight_grad_s for l in self.layers)
 
     @property
     def grad_numel(self) -> int:

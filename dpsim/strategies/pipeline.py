@@ -1,4 +1,4 @@
-"""Pipeline parallelism: the schedules (GPipe, 1F1B, interleaved 1F1B) and a layout's step program.
+"""Pipeline parallelism: the schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1, DualPipe) and a layout's step program.
 
 **Schedules** (the order in which each stage runs the forwards ``F`` and backwards ``B`` of
 its micro-batches and model chunks):
@@ -14,6 +14,30 @@ its micro-batches and model chunks):
   virtual micro-batch ``k`` runs chunk ``(k mod p·v) // p`` in forward (``v - 1 -`` that in
   backward) of micro-batch ``(k // p·v)·p + k mod p``; ``(p - s - 1)·2 + (v - 1)·p``
   warm-up forwards (all ``m·v`` when ``m = p``). ``m`` must be a multiple of ``p``.
+- ``zb-h1`` (zero bubble, Qi et al. 2024, arXiv:2401.10241, Sec. 3.1, Fig. 3): each backward
+  is split into ``B``, the input gradient the previous stage waits for, and ``W``, the weight
+  gradient nothing waits for (:attr:`~dpsim.strategies.layout.LayerWork.weight_grad_s`);
+  1F1B's order of ``F`` and ``B``, and stage ``s`` runs each ``W`` ``s`` backwards late, so
+  that every stage holds at most ``p`` micro-batches (1F1B's peak, stage 0's: a micro-batch's
+  activations are freed after its ``W``) and the deferred ``W`` fill the drain: the bubble
+  is ``(p - 1)(F + B - W)`` instead of ``(p - 1)(F + B + W)``. The exchange after a ``B`` is
+  in flight while a ``W`` runs (the next ``F`` or ``B`` waits for it). The last micro-batch's
+  ``W`` launches the data-parallel buckets layer by layer.
+- ``dualpipe`` (DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.2.1, Fig. 5 and Table 2; the
+  order of ``deepseek-ai/DualPipe``'s ``DualPipe.step``@bb214e82, its eight phases): half
+  the ``m`` micro-batches enter at stage 0 and half at stage ``p - 1``; the model is split
+  over ``p`` stages and stage ``r`` holds stage ``r`` of the first direction (chunk 0) and
+  stage ``p - 1 - r`` of the second (chunk 1), so **twice the parameters** of a 1F1B stage,
+  whose gradients the two holders all-reduce before the optimizer. In the steady state each
+  forward chunk runs paired with a backward chunk of the other direction (``F&B``: here one
+  after the other, starting once both inputs are in, the pair's compute being their sum on
+  a dense model); the warm-up's and drain's backwards split off their ``W`` to fill the
+  bubbles. It holds **p + 1** chunks' activations at its peak (Table 2; counted from the
+  slots, tested). Its exchanges block as its runtime's do: the sends and receives a stage
+  appends are posted together and all waited on before its next chunk
+  (``_commit_and_wait_comm``; :func:`dualpipe_steps`), so with uniform chunks and free
+  transfers the played bubble is the paper's ``(p/2 - 1)(F&B + B - 3W)`` when ``F = B - W =
+  W`` (tested). ``p`` even, ``m`` even and at least ``2p``.
 - ``deepspeed`` (DeepSpeed's ``PipelineEngine`` running ``TrainSchedule``,
   ``deepspeed/runtime/pipe/schedule.py``@077e6740, as Megatron-Turing NLG trained, Smith et
   al. 2022): the same order as 1F1B (stage ``s`` runs ``F(j)`` at pipe step ``2j + s`` and
@@ -65,6 +89,7 @@ embedding's gradient (``_allreduce_word_embedding_grads``) before the optimizer.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -74,7 +99,7 @@ from dpsim.errors import ConfigError
 from dpsim.strategies.layout import ChunkWork, Layout
 
 Slot = tuple[str, int, int]
-"""``("F" | "B", chunk, micro_batch)``."""
+"""``("F" | "B" | "W", chunk, micro_batch)`` (``W``: a zero-bubble schedule's weight gradient)."""
 
 
 def check_schedule(layout: Layout) -> None:
@@ -90,6 +115,14 @@ def check_schedule(layout: Layout) -> None:
             raise ConfigError(f"--global-batch: {layout.global_batch} gives {m} micro-batches per replica, not a "
                               f"multiple of --pp {p} as the interleaved schedule needs; change --global-batch or "
                               f"--micro-batch")
+    elif layout.schedule == "dualpipe":
+        if p < 2 or p % 2:
+            raise ConfigError(f"--pp: {p} stages with --schedule dualpipe; it needs an even number of stages "
+                              f"(2 or more), half of them feeding each direction")
+        if m % 2 or m < 2 * p:
+            raise ConfigError(f"--global-batch: {layout.global_batch} gives {m} micro-batches per replica; "
+                              f"--schedule dualpipe needs an even number, at least 2 x --pp = {2 * p} (half "
+                              f"enter from each end); change --global-batch or --micro-batch")
     elif v != 1:
         raise ConfigError(f"--virtual-stages: {v} applies only to --schedule 1f1b-interleaved; leave it at 1")
 
@@ -104,6 +137,21 @@ def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int) -> list[Sl
         for i in range(m - w):
             out += [("F", 0, w + i), ("B", 0, i)]
         return out + [("B", 0, j) for j in range(m - w, m)]
+    if schedule == "dualpipe":
+        return dualpipe_slots(p, m, stage)
+    if schedule == "zb-h1":
+        # 1F1B's order of F and B; each W runs ``stage`` backwards late, so that at most
+        # ``p`` micro-batches are held on every stage (stage 0's 1F1B peak) and the
+        # deferred W fill the drain (Qi et al. 2024, Sec. 3.1, Fig. 3).
+        w = min(p - stage - 1, m)
+        out = [("F", 0, j) for j in range(w)]
+        done_w = 0
+        for kind, _, j in schedule_slots("1f1b", p, 1, m, stage)[w:]:
+            out.append((kind, 0, j))
+            if kind == "B" and j - done_w >= stage:
+                out.append(("W", 0, done_w))
+                done_w += 1
+        return out + [("W", 0, j) for j in range(done_w, m)]
     total = m * v
 
     def slot(kind: str, k: int) -> Slot:
@@ -118,6 +166,177 @@ def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int) -> list[Sl
     for k in range(total - w):
         out += [slot("F", k + w), slot("B", k)]
     return out + [slot("B", k) for k in range(total - w, total)]
+
+
+def dualpipe_pairs(p: int, m: int, stage: int) -> dict[tuple[int, int], tuple[int, int]]:
+    """DualPipe's overlapped chunks on ``stage``: forward ``(chunk, micro-batch)`` -> the backward
+    ``(chunk, micro-batch)`` run with it."""
+    pairs: list[int] = []
+    slots = dualpipe_slots(p, m, stage, pairs)
+    return {slots[k][1:]: slots[k + 1][1:] for k in pairs}
+
+
+def dualpipe_slots(p: int, m: int, stage: int, pairs: list[int] | None = None) -> list[Slot]:
+    """DualPipe's order on ``stage`` (see the module docstring): chunk ``c`` is direction ``c``;
+    micro-batch ``j`` counts that direction's ``m/2``. ``pairs`` collects the positions of the
+    forwards run overlapped with the backward after them."""
+    out: list[Slot] = []
+    for step in dualpipe_steps(p, m, stage):
+        if step[0] == "pair" and pairs is not None:
+            pairs.append(len(out))
+        elif step[0] in ("F", "B", "W"):
+            out.append(step)
+    return out
+
+
+Message = tuple[str, int, int]
+"""``("act" | "grad", direction, micro_batch)``: a DualPipe point-to-point message."""
+
+
+def dualpipe_steps(p: int, m: int, stage: int) -> list[tuple]:
+    """DualPipe's calls on ``stage`` as its runtime issues them (``DualPipe.step``'s eight phases,
+    deepseek-ai/DualPipe@bb214e82): compute ``("F" | "B" | "W", direction, micro_batch)``,
+    ``("pair",)`` before an overlapped forward-backward pair, and ``("commit", sends, receives)``
+    (tuples of :data:`Message`): the sends and receives appended since the last commit, posted
+    together and all waited on (``_commit_and_wait_comm``) before the next compute."""
+    half_p, half_m = p // 2, m // 2
+    h = min(stage, p - 1 - stage)
+    second = stage >= half_p
+    middle = h == half_p - 1
+    out: list[tuple] = []
+    n_f, n_b = [0, 0], [0, 0]
+    sends: list[Message] = []
+    recvs: list[Message] = []
+    deferred: list[tuple[int, int]] = []
+
+    def direction(phase: int) -> int:
+        return phase ^ second
+
+    def first_of(d: int) -> bool:  # where direction d enters
+        return stage == (0 if d == 0 else p - 1)
+
+    def last_of(d: int) -> bool:
+        return stage == (p - 1 if d == 0 else 0)
+
+    def commit() -> None:
+        if sends or recvs:
+            out.append(("commit", tuple(sends), tuple(recvs)))
+            sends.clear()
+            recvs.clear()
+
+    counters: dict[tuple[bool, str, int], int] = {}
+
+    def message(send: bool, what: str, phase: int) -> None:
+        """Append a send or a receive of ``what`` in the direction of ``phase``, unless the stage
+        is where that message starts or ends (activations enter at the direction's first stage,
+        gradients at its last)."""
+        d = direction(phase)
+        edge = first_of(d) if (what == "act") != send else last_of(d)
+        if not edge:
+            j = counters.get((send, what, d), 0)
+            counters[send, what, d] = j + 1
+            (sends if send else recvs).append((what, d, j))
+
+    def recv_forward(phase: int) -> None:
+        message(False, "act", phase)
+
+    def send_forward(phase: int) -> None:
+        message(True, "act", phase)
+
+    def recv_backward(phase: int) -> None:
+        message(False, "grad", phase)
+
+    def send_backward(phase: int) -> None:
+        message(True, "grad", phase)
+
+    def f_compute(phase: int) -> None:
+        d = direction(phase)
+        out.append(("F", d, n_f[d]))
+        n_f[d] += 1
+
+    def b_compute(phase: int, defer: bool) -> None:
+        d = direction(phase)
+        out.append(("B", d, n_b[d]))
+        if defer:
+            deferred.append((d, n_b[d]))
+        else:
+            out.append(("W", d, n_b[d]))
+        n_b[d] += 1
+
+    def forward(phase: int, recv: bool = True, send: bool = True) -> None:
+        if recv:
+            recv_forward(phase)
+        commit()
+        f_compute(phase)
+        if send:
+            send_forward(phase)
+
+    def backward(phase: int, defer: bool = False, send: bool = True) -> None:
+        recv_backward(phase)
+        commit()
+        b_compute(phase, defer)
+        if send:
+            send_backward(phase)
+
+    def forward_backward(phase0: int, phase1: int, recv0: bool = True) -> None:
+        if recv0:
+            recv_forward(phase0)
+        recv_backward(phase1)
+        commit()
+        out.append(("pair",))
+        f_compute(phase0)
+        b_compute(phase1, False)
+        send_forward(phase0)
+        send_backward(phase1)
+
+    def weight() -> None:
+        commit()
+        d, j = deferred.pop(0)
+        out.append(("W", d, j))
+
+    for _ in range(2 * (half_p - h - 1)):
+        forward(0)
+    recv_forward(0)
+    for i in range(h + 1):
+        forward(0, recv=False, send=middle)
+        recv_forward(0)
+        forward(1, send=not middle or i < h)
+        if not middle:
+            send_forward(0)
+    for _ in range(half_p - h - 1):
+        backward(1, defer=True)
+        recv_forward(1)
+        weight()
+        forward(1, recv=False)
+    for i in range(half_m - p + h + 1):
+        if i == 0 and middle:  # the middle stages run their first pair apart
+            forward(0, recv=False, send=False)
+            send_forward(1)
+            backward(1, send=False)
+            send_forward(0)
+            send_backward(1)
+        else:
+            forward_backward(0, 1, recv0=i > 0)
+        forward_backward(1, 0)
+    for _ in range(half_p - h - 1):
+        backward(1)
+        forward_backward(1, 0)
+    defer = False
+    for i in range(h + 1):
+        if i == (h + 1) // 2 and h % 2 == 1:
+            defer = True
+        backward(1, defer)
+        if i == (h + 1) // 2 and h % 2 == 0:
+            defer = True
+        backward(0, defer)
+    for _ in range(half_p - h - 1):
+        weight()
+        backward(0, defer=True)
+    for _ in range(h + 1):
+        weight()
+    commit()
+    assert not deferred and n_f == n_b == [half_m, half_m]
+    return out
 
 
 def _interleaved_warmup(layout: Layout, stage: int) -> int | None:
@@ -135,24 +354,33 @@ def peak_in_flight(slots: Sequence[Slot], chunks: int) -> list[int]:
     before a backward starts)."""
     held = [0] * chunks
     best, best_held = -1, [0] * chunks
+    # A split backward frees a micro-batch's activations after its weight gradient W (which
+    # reads the layers' inputs), not after B.
+    release = "W" if any(kind == "W" for kind, _, _ in slots) else "B"
     for kind, c, _ in slots:
         if kind == "F":
             held[c] += 1
         else:
             if sum(held) > best:
                 best, best_held = sum(held), list(held)
-            held[c] -= 1
+            if kind == release:
+                held[c] -= 1
     return best_held
 
 
 def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
     """Per chunk, the micro-batches stage ``stage`` holds at its peak, in closed form (equal to
     :func:`peak_in_flight` of :func:`schedule_slots`): ``m`` for GPipe, ``min(p - stage, m)``
-    for 1F1B, the warm-up forwards plus one for the interleaved schedule."""
+    for 1F1B, ``min(p, m)`` on every stage for ZB-H1 (1F1B's peak, stage 0's), the warm-up
+    forwards plus one for the interleaved schedule."""
     if schedule == "gpipe":
         return [m]
     if schedule in ("1f1b", "deepspeed"):
         return [min(p - stage, m)]
+    if schedule == "zb-h1":
+        return [min(p, m)]
+    if schedule == "dualpipe":
+        return peak_in_flight(dualpipe_slots(p, m, stage), 2)
     total = m * v
     warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
     counts = [0] * v
@@ -161,10 +389,27 @@ def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
     return counts
 
 
-def bubble_fraction(layout: Layout) -> float:
-    """Idle share of a uniform pipeline's step: ``(p - 1) / (v·m + p - 1)`` of chunk slots
-    (Narayanan et al. 2021, Sec. 2.2; ``v = 1`` except interleaved)."""
+@functools.lru_cache(maxsize=4096)
+def stage_in_flight(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
+    """:func:`in_flight` of every stage (cached: a search asks for the same shapes many times)."""
+    return tuple(tuple(in_flight(schedule, p, v, m, s)) for s in range(p))
+
+
+def bubble_fraction(layout: Layout, *, weight_share: float = 1.0 / 3.0, backward_share: float = 2.0 / 3.0) -> float:
+    """Idle share of a uniform pipeline's step without transfers: ``(p - 1) / (v·m + p - 1)`` of
+    chunk slots (Narayanan et al. 2021, Sec. 2.2; ``v = 1`` except interleaved). ZB-H1 idles
+    ``(p - 1)(F + B - W)`` beside ``m(F + B + W)`` of work (Qi et al. 2024, Sec. 3.1, with
+    ``W <= F``): with ``weight_share`` ``W / (F + B + W)``, ``(p - 1)(1 - 2w) / (m + (p - 1)(1 - 2w))``,
+    a third of 1F1B's bubble when ``F = B = W``. DualPipe: its paper's ``(p/2 - 1)(F&B + B - 3W)``
+    (DeepSeek-V3 report, Sec. 3.2.1, Table 2; ``B`` the whole backward, ``F&B`` an overlapped
+    pair, here ``F + B``) beside ``m(F + B)``, with ``backward_share`` ``B / (F + B)``."""
     p, v, m = layout.pp, layout.chunks, layout.micro_batches
+    if layout.schedule == "dualpipe":
+        idle = (p / 2 - 1) * (1.0 + backward_share - 3.0 * weight_share)
+        return idle / (m + idle) if m + idle > 0 else 0.0
+    if layout.schedule == "zb-h1":
+        idle = (p - 1) * (1.0 - 2.0 * weight_share)
+        return idle / (m + idle) if m + idle > 0 else 0.0
     return (p - 1) / (v * m + p - 1)
 
 
@@ -209,7 +454,8 @@ Step = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
 
 
 def _stage_sequence(slots: Sequence[Slot], s: int, p: int, m: int, *, deepspeed: bool, blocking: bool,
-                    act_send: dict, grad_send: dict, interleaved_warmup: int | None = None) -> list[Step]:
+                    act_send: dict, grad_send: dict, interleaved_warmup: int | None = None,
+                    dual_virtual=None) -> list[Step]:
     """A stage's compute ops and blocking exchanges in order: ``(kind, chunk, micro-batch, sent,
     received)``, kind ``F``, ``B`` or ``exchange`` (its transfers sent and received).
 
@@ -217,7 +463,25 @@ def _stage_sequence(slots: Sequence[Slot], s: int, p: int, m: int, *, deepspeed:
     (``p2p_communication.py``: ``send_forward_recv_backward``, ``send_backward_recv_forward``,
     ``send_forward_recv_forward``... each one batched ``batch_isend_irecv`` waited on before
     the next op) sends an op's output together with receiving the next op's input, after the
-    op; the first op's input is received before it. Without ``blocking`` the ops alone."""
+    op; the first op's input is received before it. DualPipe posts and waits on what each commit
+    of :func:`dualpipe_steps` holds (``dual_virtual(s, c)``: the virtual stage of its chunk ``c``).
+    Without ``blocking`` the ops alone."""
+    if dual_virtual is not None and blocking:
+        def transfer(msg: Message, sending: bool) -> int:
+            what, d, j = msg
+            g = dual_virtual(s, d)
+            if what == "act":
+                return act_send[g, j] if sending else act_send[g - 1, j]
+            return grad_send[g, j] if sending else grad_send[g + 1, j]
+
+        out = []
+        for step in dualpipe_steps(p, m, s):
+            if step[0] == "commit":
+                out.append(("exchange", 0, 0, tuple(transfer(x, True) for x in step[1]),
+                            tuple(transfer(x, False) for x in step[2])))
+            elif step[0] != "pair":
+                out.append((*step, (), ()))
+        return out
     if deepspeed and blocking:
         out = []
         for kind, what, j in deepspeed_commands(p, m, s):
@@ -233,6 +497,8 @@ def _stage_sequence(slots: Sequence[Slot], s: int, p: int, m: int, *, deepspeed:
 
     def io(kind: str, c: int, j: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         g = c * p + s
+        if kind == "W":
+            return (), ()
         if kind == "F":
             return (((act_send[g - 1, j],) if (g - 1, j) in act_send else ()),
                     ((act_send[g, j],) if (g, j) in act_send else ()))
@@ -311,24 +577,46 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
     check_schedule(layout)
     p, v, m = layout.pp, layout.chunks, layout.micro_batches
     slots = [schedule_slots(layout.schedule, p, v, m, s) for s in range(p)]
+    # Forward (chunk, micro-batch) -> the backward it runs overlapped with (DualPipe's F&B).
+    pairs: list[dict[tuple[int, int], tuple[int, int]]] = [
+        dualpipe_pairs(p, m, s) if layout.schedule == "dualpipe" else {} for s in range(p)]
+    split = any(kind == "W" for stage in slots for kind, _, _ in stage)
+    if split and layout.schedule != "dualpipe":
+        # ZB-H1's exchanges are played non-blocking: an op waits only for the data it needs. A
+        # blocking exchange after ``B`` would hold the deferred ``W`` behind the neighbour's
+        # progress, the coupling the schedule is built to remove. DualPipe's runtime waits on
+        # its exchanges at each commit (:func:`dualpipe_steps`), played as such.
+        blocking_p2p = False
     transfers: list[Transfer] = []
     comms: list[CommOp] = []
     comm_stages: list[tuple[int, ...]] = []
 
+    dual = layout.schedule == "dualpipe"
+
     def virtual(s: int, c: int) -> int:
+        # DualPipe: two chains of p virtual stages, direction c entering at stage 0 (c = 0) or
+        # at stage p - 1 (c = 1); otherwise one chain, chunk c of stage s at c·p + s.
+        if dual:
+            return c * p + (s if c == 0 else p - 1 - s)
         return c * p + s
 
     def position(g: int) -> tuple[int, int]:
+        if dual:
+            c, k = divmod(g, p)
+            return (k if c == 0 else p - 1 - k), c
         return g % p, g // p
 
     last_g = p * v - 1
+    chain = p if dual else p * v  # virtual stages one micro-batch runs through
     # Transfers: activation of (g, j) to g+1; gradient of (g, j) to g-1 (across stages only).
     act_send: dict[tuple[int, int], int] = {}
     grad_send: dict[tuple[int, int], int] = {}
     for g in range(last_g + 1):
         s, c = position(g)
-        nxt, prev = (g + 1) % p, (g - 1) % p
-        for j in range(m):
+        has_next, has_prev = g % chain < chain - 1, g % chain > 0
+        nxt = position(g + 1)[0] if has_next else s
+        prev = position(g - 1)[0] if has_prev else s
+        for j in range(m // 2 if dual else m):
             if g < last_g and nxt != s:
                 act_send[g, j] = len(transfers)
                 transfers.append(Transfer(name=f"activation chunk {c} micro-batch {j + 1} -> stage {nxt}", src=s,
@@ -351,6 +639,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
     overlap = dp.overlap and not deepspeed
     fwd = [[w.forward_s for w in stage] for stage in chunks]
     bwd = [[w.backward_s for w in stage] for stage in chunks]
+    wgrad = [[w.weight_grad_s for w in stage] for stage in chunks]
 
     def new_comm(name: str, op: str, size: float, kind: str, group: str, stages: tuple[int, ...]) -> int:
         comms.append(CommOp(name=name, op=op, size_bytes=float(size), kind=kind, group=group))
@@ -359,10 +648,20 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
 
     gradient_ops: list[int] = []
     stage_programs: list[StageProgram] = []
-    emb_op = None
-    if embedding_grad_bytes > 0 and p > 1:
-        emb_op = new_comm("all-reduce tied embedding gradient (first and last stage)", "all_reduce",
-                          embedding_grad_bytes, "allreduce", "emb", (0, p - 1))
+    # Collectives between two stages before the optimizer: the tied embedding's gradient
+    # (first and last stage); DualPipe's two copies of each stage's parameters (stage r holds
+    # stages r and p - 1 - r) summed between the two stages that hold them, costed on the
+    # same two-stage communicator.
+    pair_op: dict[int, int] = {}
+    if dual:
+        for r in range(p // 2):
+            numel = sum(w.grad_numel for w in chunks[r])
+            pair_op[r] = pair_op[p - 1 - r] = new_comm(
+                f"all-reduce gradients of the two parameter copies (stages {r} and {p - 1 - r})", "all_reduce",
+                numel * dp.grad_bytes, "allreduce", "emb", (r, p - 1 - r))
+    elif embedding_grad_bytes > 0 and p > 1:
+        pair_op[0] = pair_op[p - 1] = new_comm("all-reduce tied embedding gradient (first and last stage)",
+                                               "all_reduce", embedding_grad_bytes, "allreduce", "emb", (0, p - 1))
     for s in range(p):
         ops: list[StageOp] = []
         at_start: list[int] = []
@@ -406,17 +705,21 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     end_ops.append(op)
                     dp_ops.append(op)
         gradient_ops += dp_ops
-        final_b = {c: max(j for kind, cc, j in slots[s] if kind == "B" and cc == c) for c in range(v)}
+        # The op that completes a micro-batch's gradients: the backward, or with a zero-bubble
+        # schedule its weight-gradient pass W (the input-gradient pass B runs before).
+        grad_kind = "W" if split else "B"
+        final_b = {c: max(j for kind, cc, j in slots[s] if kind == grad_kind and cc == c) for c in range(v)}
         first_f = {c: min(j for kind, cc, j in slots[s] if kind == "F" and cc == c) for c in range(v)}
-        n_b = sum(1 for kind, _, _ in slots[s] if kind == "B")
+        n_b = sum(1 for kind, _, _ in slots[s] if kind == grad_kind)
         b_seen = 0
-        tail_ops = end_ops + ([emb_op] if emb_op is not None and s in (0, p - 1) else [])
+        tail_ops = end_ops + ([pair_op[s]] if s in pair_op else [])
         pending: list[int] = []  # transfers of blocking exchanges the next op waits for
         for kind, c, j, xsend, xrecv in _stage_sequence(slots[s], s, p, m, deepspeed=deepspeed,
                                                         blocking=blocking_p2p, act_send=act_send,
                                                         grad_send=grad_send,
-                                                        interleaved_warmup=_interleaved_warmup(layout, s)):
-            g = c * p + s
+                                                        interleaved_warmup=_interleaved_warmup(layout, s),
+                                                        dual_virtual=virtual if dual else None):
+            g = virtual(s, c)
             work = chunks[s][c]
             if kind == "exchange":
                 # Few ops (the engine's cost is per op): receives are posted by the op that
@@ -439,6 +742,11 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 needs = (act_send[g - 1, j],) if (g - 1, j) in act_send else ()
                 sends = (act_send[g, j],) if (g, j) in act_send else ()
                 extra = gather_s if needs else 0.0
+                paired = pairs[s].get((c, j))
+                if paired is not None:
+                    # DualPipe's overlapped pair starts once both chunks' inputs are in.
+                    gb = virtual(s, paired[0]) + 1
+                    needs += (grad_send[gb, paired[1]],) if (gb, paired[1]) in grad_send else ()
                 if blocking_p2p:
                     needs, sends = tuple(pending), ()
                     pending.clear()
@@ -456,17 +764,38 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                                    duration_s=fwd[s][c] + extra, needs=needs, sends=sends, micro_batch=j,
                                    chunk=c))
                 continue
+            if kind == "B" and split:
+                needs = (grad_send[g + 1, j],) if (g + 1, j) in grad_send else ()
+                sends = (grad_send[g, j],) if (g, j) in grad_send else ()
+                extra = gather_s if needs else 0.0
+                if blocking_p2p:
+                    needs, sends = tuple(pending), ()
+                    pending.clear()
+                ops.append(StageOp(kind="backward", name=f"input gradient chunk {c} micro-batch {j + 1}",
+                                   duration_s=bwd[s][c] - wgrad[s][c] + extra, needs=needs, sends=sends,
+                                   micro_batch=j, chunk=c))
+                continue
             b_seen += 1
-            needs = (grad_send[g + 1, j],) if (g + 1, j) in grad_send else ()
-            sends = (grad_send[g, j],) if (g, j) in grad_send else ()
+            if kind == "W":
+                # Needs nothing from another stage: non-blocking, it runs while the input
+                # gradient's exchange is in flight (the next F or B waits for it); DualPipe
+                # completes the pending exchanges first (``_weight_chunk``).
+                needs = sends = ()
+                if blocking_p2p and pending:  # DualPipe's _weight_chunk commits first
+                    needs = tuple(pending)
+                    pending.clear()
+            else:
+                needs = (grad_send[g + 1, j],) if (g + 1, j) in grad_send else ()
+                sends = (grad_send[g, j],) if (g, j) in grad_send else ()
             # DeepSpeed also all-gathers the stage's own output before backward: it kept only its
             # slice after sending it (``_exec_forward_pass`` empties ``outputs.data``;
             # ``_exec_backward_pass`` restores it with ``PartitionedTensor.full()``,
             # deepspeed/runtime/pipe/engine.py@0457bb1cb6), then the received gradient's slices.
-            extra = (2 if deepspeed else 1) * gather_s if needs else 0.0
-            if blocking_p2p:
+            extra = (2 if deepspeed else 1) * gather_s if needs and kind == "B" else 0.0
+            if blocking_p2p and kind == "B":
                 needs, sends = tuple(pending), ()
                 pending.clear()
+            label = "weight gradient" if kind == "W" else "backward"
             last_of_stage = b_seen == n_b and not deepspeed
             tail: list[int] = list(tail_ops) if last_of_stage else []
             if j == final_b[c] and any(key[0] == c for key in launches_after_layer):
@@ -477,13 +806,14 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     launch = list(launches_after_layer.get((c, lw.index), ()))
                     if last:
                         launch += tail
-                    ops.append(StageOp(kind="backward", name=f"backward chunk {c} micro-batch {j + 1} layer {lw.index}",
-                                       duration_s=lw.backward_s + (extra if first else 0.0),
+                    ops.append(StageOp(kind="backward", name=f"{label} chunk {c} micro-batch {j + 1} layer {lw.index}",
+                                       duration_s=(lw.weight_grad_s if split else lw.backward_s)
+                                       + (extra if first else 0.0),
                                        needs=needs if first else (), sends=sends if last else (),
                                        launches=tuple(launch), micro_batch=j, chunk=c))
             else:
-                ops.append(StageOp(kind="backward", name=f"backward chunk {c} micro-batch {j + 1}",
-                                   duration_s=bwd[s][c] + extra, needs=needs, sends=sends,
+                ops.append(StageOp(kind="backward", name=f"{label} chunk {c} micro-batch {j + 1}",
+                                   duration_s=(wgrad[s][c] if split else bwd[s][c]) + extra, needs=needs, sends=sends,
                                    launches=tuple(tail), micro_batch=j, chunk=c))
         if pending or deepspeed:
             # The last exchange completes before the step goes on (DeepSpeed's ReduceTiedGrads
@@ -492,7 +822,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                                "wait for transfers", duration_s=0.0, needs=tuple(pending),
                                launches=tuple(tail_ops) if deepspeed else ()))
             pending.clear()
-        waits = tuple(dp_ops) + ((emb_op,) if emb_op is not None and s in (0, p - 1) else ())
+        waits = tuple(dp_ops) + ((pair_op[s],) if s in pair_op else ())
         ops.append(StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits))
         if dp.dp > 1 and dp.strategy == "zero1" and not overlap:
             ags = [new_comm(f"all-gather updated parameters chunk {c}", "all_gather",

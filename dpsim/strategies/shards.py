@@ -91,13 +91,12 @@ def wrap_units(model: ModelSpec, granularity: str = "block") -> tuple[Unit, ...]
             order.append(k)
             members[k] = []
         members[k].append(i)
-    units = []
-    for k in order:
-        idx = set(members[k])
-        params = tuple(p for p in model.params if layer_index[p.name] in idx)
-        units.append(Unit(name=ROOT_UNIT if k is None else k, layers=tuple(members[k]), params=params,
-                          is_root=k is None))
-    return tuple(units)
+    # One pass over the parameters (each keeps its registration order within its unit).
+    params_of: dict[str | None, list] = {k: [] for k in order}
+    for p in model.params:
+        params_of[key[layer_index[p.name]]].append(p)
+    return tuple(Unit(name=ROOT_UNIT if k is None else k, layers=tuple(members[k]), params=tuple(params_of[k]),
+                      is_root=k is None) for k in order)
 
 
 # ------------------------------------------------------------------- shard sizes

@@ -129,6 +129,7 @@ _NODE_KEYS = {
     "host_pcie_gbyte_per_s": _bounded("number>0", "host_pcie_gbyte_per_s"),
     "inter_socket_gbyte_per_s": _bounded("number>0", "inter_socket_gbyte_per_s"),
     "host_memory_gbyte_per_s": _bounded("number>0", "host_memory_gbyte_per_s"),
+    "p2p": "true|false",
     "mesh_links": f"a list of [gpu a, gpu b, links] (at most {MAX_MESH_LINKS:,})",
     "ring_orders": f"a list of orders of the GPUs 0..gpus_per_node-1 (at most {MAX_RING_ORDERS})",
     "collective_library": "one of " + "|".join(COLLECTIVE_LIBRARIES),
@@ -327,6 +328,9 @@ def _node(n: _Reader, origin: str) -> NodeSpec:
     if "mesh_links" in n.data and interconnect not in MESH_KINDS:
         raise TopologyError(f"{origin}: node.mesh_links: only read for node.interconnect {', '.join(MESH_KINDS)}; "
                             "remove it")
+    if "p2p" in n.data and interconnect != "pcie-tree":
+        raise TopologyError(f"{origin}: node.p2p: only read for node.interconnect pcie-tree "
+                            f"(got {interconnect!r}); remove it")
     switches = n.integer("pcie_switches", 1)
     sockets = n.integer("sockets", 1)
     if tree and (switches > gpn or gpn % switches):
@@ -355,6 +359,7 @@ def _node(n: _Reader, origin: str) -> NodeSpec:
         host_memory_bandwidth_bytes_per_s=(n.number("host_memory_gbyte_per_s", strict=True) * GB
                                            if "host_memory_gbyte_per_s" in n.data
                                            else DEFAULT_HOST_MEMORY_BYTES_PER_S),
+        p2p=n.boolean("p2p", True),
         mesh_links=tuple(tuple(r) for r in mesh),
         ring_orders=tuple(tuple(r) for r in orders),
         collective_library=(n.choice("collective_library", COLLECTIVE_LIBRARIES)

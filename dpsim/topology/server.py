@@ -17,6 +17,12 @@ Layouts (``node.interconnect``):
 - ``pcie-tree``: GPUs behind ``pcie_switches`` PCIe switches (PLX), the switches under the
   root complexes of ``sockets`` CPUs, the CPUs joined by UPI/xGMI: GPUs on one switch talk
   through it, others through the root complex and, across sockets, the inter-socket link.
+  With ``node.p2p: false`` GPUs cannot reach each other's memory (GeForce drivers, an
+  IOMMU): NCCL's SHM transport stages every byte between two GPUs in the receiver's host
+  memory, GPU -> switch -> CPU (-> other CPU) -> memory -> CPU -> switch -> GPU, even under
+  one switch (NVIDIA/nccl src/transport/shm.cc: when the P2P transport cannot connect a pair,
+  SHM's buffers in pinned host memory carry it; NVIDIA/nccl-tests#117: GeForce RTX 2080 Ti
+  pairs report "CANNOT Access Peer" in p2pBandwidthLatencyTest).
 - ``nvlink-mesh``: direct NVLinks between GPU pairs (``mesh_links``, e.g. the DGX-1
   hybrid cube mesh), the rest over the PCIe tree.
 - ``nvlink-bridge``: NVLink bridges joining GPU pairs (2k, 2k+1), the rest over the PCIe tree.
@@ -269,6 +275,28 @@ def _build(node, fabric) -> ServerTemplate:
                 cpu_cpu[(a, b)] = add("cpu_cpu", f"cpu{a}", f"cpu{b}", node.inter_socket_bandwidth_bytes_per_s, 0.0,
                                       "upi", tree)
 
+    shm = layout == "pcie-tree" and not node.p2p
+    host_mem: list[int] = []
+    mem_host: list[int] = []
+
+    def add_host_memory() -> None:
+        """One memory node per socket, once. Each staged byte is written and read there: a NIC
+        transport's ``host_memory_passes`` times on each side, NCCL's SHM transport once each way
+        (the sender's GPU writes the receiver's host buffer, the receiver's GPU reads it)."""
+        if host_mem:
+            return
+        passes = max(1, transport.host_memory_passes) if staged else 1
+        for c in range(sockets):
+            nodes[f"mem{c}"] = "mem"
+        mem_rate = node.host_memory_bandwidth_bytes_per_s / (2 * passes)
+        host_mem.extend(add("host_mem", f"cpu{c}", f"mem{c}", mem_rate, 0.0, "host-memory", shm)
+                        for c in range(sockets))
+        mem_host.extend(add("mem_host", f"mem{c}", f"cpu{c}", mem_rate, 0.0, "host-memory", shm)
+                        for c in range(sockets))
+
+    if shm:
+        add_host_memory()
+
     def pcie_path(a_sw: int, b_sw: int) -> list[int]:
         """Switch ``a_sw`` to switch ``b_sw`` through the root complexes (empty when the same)."""
         if a_sw == b_sw:
@@ -279,6 +307,16 @@ def _build(node, fabric) -> ServerTemplate:
             hops.append(cpu_cpu[(ca, cb)])
         hops.append(host_pcie[b_sw])
         return hops
+
+    def shm_path(a_sw: int, b_sw: int) -> list[int]:
+        """Switch ``a_sw`` up to host memory and down to switch ``b_sw`` (NCCL's SHM transport).
+        The buffer is placed in the receiver's socket, so a byte crosses sockets on its way
+        there (an assumption: which NUMA node holds it is not modelled further)."""
+        ca, cb = int(socket_of_switch[a_sw]), int(socket_of_switch[b_sw])
+        hops = [pcie_host[a_sw]]
+        if ca != cb:
+            hops.append(cpu_cpu[(ca, cb)])
+        return [*hops, host_mem[cb], mem_host[cb], host_pcie[b_sw]]
 
     if tree:
         mesh_cls = "xgmi" if layout == "xgmi" else "nvlink"
@@ -296,6 +334,8 @@ def _build(node, fabric) -> ServerTemplate:
                     continue
                 if (a, b) in direct:
                     hops = [direct[(a, b)]]
+                elif shm:
+                    hops = [gpu_pcie[a], *shm_path(int(sw_of_gpu[a]), int(sw_of_gpu[b])), pcie_gpu[b]]
                 else:
                     hops = [gpu_pcie[a], *pcie_path(int(sw_of_gpu[a]), int(sw_of_gpu[b])), pcie_gpu[b]]
                 intra[a, b, :len(hops)] = hops
@@ -310,13 +350,7 @@ def _build(node, fabric) -> ServerTemplate:
         port_pcie = node.pcie_bandwidth_bytes_per_s * ports
         rate = fabric.nic_bandwidth_bytes_per_s * fabric.nic_efficiency * ports
         if staged:
-            for c in range(sockets):
-                nodes[f"mem{c}"] = "mem"
-            mem_rate = node.host_memory_bandwidth_bytes_per_s / (2 * max(1, transport.host_memory_passes))
-            host_mem = [add("host_mem", f"cpu{c}", f"mem{c}", mem_rate, 0.0, "host-memory", False)
-                        for c in range(sockets)]
-            mem_host = [add("mem_host", f"mem{c}", f"cpu{c}", mem_rate, 0.0, "host-memory", False)
-                        for c in range(sockets)]
+            add_host_memory()
             nic_cpu = [int(socket_of_switch[s]) for s in nic_sw]
             mem_nic = [add("mem_nic", f"mem{nic_cpu[j]}", f"nic{j}", port_pcie, 0.0, "pcie", False) for j in range(nn)]
             nic_mem = [add("nic_mem", f"nic{j}", f"mem{nic_cpu[j]}", port_pcie, 0.0, "pcie", False) for j in range(nn)]

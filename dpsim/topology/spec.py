@@ -53,6 +53,11 @@ class NodeSpec:
     """The link between two CPU sockets (UPI, xGMI), per direction, bytes/s (two sockets only)."""
     host_memory_bandwidth_bytes_per_s: float = DEFAULT_HOST_MEMORY_BYTES_PER_S
     """Memory bandwidth of one CPU socket, bytes/s: bounds traffic staged in host memory."""
+    p2p: bool = True
+    """GPUs read and write each other's memory over PCIe (CUDA peer-to-peer). ``False`` (GeForce
+    cards, whose driver refuses it; ``NCCL_P2P_DISABLE=1``; an IOMMU or ACS in the way): NCCL
+    falls back to its SHM transport and every byte between two GPUs of the server is written to
+    host memory by one and read back by the other (``pcie-tree`` only)."""
     mesh_links: tuple[tuple[int, int, int], ...] = ()
     """Direct GPU-to-GPU links ``(gpu a, gpu b, links)`` of ``nvlink-mesh``/``xgmi`` (``nvlink-bridge``: pairs by default)."""
     ring_orders: tuple[tuple[int, ...], ...] = ()

@@ -74,6 +74,13 @@ class GPT2Config:
     """Dropout after the embeddings (0: none); time only."""
     attn_pdrop: float = 0.1
     """Dropout on the attention probabilities (eager attention only; 0: none); time only."""
+    position_embedding: str = "learned"
+    """``learned`` (a ``wpe`` table of ``n_positions`` rows, GPT-2, OPT) or ``alibi`` (BLOOM: no
+    position parameters; the bias ALiBi adds to the attention scores is not costed)."""
+    embedding_norm: bool = False
+    """A LayerNorm after the word embeddings (BLOOM's ``word_embeddings_layernorm``)."""
+    tie_word_embeddings: bool = True
+    """``lm_head`` shares ``wte``'s weight (GPT-2, OPT, BLOOM); ``False`` adds an untied ``lm_head``."""
 
     @property
     def inner(self) -> int:
@@ -167,22 +174,30 @@ def build_gpt2(
 ) -> ModelSpec:
     """HuggingFace ``GPT2LMHeadModel`` (tied ``lm_head``); ``seq_len`` defaults to ``n_positions``."""
     dtype_size_bytes(dtype)
+    # ALiBi has no table to outgrow: any sequence length is accepted, as with RoPE.
     s = _resolve_seq_len(seq_len, cfg.n_positions, name, max_field="n_positions",
-                         max_value=cfg.n_positions)
+                         max_value=cfg.n_positions if cfg.position_embedding == "learned" else None)
     d, inner, v = cfg.n_embd, cfg.inner, cfg.vocab_size
     # wte is also lm_head's weight; its gradient is complete only after the embedding's
     # backward, so the embedding layer owns it.
     wte = _tensor("transformer.wte.weight", (v, d), dtype)
-    wpe = _tensor("transformer.wpe.weight", (cfg.n_positions, d), dtype)
-    registered = [wte, wpe]
-    if cfg.activation_function not in ("gelu_new", "gelu"):
+    if cfg.activation_function not in ("gelu_new", "gelu", "relu"):
         raise WorkloadError(f"activation_function: {cfg.activation_function!r} is not modelled; "
-                            f"allowed: gelu_new, gelu")
+                            f"allowed: gelu_new, gelu, relu")
+    if cfg.position_embedding not in ("learned", "alibi"):
+        raise WorkloadError(f"position_embedding: {cfg.position_embedding!r} is not modelled; allowed: learned, alibi")
+    embedding, embedding_ops = [wte], [embedding_op("wte", s, d, v)]
+    if cfg.position_embedding == "learned":
+        embedding.append(_tensor("transformer.wpe.weight", (cfg.n_positions, d), dtype))
+        embedding_ops.append(embedding_op("wpe", s, d, cfg.n_positions, add=True))
+    if cfg.embedding_norm:
+        embedding.append(_norm("transformer.word_embeddings_layernorm", d, dtype))
+        embedding_ops.append(norm_op("word_embeddings_layernorm", float(s * d)))
+    registered = list(embedding)
     hd = d // cfg.n_head
-    layers = [_layer("transformer.wte", [wte, wpe], forward_flops_per_sample=0.0,
+    layers = [_layer("transformer.wte", embedding, forward_flops_per_sample=0.0,
                      activation_bytes_per_sample=float(s * d),  # embedding dropout mask (1 byte)
-                     ops=[embedding_op("wte", s, d, v), embedding_op("wpe", s, d, cfg.n_positions, add=True),
-                          *([dropout_op("drop", float(s * d), "stream")] if cfg.embd_pdrop else [])])]
+                     ops=[*embedding_ops, *([dropout_op("drop", float(s * d), "stream")] if cfg.embd_pdrop else [])])]
     for i in range(cfg.n_layer):
         p = f"transformer.h.{i}"
         attn_act, mlp_act = korthikanti_block_activation_bytes(s, d, cfg.n_head, flash_attention=flash_attention)
@@ -211,10 +226,12 @@ def build_gpt2(
                  activation_op("act", float(s * inner), cfg.activation_function),
                  *linear_ops("c_proj", s, d, inner, bias=True), *resid_dropout, residual_op("residual", sd)],
         ))
-    ln_f = _norm("transformer.ln_f", d, dtype)
-    registered.append(ln_f)
-    # transformer.ln_f + lm_head (weight tied to transformer.wte.weight)
-    layers.append(_lm_head_layer([ln_f], s, d, v))
+    head = [_norm("transformer.ln_f", d, dtype)]
+    if not cfg.tie_word_embeddings:
+        head.append(_linear("lm_head", v, d, dtype, bias=False))
+    registered += head
+    # transformer.ln_f + lm_head (weight tied to transformer.wte.weight unless untied)
+    layers.append(_lm_head_layer(head, s, d, v))
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source)
 

@@ -95,6 +95,7 @@ from dpsim.workload.architectures import (
     ViTConfig,
     build_model,
 )
+from dpsim.workload.shapes import is_shape_ref, parse_shape, shape_config, shape_param_count
 from dpsim.workload.spec import ModelSpec
 
 # --------------------------------------------------------------------------- catalog
@@ -106,7 +107,8 @@ class CatalogEntry:
 
     name: str
     config: ModelConfig
-    published_param_count: int
+    published_param_count: int | None
+    """``None`` for a model given by its shape (:mod:`dpsim.workload.shapes`)."""
     source: str
 
     def build(self, *, seq_len: int | None = None, dtype: str = "float32",
@@ -222,13 +224,31 @@ def list_models() -> list[str]:
 
 
 def get_entry(name: str) -> CatalogEntry:
-    """The catalog entry (config, published count, source) for ``name``, case-insensitively."""
+    """The catalog entry (config, published count, source) for ``name``, case-insensitively, or
+    the entry of a shape ``transformer:KEY=VALUE,...`` (:mod:`dpsim.workload.shapes`)."""
+    if is_shape_ref(name):
+        return _shape_entry(name.strip())
     try:
         return CATALOG_ENTRIES[name.strip().lower()]
     except (KeyError, AttributeError):
         raise WorkloadError(
             f"--model: {name!r} is not a catalog model; choose one of {', '.join(list_models())}"
         ) from None
+
+
+def find_entry(name: object) -> CatalogEntry | None:
+    """:func:`get_entry` for a catalog key or shape, ``None`` for anything else (a torch module)."""
+    if not isinstance(name, str):
+        return None
+    if is_shape_ref(name):
+        return get_entry(name)
+    return CATALOG_ENTRIES.get(name.strip().lower())
+
+
+def _shape_entry(text: str) -> CatalogEntry:
+    shape = parse_shape(text)
+    return CatalogEntry(name=shape.name, config=shape_config(shape), published_param_count=None,
+                        source=f"given by its shape ({shape_param_count(shape):,} parameters in closed form): {text}")
 
 
 def get_model(name: str, *, seq_len: int | None = None, dtype: str = "float32",

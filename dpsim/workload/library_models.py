@@ -28,6 +28,11 @@ takes ``1 x L`` token ids, ``L`` the configuration's context length
 (``max_position_embeddings``, ``n_positions``, ``seq_length`` or ``max_seq_len``). Give
 ``--input-shape 8,2048:int64`` to train at another sequence length.
 
+A transformers configuration of a decoder family that the catalog builders cover (Llama,
+Mistral, Qwen2, GPT-2, OPT, BLOOM: :func:`dpsim.workload.shapes.shape_of_hf_config`) is not
+traced: :func:`lowered_shape_ref` reads its shape, and the catalog's builder makes the model, so
+it takes every layout (``--tp/--pp``). With ``--input-shape`` the module is traced as before.
+
 Neither library is a dependency of dpsim: ``pip install 'dpsim[models]'`` adds both; a
 reference to a library that is not installed stops with one line naming the extra.
 """
@@ -35,10 +40,12 @@ reference to a library that is not installed stops with one line naming the extr
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 from dpsim.errors import WorkloadError
+from dpsim.workload.shapes import shape_of_hf_config, shape_ref
 
 LIBRARY_EXTRA = "models"
 """The optional extra that installs torchvision and transformers (``pip install 'dpsim[models]'``)."""
@@ -181,3 +188,24 @@ def missing_library(target: str) -> str | None:
         return None
     return (f"--model: {target!r} needs the {top} package, which is not installed; "
             f"pip install 'dpsim[{LIBRARY_EXTRA}]' adds torchvision and transformers")
+
+
+@functools.lru_cache(maxsize=32)
+def lowered_shape_ref(ref: str) -> str | None:
+    """``transformer:KEY=VALUE,...`` for ``transformers:NAME(ARGS)`` when ``NAME(**ARGS)`` is a
+    configuration whose family the catalog builders cover; ``None`` for anything else (traced,
+    or refused there with its own one-line reason)."""
+    target, colon, rest = ref.strip().partition(":")
+    if target != "transformers" or not colon or missing_library(target) is not None:
+        return None
+    try:
+        call = parse_call(rest, ref)
+        import transformers
+
+        made = getattr(transformers, call.name)(**dict(call.kwargs))
+    except Exception:  # noqa: BLE001 - the traced path reports this reference's failure in one line
+        return None
+    if not _is_hf_config(made):
+        return None
+    shape = shape_of_hf_config(made, name=f"{call.name}()" if not call.kwargs else f"{call.name}(...)")
+    return None if shape is None else shape_ref(shape)

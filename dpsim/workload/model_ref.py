@@ -18,6 +18,7 @@ from typing import Any
 
 from dpsim.errors import WorkloadError
 from dpsim.workload.library_models import parse_call
+from dpsim.workload.shapes import is_shape_ref
 
 _INPUT_DTYPES = {"float32": "float32", "float": "float32", "float16": "float16", "half": "float16",
                  "bfloat16": "bfloat16", "int64": "int64", "long": "int64", "int32": "int32", "int": "int32",
@@ -25,8 +26,9 @@ _INPUT_DTYPES = {"float32": "float32", "float": "float32", "float16": "float16",
 
 
 def is_torch_model_ref(model: str) -> bool:
-    """Whether ``--model`` names a torch builder (``file.py:fn``, ``pkg.mod:fn``) rather than a catalog key."""
-    return isinstance(model, str) and ":" in model
+    """Whether ``--model`` names a torch builder (``file.py:fn``, ``pkg.mod:fn``) rather than a catalog
+    key or a shape (``transformer:KEY=VALUE,...``)."""
+    return isinstance(model, str) and ":" in model and not is_shape_ref(model)
 
 
 @dataclass(frozen=True, kw_only=True)

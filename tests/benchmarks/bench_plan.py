@@ -9,6 +9,8 @@ Run: ``python tests/benchmarks/bench_plan.py``. Prints, measured in the same run
   tensor/pipeline size, strategy, micro-batch, recomputation and schedule: candidates,
   how many fit, wall time, candidates per second, and the ratio to simulating each
   candidate (baseline x candidates);
+* the search of a 405B dense model (llama-3-405b) on 16,384 H100s, every layout (issue 28:
+  under 10 s);
 * the largest published layout of the accuracy set (1T parameters, 8 x 64 x 6 on 3,072
   A100s, 512 micro-batches: 65,536 stage ops) through the engine.
 
@@ -49,6 +51,13 @@ def main() -> None:
     best = result.best
     print(f"          best: {best.candidate.flags()}  step {best.step_time_s:.3f} s, "
           f"{best.time_to_train_s / 86400:.1f} days for 1T tokens")
+    # Issue 28: a 405B dense model on 16,384 GPUs, every layout (target: under 10 s).
+    big_base = PredictConfig(model="llama-3-405b", link="infiniband", precision="bf16-params")
+    t_405, r405 = timed(lambda: plan_layouts(big_base, gpus=[16384], global_batch=2048, verify=3))
+    tp8pp16 = [e for e in r405.ranked if e.candidate.tp == 8 and e.candidate.pp == 16]
+    print(f"plan      llama-3-405b on 16,384 GPUs: {r405.counts['candidates']:,} candidates, "
+          f"{r405.counts['ranked']:,} fit: {t_405:7.3f} s (3 simulated); best {r405.best.candidate.flags()}"
+          + (f"; tp 8 x pp 16 listed, best of them {tp8pp16[0].step_time_s:.2f} s" if tp8pp16 else ""))
     from dpsim.workload.architectures import GPT2Config, build_gpt2
     gpt_1t = build_gpt2(GPT2Config(vocab_size=51200, n_positions=2048, n_embd=25600, n_layer=128, n_head=160),
                         name="gpt-1t")

@@ -10,6 +10,8 @@ regenerate the files with ``python tests/golden/regenerate.py``.
 
 from __future__ import annotations
 
+from pipeline_cases import pipeline_cases
+
 PRESETS = ("nvlink", "infiniband", "ethernet", "pcie", "dgx-a100", "aws-p4de", "aws-p5")
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")
 MODELS = (("gpt2", 4), ("llama-2-7b", 1), ("resnet50", 32))
@@ -86,6 +88,15 @@ def predict_cases() -> dict[str, list[str]]:
                     "--mc-samples", "2", "--mc-steps", "5"],
         "cal-noise": ["--gpus", "16", "--link", "aws-p4de", "--calibration", "aws-p4de-2node", "--straggler",
                       "gpu3:1.2x"],
+        # Transformers given by their shapes (tests/test_shapes.py cites them) under tensor x pipeline layouts.
+        "shape-bloom-176b": ["--gpus", "320", "--link", "infiniband", "--gpu", "h100", "--tp", "8", "--pp", "10",
+                             "--global-batch", "128", "--micro-batch", "1", "--recompute", "full", "--model",
+                             "transformer:hidden=14336,layers=70,heads=112,vocab=250880,seq=2048,act=gelu,"
+                             "norm=layernorm,pos=alibi,tied=true,embed_norm=true,dropout=0,name=bloom-176b"],
+        "shape-opt-175b": ["--gpus", "192", "--link", "infiniband", "--gpu", "h100", "--tp", "8", "--pp", "12",
+                           "--global-batch", "96", "--micro-batch", "1", "--sequence-parallel", "--recompute",
+                           "selective", "--model", "transformer:hidden=12288,layers=96,heads=96,vocab=50272,"
+                           "seq=2048,positions=2050,act=relu,norm=layernorm,pos=learned,tied=true,name=opt-175b"],
     }
     for name, args in extra.items():
         cases[f"extra/{name}"] = ["predict", *args]
@@ -184,6 +195,7 @@ def report_cases() -> dict[str, list[str]]:
 
 FAMILIES = {
     "predict": predict_cases,
+    "pipeline": pipeline_cases,
     "collective": collective_cases,
     "memory": memory_cases,
     "goodput": goodput_cases,

@@ -34,6 +34,21 @@ class TinyBertConfig(PreTrainedConfig):
                          max_position_embeddings=max_position_embeddings, **kwargs)
 
 
+class LlamaConfig(PreTrainedConfig):
+    """transformers' LlamaConfig attribute names and defaults; no model behind it: dpsim reads its shape."""
+
+    model_type = "llama"
+
+    def __init__(self, vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                 num_attention_heads=32, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=2048,
+                 tie_word_embeddings=False, head_dim=None, **kwargs):
+        super().__init__(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+                         num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
+                         num_key_value_heads=num_key_value_heads or num_attention_heads, hidden_act=hidden_act,
+                         max_position_embeddings=max_position_embeddings, tie_word_embeddings=tie_word_embeddings,
+                         head_dim=head_dim or hidden_size // num_attention_heads, **kwargs)
+
+
 class NoLengthConfig(PreTrainedConfig):
     model_type = "nolength"
 

@@ -1,0 +1,294 @@
+"""A decoder transformer given by its shape, ``--model transformer:KEY=VALUE,...``, built by the catalog's builders.
+
+::
+
+    transformer:hidden=4096,layers=32,heads=32,ffn=11008,vocab=32000,seq=4096     # Llama-2-7B's shape
+    transformer:hidden=14336,layers=70,heads=112,vocab=250880,seq=2048,act=gelu,norm=layernorm,pos=alibi,tied=true,embed_norm=true,dropout=0
+
+A shape is lowered to the config of the catalog family that has its parts
+(:func:`shape_config`): rmsnorm + swiglu + rope to :class:`~dpsim.workload.architectures.LlamaConfig`
+(``LlamaForCausalLM``: no biases, grouped-query attention), layernorm + gelu/relu + learned or
+ALiBi positions to :class:`~dpsim.workload.architectures.GPT2Config` (GPT-2, OPT and BLOOM
+blocks: biases everywhere, fused QKV, MLP of ``ffn``); a shape that mixes the two families is
+refused, naming the two that exist. The model is then the catalog's own layer list, so a
+shape equal to a catalog entry predicts exactly what that entry predicts, under every layout.
+
+A transformers configuration of such a family (:func:`shape_of_hf_config`) is read into a
+shape by its attribute names, so ``--model transformers:LlamaConfig(...)`` and the other
+decoders it lists need no torch tracing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from dpsim.errors import WorkloadError
+from dpsim.workload.architectures import GPT2Config, LlamaConfig
+
+SHAPE_PREFIX = "transformer:"
+"""What starts a shape ``--model`` (``transformers:`` with an s is the library's configs)."""
+
+ACTIVATIONS = ("swiglu", "gelu", "gelu_new", "relu")
+NORMS = ("rmsnorm", "layernorm")
+POSITIONS = ("rope", "learned", "alibi")
+_BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+GPT2_DROPOUT = 0.1
+"""HF ``GPT2Config``'s ``resid_pdrop``/``embd_pdrop``/``attn_pdrop``: layernorm shapes' default dropout."""
+_MAX_DIM = 2 ** 31
+"""Upper bound of every integer field: larger shapes are typos, and the counts stay exact in floats."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerShape:
+    """A decoder-only transformer's shape, as ``--model transformer:...`` gives it."""
+
+    hidden: int
+    """Model width (``hidden_size``, ``n_embd``, ``d_model``)."""
+    layers: int
+    """Transformer blocks."""
+    heads: int
+    """Query attention heads; divides ``hidden``."""
+    kv_heads: int
+    """Key-value heads (grouped-query attention); divides ``heads``. Equal to ``heads`` unless given."""
+    ffn: int
+    """MLP inner width (``intermediate_size``, ``ffn_dim``); ``4 * hidden`` unless given (required
+    with swiglu, whose width is a model's choice)."""
+    vocab: int
+    """Vocabulary size: rows of the embedding table."""
+    seq: int
+    """Training sequence length in tokens."""
+    act: str
+    """MLP activation: ``swiglu`` (gated, three matrices) or ``gelu``, ``gelu_new``, ``relu`` (two)."""
+    norm: str
+    """``rmsnorm`` (weight only) or ``layernorm`` (weight and bias)."""
+    pos: str
+    """Positions: ``rope`` and ``alibi`` have no parameters, ``learned`` a table of ``positions`` rows."""
+    positions: int
+    """Rows of a learned position table (OPT keeps 2 more than its context); ``seq`` unless given."""
+    tied: bool
+    """The LM head shares the embedding's weight."""
+    embed_norm: bool
+    """A LayerNorm after the word embeddings (BLOOM)."""
+    dropout: float
+    """Dropout probability after the embeddings, each sub-block and on the attention
+    probabilities (layernorm blocks; GPT-2's 0.1 unless given, BLOOM trains with 0); time only."""
+    name: str
+    """The model's name in the output."""
+
+
+_INT_FIELDS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq", "positions")
+_REQUIRED = ("hidden", "layers", "heads", "vocab", "seq")
+_KEYS = tuple(f.name for f in fields(TransformerShape))
+_CHOICES = {"act": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS}
+_FAMILIES = ("rmsnorm + swiglu + rope (Llama), or layernorm + gelu/gelu_new/relu + learned/alibi "
+             "(GPT-2, OPT, BLOOM)")
+
+
+def is_shape_ref(model: object) -> bool:
+    """Whether ``--model`` gives a transformer by its shape (``transformer:KEY=VALUE,...``)."""
+    return isinstance(model, str) and model.strip().lower().startswith(SHAPE_PREFIX)
+
+
+def _fail(key: str, value: object, allowed: str) -> WorkloadError:
+    return WorkloadError(f"--model transformer: {key}={value} is not valid; {allowed}")
+
+
+def parse_shape(text: str) -> TransformerShape:
+    """``transformer:KEY=VALUE,...`` as a checked :class:`TransformerShape` (one-line errors)."""
+    body = text.strip()[len(SHAPE_PREFIX):]
+    given: dict[str, str] = {}
+    for item in body.split(","):
+        if not item.strip():
+            continue
+        key, eq, value = item.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if not eq or not value:
+            hint = " (a transformers config is transformers:LlamaConfig(...))" if "(" in item else ""
+            raise WorkloadError(f"--model transformer: {item.strip()!r} is not KEY=VALUE{hint}; keys: {', '.join(_KEYS)}")
+        if key not in _KEYS:
+            raise WorkloadError(f"--model transformer: {key!r} is not a shape key; keys: {', '.join(_KEYS)}")
+        if key in given:
+            raise WorkloadError(f"--model transformer: {key} is given twice ({given[key]} and {value}); give it once")
+        given[key] = value
+    missing = [k for k in _REQUIRED if k not in given]
+    if missing:
+        raise WorkloadError(f"--model transformer: {', '.join(missing)} missing; required: {', '.join(_REQUIRED)}")
+    values: dict[str, Any] = {}
+    for key in _INT_FIELDS:
+        if key in given:
+            raw = given[key].replace("_", "")
+            if not raw.isdigit() or not 1 <= int(raw) <= _MAX_DIM:
+                raise _fail(key, given[key], f"expected an integer from 1 to {_MAX_DIM:,}")
+            values[key] = int(raw)
+    for key, choices in _CHOICES.items():
+        value = given.get(key, choices[0]).lower()
+        if value not in choices:
+            raise _fail(key, given[key], f"allowed: {', '.join(choices)}")
+        values[key] = value
+    for key in ("tied", "embed_norm"):
+        value = given.get(key, "false").lower()
+        if value not in _BOOLS:
+            raise _fail(key, given[key], "allowed: true, false")
+        values[key] = _BOOLS[value]
+    if "ffn" not in values and values["act"] == "swiglu":
+        raise WorkloadError("--model transformer: ffn missing; act=swiglu needs the MLP width (e.g. ffn=11008 "
+                            "for hidden=4096), or give act=gelu for 4 x hidden")
+    values.setdefault("ffn", 4 * values["hidden"])
+    values.setdefault("kv_heads", values["heads"])
+    values.setdefault("positions", values["seq"])
+    values["dropout"] = _dropout(given.get("dropout"), values["norm"])
+    values["name"] = given.get("name", "transformer")
+    return check_shape(TransformerShape(**values))
+
+
+def _dropout(text: str | None, norm: str) -> float:
+    if text is None:
+        return GPT2_DROPOUT if norm == "layernorm" else 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1.0:
+        raise _fail("dropout", text, "expected a probability from 0 up to (not including) 1")
+    if value and norm == "rmsnorm":
+        raise _fail("dropout", text, "rmsnorm (Llama) blocks have no dropout; give dropout=0 or leave it out")
+    return value
+
+
+def check_shape(shape: TransformerShape) -> TransformerShape:
+    """The rules between fields, each refused in one line naming the field, value and what is allowed."""
+    if shape.hidden % shape.heads:
+        raise _fail("heads", shape.heads, f"it must divide hidden={shape.hidden}")
+    if shape.heads % shape.kv_heads:
+        raise _fail("kv_heads", shape.kv_heads, f"it must divide heads={shape.heads}")
+    if shape.pos == "learned" and shape.positions < shape.seq:
+        raise _fail("positions", shape.positions, f"a learned table needs at least seq={shape.seq} rows")
+    llama = (shape.norm, shape.act, shape.pos) == ("rmsnorm", "swiglu", "rope")
+    gpt = shape.norm == "layernorm" and shape.act != "swiglu" and shape.pos != "rope"
+    if not (llama or gpt):
+        raise WorkloadError(f"--model transformer: norm={shape.norm}, act={shape.act}, pos={shape.pos} is not a "
+                            f"modelled block; allowed: {_FAMILIES}")
+    if gpt and shape.kv_heads != shape.heads:
+        raise _fail("kv_heads", shape.kv_heads, f"layernorm blocks have full multi-head attention: give "
+                                                f"kv_heads={shape.heads} or the Llama family (norm=rmsnorm)")
+    if llama and shape.embed_norm:
+        raise _fail("embed_norm", "true", "the embedding LayerNorm exists only with norm=layernorm")
+    return shape
+
+
+def shape_ref(shape: TransformerShape) -> str:
+    """The ``--model`` text that gives ``shape`` (:func:`parse_shape` reads it back)."""
+    def text(value: object) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+    return SHAPE_PREFIX + ",".join(f"{f.name}={text(getattr(shape, f.name))}" for f in fields(shape))
+
+
+def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
+    """The catalog config whose builder makes ``shape`` (see the module docstring)."""
+    if shape.norm == "rmsnorm":
+        return LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn,
+                           num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                           num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.seq,
+                           tie_word_embeddings=shape.tied)
+    return GPT2Config(vocab_size=shape.vocab, n_positions=shape.positions if shape.pos == "learned" else shape.seq,
+                      n_embd=shape.hidden, n_layer=shape.layers, n_head=shape.heads, n_inner=shape.ffn,
+                      activation_function=shape.act, position_embedding=shape.pos,
+                      embedding_norm=shape.embed_norm, tie_word_embeddings=shape.tied,
+                      resid_pdrop=shape.dropout, embd_pdrop=shape.dropout, attn_pdrop=shape.dropout)
+
+
+def shape_param_count(shape: TransformerShape) -> int:
+    """Parameters in closed form, independent of the builders (the tests compare the two).
+
+    Per block: attention ``h·(q + 2·kv) + q·h`` weights (``q = heads·head_dim``, ``kv =
+    kv_heads·head_dim``) and an MLP of ``(3 if gated else 2)·h·ffn``; layernorm blocks add the
+    biases of every projection (``q + 2·kv + h + ffn + h``) and two weight+bias norms, rmsnorm
+    blocks two weights. Plus the embedding ``vocab·h``, a learned table ``positions·h``, the
+    final norm, an untied head ``vocab·h`` and an embedding LayerNorm ``2·h``.
+    """
+    h, head_dim = shape.hidden, shape.hidden // shape.heads
+    q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
+    layernorm = shape.norm == "layernorm"
+    norm = 2 * h if layernorm else h
+    block = h * (q + 2 * kv) + q * h + (3 if shape.act == "swiglu" else 2) * h * shape.ffn + 2 * norm
+    if layernorm:
+        block += q + 2 * kv + h + shape.ffn + h
+    total = shape.layers * block + shape.vocab * h + norm
+    total += shape.positions * h if shape.pos == "learned" else 0
+    total += 0 if shape.tied else shape.vocab * h
+    total += 2 * h if shape.embed_norm else 0
+    return total
+
+
+# --------------------------------------------------------------------------- transformers configs
+
+def _attr(config: Any, *names: str) -> Any:
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
+    """The shape of a transformers configuration whose family the catalog builders cover, read
+    by attribute names (``model_type`` picks the family); ``None`` for any other (it is traced).
+
+    Llama, Mistral and Qwen2 (``LlamaForCausalLM``'s block; Qwen2's QKV biases are not
+    counted, a Mistral sliding window not modelled: attention is costed over the whole
+    sequence), GPT-2, OPT (learned table of ``max_position_embeddings + 2`` rows, ReLU) and
+    BLOOM (ALiBi, embedding LayerNorm) as their transformers classes define them. A Llama
+    ``head_dim`` other than ``hidden / heads``, a gated activation other than SiLU, OPT's
+    ``project_in``/``project_out`` (``word_embed_proj_dim != hidden_size``) and a post-norm
+    OPT are not in the builders: such configs return ``None``.
+    """
+    kind = getattr(config, "model_type", None)
+    try:
+        if kind in ("llama", "mistral", "qwen2"):
+            h, heads = config.hidden_size, config.num_attention_heads
+            if _attr(config, "head_dim") not in (None, h // heads) or getattr(config, "hidden_act", "silu") != "silu":
+                return None
+            return check_shape(TransformerShape(
+                hidden=h, layers=config.num_hidden_layers, heads=heads,
+                kv_heads=_attr(config, "num_key_value_heads") or heads, ffn=config.intermediate_size,
+                vocab=config.vocab_size, seq=config.max_position_embeddings, act="swiglu", norm="rmsnorm",
+                pos="rope", positions=config.max_position_embeddings,
+                tied=bool(getattr(config, "tie_word_embeddings", False)), embed_norm=False, dropout=0.0,
+                name=name))
+        if kind == "gpt2":
+            act = config.activation_function
+            if act not in ACTIVATIONS or act == "swiglu":
+                return None
+            return check_shape(TransformerShape(
+                hidden=config.n_embd, layers=config.n_layer, heads=config.n_head, kv_heads=config.n_head,
+                ffn=_attr(config, "n_inner") or 4 * config.n_embd, vocab=config.vocab_size,
+                seq=config.n_positions, act=act, norm="layernorm", pos="learned", positions=config.n_positions,
+                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False,
+                dropout=_attr(config, "resid_pdrop") or 0.0, name=name))
+        if kind == "opt":
+            h = config.hidden_size
+            if (getattr(config, "word_embed_proj_dim", h) != h or not getattr(config, "do_layer_norm_before", True)
+                    or config.activation_function not in ACTIVATIONS or config.activation_function == "swiglu"):
+                return None
+            return check_shape(TransformerShape(
+                hidden=h, layers=config.num_hidden_layers, heads=config.num_attention_heads,
+                kv_heads=config.num_attention_heads, ffn=config.ffn_dim, vocab=config.vocab_size,
+                seq=config.max_position_embeddings, act=config.activation_function, norm="layernorm",
+                # OPTLearnedPositionalEmbedding keeps 2 rows more than the context (offset = 2).
+                pos="learned", positions=config.max_position_embeddings + 2,
+                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False,
+                dropout=_attr(config, "dropout") or 0.0, name=name))
+        if kind == "bloom":
+            h = _attr(config, "hidden_size", "n_embed")
+            layers = _attr(config, "n_layer", "num_hidden_layers")
+            heads = _attr(config, "n_head", "num_attention_heads")
+            seq = _attr(config, "seq_length", "max_position_embeddings") or 2048
+            return check_shape(TransformerShape(
+                hidden=h, layers=layers, heads=heads, kv_heads=heads, ffn=4 * h, vocab=config.vocab_size, seq=seq,
+                act="gelu", norm="layernorm", pos="alibi", positions=seq,
+                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=True,
+                dropout=_attr(config, "hidden_dropout") or 0.0, name=name))
+    except (AttributeError, TypeError):
+        return None
+    return None

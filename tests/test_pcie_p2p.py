@@ -1,0 +1,79 @@
+"""PCIe servers without peer-to-peer (``node.p2p: false``): NCCL's SHM transport through host memory."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dpsim.collectives.nccl import NcclCollectives
+from dpsim.errors import TopologyError
+from dpsim.topology.cluster import Topology
+from dpsim.topology.load import load_topology_file
+from dpsim.topology.server import build_server
+
+SYSTEM = Path(__file__).resolve().parents[1] / "validation" / "systems" / "rtx4090-pcie-x4.yaml"
+
+
+def _spec(**node):
+    spec = load_topology_file(SYSTEM)
+    return dataclasses.replace(spec, node=dataclasses.replace(spec.node, **node))
+
+
+def _families(spec, a: int, b: int) -> list[str]:
+    t = build_server(spec)
+    return [t.links[i].family for i in t._intra[a, b] if i >= 0]
+
+
+def test_p2p_off_stages_every_gpu_pair_in_host_memory():
+    assert "host_mem" not in _families(_spec(), 0, 1)
+    for a, b in ((0, 1), (2, 3), (3, 0)):
+        assert _families(_spec(p2p=False), a, b) == ["gpu_pcie", "pcie_host", "host_mem", "mem_host",
+                                                    "host_pcie", "pcie_gpu"]
+
+
+def test_p2p_off_is_bound_by_host_memory_when_it_is_the_slowest_link():
+    """With host memory slower than a GPU's PCIe link, SHM's write and read of every byte
+    there bound the ring; with P2P the memory is never touched."""
+    size = 256 * 2**20
+    slow_mem = dict(host_memory_bandwidth_bytes_per_s=20e9)
+    p2p = NcclCollectives(Topology.from_spec(_spec(**slow_mem), 4)).time("all_reduce", size).time_s
+    shm = NcclCollectives(Topology.from_spec(_spec(p2p=False, **slow_mem), 4)).time("all_reduce", size).time_s
+    assert shm > 1.5 * p2p
+    fast = NcclCollectives(Topology.from_spec(_spec(p2p=False), 4)).time("all_reduce", size).time_s
+    assert fast == pytest.approx(p2p, rel=1e-9)  # the default 307 GB/s of host memory never binds a 25 GB/s ring
+
+
+def test_p2p_key_only_for_pcie_tree(tmp_path):
+    data = yaml.safe_load(SYSTEM.read_text())
+    data["node"]["p2p"] = False
+    path = tmp_path / "ok.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_topology_file(path).node.p2p is False
+    data["node"]["interconnect"] = "pcie"
+    for key in ("pcie_switches", "sockets"):
+        del data["node"][key]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(TopologyError, match="node.p2p"):
+        load_topology_file(path)
+
+
+def test_pcie_server_all_reduce_within_fifteen_percent_of_published_rows():
+    """Four RTX 4090 on PCIe 4.0 (tests/data/pcie_collectives_reference.csv, never fitted on):
+    the network's ramp, not the NVLink servers' 64 MiB one, leaves them 8-12 % slow (the
+    ``node`` ramp made them 29-54 % slow)."""
+    import sys
+
+    sys.path.insert(0, str(SYSTEM.parents[1]))
+    import accuracy_pcie
+
+    from dpsim.collectives.nccl_tuning import FITTED_TUNING
+
+    rows = accuracy_pcie.load_rows(accuracy_pcie.DATA)
+    assert len(rows) >= 3
+    for row in rows:
+        point = accuracy_pcie.predict(row, FITTED_TUNING)
+        assert abs(point.error) <= 0.15, (row.id, point.error)
