@@ -83,6 +83,7 @@ def test_the_fast_kernels_reproduce_compute_profile():
         assert abs(accuracy.check_profile_agrees(row)) < 1e-9, row.id
 
 
+@pytest.mark.slow
 def test_shipped_constants_are_the_fit_on_all_rows(evaluated):
     _, all_rows = evaluated
     shipped = Efficiencies()
@@ -90,6 +91,7 @@ def test_shipped_constants_are_the_fit_on_all_rows(evaluated):
         assert getattr(shipped, field) == pytest.approx(getattr(all_rows, field), abs=0.002), field
 
 
+@pytest.mark.slow
 def test_leave_one_chip_out_is_honest():
     # Changing every measurement of one chip must not move that chip's predictions.
     rows = accuracy.load_rows()
@@ -102,6 +104,7 @@ def test_leave_one_chip_out_is_honest():
             assert a.predicted == pytest.approx(b.predicted, rel=1e-12), b.row.id
 
 
+@pytest.mark.slow
 def test_accuracy_is_pinned_and_documented(evaluated):
     results, _ = evaluated
     s = accuracy.summary(results)
@@ -138,6 +141,7 @@ def test_the_section_writer_keeps_every_other_section(tmp_path):
     assert doc.read_text() == text  # idempotent
 
 
+@pytest.mark.slow
 def test_forward_checks_pair_an_inference_row_with_its_training_row(evaluated):
     results, _ = evaluated
     by_id = {r.row.id: r for r in results}

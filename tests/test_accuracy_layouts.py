@@ -70,6 +70,7 @@ def test_published_flops_reproduce_the_published_times():
     assert accuracy_layouts.flops(m01) / (60.1 * 2240) / 1e12 == pytest.approx(126, rel=0.01)
 
 
+@pytest.mark.slow
 def test_accuracy_on_published_layouts(results):
     errors = [abs(r["error"]) for r in results]
     median, worst = statistics.median(errors), max(errors)
@@ -78,6 +79,7 @@ def test_accuracy_on_published_layouts(results):
     assert worst <= WORST_BAR, f"worst |error| {100 * worst:.1f} %\n{table}"
 
 
+@pytest.mark.slow
 def test_relative_accuracy_on_one_system(results):
     selene = [r["error"] for r in results if r["set"] in ("narayanan2021", "korthikanti2022")]
     assert len(selene) == 14
@@ -102,6 +104,7 @@ def test_megatron_bf16_rows_reduce_gradients_in_fp32():
     assert f32.step_time_s >= b16.step_time_s and f32.memory.total_bytes > b16.memory.total_bytes
 
 
+@pytest.mark.slow
 def test_mtnlg_times_split_into_work_per_sample_and_a_fixed_part(results):
     """Megatron-Turing NLG's three times (global batch fixed, dp 8/10/12) are ``work/dp + fixed``
     to 0.6 %: 197 ms of one pipeline's work per sample plus 12.7 s that do not scale with dp.
@@ -114,6 +117,7 @@ def test_mtnlg_times_split_into_work_per_sample_and_a_fixed_part(results):
         assert work * r["global_batch"] / dp + fixed == pytest.approx(r["published"], rel=0.007)
 
 
+@pytest.mark.slow
 def test_every_published_layout_fits_in_memory(results):
     """They ran, so dpsim's memory model must find them within capacity (80 GB A100/H100; the
     MT-NLG rows' 40 GB GPUs are costed on the 80 GB preset)."""
@@ -134,6 +138,7 @@ def test_micro_batch_sensitivity_covers_only_the_assumed_rows():
     assert "| H04 |" in accuracy_layouts.sensitivity_markdown(sens)
 
 
+@pytest.mark.slow
 def test_shard_diagnosis_sees_the_split_shapes_and_the_uncharged_clipping():
     # K01: tp 8 at micro-batch 1 quantizes worst; dp 1 keeps 2.7e9 parameters per GPU to clip.
     by_id = {r["id"]: r for r in accuracy_layouts.rows()}

@@ -49,10 +49,12 @@ def test_every_row_is_cited_and_its_system_described():
         assert accuracy.system_spec(system).sources, system
 
 
+@pytest.mark.slow
 def test_the_default_tuning_is_the_fit_on_every_system():
     assert accuracy.fit(accuracy.systems()) == FITTED_TUNING
 
 
+@pytest.mark.slow
 def test_a_stored_fit_leaves_its_platform_out():
     # aws-p5-x2: its per-call overhead (EFA) and ramp come from the other systems only.
     stored = accuracy.load_results()["fits"]

@@ -27,7 +27,7 @@ from dpsim.profile.schema import ComputeCalibration
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 
 from cases import FAMILIES  # noqa: E402
-from run import ROOT, load_golden  # noqa: E402
+from run import ROOT, VOLATILE_KEYS, load_golden, report_contents  # noqa: E402
 
 # ------------------------------------------------------------------ flags -> API arguments
 
@@ -135,9 +135,60 @@ def api_collective(argv: list[str]) -> dict:
     return predict_collective(dpsim.PredictConfig(**fields), **kwargs).to_dict()
 
 
+def _own_flags(argv: list[str], flags: tuple[str, ...]) -> tuple[list[str], dict]:
+    """``argv`` without ``flags`` and their values (a command's own flags spelled like a field's), and those."""
+    rest, own, i = [], {}, 0
+    while i < len(argv):
+        if argv[i] in flags:
+            own[argv[i]] = argv[i + 1]
+            i += 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    return rest, own
+
+
+def api_plan(argv: list[str]) -> dict:
+    from dpsim.plan.cost import parse_count
+    from dpsim.plan.planner import parse_choice_list, parse_int_list
+
+    argv, own = _own_flags(argv, ("--gpus", "--tp", "--pp", "--micro-batches", "--recompute"))
+    fields, other = _split_args(argv)
+    global_batch = fields.pop("global_batch")
+    grad_accum_fusion = fields.pop("grad_accum_fusion", True)
+    tokens = _one(other, "--tokens")
+    kwargs = dict(gpus=parse_int_list(own["--gpus"], "--gpus"), global_batch=global_batch,
+                  tps=parse_int_list(own.get("--tp"), "--tp"), pps=parse_int_list(own.get("--pp"), "--pp"),
+                  strategies=tuple(_one(other, "--strategies", "ddp,zero1").split(",")),
+                  micro_batches=parse_int_list(own.get("--micro-batches"), "--micro-batches"),
+                  recomputes=parse_choice_list(own.get("--recompute", "off,selective,full"), "--recompute",
+                                               ("off", "selective", "full")),
+                  schedules=tuple(_one(other, "--schedules", "1f1b,1f1b-interleaved").split(",")),
+                  tokens=None if tokens is None else parse_count(tokens, "--tokens"),
+                  top=int(_one(other, "--top", 10)), verify=int(_one(other, "--verify", 3)),
+                  grad_accum_fusion=grad_accum_fusion)
+    assert not other, f"flags the test does not map: {other}"
+    out = dpsim.plan(dpsim.PredictConfig(**fields, micro_batch=1), **kwargs).to_dict()
+    return {k: v for k, v in out.items() if k not in VOLATILE_KEYS["plan"]}
+
+
+def api_report(argv: list[str]) -> dict:
+    from dpsim.plan.cost import parse_count
+    from dpsim.report.html import collect, render
+
+    fields, other = _split_args(argv)
+    tokens = _one(other, "--tokens")
+    scaling = _one(other, "--scaling-gpus")
+    kwargs = dict(tokens=None if tokens is None else parse_count(tokens, "--tokens"),
+                  scaling_gpus=None if scaling is None else [int(n) for n in scaling.split(",")])
+    assert not other, f"flags the test does not map: {other}"
+    return report_contents(render(collect(dpsim.PredictConfig(**fields), **kwargs)))
+
+
 API = {"predict": api_predict, "goodput": api_goodput, "sweep": api_sweep, "memory": api_memory,
-       "collective": api_collective}
-API["pipeline"] = api_predict  # the pipeline schedules' cases are predict's
+       "collective": api_collective, "layout": api_predict, "pipeline": api_predict, "plan": api_plan,
+       "report": api_report}
+"""Golden family -> the same request through the library (``layout`` and ``pipeline`` are ``predict``'s cases)."""
 
 
 def _as_printed(obj):
@@ -151,6 +202,7 @@ def test_every_command_with_golden_cases_has_an_api_here():
     assert sorted(API) == sorted(FAMILIES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_every_golden_case_gives_the_same_json_through_the_api(family, monkeypatch):
     monkeypatch.chdir(ROOT)  # the cases name topology files relative to the repository

@@ -443,6 +443,7 @@ CAPS = [None, 0.5, 1, 4]
 SEQUENTIAL_MODELS = [MLP, BigParam, TinyGPT, MixedPrecision]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cap", CAPS, ids=lambda c: f"cap={c}")
 @pytest.mark.parametrize("model_cls", SEQUENTIAL_MODELS + [StockEncoder], ids=lambda m: m.__name__)
 def test_assign_buckets_equals_real_ddp(process_group, model_cls, cap):
@@ -475,6 +476,7 @@ def _norm_pairs_swapped(ready: list[str], reverse_registration: list[str]) -> bo
     return ready == fixed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cap", CAPS, ids=lambda c: f"cap={c}")
 @pytest.mark.parametrize("model_cls", SEQUENTIAL_MODELS, ids=lambda m: m.__name__)
 def test_ddp_buckets_equals_real_ddp_for_sequential_models(process_group, model_cls, cap):
@@ -498,6 +500,7 @@ def test_ddp_buckets_equals_real_ddp_for_sequential_models(process_group, model_
         assert _groups(plan) == groups
 
 
+@pytest.mark.slow
 def test_real_ddp_exercises_the_interesting_cases(process_group):
     """Guard that the DDP cases above really cross the boundaries they claim to."""
     torch.manual_seed(0)
@@ -511,6 +514,7 @@ def test_real_ddp_exercises_the_interesting_cases(process_group):
     assert any(b.size_bytes > MiB // 2 for b in mlp.buckets)  # oversized params
 
 
+@pytest.mark.slow
 def test_ready_order_differs_from_registration_for_stock_encoder(process_group):
     """Why :func:`assign_buckets` takes the ready order: registration order can lie."""
     torch.manual_seed(0)
@@ -570,6 +574,7 @@ def _catalog_case(family: str):
     return spec, caps, ddp_run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_catalog_tiny_models_bucket_exactly_like_ddp(process_group, family):
     """dpsim's own ready order and buckets for a catalog model == real DDP's, at every cap."""
@@ -592,6 +597,7 @@ def test_catalog_tiny_models_bucket_exactly_like_ddp(process_group, family):
     assert grad_ready != reverse_registration
 
 
+@pytest.mark.slow
 def test_reverse_registration_would_misplace_llama_norms(process_group):
     """Why the spec carries a ready order: for Llama, reverse registration order
     gives other buckets than DDP's at some cap."""

@@ -119,6 +119,7 @@ def test_tiny_params_match_torch_reference(family):
     assert _spec_shapes(build_model(cfg)) == _named_shapes(torch_model_for(cfg))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list_models())
 def test_full_size_params_match_torch_reference_on_meta(name):
     entry = get_entry(name)
@@ -152,6 +153,7 @@ def test_layers_are_embedding_blocks_head():
 # --------------------------------------------------------------------------- FLOPs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(TINY))
 def test_tiny_forward_flops_equal_torch_flop_counter(family):
     cfg = TINY[family]
@@ -303,6 +305,7 @@ def test_builders_make_tiny_models_from_configs():
         p.numel() for p in torch_model_for(TINY["llama"]).parameters())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(TINY))
 def test_tiny_torch_models_train_one_step(family):
     cfg = TINY[family]

@@ -253,7 +253,13 @@ def test_every_algorithm_is_exercised():
     assert set(NCCL_DEFAULT_ALGORITHMS) < set(ALGORITHM_NAMES)
 
 
-@pytest.mark.parametrize("topo, cluster, name, op", ALGO_CASES)
+# Step by step on the two largest clusters takes seconds a case: the fast lane (-m "not slow") keeps the rest.
+SCHEDULE_CASES = [pytest.param(*p.values, id=p.id, marks=pytest.mark.slow
+                               if p.id.startswith(("ib-5nodes-3leaves-", "3tier-8nodes-")) else ())
+                  for p in ALGO_CASES]
+
+
+@pytest.mark.parametrize("topo, cluster, name, op", SCHEDULE_CASES)
 def test_schedule_computes_the_collective_and_plan_moves_its_bytes(topo, cluster, name, op):
     algo = ALGORITHMS[name]
     try:

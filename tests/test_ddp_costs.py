@@ -288,6 +288,7 @@ def _spec(module) -> ModelSpec:
     return ModelSpec(name="net", layers=tuple(layers))
 
 
+@pytest.mark.slow
 def test_powersgd_all_reduces_what_torchs_hook_all_reduces(process_group, monkeypatch):
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
 
@@ -319,6 +320,7 @@ def test_powersgd_all_reduces_what_torchs_hook_all_reduces(process_group, monkey
     assert sizes[-1] == [s.size_bytes for s in hook.stages]
 
 
+@pytest.mark.slow
 def test_registration_buckets_equal_ddps_with_find_unused_parameters(process_group):
     class Wide(torch.nn.Module):
         def __init__(self):

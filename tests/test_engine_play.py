@@ -63,6 +63,7 @@ _CASES = [dict(strategy=s, grad_accum=k, activation_checkpointing=ckpt, overlap=
           for s in STRATEGIES for k in (1, 3) for ckpt in (False, True) for overlap in (True, False)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _CASES, ids=lambda c: "-".join(f"{v}" for v in c.values()))
 def test_every_strategy_plays_bit_for_bit_as_simpy(case):
     # 16 GPUs = two 8-GPU nodes: fsdp-hybrid runs on its intra- and inter-node communicators.
@@ -153,6 +154,7 @@ _SLOWDOWN = st.one_of(st.sampled_from([0.0, 0.1, 0.5, 1.0]), st.floats(0.0, 2.0,
 @given(program=_programs(), steps=st.integers(1, 4), overlap_slowdown=_SLOWDOWN,
        comm_slowdown=st.one_of(st.just(0.0), _SLOWDOWN), seconds_per_byte=st.sampled_from([1.0, 0.5, 0.3]),
        factors=st.one_of(st.none(), st.lists(st.sampled_from([0.5, 1.0, 2.0, 0.7]), min_size=4, max_size=4)))
+@pytest.mark.slow
 def test_random_programs_play_as_simpy(program, steps, overlap_slowdown, comm_slowdown, seconds_per_byte, factors):
     kw = dict(steps=steps, overlap_slowdown=overlap_slowdown, comm_slowdown=comm_slowdown)
     if factors is not None:  # one rank whose compute factor changes from step to step

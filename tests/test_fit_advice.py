@@ -66,6 +66,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c.values())))
 def test_the_advice_equals_the_linear_searchs(case, monkeypatch):
     model, gpu = get_model(case["model"]), get_gpu(case["gpu"])

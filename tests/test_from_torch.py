@@ -199,6 +199,7 @@ def _groups(plan):
 USER_MODELS = [MLP, BigParam, TinyGPT, MixedPrecision, StockEncoder]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cap", [None, 0.5, 1, 4], ids=lambda c: f"cap={c}")
 @pytest.mark.parametrize("model_cls", USER_MODELS, ids=lambda m: m.__name__)
 def test_traced_workload_buckets_equal_real_ddp(process_group, model_cls, cap):
@@ -219,6 +220,7 @@ def test_traced_workload_buckets_equal_real_ddp(process_group, model_cls, cap):
     assert [b.size_bytes for b in plan.buckets] == sizes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "vit", "resnet"])
 def test_traced_reference_modules_bucket_like_ddp(process_group, family):
     from dpsim.workload.buckets import ddp_buckets

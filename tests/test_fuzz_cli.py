@@ -33,6 +33,9 @@ from dpsim.limits import (
 from dpsim.predict.config import PredictConfig, field_kind, flag_name, flag_scale
 from fuzz_harness import check_outcome, check_sane_output, run_cli
 
+# Fuzzers (hundreds of hostile inputs): the fast lane (-m "not slow") leaves them to the full suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--gpus", "8", "--link", "nvlink", "--model", "gpt2"]
 """A cheap job, so that the cases that get past validation finish quickly."""

@@ -25,6 +25,9 @@ from hypothesis import strategies as st
 from dpsim.profile.io import load_profile, shipped_profiles_dir
 from fuzz_harness import check_outcome, run_cli
 
+# Fuzzers (hundreds of hostile inputs): the fast lane (-m "not slow") leaves them to the full suite.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = yaml.safe_load((ROOT / "topologies" / "examples" / "fat-tree-3tier.yaml").read_text())
 NVL = yaml.safe_load((ROOT / "topologies" / "examples" / "nvl72-ib.yaml").read_text())

@@ -1,4 +1,5 @@
-"""Frozen ``--json`` outputs of every preset x strategy x a few models (tests/golden/).
+"""Frozen ``--json`` outputs of every preset x strategy x a few models, tensor x pipeline layouts,
+a plan search and report pages (tests/golden/).
 
 A change that moves any number must be intended: regenerate the files with
 ``python tests/golden/regenerate.py`` and say in the commit which cases moved and why.

@@ -11,6 +11,7 @@ The documentation's "How it works" tree (docs/internals.md) names the same units
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -49,16 +50,25 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+# The package is walked and each file parsed once per test session: every test below reads the
+# same trees, and the cycle test used to walk the folder again for each import it looked up.
+@functools.cache
 def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def imports_of(name: str, path: Path) -> list[tuple[str, int]]:
+@functools.cache
+def syntax_tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def imports_of(name: str, path: Path) -> tuple[tuple[str, int], ...]:
     """(imported dpsim module, line) for every import in the file, nested ones included."""
     known = modules()
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     out = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(syntax_tree(path)):
         targets = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -71,7 +81,7 @@ def imports_of(name: str, path: Path) -> list[tuple[str, int]]:
             # ``from pkg import submodule`` imports the submodule.
             targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in node.names]
         out += [(t, node.lineno) for t in targets if t == "dpsim" or t.startswith("dpsim.")]
-    return out
+    return tuple(out)
 
 
 def unit(module: str) -> str:
@@ -98,8 +108,9 @@ def test_imports_only_go_down():
 
 
 def test_no_import_cycles():
-    graph = {name: sorted({t for t, _ in imports_of(name, path) if t in modules() and t != name})
-             for name, path in modules().items()}
+    known = modules()
+    graph = {name: sorted({t for t, _ in imports_of(name, path) if t in known and t != name})
+             for name, path in known.items()}
     # A package's __init__ is imported with its submodules; an __init__ that only
     # re-exports its own package's submodules lazily adds no edge back to itself.
     state: dict[str, int] = {}
@@ -140,8 +151,7 @@ HEAVY_LIBRARIES = ("torch", "plotly", "pandas", "dask", "pyarrow")
 def _heavy_modules() -> set[str]:
     heavy = set()
     for name, path in modules().items():
-        tree = ast.parse(path.read_text())
-        for node in tree.body:
+        for node in syntax_tree(path).body:
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             if any(m.split(".")[0] in HEAVY_LIBRARIES for m in mods):
@@ -159,7 +169,7 @@ def test_function_level_imports_are_for_laziness_only():
     for name, path in modules().items():
         if unit(name) in ("cli", "__main__"):
             continue
-        tree = ast.parse(path.read_text())
+        tree = syntax_tree(path)
         top = {id(n) for n in tree.body}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and id(node) not in top and node.level == 0 \

@@ -227,6 +227,7 @@ def test_plan_places_llama_3_405b_on_16384_gpus():
     assert result.wall_s < 10.0
 
 
+@pytest.mark.slow
 def test_plan_finds_layouts_that_fit_and_ranks_them():
     from dpsim.plan.planner import plan_layouts
     base = PredictConfig(model="llama-2-70b", link="infiniband", precision="bf16-mixed")
@@ -242,6 +243,7 @@ def test_plan_finds_layouts_that_fit_and_ranks_them():
     assert all(e.cost_usd <= best.cost_usd * 0.999 for e in cost.ranked)
 
 
+@pytest.mark.slow
 def test_predict_and_plan_on_the_command_line():
     out = subprocess.run([sys.executable, "-m", "dpsim", "predict", "--tp", "2", "--pp", "2", "--dp", "4",
                           "--model", "llama-2-7b", "--link", "infiniband", "--micro-batch", "1",

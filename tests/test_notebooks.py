@@ -74,6 +74,7 @@ def test_notebook_is_stored_without_outputs(path):
         assert "execution" not in cell.get("metadata", {})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes_and_its_figures_are_valid(path, kernel):
     nb, elapsed = execute(path, kernel)
@@ -93,6 +94,7 @@ def test_notebook_executes_and_its_figures_are_valid(path, kernel):
         assert not re.search(r"https?://cdn\.plot\.ly/plotly-", html)
 
 
+@pytest.mark.slow
 def test_calibration_notebook_skips_without_dpsim_calibrate(kernel):
     """Without dpsim.calibrate (or any profile) notebook 4 says so and runs to the end."""
     hide = ("import importlib.util as _u\n_find = _u.find_spec\n"
@@ -103,6 +105,7 @@ def test_calibration_notebook_skips_without_dpsim_calibrate(kernel):
     assert not [o for o in outputs(nb) if PLOTLY_MIME in o.get("data", {})]
 
 
+@pytest.mark.slow
 def test_calibration_notebook_takes_a_profile_path(kernel, monkeypatch):
     profile = pytest.importorskip("dpsim.profile.io")
     names = profile.shipped_profile_names()

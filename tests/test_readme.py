@@ -116,6 +116,7 @@ def _argv(cmd: str, workdir: Path, monkeypatch) -> list[str]:
     return words[1:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cmd", _bash_lines())
 def test_documented_commands_run(cmd, workdir, capsys, monkeypatch):
     why = _not_run(cmd)

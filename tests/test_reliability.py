@@ -134,6 +134,7 @@ def _same_run(a, b) -> bool:
                                 dict(mtbf_h=10.0, write_s=0.0, restart_s=0.0, tau_h=2.0),
                                 dict(mtbf_h=1.0, nodes=3, restart_s=1200.0),
                                 dict(mtbf_h=0.5, work_d=2.0, tau_h=0.05, write_s=10.0)])
+@pytest.mark.slow
 def test_fast_path_is_the_event_by_event_simulation_run_for_run(kw):
     """simulate_goodput skips whole segments (wait: no loop over events at all; shrink: one numpy
     step per event); simulate_run plays every segment. Same seeds, same runs."""

@@ -234,6 +234,7 @@ def test_points_share_work_and_give_the_same_rows():
     assert len(memo._CACHES["dpsim.workload.catalog.get_model"]) == 1
 
 
+@pytest.mark.slow
 def test_local_workers_start_only_when_they_pay_off(monkeypatch):
     """--workers on a small grid runs serially (no cluster start-up); when the points left would
     take longer than LOCAL_CLUSTER_PAYOFF_S the rest runs on local workers, with the serial rows,
@@ -303,6 +304,7 @@ def test_unreachable_scheduler_is_one_line():
 
 # ----------------------------------------------------------------------- Dask cluster
 
+@pytest.mark.slow
 def test_dask_local_cluster_matches_serial(tmp_path, capsys):
     """A real 2-process LocalCluster (by address, as --scheduler does) and --workers 2 give
     exactly the serial rows."""

@@ -96,6 +96,7 @@ def _throughput_bytes_per_s(tb: Testbed, src: int, dst: int, seconds: float = 1.
     return float(out.strip())
 
 
+@pytest.mark.slow
 @needs_testbed
 @pytest.mark.parametrize("rate", ["100mbit", "1gbit"])
 def test_links_are_shaped_to_the_rate(rate):
@@ -106,6 +107,7 @@ def test_links_are_shaped_to_the_rate(rate):
     assert 0.85 * bits / 8 < got <= 1.02 * bits / 8
 
 
+@pytest.mark.slow
 @needs_testbed
 def test_oversubscribed_uplink_limits_cross_rack_traffic():
     spec = TestbedSpec(hosts=4, nic_bits_per_s=400e6, racks=2, rack_oversubscription=4.0)
@@ -117,6 +119,7 @@ def test_oversubscribed_uplink_limits_cross_rack_traffic():
     assert local == pytest.approx(400e6 / 8, rel=0.15)
 
 
+@pytest.mark.slow
 @needs_testbed
 def test_cleanup_on_exception_and_foreign_namespaces_untouched():
     foreign = "unrelated-ns-keepme"
@@ -134,6 +137,7 @@ def test_cleanup_on_exception_and_foreign_namespaces_untouched():
         subprocess.run(["ip", "netns", "del", foreign])
 
 
+@pytest.mark.slow
 @needs_testbed
 def test_cli_up_status_down():
     from dpsim.cli.app import main
@@ -181,6 +185,7 @@ def _wait_for_state(timeout_s: float = 30.0) -> str:
     raise AssertionError("no testbed state appeared")
 
 
+@pytest.mark.slow
 @needs_testbed
 @pytest.mark.parametrize("delay_s", [0.6, 1.0, 1.6])
 def test_killed_up_leaves_nothing_down_all_cannot_find(delay_s, isolated_state):
@@ -202,6 +207,7 @@ def test_killed_up_leaves_nothing_down_all_cannot_find(delay_s, isolated_state):
     assert not list_testbeds()
 
 
+@pytest.mark.slow
 @needs_testbed
 @pytest.mark.parametrize("signame, status", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_interrupted_up_removes_what_it_made(signame, status):
@@ -220,6 +226,7 @@ def test_interrupted_up_removes_what_it_made(signame, status):
     assert not _ours(tag) and not list_testbeds()
 
 
+@pytest.mark.slow
 @needs_testbed
 def test_down_all_spares_other_users_and_testbeds_in_use():
     import signal as sig
@@ -263,6 +270,7 @@ def test_down_all_spares_other_users_and_testbeds_in_use():
     assert not _ours(alice_tag) and not _new_tags(tags_before)
 
 
+@pytest.mark.slow
 @needs_testbed
 def test_a_dead_validate_testbed_is_reaped_by_the_next_one():
     from dpsim.validate.testbed import Testbed, TestbedSpec, current_owner
@@ -282,6 +290,7 @@ def test_a_dead_validate_testbed_is_reaped_by_the_next_one():
     assert not _new_tags(tags_before)
 
 
+@pytest.mark.slow
 @needs_testbed
 def test_a_probe_left_by_a_killed_check_is_removed():
     from dpsim.validate.testbed import check_available
@@ -294,6 +303,7 @@ def test_a_probe_left_by_a_killed_check_is_removed():
     assert stale not in _netns()
 
 
+@pytest.mark.slow
 @needs_testbed
 @pytest.mark.parametrize("signame, status", [("SIGTERM", 143), ("SIGHUP", 129)])
 def test_a_script_holding_a_testbed_exits_with_the_signal_not_a_ctrl_c(signame, status):

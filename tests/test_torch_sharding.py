@@ -43,6 +43,9 @@ from dpsim.strategies.shards import (
 from dpsim.workload.from_torch import workload_from_module  # noqa: E402
 from dpsim.workload.precision import get_precision  # noqa: E402
 
+# Real FSDP and ZeRO in two local processes: the fast lane (-m "not slow") leaves it to CI.
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).parent
 WORLD = 2
 

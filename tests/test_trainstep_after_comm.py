@@ -19,6 +19,7 @@ def _step() -> TrainStep:
                      optimizer_source="sgd", samples=8)
 
 
+@pytest.mark.slow
 def test_the_extra_time_is_paired_against_the_back_to_back_step(process_group, monkeypatch):
     """A step that runs 20 ms slower after each all-reduce (a cold cache, an idle core, made
     deterministic here) measures 20 ms extra; the back-to-back step does not pay it."""

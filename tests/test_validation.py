@@ -61,6 +61,7 @@ def _verdict(judged: list, unsteady: list) -> tuple[bool, dict]:
     return max(errors) <= WORST_BAR and statistics.median(errors) <= MEDIAN_BAR, detail
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not AVAILABLE, reason=WHY)
 def test_subset_meets_the_accuracy_bar():
     samples = []
@@ -109,6 +110,7 @@ def test_validate_accepts_what_predict_accepts():
         assert trace(cfg).param_count > 0, model
 
 
+@pytest.mark.slow
 def test_a_model_that_cannot_be_traced_fails_before_anything_starts(tmp_path):
     """No testbed, no rank, no sweep: the model is checked first, in one line."""
     bad = tmp_path / "bad.py"
@@ -118,6 +120,7 @@ def test_a_model_that_cannot_be_traced_fails_before_anything_starts(tmp_path):
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "returned int" in out.stderr, out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not AVAILABLE, reason=WHY)
 def test_crashed_rank_ends_the_run_cleanly():
     """Ranks that die make the run fail with one message, and no namespace is left behind."""

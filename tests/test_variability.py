@@ -241,6 +241,7 @@ def _compute_then_allreduce(compute_s: float, size: float) -> StepProgram:
         comms=(CommOp(name="bucket 0", op="all_reduce", size_bytes=size),))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_ranks", [8, 64, 1024])
 def test_mean_step_is_the_expected_max_of_n_normals(n_ranks):
     cv, compute_s, comm_s = 0.05, 1.0, 0.25
@@ -257,6 +258,7 @@ def test_mean_step_is_the_expected_max_of_n_normals(n_ranks):
     assert expected - (compute_s + comm_s) > 20 * se
 
 
+@pytest.mark.slow
 def test_ddp_step_grows_with_n_as_the_max_of_n_draws(gpt2_ethernet):
     """No overlap: interval between all-reduce ends = comm + max_r(opt a_r + fb b_r) (a, b i.i.d.)."""
     p, coll = gpt2_ethernet
@@ -301,6 +303,7 @@ def test_same_seed_same_numbers_and_batching_does_not_matter(gpt2_ethernet):
     assert lo <= a.samples_per_s <= hi
 
 
+@pytest.mark.slow
 def test_hiccups_add_their_expected_stall():
     program = _compute_then_allreduce(1.0, 1.0)
     spec = VariabilitySpec(hiccup_rate_per_s=0.2, hiccup_s=0.1, seed=1, samples=1)

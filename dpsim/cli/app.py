@@ -28,6 +28,7 @@ import typer
 from typer.core import TyperGroup
 
 from dpsim.cli.commands import COMMANDS
+from dpsim.cli.panels import panel_rank
 from dpsim.errors import DpsimError, Interrupted
 
 try:  # typer >= 0.22 parses with its own vendored copy of click (the click package may be absent)
@@ -135,6 +136,8 @@ def _click_command(name: str, target: Any) -> Any:
         single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
         single.command(name)(target)
         command = typer.main.get_command(single)
+        # Typer shows panels in the order their first flag comes; parsing does not depend on it.
+        command.params.sort(key=panel_rank)
     command.name = name
     return command
 

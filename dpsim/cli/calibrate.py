@@ -8,6 +8,7 @@ import typer
 
 from dpsim.cli.app import _emit_json
 from dpsim.cli.checks import require_torch, size_sweep
+from dpsim.cli.panels import CLUSTER, MEASURED_COLLECTIVES, MEASURED_COMPUTE, NCCL_TESTS_LOGS, OUTPUT, REPEATS
 from dpsim.errors import ConfigError
 from dpsim.limits import (
     MAX_CALIBRATE_BYTES,
@@ -29,57 +30,79 @@ def calibrate(
     logs: Optional[list[str]] = typer.Argument(None, help="nccl-tests logs (with --from-nccl-tests)."),
     from_nccl_tests: bool = typer.Option(
         False, "--from-nccl-tests", help="Fit the given nccl-tests logs (all_reduce_perf, all_gather_perf, "
-                                         "reduce_scatter_perf, ...) instead of measuring."),
+                                         "reduce_scatter_perf, ...) instead of measuring.",
+        rich_help_panel=NCCL_TESTS_LOGS),
     out: Optional[str] = typer.Option(
         None, "--out", help="Profile to write (atomically; default dpsim-calibration-NAME.json); checked before "
-                            "measuring."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
-    backend: Optional[str] = typer.Option(None, "--backend", help="nccl or gloo (default: nccl if torch sees GPUs)."),
+                            "measuring.", rich_help_panel=OUTPUT),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out file.", rich_help_panel=OUTPUT),
+    backend: Optional[str] = typer.Option(None, "--backend", help="nccl or gloo (default: nccl if torch sees GPUs).",
+                                          rich_help_panel=CLUSTER),
     nproc: Optional[int] = typer.Option(
-        None, "--nproc", help="Local ranks (default: every GPU; gloo: up to 4 CPU processes; at most 4 per usable core and what memory holds). Not under torchrun."),
+        None, "--nproc", help="Local ranks (default: every GPU; gloo: up to 4 CPU processes; at most 4 per usable core and what memory holds). Not under torchrun.",
+        rich_help_panel=CLUSTER),
     ranks_per_node: Optional[int] = typer.Option(
         None, "--ranks-per-node", help="Treat every K consecutive ranks as one node: when measuring (default: "
                                        "torchrun's node rank GROUP_RANK, else LOCAL_WORLD_SIZE, else the host "
                                        "name) and for nccl-tests logs without a device list. predict takes the "
-                                       "profile's ranks per node as its default --gpus-per-node."),
-    minbytes: Optional[str] = typer.Option(None, "-b", "--minbytes", help="Smallest size (GPU 8, CPU 4K)."),
-    maxbytes: Optional[str] = typer.Option(None, "-e", "--maxbytes", help="Largest size (GPU 1G, CPU 4M)."),
-    stepfactor: Optional[float] = typer.Option(None, "-f", "--stepfactor", help="Size factor (default 2)."),
+                                       "profile's ranks per node as its default --gpus-per-node.",
+        rich_help_panel=CLUSTER),
+    minbytes: Optional[str] = typer.Option(None, "-b", "--minbytes", help="Smallest size (GPU 8, CPU 4K).",
+                                           rich_help_panel=MEASURED_COLLECTIVES),
+    maxbytes: Optional[str] = typer.Option(None, "-e", "--maxbytes", help="Largest size (GPU 1G, CPU 4M).",
+                                           rich_help_panel=MEASURED_COLLECTIVES),
+    stepfactor: Optional[float] = typer.Option(None, "-f", "--stepfactor", help="Size factor (default 2).",
+                                               rich_help_panel=MEASURED_COLLECTIVES),
     ops: Optional[str] = typer.Option(
-        None, "--ops", help="Comma-separated: all_reduce,reduce_scatter,all_gather,broadcast,sendrecv (default all)."),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed calls per size (GPU 5, CPU 3)."),
+        None, "--ops", help="Comma-separated: all_reduce,reduce_scatter,all_gather,broadcast,sendrecv (default all).",
+        rich_help_panel=MEASURED_COLLECTIVES),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed calls per size (GPU 5, CPU 3).",
+                                         rich_help_panel=REPEATS),
     iters: Optional[int] = typer.Option(None, "--iters", help="Fewest timed repeats per size and of the model "
-                                                             "step (GPU 20, CPU 10)."),
-    max_iters: Optional[int] = typer.Option(None, "--max-iters", help="Most timed repeats (default 5 x --iters)."),
+                                                             "step (GPU 20, CPU 10).", rich_help_panel=REPEATS),
+    max_iters: Optional[int] = typer.Option(None, "--max-iters", help="Most timed repeats (default 5 x --iters).",
+                                            rich_help_panel=REPEATS),
     ci: float = typer.Option(0.02, "--ci", help="Repeat until the 95 % interval of every mean is within this "
-                                                "fraction of it (0.02 = +-2 %), or --max-iters, or --budget."),
+                                                "fraction of it (0.02 = +-2 %), or --max-iters, or --budget.",
+                             rich_help_panel=REPEATS),
     budget: float = typer.Option(120.0, "--budget", help="Seconds of repeats one sweep or the model step may "
-                                                         "take beyond --iters."),
+                                                         "take beyond --iters.", rich_help_panel=REPEATS),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a dead or hung rank "
-                                                         "ends the run."),
-    compute: bool = typer.Option(True, "--compute/--no-compute", help="Run the compute micro-benchmarks."),
+                                                         "ends the run.", rich_help_panel=REPEATS),
+    compute: bool = typer.Option(True, "--compute/--no-compute", help="Run the compute micro-benchmarks.",
+                                 rich_help_panel=MEASURED_COMPUTE),
     fresh_processes: int = typer.Option(3, "--fresh-processes", help="On CPU hosts, also time the --model step in "
                                         "this many fresh processes per rank and take its level from them (a "
-                                        "training run is a process of its own); 0: only the calibrating process."),
+                                        "training run is a process of its own); 0: only the calibrating process.",
+                                        rich_help_panel=MEASURED_COMPUTE),
     dtypes: Optional[str] = typer.Option(
-        None, "--dtypes", help="Matmul dtypes (GPU bfloat16,float16,float32; CPU float32)."),
+        None, "--dtypes", help="Matmul dtypes (GPU bfloat16,float16,float32; CPU float32).",
+        rich_help_panel=MEASURED_COMPUTE),
     model: Optional[str] = typer.Option(
         None, "--model", help="Time a model's training step (forward, loss, backward, optimizer) layer by layer: "
                               "a catalog name, or path/file.py:fn or package.module:fn returning an nn.Module, "
                               "optionally :input_fn then :loss_fn (as predict --model; else the module's "
-                              "example_input() and loss())."),
+                              "example_input() and loss()).", rich_help_panel=MEASURED_COMPUTE),
     optimizer: str = typer.Option("adamw", "--optimizer", help="Optimizer of the model step when the model file "
                                                                "defines no optimizer(parameters): adamw, adam, "
-                                                               "sgd-momentum, sgd."),
-    micro_batch: int = typer.Option(1, "--micro-batch", help="Micro-batch of the model benchmark."),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length of a catalog token model."),
+                                                               "sgd-momentum, sgd.",
+                                  rich_help_panel=MEASURED_COMPUTE),
+    micro_batch: int = typer.Option(1, "--micro-batch", help="Micro-batch of the model benchmark.",
+                                    rich_help_panel=MEASURED_COMPUTE),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length of a catalog token model.",
+                                          rich_help_panel=MEASURED_COMPUTE),
     input_shape: Optional[str] = typer.Option(
         None, "--input-shape", help="Example input of a builder --model, as predict takes it (8,3,224,224 or "
-                                    "4,1024:int64); the batch becomes --micro-batch."),
-    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the --out file stem)."),
-    description: str = typer.Option("", "--description", help="One line stored in the profile."),
-    quiet: bool = typer.Option(False, "--quiet", help="No tables or progress bar; warnings and errors only."),
-    as_json: bool = typer.Option(False, "--json", help="Print the written profile as JSON instead of tables."),
+                                    "4,1024:int64); the batch becomes --micro-batch.",
+        rich_help_panel=MEASURED_COMPUTE),
+    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the --out file stem).",
+                                       rich_help_panel=OUTPUT),
+    description: str = typer.Option("", "--description", help="One line stored in the profile.",
+                                    rich_help_panel=OUTPUT),
+    quiet: bool = typer.Option(False, "--quiet", help="No tables or progress bar; warnings and errors only.",
+                               rich_help_panel=OUTPUT),
+    as_json: bool = typer.Option(False, "--json", help="Print the written profile as JSON instead of tables.",
+                                 rich_help_panel=OUTPUT),
 ) -> None:
     """Measure collectives and compute with torch (or fit nccl-tests logs) and write a profile for predict.
 

@@ -9,27 +9,40 @@ import typer
 
 from dpsim.cli.app import _emit_json
 from dpsim.cli.checks import size_sweep
+from dpsim.cli.panels import CALIBRATION, CLUSTER, OUTPUT, WORKLOAD
 from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_GPUS, MAX_SIZE_ROWS
 
 
 def collective(
-    op: str = typer.Option("all_reduce", "--op", help="all_reduce, reduce_scatter, all_gather or broadcast."),
-    gpus: int = typer.Option(8, "--gpus", help=f"Ranks in the communicator (at most {MAX_GPUS:,})."),
-    link: str = typer.Option("nvlink", "--link", help="Topology preset."),
-    topology: Optional[str] = typer.Option(None, "--topology", help="A topology YAML file (instead of --link)."),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Override GPUs per node."),
-    minbytes: str = typer.Option("8", "-b", "--minbytes", help="Smallest size (nccl-tests -b; 1K = 1024)."),
-    maxbytes: str = typer.Option("1G", "-e", "--maxbytes", help="Largest size (nccl-tests -e); at most 1TiB."),
+    op: str = typer.Option("all_reduce", "--op", help="all_reduce, reduce_scatter, all_gather or broadcast.",
+                           rich_help_panel=WORKLOAD),
+    gpus: int = typer.Option(8, "--gpus", help=f"Ranks in the communicator (at most {MAX_GPUS:,}).",
+                             rich_help_panel=CLUSTER),
+    link: str = typer.Option("nvlink", "--link", help="Topology preset.", rich_help_panel=CLUSTER),
+    topology: Optional[str] = typer.Option(None, "--topology", help="A topology YAML file (instead of --link).",
+                                           rich_help_panel=CLUSTER),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Override GPUs per node.",
+                                                rich_help_panel=CLUSTER),
+    minbytes: str = typer.Option("8", "-b", "--minbytes", help="Smallest size (nccl-tests -b; 1K = 1024).",
+                                 rich_help_panel=WORKLOAD),
+    maxbytes: str = typer.Option("1G", "-e", "--maxbytes", help="Largest size (nccl-tests -e); at most 1TiB.",
+                                 rich_help_panel=WORKLOAD),
     stepfactor: float = typer.Option(2.0, "-f", "--stepfactor", help=f"Multiply the size by this each row (> 1; at "
-                                                                     f"most {MAX_SIZE_ROWS:,} rows)."),
-    dtype: str = typer.Option("float", "-d", "--datatype", help="float, half, bfloat16, double or int8."),
+                                                                     f"most {MAX_SIZE_ROWS:,} rows).",
+                                     rich_help_panel=WORKLOAD),
+    dtype: str = typer.Option("float", "-d", "--datatype", help="float, half, bfloat16, double or int8.",
+                              rich_help_panel=WORKLOAD),
     calibration: Optional[str] = typer.Option(
-        None, "--calibration", help="A profile from dpsim calibrate (file or shipped name) instead of the preset."),
+        None, "--calibration", help="A profile from dpsim calibrate (file or shipped name) instead of the preset.",
+        rich_help_panel=CALIBRATION),
     algo: Optional[str] = typer.Option(
         None, "--algo", help="Algorithms allowed, like NCCL_ALGO: ring, tree, nvls, nvls_tree, hierarchical, "
-                             "halving_doubling (comma list or ^name). Default: NCCL's choice per size."),
-    proto: Optional[str] = typer.Option(None, "--proto", help="Protocols allowed, like NCCL_PROTO: LL, LL128, Simple."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the nccl-tests table."),
+                             "halving_doubling (comma list or ^name). Default: NCCL's choice per size.",
+        rich_help_panel=CLUSTER),
+    proto: Optional[str] = typer.Option(None, "--proto", help="Protocols allowed, like NCCL_PROTO: LL, LL128, Simple.",
+                                        rich_help_panel=CLUSTER),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the nccl-tests table.",
+                                 rich_help_panel=OUTPUT),
 ) -> None:
     """Predict a collective over a size sweep, printed like nccl-tests' *_perf tools."""
     from dpsim.predict.collective import predict_collective

@@ -11,8 +11,9 @@ from typing import Any, Optional
 import typer
 
 from dpsim.cli.app import _emit_json
-from dpsim.cli.options import config_options
 from dpsim.cli.checks import check_budget
+from dpsim.cli.options import config_options
+from dpsim.cli.panels import CHECKPOINTS, OUTPUT, VARIABILITY, WORKLOAD
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_GOODPUT_RUNS
 from dpsim.plan.reliability import DEFAULT_GPU_MTBF_S, DEFAULT_LINK_MTBF_S, DEFAULT_NODE_MTBF_S, HOUR_S
@@ -33,37 +34,50 @@ GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "mode
 def goodput_command(
     flags: dict[str, Any],
     tokens: Optional[str] = typer.Option(
-        None, "--tokens", help="Token budget, e.g. 300B, 1T (time = budget / predicted tokens/s)."),
+        None, "--tokens", help="Token budget, e.g. 300B, 1T (time = budget / predicted tokens/s).",
+        rich_help_panel=WORKLOAD),
     duration: Optional[str] = typer.Option(
         None, "--duration", help="Failure-free training time instead of a token budget, e.g. 30d, 720h "
-                                 "(default 30d when neither is given)."),
+                                 "(default 30d when neither is given).", rich_help_panel=WORKLOAD),
     mtbf_gpu: Optional[str] = typer.Option(
         None, "--mtbf-gpu", help=f"MTBF per GPU, e.g. 80000h (none = never fails). Default "
                                  f"{_hours(DEFAULT_GPU_MTBF_S)}, from Llama 3's 54-day run: 256 GPU failures over "
-                                 f"16,384 GPUs."),
+                                 f"16,384 GPUs.", rich_help_panel=VARIABILITY),
     mtbf_node: Optional[str] = typer.Option(
         None, "--mtbf-node", help=f"MTBF per node apart from GPUs and links (host, PSU, software). Default "
-                                  f"{_hours(DEFAULT_NODE_MTBF_S)}, from Llama 3: 128 over 2,048 nodes."),
+                                  f"{_hours(DEFAULT_NODE_MTBF_S)}, from Llama 3: 128 over 2,048 nodes.",
+        rich_help_panel=VARIABILITY),
     mtbf_link: Optional[str] = typer.Option(
         None, "--mtbf-link", help=f"MTBF per inter-node link (NIC, cable, switch port). Default "
-                                  f"{_hours(DEFAULT_LINK_MTBF_S)}, from Llama 3: 35 over 16,384 links."),
+                                  f"{_hours(DEFAULT_LINK_MTBF_S)}, from Llama 3: 35 over 16,384 links.",
+        rich_help_panel=VARIABILITY),
     checkpoint_interval: Optional[str] = typer.Option(
         None, "--checkpoint-interval", help="Training time between checkpoints, e.g. 30min "
-                                            "(default: the interval that maximises expected goodput)."),
+                                            "(default: the interval that maximises expected goodput).",
+        rich_help_panel=CHECKPOINTS),
     checkpoint_write: Optional[str] = typer.Option(
         None, "--checkpoint-write", help="Blocking checkpoint write time, e.g. 45s "
-                                         "(default: weights + optimizer state / --checkpoint-bandwidth)."),
+                                         "(default: weights + optimizer state / --checkpoint-bandwidth).",
+        rich_help_panel=CHECKPOINTS),
     checkpoint_bandwidth: str = typer.Option(
-        "10GB/s", "--checkpoint-bandwidth", help="Checkpoint write bandwidth (an assumption; measure yours)."),
-    restart: str = typer.Option("10min", "--restart", help="Restart after a failure (relaunch, init, load)."),
+        "10GB/s", "--checkpoint-bandwidth", help="Checkpoint write bandwidth (an assumption; measure yours).",
+        rich_help_panel=CHECKPOINTS),
+    restart: str = typer.Option("10min", "--restart", help="Restart after a failure (relaunch, init, load).",
+                                rich_help_panel=CHECKPOINTS),
     replace_after: str = typer.Option(
-        "0s", "--replace", help="Time until a failed node is replaced (0 = hot spare at hand), e.g. 4h."),
+        "0s", "--replace", help="Time until a failed node is replaced (0 = hot spare at hand), e.g. 4h.",
+        rich_help_panel=VARIABILITY),
     elastic: str = typer.Option("wait", "--elastic", help="After a failure: wait (for a replacement) or "
-                                "shrink (continue on fewer nodes); both are always compared."),
-    min_nodes: int = typer.Option(1, "--min-nodes", help="shrink: wait for a replacement below this many nodes."),
-    runs: int = typer.Option(100, "--runs", help=f"Monte-Carlo runs per configuration (1 to {MAX_GOODPUT_RUNS:,})."),
-    seed: int = typer.Option(0, "--seed", help="Seed (same seed, same failures); 0 to 2**63-1."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+                                "shrink (continue on fewer nodes); both are always compared.",
+                                rich_help_panel=VARIABILITY),
+    min_nodes: int = typer.Option(1, "--min-nodes", help="shrink: wait for a replacement below this many nodes.",
+                                  rich_help_panel=VARIABILITY),
+    runs: int = typer.Option(100, "--runs", help=f"Monte-Carlo runs per configuration (1 to {MAX_GOODPUT_RUNS:,}).",
+                             rich_help_panel=VARIABILITY),
+    seed: int = typer.Option(0, "--seed", help="Seed (same seed, same failures); 0 to 2**63-1.",
+                             rich_help_panel=VARIABILITY),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables.",
+                                 rich_help_panel=OUTPUT),
 ) -> None:
     """Simulate a training run through failures: wall time, goodput, lost work, best checkpoint interval."""
     from dpsim.plan.job import DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, goodput

@@ -9,6 +9,7 @@ import typer
 
 from dpsim.cli.app import _emit_json
 from dpsim.cli.options import config_options
+from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH
 
 PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "flash_attention", "precision",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
@@ -20,34 +21,45 @@ themselves are what ``plan`` searches)."""
 @config_options(PLAN_FIELDS)
 def plan_command(
     flags: dict[str, Any],
-    gpus: str = typer.Option(..., "--gpus", help="GPU counts to search, comma-separated (e.g. 256,512,1024)."),
+    gpus: str = typer.Option(..., "--gpus", help="GPU counts to search, comma-separated (e.g. 256,512,1024).",
+                             rich_help_panel=SEARCH),
     tp: Optional[str] = typer.Option(None, "--tp", help="Tensor-parallel sizes to search (default: every size "
-                                                         "that fits an NVLink domain and divides the heads)."),
+                                                         "that fits an NVLink domain and divides the heads).",
+                                     rich_help_panel=SEARCH),
     pp: Optional[str] = typer.Option(None, "--pp", help="Pipeline stages to search (default: every divisor of the "
-                                                         "model's blocks)."),
+                                                         "model's blocks).", rich_help_panel=SEARCH),
     strategies: str = typer.Option("ddp,zero1", "--strategies",
-                                   help="Data-parallel strategies to search: ddp, zero1, fsdp."),
+                                   help="Data-parallel strategies to search: ddp, zero1, fsdp.",
+                                   rich_help_panel=SEARCH),
     micro_batches: Optional[str] = typer.Option(None, "--micro-batches",
-                                                help="Micro-batch sizes to search (default 1,2,4,8,16)."),
+                                                help="Micro-batch sizes to search (default 1,2,4,8,16).",
+                                                rich_help_panel=SEARCH),
     recompute: str = typer.Option("off,selective,full", "--recompute",
-                                  help="Recomputation modes to search: off, selective, full."),
+                                  help="Recomputation modes to search: off, selective, full.",
+                                  rich_help_panel=SEARCH),
     schedules: str = typer.Option("1f1b,1f1b-interleaved", "--schedules",
-                                  help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1."),
+                                  help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1.",
+                                  rich_help_panel=SEARCH),
     sequence_parallel: Optional[bool] = typer.Option(
         None, "--sequence-parallel/--no-sequence-parallel",
-        help="Only with (or only without) sequence parallelism; default: both."),
+        help="Only with (or only without) sequence parallelism; default: both.", rich_help_panel=SEARCH),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget to train, e.g. 1T: ranks by time and "
-                                                                "cost to train it."),
-    samples: Optional[str] = typer.Option(None, "--samples", help="Sample budget instead (image models)."),
+                                                                "cost to train it.", rich_help_panel=BUDGET),
+    samples: Optional[str] = typer.Option(None, "--samples", help="Sample budget instead (image models).",
+                                          rich_help_panel=BUDGET),
     budget_usd: Optional[float] = typer.Option(None, "--budget-usd",
-                                               help="Drop layouts whose training would cost more (needs --tokens)."),
+                                               help="Drop layouts whose training would cost more (needs --tokens).",
+                                               rich_help_panel=BUDGET),
     gpu_hour_usd: Optional[list[str]] = typer.Option(
-        None, "--gpu-hour-usd", metavar="PRICE", help="Price per GPU-hour: 2.5 (every GPU) or h100=2.5 (repeatable)."),
-    rank: str = typer.Option("time", "--rank", help="Rank by time (to train, or per sample) or by cost."),
-    top: int = typer.Option(10, "--top", help="Layouts to list."),
+        None, "--gpu-hour-usd", metavar="PRICE", help="Price per GPU-hour: 2.5 (every GPU) or h100=2.5 (repeatable).",
+        rich_help_panel=BUDGET),
+    rank: str = typer.Option("time", "--rank", help="Rank by time (to train, or per sample) or by cost.",
+                             rich_help_panel=OUTPUT),
+    top: int = typer.Option(10, "--top", help="Layouts to list.", rich_help_panel=OUTPUT),
     verify: int = typer.Option(3, "--verify", help="Best layouts simulated step by step (the rest are closed-form "
-                                                   "estimates)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (schema dpsim.plan/1)."),
+                                                   "estimates).", rich_help_panel=SEARCH),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (schema dpsim.plan/1).",
+                                 rich_help_panel=OUTPUT),
 ) -> None:
     """Search tensor x pipeline x data layouts (tp, pp, dp, strategy, micro-batch, recomputation, schedule)
     that fit in memory and rank them by time to train and cost."""

@@ -9,6 +9,7 @@ import typer
 
 from dpsim.cli.app import _emit_json
 from dpsim.cli.options import config_options
+from dpsim.cli.panels import OUTPUT
 from dpsim.predict.config import LAYOUT_FIELDS
 
 MEMORY_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
@@ -22,7 +23,8 @@ without it; ``bucket_cap_mb``: the size of ZeRO-1/2's gradient buffers)."""
 @config_options(MEMORY_FIELDS)
 def memory(
     flags: dict[str, Any],
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table.",
+                                 rich_help_panel=OUTPUT),
 ) -> None:
     """Memory per GPU by category for a strategy, the fits / OOM verdict and what would make it fit."""
     from dpsim.memory import HEADROOM_FRACTION

@@ -11,7 +11,8 @@ field *is* its flag:
 - the help is the field's attribute docstring, read once from the class source with
   :mod:`ast` (the way tyro and torchtitan read theirs), whitespace folded;
 - the choices of a ``Literal`` field are its metavar (``[fp32|amp|...]``); the default
-  shown is the field's default, in the flag's units.
+  shown is the field's default, in the flag's units;
+- ``--help`` shows it in the panel :data:`~dpsim.cli.panels.CONFIG_PANELS` gives the field.
 
 A command names the fields it exposes (:func:`config_options`) and receives the flags
 the user gave as ``{field: value in SI units}``, from which it builds its config; the
@@ -32,6 +33,7 @@ from typing import Any, Optional
 
 import typer
 
+from dpsim.cli.panels import FIELD_PANEL
 from dpsim.predict.config import (
     PROFILE_DEFAULTED,
     PredictConfig,
@@ -96,7 +98,8 @@ def config_parameter(name: str) -> inspect.Parameter:
         annotation = float if flag_scale(name) is not None else kind
         if optional:
             annotation = Optional[annotation]
-    option = typer.Option(_flag_default(name), decls, help=field_help(name), metavar=choices_metavar(name))
+    option = typer.Option(_flag_default(name), decls, help=field_help(name), metavar=choices_metavar(name),
+                          rich_help_panel=FIELD_PANEL.get(name))
     return inspect.Parameter(name, _KEYWORD, annotation=annotation, default=option)
 
 
@@ -157,7 +160,8 @@ def axis_parameter(name: str) -> inspect.Parameter:
     if optional:
         help_text += " Use none for the default."
     metavar = "[" + "|".join(choices) + "],..." if choices else "V1,V2,..."
-    option = typer.Option(None, flag_name(name), help=help_text, metavar=metavar)
+    option = typer.Option(None, flag_name(name), help=help_text, metavar=metavar,
+                          rich_help_panel=FIELD_PANEL.get(name))
     return inspect.Parameter(name, _KEYWORD, annotation=Optional[str], default=option)
 
 

@@ -12,9 +12,10 @@ from typing import Any, Optional
 import typer
 
 from dpsim.cli.app import _emit_json
-from dpsim.cli.options import axis_options, config_options
-from dpsim.cli.predict import PREDICT_FIELDS, SINGLE_GPU_SAMPLES_PER_S, predict_config
 from dpsim.cli.checks import check_budget, check_prices
+from dpsim.cli.options import axis_options, config_options
+from dpsim.cli.panels import BUDGET, EXECUTION, GRID, OUTPUT
+from dpsim.cli.predict import PREDICT_FIELDS, SINGLE_GPU_SAMPLES_PER_S, predict_config
 from dpsim.errors import ConfigError
 from dpsim.limits import (
     MAX_GPUS,
@@ -33,15 +34,19 @@ from dpsim.predict.config import flag_name
 def report(
     flags: dict[str, Any],
     single_gpu_samples_per_s: Optional[float] = SINGLE_GPU_SAMPLES_PER_S,
-    output: str = typer.Option("report.html", "-o", "--output", help="The .html file to write."),
+    output: str = typer.Option("report.html", "-o", "--output", help="The .html file to write.",
+                               rich_help_panel=OUTPUT),
     tokens: Optional[str] = typer.Option(
-        None, "--tokens", help="Token budget for time and cost to train, e.g. 1T, 300B."),
-    samples: Optional[str] = typer.Option(None, "--samples", help="Sample budget (image models), e.g. 90M."),
+        None, "--tokens", help="Token budget for time and cost to train, e.g. 1T, 300B.", rich_help_panel=BUDGET),
+    samples: Optional[str] = typer.Option(None, "--samples", help="Sample budget (image models), e.g. 90M.",
+                                          rich_help_panel=BUDGET),
     gpu_hour_usd: Optional[list[str]] = typer.Option(
-        None, "--gpu-hour-usd", metavar="PRICE", help="Price per GPU-hour: 2.5 (every GPU) or h100=2.5 (repeatable)."),
+        None, "--gpu-hour-usd", metavar="PRICE", help="Price per GPU-hour: 2.5 (every GPU) or h100=2.5 (repeatable).",
+        rich_help_panel=BUDGET),
     scaling_gpus: Optional[str] = typer.Option(
         None, "--scaling-gpus", help=f"GPU counts of the scaling figure, e.g. 8,16,32,64 (at most "
-                                     f"{MAX_SCALING_POINTS} counts, each at most {MAX_GPUS:,})."),
+                                     f"{MAX_SCALING_POINTS} counts, each at most {MAX_GPUS:,}).",
+        rich_help_panel=OUTPUT),
 ) -> None:
     """Write one standalone HTML report (tables and figures; opens offline).
 
@@ -102,24 +107,35 @@ _SHOW_ROWS = 40
 @axis_options(SWEEP_FIELDS)
 def sweep_command(
     axes: dict[str, str],
-    config: Optional[str] = typer.Option(None, "--config", "-c", help="A sweep YAML file (grid:, tokens:, gpu_hour_usd:)."),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="A sweep YAML file (grid:, tokens:, gpu_hour_usd:).",
+                                         rich_help_panel=GRID),
     axis: Optional[list[str]] = typer.Option(
-        None, "--axis", metavar="NAME=V1,V2", help="Any PredictConfig field as NAME=V1,V2 (repeatable), e.g. flash_attention=true,false."),
-    tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget: adds time_to_train and cost_usd (1T, 300B)."),
-    samples: Optional[str] = typer.Option(None, "--samples", help="Sample budget, for image models."),
+        None, "--axis", metavar="NAME=V1,V2", help="Any PredictConfig field as NAME=V1,V2 (repeatable), e.g. flash_attention=true,false.",
+        rich_help_panel=GRID),
+    tokens: Optional[str] = typer.Option(None, "--tokens", help="Token budget: adds time_to_train and cost_usd (1T, 300B).",
+                                         rich_help_panel=BUDGET),
+    samples: Optional[str] = typer.Option(None, "--samples", help="Sample budget, for image models.",
+                                          rich_help_panel=BUDGET),
     gpu_hour_usd: Optional[list[str]] = typer.Option(
-        None, "--gpu-hour-usd", metavar="PRICE", help="Price per GPU-hour: 2.5 (every GPU) or h100=2.5 (repeatable)."),
+        None, "--gpu-hour-usd", metavar="PRICE", help="Price per GPU-hour: 2.5 (every GPU) or h100=2.5 (repeatable).",
+        rich_help_panel=BUDGET),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Write results to .csv, .parquet or .json "
-                                                                     "(atomically: replaced whole or not at all)."),
+                                                                     "(atomically: replaced whole or not at all).",
+                                         rich_help_panel=OUTPUT),
     workers: Optional[int] = typer.Option(None, "--workers", help=f"Run on a local Dask cluster of N worker processes "
-                                                                  f"(1 to {MAX_WORKERS})."),
+                                                                  f"(1 to {MAX_WORKERS}).",
+                                          rich_help_panel=EXECUTION),
     scheduler: Optional[str] = typer.Option(
-        None, "--scheduler", help="Run on an existing dask.distributed cluster, e.g. tcp://host:8786."),
+        None, "--scheduler", help="Run on an existing dask.distributed cluster, e.g. tcp://host:8786.",
+        rich_help_panel=EXECUTION),
     skip_invalid: bool = typer.Option(
-        False, "--skip-invalid", help="Record a point's error in an 'error' column instead of stopping."),
+        False, "--skip-invalid", help="Record a point's error in an 'error' column instead of stopping.",
+        rich_help_panel=EXECUTION),
     progress: Optional[bool] = typer.Option(
-        None, "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON (schema dpsim.sweep/1)."),
+        None, "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).",
+        rich_help_panel=OUTPUT),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON (schema dpsim.sweep/1).",
+                                 rich_help_panel=OUTPUT),
 ) -> None:
     """Predict every combination of a grid (flags and/or a YAML file): table, CSV/Parquet/JSON.
 

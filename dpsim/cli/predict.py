@@ -10,6 +10,7 @@ import typer
 
 from dpsim.cli.app import _emit_json
 from dpsim.cli.options import ALL_FIELDS, config_options
+from dpsim.cli.panels import CALIBRATION, OUTPUT, VARIABILITY
 from dpsim.errors import ConfigError
 from dpsim.limits import (
     MAX_HICCUP_RATE_PER_S,
@@ -34,7 +35,8 @@ PREDICT_FIELDS = ALL_FIELDS
 
 SINGLE_GPU_SAMPLES_PER_S = typer.Option(
     None, "--single-gpu-samples-per-s",
-    help="Your measured one-GPU throughput, instead of --single-gpu-step-ms: compute is scaled to it.")
+    help="Your measured one-GPU throughput, instead of --single-gpu-step-ms: compute is scaled to it.",
+    rich_help_panel=CALIBRATION)
 """An alternative input of ``single_gpu_step_s`` (converted with the micro-batch); ``report`` takes it too."""
 
 
@@ -42,32 +44,41 @@ SINGLE_GPU_SAMPLES_PER_S = typer.Option(
 def predict(
     flags: dict[str, Any],
     single_gpu_samples_per_s: Optional[float] = SINGLE_GPU_SAMPLES_PER_S,
-    links: bool = typer.Option(False, "--links", help="Also print per-link utilisation and the bottleneck links."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    links: bool = typer.Option(False, "--links", help="Also print per-link utilisation and the bottleneck links.",
+                               rich_help_panel=OUTPUT),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables.",
+                                 rich_help_panel=OUTPUT),
     timeline: Optional[str] = typer.Option(
-        None, "--timeline", help="Also write the step's timeline to this standalone .html file (plotly)."),
+        None, "--timeline", help="Also write the step's timeline to this standalone .html file (plotly).",
+        rich_help_panel=OUTPUT),
     noise_cv: Optional[float] = typer.Option(
         None, "--noise-cv", help="Per-rank, per-step compute-time noise (coefficient of variation; 0.05 = 5 %). "
-                                 "Default: the step-time CV a --calibration profile recorded, else 0."),
-    noise_dist: str = typer.Option("normal", "--noise-dist", help="Noise distribution: normal or lognormal."),
+                                 "Default: the step-time CV a --calibration profile recorded, else 0.",
+        rich_help_panel=VARIABILITY),
+    noise_dist: str = typer.Option("normal", "--noise-dist", help="Noise distribution: normal or lognormal.",
+                                   rich_help_panel=VARIABILITY),
     straggler: Optional[list[str]] = typer.Option(
         None, "--straggler", help=f"A persistently slow node or GPU, e.g. node3:1.3x or gpu12:2x (repeatable); "
-                                  f"factors from {MIN_STRAGGLER_FACTOR:g} to {MAX_STRAGGLER_FACTOR:g}."),
+                                  f"factors from {MIN_STRAGGLER_FACTOR:g} to {MAX_STRAGGLER_FACTOR:g}.",
+        rich_help_panel=VARIABILITY),
     degrade: Optional[list[str]] = typer.Option(
         None, "--degrade", help=f"A link below capacity: node3.nic0:50%, node0.gpu2:50% or a link class "
                                 f"such as ethernet:50% (capacity left, at least {100 * MIN_DEGRADED_FRACTION:g} %; "
-                                f"repeatable)."),
+                                f"repeatable).", rich_help_panel=VARIABILITY),
     hiccup_rate_per_s: float = typer.Option(
         0.0, "--hiccup-rate-per-s", help=f"Transient stalls per GPU per second (with --hiccup-s); at most "
-                                         f"{MAX_HICCUP_RATE_PER_S:g}."),
-    hiccup_s: float = typer.Option(0.0, "--hiccup-s", help=f"Duration of one stall, seconds; at most {MAX_HICCUP_S:g}."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random draws (same seed, same numbers); 0 to 2**63-1."),
+                                         f"{MAX_HICCUP_RATE_PER_S:g}.", rich_help_panel=VARIABILITY),
+    hiccup_s: float = typer.Option(0.0, "--hiccup-s", help=f"Duration of one stall, seconds; at most {MAX_HICCUP_S:g}.",
+                                   rich_help_panel=VARIABILITY),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random draws (same seed, same numbers); 0 to 2**63-1.",
+                             rich_help_panel=VARIABILITY),
     mc_samples: int = typer.Option(
         10, "--mc-samples", help=f"Monte-Carlo samples (independent seeds) with noise or hiccups; at most "
-                                 f"{MAX_MC_SAMPLES:,}, and samples x steps x GPUs at most {MAX_MC_RANK_STEPS:.3g}."),
+                                 f"{MAX_MC_SAMPLES:,}, and samples x steps x GPUs at most {MAX_MC_RANK_STEPS:.3g}.",
+        rich_help_panel=VARIABILITY),
     mc_steps: int = typer.Option(50, "--mc-steps", help=f"Steps per Monte-Carlo sample (with variability); at most "
                                                         f"{MAX_MC_STEPS:,}, and samples x steps at most "
-                                                        f"{MAX_MC_SAMPLE_STEPS:,}."),
+                                                        f"{MAX_MC_SAMPLE_STEPS:,}.", rich_help_panel=VARIABILITY),
 ) -> None:
     """Predict the step time, throughput, scaling efficiency and memory of DDP training."""
     config = predict_config(flags, single_gpu_samples_per_s)

@@ -9,6 +9,7 @@ import typer
 
 from dpsim.cli.app import _emit_json
 from dpsim.cli.checks import require_torch
+from dpsim.cli.panels import CLUSTER, GRADIENT_COMMUNICATION, OUTPUT, WORKLOAD
 from dpsim.errors import ConfigError
 from dpsim.limits import (
     MAX_BUCKET_CAP_MB,
@@ -25,22 +26,26 @@ def validate(
     model: str = typer.Option(
         "mlp", "--model", help="What predict and calibrate take (a catalog name, path/file.py:fn or "
                                "package.module:fn, optionally :input_fn then :loss_fn), or mlp, transformer, "
-                               "convnet."),
+                               "convnet.", rich_help_panel=WORKLOAD),
     input_shape: Optional[str] = typer.Option(
         None, "--input-shape", help="Input of your model, batch first (32,1024 or 8,128:int64); without it, the "
-                                    "model file's example function."),
+                                    "model file's example function.", rich_help_panel=WORKLOAD),
     optimizer: str = typer.Option("adamw", "--optimizer", help="Optimizer when the model file defines no "
                                                                "optimizer(parameters): adamw, adam, sgd-momentum, "
-                                                               "sgd."),
-    micro_batch: int = typer.Option(32, "--micro-batch", help="Samples per rank per step."),
-    bucket_cap_mb: Optional[float] = typer.Option(None, "--bucket-cap-mb", help="DDP bucket_cap_mb (MiB)."),
+                                                               "sgd.", rich_help_panel=WORKLOAD),
+    micro_batch: int = typer.Option(32, "--micro-batch", help="Samples per rank per step.", rich_help_panel=WORKLOAD),
+    bucket_cap_mb: Optional[float] = typer.Option(None, "--bucket-cap-mb", help="DDP bucket_cap_mb (MiB).",
+                                                  rich_help_panel=GRADIENT_COMMUNICATION),
     emulate_hosts: Optional[int] = typer.Option(
-        None, "--emulate-hosts", help="Emulated hosts (one rank each); without it, run under torchrun."),
-    nic: str = typer.Option("1gbit", "--nic", help="Emulated NIC rate, e.g. 100mbit, 1gbit, 3gbit."),
-    racks: int = typer.Option(1, "--racks", help="Emulated racks."),
-    oversubscription: float = typer.Option(1.0, "--oversubscription", help="Rack uplink oversubscription."),
-    steps: int = typer.Option(20, "--steps", help="Measured DDP steps."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        None, "--emulate-hosts", help="Emulated hosts (one rank each); without it, run under torchrun.",
+        rich_help_panel=CLUSTER),
+    nic: str = typer.Option("1gbit", "--nic", help="Emulated NIC rate, e.g. 100mbit, 1gbit, 3gbit.",
+                            rich_help_panel=CLUSTER),
+    racks: int = typer.Option(1, "--racks", help="Emulated racks.", rich_help_panel=CLUSTER),
+    oversubscription: float = typer.Option(1.0, "--oversubscription", help="Rack uplink oversubscription.",
+                                           rich_help_panel=CLUSTER),
+    steps: int = typer.Option(20, "--steps", help="Measured DDP steps.", rich_help_panel=WORKLOAD),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON.", rich_help_panel=OUTPUT),
 ) -> None:
     """Train with real DDP (gloo) and compare the measured step with dpsim's prediction.
 

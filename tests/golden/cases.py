@@ -3,7 +3,8 @@
 They pin the numbers ``predict``, ``collective``, ``memory``, ``goodput`` and ``sweep``
 print for every preset x strategy x a few models, plus the flags that change the
 collective model (``--algo/--proto/--jobs/--calibration/--degrade``) and the
-variability path. A change that moves any of them must say why in its commit and
+variability path; ``predict``'s tensor x pipeline layouts, a small ``plan`` search and
+what a ``report`` page shows (tests/golden/run.py reads the page). A change that moves any of them must say why in its commit and
 regenerate the files with ``python tests/golden/regenerate.py``.
 """
 
@@ -154,6 +155,44 @@ def sweep_cases() -> dict[str, list[str]]:
     }
 
 
+def layout_cases() -> dict[str, list[str]]:
+    """``predict --tp/--pp``: the layout engine (tensor, pipeline, schedules, sharded data parallelism)."""
+    llama7 = ["--model", "llama-2-7b", "--micro-batch", "1"]
+    cases = {
+        "tp-only": ["--gpus", "64", "--link", "dgx-a100", *llama7, "--tp", "8", "--global-batch", "64"],
+        "pp-1f1b": ["--gpus", "32", "--link", "infiniband", *llama7, "--pp", "4", "--global-batch", "64"],
+        "pp-gpipe-uneven": ["--gpus", "32", "--link", "infiniband", *llama7, "--pp", "4", "--global-batch", "64",
+                            "--schedule", "gpipe", "--stage-layers", "7,8,8,9"],
+        "tp-pp-interleaved": ["--gpus", "64", "--link", "aws-p5", "--model", "llama-2-13b", "--micro-batch", "1",
+                              "--tp", "4", "--pp", "4", "--schedule", "1f1b-interleaved", "--virtual-stages", "2",
+                              "--global-batch", "128"],
+        "zero1-sequence-parallel": ["--gpus", "64", "--link", "dgx-a100", *llama7, "--tp", "4", "--pp", "2",
+                                    "--sequence-parallel", "--strategy", "zero1", "--global-batch", "128",
+                                    "--recompute", "selective"],
+        "deepspeed-pipeline": ["--gpus", "32", "--link", "ethernet", "--model", "gpt2-xl", "--micro-batch", "2",
+                               "--pp", "4", "--schedule", "deepspeed", "--global-batch", "64",
+                               "--no-grad-accum-fusion"],
+    }
+    return {f"predict/{k}": ["predict", *v, "--json"] for k, v in cases.items()}
+
+
+def plan_cases() -> dict[str, list[str]]:
+    return {
+        "small": ["plan", "--gpus", "64", "--link", "dgx-a100", "--model", "llama-2-7b", "--global-batch", "256",
+                  "--tp", "2,4,8", "--pp", "1,2", "--micro-batches", "1,2", "--recompute", "off,selective",
+                  "--tokens", "10B", "--top", "5", "--verify", "1", "--json"],
+    }
+
+
+def report_cases() -> dict[str, list[str]]:
+    """``report`` without ``-o``: tests/golden/run.py writes the page to a temporary file and reads it."""
+    return {
+        "ddp-budget": ["report", "--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--tokens", "10B"],
+        "layout": ["report", "--gpus", "32", "--link", "dgx-a100", "--model", "llama-2-7b", "--micro-batch", "1",
+                   "--tp", "4", "--pp", "2", "--global-batch", "64", "--scaling-gpus", "16,32,64"],
+    }
+
+
 FAMILIES = {
     "predict": predict_cases,
     "pipeline": pipeline_cases,
@@ -161,4 +200,7 @@ FAMILIES = {
     "memory": memory_cases,
     "goodput": goodput_cases,
     "sweep": sweep_cases,
+    "layout": layout_cases,
+    "plan": plan_cases,
+    "report": report_cases,
 }
