@@ -221,22 +221,24 @@ class MixSimulation:
         link binding each one's slowest flow that other jobs cross too (``None``: none such)."""
         offsets = np.cumsum([0] + [len(t.fraction) for t in traffic])
         flow_of = np.concatenate([t.flow_of + o for t, o in zip(traffic, offsets)])
-        link_of = np.concatenate([t.link_of for t in traffic])
-        rates = max_min_sparse(flow_of, link_of, self.capacity, int(offsets[-1]))
+        # Only the links these flows cross: the solver's work follows the flows, not the cluster.
+        used, local = np.unique(np.concatenate([t.link_of for t in traffic]), return_inverse=True)
+        capacity = self.capacity[used]
+        rates = max_min_sparse(flow_of, local, capacity, int(offsets[-1]))
         self.evaluations += 1
-        load = np.bincount(link_of, weights=rates[flow_of], minlength=len(self.capacity))
-        full = load >= self.capacity * (1 - _SATURATED)
-        users = np.zeros(len(self.capacity), dtype=np.int64)
+        load = np.bincount(local, weights=rates[flow_of], minlength=len(used))
+        full = load >= capacity * (1 - _SATURATED)
+        users = np.zeros(len(used), dtype=np.int64)
         for t in traffic:
-            users[t.links] += 1
+            users[np.searchsorted(used, t.links)] += 1
         out, binding = [], []
         for t, o in zip(traffic, offsets):
             r = rates[o:o + len(t.fraction)]
             worst = int(np.argmax(t.fraction / r))
             out.append(1.0 / float(t.fraction[worst] / r[worst]))
-            on = t.link_of[t.flow_of == worst]
+            on = np.searchsorted(used, t.link_of[t.flow_of == worst])
             hit = on[full[on] & (users[on] > 1)]
-            binding.append(int(hit[0]) if len(hit) else None)
+            binding.append(int(used[hit[0]]) if len(hit) else None)
         return np.array(out), binding
 
     # ------------------------------------------------------------------ loop
