@@ -147,6 +147,8 @@ class _Traffic:
     link_of: np.ndarray
     fraction: np.ndarray
     links: np.ndarray
+    bound: np.ndarray
+    """Most bytes/s it can put on each of ``links`` (each flow at its route's smallest capacity)."""
     link_set: frozenset = field(default=frozenset())
 
 
@@ -188,6 +190,10 @@ class MixSimulation:
         self.n_servers = self.topology.n_nodes
         self.evaluations = 0
         self._cache: dict[frozenset, dict] = {}
+        self._bound = np.zeros(len(self.capacity))
+        self._nic = np.zeros(len(self.capacity), dtype=bool)
+        self._nic[self.net.nic_links()] = True
+        self._pairs: list[tuple[int, int]] = []
         self.solo = {}
         for i, job in enumerate(spec.jobs):
             if job.gpus > self.gpn and job.gpus % self.gpn:
@@ -213,8 +219,23 @@ class MixSimulation:
             return np.where(hub, -1 - cnode, cnode * self.gpn + e % self.gpn)
 
         flow_of, link_of = self.net.routes(on_cluster(phase.src), on_cluster(phase.dst))
+        links, local = np.unique(link_of, return_inverse=True)
+        n_flows, n_links = len(phase.fraction), len(self.capacity)
+        top = np.full(n_flows, np.inf)
+        np.minimum.at(top, flow_of, self.capacity[link_of])
+        # Flows through one of the job's own NIC cables share it: together they carry at most its
+        # capacity onto any link further on (a much tighter bound than each at its route's minimum).
+        nic = self._nic[link_of]
+        via = np.full(n_flows, -1, dtype=np.int64)
+        np.maximum.at(via, flow_of[nic], link_of[nic])
+        grouped = via[flow_of] >= 0
+        key = via[flow_of][grouped] * n_links + link_of[grouped]
+        keys, inv = np.unique(key, return_inverse=True)
+        per = np.minimum(np.bincount(inv, weights=top[flow_of][grouped]), self.capacity[keys // n_links])
+        bound = np.bincount(np.searchsorted(links, keys % n_links), weights=per, minlength=len(links)).astype(float)
+        bound += np.bincount(local[~grouped], weights=top[flow_of][~grouped], minlength=len(links))
         return _Traffic(flow_of=flow_of, link_of=link_of, fraction=np.asarray(phase.fraction, float),
-                        links=np.unique(link_of), link_set=frozenset(np.unique(link_of).tolist()))
+                        links=links, bound=bound, link_set=frozenset(links.tolist()))
 
     def speeds(self, traffic: list[_Traffic]) -> tuple[np.ndarray, list[int | None]]:
         """Bytes of message per second of each job when all of ``traffic`` runs at once, and the
@@ -299,25 +320,66 @@ class MixSimulation:
 
         b_state: dict[int, tuple] = {}
 
+        solo_t0: dict[int, float] = {}
+        solo_steps: dict[int, float] = {}
+
+        def alone_step(i: int) -> float:
+            return compute_s[i] + (work[i] / alone_speed[i] if traffic[i] is not None else 0.0)
+
+        def to_solo(i: int) -> None:
+            # A job no other job can slow down runs at its alone pace with no events: the point of
+            # its step it has reached is kept, so leaving and re-entering this mode is exact.
+            pos = compute_s[i] - left[i] if mode[i] == "compute" else \
+                compute_s[i] + (work[i] - left[i]) / alone_speed[i]
+            solo_t0[i], solo_steps[i] = now - pos, steps[i]
+            mode[i] = "solo"
+            speed.pop(i, None)
+
+        def from_solo(i: int) -> None:
+            t = alone_step(i)
+            done = (now - solo_t0[i]) / t if t > 0 else 0.0
+            whole = math.floor(done + 1e-12)
+            steps[i] = solo_steps[i] + whole
+            pos = max(done - whole, 0.0) * t
+            if pos < compute_s[i] or traffic[i] is None:
+                mode[i], left[i] = "compute", compute_s[i] - pos
+            else:
+                mode[i], left[i] = "comm", work[i] - (pos - compute_s[i]) * alone_speed[i]
+                reshare({i})
+            completions[i] = []
+
         def depart(i: int, t: float) -> None:
             running.discard(i)
             end[i] = t
             for s in servers[i]:
                 free[s] = True
+            if mode[i] == "solo":
+                steps[i] = solo_steps[i] + (t - solo_t0[i]) / alone_step(i) if alone_step(i) > 0 else 0.0
+                if jobs[i].steps is not None:
+                    steps[i] = min(steps[i], float(jobs[i].steps))
             was = mode.pop(i, None)
+            if traffic[i] is not None:
+                self._link_neighbours(i, traffic, running, -1)
             for m in neighbours.pop(i, set()):
                 neighbours[m].discard(i)
+                if not neighbours[m] and mode[m] != "solo":
+                    to_solo(m)
             if was == "comm":
                 reshare({m for m in running if mode.get(m) == "comm"})
 
         def deadline(i: int) -> float:
             d = jobs[i].duration_s
-            return min(horizon, start[i] + d) if d is not None else horizon
+            t = min(horizon, start[i] + d) if d is not None else horizon
+            if mode.get(i) == "solo" and jobs[i].steps is not None:
+                t = min(t, solo_t0[i] + (jobs[i].steps - solo_steps[i]) * alone_step(i))
+            return t
 
         while True:
             # Next event: a phase end, an arrival, a deadline.
             t_next, who = math.inf, None
             for i in running:
+                if mode[i] == "solo":
+                    continue
                 dt = left[i] if mode[i] == "compute" else left[i] / speed[i]
                 if now + dt < t_next:
                     t_next, who = now + dt, i
@@ -328,6 +390,8 @@ class MixSimulation:
                 break
             dt = t - now
             for i in running:
+                if mode[i] == "solo":
+                    continue
                 if mode[i] == "compute":
                     left[i] -= dt
                 else:
@@ -363,14 +427,21 @@ class MixSimulation:
                     work[i] = comm_s * self.speeds([ref])[0][0]
                     alone_speed[i] = self.speeds([traffic[i]])[0][0]
                 neighbours[i] = set()
-                for m in running:
-                    if traffic[i] is not None and traffic.get(m) is not None and \
-                            len(np.intersect1d(traffic[i].links, traffic[m].links, assume_unique=True)):
-                        neighbours[i].add(m)
-                        neighbours[m].add(i)
                 running.add(i)
                 mode[i], left[i] = "compute", compute_s[i]
                 completions[i] = []
+                if traffic[i] is not None:
+                    self._pairs = []
+                    pairs = [(i, m) for m in self._link_neighbours(i, traffic, running, +1)]
+                    for a, b in pairs + self._pairs:
+                        if b not in neighbours[a]:
+                            neighbours[a].add(b)
+                            neighbours[b].add(a)
+                            for m in (a, b):
+                                if mode[m] == "solo":
+                                    from_solo(m)
+                if not neighbours[i]:
+                    to_solo(i)
                 continue
             i = who
             if mode[i] == "compute" and traffic[i] is not None:
@@ -387,13 +458,18 @@ class MixSimulation:
             if jobs[i].steps is not None and steps[i] >= jobs[i].steps:
                 depart(i, now)
                 continue
-            if self.sample_steps is not None and running and \
-                    all(len(completions[j]) > self.sample_steps for j in running):
-                now = self._fast_forward(now, running, completions, steps, jobs, horizon, t_arrive, deadline,
-                                         mode, left, compute_s, depart)
+            live = [j for j in running if mode[j] != "solo"]
+            if self.sample_steps is not None and live and \
+                    all(len(completions[j]) > self.sample_steps for j in live):
+                bound = min([t_arrive] + [deadline(j) for j in running])
+                now, finished = self._fast_forward(now, live, completions, steps, jobs, horizon, bound,
+                                                   deadline, mode, left, compute_s)
+                for j in finished:
+                    depart(j, now)
                 reshare(set(running))
+        now = min(now, horizon)
         for i in list(running):
-            end[i] = min(now, horizon)
+            depart(i, now)
         results = []
         gpu_s = busy_s = 0.0
         for i, job in enumerate(jobs):
@@ -421,27 +497,55 @@ class MixSimulation:
                          jobs=tuple(results), gpu_allocation=gpu_s / cluster, gpu_busy=busy_s / cluster,
                          evaluations=self.evaluations, events=events, sample_steps=self.sample_steps)
 
+    def _link_neighbours(self, i: int, traffic: dict, running: set[int], sign: int) -> set[int]:
+        """Add (``sign`` 1) or remove (-1) job ``i``'s traffic bound on the cluster's links; when
+        adding, the running jobs that cross a link with ``i`` which their bounds together could
+        fill. A link no mix of flows can fill never binds max-min, so jobs that share only such
+        links cannot slow each other down (exactly) and are evaluated apart."""
+        t = traffic[i]
+        self._bound[t.links] += sign * t.bound
+        if sign < 0:
+            return set()
+        hot = t.links[self._bound[t.links] > self.capacity[t.links] * (1 - _SATURATED)]
+        if not len(hot):
+            return set()
+        crossing = {}
+        for m in running:
+            if m != i and traffic.get(m) is not None:
+                mask = np.isin(hot, traffic[m].links, assume_unique=True)
+                if mask.any():
+                    crossing[m] = mask
+        out = set(crossing)
+        # Jobs other than i sharing a link that i's arrival made fillable are neighbours too.
+        ms = list(crossing)
+        for a in range(len(ms)):
+            for b in range(a + 1, len(ms)):
+                if (crossing[ms[a]] & crossing[ms[b]]).any():
+                    self._pairs.append((ms[a], ms[b]))
+        return out
+
     def _fast_forward(self, now, running, completions, steps, jobs, horizon, t_arrive, deadline, mode, left,
-                      compute_s, depart) -> float:
+                      compute_s) -> tuple[float, list[int]]:
         """Jump to the next arrival or departure at each job's measured mean step time."""
         mean = {}
         for j in running:
             c = completions[j][-self.sample_steps - 1:]
             mean[j] = (c[-1] - c[0]) / (len(c) - 1)
         target = min(t_arrive, horizon, min(deadline(j) for j in running))
-        for j in running:
+        for j in list(running):
             if jobs[j].steps is not None:
                 # Its last step's end, counted from its last completion.
                 t_done = completions[j][-1] + (jobs[j].steps - steps[j]) * mean[j]
                 target = min(target, max(t_done, now))
-        for j in list(running):
+        finished = []
+        for j in running:
             steps[j] += (target - now) / mean[j] if mean[j] > 0 else 0.0
             mode[j], left[j] = "compute", compute_s[j]
             completions[j] = []
             if jobs[j].steps is not None and steps[j] >= jobs[j].steps - 1e-9:
                 steps[j] = float(jobs[j].steps)
-                depart(j, target)
-        return target
+                finished.append(j)
+        return target, finished
 
 
 def simulate_mix(spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STEPS, network=None) -> MixResult:
