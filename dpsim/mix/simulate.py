@@ -192,6 +192,7 @@ class MixSimulation:
         self._cache: dict[frozenset, dict] = {}
         self._bound = np.zeros(len(self.capacity))
         self._nic = np.zeros(len(self.capacity), dtype=bool)
+        self._remap = np.zeros(len(self.capacity), dtype=np.int64)
         self._nic[self.net.nic_links()] = True
         self._pairs: list[tuple[int, int]] = []
         self.solo = {}
@@ -243,7 +244,9 @@ class MixSimulation:
         offsets = np.cumsum([0] + [len(t.fraction) for t in traffic])
         flow_of = np.concatenate([t.flow_of + o for t, o in zip(traffic, offsets)])
         # Only the links these flows cross: the solver's work follows the flows, not the cluster.
-        used, local = np.unique(np.concatenate([t.link_of for t in traffic]), return_inverse=True)
+        used = np.unique(np.concatenate([t.links for t in traffic]))
+        self._remap[used] = np.arange(len(used))
+        local = self._remap[np.concatenate([t.link_of for t in traffic])]
         capacity = self.capacity[used]
         rates = max_min_sparse(flow_of, local, capacity, int(offsets[-1]))
         self.evaluations += 1
@@ -332,6 +335,7 @@ class MixSimulation:
             pos = compute_s[i] - left[i] if mode[i] == "compute" else \
                 compute_s[i] + (work[i] - left[i]) / alone_speed[i]
             solo_t0[i], solo_steps[i] = now - pos, steps[i]
+            dirty.append(True)
             mode[i] = "solo"
             speed.pop(i, None)
 
@@ -340,6 +344,7 @@ class MixSimulation:
             done = (now - solo_t0[i]) / t if t > 0 else 0.0
             whole = math.floor(done + 1e-12)
             steps[i] = solo_steps[i] + whole
+            dirty.append(True)
             pos = max(done - whole, 0.0) * t
             if pos < compute_s[i] or traffic[i] is None:
                 mode[i], left[i] = "compute", compute_s[i] - pos
@@ -349,6 +354,7 @@ class MixSimulation:
             completions[i] = []
 
         def depart(i: int, t: float) -> None:
+            dirty.append(True)
             running.discard(i)
             end[i] = t
             for s in servers[i]:
@@ -367,6 +373,9 @@ class MixSimulation:
             if was == "comm":
                 reshare({m for m in running if mode.get(m) == "comm"})
 
+        dirty = [True]  # deadlines change only when a job arrives, leaves or changes mode
+        t_dead = math.inf
+
         def deadline(i: int) -> float:
             d = jobs[i].duration_s
             t = min(horizon, start[i] + d) if d is not None else horizon
@@ -384,7 +393,9 @@ class MixSimulation:
                 if now + dt < t_next:
                     t_next, who = now + dt, i
             t_arrive = jobs[arrivals[k]].start_s if k < n else math.inf
-            t_dead = min((deadline(i) for i in running), default=math.inf)
+            if dirty:
+                t_dead = min((deadline(i) for i in running), default=math.inf)
+                dirty.clear()
             t = min(t_next, t_arrive, t_dead, horizon)
             if t == math.inf:
                 break
@@ -427,6 +438,7 @@ class MixSimulation:
                     work[i] = comm_s * self.speeds([ref])[0][0]
                     alone_speed[i] = self.speeds([traffic[i]])[0][0]
                 neighbours[i] = set()
+                dirty.append(True)
                 running.add(i)
                 mode[i], left[i] = "compute", compute_s[i]
                 completions[i] = []
