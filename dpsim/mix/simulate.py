@@ -150,6 +150,10 @@ class _Traffic:
     bound: np.ndarray
     """Most bytes/s it can put on each of ``links`` (each flow at its route's smallest capacity)."""
     link_set: frozenset = field(default=frozenset())
+    alone_load: np.ndarray | None = None
+    """Bytes/s it puts on each of ``links`` running alone (max-min among its own flows)."""
+    alone_speed: float = math.nan
+    """Bytes of message per second it progresses at alone."""
 
 
 def cluster_topology(spec: MixSpec) -> Topology:
@@ -193,6 +197,7 @@ class MixSimulation:
         self._bound = np.zeros(len(self.capacity))
         self._nic = np.zeros(len(self.capacity), dtype=bool)
         self._remap = np.zeros(len(self.capacity), dtype=np.int64)
+        self._scratch = np.zeros(len(self.capacity))
         self._nic[self.net.nic_links()] = True
         self._pairs: list[tuple[int, int]] = []
         self.solo = {}
@@ -235,12 +240,28 @@ class MixSimulation:
         per = np.minimum(np.bincount(inv, weights=top[flow_of][grouped]), self.capacity[keys // n_links])
         bound = np.bincount(np.searchsorted(links, keys % n_links), weights=per, minlength=len(links)).astype(float)
         bound += np.bincount(local[~grouped], weights=top[flow_of][~grouped], minlength=len(links))
-        return _Traffic(flow_of=flow_of, link_of=link_of, fraction=np.asarray(phase.fraction, float),
-                        links=links, bound=bound, link_set=frozenset(links.tolist()))
+        t = _Traffic(flow_of=flow_of, link_of=link_of, fraction=np.asarray(phase.fraction, float),
+                     links=links, bound=bound, link_set=frozenset(links.tolist()))
+        rates = max_min_sparse(flow_of, local, self.capacity[links], n_flows)
+        t.alone_load = np.bincount(local, weights=rates[flow_of], minlength=len(links))
+        t.alone_speed = 1.0 / float(np.max(t.fraction / rates))
+        return t
 
     def speeds(self, traffic: list[_Traffic]) -> tuple[np.ndarray, list[int | None]]:
         """Bytes of message per second of each job when all of ``traffic`` runs at once, and the
         link binding each one's slowest flow that other jobs cross too (``None``: none such)."""
+        if len(traffic) == 1:
+            return np.array([traffic[0].alone_speed]), [None]
+        # When every job's alone allocation fits together, it is the max-min of them all (each flow
+        # keeps a full link no other job crosses as its bottleneck): no solve needed.
+        load = self._scratch
+        for t in traffic:
+            load[t.links] += t.alone_load
+        over = any((load[t.links] > self.capacity[t.links] * (1 + _SATURATED)).any() for t in traffic)
+        for t in traffic:
+            load[t.links] = 0.0
+        if not over:
+            return np.array([t.alone_speed for t in traffic]), [None] * len(traffic)
         offsets = np.cumsum([0] + [len(t.fraction) for t in traffic])
         flow_of = np.concatenate([t.flow_of + o for t, o in zip(traffic, offsets)])
         # Only the links these flows cross: the solver's work follows the flows, not the cluster.
@@ -435,8 +456,8 @@ class MixSimulation:
                 compute_s[i] = step_s - comm_s
                 if traffic[i] is not None:
                     ref = self.traffic(job, list(range(len(servers[i]))))
-                    work[i] = comm_s * self.speeds([ref])[0][0]
-                    alone_speed[i] = self.speeds([traffic[i]])[0][0]
+                    work[i] = comm_s * ref.alone_speed
+                    alone_speed[i] = traffic[i].alone_speed
                 neighbours[i] = set()
                 dirty.append(True)
                 running.add(i)
