@@ -15,6 +15,7 @@ COMMANDS = {
     "sweep": "dpsim.cli.plan:sweep_command",
     "goodput": "dpsim.cli.goodput:goodput_command",
     "plan": "dpsim.cli.layout_plan:plan_command",
+    "mix": "dpsim.cli.mix:mix_command",
     "calibrate": "dpsim.cli.calibrate:calibrate",
     "validate": "dpsim.cli.validate:validate",
     "testbed": "dpsim.cli.testbed:testbed_app",

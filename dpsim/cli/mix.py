@@ -1,0 +1,52 @@
+"""``dpsim mix``: a mix of different jobs on one cluster, each job's slowdown and what causes it.
+
+Named in :data:`dpsim.cli.commands.COMMANDS`; the work is in :mod:`dpsim.mix`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from dpsim.cli.app import _emit_json
+from dpsim.errors import ConfigError
+
+
+def mix_command(
+    file: str = typer.Argument(..., help="The mix: a YAML file (cluster, horizon, placement, jobs)."),
+    sample_steps: Optional[int] = typer.Option(
+        20, "--sample-steps", help="Steps each job runs between two arrivals/departures before the rest of that "
+                                   "interval runs at the measured mean step time (0: simulate every step)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Run jobs that differ in model, size, placement and start time on one cluster; their
+    collectives share links max-min as they overlap. Prints each job's step time, its slowdown
+    against running alone on the same servers, the links that slow it, and cluster utilisation."""
+    from dpsim.mix import load_mix, simulate_mix
+
+    if sample_steps is None or sample_steps < 0:
+        raise ConfigError(f"--sample-steps: {sample_steps} is not valid; expected an integer >= 0 (0: every step)")
+    result = simulate_mix(load_mix(file), sample_steps=sample_steps or None)
+    if as_json:
+        _emit_json({"schema": "dpsim.mix/1", **result.to_dict()})
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(result.jobs)} jobs on {result.cluster_gpus:,} GPUs of {result.topology}, "
+                        f"{result.horizon_s:,.0f} s of cluster time")
+    for col in ("job", "model", "GPUs", "placement", "start s", "end s", "steps", "step s", "alone s",
+                "slowdown", "bottleneck (shared with)"):
+        table.add_column(col, justify="left" if col in ("job", "model", "placement", "bottleneck (shared with)")
+                         else "right")
+    for j in result.jobs:
+        b = j.bottlenecks[0] if j.bottlenecks else None
+        where = f"{b.link[0]} -> {b.link[1]} {b.share:.0%} ({', '.join(b.with_jobs)})" if b else "-"
+        table.add_row(j.name, j.model, f"{j.gpus:,}", j.placement, f"{j.start_s:,.0f}", f"{j.end_s:,.0f}",
+                      f"{j.steps:,.0f}", f"{j.step_time_s:.4f}", f"{j.alone_step_time_s:.4f}",
+                      f"{j.slowdown:.3f}", where)
+    console = Console()
+    console.print(table)
+    console.print(f"GPU allocation {result.gpu_allocation:.1%}, busy at alone speed {result.gpu_busy:.1%}; "
+                  f"{result.events:,} events, {result.evaluations:,} max-min evaluations")

@@ -1,0 +1,197 @@
+"""A job mix: what a YAML file (or the Python API) says runs on one cluster, checked strictly.
+
+```yaml
+cluster: {link: infiniband, gpus: 1024}   # or {topology: my-fabric.yaml, gpus: ...}
+horizon: 24h                               # cluster time simulated (default: until the last job ends)
+placement: packed                          # default policy of the jobs that name none
+jobs:
+  - {name: a, model: llama-2-7b, gpus: 64, strategy: zero2, micro_batch: 1, start: 0s, steps: 500}
+  - {name: b, model: gpt2-xl, gpus: 32, start: 10min, duration: 2h, placement: spread}
+  - {name: c, model: gpt2, gpus: 16, nodes: [40, 41]}
+```
+
+Every mistake is a :class:`~dpsim.errors.ConfigError` of one line naming the field
+(``jobs[1].gpus``), the value and what is allowed; nothing is simulated before the whole
+file is valid.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpsim.errors import ConfigError, DpsimError
+from dpsim.files import read_yaml_file
+from dpsim.plan.reliability import parse_long_duration_s
+
+POLICIES = ("packed", "spread", "rail-aligned", "topology-aware")
+"""Placement policies a job may name (or give ``nodes``: a user placement)."""
+
+MAX_JOBS = 4096
+"""Jobs one mix may hold (each is predicted once per distinct configuration)."""
+
+_JOB_KEYS = ("name", "model", "gpus", "strategy", "micro_batch", "precision", "tp", "pp", "start", "steps",
+             "duration", "placement", "nodes")
+_PREDICT_KEYS = ("model", "strategy", "micro_batch", "precision", "tp", "pp")
+_TOP_KEYS = ("cluster", "horizon", "placement", "jobs")
+_CLUSTER_KEYS = ("link", "topology", "gpus")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """One job of a mix."""
+
+    name: str
+    """Unique name, for reports."""
+    gpus: int
+    """GPUs of the job (whole servers)."""
+    predict: tuple[tuple[str, Any], ...] = ()
+    """:class:`~dpsim.predict.config.PredictConfig` fields of its training step (model, strategy...)."""
+    start_s: float = 0.0
+    """Arrival on the cluster (seconds from the mix's start)."""
+    steps: int | None = None
+    """Training steps it runs, then leaves (``None``: see :attr:`duration_s`)."""
+    duration_s: float | None = None
+    """Cluster time it holds its servers, then leaves (``None`` with no :attr:`steps`: until the horizon)."""
+    placement: str = "packed"
+    """Placement policy (:data:`POLICIES`), unless :attr:`nodes` is given."""
+    nodes: tuple[int, ...] | None = None
+    """User placement: the cluster servers it runs on, in rank order."""
+
+    @property
+    def predict_fields(self) -> dict[str, Any]:
+        """Its step's configuration as ``PredictConfig`` keywords."""
+        return dict(self.predict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixSpec:
+    """Jobs sharing one cluster."""
+
+    link: str | None = "infiniband"
+    """Topology preset of the cluster (``None`` when :attr:`topology_file` is given)."""
+    topology_file: str | None = None
+    """A topology YAML file instead of a preset."""
+    cluster_gpus: int
+    """GPUs of the whole cluster."""
+    jobs: tuple[JobSpec, ...]
+    """The jobs, in the order given."""
+    horizon_s: float | None = None
+    """Cluster time simulated (``None``: until every job has left; required when a job runs to it)."""
+
+
+def _fail(field: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"{field}: {value!r} is not valid; {allowed}")
+
+
+def _int(field: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(field, value, f"expected an integer >= {minimum}")
+    return value
+
+
+def _seconds(field: str, value: Any) -> float:
+    try:
+        s = parse_long_duration_s(value, field)
+    except DpsimError as exc:
+        raise ConfigError(f"{field}: {value!r} is not valid; expected a time with its unit, e.g. 90s, 10min, 4h, 1d"
+                          ) from exc
+    if not math.isfinite(s):
+        raise _fail(field, value, "expected a finite time, e.g. 90s, 10min, 4h, 1d")
+    return s
+
+
+def _keys(field: str, data: Any, allowed: tuple[str, ...]) -> dict:
+    if not isinstance(data, dict):
+        raise _fail(field, data, f"expected a mapping with keys {', '.join(allowed)}")
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(f"{field}.{key}: unknown key; allowed: {', '.join(allowed)}")
+    return data
+
+
+def _job(i: int, data: Any, default_policy: str, names: set[str]) -> JobSpec:
+    where = f"jobs[{i}]"
+    data = _keys(where, data, _JOB_KEYS)
+    name = data.get("name", f"job{i}")
+    if not isinstance(name, str) or not name or len(name) > 64:
+        raise _fail(f"{where}.name", name, "expected a non-empty string of at most 64 characters")
+    if name in names:
+        raise _fail(f"{where}.name", name, "names must be unique within the mix")
+    names.add(name)
+    if "gpus" not in data:
+        raise ConfigError(f"{where}.gpus: missing; give the job's GPU count (whole servers)")
+    gpus = _int(f"{where}.gpus", data["gpus"])
+    start = _seconds(f"{where}.start", data.get("start", 0))
+    steps = _int(f"{where}.steps", data["steps"]) if data.get("steps") is not None else None
+    duration = _seconds(f"{where}.duration", data["duration"]) if data.get("duration") is not None else None
+    if steps is not None and duration is not None:
+        raise ConfigError(f"{where}: give steps or duration, not both (steps={steps}, duration={data['duration']!r})")
+    if duration is not None and duration <= 0:
+        raise _fail(f"{where}.duration", data["duration"], "expected a time > 0")
+    policy = data.get("placement", default_policy)
+    nodes = data.get("nodes")
+    if nodes is not None:
+        if "placement" in data:
+            raise ConfigError(f"{where}: give placement or nodes, not both")
+        if not isinstance(nodes, list) or not nodes:
+            raise _fail(f"{where}.nodes", nodes, "expected a list of server indices")
+        nodes = tuple(_int(f"{where}.nodes[{k}]", x, 0) for k, x in enumerate(nodes))
+        if len(set(nodes)) != len(nodes):
+            raise _fail(f"{where}.nodes", list(nodes), "a server may appear once")
+        policy = "nodes"
+    elif policy not in POLICIES:
+        raise _fail(f"{where}.placement", policy, f"choose one of {', '.join(POLICIES)} (or give nodes)")
+    predict = tuple((k, data[k]) for k in _PREDICT_KEYS if k in data)
+    return JobSpec(name=name, gpus=gpus, predict=predict, start_s=start, steps=steps, duration_s=duration,
+                   placement=policy, nodes=nodes)
+
+
+def mix_from_dict(data: Any) -> MixSpec:
+    """A :class:`MixSpec` from parsed YAML, every field checked (:class:`ConfigError` naming it)."""
+    data = _keys("mix", data, _TOP_KEYS)
+    if "cluster" not in data:
+        raise ConfigError("cluster: missing; give cluster: {link: PRESET, gpus: N} or {topology: FILE, gpus: N}")
+    cluster = _keys("cluster", data["cluster"], _CLUSTER_KEYS)
+    if "link" in cluster and "topology" in cluster:
+        raise ConfigError("cluster: give link or topology, not both")
+    link, topology = cluster.get("link", "infiniband"), cluster.get("topology")
+    for key, value in (("link", link), ("topology", topology)):
+        if value is not None and not isinstance(value, str):
+            raise _fail(f"cluster.{key}", value, "expected a string")
+    if "gpus" not in cluster:
+        raise ConfigError("cluster.gpus: missing; give the cluster's GPU count")
+    cluster_gpus = _int("cluster.gpus", cluster["gpus"])
+    horizon = _seconds("horizon", data["horizon"]) if data.get("horizon") is not None else None
+    if horizon is not None and horizon <= 0:
+        raise _fail("horizon", data["horizon"], "expected a time > 0")
+    policy = data.get("placement", "packed")
+    if policy not in POLICIES:
+        raise _fail("placement", policy, f"choose one of {', '.join(POLICIES)}")
+    raw_jobs = data.get("jobs")
+    if not isinstance(raw_jobs, list) or not raw_jobs or len(raw_jobs) > MAX_JOBS:
+        raise _fail("jobs", raw_jobs if not isinstance(raw_jobs, list) else f"{len(raw_jobs)} jobs",
+                    f"expected a list of 1 to {MAX_JOBS} jobs")
+    names: set[str] = set()
+    jobs = tuple(_job(i, j, policy, names) for i, j in enumerate(raw_jobs))
+    for i, job in enumerate(jobs):
+        if job.gpus > cluster_gpus:
+            raise _fail(f"jobs[{i}].gpus", job.gpus, f"the cluster has {cluster_gpus} GPUs")
+        if horizon is None and job.steps is None and job.duration_s is None:
+            raise ConfigError(f"jobs[{i}] ({job.name}): give steps or duration, or a mix horizon it runs to")
+        if horizon is not None and job.start_s >= horizon:
+            raise _fail(f"jobs[{i}].start", job.start_s, f"it must start before the horizon ({horizon:g} s)")
+    return MixSpec(link=None if topology else link, topology_file=topology, cluster_gpus=cluster_gpus,
+                   jobs=jobs, horizon_s=horizon)
+
+
+def load_mix(path: str | Path) -> MixSpec:
+    """Read and check a mix YAML file (:func:`mix_from_dict`); a relative ``cluster.topology`` is
+    read next to the file."""
+    spec = mix_from_dict(read_yaml_file(path, "mix file", ConfigError))
+    if spec.topology_file is not None and not Path(spec.topology_file).is_absolute():
+        from dataclasses import replace
+        spec = replace(spec, topology_file=str(Path(path).parent / spec.topology_file))
+    return spec

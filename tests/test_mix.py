@@ -1,0 +1,245 @@
+"""The job mix (dpsim mix): slowdowns against an independent flow-by-flow evaluation, placement, checks."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from dpsim.cli import main
+from dpsim.errors import ConfigError, DpsimError
+from dpsim.mix import load_mix, mix_from_dict, simulate_mix
+from dpsim.predict import PredictConfig, predict
+from dpsim.topology import Topology, load_topology_file
+
+TOPO = Path(__file__).parent / "data" / "mix" / "fat-tree-2to1.yaml"
+
+JOB_A = {"name": "a", "model": "gpt2-medium", "gpus": 8, "nodes": [0, 2, 4, 6], "steps": 12}
+JOB_B = {"name": "b", "model": "gpt2", "gpus": 6, "nodes": [1, 3, 5], "start": 0.02, "steps": 15}
+
+
+def _mix(*jobs, **top):
+    return mix_from_dict({"cluster": {"topology": str(TOPO), "gpus": 16}, "jobs": list(jobs), **top})
+
+
+# ----------------------------------------------------------------------------- independent evaluation
+def _progressive_filling(routes: list[list[tuple]], capacity: dict) -> list[float]:
+    """Max-min fair rates, one link saturated per round (the textbook algorithm)."""
+    rate = [0.0] * len(routes)
+    frozen = [False] * len(routes)
+    left = dict(capacity)
+    while not all(frozen):
+        users = {}
+        for f, route in enumerate(routes):
+            if not frozen[f]:
+                for e in route:
+                    users[e] = users.get(e, 0) + 1
+        e_min = min(users, key=lambda e: left[e] / users[e])
+        inc = left[e_min] / users[e_min]
+        for f, route in enumerate(routes):
+            if not frozen[f]:
+                rate[f] += inc
+                for e in route:
+                    left[e] -= inc
+        for f, route in enumerate(routes):
+            if not frozen[f] and any(left[e] <= 1e-9 * capacity[e] for e in route):
+                frozen[f] = True
+    return rate
+
+
+def _ring_flows(servers: list[int]) -> list[tuple[str, str]]:
+    """NCCL's ring over 2-GPU servers with one NIC: in each server GPU1 -> GPU0, then GPU0 -> the next
+    server's GPU1 (the GPU that shares its NIC's PCIe switch enters and leaves)."""
+    flows = []
+    for i, s in enumerate(servers):
+        nxt = servers[(i + 1) % len(servers)]
+        flows += [(f"n{s}.gpu1", f"n{s}.gpu0"), (f"n{s}.gpu0", f"n{nxt}.gpu1")]
+    return flows
+
+
+def _route(g: nx.DiGraph, no_hub: nx.DiGraph, src: str, dst: str) -> list[tuple]:
+    server = src.split(".")[0]
+    if server == dst.split(".")[0]:
+        path = [src, f"{server}.nvswitch", dst]
+    else:
+        paths = list(nx.all_shortest_paths(no_hub, src, dst))
+        assert len(paths) == 1, paths  # the fat tree's switch blocks are single nodes: one route
+        path = paths[0]
+    return list(zip(path, path[1:]))
+
+
+def _independent_slowdowns(jobs: list[dict]) -> dict[str, float]:
+    """Both jobs on their own clocks, every flow routed on the graph and shared by progressive filling."""
+    design = load_topology_file(TOPO)
+    g = Topology(spec=design, n_gpus=16).graph
+    no_hub = g.subgraph([v for v in g if not v.endswith(".nvswitch")])
+    capacity = {(u, v): d["capacity_bytes_per_s"] for u, v, d in g.edges(data=True)}
+
+    def speeds(active: list[dict]) -> list[float]:
+        routes, owner = [], []
+        for k, job in enumerate(active):
+            for s, d in _ring_flows(job["servers"]):
+                routes.append(_route(g, no_hub, s, d))
+                owner.append(k)
+        rates = _progressive_filling(routes, capacity)
+        # Every ring flow moves S / N per step: the slowest one sets the collective's pace.
+        return [min(r for r, o in zip(rates, owner) if o == k) * job["ranks"] for k, job in enumerate(active)]
+
+    for job in jobs:
+        p = predict(PredictConfig(gpus=job["gpus"], link=design.name, model=job["model"]),
+                    topology=Topology(spec=design, n_gpus=job["gpus"]))
+        assert p.ring.algorithm == "ring"  # the flows above are the ring's
+        job["ranks"] = job["gpus"]
+        job["compute_s"] = p.step_time_s - p.comm_s
+        job["work"] = p.comm_s * speeds([{**job, "servers": list(range(len(job["servers"])))}])[0]
+        job["alone_s"] = job["compute_s"] + job["work"] / speeds([job])[0]
+    now, state = 0.0, {}
+    while True:
+        comm = [j for j in jobs if state.get(j["name"], ("", 0))[0] == "comm"]
+        rate = dict(zip((j["name"] for j in comm), speeds(comm))) if comm else {}
+        nxt = []
+        for j in jobs:
+            st = state.get(j["name"])
+            if st is None:
+                nxt.append((j["start_s"], j, "arrive"))
+            elif st[0] == "compute":
+                nxt.append((now + st[1], j, "compute"))
+            elif st[0] == "comm":
+                nxt.append((now + st[1] / rate[j["name"]], j, "comm"))
+        if not nxt:
+            break
+        t, j, what = min(nxt, key=lambda x: x[0])
+        for k in jobs:
+            st = state.get(k["name"])
+            if st and st[0] == "compute":
+                state[k["name"]] = ("compute", st[1] - (t - now))
+            elif st and st[0] == "comm":
+                state[k["name"]] = ("comm", st[1] - (t - now) * rate[k["name"]])
+        now = t
+        if what == "arrive":
+            state[j["name"]] = ("compute", j["compute_s"])
+            j["done"] = 0
+        elif what == "compute":
+            state[j["name"]] = ("comm", j["work"])
+        else:
+            j["done"] += 1
+            if j["done"] == j["steps"]:
+                state[j["name"]] = ("gone", 0)
+                j["end_s"] = now
+            else:
+                state[j["name"]] = ("compute", j["compute_s"])
+    return {j["name"]: (j["end_s"] - j["start_s"]) / j["steps"] / j["alone_s"] for j in jobs}
+
+
+def test_two_jobs_on_oversubscribed_fat_tree_match_independent_flow_evaluation():
+    result = simulate_mix(_mix(JOB_A, JOB_B), sample_steps=None)
+    got = {j.name: j.slowdown for j in result.jobs}
+    want = _independent_slowdowns([
+        {"name": "a", "model": "gpt2-medium", "gpus": 8, "servers": [0, 2, 4, 6], "start_s": 0.0, "steps": 12},
+        {"name": "b", "model": "gpt2", "gpus": 6, "servers": [1, 3, 5], "start_s": 0.02, "steps": 15}])
+    # They share the 2:1 leaf uplinks: both are slowed, and exactly as the flows say.
+    assert got["a"] > 1.01 and got["b"] > 1.01
+    for name in want:
+        assert got[name] == pytest.approx(want[name], rel=1e-6, abs=0)
+    blamed = {j.name: j.bottlenecks[0] for j in result.jobs}
+    assert blamed["a"].link_class == "leaf-spine" and blamed["a"].with_jobs == ("b",)
+
+
+def test_jobs_that_share_no_link_are_not_slowed():
+    # Packed: each job under its own leaves, the ring's hops between leaves on different uplinks.
+    a = {**JOB_A, "nodes": [0, 1]}
+    a["gpus"] = 4
+    b = {**JOB_B, "nodes": [2, 3], "gpus": 4}
+    result = simulate_mix(_mix(a, b), sample_steps=None)
+    for j in result.jobs:
+        assert j.slowdown == pytest.approx(1.0, rel=1e-12)
+        assert j.alone_step_time_s == pytest.approx(j.reference_step_time_s, rel=1e-9)
+
+
+def test_fast_forward_agrees_with_every_step():
+    jobs = [{**JOB_A, "steps": 400}, {**JOB_B, "steps": 500}]
+    exact = simulate_mix(_mix(*jobs), sample_steps=None)
+    quick = simulate_mix(_mix(*jobs), sample_steps=20)
+    assert quick.events < exact.events / 3
+    for e, q in zip(exact.jobs, quick.jobs):
+        assert q.slowdown == pytest.approx(e.slowdown, rel=0.02)
+
+
+@pytest.mark.parametrize("policy, servers", [
+    ("packed", (0, 1, 2)),
+    ("spread", (0, 2, 4)),
+    ("topology-aware", (0, 1, 2)),
+])
+def test_placement_policies(policy, servers):
+    result = simulate_mix(_mix({"name": "a", "model": "gpt2", "gpus": 6, "steps": 2, "placement": policy}),
+                          sample_steps=None)
+    assert result.jobs[0].servers == servers
+
+
+def test_topology_aware_keeps_a_job_under_one_leaf_after_fragmentation():
+    first = {"name": "x", "model": "gpt2", "gpus": 2, "nodes": [0], "duration": "1h"}
+    second = {"name": "y", "model": "gpt2", "gpus": 4, "steps": 2, "placement": "topology-aware"}
+    result = simulate_mix(_mix(first, second), sample_steps=None)
+    assert result.jobs[1].servers == (2, 3)  # one whole leaf, not server 1 and a second leaf
+
+
+def test_allocation_counts_held_gpus():
+    result = simulate_mix(_mix({"name": "a", "model": "gpt2", "gpus": 8, "duration": "10s"}, horizon="20s"),
+                          sample_steps=None)
+    assert result.gpu_allocation == pytest.approx(8 * 10 / (16 * 20))
+    assert 0 < result.gpu_busy <= result.gpu_allocation
+
+
+@pytest.mark.parametrize("jobs, top, message", [
+    ([{**JOB_A, "colour": 1}], {}, "jobs[0].colour: unknown key"),
+    ([{**JOB_A, "gpus": 0}], {}, "jobs[0].gpus: 0 is not valid"),
+    ([{**JOB_A, "start": "5"}], {}, "jobs[0].start: '5' is not valid"),
+    ([{"name": "a", "gpus": 2, "steps": 1, "placement": "random"}], {}, "jobs[0].placement: 'random'"),
+    ([{"name": "a", "gpus": 2}], {}, "give steps or duration"),
+    ([JOB_A, {**JOB_A}], {}, "jobs[1].name: 'a' is not valid; names must be unique"),
+    ([{**JOB_A, "duration": "1h"}], {}, "give steps or duration, not both"),
+    ([JOB_A], {"horizon": "-1s"}, "horizon"),
+    ([JOB_A], {"placement": "best"}, "placement: 'best' is not valid"),
+])
+def test_mix_file_errors_name_the_field(jobs, top, message):
+    with pytest.raises(ConfigError) as exc:
+        _mix(*jobs, **top)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("jobs, message", [
+    ([JOB_A, {**JOB_B, "nodes": [1, 2, 3]}], "nodes 2 is already taken"),
+    ([JOB_A, {**JOB_B, "nodes": None, "gpus": 12, "placement": "packed"}], "needs 6 servers, only 4 of 8 are free"),
+    ([{**JOB_A, "nodes": [0, 2, 4, 9]}], "nodes 9 does not exist"),
+    ([{"name": "a", "model": "gpt2", "gpus": 2, "steps": 1, "placement": "rail-aligned"}], "rail-optimised"),
+    ([{**JOB_A, "gpus": 3}], "jobs[0].gpus: 3 is not whole servers"),
+    ([{**JOB_A, "model": "no-such-model"}], "jobs[0] (a):"),
+])
+def test_placement_and_job_errors(jobs, message):
+    jobs = [{k: v for k, v in j.items() if v is not None} for j in jobs]
+    with pytest.raises(DpsimError) as exc:
+        simulate_mix(_mix(*jobs), sample_steps=None)
+    assert message in str(exc.value)
+
+
+def test_cli_json_and_bad_file(tmp_path, capsys):
+    path = tmp_path / "mix.yaml"
+    path.write_text(f"cluster: {{topology: {TOPO}, gpus: 16}}\njobs:\n  - {json.dumps(JOB_A)}\n  - {json.dumps(JOB_B)}\n")
+    assert main(["mix", str(path), "--json", "--sample-steps", "0"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema"] == "dpsim.mix/1" and [j["name"] for j in data["jobs"]] == ["a", "b"]
+    assert all(math.isfinite(j["slowdown"]) for j in data["jobs"])
+    path.write_text("cluster: {link: infiniband, gpus: 16}\njobs: []\n")
+    assert main(["mix", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "jobs:" in err
+
+
+def test_load_mix_reads_topology_next_to_the_file(tmp_path):
+    (tmp_path / "t.yaml").write_text(TOPO.read_text())
+    (tmp_path / "m.yaml").write_text("cluster: {topology: t.yaml, gpus: 16}\njobs: [{gpus: 2, steps: 1}]\n")
+    spec = load_mix(tmp_path / "m.yaml")
+    assert Path(spec.topology_file) == tmp_path / "t.yaml"
