@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("predict",),
     ("variability",),
     ("plan",),
+    ("mix",),
     ("report",),
     ("calibrate", "validate"),
     ("cli",),

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from dpsim.cli.app import _emit_json
+from dpsim.cli.panels import EXECUTION, OUTPUT
 from dpsim.errors import ConfigError
 
 
@@ -17,8 +18,10 @@ def mix_command(
     file: str = typer.Argument(..., help="The mix: a YAML file (cluster, horizon, placement, jobs)."),
     sample_steps: Optional[int] = typer.Option(
         20, "--sample-steps", help="Steps each job runs between two arrivals/departures before the rest of that "
-                                   "interval runs at the measured mean step time (0: simulate every step)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+                                   "interval runs at the measured mean step time (0: simulate every step).",
+        rich_help_panel=EXECUTION),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables.",
+                                 rich_help_panel=OUTPUT),
 ) -> None:
     """Run jobs that differ in model, size, placement and start time on one cluster; their
     collectives share links max-min as they overlap. Prints each job's step time, its slowdown

@@ -37,6 +37,7 @@ from dpsim.mix.placement import place
 from dpsim.mix.spec import JobSpec, MixSpec
 from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
+from dpsim.predict import PredictConfig, predict
 from dpsim.topology import Topology, load_preset, load_topology_file
 
 DEFAULT_SAMPLE_STEPS = 20
@@ -165,8 +166,6 @@ def cluster_topology(spec: MixSpec) -> Topology:
 @lru_cache(maxsize=256)
 def _solo(design, gpus: int, fields: tuple) -> tuple:
     """Solo prediction of a job: (model, step s, comm s, algorithm, its plan's dominant phase)."""
-    from dpsim.predict import PredictConfig, predict
-
     topology = Topology(spec=design, n_gpus=gpus)
     p = predict(PredictConfig(gpus=gpus, link=design.name, **dict(fields)), topology=topology)
     algorithm = p.ring.algorithm if p.ring is not None and p.ring.algorithm in ALGORITHMS else "ring"
