@@ -177,9 +177,10 @@ class Lowering:
         """Autocast's 16-bit copy of each ``stream`` activation a matmul reads (and its
         gradient's copy back)."""
         for t in tensors:
-            if id(t) in self.param_ids or not t.is_floating_point():
+            if not t.is_floating_point():
                 continue
-            if self.info(t).byte_class == "stream":
+            info = self.info(t)
+            if info.root not in self.param_ids and info.byte_class == "stream":
                 self._add(layer, MemoryOp(name="cast", elements=t.numel() / self.batch, forward=((1, "cast"),),
                                           backward=((1, "cast"),) if t.requires_grad else ()))
 
@@ -225,6 +226,8 @@ class Lowering:
     def _attention(self, named: dict, outputs, layer: str) -> None:
         q = named.get("query", named.get("q"))
         causal = bool(named.get("is_causal", named.get("causal", False)))
+        self._cast_inputs([t for t in (q, named.get("key", named.get("k")), named.get("value", named.get("v")))
+                           if t is not None], layer)
         self._add(layer, AttentionOp(seq=int(q.shape[-2]), heads=int(q.shape[1]) if q.dim() == 4 else 1,
                                      head_dim=int(q.shape[-1]), causal=causal, fused=True))
         for o in outputs:
@@ -334,7 +337,13 @@ def _named_args(func, args, kwargs) -> dict:
     return named
 
 
+VIEW_OPS = frozenset({"_unsafe_view", "_reshape_alias", "lift_fresh"})
+"""Operators that return a view although their schema does not say so."""
+
+
 def _is_view(func) -> bool:
+    if func._overloadpacket.__name__ in VIEW_OPS:
+        return True
     schema = func._schema
     if schema.is_mutable:
         return False
