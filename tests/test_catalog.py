@@ -211,12 +211,12 @@ def test_transformer_block_activations_follow_korthikanti():
 
 def test_llama_activations_are_what_autograd_saves_per_block():
     """Llama's block is not Korthikanti's GPT block (RMSNorm keeps two tensors, SwiGLU four of
-    the MLP width, no dropout masks): 2 bytes x (3sh + 2s·2q + 2as²) + 2 x (3sh + 4s·inter),
+    the MLP width, no dropout masks): 2 bytes x (3sh + 2s·2q + as²) + 2 x (3sh + 4s·inter),
     k and v at the query width because repeat_kv copies them out before attention."""
     model = get_model("llama-3-8b")
     s, h, a, inter = 8192, 4096, 32, 14336
     per_block = model.layers[1].activation_bytes_per_sample + model.layers[2].activation_bytes_per_sample
-    assert per_block == pytest.approx(2 * (3 * s * h + 4 * s * h + 2 * a * s * s) + 2 * (3 * s * h + 4 * s * inter))
+    assert per_block == pytest.approx(2 * (3 * s * h + 4 * s * h + a * s * s) + 2 * (3 * s * h + 4 * s * inter))
     flash = get_model("llama-3-8b", flash_attention=True)
     assert flash.layers[1].activation_bytes_per_sample == pytest.approx(2 * (3 * s * h + 4 * s * h))
 

@@ -35,11 +35,12 @@ def korthikanti_block_activation_bytes(
     activations, i.e. attention ``11sh + 5as²`` plus LayerNorm ``2sh`` and MLP ``19sh``
     plus LayerNorm ``2sh``. ``flash_attention`` drops the ``5as²`` term (the fused kernel
     keeps only the softmax statistics, ``a·s`` fp32 values, not counted); without residual
-    dropout the two ``sh`` masks (1 byte each) go, without attention dropout its ``as²`` mask.
+    dropout the two ``sh`` masks (1 byte each) go; without attention dropout its ``as²`` mask
+    and its output go (``V`` is multiplied by the softmax output, already kept): ``2as²`` stay.
     """
     sh = float(seq_len) * hidden
     mask = 0.0 if resid_dropout else 1.0
-    scores = 0.0 if flash_attention else (5.0 if attn_dropout else 4.0) * heads * seq_len * seq_len
+    scores = 0.0 if flash_attention else (5.0 if attn_dropout else 2.0) * heads * seq_len * seq_len
     attention = (13.0 - mask) * sh + scores
     mlp = (21.0 - mask) * sh
     return attention, mlp
@@ -51,15 +52,15 @@ def llama_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_dim: 
     (attention, MLP) halves, as PyTorch autograd saves them for HF's eager modules: each
     eager RMSNorm its input and normalised input (``2sh``), the projections their (shared)
     input (``sh``), fused attention rotated q and k, v and its output (plus the ``a·s``
-    softmax statistics, not counted), eager attention also the scores and probabilities
-    (``2as²``, kept like Korthikanti et al.'s); the MLP the gate projection (silu's input),
+    softmax statistics, not counted), eager attention also the softmax output (``as²``,
+    which the product with ``v`` reuses; Llama has no attention dropout); the MLP the gate projection (silu's input),
     silu's output and the up projection (the product's operands) and the product (the down
     projection's input): ``4·s·inter``."""
     sh = float(seq_len) * hidden
     e = ACTIVATION_ELEMENT_BYTES
     attention = e * (3 * sh + 2.0 * seq_len * (q_dim + kv_dim))
     if not flash_attention:
-        attention += e * 2.0 * heads * seq_len * seq_len
+        attention += e * float(heads) * seq_len * seq_len
     mlp = e * (3 * sh + 4.0 * seq_len * inter)
     return attention, mlp
 
