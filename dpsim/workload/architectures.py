@@ -38,6 +38,8 @@ from dpsim.workload.layers import (
     eager_rms_norm_ops,
     fan_out_ops,
     gated_activation_ops,
+    gelu_new_activation_bytes,
+    gelu_new_ops,
     korthikanti_block_activation_bytes,
     llama_block_activation_bytes,
     linear_ops,
@@ -197,6 +199,8 @@ def build_gpt2(
         attn_act, mlp_act = korthikanti_block_activation_bytes(s, d, cfg.n_head, flash_attention=flash_attention,
                                                                resid_dropout=cfg.resid_pdrop > 0,
                                                                attn_dropout=cfg.attn_pdrop > 0)
+        if cfg.activation_function == "gelu_new":
+            mlp_act += gelu_new_activation_bytes(float(s * inner))
         ln_1 = _norm(f"{p}.ln_1", d, dtype)
         c_attn = _conv1d_hf(f"{p}.attn.c_attn", d, 3 * d, dtype)
         attn_proj = _conv1d_hf(f"{p}.attn.c_proj", d, d, dtype)
@@ -219,7 +223,8 @@ def build_gpt2(
             forward_flops_per_sample=2.0 * s * d * inner * 2,
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
             ops=[norm_op("ln_2", sd), cast_op("cast", sd), *linear_ops("c_fc", s, inner, d, bias=True),
-                 activation_op("act", float(s * inner), cfg.activation_function),
+                 *(gelu_new_ops("act", float(s * inner)) if cfg.activation_function == "gelu_new"
+                   else [activation_op("act", float(s * inner), cfg.activation_function)]),
                  *linear_ops("c_proj", s, d, inner, bias=True), *resid_dropout, *residual_ops("residual", sd)],
         ))
     ln_f = _norm("transformer.ln_f", d, dtype)

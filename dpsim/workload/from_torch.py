@@ -242,7 +242,10 @@ def _make_mode(torch, tracer: _Tracer):
                         if isinstance(b, torch.Tensor) and id(b) in tracer.param_ids:
                             tracer.saw_param(tracer.param_ids[id(b)])
             packet = func._overloadpacket
-            if packet not in flop_registry and func not in skip:
+            # Only an operator that may hide matmuls is decomposed to count them; any other runs
+            # as the one kernel eager CUDA runs for it (native_dropout is one fused kernel, not
+            # bernoulli_ + mul + div_), so that it is lowered as one memory op.
+            if packet not in flop_registry and func not in skip and _HEAVY_OP.search(packet.__name__):
                 with self:
                     r = func.decompose(*args, **kwargs)
                 if r is not NotImplemented:
@@ -263,19 +266,30 @@ def _make_mode(torch, tracer: _Tracer):
     return _TraceMode()
 
 
-def _make_sdpa_mode(torch):
-    """A function mode that runs ``scaled_dot_product_attention`` as the fused kernel SDPA picks
-    on a GPU (flash; memory-efficient when there is a mask) instead of the math fallback it
-    takes on the meta device, so that the trace sees one fused op and autograd saves what
-    the fused kernel saves (:mod:`dpsim.workload.lowering`)."""
+def _make_kernel_mode(torch):
+    """A function mode that runs two operators as eager CUDA runs them rather than as the meta
+    device would (:mod:`dpsim.workload.lowering`): ``scaled_dot_product_attention`` as the fused
+    kernel SDPA picks on a GPU (flash; memory-efficient when there is a mask), not the math
+    fallback, so that the trace sees one fused op and autograd saves what the fused kernel saves;
+    and training dropout as CUDA's fused ``native_dropout`` kernel (output and 1-byte mask), not
+    the ``bernoulli_``, ``mul`` and ``div_`` it decomposes into elsewhere."""
     from torch.overrides import TorchFunctionMode
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
+    dropouts = (torch.nn.functional.dropout, torch.dropout)
     aten = torch.ops.aten
 
-    class _SdpaMode(TorchFunctionMode):
+    class _KernelMode(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if func in dropouts:
+                x = args[0]
+                p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+                train = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+                inplace = kwargs.get("inplace", args[3] if len(args) > 3 else False)
+                if train and 0 < p < 1 and not inplace and isinstance(x, torch.Tensor) and x.is_floating_point():
+                    return torch.native_dropout(x, p, True)[0]
+                return func(*args, **kwargs)
             if func is not sdpa:
                 return func(*args, **kwargs)
             q, k, v = args[:3]
@@ -293,7 +307,7 @@ def _make_sdpa_mode(torch):
             return aten._scaled_dot_product_efficient_attention(q, k, v, mask, True, dropout_p, causal,
                                                                 scale=scale)[0]
 
-    return _SdpaMode()
+    return _KernelMode()
 
 
 def _charge_lm_loss(tracer: _Tracer, outputs, batch: int, tokens: int | None) -> None:
@@ -407,7 +421,7 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
     try:
         try:
             with torch.device("meta"), torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t), \
-                    _make_sdpa_mode(torch), _make_mode(torch, tracer):
+                    _make_kernel_mode(torch), _make_mode(torch, tracer):
                 out = module(*args, **kwargs)
         except WorkloadError:
             raise

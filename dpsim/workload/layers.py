@@ -227,19 +227,48 @@ def residual_ops(name: str, elements: float) -> list[MemoryOp]:
             MemoryOp(name=f"{name}.grad_sum", elements=elements, forward=(), backward=((3, "stream"),))]
 
 
-ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", "tanh")
-"""Activation functions whose kernels :func:`activation_op` knows."""
+ACTIVATIONS = ("gelu", "relu", "silu", "tanh")
+"""Activation functions that are one eager kernel each way (:func:`activation_op`); GPT-2's
+``gelu_new`` is :func:`gelu_new_ops`."""
 
 
 def activation_op(name: str, elements: float, function: str = "gelu") -> MemoryOp:
-    """An element-wise activation: ``gelu``/``relu``/``silu``/``tanh`` are one kernel each way; HF's
-    ``gelu_new`` (``NewGELUActivation``, GPT-2's default) is ``0.5·x·(1 + tanh(√(2/π)·(x +
-    0.044715·x³)))`` written as eight eager ops, each reading and writing the tensor."""
+    """An element-wise activation, one kernel each way: read x, write y; backward reads the
+    gradient and x, writes the input gradient."""
     if function not in ACTIVATIONS:
         raise WorkloadError(f"activation {function!r} is not known; allowed: {', '.join(ACTIVATIONS)}")
-    if function == "gelu_new":
-        return MemoryOp(name=name, elements=elements, forward=((18, "act"),), backward=((30, "act"),))
     return MemoryOp(name=name, elements=elements, forward=((2, "act"),), backward=((3, "act"),))
+
+
+def gelu_new_ops(name: str, elements: float) -> list[MemoryOp]:
+    """HF's ``NewGELUActivation`` (GPT-2's default), ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``,
+    as its nine eager kernels on the 16-bit matmul output ``x``: ``pow`` is one of autocast's
+    fp32 operators, so from it on the chain runs in the stream's dtype. Backward: the products
+    with a constant read the gradient and write; ``pow`` and ``tanh`` also read what they saved;
+    the final product computes both operands' gradients; the three gradients reaching ``x`` are
+    summed twice, and the ones leaving the fp32 chain are cast back to 16 bits. Its output is
+    in the stream's dtype, so the next matmul's autocast copies it to 16 bits (and the gradient
+    back). It keeps four tensors of ``elements`` for backward (:func:`gelu_new_activation_bytes`)."""
+    def op(part: str, forward, backward=()) -> MemoryOp:
+        return MemoryOp(name=f"{name}.{part}", elements=elements, forward=forward, backward=backward)
+
+    return [op("half", ((2, "act"),), ((2, "act"),)),
+            op("grad_sum", (), ((3, "act"),)),
+            op("pow", ((1, "act"), (1, "cast"), (1, "stream")), ((3, "stream"), (1, "cast"))),
+            op("coef", ((2, "stream"),), ((2, "stream"),)),
+            op("grad_sum", (), ((3, "act"),)),
+            op("add", ((1, "act"), (2, "stream")), ((1, "cast"),)),
+            op("scale", ((2, "stream"),), ((2, "stream"),)),
+            op("tanh", ((2, "stream"),), ((3, "stream"),)),
+            op("one_plus", ((2, "stream"),)),
+            op("mul", ((1, "act"), (2, "stream")), ((6, "stream"), (1, "cast"))),
+            cast_op(f"{name}.cast", elements)]
+
+
+def gelu_new_activation_bytes(elements: float) -> float:
+    """What :func:`gelu_new_ops` keeps beyond a one-kernel GELU's input (2 bytes per element):
+    ``tanh``'s output and both operands of the final product, three more tensors."""
+    return 3.0 * ACTIVATION_ELEMENT_BYTES * elements
 
 
 def gated_activation_ops(name: str, elements: float) -> list[MemoryOp]:

@@ -250,9 +250,10 @@ class Lowering:
         if fp32:
             out_cls = "stream"
         else:
-            # Type promotion: a (non-scalar) stream operand makes the result stream.
-            out_cls = "stream" if any(c == "stream" and t.dim() > 0 for t, c in zip(floats_in, cls_in)) or not floats_in \
-                else "act"
+            # Type promotion: a stream operand with elements makes the result stream (a 0-dim
+            # tensor does not promote; an empty one, e.g. a cache being filled, moves nothing).
+            out_cls = "stream" if any(c == "stream" and t.dim() > 0 and t.numel() > 0
+                                      for t, c in zip(floats_in, cls_in)) or not floats_in else "act"
         main = max(outputs, key=lambda t: t.numel())
         elements = float(main.numel())
         if elements == 0:
@@ -283,7 +284,7 @@ def backward_passes(name, func, out, floats_in, needs_grad, cls_in, out_cls, inp
     (read the gradient and the other operand, write); dropout and ``masked_fill`` read the
     1-byte mask too; a reduction writes the expanded gradient; sums, concatenations and
     copies pass the gradient on (a copy of a strided tensor copies it back into that
-    layout); any other operator reads the gradient and what it saved and writes the input
+    layout); a product with a constant reads the gradient and writes; any other operator reads the gradient and what it saved and writes the input
     gradient. A gradient whose dtype class differs from its input's (an ``act`` input of a
     ``stream`` result) is cast back."""
     if not needs_grad:
@@ -307,6 +308,8 @@ def backward_passes(name, func, out, floats_in, needs_grad, cls_in, out_cls, inp
         passes += [(t.numel() / e, c) for t, c in zip(floats_in, cls_in) if t.requires_grad]
     elif name in ("mul", "div") and len(floats_in) == 2 and not scalar_like:
         passes += [(3.0, out_cls)] * len(needs_grad)
+    elif name in ("mul", "div") and len(full) == 1 and len(floats_in) - len(scalar_like) == 1:
+        passes.append((2.0, out_cls))  # times a constant: read the gradient, write
     elif name in ZERO_BACKWARD_OPS:
         if name in ("clone", "_to_copy", "copy", "copy_") and floats_in and not floats_in[0].is_contiguous():
             passes.append((2.0, out_cls))
