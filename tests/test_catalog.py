@@ -198,13 +198,18 @@ def test_llama_attention_flops_convention():
 
 
 def test_transformer_block_activations_follow_korthikanti():
+    """Korthikanti et al.'s 34sh + 5as² per block, plus what HF's eager ``gelu_new`` keeps beyond
+    a fused GELU's input (three more tensors of the MLP width, 2 bytes each: 24sh)."""
     s, h, a, n_layer = 1024, 768, 12, 12
     model = get_model("gpt2")
     blocks = sum(layer.activation_bytes_per_sample for layer in model.layers[1:-1])
-    assert blocks == pytest.approx(n_layer * s * h * (34 + 5 * a * s / h))
+    assert blocks == pytest.approx(n_layer * s * h * (34 + 24 + 5 * a * s / h))
     flash = get_model("gpt2", flash_attention=True)
     flash_blocks = sum(layer.activation_bytes_per_sample for layer in flash.layers[1:-1])
-    assert flash_blocks == pytest.approx(n_layer * s * h * 34)
+    assert flash_blocks == pytest.approx(n_layer * s * h * (34 + 24))
+    gelu = build_model(GPT2Config(activation_function="gelu"))
+    assert sum(layer.activation_bytes_per_sample for layer in gelu.layers[1:-1]) == pytest.approx(
+        n_layer * s * h * (34 + 5 * a * s / h))
     attn, mlp = korthikanti_block_activation_bytes(s, h, a)
     assert attn + mlp == pytest.approx(s * h * (34 + 5 * a * s / h))
 

@@ -14,7 +14,9 @@ a per-parameter ``for`` loop (PyTorch's single-tensor implementation, the defaul
 parameter from Python, so it takes at least :data:`dpsim.workload.roofline.HOST_OVERHEAD_PER_OP_S`
 per op and parameter (:func:`optimizer_terms`).
 
-A layer known only by its FLOPs (no ops: a traced torch module) is costed as matmul
+Catalog models and traced torch modules both carry ops (a traced module's are lowered from
+the aten operators it runs: :mod:`dpsim.workload.lowering`), so both are costed by this one
+roofline. A layer known only by its FLOPs (no ops: a hand-written spec) is costed as matmul
 FLOPs at :data:`FLOPS_ONLY_EFFICIENCY` of the best matmul rate, with a backward of twice
 the forward (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Sec. 2.1:
 C ~ 6N per token = 2N forward + 4N backward).
@@ -85,7 +87,7 @@ built with ``foreach=True`` or ``fused=True``, as its ``defaults.get("foreach", 
 
 FLOPS_ONLY_EFFICIENCY = 0.6
 """Fraction of the best matmul rate for a layer known only by its FLOPs (no ops): the
-efficiency dpsim used for every layer before the roofline, kept for traced torch modules.
+efficiency dpsim used for every layer before the roofline, kept for specs without ops.
 0.6 x H100's 794.5 TFLOP/s is 48 % of the 989 peak, between Llama 3's 38-43 % MFU
 (Dubey et al. 2024, table 4) and MegaScale's 55.2 % (Jiang et al., NSDI 2024)."""
 

@@ -13,12 +13,20 @@ tensors, and records:
   to its first user, as in the catalog;
 * **forward FLOPs** per layer: the operators run while the module is innermost,
   counted with ``torch.utils.flop_counter``'s formulas (its registry; operators it does
-  not know are decomposed as ``FlopCounterMode`` does). 2 FLOPs per multiply-add,
-  element-wise work counts 0, as in the catalog;
+  not know and that may hide matmuls are decomposed as ``FlopCounterMode`` does). 2 FLOPs
+  per multiply-add, element-wise work counts 0, as in the catalog;
+* **ops** per layer: the same operators lowered to the catalog's op kinds (matmuls,
+  convolutions, fused attention, memory-bound passes: :mod:`dpsim.workload.lowering`), so
+  the roofline costs a traced layer as it costs a catalog layer. ``scaled_dot_product_attention``
+  runs as the fused kernel a GPU would run (the meta device would take its math fallback)
+  and training dropout as CUDA's fused kernel. A token model whose output is per-token
+  logits is charged the cross-entropy over them (the catalog's LM loss), which the
+  training loop computes outside the module;
 * **activations** per layer: the tensors autograd saves for backward
   (``torch.autograd.graph.saved_tensors_hooks``), each storage once, parameters
   excluded, floating-point elements at 2 bytes (the catalog's bf16/fp16 convention),
-  others at their own size; and each layer's **input** bytes (what activation
+  others at their own size (fused attention keeps q, k, v, its output and the softmax
+  logsumexp, never the scores); and each layer's **input** bytes (what activation
   checkpointing keeps);
 * the **gradient-ready order**: the order ``AccumulateGrad`` fires in the meta
   backward (``register_post_accumulate_grad_hook``). Autograd's engine orders work by
