@@ -59,14 +59,17 @@ FUSED_ATTENTION_OPS = frozenset({"_scaled_dot_product_flash_attention", "_scaled
 """aten fused attention kernels (SDPA's backends): one :class:`AttentionOp` each."""
 
 AUTOCAST_FP32_OPS = frozenset({
-    "native_layer_norm", "native_group_norm", "_softmax", "_log_softmax", "pow", "exp", "log", "rsqrt",
-    "reciprocal", "log1p", "expm1", "softplus", "logsumexp", "cumsum", "cumprod", "prod", "norm",
-    "linalg_vector_norm", "nll_loss_forward", "nll_loss2d_forward", "mse_loss", "l1_loss", "smooth_l1_loss",
-    "binary_cross_entropy_with_logits", "kl_div", "_fused_rms_norm",
+    "native_layer_norm", "native_group_norm", "_softmax", "_log_softmax", "pow", "exp", "expm1", "log", "log10",
+    "log2", "log1p", "rsqrt", "reciprocal", "acos", "asin", "cosh", "sinh", "tan", "erfinv", "softplus",
+    "logsumexp", "cumsum", "cumprod", "prod", "sum", "norm", "linalg_vector_norm", "renorm", "dist", "cdist",
+    "_cdist_forward", "_pdist_forward", "nll_loss_forward", "nll_loss2d_forward", "mse_loss", "l1_loss",
+    "smooth_l1_loss", "huber_loss", "binary_cross_entropy_with_logits", "kl_div", "_fused_rms_norm",
 })
-"""Operators autocast runs in fp32 (PyTorch's autocast "ops that autocast to float32" list,
-at the aten level the dispatch mode sees): an ``act`` input is cast up, the output is
-``stream``."""
+"""Operators autocast runs in fp32, at the aten level the dispatch mode sees: PyTorch's
+"Automatic Mixed Precision package" documentation, "CUDA Ops that can autocast to float32"
+(``pow``, ``exp``, ``log*``, ``rsqrt``, ``layer_norm``, ``group_norm``, ``softmax``,
+``log_softmax``, ``sum``, ``prod``, ``cumsum``, the losses, ...). An ``act`` input is cast
+up (a ``cast`` pass), the output is ``stream``."""
 
 NO_TRAFFIC_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                             "lift_fresh", "detach", "_local_scalar_dense", "scalar_tensor", "arange", "sym_size",
