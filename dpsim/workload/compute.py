@@ -169,8 +169,10 @@ def layer_terms(layer: LayerSpec, gpu: GpuSpec, precision: Precision,
 
 def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batch: int,
                 breakdown: dict[str, float] | None = None,
-                efficiencies: Efficiencies | None = None) -> tuple[float, float]:
-    """(forward, backward) seconds of one layer for one micro-batch (before ``compute_efficiency``)."""
+                efficiencies: Efficiencies | None = None, memo: dict | None = None) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer for one micro-batch (before ``compute_efficiency``).
+    ``memo``, shared by the calls of one model, GPU, precision, micro-batch and efficiencies,
+    keeps the times of layers already costed."""
     if not layer.ops:
         rate = gpu.achieved_rate(precision.matmul_dtype) * FLOPS_ONLY_EFFICIENCY
         fwd = layer.forward_flops_per_sample * micro_batch / rate
@@ -178,14 +180,25 @@ def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batc
             breakdown["flops-only"] = breakdown.get("flops-only", 0.0) + fwd * (1 + BACKWARD_TO_FORWARD)
         return fwd, BACKWARD_TO_FORWARD * fwd
     eff = efficiencies or Efficiencies()
-    fwd = bwd = 0.0
-    for kind, forward, backward in layer_terms(layer, gpu, precision, micro_batch):
-        f = sum(t.time_s(eff) for t in forward)
-        b = sum(t.time_s(eff) for t in backward)
-        fwd += f
-        bwd += b
-        if breakdown is not None:
-            breakdown[kind] = breakdown.get(kind, 0.0) + f + b
+    # Blocks repeat: a layer with the same ops and weights as one already costed costs the same.
+    key = (layer.ops, layer.param_count, len(layer.params))
+    known = memo.get(key) if memo is not None else None
+    if known is None:
+        fwd = bwd = 0.0
+        kinds: dict[str, float] = {}
+        for kind, forward, backward in layer_terms(layer, gpu, precision, micro_batch):
+            f = sum(t.time_s(eff) for t in forward)
+            b = sum(t.time_s(eff) for t in backward)
+            fwd += f
+            bwd += b
+            kinds[kind] = kinds.get(kind, 0.0) + f + b
+        known = (fwd, bwd, kinds)
+        if memo is not None:
+            memo[key] = known
+    fwd, bwd, kinds = known
+    if breakdown is not None:
+        for kind, seconds in kinds.items():
+            breakdown[kind] = breakdown.get(kind, 0.0) + seconds
     return fwd, bwd
 
 
@@ -288,8 +301,9 @@ def compute_profile(
         raise ConfigError(f"--compute-efficiency: {compute_efficiency} is not valid; expected a number in (0, 1]")
     breakdown: dict[str, float] = {}
     layers = []
+    memo: dict = {}
     for layer in model.layers:
-        fwd, bwd = layer_times(layer, gpu, precision, micro_batch, breakdown, efficiencies)
+        fwd, bwd = layer_times(layer, gpu, precision, micro_batch, breakdown, efficiencies, memo)
         layers.append(LayerTime(name=layer.name, forward_s=fwd / compute_efficiency,
                                 backward_s=bwd / compute_efficiency,
                                 param_names=tuple(p.name for p in layer.params)))
