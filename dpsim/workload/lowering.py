@@ -76,6 +76,11 @@ NO_TRAFFIC_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
                             "sym_stride", "sym_numel", "size", "stride", "is_same_size", "_philox_seed"})
 """Operators that move no tensor through device memory (allocations, aliases, index ranges)."""
 
+BATCH_NORM_OPS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+                            "cudnn_batch_norm"})
+"""Training batch norm: it reads its input twice (statistics, then normalisation), as
+:func:`dpsim.workload.architectures.conv_ops` counts it, and keeps the input's dtype."""
+
 ZERO_BACKWARD_OPS = frozenset({"add", "sub", "cat", "stack", "clone", "_to_copy", "copy", "copy_", "alias",
                                "index_select", "gather", "repeat", "repeat_interleave", "expand_copy",
                                "slice_copy", "constant_pad_nd", "_unsafe_view", "neg", "fill", "zeros_like",
@@ -132,6 +137,8 @@ class Lowering:
                                       numel=float(t.numel()))
         if root is None:
             self.producer[id(t)] = layer
+            # A new value (also one an in-place operator wrote over its input): no readers yet.
+            self.readers.pop(id(t), None)
 
     def _add(self, layer: str, op: OpSpec) -> None:
         self.ops.setdefault(layer, []).append(op)
@@ -141,6 +148,8 @@ class Lowering:
     def lower(self, torch, func, args, kwargs, out, layer: str) -> None:
         """Lower one aten operator run in ``layer`` (its inputs ``args``/``kwargs``, its result ``out``)."""
         name = func._overloadpacket.__name__
+        if name.endswith("_") and not name.endswith("__"):
+            name = name[:-1]  # an in-place variant (add_, relu_) streams as its out-of-place operator
         inputs = list(_tensors(torch, args, kwargs))
         outputs = list(_tensors(torch, out if isinstance(out, (tuple, list)) else (out,), {}))
         if _is_view(func):
@@ -252,6 +261,8 @@ class Lowering:
         cls_in = [self.info(t).byte_class for t in floats_in]
         if fp32:
             out_cls = "stream"
+        elif name in BATCH_NORM_OPS:
+            out_cls = cls_in[0]  # cuDNN's batch norm keeps the input's dtype with fp32 statistics
         else:
             # Type promotion: a stream operand with elements makes the result stream (a 0-dim
             # tensor does not promote; an empty one, e.g. a cache being filled, moves nothing).
@@ -262,6 +273,8 @@ class Lowering:
         if elements == 0:
             return
         fwd: list[tuple[float, str]] = []
+        if name in BATCH_NORM_OPS:
+            fwd.append((floats_in[0].numel() / elements, cls_in[0]))  # statistics first, then normalise
         for t, c in zip(floats_in, cls_in):
             fwd.append((t.numel() / elements, c))
             if fp32 and c == "act":
@@ -299,8 +312,7 @@ def backward_passes(name, func, out, floats_in, needs_grad, cls_in, out_cls, inp
     if name in ("native_layer_norm", "_fused_rms_norm"):
         x = needs_grad[0]
         passes.append((3 * x.numel() / e, out_cls))
-    elif name in ("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-                  "_native_batch_norm_legit_no_training"):
+    elif name in BATCH_NORM_OPS:
         passes.append((5.0, out_cls))
     elif name in ("_softmax", "_log_softmax"):
         passes.append((3.0, out_cls))
