@@ -163,7 +163,7 @@ class Lowering:
         needs_grad = [t for t in floats_in if t.requires_grad]
         self._count_readers(needs_grad, layer)
         if name in MATMUL_OPS or name in CONV_OPS:
-            self._matmul(name, args, inputs, outputs, layer)
+            self._matmul(name, args, outputs, layer)
         elif name in FUSED_ATTENTION_OPS:
             self._attention(_named_args(func, args, kwargs), outputs, layer)
         elif name == "embedding":
@@ -172,7 +172,7 @@ class Lowering:
             for o in outputs:
                 self._record(o, "stream", None, layer)
         else:
-            self._memory(name, func, inputs, floats_in, needs_grad, outputs, layer)
+            self._memory(name, inputs, floats_in, needs_grad, outputs, layer)
 
     def _count_readers(self, needs_grad, layer: str) -> None:
         for root in {self.info(t).root for t in needs_grad}:
@@ -196,7 +196,7 @@ class Lowering:
                 self._add(layer, MemoryOp(name="cast", elements=t.numel() / self.batch, forward=((1, "cast"),),
                                           backward=((1, "cast"),) if t.requires_grad else ()))
 
-    def _matmul(self, name: str, args, inputs, outputs, layer: str) -> None:
+    def _matmul(self, name: str, args, outputs, layer: str) -> None:
         b = self.batch
         out = outputs[0]
         if name in CONV_OPS:
@@ -255,7 +255,7 @@ class Lowering:
         for o in outputs:
             self._record(o, "stream", None, layer)
 
-    def _memory(self, name, func, inputs, floats_in, needs_grad, outputs, layer: str) -> None:
+    def _memory(self, name, inputs, floats_in, needs_grad, outputs, layer: str) -> None:
         b = self.batch
         fp32 = name in AUTOCAST_FP32_OPS
         cls_in = [self.info(t).byte_class for t in floats_in]
@@ -285,13 +285,13 @@ class Lowering:
         for o in outputs:
             fwd.append((o.numel() / elements, out_cls) if o.is_floating_point()
                        else (o.numel() * o.element_size() / elements, "byte"))
-        bwd = backward_passes(name, func, main, floats_in, needs_grad, cls_in, out_cls, inputs)
+        bwd = backward_passes(name, main, floats_in, needs_grad, cls_in, out_cls)
         self._add(layer, MemoryOp(name=name, elements=elements / b, forward=_merge(fwd), backward=_merge(bwd)))
         for o in outputs:
             self._record(o, out_cls if o.is_floating_point() else "stream", None, layer)
 
 
-def backward_passes(name, func, out, floats_in, needs_grad, cls_in, out_cls, inputs) -> list[tuple[float, str]]:
+def backward_passes(name, out, floats_in, needs_grad, cls_in, out_cls) -> list[tuple[float, str]]:
     """Tensor passes (in units of ``out``'s elements) of an element-wise or reduction
     operator's backward, as eager autograd runs it: nothing when no input needs a gradient;
     norms read the gradient and the input and write the input gradient (batch norm reads
