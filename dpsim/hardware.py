@@ -174,9 +174,10 @@ STREAM_FRACTION: dict[str, float] = {
 @1c36d509, gpu-stream, 'scale' at full occupancy) on one board per memory technology, for the
 presets that have no measurement of their own. It is far from constant: HBM2/HBM2e and GDDR6
 boards stream at 83-94 % of their peak, the H200's HBM3e at 66 %. HBM3 has no published
-measurement there: H100 SXM/NVL and GH200 96 GB take the HBM2e fraction measured on the same
-GH100 memory system (H100 PCIe), MI300X the one measured on CDNA2 (MI210); assumptions the
-H200's 66 % says may be generous."""
+measurement there: H100 SXM/NVL, H800, H20 and GH200 96 GB take the HBM2e fraction measured on
+the same GH100 memory system (H100 PCIe), MI300X the one measured on CDNA2 (MI210); assumptions
+the H200's 66 % says may be generous. GDDR7 (RTX 5090) has none either: it takes the GDDR6 fraction
+of the newest GDDR board measured (L40)."""
 
 GPU_PRESETS: dict[str, GpuSpec] = {}
 """Built-in GPUs by key."""
@@ -263,15 +264,16 @@ for _name, _mem_gb in (("v100", 32), ("v100-16gb", 16)):
         sources=_V100_SOURCES + (f"{_TPD}: 'NVIDIA Tesla V100-SXM2-16GB' fp16 94.84, fp32 14.06 TFLOP/s",
                                  _V100_STREAM),
     ))
-# The PCIe board: the same GV100 at lower clocks; the SXM2 board's measured efficiencies.
-_register(_derived_gpu(
-    name="v100-pcie", architecture="volta", description="NVIDIA Tesla V100 PCIe 32GB",
-    peaks_tflops={"float16": 112.0, "float32": 14.0},  # datasheet, PCIe column
-    measured_tflops={"float16": 112.0 * 94.84 / 125.0, "float32": 14.0 * 14.06 / 15.7},
-    memory_gb=32, bandwidth_gb_s=900, sm_count=80, memory="hbm2", stream_gb_s=802.0,
-    sources=_V100_SOURCES + (f"{_TPD}: 'NVIDIA Tesla V100-SXM2-16GB' fp16 94.84, fp32 14.06 TFLOP/s; achieved = "
-                             "PCIe peak x the SXM2 board's efficiency (0.759 fp16, 0.896 fp32)", _V100_STREAM),
-))
+# The PCIe boards: the same GV100 at lower clocks; the SXM2 board's measured efficiencies.
+for _name, _mem_gb in (("v100-pcie", 32), ("v100-pcie-16gb", 16)):
+    _register(_derived_gpu(
+        name=_name, architecture="volta", description=f"NVIDIA Tesla V100 PCIe {_mem_gb}GB",
+        peaks_tflops={"float16": 112.0, "float32": 14.0},  # datasheet, PCIe column
+        measured_tflops={"float16": 112.0 * 94.84 / 125.0, "float32": 14.0 * 14.06 / 15.7},
+        memory_gb=_mem_gb, bandwidth_gb_s=900, sm_count=80, memory="hbm2", stream_gb_s=802.0,
+        sources=_V100_SOURCES + (f"{_TPD}: 'NVIDIA Tesla V100-SXM2-16GB' fp16 94.84, fp32 14.06 TFLOP/s; achieved = "
+                                 "PCIe peak x the SXM2 board's efficiency (0.759 fp16, 0.896 fp32)", _V100_STREAM),
+    ))
 
 # --- Turing: fp16 tensor cores, no bf16, no TF32 -----------------------------------------
 _register(_derived_gpu(
@@ -333,6 +335,40 @@ _register(_derived_gpu(
              "on two other GA102 GeForce boards (RTX 3080 Ti 38.15/77.83, RTX 3080 32.03/64.10)"),
 ))
 
+# Workstation and data-center GA102 boards run fp16/bf16 tensor math with fp32 accumulation at
+# the full rate (GeForce at half): their datasheet peaks are the ones training sees.
+_A6000_MEASURED = {"bfloat16": 123.34, "float16": 120.49, "float32-highest": 23.92}  # _TPD 'NVIDIA RTX A6000' (Mightlaus)
+_A6000_PEAKS = {"bfloat16": 154.8, "float16": 154.8, "float32": 77.4, "float32-highest": 38.7}
+_GA102_BOARDS = ("NVIDIA Ampere GA102 GPU architecture whitepaper: RTX A6000 has 84 SMs; lamonoai/gpumap@8d5e174f6f25 "
+                 "nvidia/GPU.md (Ampere table): A40 and RTX A6000 both 84 SMs (10,752 CUDA cores), 300 W")
+_register(_derived_gpu(
+    name="a6000", architecture="ampere", description="NVIDIA RTX A6000 48GB (PCIe, 300 W)",
+    peaks_tflops=dict(_A6000_PEAKS),
+    measured_tflops={**_A6000_MEASURED, "float32": _A6000_MEASURED["float16"] * _GA102_TF32_OVER_FP16},
+    memory_gb=48, bandwidth_gb_s=768, sm_count=84, memory="gddr6",  # GA102 + GDDR6, as the A40 measured
+    sources=("NVIDIA RTX A6000 datasheet: FP32 38.7 TFLOPS, tensor 309.7 TFLOPS with sparsity (154.8 dense "
+             "FP16/BF16 with FP32 accumulate, TF32 77.4 dense), 48 GB GDDR6 at 768 GB/s", _GA102_BOARDS,
+             f"{_TPD}: 'NVIDIA RTX A6000' (Mightlaus) bf16 123.34, fp16 120.49, fp32 (TF32 off) 23.92 TFLOP/s",
+             f"TF32 achieved = fp16 achieved x {_GA102_TF32_OVER_FP16:.3f}, the TF32/fp16 ratio {_TPD} measured "
+             "on two GA102 GeForce boards (RTX 3080 Ti 38.15/77.83, RTX 3080 32.03/64.10)"),
+))
+# The A40: the same 84-SM GA102, GDDR6 and 300 W as the RTX A6000 at a lower boost clock, with no
+# matmul measurement of its own: its peaks times the A6000's measured efficiency per rate key.
+_A40_PEAKS = {"bfloat16": 149.7, "float16": 149.7, "float32": 74.8, "float32-highest": 37.4}
+_A6000_ACHIEVED = GPU_PRESETS["a6000"].achieved_flops_per_s
+_register(_derived_gpu(
+    name="a40", architecture="ampere", description="NVIDIA A40 48GB (PCIe, 300 W)",
+    peaks_tflops=dict(_A40_PEAKS),
+    measured_tflops={k: v * _A6000_ACHIEVED[k] / (_A6000_PEAKS[k] * TFLOPS) for k, v in _A40_PEAKS.items()},
+    memory_gb=48, bandwidth_gb_s=696, sm_count=84, memory="gddr6", stream_gb_s=652.0,
+    sources=("NVIDIA A40 datasheet: FP32 37.4, TF32 74.8 | 149.6*, BF16/FP16 149.7 | 299.4* TFLOPS (* with "
+             "sparsity), 48 GB GDDR6 at 696 GB/s, 300 W", _GA102_BOARDS,
+             f"achieved = A40 peak x the RTX A6000's measured achieved/peak per rate key ({_TPD}: 'NVIDIA RTX "
+             "A6000' bf16 123.34 of 154.8, fp16 120.49 of 154.8, fp32 23.92 of 38.7; TF32 derived as for the A6000); "
+             "no published matmul measurement of the A40",
+             _STREAM.format(file="a40", gbs=652, peak=696)),
+))
+
 # --- Ada (GDDR): TF32, bf16 and fp8 tensor cores -----------------------------------------
 _register(_derived_gpu(
     name="l4", architecture="ada", description="NVIDIA L4 24GB (PCIe, 72 W)",
@@ -360,37 +396,66 @@ _register(_derived_gpu(
              f"measured: bf16 x {_AD10X_TF32_OVER_BF16:.3f}, the TF32/bf16 ratio measured on the L4 (AD104)"),
 ))
 
+_register(_derived_gpu(
+    name="rtx4090", architecture="ada", description="NVIDIA GeForce RTX 4090 24GB",
+    # GeForce Ada: fp16/bf16 tensor math with fp32 accumulation -- what training uses (see rtx3090) --
+    # at half the fp16-accumulate rate (330.3); TF32 at the FP32 CUDA-core rate.
+    peaks_tflops={"bfloat16": 165.2, "float16": 165.2, "float32": 82.6, "float32-highest": 82.6},
+    # _TPD: the six 24 GB RTX 4090 rows (48 GB and 4090 D boards left out), medians; TF32 one row.
+    measured_tflops={"bfloat16": 165.26, "float16": 166.87, "float32": 85.65, "float32-highest": 54.255},
+    memory_gb=24, bandwidth_gb_s=1008, sm_count=128, memory="gddr6-ada",  # GDDR6X on AD102: the L40's AD102 fraction
+    sources=("NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090: 128 SMs, 82.6 TFLOPS FP32, 82.6 TF32 "
+             "tensor, 165.2 TFLOPS FP16/BF16 tensor with FP32 accumulate (330.3 with FP16 accumulate), dense, "
+             "24 GB GDDR6X at 1,008 GB/s (the same figures: lamonoai/gpumap@8d5e174f6f25 nvidia/GPU.md, Ada table)",
+             f"{_TPD}: six RTX 4090 24GB rows (Charming, sd0ric4, HuanLin, a-cold-bird, CharonlYMY, xiaoxi68), "
+             "bf16 170.06 / 173.31 / 162.39 / 163.09 / 165.71 / 164.81, fp16 165.08 / 171.06 / 162.35 / 167.80 / "
+             "165.94 / 168.38, fp32 (TF32 off) 55.01 / 54.77 / 46.48 / 54.67 / 51.57 / 53.84 TFLOP/s (medians "
+             "taken), tf32 85.65 (xiaoxi68): at or above the peak at the rated 2520 MHz boost, which GeForce boards "
+             "exceed under load"),
+))
+
 # --- GA100 Ampere (HBM) --------------------------------------------------------------
 _A100_PEAKS = {"bfloat16": 312 * TFLOPS, "float16": 312 * TFLOPS, "float32": 156 * TFLOPS,
                "float32-highest": 19.5 * TFLOPS}  # H020 (bf16, tf32 in its notes); spec table fp32
 _A100_SOURCES = (f"{_SPEC}: A100 SXM and PCIe both fp32 19.5, tf32 156, bf16/fp16 312 TFLOPS",
                  "NVIDIA A100 Tensor Core GPU architecture whitepaper: 108 SMs on A100")
-_register(GpuSpec(
-    name="a100",
-    description="NVIDIA A100 SXM4 80GB",
-    architecture="ampere",
-    peak_flops_per_s=dict(_A100_PEAKS),
-    achieved_flops_per_s={
-        "bfloat16": 271.2 * TFLOPS,  # H013 (mamf-finder best shape)
-        "float16": 271.2 * TFLOPS,  # H013, same tensor-core rate as bf16
-        "float32": 271.2 * _A100_TF32_OVER_BF16 * TFLOPS,  # TF32/bf16 measured on an A100 PCIe (_TPD)
-        "float32-highest": 19.18 * TFLOPS,  # _TPD 'NVIDIA A100 SXM4 80GB' (aiguoliuguo) fp32
-    },
-    memory_bytes=80 * _GB,  # A100 datasheet: 80 GB HBM2e
-    memory_bandwidth_bytes_per_s=2039 * _GB,  # A100 datasheet: 2,039 GB/s (SXM 80GB)
-    stream_bandwidth_bytes_per_s=1732 * _GB,  # gpu-stream/a100_80.txt, scale
-    sm_count=108,
-    sources=(
-        "hardware.csv H013: A100 SXM bf16 matmul 271.2 TFLOP/s achieved (mamf-finder)",
-        "hardware.csv H020: A100 SXM dense peak bf16 312, tf32 156 TFLOP/s",
-        "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: 80 GB HBM2e, 2,039 GB/s)",
-        f"{_TPD}: 'NVIDIA A100 SXM4 80GB' fp32 (TF32 off) 19.18, bf16 264.53 TFLOP/s (H013's 271.2 kept)",
-        f"TF32 achieved = bf16 achieved x {_A100_TF32_OVER_BF16:.3f}, the TF32/bf16 ratio {_TPD} measured on "
-        "'NVIDIA A100-PCIE-40GB' (108.32 / 234.14)",
-        _STREAM.format(file="a100_80", gbs=1732, peak=2039) + " (the repository's plot.py peak list gives "
-        "2,039 GB/s for its A100 80GB: the SXM4 board)",
-    ) + _A100_SOURCES,
-))
+# The SXM4 boards: the same GA100 at the same 400 W and clocks (one column of peaks in the datasheet);
+# the 40 GB one has HBM2 at 1,555 GB/s, streaming as measured on a 40 GB A100 (gpu-stream/a100_40).
+_A100_SXM = {
+    "a100": (80, 2039, 1732, "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: 80 GB HBM2e, 2,039 GB/s)",
+             _STREAM.format(file="a100_80", gbs=1732, peak=2039) + " (the repository's plot.py peak list gives "
+             "2,039 GB/s for its A100 80GB: the SXM4 board)"),
+    "a100-40gb": (40, 1555, 1381, "NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM: 40 GB HBM2, 1,555 GB/s, "
+                  "400 W, the same peaks as the 80 GB SXM)",
+                  _STREAM.format(file="a100_40", gbs=1381, peak=1555) + " (a 40 GB A100; both 40 GB boards have "
+                  "the same HBM2 at 1,555 GB/s)"),
+}
+for _name, (_mem_gb, _bw, _stream, _mem_source, _stream_source) in _A100_SXM.items():
+    _register(GpuSpec(
+        name=_name,
+        description=f"NVIDIA A100 SXM4 {_mem_gb}GB",
+        architecture="ampere",
+        peak_flops_per_s=dict(_A100_PEAKS),
+        achieved_flops_per_s={
+            "bfloat16": 271.2 * TFLOPS,  # H013 (mamf-finder best shape)
+            "float16": 271.2 * TFLOPS,  # H013, same tensor-core rate as bf16
+            "float32": 271.2 * _A100_TF32_OVER_BF16 * TFLOPS,  # TF32/bf16 measured on an A100 PCIe (_TPD)
+            "float32-highest": 19.18 * TFLOPS,  # _TPD 'NVIDIA A100 SXM4 80GB' (aiguoliuguo) fp32
+        },
+        memory_bytes=_mem_gb * _GB,
+        memory_bandwidth_bytes_per_s=_bw * _GB,
+        stream_bandwidth_bytes_per_s=_stream * _GB,  # gpu-stream, scale
+        sm_count=108,
+        sources=(
+            "hardware.csv H013: A100 SXM bf16 matmul 271.2 TFLOP/s achieved (mamf-finder)",
+            "hardware.csv H020: A100 SXM dense peak bf16 312, tf32 156 TFLOP/s",
+            _mem_source,
+            f"{_TPD}: 'NVIDIA A100 SXM4 80GB' fp32 (TF32 off) 19.18, bf16 264.53 TFLOP/s (H013's 271.2 kept)",
+            f"TF32 achieved = bf16 achieved x {_A100_TF32_OVER_BF16:.3f}, the TF32/bf16 ratio {_TPD} measured on "
+            "'NVIDIA A100-PCIE-40GB' (108.32 / 234.14)",
+            _stream_source,
+        ) + _A100_SOURCES,
+    ))
 # Streaming: the 40 GB board measured (1381 GB/s); the 80 GB PCIe board (HBM2e) at the 80 GB SXM4
 # board's measured fraction 1732 / 2039.
 _A100_PCIE_STREAM = {
@@ -522,6 +587,39 @@ _register(_hopper(
     measured={"float16": 759.40 * TFLOPS, "float32-highest": 51.34 * TFLOPS}, memory="hbm3e", stream_tb_s=3.165,
 ))
 
+# H800: the H100 SXM5 for China, the same 132-SM GH100 at 700 W with NVLink cut to 400 GB/s (a
+# topology matter, not the GPU's) and FP64 to 1 TFLOPS; no matmul measurement of its own, so the
+# H100 SXM's (H015, H018, and its measured TF32).
+_register(_hopper(
+    "h800", "NVIDIA H800 SXM5 80GB", 794.5 * TFLOPS, 1402.6 * TFLOPS, 80, 3.35,
+    ("deepseek-ai/FlashMLA@f6894dbf015a docs/20250422-new-kernel-deep-dive.md: 'An NVIDIA H800 SXM5 GPU has a "
+     "peak memory bandwidth of 3.35 TB/s and peak FLOPs of 990 TFlops' (bf16 dense, the H100 SXM's 989)",
+     "DeepSeek-V3 technical report (arXiv:2412.19437) Sec. 3.5.1: 132 SMs on the H800",
+     "aiwiki.ai/wiki/nvidia_h800: the H100's GH100 silicon with chip-to-chip bandwidth (NVLink 400 GB/s) and "
+     "FP64 cut below the October 2022 export thresholds; 80 GB HBM3",
+     "hardware.csv H015 / H018: H100 SXM bf16 794.5, fp8 1402.6 TFLOP/s achieved (mamf-finder), taken for the "
+     "H800 (same die, SMs, clocks and power), which has no measurement of its own",
+     "hardware.csv H021: H100 SXM dense peaks bf16 989, tf32 494.5", f"{_SPEC}: H100 SXM fp32 67 TFLOPS",
+     f"{_TPD}: 'NVIDIA H100 80GB HBM3' (HaxxorCialtion) tf32 402.15 TFLOP/s measured, taken as for H015"),
+    measured={"float32": 402.15 * TFLOPS},
+))
+# H20: the China-market Hopper with 78 SMs, 96 GB HBM3 at 4.0 TB/s and 400 W; compute capped at
+# 148 TFLOPS dense bf16, which the community benchmark reaches at 96 % (both rows agree).
+_register(_hopper(
+    "h20", "NVIDIA H20 96GB (SXM, 400 W)", 142.25 * TFLOPS, None, 96, 4.0,
+    ("zangshuxian.com/new/674733024499207168: H20 has 78 SMs (Geekbench 6), FP16 dense 148, TF32 74, FP32 44, "
+     "INT8 296 TFLOPS, 4.0 TB/s",
+     "willitrunai.com/es/gpus/h20-96gb: 96 GB HBM3 at 4,000 GB/s, 148 TFLOPS FP16, 296 INT8 TOPS, 400 W",
+     "lamonoai/gpumap@8d5e174f6f25 nvidia/GPU.md (Hopper table), HGX H20: 78 SMs, 96 GB HBM3, FP32 44, "
+     "FP8 296 TFLOPS, 400 W",
+     f"{_TPD}: 'NVIDIA H20' (xiaoxi68) bf16 142.25, fp16 142.09, tf32 71.80, fp32 (TF32 off) 31.99 TFLOP/s; "
+     "'NVIDIA H20 96GB' (Charming) bf16 141.86, fp16 141.73, fp32 31.95 agrees"),
+    peaks={"bfloat16": 148 * TFLOPS, "float16": 148 * TFLOPS, "float32": 74 * TFLOPS,
+           "float32-highest": 44 * TFLOPS, "float8": 296 * TFLOPS},
+    sm_count=78,
+    measured={"float16": 142.09 * TFLOPS, "float32": 71.80 * TFLOPS, "float32-highest": 31.99 * TFLOPS},
+))
+
 # --- Blackwell -------------------------------------------------------------------------
 _register(GpuSpec(
     name="b200",
@@ -581,6 +679,31 @@ _register(GpuSpec(
         "at 576 TB/s (8 TB/s each)",
         "TF32/FP32 achieved = peak x the bf16 efficiency 1822/2500",
     ) + _stream_note("hbm3e", None),
+))
+
+# GeForce Blackwell (GB202, sm_120): not a small B200 -- no tensor memory, the older MMA path,
+# and fp16/bf16 with fp32 accumulation at half the fp16-accumulate rate, as on GeForce Ada.
+_register(_derived_gpu(
+    name="rtx5090", architecture="blackwell", description="NVIDIA GeForce RTX 5090 32GB",
+    peaks_tflops={"bfloat16": 209.5, "float16": 209.5, "float32": 104.8, "float32-highest": 104.8},
+    # _TPD: the four RTX 5090 desktop rows (5090 D and laptop boards left out), medians; TF32 one row.
+    measured_tflops={"bfloat16": 238.04, "float16": 229.52, "float32": 122.19, "float32-highest": 68.365},
+    # GDDR7 has no streaming measurement: the newest GDDR board measured (L40, GDDR6 on AD102) stands in.
+    memory_gb=32, bandwidth_gb_s=1792, sm_count=170, memory="gddr6-ada",
+    sources=("GeForce RTX 5090 specifications as tabulated by Linux Format, May 2025 (Jarred Walton, "
+             "pocketmags.com): GB202, 170 SMs, 21,760 shaders at a 2,407 MHz boost, 104 TFLOPS FP32, 838 TFLOPS "
+             "FP16 (sparse, FP16 accumulate), 32 GB GDDR7 on 512 bits at 1,792 GB/s, 575 W",
+             "lamonoai/gpumap@8d5e174f6f25 nvidia/GPU.md (Blackwell table), GeForce RTX 5090, dense: FP16 tensor "
+             "419 TFLOPS with FP16 accumulate, 210 with FP32 accumulate, BF16 (FP32 accumulate) 210, TF32 105; "
+             "209.5 and 104.8 are 170 SMs x 2,407 MHz x 512 and 256 FLOP per clock",
+             "QuantumDrizzy/BLACKWALL@71dc975de3d4 README.md: on sm_120 (RTX 5060 Ti) cuBLAS runs BF16/FP16 with "
+             "FP32 accumulate at 46.4 TFLOP/s and FP16 with FP16 accumulate at 85.7: the half rate",
+             f"{_TPD}: four RTX 5090 rows (HuanLin, sakmist, TendoArisu, mfzzf), bf16 236.03 / 242.18 / 221.65 / "
+             "240.05, fp16 224.41 / 237.63 / 220.90 / 234.63, fp32 (TF32 off) 69.16 / 67.57 / 63.99 / 70.47 TFLOP/s "
+             "(medians taken), tf32 122.19 (mfzzf): up to 17 % above the peak at the rated boost",
+             "caiguangya/blackwell-matmul@844e0b126f7f README.md: an RTX 5090's cuBLAS TF32 4096^3 matmul runs "
+             "103.6 TFLOP/s with clocks unlimited and 87.2 capped at the rated 2407 MHz boost (x1.19): the board "
+             "runs well above the clock its datasheet peaks assume"),
 ))
 
 # --- AMD CDNA (RCCL wiring is the network layer's; only the GPU is described here) ------

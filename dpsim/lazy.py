@@ -8,6 +8,8 @@ prediction chain, and ``dpsim --help`` starts near the interpreter's own start-u
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any, Callable
 
 
@@ -29,3 +31,22 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
         return sorted(exports)
 
     return __getattr__, __dir__
+
+
+def callable_package(package: str, target: str) -> None:
+    """Make the imported package ``package`` callable as ``target`` (``module:function``, imported
+    on the first call).
+
+    ``dpsim.predict`` and ``dpsim.plan`` are subpackages named like the public functions
+    ``dpsim`` exports: once a subpackage is imported Python binds its name on the parent to the
+    subpackage, whatever the parent exports. So the subpackage calls the function, and
+    ``dpsim.predict(config)`` and ``dpsim.predict.run`` both work.
+    """
+    module, name = target.split(":")
+
+    class CallablePackage(types.ModuleType):
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    CallablePackage.__call__.__doc__ = f"Call :func:`{module}.{name}`."
+    sys.modules[package].__class__ = CallablePackage

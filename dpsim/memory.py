@@ -24,16 +24,21 @@ parameter to ``ceil(numel/N)`` per rank (:mod:`dpsim.strategies`). FSDP with mix
 precision keeps fp32 parameter and gradient shards and no separate master copy; its
 total per parameter is the same 16 bytes, so the ZeRO accounting is used throughout.
 ``fsdp-shard-grad-op`` holds every unit unsharded from forward to backward, hence wΨ.
-With gradient accumulation FSDP runs ``no_sync()``, which "will accumulate the full
-model gradients (instead of gradient shards)" (torch ``FullyShardedDataParallel.no_sync``
-docstring): gΨ then.
+With gradient accumulation an FSDP1 trainer runs ``no_sync()``, which "will accumulate the
+full model gradients (instead of gradient shards)" (torch ``FullyShardedDataParallel.no_sync``
+docstring): gΨ then, as with FSDP2's ``set_requires_gradient_sync(False)`` (``--fsdp-accumulate
+unsharded``). FSDP2 by default, and FSDP1 without ``no_sync``, reduce-scatter after every
+micro-batch and keep only the gradient shard (``--fsdp-accumulate sharded``; PyTorch pull request
+126166: "FSDP2 offers (1) [reduce-scatter per microbatch] without any intervention"). FSDP2
+(``--fsdp-version 2``) shards every parameter on dim 0, each padded to ``ceil(dim0/N)`` rows.
 
 The other categories:
 
 * **activations** kept for backward for one micro-batch (catalog estimates at 2 bytes
-  per element; fp32 compute doubles them). With activation checkpointing only each
-  checkpointed unit's input is kept, plus one unit's full activations while it is
-  recomputed (Korthikanti et al. 2022, Sec. 5); root layers keep theirs;
+  per element; fp32 compute doubles them), under the checkpointing policy of
+  :mod:`~dpsim.strategies.checkpointing` (full: only each checkpointed unit's input is kept,
+  plus one unit's full activations while it is recomputed, Korthikanti et al. 2022, Sec. 5;
+  selective and op-level policies keep more and recompute less); root layers keep theirs;
 * **communication buffers**: DDP's bucket copies of every gradient (the default
   ``gradient_as_bucket_view=False``; none with the view), its comm hook's state (PowerSGD's
   error feedback, P and Q; 16-bit copies of the buckets in flight) and buffers being
@@ -48,7 +53,8 @@ The other categories:
   prefetched unit unsharded (``limit_all_gathers``: two units in flight), and the
   unsharded gradients of the unit being reduced (plus the root's, which are reduced
   last; ``BackwardPrefetch.BACKWARD_PRE`` "holds the current set of parameters, next
-  set of parameters, and current set of gradients");
+  set of parameters, and current set of gradients"); FSDP2 also stages the largest unit's
+  all-gather output and reduce-scatter input in flat buffers beside its per-parameter tensors;
 * **framework overhead**: CUDA context, workspaces, NCCL buffers (an assumption).
 
 The verdict compares the total with the capacity less a headroom for the caching
@@ -80,13 +86,22 @@ from dpsim.strategies.registry import (
     honours,
     shard_group_size,
     sharded_numel,
+    unsharded_accumulation,
 )
 from dpsim.strategies.shards import (
     deepspeed_reduce_bucket_elements,
-    fsdp_shard_numel,
+    unit_shard_numel,
     wrap_units,
 )
-from dpsim.strategies.tensor import block_input_bytes, layer_activation_bytes
+from dpsim.strategies.checkpointing import (
+    FULL_CHECKPOINTING,
+    CheckpointPolicy,
+    checkpointed,
+    op_saved_bytes_per_sample,
+    policy_of,
+)
+from dpsim.strategies.layout import checkpointed_blocks
+from dpsim.strategies.tensor import block_input_bytes, layer_activation_bytes, tp_model
 from dpsim.units import GiB, format_bytes
 from dpsim.workload.precision import Precision, optimizer_state_bytes_per_param
 from dpsim.workload.spec import ModelSpec
@@ -148,23 +163,44 @@ class MemoryBreakdown:
 
 
 def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: bool = False,
-                                fsdp_unit: str = "block") -> float:
-    """Activation bytes one sample keeps (2-byte elements), with or without checkpointing.
+                                fsdp_unit: str = "block", checkpointing: CheckpointPolicy | None = None) -> float:
+    """Activation bytes one sample keeps (2-byte elements) under a checkpointing policy
+    (:mod:`~dpsim.strategies.checkpointing`; ``activation_checkpointing`` is ``full``).
 
-    Checkpointing every non-root unit keeps its input, the root layers' activations,
-    and the largest unit's activations while it is recomputed in backward.
+    ``full`` keeps each checkpointed unit's input, the other layers' activations, and the
+    largest checkpointed unit's activations while it is recomputed in backward;
+    ``selective`` drops the attention core of every block; ``op`` keeps each block's input
+    and the outputs of its matmuls and attention, plus the largest block's recomputed rest
+    while it is recomputed.
     """
-    if not activation_checkpointing:
+    policy = policy_of(activation_checkpointing, checkpointing)
+    if not policy.active:
         return model.activation_bytes_per_sample
     units = [u for u in wrap_units(model, fsdp_unit) if not u.is_root]
     if not units:
-        raise ConfigError(f"--activation-checkpointing: model {model.name!r} has no {fsdp_unit} units to "
+        flag = "--activation-checkpointing" if activation_checkpointing else f"--recompute {policy.mode}"
+        raise ConfigError(f"{flag}: model {model.name!r} has no {fsdp_unit} units to "
                           f"checkpoint; use --fsdp-unit layer")
-    in_units = {i for u in units for i in u.layers}
+    ckpt = checkpointed(units, policy)
+    in_units = {i for u in ckpt for i in u.layers}
     root = sum(l.activation_bytes_per_sample for i, l in enumerate(model.layers) if i not in in_units)
-    inputs = sum(model.layers[min(u.layers)].input_bytes_per_sample for u in units)
-    working = max(sum(model.layers[i].activation_bytes_per_sample for i in u.layers) for u in units)
-    return root + inputs + working
+    full = [sum(model.layers[i].activation_bytes_per_sample for i in u.layers) for u in ckpt]
+    if policy.mode == "full":
+        inputs = sum(model.layers[min(u.layers)].input_bytes_per_sample for u in ckpt)
+        return root + inputs + max(full, default=0.0)
+    if policy.mode == "selective":
+        core = tp_model(model, 1).layers
+        return root + sum(layer_activation_bytes(core[i], 1, sequence_parallel=False, recompute="selective")
+                          for u in ckpt for i in u.layers)
+    kept = [min(f, model.layers[min(u.layers)].input_bytes_per_sample + sum(_op_kept(model.layers[i]) for i in u.layers))
+            for u, f in zip(ckpt, full)]
+    return root + sum(kept) + max((f - k for f, k in zip(full, kept)), default=0.0)
+
+
+def _op_kept(layer) -> float:
+    # A layer known only by its FLOPs has no ops to recompute: it keeps everything.
+    saved = op_saved_bytes_per_sample(layer)
+    return layer.activation_bytes_per_sample if saved is None else saved
 
 
 def memory_breakdown(
@@ -183,6 +219,9 @@ def memory_breakdown(
     overlap: bool = True,
     bucket_cap_mb: float | None = None,
     ddp: DdpOptions | None = None,
+    checkpointing: CheckpointPolicy | None = None,
+    fsdp_version: str = "1",
+    fsdp_accumulate: str = "auto",
 ) -> MemoryBreakdown:
     """Per-GPU memory of ``strategy`` on ``n_gpus`` data-parallel GPUs (see the module docstring).
 
@@ -191,6 +230,9 @@ def memory_breakdown(
     defaults when ``None``), which set its buffers
     (:func:`~dpsim.strategies.ddp_costs.ddp_comm_buffer_bytes`: no bucket copy with
     ``gradient_as_bucket_view``, a comm hook's state); refused by the other strategies.
+    ``checkpointing``: the activation-checkpointing policy (``activation_checkpointing`` is
+    ``full``); ``fsdp_version``, ``fsdp_accumulate``: the FSDP strategies' API and gradient
+    accumulation (:data:`~dpsim.strategies.registry.FSDP_ACCUMULATE`).
     """
     record = get_strategy(strategy)
     check_honoured(strategy, BUCKET_CAP_MB, bucket_cap_mb)
@@ -206,12 +248,13 @@ def memory_breakdown(
     w, g = precision.weight_bytes, precision.grad_bytes
     k = optimizer_state_bytes_per_param(precision, optimizer)
     group = shard_group_size(strategy, n_gpus, gpus_per_node or n_gpus)
-    shard = sharded_numel(model, strategy, group, fsdp_unit=fsdp_unit)
+    no_sync_full_grads = unsharded_accumulation(strategy, grad_accum, fsdp_version, fsdp_accumulate)
+    version = fsdp_version if record.family == "fsdp" else "1"
+    shard = sharded_numel(model, strategy, group, fsdp_unit=fsdp_unit, fsdp_version=version)
     # Catalog activations are given at 2 bytes per element; fp32 compute keeps 4.
     act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
     act = activation_bytes_per_sample(model, activation_checkpointing=activation_checkpointing,
-                                      fsdp_unit=fsdp_unit) * micro_batch * act_scale
-    no_sync_full_grads = record.family == "fsdp" and grad_accum > 1
+                                      fsdp_unit=fsdp_unit, checkpointing=checkpointing) * micro_batch * act_scale
     if strategy == "ddp":
         weights, grads, opt = psi * w, psi * g, psi * k
         buffers = ddp_comm_buffer_bytes(model, precision.grad_dtype, ddp or DEFAULT_DDP_OPTIONS,
@@ -223,20 +266,25 @@ def memory_breakdown(
         buffers = deepspeed_reduce_bucket_elements(bucket_cap_mb, g) * g * (2 if overlap else 1)
     else:
         units = [u for u in wrap_units(model, fsdp_unit) if u.params]
-        full = {u.name: fsdp_shard_numel([p.numel for p in u.params], group) * group for u in units}
+        full = {u.name: unit_shard_numel(u.params, group, version) * group for u in units}
         root = sum(full[u.name] for u in units if u.is_root)
         largest = max((full[u.name] for u in units if not u.is_root), default=0)
         opt = shard * k
         grads = psi * g if no_sync_full_grads else shard * g
         grad_work = 0 if no_sync_full_grads else (root + largest) * g
+        # FSDP2 stages every collective through a flat buffer beside the per-parameter tensors
+        # (_fsdp_collectives.py): the largest unit's all-gather output until its copy-out
+        # (foreach_all_gather_copy_out) and its reduce-scatter input (foreach_reduce's chunk_cat
+        # copy-in, in the reduce dtype) until the reduce-scatter is done.
+        staging = largest * (w + g) if version == "2" else 0
         if strategy == "fsdp-shard-grad-op":
             # Every unit stays gathered from forward through backward; the persistent shard
             # is the fp32 master (in K) under mixed precision, a separate copy otherwise.
             weights = psi * w + (0 if precision.master_bytes else shard * w)
-            buffers = grad_work
+            buffers = grad_work + staging
         else:
             weights = shard * w
-            buffers = (root + 2 * largest) * w + grad_work
+            buffers = (root + 2 * largest) * w + grad_work + staging
     return MemoryBreakdown(
         weights_bytes=float(weights),
         gradients_bytes=float(grads),
@@ -298,22 +346,29 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
                strategy: str = "ddp", n_gpus: int = 1, gpus_per_node: int | None = None,
                activation_checkpointing: bool = False, grad_accum: int = 1, fsdp_unit: str = "block",
                overlap: bool = True, bucket_cap_mb: float | None = None, max_gpus: int = 1 << 20,
-               ddp: DdpOptions | None = None) -> FitAdvice:
+               ddp: DdpOptions | None = None, checkpointing: CheckpointPolicy | None = None,
+               fsdp_version: str = "1", fsdp_accumulate: str = "auto") -> FitAdvice:
     """The smallest change that makes ``model`` fit, in this order of preference:
     a more sharded strategy (ZeRO-1 -> 2 -> 3, or FSDP shard-grad-op -> full shard) on
     the same GPUs; that plus activation checkpointing; that plus a smaller micro-batch
     (more accumulation keeps the global batch); the fully sharded strategy on more GPUs
     (the smallest whole number of nodes). GPU counts above ``max_gpus`` are not offered.
     ``bucket_cap_mb`` applies to the strategies that take it; advice to move to one that
-    does not says to drop it.
+    does not says to drop it. Checkpointing advice is full checkpointing of every block
+    (``checkpointing``, or ``activation_checkpointing``, is the policy asked for).
     """
     gpn = gpus_per_node or n_gpus
     base = {"precision": precision, "optimizer": optimizer, "fsdp_unit": fsdp_unit, "overlap": overlap,
-            "gpus_per_node": gpn, "grad_accum": grad_accum}
+            "gpus_per_node": gpn, "grad_accum": grad_accum, "fsdp_version": fsdp_version,
+            "fsdp_accumulate": fsdp_accumulate}
+    policy = policy_of(activation_checkpointing, checkpointing)
+    # The flag that turns full checkpointing on, as the user would add it to the command.
+    ck_flag = ("--activation-checkpointing" if not policy.active else
+               "--recompute full" + (" without --recompute-every" if policy.every != 1 else ""))
 
     def mem(s, n, ck, mb):
         cap = bucket_cap_mb if honours(s, BUCKET_CAP_MB) else None
-        return memory_breakdown(model, gpu, strategy=s, n_gpus=n, activation_checkpointing=ck, micro_batch=mb,
+        return memory_breakdown(model, gpu, strategy=s, n_gpus=n, checkpointing=ck, micro_batch=mb,
                                 bucket_cap_mb=cap, ddp=ddp if s == "ddp" else None, **base)
 
     def use(s):
@@ -322,7 +377,7 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
     def change(s):
         return "" if s == strategy else use(s) + " "
 
-    now = mem(strategy, n_gpus, activation_checkpointing, micro_batch)
+    now = mem(strategy, n_gpus, policy, micro_batch)
     usable = now.usable_bytes
     if now.fits:
         return FitAdvice(fits=True, total_bytes=now.total_bytes, message="fits")
@@ -331,19 +386,19 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
 
     ladder = STAGE_LADDERS[strategy]
     for s in ladder:
-        m = mem(s, n_gpus, activation_checkpointing, micro_batch)
+        m = mem(s, n_gpus, policy, micro_batch)
         if m.fits:
             return FitAdvice(fits=False, strategy=s, total_bytes=m.total_bytes,
                              message=f"use {use(s)}: {gb(m.total_bytes)} of {gb(usable)} usable per GPU")
     top = ladder[-1] if ladder else strategy
     can_ckpt = any(not u.is_root for u in wrap_units(model, fsdp_unit))
-    ck_options = [activation_checkpointing] + ([True] if can_ckpt and not activation_checkpointing else [])
+    ck_options = [policy] + ([FULL_CHECKPOINTING] if can_ckpt and policy != FULL_CHECKPOINTING else [])
     for ck in ck_options[1:]:
         m = mem(top, n_gpus, ck, micro_batch)
         if m.fits:
             return FitAdvice(fits=False, strategy=None if top == strategy else top, activation_checkpointing=True,
                              total_bytes=m.total_bytes,
-                             message=f"use {change(top)}--activation-checkpointing: "
+                             message=f"use {change(top)}{ck_flag}: "
                                      f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
     best_ck = ck_options[-1]
     # Memory grows with the micro-batch (activations are linear in it): the largest that fits
@@ -351,7 +406,7 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
     mb = largest_true(1, micro_batch - 1, lambda b: mem(top, n_gpus, best_ck, b).fits)
     if mb is not None:
         m = mem(top, n_gpus, best_ck, mb)
-        ck_text = "--activation-checkpointing " if best_ck and not activation_checkpointing else ""
+        ck_text = f"{ck_flag} " if best_ck is not policy else ""
         return FitAdvice(fits=False, strategy=None if top == strategy else top,
                          activation_checkpointing=True if ck_text else None, micro_batch=mb,
                          total_bytes=m.total_bytes,
@@ -359,7 +414,7 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
                                  f"--grad-accum to keep the batch): {gb(m.total_bytes)} of {gb(usable)} usable")
     # More GPUs: the fully sharded total is fixed + sharded/N; solve, then check.
     full = "fsdp" if strategy.startswith("fsdp") else "zero3"
-    ck_text = "--activation-checkpointing " if best_ck and not activation_checkpointing else ""
+    ck_text = f"{ck_flag} " if best_ck is not policy else ""
     one = mem(full, 1, best_ck, 1)
     fixed = one.total_bytes - one.model_state_bytes  # what sharding does not divide
     if fixed < usable:
@@ -379,7 +434,7 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
                                      f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
     return FitAdvice(
         fits=False,
-        message=(f"no data-parallel configuration fits: with {full}{', checkpointing' if best_ck else ''} "
+        message=(f"no data-parallel configuration fits: with {full}{', checkpointing' if best_ck.active else ''} "
                  f"and micro-batch 1, "
                  f"activations, gathered units and overhead alone need {gb(fixed)} of {gb(usable)} usable per "
                  f"GPU; use tensor/pipeline parallelism or a GPU with more memory"))
@@ -469,8 +524,10 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
       first 1F1B stage holds ``pp`` micro-batches, the interleaved schedule's
       ``pp·(1 + (pp-1)/(pp·v))`` chunk's worth), per layer as
       :func:`~dpsim.strategies.tensor.layer_activation_bytes` gives them; with full
-      recomputation each block keeps only its input, plus one block's full activations
-      while it is recomputed.
+      recomputation each checkpointed block (every ``recompute_every``-th) keeps only its
+      input, plus one block's full activations while it is recomputed; with ``op`` each
+      block keeps its input and its shard's matmul and attention outputs, plus one block's
+      recomputed rest (:mod:`~dpsim.strategies.checkpointing`).
     """
     w, g = precision.weight_bytes, precision.grad_bytes
     k = optimizer_state_bytes_per_param(precision, optimizer)
@@ -478,6 +535,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
     t, mb = layout.tp, layout.micro_batch
     sp = layout.sequence_parallel
     p = len(assignment)
+    ckpt = {tpm.layers[block[0]].unit for block in checkpointed_blocks(tpm, layout)}
     embedding_stage = next((s for s, chunks in enumerate(assignment)
                             for layers in chunks for i in layers if tpm.layers[i].role == "embedding"), 0)
     out = []
@@ -491,20 +549,31 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             per_mb = 0.0
             starts = {min(i for i in layers if tpm.layers[i].unit == u) for u in
                       {tpm.layers[i].unit for i in layers if tpm.layers[i].unit is not None}}
+            op_units: dict[str, list[float]] = {}  # op level: [all of the block, what it keeps]
             for i in layers:
                 layer = tpm.layers[i]
-                if layout.recompute == "full" and layer.unit is not None:
+                if layout.recompute == "full" and layer.unit in ckpt:
                     if i in starts:
                         per_mb += block_input_bytes(layer, t, sequence_parallel=sp)
+                elif layout.recompute == "op" and layer.unit in ckpt:
+                    every = layer_activation_bytes(layer, t, sequence_parallel=sp, recompute="off")
+                    saved = op_saved_bytes_per_sample(tpm.spec.layers[i])
+                    kept = op_units.setdefault(layer.unit, [0.0, 0.0])
+                    kept[0] += every
+                    kept[1] += (every if saved is None else saved) + (
+                        block_input_bytes(layer, t, sequence_parallel=sp) if i in starts else 0.0)
                 else:
                     per_mb += layer_activation_bytes(layer, t, sequence_parallel=sp,
                                                      recompute=layout.recompute)
+            for every, kept in op_units.values():
+                per_mb += min(every, kept)
+                working = max(working, every - min(every, kept))
             act += in_flight[s][c] * per_mb * mb
             if layout.recompute == "full":
                 blocks: dict[str, float] = {}
                 for i in layers:
                     layer = tpm.layers[i]
-                    if layer.unit is not None:
+                    if layer.unit in ckpt:
                         blocks[layer.unit] = blocks.get(layer.unit, 0.0) + layer_activation_bytes(
                             layer, t, sequence_parallel=sp, recompute="off")
                 working = max([working, *blocks.values()])

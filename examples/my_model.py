@@ -1,4 +1,4 @@
-"""A small GPT-style language model, the README's ``--model examples/my_model.py:build``.
+"""A small GPT-style language model, the documentation's ``--model examples/my_model.py:build`` (docs/models.md).
 
 ``build()`` returns the ``nn.Module``; dpsim builds it under ``torch.device("meta")`` (no
 weights are allocated) and traces one forward and backward on an example input, given by

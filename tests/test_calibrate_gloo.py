@@ -1,6 +1,6 @@
 """Real calibrations: gloo across local processes on this machine's CPUs.
 
-The NCCL path is the same code with another backend (:mod:`dpsim.calibrate.harness`);
+The NCCL path is the same code with another backend (:mod:`dpsim.measure.harness`);
 CI has no GPU, so these tests run it on gloo: a held-out size predicted by the fit, the
 CLI end to end (collectives, compute, a real model layer by layer) into ``predict``,
 torchrun mode, intra- vs inter-node separation on simulated nodes, and a rank that dies
@@ -76,7 +76,7 @@ def test_gloo_calibration_predicts_a_size_it_did_not_measure():
 
 def test_fresh_processes_are_spread_over_the_calibration():
     """Every process is placed, as evenly as the three points allow, symmetric about the middle."""
-    from dpsim.calibrate.bench_compute import fresh_process_schedule
+    from dpsim.measure.bench_compute import fresh_process_schedule
 
     assert [fresh_process_schedule(n) for n in range(7)] == [
         [0, 0, 0], [0, 1, 0], [1, 0, 1], [1, 1, 1], [1, 2, 1], [2, 1, 2], [2, 2, 2]]

@@ -29,6 +29,7 @@ from dpsim.collectives.nccl_tuning import (
     nvls_available,
 )
 from dpsim.collectives.ops import OPS, bus_factor, ring_steps
+from dpsim.collectives.selection import protocol_enabled
 from dpsim.errors import ConfigError
 from dpsim.network import FlowNetwork
 from dpsim.network.model import run_transfer
@@ -104,7 +105,7 @@ def _named_link_bytes(model, ops) -> dict:
     total = np.zeros(model.network.n_links)
     for op, size in ops:
         c = model.choose(op, size)
-        scale = model.nic_scale(model.message_bytes(c.algorithm, c.protocol, op, size))
+        scale = model.facts.nic_scale(model.costs.message_bytes(c.algorithm, c.protocol, op, size))
         total += model.plan_cost(c.algorithm, op, scale).link_bytes_per_byte * size
     return {model.network.link_name(int(i)): float(total[i]) for i in np.flatnonzero(total)}
 
@@ -192,10 +193,10 @@ def test_ring_latency_counts_inter_node_hops_as_nccl_does():
     topo = Topology(spec=spec, n_gpus=32)  # 4 nodes
     model = _ring(topo)
     r = model.time("all_reduce", 8)
-    intra, inter = model.hop_latencies_s("ring", "Simple")
+    intra, inter = model.costs.hop_latencies_s("ring", "Simple")
     steps, inter_steps = 2 * 31, 2 * (4 - 1)
     expected = (BASE_LATENCY_US["ring"][2] * US + (steps - inter_steps) * intra + inter_steps * inter) * 1.4
-    assert spec.launch_overhead_s is None and model.call_overhead_s == 0.0  # untuned: NCCL's latency alone
+    assert spec.launch_overhead_s is None and model.costs.call_overhead_s == 0.0  # untuned: NCCL's latency alone
     assert r.latency_s == pytest.approx(expected)
     assert r.inter_hop_latency_s == inter and r.intra_hop_latency_s == intra
     assert r.latency_s > 100 * US
@@ -284,7 +285,7 @@ def test_no_link_over_capacity(topo, cluster, name, op):
     model = NcclCollectives(topo, algorithms=(name,))
     for size in (1 << 20, 1 << 28):
         choice = model.choose(op, size)
-        pc = model.plan_cost(name, op, model.nic_scale(model.message_bytes(name, choice.protocol, op, size))
+        pc = model.plan_cost(name, op, model.facts.nic_scale(model.costs.message_bytes(name, choice.protocol, op, size))
                              if topo.n_nodes > 1 else 1.0)
         assert np.all(pc.link_bytes_per_byte * size <= net.capacity_bytes_per_s * choice.time_s * (1 + 1e-9))
 
@@ -304,12 +305,12 @@ def _ingress_bound_s(topo, op, size):
 def test_never_faster_than_its_bandwidth_bound(topo, cluster, name, op):
     model = NcclCollectives(topo, algorithms=(name,))
     for protocol in PROTOCOLS:
-        if not model._protocol_enabled(name, protocol):
+        if not protocol_enabled(model.facts, name, protocol):
             continue
         pc = model.plan_cost(name, op)
         for size in (1 << 10, 1 << 20, 1 << 30):
             t = model.cost(name, protocol, op, size).time_s
-            assert t >= float(np.max(pc.link_bytes_per_byte * size / model.capacity_bytes_per_s)) * (1 - 1e-9)
+            assert t >= float(np.max(pc.link_bytes_per_byte * size / model.plans.capacity_bytes_per_s)) * (1 - 1e-9)
             assert t >= _ingress_bound_s(topo, op, size) * (1 - 1e-9)
 
 
@@ -341,7 +342,7 @@ def test_nccl_choice_is_monotone_in_size(name, n):
 
 def _latency(model, algorithm, protocol="Simple"):
     pc = model.plan_cost(algorithm, "all_reduce")
-    return model._latency_s(pc.plan, protocol)
+    return model.costs.latency_s(pc.plan, protocol)
 
 
 def test_tree_latency_grows_with_log2_of_servers_ring_linearly():
@@ -471,7 +472,7 @@ def test_a_b200_server_runs_24_nvls_channels_and_two_servers_32():
 
     def channels(system: str, gpus: int) -> int:
         spec = load_topology_file(REPO / "validation" / "systems" / f"{system}.yaml")
-        return NcclCollectives(Topology.from_spec(spec, gpus)).nvls.channels
+        return NcclCollectives(Topology.from_spec(spec, gpus)).facts.nvls.channels
 
     assert channels("p6-b200-node", 8) == 24
     assert channels("p6-b200-x2", 16) == 32

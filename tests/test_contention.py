@@ -167,7 +167,7 @@ def test_nic_message_overhead_costs_small_messages_bandwidth():
     topo = Topology(spec=spec, n_gpus=64)
     model = NcclCollectives(topo, algorithms=("ring",), protocols=("Simple",))
     rate = spec.fabric.nic_bandwidth_bytes_per_s * spec.fabric.nic_efficiency
-    assert model.nic_scale(512 * 1024) == pytest.approx(1 / (1 + 5e-6 * rate / (512 * 1024)))
+    assert model.facts.nic_scale(512 * 1024) == pytest.approx(1 / (1 + 5e-6 * rate / (512 * 1024)))
     plain = NcclCollectives(Topology(spec=variant("infiniband"), n_gpus=64), algorithms=("ring",),
                             protocols=("Simple",))
     for size in (1 << 20, 1 << 26, 1 << 32):

@@ -111,7 +111,7 @@ def _run(model, world_size, copy_bytes_per_s):
 
 
 def test_validate_predicts_its_measured_run_with_the_copies_charged():
-    # dpsim validate times the bare model, not the DDP-wrapped one (dpsim.trainstep.measure_step):
+    # dpsim validate times the bare model, not the DDP-wrapped one (dpsim.measure.trainstep.measure_step):
     # predict must add DDP's copy of every gradient into its bucket and back, at the measured
     # copy bandwidth (read + write bytes per second, as the worker measures it).
     pytest.importorskip("torch")

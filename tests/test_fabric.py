@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import yaml
 from conftest import variant
 
 from dpsim.cli import main
+from dpsim.collectives.fabric_facts import fabric_facts
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.errors import TopologyError
 from dpsim.network import Flow, FlowNetwork, TierNetwork
@@ -21,7 +23,7 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.fabric import uplink_capacities
 from dpsim.topology.graph import build_graph
 from dpsim.topology.load import load_preset, load_topology_file
-from dpsim.topology.spec import NvlinkDomainSpec, TierSpec
+from dpsim.topology.spec import NvlinkDomainSpec, TierSpec, nic_fabric, nvlink_fabric
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "topologies" / "README.md"
@@ -256,3 +258,34 @@ def test_routing_and_sharing_131072_ring_flows_on_a_3_tier_fat_tree_is_fast():
     assert len(src) == 131072 and elapsed < 2.0
     # These rings cross rails between servers: 16 servers' flows share each 2:1 leaf uplink.
     assert loads.rates_bytes_per_s.min() == pytest.approx(16 * 48.5e9 / 2 / 16)
+
+
+def test_one_function_decides_whether_servers_are_joined_by_nvlink():
+    """``fabric.kind`` is compared with ``nvlink`` in ``topology/spec.py`` only (and on the raw YAML
+    string before a FabricSpec exists): every other module asks :func:`nvlink_fabric` / :func:`nic_fabric`."""
+    pattern = re.compile(r"""\.kind\s*(==|!=|in|not in)\s*\(?\s*["']nvlink["']""")
+    found = [f"{p.relative_to(REPO)}:{i}" for p in sorted((REPO / "dpsim").rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert [f.split(":")[0] for f in found] == ["dpsim/topology/spec.py"], found
+
+
+@pytest.mark.parametrize("name, gpus, nvlink, nics, single_domain, crosses", [
+    ("nvlink", 16, True, False, True, False),      # an NVLink switch tier joins the servers
+    ("infiniband", 16, False, True, False, True),
+    ("infiniband", 8, False, True, True, False),    # one server: no NIC crossed
+    ("dgx-a100", 16, False, True, False, True),
+])
+def test_fabric_predicates_of_the_presets(name, gpus, nvlink, nics, single_domain, crosses):
+    topo = Topology(spec=load_preset(name), n_gpus=gpus)
+    assert (nvlink_fabric(topo.spec.fabric), nic_fabric(topo.spec.fabric)) == (nvlink, nics)
+    assert (topo.single_nvlink_domain, topo.crosses_nics) == (single_domain, crosses)
+    assert fabric_facts(topo).crosses_nics == crosses
+    assert not nvlink_fabric(None) and not nic_fabric(None)
+
+
+def test_an_nvlink_domain_holding_every_server_crosses_no_nic():
+    spec = dataclasses.replace(load_preset("infiniband"), nvlink_domain=NvlinkDomainSpec(
+        nodes=4, gpu_link_bandwidth_bytes_per_s=900e9, efficiency=0.8, latency_s=1e-6))
+    inside, beyond = Topology(spec=spec, n_gpus=32), Topology(spec=spec, n_gpus=64)
+    assert (inside.single_nvlink_domain, inside.crosses_nics) == (True, False)
+    assert (beyond.single_nvlink_domain, beyond.crosses_nics) == (False, True)

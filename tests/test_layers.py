@@ -5,7 +5,7 @@ standard library's :mod:`ast`. A module's layer is its top-level unit under ``dp
 (``dpsim.collectives.nccl`` -> ``collectives``); :data:`LAYERS` orders them bottom-up.
 An import may go to the same unit or to a lower layer; units that share a layer may not
 import each other. The module graph (every import, nested ones included) has no cycle.
-README's "How it works" tree names the same units in the same order.
+The documentation's "How it works" tree (docs/internals.md) names the same units in the same order.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dpsim"
-README = PACKAGE.parent / "README.md"
+LAYOUT_DOC = PACKAGE.parent / "docs" / "internals.md"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "lazy"),
@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("topology",),
     ("network",),
     ("collectives", "workload"),
-    ("profile", "trainstep"),
+    ("profile", "measure"),
     ("engine",),
     ("strategies",),
     ("memory",),
@@ -123,14 +123,14 @@ def test_no_import_cycles():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-def test_readme_tree_lists_the_layers_in_order():
-    text = README.read_text()
-    block = text.split("## How it works", 1)[1].split("```", 2)[1]
+def test_the_documented_tree_lists_the_layers_in_order():
+    text = LAYOUT_DOC.read_text()
+    block = text.split("# How it works", 1)[1].split("```", 2)[1]
     shown = [m.group(1) for m in re.finditer(r"^\s*(?:dpsim/)?([a-z_]+)(?:/|\.py)", block, re.M)]
     units = [u for row in LAYERS for u in row if u not in ("__main__", "lazy")]
     order = [u for u in shown if u in units]
-    assert set(order) == set(units), f"README tree misses {sorted(set(units) - set(order))}"
-    assert order == sorted(order, key=RANK.__getitem__), f"README tree not bottom-up: {order}"
+    assert set(order) == set(units), f"docs/internals.md tree misses {sorted(set(units) - set(order))}"
+    assert order == sorted(order, key=RANK.__getitem__), f"docs/internals.md tree not bottom-up: {order}"
 
 
 HEAVY_LIBRARIES = ("torch", "plotly", "pandas", "dask", "pyarrow")

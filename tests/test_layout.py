@@ -112,7 +112,7 @@ def test_memory_command_and_predict_agree_on_the_fullest_stage():
     (dict(gpus=64, pp=2, schedule="1f1b-interleaved"), ["--schedule: 1f1b-interleaved needs --virtual-stages"]),
     (dict(gpus=64, pp=2, virtual_stages=2), ["--virtual-stages: 2 applies only to --schedule 1f1b-interleaved"]),
     (dict(gpus=64, pp=2, strategy="zero3"), ["--strategy: 'zero3'", "ddp, zero1, fsdp"]),
-    (dict(gpus=64, recompute="full"), ["--recompute", "--activation-checkpointing"]),
+    (dict(gpus=64, pp=2, recompute_every=2), ["--recompute-every: 2 applies with --recompute full"]),
     (dict(gpus=64, pp=2, activation_checkpointing=True), ["--activation-checkpointing", "--recompute full"]),
     (dict(gpus=64, global_batch=100, micro_batch=1), ["--global-batch: 100", "64"]),
     (dict(gpus=64, global_batch=128, micro_batch=1, grad_accum=3), ["--grad-accum: 3 disagrees"]),

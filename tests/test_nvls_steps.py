@@ -57,25 +57,25 @@ def test_chunk_breaks_sit_where_ncclshrinks_the_chunk():
 
 def test_the_systems_run_the_channels_and_heads_nccl_sets():
     h200, b200 = _model("h200-node"), _model("p6-b200-node")
-    assert (h200.nvls.channels, h200.nvls_heads) == (16, 8)
-    assert (b200.nvls.channels, b200.nvls_heads) == (24, 8)
+    assert (h200.facts.nvls.channels, h200.facts.nvls_heads) == (16, 8)
+    assert (b200.facts.nvls.channels, b200.facts.nvls_heads) == (24, 8)
 
 
 def test_the_step_term_is_steps_times_the_fitted_step():
     m = _model("h200-node")
     t = FITTED_TUNING
     step = t.nvls_step_latency_us * 1e-6 + 8 * 16 * KiB / t.nvls_channel_bytes_per_s
-    assert m._nvls_steps_s("all_reduce", 4 * MiB) == pytest.approx(2 * step)
+    assert m.costs.nvls_steps_s("all_reduce", 4 * MiB) == pytest.approx(2 * step)
     # Reduce-scatter and all-gather make one of all-reduce's two switch passes per chunk.
     half = t.nvls_step_latency_us * 1e-6 + 4 * 16 * KiB / t.nvls_channel_bytes_per_s
-    assert m._nvls_steps_s("reduce_scatter", 4 * MiB) == pytest.approx(2 * half)
+    assert m.costs.nvls_steps_s("reduce_scatter", 4 * MiB) == pytest.approx(2 * half)
 
 
 @pytest.mark.parametrize("system", ["h200-node", "p6-b200-node"])
 @pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather"])
 def test_nvls_time_is_monotone_and_above_its_bandwidth_bound(system, op):
     m = _model(system)
-    breaks = nvls_chunk_breaks(m.nvls, m.nvls_heads)
+    breaks = nvls_chunk_breaks(m.facts.nvls, m.facts.nvls_heads)
     sizes = sorted({*np.geomspace(64 * KiB, 32 * 2**30, 400).round(), *(b - 1 for b in breaks), *breaks,
                     *(b + 1 for b in breaks)})
     prev = 0.0
@@ -93,17 +93,17 @@ def test_between_breaks_the_cost_is_the_raw_step_model(system):
     # Away from a chunk break's shadow the cost is latency + max(bandwidth, steps x step).
     m = _model(system)
     for s in (2 * MiB, 3 * MiB, 6 * MiB, 512 * MiB):
-        raw = m._raw_cost("nvls", "Simple", "all_reduce", s)
-        steps, chunk = nvls_steps(m.nvls, 8, s)
+        raw = m.costs.raw_cost("nvls", "Simple", "all_reduce", s)
+        steps, chunk = nvls_steps(m.facts.nvls, 8, s)
         want = max(raw.transfer_s, steps * m.tuning.nvls_step_s(8 * chunk))
         assert raw.time_s - raw.latency_s == pytest.approx(want)
     # Just above a break the halved steps would make it faster than just below: the cost holds
     # the value below (the drop is at most the steps lost x a: the bytes per channel are the same).
-    b = nvls_chunk_breaks(m.nvls, 8)[-1]
-    below, above = m.cost("nvls", "Simple", "all_reduce", b - 1), m._raw_cost("nvls", "Simple", "all_reduce", b)
+    b = nvls_chunk_breaks(m.facts.nvls, 8)[-1]
+    below, above = m.cost("nvls", "Simple", "all_reduce", b - 1), m.costs.raw_cost("nvls", "Simple", "all_reduce", b)
     assert m.cost("nvls", "Simple", "all_reduce", b).time_s == pytest.approx(below.time_s)
     drop = below.time_s - above.time_s
-    lost = nvls_steps(m.nvls, 8, b - 1)[0] - nvls_steps(m.nvls, 8, b)[0]
+    lost = nvls_steps(m.facts.nvls, 8, b - 1)[0] - nvls_steps(m.facts.nvls, 8, b)[0]
     assert 0 <= drop <= lost * m.tuning.nvls_step_latency_us * 1e-6 * (1 + 1e-9)
 
 
@@ -112,5 +112,5 @@ def test_without_fitted_steps_nvls_is_its_bandwidth_bound():
 
     m = _model("h200-node", tuning=NcclTuning())
     c = m.cost("nvls", "Simple", "all_reduce", 4 * MiB)
-    assert m._nvls_steps_s("all_reduce", 4 * MiB) == 0.0
+    assert m.costs.nvls_steps_s("all_reduce", 4 * MiB) == 0.0
     assert c.time_s == pytest.approx(c.latency_s + c.transfer_s)

@@ -1,10 +1,12 @@
-"""The README stays true: every command it shows runs, its examples exist, its first steps fit in memory.
+"""The README and the documentation site stay true: every command they show runs, their examples
+exist, the first steps fit in memory.
 
-Every line of every ``bash`` block of README.md is either run here (in-process, in a
-temporary directory that holds ``topologies/`` and ``examples/``, under a time limit,
-and judged like the fuzz suite: exit 0, finite numbers) or listed in :data:`NOT_RUN`
-with the reason and the test that covers it instead; a few are run smaller
-(:data:`SMALLER`). The ``python`` block (the API) is executed too.
+Every line of every ``bash`` block of README.md and of the site's pages (``docs/*.md``) is
+either run here (in-process, in a temporary directory that holds ``topologies/`` and
+``examples/``, under :data:`COMMAND_TIME_LIMIT_S`, and judged like the fuzz suite: exit 0,
+finite numbers) or listed in :data:`NOT_RUN` with the reason and the test that covers it
+instead; a few are run smaller (:data:`SMALLER`). Every ``python`` block (the API) is executed
+too. The site's build is tests/test_docs.py.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ from fuzz_harness import check_outcome, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+PAGES = {path.relative_to(ROOT).as_posix(): path.read_text() for path in
+         [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+"""README.md and every page of the documentation site, by path."""
+ALL_TEXT = "\n".join(PAGES.values())
+
+COMMAND_TIME_LIMIT_S = 60.0
+"""No documented command may take longer here (the slowest takes ~7 s on a 2-core machine):
+a reader who copies it should not wait minutes."""
 
 NOT_RUN = {
     r"^pip install ": "installs; tests/test_install.py and test_first_two_commands_and_ci_agree below",
@@ -33,24 +43,28 @@ NOT_RUN = {
     r"^dpsim validate ": "trains with DDP on an emulated cluster for minutes; tests/test_validation.py",
     r"^torchrun ": "needs a cluster",
     r"^python validation/run_matrix\.py": "regenerates VALIDATION.md (tens of minutes)",
+    r"^python -m pytest ": "the test suite itself (the first command runs it in CI: .ci/run)",
+    r"^mkdocs (build|serve)\b": "builds or serves this site; tests/test_docs.py builds it",
 }
-"""README command (regex) -> why it is not run here."""
+"""Documented command (regex) -> why it is not run here: the one place that lists them."""
 
 SMALLER = [
     (r"--workers 8\b", "--workers 2", "eight Dask processes on a two-core CI machine"),
     (r"^(dpsim goodput .*)$", r"\1 --runs 10", "100 failure simulations of 16,384 GPUs take ~10 s"),
 ]
-"""(regex, replacement, why): README commands run with smaller sizes."""
+"""(regex, replacement, why): documented commands run with smaller sizes."""
 
 
 def _bash_lines() -> list[str]:
-    lines = []
-    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            cmd = line.split("  #", 1)[0].strip()
-            if cmd:
-                lines.append(cmd)
-    return lines
+    """Every command of every page's ``bash`` blocks, each once, in page order."""
+    lines: dict[str, None] = {}
+    for text in PAGES.values():
+        for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                cmd = line.split("  #", 1)[0].strip()
+                if cmd:
+                    lines[cmd] = None
+    return list(lines)
 
 
 def _not_run(cmd: str) -> str | None:
@@ -69,10 +83,15 @@ def test_first_two_commands_and_ci_agree():
     assert first_block[1] in ci
 
 
-def test_every_readme_command_is_run_or_says_why_not():
+def test_every_documented_command_is_run_or_says_why_not():
     for cmd in _bash_lines():
         assert _not_run(cmd) or re.match(r"^(\(cd \S+ && )?(python -m )?dpsim\b", cmd), cmd
-    assert len(_runnable()) >= 20
+    assert len(_runnable()) >= 25
+    # Most of what the pages show runs here (27 of 39 today); what does not installs, builds the
+    # site, runs the suite, or needs root, torch for minutes or a cluster.
+    assert len(_runnable()) >= 2 * (len(_bash_lines()) - len(_runnable()))
+    for page, text in PAGES.items():
+        assert text.count("```") % 2 == 0, f"{page}: an unclosed code block hides the commands after it"
 
 
 @pytest.fixture
@@ -97,18 +116,21 @@ def _argv(cmd: str, workdir: Path, monkeypatch) -> list[str]:
     return words[1:]
 
 
-@pytest.mark.parametrize("cmd", _runnable())
-def test_readme_commands_run(cmd, workdir, capsys, monkeypatch):
+@pytest.mark.parametrize("cmd", _bash_lines())
+def test_documented_commands_run(cmd, workdir, capsys, monkeypatch):
+    why = _not_run(cmd)
+    if why:
+        pytest.skip(f"not run here: {why}")
     args = _argv(cmd, workdir, monkeypatch)
     if "--workers" in args or "--scheduler" in args:
         # A Dask cluster's threads and processes must not outlive the command inside this test
         # process (they log to its stderr): run it as the user would, as a process.
         env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         proc = subprocess.run([sys.executable, "-m", "dpsim", *args], cwd=os.getcwd(), env=env, capture_output=True,
-                              text=True, timeout=300)
+                              text=True, timeout=COMMAND_TIME_LIMIT_S * 2)  # + a Dask cluster's start
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
         return
-    outcome = run_cli(args, capsys, limit_s=120)
+    outcome = run_cli(args, capsys, limit_s=COMMAND_TIME_LIMIT_S)
     check_outcome(outcome, args, "ok")
 
 
@@ -121,7 +143,7 @@ def _json_of(cmd: str, workdir: Path, capsys, monkeypatch) -> dict:
     return json.loads(outcome.out)
 
 
-def test_the_first_tour_example_and_the_readme_sweeps_fit_in_memory(workdir, capsys, monkeypatch):
+def test_the_first_tour_example_and_the_documented_sweeps_fit_in_memory(workdir, capsys, monkeypatch):
     tour = re.search(r"```bash\n(.*?)```", README.split("## A short tour", 1)[1], re.S).group(1)
     first = tour.strip().splitlines()[0].split("  #", 1)[0]
     assert _json_of(first, workdir, capsys, monkeypatch)["memory"]["fits"], first
@@ -133,18 +155,21 @@ def test_the_first_tour_example_and_the_readme_sweeps_fit_in_memory(workdir, cap
         assert rows and all(r["memory_fits"] for r in rows), cmd
 
 
-def test_the_example_files_the_readme_names_exist():
-    named = set(re.findall(r"(?<![\w/])examples/[\w./-]+\.(?:py|yaml)", README))
+def test_the_example_files_the_docs_name_exist():
+    named = set(re.findall(r"(?<![\w/])examples/[\w./-]+\.(?:py|yaml)", ALL_TEXT))
     assert {"examples/my_model.py", "examples/sweep.yaml", "examples/mypackage/models.py"} <= named
     for name in named:
         assert (ROOT / name).is_file(), name
 
 
-def test_the_python_api_block_runs(workdir):
-    block = re.search(r"### Python API\n```python\n(.*?)```", README, re.S).group(1)
-    namespace: dict = {}
-    exec(compile(block, "README.md (Python API)", "exec"), namespace)  # noqa: S102 - our own README
-    assert namespace["p"].step_time_s > 0
+def test_the_python_blocks_run(workdir):
+    blocks = [(page, block) for page, text in PAGES.items() for block in re.findall(r"```python\n(.*?)```", text, re.S)]
+    assert any(page == "docs/api.md" for page, _ in blocks)
+    for page, block in blocks:
+        namespace: dict = {}
+        exec(compile(block, f"{page} (python block)", "exec"), namespace)  # noqa: S102 - our own docs
+        if page == "docs/api.md":
+            assert namespace["p"].step_time_s > 0
 
 
 def test_a_package_module_model_needs_no_pythonpath(workdir, capsys, monkeypatch):

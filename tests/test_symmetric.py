@@ -22,7 +22,8 @@ from conftest import variant
 
 from dpsim.collectives.algorithms import ALGORITHMS, Cluster
 from dpsim.collectives.links import link_report
-from dpsim.collectives.nccl import SYMMETRIC, WHOLE_CLUSTER, NcclCollectives
+from dpsim.collectives.nccl import NcclCollectives
+from dpsim.collectives.plan_cost import SYMMETRIC, WHOLE_CLUSTER
 from dpsim.collectives.nccl_tuning import nvls_available
 from dpsim.collectives.ops import OPS
 from dpsim.collectives.symmetric import flow_multiset, symmetric_plan
@@ -337,7 +338,7 @@ def test_symmetric_evaluation_lists_no_link_of_a_huge_cluster():
     p = predict(PredictConfig(gpus=262144, link="infiniband"))
     world = p.collectives.world
     assert world.evaluation == SYMMETRIC
-    assert "capacity_bytes_per_s" not in vars(world.network) and "capacity_scale" not in vars(world)
-    for (algorithm, op, _), pc in world._costs.items():
+    assert "capacity_bytes_per_s" not in vars(world.network) and "capacity_scale" not in vars(world.plans)
+    for (algorithm, op, _), pc in world.plans.costs.items():
         assert all(len(f.count) <= 64 for f in pc.loads.families.values()), (algorithm, op)
     assert p.links.by_class["nvlink"]["links"] == 2 * 262144

@@ -130,3 +130,7 @@ def test_fsdp2_padded_shards(measured, spec):
     for m in measured:
         assert m["fsdp2"]["padded_numel"] == predicted
     assert sum(m["fsdp2"]["local_numel"] for m in measured) == spec.param_count  # unpadded shards partition
+    # --fsdp-version 2 holds exactly those padded fp32 shards as weights (and gradients, unsharded accumulation off)
+    mem = memory_breakdown(spec, get_gpu("h100"), precision=get_precision("fp32"), optimizer="adam",
+                           micro_batch=1, strategy="fsdp", n_gpus=WORLD, fsdp_version="2")
+    assert mem.weights_bytes == mem.gradients_bytes == predicted * 4

@@ -1,4 +1,4 @@
-"""calibrate's step right after an all-reduce (:func:`dpsim.trainstep.measure_step_after_comm`)."""
+"""calibrate's step right after an all-reduce (:func:`dpsim.measure.trainstep.measure_step_after_comm`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed as dist
 
-from dpsim.trainstep import TrainStep, measure_step_after_comm
+from dpsim.measure.trainstep import TrainStep, measure_step_after_comm
 
 
 def _step() -> TrainStep:

@@ -182,7 +182,7 @@ def test_a_host_staged_transport_ramps_in_its_own_scope():
 
     def scope(fabric: dict) -> str:
         spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": fabric})
-        return NcclCollectives(Topology.from_spec(spec, 16)).ramp_scope
+        return NcclCollectives(Topology.from_spec(spec, 16)).facts.ramp_scope
 
     assert scope({"nic": "100gbe-tcp"}) == "staged"
     assert scope({"nic": "ib-ndr", "transport": "ib-host"}) == "staged"
@@ -192,7 +192,7 @@ def test_a_host_staged_transport_ramps_in_its_own_scope():
     # Google's TCPX/TCPXO receive into GPU memory through their own daemon: their own scope.
     assert scope({"nic": "gpudirect-tcpxo", "nics_per_node": 8}) == scope({"nic": "gpudirect-tcpx"}) == "tcpx"
     spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})
-    assert NcclCollectives(Topology.from_spec(spec, 8)).ramp_scope == "node"
+    assert NcclCollectives(Topology.from_spec(spec, 8)).facts.ramp_scope == "node"
 
 
 def test_host_memory_bounds_what_a_staged_transport_moves():
@@ -250,7 +250,8 @@ def test_no_ll128_across_servers_without_gpudirect():
 def test_socket_messages_under_64_kib_per_socket_leave_sockets_idle():
     # net_socket.cc splits a message into tasks of at least 64 KiB over the connection's
     # sockets: with 2 sockets per connection, a 64 KiB step uses one, a 128 KiB step both.
-    from dpsim.collectives.nccl import SOCKET_MIN_TASK_BYTES, NcclCollectives
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.collectives.nccl_cost import SOCKET_MIN_TASK_BYTES
     from dpsim.topology.cluster import Topology
 
     fabric = {"nic": "100gbe-tcp", "nics_per_node": 1,
@@ -259,11 +260,11 @@ def test_socket_messages_under_64_kib_per_socket_leave_sockets_idle():
     model = NcclCollectives(Topology.from_spec(spec, 16), algorithms=("ring",))
     pc = model.plan_cost("ring", "all_reduce")
     size_one_task = SOCKET_MIN_TASK_BYTES / (pc.max_fraction * max(1, pc.plan.channels))
-    assert model._socket_tasks_scale("ring", "Simple", "all_reduce", size_one_task) == pytest.approx(0.5)
-    assert model._socket_tasks_scale("ring", "Simple", "all_reduce", 2 * size_one_task) == pytest.approx(1.0)
+    assert model.costs.socket_tasks_scale("ring", "Simple", "all_reduce", size_one_task) == pytest.approx(0.5)
+    assert model.costs.socket_tasks_scale("ring", "Simple", "all_reduce", 2 * size_one_task) == pytest.approx(1.0)
     # One socket per connection (NCCL's default off AWS/GCP): nothing to leave idle.
     single = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": {"nic": "100gbe-tcp"}})
-    assert NcclCollectives(Topology.from_spec(single, 16))._socket_tasks_scale("ring", "Simple", "all_reduce", 1e3) == 1.0
+    assert NcclCollectives(Topology.from_spec(single, 16)).costs.socket_tasks_scale("ring", "Simple", "all_reduce", 1e3) == 1.0
 
 
 def test_tcpx_and_tcpxo_run_simple_only_as_google_sets_them():

@@ -343,25 +343,25 @@ def test_a_named_link_scales_both_directions_of_that_link_in_the_nccl_network(na
     topo = Topology(spec=variant(name, **changes), n_gpus=n)
     healthy = NcclCollectives(topo)
     degraded = NcclCollectives(topo, degradations=[LinkDegradation(link=link, capacity_fraction=0.3)])
-    changed = np.flatnonzero(degraded.capacity_bytes_per_s != healthy.capacity_bytes_per_s)
+    changed = np.flatnonzero(degraded.plans.capacity_bytes_per_s != healthy.plans.capacity_bytes_per_s)
     names = {degraded.network.link_name(int(i)) for i in changed}
     u, v = expected
     assert names == {(u, v), (v, u)}
     assert {(a, b) for a, b in names} <= set(topo.graph.edges)  # the graph's own links
-    np.testing.assert_allclose(degraded.capacity_bytes_per_s[changed], 0.3 * healthy.capacity_bytes_per_s[changed],
+    np.testing.assert_allclose(degraded.plans.capacity_bytes_per_s[changed], 0.3 * healthy.plans.capacity_bytes_per_s[changed],
                                rtol=1e-15)
-    assert (degraded.capacity_scale[changed] == 0.3).all()
+    assert (degraded.plans.capacity_scale[changed] == 0.3).all()
 
 
 def test_a_nic_of_a_bundle_scales_its_share_and_classes_multiply():
     # AWS p5: 32 NICs for 8 GPUs, merged four per GPU: one NIC at 50 % leaves 3.5 of 4.
     topo = resolve_topology(PredictConfig(gpus=32, link="aws-p5"))
     coll = NcclCollectives(topo, degradations=[parse_degradation("node1.nic5:50%")])
-    assert sorted(set(coll.capacity_scale)) == [0.875, 1.0]
-    assert {coll.network.link_name(int(i)) for i in np.flatnonzero(coll.capacity_scale < 1)} == {
+    assert sorted(set(coll.plans.capacity_scale)) == [0.875, 1.0]
+    assert {coll.network.link_name(int(i)) for i in np.flatnonzero(coll.plans.capacity_scale < 1)} == {
         ("n1.nic1", "leaf0.0"), ("leaf0.0", "n1.nic1")}
     both = NcclCollectives(topo, degradations=[parse_degradation("node1.nic5:50%"), parse_degradation("ethernet:50%")])
-    assert sorted(set(both.capacity_scale)) == [0.4375, 0.5, 1.0]
+    assert sorted(set(both.plans.capacity_scale)) == [0.4375, 0.5, 1.0]
 
 
 @pytest.mark.parametrize("link,n,degrade", [
@@ -487,12 +487,12 @@ def test_per_message_overhead_on_a_degraded_nic_is_that_of_its_slower_rate():
     topo = Topology(spec=variant("infiniband", fabric__nic_message_overhead_s=2e-6), n_gpus=32)
     coll = NcclCollectives(topo, degradations=[parse_degradation("node1.nic3:50%")])
     s = 0.8
-    scale = coll._nic_link_scale(s)
-    f = coll.capacity_scale[coll.network.nic_links()]
+    scale = coll.plans.nic_link_scale(s)
+    f = coll.plans.capacity_scale[coll.network.nic_links()]
     assert (scale[f == 1.0] == s).all()
     # Same time g per message at half the rate: 1 / (1 + g (r/2) / c) with 1 / (1 + g r / c) = s.
     assert scale[f < 1] == pytest.approx(1 / (1 + 0.5 * (1 / s - 1)), rel=1e-15)
-    assert NcclCollectives(topo)._nic_link_scale(s) == s
+    assert NcclCollectives(topo).plans.nic_link_scale(s) == s
 
 
 @pytest.mark.parametrize("raw,needle", [

@@ -179,8 +179,8 @@ def predict(row: Row, tuning: NcclTuning) -> Point:
 def scope(row: Row) -> tuple[str, str]:
     """(call-overhead scope, ramp scope) of a row's collectives."""
     m = model(row, FITTED_TUNING)
-    if m.crosses_network:
-        return m.spec.fabric.transport.kind, m.ramp_scope
+    if m.facts.crosses_nics:
+        return m.spec.fabric.transport.kind, m.facts.ramp_scope
     return "node", "node"
 
 

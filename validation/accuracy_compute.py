@@ -146,17 +146,21 @@ def build(row: Row) -> ModelSpec:
         if row.seq_len and row.seq_len > cfg.n_positions:
             cfg = dataclasses.replace(cfg, n_positions=row.seq_len)
         model = build_gpt2(cfg, name=row.model, seq_len=row.seq_len, flash_attention=fused)
-        if row.attention == "triton":
-            model = dataclasses.replace(model, layers=tuple(
-                dataclasses.replace(layer, ops=tuple(dataclasses.replace(op, kernel="triton")
-                                                     if isinstance(op, AttentionOp) else op for op in layer.ops))
-                for layer in model.layers))
-        return model
+        return with_attention_kernel(model, "triton") if row.attention == "triton" else model
     if row.model == "resnet50":
         cfg = dataclasses.replace(get_entry("resnet50").config, channels_last=row.channels_last)
         assert isinstance(cfg, ResNetConfig)
         return build_resnet(cfg, name="resnet50")
     return get_model(row.model, seq_len=row.seq_len, flash_attention=fused)
+
+
+def with_attention_kernel(model: ModelSpec, kernel: str) -> ModelSpec:
+    """``model`` with every fused attention op run by ``kernel`` (e.g. ``triton``: llm-foundry's
+    ``attn_impl: triton``, costed in :mod:`dpsim.workload.roofline`)."""
+    return dataclasses.replace(model, layers=tuple(
+        dataclasses.replace(layer, ops=tuple(dataclasses.replace(op, kernel=kernel)
+                                             if isinstance(op, AttentionOp) else op for op in layer.ops))
+        for layer in model.layers))
 
 
 _KINDS = {"memory": 0, "matmul": 1, "attention": 3}

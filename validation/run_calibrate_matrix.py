@@ -227,7 +227,7 @@ from the next by up to ~28 % on this VM (VALIDATION.md part 2), so one would jud
 
 def control_step(tb: Testbed, c: Cluster, processes: int = CONTROL_PROCESSES) -> float:
     """The step in ``processes`` fresh processes, one after another on every host at once, as
-    calibrate's fresh processes time it (:func:`dpsim.calibrate.bench_compute.bench_fresh_processes`,
+    calibrate's fresh processes time it (:func:`dpsim.measure.bench_compute.bench_fresh_processes`,
     with calibrate's default plan for a CPU host); the median over the processes of the slowest
     host's median (a DDP step waits for the slowest rank)."""
     return statistics.median(_fresh_step(tb, c) for _ in range(processes))
@@ -236,7 +236,7 @@ def control_step(tb: Testbed, c: Cluster, processes: int = CONTROL_PROCESSES) ->
 def control_plan(c: Cluster) -> dict:
     """The fresh-process plan ``dpsim calibrate`` hands its fresh processes for this cluster's model
     (its defaults, gloo), with :data:`ENV`'s one intra-op thread."""
-    from dpsim.calibrate.bench_compute import fresh_process_plan
+    from dpsim.measure.bench_compute import fresh_process_plan
     from dpsim.calibrate.command import CalibrateOptions, build_plan
 
     opts = CalibrateOptions(model=MODELS[c.model][0], micro_batch=c.micro_batch)
@@ -251,7 +251,7 @@ def _fresh_step(tb: Testbed, c: Cluster, timeout_s: float = 300) -> float:
         procs = []
         for host in range(c.ranks):
             with open(plan_path) as stdin:
-                procs.append(subprocess.Popen(tb.command(host, [sys.executable, "-m", "dpsim.calibrate.step_probe"]),
+                procs.append(subprocess.Popen(tb.command(host, [sys.executable, "-m", "dpsim.measure.step_probe"]),
                                               stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                               cwd=ROOT, env={**os.environ, **ENV}, start_new_session=True))
     medians = []

@@ -13,7 +13,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 torch.set_num_threads(1)
-from dpsim.trainstep import build_train_step  # noqa: E402
+from dpsim.measure.trainstep import build_train_step  # noqa: E402
 
 step = build_train_step("validation/models.py:mlp:mlp_batch:classify", micro_batch=32)
 junk = torch.zeros(64 * 2**20 // 4)

@@ -152,7 +152,7 @@ def _fresh_process_steps(per_rank: list[list[float]] | None) -> tuple[float, ...
 
 def profile_from_results(results: dict, *, name: str, description: str = "",
                          created_utc: str | None = None) -> Profile:
-    """Fit the raw results of the torch harness (see :mod:`dpsim.calibrate.harness`).
+    """Fit the raw results of the torch harness (see :mod:`dpsim.measure.harness`).
 
     ``results`` has ``environment``, ``collectives`` (``{link_class: {"n_ranks",
     "n_nodes", "ops": {op: [{"size_bytes", "times_s": [...]}, ...]}}}``) and ``compute``

@@ -33,7 +33,7 @@ from dpsim.workload.precision import get_precision
 from dpsim.workload.spec import ModelSpec
 
 OPTIMIZERS = ("adamw", "adam", "sgd-momentum", "sgd")
-"""``--optimizer`` names (predict's, :data:`dpsim.trainstep.OPTIMIZERS`; this module does not import torch)."""
+"""``--optimizer`` names (predict's, :data:`dpsim.measure.trainstep.OPTIMIZERS`; this module does not import torch)."""
 
 GPU_SIZES = (8, 2**30, 2.0)
 """nccl-tests' usual sweep on GPUs: 8 B .. 1 GiB, doubling."""

@@ -1,6 +1,6 @@
 """Orchestration of ``dpsim calibrate``: local processes or a torchrun job, with timeouts.
 
-Two ways to run the same per-rank program (:func:`dpsim.calibrate.harness.run_rank`):
+Two ways to run the same per-rank program (:func:`dpsim.measure.harness.run_rank`):
 
 Local (no ``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` in the environment)
     The CLI process is a supervisor, not a rank: it starts ``nproc`` worker processes
@@ -332,7 +332,7 @@ def _supervise(ranks: list[_Rank], events: queue.Queue, timeout_s: float,
 
 def run_torchrun(plan: CalibrationPlan, on_event: Callable[[int, dict], None] | None = None) -> dict | None:
     """Run this process as one rank of the surrounding job; rank 0 gets the raw results."""
-    from dpsim.calibrate.harness import run_rank
+    from dpsim.measure.harness import run_rank
 
     def emit(ev: dict) -> None:
         if on_event and int(os.environ.get("RANK", "0")) == 0:
@@ -350,7 +350,7 @@ def worker_main(argv: list[str]) -> int:
     """Entry point of one local worker (``python -m dpsim.calibrate.worker PLAN RESULT``)."""
     plan_path, result_path = argv
     plan = json.loads(Path(plan_path).read_text())
-    from dpsim.calibrate.harness import run_rank
+    from dpsim.measure.harness import run_rank
 
     def emit(ev: dict) -> None:
         sys.stdout.write(EVENT_PREFIX + json.dumps(ev) + "\n")

@@ -9,7 +9,6 @@ import typer
 
 from dpsim.cli.app import _emit_json
 from dpsim.cli.checks import size_sweep
-from dpsim.errors import ConfigError
 from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_GPUS, MAX_SIZE_ROWS
 
 
@@ -33,45 +32,22 @@ def collective(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the nccl-tests table."),
 ) -> None:
     """Predict a collective over a size sweep, printed like nccl-tests' *_perf tools."""
-    from dpsim.collectives.ops import OPS
+    from dpsim.predict.collective import predict_collective
     from dpsim.predict.config import PredictConfig
-    from dpsim.predict.run import build_collectives, resolve_topology
-    from dpsim.report.text import NCCL_TESTS_TYPE_BYTES, nccl_tests_table
+    from dpsim.report.text import nccl_tests_table
 
-    if op not in OPS:
-        raise ConfigError(f"--op: {op!r} is not a collective; choose one of {', '.join(OPS)}")
-    if dtype not in NCCL_TESTS_TYPE_BYTES:
-        raise ConfigError(f"-d/--datatype: {dtype!r} is not known; choose one of {', '.join(NCCL_TESTS_TYPE_BYTES)}")
     lo, hi, _ = size_sweep(minbytes, maxbytes, stepfactor, max_bytes=MAX_COLLECTIVE_BYTES)
-    config = PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node, algo=algo,
-                           proto=proto, calibration=calibration)
-    topo = resolve_topology(config)
-    # The same collective model predict costs the job's world communicator with.
-    model = build_collectives(config, topo).world
-    algorithm = "nccl" if calibration is None else f"calibrated ({model.profile.name})"
-    elem = NCCL_TESTS_TYPE_BYTES[dtype]
-    sizes = []
-    size = lo
-    while size <= hi * (1 + 1e-12):
-        # nccl-tests rounds each size down to whole elements (and whole ranks' shares).
-        align = elem * (gpus if op in ("reduce_scatter", "all_gather") else 1)
-        sizes.append(max(align, int(size) // align * align))
-        size *= stepfactor
-    results = [model.time(op, s) for s in sizes]
+    report = predict_collective(PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node,
+                                              algo=algo, proto=proto, calibration=calibration),
+                                op=op, minbytes=lo, maxbytes=hi, stepfactor=stepfactor, dtype=dtype)
+    results = list(report.results)
     if as_json:
-        _emit_json({
-            "schema": "dpsim.collective/1", "op": op, "n_ranks": topo.n_gpus, "topology": topo.spec.name,
-            "dtype": dtype, "algorithm": "nccl" if calibration is None else "calibrated",
-            "calibration": calibration,
-            "rows": [{"size_bytes": int(r.size_bytes), "count": int(r.size_bytes) // elem, "time_s": r.time_s,
-                      "algbw_bytes_per_s": r.algbw_bytes_per_s, "busbw_bytes_per_s": r.busbw_bytes_per_s,
-                      "algorithm": r.algorithm, "protocol": r.protocol}
-                     for r in results],
-        })
+        _emit_json(report.to_dict())
     else:
-        print(f"# dpsim collective --op {op}: {topo.n_gpus} ranks on {topo.spec.name} "
-              f"({topo.n_nodes} node{'s' if topo.n_nodes > 1 else ''}), {algorithm}, predicted")
+        algorithm = "nccl" if calibration is None else f"calibrated ({report.profile})"
+        print(f"# dpsim collective --op {op}: {report.n_ranks} ranks on {report.topology} "
+              f"({report.n_nodes} node{'s' if report.n_nodes > 1 else ''}), {algorithm}, predicted")
         print(nccl_tests_table(results, dtype))
         if calibration is None:
-            from dpsim.collectives.nccl import describe_choices
+            from dpsim.collectives.selection import describe_choices
             print(describe_choices(results))

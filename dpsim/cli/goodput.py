@@ -6,7 +6,6 @@ Named in :data:`dpsim.cli.commands.COMMANDS` and imported only when it runs; the
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 import typer
@@ -15,8 +14,15 @@ from dpsim.cli.app import _emit_json
 from dpsim.cli.options import config_options
 from dpsim.cli.checks import check_budget
 from dpsim.errors import ConfigError
-from dpsim.limits import MAX_GOODPUT_RUNS, MAX_GPUS, MAX_SEED, check_int
+from dpsim.limits import MAX_GOODPUT_RUNS
+from dpsim.plan.reliability import DEFAULT_GPU_MTBF_S, DEFAULT_LINK_MTBF_S, DEFAULT_NODE_MTBF_S, HOUR_S
 from dpsim.predict.config import LAYOUT_FIELDS
+
+def _hours(seconds: float) -> str:
+    # The library's default, shown: the flag left out is the library's number (the CLI's own
+    # "606674h" once differed from the API's 606,676 h).
+    return f"{seconds / HOUR_S:,.0f} h"
+
 
 GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
                   "micro_batch", "precision") + LAYOUT_FIELDS
@@ -31,12 +37,16 @@ def goodput_command(
     duration: Optional[str] = typer.Option(
         None, "--duration", help="Failure-free training time instead of a token budget, e.g. 30d, 720h "
                                  "(default 30d when neither is given)."),
-    mtbf_gpu: str = typer.Option("82944h", "--mtbf-gpu", help="MTBF per GPU (none = never fails). Default from "
-                                 "Llama 3's 54-day run: 256 GPU failures over 16,384 GPUs."),
-    mtbf_node: str = typer.Option("20736h", "--mtbf-node", help="MTBF per node apart from GPUs and links "
-                                  "(host, PSU, software). Default from Llama 3: 128 over 2,048 nodes."),
-    mtbf_link: str = typer.Option("606674h", "--mtbf-link", help="MTBF per inter-node link (NIC, cable, "
-                                  "switch port). Default from Llama 3: 35 over 16,384 links."),
+    mtbf_gpu: Optional[str] = typer.Option(
+        None, "--mtbf-gpu", help=f"MTBF per GPU, e.g. 80000h (none = never fails). Default "
+                                 f"{_hours(DEFAULT_GPU_MTBF_S)}, from Llama 3's 54-day run: 256 GPU failures over "
+                                 f"16,384 GPUs."),
+    mtbf_node: Optional[str] = typer.Option(
+        None, "--mtbf-node", help=f"MTBF per node apart from GPUs and links (host, PSU, software). Default "
+                                  f"{_hours(DEFAULT_NODE_MTBF_S)}, from Llama 3: 128 over 2,048 nodes."),
+    mtbf_link: Optional[str] = typer.Option(
+        None, "--mtbf-link", help=f"MTBF per inter-node link (NIC, cable, switch port). Default "
+                                  f"{_hours(DEFAULT_LINK_MTBF_S)}, from Llama 3: 35 over 16,384 links."),
     checkpoint_interval: Optional[str] = typer.Option(
         None, "--checkpoint-interval", help="Training time between checkpoints, e.g. 30min "
                                             "(default: the interval that maximises expected goodput)."),
@@ -56,89 +66,38 @@ def goodput_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Simulate a training run through failures: wall time, goodput, lost work, best checkpoint interval."""
-    from dataclasses import replace
-
-    from dpsim.plan.goodput import elastic_choice, interval_study, simulate_goodput
-    from dpsim.plan.reliability import (
-        DAY_S,
-        POLICIES,
-        CheckpointPolicy,
-        ClusterShape,
-        FailureRates,
-        TrainingJob,
-        model_optimum_s,
-        parse_long_duration_s,
-    )
+    from dpsim.plan.job import DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, goodput
+    from dpsim.plan.reliability import FailureRates, parse_long_duration_s
     from dpsim.predict.config import PredictConfig
-    from dpsim.predict.run import predict, resolve_topology
     from dpsim.units import parse_bandwidth_bytes_per_s
 
     if tokens is not None and duration is not None:
         raise ConfigError("--tokens and --duration: give one amount of work, not both")
-    if elastic not in POLICIES:
-        raise ConfigError(f"--elastic: {elastic!r} is not valid; choose one of {', '.join(POLICIES)}")
-    check_int(runs, "--runs", 1, MAX_GOODPUT_RUNS)
-    check_int(seed, "--seed", 0, MAX_SEED)
-    check_int(min_nodes, "--min-nodes", 1, MAX_GPUS)
-    rates = FailureRates(gpu_mtbf_s=parse_long_duration_s(mtbf_gpu, "--mtbf-gpu"),
-                         node_mtbf_s=parse_long_duration_s(mtbf_node, "--mtbf-node"),
-                         link_mtbf_s=parse_long_duration_s(mtbf_link, "--mtbf-link"))
-    config = PredictConfig(**flags)
-    topo = resolve_topology(config)
-    p = predict(config)
+    rates = FailureRates(**{name: parse_long_duration_s(raw, flag) for name, flag, raw in (
+        ("gpu_mtbf_s", "--mtbf-gpu", mtbf_gpu), ("node_mtbf_s", "--mtbf-node", mtbf_node),
+        ("link_mtbf_s", "--mtbf-link", mtbf_link)) if raw is not None})
+    budget = None
     if tokens is not None:
         from dpsim.plan.cost import parse_count
         budget = check_budget(parse_count(tokens, "--tokens"), "--tokens")
-        if p.tokens_per_s is None:
-            raise ConfigError(f"--tokens: {p.model} is not a token model; give --duration instead")
-        work_s = budget / p.tokens_per_s
-    else:
-        work_s = 30 * DAY_S if duration is None else parse_long_duration_s(duration, "--duration")
-        if not (0 < work_s < math.inf):
-            raise ConfigError(f"--duration: {duration!r} is not valid; expected a duration > 0, e.g. 30d")
-    checkpoint_bytes = p.memory.weights_bytes + p.memory.optimizer_bytes
-    if checkpoint_write is None:
-        bw = parse_bandwidth_bytes_per_s(checkpoint_bandwidth, "--checkpoint-bandwidth")
-        if not bw > 0:
-            raise ConfigError(f"--checkpoint-bandwidth: {checkpoint_bandwidth!r} is not valid; expected > 0")
-        write_s = checkpoint_bytes / bw
-    else:
-        write_s = parse_long_duration_s(checkpoint_write, "--checkpoint-write")
-    restart_s = parse_long_duration_s(restart, "--restart")
-    replace_s = parse_long_duration_s(replace_after, "--replace")
-    cluster = ClusterShape.from_topology(topo)
-    mtbf = cluster.mtbf_s(rates)
-    interval_s = (model_optimum_s(work_s, write_s, restart_s, mtbf, replace_s) if checkpoint_interval is None
-                  else parse_long_duration_s(checkpoint_interval, "--checkpoint-interval"))
-    if not math.isfinite(interval_s) or interval_s <= 0:
-        interval_s = work_s
-    job = TrainingJob(work_s=work_s, cluster=cluster, rates=rates, policy=elastic, replace_s=replace_s,
-                      min_nodes=min_nodes,
-                      checkpoint=CheckpointPolicy(interval_s=interval_s, write_s=write_s, restart_s=restart_s))
-    headline = simulate_goodput(job, runs=runs, seed=seed)
-    study = interval_study(replace(job, policy="wait"), runs=runs, seed=seed)
-    choice = elastic_choice(job, runs=runs, seed=seed)
-    best = max(choice.values(), key=lambda g: g.goodput)
-    out = {
-        "schema": "dpsim.goodput/1",
-        "n_gpus": topo.n_gpus, "n_nodes": topo.n_nodes, "topology": topo.spec.name, "model": p.model,
-        "tokens_per_s": p.tokens_per_s, "samples_per_s": p.samples_per_s, "work_s": work_s,
-        "tokens": float(budget) if tokens is not None else None,
-        "mtbf_s": mtbf, "failure_rates_per_s": cluster.rates_per_s(rates),
-        "checkpoint_bytes": checkpoint_bytes, "checkpoint_interval_s": interval_s, "checkpoint_write_s": write_s,
-        "restart_s": restart_s, "replace_s": replace_s, "seed": seed,
-        "result": headline.to_dict(),
-        # The model-error interval of the failure-free time to train (the step's, scaled to the work);
-        # the 95 % CIs of "result" are run-to-run variability of failures, a separate interval.
-        "work_model_error": p.model_error.scaled(work_s / p.step_time_s).to_dict() if p.model_error else None,
-        "interval_study": study.to_dict(),
-        "elastic": {"wait": choice["wait"].to_dict(), "shrink": choice["shrink"].to_dict(),
-                    "better": best.policy},
-    }
+    report = goodput(
+        PredictConfig(**flags), tokens=budget,
+        duration_s=None if duration is None else parse_long_duration_s(duration, "--duration"),
+        rates=rates,
+        checkpoint_interval_s=(None if checkpoint_interval is None
+                               else parse_long_duration_s(checkpoint_interval, "--checkpoint-interval")),
+        checkpoint_write_s=(None if checkpoint_write is None
+                            else parse_long_duration_s(checkpoint_write, "--checkpoint-write")),
+        checkpoint_bandwidth_bytes_per_s=(
+            parse_bandwidth_bytes_per_s(checkpoint_bandwidth, "--checkpoint-bandwidth") if checkpoint_write is None
+            else DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S),
+        restart_s=parse_long_duration_s(restart, "--restart"),
+        replace_s=parse_long_duration_s(replace_after, "--replace"),
+        policy=elastic, min_nodes=min_nodes, runs=runs, seed=seed)
     if as_json:
-        _emit_json(out)
+        _emit_json(report.to_dict())
     else:
-        _print(out, headline, study, choice)
+        _print(report)
 
 
 def _days(s: float) -> str:
@@ -151,11 +110,12 @@ def _days(s: float) -> str:
     return f"{s:.1f} s"
 
 
-def _print(out: dict, headline, study, choice) -> None:
+def _print(report) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    out, headline, study, choice = report.to_dict(), report.result, report.interval_study, report.elastic
     console = Console()
     title = (f"{out['model']} on {out['n_gpus']} GPUs [{out['topology']}, {out['n_nodes']} nodes]: "
              f"job MTBF {_days(out['mtbf_s'])}, policy {headline.policy}, {headline.runs} runs")

@@ -13,7 +13,8 @@ from dpsim.predict.config import LAYOUT_FIELDS
 
 MEMORY_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
                  "micro_batch", "flash_attention", "precision", "optimizer", "strategy", "grad_accum",
-                 "activation_checkpointing", "fsdp_unit", "overlap", "bucket_cap_mb") + LAYOUT_FIELDS
+                 "activation_checkpointing", "fsdp_unit", "fsdp_version", "fsdp_accumulate", "overlap",
+                 "bucket_cap_mb", "recompute_every") + LAYOUT_FIELDS
 """The ``PredictConfig`` fields memory depends on (``overlap``: DeepSpeed keeps one gradient buffer
 without it; ``bucket_cap_mb``: the size of ZeRO-1/2's gradient buffers)."""
 
@@ -26,39 +27,26 @@ def memory(
     """Memory per GPU by category for a strategy, the fits / OOM verdict and what would make it fit."""
     from dpsim.memory import HEADROOM_FRACTION
     from dpsim.predict.config import PredictConfig
-    from dpsim.predict.run import memory_for_config
+    from dpsim.predict.run import memory_report
     from dpsim.strategies.registry import STRATEGIES
 
-    config = PredictConfig(**flags)
-    mem, advice, spec, topo = memory_for_config(config)
+    report = memory_report(PredictConfig(**flags))
+    if as_json:
+        _emit_json(report.to_dict())
+        return
+    config, mem, advice = report.config, report.memory, report.advice
     rows = [("weights", mem.weights_bytes), ("gradients", mem.gradients_bytes),
             ("optimizer state", mem.optimizer_bytes), ("activations", mem.activations_bytes),
             ("communication buffers", mem.comm_buffers_bytes), ("framework overhead", mem.overhead_bytes)]
-    if as_json:
-        _emit_json({
-            "schema": "dpsim.memory/1", "model": spec.name, "param_count": spec.param_count,
-            "gpu": topo.spec.gpu, "n_gpus": topo.n_gpus, "gpus_per_node": topo.gpus_per_node,
-            "strategy": config.strategy, "precision": config.precision, "optimizer": config.optimizer,
-            "micro_batch": config.micro_batch, "grad_accum": config.grad_accum,
-            "activation_checkpointing": config.activation_checkpointing,
-            "shard_group_size": mem.shard_group_size,
-            "weights_bytes": mem.weights_bytes, "gradients_bytes": mem.gradients_bytes,
-            "optimizer_bytes": mem.optimizer_bytes, "activations_bytes": mem.activations_bytes,
-            "comm_buffers_bytes": mem.comm_buffers_bytes, "overhead_bytes": mem.overhead_bytes,
-            "total_bytes": mem.total_bytes, "capacity_bytes": mem.capacity_bytes,
-            "usable_bytes": mem.usable_bytes, "fits": mem.fits, "suggestion": mem.suggestion,
-            "advice": advice.to_dict(),
-        })
-        return
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from dpsim.units import format_bytes
-    title = (f"{spec.name} ({spec.param_count / 1e9:.3g} B params), {config.strategy} on {topo.n_gpus} x "
-             f"{topo.spec.gpu}, {config.precision} + {config.optimizer}, micro-batch {config.micro_batch}"
+    title = (f"{report.model} ({report.param_count / 1e9:.3g} B params), {config.strategy} on {report.n_gpus} x "
+             f"{report.gpu}, {config.precision} + {config.optimizer}, micro-batch {config.micro_batch}"
              + (f" x {config.grad_accum}" if config.grad_accum > 1 else "")
-             + (", checkpointing" if config.activation_checkpointing else ""))
+             + (f", {config.checkpointing.describe()}" if config.checkpointing.active else ""))
     table = Table(title=escape(title), header_style="bold")
     table.add_column("memory per GPU")
     table.add_column("size", justify="right")

@@ -32,7 +32,15 @@ from typing import Any, Optional
 
 import typer
 
-from dpsim.predict.config import PredictConfig, derived_flags, field_kind, flag_name, flag_scale, range_help
+from dpsim.predict.config import (
+    PROFILE_DEFAULTED,
+    PredictConfig,
+    derived_flags,
+    field_kind,
+    flag_name,
+    flag_scale,
+    range_help,
+)
 
 ALL_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PredictConfig))
 """Every ``PredictConfig`` field, in declaration order (``predict`` and ``report`` expose all)."""
@@ -69,7 +77,9 @@ def choices_metavar(name: str) -> str | None:
 
 
 def _flag_default(name: str) -> Any:
-    default = next(f.default for f in dataclasses.fields(PredictConfig) if f.name == name)
+    # A field a calibration profile decides shows its value without one (it is left out
+    # unless given, so a profile still decides it).
+    default = PROFILE_DEFAULTED.get(name, next(f.default for f in dataclasses.fields(PredictConfig) if f.name == name))
     scale = flag_scale(name)
     return default * scale if scale is not None and default is not None else default
 

@@ -25,7 +25,6 @@ from dpsim.limits import (
     MIN_DEGRADED_FRACTION,
     MIN_SINGLE_GPU_STEP_S,
     MIN_STRAGGLER_FACTOR,
-    check_int,
     check_number,
 )
 from dpsim.predict.config import PredictConfig
@@ -72,24 +71,17 @@ def predict(
 ) -> None:
     """Predict the step time, throughput, scaling efficiency and memory of DDP training."""
     config = predict_config(flags, single_gpu_samples_per_s)
-    from dpsim.predict.run import predict as run_predict
-
     if timeline is not None:
         from dpsim.files import check_output_path
         check_output_path(timeline, "--timeline")
-    noise_source = None
-    if noise_cv is None:
-        noise_cv, noise_source = _default_noise_cv(config.calibration)
+    from dpsim.variability.run import predict_with_variability
+
+    # The library resolves the profile's defaults (--noise-cv included) and takes the one-rank
+    # fast path when nothing varies.
     variability = _variability_from_flags(noise_cv=noise_cv, noise_dist=noise_dist, straggler=straggler,
                                           degrade=degrade, hiccup_rate_per_s=hiccup_rate_per_s,
-                                          hiccup_s=hiccup_s, seed=seed, mc_samples=mc_samples,
-                                          mc_steps=mc_steps, n_gpus=config.gpus, noise_source=noise_source)
-    report = None
-    if variability is None:
-        result = run_predict(config)  # a homogeneous, healthy cluster: the engine's one-rank fast path
-    else:
-        from dpsim.variability.run import predict_with_variability
-        result, report = predict_with_variability(config, variability, steps=mc_steps)
+                                          hiccup_s=hiccup_s, seed=seed, mc_samples=mc_samples)
+    result, report = predict_with_variability(config, variability, steps=mc_steps)
     if as_json:
         out = result.to_dict()
         if report is not None:
@@ -114,9 +106,9 @@ def predict_config(flags: dict[str, Any], single_gpu_samples_per_s: float | None
     """The PredictConfig of ``predict``'s config flags (``report`` shares it).
 
     ``flags``: the fields given on the command line (:func:`~dpsim.cli.options.config_options`).
-    ``--single-gpu-samples-per-s`` becomes ``single_gpu_step_s`` at the config's micro-batch;
-    with ``--calibration``, the flags left out take the profile's values (its ranks per
-    node, its measured overlap slowdown, fp32 for a CPU profile).
+    ``--single-gpu-samples-per-s`` becomes ``single_gpu_step_s`` at the config's micro-batch.
+    With ``--calibration``, the fields left out stay ``None`` here: the library gives them the
+    profile's values (:mod:`dpsim.predict.resolve`), for the CLI and the Python API alike.
     """
     config = PredictConfig(**flags)
     changes: dict[str, Any] = {}
@@ -130,70 +122,22 @@ def predict_config(flags: dict[str, Any], single_gpu_samples_per_s: float | None
                               f"{config.micro_batch} is a {step_s:.3g} s step; expected a step from "
                               f"{MIN_SINGLE_GPU_STEP_S:g} s to {MAX_SINGLE_GPU_STEP_S:g} s")
         changes["single_gpu_step_s"] = step_s
-    if config.calibration is not None:
-        changes.update(_profile_defaults(flags, config))
-    if "overlap_slowdown" not in flags and config.calibration is not None:
-        measured = _calibrated_overlap_slowdown(config.calibration)
-        if measured is not None:
-            changes["overlap_slowdown"] = measured
     return replace(config, **changes) if changes else config
 
 
-def _profile_defaults(flags: dict[str, Any], config: PredictConfig) -> dict[str, Any]:
-    """What the profile implies for the flags left out: its ranks per node and fp32 for a CPU
-    profile (:func:`dpsim.predict.provenance.profile_defaults`; the overlap slowdown below)."""
-    from dpsim.predict.provenance import profile_defaults
-    from dpsim.profile.io import load_profile
-    from dpsim.topology.load import load_preset, load_topology_file
-
-    spec = load_topology_file(config.topology_file) if config.topology_file else load_preset(config.link)
-    defaults = profile_defaults(flags, load_profile(config.calibration),
-                                topology_gpus_per_node=spec.node.gpus_per_node)
-    return {k: v for k, v in defaults.items() if k != "overlap_slowdown"}
-
-
-def _calibrated_overlap_slowdown(calibration: str) -> float | None:
-    """The compute slowdown a calibration profile measured while communicating, if it did."""
-    from dpsim.profile.calibrated import calibrated_overlap_slowdown
-    from dpsim.profile.io import load_profile
-    return calibrated_overlap_slowdown(load_profile(calibration))
-
-
-def _default_noise_cv(calibration: str | None) -> tuple[float, str | None]:
-    """``--noise-cv`` left out: (the profile's measured step-time CV, where it came from), else (0, None)."""
-    if calibration is None:
-        return 0.0, None
-    from dpsim.profile.calibrated import calibrated_noise_cv
-    from dpsim.profile.io import load_profile
-    profile = load_profile(calibration)
-    measured = calibrated_noise_cv(profile)
-    if not measured:
-        return 0.0, None
-    from dpsim.variability.spec import MAX_NOISE_CV
-    capped = " (capped)" if measured > MAX_NOISE_CV else ""
-    return min(measured, MAX_NOISE_CV), f"calibration profile {profile.name!r} step_time_cv{capped}"
-
-
 def _variability_from_flags(*, noise_cv, noise_dist, straggler, degrade, hiccup_rate_per_s, hiccup_s, seed,
-                            mc_samples, mc_steps, n_gpus, noise_source=None):
-    """The VariabilitySpec of ``predict``'s variability flags, or ``None`` when none is active."""
+                            mc_samples):
+    """The VariabilitySpec of ``predict``'s variability flags (``noise_cv`` ``None``: left out)."""
     from dpsim.network.degrade import parse_degradation
-    from dpsim.variability.spec import VariabilitySpec, check_monte_carlo_size, parse_straggler
+    from dpsim.variability.spec import VariabilitySpec, parse_straggler
 
     for flag, items in (("--straggler", straggler), ("--degrade", degrade)):
         if items and len(items) > MAX_REPEATED_FLAGS:
             raise ConfigError(f"{flag}: given {len(items):,} times; expected at most {MAX_REPEATED_FLAGS:,}")
 
-    spec = VariabilitySpec(
+    return VariabilitySpec(
         noise_cv=noise_cv, noise_distribution=noise_dist,
         stragglers=tuple(parse_straggler(x) for x in straggler or ()),
         degradations=tuple(parse_degradation(x) for x in degrade or ()),
         hiccup_rate_per_s=hiccup_rate_per_s, hiccup_s=hiccup_s, seed=seed, samples=mc_samples,
-        noise_source=noise_source,
     )
-    if spec.per_rank:
-        check_monte_carlo_size(n_gpus, spec.samples, mc_steps)
-    else:
-        check_int(mc_steps, "--mc-steps", 1, MAX_MC_STEPS)
-    return spec if spec.active else None
-

@@ -3,8 +3,11 @@
 - :mod:`~dpsim.collectives.ops` — operations, nccl-tests conventions, the :class:`CollectiveModel` protocol
 - :mod:`~dpsim.collectives.algorithms` — ring, double binary tree, NVLS, NVLS tree, hierarchical,
   halving-doubling: each a compact plan (flows per phase) and an explicit schedule
-- :mod:`~dpsim.collectives.nccl` / :mod:`~dpsim.collectives.nccl_tuning` — NCCL's per-call choice of
-  algorithm x protocol with NCCL's own tuning constants, bandwidths from the flow model
+- :mod:`~dpsim.collectives.nccl` — :class:`NcclCollectives`, NCCL's per-call choice of algorithm x
+  protocol, by concern: :mod:`~dpsim.collectives.fabric_facts` (what the topology offers),
+  :mod:`~dpsim.collectives.plan_cost` (plans on the flow model), :mod:`~dpsim.collectives.nccl_cost`
+  (NCCL's estimate per algorithm x protocol), :mod:`~dpsim.collectives.selection` (what NCCL picks);
+  :mod:`~dpsim.collectives.nccl_tuning` holds NCCL's own constants and the fitted ones
 - :mod:`~dpsim.collectives.groups` — the job's communicators (world, FSDP hybrid intra/inter)
 - :mod:`~dpsim.collectives.links` — per-link utilisation and bottleneck links of a step
 """

@@ -26,6 +26,7 @@ from dpsim.collectives.ops import CollectiveModel, CollectiveResult
 from dpsim.errors import ConfigError
 from dpsim.topology.cluster import Topology
 from dpsim.topology.server import with_gpus_per_node
+from dpsim.topology.spec import nic_fabric, nvlink_fabric
 
 GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb")
 """Communicator names a comm op may use (``tp``, ``dp``, ``pp`` and ``emb`` exist only for a
@@ -57,7 +58,7 @@ def communicators(job: Topology) -> dict[str, Communicator]:
         one = dataclasses.replace(spec, node=with_gpus_per_node(spec.node, 1))
         inter = Topology(spec=one, n_gpus=1)
     else:
-        if fabric.kind == "nvlink":
+        if nvlink_fabric(fabric):
             new_fabric = fabric
         else:
             new_fabric = dataclasses.replace(
@@ -70,7 +71,7 @@ def communicators(job: Topology) -> dict[str, Communicator]:
         "world": Communicator(name="world", topology=job, job=job),
         "intra": Communicator(name="intra", topology=intra, job=job),
         "inter": Communicator(name="inter", topology=inter, job=job,
-                              concurrent=gpn if fabric is not None and fabric.kind != "nvlink" else 1),
+                              concurrent=gpn if nic_fabric(fabric) else 1),
     }
 
 
@@ -98,7 +99,7 @@ def _node_group(job: Topology, per_node: int, nodes: int) -> tuple[Topology, int
     share = max(1, gpn // per_node)
     fabric = spec.fabric
     assert fabric is not None or spec.nvlink_domain is not None, "several nodes need a fabric or an NVLink domain"
-    if fabric is None or fabric.kind == "nvlink" or share == 1:
+    if not nic_fabric(fabric) or share == 1:
         new_fabric = fabric
     elif fabric.nics_per_node % share == 0:
         new_fabric = dataclasses.replace(fabric, nics_per_node=fabric.nics_per_node // share)
@@ -107,7 +108,7 @@ def _node_group(job: Topology, per_node: int, nodes: int) -> tuple[Topology, int
             fabric, nics_per_node=1, rail_optimized=False,
             nic_bandwidth_bytes_per_s=fabric.nic_bandwidth_bytes_per_s * fabric.nics_per_node / share)
     sub = dataclasses.replace(spec, node=with_gpus_per_node(spec.node, per_node), fabric=new_fabric)
-    concurrent = share if fabric is not None and fabric.kind != "nvlink" else 1
+    concurrent = share if nic_fabric(fabric) else 1
     return Topology(spec=sub, n_gpus=per_node * nodes), concurrent
 
 
@@ -155,7 +156,7 @@ def nvlink_domain_gpus(job: Topology) -> int:
     """GPUs one NVLink domain joins: a server, or the servers of a multi-node NVLink domain."""
     spec = job.spec
     domain = spec.nvlink_domain.nodes if spec.nvlink_domain is not None else 1
-    if spec.fabric is not None and spec.fabric.kind == "nvlink":
+    if nvlink_fabric(spec.fabric):
         return job.n_gpus
     return domain * spec.node.gpus_per_node
 

@@ -109,7 +109,7 @@ def link_report(collectives, ops: list[tuple[str, float]], step_time_s: float, *
     if not isinstance(model, NcclCollectives):
         return None
     net = model.network
-    key = (_Same(model._costs), tuple(ops))  # the model's caches: one per cluster and flags
+    key = (_Same(model.plans.costs), tuple(ops))  # the model's caches: one per cluster and flags
     cached = _GROUPS.get(key)
     if cached is None:
         cached = _GROUPS[key] = _groups(model, ops)
@@ -154,7 +154,7 @@ def _groups(model: NcclCollectives, ops: list[tuple[str, float]]) -> tuple[list[
         if size <= 0 or model.n_ranks == 1:
             continue
         choice = model.choose(op, size)
-        scale = model.nic_scale(model.message_bytes(choice.algorithm, choice.protocol, op, size)) \
+        scale = model.facts.nic_scale(model.costs.message_bytes(choice.algorithm, choice.protocol, op, size)) \
             if model.topology.n_nodes > 1 else 1.0
         pc = model.plan_cost(choice.algorithm, op, scale)
         entry = per_plan.setdefault((choice.algorithm, op, round(scale, 6)), [pc, 0.0])
@@ -212,7 +212,7 @@ class _Group:
 def _symmetric_groups(model: NcclCollectives, total: LoadMap) -> list[_Group]:
     net = model.network
     fams = net.families()
-    caps = model._family_capacity(1.0)
+    caps = model.plans.family_capacity(1.0)
     merged: dict[tuple, tuple[_Group, list]] = {}
     for fam, value, count, first, cell in total.groups(fams):
         cls = net.link_classes[fam.link_class]
@@ -237,7 +237,7 @@ def _dense_groups(model: NcclCollectives, link_bytes: np.ndarray) -> list[_Group
     if not len(idx):
         return []
     cid = net.link_class_id[idx]
-    cap = model.capacity_bytes_per_s[idx]
+    cap = model.plans.capacity_bytes_per_s[idx]
     rows = np.stack([cid.astype(float), cap, link_bytes[idx]], axis=1)
     _, first, inverse, count = np.unique(rows, axis=0, return_index=True, return_inverse=True, return_counts=True)
     inverse = np.asarray(inverse).ravel()

@@ -16,6 +16,7 @@ import numpy as np
 
 from dpsim.errors import ConfigError
 from dpsim.topology.cluster import Topology
+from dpsim.topology.spec import nic_fabric
 from dpsim.units import NUMBER_PATTERN
 
 
@@ -149,7 +150,7 @@ def communicator_degradations(degradations: Sequence[LinkDegradation], job: Topo
     intra = group.n_nodes == 1
     gpn = job.gpus_per_node
     fabric = job.spec.fabric
-    nics = fabric.nics_per_node if fabric is not None and fabric.kind != "nvlink" else 0
+    nics = fabric.nics_per_node if nic_fabric(fabric) else 0
     out = []
     for d in degradations:
         m = _NAMED_LINK.fullmatch(d.link)

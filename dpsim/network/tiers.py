@@ -64,6 +64,7 @@ from dpsim.topology.fabric import (
     uplink_capacities,
 )
 from dpsim.topology.server import build_server
+from dpsim.topology.spec import nic_fabric, nvlink_fabric
 
 _GPU_ID = re.compile(r"n(\d+)\.gpu(\d+)$")
 _HUB_ID = re.compile(r"n(\d+)\.(?:nvswitch|pcie)$")
@@ -96,8 +97,8 @@ class TierNetwork:
         self.server = build_server(spec)
         """The links and routes every server repeats (:mod:`dpsim.topology.server`)."""
         fabric = spec.fabric
-        self.nic_kind = fabric is not None and fabric.kind != "nvlink" and self.n_nodes > 1
-        self.nvl_fabric = fabric is not None and fabric.kind == "nvlink" and self.n_nodes > 1
+        self.nic_kind = nic_fabric(fabric) and self.n_nodes > 1
+        self.nvl_fabric = nvlink_fabric(fabric) and self.n_nodes > 1
         dom = spec.nvlink_domain
         self.domain_nodes = dom.nodes if dom is not None and self.n_nodes > 1 else 0
         if self.nic_kind:

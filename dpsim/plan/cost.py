@@ -86,6 +86,28 @@ GPU_HOUR_PRICES: dict[str, GpuPrice] = {
         GpuPrice(gpu="rtx3090", usd_per_gpu_hour=0.00019 * 3600,
                  source="docs.runpod.io/serverless/pricing: L4, A5000, 3090 (24 GB) flex $0.00019 per second "
                         "-> $0.684 per GPU-hour"),
+        GpuPrice(gpu="a40", usd_per_gpu_hour=0.00034 * 3600,
+                 source="docs.runpod.io/serverless/pricing: A6000, A40 (48 GB) flex $0.00034 per second "
+                        "-> $1.224 per GPU-hour"),
+        GpuPrice(gpu="a6000", usd_per_gpu_hour=0.00034 * 3600,
+                 source="docs.runpod.io/serverless/pricing: A6000, A40 (48 GB) flex $0.00034 per second "
+                        "-> $1.224 per GPU-hour"),
+        GpuPrice(gpu="rtx4090", usd_per_gpu_hour=0.00031 * 3600,
+                 source="docs.runpod.io/serverless/pricing: 4090 PRO (24 GB) flex $0.00031 per second "
+                        "-> $1.116 per GPU-hour"),
+        GpuPrice(gpu="rtx5090", usd_per_gpu_hour=0.69,
+                 source="deploybase.ai/articles/rtx-5090-cloud: RunPod RTX 5090 $0.69/hr"),
+        GpuPrice(gpu="a100-40gb", usd_per_gpu_hour=1.99,
+                 source="datareceipts/data-receipts 109-gpu-pricing/compare.json (read 2026-11-09): Lambda "
+                        "A100 SXM 40GB, 1 GPU, $1.99/hr"),
+        GpuPrice(gpu="v100-pcie-16gb", usd_per_gpu_hour=0.80,
+                 source="no separate V100 PCIe price found: the V100 SXM2 price, CoreWeave legacy $0.80 per GPU-hour"),
+        GpuPrice(gpu="h800", usd_per_gpu_hour=49.24 / 8,
+                 source="no list price found in the sources used here: the HGX H100 price ($6.155 per GPU-hour, "
+                        "CoreWeave) as a placeholder; override with --gpu-hour-usd h800=PRICE"),
+        GpuPrice(gpu="h20", usd_per_gpu_hour=49.24 / 8,
+                 source="no list price found in the sources used here: the HGX H100 price ($6.155 per GPU-hour, "
+                        "CoreWeave) as a placeholder; override with --gpu-hour-usd h20=PRICE"),
         GpuPrice(gpu="rtx2080ti", usd_per_gpu_hour=0.5904,
                  source="no public list price found: the T4 price ($0.5904/hr, Modal) as a placeholder; "
                         "override with --gpu-hour-usd rtx2080ti=PRICE"),

@@ -52,6 +52,7 @@ from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, short
 from dpsim.memory import FRAMEWORK_OVERHEAD_BYTES, HEADROOM_FRACTION
 from dpsim.plan.cost import PriceOverride, gpu_hour_price
 from dpsim.predict.config import PredictConfig, flag_name, flag_scale
+from dpsim.predict.resolve import resolve
 from dpsim.predict.layout import _heads, shard_compute
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import build_collectives, load_model, predict, resolve_topology
@@ -597,8 +598,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
                  gpu_hour_usd: PriceOverride = None, rank_by: str = "time", top: int = 10,
                  verify: int = 3, grad_accum_fusion: bool = True) -> PlanResult:
-    """Search the layouts of ``base``'s job on each GPU count (see the module docstring)."""
+    """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
+    ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`)."""
     t0 = time.perf_counter()
+    base = resolve(base).config
     if rank_by not in RANKINGS:
         raise ConfigError(f"--rank: {rank_by!r} is not known; choose one of {', '.join(RANKINGS)}")
     if rank_by == "cost" and tokens is None and samples is None:

@@ -45,7 +45,7 @@ Default MTBFs (:class:`FailureRates`) come from Llama 3's pre-training (Dubey et
 interruptions in a 54-day snapshot on 16,384 H100 GPUs (2,048 nodes of 8, one 400 Gb/s
 NIC per GPU): 256 GPU-attributed (faulty GPU 148, HBM3 72, SRAM 19, GPU system
 processor 17) -> 16,384 x 1,296 h / 256 = 82,944 h per GPU; 35 network switch/cable
--> 16,384 x 1,296 h / 35 = 606,674 h per link; the other 128 (host, software, NIC,
+-> 16,384 x 1,296 h / 35 = 606,676 h per link; the other 128 (host, software, NIC,
 ...) -> 2,048 x 1,296 h / 128 = 20,736 h per node. On that cluster they give the
 reported ~3.1 h between interruptions. Your fleet differs: pass your own.
 """
@@ -61,6 +61,7 @@ import numpy as np
 
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
+from dpsim.topology.spec import nvlink_fabric
 
 HOUR_S = 3600.0
 DAY_S = 86400.0
@@ -69,7 +70,7 @@ _LLAMA3_GPU_HOURS = 16_384 * 54 * 24
 DEFAULT_GPU_MTBF_S = _LLAMA3_GPU_HOURS / 256 * HOUR_S
 """82,944 h per GPU (Llama 3, table 5: 256 GPU-attributed interruptions; see module docstring)."""
 DEFAULT_LINK_MTBF_S = _LLAMA3_GPU_HOURS / 35 * HOUR_S
-"""606,674 h per inter-node link (Llama 3, table 5: 35 network switch/cable interruptions, one NIC per GPU)."""
+"""606,676 h per inter-node link (Llama 3, table 5: 35 network switch/cable interruptions, one NIC per GPU)."""
 DEFAULT_NODE_MTBF_S = 2_048 * 54 * 24 / 128 * HOUR_S
 """20,736 h per node (Llama 3, table 5: the other 128 interruptions over 2,048 nodes)."""
 
@@ -160,7 +161,7 @@ class ClusterShape:
         fabric = topology.spec.fabric
         if topology.n_nodes == 1 or fabric is None:
             links = 0
-        elif fabric.kind == "nvlink":
+        elif nvlink_fabric(fabric):
             links = topology.gpus_per_node
         else:
             links = fabric.nics_per_node

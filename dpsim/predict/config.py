@@ -49,7 +49,8 @@ from dpsim.limits import (
     short,
 )
 from dpsim.strategies.ddp_costs import DdpOptions
-from dpsim.strategies.registry import BUCKET_CAP_MB, honours
+from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
+from dpsim.strategies.registry import BUCKET_CAP_MB, check_fsdp_options, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
 
@@ -57,6 +58,15 @@ DEFAULT_OVERLAP_SLOWDOWN = 0.1
 """Compute slowdown while a collective runs. NCCL runs one CTA per channel on its own
 SMs; ~16 channels on a 132-SM H100 (NVIDIA H100 datasheet: 132 SMs on SXM5) take
 ~12 % of the SMs. An estimate until ``dpsim calibrate`` measures it."""
+
+DEFAULT_PRECISION = "amp-bf16"
+"""``--precision`` left out, without a CPU calibration profile: what PyTorch users train with most."""
+
+PROFILE_DEFAULTED = {"precision": DEFAULT_PRECISION, "overlap_slowdown": DEFAULT_OVERLAP_SLOWDOWN}
+"""Fields whose default a calibration profile decides (``None`` until :mod:`dpsim.predict.resolve`
+reads it), and their value without a profile, filled in when the config is made. A config made
+without ``calibration`` therefore holds these values as if given: add a profile by making the
+config with it, not by ``dataclasses.replace``."""
 
 # The closed choices, spelled out so that a type checker and ``--help`` can read them.
 # Each mirrors a registry lower down; tests/test_config.py asserts they are equal.
@@ -74,8 +84,12 @@ Placement = Literal["packed", "interleaved"]
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
 Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
-Recompute = Literal["off", "selective", "full"]
-"""``--recompute``: the keys of :data:`dpsim.strategies.layout.RECOMPUTE`."""
+Recompute = Literal["off", "selective", "op", "full"]
+"""``--recompute``: the keys of :data:`dpsim.strategies.checkpointing.RECOMPUTE`."""
+FsdpVersion = Literal["1", "2"]
+"""``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
+FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
+"""``--fsdp-accumulate``: the keys of :data:`dpsim.strategies.registry.FSDP_ACCUMULATE`."""
 TpCommOverlap = Literal["off", "backward", "full"]
 """``--tp-comm-overlap``: the keys of :data:`dpsim.strategies.tensor.TP_COMM_OVERLAP`."""
 CommHook = Literal["off", "allreduce", "fp16-compress", "bf16-compress", "powersgd"]
@@ -121,7 +135,8 @@ class PredictConfig:
     topology_file: str | None = field(default=None, metadata={"flag": "--topology"})
     """A topology YAML file of your own (schema: topologies/README.md), instead of a preset."""
     gpus_per_node: int | None = field(default=None, metadata=_count(MAX_GPUS_PER_NODE))
-    """GPUs per node, instead of the topology's."""
+    """GPUs per node, instead of the topology's; left out with a calibration profile measured across
+    nodes: the profile's ranks per node."""
     gpu: str | None = None
     """GPU preset, instead of the topology's: v100, a100, h100, h200, b200, ... (dpsim/hardware.py)."""
     model: str = "gpt2-xl"
@@ -133,12 +148,13 @@ class PredictConfig:
     """Attention keeps no score matrices (SDPA, FlashAttention): sets activation memory."""
     micro_batch: int = field(default=4, metadata=_count(MAX_MICRO_BATCH))
     """Samples per GPU per micro-batch."""
-    precision: Precision = "amp-bf16"
+    precision: Precision | None = None
     """The framework setting trained with (dpsim/workload/precision.py): fp32, tf32, amp-bf16
     (torch.autocast bf16: fp32 params and grads, so DDP all-reduces fp32), amp-fp16 (+ GradScaler),
     bf16-params or fp16-params (16-bit params and grads, fp32 master: DeepSpeed, Megatron --fp16, FSDP
     MixedPrecision), bf16-fp32-grads (Megatron --bf16: gradients accumulated and reduced in fp32), bf16-true (everything bf16). Old names: amp = amp-bf16, bf16-mixed = bf16-params,
-    fp16-mixed = fp16-params, bf16 = bf16-true."""
+    fp16-mixed = fp16-params, bf16 = bf16-true. Left out: amp-bf16, or fp32 with a calibration profile
+    measured on CPUs."""
     optimizer: Optimizer = "adamw"
     """Optimizer: sets the optimizer state kept per parameter."""
     bucket_cap_mb: float | None = field(default=None, metadata=_range(0, MAX_BUCKET_CAP_MB, open_below=True))
@@ -148,10 +164,9 @@ class PredictConfig:
     overlap: bool = True
     """Communicate gradients during backward (DDP; DeepSpeed's overlap_comm); off:
     after backward."""
-    overlap_slowdown: float = field(default=DEFAULT_OVERLAP_SLOWDOWN,
-                                    metadata=_range(0, MAX_OVERLAP_SLOWDOWN))
-    """Fractional compute slowdown while communication runs (0.1 = 10 %); with a calibration
-    profile, the profile's measured slowdown unless given."""
+    overlap_slowdown: float | None = field(default=None, metadata=_range(0, MAX_OVERLAP_SLOWDOWN))
+    """Fractional compute slowdown while communication runs (0.1 = 10 %); left out: a calibration
+    profile's measured slowdown, else 0.1 (dpsim's estimate)."""
     compute_efficiency: float = field(default=DEFAULT_COMPUTE_EFFICIENCY,
                                       metadata=_range(MIN_COMPUTE_EFFICIENCY, 1))
     """Overall factor on every modelled compute time: 1 keeps the per-op roofline as it is (it
@@ -172,7 +187,7 @@ class PredictConfig:
     """Micro-batches per optimizer step (gradient accumulation)."""
     activation_checkpointing: bool = False
     """Recompute each unit's forward in backward and keep only unit inputs (memory down,
-    compute up)."""
+    compute up); the same as --recompute full."""
     fsdp_unit: FsdpUnit = "block"
     """ZeRO-3/FSDP wrap unit, also the checkpointing unit: each block, each layer that owns
     parameters, or the whole model."""
@@ -212,8 +227,9 @@ class PredictConfig:
     """Megatron sequence parallelism with --tp: norms and dropouts split along the sequence,
     all-reduces replaced by reduce-scatter + all-gather, activations divided by tp."""
     recompute: Recompute = "off"
-    """Activation recomputation of a tensor/pipeline layout: selective (attention core only) or
-    full (each block's forward re-run in backward)."""
+    """Activation checkpointing of every layout: selective (attention core only, Megatron), op (keep
+    matmul and attention outputs, recompute the other ops of each block, torchtitan's op-level
+    policy) or full (each block keeps its input and re-runs its forward in backward)."""
     tp_comm_overlap: TpCommOverlap = "backward"
     """Tensor-parallel communication hidden behind GEMMs: off, backward (input-gradient reductions
     under the weight-gradient GEMM, Megatron's default) or full (TransformerEngine userbuffers)."""
@@ -258,8 +274,26 @@ class PredictConfig:
                                                                              open_below=True))
     """Samples per second one GPU's input pipeline (its data loader) delivers: a step is never shorter
     than loading its micro-batches. Left out: unlimited (synthetic data)."""
+    fsdp_version: FsdpVersion = "1"
+    """PyTorch FSDP API of the fsdp strategies: 1 (FullyShardedDataParallel: one flat parameter per
+    unit) or 2 (fully_shard: each parameter sharded on dim 0, collectives staged through copy-in and
+    copy-out buffers)."""
+    fsdp_accumulate: FsdpAccumulate = "auto"
+    """How the fsdp strategies accumulate gradients over micro-batches: unsharded (FSDP1 no_sync(),
+    FSDP2 set_requires_gradient_sync(False): full gradients kept, one reduce-scatter at the last
+    micro-batch), sharded (reduce-scatter after every micro-batch, only the gradient shard kept:
+    FSDP2's default, FSDP1 without no_sync) or auto (unsharded with --fsdp-version 1, sharded with 2)."""
+    recompute_every: int = field(default=1, metadata=_count())
+    """With --recompute full: checkpoint every k-th block only (the k-th, 2k-th, ...), the others keep
+    their activations."""
 
     def __post_init__(self) -> None:
+        if self.calibration is None:
+            # Nothing to read: these defaults are known now. With a profile they wait for
+            # dpsim.predict.resolve, which reads it.
+            for name, value in PROFILE_DEFAULTED.items():
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, value)
         for f in fields(self):
             check_value(f.name, getattr(self, f.name))
         self._check_combination()
@@ -283,6 +317,7 @@ class PredictConfig:
         if self.seq_len is not None and torch_model:
             raise ConfigError(f"--seq-len: does not apply to a torch module (--model {self.model}), "
                               f"{self.seq_len} given; its example input (--input-shape) sets the sequence length")
+        check_fsdp_options(self.strategy, self.fsdp_version, self.fsdp_accumulate)
         if self.bucket_cap_mb is not None and not honours(self.strategy, BUCKET_CAP_MB):
             # Every strategy without gradient buckets shards per unit (tests/test_config.py
             # checks it), so the unit is the lever to name.
@@ -291,6 +326,12 @@ class PredictConfig:
                               f"{self.strategy}, which communicates per unit (gathers and reduce-scatters "
                               f"each wrapped unit); set the unit with --fsdp-unit, or leave --bucket-cap-mb "
                               f"out (it applies to {', '.join(takers)})")
+
+    @property
+    def checkpointing(self) -> CheckpointPolicy:
+        """The activation-checkpointing policy (``--activation-checkpointing`` is ``--recompute full``)."""
+        mode = "full" if self.activation_checkpointing else self.recompute
+        return CheckpointPolicy(mode=mode, every=self.recompute_every)
 
     @property
     def layout_active(self) -> bool:
@@ -353,14 +394,20 @@ class PredictConfig:
         if self.schedule == "1f1b-interleaved" and self.virtual_stages < 2:
             raise ConfigError("--schedule: 1f1b-interleaved needs --virtual-stages 2 or more (model chunks per "
                               "stage)")
+        if self.activation_checkpointing and self.recompute not in ("off", "full"):
+            raise ConfigError(f"--activation-checkpointing: means --recompute full, which contradicts --recompute "
+                              f"{self.recompute}; give one of them")
+        check_recompute(self.checkpointing.mode, self.recompute_every)
         if not self.layout_active:
             if not self.grad_accum_fusion:
                 raise ConfigError("--no-grad-accum-fusion: applies with --tp or --pp above 1 (Megatron's "
                                   "gradient buffers); leave it out")
-            if self.recompute != "off":
-                raise ConfigError(f"--recompute: {self.recompute!r} applies with --tp or --pp above 1; with data "
-                                  f"parallelism alone use --activation-checkpointing")
             return
+        for name in ("fsdp_version", "fsdp_accumulate"):
+            if getattr(self, name) != _fields()[name].default:
+                raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies to data parallelism alone; "
+                                  f"with --tp/--pp the fsdp replicas keep gathered parameters and accumulated "
+                                  f"gradients for the whole step, so leave it out")
         if self.strategy not in LAYOUT_DP_STRATEGIES:
             raise ConfigError(f"--strategy: {self.strategy!r} does not combine with --tp/--pp here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
@@ -516,6 +563,6 @@ def check_value(name: str, value: Any) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
-SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad")
+SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

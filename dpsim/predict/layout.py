@@ -58,6 +58,7 @@ from dpsim.strategies.pipeline import (
     check_schedule,
     in_flight,
 )
+from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.tensor import TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
@@ -76,6 +77,7 @@ def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
     return Layout(tp=config.tp, pp=config.pp, dp=dp, virtual_stages=config.virtual_stages,
                   schedule=config.schedule, micro_batch=config.micro_batch, micro_batches=config.micro_batches,
                   sequence_parallel=config.sequence_parallel, recompute=config.recompute,
+                  recompute_every=config.recompute_every,
                   tp_comm_overlap=config.tp_comm_overlap, strategy=config.strategy, overlap=config.overlap,
                   stage_blocks=parse_stage_layers(config.stage_layers, config.pp), bucket_elements=bucket,
                   grad_accum_fusion=config.grad_accum_fusion)
@@ -241,8 +243,10 @@ def layout_fit(stages: tuple[StageMemory, ...], config: PredictConfig) -> tuple[
     hints = []
     if config.strategy == "ddp" and config.data_parallel > 1:
         hints.append("--strategy zero1")
-    if config.recompute != "full":
-        hints.append("--recompute full" if config.recompute == "selective" else "--recompute selective or full")
+    if config.recompute == "full" and config.recompute_every != 1:
+        hints.append("--recompute-every 1")
+    elif config.recompute != "full":
+        hints.append("--recompute selective or full" if config.recompute == "off" else "--recompute full")
     if config.tp > 1 and not config.sequence_parallel:
         hints.append("--sequence-parallel")
     if config.micro_batch > 1:
@@ -276,9 +280,11 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     shard = shard_compute(tpm, gpu, config, precision)
     act = _act_bytes(precision)
     accumulate = () if layout.grad_accum_fusion else gradient_accumulation_s(tpm, gpu, precision.grad_bytes)
+    shares = recompute_shares(tpm.spec, config.checkpointing, gpu=gpu, precision=precision,
+                              micro_batch=config.micro_batch) if config.recompute == "op" else None
     work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
                       overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown,
-                      accumulate_s=accumulate)
+                      accumulate_s=accumulate, recompute_share=shares)
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
     hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)

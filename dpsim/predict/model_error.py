@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from dpsim.workload.spec import AttentionOp, MatmulOp
+
 ROWS_FILE = Path(__file__).with_name("model_error_rows.json")
 """The residuals, written by ``python validation/model_error.py --write``."""
 
@@ -200,8 +202,6 @@ def band(value: float, bands: tuple[tuple[float, str], ...]) -> str:
 def model_family(model) -> str:
     """``cnn`` (convolutions), ``decoder`` (causal attention), ``encoder`` (other attention) or
     ``unknown`` (a model known only by its FLOPs), from a :class:`~dpsim.workload.spec.ModelSpec`'s ops."""
-    from dpsim.workload.spec import AttentionOp, MatmulOp
-
     ops = [op for layer in model.layers for op in layer.ops]
     if any(isinstance(op, AttentionOp) for op in ops):
         return "decoder" if any(isinstance(op, AttentionOp) and op.causal for op in ops) else "encoder"

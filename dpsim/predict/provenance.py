@@ -8,15 +8,13 @@ noisy measurements, a measured step that could not be used and why).
 With a profile (:func:`apply_profile`): the measured step replaces the modelled compute
 when it is the same model (:mod:`dpsim.profile.match`), the fitted collectives replace
 NCCL's model, the measured slowdowns set the overlap, and a CPU profile predicts a CPU
-cluster (:func:`dpsim.profile.calibrated.calibrated_device`). :func:`profile_defaults`
-gives the defaults a profile implies for flags the user left out (``--gpus-per-node``,
-``--precision``, ``--overlap-slowdown``); the CLI applies them, API users pass them.
+cluster (:func:`dpsim.profile.calibrated.calibrated_device`). The defaults a profile implies
+for the fields left out are :mod:`dpsim.predict.resolve`'s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from dpsim.errors import ConfigError, ProfileError
 from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN, PredictConfig
@@ -226,25 +224,6 @@ def check_cpu_compute(config: PredictConfig, profile: Profile, device):
                            "(calibrate --no-compute), so it cannot say how fast they compute; give "
                            "--single-gpu-step-ms, or calibrate with compute (and --model)")
     return replace(device, achieved_flops_per_s={"float32": 1e11, "float32-highest": 1e11})
-
-
-def profile_defaults(config_flags: dict[str, Any], profile: Profile, *,
-                     topology_gpus_per_node: int | None = None) -> dict[str, Any]:
-    """The values a profile implies for the flags not in ``config_flags`` (field name -> value):
-    ``gpus_per_node`` (its ranks per node, when it measured across nodes and the topology's
-    ``topology_gpus_per_node`` differs), ``precision`` (``fp32`` for a CPU profile: what it
-    measured), ``overlap_slowdown`` (its measured compute slowdown)."""
-    out: dict[str, Any] = {}
-    rpn = profile_ranks_per_node(profile)
-    if ("gpus_per_node" not in config_flags and rpn is not None and "inter_node" in profile.link_classes
-            and rpn != topology_gpus_per_node):
-        out["gpus_per_node"] = rpn
-    if "precision" not in config_flags and is_cpu_profile(profile):
-        out["precision"] = "fp32"
-    measured = calibrated_overlap_slowdown(profile)
-    if "overlap_slowdown" not in config_flags and measured is not None:
-        out["overlap_slowdown"] = measured
-    return out
 
 
 def apply_profile(config: PredictConfig, profile: Profile, model, compute, precision, topology):

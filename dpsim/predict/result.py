@@ -177,3 +177,43 @@ class Prediction:
             "input_bound": self.input_bound,
             "model_error": self.model_error.to_dict() if self.model_error is not None else None,
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryReport:
+    """Memory per GPU of one configuration without simulating a step (``dpsim memory``)."""
+
+    config: PredictConfig
+    """What was asked (resolved: :mod:`dpsim.predict.resolve`)."""
+    model: str
+    """Model name."""
+    param_count: int
+    """Parameters of the model."""
+    gpu: str
+    """GPU preset used."""
+    n_gpus: int
+    """GPUs of the job."""
+    gpus_per_node: int
+    """GPUs per node."""
+    memory: MemoryBreakdown
+    """Memory per GPU by category, and the verdict."""
+    advice: FitAdvice
+    """What would make it fit."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """``dpsim memory --json`` (schema ``dpsim.memory/1``)."""
+        c, mem = self.config, self.memory
+        return {
+            "schema": "dpsim.memory/1", "model": self.model, "param_count": self.param_count,
+            "gpu": self.gpu, "n_gpus": self.n_gpus, "gpus_per_node": self.gpus_per_node,
+            "strategy": c.strategy, "precision": c.precision, "optimizer": c.optimizer,
+            "micro_batch": c.micro_batch, "grad_accum": c.grad_accum,
+            "activation_checkpointing": c.activation_checkpointing,
+            "shard_group_size": mem.shard_group_size,
+            "weights_bytes": mem.weights_bytes, "gradients_bytes": mem.gradients_bytes,
+            "optimizer_bytes": mem.optimizer_bytes, "activations_bytes": mem.activations_bytes,
+            "comm_buffers_bytes": mem.comm_buffers_bytes, "overhead_bytes": mem.overhead_bytes,
+            "total_bytes": mem.total_bytes, "capacity_bytes": mem.capacity_bytes,
+            "usable_bytes": mem.usable_bytes, "fits": mem.fits, "suggestion": mem.suggestion,
+            "advice": self.advice.to_dict(),
+        }

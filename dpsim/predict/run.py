@@ -41,7 +41,8 @@ from dpsim.predict.provenance import (
     check_profile_layout,
     preset_provenance,
 )
-from dpsim.predict.result import Prediction
+from dpsim.predict.resolve import Resolved, resolve
+from dpsim.predict.result import MemoryReport, Prediction
 from dpsim.profile.calibrated import (
     calibrated_collectives,
     calibrated_device,
@@ -51,7 +52,7 @@ from dpsim.profile.io import load_profile
 from dpsim.strategies.build import build_step_program
 from dpsim.topology.cluster import Topology
 from dpsim.topology.load import load_preset, load_topology_file
-from dpsim.topology.spec import TopologySpec
+from dpsim.topology.spec import TopologySpec, nic_fabric
 from dpsim.topology.transport import TRANSPORT_ASSUMPTION_NOTE
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import ComputeProfile, compute_profile
@@ -143,13 +144,23 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
             topology: Topology | None = None) -> Prediction:
     """Predict a data-parallel training step.
 
-    ``degradations`` (:class:`~dpsim.network.degrade.LinkDegradation`) run some links below
-    capacity in the collective model :func:`build_collectives` builds. ``model``: a model built
-    in Python (e.g. a published configuration that is not in the catalog) instead of
-    ``config.model``, which then only names it. ``topology``: the cluster to use instead of
-    the one ``config`` names (without a calibration profile).
+    The fields a calibration profile decides and ``config`` leaves out take the profile's
+    values (:func:`dpsim.predict.resolve.resolve`; the prediction's ``config`` is the resolved
+    one), as on the command line. ``degradations``
+    (:class:`~dpsim.network.degrade.LinkDegradation`) run some links below capacity in the
+    collective model :func:`build_collectives` builds. ``model``: a model built in Python (e.g.
+    a published configuration that is not in the catalog) instead of ``config.model``, which
+    then only names it. ``topology``: the cluster to use instead of the one ``config`` names
+    (without a calibration profile).
     """
-    profile = load_profile(config.calibration) if config.calibration is not None else None
+    return predict_resolved(resolve(config), degradations=degradations, model=model, topology=topology)
+
+
+def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | None = None,
+                     topology: Topology | None = None) -> Prediction:
+    """:func:`predict` of a config already resolved, with its profile already read (a caller that
+    predicts several times, or needs the profile itself, reads it once)."""
+    config, profile = resolved.config, resolved.profile
     if topology is not None and profile is not None:
         raise ConfigError("--calibration: a profile predicts the cluster the config names; leave the topology out")
     topology = _resolve_topology(config, profile) if topology is None else topology
@@ -185,8 +196,9 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
     plan = memoized(
         build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
         gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
-        activation_checkpointing=config.activation_checkpointing, overlap=config.overlap,
-        bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit, **_ddp_kwargs(config, gpu, profile))
+        checkpointing=config.checkpointing, overlap=config.overlap,
+        bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit, **_strategy_kwargs(config, gpu),
+        **_ddp_kwargs(config, gpu, profile))
     program = plan.program
     sim = play_program(program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown,
                        comm_slowdown=comm_slowdown)
@@ -275,6 +287,13 @@ def with_model_error(prediction: Prediction, *, model: ModelSpec, gpu, topology:
     return replace(prediction, model_error=model_error_interval(prediction.step_time_s, regime))
 
 
+def _strategy_kwargs(config: PredictConfig, gpu) -> dict:
+    """``build_step_program``'s FSDP and checkpointing arguments beyond the policy: the FSDP API
+    and accumulation, and the GPU and micro-batch op-level recomputation is costed at."""
+    return {"fsdp_version": config.fsdp_version, "fsdp_accumulate": config.fsdp_accumulate,
+            "micro_batch": config.micro_batch, "compute_gpu": gpu}
+
+
 def _ddp_kwargs(config: PredictConfig, gpu, profile) -> dict:
     """``build_step_program``'s DDP arguments: the options, and the device DDP's own kernels are
     costed on (none for one GPU: a one-GPU job is not wrapped in DDP).
@@ -282,7 +301,7 @@ def _ddp_kwargs(config: PredictConfig, gpu, profile) -> dict:
     With a calibration profile that measured a copy bandwidth (a CPU profile's device, or a
     GPU's measured memcpy), that bandwidth is already what a copy reaches: efficiency 1. The
     measured step never holds DDP's work: ``dpsim calibrate`` and ``dpsim validate`` time the
-    bare model (:func:`dpsim.trainstep.measure_step`), not the DDP-wrapped one.
+    bare model (:func:`dpsim.measure.trainstep.measure_step`), not the DDP-wrapped one.
     """
     if config.strategy != "ddp":
         return {}
@@ -305,8 +324,8 @@ def _ddp_report(config: PredictConfig, plan, collectives, gpu, profile, model, c
         warm = memoized(
             build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
             gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
-            activation_checkpointing=config.activation_checkpointing, overlap=config.overlap,
-            bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit,
+            checkpointing=config.checkpointing, overlap=config.overlap,
+            bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit, **_strategy_kwargs(config, gpu),
             **{**_ddp_kwargs(config, gpu, profile), "ddp": options.warmup()})
         sim = play_program(warm.program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown,
                            comm_slowdown=comm_slowdown)
@@ -327,7 +346,7 @@ def _transport_sensitivity(config: PredictConfig, topology: Topology, *, degrada
     comes from an ``assumed`` transport (not measured, not written in the topology file) and the
     job crosses NICs; ``None`` otherwise."""
     fabric = topology.spec.fabric
-    if (fabric is None or fabric.kind == "nvlink" or topology.n_nodes < 2 or fabric.efficiency_given
+    if (not nic_fabric(fabric) or topology.n_nodes < 2 or fabric.efficiency_given
             or not fabric.transport.assumed):
         return None
     used = fabric.nic_efficiency
@@ -363,8 +382,9 @@ def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, 
 
     kwargs = {"precision": precision, "optimizer": config.optimizer, "micro_batch": config.micro_batch,
               "strategy": config.strategy, "n_gpus": topology.n_gpus, "gpus_per_node": topology.gpus_per_node,
-              "activation_checkpointing": config.activation_checkpointing, "grad_accum": config.micro_batches,
+              "checkpointing": config.checkpointing, "grad_accum": config.micro_batches,
               "fsdp_unit": config.fsdp_unit, "overlap": config.overlap, "bucket_cap_mb": config.bucket_cap_mb,
+              "fsdp_version": config.fsdp_version, "fsdp_accumulate": config.fsdp_accumulate,
               "ddp": config.ddp_options() if config.strategy == "ddp" else None}
     memory = memoized(memory_breakdown, model, gpu, **kwargs)
     advice = memoized(fit_advice, model, gpu, **kwargs)
@@ -374,7 +394,12 @@ def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, 
 
 
 def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpec, Topology]:
-    """Memory per GPU for ``config`` without simulating a step (``dpsim memory``)."""
+    """Memory per GPU for ``config`` without simulating a step (``dpsim memory``); a calibration
+    profile's defaults apply as in :func:`predict`."""
+    return _memory(resolve(config).config)
+
+
+def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpec, Topology]:
     topology = resolve_topology(config)
     gpu = get_gpu(topology.spec.gpu)
     model = load_model(config)
@@ -386,3 +411,11 @@ def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice
         return memory, advice, model, topology
     memory, advice = memory_with_advice(model, gpu, config, precision, topology)
     return memory, advice, model, topology
+
+
+def memory_report(config: PredictConfig) -> MemoryReport:
+    """:func:`memory_for_config` as a result (``dpsim memory``)."""
+    config = resolve(config).config
+    memory, advice, model, topology = _memory(config)
+    return MemoryReport(config=config, model=model.name, param_count=model.param_count, gpu=topology.spec.gpu,
+                        n_gpus=topology.n_gpus, gpus_per_node=topology.gpus_per_node, memory=memory, advice=advice)

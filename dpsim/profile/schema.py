@@ -216,13 +216,13 @@ class ModelStep:
     after_comm_extra_s: float | None = None
     """How much longer the step takes right after the rank waited on an all-reduce of the
     gradients' bytes than back to back (median of paired differences:
-    :func:`dpsim.trainstep.measure_step_after_comm`); may be negative within noise.
+    :func:`dpsim.measure.trainstep.measure_step_after_comm`); may be negative within noise.
     ``None``: not measured (one rank, or an older profile)."""
     after_comm_wait_s: float | None = None
     """How long that all-reduce took: the wait :attr:`after_comm_extra_s` followed."""
     fresh_process_ratio: float | None = None
     """The step's median in fresh processes over its median in the calibrating process
-    (:mod:`dpsim.calibrate.step_probe`, CPU hosts): every time above is the in-process
+    (:mod:`dpsim.measure.step_probe`, CPU hosts): every time above is the in-process
     time scaled by it. ``None``: not measured (a GPU, or an older profile)."""
     fresh_process_steps_s: tuple[float, ...] | None = None
     """Each fresh process's median step, the slowest rank's, in the order they ran (spread over
@@ -313,7 +313,7 @@ class Profile:
 def ranks_share_cores(record: dict | None) -> str | None:
     """Why a measured step-after-a-wait is not charged, or ``None`` when it is.
 
-    ``record``: :func:`dpsim.trainstep.measure_step_after_comm`'s result. When more rank
+    ``record``: :func:`dpsim.measure.trainstep.measure_step_after_comm`'s result. When more rank
     threads than cores run on one machine (validate's emulated hosts, or CPU ranks packed
     on a node), every rank leaves the all-reduce at once and the paired difference times
     how the scheduler deals the shared cores out, not a cost of the wait: the step it

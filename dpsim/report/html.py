@@ -104,6 +104,7 @@ def collect(config, *, tokens: float | str | None = None, samples: float | str |
     """Run the prediction and the small sweeps a report shows."""
 
     prediction = predict(config)
+    config = prediction.config  # with the calibration profile's defaults (dpsim.predict.resolve)
     topology = resolve_topology(config)
     base = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     base["gpu"] = prediction.gpu

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dpsim.collectives.ops import CollectiveResult
+from dpsim.predict.collective import TYPE_BYTES as NCCL_TESTS_TYPE_BYTES
 from dpsim.predict.result import Prediction
 from dpsim.report.layout import layout_tables
 from dpsim.units import format_bytes, format_seconds
@@ -48,6 +49,15 @@ def _provenance_rows(p: Prediction) -> list[tuple[str, str]]:
     return [(escape(a), escape(b)) for a, b in rows]
 
 
+def _fsdp_and_checkpointing_text(cfg) -> str:
+    # The FSDP options and the checkpointing policy, named only when not the defaults.
+    version, accumulate = getattr(cfg, "fsdp_version", "1"), getattr(cfg, "fsdp_accumulate", "auto")
+    policy = getattr(cfg, "checkpointing", None)
+    return ((f", FSDP{version}" if version != "1" else "")
+            + (f", {accumulate} gradient accumulation" if accumulate != "auto" else "")
+            + (f", {policy.describe()}" if policy is not None and policy.active else ""))
+
+
 def prediction_tables(p: Prediction) -> list[Table]:
     """The step, throughput and memory of a prediction as rich tables."""
     cfg = p.config
@@ -57,7 +67,7 @@ def prediction_tables(p: Prediction) -> list[Table]:
              f"micro-batch {cfg.micro_batch}, {cfg.precision}"
              + (f", {p.strategy}" if p.strategy != "ddp" else "")
              + (f", {cfg.grad_accum} micro-batches per step" if getattr(cfg, "grad_accum", 1) > 1 else "")
-             + (", activation checkpointing" if getattr(cfg, "activation_checkpointing", False) else ""))
+             + _fsdp_and_checkpointing_text(cfg))
     step = Table(title=escape(title), show_header=True, header_style="bold")
     step.add_column("step", justify="left")
     step.add_column("value", justify="right")
@@ -141,7 +151,6 @@ def print_prediction(p: Prediction, console: Console | None = None) -> None:
             console.print(table)
 
 
-NCCL_TESTS_TYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1}
 
 
 def nccl_tests_table(results: list[CollectiveResult], dtype: str) -> str:

@@ -7,6 +7,7 @@ Each strategy changes both what a GPU holds (:mod:`dpsim.memory`) and the step's
 - :mod:`~dpsim.strategies.ddp`, :mod:`~dpsim.strategies.zero`, :mod:`~dpsim.strategies.sharded` — the builders
 - :mod:`~dpsim.strategies.program` — what builders get and return, the forward/backward passes they share
 - :mod:`~dpsim.strategies.shards` — shard maths (units, flat parameters, partitions, buckets), shared with memory
+- :mod:`~dpsim.strategies.checkpointing` — the activation-checkpointing policy of every layout (``--recompute``)
 - :mod:`~dpsim.strategies.tensor` — Megatron tensor parallelism: a rank's shard of the model, its collectives
 - :mod:`~dpsim.strategies.layout` — tensor x pipeline x data layouts: stages, per-layer work
 - :mod:`~dpsim.strategies.pipeline` — pipeline schedules (GPipe, 1F1B, interleaved) and a layout's step program

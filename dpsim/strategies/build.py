@@ -13,6 +13,7 @@ import dataclasses
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
+from dpsim.strategies.checkpointing import CheckpointPolicy, policy_of, recompute_shares
 from dpsim.strategies.ddp_costs import DEFAULT_DDP_OPTIONS, DdpOptions
 from dpsim.strategies.program import (
     BuildRequest,
@@ -24,8 +25,10 @@ from dpsim.strategies.registry import (
     BUCKET_CAP_MB,
     check_fsdp_unit,
     check_grad_accum,
+    check_fsdp_options,
     check_honoured,
     get_strategy,
+    unsharded_accumulation,
 )
 from dpsim.workload.compute import ComputeProfile
 from dpsim.workload.precision import Precision
@@ -49,6 +52,11 @@ def build_step_program(
     ddp: DdpOptions | None = None,
     gpu: GpuSpec | None = None,
     efficiencies: Efficiencies | None = None,
+    checkpointing: CheckpointPolicy | None = None,
+    micro_batch: int = 1,
+    compute_gpu: GpuSpec | None = None,
+    fsdp_version: str = "1",
+    fsdp_accumulate: str = "auto",
 ) -> StrategyProgram:
     """The step program of ``strategy`` for ``model`` (see the module docstring).
 
@@ -58,11 +66,19 @@ def build_step_program(
     a strategy without gradient buckets refuses it rather than ignore it. ``ddp``: DDP's
     arguments (refused by the other strategies unless torch's defaults); ``gpu``: cost the
     strategy's own kernels on it (DDP's copies and comm hooks; ``None``: not costed), with
-    ``efficiencies`` (``None``: the roofline's fitted ones).
+    ``efficiencies`` (``None``: the roofline's fitted ones). ``checkpointing``: the
+    activation-checkpointing policy (``activation_checkpointing`` is ``full``); its ``op``
+    level recomputes the share of each layer the roofline gives on ``compute_gpu`` at
+    ``micro_batch`` (:func:`~dpsim.strategies.checkpointing.recompute_shares`).
+    ``fsdp_version``, ``fsdp_accumulate``: the FSDP strategies' API and gradient accumulation
+    (:data:`~dpsim.strategies.registry.FSDP_ACCUMULATE`); FSDP2's staging copies are costed on
+    ``compute_gpu`` too.
     """
     record = get_strategy(strategy)
     check_fsdp_unit(fsdp_unit)
     check_grad_accum(grad_accum)
+    check_fsdp_options(record.key, fsdp_version, fsdp_accumulate)
+    policy = policy_of(activation_checkpointing, checkpointing)
     if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
         raise ConfigError(f"--gpus: {n_gpus!r} is not valid; expected an integer >= 1")
     check_honoured(record.key, BUCKET_CAP_MB, bucket_cap_mb)
@@ -73,9 +89,11 @@ def build_step_program(
     gpn = gpus_per_node or n_gpus
     request = BuildRequest(
         model=model, compute=compute, precision=precision, shard_group_size=record.group_size(n_gpus, gpn),
-        grad_accum=grad_accum, checkpoint_units=tuple(_checkpoint_units(model, fsdp_unit, activation_checkpointing)),
+        grad_accum=grad_accum, checkpoint_units=tuple(_checkpoint_units(model, fsdp_unit, policy)),
+        recompute_share=recompute_shares(model, policy, gpu=compute_gpu, precision=precision, micro_batch=micro_batch),
         overlap=overlap, bucket_cap_mb=bucket_cap_mb, fsdp_unit=fsdp_unit, ddp=ddp, gpu=gpu,
-        efficiencies=efficiencies)
+        efficiencies=efficiencies, fsdp_version=fsdp_version, compute_gpu=compute_gpu,
+        unsharded_accumulation=unsharded_accumulation(record.key, grad_accum, fsdp_version, fsdp_accumulate))
     result = record.build(request)
     sizes = {"world": n_gpus, "intra": min(gpn, n_gpus), "inter": max(1, -(-n_gpus // gpn))}
     return dataclasses.replace(result, communicator_sizes=sizes)

@@ -39,7 +39,8 @@ from dpsim.workload.spec import ModelSpec, ParamSpec
 
 def ddp_program(compute: ComputeProfile, buckets: BucketPlan, *, overlap: bool = True, grad_accum: int = 1,
                 checkpoint_units: Sequence[Unit] = (), copy_bandwidth_bytes_per_s: float | None = None,
-                param_bytes: Mapping[str, float] | None = None, costs: DdpCosts | None = None) -> StrategyProgram:
+                param_bytes: Mapping[str, float] | None = None, costs: DdpCosts | None = None,
+                recompute_share: Sequence[float] | None = None) -> StrategyProgram:
     """The step of DDP with ``buckets`` (see the module docstring).
 
     A bucket's parameters must belong to ``compute``'s layers (``LayerTime.param_names``):
@@ -87,7 +88,7 @@ def ddp_program(compute: ComputeProfile, buckets: BucketPlan, *, overlap: bool =
     elif costs is not None:
         copy_s = dict(costs.copy_in_s)
     b = _Builder()
-    recompute = _recompute_starts(checkpoint_units)
+    recompute = _recompute_starts(checkpoint_units, recompute_share)
     points = _bucket_launch_points([bk.param_names for bk in buckets.buckets], owner, len(compute.layers), overlap)
     host_s = 0.0
     grad_ops: list[int] = []
@@ -206,7 +207,8 @@ def build_ddp(request: BuildRequest) -> StrategyProgram:
         costs = ddp_costs(request.model, plan, request.gpu, request.precision.grad_dtype, options,
                           eff=request.efficiencies)
     return ddp_program(request.compute, plan, overlap=request.overlap, grad_accum=request.grad_accum,
-                       checkpoint_units=request.checkpoint_units, costs=costs)
+                       checkpoint_units=request.checkpoint_units, costs=costs,
+                       recompute_share=request.recompute_share)
 
 
 def with_grad_dtype(model: ModelSpec, dtype: str) -> list[ParamSpec]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
+from dpsim.strategies.checkpointing import RECOMPUTE, CheckpointPolicy, checkpointed, selective_recompute_s
 from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpModel, layer_tp_comm
 from dpsim.workload.compute import ComputeProfile
 from dpsim.workload.roofline import Efficiencies, memory_term
@@ -43,13 +44,6 @@ SCHEDULES: dict[str, str] = {
                  "receive at a time, gradients reduced after the pipeline",
 }
 """``--schedule`` choices."""
-
-RECOMPUTE: dict[str, str] = {
-    "off": "keep every activation",
-    "selective": "recompute the attention core only (Korthikanti et al. 2022)",
-    "full": "keep each block's input, recompute its forward before its backward",
-}
-"""``--recompute`` choices."""
 
 LAYOUT_STRATEGIES: dict[str, str] = {
     "ddp": "gradients all-reduced across the data-parallel replicas of each shard (Megatron DDP)",
@@ -83,6 +77,8 @@ class Layout:
     """Megatron sequence parallelism with the tensor parallelism."""
     recompute: str = "off"
     """A key of :data:`RECOMPUTE`."""
+    recompute_every: int = 1
+    """With ``full`` recomputation: every ``recompute_every``-th block only."""
     tp_comm_overlap: str = "backward"
     """A key of :data:`~dpsim.strategies.tensor.TP_COMM_OVERLAP`."""
     strategy: str = "ddp"
@@ -104,6 +100,7 @@ class Layout:
             v = getattr(self, name)
             assert isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"{name}: {v!r}"
         assert self.schedule in SCHEDULES and self.recompute in RECOMPUTE, (self.schedule, self.recompute)
+        assert isinstance(self.recompute_every, int) and self.recompute_every >= 1
         assert self.tp_comm_overlap in TP_COMM_OVERLAP and self.strategy in LAYOUT_STRATEGIES
 
     @property
@@ -278,7 +275,8 @@ def gradient_accumulation_s(tpm: TpModel, gpu, grad_bytes: int) -> list[float]:
 def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                tp_cost: Callable[[str, float], float], act_element_bytes: int = 2,
                time_scale: float = 1.0, overlap_slowdown: float = 0.0, comm_slowdown: float = 0.0,
-               accumulate_s: Sequence[float] = ()) -> tuple[LayerWork, ...]:
+               accumulate_s: Sequence[float] = (), recompute_share: Sequence[float] | None = None
+               ) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
     ``shard_compute`` is the compute profile of ``tpm.spec`` at the layout's micro-batch;
@@ -293,7 +291,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     exposes what the GEMM then no longer covers), and its hidden part runs ``1 +
     comm_slowdown`` times longer beside the GEMM, which it slows that much longer. Without
     ``layout.grad_accum_fusion`` each layer's backward also runs ``accumulate_s``
-    (:func:`gradient_accumulation_s`).
+    (:func:`gradient_accumulation_s`). ``op`` recomputation re-runs ``recompute_share`` of each
+    layer's forward (:func:`~dpsim.strategies.checkpointing.recompute_shares` of the shard).
     """
     # Compute lost per second of hidden collective: overlap_slowdown / (1 + overlap_slowdown)
     # per second beside the GEMM, and a hidden second lasts 1 + comm_slowdown seconds there.
@@ -308,25 +307,28 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                                    sequence_parallel=layout.sequence_parallel, overlap=layout.tp_comm_overlap,
                                    cost=tp_cost, tokens_per_sample=tokens, act_element_bytes=act_element_bytes,
                                    comm_slowdown=comm_slowdown))
-        flops = layer.col_flops_per_sample + layer.row_flops_per_sample + layer.core_flops_per_sample
-        core_s.append(fwd * layer.core_flops_per_sample / flops if flops > 0 else 0.0)
+        core_s.append(selective_recompute_s(layer, fwd))
     n = len(tpm.layers)
     recompute, recompute_comm, recompute_exposed = [0.0] * n, [0.0] * n, [0.0] * n
+    ckpt = checkpointed_blocks(tpm, layout)
     if layout.recompute == "full":
         # The block's forward, its collectives included, re-runs before the backward of its
         # last layer (the first of the block in backward order).
-        for unit_layers in _units(tpm):
+        for unit_layers in ckpt:
             last = max(unit_layers)
             recompute[last] = sum(fwd_s[i] + comms[i].forward_exposed_s for i in unit_layers)
             recompute_comm[last] = sum(comms[i].forward_s for i in unit_layers)
             recompute_exposed[last] = sum(comms[i].forward_exposed_s for i in unit_layers)
     elif layout.recompute == "selective":
         recompute = list(core_s)
+    elif layout.recompute == "op":
+        assert recompute_share is not None and len(recompute_share) == n, "op recomputation needs its shares"
+        recompute = [fwd_s[i] * recompute_share[i] for i in range(n)]
     hidden_f = [contention * (c.forward_s - c.forward_exposed_s) for c in comms]
     hidden_b = [contention * (c.backward_s - c.backward_exposed_s) for c in comms]
     if layout.recompute == "full":
         # The re-run forward's hidden collectives contend like the first run's.
-        for unit_layers in _units(tpm):
+        for unit_layers in ckpt:
             hidden_b[max(unit_layers)] += sum(hidden_f[i] for i in unit_layers)
     accumulate = list(accumulate_s) if not layout.grad_accum_fusion and accumulate_s else [0.0] * n
     tp_comm = [c.forward_s + c.backward_s + recompute_comm[i] for i, c in enumerate(comms)]
@@ -348,6 +350,12 @@ def _units(tpm: TpModel) -> list[list[int]]:
         if layer.unit is not None:
             groups.setdefault(layer.unit, []).append(layer.index)
     return list(groups.values())
+
+
+def checkpointed_blocks(tpm: TpModel, layout: Layout) -> list[list[int]]:
+    """Layer indices of each block the layout's recomputation checkpoints, in forward order."""
+    policy = CheckpointPolicy(mode=layout.recompute, every=layout.recompute_every)
+    return checkpointed(_units(tpm), policy)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,6 +12,7 @@ from dpsim.collectives.ops import bus_factor
 from dpsim.engine.program import CommOp, ComputeTask, StepProgram
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
+from dpsim.strategies.checkpointing import FULL_CHECKPOINTING, CheckpointPolicy, checkpointed
 from dpsim.strategies.ddp_costs import DEFAULT_DDP_OPTIONS, DdpOptions
 from dpsim.strategies.shards import Unit, wrap_units
 from dpsim.workload.compute import ComputeProfile
@@ -39,6 +40,9 @@ class BuildRequest:
     """Micro-batches per optimizer step."""
     checkpoint_units: tuple[Unit, ...]
     """Units recomputed before their backward (empty without activation checkpointing)."""
+    recompute_share: tuple[float, ...] | None = None
+    """Per model layer, the share of its forward a checkpointed unit re-runs (``selective``,
+    ``op``: :func:`~dpsim.strategies.checkpointing.recompute_shares`); ``None``: all of it."""
     overlap: bool
     """Communication overlaps backward (DDP's hooks, DeepSpeed's ``overlap_comm``)."""
     bucket_cap_mb: float | None
@@ -54,6 +58,14 @@ class BuildRequest:
     efficiencies: Efficiencies | None = None
     """The roofline's efficiencies for those kernels (``None``: the fitted defaults); a
     calibration profile's measured copy bandwidth is already achieved: memory efficiency 1."""
+    fsdp_version: str = "1"
+    """The FSDP strategies' API (:data:`~dpsim.strategies.registry.FSDP_VERSIONS`)."""
+    unsharded_accumulation: bool = False
+    """Gradients accumulate unsharded and are reduced at the last micro-batch only (FSDP's
+    ``no_sync``); otherwise every micro-batch reduce-scatters."""
+    compute_gpu: GpuSpec | None = None
+    """The GPU the strategy's memory-bound staging copies are costed on (FSDP2's copy-in and
+    copy-out); ``None``: not costed."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,15 +176,16 @@ def _check_alignment(model: ModelSpec, compute: ComputeProfile) -> None:
         raise ConfigError("compute profile and model disagree on the layers; build both from the same model")
 
 
-def _checkpoint_units(model: ModelSpec, granularity: str, activation_checkpointing: bool) -> list[Unit]:
-    if not activation_checkpointing:
+def _checkpoint_units(model: ModelSpec, granularity: str, policy: CheckpointPolicy) -> list[Unit]:
+    if not policy.active:
         return []
     units = [u for u in wrap_units(model, granularity) if not u.is_root]
     if not units:
+        flag = "--activation-checkpointing" if policy == FULL_CHECKPOINTING else f"--recompute {policy.mode}"
         raise ConfigError(
-            f"--activation-checkpointing: model {model.name!r} has no {granularity} units to checkpoint; "
+            f"{flag}: model {model.name!r} has no {granularity} units to checkpoint; "
             f"use --fsdp-unit layer")
-    return units
+    return checkpointed(units, policy)
 
 
 def _mb(name: str, j: int, k: int) -> str:
@@ -180,19 +193,31 @@ def _mb(name: str, j: int, k: int) -> str:
 
 
 def _forward(b: _Builder, compute: ComputeProfile, j: int, k: int, wait_at: Mapping[int, Sequence[int]] = {},
-             launch_before: Mapping[int, Sequence[int]] = {}) -> None:
+             launch_before: Mapping[int, Sequence[int]] = {}, extra_s: Mapping[int, float] = {}) -> None:
+    """Forward layers in order; per layer index: ops it waits for, ops launched before it, and
+    time added to it (``extra_s``: work the implementation runs on the compute stream first)."""
     for i, layer in enumerate(compute.layers):
         if launch_before.get(i):
             b.launch(*launch_before[i])
-        b.task("forward", _mb(layer.name, j, k), layer.forward_s, wait=wait_at.get(i, ()))
+        duration_s = layer.forward_s + extra_s[i] if i in extra_s else layer.forward_s
+        b.task("forward", _mb(layer.name, j, k), duration_s, wait=wait_at.get(i, ()))
 
 
-def _recompute_starts(ckpt_units: Sequence[Unit]) -> dict[int, Unit]:
-    """Layer index (the unit's last layer) before whose backward the unit is recomputed."""
-    return {max(u.layers): u for u in ckpt_units}
+@dataclass(frozen=True, kw_only=True)
+class _Recompute:
+    name: str
+    layers: tuple[int, ...]
+    share: tuple[float, ...] | None  # per model layer; None: the whole forward
 
 
-def _backward_pass(b: _Builder, compute: ComputeProfile, j: int, k: int, *, recompute: Mapping[int, Unit],
+def _recompute_starts(ckpt_units: Sequence[Unit], share: Sequence[float] | None = None) -> dict[int, _Recompute]:
+    """Layer index (the unit's last layer) before whose backward the unit is recomputed, with
+    the share of each layer's forward that re-runs (``None``: all of it)."""
+    share = None if share is None else tuple(share)
+    return {max(u.layers): _Recompute(name=u.name, layers=u.layers, share=share) for u in ckpt_units}
+
+
+def _backward_pass(b: _Builder, compute: ComputeProfile, j: int, k: int, *, recompute: Mapping[int, _Recompute],
                    before: Mapping[int, Sequence[int]] = {}, wait_at: Mapping[int, Sequence[int]] = {},
                    after: Mapping[int, Sequence[int]] = {}, block_after: Mapping[int, Sequence[int]] = {},
                    extra_s: Mapping[int, float] = {}, then: Mapping[int, Callable[[_Builder], None]] = {}) -> None:
@@ -210,8 +235,9 @@ def _backward_pass(b: _Builder, compute: ComputeProfile, j: int, k: int, *, reco
         waits = list(wait_at.get(i, ())) + blocked
         if i in recompute:
             unit = recompute[i]
-            b.task("recompute", _mb(f"recompute {unit.name}", j, k),
-                   sum(compute.layers[x].forward_s for x in unit.layers), wait=waits)
+            redo_s = (sum(compute.layers[x].forward_s for x in unit.layers) if unit.share is None else
+                      sum(compute.layers[x].forward_s * unit.share[x] for x in unit.layers))
+            b.task("recompute", _mb(f"recompute {unit.name}", j, k), redo_s, wait=waits)
             waits = []
         duration_s = layer.backward_s + extra_s[i] if i in extra_s else layer.backward_s
         b.task("backward", _mb(layer.name, j, k), duration_s, wait=waits)

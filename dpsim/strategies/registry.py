@@ -35,7 +35,8 @@ from dpsim.workload.spec import ModelSpec
 __all__ = [
     "BUCKET_CAP_MB", "FSDP_UNIT", "KNOB_FLAGS", "StrategyRecord", "REGISTRY", "STRATEGIES", "SHARDED_STRATEGIES",
     "FSDP_STRATEGIES", "UNIT_STRATEGIES", "FSDP_UNITS", "get_strategy", "check_strategy", "check_fsdp_unit",
-    "check_grad_accum", "check_honoured", "honours", "shard_group_size", "sharded_numel",
+    "check_grad_accum", "check_honoured", "honours", "shard_group_size", "sharded_numel", "FSDP_VERSIONS",
+    "FSDP_ACCUMULATE", "check_fsdp_options", "unsharded_accumulation",
 ]
 
 BUCKET_CAP_MB = "bucket_cap_mb"
@@ -162,20 +163,67 @@ def check_honoured(strategy: str, knob: str, value: object) -> None:
                       f"allowed with {takers} only, otherwise leave it unset")
 
 
+FSDP_VERSIONS: dict[str, str] = {
+    "1": "FullyShardedDataParallel: one flat parameter per unit, padded to a multiple of the ranks",
+    "2": "fully_shard: every parameter sharded on dim 0 (DTensor), all-gathered and reduce-scattered through "
+         "copy-in/copy-out buffers",
+}
+"""``--fsdp-version`` choices (the FSDP strategies)."""
+
+FSDP_ACCUMULATE: dict[str, str] = {
+    "auto": "what the version does by default: unsharded with FSDP1 (a trainer's no_sync()), sharded with FSDP2",
+    "unsharded": "no reduce-scatter until the last micro-batch; full gradients kept between micro-batches "
+                 "(FSDP1 no_sync(), FSDP2 set_requires_gradient_sync(False))",
+    "sharded": "reduce-scatter after every micro-batch; only the gradient shard kept (FSDP2's default, FSDP1 "
+               "without no_sync)",
+}
+"""``--fsdp-accumulate`` choices: how FSDP accumulates gradients over micro-batches."""
+
+
+def check_fsdp_options(strategy: str, fsdp_version: str = "1", accumulate: str = "auto") -> None:
+    """Validate ``--fsdp-version`` and ``--fsdp-accumulate`` and refuse them where they would be ignored."""
+    if fsdp_version not in FSDP_VERSIONS:
+        raise ConfigError(f"--fsdp-version: {fsdp_version!r} is not known; choose one of {', '.join(FSDP_VERSIONS)}")
+    if accumulate not in FSDP_ACCUMULATE:
+        raise ConfigError(f"--fsdp-accumulate: {accumulate!r} is not known; choose one of "
+                          f"{', '.join(FSDP_ACCUMULATE)}")
+    if get_strategy(strategy).family == "fsdp":
+        return
+    takers = ", ".join(FSDP_STRATEGIES)
+    if fsdp_version != "1":
+        raise ConfigError(f"--fsdp-version: {fsdp_version} applies to {takers}, not --strategy {strategy}; "
+                          f"leave it out")
+    if accumulate != "auto":
+        raise ConfigError(f"--fsdp-accumulate: {accumulate} applies to {takers}, not --strategy {strategy}, "
+                          f"whose implementation fixes when it reduces (DDP and ZeRO-1 at the last micro-batch, "
+                          f"ZeRO-2/3 every one); leave it out")
+
+
+def unsharded_accumulation(strategy: str, grad_accum: int, fsdp_version: str = "1", accumulate: str = "auto") -> bool:
+    """Whether full (unsharded) gradients are kept between micro-batches and reduced only at
+    the last one: FSDP under ``no_sync`` (``--fsdp-accumulate``; ``auto`` is FSDP1's). DeepSpeed
+    ZeRO-3 reduce-scatters every micro-batch."""
+    check_fsdp_options(strategy, fsdp_version, accumulate)
+    if grad_accum <= 1 or get_strategy(strategy).family != "fsdp":
+        return False
+    return fsdp_version == "1" if accumulate == "auto" else accumulate == "unsharded"
+
+
 def shard_group_size(strategy: str, n_gpus: int, gpus_per_node: int) -> int:
     """Ranks a strategy shards over: 1 for DDP, the node for hybrid, all GPUs otherwise."""
     return get_strategy(strategy).group_size(n_gpus, gpus_per_node)
 
 
-def sharded_numel(model: ModelSpec, strategy: str, world_size: int, *, fsdp_unit: str = "block") -> int:
+def sharded_numel(model: ModelSpec, strategy: str, world_size: int, *, fsdp_unit: str = "block",
+                  fsdp_version: str = "1") -> int:
     """Elements of parameters (and of gradient / optimizer partitions) one rank owns.
 
     DDP: every parameter. ZeRO-1/2: DeepSpeed's partition of the flat buffer. ZeRO-3 and
-    FSDP: the sum over units of each flat parameter's shard.
+    FSDP: the sum over units of each unit's shard (per parameter with ``fsdp_version`` 2).
     """
     record = get_strategy(strategy)
     if not record.shards:
         return model.param_count
     if record.shards_per_unit:
-        return units_shard_numel(model, world_size, fsdp_unit)
+        return units_shard_numel(model, world_size, fsdp_unit, fsdp_version if record.family == "fsdp" else "1")
     return deepspeed_partition_numel(model.param_count, world_size)

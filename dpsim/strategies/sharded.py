@@ -19,17 +19,23 @@ ZeRO-3 / FSDP full shard
     (``_post_forward_reshard``: "Do not free the root's parameters in the
     post-forward for FULL_SHARD"), so only non-root units are gathered twice; dpsim's
     ``zero3`` re-gathers the root too, which gives the ZeRO paper's 1.5x volume of
-    DDP exactly (Rajbhandari et al. 2020, Sec. 7.2.2). With accumulation, FSDP runs
-    ``no_sync()`` on the first ``K-1`` micro-batches (full unsharded gradients are kept,
-    the parameters are still freed and re-gathered: ``_should_free_in_backward``);
-    ZeRO-3 reduce-scatters every micro-batch (DeepSpeed refuses ``no_sync`` with
-    gradient partitioning).
+    DDP exactly (Rajbhandari et al. 2020, Sec. 7.2.2). With accumulation and
+    ``--fsdp-accumulate unsharded`` (FSDP1's default here), FSDP runs ``no_sync()`` on the
+    first ``K-1`` micro-batches (full unsharded gradients are kept, the parameters are still
+    freed and re-gathered: ``_should_free_in_backward``); ``sharded`` (FSDP2's default:
+    ``set_requires_gradient_sync`` left on) reduce-scatters every micro-batch, as ZeRO-3
+    always does (DeepSpeed refuses ``no_sync`` with gradient partitioning).
+
+FSDP2 (``--fsdp-version 2``, ``fully_shard``)
+    The same schedule with each parameter sharded on dim 0 (``unit_shard_numel``), the
+    root not resharded after forward either, and two memory-bound copies per collective
+    charged to the compute stream (``_fsdp2_copies_s``).
 
 FSDP ``SHARD_GRAD_OP`` (``fsdp-shard-grad-op``)
     Units are gathered for forward and kept through backward (no backward
     all-gather); gradients reduce-scattered per unit. Under ``no_sync`` the unsharded
     parameters also stay between micro-batches (``_should_free_in_backward``), so
-    only the first micro-batch gathers.
+    only the first micro-batch gathers; a synchronising backward frees them.
 
 FSDP ``HYBRID_SHARD`` (``fsdp-hybrid``)
     ``FULL_SHARD`` within a node (all-gathers and reduce-scatters on the ``intra``
@@ -57,36 +63,35 @@ from dpsim.strategies.program import (
     _optimizer_s,
     _recompute_starts,
 )
-from dpsim.strategies.shards import fsdp_shard_numel, wrap_units
+from dpsim.strategies.shards import unit_shard_numel, wrap_units
+from dpsim.workload.roofline import Efficiencies, memory_term
 
 
 def build_zero3(request: BuildRequest) -> StrategyProgram:
     """``zero3``: every unit, the root too, re-gathered for backward; reduce-scatter every micro-batch."""
-    return _unit_program(request, key="zero3", reshard_after_forward=True, keep_root=False,
-                         reduce_every_micro_batch=True, hybrid=False)
+    return _unit_program(request, key="zero3", reshard_after_forward=True, keep_root=False, hybrid=False)
 
 
 def build_fsdp(request: BuildRequest) -> StrategyProgram:
     """``fsdp`` (``FULL_SHARD``): non-root units re-gathered for backward; ``no_sync`` under accumulation."""
-    return _unit_program(request, key="fsdp", reshard_after_forward=True, keep_root=True,
-                         reduce_every_micro_batch=False, hybrid=False)
+    return _unit_program(request, key="fsdp", reshard_after_forward=True, keep_root=True, hybrid=False)
 
 
 def build_fsdp_shard_grad_op(request: BuildRequest) -> StrategyProgram:
     """``fsdp-shard-grad-op`` (``SHARD_GRAD_OP``): units kept gathered from forward through backward."""
     return _unit_program(request, key="fsdp-shard-grad-op", reshard_after_forward=False, keep_root=True,
-                         reduce_every_micro_batch=False, hybrid=False)
+                         hybrid=False)
 
 
 def build_fsdp_hybrid(request: BuildRequest) -> StrategyProgram:
     """``fsdp-hybrid`` (``HYBRID_SHARD``): ``FULL_SHARD`` on ``intra``, gradient shards all-reduced on ``inter``."""
-    return _unit_program(request, key="fsdp-hybrid", reshard_after_forward=True, keep_root=True,
-                         reduce_every_micro_batch=False, hybrid=True)
+    return _unit_program(request, key="fsdp-hybrid", reshard_after_forward=True, keep_root=True, hybrid=True)
 
 
 def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: bool, keep_root: bool,
-                  reduce_every_micro_batch: bool, hybrid: bool) -> StrategyProgram:
-    """The step of a per-unit strategy. ``reshard_after_forward``: units are freed after
+                  hybrid: bool) -> StrategyProgram:
+    """The step of a per-unit strategy. Every micro-batch reduce-scatters unless the request
+    accumulates unsharded gradients (``no_sync``). ``reshard_after_forward``: units are freed after
     forward and re-gathered for backward (else also kept between ``no_sync`` micro-batches);
     ``keep_root``: the root unit is not freed after forward (FSDP); ``hybrid``: shard on
     the ``intra`` communicator and all-reduce each gradient shard on ``inter``."""
@@ -94,9 +99,12 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
     world, grad_accum = request.shard_group_size, request.grad_accum
     units = [u for u in wrap_units(model, request.fsdp_unit)]
     unit_of_layer = {i: u for u in units for i in u.layers}
-    shard = {u.name: fsdp_shard_numel([p.numel for p in u.params], world) for u in units}
+    shard = {u.name: unit_shard_numel(u.params, world, request.fsdp_version) for u in units}
+    reduce_every_micro_batch = not request.unsharded_accumulation
+    copy_out_s, copy_in_s = _fsdp2_copies_s(request, units, shard, world)
+    copies_s = 0.0
     group = "intra" if hybrid else "world"
-    recompute = _recompute_starts(request.checkpoint_units)
+    recompute = _recompute_starts(request.checkpoint_units, request.recompute_share)
     b = _Builder()
     n_layers = len(compute.layers)
     grad_ops: list[int] = []
@@ -113,7 +121,9 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
         last = j == grad_accum - 1
         sync = reduce_every_micro_batch or last
         # ---- forward: gather each unit before its first layer, one unit ahead.
-        gathered_from_before = not reshard_after_forward and j > 0  # kept under no_sync
+        # Kept between micro-batches only under no_sync: a synchronising backward frees them
+        # (FSDP1 _should_free_in_backward).
+        gathered_from_before = not reshard_after_forward and j > 0 and not reduce_every_micro_batch
         ag_fwd: dict[str, int] = {}
         if not gathered_from_before:
             for u in order_fwd:
@@ -134,7 +144,11 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
                 for i in u.layers:
                     if ag_fwd[u.name] not in wait_at.get(i, []):
                         wait_at.setdefault(i, []).append(ag_fwd[u.name])
-        _forward(b, compute, j, grad_accum, wait_at=wait_at, launch_before=launch_before)
+        fwd_copies: dict[int, float] = {}
+        for u in order_fwd:
+            if u.name in ag_fwd and u.name in copy_out_s:
+                fwd_copies[min(u.layers)] = fwd_copies.get(min(u.layers), 0.0) + copy_out_s[u.name]
+        _forward(b, compute, j, grad_accum, wait_at=wait_at, launch_before=launch_before, extra_s=fwd_copies)
         # ---- backward: re-gather resharded units (BACKWARD_PRE prefetch), reduce-scatter after each.
         need = [u for u in order_bwd
                 if reshard_after_forward and not (u.is_root and keep_root)]
@@ -163,8 +177,44 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
                                     shard[u.name] * precision.grad_bytes, "allreduce", "inter"))
                 grad_ops += ops
                 after.setdefault(min(u.layers), []).extend(ops)
-        _backward_pass(b, compute, j, grad_accum, recompute=recompute, before=before, wait_at=bwait, after=after)
+        bwd_copies: dict[int, float] = {}
+        for u in order_bwd:
+            if u.name in ag_bwd and u.name in copy_out_s:
+                bwd_copies[max(u.layers)] = bwd_copies.get(max(u.layers), 0.0) + copy_out_s[u.name]
+            if sync and u.name in copy_in_s:
+                bwd_copies[min(u.layers)] = bwd_copies.get(min(u.layers), 0.0) + copy_in_s[u.name]
+        copies_s += sum(fwd_copies.values()) + sum(bwd_copies.values())
+        _backward_pass(b, compute, j, grad_accum, recompute=recompute, before=before, wait_at=bwait, after=after,
+                       extra_s=bwd_copies)
     total_shard = sum(shard.values())
     b.task("optimizer", "optimizer", _optimizer_s(compute, total_shard / model.param_count), wait=grad_ops)
     return StrategyProgram(strategy=key, program=b.build(), shard_group_size=world,
-                           gradient_ops=tuple(grad_ops), units=tuple(units))
+                           gradient_ops=tuple(grad_ops), units=tuple(units),
+                           framework_parts_s={"fsdp2_copies": copies_s} if copy_out_s else {})
+
+
+def _fsdp2_copies_s(request: BuildRequest, units, shard: dict[str, int], world: int
+                    ) -> tuple[dict[str, float], dict[str, float]]:
+    """Per unit, FSDP2's all-gather copy-out and reduce-scatter copy-in (seconds; empty for
+    FSDP1 or with no GPU to cost them on). Copy-out (``foreach_all_gather_copy_out``:
+    ``split_with_sizes_copy`` on the compute stream once the all-gather is done) reads the
+    gathered buffer and writes the unsharded parameters in the parameter dtype; copy-in
+    (``foreach_reduce``: ``chunk_cat`` of the unsharded gradients into the reduce-scatter input,
+    cast to the reduce dtype) reads them and writes the buffer. Both are one kernel streaming
+    through device memory; the copy-in runs on FSDP2's reduce-scatter stream, charged here to
+    the compute stream it shares device memory with (an upper bound). The shard-sized copies
+    (the all-gather input, the reduce-scatter output into the sharded gradient) are 1/N of these
+    and left out."""
+    gpu = request.compute_gpu
+    if request.fsdp_version != "2" or gpu is None:
+        return {}, {}
+    eff = request.efficiencies or Efficiencies()
+    w, g = request.precision.weight_bytes, request.precision.grad_bytes
+    out, into = {}, {}
+    for u in units:
+        if not u.params:
+            continue
+        full = shard[u.name] * world
+        out[u.name] = memory_term(2 * full * w, gpu).time_s(eff)
+        into[u.name] = memory_term(full * (w + g), gpu).time_s(eff)
+    return out, into

@@ -202,8 +202,17 @@ def torch_optimizer_state_bytes(numels: Sequence[int], optimizer: str, state_ele
     return sum(states * n * state_element_bytes + step for n in numels)
 
 
-def units_shard_numel(model: ModelSpec, world_size: int, fsdp_unit: str = "block") -> int:
-    """Elements one rank owns when every unit's flat parameter is sharded (ZeRO-3, FSDP):
-    the sum over units of :func:`fsdp_shard_numel`."""
-    return sum(fsdp_shard_numel([p.numel for p in u.params], world_size)
+def unit_shard_numel(params: Sequence[ParamSpec], world_size: int, fsdp_version: str = "1") -> int:
+    """Elements each rank holds of one unit's parameters: FSDP1 (and ZeRO-3 as dpsim runs it)
+    shards the unit's flat parameter (:func:`fsdp_shard_numel`); FSDP2 shards each parameter
+    on dim 0 (:func:`fsdp2_shard_numel`)."""
+    if fsdp_version == "2":
+        return fsdp2_shard_numel([p.shape for p in params], world_size)
+    return fsdp_shard_numel([p.numel for p in params], world_size)
+
+
+def units_shard_numel(model: ModelSpec, world_size: int, fsdp_unit: str = "block", fsdp_version: str = "1") -> int:
+    """Elements one rank owns when every unit is sharded (ZeRO-3, FSDP): the sum over units
+    of :func:`unit_shard_numel`."""
+    return sum(unit_shard_numel(u.params, world_size, fsdp_version)
                for u in wrap_units(model, fsdp_unit) if u.params)

@@ -88,7 +88,7 @@ def _zero12_program(request: BuildRequest, *, stage: int) -> StrategyProgram:
     # on the compute stream when overlap_comm is off.
     hooks = overlap or stage == 2
     b = _Builder()
-    recompute = _recompute_starts(request.checkpoint_units)
+    recompute = _recompute_starts(request.checkpoint_units, request.recompute_share)
     owner = _owner(model)
     n_layers = len(compute.layers)
     if hooks:

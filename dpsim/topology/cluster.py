@@ -20,7 +20,7 @@ from dpsim.errors import TopologyError
 from dpsim.topology.fabric import design_group_sizes, level_units, nic_layout
 from dpsim.topology.graph import build_graph, gpu_id
 from dpsim.topology.server import with_gpus_per_node
-from dpsim.topology.spec import TopologySpec
+from dpsim.topology.spec import TopologySpec, nic_fabric, nvlink_fabric
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,10 +63,10 @@ class Topology:
                 raise TopologyError(f"--gpus-per-node: {gpus_per_node} is not valid; expected an integer >= 1")
             fabric = spec.fabric
             gpn = spec.node.gpus_per_node
-            if fabric is not None and fabric.kind != "nvlink" and fabric.nics_per_node > gpn:
+            if nic_fabric(fabric) and fabric.nics_per_node > gpn:
                 # Several NIC ports per GPU: keep the ports per GPU.
                 fabric = replace(fabric, nics_per_node=gpus_per_node * (fabric.nics_per_node // gpn))
-            elif fabric is not None and fabric.kind != "nvlink" and gpus_per_node % fabric.nics_per_node:
+            elif nic_fabric(fabric) and gpus_per_node % fabric.nics_per_node:
                 fabric = replace(fabric, nics_per_node=math.gcd(gpus_per_node, fabric.nics_per_node))
             spec = replace(spec, node=with_gpus_per_node(spec.node, gpus_per_node), fabric=fabric)
         return cls(spec=spec, n_gpus=n_gpus)
@@ -82,10 +82,22 @@ class Topology:
         return math.ceil(self.n_gpus / self.spec.node.gpus_per_node)
 
     @property
+    def single_nvlink_domain(self) -> bool:
+        """Every GPU in one NVLink domain: one server, an NVLink switch tier joining the servers,
+        or an ``nvlink_domain`` holding all of them."""
+        domain = self.spec.nvlink_domain
+        return (self.n_nodes == 1 or nvlink_fabric(self.spec.fabric)
+                or (domain is not None and self.n_nodes <= domain.nodes))
+
+    @property
+    def crosses_nics(self) -> bool:
+        """Collectives of all the GPUs cross NICs (not one server, not one NVLink domain)."""
+        return self.n_nodes > 1 and nic_fabric(self.spec.fabric) and not self.single_nvlink_domain
+
+    @property
     def channels(self) -> int:
         """Parallel rings NCCL builds across nodes: one per NIC of a node, else one."""
-        fabric = self.spec.fabric
-        if self.n_nodes == 1 or fabric is None or fabric.kind == "nvlink":
+        if self.n_nodes == 1 or not nic_fabric(self.spec.fabric):
             return 1
         return nic_layout(self.spec).nic_nodes
 

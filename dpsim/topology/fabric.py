@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from dpsim.topology.spec import nic_fabric, nvlink_fabric
+
 
 @dataclass(frozen=True, kw_only=True)
 class NicLayout:
@@ -54,7 +56,7 @@ def nic_layout(spec) -> NicLayout:
 
 def nic_layout_of(gpn: int, fabric) -> NicLayout:
     """NIC nodes, ports per NIC node and rails of servers of ``gpn`` GPUs on ``fabric``."""
-    if fabric is None or fabric.kind == "nvlink":
+    if not nic_fabric(fabric):
         return NicLayout(nic_nodes=0, ports_per_nic=1, rails=1)
     nics = fabric.nics_per_node
     nodes = min(nics, gpn)
@@ -171,7 +173,7 @@ def add_switch_fabric(g: nx.DiGraph, spec, n_nodes: int, group_sizes: tuple[int,
     if fabric is None or n_nodes == 1:
         return
     rate = nic_rate(spec)
-    if fabric.kind == "nvlink":
+    if nvlink_fabric(fabric):
         # Every node's NVSwitch reaches one NVLink switch tier at full per-GPU rate.
         g.add_node("nvl-spine", kind="spine")
         for n in range(n_nodes):

@@ -19,7 +19,7 @@ import networkx as nx
 
 from dpsim.topology.fabric import add_switch_fabric, design_group_sizes
 from dpsim.topology.server import build_server
-from dpsim.topology.spec import TopologySpec
+from dpsim.topology.spec import TopologySpec, nic_fabric
 
 # ----------------------------------------------------------------------------- graph
 
@@ -75,10 +75,10 @@ def build_graph(spec: TopologySpec, n_nodes: int, *, leaf_groups_of: int | None 
     fabric = spec.fabric
     g = nx.DiGraph(name=spec.name)
     server = build_server(spec)
-    nic_fabric = fabric is not None and fabric.kind != "nvlink"
+    nics = nic_fabric(fabric)
     for n in range(n_nodes):
         for name, kind in server.nodes:
-            if kind == "nic" and not nic_fabric:
+            if kind == "nic" and not nics:
                 continue
             attrs = {"kind": kind, "node": n}
             if kind == "gpu":
@@ -87,7 +87,7 @@ def build_graph(spec: TopologySpec, n_nodes: int, *, leaf_groups_of: int | None 
                 attrs["rail"] = int(name[3:])
             g.add_node(f"n{n}.{name}", **attrs)
         for fam in server.families:
-            if not fam.intra and not nic_fabric:
+            if not fam.intra and not nics:
                 continue
             if fam.name in ("nic_leaf", "leaf_nic"):
                 continue  # the cables to the leaves: dpsim.topology.fabric
@@ -98,7 +98,7 @@ def build_graph(spec: TopologySpec, n_nodes: int, *, leaf_groups_of: int | None 
     # Leaves, spine/core tiers (uplinks from the *full* design) and NVLink domains
     # live in dpsim.network.fabric, shared with the arithmetic router (TierNetwork).
     groups = None
-    if fabric is not None and fabric.kind != "nvlink":
+    if nic_fabric(fabric):
         design = design_group_sizes(spec)
         tiers = tuple(tier_groups_of or ())
         groups = (leaf_groups_of or design[0], *tiers, *design[1 + len(tiers):])

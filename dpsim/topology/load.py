@@ -41,6 +41,7 @@ from dpsim.topology.spec import (
     NvlinkDomainSpec,
     TierSpec,
     TopologySpec,
+    nvlink_fabric,
 )
 from dpsim.topology.transport import (
     NIC_PRESETS,
@@ -270,15 +271,15 @@ def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
     raw_fabric = top.get("fabric", None)
     if raw_fabric is not None:
         fabric = _fabric(_Reader(origin, "fabric", raw_fabric, _FABRIC_KEYS), origin)
-        if fabric.kind != "nvlink" and not _nics_fit(node.gpus_per_node, fabric.nics_per_node):
+        if not nvlink_fabric(fabric) and not _nics_fit(node.gpus_per_node, fabric.nics_per_node):
             raise TopologyError(
                 f"{origin}: fabric.nics_per_node: {fabric.nics_per_node} does not divide "
                 f"node.gpus_per_node={node.gpus_per_node} nor is a multiple of it; GPUs share NICs evenly"
             )
-        if fabric.kind == "nvlink" and fabric.tiers:
+        if nvlink_fabric(fabric) and fabric.tiers:
             raise TopologyError(f"{origin}: fabric.tiers: not valid with fabric.kind nvlink "
                                 "(an NVLink switch tier has no leaves); use nvlink_domain plus a NIC fabric")
-        if fabric.kind == "nvlink" and node.interconnect != "nvswitch":
+        if nvlink_fabric(fabric) and node.interconnect != "nvswitch":
             raise TopologyError(f"{origin}: fabric.kind: nvlink needs node.interconnect nvswitch "
                                 f"(got {node.interconnect!r}); an NVLink switch tier joins NVSwitches")
     nvlink_domain = None
@@ -294,7 +295,7 @@ def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
         if node.interconnect != "nvswitch":
             raise TopologyError(f"{origin}: nvlink_domain: needs node.interconnect nvswitch "
                                 f"(got {node.interconnect!r}); an NVLink switch tier joins NVSwitches")
-        if fabric is not None and fabric.kind == "nvlink":
+        if nvlink_fabric(fabric):
             raise TopologyError(f"{origin}: nvlink_domain: not valid with fabric.kind nvlink "
                                 "(already one NVLink domain); use an infiniband or ethernet fabric between domains")
     gpu = top.string("gpu")

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpsim.topology.fabric import nic_layout_of
+from dpsim.topology.spec import nic_fabric
 
 HUB_KINDS = ("nvswitch", "pcie")
 """Layouts where every GPU has one link to a hub node named after the layout."""
@@ -207,11 +208,11 @@ def _build(node, fabric) -> ServerTemplate:
     for k in range(g):
         nodes[f"gpu{k}"] = "gpu"
     gpu_rate = node.gpu_link_bandwidth_bytes_per_s * node.gpu_link_efficiency
-    nic_fabric = fabric is not None and fabric.kind != "nvlink"
+    nics = nic_fabric(fabric)
     layout_nics = nic_layout_of(g, fabric)
-    nn = layout_nics.nic_nodes if nic_fabric else 0
+    nn = layout_nics.nic_nodes if nics else 0
     ports = layout_nics.ports_per_nic
-    transport = fabric.transport if nic_fabric else None
+    transport = fabric.transport if nics else None
     staged = transport is not None and not transport.gpudirect
     tree = layout in TREE_KINDS
     L = 7

@@ -97,6 +97,18 @@ class FabricSpec:
     """``nic_efficiency`` was written in the file rather than derived from the transport."""
 
 
+def nvlink_fabric(fabric: FabricSpec | None) -> bool:
+    """Servers are joined by an NVLink switch tier (``fabric.kind: nvlink``): GPUs reach it
+    through their NVSwitch, there are no NICs. Every "is this an NVLink fabric" question is
+    answered here."""
+    return fabric is not None and fabric.kind == "nvlink"
+
+
+def nic_fabric(fabric: FabricSpec | None) -> bool:
+    """Servers are joined through NICs (InfiniBand, Ethernet): a fabric that is not NVLink."""
+    return fabric is not None and not nvlink_fabric(fabric)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TierSpec:
     """One switch tier above the leaves of a multi-tier fat tree."""

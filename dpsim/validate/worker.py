@@ -3,19 +3,19 @@
 Run by :mod:`dpsim.validate.runner` in every host of the testbed (or under torchrun),
 with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set. Phases, in order:
 
-0. ``step``: build the user's training step (:mod:`dpsim.trainstep`: model, batch, loss,
+0. ``step``: build the user's training step (:mod:`dpsim.measure.trainstep`: model, batch, loss,
    optimizer) and run it once, so a model that cannot train fails before any
    measurement;
 1. ``collectives``: all-reduce over a size sweep reaching the model's gradient bytes
    (the largest bucket DDP can make), every rank timing, the slowest rank's median;
 2. ``compute``: the training step as trained, every rank at once (ranks share the
    machine's cores as in the real run), split per traced layer
-   (:func:`dpsim.trainstep.measure_step`), and the memory-copy bandwidth with every rank
+   (:func:`dpsim.measure.trainstep.measure_step`), and the memory-copy bandwidth with every rank
    copying (DDP copies gradients into its buckets and back);
 3. ``overlap``: the interference of that compute and all-reduces, both ways
-   (:func:`dpsim.trainstep.measure_interference`), and ``after_comm``: the step right after
+   (:func:`dpsim.measure.trainstep.measure_interference`), and ``after_comm``: the step right after
    waiting on an all-reduce of its gradients against back to back
-   (:func:`dpsim.trainstep.measure_step_after_comm`), as calibrate measures both;
+   (:func:`dpsim.measure.trainstep.measure_step_after_comm`), as calibrate measures both;
 4. ``ddp``: the validated run: real DistributedDataParallel training of the same step;
 5. ``compute_after``: phase 2's step timed again (briefly, no layers): a control of the
    machine's speed across the run. On a shared machine a change of speed between the
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     import torch.distributed as dist
     import torch.nn as nn
 
-    from dpsim.trainstep import (
+    from dpsim.measure.trainstep import (
         build_train_step,
         gradient_bytes,
         measure_interference,

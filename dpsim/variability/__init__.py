@@ -6,7 +6,8 @@
 
 Default noise: ``dpsim calibrate --model`` records the step-time coefficient of variation
 (``ModelStep.step_time_cv``) and ``predict --calibration`` uses it when ``--noise-cv`` is not
-given; an explicit ``--noise-cv`` (0 included) wins; without such a profile there is no noise.
+given, from the CLI as from the API (``VariabilitySpec.noise_cv`` left at ``None``); an explicit
+``--noise-cv`` (0 included) wins; without such a profile there is no noise.
 """
 
 from __future__ import annotations

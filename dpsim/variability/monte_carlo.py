@@ -25,7 +25,7 @@ from dpsim.variability.spec import MIN_COMPUTE_FACTOR, VariabilitySpec, rank_fac
 # ----------------------------------------------------------------------------- drawing factors
 
 def _noise(rng: np.random.Generator, spec: VariabilitySpec, n: int) -> np.ndarray:
-    if spec.noise_cv == 0:
+    if not spec.noise_cv:
         return np.ones(n)
     z = rng.standard_normal(n)
     if spec.noise_distribution == "lognormal":

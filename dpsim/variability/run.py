@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpsim.errors import ConfigError
-from dpsim.predict.run import predict, resolve_topology
+from dpsim.limits import MAX_MC_STEPS, check_int
+from dpsim.predict.resolve import resolve
+from dpsim.predict.run import predict_resolved, resolve_topology
+from dpsim.profile.calibrated import calibrated_noise_cv
+from dpsim.profile.schema import Profile
 from dpsim.variability.monte_carlo import StepStatistics, monte_carlo
-from dpsim.variability.spec import DEFAULT_STOCHASTIC_STEPS, VariabilitySpec
+from dpsim.variability.spec import DEFAULT_STOCHASTIC_STEPS, MAX_NOISE_CV, VariabilitySpec, check_monte_carlo_size
 
 # ----------------------------------------------------------------------------- with predict
 
@@ -64,6 +68,16 @@ class VariabilityReport:
         }
 
 
+def profile_noise_cv(profile: Profile | None) -> tuple[float, str | None]:
+    """``--noise-cv`` left out: (the profile's measured step-time CV, capped at the largest
+    allowed, and where it came from), else ``(0.0, None)``."""
+    measured = calibrated_noise_cv(profile) if profile is not None else None
+    if not measured:
+        return 0.0, None
+    capped = " (capped)" if measured > MAX_NOISE_CV else ""
+    return min(measured, MAX_NOISE_CV), f"calibration profile {profile.name!r} step_time_cv{capped}"
+
+
 def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None = None):
     """(prediction, report): ``predict(config)`` with degraded links, plus step statistics.
 
@@ -74,19 +88,31 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
     compares it with the healthy step and replays the same step program with per-rank
     factors over ``steps`` steps (default :data:`DEFAULT_STOCHASTIC_STEPS`) and
     ``spec.samples`` seeds.
-    """
 
+    The config is resolved against its calibration profile, read once
+    (:mod:`dpsim.predict.resolve`), and a ``spec.noise_cv`` left at ``None`` becomes the
+    profile's measured step-time spread. When nothing then varies, the report is ``None`` and
+    the prediction is :func:`~dpsim.predict.run.predict`'s (``dpsim predict`` runs this).
+    """
+    resolved = resolve(config)
+    config = resolved.config
+    if spec.noise_cv is None:
+        noise_cv, source = profile_noise_cv(resolved.profile)
+        spec = replace(spec, noise_cv=noise_cv, noise_source=source)
+    if spec.per_rank:
+        steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
+        check_monte_carlo_size(config.gpus, spec.samples, steps)
+    elif steps is not None:
+        check_int(steps, "--mc-steps", 1, MAX_MC_STEPS)
+    if not spec.active:
+        return predict_resolved(resolved), None  # a homogeneous, healthy cluster: the engine's one-rank fast path
     if config.layout_active:
         raise ConfigError("--noise-cv, --straggler, --degrade and --hiccup-rate-per-s: per-rank variability is not "
                           "modelled for tensor/pipeline layouts (--tp/--pp above 1); leave them out")
-    if spec.per_rank:
-        steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
-        if steps < 1:
-            raise ConfigError(f"--steps: {steps} is not valid; expected an integer >= 1")
-    prediction = predict(config, degradations=spec.degradations)
+    prediction = predict_resolved(resolved, degradations=spec.degradations)
     effect = None
     if spec.degradations:
-        healthy = predict(config)
+        healthy = predict_resolved(resolved)
         links = prediction.links
         effect = DegradationEffect(
             healthy_step_s=healthy.step_time_s, step_s=prediction.step_time_s,

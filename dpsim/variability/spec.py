@@ -37,7 +37,7 @@ SimPy process per rank:
 A homogeneous run (no noise, no stragglers, no hiccups) never comes here: ``predict``
 keeps its single-rank engine path and identical results. Link degradation is not
 per-rank: it scales the capacity of the named links in the NCCL model's flow network
-(:func:`degradation_scale`, used by :class:`~dpsim.algorithms.nccl.NcclCollectives`),
+(:func:`degradation_scale`, used by :class:`~dpsim.collectives.nccl.NcclCollectives`),
 so a degraded step is costed by the same collective model as a healthy one, and keeps
 the fast path.
 
@@ -122,10 +122,11 @@ class Straggler:
 class VariabilitySpec:
     """Everything that makes ranks differ from one another, or steps from one another."""
 
-    noise_cv: float = 0.0
+    noise_cv: float | None = None
     """Coefficient of variation of each rank's per-step compute time (0.05 = 5 %);
-    i.i.d. over ranks and steps. 0: no noise (the default without a calibration profile
-    that records the measured spread)."""
+    i.i.d. over ranks and steps. 0: no noise. ``None``: the step-time spread the calibration
+    profile recorded, else 0 (:func:`dpsim.variability.run.predict_with_variability` reads it);
+    no noise wherever no profile is in play."""
     noise_distribution: str = "normal"
     """``normal`` (1 + cv*Z, clipped at :data:`MIN_COMPUTE_FACTOR`) or ``lognormal``
     (mean 1, the same CV)."""
@@ -147,7 +148,7 @@ class VariabilitySpec:
     """Where ``noise_cv`` came from when not given (e.g. a calibration profile); ``None``: given."""
 
     def __post_init__(self) -> None:
-        if not (is_finite(self.noise_cv) and 0 <= self.noise_cv <= MAX_NOISE_CV):
+        if self.noise_cv is not None and not (is_finite(self.noise_cv) and 0 <= self.noise_cv <= MAX_NOISE_CV):
             raise ConfigError(f"--noise-cv: {short(self.noise_cv)} is not valid; expected a number >= 0 and "
                               f"<= {MAX_NOISE_CV:g}")
         if self.noise_distribution not in NOISE_DISTRIBUTIONS:
@@ -183,12 +184,12 @@ class VariabilitySpec:
     @property
     def per_rank(self) -> bool:
         """True when ranks differ (noise, stragglers or hiccups): the per-rank path is needed."""
-        return self.noise_cv > 0 or bool(self.stragglers) or self.hiccup_rate_per_s > 0
+        return bool(self.noise_cv) or bool(self.stragglers) or self.hiccup_rate_per_s > 0
 
     @property
     def random(self) -> bool:
         """True when factors are drawn at random (noise or hiccups), not just fixed."""
-        return self.noise_cv > 0 or self.hiccup_rate_per_s > 0
+        return bool(self.noise_cv) or self.hiccup_rate_per_s > 0
 
     @property
     def active(self) -> bool:

@@ -1,4 +1,4 @@
-"""A small Vision Transformer, the README's ``--model mypackage.models:make_vit``.
+"""A small Vision Transformer, the documentation's ``--model mypackage.models:make_vit`` (docs/models.md).
 
 Run from the folder that holds ``mypackage`` (dpsim imports ``package.module`` from the
 current directory, as ``python -m`` does). ``--input-shape 32,3,224,224`` is the example

@@ -128,7 +128,7 @@ def _profile() -> None:
     total = sum(v[3] for k, v in stats.items() if k[2] == "sweep_records")
     steps = {"engine (play_program, collective costs included)": ("engine/play.py", "play_program"),
              "  collective costs it asked for": ("engine/play.py", "_comm_times"),
-             "collective choice (NCCL, every caller)": ("collectives/nccl.py", "_choose"),
+             "collective choice (NCCL, every caller)": ("collectives/selection.py", "fastest"),
              "memory + fit advice": ("predict/run.py", "memory_with_advice"),
              "step program (strategies)": ("strategies/build.py", "build_step_program"),
              "compute profile": ("workload/compute.py", "compute_profile"),

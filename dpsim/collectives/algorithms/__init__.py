@@ -3,7 +3,7 @@
 Each algorithm module gives a compact :class:`~dpsim.algorithms.base.Plan` (the
 concurrent flows of each phase, evaluated at full scale by the network model) and an
 explicit :class:`~dpsim.algorithms.base.Schedule` (the same bytes step by step, for
-invariant tests on small clusters). :class:`~dpsim.algorithms.nccl.NcclCollectives`
+invariant tests on small clusters). :class:`~dpsim.collectives.nccl.NcclCollectives`
 costs every algorithm x protocol with NCCL's tuning model on top of the flow model and
 picks the fastest per call, as NCCL does; ``--algo``/``--proto`` restrict the choice
 like ``NCCL_ALGO``/``NCCL_PROTO``.

@@ -131,16 +131,12 @@ class Cluster:
         """From a :class:`~dpsim.topology.Topology`."""
 
         spec = topology.spec
-        domain = spec.nvlink_domain
-        single = (topology.n_nodes == 1
-                  or (spec.fabric is not None and spec.fabric.kind == "nvlink")
-                  or (domain is not None and topology.n_nodes <= domain.nodes))
         orders = build_server(spec).ring_orders if topology.gpus_per_node == spec.node.gpus_per_node else ()
         if orders and all(tuple(o) == tuple(range(len(o))) for o in orders):
             orders = ()
         return cls(n_ranks=topology.n_gpus, gpus_per_node=topology.gpus_per_node, n_nodes=topology.n_nodes,
                    stride=spec.node.gpus_per_node, channels=topology.channels,
-                   nic_nodes=nic_layout(spec).nic_nodes, nvls=nvls, single_domain=single, ring_orders=orders)
+                   nic_nodes=nic_layout(spec).nic_nodes, nvls=nvls, single_domain=topology.single_nvlink_domain, ring_orders=orders)
 
     def cycle(self, channel: int) -> np.ndarray:
         """The server cycle channel ``channel``'s ring follows (the GPUs in order by default)."""

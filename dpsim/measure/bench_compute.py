@@ -14,10 +14,10 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from dpsim.calibrate.bench_collectives import _reduce_device
-from dpsim.calibrate.timing import Clock, _median_time
 from dpsim.errors import CalibrationError
-from dpsim.trainstep import (
+from dpsim.measure.bench_collectives import _reduce_device
+from dpsim.measure.timing import Clock, _median_time
+from dpsim.measure.trainstep import (
     TrainStep,
     build_train_step,
     gradient_bytes,
@@ -74,7 +74,7 @@ def bench_memcpy(device: torch.device, clock: Clock, plan: dict, sync: Callable[
 
 
 def make_step(plan: dict, device: torch.device) -> TrainStep:
-    """The user's training step (:func:`dpsim.trainstep.build_train_step`) as the plan names it."""
+    """The user's training step (:func:`dpsim.measure.trainstep.build_train_step`) as the plan names it."""
     return build_train_step(plan["model"], micro_batch=plan["micro_batch"], device=device,
                             input_shape=plan.get("input_shape"), seq_len=plan.get("seq_len"),
                             optimizer=plan.get("optimizer") or "adamw", seed=plan.get("seed", 0))
@@ -101,7 +101,7 @@ def bench_step(step: TrainStep, plan: dict, agree) -> dict:
 
 
 FRESH_PROCESSES = 3
-"""Fresh processes that time the step on a CPU host (:mod:`dpsim.calibrate.step_probe`)."""
+"""Fresh processes that time the step on a CPU host (:mod:`dpsim.measure.step_probe`)."""
 
 FRESH_PROCESS_POINTS = ("start", "middle", "end")
 """Where in the calibration the fresh processes run: before the collective sweeps, after them,
@@ -125,7 +125,7 @@ def fresh_process_schedule(processes: int) -> list[int]:
 
 
 def fresh_process_plan(plan: dict, threads: int) -> dict:
-    """What one fresh process (:mod:`dpsim.calibrate.step_probe`) is handed: the calibration
+    """What one fresh process (:mod:`dpsim.measure.step_probe`) is handed: the calibration
     plan's model step, with ``threads`` intra-op threads and a shorter budget."""
     child = {k: plan.get(k) for k in ("model", "micro_batch", "input_shape", "seq_len", "optimizer", "seed",
                                        "warmup", "target_rel_ci")}
@@ -142,7 +142,7 @@ def bench_fresh_processes(plan: dict, barrier: Callable[[], None], processes: in
     medians = []
     for _ in range(processes):
         barrier()
-        out = subprocess.run([sys.executable, "-m", "dpsim.calibrate.step_probe"], input=json.dumps(child),
+        out = subprocess.run([sys.executable, "-m", "dpsim.measure.step_probe"], input=json.dumps(child),
                              capture_output=True, text=True, timeout=plan.get("timeout_s", 600))
         if out.returncode != 0:
             tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
@@ -153,7 +153,7 @@ def bench_fresh_processes(plan: dict, barrier: Callable[[], None], processes: in
 
 def bench_step_after_comm(step: TrainStep, plan: dict, agree) -> dict:
     """The user's step right after waiting on an all-reduce of its gradients' bytes, against
-    back to back (:func:`dpsim.trainstep.measure_step_after_comm`), every rank at once."""
+    back to back (:func:`dpsim.measure.trainstep.measure_step_after_comm`), every rank at once."""
     return measure_step_after_comm(step, comm_bytes=gradient_bytes(step.model), min_iters=max(8, plan["iters"]),
                                    max_iters=plan.get("max_iters", 5 * plan["iters"]),
                                    budget_s=plan.get("budget_s", 60.0) / 2, agree=agree)
@@ -161,7 +161,7 @@ def bench_step_after_comm(step: TrainStep, plan: dict, agree) -> dict:
 
 def bench_interference(device: torch.device, clock: Clock, plan: dict, group, backend: str,
                        step: TrainStep | None = None) -> dict:
-    """The interference of compute and all-reduce both ways (:func:`dpsim.trainstep.measure_interference`),
+    """The interference of compute and all-reduce both ways (:func:`dpsim.measure.trainstep.measure_interference`),
     with the user's forward + loss + backward as compute when a model is calibrated, else a matmul."""
     if step is not None:
         def compute():

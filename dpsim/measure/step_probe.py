@@ -1,10 +1,10 @@
-"""The user's step timed in a fresh process: ``python -m dpsim.calibrate.step_probe`` (plan on stdin).
+"""The user's step timed in a fresh process: ``python -m dpsim.measure.step_probe`` (plan on stdin).
 
 On CPU hosts the same step runs at a speed that differs from process to process by more
 than its spread within one process (VALIDATION.md part 2: one model's step measured
 68.1 and 79.1 ms by two calibrations minutes apart on an idle machine, each known to
 +-3 %). A training run is a process of its own, so calibrate times the step in a few
-fresh processes too (:func:`dpsim.calibrate.bench_compute.bench_fresh_processes`) and
+fresh processes too (:func:`dpsim.measure.bench_compute.bench_fresh_processes`) and
 takes the level from them. This process builds the step as the plan names it, times it
 on its own (no process group) and prints ``{"median_s": ...}``.
 """
@@ -17,8 +17,8 @@ import sys
 
 import torch
 
-from dpsim.calibrate.bench_compute import make_step
-from dpsim.trainstep import measure_step
+from dpsim.measure.bench_compute import make_step
+from dpsim.measure.trainstep import measure_step
 
 
 def main() -> int:

@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from dpsim.calibrate.timing import Clock, Steps, human_bytes
+from dpsim.measure.timing import Clock, Steps, human_bytes
 
 ELEMENT = torch.float32
 ELEMENT_BYTES = 4
@@ -109,7 +109,7 @@ def sweep(fns: dict[int, Callable], label: str, steps: "Steps", *, group, clock:
     within ``target_rel_ci`` (95 % Student-t interval), ``max_iters`` rounds were made
     or ``budget_s`` has passed (on any rank).
     """
-    from dpsim.trainstep import converged
+    from dpsim.measure.trainstep import converged
 
     inner = {}
     for size, fn in fns.items():

@@ -1,4 +1,4 @@
-"""The torch micro-benchmarks every rank runs (the only calibrate module importing torch).
+"""The torch micro-benchmarks every calibrate rank runs.
 
 :func:`run_rank` is one rank's whole calibration. It joins the process group described
 by the usual torchrun variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
@@ -17,7 +17,7 @@ Collectives
     MAX all-reduce). A repeat's time is the slowest rank's (a collective ends when its
     last rank does). After ``iters`` rounds, rounds go on until every size's mean is
     known within ``target_rel_ci`` (95 % Student-t interval), or ``max_iters`` rounds, or
-    ``budget_s`` seconds (:func:`~dpsim.calibrate.bench_collectives.sweep`); the profile
+    ``budget_s`` seconds (:func:`~dpsim.measure.bench_collectives.sweep`); the profile
     keeps the median (what the fit uses: robust to bursts of outside load), min, max,
     quartiles, mean and its interval. On GPU the time comes from CUDA events on the
     current stream (which waits for NCCL's), on CPU from ``time.perf_counter``.
@@ -35,15 +35,15 @@ Compute (every rank at once, as in training: ranks of one host share its cores)
     matmul FLOP/s per dtype over a few shapes (``2*m*n*k / t``; float32 with TF32
     allowed on GPU, as the GPU presets define it; the median over ranks); device copy
     bandwidth (``2 * bytes / t``: read plus write, every rank copying at once); the
-    user's training step as trained (:mod:`dpsim.trainstep`: forward, loss, backward,
+    user's training step as trained (:mod:`dpsim.measure.trainstep`: forward, loss, backward,
     optimizer, each iteration started on every rank at once, repeated until the mean
     step is known within ``target_rel_ci`` or a limit, the slowest rank's time per
     iteration, split per traced layer); with several ranks, the same step right after
     an all-reduce of its gradients' bytes, against back to back (a communication-bound
     DDP rank computes after waiting on the network:
-    :func:`~dpsim.trainstep.measure_step_after_comm`); and the interference both ways between that
+    :func:`~dpsim.measure.trainstep.measure_step_after_comm`); and the interference both ways between that
     compute and concurrent all-reduces
-    (:func:`~dpsim.calibrate.bench_compute.bench_interference`): the compute slowdown
+    (:func:`~dpsim.measure.bench_compute.bench_interference`): the compute slowdown
     while all-reduces run and the all-reduce slowdown while every rank computes.
     The model is built before any collective is measured, so a model that fails to
     build or run fails the calibration at once.
@@ -68,14 +68,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpsim.calibrate.bench_collectives import (
+from dpsim.collectives.ops import OPS
+from dpsim.measure.bench_collectives import (
     _collective_fn,
     _pingpong_fn,
     _reduce_device,
     aligned_size,
     sweep,
 )
-from dpsim.calibrate.bench_compute import (
+from dpsim.measure.bench_compute import (
     bench_interference,
     bench_matmul,
     bench_memcpy,
@@ -87,7 +88,7 @@ from dpsim.calibrate.bench_compute import (
     bench_step_after_comm,
     make_step,
 )
-from dpsim.calibrate.timing import (
+from dpsim.measure.timing import (
     STARTUP_GRACE_S,
     Clock,
     Emit,
@@ -95,7 +96,6 @@ from dpsim.calibrate.timing import (
     Watchdog,
     human_bytes,
 )
-from dpsim.collectives.ops import OPS
 
 # ----------------------------------------------------------------------------- environment
 
@@ -385,7 +385,7 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
             first["layer_times"] = slowest["layer_times"]
         first["own_step_times_s"] = [s["own_step_times_s"] for s in steps_]  # per rank: build takes each one's CV
         if all("fresh_process_medians_s" in s for s in steps_):
-            # The level from fresh processes (dpsim.calibrate.step_probe): each rank's median
+            # The level from fresh processes (dpsim.measure.step_probe): each rank's median
             # over them against its own in-process median, the median over ranks.
             first["fresh_process_medians_s"] = [s["fresh_process_medians_s"] for s in steps_]
             first["fresh_process_ratio"] = statistics.median(

@@ -1,0 +1,412 @@
+"""The network's evaluation of an algorithm's plan on one communicator (and the jobs sharing its cluster).
+
+A plan (:mod:`dpsim.collectives.algorithms`) is the traffic of one op; :class:`PlanEvaluator`
+runs it through the network model once per (algorithm, op) and NIC rate and keeps what NCCL's
+cost model needs (:class:`PlanCost`: seconds per byte of the slowest flows, which side binds,
+the pipelined rates, the links' loads).
+
+**Evaluation.** By default by symmetry (:data:`SYMMETRIC`): the plan in symmetric form
+(:mod:`dpsim.collectives.symmetric`: one server's flows, server-level patterns), counted on
+every link family by the network (:meth:`~dpsim.network.model.NetworkModel.symmetric_loads`),
+the flows inside a server max-min shared on one server's links; the cost depends on the
+servers only through integer counts per server, not on GPUs, channels or flows, and the
+result is the whole-cluster one (``tests/test_symmetric.py``). Flow by flow on the whole
+cluster (:data:`WHOLE_CLUSTER`) for what is not symmetric: a user graph
+(:class:`~dpsim.network.graph_network.FlowNetwork`), ``--degrade`` naming single links, a
+partial server, plans without a symmetric form (a broadcast chain, halving-doubling off
+powers of two) and NVLink-domain plans whose flows of different sizes share GPU links.
+:attr:`PlanEvaluator.evaluation` says which ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from dpsim.collectives.algorithms import ALGORITHMS
+from dpsim.collectives.algorithms.base import Cluster, Plan
+from dpsim.collectives.nccl_tuning import nvls_available
+from dpsim.collectives.symmetric import SymmetricPlan, symmetric_plan
+from dpsim.network.degrade import (
+    class_factors,
+    communicator_degradations,
+    degradation_terms,
+    same_numbering,
+)
+from dpsim.network.loadmap import LoadMap
+from dpsim.network.model import CrossingFlows, NetworkModel, ServerFlows
+from dpsim.network.tiers import TierNetwork
+from dpsim.topology.cluster import Topology
+
+SYMMETRIC = "symmetric"
+"""Evaluation path: one server's flows max-min shared, traffic between servers counted by
+symmetry (:mod:`dpsim.collectives.symmetric`); cost independent of the cluster's size."""
+WHOLE_CLUSTER = "whole cluster"
+"""Evaluation path: every flow of the cluster routed and max-min shared."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanCost:
+    """An algorithm's traffic on a cluster, evaluated once by the network model."""
+
+    plan: Plan
+    """What was evaluated (on the symmetric path: its hop counts, channels and pipeline depths)."""
+    seconds_per_byte: float
+    """Bandwidth term per byte of S at full channel count (slowest flow of each phase, summed)."""
+    inter_bound: bool
+    """The slowest flows of the slowest phase cross servers, none inside one (a per-channel NIC resource)."""
+    r_intra: float
+    """Slowest intra-server flow rate of a pipelined plan, bytes/s (inf if none; only pipelined
+    plans use it, and on an NVLink switch tier's symmetric path only theirs is exact)."""
+    r_inter: float
+    """Slowest inter-server flow rate of a pipelined plan, bytes/s (inf if none; as :attr:`r_intra`)."""
+    loads: LoadMap | np.ndarray = field(repr=False)
+    """Bytes each link carries per byte of S, every job included: by class of links
+    (:class:`~dpsim.network.loadmap.LoadMap`, symmetric path) or dense over the network's links."""
+    max_fraction: float = 0.0
+    """Largest bytes of one flow in one repetition, as a fraction of S (a ring step's message)."""
+    path: str = WHOLE_CLUSTER
+    """How it was evaluated: :data:`SYMMETRIC` or :data:`WHOLE_CLUSTER`."""
+    network: NetworkModel | None = field(default=None, repr=False, compare=False)
+    """The network whose links :attr:`loads` numbers."""
+
+    @property
+    def link_bytes_per_byte(self) -> np.ndarray:
+        """:attr:`loads` dense over the network's links (small clusters and tests)."""
+        if isinstance(self.loads, LoadMap):
+            return self.loads.dense(self.network.families(), self.network.n_links)
+        return self.loads
+
+
+
+_SHARED: OrderedDict[tuple, dict] = OrderedDict()
+_SHARED_MAX = 64
+"""Models whose plan costs and choices are kept for reuse (least recently used dropped first)."""
+
+
+def shared_state(key: tuple | None) -> dict:
+    """The caches of a model built with arguments ``key`` (fresh ones when ``key`` is ``None``
+    or not hashable)."""
+    fresh = {"costs": {}, "choices": {}, "symmetric": {}, "paths": {}, "below": {}}
+    if key is None:
+        return fresh
+    try:
+        state = _SHARED.get(key)
+    except TypeError:
+        return fresh
+    if state is None:
+        state = _SHARED[key] = fresh
+        while len(_SHARED) > _SHARED_MAX:
+            _SHARED.popitem(last=False)
+    else:
+        _SHARED.move_to_end(key)
+    return state
+
+
+
+def _touches(part: LoadMap, both: LoadMap, hits) -> bool:
+    """Whether ``part`` (a term of ``both``) loads one of the cells ``hits`` of ``both``
+    (:meth:`~dpsim.network.loadmap.LoadMap.min_share`)."""
+    for name, mask in hits:
+        fam = part.families.get(name)
+        if fam is None or not mask.any():
+            continue
+        units = both.families[name].first  # one unit of each class of ``both``: ``part`` is constant on it
+        if (mask & (fam.table[fam.cls[units]] > 0)).any():
+            return True
+    return False
+
+
+
+class PlanEvaluator:
+    """The plans of one communicator's algorithms, evaluated on the cluster's network.
+
+    Parameters are :class:`~dpsim.collectives.nccl.NcclCollectives`' (``jobs``, ``placement``,
+    ``degradations``, ``job``, ``network``, ``symmetric``); ``nvls_weight`` is what a byte through
+    the switch's in-network reduction costs (:attr:`~dpsim.collectives.fabric_facts.FabricFacts.nvls_weight`),
+    ``cache`` the shared caches of models built with the same arguments (:func:`shared_state`).
+    """
+
+    def __init__(self, topology: Topology, *, jobs: int = 1, placement: str = "packed", degradations=(),
+                 job=None, network: NetworkModel | None = None, symmetric: bool = True,
+                 nvls_weight: float = 1.0, cache: dict | None = None):
+        self.topology = topology
+        self.spec = topology.spec
+        self.jobs = jobs
+        self.placement = placement
+        self.cluster_topology = (topology if jobs == 1 else
+                                 Topology(spec=topology.spec, n_gpus=topology.n_gpus * jobs))
+        """Every job's servers."""
+        self.network: NetworkModel = network if network is not None else TierNetwork(self.cluster_topology)
+        """The cluster's links (every job's), through the network interface only."""
+        self.degradations = tuple(degradations)
+        """Links below capacity, as given."""
+        self._terms: list = []
+        if self.degradations:
+            strict = job is None or same_numbering(job, topology)
+            named = self.degradations if job is None else communicator_degradations(self.degradations, job, topology)
+            self._terms = degradation_terms(self.network, named, strict=strict)
+        self.cluster = Cluster.of(topology, nvls=nvls_available(topology.spec))
+        """The communicator's ranks as the algorithms see them."""
+        self.nvls_weight = nvls_weight
+        """Bytes a flow through the switch's reduction costs per byte of S."""
+        self._class_factor = class_factors(self._terms)
+        self.whole_cluster_reason: str | None = self._whole_cluster_reason() if symmetric else "asked for"
+        """Why plans are evaluated flow by flow on the whole cluster (``None``: by symmetry)."""
+        cache = cache if cache is not None else shared_state(None)
+        self.costs: dict[tuple, PlanCost] = cache["costs"]
+        """Every plan cost evaluated so far, by (algorithm, op, NIC scale): shared by the models
+        built with the same arguments (its identity names them)."""
+        self._symmetric: dict[tuple[str, str], tuple | None] = cache["symmetric"]
+        self.paths: dict[tuple[str, str], str] = cache["paths"]
+        """How each (algorithm, op) evaluated so far was evaluated."""
+
+    def _whole_cluster_reason(self) -> str | None:
+        if self.network.families() is None:
+            return "the network has no known symmetry (a graph searched flow by flow)"
+        if self._class_factor is None:
+            return "--degrade names single links, so servers differ"
+        if self.topology.n_gpus < self.spec.node.gpus_per_node:
+            return "a partial server"
+        return None
+
+    @property
+    def evaluation(self) -> str:
+        """How the plans evaluated so far were evaluated (:meth:`evaluation_of` all of them)."""
+        return self.evaluation_of(self.paths)
+
+    def evaluation_of(self, plans) -> str:
+        """How the plans ``(algorithm, op)`` among ``plans`` were evaluated: :data:`SYMMETRIC` when
+        all of them were (the cost does not grow with the cluster), else ``whole cluster`` and why."""
+        whole = sorted(f"{a}/{op}" for a, op in plans if self.paths.get((a, op), SYMMETRIC) != SYMMETRIC)
+        if not whole:
+            return SYMMETRIC
+        reason = self.whole_cluster_reason or f"{', '.join(whole)} have no symmetric form here"
+        return f"{WHOLE_CLUSTER} ({reason})"
+
+    @cached_property
+    def capacity_scale(self) -> np.ndarray:
+        """Capacity left on each link of :attr:`network` (1 = healthy), dense."""
+        scale = np.ones(self.network.n_links)
+        for kind, what, f in self._terms:
+            scale[self.network.class_links(what) if kind == "class" else what] *= f
+        return scale
+
+    @cached_property
+    def capacity_bytes_per_s(self) -> np.ndarray:
+        """What each link can carry in this model (healthy capacity x :attr:`capacity_scale`), dense."""
+        return self.network.capacity_bytes_per_s * self.capacity_scale
+
+    # ------------------------------------------------------------------ evaluation
+    def _place(self, endpoints: np.ndarray, job: int) -> np.ndarray:
+        stride, n = self.spec.node.gpus_per_node, self.topology.n_nodes
+        hub = endpoints < 0
+        node = np.where(hub, -1 - endpoints, endpoints // stride)
+        local = np.where(hub, 0, endpoints % stride)
+        cnode = job * n + node if self.placement == "packed" else node * self.jobs + job
+        return np.where(hub, -1 - cnode, cnode * stride + local)
+
+    def _place_server(self, server: np.ndarray, job: int) -> np.ndarray:
+        n = self.topology.n_nodes
+        return job * n + server if self.placement == "packed" else server * self.jobs + job
+
+    def plan_cost(self, algorithm: str, op: str, nic_scale: float = 1.0) -> PlanCost:
+        """The network evaluation of ``algorithm``'s plan for ``op`` (cached), with NIC links
+        running at ``nic_scale`` of their rate (per-message overhead,
+        :meth:`~dpsim.collectives.fabric_facts.FabricFacts.nic_scale`).
+
+        Evaluated by symmetry (:data:`SYMMETRIC`) when the plan has a symmetric form and the
+        network can count it (:meth:`_symmetric_cost`), else flow by flow on the whole cluster."""
+        key = (algorithm, op, round(nic_scale, 6))
+        if key in self.costs:
+            return self.costs[key]
+        cost = self._symmetric_cost(algorithm, op, nic_scale)
+        if cost is None:
+            cost = self._whole_cluster_cost(algorithm, op, nic_scale)
+        self.paths[(algorithm, op)] = cost.path
+        self.costs[key] = cost
+        return cost
+
+    def _whole_cluster_cost(self, algorithm: str, op: str, nic_scale: float) -> PlanCost:
+        """Every flow of every job routed and max-min shared on the whole network."""
+        capacity = self.capacity_bytes_per_s
+        if nic_scale != 1.0:
+            capacity = capacity.copy()
+            capacity[self.network.nic_links()] *= self.nic_link_scale(nic_scale)
+        plan = ALGORITHMS[algorithm].plan(op, self.cluster)
+        nvls_w = self.nvls_weight
+        total = 0.0
+        worst_phase, inter_bound = -1.0, False
+        r_intra = r_inter = math.inf
+        link_bytes = np.zeros(self.network.n_links)
+        stride = self.spec.node.gpus_per_node
+        jobs = self.jobs
+        for ph in plan.phases:
+            weight = np.ones(len(ph.src))
+            if plan.nvls_flows is not None:
+                weight = np.where(plan.nvls_flows, nvls_w, 1.0)
+            s_node = np.where(ph.src < 0, -1 - ph.src, ph.src // stride)
+            d_node = np.where(ph.dst < 0, -1 - ph.dst, ph.dst // stride)
+            src = np.concatenate([self._place(ph.src, j) for j in range(jobs)])
+            dst = np.concatenate([self._place(ph.dst, j) for j in range(jobs)])
+            frac = np.tile(ph.fraction, jobs)
+            w = np.tile(weight, jobs)
+            cross = np.tile(s_node != d_node, jobs)
+            loads = self.network.loads(src, dst, capacity)
+            t_flow = frac * w / loads.rates_bytes_per_s
+            t_in = float(t_flow[~cross].max()) if (~cross).any() else -math.inf
+            t_out = float(t_flow[cross].max()) if cross.any() else -math.inf
+            phase_t = max(t_in, t_out, 0.0)
+            link_bytes += ph.repeat * loads.link_bytes(frac)
+            rates = loads.rates_bytes_per_s / w
+            if (~cross).any():
+                r_intra = min(r_intra, float(rates[~cross].min()))
+            if cross.any():
+                r_inter = min(r_inter, float(rates[cross].min()))
+            total += ph.repeat * phase_t
+            if ph.repeat * phase_t > worst_phase:
+                worst_phase, inter_bound = ph.repeat * phase_t, t_out > t_in
+        return PlanCost(plan=plan, seconds_per_byte=total, inter_bound=inter_bound, r_intra=r_intra,
+                        r_inter=r_inter, loads=link_bytes, network=self.network,
+                        max_fraction=max(float(ph.fraction.max()) for ph in plan.phases), path=WHOLE_CLUSTER)
+
+    # ------------------------------------------------------------------ symmetric evaluation
+    def _symmetric_parts(self, algorithm: str, op: str) -> tuple | None:
+        """The plan in symmetric form with what does not depend on capacities: per phase, flows
+        counted on every link (each flow once: the phase's flows share one fraction), and the
+        plan's bytes per byte of S on every link. ``None`` when there is no symmetric form."""
+        key = (algorithm, op)
+        if key in self._symmetric:
+            return self._symmetric[key]
+        parts = None
+        if self.whole_cluster_reason is None:
+            sp = symmetric_plan(algorithm, op, self.cluster)
+            if sp is not None:
+                counted, loads = self._count(sp)
+                # The server-level patterns are counted: keep what costing needs, not the patterns.
+                light = tuple(dataclasses.replace(ph, crossing=()) for ph in sp.phases)
+                parts = (sp.plan, light, sp.max_fraction, counted, loads)
+        self._symmetric[key] = parts
+        return parts
+
+    def _count(self, sp: SymmetricPlan) -> tuple[list, LoadMap]:
+        net = self.network
+        jobs = range(self.jobs)
+        counted = []
+        loads = LoadMap()
+        for ph in sp.phases:
+            server = None
+            if len(ph.server_src):
+                server = net.symmetric_loads(server=ServerFlows(src=ph.server_src, dst=ph.server_dst, weight=1.0))
+                served = net.symmetric_loads(server=ServerFlows(src=ph.server_src, dst=ph.server_dst,
+                                                                weight=ph.server_fraction))
+                loads = loads + served.scaled(ph.repeat)
+            crossing = None
+            if ph.crossing:
+                placed = ph.crossing if self.jobs == 1 else [
+                    CrossingFlows(src_server=np.concatenate([self._place_server(x.src_server, j) for j in jobs]),
+                                  dst_server=np.concatenate([self._place_server(x.dst_server, j) for j in jobs]),
+                                  src_local=x.src_local, dst_local=x.dst_local) for x in ph.crossing]
+                crossing = net.symmetric_loads(crossing=placed)
+                loads = loads + crossing.scaled(ph.repeat * ph.crossing_fraction)
+            counted.append((server, crossing))
+        return counted, loads
+
+    def family_capacity(self, nic_scale: float) -> dict[str, float]:
+        """Capacity of each link family (degraded link classes and NIC message overhead applied)."""
+        net = self.network
+        out = {}
+        nic = self.nic_link_scale(nic_scale) if nic_scale != 1.0 else None
+        for name, fam in net.families().items():
+            cap = fam.capacity_bytes_per_s * self._class_factor.get(net.link_classes[fam.link_class], 1.0)
+            if nic is not None and fam.nic:
+                cap *= nic if np.ndim(nic) == 0 else float(nic[0])
+            out[name] = cap
+        return out
+
+    @cached_property
+    def _server(self) -> tuple[NetworkModel, np.ndarray]:
+        """One server's network and its links' capacities (degraded link classes applied)."""
+        server = self.network.server_network()
+        factor = np.array([self._class_factor.get(c, 1.0) for c in server.link_classes])
+        return server, server.capacity_bytes_per_s * factor[server.link_class_id]
+
+    def _symmetric_cost(self, algorithm: str, op: str, nic_scale: float) -> PlanCost | None:
+        """The plan costed by symmetry: exact, as the whole-cluster evaluation (tests compare both).
+
+        Every phase's flows between servers share one fraction φ of S, so the slowest of them
+        runs at max-min's first level, the smallest ``capacity / flows`` of a link they cross,
+        and the phase takes ``φ`` over that rate: a count of flows per link, no max-min over them.
+        Where flows between servers do not touch the GPU <-> switch links (NIC fabrics), the
+        flows inside a server are max-min shared on one server's links, exactly as on the whole
+        cluster. Where they do (NVLink switch tiers and domains), every flow of the phase must
+        share φ (and no NVLS derating) and the slowest rates are read off the first level too;
+        a pipelined plan whose slowest intra- or inter-server rate is set at a later level of
+        max-min returns ``None`` (the whole cluster is evaluated).
+        """
+        parts = self._symmetric_parts(algorithm, op)
+        if parts is None:
+            return None
+        plan, phases, max_fraction, counted, loads = parts
+        caps = self.family_capacity(nic_scale)
+        shared = self.network.shared_server_links
+        pipelined = bool(plan.pipeline_intra or plan.pipeline_inter)
+        nvls_w = self.nvls_weight
+        total = 0.0
+        worst_phase, inter_bound = -1.0, False
+        r_intra = r_inter = math.inf
+        for ph, (server, crossing) in zip(phases, counted):
+            t_in = t_out = -math.inf
+            if not shared or crossing is None:
+                if server is not None:
+                    net, cap = self._server
+                    w = np.where(ph.server_nvls, nvls_w, 1.0)
+                    res = net.loads(ph.server_src, ph.server_dst, cap)
+                    t_in = float((ph.server_fraction * w / res.rates_bytes_per_s).max())
+                    r_intra = min(r_intra, float((res.rates_bytes_per_s / w).min()))
+                if crossing is not None:
+                    fair, _ = crossing.min_share(caps)
+                    t_out = ph.crossing_fraction * 1.0 / fair
+                    r_inter = min(r_inter, fair)
+            else:
+                phi = ph.crossing_fraction
+                if server is not None and (ph.server_nvls.any() or (ph.server_fraction != phi).any()):
+                    return None  # flows of different sizes share links: a full max-min is needed
+                both = crossing if server is None else server + crossing
+                fair, hits = both.min_share(caps)
+                t = phi * 1.0 / fair
+                intra_hit = server is not None and _touches(server, both, hits)
+                inter_hit = _touches(crossing, both, hits)
+                if pipelined and ((server is not None and not intra_hit) or not inter_hit):
+                    return None
+                # Flows on links that saturate at max-min's first level run at it: the slowest ones.
+                if intra_hit:
+                    r_intra, t_in = min(r_intra, fair), t
+                if inter_hit:
+                    r_inter, t_out = min(r_inter, fair), t
+            phase_t = max(t_in, t_out, 0.0)
+            total += ph.repeat * phase_t
+            if ph.repeat * phase_t > worst_phase:
+                worst_phase, inter_bound = ph.repeat * phase_t, t_out > t_in
+        return PlanCost(plan=plan, seconds_per_byte=total, inter_bound=inter_bound, r_intra=r_intra,
+                        r_inter=r_inter, loads=loads, network=self.network, max_fraction=max_fraction,
+                        path=SYMMETRIC)
+
+    def nic_link_scale(self, nic_scale: float) -> np.ndarray | float:
+        """Per-message overhead on each NIC link: ``nic_scale`` on a healthy link; a link left
+        at a fraction f of its rate spends the same time per message, so it keeps
+        ``1 / (1 + (1 / nic_scale - 1) f)`` of its (degraded) rate."""
+        if self._class_factor is not None:
+            f = self._class_factor.get(self.spec.fabric.kind, 1.0) if self.spec.fabric is not None else 1.0
+            if f == 1.0:
+                return nic_scale
+            return np.array([1.0 / (1.0 + (1.0 / nic_scale - 1.0) * f)])
+        f = self.capacity_scale[self.network.nic_links()]
+        if (f == 1.0).all():
+            return nic_scale
+        return np.where(f == 1.0, nic_scale, 1.0 / (1.0 + (1.0 / nic_scale - 1.0) * f))

@@ -1,0 +1,162 @@
+"""A training job through failures: its predicted throughput, checkpoints, goodput and the best interval.
+
+:func:`goodput` is ``dpsim goodput`` as a function (the command parses its flags and prints the
+:class:`GoodputReport`): the job's step is :func:`~dpsim.predict.run.predict`'s, its checkpoint
+is its weights and optimizer state, and failures are simulated by :mod:`dpsim.plan.goodput`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dpsim.errors import ConfigError
+from dpsim.limits import MAX_GOODPUT_RUNS, MAX_GPUS, MAX_SEED, check_int
+from dpsim.plan.goodput import GoodputStats, IntervalStudy, elastic_choice, interval_study, simulate_goodput
+from dpsim.plan.reliability import (
+    DAY_S,
+    DEFAULT_RESTART_S,
+    POLICIES,
+    CheckpointPolicy,
+    ClusterShape,
+    FailureRates,
+    TrainingJob,
+    model_optimum_s,
+)
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.model_error import ModelErrorInterval
+from dpsim.predict.resolve import resolve
+from dpsim.predict.result import Prediction
+from dpsim.predict.run import predict_resolved, resolve_topology
+
+DEFAULT_WORK_S = 30 * DAY_S
+"""Failure-free training time when neither a token budget nor a duration is given."""
+DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S = 10e9
+"""Checkpoint write bandwidth when neither it nor the write time is given: an assumption (10 GB/s,
+a parallel file system's share for one job); measure yours."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GoodputReport:
+    """``dpsim goodput``'s result (schema ``dpsim.goodput/1``)."""
+
+    prediction: Prediction = field(repr=False)
+    """The job's predicted step (throughput, memory, model error)."""
+    n_gpus: int
+    """GPUs of the job."""
+    n_nodes: int
+    """Nodes of the job."""
+    topology: str
+    """The topology's name."""
+    tokens: float | None
+    """Token budget, when the work is one (``None``: a duration)."""
+    work_s: float
+    """Failure-free training time, seconds."""
+    mtbf_s: float
+    """Mean time between failures of the whole job, seconds."""
+    failure_rates_per_s: dict[str, float]
+    """Failure rate of the job by component (gpu, node, link), per second."""
+    checkpoint_bytes: float
+    """Bytes a checkpoint writes (weights and optimizer state)."""
+    job: TrainingJob
+    """What was simulated: work, cluster, rates, policy and checkpoints."""
+    seed: int
+    """Seed of the failure draws."""
+    result: GoodputStats
+    """The job under its own policy."""
+    interval_study: IntervalStudy
+    """Goodput against the checkpoint interval (policy wait)."""
+    elastic: dict[str, GoodputStats]
+    """The job under each policy (wait, shrink)."""
+
+    @property
+    def work_model_error(self) -> ModelErrorInterval | None:
+        """The model-error interval of the failure-free time to train (the step's, scaled to the work);
+        the confidence intervals of :attr:`result` are the run-to-run variability of failures."""
+        p = self.prediction
+        return p.model_error.scaled(self.work_s / p.step_time_s) if p.model_error else None
+
+    @property
+    def better(self) -> str:
+        """The policy with the higher goodput."""
+        return max(self.elastic.values(), key=lambda g: g.goodput).policy
+
+    def to_dict(self) -> dict[str, Any]:
+        """``dpsim goodput --json``."""
+        p, c = self.prediction, self.job.checkpoint
+        error = self.work_model_error
+        return {
+            "schema": "dpsim.goodput/1",
+            "n_gpus": self.n_gpus, "n_nodes": self.n_nodes, "topology": self.topology, "model": p.model,
+            "tokens_per_s": p.tokens_per_s, "samples_per_s": p.samples_per_s, "work_s": self.work_s,
+            "tokens": self.tokens,
+            "mtbf_s": self.mtbf_s, "failure_rates_per_s": self.failure_rates_per_s,
+            "checkpoint_bytes": self.checkpoint_bytes, "checkpoint_interval_s": c.interval_s,
+            "checkpoint_write_s": c.write_s, "restart_s": c.restart_s, "replace_s": self.job.replace_s,
+            "seed": self.seed,
+            "result": self.result.to_dict(),
+            "work_model_error": error.to_dict() if error else None,
+            "interval_study": self.interval_study.to_dict(),
+            "elastic": {"wait": self.elastic["wait"].to_dict(), "shrink": self.elastic["shrink"].to_dict(),
+                        "better": self.better},
+        }
+
+
+def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: float | None = None,
+            rates: FailureRates = FailureRates(), checkpoint_interval_s: float | None = None,
+            checkpoint_write_s: float | None = None,
+            checkpoint_bandwidth_bytes_per_s: float = DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
+            restart_s: float = DEFAULT_RESTART_S, replace_s: float = 0.0, policy: str = "wait",
+            min_nodes: int = 1, runs: int = 100, seed: int = 0) -> GoodputReport:
+    """Simulate ``config``'s training through failures.
+
+    The work is ``tokens`` at the predicted tokens/s, or ``duration_s`` of failure-free training
+    (default :data:`DEFAULT_WORK_S`). A checkpoint writes the weights and optimizer state at
+    ``checkpoint_bandwidth_bytes_per_s`` unless ``checkpoint_write_s`` is given, every
+    ``checkpoint_interval_s`` (default: the interval that maximises expected goodput). After a
+    failure the job restarts in ``restart_s``; a failed node is replaced after ``replace_s``, and
+    ``policy`` ``wait`` waits for it while ``shrink`` continues on fewer nodes (down to
+    ``min_nodes``). ``runs`` Monte-Carlo runs from ``seed``.
+    """
+    if tokens is not None and duration_s is not None:
+        raise ConfigError("--tokens and --duration: give one amount of work, not both")
+    if policy not in POLICIES:
+        raise ConfigError(f"--elastic: {policy!r} is not valid; choose one of {', '.join(POLICIES)}")
+    check_int(runs, "--runs", 1, MAX_GOODPUT_RUNS)
+    check_int(seed, "--seed", 0, MAX_SEED)
+    check_int(min_nodes, "--min-nodes", 1, MAX_GPUS)
+    resolved = resolve(config)
+    topology = resolve_topology(resolved.config)
+    p = predict_resolved(resolved)
+    if tokens is not None:
+        if p.tokens_per_s is None:
+            raise ConfigError(f"--tokens: {p.model} is not a token model; give --duration instead")
+        work_s = tokens / p.tokens_per_s
+    else:
+        work_s = DEFAULT_WORK_S if duration_s is None else duration_s
+        if not (0 < work_s < math.inf):
+            raise ConfigError(f"--duration: {work_s!r} s is not valid; expected a duration > 0, e.g. 30d")
+    checkpoint_bytes = p.memory.weights_bytes + p.memory.optimizer_bytes
+    if checkpoint_write_s is None:
+        if not checkpoint_bandwidth_bytes_per_s > 0:
+            raise ConfigError(f"--checkpoint-bandwidth: {checkpoint_bandwidth_bytes_per_s!r} B/s is not valid; "
+                              f"expected > 0")
+        checkpoint_write_s = checkpoint_bytes / checkpoint_bandwidth_bytes_per_s
+    cluster = ClusterShape.from_topology(topology)
+    mtbf = cluster.mtbf_s(rates)
+    interval_s = (model_optimum_s(work_s, checkpoint_write_s, restart_s, mtbf, replace_s)
+                  if checkpoint_interval_s is None else checkpoint_interval_s)
+    if not math.isfinite(interval_s) or interval_s <= 0:
+        interval_s = work_s
+    job = TrainingJob(work_s=work_s, cluster=cluster, rates=rates, policy=policy, replace_s=replace_s,
+                      min_nodes=min_nodes,
+                      checkpoint=CheckpointPolicy(interval_s=interval_s, write_s=checkpoint_write_s,
+                                                  restart_s=restart_s))
+    return GoodputReport(
+        prediction=p, n_gpus=topology.n_gpus, n_nodes=topology.n_nodes, topology=topology.spec.name,
+        tokens=float(tokens) if tokens is not None else None, work_s=work_s, mtbf_s=mtbf,
+        failure_rates_per_s=cluster.rates_per_s(rates), checkpoint_bytes=checkpoint_bytes, job=job, seed=seed,
+        result=simulate_goodput(job, runs=runs, seed=seed),
+        interval_study=interval_study(replace(job, policy="wait"), runs=runs, seed=seed),
+        elastic=elastic_choice(job, runs=runs, seed=seed))

@@ -1,0 +1,83 @@
+"""One collective over an nccl-tests-style size sweep, on the cluster and model a prediction uses.
+
+:func:`predict_collective` is ``dpsim collective`` as a function (the command parses the sizes and
+prints the :class:`CollectiveReport` as nccl-tests would): the communicator is the job's world,
+costed by :func:`~dpsim.predict.run.build_collectives` (NCCL's choice, or a calibration profile's
+fits, with the profile's defaults: :mod:`dpsim.predict.resolve`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dpsim.collectives.ops import OPS, CollectiveResult
+from dpsim.errors import ConfigError
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.resolve import resolve
+from dpsim.predict.run import build_collectives, resolve_topology
+
+TYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1}
+"""nccl-tests' ``-d`` data types and their sizes in bytes."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveReport:
+    """A collective's time at each size of a sweep (schema ``dpsim.collective/1``)."""
+
+    config: PredictConfig
+    """The cluster and collective model asked for (resolved)."""
+    op: str
+    """The collective: all_reduce, reduce_scatter, all_gather or broadcast."""
+    n_ranks: int
+    """Ranks of the communicator."""
+    n_nodes: int
+    """Nodes they span."""
+    topology: str
+    """The topology's name."""
+    dtype: str
+    """nccl-tests' data type (sets the element count of each size)."""
+    profile: str | None
+    """The calibration profile's name whose fits cost it (``None``: NCCL's choice on the flow model)."""
+    results: tuple[CollectiveResult, ...]
+    """One per size, in increasing size."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """``dpsim collective --json``."""
+        elem = TYPE_BYTES[self.dtype]
+        calibration = self.config.calibration
+        return {
+            "schema": "dpsim.collective/1", "op": self.op, "n_ranks": self.n_ranks, "topology": self.topology,
+            "dtype": self.dtype, "algorithm": "nccl" if calibration is None else "calibrated",
+            "calibration": calibration,
+            "rows": [{"size_bytes": int(r.size_bytes), "count": int(r.size_bytes) // elem, "time_s": r.time_s,
+                      "algbw_bytes_per_s": r.algbw_bytes_per_s, "busbw_bytes_per_s": r.busbw_bytes_per_s,
+                      "algorithm": r.algorithm, "protocol": r.protocol}
+                     for r in self.results],
+        }
+
+
+def predict_collective(config: PredictConfig, *, op: str = "all_reduce", minbytes: float = 8,
+                       maxbytes: float = 2**30, stepfactor: float = 2.0, dtype: str = "float") -> CollectiveReport:
+    """``op`` on ``config``'s world communicator at sizes ``minbytes`` x ``stepfactor``^k up to
+    ``maxbytes``, each rounded down to whole elements of ``dtype`` (and whole ranks' shares for
+    reduce_scatter and all_gather), as nccl-tests does."""
+    if op not in OPS:
+        raise ConfigError(f"--op: {op!r} is not a collective; choose one of {', '.join(OPS)}")
+    if dtype not in TYPE_BYTES:
+        raise ConfigError(f"-d/--datatype: {dtype!r} is not known; choose one of {', '.join(TYPE_BYTES)}")
+    resolved = resolve(config)
+    topology = resolve_topology(resolved.config)
+    # The same collective model predict costs the job's world communicator with.
+    model = build_collectives(resolved.config, topology, profile=resolved.profile).world
+    elem = TYPE_BYTES[dtype]
+    sizes = []
+    size = minbytes
+    while size <= maxbytes * (1 + 1e-12):
+        align = elem * (config.gpus if op in ("reduce_scatter", "all_gather") else 1)
+        sizes.append(max(align, int(size) // align * align))
+        size *= stepfactor
+    return CollectiveReport(config=resolved.config, op=op, n_ranks=topology.n_gpus, n_nodes=topology.n_nodes,
+                            topology=topology.spec.name, dtype=dtype,
+                            profile=None if resolved.profile is None else resolved.profile.name,
+                            results=tuple(model.time(op, s) for s in sizes))

@@ -1,0 +1,176 @@
+"""Activation checkpointing: one setting (``--recompute``, ``--recompute-every``) for every layout.
+
+Data parallelism alone (every ``--strategy``, FSDP included) and tensor/pipeline layouts
+read the same :class:`CheckpointPolicy` and ask this module the same two questions per
+layer: what it keeps for backward and what share of its forward re-runs before its
+backward. A *checkpointed unit* is a block (the model's ``LayerSpec.unit``; with data
+parallelism alone the ``--fsdp-unit``), never the root layers.
+
+- ``full``: a checkpointed unit keeps only its input; its whole forward re-runs before its
+  backward, while one unit's full activations are alive again (Korthikanti et al. 2022,
+  "Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198, Sec.
+  5). ``--recompute-every k`` checkpoints every k-th block only, the k-th, 2k-th, ... in
+  forward order (torchtitan's layer-level selective checkpointing,
+  ``selective_ac_option = k``: ``_apply_layer_sac`` in
+  ``torchtitan/distributed/activation_checkpoint.py`` wraps a block when its 1-based count is
+  a multiple of k); the other blocks keep everything.
+- ``selective``: Megatron's ``--recompute-granularity selective``: the attention core (the
+  score and context matmuls, softmax, dropout) is dropped and recomputed, everything else
+  kept (Korthikanti et al. 2022, Sec. 5); with fused attention there are no score matrices
+  to drop, only the recomputation remains.
+- ``op``: op-level selective checkpointing: every block is wrapped with a policy that saves
+  the outputs of its matmuls (``aten.mm``) and of fused attention (the SDPA kernels, which
+  also save their log-sum-exp statistics) and recomputes every other op (norms,
+  activations, rotary, residual adds, casts; eager attention's batched matmuls) from the
+  block's input (torchtitan's ``selective_ac_option = "op"``: ``_apply_op_sac`` with
+  ``CheckpointPolicy.MUST_SAVE`` for the save list, ``PREFER_RECOMPUTE`` otherwise, through
+  ``torch.utils.checkpoint.create_selective_checkpoint_contexts``). A layer known only by its
+  FLOPs (no ops) keeps everything and recomputes nothing.
+
+Saved matmul outputs are counted at 2 bytes per element (16-bit activations), like the
+catalog's activation estimates; :mod:`dpsim.memory` doubles both under fp32 compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dpsim.errors import ConfigError
+from dpsim.hardware import GpuSpec
+from dpsim.strategies.tensor import TpLayer, tp_model
+from dpsim.workload.precision import Precision
+from dpsim.workload.roofline import Efficiencies, op_kind, op_terms
+from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, ModelSpec
+
+RECOMPUTE: dict[str, str] = {
+    "off": "keep every activation",
+    "selective": "recompute the attention core only (Korthikanti et al. 2022)",
+    "op": "keep matmul and attention outputs, recompute the other ops of each block (torchtitan's op-level "
+          "selective checkpointing)",
+    "full": "keep each block's input, recompute its forward before its backward (every --recompute-every-th block)",
+}
+"""``--recompute`` choices."""
+
+_ACTIVATION_ELEMENT_BYTES = 2
+"""Saved outputs at 2 bytes per element, as the catalog's activations are given."""
+_SOFTMAX_STAT_BYTES = 4
+"""Fused attention saves one fp32 log-sum-exp per query row and head for its backward
+(FlashAttention-2, Dao 2023, Algorithm 1: "Write L to HBM")."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointPolicy:
+    """What activation checkpointing does (``--recompute``, ``--recompute-every``)."""
+
+    mode: str = "off"
+    """A key of :data:`RECOMPUTE`."""
+    every: int = 1
+    """With ``full``: checkpoint every ``every``-th block (1: all of them)."""
+
+    def __post_init__(self) -> None:
+        check_recompute(self.mode, self.every)
+
+    @property
+    def active(self) -> bool:
+        """Anything is recomputed."""
+        return self.mode != "off"
+
+    def describe(self) -> str:
+        """A few words for a report title ("" when nothing is recomputed)."""
+        if self.mode == "full":
+            return "activation checkpointing" + (f" of one block in {self.every}" if self.every != 1 else "")
+        return {"off": "", "selective": "selective recomputation", "op": "op-level checkpointing"}[self.mode]
+
+    def checkpoints(self, position: int) -> bool:
+        """Whether the block at ``position`` (0-based, forward order, root excluded) is checkpointed."""
+        if self.mode == "off":
+            return False
+        return self.mode != "full" or (position + 1) % self.every == 0
+
+
+def check_recompute(mode: object, every: object = 1) -> None:
+    """One line naming the flag unless ``mode`` and ``every`` make a policy."""
+    if not isinstance(mode, str) or mode not in RECOMPUTE:
+        raise ConfigError(f"--recompute: {mode!r} is not known; choose one of {', '.join(RECOMPUTE)}")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ConfigError(f"--recompute-every: {every!r} is not valid; expected an integer >= 1")
+    if every != 1 and mode != "full":
+        raise ConfigError(f"--recompute-every: {every} applies with --recompute full (every k-th block fully "
+                          f"recomputed), not {mode}; give --recompute full or leave it out")
+
+
+NO_CHECKPOINTING = CheckpointPolicy()
+"""Nothing recomputed."""
+FULL_CHECKPOINTING = CheckpointPolicy(mode="full")
+"""Every block fully recomputed (``--activation-checkpointing``)."""
+
+
+def policy_of(activation_checkpointing: bool = False, checkpointing: CheckpointPolicy | None = None
+              ) -> CheckpointPolicy:
+    """The policy of the library's two spellings: ``checkpointing`` when given, else
+    ``activation_checkpointing`` (``True`` is ``full`` on every block)."""
+    if checkpointing is not None:
+        if activation_checkpointing and checkpointing.mode != "full":
+            raise ConfigError(f"--activation-checkpointing: means --recompute full, which contradicts --recompute "
+                              f"{checkpointing.mode}; give one of them")
+        return checkpointing
+    return FULL_CHECKPOINTING if activation_checkpointing else NO_CHECKPOINTING
+
+
+def checkpointed(units: Sequence, policy: CheckpointPolicy) -> list:
+    """The units ``policy`` checkpoints, of ``units`` (non-root, forward order)."""
+    return [u for pos, u in enumerate(units) if policy.checkpoints(pos)]
+
+
+# ------------------------------------------------------------------ op level
+
+
+def op_saved_bytes_per_sample(layer: LayerSpec) -> float | None:
+    """What ``op`` keeps of a layer per sample: its matmul outputs and its attention output
+    (plus the softmax statistics of a fused kernel); ``None`` for a layer without ops."""
+    if not layer.ops:
+        return None
+    total = 0.0
+    for op in layer.ops:
+        if isinstance(op, MatmulOp):
+            total += op.m * op.n * op.batch * _ACTIVATION_ELEMENT_BYTES
+        elif isinstance(op, AttentionOp):
+            total += op.seq * op.heads * op.head_dim * _ACTIVATION_ELEMENT_BYTES
+            if op.fused:
+                total += op.seq * op.heads * _SOFTMAX_STAT_BYTES
+    return total
+
+
+def op_recompute_share(layer: LayerSpec, gpu: GpuSpec | None, precision: Precision, micro_batch: int) -> float:
+    """Share of a layer's forward time that ``op`` re-runs: its memory-bound ops (and eager
+    attention), costed by the roofline on ``gpu``; 0 for a layer without ops or no GPU."""
+    if not layer.ops or gpu is None:
+        return 0.0
+    eff = Efficiencies()
+    total = redo = 0.0
+    for op in layer.ops:
+        t = sum(term.time_s(eff) for term in op_terms(op, gpu, precision, micro_batch)[0])
+        total += t
+        kind = op_kind(op)
+        if kind == "memory" or (kind == "attention" and not getattr(op, "fused", True)):
+            redo += t
+    return redo / total if total > 0 else 0.0
+
+
+def selective_recompute_s(layer: TpLayer, forward_s: float) -> float:
+    """What ``selective`` re-runs of a layer whose forward takes ``forward_s``: the attention
+    core's share of its FLOPs (0 outside attention)."""
+    flops = layer.col_flops_per_sample + layer.row_flops_per_sample + layer.core_flops_per_sample
+    return forward_s * layer.core_flops_per_sample / flops if flops > 0 else 0.0
+
+
+def recompute_shares(model: ModelSpec, policy: CheckpointPolicy, *, gpu: GpuSpec | None, precision: Precision,
+                     micro_batch: int) -> tuple[float, ...] | None:
+    """Per layer of ``model``, the share of its forward a checkpointed unit re-runs before its
+    backward; ``None`` when that is all of it (``full``) or nothing is checkpointed."""
+    if policy.mode in ("off", "full"):
+        return None
+    if policy.mode == "selective":
+        return tuple(selective_recompute_s(layer, 1.0) for layer in tp_model(model, 1).layers)
+    return tuple(op_recompute_share(layer, gpu, precision, micro_batch) for layer in model.layers)

@@ -1,0 +1,97 @@
+"""Published large-model training runs (issue 24) against dpsim: ``validation/accuracy_large_models.py``.
+
+The rows are the ``dense`` set of ``tests/data/large_model_runs.csv`` (each citing its source).
+No accuracy bar is asserted here: today's model misses issue 24's (median <= 6 %, worst <= 15 %)
+and VALIDATION.md reports by how much. What is asserted: every dense row is either predicted or
+listed with the reason it cannot be; the conversion of each published unit is right (it
+reproduces the MFU llm-foundry publishes beside its throughput); the evaluation is deterministic;
+and VALIDATION.md's section is the one the script writes today.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "validation"))
+
+import accuracy_large_models as alm  # noqa: E402
+
+
+def test_every_row_has_a_system_and_every_dense_row_a_job():
+    dense, skipped = alm.split(alm.rows())
+    assert len(dense) + len(skipped) == len(alm.rows())
+    assert {x.set for x in skipped} <= set(alm.NOT_EXPRESSIBLE_SETS)
+    assert all(x.why for x in skipped)
+    for r in dense:
+        job = alm.job_of(r)  # PredictConfig checks the fields' own rules and their combinations
+        assert job.config.gpus == int(r["gpus"]), r["id"]
+        per_replica = job.config.micro_batch * (job.config.micro_batches if job.config.layout_active
+                                                else job.config.grad_accum)
+        if r["global_batch"]:
+            assert per_replica * job.config.data_parallel == int(r["global_batch"]), r["id"]
+        if r["params"]:  # the model built from the row's shape has the row's parameter count
+            assert abs(job.model.param_count / float(r["params"]) - 1) < 0.01, r["id"]
+
+
+def test_published_units_round_trip():
+    for r in alm.split(alm.rows())[0]:
+        model = alm.model_of(r)
+        assert alm.to_published_unit(r, model, alm.tokens_per_s_per_gpu(r, model, 123.0)) == pytest.approx(123.0)
+
+
+def test_the_common_flop_count_reproduces_llm_foundrys_published_mfu():
+    """llm-foundry's tables print MFU beside the throughput (kept in the rows' notes): the FLOP count
+    and peaks of the MFU column must give the same figure from the throughput."""
+    checked = 0
+    for r in alm.split(alm.rows())[0]:
+        m = re.search(r"published MFU ([0-9.]+) %", r["notes"])
+        if not m or r["gpu"] not in alm.BF16_PEAK_FLOPS:
+            continue
+        model = alm.model_of(r)
+        tokens = alm.tokens_per_s_per_gpu(r, model, float(r["value"]))
+        mfu = tokens * alm.common_flops_per_token(r, model) / alm.BF16_PEAK_FLOPS[r["gpu"]]
+        assert 100 * mfu == pytest.approx(float(m.group(1)), abs=0.3), r["id"]
+        checked += 1
+    assert checked >= 20
+
+
+@pytest.fixture(scope="module")
+def evaluated():
+    return alm.run()
+
+
+@pytest.mark.slow
+def test_every_dense_row_is_predicted_or_listed_with_a_reason(evaluated):
+    presets, loso, fitted, skipped = evaluated
+    dense, _ = alm.split(alm.rows())
+    predicted = {r.id for r in presets}
+    listed = {x.id for x in skipped if x.set == "dense"}
+    assert predicted | listed == {r["id"] for r in dense}
+    assert not predicted & listed
+    assert {r.id for r in loso} == predicted
+    assert set(fitted) == {r.system for r in presets}
+    assert all(e in alm.EFFICIENCY_GRID for e in fitted.values())
+
+
+@pytest.mark.slow
+def test_evaluation_is_deterministic(evaluated):
+    presets = {r.id: r for r in evaluated[0]}
+    rows = {r["id"]: r for r in alm.rows()}
+    for rid in ("R013", "R048", "R090"):
+        if rid in presets:
+            assert alm.evaluate(rows[rid]) == presets[rid]
+
+
+@pytest.mark.slow
+def test_validation_section_is_current(evaluated):
+    presets, loso, fitted, skipped = evaluated
+    text = alm.VALIDATION.read_text()
+    assert alm.HEADING in text, "run python validation/accuracy_large_models.py --write"
+    committed = text.split(alm.HEADING, 1)[1].split("\n## ", 1)[0].strip()
+    assert committed == alm.section(presets, loso, fitted, skipped).strip(), \
+        "stale: run python validation/accuracy_large_models.py --write"
