@@ -72,6 +72,14 @@ def test_catalog_and_torch_module_cost_the_same(cfg, seq):
     assert all(layer.ops for layer in traced.layers if layer.forward_flops_per_sample)
 
 
+def test_ops_are_per_sample_whatever_the_traced_batch():
+    """Ops are stored per sample: tracing with 1 or 4 samples costs a micro-batch alike (only
+    tensors shared by the batch, position rows and RoPE tables, are divided among its samples)."""
+    one, four = _traced(LLAMA_7B, 1024, batch=1), _traced(LLAMA_7B, 1024, batch=4)
+    assert _step(four, 4).step_s == pytest.approx(_step(one, 4).step_s, rel=1e-3)
+    assert four.activation_bytes_per_sample == pytest.approx(one.activation_bytes_per_sample, rel=1e-3)
+
+
 def test_fsdp_checkpointed_step_is_the_same_through_both_paths():
     """Issue 24's case (FSDP with activation checkpointing on 16 H100s), on Llama-2-7B's block."""
     from dpsim.predict import PredictConfig, predict
