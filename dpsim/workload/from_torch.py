@@ -307,13 +307,17 @@ def _make_kernel_mode(torch):
             scale = kwargs.get("scale", args[6] if len(args) > 6 else None)
             if q.dim() != 4:
                 return func(*args, **kwargs)
-            if mask is None:
-                return aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, causal, scale=scale)[0]
-            if mask.dtype == torch.bool:
-                mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(mask.logical_not(), float("-inf"))
-            mask = mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-            return aten._scaled_dot_product_efficient_attention(q, k, v, mask, True, dropout_p, causal,
-                                                                scale=scale)[0]
+            try:
+                if mask is None:
+                    return aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, causal, scale=scale)[0]
+                if mask.dtype == torch.bool:
+                    mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(mask.logical_not(), float("-inf"))
+                mask = mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+                return aten._scaled_dot_product_efficient_attention(q, k, v, mask, True, dropout_p, causal,
+                                                                    scale=scale)[0]
+            except RuntimeError:
+                # Shapes the fused kernels refuse: SDPA falls back to its math path on a GPU too.
+                return func(*args, **kwargs)
 
     return _KernelMode()
 
