@@ -31,8 +31,10 @@ def libraries(monkeypatch):
 
     monkeypatch.setattr(from_torch, "_CACHE", {})
     yield from_torch.load_torch_workload
+    # Popped, not monkeypatch.delitem: undoing that would put the stubs back for later tests
+    # (the real packages, if imported before, are restored by the first loop's undo).
     for name in [m for m in sys.modules if m.split(".")[0] in ("torchvision", "transformers")]:
-        monkeypatch.delitem(sys.modules, name)
+        sys.modules.pop(name)
 
 
 # ----------------------------------------------------------------- the reference syntax

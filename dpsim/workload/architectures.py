@@ -35,11 +35,17 @@ from dpsim.workload.layers import (
     cast_op,
     dropout_op,
     embedding_op,
-    gated_activation_op,
+    eager_rms_norm_ops,
+    fan_out_ops,
+    gated_activation_ops,
+    gelu_new_activation_bytes,
+    gelu_new_ops,
     korthikanti_block_activation_bytes,
+    llama_block_activation_bytes,
     linear_ops,
     norm_op,
-    residual_op,
+    residual_ops,
+    rope_ops,
 )
 from dpsim.workload.spec import (
     MatmulOp,
@@ -189,18 +195,27 @@ def build_gpt2(
     embedding, embedding_ops = [wte], [embedding_op("wte", s, d, v)]
     if cfg.position_embedding == "learned":
         embedding.append(_tensor("transformer.wpe.weight", (cfg.n_positions, d), dtype))
-        embedding_ops.append(embedding_op("wpe", s, d, cfg.n_positions, add=True))
+        embedding_ops += [embedding_op("wpe", s, d, cfg.n_positions),
+                          # wte(ids) + wpe(positions): one position row set broadcast over the batch,
+                          # whose gradient backward sums over it
+                          MemoryOp(name="wte+wpe", elements=float(s * d), forward=((3, "stream"),),
+                                   backward=((1, "stream"),))]
     if cfg.embedding_norm:
         embedding.append(_norm("transformer.word_embeddings_layernorm", d, dtype))
         embedding_ops.append(norm_op("word_embeddings_layernorm", float(s * d)))
     registered = list(embedding)
     hd = d // cfg.n_head
     layers = [_layer("transformer.wte", embedding, forward_flops_per_sample=0.0,
-                     activation_bytes_per_sample=float(s * d),  # embedding dropout mask (1 byte)
+                     # embedding dropout mask (1 byte)
+                     activation_bytes_per_sample=float(s * d) if cfg.embd_pdrop else 0.0,
                      ops=[*embedding_ops, *([dropout_op("drop", float(s * d), "stream")] if cfg.embd_pdrop else [])])]
     for i in range(cfg.n_layer):
         p = f"transformer.h.{i}"
-        attn_act, mlp_act = korthikanti_block_activation_bytes(s, d, cfg.n_head, flash_attention=flash_attention)
+        attn_act, mlp_act = korthikanti_block_activation_bytes(s, d, cfg.n_head, flash_attention=flash_attention,
+                                                               resid_dropout=cfg.resid_pdrop > 0,
+                                                               attn_dropout=cfg.attn_pdrop > 0)
+        if cfg.activation_function == "gelu_new":
+            mlp_act += gelu_new_activation_bytes(float(s * inner))
         ln_1 = _norm(f"{p}.ln_1", d, dtype)
         c_attn = _conv1d_hf(f"{p}.attn.c_attn", d, 3 * d, dtype)
         attn_proj = _conv1d_hf(f"{p}.attn.c_proj", d, d, dtype)
@@ -216,15 +231,16 @@ def build_gpt2(
             activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
             ops=[norm_op("ln_1", sd), cast_op("cast", sd), *linear_ops("c_attn", s, 3 * d, d, bias=True),
                  *attention_ops(s, cfg.n_head, hd, causal=True, fused=flash_attention, dropout=cfg.attn_pdrop > 0),
-                 *linear_ops("c_proj", s, d, d, bias=True), *resid_dropout, residual_op("residual", sd)],
+                 *linear_ops("c_proj", s, d, d, bias=True), *resid_dropout, *residual_ops("residual", sd)],
         ))
         layers.append(_layer(
             f"{p}.mlp", [ln_2, c_fc, mlp_proj],
             forward_flops_per_sample=2.0 * s * d * inner * 2,
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
             ops=[norm_op("ln_2", sd), cast_op("cast", sd), *linear_ops("c_fc", s, inner, d, bias=True),
-                 activation_op("act", float(s * inner), cfg.activation_function),
-                 *linear_ops("c_proj", s, d, inner, bias=True), *resid_dropout, residual_op("residual", sd)],
+                 *(gelu_new_ops("act", float(s * inner)) if cfg.activation_function == "gelu_new"
+                   else [activation_op("act", float(s * inner), cfg.activation_function)]),
+                 *linear_ops("c_proj", s, d, inner, bias=True), *resid_dropout, *residual_ops("residual", sd)],
         ))
     head = [_norm("transformer.ln_f", d, dtype)]
     if not cfg.tie_word_embeddings:
@@ -267,8 +283,6 @@ def build_llama(
                      ops=[embedding_op("embed_tokens", s, d, v)])]
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}"
-        attn_act, mlp_act = korthikanti_block_activation_bytes(
-            s, d, cfg.num_attention_heads, flash_attention=flash_attention)
         q = _linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=False)
         k = _linear(f"{p}.self_attn.k_proj", kv_dim, d, dtype, bias=False)
         v_proj = _linear(f"{p}.self_attn.v_proj", kv_dim, d, dtype, bias=False)
@@ -280,18 +294,27 @@ def build_llama(
         post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=False)
         registered += [q, k, v_proj, o, gate, up, down, input_norm, post_norm]
         sd = float(s * d)
-        attn_ops = [norm_op("input_layernorm", sd, eager_rms=True), cast_op("cast", sd),
+        attn_ops = [*eager_rms_norm_ops("input_layernorm", s, d), *fan_out_ops("normed", sd, 3),
                     *linear_ops("q_proj", s, q_dim, d, bias=False),
                     *linear_ops("k_proj", s, kv_dim, d, bias=False),
                     *linear_ops("v_proj", s, kv_dim, d, bias=False),
-                    # apply_rotary_pos_emb: q·cos + rotate_half(q)·sin (a cat, two muls, an add), same for k
-                    MemoryOp(name="rope", elements=float(s * (q_dim + kv_dim)), forward=((11, "act"),),
-                             backward=((11, "act"),))]
-        if kv_dim < q_dim:  # repeat_kv expands the key/value heads for eager and SDPA attention
-            attn_ops.append(MemoryOp(name="repeat_kv", elements=float(2 * s * q_dim), forward=((1, "act"),),
-                                     backward=((1, "act"),)))
-        attn_ops += [*attention_ops(s, cfg.num_attention_heads, hd, causal=True, fused=flash_attention),
-                     *linear_ops("o_proj", s, d, q_dim, bias=False), residual_op("residual", sd)]
+                    *rope_ops("rope_q", float(s * q_dim)), *rope_ops("rope_k", float(s * kv_dim))]
+        sdpa_kv = kv_dim
+        if kv_dim < q_dim:
+            # repeat_kv (expand + reshape) copies the rotated k (stream dtype) and v (16-bit) out
+            # to the query heads; backward copies the gradients back.
+            attn_ops += [MemoryOp(name="repeat_k", elements=float(s * q_dim), forward=((2, "stream"),),
+                                  backward=((2, "stream"),)),
+                         MemoryOp(name="repeat_v", elements=float(s * q_dim), forward=((2, "act"),),
+                                  backward=((2, "act"),))]
+            sdpa_kv = q_dim
+        # Autocast's 16-bit copies of the rotated q and k (promoted to the stream's dtype by the
+        # fp32 cos/sin tables) for attention.
+        attn_ops += [cast_op("cast_q", float(s * q_dim)), cast_op("cast_k", float(s * sdpa_kv)),
+                     *attention_ops(s, cfg.num_attention_heads, hd, causal=True, fused=flash_attention),
+                     *linear_ops("o_proj", s, d, q_dim, bias=False), *residual_ops("residual", sd)]
+        attn_act, mlp_act = llama_block_activation_bytes(s, d, q_dim, sdpa_kv, inter, cfg.num_attention_heads,
+                                                         flash_attention=flash_attention)
         layers.append(_layer(
             f"{p}.self_attn", [input_norm, q, k, v_proj, o],  # + input_layernorm
             forward_flops_per_sample=2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
@@ -303,10 +326,10 @@ def build_llama(
             f"{p}.mlp", [post_norm, gate, up, down],  # + post_attention_layernorm
             forward_flops_per_sample=2.0 * s * d * inter * 3,
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
-            ops=[norm_op("post_attention_layernorm", sd, eager_rms=True), cast_op("cast", sd),
+            ops=[*eager_rms_norm_ops("post_attention_layernorm", s, d), *fan_out_ops("normed", sd, 2),
                  *linear_ops("gate_proj", s, inter, d, bias=False), *linear_ops("up_proj", s, inter, d, bias=False),
-                 gated_activation_op("act_fn", float(s * inter)),
-                 *linear_ops("down_proj", s, d, inter, bias=False), residual_op("residual", sd)],
+                 *gated_activation_ops("act_fn", float(s * inter)),
+                 *linear_ops("down_proj", s, d, inter, bias=False), *residual_ops("residual", sd)],
         ))
     head = [_norm("model.norm", d, dtype, bias=False)]
     if not cfg.tie_word_embeddings:
@@ -375,7 +398,7 @@ def build_bert(
                  *attention_ops(s, cfg.num_attention_heads, hd, causal=False, fused=flash_attention,
                                 dropout=True),
                  *linear_ops("output.dense", s, d, d, bias=True), dropout_op("output.dropout", sd),
-                 residual_op("residual", sd), norm_op("output.LayerNorm", sd)],
+                 *residual_ops("residual", sd), norm_op("output.LayerNorm", sd)],
         ))
         layers.append(_layer(
             f"{p}.ffn", ffn,  # BertIntermediate + BertOutput (no common module in HF)
@@ -383,7 +406,7 @@ def build_bert(
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
             ops=[cast_op("cast", sd), *linear_ops("intermediate.dense", s, inter, d, bias=True),
                  activation_op("gelu", float(s * inter)), *linear_ops("output.dense", s, d, inter, bias=True),
-                 dropout_op("output.dropout", sd), residual_op("residual", sd), norm_op("output.LayerNorm", sd)],
+                 dropout_op("output.dropout", sd), *residual_ops("residual", sd), norm_op("output.LayerNorm", sd)],
         ))
     if cfg.add_pooling_layer:
         pooler = _linear("pooler.dense", d, d, dtype)
@@ -471,7 +494,7 @@ def build_vit(
             ops=[norm_op("ln_1", sd), cast_op("cast", sd), *linear_ops("in_proj", s, 3 * d, d, bias=True),
                  *attention_ops(s, cfg.num_heads, d // cfg.num_heads, causal=False, fused=flash_attention,
                                 masked=False),
-                 *linear_ops("out_proj", s, d, d, bias=True), residual_op("residual", sd)],
+                 *linear_ops("out_proj", s, d, d, bias=True), *residual_ops("residual", sd)],
         ))
         layers.append(_layer(
             f"{p}.mlp", mlp,  # + ln_2
@@ -479,7 +502,7 @@ def build_vit(
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
             ops=[norm_op("ln_2", sd), cast_op("cast", sd), *linear_ops("mlp.0", s, cfg.mlp_dim, d, bias=True),
                  activation_op("gelu", float(s * cfg.mlp_dim)), *linear_ops("mlp.3", s, d, cfg.mlp_dim, bias=True),
-                 residual_op("residual", sd)],
+                 *residual_ops("residual", sd)],
         ))
     heads = [_norm("encoder.ln", d, dtype), _linear("heads.head", cfg.num_classes, d, dtype)]
     registered += heads

@@ -14,7 +14,9 @@ a per-parameter ``for`` loop (PyTorch's single-tensor implementation, the defaul
 parameter from Python, so it takes at least :data:`dpsim.workload.roofline.HOST_OVERHEAD_PER_OP_S`
 per op and parameter (:func:`optimizer_terms`).
 
-A layer known only by its FLOPs (no ops: a traced torch module) is costed as matmul
+Catalog models and traced torch modules both carry ops (a traced module's are lowered from
+the aten operators it runs: :mod:`dpsim.workload.lowering`), so both are costed by this one
+roofline. A layer known only by its FLOPs (no ops: a hand-written spec) is costed as matmul
 FLOPs at :data:`FLOPS_ONLY_EFFICIENCY` of the best matmul rate, with a backward of twice
 the forward (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Sec. 2.1:
 C ~ 6N per token = 2N forward + 4N backward).
@@ -85,7 +87,7 @@ built with ``foreach=True`` or ``fused=True``, as its ``defaults.get("foreach", 
 
 FLOPS_ONLY_EFFICIENCY = 0.6
 """Fraction of the best matmul rate for a layer known only by its FLOPs (no ops): the
-efficiency dpsim used for every layer before the roofline, kept for traced torch modules.
+efficiency dpsim used for every layer before the roofline, kept for specs without ops.
 0.6 x H100's 794.5 TFLOP/s is 48 % of the 989 peak, between Llama 3's 38-43 % MFU
 (Dubey et al. 2024, table 4) and MegaScale's 55.2 % (Jiang et al., NSDI 2024)."""
 
@@ -167,8 +169,10 @@ def layer_terms(layer: LayerSpec, gpu: GpuSpec, precision: Precision,
 
 def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batch: int,
                 breakdown: dict[str, float] | None = None,
-                efficiencies: Efficiencies | None = None) -> tuple[float, float]:
-    """(forward, backward) seconds of one layer for one micro-batch (before ``compute_efficiency``)."""
+                efficiencies: Efficiencies | None = None, memo: dict | None = None) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer for one micro-batch (before ``compute_efficiency``).
+    ``memo``, shared by the calls of one model, GPU, precision, micro-batch and efficiencies,
+    keeps the times of layers already costed."""
     if not layer.ops:
         rate = gpu.achieved_rate(precision.matmul_dtype) * FLOPS_ONLY_EFFICIENCY
         fwd = layer.forward_flops_per_sample * micro_batch / rate
@@ -176,14 +180,25 @@ def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batc
             breakdown["flops-only"] = breakdown.get("flops-only", 0.0) + fwd * (1 + BACKWARD_TO_FORWARD)
         return fwd, BACKWARD_TO_FORWARD * fwd
     eff = efficiencies or Efficiencies()
-    fwd = bwd = 0.0
-    for kind, forward, backward in layer_terms(layer, gpu, precision, micro_batch):
-        f = sum(t.time_s(eff) for t in forward)
-        b = sum(t.time_s(eff) for t in backward)
-        fwd += f
-        bwd += b
-        if breakdown is not None:
-            breakdown[kind] = breakdown.get(kind, 0.0) + f + b
+    # Blocks repeat: a layer with the same ops and weights as one already costed costs the same.
+    key = (layer.ops, layer.param_count, len(layer.params))
+    known = memo.get(key) if memo is not None else None
+    if known is None:
+        fwd = bwd = 0.0
+        kinds: dict[str, float] = {}
+        for kind, forward, backward in layer_terms(layer, gpu, precision, micro_batch):
+            f = sum(t.time_s(eff) for t in forward)
+            b = sum(t.time_s(eff) for t in backward)
+            fwd += f
+            bwd += b
+            kinds[kind] = kinds.get(kind, 0.0) + f + b
+        known = (fwd, bwd, kinds)
+        if memo is not None:
+            memo[key] = known
+    fwd, bwd, kinds = known
+    if breakdown is not None:
+        for kind, seconds in kinds.items():
+            breakdown[kind] = breakdown.get(kind, 0.0) + seconds
     return fwd, bwd
 
 
@@ -286,8 +301,9 @@ def compute_profile(
         raise ConfigError(f"--compute-efficiency: {compute_efficiency} is not valid; expected a number in (0, 1]")
     breakdown: dict[str, float] = {}
     layers = []
+    memo: dict = {}
     for layer in model.layers:
-        fwd, bwd = layer_times(layer, gpu, precision, micro_batch, breakdown, efficiencies)
+        fwd, bwd = layer_times(layer, gpu, precision, micro_batch, breakdown, efficiencies, memo)
         layers.append(LayerTime(name=layer.name, forward_s=fwd / compute_efficiency,
                                 backward_s=bwd / compute_efficiency,
                                 param_names=tuple(p.name for p in layer.params)))

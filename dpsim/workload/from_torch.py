@@ -13,12 +13,20 @@ tensors, and records:
   to its first user, as in the catalog;
 * **forward FLOPs** per layer: the operators run while the module is innermost,
   counted with ``torch.utils.flop_counter``'s formulas (its registry; operators it does
-  not know are decomposed as ``FlopCounterMode`` does). 2 FLOPs per multiply-add,
-  element-wise work counts 0, as in the catalog;
+  not know and that may hide matmuls are decomposed as ``FlopCounterMode`` does). 2 FLOPs
+  per multiply-add, element-wise work counts 0, as in the catalog;
+* **ops** per layer: the same operators lowered to the catalog's op kinds (matmuls,
+  convolutions, fused attention, memory-bound passes: :mod:`dpsim.workload.lowering`), so
+  the roofline costs a traced layer as it costs a catalog layer. ``scaled_dot_product_attention``
+  runs as the fused kernel a GPU would run (the meta device would take its math fallback)
+  and training dropout as CUDA's fused kernel. A token model whose output is per-token
+  logits is charged the cross-entropy over them (the catalog's LM loss), which the
+  training loop computes outside the module;
 * **activations** per layer: the tensors autograd saves for backward
   (``torch.autograd.graph.saved_tensors_hooks``), each storage once, parameters
   excluded, floating-point elements at 2 bytes (the catalog's bf16/fp16 convention),
-  others at their own size; and each layer's **input** bytes (what activation
+  others at their own size (fused attention keeps q, k, v, its output and the softmax
+  logsumexp, never the scores); and each layer's **input** bytes (what activation
   checkpointing keeps);
 * the **gradient-ready order**: the order ``AccumulateGrad`` fires in the meta
   backward (``register_post_accumulate_grad_hook``). Autograd's engine orders work by
@@ -67,6 +75,8 @@ from dpsim.workload.model_ref import (
     parse_input_shape,
     parse_model_ref,
 )
+from dpsim.workload.layers import lm_loss_op
+from dpsim.workload.lowering import Lowering
 from dpsim.workload.spec import DTYPE_SIZE_BYTES, LayerSpec, ModelSpec, ParamSpec
 
 ACTIVATION_ELEMENT_BYTES = 2
@@ -173,6 +183,7 @@ class _Tracer:
         self.param_ids: dict[int, str] = {}
         self.seen_storage: set[int] = set()
         self.keep: list = []  # keep saved tensors alive so ids stay unique
+        self.lowering: Lowering | None = None
 
     def current(self) -> str:
         return self.stack[-1] if self.stack else ""
@@ -239,7 +250,10 @@ def _make_mode(torch, tracer: _Tracer):
                         if isinstance(b, torch.Tensor) and id(b) in tracer.param_ids:
                             tracer.saw_param(tracer.param_ids[id(b)])
             packet = func._overloadpacket
-            if packet not in flop_registry and func not in skip:
+            # Only an operator that may hide matmuls is decomposed to count them; any other runs
+            # as the one kernel eager CUDA runs for it (native_dropout is one fused kernel, not
+            # bernoulli_ + mul + div_), so that it is lowered as one memory op.
+            if packet not in flop_registry and func not in skip and _HEAVY_OP.search(packet.__name__):
                 with self:
                     r = func.decompose(*args, **kwargs)
                 if r is not NotImplemented:
@@ -254,9 +268,76 @@ def _make_mode(torch, tracer: _Tracer):
                 flops = flop_registry[packet](*args, **kwargs, out_val=out)
                 cur = tracer.current()
                 tracer.flops[cur] = tracer.flops.get(cur, 0.0) + float(flops)
+            tracer.lowering.lower(torch, func, args, kwargs, out, tracer.current())
             return out
 
     return _TraceMode()
+
+
+def _make_kernel_mode(torch):
+    """A function mode that runs two operators as eager CUDA runs them rather than as the meta
+    device would (:mod:`dpsim.workload.lowering`): ``scaled_dot_product_attention`` as the fused
+    kernel SDPA picks on a GPU (flash; memory-efficient when there is a mask), not the math
+    fallback, so that the trace sees one fused op and autograd saves what the fused kernel saves;
+    and training dropout as CUDA's fused ``native_dropout`` kernel (output and 1-byte mask), not
+    the ``bernoulli_``, ``mul`` and ``div_`` it decomposes into elsewhere."""
+    from torch.overrides import TorchFunctionMode
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    dropouts = (torch.nn.functional.dropout, torch.dropout)
+    aten = torch.ops.aten
+
+    class _KernelMode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in dropouts:
+                x = args[0]
+                p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+                train = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+                inplace = kwargs.get("inplace", args[3] if len(args) > 3 else False)
+                if train and 0 < p < 1 and not inplace and isinstance(x, torch.Tensor) and x.is_floating_point():
+                    return torch.native_dropout(x, p, True)[0]
+                return func(*args, **kwargs)
+            if func is not sdpa:
+                return func(*args, **kwargs)
+            q, k, v = args[:3]
+            mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+            dropout_p = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
+            causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
+            scale = kwargs.get("scale", args[6] if len(args) > 6 else None)
+            if q.dim() != 4:
+                return func(*args, **kwargs)
+            try:
+                if mask is None:
+                    return aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, causal, scale=scale)[0]
+                if mask.dtype == torch.bool:
+                    mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(mask.logical_not(), float("-inf"))
+                mask = mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+                return aten._scaled_dot_product_efficient_attention(q, k, v, mask, True, dropout_p, causal,
+                                                                    scale=scale)[0]
+            except RuntimeError:
+                # Shapes the fused kernels refuse: SDPA falls back to its math path on a GPU too.
+                return func(*args, **kwargs)
+
+    return _KernelMode()
+
+
+def _charge_lm_loss(tracer: _Tracer, outputs, batch: int, tokens: int | None) -> None:
+    """A token model that returns per-token logits (``batch x tokens x vocab``) is trained
+    with cross-entropy over them, outside the module: charge it, as the catalog's LM head
+    does (:func:`dpsim.workload.layers.lm_loss_op`), to the layer that produced the logits,
+    with the fp32 log-probabilities it keeps for backward. A module that computes its own
+    loss returns a scalar and is traced as it is."""
+    if tokens is None or len(outputs) != 1:
+        return
+    logits = outputs[0]
+    if logits.dim() != 3 or int(logits.shape[0]) != batch or int(logits.shape[1]) != tokens:
+        return
+    info = tracer.lowering.tensors.get(id(logits))
+    layer = tracer.lowering.producer.get(info.root, "") if info is not None else ""
+    vocab = int(logits.shape[2])
+    tracer.lowering.ops.setdefault(layer, []).append(lm_loss_op(tokens, vocab))
+    tracer.act[layer] = tracer.act.get(layer, 0.0) + 4.0 * batch * tokens * vocab
 
 
 def _find_units(module, unit_classes) -> list[str]:
@@ -341,6 +422,7 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
 
     tracer = _Tracer(torch, module, unit_classes)
     tracer.param_ids = {id(p): n for n, p in named_params}
+    tracer.lowering = Lowering(batch=batch, param_ids=tracer.param_ids)
     handles = []
     for _, m in module.named_modules():
         handles.append(m.register_forward_pre_hook(tracer.pre_hook, with_kwargs=True))
@@ -351,7 +433,7 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
     try:
         try:
             with torch.device("meta"), torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t), \
-                    _make_mode(torch, tracer):
+                    _make_kernel_mode(torch), _make_mode(torch, tracer):
                 out = module(*args, **kwargs)
         except WorkloadError:
             raise
@@ -365,6 +447,7 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
                   if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point()]
         if not losses:
             raise WorkloadError("--model: the forward output has no floating-point tensor that requires grad")
+        _charge_lm_loss(tracer, losses, batch, tokens)
         try:
             loss = sum(t.float().sum() for t in losses)
             loss.backward()
@@ -398,7 +481,8 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
         params = owned.get(mod_name, [])
         flops = tracer.flops.get(mod_name, 0.0)
         act = tracer.act.get(mod_name, 0.0)
-        if not params and flops == 0 and act == 0:
+        ops = tuple(tracer.lowering.ops.get(mod_name, ()))
+        if not params and flops == 0 and act == 0 and not ops:
             continue
         unit = next((u for u in units if mod_name == u or mod_name.startswith(u + ".")), None)
         layers.append(LayerSpec(
@@ -409,6 +493,7 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
             activation_bytes_per_sample=act / batch,
             input_bytes_per_sample=tracer.inputs.get(mod_name, 0.0) / batch,
             unit=unit,
+            ops=ops,
         ))
     # What DDP's broadcast_buffers sends before each synchronised forward: every buffer
     # (persistent or not) that named_buffers() lists.

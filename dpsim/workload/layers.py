@@ -26,23 +26,49 @@ def attention_matmul_flops(seq_len: int, attn_dim: int) -> float:
 
 
 def korthikanti_block_activation_bytes(
-    seq_len: int, hidden: int, heads: int, *, flash_attention: bool = False
+    seq_len: int, hidden: int, heads: int, *, flash_attention: bool = False, resid_dropout: bool = True,
+    attn_dropout: bool = True,
 ) -> tuple[float, float]:
     """Bytes one transformer block keeps for backward (b = 1), as (attention, MLP) halves.
 
     Korthikanti et al. 2022, Sec. 4.1: ``s·h·(34 + 5·a·s/h)`` per layer in 16-bit
     activations, i.e. attention ``11sh + 5as²`` plus LayerNorm ``2sh`` and MLP ``19sh``
-    plus LayerNorm ``2sh``. ``flash_attention`` drops the ``5as²`` term.
+    plus LayerNorm ``2sh``. ``flash_attention`` drops the ``5as²`` term (the fused kernel
+    keeps only the softmax statistics, ``a·s`` fp32 values, not counted); without residual
+    dropout the two ``sh`` masks (1 byte each) go; without attention dropout its ``as²`` mask
+    and its output go (``V`` is multiplied by the softmax output, already kept): ``2as²`` stay.
     """
     sh = float(seq_len) * hidden
-    attention = 13.0 * sh + (0.0 if flash_attention else 5.0 * heads * seq_len * seq_len)
-    mlp = 21.0 * sh
+    mask = 0.0 if resid_dropout else 1.0
+    scores = 0.0 if flash_attention else (5.0 if attn_dropout else 2.0) * heads * seq_len * seq_len
+    attention = (13.0 - mask) * sh + scores
+    mlp = (21.0 - mask) * sh
     return attention, mlp
 
 
-def lm_head_activation_bytes(seq_len: int, hidden: int, vocab: int) -> float:
-    """Final norm + output projection inputs and fp32 logits: ``4sh + 4sv`` (Korthikanti Sec. 4.1)."""
-    return 4.0 * seq_len * hidden + 4.0 * seq_len * vocab
+def llama_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_dim: int, inter: int, heads: int,
+                                 *, flash_attention: bool = False) -> tuple[float, float]:
+    """Bytes a Llama decoder block keeps for backward (b = 1, 2 bytes per element), as
+    (attention, MLP) halves, as PyTorch autograd saves them for HF's eager modules: each
+    eager RMSNorm its input and normalised input (``2sh``), the projections their (shared)
+    input (``sh``), fused attention rotated q and k, v and its output (plus the ``a·s``
+    softmax statistics, not counted), eager attention also the softmax output (``as²``,
+    which the product with ``v`` reuses; Llama has no attention dropout); the MLP the gate projection (silu's input),
+    silu's output and the up projection (the product's operands) and the product (the down
+    projection's input): ``4·s·inter``."""
+    sh = float(seq_len) * hidden
+    e = ACTIVATION_ELEMENT_BYTES
+    attention = e * (3 * sh + 2.0 * seq_len * (q_dim + kv_dim))
+    if not flash_attention:
+        attention += e * float(heads) * seq_len * seq_len
+    mlp = e * (3 * sh + 4.0 * seq_len * inter)
+    return attention, mlp
+
+
+def lm_head_activation_bytes(seq_len: int, hidden: int, vocab: int, *, eager_rms: bool = False) -> float:
+    """Final norm + output projection inputs and fp32 logits: ``4sh + 4sv`` (Korthikanti Sec. 4.1);
+    an eager RMSNorm keeps its normalised input too (:func:`eager_rms_norm_ops`): ``6sh + 4sv``."""
+    return (6.0 if eager_rms else 4.0) * seq_len * hidden + 4.0 * seq_len * vocab
 
 
 def _hidden_bytes(seq_len: int, hidden: int) -> float:
@@ -126,13 +152,58 @@ def linear_ops(name: str, tokens: int, out_features: int, in_features: int, *, b
     return ops
 
 
-def norm_op(name: str, elements: float, *, eager_rms: bool = False) -> MemoryOp:
+def norm_op(name: str, elements: float) -> MemoryOp:
     """LayerNorm (one fused kernel: read x, write y; backward reads dy and x, writes dx) on
-    the residual stream's dtype. HF's eager ``LlamaRMSNorm`` runs ``pow``, ``mean``,
-    ``rsqrt``, two multiplies and dtype casts as separate kernels: about three times the passes."""
-    if eager_rms:
-        return MemoryOp(name=name, elements=elements, forward=((6, "stream"),), backward=((10, "stream"),))
+    the residual stream's dtype."""
     return MemoryOp(name=name, elements=elements, forward=((2, "stream"),), backward=((3, "stream"),))
+
+
+def eager_rms_norm_ops(name: str, tokens: int, dim: int) -> list[MemoryOp]:
+    """HF's eager ``LlamaRMSNorm`` over ``tokens x dim``, ``weight * (x * rsqrt(mean(x²) + eps))``,
+    kernel by kernel on the residual stream's dtype (as :mod:`dpsim.workload.lowering` lowers
+    it): ``pow`` (read x, write x²), ``mean`` (read x², write one value per row), ``+ eps`` and
+    ``rsqrt`` on the row values, ``x * r`` and ``weight * h`` (read, write). Backward: each
+    product's two operand gradients are a kernel each (read the gradient and the other
+    operand, write), ``rsqrt``'s reads its output and the gradient, ``mean``'s writes the
+    expanded gradient, ``pow``'s reads x and the gradient, and the two gradients reaching x
+    (through ``pow`` and through ``x * r``) are summed."""
+    e, rows = float(tokens * dim), float(tokens)
+    return [MemoryOp(name=f"{name}.pow", elements=e, forward=((2, "stream"),), backward=((3, "stream"),)),
+            MemoryOp(name=f"{name}.mean", elements=e, forward=((1 + 1 / dim, "stream"),), backward=((1, "stream"),)),
+            MemoryOp(name=f"{name}.eps", elements=rows, forward=((2, "stream"),)),
+            MemoryOp(name=f"{name}.rsqrt", elements=rows, forward=((2, "stream"),), backward=((3, "stream"),)),
+            MemoryOp(name=f"{name}.grad_sum", elements=e, forward=(), backward=((3, "stream"),)),
+            MemoryOp(name=f"{name}.mul", elements=e, forward=((2 + 1 / dim, "stream"),), backward=((6, "stream"),)),
+            MemoryOp(name=f"{name}.weight", elements=e, forward=((2 + 1 / tokens, "stream"),),
+                     backward=((6, "stream"),))]
+
+
+def fan_out_ops(name: str, elements: float, readers: int) -> list[MemoryOp]:
+    """A residual-stream tensor read by ``readers`` matmuls (Llama's q, k and v projections):
+    autocast copies it to 16 bits once per matmul (it caches only the casts of weights) and
+    casts each gradient back, and autograd sums the ``readers`` gradients (read two, write
+    one per extra reader)."""
+    ops = [cast_op(f"{name}.cast", elements) for _ in range(readers)]
+    return ops + [MemoryOp(name=f"{name}.grad_sum", elements=elements, forward=(), backward=((3, "stream"),))
+                  for _ in range(readers - 1)]
+
+
+def rope_ops(name: str, elements: float) -> list[MemoryOp]:
+    """HF's ``apply_rotary_pos_emb`` on one of q, k (``q·cos + rotate_half(q)·sin``) as eager
+    kernels: the 16-bit projection times the fp32 ``cos`` table promotes to the stream's dtype;
+    ``rotate_half`` negates one half and concatenates; a second product with ``sin``, then the
+    sum. Backward: each product's gradient (read the gradient and the table, write) cast back
+    to 16 bits, and the gradients of the three readers of q summed twice. The cos/sin tables,
+    shared by the batch, are not counted."""
+    return [MemoryOp(name=f"{name}.cos", elements=elements, forward=((1, "act"), (1, "stream")),
+                     backward=((3, "stream"), (1, "cast"))),
+            MemoryOp(name=f"{name}.neg", elements=elements, forward=((1, "act"),)),
+            MemoryOp(name=f"{name}.cat", elements=elements, forward=((2, "act"),)),
+            MemoryOp(name=f"{name}.sin", elements=elements, forward=((1, "act"), (1, "stream")),
+                     backward=((3, "stream"), (1, "cast"))),
+            MemoryOp(name=f"{name}.add", elements=elements, forward=((3, "stream"),)),
+            MemoryOp(name=f"{name}.grad_sum", elements=elements, forward=(), backward=((3, "act"),)),
+            MemoryOp(name=f"{name}.grad_sum", elements=elements, forward=(), backward=((3, "act"),))]
 
 
 def cast_op(name: str, elements: float) -> MemoryOp:
@@ -147,34 +218,66 @@ def dropout_op(name: str, elements: float, byte_class: str = "act") -> MemoryOp:
                     backward=((2, byte_class), (1, "byte")))
 
 
-def residual_op(name: str, elements: float) -> MemoryOp:
-    """``x + branch(x)``: read the stream and the 16-bit branch output, write the stream.
-    Backward: the gradient reaching ``x`` from the branch and from the skip is summed
-    (read two, write one), and the branch's share is cast to 16 bits under autocast."""
-    return MemoryOp(name=name, elements=elements, forward=((2, "stream"), (1, "act")),
-                    backward=((3, "stream"), (1, "cast")))
+def residual_ops(name: str, elements: float) -> list[MemoryOp]:
+    """``x + branch(x)``: read the stream and the 16-bit branch output, write the stream;
+    its backward hands the gradient on, cast to 16 bits for the branch under autocast. The
+    gradients reaching ``x`` through the branch and through the skip are summed by autograd
+    (read two, write one), a kernel of its own."""
+    return [MemoryOp(name=name, elements=elements, forward=((2, "stream"), (1, "act")), backward=((1, "cast"),)),
+            MemoryOp(name=f"{name}.grad_sum", elements=elements, forward=(), backward=((3, "stream"),))]
 
 
-ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", "tanh")
-"""Activation functions whose kernels :func:`activation_op` knows."""
+ACTIVATIONS = ("gelu", "relu", "silu", "tanh")
+"""Activation functions that are one eager kernel each way (:func:`activation_op`); GPT-2's
+``gelu_new`` is :func:`gelu_new_ops`."""
 
 
 def activation_op(name: str, elements: float, function: str = "gelu") -> MemoryOp:
-    """An element-wise activation: ``gelu``/``relu``/``silu``/``tanh`` are one kernel each way; HF's
-    ``gelu_new`` (``NewGELUActivation``, GPT-2's default) is ``0.5·x·(1 + tanh(√(2/π)·(x +
-    0.044715·x³)))`` written as eight eager ops, each reading and writing the tensor."""
+    """An element-wise activation, one kernel each way: read x, write y; backward reads the
+    gradient and x, writes the input gradient."""
     if function not in ACTIVATIONS:
         raise WorkloadError(f"activation {function!r} is not known; allowed: {', '.join(ACTIVATIONS)}")
-    if function == "gelu_new":
-        return MemoryOp(name=name, elements=elements, forward=((18, "act"),), backward=((30, "act"),))
     return MemoryOp(name=name, elements=elements, forward=((2, "act"),), backward=((3, "act"),))
 
 
-def gated_activation_op(name: str, elements: float) -> MemoryOp:
+def gelu_new_ops(name: str, elements: float) -> list[MemoryOp]:
+    """HF's ``NewGELUActivation`` (GPT-2's default), ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``,
+    as its nine eager kernels on the 16-bit matmul output ``x``: ``pow`` is one of autocast's
+    fp32 operators, so from it on the chain runs in the stream's dtype. Backward: the products
+    with a constant read the gradient and write; ``pow`` and ``tanh`` also read what they saved;
+    the final product computes both operands' gradients; the three gradients reaching ``x`` are
+    summed twice, and the ones leaving the fp32 chain are cast back to 16 bits. Its output is
+    in the stream's dtype, so the next matmul's autocast copies it to 16 bits (and the gradient
+    back). It keeps four tensors of ``elements`` for backward (:func:`gelu_new_activation_bytes`)."""
+    def op(part: str, forward, backward=()) -> MemoryOp:
+        return MemoryOp(name=f"{name}.{part}", elements=elements, forward=forward, backward=backward)
+
+    return [op("half", ((2, "act"),), ((2, "act"),)),
+            op("grad_sum", (), ((3, "act"),)),
+            op("pow", ((1, "act"), (1, "cast"), (1, "stream")), ((3, "stream"), (1, "cast"))),
+            op("coef", ((2, "stream"),), ((2, "stream"),)),
+            op("grad_sum", (), ((3, "act"),)),
+            op("add", ((1, "act"), (2, "stream")), ((1, "cast"),)),
+            op("scale", ((2, "stream"),), ((2, "stream"),)),
+            op("tanh", ((2, "stream"),), ((3, "stream"),)),
+            op("one_plus", ((2, "stream"),)),
+            op("mul", ((1, "act"), (2, "stream")), ((6, "stream"), (1, "cast"))),
+            cast_op(f"{name}.cast", elements)]
+
+
+def gelu_new_activation_bytes(elements: float) -> float:
+    """What :func:`gelu_new_ops` keeps beyond a one-kernel GELU's input (2 bytes per element):
+    ``tanh``'s output and both operands of the final product, three more tensors."""
+    return 3.0 * ACTIVATION_ELEMENT_BYTES * elements
+
+
+def gated_activation_ops(name: str, elements: float) -> list[MemoryOp]:
     """SwiGLU's ``silu(gate) * up`` over the ``elements`` of one projection: silu (read,
-    write) then multiply (read two, write); backward: the product's two gradients (read
-    three, write two) and silu's (read two, write)."""
-    return MemoryOp(name=name, elements=elements, forward=((5, "act"),), backward=((8, "act"),))
+    write; backward reads the gradient and its input, writes) and the product (read two,
+    write; backward computes each operand's gradient as a kernel of its own: read the
+    gradient and the other operand, write)."""
+    return [activation_op(f"{name}.silu", elements, "silu"),
+            MemoryOp(name=f"{name}.mul", elements=elements, forward=((3, "act"),), backward=((6, "act"),))]
 
 
 def embedding_op(name: str, tokens: int, dim: int, table_rows: int, *, add: bool = False) -> MemoryOp:
@@ -198,12 +301,16 @@ def lm_loss_op(tokens: int, vocab: int) -> MemoryOp:
 
 def attention_ops(tokens: int, heads: int, head_dim: int, *, causal: bool, fused: bool,
                   dropout: bool = False, masked: bool = True) -> list[OpSpec]:
-    """Attention core plus the copy merging the heads back into ``tokens x heads·head_dim``
-    (``transpose(1, 2).contiguous()``), both ways."""
-    return [AttentionOp(seq=tokens, heads=heads, head_dim=head_dim, causal=causal, fused=fused,
-                        dropout=dropout and not fused, masked=masked),
-            MemoryOp(name="merge_heads", elements=float(tokens * heads * head_dim), forward=((2, "act"),),
-                     backward=((2, "act"),))]
+    """Attention core; eager attention also copies its ``heads x tokens x head_dim`` output
+    back into ``tokens x heads·head_dim`` (``transpose(1, 2).contiguous()``), both ways. The
+    fused kernels write their output token-major already (``_scaled_dot_product_flash_attention``
+    returns a ``batch x tokens x heads x head_dim`` buffer transposed), so there the merge is a view."""
+    ops: list[OpSpec] = [AttentionOp(seq=tokens, heads=heads, head_dim=head_dim, causal=causal, fused=fused,
+                                     dropout=dropout and not fused, masked=masked)]
+    if not fused:
+        ops.append(MemoryOp(name="merge_heads", elements=float(tokens * heads * head_dim), forward=((2, "act"),),
+                            backward=((2, "act"),)))
+    return ops
 
 
 def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float,
@@ -263,10 +370,11 @@ def _resolve_seq_len(seq_len: int | None, default: int, model: str, *, max_field
 def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int, *, eager_rms: bool = False) -> LayerSpec:
     """The final norm + LM head of a decoder and its loss: an s x d by d x v matmul per sample,
     then cross-entropy over the s x v logits."""
-    ops = [norm_op("final_norm", float(s * d), eager_rms=eager_rms), cast_op("cast", float(s * d)),
+    norm = eager_rms_norm_ops("final_norm", s, d) if eager_rms else [norm_op("final_norm", float(s * d))]
+    ops = [*norm, cast_op("cast", float(s * d)),
            MatmulOp(name="lm_head", m=s, n=v, k=d), lm_loss_op(s, v)]
     return _layer("lm_head", run, forward_flops_per_sample=2.0 * s * d * v,
-                  activation_bytes_per_sample=lm_head_activation_bytes(s, d, v), ops=ops)
+                  activation_bytes_per_sample=lm_head_activation_bytes(s, d, v, eager_rms=eager_rms), ops=ops)
 
 
 def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:

@@ -238,8 +238,10 @@ class LayerSpec:
     activation checkpointing keeps when a checkpointed unit starts with this layer."""
     ops: tuple[OpSpec, ...] = ()
     """The layer's operations for the roofline (:mod:`dpsim.workload.roofline`): its
-    matmuls, attention and memory-bound work, per sample. Empty for a layer known only by
-    its FLOPs (a traced torch module), which is then costed as matmul FLOPs alone."""
+    matmuls, attention and memory-bound work, per sample. A catalog builder writes them; a
+    traced torch module's are lowered from the aten operators it runs
+    (:mod:`dpsim.workload.lowering`). Empty only for a layer known by its FLOPs alone (a
+    hand-written spec), which is then costed as matmul FLOPs."""
     unit: str | None = None
     """The wrap unit this layer belongs to — a transformer block's module path, as an
     FSDP auto-wrap policy (``transformer_auto_wrap_policy``) wraps it and activation

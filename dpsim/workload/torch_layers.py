@@ -1,4 +1,6 @@
-"""Attention helpers shared by the reference torch modules (plain matmul + softmax, as the references compute it)."""
+"""Attention helpers shared by the reference torch modules: ``scaled_dot_product_attention``,
+which HF transformers (its default ``attn_implementation="sdpa"``) and torchvision's
+``nn.MultiheadAttention`` call, and which runs a fused kernel on GPUs."""
 
 from __future__ import annotations
 
@@ -8,7 +10,13 @@ import torch
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    """``softmax(q kᵀ / sqrt(d)) v`` on (batch, heads, seq, head_dim) tensors."""
+    """``softmax(q kᵀ / sqrt(d)) v`` on (batch, heads, seq, head_dim) tensors, through SDPA."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The same as plain matmuls and a softmax (HF's ``attn_implementation="eager"``), which
+    keeps the ``seq x seq`` scores for backward."""
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
         s = q.shape[-2]

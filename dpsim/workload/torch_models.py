@@ -176,7 +176,8 @@ class LlamaAttention(nn.Module):
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         rep = self.heads // self.kv_heads
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        if rep > 1:  # HF's repeat_kv returns the tensors as they are when there is nothing to repeat
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         return self.o_proj(_merge_heads(_attention(q, k, v, causal=True)))
 
 
