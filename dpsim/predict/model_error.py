@@ -90,8 +90,23 @@ SCALE_EXTRAPOLATION = 2.0
 """A job on more than this factor more GPUs than every multi-GPU row of its pool extrapolates."""
 
 
+class _Bands:
+    """The size and scale bands of something with ``params`` and ``gpus`` (a row or a query)."""
+
+    params: float
+    gpus: int
+
+    @property
+    def size_band(self) -> str:
+        return band(self.params, SIZE_BANDS)
+
+    @property
+    def scale_band(self) -> str:
+        return band(self.gpus, SCALE_BANDS)
+
+
 @dataclass(frozen=True, kw_only=True)
-class ResidualRow:
+class ResidualRow(_Bands):
     """One validation row: a published measurement against its leave-one-system-out prediction."""
 
     id: str
@@ -115,17 +130,9 @@ class ResidualRow:
     fabric: str = ""
     """A collective row's fabric class (``nvswitch``, ``ib``, ``tcp``...); empty for step rows."""
 
-    @property
-    def size_band(self) -> str:
-        return band(self.params, SIZE_BANDS)
-
-    @property
-    def scale_band(self) -> str:
-        return band(self.gpus, SCALE_BANDS)
-
 
 @dataclass(frozen=True, kw_only=True)
-class Regime:
+class Regime(_Bands):
     """Where a prediction falls: what its residuals are drawn from."""
 
     pools: tuple[str, ...]
@@ -147,14 +154,6 @@ class Regime:
     unvalidated_fabric: tuple[str, ...] = ()
     """Intra-node fabrics and network transports the job uses that no published collective
     measurement validated (each widens the interval)."""
-
-    @property
-    def size_band(self) -> str:
-        return band(self.params, SIZE_BANDS)
-
-    @property
-    def scale_band(self) -> str:
-        return band(self.gpus, SCALE_BANDS)
 
 
 @dataclass(frozen=True, kw_only=True)
