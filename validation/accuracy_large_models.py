@@ -133,7 +133,7 @@ STRATEGIES = {
     "zero1 over all": ("zero1", ""),
     "hybrid zero1": ("zero1", "hybrid ZeRO-1 (optimizer sharded in groups) as ZeRO-1 over all ranks: no group "
                               "option"),
-    "fsdp2": ("fsdp", "FSDP2 as FSDP1 FULL_SHARD (no per-micro-batch reduce-scatter, no --fsdp-version)"),
+    "fsdp2": ("fsdp", ""),  # --fsdp-version 2 (job_of): per-parameter shards, reduce-scatter every micro-batch
     "fsdp (Fabric": ("fsdp", "Fabric's default sharding as FULL_SHARD"),
 }
 """The row's ``data_parallel`` (by its start) -> ``--strategy`` and what that assumes."""
@@ -212,9 +212,9 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     elif checkpointing.startswith("none"):
         full = False
     elif checkpointing.startswith("selective"):
-        full = False
-        assumed.append("selective remat (minimal_flash) as no checkpointing: no op-level policy without --tp/--pp "
-                       "(memory charges every activation)")
+        full = "op"
+        assumed.append("selective remat (minimal_flash) as --recompute op: matmul and attention outputs kept, "
+                       "the rest recomputed")
     else:
         full = True
         assumed.append("checkpointing not published: full")
@@ -228,11 +228,17 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         kw["topology_file"] = str(SYSTEMS_DIR / system.topology_file)
     else:
         kw["link"] = system.link
+    recompute = full if isinstance(full, str) else ("full" if full else "off")
+    if row["data_parallel"].startswith("fsdp2"):
+        if tp * pp == 1:
+            kw["fsdp_version"] = "2"
+        else:  # dpsim's FSDP2 is data parallelism alone
+            assumed.append("FSDP2 with tensor parallelism as the layout path's sharding (no --fsdp-version 2)")
     if tp * pp > 1:
         kw.update(tp=tp, pp=pp, dp=gpus // (tp * pp), global_batch=micro_batch * grad_accum * (gpus // (tp * pp)),
-                  recompute="full" if full else "off")
+                  recompute=recompute)
     else:
-        kw.update(grad_accum=grad_accum, activation_checkpointing=full)
+        kw.update(grad_accum=grad_accum, recompute=recompute)
     if compute_efficiency is not None:
         kw["compute_efficiency"] = compute_efficiency
     capacity = A100_40GB_BYTES if "40GB" in row["system"] or "40G " in row["system"] else None
