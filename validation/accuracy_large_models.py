@@ -30,8 +30,9 @@ rows (the grid value with the smallest median |error| there) and used on the hel
 A system is the organisation's cluster (:func:`system_of`); MosaicML's H100 and A100 clusters
 are one system (one platform, one software stack, one table).
 
-Rows of the other sets (``moe``, ``long-context``, ``fp8``: issue 28) are counted as not
-expressible and not predicted. ``--markdown`` prints the table; ``--write`` rewrites VALIDATION.md's
+Rows with a feature dpsim cannot express yet (:data:`NOT_EXPRESSIBLE_FEATURES`: mixture of
+experts, context parallelism, FP8, offload; issue 28) are counted as not expressible and not
+predicted. ``--markdown`` prints the table; ``--write`` rewrites VALIDATION.md's
 section "## Large-model training runs (issue 24)" (:func:`validation.sections.replace_section`).
 """
 
@@ -369,26 +370,36 @@ class NotExpressed:
     set: str
     model: str
     why: str
+    refused: bool = False
+    """dpsim refused the row's configuration (a :class:`DpsimError`), though its features are expressible."""
 
 
-NOT_EXPRESSIBLE_SETS = {
-    "moe": "mixture of experts (expert parallelism, routing): issue 28",
-    "long-context": "context parallelism / ring attention: issue 28",
+NOT_EXPRESSIBLE_FEATURES = {
+    "moe": "mixture of experts (expert layers, routing): issue 28",
+    "ep": "expert parallelism (all-to-all dispatch and combine): issue 28",
+    "cp": "context parallelism / ring attention: issue 28",
     "fp8": "FP8 matmuls (TransformerEngine, torchao float8, MXFP8): issue 28",
+    "offload": "optimizer / parameter offload to CPU memory",
 }
-"""Sets dpsim cannot express today, and why."""
+"""Row features (the ``features`` column) dpsim cannot express today, and why. A row is predicted
+when none of its features is listed here, whatever its ``set``."""
+
+
+def unexpressed_features(row: dict) -> list[str]:
+    """Why each of ``row``'s features that dpsim cannot express is not expressed (empty: predict it)."""
+    return [NOT_EXPRESSIBLE_FEATURES[f] for f in row["features"].split(";") if f in NOT_EXPRESSIBLE_FEATURES]
 
 
 def split(all_rows: list[dict]) -> tuple[list[dict], list[NotExpressed]]:
-    """The dense rows to predict, and every other row with the reason it is not predicted."""
-    dense, skipped = [], []
+    """The rows to predict, and every other row with the reasons it is not predicted."""
+    predicted, skipped = [], []
     for r in all_rows:
-        if r["set"] == "dense":
-            dense.append(r)
+        why = unexpressed_features(r)
+        if not why:
+            predicted.append(r)
         else:
-            skipped.append(NotExpressed(id=r["id"], set=r["set"], model=r["model"],
-                                        why=NOT_EXPRESSIBLE_SETS.get(r["set"], f"set {r['set']!r} not modelled")))
-    return dense, skipped
+            skipped.append(NotExpressed(id=r["id"], set=r["set"], model=r["model"], why="; ".join(why)))
+    return predicted, skipped
 
 
 def evaluate_all(dense: list[dict], *, compute_efficiency: float | None = None
@@ -399,7 +410,7 @@ def evaluate_all(dense: list[dict], *, compute_efficiency: float | None = None
         try:
             results.append(evaluate(r, compute_efficiency=compute_efficiency))
         except DpsimError as exc:
-            refused.append(NotExpressed(id=r["id"], set=r["set"], model=r["model"], why=f"dpsim refuses it: {exc}"))
+            refused.append(NotExpressed(id=r["id"], set=r["set"], model=r["model"], why=f"dpsim refuses it: {exc}", refused=True))
     return results, refused
 
 
@@ -511,7 +522,7 @@ def section(presets: list[Result], loso: list[Result], fitted: dict[str, float],
     most_exposed = max(presets, key=lambda r: r.exposed_comm_s / r.step_s)
     by_set: dict[str, int] = {}
     for x in skipped:
-        if x.set != "dense":
+        if not x.refused:
             by_set[x.set] = by_set.get(x.set, 0) + 1
     unexpressed: dict[str, list[str]] = {}
     for r in presets:
@@ -583,12 +594,12 @@ def section(presets: list[Result], loso: list[Result], fitted: dict[str, float],
         "- **What the rows ran that dpsim cannot say** (each row's \"assumed\" column; the prediction runs "
         "without it):",
         *(f"  - {note}: {len(ids)} rows ({', '.join(ids)})" for note, ids in unexpressed.items()),
-        f"- **Not expressible: {sum(by_set.values())} rows** of the other sets "
+        f"- **Not expressible: {sum(by_set.values())} rows** "
         + ", ".join(f"{k} {v}" for k, v in sorted(by_set.items())) + " ("
-        + "; ".join(f"{k}: {v}" for k, v in NOT_EXPRESSIBLE_SETS.items()) + ").",
+        + "; ".join(f"{k}: {v}" for k, v in NOT_EXPRESSIBLE_FEATURES.items()) + ").",
     ]
-    refused = [x for x in skipped if x.set == "dense"]
-    lines.append(f"- Dense rows dpsim refuses: {len(refused)}" + (":" if refused else "."))
+    refused = [x for x in skipped if x.refused]
+    lines.append(f"- Rows dpsim refuses: {len(refused)}" + (":" if refused else "."))
     for x in refused:
         lines.append(f"  - {x.id} ({x.model}): {x.why}")
     lines += ["", markdown(presets, loso)]
@@ -641,7 +652,7 @@ def main(argv=None) -> int:
         print(f"MFU per decade of params, {name} ({n} rows): published {100 * pub:+.1f}, predicted {100 * pred:+.1f}")
     print(f"not predicted: {len(skipped)} rows")
     for x in skipped:
-        if x.set == "dense":
+        if x.refused:
             print(f"  {x.id}: {x.why}")
     return 0
 
