@@ -21,9 +21,9 @@ writer wrote (a replicated shard is read once per node), so the read takes as lo
 **Spares.** A failed node goes to repair for ``replace_s``; nodes in repair are then an
 M/G/inf queue whose count is Poisson with mean ``replace_s / M`` whatever the repair-time
 distribution (Palm's theorem; e.g. Kleinrock 1975, *Queueing Systems* vol. 1, sec. 3.8 / the
-Erlang loss formula's limit). The recommended spares are the fewest ``s`` with
-``P(count > s) <= spare_risk``; a failure that finds all ``s`` in use (probability
-``P(count >= s)``, Poisson arrivals see time averages) waits at most ``replace_s``, which the
+Erlang loss formula's limit). A failure finds all ``s`` spares in repair with probability
+``P(count >= s)`` (Poisson arrivals see time averages); the recommended spares are the fewest
+``s`` that make it at most ``spare_risk``. Such a failure waits at most ``replace_s``, which the
 expected time charges in full (an upper bound).
 
 **Straggler tail.** Not included: the variability engine (:mod:`dpsim.variability`) replays
@@ -118,15 +118,13 @@ def spares_for(replace_s: float, mtbf_s: float, risk: float = DEFAULT_SPARE_RISK
     if replace_s <= 0 or math.isinf(mtbf_s):
         return 0, 0.0
     mean = replace_s / mtbf_s
-    # Poisson(mean): accumulate P(count <= s) until the tail is within the risk.
-    s, pmf = 0, math.exp(-mean)
-    cdf = pmf
-    while 1.0 - cdf > risk:
+    # Poisson(mean): the fewest s with P(count >= s) = 1 - P(count <= s - 1) within the risk.
+    s, pmf, below = 0, math.exp(-mean), 0.0
+    while 1.0 - below > risk:
+        below += pmf
         s += 1
         pmf *= mean / s
-        cdf += pmf
-    all_busy = max(0.0, 1.0 - (cdf - pmf))  # P(count >= s)
-    return s, replace_s * all_busy
+    return s, replace_s * max(0.0, 1.0 - below)
 
 
 @dataclass(frozen=True, kw_only=True)
