@@ -53,6 +53,11 @@ def test_spares_cover_the_poisson_tail():
     assert down == pytest.approx(4 * HOUR_S * tail(s))
     assert spares_for(0.0, 10 * HOUR_S) == (0, 0.0)
     assert spares_for(HOUR_S, math.inf) == (0, 0.0)
+    # Nodes mostly in repair (the Poisson terms underflow without logs): capped, and every failure waits.
+    s, down = spares_for(365 * 86400.0, 1.0, max_spares=16)
+    assert s == 16 and down == pytest.approx(365 * 86400.0)
+    with pytest.raises(ConfigError, match="--replace"):
+        FailureInputs(replace_s=1e9)
     with pytest.raises(ConfigError, match="spare risk"):
         spares_for(HOUR_S, HOUR_S, 1.5)
 

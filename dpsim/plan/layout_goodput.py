@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.limits import MAX_RECOVERY_S
 from dpsim.plan.reliability import (
     DEFAULT_CHECKPOINT_BYTES_PER_S,
     DEFAULT_RESTART_S,
@@ -110,20 +111,22 @@ def checkpoint_cost(*, state_bytes: float, gpus_per_node: int, tp: int = 1, pp: 
                           write_s=write_s, read_s=write_s)
 
 
-def spares_for(replace_s: float, mtbf_s: float, risk: float = DEFAULT_SPARE_RISK) -> tuple[int, float]:
+def spares_for(replace_s: float, mtbf_s: float, risk: float = DEFAULT_SPARE_RISK, *,
+               max_spares: int = 1_000_000) -> tuple[int, float]:
     """``(spare nodes, expected wait per failure with them)`` for a job failing every ``mtbf_s``
-    whose failed node is back after ``replace_s`` (see the module docstring)."""
+    whose failed node is back after ``replace_s`` (see the module docstring); at most ``max_spares``
+    (a job whose nodes are mostly in repair gets that many, and waits)."""
     if not 0 < risk < 1:
         raise ConfigError(f"spare risk: {risk!r} is not valid; expected a probability in (0, 1)")
     if replace_s <= 0 or math.isinf(mtbf_s):
         return 0, 0.0
     mean = replace_s / mtbf_s
-    # Poisson(mean): the fewest s with P(count >= s) = 1 - P(count <= s - 1) within the risk.
-    s, pmf, below = 0, math.exp(-mean), 0.0
-    while 1.0 - below > risk:
-        below += pmf
+    # Poisson(mean): the fewest s with P(count >= s) = 1 - P(count <= s - 1) within the risk
+    # (terms in logs: e^-mean underflows past mean ~ 745).
+    s, below = 0, 0.0
+    while 1.0 - below > risk and s < max_spares:
+        below += math.exp(-mean + s * math.log(mean) - math.lgamma(s + 1))
         s += 1
-        pmf *= mean / s
     return s, replace_s * max(0.0, 1.0 - below)
 
 
@@ -144,8 +147,9 @@ class FailureInputs:
 
     def __post_init__(self) -> None:
         CheckpointPolicy(interval_s=3600.0, write_s=0.0, restart_s=self.restart_s)  # its checks, one line
-        if not (self.replace_s >= 0 and math.isfinite(self.replace_s)):
-            raise ConfigError(f"--replace: {self.replace_s!r} s is not valid; expected a finite duration >= 0")
+        if not (self.replace_s >= 0 and self.replace_s <= MAX_RECOVERY_S):
+            raise ConfigError(f"--replace: {self.replace_s!r} s is not valid; expected a duration >= 0 and <= "
+                              f"{MAX_RECOVERY_S:g} s (a year)")
         checkpoint_cost(state_bytes=0.0, gpus_per_node=1, node_bandwidth_bytes_per_s=self.node_bandwidth_bytes_per_s)
         spares_for(0.0, math.inf, self.spare_risk)
 
@@ -209,7 +213,7 @@ def layout_goodput(*, work_s: float, cluster: ClusterShape, checkpoint: Checkpoi
     with the interval and spares recommended for it."""
     m = cluster.mtbf_s(failures.rates)
     restart = failures.restart_s + checkpoint.read_s
-    spares, down = spares_for(failures.replace_s, m, failures.spare_risk)
+    spares, down = spares_for(failures.replace_s, m, failures.spare_risk, max_spares=cluster.n_nodes)
     tau = model_optimum_s(work_s, checkpoint.write_s, restart, m, down)
     if not (math.isfinite(tau) and tau > 0):
         tau = work_s

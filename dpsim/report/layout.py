@@ -81,6 +81,8 @@ def _failure_cells(e, failures: bool) -> tuple[str, ...]:
     if r is None:
         return ("-",) * 6
     cost = e.expected_cost_usd
+    if not r.expected_wall_s < float("inf"):  # fails faster than it restarts: never done
+        return (format_seconds(r.checkpoint.write_s), "never", _pct(0.0), "-", "-", "-")
     return (format_seconds(r.checkpoint.write_s), f"{r.expected_wall_s / 86400:,.2f} d", _pct(r.goodput),
             format_seconds(r.interval_s), f"{r.spares} ({r.spare_gpus} GPUs)", "-" if cost is None else _usd(cost))
 
@@ -88,6 +90,10 @@ def _failure_cells(e, failures: bool) -> tuple[str, ...]:
 def _print_recommendation(console: Console, r) -> None:
     """The winner's checkpoint interval and spares, and what they rest on."""
     ck = r.checkpoint
+    if not r.expected_wall_s < float("inf"):
+        console.print(f"[bold red]through failures: never done[/bold red]: the job fails every "
+                      f"{format_seconds(r.mtbf_s)}, restarts in {format_seconds(r.restart_s)}; give longer MTBFs")
+        return
     who = f"every rank writes its shard ({ck.writers} ranks)" if ck.sharded else \
         f"one replica writes it ({ck.writers} rank{'s' if ck.writers != 1 else ''})"
     console.print(
