@@ -359,6 +359,7 @@ class Planner:
         self._tpms: dict[tuple[int, bool], TpModel] = {}
         self._activations: dict[tuple, tuple] = {}
         self._shard_params: dict[int, int] = {}
+        self._checkpoints: dict[tuple, tuple[ClusterShape, object]] = {}
         self.gpu = None
         """The GPU preset of the cluster design (set by the first :meth:`topology`)."""
 
@@ -549,14 +550,18 @@ class Planner:
         if e.time_to_train_s is None:
             return e
         c = e.candidate
-        topo = self.topology(c.gpus)
-        ck = checkpoint_cost(
-            state_bytes=state_bytes(self.model.param_count, self.precision, self.base.optimizer),
-            gpus_per_node=topo.gpus_per_node, tp=c.tp, pp=c.pp, dp=c.dp,
-            shard_group=shard_group_size(c.strategy, c.dp, topo.gpus_per_node),
-            node_bandwidth_bytes_per_s=failures.node_bandwidth_bytes_per_s)
+        key = (c.gpus, c.tp, c.pp, c.dp, c.strategy, failures.node_bandwidth_bytes_per_s)
+        shape = self._checkpoints.get(key)
+        if shape is None:
+            topo = self.topology(c.gpus)
+            shape = self._checkpoints[key] = (ClusterShape.from_topology(topo), checkpoint_cost(
+                state_bytes=state_bytes(self.model.param_count, self.precision, self.base.optimizer),
+                gpus_per_node=topo.gpus_per_node, tp=c.tp, pp=c.pp, dp=c.dp,
+                shard_group=shard_group_size(c.strategy, c.dp, topo.gpus_per_node),
+                node_bandwidth_bytes_per_s=failures.node_bandwidth_bytes_per_s))
+        cluster, ck = shape
         return dataclasses.replace(e, reliability=layout_goodput(
-            work_s=e.time_to_train_s, cluster=ClusterShape.from_topology(topo), checkpoint=ck, failures=failures))
+            work_s=e.time_to_train_s, cluster=cluster, checkpoint=ck, failures=failures))
 
     def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
         """Closed-form memory and, when it fits, step of ``c`` (see the module docstring)."""

@@ -284,6 +284,7 @@ def daly_interval_s(write_s: float, mtbf_s: float) -> float:
     return math.sqrt(2.0 * write_s * mtbf_s) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - write_s
 
 
+@functools.lru_cache(maxsize=1024)
 def continuous_optimum_s(write_s: float, mtbf_s: float) -> float:
     """Interval minimising (e^{(tau+delta)/M} - 1) / tau, the per-work cost of the closed form.
 
