@@ -336,6 +336,16 @@ def uniform_all_to_all_cost(comm: Communicator, bytes_per_rank: float, *, load_f
     return _result(fab, algorithm, transfer, cls, latency, moved, moved)
 
 
+def all_to_all_link_bytes(comm: Communicator, traffic_bytes: np.ndarray, *,
+                          algorithm: str = "flat") -> tuple[object, np.ndarray]:
+    """``(network, bytes)``: what every link of ``comm``'s network carries in one all-to-all
+    (dense over :attr:`~dpsim.network.model.NetworkModel.n_links`; for reports and tests)."""
+    check_algorithm(algorithm)
+    traffic = _check_traffic(comm, traffic_bytes)
+    fab = _fabric(comm)
+    return fab.network, fab.link_bytes(traffic, algorithm)[0]
+
+
 def all_to_all_busbw(n_ranks: int, bytes_per_rank: float, time_s: float) -> float:
     """nccl-tests' bus bandwidth of an all-to-all: ``algbw x (N - 1) / N``, algbw = S / T with S the
     bytes each rank sends (NVIDIA/nccl-tests#130: "1/n of the data is local")."""
