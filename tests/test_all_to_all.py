@@ -100,6 +100,27 @@ def test_uniform_is_the_uniform_matrix(preset, n, algorithm):
         assert (u.bottleneck, u.algorithm) == (m.bottleneck, m.algorithm)
 
 
+def test_nic_message_overhead_slows_small_messages():
+    """A NIC that spends g per message (LogGP's gap, ``nic_message_overhead_us``) loses bandwidth on
+    small per-pair messages; the hierarchical all-to-all's messages are 8x larger, so it loses less."""
+    import dataclasses
+
+    spec = load_preset("infiniband")
+    slow = dataclasses.replace(spec, fabric=dataclasses.replace(spec.fabric, nic_message_overhead_s=2e-6))
+    t = Topology(spec=slow, n_gpus=32)
+    c = Communicator(name="ep", topology=t, job=t)
+    plain = comm("infiniband", 32)
+    size = 32 * 16e3  # 16 kB per pair
+    for algorithm in ALGS:
+        u = uniform_all_to_all_cost(c, size, algorithm=algorithm)
+        m = all_to_all_cost(c, np.full((32, 32), size / 32), algorithm=algorithm)
+        assert u.time_s == pytest.approx(m.time_s, rel=1e-9)
+        assert u.transfer_s > uniform_all_to_all_cost(plain, size, algorithm=algorithm).transfer_s
+    flat = uniform_all_to_all_cost(c, size, algorithm="flat").transfer_s
+    hier = uniform_all_to_all_cost(c, size, algorithm="hierarchical").transfer_s
+    assert hier < flat
+
+
 @pytest.mark.parametrize("algorithm", ALGS)
 def test_monotone_in_bytes_and_load_factor(algorithm):
     c = comm("infiniband", 64)

@@ -25,7 +25,9 @@ the first saturated link are the last to finish); with an imbalanced matrix the 
 (the busiest rank's NIC, or an uplink) paces it, not the average. The transfer is therefore
 ``max over links of bytes / capacity``, NIC links slowed by the fabric's per-message overhead
 (:meth:`~dpsim.collectives.fabric_facts.FabricFacts.nic_scale`) at NCCL's p2p chunk size.
-Uniform traffic is counted by symmetry (:meth:`~dpsim.network.model.NetworkModel.symmetric_loads`:
+The communicator's topology already holds its share of the servers' NICs
+(:func:`~dpsim.collectives.groups.layout_communicators`); ``--degrade`` and ``--jobs`` are not
+applied here. Uniform traffic is counted by symmetry (:meth:`~dpsim.network.model.NetworkModel.symmetric_loads`:
 independent of the number of servers) and memoised per communicator.
 
 **Latency.** NCCL's ring/Simple ``baseLat`` and hop latencies scaled to the topology
@@ -234,8 +236,9 @@ class _Fabric:
             z = np.zeros(self.network.n_links)
             return z, z
         loads = self.network.loads(self.endpoint[s], self.endpoint[d])
-        scale = np.array([self.nic_scale(x) for x in m]) if self.facts.fabric is not None and \
-            getattr(self.facts.fabric, "nic_message_overhead_s", 0.0) > 0 else np.ones(len(m))
+        # A message size per flow; expected traffic has few distinct ones, so scale each size once.
+        sizes, which = np.unique(m, return_inverse=True)
+        scale = np.array([self.nic_scale(float(x)) for x in sizes])[np.asarray(which).ravel()]
         return loads.link_bytes(b), loads.link_bytes(b / scale)
 
 

@@ -2,7 +2,8 @@
 
 Each token picks ``top_k`` distinct experts, drawn without replacement in proportion to the
 experts' shares (:func:`expert_shares`: balanced, Zipf(s) over the expert index, or a measured
-histogram). Experts sit contiguously on the ``ep`` ranks of the expert-parallel group,
+histogram). Zipf ranks experts by index, so its most popular experts share the first rank: the
+worst contiguous placement (a measured histogram gives a real one). Experts sit contiguously on the ``ep`` ranks of the expert-parallel group,
 ``experts / ep`` each, so a rank's load is the (token, expert) pairs routed to its experts: the
 busiest rank paces the expert GEMMs and its all-to-all (:func:`rank_load`), and the pairs each
 rank sends to each other rank form the dispatch's traffic (:func:`traffic_matrix`; the combine
@@ -145,7 +146,6 @@ def expert_shares(routing: Routing, experts: int) -> np.ndarray:
 @lru_cache(maxsize=256)
 def _inclusion_cached(shares: tuple[float, ...], top_k: int) -> np.ndarray:
     p = np.asarray(shares, dtype=float)
-    e = len(p)
     live = p > 0
     if top_k == 1:
         return p.copy()
@@ -165,7 +165,6 @@ def _inclusion_cached(shares: tuple[float, ...], top_k: int) -> np.ndarray:
         else:
             hi = mid
     pi = 1 - np.exp(-p * 0.5 * (lo + hi))
-    assert e == len(pi)
     return pi * (top_k / pi.sum())
 
 
