@@ -235,6 +235,13 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
             kw["fsdp_version"] = "2"
         else:  # dpsim's FSDP2 is data parallelism alone
             assumed.append("FSDP2 with tensor parallelism as the layout path's sharding (no --fsdp-version 2)")
+    if row["framework"].startswith("Composer") and strategy.startswith("fsdp") and tp * pp == 1:
+        # Composer never enters FSDP1's no_sync(): it wraps the model in DDP only without FSDP
+        # (trainer.py: `if not (self.deepspeed_enabled or self.fsdp_enabled) ... prepare_ddp_module`)
+        # and its ddp_sync_context returns at once for a model that is not DDP (dist_strategy.py:
+        # `if not isinstance(state.model, DistributedDataParallel): yield; return`), mosaicml/composer
+        # 0.16, the version the rows' setup.py pins; so every micro-batch is reduce-scattered.
+        kw["fsdp_accumulate"] = "sharded"
     if tp * pp > 1:
         kw.update(tp=tp, pp=pp, dp=gpus // (tp * pp), global_batch=micro_batch * grad_accum * (gpus // (tp * pp)),
                   recompute=recompute)
