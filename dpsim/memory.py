@@ -107,9 +107,10 @@ from dpsim.workload.precision import Precision, optimizer_state_bytes_per_param
 from dpsim.workload.spec import ModelSpec
 
 FRAMEWORK_OVERHEAD_BYTES = 2 * GiB
-"""CUDA context, cuBLAS workspaces and NCCL buffers. An assumption, not a measurement:
-the CUDA context alone takes several hundred MiB and NCCL allocates per-channel buffers
-(NCCL_BUFFSIZE 4 MiB x channels x peers); calibrate to replace."""
+"""CUDA context, cuBLAS workspaces, NCCL buffers and what the driver keeps back of the memory NVML
+reports (:data:`dpsim.hardware.DRIVER_MEMORY_MIB`: about 0.5 GiB on an A100 40GB). An assumption,
+not a measurement: the CUDA context alone takes several hundred MiB and NCCL allocates per-channel
+buffers (NCCL_BUFFSIZE 4 MiB x channels x peers); calibrate to replace."""
 
 HEADROOM_FRACTION = 0.05
 """Share of device memory left free for the caching allocator's fragmentation."""
