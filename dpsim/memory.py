@@ -53,7 +53,7 @@ The other categories:
   prefetched unit unsharded (``limit_all_gathers``: two units in flight), and the
   unsharded gradients of the unit being reduced (plus the root's, which are reduced
   last; ``BackwardPrefetch.BACKWARD_PRE`` "holds the current set of parameters, next
-  set of parameters, and current set of gradients"); FSDP2 also stages the largest unit's
+  set of parameters, and current set of gradients"; FSDP2's in the parameters' dtype); FSDP2 also stages the largest unit's
   all-gather output and reduce-scatter input in flat buffers beside its per-parameter tensors;
 * **framework overhead**: CUDA context, workspaces, NCCL buffers (an assumption).
 
@@ -272,7 +272,10 @@ def memory_breakdown(
         largest = max((full[u.name] for u in units if not u.is_root), default=0)
         opt = shard * k
         grads = psi * g if no_sync_full_grads else shard * g
-        grad_work = 0 if no_sync_full_grads else (root + largest) * g
+        # FSDP2's unsharded gradients are in the parameters' dtype (foreach_reduce: ``grad_dtype =
+        # unsharded_grads[0].dtype``); the reduce dtype is only its reduce-scatter input, staged
+        # below and freed after the copy-in (``unsharded_grads.clear()``).
+        grad_work = 0 if no_sync_full_grads else (root + largest) * (w if version == "2" else g)
         # FSDP2 stages every collective through a flat buffer beside the per-parameter tensors
         # (_fsdp_collectives.py): the largest unit's all-gather output until its copy-out
         # (foreach_all_gather_copy_out) and its reduce-scatter input (foreach_reduce's chunk_cat
