@@ -417,8 +417,8 @@ class PredictConfig:
         for name in ("fsdp_version", "fsdp_accumulate"):
             if getattr(self, name) != _fields()[name].default:
                 raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies to data parallelism alone; "
-                                  f"with --tp/--pp the fsdp replicas keep gathered parameters and accumulated "
-                                  f"gradients for the whole step, so leave it out")
+                                  f"with --tp/--pp the fsdp replicas run as torchtitan's FSDP2 (resharded after "
+                                  f"each forward without --pp, kept gathered for the step with it), so leave it out")
         if self.strategy not in LAYOUT_DP_STRATEGIES:
             raise ConfigError(f"--strategy: {self.strategy!r} does not combine with --tp/--pp here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
