@@ -181,6 +181,10 @@ def plan_cases() -> dict[str, list[str]]:
         "small": ["plan", "--gpus", "64", "--link", "dgx-a100", "--model", "llama-2-7b", "--global-batch", "256",
                   "--tp", "2,4,8", "--pp", "1,2", "--micro-batches", "1,2", "--recompute", "off,selective",
                   "--tokens", "10B", "--top", "5", "--verify", "1", "--json"],
+        "goodput": ["plan", "--gpus", "64,128", "--link", "infiniband", "--model", "gpt2-xl", "--global-batch", "512",
+                    "--tp", "1", "--pp", "1,2", "--micro-batches", "2", "--recompute", "off", "--tokens", "20B",
+                    "--rank", "goodput", "--mtbf-gpu", "2000h", "--replace", "4h", "--top", "4", "--verify", "1",
+                    "--json"],
     }
 
 
