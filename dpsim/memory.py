@@ -103,6 +103,7 @@ from dpsim.strategies.checkpointing import (
 from dpsim.strategies.layout import checkpointed_blocks
 from dpsim.strategies.tensor import block_input_bytes, layer_activation_bytes, tp_model
 from dpsim.units import GiB, format_bytes
+from dpsim.workload.fp8 import gathered_weight_bytes, layers_fp8_weight_numel
 from dpsim.workload.precision import Precision, optimizer_state_bytes_per_param
 from dpsim.workload.spec import ModelSpec
 
@@ -269,6 +270,11 @@ def memory_breakdown(
         full = {u.name: unit_shard_numel(u.params, group, version) * group for u in units}
         root = sum(full[u.name] for u in units if u.is_root)
         largest = max((full[u.name] for u in units if not u.is_root), default=0)
+        # Gathered parameters, in FP8 for the linears' weights under FSDP2's float8 all-gather.
+        gathered = {u.name: gathered_weight_bytes(full[u.name], layers_fp8_weight_numel(model, u.layers), w,
+                                                  precision.fp8) for u in units}
+        root_gathered = sum(gathered[u.name] for u in units if u.is_root)
+        largest_gathered = max((gathered[u.name] for u in units if not u.is_root), default=0)
         opt = shard * k
         grads = psi * g if no_sync_full_grads else shard * g
         grad_work = 0 if no_sync_full_grads else (root + largest) * g
@@ -276,7 +282,7 @@ def memory_breakdown(
         # (_fsdp_collectives.py): the largest unit's all-gather output until its copy-out
         # (foreach_all_gather_copy_out) and its reduce-scatter input (foreach_reduce's chunk_cat
         # copy-in, in the reduce dtype) until the reduce-scatter is done.
-        staging = largest * (w + g) if version == "2" else 0
+        staging = largest_gathered + largest * g if version == "2" else 0
         if strategy == "fsdp-shard-grad-op":
             # Every unit stays gathered from forward through backward; the persistent shard
             # is the fp32 master (in K) under mixed precision, a separate copy otherwise.
@@ -284,7 +290,7 @@ def memory_breakdown(
             buffers = grad_work + staging
         else:
             weights = shard * w
-            buffers = (root + 2 * largest) * w + grad_work + staging
+            buffers = root_gathered + 2 * largest_gathered + grad_work + staging
     return MemoryBreakdown(
         weights_bytes=float(weights),
         gradients_bytes=float(grads),
