@@ -159,11 +159,6 @@ class PredictConfig:
     MixedPrecision), bf16-fp32-grads (Megatron --bf16: gradients accumulated and reduced in fp32), bf16-true (everything bf16). Old names: amp = amp-bf16, bf16-mixed = bf16-params,
     fp16-mixed = fp16-params, bf16 = bf16-true. Left out: amp-bf16, or fp32 with a calibration profile
     measured on CPUs."""
-    fp8: Fp8 | None = None
-    """FP8 training recipe on top of --precision: the linear layers' GEMMs run at the GPU's FP8 rate, with
-    their casts (te-delayed, te-current: TransformerEngine; torchao-tensorwise, torchao-rowwise: torchao
-    float8, tensorwise gathering float8 weights under --fsdp-version 2; mxfp8: TransformerEngine MXFP8,
-    Blackwell only). Attention, embedding and LM head stay 16-bit. Left out: no FP8."""
     optimizer: Optimizer = "adamw"
     """Optimizer: sets the optimizer state kept per parameter."""
     bucket_cap_mb: float | None = field(default=None, metadata=_range(0, MAX_BUCKET_CAP_MB, open_below=True))
@@ -302,6 +297,11 @@ class PredictConfig:
     op_rates: bool = False
     """With --calibration: cost the op graph with the profile's measured kernel rates even when it
     timed this model's whole step (which is used otherwise)."""
+    fp8: Fp8 | None = None
+    """FP8 training recipe on top of --precision: the linear layers' GEMMs run at the GPU's FP8 rate, with
+    their casts (te-delayed, te-current: TransformerEngine; torchao-tensorwise, torchao-rowwise: torchao
+    float8, tensorwise gathering float8 weights under --fsdp-version 2; mxfp8: TransformerEngine MXFP8,
+    Blackwell only). Attention, embedding and LM head stay 16-bit. Left out: no FP8."""
 
     def __post_init__(self) -> None:
         if self.calibration is None:
