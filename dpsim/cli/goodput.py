@@ -26,7 +26,7 @@ def _hours(seconds: float) -> str:
 
 
 GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
-                  "micro_batch", "precision") + LAYOUT_FIELDS
+                  "micro_batch", "precision", "fp8") + LAYOUT_FIELDS
 """The ``PredictConfig`` fields of the job whose throughput and checkpoint size goodput uses."""
 
 
