@@ -37,9 +37,15 @@ its scales. The recipes differ in how many passes that takes (:class:`Fp8Recipe`
   ``matmul_with_hp_or_float8_args`` saves the *high-precision* input and weight
   (``ctx.save_for_backward(input_hp, weight_hp_t)``) and casts again in backward: the
   output gradient for the input gradient, the weight for it, the output gradient again and
-  the input for the weight gradient (pytorch/ao@7ca1bfbefd torchao/float8/float8_linear.py);
-  eager PyTorch runs each as its own amax + cast kernels (torch.compile, which dpsim does not
-  model, fuses them). A weight already cast (FSDP2's float8 all-gather) is not cast again.
+  the input for the weight gradient (pytorch/ao@7ca1bfbefd torchao/float8/float8_linear.py).
+  A weight already cast (FSDP2's float8 all-gather) is not cast again.
+
+Each cast is costed as the kernels torchao's own roofline counts: the two-stage amax
+reduction and one cast pass. Eager PyTorch runs more passes than that (``abs``, ``max``, the
+scale multiply, ``clamp``, the conversion); torch.compile fewer (the amax fused into the
+producing kernel, the backward's repeated casts shared, as that roofline's
+``fuse_with_prev`` assumes). Neither is modelled, so a compiled torchao run sees a larger FP8
+gain than predicted here, most on small models.
 
 FSDP2 float8 all-gather (torchao ``enable_fsdp_float8_all_gather``, tensorwise only):
 ``fully_shard`` gathers the linears' weights in FP8, half the bytes of bf16, cast on the
