@@ -177,3 +177,16 @@ def test_errors_are_one_line(kw, message):
 def test_recipe_lookup_names_the_choices():
     with pytest.raises(ConfigError, match="choose one of te-delayed, te-current, torchao-tensorwise"):
         get_fp8_recipe("e4m3")
+
+
+def test_column_wise_copies_follow_the_gemm_layouts_the_gpu_takes():
+    """Per element of a cast (bf16 input): TE per-tensor recipes write a transposed copy on Hopper
+    (TN-only FP8 GEMMs) but not on Blackwell; MXFP8 writes row- and column-wise copies with one
+    E8M0 scale byte per 32 elements."""
+    op = MatmulOp(name="fc", m=1024, n=4096, k=4096)
+    expect = {("h100", "te-delayed"): 2 + 2, ("b200", "te-delayed"): 2 + 1,
+              ("h100", "te-current"): 2 * 2 + 2, ("b200", "mxfp8"): 2 + 2 * (1 + 1 / 32)}
+    for (gpu_name, recipe), per_elem in expect.items():
+        gpu = get_gpu(gpu_name)
+        forward, _ = fp8_cast_terms(op, gpu, get_precision("bf16-params", recipe), 1)
+        assert forward[0].memory_s * gpu.streaming_bandwidth_bytes_per_s == pytest.approx(1024 * 4096 * per_elem)

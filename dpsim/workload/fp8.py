@@ -27,7 +27,11 @@ its scales. The recipes differ in how many passes that takes (:class:`Fp8Recipe`
 * **copies**: Hopper's FP8 tensor cores take only the "TN" layout, so the weight-gradient
   GEMM needs the input and the output gradient transposed, and the input-gradient GEMM the
   weight transposed: TransformerEngine's ``cast_transpose`` writes a row-wise and a
-  column-wise FP8 copy in one pass; MXFP8 writes both too, each with its own scales, since
+  column-wise FP8 copy in one pass ("Hopper only supports TN GEMMs for FP8. 'Column-wise data'
+  is transpose of data", while "Blackwell supports any GEMM layout for FP8", so per-tensor
+  recipes write one copy there: NVIDIA/TransformerEngine pull request 2514,
+  transformer_engine/common/gemm/cublaslt_gemm.cu ``CanonicalizeGemmInput``; Ada is taken as
+  Hopper). MXFP8 writes both on Blackwell too, each with its own scales, since
   a 1x32 block runs along the reduction dimension of the GEMM that reads it (TE "MXFP8":
   "Blocks are one-dimensional, containing 32 consecutive values"; the OCP Microscaling
   Formats (MX) v1.0 spec: a shared E8M0 scale per 32-element block, so 1/32 byte of scale per
@@ -93,8 +97,11 @@ class Fp8Recipe:
     amax_reads: int
     """Extra reads of the high-precision tensor before each cast (1: current/dynamic scaling;
     0: delayed scaling or MXFP8, whose amax rides in the cast)."""
-    copies: int
-    """FP8 copies each cast writes (2: row-wise and column-wise/transposed in one pass)."""
+    column_copy: str
+    """When a cast also writes a column-wise (transposed) FP8 copy: ``always`` (MXFP8: its blocks
+    run along the reduction dimension of the GEMM that reads it), ``tn-only`` (per-tensor
+    TransformerEngine recipes, on GPUs whose FP8 GEMMs take only the TN layout: before
+    Blackwell) or ``never`` (torchao casts again for each layout it needs)."""
     scale_bytes_per_element: float
     """Scale bytes written per element (1/32 for MXFP8; per-tensor and per-row scales are negligible)."""
     recast_in_backward: bool
@@ -111,29 +118,29 @@ class Fp8Recipe:
 
 FP8_RECIPES: dict[str, Fp8Recipe] = {r.name: r for r in (
     Fp8Recipe(
-        name="te-delayed", framework="transformer-engine", amax_reads=0, copies=2, scale_bytes_per_element=0.0,
-        recast_in_backward=False, fsdp_float8_all_gather=False,
+        name="te-delayed", framework="transformer-engine", amax_reads=0, column_copy="tn-only",
+        scale_bytes_per_element=0.0, recast_in_backward=False, fsdp_float8_all_gather=False,
         description="TransformerEngine DelayedScaling (its default recipe): scales from the amax history, "
                     "cast + transpose in one pass",
     ),
     Fp8Recipe(
-        name="te-current", framework="transformer-engine", amax_reads=1, copies=2, scale_bytes_per_element=0.0,
-        recast_in_backward=False, fsdp_float8_all_gather=False,
+        name="te-current", framework="transformer-engine", amax_reads=1, column_copy="tn-only",
+        scale_bytes_per_element=0.0, recast_in_backward=False, fsdp_float8_all_gather=False,
         description="TransformerEngine Float8CurrentScaling: per-tensor amax pass, then cast + transpose",
     ),
     Fp8Recipe(
-        name="torchao-tensorwise", framework="torchao", amax_reads=1, copies=1, scale_bytes_per_element=0.0,
+        name="torchao-tensorwise", framework="torchao", amax_reads=1, column_copy="never", scale_bytes_per_element=0.0,
         recast_in_backward=True, fsdp_float8_all_gather=True,
         description="torchao convert_to_float8_training, tensorwise dynamic scaling; FSDP2 gathers weights "
                     "in float8 (enable_fsdp_float8_all_gather)",
     ),
     Fp8Recipe(
-        name="torchao-rowwise", framework="torchao", amax_reads=1, copies=1, scale_bytes_per_element=0.0,
+        name="torchao-rowwise", framework="torchao", amax_reads=1, column_copy="never", scale_bytes_per_element=0.0,
         recast_in_backward=True, fsdp_float8_all_gather=False,
         description="torchao float8 rowwise (axiswise dynamic scaling); weights gathered in bf16",
     ),
     Fp8Recipe(
-        name="mxfp8", framework="transformer-engine", amax_reads=0, copies=2,
+        name="mxfp8", framework="transformer-engine", amax_reads=0, column_copy="always",
         scale_bytes_per_element=1.0 / MX_BLOCK, recast_in_backward=False, fsdp_float8_all_gather=False,
         architectures=("blackwell",),
         description="TransformerEngine MXFP8BlockScaling: 1x32 blocks with E8M0 scales, row- and "
@@ -195,10 +202,18 @@ def cast_passes(recipe: Fp8Recipe, *, weight_cast_in_forward: bool) -> tuple[tup
     return (("x", 1), ("w", w), ("dy", 1))
 
 
-def cast_bytes_per_element(recipe: Fp8Recipe, high_precision_bytes: float) -> float:
+def fp8_copies(recipe: Fp8Recipe, architecture: str) -> int:
+    """FP8 copies one cast writes on a GPU of ``architecture``: row-wise, and column-wise where
+    :attr:`Fp8Recipe.column_copy` says the GEMMs need it."""
+    column = recipe.column_copy == "always" or (recipe.column_copy == "tn-only" and architecture != "blackwell")
+    return 2 if column else 1
+
+
+def cast_bytes_per_element(recipe: Fp8Recipe, high_precision_bytes: float, architecture: str) -> float:
     """Device-memory bytes one cast moves per element: the amax reads and the cast's read of the
     high-precision tensor, and the FP8 copies with their scales."""
-    return (recipe.amax_reads + 1) * high_precision_bytes + recipe.copies * (FP8_BYTES + recipe.scale_bytes_per_element)
+    copies = fp8_copies(recipe, architecture)
+    return (recipe.amax_reads + 1) * high_precision_bytes + copies * (FP8_BYTES + recipe.scale_bytes_per_element)
 
 
 def cast_kernels(recipe: Fp8Recipe) -> float:

@@ -255,7 +255,7 @@ def fp8_cast_terms(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: 
     for operand, casts in cast_passes(recipe, weight_cast_in_forward=not recipe.fsdp_float8_all_gather):
         if not casts:
             continue
-        size = casts * numel[operand] * cast_bytes_per_element(recipe, high[operand])
+        size = casts * numel[operand] * cast_bytes_per_element(recipe, high[operand], gpu.architecture)
         term = memory_term(size, gpu, kernels=casts * cast_kernels(recipe))
         (forward if operand in ("x", "w") else backward).append(term)
     return forward, backward
