@@ -190,3 +190,10 @@ def test_column_wise_copies_follow_the_gemm_layouts_the_gpu_takes():
         gpu = get_gpu(gpu_name)
         forward, _ = fp8_cast_terms(op, gpu, get_precision("bf16-params", recipe), 1)
         assert forward[0].memory_s * gpu.streaming_bandwidth_bytes_per_s == pytest.approx(1024 * 4096 * per_elem)
+
+
+def test_tensor_parallel_layouts_run_the_recipe_too():
+    config = dict(gpus=16, link="infiniband", model="llama-2-7b", tp=2, micro_batch=1, global_batch=16,
+                  precision="bf16-params", strategy="zero1", steps=1)
+    bf16, fp8 = predict(PredictConfig(**config)), predict(PredictConfig(**config, fp8="te-delayed"))
+    assert fp8.step_time_s < bf16.step_time_s

@@ -46,7 +46,8 @@ def memory(
 
     from dpsim.units import format_bytes
     title = (f"{report.model} ({report.param_count / 1e9:.3g} B params), {config.strategy} on {report.n_gpus} x "
-             f"{report.gpu}, {config.precision} + {config.optimizer}, micro-batch {config.micro_batch}"
+             f"{report.gpu}, {config.precision}{f' (fp8 {config.fp8})' if config.fp8 else ''} + {config.optimizer}, "
+             f"micro-batch {config.micro_batch}"
              + (f" x {config.grad_accum}" if config.grad_accum > 1 else "")
              + (f", {config.checkpointing.describe()}" if config.checkpointing.active else ""))
     table = Table(title=escape(title), header_style="bold")
