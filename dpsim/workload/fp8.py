@@ -193,6 +193,18 @@ def layers_fp8_weight_numel(model, layer_indices) -> int:
     return sum(fp8_weight_numel(model.layers[i]) for i in layer_indices)
 
 
+def saves_fp8_weights(recipe: Fp8Recipe) -> bool:
+    """Whether each FP8 linear keeps an FP8 copy of its whole (unsharded) weight from forward to
+    backward. TransformerEngine saves the weight's FP8 cast for the input-gradient GEMM
+    (``ctx.save_for_backward`` of the quantized weight in ``_Linear.forward``; cached across
+    micro-batches only when the caller passes ``is_first_microbatch``). torchao saves the
+    high-precision weight, a view of the parameter that FSDP frees and re-gathers, except under
+    the float8 all-gather, whose gathered FP8 weight is saved: torchtitan's
+    ``force_recompute_fp8_weight_in_bwd`` exists "to prevent unsharded fp8 weights from being saved
+    for backward" (pytorch/torchtitan docs/float8.md), which dpsim leaves off (its default)."""
+    return recipe.framework == "transformer-engine" or recipe.fsdp_float8_all_gather
+
+
 def cast_passes(recipe: Fp8Recipe, *, weight_cast_in_forward: bool) -> tuple[tuple[str, int], ...]:
     """(operand, casts) of one linear per micro-batch, forward then backward: ``x`` the input,
     ``w`` the weight, ``dy`` the output gradient (module docstring)."""
