@@ -206,9 +206,9 @@ def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: b
 
 def fp8_saved_weight_bytes(model: ModelSpec, precision: Precision, policy: CheckpointPolicy, fsdp_unit: str) -> float:
     """The FP8 weight copies a recipe keeps from forward to backward
-    (:func:`dpsim.workload.fp8.saves_fp8_weights`): one byte per FP8 weight element of every
-    block, or, under checkpointing, of the largest checkpointed block while it is recomputed
-    (the others keep no saved tensors) plus the blocks it leaves alone."""
+    (:func:`dpsim.workload.fp8.saves_fp8_weights`: TransformerEngine's): one byte per FP8 weight
+    element of every block, or, under checkpointing, of the largest checkpointed block while it
+    is recomputed (the others keep no saved tensors) plus the blocks it leaves alone."""
     if precision.fp8 is None or not saves_fp8_weights(precision.fp8):
         return 0.0
     if not policy.active:

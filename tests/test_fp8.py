@@ -136,9 +136,9 @@ def test_weights_are_gathered_in_bf16_without_the_float8_all_gather(config):
 def test_memory_per_recipe_is_a_hand_count(recipe, checkpointing):
     """Every recipe keeps the precision's parameters, gradients, master and Adam state. Under FSDP2
     the tensorwise recipe's gathered blocks (two in flight plus the all-gather staging buffer) hold
-    their linear weights in one byte; TransformerEngine, and torchao under the float8 all-gather,
-    keep each block's FP8 weight from forward to backward (one byte an element; under full
-    checkpointing only the block being recomputed)."""
+    their linear weights in one byte; TransformerEngine keeps each block's FP8 weight from forward
+    to backward (one byte an element; under full checkpointing only the block being recomputed),
+    torchao the weight FSDP frees and gathers again."""
     base, _, _, _ = memory_for_config(_fsdp2(activation_checkpointing=checkpointing))
     mem, _, _, _ = memory_for_config(_fsdp2(recipe, activation_checkpointing=checkpointing))
     assert (mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes) == \
@@ -146,7 +146,7 @@ def test_memory_per_recipe_is_a_hand_count(recipe, checkpointing):
     block_fp8 = 4 * 4096 * 4096 + 3 * 4096 * 11008
     gathered_in_fp8 = recipe == "torchao-tensorwise"
     assert base.comm_buffers_bytes - mem.comm_buffers_bytes == (3 * block_fp8 if gathered_in_fp8 else 0)
-    saves_weights = recipe.startswith("te-") or gathered_in_fp8
+    saves_weights = recipe.startswith("te-")
     kept = (block_fp8 if checkpointing else 32 * block_fp8) if saves_weights else 0
     assert mem.activations_bytes - base.activations_bytes == kept
 

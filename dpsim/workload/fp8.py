@@ -195,14 +195,14 @@ def layers_fp8_weight_numel(model, layer_indices) -> int:
 
 def saves_fp8_weights(recipe: Fp8Recipe) -> bool:
     """Whether each FP8 linear keeps an FP8 copy of its whole (unsharded) weight from forward to
-    backward. TransformerEngine saves the weight's FP8 cast for the input-gradient GEMM
-    (``ctx.save_for_backward`` of the quantized weight in ``_Linear.forward``; cached across
-    micro-batches only when the caller passes ``is_first_microbatch``). torchao saves the
-    high-precision weight, a view of the parameter that FSDP frees and re-gathers, except under
-    the float8 all-gather, whose gathered FP8 weight is saved: torchtitan's
-    ``force_recompute_fp8_weight_in_bwd`` exists "to prevent unsharded fp8 weights from being saved
-    for backward" (pytorch/torchtitan docs/float8.md), which dpsim leaves off (its default)."""
-    return recipe.framework == "transformer-engine" or recipe.fsdp_float8_all_gather
+    backward: TransformerEngine saves the weight's FP8 cast for the input-gradient GEMM (a tensor
+    of its own, which FSDP's resharding does not free; cached across micro-batches only when
+    the caller passes ``is_first_microbatch``). torchao saves the weight it was given
+    (``ctx.save_for_backward(input_hp, weight_hp_t)``): the parameter, or under the float8
+    all-gather the gathered FP8 weight, both storage FSDP frees after forward and gathers again.
+    (Under torch.compile the partitioner may save a cast FP8 weight instead, which torchtitan's
+    ``force_recompute_fp8_weight_in_bwd`` prevents: pytorch/torchtitan docs/float8.md; not modelled.)"""
+    return recipe.framework == "transformer-engine"
 
 
 def cast_passes(recipe: Fp8Recipe, *, weight_cast_in_forward: bool) -> tuple[tuple[str, int], ...]:
