@@ -66,6 +66,17 @@ SYSTEMS_DIR = ROOT / "validation" / "systems"
 
 BF16_PEAK_FLOPS = {"a100": 312e12, "h100": 989e12}
 """Dense bf16 peaks (A100 and H100 SXM datasheets) the common MFU column is quoted against."""
+FP8_PEAK_FLOPS = {"h100": 1979e12}
+"""Dense FP8 peak (H100 SXM datasheet: 3,958 TFLOPS with sparsity): llm-foundry's MFU column
+divides its FP8 rows' throughput by it, not by the bf16 peak (R041-R047's published MFU is half
+the bf16-peak figure)."""
+
+
+def published_mfu_peak_flops(row: dict) -> float:
+    """The peak a row's published MFU is quoted against: the FP8 peak for FP8 rows, else bf16."""
+    return (FP8_PEAK_FLOPS if row["fp8_recipe"] else BF16_PEAK_FLOPS)[row["gpu"]]
+
+
 A100_40GB_BYTES = 40e9
 """A100 SXM4 40GB datasheet memory: the rows on it are run with the ``a100`` (80 GB) preset, which
 has no 40 GB sibling, and their fit verdict is taken against this capacity instead."""
