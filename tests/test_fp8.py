@@ -203,3 +203,26 @@ def test_tensor_parallel_layouts_run_the_recipe_too():
                   precision="bf16-params", strategy="zero1", steps=1)
     bf16, fp8 = predict(PredictConfig(**config)), predict(PredictConfig(**config, fp8="te-delayed"))
     assert fp8.step_time_s < bf16.step_time_s
+
+
+def test_a_traced_output_projection_stays_16_bit():
+    """A torch module's ``lm_head`` / ``output`` linear lowers to the catalog's ``lm_head`` op, which
+    no recipe runs in FP8; the other linears do."""
+    torch = pytest.importorskip("torch")
+    from dpsim.workload.from_torch import workload_from_module
+
+    class Lm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(256, 64)
+            self.fc = torch.nn.Linear(64, 64)
+            self.output = torch.nn.Linear(64, 256, bias=False)
+
+        def forward(self, x):
+            return self.output(self.fc(self.embed(x)))
+
+    spec = workload_from_module(Lm(), torch.randint(0, 256, (2, 32)), name="lm")
+    ops = {layer.name: [op for op in layer.ops if isinstance(op, MatmulOp)] for layer in spec.layers}
+    assert [op.name for op in ops["output"]] == ["lm_head"]
+    assert fp8_weight_numel(next(l for l in spec.layers if l.name == "output")) == 0
+    assert fp8_weight_numel(next(l for l in spec.layers if l.name == "fc")) == 64 * 64
