@@ -345,7 +345,8 @@ class Planner:
         # --no-grad-accum-fusion, and the search's base has neither.
         self.grad_accum_fusion = grad_accum_fusion
         self.model: ModelSpec = load_model(base)
-        self.precision = get_precision(base.precision)
+        self.precision = get_precision(base.precision, base.fp8, strategy=base.strategy,
+                                       fsdp_version=base.fsdp_version)
         self._topologies: dict[int, Topology] = {}
         self._models: dict[object, CollectiveModel] = {}
         self._collectives: dict[tuple[int, int, int, int], GroupCollectives] = {}

@@ -96,6 +96,8 @@ CommHook = Literal["off", "allreduce", "fp16-compress", "bf16-compress", "powers
 """``--comm-hook``: the keys of :data:`dpsim.strategies.comm_hooks.COMM_HOOKS`."""
 ZeroGrad = Literal["set-to-none", "zero-loop"]
 """``--zero-grad``: :data:`dpsim.workload.compute.ZERO_GRAD_MODES`."""
+Fp8 = Literal["te-delayed", "te-current", "torchao-tensorwise", "torchao-rowwise", "mxfp8"]
+"""``--fp8``: the keys of :data:`dpsim.workload.fp8.FP8_RECIPES`."""
 DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters", "broadcast_buffers", "comm_hook",
               "powersgd_rank", "powersgd_start_iter")
 """The fields of PyTorch ``DistributedDataParallel``'s arguments (:class:`dpsim.strategies.ddp_costs.DdpOptions`)."""
@@ -295,6 +297,11 @@ class PredictConfig:
     op_rates: bool = False
     """With --calibration: cost the op graph with the profile's measured kernel rates even when it
     timed this model's whole step (which is used otherwise)."""
+    fp8: Fp8 | None = None
+    """FP8 training recipe on top of --precision: the linear layers' GEMMs run at the GPU's FP8 rate, with
+    their casts (te-delayed, te-current: TransformerEngine; torchao-tensorwise, torchao-rowwise: torchao
+    float8, tensorwise gathering float8 weights under --fsdp-version 2; mxfp8: TransformerEngine MXFP8,
+    Blackwell only). Attention, embedding and LM head stay 16-bit. Left out: no FP8."""
 
     def __post_init__(self) -> None:
         if self.calibration is None:
@@ -576,6 +583,6 @@ def check_value(name: str, value: Any) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
-SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates")
+SHOWN_WHEN_SET = ("fp8", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""
