@@ -544,7 +544,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         for c, per_mb in enumerate(per_chunk):
             act += in_flight[s][c] * per_mb * mb
         act = (act + working * mb) * act_scale
-        d = layout.dp
+        d = layout.grad_group
         opt = -(-numel // d) * k if layout.strategy in ("zero1", "fsdp") else numel * k
         breakdown = MemoryBreakdown(
             weights_bytes=float(numel * w), gradients_bytes=float(numel * g), optimizer_bytes=float(opt),

@@ -90,6 +90,8 @@ FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
 FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
 """``--fsdp-accumulate``: the keys of :data:`dpsim.strategies.registry.FSDP_ACCUMULATE`."""
+CpComm = Literal["p2p", "all-gather", "a2a"]
+"""``--cp-comm``: the keys of :data:`dpsim.strategies.context.CP_COMM`."""
 TpCommOverlap = Literal["off", "backward", "full"]
 """``--tp-comm-overlap``: the keys of :data:`dpsim.strategies.tensor.TP_COMM_OVERLAP`."""
 CommHook = Literal["off", "allreduce", "fp16-compress", "bf16-compress", "powersgd"]
@@ -241,6 +243,16 @@ class PredictConfig:
     under the weight-gradient GEMM, Megatron's default) or full (TransformerEngine userbuffers)."""
     tp_across_network: bool = False
     """Allow a tensor-parallel group larger than one NVLink domain (its collectives cross the network)."""
+    cp: int = field(default=1, metadata=_count())
+    """Context-parallel GPUs each sequence is split over (Megatron's --context-parallel-size): every
+    rank runs s/cp tokens, attention exchanges keys and values (see --cp-comm); GPUs = tp x cp x pp x dp."""
+    cp_comm: CpComm = "p2p"
+    """How context-parallel attention gets the other ranks' keys and values: p2p (ring attention,
+    transfers overlapped with attention), all-gather (KV all-gathered, exposed) or a2a
+    (DeepSpeed-Ulysses head scatter; heads must divide by tp x cp)."""
+    cp_balance: bool = True
+    """Causal load balancing of --cp: the sequence cut into 2 x cp chunks, rank i holding chunks i and
+    2cp-1-i, so every rank does the same attention work; off: contiguous pieces, the last rank paces."""
     grad_accum_fusion: bool = True
     """With --tp/--pp: each micro-batch's weight gradients are accumulated by their GEMM into the
     gradient buffer (Megatron's --gradient-accumulation-fusion, TransformerEngine); off (Megatron
@@ -346,13 +358,13 @@ class PredictConfig:
 
     @property
     def layout_active(self) -> bool:
-        """Tensor or pipeline parallelism is asked for (``tp`` or ``pp`` above 1)."""
-        return self.tp > 1 or self.pp > 1
+        """Tensor, pipeline or context parallelism is asked for (``tp``, ``pp`` or ``cp`` above 1)."""
+        return self.tp > 1 or self.pp > 1 or self.cp > 1
 
     @property
     def data_parallel(self) -> int:
-        """Data-parallel replicas: ``dp``, or ``gpus / (tp x pp)``."""
-        return self.dp if self.dp is not None else self.gpus // (self.tp * self.pp)
+        """Data-parallel replicas: ``dp``, or ``gpus / (tp x cp x pp)``."""
+        return self.dp if self.dp is not None else self.gpus // (self.tp * self.cp * self.pp)
 
     @property
     def micro_batches(self) -> int:
@@ -363,12 +375,20 @@ class PredictConfig:
 
     def _check_layout(self) -> None:
         """The rules of the tensor/pipeline layout fields (each field's own value is already valid)."""
-        shard = self.tp * self.pp
+        shard = self.tp * self.pp * self.cp
+        cp = f" --cp {self.cp}" if self.cp > 1 else ""
         if self.dp is not None and shard * self.dp != self.gpus:
-            raise ConfigError(f"--dp: {self.dp} with --tp {self.tp} --pp {self.pp} needs --gpus {shard * self.dp} "
-                              f"(tp x pp x dp), not {self.gpus}; leave --gpus out or make them agree")
+            raise ConfigError(f"--dp: {self.dp} with --tp {self.tp}{cp} --pp {self.pp} needs --gpus {shard * self.dp} "
+                              f"(tp x {'cp x ' if cp else ''}pp x dp), not {self.gpus}; leave --gpus out or make them "
+                              f"agree")
         if self.gpus % shard:
-            raise ConfigError(f"--gpus: {self.gpus} is not a multiple of --tp {self.tp} x --pp {self.pp} = {shard}")
+            raise ConfigError(f"--gpus: {self.gpus} is not a multiple of --tp {self.tp} x --pp {self.pp}"
+                              f"{f' x --cp {self.cp}' if cp else ''} = {shard}")
+        if self.cp == 1:
+            for name, default in (("cp_comm", "p2p"), ("cp_balance", True)):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies only with context "
+                                      f"parallelism; give --cp 2 or more, or leave it out")
         if self.global_batch is not None:
             per_step = self.micro_batch * self.data_parallel
             if self.global_batch % per_step:
@@ -474,13 +494,13 @@ class PredictConfig:
 
 def derived_flags(flags: dict[str, Any]) -> dict[str, Any]:
     """The flags a user gave, with what they imply filled in: ``--dp`` without ``--gpus`` means
-    ``--gpus tp x pp x dp``."""
-    dp, tp, pp = flags.get("dp"), flags.get("tp", 1), flags.get("pp", 1)
-    if "gpus" in flags or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (dp, tp, pp)):
+    ``--gpus tp x cp x pp x dp``."""
+    dp, tp, pp, cp = flags.get("dp"), flags.get("tp", 1), flags.get("pp", 1), flags.get("cp", 1)
+    if "gpus" in flags or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (dp, tp, pp, cp)):
         return flags  # nothing to derive, or a bad value PredictConfig names by its own flag
-    if tp * pp * dp > MAX_GPUS:
+    if tp * pp * cp * dp > MAX_GPUS:
         return flags
-    return {**flags, "gpus": tp * pp * dp}
+    return {**flags, "gpus": tp * pp * cp * dp}
 
 
 def flag_name(name: str) -> str:
@@ -576,6 +596,7 @@ def check_value(name: str, value: Any) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
-SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates")
+SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
+                  "cp", "cp_comm", "cp_balance")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""
