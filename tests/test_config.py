@@ -234,10 +234,11 @@ def test_to_dict_is_asdict_of_plain_fields():
     config = PredictConfig(clip_grad_norm=True, zero_grad="zero-loop", strategy="fsdp", fsdp_version="2",
                            fsdp_accumulate="sharded", recompute="full", recompute_every=2,
                            calibration="node.json", op_rates=True)
-    cp_fields = ("cp", "cp_comm", "cp_balance")
+    cp_fields = ("cp", "cp_comm", "cp_balance", "offload")
     assert config.to_dict() == {k: v for k, v in dataclasses.asdict(config).items() if k not in cp_fields}
     assert PredictConfig(**config.to_dict()) == config
-    config = PredictConfig(gpus=64, cp=2, cp_comm="a2a", cp_balance=False, clip_grad_norm=True,
+    config = PredictConfig(gpus=64, cp=2, cp_comm="a2a", cp_balance=False, strategy="zero1", offload="optimizer",
+                           clip_grad_norm=True,
                            zero_grad="zero-loop", recompute="full", recompute_every=2, calibration="node.json",
                            op_rates=True)
     assert config.to_dict() == {k: v for k, v in dataclasses.asdict(config).items()

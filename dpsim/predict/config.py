@@ -50,6 +50,7 @@ from dpsim.limits import (
 )
 from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
+from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES
 from dpsim.strategies.registry import BUCKET_CAP_MB, check_fsdp_options, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
@@ -90,6 +91,8 @@ FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
 FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
 """``--fsdp-accumulate``: the keys of :data:`dpsim.strategies.registry.FSDP_ACCUMULATE`."""
+Offload = Literal["off", "optimizer", "params+optimizer"]
+"""``--offload``: the keys of :data:`dpsim.strategies.offload.OFFLOAD`."""
 CpComm = Literal["p2p", "all-gather", "a2a"]
 """``--cp-comm``: the keys of :data:`dpsim.strategies.context.CP_COMM`."""
 TpCommOverlap = Literal["off", "backward", "full"]
@@ -250,6 +253,11 @@ class PredictConfig:
     """How context-parallel attention gets the other ranks' keys and values: p2p (ring attention,
     transfers overlapped with attention), all-gather (KV all-gathered, exposed) or a2a
     (DeepSpeed-Ulysses head scatter; heads must divide by tp x cp)."""
+    offload: Offload = "off"
+    """CPU offload of the sharded optimizer (DeepSpeed): optimizer (ZeRO-Offload: fp32 master, Adam
+    moments and gradient shard in host memory, the Adam step on the CPU, the updated shard copied
+    back over PCIe) or params+optimizer (DeepSpeed offload_param: the parameter shard on the host too; zero3,
+    or fsdp with --tp/--cp/--pp)."""
     cp_balance: bool = True
     """Causal load balancing of --cp: the sequence cut into 2 x cp chunks, rank i holding chunks i and
     2cp-1-i, so every rank does the same attention work; off: contiguous pieces, the last rank paces."""
@@ -384,6 +392,14 @@ class PredictConfig:
         if self.gpus % shard:
             raise ConfigError(f"--gpus: {self.gpus} is not a multiple of --tp {self.tp} x --pp {self.pp}"
                               f"{f' x --cp {self.cp}' if cp else ''} = {shard}")
+        if self.offload != "off":
+            takers = OFFLOAD_STRATEGIES if self.offload == "optimizer" else PARAM_OFFLOAD_STRATEGIES
+            layout = self.layout_active
+            allowed = [s for s in takers if (s in LAYOUT_DP_STRATEGIES if layout else s != "fsdp")]
+            if self.strategy not in allowed:
+                where = "with --tp/--cp/--pp" if layout else "with data parallelism alone"
+                raise ConfigError(f"--offload: {self.offload} offloads a sharded optimizer; --strategy {self.strategy} "
+                                  f"{where} does not shard it that way; use {' or '.join(allowed)}, or leave it out")
         if self.cp == 1:
             for name, default in (("cp_comm", "p2p"), ("cp_balance", True)):
                 if getattr(self, name) != default:
@@ -597,6 +613,6 @@ def check_value(name: str, value: Any) -> None:
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
 SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
-                  "cp", "cp_comm", "cp_balance")
+                  "cp", "cp_comm", "cp_balance", "offload")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

@@ -60,6 +60,7 @@ from dpsim.strategies.pipeline import (
 )
 from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.context import check_context, cp_buffer_bytes, cp_shard
+from dpsim.strategies.offload import host_step_s, offload_memory
 from dpsim.strategies.tensor import TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
@@ -85,7 +86,7 @@ def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
                   stage_blocks=parse_stage_layers(config.stage_layers, config.pp, config.virtual_stages),
                   bucket_elements=bucket,
                   grad_accum_fusion=config.grad_accum_fusion, cp=config.cp, cp_comm=config.cp_comm,
-                  cp_balance=config.cp_balance)
+                  cp_balance=config.cp_balance, offload=config.offload)
 
 
 def layout_shape(config: PredictConfig) -> LayoutShape | None:
@@ -275,6 +276,8 @@ def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
     flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches)
     stages = layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
                                  in_flight=flights, activations=activations)
+    if layout.offload != "off":
+        stages = _offloaded(stages, tpm, assignment, layout, precision)
     if layout.cp == 1:
         return stages
     assert cp_model is not None, "context parallelism needs the unsharded model"
@@ -282,6 +285,30 @@ def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
                             tokens_per_rank=tpm.model.tokens_per_sample or 0, act_element_bytes=_act_bytes(precision))
     return tuple(replace(m, breakdown=replace(m.breakdown, comm_buffers_bytes=m.breakdown.comm_buffers_bytes + extra))
                  for m in stages)
+
+
+def _offloaded(stages: tuple[StageMemory, ...], tpm: TpModel, assignment, layout: Layout, precision
+               ) -> tuple[StageMemory, ...]:
+    """``stages`` with ``layout.offload``'s state on the host (:func:`~dpsim.strategies.offload.offload_memory`):
+    each stage keeps one block's gradients while they are reduced and, with its parameters offloaded,
+    its gathered working set (the blocks in use and prefetched, two, and the layers outside blocks,
+    as ZeRO-3 gathers them)."""
+    out = []
+    for m, chunks in zip(stages, assignment):
+        layers = [i for chunk in chunks for i in chunk]
+        blocks: dict[str, int] = {}
+        root = 0
+        for i in layers:
+            unit = tpm.layers[i].unit
+            if unit is None:
+                root += tpm.layers[i].numel_per_rank
+            else:
+                blocks[unit] = blocks.get(unit, 0) + tpm.layers[i].numel_per_rank
+        largest = max(blocks.values(), default=0)
+        working = (root + min(2, len(blocks)) * largest) * precision.weight_bytes
+        out.append(replace(m, breakdown=offload_memory(m.breakdown, layout.offload, working_weight_bytes=working,
+                                                       working_grad_bytes=largest * precision.grad_bytes)))
+    return tuple(out)
 
 
 def layout_fit(stages: tuple[StageMemory, ...], config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice]:
@@ -350,6 +377,10 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     per_param_opt = shard.optimizer_s / tpm.spec.param_count * opt_scale if tpm.spec.param_count else 0.0
     sharded_opt = layout.strategy in ("zero1", "fsdp")
     optimizer_s = [per_param_opt * (-(-m.params_per_gpu // d) if sharded_opt else m.params_per_gpu) for m in memory]
+    if layout.offload != "off":
+        ranks = min(topology.gpus_per_node, topology.n_gpus)
+        optimizer_s = [host_step_s(-(-m.params_per_gpu // d), ranks, topology.spec.node, precision.weight_bytes)
+                       for m in memory]
     dp_plan = DataParallelPlan(strategy=layout.strategy, dp=d, overlap=layout.overlap,
                                bucket_elements=layout.bucket_elements or default_bucket_elements(d),
                                grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes)

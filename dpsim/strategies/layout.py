@@ -110,6 +110,8 @@ class Layout:
     """A key of :data:`~dpsim.strategies.context.CP_COMM`."""
     cp_balance: bool = True
     """Causal load balancing of the context-parallel split."""
+    offload: str = "off"
+    """A key of :data:`~dpsim.strategies.offload.OFFLOAD`: the sharded optimizer (and parameters) on the host."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "virtual_stages", "micro_batch", "micro_batches"):

@@ -1,0 +1,76 @@
+"""CPU offload of a sharded optimizer (``--offload``): DeepSpeed ZeRO-Offload and ZeRO-Infinity.
+
+``optimizer`` (ZeRO-Offload: Ren et al. 2021, "ZeRO-Offload: Democratizing Billion-Scale Model
+Training", arXiv:2101.06840, Sec. 4; DeepSpeed ``offload_optimizer: {device: cpu, pin_memory:
+true}``): each rank's shard of the fp32 master weights and Adam moments lives in pinned host
+memory; its gradient shard is copied to the host as it is reduced (during the backward, which
+hides it: DeepSpeed's ``overlap_comm``), the Adam step runs on the CPU (``DeepSpeedCPUAdam``, a
+SIMD loop over the shard, "5X-7X faster than the standard PyTorch implementation", DeepSpeed's
+ZeRO-Offload tutorial), and the updated 16-bit shard is copied back to the GPU before the next
+forward. ``params+optimizer`` (ZeRO-Infinity: Rajbhandari et al. 2021, arXiv:2104.07857, Sec. 5;
+``offload_param: {device: cpu}``) also keeps the 16-bit parameter shard on the host: each unit's
+shard is copied to the GPU before its all-gather (prefetched beside the compute, not charged),
+so the GPU holds only the gathered working units.
+
+**Time.** The CPU Adam step is charged as memory-bound on the host: per parameter it reads the
+fp32 master, both moments and the fp32 gradient and writes the master, the moments and the 16-bit
+copy (:data:`CPU_ADAM_BYTES_PER_PARAM`), all the node's ranks' shards over the node's host memory
+bandwidth (:attr:`~dpsim.topology.spec.NodeSpec.host_memory_bandwidth_bytes_per_s` per socket);
+then each rank uploads its 16-bit shard over its PCIe link
+(:attr:`~dpsim.topology.spec.NodeSpec.pcie_bandwidth_bytes_per_s`). Both are exposed: the next
+forward needs the updated weights (DeepSpeed's delayed parameter update is not modelled).
+
+**Memory per GPU.** The optimizer state and the gradient shard leave the GPU; with
+``params+optimizer`` so does the parameter shard (and a layout's kept-gathered parameters become
+the gathered working units). Host memory capacity is not checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dpsim.memory import MemoryBreakdown
+from dpsim.topology.spec import NodeSpec
+
+OFFLOAD: dict[str, str] = {
+    "off": "optimizer state, gradients and parameters stay on the GPU",
+    "optimizer": "ZeRO-Offload: optimizer state and gradient shard in host memory, Adam on the CPU",
+    "params+optimizer": "ZeRO-Infinity: the parameter shard in host memory too, fetched before each gather",
+}
+"""``--offload`` choices."""
+
+OFFLOAD_STRATEGIES = ("zero1", "zero2", "zero3", "fsdp")
+"""Strategies that shard the optimizer state over the replicas, whose shard offload moves
+(``fsdp`` under a tensor/pipeline/context layout; data parallelism alone: DeepSpeed's ZeRO)."""
+
+PARAM_OFFLOAD_STRATEGIES = ("zero3", "fsdp")
+"""Strategies that shard the parameters too (``params+optimizer``)."""
+
+CPU_ADAM_BYTES_PER_PARAM = 30
+"""Host bytes per parameter of one CPU Adam step: read fp32 master, exp_avg, exp_avg_sq and the
+fp32 gradient (16), write the three back (12) and the 16-bit parameter copy (2)
+(``DeepSpeedCPUAdam.step``, deepspeed/ops/adam/cpu_adam.py, with ``fp32_optimizer_states``)."""
+
+
+def host_step_s(shard_numel: float, ranks_per_node: int, node: NodeSpec, weight_bytes: int) -> float:
+    """The offloaded optimizer step of one rank (see the module docstring): the node's CPU Adam over
+    ``ranks_per_node`` shards of ``shard_numel`` at the host's memory bandwidth, then the rank's
+    updated shard uploaded over PCIe."""
+    host_bw = node.host_memory_bandwidth_bytes_per_s * node.sockets
+    adam = shard_numel * ranks_per_node * CPU_ADAM_BYTES_PER_PARAM / host_bw
+    upload = shard_numel * weight_bytes / node.pcie_bandwidth_bytes_per_s
+    return adam + upload
+
+
+def offload_memory(m: MemoryBreakdown, offload: str, *, working_weight_bytes: float = 0.0,
+                   working_grad_bytes: float = 0.0) -> MemoryBreakdown:
+    """``m`` with what ``offload`` moves to the host taken off the GPU: the optimizer state and the
+    gradient shard (``working_grad_bytes`` stay: the unit being reduced, where ``m`` does not count it
+    among its buffers); with ``params+optimizer`` the parameter shard, ``working_weight_bytes`` staying
+    (the gathered units, where ``m`` does not count them among its buffers)."""
+    if offload == "off":
+        return m
+    out = dataclasses.replace(m, optimizer_bytes=0.0, gradients_bytes=float(working_grad_bytes))
+    if offload == "params+optimizer":
+        out = dataclasses.replace(out, weights_bytes=float(working_weight_bytes))
+    return out
