@@ -60,7 +60,7 @@ from dpsim.strategies.pipeline import (
 )
 from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.context import check_context, cp_buffer_bytes, cp_shard
-from dpsim.strategies.offload import host_step_s, offload_memory
+from dpsim.strategies.offload import host_step_s, offload_memory, param_fetches
 from dpsim.strategies.tensor import TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
@@ -379,8 +379,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     optimizer_s = [per_param_opt * (-(-m.params_per_gpu // d) if sharded_opt else m.params_per_gpu) for m in memory]
     if layout.offload != "off":
         ranks = min(topology.gpus_per_node, topology.n_gpus)
-        optimizer_s = [host_step_s(-(-m.params_per_gpu // d), ranks, topology.spec.node, precision.weight_bytes)
-                       for m in memory]
+        fetches = param_fetches(layout.offload, layout.recompute == "full")
+        optimizer_s = [host_step_s(-(-m.params_per_gpu // d), ranks, topology.spec.node, precision.weight_bytes,
+                                   grad_bytes=precision.grad_bytes, param_fetches=fetches) for m in memory]
     dp_plan = DataParallelPlan(strategy=layout.strategy, dp=d, overlap=layout.overlap,
                                bucket_elements=layout.bucket_elements or default_bucket_elements(d),
                                grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes)

@@ -21,7 +21,7 @@ from dpsim.engine.simulate import PlayedCollectives, played_durations
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown
-from dpsim.strategies.offload import host_step_s, offload_memory
+from dpsim.strategies.offload import host_step_s, offload_memory, param_fetches
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.layout import (
     check_layout,
@@ -299,7 +299,9 @@ def _offloaded_step(config: PredictConfig, compute: ComputeProfile, model: Model
         return compute
     n = topology.n_gpus
     shard = -(-model.param_count // n)
-    step = host_step_s(shard, min(topology.gpus_per_node, n), topology.spec.node, precision.weight_bytes)
+    fetches = param_fetches(config.offload, config.checkpointing.mode == "full")
+    step = host_step_s(shard, min(topology.gpus_per_node, n), topology.spec.node, precision.weight_bytes,
+                       grad_bytes=precision.grad_bytes, param_fetches=fetches)
     return replace(compute, optimizer_s=step * model.param_count / shard)
 
 
