@@ -36,6 +36,7 @@ from dpsim.memory import (
     MemoryBreakdown,
     StageMemory,
     layout_stage_memory,
+    offload_memory,
     worst_stage,
 )
 from dpsim.predict.config import PredictConfig
@@ -60,7 +61,7 @@ from dpsim.strategies.pipeline import (
 )
 from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.context import check_context, cp_buffer_bytes, cp_shard
-from dpsim.strategies.offload import host_step_s, offload_memory, param_fetches
+from dpsim.strategies.offload import host_step_s, param_fetches
 from dpsim.strategies.tensor import TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes

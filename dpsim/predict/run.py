@@ -20,8 +20,8 @@ from dpsim.engine.program import StepProgram
 from dpsim.engine.simulate import PlayedCollectives, played_durations
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
-from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown
-from dpsim.strategies.offload import host_step_s, offload_memory, param_fetches
+from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown, offload_memory
+from dpsim.strategies.offload import host_step_s, param_fetches
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.layout import (
     check_layout,

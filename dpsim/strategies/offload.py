@@ -20,16 +20,13 @@ needs the updated weights (DeepSpeed's delayed parameter update is not modelled)
 other PCIe copies (gradient shard down, parameter shard up before each gather) are charged as
 exposed too, an upper bound (:func:`host_step_s`).
 
-**Memory per GPU.** The optimizer state and the gradient shard leave the GPU; with
-``params+optimizer`` so does the parameter shard (and a layout's kept-gathered parameters become
-the gathered working units). Host memory capacity is not checked.
+**Memory per GPU** (:func:`dpsim.memory.offload_memory`): the optimizer state and the gradient
+shard leave the GPU; with ``params+optimizer`` so does the parameter shard (and a layout's
+kept-gathered parameters become the gathered working units). Host memory capacity is not checked.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
-from dpsim.memory import MemoryBreakdown
 from dpsim.topology.spec import NodeSpec
 
 OFFLOAD: dict[str, str] = {
@@ -70,17 +67,3 @@ def param_fetches(offload: str, full_recompute: bool) -> int:
     """Gathers of every parameter shard a step fetches from the host: forward and backward, and
     the forward recomputed under full checkpointing (0 unless the parameters are offloaded)."""
     return (3 if full_recompute else 2) if offload == "params+optimizer" else 0
-
-
-def offload_memory(m: MemoryBreakdown, offload: str, *, working_weight_bytes: float = 0.0,
-                   working_grad_bytes: float = 0.0) -> MemoryBreakdown:
-    """``m`` with what ``offload`` moves to the host taken off the GPU: the optimizer state and the
-    gradient shard (``working_grad_bytes`` stay: the unit being reduced, where ``m`` does not count it
-    among its buffers); with ``params+optimizer`` the parameter shard, ``working_weight_bytes`` staying
-    (the gathered units, where ``m`` does not count them among its buffers)."""
-    if offload == "off":
-        return m
-    out = dataclasses.replace(m, optimizer_bytes=0.0, gradients_bytes=float(working_grad_bytes))
-    if offload == "params+optimizer":
-        out = dataclasses.replace(out, weights_bytes=float(working_weight_bytes))
-    return out
