@@ -453,23 +453,23 @@ class PredictConfig:
         for name in ("fsdp_version", "fsdp_accumulate"):
             if getattr(self, name) != _fields()[name].default:
                 raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies to data parallelism alone; "
-                                  f"with --tp/--pp the fsdp replicas keep gathered parameters and accumulated "
+                                  f"with --tp/--cp/--pp the fsdp replicas keep gathered parameters and accumulated "
                                   f"gradients for the whole step, so leave it out")
         if self.strategy not in LAYOUT_DP_STRATEGIES:
-            raise ConfigError(f"--strategy: {self.strategy!r} does not combine with --tp/--pp here; over the "
+            raise ConfigError(f"--strategy: {self.strategy!r} does not combine with --tp/--cp/--pp here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
         if self.activation_checkpointing:
-            raise ConfigError("--activation-checkpointing: with --tp/--pp use --recompute full (or selective)")
+            raise ConfigError("--activation-checkpointing: with --tp/--cp/--pp use --recompute full (or selective)")
         if self.tp > 1 and is_torch_model_ref(self.model) and not self.model.strip().startswith("transformers:"):
             # A transformers configuration may have a shape (checked when the model is built).
             raise ConfigError(f"--tp: {self.tp} splits the layers of a known transformer block, which a traced "
                               f"torch module ({self.model}) does not give; use --tp 1 (--pp splits its blocks "
                               f"into stages), or give its shape with --model transformer:hidden=...")
         if self.fsdp_unit != "block":
-            raise ConfigError(f"--fsdp-unit: {self.fsdp_unit!r} does not apply with --tp/--pp (the stage's "
+            raise ConfigError(f"--fsdp-unit: {self.fsdp_unit!r} does not apply with --tp/--cp/--pp (the stage's "
                               f"model chunk is the unit); leave it out")
         if self.jobs != 1:
-            raise ConfigError(f"--jobs: {self.jobs} is not modelled with --tp/--pp; leave it at 1")
+            raise ConfigError(f"--jobs: {self.jobs} is not modelled with --tp/--cp/--pp; leave it at 1")
 
 
     def _check_ddp(self) -> None:
@@ -482,11 +482,11 @@ class PredictConfig:
         if changed and self.layout_active:
             name = changed[0]
             raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} is an argument of PyTorch DDP; with "
-                              f"--tp/--pp the replicas are reduced by Megatron's DDP (contiguous gradient "
+                              f"--tp/--cp/--pp the replicas are reduced by Megatron's DDP (contiguous gradient "
                               f"buffers, no hooks), so leave it out")
         if self.input_samples_per_s is not None and self.layout_active:
-            raise ConfigError(f"--input-samples-per-s: {self.input_samples_per_s:g} is not modelled with --tp/--pp; "
-                              f"leave it out")
+            raise ConfigError(f"--input-samples-per-s: {self.input_samples_per_s:g} is not modelled with "
+                              f"--tp/--cp/--pp; leave it out")
         if self.comm_hook != "powersgd":
             for name in ("powersgd_rank", "powersgd_start_iter"):
                 if getattr(self, name) != _fields()[name].default:

@@ -3,8 +3,8 @@
 ``optimizer`` (ZeRO-Offload: Ren et al. 2021, "ZeRO-Offload: Democratizing Billion-Scale Model
 Training", arXiv:2101.06840, Sec. 4; DeepSpeed ``offload_optimizer: {device: cpu, pin_memory:
 true}``): each rank's shard of the fp32 master weights and Adam moments lives in pinned host
-memory; its gradient shard is copied to the host as it is reduced, the Adam step runs on the CPU (``DeepSpeedCPUAdam``, a
-SIMD loop over the shard, "5X-7X faster than the standard PyTorch implementation", DeepSpeed's
+memory; its gradient shard is copied to the host as it is reduced, the Adam step runs on the
+CPU (``DeepSpeedCPUAdam``, a SIMD loop over the shard, "5X-7X faster than the standard PyTorch implementation", DeepSpeed's
 ZeRO-Offload tutorial), and the updated 16-bit shard is copied back to the GPU before the next
 forward. ``params+optimizer`` (ZeRO-Infinity: Rajbhandari et al. 2021, arXiv:2104.07857, Sec. 5;
 ``offload_param: {device: cpu}``) also keeps the 16-bit parameter shard on the host: each unit's
