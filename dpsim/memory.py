@@ -53,7 +53,7 @@ The other categories:
   prefetched unit unsharded (``limit_all_gathers``: two units in flight), and the
   unsharded gradients of the unit being reduced (plus the root's, which are reduced
   last; ``BackwardPrefetch.BACKWARD_PRE`` "holds the current set of parameters, next
-  set of parameters, and current set of gradients"); FSDP2 also stages the largest unit's
+  set of parameters, and current set of gradients"; FSDP2's in the parameters' dtype); FSDP2 also stages the largest unit's
   all-gather output and reduce-scatter input in flat buffers beside its per-parameter tensors;
 * **framework overhead**: CUDA context, workspaces, NCCL buffers (an assumption).
 
@@ -100,16 +100,24 @@ from dpsim.strategies.checkpointing import (
     op_saved_bytes_per_sample,
     policy_of,
 )
-from dpsim.strategies.layout import checkpointed_blocks
+from dpsim.strategies.layout import checkpointed_blocks, reshards_after_forward
 from dpsim.strategies.tensor import block_input_bytes, layer_activation_bytes, tp_model
 from dpsim.units import GiB, format_bytes
+from dpsim.workload.fp8 import (
+    FP8_BYTES,
+    fp8_weight_numel,
+    gathered_weight_bytes,
+    layers_fp8_weight_numel,
+    saves_fp8_weights,
+)
 from dpsim.workload.precision import Precision, optimizer_state_bytes_per_param
 from dpsim.workload.spec import ModelSpec
 
 FRAMEWORK_OVERHEAD_BYTES = 2 * GiB
-"""CUDA context, cuBLAS workspaces and NCCL buffers. An assumption, not a measurement:
-the CUDA context alone takes several hundred MiB and NCCL allocates per-channel buffers
-(NCCL_BUFFSIZE 4 MiB x channels x peers); calibrate to replace."""
+"""CUDA context, cuBLAS workspaces, NCCL buffers and what the driver keeps back of the memory NVML
+reports (:data:`dpsim.hardware.DRIVER_MEMORY_MIB`: about 0.5 GiB on an A100 40GB). An assumption,
+not a measurement: the CUDA context alone takes several hundred MiB and NCCL allocates per-channel
+buffers (NCCL_BUFFSIZE 4 MiB x channels x peers); calibrate to replace."""
 
 HEADROOM_FRACTION = 0.05
 """Share of device memory left free for the caching allocator's fragmentation."""
@@ -197,6 +205,22 @@ def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: b
     return root + sum(kept) + max((f - k for f, k in zip(full, kept)), default=0.0)
 
 
+def fp8_saved_weight_bytes(model: ModelSpec, precision: Precision, policy: CheckpointPolicy, fsdp_unit: str) -> float:
+    """The FP8 weight copies a recipe keeps from forward to backward
+    (:func:`dpsim.workload.fp8.saves_fp8_weights`: TransformerEngine's): one byte per FP8 weight
+    element of every block, or, under checkpointing, of the largest checkpointed block while it
+    is recomputed (the others keep no saved tensors) plus the blocks it leaves alone."""
+    if precision.fp8 is None or not saves_fp8_weights(precision.fp8):
+        return 0.0
+    if not policy.active:
+        return float(sum(fp8_weight_numel(layer) for layer in model.layers) * FP8_BYTES)
+    ckpt = checkpointed([u for u in wrap_units(model, fsdp_unit) if not u.is_root], policy)
+    in_units = {i for u in ckpt for i in u.layers}
+    rest = sum(fp8_weight_numel(layer) for i, layer in enumerate(model.layers) if i not in in_units)
+    largest = max((layers_fp8_weight_numel(model, u.layers) for u in ckpt), default=0)
+    return float((rest + largest) * FP8_BYTES)
+
+
 def _op_kept(layer) -> float:
     # A layer known only by its FLOPs has no ops to recompute: it keeps everything.
     saved = op_saved_bytes_per_sample(layer)
@@ -255,6 +279,7 @@ def memory_breakdown(
     act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
     act = activation_bytes_per_sample(model, activation_checkpointing=activation_checkpointing,
                                       fsdp_unit=fsdp_unit, checkpointing=checkpointing) * micro_batch * act_scale
+    act += fp8_saved_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit)
     if strategy == "ddp":
         weights, grads, opt = psi * w, psi * g, psi * k
         buffers = ddp_comm_buffer_bytes(model, precision.grad_dtype, ddp or DEFAULT_DDP_OPTIONS,
@@ -269,14 +294,22 @@ def memory_breakdown(
         full = {u.name: unit_shard_numel(u.params, group, version) * group for u in units}
         root = sum(full[u.name] for u in units if u.is_root)
         largest = max((full[u.name] for u in units if not u.is_root), default=0)
+        # Gathered parameters, in FP8 for the linears' weights under FSDP2's float8 all-gather.
+        gathered = {u.name: gathered_weight_bytes(full[u.name], layers_fp8_weight_numel(model, u.layers), w,
+                                                  precision.fp8) for u in units}
+        root_gathered = sum(gathered[u.name] for u in units if u.is_root)
+        largest_gathered = max((gathered[u.name] for u in units if not u.is_root), default=0)
         opt = shard * k
         grads = psi * g if no_sync_full_grads else shard * g
-        grad_work = 0 if no_sync_full_grads else (root + largest) * g
+        # FSDP2's unsharded gradients are in the parameters' dtype (foreach_reduce: ``grad_dtype =
+        # unsharded_grads[0].dtype``); the reduce dtype is only its reduce-scatter input, staged
+        # below and freed after the copy-in (``unsharded_grads.clear()``).
+        grad_work = 0 if no_sync_full_grads else (root + largest) * (w if version == "2" else g)
         # FSDP2 stages every collective through a flat buffer beside the per-parameter tensors
         # (_fsdp_collectives.py): the largest unit's all-gather output until its copy-out
         # (foreach_all_gather_copy_out) and its reduce-scatter input (foreach_reduce's chunk_cat
         # copy-in, in the reduce dtype) until the reduce-scatter is done.
-        staging = largest * (w + g) if version == "2" else 0
+        staging = largest_gathered + largest * g if version == "2" else 0
         if strategy == "fsdp-shard-grad-op":
             # Every unit stays gathered from forward through backward; the persistent shard
             # is the fp32 master (in K) under mixed precision, a separate copy otherwise.
@@ -284,7 +317,7 @@ def memory_breakdown(
             buffers = grad_work + staging
         else:
             weights = shard * w
-            buffers = (root + 2 * largest) * w + grad_work + staging
+            buffers = root_gathered + 2 * largest_gathered + grad_work + staging
     return MemoryBreakdown(
         weights_bytes=float(weights),
         gradients_bytes=float(grads),
@@ -519,7 +552,10 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
       ``K`` by the data-parallel replicas (its ``6 + 12/d`` bytes per parameter with bf16
       parameters and fp32 gradients, ``docs/source/api-guide/dist_optimizer.md``); ``fsdp``
       under pipeline parallelism keeps the gathered parameters and the accumulated
-      gradients for the whole step and shards ``K`` the same way.
+      gradients for the whole step and shards ``K`` the same way; without pipeline stages it
+      reshards after each forward (:func:`~dpsim.strategies.layout.reshards_after_forward`):
+      weights and gradients divided by the replicas too, plus the largest unit gathered twice
+      (current and prefetched) and its unsharded gradient.
     - **Activations** per micro-batch in flight (Korthikanti et al. 2022, Sec. 4.2.3: the
       first 1F1B stage holds ``pp`` micro-batches, the interleaved schedule's
       ``pp·(1 + (pp-1)/(pp·v))`` chunk's worth), per layer as
@@ -546,14 +582,32 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         act = (act + working * mb) * act_scale
         d = layout.grad_group
         opt = -(-numel // d) * k if layout.strategy in ("zero1", "fsdp") else numel * k
+        weights, grads, buffers = numel * w, numel * g, 0
+        if reshards_after_forward(layout) and d > 1:
+            # Only the shards persist; the current and the prefetched unit are gathered, and the
+            # unit being reduced holds its unsharded gradient (the data-parallel path's working set).
+            largest = max(_unit_numels(tpm, assignment[s]), default=0)
+            weights, grads, buffers = -(-numel // d) * w, -(-numel // d) * g, largest * (2 * w + g)
         breakdown = MemoryBreakdown(
-            weights_bytes=float(numel * w), gradients_bytes=float(numel * g), optimizer_bytes=float(opt),
-            activations_bytes=float(act), comm_buffers_bytes=0.0, overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),
+            weights_bytes=float(weights), gradients_bytes=float(grads), optimizer_bytes=float(opt),
+            activations_bytes=float(act), comm_buffers_bytes=float(buffers),
+            overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),
             capacity_bytes=float(gpu.memory_bytes), strategy=layout.strategy,
             shard_group_size=d if layout.strategy in ("zero1", "fsdp") else 1)
         out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
                                in_flight=tuple(in_flight[s])))
     return tuple(out)
+
+
+def _unit_numels(tpm, chunks) -> list[int]:
+    """Parameters per GPU of each FSDP unit of a stage: a block, or a layer outside the blocks."""
+    units: dict[object, int] = {}
+    for layers in chunks:
+        for i in layers:
+            layer = tpm.layers[i]
+            key = layer.unit if layer.unit is not None else ("layer", i)
+            units[key] = units.get(key, 0) + layer.numel_per_rank
+    return list(units.values())
 
 
 def stage_activation_bytes(tpm, assignment, layout) -> tuple[tuple[tuple[float, ...], float, int], ...]:

@@ -31,7 +31,7 @@ A system is the organisation's cluster (:func:`system_of`); MosaicML's H100 and 
 are one system (one platform, one software stack, one table).
 
 Rows with a feature dpsim cannot express yet (:data:`NOT_EXPRESSIBLE_FEATURES`: mixture of
-experts, FP8; issue 28) are counted as not expressible and not
+experts; issue 28) are counted as not expressible and not
 predicted. ``--markdown`` prints the table; ``--write`` rewrites VALIDATION.md's
 section "## Large-model training runs (issue 24)" (:func:`validation.sections.replace_section`).
 """
@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT / "validation"))
 
 from accuracy_compute import with_attention_kernel  # noqa: E402
 from dpsim.errors import DpsimError  # noqa: E402
+from dpsim.hardware import GPU_PRESETS  # noqa: E402
 from dpsim.predict.config import PredictConfig  # noqa: E402
 from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
@@ -66,9 +67,20 @@ SYSTEMS_DIR = ROOT / "validation" / "systems"
 
 BF16_PEAK_FLOPS = {"a100": 312e12, "h100": 989e12}
 """Dense bf16 peaks (A100 and H100 SXM datasheets) the common MFU column is quoted against."""
-A100_40GB_BYTES = 40e9
-"""A100 SXM4 40GB datasheet memory: the rows on it are run with the ``a100`` (80 GB) preset, which
-has no 40 GB sibling, and their fit verdict is taken against this capacity instead."""
+FP8_PEAK_FLOPS = {"h100": 1979e12}
+"""Dense FP8 peak (H100 SXM datasheet: 3,958 TFLOPS with sparsity): llm-foundry's MFU column
+divides its FP8 rows' throughput by it, not by the bf16 peak (R041-R047's published MFU is half
+the bf16-peak figure)."""
+
+
+def published_mfu_peak_flops(row: dict) -> float:
+    """The peak a row's published MFU is quoted against: the FP8 peak for FP8 rows, else bf16."""
+    return (FP8_PEAK_FLOPS if row["fp8_recipe"] else BF16_PEAK_FLOPS)[row["gpu"]]
+
+
+A100_40GB_BYTES = GPU_PRESETS["a100-40gb"].memory_bytes
+"""A100 SXM4 40GB memory (the ``a100-40gb`` preset's, as the driver reports it): the rows on it are run
+with the ``a100`` (80 GB) preset and their fit verdict is taken against this capacity instead."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,6 +156,10 @@ STRATEGIES = {
 """The row's ``data_parallel`` (by its start) -> ``--strategy`` and what that assumes."""
 
 PRECISIONS = {
+    # FP8 rows: the precision under the FP8 recipe (FP8_RECIPES); listed first, before the "bf16" prefix.
+    "fp8-amp (Composer": "bf16-params",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
+    "float8 tensorwise": "bf16-params",  # the float8 blog's FSDP2 bf16 params, as its bf16 baseline
+    "bf16 params with float8 matmuls": "bf16-fp32-grads",  # OLMo-core: param bf16, reduce fp32, as its bf16 rows
     "bf16-amp (Composer": "bf16-params",  # FSDP MixedPrecision DEFAULT: bf16 params (as T053-T058)
     "bf16 (Composer": "bf16-params",  # PURE: bf16 params, reduce and buffers
     "bf16 compute, fp32 weights": "amp-bf16",  # MaxText: fp32 weights and gradients, bf16 compute
@@ -154,6 +170,16 @@ PRECISIONS = {
     "bf16": "bf16-params",  # the float8 blog's bf16 baseline (FSDP2 bf16 params)
 }
 """The row's ``precision`` (by its start; first match) -> ``--precision``."""
+
+
+FP8_RECIPES = {
+    "TransformerEngine (recipe not stated)": ("te-delayed", "FP8 recipe not stated: TransformerEngine's default "
+                                                            "DelayedScaling (Composer amp_fp8's fp8_autocast)"),
+    "torchao float8 tensorwise": ("torchao-tensorwise", ""),
+    "torchao float8, dynamic tensorwise": ("torchao-tensorwise", ""),
+    "MXFP8": ("mxfp8", ""),
+}
+"""The row's ``fp8_recipe`` (by its start) -> ``--fp8`` and what that assumes."""
 
 
 def _lookup(table: dict, text: str, what: str):
@@ -233,6 +259,12 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         assumed.append("packed variable-length attention as full 2048-token causal attention")
     kw = dict(gpus=gpus, model=row["model"], micro_batch=micro_batch,
               precision=_lookup(PRECISIONS, row["precision"], "precision"), strategy=strategy, optimizer="adamw", steps=1)
+    if row["fp8_recipe"]:
+        kw["fp8"], note = _lookup(FP8_RECIPES, row["fp8_recipe"], "fp8_recipe")
+        if note:
+            assumed.append(note)
+        if kw["fp8"] == "torchao-tensorwise" and not (row["data_parallel"].startswith("fsdp2") and tp * pp == 1):
+            assumed.append("float8 all-gather not modelled without --fsdp-version 2: weights gathered in bf16")
     if system.topology_file:
         kw["topology_file"] = str(SYSTEMS_DIR / system.topology_file)
     else:
@@ -243,13 +275,20 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
             kw["fsdp_version"] = "2"
         else:  # dpsim's FSDP2 is data parallelism alone
             assumed.append("FSDP2 with tensor parallelism as the layout path's sharding (no --fsdp-version 2)")
+    if row["framework"].startswith("Composer") and strategy.startswith("fsdp") and tp * pp == 1:
+        # Composer never enters FSDP1's no_sync(): it wraps the model in DDP only without FSDP
+        # (trainer.py: `if not (self.deepspeed_enabled or self.fsdp_enabled) ... prepare_ddp_module`)
+        # and its ddp_sync_context returns at once for a model that is not DDP (dist_strategy.py:
+        # `if not isinstance(state.model, DistributedDataParallel): yield; return`), mosaicml/composer
+        # 0.16, the version the rows' setup.py pins; so every micro-batch is reduce-scattered.
+        kw["fsdp_accumulate"] = "sharded"
     if "offload" in row["features"].split(";"):
         kw["offload"] = "params+optimizer" if "parameters and optimizer" in row["data_parallel"] else "optimizer"
     if tp * pp * cp > 1:
         if strategy == "zero3":  # a layout's data parallelism shards as its fsdp
             kw["strategy"] = "fsdp"
-            assumed.append("ZeRO-3 over a context-parallel group as the layout path's fsdp (state sharded over dp x "
-                           "cp; with its parameters offloaded, two blocks gathered at a time)")
+            assumed.append("ZeRO-3 over a context-parallel group as the layout path's fsdp (sharded over dp x cp, "
+                           "each block gathered for its forward and again for its backward)")
         dp = gpus // (tp * pp * cp)
         kw.update(tp=tp, pp=pp, cp=cp, dp=dp, global_batch=micro_batch * grad_accum * dp, recompute=recompute)
     else:
@@ -395,7 +434,6 @@ class NotExpressed:
 NOT_EXPRESSIBLE_FEATURES = {
     "moe": "mixture of experts (expert layers, routing): issue 28",
     "ep": "expert parallelism (all-to-all dispatch and combine): issue 28",
-    "fp8": "FP8 matmuls (TransformerEngine, torchao float8, MXFP8): issue 28",
 }
 """Row features (the ``features`` column) dpsim cannot express today, and why. A row is predicted
 when none of its features is listed here, whatever its ``set``."""

@@ -101,6 +101,8 @@ CommHook = Literal["off", "allreduce", "fp16-compress", "bf16-compress", "powers
 """``--comm-hook``: the keys of :data:`dpsim.strategies.comm_hooks.COMM_HOOKS`."""
 ZeroGrad = Literal["set-to-none", "zero-loop"]
 """``--zero-grad``: :data:`dpsim.workload.compute.ZERO_GRAD_MODES`."""
+Fp8 = Literal["te-delayed", "te-current", "torchao-tensorwise", "torchao-rowwise", "mxfp8"]
+"""``--fp8``: the keys of :data:`dpsim.workload.fp8.FP8_RECIPES`."""
 DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters", "broadcast_buffers", "comm_hook",
               "powersgd_rank", "powersgd_start_iter")
 """The fields of PyTorch ``DistributedDataParallel``'s arguments (:class:`dpsim.strategies.ddp_costs.DdpOptions`)."""
@@ -315,6 +317,11 @@ class PredictConfig:
     op_rates: bool = False
     """With --calibration: cost the op graph with the profile's measured kernel rates even when it
     timed this model's whole step (which is used otherwise)."""
+    fp8: Fp8 | None = None
+    """FP8 training recipe on top of --precision: the linear layers' GEMMs run at the GPU's FP8 rate, with
+    their casts (te-delayed, te-current: TransformerEngine; torchao-tensorwise, torchao-rowwise: torchao
+    float8, tensorwise gathering float8 weights under --fsdp-version 2; mxfp8: TransformerEngine MXFP8,
+    Blackwell only). Attention, embedding and LM head stay 16-bit. Left out: no FP8."""
 
     def __post_init__(self) -> None:
         if self.calibration is None:
@@ -453,8 +460,8 @@ class PredictConfig:
         for name in ("fsdp_version", "fsdp_accumulate"):
             if getattr(self, name) != _fields()[name].default:
                 raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies to data parallelism alone; "
-                                  f"with --tp/--cp/--pp the fsdp replicas keep gathered parameters and accumulated "
-                                  f"gradients for the whole step, so leave it out")
+                                  f"with --tp/--cp/--pp the fsdp replicas run as torchtitan's FSDP2 (resharded after "
+                                  f"each forward without --pp, kept gathered for the step with it), so leave it out")
         if self.strategy not in LAYOUT_DP_STRATEGIES:
             raise ConfigError(f"--strategy: {self.strategy!r} does not combine with --tp/--cp/--pp here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
@@ -612,7 +619,7 @@ def check_value(name: str, value: Any) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
-SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
+SHOWN_WHEN_SET = ("fp8", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
                   "cp", "cp_comm", "cp_balance", "offload")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

@@ -50,6 +50,7 @@ from dpsim.strategies.layout import (
     gradient_accumulation_s,
     layer_work,
     parse_stage_layers,
+    reshards_after_forward,
     stage_assignment,
 )
 from dpsim.strategies.pipeline import (
@@ -290,10 +291,14 @@ def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
 
 def _offloaded(stages: tuple[StageMemory, ...], tpm: TpModel, assignment, layout: Layout, precision
                ) -> tuple[StageMemory, ...]:
-    """``stages`` with ``layout.offload``'s state on the host (:func:`~dpsim.strategies.offload.offload_memory`):
-    each stage keeps one block's gradients while they are reduced and, with its parameters offloaded,
-    its gathered working set (the blocks in use and prefetched, two, and the layers outside blocks,
-    as ZeRO-3 gathers them)."""
+    """``stages`` with ``layout.offload``'s state on the host (:func:`~dpsim.memory.offload_memory`).
+    Where the fsdp parameters stay gathered for the step (under pipeline stages), each stage keeps
+    one block's gradients while they are reduced and, with its parameters offloaded, its gathered
+    working set instead (the blocks in use and prefetched, two, and the layers outside blocks, as
+    ZeRO-3 gathers them)."""
+    if reshards_after_forward(layout) and layout.grad_group > 1:
+        # Only shards persist there; the gathered units and the gradients being reduced are buffers already.
+        return tuple(replace(m, breakdown=offload_memory(m.breakdown, layout.offload)) for m in stages)
     out = []
     for m, chunks in zip(stages, assignment):
         layers = [i for chunk in chunks for i in chunk]
