@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
@@ -580,7 +580,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         for c, per_mb in enumerate(per_chunk):
             act += in_flight[s][c] * per_mb * mb
         act = (act + working * mb) * act_scale
-        d = layout.dp
+        d = layout.grad_group
         opt = -(-numel // d) * k if layout.strategy in ("zero1", "fsdp") else numel * k
         weights, grads, buffers = numel * w, numel * g, 0
         if reshards_after_forward(layout) and d > 1:
@@ -670,3 +670,18 @@ def stage_activation_bytes(tpm, assignment, layout) -> tuple[tuple[tuple[float, 
 def worst_stage(stages: Sequence[StageMemory]) -> StageMemory:
     """The stage with the largest total (the one that decides whether the layout fits)."""
     return max(stages, key=lambda m: (m.breakdown.total_bytes, -m.stage))
+
+
+def offload_memory(m: MemoryBreakdown, offload: str, *, working_weight_bytes: float = 0.0,
+                   working_grad_bytes: float = 0.0) -> MemoryBreakdown:
+    """``m`` with what ``--offload`` (:mod:`dpsim.strategies.offload`) moves to the host taken off the
+    GPU: the optimizer state and the gradient shard (``working_grad_bytes`` stay: the unit being
+    reduced, where ``m`` does not count it among its buffers); with ``params+optimizer`` the parameter
+    shard, ``working_weight_bytes`` staying (the gathered units, where ``m`` does not count them among
+    its buffers)."""
+    if offload == "off":
+        return m
+    out = replace(m, optimizer_bytes=0.0, gradients_bytes=float(working_grad_bytes))
+    if offload == "params+optimizer":
+        out = replace(out, weights_bytes=float(working_weight_bytes))
+    return out

@@ -31,7 +31,7 @@ A system is the organisation's cluster (:func:`system_of`); MosaicML's H100 and 
 are one system (one platform, one software stack, one table).
 
 Rows with a feature dpsim cannot express yet (:data:`NOT_EXPRESSIBLE_FEATURES`: mixture of
-experts, context parallelism, offload; issue 28) are counted as not expressible and not
+experts; issue 28) are counted as not expressible and not
 predicted. ``--markdown`` prints the table; ``--write`` rewrites VALIDATION.md's
 section "## Large-model training runs (issue 24)" (:func:`validation.sections.replace_section`).
 """
@@ -121,6 +121,9 @@ SYSTEMS = {
         name="IBM Cloud H100", topology_file="ibm-h100-roce.yaml", assumed="3.2 Tb/s RoCE as 8x 400 Gb/s"),
     "Ai2 H100 cluster ('a cluster with NVIDIA H100 GPUs', as published)": System(
         name="Ai2 H100 (OLMo-core)", link="infiniband", assumed="one 8-GPU node (GPU count assumed by the row)"),
+    "8 A100 (one node, as published)": System(
+        name="EasyContext A100", link="dgx-a100",
+        assumed="one DGX A100-like node (NVSwitch, PCIe 4.0, A100 80GB; server and memory size not published)"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -148,6 +151,7 @@ STRATEGIES = {
                               "option"),
     "fsdp2": ("fsdp", ""),  # --fsdp-version 2 (job_of): per-parameter shards, reduce-scatter every micro-batch
     "fsdp (Fabric": ("fsdp", "Fabric's default sharding as FULL_SHARD"),
+    "zero3": ("zero3", ""),  # DeepSpeed ZeRO-3 (EasyContext's accelerate + zero3_offload.json)
 }
 """The row's ``data_parallel`` (by its start) -> ``--strategy`` and what that assumes."""
 
@@ -228,7 +232,11 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     if note:
         assumed.append(note)
     tp, pp, gpus = int(row["tp"] or 1), int(row["pp"] or 1), int(row["gpus"])
-    if row["micro_batch"]:
+    cp = int(row["cp"] or 1)
+    if row["micro_batch"] and not row["grad_accum"]:
+        micro_batch, grad_accum = int(row["micro_batch"]), 1
+        assumed.append("gradient accumulation not published: none")
+    elif row["micro_batch"]:
         micro_batch, grad_accum = int(row["micro_batch"]), int(row["grad_accum"])
     else:
         micro_batch, grad_accum = 1, 1
@@ -274,9 +282,15 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # `if not isinstance(state.model, DistributedDataParallel): yield; return`), mosaicml/composer
         # 0.16, the version the rows' setup.py pins; so every micro-batch is reduce-scattered.
         kw["fsdp_accumulate"] = "sharded"
-    if tp * pp > 1:
-        kw.update(tp=tp, pp=pp, dp=gpus // (tp * pp), global_batch=micro_batch * grad_accum * (gpus // (tp * pp)),
-                  recompute=recompute)
+    if "offload" in row["features"].split(";"):
+        kw["offload"] = "params+optimizer" if "parameters and optimizer" in row["data_parallel"] else "optimizer"
+    if tp * pp * cp > 1:
+        if strategy == "zero3":  # a layout's data parallelism shards as its fsdp
+            kw["strategy"] = "fsdp"
+            assumed.append("ZeRO-3 over a context-parallel group as the layout path's fsdp (sharded over dp x cp, "
+                           "each block gathered for its forward and again for its backward)")
+        dp = gpus // (tp * pp * cp)
+        kw.update(tp=tp, pp=pp, cp=cp, dp=dp, global_batch=micro_batch * grad_accum * dp, recompute=recompute)
     else:
         kw.update(grad_accum=grad_accum, recompute=recompute)
     if compute_efficiency is not None:
@@ -317,6 +331,8 @@ def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) 
         return tokens_per_s_per_gpu * maxtext_flops_per_token(row, model) / 1e12
     if unit == "samples/s":  # whole job
         return tokens_per_s_per_gpu * int(row["gpus"]) / int(row["seq_len"])
+    if unit == f"tokens/s on {row['gpus']} GPUs":  # whole job
+        return tokens_per_s_per_gpu * int(row["gpus"])
     raise KeyError(f"{row['id']}: unit {unit!r} has no conversion")
 
 
@@ -375,7 +391,9 @@ def layout_text(config: PredictConfig) -> str:
     """Strategy, tensor x pipeline split, micro-batch x micro-batches per step, checkpointing."""
     parts = [config.strategy]
     if config.layout_active:
-        parts.append(f"tp{config.tp} pp{config.pp}")
+        parts.append(f"tp{config.tp} pp{config.pp}" + (f" cp{config.cp}" if config.cp > 1 else ""))
+    if config.offload != "off":
+        parts.append(f"offload {config.offload}")
     parts.append(f"mb {config.micro_batch}x{config.micro_batches if config.layout_active else config.grad_accum}")
     if config.activation_checkpointing or config.recompute == "full":
         parts.append("AC")
@@ -416,8 +434,6 @@ class NotExpressed:
 NOT_EXPRESSIBLE_FEATURES = {
     "moe": "mixture of experts (expert layers, routing): issue 28",
     "ep": "expert parallelism (all-to-all dispatch and combine): issue 28",
-    "cp": "context parallelism / ring attention: issue 28",
-    "offload": "optimizer / parameter offload to CPU memory",
 }
 """Row features (the ``features`` column) dpsim cannot express today, and why. A row is predicted
 when none of its features is listed here, whatever its ``set``."""

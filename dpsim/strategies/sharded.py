@@ -48,7 +48,8 @@ FSDP ``HYBRID_SHARD`` (``fsdp-hybrid``)
 
 Not modelled: DeepSpeed ZeRO-3's per-submodule granularity, prefetch bucket and
 ``stage3_param_persistence_threshold`` (small parameters kept unsharded) — dpsim's
-``zero3`` shards by unit like FSDP; CPU/NVMe offload; FSDP ``BACKWARD_POST``.
+``zero3`` shards by unit like FSDP; NVMe offload (CPU offload: :mod:`dpsim.strategies.offload`);
+FSDP ``BACKWARD_POST``.
 """
 
 from __future__ import annotations

@@ -287,11 +287,13 @@ def _attention(op: AttentionOp, gpu: GpuSpec, precision: Precision, micro_batch:
     heads = op.heads * micro_batch
     bw = gpu.streaming_bandwidth_bytes_per_s
     if op.fused:
-        flops = op.flops_per_sample * micro_batch * (0.5 if op.causal else 1.0)
+        flops = op.flops_per_sample * micro_batch * (op.causal_share if op.causal else 1.0)
         rate = _peak_or_achieved(precision.matmul_dtype, gpu) * ATTENTION_FRACTION_OF_PEAK.get(gpu.architecture, 0.35)
         if op.kernel == "triton":
             rate /= TRITON_FLASH_SLOWDOWN
-        io = float(op.seq) * op.head_dim * heads * e
+        # Q, K, V read and O written once (K and V of the whole sequence on a context-parallel rank).
+        tokens = op.seq if op.kv_seq is None else (op.seq + op.kv_seq) / 2.0
+        io = float(tokens) * op.head_dim * heads * e
         return ([Term(flops / rate, 4 * io / bw, "attention", HOST_OVERHEAD_PER_OP_S)],
                 [Term(FUSED_ATTENTION_BACKWARD_FLOPS * flops / rate, 8 * io / bw, "attention", HOST_OVERHEAD_PER_OP_S)])
     key, s, d = precision.matmul_dtype, op.seq, op.head_dim

@@ -184,6 +184,19 @@ def layout_cases() -> dict[str, list[str]]:
         "deepspeed-pipeline": ["--gpus", "32", "--link", "ethernet", "--model", "gpt2-xl", "--micro-batch", "2",
                                "--pp", "4", "--schedule", "deepspeed", "--global-batch", "64",
                                "--no-grad-accum-fusion"],
+        # Context parallelism (dpsim/strategies/context.py): a ring, a balanced-off all-gather, Ulysses,
+        # and Llama-2-70B at 32K tokens with tensor, context, pipeline and data parallelism.
+        "cp-ring": ["--gpus", "16", "--link", "aws-p5", *llama7, "--seq-len", "32768", "--cp", "8",
+                    "--strategy", "zero1", "--recompute", "full", "--global-batch", "4"],
+        "cp-allgather-unbalanced": ["--gpus", "16", "--link", "aws-p5", *llama7, "--seq-len", "16384", "--cp", "4",
+                                    "--cp-comm", "all-gather", "--no-cp-balance", "--global-batch", "8",
+                                    "--recompute", "selective", "--strategy", "zero1"],
+        "cp-a2a-tp": ["--gpus", "16", "--link", "aws-p5", *llama7, "--seq-len", "32768", "--tp", "2", "--cp", "4",
+                      "--cp-comm", "a2a", "--sequence-parallel", "--global-batch", "4", "--recompute", "full",
+                      "--strategy", "zero1"],
+        "cp-llama70b": ["--gpus", "128", "--link", "aws-p5", "--model", "llama-2-70b", "--micro-batch", "1",
+                        "--seq-len", "32768", "--tp", "8", "--cp", "4", "--pp", "4", "--sequence-parallel",
+                        "--strategy", "zero1", "--recompute", "full", "--global-batch", "16"],
     }
     return {f"predict/{k}": ["predict", *v, "--json"] for k, v in cases.items()}
 
