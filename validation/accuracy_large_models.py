@@ -245,12 +245,11 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     else:
         full = True
         assumed.append("checkpointing not published: full")
-    if row["torch_compile"].startswith("yes"):
-        assumed.append("torch.compile not modelled (eager kernels)")
     if "pack_sample_into_one=False" in row["attention"]:
         assumed.append("packed variable-length attention as full 2048-token causal attention")
     kw = dict(gpus=gpus, model=row["model"], micro_batch=micro_batch,
-              precision=_lookup(PRECISIONS, row["precision"], "precision"), strategy=strategy, optimizer="adamw", steps=1)
+              precision=_lookup(PRECISIONS, row["precision"], "precision"), strategy=strategy, optimizer="adamw", steps=1,
+              compile=row["torch_compile"].startswith("yes"))  # the row's published setting
     if row["fp8_recipe"]:
         kw["fp8"], note = _lookup(FP8_RECIPES, row["fp8_recipe"], "fp8_recipe")
         if note:
