@@ -19,7 +19,10 @@ that the backward recomputes the forward. Recomputing helps in trading off memor
 with computation", functorch.compile documentation) saves a fused region's inputs and
 recomputes its cheap pointwise intermediates inside the backward kernel. That kernel reads
 the saved inputs anyway (the backward passes count them as "what it saved"), and the
-recomputation is arithmetic on data already on chip, so no traffic is added for it.
+recomputation is arithmetic on data already on chip, so no traffic is added for it. What it
+saves would also lower the activation memory (a chain's inputs instead of its eager
+intermediates: SwiGLU's gate and up rather than gate, up, silu(gate) and the product); that is
+not modelled: memory counts the eager saved tensors, an upper bound.
 
 FP8: torchao's float8 training is run under torch.compile, which fuses its scaling and
 casting kernels (torchtitan docs/float8.md: ``--compile.enable`` is required for it; the

@@ -46,10 +46,10 @@ its scales. The recipes differ in how many passes that takes (:class:`Fp8Recipe`
 
 Each cast is costed as the kernels torchao's own roofline counts: the two-stage amax
 reduction and one cast pass. Eager PyTorch runs more passes than that (``abs``, ``max``, the
-scale multiply, ``clamp``, the conversion); torch.compile fewer (the amax fused into the
-producing kernel, the backward's repeated casts shared, as that roofline's
-``fuse_with_prev`` assumes). Neither is modelled, so a compiled torchao run sees a larger FP8
-gain than predicted here, most on small models.
+scale multiply, ``clamp``, the conversion: not modelled); under ``--compile`` an activation's
+or gradient's amax is fused into the kernel that produced it, as that roofline's
+``fuse_with_prev`` assumes (:mod:`dpsim.workload.compiled`); the backward's repeated casts
+are still charged apart.
 
 FSDP2 float8 all-gather (torchao ``enable_fsdp_float8_all_gather``, tensorwise only):
 ``fully_shard`` gathers the linears' weights in FP8, half the bytes of bf16, cast on the
