@@ -233,7 +233,7 @@ def test_to_dict_is_asdict_of_plain_fields():
         assert all(v is None or isinstance(v, (bool, int, float, str)) for v in config.to_dict().values())
     config = PredictConfig(clip_grad_norm=True, zero_grad="zero-loop", strategy="fsdp", fsdp_version="2",
                            fsdp_accumulate="sharded", recompute="full", recompute_every=2,
-                           calibration="node.json", op_rates=True, fp8="te-delayed")
+                           calibration="node.json", op_rates=True, fp8="te-delayed", compile=True)
     assert config.to_dict() == dataclasses.asdict(config)
     assert PredictConfig(**config.to_dict()) == config
 

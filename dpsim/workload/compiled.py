@@ -31,7 +31,7 @@ models the compiled case with ``fuse_with_prev``, which drops the separate amax 
 activation or gradient cast (fused into the kernel that produced the tensor) and keeps
 the cast's read and FP8 write (pytorch/ao torchao/testing/training/roofline_utils.py,
 ``get_tensor_memory_traffic_ovhd_s``). Weight casts stay kernels of their own (their
-amax reduces a parameter, not a chain's output): :func:`compiled_cast_amax_reads`.
+amax reduces a parameter, not a chain's output): :func:`dpsim.workload.fp8.compiled_cast_amax_reads`.
 
 Simplifications, stated: a chain never crosses a layer's boundary (layers are a catalog's or a
 trace's modules, so a residual add at the end of one module and the norm at the start of the
@@ -49,6 +49,7 @@ as in eager mode (Inductor's Python wrapper still launches each kernel; CUDA gra
 from __future__ import annotations
 
 from dpsim.workload.precision import Precision
+from dpsim.workload.roofline import pass_bytes
 from dpsim.workload.spec import MemoryOp, OpSpec
 
 OUTPUT_CLASSES = ("act", "stream", "f32", "cast", "upcast")
@@ -76,8 +77,6 @@ def chains(ops: tuple[OpSpec, ...]) -> list[tuple[OpSpec, ...]]:
 
 def _output_bytes(cls: str, precision: Precision) -> float:
     """Bytes per element of an output of class ``cls`` (:data:`OUTPUT_CLASSES`)."""
-    from dpsim.workload.roofline import pass_bytes
-
     if cls == "cast":
         return float(precision.activation_bytes)
     if cls == "upcast":
@@ -87,8 +86,6 @@ def _output_bytes(cls: str, precision: Precision) -> float:
 
 def _pass_traffic(op: MemoryOp, passes, precision: Precision, micro_batch: int) -> tuple[float, float]:
     """(all bytes, bytes of its one output) of ``op``'s ``passes`` for a micro-batch."""
-    from dpsim.workload.roofline import pass_bytes
-
     per_element = sum(n * pass_bytes(c, precision) for n, c in passes)
     total = op.elements * micro_batch * per_element
     if not total:
@@ -121,13 +118,4 @@ def fused_chain_bytes(chain: tuple[MemoryOp, ...], precision: Precision, micro_b
 def fixed_backward_bytes(chain: tuple[MemoryOp, ...], precision: Precision) -> float:
     """Bytes of the per-micro-batch backward passes (:attr:`MemoryOp.fixed_backward`) of ``chain``'s
     ops, which do not scale with the chain's tensors and stay as they are."""
-    from dpsim.workload.roofline import pass_bytes
-
     return sum(op.fixed_elements * sum(n * pass_bytes(c, precision) for n, c in op.fixed_backward) for op in chain)
-
-
-def compiled_cast_amax_reads(operand: str) -> bool:
-    """Whether an FP8 cast of ``operand`` (:func:`dpsim.workload.fp8.cast_passes`) keeps its
-    separate amax read under torch.compile: a weight's does; an activation's or output
-    gradient's is fused into the kernel that produces it (module docstring)."""
-    return operand in ("w", "w_bwd")

@@ -241,3 +241,11 @@ def gathered_weight_bytes(full_numel: float, fp8_numel: float, weight_bytes: flo
         return full_numel * weight_bytes
     fp8 = min(fp8_numel, full_numel)
     return fp8 * FP8_BYTES + (full_numel - fp8) * weight_bytes
+
+
+def compiled_cast_amax_reads(operand: str) -> bool:
+    """Whether an FP8 cast of ``operand`` (:func:`cast_passes`) keeps its separate amax read under
+    torch.compile (``--compile``): a weight's does (its amax reduces a parameter, a kernel of its
+    own); an activation's or output gradient's is fused into the kernel that produced the tensor,
+    as torchao's roofline models the compiled case (``fuse_with_prev``: :mod:`dpsim.workload.compiled`)."""
+    return operand in ("w", "w_bwd")

@@ -49,8 +49,14 @@ from dataclasses import dataclass, replace
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
-from dpsim.workload.compiled import compiled_cast_amax_reads
-from dpsim.workload.fp8 import FP8_RATE_KEY, cast_bytes_per_element, cast_kernels, cast_passes, runs_in_fp8
+from dpsim.workload.fp8 import (
+    FP8_RATE_KEY,
+    cast_bytes_per_element,
+    cast_kernels,
+    cast_passes,
+    compiled_cast_amax_reads,
+    runs_in_fp8,
+)
 from dpsim.workload.precision import Precision
 from dpsim.workload.spec import AttentionOp, MatmulOp, MemoryOp, OpSpec
 
