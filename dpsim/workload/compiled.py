@@ -102,7 +102,6 @@ def fused_chain_bytes(chain: tuple[MemoryOp, ...], precision: Precision, micro_b
     traffic = [_pass_traffic(op, op.backward if backward else op.forward, precision, micro_batch) for op in chain]
     if backward:
         traffic.reverse()
-        # The per-micro-batch passes (an embedding's dense weight gradient) are a kernel of their own.
     traffic = [t for t in traffic if t[0]]
     if not traffic:
         return 0.0
@@ -117,5 +116,6 @@ def fused_chain_bytes(chain: tuple[MemoryOp, ...], precision: Precision, micro_b
 
 def fixed_backward_bytes(chain: tuple[MemoryOp, ...], precision: Precision) -> float:
     """Bytes of the per-micro-batch backward passes (:attr:`MemoryOp.fixed_backward`) of ``chain``'s
-    ops, which do not scale with the chain's tensors and stay as they are."""
+    ops (an embedding's dense weight gradient), which do not scale with the chain's tensors and
+    are charged as in eager mode."""
     return sum(op.fixed_elements * sum(n * pass_bytes(c, precision) for n, c in op.fixed_backward) for op in chain)

@@ -168,8 +168,8 @@ def autocast_weight_bytes(layer: LayerSpec, precision: Precision) -> tuple[float
 def compiled_layer_terms(ops, gpu: GpuSpec, precision: Precision,
                          micro_batch: int) -> list[tuple[str, list[Term], list[Term]]]:
     """:func:`layer_terms`' per-op kernels under ``torch.compile``: GEMMs and attention as in
-    eager mode, each chain of memory-bound ops one fused kernel each way, and the per-micro-batch
-    backward passes (an embedding's dense weight gradient) a kernel of their own
+    eager mode, each chain of memory-bound ops one fused kernel each way, its per-micro-batch
+    backward passes (an embedding's dense weight gradient) included as eager mode counts them
     (:mod:`dpsim.workload.compiled`)."""
     out = []
     for run in chains(ops):
@@ -177,11 +177,9 @@ def compiled_layer_terms(ops, gpu: GpuSpec, precision: Precision,
             out.append((op_kind(run[0]), *op_terms(run[0], gpu, precision, micro_batch)))
             continue
         fwd = fused_chain_bytes(run, precision, micro_batch, backward=False)
-        bwd = fused_chain_bytes(run, precision, micro_batch, backward=True)
-        fixed = fixed_backward_bytes(run, precision)
+        bwd = fused_chain_bytes(run, precision, micro_batch, backward=True) + fixed_backward_bytes(run, precision)
         out.append(("memory", [memory_term(fwd, gpu, kernels=1.0 if fwd else 0.0)],
-                    [memory_term(bwd, gpu, kernels=1.0 if bwd else 0.0)]
-                    + ([memory_term(fixed, gpu)] if fixed else [])))
+                    [memory_term(bwd, gpu, kernels=1.0 if bwd else 0.0)]))
     return out
 
 
