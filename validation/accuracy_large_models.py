@@ -16,8 +16,9 @@ row publishes and nothing else:
   assumption is named there and in the row's "assumed" column);
 - the job: :func:`config_of` maps the row's sharding, micro-batch, accumulation (or global
   batch), precision and checkpointing to :class:`~dpsim.predict.config.PredictConfig` fields that
-  exist; what dpsim cannot say (FSDP2's per-micro-batch reduce-scatter, hybrid ZeRO-1 groups,
-  MaxText's selective remat, torch.compile, packed variable-length attention) is listed per row in
+  exist (a row's ``torch_compile`` "yes" is ``--compile``); what dpsim cannot say (FSDP2's
+  per-micro-batch reduce-scatter, hybrid ZeRO-1 groups, MaxText's selective remat, packed
+  variable-length attention) is listed per row in
   the "assumed" column, never approximated by a hack.
 
 The published metric is converted to dpsim's in one place (:func:`to_published_unit`): tokens/s
