@@ -3,11 +3,15 @@ chains, the FP8 casts it fuses, and its one-line errors."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
 from dpsim.predict import PredictConfig, predict
+from dpsim.profile.io import load_profile, save_profile
+from dpsim.profile.schema import ComputeCalibration, OpRates
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compiled import chains, fused_chain_bytes
 from dpsim.workload.compute import compiled_layer_terms, compute_profile
@@ -146,3 +150,17 @@ def test_compile_with_a_measured_step_is_a_one_line_error():
 def test_compile_shown_in_config_only_when_set():
     assert "compile" not in PredictConfig(model="gpt2").to_dict()
     assert PredictConfig(model="gpt2", compile=True).to_dict()["compile"] is True
+
+
+def test_compile_with_measured_eager_compute_is_a_one_line_error(tmp_path):
+    base = dict(gpus=16, link="aws-p4de", model="gpt2", calibration="aws-p4de-2node")
+    # A profile with no compute measurement: the roofline costs the compiled graph.
+    assert predict(PredictConfig(**base, compile=True)).step_time_s < predict(PredictConfig(**base)).step_time_s
+    p = load_profile("aws-p4de-2node")
+    rates = OpRates(matmuls=(), attention=(), launch_s=1e-5, bandwidth_bytes_per_s=1e12)
+    measured = dataclasses.replace(p, compute=dataclasses.replace(p.compute or ComputeCalibration(device="test"),
+                                                                 op_rates=rates))
+    path = save_profile(measured, tmp_path / "eager.json")
+    with pytest.raises(ConfigError, match="--compile: profile") as err:
+        predict(PredictConfig(**{**base, "calibration": str(path)}, compile=True))
+    assert "\n" not in str(err.value)
