@@ -233,7 +233,7 @@ def test_to_dict_is_asdict_of_plain_fields():
         assert all(v is None or isinstance(v, (bool, int, float, str)) for v in config.to_dict().values())
     config = PredictConfig(clip_grad_norm=True, zero_grad="zero-loop", strategy="fsdp", fsdp_version="2",
                            fsdp_accumulate="sharded", recompute="full", recompute_every=2,
-                           calibration="node.json", op_rates=True, fp8="te-delayed")
+                           calibration="node.json", op_rates=True, fp8="te-delayed", compile=True)
     cp_fields = ("cp", "cp_comm", "cp_balance", "offload")
     assert config.to_dict() == {k: v for k, v in dataclasses.asdict(config).items() if k not in cp_fields}
     assert PredictConfig(**config.to_dict()) == config
@@ -241,7 +241,7 @@ def test_to_dict_is_asdict_of_plain_fields():
                            clip_grad_norm=True, zero_grad="zero-loop", recompute="full", recompute_every=2,
                            calibration="node.json", op_rates=True)
     assert config.to_dict() == {k: v for k, v in dataclasses.asdict(config).items()
-                                if k not in ("fsdp_version", "fsdp_accumulate", "fp8")}
+                                if k not in ("fsdp_version", "fsdp_accumulate", "fp8", "compile")}
     assert PredictConfig(**config.to_dict()) == config
 
 

@@ -16,8 +16,9 @@ row publishes and nothing else:
   assumption is named there and in the row's "assumed" column);
 - the job: :func:`config_of` maps the row's sharding, micro-batch, accumulation (or global
   batch), precision and checkpointing to :class:`~dpsim.predict.config.PredictConfig` fields that
-  exist; what dpsim cannot say (FSDP2's per-micro-batch reduce-scatter, hybrid ZeRO-1 groups,
-  MaxText's selective remat, torch.compile, packed variable-length attention) is listed per row in
+  exist (a row's ``torch_compile`` "yes" is ``--compile``); what dpsim cannot say (FSDP2's
+  per-micro-batch reduce-scatter, hybrid ZeRO-1 groups, MaxText's selective remat, packed
+  variable-length attention) is listed per row in
   the "assumed" column, never approximated by a hack.
 
 The published metric is converted to dpsim's in one place (:func:`to_published_unit`): tokens/s
@@ -253,12 +254,11 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     else:
         full = True
         assumed.append("checkpointing not published: full")
-    if row["torch_compile"].startswith("yes"):
-        assumed.append("torch.compile not modelled (eager kernels)")
     if "pack_sample_into_one=False" in row["attention"]:
         assumed.append("packed variable-length attention as full 2048-token causal attention")
     kw = dict(gpus=gpus, model=row["model"], micro_batch=micro_batch,
-              precision=_lookup(PRECISIONS, row["precision"], "precision"), strategy=strategy, optimizer="adamw", steps=1)
+              precision=_lookup(PRECISIONS, row["precision"], "precision"), strategy=strategy, optimizer="adamw", steps=1,
+              compile=row["torch_compile"].startswith("yes"))  # the row's published setting
     if row["fp8_recipe"]:
         kw["fp8"], note = _lookup(FP8_RECIPES, row["fp8_recipe"], "fp8_recipe")
         if note:

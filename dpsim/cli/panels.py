@@ -48,7 +48,7 @@ CONFIG_PANELS: dict[str, tuple[str, ...]] = {
     GRADIENT_COMMUNICATION: ("bucket_cap_mb", "overlap", "gradient_as_bucket_view", "static_graph",
                              "find_unused_parameters", "broadcast_buffers", "comm_hook", "powersgd_rank",
                              "powersgd_start_iter"),
-    PRECISION_MEMORY: ("precision", "fp8", "flash_attention", "activation_checkpointing", "recompute", "recompute_every",
+    PRECISION_MEMORY: ("precision", "fp8", "compile", "flash_attention", "activation_checkpointing", "recompute", "recompute_every",
                        "offload"),
     CALIBRATION: ("calibration", "op_rates", "single_gpu_step_s", "compute_efficiency", "overlap_slowdown"),
 }

@@ -346,7 +346,7 @@ class Planner:
         self.grad_accum_fusion = grad_accum_fusion
         self.model: ModelSpec = load_model(base)
         self.precision = get_precision(base.precision, base.fp8, strategy=base.strategy,
-                                       fsdp_version=base.fsdp_version)
+                                       fsdp_version=base.fsdp_version, compile=base.compile)
         self._topologies: dict[int, Topology] = {}
         self._models: dict[object, CollectiveModel] = {}
         self._collectives: dict[tuple[int, int, int, int], GroupCollectives] = {}

@@ -322,6 +322,10 @@ class PredictConfig:
     their casts (te-delayed, te-current: TransformerEngine; torchao-tensorwise, torchao-rowwise: torchao
     float8, tensorwise gathering float8 weights under --fsdp-version 2; mxfp8: TransformerEngine MXFP8,
     Blackwell only). Attention, embedding and LM head stay 16-bit. Left out: no FP8."""
+    compile: bool = False
+    """The model runs under torch.compile (Inductor): each chain of element-wise and reduction ops between
+    two GEMM/attention ops (norms, activations, rotary, residual adds, casts, FP8 amax) is one fused kernel
+    reading its inputs and writing its outputs once; GEMMs and attention are unchanged."""
 
     def __post_init__(self) -> None:
         if self.calibration is None:
@@ -347,6 +351,9 @@ class PredictConfig:
                               f"most {MAX_SIMULATED_MICRO_BATCHES:,} (lower --steps: every step is the same)")
         if self.op_rates and self.calibration is None:
             raise ConfigError("--op-rates: needs --calibration PROFILE, whose measured kernel rates it uses")
+        if self.compile and self.single_gpu_step_s is not None:
+            raise ConfigError("--compile: does not apply with --single-gpu-step-ms, whose measured step already "
+                              "says how the model ran; leave one of them out")
         torch_model = is_torch_model_ref(self.model)
         if self.input_shape is not None and not torch_model:
             raise ConfigError(f"--input-shape: applies only to a torch module (--model file.py:fn), not to "
@@ -619,7 +626,7 @@ def check_value(name: str, value: Any) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
-SHOWN_WHEN_SET = ("fp8", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
+SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
                   "cp", "cp_comm", "cp_balance", "offload")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

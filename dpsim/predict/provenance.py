@@ -256,6 +256,11 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
         if config.op_rates and op_rates is None:
             raise ProfileError(f"--op-rates: profile {profile.name} has no measured kernel rates (calibrated without "
                                "--model, or by an older dpsim); calibrate with --model, or leave --op-rates out")
+        if config.compile and ((op_rates is not None and gpu is not None) or match.step is not None):
+            # What calibrate measured ran eagerly: its step, or its element-wise kernel rates.
+            raise ConfigError(f"--compile: profile {profile.name} measured this model's compute in eager mode "
+                              "(its step or kernel rates), which would be used as it is; leave --compile out, "
+                              "or --calibration")
         if op_rates is not None and gpu is not None and (match.step is None or config.op_rates):
             compute, fallback = op_rate_compute(model, compute, op_rates, gpu, precision,
                                                 micro_batch=config.micro_batch,

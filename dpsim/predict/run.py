@@ -171,7 +171,7 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
         gpu = check_cpu_compute(config, profile, calibrated_device(profile, gpu))
     model = load_model(config) if model is None else model
     precision = get_precision(config.precision, config.fp8, strategy=config.strategy,
-                              fsdp_version=config.fsdp_version)
+                              fsdp_version=config.fsdp_version, compile=config.compile)
     if gpu.peak_flops_per_s:  # a CPU profile's device has no tensor cores to check
         check_precision_on_gpu(precision, gpu)
     compute: ComputeProfile = memoized(  # memoized: a sweep shares it between points
@@ -439,7 +439,7 @@ def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpe
     gpu = get_gpu(topology.spec.gpu)
     model = load_model(config)
     precision = get_precision(config.precision, config.fp8, strategy=config.strategy,
-                              fsdp_version=config.fsdp_version)
+                              fsdp_version=config.fsdp_version, compile=config.compile)
     check_precision_on_gpu(precision, gpu)
     if config.layout_active:
         check_layout(config, model, topology)

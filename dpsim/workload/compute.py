@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
 from dpsim.workload.precision import Precision, check_optimizer, optimizer_traffic_bytes_per_param
+from dpsim.workload.compiled import chains, fixed_backward_bytes, fused_chain_bytes
 from dpsim.workload.fp8 import fp8_weight_numel
 from dpsim.workload.roofline import (
     HOST_OVERHEAD_PER_OP_S,
@@ -164,12 +165,33 @@ def autocast_weight_bytes(layer: LayerSpec, precision: Precision) -> tuple[float
     return params * per_param, params * per_param
 
 
+def compiled_layer_terms(ops, gpu: GpuSpec, precision: Precision,
+                         micro_batch: int) -> list[tuple[str, list[Term], list[Term]]]:
+    """:func:`layer_terms`' per-op kernels under ``torch.compile``: GEMMs and attention as in
+    eager mode, each chain of memory-bound ops one fused kernel each way, its per-micro-batch
+    backward passes (an embedding's dense weight gradient) included as eager mode counts them
+    (:mod:`dpsim.workload.compiled`)."""
+    out = []
+    for run in chains(ops):
+        if len(run) == 1 and op_kind(run[0]) != "memory":
+            out.append((op_kind(run[0]), *op_terms(run[0], gpu, precision, micro_batch)))
+            continue
+        fwd = fused_chain_bytes(run, precision, micro_batch, backward=False)
+        bwd = fused_chain_bytes(run, precision, micro_batch, backward=True) + fixed_backward_bytes(run, precision)
+        out.append(("memory", [memory_term(fwd, gpu, kernels=1.0 if fwd else 0.0)],
+                    [memory_term(bwd, gpu, kernels=1.0 if bwd else 0.0)]))
+    return out
+
+
 def layer_terms(layer: LayerSpec, gpu: GpuSpec, precision: Precision,
                 micro_batch: int) -> list[tuple[str, list[Term], list[Term]]]:
     """The roofline kernels of one layer for one micro-batch, as (kind, forward, backward) per op
     (kind: :func:`dpsim.workload.roofline.op_kind`, or ``memory`` for autocast's weight casts).
     Empty for a layer known only by its FLOPs."""
-    out = [(op_kind(op), *op_terms(op, gpu, precision, micro_batch)) for op in layer.ops]
+    if precision.compiled:
+        out = compiled_layer_terms(layer.ops, gpu, precision, micro_batch)
+    else:
+        out = [(op_kind(op), *op_terms(op, gpu, precision, micro_batch)) for op in layer.ops]
     if precision.fp8 is not None:
         out += [("memory", *casts) for casts in (fp8_cast_terms(op, gpu, precision, micro_batch) for op in layer.ops)
                 if casts[0] or casts[1]]

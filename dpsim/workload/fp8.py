@@ -46,10 +46,10 @@ its scales. The recipes differ in how many passes that takes (:class:`Fp8Recipe`
 
 Each cast is costed as the kernels torchao's own roofline counts: the two-stage amax
 reduction and one cast pass. Eager PyTorch runs more passes than that (``abs``, ``max``, the
-scale multiply, ``clamp``, the conversion); torch.compile fewer (the amax fused into the
-producing kernel, the backward's repeated casts shared, as that roofline's
-``fuse_with_prev`` assumes). Neither is modelled, so a compiled torchao run sees a larger FP8
-gain than predicted here, most on small models.
+scale multiply, ``clamp``, the conversion: not modelled); under ``--compile`` an activation's
+or gradient's amax is fused into the kernel that produced it, as that roofline's
+``fuse_with_prev`` assumes (:mod:`dpsim.workload.compiled`); the backward's repeated casts
+are still charged apart.
 
 FSDP2 float8 all-gather (torchao ``enable_fsdp_float8_all_gather``, tensorwise only):
 ``fully_shard`` gathers the linears' weights in FP8, half the bytes of bf16, cast on the
@@ -241,3 +241,11 @@ def gathered_weight_bytes(full_numel: float, fp8_numel: float, weight_bytes: flo
         return full_numel * weight_bytes
     fp8 = min(fp8_numel, full_numel)
     return fp8 * FP8_BYTES + (full_numel - fp8) * weight_bytes
+
+
+def compiled_cast_amax_reads(operand: str) -> bool:
+    """Whether an FP8 cast of ``operand`` (:func:`cast_passes`) keeps its separate amax read under
+    torch.compile (``--compile``): a weight's does (its amax reduces a parameter, a kernel of its
+    own); an activation's or output gradient's is fused into the kernel that produced the tensor,
+    as torchao's roofline models the compiled case (``fuse_with_prev``: :mod:`dpsim.workload.compiled`)."""
+    return operand in ("w", "w_bwd")

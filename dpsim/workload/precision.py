@@ -99,6 +99,9 @@ class Precision:
     """fp16 loss scaling: gradients are checked for overflow (and unscaled) every step."""
     fp8: Fp8Recipe | None = None
     """The FP8 recipe its linear layers run (``--fp8``, :mod:`dpsim.workload.fp8`); ``None``: none."""
+    compiled: bool = False
+    """The step runs under ``torch.compile`` (``--compile``): Inductor fuses each element-wise chain
+    between GEMMs into one kernel (:mod:`dpsim.workload.compiled`)."""
     description: str
     """One line for humans: the framework setting it models."""
 
@@ -200,16 +203,20 @@ def check_precision_on_gpu(precision: Precision, gpu) -> None:
         )
 
 
-def get_precision(name: str, fp8: str | None = None, *, strategy: str = "ddp", fsdp_version: str = "1") -> Precision:
+def get_precision(name: str, fp8: str | None = None, *, strategy: str = "ddp", fsdp_version: str = "1",
+                  compile: bool = False) -> Precision:
     """Look a precision up by name or old alias (:data:`PRECISION_ALIASES`), with the FP8
     recipe ``fp8`` (``--fp8``) on top of it as it runs under ``strategy`` (FSDP2 gathers
-    float8 weights: :func:`dpsim.workload.fp8.fp8_all_gather`)."""
+    float8 weights: :func:`dpsim.workload.fp8.fp8_all_gather`), compiled by ``torch.compile``
+    when ``compile`` (``--compile``)."""
     try:
         precision = PRECISIONS[PRECISION_ALIASES.get(name, name)]
     except (KeyError, TypeError):
         raise ConfigError(
             f"--precision: {name!r} is not known; choose one of {', '.join(PRECISIONS)}"
         ) from None
+    if compile:
+        precision = replace(precision, compiled=True)
     if fp8 is None:
         return precision
     if precision.matmul_dtype not in ("bfloat16", "float16"):

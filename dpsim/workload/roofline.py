@@ -45,11 +45,18 @@ TF32 needs no constant of its own: its rates are measured or derived from measur
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
-from dpsim.workload.fp8 import FP8_RATE_KEY, cast_bytes_per_element, cast_kernels, cast_passes, runs_in_fp8
+from dpsim.workload.fp8 import (
+    FP8_RATE_KEY,
+    cast_bytes_per_element,
+    cast_kernels,
+    cast_passes,
+    compiled_cast_amax_reads,
+    runs_in_fp8,
+)
 from dpsim.workload.precision import Precision
 from dpsim.workload.spec import AttentionOp, MatmulOp, MemoryOp, OpSpec
 
@@ -255,8 +262,10 @@ def fp8_cast_terms(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: 
     for operand, casts in cast_passes(recipe, weight_cast_in_forward=not recipe.fsdp_float8_all_gather):
         if not casts:
             continue
-        size = casts * numel[operand] * cast_bytes_per_element(recipe, high[operand], gpu.architecture)
-        term = memory_term(size, gpu, kernels=casts * cast_kernels(recipe))
+        # torch.compile fuses an activation's or gradient's amax into the kernel that produced it.
+        run = replace(recipe, amax_reads=0) if precision.compiled and not compiled_cast_amax_reads(operand) else recipe
+        size = casts * numel[operand] * cast_bytes_per_element(run, high[operand], gpu.architecture)
+        term = memory_term(size, gpu, kernels=casts * cast_kernels(run))
         (forward if operand in ("x", "w") else backward).append(term)
     return forward, backward
 

@@ -106,6 +106,12 @@ def predict_cases() -> dict[str, list[str]]:
                            "--fp8", "te-delayed"],
         "mxfp8-b200": ["--gpus", "16", "--link", "infiniband", "--gpu", "b200", "--model", "llama-2-7b",
                        "--micro-batch", "2", "--strategy", "fsdp", "--precision", "bf16-params", "--fp8", "mxfp8"],
+        # torch.compile (dpsim/workload/compiled.py): Llama-2-7B FSDP on 8 H100s, bf16 and torchao float8.
+        "compile-fsdp-7b": ["--gpus", "8", "--link", "nvlink", "--gpu", "h100", "--model", "llama-2-7b",
+                            "--micro-batch", "2", "--strategy", "fsdp", "--precision", "bf16-params", "--compile"],
+        "compile-fp8-fsdp2-7b": ["--gpus", "8", "--link", "infiniband", "--model", "llama-2-7b", "--micro-batch", "2",
+                                 "--strategy", "fsdp", "--fsdp-version", "2", "--precision", "bf16-params", "--fp8",
+                                 "torchao-tensorwise", "--compile"],
     }
     for name, args in extra.items():
         cases[f"extra/{name}"] = ["predict", *args]
