@@ -22,6 +22,9 @@ def mix_command(
         rich_help_panel=EXECUTION),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables.",
                                  rich_help_panel=OUTPUT),
+    html: Optional[str] = typer.Option(
+        None, "--html", help="Also write one standalone HTML page: jobs on servers over time (failures marked), "
+                             "slowdown per job, hot links.", rich_help_panel=OUTPUT),
 ) -> None:
     """Run jobs that differ in model, size, placement and start time on one cluster; their
     collectives share links max-min as they overlap. Prints each job's step time, its slowdown
@@ -30,8 +33,14 @@ def mix_command(
 
     if sample_steps is None or sample_steps < 0:
         raise ConfigError(f"--sample-steps: {sample_steps} is not valid; expected an integer >= 0 (0: every step)")
+    if html is not None:
+        from dpsim.files import check_output_path
+        check_output_path(html, "--html")  # before the work: a bad path never costs a simulation
     spec = load_mix(file)
     result = simulate_mix(spec, sample_steps=sample_steps or None)
+    if html is not None:
+        from dpsim.report.mix_html import write_mix_report
+        write_mix_report(html, result)
     if as_json:
         _emit_json({"schema": "dpsim.mix/1", **result.to_dict()})
         return
