@@ -273,6 +273,7 @@ class MixSimulation:
         self._nic = np.zeros(len(self.capacity), dtype=bool)
         self._remap = np.zeros(len(self.capacity), dtype=np.int64)
         self._scratch = np.zeros(len(self.capacity))
+        self._users = np.zeros(len(self.capacity), dtype=np.int64)
         self._nic[self.net.nic_links()] = True
         self._pairs: list[tuple[int, int]] = []
         self.solo = {}
@@ -348,7 +349,13 @@ class MixSimulation:
         offsets = np.cumsum([0] + [len(t.fraction) for t in traffic])
         flow_of = np.concatenate([t.flow_of + o for t, o in zip(traffic, offsets)])
         # Only the links these flows cross: the solver's work follows the flows, not the cluster.
-        used = np.unique(np.concatenate([t.links for t in traffic]))
+        # Counted on the cluster's links (each job's links are distinct): no sort of their union.
+        count = self._users
+        for t in traffic:
+            count[t.links] += 1
+        used = np.flatnonzero(count)
+        users = count[used]
+        count[used] = 0
         self._remap[used] = np.arange(len(used))
         local = self._remap[np.concatenate([t.link_of for t in traffic])]
         capacity = self.capacity[used]
@@ -356,15 +363,12 @@ class MixSimulation:
         self.evaluations += 1
         load = np.bincount(local, weights=rates[flow_of], minlength=len(used))
         full = load >= capacity * (1 - _SATURATED)
-        users = np.zeros(len(used), dtype=np.int64)
-        for t in traffic:
-            users[np.searchsorted(used, t.links)] += 1
         out, binding = [], []
         for t, o in zip(traffic, offsets):
             r = rates[o:o + len(t.fraction)]
             worst = int(np.argmax(t.fraction / r))
             out.append(1.0 / float(t.fraction[worst] / r[worst]))
-            on = np.searchsorted(used, t.link_of[t.flow_of == worst])
+            on = self._remap[t.link_of[t.flow_of == worst]]
             hit = on[full[on] & (users[on] > 1)]
             binding.append(int(used[hit[0]]) if len(hit) else None)
         return np.array(out), binding
