@@ -58,6 +58,10 @@ def test_without_a_spare_the_job_waits_for_the_repair():
     assert [(s.phase, s.start_s, s.end_s) for s in a.timeline if 25 <= s.start_s < 55] == [
         ("down", 25.0, 45.0), ("restart", 45.0, 50.0), ("trained", 50.0, 60.0)]
     assert a.down_s == pytest.approx(20.0) and a.timeline[-1].servers == (0, 1)
+    # Still waiting when its time is up: it keeps the steps of its two checkpoints (20 s of training).
+    gone = _run(A, events=[{"at": "25s", "node": 1}], repair="1h")["a"]
+    assert gone.timeline[-1].phase == "down" and gone.end_s == 100.0
+    assert gone.steps == pytest.approx(20.0 / gone.alone_step_time_s, rel=1e-9)
 
 
 def test_failures_of_free_servers_stop_nobody_and_are_logged():

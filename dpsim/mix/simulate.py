@@ -900,6 +900,8 @@ class _Failures:
 
     def release(self, i: int, now: float) -> None:
         """Job ``i`` leaves (already out of the network)."""
+        if i in self.paused:  # stopped: it keeps the work up to where it stopped (its checkpoint after a failure)
+            self.steps[i] = self._steps_at(i, self.pos[i])
         self._close(i, now)
         self.seg[i] = ("gone", now)
         self.paused.pop(i, None)
