@@ -20,6 +20,9 @@ component state.
 **Fast-forward.** Between two arrivals or departures the mix is a fixed set of periodic jobs;
 with ``sample_steps`` set, once every running job has completed that many steps in the interval
 the rest of it runs at the mean step time measured (``None``: every step is simulated).
+
+**Failures** (a mix with ``failures:``): checkpoints, failures, spares and repairs stop and restart
+jobs, whose traffic leaves the links while they are stopped (:class:`_Failures`).
 """
 
 from __future__ import annotations
@@ -479,6 +482,7 @@ class MixSimulation:
                 pairs = [(i, m) for m in self._link_neighbours(i, traffic, running, +1)]
                 for a, b in pairs + self._pairs:
                     if b not in neighbours[a]:
+                        epoch[0] += 1  # which jobs can slow each other down changed
                         neighbours[a].add(b)
                         neighbours[b].add(a)
                         for m in (a, b):
@@ -498,7 +502,10 @@ class MixSimulation:
             was = mode.pop(i)
             if traffic[i] is not None:
                 self._link_neighbours(i, traffic, running, -1)
-            for m in neighbours.pop(i, set()):
+            gone = neighbours.pop(i, set())
+            if gone:
+                epoch[0] += 1
+            for m in gone:
                 neighbours[m].discard(i)
                 if not neighbours[m] and mode[m] != "solo":
                     to_solo(m)
@@ -521,6 +528,8 @@ class MixSimulation:
             dirty.append(True)
 
         dirty = [True]  # deadlines change only when a job arrives, leaves or changes mode
+        epoch = [0]  # changes of which jobs can slow each other down (a measured mean's validity)
+        jumped = None  # the last fast-forward: (epoch, its jobs, their mean step times, its end)
         t_dead = math.inf
 
         def deadline(i: int) -> float:
@@ -633,11 +642,18 @@ class MixSimulation:
                 depart(i, now)
                 continue
             live = [j for j in running if mode[j] != "solo"]
-            if self.sample_steps is not None and live and \
-                    all(len(completions[j]) > self.sample_steps for j in live):
+            if self.sample_steps is None or not live:
+                continue
+            measured = all(len(completions[j]) > self.sample_steps for j in live)
+            # A jump stopped only by an event of jobs these cannot slow down (a checkpoint, a
+            # failure elsewhere): nothing they share changed, so their measured means still hold.
+            same = jumped is not None and jumped[0] == epoch[0] and jumped[1] == frozenset(live)
+            if measured or same:
                 bound = min([t_arrive, t_ctl] + [deadline(j) for j in held])
-                now, finished = self._fast_forward(now, live, completions, steps, jobs, horizon, bound,
-                                                   deadline, mode, left, compute_s)
+                now, finished, mean = self._fast_forward(
+                    now, live, completions, steps, jobs, horizon, bound, deadline, mode, left, compute_s,
+                    mean=None if measured else jumped[2], since=jumped[3] if same else now)
+                jumped = (epoch[0], frozenset(live), mean, now)
                 for j in finished:
                     depart(j, now)
                 reshare(set(running))
@@ -718,17 +734,20 @@ class MixSimulation:
         return out
 
     def _fast_forward(self, now, running, completions, steps, jobs, horizon, t_arrive, deadline, mode, left,
-                      compute_s) -> tuple[float, list[int]]:
-        """Jump to the next arrival or departure at each job's measured mean step time."""
-        mean = {}
-        for j in running:
-            c = completions[j][-self.sample_steps - 1:]
-            mean[j] = (c[-1] - c[0]) / (len(c) - 1)
+                      compute_s, mean=None, since=0.0) -> tuple[float, list[int], dict]:
+        """Jump to the next arrival or departure at each job's measured mean step time (``mean``: the
+        means measured before a previous jump at ``since``, still valid); returns the means used."""
+        if mean is None:
+            mean = {}
+            for j in running:
+                c = completions[j][-self.sample_steps - 1:]
+                mean[j] = (c[-1] - c[0]) / (len(c) - 1)
         target = min(t_arrive, horizon, min(deadline(j) for j in running))
         for j in list(running):
             if jobs[j].steps is not None:
-                # Its last step's end, counted from its last completion.
-                t_done = completions[j][-1] + (jobs[j].steps - steps[j]) * mean[j]
+                # Its last step's end, counted from its last completion (a jump restarts its step).
+                last = completions[j][-1] if completions[j] else since
+                t_done = last + (jobs[j].steps - steps[j]) * mean[j]
                 target = min(target, max(t_done, now))
         finished = []
         for j in running:
@@ -738,7 +757,7 @@ class MixSimulation:
             if jobs[j].steps is not None and steps[j] >= jobs[j].steps - 1e-9:
                 steps[j] = float(jobs[j].steps)
                 finished.append(j)
-        return target, finished
+        return target, finished, mean
 
 
 class _Failures:
