@@ -482,7 +482,6 @@ class MixSimulation:
                 pairs = [(i, m) for m in self._link_neighbours(i, traffic, running, +1)]
                 for a, b in pairs + self._pairs:
                     if b not in neighbours[a]:
-                        epoch[0] += 1  # which jobs can slow each other down changed
                         neighbours[a].add(b)
                         neighbours[b].add(a)
                         for m in (a, b):
@@ -502,10 +501,7 @@ class MixSimulation:
             was = mode.pop(i)
             if traffic[i] is not None:
                 self._link_neighbours(i, traffic, running, -1)
-            gone = neighbours.pop(i, set())
-            if gone:
-                epoch[0] += 1
-            for m in gone:
+            for m in neighbours.pop(i, set()):
                 neighbours[m].discard(i)
                 if not neighbours[m] and mode[m] != "solo":
                     to_solo(m)
@@ -528,8 +524,11 @@ class MixSimulation:
             dirty.append(True)
 
         dirty = [True]  # deadlines change only when a job arrives, leaves or changes mode
-        epoch = [0]  # changes of which jobs can slow each other down (a measured mean's validity)
-        jumped = None  # the last fast-forward: (epoch, its jobs, their mean step times, its end)
+        jumped = None  # the last fast-forward: (its jobs' state, their mean step times, its end)
+
+        def state(live: list[int]) -> frozenset:
+            """What sets the live jobs' pace: each one's traffic and the jobs that can slow it down."""
+            return frozenset((j, id(traffic[j]), frozenset(neighbours[j])) for j in live)
         t_dead = math.inf
 
         def deadline(i: int) -> float:
@@ -645,15 +644,16 @@ class MixSimulation:
             if self.sample_steps is None or not live:
                 continue
             measured = all(len(completions[j]) > self.sample_steps for j in live)
-            # A jump stopped only by an event of jobs these cannot slow down (a checkpoint, a
-            # failure elsewhere): nothing they share changed, so their measured means still hold.
-            same = jumped is not None and jumped[0] == epoch[0] and jumped[1] == frozenset(live)
+            # A jump stopped by an event that left the live jobs as they were when their means were
+            # measured (the same jobs, traffic and neighbours: an arrival elsewhere, a checkpoint
+            # written and resumed) is the same periodic system: the means still hold.
+            same = not measured and jumped is not None and jumped[0] == state(live)
             if measured or same:
                 bound = min([t_arrive, t_ctl] + [deadline(j) for j in held])
                 now, finished, mean = self._fast_forward(
                     now, live, completions, steps, jobs, horizon, bound, deadline, mode, left, compute_s,
-                    mean=None if measured else jumped[2], since=jumped[3] if same else now)
-                jumped = (epoch[0], frozenset(live), mean, now)
+                    mean=None if measured else jumped[1], since=jumped[2] if same else now)
+                jumped = (state(live), mean, now)
                 for j in finished:
                     depart(j, now)
                 reshare(set(running))
