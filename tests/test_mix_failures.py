@@ -146,3 +146,18 @@ def test_a_job_arriving_on_a_failed_server_takes_a_spare_or_waits_without_a_rest
     assert took.timeline[0].servers == (7, 2) and took.failures == 0 and took.restart_s == 0
     waited = _run(late, events=events, repair="20s")["b"]
     assert [(s.phase, s.start_s) for s in waited.timeline[:2]] == [("down", 10.0), ("trained", 25.0)]
+
+
+def test_fast_forward_with_checkpoints_agrees_with_every_step():
+    from tests.test_mix import JOB_A, JOB_B
+    jobs = [{**JOB_A, "steps": None, "duration": "60s", "checkpoint": {"interval": "5s", "write": "0.5s"}},
+            {**JOB_B, "steps": None, "duration": "60s", "checkpoint": {"interval": "7s", "write": "0.2s"}}]
+    jobs = [{k: v for k, v in j.items() if v is not None} for j in jobs]
+    mix = _mix(*jobs, horizon="60s", failures={"repair": "1h", "events": [{"at": "31s", "node": 0}]})
+    exact = simulate_mix(mix, sample_steps=None)
+    quick = simulate_mix(mix, sample_steps=20)
+    assert quick.events < exact.events / 3
+    for e, q in zip(exact.jobs, quick.jobs):
+        assert e.slowdown > 1.01  # they contend
+        assert q.slowdown == pytest.approx(e.slowdown, rel=0.02)
+        assert q.steps == pytest.approx(e.steps, rel=0.02) and q.checkpoint_s == pytest.approx(e.checkpoint_s)

@@ -19,7 +19,9 @@ component state.
 
 **Fast-forward.** Between two arrivals or departures the mix is a fixed set of periodic jobs;
 with ``sample_steps`` set, once every running job has completed that many steps in the interval
-the rest of it runs at the mean step time measured (``None``: every step is simulated).
+the rest of it runs at the mean step time measured (``None``: every step is simulated). An event
+that leaves the jobs that can slow each other down as they were measured (an arrival elsewhere, a
+checkpoint written and resumed) does not call for measuring them again.
 
 **Failures** (a mix with ``failures:``): checkpoints, failures, spares and repairs stop and restart
 jobs, whose traffic leaves the links while they are stopped (:class:`_Failures`).
