@@ -57,9 +57,10 @@ def text_of(nb) -> str:
     return "\n".join(parts)
 
 
-def test_there_are_four_notebooks():
+def test_there_are_five_notebooks():
     assert [p.name for p in NOTEBOOKS] == ["01_fabric_and_scale.ipynb", "02_overlap_and_buckets.ipynb",
-                                          "03_memory.ipynb", "04_calibrate_predict.ipynb"]
+                                          "03_memory.ipynb", "04_calibrate_predict.ipynb",
+                                          "05_buying_for_a_mix.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -22,6 +22,9 @@ def mix_command(
         rich_help_panel=EXECUTION),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables.",
                                  rich_help_panel=OUTPUT),
+    html: Optional[str] = typer.Option(
+        None, "--html", help="Also write one standalone HTML page: jobs on servers over time (failures marked), "
+                             "slowdown per job, hot links.", rich_help_panel=OUTPUT),
 ) -> None:
     """Run jobs that differ in model, size, placement and start time on one cluster; their
     collectives share links max-min as they overlap. Prints each job's step time, its slowdown
@@ -30,7 +33,14 @@ def mix_command(
 
     if sample_steps is None or sample_steps < 0:
         raise ConfigError(f"--sample-steps: {sample_steps} is not valid; expected an integer >= 0 (0: every step)")
-    result = simulate_mix(load_mix(file), sample_steps=sample_steps or None)
+    if html is not None:
+        from dpsim.files import check_output_path
+        check_output_path(html, "--html")  # before the work: a bad path never costs a simulation
+    spec = load_mix(file)
+    result = simulate_mix(spec, sample_steps=sample_steps or None)
+    if html is not None:
+        from dpsim.report.mix_html import write_mix_report
+        write_mix_report(html, result)
     if as_json:
         _emit_json({"schema": "dpsim.mix/1", **result.to_dict()})
         return
@@ -40,7 +50,8 @@ def mix_command(
     table = Table(title=f"{len(result.jobs)} jobs on {result.cluster_gpus:,} GPUs of {result.topology}, "
                         f"{result.horizon_s:,.0f} s of cluster time")
     for col in ("job", "model", "GPUs", "placement", "start s", "end s", "steps", "step s", "alone s",
-                "slowdown", "bottleneck (shared with)"):
+                "slowdown", "bottleneck (shared with)") + (("failures", "lost s", "goodput")
+                                                            if spec.failures is not None else ()):
         table.add_column(col, justify="left" if col in ("job", "model", "placement", "bottleneck (shared with)")
                          else "right")
     for j in result.jobs:
@@ -48,8 +59,13 @@ def mix_command(
         where = f"{b.link[0]} -> {b.link[1]} {b.share:.0%} ({', '.join(b.with_jobs)})" if b else "-"
         table.add_row(j.name, j.model, f"{j.gpus:,}", j.placement, f"{j.start_s:,.0f}", f"{j.end_s:,.0f}",
                       f"{j.steps:,.0f}", f"{j.step_time_s:.4f}", f"{j.alone_step_time_s:.4f}",
-                      f"{j.slowdown:.3f}", where)
+                      f"{j.slowdown:.3f}", where,
+                      *((f"{j.failures}", f"{j.lost_s:,.0f}", f"{j.goodput:.1%}") if spec.failures is not None else ()))
     console = Console()
     console.print(table)
     console.print(f"GPU allocation {result.gpu_allocation:.1%}, busy at alone speed {result.gpu_busy:.1%}; "
                   f"{result.events:,} events, {result.evaluations:,} max-min evaluations")
+    if spec.failures is not None:
+        console.print(f"{len(result.failures):,} failures; GPU time lost to them {result.gpu_lost_to_failures:.1%} "
+                      f"(work thrown away, restarts, waits for repair), writing checkpoints "
+                      f"{result.gpu_checkpointing:.1%}")

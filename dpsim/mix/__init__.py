@@ -5,7 +5,8 @@
 - :mod:`~dpsim.mix.simulate` — every job on its own clock, collectives sharing links max-min
 """
 
-from dpsim.mix.simulate import JobResult, LinkBlame, MixResult, simulate_mix
-from dpsim.mix.spec import JobSpec, MixSpec, load_mix, mix_from_dict
+from dpsim.mix.simulate import FailureRecord, JobResult, LinkBlame, MixResult, Stretch, simulate_mix
+from dpsim.mix.spec import CheckpointSpec, FailureEvent, FailureSpec, JobSpec, MixSpec, load_mix, mix_from_dict
 
-__all__ = ["JobResult", "JobSpec", "LinkBlame", "MixResult", "MixSpec", "load_mix", "mix_from_dict", "simulate_mix"]
+__all__ = ["CheckpointSpec", "FailureEvent", "FailureRecord", "FailureSpec", "JobResult", "JobSpec", "LinkBlame",
+           "MixResult", "MixSpec", "Stretch", "load_mix", "mix_from_dict", "simulate_mix"]

@@ -19,11 +19,17 @@ component state.
 
 **Fast-forward.** Between two arrivals or departures the mix is a fixed set of periodic jobs;
 with ``sample_steps`` set, once every running job has completed that many steps in the interval
-the rest of it runs at the mean step time measured (``None``: every step is simulated).
+the rest of it runs at the mean step time measured (``None``: every step is simulated). An event
+that leaves the jobs that can slow each other down as they were measured (an arrival elsewhere, a
+checkpoint written and resumed) does not call for measuring them again.
+
+**Failures** (a mix with ``failures:``): checkpoints, failures, spares and repairs stop and restart
+jobs, whose traffic leaves the links while they are stopped (:class:`_Failures`).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -33,10 +39,12 @@ import numpy as np
 from dpsim.collectives.algorithms import ALGORITHMS
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.errors import ConfigError, DpsimError
+from dpsim.limits import MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.placement import place
 from dpsim.mix.spec import JobSpec, MixSpec
 from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
+from dpsim.plan.reliability import ClusterShape, model_optimum_s
 from dpsim.predict import PredictConfig, predict
 from dpsim.topology import Topology, load_preset, load_topology_file
 
@@ -63,6 +71,40 @@ class LinkBlame:
     def to_dict(self) -> dict:
         return {"link": f"{self.link[0]} -> {self.link[1]}", "class": self.link_class, "share": self.share,
                 "with_jobs": list(self.with_jobs)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stretch:
+    """A stretch of time a job spent in one state on a set of servers (for timelines)."""
+
+    phase: str
+    """``trained``, ``checkpoint`` (writing), ``restart`` or ``down`` (waiting for a repair)."""
+    start_s: float
+    """Its start."""
+    end_s: float
+    """Its end."""
+    servers: tuple[int, ...]
+    """The servers the job held then."""
+
+    def to_dict(self) -> dict:
+        return {"phase": self.phase, "start_s": self.start_s, "end_s": self.end_s, "servers": list(self.servers)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailureRecord:
+    """A failure that struck during the mix."""
+
+    at_s: float
+    """When."""
+    server: int
+    """The server (or the server whose NIC link) that failed."""
+    component: str
+    """``node``, ``link`` or ``gpu``."""
+    job: str | None
+    """The job it stopped (``None``: a free server or a spare, or one already down)."""
+
+    def to_dict(self) -> dict:
+        return {"at_s": self.at_s, "server": self.server, "component": self.component, "job": self.job}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +137,28 @@ class JobResult:
     """Step time of the solo prediction (its own cluster of its size)."""
     bottlenecks: tuple[LinkBlame, ...] = ()
     """Links that bound it while shared with other jobs, most binding first."""
+    timeline: tuple[Stretch, ...] = ()
+    """What it did when, on which servers."""
+    failures: int = 0
+    """Failures of its servers or their links that stopped it."""
+    restarts: int = 0
+    """Restarts from a checkpoint it completed."""
+    lost_s: float = 0.0
+    """Training time thrown away by failures (the work since the last completed checkpoint)."""
+    lost_steps: float = 0.0
+    """Steps thrown away by failures (:attr:`steps` counts only those kept)."""
+    checkpoint_s: float = 0.0
+    """Time writing checkpoints (an interrupted write included)."""
+    restart_s: float = 0.0
+    """Time restarting."""
+    down_s: float = 0.0
+    """Time stopped waiting for a failed server's repair (no spare free)."""
+    checkpoint_interval_s: float = math.inf
+    """Training time between its checkpoints (``inf``: none; no checkpoints without failures)."""
+    checkpoint_write_s: float = 0.0
+    """One checkpoint's blocking write."""
+    goodput: float = 1.0
+    """Training time kept (not lost) over the time it held its servers."""
 
     @property
     def slowdown(self) -> float:
@@ -106,7 +170,12 @@ class JobResult:
                 "placement": self.placement, "algorithm": self.algorithm, "start_s": self.start_s,
                 "end_s": self.end_s, "steps": self.steps, "step_time_s": self.step_time_s,
                 "alone_step_time_s": self.alone_step_time_s, "reference_step_time_s": self.reference_step_time_s,
-                "slowdown": self.slowdown, "bottlenecks": [b.to_dict() for b in self.bottlenecks]}
+                "slowdown": self.slowdown, "bottlenecks": [b.to_dict() for b in self.bottlenecks],
+                "failures": self.failures, "restarts": self.restarts, "lost_s": self.lost_s,
+                "lost_steps": self.lost_steps, "checkpoint_s": self.checkpoint_s, "restart_s": self.restart_s,
+                "down_s": self.down_s, "checkpoint_interval_s": self.checkpoint_interval_s if math.isfinite(
+                    self.checkpoint_interval_s) else None, "checkpoint_write_s": self.checkpoint_write_s,
+                "goodput": self.goodput, "timeline": [s.to_dict() for s in self.timeline]}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,10 +201,21 @@ class MixResult:
     """Phase changes simulated."""
     sample_steps: int | None = None
     """Fast-forward setting (``None``: every step simulated)."""
+    gpu_lost_to_failures: float = 0.0
+    """GPU-seconds held by jobs but lost to failures (work thrown away, restarts, waits for repair)
+    over the cluster's GPU-seconds."""
+    gpu_checkpointing: float = 0.0
+    """GPU-seconds held by jobs writing checkpoints over the cluster's GPU-seconds."""
+    failures: tuple[FailureRecord, ...] = ()
+    """Every failure, in time order."""
+    spares: tuple[int, ...] = ()
+    """Servers held back as spares at the start."""
 
     def to_dict(self) -> dict:
         return {"topology": self.topology, "cluster_gpus": self.cluster_gpus, "horizon_s": self.horizon_s,
                 "gpu_allocation": self.gpu_allocation, "gpu_busy": self.gpu_busy,
+                "gpu_lost_to_failures": self.gpu_lost_to_failures, "gpu_checkpointing": self.gpu_checkpointing,
+                "spares": list(self.spares), "failures": [f.to_dict() for f in self.failures],
                 "evaluations": self.evaluations, "events": self.events, "sample_steps": self.sample_steps,
                 "jobs": [j.to_dict() for j in self.jobs]}
 
@@ -165,7 +245,8 @@ def cluster_topology(spec: MixSpec) -> Topology:
 
 @lru_cache(maxsize=256)
 def _solo(design, gpus: int, fields: tuple) -> tuple:
-    """Solo prediction of a job: (model, step s, comm s, algorithm, its plan's dominant phase)."""
+    """Solo prediction of a job: (model, step s, comm s, algorithm, its plan's dominant phase, checkpoint
+    bytes: weights and optimizer state per GPU, as ``dpsim goodput`` writes them)."""
     topology = Topology(spec=design, n_gpus=gpus)
     p = predict(PredictConfig(gpus=gpus, link=design.name, **dict(fields)), topology=topology)
     algorithm = p.ring.algorithm if p.ring is not None and p.ring.algorithm in ALGORITHMS else "ring"
@@ -175,7 +256,7 @@ def _solo(design, gpus: int, fields: tuple) -> tuple:
         plan = ALGORITHMS[algorithm].plan("all_reduce", NcclCollectives(topology).cluster)
         # The phase that moves the most bytes per flow stands for the collective.
         phase = max(plan.phases, key=lambda ph: ph.repeat * float(ph.fraction.max()))
-    return p.model, p.step_time_s, comm_s, algorithm, phase
+    return p.model, p.step_time_s, comm_s, algorithm, phase, p.memory.weights_bytes + p.memory.optimizer_bytes
 
 
 class MixSimulation:
@@ -197,10 +278,19 @@ class MixSimulation:
         self._nic = np.zeros(len(self.capacity), dtype=bool)
         self._remap = np.zeros(len(self.capacity), dtype=np.int64)
         self._scratch = np.zeros(len(self.capacity))
+        self._users = np.zeros(len(self.capacity), dtype=np.int64)
         self._nic[self.net.nic_links()] = True
         self._pairs: list[tuple[int, int]] = []
         self.solo = {}
+        if spec.spares >= self.n_servers:
+            raise ConfigError(f"spares: {spec.spares} is not valid; the cluster has {self.n_servers} servers, keep "
+                              "some for jobs")
+        first_spare = self.n_servers - spec.spares
         for i, job in enumerate(spec.jobs):
+            spare = [x for x in job.nodes or () if first_spare <= x < self.n_servers]
+            if spare:
+                raise ConfigError(f"jobs[{i}].nodes: server {spare[0]} is one of the {spec.spares} spares (servers "
+                                  f"{first_spare}..{self.n_servers - 1}); name others or hold back fewer spares")
             if job.gpus > self.gpn and job.gpus % self.gpn:
                 raise ConfigError(f"jobs[{i}].gpus: {job.gpus} is not whole servers of {self.gpn} GPUs; "
                                   f"use a multiple of {self.gpn}")
@@ -264,7 +354,13 @@ class MixSimulation:
         offsets = np.cumsum([0] + [len(t.fraction) for t in traffic])
         flow_of = np.concatenate([t.flow_of + o for t, o in zip(traffic, offsets)])
         # Only the links these flows cross: the solver's work follows the flows, not the cluster.
-        used = np.unique(np.concatenate([t.links for t in traffic]))
+        # Counted on the cluster's links (each job's links are distinct): no sort of their union.
+        count = self._users
+        for t in traffic:
+            count[t.links] += 1
+        used = np.flatnonzero(count)
+        users = count[used]
+        count[used] = 0
         self._remap[used] = np.arange(len(used))
         local = self._remap[np.concatenate([t.link_of for t in traffic])]
         capacity = self.capacity[used]
@@ -272,15 +368,12 @@ class MixSimulation:
         self.evaluations += 1
         load = np.bincount(local, weights=rates[flow_of], minlength=len(used))
         full = load >= capacity * (1 - _SATURATED)
-        users = np.zeros(len(used), dtype=np.int64)
-        for t in traffic:
-            users[np.searchsorted(used, t.links)] += 1
         out, binding = [], []
         for t, o in zip(traffic, offsets):
             r = rates[o:o + len(t.fraction)]
             worst = int(np.argmax(t.fraction / r))
             out.append(1.0 / float(t.fraction[worst] / r[worst]))
-            on = np.searchsorted(used, t.link_of[t.flow_of == worst])
+            on = self._remap[t.link_of[t.flow_of == worst]]
             hit = on[full[on] & (users[on] > 1)]
             binding.append(int(used[hit[0]]) if len(hit) else None)
         return np.array(out), binding
@@ -298,6 +391,7 @@ class MixSimulation:
         compute_s = {}
         work = {}
         alone_speed = {}
+        alone_first = {}
         mode: dict[int, str] = {}
         left: dict[int, float] = {}
         steps = [0.0] * n
@@ -312,6 +406,9 @@ class MixSimulation:
         events = 0
         k = 0  # next arrival
         running: set[int] = set()
+        for s in range(self.n_servers - spec.spares, self.n_servers):
+            free[s] = False  # held back as spares
+        failures = _Failures(self, free) if spec.failures is not None else None
 
         def component(i: int) -> set[int]:
             comp, todo = {i}, [i]
@@ -359,31 +456,51 @@ class MixSimulation:
             mode[i] = "solo"
             speed.pop(i, None)
 
-        def from_solo(i: int) -> None:
+        def solo_position(i: int) -> tuple[float, str, float]:
+            """(steps, mode, time or bytes left) a job running solo has reached now."""
             t = alone_step(i)
             done = (now - solo_t0[i]) / t if t > 0 else 0.0
             whole = math.floor(done + 1e-12)
-            steps[i] = solo_steps[i] + whole
-            dirty.append(True)
             pos = max(done - whole, 0.0) * t
             if pos < compute_s[i] or traffic[i] is None:
-                mode[i], left[i] = "compute", compute_s[i] - pos
-            else:
-                mode[i], left[i] = "comm", work[i] - (pos - compute_s[i]) * alone_speed[i]
+                return solo_steps[i] + whole, "compute", compute_s[i] - pos
+            return solo_steps[i] + whole, "comm", work[i] - (pos - compute_s[i]) * alone_speed[i]
+
+        def from_solo(i: int) -> None:
+            steps[i], mode[i], left[i] = solo_position(i)
+            dirty.append(True)
+            if mode[i] == "comm":
                 reshare({i})
             completions[i] = []
 
-        def depart(i: int, t: float) -> None:
+        def enter_network(i: int) -> None:
+            """Job ``i`` (its mode and position set) starts training: its links, its neighbours."""
+            neighbours[i] = set()
+            dirty.append(True)
+            running.add(i)
+            completions[i] = []
+            if traffic[i] is not None:
+                self._pairs = []
+                pairs = [(i, m) for m in self._link_neighbours(i, traffic, running, +1)]
+                for a, b in pairs + self._pairs:
+                    if b not in neighbours[a]:
+                        neighbours[a].add(b)
+                        neighbours[b].add(a)
+                        for m in (a, b):
+                            if mode[m] == "solo":
+                                from_solo(m)
+            if not neighbours[i]:
+                to_solo(i)
+            elif mode[i] == "comm":
+                reshare({i})
+
+        def leave_network(i: int) -> None:
+            """Job ``i`` stops training (leaves, fails or checkpoints): its traffic leaves its links."""
             dirty.append(True)
             running.discard(i)
-            end[i] = t
-            for s in servers[i]:
-                free[s] = True
             if mode[i] == "solo":
-                steps[i] = solo_steps[i] + (t - solo_t0[i]) / alone_step(i) if alone_step(i) > 0 else 0.0
-                if jobs[i].steps is not None:
-                    steps[i] = min(steps[i], float(jobs[i].steps))
-            was = mode.pop(i, None)
+                steps[i], mode[i], left[i] = solo_position(i)
+            was = mode.pop(i)
             if traffic[i] is not None:
                 self._link_neighbours(i, traffic, running, -1)
             for m in neighbours.pop(i, set()):
@@ -393,7 +510,27 @@ class MixSimulation:
             if was == "comm":
                 reshare({m for m in running if mode.get(m) == "comm"})
 
+        def depart(i: int, t: float) -> None:
+            end[i] = t
+            if i in running:
+                if mode[i] == "solo":
+                    steps[i] = solo_steps[i] + (t - solo_t0[i]) / alone_step(i) if alone_step(i) > 0 else 0.0
+                    if jobs[i].steps is not None:
+                        steps[i] = min(steps[i], float(jobs[i].steps))
+                    mode[i] = "compute"  # its steps are counted: leave_network must not recount them
+                leave_network(i)
+            if failures is not None:
+                failures.release(i, now)
+            for s in servers[i]:
+                free[s] = True
+            dirty.append(True)
+
         dirty = [True]  # deadlines change only when a job arrives, leaves or changes mode
+        jumped = None  # the last fast-forward: (its jobs' state, their mean step times, its end)
+
+        def state(live: list[int]) -> frozenset:
+            """What sets the live jobs' pace: each one's traffic and the jobs that can slow it down."""
+            return frozenset((j, id(traffic[j]), frozenset(neighbours[j])) for j in live)
         t_dead = math.inf
 
         def deadline(i: int) -> float:
@@ -403,8 +540,23 @@ class MixSimulation:
                 t = min(t, solo_t0[i] + (jobs[i].steps - solo_steps[i]) * alone_step(i))
             return t
 
+        def retraffic(i: int) -> None:
+            """Job ``i``'s servers changed (a spare replaced a failed one): route its traffic again."""
+            traffic[i] = self.traffic(jobs[i], servers[i])
+            self._cache.clear()  # cached shares are by job: this job's links changed
+            if traffic[i] is not None:
+                alone_speed[i] = traffic[i].alone_speed
+
+        if failures is not None:
+            failures.bind(servers=servers, running=running, mode=mode, left=left, steps=steps,
+                          alone_step=alone_step, compute_s=compute_s, work=work, alone_speed=alone_speed,
+                          traffic=traffic, leave=leave_network, enter=enter_network, retraffic=retraffic,
+                          solo_position=solo_position)
+
         while True:
-            # Next event: a phase end, an arrival, a deadline.
+            if failures is not None and k >= n and not failures.held:
+                break  # every job has left: later failures hit nobody
+            # Next event: a phase end, an arrival, a deadline, a failure/repair/checkpoint.
             t_next, who = math.inf, None
             for i in running:
                 if mode[i] == "solo":
@@ -413,10 +565,12 @@ class MixSimulation:
                 if now + dt < t_next:
                     t_next, who = now + dt, i
             t_arrive = jobs[arrivals[k]].start_s if k < n else math.inf
+            held = failures.held if failures is not None else running
             if dirty:
-                t_dead = min((deadline(i) for i in running), default=math.inf)
+                t_dead = min((deadline(i) for i in held), default=math.inf)
                 dirty.clear()
-            t = min(t_next, t_arrive, t_dead, horizon)
+            t_ctl = failures.next_s() if failures is not None else math.inf
+            t = min(t_next, t_arrive, t_dead, t_ctl, horizon)
             if t == math.inf:
                 break
             dt = t - now
@@ -439,41 +593,39 @@ class MixSimulation:
                 break
             events += 1
             if t == t_dead and t_dead <= t_next:
-                for i in [i for i in running if deadline(i) <= now]:
+                for i in [i for i in held if deadline(i) <= now]:
                     depart(i, now)
+                continue
+            if t == t_ctl and t_ctl <= t_next:
+                failures.handle(now)
                 continue
             if t == t_arrive and t_arrive <= t_next:
                 i = arrivals[k]
                 k += 1
                 job = jobs[i]
                 need = max(1, math.ceil(job.gpus / self.gpn))
-                servers[i] = place(job, need, free, self.design, at_s=now)
+                healthy = free if failures is None else failures.healthy(free, now)
+                try:
+                    servers[i] = place(job, need, healthy, self.design, at_s=now)
+                except ConfigError:
+                    if healthy is free:
+                        raise
+                    # Not enough servers in service: take failed ones too and wait for their repair.
+                    servers[i] = place(job, need, free, self.design, at_s=now)
                 for s in servers[i]:
                     free[s] = False
-                model, step_s, comm_s, _, _ = self.solo[job.name]
+                model, step_s, comm_s, _, _, _ = self.solo[job.name]
                 traffic[i] = self.traffic(job, servers[i])
                 compute_s[i] = step_s - comm_s
                 if traffic[i] is not None:
                     ref = self.traffic(job, list(range(len(servers[i]))))
                     work[i] = comm_s * ref.alone_speed
                     alone_speed[i] = traffic[i].alone_speed
-                neighbours[i] = set()
-                dirty.append(True)
-                running.add(i)
+                alone_first[i] = alone_step(i)
                 mode[i], left[i] = "compute", compute_s[i]
-                completions[i] = []
-                if traffic[i] is not None:
-                    self._pairs = []
-                    pairs = [(i, m) for m in self._link_neighbours(i, traffic, running, +1)]
-                    for a, b in pairs + self._pairs:
-                        if b not in neighbours[a]:
-                            neighbours[a].add(b)
-                            neighbours[b].add(a)
-                            for m in (a, b):
-                                if mode[m] == "solo":
-                                    from_solo(m)
-                if not neighbours[i]:
-                    to_solo(i)
+                enter_network(i)
+                if failures is not None:
+                    failures.arrive(i, now)
                 continue
             i = who
             if mode[i] == "compute" and traffic[i] is not None:
@@ -491,30 +643,54 @@ class MixSimulation:
                 depart(i, now)
                 continue
             live = [j for j in running if mode[j] != "solo"]
-            if self.sample_steps is not None and live and \
-                    all(len(completions[j]) > self.sample_steps for j in live):
-                bound = min([t_arrive] + [deadline(j) for j in running])
-                now, finished = self._fast_forward(now, live, completions, steps, jobs, horizon, bound,
-                                                   deadline, mode, left, compute_s)
+            if self.sample_steps is None or not live:
+                continue
+            measured = all(len(completions[j]) > self.sample_steps for j in live)
+            # A jump stopped by an event that left the live jobs as they were when their means were
+            # measured (the same jobs, traffic and neighbours: an arrival elsewhere, a checkpoint
+            # written and resumed) is the same periodic system: the means still hold.
+            same = not measured and jumped is not None and jumped[0] == state(live)
+            if measured or same:
+                bound = min([t_arrive, t_ctl] + [deadline(j) for j in held])
+                now, finished, mean = self._fast_forward(
+                    now, live, completions, steps, jobs, horizon, bound, deadline, mode, left, compute_s,
+                    mean=None if measured else jumped[1], since=jumped[2] if same else now)
+                jumped = (state(live), mean, now)
                 for j in finished:
                     depart(j, now)
                 reshare(set(running))
         now = min(now, horizon)
-        for i in list(running):
+        for i in sorted(failures.held if failures is not None else running):
             depart(i, now)
         results = []
-        gpu_s = busy_s = 0.0
+        gpu_s = busy_s = lost_gpu_s = ckpt_gpu_s = 0.0
         for i, job in enumerate(jobs):
-            model, step_s, comm_s, algorithm, _ = self.solo[job.name]
+            model, step_s, comm_s, algorithm, _, _ = self.solo[job.name]
             if i not in servers:
                 raise ConfigError(f"jobs[{i}] ({job.name}): starts at {job.start_s:g} s, after the horizon")
-            alone = compute_s[i] + (work[i] / alone_speed[i] if traffic[i] is not None else 0.0)
-            held = end[i] - start[i]
-            mine = held / steps[i] if steps[i] > 0 else math.inf
-            gpu_s += held * job.gpus
+            alone = alone_first[i]
+            held_s = end[i] - start[i]
+            gpu_s += held_s * job.gpus
             busy_s += steps[i] * alone * job.gpus
             total = contended[i] or 1.0
             bl = sorted(blame[i].items(), key=lambda kv: (-kv[1][0], kv[0]))[:3]
+            extra = {}
+            if failures is not None:
+                a = failures.account[i]
+                ran = steps[i] + a["lost_steps"]
+                mine = a["trained_s"] / ran if ran > 0 else math.inf
+                lost_gpu_s += (a["lost_s"] + a["restart_s"] + a["down_s"]) * job.gpus
+                ckpt_gpu_s += a["checkpoint_s"] * job.gpus
+                extra = dict(failures=a["failures"], restarts=a["restarts"], lost_s=a["lost_s"],
+                             lost_steps=a["lost_steps"], checkpoint_s=a["checkpoint_s"], restart_s=a["restart_s"],
+                             down_s=a["down_s"], checkpoint_interval_s=failures.interval[i],
+                             checkpoint_write_s=failures.write[i],
+                             goodput=(a["trained_s"] - a["lost_s"]) / held_s if held_s > 0 else 1.0,
+                             timeline=tuple(failures.segments[i]))
+            else:
+                mine = held_s / steps[i] if steps[i] > 0 else math.inf
+                extra = dict(timeline=(Stretch(phase="trained", start_s=start[i], end_s=end[i],
+                                                servers=tuple(servers[i])),))
             results.append(JobResult(
                 name=job.name, model=model, gpus=job.gpus, servers=tuple(servers[i]), placement=job.placement,
                 algorithm=algorithm if traffic[i] is not None else "none", start_s=start[i], end_s=end[i],
@@ -522,12 +698,15 @@ class MixSimulation:
                 bottlenecks=tuple(LinkBlame(link=self.net.link_name(b), link_class=self.net.link_classes[
                     int(self.net.link_class_id[b])], share=v[0] / total, with_jobs=tuple(jobs[m].name for m in
                                                                                           sorted(v[1])))
-                                  for b, v in bl)))
+                                  for b, v in bl), **extra))
         span = max(r.end_s for r in results) if spec.horizon_s is None else spec.horizon_s
         cluster = self.topology.n_gpus * span
         return MixResult(topology=self.design.name, cluster_gpus=self.topology.n_gpus, horizon_s=span,
                          jobs=tuple(results), gpu_allocation=gpu_s / cluster, gpu_busy=busy_s / cluster,
-                         evaluations=self.evaluations, events=events, sample_steps=self.sample_steps)
+                         evaluations=self.evaluations, events=events, sample_steps=self.sample_steps,
+                         gpu_lost_to_failures=lost_gpu_s / cluster, gpu_checkpointing=ckpt_gpu_s / cluster,
+                         failures=tuple(failures.log) if failures is not None else (),
+                         spares=tuple(range(self.n_servers - spec.spares, self.n_servers)))
 
     def _link_neighbours(self, i: int, traffic: dict, running: set[int], sign: int) -> set[int]:
         """Add (``sign`` 1) or remove (-1) job ``i``'s traffic bound on the cluster's links; when
@@ -557,17 +736,20 @@ class MixSimulation:
         return out
 
     def _fast_forward(self, now, running, completions, steps, jobs, horizon, t_arrive, deadline, mode, left,
-                      compute_s) -> tuple[float, list[int]]:
-        """Jump to the next arrival or departure at each job's measured mean step time."""
-        mean = {}
-        for j in running:
-            c = completions[j][-self.sample_steps - 1:]
-            mean[j] = (c[-1] - c[0]) / (len(c) - 1)
+                      compute_s, mean=None, since=0.0) -> tuple[float, list[int], dict]:
+        """Jump to the next arrival or departure at each job's measured mean step time (``mean``: the
+        means measured before a previous jump at ``since``, still valid); returns the means used."""
+        if mean is None:
+            mean = {}
+            for j in running:
+                c = completions[j][-self.sample_steps - 1:]
+                mean[j] = (c[-1] - c[0]) / (len(c) - 1)
         target = min(t_arrive, horizon, min(deadline(j) for j in running))
         for j in list(running):
             if jobs[j].steps is not None:
-                # Its last step's end, counted from its last completion.
-                t_done = completions[j][-1] + (jobs[j].steps - steps[j]) * mean[j]
+                # Its last step's end, counted from its last completion (a jump restarts its step).
+                last = completions[j][-1] if completions[j] else since
+                t_done = last + (jobs[j].steps - steps[j]) * mean[j]
                 target = min(target, max(t_done, now))
         finished = []
         for j in running:
@@ -577,7 +759,248 @@ class MixSimulation:
             if jobs[j].steps is not None and steps[j] >= jobs[j].steps - 1e-9:
                 steps[j] = float(jobs[j].steps)
                 finished.append(j)
-        return target, finished
+        return target, finished, mean
+
+
+class _Failures:
+    """Failures, repairs, spares and checkpoints of a mix's jobs, for :meth:`MixSimulation.run`.
+
+    A job trains in stretches between checkpoints: after ``interval`` of training it stops for a
+    blocking write, then goes on (:class:`~dpsim.plan.reliability.CheckpointPolicy`'s terms; the
+    interval defaults to :func:`~dpsim.plan.reliability.model_optimum_s` for the job's own MTBF).
+    A failure of one of its servers (or of a server's NIC link) stops it: the training since its
+    last completed checkpoint is lost (an interrupted write with it), it takes a healthy spare if
+    one is free (a hot spare: no wait) or waits for the server's repair, then restarts
+    (``restart``, itself interruptible) from that checkpoint. The job's traffic leaves its links
+    while it is stopped, so the others speed up. A repaired server that was swapped out joins the
+    spares. Random failures are a Poisson process over all servers, each at the rate
+    :meth:`~dpsim.plan.reliability.ClusterShape.rates_per_s` gives one server (its GPUs, host and
+    NIC links), from one seeded generator.
+
+    Simplification: each job writes its checkpoint at its own bandwidth; the topology has no storage
+    link, so concurrent writes of several jobs do not slow each other down.
+    """
+
+    def __init__(self, sim: MixSimulation, free: list[bool]):
+        spec, f = sim.spec, sim.spec.failures
+        self.sim, self.jobs, self.free, self.repair_s = sim, spec.jobs, free, f.repair_s
+        n_srv = sim.n_servers
+        self.spare = [s >= n_srv - spec.spares for s in range(n_srv)]
+        self.owner: list[int | None] = [None] * n_srv
+        self.down_until = [0.0] * n_srv
+        self.queue: list[tuple] = []  # (time, order, server, component, random)
+        for k, e in enumerate(f.events):
+            if e.server >= n_srv:
+                raise ConfigError(f"failures.events[{k}].{e.component}: {e.server} is not valid; the cluster has "
+                                  f"servers 0..{n_srv - 1}")
+            heapq.heappush(self.queue, (e.at_s, k, e.server, e.component, False))
+        self.order = len(f.events)
+        self.repairs: list[tuple[float, int]] = []
+        self.shape = ClusterShape.from_topology(sim.topology)
+        self.rates = f.rates
+        per_server = self.shape.rates_per_s(f.rates, nodes=1)
+        self.classes = list(per_server)
+        self.cumulative = np.cumsum([per_server[c] for c in self.classes])
+        self.rate = float(self.cumulative[-1]) * n_srv
+        self.rng = np.random.default_rng(f.seed)
+        self._draw(0.0)
+        self.log: list[FailureRecord] = []
+        self.held: set[int] = set()
+        self.paused: dict[int, list] = {}      # job -> [phase, until]
+        self.pos: dict[int, tuple] = {}        # (steps, mode, left) it resumes from
+        self.last_ck: dict[int, tuple] = {}
+        self.ck_due: dict[int, float] = {}
+        self.since_ck: dict[int, float] = {}
+        self.waiting: dict[int, set[int]] = {}
+        self.seg: dict[int, tuple[str, float]] = {}
+        self.segments: dict[int, list[Stretch]] = {}
+        self.account: dict[int, dict] = {}
+        self.interval: dict[int, float] = {}
+        self.write: dict[int, float] = {}
+        self.restart: dict[int, float] = {}
+
+    def bind(self, **loop) -> None:
+        """The event loop's state and its network entry and exit (closures of :meth:`MixSimulation.run`)."""
+        for key, value in loop.items():
+            setattr(self, key, value)
+
+    def _draw(self, now: float) -> None:
+        if self.rate > 0:
+            t = now + float(self.rng.exponential(1.0 / self.rate))
+            server = int(self.rng.integers(self.sim.n_servers))
+            u = float(self.rng.random()) * float(self.cumulative[-1])
+            cls = self.classes[min(int(np.searchsorted(self.cumulative, u, side="right")), len(self.classes) - 1)]
+            heapq.heappush(self.queue, (t, self.order, server, cls, True))
+            self.order += 1
+
+    def healthy(self, free: list[bool], now: float) -> list[bool]:
+        """Free servers that are in service."""
+        return [f and d <= now for f, d in zip(free, self.down_until)]
+
+    def next_s(self) -> float:
+        """Time of the next failure, repair, checkpoint or end of a stop."""
+        t = min(self.queue[0][0] if self.queue else math.inf, self.repairs[0][0] if self.repairs else math.inf)
+        for i in self.held:
+            t = min(t, self.paused[i][1] if i in self.paused else self.ck_due[i])
+        return t
+
+    # ------------------------------------------------------------------ a job's phases
+    def _close(self, i: int, now: float) -> None:
+        phase, t0 = self.seg[i]
+        if now > t0:
+            self.segments[i].append(Stretch(phase=phase, start_s=t0, end_s=now, servers=tuple(self.servers[i])))
+            self.account[i][f"{phase}_s"] += now - t0
+            if phase == "trained":
+                self.since_ck[i] += now - t0
+
+    def _open(self, i: int, phase: str, now: float, until: float = math.inf) -> None:
+        self.seg[i] = (phase, now)
+        if phase == "trained":
+            self.paused.pop(i, None)
+        else:
+            self.paused[i] = [phase, until]
+
+    def _suspend(self, i: int, now: float, phase: str, until: float) -> None:
+        if self.mode[i] == "solo":
+            self.steps[i], self.mode[i], self.left[i] = self.solo_position(i)
+        self.pos[i] = (self.steps[i], self.mode[i], self.left[i])
+        self.leave(i)
+        self._close(i, now)
+        self._open(i, phase, now, until)
+
+    def _resume(self, i: int, now: float) -> None:
+        self._close(i, now)
+        self._open(i, "trained", now)
+        self.steps[i], self.mode[i], self.left[i] = self.pos.pop(i)
+        self.ck_due[i] = now + self.interval[i]
+        self.enter(i)
+
+    def _steps_at(self, i: int, pos: tuple) -> float:
+        """Steps done at a saved position, counting the part of the step in progress."""
+        steps, mode, left = pos
+        t = self.alone_step(i)
+        if t <= 0:
+            return steps
+        into = self.compute_s[i] - left if mode == "compute" else \
+            self.compute_s[i] + (self.work[i] - left) / self.alone_speed[i]
+        return steps + into / t
+
+    def arrive(self, i: int, now: float) -> None:
+        """Job ``i`` has been placed and started training: its checkpoint policy, its servers' health."""
+        job = self.jobs[i]
+        ck = job.checkpoint
+        write = ck.write_s if ck.write_s is not None else self.sim.solo[job.name][5] / ck.bandwidth_bytes_per_s
+        if job.steps is not None:
+            work = job.steps * self.alone_step(i)
+        else:
+            work = min(job.duration_s if job.duration_s is not None else math.inf,
+                       (self.sim.spec.horizon_s or math.inf) - now)
+        shape = ClusterShape(n_nodes=len(self.servers[i]), gpus_per_node=self.shape.gpus_per_node,
+                             links_per_node=self.shape.links_per_node)
+        interval = ck.interval_s
+        if interval is None:
+            mtbf = shape.mtbf_s(self.rates)
+            interval = model_optimum_s(work, write, ck.restart_s, mtbf) if math.isfinite(mtbf) else math.inf
+            interval = max(interval, self.alone_step(i))  # a checkpoint at most every step
+        interval = max(interval, MIN_CHECKPOINT_INTERVAL_S)
+        self.interval[i] = interval if interval < work else math.inf  # one at the end saves nothing
+        self.write[i], self.restart[i] = write, ck.restart_s
+        self.account[i] = dict(trained_s=0.0, lost_s=0.0, lost_steps=0.0, checkpoint_s=0.0, restart_s=0.0,
+                               down_s=0.0, failures=0, restarts=0)
+        self.segments[i], self.waiting[i] = [], set()
+        self.last_ck[i] = (self.steps[i], "compute", self.compute_s[i])
+        self.since_ck[i] = 0.0
+        self.ck_due[i] = now + self.interval[i]
+        self.held.add(i)
+        self._open(i, "trained", now)
+        for s in self.servers[i]:
+            self.owner[s] = i
+        for s in list(self.servers[i]):
+            if self.down_until[s] > now:
+                self._hit(i, s, now, counted=False)
+
+    def release(self, i: int, now: float) -> None:
+        """Job ``i`` leaves (already out of the network)."""
+        if i in self.paused:  # stopped: it keeps the work up to where it stopped (its checkpoint after a failure)
+            self.steps[i] = self._steps_at(i, self.pos[i])
+        self._close(i, now)
+        self.seg[i] = ("gone", now)
+        self.paused.pop(i, None)
+        self.held.discard(i)
+        for s in self.servers[i]:
+            self.owner[s] = None
+
+    # ------------------------------------------------------------------ events
+    def handle(self, now: float) -> None:
+        """Everything due at ``now``: repairs, failures, ends of stops, checkpoints."""
+        while self.repairs and self.repairs[0][0] <= now:
+            _, s = heapq.heappop(self.repairs)
+            if self.down_until[s] <= now:
+                self._repaired(s, now)
+        while self.queue and self.queue[0][0] <= now:
+            _, _, s, cls, drawn = heapq.heappop(self.queue)
+            if drawn:
+                self._draw(now)
+            self._strike(s, cls, now)
+        for i in sorted(self.held):
+            if i in self.paused:
+                phase, until = self.paused[i]
+                if until <= now:
+                    if phase == "checkpoint":
+                        self.last_ck[i], self.since_ck[i] = self.pos[i], 0.0
+                    else:
+                        self.account[i]["restarts"] += 1
+                    self._resume(i, now)
+            elif self.ck_due[i] <= now:
+                self._suspend(i, now, "checkpoint", now + self.write[i])
+
+    def _strike(self, s: int, cls: str, now: float) -> None:
+        i = self.owner[s]
+        was_down = self.down_until[s] > now
+        self.log.append(FailureRecord(at_s=now, server=s, component=cls,
+                                      job=self.jobs[i].name if i is not None and not was_down else None))
+        self.down_until[s] = max(self.down_until[s], now + self.repair_s)
+        heapq.heappush(self.repairs, (self.down_until[s], s))
+        if i is not None and not was_down:
+            self._hit(i, s, now)
+
+    def _hit(self, i: int, s: int, now: float, counted: bool = True) -> None:
+        a = self.account[i]
+        a["failures"] += counted
+        if i in self.paused:
+            self._close(i, now)
+        else:
+            self._suspend(i, now, "down", math.inf)
+        # The training since the last completed checkpoint is lost (an interrupted write with it).
+        a["lost_s"] += self.since_ck[i]
+        a["lost_steps"] += self._steps_at(i, self.pos[i]) - self._steps_at(i, self.last_ck[i])
+        self.since_ck[i], self.pos[i] = 0.0, self.last_ck[i]
+        spare = next((x for x, ok in enumerate(self.spare) if ok and self.owner[x] is None
+                      and self.down_until[x] <= now), None)
+        if spare is not None:
+            self.servers[i][self.servers[i].index(s)] = spare
+            self.owner[spare], self.spare[spare] = i, False
+            self.owner[s], self.spare[s] = None, True  # once repaired, a spare
+            self.retraffic(i)
+        else:
+            self.waiting[i].add(s)
+        if self.waiting[i]:
+            self._open(i, "down", now)
+        elif counted:
+            self._open(i, "restart", now, now + self.restart[i])
+        else:
+            self._resume(i, now)  # placed on a failed server at its arrival, swapped for a spare: it starts
+
+    def _repaired(self, s: int, now: float) -> None:
+        i = self.owner[s]
+        if i is not None and s in self.waiting[i]:
+            self.waiting[i].discard(s)
+            if not self.waiting[i] and self.paused.get(i, [None])[0] == "down":
+                if self.account[i]["failures"] == 0:
+                    self._resume(i, now)  # it arrived on failed servers: it starts, nothing to restart
+                else:
+                    self._close(i, now)
+                    self._open(i, "restart", now, now + self.restart[i])
 
 
 def simulate_mix(spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STEPS, network=None) -> MixResult:

@@ -8,6 +8,13 @@ jobs:
   - {name: a, model: llama-2-7b, gpus: 64, strategy: zero2, micro_batch: 1, start: 0s, steps: 500}
   - {name: b, model: gpt2-xl, gpus: 32, start: 10min, duration: 2h, placement: spread}
   - {name: c, model: gpt2, gpus: 16, nodes: [40, 41]}
+spares: 2                                  # servers held back to replace failed ones (the last ones)
+checkpoint: {interval: 1h, write: 60s, restart: 10min}   # or bandwidth: 10GB/s; a job may override it
+failures:                                  # explicit events and/or a random process
+  repair: 4h                               # a failed server (or its NIC link) is back after this
+  mtbf_node: 20736h                        # per server; also mtbf_gpu (per GPU), mtbf_link (per NIC link)
+  seed: 1
+  events: [{at: 2h, node: 5}, {at: 3h, link: 7}]   # link: server 7's NIC link (NIC, cable, leaf port)
 ```
 
 Every mistake is a :class:`~dpsim.errors.ConfigError` of one line naming the field
@@ -18,13 +25,14 @@ file is valid.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
-from dpsim.plan.reliability import parse_long_duration_s
+from dpsim.plan.reliability import DEFAULT_RESTART_S, FailureRates, parse_long_duration_s
+from dpsim.units import parse_bandwidth_bytes_per_s
 
 POLICIES = ("packed", "spread", "rail-aligned", "topology-aware")
 """Placement policies a job may name (or give ``nodes``: a user placement)."""
@@ -33,10 +41,59 @@ MAX_JOBS = 4096
 """Jobs one mix may hold (each is predicted once per distinct configuration)."""
 
 _JOB_KEYS = ("name", "model", "gpus", "strategy", "micro_batch", "precision", "tp", "pp", "start", "steps",
-             "duration", "placement", "nodes")
+             "duration", "placement", "nodes", "checkpoint")
 _PREDICT_KEYS = ("model", "strategy", "micro_batch", "precision", "tp", "pp")
-_TOP_KEYS = ("cluster", "horizon", "placement", "jobs")
+_TOP_KEYS = ("cluster", "horizon", "placement", "jobs", "spares", "checkpoint", "failures")
+_CHECKPOINT_KEYS = ("interval", "write", "bandwidth", "restart")
+_FAILURE_KEYS = ("repair", "seed", "mtbf_gpu", "mtbf_node", "mtbf_link", "events")
+_EVENT_KEYS = ("at", "node", "link")
+MAX_FAILURE_EVENTS = 100_000
+"""Explicit failure events one mix may list."""
+DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S = 10e9
+"""Checkpoint write bandwidth of a job when neither it nor the write time is given: the goodput
+model's assumption (:data:`dpsim.plan.reliability.DEFAULT_CHECKPOINT_BYTES_PER_S`)."""
 _CLUSTER_KEYS = ("link", "topology", "gpus")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointSpec:
+    """How a job of a mix saves and restores its state (:class:`~dpsim.plan.reliability.CheckpointPolicy`'s
+    terms; what is not given is derived when the job is placed)."""
+
+    interval_s: float | None = None
+    """Training time between checkpoints (``None``: the goodput model's optimum for the job's MTBF)."""
+    write_s: float | None = None
+    """Blocking write time (``None``: weights and optimizer state / :attr:`bandwidth_bytes_per_s`)."""
+    bandwidth_bytes_per_s: float = DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S
+    """Write bandwidth of the job's checkpoint (each job its own: no shared storage link is modelled)."""
+    restart_s: float = DEFAULT_RESTART_S
+    """Restart after a failure: relaunch, init, checkpoint load."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailureEvent:
+    """A failure at a given time."""
+
+    at_s: float
+    """When (seconds from the mix's start)."""
+    server: int
+    """The server that fails (or whose NIC link fails)."""
+    component: str = "node"
+    """``node``, ``link`` (the server's NIC link: NIC, cable, leaf port) or ``gpu``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailureSpec:
+    """Failures of the mix's servers: explicit events and a random (Poisson) process."""
+
+    repair_s: float
+    """Time until a failed server (or link) is back in service."""
+    rates: FailureRates = FailureRates(gpu_mtbf_s=math.inf, node_mtbf_s=math.inf, link_mtbf_s=math.inf)
+    """MTBF of each component class (``inf``: no random failures of that class)."""
+    seed: int = 0
+    """Seed of the random process (same seed, same failures)."""
+    events: tuple[FailureEvent, ...] = ()
+    """Explicit failures, in the order given."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +116,8 @@ class JobSpec:
     """Placement policy (:data:`POLICIES`), unless :attr:`nodes` is given."""
     nodes: tuple[int, ...] | None = None
     """User placement: the cluster servers it runs on, in rank order."""
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    """Its checkpoints (used only when the mix has failures)."""
 
     @property
     def predict_fields(self) -> dict[str, Any]:
@@ -80,6 +139,10 @@ class MixSpec:
     """The jobs, in the order given."""
     horizon_s: float | None = None
     """Cluster time simulated (``None``: until every job has left; required when a job runs to it)."""
+    spares: int = 0
+    """Servers held back (the highest-numbered) to replace failed ones; jobs are not placed on them."""
+    failures: FailureSpec | None = None
+    """Failures of servers and links (``None``: none, and no checkpoints are written)."""
 
 
 def _fail(field: str, value: Any, allowed: str) -> ConfigError:
@@ -112,7 +175,7 @@ def _keys(field: str, data: Any, allowed: tuple[str, ...]) -> dict:
     return data
 
 
-def _job(i: int, data: Any, default_policy: str, names: set[str]) -> JobSpec:
+def _job(i: int, data: Any, default_policy: str, names: set[str], default_checkpoint: CheckpointSpec) -> JobSpec:
     where = f"jobs[{i}]"
     data = _keys(where, data, _JOB_KEYS)
     name = data.get("name", f"job{i}")
@@ -145,8 +208,75 @@ def _job(i: int, data: Any, default_policy: str, names: set[str]) -> JobSpec:
     elif policy not in POLICIES:
         raise _fail(f"{where}.placement", policy, f"choose one of {', '.join(POLICIES)} (or give nodes)")
     predict = tuple((k, data[k]) for k in _PREDICT_KEYS if k in data)
+    checkpoint = _checkpoint(f"{where}.checkpoint", data["checkpoint"], default_checkpoint) \
+        if "checkpoint" in data else default_checkpoint
     return JobSpec(name=name, gpus=gpus, predict=predict, start_s=start, steps=steps, duration_s=duration,
-                   placement=policy, nodes=nodes)
+                   placement=policy, nodes=nodes, checkpoint=checkpoint)
+
+
+def _checkpoint(field: str, data: Any, base: CheckpointSpec) -> CheckpointSpec:
+    data = _keys(field, data, _CHECKPOINT_KEYS)
+    if "write" in data and "bandwidth" in data:
+        raise ConfigError(f"{field}: give write or bandwidth, not both")
+    out = {}
+    if "interval" in data:
+        out["interval_s"] = _seconds(f"{field}.interval", data["interval"])
+        if out["interval_s"] <= 0:
+            raise _fail(f"{field}.interval", data["interval"], "expected a time > 0, e.g. 1h")
+    if "write" in data:
+        out["write_s"] = _seconds(f"{field}.write", data["write"])
+    if "bandwidth" in data:
+        try:
+            bw = parse_bandwidth_bytes_per_s(data["bandwidth"], f"{field}.bandwidth")
+        except DpsimError as exc:
+            raise ConfigError(f"{field}.bandwidth: {data['bandwidth']!r} is not valid; expected a bandwidth, "
+                              "e.g. 10GB/s") from exc
+        if not bw > 0:
+            raise _fail(f"{field}.bandwidth", data["bandwidth"], "expected a bandwidth > 0, e.g. 10GB/s")
+        out["bandwidth_bytes_per_s"], out["write_s"] = bw, None
+    if "restart" in data:
+        out["restart_s"] = _seconds(f"{field}.restart", data["restart"])
+    return replace(base, **out)
+
+
+def _mtbf(field: str, value: Any) -> float:
+    try:
+        s = parse_long_duration_s(value, field)
+    except DpsimError as exc:
+        raise ConfigError(f"{field}: {value!r} is not valid; expected an MTBF with its unit, e.g. 20736h, "
+                          "or none") from exc
+    if not s > 0:
+        raise _fail(field, value, "expected an MTBF > 0, e.g. 20736h, or none")
+    return s
+
+
+def _failures(data: Any) -> FailureSpec:
+    data = _keys("failures", data, _FAILURE_KEYS)
+    if "repair" not in data:
+        raise ConfigError("failures.repair: missing; give the time a failed server or link takes to come back, "
+                          "e.g. 4h")
+    repair = _seconds("failures.repair", data["repair"])
+    seed = data.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise _fail("failures.seed", seed, "expected an integer from 0 to 2**63-1")
+    rates = FailureRates(**{f"{c}_mtbf_s": _mtbf(f"failures.mtbf_{c}", data[f"mtbf_{c}"]) if f"mtbf_{c}" in data
+                            else math.inf for c in ("gpu", "node", "link")})
+    raw = data.get("events", [])
+    if not isinstance(raw, list) or len(raw) > MAX_FAILURE_EVENTS:
+        raise _fail("failures.events", raw if not isinstance(raw, list) else f"{len(raw)} events",
+                    f"expected a list of at most {MAX_FAILURE_EVENTS:,} events like {{at: 2h, node: 5}}")
+    events = []
+    for k, e in enumerate(raw):
+        where = f"failures.events[{k}]"
+        e = _keys(where, e, _EVENT_KEYS)
+        if "at" not in e:
+            raise ConfigError(f"{where}.at: missing; give the time of the failure, e.g. 2h")
+        what = [c for c in ("node", "link") if c in e]
+        if len(what) != 1:
+            raise ConfigError(f"{where}: give node: SERVER or link: SERVER (its NIC link), one of them")
+        events.append(FailureEvent(at_s=_seconds(f"{where}.at", e["at"]),
+                                   server=_int(f"{where}.{what[0]}", e[what[0]], 0), component=what[0]))
+    return FailureSpec(repair_s=repair, rates=rates, seed=seed, events=tuple(events))
 
 
 def mix_from_dict(data: Any) -> MixSpec:
@@ -174,8 +304,12 @@ def mix_from_dict(data: Any) -> MixSpec:
     if not isinstance(raw_jobs, list) or not raw_jobs or len(raw_jobs) > MAX_JOBS:
         raise _fail("jobs", raw_jobs if not isinstance(raw_jobs, list) else f"{len(raw_jobs)} jobs",
                     f"expected a list of 1 to {MAX_JOBS} jobs")
+    checkpoint = _checkpoint("checkpoint", data["checkpoint"], CheckpointSpec()) if "checkpoint" in data \
+        else CheckpointSpec()
+    spares = _int("spares", data["spares"], 0) if "spares" in data else 0
+    failures = _failures(data["failures"]) if data.get("failures") is not None else None
     names: set[str] = set()
-    jobs = tuple(_job(i, j, policy, names) for i, j in enumerate(raw_jobs))
+    jobs = tuple(_job(i, j, policy, names, checkpoint) for i, j in enumerate(raw_jobs))
     for i, job in enumerate(jobs):
         if job.gpus > cluster_gpus:
             raise _fail(f"jobs[{i}].gpus", job.gpus, f"the cluster has {cluster_gpus} GPUs")
@@ -184,7 +318,7 @@ def mix_from_dict(data: Any) -> MixSpec:
         if horizon is not None and job.start_s >= horizon:
             raise _fail(f"jobs[{i}].start", job.start_s, f"it must start before the horizon ({horizon:g} s)")
     return MixSpec(link=None if topology else link, topology_file=topology, cluster_gpus=cluster_gpus,
-                   jobs=jobs, horizon_s=horizon)
+                   jobs=jobs, horizon_s=horizon, spares=spares, failures=failures)
 
 
 def load_mix(path: str | Path) -> MixSpec:
@@ -192,6 +326,5 @@ def load_mix(path: str | Path) -> MixSpec:
     read next to the file."""
     spec = mix_from_dict(read_yaml_file(path, "mix file", ConfigError))
     if spec.topology_file is not None and not Path(spec.topology_file).is_absolute():
-        from dataclasses import replace
         spec = replace(spec, topology_file=str(Path(path).parent / spec.topology_file))
     return spec

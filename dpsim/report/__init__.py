@@ -4,6 +4,7 @@
 - :mod:`~dpsim.report.links` / :mod:`~dpsim.report.variability` — link-utilisation and variability tables
 - :mod:`~dpsim.report.plots` (on :mod:`~dpsim.report.figure_base`) — timeline, scaling, memory, bucket, cost figures
 - :mod:`~dpsim.report.html` — ``dpsim report``: one self-contained HTML file
+- :mod:`~dpsim.report.mix_plots` / :mod:`~dpsim.report.mix_html` — a job mix's figures and ``dpsim mix --html`` page
 """
 
 from __future__ import annotations

@@ -254,9 +254,6 @@ def figures(data: ReportData) -> dict[str, Any]:
 
 def render(data: ReportData, *, title: str | None = None) -> str:
     """The report as one HTML document (plotly.js inlined)."""
-    from plotly.offline import get_plotlyjs
-
-
     p = data.prediction
     cfg = p.config
     title = title or f"dpsim report: {p.model} on {p.n_gpus} x {p.gpu} [{p.topology}]"
@@ -316,6 +313,22 @@ def render(data: ReportData, *, title: str | None = None) -> str:
         sections.append(f"<h2>{headings[key]}</h2><p class=\"note\">{html.escape(notes[key])}</p>"
                         + _fig_div(fig, f"fig-{key}"))
     prediction_json = json.dumps(_json_safe(p.to_dict()), indent=1, allow_nan=False)
+    return html_page(title, [
+        f'<div class="sub">{html.escape(cfg.precision)}, micro-batch {cfg.micro_batch}, {p.n_nodes} '
+        f'node{"s" if p.n_nodes > 1 else ""}; dpsim {html.escape(_version())}, '
+        f"a discrete-event prediction (not a measurement).</div>",
+        '<div class="cards">' + "".join(cards) + "</div>",
+        '<h2>Prediction</h2><div class="tables">' + "".join(tables) + "</div>",
+        *sections,
+        f"<h2>Raw prediction (JSON, schema dpsim.prediction/1)</h2><details><summary>show</summary>"
+        f"<pre>{html.escape(prediction_json)}</pre></details>"])
+
+
+def html_page(title: str, body: Sequence[str]) -> str:
+    """A standalone HTML document: the report's style, plotly.js inlined once, ``title`` as its heading,
+    then ``body``'s parts."""
+    from plotly.offline import get_plotlyjs
+
     return "\n".join([
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -325,14 +338,7 @@ def render(data: ReportData, *, title: str | None = None) -> str:
         f'<script type="text/javascript">{get_plotlyjs()}</script>',
         "</head><body><main>",
         f"<h1>{html.escape(title)}</h1>",
-        f'<div class="sub">{html.escape(cfg.precision)}, micro-batch {cfg.micro_batch}, {p.n_nodes} '
-        f'node{"s" if p.n_nodes > 1 else ""}; dpsim {html.escape(_version())}, '
-        f"a discrete-event prediction (not a measurement).</div>",
-        '<div class="cards">' + "".join(cards) + "</div>",
-        '<h2>Prediction</h2><div class="tables">' + "".join(tables) + "</div>",
-        *sections,
-        f"<h2>Raw prediction (JSON, schema dpsim.prediction/1)</h2><details><summary>show</summary>"
-        f"<pre>{html.escape(prediction_json)}</pre></details>",
+        *body,
         "</main></body></html>",
     ]) + "\n"
 
