@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from dpsim.collectives.all_to_all import uniform_all_to_all_cost
 from dpsim.collectives.groups import (
     GroupCollectives,
     LayoutShape,
@@ -360,6 +361,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         return cost("tp", op, size)
 
     def cp_cost(op: str, size: float) -> float:
+        if op == "all_to_all":  # Ulysses' head scatter: the fabric's all-to-all, not a collective of OPS
+            return uniform_all_to_all_cost(collectives.communicator("cp"), size).time_s
         return cost("cp", op, size)
 
     scale, opt_scale = _scales(config, model, gpu, precision, compute)

@@ -181,7 +181,7 @@ def layer_cp_comm(layer: TpLayer, spec_layer: LayerSpec, full_layer: LayerSpec, 
     ``spec_layer`` is the rank's shard of the layer (its attention op), ``full_layer`` the
     unsharded one (its parameters), ``forward_s`` the layer's forward time on the rank,
     ``cost(op, bytes)`` the ``cp`` communicator's collective time (``broadcast``: one
-    neighbour transfer of the ring). The attention core's time (its share of the layer's
+    neighbour transfer of the ring; ``all_to_all``: Ulysses' exchange of S bytes per rank). The attention core's time (its share of the layer's
     FLOPs; backward :data:`FUSED_ATTENTION_BACKWARD_RATIO` times it) hides ring transfers.
     """
     op = _attention_op(spec_layer)
@@ -213,10 +213,10 @@ def layer_cp_comm(layer: TpLayer, spec_layer: LayerSpec, full_layer: LayerSpec, 
         q_token = op.heads * cp * op.head_dim * act_element_bytes  # before the scatter: all the rank's heads
         qkv = (q_token + kv_token) * tokens_per_rank * micro_batch
         o = q_token * tokens_per_rank * micro_batch
-        # An all-to-all of S bytes per rank sends (cp - 1)/cp of them, as an all-gather of S
-        # receives: costed as that all-gather (the fabric's bandwidth term; no all-to-all op here).
-        f_ops = (("all_gather", qkv), ("all_gather", o))
-        b_ops = (("all_gather", o), ("all_gather", qkv))
+        # Each an all-to-all on the cp communicator (``cost("all_to_all", S)``: S bytes per rank,
+        # spread over the group, :func:`dpsim.collectives.all_to_all.uniform_all_to_all_cost`).
+        f_ops = (("all_to_all", qkv), ("all_to_all", o))
+        b_ops = (("all_to_all", o), ("all_to_all", qkv))
     fwd = sum(cost(o_, s) for o_, s in f_ops)
     bwd = sum(cost(o_, s) for o_, s in b_ops)
     return TpComm(forward_s=fwd, forward_exposed_s=fwd, backward_s=bwd, backward_exposed_s=bwd,
