@@ -545,7 +545,11 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             act += in_flight[s][c] * per_mb * mb
         act = (act + working * mb) * act_scale
         d = layout.dp
-        opt = -(-numel // d) * k if layout.strategy in ("zero1", "fsdp") else numel * k
+        # A mixture of experts' routed experts are sharded over their expert-data-parallel
+        # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
+        experts = sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
+        opt = (-(-(numel - experts) // d) + -(-experts // layout.edp)) * k if layout.strategy in ("zero1", "fsdp") \
+            else numel * k
         breakdown = MemoryBreakdown(
             weights_bytes=float(numel * w), gradients_bytes=float(numel * g), optimizer_bytes=float(opt),
             activations_bytes=float(act), comm_buffers_bytes=0.0, overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),

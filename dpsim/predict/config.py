@@ -100,7 +100,7 @@ DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters
               "powersgd_rank", "powersgd_start_iter")
 """The fields of PyTorch ``DistributedDataParallel``'s arguments (:class:`dpsim.strategies.ddp_costs.DdpOptions`)."""
 LAYOUT_FIELDS = ("tp", "pp", "dp", "global_batch", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
-                 "recompute", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion")
+                 "recompute", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "ep", "etp")
 """The fields of a tensor x pipeline x data layout (every command that takes a job takes them)."""
 LAYOUT_DP_STRATEGIES = ("ddp", "zero1", "fsdp")
 """Data-parallel strategies over the replicas of a tensor/pipeline layout: the keys of
@@ -211,6 +211,12 @@ class PredictConfig:
     split over them, inside one NVLink domain)."""
     pp: int = field(default=1, metadata=_count())
     """Pipeline stages: the model's blocks split over them, micro-batches flowing through."""
+    ep: int = field(default=1, metadata=_count())
+    """Expert-parallel GPUs of a mixture of experts: each holds experts / ep of every MoE layer's
+    experts, tokens sent to them by all-to-all; carved with --etp out of tp x dp (Megatron-Core)."""
+    etp: int = field(default=1, metadata=_count())
+    """Expert-tensor-parallel GPUs: each expert's width split over them (Megatron-Core's
+    --expert-tensor-parallel-size)."""
     dp: int | None = field(default=None, metadata=_count())
     """Data-parallel replicas of each tensor x pipeline shard; left out: gpus / (tp x pp). Given
     without --gpus, --gpus becomes tp x pp x dp."""
@@ -346,8 +352,8 @@ class PredictConfig:
 
     @property
     def layout_active(self) -> bool:
-        """Tensor or pipeline parallelism is asked for (``tp`` or ``pp`` above 1)."""
-        return self.tp > 1 or self.pp > 1
+        """Tensor, pipeline or expert parallelism is asked for (``tp``, ``pp``, ``ep`` or ``etp`` above 1)."""
+        return self.tp > 1 or self.pp > 1 or self.ep > 1 or self.etp > 1
 
     @property
     def data_parallel(self) -> int:
@@ -369,6 +375,11 @@ class PredictConfig:
                               f"(tp x pp x dp), not {self.gpus}; leave --gpus out or make them agree")
         if self.gpus % shard:
             raise ConfigError(f"--gpus: {self.gpus} is not a multiple of --tp {self.tp} x --pp {self.pp} = {shard}")
+        experts = self.ep * self.etp
+        if (self.tp * self.data_parallel) % experts:
+            raise ConfigError(f"--ep: --ep {self.ep} x --etp {self.etp} = {experts} does not divide --tp {self.tp} x "
+                              f"{self.data_parallel} data-parallel replicas = {self.tp * self.data_parallel}, the GPUs "
+                              f"of a stage the expert layers are carved from; choose an --ep that divides it")
         if self.global_batch is not None:
             per_step = self.micro_batch * self.data_parallel
             if self.global_batch % per_step:

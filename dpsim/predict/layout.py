@@ -59,7 +59,7 @@ from dpsim.strategies.pipeline import (
     stage_in_flight,
 )
 from dpsim.strategies.checkpointing import recompute_shares
-from dpsim.strategies.tensor import TpModel, check_tp, tp_model
+from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
 from dpsim.workload.catalog import find_entry
@@ -83,7 +83,7 @@ def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
                   tp_comm_overlap=config.tp_comm_overlap, strategy=config.strategy, overlap=config.overlap,
                   stage_blocks=parse_stage_layers(config.stage_layers, config.pp, config.virtual_stages),
                   bucket_elements=bucket,
-                  grad_accum_fusion=config.grad_accum_fusion)
+                  grad_accum_fusion=config.grad_accum_fusion, ep=config.ep, etp=config.etp)
 
 
 def layout_shape(config: PredictConfig) -> LayoutShape | None:
@@ -91,7 +91,7 @@ def layout_shape(config: PredictConfig) -> LayoutShape | None:
     without tensor/pipeline parallelism)."""
     if not config.layout_active:
         return None
-    return LayoutShape(tp=config.tp, pp=config.pp, dp=config.data_parallel)
+    return LayoutShape(tp=config.tp, pp=config.pp, dp=config.data_parallel, ep=config.ep, etp=config.etp)
 
 
 def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) -> None:
@@ -108,6 +108,7 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
             raise ConfigError(f"--pp: {config.pp} splits a model's repeated blocks into stages, but tracing "
                               f"{config.model} found none (no ModuleList of blocks); use --pp 1")
     check_tp(model, config.tp)
+    check_experts(model, config)
     heads = _heads(source)
     if heads is not None and config.tp > 1 and any(h % config.tp for h in heads):
         what = (f"{heads[0]} attention heads" if len(heads) == 1 or heads[0] == heads[1]
@@ -115,6 +116,33 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
         raise ConfigError(f"--tp: {config.tp} does not divide {config.model}'s {what}; choose a --tp that "
                           f"divides them")
     check_layout_placement(topology, shape, tp_across_network=config.tp_across_network)
+
+
+def check_experts(model: ModelSpec, config: PredictConfig) -> None:
+    """Refuse an expert layout the model cannot take (one line naming the flag)."""
+    moe = model.moe
+    if moe is None:
+        if config.ep > 1 or config.etp > 1:
+            flag, value = ("--ep", config.ep) if config.ep > 1 else ("--etp", config.etp)
+            raise ConfigError(f"{flag}: {value} splits the experts of a mixture of experts, but {model.name} is dense; "
+                              f"leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
+        return
+    if moe.experts % config.ep:
+        raise ConfigError(f"--ep: {config.ep} does not divide the {moe.experts} experts of {model.name}; choose an "
+                          f"--ep that divides them")
+    if moe.expert_ffn % config.etp:
+        raise ConfigError(f"--etp: {config.etp} does not divide the experts' width {moe.expert_ffn}; choose an --etp "
+                          f"that divides it")
+    if config.tp > 1 and not config.sequence_parallel:
+        # megatron/training/arguments.py: "When using MoE and tensor parallelism, sequence
+        # parallelism must be used" (the router and dispatcher work on the s / tp shard).
+        raise ConfigError(f"--sequence-parallel: a mixture of experts with --tp {config.tp} needs it (Megatron-Core "
+                          f"runs its router and all-to-all on the sequence-parallel shard); add --sequence-parallel")
+
+
+def expert_split(config: PredictConfig) -> ExpertSplit:
+    """How one rank holds and runs the routed experts (balanced routing)."""
+    return ExpertSplit(ep=config.ep, etp=config.etp)
 
 
 def model_source(config: PredictConfig) -> str:
@@ -247,7 +275,8 @@ def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: Co
 def layout_memory(config: PredictConfig, model: ModelSpec, gpu, precision) -> tuple[StageMemory, ...]:
     """Memory per GPU of every stage of ``config``'s layout."""
     layout = layout_of(config)
-    return stages_memory(tp_model(model, config.tp), layout, gpu, precision, config.optimizer)
+    return stages_memory(tp_model(model, config.tp, experts=expert_split(config)), layout, gpu, precision,
+                         config.optimizer)
 
 
 def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
@@ -300,11 +329,17 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     """
     layout = layout_of(config, precision.grad_bytes)
     check_schedule(layout)
-    tpm = tp_model(model, config.tp, sequence_parallel=config.sequence_parallel)
+    tpm = tp_model(model, config.tp, sequence_parallel=config.sequence_parallel, experts=expert_split(config))
     cost = collective_cost(collectives)
 
     def tp_cost(op: str, size: float) -> float:
         return cost("tp", op, size)
+
+    def ep_cost(bytes_per_rank: float) -> float:
+        # FALLBACK until the all-to-all model lands: an all-to-all in which every rank sends
+        # ``bytes_per_rank`` ((ep - 1) / ep of it to other ranks) moves what an all-gather of
+        # that size moves into each rank; costed as one on the ``ep`` communicator.
+        return cost("ep", "all_gather", bytes_per_rank)
 
     scale, opt_scale = _scales(config, model, gpu, precision, compute)
     shard = shard_compute(tpm, gpu, config, precision)
@@ -314,7 +349,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                               micro_batch=config.micro_batch) if config.recompute == "op" else None
     work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
                       overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown,
-                      accumulate_s=accumulate, recompute_share=shares)
+                      accumulate_s=accumulate, recompute_share=shares,
+                      ep_cost=ep_cost if layout.ep > 1 else None)
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
     hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
@@ -325,10 +361,14 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     memory = stages_memory(tpm, layout, gpu, precision, config.optimizer, assignment)
     per_param_opt = shard.optimizer_s / tpm.spec.param_count * opt_scale if tpm.spec.param_count else 0.0
     sharded_opt = layout.strategy in ("zero1", "fsdp")
-    optimizer_s = [per_param_opt * (-(-m.params_per_gpu // d) if sharded_opt else m.params_per_gpu) for m in memory]
+    # A sharded optimizer updates dense parameters / dp and routed experts / edp per GPU.
+    experts = [sum(c.expert_grad_numel for c in stage) for stage in chunks]
+    optimizer_s = [per_param_opt * (-(-(m.params_per_gpu - e) // d) + -(-e // layout.edp) if sharded_opt
+                                    else m.params_per_gpu) for m, e in zip(memory, experts)]
     dp_plan = DataParallelPlan(strategy=layout.strategy, dp=d, overlap=layout.overlap,
                                bucket_elements=layout.bucket_elements or default_bucket_elements(d),
-                               grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes)
+                               grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes,
+                               edp=layout.edp if model.moe is not None else 1)
     # DualPipe sums each stage's two parameter copies instead (the embedding's among them).
     emb_bytes = (tpm.embedding_numel_per_rank * precision.grad_bytes
                  if tpm.tied_embedding and p > 1 and layout.schedule != "dualpipe" else 0.0)
