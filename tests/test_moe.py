@@ -74,3 +74,96 @@ def test_experts_need_the_llama_family():
     with pytest.raises(WorkloadError, match="only in the Llama family"):
         parse_shape("transformer:hidden=64,layers=2,heads=4,vocab=100,seq=16,norm=layernorm,act=gelu,pos=learned,"
                     "experts=4,top_k=1,moe_ffn=64")
+
+
+# ------------------------------------------------------------------ expert parallelism in a layout
+
+from dpsim.errors import ConfigError  # noqa: E402
+from dpsim.hardware import get_gpu  # noqa: E402
+from dpsim.predict.config import PredictConfig  # noqa: E402
+from dpsim.predict.layout import layout_memory  # noqa: E402
+from dpsim.predict.run import load_model, predict  # noqa: E402
+from dpsim.strategies.tensor import ExpertSplit, tp_model  # noqa: E402
+from dpsim.workload.precision import get_precision, optimizer_state_bytes_per_param  # noqa: E402
+
+BF16 = get_precision("bf16-mixed")
+
+
+def _mixtral(**kw):
+    base = dict(gpus=64, tp=1, pp=4, ep=8, model="mixtral-8x7b", link="infiniband", gpu="h100", micro_batch=1,
+                global_batch=64, precision="bf16-mixed", strategy="zero1", steps=1)
+    base.update(kw)
+    return PredictConfig(**base)
+
+
+def test_ep_1_holds_every_expert_as_the_dense_count():
+    model = get_model("mixtral-8x7b")
+    local = tp_model(model, 1, experts=ExpertSplit())
+    assert sum(l.numel_per_rank for l in local.layers) == model.param_count
+    split = tp_model(model, 1, experts=ExpertSplit(ep=8))
+    assert sum(l.expert_numel_per_rank for l in split.layers) == model.expert_param_count // 8
+    assert sum(l.numel_per_rank for l in split.layers) == model.param_count - model.expert_param_count * 7 // 8
+
+
+def test_memory_per_rank_equals_a_hand_count():
+    """Mixtral-8x7B, tp 1 x pp 4 x dp 16, ep 8 (edp = 16 / 8 = 2), zero1: a middle stage holds 8
+    blocks; per block its attention (q, o: 4096²; k, v: 4096 x 1024), two RMSNorms, the router
+    (8 x 4096) and one of the 8 experts (3 x 4096 x 14336)."""
+    h, f = 4096, 14336
+    dense_block = 2 * h * h + 2 * h * 1024 + 2 * h + 8 * h
+    expert_block = 3 * h * f
+    dense, experts = 8 * dense_block, 8 * expert_block
+    w, g, k = BF16.weight_bytes, BF16.grad_bytes, optimizer_state_bytes_per_param(BF16, "adamw")
+    state = (dense + experts) * (w + g) + (dense / 16 + experts / 2) * k
+    config = _mixtral()
+    stage = layout_memory(config, load_model(config), get_gpu("h100"), BF16)[1]
+    m = stage.breakdown
+    assert stage.params_per_gpu == dense + experts
+    assert m.weights_bytes + m.gradients_bytes + m.optimizer_bytes == pytest.approx(state, rel=1e-12)
+
+
+def test_moe_layer_sends_top_k_copies_of_its_tokens_by_all_to_all():
+    model = get_model("mixtral-8x7b")
+    tpm = tp_model(model, 2, sequence_parallel=True, experts=ExpertSplit(ep=4))
+    moe = [l for l in tpm.layers if l.expert_numel_per_rank]
+    assert len(moe) == 32
+    # top-2 copies of the rank's s / tp = 2048 tokens of 4096 at 2 bytes
+    assert all(l.routed_bytes_per_sample == 2 * 2048 * 4096 * 2 for l in moe)
+    assert not any(l.tp_collectives for l in moe)  # no shared expert: the tokens travel by all-to-all only
+    work = predict(_mixtral()).layout.pipeline
+    assert work is not None
+
+
+def test_expert_parallelism_costs_all_to_all_and_reduces_experts_over_edp():
+    p = predict(_mixtral())
+    one = predict(_mixtral(ep=1))  # every expert on every rank: no all-to-all, experts over all of dp
+    assert p.memory.total_bytes < one.memory.total_bytes
+    # Stage 0 (8 of the 32 blocks) reduce-scatters its experts' gradients: one of 8 experts
+    # per rank with ep 8, all of them without.
+    stage0_experts = get_model("mixtral-8x7b").expert_param_count // 4
+    rs = lambda pred: pred.comm_bytes_by_op["reduce_scatter"]
+    assert rs(one) - rs(p) == pytest.approx(stage0_experts * 7 / 8 * BF16.grad_bytes, rel=1e-9)
+    assert p.step_time_s != one.step_time_s
+
+
+def test_ep_group_stays_in_a_server_until_it_outgrows_it():
+    from dpsim.collectives.groups import LayoutShape, layout_communicators
+    from dpsim.predict.run import resolve_topology
+    job = resolve_topology(PredictConfig(gpus=256, link="infiniband"))
+    inside = layout_communicators(job, LayoutShape(tp=2, pp=8, dp=16, ep=8))
+    assert inside["ep"].topology.n_gpus == 8 and inside["ep"].topology.n_nodes == 1
+    assert inside["edp"].topology.n_gpus == 4 and inside["edp"].topology.n_nodes == 4
+    across = layout_communicators(job, LayoutShape(tp=2, pp=8, dp=16, ep=32))
+    assert across["ep"].topology.n_gpus == 32 and across["ep"].topology.n_nodes == 4
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    (dict(ep=16, gpus=64), "--ep: 16 does not divide the 8 experts"),
+    (dict(model="llama-2-7b"), "--ep: 8 splits the experts of a mixture of experts"),
+    (dict(tp=2, ep=8, pp=4), "--sequence-parallel: a mixture of experts with --tp 2 needs it"),
+    (dict(ep=3), "--ep: --ep 3 x --etp 1 = 3 does not divide"),
+])
+def test_bad_expert_layouts_are_refused_in_one_line(kw, needle):
+    with pytest.raises(ConfigError, match=needle) as err:
+        predict(_mixtral(**kw))
+    assert "\n" not in str(err.value)

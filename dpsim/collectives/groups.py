@@ -148,15 +148,14 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
 
     dp_topo, dp_conc = strided(t, d)
     comms["dp"] = Communicator(name="dp", topology=dp_topo, job=job, concurrent=dp_conc)
-    if shape.ep > 1 or shape.etp > 1:
-        # The expert layers' own rank order, tp-ep-dp-pp with tp = etp and dp = edp
-        # (Megatron-Core's expert RankGenerator, megatron/core/parallel_state.py): an ``ep``
-        # group is ep ranks etp apart, an ``edp`` group edp ranks etp x ep apart.
-        edp = t * d // (shape.etp * shape.ep)
-        ep_topo, ep_conc = strided(shape.etp, shape.ep)
-        comms["ep"] = Communicator(name="ep", topology=ep_topo, job=job, concurrent=ep_conc)
-        edp_topo, edp_conc = strided(shape.etp * shape.ep, edp)
-        comms["edp"] = Communicator(name="edp", topology=edp_topo, job=job, concurrent=edp_conc)
+    # The expert layers' own rank order, tp-ep-dp-pp with tp = etp and dp = edp (Megatron-Core's
+    # expert RankGenerator, megatron/core/parallel_state.py): an ``ep`` group is ep ranks etp
+    # apart, an ``edp`` group edp ranks etp x ep apart (a dense model uses neither).
+    edp = max(1, t * d // (shape.etp * shape.ep))
+    ep_topo, ep_conc = strided(shape.etp, shape.ep)
+    comms["ep"] = Communicator(name="ep", topology=ep_topo, job=job, concurrent=ep_conc)
+    edp_topo, edp_conc = strided(shape.etp * shape.ep, edp)
+    comms["edp"] = Communicator(name="edp", topology=edp_topo, job=job, concurrent=edp_conc)
 
     def pair(distance: int) -> tuple[Topology, int]:
         if distance < gpn:
