@@ -56,7 +56,7 @@ from dpsim.errors import DpsimError  # noqa: E402
 from dpsim.predict.config import PredictConfig  # noqa: E402
 from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
-from dpsim.workload.catalog import get_model, list_models  # noqa: E402
+from dpsim.workload.catalog import get_entry, get_model, list_models  # noqa: E402
 from dpsim.workload.spec import ModelSpec  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "large_model_runs.csv"
@@ -64,8 +64,9 @@ VALIDATION = ROOT / "VALIDATION.md"
 HEADING = "## Large-model training runs (issue 24)"
 SYSTEMS_DIR = ROOT / "validation" / "systems"
 
-BF16_PEAK_FLOPS = {"a100": 312e12, "h100": 989e12}
-"""Dense bf16 peaks (A100 and H100 SXM datasheets) the common MFU column is quoted against."""
+BF16_PEAK_FLOPS = {"a100": 312e12, "h100": 989e12, "gb200": 2.5e15}
+"""Dense bf16 peaks (A100 and H100 SXM datasheets; GB200: the GB200 NVL72 datasheet's 180 PFLOPS
+dense FP16/BF16 over its 72 GPUs) the common MFU column is quoted against."""
 A100_40GB_BYTES = 40e9
 """A100 SXM4 40GB datasheet memory: the rows on it are run with the ``a100`` (80 GB) preset, which
 has no 40 GB sibling, and their fit verdict is taken against this capacity instead."""
@@ -109,6 +110,21 @@ SYSTEMS = {
         name="IBM Cloud H100", topology_file="ibm-h100-roce.yaml", assumed="3.2 Tb/s RoCE as 8x 400 Gb/s"),
     "Ai2 H100 cluster ('a cluster with NVIDIA H100 GPUs', as published)": System(
         name="Ai2 H100 (OLMo-core)", link="infiniband", assumed="one 8-GPU node (GPU count assumed by the row)"),
+    # Megatron-Core's MoE runs (its MoE README and the Megatron-MoE-ModelZoo): NVIDIA's H100
+    # clusters, one system; the preset is 8x 400 Gb/s NDR per node, the InfiniBand they publish.
+    "8x H100 80GB HBM3 per node, NVLink 4th generation, InfiniBand 8x400 Gbit/s (as published)": System(
+        name="Megatron-Core MoE H100", link="infiniband"),
+    "256 H100, NVLink 4th generation, InfiniBand 8x50 GB/s (as published)": System(
+        name="Megatron-Core MoE H100", link="infiniband"),
+    "H100 (as published; cluster network not stated)": System(
+        name="Megatron-Core MoE H100", link="infiniband",
+        assumed="network not stated: 8x 400 Gb/s NDR per node (the ModelZoo README's H100 setup)"),
+    "H100 (as published in the script; 32 nodes)": System(
+        name="Megatron-Core MoE H100", link="infiniband",
+        assumed="network not stated: 8x 400 Gb/s NDR per node (the ModelZoo README's H100 setup)"),
+    "GB200 NVL72 (NVLink domain 72), as published": System(
+        name="Megatron-Core MoE GB200", topology_file="gb200-nvl72.yaml",
+        assumed="network between NVLink domains not stated: 4x 400 Gb/s NDR per 4-GPU node"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -136,6 +152,8 @@ STRATEGIES = {
                               "option"),
     "fsdp2": ("fsdp", ""),  # --fsdp-version 2 (job_of): per-parameter shards, reduce-scatter every micro-batch
     "fsdp (Fabric": ("fsdp", "Fabric's default sharding as FULL_SHARD"),
+    "distributed optimizer (ZeRO-1-like)": ("zero1", ""),  # Megatron-Core's distributed optimizer
+    "megatron fsdp": ("fsdp", "Megatron-FSDP as the layout path's fsdp (parameters gathered once per step)"),
 }
 """The row's ``data_parallel`` (by its start) -> ``--strategy`` and what that assumes."""
 
@@ -212,6 +230,10 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         full = True
     elif checkpointing.startswith("none"):
         full = False
+    elif checkpointing.startswith("selective") and row["set"] == "moe":
+        full = "selective"
+        assumed.append(f"Megatron's {checkpointing} recomputation as --recompute selective (attention core): the "
+                       f"listed modules' recomputation is not modelled")
     elif checkpointing.startswith("selective"):
         full = "op"
         assumed.append("selective remat (minimal_flash) as --recompute op: matmul and attention outputs kept, "
@@ -235,9 +257,16 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
             kw["fsdp_version"] = "2"
         else:  # dpsim's FSDP2 is data parallelism alone
             assumed.append("FSDP2 with tensor parallelism as the layout path's sharding (no --fsdp-version 2)")
-    if tp * pp > 1:
+    ep, etp = int(row["ep"] or 1), int(row["etp"] or 1)
+    if tp * pp * ep > 1:
         kw.update(tp=tp, pp=pp, dp=gpus // (tp * pp), global_batch=micro_batch * grad_accum * (gpus // (tp * pp)),
-                  recompute=recompute)
+                  recompute=recompute, ep=ep, etp=etp)
+        if pp > 1 and row["schedule"]:
+            kw.update(schedule=row["schedule"], virtual_stages=int(row["virtual_stages"] or 1))
+        if tp > 1 and row["set"] == "moe":
+            kw["sequence_parallel"] = True  # Megatron-Core requires it with MoE and tensor parallelism
+        if row["moe_routing"].startswith("capacity factor"):
+            assumed.append("token dropping at capacity factor 1.0 as dropless balanced routing")
     else:
         kw.update(grad_accum=grad_accum, recompute=recompute)
     if compute_efficiency is not None:
@@ -262,11 +291,35 @@ def maxtext_flops_per_token(row: dict, model: ModelSpec) -> float:
     return 6.0 * params_of(row, model) + 6.0 * heads * layers * hd * seq
 
 
+def megatron_flops_per_token(row: dict, model: ModelSpec) -> float:
+    """Megatron-LM's training FLOPs per token (``num_floating_point_operations``,
+    ``transformer_flops`` in ``megatron/training/training.py``, 2025): 3 (forward, two backward
+    GEMMs) x 2 x the GEMMs one token runs, the dense MLPs, ``top_k`` routed experts and the
+    shared ones, the attention projections and the causal core (half the score square:
+    ``q_dim x seq / 2 x 2``), and the logits; the router and norms are not counted."""
+    cfg = get_entry(row["model"]).config
+    h, s, layers = cfg.hidden_size, int(row["seq_len"]), cfg.num_hidden_layers
+    q = cfg.num_attention_heads * cfg.head_size
+    kv = cfg.num_key_value_heads * cfg.head_size
+    moe = cfg.moe
+    moe_layers = layers - moe.dense_layers if moe else 0
+    mlp = 3 * h * (cfg.intermediate_size * (layers - moe_layers))
+    if moe:
+        mlp += 3 * h * (moe.expert_ffn * moe.top_k + moe.shared_ffn * moe.shared_experts) * moe_layers
+    attention = layers * (h * (q + 2 * kv) + q * s / 2 * 2 + q * h)
+    return 6.0 * (mlp + attention + h * cfg.vocab_size)
+
+
 def common_flops_per_token(row: dict, model: ModelSpec) -> float:
     """The one FLOP count the MFU column uses for every row: 6 x params + 12 x layers x hidden x
     seq (Chowdhery et al. 2022, PaLM, App. B; llm-foundry's MFU column counts the same)."""
     layers, hidden, seq = (int(row[k]) for k in ("layers", "hidden", "seq_len"))
-    return 6.0 * params_of(row, model) + 12.0 * layers * hidden * seq
+    # A mixture of experts runs its active parameters per token.
+    if model.moe is not None:
+        params = float(row["active_params"]) if row.get("active_params") else float(model.active_param_count)
+    else:
+        params = params_of(row, model)
+    return 6.0 * params + 12.0 * layers * hidden * seq
 
 
 def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) -> float:
@@ -274,8 +327,12 @@ def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) 
     unit = row["unit"]
     if unit == "tokens/s per GPU":
         return tokens_per_s_per_gpu
+    if unit == "TFLOP/s per GPU" and row["framework"].startswith("Megatron"):
+        return tokens_per_s_per_gpu * megatron_flops_per_token(row, model) / 1e12
     if unit == "TFLOP/s per GPU":  # MaxText's own count
         return tokens_per_s_per_gpu * maxtext_flops_per_token(row, model) / 1e12
+    if unit == "s per step":
+        return int(row["global_batch"]) * int(row["seq_len"]) / (tokens_per_s_per_gpu * int(row["gpus"]))
     if unit == "samples/s":  # whole job
         return tokens_per_s_per_gpu * int(row["gpus"]) / int(row["seq_len"])
     raise KeyError(f"{row['id']}: unit {unit!r} has no conversion")
@@ -283,6 +340,8 @@ def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) 
 
 def tokens_per_s_per_gpu(row: dict, model: ModelSpec, published: float) -> float:
     """The inverse of :func:`to_published_unit`."""
+    if row["unit"] == "s per step":  # the one unit inversely proportional to throughput
+        return to_published_unit(row, model, 1.0) / published
     return published / to_published_unit(row, model, 1.0)
 
 
@@ -375,8 +434,6 @@ class NotExpressed:
 
 
 NOT_EXPRESSIBLE_FEATURES = {
-    "moe": "mixture of experts (expert layers, routing): issue 28",
-    "ep": "expert parallelism (all-to-all dispatch and combine): issue 28",
     "cp": "context parallelism / ring attention: issue 28",
     "fp8": "FP8 matmuls (TransformerEngine, torchao float8, MXFP8): issue 28",
     "offload": "optimizer / parameter offload to CPU memory",

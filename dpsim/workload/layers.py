@@ -425,14 +425,15 @@ def moe_ops(tokens: int, hidden: int, *, experts: int, top_k: int, expert_ffn: i
 
 def moe_activation_bytes(tokens: int, hidden: int, *, experts: int, top_k: int, expert_ffn: int,
                          shared_ffn: int) -> float:
-    """Bytes an MoE layer keeps for backward per sample (2 bytes per element, b = 1), counted as
-    a Llama MLP's (:func:`llama_block_activation_bytes`) for each routed copy: its norm
+    """Bytes an MoE layer keeps for backward per sample (2 bytes per element, b = 1): its norm
     (``2sh``), the router's input (``sh``) and fp32 probabilities (``4·s·experts``), the
     permuted tokens the expert GEMMs read (``k·sh``: the dispatch all-to-all's output buffer),
-    per copy the gate and up projections, the activation and the product (``4·k·s·ffn``), the
-    expert outputs the combine weights (``k·sh``: the combine buffer), and the shared experts'
-    ``4·s·shared_ffn``."""
+    per routed copy what Megatron-Core's grouped experts keep, fc1's fused gate and up output
+    (``2·ffn``) and the GLU's output (``ffn``) (``megatron/core/transformer/moe/experts.py``,
+    ``GroupedMLP`` with ``gated_linear_unit``): ``3·k·s·ffn``, the expert outputs the
+    unpermutation weights by the router's probabilities (``k·sh``: the combine buffer), and
+    the shared experts' ``4·s·shared_ffn`` (a Llama MLP's, :func:`llama_block_activation_bytes`)."""
     e = ACTIVATION_ELEMENT_BYTES
     sh = float(tokens) * hidden
-    routed = e * (2.0 * top_k * sh + 4.0 * top_k * tokens * expert_ffn)
+    routed = e * (2.0 * top_k * sh + 3.0 * top_k * tokens * expert_ffn)
     return e * 3 * sh + 4.0 * tokens * experts + routed + e * 4.0 * tokens * shared_ffn
