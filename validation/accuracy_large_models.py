@@ -116,6 +116,8 @@ SYSTEMS = {
         name="Megatron-Core MoE H100", link="infiniband"),
     "256 H100, NVLink 4th generation, InfiniBand 8x50 GB/s (as published)": System(
         name="Megatron-Core MoE H100", link="infiniband"),
+    "32 nodes x 8 H100, NVLink 4th generation, InfiniBand 8x50 GB/s (as published)": System(
+        name="Megatron-Core MoE H100", link="infiniband"),
     "H100 (as published; cluster network not stated)": System(
         name="Megatron-Core MoE H100", link="infiniband",
         assumed="network not stated: 8x 400 Gb/s NDR per node (the ModelZoo README's H100 setup)"),
@@ -226,11 +228,12 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         micro_batch, grad_accum = 1, 1
         assumed.append("micro-batch not published: 1, no accumulation")
     checkpointing = row["activation_checkpointing"]
+    moe = "moe" in row["features"].split(";")
     if checkpointing.startswith("full"):
         full = True
     elif checkpointing.startswith("none"):
         full = False
-    elif checkpointing.startswith("selective") and row["set"] == "moe":
+    elif checkpointing.startswith("selective") and moe:
         full = "selective"
         assumed.append(f"Megatron's {checkpointing} recomputation as --recompute selective (attention core): the "
                        f"listed modules' recomputation is not modelled")
@@ -263,7 +266,7 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
                   recompute=recompute, ep=ep, etp=etp)
         if pp > 1 and row["schedule"]:
             kw.update(schedule=row["schedule"], virtual_stages=int(row["virtual_stages"] or 1))
-        if tp > 1 and row["set"] == "moe":
+        if tp > 1 and moe:
             kw["sequence_parallel"] = True  # Megatron-Core requires it with MoE and tensor parallelism
         if row["moe_routing"].startswith("capacity factor"):
             assumed.append("token dropping at capacity factor 1.0 as dropless balanced routing")
