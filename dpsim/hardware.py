@@ -34,7 +34,7 @@ or skinny shapes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dpsim.errors import ConfigError
 
@@ -59,7 +59,8 @@ class GpuSpec:
     achieved_flops_per_s: dict[str, float]
     """Best achieved matmul rate per rate key (mamf-finder's best shape, or derived), FLOP/s."""
     memory_bytes: float
-    """Device memory capacity in bytes (GB = 1e9 as vendors state it)."""
+    """Device memory capacity in bytes: as the driver reports it where that is published
+    (:data:`DRIVER_MEMORY_MIB`), else the datasheet's GB (1e9)."""
     memory_bandwidth_bytes_per_s: float
     """Peak device-memory bandwidth, bytes/s (the datasheet's)."""
     stream_bandwidth_bytes_per_s: float | None = None
@@ -183,8 +184,25 @@ GPU_PRESETS: dict[str, GpuSpec] = {}
 """Built-in GPUs by key."""
 
 
+DRIVER_MEMORY_MIB = {"h100": 81_559, "h200": 143_771, "a100": 81_920, "a100-40gb": 40_960, "a10": 23_028,
+                     "l40s": 46_068, "l4": 23_034, "t4": 15_360}
+"""Device memory as NVML (``nvidia-smi``) reports it, MiB, where it is published: Modal's table "Why does
+an NVIDIA H100 80GB card offer 85.52 GB?" (thundergolfer.com/blog/nvidia-gpu-memory-capacity). The
+datasheets' "80 GB" of the HBM boards is 80 GiB (H100 81,559 MiB, A100 81,920 MiB: 7 % above 80e9
+bytes); the GDDR boards with ECC report a little less than their GiB (L40S 46,068 MiB of 48).
+What the driver then keeps back (an A100 40GB's deviceQuery: 40,441 of those 40,960 MiB,
+upb-pc2 wiki "NVIDIA A100 40GB with NVLINK") and the CUDA context are
+:data:`dpsim.memory.FRAMEWORK_OVERHEAD_BYTES`'s."""
+_DRIVER_MEMORY_SOURCE = ("memory: {mib:,} MiB as NVML reports it (Modal, thundergolfer.com/blog/"
+                         "nvidia-gpu-memory-capacity), not the datasheet's GB x 1e9")
+
+
 def _register(spec: GpuSpec) -> None:
     assert spec.name not in GPU_PRESETS, spec.name
+    if spec.name in DRIVER_MEMORY_MIB:
+        mib = DRIVER_MEMORY_MIB[spec.name]
+        spec = replace(spec, memory_bytes=float(mib * 2**20),
+                       sources=spec.sources + (_DRIVER_MEMORY_SOURCE.format(mib=mib),))
     assert set(spec.achieved_flops_per_s) <= set(spec.peak_flops_per_s) <= set(MATMUL_DTYPES), spec.name
     assert spec.architecture in ARCHITECTURES, spec.name
     GPU_PRESETS[spec.name] = spec

@@ -53,7 +53,7 @@ The other categories:
   prefetched unit unsharded (``limit_all_gathers``: two units in flight), and the
   unsharded gradients of the unit being reduced (plus the root's, which are reduced
   last; ``BackwardPrefetch.BACKWARD_PRE`` "holds the current set of parameters, next
-  set of parameters, and current set of gradients"); FSDP2 also stages the largest unit's
+  set of parameters, and current set of gradients"; FSDP2's in the parameters' dtype); FSDP2 also stages the largest unit's
   all-gather output and reduce-scatter input in flat buffers beside its per-parameter tensors;
 * **framework overhead**: CUDA context, workspaces, NCCL buffers (an assumption).
 
@@ -100,16 +100,17 @@ from dpsim.strategies.checkpointing import (
     op_saved_bytes_per_sample,
     policy_of,
 )
-from dpsim.strategies.layout import checkpointed_blocks
+from dpsim.strategies.layout import checkpointed_blocks, reshards_after_forward
 from dpsim.strategies.tensor import block_input_bytes, layer_activation_bytes, tp_model
 from dpsim.units import GiB, format_bytes
 from dpsim.workload.precision import Precision, optimizer_state_bytes_per_param
 from dpsim.workload.spec import ModelSpec
 
 FRAMEWORK_OVERHEAD_BYTES = 2 * GiB
-"""CUDA context, cuBLAS workspaces and NCCL buffers. An assumption, not a measurement:
-the CUDA context alone takes several hundred MiB and NCCL allocates per-channel buffers
-(NCCL_BUFFSIZE 4 MiB x channels x peers); calibrate to replace."""
+"""CUDA context, cuBLAS workspaces, NCCL buffers and what the driver keeps back of the memory NVML
+reports (:data:`dpsim.hardware.DRIVER_MEMORY_MIB`: about 0.5 GiB on an A100 40GB). An assumption,
+not a measurement: the CUDA context alone takes several hundred MiB and NCCL allocates per-channel
+buffers (NCCL_BUFFSIZE 4 MiB x channels x peers); calibrate to replace."""
 
 HEADROOM_FRACTION = 0.05
 """Share of device memory left free for the caching allocator's fragmentation."""
@@ -271,7 +272,10 @@ def memory_breakdown(
         largest = max((full[u.name] for u in units if not u.is_root), default=0)
         opt = shard * k
         grads = psi * g if no_sync_full_grads else shard * g
-        grad_work = 0 if no_sync_full_grads else (root + largest) * g
+        # FSDP2's unsharded gradients are in the parameters' dtype (foreach_reduce: ``grad_dtype =
+        # unsharded_grads[0].dtype``); the reduce dtype is only its reduce-scatter input, staged
+        # below and freed after the copy-in (``unsharded_grads.clear()``).
+        grad_work = 0 if no_sync_full_grads else (root + largest) * (w if version == "2" else g)
         # FSDP2 stages every collective through a flat buffer beside the per-parameter tensors
         # (_fsdp_collectives.py): the largest unit's all-gather output until its copy-out
         # (foreach_all_gather_copy_out) and its reduce-scatter input (foreach_reduce's chunk_cat
@@ -519,7 +523,10 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
       ``K`` by the data-parallel replicas (its ``6 + 12/d`` bytes per parameter with bf16
       parameters and fp32 gradients, ``docs/source/api-guide/dist_optimizer.md``); ``fsdp``
       under pipeline parallelism keeps the gathered parameters and the accumulated
-      gradients for the whole step and shards ``K`` the same way.
+      gradients for the whole step and shards ``K`` the same way; without pipeline stages it
+      reshards after each forward (:func:`~dpsim.strategies.layout.reshards_after_forward`):
+      weights and gradients divided by the replicas too, plus the largest unit gathered twice
+      (current and prefetched) and its unsharded gradient.
     - **Activations** per micro-batch in flight (Korthikanti et al. 2022, Sec. 4.2.3: the
       first 1F1B stage holds ``pp`` micro-batches, the interleaved schedule's
       ``pp·(1 + (pp-1)/(pp·v))`` chunk's worth), per layer as
@@ -550,14 +557,32 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         experts = sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
         opt = (-(-(numel - experts) // d) + -(-experts // layout.edp)) * k if layout.strategy in ("zero1", "fsdp") \
             else numel * k
+        weights, grads, buffers = numel * w, numel * g, 0
+        if reshards_after_forward(layout) and d > 1:
+            # Only the shards persist; the current and the prefetched unit are gathered, and the
+            # unit being reduced holds its unsharded gradient (the data-parallel path's working set).
+            largest = max(_unit_numels(tpm, assignment[s]), default=0)
+            weights, grads, buffers = -(-numel // d) * w, -(-numel // d) * g, largest * (2 * w + g)
         breakdown = MemoryBreakdown(
-            weights_bytes=float(numel * w), gradients_bytes=float(numel * g), optimizer_bytes=float(opt),
-            activations_bytes=float(act), comm_buffers_bytes=0.0, overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),
+            weights_bytes=float(weights), gradients_bytes=float(grads), optimizer_bytes=float(opt),
+            activations_bytes=float(act), comm_buffers_bytes=float(buffers),
+            overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),
             capacity_bytes=float(gpu.memory_bytes), strategy=layout.strategy,
             shard_group_size=d if layout.strategy in ("zero1", "fsdp") else 1)
         out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
                                in_flight=tuple(in_flight[s])))
     return tuple(out)
+
+
+def _unit_numels(tpm, chunks) -> list[int]:
+    """Parameters per GPU of each FSDP unit of a stage: a block, or a layer outside the blocks."""
+    units: dict[object, int] = {}
+    for layers in chunks:
+        for i in layers:
+            layer = tpm.layers[i]
+            key = layer.unit if layer.unit is not None else ("layer", i)
+            units[key] = units.get(key, 0) + layer.numel_per_rank
+    return list(units.values())
 
 
 def stage_activation_bytes(tpm, assignment, layout) -> tuple[tuple[tuple[float, ...], float, int], ...]:

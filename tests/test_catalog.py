@@ -333,3 +333,47 @@ def test_tiny_torch_models_train_one_step(family):
     module = torch_model_for(cfg)
     module(example_input(cfg, batch=2)).float().pow(2).mean().backward()
     assert all(p.grad is not None for p in module.parameters())
+
+
+def test_gpt_block_activations_are_what_autograd_saves_on_a_real_bf16_block():
+    """Measured, not counted: an MPT-style block (llm-foundry's MPTBlock as the MosaicML rows run
+    it: low-precision LayerNorm, fused Wqkv, SDPA's fused attention, exact GELU, no dropout) in bf16
+    on CPU, every tensor autograd saves for backward caught with ``saved_tensors_hooks``, each
+    storage once, parameters excluded. The catalog's flash GELU block must keep the same bytes
+    (q, k, v views of one Wqkv output count once; the attention output is the projection's input)."""
+    from torch.nn import functional as F
+
+    h, heads, s, b, dt = 256, 4, 128, 2, torch.bfloat16
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm_1, self.norm_2 = torch.nn.LayerNorm(h, bias=False), torch.nn.LayerNorm(h, bias=False)
+            self.wqkv, self.out_proj = torch.nn.Linear(h, 3 * h, bias=False), torch.nn.Linear(h, h, bias=False)
+            self.up, self.down = torch.nn.Linear(h, 4 * h, bias=False), torch.nn.Linear(4 * h, h, bias=False)
+
+        def forward(self, x):
+            q, k, v = (t.view(b, s, heads, -1).transpose(1, 2) for t in self.wqkv(self.norm_1(x)).split(h, -1))
+            x = x + self.out_proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+                                  .reshape(b, s, h))
+            return x + self.down(F.gelu(self.up(self.norm_2(x))))
+
+    block = Block().to(dt)
+    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in params:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        block(torch.randn(b, s, h, dtype=dt, requires_grad=True))
+    measured = sum(saved.values()) / b
+    cfg = GPT2Config(n_embd=h, n_head=heads, n_layer=1, n_positions=s, vocab_size=64, activation_function="gelu",
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    catalog = sum(layer.activation_bytes_per_sample for layer in build_model(cfg, flash_attention=True).layers
+                  if layer.unit is not None)
+    # The softmax logsumexp and the norms' statistics (a few values per token) are not counted.
+    assert catalog == pytest.approx(measured, rel=0.01)
+    assert catalog == 32 * s * h

@@ -80,6 +80,22 @@ def test_memory_per_rank_is_the_hand_count(version, accumulate, policy):
     assert m.activations_bytes == ACTIVATIONS[(policy.mode, policy.every)]
 
 
+@pytest.mark.parametrize("version", ["1", "2"])
+def test_fsdp2_keeps_unsharded_gradients_in_the_parameters_dtype(version):
+    """bf16 parameters reduced in fp32 (OLMo-core's FSDP2): autograd writes the unit's unsharded
+    gradients in bf16, and only the reduce-scatter input (staged) is fp32 (foreach_reduce:
+    ``grad_dtype = unsharded_grads[0].dtype``, ``torch.empty(..., dtype=reduce_dtype)``)."""
+    precision = get_precision("bf16-fp32-grads")
+    w, g = precision.weight_bytes, precision.grad_bytes
+    assert (w, g) == (2, 4)
+    m = memory_breakdown(tiny(), H100, precision=precision, optimizer="adamw", micro_batch=1, strategy="fsdp",
+                         n_gpus=N, grad_accum=K, fsdp_version=version, fsdp_accumulate="sharded")
+    root, block = ROOT_FULL[version], BLOCK_FULL[version]
+    unsharded_grad = w if version == "2" else g
+    staging = block * (w + g) if version == "2" else 0
+    assert m.comm_buffers_bytes == (root + 2 * block) * w + (root + block) * unsharded_grad + staging
+
+
 def _program(strategy="fsdp", version="1", accumulate="auto", policy=None, grad_accum=K):
     model = tiny()
     compute = compute_profile(model, H100, micro_batch=1, precision=BF16, optimizer="adamw")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dpsim.errors import ConfigError
-from dpsim.hardware import (ARCHITECTURES, GPU_PRESETS, MATMUL_DTYPES, NVIDIA_MEASURED_EFFICIENCY,
+from dpsim.hardware import (ARCHITECTURES, DRIVER_MEMORY_MIB, GPU_PRESETS, MATMUL_DTYPES, NVIDIA_MEASURED_EFFICIENCY,
                             POWER_LIMITED_EFFICIENCY, STREAM_FRACTION, GpuSpec, get_gpu)
 
 REQUIRED = ("p100", "v100", "v100-16gb", "v100-pcie", "v100-pcie-16gb", "t4", "rtx2080ti", "rtx3090", "rtx4090",
@@ -143,8 +143,23 @@ def test_memory_datasheet_numbers():
                 "v100-pcie-16gb": (16e9, 900e9)}
     for name, (capacity, bandwidth) in expected.items():
         gpu = get_gpu(name)
-        assert gpu.memory_bytes == pytest.approx(capacity), name
+        if name in DRIVER_MEMORY_MIB:
+            # The datasheet's "GB" is GiB of memory, of which the driver reports all (HBM) or all
+            # but ECC's share (GDDR): never below 93 % of the GiB, never above them.
+            gib = capacity / 1e9 * 2**30
+            assert gpu.memory_bytes == DRIVER_MEMORY_MIB[name] * 2**20, name
+            assert 0.93 * gib <= gpu.memory_bytes <= gib, name
+        else:
+            assert gpu.memory_bytes == pytest.approx(capacity), name
         assert gpu.memory_bandwidth_bytes_per_s == pytest.approx(bandwidth), name
+
+
+def test_hbm_boards_have_more_than_their_datasheet_gb():
+    """An 80 GB HBM board holds 80 GiB: a fit verdict against 80e9 bytes would lose 7 % of it."""
+    for name in ("h100", "h200", "a100", "a100-40gb"):
+        gpu = get_gpu(name)
+        stated_gb = float(gpu.description.rsplit(" ", 1)[1].removesuffix("GB"))
+        assert gpu.memory_bytes > 1.06 * stated_gb * 1e9, name
 
 
 @pytest.mark.parametrize("name", sorted(GPU_PRESETS))

@@ -320,3 +320,29 @@ def test_the_timeline_shows_each_stage_and_its_bubble():
     # stage 0's shaded bubble is its simulated wait for the other stages
     shaded = sum(x for t in bubble for x, y in zip(t.x, t.y) if y == "stage 0 compute") / 1e3
     assert shaded == pytest.approx(p.layout.stages[0].bubble_s, rel=1e-6)
+
+
+def test_fsdp_without_pipeline_stages_reshards_after_forward():
+    """torchtitan's FSDP2 under tensor parallelism alone (``reshard_after_forward = not pp_enabled``):
+    only the shards persist, and every micro-batch gathers each bucket for its forward and again for
+    its backward and reduce-scatters it once; under pipeline stages the gathered parameters and the
+    accumulated gradients stay for the step."""
+    import math
+
+    from dpsim.strategies.tensor import tp_model
+    base = dict(gpus=64, model="llama-2-13b", link="infiniband", micro_batch=1, global_batch=48,
+                precision="bf16-mixed", steps=1, strategy="fsdp")
+    config = PredictConfig(tp=4, pp=1, **base)  # 16 replicas, 3 micro-batches each
+    flat = predict(config)
+    numel = sum(layer.numel_per_rank for layer in tp_model(load_model(config), 4).layers)
+    w, g = BF16.weight_bytes, BF16.grad_bytes
+    assert flat.memory.weights_bytes == math.ceil(numel / 16) * w
+    assert flat.memory.gradients_bytes == math.ceil(numel / 16) * g
+    assert 0 < flat.memory.comm_buffers_bytes < numel * w / 10  # a block or two, not the model
+    trace = flat.layout.pipeline.trace
+    gathered = sum(1 for e in trace if e.kind == "allgather")
+    reduced = sum(1 for e in trace if e.kind == "reducescatter")
+    assert reduced == 3 * len({e.name.split(" bucket ")[1] for e in trace if e.kind == "reducescatter"})
+    assert gathered == 2 * reduced
+    piped = predict(PredictConfig(tp=4, pp=2, **base))
+    assert piped.memory.weights_bytes > numel / 2 * w * 0.9  # the stage's parameters, gathered for the step

@@ -131,7 +131,8 @@ def test_memory_figure_stacks_every_category():
     assert total == pytest.approx([p7.memory.total_bytes / 1e9, pg.memory.total_bytes / 1e9])
     text = json.dumps(doc["layout"]["annotations"])
     assert "DOES NOT FIT" in text and "fits" in text
-    assert any(s.get("y0") == pytest.approx(80.0) for s in doc["layout"]["shapes"])  # capacity line
+    capacity = p7.memory.capacity_bytes / 1e9  # the default GPU's 80 GiB, 85.9 GB
+    assert any(s.get("y0") == pytest.approx(capacity) for s in doc["layout"]["shapes"])  # capacity line
 
 
 def test_memory_figure_with_mixed_capacities_and_errors():
@@ -139,7 +140,7 @@ def test_memory_figure_with_mixed_capacities_and_errors():
     b = predict(PredictConfig(gpus=8, link="nvlink", model="gpt2", gpu="b200")).memory
     doc = check_figure(plots.memory_figure({"a100": a, "b200": b}))
     caps = next(t for t in doc["data"] if t["name"] == "GPU capacity")
-    assert caps["y"] == pytest.approx([80.0, 180.0])
+    assert caps["y"] == pytest.approx([80 * 2**30 / 1e9, 180.0])  # A100: 81,920 MiB as NVML reports it
     for bad, needle in [([], "no items"), ([("x", 3)], "expected a MemoryBreakdown"), ([("x",)], "pair"),
                         ([("x", a), ("x", b)], "repeat")]:
         with pytest.raises(ConfigError) as exc:

@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT / "validation"))
 
 from accuracy_compute import with_attention_kernel  # noqa: E402
 from dpsim.errors import DpsimError  # noqa: E402
+from dpsim.hardware import GPU_PRESETS  # noqa: E402
 from dpsim.predict.config import PredictConfig  # noqa: E402
 from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
@@ -67,9 +68,9 @@ SYSTEMS_DIR = ROOT / "validation" / "systems"
 BF16_PEAK_FLOPS = {"a100": 312e12, "h100": 989e12, "gb200": 2.5e15}
 """Dense bf16 peaks (A100 and H100 SXM datasheets; GB200: the GB200 NVL72 datasheet's 180 PFLOPS
 dense FP16/BF16 over its 72 GPUs) the common MFU column is quoted against."""
-A100_40GB_BYTES = 40e9
-"""A100 SXM4 40GB datasheet memory: the rows on it are run with the ``a100`` (80 GB) preset, which
-has no 40 GB sibling, and their fit verdict is taken against this capacity instead."""
+A100_40GB_BYTES = GPU_PRESETS["a100-40gb"].memory_bytes
+"""A100 SXM4 40GB memory (the ``a100-40gb`` preset's, as the driver reports it): the rows on it are run
+with the ``a100`` (80 GB) preset and their fit verdict is taken against this capacity instead."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,6 +261,13 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
             kw["fsdp_version"] = "2"
         else:  # dpsim's FSDP2 is data parallelism alone
             assumed.append("FSDP2 with tensor parallelism as the layout path's sharding (no --fsdp-version 2)")
+    if row["framework"].startswith("Composer") and strategy.startswith("fsdp") and tp * pp == 1:
+        # Composer never enters FSDP1's no_sync(): it wraps the model in DDP only without FSDP
+        # (trainer.py: `if not (self.deepspeed_enabled or self.fsdp_enabled) ... prepare_ddp_module`)
+        # and its ddp_sync_context returns at once for a model that is not DDP (dist_strategy.py:
+        # `if not isinstance(state.model, DistributedDataParallel): yield; return`), mosaicml/composer
+        # 0.16, the version the rows' setup.py pins; so every micro-batch is reduce-scattered.
+        kw["fsdp_accumulate"] = "sharded"
     ep, etp = int(row["ep"] or 1), int(row["etp"] or 1)
     if tp * pp * ep > 1:
         kw.update(tp=tp, pp=pp, dp=gpus // (tp * pp), global_batch=micro_batch * grad_accum * (gpus // (tp * pp)),
@@ -269,7 +277,9 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         if tp > 1 and moe:
             kw["sequence_parallel"] = True  # Megatron-Core requires it with MoE and tensor parallelism
         if row["moe_routing"].startswith("capacity factor"):
-            assumed.append("token dropping at capacity factor 1.0 as dropless balanced routing")
+            kw["moe_capacity_factor"] = float(row["moe_routing"].split()[2].rstrip(","))
+            assumed.append("padding every expert's input to its capacity not modelled (balanced routing, "
+                           "overflow dropped)")
     else:
         kw.update(grad_accum=grad_accum, recompute=recompute)
     if compute_efficiency is not None:

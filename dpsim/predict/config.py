@@ -53,6 +53,7 @@ from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
 from dpsim.strategies.registry import BUCKET_CAP_MB, check_fsdp_options, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
+from dpsim.workload.routing import parse_routing
 
 DEFAULT_OVERLAP_SLOWDOWN = 0.1
 """Compute slowdown while a collective runs. NCCL runs one CTA per channel on its own
@@ -81,6 +82,8 @@ Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op
 FsdpUnit = Literal["block", "layer", "model"]
 """``--fsdp-unit``: the keys of :data:`dpsim.strategies.registry.FSDP_UNITS`."""
 Placement = Literal["packed", "interleaved"]
+MoeA2a = Literal["flat", "hierarchical"]
+"""``--moe-a2a``: the keys of :data:`dpsim.collectives.all_to_all.ALL_TO_ALL_ALGORITHMS`."""
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
 Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed", "zb-h1", "dualpipe"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
@@ -301,6 +304,16 @@ class PredictConfig:
     op_rates: bool = False
     """With --calibration: cost the op graph with the profile's measured kernel rates even when it
     timed this model's whole step (which is used otherwise)."""
+    moe_routing: str = "balanced"
+    """How a mixture of experts' router spreads tokens over its experts: balanced, zipf:S (expert i's
+    share proportional to (i + 1)^-S) or histogram:PATH.json (measured per-expert counts); the
+    busiest expert-parallel GPU paces the expert GEMMs and the all-to-all."""
+    moe_capacity_factor: float | None = field(default=None, metadata=_range(0, 1e6, open_below=True))
+    """Expert capacity (GShard, Switch Transformer): an expert takes at most this x its balanced share
+    of the routed tokens, dropping the rest; left out: dropless."""
+    moe_a2a: MoeA2a = "flat"
+    """The MoE dispatch and combine all-to-all: flat (NCCL send/recv to every peer) or hierarchical
+    (DeepEP-style: one NIC transfer per destination server, forwarded over NVLink there)."""
 
     def __post_init__(self) -> None:
         if self.calibration is None:
@@ -375,6 +388,7 @@ class PredictConfig:
                               f"(tp x pp x dp), not {self.gpus}; leave --gpus out or make them agree")
         if self.gpus % shard:
             raise ConfigError(f"--gpus: {self.gpus} is not a multiple of --tp {self.tp} x --pp {self.pp} = {shard}")
+        parse_routing(self.moe_routing)  # a one-line --moe-routing error now, not mid-prediction
         experts = self.ep * self.etp
         if (self.tp * self.data_parallel) % experts:
             raise ConfigError(f"--ep: --ep {self.ep} x --etp {self.etp} = {experts} does not divide --tp {self.tp} x "
@@ -428,8 +442,8 @@ class PredictConfig:
         for name in ("fsdp_version", "fsdp_accumulate"):
             if getattr(self, name) != _fields()[name].default:
                 raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies to data parallelism alone; "
-                                  f"with --tp/--pp the fsdp replicas keep gathered parameters and accumulated "
-                                  f"gradients for the whole step, so leave it out")
+                                  f"with --tp/--pp the fsdp replicas run as torchtitan's FSDP2 (resharded after "
+                                  f"each forward without --pp, kept gathered for the step with it), so leave it out")
         if self.strategy not in LAYOUT_DP_STRATEGIES:
             raise ConfigError(f"--strategy: {self.strategy!r} does not combine with --tp/--pp here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
@@ -587,6 +601,7 @@ def check_value(name: str, value: Any) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
-SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates", "ep", "etp")
+SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates", "ep", "etp",
+                  "moe_routing", "moe_capacity_factor", "moe_a2a")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

@@ -60,6 +60,8 @@ from dpsim.strategies.pipeline import (
 )
 from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
+from dpsim.collectives.all_to_all import uniform_all_to_all_cost
+from dpsim.workload.routing import RankLoad, parse_routing, rank_load
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
 from dpsim.workload.catalog import find_entry
@@ -140,9 +142,28 @@ def check_experts(model: ModelSpec, config: PredictConfig) -> None:
                           f"runs its router and all-to-all on the sequence-parallel shard); add --sequence-parallel")
 
 
-def expert_split(config: PredictConfig) -> ExpertSplit:
-    """How one rank holds and runs the routed experts (balanced routing)."""
-    return ExpertSplit(ep=config.ep, etp=config.etp)
+ROUTING_STEPS = 64
+"""Steps of routing sampled for the busiest rank's load (:func:`~dpsim.workload.routing.rank_load`)."""
+
+
+def expert_load(config: PredictConfig, model: ModelSpec) -> RankLoad | None:
+    """How ``--moe-routing`` (and ``--moe-capacity-factor``) load the busiest of the ``ep`` GPUs:
+    each routes its ``micro_batch x seq / tp`` tokens (the sequence-parallel shard) per
+    micro-batch (``None`` for a dense model)."""
+    moe = model.moe
+    if moe is None:
+        return None
+    tokens = config.micro_batch * (model.tokens_per_sample or 0) // config.tp
+    return rank_load(parse_routing(config.moe_routing), experts=moe.experts, ep=config.ep, tokens_per_rank=tokens,
+                     top_k=moe.top_k, capacity_factor=config.moe_capacity_factor, steps=ROUTING_STEPS)
+
+
+def expert_split(config: PredictConfig, model: ModelSpec | None = None) -> ExpertSplit:
+    """How one rank holds and runs the routed experts: its share of them and, for ``model``, the
+    busiest rank's rows over the balanced mean (the routing's factor, less what capacity drops)."""
+    load = expert_load(config, model) if model is not None else None
+    factor = load.mean_busiest_factor * (1.0 - load.dropped_fraction) if load is not None else 1.0
+    return ExpertSplit(ep=config.ep, etp=config.etp, load=factor)
 
 
 def model_source(config: PredictConfig) -> str:
@@ -234,6 +255,11 @@ class LayoutReport:
     """Tied word embedding's gradient all-reduced between the first and last stage (per GPU)."""
     pipeline: PipelineResult | None = field(default=None, repr=False)
     """The simulated step."""
+    expert_load: RankLoad | None = None
+    """A mixture of experts' routing: the busiest expert-parallel GPU's load over the mean, per
+    sampled step and on average, and what capacity drops (``None``: dense)."""
+    ep_comm_s: float = 0.0
+    """Stage 0's MoE all-to-all time of the step (every micro-batch, forward and backward)."""
 
     def to_dict(self) -> dict:
         """JSON-able form (see README, "JSON output")."""
@@ -247,7 +273,16 @@ class LayoutReport:
             "tp_comm_s": self.tp_comm_s, "tp_exposed_s": self.tp_exposed_s, "p2p_bytes": self.p2p_bytes,
             "p2p_s": self.p2p_s, "transfers": self.transfers, "embedding_grad_bytes": self.embedding_grad_bytes,
             "stages": [s.to_dict() for s in self.stages],
+            **({"ep": lay.ep, "etp": lay.etp, "edp": lay.edp, "ep_comm_s": self.ep_comm_s,
+                "expert_load_factor": self.expert_load.mean_busiest_factor,
+                "expert_load_p90": _p90(self.expert_load.step_factors),
+                "expert_dropped_fraction": self.expert_load.dropped_fraction} if self.expert_load else {}),
         }
+
+
+def _p90(values) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
 
 
 def _act_bytes(precision) -> int:
@@ -275,7 +310,7 @@ def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: Co
 def layout_memory(config: PredictConfig, model: ModelSpec, gpu, precision) -> tuple[StageMemory, ...]:
     """Memory per GPU of every stage of ``config``'s layout."""
     layout = layout_of(config)
-    return stages_memory(tp_model(model, config.tp, experts=expert_split(config)), layout, gpu, precision,
+    return stages_memory(tp_model(model, config.tp, experts=expert_split(config, model)), layout, gpu, precision,
                          config.optimizer)
 
 
@@ -329,17 +364,20 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     """
     layout = layout_of(config, precision.grad_bytes)
     check_schedule(layout)
-    tpm = tp_model(model, config.tp, sequence_parallel=config.sequence_parallel, experts=expert_split(config))
+    load = expert_load(config, model)
+    experts = expert_split(config, model)
+    tpm = tp_model(model, config.tp, sequence_parallel=config.sequence_parallel, experts=experts)
     cost = collective_cost(collectives)
 
     def tp_cost(op: str, size: float) -> float:
         return cost("tp", op, size)
 
     def ep_cost(bytes_per_rank: float) -> float:
-        # FALLBACK until the all-to-all model lands: an all-to-all in which every rank sends
-        # ``bytes_per_rank`` ((ep - 1) / ep of it to other ranks) moves what an all-gather of
-        # that size moves into each rank; costed as one on the ``ep`` communicator.
-        return cost("ep", "all_gather", bytes_per_rank)
+        # The routed copies (less what capacity drops), the busiest rank's links pacing the exchange.
+        dropped = load.dropped_fraction if load is not None else 0.0
+        return uniform_all_to_all_cost(collectives.communicator("ep"), bytes_per_rank * (1.0 - dropped),
+                                       load_factor=max(1.0, load.mean_busiest_factor if load else 1.0),
+                                       algorithm=config.moe_a2a).time_s
 
     scale, opt_scale = _scales(config, model, gpu, precision, compute)
     shard = shard_compute(tpm, gpu, config, precision)
@@ -390,7 +428,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                                                                 backward_share=_share(s0, "backward_s")),
                           tp_comm_s=tp_comm, tp_exposed_s=tp_exposed,
                           p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
-                          embedding_grad_bytes=emb_bytes, pipeline=result)
+                          embedding_grad_bytes=emb_bytes, pipeline=result, expert_load=load,
+                          ep_comm_s=sum(l.ep_comm_s for c in s0 for l in c.layers) * m_total)
     st0 = result.stages[0]
     fwd0 = st0.by_kind_s.get("forward", 0.0)
     bwd0 = st0.by_kind_s.get("backward", 0.0) + st0.by_kind_s.get("recompute", 0.0)

@@ -56,9 +56,20 @@ LAYOUT_STRATEGIES: dict[str, str] = {
     "zero1": "Megatron's distributed optimizer (ZeRO-1): gradients reduce-scattered, optimizer state "
              "sharded, updated parameters all-gathered",
     "fsdp": "parameters, gradients and optimizer state sharded across the replicas of each shard; "
-            "parameters gathered once per step and kept across micro-batches (FSDP2 under pipeline parallelism)",
+            "with pipeline stages parameters gathered once per step and kept across micro-batches, without "
+            "them resharded after each forward and gradients reduce-scattered every micro-batch (FSDP2 as "
+            "torchtitan wraps it)",
 }
 """Data-parallel strategies a tensor/pipeline layout runs over its replicas."""
+
+
+def reshards_after_forward(layout: "Layout") -> bool:
+    """Whether the layout's FSDP frees the gathered parameters after each forward: torchtitan's
+    ``apply_fsdp`` (models/llama3/infra/parallelize.py) sets ``reshard_after_forward = not
+    pp_enabled`` by default, so FSDP2 under tensor parallelism alone gathers every unit again for
+    backward and keeps only its shard (and, FSDP2's default, only the gradient shard) between them,
+    while under pipeline stages it keeps the gathered parameters for the step."""
+    return layout.strategy == "fsdp" and layout.pp == 1
 
 
 @dataclass(frozen=True, kw_only=True)

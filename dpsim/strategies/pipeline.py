@@ -96,7 +96,7 @@ from dataclasses import dataclass, replace
 from dpsim.engine.pipeline import PipelineProgram, StageOp, StageProgram, Transfer
 from dpsim.engine.program import CommOp
 from dpsim.errors import ConfigError
-from dpsim.strategies.layout import ChunkWork, Layout
+from dpsim.strategies.layout import ChunkWork, Layout, reshards_after_forward
 
 Slot = tuple[str, int, int]
 """``("F" | "B" | "W", chunk, micro_batch)`` (``W``: a zero-bubble schedule's weight gradient)."""
@@ -673,8 +673,45 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         gather_before: dict[tuple[int, int], int] = {}  # (chunk, layer) -> the all-gather it waits for
         launches_after_layer: dict[tuple[int, int], list[int]] = {}  # (chunk, layer) -> buckets
         end_ops: list[int] = []  # launched after the stage's last backward
+        # FSDP without pipeline stages reshards after every forward (torchtitan's apply_fsdp:
+        # ``reshard_after_forward = not pp_enabled``): each micro-batch gathers every bucket for its
+        # forward and again for its backward, and reduce-scatters its gradients (FSDP2's default).
+        # A micro-batch's backward gathers, then the next micro-batch's forward gathers, are
+        # launched when its forward starts, so that the stream holds them in the order they are used.
+        reshard = dp.dp > 1 and reshards_after_forward(layout)
+        gather_fwd: dict[tuple[int, int, int], int] = {}  # (chunk, micro-batch, layer) -> all-gather
+        gather_bwd: dict[tuple[int, int, int], int] = {}
+        launch_at_forward: dict[tuple[int, int], list[int]] = {}  # (chunk, micro-batch) -> gathers
+        rs_after: dict[tuple[int, int, int], list[int]] = {}  # (chunk, micro-batch, layer) -> reduce-scatters
+        if reshard:
+            for c in range(v):
+                # Every parameter, experts too: the experts' edp groups are not split out here.
+                buckets = _buckets(chunks[s][c], dp.bucket_elements, _all_numel)
+                for j in range(m):
+                    forward_gathers, backward_gathers = [], []
+                    for x in range(len(buckets) - 1, -1, -1):
+                        _, numel, members = buckets[x]
+                        op = new_comm(f"all-gather parameters chunk {c} micro-batch {j + 1} bucket {x} (forward)",
+                                      "all_gather", numel * dp.weight_bytes, "allgather", "dp", (s,))
+                        forward_gathers.append(op)
+                        gather_fwd.update({(c, j, i): op for i in members})
+                    for x, (first_layer, numel, members) in enumerate(buckets):
+                        op = new_comm(f"all-gather parameters chunk {c} micro-batch {j + 1} bucket {x} (backward)",
+                                      "all_gather", numel * dp.weight_bytes, "allgather", "dp", (s,))
+                        backward_gathers.append(op)
+                        gather_bwd.update({(c, j, i): op for i in members})
+                        rs = new_comm(f"reduce-scatter chunk {c} micro-batch {j + 1} bucket {x}", "reduce_scatter",
+                                      numel * dp.grad_bytes, "reducescatter", "dp", (s,))
+                        # Without overlap every bucket waits for the micro-batch's whole backward.
+                        rs_after.setdefault((c, j, first_layer if overlap else buckets[-1][0]), []).append(rs)
+                        dp_ops.append(rs)
+                    if j == 0:
+                        at_start.extend(forward_gathers)
+                    else:
+                        launch_at_forward.setdefault((c, j - 1), []).extend(forward_gathers)
+                    launch_at_forward[c, j] = backward_gathers + launch_at_forward.get((c, j), [])
         # Dense parameters over dp, a mixture of experts' routed experts over edp.
-        groups = [(group, size, numel, label) for group, size, numel, label in (
+        groups = [] if reshard else [(group, size, numel, label) for group, size, numel, label in (
             ("dp", dp.dp, _dense_numel, ""), ("edp", dp.edp, _expert_numel, "experts "))
             if size > 1 and any(numel(w) for stage in chunks for c in stage for w in c.layers)]
         for group, _, numel_of, label0 in groups:
@@ -758,6 +795,18 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 if blocking_p2p:
                     needs, sends = tuple(pending), ()
                     pending.clear()
+                if reshard:
+                    for k, lw in enumerate(work.layers):
+                        first, last = k == 0, k == len(work.layers) - 1
+                        gate = gather_fwd.get((c, j, lw.index))
+                        ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1} layer "
+                                                                f"{lw.index}",
+                                           duration_s=lw.forward_s + (extra if first else 0.0),
+                                           needs=needs if first else (), sends=sends if last else (),
+                                           waits=(gate,) if gate is not None else (),
+                                           launches=tuple(launch_at_forward.get((c, j), ())) if first else (),
+                                           micro_batch=j, chunk=c))
+                    continue
                 if j == first_f[c] and any(key[0] == c for key in gather_before):
                     for k, lw in enumerate(work.layers):
                         first, last = k == 0, k == len(work.layers) - 1
@@ -779,9 +828,10 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 if blocking_p2p:
                     needs, sends = tuple(pending), ()
                     pending.clear()
+                gates = tuple(sorted({op for (cc, jj, _), op in gather_bwd.items() if (cc, jj) == (c, j)}))
                 ops.append(StageOp(kind="backward", name=f"input gradient chunk {c} micro-batch {j + 1}",
                                    duration_s=bwd[s][c] - wgrad[s][c] + extra, needs=needs, sends=sends,
-                                   micro_batch=j, chunk=c))
+                                   waits=gates, micro_batch=j, chunk=c))
                 continue
             b_seen += 1
             if kind == "W":
@@ -806,7 +856,19 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
             label = "weight gradient" if kind == "W" else "backward"
             last_of_stage = b_seen == n_b and not deepspeed
             tail: list[int] = list(tail_ops) if last_of_stage else []
-            if j == final_b[c] and any(key[0] == c for key in launches_after_layer):
+            if reshard:
+                layers = list(reversed(work.layers))
+                for k, lw in enumerate(layers):
+                    first, last = k == 0, k == len(layers) - 1
+                    launch = list(rs_after.get((c, j, lw.index), ())) + (tail if last else [])
+                    gate = gather_bwd.get((c, j, lw.index)) if kind == "B" else None
+                    ops.append(StageOp(kind="backward", name=f"{label} chunk {c} micro-batch {j + 1} layer {lw.index}",
+                                       duration_s=(lw.weight_grad_s if split else lw.backward_s)
+                                       + (extra if first else 0.0),
+                                       needs=needs if first else (), sends=sends if last else (),
+                                       waits=(gate,) if gate is not None else (),
+                                       launches=tuple(launch), micro_batch=j, chunk=c))
+            elif j == final_b[c] and any(key[0] == c for key in launches_after_layer):
                 # Layer by layer, so that buckets launch as their gradients become ready.
                 layers = list(reversed(work.layers))
                 for k, lw in enumerate(layers):
@@ -853,6 +915,10 @@ def _dense_numel(lw) -> int:
 
 def _expert_numel(lw) -> int:
     return lw.expert_grad_numel
+
+
+def _all_numel(lw) -> int:
+    return lw.grad_numel
 
 
 def _buckets(work: ChunkWork, bucket_elements: int, numel_of=_dense_numel) -> list[tuple[int, int, tuple[int, ...]]]:

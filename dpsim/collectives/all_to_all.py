@@ -1,0 +1,357 @@
+"""All-to-all (MoE token dispatch and combine) on a communicator's real fabric.
+
+Rank ``i`` sends ``traffic_bytes[i, j]`` to rank ``j``; the diagonal stays on the GPU. Two
+ways to run it:
+
+- ``flat``: NCCL's all-to-all, a group of ``ncclSend``/``ncclRecv`` to every peer (NCCL user
+  guide, "Point-to-point communication: All-to-all"): every pair is a flow on the cluster's
+  network (NVLink/PCIe inside a server, NICs across).
+- ``hierarchical``: what MoE libraries run across servers. DeepEP's normal (high-throughput)
+  kernels send each token once over RDMA to the GPU of the same local rank in the target server
+  and forward it there over NVLink to the GPU holding the expert (deepseek-ai/DeepEP README,
+  "asymmetric-domain bandwidth forwarding, such as forwarding data from NVLink domain to RDMA
+  domain"; Megatron-LM's ``flex`` token dispatcher runs DeepEP). So a GPU sends one NIC message
+  per destination server, on its own rail, carrying what every GPU of that server receives
+  from it, and the NVLink links carry the forwarded bytes too. Inside one server (or one
+  NVLink domain) it is the flat one.
+
+**Bandwidth.** Flows are routed on the network model the other collectives use (the
+communicator's :class:`~dpsim.network.tiers.TierNetwork`, through
+:class:`~dpsim.collectives.nccl.NcclCollectives`), whose link capacities already carry the
+achieved fractions of line rate NCCL reaches (``gpu_link_efficiency``, ``nic_efficiency`` of
+the topology presets, each cited there). A pattern of flows finishes no earlier than its
+busiest link drains, and with equal flows max-min sharing reaches exactly that (the flows of
+the first saturated link are the last to finish); with an imbalanced matrix the busiest link
+(the busiest rank's NIC, or an uplink) paces it, not the average. The transfer is therefore
+``max over links of bytes / capacity``, NIC links slowed by the fabric's per-message overhead
+(:meth:`~dpsim.collectives.fabric_facts.FabricFacts.nic_scale`) at NCCL's p2p chunk size.
+The communicator's topology already holds its share of the servers' NICs
+(:func:`~dpsim.collectives.groups.layout_communicators`); ``--degrade`` and ``--jobs`` are not
+applied here. Uniform traffic is counted by symmetry (:meth:`~dpsim.network.model.NetworkModel.symmetric_loads`:
+independent of the number of servers) and memoised per communicator.
+
+**Latency.** NCCL's ring/Simple ``baseLat`` and hop latencies scaled to the topology
+(:meth:`~dpsim.collectives.nccl_cost.NcclCost.hop_latencies_s`) plus the per-call overhead,
+with peers served :data:`P2P_PEERS_IN_FLIGHT` at a time: flat pays one hop per round of peers
+(intra-server and inter-server peers apart), hierarchical one inter-server hop per round of
+destination *servers* plus the forwarding hop's rounds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from dpsim.collectives.groups import Communicator
+from dpsim.collectives.nccl import NcclCollectives
+from dpsim.collectives.nccl_tuning import PROTOCOLS
+from dpsim.errors import ConfigError
+from dpsim.network.model import CrossingFlows, ServerFlows
+from dpsim.units import US, KiB
+
+ALL_TO_ALL_ALGORITHMS: dict[str, str] = {
+    "flat": "NCCL send/recv to every peer: intra-server pairs over NVLink/PCIe, the others over the NICs",
+    "hierarchical": "DeepEP-style: one NIC transfer per destination server on the sender's rail, "
+                    "forwarded over NVLink inside the target server",
+}
+"""The all-to-all algorithms and what each runs."""
+
+P2P_NET_CHUNK_BYTES = 128 * KiB
+"""NCCL's p2p chunk over the network, ``NCCL_P2P_NET_CHUNKSIZE`` default 131072 (NCCL user guide,
+Environment Variables): the message size the NIC's per-message overhead is charged on."""
+
+P2P_PEERS_IN_FLIGHT = 4
+"""Peers one rank's send/recv kernel serves at once: NCCL's p2p channels over its channels per
+peer, 8 p2p channels and 2 per peer on an 8-GPU H20 server (NVIDIA/nccl#1189, NCCL INFO
+"8 p2p channels, 2 p2p channels per peer"; ``NCCL_NCHANNELS_PER_NET_PEER`` "is typically 2",
+NVIDIA/nccl#1424). An all-to-all over N peers pays ``ceil(N / 4)`` rounds of hop latency."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllToAllCost:
+    """What one all-to-all costs on a communicator."""
+
+    time_s: float
+    """Until the last rank has received everything, seconds."""
+    busiest_send_bytes: float
+    """Bytes the busiest rank sends to other ranks (its diagonal excluded)."""
+    busiest_recv_bytes: float
+    """Bytes the busiest rank receives from other ranks."""
+    bottleneck: str
+    """The link class that limits the transfer (``infiniband``, ``nvlink``, ``leaf-spine``...),
+    ``latency`` when the latency terms exceed the transfer, ``none`` without traffic."""
+    algorithm: str
+    """``flat`` or ``hierarchical`` (:data:`ALL_TO_ALL_ALGORITHMS`)."""
+    latency_s: float = 0.0
+    """Its size-independent part (call overhead, base and hop latencies)."""
+    transfer_s: float = 0.0
+    """Its bandwidth part: the busiest link's bytes over its capacity."""
+
+
+# ---------------------------------------------------------------------------- validation
+def check_algorithm(algorithm: str) -> str:
+    """``algorithm`` if it is an all-to-all algorithm, else a one-line ConfigError."""
+    if algorithm not in ALL_TO_ALL_ALGORITHMS:
+        raise ConfigError(f"algorithm: {algorithm!r} is not an all-to-all algorithm; "
+                          f"choose one of {', '.join(ALL_TO_ALL_ALGORITHMS)}")
+    return algorithm
+
+
+def _check_traffic(comm: Communicator, traffic_bytes) -> np.ndarray:
+    n = comm.topology.n_gpus
+    try:
+        t = np.asarray(traffic_bytes, dtype=float)
+    except (TypeError, ValueError):
+        raise ConfigError("traffic_bytes: is not a matrix of numbers; give an N x N array of bytes") from None
+    if t.ndim != 2 or t.shape[0] != t.shape[1]:
+        raise ConfigError(f"traffic_bytes: shape {t.shape} is not square; give an N x N array of bytes")
+    if t.shape[0] != n:
+        raise ConfigError(f"traffic_bytes: {t.shape[0]} x {t.shape[0]} does not match the communicator's "
+                          f"{n} ranks; give a {n} x {n} array")
+    if not np.isfinite(t).all() or (t < 0).any():
+        raise ConfigError("traffic_bytes: has negative, NaN or infinite entries; bytes must be finite and >= 0")
+    return t
+
+
+def _check_positive(name: str, value, low: float) -> float:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= low):
+        raise ConfigError(f"{name}: {value!r} is not valid; expected a finite number >= {low:g}")
+    return float(value)
+
+
+# ---------------------------------------------------------------------------- the fabric
+class _Fabric:
+    """One communicator's network, NCCL facts and latencies (memoised per topology)."""
+
+    def __init__(self, topology):
+        self.topology = topology
+        self.nccl = NcclCollectives(topology)
+        self.network = self.nccl.network
+        self.facts = self.nccl.facts
+        self.n_ranks = topology.n_gpus
+        self.gpn = topology.gpus_per_node
+        self.n_nodes = topology.n_nodes
+        self.stride = self.network.gpus_per_server
+        rank = np.arange(self.n_ranks)
+        self.node_of = rank // self.gpn
+        self.endpoint = self.node_of * self.stride + rank % self.gpn
+        intra, inter = self.nccl.costs.hop_latencies_s("ring", "Simple")
+        self.intra_hop_s, self.inter_hop_s = intra, inter
+        self.base_s = (self.facts.base_latency_us("ring", PROTOCOLS.index("Simple")) * US
+                       + self.nccl.costs.call_overhead_s)
+        self._uniform: dict[str, list[tuple[str, float, float, bool]] | None] = {}
+
+    @cached_property
+    def nic_mask(self) -> np.ndarray:
+        """NIC <-> switch links (what the per-message overhead slows), over the network's links."""
+        mask = np.zeros(self.network.n_links, dtype=bool)
+        mask[self.network.nic_links()] = True
+        return mask
+
+    def nic_scale(self, message_bytes: float) -> float:
+        if self.n_nodes == 1 or message_bytes <= 0:
+            return 1.0
+        return self.facts.nic_scale(min(P2P_NET_CHUNK_BYTES, message_bytes))
+
+    def hierarchical_here(self, algorithm: str) -> bool:
+        """Whether the hierarchical path differs from the flat one: several servers joined by NICs."""
+        return algorithm == "hierarchical" and self.topology.crosses_nics
+
+    def latency_s(self, algorithm: str, intra_peers: int, inter_peers: int, inter_servers: int) -> float:
+        """Base latency and per-call overhead plus a hop per round of peers."""
+        rounds = lambda k: math.ceil(k / P2P_PEERS_IN_FLIGHT)  # noqa: E731
+        if self.hierarchical_here(algorithm):
+            return self.base_s + rounds(inter_servers) * self.inter_hop_s + rounds(self.gpn - 1) * self.intra_hop_s
+        return self.base_s + rounds(intra_peers) * self.intra_hop_s + rounds(inter_peers) * self.inter_hop_s
+
+    # ------------------------------------------------------------------ uniform, by symmetry
+    def uniform_loads(self, algorithm: str) -> list[tuple[str, float, float, bool]] | None:
+        """Per link family, ``(class, busiest link's bytes per byte of one pair, capacity, NIC)``
+        when every pair of ranks exchanges the same bytes (``None``: no symmetric form)."""
+        if algorithm in self._uniform:
+            return self._uniform[algorithm]
+        fams = self.network.families()
+        out = None
+        if fams is not None:
+            g, n = self.gpn, self.n_nodes
+            loc = np.arange(g)
+            si, di = np.meshgrid(loc, loc, indexing="ij")
+            off = si != di
+            hier = self.hierarchical_here(algorithm)
+            # Hierarchical: every intra-server pair also forwards what the n - 1 other servers sent.
+            server = ServerFlows(src=si[off], dst=di[off], weight=np.full(int(off.sum()), float(n if hier else 1)))
+            crossing = ()
+            if n > 1:
+                a, b = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+                edges = a != b
+                if hier:
+                    lanes = CrossingFlows(src_server=a[edges], dst_server=b[edges], src_local=loc, dst_local=loc,
+                                          weight=float(g))
+                else:
+                    lanes = CrossingFlows(src_server=a[edges], dst_server=b[edges], src_local=si.ravel(),
+                                          dst_local=di.ravel(), weight=1.0)
+                crossing = (lanes,)
+            loads = self.network.symmetric_loads(server=server if g > 1 else None, crossing=crossing)
+            if loads is not None:
+                classes = self.network.link_classes
+                out = [(classes[fams[k].link_class], f.max(), fams[k].capacity_bytes_per_s, fams[k].nic)
+                       for k, f in loads.families.items() if f.max() > 0]
+        self._uniform[algorithm] = out
+        return out
+
+    # ------------------------------------------------------------------ any matrix, flow by flow
+    def link_bytes(self, traffic: np.ndarray, algorithm: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(bytes, NIC-time bytes)`` on every link of the network: what each link carries, and
+        the same with each flow's bytes stretched by the NIC's per-message overhead (used on NIC
+        links only)."""
+        n = self.n_ranks
+        src, dst = np.nonzero(traffic * (1 - np.eye(n)))
+        size = traffic[src, dst]
+        hops_s, hops_d, hops_b, hops_msg = [], [], [], []
+        if self.hierarchical_here(algorithm):
+            local = self.node_of[src] == self.node_of[dst]
+            # Intra-server pairs go direct.
+            hops_s.append(src[local]), hops_d.append(dst[local]), hops_b.append(size[local])
+            hops_msg.append(size[local])
+            far = ~local
+            g = self.gpn
+            rail = self.node_of[dst[far]] * g + src[far] % g   # same local rank, target server
+            # One NIC message per (sender, target server), carrying all that server's share.
+            key = src[far] * n + rail
+            uniq, inv = np.unique(key, return_inverse=True)
+            agg = np.bincount(inv, weights=size[far])
+            hops_s.append(uniq // n), hops_d.append(uniq % n), hops_b.append(agg), hops_msg.append(agg)
+            fwd = rail != dst[far]
+            hops_s.append(rail[fwd]), hops_d.append(dst[far][fwd]), hops_b.append(size[far][fwd])
+            hops_msg.append(size[far][fwd])
+        else:
+            hops_s, hops_d, hops_b, hops_msg = [src], [dst], [size], [size]
+        s, d = np.concatenate(hops_s), np.concatenate(hops_d)
+        b, m = np.concatenate(hops_b), np.concatenate(hops_msg)
+        if not len(s):
+            z = np.zeros(self.network.n_links)
+            return z, z
+        loads = self.network.loads(self.endpoint[s], self.endpoint[d])
+        # A message size per flow; expected traffic has few distinct ones, so scale each size once.
+        sizes, which = np.unique(m, return_inverse=True)
+        scale = np.array([self.nic_scale(float(x)) for x in sizes])[np.asarray(which).ravel()]
+        return loads.link_bytes(b), loads.link_bytes(b / scale)
+
+
+_FABRICS: OrderedDict = OrderedDict()
+_FABRICS_MAX = 64
+
+
+def _fabric(comm: Communicator) -> _Fabric:
+    key = comm.topology
+    fab = _FABRICS.get(key)
+    if fab is None:
+        fab = _FABRICS[key] = _Fabric(key)
+        while len(_FABRICS) > _FABRICS_MAX:
+            _FABRICS.popitem(last=False)
+    else:
+        _FABRICS.move_to_end(key)
+    return fab
+
+
+def _peers(fab: _Fabric, traffic: np.ndarray) -> tuple[int, int, int]:
+    """Most intra-server peers, inter-server peers and distinct other servers any rank sends to
+    or receives from."""
+    sent = traffic > 0
+    np.fill_diagonal(sent, False)
+    same = fab.node_of[:, None] == fab.node_of[None, :]
+    both = np.concatenate([sent, sent.T])
+    intra = int((both & np.concatenate([same, same])).sum(axis=1).max(initial=0))
+    far = both & ~np.concatenate([same, same])
+    inter = int(far.sum(axis=1).max(initial=0))
+    servers = 0
+    if inter:
+        nodes = np.zeros((2 * fab.n_ranks, fab.n_nodes), dtype=bool)
+        rows, cols = np.nonzero(far)
+        nodes[rows, fab.node_of[cols]] = True
+        servers = int(nodes.sum(axis=1).max())
+    return intra, inter, servers
+
+
+def _result(fab: _Fabric, algorithm: str, transfer_s: float, link_class: str, latency_s: float,
+            send: float, recv: float) -> AllToAllCost:
+    if send <= 0 and recv <= 0:
+        return AllToAllCost(time_s=0.0, busiest_send_bytes=0.0, busiest_recv_bytes=0.0, bottleneck="none",
+                            algorithm=algorithm)
+    bottleneck = link_class if transfer_s >= latency_s else "latency"
+    return AllToAllCost(time_s=latency_s + transfer_s, busiest_send_bytes=send, busiest_recv_bytes=recv,
+                        bottleneck=bottleneck, algorithm=algorithm, latency_s=latency_s, transfer_s=transfer_s)
+
+
+def all_to_all_cost(comm: Communicator, traffic_bytes: np.ndarray, *, algorithm: str = "flat") -> AllToAllCost:
+    """The cost of one all-to-all on ``comm`` where rank ``i`` sends ``traffic_bytes[i, j]`` to
+    rank ``j`` (the diagonal stays local); every flow routed on the communicator's network."""
+    check_algorithm(algorithm)
+    traffic = _check_traffic(comm, traffic_bytes)
+    fab = _fabric(comm)
+    off = traffic * (1 - np.eye(fab.n_ranks))
+    send, recv = float(off.sum(axis=1).max(initial=0.0)), float(off.sum(axis=0).max(initial=0.0))
+    if send <= 0:
+        return _result(fab, algorithm, 0.0, "none", 0.0, 0.0, 0.0)
+    carried, nic_time = fab.link_bytes(traffic, algorithm)
+    net = fab.network
+    cap = net.capacity_bytes_per_s
+    nic = fab.nic_mask
+    busy = np.where(nic, nic_time, carried) / cap
+    worst = int(np.argmax(busy))
+    latency = fab.latency_s(algorithm, *_peers(fab, traffic))
+    return _result(fab, algorithm, float(busy[worst]), net.link_classes[int(net.link_class_id[worst])],
+                   latency, send, recv)
+
+
+def uniform_all_to_all_cost(comm: Communicator, bytes_per_rank: float, *, load_factor: float = 1.0,
+                            algorithm: str = "flat") -> AllToAllCost:
+    """The cost of an all-to-all where every rank sends ``bytes_per_rank`` spread evenly over all
+    ranks (itself included: that share stays local), the busiest rank ``load_factor`` times that
+    (routing imbalance: its links then pace the exchange). Equal to :func:`all_to_all_cost` of
+    the uniform matrix at ``load_factor`` 1; counted by symmetry and memoised per communicator."""
+    check_algorithm(algorithm)
+    size = _check_positive("bytes_per_rank", bytes_per_rank, 0.0)
+    factor = _check_positive("load_factor", load_factor, 1.0)
+    fab = _fabric(comm)
+    n = fab.n_ranks
+    if n == 1 or size == 0:
+        return _result(fab, algorithm, 0.0, "none", 0.0, 0.0, 0.0)
+    pair = size / n * factor
+    moved = pair * (n - 1)
+    families = fab.uniform_loads(algorithm)
+    if families is None:
+        cost = all_to_all_cost(comm, np.full((n, n), pair), algorithm=algorithm)
+        return cost
+    msg = pair * (fab.gpn if fab.hierarchical_here(algorithm) else 1)
+    scale = fab.nic_scale(msg)
+    transfer, cls = 0.0, "none"
+    for link_class, load, cap, is_nic in families:
+        t = load * pair / (cap * (scale if is_nic else 1.0))
+        if t > transfer:
+            transfer, cls = t, link_class
+    inter_peers = n - fab.gpn
+    latency = fab.latency_s(algorithm, fab.gpn - 1, inter_peers, fab.n_nodes - 1)
+    return _result(fab, algorithm, transfer, cls, latency, moved, moved)
+
+
+def all_to_all_link_bytes(comm: Communicator, traffic_bytes: np.ndarray, *,
+                          algorithm: str = "flat") -> tuple[object, np.ndarray]:
+    """``(network, bytes)``: what every link of ``comm``'s network carries in one all-to-all
+    (dense over :attr:`~dpsim.network.model.NetworkModel.n_links`; for reports and tests)."""
+    check_algorithm(algorithm)
+    traffic = _check_traffic(comm, traffic_bytes)
+    fab = _fabric(comm)
+    return fab.network, fab.link_bytes(traffic, algorithm)[0]
+
+
+def all_to_all_busbw(n_ranks: int, bytes_per_rank: float, time_s: float) -> float:
+    """nccl-tests' bus bandwidth of an all-to-all: ``algbw x (N - 1) / N``, algbw = S / T with S the
+    bytes each rank sends (NVIDIA/nccl-tests#130: "1/n of the data is local")."""
+    if time_s <= 0:
+        return math.inf
+    return bytes_per_rank / time_s * (n_ranks - 1) / n_ranks

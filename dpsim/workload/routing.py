@@ -1,0 +1,234 @@
+"""Mixture-of-experts routing: how a router's choices load the expert-parallel ranks.
+
+Each token picks ``top_k`` distinct experts, drawn without replacement in proportion to the
+experts' shares (:func:`expert_shares`: balanced, Zipf(s) over the expert index, or a measured
+histogram). Zipf ranks experts by index, so its most popular experts share the first rank: the
+worst contiguous placement (a measured histogram gives a real one). Experts sit contiguously on the ``ep`` ranks of the expert-parallel group,
+``experts / ep`` each, so a rank's load is the (token, expert) pairs routed to its experts: the
+busiest rank paces the expert GEMMs and its all-to-all (:func:`rank_load`), and the pairs each
+rank sends to each other rank form the dispatch's traffic (:func:`traffic_matrix`; the combine
+sends the same bytes back).
+
+**Top-k without replacement.** Drawing in proportion to shares and without replacement is an
+exponential race (Plackett-Luce): expert ``e`` draws a clock ``X_e ~ Exp(p_e)`` and the token
+takes the ``k`` first. An expert is picked when its clock beats the k-th arrival; over many
+experts that time concentrates on a constant ``t``, so the chance a token includes ``e`` is
+``pi_e = 1 - exp(-p_e t)`` with ``t`` such that the ``pi_e`` sum to ``k`` (exact for ``k = 1``
+where ``pi = p``, and for equal shares, ``pi = k / E``; ``tests/test_routing.py`` checks it
+against direct per-token draws).
+
+**Per-step variation.** A step routes ``ep x tokens_per_rank`` tokens; its (token, expert) pairs
+are a multinomial draw of ``tokens x top_k`` over ``pi / k``, so the busiest rank's excess
+shrinks as the tokens grow (one vectorised draw for all steps, deterministic for a seed).
+
+**Capacity factor.** GShard's and Switch Transformer's expert capacity: an expert takes at most
+``capacity_factor x tokens x top_k / experts`` (token, expert) pairs in a step and drops the rest
+(Lepikhin et al., "GShard", arXiv:2006.16668, sec. 2.2 "expert capacity"; Fedus et al., "Switch
+Transformers", arXiv:2101.03961, sec. 2.2: "expert capacity = (tokens per batch / number of
+experts) x capacity factor", k pairs per token for top-k). ``None``: dropless.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from dpsim.errors import ConfigError
+
+ROUTING_KINDS: dict[str, str] = {
+    "balanced": "every expert gets the same share of tokens (an ideal load-balanced router)",
+    "zipf": "zipf:S - expert i (0-based) gets a share proportional to (i + 1)^-S; S = 0 is balanced",
+    "histogram": "histogram:PATH.json - a measured JSON list of per-expert token counts or shares",
+}
+"""The routing kinds ``--moe-routing`` takes, and what each means."""
+
+_FLAG = "--moe-routing"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Routing:
+    """How a router spreads tokens over experts."""
+
+    kind: str
+    """``balanced``, ``zipf`` or ``histogram`` (:data:`ROUTING_KINDS`)."""
+    zipf_s: float = 0.0
+    """Zipf exponent S of ``zipf`` (expert i's share proportional to (i + 1)^-S)."""
+    shares: tuple[float, ...] = ()
+    """``histogram``: the token share of each expert, normalised to sum to 1."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankLoad:
+    """How unevenly routing loads the expert-parallel ranks."""
+
+    mean_busiest_factor: float
+    """Mean over steps of the busiest EP rank's routed (token, expert) pairs over the mean rank's
+    (>= 1): what the expert compute and the all-to-all are slowed by."""
+    step_factors: tuple[float, ...]
+    """That factor in each sampled step (for the variability engine)."""
+    dropped_fraction: float
+    """Fraction of (token, expert) pairs dropped by the capacity factor (0 when dropless)."""
+
+
+def _routing_error(text: str, why: str) -> ConfigError:
+    return ConfigError(f"{_FLAG}: {text!r} {why}; expected balanced, zipf:S (S >= 0) or histogram:PATH.json")
+
+
+def parse_routing(text: str) -> Routing:
+    """The routing ``text`` names: ``balanced``, ``zipf:S`` or ``histogram:PATH.json``."""
+    if not isinstance(text, str):
+        raise _routing_error(str(text), "is not text")
+    kind, _, arg = text.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind == "balanced" and not arg:
+        return Routing(kind="balanced")
+    if kind == "zipf":
+        try:
+            s = float(arg)
+        except ValueError:
+            raise _routing_error(text, "has no number after zipf:") from None
+        if not math.isfinite(s) or s < 0:
+            raise _routing_error(text, "has a Zipf exponent that is not a finite number >= 0")
+        return Routing(kind="zipf", zipf_s=s)
+    if kind == "histogram" and arg:
+        return Routing(kind="histogram", shares=_read_histogram(text, Path(arg)))
+    raise _routing_error(text, "is not a routing")
+
+
+def _read_histogram(text: str, path: Path) -> tuple[float, ...]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise _routing_error(text, f"cannot be read ({e.strerror or e})") from None
+    except ValueError:
+        raise _routing_error(text, "is not valid JSON") from None
+    return _normalise(text, data)
+
+
+def _normalise(text: str, data) -> tuple[float, ...]:
+    if not isinstance(data, list) or not data or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in data):
+        raise _routing_error(text, "must hold a non-empty JSON list of per-expert counts or shares")
+    arr = np.asarray(data, dtype=float)
+    if not np.isfinite(arr).all() or (arr < 0).any() or arr.sum() <= 0:
+        raise _routing_error(text, "has negative, non-finite or all-zero per-expert counts")
+    return tuple(float(x) for x in arr / arr.sum())
+
+
+def _check_int(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ConfigError(f"{name}: {value!r} is not valid; expected an integer >= {low}")
+    return int(value)
+
+
+def expert_shares(routing: Routing, experts: int) -> np.ndarray:
+    """The share of tokens each of ``experts`` experts would get (sums to 1)."""
+    experts = _check_int("experts", experts, 1)
+    if routing.kind == "balanced":
+        return np.full(experts, 1.0 / experts)
+    if routing.kind == "zipf":
+        w = np.arange(1, experts + 1, dtype=float) ** -routing.zipf_s
+        return w / w.sum()
+    if routing.kind == "histogram":
+        if len(routing.shares) != experts:
+            raise ConfigError(f"{_FLAG}: the histogram has {len(routing.shares)} experts but the model has "
+                              f"{experts}; give one count per expert")
+        w = np.asarray(routing.shares, dtype=float)
+        return w / w.sum()
+    raise ConfigError(f"{_FLAG}: kind {routing.kind!r} is not known; choose one of {', '.join(ROUTING_KINDS)}")
+
+
+@lru_cache(maxsize=256)
+def _inclusion_cached(shares: tuple[float, ...], top_k: int) -> np.ndarray:
+    p = np.asarray(shares, dtype=float)
+    live = p > 0
+    if top_k == 1:
+        return p.copy()
+    if top_k >= int(live.sum()):
+        return live.astype(float)
+    if np.allclose(p[live], p[live][0], rtol=0, atol=1e-15):
+        return np.where(live, top_k / live.sum(), 0.0)
+    # The exponential race's k-th arrival t: sum(1 - exp(-p t)) = k, increasing in t (bisection
+    # on a bracket that doubles until it holds k).
+    lo, hi = 0.0, float(top_k) / p[live].max()
+    while (1 - np.exp(-p * hi)).sum() < top_k:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if (1 - np.exp(-p * mid)).sum() < top_k:
+            lo = mid
+        else:
+            hi = mid
+    pi = 1 - np.exp(-p * 0.5 * (lo + hi))
+    return pi * (top_k / pi.sum())
+
+
+def inclusion_probabilities(shares: np.ndarray, top_k: int) -> np.ndarray:
+    """The chance a token's ``top_k`` experts include each expert (sums to ``top_k``; see the module
+    docstring)."""
+    return _inclusion_cached(tuple(float(x) for x in shares), int(top_k)).copy()
+
+
+def _check_moe(experts: int, ep: int, top_k: int, tokens_per_rank: int, capacity_factor: float | None,
+               shares: np.ndarray) -> None:
+    _check_int("ep", ep, 1)
+    _check_int("tokens_per_rank", tokens_per_rank, 0)
+    _check_int("top_k", top_k, 1)
+    if experts % ep:
+        raise ConfigError(f"--ep: {ep} does not divide the {experts} experts; choose an ep that divides them")
+    if top_k > int((shares > 0).sum()):
+        raise ConfigError(f"top_k: {top_k} is more than the {int((shares > 0).sum())} experts that get tokens; "
+                          f"expected at most that many")
+    if capacity_factor is not None and not (isinstance(capacity_factor, (int, float))
+                                            and math.isfinite(capacity_factor) and capacity_factor > 0):
+        raise ConfigError(f"capacity_factor: {capacity_factor!r} is not valid; expected a number > 0 or none (dropless)")
+
+
+def rank_load(routing: Routing, *, experts: int, ep: int, tokens_per_rank: int, top_k: int,
+              capacity_factor: float | None = None, steps: int = 64, seed: int = 0) -> RankLoad:
+    """How the busiest of ``ep`` ranks is loaded when each of them routes ``tokens_per_rank``
+    tokens to ``top_k`` of ``experts`` experts per step (``steps`` steps sampled with ``seed``)."""
+    shares = expert_shares(routing, experts)
+    _check_moe(experts, ep, top_k, tokens_per_rank, capacity_factor, shares)
+    steps = _check_int("steps", steps, 1)
+    pairs = tokens_per_rank * ep * top_k
+    if pairs == 0:
+        return RankLoad(mean_busiest_factor=1.0, step_factors=(1.0,) * steps, dropped_fraction=0.0)
+    pi = inclusion_probabilities(shares, top_k)
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(pairs, pi / top_k, size=steps).astype(float)  # steps x experts
+    dropped = 0.0
+    if capacity_factor is not None:
+        cap = math.floor(capacity_factor * pairs / experts)
+        kept = np.minimum(counts, cap)
+        dropped = float((counts - kept).sum() / (pairs * steps))
+        counts = kept
+    per_rank = counts.reshape(steps, ep, experts // ep).sum(axis=2)
+    mean = per_rank.mean(axis=1)
+    factors = np.where(mean > 0, per_rank.max(axis=1) / np.where(mean > 0, mean, 1.0), 1.0)
+    return RankLoad(mean_busiest_factor=float(factors.mean()), step_factors=tuple(float(f) for f in factors),
+                    dropped_fraction=dropped)
+
+
+def traffic_matrix(routing: Routing, *, experts: int, ep: int, tokens_per_rank: int, top_k: int,
+                   bytes_per_token: float, capacity_factor: float | None = None) -> np.ndarray:
+    """Expected bytes each of ``ep`` ranks sends each other in one dispatch: rank ``i``'s tokens
+    go to rank ``j`` in proportion to the chance they include one of ``j``'s experts (the diagonal
+    stays local); with a capacity factor an expert's expected overflow is dropped."""
+    shares = expert_shares(routing, experts)
+    _check_moe(experts, ep, top_k, tokens_per_rank, capacity_factor, shares)
+    if not (isinstance(bytes_per_token, (int, float)) and math.isfinite(bytes_per_token) and bytes_per_token >= 0):
+        raise ConfigError(f"bytes_per_token: {bytes_per_token!r} is not valid; expected a finite number >= 0")
+    pi = inclusion_probabilities(shares, top_k)
+    expected = pi * tokens_per_rank * ep  # pairs per expert from the whole group
+    if capacity_factor is not None:
+        cap = capacity_factor * tokens_per_rank * ep * top_k / experts
+        keep = np.where(expected > 0, np.minimum(expected, cap) / np.where(expected > 0, expected, 1.0), 0.0)
+        pi = pi * keep
+    to_rank = pi.reshape(ep, experts // ep).sum(axis=1) * tokens_per_rank * float(bytes_per_token)
+    return np.tile(to_rank, (ep, 1))

@@ -1,0 +1,232 @@
+"""All-to-all on the fabric (dpsim.collectives.all_to_all): invariants and nccl-tests' convention."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from dpsim.collectives.all_to_all import (
+    ALL_TO_ALL_ALGORITHMS,
+    all_to_all_busbw,
+    all_to_all_cost,
+    all_to_all_link_bytes,
+    uniform_all_to_all_cost,
+)
+from dpsim.collectives.groups import Communicator, LayoutShape, layout_communicators
+from dpsim.errors import ConfigError
+from dpsim.topology.cluster import Topology
+from dpsim.topology.load import load_preset
+from dpsim.units import MB
+
+ALGS = tuple(ALL_TO_ALL_ALGORITHMS)
+
+
+def comm(preset: str, n: int) -> Communicator:
+    t = Topology(spec=load_preset(preset), n_gpus=n)
+    return Communicator(name="ep", topology=t, job=t)
+
+
+def random_traffic(n: int, seed: int = 0, scale: float = 4 * MB) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = rng.gamma(0.7, scale, size=(n, n))
+    t[rng.random((n, n)) < 0.1] = 0.0
+    return t
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_bytes_leaving_each_server_are_its_off_server_traffic(algorithm):
+    c = comm("infiniband", 32)
+    t = random_traffic(32, seed=1)
+    net, carried = all_to_all_link_bytes(c, t, algorithm=algorithm)
+    fam = net.families()
+    gpn, servers = 8, 4
+    node = np.arange(32) // gpn
+    for name, sign in (("nic_leaf", 1), ("leaf_nic", -1)):
+        f = fam[name]
+        per_server = carried[f.offset:f.offset + f.units * f.lanes].reshape(f.units, f.lanes).sum(axis=1)
+        for s in range(servers):
+            rows, cols = (node == s, node != s) if sign == 1 else (node != s, node == s)
+            np.testing.assert_allclose(per_server[s], t[np.ix_(rows, cols)].sum(), rtol=1e-12)
+
+
+def test_busiest_bytes_are_row_and_column_sums():
+    c = comm("infiniband", 16)
+    t = random_traffic(16, seed=2)
+    off = t * (1 - np.eye(16))
+    r = all_to_all_cost(c, t)
+    assert r.busiest_send_bytes == pytest.approx(off.sum(axis=1).max())
+    assert r.busiest_recv_bytes == pytest.approx(off.sum(axis=0).max())
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+@pytest.mark.parametrize("seed", [0, 3])
+def test_time_at_least_nic_share_and_latency(algorithm, seed):
+    """No rank finishes before its off-server bytes have crossed its NIC (one NDR NIC per GPU on
+    this preset), nor before the latency floor (NCCL's base latency, the call overhead, a hop)."""
+    c = comm("infiniband", 32)
+    t = random_traffic(32, seed=seed)
+    node = np.arange(32) // 8
+    off_server = np.where(node[:, None] != node[None, :], t, 0.0)
+    net, _ = all_to_all_link_bytes(c, t)
+    nic = net.families()["nic_leaf"].capacity_bytes_per_s
+    r = all_to_all_cost(c, t, algorithm=algorithm)
+    assert r.time_s >= max(off_server.sum(axis=1).max(), off_server.sum(axis=0).max()) / nic * (1 - 1e-12)
+    floor = uniform_all_to_all_cost(c, 1.0, algorithm=algorithm).latency_s
+    assert r.latency_s >= floor * (1 - 1e-12) and r.time_s >= r.latency_s
+
+
+def test_imbalance_is_paced_by_the_busiest_rank():
+    c = comm("infiniband", 16)
+    base = np.full((16, 16), 1 * MB)
+    hot = base.copy()
+    hot[:, 3] *= 4  # every rank sends four times as much to rank 3 (a hot expert)
+    avg = np.full((16, 16), hot.mean())
+    assert all_to_all_cost(c, hot).time_s > 1.5 * all_to_all_cost(c, avg).time_s
+
+
+@pytest.mark.parametrize("preset, n", [("infiniband", 8), ("infiniband", 32), ("ethernet", 16), ("nvlink", 32),
+                                       ("aws-p5", 16), ("pcie", 8), ("dgx-a100", 24)])
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_uniform_is_the_uniform_matrix(preset, n, algorithm):
+    """The symmetric count of uniform traffic equals routing every flow of the uniform matrix."""
+    c = comm(preset, n)
+    for size in (64e3, 256 * MB):
+        u = uniform_all_to_all_cost(c, size, algorithm=algorithm)
+        m = all_to_all_cost(c, np.full((n, n), size / n), algorithm=algorithm)
+        assert u.time_s == pytest.approx(m.time_s, rel=1e-9)
+        assert u.busiest_send_bytes == pytest.approx(m.busiest_send_bytes, rel=1e-9)
+        assert (u.bottleneck, u.algorithm) == (m.bottleneck, m.algorithm)
+
+
+def test_nic_message_overhead_slows_small_messages():
+    """A NIC that spends g per message (LogGP's gap, ``nic_message_overhead_us``) loses bandwidth on
+    small per-pair messages; the hierarchical all-to-all's messages are 8x larger, so it loses less."""
+    import dataclasses
+
+    spec = load_preset("infiniband")
+    slow = dataclasses.replace(spec, fabric=dataclasses.replace(spec.fabric, nic_message_overhead_s=2e-6))
+    t = Topology(spec=slow, n_gpus=32)
+    c = Communicator(name="ep", topology=t, job=t)
+    plain = comm("infiniband", 32)
+    size = 32 * 16e3  # 16 kB per pair
+    for algorithm in ALGS:
+        u = uniform_all_to_all_cost(c, size, algorithm=algorithm)
+        m = all_to_all_cost(c, np.full((32, 32), size / 32), algorithm=algorithm)
+        assert u.time_s == pytest.approx(m.time_s, rel=1e-9)
+        assert u.transfer_s > uniform_all_to_all_cost(plain, size, algorithm=algorithm).transfer_s
+    flat = uniform_all_to_all_cost(c, size, algorithm="flat").transfer_s
+    hier = uniform_all_to_all_cost(c, size, algorithm="hierarchical").transfer_s
+    assert hier < flat
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_monotone_in_bytes_and_load_factor(algorithm):
+    c = comm("infiniband", 64)
+    times = [uniform_all_to_all_cost(c, b, algorithm=algorithm).time_s for b in np.geomspace(1e3, 1e10, 15)]
+    assert np.all(np.diff(times) > 0)
+    loads = [uniform_all_to_all_cost(c, 64 * MB, load_factor=f, algorithm=algorithm).time_s
+             for f in (1.0, 1.1, 1.5, 3.0)]
+    assert np.all(np.diff(loads) > 0)
+    r = uniform_all_to_all_cost(c, 64 * MB, load_factor=2.0, algorithm=algorithm)
+    assert r.busiest_send_bytes == pytest.approx(2 * 64 * MB * 63 / 64)
+
+
+def test_one_nvlink_server_never_touches_a_nic():
+    c = comm("infiniband", 8)
+    net, carried = all_to_all_link_bytes(c, random_traffic(8))
+    assert carried.sum() > 0
+    assert not carried[net.nic_links()].any()
+    classes = {net.link_classes[k] for k in net.link_class_id[carried > 0]}
+    assert classes == {"nvlink"}
+    for algorithm in ALGS:
+        assert uniform_all_to_all_cost(c, 256 * MB, algorithm=algorithm).bottleneck == "nvlink"
+    # inside one server the hierarchical all-to-all is the flat one
+    hier = uniform_all_to_all_cost(c, 1 * MB, algorithm="hierarchical")
+    assert hier.time_s == uniform_all_to_all_cost(c, 1 * MB, algorithm="flat").time_s
+
+
+def test_hierarchical_beats_flat_for_small_messages_across_many_servers():
+    """With 32 servers a flat all-to-all posts 248 inter-server messages per GPU, served a few peers
+    at a time, each paying the network hop latency; the hierarchical one posts one per destination
+    server (31) on its own rail and forwards over NVLink, so its latency is a fraction of the flat
+    one's while the bytes on the NICs are the same."""
+    c = comm("infiniband", 256)
+    for size in (64e3, 1 * MB, 8 * MB):
+        flat = uniform_all_to_all_cost(c, size, algorithm="flat")
+        hier = uniform_all_to_all_cost(c, size, algorithm="hierarchical")
+        assert hier.time_s < flat.time_s
+    small = uniform_all_to_all_cost(c, 64e3, algorithm="flat")
+    assert small.bottleneck == "latency"
+    assert uniform_all_to_all_cost(c, 64e3, algorithm="hierarchical").time_s < 0.5 * small.time_s
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 16])
+def test_large_busbw_follows_the_nccl_maintainers_formula(nodes):
+    """nccl-tests' alltoall busbw = algbw (N-1)/N; on servers with one NIC per GPU the off-server
+    share (nodes-1)/nodes of the bytes crosses the NICs, so algbw = nodes/(nodes-1) x the NIC's
+    rate per GPU (S. Jeaugey, NVIDIA/nccl-tests#130: "On 2 nodes ... 2x network bandwidth per GPU
+    ... general formula is N/(N-1)x the bandwidth per GPU, N being the number of nodes"). The
+    preset's NDR NIC runs at 48.5 GB/s (NVIDIA/nccl-tests#267: "48-49GB/s per NIC")."""
+    n = 8 * nodes
+    c = comm("infiniband", n)
+    size = 4e9
+    r = uniform_all_to_all_cost(c, size)
+    busbw = all_to_all_busbw(n, size, r.time_s)
+    expected = 48.5e9 * nodes / (nodes - 1) * (n - 1) / n
+    assert busbw == pytest.approx(expected, rel=0.01)
+    assert r.bottleneck == "infiniband"
+
+
+def test_fast_for_a_256_rank_group():
+    """An EP group of 256 ranks over 32 servers: one symmetric count, then memoised."""
+    uniform_all_to_all_cost(comm("aws-p5", 16), 1 * MB)  # numpy's lazily imported parts, once a process
+    c = comm("aws-p5", 256)
+    start = time.perf_counter()
+    uniform_all_to_all_cost(c, 16 * MB)
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    for b in range(100):
+        uniform_all_to_all_cost(c, 1 * MB + b, load_factor=1.3)
+    again = (time.perf_counter() - start) / 100
+    assert first < 0.05 and again < 1e-3
+
+
+def test_layout_group_with_shared_nics():
+    """An EP group laid out as a layout's data-parallel group (one GPU per server sharing its NICs)."""
+    job = Topology(spec=load_preset("infiniband"), n_gpus=64)
+    dp = layout_communicators(job, LayoutShape(tp=8, pp=1, dp=8))["dp"]
+    r = uniform_all_to_all_cost(dp, 64 * MB)
+    m = all_to_all_cost(dp, np.full((8, 8), 8 * MB))
+    assert r.time_s == pytest.approx(m.time_s, rel=1e-9)
+    assert r.bottleneck == "infiniband"
+
+
+@pytest.mark.parametrize("bad, needle", [
+    (np.full((4, 4), -1.0), "negative"), (np.full((4, 4), np.nan), "NaN"), (np.ones((4, 3)), "not square"),
+    (np.ones((8, 8)), "does not match"), (np.ones(4), "not square"), ([["a"]], "not a matrix"),
+])
+def test_bad_traffic_is_one_line(bad, needle):
+    c = comm("infiniband", 4)
+    with pytest.raises(ConfigError) as e:
+        all_to_all_cost(c, bad)
+    assert "traffic_bytes" in str(e.value) and needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_arguments():
+    c = comm("infiniband", 16)
+    with pytest.raises(ConfigError, match="algorithm: 'ring'"):
+        uniform_all_to_all_cost(c, 1.0, algorithm="ring")
+    with pytest.raises(ConfigError, match="load_factor"):
+        uniform_all_to_all_cost(c, 1.0, load_factor=0.5)
+    with pytest.raises(ConfigError, match="bytes_per_rank"):
+        uniform_all_to_all_cost(c, float("nan"))
+
+
+def test_nothing_to_send_costs_nothing():
+    c = comm("infiniband", 16)
+    assert uniform_all_to_all_cost(c, 0.0).time_s == 0.0
+    assert all_to_all_cost(c, np.diag(np.full(16, 1e6))).time_s == 0.0  # only local bytes
+    one = comm("infiniband", 1)
+    assert uniform_all_to_all_cost(one, 1e9).bottleneck == "none"

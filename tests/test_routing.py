@@ -1,0 +1,167 @@
+"""MoE routing (dpsim.workload.routing): shares, the busiest EP rank's load, dispatch traffic."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dpsim.errors import ConfigError
+from dpsim.workload.routing import (
+    ROUTING_KINDS,
+    Routing,
+    expert_shares,
+    inclusion_probabilities,
+    parse_routing,
+    rank_load,
+    traffic_matrix,
+)
+
+MOE = dict(experts=64, ep=8, top_k=4)
+
+
+def test_balanced_factor_tends_to_one_as_tokens_grow():
+    r = parse_routing("balanced")
+    factors = [rank_load(r, tokens_per_rank=t, **MOE).mean_busiest_factor for t in (16, 256, 4096, 65536)]
+    assert all(f >= 1.0 for f in factors)
+    assert factors == sorted(factors, reverse=True)
+    assert factors[0] > 1.1 and factors[-1] < 1.01
+
+
+def test_step_variation_shrinks_with_tokens():
+    r = parse_routing("zipf:0.5")
+    spread = [np.std(rank_load(r, tokens_per_rank=t, **MOE).step_factors) for t in (64, 4096)]
+    assert spread[1] < spread[0] / 4
+
+
+def test_zipf_zero_is_balanced():
+    a = rank_load(parse_routing("zipf:0"), tokens_per_rank=512, **MOE)
+    b = rank_load(parse_routing("balanced"), tokens_per_rank=512, **MOE)
+    assert a == b
+    assert np.array_equal(expert_shares(Routing(kind="zipf"), 64), expert_shares(Routing(kind="balanced"), 64))
+
+
+def test_larger_zipf_exponent_larger_factor():
+    factors = [rank_load(parse_routing(f"zipf:{s}"), tokens_per_rank=2048, **MOE).mean_busiest_factor
+               for s in (0.0, 0.3, 0.6, 0.9, 1.2, 1.5)]
+    assert np.all(np.diff(factors) > 0), factors
+
+
+@pytest.mark.parametrize("text", ["balanced", "zipf:0.7", "zipf:2"])
+def test_shares_sum_to_one(text):
+    s = expert_shares(parse_routing(text), 256)
+    assert s.shape == (256,) and abs(s.sum() - 1) < 1e-12 and (s > 0).all()
+
+
+def test_histogram_round_trips(tmp_path):
+    counts = [5, 0, 3, 2, 10, 1, 7, 2]
+    path = tmp_path / "hist.json"
+    path.write_text(json.dumps(counts))
+    r = parse_routing(f"histogram:{path}")
+    assert r.kind == "histogram"
+    np.testing.assert_allclose(expert_shares(r, 8), np.array(counts) / sum(counts))
+    # shares given as shares read the same
+    path.write_text(json.dumps(list(np.array(counts) / sum(counts))))
+    np.testing.assert_allclose(expert_shares(parse_routing(f"histogram:{path}"), 8), np.array(counts) / sum(counts))
+    with pytest.raises(ConfigError, match="histogram has 8 experts but the model has 16"):
+        expert_shares(r, 16)
+
+
+def test_inclusion_matches_direct_top_k_draws():
+    """The exponential-race inclusion probabilities against tokens drawn one by one (Gumbel top-k,
+    i.e. sampling without replacement in proportion to the shares): the busiest rank within 3 %."""
+    rng = np.random.default_rng(7)
+    for s, experts, k, ep in [(0.5, 64, 4, 8), (1.2, 64, 8, 8), (0.8, 16, 2, 4)]:
+        p = expert_shares(Routing(kind="zipf", zipf_s=s), experts)
+        pi = inclusion_probabilities(p, k)
+        assert abs(pi.sum() - k) < 1e-9 and (pi <= 1).all()
+        n = 50_000
+        keys = np.log(p)[None, :] - np.log(-np.log(rng.random((n, experts))))
+        top = np.argpartition(-keys, k - 1, axis=1)[:, :k]
+        direct = np.bincount(top.ravel(), minlength=experts) / n
+        a, b = pi.reshape(ep, -1).sum(1), direct.reshape(ep, -1).sum(1)
+        assert abs(a.max() / a.mean() - b.max() / b.mean()) / (b.max() / b.mean()) < 0.03
+
+
+def test_top_one_inclusion_is_the_share():
+    p = expert_shares(parse_routing("zipf:1.1"), 32)
+    np.testing.assert_allclose(inclusion_probabilities(p, 1), p)
+
+
+def test_traffic_conserves_bytes():
+    tokens, bpt = 1000, 7168 * 2
+    for text in ("balanced", "zipf:0.9"):
+        t = traffic_matrix(parse_routing(text), tokens_per_rank=tokens, bytes_per_token=bpt, **MOE)
+        assert t.shape == (8, 8)
+        np.testing.assert_allclose(t.sum(axis=1), tokens * MOE["top_k"] * bpt)
+        # the diagonal: the pairs whose expert is on the sending rank
+        pi = inclusion_probabilities(expert_shares(parse_routing(text), 64), 4)
+        np.testing.assert_allclose(np.diag(t), pi.reshape(8, -1).sum(1) * tokens * bpt)
+    t = traffic_matrix(parse_routing("balanced"), tokens_per_rank=tokens, bytes_per_token=bpt, **MOE)
+    np.testing.assert_allclose(t, tokens * 4 * bpt / 8)
+
+
+def test_capacity_factor_drops():
+    balanced = rank_load(parse_routing("balanced"), tokens_per_rank=65536, capacity_factor=1.25, **MOE)
+    assert balanced.dropped_fraction == 0.0
+    assert rank_load(parse_routing("balanced"), tokens_per_rank=65536, **MOE).dropped_fraction == 0.0
+    skewed = rank_load(parse_routing("zipf:1.0"), tokens_per_rank=4096, capacity_factor=1.25, **MOE)
+    dropless = rank_load(parse_routing("zipf:1.0"), tokens_per_rank=4096, **MOE)
+    assert 0 < skewed.dropped_fraction < 1
+    assert 1.0 <= skewed.mean_busiest_factor < dropless.mean_busiest_factor
+    t = traffic_matrix(parse_routing("zipf:1.0"), tokens_per_rank=4096, bytes_per_token=1.0,
+                       capacity_factor=1.25, **MOE)
+    assert t.sum(axis=1)[0] < 4096 * 4
+
+
+def test_seeds_reproduce():
+    r = parse_routing("zipf:0.6")
+    a = rank_load(r, tokens_per_rank=300, seed=5, **MOE)
+    assert a == rank_load(r, tokens_per_rank=300, seed=5, **MOE)
+    assert a != rank_load(r, tokens_per_rank=300, seed=6, **MOE)
+    assert len(a.step_factors) == 64
+
+
+def test_fast_at_scale():
+    import time
+    r = parse_routing("zipf:0.8")
+    start = time.perf_counter()
+    rank_load(r, experts=256, ep=64, tokens_per_rank=1024, top_k=8, steps=64, seed=1)
+    assert time.perf_counter() - start < 0.2
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("uniform", "is not a routing"), ("zipf:", "no number"), ("zipf:-1", "finite number >= 0"),
+    ("zipf:nan", "finite number >= 0"), ("histogram:/nonexistent/h.json", "cannot be read"),
+    ("balanced:2", "is not a routing"),
+])
+def test_bad_routing_is_one_line(text, needle):
+    with pytest.raises(ConfigError) as e:
+        parse_routing(text)
+    msg = str(e.value)
+    assert "\n" not in msg and "--moe-routing" in msg and needle in msg and repr(text) in msg
+
+
+@pytest.mark.parametrize("content", ["{}", "[]", "[1, -2]", "[0, 0]", "not json", '["a"]'])
+def test_bad_histogram_file(tmp_path, content):
+    path = tmp_path / "h.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match="--moe-routing"):
+        parse_routing(f"histogram:{path}")
+
+
+def test_bad_layout_arguments():
+    r = parse_routing("balanced")
+    with pytest.raises(ConfigError, match="--ep: 3 does not divide the 64 experts"):
+        rank_load(r, experts=64, ep=3, tokens_per_rank=10, top_k=2)
+    with pytest.raises(ConfigError, match="top_k"):
+        rank_load(r, experts=8, ep=2, tokens_per_rank=10, top_k=9)
+    with pytest.raises(ConfigError, match="capacity_factor"):
+        rank_load(r, experts=8, ep=2, tokens_per_rank=10, top_k=2, capacity_factor=0)
+    with pytest.raises(ConfigError, match="bytes_per_token"):
+        traffic_matrix(r, experts=8, ep=2, tokens_per_rank=10, top_k=2, bytes_per_token=-1)
+
+
+def test_kinds_documented():
+    assert set(ROUTING_KINDS) == {"balanced", "zipf", "histogram"}
