@@ -167,3 +167,53 @@ def test_bad_expert_layouts_are_refused_in_one_line(kw, needle):
     with pytest.raises(ConfigError, match=needle) as err:
         predict(_mixtral(**kw))
     assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------ routing and the all-to-all
+
+
+def test_skewed_routing_slows_the_step_through_the_busiest_rank():
+    balanced = predict(_mixtral())
+    skewed = predict(_mixtral(moe_routing="zipf:1"))
+    assert skewed.layout.expert_load.mean_busiest_factor > 1.5 > balanced.layout.expert_load.mean_busiest_factor
+    assert skewed.step_time_s > balanced.step_time_s
+    assert skewed.layout.ep_comm_s > balanced.layout.ep_comm_s
+
+
+def test_all_to_all_time_is_four_per_moe_layer_and_micro_batch():
+    from dpsim.collectives.all_to_all import uniform_all_to_all_cost
+    from dpsim.predict.layout import expert_load
+    config = _mixtral()
+    p = predict(config)
+    load = expert_load(config, load_model(config))
+    from dpsim.collectives.groups import LayoutShape, layout_communicators
+    from dpsim.predict.run import resolve_topology
+    ep = layout_communicators(resolve_topology(config), LayoutShape(tp=1, pp=4, dp=16, ep=8))["ep"]
+    # top-2 copies of 4096 tokens of 4096 bf16 values per micro-batch
+    one = uniform_all_to_all_cost(ep, 2 * 4096 * 4096 * 2, load_factor=load.mean_busiest_factor).time_s
+    stage0_moe_layers = 8
+    assert p.layout.ep_comm_s == pytest.approx(4 * one * stage0_moe_layers * config.micro_batches, rel=1e-9)
+
+
+def test_capacity_factor_drops_tokens_and_caps_the_busiest_rank():
+    dropless = predict(_mixtral(moe_routing="zipf:1"))
+    capped = predict(_mixtral(moe_routing="zipf:1", moe_capacity_factor=1.0))
+    assert capped.layout.expert_load.dropped_fraction > 0.1
+    assert dropless.layout.expert_load.dropped_fraction == 0
+    assert capped.step_time_s < dropless.step_time_s
+
+
+def test_hierarchical_all_to_all_differs_only_across_servers():
+    inside = [predict(_mixtral(moe_a2a=a)).layout.ep_comm_s for a in ("flat", "hierarchical")]
+    assert inside[0] == inside[1]  # ep 8 fits one 8-GPU server
+    across = [predict(_mixtral(model="qwen3-30b-a3b", gpus=128, ep=16, global_batch=128, moe_a2a=a)).layout.ep_comm_s
+              for a in ("flat", "hierarchical")]
+    assert across[0] != across[1]
+
+
+def test_routing_flags_are_refused_in_one_line():
+    with pytest.raises(ConfigError, match="--moe-routing") as err:
+        _mixtral(moe_routing="zipf:-1")
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="--moe-capacity-factor"):
+        _mixtral(moe_capacity_factor=0.0)
