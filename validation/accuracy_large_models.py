@@ -236,9 +236,9 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     elif checkpointing.startswith("none"):
         full = False
     elif checkpointing.startswith("selective") and moe:
-        full = "selective"
-        assumed.append(f"Megatron's {checkpointing} recomputation as --recompute selective (attention core): the "
-                       f"listed modules' recomputation is not modelled")
+        full = "op"
+        assumed.append(f"Megatron's {checkpointing} recomputation (--recompute-modules of element-wise work) as "
+                       f"--recompute op: matmul and attention outputs kept, the rest recomputed")
     elif checkpointing.startswith("selective"):
         full = "op"
         assumed.append("selective remat (minimal_flash) as --recompute op: matmul and attention outputs kept, "
