@@ -209,8 +209,24 @@ def _register(spec: GpuSpec) -> None:
 
 
 def _scaled(peaks: dict[str, float], efficiency: float) -> dict[str, float]:
-    """Achieved rates derived as peak x one efficiency (fp8 left out: it is never derived)."""
+    """Achieved rates derived as peak x one efficiency (fp8 left out: :func:`_fp8_achieved` derives it)."""
     return {k: v * efficiency for k, v in peaks.items() if k != "float8"}
+
+
+FP8_OVER_BF16_EFFICIENCY = (1402.6 / 1979.0) / (794.5 / 989.0)
+"""How much less of its peak an FP8 GEMM reaches than a bf16 one on the same GPU: 0.883 on the
+H100 SXM (hardware.csv H018 fp8 1402.6 of 1979, H015 bf16 794.5 of 989; mamf-finder's best
+shapes). Measured elsewhere: H200 0.919 (H019 1453.4 of 1979, bf16 790.29 of 989), B200 0.983 and
+GB200 0.992 (MAMF table fp8 / bf16 rows). GPUs with an FP8 peak and no FP8 measurement (H100 PCIe
+and NVL, GH200, H20, L4, L40S, RTX 4090) take the H100 SXM's, the lowest: an assumption."""
+
+
+def _fp8_achieved(peaks: dict[str, float], achieved: dict[str, float]) -> dict[str, float]:
+    """``{"float8": rate}`` derived from the GPU's own achieved bf16 rate where it has an FP8 peak
+    and no FP8 measurement: bf16 achieved x FP8/bf16 peak x :data:`FP8_OVER_BF16_EFFICIENCY`."""
+    if "float8" not in peaks or "float8" in achieved:
+        return {}
+    return {"float8": achieved["bfloat16"] * peaks["float8"] / peaks["bfloat16"] * FP8_OVER_BF16_EFFICIENCY}
 
 
 def _derived_gpu(*, name: str, description: str, architecture: str, peaks_tflops: dict[str, float],
@@ -225,6 +241,7 @@ def _derived_gpu(*, name: str, description: str, architecture: str, peaks_tflops
     peaks = {k: v * TFLOPS for k, v in peaks_tflops.items()}
     measured = {k: v * TFLOPS for k, v in (measured_tflops or {}).items()}
     achieved = {**_scaled(peaks, efficiency), **measured}
+    achieved.update(_fp8_achieved(peaks, achieved))
     derived = sorted(set(achieved) - set(measured))
     note = ()
     if derived:
@@ -418,13 +435,18 @@ _register(_derived_gpu(
     name="rtx4090", architecture="ada", description="NVIDIA GeForce RTX 4090 24GB",
     # GeForce Ada: fp16/bf16 tensor math with fp32 accumulation -- what training uses (see rtx3090) --
     # at half the fp16-accumulate rate (330.3); TF32 at the FP32 CUDA-core rate.
-    peaks_tflops={"bfloat16": 165.2, "float16": 165.2, "float32": 82.6, "float32-highest": 82.6},
+    # FP8 with fp32 accumulation (what FP8 training GEMMs run), at half the fp16-accumulate 660.6 too.
+    peaks_tflops={"bfloat16": 165.2, "float16": 165.2, "float32": 82.6, "float32-highest": 82.6,
+                  "float8": 330.3},
     # _TPD: the six 24 GB RTX 4090 rows (48 GB and 4090 D boards left out), medians; TF32 one row.
     measured_tflops={"bfloat16": 165.26, "float16": 166.87, "float32": 85.65, "float32-highest": 54.255},
     memory_gb=24, bandwidth_gb_s=1008, sm_count=128, memory="gddr6-ada",  # GDDR6X on AD102: the L40's AD102 fraction
     sources=("NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090: 128 SMs, 82.6 TFLOPS FP32, 82.6 TF32 "
              "tensor, 165.2 TFLOPS FP16/BF16 tensor with FP32 accumulate (330.3 with FP16 accumulate), dense, "
              "24 GB GDDR6X at 1,008 GB/s (the same figures: lamonoai/gpumap@8d5e174f6f25 nvidia/GPU.md, Ada table)",
+             "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090: peak FP8 tensor 660.6 TFLOPS with FP16 "
+             "accumulate, 330.3 with FP32 accumulate, dense (lamonoai/gpumap@8d5e174f6f25 nvidia/GPU.md, Ada "
+             "table: FP8 661 dense, the FP16-accumulate figure)",
              f"{_TPD}: six RTX 4090 24GB rows (Charming, sd0ric4, HuanLin, a-cold-bird, CharonlYMY, xiaoxi68), "
              "bf16 170.06 / 173.31 / 162.39 / 163.09 / 165.71 / 164.81, fp16 165.08 / 171.06 / 162.35 / 167.80 / "
              "165.94 / 168.38, fp32 (TF32 off) 55.01 / 54.77 / 46.48 / 54.67 / 51.57 / 53.84 TFLOP/s (medians "
@@ -536,6 +558,7 @@ def _hopper(name: str, description: str, bf16_achieved: float, fp8_achieved: flo
     if fp8_achieved is not None:
         achieved["float8"] = fp8_achieved
     achieved.update(measured or {})
+    achieved.update(_fp8_achieved(peaks, achieved))
     stream = stream_tb_s if stream_tb_s is not None else bandwidth_tb_s * STREAM_FRACTION[memory]
     return GpuSpec(name=name, description=description, architecture="hopper", peak_flops_per_s=dict(peaks),
                    achieved_flops_per_s=achieved, memory_bytes=memory_gb * _GB,

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
@@ -103,6 +103,13 @@ from dpsim.strategies.checkpointing import (
 from dpsim.strategies.layout import checkpointed_blocks, reshards_after_forward
 from dpsim.strategies.tensor import block_input_bytes, layer_activation_bytes, tp_model
 from dpsim.units import GiB, format_bytes
+from dpsim.workload.fp8 import (
+    FP8_BYTES,
+    fp8_weight_numel,
+    gathered_weight_bytes,
+    layers_fp8_weight_numel,
+    saves_fp8_weights,
+)
 from dpsim.workload.precision import Precision, optimizer_state_bytes_per_param
 from dpsim.workload.spec import ModelSpec
 
@@ -198,6 +205,22 @@ def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: b
     return root + sum(kept) + max((f - k for f, k in zip(full, kept)), default=0.0)
 
 
+def fp8_saved_weight_bytes(model: ModelSpec, precision: Precision, policy: CheckpointPolicy, fsdp_unit: str) -> float:
+    """The FP8 weight copies a recipe keeps from forward to backward
+    (:func:`dpsim.workload.fp8.saves_fp8_weights`: TransformerEngine's): one byte per FP8 weight
+    element of every block, or, under checkpointing, of the largest checkpointed block while it
+    is recomputed (the others keep no saved tensors) plus the blocks it leaves alone."""
+    if precision.fp8 is None or not saves_fp8_weights(precision.fp8):
+        return 0.0
+    if not policy.active:
+        return float(sum(fp8_weight_numel(layer) for layer in model.layers) * FP8_BYTES)
+    ckpt = checkpointed([u for u in wrap_units(model, fsdp_unit) if not u.is_root], policy)
+    in_units = {i for u in ckpt for i in u.layers}
+    rest = sum(fp8_weight_numel(layer) for i, layer in enumerate(model.layers) if i not in in_units)
+    largest = max((layers_fp8_weight_numel(model, u.layers) for u in ckpt), default=0)
+    return float((rest + largest) * FP8_BYTES)
+
+
 def _op_kept(layer) -> float:
     # A layer known only by its FLOPs has no ops to recompute: it keeps everything.
     saved = op_saved_bytes_per_sample(layer)
@@ -256,6 +279,7 @@ def memory_breakdown(
     act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
     act = activation_bytes_per_sample(model, activation_checkpointing=activation_checkpointing,
                                       fsdp_unit=fsdp_unit, checkpointing=checkpointing) * micro_batch * act_scale
+    act += fp8_saved_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit)
     if strategy == "ddp":
         weights, grads, opt = psi * w, psi * g, psi * k
         buffers = ddp_comm_buffer_bytes(model, precision.grad_dtype, ddp or DEFAULT_DDP_OPTIONS,
@@ -270,6 +294,11 @@ def memory_breakdown(
         full = {u.name: unit_shard_numel(u.params, group, version) * group for u in units}
         root = sum(full[u.name] for u in units if u.is_root)
         largest = max((full[u.name] for u in units if not u.is_root), default=0)
+        # Gathered parameters, in FP8 for the linears' weights under FSDP2's float8 all-gather.
+        gathered = {u.name: gathered_weight_bytes(full[u.name], layers_fp8_weight_numel(model, u.layers), w,
+                                                  precision.fp8) for u in units}
+        root_gathered = sum(gathered[u.name] for u in units if u.is_root)
+        largest_gathered = max((gathered[u.name] for u in units if not u.is_root), default=0)
         opt = shard * k
         grads = psi * g if no_sync_full_grads else shard * g
         # FSDP2's unsharded gradients are in the parameters' dtype (foreach_reduce: ``grad_dtype =
@@ -280,7 +309,7 @@ def memory_breakdown(
         # (_fsdp_collectives.py): the largest unit's all-gather output until its copy-out
         # (foreach_all_gather_copy_out) and its reduce-scatter input (foreach_reduce's chunk_cat
         # copy-in, in the reduce dtype) until the reduce-scatter is done.
-        staging = largest * (w + g) if version == "2" else 0
+        staging = largest_gathered + largest * g if version == "2" else 0
         if strategy == "fsdp-shard-grad-op":
             # Every unit stays gathered from forward through backward; the persistent shard
             # is the fp32 master (in K) under mixed precision, a separate copy otherwise.
@@ -288,7 +317,7 @@ def memory_breakdown(
             buffers = grad_work + staging
         else:
             weights = shard * w
-            buffers = (root + 2 * largest) * w + grad_work + staging
+            buffers = root_gathered + 2 * largest_gathered + grad_work + staging
     return MemoryBreakdown(
         weights_bytes=float(weights),
         gradients_bytes=float(grads),
@@ -551,7 +580,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         for c, per_mb in enumerate(per_chunk):
             act += in_flight[s][c] * per_mb * mb
         act = (act + working * mb) * act_scale
-        d = layout.dp
+        d = layout.grad_group
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
         experts = sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
@@ -645,3 +674,18 @@ def stage_activation_bytes(tpm, assignment, layout) -> tuple[tuple[tuple[float, 
 def worst_stage(stages: Sequence[StageMemory]) -> StageMemory:
     """The stage with the largest total (the one that decides whether the layout fits)."""
     return max(stages, key=lambda m: (m.breakdown.total_bytes, -m.stage))
+
+
+def offload_memory(m: MemoryBreakdown, offload: str, *, working_weight_bytes: float = 0.0,
+                   working_grad_bytes: float = 0.0) -> MemoryBreakdown:
+    """``m`` with what ``--offload`` (:mod:`dpsim.strategies.offload`) moves to the host taken off the
+    GPU: the optimizer state and the gradient shard (``working_grad_bytes`` stay: the unit being
+    reduced, where ``m`` does not count it among its buffers); with ``params+optimizer`` the parameter
+    shard, ``working_weight_bytes`` staying (the gathered units, where ``m`` does not count them among
+    its buffers)."""
+    if offload == "off":
+        return m
+    out = replace(m, optimizer_bytes=0.0, gradients_bytes=float(working_grad_bytes))
+    if offload == "params+optimizer":
+        out = replace(out, weights_bytes=float(working_weight_bytes))
+    return out

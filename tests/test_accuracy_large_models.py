@@ -54,7 +54,7 @@ def test_the_common_flop_count_reproduces_llm_foundrys_published_mfu():
             continue
         model = alm.model_of(r)
         tokens = alm.tokens_per_s_per_gpu(r, model, float(r["value"]))
-        mfu = tokens * alm.common_flops_per_token(r, model) / alm.BF16_PEAK_FLOPS[r["gpu"]]
+        mfu = tokens * alm.common_flops_per_token(r, model) / alm.published_mfu_peak_flops(r)
         assert 100 * mfu == pytest.approx(float(m.group(1)), abs=0.3), r["id"]
         checked += 1
     assert checked >= 20

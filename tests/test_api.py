@@ -166,7 +166,15 @@ def api_plan(argv: list[str]) -> dict:
                   schedules=tuple(_one(other, "--schedules", "1f1b,1f1b-interleaved").split(",")),
                   tokens=None if tokens is None else parse_count(tokens, "--tokens"),
                   top=int(_one(other, "--top", 10)), verify=int(_one(other, "--verify", 3)),
-                  grad_accum_fusion=grad_accum_fusion)
+                  grad_accum_fusion=grad_accum_fusion, rank_by=_one(other, "--rank", "time"))
+    if kwargs["rank_by"] == "goodput":
+        from dpsim.plan.layout_goodput import FailureInputs
+        from dpsim.plan.reliability import FailureRates, parse_long_duration_s
+
+        mtbf = _one(other, "--mtbf-gpu")
+        kwargs["failures"] = FailureInputs(
+            rates=FailureRates() if mtbf is None else FailureRates(gpu_mtbf_s=parse_long_duration_s(mtbf, "x")),
+            replace_s=parse_long_duration_s(_one(other, "--replace", "0s"), "x"))
     assert not other, f"flags the test does not map: {other}"
     out = dpsim.plan(dpsim.PredictConfig(**fields, micro_batch=1), **kwargs).to_dict()
     return {k: v for k, v in out.items() if k not in VOLATILE_KEYS["plan"]}

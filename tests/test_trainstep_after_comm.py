@@ -44,7 +44,9 @@ def test_the_extra_time_is_paired_against_the_back_to_back_step(process_group, m
     r = measure_step_after_comm(step, comm_bytes=1 << 20, min_iters=4, max_iters=6, budget_s=10.0)
     assert 4 <= r["iterations"] <= 6 and r["comm_bytes"] == 1 << 20
     assert r["wait_s"] > 0 and r["back_to_back_step_s"] > 0
-    assert r["extra_s"] >= 0.019 and r["after_comm_step_s"] >= r["back_to_back_step_s"] + 0.019
+    # extra_s pairs each after-comm step with its neighbour: the 20 ms survives a busy machine, while
+    # the two medians taken apart can each drift by a few ms (seen at load 8: 16 ms apart)
+    assert r["extra_s"] >= 0.019
     assert r["back_to_back_step_s"] < r["after_comm_step_s"]
     # one rank on this machine: whether ranks share its cores is recorded, and here they do not
     assert r["cores"]["ranks_per_machine"] == 1 and r["cores"]["threads_per_rank"] == torch.get_num_threads()

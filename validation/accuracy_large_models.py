@@ -31,7 +31,7 @@ A system is the organisation's cluster (:func:`system_of`); MosaicML's H100 and 
 are one system (one platform, one software stack, one table).
 
 Rows with a feature dpsim cannot express yet (:data:`NOT_EXPRESSIBLE_FEATURES`: mixture of
-experts, context parallelism, FP8, offload; issue 28) are counted as not expressible and not
+experts; issue 28) are counted as not expressible and not
 predicted. ``--markdown`` prints the table; ``--write`` rewrites VALIDATION.md's
 section "## Large-model training runs (issue 24)" (:func:`validation.sections.replace_section`).
 """
@@ -69,6 +69,17 @@ SYSTEMS_DIR = ROOT / "validation" / "systems"
 BF16_PEAK_FLOPS = {"a100": 312e12, "h100": 989e12, "gb200": 2.5e15}
 """Dense bf16 peaks (A100 and H100 SXM datasheets; GB200: the GB200 NVL72 datasheet's 180 PFLOPS
 dense FP16/BF16 over its 72 GPUs) the common MFU column is quoted against."""
+FP8_PEAK_FLOPS = {"h100": 1979e12}
+"""Dense FP8 peak (H100 SXM datasheet: 3,958 TFLOPS with sparsity): llm-foundry's MFU column
+divides its FP8 rows' throughput by it, not by the bf16 peak (R041-R047's published MFU is half
+the bf16-peak figure)."""
+
+
+def published_mfu_peak_flops(row: dict) -> float:
+    """The peak a row's published MFU is quoted against: the FP8 peak for FP8 rows, else bf16."""
+    return (FP8_PEAK_FLOPS if row["fp8_recipe"] else BF16_PEAK_FLOPS)[row["gpu"]]
+
+
 A100_40GB_BYTES = GPU_PRESETS["a100-40gb"].memory_bytes
 """A100 SXM4 40GB memory (the ``a100-40gb`` preset's, as the driver reports it): the rows on it are run
 with the ``a100`` (80 GB) preset and their fit verdict is taken against this capacity instead."""
@@ -112,6 +123,9 @@ SYSTEMS = {
         name="IBM Cloud H100", topology_file="ibm-h100-roce.yaml", assumed="3.2 Tb/s RoCE as 8x 400 Gb/s"),
     "Ai2 H100 cluster ('a cluster with NVIDIA H100 GPUs', as published)": System(
         name="Ai2 H100 (OLMo-core)", link="infiniband", assumed="one 8-GPU node (GPU count assumed by the row)"),
+    "8 A100 (one node, as published)": System(
+        name="EasyContext A100", link="dgx-a100",
+        assumed="one DGX A100-like node (NVSwitch, PCIe 4.0, A100 80GB; server and memory size not published)"),
     # Megatron-Core's MoE runs (its MoE README and the Megatron-MoE-ModelZoo): NVIDIA's H100
     # clusters, one system; the preset is 8x 400 Gb/s NDR per node, the InfiniBand they publish.
     "8x H100 80GB HBM3 per node, NVLink 4th generation, InfiniBand 8x400 Gbit/s (as published)": System(
@@ -156,12 +170,17 @@ STRATEGIES = {
                               "option"),
     "fsdp2": ("fsdp", ""),  # --fsdp-version 2 (job_of): per-parameter shards, reduce-scatter every micro-batch
     "fsdp (Fabric": ("fsdp", "Fabric's default sharding as FULL_SHARD"),
+    "zero3": ("zero3", ""),  # DeepSpeed ZeRO-3 (EasyContext's accelerate + zero3_offload.json)
     "distributed optimizer (ZeRO-1-like)": ("zero1", ""),  # Megatron-Core's distributed optimizer
     "megatron fsdp": ("fsdp", "Megatron-FSDP as the layout path's fsdp (parameters gathered once per step)"),
 }
 """The row's ``data_parallel`` (by its start) -> ``--strategy`` and what that assumes."""
 
 PRECISIONS = {
+    # FP8 rows: the precision under the FP8 recipe (FP8_RECIPES); listed first, before the "bf16" prefix.
+    "fp8-amp (Composer": "bf16-params",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
+    "float8 tensorwise": "bf16-params",  # the float8 blog's FSDP2 bf16 params, as its bf16 baseline
+    "bf16 params with float8 matmuls": "bf16-fp32-grads",  # OLMo-core: param bf16, reduce fp32, as its bf16 rows
     "bf16-amp (Composer": "bf16-params",  # FSDP MixedPrecision DEFAULT: bf16 params (as T053-T058)
     "bf16 (Composer": "bf16-params",  # PURE: bf16 params, reduce and buffers
     "bf16 compute, fp32 weights": "amp-bf16",  # MaxText: fp32 weights and gradients, bf16 compute
@@ -172,6 +191,16 @@ PRECISIONS = {
     "bf16": "bf16-params",  # the float8 blog's bf16 baseline (FSDP2 bf16 params)
 }
 """The row's ``precision`` (by its start; first match) -> ``--precision``."""
+
+
+FP8_RECIPES = {
+    "TransformerEngine (recipe not stated)": ("te-delayed", "FP8 recipe not stated: TransformerEngine's default "
+                                                            "DelayedScaling (Composer amp_fp8's fp8_autocast)"),
+    "torchao float8 tensorwise": ("torchao-tensorwise", ""),
+    "torchao float8, dynamic tensorwise": ("torchao-tensorwise", ""),
+    "MXFP8": ("mxfp8", ""),
+}
+"""The row's ``fp8_recipe`` (by its start) -> ``--fp8`` and what that assumes."""
 
 
 def _lookup(table: dict, text: str, what: str):
@@ -224,7 +253,11 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     if note:
         assumed.append(note)
     tp, pp, gpus = int(row["tp"] or 1), int(row["pp"] or 1), int(row["gpus"])
-    if row["micro_batch"]:
+    cp = int(row["cp"] or 1)
+    if row["micro_batch"] and not row["grad_accum"]:
+        micro_batch, grad_accum = int(row["micro_batch"]), 1
+        assumed.append("gradient accumulation not published: none")
+    elif row["micro_batch"]:
         micro_batch, grad_accum = int(row["micro_batch"]), int(row["grad_accum"])
     else:
         micro_batch, grad_accum = 1, 1
@@ -252,6 +285,12 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         assumed.append("packed variable-length attention as full 2048-token causal attention")
     kw = dict(gpus=gpus, model=row["model"], micro_batch=micro_batch,
               precision=_lookup(PRECISIONS, row["precision"], "precision"), strategy=strategy, optimizer="adamw", steps=1)
+    if row["fp8_recipe"]:
+        kw["fp8"], note = _lookup(FP8_RECIPES, row["fp8_recipe"], "fp8_recipe")
+        if note:
+            assumed.append(note)
+        if kw["fp8"] == "torchao-tensorwise" and not (row["data_parallel"].startswith("fsdp2") and tp * pp == 1):
+            assumed.append("float8 all-gather not modelled without --fsdp-version 2: weights gathered in bf16")
     if system.topology_file:
         kw["topology_file"] = str(SYSTEMS_DIR / system.topology_file)
     else:
@@ -269,10 +308,17 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # `if not isinstance(state.model, DistributedDataParallel): yield; return`), mosaicml/composer
         # 0.16, the version the rows' setup.py pins; so every micro-batch is reduce-scattered.
         kw["fsdp_accumulate"] = "sharded"
+    if "offload" in row["features"].split(";"):
+        kw["offload"] = "params+optimizer" if "parameters and optimizer" in row["data_parallel"] else "optimizer"
     ep, etp = int(row["ep"] or 1), int(row["etp"] or 1)
-    if tp * pp * ep > 1:
-        kw.update(tp=tp, pp=pp, dp=gpus // (tp * pp), global_batch=micro_batch * grad_accum * (gpus // (tp * pp)),
-                  recompute=recompute, ep=ep, etp=etp)
+    if tp * pp * cp * ep > 1:
+        if strategy == "zero3":  # a layout's data parallelism shards as its fsdp
+            kw["strategy"] = "fsdp"
+            assumed.append("ZeRO-3 over a context-parallel group as the layout path's fsdp (sharded over dp x cp, "
+                           "each block gathered for its forward and again for its backward)")
+        dp = gpus // (tp * pp * cp)
+        kw.update(tp=tp, pp=pp, cp=cp, dp=dp, global_batch=micro_batch * grad_accum * dp, recompute=recompute,
+                  ep=ep, etp=etp)
         if pp > 1 and row["schedule"]:
             kw.update(schedule=row["schedule"], virtual_stages=int(row["virtual_stages"] or 1))
         if tp > 1 and moe:
@@ -356,6 +402,8 @@ def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) 
         return int(row["global_batch"]) * int(row["seq_len"]) / (tokens_per_s_per_gpu * int(row["gpus"]))
     if unit == "samples/s":  # whole job
         return tokens_per_s_per_gpu * int(row["gpus"]) / int(row["seq_len"])
+    if unit == f"tokens/s on {row['gpus']} GPUs":  # whole job
+        return tokens_per_s_per_gpu * int(row["gpus"])
     raise KeyError(f"{row['id']}: unit {unit!r} has no conversion")
 
 
@@ -418,7 +466,9 @@ def layout_text(config: PredictConfig) -> str:
     """Strategy, tensor x pipeline split, micro-batch x micro-batches per step, checkpointing."""
     parts = [config.strategy]
     if config.layout_active:
-        parts.append(f"tp{config.tp} pp{config.pp}")
+        parts.append(f"tp{config.tp} pp{config.pp}" + (f" cp{config.cp}" if config.cp > 1 else ""))
+    if config.offload != "off":
+        parts.append(f"offload {config.offload}")
     parts.append(f"mb {config.micro_batch}x{config.micro_batches if config.layout_active else config.grad_accum}")
     if config.activation_checkpointing or config.recompute == "full":
         parts.append("AC")
@@ -457,9 +507,6 @@ class NotExpressed:
 
 
 NOT_EXPRESSIBLE_FEATURES = {
-    "cp": "context parallelism / ring attention: issue 28",
-    "fp8": "FP8 matmuls (TransformerEngine, torchao float8, MXFP8): issue 28",
-    "offload": "optimizer / parameter offload to CPU memory",
 }
 """Row features (the ``features`` column) dpsim cannot express today, and why. A row is predicted
 when none of its features is listed here, whatever its ``set``."""

@@ -12,21 +12,15 @@ import typer
 
 from dpsim.cli.app import _emit_json
 from dpsim.cli.checks import check_budget
+from dpsim.cli.failures import CHECKPOINT_BANDWIDTH, MTBF_GPU, MTBF_LINK, MTBF_NODE, REPLACE, RESTART, failure_rates
 from dpsim.cli.options import config_options
 from dpsim.cli.panels import CHECKPOINTS, OUTPUT, VARIABILITY, WORKLOAD
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_GOODPUT_RUNS
-from dpsim.plan.reliability import DEFAULT_GPU_MTBF_S, DEFAULT_LINK_MTBF_S, DEFAULT_NODE_MTBF_S, HOUR_S
 from dpsim.predict.config import LAYOUT_FIELDS
 
-def _hours(seconds: float) -> str:
-    # The library's default, shown: the flag left out is the library's number (the CLI's own
-    # "606674h" once differed from the API's 606,676 h).
-    return f"{seconds / HOUR_S:,.0f} h"
-
-
 GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
-                  "micro_batch", "precision") + LAYOUT_FIELDS
+                  "micro_batch", "precision", "fp8") + LAYOUT_FIELDS
 """The ``PredictConfig`` fields of the job whose throughput and checkpoint size goodput uses."""
 
 
@@ -39,34 +33,21 @@ def goodput_command(
     duration: Optional[str] = typer.Option(
         None, "--duration", help="Failure-free training time instead of a token budget, e.g. 30d, 720h "
                                  "(default 30d when neither is given).", rich_help_panel=WORKLOAD),
-    mtbf_gpu: Optional[str] = typer.Option(
-        None, "--mtbf-gpu", help=f"MTBF per GPU, e.g. 80000h (none = never fails). Default "
-                                 f"{_hours(DEFAULT_GPU_MTBF_S)}, from Llama 3's 54-day run: 256 GPU failures over "
-                                 f"16,384 GPUs.", rich_help_panel=VARIABILITY),
-    mtbf_node: Optional[str] = typer.Option(
-        None, "--mtbf-node", help=f"MTBF per node apart from GPUs and links (host, PSU, software). Default "
-                                  f"{_hours(DEFAULT_NODE_MTBF_S)}, from Llama 3: 128 over 2,048 nodes.",
-        rich_help_panel=VARIABILITY),
-    mtbf_link: Optional[str] = typer.Option(
-        None, "--mtbf-link", help=f"MTBF per inter-node link (NIC, cable, switch port). Default "
-                                  f"{_hours(DEFAULT_LINK_MTBF_S)}, from Llama 3: 35 over 16,384 links.",
-        rich_help_panel=VARIABILITY),
+    mtbf_gpu: Optional[str] = MTBF_GPU,
+    mtbf_node: Optional[str] = MTBF_NODE,
+    mtbf_link: Optional[str] = MTBF_LINK,
     checkpoint_interval: Optional[str] = typer.Option(
         None, "--checkpoint-interval", help="Training time between checkpoints, e.g. 30min "
                                             "(default: the interval that maximises expected goodput).",
         rich_help_panel=CHECKPOINTS),
     checkpoint_write: Optional[str] = typer.Option(
         None, "--checkpoint-write", help="Blocking checkpoint write time, e.g. 45s "
-                                         "(default: weights + optimizer state / --checkpoint-bandwidth).",
+                                         "(default: the busiest node's share of the weights and optimizer "
+                                         "state / --checkpoint-bandwidth).",
         rich_help_panel=CHECKPOINTS),
-    checkpoint_bandwidth: str = typer.Option(
-        "10GB/s", "--checkpoint-bandwidth", help="Checkpoint write bandwidth (an assumption; measure yours).",
-        rich_help_panel=CHECKPOINTS),
-    restart: str = typer.Option("10min", "--restart", help="Restart after a failure (relaunch, init, load).",
-                                rich_help_panel=CHECKPOINTS),
-    replace_after: str = typer.Option(
-        "0s", "--replace", help="Time until a failed node is replaced (0 = hot spare at hand), e.g. 4h.",
-        rich_help_panel=VARIABILITY),
+    checkpoint_bandwidth: str = CHECKPOINT_BANDWIDTH,
+    restart: str = RESTART,
+    replace_after: str = REPLACE,
     elastic: str = typer.Option("wait", "--elastic", help="After a failure: wait (for a replacement) or "
                                 "shrink (continue on fewer nodes); both are always compared.",
                                 rich_help_panel=VARIABILITY),
@@ -81,15 +62,13 @@ def goodput_command(
 ) -> None:
     """Simulate a training run through failures: wall time, goodput, lost work, best checkpoint interval."""
     from dpsim.plan.job import DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, goodput
-    from dpsim.plan.reliability import FailureRates, parse_long_duration_s
+    from dpsim.plan.reliability import parse_long_duration_s
     from dpsim.predict.config import PredictConfig
     from dpsim.units import parse_bandwidth_bytes_per_s
 
     if tokens is not None and duration is not None:
         raise ConfigError("--tokens and --duration: give one amount of work, not both")
-    rates = FailureRates(**{name: parse_long_duration_s(raw, flag) for name, flag, raw in (
-        ("gpu_mtbf_s", "--mtbf-gpu", mtbf_gpu), ("node_mtbf_s", "--mtbf-node", mtbf_node),
-        ("link_mtbf_s", "--mtbf-link", mtbf_link)) if raw is not None})
+    rates = failure_rates(mtbf_gpu, mtbf_node, mtbf_link)
     budget = None
     if tokens is not None:
         from dpsim.plan.cost import parse_count

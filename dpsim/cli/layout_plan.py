@@ -1,4 +1,5 @@
-"""``dpsim plan``: search tensor x pipeline x data layouts that fit and rank them by time to train and cost.
+"""``dpsim plan``: search tensor x pipeline x data layouts that fit and rank them by time to train, cost,
+or expected time to train through failures (``--rank goodput``, with ``dpsim goodput``'s failure flags).
 """
 
 from __future__ import annotations
@@ -8,10 +9,11 @@ from typing import Any, Optional
 import typer
 
 from dpsim.cli.app import _emit_json
+from dpsim.cli.failures import CHECKPOINT_BANDWIDTH, MTBF_GPU, MTBF_LINK, MTBF_NODE, REPLACE, RESTART, failure_rates
 from dpsim.cli.options import config_options
 from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH
 
-PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "flash_attention", "precision",
+PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "flash_attention", "precision", "fp8",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
                "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "algo", "proto")
 """``PredictConfig`` fields that describe the job the layouts are searched for (the layout fields
@@ -53,11 +55,20 @@ def plan_command(
     gpu_hour_usd: Optional[list[str]] = typer.Option(
         None, "--gpu-hour-usd", metavar="PRICE", help="Price per GPU-hour: 2.5 (every GPU) or h100=2.5 (repeatable).",
         rich_help_panel=BUDGET),
-    rank: str = typer.Option("time", "--rank", help="Rank by time (to train, or per sample) or by cost.",
+    rank: str = typer.Option("time", "--rank", help="Rank by time (to train, or per sample), by cost, or by "
+                                                    "goodput: expected time to train through failures (needs "
+                                                    "--tokens; takes the --mtbf-*, --restart, --replace and "
+                                                    "--checkpoint-bandwidth flags).",
                              rich_help_panel=OUTPUT),
     top: int = typer.Option(10, "--top", help="Layouts to list.", rich_help_panel=OUTPUT),
     verify: int = typer.Option(3, "--verify", help="Best layouts simulated step by step (the rest are closed-form "
                                                    "estimates).", rich_help_panel=SEARCH),
+    mtbf_gpu: Optional[str] = MTBF_GPU,
+    mtbf_node: Optional[str] = MTBF_NODE,
+    mtbf_link: Optional[str] = MTBF_LINK,
+    checkpoint_bandwidth: str = CHECKPOINT_BANDWIDTH,
+    restart: str = RESTART,
+    replace_after: str = REPLACE,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (schema dpsim.plan/1).",
                                  rich_help_panel=OUTPUT),
 ) -> None:
@@ -86,6 +97,25 @@ def plan_command(
             raise ConfigError(f"{name}: {value} is not valid; expected an integer in [{low}, {high}]")
     if budget_usd is not None and not budget_usd > 0:
         raise ConfigError(f"--budget-usd: {budget_usd} is not valid; expected a number > 0")
+    failures = None
+    failure_flags = {"--mtbf-gpu": mtbf_gpu, "--mtbf-node": mtbf_node, "--mtbf-link": mtbf_link,
+                     "--checkpoint-bandwidth": None if checkpoint_bandwidth == CHECKPOINT_BANDWIDTH.default
+                     else checkpoint_bandwidth, "--restart": None if restart == RESTART.default else restart,
+                     "--replace": None if replace_after == REPLACE.default else replace_after}
+    if rank == "goodput":
+        from dpsim.plan.layout_goodput import FailureInputs
+        from dpsim.plan.reliability import parse_long_duration_s
+        from dpsim.units import parse_bandwidth_bytes_per_s
+
+        failures = FailureInputs(
+            rates=failure_rates(mtbf_gpu, mtbf_node, mtbf_link),
+            restart_s=parse_long_duration_s(restart, "--restart"),
+            replace_s=parse_long_duration_s(replace_after, "--replace"),
+            node_bandwidth_bytes_per_s=parse_bandwidth_bytes_per_s(checkpoint_bandwidth, "--checkpoint-bandwidth"))
+    else:
+        given = [flag for flag, value in failure_flags.items() if value is not None]
+        if given:
+            raise ConfigError(f"{given[0]}: applies to --rank goodput only; add --rank goodput or leave it out")
     counts = parse_int_list(gpus, "--gpus")
     # Searched layouts with tensor or pipeline parallelism take it; the base (no --tp/--pp) cannot.
     grad_accum_fusion = flags.pop("grad_accum_fusion", True)
@@ -100,7 +130,7 @@ def plan_command(
         tokens=None if tokens is None else parse_count(tokens, "--tokens"),
         samples=None if samples is None else parse_count(samples, "--samples"),
         budget_usd=budget_usd, gpu_hour_usd=parse_price_overrides(gpu_hour_usd or []), rank_by=rank, top=top,
-        verify=verify, grad_accum_fusion=grad_accum_fusion)
+        verify=verify, grad_accum_fusion=grad_accum_fusion, failures=failures)
     if as_json:
         _emit_json(result.to_dict())
         return

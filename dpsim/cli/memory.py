@@ -13,7 +13,7 @@ from dpsim.cli.panels import OUTPUT
 from dpsim.predict.config import LAYOUT_FIELDS
 
 MEMORY_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
-                 "micro_batch", "flash_attention", "precision", "optimizer", "strategy", "grad_accum",
+                 "micro_batch", "flash_attention", "precision", "fp8", "optimizer", "strategy", "grad_accum",
                  "activation_checkpointing", "fsdp_unit", "fsdp_version", "fsdp_accumulate", "overlap",
                  "bucket_cap_mb", "recompute_every") + LAYOUT_FIELDS
 """The ``PredictConfig`` fields memory depends on (``overlap``: DeepSpeed keeps one gradient buffer
@@ -46,7 +46,8 @@ def memory(
 
     from dpsim.units import format_bytes
     title = (f"{report.model} ({report.param_count / 1e9:.3g} B params), {config.strategy} on {report.n_gpus} x "
-             f"{report.gpu}, {config.precision} + {config.optimizer}, micro-batch {config.micro_batch}"
+             f"{report.gpu}, {config.precision}{f' (fp8 {config.fp8})' if config.fp8 else ''} + {config.optimizer}, "
+             f"micro-batch {config.micro_batch}"
              + (f" x {config.grad_accum}" if config.grad_accum > 1 else "")
              + (f", {config.checkpointing.describe()}" if config.checkpointing.active else ""))
     table = Table(title=escape(title), header_style="bold")

@@ -43,11 +43,13 @@ CONFIG_PANELS: dict[str, tuple[str, ...]] = {
     WORKLOAD: ("model", "input_shape", "seq_len", "micro_batch", "grad_accum", "global_batch", "optimizer",
                "clip_grad_norm", "zero_grad", "input_samples_per_s", "steps"),
     PARALLELISM: ("strategy", "fsdp_unit", "fsdp_version", "fsdp_accumulate", "tp", "pp", "dp", "schedule", "virtual_stages", "stage_layers",
-                  "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a", "sequence_parallel", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion"),
+                  "sequence_parallel", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "cp",
+                  "cp_comm", "cp_balance", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a"),
     GRADIENT_COMMUNICATION: ("bucket_cap_mb", "overlap", "gradient_as_bucket_view", "static_graph",
                              "find_unused_parameters", "broadcast_buffers", "comm_hook", "powersgd_rank",
                              "powersgd_start_iter"),
-    PRECISION_MEMORY: ("precision", "flash_attention", "activation_checkpointing", "recompute", "recompute_every"),
+    PRECISION_MEMORY: ("precision", "fp8", "flash_attention", "activation_checkpointing", "recompute", "recompute_every",
+                       "offload"),
     CALIBRATION: ("calibration", "op_rates", "single_gpu_step_s", "compute_efficiency", "overlap_slowdown"),
 }
 """Panel -> the ``PredictConfig`` fields whose flags it shows."""

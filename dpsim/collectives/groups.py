@@ -28,9 +28,9 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.server import with_gpus_per_node
 from dpsim.topology.spec import nic_fabric, nvlink_fabric
 
-GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb", "ep", "edp")
-"""Communicator names a comm op may use (``tp``, ``dp``, ``pp`` and ``emb`` exist only for a
-tensor/pipeline layout, ``ep`` and ``edp`` for its expert layers: :func:`layout_communicators`)."""
+GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb", "cp", "ep", "edp")
+"""Communicator names a comm op may use (``tp``, ``dp``, ``pp``, ``emb`` and ``cp`` exist only for a
+tensor/pipeline/context layout, ``ep`` and ``edp`` for its expert layers: :func:`layout_communicators`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +85,8 @@ class LayoutShape:
     """Pipeline stages."""
     dp: int
     """Data-parallel replicas."""
+    cp: int = 1
+    """Context-parallel ranks (between tensor and data parallel in rank order)."""
     ep: int = 1
     """Expert-parallel ranks of the expert layers (1: no ``ep`` communicator)."""
     etp: int = 1
@@ -133,7 +135,10 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
     divisor of the GPUs per node: :func:`check_layout_placement`).
     """
     gpn = job.gpus_per_node
-    t, d, p = shape.tp, shape.dp, shape.pp
+    # Context-parallel ranks sit between the tensor- and data-parallel ones (tp-cp-ep-dp-pp):
+    # the gradient group (dp x cp, every tp-th GPU) is placed as a data-parallel group of dp x cp,
+    # and a cp group as one of cp.
+    t, d, p = shape.tp, shape.dp * shape.cp, shape.pp
     comms: dict[str, Communicator] = {}
     tp_topo, tp_conc = _node_group(job, t, 1) if t <= gpn else _node_group(job, gpn, t // gpn)
     comms["tp"] = Communicator(name="tp", topology=tp_topo, job=job, concurrent=tp_conc)
@@ -166,6 +171,10 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
     comms["pp"] = Communicator(name="pp", topology=pp_topo, job=job, concurrent=pp_conc)
     emb_topo, emb_conc = pair((p - 1) * t * d)
     comms["emb"] = Communicator(name="emb", topology=emb_topo, job=job, concurrent=emb_conc)
+    if shape.cp > 1:
+        # A ring's neighbours are tp apart; its slowest hop crosses servers once t x cp exceeds one.
+        cp_topo, cp_conc = strided(t, shape.cp)
+        comms["cp"] = Communicator(name="cp", topology=cp_topo, job=job, concurrent=cp_conc)
     return comms
 
 
@@ -182,10 +191,15 @@ def check_layout_placement(job: Topology, shape: LayoutShape, *, tp_across_netwo
     """Refuse a layout whose groups cannot be placed as :func:`layout_communicators` places them
     (one line naming the flag)."""
     gpn = job.gpus_per_node
-    t, d, p = shape.tp, shape.dp, shape.pp
+    t, d, p = shape.tp, shape.dp * shape.cp, shape.pp
     if t * d * p != job.n_gpus:
-        raise ConfigError(f"--gpus: {job.n_gpus} is not --tp {t} x --pp {p} x --dp {d} = {t * d * p}; "
+        cp = f" x --cp {shape.cp}" if shape.cp > 1 else ""
+        raise ConfigError(f"--gpus: {job.n_gpus} is not --tp {t}{cp} x --pp {p} x --dp {shape.dp} = {t * d * p}; "
                           f"give --gpus {t * d * p} or change the layout")
+    c = shape.cp
+    if c > 1 and ((t * c < gpn and gpn % (t * c)) or (t * c > gpn and (t * c) % gpn)):
+        raise ConfigError(f"--cp: --tp {t} x --cp {c} = {t * c} GPUs per context-parallel group do not tile "
+                          f"{gpn}-GPU servers; choose --cp so that tp x cp divides or is a multiple of {gpn}")
     if (t <= gpn and gpn % t) or (t > gpn and t % gpn):
         raise ConfigError(f"--tp: {t} neither divides nor is a multiple of the {gpn} GPUs per node; "
                           f"choose a --tp that tiles the servers")
@@ -194,15 +208,16 @@ def check_layout_placement(job: Topology, shape: LayoutShape, *, tp_across_netwo
         raise ConfigError(f"--tp: {t} GPUs do not fit in one NVLink domain of {domain} GPUs, so its "
                           f"collectives would cross the network; use --tp {domain} or less, or allow it with "
                           f"--tp-across-network")
+    shown = f"--tp {t} x --dp {d}" if c == 1 else f"--tp {t} x --cp {c} x --dp {shape.dp}"
     if t * d > gpn and (t * d) % gpn:
-        raise ConfigError(f"--dp: --tp {t} x --dp {d} = {t * d} GPUs per pipeline stage do not fill whole "
+        raise ConfigError(f"--dp: {shown} = {t * d} GPUs per pipeline stage do not fill whole "
                           f"{gpn}-GPU servers; choose --dp so that tp x dp is a multiple of {gpn}")
     if t * d < gpn and gpn % (t * d):
-        raise ConfigError(f"--dp: --tp {t} x --dp {d} = {t * d} GPUs per pipeline stage do not tile "
+        raise ConfigError(f"--dp: {shown} = {t * d} GPUs per pipeline stage do not tile "
                           f"{gpn}-GPU servers; choose --dp so that tp x dp divides {gpn}")
     experts = shape.ep * shape.etp
     if (t * d) % experts:
-        raise ConfigError(f"--ep: --ep {shape.ep} x --etp {shape.etp} = {experts} does not divide --tp {t} x --dp {d} "
+        raise ConfigError(f"--ep: --ep {shape.ep} x --etp {shape.etp} = {experts} does not divide {shown} "
                           f"= {t * d}, the ranks of a stage the expert layers are carved from; choose --ep dividing it")
     if (experts > gpn and experts % gpn) or (experts < gpn and gpn % experts):
         raise ConfigError(f"--ep: --ep {shape.ep} x --etp {shape.etp} = {experts} neither divides nor is a multiple "

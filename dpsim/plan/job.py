@@ -13,9 +13,11 @@ from typing import Any
 
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_GOODPUT_RUNS, MAX_GPUS, MAX_SEED, check_int
+from dpsim.plan.layout_goodput import checkpoint_cost, state_bytes
 from dpsim.plan.goodput import GoodputStats, IntervalStudy, elastic_choice, interval_study, simulate_goodput
 from dpsim.plan.reliability import (
     DAY_S,
+    DEFAULT_CHECKPOINT_BYTES_PER_S,
     DEFAULT_RESTART_S,
     POLICIES,
     CheckpointPolicy,
@@ -29,12 +31,14 @@ from dpsim.predict.model_error import ModelErrorInterval
 from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict_resolved, resolve_topology
+from dpsim.strategies.registry import shard_group_size
+from dpsim.workload.precision import get_precision
 
 DEFAULT_WORK_S = 30 * DAY_S
 """Failure-free training time when neither a token budget nor a duration is given."""
-DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S = 10e9
-"""Checkpoint write bandwidth when neither it nor the write time is given: an assumption (10 GB/s,
-a parallel file system's share for one job); measure yours."""
+DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S = DEFAULT_CHECKPOINT_BYTES_PER_S
+"""Checkpoint write bandwidth of one node when neither it nor the write time is given
+(:data:`~dpsim.plan.reliability.DEFAULT_CHECKPOINT_BYTES_PER_S`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,9 +117,11 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
 
     The work is ``tokens`` at the predicted tokens/s, or ``duration_s`` of failure-free training
     (default :data:`DEFAULT_WORK_S`). A checkpoint writes the weights and optimizer state at
-    ``checkpoint_bandwidth_bytes_per_s`` unless ``checkpoint_write_s`` is given, every
-    ``checkpoint_interval_s`` (default: the interval that maximises expected goodput). After a
-    failure the job restarts in ``restart_s``; a failed node is replaced after ``replace_s``, and
+    ``checkpoint_bandwidth_bytes_per_s`` per node as :func:`~dpsim.plan.layout_goodput.checkpoint_cost`
+    lays it out (one replica writes replicated state, every rank its shard of sharded state) unless
+    ``checkpoint_write_s`` is given, every ``checkpoint_interval_s`` (default: the interval that
+    maximises expected goodput). After a failure the job restarts in ``restart_s`` plus the
+    checkpoint's read (as long as its write); a failed node is replaced after ``replace_s``, and
     ``policy`` ``wait`` waits for it while ``shrink`` continues on fewer nodes (down to
     ``min_nodes``). ``runs`` Monte-Carlo runs from ``seed``.
     """
@@ -137,12 +143,18 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
         work_s = DEFAULT_WORK_S if duration_s is None else duration_s
         if not (0 < work_s < math.inf):
             raise ConfigError(f"--duration: {work_s!r} s is not valid; expected a duration > 0, e.g. 30d")
-    checkpoint_bytes = p.memory.weights_bytes + p.memory.optimizer_bytes
+    tp, pp = (p.layout.tp, p.layout.pp) if p.layout is not None else (1, 1)
+    dp = topology.n_gpus // (tp * pp)
+    ck = checkpoint_cost(
+        state_bytes=state_bytes(p.param_count, get_precision(resolved.config.precision), resolved.config.optimizer),
+        gpus_per_node=topology.gpus_per_node, tp=tp, pp=pp, dp=dp,
+        shard_group=shard_group_size(p.strategy, dp, topology.gpus_per_node),
+        node_bandwidth_bytes_per_s=checkpoint_bandwidth_bytes_per_s)
+    checkpoint_bytes = ck.state_bytes
     if checkpoint_write_s is None:
-        if not checkpoint_bandwidth_bytes_per_s > 0:
-            raise ConfigError(f"--checkpoint-bandwidth: {checkpoint_bandwidth_bytes_per_s!r} B/s is not valid; "
-                              f"expected > 0")
-        checkpoint_write_s = checkpoint_bytes / checkpoint_bandwidth_bytes_per_s
+        checkpoint_write_s = ck.write_s
+    # A restart reads the checkpoint back, as long as writing it (the same bytes per node).
+    restart_s = restart_s + checkpoint_write_s
     cluster = ClusterShape.from_topology(topology)
     mtbf = cluster.mtbf_s(rates)
     interval_s = (model_optimum_s(work_s, checkpoint_write_s, restart_s, mtbf, replace_s)

@@ -29,7 +29,10 @@ Collective models are built once per communicator shape and every cost is memois
 
 Ranking: by time to train a token budget (``tokens``) or by step throughput, or by
 cost (GPU-hours x price per GPU-hour, :mod:`dpsim.plan.cost`); a USD budget drops the
-layouts that would cost more.
+layouts that would cost more. ``goodput`` ranks by the expected time to train the budget
+through failures (:mod:`dpsim.plan.layout_goodput`: the layout's checkpoint write and
+restart, the job's MTBF, the best checkpoint interval and spares), then by its expected
+cost (spares included).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from dpsim.hardware import get_gpu
 from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, short
 from dpsim.memory import stage_activation_bytes, worst_stage
 from dpsim.plan.cost import PriceOverride, gpu_hour_price
+from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
+from dpsim.plan.reliability import ClusterShape
 from dpsim.predict.config import PredictConfig, flag_name, flag_scale
 from dpsim.predict.layout import _heads, model_source, shard_compute, stages_memory
 from dpsim.predict.resolve import resolve
@@ -65,6 +70,7 @@ from dpsim.strategies.layout import (
     layer_work,
     stage_assignment,
 )
+from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.workload.precision import get_precision
@@ -78,8 +84,8 @@ _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "strategy", "micro_batch", "r
 MAX_PLAN_VALUES = 32
 """Values of one searched flag (``--gpus 256,512,...``): the search grows as their product."""
 
-RANKINGS = ("time", "cost")
-"""``--rank``: fastest to train first, or cheapest first."""
+RANKINGS = ("time", "cost", "goodput")
+"""``--rank``: fastest to train first, cheapest first, or fastest to train through failures first."""
 
 MAX_UNEVEN_CHUNKS = 4
 """Interleaved chunks per stage searched when they do not divide a stage's blocks (beyond
@@ -203,6 +209,8 @@ class Estimate:
     """With a token (or sample) budget."""
     cost_usd: float | None = None
     """With a budget and a price."""
+    reliability: LayoutGoodput | None = None
+    """Through failures (``rank_by="goodput"``): checkpoint, expected time to train, interval, spares."""
     verified: Prediction | None = field(default=None, repr=False)
     """The simulated prediction, for the candidates that were verified."""
 
@@ -225,7 +233,17 @@ class Estimate:
             "usd_per_hour": self.usd_per_hour, "time_to_train_s": self.time_to_train_s, "cost_usd": self.cost_usd,
             "verified_step_time_s": self.verified.step_time_s if self.verified is not None else None,
             "model_error": self.model_error.to_dict() if self.model_error is not None else None,
+            "expected_cost_usd": self.expected_cost_usd,
+            "reliability": self.reliability.to_dict() if self.reliability is not None else None,
         }
+
+    @property
+    def expected_cost_usd(self) -> float | None:
+        """Cost of the expected time to train through failures, the spare nodes' GPUs paid too."""
+        r = self.reliability
+        if r is None or self.usd_per_hour is None:
+            return None
+        return self.usd_per_hour * (1 + r.spare_gpus / self.candidate.gpus) * r.expected_wall_s / 3600.0
 
     @property
     def model_error(self):
@@ -246,6 +264,8 @@ class PlanResult:
     """Time the search took."""
     rank_by: str
     """``time`` or ``cost``."""
+    failures: FailureInputs | None = None
+    """What failures cost (``rank_by="goodput"``)."""
     best_memory: object = None
     """Nothing fits: the candidate closest to fitting (an :class:`Estimate`), else ``None``."""
     base: PredictConfig | None = field(default=None, repr=False)
@@ -260,7 +280,13 @@ class PlanResult:
         """JSON-able form (schema ``dpsim.plan/1``)."""
         best = self.best
         return {
-            "schema": "dpsim.plan/1", "rank_by": self.rank_by, "counts": dict(self.counts), "wall_s": self.wall_s,
+            "schema": "dpsim.plan/1", "rank_by": self.rank_by,
+            "failures": None if self.failures is None else {
+                "gpu_mtbf_s": self.failures.rates.gpu_mtbf_s, "node_mtbf_s": self.failures.rates.node_mtbf_s,
+                "link_mtbf_s": self.failures.rates.link_mtbf_s, "restart_s": self.failures.restart_s,
+                "replace_s": self.failures.replace_s,
+                "checkpoint_bandwidth_bytes_per_s": self.failures.node_bandwidth_bytes_per_s,
+                "spare_risk": self.failures.spare_risk}, "counts": dict(self.counts), "wall_s": self.wall_s,
             "layouts": [e.to_dict() for e in self.ranked],
             "best": best.to_dict() if best is not None else None,
             "command": best.candidate.command(self.base) if best is not None and self.base is not None else None,
@@ -319,7 +345,8 @@ class Planner:
         # --no-grad-accum-fusion, and the search's base has neither.
         self.grad_accum_fusion = grad_accum_fusion
         self.model: ModelSpec = load_model(base)
-        self.precision = get_precision(base.precision)
+        self.precision = get_precision(base.precision, base.fp8, strategy=base.strategy,
+                                       fsdp_version=base.fsdp_version)
         self._topologies: dict[int, Topology] = {}
         self._models: dict[object, CollectiveModel] = {}
         self._collectives: dict[tuple[int, int, int, int], GroupCollectives] = {}
@@ -333,6 +360,7 @@ class Planner:
         self._tpms: dict[tuple[int, bool], TpModel] = {}
         self._activations: dict[tuple, tuple] = {}
         self._shard_params: dict[int, int] = {}
+        self._checkpoints: dict[tuple, tuple[ClusterShape, object]] = {}
         self.gpu = None
         """The GPU preset of the cluster design (set by the first :meth:`topology`)."""
 
@@ -518,6 +546,24 @@ class Planner:
         worst = worst_stage(stages).breakdown
         return worst.total_bytes, worst.usable_bytes, stages[0].params_per_gpu
 
+    def through_failures(self, e: Estimate, failures: FailureInputs) -> Estimate:
+        """``e`` with its expected time to train through failures (it needs a time to train)."""
+        if e.time_to_train_s is None:
+            return e
+        c = e.candidate
+        key = (c.gpus, c.tp, c.pp, c.dp, c.strategy, failures.node_bandwidth_bytes_per_s)
+        shape = self._checkpoints.get(key)
+        if shape is None:
+            topo = self.topology(c.gpus)
+            shape = self._checkpoints[key] = (ClusterShape.from_topology(topo), checkpoint_cost(
+                state_bytes=state_bytes(self.model.param_count, self.precision, self.base.optimizer),
+                gpus_per_node=topo.gpus_per_node, tp=c.tp, pp=c.pp, dp=c.dp,
+                shard_group=shard_group_size(c.strategy, c.dp, topo.gpus_per_node),
+                node_bandwidth_bytes_per_s=failures.node_bandwidth_bytes_per_s))
+        cluster, ck = shape
+        return dataclasses.replace(e, reliability=layout_goodput(
+            work_s=e.time_to_train_s, cluster=cluster, checkpoint=ck, failures=failures))
+
     def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
         """Closed-form memory and, when it fits, step of ``c`` (see the module docstring)."""
         gc = self.collectives(c.gpus, c.tp, c.pp, c.dp)
@@ -609,15 +655,22 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  strategies=None, micro_batches=None, recomputes=None, schedules=None, sequence_parallel=None,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
                  gpu_hour_usd: PriceOverride = None, rank_by: str = "time", top: int = 10,
-                 verify: int = 3, grad_accum_fusion: bool = True) -> PlanResult:
+                 verify: int = 3, grad_accum_fusion: bool = True,
+                 failures: FailureInputs | None = None) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
-    ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`)."""
+    ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
+    ``failures``: what failures cost when ``rank_by`` is ``goodput`` (default :class:`FailureInputs`)."""
     t0 = time.perf_counter()
     base = resolve(base).config
     if rank_by not in RANKINGS:
         raise ConfigError(f"--rank: {rank_by!r} is not known; choose one of {', '.join(RANKINGS)}")
-    if rank_by == "cost" and tokens is None and samples is None:
-        raise ConfigError("--rank: cost needs a budget to train; give --tokens (or --samples)")
+    if rank_by in ("cost", "goodput") and tokens is None and samples is None:
+        raise ConfigError(f"--rank: {rank_by} needs a budget to train; give --tokens (or --samples)")
+    if failures is not None and rank_by != "goodput":
+        raise ConfigError(f"--mtbf-*/--restart/--replace/--checkpoint-bandwidth: apply to --rank goodput, not "
+                          f"--rank {rank_by}")
+    if rank_by == "goodput" and failures is None:
+        failures = FailureInputs()
     if budget_usd is not None and tokens is None and samples is None:
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion)
@@ -649,6 +702,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                     closest = e
                 continue
             e = _priced(e, price, tokens=tokens, samples=samples)
+            if failures is not None:
+                e = planner.through_failures(e, failures)
             if budget_usd is not None and (e.cost_usd is None or e.cost_usd > budget_usd):
                 counts["over_budget"] += 1
                 continue
@@ -665,14 +720,15 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         v = dataclasses.replace(e, step_time_s=pred.step_time_s, samples_per_s=pred.samples_per_s,
                                 tokens_per_s=pred.tokens_per_s, mfu=pred.mfu, memory_bytes=pred.memory.total_bytes,
                                 verified=pred)
-        verified.append(_priced(v, e.usd_per_hour / e.candidate.gpus if e.usd_per_hour else None, tokens=tokens,
-                                samples=samples))
+        v = _priced(v, e.usd_per_hour / e.candidate.gpus if e.usd_per_hour else None, tokens=tokens,
+                    samples=samples)
+        verified.append(planner.through_failures(v, failures) if failures is not None else v)
     verified.sort(key=lambda e: _key(e, rank_by))
     rest = fitting[len(verified):] if verify else fitting
     ranked = tuple(verified + [e for e in rest if all(e.candidate != v.candidate for v in verified)])[:max(top, 1)]
     counts["ranked"] = len(fitting)
     return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
-                      best_memory=closest if not fitting else None, base=base)
+                      failures=failures, best_memory=closest if not fitting else None, base=base)
 
 
 def _priced(e: Estimate, price: float | None, *, tokens, samples) -> Estimate:
@@ -694,5 +750,8 @@ def _key(e: Estimate, rank_by: str) -> tuple:
     simpler = (_SIMPLER.get(e.candidate.strategy, 3), e.memory_bytes)
     if rank_by == "cost":
         return (e.cost_usd if e.cost_usd is not None else math.inf, e.step_time_s, *simpler)
+    if rank_by == "goodput" and e.reliability is not None:
+        cost = e.expected_cost_usd
+        return (e.reliability.expected_wall_s, cost if cost is not None else 0.0, *simpler)
     ttt = e.time_to_train_s if e.time_to_train_s is not None else 1.0 / e.samples_per_s
     return (ttt, e.cost_usd if e.cost_usd is not None else 0.0, *simpler)

@@ -75,9 +75,11 @@ DEFAULT_NODE_MTBF_S = 2_048 * 54 * 24 / 128 * HOUR_S
 """20,736 h per node (Llama 3, table 5: the other 128 interruptions over 2,048 nodes)."""
 
 DEFAULT_RESTART_S = 10 * 60.0
-"""Restart after a failure: relaunch, NCCL init, checkpoint load. An assumption (10 min); measure yours."""
+"""Restart after a failure: relaunch, NCCL init (the checkpoint's read is added to it:
+:mod:`dpsim.plan.layout_goodput`). An assumption (10 min); measure yours."""
 DEFAULT_CHECKPOINT_BYTES_PER_S = 10e9
-"""Checkpoint write bandwidth used when no write time is given. An assumption (10 GB/s); measure yours."""
+"""Checkpoint write (and read) bandwidth of one node, used when no write time is given. An assumption
+(10 GB/s); measure yours."""
 
 POLICIES = ("wait", "shrink")
 """What the job does after a failure: wait for a replacement, or continue on fewer nodes."""
@@ -282,6 +284,7 @@ def daly_interval_s(write_s: float, mtbf_s: float) -> float:
     return math.sqrt(2.0 * write_s * mtbf_s) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - write_s
 
 
+@functools.lru_cache(maxsize=1024)
 def continuous_optimum_s(write_s: float, mtbf_s: float) -> float:
     """Interval minimising (e^{(tau+delta)/M} - 1) / tau, the per-work cost of the closed form.
 

@@ -50,6 +50,7 @@ from dpsim.limits import (
 )
 from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
+from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES
 from dpsim.strategies.registry import BUCKET_CAP_MB, check_fsdp_options, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
@@ -93,12 +94,18 @@ FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
 FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
 """``--fsdp-accumulate``: the keys of :data:`dpsim.strategies.registry.FSDP_ACCUMULATE`."""
+Offload = Literal["off", "optimizer", "params+optimizer"]
+"""``--offload``: the keys of :data:`dpsim.strategies.offload.OFFLOAD`."""
+CpComm = Literal["p2p", "all-gather", "a2a"]
+"""``--cp-comm``: the keys of :data:`dpsim.strategies.context.CP_COMM`."""
 TpCommOverlap = Literal["off", "backward", "full"]
 """``--tp-comm-overlap``: the keys of :data:`dpsim.strategies.tensor.TP_COMM_OVERLAP`."""
 CommHook = Literal["off", "allreduce", "fp16-compress", "bf16-compress", "powersgd"]
 """``--comm-hook``: the keys of :data:`dpsim.strategies.comm_hooks.COMM_HOOKS`."""
 ZeroGrad = Literal["set-to-none", "zero-loop"]
 """``--zero-grad``: :data:`dpsim.workload.compute.ZERO_GRAD_MODES`."""
+Fp8 = Literal["te-delayed", "te-current", "torchao-tensorwise", "torchao-rowwise", "mxfp8"]
+"""``--fp8``: the keys of :data:`dpsim.workload.fp8.FP8_RECIPES`."""
 DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters", "broadcast_buffers", "comm_hook",
               "powersgd_rank", "powersgd_start_iter")
 """The fields of PyTorch ``DistributedDataParallel``'s arguments (:class:`dpsim.strategies.ddp_costs.DdpOptions`)."""
@@ -250,6 +257,21 @@ class PredictConfig:
     under the weight-gradient GEMM, Megatron's default) or full (TransformerEngine userbuffers)."""
     tp_across_network: bool = False
     """Allow a tensor-parallel group larger than one NVLink domain (its collectives cross the network)."""
+    cp: int = field(default=1, metadata=_count())
+    """Context-parallel GPUs each sequence is split over (Megatron's --context-parallel-size): every
+    rank runs s/cp tokens, attention exchanges keys and values (see --cp-comm); GPUs = tp x cp x pp x dp."""
+    cp_comm: CpComm = "p2p"
+    """How context-parallel attention gets the other ranks' keys and values: p2p (ring attention,
+    transfers overlapped with attention), all-gather (KV all-gathered, exposed) or a2a
+    (DeepSpeed-Ulysses head scatter; heads must divide by tp x cp)."""
+    offload: Offload = "off"
+    """CPU offload of the sharded optimizer (DeepSpeed): optimizer (ZeRO-Offload: fp32 master, Adam
+    moments and gradient shard in host memory, the Adam step on the CPU, the updated shard copied
+    back over PCIe) or params+optimizer (DeepSpeed offload_param: the parameter shard on the host too; zero3,
+    or fsdp with --tp/--cp/--pp)."""
+    cp_balance: bool = True
+    """Causal load balancing of --cp: the sequence cut into 2 x cp chunks, rank i holding chunks i and
+    2cp-1-i, so every rank does the same attention work; off: contiguous pieces, the last rank paces."""
     grad_accum_fusion: bool = True
     """With --tp/--pp: each micro-batch's weight gradients are accumulated by their GEMM into the
     gradient buffer (Megatron's --gradient-accumulation-fusion, TransformerEngine); off (Megatron
@@ -304,6 +326,11 @@ class PredictConfig:
     op_rates: bool = False
     """With --calibration: cost the op graph with the profile's measured kernel rates even when it
     timed this model's whole step (which is used otherwise)."""
+    fp8: Fp8 | None = None
+    """FP8 training recipe on top of --precision: the linear layers' GEMMs run at the GPU's FP8 rate, with
+    their casts (te-delayed, te-current: TransformerEngine; torchao-tensorwise, torchao-rowwise: torchao
+    float8, tensorwise gathering float8 weights under --fsdp-version 2; mxfp8: TransformerEngine MXFP8,
+    Blackwell only). Attention, embedding and LM head stay 16-bit. Left out: no FP8."""
     moe_routing: str = "balanced"
     """How a mixture of experts' router spreads tokens over its experts: balanced, zipf:S (expert i's
     share proportional to (i + 1)^-S) or histogram:PATH.json (measured per-expert counts); the
@@ -365,13 +392,14 @@ class PredictConfig:
 
     @property
     def layout_active(self) -> bool:
-        """Tensor, pipeline or expert parallelism is asked for (``tp``, ``pp``, ``ep`` or ``etp`` above 1)."""
-        return self.tp > 1 or self.pp > 1 or self.ep > 1 or self.etp > 1
+        """Tensor, pipeline, context or expert parallelism is asked for (``tp``, ``pp``, ``cp``, ``ep`` or
+        ``etp`` above 1)."""
+        return self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1 or self.etp > 1
 
     @property
     def data_parallel(self) -> int:
-        """Data-parallel replicas: ``dp``, or ``gpus / (tp x pp)``."""
-        return self.dp if self.dp is not None else self.gpus // (self.tp * self.pp)
+        """Data-parallel replicas: ``dp``, or ``gpus / (tp x cp x pp)``."""
+        return self.dp if self.dp is not None else self.gpus // (self.tp * self.cp * self.pp)
 
     @property
     def micro_batches(self) -> int:
@@ -382,17 +410,34 @@ class PredictConfig:
 
     def _check_layout(self) -> None:
         """The rules of the tensor/pipeline layout fields (each field's own value is already valid)."""
-        shard = self.tp * self.pp
+        shard = self.tp * self.pp * self.cp
+        cp = f" --cp {self.cp}" if self.cp > 1 else ""
         if self.dp is not None and shard * self.dp != self.gpus:
-            raise ConfigError(f"--dp: {self.dp} with --tp {self.tp} --pp {self.pp} needs --gpus {shard * self.dp} "
-                              f"(tp x pp x dp), not {self.gpus}; leave --gpus out or make them agree")
+            raise ConfigError(f"--dp: {self.dp} with --tp {self.tp}{cp} --pp {self.pp} needs --gpus {shard * self.dp} "
+                              f"(tp x {'cp x ' if cp else ''}pp x dp), not {self.gpus}; leave --gpus out or make them "
+                              f"agree")
         if self.gpus % shard:
-            raise ConfigError(f"--gpus: {self.gpus} is not a multiple of --tp {self.tp} x --pp {self.pp} = {shard}")
+            raise ConfigError(f"--gpus: {self.gpus} is not a multiple of --tp {self.tp} x --pp {self.pp}"
+                              f"{f' x --cp {self.cp}' if cp else ''} = {shard}")
+        if self.offload != "off":
+            takers = OFFLOAD_STRATEGIES if self.offload == "optimizer" else PARAM_OFFLOAD_STRATEGIES
+            layout = self.layout_active
+            allowed = [s for s in takers if (s in LAYOUT_DP_STRATEGIES if layout else s != "fsdp")]
+            if self.strategy not in allowed:
+                where = "with --tp/--cp/--pp" if layout else "with data parallelism alone"
+                raise ConfigError(f"--offload: {self.offload} offloads a sharded optimizer; --strategy {self.strategy} "
+                                  f"{where} does not shard it that way; use {' or '.join(allowed)}, or leave it out")
+        if self.cp == 1:
+            for name, default in (("cp_comm", "p2p"), ("cp_balance", True)):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies only with context "
+                                      f"parallelism; give --cp 2 or more, or leave it out")
         parse_routing(self.moe_routing)  # a one-line --moe-routing error now, not mid-prediction
         experts = self.ep * self.etp
-        if (self.tp * self.data_parallel) % experts:
+        if (self.tp * self.cp * self.data_parallel) % experts:
             raise ConfigError(f"--ep: --ep {self.ep} x --etp {self.etp} = {experts} does not divide --tp {self.tp} x "
-                              f"{self.data_parallel} data-parallel replicas = {self.tp * self.data_parallel}, the GPUs "
+                              f"--cp {self.cp} x {self.data_parallel} data-parallel replicas = "
+                              f"{self.tp * self.cp * self.data_parallel}, the GPUs "
                               f"of a stage the expert layers are carved from; choose an --ep that divides it")
         if self.global_batch is not None:
             per_step = self.micro_batch * self.data_parallel
@@ -442,23 +487,23 @@ class PredictConfig:
         for name in ("fsdp_version", "fsdp_accumulate"):
             if getattr(self, name) != _fields()[name].default:
                 raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies to data parallelism alone; "
-                                  f"with --tp/--pp the fsdp replicas run as torchtitan's FSDP2 (resharded after "
+                                  f"with --tp/--cp/--pp the fsdp replicas run as torchtitan's FSDP2 (resharded after "
                                   f"each forward without --pp, kept gathered for the step with it), so leave it out")
         if self.strategy not in LAYOUT_DP_STRATEGIES:
-            raise ConfigError(f"--strategy: {self.strategy!r} does not combine with --tp/--pp here; over the "
+            raise ConfigError(f"--strategy: {self.strategy!r} does not combine with --tp/--cp/--pp here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
         if self.activation_checkpointing:
-            raise ConfigError("--activation-checkpointing: with --tp/--pp use --recompute full (or selective)")
+            raise ConfigError("--activation-checkpointing: with --tp/--cp/--pp use --recompute full (or selective)")
         if self.tp > 1 and is_torch_model_ref(self.model) and not self.model.strip().startswith("transformers:"):
             # A transformers configuration may have a shape (checked when the model is built).
             raise ConfigError(f"--tp: {self.tp} splits the layers of a known transformer block, which a traced "
                               f"torch module ({self.model}) does not give; use --tp 1 (--pp splits its blocks "
                               f"into stages), or give its shape with --model transformer:hidden=...")
         if self.fsdp_unit != "block":
-            raise ConfigError(f"--fsdp-unit: {self.fsdp_unit!r} does not apply with --tp/--pp (the stage's "
+            raise ConfigError(f"--fsdp-unit: {self.fsdp_unit!r} does not apply with --tp/--cp/--pp (the stage's "
                               f"model chunk is the unit); leave it out")
         if self.jobs != 1:
-            raise ConfigError(f"--jobs: {self.jobs} is not modelled with --tp/--pp; leave it at 1")
+            raise ConfigError(f"--jobs: {self.jobs} is not modelled with --tp/--cp/--pp; leave it at 1")
 
 
     def _check_ddp(self) -> None:
@@ -471,11 +516,11 @@ class PredictConfig:
         if changed and self.layout_active:
             name = changed[0]
             raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} is an argument of PyTorch DDP; with "
-                              f"--tp/--pp the replicas are reduced by Megatron's DDP (contiguous gradient "
+                              f"--tp/--cp/--pp the replicas are reduced by Megatron's DDP (contiguous gradient "
                               f"buffers, no hooks), so leave it out")
         if self.input_samples_per_s is not None and self.layout_active:
-            raise ConfigError(f"--input-samples-per-s: {self.input_samples_per_s:g} is not modelled with --tp/--pp; "
-                              f"leave it out")
+            raise ConfigError(f"--input-samples-per-s: {self.input_samples_per_s:g} is not modelled with "
+                              f"--tp/--cp/--pp; leave it out")
         if self.comm_hook != "powersgd":
             for name in ("powersgd_rank", "powersgd_start_iter"):
                 if getattr(self, name) != _fields()[name].default:
@@ -499,13 +544,13 @@ class PredictConfig:
 
 def derived_flags(flags: dict[str, Any]) -> dict[str, Any]:
     """The flags a user gave, with what they imply filled in: ``--dp`` without ``--gpus`` means
-    ``--gpus tp x pp x dp``."""
-    dp, tp, pp = flags.get("dp"), flags.get("tp", 1), flags.get("pp", 1)
-    if "gpus" in flags or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (dp, tp, pp)):
+    ``--gpus tp x cp x pp x dp``."""
+    dp, tp, pp, cp = flags.get("dp"), flags.get("tp", 1), flags.get("pp", 1), flags.get("cp", 1)
+    if "gpus" in flags or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (dp, tp, pp, cp)):
         return flags  # nothing to derive, or a bad value PredictConfig names by its own flag
-    if tp * pp * dp > MAX_GPUS:
+    if tp * pp * cp * dp > MAX_GPUS:
         return flags
-    return {**flags, "gpus": tp * pp * dp}
+    return {**flags, "gpus": tp * pp * cp * dp}
 
 
 def flag_name(name: str) -> str:
@@ -601,7 +646,7 @@ def check_value(name: str, value: Any) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
-SHOWN_WHEN_SET = ("clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates", "ep", "etp",
-                  "moe_routing", "moe_capacity_factor", "moe_a2a")
+SHOWN_WHEN_SET = ("fp8", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
+                  "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

@@ -36,6 +36,7 @@ from dpsim.memory import (
     MemoryBreakdown,
     StageMemory,
     layout_stage_memory,
+    offload_memory,
     worst_stage,
 )
 from dpsim.predict.config import PredictConfig
@@ -49,6 +50,7 @@ from dpsim.strategies.layout import (
     gradient_accumulation_s,
     layer_work,
     parse_stage_layers,
+    reshards_after_forward,
     stage_assignment,
 )
 from dpsim.strategies.pipeline import (
@@ -59,6 +61,8 @@ from dpsim.strategies.pipeline import (
     stage_in_flight,
 )
 from dpsim.strategies.checkpointing import recompute_shares
+from dpsim.strategies.context import check_context, cp_buffer_bytes, cp_shard
+from dpsim.strategies.offload import host_step_s, param_fetches
 from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.collectives.all_to_all import uniform_all_to_all_cost
 from dpsim.workload.routing import RankLoad, parse_routing, rank_load
@@ -85,7 +89,8 @@ def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
                   tp_comm_overlap=config.tp_comm_overlap, strategy=config.strategy, overlap=config.overlap,
                   stage_blocks=parse_stage_layers(config.stage_layers, config.pp, config.virtual_stages),
                   bucket_elements=bucket,
-                  grad_accum_fusion=config.grad_accum_fusion, ep=config.ep, etp=config.etp)
+                  grad_accum_fusion=config.grad_accum_fusion, cp=config.cp, cp_comm=config.cp_comm,
+                  cp_balance=config.cp_balance, offload=config.offload, ep=config.ep, etp=config.etp)
 
 
 def layout_shape(config: PredictConfig) -> LayoutShape | None:
@@ -93,7 +98,8 @@ def layout_shape(config: PredictConfig) -> LayoutShape | None:
     without tensor/pipeline parallelism)."""
     if not config.layout_active:
         return None
-    return LayoutShape(tp=config.tp, pp=config.pp, dp=config.data_parallel, ep=config.ep, etp=config.etp)
+    return LayoutShape(tp=config.tp, pp=config.pp, dp=config.data_parallel, cp=config.cp, ep=config.ep,
+                       etp=config.etp)
 
 
 def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) -> None:
@@ -118,6 +124,7 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
         raise ConfigError(f"--tp: {config.tp} does not divide {config.model}'s {what}; choose a --tp that "
                           f"divides them")
     check_layout_placement(topology, shape, tp_across_network=config.tp_across_network)
+    check_context(model, layout_of(config).context, config.tp)
 
 
 def check_experts(model: ModelSpec, config: PredictConfig) -> None:
@@ -135,6 +142,11 @@ def check_experts(model: ModelSpec, config: PredictConfig) -> None:
     if moe.expert_ffn % config.etp:
         raise ConfigError(f"--etp: {config.etp} does not divide the experts' width {moe.expert_ffn}; choose an --etp "
                           f"that divides it")
+    rows = {op.m for layer in model.layers for op in layer.ops
+            if getattr(op, "name", "").startswith("experts.") and hasattr(op, "m")}
+    if config.cp > 1 and any(m % config.cp for m in rows):
+        raise ConfigError(f"--cp: {config.cp} does not divide the {min(rows)} tokens each expert of {model.name} gets "
+                          f"per sample; choose a --cp that divides them")
     if config.tp > 1 and not config.sequence_parallel:
         # megatron/training/arguments.py: "When using MoE and tensor parallelism, sequence
         # parallelism must be used" (the router and dispatcher work on the s / tp shard).
@@ -148,12 +160,12 @@ ROUTING_STEPS = 64
 
 def expert_load(config: PredictConfig, model: ModelSpec) -> RankLoad | None:
     """How ``--moe-routing`` (and ``--moe-capacity-factor``) load the busiest of the ``ep`` GPUs:
-    each routes its ``micro_batch x seq / tp`` tokens (the sequence-parallel shard) per
+    each routes its ``micro_batch x seq / (tp x cp)`` tokens (the sequence-parallel shard) per
     micro-batch (``None`` for a dense model)."""
     moe = model.moe
     if moe is None:
         return None
-    tokens = config.micro_batch * (model.tokens_per_sample or 0) // config.tp
+    tokens = config.micro_batch * (model.tokens_per_sample or 0) // (config.tp * config.cp)
     return rank_load(parse_routing(config.moe_routing), experts=moe.experts, ep=config.ep, tokens_per_rank=tokens,
                      top_k=moe.top_k, capacity_factor=config.moe_capacity_factor, steps=ROUTING_STEPS)
 
@@ -253,6 +265,10 @@ class LayoutReport:
     """Transfers of the step (all stages)."""
     embedding_grad_bytes: float = 0.0
     """Tied word embedding's gradient all-reduced between the first and last stage (per GPU)."""
+    cp_comm_s: float = 0.0
+    """Context-parallel communication of stage 0's step (all micro-batches, recomputation included)."""
+    cp_exposed_s: float = 0.0
+    """Of which stage 0's compute stream waits for."""
     pipeline: PipelineResult | None = field(default=None, repr=False)
     """The simulated step."""
     expert_load: RankLoad | None = None
@@ -273,6 +289,8 @@ class LayoutReport:
             "tp_comm_s": self.tp_comm_s, "tp_exposed_s": self.tp_exposed_s, "p2p_bytes": self.p2p_bytes,
             "p2p_s": self.p2p_s, "transfers": self.transfers, "embedding_grad_bytes": self.embedding_grad_bytes,
             "stages": [s.to_dict() for s in self.stages],
+            **({"cp": lay.cp, "cp_comm": lay.cp_comm, "cp_balance": lay.cp_balance, "cp_comm_s": self.cp_comm_s,
+                "cp_exposed_s": self.cp_exposed_s} if lay.cp > 1 else {}),
             **({"ep": lay.ep, "etp": lay.etp, "edp": lay.edp, "ep_comm_s": self.ep_comm_s,
                 "expert_load_factor": self.expert_load.mean_busiest_factor,
                 "expert_load_p90": _p90(self.expert_load.step_factors),
@@ -310,22 +328,62 @@ def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: Co
 def layout_memory(config: PredictConfig, model: ModelSpec, gpu, precision) -> tuple[StageMemory, ...]:
     """Memory per GPU of every stage of ``config``'s layout."""
     layout = layout_of(config)
-    return stages_memory(tp_model(model, config.tp, experts=expert_split(config, model)), layout, gpu, precision,
-                         config.optimizer)
+    return stages_memory(tp_model(cp_shard(model, layout.context), config.tp, experts=expert_split(config, model)),
+                         layout, gpu, precision, config.optimizer, cp_model=model)
 
 
 def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
-                  assignment=None, activations=None) -> tuple[StageMemory, ...]:
+                  assignment=None, activations=None, cp_model: ModelSpec | None = None) -> tuple[StageMemory, ...]:
     """Memory per GPU of every stage of ``layout`` (the one count ``predict``, ``memory`` and
     ``plan`` use): its stages' layers (``assignment``, :func:`~dpsim.strategies.layout.stage_assignment`
     when not given) and the micro-batches its schedule holds in flight; ``activations``: the
-    split's :func:`~dpsim.memory.stage_activation_bytes`, when a caller keeps them."""
+    split's :func:`~dpsim.memory.stage_activation_bytes`, when a caller keeps them. With context
+    parallelism ``tpm`` is the shard of a context-parallel rank's model and ``cp_model`` the
+    unsharded one, whose attention layer adds its transient buffers
+    (:func:`~dpsim.strategies.context.cp_buffer_bytes`)."""
     check_schedule(layout)
     if assignment is None:
         assignment = stage_assignment(tpm, layout)
     flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches)
-    return layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
-                               in_flight=flights, activations=activations)
+    stages = layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
+                                 in_flight=flights, activations=activations)
+    if layout.offload != "off":
+        stages = _offloaded(stages, tpm, assignment, layout, precision)
+    if layout.cp == 1:
+        return stages
+    assert cp_model is not None, "context parallelism needs the unsharded model"
+    extra = cp_buffer_bytes(cp_model, layout.context, tp=layout.tp, micro_batch=layout.micro_batch,
+                            tokens_per_rank=tpm.model.tokens_per_sample or 0, act_element_bytes=_act_bytes(precision))
+    return tuple(replace(m, breakdown=replace(m.breakdown, comm_buffers_bytes=m.breakdown.comm_buffers_bytes + extra))
+                 for m in stages)
+
+
+def _offloaded(stages: tuple[StageMemory, ...], tpm: TpModel, assignment, layout: Layout, precision
+               ) -> tuple[StageMemory, ...]:
+    """``stages`` with ``layout.offload``'s state on the host (:func:`~dpsim.memory.offload_memory`).
+    Where the fsdp parameters stay gathered for the step (under pipeline stages), each stage keeps
+    one block's gradients while they are reduced and, with its parameters offloaded, its gathered
+    working set instead (the blocks in use and prefetched, two, and the layers outside blocks, as
+    ZeRO-3 gathers them)."""
+    if reshards_after_forward(layout) and layout.grad_group > 1:
+        # Only shards persist there; the gathered units and the gradients being reduced are buffers already.
+        return tuple(replace(m, breakdown=offload_memory(m.breakdown, layout.offload)) for m in stages)
+    out = []
+    for m, chunks in zip(stages, assignment):
+        layers = [i for chunk in chunks for i in chunk]
+        blocks: dict[str, int] = {}
+        root = 0
+        for i in layers:
+            unit = tpm.layers[i].unit
+            if unit is None:
+                root += tpm.layers[i].numel_per_rank
+            else:
+                blocks[unit] = blocks.get(unit, 0) + tpm.layers[i].numel_per_rank
+        largest = max(blocks.values(), default=0)
+        working = (root + min(2, len(blocks)) * largest) * precision.weight_bytes
+        out.append(replace(m, breakdown=offload_memory(m.breakdown, layout.offload, working_weight_bytes=working,
+                                                       working_grad_bytes=largest * precision.grad_bytes)))
+    return tuple(out)
 
 
 def layout_fit(stages: tuple[StageMemory, ...], config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice]:
@@ -365,12 +423,15 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     layout = layout_of(config, precision.grad_bytes)
     check_schedule(layout)
     load = expert_load(config, model)
-    experts = expert_split(config, model)
-    tpm = tp_model(model, config.tp, sequence_parallel=config.sequence_parallel, experts=experts)
+    tpm = tp_model(cp_shard(model, layout.context), config.tp, sequence_parallel=config.sequence_parallel,
+                   experts=expert_split(config, model))
     cost = collective_cost(collectives)
 
     def tp_cost(op: str, size: float) -> float:
         return cost("tp", op, size)
+
+    def cp_cost(op: str, size: float) -> float:
+        return cost("cp", op, size)
 
     def ep_cost(bytes_per_rank: float) -> float:
         # The routed copies (less what capacity drops), the busiest rank's links pacing the exchange.
@@ -388,6 +449,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
                       overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown,
                       accumulate_s=accumulate, recompute_share=shares,
+                      cp_cost=cp_cost if layout.cp > 1 else None, cp_model=model if layout.cp > 1 else None,
                       ep_cost=ep_cost if layout.ep > 1 else None)
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
@@ -395,14 +457,19 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     full_hidden = hidden * layout.micro_batch * act / 2.0
     p2p_bytes = full_hidden / layout.tp
     gather_s = tp_cost("all_gather", full_hidden) if layout.tp > 1 and not layout.sequence_parallel else 0.0
-    p, d = layout.pp, layout.dp
-    memory = stages_memory(tpm, layout, gpu, precision, config.optimizer, assignment)
+    p, d = layout.pp, layout.grad_group
+    memory = stages_memory(tpm, layout, gpu, precision, config.optimizer, assignment, cp_model=model)
     per_param_opt = shard.optimizer_s / tpm.spec.param_count * opt_scale if tpm.spec.param_count else 0.0
     sharded_opt = layout.strategy in ("zero1", "fsdp")
-    # A sharded optimizer updates dense parameters / dp and routed experts / edp per GPU.
+    # A sharded optimizer updates dense parameters / dp (x cp) and routed experts / edp per GPU.
     experts = [sum(c.expert_grad_numel for c in stage) for stage in chunks]
     optimizer_s = [per_param_opt * (-(-(m.params_per_gpu - e) // d) + -(-e // layout.edp) if sharded_opt
                                     else m.params_per_gpu) for m, e in zip(memory, experts)]
+    if layout.offload != "off":
+        ranks = min(topology.gpus_per_node, topology.n_gpus)
+        fetches = param_fetches(layout.offload, layout.recompute == "full")
+        optimizer_s = [host_step_s(-(-m.params_per_gpu // d), ranks, topology.spec.node, precision.weight_bytes,
+                                   grad_bytes=precision.grad_bytes, param_fetches=fetches) for m in memory]
     dp_plan = DataParallelPlan(strategy=layout.strategy, dp=d, overlap=layout.overlap,
                                bucket_elements=layout.bucket_elements or default_bucket_elements(d),
                                grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes,
@@ -419,6 +486,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     s0 = chunks[0]
     tp_comm = sum(l.tp_comm_s for c in s0 for l in c.layers) * m_total
     tp_exposed = sum(l.tp_exposed_s for c in s0 for l in c.layers) * m_total
+    cp_comm = sum(l.cp_comm_s for c in s0 for l in c.layers) * m_total
+    cp_exposed = sum(l.cp_exposed_s for c in s0 for l in c.layers) * m_total
     p2p_s = cost("pp", "broadcast", p2p_bytes) if p > 1 else 0.0
     data_transfers = [t for t in plan.program.transfers if t.size_bytes > 0]  # not DeepSpeed's handshakes
     sent0 = sum(1 for t in data_transfers if t.src == 0)
@@ -428,13 +497,14 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                                                                 backward_share=_share(s0, "backward_s")),
                           tp_comm_s=tp_comm, tp_exposed_s=tp_exposed,
                           p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
-                          embedding_grad_bytes=emb_bytes, pipeline=result, expert_load=load,
+                          embedding_grad_bytes=emb_bytes, cp_comm_s=cp_comm, cp_exposed_s=cp_exposed,
+                          pipeline=result, expert_load=load,
                           ep_comm_s=sum(l.ep_comm_s for c in s0 for l in c.layers) * m_total)
     st0 = result.stages[0]
     fwd0 = st0.by_kind_s.get("forward", 0.0)
     bwd0 = st0.by_kind_s.get("backward", 0.0) + st0.by_kind_s.get("recompute", 0.0)
     opt0 = st0.by_kind_s.get("optimizer", 0.0)
-    exposed = tp_exposed + st0.exposed_comm_s
+    exposed = tp_exposed + st0.exposed_comm_s + cp_exposed
     # The same charge as the data-parallel path's, on the same exposed communication the
     # prediction reports (stage 0's tensor-parallel and data-parallel waits); the pipeline's
     # own report (bubble, tails) keeps the played step, which the charge does not reshape.
@@ -445,12 +515,12 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     samples = layout.global_batch / step
     # The one-GPU step: the whole model's micro-batches with their recomputation, no communication.
     full_fb = (compute.forward_s + compute.backward_s)
-    recompute_full = sum(l.recompute_s for l in work) * layout.tp
+    recompute_full = sum(l.recompute_s for l in work) * layout.tp * layout.cp
     single_step = m_total * (full_fb + recompute_full) + compute.optimizer_s
     single = layout.micro_batch * m_total / single_step
     peak = (gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
             if gpu.peak_flops_per_s else None)
-    flops_per_gpu = compute.flops_per_step * m_total / (layout.tp * layout.pp)
+    flops_per_gpu = compute.flops_per_step * m_total / (layout.tp * layout.pp * layout.cp)
     dp_ops = [plan.program.comms[i] for i in plan.gradient_ops if plan.program.comm_stages[i] == (0,)]
     largest = max(dp_ops, key=lambda c: c.size_bytes) if dp_ops else None
     ring = collectives.group("dp").time(largest.op, largest.size_bytes) if largest is not None else None
@@ -459,7 +529,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         if 0 in plan.program.comm_stages[i]:
             by_op[c.op] = by_op.get(c.op, 0.0) + c.size_bytes
     timing = StepTiming(step_time_s=step, forward_s=fwd0, backward_s=bwd0, optimizer_s=opt0,
-                        comm_s=tp_comm + st0.comm_s + sent0 * p2p_s, exposed_comm_s=exposed)
+                        comm_s=tp_comm + st0.comm_s + sent0 * p2p_s + cp_comm, exposed_comm_s=exposed)
     sim = SimulationResult(steps=(timing,) * config.steps, trace=result.trace)
     return Prediction(
         config=config, topology=topology.spec.name, gpu=gpu.name, n_gpus=topology.n_gpus, n_nodes=topology.n_nodes,

@@ -20,7 +20,8 @@ from dpsim.engine.program import StepProgram
 from dpsim.engine.simulate import PlayedCollectives, played_durations
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
-from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown
+from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown, offload_memory
+from dpsim.strategies.offload import host_step_s, param_fetches
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.layout import (
     check_layout,
@@ -169,7 +170,8 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     if profile is not None:
         gpu = check_cpu_compute(config, profile, calibrated_device(profile, gpu))
     model = load_model(config) if model is None else model
-    precision = get_precision(config.precision)
+    precision = get_precision(config.precision, config.fp8, strategy=config.strategy,
+                              fsdp_version=config.fsdp_version)
     if gpu.peak_flops_per_s:  # a CPU profile's device has no tensor cores to check
         check_precision_on_gpu(precision, gpu)
     compute: ComputeProfile = memoized(  # memoized: a sweep shares it between points
@@ -196,7 +198,8 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
                                 model=model, gpu=gpu, topology=topology)
 
     plan = memoized(
-        build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
+        build_step_program, config.strategy, model, _offloaded_step(config, compute, model, topology, precision),
+        precision=precision, n_gpus=topology.n_gpus,
         gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
         checkpointing=config.checkpointing, overlap=config.overlap,
         bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit, **_strategy_kwargs(config, gpu),
@@ -287,6 +290,20 @@ def with_model_error(prediction: Prediction, *, model: ModelSpec, gpu, topology:
                        exposed_share=prediction.exposed_comm_s / prediction.step_time_s if prediction.step_time_s > 0
                        else 0.0)
     return replace(prediction, model_error=model_error_interval(prediction.step_time_s, regime))
+
+
+def _offloaded_step(config: PredictConfig, compute: ComputeProfile, model: ModelSpec, topology: Topology,
+                    precision) -> ComputeProfile:
+    """``compute`` with the optimizer step an ``--offload`` runs on the host (:func:`host_step_s` of
+    the rank's shard), scaled by ``param_count / shard`` as the strategies charge a shard's step."""
+    if config.offload == "off":
+        return compute
+    n = topology.n_gpus
+    shard = -(-model.param_count // n)
+    fetches = param_fetches(config.offload, config.checkpointing.mode == "full")
+    step = host_step_s(shard, min(topology.gpus_per_node, n), topology.spec.node, precision.weight_bytes,
+                       grad_bytes=precision.grad_bytes, param_fetches=fetches)
+    return replace(compute, optimizer_s=step * model.param_count / shard)
 
 
 def _strategy_kwargs(config: PredictConfig, gpu) -> dict:
@@ -386,6 +403,11 @@ def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, 
     kwargs = _memory_kwargs(config, precision, topology)
     memory = memoized(memory_breakdown, model, gpu, **kwargs)
     advice = memoized(fit_advice, model, gpu, **kwargs)
+    if config.offload != "off":
+        # ZeRO's gathered units and gradient buckets are among the buffers already; the shards go.
+        memory = offload_memory(memory, config.offload)
+        if memory.fits:
+            advice = FitAdvice(fits=True, total_bytes=memory.total_bytes, message="fits")
     if not memory.fits:
         memory = replace(memory, suggestion=advice.message)
     return memory, advice
@@ -416,7 +438,8 @@ def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpe
     topology = resolve_topology(config)
     gpu = get_gpu(topology.spec.gpu)
     model = load_model(config)
-    precision = get_precision(config.precision)
+    precision = get_precision(config.precision, config.fp8, strategy=config.strategy,
+                              fsdp_version=config.fsdp_version)
     check_precision_on_gpu(precision, gpu)
     if config.layout_active:
         check_layout(config, model, topology)

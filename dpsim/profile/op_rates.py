@@ -165,6 +165,8 @@ def measured_op_times(op, rates: OpRates, precision, micro_batch: int) -> tuple[
         if found is None:
             return None
         flops = _attention_flops(op.seq, heads, op.head_dim, op.causal)
+        if op.kv_seq is not None:  # a context-parallel rank's queries against every key, at the measured rate
+            flops = op.flops_per_sample * micro_batch * (op.causal_share if op.causal else 1.0)
         return flops / found[0], FUSED_ATTENTION_BACKWARD_FLOPS * flops / found[1]
     assert isinstance(op, MemoryOp)
     if rates.launch_s is None:

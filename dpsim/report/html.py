@@ -111,7 +111,7 @@ def collect(config, *, tokens: float | str | None = None, samples: float | str |
     gpn = topology.spec.node.gpus_per_node
     counts = sorted(set(scaling_gpus)) if scaling_gpus else scaling_gpu_counts(prediction.n_gpus, gpn)
     if config.layout_active:  # a tensor/pipeline layout scales by data-parallel replicas
-        shard = config.tp * config.pp
+        shard = config.tp * config.cp * config.pp
         counts = [n for n in counts if n % shard == 0] or [prediction.n_gpus]
         base["dp"] = None
     if config.topology_file:

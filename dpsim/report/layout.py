@@ -22,7 +22,7 @@ def layout_tables(p) -> list[Table]:
     summary.add_column("step of stage 0")
     summary.add_column("value", justify="right")
     s0 = rep.stages[0]
-    compute0 = s0.busy_s - rep.tp_exposed_s
+    compute0 = s0.busy_s - rep.tp_exposed_s - rep.cp_exposed_s
     tp = f"{format_seconds(rep.tp_exposed_s)} of {format_seconds(rep.tp_comm_s)}"
     bubble = (f"{format_seconds(s0.bubble_s)} ({_pct(rep.bubble_fraction)}; ideal "
               f"{_pct(rep.ideal_bubble_fraction)})")
@@ -33,6 +33,9 @@ def layout_tables(p) -> list[Table]:
         ("pipeline bubble (fill, drain, transfers)", bubble),
         ("waiting for its data-parallel collectives", waits),
     ]
+    if lay.cp > 1:
+        rows.insert(2, ("context-parallel attention transfers waited for",
+                        f"{format_seconds(rep.cp_exposed_s)} of {format_seconds(rep.cp_comm_s)}"))
     if lay.pp > 1:
         p2p = f"{format_bytes(rep.p2p_bytes)} per GPU in {format_seconds(rep.p2p_s)}, {rep.transfers} per step"
         rows.append(("point-to-point transfer", p2p))
@@ -73,6 +76,40 @@ def _short(c) -> str:
     return " ".join(parts)
 
 
+def _failure_cells(e, failures: bool) -> tuple[str, ...]:
+    """The ``--rank goodput`` columns of a layout (none without them)."""
+    if not failures:
+        return ()
+    r = e.reliability
+    if r is None:
+        return ("-",) * 6
+    cost = e.expected_cost_usd
+    if not r.expected_wall_s < float("inf"):  # fails faster than it restarts: never done
+        return (format_seconds(r.checkpoint.write_s), "never", _pct(0.0), "-", "-", "-")
+    return (format_seconds(r.checkpoint.write_s), f"{r.expected_wall_s / 86400:,.2f} d", _pct(r.goodput),
+            format_seconds(r.interval_s), f"{r.spares} ({r.spare_gpus} GPUs)", "-" if cost is None else _usd(cost))
+
+
+def _print_recommendation(console: Console, r) -> None:
+    """The winner's checkpoint interval and spares, and what they rest on."""
+    ck = r.checkpoint
+    if not r.expected_wall_s < float("inf"):
+        console.print(f"[bold red]through failures: never done[/bold red]: the job fails every "
+                      f"{format_seconds(r.mtbf_s)}, restarts in {format_seconds(r.restart_s)}; give longer MTBFs")
+        return
+    who = f"every rank writes its shard ({ck.writers} ranks)" if ck.sharded else \
+        f"one replica writes it ({ck.writers} rank{'s' if ck.writers != 1 else ''})"
+    console.print(
+        f"through failures: a failure stops all {r.blast_radius_gpus} GPUs; job MTBF {format_seconds(r.mtbf_s)}; "
+        f"checkpoint {format_bytes(ck.state_bytes)}, {who}, busiest node {format_bytes(ck.node_bytes)}: write "
+        f"{format_seconds(ck.write_s)}, restart {format_seconds(r.restart_s)} (read included)")
+    console.print(
+        f"recommended: checkpoint every {format_seconds(r.interval_s)} (Young sqrt(2CM) {format_seconds(r.young_s)}, "
+        f"Daly {format_seconds(r.daly_s)}), {r.spares} spare node{'s' if r.spares != 1 else ''} "
+        f"({r.spare_gpus} GPUs): expected {r.expected_wall_s / 86400:,.2f} d to train, goodput {_pct(r.goodput)} "
+        f"({r.expected_wall_no_spares_s / 86400:,.2f} d without spares)")
+
+
 def print_plan(result, base, *, global_batch: int, console: Console | None = None) -> None:
     """``dpsim plan``'s table, the chosen layout's breakdown and the search's counts."""
     console = console or Console(width=max(Console().width, 110))
@@ -81,7 +118,11 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
              f"({counts['ranked']} fit of {counts['candidates']}, searched in {result.wall_s:.1f} s)")
     table = Table(title=escape(title), header_style="bold")
     tokens = any(e.tokens_per_s for e in result.ranked)
-    for col in ("#", "layout", "step", "tokens/s" if tokens else "samples/s", "MFU", "memory/GPU", "to train", "cost"):
+    failures = any(e.reliability is not None for e in result.ranked)
+    cols = ["#", "layout", "step", "tokens/s" if tokens else "samples/s", "MFU", "memory/GPU", "to train", "cost"]
+    if failures:
+        cols += ["ckpt write", "through failures", "goodput", "ckpt every", "spares", "expected cost"]
+    for col in cols:
         table.add_column(col, justify="left" if col == "layout" else "right", no_wrap=True)
     for i, e in enumerate(result.ranked, 1):
         table.add_row(
@@ -92,7 +133,7 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
             f"{e.tokens_per_s:,.0f}" if tokens and e.tokens_per_s else f"{e.samples_per_s:,.1f}",
             "-" if e.mfu is None else _pct(e.mfu), format_bytes(e.memory_bytes),
             "-" if e.time_to_train_s is None else f"{e.time_to_train_s / 86400:,.1f} d",
-            "-" if e.cost_usd is None else _usd(e.cost_usd))
+            "-" if e.cost_usd is None else _usd(e.cost_usd), *_failure_cells(e, failures))
     console.print(table)
     console.print("layout: GPUs: tensor x pipeline x data sizes, iN = interleaved with N chunks per stage, "
                   "data-parallel strategy, micro-batch, sel/full = recomputation, sp = sequence parallelism")
@@ -108,6 +149,8 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
         console.print(f"[bold red]no layout fits[/bold red]{hint}; add GPUs, or allow more tensor parallelism")
         return
     console.print(f"best: {escape(best.candidate.command(base))}")
+    if best.reliability is not None:
+        _print_recommendation(console, best.reliability)
     pred = best.verified
     if pred is not None and pred.layout is not None:
         for t in layout_tables(pred):

@@ -65,6 +65,7 @@ def prediction_tables(p: Prediction) -> list[Table]:
     title = (f"{p.model} ({p.param_count / 1e9:.3g} B params) on {p.n_gpus} x {device} "
              f"[{p.topology}, {p.n_nodes} node{'s' if p.n_nodes > 1 else ''}], "
              f"micro-batch {cfg.micro_batch}, {cfg.precision}"
+             + (f" + fp8 {cfg.fp8}" if getattr(cfg, "fp8", None) else "")
              + (f", {p.strategy}" if p.strategy != "ddp" else "")
              + (f", {cfg.grad_accum} micro-batches per step" if getattr(cfg, "grad_accum", 1) > 1 else "")
              + _fsdp_and_checkpointing_text(cfg))

@@ -2,10 +2,11 @@
 
 A :class:`Layout` is ``tp`` tensor-parallel ranks (:mod:`~dpsim.strategies.tensor`) times
 ``pp`` pipeline stages (:mod:`~dpsim.strategies.pipeline`) times ``dp`` data-parallel
-replicas, ``tp x pp x dp`` GPUs, ranked as Megatron-LM ranks them (tensor-parallel rank
-fastest, then data-parallel, then pipeline: ``RankGenerator`` order ``tp-cp-ep-dp-pp`` in
-``megatron/core/parallel_state.py``; :func:`dpsim.collectives.groups.layout_communicators`
-places the groups on the fabric).
+replicas, times ``cp`` context-parallel ranks splitting each sequence
+(:mod:`~dpsim.strategies.context`), ``tp x cp x pp x dp`` GPUs, ranked as Megatron-LM ranks
+them (tensor-parallel rank fastest, then context-, then data-parallel, then pipeline:
+``RankGenerator`` order ``tp-cp-ep-dp-pp`` in ``megatron/core/parallel_state.py``;
+:func:`dpsim.collectives.groups.layout_communicators` places the groups on the fabric).
 
 **Stages.** The model's blocks (transformer layers, :attr:`LayerSpec.unit`) are split
 over ``pp x virtual_stages`` *virtual stages*; virtual stage ``c x pp + s`` is model chunk
@@ -29,14 +30,17 @@ block's forward (its collectives too) before the block's backward (Megatron's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import dataclasses
 from dataclasses import dataclass, replace
 
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
+from dpsim.strategies.context import ContextParallel, layer_cp_comm, model_hidden
 from dpsim.strategies.checkpointing import RECOMPUTE, CheckpointPolicy, checkpointed, selective_recompute_s
-from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpModel, layer_tp_comm
+from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpComm, TpModel, layer_tp_comm
 from dpsim.workload.compute import ComputeProfile
 from dpsim.workload.roofline import Efficiencies, memory_term
+from dpsim.workload.spec import ModelSpec
 
 SCHEDULES: dict[str, str] = {
     "1f1b": "one forward one backward (PipeDream-Flush, Megatron's default): at most pp micro-batches in flight",
@@ -111,14 +115,23 @@ class Layout:
     grad_accum_fusion: bool = True
     """Weight-gradient GEMMs accumulate into the gradient buffer; ``False``: a separate pass per
     micro-batch (:func:`gradient_accumulation_s`)."""
+    cp: int = 1
+    """Context-parallel ranks each sequence is split over (:mod:`~dpsim.strategies.context`)."""
+    cp_comm: str = "p2p"
+    """A key of :data:`~dpsim.strategies.context.CP_COMM`."""
+    cp_balance: bool = True
+    """Causal load balancing of the context-parallel split."""
+    offload: str = "off"
+    """A key of :data:`~dpsim.strategies.offload.OFFLOAD`: the sharded optimizer (and parameters) on the host."""
+
     ep: int = 1
-    """Expert-parallel ranks of a mixture of experts: carved, with ``etp``, out of the ``tp x dp``
+    """Expert-parallel ranks of a mixture of experts: carved, with ``etp``, out of the ``tp x cp x dp``
     ranks of a stage for the expert layers (Megatron-Core's definition)."""
     etp: int = 1
     """Expert-tensor-parallel ranks (each expert's width split over them)."""
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "virtual_stages", "micro_batch", "micro_batches", "ep", "etp"):
+        for name in ("tp", "pp", "dp", "cp", "virtual_stages", "micro_batch", "micro_batches", "ep", "etp"):
             v = getattr(self, name)
             assert isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"{name}: {v!r}"
         assert self.schedule in SCHEDULES and self.recompute in RECOMPUTE, (self.schedule, self.recompute)
@@ -127,14 +140,26 @@ class Layout:
 
     @property
     def n_gpus(self) -> int:
-        """``tp x pp x dp``."""
-        return self.tp * self.pp * self.dp
+        """``tp x cp x pp x dp``."""
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def context(self) -> ContextParallel:
+        """The context-parallel split."""
+        return ContextParallel(cp=self.cp, comm=self.cp_comm, balanced=self.cp_balance)
+
+    @property
+    def grad_group(self) -> int:
+        """Ranks a gradient is reduced over, and a sharded state split over: ``dp x cp`` (the
+        context-parallel ranks hold the same weights; Megatron's data-parallel group with
+        context parallel)."""
+        return self.dp * self.cp
 
     @property
     def edp(self) -> int:
-        """Expert-data-parallel replicas, over which the experts' gradients reduce: ``tp x dp /
+        """Expert-data-parallel replicas, over which the experts' gradients reduce: ``tp x cp x dp /
         (etp x ep)`` (``megatron/core/parallel_state.py``, ``expert_data_parallel_size``)."""
-        return self.tp * self.dp // (self.etp * self.ep)
+        return self.tp * self.grad_group // (self.etp * self.ep)
 
     @property
     def chunks(self) -> int:
@@ -154,7 +179,8 @@ class Layout:
         extra = "".join([f", ep {self.ep}" + (f" x etp {self.etp}" if self.etp > 1 else "") if self.ep > 1 else "",
                          ", sequence parallel" if self.sequence_parallel and self.tp > 1 else "",
                          f", {self.recompute} recompute" if self.recompute != "off" else ""])
-        return (f"tp {self.tp} x pp {self.pp}{sched} x dp {self.dp}, {self.strategy}, micro-batch "
+        cp = "" if self.cp == 1 else f" x cp {self.cp} ({self.cp_comm}{'' if self.cp_balance else ', unbalanced'})"
+        return (f"tp {self.tp}{cp} x pp {self.pp}{sched} x dp {self.dp}, {self.strategy}, micro-batch "
                 f"{self.micro_batch} x {self.micro_batches}{extra}")
 
 
@@ -298,6 +324,10 @@ class LayerWork:
     weight_grad_s: float = 0.0
     """Of :attr:`backward_s`, the weight-gradient GEMMs: the pass ``W`` a zero-bubble schedule
     runs apart from the input gradient ``B`` (:func:`weight_gradient_share`)."""
+    cp_comm_s: float = 0.0
+    """Context-parallel communication of the micro-batch (forward, backward and recompute)."""
+    cp_exposed_s: float = 0.0
+    """Of which the compute stream waits for (included in :attr:`forward_s` and :attr:`backward_s`)."""
     ep_comm_s: float = 0.0
     """An MoE layer's all-to-all time of the micro-batch on the ``ep`` communicator: dispatch
     and combine in forward, their reverses in backward (and again when recomputed)."""
@@ -341,6 +371,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                tp_cost: Callable[[str, float], float], act_element_bytes: int = 2,
                time_scale: float = 1.0, overlap_slowdown: float = 0.0, comm_slowdown: float = 0.0,
                accumulate_s: Sequence[float] = (), recompute_share: Sequence[float] | None = None,
+               cp_cost: Callable[[str, float], float] | None = None, cp_model: ModelSpec | None = None,
                ep_cost: Callable[[float], float] | None = None) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
@@ -357,7 +388,12 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     comm_slowdown`` times longer beside the GEMM, which it slows that much longer. Without
     ``layout.grad_accum_fusion`` each layer's backward also runs ``accumulate_s``
     (:func:`gradient_accumulation_s`). ``op`` recomputation re-runs ``recompute_share`` of each
-    layer's forward (:func:`~dpsim.strategies.checkpointing.recompute_shares` of the shard).
+    layer's forward (:func:`~dpsim.strategies.checkpointing.recompute_shares` of the shard). With ``layout.cp``
+    above 1, ``tpm`` is the tensor-parallel shard of a context-parallel rank's model
+    (:func:`~dpsim.strategies.context.cp_shard`), ``cp_model`` the unsharded model and
+    ``cp_cost(op, bytes)`` the ``cp`` communicator's collective time: each attention layer adds
+    what of its context-parallel communication its attention does not hide
+    (:func:`~dpsim.strategies.context.layer_cp_comm`), and recomputing it re-runs its forward's.
 
     An MoE layer's routed tokens leave and come back by all-to-all on the ``ep``
     communicator (Megatron-Core's ``MoEAlltoAllTokenDispatcher``): ``ep_cost(bytes)`` is one
@@ -381,6 +417,17 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                                    comm_slowdown=comm_slowdown))
         core_s.append(selective_recompute_s(layer, fwd))
     n = len(tpm.layers)
+    cpc = [TpComm()] * n
+    if layout.cp > 1:
+        assert cp_cost is not None and cp_model is not None, "context parallelism needs its communicator and model"
+        hidden = model_hidden(cp_model)
+        cpc = [layer_cp_comm(layer, tpm.spec.layers[i], cp_model.layers[i], fwd_s[i], ctx=layout.context,
+                             micro_batch=layout.micro_batch, tokens_per_rank=tokens, hidden=hidden, tp=layout.tp,
+                             cost=cp_cost, act_element_bytes=act_element_bytes) for i, layer in enumerate(tpm.layers)]
+        # The ring's exposed waits join the tensor-parallel ones (recomputation re-runs both).
+        comms = [dataclasses.replace(c, forward_exposed_s=c.forward_exposed_s + k.forward_exposed_s,
+                                     backward_exposed_s=c.backward_exposed_s + k.backward_exposed_s)
+                 for c, k in zip(comms, cpc)]
     recompute, recompute_comm, recompute_exposed = [0.0] * n, [0.0] * n, [0.0] * n
     ckpt = checkpointed_blocks(tpm, layout)
     if layout.recompute == "full":
@@ -392,12 +439,12 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
             recompute_comm[last] = sum(comms[i].forward_s for i in unit_layers)
             recompute_exposed[last] = sum(comms[i].forward_exposed_s for i in unit_layers)
     elif layout.recompute == "selective":
-        recompute = list(core_s)
+        recompute = [core_s[i] + cpc[i].forward_exposed_s for i in range(n)]
     elif layout.recompute == "op":
         assert recompute_share is not None and len(recompute_share) == n, "op recomputation needs its shares"
         recompute = [fwd_s[i] * recompute_share[i] for i in range(n)]
-    hidden_f = [contention * (c.forward_s - c.forward_exposed_s) for c in comms]
-    hidden_b = [contention * (c.backward_s - c.backward_exposed_s) for c in comms]
+    hidden_f = [contention * (c.forward_s + k.forward_s - c.forward_exposed_s) for c, k in zip(comms, cpc)]
+    hidden_b = [contention * (c.backward_s + k.backward_s - c.backward_exposed_s) for c, k in zip(comms, cpc)]
     if layout.recompute == "full":
         # The re-run forward's hidden collectives contend like the first run's.
         for unit_layers in ckpt:
@@ -411,6 +458,20 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
             a2a_recompute[max(unit_layers)] = sum(2.0 * a2a[i] for i in unit_layers)
     tp_comm = [c.forward_s + c.backward_s + recompute_comm[i] for i, c in enumerate(comms)]
     tp_exposed = [c.forward_exposed_s + c.backward_exposed_s + recompute_exposed[i] for i, c in enumerate(comms)]
+    cp_comm, cp_exposed = [0.0] * n, [0.0] * n
+    if layout.cp > 1:
+        again, again_exp = [0.0] * n, [0.0] * n  # the ring's forward re-run by recomputation
+        if layout.recompute == "full":
+            for unit_layers in ckpt:
+                again[max(unit_layers)] = sum(cpc[i].forward_s for i in unit_layers)
+                again_exp[max(unit_layers)] = sum(cpc[i].forward_exposed_s for i in unit_layers)
+        elif layout.recompute == "selective":
+            again, again_exp = [k.forward_s for k in cpc], [k.forward_exposed_s for k in cpc]
+        cp_comm = [k.forward_s + k.backward_s + again[i] for i, k in enumerate(cpc)]
+        cp_exposed = [k.forward_exposed_s + k.backward_exposed_s + again_exp[i] for i, k in enumerate(cpc)]
+        # tp_exposed carried the ring's exposed waits (comms, recompute_exposed): keep them apart.
+        tp_exposed = [t - e + (again_exp[i] if layout.recompute == "selective" else 0.0)
+                      for i, (t, e) in enumerate(zip(tp_exposed, cp_exposed))]
     if comm_slowdown > 0:  # the hidden part lasts longer (with none, the modelled time bit for bit)
         pace = comm_rate(comm_slowdown, True)
         tp_comm = [e + (t - e) / pace for t, e in zip(tp_comm, tp_exposed)]
@@ -422,6 +483,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         tp_comm_s=tp_comm[i], tp_exposed_s=tp_exposed[i],
         grad_numel=layer.numel_per_rank,
         weight_grad_s=bwd_s[i] * weight_gradient_share(layer) + accumulate[i],
+        cp_comm_s=cp_comm[i], cp_exposed_s=cp_exposed[i],
         ep_comm_s=4.0 * a2a[i] + a2a_recompute[i], expert_grad_numel=layer.expert_numel_per_rank)
         for i, layer in enumerate(tpm.layers))
 

@@ -48,7 +48,8 @@ FSDP ``HYBRID_SHARD`` (``fsdp-hybrid``)
 
 Not modelled: DeepSpeed ZeRO-3's per-submodule granularity, prefetch bucket and
 ``stage3_param_persistence_threshold`` (small parameters kept unsharded) — dpsim's
-``zero3`` shards by unit like FSDP; CPU/NVMe offload; FSDP ``BACKWARD_POST``.
+``zero3`` shards by unit like FSDP; NVMe offload (CPU offload: :mod:`dpsim.strategies.offload`);
+FSDP ``BACKWARD_POST``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ from dpsim.strategies.program import (
     _recompute_starts,
 )
 from dpsim.strategies.shards import unit_shard_numel, wrap_units
+from dpsim.workload.fp8 import (
+    AMAX_ALL_REDUCE_BYTES_PER_LINEAR,
+    gathered_weight_bytes,
+    layers_fp8_weight_numel,
+    runs_in_fp8,
+)
 from dpsim.workload.roofline import Efficiencies, memory_term
 
 
@@ -100,8 +107,9 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
     units = [u for u in wrap_units(model, request.fsdp_unit)]
     unit_of_layer = {i: u for u in units for i in u.layers}
     shard = {u.name: unit_shard_numel(u.params, world, request.fsdp_version) for u in units}
+    gathered = {u.name: unit_gathered_bytes(request, u, shard[u.name] * world) for u in units}
     reduce_every_micro_batch = not request.unsharded_accumulation
-    copy_out_s, copy_in_s = _fsdp2_copies_s(request, units, shard, world)
+    copy_out_s, copy_in_s = _fsdp2_copies_s(request, units, shard, world, gathered)
     copies_s = 0.0
     group = "intra" if hybrid else "world"
     recompute = _recompute_starts(request.checkpoint_units, request.recompute_share)
@@ -128,7 +136,7 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
         if not gathered_from_before:
             for u in order_fwd:
                 ag_fwd[u.name] = b.op(_mb(f"all-gather {u.name} (forward)", j, grad_accum), "all_gather",
-                                      shard[u.name] * world * precision.weight_bytes, "allgather", group)
+                                      gathered[u.name], "allgather", group)
         first_layer = {u.name: min(u.layers) for u in order_fwd}
         wait_at: dict[int, list[int]] = {}
         launch_before: dict[int, list[int]] = {}
@@ -153,7 +161,7 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
         need = [u for u in order_bwd
                 if reshard_after_forward and not (u.is_root and keep_root)]
         ag_bwd = {u.name: b.op(_mb(f"all-gather {u.name} (backward)", j, grad_accum), "all_gather",
-                               shard[u.name] * world * precision.weight_bytes, "allgather", group) for u in need}
+                               gathered[u.name], "allgather", group) for u in need}
         before: dict[int, list[int]] = {}
         bwait: dict[int, list[int]] = {}
         after: dict[int, list[int]] = {}
@@ -188,12 +196,38 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
                        extra_s=bwd_copies)
     total_shard = sum(shard.values())
     b.task("optimizer", "optimizer", _optimizer_s(compute, total_shard / model.param_count), wait=grad_ops)
+    if precision.fp8 is not None and precision.fp8.fsdp_float8_all_gather:
+        # precompute_float8_dynamic_scale_for_fsdp after the step: the amax of every FP8 weight
+        # shard (one read of the shards), then one all-reduce of the amaxes for the next step's
+        # casts, which the next forward's all-gathers wait for.
+        linears = sum(1 for layer in model.layers for op in layer.ops if runs_in_fp8(op))
+        amax = b.op("all-reduce float8 weight amax", "all_reduce", AMAX_ALL_REDUCE_BYTES_PER_LINEAR * linears,
+                    "allreduce", group)
+        b.launch(amax)
+        b.task("optimizer", "float8 scales", _amax_s(request, units, shard), wait=[amax])
     return StrategyProgram(strategy=key, program=b.build(), shard_group_size=world,
                            gradient_ops=tuple(grad_ops), units=tuple(units),
                            framework_parts_s={"fsdp2_copies": copies_s} if copy_out_s else {})
 
 
-def _fsdp2_copies_s(request: BuildRequest, units, shard: dict[str, int], world: int
+def unit_gathered_bytes(request: BuildRequest, unit, full_numel: float) -> float:
+    """Bytes of ``unit``'s all-gather: the parameter dtype, or FP8 for its linears' weights under
+    FSDP2's float8 all-gather (:func:`dpsim.workload.fp8.gathered_weight_bytes`)."""
+    fp8 = layers_fp8_weight_numel(request.model, unit.layers)
+    return gathered_weight_bytes(full_numel, fp8, request.precision.weight_bytes, request.precision.fp8)
+
+
+def _amax_s(request: BuildRequest, units, shard: dict[str, int]) -> float:
+    """One read of every weight shard for its amax (``torch._foreach_norm(..., ord=math.inf)`` in
+    ``precompute_float8_dynamic_scale_for_fsdp``); nothing to cost it on without a GPU."""
+    gpu = request.compute_gpu
+    if gpu is None:
+        return 0.0
+    numel = sum(shard[u.name] for u in units)
+    return memory_term(numel * request.precision.weight_bytes, gpu).time_s(request.efficiencies or Efficiencies())
+
+
+def _fsdp2_copies_s(request: BuildRequest, units, shard: dict[str, int], world: int, gathered: dict[str, float]
                     ) -> tuple[dict[str, float], dict[str, float]]:
     """Per unit, FSDP2's all-gather copy-out and reduce-scatter copy-in (seconds; empty for
     FSDP1 or with no GPU to cost them on). Copy-out (``foreach_all_gather_copy_out``:
@@ -215,6 +249,6 @@ def _fsdp2_copies_s(request: BuildRequest, units, shard: dict[str, int], world: 
         if not u.params:
             continue
         full = shard[u.name] * world
-        out[u.name] = memory_term(2 * full * w, gpu).time_s(eff)
+        out[u.name] = memory_term(2 * gathered[u.name], gpu).time_s(eff)
         into[u.name] = memory_term(full * (w + g), gpu).time_s(eff)
     return out, into

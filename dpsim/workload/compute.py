@@ -36,7 +36,16 @@ from dataclasses import dataclass, field
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
 from dpsim.workload.precision import Precision, check_optimizer, optimizer_traffic_bytes_per_param
-from dpsim.workload.roofline import HOST_OVERHEAD_PER_OP_S, Efficiencies, Term, memory_term, op_kind, op_terms
+from dpsim.workload.fp8 import fp8_weight_numel
+from dpsim.workload.roofline import (
+    HOST_OVERHEAD_PER_OP_S,
+    Efficiencies,
+    Term,
+    fp8_cast_terms,
+    memory_term,
+    op_kind,
+    op_terms,
+)
 from dpsim.workload.spec import LayerSpec, ModelSpec
 
 DEFAULT_COMPUTE_EFFICIENCY = 1.0
@@ -150,7 +159,9 @@ def autocast_weight_bytes(layer: LayerSpec, precision: Precision) -> tuple[float
     if not precision.autocast:
         return 0.0, 0.0
     per_param = precision.weight_bytes + precision.activation_bytes
-    return layer.param_count * per_param, layer.param_count * per_param
+    # FP8 linears cast their fp32 weights straight to FP8 (fp8_cast_terms), not through bf16.
+    params = layer.param_count - (fp8_weight_numel(layer) if precision.fp8 is not None else 0)
+    return params * per_param, params * per_param
 
 
 def layer_terms(layer: LayerSpec, gpu: GpuSpec, precision: Precision,
@@ -159,6 +170,9 @@ def layer_terms(layer: LayerSpec, gpu: GpuSpec, precision: Precision,
     (kind: :func:`dpsim.workload.roofline.op_kind`, or ``memory`` for autocast's weight casts).
     Empty for a layer known only by its FLOPs."""
     out = [(op_kind(op), *op_terms(op, gpu, precision, micro_batch)) for op in layer.ops]
+    if precision.fp8 is not None:
+        out += [("memory", *casts) for casts in (fp8_cast_terms(op, gpu, precision, micro_batch) for op in layer.ops)
+                if casts[0] or casts[1]]
     cast_f, cast_b = autocast_weight_bytes(layer, precision)
     if layer.ops and cast_f:
         # One cast kernel per weight tensor each way.

@@ -50,6 +50,10 @@ from dpsim.workload.spec import AttentionOp, MatmulOp, MemoryOp, OpSpec
 MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 """aten matmul-class operators (``linear`` and ``matmul`` decompose into these)."""
 
+LM_HEAD_MODULES = frozenset({"lm_head", "output"})
+"""Module names of a language model's output projection: transformers' ``lm_head``, Meta's and
+torchtitan's Llama ``output`` (the layer torchtitan's float8 converter filters out)."""
+
 CONV_OPS = frozenset({"convolution", "_convolution", "cudnn_convolution"})
 """aten convolution operators."""
 
@@ -225,7 +229,9 @@ class Lowering:
             self._cast_inputs([a, w], layer)
             if name in ("mm", "addmm"):
                 m, k, n = int(a.shape[0]), int(a.shape[1]), int(w.shape[1])
-                op = MatmulOp(name=name, m=max(1, math.ceil(m / b)), n=n, k=k)
+                # An output projection keeps the catalog's name, which FP8 recipes leave in 16 bits.
+                head = layer.rsplit(".", 1)[-1] in LM_HEAD_MODULES
+                op = MatmulOp(name="lm_head" if head else name, m=max(1, math.ceil(m / b)), n=n, k=k)
             else:
                 batch, m, k, n = int(a.shape[0]), int(a.shape[1]), int(a.shape[2]), int(w.shape[2])
                 op = MatmulOp(name=name, m=m, n=n, k=k, batch=max(1, batch // b))

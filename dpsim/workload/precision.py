@@ -61,9 +61,10 @@ after it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpsim.errors import ConfigError
+from dpsim.workload.fp8 import Fp8Recipe, check_fp8_on_gpu, fp8_all_gather, get_fp8_recipe
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +97,8 @@ class Precision:
     """Weights are cast to 16 bits inside every matmul each forward (``torch.autocast``)."""
     grad_scaler: bool = False
     """fp16 loss scaling: gradients are checked for overflow (and unscaled) every step."""
+    fp8: Fp8Recipe | None = None
+    """The FP8 recipe its linear layers run (``--fp8``, :mod:`dpsim.workload.fp8`); ``None``: none."""
     description: str
     """One line for humans: the framework setting it models."""
 
@@ -185,6 +188,8 @@ def check_precision_on_gpu(precision: Precision, gpu) -> None:
     compute capability 8.0), far below any rate dpsim could quote. So a bf16 precision on
     a V100 is an error that names the fp16 ones, rather than a silent fp16 rate.
     """
+    if precision.fp8 is not None:
+        check_fp8_on_gpu(precision.fp8, gpu)
     dtype = precision.matmul_dtype
     if dtype in ("bfloat16", "float16") and dtype not in gpu.peak_flops_per_s:
         other = [p.name for p in PRECISIONS.values() if p.matmul_dtype not in ("bfloat16", "float16")
@@ -195,14 +200,24 @@ def check_precision_on_gpu(precision: Precision, gpu) -> None:
         )
 
 
-def get_precision(name: str) -> Precision:
-    """Look a precision up by name or old alias (:data:`PRECISION_ALIASES`)."""
+def get_precision(name: str, fp8: str | None = None, *, strategy: str = "ddp", fsdp_version: str = "1") -> Precision:
+    """Look a precision up by name or old alias (:data:`PRECISION_ALIASES`), with the FP8
+    recipe ``fp8`` (``--fp8``) on top of it as it runs under ``strategy`` (FSDP2 gathers
+    float8 weights: :func:`dpsim.workload.fp8.fp8_all_gather`)."""
     try:
-        return PRECISIONS[PRECISION_ALIASES.get(name, name)]
+        precision = PRECISIONS[PRECISION_ALIASES.get(name, name)]
     except (KeyError, TypeError):
         raise ConfigError(
             f"--precision: {name!r} is not known; choose one of {', '.join(PRECISIONS)}"
         ) from None
+    if fp8 is None:
+        return precision
+    if precision.matmul_dtype not in ("bfloat16", "float16"):
+        raise ConfigError(f"--fp8: runs on a 16-bit precision (its non-FP8 ops compute in bf16); "
+                          f"--precision {precision.name} computes in {precision.matmul_dtype}: use amp-bf16 "
+                          "or bf16-params")
+    recipe = fp8_all_gather(get_fp8_recipe(fp8), strategy=strategy, fsdp_version=fsdp_version)
+    return replace(precision, fp8=recipe)
 
 
 def check_optimizer(name: str) -> str:

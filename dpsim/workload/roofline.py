@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
+from dpsim.workload.fp8 import FP8_RATE_KEY, cast_bytes_per_element, cast_kernels, cast_passes, runs_in_fp8
 from dpsim.workload.precision import Precision
 from dpsim.workload.spec import AttentionOp, MatmulOp, MemoryOp, OpSpec
 
@@ -225,7 +226,46 @@ def _rate_key(op: MatmulOp, precision: Precision) -> str:
     return precision.conv_dtype if op.kind == "conv" else precision.matmul_dtype
 
 
+def _fp8_matmul(op: MatmulOp, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
+    """A linear's three GEMMs at the FP8 rate, with the same shape efficiency as 16-bit ones:
+    FP8 operands (one byte), a 16-bit output."""
+    m, e = op.m * micro_batch, precision.activation_bytes
+
+    def gemm(rows: int, cols: int, depth: int) -> Term:
+        return matmul_term(rows, cols, depth, 1, FP8_RATE_KEY, 1.0, gpu,
+                           traffic_elements=float(rows) * depth + float(depth) * cols + e * float(rows) * cols)
+
+    return [gemm(m, op.n, op.k)], [gemm(m, op.k, op.n), gemm(op.n, op.k, m)]
+
+
+def fp8_cast_terms(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
+    """(forward, backward) cast kernels that feed one FP8 linear for a micro-batch
+    (:func:`dpsim.workload.fp8.cast_passes`); empty for an op that stays in 16 bits. Inputs and
+    output gradients are read in the activation dtype, weights in the parameter dtype; a weight
+    the FSDP2 float8 all-gather already delivers in FP8 is not cast."""
+    recipe = precision.fp8
+    if recipe is None or not runs_in_fp8(op):
+        return [], []
+    assert isinstance(op, MatmulOp)
+    m = op.m * micro_batch
+    numel = {"x": float(m) * op.k, "x_bwd": float(m) * op.k, "dy": float(m) * op.n,
+             "w": float(op.n) * op.k, "w_bwd": float(op.n) * op.k}
+    high = {"x": precision.activation_bytes, "x_bwd": precision.activation_bytes,
+            "dy": precision.activation_bytes, "w": precision.weight_bytes, "w_bwd": precision.weight_bytes}
+    forward: list[Term] = []
+    backward: list[Term] = []
+    for operand, casts in cast_passes(recipe, weight_cast_in_forward=not recipe.fsdp_float8_all_gather):
+        if not casts:
+            continue
+        size = casts * numel[operand] * cast_bytes_per_element(recipe, high[operand], gpu.architecture)
+        term = memory_term(size, gpu, kernels=casts * cast_kernels(recipe))
+        (forward if operand in ("x", "w") else backward).append(term)
+    return forward, backward
+
+
 def _matmul(op: MatmulOp, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
+    if precision.fp8 is not None and runs_in_fp8(op):
+        return _fp8_matmul(op, gpu, precision, micro_batch)
     key = _rate_key(op, precision)
     e = precision.activation_bytes
     m = op.m * micro_batch
@@ -249,11 +289,13 @@ def _attention(op: AttentionOp, gpu: GpuSpec, precision: Precision, micro_batch:
     heads = op.heads * micro_batch
     bw = gpu.streaming_bandwidth_bytes_per_s
     if op.fused:
-        flops = op.flops_per_sample * micro_batch * (0.5 if op.causal else 1.0)
+        flops = op.flops_per_sample * micro_batch * (op.causal_share if op.causal else 1.0)
         rate = _peak_or_achieved(precision.matmul_dtype, gpu) * ATTENTION_FRACTION_OF_PEAK.get(gpu.architecture, 0.35)
         if op.kernel == "triton":
             rate /= TRITON_FLASH_SLOWDOWN
-        io = float(op.seq) * op.head_dim * heads * e
+        # Q, K, V read and O written once (K and V of the whole sequence on a context-parallel rank).
+        tokens = op.seq if op.kv_seq is None else (op.seq + op.kv_seq) / 2.0
+        io = float(tokens) * op.head_dim * heads * e
         return ([Term(flops / rate, 4 * io / bw, "attention", HOST_OVERHEAD_PER_OP_S)],
                 [Term(FUSED_ATTENTION_BACKWARD_FLOPS * flops / rate, 8 * io / bw, "attention", HOST_OVERHEAD_PER_OP_S)])
     key, s, d = precision.matmul_dtype, op.seq, op.head_dim

@@ -169,6 +169,12 @@ class AttentionOp:
     on Ampere and later) or ``triton`` (HazyResearch's Triton FlashAttention, which
     llm-foundry's ``attn_impl: triton`` runs); see
     :data:`ATTENTION_KERNELS`."""
+    kv_seq: int | None = None
+    """Key length when it differs from :attr:`seq` (then the query length): one context-parallel
+    rank's queries attend to the keys of the whole sequence (:mod:`dpsim.strategies.context`)."""
+    causal_share: float = 0.5
+    """With ``causal``: the share of the ``seq x kv_seq`` scores the mask leaves to compute (half of
+    a square; a context-parallel rank's share of its queries against every key)."""
 
     def __post_init__(self) -> None:
         if self.kernel not in ATTENTION_KERNELS:
@@ -178,7 +184,7 @@ class AttentionOp:
     @property
     def flops_per_sample(self) -> float:
         """Forward FLOPs over the full square (the MFU convention): ``4 · seq² · heads · head_dim``."""
-        return 4.0 * self.seq * self.seq * self.heads * self.head_dim
+        return 4.0 * self.seq * (self.seq if self.kv_seq is None else self.kv_seq) * self.heads * self.head_dim
 
 
 @dataclass(frozen=True, kw_only=True)

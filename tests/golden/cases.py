@@ -97,6 +97,15 @@ def predict_cases() -> dict[str, list[str]]:
                            "--global-batch", "96", "--micro-batch", "1", "--sequence-parallel", "--recompute",
                            "selective", "--model", "transformer:hidden=12288,layers=96,heads=96,vocab=50272,"
                            "seq=2048,positions=2050,act=relu,norm=layernorm,pos=learned,tied=true,name=opt-175b"],
+        # FP8 recipes (dpsim/workload/fp8.py): torchao float8 with FSDP2's float8 all-gather, TransformerEngine
+        # delayed scaling under DDP + autocast, MXFP8 on Blackwell.
+        "fp8-fsdp2-7b": ["--gpus", "8", "--link", "infiniband", "--model", "llama-2-7b", "--micro-batch", "2",
+                         "--strategy", "fsdp", "--fsdp-version", "2", "--precision", "bf16-params", "--fp8",
+                         "torchao-tensorwise"],
+        "fp8-te-delayed": ["--gpus", "16", "--link", "infiniband", "--model", "llama-2-7b", "--micro-batch", "1",
+                           "--fp8", "te-delayed"],
+        "mxfp8-b200": ["--gpus", "16", "--link", "infiniband", "--gpu", "b200", "--model", "llama-2-7b",
+                       "--micro-batch", "2", "--strategy", "fsdp", "--precision", "bf16-params", "--fp8", "mxfp8"],
     }
     for name, args in extra.items():
         cases[f"extra/{name}"] = ["predict", *args]
@@ -132,6 +141,9 @@ def memory_cases() -> dict[str, list[str]]:
                                             "--model", model, "--micro-batch", str(mb)]
     cases["ckpt/70b"] = ["memory", "--gpus", "64", "--link", "infiniband", "--model", "llama-2-70b",
                          "--micro-batch", "2", "--activation-checkpointing", "--strategy", "zero3"]
+    cases["fp8-fsdp2"] = ["memory", "--gpus", "8", "--link", "infiniband", "--strategy", "fsdp", "--fsdp-version", "2",
+                          "--model", "llama-2-7b", "--micro-batch", "2", "--precision", "bf16-params", "--fp8",
+                          "torchao-tensorwise"]
     cases["v100"] = ["memory", "--gpus", "8", "--link", "pcie", "--gpu", "v100-16gb", "--precision", "fp16-mixed",
                      "--model", "bert-large", "--micro-batch", "16"]
     return {k: v + ["--json"] for k, v in cases.items()}
@@ -172,6 +184,19 @@ def layout_cases() -> dict[str, list[str]]:
         "deepspeed-pipeline": ["--gpus", "32", "--link", "ethernet", "--model", "gpt2-xl", "--micro-batch", "2",
                                "--pp", "4", "--schedule", "deepspeed", "--global-batch", "64",
                                "--no-grad-accum-fusion"],
+        # Context parallelism (dpsim/strategies/context.py): a ring, a balanced-off all-gather, Ulysses,
+        # and Llama-2-70B at 32K tokens with tensor, context, pipeline and data parallelism.
+        "cp-ring": ["--gpus", "16", "--link", "aws-p5", *llama7, "--seq-len", "32768", "--cp", "8",
+                    "--strategy", "zero1", "--recompute", "full", "--global-batch", "4"],
+        "cp-allgather-unbalanced": ["--gpus", "16", "--link", "aws-p5", *llama7, "--seq-len", "16384", "--cp", "4",
+                                    "--cp-comm", "all-gather", "--no-cp-balance", "--global-batch", "8",
+                                    "--recompute", "selective", "--strategy", "zero1"],
+        "cp-a2a-tp": ["--gpus", "16", "--link", "aws-p5", *llama7, "--seq-len", "32768", "--tp", "2", "--cp", "4",
+                      "--cp-comm", "a2a", "--sequence-parallel", "--global-batch", "4", "--recompute", "full",
+                      "--strategy", "zero1"],
+        "cp-llama70b": ["--gpus", "128", "--link", "aws-p5", "--model", "llama-2-70b", "--micro-batch", "1",
+                        "--seq-len", "32768", "--tp", "8", "--cp", "4", "--pp", "4", "--sequence-parallel",
+                        "--strategy", "zero1", "--recompute", "full", "--global-batch", "16"],
     }
     return {f"predict/{k}": ["predict", *v, "--json"] for k, v in cases.items()}
 
@@ -197,6 +222,10 @@ def plan_cases() -> dict[str, list[str]]:
         "small": ["plan", "--gpus", "64", "--link", "dgx-a100", "--model", "llama-2-7b", "--global-batch", "256",
                   "--tp", "2,4,8", "--pp", "1,2", "--micro-batches", "1,2", "--recompute", "off,selective",
                   "--tokens", "10B", "--top", "5", "--verify", "1", "--json"],
+        "goodput": ["plan", "--gpus", "64,128", "--link", "infiniband", "--model", "gpt2-xl", "--global-batch", "512",
+                    "--tp", "1", "--pp", "1,2", "--micro-batches", "2", "--recompute", "off", "--tokens", "20B",
+                    "--rank", "goodput", "--mtbf-gpu", "2000h", "--replace", "4h", "--top", "4", "--verify", "1",
+                    "--json"],
     }
 
 

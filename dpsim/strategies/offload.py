@@ -1,0 +1,69 @@
+"""CPU offload of a sharded optimizer (``--offload``): DeepSpeed ZeRO-Offload and ZeRO-Infinity.
+
+``optimizer`` (ZeRO-Offload: Ren et al. 2021, "ZeRO-Offload: Democratizing Billion-Scale Model
+Training", arXiv:2101.06840, Sec. 4; DeepSpeed ``offload_optimizer: {device: cpu, pin_memory:
+true}``): each rank's shard of the fp32 master weights and Adam moments lives in pinned host
+memory; its gradient shard is copied to the host as it is reduced, the Adam step runs on the
+CPU (``DeepSpeedCPUAdam``, a SIMD loop over the shard, "5X-7X faster than the standard PyTorch implementation", DeepSpeed's
+ZeRO-Offload tutorial), and the updated 16-bit shard is copied back to the GPU before the next
+forward. ``params+optimizer`` (ZeRO-Infinity: Rajbhandari et al. 2021, arXiv:2104.07857, Sec. 5;
+``offload_param: {device: cpu}``) also keeps the 16-bit parameter shard on the host: each unit's
+shard is copied to the GPU before its all-gather, so the GPU holds only the gathered working units.
+
+**Time.** The CPU Adam step is charged as memory-bound on the host: per parameter it reads the
+fp32 master, both moments and the fp32 gradient and writes the master, the moments and the 16-bit
+copy (:data:`CPU_ADAM_BYTES_PER_PARAM`), all the node's ranks' shards over the node's host memory
+bandwidth (:attr:`~dpsim.topology.spec.NodeSpec.host_memory_bandwidth_bytes_per_s` per socket);
+then each rank uploads its 16-bit shard over its PCIe link
+(:attr:`~dpsim.topology.spec.NodeSpec.pcie_bandwidth_bytes_per_s`), exposed: the next forward
+needs the updated weights (DeepSpeed's delayed parameter update is not modelled). The step's
+other PCIe copies (gradient shard down, parameter shard up before each gather) are charged as
+exposed too, an upper bound (:func:`host_step_s`).
+
+**Memory per GPU** (:func:`dpsim.memory.offload_memory`): the optimizer state and the gradient
+shard leave the GPU; with ``params+optimizer`` so does the parameter shard (and a layout's
+kept-gathered parameters become the gathered working units). Host memory capacity is not checked.
+"""
+
+from __future__ import annotations
+
+from dpsim.topology.spec import NodeSpec
+
+OFFLOAD: dict[str, str] = {
+    "off": "optimizer state, gradients and parameters stay on the GPU",
+    "optimizer": "ZeRO-Offload: optimizer state and gradient shard in host memory, Adam on the CPU",
+    "params+optimizer": "ZeRO-Infinity: the parameter shard in host memory too, fetched before each gather",
+}
+"""``--offload`` choices."""
+
+OFFLOAD_STRATEGIES = ("zero1", "zero2", "zero3", "fsdp")
+"""Strategies that shard the optimizer state over the replicas, whose shard offload moves
+(``fsdp`` under a tensor/pipeline/context layout; data parallelism alone: DeepSpeed's ZeRO)."""
+
+PARAM_OFFLOAD_STRATEGIES = ("zero3", "fsdp")
+"""Strategies that shard the parameters too (``params+optimizer``)."""
+
+CPU_ADAM_BYTES_PER_PARAM = 30
+"""Host bytes per parameter of one CPU Adam step: read fp32 master, exp_avg, exp_avg_sq and the
+fp32 gradient (16), write the three back (12) and the 16-bit parameter copy (2)
+(``DeepSpeedCPUAdam.step``, deepspeed/ops/adam/cpu_adam.py, with ``fp32_optimizer_states``)."""
+
+
+def host_step_s(shard_numel: float, ranks_per_node: int, node: NodeSpec, weight_bytes: int, *,
+                grad_bytes: int = 0, param_fetches: int = 0) -> float:
+    """The offloaded optimizer step of one rank (see the module docstring): the node's CPU Adam over
+    ``ranks_per_node`` shards of ``shard_numel`` at the host's memory bandwidth, then the rank's
+    updated shard uploaded over PCIe. The step's other PCIe copies of the shard are charged here
+    too, as if none overlapped compute (an upper bound): the gradient shard down (``grad_bytes``
+    per element) and, with the parameters offloaded, the parameter shard fetched before each of
+    its ``param_fetches`` gathers (forward, backward, and a recomputed forward)."""
+    host_bw = node.host_memory_bandwidth_bytes_per_s * node.sockets
+    adam = shard_numel * ranks_per_node * CPU_ADAM_BYTES_PER_PARAM / host_bw
+    pcie = shard_numel * (weight_bytes * (1 + param_fetches) + grad_bytes) / node.pcie_bandwidth_bytes_per_s
+    return adam + pcie
+
+
+def param_fetches(offload: str, full_recompute: bool) -> int:
+    """Gathers of every parameter shard a step fetches from the host: forward and backward, and
+    the forward recomputed under full checkpointing (0 unless the parameters are offloaded)."""
+    return (3 if full_recompute else 2) if offload == "params+optimizer" else 0

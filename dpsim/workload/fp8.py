@@ -1,0 +1,243 @@
+"""FP8 training recipes: which GEMMs run in FP8, the casts they cost, and what FSDP2 gathers.
+
+A recipe (``--fp8``) sits on top of a ``--precision`` (which keeps deciding the parameters,
+gradients, master copy and optimizer state): it moves the *linear layers'* three GEMMs
+(forward, input gradient, weight gradient) to the GPU's FP8 tensor-core rate and adds the
+memory-bound kernels that feed them. Attention, the embedding and the LM head stay in the
+precision's 16-bit dtype in every recipe below: TransformerEngine puts only its ``te.Linear``
+/ ``LayerNormLinear`` / ``LayerNormMLP`` GEMMs under ``fp8_autocast`` (its FP8 attention is a
+separate ``fp8_dpa`` opt-in); torchao's ``convert_to_float8_training`` swaps ``nn.Linear``
+modules, and the recipes that run it leave the output projection out (torchtitan's float8
+converter filters ``output``; the torchao README: "we recommend ... skip the final output
+layer"); llm-foundry's ``amp_fp8`` swaps the blocks' linears for ``te.Linear`` and keeps the
+LM head (a tied embedding there) in bf16.
+
+Per linear of a micro-batch with input ``m x k``, weight ``n x k`` and output ``m x n``, each
+FP8 operand is *cast*: read the high-precision tensor, write FP8 (one byte an element) plus
+its scales. The recipes differ in how many passes that takes (:class:`Fp8Recipe`):
+
+* **amax**: per-tensor *current* (dynamic) scaling needs the tensor's max(|x|) before it can
+  cast, one more read: "FP8 Current Scaling requires two tensor reads per quantization: one
+  to compute amax, one to cast. FP8 Delayed Scaling eliminates the first read by predicting
+  the scaling factor from historical amax values" (TransformerEngine documentation, "FP8
+  Delayed Scaling"); torchao's dynamic scaling is ``tensor_to_amax`` then the cast, and
+  its own roofline counts "kernel 1: x_bf16 -> max_abs_stage_1", "kernel 2: ... max_abs_stage_2",
+  "kernel 3: x_bf16, max_abs -> to_float8" (pytorch/ao@d370196369 torchao/float8/roofline_utils.py).
+  MXFP8's 32-element block maxima are computed inside the quantize kernel (no extra pass).
+* **copies**: Hopper's FP8 tensor cores take only the "TN" layout, so the weight-gradient
+  GEMM needs the input and the output gradient transposed, and the input-gradient GEMM the
+  weight transposed: TransformerEngine's ``cast_transpose`` writes a row-wise and a
+  column-wise FP8 copy in one pass ("Hopper only supports TN GEMMs for FP8. 'Column-wise data'
+  is transpose of data", while "Blackwell supports any GEMM layout for FP8", so per-tensor
+  recipes write one copy there: NVIDIA/TransformerEngine pull request 2514,
+  transformer_engine/common/gemm/cublaslt_gemm.cu ``CanonicalizeGemmInput``; Ada is taken as
+  Hopper). MXFP8 writes both on Blackwell too, each with its own scales, since
+  a 1x32 block runs along the reduction dimension of the GEMM that reads it (TE "MXFP8":
+  "Blocks are one-dimensional, containing 32 consecutive values"; the OCP Microscaling
+  Formats (MX) v1.0 spec: a shared E8M0 scale per 32-element block, so 1/32 byte of scale per
+  element).
+* **which casts**: TransformerEngine casts the input and the weight in forward and saves
+  the FP8 copies (the transposes) for backward, then casts the output gradient once. torchao's
+  ``matmul_with_hp_or_float8_args`` saves the *high-precision* input and weight
+  (``ctx.save_for_backward(input_hp, weight_hp_t)``) and casts again in backward: the
+  output gradient for the input gradient, the weight for it, the output gradient again and
+  the input for the weight gradient (pytorch/ao@7ca1bfbefd torchao/float8/float8_linear.py).
+  A weight already cast (FSDP2's float8 all-gather) is not cast again.
+
+Each cast is costed as the kernels torchao's own roofline counts: the two-stage amax
+reduction and one cast pass. Eager PyTorch runs more passes than that (``abs``, ``max``, the
+scale multiply, ``clamp``, the conversion); torch.compile fewer (the amax fused into the
+producing kernel, the backward's repeated casts shared, as that roofline's
+``fuse_with_prev`` assumes). Neither is modelled, so a compiled torchao run sees a larger FP8
+gain than predicted here, most on small models.
+
+FSDP2 float8 all-gather (torchao ``enable_fsdp_float8_all_gather``, tensorwise only):
+``fully_shard`` gathers the linears' weights in FP8, half the bytes of bf16, cast on the
+shard before the collective, and ``precompute_float8_dynamic_scale_for_fsdp`` computes every
+weight's scale with "a single all-reduce ... for all float8 weights" after the optimizer step
+(torchao documentation). :func:`fp8_all_gather` says when it applies; the FSDP strategies
+and the memory model read the gathered bytes from :func:`gathered_weight_bytes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from dpsim.errors import ConfigError
+from dpsim.workload.spec import LayerSpec, MatmulOp, OpSpec
+
+FP8_RATE_KEY = "float8"
+"""Rate key (:data:`dpsim.hardware.MATMUL_DTYPES`) of an FP8 GEMM."""
+
+FP8_BYTES = 1
+"""Bytes of one FP8 element (E4M3 or E5M2)."""
+
+MX_BLOCK = 32
+"""Elements sharing one E8M0 scale byte in MXFP8 (OCP Microscaling Formats v1.0; TE "MXFP8")."""
+
+FP8_ARCHITECTURES = ("ada", "hopper", "blackwell")
+"""Generations with FP8 tensor cores that TransformerEngine and torchao run: Ada (sm_89) and Hopper (sm_90)
+first, and Blackwell. Ampere and older have none; AMD CDNA3 (its FNUZ formats, ROCm forks) is not modelled."""
+
+NOT_FP8_MATMULS = frozenset({"lm_head"})
+"""Linear GEMMs every recipe keeps in 16 bits (module docstring)."""
+
+AMAX_ALL_REDUCE_BYTES_PER_LINEAR = 4
+"""One fp32 amax per FP8 weight in ``precompute_float8_dynamic_scale_for_fsdp``'s all-reduce."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fp8Recipe:
+    """One FP8 training recipe, as the framework that runs it casts and saves."""
+
+    name: str
+    """``--fp8`` value."""
+    framework: str
+    """``transformer-engine`` or ``torchao``."""
+    amax_reads: int
+    """Extra reads of the high-precision tensor before each cast (1: current/dynamic scaling;
+    0: delayed scaling or MXFP8, whose amax rides in the cast)."""
+    column_copy: str
+    """When a cast also writes a column-wise (transposed) FP8 copy: ``always`` (MXFP8: its blocks
+    run along the reduction dimension of the GEMM that reads it), ``tn-only`` (per-tensor
+    TransformerEngine recipes, on GPUs whose FP8 GEMMs take only the TN layout: before
+    Blackwell) or ``never`` (torchao casts again for each layout it needs)."""
+    scale_bytes_per_element: float
+    """Scale bytes written per element (1/32 for MXFP8; per-tensor and per-row scales are negligible)."""
+    recast_in_backward: bool
+    """Backward casts the output gradient twice and the weight and input again (torchao saves
+    the high-precision tensors); else it casts the output gradient once and reads the FP8
+    copies saved in forward (TransformerEngine)."""
+    fsdp_float8_all_gather: bool
+    """FSDP2 gathers the FP8 weights (torchao ``enable_fsdp_float8_all_gather``: tensorwise only)."""
+    architectures: tuple[str, ...] = FP8_ARCHITECTURES
+    """GPU generations that run it."""
+    description: str
+    """One line: the framework setting."""
+
+
+FP8_RECIPES: dict[str, Fp8Recipe] = {r.name: r for r in (
+    Fp8Recipe(
+        name="te-delayed", framework="transformer-engine", amax_reads=0, column_copy="tn-only",
+        scale_bytes_per_element=0.0, recast_in_backward=False, fsdp_float8_all_gather=False,
+        description="TransformerEngine DelayedScaling (its default recipe): scales from the amax history, "
+                    "cast + transpose in one pass",
+    ),
+    Fp8Recipe(
+        name="te-current", framework="transformer-engine", amax_reads=1, column_copy="tn-only",
+        scale_bytes_per_element=0.0, recast_in_backward=False, fsdp_float8_all_gather=False,
+        description="TransformerEngine Float8CurrentScaling: per-tensor amax pass, then cast + transpose",
+    ),
+    Fp8Recipe(
+        name="torchao-tensorwise", framework="torchao", amax_reads=1, column_copy="never", scale_bytes_per_element=0.0,
+        recast_in_backward=True, fsdp_float8_all_gather=True,
+        description="torchao convert_to_float8_training, tensorwise dynamic scaling; FSDP2 gathers weights "
+                    "in float8 (enable_fsdp_float8_all_gather)",
+    ),
+    Fp8Recipe(
+        name="torchao-rowwise", framework="torchao", amax_reads=1, column_copy="never", scale_bytes_per_element=0.0,
+        recast_in_backward=True, fsdp_float8_all_gather=False,
+        description="torchao float8 rowwise (axiswise dynamic scaling); weights gathered in bf16",
+    ),
+    Fp8Recipe(
+        name="mxfp8", framework="transformer-engine", amax_reads=0, column_copy="always",
+        scale_bytes_per_element=1.0 / MX_BLOCK, recast_in_backward=False, fsdp_float8_all_gather=False,
+        architectures=("blackwell",),
+        description="TransformerEngine MXFP8BlockScaling: 1x32 blocks with E8M0 scales, row- and "
+                    "column-wise copies (Blackwell only)",
+    ),
+)}
+"""Every recipe by ``--fp8`` name."""
+
+
+def get_fp8_recipe(name: str) -> Fp8Recipe:
+    """The recipe named ``name``, or a one-line error listing them."""
+    try:
+        return FP8_RECIPES[name]
+    except (KeyError, TypeError):
+        raise ConfigError(f"--fp8: {name!r} is not known; choose one of {', '.join(FP8_RECIPES)}") from None
+
+
+def check_fp8_on_gpu(recipe: Fp8Recipe, gpu) -> None:
+    """Refuse a recipe on a GPU without FP8 tensor cores (or, for MXFP8, without Blackwell's)."""
+    if gpu.architecture not in recipe.architectures or FP8_RATE_KEY not in gpu.peak_flops_per_s:
+        needs = "Blackwell (b200, gb200)" if recipe.architectures == ("blackwell",) else \
+            "Ada, Hopper or Blackwell (l4, l40s, h100, h200, b200, ...)"
+        raise ConfigError(f"--fp8: {recipe.name!r} needs FP8 tensor cores of {needs}; {gpu.name} "
+                          f"({gpu.architecture or 'unknown generation'}) has none for it: leave --fp8 out")
+
+
+def fp8_all_gather(recipe: Fp8Recipe | None, *, strategy: str, fsdp_version: str) -> Fp8Recipe | None:
+    """``recipe`` as it runs under ``strategy``: the float8 all-gather exists only in FSDP2
+    (``fully_shard``'s ``fsdp_pre_all_gather`` extension); elsewhere weights are cast locally."""
+    if recipe is None or not recipe.fsdp_float8_all_gather:
+        return recipe
+    if strategy.startswith("fsdp") and fsdp_version == "2":
+        return recipe
+    return replace(recipe, fsdp_float8_all_gather=False)
+
+
+def runs_in_fp8(op: OpSpec) -> bool:
+    """Whether a recipe runs ``op`` in FP8: a linear layer's GEMM (not a batched attention
+    product, not a convolution, not the LM head)."""
+    return isinstance(op, MatmulOp) and op.kind == "linear" and op.batch == 1 and op.name not in NOT_FP8_MATMULS
+
+
+def fp8_weight_numel(layer: LayerSpec) -> int:
+    """Weight elements of ``layer`` that recipes keep and gather in FP8: its FP8 linears' ``n x k``."""
+    return min(layer.param_count, sum(op.n * op.k for op in layer.ops if runs_in_fp8(op)))
+
+
+def layers_fp8_weight_numel(model, layer_indices) -> int:
+    """:func:`fp8_weight_numel` summed over ``model``'s layers at ``layer_indices`` (an FSDP unit's)."""
+    return sum(fp8_weight_numel(model.layers[i]) for i in layer_indices)
+
+
+def saves_fp8_weights(recipe: Fp8Recipe) -> bool:
+    """Whether each FP8 linear keeps an FP8 copy of its whole (unsharded) weight from forward to
+    backward: TransformerEngine saves the weight's FP8 cast for the input-gradient GEMM (a tensor
+    of its own, which FSDP's resharding does not free; cached across micro-batches only when
+    the caller passes ``is_first_microbatch``). torchao saves the weight it was given
+    (``ctx.save_for_backward(input_hp, weight_hp_t)``): the parameter, or under the float8
+    all-gather the gathered FP8 weight, both storage FSDP frees after forward and gathers again.
+    (Under torch.compile the partitioner may save a cast FP8 weight instead, which torchtitan's
+    ``force_recompute_fp8_weight_in_bwd`` prevents: pytorch/torchtitan docs/float8.md; not modelled.)"""
+    return recipe.framework == "transformer-engine"
+
+
+def cast_passes(recipe: Fp8Recipe, *, weight_cast_in_forward: bool) -> tuple[tuple[str, int], ...]:
+    """(operand, casts) of one linear per micro-batch, forward then backward: ``x`` the input,
+    ``w`` the weight, ``dy`` the output gradient (module docstring)."""
+    w = 1 if weight_cast_in_forward else 0
+    if recipe.recast_in_backward:
+        return (("x", 1), ("w", w), ("dy", 2), ("w_bwd", w), ("x_bwd", 1))
+    return (("x", 1), ("w", w), ("dy", 1))
+
+
+def fp8_copies(recipe: Fp8Recipe, architecture: str) -> int:
+    """FP8 copies one cast writes on a GPU of ``architecture``: row-wise, and column-wise where
+    :attr:`Fp8Recipe.column_copy` says the GEMMs need it."""
+    column = recipe.column_copy == "always" or (recipe.column_copy == "tn-only" and architecture != "blackwell")
+    return 2 if column else 1
+
+
+def cast_bytes_per_element(recipe: Fp8Recipe, high_precision_bytes: float, architecture: str) -> float:
+    """Device-memory bytes one cast moves per element: the amax reads and the cast's read of the
+    high-precision tensor, and the FP8 copies with their scales."""
+    copies = fp8_copies(recipe, architecture)
+    return (recipe.amax_reads + 1) * high_precision_bytes + copies * (FP8_BYTES + recipe.scale_bytes_per_element)
+
+
+def cast_kernels(recipe: Fp8Recipe) -> float:
+    """Kernels one cast launches: the cast, and for dynamic scaling the two-stage amax
+    reduction (roofline_utils.py's kernels 1 and 2)."""
+    return 1.0 + 2.0 * recipe.amax_reads
+
+
+def gathered_weight_bytes(full_numel: float, fp8_numel: float, weight_bytes: float, recipe: Fp8Recipe | None) -> float:
+    """Bytes of one unit's all-gather (and of its gathered parameters): FP8 for the linears'
+    weights under the float8 all-gather, the parameter dtype for the rest."""
+    if recipe is None or not recipe.fsdp_float8_all_gather:
+        return full_numel * weight_bytes
+    fp8 = min(fp8_numel, full_numel)
+    return fp8 * FP8_BYTES + (full_numel - fp8) * weight_bytes

@@ -1,0 +1,160 @@
+"""``dpsim plan --rank goodput``: layouts ranked by expected time to train through failures.
+
+The checkpoint of a layout is checked against hand counts, the spares against the Poisson
+tail, the ranking against the closed form's crossover MTBF (on both sides of it), and the
+winner's expected goodput against ``dpsim goodput``'s simulation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import dpsim
+from dpsim.cli import main
+from dpsim.errors import ConfigError
+from dpsim.plan.layout_goodput import FailureInputs, checkpoint_cost, spares_for, state_bytes
+from dpsim.plan.planner import plan_layouts
+from dpsim.plan.reliability import HOUR_S, FailureRates, expected_wall_time_s, model_optimum_s
+from dpsim.workload.precision import get_precision
+
+S = 1e12
+
+
+@pytest.mark.parametrize("tp,pp,dp,group,node_share", [
+    (1, 1, 64, 1, 1.0),      # DDP: rank 0 writes everything
+    (1, 4, 16, 1, 1 / 4),    # one replica: stage s's rank 16 s, on nodes 0, 2, 4, 6
+    (1, 1, 64, 64, 1 / 8),   # ZeRO over 64 ranks: every node writes its 8 ranks' shards
+    (8, 2, 4, 1, 1 / 2),     # stage 0 on node 0, stage 1 (ranks 32-39) on node 4
+    (2, 2, 16, 1, 1 / 2),    # stage 0 ranks 0-1 on node 0, stage 1 ranks 32-33 on node 4
+    (2, 1, 2, 1, 1.0),       # the replica on one node
+])
+def test_checkpoint_busiest_node_by_hand(tp, pp, dp, group, node_share):
+    ck = checkpoint_cost(state_bytes=S, gpus_per_node=8, tp=tp, pp=pp, dp=dp, shard_group=group,
+                         node_bandwidth_bytes_per_s=1e10)
+    assert ck.node_bytes == pytest.approx(S * node_share)
+    assert ck.write_s == pytest.approx(S * node_share / 1e10) == ck.read_s
+    assert ck.writers == tp * pp * group and ck.sharded == (group > 1)
+
+
+def test_state_bytes_is_weights_and_optimizer_state():
+    # amp-bf16 with AdamW: fp32 weights (4) + two fp32 moments (8), ZeRO paper accounting.
+    assert state_bytes(1_000, get_precision("amp-bf16"), "adamw") == 12_000
+    assert state_bytes(1_000, get_precision("bf16-params"), "adamw") == 1_000 * (2 + 12)
+
+
+def test_spares_cover_the_poisson_tail():
+    mean = 4 * HOUR_S / (10 * HOUR_S)
+    s, down = spares_for(4 * HOUR_S, 10 * HOUR_S, 0.01)
+    tail = lambda k: 1 - sum(math.exp(-mean) * mean ** i / math.factorial(i) for i in range(k))  # P(count >= k)
+    assert tail(s) <= 0.01 < tail(s - 1)
+    assert down == pytest.approx(4 * HOUR_S * tail(s))
+    assert spares_for(0.0, 10 * HOUR_S) == (0, 0.0)
+    assert spares_for(HOUR_S, math.inf) == (0, 0.0)
+    # Nodes mostly in repair (the Poisson terms underflow without logs): capped, and every failure waits.
+    s, down = spares_for(365 * 86400.0, 1.0, max_spares=16)
+    assert s == 16 and down == pytest.approx(365 * 86400.0)
+    with pytest.raises(ConfigError, match="--replace"):
+        FailureInputs(replace_s=1e9)
+    with pytest.raises(ConfigError, match="spare risk"):
+        spares_for(HOUR_S, HOUR_S, 1.5)
+
+
+# Two layouts of gpt2-xl on 64 GPUs (8 nodes): pp=1 has the faster steps, but one node writes
+# the whole checkpoint; pp=4 has a bubble, and four nodes share its checkpoint.
+BASE = dpsim.PredictConfig(model="gpt2-xl", link="infiniband")
+BANDWIDTH = 2e7
+TOKENS = 2e11
+
+
+def _plan(job_mtbf_s: float):
+    return plan_layouts(
+        BASE, gpus=[64], global_batch=512, tokens=TOKENS, verify=0, rank_by="goodput", tps=[1], pps=[1, 4],
+        micro_batches=[2], recomputes=("off",), strategies=("ddp",), schedules=("1f1b",), sequence_parallel=False,
+        failures=FailureInputs(rates=FailureRates(gpu_mtbf_s=64 * job_mtbf_s, node_mtbf_s=math.inf,
+                                                  link_mtbf_s=math.inf), node_bandwidth_bytes_per_s=BANDWIDTH))
+
+
+def test_top_plan_changes_where_the_closed_form_says():
+    free = {e.candidate.pp: e for e in _plan(1e15).ranked}
+    assert set(free) == {1, 4} and free[1].time_to_train_s < free[4].time_to_train_s
+    s = 1_557_611_200 * 12  # gpt2-xl's parameters, fp32 weights + AdamW moments
+    layouts = {pp: (free[pp].time_to_train_s, s / pp / BANDWIDTH) for pp in (1, 4)}
+
+    def expected(pp: int, m: float) -> float:
+        w, c = layouts[pp]
+        r = 600.0 + c  # default relaunch + reading the checkpoint back
+        return expected_wall_time_s(w, model_optimum_s(w, c, r, m), c, r, m)
+
+    lo, hi = HOUR_S, 1e4 * HOUR_S
+    assert expected(1, lo) > expected(4, lo) and expected(1, hi) < expected(4, hi)
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if expected(1, mid) > expected(4, mid) else (lo, mid)
+    crossover = lo
+    assert 2 * HOUR_S < crossover < 50 * HOUR_S
+    for m, winner in ((crossover * 1.1, 1), (crossover / 1.1, 4)):
+        ranked = _plan(m).ranked
+        assert ranked[0].candidate.pp == winner, (m / HOUR_S, winner)
+        assert ranked[0].reliability.mtbf_s == pytest.approx(m)
+        assert ranked[0].reliability.expected_wall_s == pytest.approx(expected(winner, m))
+
+
+@pytest.mark.slow  # about 2.5 s: dpsim goodput also runs its interval study and elastic choice
+def test_winner_agrees_with_the_goodput_simulation():
+    rates = FailureRates(gpu_mtbf_s=300 * HOUR_S)
+    result = plan_layouts(BASE, gpus=[64], global_batch=512, tokens=TOKENS, verify=1, top=3, rank_by="goodput",
+                          tps=[1], pps=[1, 2], micro_batches=[2], recomputes=("off",),
+                          failures=FailureInputs(rates=rates, node_bandwidth_bytes_per_s=BANDWIDTH,
+                                                 replace_s=4 * HOUR_S))
+    best = result.best
+    assert best.verified is not None
+    rel = best.reliability
+    assert rel.spares >= 1 and 0 < rel.down_s < 0.01 * 4 * HOUR_S
+    # With the spares, a failure waits down_s on average: dpsim goodput waits that long each time.
+    report = dpsim.goodput(best.candidate.config(result.base), tokens=TOKENS, rates=rates,
+                           checkpoint_bandwidth_bytes_per_s=BANDWIDTH, replace_s=rel.down_s, runs=400, seed=1)
+    # dpsim goodput builds the same job: work, checkpoint, restart, MTBF and interval.
+    assert report.work_s == pytest.approx(rel.work_s, rel=1e-9)
+    assert report.job.checkpoint.write_s == pytest.approx(rel.checkpoint.write_s)
+    assert report.job.checkpoint.restart_s == pytest.approx(rel.restart_s)
+    assert report.mtbf_s == pytest.approx(rel.mtbf_s)
+    assert report.job.checkpoint.interval_s == pytest.approx(rel.interval_s)
+    lo, hi = report.result.goodput_ci
+    assert report.result.failures > 5  # enough failures that the check is not trivial
+    assert lo <= rel.goodput <= hi, (lo, rel.goodput, hi)
+    print(f"plan: expected goodput {rel.goodput:.5f}; goodput: {report.result.goodput:.5f} (95 % CI {lo:.5f} .. "
+          f"{hi:.5f}, {report.result.failures:.1f} failures per run, {rel.spares} spares)")
+
+
+PLAN = ["plan", "--model", "gpt2-xl", "--gpus", "64", "--link", "infiniband", "--global-batch", "512"]
+
+
+def test_cli_rank_goodput_json(capsys):
+    rc = main([*PLAN, "--tokens", "20B", "--rank", "goodput", "--mtbf-gpu", "2000h", "--replace", "4h", "--tp", "1",
+               "--pp", "1", "--micro-batches", "2", "--verify", "0", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["rank_by"] == "goodput" and d["failures"]["replace_s"] == 4 * HOUR_S
+    rel = d["best"]["reliability"]
+    assert rel["blast_radius_gpus"] == 64 and rel["spares"] >= 1
+    assert rel["expected_wall_s"] > rel["work_s"] and 0 < rel["goodput"] < 1
+    walls = [e["reliability"]["expected_wall_s"] for e in d["layouts"]]
+    assert walls == sorted(walls)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--tokens", "20B", "--restart", "5min"], "--restart: applies to --rank goodput only"),
+    (["--tokens", "20B", "--mtbf-gpu", "80000h"], "--mtbf-gpu: applies to --rank goodput only"),
+    (["--rank", "goodput"], "--rank: goodput needs a budget"),
+    (["--tokens", "20B", "--rank", "goodput", "--mtbf-gpu", "80000"], "--mtbf-gpu: '80000' has no unit"),
+    (["--tokens", "20B", "--rank", "goodput", "--checkpoint-bandwidth", "0GB/s"], "--checkpoint-bandwidth"),
+])
+def test_cli_rank_goodput_errors_are_one_line(capsys, argv, message):
+    rc = main([*PLAN, *argv])
+    out, err = capsys.readouterr()
+    assert rc == 2 and err.startswith("dpsim: error: ") and len(err.splitlines()) == 1, err
+    assert message in err, err
