@@ -143,6 +143,10 @@ SYSTEMS = {
     "GB200 NVL72 (NVLink domain 72), as published": System(
         name="Megatron-Core MoE GB200", topology_file="gb200-nvl72.yaml",
         assumed="network between NVLink domains not stated: 4x 400 Gb/s NDR per 4-GPU node"),
+    "GB300 NVL72 (NVLink domain 72), as published": System(
+        name="Megatron-Core MoE GB200", topology_file="gb200-nvl72.yaml",
+        assumed="GB300 as the GB200 preset (no GB300 preset); network between NVLink domains not stated: "
+                "4x 400 Gb/s NDR per 4-GPU node"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -178,6 +182,7 @@ STRATEGIES = {
 
 PRECISIONS = {
     # FP8 rows: the precision under the FP8 recipe (FP8_RECIPES); listed first, before the "bf16" prefix.
+    "mxfp8 (PR=mxfp8)": "bf16-params",  # Megatron-Core: bf16 parameters, MXFP8 GEMMs (the fp8_recipe column)
     "fp8-amp (Composer": "bf16-params",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
     "float8 tensorwise": "bf16-params",  # the float8 blog's FSDP2 bf16 params, as its bf16 baseline
     "bf16 params with float8 matmuls": "bf16-fp32-grads",  # OLMo-core: param bf16, reduce fp32, as its bf16 rows
