@@ -581,7 +581,11 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             act += in_flight[s][c] * per_mb * mb
         act = (act + working * mb) * act_scale
         d = layout.grad_group
-        opt = -(-numel // d) * k if layout.strategy in ("zero1", "fsdp") else numel * k
+        # A mixture of experts' routed experts are sharded over their expert-data-parallel
+        # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
+        experts = sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
+        opt = (-(-(numel - experts) // d) + -(-experts // layout.edp)) * k if layout.strategy in ("zero1", "fsdp") \
+            else numel * k
         weights, grads, buffers = numel * w, numel * g, 0
         if reshards_after_forward(layout) and d > 1:
             # Only the shards persist; the current and the prefetched unit are gathered, and the

@@ -194,9 +194,10 @@ def api_report(argv: list[str]) -> dict:
 
 
 API = {"predict": api_predict, "goodput": api_goodput, "sweep": api_sweep, "memory": api_memory,
-       "collective": api_collective, "layout": api_predict, "pipeline": api_predict, "plan": api_plan,
-       "report": api_report}
-"""Golden family -> the same request through the library (``layout`` and ``pipeline`` are ``predict``'s cases)."""
+       "collective": api_collective, "layout": api_predict, "pipeline": api_predict, "moe": api_predict,
+       "plan": api_plan, "report": api_report}
+"""Golden family -> the same request through the library (``layout``, ``pipeline`` and ``moe`` are
+``predict``'s cases)."""
 
 
 def _as_printed(obj):

@@ -44,7 +44,7 @@ def test_layout_choices_are_the_registries():
     assert {k: defaults[k] for k in cfg.LAYOUT_FIELDS} == {
         "tp": 1, "pp": 1, "dp": None, "global_batch": None, "schedule": "1f1b", "virtual_stages": 1,
         "stage_layers": None, "sequence_parallel": False, "recompute": "off", "tp_comm_overlap": "backward",
-        "tp_across_network": False, "grad_accum_fusion": True}
+        "tp_across_network": False, "grad_accum_fusion": True, "ep": 1, "etp": 1}
 
 
 def test_dp_alone_implies_the_gpus():

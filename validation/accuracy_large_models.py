@@ -43,6 +43,7 @@ import argparse
 import csv
 import dataclasses
 import math
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ from dpsim.hardware import GPU_PRESETS  # noqa: E402
 from dpsim.predict.config import PredictConfig  # noqa: E402
 from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
-from dpsim.workload.catalog import get_model, list_models  # noqa: E402
+from dpsim.workload.catalog import get_entry, get_model, list_models  # noqa: E402
 from dpsim.workload.spec import ModelSpec  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "large_model_runs.csv"
@@ -66,8 +67,9 @@ VALIDATION = ROOT / "VALIDATION.md"
 HEADING = "## Large-model training runs (issue 24)"
 SYSTEMS_DIR = ROOT / "validation" / "systems"
 
-BF16_PEAK_FLOPS = {"a100": 312e12, "h100": 989e12}
-"""Dense bf16 peaks (A100 and H100 SXM datasheets) the common MFU column is quoted against."""
+BF16_PEAK_FLOPS = {"a100": 312e12, "h100": 989e12, "gb200": 2.5e15}
+"""Dense bf16 peaks (A100 and H100 SXM datasheets; GB200: the GB200 NVL72 datasheet's 180 PFLOPS
+dense FP16/BF16 over its 72 GPUs) the common MFU column is quoted against."""
 FP8_PEAK_FLOPS = {"h100": 1979e12}
 """Dense FP8 peak (H100 SXM datasheet: 3,958 TFLOPS with sparsity): llm-foundry's MFU column
 divides its FP8 rows' throughput by it, not by the bf16 peak (R041-R047's published MFU is half
@@ -125,6 +127,27 @@ SYSTEMS = {
     "8 A100 (one node, as published)": System(
         name="EasyContext A100", link="dgx-a100",
         assumed="one DGX A100-like node (NVSwitch, PCIe 4.0, A100 80GB; server and memory size not published)"),
+    # Megatron-Core's MoE runs (its MoE README and the Megatron-MoE-ModelZoo): NVIDIA's H100
+    # clusters, one system; the preset is 8x 400 Gb/s NDR per node, the InfiniBand they publish.
+    "8x H100 80GB HBM3 per node, NVLink 4th generation, InfiniBand 8x400 Gbit/s (as published)": System(
+        name="Megatron-Core MoE H100", link="infiniband"),
+    "256 H100, NVLink 4th generation, InfiniBand 8x50 GB/s (as published)": System(
+        name="Megatron-Core MoE H100", link="infiniband"),
+    "32 nodes x 8 H100, NVLink 4th generation, InfiniBand 8x50 GB/s (as published)": System(
+        name="Megatron-Core MoE H100", link="infiniband"),
+    "H100 (as published; cluster network not stated)": System(
+        name="Megatron-Core MoE H100", link="infiniband",
+        assumed="network not stated: 8x 400 Gb/s NDR per node (the ModelZoo README's H100 setup)"),
+    "H100 (as published in the script; 32 nodes)": System(
+        name="Megatron-Core MoE H100", link="infiniband",
+        assumed="network not stated: 8x 400 Gb/s NDR per node (the ModelZoo README's H100 setup)"),
+    "GB200 NVL72 (NVLink domain 72), as published": System(
+        name="Megatron-Core MoE GB200", topology_file="gb200-nvl72.yaml",
+        assumed="network between NVLink domains not stated: 4x 400 Gb/s NDR per 4-GPU node"),
+    "GB300 NVL72 (NVLink domain 72), as published": System(
+        name="Megatron-Core MoE GB200", topology_file="gb200-nvl72.yaml",
+        assumed="GB300 as the GB200 preset (no GB300 preset); network between NVLink domains not stated: "
+                "4x 400 Gb/s NDR per 4-GPU node"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -153,11 +176,14 @@ STRATEGIES = {
     "fsdp2": ("fsdp", ""),  # --fsdp-version 2 (job_of): per-parameter shards, reduce-scatter every micro-batch
     "fsdp (Fabric": ("fsdp", "Fabric's default sharding as FULL_SHARD"),
     "zero3": ("zero3", ""),  # DeepSpeed ZeRO-3 (EasyContext's accelerate + zero3_offload.json)
+    "distributed optimizer (ZeRO-1-like)": ("zero1", ""),  # Megatron-Core's distributed optimizer
+    "megatron fsdp": ("fsdp", "Megatron-FSDP as the layout path's fsdp (parameters gathered once per step)"),
 }
 """The row's ``data_parallel`` (by its start) -> ``--strategy`` and what that assumes."""
 
 PRECISIONS = {
     # FP8 rows: the precision under the FP8 recipe (FP8_RECIPES); listed first, before the "bf16" prefix.
+    "mxfp8 (PR=mxfp8)": "bf16-params",  # Megatron-Core: bf16 parameters, MXFP8 GEMMs (the fp8_recipe column)
     "fp8-amp (Composer": "bf16-params",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
     "float8 tensorwise": "bf16-params",  # the float8 blog's FSDP2 bf16 params, as its bf16 baseline
     "bf16 params with float8 matmuls": "bf16-fp32-grads",  # OLMo-core: param bf16, reduce fp32, as its bf16 rows
@@ -243,10 +269,15 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         micro_batch, grad_accum = 1, 1
         assumed.append("micro-batch not published: 1, no accumulation")
     checkpointing = row["activation_checkpointing"]
+    moe = "moe" in row["features"].split(";")
     if checkpointing.startswith("full"):
         full = True
     elif checkpointing.startswith("none"):
         full = False
+    elif checkpointing.startswith("selective") and moe:
+        full = "op"
+        assumed.append(f"Megatron's {checkpointing} recomputation (--recompute-modules of element-wise work) as "
+                       f"--recompute op: matmul and attention outputs kept, the rest recomputed")
     elif checkpointing.startswith("selective"):
         full = "op"
         assumed.append("selective remat (minimal_flash) as --recompute op: matmul and attention outputs kept, "
@@ -284,13 +315,30 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         kw["fsdp_accumulate"] = "sharded"
     if "offload" in row["features"].split(";"):
         kw["offload"] = "params+optimizer" if "parameters and optimizer" in row["data_parallel"] else "optimizer"
-    if tp * pp * cp > 1:
+    ep, etp = int(row["ep"] or 1), int(row["etp"] or 1)
+    if tp * pp * cp * ep > 1:
         if strategy == "zero3":  # a layout's data parallelism shards as its fsdp
             kw["strategy"] = "fsdp"
             assumed.append("ZeRO-3 over a context-parallel group as the layout path's fsdp (sharded over dp x cp, "
                            "each block gathered for its forward and again for its backward)")
         dp = gpus // (tp * pp * cp)
-        kw.update(tp=tp, pp=pp, cp=cp, dp=dp, global_batch=micro_batch * grad_accum * dp, recompute=recompute)
+        kw.update(tp=tp, pp=pp, cp=cp, dp=dp, global_batch=micro_batch * grad_accum * dp, recompute=recompute,
+                  ep=ep, etp=etp)
+        if pp > 1 and row["schedule"]:
+            kw.update(schedule=row["schedule"], virtual_stages=int(row["virtual_stages"] or 1))
+        if tp > 1 and moe:
+            kw["sequence_parallel"] = True  # Megatron-Core requires it with MoE and tensor parallelism
+        text = row["source"] + " " + row["notes"]
+        if re.search(r"dispatcher DeepEP|DeepEP dispatcher|HybridEP dispatcher", text):
+            # DeepEP's normal kernels: one RDMA transfer per destination server, NVLink forwarding there.
+            kw["moe_a2a"] = "hierarchical"
+        if "A2A_OVERLAP=1" in text or "all-to-all hidden behind compute" in text:
+            assumed.append("the all-to-all overlapped with another micro-batch's compute (A2A_OVERLAP) not "
+                           "modelled: it blocks the compute stream")
+        if row["moe_routing"].startswith("capacity factor"):
+            kw["moe_capacity_factor"] = float(row["moe_routing"].split()[2].rstrip(","))
+            assumed.append("padding every expert's input to its capacity not modelled (balanced routing, "
+                           "overflow dropped)")
     else:
         kw.update(grad_accum=grad_accum, recompute=recompute)
     if compute_efficiency is not None:
@@ -315,11 +363,35 @@ def maxtext_flops_per_token(row: dict, model: ModelSpec) -> float:
     return 6.0 * params_of(row, model) + 6.0 * heads * layers * hd * seq
 
 
+def megatron_flops_per_token(row: dict, model: ModelSpec) -> float:
+    """Megatron-LM's training FLOPs per token (``num_floating_point_operations``,
+    ``transformer_flops`` in ``megatron/training/training.py``, 2025): 3 (forward, two backward
+    GEMMs) x 2 x the GEMMs one token runs, the dense MLPs, ``top_k`` routed experts and the
+    shared ones, the attention projections and the causal core (half the score square:
+    ``q_dim x seq / 2 x 2``), and the logits; the router and norms are not counted."""
+    cfg = get_entry(row["model"]).config
+    h, s, layers = cfg.hidden_size, int(row["seq_len"]), cfg.num_hidden_layers
+    q = cfg.num_attention_heads * cfg.head_size
+    kv = cfg.num_key_value_heads * cfg.head_size
+    moe = cfg.moe
+    moe_layers = layers - moe.dense_layers if moe else 0
+    mlp = 3 * h * (cfg.intermediate_size * (layers - moe_layers))
+    if moe:
+        mlp += 3 * h * (moe.expert_ffn * moe.top_k + moe.shared_ffn * moe.shared_experts) * moe_layers
+    attention = layers * (h * (q + 2 * kv) + q * s / 2 * 2 + q * h)
+    return 6.0 * (mlp + attention + h * cfg.vocab_size)
+
+
 def common_flops_per_token(row: dict, model: ModelSpec) -> float:
     """The one FLOP count the MFU column uses for every row: 6 x params + 12 x layers x hidden x
     seq (Chowdhery et al. 2022, PaLM, App. B; llm-foundry's MFU column counts the same)."""
     layers, hidden, seq = (int(row[k]) for k in ("layers", "hidden", "seq_len"))
-    return 6.0 * params_of(row, model) + 12.0 * layers * hidden * seq
+    # A mixture of experts runs its active parameters per token.
+    if model.moe is not None:
+        params = float(row["active_params"]) if row.get("active_params") else float(model.active_param_count)
+    else:
+        params = params_of(row, model)
+    return 6.0 * params + 12.0 * layers * hidden * seq
 
 
 def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) -> float:
@@ -327,8 +399,12 @@ def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) 
     unit = row["unit"]
     if unit == "tokens/s per GPU":
         return tokens_per_s_per_gpu
+    if unit == "TFLOP/s per GPU" and row["framework"].startswith("Megatron"):
+        return tokens_per_s_per_gpu * megatron_flops_per_token(row, model) / 1e12
     if unit == "TFLOP/s per GPU":  # MaxText's own count
         return tokens_per_s_per_gpu * maxtext_flops_per_token(row, model) / 1e12
+    if unit == "s per step":
+        return int(row["global_batch"]) * int(row["seq_len"]) / (tokens_per_s_per_gpu * int(row["gpus"]))
     if unit == "samples/s":  # whole job
         return tokens_per_s_per_gpu * int(row["gpus"]) / int(row["seq_len"])
     if unit == f"tokens/s on {row['gpus']} GPUs":  # whole job
@@ -338,6 +414,8 @@ def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) 
 
 def tokens_per_s_per_gpu(row: dict, model: ModelSpec, published: float) -> float:
     """The inverse of :func:`to_published_unit`."""
+    if row["unit"] == "s per step":  # the one unit inversely proportional to throughput
+        return to_published_unit(row, model, 1.0) / published
     return published / to_published_unit(row, model, 1.0)
 
 
@@ -371,6 +449,8 @@ class Result:
 
     @property
     def error(self) -> float:
+        if self.unit == "s per step":  # a time: the throughput ratio keeps "positive: dpsim predicts faster"
+            return self.published / self.predicted - 1
         return self.predicted / self.published - 1
 
 
@@ -432,8 +512,6 @@ class NotExpressed:
 
 
 NOT_EXPRESSIBLE_FEATURES = {
-    "moe": "mixture of experts (expert layers, routing): issue 28",
-    "ep": "expert parallelism (all-to-all dispatch and combine): issue 28",
 }
 """Row features (the ``features`` column) dpsim cannot express today, and why. A row is predicted
 when none of its features is listed here, whatever its ``set``."""

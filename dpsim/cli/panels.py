@@ -44,7 +44,7 @@ CONFIG_PANELS: dict[str, tuple[str, ...]] = {
                "clip_grad_norm", "zero_grad", "input_samples_per_s", "steps"),
     PARALLELISM: ("strategy", "fsdp_unit", "fsdp_version", "fsdp_accumulate", "tp", "pp", "dp", "schedule", "virtual_stages", "stage_layers",
                   "sequence_parallel", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "cp",
-                  "cp_comm", "cp_balance"),
+                  "cp_comm", "cp_balance", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a"),
     GRADIENT_COMMUNICATION: ("bucket_cap_mb", "overlap", "gradient_as_bucket_view", "static_graph",
                              "find_unused_parameters", "broadcast_buffers", "comm_hook", "powersgd_rank",
                              "powersgd_start_iter"),

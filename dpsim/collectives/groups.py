@@ -28,9 +28,9 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.server import with_gpus_per_node
 from dpsim.topology.spec import nic_fabric, nvlink_fabric
 
-GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb", "cp")
+GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb", "cp", "ep", "edp")
 """Communicator names a comm op may use (``tp``, ``dp``, ``pp``, ``emb`` and ``cp`` exist only for a
-tensor/pipeline/context layout: :func:`layout_communicators`)."""
+tensor/pipeline/context layout, ``ep`` and ``edp`` for its expert layers: :func:`layout_communicators`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +87,10 @@ class LayoutShape:
     """Data-parallel replicas."""
     cp: int = 1
     """Context-parallel ranks (between tensor and data parallel in rank order)."""
+    ep: int = 1
+    """Expert-parallel ranks of the expert layers (1: no ``ep`` communicator)."""
+    etp: int = 1
+    """Expert-tensor-parallel ranks of the expert layers."""
 
 
 def _node_group(job: Topology, per_node: int, nodes: int) -> tuple[Topology, int]:
@@ -139,15 +143,24 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
     tp_topo, tp_conc = _node_group(job, t, 1) if t <= gpn else _node_group(job, gpn, t // gpn)
     comms["tp"] = Communicator(name="tp", topology=tp_topo, job=job, concurrent=tp_conc)
 
-    def strided(n: int) -> tuple[Topology, int]:
-        # n ranks tp apart: inside one server while t x n fits, else gpn / t of them per server.
-        if t * n <= gpn:
-            return Topology(spec=job.spec, n_gpus=n), 1
-        per_node = max(1, gpn // t)
-        return _node_group(job, per_node, n // per_node)
+    def strided(stride: int, size: int) -> tuple[Topology, int]:
+        # ``size`` ranks ``stride`` apart: in one server while stride x size fits it, else
+        # gpn / stride of them (at least one) in each of the servers they span.
+        if stride * size <= gpn:
+            return Topology(spec=job.spec, n_gpus=size), 1
+        per_node = max(1, gpn // stride)
+        return _node_group(job, per_node, size // per_node)
 
-    dp_topo, dp_conc = strided(d)
+    dp_topo, dp_conc = strided(t, d)
     comms["dp"] = Communicator(name="dp", topology=dp_topo, job=job, concurrent=dp_conc)
+    # The expert layers' own rank order, tp-ep-dp-pp with tp = etp and dp = edp (Megatron-Core's
+    # expert RankGenerator, megatron/core/parallel_state.py): an ``ep`` group is ep ranks etp
+    # apart, an ``edp`` group edp ranks etp x ep apart (a dense model uses neither).
+    edp = max(1, t * d // (shape.etp * shape.ep))
+    ep_topo, ep_conc = strided(shape.etp, shape.ep)
+    comms["ep"] = Communicator(name="ep", topology=ep_topo, job=job, concurrent=ep_conc)
+    edp_topo, edp_conc = strided(shape.etp * shape.ep, edp)
+    comms["edp"] = Communicator(name="edp", topology=edp_topo, job=job, concurrent=edp_conc)
 
     def pair(distance: int) -> tuple[Topology, int]:
         if distance < gpn:
@@ -160,7 +173,7 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
     comms["emb"] = Communicator(name="emb", topology=emb_topo, job=job, concurrent=emb_conc)
     if shape.cp > 1:
         # A ring's neighbours are tp apart; its slowest hop crosses servers once t x cp exceeds one.
-        cp_topo, cp_conc = strided(shape.cp)
+        cp_topo, cp_conc = strided(t, shape.cp)
         comms["cp"] = Communicator(name="cp", topology=cp_topo, job=job, concurrent=cp_conc)
     return comms
 
@@ -202,6 +215,13 @@ def check_layout_placement(job: Topology, shape: LayoutShape, *, tp_across_netwo
     if t * d < gpn and gpn % (t * d):
         raise ConfigError(f"--dp: {shown} = {t * d} GPUs per pipeline stage do not tile "
                           f"{gpn}-GPU servers; choose --dp so that tp x dp divides {gpn}")
+    experts = shape.ep * shape.etp
+    if (t * d) % experts:
+        raise ConfigError(f"--ep: --ep {shape.ep} x --etp {shape.etp} = {experts} does not divide {shown} "
+                          f"= {t * d}, the ranks of a stage the expert layers are carved from; choose --ep dividing it")
+    if (experts > gpn and experts % gpn) or (experts < gpn and gpn % experts):
+        raise ConfigError(f"--ep: --ep {shape.ep} x --etp {shape.etp} = {experts} neither divides nor is a multiple "
+                          f"of the {gpn} GPUs per node; choose an --ep that tiles the servers")
 
 
 def hybrid_topologies(job: Topology) -> tuple[Topology, Topology]:

@@ -54,6 +54,7 @@ from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIE
 from dpsim.strategies.registry import BUCKET_CAP_MB, check_fsdp_options, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
+from dpsim.workload.routing import parse_routing
 
 DEFAULT_OVERLAP_SLOWDOWN = 0.1
 """Compute slowdown while a collective runs. NCCL runs one CTA per channel on its own
@@ -82,6 +83,8 @@ Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op
 FsdpUnit = Literal["block", "layer", "model"]
 """``--fsdp-unit``: the keys of :data:`dpsim.strategies.registry.FSDP_UNITS`."""
 Placement = Literal["packed", "interleaved"]
+MoeA2a = Literal["flat", "hierarchical"]
+"""``--moe-a2a``: the keys of :data:`dpsim.collectives.all_to_all.ALL_TO_ALL_ALGORITHMS`."""
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
 Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed", "zb-h1", "dualpipe"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
@@ -107,7 +110,7 @@ DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters
               "powersgd_rank", "powersgd_start_iter")
 """The fields of PyTorch ``DistributedDataParallel``'s arguments (:class:`dpsim.strategies.ddp_costs.DdpOptions`)."""
 LAYOUT_FIELDS = ("tp", "pp", "dp", "global_batch", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
-                 "recompute", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion")
+                 "recompute", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "ep", "etp")
 """The fields of a tensor x pipeline x data layout (every command that takes a job takes them)."""
 LAYOUT_DP_STRATEGIES = ("ddp", "zero1", "fsdp")
 """Data-parallel strategies over the replicas of a tensor/pipeline layout: the keys of
@@ -218,6 +221,12 @@ class PredictConfig:
     split over them, inside one NVLink domain)."""
     pp: int = field(default=1, metadata=_count())
     """Pipeline stages: the model's blocks split over them, micro-batches flowing through."""
+    ep: int = field(default=1, metadata=_count())
+    """Expert-parallel GPUs of a mixture of experts: each holds experts / ep of every MoE layer's
+    experts, tokens sent to them by all-to-all; carved with --etp out of tp x dp (Megatron-Core)."""
+    etp: int = field(default=1, metadata=_count())
+    """Expert-tensor-parallel GPUs: each expert's width split over them (Megatron-Core's
+    --expert-tensor-parallel-size)."""
     dp: int | None = field(default=None, metadata=_count())
     """Data-parallel replicas of each tensor x pipeline shard; left out: gpus / (tp x pp). Given
     without --gpus, --gpus becomes tp x pp x dp."""
@@ -326,6 +335,16 @@ class PredictConfig:
     """The model runs under torch.compile (Inductor): each chain of element-wise and reduction ops between
     two GEMM/attention ops (norms, activations, rotary, residual adds, casts, FP8 amax) is one fused kernel
     reading its inputs and writing its outputs once; GEMMs and attention are unchanged."""
+    moe_routing: str = "balanced"
+    """How a mixture of experts' router spreads tokens over its experts: balanced, zipf:S (expert i's
+    share proportional to (i + 1)^-S) or histogram:PATH.json (measured per-expert counts); the
+    busiest expert-parallel GPU paces the expert GEMMs and the all-to-all."""
+    moe_capacity_factor: float | None = field(default=None, metadata=_range(0, 1e6, open_below=True))
+    """Expert capacity (GShard, Switch Transformer): an expert takes at most this x its balanced share
+    of the routed tokens, dropping the rest; left out: dropless."""
+    moe_a2a: MoeA2a = "flat"
+    """The MoE dispatch and combine all-to-all: flat (NCCL send/recv to every peer) or hierarchical
+    (DeepEP-style: one NIC transfer per destination server, forwarded over NVLink there)."""
 
     def __post_init__(self) -> None:
         if self.calibration is None:
@@ -380,8 +399,9 @@ class PredictConfig:
 
     @property
     def layout_active(self) -> bool:
-        """Tensor, pipeline or context parallelism is asked for (``tp``, ``pp`` or ``cp`` above 1)."""
-        return self.tp > 1 or self.pp > 1 or self.cp > 1
+        """Tensor, pipeline, context or expert parallelism is asked for (``tp``, ``pp``, ``cp``, ``ep`` or
+        ``etp`` above 1)."""
+        return self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1 or self.etp > 1
 
     @property
     def data_parallel(self) -> int:
@@ -419,6 +439,13 @@ class PredictConfig:
                 if getattr(self, name) != default:
                     raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies only with context "
                                       f"parallelism; give --cp 2 or more, or leave it out")
+        parse_routing(self.moe_routing)  # a one-line --moe-routing error now, not mid-prediction
+        experts = self.ep * self.etp
+        if (self.tp * self.cp * self.data_parallel) % experts:
+            raise ConfigError(f"--ep: --ep {self.ep} x --etp {self.etp} = {experts} does not divide --tp {self.tp} x "
+                              f"--cp {self.cp} x {self.data_parallel} data-parallel replicas = "
+                              f"{self.tp * self.cp * self.data_parallel}, the GPUs "
+                              f"of a stage the expert layers are carved from; choose an --ep that divides it")
         if self.global_batch is not None:
             per_step = self.micro_batch * self.data_parallel
             if self.global_batch % per_step:
@@ -627,6 +654,6 @@ def check_value(name: str, value: Any) -> None:
 
 _FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
 SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
-                  "cp", "cp_comm", "cp_balance", "offload")
+                  "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

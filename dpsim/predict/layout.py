@@ -64,7 +64,9 @@ from dpsim.strategies.pipeline import (
 from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.context import check_context, cp_buffer_bytes, cp_shard
 from dpsim.strategies.offload import host_step_s, param_fetches
-from dpsim.strategies.tensor import TpModel, check_tp, tp_model
+from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
+from dpsim.collectives.all_to_all import uniform_all_to_all_cost
+from dpsim.workload.routing import RankLoad, parse_routing, rank_load
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
 from dpsim.workload.catalog import find_entry
@@ -89,7 +91,7 @@ def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
                   stage_blocks=parse_stage_layers(config.stage_layers, config.pp, config.virtual_stages),
                   bucket_elements=bucket,
                   grad_accum_fusion=config.grad_accum_fusion, cp=config.cp, cp_comm=config.cp_comm,
-                  cp_balance=config.cp_balance, offload=config.offload)
+                  cp_balance=config.cp_balance, offload=config.offload, ep=config.ep, etp=config.etp)
 
 
 def layout_shape(config: PredictConfig) -> LayoutShape | None:
@@ -97,7 +99,8 @@ def layout_shape(config: PredictConfig) -> LayoutShape | None:
     without tensor/pipeline parallelism)."""
     if not config.layout_active:
         return None
-    return LayoutShape(tp=config.tp, pp=config.pp, dp=config.data_parallel, cp=config.cp)
+    return LayoutShape(tp=config.tp, pp=config.pp, dp=config.data_parallel, cp=config.cp, ep=config.ep,
+                       etp=config.etp)
 
 
 def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) -> None:
@@ -114,6 +117,7 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
             raise ConfigError(f"--pp: {config.pp} splits a model's repeated blocks into stages, but tracing "
                               f"{config.model} found none (no ModuleList of blocks); use --pp 1")
     check_tp(model, config.tp)
+    check_experts(model, config)
     heads = _heads(source)
     if heads is not None and config.tp > 1 and any(h % config.tp for h in heads):
         what = (f"{heads[0]} attention heads" if len(heads) == 1 or heads[0] == heads[1]
@@ -122,6 +126,57 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
                           f"divides them")
     check_layout_placement(topology, shape, tp_across_network=config.tp_across_network)
     check_context(model, layout_of(config).context, config.tp)
+
+
+def check_experts(model: ModelSpec, config: PredictConfig) -> None:
+    """Refuse an expert layout the model cannot take (one line naming the flag)."""
+    moe = model.moe
+    if moe is None:
+        if config.ep > 1 or config.etp > 1:
+            flag, value = ("--ep", config.ep) if config.ep > 1 else ("--etp", config.etp)
+            raise ConfigError(f"{flag}: {value} splits the experts of a mixture of experts, but {model.name} is dense; "
+                              f"leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
+        return
+    if moe.experts % config.ep:
+        raise ConfigError(f"--ep: {config.ep} does not divide the {moe.experts} experts of {model.name}; choose an "
+                          f"--ep that divides them")
+    if moe.expert_ffn % config.etp:
+        raise ConfigError(f"--etp: {config.etp} does not divide the experts' width {moe.expert_ffn}; choose an --etp "
+                          f"that divides it")
+    rows = {op.m for layer in model.layers for op in layer.ops
+            if getattr(op, "name", "").startswith("experts.") and hasattr(op, "m")}
+    if config.cp > 1 and any(m % config.cp for m in rows):
+        raise ConfigError(f"--cp: {config.cp} does not divide the {min(rows)} tokens each expert of {model.name} gets "
+                          f"per sample; choose a --cp that divides them")
+    if config.tp > 1 and not config.sequence_parallel:
+        # megatron/training/arguments.py: "When using MoE and tensor parallelism, sequence
+        # parallelism must be used" (the router and dispatcher work on the s / tp shard).
+        raise ConfigError(f"--sequence-parallel: a mixture of experts with --tp {config.tp} needs it (Megatron-Core "
+                          f"runs its router and all-to-all on the sequence-parallel shard); add --sequence-parallel")
+
+
+ROUTING_STEPS = 64
+"""Steps of routing sampled for the busiest rank's load (:func:`~dpsim.workload.routing.rank_load`)."""
+
+
+def expert_load(config: PredictConfig, model: ModelSpec) -> RankLoad | None:
+    """How ``--moe-routing`` (and ``--moe-capacity-factor``) load the busiest of the ``ep`` GPUs:
+    each routes its ``micro_batch x seq / (tp x cp)`` tokens (the sequence-parallel shard) per
+    micro-batch (``None`` for a dense model)."""
+    moe = model.moe
+    if moe is None:
+        return None
+    tokens = config.micro_batch * (model.tokens_per_sample or 0) // (config.tp * config.cp)
+    return rank_load(parse_routing(config.moe_routing), experts=moe.experts, ep=config.ep, tokens_per_rank=tokens,
+                     top_k=moe.top_k, capacity_factor=config.moe_capacity_factor, steps=ROUTING_STEPS)
+
+
+def expert_split(config: PredictConfig, model: ModelSpec | None = None) -> ExpertSplit:
+    """How one rank holds and runs the routed experts: its share of them and, for ``model``, the
+    busiest rank's rows over the balanced mean (the routing's factor, less what capacity drops)."""
+    load = expert_load(config, model) if model is not None else None
+    factor = load.mean_busiest_factor * (1.0 - load.dropped_fraction) if load is not None else 1.0
+    return ExpertSplit(ep=config.ep, etp=config.etp, load=factor)
 
 
 def model_source(config: PredictConfig) -> str:
@@ -217,6 +272,11 @@ class LayoutReport:
     """Of which stage 0's compute stream waits for."""
     pipeline: PipelineResult | None = field(default=None, repr=False)
     """The simulated step."""
+    expert_load: RankLoad | None = None
+    """A mixture of experts' routing: the busiest expert-parallel GPU's load over the mean, per
+    sampled step and on average, and what capacity drops (``None``: dense)."""
+    ep_comm_s: float = 0.0
+    """Stage 0's MoE all-to-all time of the step (every micro-batch, forward and backward)."""
 
     def to_dict(self) -> dict:
         """JSON-able form (see README, "JSON output")."""
@@ -232,7 +292,16 @@ class LayoutReport:
             "stages": [s.to_dict() for s in self.stages],
             **({"cp": lay.cp, "cp_comm": lay.cp_comm, "cp_balance": lay.cp_balance, "cp_comm_s": self.cp_comm_s,
                 "cp_exposed_s": self.cp_exposed_s} if lay.cp > 1 else {}),
+            **({"ep": lay.ep, "etp": lay.etp, "edp": lay.edp, "ep_comm_s": self.ep_comm_s,
+                "expert_load_factor": self.expert_load.mean_busiest_factor,
+                "expert_load_p90": _p90(self.expert_load.step_factors),
+                "expert_dropped_fraction": self.expert_load.dropped_fraction} if self.expert_load else {}),
         }
+
+
+def _p90(values) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
 
 
 def _act_bytes(precision) -> int:
@@ -260,8 +329,8 @@ def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: Co
 def layout_memory(config: PredictConfig, model: ModelSpec, gpu, precision) -> tuple[StageMemory, ...]:
     """Memory per GPU of every stage of ``config``'s layout."""
     layout = layout_of(config)
-    return stages_memory(tp_model(cp_shard(model, layout.context), config.tp), layout, gpu, precision,
-                         config.optimizer, cp_model=model)
+    return stages_memory(tp_model(cp_shard(model, layout.context), config.tp, experts=expert_split(config, model)),
+                         layout, gpu, precision, config.optimizer, cp_model=model)
 
 
 def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
@@ -354,7 +423,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     """
     layout = layout_of(config, precision.grad_bytes)
     check_schedule(layout)
-    tpm = tp_model(cp_shard(model, layout.context), config.tp, sequence_parallel=config.sequence_parallel)
+    load = expert_load(config, model)
+    tpm = tp_model(cp_shard(model, layout.context), config.tp, sequence_parallel=config.sequence_parallel,
+                   experts=expert_split(config, model))
     cost = collective_cost(collectives)
 
     def tp_cost(op: str, size: float) -> float:
@@ -365,6 +436,13 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
             return uniform_all_to_all_cost(collectives.communicator("cp"), size).time_s
         return cost("cp", op, size)
 
+    def ep_cost(bytes_per_rank: float) -> float:
+        # The routed copies (less what capacity drops), the busiest rank's links pacing the exchange.
+        dropped = load.dropped_fraction if load is not None else 0.0
+        return uniform_all_to_all_cost(collectives.communicator("ep"), bytes_per_rank * (1.0 - dropped),
+                                       load_factor=max(1.0, load.mean_busiest_factor if load else 1.0),
+                                       algorithm=config.moe_a2a).time_s
+
     scale, opt_scale = _scales(config, model, gpu, precision, compute)
     shard = shard_compute(tpm, gpu, config, precision)
     act = _act_bytes(precision)
@@ -374,7 +452,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
                       overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown,
                       accumulate_s=accumulate, recompute_share=shares,
-                      cp_cost=cp_cost if layout.cp > 1 else None, cp_model=model if layout.cp > 1 else None)
+                      cp_cost=cp_cost if layout.cp > 1 else None, cp_model=model if layout.cp > 1 else None,
+                      ep_cost=ep_cost if layout.ep > 1 else None)
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
     hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
@@ -385,7 +464,10 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     memory = stages_memory(tpm, layout, gpu, precision, config.optimizer, assignment, cp_model=model)
     per_param_opt = shard.optimizer_s / tpm.spec.param_count * opt_scale if tpm.spec.param_count else 0.0
     sharded_opt = layout.strategy in ("zero1", "fsdp")
-    optimizer_s = [per_param_opt * (-(-m.params_per_gpu // d) if sharded_opt else m.params_per_gpu) for m in memory]
+    # A sharded optimizer updates dense parameters / dp (x cp) and routed experts / edp per GPU.
+    experts = [sum(c.expert_grad_numel for c in stage) for stage in chunks]
+    optimizer_s = [per_param_opt * (-(-(m.params_per_gpu - e) // d) + -(-e // layout.edp) if sharded_opt
+                                    else m.params_per_gpu) for m, e in zip(memory, experts)]
     if layout.offload != "off":
         ranks = min(topology.gpus_per_node, topology.n_gpus)
         fetches = param_fetches(layout.offload, layout.recompute == "full")
@@ -393,7 +475,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                                    grad_bytes=precision.grad_bytes, param_fetches=fetches) for m in memory]
     dp_plan = DataParallelPlan(strategy=layout.strategy, dp=d, overlap=layout.overlap,
                                bucket_elements=layout.bucket_elements or default_bucket_elements(d),
-                               grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes)
+                               grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes,
+                               edp=layout.edp if model.moe is not None else 1)
     # DualPipe sums each stage's two parameter copies instead (the embedding's among them).
     emb_bytes = (tpm.embedding_numel_per_rank * precision.grad_bytes
                  if tpm.tied_embedding and p > 1 and layout.schedule != "dualpipe" else 0.0)
@@ -418,7 +501,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                           tp_comm_s=tp_comm, tp_exposed_s=tp_exposed,
                           p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
                           embedding_grad_bytes=emb_bytes, cp_comm_s=cp_comm, cp_exposed_s=cp_exposed,
-                          pipeline=result)
+                          pipeline=result, expert_load=load,
+                          ep_comm_s=sum(l.ep_comm_s for c in s0 for l in c.layers) * m_total)
     st0 = result.stages[0]
     fwd0 = st0.by_kind_s.get("forward", 0.0)
     bwd0 = st0.by_kind_s.get("backward", 0.0) + st0.by_kind_s.get("recompute", 0.0)

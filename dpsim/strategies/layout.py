@@ -124,8 +124,14 @@ class Layout:
     offload: str = "off"
     """A key of :data:`~dpsim.strategies.offload.OFFLOAD`: the sharded optimizer (and parameters) on the host."""
 
+    ep: int = 1
+    """Expert-parallel ranks of a mixture of experts: carved, with ``etp``, out of the ``tp x cp x dp``
+    ranks of a stage for the expert layers (Megatron-Core's definition)."""
+    etp: int = 1
+    """Expert-tensor-parallel ranks (each expert's width split over them)."""
+
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "cp", "virtual_stages", "micro_batch", "micro_batches"):
+        for name in ("tp", "pp", "dp", "cp", "virtual_stages", "micro_batch", "micro_batches", "ep", "etp"):
             v = getattr(self, name)
             assert isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"{name}: {v!r}"
         assert self.schedule in SCHEDULES and self.recompute in RECOMPUTE, (self.schedule, self.recompute)
@@ -150,6 +156,12 @@ class Layout:
         return self.dp * self.cp
 
     @property
+    def edp(self) -> int:
+        """Expert-data-parallel replicas, over which the experts' gradients reduce: ``tp x cp x dp /
+        (etp x ep)`` (``megatron/core/parallel_state.py``, ``expert_data_parallel_size``)."""
+        return self.tp * self.grad_group // (self.etp * self.ep)
+
+    @property
     def chunks(self) -> int:
         """Model chunks per stage (1 unless interleaved; DualPipe's two directions)."""
         if self.schedule == "dualpipe":
@@ -164,7 +176,8 @@ class Layout:
     def describe(self) -> str:
         """``tp 8 x pp 4 (1f1b-interleaved, 2 chunks) x dp 16, zero1, micro-batch 1 x 64``."""
         sched = "" if self.pp == 1 else f" ({self.schedule}{f', {self.chunks} chunks' if self.chunks > 1 else ''})"
-        extra = "".join([", sequence parallel" if self.sequence_parallel and self.tp > 1 else "",
+        extra = "".join([f", ep {self.ep}" + (f" x etp {self.etp}" if self.etp > 1 else "") if self.ep > 1 else "",
+                         ", sequence parallel" if self.sequence_parallel and self.tp > 1 else "",
                          f", {self.recompute} recompute" if self.recompute != "off" else ""])
         cp = "" if self.cp == 1 else f" x cp {self.cp} ({self.cp_comm}{'' if self.cp_balance else ', unbalanced'})"
         return (f"tp {self.tp}{cp} x pp {self.pp}{sched} x dp {self.dp}, {self.strategy}, micro-batch "
@@ -315,6 +328,11 @@ class LayerWork:
     """Context-parallel communication of the micro-batch (forward, backward and recompute)."""
     cp_exposed_s: float = 0.0
     """Of which the compute stream waits for (included in :attr:`forward_s` and :attr:`backward_s`)."""
+    ep_comm_s: float = 0.0
+    """An MoE layer's all-to-all time of the micro-batch on the ``ep`` communicator: dispatch
+    and combine in forward, their reverses in backward (and again when recomputed)."""
+    expert_grad_numel: int = 0
+    """Of :attr:`grad_numel`, the routed experts' (reduced over the expert-data-parallel group)."""
 
 
 def weight_gradient_share(layer) -> float:
@@ -353,8 +371,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                tp_cost: Callable[[str, float], float], act_element_bytes: int = 2,
                time_scale: float = 1.0, overlap_slowdown: float = 0.0, comm_slowdown: float = 0.0,
                accumulate_s: Sequence[float] = (), recompute_share: Sequence[float] | None = None,
-               cp_cost: Callable[[str, float], float] | None = None, cp_model: ModelSpec | None = None
-               ) -> tuple[LayerWork, ...]:
+               cp_cost: Callable[[str, float], float] | None = None, cp_model: ModelSpec | None = None,
+               ep_cost: Callable[[float], float] | None = None) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
     ``shard_compute`` is the compute profile of ``tpm.spec`` at the layout's micro-batch;
@@ -376,6 +394,13 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     ``cp_cost(op, bytes)`` the ``cp`` communicator's collective time: each attention layer adds
     what of its context-parallel communication its attention does not hide
     (:func:`~dpsim.strategies.context.layer_cp_comm`), and recomputing it re-runs its forward's.
+
+    An MoE layer's routed tokens leave and come back by all-to-all on the ``ep``
+    communicator (Megatron-Core's ``MoEAlltoAllTokenDispatcher``): ``ep_cost(bytes)`` is one
+    all-to-all in which each rank sends ``bytes`` (its ``top_k`` token copies), run four times
+    per micro-batch, dispatch and combine in forward and their reverses in backward, each
+    blocking the compute stream (the expert GEMMs need the tokens, the next layer the
+    combined output); a block recomputed in full runs its forward pair again.
     """
     # Compute lost per second of hidden collective: overlap_slowdown / (1 + overlap_slowdown)
     # per second beside the GEMM, and a hidden second lasts 1 + comm_slowdown seconds there.
@@ -425,6 +450,12 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         for unit_layers in ckpt:
             hidden_b[max(unit_layers)] += sum(hidden_f[i] for i in unit_layers)
     accumulate = list(accumulate_s) if not layout.grad_accum_fusion and accumulate_s else [0.0] * n
+    a2a = [ep_cost(layer.routed_bytes_per_sample * layout.micro_batch * act_element_bytes / 2.0)
+           if ep_cost is not None and layer.routed_bytes_per_sample > 0 else 0.0 for layer in tpm.layers]
+    a2a_recompute = [0.0] * n
+    if layout.recompute == "full":
+        for unit_layers in ckpt:
+            a2a_recompute[max(unit_layers)] = sum(2.0 * a2a[i] for i in unit_layers)
     tp_comm = [c.forward_s + c.backward_s + recompute_comm[i] for i, c in enumerate(comms)]
     tp_exposed = [c.forward_exposed_s + c.backward_exposed_s + recompute_exposed[i] for i, c in enumerate(comms)]
     cp_comm, cp_exposed = [0.0] * n, [0.0] * n
@@ -445,13 +476,16 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         pace = comm_rate(comm_slowdown, True)
         tp_comm = [e + (t - e) / pace for t, e in zip(tp_comm, tp_exposed)]
     return tuple(LayerWork(
-        index=layer.index, forward_s=fwd_s[i] + comms[i].forward_exposed_s + hidden_f[i],
-        backward_s=bwd_s[i] + comms[i].backward_exposed_s + hidden_b[i] + recompute[i] + accumulate[i],
+        index=layer.index, forward_s=fwd_s[i] + comms[i].forward_exposed_s + hidden_f[i] + 2.0 * a2a[i],
+        backward_s=bwd_s[i] + comms[i].backward_exposed_s + hidden_b[i] + recompute[i] + accumulate[i]
+        + 2.0 * a2a[i] + a2a_recompute[i],
         compute_forward_s=fwd_s[i], compute_backward_s=bwd_s[i], recompute_s=recompute[i],
         tp_comm_s=tp_comm[i], tp_exposed_s=tp_exposed[i],
         grad_numel=layer.numel_per_rank,
         weight_grad_s=bwd_s[i] * weight_gradient_share(layer) + accumulate[i],
-        cp_comm_s=cp_comm[i], cp_exposed_s=cp_exposed[i]) for i, layer in enumerate(tpm.layers))
+        cp_comm_s=cp_comm[i], cp_exposed_s=cp_exposed[i],
+        ep_comm_s=4.0 * a2a[i] + a2a_recompute[i], expert_grad_numel=layer.expert_numel_per_rank)
+        for i, layer in enumerate(tpm.layers))
 
 
 def _units(tpm: TpModel) -> list[list[int]]:
@@ -498,6 +532,11 @@ class ChunkWork:
     def grad_numel(self) -> int:
         """Parameters of the chunk on one rank."""
         return sum(l.grad_numel for l in self.layers)
+
+    @property
+    def expert_grad_numel(self) -> int:
+        """Of :attr:`grad_numel`, the routed experts'."""
+        return sum(l.expert_grad_numel for l in self.layers)
 
 
 def chunk_work(work: Sequence[LayerWork], assignment: tuple[tuple[tuple[int, ...], ...], ...]

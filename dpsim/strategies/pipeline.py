@@ -547,6 +547,10 @@ class DataParallelPlan:
     """Bytes per gradient element reduced."""
     weight_bytes: int
     """Bytes per parameter element gathered."""
+    edp: int = 1
+    """Expert-data-parallel replicas a mixture of experts reduces its routed experts' gradients
+    over, on the ``edp`` communicator (their own buckets, as Megatron-Core keeps the expert
+    parameters in buffers of their own); the rest reduce over ``dp``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -681,7 +685,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         rs_after: dict[tuple[int, int, int], list[int]] = {}  # (chunk, micro-batch, layer) -> reduce-scatters
         if reshard:
             for c in range(v):
-                buckets = _buckets(chunks[s][c], dp.bucket_elements)
+                # Every parameter, experts too: the experts' edp groups are not split out here.
+                buckets = _buckets(chunks[s][c], dp.bucket_elements, _all_numel)
                 for j in range(m):
                     forward_gathers, backward_gathers = [], []
                     for x in range(len(buckets) - 1, -1, -1):
@@ -705,18 +710,22 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     else:
                         launch_at_forward.setdefault((c, j - 1), []).extend(forward_gathers)
                     launch_at_forward[c, j] = backward_gathers + launch_at_forward.get((c, j), [])
-        elif dp.dp > 1:
+        # Dense parameters over dp, a mixture of experts' routed experts over edp.
+        groups = [] if reshard else [(group, size, numel, label) for group, size, numel, label in (
+            ("dp", dp.dp, _dense_numel, ""), ("edp", dp.edp, _expert_numel, "experts "))
+            if size > 1 and any(numel(w) for stage in chunks for c in stage for w in c.layers)]
+        for group, _, numel_of, label0 in groups:
             for c in range(v):
                 work = chunks[s][c]
-                buckets = _buckets(work, dp.bucket_elements)
+                buckets = _buckets(work, dp.bucket_elements, numel_of)
                 if dp.strategy in ("fsdp",) or (dp.strategy == "zero1" and overlap):
                     # Gathered bucket by bucket in forward order; each layer's first forward
                     # waits only for the bucket holding its parameters.
                     label = "all-gather parameters" if dp.strategy == "fsdp" else "all-gather updated parameters"
                     for x in range(len(buckets) - 1, -1, -1):
                         _, numel, members = buckets[x]
-                        op = new_comm(f"{label} chunk {c} bucket {x}", "all_gather", numel * dp.weight_bytes,
-                                      "allgather", "dp", (s,))
+                        op = new_comm(f"{label} {label0}chunk {c} bucket {x}", "all_gather", numel * dp.weight_bytes,
+                                      "allgather", group, (s,))
                         at_start.append(op)
                         for i in members:
                             gather_before[c, i] = op
@@ -729,15 +738,15 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 reduce = "all_reduce" if dp.strategy == "ddp" or deepspeed else "reduce_scatter"
                 if overlap:
                     for x, (first_layer, numel, _) in enumerate(buckets):
-                        op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} chunk {c} "
-                                      f"bucket {x}", reduce, numel * dp.grad_bytes,
-                                      "allreduce" if reduce == "all_reduce" else "reducescatter", "dp", (s,))
+                        op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} {label0}chunk "
+                                      f"{c} bucket {x}", reduce, numel * dp.grad_bytes,
+                                      "allreduce" if reduce == "all_reduce" else "reducescatter", group, (s,))
                         launches_after_layer.setdefault((c, first_layer), []).append(op)
                         dp_ops.append(op)
                 else:
-                    op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} chunk {c} "
-                                  f"gradients", reduce, work.grad_numel * dp.grad_bytes,
-                                  "allreduce" if reduce == "all_reduce" else "reducescatter", "dp", (s,))
+                    op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} {label0}chunk "
+                                  f"{c} gradients", reduce, sum(numel_of(w) for w in work.layers) * dp.grad_bytes,
+                                  "allreduce" if reduce == "all_reduce" else "reducescatter", group, (s,))
                     end_ops.append(op)
                     dp_ops.append(op)
         gradient_ops += dp_ops
@@ -885,9 +894,10 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
             pending.clear()
         waits = tuple(dp_ops) + ((pair_op[s],) if s in pair_op else ())
         ops.append(StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits))
-        if dp.dp > 1 and dp.strategy == "zero1" and not overlap:
-            ags = [new_comm(f"all-gather updated parameters chunk {c}", "all_gather",
-                            chunks[s][c].grad_numel * dp.weight_bytes, "allgather", "dp", (s,)) for c in range(v)]
+        if groups and dp.strategy == "zero1" and not overlap:
+            ags = [new_comm(f"all-gather updated parameters {label0}chunk {c}", "all_gather",
+                            sum(numel_of(w) for w in chunks[s][c].layers) * dp.weight_bytes, "allgather", group, (s,))
+                   for group, _, numel_of, label0 in groups for c in range(v)]
             ops[-1] = StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits,
                               launches=tuple(ags))
             ops.append(StageOp(kind="optimizer", name="wait for parameter all-gather", duration_s=0.0,
@@ -899,18 +909,32 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         p2p_bytes=p2p_bytes)
 
 
-def _buckets(work: ChunkWork, bucket_elements: int) -> list[tuple[int, int, tuple[int, ...]]]:
+def _dense_numel(lw) -> int:
+    return lw.grad_numel - lw.expert_grad_numel
+
+
+def _expert_numel(lw) -> int:
+    return lw.expert_grad_numel
+
+
+def _all_numel(lw) -> int:
+    return lw.grad_numel
+
+
+def _buckets(work: ChunkWork, bucket_elements: int, numel_of=_dense_numel) -> list[tuple[int, int, tuple[int, ...]]]:
     """Gradient buckets of a chunk in backward order: ``(layer whose backward completes it,
-    parameters, its layers)``; a layer larger than the bucket forms one of its own."""
+    parameters, its layers)``; a layer larger than the bucket forms one of its own.
+    ``numel_of``: the parameters of a layer the buckets hold (its dense ones, or its experts')."""
     out: list[tuple[int, int, tuple[int, ...]]] = []
     current, members = 0, []
     for lw in reversed(work.layers):
-        if lw.grad_numel == 0:
+        numel = numel_of(lw)
+        if numel == 0:
             continue
-        if current and current + lw.grad_numel > bucket_elements:
+        if current and current + numel > bucket_elements:
             out.append((members[-1], current, tuple(members)))
             current, members = 0, []
-        current += lw.grad_numel
+        current += numel
         members.append(lw.index)
     if current:
         out.append((members[-1], current, tuple(members)))

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
-from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec
+from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec, is_expert_param
 
 TP_COMM_OVERLAP: dict[str, str] = {
     "off": "every tensor-parallel collective blocks compute (Megatron-LM 2021)",
@@ -129,6 +129,16 @@ class TpLayer:
     """Parameters one tensor-parallel rank holds for this layer."""
     split_numel_per_rank: int
     """Of those, the ones split over the ranks (the rest is replicated)."""
+    expert_numel_per_rank: int = 0
+    """Of those, the routed experts' (split over ``ep x etp`` ranks, not over ``tp``: their
+    gradients reduce over the expert-data-parallel group)."""
+    routed_bytes_per_sample: float = 0.0
+    """An MoE layer's tokens sent to experts, one sample on one rank: ``top_k`` copies of its
+    ``s / tp`` hidden states at 2 bytes per element (what each all-to-all moves out of a rank;
+    0 for any other layer)."""
+    tp_collectives: bool = True
+    """The layer runs tensor-parallel collectives (an MoE layer only for its shared experts:
+    the routed tokens travel by all-to-all on the sequence-parallel shard)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +198,9 @@ def check_tp(model: ModelSpec, tp: int) -> None:
                           f"{odd[0]!r}; use --tp 1")
     for l in blocks:
         for p in l.params:
+            # Routed experts are split by expert parallelism, the router is replicated.
+            if is_expert_param(p) or ".mlp.gate." in p.name:
+                continue
             if len(p.shape) >= 2 and p.shape[0] % tp:
                 raise ConfigError(f"--tp: {tp} does not divide {p.name} (shape {p.shape}) of {model.name!r}; "
                                   f"use a --tp that divides the model's hidden and head dimensions")
@@ -201,27 +214,97 @@ def _weights(layer: LayerSpec) -> list[ParamSpec]:
     return [p for p in layer.params if len(p.shape) >= 2]
 
 
-_TP_CACHE: dict[tuple[int, int, bool], TpModel] = {}
+_TP_CACHE: dict[tuple, TpModel] = {}
 _TP_CACHE_SIZE = 64
 
 
-def tp_model(model: ModelSpec, tp: int, *, sequence_parallel: bool = False) -> TpModel:
-    """``model`` as one rank of ``tp``-way tensor parallelism (see the module docstring).
+@dataclass(frozen=True, kw_only=True)
+class ExpertSplit:
+    """How a rank holds and runs the routed experts of an MoE model (Megatron-Core's expert
+    parallelism: ``megatron/core/parallel_state.py``, ``expert_model_parallel_size`` and
+    ``expert_tensor_parallel_size``)."""
+
+    ep: int = 1
+    """Expert-parallel ranks: each holds ``experts / ep`` of every MoE layer's experts."""
+    etp: int = 1
+    """Expert-tensor-parallel ranks: each expert's width split over them."""
+    load: float = 1.0
+    """Rows the busiest rank's experts get over the balanced mean (routing imbalance: the
+    rank that paces the step)."""
+
+
+NO_EXPERT_SPLIT = ExpertSplit()
+"""Every expert local, balanced routing."""
+
+
+def tp_model(model: ModelSpec, tp: int, *, sequence_parallel: bool = False,
+             experts: ExpertSplit = NO_EXPERT_SPLIT) -> TpModel:
+    """``model`` as one rank of ``tp``-way tensor parallelism (see the module docstring), and of
+    ``experts`` expert parallelism for a mixture of experts (:func:`_expert_shard`).
 
     ``sequence_parallel`` changes only the shard's element-wise work (:attr:`TpModel.spec`).
     Cached by the model object (hashing a large model's every parameter would cost more
     than the shard), so a planner's thousands of candidates build each shard once."""
-    key = (id(model), tp, bool(sequence_parallel))
+    key = (id(model), tp, bool(sequence_parallel), experts)
     hit = _TP_CACHE.get(key)
     if hit is not None and hit.model is model:
         return hit
     if len(_TP_CACHE) >= _TP_CACHE_SIZE:
         _TP_CACHE.pop(next(iter(_TP_CACHE)))
-    result = _TP_CACHE[key] = _tp_model(model, tp, bool(sequence_parallel))
+    result = _TP_CACHE[key] = _tp_model(model, tp, bool(sequence_parallel), experts)
     return result
 
 
-def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool) -> TpModel:
+def _expert_shard(layer: LayerSpec, tp: int, experts: ExpertSplit, top_k: int) -> dict:
+    """An MoE layer as one rank runs it: the router replicated (each rank routes its own
+    ``s / tp`` tokens: Megatron-Core requires sequence parallelism with tensor parallelism in
+    MoE models, ``megatron/training/arguments.py``), the shared experts split like a dense
+    MLP, the routed experts' stacked weights split ``experts / ep`` and their width ``/ etp``.
+    Its ops: token-wise work on ``s / tp`` tokens; each grouped GEMM over the rank's
+    ``experts / ep`` local experts with ``(s / tp)·top_k·ep·etp / experts`` rows each (the
+    tokens of the whole expert-parallel group routed to them, gathered over ``etp``) times
+    ``experts.load`` on the busiest rank, ``n`` or ``k`` of the expert width ``/ etp``."""
+    ep, etp = experts.ep, experts.etp
+    weights = _weights(layer)
+    routed = [p for p in layer.params if is_expert_param(p)]
+    shared = [p for p in weights if "shared_experts" in p.name]
+    params = tuple(ParamSpec(name=p.name, shape=(-(-p.shape[0] // ep), -(-p.shape[1] // etp)) + tuple(p.shape[2:]),
+                             dtype=p.dtype) if is_expert_param(p)
+                   else ParamSpec(name=p.name, shape=_split_shape(p.shape, tp), dtype=p.dtype) if p in shared
+                   else p for p in layer.params)
+    n_experts = routed[0].shape[0] if routed else 1
+    ops = []
+    for op in layer.ops:
+        if _is_matmul(op) and op.name.startswith("experts."):
+            rows = max(1, round(op.m / tp * ep * etp * experts.load))
+            width = {"n": max(1, -(-op.n // etp))} if op.name.endswith("gate_up") else {"k": max(1, -(-op.k // etp))}
+            ops.append(dataclasses.replace(op, m=rows, batch=max(1, -(-n_experts // ep)), **width))
+        elif _is_matmul(op) and op.name.startswith("shared_experts."):
+            row = op.name.endswith("down_proj")
+            ops.append(dataclasses.replace(op, k=max(1, op.k // tp)) if row else
+                       dataclasses.replace(op, n=max(1, -(-op.n // tp))))
+        elif _is_matmul(op):  # the router, on the rank's tokens
+            ops.append(dataclasses.replace(op, m=max(1, -(-op.m // tp))))
+        elif hasattr(op, "elements"):
+            scale = experts.load if op.name.startswith("experts.") else 1.0
+            ops.append(dataclasses.replace(op, elements=op.elements * scale / tp))
+        else:
+            ops.append(op)
+    tokens = tokens_of(layer)
+    col = sum(2.0 * tokens * p.numel for p in shared[:-1])
+    row = 2.0 * tokens * shared[-1].numel if shared else 0.0
+    return {"params": params, "ops": tuple(ops), "shared": shared, "col": col, "row": row,
+            # top_k copies of the rank's s / tp hidden states (input_bytes_per_sample is 2·s·h).
+            "routed_bytes": top_k * layer.input_bytes_per_sample / tp,
+            "expert_numel": sum(p.numel for p in params if is_expert_param(p))}
+
+
+def tokens_of(layer: LayerSpec) -> int:
+    """Tokens of one sample a block layer runs on (its first matmul's rows)."""
+    return next((op.m for op in layer.ops if _is_matmul(op)), 0)
+
+
+def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool, experts: ExpertSplit = NO_EXPERT_SPLIT) -> TpModel:
     check_tp(model, tp)
     block_idx = [i for i, l in enumerate(model.layers) if l.unit is not None]
     first_block = block_idx[0] if block_idx else len(model.layers)
@@ -258,8 +341,15 @@ def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool) -> TpModel:
         elif role == "head":
             split_names = {p.name for p in weights}
             tied = not weights and layer.forward_flops_per_sample > 0
-        params = tuple(ParamSpec(name=p.name, shape=_split_shape(p.shape, tp) if p.name in split_names else p.shape,
-                                 dtype=p.dtype) for p in layer.params)
+        moe = _expert_shard(layer, tp, experts, model.moe.top_k if model.moe else 1) \
+            if any(is_expert_param(p) for p in layer.params) else None
+        if moe is not None:
+            split_names = {p.name for p in moe["shared"]}
+            col, row = moe["col"], moe["row"]
+            params = moe["params"]
+        else:
+            params = tuple(ParamSpec(name=p.name, shape=_split_shape(p.shape, tp) if p.name in split_names
+                                     else p.shape, dtype=p.dtype) for p in layer.params)
         numel = sum(p.numel for p in params)
         split_numel = sum(p.numel for p in params if p.name in split_names)
         act = layer.activation_bytes_per_sample
@@ -283,15 +373,21 @@ def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool) -> TpModel:
             hidden_bytes_per_sample=layer.input_bytes_per_sample if role == "block" else hidden,
             unsplit_activation_bytes_per_sample=unsplit, split_activation_bytes_per_sample=split,
             core_activation_bytes_per_sample=core_act, input_bytes_per_sample=layer.input_bytes_per_sample,
-            numel_per_rank=numel, split_numel_per_rank=split_numel))
+            numel_per_rank=numel, split_numel_per_rank=split_numel,
+            expert_numel_per_rank=moe["expert_numel"] if moe else 0,
+            routed_bytes_per_sample=moe["routed_bytes"] if moe else 0.0,
+            tp_collectives=not moe or bool(moe["shared"])))
         changes = {"params": params, "forward_flops_per_sample": layer.forward_flops_per_sample / divisor,
                        "activation_bytes_per_sample": unsplit + (split + core_act) / tp}
-        if tp > 1 and getattr(layer, "ops", None):
+        if moe is not None:
+            # The busiest rank's experts run load x the balanced mean of the active FLOPs.
+            changes["ops"] = moe["ops"]
+        elif tp > 1 and getattr(layer, "ops", None):
             changes["ops"] = _shard_ops(layer, role, tp, hidden / 2.0, sequence_parallel)
         spec_layers.append(dataclasses.replace(layer, **changes))
     spec = ModelSpec(name=model.name if tp == 1 else f"{model.name} (tp {tp} shard)", layers=tuple(spec_layers),
                      registration_order=model.registration_order, grad_ready_order=model.grad_ready_order,
-                     tokens_per_sample=model.tokens_per_sample, source=model.source)
+                     tokens_per_sample=model.tokens_per_sample, source=model.source, moe=model.moe)
     return TpModel(tp=tp, model=model, spec=spec, layers=tuple(out_layers), tied_embedding=tied,
                    embedding_numel_per_rank=emb_numel, sequence_parallel=sequence_parallel)
 
@@ -399,7 +495,7 @@ def layer_tp_comm(layer: TpLayer, forward_s: float, micro_batch: int, tp: int, *
     A collective that blocks the compute stream (``--tp-comm-overlap off``, the all-gather
     conjugate, the head's loss all-reduces) runs beside no compute: it is not slowed.
     """
-    if tp == 1 or layer.role == "root":
+    if tp == 1 or layer.role == "root" or not layer.tp_collectives:
         return TpComm()
     fwd_ops, bwd_ops = layer_tp_ops(layer, micro_batch, sequence_parallel=sequence_parallel,
                                     tokens_per_sample=tokens_per_sample, act_element_bytes=act_element_bytes)

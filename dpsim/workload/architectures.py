@@ -25,6 +25,7 @@ from dpsim.workload.layers import (
     _linear,
     _lm_head_layer,
     _model,
+    _Module,
     _norm,
     _param,
     _resolve_seq_len,
@@ -43,6 +44,8 @@ from dpsim.workload.layers import (
     korthikanti_block_activation_bytes,
     llama_block_activation_bytes,
     linear_ops,
+    moe_activation_bytes,
+    moe_ops,
     norm_op,
     residual_ops,
     rope_ops,
@@ -51,6 +54,7 @@ from dpsim.workload.spec import (
     MatmulOp,
     MemoryOp,
     ModelSpec,
+    MoeSpec,
     OpSpec,
     ParamSpec,
     dtype_size_bytes,
@@ -108,10 +112,50 @@ class LlamaConfig:
     head_dim: int | None = None
     """``None`` means ``hidden_size // num_attention_heads``."""
     tie_word_embeddings: bool = False
+    qk_norm: bool = False
+    """An RMSNorm over each query and key head before RoPE (Qwen3's ``q_norm``/``k_norm``)."""
+    num_experts: int = 0
+    """Routed experts of each MoE layer (Mixtral ``num_local_experts``, Qwen3-MoE ``num_experts``,
+    DeepSeek-V3 ``n_routed_experts``); 0: a dense model."""
+    num_experts_per_tok: int = 0
+    """Experts each token is routed to (top-k)."""
+    moe_intermediate_size: int = 0
+    """Inner width of one routed expert (Mixtral's experts are ``intermediate_size`` wide)."""
+    n_shared_experts: int = 0
+    """Shared experts every token runs through (DeepSeek-V3: 1)."""
+    shared_expert_intermediate_size: int = 0
+    """Inner width of one shared expert; 0: ``moe_intermediate_size`` (DeepSeek-V3)."""
+    first_k_dense_replace: int = 0
+    """Blocks before the first MoE layer, with a dense ``intermediate_size`` MLP (DeepSeek-V3: 3)."""
+    router_bias: bool = False
+    """The router's per-expert score correction bias (DeepSeek-V3's ``e_score_correction_bias``)."""
+    q_lora_rank: int = 0
+    """Multi-head latent attention (DeepSeek-V2/V3) when > 0: queries through a rank-``q_lora_rank``
+    down projection and norm; then ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``
+    and ``v_head_dim`` shape it."""
+    kv_lora_rank: int = 0
+    """MLA: the compressed key-value latent's width."""
+    qk_nope_head_dim: int = 0
+    """MLA: the part of a query/key head without rotary positions."""
+    qk_rope_head_dim: int = 0
+    """MLA: the rotary part of a query/key head (the key's shared by all heads)."""
+    v_head_dim: int = 0
+    """MLA: a value head's width."""
 
     @property
     def head_size(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
+
+    @property
+    def moe(self) -> MoeSpec | None:
+        """Its expert layers (``None`` for a dense Llama)."""
+        if not self.num_experts:
+            return None
+        return MoeSpec(experts=self.num_experts, top_k=self.num_experts_per_tok,
+                       expert_ffn=self.moe_intermediate_size, shared_experts=self.n_shared_experts,
+                       shared_ffn=(self.shared_expert_intermediate_size or self.moe_intermediate_size)
+                       if self.n_shared_experts else 0,
+                       dense_layers=self.first_k_dense_replace)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,55 +325,75 @@ def build_llama(
     layers = [_layer("model.embed_tokens", [embed], forward_flops_per_sample=0.0,
                      activation_bytes_per_sample=0.0,  # no embedding dropout in Llama
                      ops=[embedding_op("embed_tokens", s, d, v)])]
+    moe = cfg.moe
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}"
-        q = _linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=False)
-        k = _linear(f"{p}.self_attn.k_proj", kv_dim, d, dtype, bias=False)
-        v_proj = _linear(f"{p}.self_attn.v_proj", kv_dim, d, dtype, bias=False)
-        o = _linear(f"{p}.self_attn.o_proj", d, q_dim, dtype, bias=False)
-        gate = _linear(f"{p}.mlp.gate_proj", inter, d, dtype, bias=False)
-        up = _linear(f"{p}.mlp.up_proj", inter, d, dtype, bias=False)
-        down = _linear(f"{p}.mlp.down_proj", d, inter, dtype, bias=False)
+        sd = float(s * d)
         input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=False)
         post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=False)
-        registered += [q, k, v_proj, o, gate, up, down, input_norm, post_norm]
-        sd = float(s * d)
-        attn_ops = [*eager_rms_norm_ops("input_layernorm", s, d), *fan_out_ops("normed", sd, 3),
-                    *linear_ops("q_proj", s, q_dim, d, bias=False),
-                    *linear_ops("k_proj", s, kv_dim, d, bias=False),
-                    *linear_ops("v_proj", s, kv_dim, d, bias=False),
-                    *rope_ops("rope_q", float(s * q_dim)), *rope_ops("rope_k", float(s * kv_dim))]
-        sdpa_kv = kv_dim
-        if kv_dim < q_dim:
-            # repeat_kv (expand + reshape) copies the rotated k (stream dtype) and v (16-bit) out
-            # to the query heads; backward copies the gradients back.
-            attn_ops += [MemoryOp(name="repeat_k", elements=float(s * q_dim), forward=((2, "stream"),),
-                                  backward=((2, "stream"),)),
-                         MemoryOp(name="repeat_v", elements=float(s * q_dim), forward=((2, "act"),),
-                                  backward=((2, "act"),))]
-            sdpa_kv = q_dim
-        # Autocast's 16-bit copies of the rotated q and k (promoted to the stream's dtype by the
-        # fp32 cos/sin tables) for attention.
-        attn_ops += [cast_op("cast_q", float(s * q_dim)), cast_op("cast_k", float(s * sdpa_kv)),
-                     *attention_ops(s, cfg.num_attention_heads, hd, causal=True, fused=flash_attention),
-                     *linear_ops("o_proj", s, d, q_dim, bias=False), *residual_ops("residual", sd)]
-        attn_act, mlp_act = llama_block_activation_bytes(s, d, q_dim, sdpa_kv, inter, cfg.num_attention_heads,
-                                                         flash_attention=flash_attention)
+        routed = moe is not None and i >= moe.dense_layers
+        if cfg.q_lora_rank:
+            attn_modules, attn_ops, attn_flops, attn_act = _mla_attention(cfg, p, s, dtype, flash_attention)
+        else:
+            q = _linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=False)
+            k = _linear(f"{p}.self_attn.k_proj", kv_dim, d, dtype, bias=False)
+            v_proj = _linear(f"{p}.self_attn.v_proj", kv_dim, d, dtype, bias=False)
+            o = _linear(f"{p}.self_attn.o_proj", d, q_dim, dtype, bias=False)
+            qk_norms = ([_norm(f"{p}.self_attn.q_norm", hd, dtype, bias=False),
+                         _norm(f"{p}.self_attn.k_norm", hd, dtype, bias=False)] if cfg.qk_norm else [])
+            attn_modules = [q, k, v_proj, o, *qk_norms]
+            attn_ops = [*eager_rms_norm_ops("input_layernorm", s, d), *fan_out_ops("normed", sd, 3),
+                        *linear_ops("q_proj", s, q_dim, d, bias=False),
+                        *linear_ops("k_proj", s, kv_dim, d, bias=False),
+                        *linear_ops("v_proj", s, kv_dim, d, bias=False)]
+            if cfg.qk_norm:
+                attn_ops += [norm_op("q_norm", float(s * q_dim)), norm_op("k_norm", float(s * kv_dim))]
+            attn_ops += [*rope_ops("rope_q", float(s * q_dim)), *rope_ops("rope_k", float(s * kv_dim))]
+            sdpa_kv = kv_dim
+            if kv_dim < q_dim:
+                # repeat_kv (expand + reshape) copies the rotated k (stream dtype) and v (16-bit) out
+                # to the query heads; backward copies the gradients back.
+                attn_ops += [MemoryOp(name="repeat_k", elements=float(s * q_dim), forward=((2, "stream"),),
+                                      backward=((2, "stream"),)),
+                             MemoryOp(name="repeat_v", elements=float(s * q_dim), forward=((2, "act"),),
+                                      backward=((2, "act"),))]
+                sdpa_kv = q_dim
+            # Autocast's 16-bit copies of the rotated q and k (promoted to the stream's dtype by the
+            # fp32 cos/sin tables) for attention.
+            attn_ops += [cast_op("cast_q", float(s * q_dim)), cast_op("cast_k", float(s * sdpa_kv)),
+                         *attention_ops(s, cfg.num_attention_heads, hd, causal=True, fused=flash_attention),
+                         *linear_ops("o_proj", s, d, q_dim, bias=False), *residual_ops("residual", sd)]
+            attn_act, _ = llama_block_activation_bytes(s, d, q_dim, sdpa_kv, inter, cfg.num_attention_heads,
+                                                       flash_attention=flash_attention)
+            attn_flops = (2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
+                          + attention_matmul_flops(s, q_dim))
+        if routed:
+            mlp_modules, mlp_ops, mlp_flops, mlp_act = _moe_mlp(cfg, p, s, dtype)
+        else:
+            gate = _linear(f"{p}.mlp.gate_proj", inter, d, dtype, bias=False)
+            up = _linear(f"{p}.mlp.up_proj", inter, d, dtype, bias=False)
+            down = _linear(f"{p}.mlp.down_proj", d, inter, dtype, bias=False)
+            mlp_modules = [gate, up, down]
+            mlp_ops = [*eager_rms_norm_ops("post_attention_layernorm", s, d), *fan_out_ops("normed", sd, 2),
+                       *linear_ops("gate_proj", s, inter, d, bias=False),
+                       *linear_ops("up_proj", s, inter, d, bias=False),
+                       *gated_activation_ops("act_fn", float(s * inter)),
+                       *linear_ops("down_proj", s, d, inter, bias=False), *residual_ops("residual", sd)]
+            mlp_flops = 2.0 * s * d * inter * 3
+            mlp_act = llama_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
+                                                   flash_attention=flash_attention)[1]
+        registered += [*attn_modules, *mlp_modules, input_norm, post_norm]
         layers.append(_layer(
-            f"{p}.self_attn", [input_norm, q, k, v_proj, o],  # + input_layernorm
-            forward_flops_per_sample=2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
-            + attention_matmul_flops(s, q_dim),
+            f"{p}.self_attn", [input_norm, *attn_modules],  # + input_layernorm
+            forward_flops_per_sample=attn_flops,
             activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
             ops=attn_ops,
         ))
         layers.append(_layer(
-            f"{p}.mlp", [post_norm, gate, up, down],  # + post_attention_layernorm
-            forward_flops_per_sample=2.0 * s * d * inter * 3,
+            f"{p}.mlp", [post_norm, *mlp_modules],  # + post_attention_layernorm
+            forward_flops_per_sample=mlp_flops,
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
-            ops=[*eager_rms_norm_ops("post_attention_layernorm", s, d), *fan_out_ops("normed", sd, 2),
-                 *linear_ops("gate_proj", s, inter, d, bias=False), *linear_ops("up_proj", s, inter, d, bias=False),
-                 *gated_activation_ops("act_fn", float(s * inter)),
-                 *linear_ops("down_proj", s, d, inter, bias=False), *residual_ops("residual", sd)],
+            ops=mlp_ops,
         ))
     head = [_norm("model.norm", d, dtype, bias=False)]
     if not cfg.tie_word_embeddings:
@@ -337,7 +401,79 @@ def build_llama(
     registered += head
     layers.append(_lm_head_layer(head, s, d, v, eager_rms=True))  # model.norm + lm_head
     return _model(name, layers, registered, tokens_per_sample=s,
-                  published_param_count=published_param_count, source=source)
+                  published_param_count=published_param_count, source=source, moe=moe)
+
+
+def _mla_attention(cfg: LlamaConfig, p: str, s: int, dtype: str, flash_attention: bool):
+    """DeepSeek-V3's multi-head latent attention (DeepSeek-V2 paper, arXiv:2405.04434, Sec.
+    2.1; transformers ``DeepseekV3Attention``): queries through ``q_a_proj`` (to
+    ``q_lora_rank``), an RMSNorm and ``q_b_proj`` (to ``heads x (nope + rope)``); keys and
+    values through ``kv_a_proj_with_mqa`` (to ``kv_lora_rank`` plus one shared rotary key), an
+    RMSNorm and ``kv_b_proj`` (to ``heads x (nope + v)``); the core attends with ``nope + rope``
+    wide query/key heads and ``v`` wide values; ``o_proj`` from ``heads x v``. Returns
+    (modules, ops, forward FLOPs, activation bytes) per sample. The core's FLOPs are counted
+    at the mean of the query/key and value head widths (``QKᵀ`` at one, ``·V`` at the other)."""
+    d, h = cfg.hidden_size, cfg.num_attention_heads
+    qk_head = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+    q_dim, kv_out, o_in = h * qk_head, h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim
+    kv_a = cfg.kv_lora_rank + cfg.qk_rope_head_dim
+    mods = [_linear(f"{p}.self_attn.q_a_proj", cfg.q_lora_rank, d, dtype, bias=False),
+            _norm(f"{p}.self_attn.q_a_layernorm", cfg.q_lora_rank, dtype, bias=False),
+            _linear(f"{p}.self_attn.q_b_proj", q_dim, cfg.q_lora_rank, dtype, bias=False),
+            _linear(f"{p}.self_attn.kv_a_proj_with_mqa", kv_a, d, dtype, bias=False),
+            _norm(f"{p}.self_attn.kv_a_layernorm", cfg.kv_lora_rank, dtype, bias=False),
+            _linear(f"{p}.self_attn.kv_b_proj", kv_out, cfg.kv_lora_rank, dtype, bias=False),
+            _linear(f"{p}.self_attn.o_proj", d, o_in, dtype, bias=False)]
+    sd = float(s * d)
+    core_dim = (qk_head + cfg.v_head_dim) // 2
+    ops = [*eager_rms_norm_ops("input_layernorm", s, d), *fan_out_ops("normed", sd, 2),
+           *linear_ops("q_a_proj", s, cfg.q_lora_rank, d, bias=False),
+           norm_op("q_a_layernorm", float(s * cfg.q_lora_rank)),
+           *linear_ops("q_b_proj", s, q_dim, cfg.q_lora_rank, bias=False),
+           *linear_ops("kv_a_proj_with_mqa", s, kv_a, d, bias=False),
+           norm_op("kv_a_layernorm", float(s * cfg.kv_lora_rank)),
+           *linear_ops("kv_b_proj", s, kv_out, cfg.kv_lora_rank, bias=False),
+           *rope_ops("rope_q", float(s * h * cfg.qk_rope_head_dim)),
+           *rope_ops("rope_k", float(s * cfg.qk_rope_head_dim)),
+           cast_op("cast_q", float(s * q_dim)), cast_op("cast_k", float(s * q_dim)),
+           *attention_ops(s, h, core_dim, causal=True, fused=flash_attention),
+           *linear_ops("o_proj", s, d, o_in, bias=False), *residual_ops("residual", sd)]
+    flops = 2.0 * s * sum(m.params[0].numel for m in mods if len(m.params[0].shape) == 2) \
+        + attention_matmul_flops(s, h * core_dim)
+    act, _ = llama_block_activation_bytes(s, d, q_dim, q_dim, cfg.intermediate_size, h,
+                                          flash_attention=flash_attention)
+    return mods, ops, flops, act
+
+
+def _moe_mlp(cfg: LlamaConfig, p: str, s: int, dtype: str):
+    """An MoE layer in place of the MLP: the router (``mlp.gate``, ``experts x hidden``, and
+    DeepSeek-V3's score correction bias), the routed experts as two stacked tensors
+    (``mlp.experts.gate_up_proj``, ``experts x 2·ffn x hidden``, and ``mlp.experts.down_proj``,
+    ``experts x hidden x ffn``: transformers v5's fused layout, Megatron-Core's grouped GEMM
+    weights), and the shared experts as one gated MLP of ``n_shared x ffn``. Returns (modules,
+    ops, forward FLOPs, activation bytes) per sample; the FLOPs are the active ones: the
+    router, ``top_k`` experts and the shared ones per token."""
+    moe = cfg.moe
+    assert moe is not None
+    d, e, f = cfg.hidden_size, moe.experts, moe.expert_ffn
+    shared = moe.shared_experts * moe.shared_ffn
+    router = _linear(f"{p}.mlp.gate", e, d, dtype, bias=False)
+    if cfg.router_bias:
+        bias = _param(f"{p}.mlp.gate.e_score_correction_bias", (e,), dtype)
+        router = _Module(params=(*router.params, bias), ready=(bias.name, *router.ready))
+    mods = [router, _tensor(f"{p}.mlp.experts.gate_up_proj", (e, 2 * f, d), dtype),
+            _tensor(f"{p}.mlp.experts.down_proj", (e, d, f), dtype)]
+    if shared:
+        mods += [_linear(f"{p}.mlp.shared_experts.gate_proj", shared, d, dtype, bias=False),
+                 _linear(f"{p}.mlp.shared_experts.up_proj", shared, d, dtype, bias=False),
+                 _linear(f"{p}.mlp.shared_experts.down_proj", d, shared, dtype, bias=False)]
+    sd = float(s * d)
+    ops = [*eager_rms_norm_ops("post_attention_layernorm", s, d), cast_op("cast", sd),
+           *moe_ops(s, d, experts=e, top_k=moe.top_k, expert_ffn=f, shared_ffn=shared),
+           *residual_ops("residual", sd)]
+    flops = 2.0 * s * d * (e + 3 * moe.top_k * f + 3 * shared)
+    act = moe_activation_bytes(s, d, experts=e, top_k=moe.top_k, expert_ffn=f, shared_ffn=shared)
+    return mods, ops, flops, act
 
 
 def build_bert(

@@ -211,6 +211,72 @@ _ENTRIES += [
         + "; torchvision lists 61.55 GFLOPS (multiply-adds) at 224 px"),
 ]
 
+_MOE_ARCH = ("{paper}; HuggingFace transformers config '{repo}' ({shape}); published counts: {total} total, "
+             "{active} active parameters per token ({card}); dpsim's count is the closed form of the "
+             "parameters listed here, which the tests hold within 2 % of the published figures")
+
+MOE_PUBLISHED: dict[str, tuple[float, float, str]] = {
+    "mixtral-8x7b": (46.7e9, 12.9e9, "Mistral AI, 'Mixtral of experts' blog post and Jiang et al. 2024, "
+                                     "arXiv:2401.04088: 46.7B total, 12.9B active ('13B active' in the paper)"),
+    "mixtral-8x22b": (141e9, 39e9, "Mistral AI, 'Cheaper, Better, Faster, Stronger' (Mixtral 8x22B announcement, "
+                                   "April 2024): 141B parameters, 39B active"),
+    "qwen3-30b-a3b": (30.5e9, 3.3e9, "Qwen/Qwen3-30B-A3B model card: 30.5B parameters in total, 3.3B activated"),
+    "qwen3-235b-a22b": (235e9, 22e9, "Qwen/Qwen3-235B-A22B model card: 235B parameters in total, 22B activated"),
+    "deepseek-v3": (671e9, 37e9, "DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report', arXiv:2412.19437, abstract: "
+                                 "671B total parameters with 37B activated for each token (the 14B of the "
+                                 "multi-token prediction module are not among them)"),
+}
+"""Published total and active parameter counts of the catalog's mixture-of-experts models, with
+their sources (rounded as published, so the entries carry no exact ``published_param_count``)."""
+
+
+def _moe(name: str, repo: str, paper: str, shape: str, **fields) -> CatalogEntry:
+    total, active, card = MOE_PUBLISHED[name]
+    return CatalogEntry(name=name, config=LlamaConfig(**fields), published_param_count=None,
+                        source=_MOE_ARCH.format(paper=paper, repo=repo, shape=shape, total=f"{total / 1e9:g}B",
+                                                active=f"{active / 1e9:g}B", card=card))
+
+
+_ENTRIES += [
+    # Mixtral: Mistral 7B's block with every MLP replaced by 8 experts of its width, top-2
+    # (transformers MixtralConfig defaults for 8x7B; 8x22B from mistralai/Mixtral-8x22B-v0.1's
+    # config.json, whose 32000-token vocabulary the Megatron-MoE-ModelZoo configs also train).
+    _moe("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "Jiang et al. 2024, arXiv:2401.04088",
+         "hidden 4096, 32 layers, 32 heads, 8 KV heads, 8 experts of 14336, top-2, vocab 32000",
+         vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=4096,
+         num_experts=8, num_experts_per_tok=2, moe_intermediate_size=14336),
+    _moe("mixtral-8x22b", "mistralai/Mixtral-8x22B-v0.1", "Mistral AI 2024",
+         "hidden 6144, 56 layers, 48 heads, 8 KV heads, 8 experts of 16384, top-2, vocab 32000",
+         vocab_size=32000, hidden_size=6144, intermediate_size=16384, num_hidden_layers=56,
+         num_attention_heads=48, num_key_value_heads=8, max_position_embeddings=4096,
+         num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16384),
+    # Qwen3-MoE: head dim 128 (not hidden / heads), RMSNorm on each query and key head, every
+    # layer MoE, no shared expert, untied embeddings (Qwen3 Technical Report, arXiv:2505.09388,
+    # Table 2; config.json of each repository).
+    _moe("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "Qwen Team 2025, arXiv:2505.09388",
+         "hidden 2048, 48 layers, 32 heads, 4 KV heads, head dim 128, qk-norm, 128 experts of 768, top-8, "
+         "vocab 151936", vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=48,
+         num_attention_heads=32, num_key_value_heads=4, head_dim=128, qk_norm=True, max_position_embeddings=4096,
+         num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768),
+    _moe("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "Qwen Team 2025, arXiv:2505.09388",
+         "hidden 4096, 94 layers, 64 heads, 4 KV heads, head dim 128, qk-norm, 128 experts of 1536, top-8, "
+         "vocab 151936", vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=94,
+         num_attention_heads=64, num_key_value_heads=4, head_dim=128, qk_norm=True, max_position_embeddings=4096,
+         num_experts=128, num_experts_per_tok=8, moe_intermediate_size=1536),
+    # DeepSeek-V3 (deepseek-ai/DeepSeek-V3 config.json): MLA attention, 3 dense layers of 18432,
+    # then 58 MoE layers of 256 routed experts of 2048 (top-8) and one shared expert; the
+    # multi-token prediction module is left out, as the published 671B leaves it out.
+    _moe("deepseek-v3", "deepseek-ai/DeepSeek-V3", "DeepSeek-AI 2024, arXiv:2412.19437",
+         "hidden 7168, 61 layers (3 dense), 128 heads, MLA q_lora 1536 kv_lora 512 nope 128 rope 64 v 128, "
+         "256 routed + 1 shared experts of 2048, top-8, vocab 129280",
+         vocab_size=129280, hidden_size=7168, intermediate_size=18432, num_hidden_layers=61,
+         num_attention_heads=128, num_key_value_heads=128, max_position_embeddings=4096,
+         num_experts=256, num_experts_per_tok=8, moe_intermediate_size=2048, n_shared_experts=1,
+         first_k_dense_replace=3, router_bias=True, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+         qk_rope_head_dim=64, v_head_dim=128),
+]
+
 CATALOG_ENTRIES: dict[str, CatalogEntry] = {entry.name: entry for entry in _ENTRIES}
 """Built-in models by catalog key, with their configs."""
 

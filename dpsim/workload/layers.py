@@ -379,3 +379,61 @@ def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int, *, eager_rms:
 
 def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
     return (size + 2 * padding - kernel) // stride + 1
+
+
+# --------------------------------------------------------------------------- mixture of experts
+
+
+def moe_ops(tokens: int, hidden: int, *, experts: int, top_k: int, expert_ffn: int, shared_ffn: int) -> list[OpSpec]:
+    """The routed part of an MoE layer, per sample, as Megatron-Core runs it with grouped GEMMs
+    (``megatron/core/transformer/moe``: ``TopKRouter``, ``moe_utils.permute``/``unpermute``,
+    ``GroupedMLP``/``TEGroupedMLP``), and the shared experts as one dense gated MLP:
+
+    - the router, a linear ``hidden -> experts`` in fp32 (:data:`~dpsim.workload.spec.MATMUL_KINDS`)
+      on an fp32 copy of its input, then softmax and top-k over the fp32 logits;
+    - the permutation: the ``tokens x top_k`` routed copies gathered expert by expert (read,
+      write), and in backward scattered back;
+    - the grouped GEMMs: ``experts`` products of ``tokens·top_k/experts`` rows each (balanced
+      routing; :func:`~dpsim.strategies.tensor.tp_model` sets the busiest rank's rows and its
+      local experts), the gated activation between them;
+    - the unpermutation: the expert outputs weighted by their router probabilities and summed
+      back per token (read ``top_k`` copies, write one).
+
+    Small-row GEMMs pay their tile and wave quantisation and their weight traffic through the
+    roofline's one matmul model (:func:`~dpsim.workload.roofline.matmul_term`)."""
+    routed = float(tokens * top_k)
+    rows = max(1, round(tokens * top_k / experts))
+    ops: list[OpSpec] = [
+        MemoryOp(name="router.upcast", elements=float(tokens * hidden), forward=((1, "upcast"),),
+                 backward=((1, "upcast"),)),
+        MatmulOp(name="router", m=tokens, n=experts, k=hidden, kind="router"),
+        MemoryOp(name="router.softmax_topk", elements=float(tokens * experts), forward=((3, "f32"),),
+                 backward=((3, "f32"),)),
+        MemoryOp(name="experts.permute", elements=routed * hidden, forward=((2, "act"),), backward=((2, "act"),)),
+        MatmulOp(name="experts.gate_up", m=rows, n=2 * expert_ffn, k=hidden, batch=experts),
+        *gated_activation_ops("experts.act", routed * expert_ffn),
+        MatmulOp(name="experts.down", m=rows, n=hidden, k=expert_ffn, batch=experts),
+        MemoryOp(name="experts.unpermute", elements=routed * hidden, forward=((2, "act"),), backward=((2, "act"),)),
+    ]
+    if shared_ffn:
+        ops += [*linear_ops("shared_experts.gate_proj", tokens, shared_ffn, hidden, bias=False),
+                *linear_ops("shared_experts.up_proj", tokens, shared_ffn, hidden, bias=False),
+                *gated_activation_ops("shared_experts.act", float(tokens * shared_ffn)),
+                *linear_ops("shared_experts.down_proj", tokens, hidden, shared_ffn, bias=False)]
+    return ops
+
+
+def moe_activation_bytes(tokens: int, hidden: int, *, experts: int, top_k: int, expert_ffn: int,
+                         shared_ffn: int) -> float:
+    """Bytes an MoE layer keeps for backward per sample (2 bytes per element, b = 1): its norm
+    (``2sh``), the router's input (``sh``) and fp32 probabilities (``4·s·experts``), the
+    permuted tokens the expert GEMMs read (``k·sh``: the dispatch all-to-all's output buffer),
+    per routed copy what Megatron-Core's grouped experts keep, fc1's fused gate and up output
+    (``2·ffn``) and the GLU's output (``ffn``) (``megatron/core/transformer/moe/experts.py``,
+    ``GroupedMLP`` with ``gated_linear_unit``): ``3·k·s·ffn``, the expert outputs the
+    unpermutation weights by the router's probabilities (``k·sh``: the combine buffer), and
+    the shared experts' ``4·s·shared_ffn`` (a Llama MLP's, :func:`llama_block_activation_bytes`)."""
+    e = ACTIVATION_ELEMENT_BYTES
+    sh = float(tokens) * hidden
+    routed = e * (2.0 * top_k * sh + 3.0 * top_k * tokens * expert_ffn)
+    return e * 3 * sh + 4.0 * tokens * experts + routed + e * 4.0 * tokens * shared_ffn

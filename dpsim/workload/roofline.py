@@ -228,6 +228,8 @@ def _peak_or_achieved(rate_key: str, gpu: GpuSpec) -> float:
 
 
 def _rate_key(op: MatmulOp, precision: Precision) -> str:
+    if op.kind == "router":
+        return "float32"  # MATMUL_KINDS: the router runs in fp32
     return precision.conv_dtype if op.kind == "conv" else precision.matmul_dtype
 
 

@@ -75,9 +75,27 @@ class TransformerShape:
     probabilities (layernorm blocks; GPT-2's 0.1 unless given, BLOOM trains with 0); time only."""
     name: str
     """The model's name in the output."""
+    head_dim: int = 0
+    """Width of one attention head; 0: ``hidden / heads`` (Qwen3 sets 128 whatever the width)."""
+    qk_norm: bool = False
+    """An RMSNorm over each query and key head (Qwen3)."""
+    experts: int = 0
+    """Routed experts in each MoE layer; 0: a dense model (rmsnorm + swiglu blocks only)."""
+    top_k: int = 0
+    """Experts each token is routed to (required with ``experts``)."""
+    moe_ffn: int = 0
+    """Inner width of one routed expert (required with ``experts``)."""
+    shared_experts: int = 0
+    """Experts every token runs through (DeepSeek's shared expert)."""
+    shared_ffn: int = 0
+    """Inner width of one shared expert; 0: ``moe_ffn``."""
+    dense_layers: int = 0
+    """Blocks before the first MoE layer, with the dense ``ffn`` MLP (DeepSeek-V3: 3)."""
 
 
 _INT_FIELDS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq", "positions")
+_MOE_INT_FIELDS = ("head_dim", "experts", "top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers")
+"""Integer keys that may be 0 (not set): the head width and the expert layers."""
 _REQUIRED = ("hidden", "layers", "heads", "vocab", "seq")
 _KEYS = tuple(f.name for f in fields(TransformerShape))
 _CHOICES = {"act": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS}
@@ -121,16 +139,24 @@ def parse_shape(text: str) -> TransformerShape:
             if not raw.isdigit() or not 1 <= int(raw) <= _MAX_DIM:
                 raise _fail(key, given[key], f"expected an integer from 1 to {_MAX_DIM:,}")
             values[key] = int(raw)
+    for key in _MOE_INT_FIELDS:
+        if key in given:
+            raw = given[key].replace("_", "")
+            if not raw.isdigit() or int(raw) > _MAX_DIM:
+                raise _fail(key, given[key], f"expected an integer from 0 to {_MAX_DIM:,}")
+            values[key] = int(raw)
     for key, choices in _CHOICES.items():
         value = given.get(key, choices[0]).lower()
         if value not in choices:
             raise _fail(key, given[key], f"allowed: {', '.join(choices)}")
         values[key] = value
-    for key in ("tied", "embed_norm"):
+    for key in ("tied", "embed_norm", "qk_norm"):
         value = given.get(key, "false").lower()
         if value not in _BOOLS:
             raise _fail(key, given[key], "allowed: true, false")
         values[key] = _BOOLS[value]
+    if "ffn" not in values and values["act"] == "swiglu" and values.get("experts") and not values.get("dense_layers"):
+        values["ffn"] = values.get("moe_ffn") or 4 * values["hidden"]  # no dense MLP: unused
     if "ffn" not in values and values["act"] == "swiglu":
         raise WorkloadError("--model transformer: ffn missing; act=swiglu needs the MLP width (e.g. ffn=11008 "
                             "for hidden=4096), or give act=gelu for 4 x hidden")
@@ -158,8 +184,8 @@ def _dropout(text: str | None, norm: str) -> float:
 
 def check_shape(shape: TransformerShape) -> TransformerShape:
     """The rules between fields, each refused in one line naming the field, value and what is allowed."""
-    if shape.hidden % shape.heads:
-        raise _fail("heads", shape.heads, f"it must divide hidden={shape.hidden}")
+    if shape.hidden % shape.heads and not shape.head_dim:
+        raise _fail("heads", shape.heads, f"it must divide hidden={shape.hidden} (or give head_dim=)")
     if shape.heads % shape.kv_heads:
         raise _fail("kv_heads", shape.kv_heads, f"it must divide heads={shape.heads}")
     if shape.pos == "learned" and shape.positions < shape.seq:
@@ -174,6 +200,21 @@ def check_shape(shape: TransformerShape) -> TransformerShape:
                                                 f"kv_heads={shape.heads} or the Llama family (norm=rmsnorm)")
     if llama and shape.embed_norm:
         raise _fail("embed_norm", "true", "the embedding LayerNorm exists only with norm=layernorm")
+    if not llama and (shape.experts or shape.qk_norm or shape.head_dim):
+        key = "experts" if shape.experts else "qk_norm" if shape.qk_norm else "head_dim"
+        raise _fail(key, getattr(shape, key), "expert layers, qk_norm and head_dim exist only in the Llama family "
+                                              "(norm=rmsnorm, act=swiglu, pos=rope)")
+    if shape.experts:
+        if not 1 <= shape.top_k <= shape.experts:
+            raise _fail("top_k", shape.top_k, f"give the experts each token is routed to, 1 to experts={shape.experts}")
+        if not shape.moe_ffn:
+            raise WorkloadError("--model transformer: moe_ffn missing; experts= needs the width of one expert "
+                                "(e.g. moe_ffn=14336 for Mixtral-8x7B)")
+        if shape.dense_layers >= shape.layers:
+            raise _fail("dense_layers", shape.dense_layers, f"it must be below layers={shape.layers}")
+    elif any(getattr(shape, k) for k in ("top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers")):
+        key = next(k for k in ("top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers") if getattr(shape, k))
+        raise _fail(key, getattr(shape, key), "it shapes expert layers: give experts= too")
     return shape
 
 
@@ -181,7 +222,9 @@ def shape_ref(shape: TransformerShape) -> str:
     """The ``--model`` text that gives ``shape`` (:func:`parse_shape` reads it back)."""
     def text(value: object) -> str:
         return str(value).lower() if isinstance(value, bool) else str(value)
-    return SHAPE_PREFIX + ",".join(f"{f.name}={text(getattr(shape, f.name))}" for f in fields(shape))
+    # The head width and expert keys only when set, so a dense shape reads as it always has.
+    return SHAPE_PREFIX + ",".join(f"{f.name}={text(getattr(shape, f.name))}" for f in fields(shape)
+                                   if f.name not in _MOE_INT_FIELDS + ("qk_norm",) or getattr(shape, f.name))
 
 
 def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
@@ -190,7 +233,11 @@ def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
         return LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn,
                            num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
                            num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.seq,
-                           tie_word_embeddings=shape.tied)
+                           tie_word_embeddings=shape.tied, head_dim=shape.head_dim or None, qk_norm=shape.qk_norm,
+                           num_experts=shape.experts, num_experts_per_tok=shape.top_k,
+                           moe_intermediate_size=shape.moe_ffn, n_shared_experts=shape.shared_experts,
+                           shared_expert_intermediate_size=shape.shared_ffn,
+                           first_k_dense_replace=shape.dense_layers)
     return GPT2Config(vocab_size=shape.vocab, n_positions=shape.positions if shape.pos == "learned" else shape.seq,
                       n_embd=shape.hidden, n_layer=shape.layers, n_head=shape.heads, n_inner=shape.ffn,
                       activation_function=shape.act, position_embedding=shape.pos,
@@ -207,14 +254,19 @@ def shape_param_count(shape: TransformerShape) -> int:
     blocks two weights. Plus the embedding ``vocab·h``, a learned table ``positions·h``, the
     final norm, an untied head ``vocab·h`` and an embedding LayerNorm ``2·h``.
     """
-    h, head_dim = shape.hidden, shape.hidden // shape.heads
+    h, head_dim = shape.hidden, shape.head_dim or shape.hidden // shape.heads
     q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
     layernorm = shape.norm == "layernorm"
     norm = 2 * h if layernorm else h
-    block = h * (q + 2 * kv) + q * h + (3 if shape.act == "swiglu" else 2) * h * shape.ffn + 2 * norm
+    attention = h * (q + 2 * kv) + q * h + 2 * norm + (2 * head_dim if shape.qk_norm else 0)
+    block = attention + (3 if shape.act == "swiglu" else 2) * h * shape.ffn
     if layernorm:
         block += q + 2 * kv + h + shape.ffn + h
-    total = shape.layers * block + shape.vocab * h + norm
+    moe_layers = shape.layers - shape.dense_layers if shape.experts else 0
+    # An MoE layer: router h x E, E gated experts of moe_ffn, the shared ones of shared_ffn.
+    moe_block = attention + h * shape.experts + 3 * h * (shape.experts * shape.moe_ffn
+                                                         + shape.shared_experts * (shape.shared_ffn or shape.moe_ffn))
+    total = (shape.layers - moe_layers) * block + moe_layers * moe_block + shape.vocab * h + norm
     total += shape.positions * h if shape.pos == "learned" else 0
     total += 0 if shape.tied else shape.vocab * h
     total += 2 * h if shape.embed_norm else 0

@@ -82,9 +82,11 @@ class ParamSpec:
         return self.numel * dtype_size_bytes(self.dtype)
 
 
-MATMUL_KINDS = ("linear", "conv")
-"""What a :class:`MatmulOp` is: a linear layer (``rate key = Precision.matmul_dtype``) or a
-convolution run as an implicit GEMM (``Precision.conv_dtype``)."""
+MATMUL_KINDS = ("linear", "conv", "router")
+"""What a :class:`MatmulOp` is: a linear layer (``rate key = Precision.matmul_dtype``), a
+convolution run as an implicit GEMM (``Precision.conv_dtype``) or an MoE router, which
+Megatron-Core runs in fp32 (``--moe-router-dtype fp32``, the setting of the MoE runs it
+publishes: yanring/Megatron-MoE-ModelZoo's model configs) whatever the training precision."""
 
 BYTE_CLASSES = ("act", "stream", "f32", "byte", "cast", "upcast", "nchw")
 """How a :class:`MemoryOp` pass is sized, per element, for a precision
@@ -117,7 +119,7 @@ class MatmulOp:
     batch: int = 1
     """Independent products of this shape per sample (e.g. grouped convolutions)."""
     kind: str = "linear"
-    """``linear`` or ``conv`` (:data:`MATMUL_KINDS`)."""
+    """``linear``, ``conv`` or ``router`` (:data:`MATMUL_KINDS`)."""
     kernel: int = 1
     """Kernel edge of a convolution (``k`` already includes its area)."""
     stride: int = 1
@@ -218,6 +220,34 @@ class MemoryOp:
 OpSpec = MatmulOp | AttentionOp | MemoryOp
 """One operation of a layer, as the roofline costs it."""
 
+EXPERT_PARAM_MARK = ".experts."
+"""What names a routed expert's stacked weight (``mlp.experts.gate_up_proj``, one ``experts x
+rows x cols`` tensor per layer, as transformers v5 and Megatron's grouped GEMM keep them):
+expert parallelism shards these, tensor parallelism does not (:func:`is_expert_param`)."""
+
+
+def is_expert_param(param: "ParamSpec") -> bool:
+    """Whether ``param`` is the stacked weight of a layer's routed experts (:data:`EXPERT_PARAM_MARK`)."""
+    return EXPERT_PARAM_MARK in param.name and len(param.shape) == 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoeSpec:
+    """A mixture-of-experts model's expert layers (every block from ``dense_layers`` on)."""
+
+    experts: int
+    """Routed experts per MoE layer."""
+    top_k: int
+    """Experts each token is routed to."""
+    expert_ffn: int
+    """Inner width of one routed expert (a gated MLP: three matrices)."""
+    shared_experts: int = 0
+    """Experts every token goes through (DeepSeek's shared expert), run as one dense MLP."""
+    shared_ffn: int = 0
+    """Inner width of one shared expert."""
+    dense_layers: int = 0
+    """Blocks before the first MoE layer, with a dense MLP (DeepSeek-V3: 3)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class LayerSpec:
@@ -303,6 +333,8 @@ class ModelSpec:
     buffers: tuple[ParamSpec, ...] = ()
     """Module buffers (``named_buffers()``: BatchNorm running statistics, ...), which DDP
     broadcasts from rank 0 before every synchronised forward (``broadcast_buffers``)."""
+    moe: MoeSpec | None = None
+    """Its expert layers, for a mixture-of-experts model (``None``: dense)."""
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -358,6 +390,20 @@ class ModelSpec:
     def param_count(self) -> int:
         """Total number of parameters."""
         return sum(layer.param_count for layer in self.layers)
+
+    @cached_property
+    def expert_param_count(self) -> int:
+        """Parameters of the routed experts (:func:`is_expert_param`), 0 for a dense model."""
+        return sum(p.numel for layer in self.layers for p in layer.params if is_expert_param(p))
+
+    @cached_property
+    def active_param_count(self) -> int:
+        """Parameters one token uses: all but the ``1 - top_k / experts`` of the routed experts it
+        skips (the "active" count MoE model cards publish)."""
+        if self.moe is None:
+            return self.param_count
+        skipped = self.expert_param_count * (self.moe.experts - self.moe.top_k) // self.moe.experts
+        return self.param_count - skipped
 
     @cached_property
     def forward_flops_per_sample(self) -> float:

@@ -207,6 +207,22 @@ def layout_cases() -> dict[str, list[str]]:
     return {f"predict/{k}": ["predict", *v, "--json"] for k, v in cases.items()}
 
 
+def moe_cases() -> dict[str, list[str]]:
+    """``predict --ep``: mixtures of experts with expert parallelism (Megatron-Core's published layouts)."""
+    cases = {
+        "mixtral-8x7b-tp1-ep8-pp4": ["--gpus", "64", "--link", "infiniband", "--gpu", "h100", "--model", "mixtral-8x7b",
+                                     "--micro-batch", "1", "--tp", "1", "--ep", "8", "--pp", "4",
+                                     "--schedule", "1f1b-interleaved", "--virtual-stages", "8", "--global-batch", "256",
+                                     "--strategy", "zero1", "--precision", "bf16-params", "--recompute", "full"],
+        "qwen3-235b-tp2-ep8-pp8": ["--gpus", "256", "--link", "infiniband", "--gpu", "h100", "--model",
+                                   "qwen3-235b-a22b", "--micro-batch", "1", "--tp", "2", "--sequence-parallel",
+                                   "--ep", "8", "--pp", "8", "--schedule", "1f1b-interleaved", "--virtual-stages", "4",
+                                   "--global-batch", "2048", "--strategy", "zero1", "--precision", "bf16-params",
+                                   "--recompute", "selective"],
+    }
+    return {f"predict/{k}": ["predict", *v, "--json"] for k, v in cases.items()}
+
+
 def plan_cases() -> dict[str, list[str]]:
     return {
         "small": ["plan", "--gpus", "64", "--link", "dgx-a100", "--model", "llama-2-7b", "--global-batch", "256",
@@ -236,6 +252,7 @@ FAMILIES = {
     "goodput": goodput_cases,
     "sweep": sweep_cases,
     "layout": layout_cases,
+    "moe": moe_cases,
     "plan": plan_cases,
     "report": report_cases,
 }

@@ -1,0 +1,219 @@
+"""Mixture of experts: the catalog's MoE models against their published counts, the shape
+syntax, and the invariants of expert layers (FLOPs are the active ones; one expert routed to
+by every token is the dense model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpsim.errors import WorkloadError
+from dpsim.workload.catalog import MOE_PUBLISHED, get_model
+from dpsim.workload.shapes import parse_shape, shape_param_count
+from dpsim.workload.spec import is_expert_param
+
+
+@pytest.mark.parametrize("name", sorted(MOE_PUBLISHED))
+def test_moe_catalog_counts_match_published_total_and_active(name):
+    total, active, card = MOE_PUBLISHED[name]
+    model = get_model(name)
+    assert card and model.source
+    assert model.param_count == pytest.approx(total, rel=0.01)
+    # Active counts are published to two or three digits (3.3B, 37B): within 2 %.
+    assert model.active_param_count == pytest.approx(active, rel=0.02)
+
+
+QWEN3_235B = ("transformer:hidden=4096,layers=94,heads=64,kv_heads=4,head_dim=128,qk_norm=true,experts=128,"
+              "top_k=8,moe_ffn=1536,vocab=151936,seq=4096")
+MIXTRAL = "transformer:hidden=4096,layers=32,heads=32,kv_heads=8,ffn=14336,experts=8,top_k=2,moe_ffn=14336,vocab=32000,seq=4096"
+
+
+@pytest.mark.parametrize(("shape", "name"), [(QWEN3_235B, "qwen3-235b-a22b"), (MIXTRAL, "mixtral-8x7b")])
+def test_shape_gives_the_catalog_model(shape, name):
+    built, catalog = get_model(shape), get_model(name)
+    assert shape_param_count(parse_shape(shape)) == built.param_count == catalog.param_count
+    assert built.active_param_count == catalog.active_param_count
+    assert built.forward_flops_per_sample == catalog.forward_flops_per_sample
+
+
+def test_deepseek_shape_with_dense_layers_and_shared_expert_counts_in_closed_form():
+    shape = ("transformer:hidden=1024,layers=6,heads=8,ffn=4096,dense_layers=2,experts=16,top_k=4,moe_ffn=256,"
+             "shared_experts=2,shared_ffn=512,vocab=1000,seq=128")
+    model = get_model(shape)
+    assert model.param_count == shape_param_count(parse_shape(shape))
+    assert [any(is_expert_param(p) for p in l.params) for l in model.layers if l.name.endswith(".mlp")] == \
+        [False, False, True, True, True, True]
+    # Active: every parameter but the 12 of 16 routed experts a token skips.
+    experts = 4 * 16 * 3 * 1024 * 256
+    assert model.active_param_count == model.param_count - experts * 12 // 16
+
+
+def test_one_expert_for_every_token_is_the_dense_model_with_a_router():
+    dense = get_model("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=1000,seq=64")
+    moe = get_model("transformer:hidden=512,layers=2,heads=8,ffn=1024,experts=1,top_k=1,moe_ffn=1024,vocab=1000,seq=64")
+    router = 2 * 512 * 1
+    assert moe.param_count == dense.param_count + router
+    assert moe.active_param_count == moe.param_count
+    assert moe.forward_flops_per_sample == dense.forward_flops_per_sample + 2 * router * 64
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("experts=8,moe_ffn=64", "top_k=0 is not valid"),
+    ("experts=8,top_k=9,moe_ffn=64", "top_k=9 is not valid"),
+    ("experts=8,top_k=2", "moe_ffn missing"),
+    ("top_k=2", "give experts= too"),
+    ("experts=8,top_k=2,moe_ffn=64,dense_layers=2", "dense_layers=2 is not valid"),
+    ("experts=-1", "experts=-1 is not valid"),
+])
+def test_bad_expert_shapes_are_refused_in_one_line(extra, message):
+    with pytest.raises(WorkloadError, match=message) as err:
+        parse_shape(f"transformer:hidden=64,layers=2,heads=4,ffn=128,vocab=100,seq=16,{extra}")
+    assert "\n" not in str(err.value)
+
+
+def test_experts_need_the_llama_family():
+    with pytest.raises(WorkloadError, match="only in the Llama family"):
+        parse_shape("transformer:hidden=64,layers=2,heads=4,vocab=100,seq=16,norm=layernorm,act=gelu,pos=learned,"
+                    "experts=4,top_k=1,moe_ffn=64")
+
+
+# ------------------------------------------------------------------ expert parallelism in a layout
+
+from dpsim.errors import ConfigError  # noqa: E402
+from dpsim.hardware import get_gpu  # noqa: E402
+from dpsim.predict.config import PredictConfig  # noqa: E402
+from dpsim.predict.layout import layout_memory  # noqa: E402
+from dpsim.predict.run import load_model, predict  # noqa: E402
+from dpsim.strategies.tensor import ExpertSplit, tp_model  # noqa: E402
+from dpsim.workload.precision import get_precision, optimizer_state_bytes_per_param  # noqa: E402
+
+BF16 = get_precision("bf16-mixed")
+
+
+def _mixtral(**kw):
+    base = dict(gpus=64, tp=1, pp=4, ep=8, model="mixtral-8x7b", link="infiniband", gpu="h100", micro_batch=1,
+                global_batch=64, precision="bf16-mixed", strategy="zero1", steps=1)
+    base.update(kw)
+    return PredictConfig(**base)
+
+
+def test_ep_1_holds_every_expert_as_the_dense_count():
+    model = get_model("mixtral-8x7b")
+    local = tp_model(model, 1, experts=ExpertSplit())
+    assert sum(l.numel_per_rank for l in local.layers) == model.param_count
+    split = tp_model(model, 1, experts=ExpertSplit(ep=8))
+    assert sum(l.expert_numel_per_rank for l in split.layers) == model.expert_param_count // 8
+    assert sum(l.numel_per_rank for l in split.layers) == model.param_count - model.expert_param_count * 7 // 8
+
+
+def test_memory_per_rank_equals_a_hand_count():
+    """Mixtral-8x7B, tp 1 x pp 4 x dp 16, ep 8 (edp = 16 / 8 = 2), zero1: a middle stage holds 8
+    blocks; per block its attention (q, o: 4096²; k, v: 4096 x 1024), two RMSNorms, the router
+    (8 x 4096) and one of the 8 experts (3 x 4096 x 14336)."""
+    h, f = 4096, 14336
+    dense_block = 2 * h * h + 2 * h * 1024 + 2 * h + 8 * h
+    expert_block = 3 * h * f
+    dense, experts = 8 * dense_block, 8 * expert_block
+    w, g, k = BF16.weight_bytes, BF16.grad_bytes, optimizer_state_bytes_per_param(BF16, "adamw")
+    state = (dense + experts) * (w + g) + (dense / 16 + experts / 2) * k
+    config = _mixtral()
+    stage = layout_memory(config, load_model(config), get_gpu("h100"), BF16)[1]
+    m = stage.breakdown
+    assert stage.params_per_gpu == dense + experts
+    assert m.weights_bytes + m.gradients_bytes + m.optimizer_bytes == pytest.approx(state, rel=1e-12)
+
+
+def test_moe_layer_sends_top_k_copies_of_its_tokens_by_all_to_all():
+    model = get_model("mixtral-8x7b")
+    tpm = tp_model(model, 2, sequence_parallel=True, experts=ExpertSplit(ep=4))
+    moe = [l for l in tpm.layers if l.expert_numel_per_rank]
+    assert len(moe) == 32
+    # top-2 copies of the rank's s / tp = 2048 tokens of 4096 at 2 bytes
+    assert all(l.routed_bytes_per_sample == 2 * 2048 * 4096 * 2 for l in moe)
+    assert not any(l.tp_collectives for l in moe)  # no shared expert: the tokens travel by all-to-all only
+    work = predict(_mixtral()).layout.pipeline
+    assert work is not None
+
+
+def test_expert_parallelism_costs_all_to_all_and_reduces_experts_over_edp():
+    p = predict(_mixtral())
+    one = predict(_mixtral(ep=1))  # every expert on every rank: no all-to-all, experts over all of dp
+    assert p.memory.total_bytes < one.memory.total_bytes
+    # Stage 0 (8 of the 32 blocks) reduce-scatters its experts' gradients: one of 8 experts
+    # per rank with ep 8, all of them without.
+    stage0_experts = get_model("mixtral-8x7b").expert_param_count // 4
+    rs = lambda pred: pred.comm_bytes_by_op["reduce_scatter"]
+    assert rs(one) - rs(p) == pytest.approx(stage0_experts * 7 / 8 * BF16.grad_bytes, rel=1e-9)
+    assert p.step_time_s != one.step_time_s
+
+
+def test_ep_group_stays_in_a_server_until_it_outgrows_it():
+    from dpsim.collectives.groups import LayoutShape, layout_communicators
+    from dpsim.predict.run import resolve_topology
+    job = resolve_topology(PredictConfig(gpus=256, link="infiniband"))
+    inside = layout_communicators(job, LayoutShape(tp=2, pp=8, dp=16, ep=8))
+    assert inside["ep"].topology.n_gpus == 8 and inside["ep"].topology.n_nodes == 1
+    assert inside["edp"].topology.n_gpus == 4 and inside["edp"].topology.n_nodes == 4
+    across = layout_communicators(job, LayoutShape(tp=2, pp=8, dp=16, ep=32))
+    assert across["ep"].topology.n_gpus == 32 and across["ep"].topology.n_nodes == 4
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    (dict(ep=16, gpus=64), "--ep: 16 does not divide the 8 experts"),
+    (dict(model="llama-2-7b"), "--ep: 8 splits the experts of a mixture of experts"),
+    (dict(tp=2, ep=8, pp=4), "--sequence-parallel: a mixture of experts with --tp 2 needs it"),
+    (dict(ep=3), "--ep: --ep 3 x --etp 1 = 3 does not divide"),
+])
+def test_bad_expert_layouts_are_refused_in_one_line(kw, needle):
+    with pytest.raises(ConfigError, match=needle) as err:
+        predict(_mixtral(**kw))
+    assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------ routing and the all-to-all
+
+
+def test_skewed_routing_slows_the_step_through_the_busiest_rank():
+    balanced = predict(_mixtral())
+    skewed = predict(_mixtral(moe_routing="zipf:1"))
+    assert skewed.layout.expert_load.mean_busiest_factor > 1.5 > balanced.layout.expert_load.mean_busiest_factor
+    assert skewed.step_time_s > balanced.step_time_s
+    assert skewed.layout.ep_comm_s > balanced.layout.ep_comm_s
+
+
+def test_all_to_all_time_is_four_per_moe_layer_and_micro_batch():
+    from dpsim.collectives.all_to_all import uniform_all_to_all_cost
+    from dpsim.predict.layout import expert_load
+    config = _mixtral()
+    p = predict(config)
+    load = expert_load(config, load_model(config))
+    from dpsim.collectives.groups import LayoutShape, layout_communicators
+    from dpsim.predict.run import resolve_topology
+    ep = layout_communicators(resolve_topology(config), LayoutShape(tp=1, pp=4, dp=16, ep=8))["ep"]
+    # top-2 copies of 4096 tokens of 4096 bf16 values per micro-batch
+    one = uniform_all_to_all_cost(ep, 2 * 4096 * 4096 * 2, load_factor=load.mean_busiest_factor).time_s
+    stage0_moe_layers = 8
+    assert p.layout.ep_comm_s == pytest.approx(4 * one * stage0_moe_layers * config.micro_batches, rel=1e-9)
+
+
+def test_capacity_factor_drops_tokens_and_caps_the_busiest_rank():
+    dropless = predict(_mixtral(moe_routing="zipf:1"))
+    capped = predict(_mixtral(moe_routing="zipf:1", moe_capacity_factor=1.0))
+    assert capped.layout.expert_load.dropped_fraction > 0.1
+    assert dropless.layout.expert_load.dropped_fraction == 0
+    assert capped.step_time_s < dropless.step_time_s
+
+
+def test_hierarchical_all_to_all_differs_only_across_servers():
+    inside = [predict(_mixtral(moe_a2a=a)).layout.ep_comm_s for a in ("flat", "hierarchical")]
+    assert inside[0] == inside[1]  # ep 8 fits one 8-GPU server
+    across = [predict(_mixtral(model="qwen3-30b-a3b", gpus=128, ep=16, global_batch=128, moe_a2a=a)).layout.ep_comm_s
+              for a in ("flat", "hierarchical")]
+    assert across[0] != across[1]
+
+
+def test_routing_flags_are_refused_in_one_line():
+    with pytest.raises(ConfigError, match="--moe-routing") as err:
+        _mixtral(moe_routing="zipf:-1")
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="--moe-capacity-factor"):
+        _mixtral(moe_capacity_factor=0.0)
