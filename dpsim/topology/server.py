@@ -260,8 +260,10 @@ def _build(node, fabric) -> ServerTemplate:
         gpu_pcie = [add("gpu_pcie", f"gpu{k}", f"pcie{sw_of_gpu[k]}", pcie_rate, pcie_lat, "pcie", tree)
                     for k in range(g)]
         # Without P2P every byte reaching a GPU is read by its kernel from host memory (SHM, and a
-        # NIC's staged bytes), at the SHM rate rather than the link's (NodeSpec.shm_bandwidth_bytes_per_s).
-        into_gpu = min(pcie_rate, node.shm_bandwidth_bytes_per_s) if layout == "pcie-tree" and not node.p2p else pcie_rate
+        # staged NIC's bytes), at the SHM rate rather than the link's (NodeSpec.shm_bandwidth_bytes_per_s).
+        # A GPUDirect NIC's writes into such a GPU are capped too: an approximation, on no system here.
+        shm_in = layout == "pcie-tree" and not node.p2p
+        into_gpu = min(pcie_rate, node.shm_bandwidth_bytes_per_s) if shm_in else pcie_rate
         pcie_gpu = [add("pcie_gpu", f"pcie{sw_of_gpu[k]}", f"gpu{k}", into_gpu, 0.0, "pcie", tree) for k in range(g)]
     socket_of_switch = np.arange(max(switches, 1)) * sockets // max(switches, 1)
     need_cpu = tree or staged
