@@ -34,6 +34,7 @@ from dpsim.topology.server import (
 from dpsim.topology.spec import (
     COLLECTIVE_LIBRARIES,
     DEFAULT_HOST_MEMORY_BYTES_PER_S,
+    DEFAULT_SHM_BYTES_PER_S,
     FABRIC_KINDS,
     INTRA_NODE_KINDS,
     FabricSpec,
@@ -100,6 +101,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "host_pcie_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
     "inter_socket_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
     "host_memory_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
+    "shm_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
     "wire_efficiency": (MIN_EFFICIENCY, 1.0),
     "streams_per_connection": (1, 1024),
     "stream_gbit_per_s": (MIN_NIC_GBIT_PER_S, MAX_NIC_GBIT_PER_S),
@@ -130,6 +132,7 @@ _NODE_KEYS = {
     "inter_socket_gbyte_per_s": _bounded("number>0", "inter_socket_gbyte_per_s"),
     "host_memory_gbyte_per_s": _bounded("number>0", "host_memory_gbyte_per_s"),
     "p2p": "true|false",
+    "shm_gbyte_per_s": _bounded("number>0", "shm_gbyte_per_s"),
     "mesh_links": f"a list of [gpu a, gpu b, links] (at most {MAX_MESH_LINKS:,})",
     "ring_orders": f"a list of orders of the GPUs 0..gpus_per_node-1 (at most {MAX_RING_ORDERS})",
     "collective_library": "one of " + "|".join(COLLECTIVE_LIBRARIES),
@@ -331,6 +334,9 @@ def _node(n: _Reader, origin: str) -> NodeSpec:
     if "p2p" in n.data and interconnect != "pcie-tree":
         raise TopologyError(f"{origin}: node.p2p: only read for node.interconnect pcie-tree "
                             f"(got {interconnect!r}); remove it")
+    if "shm_gbyte_per_s" in n.data and (interconnect != "pcie-tree" or n.data.get("p2p", True) is not False):
+        raise TopologyError(f"{origin}: node.shm_gbyte_per_s: only read with node.p2p: false on node.interconnect "
+                            "pcie-tree (NCCL's SHM transport); remove it")
     switches = n.integer("pcie_switches", 1)
     sockets = n.integer("sockets", 1)
     if tree and (switches > gpn or gpn % switches):
@@ -360,6 +366,8 @@ def _node(n: _Reader, origin: str) -> NodeSpec:
                                            if "host_memory_gbyte_per_s" in n.data
                                            else DEFAULT_HOST_MEMORY_BYTES_PER_S),
         p2p=n.boolean("p2p", True),
+        shm_bandwidth_bytes_per_s=(n.number("shm_gbyte_per_s", strict=True) * GB
+                                   if "shm_gbyte_per_s" in n.data else DEFAULT_SHM_BYTES_PER_S),
         mesh_links=tuple(tuple(r) for r in mesh),
         ring_orders=tuple(tuple(r) for r in orders),
         collective_library=(n.choice("collective_library", COLLECTIVE_LIBRARIES)

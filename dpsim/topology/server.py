@@ -22,7 +22,9 @@ Layouts (``node.interconnect``):
   memory, GPU -> switch -> CPU (-> other CPU) -> memory -> CPU -> switch -> GPU, even under
   one switch (NVIDIA/nccl src/transport/shm.cc: when the P2P transport cannot connect a pair,
   SHM's buffers in pinned host memory carry it; NVIDIA/nccl-tests#117: GeForce RTX 2080 Ti
-  pairs report "CANNOT Access Peer" in p2pBandwidthLatencyTest).
+  pairs report "CANNOT Access Peer" in p2pBandwidthLatencyTest). The receiving GPU's kernel reads
+  those bytes from host memory at ``node.shm_bandwidth_bytes_per_s`` (9 GB/s by default,
+  NVIDIA/nccl#406), its link into the GPU capped there, whatever the link's width.
 - ``nvlink-mesh``: direct NVLinks between GPU pairs (``mesh_links``, e.g. the DGX-1
   hybrid cube mesh), the rest over the PCIe tree.
 - ``nvlink-bridge``: NVLink bridges joining GPU pairs (2k, 2k+1), the rest over the PCIe tree.
@@ -257,7 +259,12 @@ def _build(node, fabric) -> ServerTemplate:
         pcie_lat = node.gpu_link_latency_s if layout == "pcie-tree" else 0.0
         gpu_pcie = [add("gpu_pcie", f"gpu{k}", f"pcie{sw_of_gpu[k]}", pcie_rate, pcie_lat, "pcie", tree)
                     for k in range(g)]
-        pcie_gpu = [add("pcie_gpu", f"pcie{sw_of_gpu[k]}", f"gpu{k}", pcie_rate, 0.0, "pcie", tree) for k in range(g)]
+        # Without P2P every byte reaching a GPU is read by its kernel from host memory (SHM, and a
+        # staged NIC's bytes), at the SHM rate rather than the link's (NodeSpec.shm_bandwidth_bytes_per_s).
+        # A GPUDirect NIC's writes into such a GPU are capped too: an approximation, on no system here.
+        shm_in = layout == "pcie-tree" and not node.p2p
+        into_gpu = min(pcie_rate, node.shm_bandwidth_bytes_per_s) if shm_in else pcie_rate
+        pcie_gpu = [add("pcie_gpu", f"pcie{sw_of_gpu[k]}", f"gpu{k}", into_gpu, 0.0, "pcie", tree) for k in range(g)]
     socket_of_switch = np.arange(max(switches, 1)) * sockets // max(switches, 1)
     need_cpu = tree or staged
     pcie_host = host_pcie = None

@@ -21,6 +21,14 @@ DEFAULT_HOST_MEMORY_BYTES_PER_S = 307.2e9
 socket, :attr:`NodeSpec.host_memory_bandwidth_bytes_per_s`): eight DDR5-4800 channels,
 8 x 4800 MT/s x 8 B = 307.2 GB/s (JEDEC JESD79-5 DDR5-4800; eight channels per socket on
 Intel Xeon 4th gen (Sapphire Rapids), the CPU of DGX/HGX H100 servers, Intel ARK)."""
+DEFAULT_SHM_BYTES_PER_S = 9e9
+"""What NCCL's SHM transport carries into one GPU, per direction, when the server's file does not
+say: 9 GB/s, where a PCIe Gen3 path that stays inside a PCIe switch reaches 12 GB/s (S. Jeaugey,
+NVIDIA, NVIDIA/nccl#406: "achieve 12GB/s instead of 9 or 6", 6 on an older inter-socket link,
+which the file's ``inter_socket_gbyte_per_s`` bounds). Assumed: the rate does not rise with the
+PCIe generation, since the receiving GPU's kernel pulls every byte from pinned host memory with
+reads (non-posted PCIe requests, a round trip each through the root complex), bounded by the
+reads it keeps in flight rather than by the link's width."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +66,9 @@ class NodeSpec:
     cards, whose driver refuses it; ``NCCL_P2P_DISABLE=1``; an IOMMU or ACS in the way): NCCL
     falls back to its SHM transport and every byte between two GPUs of the server is written to
     host memory by one and read back by the other (``pcie-tree`` only)."""
+    shm_bandwidth_bytes_per_s: float = DEFAULT_SHM_BYTES_PER_S
+    """With ``p2p`` off, what NCCL's SHM transport carries into one GPU from host memory, per
+    direction, bytes/s (the GPU's reads of the staged bytes, not its link's width)."""
     mesh_links: tuple[tuple[int, int, int], ...] = ()
     """Direct GPU-to-GPU links ``(gpu a, gpu b, links)`` of ``nvlink-mesh``/``xgmi`` (``nvlink-bridge``: pairs by default)."""
     ring_orders: tuple[tuple[int, ...], ...] = ()
