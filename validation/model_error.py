@@ -116,7 +116,7 @@ def collective_rows() -> list[ResidualRow]:
                                log_ratio=math.log(row.measured_s / point.predicted_s),
                                gpu_arch=get_gpu(acc.system_spec(row.system).gpu).architecture, model_family="none",
                                params=0.0, gpus=row.gpus, source=f"tests/data/collectives_reference.csv {row.id}",
-                               fabric=row.system_class))
+                               fabric=row.system_class, message_bytes=float(row.size_bytes)))
     return out
 
 

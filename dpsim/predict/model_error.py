@@ -55,8 +55,15 @@ COLLECTIVE_POOL = "collective"
 """Published all-reduce times (>= 1 MiB), each predicted with the NCCL constants fitted on the
 other platforms: the error of a step's exposed communication over its fabric."""
 
-COLLECTIVE_KEYS = ("fabric",)
-"""Regime key of the collective pool: the fabric class the exposed communication crosses."""
+COLLECTIVE_KEYS = ("message_band",)
+"""Regime key of the collective pool: the band of the all-reduce's size. Latency- and
+protocol-bound small messages are predicted far less well than bandwidth-bound large ones
+(median |error| 20 % below 4 MiB, 4 % above 256 MiB), a difference the fabric class does not
+explain; keyed by fabric (alone or with the band) the intervals were 1.3-4x wider for the same
+coverage (VALIDATION.md)."""
+
+MESSAGE_BANDS = ((4 * 2**20, "<=4MiB"), (32 * 2**20, "4-32MiB"), (256 * 2**20, "32-256MiB"), (math.inf, ">256MiB"))
+"""All-reduce size bands: (upper bound in bytes, label)."""
 
 COVERAGE = 0.80
 """The interval's nominal coverage (p10-p90)."""
@@ -67,6 +74,16 @@ MIN_ROWS = 16
 the interval then takes for the truth: of 9, 12, 16 and 20, 16 is the smallest whose
 leave-one-system-out coverage reaches 80 % (77.8, 77.8, 80.4, 80.4 % over all pools), so that one
 choice was made on the coverage it is scored by (VALIDATION.md says so)."""
+
+MIN_SCALE_ROWS = 8
+"""Fewest rows a regime keeps for its *scale* (the median absolute residual) before a key is
+dropped: a scale is steadier than a quantile, so it can come from a narrower regime. Of 4, 8 and
+16, 8 gives the narrowest intervals whose leave-one-system-out coverage is at least 80 % in every
+pool (VALIDATION.md says so)."""
+
+SCALE_FLOOR = 1e-3
+"""Smallest scale (``ln`` units, 0.1 %): keeps a regime whose residuals are all ~0 (the DDP rows of
+one server predict within 0.1 %) from giving scores that divide by zero."""
 
 WIDEN_PER_EXTRAPOLATION = 1.5
 """Each side of the interval grows by this factor for each way the query extrapolates."""
@@ -91,10 +108,16 @@ SCALE_EXTRAPOLATION = 2.0
 
 
 class _Bands:
-    """The size and scale bands of something with ``params`` and ``gpus`` (a row or a query)."""
+    """The size, scale and message bands of something with ``params``, ``gpus`` and
+    ``message_bytes`` (a row or a query)."""
 
     params: float
     gpus: int
+    message_bytes: float
+
+    @property
+    def message_band(self) -> str:
+        return band(self.message_bytes, MESSAGE_BANDS)
 
     @property
     def size_band(self) -> str:
@@ -129,6 +152,8 @@ class ResidualRow(_Bands):
     """Where the measurement comes from (the reference CSV's citation, shortened)."""
     fabric: str = ""
     """A collective row's fabric class (``nvswitch``, ``ib``, ``tcp``...); empty for step rows."""
+    message_bytes: float = 0.0
+    """A collective row's all-reduce size in bytes; 0 for step rows."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +179,8 @@ class Regime(_Bands):
     unvalidated_fabric: tuple[str, ...] = ()
     """Intra-node fabrics and network transports the job uses that no published collective
     measurement validated (each widens the interval)."""
+    message_bytes: float = 0.0
+    """A typical all-reduce of the job's exposed communication (a gradient bucket), in bytes."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,14 +244,45 @@ def load_rows(path: Path = ROWS_FILE) -> tuple[tuple[ResidualRow, ...], frozense
     return rows, frozenset(data["collective_classes"])
 
 
-def _select(rows: list[ResidualRow], regime: Regime, keys_in_order: tuple[str, ...]) -> tuple[list[ResidualRow], dict]:
-    """The rows of the regime, keys dropped from the last until :data:`MIN_ROWS` remain."""
+def _select(rows: list[ResidualRow], regime, keys_in_order: tuple[str, ...],
+            minimum: int | None = None) -> tuple[list[ResidualRow], dict]:
+    """The rows of the regime, keys dropped from the last until ``minimum`` (:data:`MIN_ROWS`) remain."""
+    minimum = MIN_ROWS if minimum is None else minimum
     for keep in range(len(keys_in_order), -1, -1):
         keys = keys_in_order[:keep]
         chosen = [r for r in rows if all(getattr(r, k) == getattr(regime, k) for k in keys)]
-        if len(chosen) >= MIN_ROWS or keep == 0:
+        if len(chosen) >= minimum or keep == 0:
             return chosen, {k: getattr(regime, k) for k in keys}
     raise AssertionError("unreachable")
+
+
+def _keys(pool: str) -> tuple[str, ...]:
+    return COLLECTIVE_KEYS if pool == COLLECTIVE_POOL else REGIME_KEYS
+
+
+def _centre_and_scale(rows: list[ResidualRow], regime, pool: str) -> tuple[float, float]:
+    """The pool's median ``ln(measured / predicted)`` (its bias) and the median distance from it of
+    the residuals in the regime of ``regime`` (its scale, regime kept to :data:`MIN_SCALE_ROWS`)."""
+    scale_rows, _ = _select(rows, regime, _keys(pool), MIN_SCALE_ROWS)
+    values = np.array([r.log_ratio for r in scale_rows])
+    centre = float(np.median([r.log_ratio for r in rows]))
+    return centre, max(float(np.median(np.abs(values - centre))), SCALE_FLOOR)
+
+
+@lru_cache(maxsize=64)
+def _scores(pool_rows: tuple[ResidualRow, ...], pool: str) -> dict[str, float]:
+    """Each row's normalised residual ``(r - centre) / scale``, centre and scale taken from the
+    rows of its regime *without its own system* (as a prediction on that system would take them)."""
+    by_system: dict[str, list[ResidualRow]] = {}
+    for r in pool_rows:
+        by_system.setdefault(r.system, []).append(r)
+    out = {}
+    for system, mine in by_system.items():
+        others = [r for r in pool_rows if r.system != system]
+        for r in mine if others else ():
+            centre, scale = _centre_and_scale(others, r, pool)
+            out[r.id] = (r.log_ratio - centre) / scale
+    return out
 
 
 def _extrapolations(pool_rows: list[ResidualRow], regime: Regime, pool: str) -> list[str]:
@@ -244,14 +302,23 @@ def _extrapolations(pool_rows: list[ResidualRow], regime: Regime, pool: str) -> 
 
 
 def _pool_samples(rows, regime: Regime, pool: str, matched: dict, ids: list, widened: list) -> np.ndarray:
-    pool_rows = [r for r in rows if r.pool == pool]
+    """The pool's residuals as they would fall on this query: each row's normalised residual
+    (:func:`_scores`) put back on the query's regime's centre and scale."""
+    pool_rows = tuple(r for r in rows if r.pool == pool)
     if not pool_rows:
         raise AssertionError(f"no residual rows in pool {pool!r}")
-    chosen, keys = _select(pool_rows, regime, COLLECTIVE_KEYS if pool == COLLECTIVE_POOL else REGIME_KEYS)
+    chosen, keys = _select(list(pool_rows), regime, _keys(pool))
     matched[pool] = keys
-    ids += [r.id for r in chosen]
-    widened += _extrapolations(pool_rows, regime, pool)
-    return np.array([r.log_ratio for r in chosen])
+    widened += _extrapolations(list(pool_rows), regime, pool)
+    scores = _scores(pool_rows, pool)
+    # a row whose system is the pool's only one has no score (nothing to scale it by without it)
+    calib = [r for r in chosen if r.id in scores] or [r for r in pool_rows if r.id in scores]
+    if not calib:
+        ids += [r.id for r in chosen]
+        return np.array([r.log_ratio for r in chosen])
+    ids += [r.id for r in calib]
+    centre, scale = _centre_and_scale(list(pool_rows), regime, pool)
+    return centre + scale * np.array([scores[r.id] for r in calib])
 
 
 def log_interval(regime: Regime, rows: tuple[ResidualRow, ...] | list[ResidualRow] | None = None,
@@ -313,9 +380,10 @@ def transport_class(transport) -> str:
 
 
 def regime_of(*, model, gpu, topology, n_gpus: int, measured_compute: bool, layout: bool,
-              exposed_share: float) -> Regime:
+              exposed_share: float, message_bytes: float = 0.0) -> Regime:
     """The regime of a prediction (module docstring: which pools, and the keys within them);
-    ``exposed_share``: the step's exposed communication over the step."""
+    ``exposed_share``: the step's exposed communication over the step; ``message_bytes``: a
+    typical all-reduce of it (a gradient bucket)."""
     family = model_family(model)
     params = float(model.param_count)
     if layout or (family in ("decoder", "encoder") and params >= LARGE_TRANSFORMER_PARAMS and not measured_compute):
@@ -340,7 +408,7 @@ def regime_of(*, model, gpu, topology, n_gpus: int, measured_compute: bool, layo
             unvalidated.append(f"network transport {fabric!r}")
     return Regime(pools=pools, gpu_arch=gpu.architecture or "cpu", model_family=family, params=params, gpus=n_gpus,
                   fabric=fabric, exposed_share=min(1.0, max(0.0, exposed_share)) if n_gpus > 1 else 0.0,
-                  unvalidated_fabric=tuple(unvalidated))
+                  unvalidated_fabric=tuple(unvalidated), message_bytes=message_bytes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -374,7 +442,8 @@ def loso_coverage(rows: tuple[ResidualRow, ...] | None = None) -> dict[str, Cove
         collective = row.pool == COLLECTIVE_POOL
         regime = Regime(pools=() if collective else (row.pool,), gpu_arch=row.gpu_arch,
                         model_family=row.model_family, params=row.params, gpus=row.gpus,
-                        fabric=row.fabric, exposed_share=1.0 if collective else 0.0)
+                        fabric=row.fabric, exposed_share=1.0 if collective else 0.0,
+                        message_bytes=row.message_bytes)
         low, high, _, _, _ = log_interval(regime, others)
         inside = low <= row.log_ratio <= high
         per_pool.setdefault(row.pool, []).append((inside, abs(math.exp(row.log_ratio) - 1),
