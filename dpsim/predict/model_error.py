@@ -301,8 +301,12 @@ def _scores(pool_rows: tuple[ResidualRow, ...], pool: str) -> dict[str, float]:
     out = {}
     for system, mine in by_system.items():
         others = [r for r in pool_rows if r.system != system]
+        same_regime: dict[tuple, tuple[float, float]] = {}
         for r in mine if others else ():
-            centre, scale = _centre_and_scale(others, r, pool)
+            key = tuple(getattr(r, k) for k in _keys(pool))
+            if key not in same_regime:
+                same_regime[key] = _centre_and_scale(others, r, pool)
+            centre, scale = same_regime[key]
             out[r.id] = (r.log_ratio - centre) / scale
     return out
 
