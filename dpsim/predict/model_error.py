@@ -336,15 +336,13 @@ def _pool_samples(rows, regime: Regime, pool: str, matched: dict, ids: list, wid
     chosen, keys = _select(list(pool_rows), regime, _keys(pool))
     matched[pool] = keys
     widened += _extrapolations(list(pool_rows), regime, pool)
+    ids += [r.id for r in chosen]
     scores = _scores(pool_rows, pool)
-    # a row whose system is the pool's only one has no score (nothing to scale it by without it)
-    calib = [r for r in chosen if r.id in scores] or [r for r in pool_rows if r.id in scores]
-    if not calib:
-        ids += [r.id for r in chosen]
+    if not scores:
+        # a pool of one system: nothing to score its rows against without it
         return np.array([r.log_ratio for r in chosen])
-    ids += [r.id for r in calib]
     centre, scale = _centre_and_scale(list(pool_rows), regime, pool)
-    return centre + scale * np.array([scores[r.id] for r in calib])
+    return centre + scale * np.array([scores[r.id] for r in chosen])
 
 
 def log_interval(regime: Regime, rows: tuple[ResidualRow, ...] | list[ResidualRow] | None = None,
