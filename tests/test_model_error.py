@@ -37,15 +37,27 @@ def test_every_shipped_row_is_cited_and_in_a_known_pool():
 
 
 def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside():
-    """The bar of issue 25, over every pool together (per pool in VALIDATION.md)."""
+    """The bar of issue 25, over every pool together (per pool in VALIDATION.md), and no pool far
+    below it."""
     cov = loso_coverage()
     assert cov["all"].rows == len(load_rows()[0])
     assert cov["all"].fraction >= COVERAGE, {k: round(v.fraction, 3) for k, v in cov.items()}
+    assert all(c.fraction >= 0.75 for c in cov.values()), {k: round(v.fraction, 3) for k, v in cov.items()}
 
 
-def _synthetic(n: int, rng: random.Random, system: str = "s") -> list[ResidualRow]:
-    return [ResidualRow(id=f"{system}{i}", pool="compute", system=system, log_ratio=rng.gauss(0.0, 0.1),
-                        gpu_arch="hopper", model_family="decoder", params=1e9, gpus=1, source="synthetic")
+def test_the_intervals_are_not_wider_than_the_best_reached():
+    """Issue 25 asks for a median half-width at most twice the median error; the normalised
+    intervals reach 2.58 (the pooled ones gave 3.25), so this holds that as a regression bound,
+    not the issue's bar."""
+    cov = loso_coverage()["all"]
+    assert cov.median_half_width <= 2.6 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
+
+
+def _synthetic(n: int, rng: random.Random, system: str = "s", systems: int = 1, sigma: float = 0.1,
+               gpu_arch: str = "hopper") -> list[ResidualRow]:
+    return [ResidualRow(id=f"{system}{gpu_arch}{i}", pool="compute", system=f"{system}{i % systems}",
+                        log_ratio=rng.gauss(0.0, sigma), gpu_arch=gpu_arch, model_family="decoder", params=1e9,
+                        gpus=1, source="synthetic")
             for i in range(n)]
 
 
@@ -54,12 +66,26 @@ def test_conformal_interval_covers_a_new_exchangeable_row_80_percent_of_the_time
     regime = Regime(pools=("compute",), gpu_arch="hopper", model_family="decoder", params=1e9, gpus=1)
     trials, inside = 2000, 0
     for _ in range(trials):
-        rows = _synthetic(MIN_ROWS, rng)
+        rows = _synthetic(MIN_ROWS, rng, systems=4)
         low, high, _, _, widened = log_interval(regime, rows)
         assert not widened
         inside += low <= rng.gauss(0.0, 0.1) <= high
     # split conformal guarantees >= 80 % (here ceil(0.9 * 17) / 17 ~ 0.88 at n = 16, less the interpolation)
     assert 0.80 <= inside / trials <= 0.93
+
+
+def test_an_accurate_regime_gets_a_narrower_interval():
+    """Normalised conformal: the width follows the scale of the query's regime, not the pool's, even
+    where the regime has too few rows for quantiles of its own (both fall back to the whole pool)."""
+    rng = random.Random(5)
+    n = MIN_ROWS - 4
+    rows = (_synthetic(n, rng, "a", systems=4, sigma=0.01, gpu_arch="hopper")
+            + _synthetic(n, rng, "b", systems=4, sigma=0.2, gpu_arch="ampere"))
+    hopper = Regime(pools=("compute",), gpu_arch="hopper", model_family="decoder", params=1e9, gpus=1)
+    lo_h, hi_h, _, _, _ = log_interval(hopper, rows)
+    lo_a, hi_a, matched, _, _ = log_interval(dataclasses.replace(hopper, gpu_arch="ampere"), rows)
+    assert matched["compute"] == {}
+    assert 5 * (hi_h - lo_h) < hi_a - lo_a
 
 
 def test_each_extrapolation_widens_the_interval_and_is_named():

@@ -288,7 +288,8 @@ def with_model_error(prediction: Prediction, *, model: ModelSpec, gpu, topology:
     regime = regime_of(model=model, gpu=gpu, topology=topology, n_gpus=topology.n_gpus, measured_compute=measured,
                        layout=prediction.config.layout_active,
                        exposed_share=prediction.exposed_comm_s / prediction.step_time_s if prediction.step_time_s > 0
-                       else 0.0)
+                       else 0.0,
+                       message_bytes=prediction.gradient_bytes / max(1, prediction.n_buckets))
     return replace(prediction, model_error=model_error_interval(prediction.step_time_s, regime))
 
 
