@@ -45,19 +45,63 @@ class _Same:
         return isinstance(other, _Same) and other.obj is self.obj
 
 
+class _Frozen:
+    """The key of a frozen dataclass whose fields hold no list or dict (nothing in it can change),
+    with its hash computed once: a model's key is a tree of thousands of ops, and hashing or
+    rebuilding it on every call was most of the time of a batch of predictions."""
+
+    __slots__ = ("key", "hash")
+
+    def __init__(self, key: tuple):
+        self.key = key
+        self.hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or (isinstance(other, _Frozen) and other.hash == self.hash and other.key == self.key)
+
+    def __reduce__(self):
+        # Hashes of str differ between processes (a sweep's workers): rehash where it lands.
+        return _Frozen, (self.key,)
+
+
+_KEY_ATTR = "_dpsim_memo_key"
+"""Where a frozen dataclass keeps its :class:`_Frozen` key once computed (set with
+``object.__setattr__``, as a frozen dataclass's own ``__post_init__`` would)."""
+
+
 def _key(value: Any) -> Any:
+    return _key_of(value)[0]
+
+
+def _key_of(value: Any) -> tuple[Any, bool]:
+    """``(key, immutable)``: ``immutable`` when nothing in ``value`` is a list or a dict."""
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return value
+        return value, True
     if _RETURNED.get(id(value)) is value:
-        return _Same(value)
+        return _Same(value), True
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if not value.__dataclass_params__.frozen:
             raise _Unkeyable
-        return (type(value).__qualname__,) + tuple(_key(getattr(value, f.name)) for f in dataclasses.fields(value))
-    if isinstance(value, (tuple, list)):
-        return (type(value).__name__,) + tuple(_key(v) for v in value)
+        cached = getattr(value, "__dict__", {}).get(_KEY_ATTR)
+        if cached is not None:
+            return cached, True
+        parts = [_key_of(getattr(value, f.name)) for f in dataclasses.fields(value)]
+        key = (type(value).__qualname__,) + tuple(k for k, _ in parts)
+        if all(immutable for _, immutable in parts) and hasattr(value, "__dict__"):
+            frozen = _Frozen(key)
+            object.__setattr__(value, _KEY_ATTR, frozen)
+            return frozen, True
+        return key, False
+    if isinstance(value, tuple):
+        parts = [_key_of(v) for v in value]
+        return ("tuple",) + tuple(k for k, _ in parts), all(i for _, i in parts)
+    if isinstance(value, list):
+        return ("list",) + tuple(_key(v) for v in value), False
     if isinstance(value, dict):
-        return ("dict",) + tuple(sorted((str(k), _key(v)) for k, v in value.items()))
+        return ("dict",) + tuple(sorted((str(k), _key(v)) for k, v in value.items())), False
     raise _Unkeyable
 
 
