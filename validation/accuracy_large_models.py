@@ -672,7 +672,7 @@ def section(presets: list[Result], loso: list[Result], fitted: dict[str, float],
         "Error = predicted / published - 1 (positive: dpsim faster). The MFU column uses one FLOP count for every "
         "row (6N + 12·layers·hidden·seq per token, dense bf16 peak) so that rows compare.",
         "",
-        f"**{s['n']} dense rows predicted, presets, nothing fitted: median |error| {_pct(s['median'])}, worst "
+        f"**{s['n']} rows predicted, presets, nothing fitted: median |error| {_pct(s['median'])}, worst "
         f"{_pct(s['worst'])}.** Leave one system out (`--compute-efficiency` chosen on the other systems from "
         f"{EFFICIENCY_GRID[0]:.2f}-{EFFICIENCY_GRID[-1]:.2f}): median {_pct(lo['median'])}, worst {_pct(lo['worst'])} "
         "(issue 24's bar: median <= 6 %, worst <= 15 %).",

@@ -57,12 +57,18 @@ AREAS = (
 """The residual pools of ``model_error_rows.json``, in the table's order."""
 
 LOOPS = (
+    ("## Large-model training runs", r"\*\*(\d+) rows predicted, presets, nothing fitted: median \|error\| ([\d.]+) %, "
+     r"worst ([\d.]+) %",
+     "Large transformers (FSDP / ZeRO / 3D, MoE with expert parallelism, context parallelism, FP8) from the "
+     "presets (nothing fitted)", "{cases} published framework benchmark runs, 8-1,024 GPUs"),
     ("## Part 1:", r"\*\*median \|error\| ([\d.]+) %[^,]*, worst ([\d.]+) %",
      "`dpsim validate`: measure, then train with real DDP on an emulated cluster", "{cases} cases on 2-8 emulated hosts"),
     ("## Part 2:", r"\*\*(\d+) cases: median \|error\| ([\d.]+) %[^,]*, worst ([\d.]+) %",
      "`dpsim calibrate` -> `dpsim predict`, against a plain DDP script", "{cases} cases (and the 4-rank ones kept apart)"),
 )
-"""(VALIDATION.md heading, headline pattern, area, compared with) of the loops against real training."""
+"""(VALIDATION.md heading, headline pattern, area, compared with) of the areas read from VALIDATION.md's
+headline lines: the large-model runs (``accuracy_large_models.py``, no interval scored on them yet) and the
+loops against real training."""
 
 
 class StaleSource(DpsimError):
