@@ -10,7 +10,11 @@ recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 ``1f1b-interleaved`` with every number of chunks that divides a stage's blocks and those
 up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe`` and ``zb-h1`` when asked: GPipe
 takes the time of 1F1B with more memory, so it is never better) and sequence
-parallelism (with ``tp > 1``).
+parallelism (with ``tp > 1``). For a mixture of experts, every expert-parallel size ``ep``
+dividing its experts and ``tp x cp x dp`` (``etp`` 1, sequence parallelism exactly when
+``tp > 1``, as ``predict`` requires); for a sequence of :data:`CP_MIN_TOKENS` or more, the
+context-parallel sizes :data:`DEFAULT_CPS` that cut it into ``2 x cp`` chunks (GPUs =
+``tp x cp x pp x dp``).
 
 **Memory first.** A candidate's memory is ``predict``'s, from the same functions
 (:func:`~dpsim.predict.layout.stages_memory` over every stage, the fullest deciding;
