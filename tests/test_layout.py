@@ -256,6 +256,12 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
     long, _ = Planner(long_cfg).candidates(64, global_batch=64, micro_batches=(1,), recomputes=("full",))
     assert {c.cp for c in long} == {1, 2, 4, 8} and {c.ep for c in long} == {1}
     assert all(c.tp * c.cp * c.pp * c.dp == 64 for c in long)
+    # Asked for (--cp/--ep), the sizes are searched as given; ep on a dense model is refused.
+    asked, _ = Planner(dense).candidates(64, global_batch=64, micro_batches=(1,), recomputes=("full",), cps=(2,))
+    assert {c.cp for c in asked} == {2}
+    with pytest.raises(ConfigError, match="^--ep: 2 splits the experts of a mixture of experts, but llama-3-8b is "
+                                          "dense"):
+        plan_layouts(dense, gpus=[64], global_batch=64, eps=(2,))
 
 
 @pytest.mark.slow

@@ -803,6 +803,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     if budget_usd is not None and tokens is None and samples is None:
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion)
+    if eps and max(eps) > 1 and planner.model.moe is None:
+        raise ConfigError(f"--ep: {','.join(map(str, eps))} splits the experts of a mixture of experts, but "
+                          f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
+                          f"--model mixtral-8x7b)")
     counts = {"candidates": 0, "refused_by_placement": 0, "do_not_fit": 0, "over_budget": 0, "ranked": 0}
     fitting: list[Estimate] = []
     closest: Estimate | None = None
