@@ -215,6 +215,67 @@ def test_plan_memory_is_predicts_memory(model, kw, strategy, recompute):
                                              rel=1e-12)
 
 
+@pytest.mark.parametrize("model, seq_len, kw", [
+    ("mixtral-8x7b", None, dict(tp=2, pp=2, dp=16, ep=8, sequence_parallel=True)),
+    ("mixtral-8x7b", None, dict(tp=1, pp=4, dp=16, ep=4, sequence_parallel=False)),
+    ("llama-3-8b", 32768, dict(tp=2, cp=4, pp=1, dp=8, sequence_parallel=True)),
+    ("llama-3-8b", 32768, dict(tp=1, cp=2, pp=2, dp=16, sequence_parallel=False)),
+])
+def test_plan_memory_and_step_of_expert_and_context_layouts_are_predicts(model, seq_len, kw):
+    """One memory model with ep and cp too, and the closed form tracks the simulated step (the
+    expert gradients' own group and the routing load of one sample per micro-batch set apart)."""
+    from dpsim.plan.planner import Candidate, Planner
+    base = PredictConfig(model=model, link="infiniband", precision="bf16-mixed", seq_len=seq_len)
+    planner = Planner(base)
+    gpus = kw["tp"] * kw.get("cp", 1) * kw["pp"] * kw["dp"]
+    c = Candidate(gpus=gpus, strategy="zero1", micro_batch=1, global_batch=kw["dp"] * 4, recompute="full",
+                  schedule="1f1b", virtual_stages=1, **kw)
+    est = planner.estimate(c, global_batch=c.global_batch)
+    pred = predict(dataclasses.replace(c.config(base), steps=1))
+    assert est.memory_bytes == pytest.approx(pred.memory.total_bytes, rel=1e-12)
+    assert est.step_time_s == pytest.approx(pred.step_time_s, rel=0.10)
+
+
+def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
+    from dpsim.plan.planner import CP_MIN_TOKENS, Planner, plan_layouts
+    moe = PredictConfig(model="mixtral-8x7b", link="infiniband", precision="bf16-mixed")
+    cands, _ = Planner(moe).candidates(64, global_batch=256, micro_batches=(1,), recomputes=("full",))
+    assert {c.ep for c in cands} == {1, 2, 4, 8}
+    assert all(8 % c.ep == 0 and (c.tp * c.cp * c.dp) % c.ep == 0 and c.cp == 1 for c in cands)
+    # Megatron-Core runs an MoE's router on the sequence-parallel shard: sp exactly when tp > 1.
+    assert all(c.sequence_parallel == (c.tp > 1) for c in cands)
+    result = plan_layouts(moe, gpus=[64], global_batch=256, tps=(1, 2), pps=(1, 2), micro_batches=(1,),
+                          recomputes=("full",), verify=1, top=200)
+    assert any(e.candidate.ep > 1 for e in result.ranked)
+    expert = next(e.candidate for e in result.ranked if e.candidate.ep > 1)
+    assert f" --ep {expert.ep} " in expert.flags() and expert.config(moe).ep == expert.ep
+    dense = PredictConfig(model="llama-3-8b", link="infiniband", precision="bf16-mixed")
+    short, _ = Planner(dense).candidates(64, global_batch=64, micro_batches=(1,), recomputes=("full",))
+    assert {(c.cp, c.ep) for c in short} == {(1, 1)}
+    long_cfg = dataclasses.replace(dense, seq_len=2 * CP_MIN_TOKENS)
+    long, _ = Planner(long_cfg).candidates(64, global_batch=64, micro_batches=(1,), recomputes=("full",))
+    assert {c.cp for c in long} == {1, 2, 4, 8} and {c.ep for c in long} == {1}
+    assert all(c.tp * c.cp * c.pp * c.dp == 64 for c in long)
+    # Asked for (--cp/--ep), the sizes are searched as given; ep on a dense model is refused.
+    asked, _ = Planner(dense).candidates(64, global_batch=64, micro_batches=(1,), recomputes=("full",), cps=(2,))
+    assert {c.cp for c in asked} == {2}
+    with pytest.raises(ConfigError, match="^--ep: 2 splits the experts of a mixture of experts, but llama-3-8b is "
+                                          "dense"):
+        plan_layouts(dense, gpus=[64], global_batch=64, eps=(2,))
+
+
+@pytest.mark.slow
+def test_plan_places_deepseek_v3_on_16384_gpus_with_expert_parallelism():
+    """Issue 28: the MoE's plan lists fitting layouts with ep > 1 in under 10 s."""
+    from dpsim.plan.planner import plan_layouts
+    base = PredictConfig(model="deepseek-v3", link="infiniband", precision="bf16-params")
+    result = plan_layouts(base, gpus=[16384], global_batch=2048, top=50, verify=3)
+    assert result.best is not None and result.best.verified is not None
+    assert any(e.candidate.ep > 1 for e in result.ranked)
+    assert all(e.memory_bytes <= e.usable_bytes for e in result.ranked)
+    assert result.wall_s < 10.0
+
+
 @pytest.mark.slow
 def test_plan_places_llama_3_405b_on_16384_gpus():
     """Issue 28: 126 blocks over 16 stages (lighter first and last) fit, tp 8 x pp 16 among the

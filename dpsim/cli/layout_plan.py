@@ -30,6 +30,12 @@ def plan_command(
                                      rich_help_panel=SEARCH),
     pp: Optional[str] = typer.Option(None, "--pp", help="Pipeline stages to search (default: every divisor of the "
                                                          "model's blocks).", rich_help_panel=SEARCH),
+    cp: Optional[str] = typer.Option(None, "--cp", help="Context-parallel sizes to search (default: 1,2,4,8 for a "
+                                                         "sequence of 16K tokens or more, else 1).",
+                                     rich_help_panel=SEARCH),
+    ep: Optional[str] = typer.Option(None, "--ep", help="Expert-parallel sizes to search for a mixture of experts "
+                                                         "(default: every divisor of its experts; etp 1).",
+                                     rich_help_panel=SEARCH),
     strategies: str = typer.Option("ddp,zero1", "--strategies",
                                    help="Data-parallel strategies to search: ddp, zero1, fsdp.",
                                    rich_help_panel=SEARCH),
@@ -72,8 +78,8 @@ def plan_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (schema dpsim.plan/1).",
                                  rich_help_panel=OUTPUT),
 ) -> None:
-    """Search tensor x pipeline x data layouts (tp, pp, dp, strategy, micro-batch, recomputation, schedule)
-    that fit in memory and rank them by time to train and cost."""
+    """Search tensor x pipeline x data layouts (tp, pp, dp, strategy, micro-batch, recomputation, schedule;
+    cp for a long sequence, ep for a mixture of experts) that fit in memory and rank them by time to train and cost."""
     from dpsim.errors import ConfigError
     from dpsim.plan.cost import parse_count, parse_price_overrides
     from dpsim.plan.planner import (
@@ -126,7 +132,7 @@ def plan_command(
         micro_batches=parse_int_list(micro_batches, "--micro-batches"),
         recomputes=parse_choice_list(recompute, "--recompute", ("off", "selective", "full")),
         schedules=parse_choice_list(schedules, "--schedules", ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1")),
-        sequence_parallel=sequence_parallel,
+        sequence_parallel=sequence_parallel, cps=parse_int_list(cp, "--cp"), eps=parse_int_list(ep, "--ep"),
         tokens=None if tokens is None else parse_count(tokens, "--tokens"),
         samples=None if samples is None else parse_count(samples, "--samples"),
         budget_usd=budget_usd, gpu_hour_usd=parse_price_overrides(gpu_hour_usd or []), rank_by=rank, top=top,

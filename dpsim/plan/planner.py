@@ -10,7 +10,11 @@ recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 ``1f1b-interleaved`` with every number of chunks that divides a stage's blocks and those
 up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe`` and ``zb-h1`` when asked: GPipe
 takes the time of 1F1B with more memory, so it is never better) and sequence
-parallelism (with ``tp > 1``).
+parallelism (with ``tp > 1``). For a mixture of experts, every expert-parallel size ``ep``
+dividing its experts and ``tp x cp x dp`` (``etp`` 1, sequence parallelism exactly when
+``tp > 1``, as ``predict`` requires); for a sequence of :data:`CP_MIN_TOKENS` or more, the
+context-parallel sizes :data:`DEFAULT_CPS` that cut it into ``2 x cp`` chunks (GPUs =
+``tp x cp x pp x dp``).
 
 **Memory first.** A candidate's memory is ``predict``'s, from the same functions
 (:func:`~dpsim.predict.layout.stages_memory` over every stage, the fullest deciding;
@@ -59,7 +63,17 @@ from dpsim.plan.cost import PriceOverride, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
 from dpsim.plan.reliability import ClusterShape
 from dpsim.predict.config import PredictConfig, flag_name, flag_scale
-from dpsim.predict.layout import _heads, model_source, shard_compute, stages_memory
+from dpsim.predict.layout import (
+    _heads,
+    check_experts,
+    context_comm_s,
+    expert_a2a_s,
+    expert_load,
+    expert_split,
+    model_source,
+    shard_compute,
+    stages_memory,
+)
 from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import build_collectives, load_model, predict, resolve_topology, strategy_memory
@@ -70,13 +84,14 @@ from dpsim.strategies.layout import (
     layer_work,
     stage_assignment,
 )
+from dpsim.strategies.context import ContextParallel, check_context, cp_shard
 from dpsim.strategies.registry import shard_group_size
-from dpsim.strategies.tensor import TpModel, check_tp, tp_model
+from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.workload.precision import get_precision
 from dpsim.workload.spec import ModelSpec
 
-_LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "strategy", "micro_batch", "recompute", "activation_checkpointing",
+_LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "strategy", "micro_batch", "recompute", "activation_checkpointing",
                          "schedule", "virtual_stages", "sequence_parallel", "grad_accum", "global_batch",
                          "stage_layers", "grad_accum_fusion"})
 """Fields a candidate sets itself (the rest of the command is the job's)."""
@@ -94,6 +109,14 @@ shrinks as ``1/v``."""
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8, 16)
 """Micro-batch sizes searched unless given."""
+CP_MIN_TOKENS = 16_384
+"""Sequences this long or longer are also searched with context parallelism: shorter ones keep
+``cp`` 1, since their attention is too short a share of the step to hide the ring's exchanges
+(Megatron-LM's guidance: context parallelism for long-context training)."""
+DEFAULT_CPS = (1, 2, 4, 8)
+"""Context-parallel sizes searched for a long sequence unless given (each also cuts the
+sequence into ``2 x cp`` chunks that must divide it)."""
+
 DEFAULT_STRATEGIES = ("ddp", "zero1")
 """Data-parallel strategies searched unless given (``fsdp`` under pipeline parallelism is
 costed like the distributed optimizer, so it only ties with ``zero1``)."""
@@ -125,21 +148,32 @@ class Candidate:
     """Megatron sequence parallelism."""
     global_batch: int
     """Samples per optimizer step."""
+    cp: int = 1
+    """Context-parallel size (``tp x cp x pp x dp`` GPUs)."""
+    ep: int = 1
+    """Expert-parallel size of a mixture of experts (``etp`` 1), carved out of ``tp x cp x dp``."""
     grad_accum_fusion: bool = True
     """Weight gradients accumulated by their GEMM (``--no-grad-accum-fusion``: one more add per
     parameter and micro-batch); always on without tensor or pipeline parallelism, where it
     does not apply."""
 
+    @property
+    def sharded(self) -> bool:
+        """Tensor, pipeline, context or expert parallelism: the layout path (else data parallelism alone)."""
+        return self.tp * self.pp * self.cp * self.ep > 1
+
     def config(self, base: PredictConfig) -> PredictConfig:
         """The :class:`PredictConfig` of this layout on ``base``'s job."""
         return dataclasses.replace(
-            base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, strategy=self.strategy,
-            micro_batch=self.micro_batch, recompute=self.recompute if self.tp * self.pp > 1 else "off",
-            activation_checkpointing=self.recompute == "full" and self.tp * self.pp == 1,
+            base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=1,
+            cp_comm=base.cp_comm if self.cp > 1 else "p2p", cp_balance=base.cp_balance or self.cp == 1,
+            strategy=self.strategy,
+            micro_batch=self.micro_batch, recompute=self.recompute if self.sharded else "off",
+            activation_checkpointing=self.recompute == "full" and not self.sharded,
             schedule=self.schedule, virtual_stages=self.virtual_stages, sequence_parallel=self.sequence_parallel,
             grad_accum=1, global_batch=self.global_batch, tp_comm_overlap=base.tp_comm_overlap if self.tp > 1 else "backward",
             tp_across_network=base.tp_across_network and self.tp > 1,
-            grad_accum_fusion=self.grad_accum_fusion or self.tp * self.pp == 1)
+            grad_accum_fusion=self.grad_accum_fusion or not self.sharded)
 
     def command(self, base: PredictConfig) -> str:
         """The whole ``dpsim predict`` command: the job's flags that differ from the defaults, then the layout's."""
@@ -159,16 +193,18 @@ class Candidate:
 
     def flags(self) -> str:
         """The ``dpsim predict`` flags of the layout."""
-        out = (f"--gpus {self.gpus} --tp {self.tp} --pp {self.pp} --dp {self.dp} --micro-batch {self.micro_batch} "
-               f"--global-batch {self.global_batch}")
+        cp = f" --cp {self.cp}" if self.cp > 1 else ""
+        ep = f" --ep {self.ep}" if self.ep > 1 else ""
+        out = (f"--gpus {self.gpus} --tp {self.tp}{cp} --pp {self.pp} --dp {self.dp}{ep} "
+               f"--micro-batch {self.micro_batch} --global-batch {self.global_batch}")
         out += f" --strategy {self.strategy}"
         if self.pp > 1 and self.schedule != "1f1b":
             out += f" --schedule {self.schedule} --virtual-stages {self.virtual_stages}"
         if self.sequence_parallel:
             out += " --sequence-parallel"
         if self.recompute != "off":
-            out += " --activation-checkpointing" if self.tp * self.pp == 1 else f" --recompute {self.recompute}"
-        if not self.grad_accum_fusion and self.tp * self.pp > 1:
+            out += " --activation-checkpointing" if not self.sharded else f" --recompute {self.recompute}"
+        if not self.grad_accum_fusion and self.sharded:
             out += " --no-grad-accum-fusion"
         return out
 
@@ -223,7 +259,7 @@ class Estimate:
         """JSON-able form."""
         c = self.candidate
         return {
-            "gpus": c.gpus, "tp": c.tp, "pp": c.pp, "dp": c.dp, "strategy": c.strategy, "micro_batch": c.micro_batch,
+            "gpus": c.gpus, "tp": c.tp, "pp": c.pp, "dp": c.dp, "cp": c.cp, "ep": c.ep, "strategy": c.strategy, "micro_batch": c.micro_batch,
             "recompute": c.recompute, "schedule": c.schedule, "virtual_stages": c.virtual_stages,
             "sequence_parallel": c.sequence_parallel, "flags": c.flags(),
             "step_time_s": self.step_time_s, "memory_bytes": self.memory_bytes, "usable_bytes": self.usable_bytes,
@@ -336,6 +372,22 @@ class _Tables:
         self.weight_grad = [w.weight_grad_s for w in work]
 
 
+@dataclass(frozen=True, kw_only=True)
+class _ExpertAsk:
+    """What :func:`~dpsim.predict.layout.check_experts` reads of a config, for a shape being enumerated."""
+
+    tp: int
+    """Tensor-parallel size."""
+    cp: int
+    """Context-parallel size."""
+    ep: int
+    """Expert-parallel size."""
+    etp: int = 1
+    """Expert-tensor-parallel size (the planner keeps 1)."""
+    sequence_parallel: bool = True
+    """Always on for an MoE with ``tp > 1`` (the candidates never leave it off)."""
+
+
 class Planner:
     """The searches of one job (model, cluster design, precision): caches shared by every candidate."""
 
@@ -357,9 +409,10 @@ class Planner:
         self.forward_flops_per_sample = self.model.forward_flops_per_sample
         self.n_blocks = len({l.unit for l in self.model.layers if l.unit is not None})
         self._assignments: dict[tuple[int, int, int], tuple] = {}
-        self._tpms: dict[tuple[int, bool], TpModel] = {}
+        self._tpms: dict[tuple, TpModel] = {}
+        self._splits: dict[tuple[int, int, int, int], tuple] = {}
         self._activations: dict[tuple, tuple] = {}
-        self._shard_params: dict[int, int] = {}
+        self._shard_params: dict[tuple, int] = {}
         self._checkpoints: dict[tuple, tuple[ClusterShape, object]] = {}
         self.gpu = None
         """The GPU preset of the cluster design (set by the first :meth:`topology`)."""
@@ -376,12 +429,13 @@ class Planner:
                 self.gpu = get_gpu(topo.spec.gpu)
         return topo
 
-    def collectives(self, gpus: int, tp: int, pp: int, dp: int) -> GroupCollectives:
+    def collectives(self, gpus: int, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1) -> GroupCollectives:
         """The layout's communicators, their models shared with every other layout of the same shapes."""
-        key = (gpus, tp, pp, dp)
+        key = (gpus, tp, pp, dp, cp, ep)
         gc = self._collectives.get(key)
         if gc is None:
-            inner = build_collectives(self.base, self.topology(gpus), layout=LayoutShape(tp=tp, pp=pp, dp=dp))
+            shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+            inner = build_collectives(self.base, self.topology(gpus), layout=shape)
             make = inner._make  # the factory of the job's models, memoised here by communicator shape
 
             def shared(comm: Communicator) -> CollectiveModel:
@@ -391,8 +445,7 @@ class Planner:
                     model = self._models[k] = make(comm)
                 return model
 
-            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), shared,
-                                                           layout=LayoutShape(tp=tp, pp=pp, dp=dp))
+            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), shared, layout=shape)
         return gc
 
     def cost(self, gc: GroupCollectives, group: str, op: str, size: float) -> float:
@@ -404,40 +457,76 @@ class Planner:
             t = self._costs[key] = gc.group(group).time(op, size).time_s
         return t
 
-    def tables(self, tp: int, micro_batch: int, sp: bool, recompute: str, gc: GroupCollectives, *,
-               grad_accum_fusion: bool = True) -> _Tables:
+    def experts(self, c: Candidate) -> tuple[ExpertSplit, object]:
+        """How ``c``'s ranks hold and run the routed experts, and the busiest rank's load
+        (``predict``'s :func:`~dpsim.predict.layout.expert_split` and ``expert_load``, cached). The
+        closed form takes the load one sample per micro-batch routes, the most uneven, for every
+        micro-batch: a shard (thousands of ops) per micro-batch would be most of the search, and
+        the verified candidates are simulated with their own."""
+        if self.model.moe is None:
+            return NO_EXPERT_SPLIT, None
+        key = (c.tp, c.cp, c.ep)
+        hit = self._splits.get(key)
+        if hit is None:
+            cfg = dataclasses.replace(c, micro_batch=1).config(self.base)
+            hit = self._splits[key] = (expert_split(cfg, self.model), expert_load(cfg, self.model))
+        return hit
+
+    def context(self, cp: int) -> ContextParallel:
+        """The job's context parallelism at ``cp`` ranks."""
+        return ContextParallel(cp=cp, comm=self.base.cp_comm if cp > 1 else "p2p",
+                               balanced=self.base.cp_balance or cp == 1)
+
+    def tables(self, c: Candidate, gc: GroupCollectives) -> _Tables:
         """Per-layer work (cached)."""
-        key = (tp, micro_batch, sp, recompute, id(gc.group("tp")), grad_accum_fusion)
+        tp, micro_batch, sp, recompute = c.tp, c.micro_batch, c.sequence_parallel, c.recompute
+        split, load = self.experts(c)
+        comms = tuple((g, gc.communicator(g).topology, gc.communicator(g).concurrent)
+                      for g, on in (("cp", c.cp > 1), ("ep", c.ep > 1)) if on)
+        key = (tp, micro_batch, sp, recompute, id(gc.group("tp")), c.grad_accum_fusion, c.cp, split, comms)
         tab = self._tables.get(key)
         if tab is not None:
             return tab
-        tpm = self.tp_model(tp, sp)
-        ckey = (tp, micro_batch, sp)
+        tpm = self.tp_model(tp, sp, c.cp, split)
+        ckey = (tp, micro_batch, sp, c.cp, split)
         compute = self._compute.get(ckey)
         if compute is None:
             cfg = dataclasses.replace(self.base, micro_batch=micro_batch)
             compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, self.precision)
+        ctx = self.context(c.cp)
         layout = Layout(tp=tp, micro_batch=micro_batch, sequence_parallel=sp, recompute=recompute,
                         tp_comm_overlap=self.base.tp_comm_overlap if tp > 1 else "backward",
-                        grad_accum_fusion=grad_accum_fusion)
+                        grad_accum_fusion=c.grad_accum_fusion, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced,
+                        ep=c.ep)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
         accumulate = () if layout.grad_accum_fusion else \
             gradient_accumulation_s(tpm, self.gpu, self.precision.grad_bytes)
-        work = layer_work(tpm, compute, layout, tp_cost=lambda op, s: self.cost(gc, "tp", op, s),
+
+        def cost(group: str, op: str, size: float) -> float:
+            return self.cost(gc, group, op, size)
+
+        work = layer_work(tpm, compute, layout, tp_cost=lambda op, size: cost("tp", op, size),
                           act_element_bytes=act_bytes, overlap_slowdown=self.base.overlap_slowdown,
-                          accumulate_s=accumulate)
+                          accumulate_s=accumulate,
+                          cp_cost=(lambda op, size: context_comm_s(gc, cost, op, size)) if c.cp > 1 else None,
+                          cp_model=self.model if c.cp > 1 else None,
+                          ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.moe_a2a))
+                          if c.ep > 1 else None)
         tab = self._tables[key] = _Tables(work)
         return tab
 
     def candidates(self, gpus: int, *, tps=None, pps=None, strategies=None, micro_batches=None, recomputes=None,
-                   schedules=None, sequence_parallel=None, global_batch: int) -> tuple[list[Candidate], dict]:
+                   schedules=None, sequence_parallel=None, global_batch: int, cps=None,
+                   eps=None) -> tuple[list[Candidate], dict]:
         """Every layout of the search space on ``gpus`` GPUs, and how many were refused by placement."""
         topo = self.topology(gpus)
         domain = nvlink_domain_gpus(topo)
         n_blocks = self.n_blocks
+        moe = self.model.moe
         refused = 0
         out: list[Candidate] = []
         tp_values = tps or [t for t in _divisors(gpus) if t <= (gpus if self.base.tp_across_network else domain)]
+        long_sequence = (self.model.tokens_per_sample or 0) >= CP_MIN_TOKENS
         for tp in tp_values:
             if gpus % tp:
                 refused += 1
@@ -451,40 +540,68 @@ class Planner:
                 if self.heads is not None and any(h % tp for h in self.heads):
                     refused += 1
                     continue
-            # Any stage count up to the blocks: the split need not divide (balanced_counts).
-            for pp in (pps or [p for p in _divisors(gpus // tp) if p <= n_blocks]):
-                if (gpus // tp) % pp:
+            for cp in (cps or (DEFAULT_CPS if long_sequence else (1,))):
+                if (gpus // tp) % cp:
                     continue
-                dp = gpus // (tp * pp)
                 try:
-                    check_layout_placement(topo, LayoutShape(tp=tp, pp=pp, dp=dp),
-                                           tp_across_network=self.base.tp_across_network)
+                    check_context(self.model, self.context(cp), tp)
                 except ConfigError:
                     refused += 1
                     continue
-                if pp > n_blocks:
-                    refused += 1
-                    continue
-                for mb in (micro_batches or DEFAULT_MICRO_BATCHES):
-                    if global_batch % (mb * dp):
+                # Any stage count up to the blocks: the split need not divide (balanced_counts).
+                for pp in (pps or [p for p in _divisors(gpus // (tp * cp)) if p <= n_blocks]):
+                    if (gpus // (tp * cp)) % pp:
                         continue
-                    m = global_batch // (mb * dp)
-                    for strategy in (strategies or DEFAULT_STRATEGIES):
-                        if dp == 1 and strategy != "ddp":
+                    dp = gpus // (tp * cp * pp)
+                    if pp > n_blocks:
+                        refused += 1
+                        continue
+                    # Expert parallelism (etp 1) carved out of tp x cp x dp, as predict requires.
+                    ep_values = (eps or _divisors(moe.experts)) if moe is not None else (1,)
+                    for ep in ep_values:
+                        if (tp * cp * dp) % ep:
                             continue
-                        for recompute in (recomputes or ("off", "selective", "full")):
-                            if tp * pp == 1 and recompute == "selective":
-                                continue
-                            for sp in ((sequence_parallel,) if sequence_parallel is not None else (True, False)):
-                                if sp and tp == 1:
-                                    continue
-                                for schedule, v in self._schedules(pp, m, n_blocks, schedules):
-                                    out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, strategy=strategy,
-                                                         micro_batch=mb, recompute=recompute, schedule=schedule,
-                                                         virtual_stages=v, sequence_parallel=sp,
-                                                         global_batch=global_batch,
-                                                         grad_accum_fusion=self.grad_accum_fusion or tp * pp == 1))
+                        try:
+                            if moe is not None:
+                                check_experts(self.model, _ExpertAsk(tp=tp, cp=cp, ep=ep))
+                            check_layout_placement(topo, LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep),
+                                                   tp_across_network=self.base.tp_across_network)
+                        except ConfigError:
+                            refused += 1
+                            continue
+                        out += self._variants(gpus, tp, cp, pp, dp, ep, global_batch=global_batch,
+                                              strategies=strategies, micro_batches=micro_batches,
+                                              recomputes=recomputes, schedules=schedules,
+                                              sequence_parallel=sequence_parallel)
         return out, {"refused_by_placement": refused}
+
+    def _variants(self, gpus: int, tp: int, cp: int, pp: int, dp: int, ep: int, *, global_batch: int, strategies,
+                  micro_batches, recomputes, schedules, sequence_parallel) -> list[Candidate]:
+        """The strategies, micro-batches, recomputations, sequence parallelism and schedules of one shape."""
+        out = []
+        sharded = tp * cp * pp * ep > 1
+        # Megatron-Core runs an MoE's router and all-to-all on the sequence-parallel shard.
+        sps = (sequence_parallel,) if sequence_parallel is not None else \
+            ((tp > 1,) if self.model.moe is not None else (True, False))
+        for mb in (micro_batches or DEFAULT_MICRO_BATCHES):
+            if global_batch % (mb * dp):
+                continue
+            m = global_batch // (mb * dp)
+            for strategy in (strategies or DEFAULT_STRATEGIES):
+                if dp * cp == 1 and strategy != "ddp":
+                    continue
+                for recompute in (recomputes or ("off", "selective", "full")):
+                    if not sharded and recompute == "selective":
+                        continue
+                    for sp in sps:
+                        if sp and tp == 1:
+                            continue
+                        for schedule, v in self._schedules(pp, m, self.n_blocks, schedules):
+                            out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, strategy=strategy,
+                                                 micro_batch=mb, recompute=recompute, schedule=schedule,
+                                                 virtual_stages=v, sequence_parallel=sp, global_batch=global_batch,
+                                                 grad_accum_fusion=self.grad_accum_fusion or not sharded))
+        return out
 
     @staticmethod
     def _schedules(pp: int, m: int, n_blocks: int, schedules) -> list[tuple[str, int]]:
@@ -508,10 +625,11 @@ class Planner:
 
     def layout(self, c: Candidate, micro_batches: int) -> Layout:
         """The :class:`Layout` of ``c`` (what its memory and stages depend on)."""
+        ctx = self.context(c.cp)
         return Layout(tp=c.tp, pp=c.pp, dp=c.dp, virtual_stages=c.virtual_stages, schedule=c.schedule,
                       micro_batch=c.micro_batch, micro_batches=micro_batches, sequence_parallel=c.sequence_parallel,
                       recompute=c.recompute, recompute_every=self.base.recompute_every,
-                      strategy=c.strategy)
+                      strategy=c.strategy, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep)
 
     def assignment(self, tp: int, layout: Layout):
         """Layers of each stage's chunks, as ``predict`` splits them (cached by shape)."""
@@ -521,28 +639,34 @@ class Planner:
             a = self._assignments[key] = stage_assignment(self.tp_model(tp, False), layout)
         return a
 
-    def tp_model(self, tp: int, sp: bool) -> TpModel:
-        """The tensor-parallel shard (cached)."""
-        key = (tp, sp)
+    def tp_model(self, tp: int, sp: bool, cp: int = 1, experts: ExpertSplit = NO_EXPERT_SPLIT) -> TpModel:
+        """The tensor-parallel shard of a context-parallel rank's model, its experts split (cached)."""
+        key = (tp, sp, cp, experts)
         tpm = self._tpms.get(key)
         if tpm is None:
-            tpm = self._tpms[key] = tp_model(self.model, tp, sequence_parallel=sp)
+            tpm = self._tpms[key] = tp_model(cp_shard(self.model, self.context(cp)), tp, sequence_parallel=sp,
+                                             experts=experts)
         return tpm
 
     def memory(self, c: Candidate, layout: Layout, assignment) -> tuple[float, float, int]:
         """``(bytes per GPU of the fullest stage, usable bytes, parameters of stage 0 per GPU)``:
         the memory ``predict`` reports for ``c`` (the layout's stages, or the data-parallel
         strategy's breakdown without tensor or pipeline parallelism)."""
-        if c.tp * c.pp == 1:
+        if not c.sharded:
             cfg = c.config(self.base)
             mem = strategy_memory(self.model, self.gpu, cfg, self.precision, self.topology(c.gpus))
             return mem.total_bytes, mem.usable_bytes, self.model.param_count
-        tpm = self.tp_model(c.tp, c.sequence_parallel)
-        key = (c.tp, c.sequence_parallel, layout.recompute, layout.recompute_every, layout.pp, layout.chunks)
+        # A rank holds experts / ep of each layer whatever the routing's load (which scales the
+        # busiest rank's rows of compute, not its bytes), so the closed form's shard serves too.
+        split = self.experts(c)[0]
+        tpm = self.tp_model(c.tp, c.sequence_parallel, c.cp, split)
+        key = (c.tp, c.sequence_parallel, layout.recompute, layout.recompute_every, layout.pp, layout.chunks, c.cp,
+               split)
         activations = self._activations.get(key)
         if activations is None:
             activations = self._activations[key] = stage_activation_bytes(tpm, assignment, layout)
-        stages = stages_memory(tpm, layout, self.gpu, self.precision, self.base.optimizer, assignment, activations)
+        stages = stages_memory(tpm, layout, self.gpu, self.precision, self.base.optimizer, assignment, activations,
+                               cp_model=self.model)
         worst = worst_stage(stages).breakdown
         return worst.total_bytes, worst.usable_bytes, stages[0].params_per_gpu
 
@@ -551,31 +675,38 @@ class Planner:
         if e.time_to_train_s is None:
             return e
         c = e.candidate
-        key = (c.gpus, c.tp, c.pp, c.dp, c.strategy, failures.node_bandwidth_bytes_per_s)
+        key = (c.gpus, c.tp, c.pp, c.dp, c.cp, c.strategy, failures.node_bandwidth_bytes_per_s)
         shape = self._checkpoints.get(key)
         if shape is None:
             topo = self.topology(c.gpus)
             shape = self._checkpoints[key] = (ClusterShape.from_topology(topo), checkpoint_cost(
                 state_bytes=state_bytes(self.model.param_count, self.precision, self.base.optimizer),
-                gpus_per_node=topo.gpus_per_node, tp=c.tp, pp=c.pp, dp=c.dp,
-                shard_group=shard_group_size(c.strategy, c.dp, topo.gpus_per_node),
+                gpus_per_node=topo.gpus_per_node, tp=c.tp, pp=c.pp, dp=c.dp * c.cp,
+                shard_group=shard_group_size(c.strategy, c.dp * c.cp, topo.gpus_per_node),
                 node_bandwidth_bytes_per_s=failures.node_bandwidth_bytes_per_s))
         cluster, ck = shape
         return dataclasses.replace(e, reliability=layout_goodput(
             work_s=e.time_to_train_s, cluster=cluster, checkpoint=ck, failures=failures))
 
     def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
-        """Closed-form memory and, when it fits, step of ``c`` (see the module docstring)."""
-        gc = self.collectives(c.gpus, c.tp, c.pp, c.dp)
-        tab = self.tables(c.tp, c.micro_batch, c.sequence_parallel, c.recompute, gc,
-                          grad_accum_fusion=c.grad_accum_fusion)
-        tpm = self.tp_model(c.tp, False)
+        """Closed-form memory and, when it fits, step of ``c`` (see the module docstring); a layout
+        that does not fit has no time estimated (its times are 0)."""
         self.topology(c.gpus)
         gpu = self.gpu
         p, v = c.pp, c.virtual_stages
         m = global_batch // (c.micro_batch * c.dp)
         layout = self.layout(c, m)
         assignment = self.assignment(c.tp, layout)
+        # The one memory model (predict's): every stage, the fullest decides.
+        memory, usable, numel0 = self.memory(c, layout, assignment)
+        if memory > usable:
+            return Estimate(candidate=c, step_time_s=math.inf, memory_bytes=memory, usable_bytes=usable,
+                            compute_s=0.0, tp_exposed_s=0.0, bubble_s=0.0, p2p_s=0.0, dp_exposed_s=0.0,
+                            optimizer_s=0.0, samples_per_s=0.0, tokens_per_s=None, mfu=None, usd_per_hour=None)
+        gc = self.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep)
+        tab = self.tables(c, gc)
+        split = self.experts(c)[0]
+        tpm = self.tp_model(c.tp, c.sequence_parallel, c.cp, split)
         virtual_layers = [assignment[g % p][g // p] for g in range(p * v)]
         n_virtual = p * v
         x = []
@@ -600,20 +731,16 @@ class Planner:
         # Fill and drain cross every link; in the steady state the blocking exchanges (one per
         # micro-batch and chunk on the critical path, as the simulator plays them) add theirs.
         p2p = (2 * (n_virtual - 1) + m * v) * (p2p_one + gather) if p > 1 else 0.0
-        # The one memory model (predict's): every stage, the fullest decides.
-        memory, usable, numel0 = self.memory(c, layout, assignment)
         w, g = self.precision.weight_bytes, self.precision.grad_bytes
         sharded = c.strategy in ("zero1", "fsdp")
         compute0 = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p])
         tp_exposed0 = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p])
-        if memory > usable:
-            return Estimate(candidate=c, step_time_s=math.inf, memory_bytes=memory, usable_bytes=usable,
-                            compute_s=compute0, tp_exposed_s=tp_exposed0, bubble_s=0.0, p2p_s=p2p, dp_exposed_s=0.0,
-                            optimizer_s=0.0, samples_per_s=0.0, tokens_per_s=None, mfu=None, usd_per_hour=None)
         # data-parallel collectives of stage 0 and what the last backward cannot hide
         dp_exposed = 0.0
-        if c.dp > 1:
-            bucket = default_bucket_elements(c.dp) if self.base.bucket_cap_mb is None else \
+        # Gradients reduce over dp x cp (the routed experts' over fewer, edp: not told apart here).
+        grad_group = c.dp * c.cp
+        if grad_group > 1:
+            bucket = default_bucket_elements(grad_group) if self.base.bucket_cap_mb is None else \
                 max(1, int(self.base.bucket_cap_mb * 2**20) // g)
             op = "all_reduce" if c.strategy == "ddp" else "reduce_scatter"
             full, rest = divmod(numel0, bucket)
@@ -632,12 +759,12 @@ class Planner:
                     else gather_total
         if tpm.tied_embedding and p > 1:
             dp_exposed += self.cost(gc, "emb", "all_reduce", tpm.embedding_numel_per_rank * g)
-        shard = self._compute[(c.tp, c.micro_batch, c.sequence_parallel)]
-        shard_params = self._shard_params.get(c.tp)
+        shard = self._compute[(c.tp, c.micro_batch, c.sequence_parallel, c.cp, split)]
+        shard_params = self._shard_params.get((c.tp, c.cp, split))
         if shard_params is None:
-            shard_params = self._shard_params[c.tp] = tpm.spec.param_count
+            shard_params = self._shard_params[(c.tp, c.cp, split)] = tpm.spec.param_count
         per_param = shard.optimizer_s / shard_params if shard_params else 0.0
-        optimizer = per_param * (-(-numel0 // c.dp) if sharded else numel0)
+        optimizer = per_param * (-(-numel0 // grad_group) if sharded else numel0)
         step = pipe + p2p + dp_exposed + optimizer
         samples = global_batch / step
         tokens = samples * self.model.tokens_per_sample if self.model.tokens_per_sample else None
@@ -656,10 +783,12 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
                  gpu_hour_usd: PriceOverride = None, rank_by: str = "time", top: int = 10,
                  verify: int = 3, grad_accum_fusion: bool = True,
-                 failures: FailureInputs | None = None) -> PlanResult:
+                 failures: FailureInputs | None = None, cps=None, eps=None) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
     ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
-    ``failures``: what failures cost when ``rank_by`` is ``goodput`` (default :class:`FailureInputs`)."""
+    ``failures``: what failures cost when ``rank_by`` is ``goodput`` (default :class:`FailureInputs`);
+    ``cps``/``eps``: the context- and expert-parallel sizes to search (default: :data:`DEFAULT_CPS` for a
+    sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1)."""
     t0 = time.perf_counter()
     base = resolve(base).config
     if rank_by not in RANKINGS:
@@ -674,6 +803,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     if budget_usd is not None and tokens is None and samples is None:
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion)
+    if eps and max(eps) > 1 and planner.model.moe is None:
+        raise ConfigError(f"--ep: {','.join(map(str, eps))} splits the experts of a mixture of experts, but "
+                          f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
+                          f"--model mixtral-8x7b)")
     counts = {"candidates": 0, "refused_by_placement": 0, "do_not_fit": 0, "over_budget": 0, "ranked": 0}
     fitting: list[Estimate] = []
     closest: Estimate | None = None
@@ -681,7 +814,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     for n in gpus:
         cands, info = planner.candidates(n, tps=tps, pps=pps, strategies=strategies, micro_batches=micro_batches,
                                          recomputes=recomputes, schedules=schedules,
-                                         sequence_parallel=sequence_parallel, global_batch=global_batch)
+                                         sequence_parallel=sequence_parallel, global_batch=global_batch,
+                                         cps=cps, eps=eps)
         counts["candidates"] += len(cands)
         counts["refused_by_placement"] += info["refused_by_placement"]
         if counts["candidates"] > MAX_PLAN_CANDIDATES:

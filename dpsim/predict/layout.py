@@ -179,6 +179,23 @@ def expert_split(config: PredictConfig, model: ModelSpec | None = None) -> Exper
     return ExpertSplit(ep=config.ep, etp=config.etp, load=factor)
 
 
+def context_comm_s(collectives: GroupCollectives, cost, op: str, size: float) -> float:
+    """One context-parallel exchange on the ``cp`` communicator: Ulysses' head scatter
+    (``all_to_all``) as the fabric's all-to-all, not a collective of OPS; the rest by ``cost``."""
+    if op == "all_to_all":
+        return uniform_all_to_all_cost(collectives.communicator("cp"), size).time_s
+    return cost("cp", op, size)
+
+
+def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: str) -> float:
+    """One dispatch (or combine) all-to-all on the ``ep`` communicator ``comm``: the routed
+    copies less what capacity drops, the busiest rank's links pacing the exchange."""
+    dropped = load.dropped_fraction if load is not None else 0.0
+    return uniform_all_to_all_cost(comm, bytes_per_rank * (1.0 - dropped),
+                                   load_factor=max(1.0, load.mean_busiest_factor if load else 1.0),
+                                   algorithm=algorithm).time_s
+
+
 def model_source(config: PredictConfig) -> str:
     """``--model`` as the model is built: a transformers configuration given without
     ``--input-shape`` as its shape when it has one (:func:`lowered_shape_ref`), else as given."""
@@ -432,16 +449,10 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         return cost("tp", op, size)
 
     def cp_cost(op: str, size: float) -> float:
-        if op == "all_to_all":  # Ulysses' head scatter: the fabric's all-to-all, not a collective of OPS
-            return uniform_all_to_all_cost(collectives.communicator("cp"), size).time_s
-        return cost("cp", op, size)
+        return context_comm_s(collectives, cost, op, size)
 
     def ep_cost(bytes_per_rank: float) -> float:
-        # The routed copies (less what capacity drops), the busiest rank's links pacing the exchange.
-        dropped = load.dropped_fraction if load is not None else 0.0
-        return uniform_all_to_all_cost(collectives.communicator("ep"), bytes_per_rank * (1.0 - dropped),
-                                       load_factor=max(1.0, load.mean_busiest_factor if load else 1.0),
-                                       algorithm=config.moe_a2a).time_s
+        return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.moe_a2a)
 
     scale, opt_scale = _scales(config, model, gpu, precision, compute)
     shard = shard_compute(tpm, gpu, config, precision)

@@ -61,9 +61,11 @@ def _usd(x: float) -> str:
 
 
 def _short(c) -> str:
-    """``512: tp4 pp4 dp32 i10 zero1 mb1 sel sp`` (GPUs, sizes, interleaved chunks, strategy, micro-batch,
-    recomputation, sequence parallelism)."""
-    parts = [f"{c.gpus}: tp{c.tp} pp{c.pp} dp{c.dp}"]
+    """``512: tp4 cp2 pp4 dp16 ep8 i10 zero1 mb1 sel sp`` (GPUs, sizes, interleaved chunks, strategy,
+    micro-batch, recomputation, sequence parallelism; cp and ep when above 1)."""
+    cp = f" cp{c.cp}" if c.cp > 1 else ""
+    ep = f" ep{c.ep}" if c.ep > 1 else ""
+    parts = [f"{c.gpus}: tp{c.tp}{cp} pp{c.pp} dp{c.dp}{ep}"]
     if c.pp > 1 and c.virtual_stages > 1:
         parts.append(f"i{c.virtual_stages}")
     elif c.pp > 1 and c.schedule in ("gpipe", "zb-h1"):
@@ -135,7 +137,8 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
             "-" if e.time_to_train_s is None else f"{e.time_to_train_s / 86400:,.1f} d",
             "-" if e.cost_usd is None else _usd(e.cost_usd), *_failure_cells(e, failures))
     console.print(table)
-    console.print("layout: GPUs: tensor x pipeline x data sizes, iN = interleaved with N chunks per stage, "
+    console.print("layout: GPUs: tensor (x cpN context) x pipeline x data sizes (epN: N expert-parallel), "
+                  "iN = interleaved with N chunks per stage, "
                   "data-parallel strategy, micro-batch, sel/full = recomputation, sp = sequence parallelism")
     console.print(f"* simulated step by step, with its p10-p90 model error; the others are closed-form "
                   f"estimates. Refused: "

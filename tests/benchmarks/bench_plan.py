@@ -9,8 +9,9 @@ Run: ``python tests/benchmarks/bench_plan.py``. Prints, measured in the same run
   tensor/pipeline size, strategy, micro-batch, recomputation and schedule: candidates,
   how many fit, wall time, candidates per second, and the ratio to simulating each
   candidate (baseline x candidates);
-* the search of a 405B dense model (llama-3-405b) on 16,384 H100s, every layout (issue 28:
-  under 10 s);
+* the search of a 405B dense model (llama-3-405b) and of DeepSeek-V3 (every expert-parallel
+  size too) on 16,384 H100s, every layout (issue 28: under 10 s), in this process and as a whole
+  ``dpsim plan`` process (wall and CPU seconds, imports included);
 * the largest published layout of the accuracy set (1T parameters, 8 x 64 x 6 on 3,072
   A100s, 512 micro-batches: 65,536 stage ops) through the engine.
 
@@ -19,6 +20,9 @@ Not a test: these machines are shared and noisy.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 
@@ -26,6 +30,16 @@ def timed(fn):
     t0 = time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, out
+
+
+def whole_process(args: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of ``dpsim ARGS`` run as its own process (imports included)."""
+    before = os.times()
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "dpsim", *args], check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    after = os.times()
+    return wall, (after.children_user - before.children_user) + (after.children_system - before.children_system)
 
 
 def main() -> None:
@@ -58,6 +72,17 @@ def main() -> None:
     print(f"plan      llama-3-405b on 16,384 GPUs: {r405.counts['candidates']:,} candidates, "
           f"{r405.counts['ranked']:,} fit: {t_405:7.3f} s (3 simulated); best {r405.best.candidate.flags()}"
           + (f"; tp 8 x pp 16 listed, best of them {tp8pp16[0].step_time_s:.2f} s" if tp8pp16 else ""))
+    # Issue 28: DeepSeek-V3 on 16,384 GPUs, every layout and expert-parallel size (target: under 10 s).
+    moe_base = PredictConfig(model="deepseek-v3", link="infiniband", precision="bf16-params")
+    t_moe, rmoe = timed(lambda: plan_layouts(moe_base, gpus=[16384], global_batch=2048, verify=3, top=50))
+    with_ep = [e for e in rmoe.ranked if e.candidate.ep > 1]
+    print(f"plan      deepseek-v3 on 16,384 GPUs: {rmoe.counts['candidates']:,} candidates, "
+          f"{rmoe.counts['ranked']:,} fit: {t_moe:7.3f} s (3 simulated); best {rmoe.best.candidate.flags()}; "
+          f"{len(with_ep)} of the top {len(rmoe.ranked)} with ep > 1")
+    for model in ("llama-3-405b", "deepseek-v3"):
+        wall, cpu = whole_process(["plan", "--model", model, "--gpus", "16384", "--link", "infiniband",
+                                   "--global-batch", "2048", "--precision", "bf16-params"])
+        print(f"process   dpsim plan --model {model} --gpus 16384: {wall:7.3f} s wall, {cpu:7.3f} s CPU")
     from dpsim.workload.architectures import GPT2Config, build_gpt2
     gpt_1t = build_gpt2(GPT2Config(vocab_size=51200, n_positions=2048, n_embd=25600, n_layer=128, n_head=160),
                         name="gpt-1t")

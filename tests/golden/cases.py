@@ -232,6 +232,10 @@ def plan_cases() -> dict[str, list[str]]:
                     "--tp", "1", "--pp", "1,2", "--micro-batches", "2", "--recompute", "off", "--tokens", "20B",
                     "--rank", "goodput", "--mtbf-gpu", "2000h", "--replace", "4h", "--top", "4", "--verify", "1",
                     "--json"],
+        # A mixture of experts: expert parallelism searched (issue 28).
+        "moe": ["plan", "--gpus", "64", "--link", "infiniband", "--model", "mixtral-8x7b", "--global-batch", "256",
+                "--tp", "1,2", "--pp", "1,2", "--micro-batches", "1", "--recompute", "full", "--top", "5",
+                "--verify", "1", "--json"],
     }
 
 
