@@ -222,11 +222,17 @@ class MixResult:
 
 @dataclass(kw_only=True)
 class _Traffic:
-    """One placed job's communication on the cluster's links."""
+    """One placed job's communication on the cluster's links, its flows merged into classes of
+    flows that cross the same links (:func:`_flow_classes`)."""
 
     flow_of: np.ndarray
+    """Class of each incidence."""
     link_of: np.ndarray
+    """Cluster link of each incidence (a class's links in its first worst flow's route order)."""
     fraction: np.ndarray
+    """Largest message fraction a flow of each class carries."""
+    weight: np.ndarray
+    """Flows in each class."""
     links: np.ndarray
     bound: np.ndarray
     """Most bytes/s it can put on each of ``links`` (each flow at its route's smallest capacity)."""
@@ -235,6 +241,35 @@ class _Traffic:
     """Bytes/s it puts on each of ``links`` running alone (max-min among its own flows)."""
     alone_speed: float = math.nan
     """Bytes of message per second it progresses at alone."""
+
+
+def _flow_classes(flow_of: np.ndarray, link_of: np.ndarray, fraction: np.ndarray, n_flows: int) -> dict:
+    """A job's flows merged into classes of flows that cross the same links (``_Traffic``'s fields).
+
+    Max-min gives flows on the same links one rate, so a class of weight ``w`` is solved as one
+    flow (:func:`~dpsim.network.maxmin.max_min_sparse`'s ``weight``): a ring over spread servers
+    has about half as many classes as flows. Classes are ordered by the first flow carrying their
+    largest fraction, so the first slowest class holds the first slowest flow (the same binding
+    link as flow by flow).
+    """
+    order = np.lexsort((link_of, flow_of))
+    sorted_links = link_of[order]
+    bounds = np.searchsorted(flow_of[order], np.arange(n_flows + 1))
+    ids: dict[bytes, int] = {}
+    cls = np.fromiter((ids.setdefault(sorted_links[a:b].tobytes(), len(ids)) for a, b in zip(bounds[:-1], bounds[1:])),
+                      dtype=np.int64, count=n_flows)
+    n = len(ids)
+    top = np.full(n, -np.inf)
+    np.maximum.at(top, cls, fraction)
+    first = np.full(n, n_flows, dtype=np.int64)
+    worst = np.flatnonzero(fraction == top[cls])
+    np.minimum.at(first, cls[worst], worst)
+    rank = np.argsort(first)
+    renumber = np.full(n_flows, -1, dtype=np.int64)
+    renumber[first[rank]] = np.arange(n)
+    mine = renumber[flow_of] >= 0
+    return dict(flow_of=renumber[flow_of[mine]], link_of=link_of[mine], fraction=top[rank],
+                weight=np.bincount(cls, minlength=n)[rank].astype(float))
 
 
 def cluster_topology(spec: MixSpec) -> Topology:
@@ -329,11 +364,12 @@ class MixSimulation:
         per = np.minimum(np.bincount(inv, weights=top[flow_of][grouped]), self.capacity[keys // n_links])
         bound = np.bincount(np.searchsorted(links, keys % n_links), weights=per, minlength=len(links)).astype(float)
         bound += np.bincount(local[~grouped], weights=top[flow_of][~grouped], minlength=len(links))
-        t = _Traffic(flow_of=flow_of, link_of=link_of, fraction=np.asarray(phase.fraction, float),
-                     links=links, bound=bound, link_set=frozenset(links.tolist()))
+        fraction = np.asarray(phase.fraction, float)
         rates = max_min_sparse(flow_of, local, self.capacity[links], n_flows)
+        t = _Traffic(**_flow_classes(flow_of, link_of, fraction, n_flows), links=links, bound=bound,
+                     link_set=frozenset(links.tolist()))
         t.alone_load = np.bincount(local, weights=rates[flow_of], minlength=len(links))
-        t.alone_speed = 1.0 / float(np.max(t.fraction / rates))
+        t.alone_speed = 1.0 / float(np.max(fraction / rates))
         return t
 
     def speeds(self, traffic: list[_Traffic]) -> tuple[np.ndarray, list[int | None]]:
@@ -353,6 +389,7 @@ class MixSimulation:
             return np.array([t.alone_speed for t in traffic]), [None] * len(traffic)
         offsets = np.cumsum([0] + [len(t.fraction) for t in traffic])
         flow_of = np.concatenate([t.flow_of + o for t, o in zip(traffic, offsets)])
+        weight = np.concatenate([t.weight for t in traffic])
         # Only the links these flows cross: the solver's work follows the flows, not the cluster.
         # Counted on the cluster's links (each job's links are distinct): no sort of their union.
         count = self._users
@@ -364,9 +401,9 @@ class MixSimulation:
         self._remap[used] = np.arange(len(used))
         local = self._remap[np.concatenate([t.link_of for t in traffic])]
         capacity = self.capacity[used]
-        rates = max_min_sparse(flow_of, local, capacity, int(offsets[-1]))
+        rates = max_min_sparse(flow_of, local, capacity, int(offsets[-1]), weight)
         self.evaluations += 1
-        load = np.bincount(local, weights=rates[flow_of], minlength=len(used))
+        load = np.bincount(local, weights=(rates * weight)[flow_of], minlength=len(used))
         full = load >= capacity * (1 - _SATURATED)
         out, binding = [], []
         for t, o in zip(traffic, offsets):
