@@ -233,6 +233,8 @@ class _Traffic:
     """Largest message fraction a flow of each class carries."""
     weight: np.ndarray
     """Flows in each class."""
+    solved_links: np.ndarray
+    """The links in ``link_of`` (sorted)."""
     links: np.ndarray
     bound: np.ndarray
     """Most bytes/s it can put on each of ``links`` (each flow at its route's smallest capacity)."""
@@ -270,6 +272,29 @@ def _flow_classes(flow_of: np.ndarray, link_of: np.ndarray, fraction: np.ndarray
     mine = renumber[flow_of] >= 0
     return dict(flow_of=renumber[flow_of[mine]], link_of=link_of[mine], fraction=top[rank],
                 weight=np.bincount(cls, minlength=n)[rank].astype(float))
+
+
+def _drop_private_repeats(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarray,
+                          private: int) -> dict:
+    """Of a job's private links (below ``private``: no other job crosses them) that carry the same
+    flows, only the one of least capacity (the first such) can saturate first, so the others never
+    freeze a flow: dropping them leaves every max-min rate as it was, and about halves the solve."""
+    mine = np.flatnonzero(link_of < private)
+    order = mine[np.lexsort((flow_of[mine], link_of[mine]))]
+    links_sorted = link_of[order]
+    starts = np.flatnonzero(np.r_[True, links_sorted[1:] != links_sorted[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    best: dict[bytes, int] = {}
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        link = int(links_sorted[a])
+        key = flow_of[order[a:b]].tobytes()
+        if key not in best or capacity[link] < capacity[best[key]]:
+            best[key] = link
+    drop = np.ones(len(capacity) if private else 0, dtype=bool)
+    drop[list(best.values())] = False
+    keep = np.ones(len(link_of), dtype=bool)
+    keep[mine] = ~drop[link_of[mine]]
+    return dict(flow_of=flow_of[keep], link_of=link_of[keep])
 
 
 def cluster_topology(spec: MixSpec) -> Topology:
@@ -315,6 +340,8 @@ class MixSimulation:
         self._scratch = np.zeros(len(self.capacity))
         self._users = np.zeros(len(self.capacity), dtype=np.int64)
         self._nic[self.net.nic_links()] = True
+        # Links of one server: only the job placed there crosses them (another network: none known).
+        self._private_links = int(getattr(self.net, "server_links", lambda: 0)())
         self._pairs: list[tuple[int, int]] = []
         self.solo = {}
         if spec.spares >= self.n_servers:
@@ -366,7 +393,10 @@ class MixSimulation:
         bound += np.bincount(local[~grouped], weights=top[flow_of][~grouped], minlength=len(links))
         fraction = np.asarray(phase.fraction, float)
         rates = max_min_sparse(flow_of, local, self.capacity[links], n_flows)
-        t = _Traffic(**_flow_classes(flow_of, link_of, fraction, n_flows), links=links, bound=bound,
+        classes = _flow_classes(flow_of, link_of, fraction, n_flows)
+        classes.update(_drop_private_repeats(classes["flow_of"], classes["link_of"], self.capacity,
+                                             self._private_links))
+        t = _Traffic(**classes, solved_links=np.unique(classes["link_of"]), links=links, bound=bound,
                      link_set=frozenset(links.tolist()))
         t.alone_load = np.bincount(local, weights=rates[flow_of], minlength=len(links))
         t.alone_speed = 1.0 / float(np.max(fraction / rates))
@@ -394,7 +424,7 @@ class MixSimulation:
         # Counted on the cluster's links (each job's links are distinct): no sort of their union.
         count = self._users
         for t in traffic:
-            count[t.links] += 1
+            count[t.solved_links] += 1
         used = np.flatnonzero(count)
         users = count[used]
         count[used] = 0
