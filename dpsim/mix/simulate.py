@@ -235,6 +235,8 @@ class _Traffic:
     """Flows in each class."""
     solved_links: np.ndarray
     """The links in ``link_of`` (sorted)."""
+    start: np.ndarray
+    """Class ``c``'s incidences are ``start[c]:start[c + 1]`` (grouped by class, in route order)."""
     links: np.ndarray
     bound: np.ndarray
     """Most bytes/s it can put on each of ``links`` (each flow at its route's smallest capacity)."""
@@ -243,6 +245,10 @@ class _Traffic:
     """Bytes/s it puts on each of ``links`` running alone (max-min among its own flows)."""
     alone_speed: float = math.nan
     """Bytes of message per second it progresses at alone."""
+    shared: np.ndarray | None = None
+    """Those of ``links`` other jobs may cross too (not its servers' own)."""
+    shared_load: np.ndarray | None = None
+    """``alone_load`` on ``shared``."""
 
 
 def _flow_classes(flow_of: np.ndarray, link_of: np.ndarray, fraction: np.ndarray, n_flows: int) -> dict:
@@ -338,6 +344,7 @@ class MixSimulation:
         self._nic = np.zeros(len(self.capacity), dtype=bool)
         self._remap = np.zeros(len(self.capacity), dtype=np.int64)
         self._scratch = np.zeros(len(self.capacity))
+        self._over = self.capacity * (1 + _SATURATED)
         self._users = np.zeros(len(self.capacity), dtype=np.int64)
         self._nic[self.net.nic_links()] = True
         # Links of one server: only the job placed there crosses them (another network: none known).
@@ -396,10 +403,15 @@ class MixSimulation:
         classes = _flow_classes(flow_of, link_of, fraction, n_flows)
         classes.update(_drop_private_repeats(classes["flow_of"], classes["link_of"], self.capacity,
                                              self._private_links))
+        by_class = np.argsort(classes["flow_of"], kind="stable")
+        classes["flow_of"], classes["link_of"] = classes["flow_of"][by_class], classes["link_of"][by_class]
         t = _Traffic(**classes, solved_links=np.unique(classes["link_of"]), links=links, bound=bound,
+                     start=np.searchsorted(classes["flow_of"], np.arange(len(classes["weight"]) + 1)),
                      link_set=frozenset(links.tolist()))
         t.alone_load = np.bincount(local, weights=rates[flow_of], minlength=len(links))
         t.alone_speed = 1.0 / float(np.max(fraction / rates))
+        public = links >= self._private_links
+        t.shared, t.shared_load = links[public], t.alone_load[public]
         return t
 
     def speeds(self, traffic: list[_Traffic]) -> tuple[np.ndarray, list[int | None]]:
@@ -409,12 +421,13 @@ class MixSimulation:
             return np.array([traffic[0].alone_speed]), [None]
         # When every job's alone allocation fits together, it is the max-min of them all (each flow
         # keeps a full link no other job crosses as its bottleneck): no solve needed.
+        # (A job's private links carry only its own alone load: only the others can be over.)
         load = self._scratch
         for t in traffic:
-            load[t.links] += t.alone_load
-        over = any((load[t.links] > self.capacity[t.links] * (1 + _SATURATED)).any() for t in traffic)
+            load[t.shared] += t.shared_load
+        over = any((load[t.shared] > self._over[t.shared]).any() for t in traffic)
         for t in traffic:
-            load[t.links] = 0.0
+            load[t.shared] = 0.0
         if not over:
             return np.array([t.alone_speed for t in traffic]), [None] * len(traffic)
         offsets = np.cumsum([0] + [len(t.fraction) for t in traffic])
@@ -440,7 +453,7 @@ class MixSimulation:
             r = rates[o:o + len(t.fraction)]
             worst = int(np.argmax(t.fraction / r))
             out.append(1.0 / float(t.fraction[worst] / r[worst]))
-            on = self._remap[t.link_of[t.flow_of == worst]]
+            on = self._remap[t.link_of[t.start[worst]:t.start[worst + 1]]]
             hit = on[full[on] & (users[on] > 1)]
             binding.append(int(used[hit[0]]) if len(hit) else None)
         return np.array(out), binding
