@@ -226,15 +226,21 @@ class _Traffic:
     flows that cross the same links (:func:`_flow_classes`)."""
 
     flow_of: np.ndarray
-    """Class of each incidence."""
-    link_of: np.ndarray
-    """Cluster link of each incidence (a class's links in its first worst flow's route order)."""
+    """Class of each incidence (grouped by class)."""
+    local: np.ndarray
+    """Link of each incidence in a group's solve (a class's links in its first worst flow's route
+    order): a shared link's cluster index less the private links, or (where ``own``) the index
+    among the job's own solved private links (:meth:`MixSimulation.speeds` shifts them)."""
+    own: np.ndarray
+    """1 where ``local`` is one of the job's private links, else 0."""
+    own_capacity: np.ndarray
+    """Capacity of the job's own solved private links."""
+    shared_solved: np.ndarray
+    """The shared links in ``local`` (sorted)."""
     fraction: np.ndarray
     """Largest message fraction a flow of each class carries."""
     weight: np.ndarray
     """Flows in each class."""
-    solved_links: np.ndarray
-    """The links in ``link_of`` (sorted)."""
     start: np.ndarray
     """Class ``c``'s incidences are ``start[c]:start[c + 1]`` (grouped by class, in route order)."""
     links: np.ndarray
@@ -342,13 +348,14 @@ class MixSimulation:
         self._cache: dict[frozenset, dict] = {}
         self._bound = np.zeros(len(self.capacity))
         self._nic = np.zeros(len(self.capacity), dtype=bool)
-        self._remap = np.zeros(len(self.capacity), dtype=np.int64)
         self._scratch = np.zeros(len(self.capacity))
         self._over = self.capacity * (1 + _SATURATED)
-        self._users = np.zeros(len(self.capacity), dtype=np.int64)
         self._nic[self.net.nic_links()] = True
         # Links of one server: only the job placed there crosses them (another network: none known).
         self._private_links = int(getattr(self.net, "server_links", lambda: 0)())
+        # A group's solve numbers the shared links as they are (less the private ones), then each
+        # job's own solved private links after them: no renumbering of the cluster's links per solve.
+        self._shared_capacity = self.capacity[self._private_links:]
         self._pairs: list[tuple[int, int]] = []
         self.solo = {}
         if spec.spares >= self.n_servers:
@@ -404,9 +411,15 @@ class MixSimulation:
         classes.update(_drop_private_repeats(classes["flow_of"], classes["link_of"], self.capacity,
                                              self._private_links))
         by_class = np.argsort(classes["flow_of"], kind="stable")
-        classes["flow_of"], classes["link_of"] = classes["flow_of"][by_class], classes["link_of"][by_class]
-        t = _Traffic(**classes, solved_links=np.unique(classes["link_of"]), links=links, bound=bound,
-                     start=np.searchsorted(classes["flow_of"], np.arange(len(classes["weight"]) + 1)),
+        c_flow, c_link = classes["flow_of"][by_class], classes["link_of"][by_class]
+        own = c_link < self._private_links
+        own_links, own_local = np.unique(c_link[own], return_inverse=True)
+        c_local = c_link - self._private_links
+        c_local[own] = own_local
+        t = _Traffic(flow_of=c_flow, fraction=classes["fraction"], weight=classes["weight"], local=c_local,
+                     own=own.astype(np.int64), own_capacity=self.capacity[own_links],
+                     shared_solved=np.unique(c_local[~own]), links=links, bound=bound,
+                     start=np.searchsorted(c_flow, np.arange(len(classes["weight"]) + 1)),
                      link_set=frozenset(links.tolist()))
         t.alone_load = np.bincount(local, weights=rates[flow_of], minlength=len(links))
         t.alone_speed = 1.0 / float(np.max(fraction / rates))
@@ -433,29 +446,27 @@ class MixSimulation:
         offsets = np.cumsum([0] + [len(t.fraction) for t in traffic])
         flow_of = np.concatenate([t.flow_of + o for t, o in zip(traffic, offsets)])
         weight = np.concatenate([t.weight for t in traffic])
-        # Only the links these flows cross: the solver's work follows the flows, not the cluster.
-        # Counted on the cluster's links (each job's links are distinct): no sort of their union.
-        count = self._users
-        for t in traffic:
-            count[t.solved_links] += 1
-        used = np.flatnonzero(count)
-        users = count[used]
-        count[used] = 0
-        self._remap[used] = np.arange(len(used))
-        local = self._remap[np.concatenate([t.link_of for t in traffic])]
-        capacity = self.capacity[used]
+        # Shared links as numbered (few: the switch tiers), each job's own private links after them
+        # (the solver's work follows the flows, not the cluster's 100,000s of server links).
+        n_shared = len(self._shared_capacity)
+        base = n_shared + np.cumsum([0] + [len(t.own_capacity) for t in traffic])
+        local = np.concatenate([t.local + b * t.own for t, b in zip(traffic, base.tolist())])
+        capacity = np.concatenate([self._shared_capacity] + [t.own_capacity for t in traffic])
+        users = np.ones(len(capacity), dtype=np.int64)
+        users[:n_shared] = np.bincount(np.concatenate([t.shared_solved for t in traffic]), minlength=n_shared)
         rates = max_min_sparse(flow_of, local, capacity, int(offsets[-1]), weight)
         self.evaluations += 1
-        load = np.bincount(local, weights=(rates * weight)[flow_of], minlength=len(used))
+        load = np.bincount(local, weights=(rates * weight)[flow_of], minlength=len(capacity))
         full = load >= capacity * (1 - _SATURATED)
         out, binding = [], []
         for t, o in zip(traffic, offsets):
             r = rates[o:o + len(t.fraction)]
             worst = int(np.argmax(t.fraction / r))
             out.append(1.0 / float(t.fraction[worst] / r[worst]))
-            on = self._remap[t.link_of[t.start[worst]:t.start[worst + 1]]]
+            a, b = t.start[worst], t.start[worst + 1]
+            on = t.local[a:b][t.own[a:b] == 0]
             hit = on[full[on] & (users[on] > 1)]
-            binding.append(int(used[hit[0]]) if len(hit) else None)
+            binding.append(int(hit[0]) + self._private_links if len(hit) else None)
         return np.array(out), binding
 
     # ------------------------------------------------------------------ loop
