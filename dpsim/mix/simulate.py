@@ -15,7 +15,9 @@ rates from :func:`~dpsim.network.maxmin.max_min_sparse`). A job's collective pro
 ``1 / max_f(fraction_f / rate_f)`` bytes of message per second (its slowest flow binds). The
 loop is event-driven: rates are re-evaluated only when the set of communicating jobs changes,
 only for the jobs that share links with the one that changed (a *component*), and cached per
-component state.
+component state. A job's flows that cross the same links are solved as one weighted class, and its
+servers' own links that repeat another of its links' classes are left out: the rates are exactly
+those of the flows one by one (``tests/test_mix.py``), the solve about half the size.
 
 **Fast-forward.** Between two arrivals or departures the mix is a fixed set of periodic jobs;
 with ``sample_steps`` set, once every running job has completed that many steps in the interval
