@@ -80,3 +80,21 @@ def test_no_route_raises():
     g.add_node("lonely", kind="gpu")
     with pytest.raises(nx.NetworkXNoPath):
         FlowNetwork(g).route("a", "lonely")
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_weighted_flows_equal_their_copies(seed):
+    # An entry of weight w gets exactly the rate each of its w identical copies gets, bit for bit.
+    from dpsim.network.maxmin import max_min_sparse
+
+    rng = np.random.default_rng(seed)
+    n_links, n_flows = int(rng.integers(2, 30)), int(rng.integers(1, 40))
+    capacity = rng.choice([10.0, 25.0, 40.0, 100.0 / 3], n_links)
+    paths = [sorted(set(rng.choice(n_links, rng.integers(1, 5)).tolist())) for _ in range(n_flows)]
+    weight = rng.integers(1, 6, n_flows)
+    flow_of = np.repeat(np.arange(n_flows), [len(p) for p in paths])
+    link_of = np.array([link for p in paths for link in p])
+    copies = [p for p, w in zip(paths, weight) for _ in range(w)]
+    want = max_min_rates(copies, capacity)
+    got = max_min_sparse(flow_of, link_of, capacity, n_flows, weight.astype(float))
+    np.testing.assert_array_equal(np.repeat(got, weight), want)

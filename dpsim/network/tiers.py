@@ -181,6 +181,11 @@ class TierNetwork:
         nic = [(self._offset[b], count) for b, count, *_ in self._blocks if b in ("nic_leaf", "leaf_nic")]
         return np.concatenate([np.arange(o, o + c) for o, c in nic]) if nic else np.zeros(0, np.int64)
 
+    def server_links(self) -> int:
+        """Links ``0 .. server_links() - 1`` each belong to one server (its GPU, PCIe and NIC links):
+        only flows to or from that server cross them."""
+        return int(sum(count for _, count, *_ in self._blocks[:len(self._server_families)]))
+
     def _global(self, server: np.ndarray, tlinks: np.ndarray) -> np.ndarray:
         """Global index of template links ``tlinks`` on servers ``server`` (same shapes)."""
         return self._t_offset[tlinks] + server * self._t_lanes[tlinks] + self._t_lane[tlinks]
