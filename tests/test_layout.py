@@ -138,6 +138,17 @@ def test_layouts_that_cannot_be_placed_are_refused(kwargs, needle):
         predict(PredictConfig(**kwargs))
 
 
+def test_an_end_chunk_may_hold_only_the_embedding_or_the_head():
+    """40 blocks over 6 stages x 7 chunks (42 virtual stages): the first virtual stage runs the
+    embedding alone and the last the final norm, head and loss alone, as Megatron-Core places them
+    with --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split; an
+    empty chunk in the middle is still refused (the case above)."""
+    p = predict(PredictConfig(gpus=48, pp=6, link="infiniband", model="llama-2-13b", global_batch=96, micro_batch=1,
+                              schedule="1f1b-interleaved", virtual_stages=7, steps=1))
+    assert [s.blocks for s in p.layout.stages] == [6, 7, 7, 7, 7, 6]
+    assert p.step_time_s > 0
+
+
 def test_tp_across_the_network_when_asked():
     p = predict(PredictConfig(gpus=32, tp=16, link="infiniband", model="llama-2-7b", micro_batch=1,
                               tp_across_network=True, steps=1))

@@ -13,7 +13,9 @@ over ``pp x virtual_stages`` *virtual stages*; virtual stage ``c x pp + s`` is m
 ``c`` of stage ``s`` (Megatron's interleaved assignment, Narayanan et al. 2021, Sec.
 2.2.2, Fig. 4). By default the virtual stages get block counts that
 differ by at most one, the lighter at the ends (:func:`balanced_counts`; equal counts when
-they divide); ``--stage-layers`` gives each stage its own count, split over its chunks the
+they divide; when blocks are fewer than virtual stages by up to two, the end ones hold no block
+and run the embedding or the head alone, as Megatron-Core's ``--account-for-embedding-in-pipeline-split``
+and ``--account-for-loss-in-pipeline-split`` place them); ``--stage-layers`` gives each stage its own count, split over its chunks the
 same way, or each virtual stage its own (``pp x virtual_stages`` counts; Megatron's
 ``--decoder-first-pipeline-num-layers`` / ``...-last-...`` generalised). The
 layers before the first block (embedding) run on the first virtual stage, the layers
@@ -267,7 +269,14 @@ def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...
             per_virtual = [counts[g % p] // v + (g // p < counts[g % p] % v) for g in range(n_virtual)]
     else:
         per_virtual = list(balanced_counts(n, n_virtual))
-    if p > 1 and any(c == 0 for c in per_virtual):
+    # An end virtual stage may hold no block: the embedding (or the final norm, head and loss) is
+    # then its whole work, as Megatron-Core's --account-for-embedding-in-pipeline-split and
+    # --account-for-loss-in-pipeline-split place them (each counted as one layer of the split).
+    ends_hold_root = (min(blocks[0]) > 0 if blocks else False,
+                      max(blocks[-1]) < len(tpm.layers) - 1 if blocks else False)
+    empty_inside = any(c == 0 for g, c in enumerate(per_virtual)
+                       if not ((g == 0 and ends_hold_root[0]) or (g == n_virtual - 1 and ends_hold_root[1])))
+    if p > 1 and empty_inside:
         raise ConfigError(f"--pp: {p} stages x {v} chunks leave a chunk without blocks; use fewer stages or "
                           f"--stage-layers with every stage > 0")
     block_of_virtual: list[list[int]] = []
