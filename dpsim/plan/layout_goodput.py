@@ -34,7 +34,7 @@ layout, as much as ``--verify``; the closed-form ranking of hundreds of layouts 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_RECOVERY_S
@@ -74,9 +74,8 @@ class CheckpointCost:
     """Read at a restart, seconds (as long as the write: the same bytes per node)."""
 
     def to_dict(self) -> dict:
-        """JSON-able form."""
-        return {"state_bytes": self.state_bytes, "sharded": self.sharded, "writers": self.writers,
-                "node_bytes": self.node_bytes, "write_s": self.write_s, "read_s": self.read_s}
+        """JSON-able form (its fields, all plain values)."""
+        return asdict(self)
 
 
 def state_bytes(param_count: int, precision: Precision, optimizer: str) -> float:

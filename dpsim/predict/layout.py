@@ -65,7 +65,6 @@ from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.context import check_context, cp_buffer_bytes, cp_shard
 from dpsim.strategies.offload import host_step_s, param_fetches
 from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
-from dpsim.collectives.all_to_all import uniform_all_to_all_cost
 from dpsim.workload.routing import RankLoad, parse_routing, rank_load
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes

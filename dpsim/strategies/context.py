@@ -181,8 +181,9 @@ def layer_cp_comm(layer: TpLayer, spec_layer: LayerSpec, full_layer: LayerSpec, 
     ``spec_layer`` is the rank's shard of the layer (its attention op), ``full_layer`` the
     unsharded one (its parameters), ``forward_s`` the layer's forward time on the rank,
     ``cost(op, bytes)`` the ``cp`` communicator's collective time (``broadcast``: one
-    neighbour transfer of the ring; ``all_to_all``: Ulysses' exchange of S bytes per rank). The attention core's time (its share of the layer's
-    FLOPs; backward :data:`FUSED_ATTENTION_BACKWARD_RATIO` times it) hides ring transfers.
+    neighbour transfer of the ring; ``all_to_all``: Ulysses' exchange of S bytes per rank). The
+    attention core's time (its share of the layer's FLOPs; backward
+    :data:`FUSED_ATTENTION_BACKWARD_RATIO` times it) hides ring transfers.
     """
     op = _attention_op(spec_layer)
     if ctx.cp == 1 or op is None:

@@ -13,9 +13,10 @@ over ``pp x virtual_stages`` *virtual stages*; virtual stage ``c x pp + s`` is m
 ``c`` of stage ``s`` (Megatron's interleaved assignment, Narayanan et al. 2021, Sec.
 2.2.2, Fig. 4). By default the virtual stages get block counts that
 differ by at most one, the lighter at the ends (:func:`balanced_counts`; equal counts when
-they divide; when blocks are fewer than virtual stages by up to two, the end ones hold no block
-and run the embedding or the head alone, as Megatron-Core's ``--account-for-embedding-in-pipeline-split``
-and ``--account-for-loss-in-pipeline-split`` place them); ``--stage-layers`` gives each stage its own count, split over its chunks the
+they divide; when blocks are fewer than virtual stages by up to two, the end ones hold no
+block and run the embedding or the head alone, as Megatron-Core's
+``--account-for-embedding-in-pipeline-split`` and ``--account-for-loss-in-pipeline-split``
+place them); ``--stage-layers`` gives each stage its own count, split over its chunks the
 same way, or each virtual stage its own (``pp x virtual_stages`` counts; Megatron's
 ``--decoder-first-pipeline-num-layers`` / ``...-last-...`` generalised). The
 layers before the first block (embedding) run on the first virtual stage, the layers
