@@ -116,6 +116,7 @@ def test_memory_command_and_predict_agree_on_the_fullest_stage():
     (dict(gpus=64, pp=2, activation_checkpointing=True), ["--activation-checkpointing", "--recompute full"]),
     (dict(gpus=64, global_batch=100, micro_batch=1), ["--global-batch: 100", "64"]),
     (dict(gpus=64, global_batch=128, micro_batch=1, grad_accum=3), ["--grad-accum: 3 disagrees"]),
+    (dict(gpus=64, tp=8, tp_comm_overlap="async"), ["--tp-comm-overlap: 'async'", "--sequence-parallel"]),
 ])
 def test_layout_rules_are_one_line(kwargs, needles):
     with pytest.raises(ConfigError) as exc:
@@ -132,6 +133,12 @@ def test_layout_rules_are_one_line(kwargs, needles):
     (dict(gpus=64, pp=3, dp=None, link="infiniband", model="llama-2-13b"), "not a multiple"),
     (dict(gpus=64, pp=16, link="infiniband", model="llama-2-13b", global_batch=64, micro_batch=1,
           schedule="1f1b-interleaved", virtual_stages=4), "leave a chunk without blocks"),
+    # Async tensor parallelism copies peer to peer over NVSwitch: not across the network, not over PCIe.
+    (dict(gpus=32, tp=16, link="infiniband", model="llama-2-7b", sequence_parallel=True, tp_across_network=True,
+          tp_comm_overlap="async"), "^--tp-comm-overlap: 'async' copies between GPUs over NVSwitch, but --tp 16 "
+                                    "crosses the network"),
+    (dict(gpus=16, tp=4, link="pcie", model="llama-2-7b", sequence_parallel=True, tp_comm_overlap="async"),
+     "^--tp-comm-overlap: 'async' .* joined by pcie"),
 ])
 def test_layouts_that_cannot_be_placed_are_refused(kwargs, needle):
     with pytest.raises(ConfigError, match=needle):

@@ -511,7 +511,7 @@ class Planner:
                           cp_cost=(lambda op, size: context_comm_s(gc, cost, op, size)) if c.cp > 1 else None,
                           cp_model=self.model if c.cp > 1 else None,
                           ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.moe_a2a))
-                          if c.ep > 1 else None)
+                          if c.ep > 1 else None, gpu=self.gpu)
         tab = self._tables[key] = _Tables(work)
         return tab
 
@@ -565,7 +565,8 @@ class Planner:
                             if moe is not None:
                                 check_experts(self.model, _ExpertAsk(tp=tp, cp=cp, ep=ep))
                             check_layout_placement(topo, LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep),
-                                                   tp_across_network=self.base.tp_across_network)
+                                                   tp_across_network=self.base.tp_across_network,
+                                                   tp_comm_overlap=self.base.tp_comm_overlap)
                         except ConfigError:
                             refused += 1
                             continue
@@ -596,6 +597,8 @@ class Planner:
                     for sp in sps:
                         if sp and tp == 1:
                             continue
+                        if tp > 1 and not sp and self.base.tp_comm_overlap == "async":
+                            continue  # async TP decomposes sequence parallelism's collectives only
                         for schedule, v in self._schedules(pp, m, self.n_blocks, schedules):
                             out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, strategy=strategy,
                                                  micro_batch=mb, recompute=recompute, schedule=schedule,
