@@ -425,3 +425,51 @@ def test_fsdp_without_pipeline_stages_reshards_after_forward():
     assert gathered == 2 * reduced
     piped = predict(PredictConfig(tp=4, pp=2, **base))
     assert piped.memory.weights_bytes > numel / 2 * w * 0.9  # the stage's parameters, gathered for the step
+
+
+def test_plan_takes_the_flags_of_its_tensor_and_context_parallel_candidates():
+    """--tp-comm-overlap and --cp-comm apply to the candidates with tp or cp above 1 (plan's base has
+    neither, and predict refuses them without); async tensor parallelism searches sequence
+    parallelism only."""
+    out = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16",
+                          "--link", "aws-p5", "--seq-len", "32768", "--global-batch", "16", "--tp", "2", "--cp", "4",
+                          "--tp-comm-overlap", "async", "--cp-comm", "a2a", "--recompute", "full", "--verify", "1",
+                          "--top", "3", "--json"], capture_output=True, text=True, check=True)
+    d = json.loads(out.stdout)
+    assert "--sequence-parallel --tp-comm-overlap async --cp-comm a2a " in d["best"]["flags"]
+    assert all("--sequence-parallel --tp-comm-overlap async" in e["flags"] for e in d["layouts"])
+    config = d["best_prediction"]["config"]
+    assert config["tp_comm_overlap"] == "async" and config["cp_comm"] == "a2a"
+    from dpsim.plan.planner import plan_layouts
+    base = PredictConfig(model="llama-2-7b", link="aws-p5", seq_len=32768)
+    kw = dict(gpus=[16], global_batch=16, tps=[2], cps=[4], pps=[1], micro_batches=[1], recomputes=["full"],
+              strategies=["zero1"], sequence_parallel=True, verify=0, top=1)
+    ring, ulysses = (plan_layouts(base, cp_comm=c, **kw).best for c in ("p2p", "a2a"))
+    assert ring.candidate.cp_comm == "p2p" and ulysses.candidate.cp_comm == "a2a"
+    assert ring.step_time_s != ulysses.step_time_s
+
+
+def test_plan_takes_the_routing_and_a_calibration():
+    """--moe-routing: the busiest expert rank paces the closed form and the verified step alike;
+    --calibration: the profile's measured collectives cost every candidate."""
+    from dpsim.plan.planner import plan_layouts
+    base = PredictConfig(model="mixtral-8x7b", link="infiniband", precision="bf16-params")
+    kw = dict(gpus=[64], global_batch=256, tps=[1], pps=[1], eps=[8], micro_batches=[1], recomputes=["full"],
+              strategies=["zero1"], verify=1, top=1)
+    balanced = plan_layouts(base, **kw)
+    skewed = plan_layouts(dataclasses.replace(base, moe_routing="zipf:1.2"), **kw)
+    assert skewed.best.candidate == balanced.best.candidate
+    assert skewed.best.step_time_s > balanced.best.step_time_s
+    assert "--moe-routing zipf:1.2 " in skewed.to_dict()["command"]
+    out = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16",
+                          "--link", "aws-p4de", "--calibration", "aws-p4de-2node", "--global-batch", "64", "--tp", "2",
+                          "--pp", "1", "--micro-batches", "4", "--strategies", "zero1", "--recompute", "full",
+                          "--no-sequence-parallel", "--verify", "1", "--top", "1", "--json"],
+                         capture_output=True, text=True, check=True)
+    d = json.loads(out.stdout)
+    assert "--calibration aws-p4de-2node " in d["command"]
+    assert d["best_prediction"]["config"]["calibration"] == "aws-p4de-2node"
+    plain = plan_layouts(PredictConfig(model="llama-2-7b", link="aws-p4de"), gpus=[16], global_batch=64, tps=[2],
+                         pps=[1], micro_batches=[4], strategies=["zero1"], recomputes=["full"], sequence_parallel=False,
+                         verify=1, top=1).best
+    assert d["best"]["flags"] == plain.candidate.flags() and d["best"]["step_time_s"] != plain.step_time_s

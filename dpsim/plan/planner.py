@@ -91,7 +91,8 @@ from dpsim.topology.cluster import Topology
 from dpsim.workload.precision import get_precision
 from dpsim.workload.spec import ModelSpec
 
-_LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "strategy", "micro_batch", "recompute", "activation_checkpointing",
+_LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
+                         "tp_across_network", "strategy", "micro_batch", "recompute", "activation_checkpointing",
                          "schedule", "virtual_stages", "sequence_parallel", "grad_accum", "global_batch",
                          "stage_layers", "grad_accum_fusion"})
 """Fields a candidate sets itself (the rest of the command is the job's)."""
@@ -156,6 +157,12 @@ class Candidate:
     """Weight gradients accumulated by their GEMM (``--no-grad-accum-fusion``: one more add per
     parameter and micro-batch); always on without tensor or pipeline parallelism, where it
     does not apply."""
+    tp_comm_overlap: str = "backward"
+    """The job's ``--tp-comm-overlap``, which applies when ``tp`` is above 1."""
+    tp_across_network: bool = False
+    """The job allows a tensor-parallel group across the network (``--tp-across-network``)."""
+    cp_comm: str = "p2p"
+    """The job's ``--cp-comm``, which applies when ``cp`` is above 1."""
 
     @property
     def sharded(self) -> bool:
@@ -166,13 +173,13 @@ class Candidate:
         """The :class:`PredictConfig` of this layout on ``base``'s job."""
         return dataclasses.replace(
             base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=1,
-            cp_comm=base.cp_comm if self.cp > 1 else "p2p", cp_balance=base.cp_balance or self.cp == 1,
+            cp_comm=self.cp_comm if self.cp > 1 else "p2p", cp_balance=base.cp_balance or self.cp == 1,
             strategy=self.strategy,
             micro_batch=self.micro_batch, recompute=self.recompute if self.sharded else "off",
             activation_checkpointing=self.recompute == "full" and not self.sharded,
             schedule=self.schedule, virtual_stages=self.virtual_stages, sequence_parallel=self.sequence_parallel,
-            grad_accum=1, global_batch=self.global_batch, tp_comm_overlap=base.tp_comm_overlap if self.tp > 1 else "backward",
-            tp_across_network=base.tp_across_network and self.tp > 1,
+            grad_accum=1, global_batch=self.global_batch, tp_comm_overlap=self.tp_comm_overlap if self.tp > 1 else "backward",
+            tp_across_network=self.tp_across_network and self.tp > 1,
             grad_accum_fusion=self.grad_accum_fusion or not self.sharded)
 
     def command(self, base: PredictConfig) -> str:
@@ -202,6 +209,12 @@ class Candidate:
             out += f" --schedule {self.schedule} --virtual-stages {self.virtual_stages}"
         if self.sequence_parallel:
             out += " --sequence-parallel"
+        if self.tp > 1 and self.tp_comm_overlap != "backward":
+            out += f" --tp-comm-overlap {self.tp_comm_overlap}"
+        if self.tp > 1 and self.tp_across_network:
+            out += " --tp-across-network"
+        if self.cp > 1 and self.cp_comm != "p2p":
+            out += f" --cp-comm {self.cp_comm}"
         if self.recompute != "off":
             out += " --activation-checkpointing" if not self.sharded else f" --recompute {self.recompute}"
         if not self.grad_accum_fusion and self.sharded:
@@ -391,11 +404,16 @@ class _ExpertAsk:
 class Planner:
     """The searches of one job (model, cluster design, precision): caches shared by every candidate."""
 
-    def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True):
+    def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True, tp_comm_overlap: str | None = None,
+                 tp_across_network: bool | None = None, cp_comm: str | None = None):
         self.base = base
-        # The job's setting, kept apart from ``base``: a config without --tp/--pp refuses
-        # --no-grad-accum-fusion, and the search's base has neither.
+        # The job's settings, kept apart from ``base``: a config without --tp/--pp refuses
+        # --no-grad-accum-fusion, one without --tp the tensor-parallel flags, one without --cp
+        # --cp-comm, and the search's base has none of them (``None``: base's own).
         self.grad_accum_fusion = grad_accum_fusion
+        self.tp_comm_overlap = base.tp_comm_overlap if tp_comm_overlap is None else tp_comm_overlap
+        self.tp_across_network = base.tp_across_network if tp_across_network is None else tp_across_network
+        self.cp_comm = base.cp_comm if cp_comm is None else cp_comm
         self.model: ModelSpec = load_model(base)
         self.precision = get_precision(base.precision, base.fp8, strategy=base.strategy,
                                        fsdp_version=base.fsdp_version, compile=base.compile)
@@ -474,7 +492,7 @@ class Planner:
 
     def context(self, cp: int) -> ContextParallel:
         """The job's context parallelism at ``cp`` ranks."""
-        return ContextParallel(cp=cp, comm=self.base.cp_comm if cp > 1 else "p2p",
+        return ContextParallel(cp=cp, comm=self.cp_comm if cp > 1 else "p2p",
                                balanced=self.base.cp_balance or cp == 1)
 
     def tables(self, c: Candidate, gc: GroupCollectives) -> _Tables:
@@ -495,7 +513,7 @@ class Planner:
             compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, self.precision)
         ctx = self.context(c.cp)
         layout = Layout(tp=tp, micro_batch=micro_batch, sequence_parallel=sp, recompute=recompute,
-                        tp_comm_overlap=self.base.tp_comm_overlap if tp > 1 else "backward",
+                        tp_comm_overlap=self.tp_comm_overlap if tp > 1 else "backward",
                         grad_accum_fusion=c.grad_accum_fusion, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced,
                         ep=c.ep)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
@@ -525,7 +543,7 @@ class Planner:
         moe = self.model.moe
         refused = 0
         out: list[Candidate] = []
-        tp_values = tps or [t for t in _divisors(gpus) if t <= (gpus if self.base.tp_across_network else domain)]
+        tp_values = tps or [t for t in _divisors(gpus) if t <= (gpus if self.tp_across_network else domain)]
         long_sequence = (self.model.tokens_per_sample or 0) >= CP_MIN_TOKENS
         for tp in tp_values:
             if gpus % tp:
@@ -565,8 +583,8 @@ class Planner:
                             if moe is not None:
                                 check_experts(self.model, _ExpertAsk(tp=tp, cp=cp, ep=ep))
                             check_layout_placement(topo, LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep),
-                                                   tp_across_network=self.base.tp_across_network,
-                                                   tp_comm_overlap=self.base.tp_comm_overlap)
+                                                   tp_across_network=self.tp_across_network,
+                                                   tp_comm_overlap=self.tp_comm_overlap)
                         except ConfigError:
                             refused += 1
                             continue
@@ -597,13 +615,15 @@ class Planner:
                     for sp in sps:
                         if sp and tp == 1:
                             continue
-                        if tp > 1 and not sp and self.base.tp_comm_overlap == "async":
+                        if tp > 1 and not sp and self.tp_comm_overlap == "async":
                             continue  # async TP decomposes sequence parallelism's collectives only
                         for schedule, v in self._schedules(pp, m, self.n_blocks, schedules):
                             out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, strategy=strategy,
                                                  micro_batch=mb, recompute=recompute, schedule=schedule,
                                                  virtual_stages=v, sequence_parallel=sp, global_batch=global_batch,
-                                                 grad_accum_fusion=self.grad_accum_fusion or not sharded))
+                                                 grad_accum_fusion=self.grad_accum_fusion or not sharded,
+                                                 tp_comm_overlap=self.tp_comm_overlap,
+                                                 tp_across_network=self.tp_across_network, cp_comm=self.cp_comm))
         return out
 
     @staticmethod
@@ -786,12 +806,15 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
                  gpu_hour_usd: PriceOverride = None, rank_by: str = "time", top: int = 10,
                  verify: int = 3, grad_accum_fusion: bool = True,
-                 failures: FailureInputs | None = None, cps=None, eps=None) -> PlanResult:
+                 failures: FailureInputs | None = None, cps=None, eps=None, tp_comm_overlap: str | None = None,
+                 tp_across_network: bool | None = None, cp_comm: str | None = None) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
     ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
     ``failures``: what failures cost when ``rank_by`` is ``goodput`` (default :class:`FailureInputs`);
     ``cps``/``eps``: the context- and expert-parallel sizes to search (default: :data:`DEFAULT_CPS` for a
-    sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1)."""
+    sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1);
+    ``tp_comm_overlap``/``tp_across_network``/``cp_comm``: the job's flags that apply to the candidates
+    with that parallelism (a base without ``--tp``/``--cp`` cannot hold them; ``None``: ``base``'s)."""
     t0 = time.perf_counter()
     base = resolve(base).config
     if rank_by not in RANKINGS:
@@ -805,7 +828,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         failures = FailureInputs()
     if budget_usd is not None and tokens is None and samples is None:
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
-    planner = Planner(base, grad_accum_fusion=grad_accum_fusion)
+    planner = Planner(base, grad_accum_fusion=grad_accum_fusion, tp_comm_overlap=tp_comm_overlap,
+                      tp_across_network=tp_across_network, cp_comm=cp_comm)
     if eps and max(eps) > 1 and planner.model.moe is None:
         raise ConfigError(f"--ep: {','.join(map(str, eps))} splits the experts of a mixture of experts, but "
                           f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
