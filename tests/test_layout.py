@@ -473,3 +473,28 @@ def test_plan_takes_the_routing_and_a_calibration():
                          pps=[1], micro_batches=[4], strategies=["zero1"], recomputes=["full"], sequence_parallel=False,
                          verify=1, top=1).best
     assert d["best"]["flags"] == plain.candidate.flags() and d["best"]["step_time_s"] != plain.step_time_s
+
+
+def test_plan_searches_dualpipe_when_asked():
+    """DualPipe (--schedules dualpipe): searched where it runs (p even, m even and >= 2p); its
+    closed form (the paper's bubble) is the simulation's step within 3 %, its memory (each stage
+    holds two stages' parameters) predict's own, and it idles less than 1F1B."""
+    from dpsim.plan.planner import plan_layouts
+    base = PredictConfig(model="llama-2-13b", link="infiniband", precision="bf16-params")
+    kw = dict(gpus=[64], global_batch=256, tps=[4], pps=[4], micro_batches=[1], recomputes=["full"],
+              strategies=["zero1"], sequence_parallel=True, top=1)
+    one_f, dual = (plan_layouts(base, schedules=[s], verify=0, **kw).best for s in ("1f1b", "dualpipe"))
+    assert dual.candidate.schedule == "dualpipe" and dual.bubble_s < one_f.bubble_s
+    assert dual.memory_bytes > one_f.memory_bytes
+    verified = plan_layouts(base, schedules=["dualpipe"], verify=1, **kw).best
+    assert verified.verified.config.schedule == "dualpipe"
+    assert verified.memory_bytes == dual.memory_bytes
+    assert dual.step_time_s == pytest.approx(verified.step_time_s, rel=0.03)
+    from dpsim.plan.planner import Planner
+    planner = Planner(base)
+    shapes, _ = planner.candidates(96, global_batch=96, tps=(4,), pps=(3, 4), micro_batches=(1,),
+                                   recomputes=("full",), schedules=("dualpipe",))
+    assert {(c.pp, c.schedule) for c in shapes} == {(4, "dualpipe")}  # not 3 stages: an even count
+    few, _ = planner.candidates(96, global_batch=36, tps=(4,), pps=(4,), micro_batches=(1,), recomputes=("full",),
+                                schedules=("dualpipe",))
+    assert few == []  # 6 micro-batches per replica, fewer than 2 x 4

@@ -47,7 +47,7 @@ def plan_command(
                                   help="Recomputation modes to search: off, selective, full.",
                                   rich_help_panel=SEARCH),
     schedules: str = typer.Option("1f1b,1f1b-interleaved", "--schedules",
-                                  help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1.",
+                                  help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1, dualpipe.",
                                   rich_help_panel=SEARCH),
     sequence_parallel: Optional[bool] = typer.Option(
         None, "--sequence-parallel/--no-sequence-parallel",
@@ -134,7 +134,8 @@ def plan_command(
         strategies=parse_choice_list(strategies, "--strategies", tuple(LAYOUT_DP_STRATEGIES)),
         micro_batches=parse_int_list(micro_batches, "--micro-batches"),
         recomputes=parse_choice_list(recompute, "--recompute", ("off", "selective", "full")),
-        schedules=parse_choice_list(schedules, "--schedules", ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1")),
+        schedules=parse_choice_list(schedules, "--schedules",
+                                    ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1", "dualpipe")),
         sequence_parallel=sequence_parallel, cps=parse_int_list(cp, "--cp"), eps=parse_int_list(ep, "--ep"),
         tokens=None if tokens is None else parse_count(tokens, "--tokens"),
         samples=None if samples is None else parse_count(samples, "--samples"),

@@ -142,7 +142,8 @@ class Candidate:
     recompute: str
     """``none``, ``selective`` or ``full``."""
     schedule: str
-    """``1f1b`` or ``1f1b-interleaved`` (``1f1b`` without pipeline parallelism)."""
+    """``1f1b``, ``1f1b-interleaved``, ``gpipe``, ``zb-h1`` or ``dualpipe`` (``1f1b`` without pipeline
+    parallelism)."""
     virtual_stages: int
     """Model chunks per stage."""
     sequence_parallel: bool
@@ -638,6 +639,8 @@ class Planner:
             out.append(("gpipe", 1))
         if "zb-h1" in wanted:
             out.append(("zb-h1", 1))
+        if "dualpipe" in wanted and pp % 2 == 0 and m % 2 == 0 and m >= 2 * pp:
+            out.append(("dualpipe", 1))
         if "1f1b-interleaved" in wanted and m % pp == 0:
             # The chunk counts that divide a stage's blocks, and the small ones that do not
             # (chunks then differ by one block).
@@ -656,7 +659,7 @@ class Planner:
 
     def assignment(self, tp: int, layout: Layout):
         """Layers of each stage's chunks, as ``predict`` splits them (cached by shape)."""
-        key = (tp, layout.pp, layout.chunks)
+        key = (tp, layout.pp, layout.chunks, layout.schedule == "dualpipe")
         a = self._assignments.get(key)
         if a is None:
             a = self._assignments[key] = stage_assignment(self.tp_model(tp, False), layout)
@@ -683,8 +686,8 @@ class Planner:
         # busiest rank's rows of compute, not its bytes), so the closed form's shard serves too.
         split = self.experts(c)[0]
         tpm = self.tp_model(c.tp, c.sequence_parallel, c.cp, split)
-        key = (c.tp, c.sequence_parallel, layout.recompute, layout.recompute_every, layout.pp, layout.chunks, c.cp,
-               split)
+        key = (c.tp, c.sequence_parallel, layout.recompute, layout.recompute_every, layout.pp, layout.chunks,
+               layout.schedule == "dualpipe", c.cp, split)
         activations = self._activations.get(key)
         if activations is None:
             activations = self._activations[key] = stage_activation_bytes(tpm, assignment, layout)
@@ -732,6 +735,10 @@ class Planner:
         tpm = self.tp_model(c.tp, c.sequence_parallel, c.cp, split)
         virtual_layers = [assignment[g % p][g // p] for g in range(p * v)]
         n_virtual = p * v
+        # Each chunk of a stage and the micro-batches it runs: DualPipe's two chunks (a stage of each
+        # direction) run half of them each.
+        dual = c.schedule == "dualpipe"
+        stage_chunks = [[(layers, m / 2.0) for layers in assignment[s]] for s in range(p)] if dual else []
         x = []
         for s in range(p):
             xs = 0.0
@@ -739,9 +746,18 @@ class Planner:
                 for i in virtual_layers[ch * p + s]:
                     xs += tab.forward[i] + tab.backward[i]
             x.append(xs)
+        if dual:
+            x = [sum(n / m * sum(tab.forward[i] + tab.backward[i] for i in layers) for layers, n in chunks)
+                 for chunks in stage_chunks]
         xmax = max(x)
         pipe = m * xmax + (sum(x) - xmax) / v
-        if c.schedule == "zb-h1" and sum(x) > 0:
+        if dual:
+            # The paper's bubble, (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 report, Table 2), for the heaviest chunk.
+            fb, bk, wg = max(((sum(tab.forward[i] + tab.backward[i] for i in layers),
+                               sum(tab.backward[i] for i in layers), sum(tab.weight_grad[i] for i in layers))
+                              for chunks in assignment for layers in chunks), key=lambda t: t[0])
+            pipe = m * xmax + max(0.0, (p / 2 - 1) * (fb + bk - 3.0 * wg))
+        elif c.schedule == "zb-h1" and sum(x) > 0:
             # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
             share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
             pipe = m * xmax + (sum(x) - xmax) * max(0.0, 1.0 - 2.0 * share)
@@ -756,8 +772,12 @@ class Planner:
         p2p = (2 * (n_virtual - 1) + m * v) * (p2p_one + gather) if p > 1 else 0.0
         w, g = self.precision.weight_bytes, self.precision.grad_bytes
         sharded = c.strategy in ("zero1", "fsdp")
-        compute0 = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p])
-        tp_exposed0 = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p])
+        if dual:
+            compute0 = sum(n * sum(tab.compute[i] for i in layers) for layers, n in stage_chunks[0])
+            tp_exposed0 = sum(n * sum(tab.tp_exposed[i] for i in layers) for layers, n in stage_chunks[0])
+        else:
+            compute0 = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p])
+            tp_exposed0 = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p])
         # data-parallel collectives of stage 0 and what the last backward cannot hide
         dp_exposed = 0.0
         # Gradients reduce over dp x cp (the routed experts' over fewer, edp: not told apart here).
