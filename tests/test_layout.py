@@ -236,6 +236,7 @@ def test_plan_memory_is_predicts_memory(model, kw, strategy, recompute):
 @pytest.mark.parametrize("model, seq_len, kw", [
     ("mixtral-8x7b", None, dict(tp=2, pp=2, dp=16, ep=8, sequence_parallel=True)),
     ("mixtral-8x7b", None, dict(tp=1, pp=4, dp=16, ep=4, sequence_parallel=False)),
+    ("mixtral-8x7b", None, dict(tp=2, pp=2, dp=16, ep=4, etp=2, sequence_parallel=True)),
     ("llama-3-8b", 32768, dict(tp=2, cp=4, pp=1, dp=8, sequence_parallel=True)),
     ("llama-3-8b", 32768, dict(tp=1, cp=2, pp=2, dp=16, sequence_parallel=False)),
 ])
@@ -258,8 +259,14 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
     from dpsim.plan.planner import CP_MIN_TOKENS, Planner, plan_layouts
     moe = PredictConfig(model="mixtral-8x7b", link="infiniband", precision="bf16-mixed")
     cands, _ = Planner(moe).candidates(64, global_batch=256, micro_batches=(1,), recomputes=("full",))
-    assert {c.ep for c in cands} == {1, 2, 4, 8}
+    assert {c.ep for c in cands} == {1, 2, 4, 8} and {c.etp for c in cands} == {1}
     assert all(8 % c.ep == 0 and (c.tp * c.cp * c.dp) % c.ep == 0 and c.cp == 1 for c in cands)
+    # --etp: the expert-tensor-parallel sizes asked for, carved with ep out of tp x cp x dp
+    both, _ = Planner(moe).candidates(64, global_batch=256, tps=(2,), eps=(4, 8), etps=(1, 2), micro_batches=(1,),
+                                      recomputes=("full",))
+    assert {(c.ep, c.etp) for c in both} == {(4, 1), (4, 2), (8, 1), (8, 2)}
+    assert all((c.tp * c.cp * c.dp) % (c.ep * c.etp) == 0 for c in both)
+    assert " --ep 8 --etp 2 " in next(c for c in both if c.etp == 2 and c.ep == 8).flags()
     # Megatron-Core runs an MoE's router on the sequence-parallel shard: sp exactly when tp > 1.
     assert all(c.sequence_parallel == (c.tp > 1) for c in cands)
     result = plan_layouts(moe, gpus=[64], global_batch=256, tps=(1, 2), pps=(1, 2), micro_batches=(1,),
@@ -280,6 +287,8 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
     with pytest.raises(ConfigError, match="^--ep: 2 splits the experts of a mixture of experts, but llama-3-8b is "
                                           "dense"):
         plan_layouts(dense, gpus=[64], global_batch=64, eps=(2,))
+    with pytest.raises(ConfigError, match="^--etp: 2 splits the experts"):
+        plan_layouts(dense, gpus=[64], global_batch=64, etps=(2,))
 
 
 @pytest.mark.slow

@@ -35,8 +35,10 @@ def plan_command(
                                                          "sequence of 16K tokens or more, else 1).",
                                      rich_help_panel=SEARCH),
     ep: Optional[str] = typer.Option(None, "--ep", help="Expert-parallel sizes to search for a mixture of experts "
-                                                         "(default: every divisor of its experts; etp 1).",
+                                                         "(default: every divisor of its experts).",
                                      rich_help_panel=SEARCH),
+    etp: Optional[str] = typer.Option(None, "--etp", help="Expert-tensor-parallel sizes to search for a mixture of "
+                                                           "experts (default: 1).", rich_help_panel=SEARCH),
     strategies: str = typer.Option("ddp,zero1", "--strategies",
                                    help="Data-parallel strategies to search: ddp, zero1, fsdp.",
                                    rich_help_panel=SEARCH),
@@ -137,6 +139,7 @@ def plan_command(
         schedules=parse_choice_list(schedules, "--schedules",
                                     ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1", "dualpipe")),
         sequence_parallel=sequence_parallel, cps=parse_int_list(cp, "--cp"), eps=parse_int_list(ep, "--ep"),
+        etps=parse_int_list(etp, "--etp"),
         tokens=None if tokens is None else parse_count(tokens, "--tokens"),
         samples=None if samples is None else parse_count(samples, "--samples"),
         budget_usd=budget_usd, gpu_hour_usd=parse_price_overrides(gpu_hour_usd or []), rank_by=rank, top=top,

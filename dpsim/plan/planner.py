@@ -11,7 +11,7 @@ recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe`` and ``zb-h1`` when asked: GPipe
 takes the time of 1F1B with more memory, so it is never better) and sequence
 parallelism (with ``tp > 1``). For a mixture of experts, every expert-parallel size ``ep``
-dividing its experts and ``tp x cp x dp`` (``etp`` 1, sequence parallelism exactly when
+dividing its experts and ``tp x cp x dp`` (``etp`` 1 unless ``--etp``, sequence parallelism exactly when
 ``tp > 1``, as ``predict`` requires); for a sequence of :data:`CP_MIN_TOKENS` or more, the
 context-parallel sizes :data:`DEFAULT_CPS` that cut it into ``2 x cp`` chunks (GPUs =
 ``tp x cp x pp x dp``).
@@ -153,7 +153,9 @@ class Candidate:
     cp: int = 1
     """Context-parallel size (``tp x cp x pp x dp`` GPUs)."""
     ep: int = 1
-    """Expert-parallel size of a mixture of experts (``etp`` 1), carved out of ``tp x cp x dp``."""
+    """Expert-parallel size of a mixture of experts, carved with ``etp`` out of ``tp x cp x dp``."""
+    etp: int = 1
+    """Expert-tensor-parallel size (each expert's width split over it)."""
     grad_accum_fusion: bool = True
     """Weight gradients accumulated by their GEMM (``--no-grad-accum-fusion``: one more add per
     parameter and micro-batch); always on without tensor or pipeline parallelism, where it
@@ -168,12 +170,12 @@ class Candidate:
     @property
     def sharded(self) -> bool:
         """Tensor, pipeline, context or expert parallelism: the layout path (else data parallelism alone)."""
-        return self.tp * self.pp * self.cp * self.ep > 1
+        return self.tp * self.pp * self.cp * self.ep * self.etp > 1
 
     def config(self, base: PredictConfig) -> PredictConfig:
         """The :class:`PredictConfig` of this layout on ``base``'s job."""
         return dataclasses.replace(
-            base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=1,
+            base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
             cp_comm=self.cp_comm if self.cp > 1 else "p2p", cp_balance=base.cp_balance or self.cp == 1,
             strategy=self.strategy,
             micro_batch=self.micro_batch, recompute=self.recompute if self.sharded else "off",
@@ -202,7 +204,7 @@ class Candidate:
     def flags(self) -> str:
         """The ``dpsim predict`` flags of the layout."""
         cp = f" --cp {self.cp}" if self.cp > 1 else ""
-        ep = f" --ep {self.ep}" if self.ep > 1 else ""
+        ep = (f" --ep {self.ep}" if self.ep > 1 else "") + (f" --etp {self.etp}" if self.etp > 1 else "")
         out = (f"--gpus {self.gpus} --tp {self.tp}{cp} --pp {self.pp} --dp {self.dp}{ep} "
                f"--micro-batch {self.micro_batch} --global-batch {self.global_batch}")
         out += f" --strategy {self.strategy}"
@@ -397,7 +399,7 @@ class _ExpertAsk:
     ep: int
     """Expert-parallel size."""
     etp: int = 1
-    """Expert-tensor-parallel size (the planner keeps 1)."""
+    """Expert-tensor-parallel size."""
     sequence_parallel: bool = True
     """Always on for an MoE with ``tp > 1`` (the candidates never leave it off)."""
 
@@ -448,12 +450,13 @@ class Planner:
                 self.gpu = get_gpu(topo.spec.gpu)
         return topo
 
-    def collectives(self, gpus: int, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1) -> GroupCollectives:
+    def collectives(self, gpus: int, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1,
+                    etp: int = 1) -> GroupCollectives:
         """The layout's communicators, their models shared with every other layout of the same shapes."""
-        key = (gpus, tp, pp, dp, cp, ep)
+        key = (gpus, tp, pp, dp, cp, ep, etp)
         gc = self._collectives.get(key)
         if gc is None:
-            shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+            shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp)
             inner = build_collectives(self.base, self.topology(gpus), layout=shape)
             make = inner._make  # the factory of the job's models, memoised here by communicator shape
 
@@ -484,7 +487,7 @@ class Planner:
         the verified candidates are simulated with their own."""
         if self.model.moe is None:
             return NO_EXPERT_SPLIT, None
-        key = (c.tp, c.cp, c.ep)
+        key = (c.tp, c.cp, c.ep, c.etp)
         hit = self._splits.get(key)
         if hit is None:
             cfg = dataclasses.replace(c, micro_batch=1).config(self.base)
@@ -516,7 +519,7 @@ class Planner:
         layout = Layout(tp=tp, micro_batch=micro_batch, sequence_parallel=sp, recompute=recompute,
                         tp_comm_overlap=self.tp_comm_overlap if tp > 1 else "backward",
                         grad_accum_fusion=c.grad_accum_fusion, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced,
-                        ep=c.ep)
+                        ep=c.ep, etp=c.etp)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
         accumulate = () if layout.grad_accum_fusion else \
             gradient_accumulation_s(tpm, self.gpu, self.precision.grad_bytes)
@@ -536,7 +539,7 @@ class Planner:
 
     def candidates(self, gpus: int, *, tps=None, pps=None, strategies=None, micro_batches=None, recomputes=None,
                    schedules=None, sequence_parallel=None, global_batch: int, cps=None,
-                   eps=None) -> tuple[list[Candidate], dict]:
+                   eps=None, etps=None) -> tuple[list[Candidate], dict]:
         """Every layout of the search space on ``gpus`` GPUs, and how many were refused by placement."""
         topo = self.topology(gpus)
         domain = nvlink_domain_gpus(topo)
@@ -575,31 +578,33 @@ class Planner:
                     if pp > n_blocks:
                         refused += 1
                         continue
-                    # Expert parallelism (etp 1) carved out of tp x cp x dp, as predict requires.
+                    # Expert parallelism carved out of tp x cp x dp, as predict requires.
                     ep_values = (eps or _divisors(moe.experts)) if moe is not None else (1,)
-                    for ep in ep_values:
-                        if (tp * cp * dp) % ep:
+                    experts = [(ep, etp) for ep in ep_values for etp in ((etps or (1,)) if moe is not None else (1,))]
+                    for ep, etp in experts:
+                        if (tp * cp * dp) % (ep * etp):
                             continue
                         try:
                             if moe is not None:
-                                check_experts(self.model, _ExpertAsk(tp=tp, cp=cp, ep=ep))
-                            check_layout_placement(topo, LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep),
+                                check_experts(self.model, _ExpertAsk(tp=tp, cp=cp, ep=ep, etp=etp))
+                            check_layout_placement(topo, LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp),
                                                    tp_across_network=self.tp_across_network,
                                                    tp_comm_overlap=self.tp_comm_overlap)
                         except ConfigError:
                             refused += 1
                             continue
-                        out += self._variants(gpus, tp, cp, pp, dp, ep, global_batch=global_batch,
+                        out += self._variants(gpus, tp, cp, pp, dp, ep, etp, global_batch=global_batch,
                                               strategies=strategies, micro_batches=micro_batches,
                                               recomputes=recomputes, schedules=schedules,
                                               sequence_parallel=sequence_parallel)
         return out, {"refused_by_placement": refused}
 
-    def _variants(self, gpus: int, tp: int, cp: int, pp: int, dp: int, ep: int, *, global_batch: int, strategies,
+    def _variants(self, gpus: int, tp: int, cp: int, pp: int, dp: int, ep: int, etp: int = 1, *, global_batch: int,
+                  strategies,
                   micro_batches, recomputes, schedules, sequence_parallel) -> list[Candidate]:
         """The strategies, micro-batches, recomputations, sequence parallelism and schedules of one shape."""
         out = []
-        sharded = tp * cp * pp * ep > 1
+        sharded = tp * cp * pp * ep * etp > 1
         # Megatron-Core runs an MoE's router and all-to-all on the sequence-parallel shard.
         sps = (sequence_parallel,) if sequence_parallel is not None else \
             ((tp > 1,) if self.model.moe is not None else (True, False))
@@ -619,7 +624,8 @@ class Planner:
                         if tp > 1 and not sp and self.tp_comm_overlap == "async":
                             continue  # async TP decomposes sequence parallelism's collectives only
                         for schedule, v in self._schedules(pp, m, self.n_blocks, schedules):
-                            out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, strategy=strategy,
+                            out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
+                                                 strategy=strategy,
                                                  micro_batch=mb, recompute=recompute, schedule=schedule,
                                                  virtual_stages=v, sequence_parallel=sp, global_batch=global_batch,
                                                  grad_accum_fusion=self.grad_accum_fusion or not sharded,
@@ -655,7 +661,7 @@ class Planner:
         return Layout(tp=c.tp, pp=c.pp, dp=c.dp, virtual_stages=c.virtual_stages, schedule=c.schedule,
                       micro_batch=c.micro_batch, micro_batches=micro_batches, sequence_parallel=c.sequence_parallel,
                       recompute=c.recompute, recompute_every=self.base.recompute_every,
-                      strategy=c.strategy, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep)
+                      strategy=c.strategy, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep, etp=c.etp)
 
     def assignment(self, tp: int, layout: Layout):
         """Layers of each stage's chunks, as ``predict`` splits them (cached by shape)."""
@@ -729,7 +735,7 @@ class Planner:
             return Estimate(candidate=c, step_time_s=math.inf, memory_bytes=memory, usable_bytes=usable,
                             compute_s=0.0, tp_exposed_s=0.0, bubble_s=0.0, p2p_s=0.0, dp_exposed_s=0.0,
                             optimizer_s=0.0, samples_per_s=0.0, tokens_per_s=None, mfu=None, usd_per_hour=None)
-        gc = self.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep)
+        gc = self.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp)
         tab = self.tables(c, gc)
         split = self.experts(c)[0]
         tpm = self.tp_model(c.tp, c.sequence_parallel, c.cp, split)
@@ -826,13 +832,15 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
                  gpu_hour_usd: PriceOverride = None, rank_by: str = "time", top: int = 10,
                  verify: int = 3, grad_accum_fusion: bool = True,
-                 failures: FailureInputs | None = None, cps=None, eps=None, tp_comm_overlap: str | None = None,
-                 tp_across_network: bool | None = None, cp_comm: str | None = None) -> PlanResult:
+                 failures: FailureInputs | None = None, cps=None, eps=None, etps=None,
+                 tp_comm_overlap: str | None = None, tp_across_network: bool | None = None,
+                 cp_comm: str | None = None) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
     ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
     ``failures``: what failures cost when ``rank_by`` is ``goodput`` (default :class:`FailureInputs`);
     ``cps``/``eps``: the context- and expert-parallel sizes to search (default: :data:`DEFAULT_CPS` for a
-    sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1);
+    sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1); ``etps``: the
+    expert-tensor-parallel sizes to search (default 1);
     ``tp_comm_overlap``/``tp_across_network``/``cp_comm``: the job's flags that apply to the candidates
     with that parallelism (a base without ``--tp``/``--cp`` cannot hold them; ``None``: ``base``'s)."""
     t0 = time.perf_counter()
@@ -850,10 +858,11 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion, tp_comm_overlap=tp_comm_overlap,
                       tp_across_network=tp_across_network, cp_comm=cp_comm)
-    if eps and max(eps) > 1 and planner.model.moe is None:
-        raise ConfigError(f"--ep: {','.join(map(str, eps))} splits the experts of a mixture of experts, but "
-                          f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
-                          f"--model mixtral-8x7b)")
+    for flag, sizes in (("--ep", eps), ("--etp", etps)):
+        if sizes and max(sizes) > 1 and planner.model.moe is None:
+            raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "
+                              f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
+                              f"--model mixtral-8x7b)")
     counts = {"candidates": 0, "refused_by_placement": 0, "do_not_fit": 0, "over_budget": 0, "ranked": 0}
     fitting: list[Estimate] = []
     closest: Estimate | None = None
@@ -862,7 +871,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         cands, info = planner.candidates(n, tps=tps, pps=pps, strategies=strategies, micro_batches=micro_batches,
                                          recomputes=recomputes, schedules=schedules,
                                          sequence_parallel=sequence_parallel, global_batch=global_batch,
-                                         cps=cps, eps=eps)
+                                         cps=cps, eps=eps, etps=etps)
         counts["candidates"] += len(cands)
         counts["refused_by_placement"] += info["refused_by_placement"]
         if counts["candidates"] > MAX_PLAN_CANDIDATES:
