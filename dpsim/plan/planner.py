@@ -8,8 +8,10 @@ first and last stage the lighter share when they do not divide), data-parallel r
 (``ddp``, ``zero1``, ``fsdp``), micro-batch (dividing the global batch per replica),
 recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 ``1f1b-interleaved`` with every number of chunks that divides a stage's blocks and those
-up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe`` and ``zb-h1`` when asked: GPipe
-takes the time of 1F1B with more memory, so it is never better) and sequence
+up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe``, ``zb-h1`` and ``dualpipe`` when asked: GPipe
+takes the time of 1F1B with more memory, so it is never better; DualPipe, with an even ``p`` and at
+least ``2p`` micro-batches, costs each stage's two chunks half the micro-batches each plus its paper's
+bubble ``(p/2 - 1)(F&B + B - 3W)``) and sequence
 parallelism (with ``tp > 1``). For a mixture of experts, every expert-parallel size ``ep``
 dividing its experts and ``tp x cp x dp`` (``etp`` 1 unless ``--etp``, sequence parallelism exactly when
 ``tp > 1``, as ``predict`` requires); for a sequence of :data:`CP_MIN_TOKENS` or more, the
