@@ -65,6 +65,7 @@ from dataclasses import dataclass
 
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
+from dpsim.hardware import GpuSpec
 from dpsim.workload.roofline import shape_efficiency
 from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec, is_expert_param
 
@@ -604,7 +605,7 @@ chunk's GEMM runs beside the next, "greatly reducing quantization inefficiency"
 (``torch/distributed/_symmetric_memory/__init__.py``, ``_pipelined_multi_all_gather_and_consume``)."""
 
 
-def chunked_gemm_loss(layer: LayerSpec, tp: int, micro_batch: int, gpu) -> tuple[float, float]:
+def chunked_gemm_loss(layer: LayerSpec, tp: int, micro_batch: int, gpu: GpuSpec) -> tuple[float, float]:
     """Extra time, as a fraction, of a tensor-parallel block's column- and row-parallel GEMMs
     when asynchronous tensor parallelism runs each in ``tp`` chunks of ``m / tp`` rows, two at a
     time (:data:`ASYNC_TP_CONCURRENT_CHUNKS`): the ratio of the whole GEMM's tile and wave
