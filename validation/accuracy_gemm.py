@@ -1,6 +1,7 @@
 """Fit the GEMM surface (:mod:`dpsim.workload.gemm`) on published GEMM sweeps and report its error.
 
     python validation/accuracy_gemm.py
+    python validation/accuracy_gemm.py --with-surface validation/accuracy_compute.py
 
 Reads ``tests/data/gemm_sweeps.csv`` (measured TFLOP/s per shape, dtype and GPU, every row citing
 its source), fits :class:`~dpsim.workload.gemm.GemmFit` per (GPU architecture, dtype) and one per
@@ -15,6 +16,10 @@ and prints:
   a sweep of its own but CDNA2 is NVIDIA's) into :data:`~dpsim.workload.gemm.GEMM_FITS` and
   :data:`~dpsim.workload.gemm.GENERIC_GEMM_FITS`.
 
+``--with-surface SCRIPT ARGS...`` instead runs another validation script with the surface switched
+on (:func:`dpsim.workload.gemm.enable_surface`; the roofline leaves it off by default), to
+measure its end-to-end effect.
+
 A row's prediction is the roofline's: the longer of the surface's compute time and the GEMM's
 traffic (inputs and output once) at the streaming bandwidth over ``MEMORY_EFFICIENCY``.
 """
@@ -23,13 +28,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import runpy
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from dpsim.hardware import get_gpu
 from dpsim.workload.fp8 import FP8_RATE_KEY
-from dpsim.workload.gemm import NEUTRAL_GEMM_FIT, GemmFit, _quantization
+from dpsim.workload.gemm import NEUTRAL_GEMM_FIT, GemmFit, _quantization, enable_surface
 from dpsim.workload.roofline import Efficiencies, matmul_term
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "gemm_sweeps.csv"
@@ -110,7 +117,15 @@ def _fmt(f: GemmFit) -> str:
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--with-surface", nargs=argparse.REMAINDER, metavar="SCRIPT",
+                    help="run SCRIPT (and its arguments) with the GEMM surface on, then stop")
+    args = ap.parse_args()
+    if args.with_surface:
+        enable_surface(True)
+        sys.argv = list(args.with_surface)
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        return
     rows = load()
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
