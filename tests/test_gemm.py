@@ -93,7 +93,10 @@ def test_unknown_families_fall_back_never_crash():
     # precision takes the TF32 one.
     assert gemm_fit(A100, "bfloat16") is GENERIC_GEMM_FITS["bfloat16"]
     assert gemm_fit(H100, "float16") is GEMM_FITS[("hopper", "bfloat16")]
-    assert gemm_fit(H100, "float32-highest") is GEMM_FITS[("hopper", "float32")]
+    assert gemm_fit(H100, "float32") is GEMM_FITS[("hopper", "float32")]  # TF32
+    # CUDA-core FP32 (full precision, or a GPU without TF32) has no sweep.
+    assert gemm_fit(H100, "float32-highest") is NEUTRAL_GEMM_FIT
+    assert gemm_fit(get_gpu("v100"), "float32") is NEUTRAL_GEMM_FIT
     made_up = replace(H100, name="x", architecture="rubin", sm_count=None)
     assert gemm_fit(made_up, "bfloat16") is GENERIC_GEMM_FITS["bfloat16"]
     assert 0 < gemm_efficiency(4096, 4096, 4096, 1, "bfloat16", made_up) <= 2

@@ -56,7 +56,13 @@ from dpsim.workload.fp8 import (
     compiled_cast_amax_reads,
     runs_in_fp8,
 )
-from dpsim.workload.gemm import TILE, SPLIT_K_MIN_K, gemm_compute_s, shape_efficiency  # noqa: F401 (re-exported)
+from dpsim.workload.gemm import (  # noqa: F401 (TILE, SPLIT_K_MIN_K, shape_efficiency re-exported)
+    SPLIT_K_MIN_K,
+    TILE,
+    gemm_compute_s,
+    shape_efficiency,
+    uses_tf32,
+)
 from dpsim.workload.precision import Precision
 from dpsim.workload.spec import AttentionOp, MatmulOp, MemoryOp, OpSpec
 
@@ -162,12 +168,6 @@ def pass_bytes(byte_class: str, precision: Precision) -> float:
     if byte_class == "nchw":
         return 0.0 if act == 4 else float(act)
     raise AssertionError(byte_class)
-
-
-def uses_tf32(rate_key: str, gpu: GpuSpec) -> bool:
-    """Whether a ``rate_key`` matmul runs on TF32 tensor cores on ``gpu`` (float32 with TF32
-    allowed, on a GPU that has TF32, i.e. whose full-precision FP32 rate is given apart)."""
-    return rate_key == "float32" and "float32-highest" in gpu.peak_flops_per_s
 
 
 def matmul_term(m: int, n: int, k: int, batch: int, rate_key: str, element_bytes: float, gpu: GpuSpec,
