@@ -149,3 +149,23 @@ def test_every_row_cites_its_source_and_no_kept_out_one():
         assert r["gpu"] in GPU_PRESETS and float(r["tflops"]) > 0
         # No row above the GPU's dense peak (the H100 FP8 entries of the table are, and are left out).
         assert float(r["tflops"]) * 1e12 <= get_gpu(r["gpu"]).peak_rate(r["dtype"])
+
+
+def test_shipped_constants_are_the_fit_on_the_sweeps():
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+    import accuracy_gemm
+
+    rows = accuracy_gemm.load()
+    x = {}
+    for r in rows:
+        x.setdefault((r["gpu"], r["dtype"]), []).append(r)
+    x = {key: accuracy_gemm.features(rs) for key, rs in x.items()}
+    for (gpu, dtype), xs in x.items():
+        assert accuracy_gemm.fit(xs) == GEMM_FITS[(get_gpu(gpu).architecture, dtype)], (gpu, dtype)
+    for dtype, shipped in GENERIC_GEMM_FITS.items():
+        nvidia = [xs for (g, d), xs in x.items() if d == dtype and not get_gpu(g).architecture.startswith("cdna")]
+        assert accuracy_gemm.fit(np.concatenate(nvidia)) == shipped, dtype
