@@ -27,7 +27,10 @@ from pathlib import Path
 
 from dpsim.errors import ConfigError
 from dpsim.files import write_text_atomic
+from dpsim.mix.simulate import simulate_mix
+from dpsim.mix.spec import load_mix
 from dpsim.profile.io import save_profile
+from dpsim.validate.api import ValidationConfig, trace
 from dpsim.validate.models import check_model, predict_reference, resolve
 from dpsim.validate.runner import ValidationError, measured_summary, profile_from_run, run_ranks
 from dpsim.validate.testbed import Testbed, TestbedSpec
@@ -224,8 +227,6 @@ def measure(config: MixCheckConfig) -> dict:
 def predict_runs(config: MixCheckConfig, runs: dict) -> MixCheckResult:
     """``dpsim mix``'s prediction of measured ``runs`` (:func:`measure`) against them: deterministic,
     whatever the machine's load now."""
-    from dpsim.mix.simulate import simulate_mix
-    from dpsim.mix.spec import load_mix
 
     with tempfile.TemporaryDirectory(prefix="dpsim-validate-mix-") as tmp:
         profiles = {job.name: save_profile(profile_from_run(runs["alone"][job.name], _trace(job.model)),
@@ -254,7 +255,6 @@ def check(config: MixCheckConfig) -> MixCheckResult:
 
 
 def _trace(model: str):
-    from dpsim.validate.api import ValidationConfig, trace
-
+    """The model as predict sees it (:func:`dpsim.validate.api.trace`)."""
     return trace(ValidationConfig(model=model, micro_batch=1, bucket_cap_mb=None, world_size=2,
                                   nic_bits_per_s=None))
