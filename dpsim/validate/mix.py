@@ -154,7 +154,7 @@ def mix_yaml(config: MixCheckConfig, profiles: dict[str, str]) -> tuple[str, str
     topology = "\n".join([
         "name: testbed-2x2",
         "description: the emulated testbed, one rank per server, two servers per rack, uplinks 2:1",
-        "gpu: h100",
+        "gpu: h100  # unused: each job's profile (its CPU ranks' measured step) replaces it",
         "sources:",
         "  - \"dpsim.validate.testbed: tbf-shaped veths; each rack uplink shaped to its NICs' total over the "
         "oversubscription\"",
@@ -162,13 +162,15 @@ def mix_yaml(config: MixCheckConfig, profiles: dict[str, str]) -> tuple[str, str
         "  gpus_per_node: 1",
         "  interconnect: pcie",
         "  gpu_link_gbyte_per_s: 32  # unused: one rank per server",
-        "  gpu_link_efficiency: 1.0",
-        "  gpu_link_latency_us: 1.0",
-        "  pcie_gbyte_per_s: 32",
+        "  gpu_link_efficiency: 1.0  # unused",
+        "  gpu_link_latency_us: 1.0  # unused",
+        "  pcie_gbyte_per_s: 32  # unused",
         "fabric:",
         "  kind: ethernet",
         "  nics_per_node: 1",
         f"  nic_gbit_per_s: {gbit!r}",
+        # tbf holds every link to its rate exactly; what gloo makes of it alone is in the profile's
+        # measured all-reduce, and sharing depends only on the links' ratios
         "  nic_efficiency: 1.0",
         f"  nodes_per_leaf: {HOSTS // RACKS}",
         f"  oversubscription: {OVERSUBSCRIPTION!r}",
