@@ -158,3 +158,73 @@ def test_cli_rank_goodput_errors_are_one_line(capsys, argv, message):
     out, err = capsys.readouterr()
     assert rc == 2 and err.startswith("dpsim: error: ") and len(err.splitlines()) == 1, err
     assert message in err, err
+
+
+# ----------------------------------------------------------------------------- straggler tail
+
+def _expected_max_of_normals(n: int) -> float:
+    """E[max of n standard normals] by quadrature of x n phi(x) Phi(x)^(n-1)."""
+    xs = [-8 + 16 * k / 20_000 for k in range(20_001)]
+    f = [x * n * math.exp(-x * x / 2) / math.sqrt(2 * math.pi) * (0.5 * (1 + math.erf(x / math.sqrt(2)))) ** (n - 1)
+         for x in xs]
+    return sum(f) * 16 / 20_000
+
+
+@pytest.mark.parametrize("n", [8, 128, 1024])
+def test_straggler_tail_is_the_expected_slowest_rank(n):
+    from dpsim.plan.layout_goodput import straggler_tail
+    from dpsim.variability.spec import Straggler, VariabilitySpec
+
+    assert straggler_tail(None, n_gpus=n, gpus_per_node=8) == 1.0
+    assert straggler_tail(VariabilitySpec(noise_cv=0.0), n_gpus=n, gpus_per_node=8) == 1.0
+    slow = VariabilitySpec(stragglers=(Straggler(target="node", index=0, factor=1.3),))
+    assert straggler_tail(slow, n_gpus=n, gpus_per_node=8) == pytest.approx(1.3)
+    # 1 + cv E[max of n normals], to the Monte Carlo's error over TAIL_STEPS steps
+    cv = 0.05
+    assert straggler_tail(VariabilitySpec(noise_cv=cv), n_gpus=n, gpus_per_node=8) == pytest.approx(
+        1 + cv * _expected_max_of_normals(n), abs=3 * cv * 0.5 / math.sqrt(200))
+
+
+def test_straggler_tail_bounds_the_variability_engine_from_above():
+    """The closed form stretches every step's compute by its slowest rank; the engine's replay
+    also lets some lateness hide behind overlapped communication: a little less, never more."""
+    from dpsim.plan.layout_goodput import straggler_tail
+    from dpsim.predict import PredictConfig
+    from dpsim.variability.run import predict_with_variability
+    from dpsim.variability.spec import VariabilitySpec
+
+    spec = VariabilitySpec(noise_cv=0.05)
+    p, report = predict_with_variability(PredictConfig(gpus=16, link="infiniband", model="gpt2-xl", micro_batch=2),
+                                         spec)
+    tail = straggler_tail(spec, n_gpus=16, gpus_per_node=8)
+    closed = p.step_time_s * (1 + (tail - 1) * p.compute_s / p.step_time_s)
+    engine = report.statistics.mean_s
+    assert engine > p.step_time_s * 1.03  # the tail is there
+    assert engine * 0.995 <= closed <= engine * 1.05
+
+
+def test_noise_stretches_the_time_to_train_through_failures():
+    from dpsim.variability.spec import VariabilitySpec
+
+    def plan(variability):
+        return plan_layouts(
+            BASE, gpus=[64], global_batch=512, tokens=TOKENS, verify=0, rank_by="goodput", tps=[1], pps=[1],
+            micro_batches=[2], recomputes=("off",), strategies=("ddp",), schedules=("1f1b",),
+            sequence_parallel=False, failures=FailureInputs(variability=variability)).best
+
+    calm, noisy = plan(None), plan(VariabilitySpec(noise_cv=0.05))
+    r = noisy.reliability
+    assert calm.reliability.straggler_tail == 1.0 and r.straggler_tail > 1.05
+    share = noisy.compute_s / noisy.step_time_s
+    assert r.work_s == pytest.approx(noisy.time_to_train_s * (1 + (r.straggler_tail - 1) * share), rel=1e-12)
+    assert r.expected_wall_s > calm.reliability.expected_wall_s
+
+
+def test_noise_flags_apply_to_goodput_ranking_only(capsys):
+    args = ["plan", "--gpus", "64", "--link", "infiniband", "--model", "gpt2-xl", "--global-batch", "512",
+            "--tp", "1", "--pp", "1", "--micro-batches", "2", "--tokens", "20B"]
+    assert main(args + ["--noise-cv", "0.05"]) == 2
+    assert "--noise-cv: applies to --rank goodput only" in capsys.readouterr().err
+    assert main(args + ["--rank", "goodput", "--straggler", "node0:1.5x", "--verify", "0", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    assert best["reliability"]["straggler_tail"] == pytest.approx(1.5)

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from dpsim.cli.panels import CHECKPOINTS, VARIABILITY
-from dpsim.plan.reliability import DEFAULT_GPU_MTBF_S, DEFAULT_LINK_MTBF_S, DEFAULT_NODE_MTBF_S, HOUR_S
+from dpsim.plan.reliability import DEFAULT_NODE_MTBF_S, HOUR_S
 
 
 def _hours(seconds: float) -> str:
@@ -21,17 +21,15 @@ def _hours(seconds: float) -> str:
 
 
 MTBF_GPU = typer.Option(
-    None, "--mtbf-gpu", help=f"MTBF per GPU, e.g. 80000h (none = never fails). Default "
-                             f"{_hours(DEFAULT_GPU_MTBF_S)}, from Llama 3's 54-day run: 256 GPU failures over "
-                             f"16,384 GPUs.", rich_help_panel=VARIABILITY)
+    None, "--mtbf-gpu", help="MTBF per GPU, e.g. 80000h (none = never fails). Default none: the default "
+                             "node MTBF already counts GPU failures.", rich_help_panel=VARIABILITY)
 MTBF_NODE = typer.Option(
-    None, "--mtbf-node", help=f"MTBF per node apart from GPUs and links (host, PSU, software). Default "
-                              f"{_hours(DEFAULT_NODE_MTBF_S)}, from Llama 3: 128 over 2,048 nodes.",
-    rich_help_panel=VARIABILITY)
+    None, "--mtbf-node", help=f"MTBF per node (host, PSU, software; with the defaults every cause). Default "
+                              f"{_hours(DEFAULT_NODE_MTBF_S)}, from Meta's RSC-1: 6.50 failures per 1,000 "
+                              f"node-days (Kokolis et al. 2024).", rich_help_panel=VARIABILITY)
 MTBF_LINK = typer.Option(
-    None, "--mtbf-link", help=f"MTBF per inter-node link (NIC, cable, switch port). Default "
-                              f"{_hours(DEFAULT_LINK_MTBF_S)}, from Llama 3: 35 over 16,384 links.",
-    rich_help_panel=VARIABILITY)
+    None, "--mtbf-link", help="MTBF per inter-node link (NIC, cable, switch port). Default none: the default "
+                              "node MTBF already counts link failures.", rich_help_panel=VARIABILITY)
 CHECKPOINT_BANDWIDTH = typer.Option(
     "10GB/s", "--checkpoint-bandwidth", help="Checkpoint write (and read) bandwidth of one node; every node "
                                              "holding a share writes it in parallel (an assumption; measure yours).",

@@ -11,7 +11,7 @@ import typer
 from dpsim.cli.app import _emit_json
 from dpsim.cli.failures import CHECKPOINT_BANDWIDTH, MTBF_GPU, MTBF_LINK, MTBF_NODE, REPLACE, RESTART, failure_rates
 from dpsim.cli.options import config_options
-from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH
+from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH, VARIABILITY
 
 PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "flash_attention", "precision", "fp8", "compile",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
@@ -66,8 +66,8 @@ def plan_command(
         rich_help_panel=BUDGET),
     rank: str = typer.Option("time", "--rank", help="Rank by time (to train, or per sample), by cost, or by "
                                                     "goodput: expected time to train through failures (needs "
-                                                    "--tokens; takes the --mtbf-*, --restart, --replace and "
-                                                    "--checkpoint-bandwidth flags).",
+                                                    "--tokens; takes the --mtbf-*, --restart, --replace, "
+                                                    "--checkpoint-bandwidth, --noise-cv and --straggler flags).",
                              rich_help_panel=OUTPUT),
     top: int = typer.Option(10, "--top", help="Layouts to list.", rich_help_panel=OUTPUT),
     verify: int = typer.Option(3, "--verify", help="Best layouts simulated step by step (the rest are closed-form "
@@ -78,6 +78,13 @@ def plan_command(
     checkpoint_bandwidth: str = CHECKPOINT_BANDWIDTH,
     restart: str = RESTART,
     replace_after: str = REPLACE,
+    noise_cv: Optional[float] = typer.Option(
+        None, "--noise-cv", help="Per-rank, per-step compute-time noise (0.05 = 5 %): each step waits for its "
+                                 "slowest rank, which --rank goodput charges to the time to train.",
+        rich_help_panel=VARIABILITY),
+    straggler: Optional[list[str]] = typer.Option(
+        None, "--straggler", help="A persistently slow node or GPU, e.g. node3:1.3x (repeatable), charged like "
+                                  "--noise-cv.", rich_help_panel=VARIABILITY),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (schema dpsim.plan/1).",
                                  rich_help_panel=OUTPUT),
 ) -> None:
@@ -110,17 +117,21 @@ def plan_command(
     failure_flags = {"--mtbf-gpu": mtbf_gpu, "--mtbf-node": mtbf_node, "--mtbf-link": mtbf_link,
                      "--checkpoint-bandwidth": None if checkpoint_bandwidth == CHECKPOINT_BANDWIDTH.default
                      else checkpoint_bandwidth, "--restart": None if restart == RESTART.default else restart,
-                     "--replace": None if replace_after == REPLACE.default else replace_after}
+                     "--replace": None if replace_after == REPLACE.default else replace_after,
+                     "--noise-cv": noise_cv, "--straggler": straggler or None}
     if rank == "goodput":
         from dpsim.plan.layout_goodput import FailureInputs
         from dpsim.plan.reliability import parse_long_duration_s
         from dpsim.units import parse_bandwidth_bytes_per_s
+        from dpsim.variability.spec import VariabilitySpec, parse_straggler
 
         failures = FailureInputs(
             rates=failure_rates(mtbf_gpu, mtbf_node, mtbf_link),
             restart_s=parse_long_duration_s(restart, "--restart"),
             replace_s=parse_long_duration_s(replace_after, "--replace"),
-            node_bandwidth_bytes_per_s=parse_bandwidth_bytes_per_s(checkpoint_bandwidth, "--checkpoint-bandwidth"))
+            node_bandwidth_bytes_per_s=parse_bandwidth_bytes_per_s(checkpoint_bandwidth, "--checkpoint-bandwidth"),
+            variability=VariabilitySpec(noise_cv=noise_cv or 0.0,
+                                        stragglers=tuple(parse_straggler(x) for x in straggler or ())))
     else:
         given = [flag for flag, value in failure_flags.items() if value is not None]
         if given:

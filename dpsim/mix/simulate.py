@@ -322,7 +322,9 @@ def _solo(design, gpus: int, fields: tuple) -> tuple:
     """Solo prediction of a job: (model, step s, comm s, algorithm, its plan's dominant phase, checkpoint
     bytes: weights and optimizer state per GPU, as ``dpsim goodput`` writes them)."""
     topology = Topology(spec=design, n_gpus=gpus)
-    p = predict(PredictConfig(gpus=gpus, link=design.name, **dict(fields)), topology=topology)
+    # A profile's servers are the cluster's (a topology file is no preset to look its layout up in).
+    layout = {"gpus_per_node": design.node.gpus_per_node} if "calibration" in dict(fields) else {}
+    p = predict(PredictConfig(gpus=gpus, link=design.name, **layout, **dict(fields)), topology=topology)
     algorithm = p.ring.algorithm if p.ring is not None and p.ring.algorithm in ALGORITHMS else "ring"
     comm_s = min(p.comm_s, p.step_time_s)
     phase = None

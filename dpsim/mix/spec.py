@@ -12,7 +12,7 @@ spares: 2                                  # servers held back to replace failed
 checkpoint: {interval: 1h, write: 60s, restart: 10min}   # or bandwidth: 10GB/s; a job may override it
 failures:                                  # explicit events and/or a random process
   repair: 4h                               # a failed server (or its NIC link) is back after this
-  mtbf_node: 20736h                        # per server; also mtbf_gpu (per GPU), mtbf_link (per NIC link)
+  mtbf_node: 3692h                         # per server; also mtbf_gpu (per GPU), mtbf_link (per NIC link)
   seed: 1
   events: [{at: 2h, node: 5}, {at: 3h, link: 7}]   # link: server 7's NIC link (NIC, cable, leaf port)
 ```
@@ -40,9 +40,11 @@ POLICIES = ("packed", "spread", "rail-aligned", "topology-aware")
 MAX_JOBS = 4096
 """Jobs one mix may hold (each is predicted once per distinct configuration)."""
 
-_JOB_KEYS = ("name", "model", "gpus", "strategy", "micro_batch", "precision", "tp", "pp", "start", "steps",
-             "duration", "placement", "nodes", "checkpoint")
-_PREDICT_KEYS = ("model", "strategy", "micro_batch", "precision", "tp", "pp")
+_JOB_KEYS = ("name", "model", "gpus", "strategy", "micro_batch", "precision", "tp", "pp", "optimizer", "bucket_cap_mb",
+             "calibration", "start", "steps", "duration", "placement", "nodes", "checkpoint")
+_PREDICT_KEYS = ("model", "strategy", "micro_batch", "precision", "tp", "pp", "optimizer", "bucket_cap_mb", "calibration")
+"""A job's keys that are ``dpsim predict``'s (``calibration``: a profile of its step and collectives,
+as ``--calibration`` takes it; a relative path is read next to the mix file)."""
 _TOP_KEYS = ("cluster", "horizon", "placement", "jobs", "spares", "checkpoint", "failures")
 _CHECKPOINT_KEYS = ("interval", "write", "bandwidth", "restart")
 _FAILURE_KEYS = ("repair", "seed", "mtbf_gpu", "mtbf_node", "mtbf_link", "events")
@@ -243,10 +245,10 @@ def _mtbf(field: str, value: Any) -> float:
     try:
         s = parse_long_duration_s(value, field)
     except DpsimError as exc:
-        raise ConfigError(f"{field}: {value!r} is not valid; expected an MTBF with its unit, e.g. 20736h, "
+        raise ConfigError(f"{field}: {value!r} is not valid; expected an MTBF with its unit, e.g. 3692h, "
                           "or none") from exc
     if not s > 0:
-        raise _fail(field, value, "expected an MTBF > 0, e.g. 20736h, or none")
+        raise _fail(field, value, "expected an MTBF > 0, e.g. 3692h, or none")
     return s
 
 
@@ -327,4 +329,13 @@ def load_mix(path: str | Path) -> MixSpec:
     spec = mix_from_dict(read_yaml_file(path, "mix file", ConfigError))
     if spec.topology_file is not None and not Path(spec.topology_file).is_absolute():
         spec = replace(spec, topology_file=str(Path(path).parent / spec.topology_file))
-    return spec
+    jobs = tuple(replace(job, predict=tuple((k, _next_to(path, v) if k == "calibration" else v) for k, v in job.predict))
+                 for job in spec.jobs)
+    return replace(spec, jobs=jobs)
+
+
+def _next_to(path: str | Path, value: Any) -> Any:
+    """A profile named by a relative path is the one next to the mix file (a preset name stays)."""
+    if isinstance(value, str) and value.endswith(".json") and not Path(value).is_absolute():
+        return str(Path(path).parent / value)
+    return value

@@ -26,15 +26,24 @@ Erlang loss formula's limit). A failure finds all ``s`` spares in repair with pr
 ``s`` that make it at most ``spare_risk``. Such a failure waits at most ``replace_s``, which the
 expected time charges in full (an upper bound).
 
-**Straggler tail.** Not included: the variability engine (:mod:`dpsim.variability`) replays
-every rank's steps (Monte Carlo over the simulated step), which costs one simulation per
-layout, as much as ``--verify``; the closed-form ranking of hundreds of layouts cannot afford it.
+**Straggler tail.** A synchronous step waits for its slowest rank: with per-rank compute noise
+(``--noise-cv``) or persistently slow GPUs or nodes (``--straggler``) every step's compute is
+stretched by the expected largest factor over the job's ranks, drawn by the variability engine
+(:func:`~dpsim.variability.monte_carlo.factor_sampler`, :data:`TAIL_STEPS` steps), so the time to
+train grows by ``1 + (tail - 1) x compute / step`` (:func:`straggler_tail`; communication is not
+noisy). The expected maximum grows with the ranks, so a bigger layout pays more. The engine's
+full replay (``predict --noise-cv``) also credits slack a rank's lateness can hide in (a bucket's
+all-reduce overlapped with backward, a pipeline bubble); this closed form does not, so it is the
+larger of the two, and costs one draw per GPU count, not one simulation per layout.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_RECOVERY_S
@@ -50,10 +59,15 @@ from dpsim.plan.reliability import (
     model_optimum_s,
     young_interval_s,
 )
+from dpsim.variability.monte_carlo import factor_sampler
+from dpsim.variability.spec import VariabilitySpec, rank_factors
 from dpsim.workload.precision import Precision, optimizer_state_bytes_per_param
 
 DEFAULT_SPARE_RISK = 0.01
 """Chance that a failure finds every spare in repair that the recommended spare count accepts."""
+TAIL_STEPS = 200
+"""Steps drawn for the straggler tail: the mean of their slowest factors (its standard error is a
+few per cent of the noise's own spread)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +157,8 @@ class FailureInputs:
     """Checkpoint write (and read) bandwidth of one node, bytes/s."""
     spare_risk: float = DEFAULT_SPARE_RISK
     """Accepted chance that a failure finds every spare in repair."""
+    variability: VariabilitySpec | None = None
+    """Per-rank noise and stragglers whose slowest rank stretches every step (``None``: none)."""
 
     def __post_init__(self) -> None:
         CheckpointPolicy(interval_s=3600.0, write_s=0.0, restart_s=self.restart_s)  # its checks, one line
@@ -183,6 +199,9 @@ class LayoutGoodput:
     """Expected time to train through failures, seconds."""
     expected_wall_no_spares_s: float
     """The same without spares (every failure waits ``replace_s``), seconds."""
+    straggler_tail: float = 1.0
+    """Expected compute factor of each step's slowest rank (:func:`straggler_tail`; 1: none), already in
+    :attr:`work_s`."""
 
     @property
     def goodput(self) -> float:
@@ -203,13 +222,33 @@ class LayoutGoodput:
                 "checkpoint_interval_s": self.interval_s, "young_s": self.young_s, "daly_s": self.daly_s,
                 "spares": self.spares, "spare_gpus": self.spare_gpus, "down_s": self.down_s,
                 "expected_wall_s": self.expected_wall_s, "expected_wall_no_spares_s": self.expected_wall_no_spares_s,
-                "goodput": self.goodput}
+                "straggler_tail": self.straggler_tail, "goodput": self.goodput}
+
+
+@functools.lru_cache(maxsize=256)  # one draw per GPU count, however many layouts share it
+def straggler_tail(spec: VariabilitySpec | None, *, n_gpus: int, gpus_per_node: int) -> float:
+    """Expected compute factor of a step's slowest rank among ``n_gpus`` under ``spec``'s noise and
+    stragglers (1 with neither; see the module docstring)."""
+    if spec is None or not spec.per_rank:
+        return 1.0
+    if spec.hiccup_rate_per_s > 0:
+        raise ConfigError("--hiccup-rate-per-s: not in plan --rank goodput's straggler tail; give --noise-cv or "
+                          "--straggler")
+    persistent = rank_factors(spec.stragglers, n_gpus, gpus_per_node)
+    if not spec.random:
+        return float(persistent.max())
+    draw = factor_sampler(spec, persistent, sample_ids=[0], compute_s=1.0, exposure_s=0.0)
+    return float(np.mean([draw(k).max() for k in range(TAIL_STEPS)]))
 
 
 def layout_goodput(*, work_s: float, cluster: ClusterShape, checkpoint: CheckpointCost,
-                   failures: FailureInputs) -> LayoutGoodput:
+                   failures: FailureInputs, compute_fraction: float = 1.0) -> LayoutGoodput:
     """Expected time to train ``work_s`` of failure-free training on ``cluster`` through failures,
-    with the interval and spares recommended for it."""
+    with the interval and spares recommended for it. ``compute_fraction``: the share of a step its
+    compute takes, which the straggler tail stretches (:func:`straggler_tail`)."""
+    tail = straggler_tail(failures.variability, n_gpus=cluster.n_nodes * cluster.gpus_per_node,
+                          gpus_per_node=cluster.gpus_per_node)
+    work_s *= 1.0 + (tail - 1.0) * min(max(compute_fraction, 0.0), 1.0)
     m = cluster.mtbf_s(failures.rates)
     restart = failures.restart_s + checkpoint.read_s
     spares, down = spares_for(failures.replace_s, m, failures.spare_risk, max_spares=cluster.n_nodes)
@@ -222,4 +261,4 @@ def layout_goodput(*, work_s: float, cluster: ClusterShape, checkpoint: Checkpoi
         work_s=work_s, blast_radius_gpus=cluster.n_nodes * cluster.gpus_per_node, mtbf_s=m, checkpoint=checkpoint,
         restart_s=restart, interval_s=tau, young_s=young_interval_s(checkpoint.write_s, m),
         daly_s=daly_interval_s(checkpoint.write_s, m), spares=spares, spare_gpus=spares * cluster.gpus_per_node,
-        down_s=down, expected_wall_s=wall, expected_wall_no_spares_s=bare)
+        down_s=down, expected_wall_s=wall, expected_wall_no_spares_s=bare, straggler_tail=tail)

@@ -720,7 +720,8 @@ class Planner:
                 node_bandwidth_bytes_per_s=failures.node_bandwidth_bytes_per_s))
         cluster, ck = shape
         return dataclasses.replace(e, reliability=layout_goodput(
-            work_s=e.time_to_train_s, cluster=cluster, checkpoint=ck, failures=failures))
+            work_s=e.time_to_train_s, cluster=cluster, checkpoint=ck, failures=failures,
+            compute_fraction=e.compute_s / e.step_time_s if e.step_time_s > 0 else 1.0))
 
     def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
         """Closed-form memory and, when it fits, step of ``c`` (see the module docstring); a layout

@@ -153,7 +153,7 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
     collective model :func:`build_collectives` builds. ``model``: a model built in Python (e.g.
     a published configuration that is not in the catalog) instead of ``config.model``, which
     then only names it. ``topology``: the cluster to use instead of the one ``config`` names
-    (without a calibration profile).
+    (with a calibration profile, one whose layout its measurements cover).
     """
     return predict_resolved(resolve(config), degradations=degradations, model=model, topology=topology)
 
@@ -163,9 +163,10 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     """:func:`predict` of a config already resolved, with its profile already read (a caller that
     predicts several times, or needs the profile itself, reads it once)."""
     config, profile = resolved.config, resolved.profile
-    if topology is not None and profile is not None:
-        raise ConfigError("--calibration: a profile predicts the cluster the config names; leave the topology out")
-    topology = _resolve_topology(config, profile) if topology is None else topology
+    if topology is None:
+        topology = _resolve_topology(config, profile)
+    elif profile is not None:
+        check_profile_layout(config, profile, topology)  # a mix's job on its cluster's servers
     gpu = get_gpu(topology.spec.gpu)
     if profile is not None:
         gpu = check_cpu_compute(config, profile, calibrated_device(profile, gpu))

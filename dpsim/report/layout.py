@@ -105,6 +105,9 @@ def _print_recommendation(console: Console, r) -> None:
         f"through failures: a failure stops all {r.blast_radius_gpus} GPUs; job MTBF {format_seconds(r.mtbf_s)}; "
         f"checkpoint {format_bytes(ck.state_bytes)}, {who}, busiest node {format_bytes(ck.node_bytes)}: write "
         f"{format_seconds(ck.write_s)}, restart {format_seconds(r.restart_s)} (read included)")
+    if r.straggler_tail != 1.0:
+        console.print(f"straggler tail: each step's compute waits for its slowest of {r.blast_radius_gpus} ranks, "
+                      f"{r.straggler_tail:.3f}x on average (in the time to train)")
     console.print(
         f"recommended: checkpoint every {format_seconds(r.interval_s)} (Young sqrt(2CM) {format_seconds(r.young_s)}, "
         f"Daly {format_seconds(r.daly_s)}), {r.spares} spare node{'s' if r.spares != 1 else ''} "

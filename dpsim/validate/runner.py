@@ -61,12 +61,18 @@ def reap_stale_tmpdirs(tmp: str | None = None) -> list[Path]:
 
 def run_ranks(*, world_size: int, model: str, micro_batch: int, bucket_cap_mb: float | None,
               steps: int = 20, warmup: int = 5, testbed=None, timeout_s: float = 600.0,
-              input_shape: str | None = None, optimizer: str = "adamw", layers: list | None = None) -> dict:
+              input_shape: str | None = None, optimizer: str = "adamw", layers: list | None = None,
+              hosts: list[int] | None = None, ddp_only: bool = False) -> dict:
     """Run one validation (all phases) and return rank 0's JSON document.
 
     ``model`` is a resolved reference (:func:`dpsim.validate.models.resolve`); ``layers`` the
     traced model's layers, ``[[name, [parameter names]], ...]``, for the per-layer split.
+    ``hosts``: the testbed hosts of the ranks, in rank order (default: hosts 0..world_size-1);
+    ``ddp_only``: the DDP steps only (the worker's ``--ddp-only``).
     """
+    hosts = list(range(world_size)) if hosts is None else list(hosts)
+    if len(hosts) != world_size:
+        raise ValidationError(f"validate: {len(hosts)} hosts for {world_size} ranks")
     reap_stale_tmpdirs()
     with tempfile.TemporaryDirectory(prefix=f"{TMP_PREFIX}{os.getpid()}-") as tmp:
         out = str(Path(tmp) / "run.json")
@@ -75,7 +81,7 @@ def run_ranks(*, world_size: int, model: str, micro_batch: int, bucket_cap_mb: f
             layers_path = str(Path(tmp) / "layers.json")
             Path(layers_path).write_text(json.dumps(layers))
         if testbed is not None:
-            master, port = testbed.host_ip(0), 29500 + (os.getpid() % 1000)
+            master, port = testbed.host_ip(hosts[0]), 29500 + (os.getpid() % 1000)
         else:
             master, port = "127.0.0.1", _free_port()
         procs = []
@@ -99,8 +105,10 @@ def run_ranks(*, world_size: int, model: str, micro_batch: int, bucket_cap_mb: f
                 argv += ["--input-shape", input_shape]
             if layers_path is not None:
                 argv += ["--layers", layers_path]
+            if ddp_only:
+                argv.append("--ddp-only")
             if testbed is not None:
-                argv = testbed.command(rank, argv)
+                argv = testbed.command(hosts[rank], argv)
             procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           text=True, preexec_fn=die_with_parent))
         deadline = time.monotonic() + timeout_s

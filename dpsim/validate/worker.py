@@ -22,6 +22,9 @@ with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set. Phases, in order:
    measurements and the DDP steps (another job starting, clocks) moves the DDP step without
    any fault of the model's; the control says so without looking at the DDP steps.
 
+With ``--ddp-only`` the rank runs phases 0 and 4 alone: a job measured while another job shares
+its network (:mod:`dpsim.validate.mix`), whose measurements come from a run of its own alone.
+
 The prediction is built from phases 1-3 only (by ``dpsim predict`` with a profile made
 of them, :func:`dpsim.validate.runner.predict_run`): it is never fitted to phase 4.
 Rank 0 writes one JSON document to ``--out``.
@@ -56,13 +59,13 @@ def main(argv=None) -> int:
     ap.add_argument("--input-shape", default=None)
     ap.add_argument("--optimizer", default="adamw")
     ap.add_argument("--layers", default=None, help="JSON file: the traced layers [[name, [params]], ...]")
+    ap.add_argument("--ddp-only", action="store_true", help="only build the step and train it with DDP")
     args = ap.parse_args(argv)
 
     import warnings
 
     import torch
     import torch.distributed as dist
-    import torch.nn as nn
 
     from dpsim.measure.trainstep import (
         build_train_step,
@@ -95,6 +98,11 @@ def main(argv=None) -> int:
     step.run()
     grad_bytes = gradient_bytes(step.model)
     result["step"] = {"loss": step.loss_source, "optimizer": step.optimizer_source, "gradient_bytes": grad_bytes}
+
+    if args.ddp_only:
+        del step
+        _ddp(args, result, make_step, rank, world)
+        return _finish(args, result, rank)
 
     # 1. collectives: all-reduce sweep past the largest possible bucket (all gradients), so
     # no bucket's time is extrapolated; every rank times, the slowest rank's median counts.
@@ -170,16 +178,32 @@ def main(argv=None) -> int:
                                                        budget_s=max(5.0, args.timeout_s / 8), agree=agree)
     del step
 
-    # 4. the validated run: real DDP of a fresh step (nothing reused from the measurements)
+    _ddp(args, result, make_step, rank, world)
+
+    # 5. the control: phase 2's step (same seed) timed again, as phase 2 timed it
+    again = make_step(0)
+    after = measure_step(again, warmup=2, min_iters=8, max_iters=15, target_rel_ci=0.02,
+                         budget_s=max(5.0, args.timeout_s / 8), agree=agree)
+    result["compute_after"] = {"step_times_s": after["step_times_s"], "iterations": after["iterations"]}
+    del again
+    return _finish(args, result, rank)
+
+
+def _ddp(args, result: dict, make_step, rank: int, world: int) -> None:
+    """Phase 4: real DDP of a fresh step (nothing reused from the measurements)."""
+    import torch.distributed as dist
+    import torch.nn as nn
+
     step = make_step(100 + rank)
     kwargs = {} if args.bucket_cap_mb is None else {"bucket_cap_mb": args.bucket_cap_mb}
     ddp = nn.parallel.DistributedDataParallel(step.model, **kwargs)
     step = dataclasses.replace(step, model=ddp)
     dist.barrier()
-    stamps, phases = [], []
+    stamps, clock, phases = [], [], []
     for _ in range(args.warmup + args.steps + 1):
         t0 = time.perf_counter()
         stamps.append(t0)
+        clock.append(time.time())  # shared by every process on the machine: jobs' steps line up in time
         step.optimizer.zero_grad(set_to_none=True)
         loss = step.loss_fn(step.forward())
         t1 = time.perf_counter()
@@ -190,7 +214,7 @@ def main(argv=None) -> int:
     steps = [b - a for a, b in zip(stamps[args.warmup:], stamps[args.warmup + 1:])]
     kept = phases[args.warmup:args.warmup + args.steps]
     logging = ddp._get_ddp_logging_data()
-    result["ddp"] = {"step_times_s": steps,
+    result["ddp"] = {"step_times_s": steps, "step_starts_unix_s": clock[args.warmup:],
                      "forward_s": _median([k[0] for k in kept]),
                      "backward_and_wait_s": _median([k[1] for k in kept]),
                      "optimizer_s": _median([k[2] for k in kept]),
@@ -198,14 +222,11 @@ def main(argv=None) -> int:
     gathered = [None] * world
     dist.all_gather_object(gathered, steps)
     result["ddp"]["all_rank_step_times_s"] = gathered
-    del ddp, step
 
-    # 5. the control: phase 2's step (same seed) timed again, as phase 2 timed it
-    again = make_step(0)
-    after = measure_step(again, warmup=2, min_iters=8, max_iters=15, target_rel_ci=0.02,
-                         budget_s=max(5.0, args.timeout_s / 8), agree=agree)
-    result["compute_after"] = {"step_times_s": after["step_times_s"], "iterations": after["iterations"]}
-    del again
+
+def _finish(args, result: dict, rank: int) -> int:
+    import torch.distributed as dist
+
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
