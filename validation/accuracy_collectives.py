@@ -485,6 +485,9 @@ ANALYSIS = """What the model does that explains misses it used to have:
   steps at 8 MiB: one of its 2 sockets per connection works, 4 x 2.06 GB/s = 8.2 GB/s
   (8.5 GB/s of host memory otherwise); at 16 MiB both do. Its 8 MiB row goes from 3.4 to
   0.5 % fast; the staged ramp fitted on every system falls from 4 to 2 MiB (the network's).
+  Since a socket carries one CPU thread's 4.4 GB/s (esnet/iperf#286) rather than a 2019 GCP
+  VM's 2.06, one busy socket per connection no longer binds there: the 8 MiB row is 4 % fast
+  and the staged ramp refits to 4 MiB.
 - **GCP A3 Mega runs Google's TCPXO settings: Simple only, no NVLS.** The run passes its
   `NCCL_*` variables with `mpirun -x ${HOST_VARS}`, the way Google's A3 Mega instructions
   export what the TCPXO plugin's `nccl-env-profile.sh` sets: `NCCL_PROTO=Simple`,

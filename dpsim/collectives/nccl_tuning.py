@@ -340,7 +340,7 @@ FITTED_TUNING = NcclTuning(
     call_overhead_us=(("node", 28.2), ("ib", 0.0), ("roce", 0.0), ("socket", 48.8), ("efa", 56.4),
                       ("tcpx", 48.8), ("tcpxo", 41.1)),
     ramp_half_bytes=(("node", 64.0 * 2**20), ("network", 2.0 * 2**20), ("verbs", 0.0),
-                     ("nvls_tree", 32.0 * 2**20), ("staged", 2.0 * 2**20), ("tcpx", 32.0 * 2**20)),
+                     ("nvls_tree", 32.0 * 2**20), ("staged", 4.0 * 2**20), ("tcpx", 32.0 * 2**20)),
     ramp_exponent=0.5,
     nvls_step_latency_us=5.5,
     nvls_channel_bytes_per_s=20e9,
