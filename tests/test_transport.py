@@ -199,7 +199,9 @@ def test_the_nvls_tree_ramp_is_its_own_scope():
 
 
 def test_a_host_staged_transport_ramps_in_its_own_scope():
-    # Sockets stage every byte through host memory: their ramp is not a GPUDirect NIC's.
+    # Sockets copy every byte through the kernel on the proxy thread: their ramp is not a
+    # GPUDirect NIC's. RDMA without GPUDirect only moves NCCL's buffers to host memory (the GPU
+    # writes them, the NIC reads them, no proxy copy): it ramps as the verbs transport.
     from dpsim.collectives.nccl import NcclCollectives
     from dpsim.topology.cluster import Topology
 
@@ -208,7 +210,8 @@ def test_a_host_staged_transport_ramps_in_its_own_scope():
         return NcclCollectives(Topology.from_spec(spec, 16)).facts.ramp_scope
 
     assert scope({"nic": "100gbe-tcp"}) == "staged"
-    assert scope({"nic": "ib-ndr", "transport": "ib-host"}) == "staged"
+    assert scope({"nic": "ib-ndr", "transport": "ib-host"}) == scope({"nic": "100gbe-roce", "transport": "roce-host"}) \
+        == "verbs"
     # NCCL's verbs transport (IB, RoCE: the NIC RDMA-writes into GPU memory) is not EFA's plugin.
     assert scope({"nic": "ib-ndr"}) == scope({"nic": "400gbe-roce"}) == "verbs"
     assert scope({"nic": "efa-v2"}) == "network"

@@ -628,8 +628,8 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   rate, and no NCCL setting (`NCCL_P2P_LEVEL` only decides whether P2P is used; the log
   shows it is) or published bridged-pair measurement accounts for the other half.
 - **Four V100 TCP nodes** (NVIDIA/nccl#450): two rows, on an assumed server (the issue does
-  not name it); nothing else stages through host memory, so the staged ramp is untested
-  beyond them.
+  not name it); no other reference system runs the socket transport, so the staged ramp
+  (sockets only: RDMA without GPUDirect ramps as verbs) is untested beyond them.
 - **DGX A100's 1 MiB row** (101.9 us, flat from 1 to 4 MiB) is 37 % above the model, and its
   16-32 MiB rows 20-26 %; from 256 MiB on it is within 9 %. The step from 8 to 16 MiB
   (133.5 -> 276.6 us: the second 8 MiB at 59 GB/s of algorithm bandwidth, against 134 GB/s

@@ -279,10 +279,11 @@ InfiniBand verbs transport drives them, IB or RoCE: the NIC RDMA-writes each chu
 peer's GPU memory, where EFA's plugin posts SRD messages through libfabric from the proxy
 thread), NVLS tree across a
 network (32-128 KiB chunks, ``calcCollChunking``, whose flow-control window
-:attr:`NcclTuning.nvls_tree_rtt_scale` also scales), or rings and trees across a transport
-that stages every byte through host memory (sockets, RDMA without GPUDirect: each chunk
-also crosses PCIe to host memory, a host copy and the proxy thread on both sides, more
-pipeline stages to fill than a GPUDirect path's), or rings and trees over Google's
+:attr:`NcclTuning.nvls_tree_rtt_scale` also scales), or rings and trees across the socket
+transport (``staged``: each chunk also crosses PCIe to host memory and the proxy thread's
+kernel copy on both sides, more pipeline stages to fill than a GPUDirect path's; RDMA without
+GPUDirect has no such copy, the NIC reads the host buffer the GPU wrote, and ramps as
+``verbs``), or rings and trees over Google's
 GPUDirect-TCPX/TCPXO (TCP into GPU memory: receive buffers handed out by Google's
 receive-datapath daemon, ``tcpgpudmarxd`` / RxDM, and the FasTrak plugin's own flows, not a
 verbs NIC's RDMA writes; GoogleCloudPlatform/container-engine-accelerators
