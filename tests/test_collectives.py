@@ -158,8 +158,8 @@ def test_one_nic_per_node_bounds_ethernet_ring():
     r = model.time("all_reduce", 1 << 30)
     assert r.transfer_bus_bandwidth_bytes_per_s == pytest.approx(nic, rel=1e-6)
     assert link_report(model, [("all_reduce", 1 << 30)], r.time_s).bottleneck_class == "ethernet"
-    # NCCL's default sockets: 2 connections x 1 socket x 2.06 GB/s (topologies/ethernet.yaml).
-    assert nic == pytest.approx(2 * 2.06e9)
+    # NCCL's default sockets: 2 connections x 1 socket x 4.4 GB/s (topologies/ethernet.yaml).
+    assert nic == pytest.approx(2 * 4.4e9)
 
 
 def test_single_rank_and_empty_message_cost_nothing():

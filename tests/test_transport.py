@@ -47,10 +47,33 @@ def test_tcp_payload_share_follows_from_headers_and_framing():
 
 def test_socket_streams_cap_a_fast_nic_but_not_a_slow_one():
     socket = TRANSPORTS["socket"]
-    # 2 connections x 1 socket x 2.06 GB/s = 4.12 GB/s: below 100 GbE's 12.5 GB/s, above 10 GbE's.
-    assert effective_nic_efficiency(socket, 12.5 * GB) == pytest.approx(4.12 / 12.5)
-    assert effective_nic_efficiency(socket, 1.25 * GB) == socket.wire_efficiency
+    # 2 connections x 1 socket x 4.4 GB/s (one thread's TCP rate) = 8.8 GB/s: below 100 GbE's
+    # 12.5 GB/s, above 25 GbE's 3.1.
+    assert effective_nic_efficiency(socket, 12.5 * GB) == pytest.approx(8.8 / 12.5)
+    assert effective_nic_efficiency(socket, 3.125 * GB) == socket.wire_efficiency
     assert effective_nic_efficiency(TRANSPORTS["ib"], 50 * GB) == TRANSPORTS["ib"].wire_efficiency
+
+
+def test_socket_count_and_per_socket_rate_follow_nccls_auto_detection():
+    # net_socket.cc: AWS ENA 2 threads x 8 sockets, GCP gVNIC 4 x 1, any other NIC 1 socket on
+    # the proxy thread. A thread's rate is shared by its sockets; a cloud may cap each flow lower.
+    from dpsim.topology.transport import (
+        AWS_FLOW_BYTES_PER_S,
+        GCP_FLOW_BYTES_PER_S,
+        SOCKET_THREAD_BYTES_PER_S,
+        socket_stream_bytes_per_s,
+    )
+
+    aws, gcp, plain = TRANSPORTS["socket-aws"], TRANSPORTS["socket-gcp"], TRANSPORTS["socket"]
+    assert (aws.streams_per_connection, gcp.streams_per_connection, plain.streams_per_connection) == (16, 4, 1)
+    assert aws.stream_bytes_per_s == pytest.approx(SOCKET_THREAD_BYTES_PER_S / 8)
+    assert aws.stream_bytes_per_s < AWS_FLOW_BYTES_PER_S
+    assert gcp.stream_bytes_per_s == GCP_FLOW_BYTES_PER_S < SOCKET_THREAD_BYTES_PER_S
+    assert plain.stream_bytes_per_s == SOCKET_THREAD_BYTES_PER_S
+    assert socket_stream_bytes_per_s(1, 1e9) == 1e9
+    # More sockets per connection carry more, until the wire binds.
+    assert plain.stream_cap_bytes_per_s < gcp.stream_cap_bytes_per_s < aws.stream_cap_bytes_per_s
+    assert effective_nic_efficiency(aws, 12.5 * GB) == aws.wire_efficiency
 
 
 def test_every_preset_is_cited_and_assumptions_are_named():
@@ -72,7 +95,7 @@ def test_a_nic_preset_fills_rate_kind_and_transport():
     assert f.nic_efficiency == 0.97 and not f.efficiency_given
     tcp = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE,
                           "fabric": {"nic": "25gbe-tcp", "transport": {"preset": "socket", "connections_per_nic": 4}}})
-    # 4 x 2.06 GB/s would exceed 25 GbE's payload share: the wire bounds it.
+    # 4 x 4.4 GB/s would exceed 25 GbE's payload share: the wire bounds it.
     assert tcp.fabric.nic_efficiency == TRANSPORTS["socket"].wire_efficiency
     assert tcp.fabric.transport.name == "socket (custom)"
 
@@ -81,7 +104,7 @@ def test_predict_shows_the_step_at_other_efficiencies_of_an_assumed_transport(tm
     config = PredictConfig(gpus=32, topology_file=_file(tmp_path, {"nic": "100gbe-tcp"}), model="gpt2")
     p = predict(config)
     sens = p.provenance.transport_sensitivity
-    assert sens is not None and sens.transport == "socket" and "2.06 GB/s" in sens.assumption
+    assert sens is not None and sens.transport == "socket" and "4.4 GB/s" in sens.assumption
     effs = [q.nic_efficiency for q in sens.points]
     steps = [q.step_time_s for q in sens.points]
     assert effs == sorted(effs) and len(effs) == 3
@@ -176,7 +199,9 @@ def test_the_nvls_tree_ramp_is_its_own_scope():
 
 
 def test_a_host_staged_transport_ramps_in_its_own_scope():
-    # Sockets stage every byte through host memory: their ramp is not a GPUDirect NIC's.
+    # Sockets copy every byte through the kernel on the proxy thread: their ramp is not a
+    # GPUDirect NIC's. RDMA without GPUDirect only moves NCCL's buffers to host memory (the GPU
+    # writes them, the NIC reads them, no proxy copy): it ramps as the verbs transport.
     from dpsim.collectives.nccl import NcclCollectives
     from dpsim.topology.cluster import Topology
 
@@ -185,7 +210,8 @@ def test_a_host_staged_transport_ramps_in_its_own_scope():
         return NcclCollectives(Topology.from_spec(spec, 16)).facts.ramp_scope
 
     assert scope({"nic": "100gbe-tcp"}) == "staged"
-    assert scope({"nic": "ib-ndr", "transport": "ib-host"}) == "staged"
+    assert scope({"nic": "ib-ndr", "transport": "ib-host"}) == scope({"nic": "100gbe-roce", "transport": "roce-host"}) \
+        == "verbs"
     # NCCL's verbs transport (IB, RoCE: the NIC RDMA-writes into GPU memory) is not EFA's plugin.
     assert scope({"nic": "ib-ndr"}) == scope({"nic": "400gbe-roce"}) == "verbs"
     assert scope({"nic": "efa-v2"}) == "network"
@@ -279,13 +305,13 @@ def test_tcpx_and_tcpxo_run_simple_only_as_google_sets_them():
 
 
 def test_the_ethernet_preset_leaves_its_efficiency_to_the_socket_transport():
-    # NCCL's default sockets (net_socket.cc: one per connection) over 100 GbE: 2 x 2.06 GB/s;
+    # NCCL's default sockets (net_socket.cc: one per connection) over 100 GbE: 2 x 4.4 GB/s;
     # the same transport fills a 10 GbE NIC up to TCP's payload share, not a fixed 40 %.
     from dpsim.topology.load import load_preset
 
     f = load_preset("ethernet").fabric
     assert not f.efficiency_given and f.transport.name == "socket"
-    assert f.nic_efficiency == pytest.approx(4.12 / 12.5)
+    assert f.nic_efficiency == pytest.approx(8.8 / 12.5)
     assert effective_nic_efficiency(f.transport, 1.25 * GB) == pytest.approx(0.94, abs=0.005)
 
 

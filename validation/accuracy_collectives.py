@@ -485,6 +485,9 @@ ANALYSIS = """What the model does that explains misses it used to have:
   steps at 8 MiB: one of its 2 sockets per connection works, 4 x 2.06 GB/s = 8.2 GB/s
   (8.5 GB/s of host memory otherwise); at 16 MiB both do. Its 8 MiB row goes from 3.4 to
   0.5 % fast; the staged ramp fitted on every system falls from 4 to 2 MiB (the network's).
+  Since a socket carries one CPU thread's 4.4 GB/s (esnet/iperf#286) rather than a 2019 GCP
+  VM's 2.06, one busy socket per connection no longer binds there: the 8 MiB row is 4 % fast
+  and the staged ramp refits to 4 MiB.
 - **GCP A3 Mega runs Google's TCPXO settings: Simple only, no NVLS.** The run passes its
   `NCCL_*` variables with `mpirun -x ${HOST_VARS}`, the way Google's A3 Mega instructions
   export what the TCPXO plugin's `nccl-env-profile.sh` sets: `NCCL_PROTO=Simple`,
@@ -625,8 +628,8 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   rate, and no NCCL setting (`NCCL_P2P_LEVEL` only decides whether P2P is used; the log
   shows it is) or published bridged-pair measurement accounts for the other half.
 - **Four V100 TCP nodes** (NVIDIA/nccl#450): two rows, on an assumed server (the issue does
-  not name it); nothing else stages through host memory, so the staged ramp is untested
-  beyond them.
+  not name it); no other reference system runs the socket transport, so the staged ramp
+  (sockets only: RDMA without GPUDirect ramps as verbs) is untested beyond them.
 - **DGX A100's 1 MiB row** (101.9 us, flat from 1 to 4 MiB) is 37 % above the model, and its
   16-32 MiB rows 20-26 %; from 256 MiB on it is within 9 %. The step from 8 to 16 MiB
   (133.5 -> 276.6 us: the second 8 MiB at 59 GB/s of algorithm bandwidth, against 134 GB/s

@@ -76,8 +76,8 @@ class FabricFacts:
     ramp_scope: str
     """Which fitted bandwidth ramp applies (:attr:`~dpsim.collectives.nccl_tuning.NcclTuning.ramp_half_bytes`):
     ``node`` inside one NVLink domain (``network`` inside a PCIe-only server); across NICs ``verbs`` over NCCL's IB verbs transport (IB or
-    RoCE), ``staged`` when the transport stages every byte through host memory, ``tcpx`` over
-    Google's GPUDirect-TCPX/TCPXO, else ``network``."""
+    RoCE, with GPUDirect RDMA or not), ``staged`` over the socket transport (the proxy thread
+    copies every byte through the kernel), ``tcpx`` over Google's GPUDirect-TCPX/TCPXO, else ``network``."""
     nvls: NvlsTuning
     """NCCL's NVLS channels and chunk sizes for this communicator (:func:`~dpsim.collectives.nccl_tuning.nvls_tuning`)."""
     nvls_heads: int
@@ -163,10 +163,14 @@ def _ramp_scope(fabric: FabricSpec | None, crosses: bool, interconnect: str) -> 
     if not crosses:
         return "network" if interconnect in PCIE_ONLY_INTERCONNECTS else "node"
     transport = fabric.transport
-    if not transport.gpudirect:
-        return "staged"
+    # Without GPUDirect RDMA the verbs transport keeps its pipeline: the Simple buffers move to
+    # pinned host memory that the GPU kernel writes and the NIC reads (NVIDIA/nccl@5067397
+    # src/transport/net.cc, NCCL_NET_MAP_ADD_POINTER on device memory only with useGdr), with no
+    # proxy copy; the socket transport's proxy copies each chunk through the kernel, a stage more.
     if transport.kind in ("ib", "roce"):
         return "verbs"
+    if not transport.gpudirect:
+        return "staged"
     return "tcpx" if transport.kind in ("tcpx", "tcpxo") else "network"
 
 

@@ -279,10 +279,11 @@ InfiniBand verbs transport drives them, IB or RoCE: the NIC RDMA-writes each chu
 peer's GPU memory, where EFA's plugin posts SRD messages through libfabric from the proxy
 thread), NVLS tree across a
 network (32-128 KiB chunks, ``calcCollChunking``, whose flow-control window
-:attr:`NcclTuning.nvls_tree_rtt_scale` also scales), or rings and trees across a transport
-that stages every byte through host memory (sockets, RDMA without GPUDirect: each chunk
-also crosses PCIe to host memory, a host copy and the proxy thread on both sides, more
-pipeline stages to fill than a GPUDirect path's), or rings and trees over Google's
+:attr:`NcclTuning.nvls_tree_rtt_scale` also scales), or rings and trees across the socket
+transport (``staged``: each chunk also crosses PCIe to host memory and the proxy thread's
+kernel copy on both sides, more pipeline stages to fill than a GPUDirect path's; RDMA without
+GPUDirect has no such copy, the NIC reads the host buffer the GPU wrote, and ramps as
+``verbs``), or rings and trees over Google's
 GPUDirect-TCPX/TCPXO (TCP into GPU memory: receive buffers handed out by Google's
 receive-datapath daemon, ``tcpgpudmarxd`` / RxDM, and the FasTrak plugin's own flows, not a
 verbs NIC's RDMA writes; GoogleCloudPlatform/container-engine-accelerators
@@ -340,7 +341,7 @@ FITTED_TUNING = NcclTuning(
     call_overhead_us=(("node", 28.2), ("ib", 0.0), ("roce", 0.0), ("socket", 48.8), ("efa", 56.4),
                       ("tcpx", 48.8), ("tcpxo", 41.1)),
     ramp_half_bytes=(("node", 64.0 * 2**20), ("network", 2.0 * 2**20), ("verbs", 0.0),
-                     ("nvls_tree", 32.0 * 2**20), ("staged", 2.0 * 2**20), ("tcpx", 32.0 * 2**20)),
+                     ("nvls_tree", 32.0 * 2**20), ("staged", 4.0 * 2**20), ("tcpx", 32.0 * 2**20)),
     ramp_exponent=0.5,
     nvls_step_latency_us=5.5,
     nvls_channel_bytes_per_s=20e9,

@@ -137,8 +137,8 @@ def gradient_collective(program: StepProgram, gradient_ops, collectives: GroupCo
 
 SENSITIVITY_FACTORS = (0.5, 1.5)
 """The NIC efficiencies an assumed transport's step is also shown at, as multiples of the one
-used (capped at 1): adding half covers NVIDIA/nccl#450's 4-6 GB/s per 100 GbE NIC against the
-4.12 GB/s the socket preset assumes (2 x NVIDIA/nccl#209's 2.06 GB/s); halving is the same
+used (capped at 1): halving covers a 2019 cloud VM's socket (NVIDIA/nccl#209: 2.06 GB/s) against
+the 4.4 GB/s of one bare-metal CPU thread the socket preset assumes; adding half is the same
 spread the other way."""
 
 

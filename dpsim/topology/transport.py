@@ -107,6 +107,28 @@ def effective_nic_efficiency(transport: TransportSpec, line_bytes_per_s: float) 
 # ----------------------------------------------------------------------------- transports
 
 _NCCL = "NVIDIA/nccl@5067397"
+
+SOCKET_THREAD_BYTES_PER_S = 4.4 * GB
+"""What one CPU thread drives through TCP sockets on a bare-metal host, bytes/s: iperf3 up to
+3.15 serves all its streams from one thread and stops at 35.2 Gb/s on 100 GbE whatever the
+number of streams (esnet/iperf#286, CentOS 7.1 hosts, 16 streams); one stream of a 2024 host
+carries 36.7 Gb/s (esnet/iperf#55, ``iperf3 --zerocopy``). 35.2 Gb/s / 8 = 4.4 GB/s of payload.
+A thread that drives several sockets splits it (:func:`socket_stream_bytes_per_s`)."""
+AWS_FLOW_BYTES_PER_S = 10e9 / 8
+"""AWS caps one TCP flow (a 5-tuple) at 10 Gb/s between instances of a cluster placement group
+(5 Gb/s outside one): AWS EC2 User Guide, 'Amazon EC2 instance network bandwidth', single-flow traffic."""
+GCP_FLOW_BYTES_PER_S = 2.06 * GB
+"""One TCP socket between two GCP VMs: NVIDIA/nccl#209 (C. Winter, NCCL 2.3.7, 2x 32 Gb/s VMs, one
+ring of one socket) reaches 2.06 GB/s bus bandwidth; 8 rings reach 3.75 GB/s, the VM's line rate."""
+
+
+def socket_stream_bytes_per_s(sockets_per_thread: int, flow_cap_bytes_per_s: float = math.inf) -> float:
+    """What one socket of NCCL's socket transport carries: its thread's rate
+    (:data:`SOCKET_THREAD_BYTES_PER_S`) shared by the sockets the thread drives, or less where the
+    network caps a flow (a cloud's per-flow limit)."""
+    return min(flow_cap_bytes_per_s, SOCKET_THREAD_BYTES_PER_S / sockets_per_thread)
+
+
 _SOCKET_SOURCES = (
     (f"{_NCCL} src/transport/net_socket.cc ncclNetSocketGetNsockNthread: a NIC that is neither AWS (vendor 0x1d0f: "
     "2 threads x 8 sockets) nor GCP gVNIC (0x1ae0: 4 threads x 1 socket) gets 0 helper threads and 1 socket per "
@@ -114,13 +136,22 @@ _SOCKET_SOURCES = (
     (f"{_NCCL} src/transport/net_socket.cc ncclNetSocketGetProperties: ptrSupport NCCL_PTR_HOST (data staged in "
     "host memory)"),
     "NVIDIA/nccl-tests#83 (S. Jeaugey): NCCL socket bandwidth = the slowest socket's speed x the number of sockets",
-    ("NVIDIA/nccl#209 (C. Winter, NCCL 2.3.7, 2x GCP 32 Gb/s TCP): one ring (one socket) reaches 2.06 GB/s bus "
-    "bandwidth -> stream_bytes_per_s 2.06e9 (assumed for any CPU and kernel: calibrate)"),
+    ("one socket per thread: stream_bytes_per_s 4.4e9, what one thread drives through TCP (esnet/iperf#286: "
+    "35.2 Gb/s; esnet/iperf#55: 36.7 Gb/s on one stream; assumed for any bare-metal CPU and kernel: calibrate)"),
     "NVIDIA/nccl-tests#284 (NCCL_DEBUG=INFO log): two channels through one NET/Socket NIC -> connections_per_nic 2",
     ("wire_efficiency: TCP payload share of a 1500-byte-MTU Ethernet frame, (1500 - 52) / (1500 + 38) = 0.941 "
     "(RFC 791/793/7323 headers, IEEE 802.3 framing)"),
     "host_memory_passes 4: DMA write or read by the GPU, the kernel's copy (read + write), DMA by the NIC",
 )
+
+
+def _socket(name: str, streams: int, stream_bytes_per_s: float, wire_efficiency: float,
+            extra: tuple[str, ...]) -> TransportSpec:
+    """NCCL's socket transport with ``streams`` sockets per connection at ``stream_bytes_per_s`` each."""
+    return TransportSpec(name=name, kind="socket", gpudirect=False, wire_efficiency=round(wire_efficiency, 4),
+                         streams_per_connection=streams, stream_bytes_per_s=stream_bytes_per_s,
+                         connections_per_nic=2, host_memory_passes=4, assumed=True, sources=_SOCKET_SOURCES + extra)
+
 
 TRANSPORTS: dict[str, TransportSpec] = {
     "ib": TransportSpec(
@@ -143,17 +174,22 @@ TRANSPORTS: dict[str, TransportSpec] = {
         name="roce-host", kind="roce", gpudirect=False, wire_efficiency=0.96, streams_per_connection=1,
         host_memory_passes=2,
         sources=("as roce, without GPUDirect RDMA: staged in host memory (2 passes)",)),
-    "socket": TransportSpec(
-        name="socket", kind="socket", gpudirect=False, wire_efficiency=round(tcp_payload_efficiency(1500), 4),
-        streams_per_connection=1, stream_bytes_per_s=2.06 * GB, connections_per_nic=2, host_memory_passes=4,
-        assumed=True, sources=_SOCKET_SOURCES),
-    "ipoib": TransportSpec(
-        name="ipoib", kind="socket", gpudirect=False, wire_efficiency=round(tcp_payload_efficiency(4092), 4),
-        streams_per_connection=1, stream_bytes_per_s=2.06 * GB, connections_per_nic=2, host_memory_passes=4,
-        assumed=True,
-        sources=_SOCKET_SOURCES[:5] + (
-            ("IPoIB datagram mode MTU 4092 (RFC 4391: 4096-byte IB MTU less the 4-byte IPoIB header): TCP payload "
-            "share (4092 - 52) / (4092 + 38) = 0.978, with the framing cost of Ethernet as an upper bound"),)),
+    "socket": _socket("socket", 1, socket_stream_bytes_per_s(1), tcp_payload_efficiency(1500), ()),
+    "socket-aws": _socket(
+        "socket-aws", 2 * 8, socket_stream_bytes_per_s(8, AWS_FLOW_BYTES_PER_S), tcp_payload_efficiency(9001),
+        ((f"{_NCCL} net_socket.cc: on an AWS ENA NIC (vendor 0x1d0f) 2 threads x 8 sockets = 16 sockets per "
+          "connection, each thread's 4.4 GB/s shared by its 8 (0.55 GB/s a socket, under AWS's 10 Gb/s per flow)"),
+         "AWS EC2 User Guide 'Network MTU': 9001-byte jumbo frames inside a VPC -> TCP payload share 0.990")),
+    "socket-gcp": _socket(
+        "socket-gcp", 4 * 1, socket_stream_bytes_per_s(1, GCP_FLOW_BYTES_PER_S), tcp_payload_efficiency(1460),
+        ((f"{_NCCL} net_socket.cc: on a GCP gVNIC (vendor 0x1ae0) 4 threads x 1 socket = 4 sockets per connection"),
+         ("NVIDIA/nccl#209 (NCCL 2.3.7, GCP VMs): one ring of one socket 2.06 GB/s -> 2.06 GB/s per socket "
+          "(assumed for today's VMs: calibrate)"),
+         "GCP VPC default MTU 1460 bytes (Google Cloud VPC docs, 'Maximum transmission unit')")),
+    "ipoib": _socket(
+        "ipoib", 1, socket_stream_bytes_per_s(1), tcp_payload_efficiency(4092),
+        (("IPoIB datagram mode MTU 4092 (RFC 4391: 4096-byte IB MTU less the 4-byte IPoIB header): TCP payload "
+          "share (4092 - 52) / (4092 + 38) = 0.978, with the framing cost of Ethernet as an upper bound"),)),
     "efa": TransportSpec(
         name="efa", kind="efa", gpudirect=True, wire_efficiency=0.969, streams_per_connection=1,
         sources=(("stas00/ml-engineering@744d01e18b79 network/README.md 'Measuring the inter-node fabric': "
@@ -194,7 +230,10 @@ TRANSPORTS: dict[str, TransportSpec] = {
 """The transports ``fabric.transport`` names (or starts from, as a mapping with overrides)."""
 
 TRANSPORT_ASSUMPTION_NOTE = {
-    "socket": "one TCP socket per NCCL connection carries ~2.06 GB/s (NVIDIA/nccl#209), two connections per NIC",
+    "socket": ("one TCP socket per NCCL connection carries what one CPU thread drives, ~4.4 GB/s "
+               "(esnet/iperf#286, #55), two connections per NIC"),
+    "socket-aws": "16 sockets per connection share 2 threads' ~4.4 GB/s each (AWS ENA auto-detection)",
+    "socket-gcp": "4 sockets per connection at ~2.06 GB/s each, one GCP VM socket (NVIDIA/nccl#209)",
     "ipoib": "as socket, over IPoIB",
     "tcpx": "TCPX payload share assumed from the MTU",
     "tcpxo": "TCPXO payload share assumed from the MTU",
