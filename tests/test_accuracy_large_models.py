@@ -29,9 +29,9 @@ def test_every_row_has_a_system_and_every_dense_row_a_job():
     assert all(x.why for x in skipped)
     for r in dense:
         job = alm.job_of(r)  # PredictConfig checks the fields' own rules and their combinations
-        assert job.config.gpus == int(r["gpus"]), r["id"]
-        per_replica = job.config.micro_batch * (job.config.micro_batches if job.config.layout_active
-                                                else job.config.grad_accum)
+        assert job.config.cluster.gpus == int(r["gpus"]), r["id"]
+        per_replica = job.config.workload.micro_batch * (job.config.micro_batches if job.config.parallelism.layout_active
+                                                else job.config.workload.grad_accum)
         if r["global_batch"]:
             assert per_replica * job.config.data_parallel == int(r["global_batch"]), r["id"]
         if r["params"]:  # the model built from the row's shape has the row's parameter count

@@ -54,7 +54,7 @@ def test_every_row_cites_its_source_and_is_a_valid_layout():
         assert r["source"] and ("@" in r["source"] or "arXiv" in r["source"]), r["id"]
         assert int(r["tp"]) * int(r["pp"]) * int(r["dp"]) == int(r["gpus"]), r["id"]
         config = accuracy_layouts.config_of(r)  # PredictConfig checks the layout's own rules
-        assert config.micro_batches * config.micro_batch * int(r["dp"]) == int(r["global_batch"])
+        assert config.micro_batches * config.workload.micro_batch * int(r["dp"]) == int(r["global_batch"])
 
 
 def test_published_flops_reproduce_the_published_times():

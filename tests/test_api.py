@@ -20,7 +20,7 @@ import pytest
 
 import dpsim
 from dpsim.cli import main
-from dpsim.predict.config import derived_flags, field_kind, flag_name, flag_scale
+from dpsim.predict.config import SETTINGS, derived_flags, field_kind, flag_name, flag_scale
 from dpsim.profile.io import load_profile, save_profile
 from dpsim.profile.schema import ComputeCalibration
 
@@ -32,10 +32,10 @@ from run import ROOT, VOLATILE_KEYS, load_golden, report_contents  # noqa: E402
 # ------------------------------------------------------------------ flags -> API arguments
 
 _FIELD_OF_FLAG = {}
-for _f in dataclasses.fields(dpsim.PredictConfig):
-    _FIELD_OF_FLAG[flag_name(_f.name)] = _f.name
-    if field_kind(_f.name)[0] is bool:
-        _FIELD_OF_FLAG["--no-" + flag_name(_f.name).removeprefix("--")] = _f.name
+for _name in SETTINGS:
+    _FIELD_OF_FLAG[flag_name(_name)] = _name
+    if field_kind(_name)[0] is bool:
+        _FIELD_OF_FLAG["--no-" + flag_name(_name).removeprefix("--")] = _name
 
 
 def _split_args(argv: list[str]) -> tuple[dict, dict]:
@@ -250,7 +250,7 @@ def test_a_profile_that_measured_its_overlap_slowdown_gives_one_step_everywhere(
     api = dpsim.predict(dpsim.PredictConfig(gpus=64, link="aws-p4de", calibration=path))
     swept = _cli_json("sweep", *args, "--json")["rows"][0]
     api_swept = dpsim.sweep(gpus=64, link="aws-p4de", calibration=path)
-    assert cli["config"]["overlap_slowdown"] == api.config.overlap_slowdown == 0.05  # the measured one
+    assert cli["config"]["overlap_slowdown"] == api.config.calibration.overlap_slowdown == 0.05  # the measured one
     assert cli["step_time_s"] == api.step_time_s == swept["step_time_s"] == api_swept["step_time_s"].iloc[0]
     default = dpsim.predict(dpsim.PredictConfig(gpus=64, link="aws-p4de", calibration=path, overlap_slowdown=0.1))
     assert default.step_time_s != api.step_time_s  # the slowdown moves the step: the test can fail
@@ -265,7 +265,7 @@ def test_a_cpu_profile_sets_precision_ranks_per_node_and_noise_for_the_api_too(t
     p, report = dpsim.predict_with_variability(
         dpsim.PredictConfig(gpus=4, link="ethernet", model=MODEL, micro_batch=MB, calibration=path),
         dpsim.VariabilitySpec(samples=2), steps=3)
-    assert (p.config.precision, p.config.gpus_per_node, report.spec.noise_cv) == ("fp32", 1, 0.02)
+    assert (p.config.execution.precision, p.config.cluster.gpus_per_node, report.spec.noise_cv) == ("fp32", 1, 0.02)
     assert json.loads(json.dumps(_as_printed({**p.to_dict(), "variability": report.to_dict()}))) == cli
 
 

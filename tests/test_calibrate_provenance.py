@@ -138,7 +138,7 @@ def test_gpus_without_a_matching_layout_suggest_the_profiles(tmp_path):
     # Left out, GPUs per node are the profile's (one rank per host), from the API as from the CLI,
     # not the ethernet preset's 8 (one node, which the profile cannot cost).
     p = predict(config(path, gpus=4, gpus_per_node=None))
-    assert (p.config.gpus_per_node, p.n_nodes) == (1, 4)
+    assert (p.config.cluster.gpus_per_node, p.n_nodes) == (1, 4)
 
 
 def test_presets_say_they_are_models(capsys):

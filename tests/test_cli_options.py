@@ -8,7 +8,6 @@ field's docstring and a ``Literal`` field lists its choices; ``sweep``'s list fl
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import json
 import typing
@@ -22,7 +21,7 @@ from dpsim.cli.memory import MEMORY_FIELDS
 from dpsim.cli.options import ALL_FIELDS, field_docs
 from dpsim.cli.plan import SWEEP_FIELDS
 from dpsim.cli.predict import PREDICT_FIELDS
-from dpsim.predict.config import Precision, PredictConfig, field_kind, flag_name, range_help
+from dpsim.predict.config import SETTINGS, Precision, PredictConfig, field_kind, flag_name, range_help, setting_field
 
 CONFIG_COMMANDS = {"predict": PREDICT_FIELDS, "memory": MEMORY_FIELDS, "report": PREDICT_FIELDS,
                    "goodput": GOODPUT_FIELDS}
@@ -77,17 +76,17 @@ def test_no_command_redeclares_a_field_flag_by_hand(command):
 
 
 def test_commands_expose_the_fields_they_use():
-    assert set(PREDICT_FIELDS) == {f.name for f in dataclasses.fields(PredictConfig)}
+    assert set(PREDICT_FIELDS) == set(SETTINGS)
     assert "steps" not in MEMORY_FIELDS and "calibration" not in MEMORY_FIELDS
     assert set(MEMORY_FIELDS) < set(ALL_FIELDS) and set(GOODPUT_FIELDS) < set(ALL_FIELDS)
 
 
 @pytest.mark.parametrize("command", sorted(CONFIG_COMMANDS))
 def test_field_defaults_are_the_flags_defaults(command):
-    defaults = dataclasses.asdict(PredictConfig())
+    defaults = PredictConfig().settings()
     for name in CONFIG_COMMANDS[command]:
         param = options(command)[name]
-        scale = PredictConfig.__dataclass_fields__[name].metadata.get("flag_scale")
+        scale = setting_field(name).metadata.get("flag_scale")
         expected = defaults[name] if defaults[name] is None or scale is None else defaults[name] * scale
         assert param.default == expected, (command, name)
 

@@ -13,6 +13,8 @@ import pytest
 
 from dpsim.errors import ConfigError
 from dpsim.predict.config import (
+    PARTS,
+    SETTINGS,
     FsdpUnit,
     Optimizer,
     Placement,
@@ -80,7 +82,8 @@ def test_zero_grad_choices_are_the_compute_modes():
 
 
 def test_each_closed_choice_is_a_literal():
-    hints = typing.get_type_hints(PredictConfig)
+    hints = {name: typing.get_type_hints(cls)[f.name] for cls in PARTS.values() for f in dataclasses.fields(cls)
+             for name in [f.metadata.get("key", f.name)]}
     for name, literal in [("optimizer", Optimizer), ("strategy", Strategy),
                           ("fsdp_unit", FsdpUnit), ("placement", Placement), ("zero_grad", ZeroGrad)]:
         assert hints[name] is literal, name
@@ -92,7 +95,7 @@ def test_each_closed_choice_is_a_literal():
 
 def test_field_names_order_and_defaults_are_unchanged():
     # New fields come after these (the tensor/pipeline layout's: tests/test_layout.py).
-    config = dataclasses.asdict(PredictConfig())
+    config = PredictConfig().settings()
     first = dict(list(config.items())[:len(ORIGINAL_DEFAULTS)])
     assert first == ORIGINAL_DEFAULTS
     assert list(first) == list(ORIGINAL_DEFAULTS)
@@ -166,7 +169,7 @@ def test_each_rule_is_one_line_naming_flag_value_and_allowed(kwargs, needles):
 def test_valid_configs_are_accepted(kwargs):
     config = PredictConfig(**kwargs)
     for name, value in kwargs.items():
-        assert getattr(config, name) == value
+        assert config.value_of(name) == value
 
 
 def test_replace_checks_again():
@@ -222,13 +225,13 @@ def test_seq_len_only_with_a_catalog_model():
     assert "--seq-len: does not apply" in message and "512" in message and "--input-shape" in message
 
 
-def test_to_dict_is_asdict_of_plain_fields():
-    """PredictConfig.to_dict skips asdict's deep copy: right only while every field is a plain value.
-    The training-script options are named only when set (golden outputs stay as they were)."""
+def test_to_dict_is_the_plain_settings():
+    """PredictConfig.to_dict is every setting by its flat name, each a plain value. The training-script
+    options are named only when set (golden outputs stay as they were)."""
     from dpsim.predict.config import SHOWN_WHEN_SET
 
     for config in (PredictConfig(), PredictConfig(gpus=64, link="ethernet", strategy="fsdp", micro_batch=2)):
-        full = dataclasses.asdict(config)
+        full = config.settings()
         assert config.to_dict() == {k: v for k, v in full.items() if k not in SHOWN_WHEN_SET}
         assert all(v is None or isinstance(v, (bool, int, float, str)) for v in config.to_dict().values())
     config = PredictConfig(clip_grad_norm=True, zero_grad="zero-loop", strategy="fsdp", fsdp_version="2",
@@ -236,13 +239,13 @@ def test_to_dict_is_asdict_of_plain_fields():
                            calibration="node.json", op_rates=True, fp8="te-delayed", compile=True)
     cp_fields = ("cp", "cp_comm", "cp_balance", "offload")
     expert_options = ("ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a")
-    assert config.to_dict() == {k: v for k, v in dataclasses.asdict(config).items()
+    assert config.to_dict() == {k: v for k, v in config.settings().items()
                                 if k not in cp_fields + expert_options}
     assert PredictConfig(**config.to_dict()) == config
     config = PredictConfig(gpus=64, cp=2, cp_comm="a2a", cp_balance=False, strategy="zero1", offload="optimizer",
                            clip_grad_norm=True, zero_grad="zero-loop", recompute="full", recompute_every=2,
                            calibration="node.json", op_rates=True)
-    assert config.to_dict() == {k: v for k, v in dataclasses.asdict(config).items()
+    assert config.to_dict() == {k: v for k, v in config.settings().items()
                                 if k not in ("fsdp_version", "fsdp_accumulate", "fp8", "compile") + expert_options}
     assert PredictConfig(**config.to_dict()) == config
     moe = {"ep": 2, "etp": 2, "moe_routing": "zipf:1", "moe_capacity_factor": 1.5, "moe_a2a": "hierarchical"}
@@ -261,3 +264,64 @@ def test_step_options_refused_in_one_line(name, value, expected):
     with pytest.raises(ConfigError) as exc:
         PredictConfig(**{name: value})
     assert one_line(exc) == expected
+
+
+# ---------------------------------------------------------------- parts by layer
+
+def test_every_setting_lives_in_one_part_with_its_docstring():
+    from dpsim.cli.options import field_docs
+
+    keys = [f.metadata.get("key", f.name) for cls in PARTS.values() for f in dataclasses.fields(cls)]
+    assert sorted(keys) == sorted(SETTINGS) and len(keys) == len(set(keys))
+    assert set(field_docs()) == set(SETTINGS)
+    for cls in PARTS.values():
+        assert cls.__dataclass_params__.frozen and cls.__doc__
+        with pytest.raises(TypeError):
+            cls(1)  # keyword-only
+    assert [f.name for f in dataclasses.fields(PredictConfig)] == list(PARTS)
+
+
+def test_settings_and_parts_make_the_same_config():
+    from dpsim.predict.config import ClusterConfig, ParallelismConfig
+
+    flat = PredictConfig(gpus=32, link="infiniband", tp=4, micro_batch=2, calibration=None)
+    nested = PredictConfig(cluster=ClusterConfig(gpus=32, link="infiniband"), parallelism=ParallelismConfig(tp=4),
+                           micro_batch=2)
+    assert flat == nested and hash(flat) == hash(nested)
+    assert flat.parallelism.tp == 4 and flat.cluster.gpus == 32 and flat.workload.micro_batch == 2
+    assert PredictConfig(**flat.settings()) == flat
+    # settings given with parts go over them; dataclasses.replace takes settings by name
+    assert PredictConfig(parallelism=ParallelismConfig(tp=2), tp=4, gpus=32, link="infiniband",
+                         micro_batch=2) == flat
+    assert dataclasses.replace(flat, tp=8).parallelism.tp == 8
+    assert dataclasses.replace(flat, tp=8).cluster == flat.cluster
+    # "calibration" is both a part and a setting (the profile)
+    with_profile = PredictConfig(calibration="node.json")
+    assert with_profile.calibration.profile == "node.json" and with_profile.value_of("calibration") == "node.json"
+    assert with_profile.execution.precision is None  # the profile decides it (dpsim.predict.resolve)
+    assert PredictConfig().execution.precision == "amp-bf16"
+
+
+def test_a_part_checks_its_own_settings_and_the_whole_checks_between_parts():
+    from dpsim.predict.config import ParallelismConfig
+
+    with pytest.raises(ConfigError, match="--tp: 0 is not valid"):
+        ParallelismConfig(tp=0)
+    with pytest.raises(ConfigError, match="--gpus: 30 is not a multiple of --tp 4"):
+        PredictConfig(gpus=30, parallelism=ParallelismConfig(tp=4))
+    with pytest.raises(TypeError, match="unexpected setting 'tensor_parallel'"):
+        PredictConfig(tensor_parallel=2)
+    with pytest.raises(TypeError, match="must be a ParallelismConfig"):
+        PredictConfig(parallelism={"tp": 2})
+
+
+def test_a_flat_read_still_answers_with_a_deprecation_warning():
+    from dpsim.predict.config import FlatSettingWarning
+
+    config = PredictConfig(tp=2, gpus=8)
+    with pytest.warns(FlatSettingWarning, match="config.parallelism.tp"):
+        assert config.tp == 2
+    with pytest.warns(FlatSettingWarning, match="config.parallelism.layout_active"):
+        assert config.layout_active
+    with pytest.raises(AttributeError):
+        config.no_such_setting

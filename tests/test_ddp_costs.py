@@ -91,7 +91,7 @@ def test_ddp_flags_are_refused_where_they_do_not_apply(kwargs, flag):
 
 
 def test_options_default_to_torchs():
-    assert PredictConfig().ddp_options() == DdpOptions()
+    assert PredictConfig().gradients.ddp_options() == DdpOptions()
     assert DdpOptions().is_default and not DdpOptions(static_graph=True).is_default
 
 

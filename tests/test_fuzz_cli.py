@@ -13,7 +13,6 @@ and valid extremes whose output must stay finite and humanly formatted.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from dpsim.limits import (
     MAX_SWEEP_POINTS,
     MAX_WORKERS,
 )
-from dpsim.predict.config import PredictConfig, field_kind, flag_name, flag_scale
+from dpsim.predict.config import SETTINGS, field_kind, flag_name, flag_scale, setting_field
 from fuzz_harness import check_outcome, check_sane_output, run_cli
 
 # Fuzzers (hundreds of hostile inputs): the fast lane (-m "not slow") leaves them to the full suite.
@@ -64,7 +63,7 @@ def _field_cases(command: str, fields, base: list[str]) -> list:
     for name in fields:
         kind, _, choices = field_kind(name)
         flag = flag_name(name)
-        rule = next(f for f in dataclasses.fields(PredictConfig) if f.name == name).metadata.get("rule")
+        rule = setting_field(name).metadata.get("rule")
         if choices:
             values = ["bogus", "", "x" * 5000]
         elif kind is int and rule is not None:
@@ -129,7 +128,7 @@ def test_file_inputs_that_are_not_what_they_should_be(command, args, kind, paths
 
 
 def _config_cases() -> list:
-    fields = [f.name for f in dataclasses.fields(PredictConfig)]
+    fields = list(SETTINGS)
     return (_field_cases("predict", fields, SMALL)
             + _field_cases("memory", MEMORY_FIELDS, ["--gpus", "8", "--model", "gpt2"])
             + _field_cases("report", ["gpus", "micro_batch", "steps", "compute_efficiency", "single_gpu_step_s"],

@@ -16,7 +16,7 @@ import pytest
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
-from dpsim.predict.config import PredictConfig
+from dpsim.predict.config import SETTINGS, PredictConfig
 from dpsim.predict.layout import layout_memory
 from dpsim.predict.run import load_model, predict
 from dpsim.workload.precision import get_precision
@@ -38,9 +38,9 @@ def test_layout_choices_are_the_registries():
     assert typing.get_args(cfg.Recompute) == tuple(RECOMPUTE)
     assert typing.get_args(cfg.TpCommOverlap) == tuple(TP_COMM_OVERLAP)
     assert cfg.LAYOUT_DP_STRATEGIES == tuple(LAYOUT_STRATEGIES)
-    fields = [f.name for f in dataclasses.fields(PredictConfig)]
+    fields = list(SETTINGS)
     assert set(cfg.LAYOUT_FIELDS) <= set(fields)
-    defaults = dataclasses.asdict(PredictConfig())
+    defaults = PredictConfig().settings()
     assert {k: defaults[k] for k in cfg.LAYOUT_FIELDS} == {
         "tp": 1, "pp": 1, "dp": None, "global_batch": None, "schedule": "1f1b", "virtual_stages": 1,
         "stage_layers": None, "sequence_parallel": False, "recompute": "off", "tp_comm_overlap": "backward",
@@ -273,7 +273,7 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
                           recomputes=("full",), verify=1, top=200)
     assert any(e.candidate.ep > 1 for e in result.ranked)
     expert = next(e.candidate for e in result.ranked if e.candidate.ep > 1)
-    assert f" --ep {expert.ep} " in expert.flags() and expert.config(moe).ep == expert.ep
+    assert f" --ep {expert.ep} " in expert.flags() and expert.config(moe).parallelism.ep == expert.ep
     dense = PredictConfig(model="llama-3-8b", link="infiniband", precision="bf16-mixed")
     short, _ = Planner(dense).candidates(64, global_batch=64, micro_batches=(1,), recomputes=("full",))
     assert {(c.cp, c.ep) for c in short} == {(1, 1)}
@@ -363,7 +363,7 @@ def test_plan_takes_no_grad_accum_fusion_as_predict_does():
                                    grad_accum_fusion=f).best for f in (True, False))
     assert fused.candidate.flags() + " --no-grad-accum-fusion" == unfused.candidate.flags() or \
         fused.candidate != unfused.candidate
-    assert unfused.verified.config.grad_accum_fusion is False
+    assert unfused.verified.config.parallelism.grad_accum_fusion is False
     assert unfused.step_time_s > fused.step_time_s
 
 
@@ -496,7 +496,7 @@ def test_plan_searches_dualpipe_when_asked():
     assert dual.candidate.schedule == "dualpipe" and dual.bubble_s < one_f.bubble_s
     assert dual.memory_bytes > one_f.memory_bytes
     verified = plan_layouts(base, schedules=["dualpipe"], verify=1, **kw).best
-    assert verified.verified.config.schedule == "dualpipe"
+    assert verified.verified.config.parallelism.schedule == "dualpipe"
     assert verified.memory_bytes == dual.memory_bytes
     assert dual.step_time_s == pytest.approx(verified.step_time_s, rel=0.03)
     from dpsim.plan.planner import Planner

@@ -226,7 +226,7 @@ def test_a_measured_comm_slowdown_moves_an_overlapped_layout_prediction(tmp_path
     assert st0.end_s == base.layout.pipeline.step_time_s  # stage 0 ends the step
     beside_s = st0.comm_s - st0.exposed_comm_s
     assert beside_s > 0
-    one_backward_s = base.layout.stages[0].backward_s * (1 + base.config.overlap_slowdown)
+    one_backward_s = base.layout.stages[0].backward_s * (1 + base.config.calibration.overlap_slowdown)
     for c in (0.2, 0.5, 1.0):
         p = predict(_layout(cpu_profile(tmp_path, step=step, comm_slowdown=c, name=f"c{c}")))
         moved = p.step_time_s - base.step_time_s

@@ -33,7 +33,7 @@ def _host_step_by_hand(cfg: PredictConfig) -> float:
     adam = 8 * shard * CPU_ADAM_BYTES_PER_PARAM / (node.host_memory_bandwidth_bytes_per_s * node.sockets)
     # Over PCIe: the bf16 gradient shard down, the updated bf16 shard up, and with offloaded
     # parameters the shard up before the forward, backward and recomputed-forward gathers.
-    copies = 2 + (3 if cfg.offload == "params+optimizer" else 0)
+    copies = 2 + (3 if cfg.execution.offload == "params+optimizer" else 0)
     return adam + copies * shard * 2 / node.pcie_bandwidth_bytes_per_s
 
 

@@ -39,7 +39,7 @@ def flat(n: int) -> ModelSpec:
 
 def test_the_default_is_plain_ddp_with_autocast_bf16():
     assert DEFAULT_PRECISION == "amp-bf16"
-    assert PredictConfig().precision == DEFAULT_PRECISION
+    assert PredictConfig().execution.precision == DEFAULT_PRECISION
     amp = get_precision("amp-bf16")
     assert amp.autocast and amp.weight_bytes == 4 and amp.grad_dtype == "float32" and amp.matmul_dtype == "bfloat16"
 

@@ -469,13 +469,15 @@ def memory_note(memory) -> str:
 
 def layout_text(config: PredictConfig) -> str:
     """Strategy, tensor x pipeline split, micro-batch x micro-batches per step, checkpointing."""
-    parts = [config.strategy]
-    if config.layout_active:
-        parts.append(f"tp{config.tp} pp{config.pp}" + (f" cp{config.cp}" if config.cp > 1 else ""))
-    if config.offload != "off":
-        parts.append(f"offload {config.offload}")
-    parts.append(f"mb {config.micro_batch}x{config.micro_batches if config.layout_active else config.grad_accum}")
-    if config.activation_checkpointing or config.recompute == "full":
+    ex = config.execution
+    par = config.parallelism
+    parts = [par.strategy]
+    if par.layout_active:
+        parts.append(f"tp{par.tp} pp{par.pp}" + (f" cp{par.cp}" if par.cp > 1 else ""))
+    if ex.offload != "off":
+        parts.append(f"offload {ex.offload}")
+    parts.append(f"mb {config.workload.micro_batch}x{config.micro_batches if par.layout_active else config.workload.grad_accum}")
+    if ex.activation_checkpointing or ex.recompute == "full":
         parts.append("AC")
     return " ".join(parts)
 

@@ -256,24 +256,24 @@ def shard_diagnosis(row: dict) -> dict:
     from dpsim.workload.roofline import MEMORY_EFFICIENCY, shape_efficiency
 
     config, model = config_of(row), model_of(row)
-    gpu, precision = get_gpu(resolve_topology(config).spec.gpu), get_precision(config.precision)
-    tp = config.tp if config.layout_active else 1
-    tpm = tp_model(model, tp, sequence_parallel=config.sequence_parallel)
+    gpu, precision = get_gpu(resolve_topology(config).spec.gpu), get_precision(config.execution.precision)
+    tp = config.parallelism.tp if config.parallelism.layout_active else 1
+    tpm = tp_model(model, tp, sequence_parallel=config.parallelism.sequence_parallel)
     useful = total = 0.0
     for layer in tpm.spec.layers:
         for op in layer.ops:
             if isinstance(op, MatmulOp):
-                m = op.m * config.micro_batch
+                m = op.m * config.workload.micro_batch
                 for a, b, c in ((m, op.n, op.k), (m, op.k, op.n), (op.n, op.k, m)):
                     f = 2.0 * a * b * c * op.batch
                     useful += f * shape_efficiency(a, b, c, op.batch, gpu)
                     total += f
-    shard = compute_profile(tpm.spec, gpu, micro_batch=config.micro_batch, precision=precision,
-                            optimizer=config.optimizer)
+    shard = compute_profile(tpm.spec, gpu, micro_batch=config.workload.micro_batch, precision=precision,
+                            optimizer=config.workload.optimizer)
     times = shard.breakdown_s
-    pp = config.pp if config.layout_active else 1
-    dp = config.data_parallel if config.layout_active else config.gpus
-    params = tpm.spec.param_count / pp / (dp if config.strategy in ("zero1", "fsdp") else 1)
+    pp = config.parallelism.pp if config.parallelism.layout_active else 1
+    dp = config.data_parallel if config.parallelism.layout_active else config.cluster.gpus
+    params = tpm.spec.param_count / pp / (dp if config.parallelism.strategy in ("zero1", "fsdp") else 1)
     clip_s = CLIP_GRAD_NORM_PASSES * 4 * params / (gpu.streaming_bandwidth_bytes_per_s * MEMORY_EFFICIENCY)
     step = predict(config, model=model).step_time_s
     return {"id": row["id"], "gemm_efficiency": useful / total if total else 1.0,

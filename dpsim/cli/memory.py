@@ -45,11 +45,11 @@ def memory(
     from rich.table import Table
 
     from dpsim.units import format_bytes
-    title = (f"{report.model} ({report.param_count / 1e9:.3g} B params), {config.strategy} on {report.n_gpus} x "
-             f"{report.gpu}, {config.precision}{f' (fp8 {config.fp8})' if config.fp8 else ''} + {config.optimizer}, "
-             f"micro-batch {config.micro_batch}"
-             + (f" x {config.grad_accum}" if config.grad_accum > 1 else "")
-             + (f", {config.checkpointing.describe()}" if config.checkpointing.active else ""))
+    title = (f"{report.model} ({report.param_count / 1e9:.3g} B params), {config.parallelism.strategy} on {report.n_gpus} x "
+             f"{report.gpu}, {config.execution.precision}{f' (fp8 {config.execution.fp8})' if config.execution.fp8 else ''} + {config.workload.optimizer}, "
+             f"micro-batch {config.workload.micro_batch}"
+             + (f" x {config.workload.grad_accum}" if config.workload.grad_accum > 1 else "")
+             + (f", {config.execution.checkpointing.describe()}" if config.execution.checkpointing.active else ""))
     table = Table(title=escape(title), header_style="bold")
     table.add_column("memory per GPU")
     table.add_column("size", justify="right")
@@ -61,10 +61,10 @@ def memory(
                             f"{HEADROOM_FRACTION:.0%} allocator headroom)")
     console = Console()
     console.print(table)
-    if config.layout_active:
+    if config.parallelism.layout_active:
         from dpsim.predict.layout import layout_of
         console.print(f"layout: {escape(layout_of(config).describe())} (the fullest stage's GPU)")
     else:
-        console.print(f"{escape(config.strategy)}: {escape(STRATEGIES[config.strategy])}")
+        console.print(f"{escape(config.parallelism.strategy)}: {escape(STRATEGIES[config.parallelism.strategy])}")
     if not mem.fits:
         console.print(f"what would fit: {escape(mem.suggestion or advice.message)}")

@@ -35,34 +35,40 @@ import typer
 
 from dpsim.cli.panels import FIELD_PANEL
 from dpsim.predict.config import (
+    PARTS,
     PROFILE_DEFAULTED,
-    PredictConfig,
+    SETTINGS,
     derived_flags,
     field_kind,
     flag_name,
     flag_scale,
     range_help,
+    setting_field,
 )
 
-ALL_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PredictConfig))
-"""Every ``PredictConfig`` field, in declaration order (``predict`` and ``report`` expose all)."""
+ALL_FIELDS: tuple[str, ...] = SETTINGS
+"""Every ``PredictConfig`` setting by its flat name, in :data:`~dpsim.predict.config.SETTINGS` order
+(``predict`` and ``report`` expose all)."""
 
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 
 @functools.cache
 def field_docs() -> dict[str, str]:
-    """Field name -> its attribute docstring (the string right after the field), whitespace folded."""
-    # The module's whole text parsed once: inspect.getsource tokenizes the file to find the
+    """Setting (flat name) -> its field's attribute docstring (the string right after the field in its
+    part's class), whitespace folded."""
+    # The module's whole text parsed once: inspect.getsource tokenizes the file to find each
     # class, which took three times as long as this parse, on every CLI start.
-    module = ast.parse(Path(inspect.getfile(PredictConfig)).read_text(encoding="utf-8"))
-    body = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == PredictConfig.__name__).body
+    module = ast.parse(Path(inspect.getfile(next(iter(PARTS.values())))).read_text(encoding="utf-8"))
+    keys = {cls.__name__: {f.name: f.metadata.get("key", f.name) for f in dataclasses.fields(cls)}
+            for cls in PARTS.values()}
     docs = {}
-    for node, after in itertools.pairwise(body):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)):
-            docs[node.target.id] = " ".join(after.value.value.split())
+    for cls in (n for n in module.body if isinstance(n, ast.ClassDef) and n.name in keys):
+        for node, after in itertools.pairwise(cls.body):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str) and node.target.id in keys[cls.name]):
+                docs[keys[cls.name][node.target.id]] = " ".join(after.value.value.split())
     return docs
 
 
@@ -81,7 +87,7 @@ def choices_metavar(name: str) -> str | None:
 def _flag_default(name: str) -> Any:
     # A field a calibration profile decides shows its value without one (it is left out
     # unless given, so a profile still decides it).
-    default = PROFILE_DEFAULTED.get(name, next(f.default for f in dataclasses.fields(PredictConfig) if f.name == name))
+    default = PROFILE_DEFAULTED.get(name, setting_field(name).default)
     scale = flag_scale(name)
     return default * scale if scale is not None and default is not None else default
 

@@ -9,11 +9,15 @@ the command prints or writes.
 
 A ``PredictConfig`` field's flag takes its panel from :data:`CONFIG_PANELS` in every
 command that exposes it (:mod:`dpsim.cli.options`); a flag of a command's own names
-its panel with ``rich_help_panel=`` where it is declared. A new field needs one line
-here; tests/test_cli_flags.py freezes every command's flags and their panels.
+its panel with ``rich_help_panel=`` where it is declared. A new field goes into the part
+that reads it; tests/test_cli_flags.py freezes every command's flags and their panels.
 """
 
 from __future__ import annotations
+
+import dataclasses
+
+from dpsim.predict.config import PARTS
 
 CLUSTER = "Cluster"
 WORKLOAD = "Workload"
@@ -38,21 +42,16 @@ PANEL_ORDER = (GRID, NCCL_TESTS_LOGS, CLUSTER, WORKLOAD, SEARCH, PARALLELISM, GR
                CHECKPOINTS, BUDGET, EXECUTION, OUTPUT)
 """The order ``--help`` shows the panels in: what the job is, then how it runs, then what is printed."""
 
+PART_PANELS: dict[str, str] = {"cluster": CLUSTER, "workload": WORKLOAD, "parallelism": PARALLELISM,
+                               "gradients": GRADIENT_COMMUNICATION, "execution": PRECISION_MEMORY,
+                               "calibration": CALIBRATION}
+"""Part of :class:`~dpsim.predict.config.PredictConfig` -> the panel showing its settings: a setting's panel
+is its part's, so the configuration and ``--help`` are grouped the same way."""
+
 CONFIG_PANELS: dict[str, tuple[str, ...]] = {
-    CLUSTER: ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "algo", "proto", "jobs", "placement"),
-    WORKLOAD: ("model", "input_shape", "seq_len", "micro_batch", "grad_accum", "global_batch", "optimizer",
-               "clip_grad_norm", "zero_grad", "input_samples_per_s", "steps"),
-    PARALLELISM: ("strategy", "fsdp_unit", "fsdp_version", "fsdp_accumulate", "tp", "pp", "dp", "schedule", "virtual_stages", "stage_layers",
-                  "sequence_parallel", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "cp",
-                  "cp_comm", "cp_balance", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a"),
-    GRADIENT_COMMUNICATION: ("bucket_cap_mb", "overlap", "gradient_as_bucket_view", "static_graph",
-                             "find_unused_parameters", "broadcast_buffers", "comm_hook", "powersgd_rank",
-                             "powersgd_start_iter"),
-    PRECISION_MEMORY: ("precision", "fp8", "compile", "flash_attention", "activation_checkpointing", "recompute", "recompute_every",
-                       "offload"),
-    CALIBRATION: ("calibration", "op_rates", "single_gpu_step_s", "compute_efficiency", "overlap_slowdown"),
-}
-"""Panel -> the ``PredictConfig`` fields whose flags it shows."""
+    PART_PANELS[part]: tuple(f.metadata.get("key", f.name) for f in dataclasses.fields(cls))
+    for part, cls in PARTS.items()}
+"""Panel -> the ``PredictConfig`` settings (flat names) whose flags it shows, in their part's order."""
 
 FIELD_PANEL: dict[str, str] = {name: panel for panel, names in CONFIG_PANELS.items() for name in names}
 """``PredictConfig`` field -> its flag's panel (a field missing here is shown under typer's "Options")."""

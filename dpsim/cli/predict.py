@@ -124,13 +124,13 @@ def predict_config(flags: dict[str, Any], single_gpu_samples_per_s: float | None
     config = PredictConfig(**flags)
     changes: dict[str, Any] = {}
     if single_gpu_samples_per_s is not None:
-        if config.single_gpu_step_s is not None:
+        if config.calibration.single_gpu_step_s is not None:
             raise ConfigError("--single-gpu-step-ms and --single-gpu-samples-per-s: give one, not both")
         check_number(single_gpu_samples_per_s, "--single-gpu-samples-per-s", 0, MAX_SAMPLES_PER_S, open_below=True)
-        step_s = config.micro_batch / single_gpu_samples_per_s
+        step_s = config.workload.micro_batch / single_gpu_samples_per_s
         if not MIN_SINGLE_GPU_STEP_S <= step_s <= MAX_SINGLE_GPU_STEP_S:
             raise ConfigError(f"--single-gpu-samples-per-s: {single_gpu_samples_per_s:g} at --micro-batch "
-                              f"{config.micro_batch} is a {step_s:.3g} s step; expected a step from "
+                              f"{config.workload.micro_batch} is a {step_s:.3g} s step; expected a step from "
                               f"{MIN_SINGLE_GPU_STEP_S:g} s to {MAX_SINGLE_GPU_STEP_S:g} s")
         changes["single_gpu_step_s"] = step_s
     return replace(config, **changes) if changes else config

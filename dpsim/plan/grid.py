@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import re
@@ -16,7 +15,7 @@ from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
 from dpsim.hardware import get_gpu
 from dpsim.plan.cost import PriceOverride, check_price_override, parse_count
-from dpsim.predict.config import PredictConfig, check_value, field_kind
+from dpsim.predict.config import SETTINGS, PredictConfig, check_value, field_kind
 from dpsim.profile.io import load_profile
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.workload.catalog import get_entry
@@ -32,8 +31,8 @@ SPEC_KEYS = ("grid", "tokens", "samples", "gpu_hour_usd")
 
 
 def sweep_axes() -> tuple[str, ...]:
-    """Every ``PredictConfig`` field: each is a sweep axis."""
-    return tuple(f.name for f in dataclasses.fields(PredictConfig))
+    """Every ``PredictConfig`` setting by its flat name: each is a sweep axis."""
+    return SETTINGS
 
 
 def axis_name(name: str, origin: str = "sweep") -> str:

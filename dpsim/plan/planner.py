@@ -176,9 +176,10 @@ class Candidate:
 
     def config(self, base: PredictConfig) -> PredictConfig:
         """The :class:`PredictConfig` of this layout on ``base``'s job."""
+        par = base.parallelism
         return dataclasses.replace(
             base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
-            cp_comm=self.cp_comm if self.cp > 1 else "p2p", cp_balance=base.cp_balance or self.cp == 1,
+            cp_comm=self.cp_comm if self.cp > 1 else "p2p", cp_balance=par.cp_balance or self.cp == 1,
             strategy=self.strategy,
             micro_batch=self.micro_batch, recompute=self.recompute if self.sharded else "off",
             activation_checkpointing=self.recompute == "full" and not self.sharded,
@@ -189,19 +190,18 @@ class Candidate:
 
     def command(self, base: PredictConfig) -> str:
         """The whole ``dpsim predict`` command: the job's flags that differ from the defaults, then the layout's."""
-        default = PredictConfig()
+        default = PredictConfig().settings()
         job = []
-        for f in dataclasses.fields(base):
-            value = getattr(base, f.name)
-            if f.name in _LAYOUT_OWN or value == getattr(default, f.name) or f.name == "model":
+        for name, value in base.settings().items():
+            if name in _LAYOUT_OWN or value == default[name] or name == "model":
                 continue
-            flag = flag_name(f.name)
+            flag = flag_name(name)
             if isinstance(value, bool):
                 job.append(flag if value else f"--no-{flag[2:]}")
             else:
-                scale = flag_scale(f.name)
+                scale = flag_scale(name)
                 job.append(f"{flag} {value * scale if scale else value}")
-        return " ".join(["dpsim predict --model", base.model, *job, self.flags()])
+        return " ".join(["dpsim predict --model", base.workload.model, *job, self.flags()])
 
     def flags(self) -> str:
         """The ``dpsim predict`` flags of the layout."""
@@ -392,7 +392,8 @@ class _Tables:
 
 @dataclass(frozen=True, kw_only=True)
 class _ExpertAsk:
-    """What :func:`~dpsim.predict.layout.check_experts` reads of a config, for a shape being enumerated."""
+    """What :func:`~dpsim.predict.layout.check_experts` reads of a config's parallelism part, for a shape
+    being enumerated."""
 
     tp: int
     """Tensor-parallel size."""
@@ -416,12 +417,12 @@ class Planner:
         # --no-grad-accum-fusion, one without --tp the tensor-parallel flags, one without --cp
         # --cp-comm, and the search's base has none of them (``None``: base's own).
         self.grad_accum_fusion = grad_accum_fusion
-        self.tp_comm_overlap = base.tp_comm_overlap if tp_comm_overlap is None else tp_comm_overlap
-        self.tp_across_network = base.tp_across_network if tp_across_network is None else tp_across_network
-        self.cp_comm = base.cp_comm if cp_comm is None else cp_comm
+        self.tp_comm_overlap = base.parallelism.tp_comm_overlap if tp_comm_overlap is None else tp_comm_overlap
+        self.tp_across_network = base.parallelism.tp_across_network if tp_across_network is None else tp_across_network
+        self.cp_comm = base.parallelism.cp_comm if cp_comm is None else cp_comm
         self.model: ModelSpec = load_model(base)
-        self.precision = get_precision(base.precision, base.fp8, strategy=base.strategy,
-                                       fsdp_version=base.fsdp_version, compile=base.compile)
+        self.precision = get_precision(base.execution.precision, base.execution.fp8, strategy=base.parallelism.strategy,
+                                       fsdp_version=base.parallelism.fsdp_version, compile=base.execution.compile)
         self._topologies: dict[int, Topology] = {}
         self._models: dict[object, CollectiveModel] = {}
         self._collectives: dict[tuple[int, int, int, int], GroupCollectives] = {}
@@ -499,7 +500,7 @@ class Planner:
     def context(self, cp: int) -> ContextParallel:
         """The job's context parallelism at ``cp`` ranks."""
         return ContextParallel(cp=cp, comm=self.cp_comm if cp > 1 else "p2p",
-                               balanced=self.base.cp_balance or cp == 1)
+                               balanced=self.base.parallelism.cp_balance or cp == 1)
 
     def tables(self, c: Candidate, gc: GroupCollectives) -> _Tables:
         """Per-layer work (cached)."""
@@ -530,11 +531,11 @@ class Planner:
             return self.cost(gc, group, op, size)
 
         work = layer_work(tpm, compute, layout, tp_cost=lambda op, size: cost("tp", op, size),
-                          act_element_bytes=act_bytes, overlap_slowdown=self.base.overlap_slowdown,
+                          act_element_bytes=act_bytes, overlap_slowdown=self.base.calibration.overlap_slowdown,
                           accumulate_s=accumulate,
                           cp_cost=(lambda op, size: context_comm_s(gc, cost, op, size)) if c.cp > 1 else None,
                           cp_model=self.model if c.cp > 1 else None,
-                          ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.moe_a2a))
+                          ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.parallelism.moe_a2a))
                           if c.ep > 1 else None, gpu=self.gpu)
         tab = self._tables[key] = _Tables(work)
         return tab
@@ -662,7 +663,7 @@ class Planner:
         ctx = self.context(c.cp)
         return Layout(tp=c.tp, pp=c.pp, dp=c.dp, virtual_stages=c.virtual_stages, schedule=c.schedule,
                       micro_batch=c.micro_batch, micro_batches=micro_batches, sequence_parallel=c.sequence_parallel,
-                      recompute=c.recompute, recompute_every=self.base.recompute_every,
+                      recompute=c.recompute, recompute_every=self.base.execution.recompute_every,
                       strategy=c.strategy, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep, etp=c.etp)
 
     def assignment(self, tp: int, layout: Layout):
@@ -699,7 +700,7 @@ class Planner:
         activations = self._activations.get(key)
         if activations is None:
             activations = self._activations[key] = stage_activation_bytes(tpm, assignment, layout)
-        stages = stages_memory(tpm, layout, self.gpu, self.precision, self.base.optimizer, assignment, activations,
+        stages = stages_memory(tpm, layout, self.gpu, self.precision, self.base.workload.optimizer, assignment, activations,
                                cp_model=self.model)
         worst = worst_stage(stages).breakdown
         return worst.total_bytes, worst.usable_bytes, stages[0].params_per_gpu
@@ -714,7 +715,7 @@ class Planner:
         if shape is None:
             topo = self.topology(c.gpus)
             shape = self._checkpoints[key] = (ClusterShape.from_topology(topo), checkpoint_cost(
-                state_bytes=state_bytes(self.model.param_count, self.precision, self.base.optimizer),
+                state_bytes=state_bytes(self.model.param_count, self.precision, self.base.workload.optimizer),
                 gpus_per_node=topo.gpus_per_node, tp=c.tp, pp=c.pp, dp=c.dp * c.cp,
                 shard_group=shard_group_size(c.strategy, c.dp * c.cp, topo.gpus_per_node),
                 node_bandwidth_bytes_per_s=failures.node_bandwidth_bytes_per_s))
@@ -792,22 +793,22 @@ class Planner:
         # Gradients reduce over dp x cp (the routed experts' over fewer, edp: not told apart here).
         grad_group = c.dp * c.cp
         if grad_group > 1:
-            bucket = default_bucket_elements(grad_group) if self.base.bucket_cap_mb is None else \
-                max(1, int(self.base.bucket_cap_mb * 2**20) // g)
+            bucket = default_bucket_elements(grad_group) if self.base.gradients.bucket_cap_mb is None else \
+                max(1, int(self.base.gradients.bucket_cap_mb * 2**20) // g)
             op = "all_reduce" if c.strategy == "ddp" else "reduce_scatter"
             full, rest = divmod(numel0, bucket)
             one = self.cost(gc, "dp", op, bucket * g) if full else 0.0
             tail = self.cost(gc, "dp", op, rest * g) if rest else 0.0
             total = full * one + tail
             last_b = x[0] / v - sum(tab.forward[i] for i in virtual_layers[0])
-            hide = last_b if self.base.overlap else 0.0
+            hide = last_b if self.base.gradients.overlap else 0.0
             dp_exposed = max(min(one, total) if full else tail, total - hide)
             if c.strategy in ("zero1", "fsdp"):
                 ag_full = self.cost(gc, "dp", "all_gather", bucket * w) if full else 0.0
                 ag_rest = self.cost(gc, "dp", "all_gather", rest * w) if rest else 0.0
                 gather_total = full * ag_full + ag_rest
                 # Steady state: gathered during the next step's first forward (overlap), else after the update.
-                dp_exposed += (ag_full if full else ag_rest) if (self.base.overlap or c.strategy == "fsdp") \
+                dp_exposed += (ag_full if full else ag_rest) if (self.base.gradients.overlap or c.strategy == "fsdp") \
                     else gather_total
         if tpm.tied_embedding and p > 1:
             dp_exposed += self.cost(gc, "emb", "all_reduce", tpm.embedding_numel_per_rank * g)

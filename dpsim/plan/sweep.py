@@ -30,7 +30,6 @@ pandas and dask are imported only when used (``pip install 'dpsim[plan]'``).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import multiprocessing
@@ -141,13 +140,13 @@ def run_point(config: PredictConfig | Mapping[str, Any], *, tokens: float | None
 
 
 def _point_label(config: PredictConfig | None, point: dict | None = None) -> dict[str, Any]:
-    default = PredictConfig()
+    default = PredictConfig().settings()
     if point is not None:
-        changed = {k: v for k, v in point.items() if getattr(default, k, object()) != v}
+        changed = {k: v for k, v in point.items() if default.get(k, object()) != v}
     else:
-        changed = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-                   if getattr(config, f.name) != getattr(default, f.name)}
-    return changed or {"gpus": (point or {}).get("gpus", getattr(config, "gpus", default.gpus))}
+        changed = {k: v for k, v in config.settings().items() if v != default[k]}
+    gpus = config.cluster.gpus if config is not None else default["gpus"]
+    return changed or {"gpus": (point or {}).get("gpus", gpus)}
 
 
 def _run_chunk(chunk: list[tuple[int, dict, str]], options: dict) -> list[tuple[int, dict]]:
@@ -171,7 +170,7 @@ def _check_budget_models(spec: SweepSpec) -> None:
     if spec.tokens is None:
         return
 
-    for name in spec.axes.get("model", (PredictConfig().model,)):
+    for name in spec.axes.get("model", (PredictConfig().workload.model,)):
         if get_model(name).tokens_per_sample is None:
             raise ConfigError(f"--tokens: model {name!r} has no tokens (an image model); "
                               f"give a sample budget (--samples) instead")

@@ -45,7 +45,7 @@ class CollectiveReport:
     def to_dict(self) -> dict[str, Any]:
         """``dpsim collective --json``."""
         elem = TYPE_BYTES[self.dtype]
-        calibration = self.config.calibration
+        calibration = self.config.calibration.profile
         return {
             "schema": "dpsim.collective/1", "op": self.op, "n_ranks": self.n_ranks, "topology": self.topology,
             "dtype": self.dtype, "algorithm": "nccl" if calibration is None else "calibrated",
@@ -74,7 +74,7 @@ def predict_collective(config: PredictConfig, *, op: str = "all_reduce", minbyte
     sizes = []
     size = minbytes
     while size <= maxbytes * (1 + 1e-12):
-        align = elem * (config.gpus if op in ("reduce_scatter", "all_gather") else 1)
+        align = elem * (config.cluster.gpus if op in ("reduce_scatter", "all_gather") else 1)
         sizes.append(max(align, int(size) // align * align))
         size *= stepfactor
     return CollectiveReport(config=resolved.config, op=op, n_ranks=topology.n_gpus, n_nodes=topology.n_nodes,

@@ -19,7 +19,8 @@ so they are written for the person typing the command and contain no square brac
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass, field, fields
+import warnings
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from typing import Any, Literal
 
@@ -127,16 +128,14 @@ def _range(minimum: float, maximum: float, *, open_below: bool = False, **metada
     return {"rule": Range(minimum, maximum, open_below=open_below), **metadata}
 
 
+
 @dataclass(frozen=True, kw_only=True)
-class PredictConfig:
-    """Everything that defines one prediction (the CLI's flags, in SI units), validated on creation.
+class ClusterConfig:
+    """The cluster a job runs on: its topology, GPUs and how collectives may run over the fabric.
 
-    Field metadata (read by :func:`flag_name`, :func:`check_value` and the CLI):
-    ``flag`` spells the flag when it is not ``--`` + the name with dashes, ``flag_scale``
-    converts a flag in human units (flag value = field value x ``flag_scale``), ``rule``
-    is the field's range rule.
+    Read by the topology, hardware and collective layers (:mod:`dpsim.topology`, :mod:`dpsim.hardware`,
+    :mod:`dpsim.collectives`); ``--help`` shows these flags in the Cluster panel.
     """
-
     gpus: int = field(default=64, metadata=_count(MAX_GPUS))
     """Data-parallel GPUs of one job; a multiple of the GPUs per node."""
     link: str = "ethernet"
@@ -149,62 +148,6 @@ class PredictConfig:
     nodes: the profile's ranks per node."""
     gpu: str | None = None
     """GPU preset, instead of the topology's: v100, a100, h100, h200, b200, ... (dpsim/hardware.py)."""
-    model: str = "gpt2-xl"
-    """Catalog model (dpsim models lists them), a decoder by its shape
-    (transformer:hidden=4096,layers=32,heads=32,ffn=11008,vocab=32000,seq=4096, plus kv_heads, act,
-    norm, pos, positions, tied, embed_norm, dropout, name), or a torch builder returning an nn.Module:
-    path/file.py:fn or package.module:fn."""
-    seq_len: int | None = field(default=None, metadata=_count(MAX_SEQ_LEN))
-    """Sequence length of a catalog model, instead of its own."""
-    flash_attention: bool = True
-    """Attention keeps no score matrices (SDPA, FlashAttention): sets activation memory."""
-    micro_batch: int = field(default=4, metadata=_count(MAX_MICRO_BATCH))
-    """Samples per GPU per micro-batch."""
-    precision: Precision | None = None
-    """The framework setting trained with (dpsim/workload/precision.py): fp32, tf32, amp-bf16
-    (torch.autocast bf16: fp32 params and grads, so DDP all-reduces fp32), amp-fp16 (+ GradScaler),
-    bf16-params or fp16-params (16-bit params and grads, fp32 master: DeepSpeed, Megatron --fp16, FSDP
-    MixedPrecision), bf16-fp32-grads (Megatron --bf16: gradients accumulated and reduced in fp32), bf16-true (everything bf16). Old names: amp = amp-bf16, bf16-mixed = bf16-params,
-    fp16-mixed = fp16-params, bf16 = bf16-true. Left out: amp-bf16, or fp32 with a calibration profile
-    measured on CPUs."""
-    optimizer: Optimizer = "adamw"
-    """Optimizer: sets the optimizer state kept per parameter."""
-    bucket_cap_mb: float | None = field(default=None, metadata=_range(0, MAX_BUCKET_CAP_MB, open_below=True))
-    """Gradient bucket size in MiB: DDP's bucket_cap_mb, or ZeRO-1/2's reduce_bucket_size; left
-    out, each framework's default (PyTorch: 25 MiB with a 1 MiB first bucket; DeepSpeed: 5e8
-    elements). ZeRO-3 and FSDP communicate per unit instead: their lever is --fsdp-unit."""
-    overlap: bool = True
-    """Communicate gradients during backward (DDP; DeepSpeed's overlap_comm); off:
-    after backward."""
-    overlap_slowdown: float | None = field(default=None, metadata=_range(0, MAX_OVERLAP_SLOWDOWN))
-    """Fractional compute slowdown while communication runs (0.1 = 10 %); left out: a calibration
-    profile's measured slowdown, else 0.1 (dpsim's estimate)."""
-    compute_efficiency: float = field(default=DEFAULT_COMPUTE_EFFICIENCY,
-                                      metadata=_range(MIN_COMPUTE_EFFICIENCY, 1))
-    """Overall factor on every modelled compute time: 1 keeps the per-op roofline as it is (it
-    carries each GPU's efficiencies), 0.8 makes compute 1/0.8 slower."""
-    single_gpu_step_s: float | None = field(
-        default=None, metadata=_range(MIN_SINGLE_GPU_STEP_S, MAX_SINGLE_GPU_STEP_S, flag="--single-gpu-step-ms",
-                                     flag_scale=1e3, unit=" ms"))
-    """Your measured one-GPU step time: compute is scaled to it."""
-    steps: int = field(default=3, metadata=_count(MAX_STEPS))
-    """Training steps to simulate."""
-    calibration: str | None = None
-    """A profile from dpsim calibrate (file or shipped name): its fitted collectives and
-    measured compute replace the preset's."""
-    strategy: Strategy = "ddp"
-    """Data-parallel strategy: PyTorch DDP, DeepSpeed ZeRO-1/2/3, or PyTorch FSDP full shard,
-    shard-grad-op or hybrid (dpsim/strategies/)."""
-    grad_accum: int = field(default=1, metadata=_count(MAX_GRAD_ACCUM))
-    """Micro-batches per optimizer step (gradient accumulation)."""
-    activation_checkpointing: bool = False
-    """Recompute each unit's forward in backward and keep only unit inputs (memory down,
-    compute up); the same as --recompute full."""
-    fsdp_unit: FsdpUnit = "block"
-    """ZeRO-3/FSDP wrap unit, also the checkpointing unit: each block, each layer that owns
-    parameters, or the whole model."""
-    input_shape: str | None = None
-    """Example input of a torch-module model, batch first: 8,3,224,224 or 4,1024:int64."""
     algo: str | None = None
     """Collective algorithms allowed, like NCCL_ALGO: ring, tree, nvls, nvls_tree, hierarchical,
     halving_doubling (comma list, or ^name to exclude); left out: NCCL's choice per call."""
@@ -216,23 +159,83 @@ class PredictConfig:
     max-min."""
     placement: Placement = "packed"
     """Servers of the jobs: packed (each job contiguous) or interleaved (round robin)."""
+
+    def __post_init__(self) -> None:
+        _check_part(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadConfig:
+    """What is trained: the model, its batch and the steps of the training loop around it.
+
+    Read by the workload layer (:mod:`dpsim.workload`); the Workload panel of ``--help``.
+    """
+    model: str = "gpt2-xl"
+    """Catalog model (dpsim models lists them), a decoder by its shape
+    (transformer:hidden=4096,layers=32,heads=32,ffn=11008,vocab=32000,seq=4096, plus kv_heads, act,
+    norm, pos, positions, tied, embed_norm, dropout, name), or a torch builder returning an nn.Module:
+    path/file.py:fn or package.module:fn."""
+    input_shape: str | None = None
+    """Example input of a torch-module model, batch first: 8,3,224,224 or 4,1024:int64."""
+    seq_len: int | None = field(default=None, metadata=_count(MAX_SEQ_LEN))
+    """Sequence length of a catalog model, instead of its own."""
+    micro_batch: int = field(default=4, metadata=_count(MAX_MICRO_BATCH))
+    """Samples per GPU per micro-batch."""
+    grad_accum: int = field(default=1, metadata=_count(MAX_GRAD_ACCUM))
+    """Micro-batches per optimizer step (gradient accumulation)."""
+    global_batch: int | None = field(default=None, metadata=_count())
+    """Samples per optimizer step over all replicas; sets the micro-batches per step to
+    global-batch / (micro-batch x data-parallel replicas). Left out: --grad-accum micro-batches."""
+    optimizer: Optimizer = "adamw"
+    """Optimizer: sets the optimizer state kept per parameter."""
+    clip_grad_norm: bool = False
+    """The step clips the gradients to a global norm (torch.nn.utils.clip_grad_norm_): a norm pass and a
+    scale pass over every gradient before the optimizer."""
+    zero_grad: ZeroGrad = "set-to-none"
+    """How gradients are reset each step: set-to-none (optimizer.zero_grad() since torch 2.0, free) or
+    zero-loop (zero_grad(set_to_none=False) without foreach, torch before 2.0, Apex O2: one zero_() per
+    parameter, each paying its dispatch)."""
+    input_samples_per_s: float | None = field(default=None, metadata=_range(0, MAX_SAMPLES_PER_S,
+                                                                             open_below=True))
+    """Samples per second one GPU's input pipeline (its data loader) delivers: a step is never shorter
+    than loading its micro-batches. Left out: unlimited (synthetic data)."""
+    steps: int = field(default=3, metadata=_count(MAX_STEPS))
+    """Training steps to simulate."""
+
+    def __post_init__(self) -> None:
+        _check_part(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelismConfig:
+    """How the job is split over its GPUs: the data-parallel strategy and the tensor, pipeline,
+    context and expert layout.
+
+    Read by the strategies layer (:mod:`dpsim.strategies`); the Parallelism panel of ``--help``.
+    """
+    strategy: Strategy = "ddp"
+    """Data-parallel strategy: PyTorch DDP, DeepSpeed ZeRO-1/2/3, or PyTorch FSDP full shard,
+    shard-grad-op or hybrid (dpsim/strategies/)."""
+    fsdp_unit: FsdpUnit = "block"
+    """ZeRO-3/FSDP wrap unit, also the checkpointing unit: each block, each layer that owns
+    parameters, or the whole model."""
+    fsdp_version: FsdpVersion = "1"
+    """PyTorch FSDP API of the fsdp strategies: 1 (FullyShardedDataParallel: one flat parameter per
+    unit) or 2 (fully_shard: each parameter sharded on dim 0, collectives staged through copy-in and
+    copy-out buffers)."""
+    fsdp_accumulate: FsdpAccumulate = "auto"
+    """How the fsdp strategies accumulate gradients over micro-batches: unsharded (FSDP1 no_sync(),
+    FSDP2 set_requires_gradient_sync(False): full gradients kept, one reduce-scatter at the last
+    micro-batch), sharded (reduce-scatter after every micro-batch, only the gradient shard kept:
+    FSDP2's default, FSDP1 without no_sync) or auto (unsharded with --fsdp-version 1, sharded with 2)."""
     tp: int = field(default=1, metadata=_count())
     """Tensor-parallel GPUs per model replica (Megatron-style: each transformer block's linears
     split over them, inside one NVLink domain)."""
     pp: int = field(default=1, metadata=_count())
     """Pipeline stages: the model's blocks split over them, micro-batches flowing through."""
-    ep: int = field(default=1, metadata=_count())
-    """Expert-parallel GPUs of a mixture of experts: each holds experts / ep of every MoE layer's
-    experts, tokens sent to them by all-to-all; carved with --etp out of tp x dp (Megatron-Core)."""
-    etp: int = field(default=1, metadata=_count())
-    """Expert-tensor-parallel GPUs: each expert's width split over them (Megatron-Core's
-    --expert-tensor-parallel-size)."""
     dp: int | None = field(default=None, metadata=_count())
     """Data-parallel replicas of each tensor x pipeline shard; left out: gpus / (tp x pp). Given
     without --gpus, --gpus becomes tp x pp x dp."""
-    global_batch: int | None = field(default=None, metadata=_count())
-    """Samples per optimizer step over all replicas; sets the micro-batches per step to
-    global-batch / (micro-batch x data-parallel replicas). Left out: --grad-accum micro-batches."""
     schedule: Schedule = "1f1b"
     """Pipeline schedule: 1f1b (Megatron's default), gpipe, 1f1b-interleaved (with
     --virtual-stages model chunks per stage), deepspeed (DeepSpeed's pipeline engine: 1F1B
@@ -248,16 +251,17 @@ class PredictConfig:
     sequence_parallel: bool = False
     """Megatron sequence parallelism with --tp: norms and dropouts split along the sequence,
     all-reduces replaced by reduce-scatter + all-gather, activations divided by tp."""
-    recompute: Recompute = "off"
-    """Activation checkpointing of every layout: selective (attention core only, Megatron), op (keep
-    matmul and attention outputs, recompute the other ops of each block, torchtitan's op-level
-    policy) or full (each block keeps its input and re-runs its forward in backward)."""
     tp_comm_overlap: TpCommOverlap = "backward"
     """Tensor-parallel communication hidden behind GEMMs: off, backward (input-gradient reductions
     under the weight-gradient GEMM, Megatron's default), full (TransformerEngine userbuffers) or async
     (PyTorch's micro-pipelined async TP as torchtitan runs it; with --sequence-parallel, on NVSwitch)."""
     tp_across_network: bool = False
     """Allow a tensor-parallel group larger than one NVLink domain (its collectives cross the network)."""
+    grad_accum_fusion: bool = True
+    """With --tp/--pp: each micro-batch's weight gradients are accumulated by their GEMM into the
+    gradient buffer (Megatron's --gradient-accumulation-fusion, TransformerEngine); off (Megatron
+    before 2022, DeepSpeed's pipeline engine): one more kernel per parameter adds them in,
+    reading and writing the buffer every micro-batch."""
     cp: int = field(default=1, metadata=_count())
     """Context-parallel GPUs each sequence is split over (Megatron's --context-parallel-size): every
     rank runs s/cp tokens, attention exchanges keys and values (see --cp-comm); GPUs = tp x cp x pp x dp."""
@@ -265,19 +269,51 @@ class PredictConfig:
     """How context-parallel attention gets the other ranks' keys and values: p2p (ring attention,
     transfers overlapped with attention), all-gather (KV all-gathered, exposed) or a2a
     (DeepSpeed-Ulysses head scatter; heads must divide by tp x cp)."""
-    offload: Offload = "off"
-    """CPU offload of the sharded optimizer (DeepSpeed): optimizer (ZeRO-Offload: fp32 master, Adam
-    moments and gradient shard in host memory, the Adam step on the CPU, the updated shard copied
-    back over PCIe) or params+optimizer (DeepSpeed offload_param: the parameter shard on the host too; zero3,
-    or fsdp with --tp/--cp/--pp)."""
     cp_balance: bool = True
     """Causal load balancing of --cp: the sequence cut into 2 x cp chunks, rank i holding chunks i and
     2cp-1-i, so every rank does the same attention work; off: contiguous pieces, the last rank paces."""
-    grad_accum_fusion: bool = True
-    """With --tp/--pp: each micro-batch's weight gradients are accumulated by their GEMM into the
-    gradient buffer (Megatron's --gradient-accumulation-fusion, TransformerEngine); off (Megatron
-    before 2022, DeepSpeed's pipeline engine): one more kernel per parameter adds them in,
-    reading and writing the buffer every micro-batch."""
+    ep: int = field(default=1, metadata=_count())
+    """Expert-parallel GPUs of a mixture of experts: each holds experts / ep of every MoE layer's
+    experts, tokens sent to them by all-to-all; carved with --etp out of tp x dp (Megatron-Core)."""
+    etp: int = field(default=1, metadata=_count())
+    """Expert-tensor-parallel GPUs: each expert's width split over them (Megatron-Core's
+    --expert-tensor-parallel-size)."""
+    moe_routing: str = "balanced"
+    """How a mixture of experts' router spreads tokens over its experts: balanced, zipf:S (expert i's
+    share proportional to (i + 1)^-S) or histogram:PATH.json (measured per-expert counts); the
+    busiest expert-parallel GPU paces the expert GEMMs and the all-to-all."""
+    moe_capacity_factor: float | None = field(default=None, metadata=_range(0, 1e6, open_below=True))
+    """Expert capacity (GShard, Switch Transformer): an expert takes at most this x its balanced share
+    of the routed tokens, dropping the rest; left out: dropless."""
+
+    moe_a2a: MoeA2a = "flat"
+    """The MoE dispatch and combine all-to-all: flat (NCCL send/recv to every peer) or hierarchical
+    (DeepEP-style: one NIC transfer per destination server, forwarded over NVLink there)."""
+
+    @property
+    def layout_active(self) -> bool:
+        """Tensor, pipeline, context or expert parallelism is asked for (``tp``, ``pp``, ``cp``, ``ep`` or
+        ``etp`` above 1)."""
+        return self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1 or self.etp > 1
+
+    def __post_init__(self) -> None:
+        _check_part(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GradientConfig:
+    """How gradients are communicated: buckets, overlap with backward, and PyTorch DDP's arguments.
+
+    Read by the data-parallel strategies (:mod:`dpsim.strategies.ddp_costs`, the bucketed ones);
+    the DDP & gradient communication panel of ``--help``.
+    """
+    bucket_cap_mb: float | None = field(default=None, metadata=_range(0, MAX_BUCKET_CAP_MB, open_below=True))
+    """Gradient bucket size in MiB: DDP's bucket_cap_mb, or ZeRO-1/2's reduce_bucket_size; left
+    out, each framework's default (PyTorch: 25 MiB with a 1 MiB first bucket; DeepSpeed: 5e8
+    elements). ZeRO-3 and FSDP communicate per unit instead: their lever is --fsdp-unit."""
+    overlap: bool = True
+    """Communicate gradients during backward (DDP; DeepSpeed's overlap_comm); off:
+    after backward."""
     gradient_as_bucket_view: bool = False
     """DDP's gradient_as_bucket_view: gradients are views of the all-reduce buckets, which saves one
     gradient-sized buffer and the copy back after each all-reduce; off (PyTorch's default): every
@@ -301,32 +337,31 @@ class PredictConfig:
                                                                              integer=True)})
     """PowerSGD's start_powerSGD_iter, with --comm-hook powersgd: steps of plain all-reduce before it
     compresses. The step predicted is the compressed one; --json's ddp block gives the warm-up step."""
-    clip_grad_norm: bool = False
-    """The step clips the gradients to a global norm (torch.nn.utils.clip_grad_norm_): a norm pass and a
-    scale pass over every gradient before the optimizer."""
-    zero_grad: ZeroGrad = "set-to-none"
-    """How gradients are reset each step: set-to-none (optimizer.zero_grad() since torch 2.0, free) or
-    zero-loop (zero_grad(set_to_none=False) without foreach, torch before 2.0, Apex O2: one zero_() per
-    parameter, each paying its dispatch)."""
-    input_samples_per_s: float | None = field(default=None, metadata=_range(0, MAX_SAMPLES_PER_S,
-                                                                             open_below=True))
-    """Samples per second one GPU's input pipeline (its data loader) delivers: a step is never shorter
-    than loading its micro-batches. Left out: unlimited (synthetic data)."""
-    fsdp_version: FsdpVersion = "1"
-    """PyTorch FSDP API of the fsdp strategies: 1 (FullyShardedDataParallel: one flat parameter per
-    unit) or 2 (fully_shard: each parameter sharded on dim 0, collectives staged through copy-in and
-    copy-out buffers)."""
-    fsdp_accumulate: FsdpAccumulate = "auto"
-    """How the fsdp strategies accumulate gradients over micro-batches: unsharded (FSDP1 no_sync(),
-    FSDP2 set_requires_gradient_sync(False): full gradients kept, one reduce-scatter at the last
-    micro-batch), sharded (reduce-scatter after every micro-batch, only the gradient shard kept:
-    FSDP2's default, FSDP1 without no_sync) or auto (unsharded with --fsdp-version 1, sharded with 2)."""
-    recompute_every: int = field(default=1, metadata=_count())
-    """With --recompute full: checkpoint every k-th block only (the k-th, 2k-th, ...), the others keep
-    their activations."""
-    op_rates: bool = False
-    """With --calibration: cost the op graph with the profile's measured kernel rates even when it
-    timed this model's whole step (which is used otherwise)."""
+
+    def ddp_options(self) -> DdpOptions:
+        """The DDP arguments as :class:`~dpsim.strategies.ddp_costs.DdpOptions`."""
+        return DdpOptions(**{name: getattr(self, name) for name in DDP_FIELDS})
+
+    def __post_init__(self) -> None:
+        _check_part(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutionConfig:
+    """How each GPU executes the model: number formats, compilation, fused attention, and the
+    memory levers (activation recompute, CPU offload).
+
+    Read by the workload's op costing and the memory model (:mod:`dpsim.workload.precision`,
+    :mod:`dpsim.memory`); the Precision & memory panel of ``--help``.
+    """
+    precision: Precision | None = None
+    """The framework setting trained with (dpsim/workload/precision.py): fp32, tf32, amp-bf16
+    (torch.autocast bf16: fp32 params and grads, so DDP all-reduces fp32), amp-fp16 (+ GradScaler),
+    bf16-params or fp16-params (16-bit params and grads, fp32 master: DeepSpeed, Megatron --fp16, FSDP
+    MixedPrecision), bf16-fp32-grads (Megatron --bf16: gradients accumulated and reduced in fp32), bf16-true (everything bf16). Old names: amp = amp-bf16, bf16-mixed = bf16-params,
+    fp16-mixed = fp16-params, bf16 = bf16-true. Left out: amp-bf16, or fp32 with a calibration profile
+    measured on CPUs."""
+
     fp8: Fp8 | None = None
     """FP8 training recipe on top of --precision: the linear layers' GEMMs run at the GPU's FP8 rate, with
     their casts (te-delayed, te-current: TransformerEngine; torchao-tensorwise, torchao-rowwise: torchao
@@ -336,61 +371,23 @@ class PredictConfig:
     """The model runs under torch.compile (Inductor): each chain of element-wise and reduction ops between
     two GEMM/attention ops (norms, activations, rotary, residual adds, casts, FP8 amax) is one fused kernel
     reading its inputs and writing its outputs once; GEMMs and attention are unchanged."""
-    moe_routing: str = "balanced"
-    """How a mixture of experts' router spreads tokens over its experts: balanced, zipf:S (expert i's
-    share proportional to (i + 1)^-S) or histogram:PATH.json (measured per-expert counts); the
-    busiest expert-parallel GPU paces the expert GEMMs and the all-to-all."""
-    moe_capacity_factor: float | None = field(default=None, metadata=_range(0, 1e6, open_below=True))
-    """Expert capacity (GShard, Switch Transformer): an expert takes at most this x its balanced share
-    of the routed tokens, dropping the rest; left out: dropless."""
-    moe_a2a: MoeA2a = "flat"
-    """The MoE dispatch and combine all-to-all: flat (NCCL send/recv to every peer) or hierarchical
-    (DeepEP-style: one NIC transfer per destination server, forwarded over NVLink there)."""
-
-    def __post_init__(self) -> None:
-        if self.calibration is None:
-            # Nothing to read: these defaults are known now. With a profile they wait for
-            # dpsim.predict.resolve, which reads it.
-            for name, value in PROFILE_DEFAULTED.items():
-                if getattr(self, name) is None:
-                    object.__setattr__(self, name, value)
-        for f in fields(self):
-            check_value(f.name, getattr(self, f.name))
-        self._check_combination()
-        self._check_layout()
-        self._check_ddp()
-
-    def _check_combination(self) -> None:
-        """The rules between fields (each field's own value is already valid)."""
-        if self.gpus * self.jobs > MAX_GPUS:
-            raise ConfigError(f"--gpus x --jobs: {self.gpus:,} x {self.jobs:,} = {self.gpus * self.jobs:,} GPUs is "
-                              f"not valid; the whole cluster may have at most {MAX_GPUS:,}")
-        if self.steps * self.grad_accum > MAX_SIMULATED_MICRO_BATCHES:
-            raise ConfigError(f"--steps x --grad-accum: {self.steps:,} x {self.grad_accum:,} = "
-                              f"{self.steps * self.grad_accum:,} simulated micro-batches is not valid; expected at "
-                              f"most {MAX_SIMULATED_MICRO_BATCHES:,} (lower --steps: every step is the same)")
-        if self.op_rates and self.calibration is None:
-            raise ConfigError("--op-rates: needs --calibration PROFILE, whose measured kernel rates it uses")
-        if self.compile and self.single_gpu_step_s is not None:
-            raise ConfigError("--compile: does not apply with --single-gpu-step-ms, whose measured step already "
-                              "says how the model ran; leave one of them out")
-        torch_model = is_torch_model_ref(self.model)
-        if self.input_shape is not None and not torch_model:
-            raise ConfigError(f"--input-shape: applies only to a torch module (--model file.py:fn), not to "
-                              f"catalog model {self.model!r} ({self.input_shape!r} given); catalog models "
-                              f"take --seq-len")
-        if self.seq_len is not None and torch_model:
-            raise ConfigError(f"--seq-len: does not apply to a torch module (--model {self.model}), "
-                              f"{self.seq_len} given; its example input (--input-shape) sets the sequence length")
-        check_fsdp_options(self.strategy, self.fsdp_version, self.fsdp_accumulate)
-        if self.bucket_cap_mb is not None and not honours(self.strategy, BUCKET_CAP_MB):
-            # Every strategy without gradient buckets shards per unit (tests/test_config.py
-            # checks it), so the unit is the lever to name.
-            takers = [s for s in typing.get_args(Strategy) if honours(s, BUCKET_CAP_MB)]
-            raise ConfigError(f"--bucket-cap-mb: {self.bucket_cap_mb} does not apply to --strategy "
-                              f"{self.strategy}, which communicates per unit (gathers and reduce-scatters "
-                              f"each wrapped unit); set the unit with --fsdp-unit, or leave --bucket-cap-mb "
-                              f"out (it applies to {', '.join(takers)})")
+    flash_attention: bool = True
+    """Attention keeps no score matrices (SDPA, FlashAttention): sets activation memory."""
+    activation_checkpointing: bool = False
+    """Recompute each unit's forward in backward and keep only unit inputs (memory down,
+    compute up); the same as --recompute full."""
+    recompute: Recompute = "off"
+    """Activation checkpointing of every layout: selective (attention core only, Megatron), op (keep
+    matmul and attention outputs, recompute the other ops of each block, torchtitan's op-level
+    policy) or full (each block keeps its input and re-runs its forward in backward)."""
+    recompute_every: int = field(default=1, metadata=_count())
+    """With --recompute full: checkpoint every k-th block only (the k-th, 2k-th, ...), the others keep
+    their activations."""
+    offload: Offload = "off"
+    """CPU offload of the sharded optimizer (DeepSpeed): optimizer (ZeRO-Offload: fp32 master, Adam
+    moments and gradient shard in host memory, the Adam step on the CPU, the updated shard copied
+    back over PCIe) or params+optimizer (DeepSpeed offload_param: the parameter shard on the host too; zero3,
+    or fsdp with --tp/--cp/--pp)."""
 
     @property
     def checkpointing(self) -> CheckpointPolicy:
@@ -398,160 +395,361 @@ class PredictConfig:
         mode = "full" if self.activation_checkpointing else self.recompute
         return CheckpointPolicy(mode=mode, every=self.recompute_every)
 
-    @property
-    def layout_active(self) -> bool:
-        """Tensor, pipeline, context or expert parallelism is asked for (``tp``, ``pp``, ``cp``, ``ep`` or
-        ``etp`` above 1)."""
-        return self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1 or self.etp > 1
+    def __post_init__(self) -> None:
+        _check_part(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationConfig:
+    """What replaces the modelled rates: a calibration profile, a measured one-GPU step, and the
+    overall factors on compute and on compute slowed by communication.
+
+    Read where the model's rates are resolved (:mod:`dpsim.predict.resolve`, :mod:`dpsim.profile`);
+    the Calibration panel of ``--help``.
+    """
+    profile: str | None = field(default=None, metadata={"key": "calibration"})
+    """A profile from dpsim calibrate (file or shipped name): its fitted collectives and
+    measured compute replace the preset's."""
+    op_rates: bool = False
+    """With --calibration: cost the op graph with the profile's measured kernel rates even when it
+    timed this model's whole step (which is used otherwise)."""
+    single_gpu_step_s: float | None = field(
+        default=None, metadata=_range(MIN_SINGLE_GPU_STEP_S, MAX_SINGLE_GPU_STEP_S, flag="--single-gpu-step-ms",
+                                     flag_scale=1e3, unit=" ms"))
+    """Your measured one-GPU step time: compute is scaled to it."""
+    compute_efficiency: float = field(default=DEFAULT_COMPUTE_EFFICIENCY,
+                                      metadata=_range(MIN_COMPUTE_EFFICIENCY, 1))
+    """Overall factor on every modelled compute time: 1 keeps the per-op roofline as it is (it
+    carries each GPU's efficiencies), 0.8 makes compute 1/0.8 slower."""
+    overlap_slowdown: float | None = field(default=None, metadata=_range(0, MAX_OVERLAP_SLOWDOWN))
+    """Fractional compute slowdown while communication runs (0.1 = 10 %); left out: a calibration
+    profile's measured slowdown, else 0.1 (dpsim's estimate)."""
+
+    def __post_init__(self) -> None:
+        _check_part(self)
+
+
+PARTS: dict[str, type] = {"cluster": ClusterConfig, "workload": WorkloadConfig, "parallelism": ParallelismConfig,
+                          "gradients": GradientConfig, "execution": ExecutionConfig,
+                          "calibration": CalibrationConfig}
+"""Part of :class:`PredictConfig` -> its class, each owned by the layer that reads it."""
+
+
+def _key(f: Any) -> str:
+    # A setting's flat name (its flag without dashes, the key of --json's config) is its field's name
+    # unless the field names it otherwise (CalibrationConfig.profile is the setting "calibration").
+    return f.metadata.get("key", f.name)
+
+
+def _places() -> dict[str, tuple[str, str]]:
+    places: dict[str, tuple[str, str]] = {}
+    for part, cls in PARTS.items():
+        for f in fields(cls):
+            assert _key(f) not in places, f"setting {_key(f)!r} is in two parts"
+            places[_key(f)] = (part, f.name)
+    return places
+
+
+SETTING_PLACES: dict[str, tuple[str, str]] = _places()
+"""Setting (flat name: ``tp``, ``micro_batch``, ``calibration``) -> (part, attribute): ``tp`` is
+``config.parallelism.tp``."""
+
+SETTINGS: tuple[str, ...] = (
+    "gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "flash_attention", "micro_batch",
+    "precision", "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency",
+    "single_gpu_step_s", "steps", "calibration", "strategy", "grad_accum", "activation_checkpointing", "fsdp_unit",
+    "input_shape", "algo", "proto", "jobs", "placement", "tp", "pp", "ep", "etp", "dp", "global_batch", "schedule",
+    "virtual_stages", "stage_layers", "sequence_parallel", "recompute", "tp_comm_overlap", "tp_across_network", "cp",
+    "cp_comm", "offload", "cp_balance", "grad_accum_fusion", "gradient_as_bucket_view", "static_graph",
+    "find_unused_parameters", "broadcast_buffers", "comm_hook", "powersgd_rank", "powersgd_start_iter",
+    "clip_grad_norm", "zero_grad", "input_samples_per_s", "fsdp_version", "fsdp_accumulate", "recompute_every",
+    "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a")
+"""Every setting by its flat name, in the order ``--json``'s ``config``, a sweep's columns and the
+flags are listed in (the order they were added in, kept so that outputs do not move)."""
+
+
+_MOVED = {"layout_active": ("parallelism", "layout_active"), "checkpointing": ("execution", "checkpointing"),
+          "ddp_options": ("gradients", "ddp_options")}
+"""What ``PredictConfig`` computed before its parts and its parts compute now."""
+
+
+class FlatSettingWarning(DeprecationWarning):
+    """A setting read as ``config.tp`` rather than through its part (``config.parallelism.tp``)."""
+
+
+@dataclass(frozen=True, kw_only=True, init=False)
+class PredictConfig:
+    """Everything that defines one prediction (the CLI's flags, in SI units), validated on creation.
+
+    The settings are grouped into parts, each owned by the layer that reads it: ``cluster``,
+    ``workload``, ``parallelism``, ``gradients``, ``execution`` and ``calibration``. A config is
+    made from parts, from settings by their flat names (as the CLI spells them: ``tp=4``,
+    ``micro_batch=2``, ``calibration="profile.json"``), or both, the settings applied over the
+    parts::
+
+        PredictConfig(gpus=64, tp=4)
+        PredictConfig(parallelism=ParallelismConfig(tp=4), gpus=64)
+        dataclasses.replace(config, tp=8)
+
+    Field metadata of the parts (read by :func:`flag_name`, :func:`check_value` and the CLI):
+    ``flag`` spells the flag when it is not ``--`` + the name with dashes, ``flag_scale``
+    converts a flag in human units (flag value = field value x ``flag_scale``), ``rule``
+    is the field's range rule, ``key`` the setting's flat name when it differs from the field's.
+    """
+
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """The cluster: topology, GPUs, collectives allowed."""
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    """The model, its batch and the training loop."""
+    parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
+    """The data-parallel strategy and the tensor/pipeline/context/expert layout."""
+    gradients: GradientConfig = field(default_factory=GradientConfig)
+    """Gradient buckets, overlap and DDP's arguments."""
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    """Number formats, compilation, fused attention, recompute and offload."""
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+    """The calibration profile and the factors that replace modelled rates."""
+
+    def __init__(self, *, cluster: ClusterConfig | None = None, workload: WorkloadConfig | None = None,
+                 parallelism: ParallelismConfig | None = None, gradients: GradientConfig | None = None,
+                 execution: ExecutionConfig | None = None, calibration: Any = None, **settings: Any) -> None:
+        given = {"cluster": cluster, "workload": workload, "parallelism": parallelism, "gradients": gradients,
+                 "execution": execution, "calibration": calibration}
+        if calibration is not None and not isinstance(calibration, CalibrationConfig):
+            # ``calibration`` names both a part and a setting (the profile, a path): a value that is
+            # not the part is the setting, as the CLI and every caller before the parts passed it.
+            given["calibration"] = None
+            settings["calibration"] = calibration
+        by_part: dict[str, dict[str, Any]] = {}
+        for key, value in settings.items():
+            place = SETTING_PLACES.get(key)
+            if place is None:
+                raise TypeError(f"PredictConfig got an unexpected setting {key!r}")
+            by_part.setdefault(place[0], {})[place[1]] = value
+        for name, cls in PARTS.items():
+            part, changes = given[name], by_part.get(name)
+            if part is None:
+                part = cls(**(changes or {}))
+            elif not isinstance(part, cls):
+                raise TypeError(f"PredictConfig: {name} must be a {cls.__name__}, not {type(part).__name__}")
+            elif changes:
+                part = replace(part, **changes)
+            object.__setattr__(self, name, part)
+        self.__post_init__()
+
+    def __post_init__(self) -> None:
+        if self.calibration.profile is None:
+            # Nothing to read: these defaults are known now. With a profile they wait for
+            # dpsim.predict.resolve, which reads it.
+            for key, value in PROFILE_DEFAULTED.items():
+                part, attr = SETTING_PLACES[key]
+                if getattr(getattr(self, part), attr) is None:
+                    object.__setattr__(self, part, replace(getattr(self, part), **{attr: value}))
+        self._check_combination()
+        self._check_layout()
+        self._check_ddp()
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only when normal lookup fails: a setting read flat, as before the parts. Kept for
+        # scripts written then; dpsim itself reads through the parts (pytest turns this warning into
+        # an error).
+        place = SETTING_PLACES.get(name) or _MOVED.get(name)
+        if place is None or name in PARTS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        warnings.warn(f"PredictConfig.{name} is read through its part now: config.{place[0]}.{place[1]}",
+                      FlatSettingWarning, stacklevel=2)
+        return getattr(object.__getattribute__(self, place[0]), place[1])
+
+    def value_of(self, key: str) -> Any:
+        """The value of the setting ``key`` by its flat name (``"tp"`` -> ``self.parallelism.tp``)."""
+        part, attr = SETTING_PLACES[key]
+        return getattr(getattr(self, part), attr)
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting by its flat name, in :data:`SETTINGS` order: ``PredictConfig(**c.settings()) == c``."""
+        return {key: self.value_of(key) for key in SETTINGS}
 
     @property
     def data_parallel(self) -> int:
         """Data-parallel replicas: ``dp``, or ``gpus / (tp x cp x pp)``."""
-        return self.dp if self.dp is not None else self.gpus // (self.tp * self.cp * self.pp)
+        p = self.parallelism
+        return p.dp if p.dp is not None else self.cluster.gpus // (p.tp * p.cp * p.pp)
 
     @property
     def micro_batches(self) -> int:
         """Micro-batches per replica per optimizer step: from ``global_batch``, else ``grad_accum``."""
-        if self.global_batch is None:
-            return self.grad_accum
-        return self.global_batch // (self.micro_batch * self.data_parallel)
+        w = self.workload
+        if w.global_batch is None:
+            return w.grad_accum
+        return w.global_batch // (w.micro_batch * self.data_parallel)
+
+
+    def _check_combination(self) -> None:
+        """The rules between fields (each field's own value is already valid)."""
+        c, w, p, g, e, k = self.cluster, self.workload, self.parallelism, self.gradients, self.execution, self.calibration
+        if c.gpus * c.jobs > MAX_GPUS:
+            raise ConfigError(f"--gpus x --jobs: {c.gpus:,} x {c.jobs:,} = {c.gpus * c.jobs:,} GPUs is "
+                              f"not valid; the whole cluster may have at most {MAX_GPUS:,}")
+        if w.steps * w.grad_accum > MAX_SIMULATED_MICRO_BATCHES:
+            raise ConfigError(f"--steps x --grad-accum: {w.steps:,} x {w.grad_accum:,} = "
+                              f"{w.steps * w.grad_accum:,} simulated micro-batches is not valid; expected at "
+                              f"most {MAX_SIMULATED_MICRO_BATCHES:,} (lower --steps: every step is the same)")
+        if k.op_rates and k.profile is None:
+            raise ConfigError("--op-rates: needs --calibration PROFILE, whose measured kernel rates it uses")
+        if e.compile and k.single_gpu_step_s is not None:
+            raise ConfigError("--compile: does not apply with --single-gpu-step-ms, whose measured step already "
+                              "says how the model ran; leave one of them out")
+        torch_model = is_torch_model_ref(w.model)
+        if w.input_shape is not None and not torch_model:
+            raise ConfigError(f"--input-shape: applies only to a torch module (--model file.py:fn), not to "
+                              f"catalog model {w.model!r} ({w.input_shape!r} given); catalog models "
+                              f"take --seq-len")
+        if w.seq_len is not None and torch_model:
+            raise ConfigError(f"--seq-len: does not apply to a torch module (--model {w.model}), "
+                              f"{w.seq_len} given; its example input (--input-shape) sets the sequence length")
+        check_fsdp_options(p.strategy, p.fsdp_version, p.fsdp_accumulate)
+        if g.bucket_cap_mb is not None and not honours(p.strategy, BUCKET_CAP_MB):
+            # Every strategy without gradient buckets shards per unit (tests/test_config.py
+            # checks it), so the unit is the lever to name.
+            takers = [s for s in typing.get_args(Strategy) if honours(s, BUCKET_CAP_MB)]
+            raise ConfigError(f"--bucket-cap-mb: {g.bucket_cap_mb} does not apply to --strategy "
+                              f"{p.strategy}, which communicates per unit (gathers and reduce-scatters "
+                              f"each wrapped unit); set the unit with --fsdp-unit, or leave --bucket-cap-mb "
+                              f"out (it applies to {', '.join(takers)})")
 
     def _check_layout(self) -> None:
         """The rules of the tensor/pipeline layout fields (each field's own value is already valid)."""
-        shard = self.tp * self.pp * self.cp
-        cp = f" --cp {self.cp}" if self.cp > 1 else ""
-        if self.dp is not None and shard * self.dp != self.gpus:
-            raise ConfigError(f"--dp: {self.dp} with --tp {self.tp}{cp} --pp {self.pp} needs --gpus {shard * self.dp} "
-                              f"(tp x {'cp x ' if cp else ''}pp x dp), not {self.gpus}; leave --gpus out or make them "
+        c, w, p, e = self.cluster, self.workload, self.parallelism, self.execution
+        shard = p.tp * p.pp * p.cp
+        cp = f" --cp {p.cp}" if p.cp > 1 else ""
+        if p.dp is not None and shard * p.dp != c.gpus:
+            raise ConfigError(f"--dp: {p.dp} with --tp {p.tp}{cp} --pp {p.pp} needs --gpus {shard * p.dp} "
+                              f"(tp x {'cp x ' if cp else ''}pp x dp), not {c.gpus}; leave --gpus out or make them "
                               f"agree")
-        if self.gpus % shard:
-            raise ConfigError(f"--gpus: {self.gpus} is not a multiple of --tp {self.tp} x --pp {self.pp}"
-                              f"{f' x --cp {self.cp}' if cp else ''} = {shard}")
-        if self.offload != "off":
-            takers = OFFLOAD_STRATEGIES if self.offload == "optimizer" else PARAM_OFFLOAD_STRATEGIES
-            layout = self.layout_active
+        if c.gpus % shard:
+            raise ConfigError(f"--gpus: {c.gpus} is not a multiple of --tp {p.tp} x --pp {p.pp}"
+                              f"{f' x --cp {p.cp}' if cp else ''} = {shard}")
+        if e.offload != "off":
+            takers = OFFLOAD_STRATEGIES if e.offload == "optimizer" else PARAM_OFFLOAD_STRATEGIES
+            layout = p.layout_active
             allowed = [s for s in takers if (s in LAYOUT_DP_STRATEGIES if layout else s != "fsdp")]
-            if self.strategy not in allowed:
+            if p.strategy not in allowed:
                 where = "with --tp/--cp/--pp" if layout else "with data parallelism alone"
-                raise ConfigError(f"--offload: {self.offload} offloads a sharded optimizer; --strategy {self.strategy} "
+                raise ConfigError(f"--offload: {e.offload} offloads a sharded optimizer; --strategy {p.strategy} "
                                   f"{where} does not shard it that way; use {' or '.join(allowed)}, or leave it out")
-        if self.cp == 1:
+        if p.cp == 1:
             for name, default in (("cp_comm", "p2p"), ("cp_balance", True)):
-                if getattr(self, name) != default:
-                    raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies only with context "
+                if self.value_of(name) != default:
+                    raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies only with context "
                                       f"parallelism; give --cp 2 or more, or leave it out")
-        parse_routing(self.moe_routing)  # a one-line --moe-routing error now, not mid-prediction
-        experts = self.ep * self.etp
-        if (self.tp * self.cp * self.data_parallel) % experts:
-            raise ConfigError(f"--ep: --ep {self.ep} x --etp {self.etp} = {experts} does not divide --tp {self.tp} x "
-                              f"--cp {self.cp} x {self.data_parallel} data-parallel replicas = "
-                              f"{self.tp * self.cp * self.data_parallel}, the GPUs "
+        parse_routing(p.moe_routing)  # a one-line --moe-routing error now, not mid-prediction
+        experts = p.ep * p.etp
+        if (p.tp * p.cp * self.data_parallel) % experts:
+            raise ConfigError(f"--ep: --ep {p.ep} x --etp {p.etp} = {experts} does not divide --tp {p.tp} x "
+                              f"--cp {p.cp} x {self.data_parallel} data-parallel replicas = "
+                              f"{p.tp * p.cp * self.data_parallel}, the GPUs "
                               f"of a stage the expert layers are carved from; choose an --ep that divides it")
-        if self.global_batch is not None:
-            per_step = self.micro_batch * self.data_parallel
-            if self.global_batch % per_step:
-                raise ConfigError(f"--global-batch: {self.global_batch} is not a multiple of --micro-batch "
-                                  f"{self.micro_batch} x {self.data_parallel} data-parallel replicas = {per_step}")
-            if self.grad_accum != 1 and self.grad_accum != self.global_batch // per_step:
-                raise ConfigError(f"--grad-accum: {self.grad_accum} disagrees with --global-batch "
-                                  f"{self.global_batch} ({self.global_batch // per_step} micro-batches per replica); "
+        if w.global_batch is not None:
+            per_step = w.micro_batch * self.data_parallel
+            if w.global_batch % per_step:
+                raise ConfigError(f"--global-batch: {w.global_batch} is not a multiple of --micro-batch "
+                                  f"{w.micro_batch} x {self.data_parallel} data-parallel replicas = {per_step}")
+            if w.grad_accum != 1 and w.grad_accum != w.global_batch // per_step:
+                raise ConfigError(f"--grad-accum: {w.grad_accum} disagrees with --global-batch "
+                                  f"{w.global_batch} ({w.global_batch // per_step} micro-batches per replica); "
                                   f"give one of them")
-            if not self.layout_active and self.steps * self.micro_batches > MAX_SIMULATED_MICRO_BATCHES:
-                raise ConfigError(f"--global-batch: {self.global_batch:,} gives {self.micro_batches:,} micro-batches per "
-                                  f"replica x --steps {self.steps} = {self.steps * self.micro_batches:,} simulated; "
+            if not p.layout_active and w.steps * self.micro_batches > MAX_SIMULATED_MICRO_BATCHES:
+                raise ConfigError(f"--global-batch: {w.global_batch:,} gives {self.micro_batches:,} micro-batches per "
+                                  f"replica x --steps {w.steps} = {w.steps * self.micro_batches:,} simulated; "
                                   f"expected at most {MAX_SIMULATED_MICRO_BATCHES:,} (raise --micro-batch or lower "
                                   f"--steps)")
-        slots = self.pp * self.virtual_stages * self.micro_batches
-        if self.layout_active and slots > MAX_PIPELINE_SLOTS:
-            raise ConfigError(f"--pp x --virtual-stages x micro-batches: {self.pp} x {self.virtual_stages} x "
+        slots = p.pp * p.virtual_stages * self.micro_batches
+        if p.layout_active and slots > MAX_PIPELINE_SLOTS:
+            raise ConfigError(f"--pp x --virtual-stages x micro-batches: {p.pp} x {p.virtual_stages} x "
                               f"{self.micro_batches:,} = {slots:,} pipeline slots is not valid; expected at most "
                               f"{MAX_PIPELINE_SLOTS:,} (raise --micro-batch or lower --global-batch)")
-        if self.tp == 1:
+        if p.tp == 1:
             for name, default in (("sequence_parallel", False), ("tp_comm_overlap", "backward"),
                                   ("tp_across_network", False)):
-                if getattr(self, name) != default:
-                    raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies only with tensor "
+                if self.value_of(name) != default:
+                    raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies only with tensor "
                                       f"parallelism; give --tp 2 or more, or leave it out")
-        if self.tp_comm_overlap == "async" and not self.sequence_parallel:
+        if p.tp_comm_overlap == "async" and not p.sequence_parallel:
             # torch's micro-pipeline pass fuses all-gather and reduce-scatter with their matmuls, no all-reduce.
             raise ConfigError("--tp-comm-overlap: 'async' decomposes the all-gathers and reduce-scatters of "
                               "sequence parallelism; add --sequence-parallel or choose off, backward or full")
-        if self.pp == 1:
+        if p.pp == 1:
             for name, default in (("schedule", "1f1b"), ("virtual_stages", 1), ("stage_layers", None)):
-                if getattr(self, name) != default:
-                    raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies only with pipeline "
+                if self.value_of(name) != default:
+                    raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies only with pipeline "
                                       f"parallelism; give --pp 2 or more, or leave it out")
-        if self.schedule != "1f1b-interleaved" and self.virtual_stages != 1:
-            raise ConfigError(f"--virtual-stages: {self.virtual_stages} applies only to --schedule "
+        if p.schedule != "1f1b-interleaved" and p.virtual_stages != 1:
+            raise ConfigError(f"--virtual-stages: {p.virtual_stages} applies only to --schedule "
                               f"1f1b-interleaved; use that schedule or leave --virtual-stages out")
-        if self.schedule == "1f1b-interleaved" and self.virtual_stages < 2:
+        if p.schedule == "1f1b-interleaved" and p.virtual_stages < 2:
             raise ConfigError("--schedule: 1f1b-interleaved needs --virtual-stages 2 or more (model chunks per "
                               "stage)")
-        if self.activation_checkpointing and self.recompute not in ("off", "full"):
+        if e.activation_checkpointing and e.recompute not in ("off", "full"):
             raise ConfigError(f"--activation-checkpointing: means --recompute full, which contradicts --recompute "
-                              f"{self.recompute}; give one of them")
-        check_recompute(self.checkpointing.mode, self.recompute_every)
-        if not self.layout_active:
-            if not self.grad_accum_fusion:
+                              f"{e.recompute}; give one of them")
+        check_recompute(e.checkpointing.mode, e.recompute_every)
+        if not p.layout_active:
+            if not p.grad_accum_fusion:
                 raise ConfigError("--no-grad-accum-fusion: applies with --tp or --pp above 1 (Megatron's "
                                   "gradient buffers); leave it out")
             return
         for name in ("fsdp_version", "fsdp_accumulate"):
-            if getattr(self, name) != _fields()[name].default:
-                raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies to data parallelism alone; "
+            if self.value_of(name) != _fields()[name].default:
+                raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies to data parallelism alone; "
                                   f"with --tp/--cp/--pp the fsdp replicas run as torchtitan's FSDP2 (resharded after "
                                   f"each forward without --pp, kept gathered for the step with it), so leave it out")
-        if self.strategy not in LAYOUT_DP_STRATEGIES:
-            raise ConfigError(f"--strategy: {self.strategy!r} does not combine with --tp/--cp/--pp here; over the "
+        if p.strategy not in LAYOUT_DP_STRATEGIES:
+            raise ConfigError(f"--strategy: {p.strategy!r} does not combine with --tp/--cp/--pp here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
-        if self.activation_checkpointing:
+        if e.activation_checkpointing:
             raise ConfigError("--activation-checkpointing: with --tp/--cp/--pp use --recompute full (or selective)")
-        if self.tp > 1 and is_torch_model_ref(self.model) and not self.model.strip().startswith("transformers:"):
+        if p.tp > 1 and is_torch_model_ref(w.model) and not w.model.strip().startswith("transformers:"):
             # A transformers configuration may have a shape (checked when the model is built).
-            raise ConfigError(f"--tp: {self.tp} splits the layers of a known transformer block, which a traced "
-                              f"torch module ({self.model}) does not give; use --tp 1 (--pp splits its blocks "
+            raise ConfigError(f"--tp: {p.tp} splits the layers of a known transformer block, which a traced "
+                              f"torch module ({w.model}) does not give; use --tp 1 (--pp splits its blocks "
                               f"into stages), or give its shape with --model transformer:hidden=...")
-        if self.fsdp_unit != "block":
-            raise ConfigError(f"--fsdp-unit: {self.fsdp_unit!r} does not apply with --tp/--cp/--pp (the stage's "
+        if p.fsdp_unit != "block":
+            raise ConfigError(f"--fsdp-unit: {p.fsdp_unit!r} does not apply with --tp/--cp/--pp (the stage's "
                               f"model chunk is the unit); leave it out")
-        if self.jobs != 1:
-            raise ConfigError(f"--jobs: {self.jobs} is not modelled with --tp/--cp/--pp; leave it at 1")
+        if c.jobs != 1:
+            raise ConfigError(f"--jobs: {c.jobs} is not modelled with --tp/--cp/--pp; leave it at 1")
 
 
     def _check_ddp(self) -> None:
         """The rules of the DDP fields and the input pipeline."""
-        changed = [name for name in DDP_FIELDS if getattr(self, name) != _fields()[name].default]
-        if changed and self.strategy != "ddp":
+        w, p, g = self.workload, self.parallelism, self.gradients
+        changed = [name for name in DDP_FIELDS if self.value_of(name) != _fields()[name].default]
+        if changed and p.strategy != "ddp":
             name = changed[0]
-            raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} is an argument of PyTorch DDP and does "
-                              f"not apply to --strategy {self.strategy}; use --strategy ddp or leave it out")
-        if changed and self.layout_active:
+            raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} is an argument of PyTorch DDP and does "
+                              f"not apply to --strategy {p.strategy}; use --strategy ddp or leave it out")
+        if changed and p.layout_active:
             name = changed[0]
-            raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} is an argument of PyTorch DDP; with "
+            raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} is an argument of PyTorch DDP; with "
                               f"--tp/--cp/--pp the replicas are reduced by Megatron's DDP (contiguous gradient "
                               f"buffers, no hooks), so leave it out")
-        if self.input_samples_per_s is not None and self.layout_active:
-            raise ConfigError(f"--input-samples-per-s: {self.input_samples_per_s:g} is not modelled with "
+        if w.input_samples_per_s is not None and p.layout_active:
+            raise ConfigError(f"--input-samples-per-s: {w.input_samples_per_s:g} is not modelled with "
                               f"--tp/--cp/--pp; leave it out")
-        if self.comm_hook != "powersgd":
+        if g.comm_hook != "powersgd":
             for name in ("powersgd_rank", "powersgd_start_iter"):
-                if getattr(self, name) != _fields()[name].default:
-                    raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies only with --comm-hook "
+                if self.value_of(name) != _fields()[name].default:
+                    raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies only with --comm-hook "
                                       f"powersgd; give that hook or leave it out")
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field by name, except the :data:`SHOWN_WHEN_SET` ones left at their default. Each is
-        a plain value (numbers, text, ``None``), so this equals :func:`dataclasses.asdict` less those,
-        without its deep copy (a sweep writes two per point)."""
-        out = {name: getattr(self, name) for name in _FIELD_NAMES}
+        """Every setting by its flat name (:meth:`settings`), except the :data:`SHOWN_WHEN_SET` ones left at
+        their default. Each is a plain value (numbers, text, ``None``); a sweep writes two per point."""
+        out = self.settings()
         for name in SHOWN_WHEN_SET:
             if out[name] == _fields()[name].default:
                 del out[name]
         return out
-
-    def ddp_options(self):
-        """The DDP arguments as :class:`~dpsim.strategies.ddp_costs.DdpOptions`."""
-        return DdpOptions(**{name: getattr(self, name) for name in DDP_FIELDS})
 
 
 def derived_flags(flags: dict[str, Any]) -> dict[str, Any]:
@@ -585,20 +783,29 @@ def flag_scale(name: str) -> float | None:
 
 @cache
 def _fields() -> dict[str, Any]:
-    return {f.name: f for f in fields(PredictConfig)}
+    """Setting (flat name) -> the field of its part that holds it."""
+    return {_key(f): f for cls in PARTS.values() for f in fields(cls)}
 
 
-def _field(name: str):
+def setting_field(name: str):
+    """The :class:`dataclasses.Field` of setting ``name`` (its default, metadata), in whichever part holds it."""
     try:
         return _fields()[name]
     except KeyError:
-        raise AssertionError(f"PredictConfig has no field {name!r}") from None
+        raise AssertionError(f"PredictConfig has no setting {name!r}") from None
+
+
+_field = setting_field
 
 
 @cache
 def _type_hints() -> dict[str, Any]:
     # Resolving the string annotations of every field costs ~1 ms; the CLI asks per field.
-    return typing.get_type_hints(PredictConfig)
+    hints = {}
+    for cls in PARTS.values():
+        own = typing.get_type_hints(cls)
+        hints.update({_key(f): own[f.name] for f in fields(cls)})
+    return hints
 
 
 @cache
@@ -657,7 +864,15 @@ def check_value(name: str, value: Any) -> None:
         (parse_algorithms if name == "algo" else parse_protocols)(value, flag)
 
 
-_FIELD_NAMES = tuple(f.name for f in fields(PredictConfig))
+
+
+def _check_part(part: Any) -> None:
+    """Each setting of one part against its own rule (:func:`check_value`); a part is valid alone."""
+    for f in fields(part):
+        check_value(_key(f), getattr(part, f.name))
+
+
+assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of the parts once"
 SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
                   "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ

@@ -40,7 +40,7 @@ from dpsim.memory import (
     offload_memory,
     worst_stage,
 )
-from dpsim.predict.config import PredictConfig
+from dpsim.predict.config import ParallelismConfig, PredictConfig
 from dpsim.predict.provenance import charge_after_comm
 from dpsim.predict.result import Prediction
 from dpsim.strategies.layout import (
@@ -78,80 +78,84 @@ from dpsim.workload.spec import ModelSpec
 def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
     """The :class:`Layout` a config asks for (its own rules already checked); ``--bucket-cap-mb``
     (MiB of gradients) becomes parameters per bucket at ``grad_element_bytes``."""
+    par = config.parallelism
     dp = config.data_parallel
     bucket = None
-    if config.bucket_cap_mb is not None:
-        bucket = max(1, int(config.bucket_cap_mb * MiB) // grad_element_bytes)
-    return Layout(tp=config.tp, pp=config.pp, dp=dp, virtual_stages=config.virtual_stages,
-                  schedule=config.schedule, micro_batch=config.micro_batch, micro_batches=config.micro_batches,
-                  sequence_parallel=config.sequence_parallel, recompute=config.recompute,
-                  recompute_every=config.recompute_every,
-                  tp_comm_overlap=config.tp_comm_overlap, strategy=config.strategy, overlap=config.overlap,
-                  stage_blocks=parse_stage_layers(config.stage_layers, config.pp, config.virtual_stages),
+    if config.gradients.bucket_cap_mb is not None:
+        bucket = max(1, int(config.gradients.bucket_cap_mb * MiB) // grad_element_bytes)
+    return Layout(tp=par.tp, pp=par.pp, dp=dp, virtual_stages=par.virtual_stages,
+                  schedule=par.schedule, micro_batch=config.workload.micro_batch, micro_batches=config.micro_batches,
+                  sequence_parallel=par.sequence_parallel, recompute=config.execution.recompute,
+                  recompute_every=config.execution.recompute_every,
+                  tp_comm_overlap=par.tp_comm_overlap, strategy=par.strategy, overlap=config.gradients.overlap,
+                  stage_blocks=parse_stage_layers(par.stage_layers, par.pp, par.virtual_stages),
                   bucket_elements=bucket,
-                  grad_accum_fusion=config.grad_accum_fusion, cp=config.cp, cp_comm=config.cp_comm,
-                  cp_balance=config.cp_balance, offload=config.offload, ep=config.ep, etp=config.etp)
+                  grad_accum_fusion=par.grad_accum_fusion, cp=par.cp, cp_comm=par.cp_comm,
+                  cp_balance=par.cp_balance, offload=config.execution.offload, ep=par.ep, etp=par.etp)
 
 
 def layout_shape(config: PredictConfig) -> LayoutShape | None:
     """The layout's group sizes for :class:`~dpsim.collectives.groups.GroupCollectives` (``None``
     without tensor/pipeline parallelism)."""
-    if not config.layout_active:
+    par = config.parallelism
+    if not par.layout_active:
         return None
-    return LayoutShape(tp=config.tp, pp=config.pp, dp=config.data_parallel, cp=config.cp, ep=config.ep,
-                       etp=config.etp)
+    return LayoutShape(tp=par.tp, pp=par.pp, dp=config.data_parallel, cp=par.cp, ep=par.ep,
+                       etp=par.etp)
 
 
 def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) -> None:
     """What needs the model or the cluster: the split, the heads, the placement (one line each)."""
+    par = config.parallelism
     shape = layout_shape(config)
     assert shape is not None
     source = model_source(config)
     if is_torch_model_ref(source):
-        if config.tp > 1:
-            raise ConfigError(f"--tp: {config.tp} splits the layers of a known transformer block; {config.model} is "
+        if par.tp > 1:
+            raise ConfigError(f"--tp: {par.tp} splits the layers of a known transformer block; {config.workload.model} is "
                               f"traced (not a Llama, Mistral, Qwen2, GPT-2, OPT or BLOOM configuration given "
                               f"without --input-shape), so use --tp 1 (--pp splits its blocks into stages)")
-        if config.pp > 1 and not any(layer.unit is not None for layer in model.layers):
-            raise ConfigError(f"--pp: {config.pp} splits a model's repeated blocks into stages, but tracing "
-                              f"{config.model} found none (no ModuleList of blocks); use --pp 1")
-    check_tp(model, config.tp)
-    check_experts(model, config)
+        if par.pp > 1 and not any(layer.unit is not None for layer in model.layers):
+            raise ConfigError(f"--pp: {par.pp} splits a model's repeated blocks into stages, but tracing "
+                              f"{config.workload.model} found none (no ModuleList of blocks); use --pp 1")
+    check_tp(model, par.tp)
+    check_experts(model, config.parallelism)
     heads = _heads(source)
-    if heads is not None and config.tp > 1 and any(h % config.tp for h in heads):
+    if heads is not None and par.tp > 1 and any(h % par.tp for h in heads):
         what = (f"{heads[0]} attention heads" if len(heads) == 1 or heads[0] == heads[1]
                 else f"{heads[0]} query and {heads[1]} key-value heads")
-        raise ConfigError(f"--tp: {config.tp} does not divide {config.model}'s {what}; choose a --tp that "
+        raise ConfigError(f"--tp: {par.tp} does not divide {config.workload.model}'s {what}; choose a --tp that "
                           f"divides them")
-    check_layout_placement(topology, shape, tp_across_network=config.tp_across_network,
-                           tp_comm_overlap=config.tp_comm_overlap)
-    check_context(model, layout_of(config).context, config.tp)
+    check_layout_placement(topology, shape, tp_across_network=par.tp_across_network,
+                           tp_comm_overlap=par.tp_comm_overlap)
+    check_context(model, layout_of(config).context, par.tp)
 
 
-def check_experts(model: ModelSpec, config: PredictConfig) -> None:
-    """Refuse an expert layout the model cannot take (one line naming the flag)."""
+def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
+    """Refuse an expert layout the model cannot take (one line naming the flag); reads only the
+    config's parallelism part."""
     moe = model.moe
     if moe is None:
-        if config.ep > 1 or config.etp > 1:
-            flag, value = ("--ep", config.ep) if config.ep > 1 else ("--etp", config.etp)
+        if parallelism.ep > 1 or parallelism.etp > 1:
+            flag, value = ("--ep", parallelism.ep) if parallelism.ep > 1 else ("--etp", parallelism.etp)
             raise ConfigError(f"{flag}: {value} splits the experts of a mixture of experts, but {model.name} is dense; "
                               f"leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
         return
-    if moe.experts % config.ep:
-        raise ConfigError(f"--ep: {config.ep} does not divide the {moe.experts} experts of {model.name}; choose an "
+    if moe.experts % parallelism.ep:
+        raise ConfigError(f"--ep: {parallelism.ep} does not divide the {moe.experts} experts of {model.name}; choose an "
                           f"--ep that divides them")
-    if moe.expert_ffn % config.etp:
-        raise ConfigError(f"--etp: {config.etp} does not divide the experts' width {moe.expert_ffn}; choose an --etp "
+    if moe.expert_ffn % parallelism.etp:
+        raise ConfigError(f"--etp: {parallelism.etp} does not divide the experts' width {moe.expert_ffn}; choose an --etp "
                           f"that divides it")
     rows = {op.m for layer in model.layers for op in layer.ops
             if getattr(op, "name", "").startswith("experts.") and hasattr(op, "m")}
-    if config.cp > 1 and any(m % config.cp for m in rows):
-        raise ConfigError(f"--cp: {config.cp} does not divide the {min(rows)} tokens each expert of {model.name} gets "
+    if parallelism.cp > 1 and any(m % parallelism.cp for m in rows):
+        raise ConfigError(f"--cp: {parallelism.cp} does not divide the {min(rows)} tokens each expert of {model.name} gets "
                           f"per sample; choose a --cp that divides them")
-    if config.tp > 1 and not config.sequence_parallel:
+    if parallelism.tp > 1 and not parallelism.sequence_parallel:
         # megatron/training/arguments.py: "When using MoE and tensor parallelism, sequence
         # parallelism must be used" (the router and dispatcher work on the s / tp shard).
-        raise ConfigError(f"--sequence-parallel: a mixture of experts with --tp {config.tp} needs it (Megatron-Core "
+        raise ConfigError(f"--sequence-parallel: a mixture of experts with --tp {parallelism.tp} needs it (Megatron-Core "
                           f"runs its router and all-to-all on the sequence-parallel shard); add --sequence-parallel")
 
 
@@ -163,12 +167,13 @@ def expert_load(config: PredictConfig, model: ModelSpec) -> RankLoad | None:
     """How ``--moe-routing`` (and ``--moe-capacity-factor``) load the busiest of the ``ep`` GPUs:
     each routes its ``micro_batch x seq / (tp x cp)`` tokens (the sequence-parallel shard) per
     micro-batch (``None`` for a dense model)."""
+    par = config.parallelism
     moe = model.moe
     if moe is None:
         return None
-    tokens = config.micro_batch * (model.tokens_per_sample or 0) // (config.tp * config.cp)
-    return rank_load(parse_routing(config.moe_routing), experts=moe.experts, ep=config.ep, tokens_per_rank=tokens,
-                     top_k=moe.top_k, capacity_factor=config.moe_capacity_factor, steps=ROUTING_STEPS)
+    tokens = config.workload.micro_batch * (model.tokens_per_sample or 0) // (par.tp * par.cp)
+    return rank_load(parse_routing(par.moe_routing), experts=moe.experts, ep=par.ep, tokens_per_rank=tokens,
+                     top_k=moe.top_k, capacity_factor=par.moe_capacity_factor, steps=ROUTING_STEPS)
 
 
 def expert_split(config: PredictConfig, model: ModelSpec | None = None) -> ExpertSplit:
@@ -176,7 +181,7 @@ def expert_split(config: PredictConfig, model: ModelSpec | None = None) -> Exper
     busiest rank's rows over the balanced mean (the routing's factor, less what capacity drops)."""
     load = expert_load(config, model) if model is not None else None
     factor = load.mean_busiest_factor * (1.0 - load.dropped_fraction) if load is not None else 1.0
-    return ExpertSplit(ep=config.ep, etp=config.etp, load=factor)
+    return ExpertSplit(ep=config.parallelism.ep, etp=config.parallelism.etp, load=factor)
 
 
 def context_comm_s(collectives: GroupCollectives, cost, op: str, size: float) -> float:
@@ -199,9 +204,10 @@ def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: 
 def model_source(config: PredictConfig) -> str:
     """``--model`` as the model is built: a transformers configuration given without
     ``--input-shape`` as its shape when it has one (:func:`lowered_shape_ref`), else as given."""
-    if is_torch_model_ref(config.model) and config.input_shape is None:
-        return lowered_shape_ref(config.model) or config.model
-    return config.model
+    wl = config.workload
+    if is_torch_model_ref(wl.model) and wl.input_shape is None:
+        return lowered_shape_ref(wl.model) or wl.model
+    return wl.model
 
 
 def _heads(name: str) -> tuple[int, ...] | None:
@@ -327,16 +333,18 @@ def _act_bytes(precision) -> int:
 
 def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision) -> ComputeProfile:
     """The compute profile of one tensor-parallel rank's shard at the config's micro-batch."""
-    return compute_profile(tpm.spec, gpu, micro_batch=config.micro_batch, precision=precision,
-                           optimizer=config.optimizer, compute_efficiency=config.compute_efficiency,
-                           clip_grad_norm=config.clip_grad_norm, zero_grad_loop=config.zero_grad == "zero-loop")
+    wl = config.workload
+    return compute_profile(tpm.spec, gpu, micro_batch=wl.micro_batch, precision=precision,
+                           optimizer=wl.optimizer, compute_efficiency=config.calibration.compute_efficiency,
+                           clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop")
 
 
 def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: ComputeProfile) -> tuple[float, float]:
     """(compute, optimizer) factors a measured step applied to the modelled whole-model profile."""
-    plain = compute_profile(model, gpu, micro_batch=config.micro_batch, precision=precision,
-                            optimizer=config.optimizer, compute_efficiency=config.compute_efficiency,
-                            clip_grad_norm=config.clip_grad_norm, zero_grad_loop=config.zero_grad == "zero-loop")
+    wl = config.workload
+    plain = compute_profile(model, gpu, micro_batch=wl.micro_batch, precision=precision,
+                            optimizer=wl.optimizer, compute_efficiency=config.calibration.compute_efficiency,
+                            clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop")
     fb = plain.forward_s + plain.backward_s
     scale = (compute.forward_s + compute.backward_s) / fb if fb > 0 else 1.0
     opt = compute.optimizer_s / plain.optimizer_s if plain.optimizer_s > 0 else 1.0
@@ -346,8 +354,8 @@ def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: Co
 def layout_memory(config: PredictConfig, model: ModelSpec, gpu, precision) -> tuple[StageMemory, ...]:
     """Memory per GPU of every stage of ``config``'s layout."""
     layout = layout_of(config)
-    return stages_memory(tp_model(cp_shard(model, layout.context), config.tp, experts=expert_split(config, model)),
-                         layout, gpu, precision, config.optimizer, cp_model=model)
+    return stages_memory(tp_model(cp_shard(model, layout.context), config.parallelism.tp, experts=expert_split(config, model)),
+                         layout, gpu, precision, config.workload.optimizer, cp_model=model)
 
 
 def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
@@ -406,20 +414,21 @@ def _offloaded(stages: tuple[StageMemory, ...], tpm: TpModel, assignment, layout
 
 def layout_fit(stages: tuple[StageMemory, ...], config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice]:
     """The fullest stage's breakdown (with a suggestion when it does not fit) and the advice."""
+    ex = config.execution
     worst = worst_stage(stages)
     m = worst.breakdown
     if m.fits:
         return m, FitAdvice(fits=True, total_bytes=m.total_bytes, message="fits")
     hints = []
-    if config.strategy == "ddp" and config.data_parallel > 1:
+    if config.parallelism.strategy == "ddp" and config.data_parallel > 1:
         hints.append("--strategy zero1")
-    if config.recompute == "full" and config.recompute_every != 1:
+    if ex.recompute == "full" and ex.recompute_every != 1:
         hints.append("--recompute-every 1")
-    elif config.recompute != "full":
-        hints.append("--recompute selective or full" if config.recompute == "off" else "--recompute full")
-    if config.tp > 1 and not config.sequence_parallel:
+    elif ex.recompute != "full":
+        hints.append("--recompute selective or full" if ex.recompute == "off" else "--recompute full")
+    if config.parallelism.tp > 1 and not config.parallelism.sequence_parallel:
         hints.append("--sequence-parallel")
-    if config.micro_batch > 1:
+    if config.workload.micro_batch > 1:
         hints.append("a smaller --micro-batch")
     hints.append("more --tp or --pp (dpsim plan searches the layouts that fit)")
     message = (f"stage {worst.stage} needs {format_bytes(m.total_bytes)} of {format_bytes(m.usable_bytes)} usable "
@@ -441,7 +450,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     layout = layout_of(config, precision.grad_bytes)
     check_schedule(layout)
     load = expert_load(config, model)
-    tpm = tp_model(cp_shard(model, layout.context), config.tp, sequence_parallel=config.sequence_parallel,
+    tpm = tp_model(cp_shard(model, layout.context), config.parallelism.tp, sequence_parallel=config.parallelism.sequence_parallel,
                    experts=expert_split(config, model))
     cost = collective_cost(collectives)
 
@@ -452,16 +461,16 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         return context_comm_s(collectives, cost, op, size)
 
     def ep_cost(bytes_per_rank: float) -> float:
-        return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.moe_a2a)
+        return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.parallelism.moe_a2a)
 
     scale, opt_scale = _scales(config, model, gpu, precision, compute)
     shard = shard_compute(tpm, gpu, config, precision)
     act = _act_bytes(precision)
     accumulate = () if layout.grad_accum_fusion else gradient_accumulation_s(tpm, gpu, precision.grad_bytes)
-    shares = recompute_shares(tpm.spec, config.checkpointing, gpu=gpu, precision=precision,
-                              micro_batch=config.micro_batch) if config.recompute == "op" else None
+    shares = recompute_shares(tpm.spec, config.execution.checkpointing, gpu=gpu, precision=precision,
+                              micro_batch=config.workload.micro_batch) if config.execution.recompute == "op" else None
     work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
-                      overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown,
+                      overlap_slowdown=config.calibration.overlap_slowdown, comm_slowdown=comm_slowdown,
                       accumulate_s=accumulate, recompute_share=shares,
                       cp_cost=cp_cost if layout.cp > 1 else None, cp_model=model if layout.cp > 1 else None,
                       ep_cost=ep_cost if layout.ep > 1 else None, gpu=gpu)
@@ -472,7 +481,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     p2p_bytes = full_hidden / layout.tp
     gather_s = tp_cost("all_gather", full_hidden) if layout.tp > 1 and not layout.sequence_parallel else 0.0
     p, d = layout.pp, layout.grad_group
-    memory = stages_memory(tpm, layout, gpu, precision, config.optimizer, assignment, cp_model=model)
+    memory = stages_memory(tpm, layout, gpu, precision, config.workload.optimizer, assignment, cp_model=model)
     per_param_opt = shard.optimizer_s / tpm.spec.param_count * opt_scale if tpm.spec.param_count else 0.0
     sharded_opt = layout.strategy in ("zero1", "fsdp")
     # A sharded optimizer updates dense parameters / dp (x cp) and routed experts / edp per GPU.
@@ -493,7 +502,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                  if tpm.tied_embedding and p > 1 and layout.schedule != "dualpipe" else 0.0)
     plan = build_pipeline_program(chunks, layout, p2p_bytes=p2p_bytes, gather_s=gather_s, optimizer_s=optimizer_s,
                                   dp=dp_plan, embedding_grad_bytes=emb_bytes)
-    result = run_pipeline(plan.program, cost, overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown)
+    result = run_pipeline(plan.program, cost, overlap_slowdown=config.calibration.overlap_slowdown, comm_slowdown=comm_slowdown)
     step = result.step_time_s
     reports = _stage_reports(result, chunks, memory, model)
     m_total = layout.micro_batches
@@ -544,7 +553,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
             by_op[c.op] = by_op.get(c.op, 0.0) + c.size_bytes
     timing = StepTiming(step_time_s=step, forward_s=fwd0, backward_s=bwd0, optimizer_s=opt0,
                         comm_s=tp_comm + st0.comm_s + sent0 * p2p_s + cp_comm, exposed_comm_s=exposed)
-    sim = SimulationResult(steps=(timing,) * config.steps, trace=result.trace)
+    sim = SimulationResult(steps=(timing,) * config.workload.steps, trace=result.trace)
     return Prediction(
         config=config, topology=topology.spec.name, gpu=gpu.name, n_gpus=topology.n_gpus, n_nodes=topology.n_nodes,
         model=model.name, param_count=model.param_count, tokens_per_sample=model.tokens_per_sample,
@@ -553,7 +562,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         tokens_per_s=samples * model.tokens_per_sample if model.tokens_per_sample else None,
         single_gpu_samples_per_s=single, scaling_efficiency=samples / (topology.n_gpus * single),
         mfu=flops_per_gpu / step / peak if peak else None, n_buckets=len(dp_ops), gradient_bytes=int(sum(c.size_bytes for c in dp_ops)),
-        ring=ring, memory=mem, simulation=sim, program=None, collectives=collectives, strategy=config.strategy,
+        ring=ring, memory=mem, simulation=sim, program=None, collectives=collectives, strategy=config.parallelism.strategy,
         comm_bytes_by_op=by_op, fit=advice, provenance=provenance, layout=report,
         # The links of one data-parallel group's cluster, as its collectives load them.
         links=link_report(collectives.group("dp"), [(c.op, c.size_bytes) for c in dp_ops], step) if dp_ops else None)

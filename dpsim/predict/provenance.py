@@ -162,27 +162,28 @@ class Provenance:
 
 
 def _overlap_origin(config: PredictConfig, measured: float | None, comm_slowdown: float, name: str) -> Origin:
+    cal = config.calibration
     comm = (f"; collectives {100 * comm_slowdown:.1f} % slower while compute runs (measured)"
             if comm_slowdown > 0 else "")
-    if measured is not None and config.overlap_slowdown == measured:
+    if measured is not None and cal.overlap_slowdown == measured:
         return Origin(source="profile", detail=f"compute {100 * measured:.1f} % slower while a collective runs "
                                                f"(measured by profile {name}){comm}")
-    if config.overlap_slowdown == DEFAULT_OVERLAP_SLOWDOWN:
-        return Origin(source="model", detail=f"compute {100 * config.overlap_slowdown:.0f} % slower while a "
+    if cal.overlap_slowdown == DEFAULT_OVERLAP_SLOWDOWN:
+        return Origin(source="model", detail=f"compute {100 * cal.overlap_slowdown:.0f} % slower while a "
                                              f"collective runs (dpsim's default estimate){comm}")
-    return Origin(source="flag", detail=f"compute {100 * config.overlap_slowdown:.1f} % slower while a collective "
+    return Origin(source="flag", detail=f"compute {100 * cal.overlap_slowdown:.1f} % slower while a collective "
                                         f"runs (--overlap-slowdown){comm}")
 
 
 def preset_provenance(config: PredictConfig, gpu, topology) -> Provenance:
     """Provenance of a prediction without a profile: presets, dpsim's models, or flags."""
-    if config.single_gpu_step_s is not None:
+    if config.calibration.single_gpu_step_s is not None:
         compute = Origin(source="flag", detail=f"scaled to the measured one-GPU step "
-                                               f"({config.single_gpu_step_s * 1e3:.4g} ms, --single-gpu-step-ms)")
+                                               f"({config.calibration.single_gpu_step_s * 1e3:.4g} ms, --single-gpu-step-ms)")
     else:
         compute = Origin(source="model", detail=f"{gpu.name} preset's measured matmul rates and memory bandwidth, "
-                                                f"per-layer model (--compute-efficiency {config.compute_efficiency:g})")
-    where = f"file {config.topology_file}" if config.topology_file else f"preset {config.link}"
+                                                f"per-layer model (--compute-efficiency {config.calibration.compute_efficiency:g})")
+    where = f"file {config.cluster.topology_file}" if config.cluster.topology_file else f"preset {config.cluster.link}"
     network = Origin(source="model", detail=f"NCCL's algorithm choice on the flow model of topology {where}")
     device = Origin(source="model", detail=f"{gpu.name} preset ({gpu.description})")
     return Provenance(compute=compute, network=network, overlap=_overlap_origin(config, None, 0.0, ""),
@@ -215,13 +216,13 @@ def check_cpu_compute(config: PredictConfig, profile: Profile, device):
     rates then only set the proportions between layers); without it, one line says so."""
     if device.name != "cpu":
         return device
-    dtype = get_precision(config.precision).compute_dtype
+    dtype = get_precision(config.execution.precision).compute_dtype
     if dtype != "float32":
-        raise ConfigError(f"--precision: {config.precision} computes in {dtype}, but profile {profile.name} was "
+        raise ConfigError(f"--precision: {config.execution.precision} computes in {dtype}, but profile {profile.name} was "
                           "measured on CPUs in float32; use --precision fp32")
     if device.achieved_flops_per_s:
         return device
-    if config.single_gpu_step_s is None:
+    if config.calibration.single_gpu_step_s is None:
         raise ProfileError(f"--calibration: profile {profile.name} was measured on CPUs without compute benchmarks "
                            "(calibrate --no-compute), so it cannot say how fast they compute; give "
                            "--single-gpu-step-ms, or calibrate with compute (and --model)")
@@ -233,6 +234,8 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
 
     ``gpu``: the profile's device the compute was modelled on (the fallback of ops its kernel rates
     do not cover)."""
+    wl = config.workload
+    cal = config.calibration
     warnings: list[str] = []
     after_comm = None
     cpu = is_cpu_profile(profile)
@@ -246,27 +249,27 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
     if measured_rpn is not None and link_class == "inter_node" and gpn != measured_rpn:
         warnings.append(f"the profile measured {measured_rpn} rank(s) per node, this prediction has {gpn}: its "
                         f"inter-node fit assumes the measured node's share of the NICs")
-    if config.single_gpu_step_s is not None:
+    if cal.single_gpu_step_s is not None:
         compute_origin = Origin(source="flag", detail=f"scaled to the measured one-GPU step "
-                                                      f"({config.single_gpu_step_s * 1e3:.4g} ms, --single-gpu-step-ms)")
+                                                      f"({cal.single_gpu_step_s * 1e3:.4g} ms, --single-gpu-step-ms)")
     else:
-        match = match_model_step(profile, model, micro_batch=config.micro_batch, dtype=precision.compute_dtype,
-                                 config_model=config.model)
+        match = match_model_step(profile, model, micro_batch=wl.micro_batch, dtype=precision.compute_dtype,
+                                 config_model=wl.model)
         op_rates = profile.compute.op_rates if profile.compute is not None else None
-        if config.op_rates and op_rates is None:
+        if cal.op_rates and op_rates is None:
             raise ProfileError(f"--op-rates: profile {profile.name} has no measured kernel rates (calibrated without "
                                "--model, or by an older dpsim); calibrate with --model, or leave --op-rates out")
-        if config.compile and ((op_rates is not None and gpu is not None) or match.step is not None):
+        if config.execution.compile and ((op_rates is not None and gpu is not None) or match.step is not None):
             # What calibrate measured ran eagerly: its step, or its element-wise kernel rates.
             raise ConfigError(f"--compile: profile {profile.name} measured this model's compute in eager mode "
                               "(its step or kernel rates), which would be used as it is; leave --compile out, "
                               "or --calibration")
-        if op_rates is not None and gpu is not None and (match.step is None or config.op_rates):
+        if op_rates is not None and gpu is not None and (match.step is None or cal.op_rates):
             compute, fallback = op_rate_compute(model, compute, op_rates, gpu, precision,
-                                                micro_batch=config.micro_batch,
-                                                compute_efficiency=config.compute_efficiency)
+                                                micro_batch=wl.micro_batch,
+                                                compute_efficiency=cal.compute_efficiency)
             why = "--op-rates" if match.step is not None else f"measured step not used: {match.reason}"
-            untimed, kernels = untimed_kernels(model, op_rates, config.micro_batch)
+            untimed, kernels = untimed_kernels(model, op_rates, wl.micro_batch)
             if untimed:
                 why += f"; {untimed} of its {kernels} GEMM/attention shapes from the nearest timed ones"
             rest = "; ".join(f"{n} {what} at the measured matmul rates / copy bandwidth"
@@ -278,10 +281,10 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
         elif match.step is not None:
             # DDP's bucket copies are the step program's (dpsim.strategies.ddp_costs), at the
             # measured copy bandwidth: not folded into the measured step here
-            compute, details = measured_compute(match.step, model, compute, optimizer=config.optimizer,
+            compute, details = measured_compute(match.step, model, compute, optimizer=wl.optimizer,
                                                 ddp_copy_bandwidth=None)
             copy = (", DDP's bucket copies at the measured copy bandwidth"
-                    if config.strategy == "ddp" and topology.n_gpus > 1 and profile.compute.memory_bandwidth_bytes_per_s
+                    if config.parallelism.strategy == "ddp" and topology.n_gpus > 1 and profile.compute.memory_bandwidth_bytes_per_s
                     else "")
             compute_origin = Origin(source="profile", detail=f"training step {match.reason} ({details['layers']}; "
                                                              f"loss {match.step.loss or 'not recorded'}; optimizer "

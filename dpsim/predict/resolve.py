@@ -40,35 +40,36 @@ class Resolved:
     config: PredictConfig
     """The config, no field left at ``None`` that a profile decides."""
     profile: Profile | None
-    """The profile ``config.calibration`` names, loaded (``None`` without one)."""
+    """The profile ``config.calibration.profile`` names, loaded (``None`` without one)."""
 
 
 def resolve(config: PredictConfig, profile: Profile | None = None) -> Resolved:
     """``config`` with the defaults its calibration profile decides (see the module docstring).
 
-    ``profile``: ``config.calibration``'s profile when the caller has already loaded it; read
+    ``profile``: ``config.calibration.profile``'s profile when the caller has already loaded it; read
     here otherwise. Resolving a resolved config changes nothing.
     """
-    if config.calibration is None:
+    if config.calibration.profile is None:
         return Resolved(config=config, profile=None)
     if profile is None:
-        profile = load_profile(config.calibration)
+        profile = load_profile(config.calibration.profile)
     changes = profile_defaults(config, profile)
     return Resolved(config=replace(config, **changes) if changes else config, profile=profile)
 
 
 def profile_defaults(config: PredictConfig, profile: Profile) -> dict[str, Any]:
     """Field -> value for the fields of ``config`` left at ``None`` that ``profile`` decides."""
+    cl = config.cluster
     out: dict[str, Any] = {}
-    if config.gpus_per_node is None:
+    if cl.gpus_per_node is None:
         rpn = profile_ranks_per_node(profile)
         if rpn is not None and "inter_node" in profile.link_classes:
-            spec = load_topology_file(config.topology_file) if config.topology_file else load_preset(config.link)
+            spec = load_topology_file(cl.topology_file) if cl.topology_file else load_preset(cl.link)
             if rpn != spec.node.gpus_per_node:
                 out["gpus_per_node"] = rpn
-    if config.precision is None:
+    if config.execution.precision is None:
         out["precision"] = "fp32" if is_cpu_profile(profile) else DEFAULT_PRECISION
-    if config.overlap_slowdown is None:
+    if config.calibration.overlap_slowdown is None:
         measured = calibrated_overlap_slowdown(profile)
         out["overlap_slowdown"] = DEFAULT_OVERLAP_SLOWDOWN if measured is None else measured
     return out

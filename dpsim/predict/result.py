@@ -206,9 +206,9 @@ class MemoryReport:
         return {
             "schema": "dpsim.memory/1", "model": self.model, "param_count": self.param_count,
             "gpu": self.gpu, "n_gpus": self.n_gpus, "gpus_per_node": self.gpus_per_node,
-            "strategy": c.strategy, "precision": c.precision, "optimizer": c.optimizer,
-            "micro_batch": c.micro_batch, "grad_accum": c.grad_accum,
-            "activation_checkpointing": c.activation_checkpointing,
+            "strategy": c.parallelism.strategy, "precision": c.execution.precision, "optimizer": c.workload.optimizer,
+            "micro_batch": c.workload.micro_batch, "grad_accum": c.workload.grad_accum,
+            "activation_checkpointing": c.execution.activation_checkpointing,
             "shard_group_size": mem.shard_group_size,
             "weights_bytes": mem.weights_bytes, "gradients_bytes": mem.gradients_bytes,
             "optimizer_bytes": mem.optimizer_bytes, "activations_bytes": mem.activations_bytes,

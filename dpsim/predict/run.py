@@ -67,13 +67,14 @@ from dpsim.workload.spec import ModelSpec
 
 def resolve_topology(config: PredictConfig) -> Topology:
     """The cluster a config describes (preset or file, GPUs, GPUs per node, GPU override)."""
-    spec: TopologySpec = (load_topology_file(config.topology_file) if config.topology_file
-                          else load_preset(config.link))
-    if config.gpu is not None:
-        get_gpu(config.gpu)
+    cl = config.cluster
+    spec: TopologySpec = (load_topology_file(cl.topology_file) if cl.topology_file
+                          else load_preset(cl.link))
+    if cl.gpu is not None:
+        get_gpu(cl.gpu)
         from dataclasses import replace
-        spec = replace(spec, gpu=config.gpu.lower())
-    topology = Topology.from_spec(spec, config.gpus, config.gpus_per_node)
+        spec = replace(spec, gpu=cl.gpu.lower())
+    topology = Topology.from_spec(spec, cl.gpus, cl.gpus_per_node)
     topology.check_connected()
     return topology
 
@@ -87,7 +88,7 @@ def _resolve_topology(config: PredictConfig, profile) -> Topology:
         topology = resolve_topology(config)
     except ConfigError as exc:
         rpn = profile_ranks_per_node(profile)
-        if rpn is None or config.gpus_per_node == rpn:
+        if rpn is None or config.cluster.gpus_per_node == rpn:
             raise
         raise ConfigError(f"{exc}; profile {profile.name} was measured with {rpn} rank(s) per node: "
                           f"add --gpus-per-node {rpn}") from None
@@ -100,7 +101,7 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
     """The collective models of ``config``'s job: its world and every sub-communicator.
 
     One factory costs every communicator the same way: a calibration profile's fitted
-    model when ``config.calibration`` is set (``profile``: that profile, already loaded;
+    model when ``config.calibration.profile`` is set (``profile``: that profile, already loaded;
     :mod:`dpsim.profile.calibrated`), else NCCL's algorithm/protocol choice on the flow
     model (:class:`~dpsim.collectives.nccl.NcclCollectives`) with ``config``'s
     ``--algo/--proto/--jobs/--placement``, its links scaled by ``degradations``
@@ -108,18 +109,18 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
     cluster whichever communicator they fall on). ``layout`` adds a tensor/pipeline layout's
     ``tp``, ``dp``, ``pp`` and ``emb`` groups (:func:`~dpsim.collectives.groups.layout_communicators`).
     """
-    if profile is None and config.calibration is not None:
-        profile = load_profile(config.calibration)
+    if profile is None and config.calibration.profile is not None:
+        profile = load_profile(config.calibration.profile)
     if profile is not None and degradations:
         raise ConfigError("--degrade: not available with --calibration (a calibrated collective model has no "
                           "links to degrade); leave one of them out")
-    algorithms, protocols = parse_algorithms(config.algo), parse_protocols(config.proto)
+    algorithms, protocols = parse_algorithms(config.cluster.algo), parse_protocols(config.cluster.proto)
 
     def make(comm: Communicator) -> CollectiveModel:
         if profile is not None:
             return calibrated_collectives(profile, comm.topology, concurrent=comm.concurrent)
-        return NcclCollectives(comm.topology, algorithms=algorithms, protocols=protocols, jobs=config.jobs,
-                               placement=config.placement, degradations=degradations,
+        return NcclCollectives(comm.topology, algorithms=algorithms, protocols=protocols, jobs=config.cluster.jobs,
+                               placement=config.cluster.placement, degradations=degradations,
                                job=None if comm.name == "world" else comm.job)
 
     return GroupCollectives(topology, make, layout=layout)
@@ -171,16 +172,16 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     if profile is not None:
         gpu = check_cpu_compute(config, profile, calibrated_device(profile, gpu))
     model = load_model(config) if model is None else model
-    precision = get_precision(config.precision, config.fp8, strategy=config.strategy,
-                              fsdp_version=config.fsdp_version, compile=config.compile)
+    precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
+                              fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile)
     if gpu.peak_flops_per_s:  # a CPU profile's device has no tensor cores to check
         check_precision_on_gpu(precision, gpu)
     compute: ComputeProfile = memoized(  # memoized: a sweep shares it between points
-        compute_profile, model, gpu, micro_batch=config.micro_batch, precision=precision, optimizer=config.optimizer,
-        compute_efficiency=config.compute_efficiency, single_gpu_step_s=config.single_gpu_step_s,
-        clip_grad_norm=config.clip_grad_norm, zero_grad_loop=config.zero_grad == "zero-loop",
+        compute_profile, model, gpu, micro_batch=config.workload.micro_batch, precision=precision, optimizer=config.workload.optimizer,
+        compute_efficiency=config.calibration.compute_efficiency, single_gpu_step_s=config.calibration.single_gpu_step_s,
+        clip_grad_norm=config.workload.clip_grad_norm, zero_grad_loop=config.workload.zero_grad == "zero-loop",
     )
-    if config.layout_active:
+    if config.parallelism.layout_active:
         if degradations:
             raise ConfigError("--degrade: not modelled with --tp/--pp (tensor/pipeline layouts); leave it out")
         check_layout(config, model, topology)
@@ -192,21 +193,21 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
                                                            gpu)
     else:
         provenance = preset_provenance(config, gpu, topology)
-    if config.layout_active:
+    if config.parallelism.layout_active:
         return with_model_error(predict_layout(config, topology=topology, gpu=gpu, model=model, precision=precision,
                                                compute=compute, collectives=collectives, provenance=provenance,
                                                comm_slowdown=comm_slowdown, profile=profile),
                                 model=model, gpu=gpu, topology=topology)
 
     plan = memoized(
-        build_step_program, config.strategy, model, _offloaded_step(config, compute, model, topology, precision),
+        build_step_program, config.parallelism.strategy, model, _offloaded_step(config, compute, model, topology, precision),
         precision=precision, n_gpus=topology.n_gpus,
         gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
-        checkpointing=config.checkpointing, overlap=config.overlap,
-        bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit, **_strategy_kwargs(config, gpu),
+        checkpointing=config.execution.checkpointing, overlap=config.gradients.overlap,
+        bucket_cap_mb=config.gradients.bucket_cap_mb, fsdp_unit=config.parallelism.fsdp_unit, **_strategy_kwargs(config, gpu),
         **_ddp_kwargs(config, gpu, profile))
     program = plan.program
-    sim = play_program(program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown,
+    sim = play_program(program, collectives, steps=config.workload.steps, overlap_slowdown=config.calibration.overlap_slowdown,
                        comm_slowdown=comm_slowdown)
     if comm_slowdown > 0:
         collectives = PlayedCollectives(collectives, played_durations(program, sim))
@@ -222,13 +223,13 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     # of the strategy's own work (DDP's bucket copies and hooks).
     single_step = (sum(t.duration_s for t in program.tasks if t.kind != "optimizer") + compute.optimizer_s
                    - plan.framework_s)
-    input_step = config.micro_batch * k / config.input_samples_per_s if config.input_samples_per_s else None
+    input_step = config.workload.micro_batch * k / config.workload.input_samples_per_s if config.workload.input_samples_per_s else None
     input_bound = input_step is not None and input_step > step_time
     if input_step is not None:  # the loader runs ahead (prefetch): a step is never shorter than loading it
         step_time = max(step_time, input_step)
         single_step = max(single_step, input_step)
-    samples = config.micro_batch * k * topology.n_gpus / step_time
-    single = config.micro_batch * k / single_step
+    samples = config.workload.micro_batch * k * topology.n_gpus / step_time
+    single = config.workload.micro_batch * k / single_step
     memory, advice = memory_with_advice(model, gpu, config, precision, topology)
     if gpu.name == "cpu":  # a CPU profile's ranks: no CUDA context, workspaces or NCCL buffers
         memory = replace(memory, overhead_bytes=0.0)
@@ -269,7 +270,7 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
         simulation=sim,
         program=program,
         collectives=collectives,
-        strategy=config.strategy,
+        strategy=config.parallelism.strategy,
         comm_bytes_by_op=plan.bytes_by_op,
         fit=advice,
         links=links,
@@ -287,7 +288,7 @@ def with_model_error(prediction: Prediction, *, model: ModelSpec, gpu, topology:
     provenance = prediction.provenance
     measured = provenance is not None and provenance.compute.source != "model"
     regime = regime_of(model=model, gpu=gpu, topology=topology, n_gpus=topology.n_gpus, measured_compute=measured,
-                       layout=prediction.config.layout_active,
+                       layout=prediction.config.parallelism.layout_active,
                        exposed_share=prediction.exposed_comm_s / prediction.step_time_s if prediction.step_time_s > 0
                        else 0.0,
                        message_bytes=prediction.gradient_bytes / max(1, prediction.n_buckets))
@@ -298,11 +299,11 @@ def _offloaded_step(config: PredictConfig, compute: ComputeProfile, model: Model
                     precision) -> ComputeProfile:
     """``compute`` with the optimizer step an ``--offload`` runs on the host (:func:`host_step_s` of
     the rank's shard), scaled by ``param_count / shard`` as the strategies charge a shard's step."""
-    if config.offload == "off":
+    if config.execution.offload == "off":
         return compute
     n = topology.n_gpus
     shard = -(-model.param_count // n)
-    fetches = param_fetches(config.offload, config.checkpointing.mode == "full")
+    fetches = param_fetches(config.execution.offload, config.execution.checkpointing.mode == "full")
     step = host_step_s(shard, min(topology.gpus_per_node, n), topology.spec.node, precision.weight_bytes,
                        grad_bytes=precision.grad_bytes, param_fetches=fetches)
     return replace(compute, optimizer_s=step * model.param_count / shard)
@@ -311,8 +312,8 @@ def _offloaded_step(config: PredictConfig, compute: ComputeProfile, model: Model
 def _strategy_kwargs(config: PredictConfig, gpu) -> dict:
     """``build_step_program``'s FSDP and checkpointing arguments beyond the policy: the FSDP API
     and accumulation, and the GPU and micro-batch op-level recomputation is costed at."""
-    return {"fsdp_version": config.fsdp_version, "fsdp_accumulate": config.fsdp_accumulate,
-            "micro_batch": config.micro_batch, "compute_gpu": gpu}
+    return {"fsdp_version": config.parallelism.fsdp_version, "fsdp_accumulate": config.parallelism.fsdp_accumulate,
+            "micro_batch": config.workload.micro_batch, "compute_gpu": gpu}
 
 
 def _ddp_kwargs(config: PredictConfig, gpu, profile) -> dict:
@@ -324,10 +325,10 @@ def _ddp_kwargs(config: PredictConfig, gpu, profile) -> dict:
     measured step never holds DDP's work: ``dpsim calibrate`` and ``dpsim validate`` time the
     bare model (:func:`dpsim.measure.trainstep.measure_step`), not the DDP-wrapped one.
     """
-    if config.strategy != "ddp":
+    if config.parallelism.strategy != "ddp":
         return {}
     measured = profile is not None and profile.compute is not None and profile.compute.memory_bandwidth_bytes_per_s
-    return {"ddp": config.ddp_options(), "gpu": None if config.gpus == 1 else gpu,
+    return {"ddp": config.gradients.ddp_options(), "gpu": None if config.cluster.gpus == 1 else gpu,
             "efficiencies": Efficiencies(memory=1.0) if measured else None}
 
 
@@ -335,20 +336,20 @@ def _ddp_report(config: PredictConfig, plan, collectives, gpu, profile, model, c
                 comm_slowdown: float) -> dict | None:
     """``predict --json``'s ``ddp`` block: DDP's own time per step by part, the bytes a comm hook
     saves and, for PowerSGD, the step of its warm-up (plain all-reduce) before ``--powersgd-start-iter``."""
-    if config.strategy != "ddp":
+    if config.parallelism.strategy != "ddp":
         return None
     parts = dict(plan.framework_parts_s)
     reduced = plan.reduced_bytes if plan.reduced_bytes is not None else plan.gradient_bytes
     warmup_s = None
-    options = config.ddp_options()
+    options = config.gradients.ddp_options()
     if options.comm_hook == "powersgd":
         warm = memoized(
-            build_step_program, config.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
+            build_step_program, config.parallelism.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
             gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
-            checkpointing=config.checkpointing, overlap=config.overlap,
-            bucket_cap_mb=config.bucket_cap_mb, fsdp_unit=config.fsdp_unit, **_strategy_kwargs(config, gpu),
+            checkpointing=config.execution.checkpointing, overlap=config.gradients.overlap,
+            bucket_cap_mb=config.gradients.bucket_cap_mb, fsdp_unit=config.parallelism.fsdp_unit, **_strategy_kwargs(config, gpu),
             **{**_ddp_kwargs(config, gpu, profile), "ddp": options.warmup()})
-        sim = play_program(warm.program, collectives, steps=config.steps, overlap_slowdown=config.overlap_slowdown,
+        sim = play_program(warm.program, collectives, steps=config.workload.steps, overlap_slowdown=config.calibration.overlap_slowdown,
                            comm_slowdown=comm_slowdown)
         warmup_s = sum(s.step_time_s for s in sim.steps) / len(sim.steps)
     return {
@@ -393,8 +394,8 @@ def load_model(config: PredictConfig) -> ModelSpec:
     ``pkg.mod:fn``) traced on the meta device (torch is imported only then)."""
     model = model_source(config)
     if is_torch_model_ref(model):
-        return load_torch_workload(model, input_shape=config.input_shape)
-    return memoized(get_model, model, seq_len=config.seq_len, flash_attention=config.flash_attention)
+        return load_torch_workload(model, input_shape=config.workload.input_shape)
+    return memoized(get_model, model, seq_len=config.workload.seq_len, flash_attention=config.execution.flash_attention)
 
 
 def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, topology: Topology
@@ -405,9 +406,9 @@ def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, 
     kwargs = _memory_kwargs(config, precision, topology)
     memory = memoized(memory_breakdown, model, gpu, **kwargs)
     advice = memoized(fit_advice, model, gpu, **kwargs)
-    if config.offload != "off":
+    if config.execution.offload != "off":
         # ZeRO's gathered units and gradient buckets are among the buffers already; the shards go.
-        memory = offload_memory(memory, config.offload)
+        memory = offload_memory(memory, config.execution.offload)
         if memory.fits:
             advice = FitAdvice(fits=True, total_bytes=memory.total_bytes, message="fits")
     if not memory.fits:
@@ -422,12 +423,13 @@ def strategy_memory(model: ModelSpec, gpu, config: PredictConfig, precision, top
 
 
 def _memory_kwargs(config: PredictConfig, precision, topology: Topology) -> dict:
-    return {"precision": precision, "optimizer": config.optimizer, "micro_batch": config.micro_batch,
-            "strategy": config.strategy, "n_gpus": topology.n_gpus, "gpus_per_node": topology.gpus_per_node,
-            "checkpointing": config.checkpointing, "grad_accum": config.micro_batches,
-            "fsdp_unit": config.fsdp_unit, "overlap": config.overlap, "bucket_cap_mb": config.bucket_cap_mb,
-            "fsdp_version": config.fsdp_version, "fsdp_accumulate": config.fsdp_accumulate,
-            "ddp": config.ddp_options() if config.strategy == "ddp" else None}
+    par = config.parallelism
+    return {"precision": precision, "optimizer": config.workload.optimizer, "micro_batch": config.workload.micro_batch,
+            "strategy": par.strategy, "n_gpus": topology.n_gpus, "gpus_per_node": topology.gpus_per_node,
+            "checkpointing": config.execution.checkpointing, "grad_accum": config.micro_batches,
+            "fsdp_unit": par.fsdp_unit, "overlap": config.gradients.overlap, "bucket_cap_mb": config.gradients.bucket_cap_mb,
+            "fsdp_version": par.fsdp_version, "fsdp_accumulate": par.fsdp_accumulate,
+            "ddp": config.gradients.ddp_options() if par.strategy == "ddp" else None}
 
 
 def memory_for_config(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpec, Topology]:
@@ -440,10 +442,10 @@ def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpe
     topology = resolve_topology(config)
     gpu = get_gpu(topology.spec.gpu)
     model = load_model(config)
-    precision = get_precision(config.precision, config.fp8, strategy=config.strategy,
-                              fsdp_version=config.fsdp_version, compile=config.compile)
+    precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
+                              fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile)
     check_precision_on_gpu(precision, gpu)
-    if config.layout_active:
+    if config.parallelism.layout_active:
         check_layout(config, model, topology)
         memory, advice = layout_fit(layout_memory(config, model, gpu, precision), config)
         return memory, advice, model, topology

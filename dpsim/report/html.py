@@ -89,12 +89,12 @@ def memory_items(config) -> list[tuple[str, Any]]:
             memory = predict(dataclasses.replace(config, strategy=name)).memory
         except DpsimError:  # e.g. a hybrid strategy on a single node
             continue
-        items.append((name + (" (this job)" if name == config.strategy else ""), memory))
+        items.append((name + (" (this job)" if name == config.parallelism.strategy else ""), memory))
     if items:
         return items
 
-    order = [config.precision] + [p for p in PRECISIONS if p != config.precision]
-    return [(f"DDP, {name}" + (" (this job)" if name == config.precision else ""),
+    order = [config.execution.precision] + [p for p in PRECISIONS if p != config.execution.precision]
+    return [(f"DDP, {name}" + (" (this job)" if name == config.execution.precision else ""),
              predict(dataclasses.replace(config, precision=name)).memory) for name in order]
 
 
@@ -106,18 +106,18 @@ def collect(config, *, tokens: float | str | None = None, samples: float | str |
     prediction = predict(config)
     config = prediction.config  # with the calibration profile's defaults (dpsim.predict.resolve)
     topology = resolve_topology(config)
-    base = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    base = config.settings()
     base["gpu"] = prediction.gpu
     gpn = topology.spec.node.gpus_per_node
     counts = sorted(set(scaling_gpus)) if scaling_gpus else scaling_gpu_counts(prediction.n_gpus, gpn)
-    if config.layout_active:  # a tensor/pipeline layout scales by data-parallel replicas
-        shard = config.tp * config.cp * config.pp
+    if config.parallelism.layout_active:  # a tensor/pipeline layout scales by data-parallel replicas
+        shard = config.parallelism.tp * config.parallelism.cp * config.parallelism.pp
         counts = [n for n in counts if n % shard == 0] or [prediction.n_gpus]
         base["dp"] = None
-    if config.topology_file:
-        links = [config.link]
+    if config.cluster.topology_file:
+        links = [config.cluster.link]
     else:
-        links = [config.link] + [f for f in fabrics if f != config.link]
+        links = [config.cluster.link] + [f for f in fabrics if f != config.cluster.link]
     budget = dict(tokens=tokens, samples=samples, gpu_hour_usd=gpu_hour_usd)
     if prediction.tokens_per_s is None and tokens is not None:
         raise ConfigError("--tokens: this model has no tokens (an image model); give a sample budget (--samples)")
@@ -125,7 +125,7 @@ def collect(config, *, tokens: float | str | None = None, samples: float | str |
     grid.update(gpus=counts, link=links)
     scaling = [r for r in sweep_records(SweepSpec.from_grid(grid, **budget), skip_invalid=True) if not r["error"]]
     buckets: list[dict] = []
-    if getattr(config, "strategy", "ddp") == "ddp" and not config.layout_active:  # bucket_cap_mb is DDP's knob
+    if config.parallelism.strategy == "ddp" and not config.parallelism.layout_active:  # bucket_cap_mb is DDP's knob
         grid = {k: [v] for k, v in base.items()}
         grid["bucket_cap_mb"] = [None, *BUCKET_CAPS_MB]
         buckets = sweep_records(SweepSpec.from_grid(grid))
@@ -243,7 +243,7 @@ def figures(data: ReportData) -> dict[str, Any]:
         figs["scaling"] = plots.scaling_figure(data.scaling_rows)
     if data.memory_items:
         figs["memory"] = plots.memory_figure(data.memory_items, title=(
-            f"Memory per GPU: {data.prediction.model}, micro-batch {data.prediction.config.micro_batch}, "
+            f"Memory per GPU: {data.prediction.model}, micro-batch {data.prediction.config.workload.micro_batch}, "
             f"on {data.prediction.gpu}"))
     if data.bucket_rows:
         figs["buckets"] = plots.bucket_figure(data.bucket_rows)
@@ -278,8 +278,7 @@ def render(data: ReportData, *, title: str | None = None) -> str:
     tables = [rich_table_html(t) for t in prediction_tables(p)]
     if p.layout is not None:
         tables += [rich_table_html(t) for t in layout_tables(p)]
-    inputs = [(f.name, "default" if getattr(cfg, f.name) is None else str(getattr(cfg, f.name)))
-              for f in dataclasses.fields(cfg)]
+    inputs = [(name, "default" if value is None else str(value)) for name, value in cfg.settings().items()]
     tables.append(_kv_table("inputs (PredictConfig)", inputs))
     if data.price is not None:
         cost_rows = [("price per GPU-hour", f"${data.price['usd_per_gpu_hour']:.3f}"),
@@ -314,7 +313,7 @@ def render(data: ReportData, *, title: str | None = None) -> str:
                         + _fig_div(fig, f"fig-{key}"))
     prediction_json = json.dumps(_json_safe(p.to_dict()), indent=1, allow_nan=False)
     return html_page(title, [
-        f'<div class="sub">{html.escape(cfg.precision)}, micro-batch {cfg.micro_batch}, {p.n_nodes} '
+        f'<div class="sub">{html.escape(cfg.execution.precision)}, micro-batch {cfg.workload.micro_batch}, {p.n_nodes} '
         f'node{"s" if p.n_nodes > 1 else ""}; dpsim {html.escape(_version())}, '
         f"a discrete-event prediction (not a measurement).</div>",
         '<div class="cards">' + "".join(cards) + "</div>",

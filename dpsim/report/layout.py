@@ -119,7 +119,7 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
     """``dpsim plan``'s table, the chosen layout's breakdown and the search's counts."""
     console = console or Console(width=max(Console().width, 110))
     counts = result.counts
-    title = (f"{base.model}: layouts for a global batch of {global_batch} "
+    title = (f"{base.workload.model}: layouts for a global batch of {global_batch} "
              f"({counts['ranked']} fit of {counts['candidates']}, searched in {result.wall_s:.1f} s)")
     table = Table(title=escape(title), header_style="bold")
     tokens = any(e.tokens_per_s for e in result.ranked)

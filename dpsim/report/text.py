@@ -27,8 +27,8 @@ def _collectives_row(p: Prediction) -> tuple[str, str]:
         used = ", ".join(f"{algo} x{n}" for algo, n in sorted(links.algorithms.items(), key=lambda kv: -kv[1]))
         bound = links.bottleneck[0].link_class if links.bottleneck else "-"
         return "collectives (bottleneck)", f"{used} ({bound})"
-    if p.config.calibration:
-        return "collectives", f"fitted from profile {p.config.calibration}"
+    if p.config.calibration.profile:
+        return "collectives", f"fitted from profile {p.config.calibration.profile}"
     return "collectives", "none (one GPU)"
 
 
@@ -51,11 +51,11 @@ def _provenance_rows(p: Prediction) -> list[tuple[str, str]]:
 
 def _fsdp_and_checkpointing_text(cfg) -> str:
     # The FSDP options and the checkpointing policy, named only when not the defaults.
-    version, accumulate = getattr(cfg, "fsdp_version", "1"), getattr(cfg, "fsdp_accumulate", "auto")
-    policy = getattr(cfg, "checkpointing", None)
+    version, accumulate = cfg.parallelism.fsdp_version, cfg.parallelism.fsdp_accumulate
+    policy = cfg.execution.checkpointing
     return ((f", FSDP{version}" if version != "1" else "")
             + (f", {accumulate} gradient accumulation" if accumulate != "auto" else "")
-            + (f", {policy.describe()}" if policy is not None and policy.active else ""))
+            + (f", {policy.describe()}" if policy.active else ""))
 
 
 def prediction_tables(p: Prediction) -> list[Table]:
@@ -64,10 +64,10 @@ def prediction_tables(p: Prediction) -> list[Table]:
     device = "CPU ranks" if p.gpu == "cpu" else p.gpu
     title = (f"{p.model} ({p.param_count / 1e9:.3g} B params) on {p.n_gpus} x {device} "
              f"[{p.topology}, {p.n_nodes} node{'s' if p.n_nodes > 1 else ''}], "
-             f"micro-batch {cfg.micro_batch}, {cfg.precision}"
-             + (f" + fp8 {cfg.fp8}" if getattr(cfg, "fp8", None) else "")
+             f"micro-batch {cfg.workload.micro_batch}, {cfg.execution.precision}"
+             + (f" + fp8 {cfg.execution.fp8}" if cfg.execution.fp8 else "")
              + (f", {p.strategy}" if p.strategy != "ddp" else "")
-             + (f", {cfg.grad_accum} micro-batches per step" if getattr(cfg, "grad_accum", 1) > 1 else "")
+             + (f", {cfg.workload.grad_accum} micro-batches per step" if cfg.workload.grad_accum > 1 else "")
              + _fsdp_and_checkpointing_text(cfg))
     step = Table(title=escape(title), show_header=True, header_style="bold")
     step.add_column("step", justify="left")

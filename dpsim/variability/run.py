@@ -101,12 +101,12 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
         spec = replace(spec, noise_cv=noise_cv, noise_source=source)
     if spec.per_rank:
         steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
-        check_monte_carlo_size(config.gpus, spec.samples, steps)
+        check_monte_carlo_size(config.cluster.gpus, spec.samples, steps)
     elif steps is not None:
         check_int(steps, "--mc-steps", 1, MAX_MC_STEPS)
     if not spec.active:
         return predict_resolved(resolved), None  # a homogeneous, healthy cluster: the engine's one-rank fast path
-    if config.layout_active:
+    if config.parallelism.layout_active:
         raise ConfigError("--noise-cv, --straggler, --degrade and --hiccup-rate-per-s: per-rank variability is not "
                           "modelled for tensor/pipeline layouts (--tp/--pp above 1); leave them out")
     prediction = predict_resolved(resolved, degradations=spec.degradations)
@@ -125,8 +125,8 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
         topology = resolve_topology(config)
         stats = monte_carlo(
             prediction.program, prediction.collectives, spec, n_ranks=topology.n_gpus,
-            gpus_per_node=topology.gpus_per_node, steps=steps, overlap_slowdown=config.overlap_slowdown,
-            nominal_step_s=prediction.step_time_s, global_batch=config.micro_batch * config.grad_accum * topology.n_gpus,
+            gpus_per_node=topology.gpus_per_node, steps=steps, overlap_slowdown=config.calibration.overlap_slowdown,
+            nominal_step_s=prediction.step_time_s, global_batch=config.workload.micro_batch * config.workload.grad_accum * topology.n_gpus,
             step_extra_s=prediction.provenance.after_comm.charged_s if prediction.provenance.after_comm else 0.0,
         )
     return prediction, VariabilityReport(spec=spec, degradation=effect, statistics=stats)

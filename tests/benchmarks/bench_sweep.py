@@ -100,7 +100,7 @@ def _engine(sample: int = 7) -> None:
     cases = []
     for config in _grid_configs().configs()[::sample]:
         p = predict(config)  # costs every collective once: what follows times the engine only
-        cases.append((p.program, p.collectives, dict(steps=config.steps, overlap_slowdown=config.overlap_slowdown)))
+        cases.append((p.program, p.collectives, dict(steps=config.workload.steps, overlap_slowdown=config.calibration.overlap_slowdown)))
     times = {}
     for name, engine in (("SimPy engine (run_program)", run_program), ("player (play_program)", play_program)):
         c0 = time.process_time()
