@@ -10,7 +10,7 @@ row publishes and nothing else:
   benchmark configurations ``accuracy_compute.py`` uses), SwiGLU rows as Llama blocks (RMSNorm,
   RoPE, grouped KV heads) with the row's hidden size, layers, heads, KV heads, MLP width,
   vocabulary and sequence; fused attention everywhere, llm-foundry's Triton kernel where the row
-  ran ``attn_impl: triton``;
+  ran ``attn_impl: triton``, cuDNN's where it names ``cudnn`` (FlashAttention-2 otherwise);
 - the cluster: a topology preset or a file in ``validation/systems/`` written from the
   interconnect the row publishes (:data:`SYSTEMS`; where the source states no network the
   assumption is named there and in the row's "assumed" column);
@@ -231,7 +231,9 @@ class Job:
 def model_of(row: dict) -> ModelSpec:
     """The row's model (see the module docstring)."""
     seq = int(row["seq_len"])
-    fused_kernel = "triton" if row["attention"].startswith("triton") else None
+    # llm-foundry's Triton kernel, or cuDNN's fused attention where the row names it (MaxText's
+    # cudnn_flash_te); every other fused row runs FlashAttention-2 (SDPA's flash backend).
+    fused_kernel = "triton" if row["attention"].startswith("triton") else "cudnn" if "cudnn" in row["attention"] else None
     if row["model"] in list_models():
         model = get_model(row["model"], seq_len=seq, flash_attention=True)
     elif row["ffn_act"] == "gelu":
