@@ -563,7 +563,9 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
       recomputation each checkpointed block (every ``recompute_every``-th) keeps only its
       input, plus one block's full activations while it is recomputed; with ``op`` each
       block keeps its input and its shard's matmul and attention outputs, plus one block's
-      recomputed rest (:mod:`~dpsim.strategies.checkpointing`). ``activations``: what
+      recomputed rest (:mod:`~dpsim.strategies.checkpointing`); with ``moe`` each MoE layer keeps
+      only its input, plus one MoE layer's activations while it is recomputed, the other layers
+      as with ``op``. ``activations``: what
       :func:`stage_activation_bytes` gives for the same shard, split and policy (computed
       when not given).
     """
@@ -645,7 +647,11 @@ def stage_activation_bytes(tpm, assignment, layout) -> tuple[tuple[tuple[float, 
                 if layout.recompute == "full" and layer.unit in ckpt:
                     if i in starts:
                         per_mb += block_input_bytes(layer, t, sequence_parallel=sp)
-                elif layout.recompute == "op" and layer.unit in ckpt:
+                elif layout.recompute == "moe" and layer.unit in ckpt and layer.routed_bytes_per_sample > 0:
+                    # The MoE layer keeps its own input; its activations live again while it re-runs.
+                    per_mb += block_input_bytes(layer, t, sequence_parallel=sp)
+                    working = max(working, layer_activation_bytes(layer, t, sequence_parallel=sp, recompute="off"))
+                elif layout.recompute in ("op", "moe") and layer.unit in ckpt:
                     every = layer_activation_bytes(layer, t, sequence_parallel=sp, recompute="off")
                     saved = op_saved_bytes_per_sample(tpm.spec.layers[i])
                     kept = op_units.setdefault(layer.unit, [0.0, 0.0])

@@ -217,3 +217,55 @@ def test_routing_flags_are_refused_in_one_line():
     assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="--moe-capacity-factor"):
         _mixtral(moe_capacity_factor=0.0)
+
+
+# ------------------------------------------------------------------ recomputing the MoE layers (--recompute moe)
+
+
+def test_moe_recompute_runs_the_all_to_alls_again_six_per_layer_and_micro_batch():
+    """Megatron-Core's --recompute-modules moe re-runs the dispatch and combine before the backward."""
+    kept, again = predict(_mixtral(recompute="op")), predict(_mixtral(recompute="moe"))
+    assert again.layout.ep_comm_s == pytest.approx(kept.layout.ep_comm_s * 6 / 4, rel=1e-12)
+    assert again.step_time_s > kept.step_time_s
+
+
+def test_moe_recompute_keeps_each_moe_layer_input_and_one_layer_while_it_reruns():
+    """Per sample of one micro-batch, a chunk keeps its attention layers as op does (block input,
+    matmul and attention outputs) and of each MoE layer only its input; the working set is the
+    larger of one MoE layer's activations and an attention layer's recomputed rest."""
+    from dpsim.memory import stage_activation_bytes
+    from dpsim.strategies.checkpointing import op_saved_bytes_per_sample
+    from dpsim.strategies.layout import stage_assignment
+    from dpsim.predict.layout import layout_of
+    config = _mixtral(recompute="moe")
+    model = load_model(config)
+    tpm = tp_model(model, 1, experts=ExpertSplit(ep=8))
+    layout = layout_of(config, BF16.grad_bytes)
+    assignment = stage_assignment(tpm, layout)
+    (per_chunk,), working, _ = stage_activation_bytes(tpm, assignment, layout)[1]
+    keep = rerun = 0.0
+    for i in assignment[1][0]:
+        layer, spec = tpm.layers[i], tpm.spec.layers[i]
+        if layer.routed_bytes_per_sample:
+            keep += layer.input_bytes_per_sample
+            rerun = max(rerun, spec.activation_bytes_per_sample)
+        else:  # the attention layer opens its block: op keeps the block's input too
+            every = spec.activation_bytes_per_sample
+            kept = min(every, op_saved_bytes_per_sample(spec) + layer.input_bytes_per_sample)
+            keep += kept
+            rerun = max(rerun, every - kept)
+    assert per_chunk == pytest.approx(keep, rel=1e-12)
+    assert working == pytest.approx(rerun, rel=1e-12)
+    op = predict(_mixtral(recompute="op")).memory.activations_bytes
+    full = predict(_mixtral(recompute="full")).memory.activations_bytes
+    assert full < predict(config).memory.activations_bytes < op
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    (dict(model="llama-2-7b", ep=1, recompute="moe"), "--recompute: moe recomputes the MoE layers, but"),
+    (dict(ep=1, pp=1, recompute="moe"), "--recompute: moe recomputes the MoE layers of an expert-parallel"),
+])
+def test_moe_recompute_is_refused_without_experts_or_a_layout(kw, needle):
+    with pytest.raises(ConfigError, match=needle) as err:
+        predict(_mixtral(**kw))
+    assert "\n" not in str(err.value)

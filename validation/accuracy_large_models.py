@@ -274,6 +274,10 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         full = True
     elif checkpointing.startswith("none"):
         full = False
+    elif checkpointing.startswith("selective") and moe and re.search(r"\bmoe\b(?!_)", checkpointing):
+        full = "moe"  # Megatron-Core's --recompute-modules moe: each MoE layer recomputed whole
+        assumed.append("Megatron's layernorm recomputation (output-discarding) as op-level recomputation of the "
+                       "non-MoE layers")
     elif checkpointing.startswith("selective") and moe:
         full = "op"
         assumed.append(f"Megatron's {checkpointing} recomputation (--recompute-modules of element-wise work) as "

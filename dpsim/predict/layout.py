@@ -135,6 +135,9 @@ def check_experts(model: ModelSpec, config: PredictConfig) -> None:
             flag, value = ("--ep", config.ep) if config.ep > 1 else ("--etp", config.etp)
             raise ConfigError(f"{flag}: {value} splits the experts of a mixture of experts, but {model.name} is dense; "
                               f"leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
+        if config.recompute == "moe":
+            raise ConfigError(f"--recompute: moe recomputes the MoE layers, but {model.name} is dense; choose op, "
+                              f"selective or full")
         return
     if moe.experts % config.ep:
         raise ConfigError(f"--ep: {config.ep} does not divide the {moe.experts} experts of {model.name}; choose an "
@@ -458,7 +461,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     act = _act_bytes(precision)
     accumulate = () if layout.grad_accum_fusion else gradient_accumulation_s(tpm, gpu, precision.grad_bytes)
     shares = recompute_shares(tpm.spec, config.checkpointing, gpu=gpu, precision=precision,
-                              micro_batch=config.micro_batch) if config.recompute == "op" else None
+                              micro_batch=config.micro_batch) if config.recompute in ("op", "moe") else None
     work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
                       overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown,
                       accumulate_s=accumulate, recompute_share=shares,

@@ -26,6 +26,14 @@ parallelism alone the ``--fsdp-unit``), never the root layers.
   ``CheckpointPolicy.MUST_SAVE`` for the save list, ``PREFER_RECOMPUTE`` otherwise, through
   ``torch.utils.checkpoint.create_selective_checkpoint_contexts``). A layer known only by its
   FLOPs (no ops) keeps everything and recomputes nothing.
+- ``moe``: Megatron-Core's ``--recompute-granularity selective --recompute-modules moe
+  layernorm``: each MoE layer is checkpointed whole ("moe": recompute the MoE layer, with
+  normal checkpointing, ``TransformerConfig.recompute_modules``): it keeps only its input and
+  re-runs its forward, the router, the dispatch all-to-all, the experts and the combine
+  all-to-all, before its backward, one MoE layer's activations alive again meanwhile; every
+  other layer as ``op`` (``layernorm``'s output-discarding recomputation of the norms, with
+  the other element-wise ops, which op-level checkpointing also recomputes). Layouts only
+  (the all-to-all it re-runs is expert parallelism's).
 
 Saved matmul outputs are counted at 2 bytes per element (16-bit activations), like the
 catalog's activation estimates; :mod:`dpsim.memory` doubles both under fp32 compute.
@@ -49,6 +57,8 @@ RECOMPUTE: dict[str, str] = {
     "op": "keep matmul and attention outputs, recompute the other ops of each block (torchtitan's op-level "
           "selective checkpointing)",
     "full": "keep each block's input, recompute its forward before its backward (every --recompute-every-th block)",
+    "moe": "keep each MoE layer's input, recompute the whole layer, all-to-alls included (Megatron-Core's "
+           "--recompute-modules moe layernorm); the other layers as op",
 }
 """``--recompute`` choices."""
 
@@ -80,7 +90,8 @@ class CheckpointPolicy:
         """A few words for a report title ("" when nothing is recomputed)."""
         if self.mode == "full":
             return "activation checkpointing" + (f" of one block in {self.every}" if self.every != 1 else "")
-        return {"off": "", "selective": "selective recomputation", "op": "op-level checkpointing"}[self.mode]
+        return {"off": "", "selective": "selective recomputation", "op": "op-level checkpointing",
+                "moe": "MoE-layer recomputation"}[self.mode]
 
     def checkpoints(self, position: int) -> bool:
         """Whether the block at ``position`` (0-based, forward order, root excluded) is checkpointed."""
@@ -173,4 +184,5 @@ def recompute_shares(model: ModelSpec, policy: CheckpointPolicy, *, gpu: GpuSpec
         return None
     if policy.mode == "selective":
         return tuple(selective_recompute_s(layer, 1.0) for layer in tp_model(model, 1).layers)
+    # ``moe``: the MoE layers re-run all of their forward (the layout's work sets theirs), the others as op.
     return tuple(op_recompute_share(layer, gpu, precision, micro_batch) for layer in model.layers)

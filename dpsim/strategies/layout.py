@@ -410,7 +410,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     all-to-all in which each rank sends ``bytes`` (its ``top_k`` token copies), run four times
     per micro-batch, dispatch and combine in forward and their reverses in backward, each
     blocking the compute stream (the expert GEMMs need the tokens, the next layer the
-    combined output); a block recomputed in full runs its forward pair again.
+    combined output); a block recomputed in full runs its forward pair again, and so does an MoE
+    layer under ``moe`` recomputation (which re-runs the MoE layers whole, the others as ``op``).
     """
     # Compute lost per second of hidden collective: overlap_slowdown / (1 + overlap_slowdown)
     # per second beside the GEMM, and a hidden second lasts 1 + comm_slowdown seconds there.
@@ -450,15 +451,23 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
             recompute_exposed[last] = sum(comms[i].forward_exposed_s for i in unit_layers)
     elif layout.recompute == "selective":
         recompute = [core_s[i] + cpc[i].forward_exposed_s for i in range(n)]
-    elif layout.recompute == "op":
+    elif layout.recompute in ("op", "moe"):
         assert recompute_share is not None and len(recompute_share) == n, "op recomputation needs its shares"
         recompute = [fwd_s[i] * recompute_share[i] for i in range(n)]
+    # ``moe``: an MoE layer's whole forward, its collectives included, re-runs before its backward.
+    moe_rerun = [i for i, layer in enumerate(tpm.layers) if layer.routed_bytes_per_sample > 0] \
+        if layout.recompute == "moe" else []
+    for i in moe_rerun:
+        recompute[i] = fwd_s[i] + comms[i].forward_exposed_s
+        recompute_comm[i], recompute_exposed[i] = comms[i].forward_s, comms[i].forward_exposed_s
     hidden_f = [contention * (c.forward_s + k.forward_s - c.forward_exposed_s) for c, k in zip(comms, cpc)]
     hidden_b = [contention * (c.backward_s + k.backward_s - c.backward_exposed_s) for c, k in zip(comms, cpc)]
     if layout.recompute == "full":
         # The re-run forward's hidden collectives contend like the first run's.
         for unit_layers in ckpt:
             hidden_b[max(unit_layers)] += sum(hidden_f[i] for i in unit_layers)
+    for i in moe_rerun:
+        hidden_b[i] += hidden_f[i]
     accumulate = list(accumulate_s) if not layout.grad_accum_fusion and accumulate_s else [0.0] * n
     a2a = [ep_cost(layer.routed_bytes_per_sample * layout.micro_batch * act_element_bytes / 2.0)
            if ep_cost is not None and layer.routed_bytes_per_sample > 0 else 0.0 for layer in tpm.layers]
@@ -466,6 +475,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     if layout.recompute == "full":
         for unit_layers in ckpt:
             a2a_recompute[max(unit_layers)] = sum(2.0 * a2a[i] for i in unit_layers)
+    for i in moe_rerun:
+        a2a_recompute[i] = 2.0 * a2a[i]
     tp_comm = [c.forward_s + c.backward_s + recompute_comm[i] for i, c in enumerate(comms)]
     tp_exposed = [c.forward_exposed_s + c.backward_exposed_s + recompute_exposed[i] for i, c in enumerate(comms)]
     cp_comm, cp_exposed = [0.0] * n, [0.0] * n
