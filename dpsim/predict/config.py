@@ -50,7 +50,7 @@ from dpsim.limits import (
 )
 from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
-from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES
+from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES, offloads_optimizer
 from dpsim.strategies.registry import BUCKET_CAP_MB, check_fsdp_options, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
@@ -94,7 +94,7 @@ FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
 FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
 """``--fsdp-accumulate``: the keys of :data:`dpsim.strategies.registry.FSDP_ACCUMULATE`."""
-Offload = Literal["off", "optimizer", "params+optimizer"]
+Offload = Literal["off", "optimizer", "params+optimizer", "expert-activations"]
 """``--offload``: the keys of :data:`dpsim.strategies.offload.OFFLOAD`."""
 CpComm = Literal["p2p", "all-gather", "a2a"]
 """``--cp-comm``: the keys of :data:`dpsim.strategies.context.CP_COMM`."""
@@ -269,8 +269,10 @@ class PredictConfig:
     offload: Offload = "off"
     """CPU offload of the sharded optimizer (DeepSpeed): optimizer (ZeRO-Offload: fp32 master, Adam
     moments and gradient shard in host memory, the Adam step on the CPU, the updated shard copied
-    back over PCIe) or params+optimizer (DeepSpeed offload_param: the parameter shard on the host too; zero3,
-    or fsdp with --tp/--cp/--pp)."""
+    back over PCIe), params+optimizer (DeepSpeed offload_param: the parameter shard on the host too; zero3,
+    or fsdp with --tp/--cp/--pp), or expert-activations (a layout's MoE layers copy their expert GEMM
+    and gated-activation inputs to the host, overlapped with compute: Megatron-Core's --offload-modules
+    expert_fc1 moe_act)."""
     cp_balance: bool = True
     """Causal load balancing of --cp: the sequence cut into 2 x cp chunks, rank i holding chunks i and
     2cp-1-i, so every rank does the same attention work; off: contiguous pieces, the last rank paces."""
@@ -428,7 +430,10 @@ class PredictConfig:
         if self.gpus % shard:
             raise ConfigError(f"--gpus: {self.gpus} is not a multiple of --tp {self.tp} x --pp {self.pp}"
                               f"{f' x --cp {self.cp}' if cp else ''} = {shard}")
-        if self.offload != "off":
+        if self.offload == "expert-activations" and not self.layout_active:
+            raise ConfigError("--offload: expert-activations offloads the MoE layers' activations of an "
+                              "expert-parallel layout; give --ep (or --tp/--pp), or leave it out")
+        if offloads_optimizer(self.offload):
             takers = OFFLOAD_STRATEGIES if self.offload == "optimizer" else PARAM_OFFLOAD_STRATEGIES
             layout = self.layout_active
             allowed = [s for s in takers if (s in LAYOUT_DP_STRATEGIES if layout else s != "fsdp")]

@@ -63,7 +63,7 @@ from dpsim.strategies.pipeline import (
 )
 from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.context import check_context, cp_buffer_bytes, cp_shard
-from dpsim.strategies.offload import host_step_s, param_fetches
+from dpsim.strategies.offload import expert_offload_bytes_per_sample, host_step_s, offloads_optimizer, param_fetches
 from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.workload.routing import RankLoad, parse_routing, rank_load
 from dpsim.topology.cluster import Topology
@@ -196,6 +196,17 @@ def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: 
     return uniform_all_to_all_cost(comm, bytes_per_rank * (1.0 - dropped),
                                    load_factor=max(1.0, load.mean_busiest_factor if load else 1.0),
                                    algorithm=algorithm).time_s
+
+
+def activation_offload_s(tpm: TpModel, layout: Layout, node, act_element_bytes: int) -> tuple[float, ...]:
+    """Per layer, one micro-batch's ``--offload expert-activations`` copy in one direction over the
+    GPU's host link (:func:`~dpsim.strategies.offload.expert_offload_bytes_per_sample`); empty
+    without that offload."""
+    if layout.offload != "expert-activations":
+        return ()
+    rate = node.host_link_bandwidth_bytes_per_s or node.pcie_bandwidth_bytes_per_s
+    scale = layout.micro_batch * act_element_bytes / 2.0 / rate
+    return tuple(expert_offload_bytes_per_sample(spec, layout.recompute) * scale for spec in tpm.spec.layers)
 
 
 def model_source(config: PredictConfig) -> str:
@@ -367,7 +378,7 @@ def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
     flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches)
     stages = layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
                                  in_flight=flights, activations=activations)
-    if layout.offload != "off":
+    if offloads_optimizer(layout.offload):
         stages = _offloaded(stages, tpm, assignment, layout, precision)
     if layout.cp == 1:
         return stages
@@ -466,7 +477,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                       overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown,
                       accumulate_s=accumulate, recompute_share=shares,
                       cp_cost=cp_cost if layout.cp > 1 else None, cp_model=model if layout.cp > 1 else None,
-                      ep_cost=ep_cost if layout.ep > 1 else None)
+                      ep_cost=ep_cost if layout.ep > 1 else None,
+                      offload_s=activation_offload_s(tpm, layout, topology.spec.node, act))
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
     hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
@@ -481,7 +493,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     experts = [sum(c.expert_grad_numel for c in stage) for stage in chunks]
     optimizer_s = [per_param_opt * (-(-(m.params_per_gpu - e) // d) + -(-e // layout.edp) if sharded_opt
                                     else m.params_per_gpu) for m, e in zip(memory, experts)]
-    if layout.offload != "off":
+    if offloads_optimizer(layout.offload):
         ranks = min(topology.gpus_per_node, topology.n_gpus)
         fetches = param_fetches(layout.offload, layout.recompute == "full")
         optimizer_s = [host_step_s(-(-m.params_per_gpu // d), ranks, topology.spec.node, precision.weight_bytes,

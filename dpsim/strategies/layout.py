@@ -40,6 +40,7 @@ from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
 from dpsim.strategies.context import ContextParallel, layer_cp_comm, model_hidden
 from dpsim.strategies.checkpointing import RECOMPUTE, CheckpointPolicy, checkpointed, selective_recompute_s
+from dpsim.strategies.offload import offload_exposed_s
 from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpComm, TpModel, layer_tp_comm
 from dpsim.workload.compute import ComputeProfile
 from dpsim.workload.roofline import Efficiencies, memory_term
@@ -125,7 +126,8 @@ class Layout:
     cp_balance: bool = True
     """Causal load balancing of the context-parallel split."""
     offload: str = "off"
-    """A key of :data:`~dpsim.strategies.offload.OFFLOAD`: the sharded optimizer (and parameters) on the host."""
+    """A key of :data:`~dpsim.strategies.offload.OFFLOAD`: the sharded optimizer (and parameters), or the
+    MoE layers' expert activations, on the host."""
 
     ep: int = 1
     """Expert-parallel ranks of a mixture of experts: carved, with ``etp``, out of the ``tp x cp x dp``
@@ -382,7 +384,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                time_scale: float = 1.0, overlap_slowdown: float = 0.0, comm_slowdown: float = 0.0,
                accumulate_s: Sequence[float] = (), recompute_share: Sequence[float] | None = None,
                cp_cost: Callable[[str, float], float] | None = None, cp_model: ModelSpec | None = None,
-               ep_cost: Callable[[float], float] | None = None) -> tuple[LayerWork, ...]:
+               ep_cost: Callable[[float], float] | None = None,
+               offload_s: Sequence[float] = ()) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
     ``shard_compute`` is the compute profile of ``tpm.spec`` at the layout's micro-batch;
@@ -412,6 +415,12 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     blocking the compute stream (the expert GEMMs need the tokens, the next layer the
     combined output); a block recomputed in full runs its forward pair again, and so does an MoE
     layer under ``moe`` recomputation (which re-runs the MoE layers whole, the others as ``op``).
+
+    ``offload_s``: per layer, one micro-batch's activation copy to the host in forward (and back
+    in backward), ``--offload expert-activations``
+    (:func:`~dpsim.strategies.offload.expert_offload_bytes_per_sample`): a block's copies run on a
+    side stream beside its compute in that pass, and only what its compute does not cover
+    (:func:`~dpsim.strategies.offload.offload_exposed_s`) is added to the block's last layer.
     """
     # Compute lost per second of hidden collective: overlap_slowdown / (1 + overlap_slowdown)
     # per second beside the GEMM, and a hidden second lasts 1 + comm_slowdown seconds there.
@@ -477,6 +486,13 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
             a2a_recompute[max(unit_layers)] = sum(2.0 * a2a[i] for i in unit_layers)
     for i in moe_rerun:
         a2a_recompute[i] = 2.0 * a2a[i]
+    offload_f, offload_b = [0.0] * n, [0.0] * n
+    if offload_s:
+        for unit_layers in _units(tpm):
+            last = max(unit_layers)
+            copy = sum(offload_s[i] for i in unit_layers)
+            offload_f[last] = offload_exposed_s(copy, sum(fwd_s[i] for i in unit_layers))
+            offload_b[last] = offload_exposed_s(copy, sum(bwd_s[i] + recompute[i] for i in unit_layers))
     tp_comm = [c.forward_s + c.backward_s + recompute_comm[i] for i, c in enumerate(comms)]
     tp_exposed = [c.forward_exposed_s + c.backward_exposed_s + recompute_exposed[i] for i, c in enumerate(comms)]
     cp_comm, cp_exposed = [0.0] * n, [0.0] * n
@@ -497,9 +513,10 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         pace = comm_rate(comm_slowdown, True)
         tp_comm = [e + (t - e) / pace for t, e in zip(tp_comm, tp_exposed)]
     return tuple(LayerWork(
-        index=layer.index, forward_s=fwd_s[i] + comms[i].forward_exposed_s + hidden_f[i] + 2.0 * a2a[i],
+        index=layer.index,
+        forward_s=fwd_s[i] + comms[i].forward_exposed_s + hidden_f[i] + 2.0 * a2a[i] + offload_f[i],
         backward_s=bwd_s[i] + comms[i].backward_exposed_s + hidden_b[i] + recompute[i] + accumulate[i]
-        + 2.0 * a2a[i] + a2a_recompute[i],
+        + 2.0 * a2a[i] + a2a_recompute[i] + offload_b[i],
         compute_forward_s=fwd_s[i], compute_backward_s=bwd_s[i], recompute_s=recompute[i],
         tp_comm_s=tp_comm[i], tp_exposed_s=tp_exposed[i],
         grad_numel=layer.numel_per_rank,
