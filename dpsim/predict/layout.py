@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from dpsim.collectives.all_to_all import uniform_all_to_all_cost
+from dpsim.collectives.all_to_all import node_dedup_factor, uniform_all_to_all_cost
 from dpsim.collectives.groups import (
     GroupCollectives,
     LayoutShape,
@@ -189,13 +189,18 @@ def context_comm_s(collectives: GroupCollectives, cost, op: str, size: float) ->
     return cost("cp", op, size)
 
 
-def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: str) -> float:
+def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: str, moe=None) -> float:
     """One dispatch (or combine) all-to-all on the ``ep`` communicator ``comm``: the routed
-    copies less what capacity drops, the busiest rank's links pacing the exchange."""
+    copies less what capacity drops, the busiest rank's links pacing the exchange. ``hierarchical``
+    sends a token once to each server holding some of its experts (``moe``'s experts and top-k
+    over the servers the group spans: :func:`~dpsim.collectives.all_to_all.node_dedup_factor`,
+    the balanced closed form whatever the routing)."""
     dropped = load.dropped_fraction if load is not None else 0.0
+    dedup = (node_dedup_factor(moe.experts, moe.top_k, comm.topology.n_nodes)
+             if moe is not None and algorithm == "hierarchical" else 1.0)
     return uniform_all_to_all_cost(comm, bytes_per_rank * (1.0 - dropped),
                                    load_factor=max(1.0, load.mean_busiest_factor if load else 1.0),
-                                   algorithm=algorithm).time_s
+                                   algorithm=algorithm, node_dedup=dedup).time_s
 
 
 def activation_offload_s(tpm: TpModel, layout: Layout, node, act_element_bytes: int) -> tuple[float, ...]:
@@ -465,7 +470,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         return context_comm_s(collectives, cost, op, size)
 
     def ep_cost(bytes_per_rank: float) -> float:
-        return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.moe_a2a)
+        return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.moe_a2a, model.moe)
 
     scale, opt_scale = _scales(config, model, gpu, precision, compute)
     shard = shard_compute(tpm, gpu, config, precision)
