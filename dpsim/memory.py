@@ -97,6 +97,7 @@ from dpsim.strategies.checkpointing import (
     FULL_CHECKPOINTING,
     CheckpointPolicy,
     checkpointed,
+    megatron_saved_bytes_per_sample,
     op_saved_bytes_per_sample,
     policy_of,
 )
@@ -657,9 +658,10 @@ def stage_activation_bytes(tpm, assignment, layout) -> tuple[tuple[tuple[float, 
                     # The MoE layer keeps its own input; its activations live again while it re-runs.
                     per_mb += block_input_bytes(layer, t, sequence_parallel=sp)
                     working = max(working, layer_activation_bytes(layer, t, sequence_parallel=sp, recompute="off"))
-                elif layout.recompute in ("op", "moe") and layer.unit in ckpt:
+                elif layout.recompute in ("op", "megatron", "moe") and layer.unit in ckpt:
                     every = layer_activation_bytes(layer, t, sequence_parallel=sp, recompute="off")
-                    saved = op_saved_bytes_per_sample(tpm.spec.layers[i])
+                    saved = (op_saved_bytes_per_sample if layout.recompute == "op"
+                             else megatron_saved_bytes_per_sample)(tpm.spec.layers[i])
                     kept = op_units.setdefault(layer.unit, [0.0, 0.0, 0.0])
                     kept[0] += every
                     kept[1] += (every if saved is None else saved) + (

@@ -281,12 +281,11 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         full = False
     elif checkpointing.startswith("selective") and moe and re.search(r"\bmoe\b(?!_)", checkpointing):
         full = "moe"  # Megatron-Core's --recompute-modules moe: each MoE layer recomputed whole
-        assumed.append("Megatron's layernorm recomputation (output-discarding) as op-level recomputation of the "
-                       "non-MoE layers")
+        assumed.append("the recomputed norms' time as op-level recomputation's (every element-wise op)")
     elif checkpointing.startswith("selective") and moe:
-        full = "op"
-        assumed.append(f"Megatron's {checkpointing} recomputation (--recompute-modules of element-wise work) as "
-                       f"--recompute op: matmul and attention outputs kept, the rest recomputed")
+        full = "megatron"  # Megatron-Core's --recompute-modules of element-wise work (layernorm, moe_act)
+        assumed.append(f"Megatron's {checkpointing} recomputation's time as op-level recomputation's (every "
+                       f"element-wise op)")
     elif checkpointing.startswith("selective"):
         full = "op"
         assumed.append("selective remat (minimal_flash) as --recompute op: matmul and attention outputs kept, "

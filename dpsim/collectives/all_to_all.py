@@ -235,9 +235,12 @@ class _Fabric:
                     lanes = CrossingFlows(src_server=a[edges], dst_server=b[edges], src_local=si.ravel(),
                                           dst_local=di.ravel(), weight=1.0)
                 crossing = (lanes,)
-            inside = self.network.symmetric_loads(server=server if g > 1 else None)
-            across = self.network.symmetric_loads(crossing=crossing) if crossing else None
-            if inside is not None and (across is not None or not crossing):
+            # Only the hierarchical path de-duplicates what crosses servers: count it apart there.
+            apart = hier and bool(crossing)
+            inside = self.network.symmetric_loads(server=server if g > 1 else None,
+                                                  crossing=() if apart else crossing)
+            across = self.network.symmetric_loads(crossing=crossing) if apart else None
+            if inside is not None and (across is not None or not apart):
                 classes = self.network.link_classes
                 out = []
                 for k in fams:

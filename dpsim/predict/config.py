@@ -88,7 +88,7 @@ MoeA2a = Literal["flat", "hierarchical"]
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
 Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed", "zb-h1", "dualpipe"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
-Recompute = Literal["off", "selective", "op", "full", "moe"]
+Recompute = Literal["off", "selective", "op", "full", "megatron", "moe"]
 """``--recompute``: the keys of :data:`dpsim.strategies.checkpointing.RECOMPUTE`."""
 FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
@@ -251,9 +251,11 @@ class PredictConfig:
     recompute: Recompute = "off"
     """Activation checkpointing of every layout: selective (attention core only, Megatron), op (keep
     matmul and attention outputs, recompute the other ops of each block, torchtitan's op-level
-    policy), full (each block keeps its input and re-runs its forward in backward) or moe (each MoE
-    layer keeps its input and re-runs its whole forward, all-to-alls included, the other layers as
-    op: Megatron-Core's --recompute-modules moe layernorm)."""
+    policy), full (each block keeps its input and re-runs its forward in backward), megatron
+    (Megatron-Core's --recompute-modules layernorm moe_act: norms and the experts' activation
+    recomputed, each layer keeping what its modules save) or moe (each MoE layer keeps its input and
+    re-runs its whole forward, all-to-alls included, the other layers as megatron: Megatron-Core's
+    --recompute-modules moe layernorm)."""
     tp_comm_overlap: TpCommOverlap = "backward"
     """Tensor-parallel communication hidden behind GEMMs: off, backward (input-gradient reductions
     under the weight-gradient GEMM, Megatron's default) or full (TransformerEngine userbuffers)."""
@@ -494,9 +496,9 @@ class PredictConfig:
                               f"{self.recompute}; give one of them")
         check_recompute(self.checkpointing.mode, self.recompute_every)
         if not self.layout_active:
-            if self.recompute == "moe":
-                raise ConfigError("--recompute: moe recomputes the MoE layers of an expert-parallel layout; give "
-                                  "--ep (or --tp/--pp), or choose op or full")
+            if self.recompute in ("megatron", "moe"):
+                raise ConfigError(f"--recompute: {self.recompute} is Megatron-Core's, for a tensor/pipeline/expert "
+                                  f"layout; give --tp, --pp or --ep, or choose op or full")
             if not self.grad_accum_fusion:
                 raise ConfigError("--no-grad-accum-fusion: applies with --tp or --pp above 1 (Megatron's "
                                   "gradient buffers); leave it out")

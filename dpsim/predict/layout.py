@@ -477,7 +477,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     act = _act_bytes(precision)
     accumulate = () if layout.grad_accum_fusion else gradient_accumulation_s(tpm, gpu, precision.grad_bytes)
     shares = recompute_shares(tpm.spec, config.checkpointing, gpu=gpu, precision=precision,
-                              micro_batch=config.micro_batch) if config.recompute in ("op", "moe") else None
+                              micro_batch=config.micro_batch) if config.recompute in ("op", "megatron", "moe") else None
     work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
                       overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown,
                       accumulate_s=accumulate, recompute_share=shares,

@@ -66,7 +66,7 @@ def offloads_optimizer(offload: str) -> bool:
 def expert_offload_bytes_per_sample(layer: LayerSpec, recompute: str) -> float:
     """What ``expert-activations`` copies to the host of one (tensor-parallel shard's) layer per
     sample, of what ``recompute`` keeps: its first expert GEMM's output at 2 bytes per element, and
-    its input unless the policy already drops it (``op`` keeps only matmul outputs); nothing outside
+    its input unless the policy does not count it (``op`` keeps only matmul outputs); nothing outside
     an MoE layer or where the layer is recomputed from its input (``full``, ``moe``)."""
     if recompute in ("full", "moe"):
         return 0.0
