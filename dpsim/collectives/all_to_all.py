@@ -14,9 +14,10 @@ ways to run it:
   per destination server, on its own rail, carrying what every GPU of that server receives
   from it, and the NVLink links carry the forwarded bytes too. Inside one server (or one
   NVLink domain) it is the flat one. A token routed to several experts on one server crosses
-  the network once and is copied there (DeepEP's normal kernels dispatch a token per destination
-  RDMA rank, then to each GPU over NVLink; DeepSeek-V3, arXiv:2412.19437, Sec. 3.2.2: "each token
-  will be dispatched to at most 4 nodes"; its node-limited routing caps them): ``node_dedup``
+  the network once and is copied there (DeepEP's normal kernels dispatch a token once per
+  destination RDMA rank, then over NVLink to each GPU holding its experts; DeepSeek-V3,
+  arXiv:2412.19437, Sec. 3.2.2, sends each token over IB once per target node and forwards it
+  over NVLink there, its node-limited routing capping those nodes at 4): ``node_dedup``
   scales the NIC bytes to the distinct servers a token reaches over the copies sent there
   (:func:`node_dedup_factor`; 1 without de-duplication).
 
