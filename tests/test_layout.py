@@ -116,6 +116,7 @@ def test_memory_command_and_predict_agree_on_the_fullest_stage():
     (dict(gpus=64, pp=2, activation_checkpointing=True), ["--activation-checkpointing", "--recompute full"]),
     (dict(gpus=64, global_batch=100, micro_batch=1), ["--global-batch: 100", "64"]),
     (dict(gpus=64, global_batch=128, micro_batch=1, grad_accum=3), ["--grad-accum: 3 disagrees"]),
+    (dict(gpus=64, tp=8, tp_comm_overlap="async"), ["--tp-comm-overlap: 'async'", "--sequence-parallel"]),
 ])
 def test_layout_rules_are_one_line(kwargs, needles):
     with pytest.raises(ConfigError) as exc:
@@ -132,6 +133,12 @@ def test_layout_rules_are_one_line(kwargs, needles):
     (dict(gpus=64, pp=3, dp=None, link="infiniband", model="llama-2-13b"), "not a multiple"),
     (dict(gpus=64, pp=16, link="infiniband", model="llama-2-13b", global_batch=64, micro_batch=1,
           schedule="1f1b-interleaved", virtual_stages=4), "leave a chunk without blocks"),
+    # Async tensor parallelism copies peer to peer over NVSwitch: not across the network, not over PCIe.
+    (dict(gpus=32, tp=16, link="infiniband", model="llama-2-7b", sequence_parallel=True, tp_across_network=True,
+          tp_comm_overlap="async"), "^--tp-comm-overlap: 'async' copies between GPUs over NVSwitch, but --tp 16 "
+                                    "crosses the network"),
+    (dict(gpus=16, tp=4, link="pcie", model="llama-2-7b", sequence_parallel=True, tp_comm_overlap="async"),
+     "^--tp-comm-overlap: 'async' .* joined by pcie"),
 ])
 def test_layouts_that_cannot_be_placed_are_refused(kwargs, needle):
     with pytest.raises(ConfigError, match=needle):
@@ -229,6 +236,7 @@ def test_plan_memory_is_predicts_memory(model, kw, strategy, recompute):
 @pytest.mark.parametrize("model, seq_len, kw", [
     ("mixtral-8x7b", None, dict(tp=2, pp=2, dp=16, ep=8, sequence_parallel=True)),
     ("mixtral-8x7b", None, dict(tp=1, pp=4, dp=16, ep=4, sequence_parallel=False)),
+    ("mixtral-8x7b", None, dict(tp=2, pp=2, dp=16, ep=4, etp=2, sequence_parallel=True)),
     ("llama-3-8b", 32768, dict(tp=2, cp=4, pp=1, dp=8, sequence_parallel=True)),
     ("llama-3-8b", 32768, dict(tp=1, cp=2, pp=2, dp=16, sequence_parallel=False)),
 ])
@@ -251,8 +259,14 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
     from dpsim.plan.planner import CP_MIN_TOKENS, Planner, plan_layouts
     moe = PredictConfig(model="mixtral-8x7b", link="infiniband", precision="bf16-mixed")
     cands, _ = Planner(moe).candidates(64, global_batch=256, micro_batches=(1,), recomputes=("full",))
-    assert {c.ep for c in cands} == {1, 2, 4, 8}
+    assert {c.ep for c in cands} == {1, 2, 4, 8} and {c.etp for c in cands} == {1}
     assert all(8 % c.ep == 0 and (c.tp * c.cp * c.dp) % c.ep == 0 and c.cp == 1 for c in cands)
+    # --etp: the expert-tensor-parallel sizes asked for, carved with ep out of tp x cp x dp
+    both, _ = Planner(moe).candidates(64, global_batch=256, tps=(2,), eps=(4, 8), etps=(1, 2), micro_batches=(1,),
+                                      recomputes=("full",))
+    assert {(c.ep, c.etp) for c in both} == {(4, 1), (4, 2), (8, 1), (8, 2)}
+    assert all((c.tp * c.cp * c.dp) % (c.ep * c.etp) == 0 for c in both)
+    assert " --ep 8 --etp 2 " in next(c for c in both if c.etp == 2 and c.ep == 8).flags()
     # Megatron-Core runs an MoE's router on the sequence-parallel shard: sp exactly when tp > 1.
     assert all(c.sequence_parallel == (c.tp > 1) for c in cands)
     result = plan_layouts(moe, gpus=[64], global_batch=256, tps=(1, 2), pps=(1, 2), micro_batches=(1,),
@@ -273,6 +287,8 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
     with pytest.raises(ConfigError, match="^--ep: 2 splits the experts of a mixture of experts, but llama-3-8b is "
                                           "dense"):
         plan_layouts(dense, gpus=[64], global_batch=64, eps=(2,))
+    with pytest.raises(ConfigError, match="^--etp: 2 splits the experts"):
+        plan_layouts(dense, gpus=[64], global_batch=64, etps=(2,))
 
 
 @pytest.mark.slow
@@ -418,3 +434,76 @@ def test_fsdp_without_pipeline_stages_reshards_after_forward():
     assert gathered == 2 * reduced
     piped = predict(PredictConfig(tp=4, pp=2, **base))
     assert piped.memory.weights_bytes > numel / 2 * w * 0.9  # the stage's parameters, gathered for the step
+
+
+def test_plan_takes_the_flags_of_its_tensor_and_context_parallel_candidates():
+    """--tp-comm-overlap and --cp-comm apply to the candidates with tp or cp above 1 (plan's base has
+    neither, and predict refuses them without); async tensor parallelism searches sequence
+    parallelism only."""
+    out = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16",
+                          "--link", "aws-p5", "--seq-len", "32768", "--global-batch", "16", "--tp", "2", "--cp", "4",
+                          "--tp-comm-overlap", "async", "--cp-comm", "a2a", "--recompute", "full", "--verify", "1",
+                          "--top", "3", "--json"], capture_output=True, text=True, check=True)
+    d = json.loads(out.stdout)
+    assert "--sequence-parallel --tp-comm-overlap async --cp-comm a2a " in d["best"]["flags"]
+    assert all("--sequence-parallel --tp-comm-overlap async" in e["flags"] for e in d["layouts"])
+    config = d["best_prediction"]["config"]
+    assert config["tp_comm_overlap"] == "async" and config["cp_comm"] == "a2a"
+    from dpsim.plan.planner import plan_layouts
+    base = PredictConfig(model="llama-2-7b", link="aws-p5", seq_len=32768)
+    kw = dict(gpus=[16], global_batch=16, tps=[2], cps=[4], pps=[1], micro_batches=[1], recomputes=["full"],
+              strategies=["zero1"], sequence_parallel=True, verify=0, top=1)
+    ring, ulysses = (plan_layouts(base, cp_comm=c, **kw).best for c in ("p2p", "a2a"))
+    assert ring.candidate.cp_comm == "p2p" and ulysses.candidate.cp_comm == "a2a"
+    assert ring.step_time_s != ulysses.step_time_s
+
+
+def test_plan_takes_the_routing_and_a_calibration():
+    """--moe-routing: the busiest expert rank paces the closed form and the verified step alike;
+    --calibration: the profile's measured collectives cost every candidate."""
+    from dpsim.plan.planner import plan_layouts
+    base = PredictConfig(model="mixtral-8x7b", link="infiniband", precision="bf16-params")
+    kw = dict(gpus=[64], global_batch=256, tps=[1], pps=[1], eps=[8], micro_batches=[1], recomputes=["full"],
+              strategies=["zero1"], verify=1, top=1)
+    balanced = plan_layouts(base, **kw)
+    skewed = plan_layouts(dataclasses.replace(base, moe_routing="zipf:1.2"), **kw)
+    assert skewed.best.candidate == balanced.best.candidate
+    assert skewed.best.step_time_s > balanced.best.step_time_s
+    assert "--moe-routing zipf:1.2 " in skewed.to_dict()["command"]
+    out = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16",
+                          "--link", "aws-p4de", "--calibration", "aws-p4de-2node", "--global-batch", "64", "--tp", "2",
+                          "--pp", "1", "--micro-batches", "4", "--strategies", "zero1", "--recompute", "full",
+                          "--no-sequence-parallel", "--verify", "1", "--top", "1", "--json"],
+                         capture_output=True, text=True, check=True)
+    d = json.loads(out.stdout)
+    assert "--calibration aws-p4de-2node " in d["command"]
+    assert d["best_prediction"]["config"]["calibration"] == "aws-p4de-2node"
+    plain = plan_layouts(PredictConfig(model="llama-2-7b", link="aws-p4de"), gpus=[16], global_batch=64, tps=[2],
+                         pps=[1], micro_batches=[4], strategies=["zero1"], recomputes=["full"], sequence_parallel=False,
+                         verify=1, top=1).best
+    assert d["best"]["flags"] == plain.candidate.flags() and d["best"]["step_time_s"] != plain.step_time_s
+
+
+def test_plan_searches_dualpipe_when_asked():
+    """DualPipe (--schedules dualpipe): searched where it runs (p even, m even and >= 2p); its
+    closed form (the paper's bubble) is the simulation's step within 3 %, its memory (each stage
+    holds two stages' parameters) predict's own, and it idles less than 1F1B."""
+    from dpsim.plan.planner import plan_layouts
+    base = PredictConfig(model="llama-2-13b", link="infiniband", precision="bf16-params")
+    kw = dict(gpus=[64], global_batch=256, tps=[4], pps=[4], micro_batches=[1], recomputes=["full"],
+              strategies=["zero1"], sequence_parallel=True, top=1)
+    one_f, dual = (plan_layouts(base, schedules=[s], verify=0, **kw).best for s in ("1f1b", "dualpipe"))
+    assert dual.candidate.schedule == "dualpipe" and dual.bubble_s < one_f.bubble_s
+    assert dual.memory_bytes > one_f.memory_bytes
+    verified = plan_layouts(base, schedules=["dualpipe"], verify=1, **kw).best
+    assert verified.verified.config.schedule == "dualpipe"
+    assert verified.memory_bytes == dual.memory_bytes
+    assert dual.step_time_s == pytest.approx(verified.step_time_s, rel=0.03)
+    from dpsim.plan.planner import Planner
+    planner = Planner(base)
+    shapes, _ = planner.candidates(96, global_batch=96, tps=(4,), pps=(3, 4), micro_batches=(1,),
+                                   recomputes=("full",), schedules=("dualpipe",))
+    assert {(c.pp, c.schedule) for c in shapes} == {(4, "dualpipe")}  # not 3 stages: an even count
+    few, _ = planner.candidates(96, global_batch=36, tps=(4,), pps=(4,), micro_batches=(1,), recomputes=("full",),
+                                schedules=("dualpipe",))
+    assert few == []  # 6 micro-batches per replica, fewer than 2 x 4

@@ -562,3 +562,73 @@ def test_dualpipe_refuses_what_it_cannot_run(pp, m, needle):
     from dpsim.strategies.pipeline import check_schedule
     with pytest.raises(ConfigError, match=needle):
         check_schedule(Layout(pp=pp, schedule="dualpipe", micro_batches=m))
+
+
+# ------------------------------------------------------------------ asynchronous tensor parallelism
+
+
+def _async_work(overlap: str, *, cost_per_byte_s: float, h: int = 4096, tp: int = 8, recompute: str = "off"):
+    from dpsim.strategies.layout import layer_work
+    from dpsim.workload.compute import compute_profile
+    gpu = get_gpu("h100")
+    tpm = tp_model(_gpt(h=h, layers=2, heads=32, seq=2048), tp, sequence_parallel=True)
+    shard = compute_profile(tpm.spec, gpu, micro_batch=2, precision=BF16, optimizer="adamw")
+    layout = Layout(tp=tp, micro_batch=2, sequence_parallel=True, tp_comm_overlap=overlap, recompute=recompute)
+    return layer_work(tpm, shard, layout, tp_cost=lambda op, size: size * cost_per_byte_s, gpu=gpu)
+
+
+def test_async_tp_exposes_a_flow_shop_of_gemm_chunks_and_peer_copies():
+    """tp GEMM chunks and tp - 1 copies, one at a time: what the GEMMs cannot cover of the copies
+    is exposed; with one rank nothing overlaps and the whole transfer is exposed (sequential)."""
+    from dpsim.strategies.tensor import async_tp_exposed
+    assert async_tp_exposed(3.0, 5.0, 1) == 3.0
+    assert async_tp_exposed(3.0, 8.0, 8) == 0.0  # 8 chunks of 1 s hide 7 copies of 3/7 s
+    assert async_tp_exposed(7.0, 8.0, 8) == pytest.approx(0.0)
+    # Copies of 2 s behind chunks of 1 s: the last chunk starts at 7 x 2 s and ends at 15 s, 7 s after 8.
+    assert async_tp_exposed(14.0, 8.0, 8) == pytest.approx(7.0)
+    for comm, gemm, tp in ((1.0, 0.5, 2), (2.0, 9.0, 4), (5.0, 1.0, 8)):
+        chunks = [gemm / tp] * tp
+        copy = comm / (tp - 1)
+        # The reduce-scatter's order (peers' chunks first, each copied after it, own chunk last).
+        gemm_end = copy_end = 0.0
+        for i, g in enumerate(chunks):
+            gemm_end += g
+            if i < tp - 1:
+                copy_end = max(copy_end, gemm_end) + copy
+        assert async_tp_exposed(comm, gemm, tp) == pytest.approx(max(gemm_end, copy_end) - gemm)
+
+
+def test_async_tp_with_one_rank_costs_nothing():
+    from dpsim.strategies.tensor import TpComm, layer_tp_comm
+    tpm = tp_model(_gpt(layers=1), 1)
+    block = next(l for l in tpm.layers if l.role == "block")
+    assert layer_tp_comm(block, 1e-3, 2, 1, sequence_parallel=True, overlap="async", cost=lambda op, s: 1.0,
+                         tokens_per_sample=512, local_copy_s=lambda b: 1.0) == TpComm()
+
+
+@pytest.mark.parametrize("recompute", ["off", "full"])
+def test_async_tp_is_never_slower_than_no_overlap_when_compute_dominates(recompute):
+    """NVLink-fast collectives beside large GEMMs (h 4096, tp 8): the copies hide, the local copies,
+    reductions and chunked GEMMs cost less than the blocking collectives did."""
+    for cost in (1 / 400e9, 1 / 100e9, 1 / 30e9):
+        off, asyn = (_async_work(o, cost_per_byte_s=cost, recompute=recompute) for o in ("off", "async"))
+        assert sum(w.forward_s + w.backward_s for w in asyn) < sum(w.forward_s + w.backward_s for w in off)
+        assert sum(w.tp_exposed_s for w in asyn) < sum(w.tp_exposed_s for w in off)
+        assert [w.tp_comm_s for w in asyn] == [w.tp_comm_s for w in off]
+
+
+def test_async_tp_pays_for_its_chunks_local_copies_and_reductions():
+    """With free collectives async TP is slower than off by exactly what it adds to the compute
+    stream: each block's GEMMs in chunks, its own shard copied, the partials summed."""
+    from dpsim.strategies.tensor import chunked_gemm_loss
+    off, asyn = _async_work("off", cost_per_byte_s=0.0), _async_work("async", cost_per_byte_s=0.0)
+    extra = [a.compute_forward_s - o.compute_forward_s for o, a in zip(off, asyn)]
+    tpm = tp_model(_gpt(h=4096, layers=2, heads=32, seq=2048), 8, sequence_parallel=True)
+    blocks = [i for i, l in enumerate(tpm.layers) if l.role == "block"]
+    assert all(extra[i] > 0 for i in blocks) and all(extra[i] == 0 for i in range(len(tpm.layers)) if i not in blocks)
+    # 4096 rows x 1536 QKV columns per rank is 32 x 12 tiles, 3 waves of 132 SMs; two chunks of
+    # 512 rows at once are 96 tiles, one wave of 132 SMs. The row-parallel GEMM's 4096 columns
+    # keep whole waves.
+    col, row = chunked_gemm_loss(tpm.spec.layers[blocks[0]], 8, 2, get_gpu("h100"))
+    assert col == pytest.approx((384 / 396) / (96 / 132) - 1.0) and row == pytest.approx(0.0)
+    assert chunked_gemm_loss(tpm.spec.layers[blocks[0]], 1, 2, get_gpu("h100")) == (0.0, 0.0)

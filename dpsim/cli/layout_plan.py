@@ -15,7 +15,8 @@ from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH
 
 PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "flash_attention", "precision", "fp8", "compile",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
-               "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "algo", "proto")
+               "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "algo", "proto", "cp_comm", "moe_routing",
+               "calibration")
 """``PredictConfig`` fields that describe the job the layouts are searched for (the layout fields
 themselves are what ``plan`` searches)."""
 
@@ -34,8 +35,10 @@ def plan_command(
                                                          "sequence of 16K tokens or more, else 1).",
                                      rich_help_panel=SEARCH),
     ep: Optional[str] = typer.Option(None, "--ep", help="Expert-parallel sizes to search for a mixture of experts "
-                                                         "(default: every divisor of its experts; etp 1).",
+                                                         "(default: every divisor of its experts).",
                                      rich_help_panel=SEARCH),
+    etp: Optional[str] = typer.Option(None, "--etp", help="Expert-tensor-parallel sizes to search for a mixture of "
+                                                           "experts (default: 1).", rich_help_panel=SEARCH),
     strategies: str = typer.Option("ddp,zero1", "--strategies",
                                    help="Data-parallel strategies to search: ddp, zero1, fsdp.",
                                    rich_help_panel=SEARCH),
@@ -46,7 +49,7 @@ def plan_command(
                                   help="Recomputation modes to search: off, selective, full.",
                                   rich_help_panel=SEARCH),
     schedules: str = typer.Option("1f1b,1f1b-interleaved", "--schedules",
-                                  help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1.",
+                                  help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1, dualpipe.",
                                   rich_help_panel=SEARCH),
     sequence_parallel: Optional[bool] = typer.Option(
         None, "--sequence-parallel/--no-sequence-parallel",
@@ -125,18 +128,22 @@ def plan_command(
     counts = parse_int_list(gpus, "--gpus")
     # Searched layouts with tensor or pipeline parallelism take it; the base (no --tp/--pp) cannot.
     grad_accum_fusion = flags.pop("grad_accum_fusion", True)
+    # Flags that apply to the candidates with tensor or context parallelism; the base has neither.
+    sharded = {name: flags.pop(name) for name in ("tp_comm_overlap", "tp_across_network", "cp_comm") if name in flags}
     base = PredictConfig(**flags, micro_batch=1)
     result = plan_layouts(
         base, gpus=counts, global_batch=global_batch, tps=parse_int_list(tp, "--tp"), pps=parse_int_list(pp, "--pp"),
         strategies=parse_choice_list(strategies, "--strategies", tuple(LAYOUT_DP_STRATEGIES)),
         micro_batches=parse_int_list(micro_batches, "--micro-batches"),
         recomputes=parse_choice_list(recompute, "--recompute", ("off", "selective", "full")),
-        schedules=parse_choice_list(schedules, "--schedules", ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1")),
+        schedules=parse_choice_list(schedules, "--schedules",
+                                    ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1", "dualpipe")),
         sequence_parallel=sequence_parallel, cps=parse_int_list(cp, "--cp"), eps=parse_int_list(ep, "--ep"),
+        etps=parse_int_list(etp, "--etp"),
         tokens=None if tokens is None else parse_count(tokens, "--tokens"),
         samples=None if samples is None else parse_count(samples, "--samples"),
         budget_usd=budget_usd, gpu_hour_usd=parse_price_overrides(gpu_hour_usd or []), rank_by=rank, top=top,
-        verify=verify, grad_accum_fusion=grad_accum_fusion, failures=failures)
+        verify=verify, grad_accum_fusion=grad_accum_fusion, failures=failures, **sharded)
     if as_json:
         _emit_json(result.to_dict())
         return

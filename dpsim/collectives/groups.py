@@ -187,9 +187,12 @@ def nvlink_domain_gpus(job: Topology) -> int:
     return domain * spec.node.gpus_per_node
 
 
-def check_layout_placement(job: Topology, shape: LayoutShape, *, tp_across_network: bool = False) -> None:
+def check_layout_placement(job: Topology, shape: LayoutShape, *, tp_across_network: bool = False,
+                           tp_comm_overlap: str = "backward") -> None:
     """Refuse a layout whose groups cannot be placed as :func:`layout_communicators` places them
-    (one line naming the flag)."""
+    (one line naming the flag), or whose ``async`` tensor-parallel overlap has no NVSwitch to copy
+    over: its peer copies read the other ranks' memory directly (CUDA peer access through
+    symmetric memory), which only GPUs on one NVSwitch fabric all have with each other."""
     gpn = job.gpus_per_node
     t, d, p = shape.tp, shape.dp * shape.cp, shape.pp
     if t * d * p != job.n_gpus:
@@ -208,6 +211,11 @@ def check_layout_placement(job: Topology, shape: LayoutShape, *, tp_across_netwo
         raise ConfigError(f"--tp: {t} GPUs do not fit in one NVLink domain of {domain} GPUs, so its "
                           f"collectives would cross the network; use --tp {domain} or less, or allow it with "
                           f"--tp-across-network")
+    if tp_comm_overlap == "async" and t > 1 and (t > domain or job.spec.node.interconnect != "nvswitch"):
+        where, fix = ((f"--tp {t} crosses the network (NVLink domain of {domain} GPUs)", f", or --tp {domain} or less")
+                      if t > domain else (f"this server's GPUs are joined by {job.spec.node.interconnect}", ""))
+        raise ConfigError(f"--tp-comm-overlap: 'async' copies between GPUs over NVSwitch, but {where}; "
+                          f"choose off, backward or full{fix}")
     shown = f"--tp {t} x --dp {d}" if c == 1 else f"--tp {t} x --cp {c} x --dp {shape.dp}"
     if t * d > gpn and (t * d) % gpn:
         raise ConfigError(f"--dp: {shown} = {t * d} GPUs per pipeline stage do not fill whole "

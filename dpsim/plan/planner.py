@@ -8,10 +8,12 @@ first and last stage the lighter share when they do not divide), data-parallel r
 (``ddp``, ``zero1``, ``fsdp``), micro-batch (dividing the global batch per replica),
 recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 ``1f1b-interleaved`` with every number of chunks that divides a stage's blocks and those
-up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe`` and ``zb-h1`` when asked: GPipe
-takes the time of 1F1B with more memory, so it is never better) and sequence
+up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe``, ``zb-h1`` and ``dualpipe`` when asked: GPipe
+takes the time of 1F1B with more memory, so it is never better; DualPipe, with an even ``p`` and at
+least ``2p`` micro-batches, costs each stage's two chunks half the micro-batches each plus its paper's
+bubble ``(p/2 - 1)(F&B + B - 3W)``) and sequence
 parallelism (with ``tp > 1``). For a mixture of experts, every expert-parallel size ``ep``
-dividing its experts and ``tp x cp x dp`` (``etp`` 1, sequence parallelism exactly when
+dividing its experts and ``tp x cp x dp`` (``etp`` 1 unless ``--etp``, sequence parallelism exactly when
 ``tp > 1``, as ``predict`` requires); for a sequence of :data:`CP_MIN_TOKENS` or more, the
 context-parallel sizes :data:`DEFAULT_CPS` that cut it into ``2 x cp`` chunks (GPUs =
 ``tp x cp x pp x dp``).
@@ -91,7 +93,8 @@ from dpsim.topology.cluster import Topology
 from dpsim.workload.precision import get_precision
 from dpsim.workload.spec import ModelSpec
 
-_LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "strategy", "micro_batch", "recompute", "activation_checkpointing",
+_LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
+                         "tp_across_network", "strategy", "micro_batch", "recompute", "activation_checkpointing",
                          "schedule", "virtual_stages", "sequence_parallel", "grad_accum", "global_batch",
                          "stage_layers", "grad_accum_fusion"})
 """Fields a candidate sets itself (the rest of the command is the job's)."""
@@ -141,7 +144,8 @@ class Candidate:
     recompute: str
     """``none``, ``selective`` or ``full``."""
     schedule: str
-    """``1f1b`` or ``1f1b-interleaved`` (``1f1b`` without pipeline parallelism)."""
+    """``1f1b``, ``1f1b-interleaved``, ``gpipe``, ``zb-h1`` or ``dualpipe`` (``1f1b`` without pipeline
+    parallelism)."""
     virtual_stages: int
     """Model chunks per stage."""
     sequence_parallel: bool
@@ -151,28 +155,36 @@ class Candidate:
     cp: int = 1
     """Context-parallel size (``tp x cp x pp x dp`` GPUs)."""
     ep: int = 1
-    """Expert-parallel size of a mixture of experts (``etp`` 1), carved out of ``tp x cp x dp``."""
+    """Expert-parallel size of a mixture of experts, carved with ``etp`` out of ``tp x cp x dp``."""
+    etp: int = 1
+    """Expert-tensor-parallel size (each expert's width split over it)."""
     grad_accum_fusion: bool = True
     """Weight gradients accumulated by their GEMM (``--no-grad-accum-fusion``: one more add per
     parameter and micro-batch); always on without tensor or pipeline parallelism, where it
     does not apply."""
+    tp_comm_overlap: str = "backward"
+    """The job's ``--tp-comm-overlap``, which applies when ``tp`` is above 1."""
+    tp_across_network: bool = False
+    """The job allows a tensor-parallel group across the network (``--tp-across-network``)."""
+    cp_comm: str = "p2p"
+    """The job's ``--cp-comm``, which applies when ``cp`` is above 1."""
 
     @property
     def sharded(self) -> bool:
         """Tensor, pipeline, context or expert parallelism: the layout path (else data parallelism alone)."""
-        return self.tp * self.pp * self.cp * self.ep > 1
+        return self.tp * self.pp * self.cp * self.ep * self.etp > 1
 
     def config(self, base: PredictConfig) -> PredictConfig:
         """The :class:`PredictConfig` of this layout on ``base``'s job."""
         return dataclasses.replace(
-            base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=1,
-            cp_comm=base.cp_comm if self.cp > 1 else "p2p", cp_balance=base.cp_balance or self.cp == 1,
+            base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
+            cp_comm=self.cp_comm if self.cp > 1 else "p2p", cp_balance=base.cp_balance or self.cp == 1,
             strategy=self.strategy,
             micro_batch=self.micro_batch, recompute=self.recompute if self.sharded else "off",
             activation_checkpointing=self.recompute == "full" and not self.sharded,
             schedule=self.schedule, virtual_stages=self.virtual_stages, sequence_parallel=self.sequence_parallel,
-            grad_accum=1, global_batch=self.global_batch, tp_comm_overlap=base.tp_comm_overlap if self.tp > 1 else "backward",
-            tp_across_network=base.tp_across_network and self.tp > 1,
+            grad_accum=1, global_batch=self.global_batch, tp_comm_overlap=self.tp_comm_overlap if self.tp > 1 else "backward",
+            tp_across_network=self.tp_across_network and self.tp > 1,
             grad_accum_fusion=self.grad_accum_fusion or not self.sharded)
 
     def command(self, base: PredictConfig) -> str:
@@ -194,7 +206,7 @@ class Candidate:
     def flags(self) -> str:
         """The ``dpsim predict`` flags of the layout."""
         cp = f" --cp {self.cp}" if self.cp > 1 else ""
-        ep = f" --ep {self.ep}" if self.ep > 1 else ""
+        ep = (f" --ep {self.ep}" if self.ep > 1 else "") + (f" --etp {self.etp}" if self.etp > 1 else "")
         out = (f"--gpus {self.gpus} --tp {self.tp}{cp} --pp {self.pp} --dp {self.dp}{ep} "
                f"--micro-batch {self.micro_batch} --global-batch {self.global_batch}")
         out += f" --strategy {self.strategy}"
@@ -202,6 +214,12 @@ class Candidate:
             out += f" --schedule {self.schedule} --virtual-stages {self.virtual_stages}"
         if self.sequence_parallel:
             out += " --sequence-parallel"
+        if self.tp > 1 and self.tp_comm_overlap != "backward":
+            out += f" --tp-comm-overlap {self.tp_comm_overlap}"
+        if self.tp > 1 and self.tp_across_network:
+            out += " --tp-across-network"
+        if self.cp > 1 and self.cp_comm != "p2p":
+            out += f" --cp-comm {self.cp_comm}"
         if self.recompute != "off":
             out += " --activation-checkpointing" if not self.sharded else f" --recompute {self.recompute}"
         if not self.grad_accum_fusion and self.sharded:
@@ -383,7 +401,7 @@ class _ExpertAsk:
     ep: int
     """Expert-parallel size."""
     etp: int = 1
-    """Expert-tensor-parallel size (the planner keeps 1)."""
+    """Expert-tensor-parallel size."""
     sequence_parallel: bool = True
     """Always on for an MoE with ``tp > 1`` (the candidates never leave it off)."""
 
@@ -391,11 +409,16 @@ class _ExpertAsk:
 class Planner:
     """The searches of one job (model, cluster design, precision): caches shared by every candidate."""
 
-    def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True):
+    def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True, tp_comm_overlap: str | None = None,
+                 tp_across_network: bool | None = None, cp_comm: str | None = None):
         self.base = base
-        # The job's setting, kept apart from ``base``: a config without --tp/--pp refuses
-        # --no-grad-accum-fusion, and the search's base has neither.
+        # The job's settings, kept apart from ``base``: a config without --tp/--pp refuses
+        # --no-grad-accum-fusion, one without --tp the tensor-parallel flags, one without --cp
+        # --cp-comm, and the search's base has none of them (``None``: base's own).
         self.grad_accum_fusion = grad_accum_fusion
+        self.tp_comm_overlap = base.tp_comm_overlap if tp_comm_overlap is None else tp_comm_overlap
+        self.tp_across_network = base.tp_across_network if tp_across_network is None else tp_across_network
+        self.cp_comm = base.cp_comm if cp_comm is None else cp_comm
         self.model: ModelSpec = load_model(base)
         self.precision = get_precision(base.precision, base.fp8, strategy=base.strategy,
                                        fsdp_version=base.fsdp_version, compile=base.compile)
@@ -429,12 +452,13 @@ class Planner:
                 self.gpu = get_gpu(topo.spec.gpu)
         return topo
 
-    def collectives(self, gpus: int, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1) -> GroupCollectives:
+    def collectives(self, gpus: int, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1,
+                    etp: int = 1) -> GroupCollectives:
         """The layout's communicators, their models shared with every other layout of the same shapes."""
-        key = (gpus, tp, pp, dp, cp, ep)
+        key = (gpus, tp, pp, dp, cp, ep, etp)
         gc = self._collectives.get(key)
         if gc is None:
-            shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+            shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp)
             inner = build_collectives(self.base, self.topology(gpus), layout=shape)
             make = inner._make  # the factory of the job's models, memoised here by communicator shape
 
@@ -465,7 +489,7 @@ class Planner:
         the verified candidates are simulated with their own."""
         if self.model.moe is None:
             return NO_EXPERT_SPLIT, None
-        key = (c.tp, c.cp, c.ep)
+        key = (c.tp, c.cp, c.ep, c.etp)
         hit = self._splits.get(key)
         if hit is None:
             cfg = dataclasses.replace(c, micro_batch=1).config(self.base)
@@ -474,7 +498,7 @@ class Planner:
 
     def context(self, cp: int) -> ContextParallel:
         """The job's context parallelism at ``cp`` ranks."""
-        return ContextParallel(cp=cp, comm=self.base.cp_comm if cp > 1 else "p2p",
+        return ContextParallel(cp=cp, comm=self.cp_comm if cp > 1 else "p2p",
                                balanced=self.base.cp_balance or cp == 1)
 
     def tables(self, c: Candidate, gc: GroupCollectives) -> _Tables:
@@ -495,9 +519,9 @@ class Planner:
             compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, self.precision)
         ctx = self.context(c.cp)
         layout = Layout(tp=tp, micro_batch=micro_batch, sequence_parallel=sp, recompute=recompute,
-                        tp_comm_overlap=self.base.tp_comm_overlap if tp > 1 else "backward",
+                        tp_comm_overlap=self.tp_comm_overlap if tp > 1 else "backward",
                         grad_accum_fusion=c.grad_accum_fusion, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced,
-                        ep=c.ep)
+                        ep=c.ep, etp=c.etp)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
         accumulate = () if layout.grad_accum_fusion else \
             gradient_accumulation_s(tpm, self.gpu, self.precision.grad_bytes)
@@ -512,13 +536,13 @@ class Planner:
                           cp_model=self.model if c.cp > 1 else None,
                           ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.moe_a2a,
                                                                 self.model.moe))
-                          if c.ep > 1 else None)
+                          if c.ep > 1 else None, gpu=self.gpu)
         tab = self._tables[key] = _Tables(work)
         return tab
 
     def candidates(self, gpus: int, *, tps=None, pps=None, strategies=None, micro_batches=None, recomputes=None,
                    schedules=None, sequence_parallel=None, global_batch: int, cps=None,
-                   eps=None) -> tuple[list[Candidate], dict]:
+                   eps=None, etps=None) -> tuple[list[Candidate], dict]:
         """Every layout of the search space on ``gpus`` GPUs, and how many were refused by placement."""
         topo = self.topology(gpus)
         domain = nvlink_domain_gpus(topo)
@@ -526,7 +550,7 @@ class Planner:
         moe = self.model.moe
         refused = 0
         out: list[Candidate] = []
-        tp_values = tps or [t for t in _divisors(gpus) if t <= (gpus if self.base.tp_across_network else domain)]
+        tp_values = tps or [t for t in _divisors(gpus) if t <= (gpus if self.tp_across_network else domain)]
         long_sequence = (self.model.tokens_per_sample or 0) >= CP_MIN_TOKENS
         for tp in tp_values:
             if gpus % tp:
@@ -557,30 +581,33 @@ class Planner:
                     if pp > n_blocks:
                         refused += 1
                         continue
-                    # Expert parallelism (etp 1) carved out of tp x cp x dp, as predict requires.
+                    # Expert parallelism carved out of tp x cp x dp, as predict requires.
                     ep_values = (eps or _divisors(moe.experts)) if moe is not None else (1,)
-                    for ep in ep_values:
-                        if (tp * cp * dp) % ep:
+                    experts = [(ep, etp) for ep in ep_values for etp in ((etps or (1,)) if moe is not None else (1,))]
+                    for ep, etp in experts:
+                        if (tp * cp * dp) % (ep * etp):
                             continue
                         try:
                             if moe is not None:
-                                check_experts(self.model, _ExpertAsk(tp=tp, cp=cp, ep=ep))
-                            check_layout_placement(topo, LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep),
-                                                   tp_across_network=self.base.tp_across_network)
+                                check_experts(self.model, _ExpertAsk(tp=tp, cp=cp, ep=ep, etp=etp))
+                            check_layout_placement(topo, LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp),
+                                                   tp_across_network=self.tp_across_network,
+                                                   tp_comm_overlap=self.tp_comm_overlap)
                         except ConfigError:
                             refused += 1
                             continue
-                        out += self._variants(gpus, tp, cp, pp, dp, ep, global_batch=global_batch,
+                        out += self._variants(gpus, tp, cp, pp, dp, ep, etp, global_batch=global_batch,
                                               strategies=strategies, micro_batches=micro_batches,
                                               recomputes=recomputes, schedules=schedules,
                                               sequence_parallel=sequence_parallel)
         return out, {"refused_by_placement": refused}
 
-    def _variants(self, gpus: int, tp: int, cp: int, pp: int, dp: int, ep: int, *, global_batch: int, strategies,
+    def _variants(self, gpus: int, tp: int, cp: int, pp: int, dp: int, ep: int, etp: int = 1, *, global_batch: int,
+                  strategies,
                   micro_batches, recomputes, schedules, sequence_parallel) -> list[Candidate]:
         """The strategies, micro-batches, recomputations, sequence parallelism and schedules of one shape."""
         out = []
-        sharded = tp * cp * pp * ep > 1
+        sharded = tp * cp * pp * ep * etp > 1
         # Megatron-Core runs an MoE's router and all-to-all on the sequence-parallel shard.
         sps = (sequence_parallel,) if sequence_parallel is not None else \
             ((tp > 1,) if self.model.moe is not None else (True, False))
@@ -597,11 +624,16 @@ class Planner:
                     for sp in sps:
                         if sp and tp == 1:
                             continue
+                        if tp > 1 and not sp and self.tp_comm_overlap == "async":
+                            continue  # async TP decomposes sequence parallelism's collectives only
                         for schedule, v in self._schedules(pp, m, self.n_blocks, schedules):
-                            out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, strategy=strategy,
+                            out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
+                                                 strategy=strategy,
                                                  micro_batch=mb, recompute=recompute, schedule=schedule,
                                                  virtual_stages=v, sequence_parallel=sp, global_batch=global_batch,
-                                                 grad_accum_fusion=self.grad_accum_fusion or not sharded))
+                                                 grad_accum_fusion=self.grad_accum_fusion or not sharded,
+                                                 tp_comm_overlap=self.tp_comm_overlap,
+                                                 tp_across_network=self.tp_across_network, cp_comm=self.cp_comm))
         return out
 
     @staticmethod
@@ -616,6 +648,8 @@ class Planner:
             out.append(("gpipe", 1))
         if "zb-h1" in wanted:
             out.append(("zb-h1", 1))
+        if "dualpipe" in wanted and pp % 2 == 0 and m % 2 == 0 and m >= 2 * pp:
+            out.append(("dualpipe", 1))
         if "1f1b-interleaved" in wanted and m % pp == 0:
             # The chunk counts that divide a stage's blocks, and the small ones that do not
             # (chunks then differ by one block).
@@ -630,11 +664,11 @@ class Planner:
         return Layout(tp=c.tp, pp=c.pp, dp=c.dp, virtual_stages=c.virtual_stages, schedule=c.schedule,
                       micro_batch=c.micro_batch, micro_batches=micro_batches, sequence_parallel=c.sequence_parallel,
                       recompute=c.recompute, recompute_every=self.base.recompute_every,
-                      strategy=c.strategy, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep)
+                      strategy=c.strategy, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep, etp=c.etp)
 
     def assignment(self, tp: int, layout: Layout):
         """Layers of each stage's chunks, as ``predict`` splits them (cached by shape)."""
-        key = (tp, layout.pp, layout.chunks)
+        key = (tp, layout.pp, layout.chunks, layout.schedule == "dualpipe")
         a = self._assignments.get(key)
         if a is None:
             a = self._assignments[key] = stage_assignment(self.tp_model(tp, False), layout)
@@ -661,8 +695,8 @@ class Planner:
         # busiest rank's rows of compute, not its bytes), so the closed form's shard serves too.
         split = self.experts(c)[0]
         tpm = self.tp_model(c.tp, c.sequence_parallel, c.cp, split)
-        key = (c.tp, c.sequence_parallel, layout.recompute, layout.recompute_every, layout.pp, layout.chunks, c.cp,
-               split)
+        key = (c.tp, c.sequence_parallel, layout.recompute, layout.recompute_every, layout.pp, layout.chunks,
+               layout.schedule == "dualpipe", c.cp, split)
         activations = self._activations.get(key)
         if activations is None:
             activations = self._activations[key] = stage_activation_bytes(tpm, assignment, layout)
@@ -704,12 +738,16 @@ class Planner:
             return Estimate(candidate=c, step_time_s=math.inf, memory_bytes=memory, usable_bytes=usable,
                             compute_s=0.0, tp_exposed_s=0.0, bubble_s=0.0, p2p_s=0.0, dp_exposed_s=0.0,
                             optimizer_s=0.0, samples_per_s=0.0, tokens_per_s=None, mfu=None, usd_per_hour=None)
-        gc = self.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep)
+        gc = self.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp)
         tab = self.tables(c, gc)
         split = self.experts(c)[0]
         tpm = self.tp_model(c.tp, c.sequence_parallel, c.cp, split)
         virtual_layers = [assignment[g % p][g // p] for g in range(p * v)]
         n_virtual = p * v
+        # Each chunk of a stage and the micro-batches it runs: DualPipe's two chunks (a stage of each
+        # direction) run half of them each.
+        dual = c.schedule == "dualpipe"
+        stage_chunks = [[(layers, m / 2.0) for layers in assignment[s]] for s in range(p)] if dual else []
         x = []
         for s in range(p):
             xs = 0.0
@@ -717,9 +755,18 @@ class Planner:
                 for i in virtual_layers[ch * p + s]:
                     xs += tab.forward[i] + tab.backward[i]
             x.append(xs)
+        if dual:
+            x = [sum(n / m * sum(tab.forward[i] + tab.backward[i] for i in layers) for layers, n in chunks)
+                 for chunks in stage_chunks]
         xmax = max(x)
         pipe = m * xmax + (sum(x) - xmax) / v
-        if c.schedule == "zb-h1" and sum(x) > 0:
+        if dual:
+            # The paper's bubble, (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 report, Table 2), for the heaviest chunk.
+            fb, bk, wg = max(((sum(tab.forward[i] + tab.backward[i] for i in layers),
+                               sum(tab.backward[i] for i in layers), sum(tab.weight_grad[i] for i in layers))
+                              for chunks in assignment for layers in chunks), key=lambda t: t[0])
+            pipe = m * xmax + max(0.0, (p / 2 - 1) * (fb + bk - 3.0 * wg))
+        elif c.schedule == "zb-h1" and sum(x) > 0:
             # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
             share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
             pipe = m * xmax + (sum(x) - xmax) * max(0.0, 1.0 - 2.0 * share)
@@ -734,8 +781,12 @@ class Planner:
         p2p = (2 * (n_virtual - 1) + m * v) * (p2p_one + gather) if p > 1 else 0.0
         w, g = self.precision.weight_bytes, self.precision.grad_bytes
         sharded = c.strategy in ("zero1", "fsdp")
-        compute0 = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p])
-        tp_exposed0 = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p])
+        if dual:
+            compute0 = sum(n * sum(tab.compute[i] for i in layers) for layers, n in stage_chunks[0])
+            tp_exposed0 = sum(n * sum(tab.tp_exposed[i] for i in layers) for layers, n in stage_chunks[0])
+        else:
+            compute0 = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p])
+            tp_exposed0 = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p])
         # data-parallel collectives of stage 0 and what the last backward cannot hide
         dp_exposed = 0.0
         # Gradients reduce over dp x cp (the routed experts' over fewer, edp: not told apart here).
@@ -784,12 +835,17 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
                  gpu_hour_usd: PriceOverride = None, rank_by: str = "time", top: int = 10,
                  verify: int = 3, grad_accum_fusion: bool = True,
-                 failures: FailureInputs | None = None, cps=None, eps=None) -> PlanResult:
+                 failures: FailureInputs | None = None, cps=None, eps=None, etps=None,
+                 tp_comm_overlap: str | None = None, tp_across_network: bool | None = None,
+                 cp_comm: str | None = None) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
     ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
     ``failures``: what failures cost when ``rank_by`` is ``goodput`` (default :class:`FailureInputs`);
     ``cps``/``eps``: the context- and expert-parallel sizes to search (default: :data:`DEFAULT_CPS` for a
-    sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1)."""
+    sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1); ``etps``: the
+    expert-tensor-parallel sizes to search (default 1);
+    ``tp_comm_overlap``/``tp_across_network``/``cp_comm``: the job's flags that apply to the candidates
+    with that parallelism (a base without ``--tp``/``--cp`` cannot hold them; ``None``: ``base``'s)."""
     t0 = time.perf_counter()
     base = resolve(base).config
     if rank_by not in RANKINGS:
@@ -803,11 +859,13 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         failures = FailureInputs()
     if budget_usd is not None and tokens is None and samples is None:
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
-    planner = Planner(base, grad_accum_fusion=grad_accum_fusion)
-    if eps and max(eps) > 1 and planner.model.moe is None:
-        raise ConfigError(f"--ep: {','.join(map(str, eps))} splits the experts of a mixture of experts, but "
-                          f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
-                          f"--model mixtral-8x7b)")
+    planner = Planner(base, grad_accum_fusion=grad_accum_fusion, tp_comm_overlap=tp_comm_overlap,
+                      tp_across_network=tp_across_network, cp_comm=cp_comm)
+    for flag, sizes in (("--ep", eps), ("--etp", etps)):
+        if sizes and max(sizes) > 1 and planner.model.moe is None:
+            raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "
+                              f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
+                              f"--model mixtral-8x7b)")
     counts = {"candidates": 0, "refused_by_placement": 0, "do_not_fit": 0, "over_budget": 0, "ranked": 0}
     fitting: list[Estimate] = []
     closest: Estimate | None = None
@@ -816,7 +874,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         cands, info = planner.candidates(n, tps=tps, pps=pps, strategies=strategies, micro_batches=micro_batches,
                                          recomputes=recomputes, schedules=schedules,
                                          sequence_parallel=sequence_parallel, global_batch=global_batch,
-                                         cps=cps, eps=eps)
+                                         cps=cps, eps=eps, etps=etps)
         counts["candidates"] += len(cands)
         counts["refused_by_placement"] += info["refused_by_placement"]
         if counts["candidates"] > MAX_PLAN_CANDIDATES:

@@ -98,7 +98,7 @@ Offload = Literal["off", "optimizer", "params+optimizer", "expert-activations"]
 """``--offload``: the keys of :data:`dpsim.strategies.offload.OFFLOAD`."""
 CpComm = Literal["p2p", "all-gather", "a2a"]
 """``--cp-comm``: the keys of :data:`dpsim.strategies.context.CP_COMM`."""
-TpCommOverlap = Literal["off", "backward", "full"]
+TpCommOverlap = Literal["off", "backward", "full", "async"]
 """``--tp-comm-overlap``: the keys of :data:`dpsim.strategies.tensor.TP_COMM_OVERLAP`."""
 CommHook = Literal["off", "allreduce", "fp16-compress", "bf16-compress", "powersgd"]
 """``--comm-hook``: the keys of :data:`dpsim.strategies.comm_hooks.COMM_HOOKS`."""
@@ -258,7 +258,8 @@ class PredictConfig:
     --recompute-modules moe layernorm)."""
     tp_comm_overlap: TpCommOverlap = "backward"
     """Tensor-parallel communication hidden behind GEMMs: off, backward (input-gradient reductions
-    under the weight-gradient GEMM, Megatron's default) or full (TransformerEngine userbuffers)."""
+    under the weight-gradient GEMM, Megatron's default), full (TransformerEngine userbuffers) or async
+    (PyTorch's micro-pipelined async TP as torchtitan runs it; with --sequence-parallel, on NVSwitch)."""
     tp_across_network: bool = False
     """Allow a tensor-parallel group larger than one NVLink domain (its collectives cross the network)."""
     cp: int = field(default=1, metadata=_count())
@@ -480,6 +481,10 @@ class PredictConfig:
                 if getattr(self, name) != default:
                     raise ConfigError(f"{flag_name(name)}: {getattr(self, name)!r} applies only with tensor "
                                       f"parallelism; give --tp 2 or more, or leave it out")
+        if self.tp_comm_overlap == "async" and not self.sequence_parallel:
+            # torch's micro-pipeline pass fuses all-gather and reduce-scatter with their matmuls, no all-reduce.
+            raise ConfigError("--tp-comm-overlap: 'async' decomposes the all-gathers and reduce-scatters of "
+                              "sequence parallelism; add --sequence-parallel or choose off, backward or full")
         if self.pp == 1:
             for name, default in (("schedule", "1f1b"), ("virtual_stages", 1), ("stage_layers", None)):
                 if getattr(self, name) != default:

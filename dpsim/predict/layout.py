@@ -123,7 +123,8 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
                 else f"{heads[0]} query and {heads[1]} key-value heads")
         raise ConfigError(f"--tp: {config.tp} does not divide {config.model}'s {what}; choose a --tp that "
                           f"divides them")
-    check_layout_placement(topology, shape, tp_across_network=config.tp_across_network)
+    check_layout_placement(topology, shape, tp_across_network=config.tp_across_network,
+                           tp_comm_overlap=config.tp_comm_overlap)
     check_context(model, layout_of(config).context, config.tp)
 
 
@@ -482,7 +483,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                       overlap_slowdown=config.overlap_slowdown, comm_slowdown=comm_slowdown,
                       accumulate_s=accumulate, recompute_share=shares,
                       cp_cost=cp_cost if layout.cp > 1 else None, cp_model=model if layout.cp > 1 else None,
-                      ep_cost=ep_cost if layout.ep > 1 else None,
+                      ep_cost=ep_cost if layout.ep > 1 else None, gpu=gpu,
                       offload_s=activation_offload_s(tpm, layout, topology.spec.node, act))
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)

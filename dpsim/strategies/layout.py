@@ -38,10 +38,11 @@ from dataclasses import dataclass, replace
 
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
+from dpsim.hardware import GpuSpec
 from dpsim.strategies.context import ContextParallel, layer_cp_comm, model_hidden
 from dpsim.strategies.checkpointing import RECOMPUTE, CheckpointPolicy, checkpointed, selective_recompute_s
 from dpsim.strategies.offload import offload_exposed_s
-from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpComm, TpModel, layer_tp_comm
+from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpComm, TpModel, chunked_gemm_loss, layer_tp_comm
 from dpsim.workload.compute import ComputeProfile
 from dpsim.workload.roofline import Efficiencies, memory_term
 from dpsim.workload.spec import ModelSpec
@@ -384,7 +385,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                time_scale: float = 1.0, overlap_slowdown: float = 0.0, comm_slowdown: float = 0.0,
                accumulate_s: Sequence[float] = (), recompute_share: Sequence[float] | None = None,
                cp_cost: Callable[[str, float], float] | None = None, cp_model: ModelSpec | None = None,
-               ep_cost: Callable[[float], float] | None = None,
+               ep_cost: Callable[[float], float] | None = None, gpu: GpuSpec | None = None,
                offload_s: Sequence[float] = ()) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
@@ -416,6 +417,10 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     combined output); a block recomputed in full runs its forward pair again, and so does an MoE
     layer under ``moe`` recomputation (which re-runs the MoE layers whole, the others as ``op``).
 
+    ``async`` tensor-parallel overlap (``gpu`` needed) adds to each layer's compute what its
+    decomposition costs (:attr:`~dpsim.strategies.tensor.TpComm.forward_compute_s`), and its
+    hidden copies, on the copy engines, take no SMs from the GEMMs: no ``overlap_slowdown``.
+
     ``offload_s``: per layer, one micro-batch's activation copy to the host in forward (and back
     in backward), ``--offload expert-activations``
     (:func:`~dpsim.strategies.offload.expert_offload_bytes_per_sample`): a block's copies run on a
@@ -426,15 +431,21 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     # per second beside the GEMM, and a hidden second lasts 1 + comm_slowdown seconds there.
     contention = overlap_slowdown / (1.0 + overlap_slowdown) / comm_rate(comm_slowdown, True)
     tokens = tpm.model.tokens_per_sample or 0
+    asynchronous = layout.tp_comm_overlap == "async" and layout.sequence_parallel and layout.tp > 1
+    assert gpu is not None or not asynchronous, "async tensor parallelism needs the GPU"
+    local_copy_s = (lambda size: memory_term(size, gpu).time_s(Efficiencies())) if asynchronous else None
     fwd_s, bwd_s, comms, core_s = [], [], [], []
-    for layer, lt in zip(tpm.layers, shard_compute.layers):
+    for i, (layer, lt) in enumerate(zip(tpm.layers, shard_compute.layers)):
         fwd = lt.forward_s * time_scale
-        fwd_s.append(fwd)
-        bwd_s.append(lt.backward_s * time_scale)
-        comms.append(layer_tp_comm(layer, fwd, layout.micro_batch, layout.tp,
-                                   sequence_parallel=layout.sequence_parallel, overlap=layout.tp_comm_overlap,
-                                   cost=tp_cost, tokens_per_sample=tokens, act_element_bytes=act_element_bytes,
-                                   comm_slowdown=comm_slowdown))
+        comm = layer_tp_comm(layer, fwd, layout.micro_batch, layout.tp,
+                             sequence_parallel=layout.sequence_parallel, overlap=layout.tp_comm_overlap,
+                             cost=tp_cost, tokens_per_sample=tokens, act_element_bytes=act_element_bytes,
+                             comm_slowdown=comm_slowdown, local_copy_s=local_copy_s,
+                             chunk_loss=chunked_gemm_loss(tpm.spec.layers[i], layout.tp, layout.micro_batch, gpu)
+                             if asynchronous and layer.role == "block" else (0.0, 0.0))
+        comms.append(comm)
+        fwd_s.append(fwd + comm.forward_compute_s)
+        bwd_s.append(lt.backward_s * time_scale + comm.backward_compute_s)
         core_s.append(selective_recompute_s(layer, fwd))
     n = len(tpm.layers)
     cpc = [TpComm()] * n
@@ -469,8 +480,12 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     for i in moe_rerun:
         recompute[i] = fwd_s[i] + comms[i].forward_exposed_s
         recompute_comm[i], recompute_exposed[i] = comms[i].forward_s, comms[i].forward_exposed_s
-    hidden_f = [contention * (c.forward_s + k.forward_s - c.forward_exposed_s) for c, k in zip(comms, cpc)]
-    hidden_b = [contention * (c.backward_s + k.backward_s - c.backward_exposed_s) for c, k in zip(comms, cpc)]
+    if asynchronous:  # only the ring's hidden waits contend (comms carry its exposed ones)
+        hidden_f = [contention * (k.forward_s - k.forward_exposed_s) for k in cpc]
+        hidden_b = [contention * (k.backward_s - k.backward_exposed_s) for k in cpc]
+    else:
+        hidden_f = [contention * (c.forward_s + k.forward_s - c.forward_exposed_s) for c, k in zip(comms, cpc)]
+        hidden_b = [contention * (c.backward_s + k.backward_s - c.backward_exposed_s) for c, k in zip(comms, cpc)]
     if layout.recompute == "full":
         # The re-run forward's hidden collectives contend like the first run's.
         for unit_layers in ckpt:
@@ -509,7 +524,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         # tp_exposed carried the ring's exposed waits (comms, recompute_exposed): keep them apart.
         tp_exposed = [t - e + (again_exp[i] if layout.recompute == "selective" else 0.0)
                       for i, (t, e) in enumerate(zip(tp_exposed, cp_exposed))]
-    if comm_slowdown > 0:  # the hidden part lasts longer (with none, the modelled time bit for bit)
+    if comm_slowdown > 0 and not asynchronous:  # the hidden part lasts longer (with none, the modelled time bit for bit)
         pace = comm_rate(comm_slowdown, True)
         tp_comm = [e + (t - e) / pace for t, e in zip(tp_comm, tp_exposed)]
     return tuple(LayerWork(

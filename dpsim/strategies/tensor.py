@@ -33,7 +33,8 @@ Recomputation in Large Transformer Models" (arXiv:2205.05198, Sec. 4.2 and Fig. 
   ``megatron/core/tensor_parallel/layers.py``); ``full`` (TransformerEngine userbuffers,
   Megatron's ``--tp-comm-overlap``: every collective is split into t chunks pipelined with
   the GEMM it feeds or follows, so only one chunk, or what the GEMM cannot cover, stays
-  exposed).
+  exposed); ``async`` (PyTorch's asynchronous tensor parallelism as torchtitan runs it,
+  ``enable_async_tensor_parallel``: :func:`async_tp_exposed`).
 
 Which linear is which is read from the layer's parameters in run order: the last 2-D
 weight of a sub-block is the row-parallel one, the others column-parallel (true of
@@ -64,12 +65,16 @@ from dataclasses import dataclass
 
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
+from dpsim.hardware import GpuSpec
+from dpsim.workload.roofline import shape_efficiency
 from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec, is_expert_param
 
 TP_COMM_OVERLAP: dict[str, str] = {
     "off": "every tensor-parallel collective blocks compute (Megatron-LM 2021)",
     "backward": "input-gradient reductions overlap the weight-gradient GEMM (Megatron default)",
     "full": "collectives chunked and pipelined with their GEMMs (TransformerEngine --tp-comm-overlap)",
+    "async": "all-gathers and reduce-scatters decomposed into peer copies pipelined with GEMM chunks "
+             "(PyTorch async TP, torchtitan; needs --sequence-parallel and NVSwitch)",
 }
 """``--tp-comm-overlap`` choices."""
 
@@ -479,11 +484,18 @@ class TpComm:
     """``(collective, bytes)`` of the forward, in order."""
     backward_ops: tuple[tuple[str, float], ...] = ()
     """``(collective, bytes)`` of the backward, in order."""
+    forward_compute_s: float = 0.0
+    """Compute-stream work the overlap mode adds in forward besides the collectives (``async``:
+    the GEMMs' loss from running in chunks, the local copy and reduction kernels)."""
+    backward_compute_s: float = 0.0
+    """The same in backward."""
 
 
 def layer_tp_comm(layer: TpLayer, forward_s: float, micro_batch: int, tp: int, *, sequence_parallel: bool,
                   overlap: str, cost: Callable[[str, float], float], tokens_per_sample: int,
-                  act_element_bytes: int = 2, comm_slowdown: float = 0.0) -> TpComm:
+                  act_element_bytes: int = 2, comm_slowdown: float = 0.0,
+                  local_copy_s: Callable[[float], float] | None = None,
+                  chunk_loss: tuple[float, float] = (0.0, 0.0)) -> TpComm:
     """Tensor-parallel communication of one layer and what of it the compute stream waits for.
 
     ``forward_s`` is the layer's forward time on one rank (micro-batch included); GEMM
@@ -494,6 +506,11 @@ def layer_tp_comm(layer: TpLayer, forward_s: float, micro_batch: int, tp: int, *
     ``1 / (1 + comm_slowdown)`` of its time's worth of collective and more is exposed.
     A collective that blocks the compute stream (``--tp-comm-overlap off``, the all-gather
     conjugate, the head's loss all-reduces) runs beside no compute: it is not slowed.
+
+    ``async`` (a block with sequence parallelism; :func:`async_tp_exposed`) moves its chunks with
+    copy engines, which take no SMs, so ``comm_slowdown`` does not apply to it; it needs
+    ``local_copy_s(bytes)`` (a memory-bound kernel streaming ``bytes``) and ``chunk_loss`` (the
+    column- and row-parallel GEMMs' extra time in chunks, :func:`chunked_gemm_loss`).
     """
     if tp == 1 or layer.role == "root" or not layer.tp_collectives:
         return TpComm()
@@ -507,6 +524,27 @@ def layer_tp_comm(layer: TpLayer, forward_s: float, micro_batch: int, tp: int, *
     pace = comm_rate(comm_slowdown, True)
     col_s, row_s = share(layer.col_flops_per_sample) * pace, share(layer.row_flops_per_sample) * pace
     fwd_exposed, bwd_exposed = sum(fwd_t), sum(bwd_t)
+    if layer.role == "block" and overlap == "async" and sequence_parallel:
+        assert local_copy_s is not None, "async tensor parallelism needs the local copy's cost"
+        col_g, row_g = share(layer.col_flops_per_sample), share(layer.row_flops_per_sample)
+        ag, rs = fwd_t
+        size = fwd_ops[0][1]
+        # Each all-gather first copies the rank's own shard into its symmetric buffer (read and
+        # write of size / tp); each reduce-scatter sums the tp partials it received (reads size,
+        # writes size / tp).
+        gather_local, reduce_local = local_copy_s(2.0 * size / tp), local_copy_s(size * (1.0 + 1.0 / tp))
+        col_loss, row_loss = chunk_loss
+        fwd_exposed = async_tp_exposed(ag, col_g, tp) + async_tp_exposed(rs, row_g, tp)
+        # Backward: the gathered output gradient feeds the row-parallel input-gradient GEMM, the
+        # column-parallel input gradient is reduce-scattered, the re-gathered input feeds the
+        # weight-gradient GEMM (chunked along its reduction, so no loss of shape).
+        bwd_exposed = async_tp_exposed(bwd_t[0], row_g, tp) + async_tp_exposed(bwd_t[1], col_g, tp) \
+            + async_tp_exposed(bwd_t[2], col_g, tp)
+        extra = col_loss * col_g + row_loss * row_g
+        return TpComm(forward_s=sum(fwd_t), forward_exposed_s=fwd_exposed, backward_s=sum(bwd_t),
+                      backward_exposed_s=bwd_exposed, forward_ops=tuple(fwd_ops), backward_ops=tuple(bwd_ops),
+                      forward_compute_s=gather_local + reduce_local + extra,
+                      backward_compute_s=2.0 * gather_local + reduce_local + extra)
     if layer.role == "block" and overlap != "off":
         if sequence_parallel:
             ag_conj, rs_conj, regather = bwd_t
@@ -533,6 +571,66 @@ def layer_tp_comm(layer: TpLayer, forward_s: float, micro_batch: int, tp: int, *
 
 def _chunked(comm_s: float, gemm_s: float, tp: int) -> float:
     return comm_s / tp + max(0.0, comm_s * (tp - 1) / tp - gemm_s)
+
+
+def async_tp_exposed(comm_s: float, gemm_s: float, tp: int) -> float:
+    """What the compute stream waits for of one collective that PyTorch's asynchronous tensor
+    parallelism decomposes with its GEMM (``fused_all_gather_matmul``,
+    ``fused_matmul_reduce_scatter`` in ``torch/distributed/_symmetric_memory``, which
+    torchtitan's ``enable_async_tensor_parallel`` turns on through Inductor's
+    ``_micro_pipeline_tp`` pass).
+
+    The GEMM runs in ``tp`` row chunks, one per rank's shard; the ``tp - 1`` remote shards move
+    as peer-to-peer copies (``Tensor.copy_`` from a peer's symmetric buffer: the copy engines)
+    that run one at a time (``_pipelined_multi_all_gather_and_consume``: "cp from different
+    streams cannot overlap"). The all-gather's GEMM starts on the local shard, which needs no
+    copy; the reduce-scatter computes the chunks for the peers first and its own last, beside
+    the last copy. Both are a two-stage flow shop of ``tp`` GEMM chunks of ``gemm_s / tp`` and
+    ``tp - 1`` copies of ``comm_s / (tp - 1)``: it ends at ``max(gemm_s, gemm_s / tp + comm_s)``,
+    so ``max(0, comm_s - gemm_s (tp - 1) / tp)`` is exposed, all of it with ``tp = 1``.
+    ``comm_s`` is the whole collective's time on the ``tp`` communicator: the copies move the
+    same ``(tp - 1) / tp`` of the tensor over the same NVLink.
+
+    The design: "[Distributed w/ TorchTitan] Introducing Async Tensor Parallelism in PyTorch"
+    (discuss.pytorch.org/t/209487); torchtitan added it as an option effective only with
+    ``torch.compile`` (pytorch/torchtitan pull request 429, traces of Llama-3-70B at tp 8). A
+    published end-to-end gain: Llama-3-70B on 128 H100s, FSDP 16 x TP 8, full recomputation,
+    598 to 673 tokens/s per GPU in bf16, +12.5 % (pytorch/torchtitan issue 1185)."""
+    return max(0.0, comm_s - gemm_s * (tp - 1) / tp)
+
+
+ASYNC_TP_CONCURRENT_CHUNKS = 2
+"""GEMM chunks in flight at once: the decomposition alternates two streams so that one
+chunk's GEMM runs beside the next, "greatly reducing quantization inefficiency"
+(``torch/distributed/_symmetric_memory/__init__.py``, ``_pipelined_multi_all_gather_and_consume``)."""
+
+
+def chunked_gemm_loss(layer: LayerSpec, tp: int, micro_batch: int, gpu: GpuSpec) -> tuple[float, float]:
+    """Extra time, as a fraction, of a tensor-parallel block's column- and row-parallel GEMMs
+    when asynchronous tensor parallelism runs each in ``tp`` chunks of ``m / tp`` rows, two at a
+    time (:data:`ASYNC_TP_CONCURRENT_CHUNKS`): the ratio of the whole GEMM's tile and wave
+    efficiency to the chunks' (:func:`~dpsim.workload.roofline.shape_efficiency`), weighted by
+    FLOPs. ``layer`` is the shard's layer (:attr:`TpModel.spec`); an MoE layer's routed experts
+    are not chunked."""
+    weights = [op for op in layer.ops if _is_matmul(op) and getattr(op, "batch", 1) == 1
+               and getattr(op, "kind", "linear") == "linear"
+               and not op.name.startswith("experts.")]
+    if tp == 1 or not weights:
+        return 0.0, 0.0
+
+    def loss(ops) -> float:
+        flops = sum(op.m * op.n * op.k for op in ops)
+        if flops <= 0:
+            return 0.0
+        total = 0.0
+        for op in ops:
+            m = op.m * micro_batch
+            whole = shape_efficiency(m, op.n, op.k, 1, gpu)
+            chunk = shape_efficiency(-(-m // tp), op.n, op.k, min(tp, ASYNC_TP_CONCURRENT_CHUNKS), gpu)
+            total += op.m * op.n * op.k * max(0.0, whole / chunk - 1.0)
+        return total / flops
+
+    return loss(weights[:-1]), loss(weights[-1:])
 
 
 def layer_tp_ops(layer: TpLayer, micro_batch: int, *, sequence_parallel: bool, tokens_per_sample: int,

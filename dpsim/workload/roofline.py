@@ -4,16 +4,15 @@ Every op takes the longer of its compute time and its device-memory time (Willia
 Waterman and Patterson 2009, "Roofline: an insightful visual performance model", CACM
 52(4)), with the GPU's rates from :mod:`dpsim.hardware`:
 
-* **Matmuls** (linear layers, convolutions as implicit GEMMs) compute at the GPU's best
-  measured matmul rate for the op's rate key (:attr:`Precision.matmul_dtype` or
-  :attr:`Precision.conv_dtype`) times a *shape efficiency*: cuBLAS computes the output in
-  128 x 128 tiles, one per SM at a time, so a shape whose tiles do not fill the last wave
-  of SMs, or whose edges do not fill a tile, wastes the rest (tile and wave quantization,
-  NVIDIA "Matrix Multiplication Background User's Guide", DU-09799-001, Sec. 3.1-3.2);
-  when there are fewer tiles than SMs, cuBLAS splits the reduction (split-K) over the idle
-  SMs. Their memory time moves the input, the weights and the output once (a
-  convolution's im2col operand is gathered on chip, so its input tensor counts, not the
-  im2col matrix). Small and skinny GEMMs therefore run below the best rate, large ones at it.
+* **Matmuls** (linear layers, convolutions as implicit GEMMs) compute at the GEMM surface of
+  :mod:`dpsim.workload.gemm`: the GPU's best measured matmul rate for the op's rate key
+  (:attr:`Precision.matmul_dtype` or :attr:`Precision.conv_dtype`) lost to tile and wave
+  quantization over the SMs (split-K when the tiles do not fill them), to the main loop's fixed
+  cost on short reductions and to a kernel's floor, with constants per GPU family and dtype
+  fitted on published GEMM sweeps. Their memory time moves the input, the weights and the
+  output once (a convolution's im2col operand is gathered on chip, so its input tensor counts,
+  not the im2col matrix). Small and skinny GEMMs therefore run below the best rate, large ones
+  near it.
 * **Fused attention** (SDPA's flash / memory-efficient kernels) runs at
   :data:`ATTENTION_FRACTION_OF_PEAK` of the dense peak, on half the square when causal,
   with a backward of 2.5x the forward FLOPs (it recomputes the scores: Dao 2023,
@@ -57,16 +56,15 @@ from dpsim.workload.fp8 import (
     compiled_cast_amax_reads,
     runs_in_fp8,
 )
+from dpsim.workload.gemm import (  # noqa: F401 (TILE, SPLIT_K_MIN_K, shape_efficiency re-exported)
+    SPLIT_K_MIN_K,
+    TILE,
+    gemm_compute_s,
+    shape_efficiency,
+    uses_tf32,
+)
 from dpsim.workload.precision import Precision
 from dpsim.workload.spec import AttentionOp, MatmulOp, MemoryOp, OpSpec
-
-TILE = 128
-"""Edge of cuBLAS's typical output tile (User's Guide DU-09799-001, Sec. 2.3: 256x128 and
-128x128 are its most efficient tiles); the quantization unit of the shape efficiency."""
-
-SPLIT_K_MIN_K = 256
-"""Smallest reduction slice split-K hands to one SM (a few 64-deep main-loop iterations);
-bounds the split of short reductions."""
 
 HOST_OVERHEAD_PER_OP_S = 8e-6
 """CPU time PyTorch's eager mode takes to dispatch one CUDA op and launch its kernel.
@@ -172,36 +170,16 @@ def pass_bytes(byte_class: str, precision: Precision) -> float:
     raise AssertionError(byte_class)
 
 
-def shape_efficiency(m: int, n: int, k: int, batch: int, gpu: GpuSpec) -> float:
-    """Useful fraction of the SM-time a ``batch`` x (m x k)(k x n) GEMM occupies: tile and
-    wave quantization over the GPU's SMs, with split-K when the tiles do not fill them."""
-    tiles = math.ceil(m / TILE) * math.ceil(n / TILE) * batch
-    useful = float(m) * n * batch
-    if not gpu.sm_count:
-        return useful / (tiles * TILE * TILE)
-    split = 1
-    if tiles < gpu.sm_count:
-        split = max(1, min(gpu.sm_count // tiles, k // SPLIT_K_MIN_K))
-    waves = math.ceil(tiles * split / gpu.sm_count)
-    return min(1.0, useful * split / (waves * gpu.sm_count * TILE * TILE))
-
-
-def uses_tf32(rate_key: str, gpu: GpuSpec) -> bool:
-    """Whether a ``rate_key`` matmul runs on TF32 tensor cores on ``gpu`` (float32 with TF32
-    allowed, on a GPU that has TF32, i.e. whose full-precision FP32 rate is given apart)."""
-    return rate_key == "float32" and "float32-highest" in gpu.peak_flops_per_s
-
-
 def matmul_term(m: int, n: int, k: int, batch: int, rate_key: str, element_bytes: float, gpu: GpuSpec,
                 *, flops_divisor: float = 1.0, traffic_elements: float | None = None) -> Term:
-    """One (batched) GEMM: its FLOPs at the shape-efficient best rate and its traffic (A, B
+    """One (batched) GEMM: its compute on the fitted GEMM surface
+    (:func:`dpsim.workload.gemm.gemm_compute_s`) and its traffic (A, B
     and C once, or ``traffic_elements`` per batch entry when the operands are not stored
     whole, as a convolution's implicit im2col matrix is not). ``flops_divisor`` > 1 for an
     algorithm doing fewer multiplications (Winograd)."""
     if min(m, n, k, batch) <= 0:
         return Term(0.0, 0.0, "matmul")
-    rate = gpu.achieved_rate(rate_key) * shape_efficiency(m, n, k, batch, gpu)
-    compute = 2.0 * m * n * k * batch / rate / flops_divisor
+    compute = gemm_compute_s(m, n, k, batch, rate_key, gpu) / flops_divisor
     if traffic_elements is None:
         traffic_elements = float(m) * k + float(k) * n + float(m) * n
     traffic = element_bytes * batch * traffic_elements

@@ -200,6 +200,10 @@ def layout_cases() -> dict[str, list[str]]:
         "cp-a2a-tp": ["--gpus", "16", "--link", "aws-p5", *llama7, "--seq-len", "32768", "--tp", "2", "--cp", "4",
                       "--cp-comm", "a2a", "--sequence-parallel", "--global-batch", "4", "--recompute", "full",
                       "--strategy", "zero1"],
+        # PyTorch's async tensor parallelism as torchtitan runs it (FSDP2 x TP 8, sequence parallel).
+        "tp-async-torchtitan": ["--gpus", "32", "--link", "aws-p5", "--model", "llama-3-8b", "--micro-batch", "1",
+                                "--tp", "8", "--sequence-parallel", "--tp-comm-overlap", "async", "--strategy", "fsdp",
+                                "--recompute", "full", "--global-batch", "32"],
         "cp-llama70b": ["--gpus", "128", "--link", "aws-p5", "--model", "llama-2-70b", "--micro-batch", "1",
                         "--seq-len", "32768", "--tp", "8", "--cp", "4", "--pp", "4", "--sequence-parallel",
                         "--strategy", "zero1", "--recompute", "full", "--global-batch", "16"],
