@@ -50,7 +50,7 @@ from dpsim.limits import (
 )
 from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
-from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES
+from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES, offloads_optimizer
 from dpsim.strategies.registry import BUCKET_CAP_MB, check_fsdp_options, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
@@ -88,13 +88,13 @@ MoeA2a = Literal["flat", "hierarchical"]
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
 Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed", "zb-h1", "dualpipe"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
-Recompute = Literal["off", "selective", "op", "full"]
+Recompute = Literal["off", "selective", "op", "full", "megatron", "moe"]
 """``--recompute``: the keys of :data:`dpsim.strategies.checkpointing.RECOMPUTE`."""
 FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
 FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
 """``--fsdp-accumulate``: the keys of :data:`dpsim.strategies.registry.FSDP_ACCUMULATE`."""
-Offload = Literal["off", "optimizer", "params+optimizer"]
+Offload = Literal["off", "optimizer", "params+optimizer", "expert-activations"]
 """``--offload``: the keys of :data:`dpsim.strategies.offload.OFFLOAD`."""
 CpComm = Literal["p2p", "all-gather", "a2a"]
 """``--cp-comm``: the keys of :data:`dpsim.strategies.context.CP_COMM`."""
@@ -251,7 +251,11 @@ class PredictConfig:
     recompute: Recompute = "off"
     """Activation checkpointing of every layout: selective (attention core only, Megatron), op (keep
     matmul and attention outputs, recompute the other ops of each block, torchtitan's op-level
-    policy) or full (each block keeps its input and re-runs its forward in backward)."""
+    policy), full (each block keeps its input and re-runs its forward in backward), megatron
+    (Megatron-Core's --recompute-modules layernorm moe_act: norms and the experts' activation
+    recomputed, each layer keeping what its modules save) or moe (each MoE layer keeps its input and
+    re-runs its whole forward, all-to-alls included, the other layers as megatron: Megatron-Core's
+    --recompute-modules moe layernorm)."""
     tp_comm_overlap: TpCommOverlap = "backward"
     """Tensor-parallel communication hidden behind GEMMs: off, backward (input-gradient reductions
     under the weight-gradient GEMM, Megatron's default), full (TransformerEngine userbuffers) or async
@@ -268,8 +272,10 @@ class PredictConfig:
     offload: Offload = "off"
     """CPU offload of the sharded optimizer (DeepSpeed): optimizer (ZeRO-Offload: fp32 master, Adam
     moments and gradient shard in host memory, the Adam step on the CPU, the updated shard copied
-    back over PCIe) or params+optimizer (DeepSpeed offload_param: the parameter shard on the host too; zero3,
-    or fsdp with --tp/--cp/--pp)."""
+    back over PCIe), params+optimizer (DeepSpeed offload_param: the parameter shard on the host too; zero3,
+    or fsdp with --tp/--cp/--pp), or expert-activations (a layout's MoE layers copy their expert GEMM
+    and gated-activation inputs to the host, overlapped with compute: Megatron-Core's --offload-modules
+    expert_fc1 moe_act)."""
     cp_balance: bool = True
     """Causal load balancing of --cp: the sequence cut into 2 x cp chunks, rank i holding chunks i and
     2cp-1-i, so every rank does the same attention work; off: contiguous pieces, the last rank paces."""
@@ -427,7 +433,10 @@ class PredictConfig:
         if self.gpus % shard:
             raise ConfigError(f"--gpus: {self.gpus} is not a multiple of --tp {self.tp} x --pp {self.pp}"
                               f"{f' x --cp {self.cp}' if cp else ''} = {shard}")
-        if self.offload != "off":
+        if self.offload == "expert-activations" and not self.layout_active:
+            raise ConfigError("--offload: expert-activations offloads the MoE layers' activations of an "
+                              "expert-parallel layout; give --ep (or --tp/--pp), or leave it out")
+        if offloads_optimizer(self.offload):
             takers = OFFLOAD_STRATEGIES if self.offload == "optimizer" else PARAM_OFFLOAD_STRATEGIES
             layout = self.layout_active
             allowed = [s for s in takers if (s in LAYOUT_DP_STRATEGIES if layout else s != "fsdp")]
@@ -492,6 +501,9 @@ class PredictConfig:
                               f"{self.recompute}; give one of them")
         check_recompute(self.checkpointing.mode, self.recompute_every)
         if not self.layout_active:
+            if self.recompute in ("megatron", "moe"):
+                raise ConfigError(f"--recompute: {self.recompute} is Megatron-Core's, for a tensor/pipeline/expert "
+                                  f"layout; give --tp, --pp or --ep, or choose op or full")
             if not self.grad_accum_fusion:
                 raise ConfigError("--no-grad-accum-fusion: applies with --tp or --pp above 1 (Megatron's "
                                   "gradient buffers); leave it out")
