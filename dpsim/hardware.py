@@ -70,7 +70,7 @@ class GpuSpec:
     not known, the peak stands in (:attr:`streaming_bandwidth_bytes_per_s`)."""
     architecture: str = ""
     """GPU generation (:data:`ARCHITECTURES`): sets which attention kernels PyTorch runs
-    (:data:`dpsim.workload.roofline.ATTENTION_FRACTION_OF_PEAK`) and whether TF32 exists."""
+    (:func:`dpsim.workload.attention_rates.kernel_pair`) and whether TF32 exists."""
     sm_count: int | None = None
     """Streaming multiprocessors (NVIDIA) or compute units (AMD): the roofline's wave
     quantization divides output tiles over them; ``None`` when not published (no wave

@@ -97,10 +97,12 @@ from dpsim.strategies.checkpointing import (
     FULL_CHECKPOINTING,
     CheckpointPolicy,
     checkpointed,
+    megatron_saved_bytes_per_sample,
     op_saved_bytes_per_sample,
     policy_of,
 )
 from dpsim.strategies.layout import checkpointed_blocks, reshards_after_forward
+from dpsim.strategies.offload import expert_offload_bytes_per_sample
 from dpsim.strategies.tensor import block_input_bytes, layer_activation_bytes, tp_model
 from dpsim.units import GiB, format_bytes
 from dpsim.workload.fp8 import (
@@ -563,7 +565,11 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
       recomputation each checkpointed block (every ``recompute_every``-th) keeps only its
       input, plus one block's full activations while it is recomputed; with ``op`` each
       block keeps its input and its shard's matmul and attention outputs, plus one block's
-      recomputed rest (:mod:`~dpsim.strategies.checkpointing`). ``activations``: what
+      recomputed rest (:mod:`~dpsim.strategies.checkpointing`); with ``moe`` each MoE layer keeps
+      only its input, plus one MoE layer's activations while it is recomputed, the other layers
+      as with ``op``; ``--offload expert-activations`` takes what it copies to the host off every
+      micro-batch in flight (:func:`~dpsim.strategies.offload.expert_offload_bytes_per_sample`),
+      one layer's worth back while it runs its backward. ``activations``: what
       :func:`stage_activation_bytes` gives for the same shard, split and policy (computed
       when not given).
     """
@@ -639,25 +645,36 @@ def stage_activation_bytes(tpm, assignment, layout) -> tuple[tuple[tuple[float, 
             per_mb = 0.0
             starts = {min(i for i in layers if tpm.layers[i].unit == u) for u in
                       {tpm.layers[i].unit for i in layers if tpm.layers[i].unit is not None}}
-            op_units: dict[str, list[float]] = {}  # op level: [all of the block, what it keeps]
+            op_units: dict[str, list[float]] = {}  # op level: [all of the block, what it keeps, offloaded]
             for i in layers:
                 layer = tpm.layers[i]
+                # --offload expert-activations: these bytes wait on the host, back for the layer's backward.
+                offloaded = (expert_offload_bytes_per_sample(tpm.spec.layers[i], layout.recompute)
+                             if layout.offload == "expert-activations" else 0.0)
                 if layout.recompute == "full" and layer.unit in ckpt:
                     if i in starts:
                         per_mb += block_input_bytes(layer, t, sequence_parallel=sp)
-                elif layout.recompute == "op" and layer.unit in ckpt:
+                elif layout.recompute == "moe" and layer.unit in ckpt and layer.routed_bytes_per_sample > 0:
+                    # The MoE layer keeps its own input; its activations live again while it re-runs.
+                    per_mb += block_input_bytes(layer, t, sequence_parallel=sp)
+                    working = max(working, layer_activation_bytes(layer, t, sequence_parallel=sp, recompute="off"))
+                elif layout.recompute in ("op", "megatron", "moe") and layer.unit in ckpt:
                     every = layer_activation_bytes(layer, t, sequence_parallel=sp, recompute="off")
-                    saved = op_saved_bytes_per_sample(tpm.spec.layers[i])
-                    kept = op_units.setdefault(layer.unit, [0.0, 0.0])
+                    saved = (op_saved_bytes_per_sample if layout.recompute == "op"
+                             else megatron_saved_bytes_per_sample)(tpm.spec.layers[i])
+                    kept = op_units.setdefault(layer.unit, [0.0, 0.0, 0.0])
                     kept[0] += every
                     kept[1] += (every if saved is None else saved) + (
                         block_input_bytes(layer, t, sequence_parallel=sp) if i in starts else 0.0)
+                    kept[2] += offloaded
                 else:
-                    per_mb += layer_activation_bytes(layer, t, sequence_parallel=sp,
-                                                     recompute=layout.recompute)
-            for every, kept in op_units.values():
-                per_mb += min(every, kept)
-                working = max(working, every - min(every, kept))
+                    every = layer_activation_bytes(layer, t, sequence_parallel=sp, recompute=layout.recompute)
+                    per_mb += every - min(every, offloaded)
+                    working = max(working, min(every, offloaded))
+            for every, kept, offloaded in op_units.values():
+                held = min(every, kept)
+                per_mb += held - min(held, offloaded)
+                working = max(working, every - held + min(held, offloaded))
             per_chunk.append(per_mb)
             if layout.recompute == "full":
                 blocks: dict[str, float] = {}

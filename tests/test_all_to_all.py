@@ -230,3 +230,50 @@ def test_nothing_to_send_costs_nothing():
     assert all_to_all_cost(c, np.diag(np.full(16, 1e6))).time_s == 0.0  # only local bytes
     one = comm("infiniband", 1)
     assert uniform_all_to_all_cost(one, 1e9).bottleneck == "none"
+
+
+# ------------------------------------------------------------------ de-duplication across servers (DeepEP)
+
+
+@pytest.mark.parametrize(("experts", "top_k", "nodes"), [(8, 2, 4), (8, 3, 2), (12, 4, 3), (6, 2, 6)])
+def test_distinct_servers_closed_form_is_the_count_over_every_routing(experts, top_k, nodes):
+    """Balanced routing: every set of top_k experts equally likely; count the servers hit."""
+    import itertools
+    from dpsim.collectives.all_to_all import expected_distinct_groups
+    per = experts // nodes
+    hits = [len({e // per for e in chosen}) for chosen in itertools.combinations(range(experts), top_k)]
+    assert expected_distinct_groups(experts, top_k, nodes) == pytest.approx(sum(hits) / len(hits), rel=1e-12)
+
+
+def test_dedup_never_adds_bytes_and_is_one_where_nothing_shares_a_server():
+    from dpsim.collectives.all_to_all import node_dedup_factor
+    for experts in (8, 64, 128, 256):
+        for top_k in (1, 2, 4, 8):
+            for nodes in (1, 2, 4, 8):
+                f = node_dedup_factor(experts, top_k, nodes)
+                assert 0 < f <= 1.0
+                if nodes == 1 or top_k == 1 or experts == nodes:
+                    assert f == pytest.approx(1.0, rel=1e-12)
+    assert node_dedup_factor(128, 8, 4) < node_dedup_factor(128, 8, 8) < 1.0  # fewer servers, more sharing
+
+
+@pytest.mark.parametrize("n", [8, 32])
+def test_dedup_scales_only_what_crosses_servers_and_one_server_is_flat(n):
+    c = comm("infiniband", n)
+    size = 64 * MB
+    plain = uniform_all_to_all_cost(c, size, algorithm="hierarchical")
+    half = uniform_all_to_all_cost(c, size, algorithm="hierarchical", node_dedup=0.5)
+    flat = uniform_all_to_all_cost(c, size, algorithm="flat", node_dedup=0.5)
+    assert flat.time_s == uniform_all_to_all_cost(c, size, algorithm="flat").time_s  # NCCL sends every copy
+    if n == 8:  # one server: nothing crosses, nothing to de-duplicate
+        assert half.time_s == plain.time_s
+    else:
+        assert half.time_s < plain.time_s
+        matrix = all_to_all_cost(c, np.full((n, n), size / n), algorithm="hierarchical", node_dedup=0.5)
+        assert half.time_s == pytest.approx(matrix.time_s, rel=1e-9)
+        assert half.bottleneck == matrix.bottleneck
+
+
+def test_bad_dedup_is_one_line():
+    with pytest.raises(ConfigError, match=r"node_dedup: 1\.5 is not valid"):
+        uniform_all_to_all_cost(comm("infiniband", 16), MB, algorithm="hierarchical", node_dedup=1.5)

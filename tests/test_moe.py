@@ -217,3 +217,71 @@ def test_routing_flags_are_refused_in_one_line():
     assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="--moe-capacity-factor"):
         _mixtral(moe_capacity_factor=0.0)
+
+
+# ------------------------------------------------------------------ recomputing the MoE layers (--recompute moe)
+
+
+def test_moe_recompute_runs_the_all_to_alls_again_six_per_layer_and_micro_batch():
+    """Megatron-Core's --recompute-modules moe re-runs the dispatch and combine before the backward."""
+    kept, again = predict(_mixtral(recompute="op")), predict(_mixtral(recompute="moe"))
+    assert again.layout.ep_comm_s == pytest.approx(kept.layout.ep_comm_s * 6 / 4, rel=1e-12)
+    assert again.step_time_s > kept.step_time_s
+
+
+def test_moe_recompute_keeps_each_moe_layer_input_and_one_layer_while_it_reruns():
+    """Per sample of one micro-batch, a chunk keeps its attention layers as megatron does (block
+    input, what the modules save) and of each MoE layer only its input; the working set is the
+    larger of one MoE layer's activations and an attention layer's recomputed rest."""
+    from dpsim.memory import stage_activation_bytes
+    from dpsim.strategies.checkpointing import megatron_saved_bytes_per_sample
+    from dpsim.strategies.layout import stage_assignment
+    from dpsim.predict.layout import layout_of
+    config = _mixtral(recompute="moe")
+    model = load_model(config)
+    tpm = tp_model(model, 1, experts=ExpertSplit(ep=8))
+    layout = layout_of(config, BF16.grad_bytes)
+    assignment = stage_assignment(tpm, layout)
+    (per_chunk,), working, _ = stage_activation_bytes(tpm, assignment, layout)[1]
+    keep = rerun = 0.0
+    for i in assignment[1][0]:
+        layer, spec = tpm.layers[i], tpm.spec.layers[i]
+        if layer.routed_bytes_per_sample:
+            keep += layer.input_bytes_per_sample
+            rerun = max(rerun, spec.activation_bytes_per_sample)
+        else:  # the attention layer opens its block: op keeps the block's input too
+            every = spec.activation_bytes_per_sample
+            kept = min(every, megatron_saved_bytes_per_sample(spec) + layer.input_bytes_per_sample)
+            keep += kept
+            rerun = max(rerun, every - kept)
+    assert per_chunk == pytest.approx(keep, rel=1e-12)
+    assert working == pytest.approx(rerun, rel=1e-12)
+    kept = predict(_mixtral(recompute="megatron")).memory.activations_bytes
+    full = predict(_mixtral(recompute="full")).memory.activations_bytes
+    assert full < predict(config).memory.activations_bytes < kept
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    (dict(model="llama-2-7b", ep=1, recompute="moe"), "--recompute: moe recomputes the MoE layers, but"),
+    (dict(ep=1, pp=1, recompute="moe"), "--recompute: moe is Megatron-Core's, for a tensor/pipeline/expert"),
+    (dict(ep=1, pp=1, recompute="megatron"), "--recompute: megatron is Megatron-Core's"),
+])
+def test_moe_recompute_is_refused_without_experts_or_a_layout(kw, needle):
+    with pytest.raises(ConfigError, match=needle) as err:
+        predict(_mixtral(**kw))
+    assert "\n" not in str(err.value)
+
+
+def test_megatron_recompute_keeps_gemm_inputs_not_residual_outputs_by_hand():
+    """Qwen3-235B at 4096 tokens, one rank (tp 1, ep 1), per sample at 2 bytes: the attention layer
+    keeps q, k, v (8192 + 2 x 512 wide) and the attention output (8192) with its fp32 softmax
+    statistics (64 heads), not o_proj's output; the MoE layer keeps the router's fp32 logits as
+    their 2-byte outputs (128), the permuted tokens (8 copies x 4096 wide) and the first GEMM's
+    output (8 copies x 2 x 1536), not the second GEMM's."""
+    from dpsim.strategies.checkpointing import megatron_saved_bytes_per_sample, op_saved_bytes_per_sample
+    s, h = 4096, 4096
+    model = get_model("qwen3-235b-a22b", seq_len=s, flash_attention=True)
+    attn, moe = model.layers[1], model.layers[2]
+    assert megatron_saved_bytes_per_sample(attn) == s * (8192 + 2 * 512 + 8192) * 2 + s * 64 * 4
+    assert megatron_saved_bytes_per_sample(moe) == s * 128 * 2 + 8 * s * h * 2 + 8 * s * 2 * 1536 * 2
+    assert op_saved_bytes_per_sample(attn) - megatron_saved_bytes_per_sample(attn) == s * h * 2  # o_proj's output

@@ -82,8 +82,75 @@ def test_pipelined_fsdp_offload_keeps_the_working_units_in_place_of_the_gathered
     (dict(strategy="zero2", offload="params+optimizer"), "--offload: params+optimizer"),
     (dict(strategy="zero1", cp=8, offload="params+optimizer"), "--offload: params+optimizer"),
     (dict(strategy="zero3", cp=8, offload="optimizer"), "--offload: optimizer"),
+    (dict(offload="expert-activations"), "--offload: expert-activations offloads the MoE layers' activations"),
 ])
 def test_bad_offload_is_one_line(kw, start):
     with pytest.raises(ConfigError) as err:
         _cfg(**kw)
     assert str(err.value).startswith(start) and "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------ expert activations (Megatron-Core)
+
+
+def _moe(**kw) -> PredictConfig:
+    base = dict(gpus=64, pp=4, ep=8, model="mixtral-8x7b", link="infiniband", gpu="h100", micro_batch=1,
+                global_batch=64, precision="bf16-params", strategy="zero1", steps=1)
+    base.update(kw)
+    return PredictConfig(**base)
+
+
+@pytest.mark.parametrize("recompute, both", [("off", True), ("op", False)])
+def test_expert_activation_offload_takes_the_expert_gemm_input_and_output_off_each_micro_batch(recompute, both):
+    """Per sample of one micro-batch, a chunk keeps less by the first expert GEMM's output of
+    every MoE layer, and its input too where the policy keeps it (op keeps matmul outputs only)."""
+    from dpsim.memory import stage_activation_bytes
+    from dpsim.predict.layout import layout_of
+    from dpsim.strategies.layout import stage_assignment
+    from dpsim.strategies.tensor import ExpertSplit, tp_model
+    from dpsim.workload.precision import get_precision
+    tpm = tp_model(load_model(_moe()), 1, experts=ExpertSplit(ep=8))
+    grad = get_precision("bf16-params").grad_bytes
+    kept, offloaded = (stage_activation_bytes(tpm, stage_assignment(tpm, layout_of(_moe(recompute=recompute,
+                                                                                             offload=o), grad)),
+                                              layout_of(_moe(recompute=recompute, offload=o), grad))[1]
+                       for o in ("off", "expert-activations"))
+    gemms = [op for i in stage_assignment(tpm, layout_of(_moe(), grad))[1][0] for op in tpm.spec.layers[i].ops
+             if op.name == "experts.gate_up"]
+    by_hand = sum(op.m * op.batch * (op.n + (op.k if both else 0)) * 2 for op in gemms)
+    assert len(gemms) == 8 and by_hand > 0
+    assert kept[0][0] - offloaded[0][0] == pytest.approx(by_hand, rel=1e-12)
+    assert offloaded[1] >= kept[1]  # one layer's offloaded bytes are back while it runs its backward
+    full = _moe(recompute="moe", offload="expert-activations")  # a layer rerun from its input offloads nothing
+    assert predict(full).memory.total_bytes == predict(_moe(recompute="moe")).memory.total_bytes
+
+
+def test_expert_activation_copies_cost_only_what_the_block_compute_does_not_hide():
+    from dpsim.hardware import get_gpu
+    from dpsim.predict.layout import layout_of, shard_compute
+    from dpsim.strategies.layout import layer_work
+    from dpsim.strategies.tensor import ExpertSplit, tp_model
+    from dpsim.workload.precision import get_precision
+    config = _moe()
+    precision = get_precision("bf16-params")
+    tpm = tp_model(load_model(config), 1, experts=ExpertSplit(ep=8))
+    layout = layout_of(config, precision.grad_bytes)
+    compute = shard_compute(tpm, get_gpu("h100"), config, precision)
+    base = layer_work(tpm, compute, layout, tp_cost=lambda op, b: 0.0)
+    block = [l.index for l in tpm.layers if l.unit == tpm.layers[-2].unit]
+    fwd = sum(base[i].compute_forward_s for i in block)
+    copies = [0.0] * len(tpm.layers)
+    for small, extra in ((0.25, 0.0), (3.0, 2.0)):  # a copy of a quarter of the block's forward hides in it
+        copies[block[-1]] = small * fwd
+        work = layer_work(tpm, compute, layout, tp_cost=lambda op, b: 0.0, offload_s=copies)
+        assert work[block[-1]].forward_s - base[block[-1]].forward_s == pytest.approx(extra * fwd, rel=1e-9)
+        assert sum(w.forward_s for w in work) - sum(w.forward_s for w in base) == pytest.approx(extra * fwd,
+                                                                                               rel=1e-9)
+
+
+def test_host_link_reads_from_the_topology_and_defaults_to_pcie():
+    from dpsim.topology.load import load_topology_file
+    from pathlib import Path
+    node = load_topology_file(Path(__file__).parents[1] / "validation/systems/gb200-nvl72.yaml").node
+    assert node.host_link_bandwidth_bytes_per_s == 225e9
+    assert resolve_topology(_moe()).spec.node.host_link_bandwidth_bytes_per_s == 0.0  # the PCIe rate then

@@ -21,7 +21,6 @@ from dpsim.workload.compute import (
 )
 from dpsim.workload.precision import get_precision
 from dpsim.workload.roofline import (
-    ATTENTION_FRACTION_OF_PEAK,
     HOST_OVERHEAD_PER_OP_S,
     TRITON_FLASH_SLOWDOWN,
     Efficiencies,
@@ -94,17 +93,21 @@ def test_winograd_only_for_fp32_3x3_stride_1_convolutions_on_cuda_cores():
     assert op_times(conv3, A100, fp32, 64)[0] == pytest.approx(op_times(conv3_s2, A100, fp32, 64)[0])
 
 
-def test_fused_causal_attention_does_half_the_work():
+def test_fused_causal_attention_does_half_the_work_at_a_lower_rate():
     full = AttentionOp(seq=2048, heads=16, head_dim=128, causal=False)
     causal = dataclasses.replace(full, causal=True)
     f_full, b_full = op_times(full, A100, AMP, 4)
     f_causal, b_causal = op_times(causal, A100, AMP, 4)
-    assert f_causal == pytest.approx(f_full / 2) and b_causal == pytest.approx(b_full / 2)
-    assert b_full == pytest.approx(2.5 * f_full)  # the backward recomputes the scores
+    # Half the FLOPs, but each query block loops over half the keys plus a masked diagonal block.
+    assert f_full / 2 < f_causal < f_full and b_full / 2 < b_causal < b_full
+    assert b_full > 2.5 * f_full  # the backward recomputes the scores, at a lower rate
 
 
 def test_flash_attention_is_slower_relative_to_peak_on_hopper():
-    assert ATTENTION_FRACTION_OF_PEAK["hopper"] < ATTENTION_FRACTION_OF_PEAK["ampere"]
+    op = AttentionOp(seq=4096, heads=32, head_dim=128, causal=True)
+    flops = op.flops_per_sample * 0.5
+    assert flops / op_times(op, H100, AMP, 1)[0] / H100.peak_rate("bfloat16") \
+        < flops / op_times(op, A100, AMP, 1)[0] / A100.peak_rate("bfloat16")
 
 
 def test_eager_attention_streams_the_score_matrix():
@@ -271,7 +274,7 @@ def test_triton_flash_attention_is_slower_than_sdpa():
     triton = dataclasses.replace(sdpa, kernel="triton")
     assert sum(op_times(triton, A100, AMP, 8)) == pytest.approx(TRITON_FLASH_SLOWDOWN * sum(op_times(sdpa, A100, AMP, 8)))
     with pytest.raises(Exception, match="kernel"):
-        AttentionOp(seq=8, heads=1, head_dim=8, kernel="cudnn")
+        AttentionOp(seq=8, heads=1, head_dim=8, kernel="xformers")
 
 
 def test_a_convolution_moves_its_input_not_its_im2col_matrix():

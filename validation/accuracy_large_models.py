@@ -10,7 +10,7 @@ row publishes and nothing else:
   benchmark configurations ``accuracy_compute.py`` uses), SwiGLU rows as Llama blocks (RMSNorm,
   RoPE, grouped KV heads) with the row's hidden size, layers, heads, KV heads, MLP width,
   vocabulary and sequence; fused attention everywhere, llm-foundry's Triton kernel where the row
-  ran ``attn_impl: triton``;
+  ran ``attn_impl: triton``, cuDNN's where it names ``cudnn`` (FlashAttention-2 otherwise);
 - the cluster: a topology preset or a file in ``validation/systems/`` written from the
   interconnect the row publishes (:data:`SYSTEMS`; where the source states no network the
   assumption is named there and in the row's "assumed" column);
@@ -84,6 +84,11 @@ def published_mfu_peak_flops(row: dict) -> float:
 A100_40GB_BYTES = GPU_PRESETS["a100-40gb"].memory_bytes
 """A100 SXM4 40GB memory (the ``a100-40gb`` preset's, as the driver reports it): the rows on it are run
 with the ``a100`` (80 GB) preset and their fit verdict is taken against this capacity instead."""
+
+GB300_BYTES = 279e9
+"""GB300 (Blackwell Ultra) memory, 279 GB HBM3e per GPU (verda.com/blog/gb300-nvl72-architecture,
+per-GPU specifications table; NVIDIA's GB300 NVL72 gives about 20 TB for 72 GPUs): the rows on it run
+with the closest preset, ``gb200`` (186 GB), and their fit verdict is taken against this capacity."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,7 +236,9 @@ class Job:
 def model_of(row: dict) -> ModelSpec:
     """The row's model (see the module docstring)."""
     seq = int(row["seq_len"])
-    fused_kernel = "triton" if row["attention"].startswith("triton") else None
+    # llm-foundry's Triton kernel, or cuDNN's fused attention where the row names it (MaxText's
+    # cudnn_flash_te); every other fused row runs FlashAttention-2 (SDPA's flash backend).
+    fused_kernel = "triton" if row["attention"].startswith("triton") else "cudnn" if "cudnn" in row["attention"] else None
     if row["model"] in list_models():
         model = get_model(row["model"], seq_len=seq, flash_attention=True)
     elif row["ffn_act"] == "gelu":
@@ -274,10 +281,13 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         full = True
     elif checkpointing.startswith("none"):
         full = False
+    elif checkpointing.startswith("selective") and moe and re.search(r"\bmoe\b(?!_)", checkpointing):
+        full = "moe"  # Megatron-Core's --recompute-modules moe: each MoE layer recomputed whole
+        assumed.append("the recomputed norms' time as op-level recomputation's (every element-wise op)")
     elif checkpointing.startswith("selective") and moe:
-        full = "op"
-        assumed.append(f"Megatron's {checkpointing} recomputation (--recompute-modules of element-wise work) as "
-                       f"--recompute op: matmul and attention outputs kept, the rest recomputed")
+        full = "megatron"  # Megatron-Core's --recompute-modules of element-wise work (layernorm, moe_act)
+        assumed.append(f"Megatron's {checkpointing} recomputation's time as op-level recomputation's (every "
+                       f"element-wise op)")
     elif checkpointing.startswith("selective"):
         full = "op"
         assumed.append("selective remat (minimal_flash) as --recompute op: matmul and attention outputs kept, "
@@ -332,6 +342,8 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         if re.search(r"dispatcher DeepEP|DeepEP dispatcher|HybridEP dispatcher", text):
             # DeepEP's normal kernels: one RDMA transfer per destination server, NVLink forwarding there.
             kw["moe_a2a"] = "hierarchical"
+        if re.search(r"activation offloading \(expert_fc1, moe_act\)|--offload-modules expert_fc1 moe_act", text):
+            kw["offload"] = "expert-activations"  # Megatron-Core's fine-grained activation offloading
         if "A2A_OVERLAP=1" in text or "all-to-all hidden behind compute" in text:
             assumed.append("the all-to-all overlapped with another micro-batch's compute (A2A_OVERLAP) not "
                            "modelled: it blocks the compute stream")
@@ -344,6 +356,8 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     if compute_efficiency is not None:
         kw["compute_efficiency"] = compute_efficiency
     capacity = A100_40GB_BYTES if "40GB" in row["system"] or "40G " in row["system"] else None
+    if row["gpu_published"].startswith("GB300"):
+        capacity = GB300_BYTES
     return Job(config=PredictConfig(**kw), model=model_of(row), assumed=tuple(assumed), capacity_bytes=capacity)
 
 

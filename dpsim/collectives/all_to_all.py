@@ -13,7 +13,13 @@ ways to run it:
   domain"; Megatron-LM's ``flex`` token dispatcher runs DeepEP). So a GPU sends one NIC message
   per destination server, on its own rail, carrying what every GPU of that server receives
   from it, and the NVLink links carry the forwarded bytes too. Inside one server (or one
-  NVLink domain) it is the flat one.
+  NVLink domain) it is the flat one. A token routed to several experts on one server crosses
+  the network once and is copied there (DeepEP's normal kernels dispatch a token once per
+  destination RDMA rank, then over NVLink to each GPU holding its experts; DeepSeek-V3,
+  arXiv:2412.19437, Sec. 3.2.2, sends each token over IB once per target node and forwards it
+  over NVLink there, its node-limited routing capping those nodes at 4): ``node_dedup``
+  scales the NIC bytes to the distinct servers a token reaches over the copies sent there
+  (:func:`node_dedup_factor`; 1 without de-duplication).
 
 **Bandwidth.** Flows are routed on the network model the other collectives use (the
 communicator's :class:`~dpsim.network.tiers.TierNetwork`, through
@@ -50,6 +56,7 @@ from dpsim.collectives.groups import Communicator
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.collectives.nccl_tuning import PROTOCOLS
 from dpsim.errors import ConfigError
+from dpsim.network.loadmap import FamilyLoad
 from dpsim.network.model import CrossingFlows, ServerFlows
 from dpsim.units import US, KiB
 
@@ -92,6 +99,30 @@ class AllToAllCost:
     """Its bandwidth part: the busiest link's bytes over its capacity."""
 
 
+# ---------------------------------------------------------------------------- de-duplication
+def expected_distinct_groups(experts: int, top_k: int, groups: int) -> float:
+    """Expected number of distinct groups (servers) a token's ``top_k`` experts fall in, when the
+    ``experts`` are split evenly and contiguously over ``groups`` and every set of ``top_k``
+    distinct experts is equally likely (balanced routing): each group is missed with probability
+    ``C(experts - experts/groups, top_k) / C(experts, top_k)``."""
+    if groups <= 1:
+        return 1.0
+    per = experts // groups
+    assert per * groups == experts and 1 <= top_k <= experts, (experts, top_k, groups)
+    missed = math.comb(experts - per, top_k) / math.comb(experts, top_k)
+    return groups * (1.0 - missed)
+
+
+def node_dedup_factor(experts: int, top_k: int, nodes: int) -> float:
+    """The network bytes of a de-duplicating all-to-all over those of one message per copy: the
+    distinct remote servers a token reaches over its ``top_k (nodes - 1) / nodes`` copies sent to
+    remote servers (balanced routing, :func:`expected_distinct_groups`; the same for every remote
+    server by symmetry). 1 on one server or with one expert per server; never above 1."""
+    if nodes <= 1:
+        return 1.0
+    return min(1.0, expected_distinct_groups(experts, top_k, nodes) / top_k)
+
+
 # ---------------------------------------------------------------------------- validation
 def check_algorithm(algorithm: str) -> str:
     """``algorithm`` if it is an all-to-all algorithm, else a one-line ConfigError."""
@@ -117,6 +148,12 @@ def _check_traffic(comm: Communicator, traffic_bytes) -> np.ndarray:
     return t
 
 
+def _check_dedup(value) -> float:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0.0 < value <= 1.0):
+        raise ConfigError(f"node_dedup: {value!r} is not valid; expected a number in (0, 1]")
+    return float(value)
+
+
 def _check_positive(name: str, value, low: float) -> float:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= low):
         raise ConfigError(f"{name}: {value!r} is not valid; expected a finite number >= {low:g}")
@@ -124,6 +161,9 @@ def _check_positive(name: str, value, low: float) -> float:
 
 
 # ---------------------------------------------------------------------------- the fabric
+_UniformFamily = tuple[str, "FamilyLoad | None", "FamilyLoad | None", float, bool]
+"""A link family under uniform traffic: class, loads from flows inside and between servers, capacity, NIC."""
+
 class _Fabric:
     """One communicator's network, NCCL facts and latencies (memoised per topology)."""
 
@@ -143,7 +183,7 @@ class _Fabric:
         self.intra_hop_s, self.inter_hop_s = intra, inter
         self.base_s = (self.facts.base_latency_us("ring", PROTOCOLS.index("Simple")) * US
                        + self.nccl.costs.call_overhead_s)
-        self._uniform: dict[str, list[tuple[str, float, float, bool]] | None] = {}
+        self._uniform: dict[str, list[_UniformFamily] | None] = {}
 
     @cached_property
     def nic_mask(self) -> np.ndarray:
@@ -169,9 +209,10 @@ class _Fabric:
         return self.base_s + rounds(intra_peers) * self.intra_hop_s + rounds(inter_peers) * self.inter_hop_s
 
     # ------------------------------------------------------------------ uniform, by symmetry
-    def uniform_loads(self, algorithm: str) -> list[tuple[str, float, float, bool]] | None:
-        """Per link family, ``(class, busiest link's bytes per byte of one pair, capacity, NIC)``
-        when every pair of ranks exchanges the same bytes (``None``: no symmetric form)."""
+    def uniform_loads(self, algorithm: str) -> list[_UniformFamily] | None:
+        """Per link family, ``(class, its links' bytes per byte of one pair from the flows inside
+        servers, the same from the flows between servers, capacity, NIC)`` when every pair of ranks
+        exchanges the same bytes (``None``: no symmetric form)."""
         if algorithm in self._uniform:
             return self._uniform[algorithm]
         fams = self.network.families()
@@ -195,19 +236,28 @@ class _Fabric:
                     lanes = CrossingFlows(src_server=a[edges], dst_server=b[edges], src_local=si.ravel(),
                                           dst_local=di.ravel(), weight=1.0)
                 crossing = (lanes,)
-            loads = self.network.symmetric_loads(server=server if g > 1 else None, crossing=crossing)
-            if loads is not None:
+            # Only the hierarchical path de-duplicates what crosses servers: count it apart there.
+            apart = hier and bool(crossing)
+            inside = self.network.symmetric_loads(server=server if g > 1 else None,
+                                                  crossing=() if apart else crossing)
+            across = self.network.symmetric_loads(crossing=crossing) if apart else None
+            if inside is not None and (across is not None or not apart):
                 classes = self.network.link_classes
-                out = [(classes[fams[k].link_class], f.max(), fams[k].capacity_bytes_per_s, fams[k].nic)
-                       for k, f in loads.families.items() if f.max() > 0]
+                out = []
+                for k in fams:
+                    a = inside.families.get(k)
+                    b = across.families.get(k) if across is not None else None
+                    if (a is not None and a.max() > 0) or (b is not None and b.max() > 0):
+                        out.append((classes[fams[k].link_class], a, b, fams[k].capacity_bytes_per_s, fams[k].nic))
         self._uniform[algorithm] = out
         return out
 
     # ------------------------------------------------------------------ any matrix, flow by flow
-    def link_bytes(self, traffic: np.ndarray, algorithm: str) -> tuple[np.ndarray, np.ndarray]:
+    def link_bytes(self, traffic: np.ndarray, algorithm: str, node_dedup: float = 1.0
+                   ) -> tuple[np.ndarray, np.ndarray]:
         """``(bytes, NIC-time bytes)`` on every link of the network: what each link carries, and
         the same with each flow's bytes stretched by the NIC's per-message overhead (used on NIC
-        links only)."""
+        links only); the hierarchical path's messages between servers scaled by ``node_dedup``."""
         n = self.n_ranks
         src, dst = np.nonzero(traffic * (1 - np.eye(n)))
         size = traffic[src, dst]
@@ -223,7 +273,7 @@ class _Fabric:
             # One NIC message per (sender, target server), carrying all that server's share.
             key = src[far] * n + rail
             uniq, inv = np.unique(key, return_inverse=True)
-            agg = np.bincount(inv, weights=size[far])
+            agg = np.bincount(inv, weights=size[far]) * node_dedup
             hops_s.append(uniq // n), hops_d.append(uniq % n), hops_b.append(agg), hops_msg.append(agg)
             fwd = rail != dst[far]
             hops_s.append(rail[fwd]), hops_d.append(dst[far][fwd]), hops_b.append(size[far][fwd])
@@ -287,17 +337,21 @@ def _result(fab: _Fabric, algorithm: str, transfer_s: float, link_class: str, la
                         bottleneck=bottleneck, algorithm=algorithm, latency_s=latency_s, transfer_s=transfer_s)
 
 
-def all_to_all_cost(comm: Communicator, traffic_bytes: np.ndarray, *, algorithm: str = "flat") -> AllToAllCost:
+def all_to_all_cost(comm: Communicator, traffic_bytes: np.ndarray, *, algorithm: str = "flat",
+                    node_dedup: float = 1.0) -> AllToAllCost:
     """The cost of one all-to-all on ``comm`` where rank ``i`` sends ``traffic_bytes[i, j]`` to
-    rank ``j`` (the diagonal stays local); every flow routed on the communicator's network."""
+    rank ``j`` (the diagonal stays local); every flow routed on the communicator's network. With
+    ``hierarchical``, ``node_dedup`` (in (0, 1]) scales what crosses between servers
+    (:func:`node_dedup_factor`)."""
     check_algorithm(algorithm)
+    dedup = _check_dedup(node_dedup)
     traffic = _check_traffic(comm, traffic_bytes)
     fab = _fabric(comm)
     off = traffic * (1 - np.eye(fab.n_ranks))
     send, recv = float(off.sum(axis=1).max(initial=0.0)), float(off.sum(axis=0).max(initial=0.0))
     if send <= 0:
         return _result(fab, algorithm, 0.0, "none", 0.0, 0.0, 0.0)
-    carried, nic_time = fab.link_bytes(traffic, algorithm)
+    carried, nic_time = fab.link_bytes(traffic, algorithm, dedup)
     net = fab.network
     cap = net.capacity_bytes_per_s
     nic = fab.nic_mask
@@ -308,13 +362,23 @@ def all_to_all_cost(comm: Communicator, traffic_bytes: np.ndarray, *, algorithm:
                    latency, send, recv)
 
 
+def _family_max(inside: FamilyLoad | None, across: FamilyLoad | None, dedup: float) -> float:
+    """The busiest link of a family carrying ``inside`` and ``dedup`` times ``across``."""
+    if across is None:
+        return inside.max() if inside is not None else 0.0
+    across = across.scaled(dedup) if dedup != 1.0 else across
+    return (inside + across).max() if inside is not None else across.max()
+
+
 def uniform_all_to_all_cost(comm: Communicator, bytes_per_rank: float, *, load_factor: float = 1.0,
-                            algorithm: str = "flat") -> AllToAllCost:
+                            algorithm: str = "flat", node_dedup: float = 1.0) -> AllToAllCost:
     """The cost of an all-to-all where every rank sends ``bytes_per_rank`` spread evenly over all
     ranks (itself included: that share stays local), the busiest rank ``load_factor`` times that
-    (routing imbalance: its links then pace the exchange). Equal to :func:`all_to_all_cost` of
-    the uniform matrix at ``load_factor`` 1; counted by symmetry and memoised per communicator."""
+    (routing imbalance: its links then pace the exchange), ``hierarchical``'s bytes between servers
+    scaled by ``node_dedup``. Equal to :func:`all_to_all_cost` of the uniform matrix at
+    ``load_factor`` 1; counted by symmetry and memoised per communicator."""
     check_algorithm(algorithm)
+    dedup = _check_dedup(node_dedup)
     size = _check_positive("bytes_per_rank", bytes_per_rank, 0.0)
     factor = _check_positive("load_factor", load_factor, 1.0)
     fab = _fabric(comm)
@@ -324,13 +388,17 @@ def uniform_all_to_all_cost(comm: Communicator, bytes_per_rank: float, *, load_f
     pair = size / n * factor
     moved = pair * (n - 1)
     families = fab.uniform_loads(algorithm)
+    hier = fab.hierarchical_here(algorithm)
+    if not hier:
+        dedup = 1.0
     if families is None:
-        cost = all_to_all_cost(comm, np.full((n, n), pair), algorithm=algorithm)
+        cost = all_to_all_cost(comm, np.full((n, n), pair), algorithm=algorithm, node_dedup=dedup)
         return cost
-    msg = pair * (fab.gpn if fab.hierarchical_here(algorithm) else 1)
+    msg = pair * (fab.gpn * dedup if hier else 1)
     scale = fab.nic_scale(msg)
     transfer, cls = 0.0, "none"
-    for link_class, load, cap, is_nic in families:
+    for link_class, inside, across, cap, is_nic in families:
+        load = _family_max(inside, across, dedup)
         t = load * pair / (cap * (scale if is_nic else 1.0))
         if t > transfer:
             transfer, cls = t, link_class

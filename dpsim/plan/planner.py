@@ -535,7 +535,8 @@ class Planner:
                           accumulate_s=accumulate,
                           cp_cost=(lambda op, size: context_comm_s(gc, cost, op, size)) if c.cp > 1 else None,
                           cp_model=self.model if c.cp > 1 else None,
-                          ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.parallelism.moe_a2a))
+                          ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.parallelism.moe_a2a,
+                                                                self.model.moe))
                           if c.ep > 1 else None, gpu=self.gpu)
         tab = self._tables[key] = _Tables(work)
         return tab

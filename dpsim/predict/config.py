@@ -51,7 +51,7 @@ from dpsim.limits import (
 )
 from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
-from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES
+from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES, offloads_optimizer
 from dpsim.strategies.registry import BUCKET_CAP_MB, check_fsdp_options, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
@@ -89,13 +89,13 @@ MoeA2a = Literal["flat", "hierarchical"]
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
 Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed", "zb-h1", "dualpipe"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
-Recompute = Literal["off", "selective", "op", "full"]
+Recompute = Literal["off", "selective", "op", "full", "megatron", "moe"]
 """``--recompute``: the keys of :data:`dpsim.strategies.checkpointing.RECOMPUTE`."""
 FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
 FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
 """``--fsdp-accumulate``: the keys of :data:`dpsim.strategies.registry.FSDP_ACCUMULATE`."""
-Offload = Literal["off", "optimizer", "params+optimizer"]
+Offload = Literal["off", "optimizer", "params+optimizer", "expert-activations"]
 """``--offload``: the keys of :data:`dpsim.strategies.offload.OFFLOAD`."""
 CpComm = Literal["p2p", "all-gather", "a2a"]
 """``--cp-comm``: the keys of :data:`dpsim.strategies.context.CP_COMM`."""
@@ -379,15 +379,21 @@ class ExecutionConfig:
     recompute: Recompute = "off"
     """Activation checkpointing of every layout: selective (attention core only, Megatron), op (keep
     matmul and attention outputs, recompute the other ops of each block, torchtitan's op-level
-    policy) or full (each block keeps its input and re-runs its forward in backward)."""
+    policy), full (each block keeps its input and re-runs its forward in backward), megatron
+    (Megatron-Core's --recompute-modules layernorm moe_act: norms and the experts' activation
+    recomputed, each layer keeping what its modules save) or moe (each MoE layer keeps its input and
+    re-runs its whole forward, all-to-alls included, the other layers as megatron: Megatron-Core's
+    --recompute-modules moe layernorm)."""
     recompute_every: int = field(default=1, metadata=_count())
     """With --recompute full: checkpoint every k-th block only (the k-th, 2k-th, ...), the others keep
     their activations."""
     offload: Offload = "off"
     """CPU offload of the sharded optimizer (DeepSpeed): optimizer (ZeRO-Offload: fp32 master, Adam
     moments and gradient shard in host memory, the Adam step on the CPU, the updated shard copied
-    back over PCIe) or params+optimizer (DeepSpeed offload_param: the parameter shard on the host too; zero3,
-    or fsdp with --tp/--cp/--pp)."""
+    back over PCIe), params+optimizer (DeepSpeed offload_param: the parameter shard on the host too; zero3,
+    or fsdp with --tp/--cp/--pp), or expert-activations (a layout's MoE layers copy their expert GEMM
+    and gated-activation inputs to the host, overlapped with compute: Megatron-Core's --offload-modules
+    expert_fc1 moe_act)."""
 
     @property
     def checkpointing(self) -> CheckpointPolicy:
@@ -629,7 +635,10 @@ class PredictConfig:
         if c.gpus % shard:
             raise ConfigError(f"--gpus: {c.gpus} is not a multiple of --tp {p.tp} x --pp {p.pp}"
                               f"{f' x --cp {p.cp}' if cp else ''} = {shard}")
-        if e.offload != "off":
+        if e.offload == "expert-activations" and not p.layout_active:
+            raise ConfigError("--offload: expert-activations offloads the MoE layers' activations of an "
+                              "expert-parallel layout; give --ep (or --tp/--pp), or leave it out")
+        if offloads_optimizer(e.offload):
             takers = OFFLOAD_STRATEGIES if e.offload == "optimizer" else PARAM_OFFLOAD_STRATEGIES
             layout = p.layout_active
             allowed = [s for s in takers if (s in LAYOUT_DP_STRATEGIES if layout else s != "fsdp")]
@@ -694,6 +703,9 @@ class PredictConfig:
                               f"{e.recompute}; give one of them")
         check_recompute(e.checkpointing.mode, e.recompute_every)
         if not p.layout_active:
+            if e.recompute in ("megatron", "moe"):
+                raise ConfigError(f"--recompute: {e.recompute} is Megatron-Core's, for a tensor/pipeline/expert "
+                                  f"layout; give --tp, --pp or --ep, or choose op or full")
             if not p.grad_accum_fusion:
                 raise ConfigError("--no-grad-accum-fusion: applies with --tp or --pp above 1 (Megatron's "
                                   "gradient buffers); leave it out")

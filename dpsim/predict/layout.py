@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from dpsim.collectives.all_to_all import uniform_all_to_all_cost
+from dpsim.collectives.all_to_all import node_dedup_factor, uniform_all_to_all_cost
 from dpsim.collectives.groups import (
     GroupCollectives,
     LayoutShape,
@@ -63,7 +63,7 @@ from dpsim.strategies.pipeline import (
 )
 from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.context import check_context, cp_buffer_bytes, cp_shard
-from dpsim.strategies.offload import host_step_s, param_fetches
+from dpsim.strategies.offload import expert_offload_bytes_per_sample, host_step_s, offloads_optimizer, param_fetches
 from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.workload.routing import RankLoad, parse_routing, rank_load
 from dpsim.topology.cluster import Topology
@@ -120,6 +120,9 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
                               f"{config.workload.model} found none (no ModuleList of blocks); use --pp 1")
     check_tp(model, par.tp)
     check_experts(model, config.parallelism)
+    if model.moe is None and config.execution.recompute == "moe":
+        raise ConfigError(f"--recompute: moe recomputes the MoE layers, but {model.name} is dense; choose op, "
+                          f"selective or full")
     heads = _heads(source)
     if heads is not None and par.tp > 1 and any(h % par.tp for h in heads):
         what = (f"{heads[0]} attention heads" if len(heads) == 1 or heads[0] == heads[1]
@@ -192,13 +195,29 @@ def context_comm_s(collectives: GroupCollectives, cost, op: str, size: float) ->
     return cost("cp", op, size)
 
 
-def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: str) -> float:
+def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: str, moe=None) -> float:
     """One dispatch (or combine) all-to-all on the ``ep`` communicator ``comm``: the routed
-    copies less what capacity drops, the busiest rank's links pacing the exchange."""
+    copies less what capacity drops, the busiest rank's links pacing the exchange. ``hierarchical``
+    sends a token once to each server holding some of its experts (``moe``'s experts and top-k
+    over the servers the group spans: :func:`~dpsim.collectives.all_to_all.node_dedup_factor`,
+    the balanced closed form whatever the routing)."""
     dropped = load.dropped_fraction if load is not None else 0.0
+    dedup = (node_dedup_factor(moe.experts, moe.top_k, comm.topology.n_nodes)
+             if moe is not None and algorithm == "hierarchical" else 1.0)
     return uniform_all_to_all_cost(comm, bytes_per_rank * (1.0 - dropped),
                                    load_factor=max(1.0, load.mean_busiest_factor if load else 1.0),
-                                   algorithm=algorithm).time_s
+                                   algorithm=algorithm, node_dedup=dedup).time_s
+
+
+def activation_offload_s(tpm: TpModel, layout: Layout, node, act_element_bytes: int) -> tuple[float, ...]:
+    """Per layer, one micro-batch's ``--offload expert-activations`` copy in one direction over the
+    GPU's host link (:func:`~dpsim.strategies.offload.expert_offload_bytes_per_sample`); empty
+    without that offload."""
+    if layout.offload != "expert-activations":
+        return ()
+    rate = node.host_link_bandwidth_bytes_per_s or node.pcie_bandwidth_bytes_per_s
+    scale = layout.micro_batch * act_element_bytes / 2.0 / rate
+    return tuple(expert_offload_bytes_per_sample(spec, layout.recompute) * scale for spec in tpm.spec.layers)
 
 
 def model_source(config: PredictConfig) -> str:
@@ -373,7 +392,7 @@ def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
     flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches)
     stages = layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
                                  in_flight=flights, activations=activations)
-    if layout.offload != "off":
+    if offloads_optimizer(layout.offload):
         stages = _offloaded(stages, tpm, assignment, layout, precision)
     if layout.cp == 1:
         return stages
@@ -461,19 +480,21 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         return context_comm_s(collectives, cost, op, size)
 
     def ep_cost(bytes_per_rank: float) -> float:
-        return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.parallelism.moe_a2a)
+        return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.parallelism.moe_a2a, model.moe)
 
     scale, opt_scale = _scales(config, model, gpu, precision, compute)
     shard = shard_compute(tpm, gpu, config, precision)
     act = _act_bytes(precision)
     accumulate = () if layout.grad_accum_fusion else gradient_accumulation_s(tpm, gpu, precision.grad_bytes)
     shares = recompute_shares(tpm.spec, config.execution.checkpointing, gpu=gpu, precision=precision,
-                              micro_batch=config.workload.micro_batch) if config.execution.recompute == "op" else None
+                              micro_batch=config.workload.micro_batch) \
+        if config.execution.recompute in ("op", "megatron", "moe") else None
     work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
                       overlap_slowdown=config.calibration.overlap_slowdown, comm_slowdown=comm_slowdown,
                       accumulate_s=accumulate, recompute_share=shares,
                       cp_cost=cp_cost if layout.cp > 1 else None, cp_model=model if layout.cp > 1 else None,
-                      ep_cost=ep_cost if layout.ep > 1 else None, gpu=gpu)
+                      ep_cost=ep_cost if layout.ep > 1 else None, gpu=gpu,
+                      offload_s=activation_offload_s(tpm, layout, topology.spec.node, act))
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
     hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
@@ -488,7 +509,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     experts = [sum(c.expert_grad_numel for c in stage) for stage in chunks]
     optimizer_s = [per_param_opt * (-(-(m.params_per_gpu - e) // d) + -(-e // layout.edp) if sharded_opt
                                     else m.params_per_gpu) for m, e in zip(memory, experts)]
-    if layout.offload != "off":
+    if offloads_optimizer(layout.offload):
         ranks = min(topology.gpus_per_node, topology.n_gpus)
         fetches = param_fetches(layout.offload, layout.recompute == "full")
         optimizer_s = [host_step_s(-(-m.params_per_gpu // d), ranks, topology.spec.node, precision.weight_bytes,

@@ -26,6 +26,24 @@ parallelism alone the ``--fsdp-unit``), never the root layers.
   ``CheckpointPolicy.MUST_SAVE`` for the save list, ``PREFER_RECOMPUTE`` otherwise, through
   ``torch.utils.checkpoint.create_selective_checkpoint_contexts``). A layer known only by its
   FLOPs (no ops) keeps everything and recomputes nothing.
+- ``megatron``: Megatron-Core's ``--recompute-granularity selective --recompute-modules
+  layernorm moe_act`` (both "use output-discarding checkpointing",
+  ``TransformerConfig.recompute_modules``): the norms' and the experts' activation's outputs
+  are dropped and recomputed, and each layer keeps what Megatron-Core's modules save for their
+  backward (:func:`megatron_saved_bytes_per_sample`): what ``op`` keeps, less the output of a
+  layer's last GEMM (it feeds the residual add, which saves nothing) and of the routed experts'
+  second GEMM (Megatron-Core v0.13 moved the router probabilities from the unpermutation into
+  the activation, so unpermuting saves nothing: ``megatron/core/transformer/moe/README.md``,
+  "Memory efficient token permutation"), plus the permuted tokens the experts' first GEMM
+  reads (the dispatch all-to-all's output, which no recomputation rebuilds). Its recomputation
+  time is counted as ``op``'s (every element-wise op, an upper bound of the norms and the
+  activation).
+- ``moe``: Megatron-Core's ``--recompute-modules moe layernorm``: each MoE layer is
+  checkpointed whole ("moe": recompute the MoE layer, with normal checkpointing): it keeps
+  only its input and re-runs its forward, the router, the dispatch all-to-all, the experts and
+  the combine all-to-all, before its backward, one MoE layer's activations alive again
+  meanwhile; every other layer as ``megatron``. Layouts only (the all-to-all it re-runs is
+  expert parallelism's).
 
 Saved matmul outputs are counted at 2 bytes per element (16-bit activations), like the
 catalog's activation estimates; :mod:`dpsim.memory` doubles both under fp32 compute.
@@ -49,6 +67,10 @@ RECOMPUTE: dict[str, str] = {
     "op": "keep matmul and attention outputs, recompute the other ops of each block (torchtitan's op-level "
           "selective checkpointing)",
     "full": "keep each block's input, recompute its forward before its backward (every --recompute-every-th block)",
+    "megatron": "keep what Megatron-Core's modules save, recompute the norms and the experts' activation "
+                "(--recompute-modules layernorm moe_act)",
+    "moe": "keep each MoE layer's input, recompute the whole layer, all-to-alls included (Megatron-Core's "
+           "--recompute-modules moe layernorm); the other layers as megatron",
 }
 """``--recompute`` choices."""
 
@@ -80,7 +102,9 @@ class CheckpointPolicy:
         """A few words for a report title ("" when nothing is recomputed)."""
         if self.mode == "full":
             return "activation checkpointing" + (f" of one block in {self.every}" if self.every != 1 else "")
-        return {"off": "", "selective": "selective recomputation", "op": "op-level checkpointing"}[self.mode]
+        return {"off": "", "selective": "selective recomputation", "op": "op-level checkpointing",
+                "megatron": "selective recomputation of norms and activations", "moe": "MoE-layer recomputation"
+                }[self.mode]
 
     def checkpoints(self, position: int) -> bool:
         """Whether the block at ``position`` (0-based, forward order, root excluded) is checkpointed."""
@@ -142,6 +166,27 @@ def op_saved_bytes_per_sample(layer: LayerSpec) -> float | None:
     return total
 
 
+_RESIDUAL_GEMMS = ("o_proj", "down_proj", "c_proj", "out_proj", "output.dense", "experts.down")
+"""Names (ends) of the GEMMs whose output Megatron-Core's modules do not keep: a block's output
+projection (its residual add saves nothing) and the routed experts' second GEMM (unpermuting saves
+nothing once the probabilities are applied in the activation)."""
+
+
+def megatron_saved_bytes_per_sample(layer: LayerSpec) -> float | None:
+    """What ``megatron`` keeps of a layer per sample (see the module docstring): ``op``'s matmul
+    and attention outputs less those of :data:`_RESIDUAL_GEMMS`, plus the permuted tokens the
+    routed experts' first GEMM reads; ``None`` for a layer without ops."""
+    saved = op_saved_bytes_per_sample(layer)
+    if saved is None:
+        return None
+    for op in layer.ops:
+        if isinstance(op, MatmulOp) and op.name.endswith(_RESIDUAL_GEMMS):
+            saved -= op.m * op.n * op.batch * _ACTIVATION_ELEMENT_BYTES
+        elif isinstance(op, MatmulOp) and op.name == "experts.gate_up":
+            saved += op.m * op.k * op.batch * _ACTIVATION_ELEMENT_BYTES
+    return saved
+
+
 def op_recompute_share(layer: LayerSpec, gpu: GpuSpec | None, precision: Precision, micro_batch: int) -> float:
     """Share of a layer's forward time that ``op`` re-runs: its memory-bound ops (and eager
     attention), costed by the roofline on ``gpu``; 0 for a layer without ops or no GPU."""
@@ -173,4 +218,6 @@ def recompute_shares(model: ModelSpec, policy: CheckpointPolicy, *, gpu: GpuSpec
         return None
     if policy.mode == "selective":
         return tuple(selective_recompute_s(layer, 1.0) for layer in tp_model(model, 1).layers)
+    # ``megatron`` re-runs at most what op does; ``moe``: the MoE layers re-run all of their
+    # forward (the layout's work sets theirs), the others as megatron.
     return tuple(op_recompute_share(layer, gpu, precision, micro_batch) for layer in model.layers)

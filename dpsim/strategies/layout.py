@@ -41,6 +41,7 @@ from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
 from dpsim.strategies.context import ContextParallel, layer_cp_comm, model_hidden
 from dpsim.strategies.checkpointing import RECOMPUTE, CheckpointPolicy, checkpointed, selective_recompute_s
+from dpsim.strategies.offload import offload_exposed_s
 from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpComm, TpModel, chunked_gemm_loss, layer_tp_comm
 from dpsim.workload.compute import ComputeProfile
 from dpsim.workload.roofline import Efficiencies, memory_term
@@ -126,7 +127,8 @@ class Layout:
     cp_balance: bool = True
     """Causal load balancing of the context-parallel split."""
     offload: str = "off"
-    """A key of :data:`~dpsim.strategies.offload.OFFLOAD`: the sharded optimizer (and parameters) on the host."""
+    """A key of :data:`~dpsim.strategies.offload.OFFLOAD`: the sharded optimizer (and parameters), or the
+    MoE layers' expert activations, on the host."""
 
     ep: int = 1
     """Expert-parallel ranks of a mixture of experts: carved, with ``etp``, out of the ``tp x cp x dp``
@@ -383,7 +385,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                time_scale: float = 1.0, overlap_slowdown: float = 0.0, comm_slowdown: float = 0.0,
                accumulate_s: Sequence[float] = (), recompute_share: Sequence[float] | None = None,
                cp_cost: Callable[[str, float], float] | None = None, cp_model: ModelSpec | None = None,
-               ep_cost: Callable[[float], float] | None = None, gpu: GpuSpec | None = None) -> tuple[LayerWork, ...]:
+               ep_cost: Callable[[float], float] | None = None, gpu: GpuSpec | None = None,
+               offload_s: Sequence[float] = ()) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
     ``shard_compute`` is the compute profile of ``tpm.spec`` at the layout's micro-batch;
@@ -411,11 +414,18 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     all-to-all in which each rank sends ``bytes`` (its ``top_k`` token copies), run four times
     per micro-batch, dispatch and combine in forward and their reverses in backward, each
     blocking the compute stream (the expert GEMMs need the tokens, the next layer the
-    combined output); a block recomputed in full runs its forward pair again.
+    combined output); a block recomputed in full runs its forward pair again, and so does an MoE
+    layer under ``moe`` recomputation (which re-runs the MoE layers whole, the others as ``op``).
 
     ``async`` tensor-parallel overlap (``gpu`` needed) adds to each layer's compute what its
     decomposition costs (:attr:`~dpsim.strategies.tensor.TpComm.forward_compute_s`), and its
     hidden copies, on the copy engines, take no SMs from the GEMMs: no ``overlap_slowdown``.
+
+    ``offload_s``: per layer, one micro-batch's activation copy to the host in forward (and back
+    in backward), ``--offload expert-activations``
+    (:func:`~dpsim.strategies.offload.expert_offload_bytes_per_sample`): a block's copies run on a
+    side stream beside its compute in that pass, and only what its compute does not cover
+    (:func:`~dpsim.strategies.offload.offload_exposed_s`) is added to the block's last layer.
     """
     # Compute lost per second of hidden collective: overlap_slowdown / (1 + overlap_slowdown)
     # per second beside the GEMM, and a hidden second lasts 1 + comm_slowdown seconds there.
@@ -461,9 +471,15 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
             recompute_exposed[last] = sum(comms[i].forward_exposed_s for i in unit_layers)
     elif layout.recompute == "selective":
         recompute = [core_s[i] + cpc[i].forward_exposed_s for i in range(n)]
-    elif layout.recompute == "op":
+    elif layout.recompute in ("op", "megatron", "moe"):
         assert recompute_share is not None and len(recompute_share) == n, "op recomputation needs its shares"
         recompute = [fwd_s[i] * recompute_share[i] for i in range(n)]
+    # ``moe``: an MoE layer's whole forward, its collectives included, re-runs before its backward.
+    moe_rerun = [i for i, layer in enumerate(tpm.layers) if layer.routed_bytes_per_sample > 0] \
+        if layout.recompute == "moe" else []
+    for i in moe_rerun:
+        recompute[i] = fwd_s[i] + comms[i].forward_exposed_s
+        recompute_comm[i], recompute_exposed[i] = comms[i].forward_s, comms[i].forward_exposed_s
     if asynchronous:  # only the ring's hidden waits contend (comms carry its exposed ones)
         hidden_f = [contention * (k.forward_s - k.forward_exposed_s) for k in cpc]
         hidden_b = [contention * (k.backward_s - k.backward_exposed_s) for k in cpc]
@@ -474,6 +490,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         # The re-run forward's hidden collectives contend like the first run's.
         for unit_layers in ckpt:
             hidden_b[max(unit_layers)] += sum(hidden_f[i] for i in unit_layers)
+    for i in moe_rerun:
+        hidden_b[i] += hidden_f[i]
     accumulate = list(accumulate_s) if not layout.grad_accum_fusion and accumulate_s else [0.0] * n
     a2a = [ep_cost(layer.routed_bytes_per_sample * layout.micro_batch * act_element_bytes / 2.0)
            if ep_cost is not None and layer.routed_bytes_per_sample > 0 else 0.0 for layer in tpm.layers]
@@ -481,6 +499,15 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     if layout.recompute == "full":
         for unit_layers in ckpt:
             a2a_recompute[max(unit_layers)] = sum(2.0 * a2a[i] for i in unit_layers)
+    for i in moe_rerun:
+        a2a_recompute[i] = 2.0 * a2a[i]
+    offload_f, offload_b = [0.0] * n, [0.0] * n
+    if offload_s:
+        for unit_layers in _units(tpm):
+            last = max(unit_layers)
+            copy = sum(offload_s[i] for i in unit_layers)
+            offload_f[last] = offload_exposed_s(copy, sum(fwd_s[i] for i in unit_layers))
+            offload_b[last] = offload_exposed_s(copy, sum(bwd_s[i] + recompute[i] for i in unit_layers))
     tp_comm = [c.forward_s + c.backward_s + recompute_comm[i] for i, c in enumerate(comms)]
     tp_exposed = [c.forward_exposed_s + c.backward_exposed_s + recompute_exposed[i] for i, c in enumerate(comms)]
     cp_comm, cp_exposed = [0.0] * n, [0.0] * n
@@ -501,9 +528,10 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         pace = comm_rate(comm_slowdown, True)
         tp_comm = [e + (t - e) / pace for t, e in zip(tp_comm, tp_exposed)]
     return tuple(LayerWork(
-        index=layer.index, forward_s=fwd_s[i] + comms[i].forward_exposed_s + hidden_f[i] + 2.0 * a2a[i],
+        index=layer.index,
+        forward_s=fwd_s[i] + comms[i].forward_exposed_s + hidden_f[i] + 2.0 * a2a[i] + offload_f[i],
         backward_s=bwd_s[i] + comms[i].backward_exposed_s + hidden_b[i] + recompute[i] + accumulate[i]
-        + 2.0 * a2a[i] + a2a_recompute[i],
+        + 2.0 * a2a[i] + a2a_recompute[i] + offload_b[i],
         compute_forward_s=fwd_s[i], compute_backward_s=bwd_s[i], recompute_s=recompute[i],
         tp_comm_s=tp_comm[i], tp_exposed_s=tp_exposed[i],
         grad_numel=layer.numel_per_rank,

@@ -23,18 +23,69 @@ exposed too, an upper bound (:func:`host_step_s`).
 **Memory per GPU** (:func:`dpsim.memory.offload_memory`): the optimizer state and the gradient
 shard leave the GPU; with ``params+optimizer`` so does the parameter shard (and a layout's
 kept-gathered parameters become the gathered working units). Host memory capacity is not checked.
+
+``expert-activations`` offloads activations, not state: Megatron-Core's fine-grained activation
+offloading with ``--offload-modules expert_fc1 moe_act`` (``docs/source/api-guide/
+fine_grained_activation_offloading.md``: each listed module offloads its *input*), so every MoE
+layer's routed experts copy the first grouped GEMM's input (the permuted tokens) and the gated
+activation's input (that GEMM's output) to host memory in forward and back before their backward,
+on a side stream overlapped with compute ("Make sure the offloading/reloading could be overlapped
+with computing"). Those bytes leave the GPU's activations (:func:`expert_offload_bytes_per_sample`);
+a block's copies in one direction over the GPU's host link
+(:attr:`~dpsim.topology.spec.NodeSpec.host_link_bandwidth_bytes_per_s`) hide behind the block's
+compute in that pass, and only what exceeds it is charged. A layer that is recomputed from its
+input (``--recompute full`` or ``moe``) keeps nothing to offload. Layouts only.
 """
 
 from __future__ import annotations
 
 from dpsim.topology.spec import NodeSpec
+from dpsim.workload.spec import LayerSpec
 
 OFFLOAD: dict[str, str] = {
     "off": "optimizer state, gradients and parameters stay on the GPU",
     "optimizer": "ZeRO-Offload: optimizer state and gradient shard in host memory, Adam on the CPU",
     "params+optimizer": "ZeRO-Infinity: the parameter shard in host memory too, fetched before each gather",
+    "expert-activations": "Megatron-Core's --offload-modules expert_fc1 moe_act: each MoE layer's expert GEMM "
+                          "input and gated-activation input copied to the host, overlapped with compute",
 }
 """``--offload`` choices."""
+
+OPTIMIZER_OFFLOADS = ("optimizer", "params+optimizer")
+"""The ``--offload`` choices that move the sharded optimizer state (and its host Adam step)."""
+
+_OFFLOADED_OPS = ("experts.gate_up",)
+"""The grouped GEMM whose input (``expert_fc1``) and output (``moe_act``'s input) are offloaded."""
+
+
+def offloads_optimizer(offload: str) -> bool:
+    """Whether ``offload`` moves the optimizer state to the host."""
+    return offload in OPTIMIZER_OFFLOADS
+
+
+def expert_offload_bytes_per_sample(layer: LayerSpec, recompute: str) -> float:
+    """What ``expert-activations`` copies to the host of one (tensor-parallel shard's) layer per
+    sample, of what ``recompute`` keeps: its first expert GEMM's output at 2 bytes per element, and
+    its input unless the policy does not count it (``op`` keeps only matmul outputs); nothing outside
+    an MoE layer or where the layer is recomputed from its input (``full``, ``moe``)."""
+    if recompute in ("full", "moe"):
+        return 0.0
+    total = 0.0
+    for op in layer.ops:
+        if getattr(op, "name", "") in _OFFLOADED_OPS:
+            total += op.m * op.n * op.batch * _ACTIVATION_BYTES
+            if recompute != "op":
+                total += op.m * op.k * op.batch * _ACTIVATION_BYTES
+    return total
+
+
+_ACTIVATION_BYTES = 2
+"""Activations at 2 bytes per element, as the catalog's and :mod:`~dpsim.strategies.checkpointing`'s."""
+
+
+def offload_exposed_s(copy_s: float, compute_s: float) -> float:
+    """What of ``copy_s`` of activation copies the compute they overlap (``compute_s``) does not hide."""
+    return max(0.0, copy_s - compute_s)
 
 OFFLOAD_STRATEGIES = ("zero1", "zero2", "zero3", "fsdp")
 """Strategies that shard the optimizer state over the replicas, whose shard offload moves

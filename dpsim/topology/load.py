@@ -101,6 +101,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "host_pcie_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
     "inter_socket_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
     "host_memory_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
+    "host_link_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
     "shm_gbyte_per_s": (MIN_GBYTE_PER_S, MAX_GBYTE_PER_S),
     "wire_efficiency": (MIN_EFFICIENCY, 1.0),
     "streams_per_connection": (1, 1024),
@@ -131,6 +132,7 @@ _NODE_KEYS = {
     "host_pcie_gbyte_per_s": _bounded("number>0", "host_pcie_gbyte_per_s"),
     "inter_socket_gbyte_per_s": _bounded("number>0", "inter_socket_gbyte_per_s"),
     "host_memory_gbyte_per_s": _bounded("number>0", "host_memory_gbyte_per_s"),
+    "host_link_gbyte_per_s": _bounded("number>0", "host_link_gbyte_per_s"),
     "p2p": "true|false",
     "shm_gbyte_per_s": _bounded("number>0", "shm_gbyte_per_s"),
     "mesh_links": f"a list of [gpu a, gpu b, links] (at most {MAX_MESH_LINKS:,})",
@@ -362,6 +364,8 @@ def _node(n: _Reader, origin: str) -> NodeSpec:
                                          if "host_pcie_gbyte_per_s" in n.data else 0.0),
         inter_socket_bandwidth_bytes_per_s=(n.number("inter_socket_gbyte_per_s", strict=True) * GB
                                             if "inter_socket_gbyte_per_s" in n.data else 0.0),
+        host_link_bandwidth_bytes_per_s=(n.number("host_link_gbyte_per_s", strict=True) * GB
+                                         if "host_link_gbyte_per_s" in n.data else 0.0),
         host_memory_bandwidth_bytes_per_s=(n.number("host_memory_gbyte_per_s", strict=True) * GB
                                            if "host_memory_gbyte_per_s" in n.data
                                            else DEFAULT_HOST_MEMORY_BYTES_PER_S),

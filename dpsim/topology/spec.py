@@ -59,6 +59,9 @@ class NodeSpec:
     """A PCIe switch's uplink to its CPU, per direction, bytes/s (0: the node's PCIe rate)."""
     inter_socket_bandwidth_bytes_per_s: float = 0.0
     """The link between two CPU sockets (UPI, xGMI), per direction, bytes/s (two sockets only)."""
+    host_link_bandwidth_bytes_per_s: float = 0.0
+    """A GPU's own link to host memory, per direction, bytes/s, what activation offload copies over
+    (NVLink-C2C on Grace superchips); 0: :attr:`pcie_bandwidth_bytes_per_s`."""
     host_memory_bandwidth_bytes_per_s: float = DEFAULT_HOST_MEMORY_BYTES_PER_S
     """Memory bandwidth of one CPU socket, bytes/s: bounds traffic staged in host memory."""
     p2p: bool = True

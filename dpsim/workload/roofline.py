@@ -4,20 +4,21 @@ Every op takes the longer of its compute time and its device-memory time (Willia
 Waterman and Patterson 2009, "Roofline: an insightful visual performance model", CACM
 52(4)), with the GPU's rates from :mod:`dpsim.hardware`:
 
-* **Matmuls** (linear layers, convolutions as implicit GEMMs) compute at the GEMM surface of
-  :mod:`dpsim.workload.gemm`: the GPU's best measured matmul rate for the op's rate key
-  (:attr:`Precision.matmul_dtype` or :attr:`Precision.conv_dtype`) lost to tile and wave
-  quantization over the SMs (split-K when the tiles do not fill them), to the main loop's fixed
-  cost on short reductions and to a kernel's floor, with constants per GPU family and dtype
-  fitted on published GEMM sweeps. Their memory time moves the input, the weights and the
+* **Matmuls** (linear layers, convolutions as implicit GEMMs) compute at the GPU's best measured
+  matmul rate for the op's rate key (:attr:`Precision.matmul_dtype` or :attr:`Precision.conv_dtype`)
+  lost to tile and wave quantization over the SMs (split-K when the tiles do not fill them);
+  :mod:`dpsim.workload.gemm`'s surface, fitted on published GEMM sweeps, adds the main loop's
+  fixed cost on short reductions and a kernel's floor when switched on (off by default: see
+  there why). Their memory time moves the input, the weights and the
   output once (a convolution's im2col operand is gathered on chip, so its input tensor counts,
   not the im2col matrix). Small and skinny GEMMs therefore run below the best rate, large ones
   near it.
-* **Fused attention** (SDPA's flash / memory-efficient kernels) runs at
-  :data:`ATTENTION_FRACTION_OF_PEAK` of the dense peak, on half the square when causal,
-  with a backward of 2.5x the forward FLOPs (it recomputes the scores: Dao 2023,
-  "FlashAttention-2", arXiv:2307.08691, whose benchmark counts fwd + bwd as 3.5x fwd);
-  the Triton FlashAttention kernel :data:`TRITON_FLASH_SLOWDOWN` slower. Eager attention
+* **Fused attention** (SDPA's flash kernels, FlashAttention-2/3, cuDNN) runs at the fraction
+  of the dense peak that :mod:`dpsim.workload.attention_rates` gives for its kernel, GPU
+  generation, head dim, key length and mask (a model fitted on published kernel benchmarks),
+  on half the square when causal, with a backward of 2.5x the forward FLOPs (it recomputes
+  the scores: Dao 2023, "FlashAttention-2", arXiv:2307.08691, whose benchmark counts fwd + bwd
+  as 3.5x fwd); the Triton FlashAttention kernel :data:`TRITON_FLASH_SLOWDOWN` slower. Eager attention
   is two batched matmuls plus element-wise passes over the scores (softmax in fp32 under
   autocast, in the scores' dtype without it).
 * **Memory-bound ops** (norms, activations, dropout, residual adds, casts, softmax, the
@@ -48,6 +49,7 @@ from dataclasses import dataclass, replace
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
+from dpsim.workload.attention_rates import attention_fraction_of_peak
 from dpsim.workload.fp8 import (
     FP8_RATE_KEY,
     cast_bytes_per_element,
@@ -86,18 +88,6 @@ waves and less regular access (strided norms, gathers)."""
 MATMUL_EFFICIENCY = 0.999
 """Fraction of the best-shape measured matmul rate (:mod:`dpsim.hardware`) that a
 full-wave, full-tile GEMM of a real layer reaches. Fitted like :data:`MEMORY_EFFICIENCY`."""
-
-ATTENTION_FRACTION_OF_PEAK: dict[str, float] = {
-    "ampere": 0.6, "ada": 0.6,
-    "hopper": 0.35, "blackwell": 0.35,
-    "pascal": 0.35, "volta": 0.35, "turing": 0.35, "cdna2": 0.35, "cdna3": 0.35,
-}
-"""Fused attention's rate as a fraction of the dense tensor-core peak, per GPU generation.
-PyTorch's SDPA runs FlashAttention-2 kernels on Ampere and later: they reach 50-73 % of the
-A100's peak forward and backward (Dao 2023, "FlashAttention-2", abstract and Sec. 4.1) but
-"only 35 % utilization on the H100" (Shah et al. 2024, "FlashAttention-3", arXiv:2407.08608,
-abstract). Blackwell, pre-Ampere (SDPA's memory-efficient kernel) and AMD parts have no
-published figure: Hopper's 35 % is assumed, a kernel not tuned for the architecture."""
 
 WINOGRAD_SPEEDUP = 2.25
 """Fewer multiplications of a 3x3, stride-1 convolution run with Winograd's F(2x2, 3x3)
@@ -276,15 +266,19 @@ def _attention(op: AttentionOp, gpu: GpuSpec, precision: Precision, micro_batch:
     heads = op.heads * micro_batch
     bw = gpu.streaming_bandwidth_bytes_per_s
     if op.fused:
-        flops = op.flops_per_sample * micro_batch * (op.causal_share if op.causal else 1.0)
-        rate = _peak_or_achieved(precision.matmul_dtype, gpu) * ATTENTION_FRACTION_OF_PEAK.get(gpu.architecture, 0.35)
-        if op.kernel == "triton":
-            rate /= TRITON_FLASH_SLOWDOWN
+        share = op.causal_share if op.causal else 1.0
+        flops = op.flops_per_sample * micro_batch * share
+        peak = _peak_or_achieved(precision.matmul_dtype, gpu) / (TRITON_FLASH_SLOWDOWN if op.kernel == "triton" else 1.0)
+        # Each query block loops over the keys it attends to: a causal rank's share of them.
+        keys = (op.seq if op.kv_seq is None else op.kv_seq) * share
+        fwd_rate, bwd_rate = (peak * attention_fraction_of_peak(op.kernel, gpu.architecture, backward=backward,
+                                                                head_dim=op.head_dim, keys=keys, causal=op.causal)
+                              for backward in (False, True))
         # Q, K, V read and O written once (K and V of the whole sequence on a context-parallel rank).
         tokens = op.seq if op.kv_seq is None else (op.seq + op.kv_seq) / 2.0
         io = float(tokens) * op.head_dim * heads * e
-        return ([Term(flops / rate, 4 * io / bw, "attention", HOST_OVERHEAD_PER_OP_S)],
-                [Term(FUSED_ATTENTION_BACKWARD_FLOPS * flops / rate, 8 * io / bw, "attention", HOST_OVERHEAD_PER_OP_S)])
+        return ([Term(flops / fwd_rate, 4 * io / bw, "attention", HOST_OVERHEAD_PER_OP_S)],
+                [Term(FUSED_ATTENTION_BACKWARD_FLOPS * flops / bwd_rate, 8 * io / bw, "attention", HOST_OVERHEAD_PER_OP_S)])
     key, s, d = precision.matmul_dtype, op.seq, op.head_dim
     forward = [matmul_term(s, s, d, heads, key, e, gpu), matmul_term(s, d, s, heads, key, e, gpu)]
     backward = [matmul_term(s, d, s, heads, key, e, gpu), matmul_term(s, d, s, heads, key, e, gpu),

@@ -131,11 +131,14 @@ class MatmulOp:
         return 2.0 * self.m * self.n * self.k * self.batch
 
 
-ATTENTION_KERNELS = ("sdpa", "triton")
+ATTENTION_KERNELS = ("sdpa", "triton", "flash3", "cudnn")
 """Fused attention kernels an :class:`AttentionOp` may name: ``sdpa`` (PyTorch's
-scaled_dot_product_attention: FlashAttention-2 on Ampere and later) and ``triton``
+scaled_dot_product_attention: FlashAttention-2 on Ampere and later), ``triton``
 (HazyResearch's Triton FlashAttention, slower by
-:data:`dpsim.workload.roofline.TRITON_FLASH_SLOWDOWN`)."""
+:data:`dpsim.workload.roofline.TRITON_FLASH_SLOWDOWN`), ``flash3`` (FlashAttention-3) and
+``cudnn`` (cuDNN's fused attention, as SDPA's cuDNN backend and TransformerEngine run it); the
+last two are Hopper kernels, costed as FlashAttention-2 elsewhere
+(:func:`dpsim.workload.attention_rates.kernel_pair`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,8 +169,8 @@ class AttentionOp:
     """An additive or causal mask is applied to the scores (eager implementations only)."""
     kernel: str = "sdpa"
     """The fused kernel: ``sdpa`` (PyTorch's scaled_dot_product_attention, FlashAttention-2
-    on Ampere and later) or ``triton`` (HazyResearch's Triton FlashAttention, which
-    llm-foundry's ``attn_impl: triton`` runs); see
+    on Ampere and later), ``triton`` (HazyResearch's Triton FlashAttention, which
+    llm-foundry's ``attn_impl: triton`` runs), ``flash3`` or ``cudnn``; see
     :data:`ATTENTION_KERNELS`."""
     kv_seq: int | None = None
     """Key length when it differs from :attr:`seq` (then the query length): one context-parallel

@@ -223,6 +223,23 @@ def moe_cases() -> dict[str, list[str]]:
                                    "--ep", "8", "--pp", "8", "--schedule", "1f1b-interleaved", "--virtual-stages", "4",
                                    "--global-batch", "2048", "--strategy", "zero1", "--precision", "bf16-params",
                                    "--recompute", "selective"],
+        # Megatron-Core's --recompute-modules moe layernorm at 32K with cp (issue 28, R065's layout).
+        "qwen3-235b-tp4-cp2-ep8-pp8-recompute-moe": [
+            "--gpus", "256", "--link", "infiniband", "--gpu", "h100", "--model", "qwen3-235b-a22b", "--seq-len", "32768",
+            "--micro-batch", "1", "--tp", "4", "--sequence-parallel", "--cp", "2", "--ep", "8", "--pp", "8",
+            "--schedule", "1f1b-interleaved", "--virtual-stages", "4", "--global-batch", "256", "--strategy", "zero1",
+            "--precision", "bf16-params", "--recompute", "moe", "--moe-a2a", "hierarchical"],
+        # DeepEP across four servers: a token crosses once per server holding its experts (R062's layout).
+        "qwen3-235b-tp2-ep32-pp8-hierarchical": [
+            "--gpus", "256", "--link", "infiniband", "--gpu", "h100", "--model", "qwen3-235b-a22b", "--micro-batch", "1",
+            "--tp", "2", "--sequence-parallel", "--ep", "32", "--pp", "8", "--schedule", "1f1b-interleaved",
+            "--virtual-stages", "4", "--global-batch", "2048", "--strategy", "zero1", "--precision", "bf16-params",
+            "--recompute", "op", "--moe-a2a", "hierarchical"],
+        # Megatron-Core's --offload-modules expert_fc1 moe_act over PCIe.
+        "mixtral-8x7b-ep8-pp4-offload-experts": [
+            "--gpus", "64", "--link", "infiniband", "--gpu", "h100", "--model", "mixtral-8x7b", "--micro-batch", "2",
+            "--ep", "8", "--pp", "4", "--global-batch", "256", "--strategy", "zero1", "--precision", "bf16-params",
+            "--recompute", "op", "--offload", "expert-activations"],
     }
     return {f"predict/{k}": ["predict", *v, "--json"] for k, v in cases.items()}
 

@@ -1,0 +1,127 @@
+"""The rate a fused attention kernel reaches: a small mechanistic model fitted on published kernel benchmarks.
+
+A FlashAttention-style kernel gives each block of queries to one thread block, which loads its
+queries, loops over the key/value blocks it attends to (two GEMMs and an online softmax per
+block) and writes its output. Its achieved rate, as a fraction of the GPU's dense tensor-core
+peak, is modelled as the product of three terms:
+
+* **a ceiling** per kernel family and GPU generation (:attr:`AttentionRateModel.ceilings`): what
+  the kernel reaches on long sequences at a large head dim. FlashAttention-2 is written for
+  Ampere's ``mma.sync`` instructions; on Hopper it still issues them and reaches a smaller share
+  of a peak that needs ``wgmma`` (Shah et al. 2024, "FlashAttention-3", arXiv:2407.08608,
+  abstract: "only 35% utilization on the H100"), while FlashAttention-3 and cuDNN's fused
+  attention are written for Hopper;
+* **the head dim**, ``d / (d + d0)``: per score the GEMMs do ``4d`` FLOPs and the softmax one
+  exponential on the much slower multi-function units, so the exponentials' share of the time
+  falls as ``1/d`` (FlashAttention-3, Sec. 3: the H100 SXM5 does 989 TFLOPS of matmul but 3.9
+  TFLOPS of exponentials);
+* **the key length** each query block loops over, ``L / (L + s0)``: loading the queries, the
+  final rescale and the output write are a fixed cost per query block that a longer loop
+  amortises. A causal mask halves the loop (``L`` is ``causal_share`` of the keys) and adds one
+  masked diagonal block per query block (:attr:`AttentionRateModel.causal_block_tokens`).
+
+The backward pass (five GEMMs, FLOPs counted as 2.5 forward passes, the convention of the
+benchmarks) runs at :attr:`FamilyRates.backward_share` of the forward's ceiling, with its own ``s0``.
+
+The numbers in :data:`FITTED` are the fit on every row of ``tests/data/attention_kernel_rates.csv``
+(published FlashAttention-2/3 and cuDNN benchmarks on A100, RTX 4090 and H100, each row cited);
+``python validation/accuracy_attention.py`` refits them and reports the error leaving each source
+out. Generations with no published row (Volta, Turing, Blackwell, AMD) and PyTorch's
+memory-efficient kernel are costed as FlashAttention-2 on Hopper: a kernel not written for the
+architecture it runs on (:func:`kernel_pair`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FAMILIES = ("flash2", "flash3", "cudnn")
+"""Kernel families the model knows: FlashAttention-2 (PyTorch SDPA's flash backend), FlashAttention-3
+(Hopper only) and cuDNN's fused attention (SDPA's and TransformerEngine's cuDNN backend)."""
+
+CEILING_KEYS = ("flash2@ampere", "flash2@ada", "flash2@hopper", "flash3@hopper", "cudnn@hopper")
+"""``family@generation`` pairs with a published benchmark (:attr:`AttentionRateModel.ceilings`)."""
+
+FALLBACK = "flash2@hopper"
+"""The pair every unbenchmarked one is costed as: FlashAttention-2 on a generation it was not written for."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FamilyRates:
+    """The fitted shape terms of one kernel family (its ceilings are per generation)."""
+
+    backward_share: float
+    """Backward ceiling / forward ceiling."""
+    head_dim_half: float
+    """``d0``: the head dim at which the exponentials halve the rate."""
+    forward_keys_half: float
+    """``s0`` of the forward: the key length per query block at which the fixed per-block cost halves the rate."""
+    backward_keys_half: float
+    """``s0`` of the backward."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionRateModel:
+    """Every fitted term of the attention rate model (see the module docstring)."""
+
+    ceilings: dict[str, float]
+    """Forward rate / dense peak at long keys and large head dim, per ``family@generation``
+    (:data:`CEILING_KEYS`)."""
+    families: dict[str, FamilyRates]
+    """Shape terms per kernel family (:data:`FAMILIES`)."""
+    causal_block_tokens: float
+    """Extra key tokens of work per query block under a causal mask (the masked diagonal block)."""
+
+    def fraction_of_peak(self, pair: str, backward: bool, head_dim: int, keys: float, causal: bool) -> float:
+        """Achieved rate / dense peak of the kernel ``pair`` (``family@generation``, one of
+        :data:`CEILING_KEYS`) for query blocks that loop over ``keys`` key tokens each (already
+        halved by a causal mask)."""
+        rates = self.families[pair.split("@")[0]]
+        ceiling = self.ceilings[pair] * (rates.backward_share if backward else 1.0)
+        half = rates.backward_keys_half if backward else rates.forward_keys_half
+        if causal:
+            half += self.causal_block_tokens
+        return ceiling * head_dim / (head_dim + rates.head_dim_half) * keys / (keys + half)
+
+
+FITTED = AttentionRateModel(
+    ceilings={"flash2@ampere": 0.6042, "flash2@ada": 0.9739, "flash2@hopper": 0.3421, "flash3@hopper": 0.8879,
+              "cudnn@hopper": 0.7018},
+    families={
+        "flash2": FamilyRates(backward_share=0.9363, head_dim_half=3.373, forward_keys_half=42.92,
+                              backward_keys_half=275.4),
+        "flash3": FamilyRates(backward_share=0.9347, head_dim_half=45.9, forward_keys_half=237.8,
+                              backward_keys_half=404.1),
+        "cudnn": FamilyRates(backward_share=0.977, head_dim_half=37.41, forward_keys_half=99.73,
+                             backward_keys_half=304.1),
+    },
+    causal_block_tokens=133.6,
+)
+"""The fit on all 173 rows of ``tests/data/attention_kernel_rates.csv`` (``python
+validation/accuracy_attention.py`` prints these numbers, ``tests/test_attention_rates.py`` checks they
+still match it): median |error| 4.9 %, worst 17 %; each source predicted from the others, median
+8.8 %, worst 49 % (the RTX 4090 rows, the only Ada source: with it out, its ceiling has nothing to
+go on). FlashAttention-2's head dim term is near zero: on Hopper it is slower at head dim 256 than
+at 128 (register pressure), which ``d / (d + d0)`` cannot follow, so the fit flattens it."""
+
+
+def kernel_pair(kernel: str, architecture: str) -> str:
+    """The ``family@generation`` (:data:`CEILING_KEYS`) that costs an
+    :class:`~dpsim.workload.spec.AttentionOp` of ``kernel`` on a GPU of ``architecture``. ``sdpa``
+    is PyTorch's flash backend, FlashAttention-2 (``triton`` is costed from it by
+    :mod:`dpsim.workload.roofline`); ``flash3`` needs Hopper's ``wgmma`` and TMA, and cuDNN's fused
+    attention has a published rate on Hopper only, so elsewhere FlashAttention-2 stands in; a
+    generation with no published FlashAttention-2 rate (Volta and Turing, which run SDPA's
+    memory-efficient kernel, Blackwell, AMD) is costed as :data:`FALLBACK`."""
+    family = {"sdpa": "flash2", "triton": "flash2"}.get(kernel, kernel)
+    for pair in (f"{family}@{architecture}", f"flash2@{architecture}"):
+        if pair in CEILING_KEYS:
+            return pair
+    return FALLBACK
+
+
+def attention_fraction_of_peak(kernel: str, architecture: str, *, backward: bool, head_dim: int,
+                               keys: float, causal: bool, model: AttentionRateModel = FITTED) -> float:
+    """Achieved rate / dense peak of a fused attention kernel (see the module docstring); ``keys``
+    is the key length each query attends to (the whole sequence, or its causal share)."""
+    return model.fraction_of_peak(kernel_pair(kernel, architecture), backward, head_dim, keys, causal)

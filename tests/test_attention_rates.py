@@ -1,0 +1,99 @@
+"""The fused-attention rate model (dpsim/workload/attention_rates.py): its invariants, that its
+constants are the fit ``validation/accuracy_attention.py`` makes, and published kernel rates it
+must reproduce (tests/data/attention_kernel_rates.csv)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpsim.hardware import get_gpu
+from dpsim.workload.attention_rates import CEILING_KEYS, FALLBACK, FITTED, attention_fraction_of_peak, kernel_pair
+from dpsim.workload.precision import get_precision
+from dpsim.workload.roofline import op_times
+from dpsim.workload.spec import AttentionOp
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "validation"))
+import accuracy_attention as fit  # noqa: E402
+
+SEQS = (128, 512, 1024, 2048, 4096, 8192, 16384, 131072)
+HEAD_DIMS = (32, 64, 128, 256)
+
+
+def _fraction(pair: str, backward: bool, head_dim: int, seq: int, causal: bool) -> float:
+    return FITTED.fraction_of_peak(pair, backward, head_dim, seq * (0.5 if causal else 1.0), causal)
+
+
+@pytest.mark.parametrize("pair", CEILING_KEYS)
+def test_rate_stays_below_peak_backward_below_forward_and_ramps_with_length(pair):
+    for head_dim in HEAD_DIMS:
+        for causal in (False, True):
+            fwd = [_fraction(pair, False, head_dim, s, causal) for s in SEQS]
+            bwd = [_fraction(pair, True, head_dim, s, causal) for s in SEQS]
+            assert all(0 < b < f < 1 for f, b in zip(fwd, bwd))
+            assert fwd == sorted(fwd) and bwd == sorted(bwd)  # longer loops amortise the per-block cost
+        for s in SEQS:  # the masked diagonal block costs extra: a causal square runs at a lower rate
+            assert _fraction(pair, False, head_dim, s, True) < _fraction(pair, False, head_dim, s, False)
+
+
+def test_kernel_choice_follows_the_gpu_generation():
+    assert kernel_pair("sdpa", "ampere") == "flash2@ampere"
+    assert kernel_pair("sdpa", "hopper") == "flash2@hopper"
+    assert kernel_pair("flash3", "hopper") == "flash3@hopper"
+    assert kernel_pair("flash3", "ampere") == "flash2@ampere"  # FlashAttention-3 needs Hopper
+    assert kernel_pair("cudnn", "ada") == "flash2@ada"
+    for generation in ("volta", "turing", "blackwell", "cdna3", ""):
+        assert kernel_pair("sdpa", generation) == FALLBACK
+    # Hopper's own kernels beat FlashAttention-2 there; FlashAttention-2 reaches more of Ampere's peak.
+    hopper = {k: attention_fraction_of_peak(k, "hopper", backward=False, head_dim=128, keys=4096, causal=False)
+              for k in ("sdpa", "flash3", "cudnn")}
+    assert hopper["sdpa"] < hopper["cudnn"] < hopper["flash3"]
+    assert attention_fraction_of_peak("sdpa", "ampere", backward=False, head_dim=128, keys=4096,
+                                      causal=False) > hopper["sdpa"]
+
+
+def test_constants_are_the_fit_on_every_row():
+    refit = fit.fit(fit.load())
+    for pair, ceiling in FITTED.ceilings.items():
+        assert refit.ceilings[pair] == pytest.approx(ceiling, rel=0.01), pair
+    for family, rates in FITTED.families.items():
+        for name, value in dataclasses.asdict(rates).items():
+            assert getattr(refit.families[family], name) == pytest.approx(value, rel=0.01), (family, name)
+    assert refit.causal_block_tokens == pytest.approx(FITTED.causal_block_tokens, rel=0.01)
+
+
+def test_fit_and_leave_one_source_out_errors():
+    rows = fit.load()
+    assert len(rows) >= 150 and len({r.source for r in rows}) >= 6
+    in_sample = sorted(abs(e) for e in fit.errors(FITTED, rows))
+    assert in_sample[len(in_sample) // 2] < 0.06 and in_sample[-1] < 0.2
+    loso = sorted(abs(e) for errs in fit.leave_one_source_out(rows).values() for e in errs)
+    assert loso[len(loso) // 2] < 0.10
+
+
+# (gpu, kernel, backward, head_dim, seq, causal, published TFLOP/s, data-file row)
+PUBLISHED = [
+    ("a100", "sdpa", False, 128, 4096, True, 156.27, "A157: liangan1/GPU_travel, FlashAttention-2 fwd"),
+    ("a100", "sdpa", False, 128, 1024, False, 179.11, "A158: liangan1/GPU_travel, FlashAttention-2 fwd"),
+    ("h100", "flash3", False, 128, 16384, False, 648, "FlashAttention-3 paper Fig. 5, head dim 128"),
+    ("h100", "cudnn", False, 128, 2048, True, 484, "FlashAttention-3 paper Fig. 5, head dim 128 causal"),
+    ("h100", "sdpa", True, 128, 8192, False, 318, "FlashAttention-3 paper Fig. 6, FlashAttention-2 bwd"),
+    ("h100", "flash3", True, 64, 4096, False, 453, "FlashAttention-3 paper Fig. 6, head dim 64"),
+]
+
+
+@pytest.mark.parametrize("gpu,kernel,backward,head_dim,seq,causal,tflops,row", PUBLISHED)
+def test_roofline_reproduces_published_kernel_rates(gpu, kernel, backward, head_dim, seq, causal, tflops, row):
+    """The whole attention op as the roofline costs it (compute and its Q/K/V/O traffic) at 16k tokens
+    of width 2048 (the FlashAttention-3 paper's shapes; the rate depends on head dim and length
+    only), within 12 %."""
+    spec = get_gpu(gpu)
+    op = AttentionOp(seq=seq, heads=2048 // head_dim, head_dim=head_dim, causal=causal, kernel=kernel)
+    batch = max(1, 16384 // seq)
+    flops = op.flops_per_sample * batch * (0.5 if causal else 1.0) * (2.5 if backward else 1.0)
+    seconds = op_times(op, spec, get_precision("amp-bf16"), batch)[1 if backward else 0]
+    assert flops / seconds / 1e12 == pytest.approx(tflops, rel=0.12), row
