@@ -133,9 +133,10 @@ def test_golden_llama2_7b_fsdp_8_h100_compiled():
     base = dict(gpus=8, link="nvlink", gpu="h100", model="llama-2-7b", micro_batch=2, strategy="fsdp",
                 precision="bf16-params")
     eager, compiled = predict(PredictConfig(**base)), predict(PredictConfig(**base, compile=True))
-    # Frozen from this model (dpsim/workload/compiled.py): 0.7018 s eager, 0.6296 s compiled.
-    assert eager.step_time_s == pytest.approx(0.7018, rel=2e-3)
-    assert compiled.step_time_s == pytest.approx(0.6296, rel=2e-3)
+    # Frozen from this model (dpsim/workload/compiled.py, attention at dpsim/workload/attention_rates.py's
+    # fitted FlashAttention-2 rates): 0.7273 s eager, 0.6551 s compiled.
+    assert eager.step_time_s == pytest.approx(0.7273, rel=2e-3)
+    assert compiled.step_time_s == pytest.approx(0.6551, rel=2e-3)
     assert compiled.mfu > eager.mfu
     # Memory is not changed by --compile (activations kept as in eager mode: a stated simplification).
     assert compiled.memory.total_bytes == eager.memory.total_bytes
