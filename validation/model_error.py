@@ -42,8 +42,8 @@ from dpsim.predict.model_error import (  # noqa: E402
     ROWS_FILE,
     Knobs,
     ResidualRow,
+    forget_loaded,
     knob_candidates,
-    load_knobs,
     load_rows,
     loso_coverage,
     model_family,
@@ -231,8 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomic(ROWS_FILE, text)
         from sections import replace_section
         replace_section(VALIDATION, HEADING, body)
-        load_rows.cache_clear()
-        load_knobs.cache_clear()
+        forget_loaded()
         print(f"# wrote {ROWS_FILE.relative_to(ROOT)} and VALIDATION.md's section")
     else:
         current = ROWS_FILE.exists() and ROWS_FILE.read_text() == text

@@ -285,9 +285,14 @@ def model_family(model) -> str:
 
 
 @lru_cache(maxsize=1)
+def _rows_file(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
 def load_rows(path: Path = ROWS_FILE) -> tuple[tuple[ResidualRow, ...], frozenset[str]]:
     """The shipped residual rows and the fabric classes published collectives validated."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = _rows_file(path)
     rows = tuple(ResidualRow(**r) for r in data["rows"])
     return rows, frozenset(data["collective_classes"])
 
@@ -296,9 +301,15 @@ def load_rows(path: Path = ROWS_FILE) -> tuple[tuple[ResidualRow, ...], frozense
 def load_knobs(path: Path = ROWS_FILE) -> dict[str, Knobs]:
     """Each pool's :class:`Knobs` as :func:`select_knobs` picked them on the shipped rows (stored
     with them by ``python validation/model_error.py --write``)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = _rows_file(path)
     return {pool: Knobs(keys=tuple(k["keys"]), min_rows=k["min_rows"], min_scale_rows=k["min_scale_rows"])
             for pool, k in data["knobs"].items()}
+
+
+def forget_loaded() -> None:
+    """Drop the cached rows file, so that the next read sees it as rewritten."""
+    for cached in (_rows_file, load_rows, load_knobs):
+        cached.cache_clear()
 
 
 def _select(rows: list[ResidualRow], regime, keys_in_order: tuple[str, ...],
