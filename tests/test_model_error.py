@@ -15,16 +15,22 @@ from dpsim.predict.config import PredictConfig
 from dpsim.predict.model_error import (
     COLLECTIVE_POOL,
     COVERAGE,
-    MIN_ROWS,
     POOLS,
     WIDEN_PER_EXTRAPOLATION,
     Regime,
     ResidualRow,
+    knob_candidates,
+    load_knobs,
     load_rows,
     log_interval,
     loso_coverage,
+    nested_loso_coverage,
+    select_knobs,
 )
 from dpsim.predict.run import predict
+
+MIN_ROWS = load_knobs()["compute"].min_rows
+"""The synthetic rows below are compute rows: the shipped compute pool's fewest rows per regime."""
 
 
 def test_every_shipped_row_is_cited_and_in_a_known_pool():
@@ -45,12 +51,35 @@ def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside():
     assert all(c.fraction >= 0.75 for c in cov.values()), {k: round(v.fraction, 3) for k, v in cov.items()}
 
 
-def test_the_intervals_are_not_wider_than_the_best_reached():
-    """Issue 25 asks for a median half-width at most twice the median error; the normalised
-    intervals reach 2.58 (the pooled ones gave 3.25), so this holds that as a regression bound,
-    not the issue's bar."""
+def test_the_intervals_are_not_wider_than_the_shipped_knobs_reach():
+    """Issue 25 asks for a median half-width at most twice the median error; the shipped knobs reach
+    2.89 on this (in-sample in the knobs) table, held here as a regression bound, not the issue's bar."""
     cov = loso_coverage()["all"]
-    assert cov.median_half_width <= 2.6 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
+    assert cov.median_half_width <= 2.9 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
+
+
+def test_every_shipped_knob_is_one_the_selection_may_pick():
+    knobs = load_knobs()
+    assert set(knobs) == {*POOLS, COLLECTIVE_POOL}
+    for pool, k in knobs.items():
+        assert k in knob_candidates(pool), (pool, k)
+
+
+@pytest.mark.slow
+def test_the_shipped_knobs_are_the_selection_on_the_shipped_rows():
+    assert select_knobs(load_rows()[0]) == load_knobs(), "stale knobs: python validation/model_error.py --write"
+
+
+@pytest.mark.slow
+def test_with_the_knobs_chosen_without_each_system_at_least_80_percent_still_fall_inside():
+    """The honest score: knobs re-chosen inside each leave-one-system-out fold on the other systems
+    only. Coverage holds the issue's bar over all pools; the width (2.90, issue's bar 2) and the
+    compute pool (66 %: five chips, knobs chosen on four) do not, and are held as regression bounds."""
+    cov = nested_loso_coverage()
+    assert cov["all"].rows == len(load_rows()[0])
+    assert cov["all"].fraction >= COVERAGE, {k: round(v.fraction, 3) for k, v in cov.items()}
+    assert all(c.fraction >= 0.65 for c in cov.values()), {k: round(v.fraction, 3) for k, v in cov.items()}
+    assert cov["all"].median_half_width <= 3.0 * cov["all"].median_abs_error
 
 
 def _synthetic(n: int, rng: random.Random, system: str = "s", systems: int = 1, sigma: float = 0.1,
