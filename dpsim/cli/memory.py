@@ -45,11 +45,12 @@ def memory(
     from rich.table import Table
 
     from dpsim.units import format_bytes
-    title = (f"{report.model} ({report.param_count / 1e9:.3g} B params), {config.parallelism.strategy} on {report.n_gpus} x "
-             f"{report.gpu}, {config.execution.precision}{f' (fp8 {config.execution.fp8})' if config.execution.fp8 else ''} + {config.workload.optimizer}, "
-             f"micro-batch {config.workload.micro_batch}"
-             + (f" x {config.workload.grad_accum}" if config.workload.grad_accum > 1 else "")
-             + (f", {config.execution.checkpointing.describe()}" if config.execution.checkpointing.active else ""))
+    ex, wl = config.execution, config.workload
+    title = (f"{report.model} ({report.param_count / 1e9:.3g} B params), {config.parallelism.strategy} on "
+             f"{report.n_gpus} x {report.gpu}, {ex.precision}{f' (fp8 {ex.fp8})' if ex.fp8 else ''} + {wl.optimizer}, "
+             f"micro-batch {wl.micro_batch}"
+             + (f" x {wl.grad_accum}" if wl.grad_accum > 1 else "")
+             + (f", {ex.checkpointing.describe()}" if ex.checkpointing.active else ""))
     table = Table(title=escape(title), header_style="bold")
     table.add_column("memory per GPU")
     table.add_column("size", justify="right")

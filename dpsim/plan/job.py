@@ -146,7 +146,8 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     tp, pp = (p.layout.tp, p.layout.pp) if p.layout is not None else (1, 1)
     dp = topology.n_gpus // (tp * pp)
     ck = checkpoint_cost(
-        state_bytes=state_bytes(p.param_count, get_precision(resolved.config.execution.precision), resolved.config.workload.optimizer),
+        state_bytes=state_bytes(p.param_count, get_precision(resolved.config.execution.precision),
+                                resolved.config.workload.optimizer),
         gpus_per_node=topology.gpus_per_node, tp=tp, pp=pp, dp=dp,
         shard_group=shard_group_size(p.strategy, dp, topology.gpus_per_node),
         node_bandwidth_bytes_per_s=checkpoint_bandwidth_bytes_per_s)

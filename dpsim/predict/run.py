@@ -223,7 +223,8 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     # of the strategy's own work (DDP's bucket copies and hooks).
     single_step = (sum(t.duration_s for t in program.tasks if t.kind != "optimizer") + compute.optimizer_s
                    - plan.framework_s)
-    input_step = config.workload.micro_batch * k / config.workload.input_samples_per_s if config.workload.input_samples_per_s else None
+    loader_rate = config.workload.input_samples_per_s
+    input_step = config.workload.micro_batch * k / loader_rate if loader_rate else None
     input_bound = input_step is not None and input_step > step_time
     if input_step is not None:  # the loader runs ahead (prefetch): a step is never shorter than loading it
         step_time = max(step_time, input_step)
@@ -347,10 +348,11 @@ def _ddp_report(config: PredictConfig, plan, collectives, gpu, profile, model, c
             build_step_program, config.parallelism.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
             gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
             checkpointing=config.execution.checkpointing, overlap=config.gradients.overlap,
-            bucket_cap_mb=config.gradients.bucket_cap_mb, fsdp_unit=config.parallelism.fsdp_unit, **_strategy_kwargs(config, gpu),
+            bucket_cap_mb=config.gradients.bucket_cap_mb, fsdp_unit=config.parallelism.fsdp_unit,
+            **_strategy_kwargs(config, gpu),
             **{**_ddp_kwargs(config, gpu, profile), "ddp": options.warmup()})
-        sim = play_program(warm.program, collectives, steps=config.workload.steps, overlap_slowdown=config.calibration.overlap_slowdown,
-                           comm_slowdown=comm_slowdown)
+        sim = play_program(warm.program, collectives, steps=config.workload.steps,
+                           overlap_slowdown=config.calibration.overlap_slowdown, comm_slowdown=comm_slowdown)
         warmup_s = sum(s.step_time_s for s in sim.steps) / len(sim.steps)
     return {
         "bucket_copies_s": parts.get("bucket_copies", 0.0),

@@ -126,7 +126,8 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
         stats = monte_carlo(
             prediction.program, prediction.collectives, spec, n_ranks=topology.n_gpus,
             gpus_per_node=topology.gpus_per_node, steps=steps, overlap_slowdown=config.calibration.overlap_slowdown,
-            nominal_step_s=prediction.step_time_s, global_batch=config.workload.micro_batch * config.workload.grad_accum * topology.n_gpus,
+            nominal_step_s=prediction.step_time_s, global_batch=config.workload.micro_batch * config.workload.grad_accum
+            * topology.n_gpus,
             step_extra_s=prediction.provenance.after_comm.charged_s if prediction.provenance.after_comm else 0.0,
         )
     return prediction, VariabilityReport(spec=spec, degradation=effect, statistics=stats)
