@@ -252,6 +252,11 @@ class _Traffic:
     bound: np.ndarray
     """Most bytes/s it can put on each of ``links`` (each flow at its route's smallest capacity)."""
     link_set: frozenset = field(default=frozenset())
+    detached: np.ndarray | None = None
+    """Classes left out of the groups' solves (only on private links no solved class crosses); their
+    incidences are not in ``flow_of``."""
+    detached_rate: np.ndarray | None = None
+    """Their max-min rates (bytes/s per flow), the same in any group."""
     alone_load: np.ndarray | None = None
     """Bytes/s it puts on each of ``links`` running alone (max-min among its own flows)."""
     alone_speed: float = math.nan
@@ -418,6 +423,10 @@ class MixSimulation:
                                              self._private_links))
         by_class = np.argsort(classes["flow_of"], kind="stable")
         c_flow, c_link = classes["flow_of"][by_class], classes["link_of"][by_class]
+        detached, detached_rate = self._detached(c_flow, c_link, classes["weight"])
+        keep = np.ones(len(classes["weight"]), dtype=bool)
+        keep[detached] = False
+        c_flow, c_link = c_flow[keep[c_flow]], c_link[keep[c_flow]]
         own = c_link < self._private_links
         own_links, own_local = np.unique(c_link[own], return_inverse=True)
         c_local = c_link - self._private_links
@@ -426,12 +435,35 @@ class MixSimulation:
                      own=own.astype(np.int64), own_capacity=self.capacity[own_links],
                      shared_solved=np.unique(c_local[~own]), links=links, bound=bound,
                      start=np.searchsorted(c_flow, np.arange(len(classes["weight"]) + 1)),
-                     link_set=frozenset(links.tolist()))
+                     link_set=frozenset(links.tolist()), detached=detached, detached_rate=detached_rate)
         t.alone_load = np.bincount(local, weights=rates[flow_of], minlength=len(links))
         t.alone_speed = 1.0 / float(np.max(fraction / rates))
         public = links >= self._private_links
         t.shared, t.shared_load = links[public] - self._private_links, t.alone_load[public]
         return t
+
+    def _detached(self, flow_of: np.ndarray, link_of: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A job's classes that cross only its private links and share none with a class that reaches
+        a shared link, even through other such classes (a ring's hops inside a server), and their
+        max-min rates: no other job can change them, so they are solved once, not in every group."""
+        own = link_of < self._private_links
+        n = len(weight)
+        attached = np.zeros(n, dtype=bool)
+        attached[flow_of[~own]] = True
+        links, on = np.unique(link_of[own], return_inverse=True)
+        mine = flow_of[own]
+        while True:
+            reached = np.zeros(len(links), dtype=bool)
+            reached[on[attached[mine]]] = True
+            grown = attached.copy()
+            grown[mine[reached[on]]] = True
+            if (grown == attached).all():
+                break
+            attached = grown
+        apart = ~attached[mine]
+        rates = max_min_sparse(mine[apart], on[apart], self.capacity[links], n, weight)
+        detached = np.flatnonzero(~attached)
+        return detached, rates[detached]
 
     def speeds(self, traffic: list[_Traffic]) -> tuple[np.ndarray, list[int | None]]:
         """Bytes of message per second of each job when all of ``traffic`` runs at once, and the
@@ -476,6 +508,9 @@ class MixSimulation:
         out, binding = [], []
         for t, o in zip(traffic, offsets):
             r = rates[o:o + len(t.fraction)]
+            if len(t.detached):
+                r = r.copy()
+                r[t.detached] = t.detached_rate
             worst = int(np.argmax(t.fraction / r))
             out.append(1.0 / float(t.fraction[worst] / r[worst]))
             a, b = t.start[worst], t.start[worst + 1]
