@@ -17,7 +17,10 @@ loop is event-driven: rates are re-evaluated only when the set of communicating 
 only for the jobs that share links with the one that changed (a *component*), and cached per
 component state. A job's flows that cross the same links are solved as one weighted class, and its
 servers' own links that repeat another of its links' classes are left out: the rates are exactly
-those of the flows one by one (``tests/test_mix.py``), the solve about half the size.
+those of the flows one by one (``tests/test_mix.py``), the solve about half the size. Classes on
+private links only that no other class reaches (a ring's hops inside a server) are solved once per
+placement. A group one job away from a kept one takes its shares without a solve where that is
+exact (:meth:`MixSimulation.shared_from`).
 
 **Fast-forward.** Between two arrivals or departures the mix is a fixed set of periodic jobs;
 with ``sample_steps`` set, once every running job has completed that many steps in the interval
