@@ -502,26 +502,30 @@ class MixSimulation:
         local = np.concatenate([t.local + b * t.own for t, b in zip(traffic, base.tolist())])
         capacity = np.concatenate([self._shared_capacity] + [t.own_capacity for t in traffic])
         users = np.ones(len(capacity), dtype=np.int64)
-        users[:n_shared] = np.bincount(np.concatenate([t.shared_solved for t in traffic]), minlength=n_shared)
+        solved = np.concatenate([t.shared_solved for t in traffic])
+        users[:n_shared] = np.bincount(solved, minlength=n_shared)
         rates = max_min_sparse(flow_of, local, capacity, int(offsets[-1]), weight)
         self.evaluations += 1
         load = np.bincount(local, weights=(rates * weight)[flow_of], minlength=len(capacity))
         full = load >= capacity * (1 - _SATURATED)
         contested = full & (users > 1)
-        out, binding = [], []
-        for t, o in zip(traffic, offsets):
-            r = rates[o:o + len(t.fraction)]
+        for t, o in zip(traffic, offsets.tolist()):
             if len(t.detached):
-                r = r.copy()
-                r[t.detached] = t.detached_rate
-            worst = int(np.argmax(t.fraction / r))
-            out.append(1.0 / float(t.fraction[worst] / r[worst]))
-            a, b = t.start[worst], t.start[worst + 1]
+                rates[o + t.detached] = t.detached_rate
+        # Each job's slowest class (the first of equals, as argmax), all jobs at once.
+        ratio = np.concatenate([t.fraction for t in traffic]) / rates
+        top = np.maximum.reduceat(ratio, offsets[:-1])
+        at = np.flatnonzero(ratio == np.repeat(top, np.diff(offsets)))
+        worst = (at[np.searchsorted(at, offsets[:-1])] - offsets[:-1]).tolist()
+        binding = []
+        for t, w in zip(traffic, worst):
+            a, b = t.start[w], t.start[w + 1]
             on = t.local[a:b][t.own[a:b] == 0]
             hit = on[contested[on]]
             binding.append(int(hit[0]) + self._private_links if len(hit) else None)
-        return (np.array(out), binding, load[:n_shared],
-                np.array([contested[t.shared_solved].any() for t in traffic]))
+        crosses = np.repeat(np.arange(len(traffic)), [len(t.shared_solved) for t in traffic])
+        return (1.0 / top, binding, load[:n_shared],
+                np.bincount(crosses, weights=contested[solved], minlength=len(traffic)) > 0)
 
     def shared_from(self, key: frozenset, traffic: dict, entered: int | None, left: int | None) -> tuple | None:
         """The shares of the communicating jobs ``key`` from those of the same group but one job, without
