@@ -486,9 +486,7 @@ class MixSimulation:
         # When every job's alone allocation fits together, it is the max-min of them all (each flow
         # keeps a full link no other job crosses as its bottleneck): no solve needed.
         # (A job's private links carry only its own alone load: only the others can be over.)
-        # (bincount adds in the jobs' order, as one by one would: the same sums.)
-        shared = np.concatenate([t.shared for t in traffic])
-        load = np.bincount(shared, weights=np.concatenate([t.shared_load for t in traffic]), minlength=n_shared)
+        load = self._alone_load(traffic)
         if not (load > self._shared_over).any():
             # Each at its most: whichever leaves, the others stay so (none contested).
             return (np.array([t.alone_speed for t in traffic]), [None] * len(traffic), load,
@@ -538,6 +536,8 @@ class MixSimulation:
             before = self._solved.get(key | {left})
             if before is None or left in before[1]:
                 return None
+            if not before[2] and not self._overfilled([traffic[j] for j in sorted(key)]):
+                return None  # the others fit at their alone allocations: reported as a solve would
             shares = self._cache[key | {left}]
             # The others' load is not kept (no subtraction's rounding): a later arrival here solves.
             return {j: shares[j][:2] for j in key}, None, before[1], before[2]
@@ -557,6 +557,18 @@ class MixSimulation:
         out = {j: shares[j][:2] for j in key - {entered}}
         out[entered] = (t.alone_speed, None)
         return out, load, before[1], before[2]
+
+    def _alone_load(self, traffic: list[_Traffic]) -> np.ndarray:
+        """The shared links' load of the jobs each at its alone allocation (bincount adds in the jobs'
+        order, as one by one would: the same sums)."""
+        return np.bincount(np.concatenate([t.shared for t in traffic]),
+                           weights=np.concatenate([t.shared_load for t in traffic]),
+                           minlength=len(self._shared_over))
+
+    def _overfilled(self, traffic: list[_Traffic]) -> bool:
+        """Whether the jobs' alone allocations together overfill a shared link (else they are the
+        max-min of them all)."""
+        return bool((self._alone_load(traffic) > self._shared_over).any())
 
     def _remember(self, key: frozenset, load: np.ndarray | None, contested: frozenset, alone: bool) -> None:
         """Keep a group's shared links' load, contested jobs and whether all run at their alone allocation,
