@@ -286,3 +286,44 @@ def test_flow_classes_give_the_flow_by_flow_speeds():
         on = f[1][f[0] == int(np.argmax(f[2] / r))]
         hit = on[(load[on] >= sim.capacity[on] * (1 - 1e-9)) & (jobs_on[on] > 1)]
         assert binding[k] == (int(hit[0]) if len(hit) else None)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_shares_without_a_solve_agree_with_the_full_solve_on_random_mixes(seed, monkeypatch):
+    # Jobs that start and stop communicating on a 4:1 tier take their shares from the group they join
+    # or leave where that is exact; solving every group instead gives every per-job figure alike.
+    import random
+
+    from dpsim.mix.simulate import MixSimulation
+
+    rng = random.Random(seed)
+    top = Path(__file__).parents[1] / "topologies" / "examples" / "fat-tree-3tier.yaml"
+    models = ["gpt2-medium", "gpt2-large", "gpt2-xl"]
+    # Each ring alternates between the two halves of the cluster: every hop crosses the 4:1 tier.
+    pods = [rng.sample(range(128), 128), rng.sample(range(128, 256), 128)]
+    jobs = []
+    for k in range(8):
+        n = rng.choice([4, 8, 12])
+        jobs.append({"name": f"j{k}", "model": rng.choice(models), "gpus": 8 * n, "steps": rng.randint(8, 20),
+                     "nodes": [pods[m % 2].pop() for m in range(n)], "start": rng.uniform(0, 0.5)})
+    spec = mix_from_dict({"cluster": {"topology": str(top), "gpus": 2048}, "jobs": jobs})
+    used = []
+    shared_from = MixSimulation.shared_from
+
+    def counted(self, *args):
+        got = shared_from(self, *args)
+        used.append(got is not None)
+        return got
+
+    monkeypatch.setattr(MixSimulation, "shared_from", counted)
+    quick = simulate_mix(spec, sample_steps=None)
+    monkeypatch.setattr(MixSimulation, "shared_from", lambda self, *args: None)
+    full = simulate_mix(spec, sample_steps=None)
+    assert any(used)
+    assert quick.evaluations <= full.evaluations and quick.events == full.events
+    for q, f in zip(quick.jobs, full.jobs):
+        assert q.steps == f.steps and [b.link for b in q.bottlenecks] == [b.link for b in f.bottlenecks]
+        for name in ("step_time_s", "end_s", "slowdown"):
+            assert getattr(q, name) == pytest.approx(getattr(f, name), rel=1e-9, abs=0)
+        for bq, bf in zip(q.bottlenecks, f.bottlenecks):
+            assert bq.share == pytest.approx(bf.share, rel=1e-9, abs=0) and bq.with_jobs == bf.with_jobs

@@ -17,7 +17,10 @@ loop is event-driven: rates are re-evaluated only when the set of communicating 
 only for the jobs that share links with the one that changed (a *component*), and cached per
 component state. A job's flows that cross the same links are solved as one weighted class, and its
 servers' own links that repeat another of its links' classes are left out: the rates are exactly
-those of the flows one by one (``tests/test_mix.py``), the solve about half the size.
+those of the flows one by one (``tests/test_mix.py``), the solve about half the size. Classes on
+private links only that no other class reaches (a ring's hops inside a server) are solved once per
+placement. A group one job away from a kept one takes its shares without a solve where that is
+exact (:meth:`MixSimulation.shared_from`).
 
 **Fast-forward.** Between two arrivals or departures the mix is a fixed set of periodic jobs;
 with ``sample_steps`` set, once every running job has completed that many steps in the interval
@@ -55,6 +58,9 @@ DEFAULT_SAMPLE_STEPS = 20
 
 _SATURATED = 1e-9
 """Relative slack under which a link counts as full (max-min's saturated links)."""
+
+_KEEP_LOADS = 512
+"""Groups whose shared links' load is kept for the no-solve shortcuts (the latest; others solve)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,12 +255,18 @@ class _Traffic:
     bound: np.ndarray
     """Most bytes/s it can put on each of ``links`` (each flow at its route's smallest capacity)."""
     link_set: frozenset = field(default=frozenset())
+    detached: np.ndarray | None = None
+    """Classes left out of the groups' solves (only on private links no solved class crosses); their
+    incidences are not in ``flow_of``."""
+    detached_rate: np.ndarray | None = None
+    """Their max-min rates (bytes/s per flow), the same in any group."""
     alone_load: np.ndarray | None = None
     """Bytes/s it puts on each of ``links`` running alone (max-min among its own flows)."""
     alone_speed: float = math.nan
     """Bytes of message per second it progresses at alone."""
     shared: np.ndarray | None = None
-    """Those of ``links`` other jobs may cross too (not its servers' own)."""
+    """Those of ``links`` other jobs may cross too (not its servers' own), numbered as a group's solve
+    numbers shared links (less the private links)."""
     shared_load: np.ndarray | None = None
     """``alone_load`` on ``shared``."""
 
@@ -350,16 +362,16 @@ class MixSimulation:
         self.n_servers = self.topology.n_nodes
         self.evaluations = 0
         self._cache: dict[frozenset, dict] = {}
+        self._solved: dict[frozenset, tuple] = {}
         self._bound = np.zeros(len(self.capacity))
         self._nic = np.zeros(len(self.capacity), dtype=bool)
-        self._scratch = np.zeros(len(self.capacity))
-        self._over = self.capacity * (1 + _SATURATED)
         self._nic[self.net.nic_links()] = True
         # Links of one server: only the job placed there crosses them (another network: none known).
         self._private_links = int(getattr(self.net, "server_links", lambda: 0)())
         # A group's solve numbers the shared links as they are (less the private ones), then each
         # job's own solved private links after them: no renumbering of the cluster's links per solve.
         self._shared_capacity = self.capacity[self._private_links:]
+        self._shared_over = self._shared_capacity * (1 + _SATURATED)
         self._pairs: list[tuple[int, int]] = []
         self.solo = {}
         if spec.spares >= self.n_servers:
@@ -416,6 +428,10 @@ class MixSimulation:
                                              self._private_links))
         by_class = np.argsort(classes["flow_of"], kind="stable")
         c_flow, c_link = classes["flow_of"][by_class], classes["link_of"][by_class]
+        detached, detached_rate = self._detached(c_flow, c_link, classes["weight"])
+        keep = np.ones(len(classes["weight"]), dtype=bool)
+        keep[detached] = False
+        c_flow, c_link = c_flow[keep[c_flow]], c_link[keep[c_flow]]
         own = c_link < self._private_links
         own_links, own_local = np.unique(c_link[own], return_inverse=True)
         c_local = c_link - self._private_links
@@ -424,54 +440,157 @@ class MixSimulation:
                      own=own.astype(np.int64), own_capacity=self.capacity[own_links],
                      shared_solved=np.unique(c_local[~own]), links=links, bound=bound,
                      start=np.searchsorted(c_flow, np.arange(len(classes["weight"]) + 1)),
-                     link_set=frozenset(links.tolist()))
+                     link_set=frozenset(links.tolist()), detached=detached, detached_rate=detached_rate)
         t.alone_load = np.bincount(local, weights=rates[flow_of], minlength=len(links))
         t.alone_speed = 1.0 / float(np.max(fraction / rates))
         public = links >= self._private_links
-        t.shared, t.shared_load = links[public], t.alone_load[public]
+        t.shared, t.shared_load = links[public] - self._private_links, t.alone_load[public]
         return t
+
+    def _detached(self, flow_of: np.ndarray, link_of: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A job's classes that cross only its private links and share none with a class that reaches
+        a shared link, even through other such classes (a ring's hops inside a server), and their
+        max-min rates: no other job can change them, so they are solved once, not in every group."""
+        own = link_of < self._private_links
+        n = len(weight)
+        attached = np.zeros(n, dtype=bool)
+        attached[flow_of[~own]] = True
+        links, on = np.unique(link_of[own], return_inverse=True)
+        mine = flow_of[own]
+        while True:
+            reached = np.zeros(len(links), dtype=bool)
+            reached[on[attached[mine]]] = True
+            grown = attached.copy()
+            grown[mine[reached[on]]] = True
+            if (grown == attached).all():
+                break
+            attached = grown
+        apart = ~attached[mine]
+        rates = max_min_sparse(mine[apart], on[apart], self.capacity[links], n, weight)
+        detached = np.flatnonzero(~attached)
+        return detached, rates[detached]
 
     def speeds(self, traffic: list[_Traffic]) -> tuple[np.ndarray, list[int | None]]:
         """Bytes of message per second of each job when all of ``traffic`` runs at once, and the
         link binding each one's slowest flow that other jobs cross too (``None``: none such)."""
+        out, binding, _, _ = self.solve(traffic)
+        return out, binding
+
+    def solve(self, traffic: list[_Traffic]) -> tuple[np.ndarray, list[int | None], np.ndarray, np.ndarray]:
+        """:meth:`speeds`, with the load the jobs put on the shared links (numbered as ``_Traffic.shared``)
+        and whether each job crosses a full shared link another job crosses too (``contested``: only
+        such a job's leaving can speed the others up)."""
+        n_shared = len(self._shared_capacity)
         if len(traffic) == 1:
-            return np.array([traffic[0].alone_speed]), [None]
+            load = np.zeros(n_shared)
+            load[traffic[0].shared] = traffic[0].shared_load
+            return np.array([traffic[0].alone_speed]), [None], load, np.zeros(1, dtype=bool)
         # When every job's alone allocation fits together, it is the max-min of them all (each flow
         # keeps a full link no other job crosses as its bottleneck): no solve needed.
         # (A job's private links carry only its own alone load: only the others can be over.)
-        load = self._scratch
-        for t in traffic:
-            load[t.shared] += t.shared_load
-        over = any((load[t.shared] > self._over[t.shared]).any() for t in traffic)
-        for t in traffic:
-            load[t.shared] = 0.0
-        if not over:
-            return np.array([t.alone_speed for t in traffic]), [None] * len(traffic)
+        load = self._alone_load(traffic)
+        if not (load > self._shared_over).any():
+            # Each at its most: whichever leaves, the others stay so (none contested).
+            return (np.array([t.alone_speed for t in traffic]), [None] * len(traffic), load,
+                    np.zeros(len(traffic), dtype=bool))
         offsets = np.cumsum([0] + [len(t.fraction) for t in traffic])
         flow_of = np.concatenate([t.flow_of + o for t, o in zip(traffic, offsets)])
         weight = np.concatenate([t.weight for t in traffic])
         # Shared links as numbered (few: the switch tiers), each job's own private links after them
         # (the solver's work follows the flows, not the cluster's 100,000s of server links).
-        n_shared = len(self._shared_capacity)
         base = n_shared + np.cumsum([0] + [len(t.own_capacity) for t in traffic])
         local = np.concatenate([t.local + b * t.own for t, b in zip(traffic, base.tolist())])
         capacity = np.concatenate([self._shared_capacity] + [t.own_capacity for t in traffic])
         users = np.ones(len(capacity), dtype=np.int64)
-        users[:n_shared] = np.bincount(np.concatenate([t.shared_solved for t in traffic]), minlength=n_shared)
+        solved = np.concatenate([t.shared_solved for t in traffic])
+        users[:n_shared] = np.bincount(solved, minlength=n_shared)
         rates = max_min_sparse(flow_of, local, capacity, int(offsets[-1]), weight)
         self.evaluations += 1
         load = np.bincount(local, weights=(rates * weight)[flow_of], minlength=len(capacity))
         full = load >= capacity * (1 - _SATURATED)
-        out, binding = [], []
-        for t, o in zip(traffic, offsets):
-            r = rates[o:o + len(t.fraction)]
-            worst = int(np.argmax(t.fraction / r))
-            out.append(1.0 / float(t.fraction[worst] / r[worst]))
-            a, b = t.start[worst], t.start[worst + 1]
+        contested = full & (users > 1)
+        for t, o in zip(traffic, offsets.tolist()):
+            if len(t.detached):
+                rates[o + t.detached] = t.detached_rate
+        # Each job's slowest class (the first of equals, as argmax), all jobs at once.
+        ratio = np.concatenate([t.fraction for t in traffic]) / rates
+        top = np.maximum.reduceat(ratio, offsets[:-1])
+        at = np.flatnonzero(ratio == np.repeat(top, np.diff(offsets)))
+        worst = (at[np.searchsorted(at, offsets[:-1])] - offsets[:-1]).tolist()
+        binding = []
+        for t, w in zip(traffic, worst):
+            a, b = t.start[w], t.start[w + 1]
             on = t.local[a:b][t.own[a:b] == 0]
-            hit = on[full[on] & (users[on] > 1)]
+            hit = on[contested[on]]
             binding.append(int(hit[0]) + self._private_links if len(hit) else None)
-        return np.array(out), binding
+        crosses = np.repeat(np.arange(len(traffic)), [len(t.shared_solved) for t in traffic])
+        return (1.0 / top, binding, load[:n_shared],
+                np.bincount(crosses, weights=contested[solved], minlength=len(traffic)) > 0)
+
+    def shared_from(self, key: frozenset, traffic: dict, entered: int | None, left: int | None) -> tuple | None:
+        """The shares of the communicating jobs ``key`` from those of the same group but one job, without
+        a solve, where that is exact (``None``: solve). A job that stopped communicating and crossed no
+        full link another job crossed leaves the others' allocation max-min (each keeps its bottleneck);
+        a job that started and fits at its alone allocation on top of the others' (:meth:`add_alone`)
+        joins them at it. Returns ({job: (speed, binding link)}, the shared links' load or ``None``,
+        contested jobs, whether every job runs at its alone allocation) as :meth:`solve` would."""
+        if left is not None:
+            before = self._solved.get(key | {left})
+            if before is None or left in before[1]:
+                return None
+            if not before[2] and not self._overfilled([traffic[j] for j in sorted(key)]):
+                return None  # the others fit at their alone allocations: reported as a solve would
+            shares = self._cache[key | {left}]
+            # The others' load is not kept (no subtraction's rounding): a later arrival here solves.
+            return {j: shares[j][:2] for j in key}, None, before[1], before[2]
+        if entered is None or entered not in key or traffic[entered] is None:
+            return None
+        before = self._solved.get(key - {entered})
+        if before is None or before[0] is None:
+            return None
+        t = traffic[entered]
+        load = self.add_alone(before[0], t)
+        if load is None:
+            return None
+        if not before[2] and ((load[t.shared] >= self._shared_capacity[t.shared] * (1 - _SATURATED))
+                              & (before[0][t.shared] > 0)).any():
+            return None  # a link it fills with another job would bind (as a solve reports it)
+        shares = self._cache[key - {entered}]
+        out = {j: shares[j][:2] for j in key - {entered}}
+        out[entered] = (t.alone_speed, None)
+        return out, load, before[1], before[2]
+
+    def _alone_load(self, traffic: list[_Traffic]) -> np.ndarray:
+        """The shared links' load of the jobs each at its alone allocation (bincount adds in the jobs'
+        order, as one by one would: the same sums)."""
+        return np.bincount(np.concatenate([t.shared for t in traffic]),
+                           weights=np.concatenate([t.shared_load for t in traffic]),
+                           minlength=len(self._shared_over))
+
+    def _overfilled(self, traffic: list[_Traffic]) -> bool:
+        """Whether the jobs' alone allocations together overfill a shared link (else they are the
+        max-min of them all)."""
+        return bool((self._alone_load(traffic) > self._shared_over).any())
+
+    def _remember(self, key: frozenset, load: np.ndarray | None, contested: frozenset, alone: bool) -> None:
+        """Keep a group's shared links' load, contested jobs and whether all run at their alone allocation,
+        for :meth:`shared_from` (the latest few: each load is a vector over the shared links)."""
+        self._solved[key] = (load, contested, alone)
+        if len(self._solved) > _KEEP_LOADS:
+            del self._solved[next(iter(self._solved))]
+
+    def add_alone(self, load: np.ndarray, t: _Traffic) -> np.ndarray | None:
+        """The shared links' load when a job joins others (``load``: theirs, max-min among them) at its
+        alone allocation, or ``None`` when that overfills a link. Where it fits, the others' allocation
+        with the newcomer's alone one is the max-min of them all, exactly: every flow keeps its
+        bottleneck, full as before and crossed by no new flow (the newcomer's bottlenecks are links
+        only it crosses), so no solve is needed."""
+        on = load[t.shared] + t.shared_load
+        if (on > self._shared_over[t.shared]).any():
+            return None
+        load = load.copy()
+        load[t.shared] = on
+        return load
 
     # ------------------------------------------------------------------ loop
     def run(self) -> MixResult:
@@ -515,7 +634,10 @@ class MixSimulation:
                         todo.append(m)
             return comp
 
-        def reshare(touched: set[int]) -> None:
+        def reshare(touched: set[int], entered: int | None = None, left: int | None = None) -> None:
+            """New speeds for the communicating jobs linked to ``touched`` (``entered``: the job that just
+            started communicating, ``left``: the one that just stopped, for the shortcuts of
+            :meth:`MixSimulation.shared_from`)."""
             done: set[int] = set()
             for i in touched:
                 if i in done or mode.get(i) != "comm":
@@ -525,10 +647,17 @@ class MixSimulation:
                 key = frozenset(comp)
                 if key not in self._cache:
                     order = sorted(comp)
-                    sp, bind = self.speeds([traffic[j] for j in order])
-                    self._cache[key] = {j: (float(s), b, tuple(m for m in order if m != j and b is not None
-                                                               and b in traffic[m].link_set))
-                                        for j, s, b in zip(order, sp, bind)}
+                    got = self.shared_from(key, traffic, entered, left)
+                    if got is None:
+                        evaluations = self.evaluations
+                        sp, bind, load, contested = self.solve([traffic[j] for j in order])
+                        got = dict(zip(order, zip(sp.tolist(), bind))), load, frozenset(
+                            j for j, c in zip(order, contested) if c), self.evaluations == evaluations
+                    shares, load, contested, alone = got
+                    self._cache[key] = {j: (s, b, tuple(m for m in order if m != j and b is not None
+                                                        and b in traffic[m].link_set))
+                                        for j, (s, b) in shares.items()}
+                    self._remember(key, load, contested, alone)
                 for j, (s, b, others) in self._cache[key].items():
                     speed[j] = s
                     b_state[j] = (b, others, len(key) > 1)
@@ -565,7 +694,7 @@ class MixSimulation:
             steps[i], mode[i], left[i] = solo_position(i)
             dirty.append(True)
             if mode[i] == "comm":
-                reshare({i})
+                reshare({i}, entered=i)
             completions[i] = []
 
         def enter_network(i: int) -> None:
@@ -587,7 +716,7 @@ class MixSimulation:
             if not neighbours[i]:
                 to_solo(i)
             elif mode[i] == "comm":
-                reshare({i})
+                reshare({i}, entered=i)
 
         def leave_network(i: int) -> None:
             """Job ``i`` stops training (leaves, fails or checkpoints): its traffic leaves its links."""
@@ -603,7 +732,7 @@ class MixSimulation:
                 if not neighbours[m] and mode[m] != "solo":
                     to_solo(m)
             if was == "comm":
-                reshare({m for m in running if mode.get(m) == "comm"})
+                reshare({m for m in running if mode.get(m) == "comm"}, left=i)
 
         def depart(i: int, t: float) -> None:
             end[i] = t
@@ -639,6 +768,7 @@ class MixSimulation:
             """Job ``i``'s servers changed (a spare replaced a failed one): route its traffic again."""
             traffic[i] = self.traffic(jobs[i], servers[i])
             self._cache.clear()  # cached shares are by job: this job's links changed
+            self._solved.clear()
             if traffic[i] is not None:
                 alone_speed[i] = traffic[i].alone_speed
 
@@ -725,14 +855,14 @@ class MixSimulation:
             i = who
             if mode[i] == "compute" and traffic[i] is not None:
                 mode[i], left[i] = "comm", work[i]
-                reshare({i})
+                reshare({i}, entered=i)
                 continue
             # A step completes.
             steps[i] += 1
             was_comm = mode[i] == "comm"
             mode[i], left[i] = "compute", compute_s[i]
             if was_comm:
-                reshare(neighbours[i])
+                reshare(neighbours[i], left=i)
             completions[i].append(now)
             if jobs[i].steps is not None and steps[i] >= jobs[i].steps:
                 depart(i, now)
