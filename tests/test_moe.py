@@ -195,6 +195,49 @@ def test_all_to_all_time_is_four_per_moe_layer_and_micro_batch():
     assert p.layout.ep_comm_s == pytest.approx(4 * one * stage0_moe_layers * config.micro_batches, rel=1e-9)
 
 
+def test_expert_tensor_parallelism_gathers_and_scatters_over_its_own_nvlink_group():
+    """--etp 2: per MoE layer and micro-batch, an all-gather and a reduce-scatter of both etp ranks'
+    routed copies in forward and their transposes in backward, on 2 neighbouring GPUs of a server;
+    --etp 1 has no such term, and the ep all-to-all is the same either way."""
+    from dpsim.collectives.groups import LayoutShape, layout_communicators
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.predict.run import resolve_topology
+    one, two = predict(_mixtral(ep=4)), predict(_mixtral(ep=4, etp=2))
+    assert one.layout.etp_comm_s == 0 and "etp_comm_s" not in one.layout.to_dict()
+    assert two.layout.ep_comm_s == pytest.approx(one.layout.ep_comm_s, rel=1e-9)
+    assert two.layout.ep_comm_s + two.layout.etp_comm_s > one.layout.ep_comm_s
+    config = _mixtral(ep=4, etp=2)
+    etp = layout_communicators(resolve_topology(config), LayoutShape(tp=1, pp=4, dp=16, ep=4, etp=2))["etp"]
+    assert etp.topology.n_gpus == 2 and etp.topology.n_nodes == 1
+    nccl = NcclCollectives(etp.topology, job=etp.job)
+    size = 2 * (2 * 4096 * 4096 * 2) * two.layout.expert_load.mean_busiest_factor  # etp x top-2 copies, bf16
+    per_pass = nccl.time("all_gather", size).time_s + nccl.time("reduce_scatter", size).time_s
+    stage0_moe_layers = 8
+    assert two.layout.etp_comm_s == pytest.approx(2 * per_pass * stage0_moe_layers * config.micro_batches, rel=1e-9)
+    assert two.to_dict()["layout"]["etp_comm_s"] == two.layout.etp_comm_s
+    # Recomputing the MoE layers re-runs the forward's gather and scatter too.
+    again = predict(_mixtral(ep=4, etp=2, recompute="moe"))
+    assert again.layout.etp_comm_s == pytest.approx(two.layout.etp_comm_s * 3 / 2, rel=1e-12)
+
+
+def test_plan_tables_cost_expert_tensor_parallelism_as_predict_does():
+    """The planner's per-layer work (which its estimate sums) is predict's, etp collectives included."""
+    import dataclasses
+    from dpsim.plan.planner import Candidate, Planner
+    base = PredictConfig(model="mixtral-8x7b", link="infiniband", precision="bf16-mixed")
+    planner = Planner(base)
+    sums = {}
+    for etp in (1, 2):
+        c = Candidate(gpus=64, tp=2, pp=2, dp=16, ep=4, etp=etp, sequence_parallel=True, strategy="zero1",
+                      micro_batch=1, global_batch=64, recompute="full", schedule="1f1b", virtual_stages=1)
+        tables = planner.tables(c, planner.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp))
+        pred = predict(dataclasses.replace(c.config(base), steps=1))
+        assert sum(tables.forward) == pytest.approx(sum(s.forward_s for s in pred.layout.stages), rel=1e-12)
+        assert sum(tables.backward) == pytest.approx(sum(s.backward_s for s in pred.layout.stages), rel=1e-12)
+        sums[etp] = sum(tables.forward) + sum(tables.backward), planner.estimate(c, global_batch=64).step_time_s
+    assert sums[2][0] > sums[1][0] and sums[2][1] > sums[1][1]
+
+
 def test_capacity_factor_drops_tokens_and_caps_the_busiest_rank():
     dropless = predict(_mixtral(moe_routing="zipf:1"))
     capped = predict(_mixtral(moe_routing="zipf:1", moe_capacity_factor=1.0))

@@ -119,7 +119,8 @@ def _node_group(job: Topology, per_node: int, nodes: int) -> tuple[Topology, int
 
 
 def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communicator]:
-    """The ``tp``, ``dp``, ``pp`` and ``emb`` communicators of a layout on ``job``.
+    """The ``tp``, ``dp``, ``pp`` and ``emb`` communicators of a layout on ``job`` (and the expert
+    layers' ``ep``, ``edp``, with ``etp`` above 1 ``etp``; with ``cp`` above 1 ``cp``).
 
     Ranks are ordered as Megatron-LM orders them: tensor-parallel rank fastest, then
     data-parallel, then pipeline (``tp-cp-ep-dp-pp``, ``megatron/core/parallel_state.py``),
@@ -140,7 +141,12 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
     # and a cp group as one of cp.
     t, d, p = shape.tp, shape.dp * shape.cp, shape.pp
     comms: dict[str, Communicator] = {}
-    tp_topo, tp_conc = _node_group(job, t, 1) if t <= gpn else _node_group(job, gpn, t // gpn)
+
+    def consecutive(size: int) -> tuple[Topology, int]:
+        # ``size`` neighbouring ranks: one server's, or whole servers once they outgrow one.
+        return _node_group(job, size, 1) if size <= gpn else _node_group(job, gpn, size // gpn)
+
+    tp_topo, tp_conc = consecutive(t)
     comms["tp"] = Communicator(name="tp", topology=tp_topo, job=job, concurrent=tp_conc)
 
     def strided(stride: int, size: int) -> tuple[Topology, int]:
@@ -161,6 +167,10 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
     comms["ep"] = Communicator(name="ep", topology=ep_topo, job=job, concurrent=ep_conc)
     edp_topo, edp_conc = strided(shape.etp * shape.ep, edp)
     comms["edp"] = Communicator(name="edp", topology=edp_topo, job=job, concurrent=edp_conc)
+    if shape.etp > 1:
+        # Expert-tensor ranks are the fastest of that order: etp consecutive GPUs, placed as tp's.
+        etp_topo, etp_conc = consecutive(shape.etp)
+        comms["etp"] = Communicator(name="etp", topology=etp_topo, job=job, concurrent=etp_conc)
 
     def pair(distance: int) -> tuple[Topology, int]:
         if distance < gpn:

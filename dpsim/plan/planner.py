@@ -70,6 +70,7 @@ from dpsim.predict.layout import (
     check_experts,
     context_comm_s,
     expert_a2a_s,
+    expert_tp_s,
     expert_load,
     expert_split,
     model_source,
@@ -507,7 +508,7 @@ class Planner:
         tp, micro_batch, sp, recompute = c.tp, c.micro_batch, c.sequence_parallel, c.recompute
         split, load = self.experts(c)
         comms = tuple((g, gc.communicator(g).topology, gc.communicator(g).concurrent)
-                      for g, on in (("cp", c.cp > 1), ("ep", c.ep > 1)) if on)
+                      for g, on in (("cp", c.cp > 1), ("ep", c.ep > 1), ("etp", c.etp > 1)) if on)
         key = (tp, micro_batch, sp, recompute, id(gc.group("tp")), c.grad_accum_fusion, c.cp, split, comms)
         tab = self._tables.get(key)
         if tab is not None:
@@ -537,7 +538,9 @@ class Planner:
                           cp_model=self.model if c.cp > 1 else None,
                           ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.parallelism.moe_a2a,
                                                                 self.model.moe))
-                          if c.ep > 1 else None, gpu=self.gpu)
+                          if c.ep > 1 else None,
+                          etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
+                          gpu=self.gpu)
         tab = self._tables[key] = _Tables(work)
         return tab
 

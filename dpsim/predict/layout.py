@@ -209,6 +209,23 @@ def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: 
                                    algorithm=algorithm, node_dedup=dedup).time_s
 
 
+def expert_tp_s(cost, bytes_per_rank: float, load: RankLoad | None, etp: int) -> float:
+    """One pass's (forward or backward) expert-tensor-parallel collectives of an MoE layer on the
+    ``etp`` communicator (``cost(group, op, size)``). Megatron-Core's ``MoEAlltoAllTokenDispatcher``
+    (``megatron/core/transformer/moe/token_dispatcher.py``) with ``expert_tensor_parallel_size``
+    above 1 all-gathers the tokens the ep all-to-all delivered over the expert-tensor group before
+    the expert GEMMs (each of its ranks holds ``1 / etp`` of every local expert's width) and
+    reduce-scatters the experts' partial outputs back before the combine all-to-all; backward runs
+    the transposes (reduce-scatter, all-gather). Each moves ``etp`` ranks' routed copies, the
+    busiest rank's load less what capacity drops, and blocks the stream as the all-to-alls do."""
+    if etp <= 1:
+        return 0.0
+    dropped = load.dropped_fraction if load is not None else 0.0
+    busiest = max(1.0, load.mean_busiest_factor if load else 1.0)
+    size = etp * bytes_per_rank * (1.0 - dropped) * busiest
+    return cost("etp", "all_gather", size) + cost("etp", "reduce_scatter", size)
+
+
 def activation_offload_s(tpm: TpModel, layout: Layout, node, act_element_bytes: int) -> tuple[float, ...]:
     """Per layer, one micro-batch's ``--offload expert-activations`` copy in one direction over the
     GPU's host link (:func:`~dpsim.strategies.offload.expert_offload_bytes_per_sample`); empty
@@ -319,6 +336,9 @@ class LayoutReport:
     sampled step and on average, and what capacity drops (``None``: dense)."""
     ep_comm_s: float = 0.0
     """Stage 0's MoE all-to-all time of the step (every micro-batch, forward and backward)."""
+    etp_comm_s: float = 0.0
+    """Stage 0's expert-tensor-parallel all-gathers and reduce-scatters of the step (every
+    micro-batch, forward and backward; 0 with ``etp`` 1)."""
 
     def to_dict(self) -> dict:
         """JSON-able form (see README, "JSON output")."""
@@ -338,6 +358,7 @@ class LayoutReport:
                 "expert_load_factor": self.expert_load.mean_busiest_factor,
                 "expert_load_p90": _p90(self.expert_load.step_factors),
                 "expert_dropped_fraction": self.expert_load.dropped_fraction} if self.expert_load else {}),
+            **({"etp_comm_s": self.etp_comm_s} if lay.etp > 1 else {}),
         }
 
 
@@ -482,6 +503,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     def ep_cost(bytes_per_rank: float) -> float:
         return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.parallelism.moe_a2a, model.moe)
 
+    def etp_cost(bytes_per_rank: float) -> float:
+        return expert_tp_s(cost, bytes_per_rank, load, config.parallelism.etp)
+
     scale, opt_scale = _scales(config, model, gpu, precision, compute)
     shard = shard_compute(tpm, gpu, config, precision)
     act = _act_bytes(precision)
@@ -493,7 +517,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                       overlap_slowdown=config.calibration.overlap_slowdown, comm_slowdown=comm_slowdown,
                       accumulate_s=accumulate, recompute_share=shares,
                       cp_cost=cp_cost if layout.cp > 1 else None, cp_model=model if layout.cp > 1 else None,
-                      ep_cost=ep_cost if layout.ep > 1 else None, gpu=gpu,
+                      ep_cost=ep_cost if layout.ep > 1 else None, etp_cost=etp_cost if layout.etp > 1 else None,
+                      gpu=gpu,
                       offload_s=activation_offload_s(tpm, layout, topology.spec.node, act))
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
@@ -543,7 +568,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                           p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
                           embedding_grad_bytes=emb_bytes, cp_comm_s=cp_comm, cp_exposed_s=cp_exposed,
                           pipeline=result, expert_load=load,
-                          ep_comm_s=sum(l.ep_comm_s for c in s0 for l in c.layers) * m_total)
+                          ep_comm_s=sum(l.ep_comm_s for c in s0 for l in c.layers) * m_total,
+                          etp_comm_s=sum(l.etp_comm_s for c in s0 for l in c.layers) * m_total)
     st0 = result.stages[0]
     fwd0 = st0.by_kind_s.get("forward", 0.0)
     bwd0 = st0.by_kind_s.get("backward", 0.0) + st0.by_kind_s.get("recompute", 0.0)

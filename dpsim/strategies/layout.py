@@ -344,6 +344,9 @@ class LayerWork:
     ep_comm_s: float = 0.0
     """An MoE layer's all-to-all time of the micro-batch on the ``ep`` communicator: dispatch
     and combine in forward, their reverses in backward (and again when recomputed)."""
+    etp_comm_s: float = 0.0
+    """An MoE layer's expert-tensor-parallel all-gathers and reduce-scatters of the micro-batch on
+    the ``etp`` communicator (forward, backward and recompute)."""
     expert_grad_numel: int = 0
     """Of :attr:`grad_numel`, the routed experts' (reduced over the expert-data-parallel group)."""
 
@@ -385,7 +388,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                time_scale: float = 1.0, overlap_slowdown: float = 0.0, comm_slowdown: float = 0.0,
                accumulate_s: Sequence[float] = (), recompute_share: Sequence[float] | None = None,
                cp_cost: Callable[[str, float], float] | None = None, cp_model: ModelSpec | None = None,
-               ep_cost: Callable[[float], float] | None = None, gpu: GpuSpec | None = None,
+               ep_cost: Callable[[float], float] | None = None,
+               etp_cost: Callable[[float], float] | None = None, gpu: GpuSpec | None = None,
                offload_s: Sequence[float] = ()) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
@@ -416,6 +420,9 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     blocking the compute stream (the expert GEMMs need the tokens, the next layer the
     combined output); a block recomputed in full runs its forward pair again, and so does an MoE
     layer under ``moe`` recomputation (which re-runs the MoE layers whole, the others as ``op``).
+    With expert-tensor parallelism ``etp_cost(bytes)`` is one pass's gathers and scatters of the
+    expert-tensor group around the expert GEMMs (:func:`~dpsim.predict.layout.expert_tp_s`), run
+    and re-run with the all-to-alls.
 
     ``async`` tensor-parallel overlap (``gpu`` needed) adds to each layer's compute what its
     decomposition costs (:attr:`~dpsim.strategies.tensor.TpComm.forward_compute_s`), and its
@@ -495,12 +502,16 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     accumulate = list(accumulate_s) if not layout.grad_accum_fusion and accumulate_s else [0.0] * n
     a2a = [ep_cost(layer.routed_bytes_per_sample * layout.micro_batch * act_element_bytes / 2.0)
            if ep_cost is not None and layer.routed_bytes_per_sample > 0 else 0.0 for layer in tpm.layers]
-    a2a_recompute = [0.0] * n
+    etp = [etp_cost(layer.routed_bytes_per_sample * layout.micro_batch * act_element_bytes / 2.0)
+           if etp_cost is not None and layer.routed_bytes_per_sample > 0 else 0.0 for layer in tpm.layers]
+    a2a_recompute, etp_recompute = [0.0] * n, [0.0] * n
     if layout.recompute == "full":
         for unit_layers in ckpt:
             a2a_recompute[max(unit_layers)] = sum(2.0 * a2a[i] for i in unit_layers)
+            etp_recompute[max(unit_layers)] = sum(etp[i] for i in unit_layers)
     for i in moe_rerun:
         a2a_recompute[i] = 2.0 * a2a[i]
+        etp_recompute[i] = etp[i]
     offload_f, offload_b = [0.0] * n, [0.0] * n
     if offload_s:
         for unit_layers in _units(tpm):
@@ -529,15 +540,16 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         tp_comm = [e + (t - e) / pace for t, e in zip(tp_comm, tp_exposed)]
     return tuple(LayerWork(
         index=layer.index,
-        forward_s=fwd_s[i] + comms[i].forward_exposed_s + hidden_f[i] + 2.0 * a2a[i] + offload_f[i],
+        forward_s=fwd_s[i] + comms[i].forward_exposed_s + hidden_f[i] + 2.0 * a2a[i] + etp[i] + offload_f[i],
         backward_s=bwd_s[i] + comms[i].backward_exposed_s + hidden_b[i] + recompute[i] + accumulate[i]
-        + 2.0 * a2a[i] + a2a_recompute[i] + offload_b[i],
+        + 2.0 * a2a[i] + etp[i] + a2a_recompute[i] + etp_recompute[i] + offload_b[i],
         compute_forward_s=fwd_s[i], compute_backward_s=bwd_s[i], recompute_s=recompute[i],
         tp_comm_s=tp_comm[i], tp_exposed_s=tp_exposed[i],
         grad_numel=layer.numel_per_rank,
         weight_grad_s=bwd_s[i] * weight_gradient_share(layer) + accumulate[i],
         cp_comm_s=cp_comm[i], cp_exposed_s=cp_exposed[i],
-        ep_comm_s=4.0 * a2a[i] + a2a_recompute[i], expert_grad_numel=layer.expert_numel_per_rank)
+        ep_comm_s=4.0 * a2a[i] + a2a_recompute[i], etp_comm_s=2.0 * etp[i] + etp_recompute[i],
+        expert_grad_numel=layer.expert_numel_per_rank)
         for i, layer in enumerate(tpm.layers))
 
 
