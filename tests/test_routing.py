@@ -124,11 +124,13 @@ def test_seeds_reproduce():
 
 
 def test_fast_at_scale():
+    # A guard against an accidental blow-up (quadratic sampling), in CPU seconds so that a busy
+    # shared machine's wall clock does not decide it; not a speed figure.
     import time
     r = parse_routing("zipf:0.8")
-    start = time.perf_counter()
+    start = time.process_time()
     rank_load(r, experts=256, ep=64, tokens_per_rank=1024, top_k=8, steps=64, seed=1)
-    assert time.perf_counter() - start < 0.2
+    assert time.process_time() - start < 1.0
 
 
 @pytest.mark.parametrize("text, needle", [
