@@ -161,3 +161,60 @@ def test_fast_forward_with_checkpoints_agrees_with_every_step():
         assert e.slowdown > 1.01  # they contend
         assert q.slowdown == pytest.approx(e.slowdown, rel=0.02)
         assert q.steps == pytest.approx(e.steps, rel=0.02) and q.checkpoint_s == pytest.approx(e.checkpoint_s)
+
+
+# ---------------------------------------------------------------- a storage the checkpoints share
+
+CK_BW = {"interval": "10s", "bandwidth": "10GB/s", "restart": "5s"}
+
+
+def _writes(job):
+    return [s for s in job.timeline if s.phase == "checkpoint"]
+
+
+def _run_storage(*jobs, storage=None, events=()):
+    mix = _mix(*jobs, horizon="200s", spares=1, storage=storage, failures={"repair": "1h", "events": list(events)})
+    return {j.name: j for j in simulate_mix(mix, sample_steps=None).jobs}
+
+
+def test_writes_at_once_share_the_storage_max_min():
+    a, b = {**A, "checkpoint": CK_BW}, {**B, "checkpoint": CK_BW}
+    alone = _run_storage(a, b)
+    w = alone["a"].checkpoint_write_s  # the write alone: state bytes / 10 GB/s
+    assert all(s.end_s - s.start_s == pytest.approx(w, rel=1e-9) for s in _writes(alone["a"]))
+    # Both jobs write at the same times; a 10 GB/s storage gives each 5 GB/s: every write takes twice as long.
+    shared = _run_storage(a, b, storage="10GB/s")
+    for name in ("a", "b"):
+        assert _writes(shared[name]) and all(s.end_s - s.start_s == pytest.approx(2 * w, rel=1e-9)
+                                             for s in _writes(shared[name]))
+        assert shared[name].steps < alone[name].steps
+    # A storage as fast as both writes together changes nothing; neither does one writer alone.
+    wide = _run_storage(a, b, storage="20GB/s")
+    assert [(s.start_s, s.end_s) for s in _writes(wide["a"])] == [(s.start_s, s.end_s) for s in _writes(alone["a"])]
+    solo = _run_storage(a, storage="10GB/s")["a"]
+    assert all(s.end_s - s.start_s == pytest.approx(w, rel=1e-9) for s in _writes(solo))
+
+
+def test_a_write_cut_by_a_failure_gives_its_share_back():
+    a, b = {**A, "checkpoint": CK_BW}, {**B, "checkpoint": CK_BW}
+    w = _run_storage(a)["a"].checkpoint_write_s
+    # Both start writing at 10 s at 5 GB/s each; a fails half a (solo) write in: b has a quarter of its
+    # state written and writes the other three quarters alone at 10 GB/s: it ends 1.25 w after 10 s.
+    hit = _run_storage(a, b, storage="10GB/s", events=[{"at": f"{10 + 0.5 * w}s", "node": 1}])
+    first = _writes(hit["b"])[0]
+    assert first.start_s == pytest.approx(10.0) and first.end_s == pytest.approx(10 + 1.25 * w, rel=1e-9)
+    assert hit["a"].failures == 1
+
+
+@pytest.mark.parametrize("top, message", [
+    ({"storage": "fast"}, "storage: 'fast' is not valid; expected a bandwidth"),
+    ({"storage": "0GB/s"}, "storage: '0GB/s' is not valid; expected a bandwidth > 0"),
+])
+def test_storage_errors_name_the_field(top, message):
+    with pytest.raises(ConfigError, match=message):
+        _mix({**A, "checkpoint": CK_BW}, horizon="200s", failures={"repair": "1h"}, **top)
+
+
+def test_storage_without_failures_is_refused():
+    with pytest.raises(ConfigError, match="storage: .* applies only to a mix with failures"):
+        _mix(A, horizon="200s", storage="10GB/s")

@@ -1002,8 +1002,12 @@ class _Failures:
     :meth:`~dpsim.plan.reliability.ClusterShape.rates_per_s` gives one server (its GPUs, host and
     NIC links), from one seeded generator.
 
-    Simplification: each job writes its checkpoint at its own bandwidth; the topology has no storage
-    link, so concurrent writes of several jobs do not slow each other down.
+    Checkpoint writes go to one storage (:attr:`~dpsim.mix.spec.MixSpec.storage_bytes_per_s`): the
+    writes under way share its bandwidth max-min, each at most its own write rate (its state bytes
+    over its write time alone), and every write's end is moved whenever a write starts, ends or is
+    cut by a failure. Without a storage bandwidth each job writes at its own rate, unslowed. The
+    storage's own network path is not modelled: the bandwidth is the narrowest of the storage system
+    and the links to it.
     """
 
     def __init__(self, sim: MixSimulation, free: list[bool]):
@@ -1043,6 +1047,10 @@ class _Failures:
         self.interval: dict[int, float] = {}
         self.write: dict[int, float] = {}
         self.restart: dict[int, float] = {}
+        self.storage_bytes_per_s = spec.storage_bytes_per_s
+        self.write_rate: dict[int, float] = {}  # bytes/s a job's write gets alone
+        self.state_bytes: dict[int, float] = {}
+        self.writing: dict[int, list[float]] = {}  # job -> [bytes left, bytes/s, since]
 
     def bind(self, **loop) -> None:
         """The event loop's state and its network entry and exit (closures of :meth:`MixSimulation.run`)."""
@@ -1130,6 +1138,8 @@ class _Failures:
         interval = max(interval, MIN_CHECKPOINT_INTERVAL_S)
         self.interval[i] = interval if interval < work else math.inf  # one at the end saves nothing
         self.write[i], self.restart[i] = write, ck.restart_s
+        self.state_bytes[i] = float(self.sim.solo[job.name][5])
+        self.write_rate[i] = self.state_bytes[i] / write if write > 0 else math.inf
         self.account[i] = dict(trained_s=0.0, lost_s=0.0, lost_steps=0.0, checkpoint_s=0.0, restart_s=0.0,
                                down_s=0.0, failures=0, restarts=0)
         self.segments[i], self.waiting[i] = [], set()
@@ -1146,6 +1156,7 @@ class _Failures:
 
     def release(self, i: int, now: float) -> None:
         """Job ``i`` leaves (already out of the network)."""
+        self._stop_write(i, now)
         if i in self.paused:  # stopped: it keeps the work up to where it stopped (its checkpoint after a failure)
             self.steps[i] = self._steps_at(i, self.pos[i])
         self._close(i, now)
@@ -1158,6 +1169,7 @@ class _Failures:
     # ------------------------------------------------------------------ events
     def handle(self, now: float) -> None:
         """Everything due at ``now``: repairs, failures, ends of stops, checkpoints."""
+        self._progress(now)
         while self.repairs and self.repairs[0][0] <= now:
             _, s = heapq.heappop(self.repairs)
             if self.down_until[s] <= now:
@@ -1173,11 +1185,42 @@ class _Failures:
                 if until <= now:
                     if phase == "checkpoint":
                         self.last_ck[i], self.since_ck[i] = self.pos[i], 0.0
+                        self.writing.pop(i, None)
                     else:
                         self.account[i]["restarts"] += 1
                     self._resume(i, now)
             elif self.ck_due[i] <= now:
                 self._suspend(i, now, "checkpoint", now + self.write[i])
+                if self.storage_bytes_per_s is not None:
+                    self.writing[i] = [self.state_bytes[i], 0.0, now]
+        self._share_storage(now)
+
+    # ------------------------------------------------------------------ the shared storage
+    def _progress(self, now: float) -> None:
+        """Bytes written by every write under way until ``now``, at the rates they had."""
+        for w in self.writing.values():
+            w[0] = max(0.0, w[0] - w[1] * (now - w[2]))
+            w[2] = now
+
+    def _share_storage(self, now: float) -> None:
+        """Max-min shares of the storage for the writes under way, each capped at its own rate, and
+        the time each write now ends (the end of its checkpoint stop)."""
+        if not self.writing:
+            return
+        left, n = self.storage_bytes_per_s, len(self.writing)
+        for i in sorted(self.writing, key=lambda j: (self.write_rate[j], j)):
+            rate = min(self.write_rate[i], left / n)
+            left, n = left - rate, n - 1
+            w = self.writing[i]
+            w[1] = rate
+            self.paused[i][1] = now + w[0] / rate if rate > 0 else math.inf
+
+    def _stop_write(self, i: int, now: float) -> None:
+        """A write cut short (a failure, or the job leaving): the others share what it used."""
+        if i in self.writing:
+            self._progress(now)
+            del self.writing[i]
+            self._share_storage(now)
 
     def _strike(self, s: int, cls: str, now: float) -> None:
         i = self.owner[s]
@@ -1192,6 +1235,7 @@ class _Failures:
     def _hit(self, i: int, s: int, now: float, counted: bool = True) -> None:
         a = self.account[i]
         a["failures"] += counted
+        self._stop_write(i, now)
         if i in self.paused:
             self._close(i, now)
         else:

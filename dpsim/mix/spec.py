@@ -10,6 +10,7 @@ jobs:
   - {name: c, model: gpt2, gpus: 16, nodes: [40, 41]}
 spares: 2                                  # servers held back to replace failed ones (the last ones)
 checkpoint: {interval: 1h, write: 60s, restart: 10min}   # or bandwidth: 10GB/s; a job may override it
+storage: 40GB/s                            # the storage the checkpoints share (default: no shared limit)
 failures:                                  # explicit events and/or a random process
   repair: 4h                               # a failed server (or its NIC link) is back after this
   mtbf_node: 3692h                         # per server; also mtbf_gpu (per GPU), mtbf_link (per NIC link)
@@ -45,7 +46,7 @@ _JOB_KEYS = ("name", "model", "gpus", "strategy", "micro_batch", "precision", "t
 _PREDICT_KEYS = ("model", "strategy", "micro_batch", "precision", "tp", "pp", "optimizer", "bucket_cap_mb", "calibration")
 """A job's keys that are ``dpsim predict``'s (``calibration``: a profile of its step and collectives,
 as ``--calibration`` takes it; a relative path is read next to the mix file)."""
-_TOP_KEYS = ("cluster", "horizon", "placement", "jobs", "spares", "checkpoint", "failures")
+_TOP_KEYS = ("cluster", "horizon", "placement", "jobs", "spares", "checkpoint", "storage", "failures")
 _CHECKPOINT_KEYS = ("interval", "write", "bandwidth", "restart")
 _FAILURE_KEYS = ("repair", "seed", "mtbf_gpu", "mtbf_node", "mtbf_link", "events")
 _EVENT_KEYS = ("at", "node", "link")
@@ -67,7 +68,8 @@ class CheckpointSpec:
     write_s: float | None = None
     """Blocking write time (``None``: weights and optimizer state / :attr:`bandwidth_bytes_per_s`)."""
     bandwidth_bytes_per_s: float = DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S
-    """Write bandwidth of the job's checkpoint (each job its own: no shared storage link is modelled)."""
+    """Write bandwidth of the job's checkpoint when it writes alone (writes at once share the mix's
+    :attr:`MixSpec.storage_bytes_per_s`, when it is given)."""
     restart_s: float = DEFAULT_RESTART_S
     """Restart after a failure: relaunch, init, checkpoint load."""
 
@@ -145,6 +147,9 @@ class MixSpec:
     """Servers held back (the highest-numbered) to replace failed ones; jobs are not placed on them."""
     failures: FailureSpec | None = None
     """Failures of servers and links (``None``: none, and no checkpoints are written)."""
+    storage_bytes_per_s: float | None = None
+    """Write bandwidth of the storage every job's checkpoints go to: writes at the same time share it
+    max-min, each at most its own bandwidth (``None``: no shared limit, each job writes at its own)."""
 
 
 def _fail(field: str, value: Any, allowed: str) -> ConfigError:
@@ -216,6 +221,16 @@ def _job(i: int, data: Any, default_policy: str, names: set[str], default_checkp
                    placement=policy, nodes=nodes, checkpoint=checkpoint)
 
 
+def _bandwidth(field: str, value: Any) -> float:
+    try:
+        bw = parse_bandwidth_bytes_per_s(value, field)
+    except DpsimError as exc:
+        raise ConfigError(f"{field}: {value!r} is not valid; expected a bandwidth, e.g. 10GB/s") from exc
+    if not (bw > 0 and math.isfinite(bw)):
+        raise _fail(field, value, "expected a bandwidth > 0, e.g. 10GB/s")
+    return bw
+
+
 def _checkpoint(field: str, data: Any, base: CheckpointSpec) -> CheckpointSpec:
     data = _keys(field, data, _CHECKPOINT_KEYS)
     if "write" in data and "bandwidth" in data:
@@ -228,14 +243,7 @@ def _checkpoint(field: str, data: Any, base: CheckpointSpec) -> CheckpointSpec:
     if "write" in data:
         out["write_s"] = _seconds(f"{field}.write", data["write"])
     if "bandwidth" in data:
-        try:
-            bw = parse_bandwidth_bytes_per_s(data["bandwidth"], f"{field}.bandwidth")
-        except DpsimError as exc:
-            raise ConfigError(f"{field}.bandwidth: {data['bandwidth']!r} is not valid; expected a bandwidth, "
-                              "e.g. 10GB/s") from exc
-        if not bw > 0:
-            raise _fail(f"{field}.bandwidth", data["bandwidth"], "expected a bandwidth > 0, e.g. 10GB/s")
-        out["bandwidth_bytes_per_s"], out["write_s"] = bw, None
+        out["bandwidth_bytes_per_s"], out["write_s"] = _bandwidth(f"{field}.bandwidth", data["bandwidth"]), None
     if "restart" in data:
         out["restart_s"] = _seconds(f"{field}.restart", data["restart"])
     return replace(base, **out)
@@ -309,7 +317,11 @@ def mix_from_dict(data: Any) -> MixSpec:
     checkpoint = _checkpoint("checkpoint", data["checkpoint"], CheckpointSpec()) if "checkpoint" in data \
         else CheckpointSpec()
     spares = _int("spares", data["spares"], 0) if "spares" in data else 0
+    storage = _bandwidth("storage", data["storage"]) if data.get("storage") is not None else None
     failures = _failures(data["failures"]) if data.get("failures") is not None else None
+    if storage is not None and failures is None:
+        raise ConfigError(f"storage: {data['storage']!r} applies only to a mix with failures (checkpoints are "
+                          f"written only then); add failures: or leave storage out")
     names: set[str] = set()
     jobs = tuple(_job(i, j, policy, names, checkpoint) for i, j in enumerate(raw_jobs))
     for i, job in enumerate(jobs):
@@ -320,7 +332,7 @@ def mix_from_dict(data: Any) -> MixSpec:
         if horizon is not None and job.start_s >= horizon:
             raise _fail(f"jobs[{i}].start", job.start_s, f"it must start before the horizon ({horizon:g} s)")
     return MixSpec(link=None if topology else link, topology_file=topology, cluster_gpus=cluster_gpus,
-                   jobs=jobs, horizon_s=horizon, spares=spares, failures=failures)
+                   jobs=jobs, horizon_s=horizon, spares=spares, failures=failures, storage_bytes_per_s=storage)
 
 
 def load_mix(path: str | Path) -> MixSpec:
