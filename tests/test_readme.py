@@ -36,7 +36,7 @@ COMMAND_TIME_LIMIT_S = 60.0
 a reader who copies it should not wait minutes."""
 
 NOT_RUN = {
-    r"^pip install ": "installs; tests/test_install.py and test_first_two_commands_and_ci_agree below",
+    r"^(python -m )?pip install ": "installs; tests/test_install.py and test_first_two_commands_and_ci_agree below",
     r"^dpsim calibrate --out ": "measures this machine's collectives and compute with torch for minutes; "
                                 "tests/test_calibrate_gloo.py runs it on two gloo processes",
     r"^dpsim testbed (up|down)": "needs root and creates network namespaces; tests/test_testbed.py",
@@ -77,8 +77,8 @@ def _runnable() -> list[str]:
 
 def test_first_two_commands_and_ci_agree():
     first_block = re.search(r"```bash\n(.*?)```", README, re.S).group(1).strip().splitlines()
-    assert first_block[0] == "pip install -e . && dpsim predict --gpus 64 --link ethernet"
-    assert first_block[1] == "pip install -e '.[test]' && python -m pytest -q"
+    assert first_block[0] == "python -m pip install -e . && python -m dpsim predict --gpus 64 --link ethernet"
+    assert first_block[1] == "python -m pip install -e '.[test]' && python -m pytest -q"
     ci = (ROOT / ".ci" / "run").read_text()
     assert first_block[1] in ci
 
