@@ -24,13 +24,9 @@ import pytest
 pytest.importorskip("torch.distributed")
 
 from dpsim.calibrate.runner import WORKDIR_PREFIX, reap_stale_workdirs  # noqa: E402
-from dpsim.validate.testbed import TestbedError, check_available  # noqa: E402
+from dpsim.validate.testbed import probe_testbed  # noqa: E402
 
-try:
-    check_available()
-    TESTBED, WHY = True, ""
-except TestbedError as exc:
-    TESTBED, WHY = False, str(exc)
+TESTBED, WHY = probe_testbed()
 
 pytestmark = pytest.mark.slow
 

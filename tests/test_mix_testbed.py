@@ -18,13 +18,9 @@ import numpy as np
 import pytest
 
 from dpsim.validate.mix import HOSTS, MixCheckConfig, MixJobCase, _steady_median, check, mix_yaml
-from dpsim.validate.testbed import TestbedError, TestbedSpec, check_available
+from dpsim.validate.testbed import TestbedSpec, probe_testbed
 
-try:
-    check_available()
-    AVAILABLE, WHY = True, ""
-except TestbedError as exc:
-    AVAILABLE, WHY = False, str(exc)
+AVAILABLE, WHY = probe_testbed()
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "validation"))

@@ -12,18 +12,13 @@ import pytest
 from dpsim.errors import ConfigError
 from dpsim.validate.testbed import (
     Testbed,
-    TestbedError,
     TestbedSpec,
-    check_available,
     list_testbeds,
     parse_rate_bits_per_s,
+    probe_testbed,
 )
 
-try:
-    check_available()
-    AVAILABLE, WHY = True, ""
-except TestbedError as exc:
-    AVAILABLE, WHY = False, str(exc)
+AVAILABLE, WHY = probe_testbed()
 
 needs_testbed = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 

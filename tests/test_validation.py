@@ -28,13 +28,9 @@ import pytest
 
 from dpsim.errors import ConfigError
 from dpsim.validate.api import ValidationConfig
-from dpsim.validate.testbed import TestbedError, check_available
+from dpsim.validate.testbed import probe_testbed
 
-try:
-    check_available()
-    AVAILABLE, WHY = True, ""
-except TestbedError as exc:
-    AVAILABLE, WHY = False, str(exc)
+AVAILABLE, WHY = probe_testbed()
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "validation"))

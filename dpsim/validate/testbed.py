@@ -153,6 +153,15 @@ def check_available() -> None:
         _run(["ip", "netns", "del", probe], check=False)
 
 
+def probe_testbed() -> tuple[bool, str]:
+    """(whether the testbed can run here, why not): :func:`check_available` as a pair, for skip markers."""
+    try:
+        check_available()
+    except TestbedError as exc:
+        return False, str(exc)
+    return True, ""
+
+
 def _netns_names() -> set[str]:
     out = _run(["ip", "netns", "list"], check=False).stdout
     return {line.split()[0] for line in out.splitlines() if line.strip()}
