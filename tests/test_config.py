@@ -24,6 +24,7 @@ from dpsim.predict.config import (
     ZeroGrad,
     check_value,
     flag_name,
+    setting_key,
 )
 
 ORIGINAL_DEFAULTS = {
@@ -82,8 +83,8 @@ def test_zero_grad_choices_are_the_compute_modes():
 
 
 def test_each_closed_choice_is_a_literal():
-    hints = {name: typing.get_type_hints(cls)[f.name] for cls in PARTS.values() for f in dataclasses.fields(cls)
-             for name in [f.metadata.get("key", f.name)]}
+    hints = {setting_key(f): typing.get_type_hints(cls)[f.name] for cls in PARTS.values()
+             for f in dataclasses.fields(cls)}
     for name, literal in [("optimizer", Optimizer), ("strategy", Strategy),
                           ("fsdp_unit", FsdpUnit), ("placement", Placement), ("zero_grad", ZeroGrad)]:
         assert hints[name] is literal, name
@@ -271,7 +272,7 @@ def test_step_options_refused_in_one_line(name, value, expected):
 def test_every_setting_lives_in_one_part_with_its_docstring():
     from dpsim.cli.options import field_docs
 
-    keys = [f.metadata.get("key", f.name) for cls in PARTS.values() for f in dataclasses.fields(cls)]
+    keys = [setting_key(f) for cls in PARTS.values() for f in dataclasses.fields(cls)]
     assert sorted(keys) == sorted(SETTINGS) and len(keys) == len(set(keys))
     assert set(field_docs()) == set(SETTINGS)
     for cls in PARTS.values():

@@ -44,6 +44,7 @@ from dpsim.predict.config import (
     flag_scale,
     range_help,
     setting_field,
+    setting_key,
 )
 
 ALL_FIELDS: tuple[str, ...] = SETTINGS
@@ -60,7 +61,7 @@ def field_docs() -> dict[str, str]:
     # The module's whole text parsed once: inspect.getsource tokenizes the file to find each
     # class, which took three times as long as this parse, on every CLI start.
     module = ast.parse(Path(inspect.getfile(next(iter(PARTS.values())))).read_text(encoding="utf-8"))
-    keys = {cls.__name__: {f.name: f.metadata.get("key", f.name) for f in dataclasses.fields(cls)}
+    keys = {cls.__name__: {f.name: setting_key(f) for f in dataclasses.fields(cls)}
             for cls in PARTS.values()}
     docs = {}
     for cls in (n for n in module.body if isinstance(n, ast.ClassDef) and n.name in keys):

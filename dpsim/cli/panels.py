@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dpsim.predict.config import PARTS
+from dpsim.predict.config import PARTS, setting_key
 
 CLUSTER = "Cluster"
 WORKLOAD = "Workload"
@@ -49,7 +49,7 @@ PART_PANELS: dict[str, str] = {"cluster": CLUSTER, "workload": WORKLOAD, "parall
 is its part's, so the configuration and ``--help`` are grouped the same way."""
 
 CONFIG_PANELS: dict[str, tuple[str, ...]] = {
-    PART_PANELS[part]: tuple(f.metadata.get("key", f.name) for f in dataclasses.fields(cls))
+    PART_PANELS[part]: tuple(setting_key(f) for f in dataclasses.fields(cls))
     for part, cls in PARTS.items()}
 """Panel -> the ``PredictConfig`` settings (flat names) whose flags it shows, in their part's order."""
 

@@ -441,9 +441,10 @@ PARTS: dict[str, type] = {"cluster": ClusterConfig, "workload": WorkloadConfig, 
 """Part of :class:`PredictConfig` -> its class, each owned by the layer that reads it."""
 
 
-def _key(f: Any) -> str:
-    # A setting's flat name (its flag without dashes, the key of --json's config) is its field's name
-    # unless the field names it otherwise (CalibrationConfig.profile is the setting "calibration").
+def setting_key(f: Any) -> str:
+    """The flat name of the setting a part's field holds (its flag without dashes, the key of --json's
+    config): the field's name unless the field names it otherwise (CalibrationConfig.profile is the
+    setting ``calibration``)."""
     return f.metadata.get("key", f.name)
 
 
@@ -451,8 +452,8 @@ def _places() -> dict[str, tuple[str, str]]:
     places: dict[str, tuple[str, str]] = {}
     for part, cls in PARTS.items():
         for f in fields(cls):
-            assert _key(f) not in places, f"setting {_key(f)!r} is in two parts"
-            places[_key(f)] = (part, f.name)
+            assert setting_key(f) not in places, f"setting {setting_key(f)!r} is in two parts"
+            places[setting_key(f)] = (part, f.name)
     return places
 
 
@@ -777,26 +778,26 @@ def derived_flags(flags: dict[str, Any]) -> dict[str, Any]:
 
 def flag_name(name: str) -> str:
     """The command-line flag of field ``name`` (``micro_batch`` -> ``--micro-batch``)."""
-    return _field(name).metadata.get("flag", "--" + name.replace("_", "-"))
+    return setting_field(name).metadata.get("flag", "--" + name.replace("_", "-"))
 
 
 def range_help(name: str) -> str | None:
     """What field ``name``'s flag allows, in the flag's units (``an integer >= 1 and <= 10,000``), if it has a range."""
-    rule: Range | None = _field(name).metadata.get("rule")
+    rule: Range | None = setting_field(name).metadata.get("rule")
     if rule is None:
         return None
-    return rule.text(flag_scale(name) or 1.0, _field(name).metadata.get("unit", ""))
+    return rule.text(flag_scale(name) or 1.0, setting_field(name).metadata.get("unit", ""))
 
 
 def flag_scale(name: str) -> float | None:
     """Flag value / field value for a flag in human units (``--single-gpu-step-ms``: 1e3), else None."""
-    return _field(name).metadata.get("flag_scale")
+    return setting_field(name).metadata.get("flag_scale")
 
 
 @cache
 def _fields() -> dict[str, Any]:
     """Setting (flat name) -> the field of its part that holds it."""
-    return {_key(f): f for cls in PARTS.values() for f in fields(cls)}
+    return {setting_key(f): f for cls in PARTS.values() for f in fields(cls)}
 
 
 def setting_field(name: str):
@@ -807,16 +808,13 @@ def setting_field(name: str):
         raise AssertionError(f"PredictConfig has no setting {name!r}") from None
 
 
-_field = setting_field
-
-
 @cache
 def _type_hints() -> dict[str, Any]:
     # Resolving the string annotations of every field costs ~1 ms; the CLI asks per field.
     hints = {}
     for cls in PARTS.values():
         own = typing.get_type_hints(cls)
-        hints.update({_key(f): own[f.name] for f in fields(cls)})
+        hints.update({setting_key(f): own[f.name] for f in fields(cls)})
     return hints
 
 
@@ -860,10 +858,10 @@ def check_value(name: str, value: Any) -> None:
         if not (isinstance(value, str) and value in choices):
             raise ConfigError(f"{flag}: {short(value)} is not known; choose one of {', '.join(choices)}")
         return
-    rule: Range | None = _field(name).metadata.get("rule")
+    rule: Range | None = setting_field(name).metadata.get("rule")
     if not (_has_type(value, kind) and (rule is None or rule.ok(value))):
         scale = flag_scale(name)
-        unit = _field(name).metadata.get("unit", "")
+        unit = setting_field(name).metadata.get("unit", "")
         if scale is not None and _has_type(value, kind) and is_finite(value):
             shown = f"{short(value * scale)}{unit}"  # in the flag's units, as typed
         else:
@@ -881,7 +879,7 @@ def check_value(name: str, value: Any) -> None:
 def _check_part(part: Any) -> None:
     """Each setting of one part against its own rule (:func:`check_value`); a part is valid alone."""
     for f in fields(part):
-        check_value(_key(f), getattr(part, f.name))
+        check_value(setting_key(f), getattr(part, f.name))
 
 
 assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of the parts once"
