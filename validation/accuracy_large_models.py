@@ -567,16 +567,51 @@ EFFICIENCY_GRID = tuple(round(0.60 + 0.05 * i, 2) for i in range(9))
 at most 1; every grid value is a full prediction of every row, so the grid is coarse)."""
 
 
-def leave_one_system_out(dense: list[dict], presets: list[Result]) -> tuple[list[Result], dict[str, float]]:
+def _rows_at(dense: list[dict], efficiency: float) -> dict[str, Result]:
+    """Every row dpsim predicts, at one ``--compute-efficiency`` (the rows it refuses left out)."""
+    out = {}
+    for r in dense:
+        try:
+            out[r["id"]] = evaluate(r, compute_efficiency=efficiency)
+        except DpsimError:
+            pass
+    return out
+
+
+def _grid_in_workers(dense: list[dict], efficiencies: list[float]):
+    """The grid's predictions, computed by forked worker processes while the caller goes on
+    (None where the platform cannot fork, or there is one core). Each grid value is a full
+    prediction of every row and costs about the same, so the values are what is shared out:
+    on CI's two cores this halves the leave-one-system-out run, the slowest fixture of the suite."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cores < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    pool = ProcessPoolExecutor(max_workers=min(cores, len(efficiencies)),
+                               mp_context=multiprocessing.get_context("fork"))
+    futures = {e: pool.submit(_rows_at, dense, e) for e in efficiencies}
+    pool.shutdown(wait=False)
+    return futures
+
+
+def leave_one_system_out(dense: list[dict], presets: list[Result], grid=None
+                         ) -> tuple[list[Result], dict[str, float]]:
     """Each system's rows predicted with the grid value that gives the smallest median |error| on
-    the other systems' rows. ``presets`` (the rows at the shipped value, 1.0) is reused for it."""
+    the other systems' rows. ``presets`` (the rows at the shipped value, 1.0) is reused for it;
+    ``grid`` holds the other values' predictions when they are being computed elsewhere
+    (futures from :func:`_grid_in_workers`): the figures are the same either way."""
     by_id = {r["id"]: r for r in dense}
     by_eff: dict[float, dict[str, Result]] = {}
     for eff in EFFICIENCY_GRID:
         if eff == 1.0:
             by_eff[eff] = {r.id: r for r in presets}
+        elif grid is not None:
+            by_eff[eff] = grid[eff].result()
         else:
-            by_eff[eff] = {r.id: evaluate(by_id[r.id], compute_efficiency=eff) for r in presets}
+            by_eff[eff] = _rows_at([by_id[r.id] for r in presets], eff)
     fitted, out = {}, {}
     for system in sorted({r.system for r in presets}):
         train = [r.id for r in presets if r.system != system]
@@ -759,10 +794,11 @@ def run(only: set[str] | None = None, *, loso: bool = True):
     dense, skipped = split(rows())
     if only:
         dense = [r for r in dense if r["id"] in only]
+    grid = _grid_in_workers(dense, [e for e in EFFICIENCY_GRID if e != 1.0]) if loso else None
     presets, refused = evaluate_all(dense)
     skipped = skipped + refused
     expressed = [r for r in dense if r["id"] in {x.id for x in presets}]
-    loso_results, fitted = leave_one_system_out(expressed, presets) if loso else ([], {})
+    loso_results, fitted = leave_one_system_out(expressed, presets, grid) if loso else ([], {})
     return presets, loso_results, fitted, skipped
 
 
