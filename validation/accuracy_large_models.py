@@ -672,6 +672,34 @@ def scale_out(results: list[Result]) -> list[tuple[Result, Result]]:
     return out
 
 
+ISSUE_28_FEATURES = {"moe": "MoE with expert parallelism", "cp": "context parallelism", "fp8": "FP8"}
+"""Row features that issue 28 scores on their own (its bar: median <= 10 %, worst <= 25 %, leave
+one system out, over at least 12 rows; every row that ran told it fits)."""
+
+
+def issue_28_rows(results: list[Result]) -> dict[str, list[Result]]:
+    """The rows of each issue-28 feature, and all of them together (``"any"``)."""
+    features = {r["id"]: set(r["features"].split(";")) for r in rows()}
+    out = {name: [r for r in results if f in features[r.id]] for f, name in ISSUE_28_FEATURES.items()}
+    out["any"] = [r for r in results if features[r.id] & set(ISSUE_28_FEATURES)]
+    return out
+
+
+def issue_28_lines(presets: list[Result], loso: list[Result]) -> list[str]:
+    """One line per issue-28 feature: presets and leave-one-system-out figures, and fits."""
+    pre, lo = issue_28_rows(presets), issue_28_rows(loso)
+    lines = []
+    for name in ["any", *ISSUE_28_FEATURES.values()]:
+        s, sl = summary(pre[name]), summary(lo[name])
+        if not s["n"]:
+            continue
+        label = "MoE, context-parallel or FP8 rows" if name == "any" else name
+        loso_text = f"; LOSO median {_pct(sl['median'])}, worst {_pct(sl['worst'])}" if sl["n"] else ""
+        lines.append(f"{label}: {s['n']} rows, presets median {_pct(s['median'])}, worst {_pct(s['worst'])}"
+                     f"{loso_text}; told they fit: {sum(r.fits for r in pre[name])} of {s['n']}")
+    return lines
+
+
 def signed_median(results: list[Result]) -> float:
     return statistics.median(r.error for r in results) if results else math.nan
 
@@ -758,6 +786,8 @@ def section(presets: list[Result], loso: list[Result], fitted: dict[str, float],
                                                          for g, rs in by_gpu.items())
         + f"; with activation checkpointing {100 * signed_median(ac):+.1f} % ({len(ac)} rows), without "
         f"{100 * signed_median(no_ac):+.1f} % ({len(no_ac)} rows).",
+        "- **Issue 28's rows** (its bar: leave one system out, median <= 10 %, worst <= 25 %): "
+        + "; ".join(issue_28_lines(presets, loso)) + ".",
         "- **Scale-out** (the same job at its fewest and most GPUs; tokens/s per GPU at the most over at the "
         "fewest, published / predicted):",
     ]
@@ -832,6 +862,8 @@ def main(argv=None) -> int:
         print(f"leave one system out: median |error| {_pct(s['median'])}, worst {_pct(s['worst'])}; fitted "
               + ", ".join(f"{k} {v:.2f}" for k, v in fitted.items()))
     print(f"told 'does not fit' although they ran: {sum(not r.fits for r in presets)} of {len(presets)}")
+    for line in issue_28_lines(presets, loso_results):
+        print("issue 28, " + line)
     for name, (pub, pred, n) in mfu_trend(presets).items():
         print(f"MFU per decade of params, {name} ({n} rows): published {100 * pub:+.1f}, predicted {100 * pred:+.1f}")
     print(f"not predicted: {len(skipped)} rows")
