@@ -22,6 +22,12 @@ DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ``zero_optimization.reduce_bucket_size`` default (5e8 elements,
 ``deepspeed/runtime/zero/config.py``)."""
 
+INTERNLM_REDUCE_BUCKET_ELEMENTS = 512 * 1024 * 1024
+"""InternLM's ``hybrid_zero_optimizer.reduce_bucket_size`` in its shipped configuration
+(``configs/7B_sft.py`` at InternLM/InternLM@20fe5ac297e6: ``reduce_bucket_size=512 * 1024 * 1024``,
+compared with a bucket's element count in ``_store_and_try_reduce_grads_by_bucket``); the code
+has no default of its own."""
+
 DEEPSPEED_ALIGNMENT_ELEMENTS = 2
 """DeepSpeed ``nccl_start_alignment_factor`` (``stage_1_and_2.py``: "4-byte
 alignment/sizeof(fp16) = 2"): the flat 16-bit buffer is padded to a multiple of
@@ -153,7 +159,8 @@ def deepspeed_partition_numel(total_numel: int, world_size: int) -> int:
     return -(-total_numel // align) * align // world_size
 
 
-def deepspeed_reduce_bucket_elements(bucket_cap_mb: float | None, grad_element_bytes: int) -> int:
+def deepspeed_reduce_bucket_elements(bucket_cap_mb: float | None, grad_element_bytes: int,
+                                     default: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS) -> int:
     """DeepSpeed's ``reduce_bucket_size`` (elements) for dpsim's ``--bucket-cap-mb``.
 
     DeepSpeed counts the ipg gradient bucket in *elements* (``reduce_bucket_size``,
@@ -162,10 +169,11 @@ def deepspeed_reduce_bucket_elements(bucket_cap_mb: float | None, grad_element_b
     gradients*. A cap of ``x`` MiB is ``int(x * 2**20)`` bytes (truncated as DDP
     truncates it, :func:`~dpsim.workload.buckets.bucket_caps_bytes`), divided by the
     gradient element size and rounded down: 1 MiB of bf16 gradients is 524,288
-    elements. ``None`` keeps DeepSpeed's default.
+    elements. ``None`` keeps ``default`` (DeepSpeed's; InternLM's optimizer counts its bucket in
+    elements too, :data:`INTERNLM_REDUCE_BUCKET_ELEMENTS`).
     """
     if bucket_cap_mb is None:
-        return DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+        return default
     assert grad_element_bytes > 0, "gradient elements have a size"
     _, cap_bytes = bucket_caps_bytes(bucket_cap_mb)  # validates the flag's value
     return cap_bytes // grad_element_bytes
@@ -176,7 +184,11 @@ def zero_redundancy_optimizer_partition(params: Sequence[ParamSpec], world_size:
 
     torch 2.13 ``ZeroRedundancyOptimizer._partition_parameters``: whole parameters,
     sorted by size (largest first, a stable sort), each given greedily to the rank with
-    the smallest total so far (the first such rank, ``_get_min_index``).
+    the smallest total so far (the first such rank, ``_get_min_index``). InternLM's
+    ``HybridZeroOptimizer._partition_param_list`` (``internlm/solver/optimizer/hybrid_zero_optim.py``
+    at InternLM/InternLM@20fe5ac297e6) is the same rule over its ZERO1 group: ``sorted(...,
+    key=numel, reverse=True)``, then ``numel_per_rank.index(min(numel_per_rank))``; ranks left
+    without a parameter own nothing (``no_params_ranks``).
     """
     if world_size < 1:
         raise ConfigError(f"world size: {world_size} is not valid; expected an integer >= 1")
@@ -187,6 +199,12 @@ def zero_redundancy_optimizer_partition(params: Sequence[ParamSpec], world_size:
         parts[rank].append(p)
         sizes[rank] += p.numel
     return parts
+
+
+def internlm_owned_numel(params: Sequence[ParamSpec], group: int) -> list[int]:
+    """Elements each rank of an InternLM ZERO1 group of ``group`` ranks owns, in rank order
+    (zeros for ranks left without a parameter): :func:`zero_redundancy_optimizer_partition`."""
+    return [sum(p.numel for p in part) for part in zero_redundancy_optimizer_partition(params, group)]
 
 
 def torch_optimizer_state_bytes(numels: Sequence[int], optimizer: str, state_element_bytes: int = 4) -> int:
