@@ -47,6 +47,11 @@ InternLM training framework later renamed InternEvo) moves state differently:
   waits for them all before the step returns ("TODO: support broadcast overlap"); the rank with
   the largest share updates last, and it is rank 0, whose broadcast goes first.
 
+InternEvo (InternLM/InternEvo@c628a8c87411, same file) still all-reduces every bucket
+(``reduce_rank = None`` in ``_attach_reduction_hook``) and broadcasts per owner; its
+``overlap_sync_param`` option, absent from the version above, hides those broadcasts behind the
+next forward and is not modelled.
+
 Not modelled: the ``torch.cuda.synchronize()`` before each overlapped bucket (the host waits for
 the previous bucket and for the compute queued so far; the comm stream is FIFO here anyway), and
 the scalar all-reduces of the overflow flag and gradient norm.
