@@ -16,6 +16,7 @@ strategy                      weights     gradients   optimizer
 ``zero3``, ``fsdp`` (P_os+g+p)  wΨ/N        gΨ/N        KΨ/N
 ``fsdp-shard-grad-op``        wΨ          gΨ/N        KΨ/N
 ``fsdp-hybrid``               wΨ/G        gΨ/G        KΨ/G   (G = GPUs per node)
+``zero1 --zero-impl internlm``  wΨ          gΨ          K·max owned  (whole parameters, greedily, in --zero-group)
 ============================  ==========  ==========  ==========
 
 "/N" is the exact shard with each implementation's padding: DeepSpeed pads its flat
@@ -82,14 +83,17 @@ from dpsim.strategies.registry import (
     check_fsdp_unit,
     check_grad_accum,
     check_honoured,
+    check_zero_options,
     get_strategy,
     honours,
-    shard_group_size,
     sharded_numel,
     unsharded_accumulation,
+    zero_shard_group,
 )
 from dpsim.strategies.shards import (
+    INTERNLM_REDUCE_BUCKET_ELEMENTS,
     deepspeed_reduce_bucket_elements,
+    internlm_owned_numel,
     unit_shard_numel,
     wrap_units,
 )
@@ -248,6 +252,8 @@ def memory_breakdown(
     checkpointing: CheckpointPolicy | None = None,
     fsdp_version: str = "1",
     fsdp_accumulate: str = "auto",
+    zero_impl: str = "deepspeed",
+    zero_group: int | None = None,
 ) -> MemoryBreakdown:
     """Per-GPU memory of ``strategy`` on ``n_gpus`` data-parallel GPUs (see the module docstring).
 
@@ -273,7 +279,8 @@ def memory_breakdown(
     psi = model.param_count
     w, g = precision.weight_bytes, precision.grad_bytes
     k = optimizer_state_bytes_per_param(precision, optimizer)
-    group = shard_group_size(strategy, n_gpus, gpus_per_node or n_gpus)
+    check_zero_options(strategy, zero_impl, zero_group, n_gpus=n_gpus, gpus_per_node=gpus_per_node or n_gpus)
+    group = zero_shard_group(strategy, n_gpus, gpus_per_node or n_gpus, zero_group)
     no_sync_full_grads = unsharded_accumulation(strategy, grad_accum, fsdp_version, fsdp_accumulate)
     version = fsdp_version if record.family == "fsdp" else "1"
     shard = sharded_numel(model, strategy, group, fsdp_unit=fsdp_unit, fsdp_version=version)
@@ -286,6 +293,13 @@ def memory_breakdown(
         weights, grads, opt = psi * w, psi * g, psi * k
         buffers = ddp_comm_buffer_bytes(model, precision.grad_dtype, ddp or DEFAULT_DDP_OPTIONS,
                                         bucket_cap_mb=bucket_cap_mb)
+    elif strategy == "zero1" and zero_impl == "internlm":
+        # HybridZeroOptimizer: full 16-bit gradients until reduced, fp32 master and moments of the
+        # parameters this rank owns (the largest owner's share: whole parameters, greedily), and the
+        # flat copy of the bucket being all-reduced (TensorBucket.flatten in _reduce_and_copy).
+        weights, grads = psi * w, psi * g
+        opt = max(internlm_owned_numel(model.params, group)) * k
+        buffers = min(psi, deepspeed_reduce_bucket_elements(bucket_cap_mb, g, default=INTERNLM_REDUCE_BUCKET_ELEMENTS)) * g
     elif strategy in ("zero1", "zero2"):
         weights = psi * w
         grads = psi * g if strategy == "zero1" else shard * g
@@ -382,12 +396,14 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
                activation_checkpointing: bool = False, grad_accum: int = 1, fsdp_unit: str = "block",
                overlap: bool = True, bucket_cap_mb: float | None = None, max_gpus: int = 1 << 20,
                ddp: DdpOptions | None = None, checkpointing: CheckpointPolicy | None = None,
-               fsdp_version: str = "1", fsdp_accumulate: str = "auto") -> FitAdvice:
+               fsdp_version: str = "1", fsdp_accumulate: str = "auto", zero_impl: str = "deepspeed",
+               zero_group: int | None = None) -> FitAdvice:
     """The smallest change that makes ``model`` fit, in this order of preference:
     a more sharded strategy (ZeRO-1 -> 2 -> 3, or FSDP shard-grad-op -> full shard) on
     the same GPUs; that plus activation checkpointing; that plus a smaller micro-batch
     (more accumulation keeps the global batch); the fully sharded strategy on more GPUs
     (the smallest whole number of nodes). GPU counts above ``max_gpus`` are not offered.
+    ``zero_impl`` and ``zero_group`` (InternLM's ZeRO-1) apply to the configuration asked for only.
     ``bucket_cap_mb`` applies to the strategies that take it; advice to move to one that
     does not says to drop it. Checkpointing advice is full checkpointing of every block
     (``checkpointing``, or ``activation_checkpointing``, is the policy asked for).
@@ -412,7 +428,10 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
     def change(s):
         return "" if s == strategy else use(s) + " "
 
-    now = mem(strategy, n_gpus, policy, micro_batch)
+    cap = bucket_cap_mb if honours(strategy, BUCKET_CAP_MB) else None
+    now = memory_breakdown(model, gpu, strategy=strategy, n_gpus=n_gpus, checkpointing=policy, micro_batch=micro_batch,
+                           bucket_cap_mb=cap, ddp=ddp if strategy == "ddp" else None, zero_impl=zero_impl,
+                           zero_group=zero_group, **base)
     usable = now.usable_bytes
     if now.fits:
         return FitAdvice(fits=True, total_bytes=now.total_bytes, message="fits")

@@ -240,14 +240,19 @@ def test_to_dict_is_the_plain_settings():
                            calibration="node.json", op_rates=True, fp8="te-delayed", compile=True)
     cp_fields = ("cp", "cp_comm", "cp_balance", "offload")
     expert_options = ("ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a")
+    zero_options = ("zero_impl", "zero_group")
     assert config.to_dict() == {k: v for k, v in config.settings().items()
-                                if k not in cp_fields + expert_options}
+                                if k not in cp_fields + expert_options + zero_options}
     assert PredictConfig(**config.to_dict()) == config
     config = PredictConfig(gpus=64, cp=2, cp_comm="a2a", cp_balance=False, strategy="zero1", offload="optimizer",
                            clip_grad_norm=True, zero_grad="zero-loop", recompute="full", recompute_every=2,
                            calibration="node.json", op_rates=True)
     assert config.to_dict() == {k: v for k, v in config.settings().items()
-                                if k not in ("fsdp_version", "fsdp_accumulate", "fp8", "compile") + expert_options}
+                                if k not in ("fsdp_version", "fsdp_accumulate", "fp8", "compile") + expert_options
+                                + zero_options}
+    assert PredictConfig(**config.to_dict()) == config
+    config = PredictConfig(gpus=64, strategy="zero1", zero_impl="internlm", zero_group=8)
+    assert {k: config.to_dict()[k] for k in zero_options} == {"zero_impl": "internlm", "zero_group": 8}
     assert PredictConfig(**config.to_dict()) == config
     moe = {"ep": 2, "etp": 2, "moe_routing": "zipf:1", "moe_capacity_factor": 1.5, "moe_a2a": "hierarchical"}
     config = PredictConfig(**moe)  # the expert options (a layout of their own, so apart from the above)

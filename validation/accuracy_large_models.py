@@ -16,9 +16,9 @@ row publishes and nothing else:
   assumption is named there and in the row's "assumed" column);
 - the job: :func:`config_of` maps the row's sharding, micro-batch, accumulation (or global
   batch), precision and checkpointing to :class:`~dpsim.predict.config.PredictConfig` fields that
-  exist (a row's ``torch_compile`` "yes" is ``--compile``); what dpsim cannot say (FSDP2's
-  per-micro-batch reduce-scatter, hybrid ZeRO-1 groups, MaxText's selective remat, packed
-  variable-length attention) is listed per row in
+  exist (a row's ``torch_compile`` "yes" is ``--compile``; InternLM's ``zero1`` rows are
+  ``--zero-impl internlm`` with their ``--zero-group``); what dpsim cannot say (MaxText's selective
+  remat, packed variable-length attention, InternLM's ZeRO-1 under tensor parallelism) is listed per row in
   the "assumed" column, never approximated by a hack.
 
 The published metric is converted to dpsim's in one place (:func:`to_published_unit`): tokens/s
@@ -175,9 +175,8 @@ STRATEGIES = {
     "fsdp-shard-grad-op": ("fsdp-shard-grad-op", ""),
     "hsdp": ("fsdp-hybrid", "HSDP as FSDP HYBRID_SHARD (XLA's sharding, not torch FSDP)"),
     "gemini": ("zero3", "Gemini's chunked sharding as ZeRO-3"),
-    "zero1 over all": ("zero1", ""),
-    "hybrid zero1": ("zero1", "hybrid ZeRO-1 (optimizer sharded in groups) as ZeRO-1 over all ranks: no group "
-                              "option"),
+    "zero1 over all": ("zero1", ""),  # InternLM's zero1=-1: --zero-impl internlm (job_of)
+    "hybrid zero1": ("zero1", ""),  # InternLM's zero1=k: --zero-impl internlm --zero-group k (job_of)
     "fsdp2": ("fsdp", ""),  # --fsdp-version 2 (job_of): per-parameter shards, reduce-scatter every micro-batch
     "fsdp (Fabric": ("fsdp", "Fabric's default sharding as FULL_SHARD"),
     "zero3": ("zero3", ""),  # DeepSpeed ZeRO-3 (EasyContext's accelerate + zero3_offload.json)
@@ -316,6 +315,17 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
             kw["fsdp_version"] = "2"
         else:  # dpsim's FSDP2 is data parallelism alone
             assumed.append("FSDP2 with tensor parallelism as the layout path's sharding (no --fsdp-version 2)")
+    if row["framework"].startswith("InternLM") and strategy == "zero1":
+        # HybridZeroOptimizer (dpsim/strategies/zero.py): the row's data_parallel states its
+        # parallel.zero1 (-1: every data-parallel rank; k: groups of k).
+        zero1 = int(re.search(r"zero1=(-?\d+)", row["data_parallel"]).group(1))
+        if tp * pp * cp == 1:
+            kw["zero_impl"] = "internlm"
+            if zero1 > 0:
+                kw["zero_group"] = zero1
+        else:  # --zero-impl is data parallelism alone
+            assumed.append("InternLM's ZeRO-1 with tp as the layout path's distributed optimizer (reduce-scatter, "
+                           "all-gather)" + (" over all data-parallel ranks: no group option" if zero1 > 0 else ""))
     if row["framework"].startswith("Composer") and strategy.startswith("fsdp") and tp * pp == 1:
         # Composer never enters FSDP1's no_sync(): it wraps the model in DDP only without FSDP
         # (trainer.py: `if not (self.deepspeed_enabled or self.fsdp_enabled) ... prepare_ddp_module`)

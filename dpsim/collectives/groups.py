@@ -28,9 +28,10 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.server import with_gpus_per_node
 from dpsim.topology.spec import nic_fabric, nvlink_fabric
 
-GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb", "cp", "ep", "edp")
+GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb", "cp", "ep", "edp", "zero")
 """Communicator names a comm op may use (``tp``, ``dp``, ``pp``, ``emb`` and ``cp`` exist only for a
-tensor/pipeline/context layout, ``ep`` and ``edp`` for its expert layers: :func:`layout_communicators`)."""
+tensor/pipeline/context layout, ``ep`` and ``edp`` for its expert layers: :func:`layout_communicators`;
+``zero`` for InternLM's ZeRO-1 group, ``--zero-group``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +39,7 @@ class Communicator:
     """One communicator of a job, as a cluster of its own."""
 
     name: str
-    """``world``, ``intra`` or ``inter``."""
+    """``world``, ``intra``, ``inter``, a layout's group or ``zero`` (InternLM's ZERO1 group)."""
     topology: Topology
     """Its ranks as a cluster (for ``inter``: one GPU per node with its share of the NICs)."""
     job: Topology
@@ -118,6 +119,14 @@ def _node_group(job: Topology, per_node: int, nodes: int) -> tuple[Topology, int
     return Topology(spec=sub, n_gpus=per_node * nodes), concurrent
 
 
+def consecutive_group(job: Topology, size: int) -> tuple[Topology, int]:
+    """``size`` neighbouring ranks of ``job`` as a cluster of their own (one server's, or whole servers
+    once they outgrow one; ``size`` divides or is a multiple of the GPUs per node), and how many
+    such groups share each server's NICs (:func:`_node_group`)."""
+    gpn = job.gpus_per_node
+    return _node_group(job, size, 1) if size <= gpn else _node_group(job, gpn, size // gpn)
+
+
 def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communicator]:
     """The ``tp``, ``dp``, ``pp`` and ``emb`` communicators of a layout on ``job`` (and the expert
     layers' ``ep``, ``edp``, with ``etp`` above 1 ``etp``; with ``cp`` above 1 ``cp``).
@@ -143,8 +152,7 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
     comms: dict[str, Communicator] = {}
 
     def consecutive(size: int) -> tuple[Topology, int]:
-        # ``size`` neighbouring ranks: one server's, or whole servers once they outgrow one.
-        return _node_group(job, size, 1) if size <= gpn else _node_group(job, gpn, size // gpn)
+        return consecutive_group(job, size)
 
     tp_topo, tp_conc = consecutive(t)
     comms["tp"] = Communicator(name="tp", topology=tp_topo, job=job, concurrent=tp_conc)
@@ -259,10 +267,15 @@ class GroupCollectives:
     communicator that :attr:`~dpsim.engine.program.CommOp.group` names, built on first use.
     """
 
-    def __init__(self, job: Topology, make: ModelFactory, layout: LayoutShape | None = None):
+    def __init__(self, job: Topology, make: ModelFactory, layout: LayoutShape | None = None,
+                 zero_group: int | None = None):
         self.job = job
         self._make = make
         self._communicators = communicators(job)
+        if zero_group is not None and zero_group < job.n_gpus:
+            # InternLM's ZERO1 group: consecutive data-parallel ranks (Initializer_Zero1).
+            topo, conc = consecutive_group(job, zero_group)
+            self._communicators["zero"] = Communicator(name="zero", topology=topo, job=job, concurrent=conc)
         self.layout = layout
         """The tensor x pipeline x data layout whose groups :meth:`group` also knows (``None``: none)."""
         if layout is not None:

@@ -52,7 +52,7 @@ from dpsim.limits import (
 from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
 from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES, offloads_optimizer
-from dpsim.strategies.registry import BUCKET_CAP_MB, check_fsdp_options, honours
+from dpsim.strategies.registry import BUCKET_CAP_MB, check_fsdp_options, check_zero_options, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.routing import parse_routing
@@ -95,6 +95,8 @@ FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
 FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
 """``--fsdp-accumulate``: the keys of :data:`dpsim.strategies.registry.FSDP_ACCUMULATE`."""
+ZeroImpl = Literal["deepspeed", "internlm"]
+"""``--zero-impl``: the keys of :data:`dpsim.strategies.registry.ZERO_IMPLS`."""
 Offload = Literal["off", "optimizer", "params+optimizer", "expert-activations"]
 """``--offload``: the keys of :data:`dpsim.strategies.offload.OFFLOAD`."""
 CpComm = Literal["p2p", "all-gather", "a2a"]
@@ -228,6 +230,13 @@ class ParallelismConfig:
     FSDP2 set_requires_gradient_sync(False): full gradients kept, one reduce-scatter at the last
     micro-batch), sharded (reduce-scatter after every micro-batch, only the gradient shard kept:
     FSDP2's default, FSDP1 without no_sync) or auto (unsharded with --fsdp-version 1, sharded with 2)."""
+    zero_impl: ZeroImpl = "deepspeed"
+    """Whose ZeRO-1 runs --strategy zero1: deepspeed (gradients reduce-scattered, the flat buffer
+    all-gathered after the step) or internlm (InternLM's HybridZeroOptimizer: gradients all-reduced over
+    every rank, each owner's parameters broadcast in its --zero-group)."""
+    zero_group: int | None = field(default=None, metadata=_count())
+    """InternLM's zero1 group (--zero-impl internlm): optimizer states sharded within groups of this
+    many consecutive data-parallel ranks and replicated across them; left out: every rank."""
     tp: int = field(default=1, metadata=_count())
     """Tensor-parallel GPUs per model replica (Megatron-style: each transformer block's linears
     split over them, inside one NVLink domain)."""
@@ -470,7 +479,7 @@ SETTINGS: tuple[str, ...] = (
     "cp_comm", "offload", "cp_balance", "grad_accum_fusion", "gradient_as_bucket_view", "static_graph",
     "find_unused_parameters", "broadcast_buffers", "comm_hook", "powersgd_rank", "powersgd_start_iter",
     "clip_grad_norm", "zero_grad", "input_samples_per_s", "fsdp_version", "fsdp_accumulate", "recompute_every",
-    "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a")
+    "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a", "zero_impl", "zero_group")
 """Every setting by its flat name, in the order ``--json``'s ``config``, a sweep's columns and the
 flags are listed in (the order they were added in, kept so that outputs do not move)."""
 
@@ -615,6 +624,7 @@ class PredictConfig:
             raise ConfigError(f"--seq-len: does not apply to a torch module (--model {w.model}), "
                               f"{w.seq_len} given; its example input (--input-shape) sets the sequence length")
         check_fsdp_options(p.strategy, p.fsdp_version, p.fsdp_accumulate)
+        check_zero_options(p.strategy, p.zero_impl, p.zero_group, n_gpus=None if p.layout_active else c.gpus)
         if g.bucket_cap_mb is not None and not honours(p.strategy, BUCKET_CAP_MB):
             # Every strategy without gradient buckets shards per unit (tests/test_config.py
             # checks it), so the unit is the lever to name.
@@ -711,6 +721,11 @@ class PredictConfig:
                 raise ConfigError("--no-grad-accum-fusion: applies with --tp or --pp above 1 (Megatron's "
                                   "gradient buffers); leave it out")
             return
+        for name in ("zero_impl", "zero_group"):
+            if self.value_of(name) != _fields()[name].default:
+                raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies to data parallelism alone; "
+                                  f"with --tp/--cp/--pp --strategy zero1 is Megatron's distributed optimizer, so "
+                                  f"leave it out")
         for name in ("fsdp_version", "fsdp_accumulate"):
             if self.value_of(name) != _fields()[name].default:
                 raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies to data parallelism alone; "
@@ -884,6 +899,7 @@ def _check_part(part: Any) -> None:
 
 assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of the parts once"
 SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
-                  "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a")
+                  "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a",
+                  "zero_impl", "zero_group")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

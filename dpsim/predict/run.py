@@ -123,7 +123,7 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
                                placement=config.cluster.placement, degradations=degradations,
                                job=None if comm.name == "world" else comm.job)
 
-    return GroupCollectives(topology, make, layout=layout)
+    return GroupCollectives(topology, make, layout=layout, zero_group=config.parallelism.zero_group)
 
 
 def gradient_collective(program: StepProgram, gradient_ops, collectives: GroupCollectives) -> CollectiveResult | None:
@@ -314,6 +314,7 @@ def _strategy_kwargs(config: PredictConfig, gpu) -> dict:
     """``build_step_program``'s FSDP and checkpointing arguments beyond the policy: the FSDP API
     and accumulation, and the GPU and micro-batch op-level recomputation is costed at."""
     return {"fsdp_version": config.parallelism.fsdp_version, "fsdp_accumulate": config.parallelism.fsdp_accumulate,
+            "zero_impl": config.parallelism.zero_impl, "zero_group": config.parallelism.zero_group,
             "micro_batch": config.workload.micro_batch, "compute_gpu": gpu}
 
 
@@ -431,6 +432,7 @@ def _memory_kwargs(config: PredictConfig, precision, topology: Topology) -> dict
             "checkpointing": config.execution.checkpointing, "grad_accum": config.micro_batches,
             "fsdp_unit": par.fsdp_unit, "overlap": config.gradients.overlap, "bucket_cap_mb": config.gradients.bucket_cap_mb,
             "fsdp_version": par.fsdp_version, "fsdp_accumulate": par.fsdp_accumulate,
+            "zero_impl": par.zero_impl, "zero_group": par.zero_group,
             "ddp": config.gradients.ddp_options() if par.strategy == "ddp" else None}
 
 

@@ -27,8 +27,10 @@ from dpsim.strategies.registry import (
     check_grad_accum,
     check_fsdp_options,
     check_honoured,
+    check_zero_options,
     get_strategy,
     unsharded_accumulation,
+    zero_shard_group,
 )
 from dpsim.workload.compute import ComputeProfile
 from dpsim.workload.precision import Precision
@@ -57,6 +59,8 @@ def build_step_program(
     compute_gpu: GpuSpec | None = None,
     fsdp_version: str = "1",
     fsdp_accumulate: str = "auto",
+    zero_impl: str = "deepspeed",
+    zero_group: int | None = None,
 ) -> StrategyProgram:
     """The step program of ``strategy`` for ``model`` (see the module docstring).
 
@@ -72,7 +76,8 @@ def build_step_program(
     ``micro_batch`` (:func:`~dpsim.strategies.checkpointing.recompute_shares`).
     ``fsdp_version``, ``fsdp_accumulate``: the FSDP strategies' API and gradient accumulation
     (:data:`~dpsim.strategies.registry.FSDP_ACCUMULATE`); FSDP2's staging copies are costed on
-    ``compute_gpu`` too.
+    ``compute_gpu`` too. ``zero_impl``, ``zero_group``: whose ZeRO-1 runs and InternLM's ZERO1 group
+    size (:data:`~dpsim.strategies.registry.ZERO_IMPLS`; ``None``: every rank).
     """
     record = get_strategy(strategy)
     check_fsdp_unit(fsdp_unit)
@@ -87,8 +92,11 @@ def build_step_program(
     if record.family != "ddp" and not ddp.is_default:
         raise ConfigError(f"DDP options: {ddp} apply to --strategy ddp only, not {record.key}")
     gpn = gpus_per_node or n_gpus
+    check_zero_options(record.key, zero_impl, zero_group, n_gpus=n_gpus, gpus_per_node=gpn)
+    group = zero_shard_group(record.key, n_gpus, gpn, zero_group)
     request = BuildRequest(
-        model=model, compute=compute, precision=precision, shard_group_size=record.group_size(n_gpus, gpn),
+        model=model, compute=compute, precision=precision, shard_group_size=group,
+        zero_impl=zero_impl, zero_group="world" if group == n_gpus else "zero",
         grad_accum=grad_accum, checkpoint_units=tuple(_checkpoint_units(model, fsdp_unit, policy)),
         recompute_share=recompute_shares(model, policy, gpu=compute_gpu, precision=precision, micro_batch=micro_batch),
         overlap=overlap, bucket_cap_mb=bucket_cap_mb, fsdp_unit=fsdp_unit, ddp=ddp, gpu=gpu,
@@ -96,4 +104,6 @@ def build_step_program(
         unsharded_accumulation=unsharded_accumulation(record.key, grad_accum, fsdp_version, fsdp_accumulate))
     result = record.build(request)
     sizes = {"world": n_gpus, "intra": min(gpn, n_gpus), "inter": max(1, -(-n_gpus // gpn))}
+    if request.zero_group == "zero":
+        sizes["zero"] = group
     return dataclasses.replace(result, communicator_sizes=sizes)

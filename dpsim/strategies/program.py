@@ -66,6 +66,11 @@ class BuildRequest:
     compute_gpu: GpuSpec | None = None
     """The GPU the strategy's memory-bound staging copies are costed on (FSDP2's copy-in and
     copy-out); ``None``: not costed."""
+    zero_impl: str = "deepspeed"
+    """Whose ZeRO-1 runs (:data:`~dpsim.strategies.registry.ZERO_IMPLS`; ``zero1`` only)."""
+    zero_group: str = "world"
+    """The communicator of InternLM's ZERO1 group (``world``, or ``zero`` for a ``--zero-group``
+    smaller than the data-parallel ranks); its size is :attr:`shard_group_size`."""
 
 
 @dataclass(frozen=True, kw_only=True)

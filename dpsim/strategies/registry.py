@@ -36,7 +36,8 @@ __all__ = [
     "BUCKET_CAP_MB", "FSDP_UNIT", "KNOB_FLAGS", "StrategyRecord", "REGISTRY", "STRATEGIES", "SHARDED_STRATEGIES",
     "FSDP_STRATEGIES", "UNIT_STRATEGIES", "FSDP_UNITS", "get_strategy", "check_strategy", "check_fsdp_unit",
     "check_grad_accum", "check_honoured", "honours", "shard_group_size", "sharded_numel", "FSDP_VERSIONS",
-    "FSDP_ACCUMULATE", "check_fsdp_options", "unsharded_accumulation",
+    "FSDP_ACCUMULATE", "check_fsdp_options", "unsharded_accumulation", "ZERO_IMPLS", "check_zero_options",
+    "zero_shard_group",
 ]
 
 BUCKET_CAP_MB = "bucket_cap_mb"
@@ -197,6 +198,47 @@ def check_fsdp_options(strategy: str, fsdp_version: str = "1", accumulate: str =
         raise ConfigError(f"--fsdp-accumulate: {accumulate} applies to {takers}, not --strategy {strategy}, "
                           f"whose implementation fixes when it reduces (DDP and ZeRO-1 at the last micro-batch, "
                           f"ZeRO-2/3 every one); leave it out")
+
+
+ZERO_IMPLS: dict[str, str] = {
+    "deepspeed": "DeepSpeed stage 1: gradients reduce-scattered in reduce_bucket_size buckets, the updated flat "
+                 "buffer all-gathered after the step",
+    "internlm": "InternLM's HybridZeroOptimizer: gradients all-reduced over every data-parallel rank in "
+                "reduce_bucket_size buckets, whole parameters owned greedily within the --zero-group, each "
+                "owner's updated parameters broadcast to its group after the step",
+}
+"""``--zero-impl`` choices (``--strategy zero1``): whose ZeRO-1 runs (:mod:`dpsim.strategies.zero`)."""
+
+
+def check_zero_options(strategy: str, impl: str = "deepspeed", group: int | None = None, *,
+                       n_gpus: int | None = None, gpus_per_node: int | None = None) -> None:
+    """Validate ``--zero-impl`` and ``--zero-group`` and refuse them where they would be ignored;
+    with ``n_gpus`` (the data-parallel ranks) and ``gpus_per_node``, also the group's placement:
+    consecutive ranks (InternLM's ZERO1 groups, ``process_group_initializer.py``) tiling the servers."""
+    if impl not in ZERO_IMPLS:
+        raise ConfigError(f"--zero-impl: {impl!r} is not known; choose one of {', '.join(ZERO_IMPLS)}")
+    if impl != "deepspeed" and strategy != "zero1":
+        raise ConfigError(f"--zero-impl: {impl} applies to --strategy zero1, not {strategy}; leave it out")
+    if group is None:
+        return
+    if impl != "internlm":
+        raise ConfigError(f"--zero-group: {group} needs --zero-impl internlm (DeepSpeed's ZeRO-1 shards over "
+                          f"every data-parallel rank); add --zero-impl internlm or leave --zero-group out")
+    if n_gpus is not None and n_gpus % group:
+        raise ConfigError(f"--zero-group: {group} does not divide the {n_gpus} data-parallel ranks; choose a "
+                          f"divisor of {n_gpus}")
+    gpn = gpus_per_node
+    if n_gpus is not None and gpn is not None and group < n_gpus and (
+            (group < gpn and gpn % group) or (group > gpn and group % gpn)):
+        raise ConfigError(f"--zero-group: {group} neither divides nor is a multiple of the {gpn} GPUs per node; "
+                          f"choose a group that tiles the servers")
+
+
+def zero_shard_group(strategy: str, n_gpus: int, gpus_per_node: int, zero_group: int | None = None) -> int:
+    """Ranks ``strategy`` shards over, with InternLM's ``--zero-group`` when given."""
+    if zero_group is not None and strategy == "zero1":
+        return min(zero_group, n_gpus)
+    return shard_group_size(strategy, n_gpus, gpus_per_node)
 
 
 def unsharded_accumulation(strategy: str, grad_accum: int, fsdp_version: str = "1", accumulate: str = "auto") -> bool:

@@ -9,8 +9,9 @@ says which strategy uses which rule.
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
@@ -21,6 +22,12 @@ from dpsim.workload.spec import ModelSpec, ParamSpec
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ``zero_optimization.reduce_bucket_size`` default (5e8 elements,
 ``deepspeed/runtime/zero/config.py``)."""
+
+INTERNLM_REDUCE_BUCKET_ELEMENTS = 512 * 1024 * 1024
+"""InternLM's ``hybrid_zero_optimizer.reduce_bucket_size`` in its shipped configuration
+(``configs/7B_sft.py`` at InternLM/InternLM@20fe5ac297e6: ``reduce_bucket_size=512 * 1024 * 1024``,
+compared with a bucket's element count in ``_store_and_try_reduce_grads_by_bucket``); the code
+has no default of its own."""
 
 DEEPSPEED_ALIGNMENT_ELEMENTS = 2
 """DeepSpeed ``nccl_start_alignment_factor`` (``stage_1_and_2.py``: "4-byte
@@ -153,7 +160,8 @@ def deepspeed_partition_numel(total_numel: int, world_size: int) -> int:
     return -(-total_numel // align) * align // world_size
 
 
-def deepspeed_reduce_bucket_elements(bucket_cap_mb: float | None, grad_element_bytes: int) -> int:
+def deepspeed_reduce_bucket_elements(bucket_cap_mb: float | None, grad_element_bytes: int,
+                                     default: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS) -> int:
     """DeepSpeed's ``reduce_bucket_size`` (elements) for dpsim's ``--bucket-cap-mb``.
 
     DeepSpeed counts the ipg gradient bucket in *elements* (``reduce_bucket_size``,
@@ -162,10 +170,11 @@ def deepspeed_reduce_bucket_elements(bucket_cap_mb: float | None, grad_element_b
     gradients*. A cap of ``x`` MiB is ``int(x * 2**20)`` bytes (truncated as DDP
     truncates it, :func:`~dpsim.workload.buckets.bucket_caps_bytes`), divided by the
     gradient element size and rounded down: 1 MiB of bf16 gradients is 524,288
-    elements. ``None`` keeps DeepSpeed's default.
+    elements. ``None`` keeps ``default`` (DeepSpeed's; InternLM's optimizer counts its bucket in
+    elements too, :data:`INTERNLM_REDUCE_BUCKET_ELEMENTS`).
     """
     if bucket_cap_mb is None:
-        return DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+        return default
     assert grad_element_bytes > 0, "gradient elements have a size"
     _, cap_bytes = bucket_caps_bytes(bucket_cap_mb)  # validates the flag's value
     return cap_bytes // grad_element_bytes
@@ -176,17 +185,46 @@ def zero_redundancy_optimizer_partition(params: Sequence[ParamSpec], world_size:
 
     torch 2.13 ``ZeroRedundancyOptimizer._partition_parameters``: whole parameters,
     sorted by size (largest first, a stable sort), each given greedily to the rank with
-    the smallest total so far (the first such rank, ``_get_min_index``).
+    the smallest total so far (the first such rank, ``_get_min_index``). InternLM's
+    ``HybridZeroOptimizer._partition_param_list`` (``internlm/solver/optimizer/hybrid_zero_optim.py``
+    at InternLM/InternLM@20fe5ac297e6) is the same rule over its ZERO1 group: ``sorted(...,
+    key=numel, reverse=True)``, then ``numel_per_rank.index(min(numel_per_rank))``; ranks left
+    without a parameter own nothing (``no_params_ranks``).
     """
     if world_size < 1:
         raise ConfigError(f"world size: {world_size} is not valid; expected an integer >= 1")
-    sizes = [0] * world_size
     parts: list[list[ParamSpec]] = [[] for _ in range(world_size)]
-    for p in sorted(params, key=lambda q: q.numel, reverse=True):
-        rank = sizes.index(min(sizes))
+    for p, rank in _greedy_owners(params, world_size):
         parts[rank].append(p)
-        sizes[rank] += p.numel
     return parts
+
+
+def _greedy_owners(params: Sequence[ParamSpec], world_size: int) -> Iterator[tuple[ParamSpec, int]]:
+    """(parameter, owner) by :func:`zero_redundancy_optimizer_partition`'s rule. The ranks given
+    something sit in a heap of (total, rank), the untouched ones are taken in rank order while
+    none of those holds nothing: the first rank with the smallest total, without a scan of every
+    rank per parameter (a group may span 65,536 ranks)."""
+    heap: list[tuple[int, int]] = []
+    fresh = 0
+    for p in sorted(params, key=lambda q: q.numel, reverse=True):
+        if fresh < world_size and not (heap and heap[0][0] == 0):
+            total, rank = 0, fresh
+            fresh += 1
+        else:
+            total, rank = heapq.heappop(heap)
+        yield p, rank
+        heapq.heappush(heap, (total + p.numel, rank))
+
+
+def internlm_owned_numel(params: Sequence[ParamSpec], group: int) -> list[int]:
+    """Elements each rank of an InternLM ZERO1 group of ``group`` ranks owns, in rank order
+    (zeros for ranks left without a parameter): :func:`zero_redundancy_optimizer_partition`."""
+    if group < 1:
+        raise ConfigError(f"--zero-group: {group} is not valid; expected an integer >= 1")
+    owned = [0] * group
+    for p, rank in _greedy_owners(params, group):
+        owned[rank] += p.numel
+    return owned
 
 
 def torch_optimizer_state_bytes(numels: Sequence[int], optimizer: str, state_element_bytes: int = 4) -> int:

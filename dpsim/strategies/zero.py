@@ -25,6 +25,36 @@ each bucket.
 ``all_gather_dp_groups`` (``deepspeed/runtime/utils.py``) gathers the whole flat buffer
 with ``all_gather_into_tensor`` whenever the backend has it and uses that size only
 otherwise.
+
+InternLM's ZeRO-1 (``--zero-impl internlm``, ``HybridZeroOptimizer`` in
+``internlm/solver/optimizer/hybrid_zero_optim.py`` at InternLM/InternLM@20fe5ac297e6, the
+InternLM training framework later renamed InternEvo) moves state differently:
+
+- its ZERO1 group (``parallel.zero1``, ``--zero-group``) is ``zero1`` consecutive data-parallel
+  ranks (``Initializer_Zero1`` in ``internlm/core/context/process_group_initializer.py``; ``zero1 <=
+  0`` means every data-parallel rank, ``configs/7B_sft.py``'s "zero1 parallel" note), the optimizer
+  states being replicated across groups;
+- whole parameters are owned greedily within the group, largest first
+  (``_partition_param_list``: :func:`~dpsim.strategies.shards.zero_redundancy_optimizer_partition`),
+  so a group larger than the model's parameter count leaves ranks owning nothing;
+- gradients go through ``reduce_tensor(..., dst_rank=None, parallel_mode=ParallelMode.DATA)``:
+  ``dist.all_reduce`` over *every* data-parallel rank (``reduce_rank`` is always ``None``), one per
+  bucket of ``reduce_bucket_size`` elements, in the gradient hooks on a side stream when
+  ``zero_overlap_communication`` is on (the hooks are skipped on all but the last micro-batch:
+  ``skip_grad_reduce`` in ``no_pipeline_scheduler.py``), the last bucket in ``step()``;
+- after the update, ``broadcast_params`` issues one ``dist.broadcast`` of each owner's flat bf16
+  parameters (``src`` = that owner, ``group=ParallelMode.ZERO1``) for every rank that owns any, and
+  waits for them all before the step returns ("TODO: support broadcast overlap"); the rank with
+  the largest share updates last, and it is rank 0, whose broadcast goes first.
+
+InternEvo (InternLM/InternEvo@c628a8c87411, same file) still all-reduces every bucket
+(``reduce_rank = None`` in ``_attach_reduction_hook``) and broadcasts per owner; its
+``overlap_sync_param`` option, absent from the version above, hides those broadcasts behind the
+next forward and is not modelled.
+
+Not modelled: the ``torch.cuda.synchronize()`` before each overlapped bucket (the host waits for
+the previous bucket and for the compute queued so far; the comm stream is FIFO here anyway), and
+the scalar all-reduces of the overflow flag and gradient norm.
 """
 
 from __future__ import annotations
@@ -45,8 +75,10 @@ from dpsim.strategies.program import (
 )
 from dpsim.strategies.shards import (
     DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+    INTERNLM_REDUCE_BUCKET_ELEMENTS,
     deepspeed_partition_numel,
     deepspeed_reduce_bucket_elements,
+    internlm_owned_numel,
 )
 from dpsim.workload.spec import ParamSpec
 
@@ -73,7 +105,45 @@ def deepspeed_buckets(params: Sequence[ParamSpec], bucket_elements: int = DEEPSP
 
 def build_zero1(request: BuildRequest) -> StrategyProgram:
     """``zero1``: optimizer state partitioned; gradients reduced only at the accumulation boundary."""
+    if request.zero_impl == "internlm":
+        return _internlm_program(request)
     return _zero12_program(request, stage=1)
+
+
+def _internlm_program(request: BuildRequest) -> StrategyProgram:
+    """InternLM's ``HybridZeroOptimizer`` step (the module docstring)."""
+    model, compute, precision = request.model, request.compute, request.precision
+    group, grad_accum, overlap = request.shard_group_size, request.grad_accum, request.overlap
+    b = _Builder()
+    recompute = _recompute_starts(request.checkpoint_units, request.recompute_share)
+    owner = _owner(model)
+    n_layers = len(compute.layers)
+    # With overlap the AccumulateGrad hooks fill buckets in gradient-ready order; without it
+    # step() walks the parameter group.
+    order = list(model.grad_ready_params) if overlap else list(model.params)
+    cap = deepspeed_reduce_bucket_elements(request.bucket_cap_mb, precision.grad_bytes,
+                                           default=INTERNLM_REDUCE_BUCKET_ELEMENTS)
+    buckets = deepspeed_buckets(order, cap)  # the same flush rule: full when the next one would overflow it
+    grad_ops: list[int] = []
+    for j in range(grad_accum):
+        _forward(b, compute, j, grad_accum)
+        after: dict[int, list[int]] = {}
+        if j == grad_accum - 1:
+            grad_ops = [b.op(_mb(f"all-reduce bucket {x}", j, grad_accum), "all_reduce",
+                             sum(p.numel for p in bk) * precision.grad_bytes, "allreduce")
+                        for x, bk in enumerate(buckets)]
+            points = _bucket_launch_points([[p.name for p in bk] for bk in buckets], owner, n_layers, overlap)
+            after = {i: [grad_ops[x] for x in xs] for i, xs in points.items()}
+        _backward_pass(b, compute, j, grad_accum, recompute=recompute, after=after)
+    owned = internlm_owned_numel(model.params, group)
+    b.task("optimizer", "optimizer", _optimizer_s(compute, max(owned) / model.param_count), wait=grad_ops)
+    if group > 1:
+        casts = [b.op(f"broadcast parameters of rank {r}", "broadcast", n * precision.weight_bytes, "broadcast",
+                      request.zero_group) for r, n in enumerate(owned) if n]
+        b.launch(*casts)
+        b.task("optimizer", "wait for parameter broadcasts", 0.0, wait=casts)
+    return StrategyProgram(strategy="zero1", program=b.build(), shard_group_size=group,
+                           gradient_ops=tuple(grad_ops), units=tuple(request.checkpoint_units))
 
 
 def build_zero2(request: BuildRequest) -> StrategyProgram:

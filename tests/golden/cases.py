@@ -112,6 +112,13 @@ def predict_cases() -> dict[str, list[str]]:
         "compile-fp8-fsdp2-7b": ["--gpus", "8", "--link", "infiniband", "--model", "llama-2-7b", "--micro-batch", "2",
                                  "--strategy", "fsdp", "--fsdp-version", "2", "--precision", "bf16-params", "--fp8",
                                  "torchao-tensorwise", "--compile"],
+        # InternLM's ZeRO-1 (dpsim/strategies/zero.py): optimizer sharded within each node, and over every rank.
+        "zero1-internlm-node": ["--gpus", "64", "--link", "infiniband", "--model", "llama-2-7b", "--micro-batch", "2",
+                                "--grad-accum", "4", "--strategy", "zero1", "--precision", "bf16-params",
+                                "--zero-impl", "internlm", "--zero-group", "8"],
+        "zero1-internlm-all": ["--gpus", "64", "--link", "infiniband", "--model", "llama-2-7b", "--micro-batch", "2",
+                               "--grad-accum", "4", "--strategy", "zero1", "--precision", "bf16-params",
+                               "--zero-impl", "internlm"],
     }
     for name, args in extra.items():
         cases[f"extra/{name}"] = ["predict", *args]
@@ -150,6 +157,8 @@ def memory_cases() -> dict[str, list[str]]:
     cases["fp8-fsdp2"] = ["memory", "--gpus", "8", "--link", "infiniband", "--strategy", "fsdp", "--fsdp-version", "2",
                           "--model", "llama-2-7b", "--micro-batch", "2", "--precision", "bf16-params", "--fp8",
                           "torchao-tensorwise"]
+    cases["zero1-internlm"] = ["memory", "--gpus", "64", "--link", "infiniband", "--strategy", "zero1", "--zero-impl",
+                               "internlm", "--zero-group", "8", "--model", "llama-2-7b", "--micro-batch", "1"]
     cases["v100"] = ["memory", "--gpus", "8", "--link", "pcie", "--gpu", "v100-16gb", "--precision", "fp16-mixed",
                      "--model", "bert-large", "--micro-batch", "16"]
     return {k: v + ["--json"] for k, v in cases.items()}
