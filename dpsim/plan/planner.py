@@ -406,6 +406,8 @@ class _ExpertAsk:
     """Expert-tensor-parallel size."""
     sequence_parallel: bool = True
     """Always on for an MoE with ``tp > 1`` (the candidates never leave it off)."""
+    moe_a2a_overlap: bool = False
+    """Checked by the job's own config, not per candidate."""
 
 
 class Planner:

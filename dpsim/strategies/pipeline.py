@@ -105,6 +105,10 @@ Slot = tuple[str, int, int]
 def check_schedule(layout: Layout) -> None:
     """The rules between the pipeline flags (one line each)."""
     p, v, m = layout.pp, layout.virtual_stages, layout.micro_batches
+    if layout.moe_a2a_overlap and p > 1 and layout.schedule != "1f1b-interleaved":
+        raise ConfigError(f"--moe-a2a-overlap: with --pp {p} Megatron-Core pairs a forward and a backward only "
+                          f"in the interleaved schedule; give --schedule 1f1b-interleaved (not {layout.schedule}) "
+                          f"or leave the flag off")
     if layout.schedule == "1f1b-interleaved":
         if p == 1:
             raise ConfigError("--schedule: 1f1b-interleaved needs pipeline stages; give --pp 2 or more, or use 1f1b")
@@ -348,6 +352,42 @@ def _interleaved_warmup(layout: Layout, stage: int) -> int | None:
     return total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
 
 
+def a2a_pairs(layout: Layout, slots: Sequence[Slot], stage: int) -> list[tuple[int, int]]:
+    """Indices into ``slots`` of the forward and backward whose expert-parallel all-to-alls hide under
+    each other's compute with ``layout.moe_a2a_overlap`` (Megatron-Core's
+    ``--overlap-moe-expert-parallel-comm``, the computation-communication overlap of the DeepSeek-V3
+    report, arXiv:2412.19437, Sec. 3.2.1): the interleaved schedule's steady state, whose every
+    iteration runs one forward and one backward of different micro-batches (its warm-up and
+    cool-down run alone, their all-to-alls exposed), or without pipeline stages each backward with
+    the next micro-batch's forward (all but the first forward and the last backward). Megatron-Core
+    requires virtual pipeline stages when ``pp > 1`` (Megatron-Bridge's expert-parallel overlap
+    constraints, docs.nvidia.com/nemo/megatron-bridge/latest/skills/perf-techniques/
+    expert-parallel-overlap/SKILL.html: "if PP > 1, set virtual_pipeline_model_parallel_size");
+    :func:`check_schedule` refuses the rest."""
+    if not layout.moe_a2a_overlap:
+        return []
+    if layout.pp == 1:
+        return [(k + 1, k) for k in range(len(slots) - 1) if slots[k][0] == "B" and slots[k + 1][0] == "F"]
+    w = _interleaved_warmup(layout, stage)
+    assert w is not None, "all-to-all overlap with pipeline stages needs the interleaved schedule"
+    n_f = sum(1 for kind, _, _ in slots if kind == "F")
+    return [(w + 2 * i, w + 2 * i + 1) for i in range(n_f - w)]
+
+
+def a2a_overlap_cut(forward: ChunkWork, backward: ChunkWork, contention: float) -> tuple[float, float]:
+    """Seconds taken off a paired forward and backward (:func:`a2a_pairs`): each one's blocking
+    expert-parallel communication runs under the other's compute, as much of it as that compute
+    lasts; the hidden part still slows the compute it runs beside by ``contention`` of its length
+    (``overlap_slowdown / (1 + overlap_slowdown)``, as a hidden tensor-parallel collective does,
+    :func:`~dpsim.strategies.layout.layer_work`). The pair so never runs shorter than its compute,
+    nor than its communication."""
+    a2a_f, a2a_b = forward.ep_forward_s, backward.ep_backward_s
+    hide_f = min(a2a_f, backward.backward_s - a2a_b)
+    hide_b = min(a2a_b, forward.forward_s - a2a_f)
+    keep = max(0.0, 1.0 - contention)
+    return hide_f * keep, hide_b * keep
+
+
 def peak_in_flight(slots: Sequence[Slot], chunks: int) -> list[int]:
     """Per chunk, the micro-batches whose activations are held at the stage's peak (when
     the sum over chunks of forwards run but not yet backwarded is largest, counted just
@@ -569,14 +609,17 @@ class PipelinePlan:
 
 def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: Layout, *, p2p_bytes: float,
                            gather_s: float, optimizer_s: Sequence[float], dp: DataParallelPlan,
-                           embedding_grad_bytes: float = 0.0, blocking_p2p: bool = True) -> PipelinePlan:
+                           embedding_grad_bytes: float = 0.0, blocking_p2p: bool = True,
+                           a2a_contention: float = 0.0) -> PipelinePlan:
     """One step of ``layout`` as a :class:`~dpsim.engine.pipeline.PipelineProgram`.
 
     ``chunks[stage][chunk]``: work per micro-batch (:func:`~dpsim.strategies.layout.chunk_work`);
     ``p2p_bytes``: what one GPU sends per transfer; ``gather_s``: the receiver's
     tensor-parallel all-gather of a received slice (0 with sequence parallelism or
     ``tp = 1``); ``optimizer_s``: each stage's optimizer step; ``embedding_grad_bytes``:
-    the tied word embedding's gradient the first and last stage all-reduce (0: none).
+    the tied word embedding's gradient the first and last stage all-reduce (0: none);
+    ``a2a_contention``: what a hidden all-to-all costs the compute beside it, per second, with
+    ``layout.moe_a2a_overlap`` (:func:`a2a_overlap_cut`).
     """
     check_schedule(layout)
     p, v, m = layout.pp, layout.chunks, layout.micro_batches
@@ -758,6 +801,15 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         n_b = sum(1 for kind, _, _ in slots[s] if kind == grad_kind)
         b_seen = 0
         tail_ops = end_ops + ([pair_op[s]] if s in pair_op else [])
+        # Seconds each paired op runs shorter with the all-to-all overlap, spread over its layers
+        # where it runs layer by layer.
+        cut: dict[tuple[str, int, int], float] = {}
+        for fi, bi in a2a_pairs(layout, slots[s], s):
+            (_, cf, jf), (_, cb, jb) = slots[s][fi], slots[s][bi]
+            cut["F", cf, jf], cut["B", cb, jb] = a2a_overlap_cut(chunks[s][cf], chunks[s][cb], a2a_contention)
+
+        def share(kind: str, c: int, j: int, total: float) -> float:
+            return 1.0 - cut.get((kind, c, j), 0.0) / total if total > 0 else 1.0
         pending: list[int] = []  # transfers of blocking exchanges the next op waits for
         for kind, c, j, xsend, xrecv in _stage_sequence(slots[s], s, p, m, deepspeed=deepspeed,
                                                         blocking=blocking_p2p, act_send=act_send,
@@ -801,7 +853,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         gate = gather_fwd.get((c, j, lw.index))
                         ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1} layer "
                                                                 f"{lw.index}",
-                                           duration_s=lw.forward_s + (extra if first else 0.0),
+                                           duration_s=lw.forward_s * share("F", c, j, fwd[s][c])
+                                           + (extra if first else 0.0),
                                            needs=needs if first else (), sends=sends if last else (),
                                            waits=(gate,) if gate is not None else (),
                                            launches=tuple(launch_at_forward.get((c, j), ())) if first else (),
@@ -813,12 +866,14 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         gate = gather_before.get((c, lw.index))
                         ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1} layer "
                                                                 f"{lw.index}",
-                                           duration_s=lw.forward_s + (extra if first else 0.0),
+                                           duration_s=lw.forward_s * share("F", c, j, fwd[s][c])
+                                           + (extra if first else 0.0),
                                            needs=needs if first else (), sends=sends if last else (),
                                            waits=(gate,) if gate is not None else (), micro_batch=j, chunk=c))
                     continue
                 ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1}",
-                                   duration_s=fwd[s][c] + extra, needs=needs, sends=sends, micro_batch=j,
+                                   duration_s=fwd[s][c] - cut.get(("F", c, j), 0.0) + extra, needs=needs,
+                                   sends=sends, micro_batch=j,
                                    chunk=c))
                 continue
             if kind == "B" and split:
@@ -863,7 +918,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     launch = list(rs_after.get((c, j, lw.index), ())) + (tail if last else [])
                     gate = gather_bwd.get((c, j, lw.index)) if kind == "B" else None
                     ops.append(StageOp(kind="backward", name=f"{label} chunk {c} micro-batch {j + 1} layer {lw.index}",
-                                       duration_s=(lw.weight_grad_s if split else lw.backward_s)
+                                       duration_s=(lw.weight_grad_s if split else
+                                                   lw.backward_s * share("B", c, j, bwd[s][c]))
                                        + (extra if first else 0.0),
                                        needs=needs if first else (), sends=sends if last else (),
                                        waits=(gate,) if gate is not None else (),
@@ -877,13 +933,15 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     if last:
                         launch += tail
                     ops.append(StageOp(kind="backward", name=f"{label} chunk {c} micro-batch {j + 1} layer {lw.index}",
-                                       duration_s=(lw.weight_grad_s if split else lw.backward_s)
+                                       duration_s=(lw.weight_grad_s if split else
+                                                   lw.backward_s * share("B", c, j, bwd[s][c]))
                                        + (extra if first else 0.0),
                                        needs=needs if first else (), sends=sends if last else (),
                                        launches=tuple(launch), micro_batch=j, chunk=c))
             else:
                 ops.append(StageOp(kind="backward", name=f"{label} chunk {c} micro-batch {j + 1}",
-                                   duration_s=(wgrad[s][c] if split else bwd[s][c]) + extra, needs=needs, sends=sends,
+                                   duration_s=(wgrad[s][c] if split else bwd[s][c] - cut.get(("B", c, j), 0.0)) + extra,
+                                   needs=needs, sends=sends,
                                    launches=tuple(tail), micro_batch=j, chunk=c))
         if pending or deepspeed:
             # The last exchange completes before the step goes on (DeepSpeed's ReduceTiedGrads
