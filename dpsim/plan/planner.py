@@ -85,9 +85,11 @@ from dpsim.strategies.layout import (
     default_bucket_elements,
     gradient_accumulation_s,
     layer_work,
+    overlap_contention,
     stage_assignment,
 )
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
+from dpsim.strategies.pipeline import a2a_pairs, schedule_slots
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
@@ -97,7 +99,7 @@ from dpsim.workload.spec import ModelSpec
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
                          "tp_across_network", "strategy", "micro_batch", "recompute", "activation_checkpointing",
                          "schedule", "virtual_stages", "sequence_parallel", "grad_accum", "global_batch",
-                         "stage_layers", "grad_accum_fusion"})
+                         "stage_layers", "grad_accum_fusion", "moe_a2a_overlap"})
 """Fields a candidate sets itself (the rest of the command is the job's)."""
 
 MAX_PLAN_VALUES = 32
@@ -169,6 +171,9 @@ class Candidate:
     """The job allows a tensor-parallel group across the network (``--tp-across-network``)."""
     cp_comm: str = "p2p"
     """The job's ``--cp-comm``, which applies when ``cp`` is above 1."""
+    moe_a2a_overlap: bool = False
+    """The job's ``--moe-a2a-overlap``, on where it applies (``ep`` above 1, without pipeline stages or
+    with the interleaved schedule)."""
 
     @property
     def sharded(self) -> bool:
@@ -187,7 +192,7 @@ class Candidate:
             schedule=self.schedule, virtual_stages=self.virtual_stages, sequence_parallel=self.sequence_parallel,
             grad_accum=1, global_batch=self.global_batch, tp_comm_overlap=self.tp_comm_overlap if self.tp > 1 else "backward",
             tp_across_network=self.tp_across_network and self.tp > 1,
-            grad_accum_fusion=self.grad_accum_fusion or not self.sharded)
+            grad_accum_fusion=self.grad_accum_fusion or not self.sharded, moe_a2a_overlap=self.moe_a2a_overlap)
 
     def command(self, base: PredictConfig) -> str:
         """The whole ``dpsim predict`` command: the job's flags that differ from the defaults, then the layout's."""
@@ -225,6 +230,8 @@ class Candidate:
             out += " --activation-checkpointing" if not self.sharded else f" --recompute {self.recompute}"
         if not self.grad_accum_fusion and self.sharded:
             out += " --no-grad-accum-fusion"
+        if self.moe_a2a_overlap:
+            out += " --moe-a2a-overlap"
         return out
 
 
@@ -389,6 +396,8 @@ class _Tables:
         self.compute = [w.compute_forward_s + w.compute_backward_s + w.recompute_s for w in work]
         self.tp_exposed = [w.tp_exposed_s for w in work]
         self.weight_grad = [w.weight_grad_s for w in work]
+        self.ep_forward = [w.ep_forward_s for w in work]
+        self.ep_backward = [w.ep_comm_s + w.etp_comm_s - w.ep_forward_s for w in work]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -414,7 +423,8 @@ class Planner:
     """The searches of one job (model, cluster design, precision): caches shared by every candidate."""
 
     def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True, tp_comm_overlap: str | None = None,
-                 tp_across_network: bool | None = None, cp_comm: str | None = None):
+                 tp_across_network: bool | None = None, cp_comm: str | None = None,
+                 moe_a2a_overlap: bool | None = None):
         self.base = base
         # The job's settings, kept apart from ``base``: a config without --tp/--pp refuses
         # --no-grad-accum-fusion, one without --tp the tensor-parallel flags, one without --cp
@@ -423,6 +433,7 @@ class Planner:
         self.tp_comm_overlap = base.parallelism.tp_comm_overlap if tp_comm_overlap is None else tp_comm_overlap
         self.tp_across_network = base.parallelism.tp_across_network if tp_across_network is None else tp_across_network
         self.cp_comm = base.parallelism.cp_comm if cp_comm is None else cp_comm
+        self.moe_a2a_overlap = base.parallelism.moe_a2a_overlap if moe_a2a_overlap is None else moe_a2a_overlap
         self.model: ModelSpec = load_model(base)
         self.precision = get_precision(base.execution.precision, base.execution.fp8, strategy=base.parallelism.strategy,
                                        fsdp_version=base.parallelism.fsdp_version, compile=base.execution.compile)
@@ -639,7 +650,9 @@ class Planner:
                                                  virtual_stages=v, sequence_parallel=sp, global_batch=global_batch,
                                                  grad_accum_fusion=self.grad_accum_fusion or not sharded,
                                                  tp_comm_overlap=self.tp_comm_overlap,
-                                                 tp_across_network=self.tp_across_network, cp_comm=self.cp_comm))
+                                                 tp_across_network=self.tp_across_network, cp_comm=self.cp_comm,
+                                                 moe_a2a_overlap=self.moe_a2a_overlap and ep > 1
+                                                 and (pp == 1 or schedule == "1f1b-interleaved")))
         return out
 
     @staticmethod
@@ -670,7 +683,8 @@ class Planner:
         return Layout(tp=c.tp, pp=c.pp, dp=c.dp, virtual_stages=c.virtual_stages, schedule=c.schedule,
                       micro_batch=c.micro_batch, micro_batches=micro_batches, sequence_parallel=c.sequence_parallel,
                       recompute=c.recompute, recompute_every=self.base.execution.recompute_every,
-                      strategy=c.strategy, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep, etp=c.etp)
+                      strategy=c.strategy, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep, etp=c.etp,
+                      moe_a2a_overlap=c.moe_a2a_overlap)
 
     def assignment(self, tp: int, layout: Layout):
         """Layers of each stage's chunks, as ``predict`` splits them (cached by shape)."""
@@ -777,6 +791,16 @@ class Planner:
             # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
             share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
             pipe = m * xmax + (sum(x) - xmax) * max(0.0, 1.0 - 2.0 * share)
+        if c.moe_a2a_overlap:
+            # The heaviest stage's paired ops (a2a_pairs) each run shorter by a2a_overlap_cut of its
+            # average chunk.
+            s = x.index(xmax)
+            chunk = [[sum(col[i] for ch in range(v) for i in virtual_layers[ch * p + s]) / v]
+                     for col in (tab.forward, tab.backward, tab.ep_forward, tab.ep_backward)]
+            f, b, a2a_f, a2a_b = (col[0] for col in chunk)
+            keep = max(0.0, 1.0 - overlap_contention(self.base.calibration.overlap_slowdown))
+            pairs = len(a2a_pairs(layout, schedule_slots(c.schedule, p, v, m, s), s))
+            pipe -= pairs * (min(a2a_f, b - a2a_b) + min(a2a_b, f - a2a_f)) * keep
         hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
         full_hidden = hidden * c.micro_batch * act_bytes / 2.0
@@ -844,6 +868,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  verify: int = 3, grad_accum_fusion: bool = True,
                  failures: FailureInputs | None = None, cps=None, eps=None, etps=None,
                  tp_comm_overlap: str | None = None, tp_across_network: bool | None = None,
+                 moe_a2a_overlap: bool | None = None,
                  cp_comm: str | None = None) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
     ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
@@ -851,8 +876,9 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     ``cps``/``eps``: the context- and expert-parallel sizes to search (default: :data:`DEFAULT_CPS` for a
     sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1); ``etps``: the
     expert-tensor-parallel sizes to search (default 1);
-    ``tp_comm_overlap``/``tp_across_network``/``cp_comm``: the job's flags that apply to the candidates
-    with that parallelism (a base without ``--tp``/``--cp`` cannot hold them; ``None``: ``base``'s)."""
+    ``tp_comm_overlap``/``tp_across_network``/``cp_comm``/``moe_a2a_overlap``: the job's flags that apply to
+    the candidates with that parallelism (a base without ``--tp``/``--cp``/``--ep`` cannot hold them; ``None``:
+    ``base``'s)."""
     t0 = time.perf_counter()
     base = resolve(base).config
     if rank_by not in RANKINGS:
@@ -867,7 +893,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     if budget_usd is not None and tokens is None and samples is None:
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion, tp_comm_overlap=tp_comm_overlap,
-                      tp_across_network=tp_across_network, cp_comm=cp_comm)
+                      tp_across_network=tp_across_network, cp_comm=cp_comm, moe_a2a_overlap=moe_a2a_overlap)
+    if planner.moe_a2a_overlap and planner.model.moe is None:
+        raise ConfigError(f"--moe-a2a-overlap: hides a mixture of experts' all-to-alls, but {planner.model.name} is "
+                          f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
     for flag, sizes in (("--ep", eps), ("--etp", etps)):
         if sizes and max(sizes) > 1 and planner.model.moe is None:
             raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "
