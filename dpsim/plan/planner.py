@@ -89,7 +89,7 @@ from dpsim.strategies.layout import (
     stage_assignment,
 )
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
-from dpsim.strategies.pipeline import a2a_pairs, schedule_slots
+from dpsim.strategies.pipeline import a2a_pairs, extra_warmup, schedule_slots
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
@@ -799,7 +799,7 @@ class Planner:
                      for col in (tab.forward, tab.backward, tab.ep_forward, tab.ep_backward)]
             f, b, a2a_f, a2a_b = (col[0] for col in chunk)
             keep = max(0.0, 1.0 - overlap_contention(self.base.calibration.overlap_slowdown))
-            pairs = len(a2a_pairs(layout, schedule_slots(c.schedule, p, v, m, s), s))
+            pairs = len(a2a_pairs(layout, schedule_slots(c.schedule, p, v, m, s, extra_warmup(layout)), s))
             pipe -= pairs * (min(a2a_f, b - a2a_b) + min(a2a_b, f - a2a_f)) * keep
         hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2

@@ -59,6 +59,7 @@ from dpsim.strategies.pipeline import (
     DataParallelPlan,
     bubble_fraction,
     build_pipeline_program,
+    extra_warmup,
     check_schedule,
     stage_in_flight,
 )
@@ -415,7 +416,7 @@ def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
     check_schedule(layout)
     if assignment is None:
         assignment = stage_assignment(tpm, layout)
-    flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches)
+    flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, extra_warmup(layout))
     if layout.moe_a2a_overlap and layout.pp == 1 and layout.micro_batches > 1:
         # The next micro-batch's forward runs beside this one's backward (a2a_pairs): two held.
         flights = ((2,),)

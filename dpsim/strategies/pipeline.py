@@ -131,8 +131,19 @@ def check_schedule(layout: Layout) -> None:
         raise ConfigError(f"--virtual-stages: {v} applies only to --schedule 1f1b-interleaved; leave it at 1")
 
 
-def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int) -> list[Slot]:
-    """The order stage ``stage`` runs its forwards and backwards (see the module docstring)."""
+def warmup_forwards(p: int, v: int, m: int, stage: int, extra: int = 0) -> int:
+    """Warm-up forwards of the interleaved schedule on ``stage``: ``(p - stage - 1)·2 + (v - 1)·p``,
+    ``extra`` more (capped at all ``m·v``; all of them when ``m = p``). Megatron-Core runs one more
+    with ``--overlap-moe-expert-parallel-comm``, so that the forward and backward it pairs are of
+    different micro-batches (``get_pp_rank_microbatches(..., overlap_moe_expert_parallel_comm=...)``,
+    megatron/core/pipeline_parallel/schedules.py@00611e6eeb0b)."""
+    total = m * v
+    return total if m == p else min((p - stage - 1) * 2 + (v - 1) * p + extra, total)
+
+
+def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int, extra_warmup: int = 0) -> list[Slot]:
+    """The order stage ``stage`` runs its forwards and backwards (see the module docstring);
+    ``extra_warmup``: more warm-up forwards of the interleaved schedule (:func:`warmup_forwards`)."""
     if schedule == "gpipe":
         return [("F", 0, j) for j in range(m)] + [("B", 0, j) for j in range(m)]
     if schedule in ("1f1b", "deepspeed"):
@@ -165,7 +176,7 @@ def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int) -> list[Sl
             chunk = v - 1 - chunk
         return kind, chunk, (k // (p * v)) * p + k % p
 
-    w = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    w = warmup_forwards(p, v, m, stage, extra_warmup)
     out = [slot("F", k) for k in range(w)]
     for k in range(total - w):
         out += [slot("F", k + w), slot("B", k)]
@@ -347,9 +358,13 @@ def _interleaved_warmup(layout: Layout, stage: int) -> int | None:
     """Warm-up forwards of the interleaved schedule on ``stage`` (``None`` for the others)."""
     if layout.schedule != "1f1b-interleaved":
         return None
-    p, v, m = layout.pp, layout.chunks, layout.micro_batches
-    total = m * v
-    return total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    return warmup_forwards(layout.pp, layout.chunks, layout.micro_batches, stage, extra_warmup(layout))
+
+
+def extra_warmup(layout: Layout) -> int:
+    """Warm-up forwards the layout's interleaved schedule runs beyond Megatron's count: one with
+    ``moe_a2a_overlap`` (:func:`warmup_forwards`)."""
+    return 1 if layout.moe_a2a_overlap and layout.schedule == "1f1b-interleaved" else 0
 
 
 def a2a_pairs(layout: Layout, slots: Sequence[Slot], stage: int) -> list[tuple[int, int]]:
@@ -408,7 +423,7 @@ def peak_in_flight(slots: Sequence[Slot], chunks: int) -> list[int]:
     return best_held
 
 
-def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
+def in_flight(schedule: str, p: int, v: int, m: int, stage: int, extra_warmup: int = 0) -> list[int]:
     """Per chunk, the micro-batches stage ``stage`` holds at its peak, in closed form (equal to
     :func:`peak_in_flight` of :func:`schedule_slots`): ``m`` for GPipe, ``min(p - stage, m)``
     for 1F1B, ``min(p, m)`` on every stage for ZB-H1 (1F1B's peak, stage 0's), the warm-up
@@ -422,7 +437,7 @@ def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
     if schedule == "dualpipe":
         return peak_in_flight(dualpipe_slots(p, m, stage), 2)
     total = m * v
-    warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    warmup = warmup_forwards(p, v, m, stage, extra_warmup)
     counts = [0] * v
     for k in range(min(warmup + 1, total)):
         counts[(k % (p * v)) // p] += 1
@@ -430,9 +445,9 @@ def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
 
 
 @functools.lru_cache(maxsize=4096)
-def stage_in_flight(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
+def stage_in_flight(schedule: str, p: int, v: int, m: int, extra_warmup: int = 0) -> tuple[tuple[int, ...], ...]:
     """:func:`in_flight` of every stage (cached: a search asks for the same shapes many times)."""
-    return tuple(tuple(in_flight(schedule, p, v, m, s)) for s in range(p))
+    return tuple(tuple(in_flight(schedule, p, v, m, s, extra_warmup)) for s in range(p))
 
 
 def bubble_fraction(layout: Layout, *, weight_share: float = 1.0 / 3.0, backward_share: float = 2.0 / 3.0) -> float:
@@ -623,7 +638,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
     """
     check_schedule(layout)
     p, v, m = layout.pp, layout.chunks, layout.micro_batches
-    slots = [schedule_slots(layout.schedule, p, v, m, s) for s in range(p)]
+    slots = [schedule_slots(layout.schedule, p, v, m, s, extra_warmup(layout)) for s in range(p)]
     # Forward (chunk, micro-batch) -> the backward it runs overlapped with (DualPipe's F&B).
     pairs: list[dict[tuple[int, int], tuple[int, int]]] = [
         dualpipe_pairs(p, m, s) if layout.schedule == "dualpipe" else {} for s in range(p)]
