@@ -81,6 +81,7 @@ from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import build_collectives, load_model, predict, resolve_topology, strategy_memory
 from dpsim.strategies.layout import (
+    ChunkWork,
     Layout,
     default_bucket_elements,
     gradient_accumulation_s,
@@ -89,7 +90,7 @@ from dpsim.strategies.layout import (
     stage_assignment,
 )
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
-from dpsim.strategies.pipeline import a2a_pairs, extra_warmup, schedule_slots
+from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, schedule_slots
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
@@ -396,8 +397,7 @@ class _Tables:
         self.compute = [w.compute_forward_s + w.compute_backward_s + w.recompute_s for w in work]
         self.tp_exposed = [w.tp_exposed_s for w in work]
         self.weight_grad = [w.weight_grad_s for w in work]
-        self.ep_forward = [w.ep_forward_s for w in work]
-        self.ep_backward = [w.ep_comm_s + w.etp_comm_s - w.ep_forward_s for w in work]
+        self.work = tuple(work)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -792,15 +792,15 @@ class Planner:
             share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
             pipe = m * xmax + (sum(x) - xmax) * max(0.0, 1.0 - 2.0 * share)
         if c.moe_a2a_overlap:
-            # The heaviest stage's paired ops (a2a_pairs) each run shorter by a2a_overlap_cut of its
-            # average chunk.
+            # The heaviest stage's paired ops (a2a_pairs) each run shorter by a2a_overlap_cut of a
+            # forward and a backward of its average chunk.
             s = x.index(xmax)
-            chunk = [[sum(col[i] for ch in range(v) for i in virtual_layers[ch * p + s]) / v]
-                     for col in (tab.forward, tab.backward, tab.ep_forward, tab.ep_backward)]
-            f, b, a2a_f, a2a_b = (col[0] for col in chunk)
-            keep = max(0.0, 1.0 - overlap_contention(self.base.calibration.overlap_slowdown))
+            contention = overlap_contention(self.base.calibration.overlap_slowdown)
+            cut = sum(sum(a2a_overlap_cut(ChunkWork(stage=s, chunk=ch, layers=w), ChunkWork(stage=s, chunk=ch, layers=w),
+                                          contention))
+                      for ch in range(v) for w in [tuple(tab.work[i] for i in virtual_layers[ch * p + s])]) / v
             pairs = len(a2a_pairs(layout, schedule_slots(c.schedule, p, v, m, s, extra_warmup(layout)), s))
-            pipe -= pairs * (min(a2a_f, b - a2a_b) + min(a2a_b, f - a2a_f)) * keep
+            pipe -= pairs * cut
         hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
         full_hidden = hidden * c.micro_batch * act_bytes / 2.0

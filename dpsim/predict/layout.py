@@ -417,9 +417,6 @@ def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
     if assignment is None:
         assignment = stage_assignment(tpm, layout)
     flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, extra_warmup(layout))
-    if layout.moe_a2a_overlap and layout.pp == 1 and layout.micro_batches > 1:
-        # The next micro-batch's forward runs beside this one's backward (a2a_pairs): two held.
-        flights = ((2,),)
     stages = layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
                                  in_flight=flights, activations=activations)
     if offloads_optimizer(layout.offload):

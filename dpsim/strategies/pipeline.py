@@ -378,7 +378,10 @@ def a2a_pairs(layout: Layout, slots: Sequence[Slot], stage: int) -> list[tuple[i
     requires virtual pipeline stages when ``pp > 1`` (Megatron-Bridge's expert-parallel overlap
     constraints, docs.nvidia.com/nemo/megatron-bridge/latest/skills/perf-techniques/
     expert-parallel-overlap/SKILL.html: "if PP > 1, set virtual_pipeline_model_parallel_size");
-    :func:`check_schedule` refuses the rest."""
+    :func:`check_schedule` refuses the rest. Memory: the pair runs layer by layer, the forward's
+    layer ``i`` beside the backward's layer ``L - 1 - i``, so what the forward keeps the backward has
+    freed and the peak stays one micro-batch's; the interleaved schedule's one more warm-up forward
+    (:func:`warmup_forwards`) holds one more chunk's."""
     if not layout.moe_a2a_overlap:
         return []
     if layout.pp == 1:
@@ -390,16 +393,34 @@ def a2a_pairs(layout: Layout, slots: Sequence[Slot], stage: int) -> list[tuple[i
 
 
 def a2a_overlap_cut(forward: ChunkWork, backward: ChunkWork, contention: float) -> tuple[float, float]:
-    """Seconds taken off a paired forward and backward (:func:`a2a_pairs`): each one's blocking
-    expert-parallel communication runs under the other's compute, as much of it as that compute
-    lasts; the hidden part still slows the compute it runs beside by ``contention`` of its length
-    (``overlap_slowdown / (1 + overlap_slowdown)``, as a hidden tensor-parallel collective does,
+    """Seconds taken off a paired forward and backward (:func:`a2a_pairs`). Each all-to-all hides
+    under one compute phase of the other op, as Megatron-Core's combined 1F1B orders them
+    (``megatron/core/pipeline_parallel/combined_1f1b.py``; DeepSeek-V3 report, arXiv:2412.19437,
+    Sec. 3.2.1, Fig. 4): the backward's combine under the forward's attention, the forward's dispatch
+    under the backward's MLP, the backward's dispatch under the forward's MLP, the forward's combine
+    under the backward's attention. Here "attention" is the chunk's layers without all-to-all, "MLP"
+    its MoE layers' compute; dispatch and combine are half of each op's blocking expert-parallel
+    communication. An all-to-all hides as much of itself as its phase's compute lasts, and its hidden
+    part still slows that compute by ``contention`` of its length (``overlap_slowdown / (1 +
+    overlap_slowdown)``, as a hidden tensor-parallel collective does,
     :func:`~dpsim.strategies.layout.layer_work`). The pair so never runs shorter than its compute,
     nor than its communication."""
-    a2a_f, a2a_b = forward.ep_forward_s, backward.ep_backward_s
-    hide_f = min(a2a_f, backward.backward_s - a2a_b)
-    hide_b = min(a2a_b, forward.forward_s - a2a_f)
+    def phases(work: ChunkWork, backward_pass: bool) -> tuple[float, float, float]:
+        rest = moe = comm = 0.0
+        for lw in work.layers:
+            a2a = lw.ep_comm_s + lw.etp_comm_s - lw.ep_forward_s if backward_pass else lw.ep_forward_s
+            total = lw.backward_s if backward_pass else lw.forward_s
+            if lw.ep_comm_s > 0:
+                moe, comm = moe + total - a2a, comm + a2a
+            else:
+                rest += total
+        return rest, moe, comm
+
+    attn_f, mlp_f, a2a_f = phases(forward, False)
+    attn_b, mlp_b, a2a_b = phases(backward, True)
     keep = max(0.0, 1.0 - contention)
+    hide_f = min(a2a_f / 2.0, mlp_b) + min(a2a_f / 2.0, attn_b)
+    hide_b = min(a2a_b / 2.0, attn_f) + min(a2a_b / 2.0, mlp_f)
     return hide_f * keep, hide_b * keep
 
 
