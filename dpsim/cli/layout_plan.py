@@ -46,7 +46,8 @@ def plan_command(
                                                 help="Micro-batch sizes to search (default 1,2,4,8,16).",
                                                 rich_help_panel=SEARCH),
     recompute: str = typer.Option("off,selective,full", "--recompute",
-                                  help="Recomputation modes to search: off, selective, full.",
+                                  help="Recomputation modes to search: off, selective, full, and the layout "
+                                       "path's op, megatron, moe.",
                                   rich_help_panel=SEARCH),
     schedules: str = typer.Option("1f1b,1f1b-interleaved", "--schedules",
                                   help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1, dualpipe.",
@@ -147,7 +148,7 @@ def plan_command(
         base, gpus=counts, global_batch=global_batch, tps=parse_int_list(tp, "--tp"), pps=parse_int_list(pp, "--pp"),
         strategies=parse_choice_list(strategies, "--strategies", tuple(LAYOUT_DP_STRATEGIES)),
         micro_batches=parse_int_list(micro_batches, "--micro-batches"),
-        recomputes=parse_choice_list(recompute, "--recompute", ("off", "selective", "full")),
+        recomputes=parse_choice_list(recompute, "--recompute", ("off", "selective", "full", "op", "megatron", "moe")),
         schedules=parse_choice_list(schedules, "--schedules",
                                     ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1", "dualpipe")),
         sequence_parallel=sequence_parallel, cps=parse_int_list(cp, "--cp"), eps=parse_int_list(ep, "--ep"),

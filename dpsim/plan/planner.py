@@ -89,6 +89,7 @@ from dpsim.strategies.layout import (
     overlap_contention,
     stage_assignment,
 )
+from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
 from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, schedule_slots
 from dpsim.strategies.registry import shard_group_size
@@ -538,6 +539,10 @@ class Planner:
                         grad_accum_fusion=c.grad_accum_fusion, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced,
                         ep=c.ep, etp=c.etp)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
+        # Op-level modes re-run a share of each layer's forward, as predict costs them.
+        shares = recompute_shares(tpm.spec, CheckpointPolicy(mode=recompute, every=self.base.execution.recompute_every),
+                                  gpu=self.gpu, precision=self.precision, micro_batch=micro_batch) \
+            if recompute in OP_RECOMPUTES else None
         accumulate = () if layout.grad_accum_fusion else \
             gradient_accumulation_s(tpm, self.gpu, self.precision.grad_bytes)
 
@@ -553,7 +558,7 @@ class Planner:
                                                                 self.model.moe))
                           if c.ep > 1 else None,
                           etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
-                          gpu=self.gpu)
+                          gpu=self.gpu, recompute_share=shares)
         tab = self._tables[key] = _Tables(work)
         return tab
 
@@ -636,7 +641,9 @@ class Planner:
                 if dp * cp == 1 and strategy != "ddp":
                     continue
                 for recompute in (recomputes or ("off", "selective", "full")):
-                    if not sharded and recompute == "selective":
+                    if not sharded and recompute != "off" and recompute != "full":
+                        continue  # the layout path's modes
+                    if recompute == "moe" and self.model.moe is None:
                         continue
                     for sp in sps:
                         if sp and tp == 1:
