@@ -236,7 +236,9 @@ def model_of(row: dict) -> ModelSpec:
     """The row's model (see the module docstring)."""
     seq = int(row["seq_len"])
     # llm-foundry's Triton kernel, or cuDNN's fused attention where the row names it (MaxText's
-    # cudnn_flash_te); every other fused row runs FlashAttention-2 (SDPA's flash backend).
+    # cudnn_flash_te); every other fused row runs FlashAttention-2 (SDPA's flash backend, or
+    # flash-attn 2.x itself: llm-foundry's attn_impl 'flash' rows installed flash-attn 2.4.2, their
+    # attention column cites where), costed alike.
     fused_kernel = "triton" if row["attention"].startswith("triton") else "cudnn" if "cudnn" in row["attention"] else None
     if row["model"] in list_models():
         model = get_model(row["model"], seq_len=seq, flash_attention=True)
