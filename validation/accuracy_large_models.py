@@ -10,7 +10,8 @@ row publishes and nothing else:
   benchmark configurations ``accuracy_compute.py`` uses), SwiGLU rows as Llama blocks (RMSNorm,
   RoPE, grouped KV heads) with the row's hidden size, layers, heads, KV heads, MLP width,
   vocabulary and sequence; fused attention everywhere, llm-foundry's Triton kernel where the row
-  ran ``attn_impl: triton``, cuDNN's where it names ``cudnn`` (FlashAttention-2 otherwise);
+  ran ``attn_impl: triton``, cuDNN's where it names ``cudnn`` or runs TransformerEngine's
+  attention (TE prefers cuDNN on Hopper; FlashAttention-2 otherwise);
 - the cluster: a topology preset or a file in ``validation/systems/`` written from the
   interconnect the row publishes (:data:`SYSTEMS`; where the source states no network the
   assumption is named there and in the row's "assumed" column);
@@ -236,8 +237,20 @@ def model_of(row: dict) -> ModelSpec:
     """The row's model (see the module docstring)."""
     seq = int(row["seq_len"])
     # llm-foundry's Triton kernel, or cuDNN's fused attention where the row names it (MaxText's
-    # cudnn_flash_te); every other fused row runs FlashAttention-2 (SDPA's flash backend).
-    fused_kernel = "triton" if row["attention"].startswith("triton") else "cudnn" if "cudnn" in row["attention"] else None
+    # cudnn_flash_te) or runs TransformerEngine's DotProductAttention (Megatron-Core with
+    # --transformer-impl transformer_engine; the rows' configs set no --attention-backend): its
+    # default, auto, enables all three of TE's backends (NVIDIA/Megatron-LM@d98e8a64ddf3
+    # megatron/core/models/common/language_module/language_module.py, NVTE_FLASH_ATTN,
+    # NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN all 1), and TE's get_attention_backend then disables
+    # FlashAttention "to give FusedAttention preference on Hopper+ for performance reasons"
+    # whenever cuDNN supports the shape (NVIDIA/TransformerEngine@002a3e573f49
+    # transformer_engine/pytorch/attention/dot_product_attention/utils.py); elsewhere kernel_pair
+    # costs cuDNN as FlashAttention-2. Every other fused row runs FlashAttention-2 (SDPA's flash backend,
+    # or flash-attn 2.x itself: llm-foundry's attn_impl 'flash' rows installed flash-attn 2.4.2, their
+    # attention column cites where), costed alike.
+    te = "TransformerEngine" in row["attention"]
+    fused_kernel = ("triton" if row["attention"].startswith("triton")
+                    else "cudnn" if "cudnn" in row["attention"] or te else None)
     if row["model"] in list_models():
         model = get_model(row["model"], seq_len=seq, flash_attention=True)
     elif row["ffn_act"] == "gelu":
@@ -357,6 +370,11 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         if "a2a-overlap" in row["features"].split(";"):
             # Megatron-Core's --overlap-moe-expert-parallel-comm (the ModelZoo's A2A_OVERLAP=1).
             kw["moe_a2a_overlap"] = True
+        if row["moe_routing"].startswith("dropless"):
+            # The rows beside them with --moe-router-force-load-balancing publish 8-20 % more on the
+            # same layout: the busiest expert rank paces the step, but no per-expert load is
+            # published for these runs to give --moe-routing.
+            assumed.append("dropless aux-loss routing costed as balanced (no per-expert load published)")
         if row["moe_routing"].startswith("capacity factor"):
             kw["moe_capacity_factor"] = float(row["moe_routing"].split()[2].rstrip(","))
             assumed.append("padding every expert's input to its capacity not modelled (balanced routing, "
