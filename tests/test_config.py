@@ -239,7 +239,7 @@ def test_to_dict_is_the_plain_settings():
                            fsdp_accumulate="sharded", recompute="full", recompute_every=2,
                            calibration="node.json", op_rates=True, fp8="te-delayed", compile=True)
     cp_fields = ("cp", "cp_comm", "cp_balance", "offload")
-    expert_options = ("ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a")
+    expert_options = ("ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a", "moe_a2a_overlap")
     zero_options = ("zero_impl", "zero_group")
     assert config.to_dict() == {k: v for k, v in config.settings().items()
                                 if k not in cp_fields + expert_options + zero_options}
@@ -254,7 +254,8 @@ def test_to_dict_is_the_plain_settings():
     config = PredictConfig(gpus=64, strategy="zero1", zero_impl="internlm", zero_group=8)
     assert {k: config.to_dict()[k] for k in zero_options} == {"zero_impl": "internlm", "zero_group": 8}
     assert PredictConfig(**config.to_dict()) == config
-    moe = {"ep": 2, "etp": 2, "moe_routing": "zipf:1", "moe_capacity_factor": 1.5, "moe_a2a": "hierarchical"}
+    moe = {"ep": 2, "etp": 2, "moe_routing": "zipf:1", "moe_capacity_factor": 1.5, "moe_a2a": "hierarchical",
+           "moe_a2a_overlap": True}
     config = PredictConfig(**moe)  # the expert options (a layout of their own, so apart from the above)
     assert {k: config.to_dict()[k] for k in moe} == moe
     assert PredictConfig(**config.to_dict()) == config

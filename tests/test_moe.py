@@ -328,3 +328,26 @@ def test_megatron_recompute_keeps_gemm_inputs_not_residual_outputs_by_hand():
     assert megatron_saved_bytes_per_sample(attn) == s * (8192 + 2 * 512 + 8192) * 2 + s * 64 * 4
     assert megatron_saved_bytes_per_sample(moe) == s * 128 * 2 + 8 * s * h * 2 + 8 * s * 2 * 1536 * 2
     assert op_saved_bytes_per_sample(attn) - megatron_saved_bytes_per_sample(attn) == s * h * 2  # o_proj's output
+
+
+@pytest.mark.parametrize("recompute", ["op", "megatron", "moe"])
+def test_plan_searches_op_level_recomputation_costed_as_predict_does(recompute):
+    """``plan --recompute op,megatron,moe``: the candidates' per-layer work (recomputed shares
+    included) is predict's, and their memory predict's."""
+    import dataclasses
+    from dpsim.plan.planner import Candidate, Planner
+    base = PredictConfig(model="mixtral-8x7b", link="infiniband", gpu="h100", precision="bf16-params")
+    planner = Planner(base)
+    c = Candidate(gpus=64, tp=1, pp=4, dp=16, ep=8, sequence_parallel=False, strategy="zero1", micro_batch=1,
+                  global_batch=64, recompute=recompute, schedule="1f1b", virtual_stages=1)
+    tables = planner.tables(c, planner.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp))
+    pred = predict(dataclasses.replace(c.config(base), steps=1))
+    assert sum(tables.backward) == pytest.approx(sum(s.backward_s for s in pred.layout.stages), rel=1e-12)
+    off = planner.tables(dataclasses.replace(c, recompute="off"),
+                         planner.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp))
+    assert sum(tables.backward) > sum(off.backward)
+    est = planner.estimate(c, global_batch=64)
+    assert est.memory_bytes == pytest.approx(max(s.memory.breakdown.total_bytes for s in pred.layout.stages), rel=1e-9)
+    cands, _ = planner.candidates(64, tps=[1], pps=[1, 4], eps=[8], micro_batches=[1], strategies=["zero1"],
+                                  recomputes=[recompute], global_batch=64)
+    assert cands and all(x.recompute == recompute for x in cands)

@@ -367,9 +367,9 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
             kw["moe_a2a"] = "hierarchical"
         if re.search(r"activation offloading \(expert_fc1, moe_act\)|--offload-modules expert_fc1 moe_act", text):
             kw["offload"] = "expert-activations"  # Megatron-Core's fine-grained activation offloading
-        if "A2A_OVERLAP=1" in text or "all-to-all hidden behind compute" in text:
-            assumed.append("the all-to-all overlapped with another micro-batch's compute (A2A_OVERLAP) not "
-                           "modelled: it blocks the compute stream")
+        if "a2a-overlap" in row["features"].split(";"):
+            # Megatron-Core's --overlap-moe-expert-parallel-comm (the ModelZoo's A2A_OVERLAP=1).
+            kw["moe_a2a_overlap"] = True
         if row["moe_routing"].startswith("dropless"):
             # The rows beside them with --moe-router-force-load-balancing publish 8-20 % more on the
             # same layout: the busiest expert rank paces the step, but no per-expert load is

@@ -16,7 +16,7 @@ from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH, VARIABILITY
 PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "flash_attention", "precision", "fp8", "compile",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
                "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "algo", "proto", "cp_comm", "moe_routing",
-               "calibration")
+               "calibration", "moe_a2a_overlap")
 """``PredictConfig`` fields that describe the job the layouts are searched for (the layout fields
 themselves are what ``plan`` searches)."""
 
@@ -46,7 +46,8 @@ def plan_command(
                                                 help="Micro-batch sizes to search (default 1,2,4,8,16).",
                                                 rich_help_panel=SEARCH),
     recompute: str = typer.Option("off,selective,full", "--recompute",
-                                  help="Recomputation modes to search: off, selective, full.",
+                                  help="Recomputation modes to search: off, selective, full, and the layout "
+                                       "path's op, megatron, moe.",
                                   rich_help_panel=SEARCH),
     schedules: str = typer.Option("1f1b,1f1b-interleaved", "--schedules",
                                   help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1, dualpipe.",
@@ -139,14 +140,15 @@ def plan_command(
     counts = parse_int_list(gpus, "--gpus")
     # Searched layouts with tensor or pipeline parallelism take it; the base (no --tp/--pp) cannot.
     grad_accum_fusion = flags.pop("grad_accum_fusion", True)
-    # Flags that apply to the candidates with tensor or context parallelism; the base has neither.
-    sharded = {name: flags.pop(name) for name in ("tp_comm_overlap", "tp_across_network", "cp_comm") if name in flags}
+    # Flags that apply to the candidates with tensor, context or expert parallelism; the base has none.
+    sharded = {name: flags.pop(name) for name in ("tp_comm_overlap", "tp_across_network", "cp_comm", "moe_a2a_overlap")
+               if name in flags}
     base = PredictConfig(**flags, micro_batch=1)
     result = plan_layouts(
         base, gpus=counts, global_batch=global_batch, tps=parse_int_list(tp, "--tp"), pps=parse_int_list(pp, "--pp"),
         strategies=parse_choice_list(strategies, "--strategies", tuple(LAYOUT_DP_STRATEGIES)),
         micro_batches=parse_int_list(micro_batches, "--micro-batches"),
-        recomputes=parse_choice_list(recompute, "--recompute", ("off", "selective", "full")),
+        recomputes=parse_choice_list(recompute, "--recompute", ("off", "selective", "full", "op", "megatron", "moe")),
         schedules=parse_choice_list(schedules, "--schedules",
                                     ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1", "dualpipe")),
         sequence_parallel=sequence_parallel, cps=parse_int_list(cp, "--cp"), eps=parse_int_list(ep, "--ep"),

@@ -81,13 +81,17 @@ from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import build_collectives, load_model, predict, resolve_topology, strategy_memory
 from dpsim.strategies.layout import (
+    ChunkWork,
     Layout,
     default_bucket_elements,
     gradient_accumulation_s,
     layer_work,
+    overlap_contention,
     stage_assignment,
 )
+from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
+from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, schedule_slots
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
@@ -97,7 +101,7 @@ from dpsim.workload.spec import ModelSpec
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
                          "tp_across_network", "strategy", "micro_batch", "recompute", "activation_checkpointing",
                          "schedule", "virtual_stages", "sequence_parallel", "grad_accum", "global_batch",
-                         "stage_layers", "grad_accum_fusion"})
+                         "stage_layers", "grad_accum_fusion", "moe_a2a_overlap"})
 """Fields a candidate sets itself (the rest of the command is the job's)."""
 
 MAX_PLAN_VALUES = 32
@@ -169,6 +173,9 @@ class Candidate:
     """The job allows a tensor-parallel group across the network (``--tp-across-network``)."""
     cp_comm: str = "p2p"
     """The job's ``--cp-comm``, which applies when ``cp`` is above 1."""
+    moe_a2a_overlap: bool = False
+    """The job's ``--moe-a2a-overlap``, on where it applies (``ep`` above 1, without pipeline stages or
+    with the interleaved schedule)."""
 
     @property
     def sharded(self) -> bool:
@@ -187,7 +194,7 @@ class Candidate:
             schedule=self.schedule, virtual_stages=self.virtual_stages, sequence_parallel=self.sequence_parallel,
             grad_accum=1, global_batch=self.global_batch, tp_comm_overlap=self.tp_comm_overlap if self.tp > 1 else "backward",
             tp_across_network=self.tp_across_network and self.tp > 1,
-            grad_accum_fusion=self.grad_accum_fusion or not self.sharded)
+            grad_accum_fusion=self.grad_accum_fusion or not self.sharded, moe_a2a_overlap=self.moe_a2a_overlap)
 
     def command(self, base: PredictConfig) -> str:
         """The whole ``dpsim predict`` command: the job's flags that differ from the defaults, then the layout's."""
@@ -225,6 +232,8 @@ class Candidate:
             out += " --activation-checkpointing" if not self.sharded else f" --recompute {self.recompute}"
         if not self.grad_accum_fusion and self.sharded:
             out += " --no-grad-accum-fusion"
+        if self.moe_a2a_overlap:
+            out += " --moe-a2a-overlap"
         return out
 
 
@@ -389,6 +398,7 @@ class _Tables:
         self.compute = [w.compute_forward_s + w.compute_backward_s + w.recompute_s for w in work]
         self.tp_exposed = [w.tp_exposed_s for w in work]
         self.weight_grad = [w.weight_grad_s for w in work]
+        self.work = tuple(work)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -406,13 +416,16 @@ class _ExpertAsk:
     """Expert-tensor-parallel size."""
     sequence_parallel: bool = True
     """Always on for an MoE with ``tp > 1`` (the candidates never leave it off)."""
+    moe_a2a_overlap: bool = False
+    """Checked by the job's own config, not per candidate."""
 
 
 class Planner:
     """The searches of one job (model, cluster design, precision): caches shared by every candidate."""
 
     def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True, tp_comm_overlap: str | None = None,
-                 tp_across_network: bool | None = None, cp_comm: str | None = None):
+                 tp_across_network: bool | None = None, cp_comm: str | None = None,
+                 moe_a2a_overlap: bool | None = None):
         self.base = base
         # The job's settings, kept apart from ``base``: a config without --tp/--pp refuses
         # --no-grad-accum-fusion, one without --tp the tensor-parallel flags, one without --cp
@@ -421,6 +434,7 @@ class Planner:
         self.tp_comm_overlap = base.parallelism.tp_comm_overlap if tp_comm_overlap is None else tp_comm_overlap
         self.tp_across_network = base.parallelism.tp_across_network if tp_across_network is None else tp_across_network
         self.cp_comm = base.parallelism.cp_comm if cp_comm is None else cp_comm
+        self.moe_a2a_overlap = base.parallelism.moe_a2a_overlap if moe_a2a_overlap is None else moe_a2a_overlap
         self.model: ModelSpec = load_model(base)
         self.precision = get_precision(base.execution.precision, base.execution.fp8, strategy=base.parallelism.strategy,
                                        fsdp_version=base.parallelism.fsdp_version, compile=base.execution.compile)
@@ -525,6 +539,10 @@ class Planner:
                         grad_accum_fusion=c.grad_accum_fusion, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced,
                         ep=c.ep, etp=c.etp)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
+        # Op-level modes re-run a share of each layer's forward, as predict costs them.
+        shares = recompute_shares(tpm.spec, CheckpointPolicy(mode=recompute, every=self.base.execution.recompute_every),
+                                  gpu=self.gpu, precision=self.precision, micro_batch=micro_batch) \
+            if recompute in OP_RECOMPUTES else None
         accumulate = () if layout.grad_accum_fusion else \
             gradient_accumulation_s(tpm, self.gpu, self.precision.grad_bytes)
 
@@ -540,7 +558,7 @@ class Planner:
                                                                 self.model.moe))
                           if c.ep > 1 else None,
                           etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
-                          gpu=self.gpu)
+                          gpu=self.gpu, recompute_share=shares)
         tab = self._tables[key] = _Tables(work)
         return tab
 
@@ -623,7 +641,9 @@ class Planner:
                 if dp * cp == 1 and strategy != "ddp":
                     continue
                 for recompute in (recomputes or ("off", "selective", "full")):
-                    if not sharded and recompute == "selective":
+                    if not sharded and recompute != "off" and recompute != "full":
+                        continue  # the layout path's modes
+                    if recompute == "moe" and self.model.moe is None:
                         continue
                     for sp in sps:
                         if sp and tp == 1:
@@ -637,7 +657,9 @@ class Planner:
                                                  virtual_stages=v, sequence_parallel=sp, global_batch=global_batch,
                                                  grad_accum_fusion=self.grad_accum_fusion or not sharded,
                                                  tp_comm_overlap=self.tp_comm_overlap,
-                                                 tp_across_network=self.tp_across_network, cp_comm=self.cp_comm))
+                                                 tp_across_network=self.tp_across_network, cp_comm=self.cp_comm,
+                                                 moe_a2a_overlap=self.moe_a2a_overlap and ep > 1
+                                                 and (pp == 1 or schedule == "1f1b-interleaved")))
         return out
 
     @staticmethod
@@ -668,7 +690,8 @@ class Planner:
         return Layout(tp=c.tp, pp=c.pp, dp=c.dp, virtual_stages=c.virtual_stages, schedule=c.schedule,
                       micro_batch=c.micro_batch, micro_batches=micro_batches, sequence_parallel=c.sequence_parallel,
                       recompute=c.recompute, recompute_every=self.base.execution.recompute_every,
-                      strategy=c.strategy, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep, etp=c.etp)
+                      strategy=c.strategy, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep, etp=c.etp,
+                      moe_a2a_overlap=c.moe_a2a_overlap)
 
     def assignment(self, tp: int, layout: Layout):
         """Layers of each stage's chunks, as ``predict`` splits them (cached by shape)."""
@@ -775,6 +798,16 @@ class Planner:
             # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
             share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
             pipe = m * xmax + (sum(x) - xmax) * max(0.0, 1.0 - 2.0 * share)
+        if c.moe_a2a_overlap:
+            # The heaviest stage's paired ops (a2a_pairs) each run shorter by a2a_overlap_cut of a
+            # forward and a backward of its average chunk.
+            s = x.index(xmax)
+            contention = overlap_contention(self.base.calibration.overlap_slowdown)
+            cut = sum(sum(a2a_overlap_cut(ChunkWork(stage=s, chunk=ch, layers=w), ChunkWork(stage=s, chunk=ch, layers=w),
+                                          contention))
+                      for ch in range(v) for w in [tuple(tab.work[i] for i in virtual_layers[ch * p + s])]) / v
+            pairs = len(a2a_pairs(layout, schedule_slots(c.schedule, p, v, m, s, extra_warmup(layout)), s))
+            pipe -= pairs * cut
         hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
         full_hidden = hidden * c.micro_batch * act_bytes / 2.0
@@ -842,6 +875,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  verify: int = 3, grad_accum_fusion: bool = True,
                  failures: FailureInputs | None = None, cps=None, eps=None, etps=None,
                  tp_comm_overlap: str | None = None, tp_across_network: bool | None = None,
+                 moe_a2a_overlap: bool | None = None,
                  cp_comm: str | None = None) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
     ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
@@ -849,8 +883,9 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     ``cps``/``eps``: the context- and expert-parallel sizes to search (default: :data:`DEFAULT_CPS` for a
     sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1); ``etps``: the
     expert-tensor-parallel sizes to search (default 1);
-    ``tp_comm_overlap``/``tp_across_network``/``cp_comm``: the job's flags that apply to the candidates
-    with that parallelism (a base without ``--tp``/``--cp`` cannot hold them; ``None``: ``base``'s)."""
+    ``tp_comm_overlap``/``tp_across_network``/``cp_comm``/``moe_a2a_overlap``: the job's flags that apply to
+    the candidates with that parallelism (a base without ``--tp``/``--cp``/``--ep`` cannot hold them; ``None``:
+    ``base``'s)."""
     t0 = time.perf_counter()
     base = resolve(base).config
     if rank_by not in RANKINGS:
@@ -865,7 +900,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     if budget_usd is not None and tokens is None and samples is None:
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion, tp_comm_overlap=tp_comm_overlap,
-                      tp_across_network=tp_across_network, cp_comm=cp_comm)
+                      tp_across_network=tp_across_network, cp_comm=cp_comm, moe_a2a_overlap=moe_a2a_overlap)
+    if planner.moe_a2a_overlap and planner.model.moe is None:
+        raise ConfigError(f"--moe-a2a-overlap: hides a mixture of experts' all-to-alls, but {planner.model.name} is "
+                          f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
     for flag, sizes in (("--ep", eps), ("--etp", etps)):
         if sizes and max(sizes) > 1 and planner.model.moe is None:
             raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "

@@ -298,6 +298,10 @@ class ParallelismConfig:
     moe_a2a: MoeA2a = "flat"
     """The MoE dispatch and combine all-to-all: flat (NCCL send/recv to every peer) or hierarchical
     (DeepEP-style: one NIC transfer per destination server, forwarded over NVLink there)."""
+    moe_a2a_overlap: bool = False
+    """Overlap the expert-parallel all-to-alls of one micro-batch with another's compute where the
+    schedule pairs a forward with a backward (Megatron-Core's ``--overlap-moe-expert-parallel-comm``):
+    needs ``--ep`` 2 or more and, with ``--pp``, the interleaved schedule."""
 
     @property
     def layout_active(self) -> bool:
@@ -479,7 +483,8 @@ SETTINGS: tuple[str, ...] = (
     "cp_comm", "offload", "cp_balance", "grad_accum_fusion", "gradient_as_bucket_view", "static_graph",
     "find_unused_parameters", "broadcast_buffers", "comm_hook", "powersgd_rank", "powersgd_start_iter",
     "clip_grad_norm", "zero_grad", "input_samples_per_s", "fsdp_version", "fsdp_accumulate", "recompute_every",
-    "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a", "zero_impl", "zero_group")
+    "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a", "zero_impl", "zero_group",
+    "moe_a2a_overlap")
 """Every setting by its flat name, in the order ``--json``'s ``config``, a sweep's columns and the
 flags are listed in (the order they were added in, kept so that outputs do not move)."""
 
@@ -698,6 +703,9 @@ class PredictConfig:
             # torch's micro-pipeline pass fuses all-gather and reduce-scatter with their matmuls, no all-reduce.
             raise ConfigError("--tp-comm-overlap: 'async' decomposes the all-gathers and reduce-scatters of "
                               "sequence parallelism; add --sequence-parallel or choose off, backward or full")
+        if p.moe_a2a_overlap and p.ep == 1:
+            raise ConfigError("--moe-a2a-overlap: hides the expert-parallel all-to-alls, and --ep is 1; give --ep 2 "
+                              "or more, or leave it out")
         if p.pp == 1:
             for name, default in (("schedule", "1f1b"), ("virtual_stages", 1), ("stage_layers", None)):
                 if self.value_of(name) != default:
@@ -900,6 +908,6 @@ def _check_part(part: Any) -> None:
 assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of the parts once"
 SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
                   "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a",
-                  "zero_impl", "zero_group")
+                  "zero_impl", "zero_group", "moe_a2a_overlap")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

@@ -50,6 +50,7 @@ from dpsim.strategies.layout import (
     default_bucket_elements,
     gradient_accumulation_s,
     layer_work,
+    overlap_contention,
     parse_stage_layers,
     reshards_after_forward,
     stage_assignment,
@@ -58,6 +59,7 @@ from dpsim.strategies.pipeline import (
     DataParallelPlan,
     bubble_fraction,
     build_pipeline_program,
+    extra_warmup,
     check_schedule,
     stage_in_flight,
 )
@@ -91,7 +93,8 @@ def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
                   stage_blocks=parse_stage_layers(par.stage_layers, par.pp, par.virtual_stages),
                   bucket_elements=bucket,
                   grad_accum_fusion=par.grad_accum_fusion, cp=par.cp, cp_comm=par.cp_comm,
-                  cp_balance=par.cp_balance, offload=config.execution.offload, ep=par.ep, etp=par.etp)
+                  cp_balance=par.cp_balance, offload=config.execution.offload, ep=par.ep, etp=par.etp,
+                  moe_a2a_overlap=par.moe_a2a_overlap)
 
 
 def layout_shape(config: PredictConfig) -> LayoutShape | None:
@@ -138,6 +141,9 @@ def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
     """Refuse an expert layout the model cannot take (one line naming the flag); reads only the
     config's parallelism part."""
     moe = model.moe
+    if moe is None and parallelism.moe_a2a_overlap:
+        raise ConfigError(f"--moe-a2a-overlap: hides a mixture of experts' all-to-alls, but {model.name} is dense; "
+                          f"leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
     if moe is None:
         if parallelism.ep > 1 or parallelism.etp > 1:
             flag, value = ("--ep", parallelism.ep) if parallelism.ep > 1 else ("--etp", parallelism.etp)
@@ -410,7 +416,7 @@ def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
     check_schedule(layout)
     if assignment is None:
         assignment = stage_assignment(tpm, layout)
-    flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches)
+    flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, extra_warmup(layout))
     stages = layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
                                  in_flight=flights, activations=activations)
     if offloads_optimizer(layout.offload):
@@ -547,7 +553,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     emb_bytes = (tpm.embedding_numel_per_rank * precision.grad_bytes
                  if tpm.tied_embedding and p > 1 and layout.schedule != "dualpipe" else 0.0)
     plan = build_pipeline_program(chunks, layout, p2p_bytes=p2p_bytes, gather_s=gather_s, optimizer_s=optimizer_s,
-                                  dp=dp_plan, embedding_grad_bytes=emb_bytes)
+                                  dp=dp_plan, embedding_grad_bytes=emb_bytes,
+                                  a2a_contention=overlap_contention(config.calibration.overlap_slowdown, comm_slowdown))
     result = run_pipeline(plan.program, cost, overlap_slowdown=config.calibration.overlap_slowdown, comm_slowdown=comm_slowdown)
     step = result.step_time_s
     reports = _stage_reports(result, chunks, memory, model)

@@ -210,6 +210,10 @@ def selective_recompute_s(layer: TpLayer, forward_s: float) -> float:
     return forward_s * layer.core_flops_per_sample / flops if flops > 0 else 0.0
 
 
+OP_RECOMPUTES = ("op", "megatron", "moe")
+"""Modes that re-run a share of each layer's forward (:func:`recompute_shares`) rather than none or all."""
+
+
 def recompute_shares(model: ModelSpec, policy: CheckpointPolicy, *, gpu: GpuSpec | None, precision: Precision,
                      micro_batch: int) -> tuple[float, ...] | None:
     """Per layer of ``model``, the share of its forward a checkpointed unit re-runs before its

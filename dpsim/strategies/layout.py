@@ -135,6 +135,10 @@ class Layout:
     ranks of a stage for the expert layers (Megatron-Core's definition)."""
     etp: int = 1
     """Expert-tensor-parallel ranks (each expert's width split over them)."""
+    moe_a2a_overlap: bool = False
+    """The expert-parallel all-to-alls of one micro-batch run under the compute of another where
+    the schedule pairs a forward with a backward (Megatron-Core's
+    ``--overlap-moe-expert-parallel-comm``; :func:`~dpsim.strategies.pipeline.a2a_pairs`)."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "virtual_stages", "micro_batch", "micro_batches", "ep", "etp"):
@@ -347,6 +351,9 @@ class LayerWork:
     etp_comm_s: float = 0.0
     """An MoE layer's expert-tensor-parallel all-gathers and reduce-scatters of the micro-batch on
     the ``etp`` communicator (forward, backward and recompute)."""
+    ep_forward_s: float = 0.0
+    """Of :attr:`forward_s`, the blocking all-to-alls and expert-tensor collectives (dispatch and
+    combine); the rest of :attr:`ep_comm_s` + :attr:`etp_comm_s` is in :attr:`backward_s`."""
     expert_grad_numel: int = 0
     """Of :attr:`grad_numel`, the routed experts' (reduced over the expert-data-parallel group)."""
 
@@ -381,6 +388,13 @@ def gradient_accumulation_s(tpm: TpModel, gpu, grad_bytes: int) -> list[float]:
         size = 3.0 * layer.numel_per_rank * grad_bytes
         out.append(memory_term(size, gpu, kernels=tensors).time_s(eff) if layer.numel_per_rank else 0.0)
     return out
+
+
+def overlap_contention(overlap_slowdown: float, comm_slowdown: float = 0.0) -> float:
+    """Compute lost per second of a collective hidden beside it: ``overlap_slowdown / (1 +
+    overlap_slowdown)`` per second beside the GEMM, and a hidden second lasts ``1 + comm_slowdown``
+    seconds there."""
+    return overlap_slowdown / (1.0 + overlap_slowdown) / comm_rate(comm_slowdown, True)
 
 
 def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
@@ -434,9 +448,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     side stream beside its compute in that pass, and only what its compute does not cover
     (:func:`~dpsim.strategies.offload.offload_exposed_s`) is added to the block's last layer.
     """
-    # Compute lost per second of hidden collective: overlap_slowdown / (1 + overlap_slowdown)
-    # per second beside the GEMM, and a hidden second lasts 1 + comm_slowdown seconds there.
-    contention = overlap_slowdown / (1.0 + overlap_slowdown) / comm_rate(comm_slowdown, True)
+    contention = overlap_contention(overlap_slowdown, comm_slowdown)
     tokens = tpm.model.tokens_per_sample or 0
     asynchronous = layout.tp_comm_overlap == "async" and layout.sequence_parallel and layout.tp > 1
     assert gpu is not None or not asynchronous, "async tensor parallelism needs the GPU"
@@ -549,6 +561,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         weight_grad_s=bwd_s[i] * weight_gradient_share(layer) + accumulate[i],
         cp_comm_s=cp_comm[i], cp_exposed_s=cp_exposed[i],
         ep_comm_s=4.0 * a2a[i] + a2a_recompute[i], etp_comm_s=2.0 * etp[i] + etp_recompute[i],
+        ep_forward_s=2.0 * a2a[i] + etp[i],
         expert_grad_numel=layer.expert_numel_per_rank)
         for i, layer in enumerate(tpm.layers))
 
@@ -602,6 +615,16 @@ class ChunkWork:
     def expert_grad_numel(self) -> int:
         """Of :attr:`grad_numel`, the routed experts'."""
         return sum(l.expert_grad_numel for l in self.layers)
+
+    @property
+    def ep_forward_s(self) -> float:
+        """Of :attr:`forward_s`, the blocking expert-parallel communication."""
+        return sum(l.ep_forward_s for l in self.layers)
+
+    @property
+    def ep_backward_s(self) -> float:
+        """Of :attr:`backward_s`, the blocking expert-parallel communication (recomputation's included)."""
+        return sum(l.ep_comm_s + l.etp_comm_s - l.ep_forward_s for l in self.layers)
 
 
 def chunk_work(work: Sequence[LayerWork], assignment: tuple[tuple[tuple[int, ...], ...], ...]

@@ -105,6 +105,10 @@ Slot = tuple[str, int, int]
 def check_schedule(layout: Layout) -> None:
     """The rules between the pipeline flags (one line each)."""
     p, v, m = layout.pp, layout.virtual_stages, layout.micro_batches
+    if layout.moe_a2a_overlap and p > 1 and layout.schedule != "1f1b-interleaved":
+        raise ConfigError(f"--moe-a2a-overlap: with --pp {p} Megatron-Core pairs a forward and a backward only "
+                          f"in the interleaved schedule; give --schedule 1f1b-interleaved (not {layout.schedule}) "
+                          f"or leave the flag off")
     if layout.schedule == "1f1b-interleaved":
         if p == 1:
             raise ConfigError("--schedule: 1f1b-interleaved needs pipeline stages; give --pp 2 or more, or use 1f1b")
@@ -127,8 +131,19 @@ def check_schedule(layout: Layout) -> None:
         raise ConfigError(f"--virtual-stages: {v} applies only to --schedule 1f1b-interleaved; leave it at 1")
 
 
-def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int) -> list[Slot]:
-    """The order stage ``stage`` runs its forwards and backwards (see the module docstring)."""
+def warmup_forwards(p: int, v: int, m: int, stage: int, extra: int = 0) -> int:
+    """Warm-up forwards of the interleaved schedule on ``stage``: ``(p - stage - 1)·2 + (v - 1)·p``,
+    ``extra`` more (capped at all ``m·v``; all of them when ``m = p``). Megatron-Core runs one more
+    with ``--overlap-moe-expert-parallel-comm``, so that the forward and backward it pairs are of
+    different micro-batches (``get_pp_rank_microbatches(..., overlap_moe_expert_parallel_comm=...)``,
+    megatron/core/pipeline_parallel/schedules.py@00611e6eeb0b)."""
+    total = m * v
+    return total if m == p else min((p - stage - 1) * 2 + (v - 1) * p + extra, total)
+
+
+def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int, extra_warmup: int = 0) -> list[Slot]:
+    """The order stage ``stage`` runs its forwards and backwards (see the module docstring);
+    ``extra_warmup``: more warm-up forwards of the interleaved schedule (:func:`warmup_forwards`)."""
     if schedule == "gpipe":
         return [("F", 0, j) for j in range(m)] + [("B", 0, j) for j in range(m)]
     if schedule in ("1f1b", "deepspeed"):
@@ -161,7 +176,7 @@ def schedule_slots(schedule: str, p: int, v: int, m: int, stage: int) -> list[Sl
             chunk = v - 1 - chunk
         return kind, chunk, (k // (p * v)) * p + k % p
 
-    w = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    w = warmup_forwards(p, v, m, stage, extra_warmup)
     out = [slot("F", k) for k in range(w)]
     for k in range(total - w):
         out += [slot("F", k + w), slot("B", k)]
@@ -343,9 +358,70 @@ def _interleaved_warmup(layout: Layout, stage: int) -> int | None:
     """Warm-up forwards of the interleaved schedule on ``stage`` (``None`` for the others)."""
     if layout.schedule != "1f1b-interleaved":
         return None
-    p, v, m = layout.pp, layout.chunks, layout.micro_batches
-    total = m * v
-    return total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    return warmup_forwards(layout.pp, layout.chunks, layout.micro_batches, stage, extra_warmup(layout))
+
+
+def extra_warmup(layout: Layout) -> int:
+    """Warm-up forwards the layout's interleaved schedule runs beyond Megatron's count: one with
+    ``moe_a2a_overlap`` (:func:`warmup_forwards`)."""
+    return 1 if layout.moe_a2a_overlap and layout.schedule == "1f1b-interleaved" else 0
+
+
+def a2a_pairs(layout: Layout, slots: Sequence[Slot], stage: int) -> list[tuple[int, int]]:
+    """Indices into ``slots`` of the forward and backward whose expert-parallel all-to-alls hide under
+    each other's compute with ``layout.moe_a2a_overlap`` (Megatron-Core's
+    ``--overlap-moe-expert-parallel-comm``, the computation-communication overlap of the DeepSeek-V3
+    report, arXiv:2412.19437, Sec. 3.2.1): the interleaved schedule's steady state, whose every
+    iteration runs one forward and one backward of different micro-batches (its warm-up and
+    cool-down run alone, their all-to-alls exposed), or without pipeline stages each backward with
+    the next micro-batch's forward (all but the first forward and the last backward). Megatron-Core
+    requires virtual pipeline stages when ``pp > 1`` (Megatron-Bridge's expert-parallel overlap
+    constraints, docs.nvidia.com/nemo/megatron-bridge/latest/skills/perf-techniques/
+    expert-parallel-overlap/SKILL.html: "if PP > 1, set virtual_pipeline_model_parallel_size");
+    :func:`check_schedule` refuses the rest. Memory: the pair runs layer by layer, the forward's
+    layer ``i`` beside the backward's layer ``L - 1 - i``, so what the forward keeps the backward has
+    freed and the peak stays one micro-batch's; the interleaved schedule's one more warm-up forward
+    (:func:`warmup_forwards`) holds one more chunk's."""
+    if not layout.moe_a2a_overlap:
+        return []
+    if layout.pp == 1:
+        return [(k + 1, k) for k in range(len(slots) - 1) if slots[k][0] == "B" and slots[k + 1][0] == "F"]
+    w = _interleaved_warmup(layout, stage)
+    assert w is not None, "all-to-all overlap with pipeline stages needs the interleaved schedule"
+    n_f = sum(1 for kind, _, _ in slots if kind == "F")
+    return [(w + 2 * i, w + 2 * i + 1) for i in range(n_f - w)]
+
+
+def a2a_overlap_cut(forward: ChunkWork, backward: ChunkWork, contention: float) -> tuple[float, float]:
+    """Seconds taken off a paired forward and backward (:func:`a2a_pairs`). Each all-to-all hides
+    under one compute phase of the other op, as Megatron-Core's combined 1F1B orders them
+    (``megatron/core/pipeline_parallel/combined_1f1b.py``; DeepSeek-V3 report, arXiv:2412.19437,
+    Sec. 3.2.1, Fig. 4): the backward's combine under the forward's attention, the forward's dispatch
+    under the backward's MLP, the backward's dispatch under the forward's MLP, the forward's combine
+    under the backward's attention. Here "attention" is the chunk's layers without all-to-all, "MLP"
+    its MoE layers' compute; dispatch and combine are half of each op's blocking expert-parallel
+    communication. An all-to-all hides as much of itself as its phase's compute lasts, and its hidden
+    part still slows that compute by ``contention`` of its length (``overlap_slowdown / (1 +
+    overlap_slowdown)``, as a hidden tensor-parallel collective does,
+    :func:`~dpsim.strategies.layout.layer_work`). The pair so never runs shorter than its compute,
+    nor than its communication."""
+    def phases(work: ChunkWork, backward_pass: bool) -> tuple[float, float, float]:
+        rest = moe = comm = 0.0
+        for lw in work.layers:
+            a2a = lw.ep_comm_s + lw.etp_comm_s - lw.ep_forward_s if backward_pass else lw.ep_forward_s
+            total = lw.backward_s if backward_pass else lw.forward_s
+            if lw.ep_comm_s > 0:
+                moe, comm = moe + total - a2a, comm + a2a
+            else:
+                rest += total
+        return rest, moe, comm
+
+    attn_f, mlp_f, a2a_f = phases(forward, False)
+    attn_b, mlp_b, a2a_b = phases(backward, True)
+    keep = max(0.0, 1.0 - contention)
+    hide_f = min(a2a_f / 2.0, mlp_b) + min(a2a_f / 2.0, attn_b)
+    hide_b = min(a2a_b / 2.0, attn_f) + min(a2a_b / 2.0, mlp_f)
+    return hide_f * keep, hide_b * keep
 
 
 def peak_in_flight(slots: Sequence[Slot], chunks: int) -> list[int]:
@@ -368,7 +444,7 @@ def peak_in_flight(slots: Sequence[Slot], chunks: int) -> list[int]:
     return best_held
 
 
-def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
+def in_flight(schedule: str, p: int, v: int, m: int, stage: int, extra_warmup: int = 0) -> list[int]:
     """Per chunk, the micro-batches stage ``stage`` holds at its peak, in closed form (equal to
     :func:`peak_in_flight` of :func:`schedule_slots`): ``m`` for GPipe, ``min(p - stage, m)``
     for 1F1B, ``min(p, m)`` on every stage for ZB-H1 (1F1B's peak, stage 0's), the warm-up
@@ -382,7 +458,7 @@ def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
     if schedule == "dualpipe":
         return peak_in_flight(dualpipe_slots(p, m, stage), 2)
     total = m * v
-    warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    warmup = warmup_forwards(p, v, m, stage, extra_warmup)
     counts = [0] * v
     for k in range(min(warmup + 1, total)):
         counts[(k % (p * v)) // p] += 1
@@ -390,9 +466,9 @@ def in_flight(schedule: str, p: int, v: int, m: int, stage: int) -> list[int]:
 
 
 @functools.lru_cache(maxsize=4096)
-def stage_in_flight(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
+def stage_in_flight(schedule: str, p: int, v: int, m: int, extra_warmup: int = 0) -> tuple[tuple[int, ...], ...]:
     """:func:`in_flight` of every stage (cached: a search asks for the same shapes many times)."""
-    return tuple(tuple(in_flight(schedule, p, v, m, s)) for s in range(p))
+    return tuple(tuple(in_flight(schedule, p, v, m, s, extra_warmup)) for s in range(p))
 
 
 def bubble_fraction(layout: Layout, *, weight_share: float = 1.0 / 3.0, backward_share: float = 2.0 / 3.0) -> float:
@@ -569,18 +645,21 @@ class PipelinePlan:
 
 def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: Layout, *, p2p_bytes: float,
                            gather_s: float, optimizer_s: Sequence[float], dp: DataParallelPlan,
-                           embedding_grad_bytes: float = 0.0, blocking_p2p: bool = True) -> PipelinePlan:
+                           embedding_grad_bytes: float = 0.0, blocking_p2p: bool = True,
+                           a2a_contention: float = 0.0) -> PipelinePlan:
     """One step of ``layout`` as a :class:`~dpsim.engine.pipeline.PipelineProgram`.
 
     ``chunks[stage][chunk]``: work per micro-batch (:func:`~dpsim.strategies.layout.chunk_work`);
     ``p2p_bytes``: what one GPU sends per transfer; ``gather_s``: the receiver's
     tensor-parallel all-gather of a received slice (0 with sequence parallelism or
     ``tp = 1``); ``optimizer_s``: each stage's optimizer step; ``embedding_grad_bytes``:
-    the tied word embedding's gradient the first and last stage all-reduce (0: none).
+    the tied word embedding's gradient the first and last stage all-reduce (0: none);
+    ``a2a_contention``: what a hidden all-to-all costs the compute beside it, per second, with
+    ``layout.moe_a2a_overlap`` (:func:`a2a_overlap_cut`).
     """
     check_schedule(layout)
     p, v, m = layout.pp, layout.chunks, layout.micro_batches
-    slots = [schedule_slots(layout.schedule, p, v, m, s) for s in range(p)]
+    slots = [schedule_slots(layout.schedule, p, v, m, s, extra_warmup(layout)) for s in range(p)]
     # Forward (chunk, micro-batch) -> the backward it runs overlapped with (DualPipe's F&B).
     pairs: list[dict[tuple[int, int], tuple[int, int]]] = [
         dualpipe_pairs(p, m, s) if layout.schedule == "dualpipe" else {} for s in range(p)]
@@ -758,6 +837,15 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         n_b = sum(1 for kind, _, _ in slots[s] if kind == grad_kind)
         b_seen = 0
         tail_ops = end_ops + ([pair_op[s]] if s in pair_op else [])
+        # Seconds each paired op runs shorter with the all-to-all overlap, spread over its layers
+        # where it runs layer by layer.
+        cut: dict[tuple[str, int, int], float] = {}
+        for fi, bi in a2a_pairs(layout, slots[s], s):
+            (_, cf, jf), (_, cb, jb) = slots[s][fi], slots[s][bi]
+            cut["F", cf, jf], cut["B", cb, jb] = a2a_overlap_cut(chunks[s][cf], chunks[s][cb], a2a_contention)
+
+        def share(kind: str, c: int, j: int, total: float) -> float:
+            return 1.0 - cut.get((kind, c, j), 0.0) / total if total > 0 else 1.0
         pending: list[int] = []  # transfers of blocking exchanges the next op waits for
         for kind, c, j, xsend, xrecv in _stage_sequence(slots[s], s, p, m, deepspeed=deepspeed,
                                                         blocking=blocking_p2p, act_send=act_send,
@@ -801,7 +889,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         gate = gather_fwd.get((c, j, lw.index))
                         ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1} layer "
                                                                 f"{lw.index}",
-                                           duration_s=lw.forward_s + (extra if first else 0.0),
+                                           duration_s=lw.forward_s * share("F", c, j, fwd[s][c])
+                                           + (extra if first else 0.0),
                                            needs=needs if first else (), sends=sends if last else (),
                                            waits=(gate,) if gate is not None else (),
                                            launches=tuple(launch_at_forward.get((c, j), ())) if first else (),
@@ -813,12 +902,14 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         gate = gather_before.get((c, lw.index))
                         ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1} layer "
                                                                 f"{lw.index}",
-                                           duration_s=lw.forward_s + (extra if first else 0.0),
+                                           duration_s=lw.forward_s * share("F", c, j, fwd[s][c])
+                                           + (extra if first else 0.0),
                                            needs=needs if first else (), sends=sends if last else (),
                                            waits=(gate,) if gate is not None else (), micro_batch=j, chunk=c))
                     continue
                 ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1}",
-                                   duration_s=fwd[s][c] + extra, needs=needs, sends=sends, micro_batch=j,
+                                   duration_s=fwd[s][c] - cut.get(("F", c, j), 0.0) + extra, needs=needs,
+                                   sends=sends, micro_batch=j,
                                    chunk=c))
                 continue
             if kind == "B" and split:
@@ -863,7 +954,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     launch = list(rs_after.get((c, j, lw.index), ())) + (tail if last else [])
                     gate = gather_bwd.get((c, j, lw.index)) if kind == "B" else None
                     ops.append(StageOp(kind="backward", name=f"{label} chunk {c} micro-batch {j + 1} layer {lw.index}",
-                                       duration_s=(lw.weight_grad_s if split else lw.backward_s)
+                                       duration_s=(lw.weight_grad_s if split else
+                                                   lw.backward_s * share("B", c, j, bwd[s][c]))
                                        + (extra if first else 0.0),
                                        needs=needs if first else (), sends=sends if last else (),
                                        waits=(gate,) if gate is not None else (),
@@ -877,13 +969,15 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     if last:
                         launch += tail
                     ops.append(StageOp(kind="backward", name=f"{label} chunk {c} micro-batch {j + 1} layer {lw.index}",
-                                       duration_s=(lw.weight_grad_s if split else lw.backward_s)
+                                       duration_s=(lw.weight_grad_s if split else
+                                                   lw.backward_s * share("B", c, j, bwd[s][c]))
                                        + (extra if first else 0.0),
                                        needs=needs if first else (), sends=sends if last else (),
                                        launches=tuple(launch), micro_batch=j, chunk=c))
             else:
                 ops.append(StageOp(kind="backward", name=f"{label} chunk {c} micro-batch {j + 1}",
-                                   duration_s=(wgrad[s][c] if split else bwd[s][c]) + extra, needs=needs, sends=sends,
+                                   duration_s=(wgrad[s][c] if split else bwd[s][c] - cut.get(("B", c, j), 0.0)) + extra,
+                                   needs=needs, sends=sends,
                                    launches=tuple(tail), micro_batch=j, chunk=c))
         if pending or deepspeed:
             # The last exchange completes before the step goes on (DeepSpeed's ReduceTiedGrads

@@ -244,6 +244,17 @@ def moe_cases() -> dict[str, list[str]]:
             "--tp", "2", "--sequence-parallel", "--ep", "32", "--pp", "8", "--schedule", "1f1b-interleaved",
             "--virtual-stages", "4", "--global-batch", "2048", "--strategy", "zero1", "--precision", "bf16-params",
             "--recompute", "op", "--moe-a2a", "hierarchical"],
+        # R062's layout with Megatron-Core's --overlap-moe-expert-parallel-comm (A2A_OVERLAP=1).
+        "qwen3-235b-tp2-ep32-pp8-a2a-overlap": [
+            "--gpus", "256", "--link", "infiniband", "--gpu", "h100", "--model", "qwen3-235b-a22b", "--micro-batch", "1",
+            "--tp", "2", "--sequence-parallel", "--ep", "32", "--pp", "8", "--schedule", "1f1b-interleaved",
+            "--virtual-stages", "4", "--global-batch", "2048", "--strategy", "zero1", "--precision", "bf16-params",
+            "--recompute", "op", "--moe-a2a", "hierarchical", "--moe-a2a-overlap"],
+        # Without pipeline stages each backward pairs with the next micro-batch's forward.
+        "mixtral-8x7b-ep8-a2a-overlap": [
+            "--gpus", "64", "--link", "infiniband", "--gpu", "h100", "--model", "mixtral-8x7b", "--micro-batch", "1",
+            "--ep", "8", "--global-batch", "256", "--strategy", "zero1", "--precision", "bf16-params",
+            "--recompute", "full", "--moe-a2a-overlap"],
         # Megatron-Core's --offload-modules expert_fc1 moe_act over PCIe.
         "mixtral-8x7b-ep8-pp4-offload-experts": [
             "--gpus", "64", "--link", "infiniband", "--gpu", "h100", "--model", "mixtral-8x7b", "--micro-batch", "2",
