@@ -11,7 +11,8 @@ recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe``, ``zb-h1`` and ``dualpipe`` when asked: GPipe
 takes the time of 1F1B with more memory, so it is never better; DualPipe, with an even ``p`` and at
 least ``2p`` micro-batches, costs each stage's two chunks half the micro-batches each plus its paper's
-bubble ``(p/2 - 1)(F&B + B - 3W)``) and sequence
+bubble ``(p/2 - 1)(F&B + B - 3W)`` and, instead of the tied embedding's, the slowest all-reduce of a stage's
+two parameter copies' gradients with its mirror's) and sequence
 parallelism (with ``tp > 1``). For a mixture of experts, every expert-parallel size ``ep``
 dividing its experts and ``tp x cp x dp`` (``etp`` 1 unless ``--etp``, sequence parallelism exactly when
 ``tp > 1``, as ``predict`` requires); for a sequence of :data:`CP_MIN_TOKENS` or more, the
@@ -54,6 +55,7 @@ from dpsim.collectives.groups import (
     GroupCollectives,
     LayoutShape,
     check_layout_placement,
+    mirror_pair_group,
     nvlink_domain_gpus,
 )
 from dpsim.collectives.ops import CollectiveModel
@@ -847,7 +849,16 @@ class Planner:
                 # Steady state: gathered during the next step's first forward (overlap), else after the update.
                 dp_exposed += (ag_full if full else ag_rest) if (self.base.gradients.overlap or c.strategy == "fsdp") \
                     else gather_total
-        if tpm.tied_embedding and p > 1:
+        if dual:
+            # The two parameter copies' gradients summed between each stage and its mirror after the
+            # last backward, behind the stage's data-parallel collectives (the embedding's among them):
+            # the slowest pair, on the communicator where it sits.
+            shape = LayoutShape(tp=c.tp, pp=p, dp=c.dp, cp=c.cp, ep=c.ep, etp=c.etp)
+            gpn = self.topology(c.gpus).gpus_per_node
+            dp_exposed += max(self.cost(gc, mirror_pair_group(gpn, shape, r), "all_reduce",
+                                        sum(tab.work[i].grad_numel for layers in assignment[r] for i in layers) * g)
+                              for r in range(p // 2))
+        elif tpm.tied_embedding and p > 1:
             dp_exposed += self.cost(gc, "emb", "all_reduce", tpm.embedding_numel_per_rank * g)
         shard = self._compute[(c.tp, c.micro_batch, c.sequence_parallel, c.cp, split)]
         shard_params = self._shard_params.get((c.tp, c.cp, split))
