@@ -545,3 +545,29 @@ def test_dualpipe_pair_exchange_bytes_and_placement():
     assert [mirror_pair_group(8, LayoutShape(tp=1, pp=8, dp=2), r) for r in range(4)] == ["emb"] * 4
     assert [mirror_pair_group(8, LayoutShape(tp=1, pp=8, dp=1), r) for r in range(4)] == ["pp"] * 4
     assert [mirror_pair_group(8, LayoutShape(tp=1, pp=12, dp=1), r) for r in (3, 5)] == ["emb", "pp"]
+
+
+def test_plan_takes_cp_balance_to_every_context_parallel_candidate():
+    """--no-cp-balance (contiguous sequence pieces, the last rank pacing a causal mask's attention)
+    reaches every candidate with cp above 1 and its simulation: plan's best is then no faster than
+    with causal load balancing; without any cp searched the flag is refused, as predict refuses it."""
+    from dpsim.plan.planner import plan_layouts
+    base = PredictConfig(model="llama-3-8b", link="infiniband", seq_len=32768, precision="bf16-params")
+    kw = dict(gpus=[16], global_batch=16, tps=[2], cps=[1, 4], pps=[1], micro_batches=[1], recomputes=["full"],
+              strategies=["zero1"], sequence_parallel=True, verify=1, top=5)
+    on, off = (plan_layouts(base, cp_balance=b, **kw) for b in (True, False))
+    assert any(e.candidate.cp > 1 for e in off.ranked)
+    for e in off.ranked:
+        assert e.candidate.cp_balance == (e.candidate.cp == 1)
+        assert ("--no-cp-balance" in e.candidate.flags()) == (e.candidate.cp > 1)
+    assert off.best.verified.config.parallelism.cp_balance == (off.best.candidate.cp == 1)
+    assert off.best.step_time_s >= on.best.step_time_s
+    forced = dict(kw, cps=[4])
+    balanced, unbalanced = (plan_layouts(base, cp_balance=b, **forced).best for b in (True, False))
+    assert unbalanced.step_time_s > balanced.step_time_s
+    with pytest.raises(ConfigError, match="^--no-cp-balance: applies only with context parallelism"):
+        plan_layouts(base, cp_balance=False, **dict(kw, cps=[1]))
+    out = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16",
+                          "--link", "infiniband", "--global-batch", "16", "--no-cp-balance"],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "--no-cp-balance: applies only with context parallelism" in out.stderr
