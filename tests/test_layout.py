@@ -506,3 +506,68 @@ def test_plan_searches_dualpipe_when_asked():
     few, _ = planner.candidates(96, global_batch=36, tps=(4,), pps=(4,), micro_batches=(1,), recomputes=("full",),
                                 schedules=("dualpipe",))
     assert few == []  # 6 micro-batches per replica, fewer than 2 x 4
+
+
+@pytest.mark.parametrize("model, gpus, kw", [
+    ("llama-2-7b", 32, dict(tp=2, pp=4, dp=4)),  # every pair across servers
+    ("llama-2-7b", 16, dict(tp=1, pp=8, dp=2)),  # 4 stages a server: the middle pair too crosses
+    ("gpt2-xl", 8, dict(tp=1, pp=4, dp=2)),  # tied embedding, every pair inside one server
+    ("llama-2-7b", 24, dict(tp=1, pp=6, dp=4)),  # uneven stages; the middle pair (2, 3) in one server
+])
+def test_plan_estimate_of_dualpipe_is_predicts(model, gpus, kw):
+    """DualPipe's closed form counts what predict plays: both parameter copies' memory, and the
+    gradient all-reduce between each stage and its mirror on where that pair sits."""
+    from dpsim.plan.planner import Candidate, Planner
+    base = PredictConfig(model=model, link="infiniband", precision="bf16-params")
+    c = Candidate(gpus=gpus, strategy="zero1", micro_batch=1, global_batch=kw["dp"] * kw["pp"] * 4, recompute="full",
+                  schedule="dualpipe", virtual_stages=1, sequence_parallel=kw["tp"] > 1, **kw)
+    est = Planner(base).estimate(c, global_batch=c.global_batch)
+    pred = predict(dataclasses.replace(c.config(base), steps=1))
+    assert est.memory_bytes == pytest.approx(pred.memory.total_bytes, rel=1e-12)
+    assert est.step_time_s == pytest.approx(pred.step_time_s, rel=0.06)
+
+
+def test_dualpipe_pair_exchange_bytes_and_placement():
+    """Stage 0 and its mirror all-reduce the gradients of both copies they hold: for Llama-2-7B
+    (hidden 4096, FFN 11008, vocabulary 32000, 32 blocks) over 4 stages, 8 blocks each, the
+    embedding with stage 0 and the final norm and head with stage 3, in bf16 (2 bytes)."""
+    from dpsim.collectives.groups import LayoutShape, mirror_pair_group
+    h, ffn, vocab = 4096, 11008, 32000
+    block = 4 * h * h + 3 * h * ffn + 2 * h
+    pair0 = 2 * 8 * block + 2 * vocab * h + h
+    pred = predict(PredictConfig(model="llama-2-7b", link="infiniband", precision="bf16-params", gpus=16, tp=1,
+                                 pp=4, schedule="dualpipe", micro_batch=1, global_batch=32, strategy="zero1", recompute="full",
+                                 steps=1))
+    # zero1's gradients reduce-scatter, so stage 0's one all-reduce is the pair's.
+    assert pred.comm_bytes_by_op["all_reduce"] == 2 * pair0
+    # Stages of 2 ranks on 8-GPU servers: stages 0-3 in one, 4-7 in the next; with 12 stages of
+    # one rank, the middle pair (5, 6) shares a server while (3, 8) does not.
+    assert [mirror_pair_group(8, LayoutShape(tp=1, pp=8, dp=2), r) for r in range(4)] == ["emb"] * 4
+    assert [mirror_pair_group(8, LayoutShape(tp=1, pp=8, dp=1), r) for r in range(4)] == ["pp"] * 4
+    assert [mirror_pair_group(8, LayoutShape(tp=1, pp=12, dp=1), r) for r in (3, 5)] == ["emb", "pp"]
+
+
+def test_plan_takes_cp_balance_to_every_context_parallel_candidate():
+    """--no-cp-balance (contiguous sequence pieces, the last rank pacing a causal mask's attention)
+    reaches every candidate with cp above 1 and its simulation: plan's best is then no faster than
+    with causal load balancing; without any cp searched the flag is refused, as predict refuses it."""
+    from dpsim.plan.planner import plan_layouts
+    base = PredictConfig(model="llama-3-8b", link="infiniband", seq_len=32768, precision="bf16-params")
+    kw = dict(gpus=[16], global_batch=16, tps=[2], cps=[1, 4], pps=[1], micro_batches=[1], recomputes=["full"],
+              strategies=["zero1"], sequence_parallel=True, verify=1, top=5)
+    on, off = (plan_layouts(base, cp_balance=b, **kw) for b in (True, False))
+    assert any(e.candidate.cp > 1 for e in off.ranked)
+    for e in off.ranked:
+        assert e.candidate.cp_balance == (e.candidate.cp == 1)
+        assert ("--no-cp-balance" in e.candidate.flags()) == (e.candidate.cp > 1)
+    assert off.best.verified.config.parallelism.cp_balance == (off.best.candidate.cp == 1)
+    assert off.best.step_time_s >= on.best.step_time_s
+    forced = dict(kw, cps=[4])
+    balanced, unbalanced = (plan_layouts(base, cp_balance=b, **forced).best for b in (True, False))
+    assert unbalanced.step_time_s > balanced.step_time_s
+    with pytest.raises(ConfigError, match="^--no-cp-balance: applies only with context parallelism"):
+        plan_layouts(base, cp_balance=False, **dict(kw, cps=[1]))
+    out = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16",
+                          "--link", "infiniband", "--global-batch", "16", "--no-cp-balance"],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "--no-cp-balance: applies only with context parallelism" in out.stderr

@@ -16,7 +16,7 @@ from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH, VARIABILITY
 PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "flash_attention", "precision", "fp8", "compile",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
                "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "algo", "proto", "cp_comm", "moe_routing",
-               "calibration", "moe_a2a_overlap")
+               "calibration", "moe_a2a_overlap", "cp_balance")
 """``PredictConfig`` fields that describe the job the layouts are searched for (the layout fields
 themselves are what ``plan`` searches)."""
 
@@ -141,7 +141,8 @@ def plan_command(
     # Searched layouts with tensor or pipeline parallelism take it; the base (no --tp/--pp) cannot.
     grad_accum_fusion = flags.pop("grad_accum_fusion", True)
     # Flags that apply to the candidates with tensor, context or expert parallelism; the base has none.
-    sharded = {name: flags.pop(name) for name in ("tp_comm_overlap", "tp_across_network", "cp_comm", "moe_a2a_overlap")
+    sharded = {name: flags.pop(name) for name in ("tp_comm_overlap", "tp_across_network", "cp_comm", "cp_balance",
+                                                   "moe_a2a_overlap")
                if name in flags}
     base = PredictConfig(**flags, micro_batch=1)
     result = plan_layouts(

@@ -196,6 +196,18 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
     return comms
 
 
+def mirror_pair_group(gpus_per_node: int, shape: LayoutShape, stage: int) -> str:
+    """The communicator that costs a collective between ``stage`` and its mirror ``pp - 1 - stage``
+    (DualPipe's two parameter copies of one stage), as :func:`layout_communicators` places stages:
+    ``tp x cp x dp`` consecutive ranks each, so the two share a server exactly when their blocks of
+    ranks fall in the same one. ``pp`` (two GPUs of one server) when they do, else ``emb`` (one GPU
+    in each of two servers, every GPU of a server with its own pair on the NICs): the same pair
+    models, chosen by where this pair really sits rather than where the outermost one does."""
+    per_stage = shape.tp * shape.cp * shape.dp
+    mirror = shape.pp - 1 - stage
+    return "pp" if (stage * per_stage) // gpus_per_node == (mirror * per_stage) // gpus_per_node else "emb"
+
+
 def nvlink_domain_gpus(job: Topology) -> int:
     """GPUs one NVLink domain joins: a server, or the servers of a multi-node NVLink domain."""
     spec = job.spec

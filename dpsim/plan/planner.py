@@ -11,7 +11,8 @@ recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe``, ``zb-h1`` and ``dualpipe`` when asked: GPipe
 takes the time of 1F1B with more memory, so it is never better; DualPipe, with an even ``p`` and at
 least ``2p`` micro-batches, costs each stage's two chunks half the micro-batches each plus its paper's
-bubble ``(p/2 - 1)(F&B + B - 3W)``) and sequence
+bubble ``(p/2 - 1)(F&B + B - 3W)`` and, instead of the tied embedding's, the slowest all-reduce of a stage's
+two parameter copies' gradients with its mirror's) and sequence
 parallelism (with ``tp > 1``). For a mixture of experts, every expert-parallel size ``ep``
 dividing its experts and ``tp x cp x dp`` (``etp`` 1 unless ``--etp``, sequence parallelism exactly when
 ``tp > 1``, as ``predict`` requires); for a sequence of :data:`CP_MIN_TOKENS` or more, the
@@ -54,6 +55,7 @@ from dpsim.collectives.groups import (
     GroupCollectives,
     LayoutShape,
     check_layout_placement,
+    mirror_pair_group,
     nvlink_domain_gpus,
 )
 from dpsim.collectives.ops import CollectiveModel
@@ -173,6 +175,8 @@ class Candidate:
     """The job allows a tensor-parallel group across the network (``--tp-across-network``)."""
     cp_comm: str = "p2p"
     """The job's ``--cp-comm``, which applies when ``cp`` is above 1."""
+    cp_balance: bool = True
+    """The job's ``--cp-balance`` (causal load balancing), which applies when ``cp`` is above 1."""
     moe_a2a_overlap: bool = False
     """The job's ``--moe-a2a-overlap``, on where it applies (``ep`` above 1, without pipeline stages or
     with the interleaved schedule)."""
@@ -187,7 +191,7 @@ class Candidate:
         par = base.parallelism
         return dataclasses.replace(
             base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
-            cp_comm=self.cp_comm if self.cp > 1 else "p2p", cp_balance=par.cp_balance or self.cp == 1,
+            cp_comm=self.cp_comm if self.cp > 1 else "p2p", cp_balance=self.cp_balance or self.cp == 1,
             strategy=self.strategy,
             micro_batch=self.micro_batch, recompute=self.recompute if self.sharded else "off",
             activation_checkpointing=self.recompute == "full" and not self.sharded,
@@ -228,6 +232,8 @@ class Candidate:
             out += " --tp-across-network"
         if self.cp > 1 and self.cp_comm != "p2p":
             out += f" --cp-comm {self.cp_comm}"
+        if self.cp > 1 and not self.cp_balance:
+            out += " --no-cp-balance"
         if self.recompute != "off":
             out += " --activation-checkpointing" if not self.sharded else f" --recompute {self.recompute}"
         if not self.grad_accum_fusion and self.sharded:
@@ -425,15 +431,16 @@ class Planner:
 
     def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True, tp_comm_overlap: str | None = None,
                  tp_across_network: bool | None = None, cp_comm: str | None = None,
-                 moe_a2a_overlap: bool | None = None):
+                 moe_a2a_overlap: bool | None = None, cp_balance: bool | None = None):
         self.base = base
         # The job's settings, kept apart from ``base``: a config without --tp/--pp refuses
         # --no-grad-accum-fusion, one without --tp the tensor-parallel flags, one without --cp
-        # --cp-comm, and the search's base has none of them (``None``: base's own).
+        # --cp-comm or --no-cp-balance, and the search's base has none of them (``None``: base's own).
         self.grad_accum_fusion = grad_accum_fusion
         self.tp_comm_overlap = base.parallelism.tp_comm_overlap if tp_comm_overlap is None else tp_comm_overlap
         self.tp_across_network = base.parallelism.tp_across_network if tp_across_network is None else tp_across_network
         self.cp_comm = base.parallelism.cp_comm if cp_comm is None else cp_comm
+        self.cp_balance = base.parallelism.cp_balance if cp_balance is None else cp_balance
         self.moe_a2a_overlap = base.parallelism.moe_a2a_overlap if moe_a2a_overlap is None else moe_a2a_overlap
         self.model: ModelSpec = load_model(base)
         self.precision = get_precision(base.execution.precision, base.execution.fp8, strategy=base.parallelism.strategy,
@@ -512,10 +519,15 @@ class Planner:
             hit = self._splits[key] = (expert_split(cfg, self.model), expert_load(cfg, self.model))
         return hit
 
+    def cps(self, cps=None) -> Sequence[int]:
+        """The context-parallel sizes searched: ``cps``, else :data:`DEFAULT_CPS` for a sequence of
+        :data:`CP_MIN_TOKENS` or more, else 1."""
+        return cps or (DEFAULT_CPS if (self.model.tokens_per_sample or 0) >= CP_MIN_TOKENS else (1,))
+
     def context(self, cp: int) -> ContextParallel:
         """The job's context parallelism at ``cp`` ranks."""
         return ContextParallel(cp=cp, comm=self.cp_comm if cp > 1 else "p2p",
-                               balanced=self.base.parallelism.cp_balance or cp == 1)
+                               balanced=self.cp_balance or cp == 1)
 
     def tables(self, c: Candidate, gc: GroupCollectives) -> _Tables:
         """Per-layer work (cached)."""
@@ -573,7 +585,6 @@ class Planner:
         refused = 0
         out: list[Candidate] = []
         tp_values = tps or [t for t in _divisors(gpus) if t <= (gpus if self.tp_across_network else domain)]
-        long_sequence = (self.model.tokens_per_sample or 0) >= CP_MIN_TOKENS
         for tp in tp_values:
             if gpus % tp:
                 refused += 1
@@ -587,7 +598,7 @@ class Planner:
                 if self.heads is not None and any(h % tp for h in self.heads):
                     refused += 1
                     continue
-            for cp in (cps or (DEFAULT_CPS if long_sequence else (1,))):
+            for cp in self.cps(cps):
                 if (gpus // tp) % cp:
                     continue
                 try:
@@ -658,6 +669,7 @@ class Planner:
                                                  grad_accum_fusion=self.grad_accum_fusion or not sharded,
                                                  tp_comm_overlap=self.tp_comm_overlap,
                                                  tp_across_network=self.tp_across_network, cp_comm=self.cp_comm,
+                                                 cp_balance=self.cp_balance or cp == 1,
                                                  moe_a2a_overlap=self.moe_a2a_overlap and ep > 1
                                                  and (pp == 1 or schedule == "1f1b-interleaved")))
         return out
@@ -847,7 +859,16 @@ class Planner:
                 # Steady state: gathered during the next step's first forward (overlap), else after the update.
                 dp_exposed += (ag_full if full else ag_rest) if (self.base.gradients.overlap or c.strategy == "fsdp") \
                     else gather_total
-        if tpm.tied_embedding and p > 1:
+        if dual:
+            # The two parameter copies' gradients summed between each stage and its mirror after the
+            # last backward, behind the stage's data-parallel collectives (the embedding's among them):
+            # the slowest pair, on the communicator where it sits.
+            shape = LayoutShape(tp=c.tp, pp=p, dp=c.dp, cp=c.cp, ep=c.ep, etp=c.etp)
+            gpn = self.topology(c.gpus).gpus_per_node
+            dp_exposed += max(self.cost(gc, mirror_pair_group(gpn, shape, r), "all_reduce",
+                                        sum(tab.work[i].grad_numel for layers in assignment[r] for i in layers) * g)
+                              for r in range(p // 2))
+        elif tpm.tied_embedding and p > 1:
             dp_exposed += self.cost(gc, "emb", "all_reduce", tpm.embedding_numel_per_rank * g)
         shard = self._compute[(c.tp, c.micro_batch, c.sequence_parallel, c.cp, split)]
         shard_params = self._shard_params.get((c.tp, c.cp, split))
@@ -876,14 +897,14 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  failures: FailureInputs | None = None, cps=None, eps=None, etps=None,
                  tp_comm_overlap: str | None = None, tp_across_network: bool | None = None,
                  moe_a2a_overlap: bool | None = None,
-                 cp_comm: str | None = None) -> PlanResult:
+                 cp_comm: str | None = None, cp_balance: bool | None = None) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
     ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
     ``failures``: what failures cost when ``rank_by`` is ``goodput`` (default :class:`FailureInputs`);
     ``cps``/``eps``: the context- and expert-parallel sizes to search (default: :data:`DEFAULT_CPS` for a
     sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1); ``etps``: the
     expert-tensor-parallel sizes to search (default 1);
-    ``tp_comm_overlap``/``tp_across_network``/``cp_comm``/``moe_a2a_overlap``: the job's flags that apply to
+    ``tp_comm_overlap``/``tp_across_network``/``cp_comm``/``cp_balance``/``moe_a2a_overlap``: the job's flags that apply to
     the candidates with that parallelism (a base without ``--tp``/``--cp``/``--ep`` cannot hold them; ``None``:
     ``base``'s)."""
     t0 = time.perf_counter()
@@ -900,7 +921,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     if budget_usd is not None and tokens is None and samples is None:
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion, tp_comm_overlap=tp_comm_overlap,
-                      tp_across_network=tp_across_network, cp_comm=cp_comm, moe_a2a_overlap=moe_a2a_overlap)
+                      tp_across_network=tp_across_network, cp_comm=cp_comm, moe_a2a_overlap=moe_a2a_overlap,
+                      cp_balance=cp_balance)
     if planner.moe_a2a_overlap and planner.model.moe is None:
         raise ConfigError(f"--moe-a2a-overlap: hides a mixture of experts' all-to-alls, but {planner.model.name} is "
                           f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
@@ -909,6 +931,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "
                               f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
                               f"--model mixtral-8x7b)")
+    if not planner.cp_balance and max(planner.cps(cps)) == 1:
+        raise ConfigError(f"--no-cp-balance: applies only with context parallelism, and the search has none; give "
+                          f"--cp 2 or more (searched by default for a sequence of {CP_MIN_TOKENS:,} tokens or more), "
+                          f"or leave it out")
     counts = {"candidates": 0, "refused_by_placement": 0, "do_not_fit": 0, "over_budget": 0, "ranked": 0}
     fitting: list[Estimate] = []
     closest: Estimate | None = None

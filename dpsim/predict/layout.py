@@ -27,6 +27,7 @@ from dpsim.collectives.groups import (
     GroupCollectives,
     LayoutShape,
     check_layout_placement,
+    mirror_pair_group,
 )
 from dpsim.collectives.links import link_report
 from dpsim.engine.pipeline import PipelineResult, collective_cost, run_pipeline
@@ -554,6 +555,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                  if tpm.tied_embedding and p > 1 and layout.schedule != "dualpipe" else 0.0)
     plan = build_pipeline_program(chunks, layout, p2p_bytes=p2p_bytes, gather_s=gather_s, optimizer_s=optimizer_s,
                                   dp=dp_plan, embedding_grad_bytes=emb_bytes,
+                                  mirror_groups=mirror_groups(config, topology),
                                   a2a_contention=overlap_contention(config.calibration.overlap_slowdown, comm_slowdown))
     result = run_pipeline(plan.program, cost, overlap_slowdown=config.calibration.overlap_slowdown, comm_slowdown=comm_slowdown)
     step = result.step_time_s
@@ -620,6 +622,16 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         comm_bytes_by_op=by_op, fit=advice, provenance=provenance, layout=report,
         # The links of one data-parallel group's cluster, as its collectives load them.
         links=link_report(collectives.group("dp"), [(c.op, c.size_bytes) for c in dp_ops], step) if dp_ops else None)
+
+
+def mirror_groups(config: PredictConfig, topology: Topology) -> tuple[str, ...]:
+    """With DualPipe, the communicator of each stage ``r < pp/2`` and its mirror (where the two
+    copies of its parameters sit on ``topology``); empty otherwise."""
+    par = config.parallelism
+    if par.schedule != "dualpipe":
+        return ()
+    shape = layout_shape(config)
+    return tuple(mirror_pair_group(topology.gpus_per_node, shape, r) for r in range(par.pp // 2))
 
 
 def _share(chunks: tuple[ChunkWork, ...], part: str) -> float:

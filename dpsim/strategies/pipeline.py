@@ -646,7 +646,7 @@ class PipelinePlan:
 def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: Layout, *, p2p_bytes: float,
                            gather_s: float, optimizer_s: Sequence[float], dp: DataParallelPlan,
                            embedding_grad_bytes: float = 0.0, blocking_p2p: bool = True,
-                           a2a_contention: float = 0.0) -> PipelinePlan:
+                           a2a_contention: float = 0.0, mirror_groups: Sequence[str] = ()) -> PipelinePlan:
     """One step of ``layout`` as a :class:`~dpsim.engine.pipeline.PipelineProgram`.
 
     ``chunks[stage][chunk]``: work per micro-batch (:func:`~dpsim.strategies.layout.chunk_work`);
@@ -655,7 +655,9 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
     ``tp = 1``); ``optimizer_s``: each stage's optimizer step; ``embedding_grad_bytes``:
     the tied word embedding's gradient the first and last stage all-reduce (0: none);
     ``a2a_contention``: what a hidden all-to-all costs the compute beside it, per second, with
-    ``layout.moe_a2a_overlap`` (:func:`a2a_overlap_cut`).
+    ``layout.moe_a2a_overlap`` (:func:`a2a_overlap_cut`); ``mirror_groups[r]``: with DualPipe, the
+    communicator of stages ``r`` and ``p - 1 - r``
+    (:func:`~dpsim.collectives.groups.mirror_pair_group`; ``emb``, the outermost pair's, if not given).
     """
     check_schedule(layout)
     p, v, m = layout.pp, layout.chunks, layout.micro_batches
@@ -734,14 +736,14 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
     # Collectives between two stages before the optimizer: the tied embedding's gradient
     # (first and last stage); DualPipe's two copies of each stage's parameters (stage r holds
     # stages r and p - 1 - r) summed between the two stages that hold them, costed on the
-    # same two-stage communicator.
+    # two-stage pair model, placed where that pair sits.
     pair_op: dict[int, int] = {}
     if dual:
         for r in range(p // 2):
             numel = sum(w.grad_numel for w in chunks[r])
             pair_op[r] = pair_op[p - 1 - r] = new_comm(
                 f"all-reduce gradients of the two parameter copies (stages {r} and {p - 1 - r})", "all_reduce",
-                numel * dp.grad_bytes, "allreduce", "emb", (r, p - 1 - r))
+                numel * dp.grad_bytes, "allreduce", mirror_groups[r] if mirror_groups else "emb", (r, p - 1 - r))
     elif embedding_grad_bytes > 0 and p > 1:
         pair_op[0] = pair_op[p - 1] = new_comm("all-reduce tied embedding gradient (first and last stage)",
                                                "all_reduce", embedding_grad_bytes, "allreduce", "emb", (0, p - 1))
