@@ -668,14 +668,18 @@ class MixSimulation:
                     on_link: dict[int, list[int]] = {}  # the group's jobs crossing a binding link, once per link
                     for b in {b for _, b in shares.values() if b is not None}:
                         on_link[b] = [m for m in order if b in traffic[m].link_set]
-                    self._cache[key] = {j: (s, b, () if b is None else tuple(m for m in on_link[b] if m != j))
-                                        for j, (s, b) in shares.items()}
+                    # (speed, binding link, the other jobs on it, whether it shares the group): the
+                    # loop's blame state is the entry itself (no tuple built per job per event).
+                    self._cache[key] = {j: (s, b, () if b is None else tuple(m for m in on_link[b] if m != j),
+                                            len(key) > 1) for j, (s, b) in shares.items()}
                     self._remember(key, load, contested, alone)
-                for j, (s, b, others) in self._cache[key].items():
-                    speed[j] = s
-                    b_state[j] = (b, others, len(key) > 1)
+                entries = self._cache[key]
+                b_state.update(entries)
+                for j, e in entries.items():
+                    speed[j] = e[0]
 
         b_state: dict[int, tuple] = {}
+        no_blame = (math.nan, None, (), False)
 
         solo_t0: dict[int, float] = {}
         solo_steps: dict[int, float] = {}
@@ -830,13 +834,17 @@ class MixSimulation:
                     left[i] -= dt
                 else:
                     left[i] -= dt * speed[i]
-                    b, others, shared = b_state.get(i, (None, (), False))
+                    _, b, others, shared = b_state.get(i, no_blame)
                     if shared:
                         contended[i] += dt
                         if b is not None:
-                            entry = blame[i].setdefault(b, [0.0, set()])
+                            entry = blame[i].get(b)
+                            if entry is None:
+                                entry = blame[i][b] = [0.0, set(), None]
                             entry[0] += dt
-                            entry[1].update(others)
+                            if entry[2] is not others:  # the same cached group's jobs: already counted
+                                entry[1].update(others)
+                                entry[2] = others
             now = t
             if now >= horizon:
                 break
