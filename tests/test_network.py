@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -100,29 +102,30 @@ def test_weighted_flows_equal_their_copies(seed):
     np.testing.assert_array_equal(np.repeat(got, weight), want)
 
 
-def _rounds_over_every_link(flow_of, link_of, capacity, n_flows, weight=None):
-    """Progressive filling as written before links were renumbered: every round over every link given."""
-    n_links = len(capacity)
-    rates = np.full(n_flows, np.inf)
-    remaining = capacity.astype(float).copy()
-    w = None if weight is None else np.asarray(weight, dtype=float)[flow_of]
-    newly = np.zeros(n_flows, dtype=bool)
-    while len(flow_of):
-        users = np.bincount(link_of, weights=w, minlength=n_links).astype(float)
-        loaded = users > 0
-        share = np.full(n_links, np.inf)
-        share[loaded] = np.maximum(remaining[loaded], 0.0) / users[loaded]
-        fair = float(share.min())
-        hit = flow_of[(share <= fair * (1 + 1e-9) + 1e-300)[link_of]]
-        rates[hit] = fair
-        newly[hit] = True
-        done = newly[flow_of]
-        remaining -= np.bincount(link_of[done], weights=None if w is None else w[done], minlength=n_links) * fair
-        newly[hit] = False
-        flow_of, link_of = flow_of[~done], link_of[~done]
-        if w is not None:
-            w = w[~done]
-    return rates
+def _rounds_over_every_link(paths, capacity, weight):
+    """Progressive filling in plain Python, every round over every link (the arithmetic of
+    ``max_min_sparse``: whole-number user counts, each link's left capacity lowered by its frozen
+    users times the level)."""
+    left = [float(c) for c in capacity]
+    rate = [math.inf] * len(paths)
+    rising = set(range(len(paths)))
+    while rising:
+        users = [0] * len(capacity)
+        for f in rising:
+            for link in paths[f]:
+                users[link] += int(weight[f])
+        share = [max(c, 0.0) / u if u else math.inf for c, u in zip(left, users)]
+        fair = min(share)
+        full = {link for link, x in enumerate(share) if x <= fair * (1 + 1e-9) + 1e-300}
+        frozen = {f for f in rising if full & set(paths[f])}
+        gone = [0] * len(capacity)
+        for f in frozen:
+            rate[f] = fair
+            for link in paths[f]:
+                gone[link] += int(weight[f])
+        left = [c - g * fair for c, g in zip(left, gone)]
+        rising -= frozen
+    return rate
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -141,6 +144,6 @@ def test_renumbered_links_give_the_rates_of_rounds_over_every_link(seed):
     weight = rng.integers(1, 9, n_flows).astype(float) if seed % 2 else None
     order = rng.permutation(len(flow_of)) if seed % 3 == 0 else np.arange(len(flow_of))
     got = max_min_sparse(flow_of[order], link_of[order], capacity, n_flows, weight)
-    want = _rounds_over_every_link(flow_of[order], link_of[order], capacity, n_flows, weight)
+    want = _rounds_over_every_link(paths, capacity, np.ones(n_flows) if weight is None else weight)
     np.testing.assert_array_equal(got, want)
     assert np.isfinite(got).all()
