@@ -147,4 +147,3 @@ def test_renumbered_links_give_the_rates_of_rounds_over_every_link(seed):
     want = _rounds_over_every_link(paths, capacity, np.ones(n_flows) if weight is None else weight)
     np.testing.assert_array_equal(got, want)
     assert np.isfinite(got).all()
-
