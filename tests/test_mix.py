@@ -245,22 +245,13 @@ def test_load_mix_reads_topology_next_to_the_file(tmp_path):
     assert Path(spec.topology_file) == tmp_path / "t.yaml"
 
 
-def test_flow_classes_give_the_flow_by_flow_speeds():
-    # Jobs whose every ring hop crosses the 4:1 tier of the 3-tier rail-optimised fat tree: their flows
-    # merged into classes of flows on the same links (fewer than the flows) give each job the speed and
-    # binding link of a flow-by-flow max-min of all their flows at once.
+def _flow_by_flow(sim, placed):
+    """Each job's speed and binding link from one max-min of every flow of the jobs placed on ``placed``
+    (no classes, no private links left out, no vectorised bookkeeping): what ``sim.speeds`` must give."""
     import numpy as np
 
-    from dpsim.mix.simulate import MixSimulation
     from dpsim.network.maxmin import max_min_sparse
 
-    top = Path(__file__).parents[1] / "topologies" / "examples" / "fat-tree-3tier.yaml"
-    models = ["gpt2-medium", "gpt2-xl", "gpt2-large", "gpt2"]
-    jobs = [{"name": f"j{k}", "model": models[k], "gpus": 64 * (1 + k % 2), "steps": 5} for k in range(4)]
-    sim = MixSimulation(mix_from_dict({"cluster": {"topology": str(top), "gpus": 2048}, "jobs": jobs}))
-    placed = [[(m % 2) * 128 + 16 * (m // 2) + k for m in range(j.gpus // 8)] for k, j in enumerate(sim.spec.jobs)]
-    traffic = [sim.traffic(j, s) for j, s in zip(sim.spec.jobs, placed)]
-    speeds, binding = sim.speeds(traffic)
     flows = []
     for j, s in zip(sim.spec.jobs, placed):
         phase = sim.solo[j.name][4]
@@ -272,20 +263,67 @@ def test_flow_classes_give_the_flow_by_flow_speeds():
             return np.where(hub, -1 - place[node], place[node] * gpn + e % gpn)
 
         flows.append((*sim.net.routes(on_cluster(phase.src), on_cluster(phase.dst)), np.asarray(phase.fraction)))
-    assert sum(len(t.weight) for t in traffic) < sum(len(f[2]) for f in flows)
     offsets = np.cumsum([0] + [len(f[2]) for f in flows])
     flow_of = np.concatenate([f[0] + o for f, o in zip(flows, offsets)])
     link_of = np.concatenate([f[1] for f in flows])
     rates = max_min_sparse(flow_of, link_of, sim.capacity, int(offsets[-1]))
     load = np.bincount(link_of, weights=rates[flow_of], minlength=len(sim.capacity))
     jobs_on = sum(np.isin(np.arange(len(sim.capacity)), f[1]).astype(int) for f in flows)
-    assert min(speeds / [t.alone_speed for t in traffic]) < 0.9  # they do contend
-    for k, (f, o) in enumerate(zip(flows, offsets)):
+    speeds, binding = [], []
+    for f, o in zip(flows, offsets):
         r = rates[o:o + len(f[2])]
-        assert speeds[k] == pytest.approx(1.0 / float(np.max(f[2] / r)), rel=1e-9, abs=0)
+        speeds.append(1.0 / float(np.max(f[2] / r)))
         on = f[1][f[0] == int(np.argmax(f[2] / r))]
         hit = on[(load[on] >= sim.capacity[on] * (1 - 1e-9)) & (jobs_on[on] > 1)]
-        assert binding[k] == (int(hit[0]) if len(hit) else None)
+        binding.append(int(hit[0]) if len(hit) else None)
+    return speeds, binding, sum(len(f[2]) for f in flows)
+
+
+TOP3 = Path(__file__).parents[1] / "topologies" / "examples" / "fat-tree-3tier.yaml"
+
+
+def test_flow_classes_give_the_flow_by_flow_speeds():
+    # Jobs whose every ring hop crosses the 4:1 tier of the 3-tier rail-optimised fat tree: their flows
+    # merged into classes of flows on the same links (fewer than the flows) give each job the speed and
+    # binding link of a flow-by-flow max-min of all their flows at once.
+    from dpsim.mix.simulate import MixSimulation
+
+    models = ["gpt2-medium", "gpt2-xl", "gpt2-large", "gpt2"]
+    jobs = [{"name": f"j{k}", "model": models[k], "gpus": 64 * (1 + k % 2), "steps": 5} for k in range(4)]
+    sim = MixSimulation(mix_from_dict({"cluster": {"topology": str(TOP3), "gpus": 2048}, "jobs": jobs}))
+    placed = [[(m % 2) * 128 + 16 * (m // 2) + k for m in range(j.gpus // 8)] for k, j in enumerate(sim.spec.jobs)]
+    traffic = [sim.traffic(j, s) for j, s in zip(sim.spec.jobs, placed)]
+    speeds, binding = sim.speeds(traffic)
+    want, want_binding, n_flows = _flow_by_flow(sim, placed)
+    assert sum(len(t.weight) for t in traffic) < n_flows
+    assert min(speeds / [t.alone_speed for t in traffic]) < 0.9  # they do contend
+    assert speeds.tolist() == pytest.approx(want, rel=1e-9, abs=0)
+    assert binding == want_binding
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_group_solve_matches_flow_by_flow_on_random_groups(seed):
+    # Four jobs of random models and sizes at random offsets under the leaves of the 3-tier fat tree: the
+    # group solve (classes, private links apart, every job's binding link found at once) gives each job
+    # the speed and binding link of the flow-by-flow max-min.
+    import random
+
+    from dpsim.mix.simulate import MixSimulation
+
+    rng = random.Random(seed)
+    models = rng.sample(["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"], 4)
+    jobs = [{"name": f"j{k}", "model": m, "gpus": rng.choice([64, 128]), "steps": 5} for k, m in enumerate(models)]
+    sim = MixSimulation(mix_from_dict({"cluster": {"topology": str(TOP3), "gpus": 2048}, "jobs": jobs}))
+    # Each ring alternates between the cluster's halves, one server per leaf (every hop crosses the 4:1
+    # tier), each job at its own random offset under the same leaves.
+    offsets = rng.sample(range(4), len(jobs))
+    placed = [[(m % 2) * 128 + 16 * (m // 2) + o for m in range(j.gpus // 8)] for o, j in zip(offsets, sim.spec.jobs)]
+    traffic = [sim.traffic(j, s) for j, s in zip(sim.spec.jobs, placed)]
+    speeds, binding = sim.speeds(traffic)
+    want, want_binding, _ = _flow_by_flow(sim, placed)
+    assert min(speeds / [t.alone_speed for t in traffic]) < 0.95  # they do contend
+    assert speeds.tolist() == pytest.approx(want, rel=1e-9, abs=0)
+    assert binding == want_binding
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -494,12 +494,16 @@ class MixSimulation:
             return (np.array([t.alone_speed for t in traffic]), [None] * len(traffic), load,
                     np.zeros(len(traffic), dtype=bool))
         offsets = np.cumsum([0] + [len(t.fraction) for t in traffic])
-        flow_of = np.concatenate([t.flow_of + o for t, o in zip(traffic, offsets)])
+        # Each job's arrays joined once, then shifted by its offsets repeated over its incidences (a
+        # few numpy calls per solve, not a few per job).
+        per_job = [len(t.flow_of) for t in traffic]
+        flow_of = np.concatenate([t.flow_of for t in traffic]) + np.repeat(offsets[:-1], per_job)
         weight = np.concatenate([t.weight for t in traffic])
         # Shared links as numbered (few: the switch tiers), each job's own private links after them
         # (the solver's work follows the flows, not the cluster's 100,000s of server links).
         base = n_shared + np.cumsum([0] + [len(t.own_capacity) for t in traffic])
-        local = np.concatenate([t.local + b * t.own for t, b in zip(traffic, base.tolist())])
+        own = np.concatenate([t.own for t in traffic])
+        local = np.concatenate([t.local for t in traffic]) + np.repeat(base[:-1], per_job) * own
         capacity = np.concatenate([self._shared_capacity] + [t.own_capacity for t in traffic])
         users = np.ones(len(capacity), dtype=np.int64)
         solved = np.concatenate([t.shared_solved for t in traffic])
@@ -517,12 +521,18 @@ class MixSimulation:
         top = np.maximum.reduceat(ratio, offsets[:-1])
         at = np.flatnonzero(ratio == np.repeat(top, np.diff(offsets)))
         worst = (at[np.searchsorted(at, offsets[:-1])] - offsets[:-1]).tolist()
-        binding = []
-        for t, w in zip(traffic, worst):
-            a, b = t.start[w], t.start[w + 1]
-            on = t.local[a:b][t.own[a:b] == 0]
-            hit = on[contested[on]]
-            binding.append(int(hit[0]) + self._private_links if len(hit) else None)
+        # The first contested shared link on each job's worst class's route, all jobs at once.
+        first = np.cumsum([0] + per_job)[:-1]
+        a = first + np.array([t.start[w] for t, w in zip(traffic, worst)])
+        n_on = first + np.array([t.start[w + 1] for t, w in zip(traffic, worst)]) - a
+        idx = np.repeat(a - np.cumsum(n_on) + n_on, n_on) + np.arange(int(n_on.sum()))
+        hit = np.flatnonzero((own[idx] == 0) & contested[local[idx]])
+        seg = np.cumsum(n_on) - n_on
+        at_hit = np.searchsorted(hit, seg)
+        found = at_hit < len(hit)
+        found[found] = hit[at_hit[found]] < (seg + n_on)[found]
+        links_hit = local[idx[hit[np.minimum(at_hit, len(hit) - 1)]]] if len(hit) else np.zeros(len(a), np.int64)
+        binding = [int(b) + self._private_links if f else None for b, f in zip(links_hit.tolist(), found.tolist())]
         crosses = np.repeat(np.arange(len(traffic)), [len(t.shared_solved) for t in traffic])
         return (1.0 / top, binding, load[:n_shared],
                 np.bincount(crosses, weights=contested[solved], minlength=len(traffic)) > 0)
@@ -625,13 +635,14 @@ class MixSimulation:
         failures = _Failures(self, free) if spec.failures is not None else None
 
         def component(i: int) -> set[int]:
-            comp, todo = {i}, [i]
-            while todo:
-                j = todo.pop()
-                for m in neighbours[j]:
-                    if m not in comp and mode.get(m) == "comm":
-                        comp.add(m)
-                        todo.append(m)
+            # Grown a frontier at a time with set unions: each job's mode is read once per frontier, not
+            # once per edge (a contended group links every job to most others).
+            comp, frontier = {i}, [i]
+            while frontier:
+                reach = set().union(*(neighbours[j] for j in frontier))
+                reach -= comp
+                frontier = [m for m in reach if mode.get(m) == "comm"]
+                comp.update(frontier)
             return comp
 
         def reshare(touched: set[int], entered: int | None = None, left: int | None = None) -> None:
@@ -654,15 +665,21 @@ class MixSimulation:
                         got = dict(zip(order, zip(sp.tolist(), bind))), load, frozenset(
                             j for j, c in zip(order, contested) if c), self.evaluations == evaluations
                     shares, load, contested, alone = got
-                    self._cache[key] = {j: (s, b, tuple(m for m in order if m != j and b is not None
-                                                        and b in traffic[m].link_set))
-                                        for j, (s, b) in shares.items()}
+                    on_link: dict[int, list[int]] = {}  # the group's jobs crossing a binding link, once per link
+                    for b in {b for _, b in shares.values() if b is not None}:
+                        on_link[b] = [m for m in order if b in traffic[m].link_set]
+                    # (speed, binding link, the other jobs on it, whether it shares the group): the
+                    # loop's blame state is the entry itself (no tuple built per job per event).
+                    self._cache[key] = {j: (s, b, () if b is None else tuple(m for m in on_link[b] if m != j),
+                                            len(key) > 1) for j, (s, b) in shares.items()}
                     self._remember(key, load, contested, alone)
-                for j, (s, b, others) in self._cache[key].items():
-                    speed[j] = s
-                    b_state[j] = (b, others, len(key) > 1)
+                entries = self._cache[key]
+                b_state.update(entries)
+                for j, e in entries.items():
+                    speed[j] = e[0]
 
         b_state: dict[int, tuple] = {}
+        no_blame = (math.nan, None, (), False)
 
         solo_t0: dict[int, float] = {}
         solo_steps: dict[int, float] = {}
@@ -676,7 +693,7 @@ class MixSimulation:
             pos = compute_s[i] - left[i] if mode[i] == "compute" else \
                 compute_s[i] + (work[i] - left[i]) / alone_speed[i]
             solo_t0[i], solo_steps[i] = now - pos, steps[i]
-            dirty.append(True)
+            changed()
             mode[i] = "solo"
             speed.pop(i, None)
 
@@ -692,7 +709,7 @@ class MixSimulation:
 
         def from_solo(i: int) -> None:
             steps[i], mode[i], left[i] = solo_position(i)
-            dirty.append(True)
+            changed()
             if mode[i] == "comm":
                 reshare({i}, entered=i)
             completions[i] = []
@@ -700,7 +717,7 @@ class MixSimulation:
         def enter_network(i: int) -> None:
             """Job ``i`` (its mode and position set) starts training: its links, its neighbours."""
             neighbours[i] = set()
-            dirty.append(True)
+            changed()
             running.add(i)
             completions[i] = []
             if traffic[i] is not None:
@@ -720,7 +737,7 @@ class MixSimulation:
 
         def leave_network(i: int) -> None:
             """Job ``i`` stops training (leaves, fails or checkpoints): its traffic leaves its links."""
-            dirty.append(True)
+            changed()
             running.discard(i)
             if mode[i] == "solo":
                 steps[i], mode[i], left[i] = solo_position(i)
@@ -747,14 +764,24 @@ class MixSimulation:
                 failures.release(i, now)
             for s in servers[i]:
                 free[s] = True
-            dirty.append(True)
+            changed()
 
         dirty = [True]  # deadlines change only when a job arrives, leaves or changes mode
+        changes = [0]  # counts those changes (and re-routings): the live jobs' state is kept between them
         jumped = None  # the last fast-forward: (its jobs' state, their mean step times, its end)
+
+        def changed() -> None:
+            dirty.append(True)
+            changes[0] += 1
+
+        kept_state: list = [None, None]
 
         def state(live: list[int]) -> frozenset:
             """What sets the live jobs' pace: each one's traffic and the jobs that can slow it down."""
-            return frozenset((j, id(traffic[j]), frozenset(neighbours[j])) for j in live)
+            key = (changes[0], tuple(live))
+            if kept_state[0] != key:
+                kept_state[:] = [key, frozenset((j, id(traffic[j]), frozenset(neighbours[j])) for j in live)]
+            return kept_state[1]
         t_dead = math.inf
 
         def deadline(i: int) -> float:
@@ -767,6 +794,7 @@ class MixSimulation:
         def retraffic(i: int) -> None:
             """Job ``i``'s servers changed (a spare replaced a failed one): route its traffic again."""
             traffic[i] = self.traffic(jobs[i], servers[i])
+            changes[0] += 1
             self._cache.clear()  # cached shares are by job: this job's links changed
             self._solved.clear()
             if traffic[i] is not None:
@@ -806,13 +834,17 @@ class MixSimulation:
                     left[i] -= dt
                 else:
                     left[i] -= dt * speed[i]
-                    b, others, shared = b_state.get(i, (None, (), False))
+                    _, b, others, shared = b_state.get(i, no_blame)
                     if shared:
                         contended[i] += dt
                         if b is not None:
-                            entry = blame[i].setdefault(b, [0.0, set()])
+                            entry = blame[i].get(b)
+                            if entry is None:
+                                entry = blame[i][b] = [0.0, set(), None]
                             entry[0] += dt
-                            entry[1].update(others)
+                            if entry[2] is not others:  # the same cached group's jobs: already counted
+                                entry[1].update(others)
+                                entry[2] = others
             now = t
             if now >= horizon:
                 break

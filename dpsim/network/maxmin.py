@@ -49,17 +49,35 @@ def max_min_sparse(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarra
     cross the same links always get one rate (they freeze together), so ``w`` of them as one
     entry of weight ``w`` give exactly the rates of the ``w`` flows (integer weights sum
     exactly in floating point: the same shares, bit for bit).
+
+    Once fewer than half the links still carry a rising flow, the links are renumbered to those
+    (each later round's link-wide work then follows them, not every link given; a group of jobs
+    on a cluster leaves most links behind after its first rounds). Renumbering changes no sum:
+    the rates are those of rounds over every link, bit for bit. With whole-number weights (or none)
+    the users of each link are counted once and lowered as flows freeze (whole numbers: the same
+    counts as counting again every round).
     """
     n_links = len(capacity)
     rates = np.full(n_flows, np.inf)
     if n_flows == 0 or len(flow_of) == 0:
         return rates
     remaining = capacity.astype(float).copy()
-    w = None if weight is None else np.asarray(weight, dtype=float)[flow_of]
+    weight = None if weight is None else np.asarray(weight, dtype=float)
+    w = None if weight is None else weight[flow_of]
     newly = np.zeros(n_flows, dtype=bool)
+    whole = weight is None or bool(np.all(weight == np.floor(weight)))
+    users = np.bincount(link_of, weights=w, minlength=n_links).astype(float)
     while len(flow_of):
-        users = np.bincount(link_of, weights=w, minlength=n_links).astype(float)
+        if not whole:
+            users = np.bincount(link_of, weights=w, minlength=n_links).astype(float)
         loaded = users > 0
+        n_loaded = int(np.count_nonzero(loaded))
+        if 2 * n_loaded < n_links:
+            kept = np.flatnonzero(loaded)
+            renumber = np.zeros(n_links, dtype=np.int64)
+            renumber[kept] = np.arange(n_loaded)
+            link_of, remaining, users, loaded = renumber[link_of], remaining[kept], users[kept], loaded[kept]
+            n_links = n_loaded
         share = np.full(n_links, np.inf)
         share[loaded] = np.maximum(remaining[loaded], 0.0) / users[loaded]
         fair = float(share.min())
@@ -68,7 +86,9 @@ def max_min_sparse(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarra
         rates[hit] = fair
         newly[hit] = True
         done = newly[flow_of]
-        remaining -= np.bincount(link_of[done], weights=None if w is None else w[done], minlength=n_links) * fair
+        gone = np.bincount(link_of[done], weights=None if w is None else w[done], minlength=n_links)
+        remaining -= gone * fair
+        users -= gone
         newly[hit] = False
         keep = ~done
         flow_of, link_of = flow_of[keep], link_of[keep]
