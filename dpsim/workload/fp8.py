@@ -5,9 +5,9 @@ gradients, master copy and optimizer state): it moves the *linear layers'* three
 (forward, input gradient, weight gradient) to the GPU's FP8 tensor-core rate and adds the
 memory-bound kernels that feed them. Attention, the embedding and the LM head stay in the
 precision's 16-bit dtype in every recipe below: TransformerEngine puts only its ``te.Linear``
-/ ``LayerNormLinear`` / ``LayerNormMLP`` GEMMs under ``fp8_autocast`` (its FP8 attention is a
-separate ``fp8_dpa`` opt-in); torchao's ``convert_to_float8_training`` swaps ``nn.Linear``
-modules, and the recipes that run it leave the output projection out (torchtitan's float8
+/ ``LayerNormLinear`` / ``LayerNormMLP`` GEMMs, and a mixture of experts' ``GroupedLinear`` expert
+GEMMs, under ``fp8_autocast`` (its FP8 attention is a separate ``fp8_dpa`` opt-in); torchao's
+``convert_to_float8_training`` swaps ``nn.Linear`` modules (grouped experts stay 16-bit), and the recipes that run it leave the output projection out (torchtitan's float8
 converter filters ``output``; the torchao README: "we recommend ... skip the final output
 layer"); llm-foundry's ``amp_fp8`` swaps the blocks' linears for ``te.Linear`` and keeps the
 LM head (a tied embedding there) in bf16.
