@@ -219,11 +219,11 @@ def fp8_saved_weight_bytes(model: ModelSpec, precision: Precision, policy: Check
     if precision.fp8 is None or not saves_fp8_weights(precision.fp8):
         return 0.0
     if not policy.active:
-        return float(sum(fp8_weight_numel(layer) for layer in model.layers) * FP8_BYTES)
+        return float(sum(fp8_weight_numel(layer, precision.fp8) for layer in model.layers) * FP8_BYTES)
     ckpt = checkpointed([u for u in wrap_units(model, fsdp_unit) if not u.is_root], policy)
     in_units = {i for u in ckpt for i in u.layers}
-    rest = sum(fp8_weight_numel(layer) for i, layer in enumerate(model.layers) if i not in in_units)
-    largest = max((layers_fp8_weight_numel(model, u.layers) for u in ckpt), default=0)
+    rest = sum(fp8_weight_numel(layer, precision.fp8) for i, layer in enumerate(model.layers) if i not in in_units)
+    largest = max((layers_fp8_weight_numel(model, u.layers, precision.fp8) for u in ckpt), default=0)
     return float((rest + largest) * FP8_BYTES)
 
 

@@ -46,6 +46,7 @@ def test_kernel_choice_follows_the_gpu_generation():
     assert kernel_pair("flash3", "hopper") == "flash3@hopper"
     assert kernel_pair("flash3", "ampere") == "flash2@ampere"  # FlashAttention-3 needs Hopper
     assert kernel_pair("cudnn", "ada") == "flash2@ada"
+    assert kernel_pair("cudnn", "blackwell") == "cudnn@blackwell"  # B200 rows (flash-attention PR #2605)
     for generation in ("volta", "turing", "blackwell", "cdna3", ""):
         assert kernel_pair("sdpa", generation) == FALLBACK
     # Hopper's own kernels beat FlashAttention-2 there; FlashAttention-2 reaches more of Ampere's peak.
@@ -69,8 +70,13 @@ def test_constants_are_the_fit_on_every_row():
 def test_fit_and_leave_one_source_out_errors():
     rows = fit.load()
     assert len(rows) >= 150 and len({r.source for r in rows}) >= 6
-    in_sample = sorted(abs(e) for e in fit.errors(FITTED, rows))
+    shared = [r for r in rows if r.pair not in fit.CEILING_ONLY]
+    in_sample = sorted(abs(e) for e in fit.errors(FITTED, shared))
     assert in_sample[len(in_sample) // 2] < 0.06 and in_sample[-1] < 0.2
+    # A pair fitted on its ceiling alone keeps Hopper's shape: close on long keys, looser on short
+    # causal ones (B200 cuDNN, 1k causal tokens: 21 % over).
+    alone = sorted(abs(e) for e in fit.errors(FITTED, [r for r in rows if r.pair in fit.CEILING_ONLY]))
+    assert alone and alone[len(alone) // 2] < 0.06 and alone[-1] < 0.25
     loso = sorted(abs(e) for errs in fit.leave_one_source_out(rows).values() for e in errs)
     assert loso[len(loso) // 2] < 0.10
 
@@ -83,6 +89,7 @@ PUBLISHED = [
     ("h100", "cudnn", False, 128, 2048, True, 484, "FlashAttention-3 paper Fig. 5, head dim 128 causal"),
     ("h100", "sdpa", True, 128, 8192, False, 318, "FlashAttention-3 paper Fig. 6, FlashAttention-2 bwd"),
     ("h100", "flash3", True, 64, 4096, False, 453, "FlashAttention-3 paper Fig. 6, head dim 64"),
+    ("b200", "cudnn", False, 64, 8192, False, 898, "A177: flash-attention PR #2605, cuDNN fwd on B200"),
 ]
 
 

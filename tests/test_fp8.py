@@ -50,6 +50,22 @@ def test_fp8_gemm_never_slower_than_bf16(gpu_name, recipe):
             assert sum(t.time_s(eff) for t in fp8_terms) <= sum(t.time_s(eff) for t in bf16_terms) * (1 + 1e-12)
 
 
+def test_grouped_expert_gemms_run_in_fp8_under_transformer_engine_only():
+    """Megatron-Core's experts are TE GroupedLinear modules (FP8 under TE's recipes); torchao's
+    float8 conversion swaps nn.Linear only, so its grouped expert GEMMs stay 16-bit."""
+    gpu, bf16 = get_gpu("b200"), get_precision("bf16-params")
+    experts = MatmulOp(name="experts.gate_up", m=4096, n=3072, k=4096, batch=4)
+    bf16_s = sum(t.time_s(Efficiencies()) for t in op_terms(experts, gpu, bf16, 1)[0])
+    for recipe in ("te-delayed", "mxfp8", "torchao-tensorwise"):
+        fp8 = get_precision("bf16-params", recipe)
+        fp8_s = sum(t.time_s(Efficiencies()) for t in op_terms(experts, gpu, fp8, 1)[0])
+        casts = fp8_cast_terms(experts, gpu, fp8, 1)
+        if FP8_RECIPES[recipe].framework == "transformer-engine":
+            assert fp8_s < 0.6 * bf16_s and casts[0] and casts[1]
+        else:
+            assert fp8_s == bf16_s and casts == ([], [])
+
+
 def test_lm_head_attention_and_convolutions_stay_16_bit():
     gpu, fp8 = get_gpu("h100"), get_precision("bf16-params", "te-delayed")
     bf16 = get_precision("bf16-params")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,11 @@ PRIOR = {"ceiling": 0.6, "backward_share": 0.85, "head_dim_half": 32.0, "forward
          "backward_keys_half": 256.0, "causal_block_tokens": 128.0}
 """Neutral values each term is weakly pulled to: a kernel at 60 % of peak, a backward 15 % slower,
 the fixed cost of about two 128-token blocks, one block of causal masking."""
+
+CEILING_ONLY = ("cudnn@blackwell",)
+"""Pairs whose rows fit their ceiling only: one source's forward rows (cuDNN on B200) that would
+otherwise pull the shape terms every other pair shares (the causal diagonal block, cuDNN's key and
+head-dim halves, fitted on far more rows); their shape and backward share are Hopper cuDNN's."""
 
 PRIOR_WEIGHT = 0.05
 """Weight of the pull, against 1 per row, in log (logit for shares) units."""
@@ -125,7 +130,23 @@ def _residuals(theta: np.ndarray, rows: list[Row]) -> np.ndarray:
 
 
 def fit(rows: list[Row], iterations: int = 200) -> AttentionRateModel:
-    """Levenberg-Marquardt on log(rate) in log (logit for shares) terms with a numerical Jacobian (18 terms, a few hundred rows)."""
+    """The shared terms fitted on the rows of every pair but :data:`CEILING_ONLY`'s (:func:`_fit_shared`),
+    then each :data:`CEILING_ONLY` pair's ceiling alone on its own rows with those terms held."""
+    model = _fit_shared([r for r in rows if r.pair not in CEILING_ONLY], iterations)
+    ceilings = dict(model.ceilings)
+    for pair in CEILING_ONLY:
+        own = [r for r in rows if r.pair == pair]
+        if own:
+            # log(rate) is linear in log(ceiling): the least-squares ceiling is the geometric mean of
+            # published / predicted-at-ceiling-one over the pair's rows.
+            unit = replace(model, ceilings={**ceilings, pair: 1.0})
+            ceilings[pair] = float(np.exp(np.mean([np.log(r.fraction / unit.fraction_of_peak(
+                pair, r.backward, r.head_dim, r.keys, r.causal)) for r in own])))
+    return replace(model, ceilings=ceilings)
+
+
+def _fit_shared(rows: list[Row], iterations: int) -> AttentionRateModel:
+    """Levenberg-Marquardt on log(rate) in log (logit for shares) terms with a numerical Jacobian (19 terms, a few hundred rows)."""
     theta, damping = _prior(), 1e-2
     r = _residuals(theta, rows)
     for _ in range(iterations):

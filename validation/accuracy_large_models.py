@@ -11,7 +11,7 @@ row publishes and nothing else:
   RoPE, grouped KV heads) with the row's hidden size, layers, heads, KV heads, MLP width,
   vocabulary and sequence; fused attention everywhere, llm-foundry's Triton kernel where the row
   ran ``attn_impl: triton``, cuDNN's where it names ``cudnn`` or runs TransformerEngine's
-  attention (TE prefers cuDNN on Hopper; FlashAttention-2 otherwise);
+  attention (TE prefers cuDNN on Hopper and later; costed from published cuDNN rates on Hopper and Blackwell);
 - the cluster: a topology preset or a file in ``validation/systems/`` written from the
   interconnect the row publishes (:data:`SYSTEMS`; where the source states no network the
   assumption is named there and in the row's "assumed" column);
@@ -244,8 +244,8 @@ def model_of(row: dict) -> ModelSpec:
     # NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN all 1), and TE's get_attention_backend then disables
     # FlashAttention "to give FusedAttention preference on Hopper+ for performance reasons"
     # whenever cuDNN supports the shape (NVIDIA/TransformerEngine@002a3e573f49
-    # transformer_engine/pytorch/attention/dot_product_attention/utils.py); elsewhere kernel_pair
-    # costs cuDNN as FlashAttention-2. Every other fused row runs FlashAttention-2 (SDPA's flash backend,
+    # transformer_engine/pytorch/attention/dot_product_attention/utils.py); on a generation with no
+    # published cuDNN rate (before Hopper) kernel_pair costs cuDNN as FlashAttention-2. Every other fused row runs FlashAttention-2 (SDPA's flash backend,
     # or flash-attn 2.x itself: llm-foundry's attn_impl 'flash' rows installed flash-attn 2.4.2, their
     # attention column cites where), costed alike.
     te = "TransformerEngine" in row["attention"]

@@ -24,11 +24,12 @@ The backward pass (five GEMMs, FLOPs counted as 2.5 forward passes, the conventi
 benchmarks) runs at :attr:`FamilyRates.backward_share` of the forward's ceiling, with its own ``s0``.
 
 The numbers in :data:`FITTED` are the fit on every row of ``tests/data/attention_kernel_rates.csv``
-(published FlashAttention-2/3 and cuDNN benchmarks on A100, RTX 4090 and H100, each row cited);
+(published FlashAttention-2/3 and cuDNN benchmarks on A100, RTX 4090, H100 and B200, each row cited);
 ``python validation/accuracy_attention.py`` refits them and reports the error leaving each source
-out. Generations with no published row (Volta, Turing, Blackwell, AMD) and PyTorch's
-memory-efficient kernel are costed as FlashAttention-2 on Hopper: a kernel not written for the
-architecture it runs on (:func:`kernel_pair`).
+out. cuDNN on Blackwell has forward rows from one source only (B200): its ceiling is fitted alone, with
+Hopper cuDNN's shape terms and backward share. Generations with no published row (Volta, Turing, AMD;
+Blackwell for every kernel but cuDNN) and PyTorch's memory-efficient kernel are costed as
+FlashAttention-2 on Hopper: a kernel not written for the architecture it runs on (:func:`kernel_pair`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ FAMILIES = ("flash2", "flash3", "cudnn")
 """Kernel families the model knows: FlashAttention-2 (PyTorch SDPA's flash backend), FlashAttention-3
 (Hopper only) and cuDNN's fused attention (SDPA's and TransformerEngine's cuDNN backend)."""
 
-CEILING_KEYS = ("flash2@ampere", "flash2@ada", "flash2@hopper", "flash3@hopper", "cudnn@hopper")
+CEILING_KEYS = ("flash2@ampere", "flash2@ada", "flash2@hopper", "flash3@hopper", "cudnn@hopper", "cudnn@blackwell")
 """``family@generation`` pairs with a published benchmark (:attr:`AttentionRateModel.ceilings`)."""
 
 FALLBACK = "flash2@hopper"
@@ -86,7 +87,7 @@ class AttentionRateModel:
 
 FITTED = AttentionRateModel(
     ceilings={"flash2@ampere": 0.6042, "flash2@ada": 0.9739, "flash2@hopper": 0.3421, "flash3@hopper": 0.8879,
-              "cudnn@hopper": 0.7018},
+              "cudnn@hopper": 0.7018, "cudnn@blackwell": 0.6232},
     families={
         "flash2": FamilyRates(backward_share=0.9363, head_dim_half=3.373, forward_keys_half=42.92,
                               backward_keys_half=275.4),
@@ -97,11 +98,12 @@ FITTED = AttentionRateModel(
     },
     causal_block_tokens=133.6,
 )
-"""The fit on all 173 rows of ``tests/data/attention_kernel_rates.csv`` (``python
+"""The fit on all 184 rows of ``tests/data/attention_kernel_rates.csv`` (``python
 validation/accuracy_attention.py`` prints these numbers, ``tests/test_attention_rates.py`` checks they
-still match it): median |error| 4.9 %, worst 17 %; each source predicted from the others, median
-8.8 %, worst 49 % (the RTX 4090 rows, the only Ada source: with it out, its ceiling has nothing to
-go on). FlashAttention-2's head dim term is near zero: on Hopper it is slower at head dim 256 than
+still match it): median |error| 4.7 %, worst 21 % (cuDNN on B200, causal at 1k tokens; 17 % on the
+other pairs); each source predicted from the others, median 8.1 %, worst 49 % (the RTX 4090 rows, the
+only Ada source: with it out, its ceiling has nothing to go on). ``cudnn@blackwell`` is fitted alone
+on its 11 B200 forward rows (Dao-AILab/flash-attention pull request #2605), the shared terms held. FlashAttention-2's head dim term is near zero: on Hopper it is slower at head dim 256 than
 at 128 (register pressure), which ``d / (d + d0)`` cannot follow, so the fit flattens it."""
 
 
@@ -110,7 +112,7 @@ def kernel_pair(kernel: str, architecture: str) -> str:
     :class:`~dpsim.workload.spec.AttentionOp` of ``kernel`` on a GPU of ``architecture``. ``sdpa``
     is PyTorch's flash backend, FlashAttention-2 (``triton`` is costed from it by
     :mod:`dpsim.workload.roofline`); ``flash3`` needs Hopper's ``wgmma`` and TMA, and cuDNN's fused
-    attention has a published rate on Hopper only, so elsewhere FlashAttention-2 stands in; a
+    attention has a published rate on Hopper and Blackwell only, so elsewhere FlashAttention-2 stands in; a
     generation with no published FlashAttention-2 rate (Volta and Turing, which run SDPA's
     memory-efficient kernel, Blackwell, AMD) is costed as :data:`FALLBACK`."""
     family = {"sdpa": "flash2", "triton": "flash2"}.get(kernel, kernel)

@@ -161,7 +161,7 @@ def autocast_weight_bytes(layer: LayerSpec, precision: Precision) -> tuple[float
         return 0.0, 0.0
     per_param = precision.weight_bytes + precision.activation_bytes
     # FP8 linears cast their fp32 weights straight to FP8 (fp8_cast_terms), not through bf16.
-    params = layer.param_count - (fp8_weight_numel(layer) if precision.fp8 is not None else 0)
+    params = layer.param_count - (fp8_weight_numel(layer, precision.fp8) if precision.fp8 is not None else 0)
     return params * per_param, params * per_param
 
 

@@ -5,9 +5,9 @@ gradients, master copy and optimizer state): it moves the *linear layers'* three
 (forward, input gradient, weight gradient) to the GPU's FP8 tensor-core rate and adds the
 memory-bound kernels that feed them. Attention, the embedding and the LM head stay in the
 precision's 16-bit dtype in every recipe below: TransformerEngine puts only its ``te.Linear``
-/ ``LayerNormLinear`` / ``LayerNormMLP`` GEMMs under ``fp8_autocast`` (its FP8 attention is a
-separate ``fp8_dpa`` opt-in); torchao's ``convert_to_float8_training`` swaps ``nn.Linear``
-modules, and the recipes that run it leave the output projection out (torchtitan's float8
+/ ``LayerNormLinear`` / ``LayerNormMLP`` GEMMs, and a mixture of experts' ``GroupedLinear`` expert
+GEMMs, under ``fp8_autocast`` (its FP8 attention is a separate ``fp8_dpa`` opt-in); torchao's
+``convert_to_float8_training`` swaps ``nn.Linear`` modules (grouped experts stay 16-bit), and the recipes that run it leave the output projection out (torchtitan's float8
 converter filters ``output``; the torchao README: "we recommend ... skip the final output
 layer"); llm-foundry's ``amp_fp8`` swaps the blocks' linears for ``te.Linear`` and keeps the
 LM head (a tied embedding there) in bf16.
@@ -177,20 +177,34 @@ def fp8_all_gather(recipe: Fp8Recipe | None, *, strategy: str, fsdp_version: str
     return replace(recipe, fsdp_float8_all_gather=False)
 
 
-def runs_in_fp8(op: OpSpec) -> bool:
-    """Whether a recipe runs ``op`` in FP8: a linear layer's GEMM (not a batched attention
-    product, not a convolution, not the LM head)."""
-    return isinstance(op, MatmulOp) and op.kind == "linear" and op.batch == 1 and op.name not in NOT_FP8_MATMULS
+def fp8_grouped_experts(recipe: Fp8Recipe | None) -> bool:
+    """Whether ``recipe`` runs a mixture of experts' grouped expert GEMMs in FP8. TransformerEngine's
+    do: Megatron-Core's experts are ``TEGroupedLinear``, a ``te.pytorch.GroupedLinear``
+    (NVIDIA/Megatron-LM megatron/core/extensions/transformer_engine.py), a TE module that runs under
+    the recipe's ``fp8_autocast`` like ``te.pytorch.Linear``. torchao's float8 conversion swaps
+    ``nn.Linear`` modules only, so grouped expert weights (3-D parameters) stay 16-bit unless its
+    separate MoE prototype (``torchao.prototype.moe_training``) is opted into, which no recipe here is."""
+    return recipe is not None and recipe.framework == "transformer-engine"
 
 
-def fp8_weight_numel(layer: LayerSpec) -> int:
-    """Weight elements of ``layer`` that recipes keep and gather in FP8: its FP8 linears' ``n x k``."""
-    return min(layer.param_count, sum(op.n * op.k for op in layer.ops if runs_in_fp8(op)))
+def runs_in_fp8(op: OpSpec, recipe: Fp8Recipe | None = None) -> bool:
+    """Whether ``recipe`` runs ``op`` in FP8: a linear layer's GEMM (not a batched attention
+    product, not a convolution, not the LM head), and the grouped expert GEMMs
+    (``experts.*``, batched over the experts) where :func:`fp8_grouped_experts`."""
+    if not (isinstance(op, MatmulOp) and op.kind == "linear" and op.name not in NOT_FP8_MATMULS):
+        return False
+    return op.batch == 1 or (op.name.startswith("experts.") and fp8_grouped_experts(recipe))
 
 
-def layers_fp8_weight_numel(model, layer_indices) -> int:
+def fp8_weight_numel(layer: LayerSpec, recipe: Fp8Recipe | None = None) -> int:
+    """Weight elements of ``layer`` that ``recipe`` keeps and gathers in FP8: its FP8 linears'
+    ``n x k`` (times the experts of a grouped GEMM)."""
+    return min(layer.param_count, sum(op.n * op.k * op.batch for op in layer.ops if runs_in_fp8(op, recipe)))
+
+
+def layers_fp8_weight_numel(model, layer_indices, recipe: Fp8Recipe | None = None) -> int:
     """:func:`fp8_weight_numel` summed over ``model``'s layers at ``layer_indices`` (an FSDP unit's)."""
-    return sum(fp8_weight_numel(model.layers[i]) for i in layer_indices)
+    return sum(fp8_weight_numel(model.layers[i], recipe) for i in layer_indices)
 
 
 def saves_fp8_weights(recipe: Fp8Recipe) -> bool:

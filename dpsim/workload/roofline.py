@@ -202,12 +202,12 @@ def _rate_key(op: MatmulOp, precision: Precision) -> str:
 
 
 def _fp8_matmul(op: MatmulOp, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
-    """A linear's three GEMMs at the FP8 rate, with the same shape efficiency as 16-bit ones:
-    FP8 operands (one byte), a 16-bit output."""
+    """A linear's three GEMMs (each batched over the experts of a grouped GEMM) at the FP8 rate, with
+    the same shape efficiency as 16-bit ones: FP8 operands (one byte), a 16-bit output."""
     m, e = op.m * micro_batch, precision.activation_bytes
 
     def gemm(rows: int, cols: int, depth: int) -> Term:
-        return matmul_term(rows, cols, depth, 1, FP8_RATE_KEY, 1.0, gpu,
+        return matmul_term(rows, cols, depth, op.batch, FP8_RATE_KEY, 1.0, gpu,
                            traffic_elements=float(rows) * depth + float(depth) * cols + e * float(rows) * cols)
 
     return [gemm(m, op.n, op.k)], [gemm(m, op.k, op.n), gemm(op.n, op.k, m)]
@@ -219,12 +219,12 @@ def fp8_cast_terms(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: 
     output gradients are read in the activation dtype, weights in the parameter dtype; a weight
     the FSDP2 float8 all-gather already delivers in FP8 is not cast."""
     recipe = precision.fp8
-    if recipe is None or not runs_in_fp8(op):
+    if recipe is None or not runs_in_fp8(op, recipe):
         return [], []
     assert isinstance(op, MatmulOp)
     m = op.m * micro_batch
-    numel = {"x": float(m) * op.k, "x_bwd": float(m) * op.k, "dy": float(m) * op.n,
-             "w": float(op.n) * op.k, "w_bwd": float(op.n) * op.k}
+    numel = {"x": float(m) * op.k * op.batch, "x_bwd": float(m) * op.k * op.batch, "dy": float(m) * op.n * op.batch,
+             "w": float(op.n) * op.k * op.batch, "w_bwd": float(op.n) * op.k * op.batch}
     high = {"x": precision.activation_bytes, "x_bwd": precision.activation_bytes,
             "dy": precision.activation_bytes, "w": precision.weight_bytes, "w_bwd": precision.weight_bytes}
     forward: list[Term] = []
@@ -241,7 +241,7 @@ def fp8_cast_terms(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: 
 
 
 def _matmul(op: MatmulOp, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
-    if precision.fp8 is not None and runs_in_fp8(op):
+    if precision.fp8 is not None and runs_in_fp8(op, precision.fp8):
         return _fp8_matmul(op, gpu, precision, micro_batch)
     key = _rate_key(op, precision)
     e = precision.activation_bytes
