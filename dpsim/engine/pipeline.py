@@ -43,6 +43,8 @@ prediction, 2026-12-01, shared 2-core machine), about half a second before
 
 from __future__ import annotations
 
+import functools
+import gc
 import heapq
 import itertools
 import operator
@@ -208,6 +210,27 @@ def from_step_program(program: StepProgram) -> PipelineProgram:
                            comms=program.comms)
 
 
+def gc_paused(fn):
+    """``fn`` run with Python's cyclic garbage collector paused (and resumed after, if it ran).
+
+    Building and playing a large pipeline creates hundreds of thousands of objects (ops, heap
+    entries, trace events), none in a reference cycle: every few hundred of them the collector
+    walks all that are alive and frees none, a third of the time of the largest layouts.
+    Results are unchanged (nothing is freed later than it would be by reference counting)."""
+    @functools.wraps(fn)
+    def paused(*args, **kwargs):
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused
+
+
+@gc_paused
 def run_pipeline(program: PipelineProgram, cost: CostFn, *, overlap_slowdown: float = 0.0,
                  comm_slowdown: float = 0.0, trace: bool = True) -> PipelineResult:
     """Simulate one step of ``program`` (see the module docstring).
