@@ -48,9 +48,10 @@ import gc
 import heapq
 import itertools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from dpsim.engine.play import PlayedTrace
 from dpsim.engine.program import CommOp, StepProgram
 from dpsim.engine.simulate import (
     TraceEvent,
@@ -177,8 +178,9 @@ class PipelineResult:
     """From the start to the last stage's end."""
     stages: tuple[StageTiming, ...]
     """Per stage."""
-    trace: tuple[TraceEvent, ...]
-    """Every op (``rank`` = stage), collective and transfer (``rank`` = the sending stage)."""
+    trace: Sequence[TraceEvent]
+    """Every op (``rank`` = stage), collective and transfer (``rank`` = the sending stage), by start
+    (a :class:`~dpsim.engine.play.PlayedTrace`: built when first read)."""
     transfer_s: float = 0.0
     """Summed duration of the transfers of the step."""
 
@@ -477,21 +479,24 @@ def run_pipeline(program: PipelineProgram, cost: CostFn, *, overlap_slowdown: fl
         timings.append(StageTiming(end_s=end_s[s], busy_s=busy[s], by_kind_s=dict(by_kind[s]), comm_s=comm,
                                    exposed_comm_s=uncovered_s(comm_intervals[s], busy_intervals[s]),
                                    wait_transfer_s=wait_transfer[s], wait_comm_s=wait_comm[s]))
-    events.sort(key=_by_start_and_rank)  # stable: ties keep the order they happened in
     return PipelineResult(step_time_s=max(end_s) if n else 0.0, stages=tuple(timings),
-                          trace=tuple(_trace_events(events)), transfer_s=sum(xfer_time))
+                          trace=PlayedTrace(functools.partial(_trace_events, events), len(events)),
+                          transfer_s=sum(xfer_time))
 
 
 _by_start_and_rank = operator.itemgetter(0, 1)
 _new = object.__new__
 
 
-def _trace_events(events: list[tuple]):
-    """``(start_s, rank, kind, name, end_s, bucket)`` as TraceEvents: filling a new event's
-    ``__dict__`` builds exactly the object the frozen dataclass's ``__init__`` would
-    (``TraceEvent`` has no ``__post_init__``; :func:`dpsim.engine.play._trace` does the same),
-    several times faster on the hundred thousand events of a large pipeline."""
-    for start, rank, kind, name, end, bucket in events:
+def _trace_events(events: list[tuple]) -> tuple[TraceEvent, ...]:
+    """``(start_s, rank, kind, name, end_s, bucket)`` as TraceEvents in order of start and rank
+    (stable: ties keep the order they happened in). Filling a new event's ``__dict__`` builds
+    exactly the object the frozen dataclass's ``__init__`` would (``TraceEvent`` has no
+    ``__post_init__``; :func:`dpsim.engine.play._trace` does the same), several times faster on
+    the hundred thousand events of a large pipeline."""
+    out = []
+    for start, rank, kind, name, end, bucket in sorted(events, key=_by_start_and_rank):
         e = _new(TraceEvent)
         e.__dict__.update(rank=rank, step=0, kind=kind, name=name, start_s=start, end_s=end, bucket=bucket)
-        yield e
+        out.append(e)
+    return tuple(out)
