@@ -39,7 +39,8 @@ variability model's thousands of ranks go to the vectorised replay (:mod:`dpsim.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.engine.program import StepProgram
@@ -236,7 +237,7 @@ def play_homogeneous(program: StepProgram, collectives: CollectiveModel, *, scal
         raise RuntimeError(f"step program deadlocks: step {s} stops before task {tasks[ti].name!r}")
     comm_s = sum(comm_time)
     timings = tuple(step_timing([records[k]], busy[k], comm[k], comm_s, played=stream_mode) for k in range(steps))
-    return SimulationResult(steps=timings, trace=PlayedTrace(spans, program))
+    return SimulationResult(steps=timings, trace=PlayedTrace(functools.partial(_trace, spans, program), len(spans)))
 
 
 def _comm_times(program: StepProgram, collectives: CollectiveModel) -> list[float]:
@@ -259,24 +260,26 @@ class PlayedTrace(Sequence):
 
     A prediction's trace is read only to draw its timeline; building thousands of events
     for every sweep point would be half of the player's time. Equal to (and pickled as)
-    the tuple of its events.
+    the tuple of its events. ``build()`` returns that tuple (``length`` events); the pipeline
+    engine's trace is one too.
     """
 
-    __slots__ = ("_events", "_program", "_spans")
+    __slots__ = ("_build", "_events", "_length")
 
-    def __init__(self, spans: list[tuple[bool, int, int, float, float]], program: StepProgram):
-        self._spans: list | None = spans
-        self._program: StepProgram | None = program
+    def __init__(self, build: Callable[[], tuple[TraceEvent, ...]], length: int):
+        self._build: Callable[[], tuple[TraceEvent, ...]] | None = build
+        self._length = length
         self._events: tuple[TraceEvent, ...] | None = None
 
     def _built(self) -> tuple[TraceEvent, ...]:
         if self._events is None:
-            self._events = _trace(self._spans, self._program)
-            self._spans = self._program = None
+            self._events = self._build()
+            self._build = None
+            assert len(self._events) == self._length
         return self._events
 
     def __len__(self) -> int:
-        return len(self._spans) if self._events is None else len(self._events)
+        return self._length
 
     def __getitem__(self, index):
         return self._built()[index]

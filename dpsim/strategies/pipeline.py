@@ -91,9 +91,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from dpsim.engine.pipeline import PipelineProgram, StageOp, StageProgram, Transfer
+from dpsim.engine.pipeline import PipelineProgram, StageOp, StageProgram, Transfer, gc_paused
 from dpsim.engine.program import CommOp
 from dpsim.errors import ConfigError
 from dpsim.strategies.layout import ChunkWork, Layout, reshards_after_forward
@@ -584,26 +584,31 @@ def _stage_sequence(slots: Sequence[Slot], s: int, p: int, m: int, *, deepspeed:
     # The ops between two exchanges: one each, except the interleaved schedule's steady state,
     # which runs a forward and a backward, then one exchange for both (receiving the next
     # backward's input an iteration early: forward_backward_pipelining_with_interleaving).
-    groups: list[list[Slot]] = []
+    # Groups are index lists into ``slots`` (a range slices as the list would); each slot's
+    # transfers are looked up once.
+    index = range(len(slots))
+    groups: list[Sequence[int]]
     if interleaved_warmup is None:
-        groups = [[slot] for slot in slots]
+        groups = [(i,) for i in index]
     else:
         w = interleaved_warmup
         n_f = sum(1 for kind, _, _ in slots if kind == "F")
-        groups = [[slot] for slot in slots[:w]]
-        groups += [list(slots[w + 2 * i: w + 2 * i + 2]) for i in range(n_f - w)]
-        groups += [[slot] for slot in slots[w + 2 * (n_f - w):]]
+        groups = [(i,) for i in index[:w]]
+        groups += [index[w + 2 * i: w + 2 * i + 2] for i in range(n_f - w)]
+        groups += [(i,) for i in index[w + 2 * (n_f - w):]]
+    ios = [io(*slot) for slot in slots]
+    recv = [tuple(t for i in group for t in ios[i][0]) for group in groups]
     out = []
     for k, group in enumerate(groups):
-        if k == 0:
-            first = tuple(t for slot in group for t in io(*slot)[0])
-            if first:
-                out.append(("exchange", group[0][1], group[0][2], (), first))
-        out += [(kind, c, j, (), ()) for kind, c, j in group]
-        sends = tuple(t for slot in group for t in io(*slot)[1])
-        nxt = tuple(t for slot in groups[k + 1] for t in io(*slot)[0]) if k + 1 < len(groups) else ()
+        if k == 0 and recv[0]:
+            first = slots[group[0]]
+            out.append(("exchange", first[1], first[2], (), recv[0]))
+        out += [(*slots[i], (), ()) for i in group]
+        sends = tuple(t for i in group for t in ios[i][1])
+        nxt = recv[k + 1] if k + 1 < len(groups) else ()
         if sends or nxt:
-            out.append(("exchange", group[-1][1], group[-1][2], sends, nxt))
+            last = slots[group[-1]]
+            out.append(("exchange", last[1], last[2], sends, nxt))
     return out
 
 
@@ -643,6 +648,7 @@ class PipelinePlan:
     """Bytes one GPU sends per transfer."""
 
 
+@gc_paused
 def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: Layout, *, p2p_bytes: float,
                            gather_s: float, optimizer_s: Sequence[float], dp: DataParallelPlan,
                            embedding_grad_bytes: float = 0.0, blocking_p2p: bool = True,
@@ -867,7 +873,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                                            needs=tuple(pending), sends=tokens))
                         pending.clear()
                     else:
-                        ops[-1] = replace(ops[-1], sends=ops[-1].sends + tokens)
+                        ops[-1] = _with_sends(ops[-1], ops[-1].sends + tokens)
                 for t in xsend:
                     ops.append(StageOp(kind="p2p", name=f"send {transfers[t].name}", duration_s=0.0,
                                        needs=(ready[t], *pending), sends=(t,)))
@@ -1003,6 +1009,18 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                               transfers=tuple(transfers))
     return PipelinePlan(program=program, slots=tuple(tuple(x) for x in slots), gradient_ops=tuple(gradient_ops),
                         p2p_bytes=p2p_bytes)
+
+
+_new = object.__new__
+
+
+def _with_sends(op: StageOp, sends: tuple[int, ...]) -> StageOp:
+    """``dataclasses.replace(op, sends=sends)``, several times faster (one op in two of a blocking
+    schedule is rebuilt so): filling a new op's ``__dict__`` builds exactly the object the frozen
+    dataclass's ``__init__`` would (``StageOp`` has no ``__post_init__``)."""
+    new = _new(StageOp)
+    new.__dict__.update(op.__dict__, sends=sends)
+    return new
 
 
 def _dense_numel(lw) -> int:
