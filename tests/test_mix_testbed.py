@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpsim.validate.mix import HOSTS, MixCheckConfig, MixJobCase, _steady_median, check, mix_yaml
+from dpsim.validate.mix import HOSTS, _steady_median, check, mix_yaml
 from dpsim.validate.testbed import TestbedSpec, probe_testbed
 
 AVAILABLE, WHY = probe_testbed()
@@ -26,17 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "validation"))
 from load import Load  # noqa: E402
 from run_matrix import OUTSIDE_LOAD_LIMIT  # noqa: E402
-
-BAR = 0.10
-"""Issue 27: each job's step, alone and together, within 10 %."""
-
-CASE = MixCheckConfig(
-    jobs=(MixJobCase(name="mlp", model="mlp", micro_batch=2, hosts=(0, 2)),
-          MixJobCase(name="transformer", model="transformer", micro_batch=1, hosts=(1, 3))),
-    nic_bits_per_s=400e6)
-"""Two different models, communication-bound (their all-reduces take most of the step), so the
-shared uplink, not the 2 cores the four ranks share, decides the slowdown."""
-
+import run_mix_check  # noqa: E402
+from run_mix_check import BAR, CASE  # noqa: E402
 
 def test_the_mix_file_describes_the_testbed(tmp_path):
     """The predicted cluster is the emulated one: every NIC and each rack uplink at the testbed's
@@ -95,3 +86,17 @@ def test_two_ddp_jobs_sharing_a_shaped_uplink_are_predicted_within_10_percent():
     if any(quiet for quiet, _ in misses):
         pytest.fail("missed the 10 % bar twice: " + " | ".join(f for _, f in misses))
     pytest.skip("missed only while other processes took the machine: " + " | ".join(f for _, f in misses))
+
+
+def test_validation_section_is_what_the_recorded_run_gives():
+    """VALIDATION.md's two-job section is ``dpsim mix``'s prediction of the recorded runs today: a
+    model change that moves it must rewrite it (``python validation/run_mix_check.py --replay --write``)."""
+    from dpsim.validate.mix import predict_runs
+
+    record = run_mix_check.load_record()
+    result = predict_runs(CASE, record["runs"])
+    body = run_mix_check.section(result, when=record["when"], outside_load=record["outside_load"])
+    text = run_mix_check.VALIDATION.read_text()
+    assert f"{run_mix_check.HEADING}\n\n{body.strip()}\n" in text
+    assert all(abs(e) <= BAR for j in result.jobs for e in (j.error_alone, j.error_together))
+

@@ -83,7 +83,10 @@ def test_the_loops_come_from_parts_1_and_2():
     loops = summary.loop_rows(VALIDATION)
     large = summary._section(VALIDATION, "## Large-model training runs")
     # the large-model headline counts the rows its table lists, one per predicted run
-    assert [a.rows for a in loops] == [len(re.findall(r"^\| R\d+ \|", large, re.M)), 13, 16]
+    mix = summary._section(VALIDATION, "## Two DDP jobs sharing")
+    # ... and the two-job check two steps per job of its table (alone and together)
+    assert [a.rows for a in loops] == [len(re.findall(r"^\| R\d+ \|", large, re.M)), 13, 16,
+                                       2 * len(re.findall(r"^\| (mlp|transformer) \|", mix, re.M))]
     assert all(0 < a.median_abs_error <= a.worst_abs_error < 1 for a in loops)
     with pytest.raises(summary.StaleSource, match="Part 2"):
         summary.loop_rows(VALIDATION.replace("## Part 2:", "## Part two:"))

@@ -11,7 +11,8 @@ can never quote a figure the validation no longer gives:
   (``validation/accuracy_collectives.py``);
 * the two loops against real DDP training from the headline lines of VALIDATION.md's parts 1 and 2
   (``validation/run_matrix.py`` and ``validation/run_calibrate_matrix.py``, which need root and an
-  hour, so their records are not kept).
+  hour, so their records are not kept), and the two-job check of ``dpsim mix`` from its section
+  (``validation/run_mix_check.py``, whose raw runs are kept in ``tests/data/mix_two_jobs_run.json``).
 
 ``--write`` puts the table between the ``accuracy-summary`` markers of every file in
 :data:`TARGETS` (at the top of VALIDATION.md when it has none yet); without it, prints the table
@@ -65,6 +66,9 @@ LOOPS = (
      "`dpsim validate`: measure, then train with real DDP on an emulated cluster", "{cases} cases on 2-8 emulated hosts"),
     ("## Part 2:", r"\*\*(\d+) cases: median \|error\| ([\d.]+) %[^,]*, worst ([\d.]+) %",
      "`dpsim calibrate` -> `dpsim predict`, against a plain DDP script", "{cases} cases (and the 4-rank ones kept apart)"),
+    ("## Two DDP jobs sharing", r"\*\*(\d+) steps: median \|error\| ([\d.]+) %, worst ([\d.]+) %",
+     "`dpsim mix`: two different DDP jobs sharing a 2:1 oversubscribed uplink (each calibrated alone)",
+     "{cases} steps (each job alone and together) on 4 emulated hosts"),
 )
 """(VALIDATION.md heading, headline pattern, area, compared with) of the areas read from VALIDATION.md's
 headline lines: the large-model runs (``accuracy_large_models.py``, no interval scored on them yet) and the
