@@ -103,8 +103,9 @@ validation/accuracy_attention.py`` prints these numbers, ``tests/test_attention_
 still match it): median |error| 4.7 %, worst 21 % (cuDNN on B200, causal at 1k tokens; 17 % on the
 other pairs); each source predicted from the others, median 8.1 %, worst 49 % (the RTX 4090 rows, the
 only Ada source: with it out, its ceiling has nothing to go on). ``cudnn@blackwell`` is fitted alone
-on its 11 B200 forward rows (Dao-AILab/flash-attention pull request #2605), the shared terms held. FlashAttention-2's head dim term is near zero: on Hopper it is slower at head dim 256 than
-at 128 (register pressure), which ``d / (d + d0)`` cannot follow, so the fit flattens it."""
+on its 11 B200 forward rows (Dao-AILab/flash-attention pull request #2605), the shared terms held.
+FlashAttention-2's head dim term is near zero: on Hopper it is slower at head dim 256 than at 128
+(register pressure), which ``d / (d + d0)`` cannot follow, so the fit flattens it."""
 
 
 def kernel_pair(kernel: str, architecture: str) -> str:
