@@ -122,8 +122,8 @@ class Knobs:
 
 MIN_ROWS = 9
 """Fewest rows a regime keeps: the smallest ``n`` whose split-conformal 80 % rank
-``ceil(0.9 (n + 1))`` is at most ``n`` (the minimum this module used before the interval became
-CQR), so that a regime's p10 and p90 are not just its two extremes."""
+``ceil(0.9 (n + 1))`` is at most ``n`` (a p10-p90 that is not just the regime's two extremes),
+the rule the interval's earlier, normalised form already started from."""
 
 COLLECTIVE_KEYS = ("message_band", "fabric")
 """The collective pool's regime keys: the all-reduce's size band first (latency- and protocol-bound
