@@ -141,9 +141,8 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
         if model.moe is not None:
             raise ConfigError(f"--zero-impl: internlm is modelled for dense models; {model.name} is a mixture of "
                               f"experts, so use --zero-impl deepspeed (Megatron's distributed optimizer)")
-        # The ZERO1 group tiles the servers as data-parallel ranks, gpus_per_node / tp of them per server.
         check_zero_options(par.strategy, par.zero_impl, par.zero_group, n_gpus=config.data_parallel,
-                           gpus_per_node=max(1, topology.gpus_per_node // par.tp))
+                           gpus_per_node=topology.gpus_per_node, tp=par.tp)
     check_context(model, layout_of(config).context, par.tp)
 
 
