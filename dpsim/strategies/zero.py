@@ -47,6 +47,15 @@ InternLM training framework later renamed InternEvo) moves state differently:
   waits for them all before the step returns ("TODO: support broadcast overlap"); the rank with
   the largest share updates last, and it is rank 0, whose broadcast goes first.
 
+Under tensor parallelism (``--tp``, the layout program of :mod:`dpsim.strategies.pipeline`, one
+:class:`InternlmZero1` per stage) a rank's parameters are its tensor-parallel shards, partitioned by
+the same rule: its DATA group is the ranks holding the same shard (``Initializer_Data``, ``tp x pp``
+ranks apart, in ``process_group_initializer.py`` at the commit above) and its ZERO1 group ``zero1``
+consecutive ranks of that group (``Initializer_Zero1``: ``i + (j * zero1 + k) * world / dp``), so the
+two tensor-parallel ranks of a replica never share one. There the pipeline comes before the
+data-parallel ranks (dp slowest), not Megatron's order the layout places, so pipeline stages are not
+modelled with it.
+
 InternEvo (InternLM/InternEvo@c628a8c87411, same file) still all-reduces every bucket
 (``reduce_rank = None`` in ``_attach_reduction_hook``) and broadcasts per owner; its
 ``overlap_sync_param`` option, absent from the version above, hides those broadcasts behind the
