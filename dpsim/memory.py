@@ -108,6 +108,7 @@ from dpsim.strategies.checkpointing import (
 from dpsim.strategies.layout import checkpointed_blocks, reshards_after_forward
 from dpsim.strategies.offload import expert_offload_bytes_per_sample
 from dpsim.strategies.tensor import block_input_bytes, layer_activation_bytes, tp_model
+from dpsim.strategies.zero import internlm_stages
 from dpsim.units import GiB, format_bytes
 from dpsim.workload.fp8 import (
     FP8_BYTES,
@@ -599,6 +600,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
     if activations is None:
         activations = stage_activation_bytes(tpm, assignment, layout)
     out = []
+    internlm = internlm_stages(tpm, assignment, layout, None, precision.grad_bytes)
     for s in range(len(assignment)):
         per_chunk, working, numel = activations[s]
         act = 0.0
@@ -611,6 +613,8 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         experts = sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
         opt = (-(-(numel - experts) // d) + -(-experts // layout.edp)) * k if layout.strategy in ("zero1", "fsdp") \
             else numel * k
+        if internlm:  # whole parameters, greedily, within the ZERO1 group: the largest share's state
+            opt = internlm[s].largest_owned * k
         weights, grads, buffers = numel * w, numel * g, 0
         if reshards_after_forward(layout) and d > 1:
             # Only the shards persist; the current and the prefetched unit are gathered, and the
@@ -622,7 +626,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             activations_bytes=float(act), comm_buffers_bytes=float(buffers),
             overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),
             capacity_bytes=float(gpu.memory_bytes), strategy=layout.strategy,
-            shard_group_size=d if layout.strategy in ("zero1", "fsdp") else 1)
+            shard_group_size=layout.zero1_group if internlm else d if layout.strategy in ("zero1", "fsdp") else 1)
         out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
                                in_flight=tuple(in_flight[s])))
     return tuple(out)

@@ -94,8 +94,17 @@ def test_broadcasting_across_servers_costs_more_than_within_one():
     (dict(strategy="zero2", zero_impl="internlm"), "--zero-impl: internlm applies to --strategy zero1, not zero2"),
     (dict(gpus=64, strategy="zero1", zero_impl="internlm", zero_group=24),
      "--zero-group: 24 does not divide the 64 data-parallel ranks"),
-    (dict(gpus=64, strategy="zero1", zero_impl="internlm", tp=2),
-     "--zero-impl: 'internlm' applies to data parallelism alone"),
+    (dict(gpus=64, strategy="zero1", zero_impl="internlm", tp=2, pp=2),
+     "--pp: 2 does not combine with --zero-impl internlm"),
+    (dict(gpus=64, strategy="zero1", zero_impl="internlm", tp=2, cp=2),
+     "--cp: 2 does not combine with --zero-impl internlm"),
+    (dict(gpus=64, strategy="zero1", zero_impl="internlm", tp=2, offload="optimizer"),
+     "--offload: optimizer does not combine with --zero-impl internlm"),
+    (dict(gpus=64, strategy="fsdp", zero_impl="internlm", tp=2),
+     "--zero-impl: internlm applies to --strategy zero1, not fsdp"),
+    (dict(gpus=64, strategy="zero1", zero_group=4, tp=2), "--zero-group: 4 needs --zero-impl internlm"),
+    (dict(gpus=64, strategy="zero1", zero_impl="internlm", zero_group=24, tp=2),
+     "--zero-group: 24 does not divide the 32 data-parallel ranks"),
 ])
 def test_refused_with_one_line(kw, expected):
     with pytest.raises(ConfigError) as exc:
@@ -106,3 +115,61 @@ def test_refused_with_one_line(kw, expected):
 def test_a_group_that_does_not_tile_the_servers_is_refused():
     with pytest.raises(ConfigError, match="--zero-group: 12 neither divides nor is a multiple of the 8 GPUs"):
         predict(_job(48, 12))
+
+
+# Under tensor parallelism (tp = 2) each rank holds half of every matrix (embedding and head split
+# over the vocabulary, projections by column or row) and every RMSNorm weight whole: InternLM's
+# ZeRO-1 partitions that rank's own tensors within its ZERO1 group.
+NORMS = 65 * 4_096
+PSI_TP2 = (PSI - NORMS) // 2 + NORMS
+"""Parameters one rank of a tp = 2 Llama-2-7B holds."""
+
+
+def test_under_tensor_parallelism_each_rank_moves_its_shard():
+    p = predict(_job(64, 2, tp=2))
+    # Its shard's gradients all-reduced once over its 32 data-parallel ranks, and each parameter broadcast
+    # once by its owner, in bf16.
+    assert p.comm_bytes_by_op == {"all_reduce": 2 * PSI_TP2, "broadcast": 2 * PSI_TP2}
+    # Two owners: the two half-embeddings split, every pair of equal tensors splits, the odd norm on one.
+    assert p.memory.optimizer_bytes == ADAMW_BYTES * (PSI_TP2 + 4_096) // 2
+    casts = [e for e in p.layout.pipeline.trace if e.kind == "broadcast"]
+    assert len(casts) == 2 and "internlm, group 2" in p.layout.layout.describe()
+    # More data-parallel ranks than tensors: one broadcast per tensor, the largest owner a half-embedding's.
+    wide = predict(_job(1024, None, tp=2))
+    assert len([e for e in wide.layout.pipeline.trace if e.kind == "broadcast"]) == TENSORS
+    assert wide.memory.optimizer_bytes == ADAMW_BYTES * LARGEST // 2
+
+
+def test_under_tensor_parallelism_the_zero1_group_is_tp_apart():
+    """Initializer_Zero1 (internlm/core/context/process_group_initializer.py@20fe5ac297e6) takes zero1
+    consecutive ranks of one data-parallel group, whose ranks are tp apart."""
+    from dpsim.collectives.groups import LayoutShape, layout_communicators
+    from dpsim.predict.run import resolve_topology
+
+    job = resolve_topology(_job(64, 4, tp=2))
+    inside = layout_communicators(job, LayoutShape(tp=2, pp=1, dp=32, zero_group=4))["zero"]
+    assert (inside.topology.n_gpus, inside.topology.n_nodes) == (4, 1)
+    across = layout_communicators(job, LayoutShape(tp=2, pp=1, dp=32, zero_group=8))["zero"]
+    assert (across.topology.n_gpus, across.topology.n_nodes) == (8, 2)
+    assert "zero" not in layout_communicators(job, LayoutShape(tp=2, pp=1, dp=32, zero_group=32))
+
+
+def test_under_tensor_parallelism_broadcasting_within_a_server_beats_across_all():
+    """The published InternLM 7B scaling at 1024 GPUs with tp = 2 (doc/en/train_performance.md@20fe5ac2):
+    zero1=4 (3486 tokens/s/GPU) beats zero1=-1 (2785)."""
+    node, world = predict(_job(1024, 4, tp=2)), predict(_job(1024, None, tp=2))
+    assert node.step_time_s < world.step_time_s
+
+
+def test_under_tensor_parallelism_a_group_that_does_not_tile_the_servers_is_refused():
+    with pytest.raises(ConfigError, match="--zero-group: 6 neither divides nor is a multiple of the 4 data-parallel "
+                                          "ranks per node"):
+        predict(_job(96, 6, tp=2))
+
+
+def test_a_mixture_of_experts_is_refused():
+    with pytest.raises(ConfigError, match="--zero-impl: internlm is modelled for dense models") as exc:
+        predict(PredictConfig(gpus=64, link="infiniband", model="mixtral-8x7b", micro_batch=1, strategy="zero1",
+                              precision="bf16-params", zero_impl="internlm", steps=1, tp=2,
+                              sequence_parallel=True))
+    assert "\n" not in str(exc.value)

@@ -20,7 +20,7 @@ row publishes and nothing else:
   exist (a row's ``torch_compile`` "yes", and XLA's whole-step compilation, is ``--compile``
   (:func:`compiled`); InternLM's ``zero1`` rows are
   ``--zero-impl internlm`` with their ``--zero-group``); what dpsim cannot say (MaxText's selective
-  remat, packed variable-length attention, InternLM's ZeRO-1 under tensor parallelism) is listed per row in
+  remat, packed variable-length attention, InternLM's ZeRO-1 with pipeline stages) is listed per row in
   the "assumed" column, never approximated by a hack.
 
 The published metric is converted to dpsim's in one place (:func:`to_published_unit`): tokens/s
@@ -345,12 +345,12 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # HybridZeroOptimizer (dpsim/strategies/zero.py): the row's data_parallel states its
         # parallel.zero1 (-1: every data-parallel rank; k: groups of k).
         zero1 = int(re.search(r"zero1=(-?\d+)", row["data_parallel"]).group(1))
-        if tp * pp * cp == 1:
+        if pp * cp == 1:  # with tensor parallelism too (its ZERO1 group is tp apart, as dp's)
             kw["zero_impl"] = "internlm"
             if zero1 > 0:
                 kw["zero_group"] = zero1
-        else:  # --zero-impl is data parallelism alone
-            assumed.append("InternLM's ZeRO-1 with tp as the layout path's distributed optimizer (reduce-scatter, "
+        else:  # --zero-impl internlm is modelled with --tp alone
+            assumed.append("InternLM's ZeRO-1 with pp or cp as the layout path's distributed optimizer (reduce-scatter, "
                            "all-gather)" + (" over all data-parallel ranks: no group option" if zero1 > 0 else ""))
     if row["framework"].startswith("Composer") and strategy.startswith("fsdp") and tp * pp == 1:
         # Composer never enters FSDP1's no_sync(): it wraps the model in DDP only without FSDP

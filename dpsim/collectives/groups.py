@@ -92,6 +92,9 @@ class LayoutShape:
     """Expert-parallel ranks of the expert layers (1: no ``ep`` communicator)."""
     etp: int = 1
     """Expert-tensor-parallel ranks of the expert layers."""
+    zero_group: int | None = None
+    """InternLM's ZERO1 group (``--zero-group``): that many consecutive data-parallel ranks, a
+    ``zero`` communicator when fewer than all of them (``None``: all)."""
 
 
 def _node_group(job: Topology, per_node: int, nodes: int) -> tuple[Topology, int]:
@@ -129,7 +132,8 @@ def consecutive_group(job: Topology, size: int) -> tuple[Topology, int]:
 
 def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communicator]:
     """The ``tp``, ``dp``, ``pp`` and ``emb`` communicators of a layout on ``job`` (and the expert
-    layers' ``ep``, ``edp``, with ``etp`` above 1 ``etp``; with ``cp`` above 1 ``cp``).
+    layers' ``ep``, ``edp``, with ``etp`` above 1 ``etp``; with ``cp`` above 1 ``cp``; with a
+    ``zero_group`` smaller than the data-parallel group, InternLM's ``zero``).
 
     Ranks are ordered as Megatron-LM orders them: tensor-parallel rank fastest, then
     data-parallel, then pipeline (``tp-cp-ep-dp-pp``, ``megatron/core/parallel_state.py``),
@@ -167,6 +171,11 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
 
     dp_topo, dp_conc = strided(t, d)
     comms["dp"] = Communicator(name="dp", topology=dp_topo, job=job, concurrent=dp_conc)
+    if shape.zero_group is not None and shape.zero_group < d:
+        # InternLM's ZERO1 group: consecutive ranks of one data-parallel group (Initializer_Zero1 in
+        # internlm/core/context/process_group_initializer.py@20fe5ac297e6), so tp apart as dp's are.
+        zero_topo, zero_conc = strided(t, shape.zero_group)
+        comms["zero"] = Communicator(name="zero", topology=zero_topo, job=job, concurrent=zero_conc)
     # The expert layers' own rank order, tp-ep-dp-pp with tp = etp and dp = edp (Megatron-Core's
     # expert RankGenerator, megatron/core/parallel_state.py): an ``ep`` group is ep ranks etp
     # apart, an ``edp`` group edp ranks etp x ep apart (a dense model uses neither).
@@ -284,7 +293,7 @@ class GroupCollectives:
         self.job = job
         self._make = make
         self._communicators = communicators(job)
-        if zero_group is not None and zero_group < job.n_gpus:
+        if layout is None and zero_group is not None and zero_group < job.n_gpus:
             # InternLM's ZERO1 group: consecutive data-parallel ranks (Initializer_Zero1).
             topo, conc = consecutive_group(job, zero_group)
             self._communicators["zero"] = Communicator(name="zero", topology=topo, job=job, concurrent=conc)

@@ -232,8 +232,9 @@ class ParallelismConfig:
     FSDP2's default, FSDP1 without no_sync) or auto (unsharded with --fsdp-version 1, sharded with 2)."""
     zero_impl: ZeroImpl = "deepspeed"
     """Whose ZeRO-1 runs --strategy zero1: deepspeed (gradients reduce-scattered, the flat buffer
-    all-gathered after the step) or internlm (InternLM's HybridZeroOptimizer: gradients all-reduced over
-    every rank, each owner's parameters broadcast in its --zero-group)."""
+    all-gathered after the step; with --tp/--pp Megatron's distributed optimizer) or internlm (InternLM's
+    HybridZeroOptimizer: gradients all-reduced over every data-parallel rank, each owner's parameters
+    broadcast in its --zero-group; with --tp too, not with --pp/--cp/--ep)."""
     zero_group: int | None = field(default=None, metadata=_count())
     """InternLM's zero1 group (--zero-impl internlm): optimizer states sharded within groups of this
     many consecutive data-parallel ranks and replicated across them; left out: every rank."""
@@ -729,11 +730,20 @@ class PredictConfig:
                 raise ConfigError("--no-grad-accum-fusion: applies with --tp or --pp above 1 (Megatron's "
                                   "gradient buffers); leave it out")
             return
-        for name in ("zero_impl", "zero_group"):
-            if self.value_of(name) != _fields()[name].default:
-                raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies to data parallelism alone; "
-                                  f"with --tp/--cp/--pp --strategy zero1 is Megatron's distributed optimizer, so "
-                                  f"leave it out")
+        if p.zero_impl == "internlm":
+            # InternLM's ZeRO-1 is modelled under tensor parallelism only: its rank order puts the
+            # pipeline before the data-parallel ranks (Initializer_Data, process_group_initializer.py
+            # @20fe5ac297e6), unlike the layout's Megatron order, and it has no context or expert groups.
+            for name, value in (("pp", p.pp), ("cp", p.cp), ("ep", p.ep)):
+                if value != 1:
+                    raise ConfigError(f"--{name}: {value} does not combine with --zero-impl internlm, modelled with "
+                                      f"--tp alone; use --{name} 1 or --zero-impl deepspeed (Megatron's distributed "
+                                      f"optimizer)")
+            if e.offload != "off":
+                raise ConfigError(f"--offload: {e.offload} does not combine with --zero-impl internlm; leave it out")
+            check_zero_options(p.strategy, p.zero_impl, p.zero_group, n_gpus=self.data_parallel)
+        elif p.zero_group is not None:
+            check_zero_options(p.strategy, p.zero_impl, p.zero_group)
         for name in ("fsdp_version", "fsdp_accumulate"):
             if self.value_of(name) != _fields()[name].default:
                 raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies to data parallelism alone; "

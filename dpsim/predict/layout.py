@@ -67,7 +67,9 @@ from dpsim.strategies.pipeline import (
 from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.context import check_context, cp_buffer_bytes, cp_shard
 from dpsim.strategies.offload import expert_offload_bytes_per_sample, host_step_s, offloads_optimizer, param_fetches
+from dpsim.strategies.registry import check_zero_options
 from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
+from dpsim.strategies.zero import internlm_stages
 from dpsim.workload.routing import RankLoad, parse_routing, rank_load
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
@@ -95,7 +97,7 @@ def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
                   bucket_elements=bucket,
                   grad_accum_fusion=par.grad_accum_fusion, cp=par.cp, cp_comm=par.cp_comm,
                   cp_balance=par.cp_balance, offload=config.execution.offload, ep=par.ep, etp=par.etp,
-                  moe_a2a_overlap=par.moe_a2a_overlap)
+                  moe_a2a_overlap=par.moe_a2a_overlap, zero_impl=par.zero_impl, zero_group=par.zero_group)
 
 
 def layout_shape(config: PredictConfig) -> LayoutShape | None:
@@ -105,7 +107,7 @@ def layout_shape(config: PredictConfig) -> LayoutShape | None:
     if not par.layout_active:
         return None
     return LayoutShape(tp=par.tp, pp=par.pp, dp=config.data_parallel, cp=par.cp, ep=par.ep,
-                       etp=par.etp)
+                       etp=par.etp, zero_group=par.zero_group)
 
 
 def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) -> None:
@@ -135,6 +137,12 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
                           f"divides them")
     check_layout_placement(topology, shape, tp_across_network=par.tp_across_network,
                            tp_comm_overlap=par.tp_comm_overlap)
+    if par.zero_impl == "internlm":
+        if model.moe is not None:
+            raise ConfigError(f"--zero-impl: internlm is modelled for dense models; {model.name} is a mixture of "
+                              f"experts, so use --zero-impl deepspeed (Megatron's distributed optimizer)")
+        check_zero_options(par.strategy, par.zero_impl, par.zero_group, n_gpus=config.data_parallel,
+                           gpus_per_node=topology.gpus_per_node, tp=par.tp)
     check_context(model, layout_of(config).context, par.tp)
 
 
@@ -541,15 +549,20 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     experts = [sum(c.expert_grad_numel for c in stage) for stage in chunks]
     optimizer_s = [per_param_opt * (-(-(m.params_per_gpu - e) // d) + -(-e // layout.edp) if sharded_opt
                                     else m.params_per_gpu) for m, e in zip(memory, experts)]
+    internlm = internlm_stages(tpm, assignment, layout, config.gradients.bucket_cap_mb, precision.grad_bytes)
+    if internlm:  # the rank owning the most updates last, and every broadcast waits for it
+        optimizer_s = [per_param_opt * z.largest_owned for z in internlm]
     if offloads_optimizer(layout.offload):
         ranks = min(topology.gpus_per_node, topology.n_gpus)
         fetches = param_fetches(layout.offload, layout.recompute == "full")
         optimizer_s = [host_step_s(-(-m.params_per_gpu // d), ranks, topology.spec.node, precision.weight_bytes,
                                    grad_bytes=precision.grad_bytes, param_fetches=fetches) for m in memory]
     dp_plan = DataParallelPlan(strategy=layout.strategy, dp=d, overlap=layout.overlap,
-                               bucket_elements=layout.bucket_elements or default_bucket_elements(d),
+                               bucket_elements=internlm[0].bucket_elements if internlm else
+                               layout.bucket_elements or default_bucket_elements(d),
                                grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes,
-                               edp=layout.edp if model.moe is not None else 1)
+                               edp=layout.edp if model.moe is not None else 1, internlm=internlm,
+                               zero_comm="zero" if layout.zero1_group < d else "dp")
     # DualPipe sums each stage's two parameter copies instead (the embedding's among them).
     emb_bytes = (tpm.embedding_numel_per_rank * precision.grad_bytes
                  if tpm.tied_embedding and p > 1 and layout.schedule != "dualpipe" else 0.0)

@@ -135,6 +135,12 @@ class Layout:
     ranks of a stage for the expert layers (Megatron-Core's definition)."""
     etp: int = 1
     """Expert-tensor-parallel ranks (each expert's width split over them)."""
+    zero_impl: str = "deepspeed"
+    """Whose ZeRO-1 ``zero1`` runs: ``deepspeed`` is Megatron's distributed optimizer here; ``internlm``
+    InternLM's ``HybridZeroOptimizer`` over the data-parallel ranks of each tensor-parallel rank
+    (:func:`~dpsim.strategies.zero.internlm_zero1`)."""
+    zero_group: int | None = None
+    """InternLM's ZERO1 group: that many consecutive data-parallel ranks (``None``: all of them)."""
     moe_a2a_overlap: bool = False
     """The expert-parallel all-to-alls of one micro-batch run under the compute of another where
     the schedule pairs a forward with a backward (Megatron-Core's
@@ -147,6 +153,7 @@ class Layout:
         assert self.schedule in SCHEDULES and self.recompute in RECOMPUTE, (self.schedule, self.recompute)
         assert isinstance(self.recompute_every, int) and self.recompute_every >= 1
         assert self.tp_comm_overlap in TP_COMM_OVERLAP and self.strategy in LAYOUT_STRATEGIES
+        assert self.zero_impl == "deepspeed" or self.strategy == "zero1", (self.zero_impl, self.strategy)
 
     @property
     def n_gpus(self) -> int:
@@ -164,6 +171,11 @@ class Layout:
         context-parallel ranks hold the same weights; Megatron's data-parallel group with
         context parallel)."""
         return self.dp * self.cp
+
+    @property
+    def zero1_group(self) -> int:
+        """Ranks InternLM's ZeRO-1 shards the optimizer over (:attr:`zero_group`, at most :attr:`grad_group`)."""
+        return min(self.zero_group or self.grad_group, self.grad_group)
 
     @property
     def edp(self) -> int:
@@ -190,7 +202,9 @@ class Layout:
                          ", sequence parallel" if self.sequence_parallel and self.tp > 1 else "",
                          f", {self.recompute} recompute" if self.recompute != "off" else ""])
         cp = "" if self.cp == 1 else f" x cp {self.cp} ({self.cp_comm}{'' if self.cp_balance else ', unbalanced'})"
-        return (f"tp {self.tp}{cp} x pp {self.pp}{sched} x dp {self.dp}, {self.strategy}, micro-batch "
+        strategy = self.strategy if self.zero_impl == "deepspeed" else \
+            f"{self.strategy} ({self.zero_impl}, group {self.zero1_group})"
+        return (f"tp {self.tp}{cp} x pp {self.pp}{sched} x dp {self.dp}, {strategy}, micro-batch "
                 f"{self.micro_batch} x {self.micro_batches}{extra}")
 
 

@@ -97,6 +97,7 @@ from dpsim.engine.pipeline import PipelineProgram, StageOp, StageProgram, Transf
 from dpsim.engine.program import CommOp
 from dpsim.errors import ConfigError
 from dpsim.strategies.layout import ChunkWork, Layout, reshards_after_forward
+from dpsim.strategies.zero import InternlmZero1
 
 Slot = tuple[str, int, int]
 """``("F" | "B" | "W", chunk, micro_batch)`` (``W``: a zero-bubble schedule's weight gradient)."""
@@ -632,6 +633,12 @@ class DataParallelPlan:
     """Expert-data-parallel replicas a mixture of experts reduces its routed experts' gradients
     over, on the ``edp`` communicator (their own buckets, as Megatron-Core keeps the expert
     parameters in buffers of their own); the rest reduce over ``dp``."""
+    internlm: tuple[InternlmZero1, ...] = ()
+    """Per stage, InternLM's ZeRO-1 (``zero1`` only; empty: Megatron's distributed optimizer): buckets
+    all-reduced over ``dp``, each owner's updated parameters broadcast over :attr:`zero_comm` after
+    the optimizer, the step waiting for them (:mod:`dpsim.strategies.zero`)."""
+    zero_comm: str = "dp"
+    """The communicator of InternLM's ZERO1 group (``zero`` when smaller than ``dp``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -805,7 +812,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
             for c in range(v):
                 work = chunks[s][c]
                 buckets = _buckets(work, dp.bucket_elements, numel_of)
-                if dp.strategy in ("fsdp",) or (dp.strategy == "zero1" and overlap):
+                if dp.strategy in ("fsdp",) or (dp.strategy == "zero1" and overlap and not dp.internlm):
                     # Gathered bucket by bucket in forward order; each layer's first forward
                     # waits only for the bucket holding its parameters.
                     label = "all-gather parameters" if dp.strategy == "fsdp" else "all-gather updated parameters"
@@ -822,7 +829,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 # with rank None -> allreduce_bucket -> dist.all_reduce of each bucket of
                 # reduce_bucket_size elements (runtime/zero/stage2.py@0457bb1cb6): twice a
                 # reduce-scatter's volume, before the all-gather after the step.
-                reduce = "all_reduce" if dp.strategy == "ddp" or deepspeed else "reduce_scatter"
+                # InternLM's ZeRO-1 all-reduces every bucket over the data-parallel group too.
+                reduce = "all_reduce" if dp.strategy == "ddp" or deepspeed or dp.internlm else "reduce_scatter"
                 if overlap:
                     for x, (first_layer, numel, _) in enumerate(buckets):
                         op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} {label0}chunk "
@@ -996,7 +1004,14 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
             pending.clear()
         waits = tuple(dp_ops) + ((pair_op[s],) if s in pair_op else ())
         ops.append(StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits))
-        if groups and dp.strategy == "zero1" and not overlap:
+        casts = [new_comm(name, "broadcast", size, "broadcast", dp.zero_comm, (s,))
+                 for name, size in dp.internlm[s].broadcasts(dp.weight_bytes)] if dp.internlm and groups else []
+        if casts:
+            ops[-1] = StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits,
+                              launches=tuple(casts))
+            ops.append(StageOp(kind="optimizer", name="wait for parameter broadcasts", duration_s=0.0,
+                               waits=tuple(casts)))
+        elif groups and dp.strategy == "zero1" and not overlap and not dp.internlm:
             ags = [new_comm(f"all-gather updated parameters {label0}chunk {c}", "all_gather",
                             sum(numel_of(w) for w in chunks[s][c].layers) * dp.weight_bytes, "allgather", group, (s,))
                    for group, _, numel_of, label0 in groups for c in range(v)]

@@ -211,10 +211,11 @@ ZERO_IMPLS: dict[str, str] = {
 
 
 def check_zero_options(strategy: str, impl: str = "deepspeed", group: int | None = None, *,
-                       n_gpus: int | None = None, gpus_per_node: int | None = None) -> None:
+                       n_gpus: int | None = None, gpus_per_node: int | None = None, tp: int = 1) -> None:
     """Validate ``--zero-impl`` and ``--zero-group`` and refuse them where they would be ignored;
     with ``n_gpus`` (the data-parallel ranks) and ``gpus_per_node``, also the group's placement:
-    consecutive ranks (InternLM's ZERO1 groups, ``process_group_initializer.py``) tiling the servers."""
+    consecutive data-parallel ranks (InternLM's ZERO1 groups, ``process_group_initializer.py``), with
+    ``tp`` above 1 ``gpus_per_node / tp`` of them per server, tiling the servers."""
     if impl not in ZERO_IMPLS:
         raise ConfigError(f"--zero-impl: {impl!r} is not known; choose one of {', '.join(ZERO_IMPLS)}")
     if impl != "deepspeed" and strategy != "zero1":
@@ -227,10 +228,11 @@ def check_zero_options(strategy: str, impl: str = "deepspeed", group: int | None
     if n_gpus is not None and n_gpus % group:
         raise ConfigError(f"--zero-group: {group} does not divide the {n_gpus} data-parallel ranks; choose a "
                           f"divisor of {n_gpus}")
-    gpn = gpus_per_node
+    gpn = None if gpus_per_node is None else max(1, gpus_per_node // tp)
     if n_gpus is not None and gpn is not None and group < n_gpus and (
             (group < gpn and gpn % group) or (group > gpn and group % gpn)):
-        raise ConfigError(f"--zero-group: {group} neither divides nor is a multiple of the {gpn} GPUs per node; "
+        what = "GPUs per node" if tp == 1 else f"data-parallel ranks per node (--tp {tp})"
+        raise ConfigError(f"--zero-group: {group} neither divides nor is a multiple of the {gpn} {what}; "
                           f"choose a group that tiles the servers")
 
 

@@ -47,6 +47,15 @@ InternLM training framework later renamed InternEvo) moves state differently:
   waits for them all before the step returns ("TODO: support broadcast overlap"); the rank with
   the largest share updates last, and it is rank 0, whose broadcast goes first.
 
+Under tensor parallelism (``--tp``, the layout program of :mod:`dpsim.strategies.pipeline`, one
+:class:`InternlmZero1` per stage) a rank's parameters are its tensor-parallel shards, partitioned by
+the same rule: its DATA group is the ranks holding the same shard (``Initializer_Data``, ``tp x pp``
+ranks apart, in ``process_group_initializer.py`` at the commit above) and its ZERO1 group ``zero1``
+consecutive ranks of that group (``Initializer_Zero1``: ``i + (j * zero1 + k) * world / dp``), so the
+two tensor-parallel ranks of a replica never share one. There the pipeline comes before the
+data-parallel ranks (dp slowest), not Megatron's order the layout places, so pipeline stages are not
+modelled with it.
+
 InternEvo (InternLM/InternEvo@c628a8c87411, same file) still all-reduces every bucket
 (``reduce_rank = None`` in ``_attach_reduction_hook``) and broadcasts per owner; its
 ``overlap_sync_param`` option, absent from the version above, hides those broadcasts behind the
@@ -60,7 +69,9 @@ the scalar all-reduces of the overflow flag and gradient norm.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from dpsim.strategies.layout import Layout
 from dpsim.strategies.program import (
     BuildRequest,
     StrategyProgram,
@@ -80,6 +91,7 @@ from dpsim.strategies.shards import (
     deepspeed_reduce_bucket_elements,
     internlm_owned_numel,
 )
+from dpsim.strategies.tensor import TpModel
 from dpsim.workload.spec import ParamSpec
 
 
@@ -103,6 +115,52 @@ def deepspeed_buckets(params: Sequence[ParamSpec], bucket_elements: int = DEEPSP
     return buckets
 
 
+@dataclass(frozen=True, kw_only=True)
+class InternlmZero1:
+    """What InternLM's ``HybridZeroOptimizer`` moves for one rank's parameters (the module
+    docstring): the data-parallel path's and the tensor-parallel layout's (whose rank holds its
+    tensor-parallel shard of each parameter) one rule."""
+
+    owned_numel: tuple[int, ...]
+    """Elements each rank of the ZERO1 group owns, in rank order (zeros for ranks owning nothing)."""
+    bucket_elements: int
+    """Gradient elements per all-reduce bucket (``reduce_bucket_size``)."""
+
+    @property
+    def largest_owned(self) -> int:
+        """The largest share: the rank that updates last, which the step waits for."""
+        return max(self.owned_numel)
+
+    def broadcasts(self, weight_bytes: int) -> list[tuple[str, float]]:
+        """``broadcast_params``: ``(name, bytes)`` of each owner's broadcast over the ZERO1 group, in
+        rank order (none when the group is one rank, whose update needs no broadcast)."""
+        if len(self.owned_numel) == 1:
+            return []
+        return [(f"broadcast parameters of rank {r}", float(n * weight_bytes))
+                for r, n in enumerate(self.owned_numel) if n]
+
+
+def internlm_zero1(params: Sequence[ParamSpec], group: int, *, bucket_cap_mb: float | None,
+                   grad_bytes: int) -> InternlmZero1:
+    """InternLM's ZeRO-1 over ``params`` (one rank's) in a ZERO1 group of ``group`` ranks;
+    ``bucket_cap_mb`` (``--bucket-cap-mb``) replaces the shipped ``reduce_bucket_size``."""
+    return InternlmZero1(owned_numel=tuple(internlm_owned_numel(params, group)),
+                         bucket_elements=deepspeed_reduce_bucket_elements(
+                             bucket_cap_mb, grad_bytes, default=INTERNLM_REDUCE_BUCKET_ELEMENTS))
+
+
+def internlm_stages(tpm: TpModel, assignment: Sequence[Sequence[Sequence[int]]], layout: Layout, bucket_cap_mb: float | None, grad_bytes: int
+                    ) -> tuple[InternlmZero1, ...]:
+    """Per stage, InternLM's ZeRO-1 over the parameters one rank holds there (its tensor-parallel
+    shards: ``HybridZeroOptimizer`` partitions each rank's own parameters within its ZERO1 group,
+    whose ranks share its tensor-parallel rank); empty unless ``--zero-impl internlm``."""
+    if layout.zero_impl != "internlm":
+        return ()
+    return tuple(internlm_zero1([p for chunk in stage for i in chunk for p in tpm.spec.layers[i].params],
+                                layout.zero1_group, bucket_cap_mb=bucket_cap_mb, grad_bytes=grad_bytes)
+                 for stage in assignment)
+
+
 def build_zero1(request: BuildRequest) -> StrategyProgram:
     """``zero1``: optimizer state partitioned; gradients reduced only at the accumulation boundary."""
     if request.zero_impl == "internlm":
@@ -121,9 +179,8 @@ def _internlm_program(request: BuildRequest) -> StrategyProgram:
     # With overlap the AccumulateGrad hooks fill buckets in gradient-ready order; without it
     # step() walks the parameter group.
     order = list(model.grad_ready_params) if overlap else list(model.params)
-    cap = deepspeed_reduce_bucket_elements(request.bucket_cap_mb, precision.grad_bytes,
-                                           default=INTERNLM_REDUCE_BUCKET_ELEMENTS)
-    buckets = deepspeed_buckets(order, cap)  # the same flush rule: full when the next one would overflow it
+    plan = internlm_zero1(model.params, group, bucket_cap_mb=request.bucket_cap_mb, grad_bytes=precision.grad_bytes)
+    buckets = deepspeed_buckets(order, plan.bucket_elements)  # the same flush rule: full when the next one would overflow it
     grad_ops: list[int] = []
     for j in range(grad_accum):
         _forward(b, compute, j, grad_accum)
@@ -135,11 +192,10 @@ def _internlm_program(request: BuildRequest) -> StrategyProgram:
             points = _bucket_launch_points([[p.name for p in bk] for bk in buckets], owner, n_layers, overlap)
             after = {i: [grad_ops[x] for x in xs] for i, xs in points.items()}
         _backward_pass(b, compute, j, grad_accum, recompute=recompute, after=after)
-    owned = internlm_owned_numel(model.params, group)
-    b.task("optimizer", "optimizer", _optimizer_s(compute, max(owned) / model.param_count), wait=grad_ops)
-    if group > 1:
-        casts = [b.op(f"broadcast parameters of rank {r}", "broadcast", n * precision.weight_bytes, "broadcast",
-                      request.zero_group) for r, n in enumerate(owned) if n]
+    b.task("optimizer", "optimizer", _optimizer_s(compute, plan.largest_owned / model.param_count), wait=grad_ops)
+    casts = [b.op(name, "broadcast", size, "broadcast", request.zero_group)
+             for name, size in plan.broadcasts(precision.weight_bytes)]
+    if casts:
         b.launch(*casts)
         b.task("optimizer", "wait for parameter broadcasts", 0.0, wait=casts)
     return StrategyProgram(strategy="zero1", program=b.build(), shard_group_size=group,
