@@ -11,7 +11,10 @@
   (apex DDP) on PCIe workstations and servers, predicted from the one-GPU step measured on the
   same hardware (as ``accuracy_ddp.py`` does for NVLink servers) on the row's topology file
   (``validation/systems/<topology>.yaml``). It prints the median and worst |error| of the
-  scored rows (a row whose one-GPU run is another machine's is shown, not scored).
+  scored rows (a row whose one-GPU run is another machine's is shown, not scored). Beside each
+  row: the step time the N-GPU run measured beyond its one-GPU step, and the predicted
+  all-reduce time of the step, in total and exposed (not hidden behind backward compute), so
+  a reader sees whether a miss is the collectives' speed or their overlap.
 
 Nothing in the model is fitted on these rows, so leaving each system out predicts the same
 numbers; the script checks that rather than assuming it.
@@ -53,6 +56,12 @@ def training_results(data: list[dict]) -> list[Result]:
     return [Result(row=r, predicted=predict_step(config_of(r)).samples_per_s) for r in data]
 
 
+def extra_step_ms(row: dict) -> float:
+    """What the N-GPU run's step measured beyond the one-GPU step, ms (both measured, same batch per GPU)."""
+    batch = int(row["micro_batch"])
+    return 1e3 * batch * (int(row["gpus"]) / float(row["samples_per_s"]) - 1 / float(row["single_gpu_samples_per_s"]))
+
+
 def training_loso(data: list[dict]) -> list[Result]:
     """Each system's rows predicted with what the others fit: nothing, so the plain predictions."""
     out = []
@@ -78,12 +87,15 @@ def main() -> int:
     data = rows(TRAINING)
     results = training_results(data)
     assert [r.predicted for r in results] == [r.predicted for r in training_loso(data)]
-    print("\n| id | system | model | precision | GPUs | 1-GPU measured | measured | predicted | error |")
+    print("\n| id | system | model | precision | GPUs | 1-GPU measured | measured | predicted | error "
+          "| measured beyond 1 GPU, ms | all-reduce predicted, ms (exposed) |")
     for r in results:
         row = r.row
+        step = predict_step(config_of(row))
         print(f"| {row['id']} | {row['topology']} | {row['model']} | {row['precision']} | {row['gpus']} | "
               f"{float(row['single_gpu_samples_per_s']):,.1f} | {r.measured:,.1f} | {r.predicted:,.1f} | "
-              f"{100 * r.error:+.1f} %{'' if row['scored'] == 'yes' else ' (not scored)'} |")
+              f"{100 * r.error:+.1f} %{'' if row['scored'] == 'yes' else ' (not scored)'} | "
+              f"{extra_step_ms(row):+.1f} | {1e3 * step.comm_s:.1f} ({1e3 * step.exposed_comm_s:.1f}) |")
     scored = [r for r in results if r.row["scored"] == "yes"]
     med, worst = summary(scored)
     per = {}
