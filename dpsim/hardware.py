@@ -722,6 +722,64 @@ _register(GpuSpec(
     ) + _stream_note("hbm3e", None),
 ))
 
+# --- Blackwell Ultra (B300, GB300) ------------------------------------------------------
+# The same dual-die Blackwell SMs and tensor cores as B200/GB200, reworked for NVFP4 (dense FP4
+# 1.5x) at the cost of INT8 and FP64, with 12-high HBM3e stacks (288 GB) and up to 1,400 W. Its
+# dense BF16/FP8/TF32 peaks are those of the Blackwell part it follows (HGX B300 = HGX B200, GB300
+# NVL72 = GB200 NVL72) and none has a published matmul measurement, so each takes its
+# predecessor's measured rates; the fits keyed by architecture (GEMM surface, attention kernels,
+# NCCL tables) apply as "blackwell". Nothing is fitted here. FP4 has no rate key (MATMUL_DTYPES).
+_BLACKWELL_ULTRA = ("NVIDIA Technical Blog, 'Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era' "
+                    "(developer.nvidia.com/blog/inside-nvidia-blackwell-ultra-the-chip-powering-the-ai-factory-era): "
+                    "160 SMs in the full implementation, 15 PFLOPS dense NVFP4, 288 GB HBM3e (8 stacks) at 8 TB/s, "
+                    "fifth-generation NVLink 1.8 TB/s per GPU, 1,400 W")
+_VERDA_GB300 = ("verda.com/blog/gb300-nvl72-architecture, 'Per-GPU specifications' table (dense), column {col}")
+
+
+def _blackwell_ultra(base: str, *, name: str, description: str, memory_gb: float, fp32_tflops: float,
+                     measured: str, sources: tuple[str, ...]) -> GpuSpec:
+    """A Blackwell Ultra preset: ``base``'s peaks and measured rates (``measured`` cites them), its
+    own memory, its own CUDA-core FP32 peak (achieved at ``base``'s bf16 efficiency)."""
+    spec = GPU_PRESETS[base]
+    efficiency = spec.achieved_flops_per_s["bfloat16"] / spec.peak_flops_per_s["bfloat16"]
+    fp32 = fp32_tflops * TFLOPS
+    return replace(
+        spec, name=name, description=description, memory_bytes=memory_gb * _GB, sm_count=None,
+        peak_flops_per_s={**spec.peak_flops_per_s, "float32-highest": fp32},
+        achieved_flops_per_s={**spec.achieved_flops_per_s, "float32-highest": fp32 * efficiency},
+        sources=sources + (_BLACKWELL_ULTRA,
+                           f"achieved rates: the {base} preset's ({measured}), same tensor cores and dense peaks; no "
+                           f"published matmul measurement of {name}; TF32 and FP32 achieved = peak x {base}'s bf16 "
+                           f"efficiency {efficiency:.3f}",
+                           "SMs enabled on the product not published (160 is the full implementation): no wave "
+                           "quantization") + _stream_note("hbm3e", None),
+    )
+
+
+_register(_blackwell_ultra(
+    "gb200", name="gb300",
+    description="NVIDIA GB300 (one Blackwell Ultra GPU of a Grace Blackwell Ultra superchip, NVL72) 279GB",
+    # 288 GB announced; 279 usable, as GB200 exposes 186 of its 192.
+    memory_gb=279, fp32_tflops=80, measured=f"{_MAMF}: GB200 SXM bf16 1822.0, fp8 3615.6 TFLOP/s",
+    sources=(_VERDA_GB300.format(col="GB300") + ": FP4 15, FP8 5, FP16/BF16 2.5, TF32 1.25, FP32 0.080 PFLOPS; "
+             "279 GB HBM3E at 8 TB/s; 1.4 kW",
+             "verda.com/blog/gb300-nvl72-architecture, 'GB300 NVL72 rack-aggregate performance' (dense): FP16/BF16 "
+             "180, FP8 360 PFLOPS, 576 TB/s, NVLink 130 TB/s for 72 GPUs (2.5, 5 PFLOPS and 8 TB/s each; the "
+             "GB200 NVL72's per-GPU BF16/FP8 peaks, as the gb200 preset's spec table)"),
+))
+_register(_blackwell_ultra(
+    "b200", name="b300", description="NVIDIA B300 SXM (HGX/DGX B300, Blackwell Ultra) 270GB",
+    # 288 GB announced; 270 usable, as HGX/DGX B200 exposes 180 of its 192.
+    memory_gb=270, fp32_tflops=75,
+    measured=f"hardware.csv H017: B200 SXM bf16 1745.0 TFLOP/s (mamf-finder); {_MAMF}: B200 fp8 3432.5",
+    sources=("glennklockwood.com/garden/processors/B300, 'Performance' table (HGX B300, TFLOPS): matrix TF32 1125, "
+             "FP16/BF16 2250, FP8 4500, dense FP4 13125; FP32 (VFMA) 75; 288 GB HBM3e, 8 TB/s",
+             "fibermall.com/blog/?p=17161, HGX B300 NVL16 specifications table (8 packages, with sparsity): FP8 72, "
+             "FP16/BF16 36, TF32 18 PFLOPS; FP32 600 TFLOPS; up to 2.3 TB: the HGX B200 column's compute",
+             _VERDA_GB300.format(col="B300") + ": FP16/BF16 2.25, FP8 4.5 PFLOPS; 270 GB HBM3E; "
+             "7.7 TB/s there, 8 TB/s in NVIDIA's blog (below), taken as for b200"),
+))
+
 # GeForce Blackwell (GB202, sm_120): not a small B200 -- no tensor memory, the older MMA path,
 # and fp16/bf16 with fp32 accumulation at half the fp16-accumulate rate, as on GeForce Ada.
 _register(_derived_gpu(

@@ -27,7 +27,7 @@ def test_fp8_choices_are_the_recipe_table():
     assert typing.get_args(Fp8) == tuple(FP8_RECIPES)
 
 
-@pytest.mark.parametrize("name", ["h100", "h200", "h800", "h20", "l40s", "rtx4090", "b200", "gb200"])
+@pytest.mark.parametrize("name", ["h100", "h200", "h800", "h20", "l40s", "rtx4090", "b200", "gb200", "b300", "gb300"])
 def test_presets_the_recipes_need_have_an_fp8_rate(name):
     gpu = get_gpu(name)
     assert 0 < gpu.achieved_rate("float8") <= gpu.peak_rate("float8")

@@ -10,7 +10,8 @@ from dpsim.hardware import (ARCHITECTURES, DRIVER_MEMORY_MIB, GPU_PRESETS, MATMU
 
 REQUIRED = ("p100", "v100", "v100-16gb", "v100-pcie", "v100-pcie-16gb", "t4", "rtx2080ti", "rtx3090", "rtx4090",
             "rtx5090", "a10", "a40", "a6000", "l4", "l40s", "a100", "a100-40gb", "a100-pcie-40gb", "a100-pcie-80gb",
-            "h100", "h100-pcie", "h100-nvl", "h800", "h20", "gh200", "h200", "b200", "gb200", "mi250x", "mi300x")
+            "h100", "h100-pcie", "h100-nvl", "h800", "h20", "gh200", "h200", "b200", "gb200", "b300", "gb300", "mi250x",
+            "mi300x")
 TF = 1e12
 # GeForce boards run above the rated boost clock their datasheet peaks assume. The RTX 5090 most
 # of all: capped at its rated 2407 MHz a cuBLAS TF32 matmul runs 1.19x slower than unlimited
@@ -51,7 +52,8 @@ def test_sources_non_empty(name):
 
 
 @pytest.mark.parametrize("name", ["a10", "a40", "a6000", "l4", "l40s", "a100", "a100-40gb", "a100-pcie-40gb", "h100",
-                                  "h100-pcie", "h100-nvl", "h800", "h20", "gh200", "h200", "b200", "gb200", "mi300x"])
+                                  "h100-pcie", "h100-nvl", "h800", "h20", "gh200", "h200", "b200", "gb200", "b300",
+                                  "gb300", "mi300x"])
 def test_tf32_is_half_the_16_bit_peak_and_full_fp32_is_apart(name):
     gpu = GPU_PRESETS[name]
     # Ampere and later: TF32 dense peak is half the bf16/fp16 dense peak (datasheets).
@@ -118,7 +120,7 @@ def test_community_matmul_measurements():
 
 
 @pytest.mark.parametrize("name", ["a100", "a100-40gb", "a100-pcie-40gb", "h100", "h800", "h20", "h200", "gh200",
-                                  "rtx3090", "rtx4090", "rtx5090", "a40", "a6000", "l40s", "b200"])
+                                  "rtx3090", "rtx4090", "rtx5090", "a40", "a6000", "l40s", "b200", "b300", "gb300"])
 def test_tf32_is_about_half_the_16_bit_rate(name):
     # Measured where published (H100, A100 PCIe, GA102 and AD104 boards), else derived from the
     # measured 16-bit rate by the ratio the same silicon measures.
@@ -133,6 +135,19 @@ def test_h200_same_compute_die_as_h100():
     assert h200.achieved_rate("bfloat16") == pytest.approx(h100.achieved_rate("bfloat16"), rel=0.01)
 
 
+@pytest.mark.parametrize("ultra,base", [("b300", "b200"), ("gb300", "gb200")])
+def test_blackwell_ultra_takes_its_predecessors_tensor_rates(ultra, base):
+    # HGX B300 = HGX B200 and GB300 NVL72 = GB200 NVL72 in dense BF16/FP8/TF32 (their spec tables);
+    # no Blackwell Ultra matmul measurement is published, so the predecessor's measured rates stand.
+    u, b = get_gpu(ultra), get_gpu(base)
+    assert u.architecture == b.architecture == "blackwell"
+    for key in ("bfloat16", "float16", "float32", "float8"):
+        assert u.peak_rate(key) == b.peak_rate(key) and u.achieved_rate(key) == b.achieved_rate(key), key
+    # 12-high stacks: 1.5x the memory at the same 8 TB/s.
+    assert u.memory_bytes == pytest.approx(1.5 * b.memory_bytes)
+    assert u.memory_bandwidth_bytes_per_s == b.memory_bandwidth_bytes_per_s
+
+
 def test_memory_datasheet_numbers():
     expected = {"v100": (32e9, 900e9), "a100": (80e9, 2039e9), "a100-pcie-40gb": (40e9, 1555e9),
                 "a100-pcie-80gb": (80e9, 1935e9), "h100": (80e9, 3.35e12), "h100-pcie": (80e9, 2.0e12),
@@ -140,7 +155,7 @@ def test_memory_datasheet_numbers():
                 "l4": (24e9, 300e9), "l40s": (48e9, 864e9), "a10": (24e9, 600e9), "mi300x": (192e9, 5.3e12),
                 "a100-40gb": (40e9, 1555e9), "h800": (80e9, 3.35e12), "h20": (96e9, 4.0e12), "a40": (48e9, 696e9),
                 "a6000": (48e9, 768e9), "rtx4090": (24e9, 1008e9), "rtx5090": (32e9, 1792e9),
-                "v100-pcie-16gb": (16e9, 900e9)}
+                "v100-pcie-16gb": (16e9, 900e9), "b300": (270e9, 8e12), "gb300": (279e9, 8e12)}
     for name, (capacity, bandwidth) in expected.items():
         gpu = get_gpu(name)
         if name in DRIVER_MEMORY_MIB:

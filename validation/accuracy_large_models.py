@@ -69,9 +69,10 @@ VALIDATION = ROOT / "VALIDATION.md"
 HEADING = "## Large-model training runs (issue 24)"
 SYSTEMS_DIR = ROOT / "validation" / "systems"
 
-BF16_PEAK_FLOPS = {"a100": 312e12, "h100": 989e12, "gb200": 2.5e15}
+BF16_PEAK_FLOPS = {"a100": 312e12, "h100": 989e12, "gb200": 2.5e15, "gb300": 2.5e15}
 """Dense bf16 peaks (A100 and H100 SXM datasheets; GB200: the GB200 NVL72 datasheet's 180 PFLOPS
-dense FP16/BF16 over its 72 GPUs) the common MFU column is quoted against."""
+dense FP16/BF16 over its 72 GPUs; GB300: the same 180 PFLOPS over 72 for the GB300 NVL72, the
+``gb300`` preset's citation) the common MFU column is quoted against."""
 FP8_PEAK_FLOPS = {"h100": 1979e12}
 """Dense FP8 peak (H100 SXM datasheet: 3,958 TFLOPS with sparsity): llm-foundry's MFU column
 divides its FP8 rows' throughput by it, not by the bf16 peak (R041-R047's published MFU is half
@@ -86,12 +87,6 @@ def published_mfu_peak_flops(row: dict) -> float:
 A100_40GB_BYTES = GPU_PRESETS["a100-40gb"].memory_bytes
 """A100 SXM4 40GB memory (the ``a100-40gb`` preset's, as the driver reports it): the rows on it are run
 with the ``a100`` (80 GB) preset and their fit verdict is taken against this capacity instead."""
-
-GB300_BYTES = 279e9
-"""GB300 (Blackwell Ultra) memory, 279 GB HBM3e per GPU (verda.com/blog/gb300-nvl72-architecture,
-per-GPU specifications table; NVIDIA's GB300 NVL72 gives about 20 TB for 72 GPUs): the rows on it run
-with the closest preset, ``gb200`` (186 GB), and their fit verdict is taken against this capacity."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class System:
@@ -153,8 +148,7 @@ SYSTEMS = {
         assumed="network between NVLink domains not stated: 4x 400 Gb/s NDR per 4-GPU node"),
     "GB300 NVL72 (NVLink domain 72), as published": System(
         name="Megatron-Core MoE GB200", topology_file="gb200-nvl72.yaml",
-        assumed="GB300 as the GB200 preset (no GB300 preset); network between NVLink domains not stated: "
-                "4x 400 Gb/s NDR per 4-GPU node"),
+        assumed="network between NVLink domains not stated: 4x 400 Gb/s NDR per 4-GPU node"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -322,7 +316,8 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         assumed.append("checkpointing not published: full")
     if "pack_sample_into_one=False" in row["attention"]:
         assumed.append("packed variable-length attention as full 2048-token causal attention")
-    kw = dict(gpus=gpus, model=row["model"], micro_batch=micro_batch,
+    # The row's preset, over the system file's default GPU (GB300 racks share the GB200 NVL72 file).
+    kw = dict(gpus=gpus, gpu=row["gpu"], model=row["model"], micro_batch=micro_batch,
               precision=_lookup(PRECISIONS, row["precision"], "precision"), strategy=strategy, optimizer="adamw", steps=1,
               compile=compiled(row))
     if row["fp8_recipe"]:
@@ -397,8 +392,6 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     if compute_efficiency is not None:
         kw["compute_efficiency"] = compute_efficiency
     capacity = A100_40GB_BYTES if "40GB" in row["system"] or "40G " in row["system"] else None
-    if row["gpu_published"].startswith("GB300"):
-        capacity = GB300_BYTES
     return Job(config=PredictConfig(**kw), model=model_of(row), assumed=tuple(assumed), capacity_bytes=capacity)
 
 

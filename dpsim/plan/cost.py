@@ -114,9 +114,10 @@ GPU_HOUR_PRICES: dict[str, GpuPrice] = {
         GpuPrice(gpu="gh200", usd_per_gpu_hour=49.24 / 8,
                  source="no list price found in the sources used here: the HGX H100 price ($6.155 per GPU-hour, "
                         "CoreWeave) as a placeholder; override with --gpu-hour-usd gh200=PRICE"),
-        GpuPrice(gpu="gb200", usd_per_gpu_hour=68.80 / 8,
-                 source="no list price found in the sources used here: the HGX B200 price ($8.60 per GPU-hour, "
-                        "CoreWeave) as a placeholder; override with --gpu-hour-usd gb200=PRICE"),
+        *(GpuPrice(gpu=g, usd_per_gpu_hour=68.80 / 8,
+                   source="no list price found in the sources used here: the HGX B200 price ($8.60 per GPU-hour, "
+                          f"CoreWeave) as a placeholder; override with --gpu-hour-usd {g}=PRICE")
+          for g in ("gb200", "b300", "gb300")),
         GpuPrice(gpu="mi300x", usd_per_gpu_hour=1.85,
                  source="gpu.blog/gpus/instinct-mi300x-mi300x: Vultr on-demand MI300X $1.85/hour"),
         GpuPrice(gpu="mi250x", usd_per_gpu_hour=1.85 / 2,

@@ -161,7 +161,7 @@ def get_fp8_recipe(name: str) -> Fp8Recipe:
 def check_fp8_on_gpu(recipe: Fp8Recipe, gpu) -> None:
     """Refuse a recipe on a GPU without FP8 tensor cores (or, for MXFP8, without Blackwell's)."""
     if gpu.architecture not in recipe.architectures or FP8_RATE_KEY not in gpu.peak_flops_per_s:
-        needs = "Blackwell (b200, gb200)" if recipe.architectures == ("blackwell",) else \
+        needs = "Blackwell (b200, gb200, b300, gb300)" if recipe.architectures == ("blackwell",) else \
             "Ada, Hopper or Blackwell (l4, l40s, h100, h200, b200, ...)"
         raise ConfigError(f"--fp8: {recipe.name!r} needs FP8 tensor cores of {needs}; {gpu.name} "
                           f"({gpu.architecture or 'unknown generation'}) has none for it: leave --fp8 out")
