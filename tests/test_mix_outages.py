@@ -170,6 +170,7 @@ def test_the_html_page_marks_the_outages(tmp_path):
     ({"mtbf_uplink": "1000h"}, "failures.mtbf_uplink: '1000h' is not valid; expected a mapping"),
     ({"mtbf_uplink": {"leaf-spine": "1000"}}, "failures.mtbf_uplink.leaf-spine: '1000' is not valid"),
     ({"uplink_repair": "2"}, "failures.uplink_repair: '2' is not valid"),
+    ({"uplink_repair": "0s"}, "failures.uplink_repair: '0s' is not valid; expected a time > 0"),
 ])
 def test_uplink_fields_are_checked_in_the_file(failures, message):
     with pytest.raises(ConfigError) as exc:

@@ -311,6 +311,8 @@ def _failures(data: Any) -> FailureSpec:
                         "cable, e.g. {leaf-spine: 100000h}")
         uplink_mtbf = tuple((str(c), _mtbf(f"failures.mtbf_uplink.{c}", v)) for c, v in raw_mtbf.items())
     uplink_repair = _seconds("failures.uplink_repair", data["uplink_repair"]) if "uplink_repair" in data else None
+    if uplink_repair is not None and uplink_repair <= 0:
+        raise _fail("failures.uplink_repair", data["uplink_repair"], "expected a time > 0, e.g. 2h")
     raw = data.get("events", [])
     if not isinstance(raw, list) or len(raw) > MAX_FAILURE_EVENTS:
         raise _fail("failures.events", raw if not isinstance(raw, list) else f"{len(raw)} events",
