@@ -192,3 +192,60 @@ def test_uplink_fields_are_checked_against_the_cluster(failures, topology, messa
     with pytest.raises(DpsimError) as exc:
         simulate_mix(_mix(A, topology=topology, failures={"repair": "1h", **failures}), sample_steps=None)
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+# ---------------------------------------------------------------- NIC ports bundled behind one GPU
+
+BUNDLED = DATA / "fat-tree-2nic.yaml"  # two NIC ports behind each GPU
+
+
+def test_a_nic_port_of_a_bundle_narrows_it_as_degrade_does_and_the_job_goes_on():
+    from dpsim.mix.outages import FabricOutages
+    from dpsim.network.degrade import LinkDegradation, degradation_scale
+    mix = _mix(RING, topology=BUNDLED, failures={"repair": "1h", "events": [{"at": "5s", "link": 0, "nic": 1}]})
+    sim = MixSimulation(mix)
+    outages = FabricOutages(sim.net, mix.failures, sim.capacity)
+    assert len(outages.fail_port(0, 1, 5.0, 60.0, False, lambda links: [])) == 2
+    # --degrade node0.nic0 (NIC node 0: ports 0 and 1) at next to nothing left of one port.
+    scale = degradation_scale(sim.net, [LinkDegradation(link="node0.nic0", capacity_fraction=1e-300)])
+    np.testing.assert_allclose(outages.capacity(), sim.capacity * scale, rtol=1e-12)
+    ring = simulate_mix(mix, sample_steps=None)
+    (job,) = ring.jobs
+    assert job.failures == 0 and job.restarts == 0 and job.fabric_slowdown > 1.0
+    (outage,) = ring.link_outages
+    assert (outage.switch, outage.cables, outage.of_cables, outage.servers) == ("n0.nic0", 1, 2, (0, 0))
+    assert outage.jobs == ("r",) and outage.link_class == "infiniband" and not ring.failures
+
+
+def test_the_last_port_of_a_bundle_stops_the_job_like_a_server_failure():
+    events = [{"at": "5s", "link": 0, "nic": 0}, {"at": "6s", "link": 0, "nic": 1}]
+    ring = simulate_mix(_mix(RING, topology=BUNDLED, failures={"repair": "1h", "events": events}), sample_steps=None)
+    assert ring.jobs[0].failures == 1 and [f.at_s for f in ring.failures] == [6.0]
+    assert [o.switch for o in ring.link_outages] == ["n0.nic0"]
+    # One NIC per GPU: a NIC link failing stops the job at once.
+    one = simulate_mix(_mix(RING, failures={"repair": "1h", "events": events[:1]}), sample_steps=None)
+    assert one.jobs[0].failures == 1 and not one.link_outages
+
+
+def test_random_nic_failures_on_bundles_degrade():
+    mix = _mix({**RING, "duration": "2h"}, topology=BUNDLED, horizon="2h",
+               failures={"repair": "10min", "mtbf_link": "4h", "seed": 2})
+    result = simulate_mix(mix, sample_steps=20)
+    assert result.link_outages and all(o.drawn and o.switch.startswith("n") for o in result.link_outages)
+    assert result.to_dict() == simulate_mix(mix, sample_steps=20).to_dict()
+
+
+@pytest.mark.parametrize("event, message", [
+    ({"at": "1s", "node": 0, "nic": 1}, "failures.events[0].nic: 1 applies only to link: events"),
+    ({"at": "1s", "link": 0, "nic": -1}, "failures.events[0].nic: -1 is not valid"),
+])
+def test_nic_is_checked_in_the_file(event, message):
+    with pytest.raises(ConfigError) as exc:
+        _mix(A, failures={"repair": "1h", "events": [event]})
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_nic_is_checked_against_the_servers():
+    with pytest.raises(ConfigError, match=r"failures.events\[0\].nic: 4 is not valid; the servers have NICs 0..3"):
+        simulate_mix(_mix(A, topology=BUNDLED, failures={"repair": "1h", "events": [{"at": "1s", "link": 0,
+                                                                                     "nic": 4}]}))

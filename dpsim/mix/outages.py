@@ -12,6 +12,13 @@ sharing runs on that narrower network until the cables are repaired
 A switch keeps at least one uplink cable here: losing every one cuts its servers off, which is a
 failure of those servers (give them as ``node`` events). A drawn failure that would take a switch's
 last cable is not applied, and overlapping events take at most the cables left but one.
+
+A server's NICs are bundles too where the topology puts several behind one GPU (more NICs than
+GPUs, e.g. 32 EFA NICs on 8 GPUs: :class:`~dpsim.topology.fabric.NicLayout`'s ports): a failed
+``link`` there takes one port of its bundle out, as ``--degrade node<K>.nic<J>`` scales it, and the
+job goes on; only the bundle's last port stops the job like a server failure. With one NIC per GPU
+(or fewer) a failed NIC link stops the job: moving a GPU's traffic onto another rail's NIC would be
+a new route, which the network does not model.
 """
 
 from __future__ import annotations
@@ -35,13 +42,14 @@ class LinkOutage:
     """Cables between switches that were down during the mix."""
 
     switch: str
-    """The switch below the cables (``leaf3.0``, ``spine1``)."""
+    """The switch below the cables (``leaf3.0``, ``spine1``), or the server's NIC bundle whose ports
+    failed (``n7.nic1``: NIC node 1 of server 7)."""
     link_class: str
-    """``leaf-spine``, ``spine-core``..."""
+    """``leaf-spine``, ``spine-core``... (a NIC's: ``infiniband``, ``ethernet``)."""
     cables: int
-    """Cables of its uplink that failed."""
+    """Cables (NIC ports) of the bundle that failed."""
     of_cables: int
-    """Cables of its uplink in all."""
+    """Cables (NIC ports) of the bundle in all."""
     start_s: float
     """When they failed."""
     end_s: float
@@ -59,6 +67,11 @@ class LinkOutage:
                 "drawn": self.drawn}
 
 
+def ports_per_nic(network) -> int:
+    """NIC ports bundled behind one NIC node of ``network``'s servers (1: none bundled)."""
+    return network.layout.ports_per_nic if getattr(network, "nic_kind", False) else 1
+
+
 def _summary(names: list[str]) -> str:
     return ", ".join(names) if len(names) <= 6 else f"{', '.join(names[:3])}, ..., {', '.join(names[-2:])}"
 
@@ -71,12 +84,14 @@ class FabricOutages:
         if not hasattr(network, "uplink_bundles"):
             raise ConfigError("failures.events: uplink failures need the cluster's own network (its switch tiers); "
                               "this network has none")
+        self.network = network
         self.healthy = healthy
         self.bundles = network.uplink_bundles()
         cables = uplink_cables(network.spec) if self.bundles else ()
         self.cables = [cables[bundle[3]] for bundle in self.bundles]
         self.classes = [level_class(bundle[3]) for bundle in self.bundles]
         self.index = {name: b for b, (name, *_) in enumerate(self.bundles)}
+        self.ports = ports_per_nic(network)
         self.down = [0] * len(self.bundles)
         self.repair_s = failures.uplink_repair_s if failures.uplink_repair_s is not None else failures.repair_s
         self.queue: list[tuple] = []  # (time, order, bundle, cables, repair, drawn)
@@ -114,7 +129,7 @@ class FabricOutages:
         if self.rate > 0:
             t = now + float(self.rng.exponential(1.0 / self.rate))
             u = float(self.rng.random()) * self.rate
-            b = min(int(np.searchsorted(self.cumulative, u, side="right")), len(self.bundles) - 1)
+            b = min(int(np.searchsorted(self.cumulative, u, side="right")), len(self.cumulative) - 1)
             heapq.heappush(self.queue, (t, self.order, b, 1, self.repair_s, True))
             self.order += 1
 
@@ -135,18 +150,42 @@ class FabricOutages:
             _, _, b, n, repair, drawn = heapq.heappop(self.queue)
             if drawn:
                 self._draw(now)
-            n = min(n, self.cables[b] - 1 - self.down[b])
-            if n <= 0:
-                continue  # the switch's last cable: see the module docstring
-            self.down[b] += n
-            heapq.heappush(self.repairs, (now + repair, self.order, b, n))
-            _, up, down, *_ = self.bundles[b]
-            self._open[self.order] = entry = [b, n, now, now + repair, drawn, dict.fromkeys(crossing({up, down}))]
-            self._log.append(entry)
-            self.order += 1
-            changed.append(b)
+            if self._fail(b, n, now, repair, drawn, crossing):
+                changed.append(b)
         links = [link for b in dict.fromkeys(changed) for link in self.bundles[b][1:3]]
         return np.array(links, dtype=np.int64)
+
+    def _fail(self, b: int, n: int, now: float, repair: float, drawn: bool, crossing) -> bool:
+        """``n`` cables of bundle ``b`` down until ``now + repair`` (never its last one); whether any went."""
+        n = min(n, self.cables[b] - 1 - self.down[b])
+        if n <= 0:
+            return False  # the bundle's last cable: see the module docstring
+        self.down[b] += n
+        heapq.heappush(self.repairs, (now + repair, self.order, b, n))
+        _, up, down, *_ = self.bundles[b]
+        self._open[self.order] = entry = [b, n, now, now + repair, drawn, dict.fromkeys(crossing({up, down}))]
+        self._log.append(entry)
+        self.order += 1
+        return True
+
+    def fail_port(self, server: int, nic: int, now: float, repair: float, drawn: bool, crossing) -> np.ndarray:
+        """NIC ``nic`` of ``server`` fails where it is one port of a bundle: the links whose capacity
+        changed (empty: it was the bundle's last port, or NICs are not bundled here: the caller stops
+        the job on that server)."""
+        if self.ports <= 1:
+            return np.zeros(0, dtype=np.int64)
+        name = f"n{server}.nic{nic // self.ports}"
+        b = self.index.get(name)
+        if b is None:
+            up, down = self.network.server_nic_links(server, nic // self.ports).tolist()
+            b = self.index[name] = len(self.bundles)
+            self.bundles.append((name, up, down, -1, server, server))
+            self.cables.append(self.ports)
+            self.classes.append(self.network.link_classes[int(self.network.link_class_id[up])])
+            self.down.append(0)
+        if not self._fail(b, 1, now, repair, drawn, crossing):
+            return np.zeros(0, dtype=np.int64)
+        return np.array(self.bundles[b][1:3], dtype=np.int64)
 
     def seen(self, job: str, links: frozenset) -> None:
         """Job ``job`` now sends flows over ``links`` (it arrived, or moved to a spare): it crosses the

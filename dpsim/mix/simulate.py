@@ -47,7 +47,7 @@ from dpsim.collectives.algorithms import ALGORITHMS
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.limits import MIN_CHECKPOINT_INTERVAL_S
-from dpsim.mix.outages import FabricOutages, LinkOutage
+from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
 from dpsim.mix.spec import JobSpec, MixSpec
 from dpsim.network.maxmin import max_min_sparse
@@ -361,8 +361,10 @@ class MixSimulation:
     """The event loop of a mix (see the module docstring); :func:`simulate_mix` runs it."""
 
     def __init__(self, spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STEPS,
-                 network=None, topology: Topology | None = None):
+                 network=None, topology: Topology | None = None, narrowing: bool = True):
         self.spec = spec
+        # False: failed cables are logged but leave the network as it was (the run fabric_slowdown compares with).
+        self.narrowing = narrowing
         self.topology = topology or cluster_topology(spec)
         self.design = self.topology.spec
         self.net = network if network is not None else TierNetwork(self.topology)
@@ -1098,13 +1100,17 @@ class _Failures:
         self.spare = [s >= n_srv - spec.spares for s in range(n_srv)]
         self.owner: list[int | None] = [None] * n_srv
         self.down_until = [0.0] * n_srv
-        self.queue: list[tuple] = []  # (time, order, server, component, random, repair)
+        self.queue: list[tuple] = []  # (time, order, server, component, random, repair, NIC)
+        nics = ClusterShape.from_topology(sim.topology).links_per_node
         for k, e in enumerate(f.events):
             if e.server >= n_srv:
                 raise ConfigError(f"failures.events[{k}].{e.component}: {e.server} is not valid; the cluster has "
                                   f"servers 0..{n_srv - 1}")
+            if e.nic is not None and e.nic >= nics:
+                raise ConfigError(f"failures.events[{k}].nic: {e.nic} is not valid; the servers have "
+                                  + (f"NICs 0..{nics - 1}" if nics else "no NIC link"))
             heapq.heappush(self.queue, (e.at_s, k, e.server, e.component, False,
-                                        e.repair_s if e.repair_s is not None else f.repair_s))
+                                        e.repair_s if e.repair_s is not None else f.repair_s, e.nic or 0))
         self.order = len(f.events)
         self.repairs: list[tuple[float, int]] = []
         self.shape = ClusterShape.from_topology(sim.topology)
@@ -1114,8 +1120,11 @@ class _Failures:
         self.cumulative = np.cumsum([per_server[c] for c in self.classes])
         self.rate = float(self.cumulative[-1]) * n_srv
         self.rng = np.random.default_rng(f.seed)
+        self.ports = ports_per_nic(sim.net)
         self._draw(0.0)
-        self.outages = FabricOutages(sim.net, f, sim.capacity) if f.uplink_events or f.uplink_mtbf_s else None
+        links_fail = any(e.component == "link" for e in f.events) or math.isfinite(f.rates.link_mtbf_s)
+        self.outages = FabricOutages(sim.net, f, sim.capacity) \
+            if f.uplink_events or f.uplink_mtbf_s or (self.ports > 1 and links_fail) else None
         self.log: list[FailureRecord] = []
         self.held: set[int] = set()
         self.paused: dict[int, list] = {}      # job -> [phase, until]
@@ -1146,7 +1155,9 @@ class _Failures:
             server = int(self.rng.integers(self.sim.n_servers))
             u = float(self.rng.random()) * float(self.cumulative[-1])
             cls = self.classes[min(int(np.searchsorted(self.cumulative, u, side="right")), len(self.classes) - 1)]
-            heapq.heappush(self.queue, (t, self.order, server, cls, True, self.repair_s))
+            # Which NIC matters only where several share a bundle (the other streams stay as they were).
+            nic = int(self.rng.integers(self.shape.links_per_node)) if cls == "link" and self.ports > 1 else 0
+            heapq.heappush(self.queue, (t, self.order, server, cls, True, self.repair_s, nic))
             self.order += 1
 
     def healthy(self, free: list[bool], now: float) -> list[bool]:
@@ -1258,16 +1269,22 @@ class _Failures:
         self._progress(now)
         if self.outages is not None:
             links = self.outages.handle(now, self._crossing)
-            if len(links):
+            if len(links) and self.sim.narrowing:
                 self.recapacity(links)
         while self.repairs and self.repairs[0][0] <= now:
             _, s = heapq.heappop(self.repairs)
             if self.down_until[s] <= now:
                 self._repaired(s, now)
         while self.queue and self.queue[0][0] <= now:
-            _, _, s, cls, drawn, repair = heapq.heappop(self.queue)
+            _, _, s, cls, drawn, repair, nic = heapq.heappop(self.queue)
             if drawn:
                 self._draw(now)
+            if cls == "link" and self.outages is not None:
+                links = self.outages.fail_port(s, nic, now, repair, drawn, self._crossing)
+                if len(links):
+                    if self.sim.narrowing:
+                        self.recapacity(links)  # one port of a bundle: the job goes on, narrower
+                    continue
             self._strike(s, cls, now, repair)
         for i in sorted(self.held):
             if i in self.paused:
@@ -1380,16 +1397,14 @@ def simulate_mix(spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STE
     :class:`~dpsim.network.model.NetworkModel` of the whole cluster with ``routes`` (default its
     :class:`~dpsim.network.tiers.TierNetwork`).
 
-    With switch cables failing, the mix runs a second time without them (the same server failures:
-    their draws are a stream of their own) and each job's :attr:`JobResult.fabric_slowdown` is its step
-    time over that run's.
+    When cables failed (switch uplinks, NIC ports of a bundle), the mix runs a second time with the same
+    failures but cables that never narrow the network, and each job's :attr:`JobResult.fabric_slowdown`
+    is its step time over that run's.
     """
     result = MixSimulation(spec, sample_steps=sample_steps, network=network).run()
-    f = spec.failures
-    if f is None or not (f.uplink_events or f.uplink_mtbf_s):
+    if not result.link_outages:
         return result
-    base = MixSimulation(replace(spec, failures=replace(f, uplink_events=(), uplink_mtbf_s=())),
-                         sample_steps=sample_steps, network=network).run()
+    base = MixSimulation(spec, sample_steps=sample_steps, network=network, narrowing=False).run()
     jobs = tuple(replace(j, fabric_slowdown=j.step_time_s / b.step_time_s)
                  if 0 < b.step_time_s < math.inf and j.step_time_s < math.inf else j
                  for j, b in zip(result.jobs, base.jobs))

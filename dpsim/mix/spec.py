@@ -15,7 +15,7 @@ failures:                                  # explicit events and/or a random pro
   repair: 4h                               # a failed server (or its NIC link) is back after this
   mtbf_node: 3692h                         # per server; also mtbf_gpu (per GPU), mtbf_link (per NIC link)
   seed: 1
-  events: [{at: 2h, node: 5}, {at: 3h, link: 7}]   # link: server 7's NIC link (NIC, cable, leaf port)
+  events: [{at: 2h, node: 5}, {at: 3h, link: 7, nic: 0}]   # link: server 7's NIC 0 (NIC, cable, leaf port)
   # Switch links (cables between switches): the jobs keep running over the cables left.
   mtbf_uplink: {leaf-spine: 100000h}       # per cable of that link class (tiers: leaf-spine, spine-core...)
   uplink_repair: 2h                        # a failed switch cable is back after this (default: repair)
@@ -54,7 +54,7 @@ as ``--calibration`` takes it; a relative path is read next to the mix file)."""
 _TOP_KEYS = ("cluster", "horizon", "placement", "jobs", "spares", "checkpoint", "storage", "failures")
 _CHECKPOINT_KEYS = ("interval", "write", "bandwidth", "restart")
 _FAILURE_KEYS = ("repair", "seed", "mtbf_gpu", "mtbf_node", "mtbf_link", "mtbf_uplink", "uplink_repair", "events")
-_EVENT_KEYS = ("at", "node", "link", "uplink", "cables", "repair")
+_EVENT_KEYS = ("at", "node", "link", "nic", "uplink", "cables", "repair")
 _SWITCH = re.compile(r"leaf\d+\.\d+|spine\d*|core\d*|tier\d+(\.\d+)?")
 """What ``uplink:`` names: a switch below the cables (the graph's names: ``leaf3.0`` is leaf group 3's
 rail-0 leaf, ``spine1`` a tier-1 block, ``core0`` a tier-2 block)."""
@@ -94,6 +94,9 @@ class FailureEvent:
     """``node``, ``link`` (the server's NIC link: NIC, cable, leaf port) or ``gpu``."""
     repair_s: float | None = None
     """Its own repair time (``None``: :attr:`FailureSpec.repair_s`)."""
+    nic: int | None = None
+    """Of a ``link`` failure: which of the server's NICs (``None``: NIC 0). It matters where several
+    NICs are bundled behind one GPU (:mod:`dpsim.mix.outages`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -341,8 +344,11 @@ def _failures(data: Any) -> FailureSpec:
         if "cables" in e:
             raise ConfigError(f"{where}.cables: {e['cables']!r} applies only to uplink: events (cables between "
                               f"switches); leave it out of a {what[0]} failure")
+        if "nic" in e and what[0] != "link":
+            raise ConfigError(f"{where}.nic: {e['nic']!r} applies only to link: events (a server's NIC); leave it "
+                              f"out of a {what[0]} failure")
         events.append(FailureEvent(at_s=at, server=_int(f"{where}.{what[0]}", e[what[0]], 0), component=what[0],
-                                   repair_s=own_repair))
+                                   repair_s=own_repair, nic=_int(f"{where}.nic", e["nic"], 0) if "nic" in e else None))
     return FailureSpec(repair_s=repair, rates=rates, seed=seed, events=tuple(events), uplink_events=tuple(uplinks),
                        uplink_mtbf_s=uplink_mtbf, uplink_repair_s=uplink_repair)
 
