@@ -168,6 +168,7 @@ def test_the_html_page_marks_the_outages(tmp_path):
     ({"events": [{"at": "1h", "node": 1, "repair": "0s"}]}, "failures.events[0].repair: '0s' is not valid"),
     ({"events": [{"at": "1h", "uplink": "leaf0.0", "repair": "soon"}]}, "failures.events[0].repair: 'soon'"),
     ({"mtbf_uplink": "1000h"}, "failures.mtbf_uplink: '1000h' is not valid; expected a mapping"),
+    ({"mtbf_uplink": {}}, "failures.mtbf_uplink: {} is not valid; expected a mapping"),
     ({"mtbf_uplink": {"leaf-spine": "1000"}}, "failures.mtbf_uplink.leaf-spine: '1000' is not valid"),
     ({"uplink_repair": "2"}, "failures.uplink_repair: '2' is not valid"),
     ({"uplink_repair": "0s"}, "failures.uplink_repair: '0s' is not valid; expected a time > 0"),
@@ -243,6 +244,15 @@ def test_nic_is_checked_in_the_file(event, message):
     with pytest.raises(ConfigError) as exc:
         _mix(A, failures={"repair": "1h", "events": [event]})
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_cluster_under_one_leaf_has_no_uplink_to_fail():
+    one_leaf = mix_from_dict({"cluster": {"topology": str(WIDE), "gpus": 4}, "horizon": "10s", "jobs": [
+        {"name": "a", "model": "gpt2", "gpus": 4}], "failures": {"repair": "1h", "events": [
+            {"at": "1s", "uplink": "leaf0.0"}]}})
+    with pytest.raises(ConfigError, match="uplink 'leaf0.0' is not valid; this cluster has no switch tier above its "
+                                          "leaves"):
+        simulate_mix(one_leaf)
 
 
 def test_nic_is_checked_against_the_servers():

@@ -171,8 +171,9 @@ class JobResult:
     goodput: float = 1.0
     """Training time kept (not lost) over the time it held its servers."""
     fabric_slowdown: float = 1.0
-    """Step time over its step time in the same mix without the switch cables' failures (1: none
-    failed, or none slowed it; below 1 when another job they slowed left it more bandwidth)."""
+    """Step time over its step time in the same mix whose failed cables (switch uplinks, NIC ports of a
+    bundle) never narrow the network (1: none failed, or none slowed it; below 1 when another job they
+    slowed left it more bandwidth)."""
 
     @property
     def slowdown(self) -> float:
@@ -226,7 +227,7 @@ class MixResult:
     spares: tuple[int, ...] = ()
     """Servers held back as spares at the start."""
     link_outages: tuple[LinkOutage, ...] = ()
-    """Cables between switches that were down, in time order."""
+    """Cables between switches (and NIC ports of a bundle) that were down, in time order."""
 
     def to_dict(self) -> dict:
         return {"topology": self.topology, "cluster_gpus": self.cluster_gpus, "horizon_s": self.horizon_s,
@@ -834,8 +835,7 @@ class MixSimulation:
         def recapacity(links: np.ndarray) -> None:
             """Switch cables failed or came back: the jobs crossing ``links`` are routed on the new
             capacities, each from the point of its step it had reached."""
-            hit = [i for i in sorted(failures.held) if traffic.get(i) is not None
-                   and not traffic[i].link_set.isdisjoint(links.tolist())]
+            hit = failures.crossing(set(links.tolist()))
             moving = [i for i in hit if i in running]
             at = {}
             for i in moving:
@@ -1306,10 +1306,13 @@ class _Failures:
         if self.outages is not None and self.traffic.get(i) is not None:
             self.outages.seen(self.jobs[i].name, self.traffic[i].link_set)
 
-    def _crossing(self, links: set[int]) -> list[str]:
-        """Names of the jobs holding servers whose flows cross ``links``."""
-        return [self.jobs[i].name for i in sorted(self.held) if self.traffic.get(i) is not None
+    def crossing(self, links: set[int]) -> list[int]:
+        """The jobs holding servers whose flows cross ``links``."""
+        return [i for i in sorted(self.held) if self.traffic.get(i) is not None
                 and not self.traffic[i].link_set.isdisjoint(links)]
+
+    def _crossing(self, links: set[int]) -> list[str]:
+        return [self.jobs[i].name for i in self.crossing(links)]
 
     # ------------------------------------------------------------------ the shared storage
     def _progress(self, now: float) -> None:

@@ -129,7 +129,7 @@ def slowdown_figure(result: Any, *, title: str | None = None):
     if getattr(result, "link_outages", ()):
         fig.add_trace(go.Scatter(x=[j.name for j in jobs], y=[getattr(j, "fabric_slowdown", 1.0) for j in jobs],
                                  mode="markers", marker=dict(symbol="diamond", size=10, color=OUTAGE_COLOR),
-                                 name="of it, from switch cables down (against the same mix without them)"))
+                                 name="fabric slowdown (against the same mix with no cable down)"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#555")
     _layout(fig, title or "Slowdown against running alone on the same servers", xaxis_title="job",
             yaxis_title="step time / step time alone")
