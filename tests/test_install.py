@@ -137,3 +137,30 @@ def test_predict_loads_neither_torch_nor_pydantic():
     out = subprocess.run([sys.executable, "-c", probe, "predict", "--gpus", "8", "--link", "nvlink"], cwd=ROOT,
                          env=env, capture_output=True, text=True, check=True, timeout=120).stdout
     assert out.strip() == "0 []", out
+
+
+def test_shipped_data_folders_are_the_ones_pyproject_maps():
+    from dpsim.shipped import CHECKOUT_FOLDERS
+    assert CHECKOUT_FOLDERS == SETUPTOOLS["package-dir"]
+
+
+def test_a_checkout_without_the_package_mapping_still_finds_presets_and_profiles(tmp_path):
+    # As when python runs in the clone's root after a regular install: the checkout's dpsim is
+    # imported, and no finder maps dpsim.topologies / dpsim.profiles.
+    code = (
+        "import importlib.abc, sys\n"
+        "class NoMapped(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name in ('dpsim.topologies', 'dpsim.profiles'):\n"
+        "            raise ModuleNotFoundError(name, name=name)\n"
+        "sys.meta_path.insert(0, NoMapped())\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from dpsim.topology.load import preset_names, load_preset\n"
+        "from dpsim.profile.io import shipped_profile_names\n"
+        "assert 'ethernet' in preset_names(), preset_names()\n"
+        "load_preset('ethernet')\n"
+        "assert shipped_profile_names()\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

@@ -21,7 +21,7 @@ LAYOUT_DOC = PACKAGE.parent / "docs" / "internals.md"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "lazy"),
     ("units", "limits"),
-    ("files", "stats", "processes"),
+    ("files", "stats", "processes", "shipped"),
     ("hardware",),
     ("topology",),
     ("network",),

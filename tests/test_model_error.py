@@ -15,23 +15,18 @@ from dpsim.predict.config import PredictConfig
 from dpsim.predict.model_error import (
     COLLECTIVE_POOL,
     COVERAGE,
+    KNOBS,
+    MIN_ROWS,
     POOLS,
     WIDEN_PER_EXTRAPOLATION,
     Regime,
     ResidualRow,
-    knob_candidates,
-    load_knobs,
     load_rows,
     log_interval,
     loso_coverage,
-    nested_loso_coverage,
-    select_knobs,
+    regime_coverage,
 )
 from dpsim.predict.run import predict
-
-MIN_ROWS = load_knobs()["compute"].min_rows
-"""The synthetic rows below are compute rows: the shipped compute pool's fewest rows per regime."""
-
 
 def test_every_shipped_row_is_cited_and_in_a_known_pool():
     rows, classes = load_rows()
@@ -51,36 +46,19 @@ def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside():
     assert all(c.fraction >= 0.75 for c in cov.values()), {k: round(v.fraction, 3) for k, v in cov.items()}
 
 
-def test_the_intervals_are_not_wider_than_the_shipped_knobs_reach():
-    """Issue 25 asks for a median half-width at most twice the median error; the shipped knobs reach
-    2.98 on this (in-sample in the knobs) table (2.89 before the attention-rate and TCP-socket changes
-    of issues 24 and 26 moved the residuals), held here as a regression bound, not the issue's bar."""
+def test_the_intervals_are_not_wider_than_the_method_reaches():
+    """Issue 25 asks for a median half-width at most twice the median error; CQR reaches 2.45 (the
+    normalised split-conformal intervals before it: 2.98), held here as a regression bound, not the
+    issue's bar. Nothing of the method is chosen on the rows, so this score is out of sample."""
     cov = loso_coverage()["all"]
-    assert cov.median_half_width <= 3.0 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
+    assert cov.median_half_width <= 2.5 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
 
 
-def test_every_shipped_knob_is_one_the_selection_may_pick():
-    knobs = load_knobs()
-    assert set(knobs) == {*POOLS, COLLECTIVE_POOL}
-    for pool, k in knobs.items():
-        assert k in knob_candidates(pool), (pool, k)
-
-
-@pytest.mark.slow
-def test_the_shipped_knobs_are_the_selection_on_the_shipped_rows():
-    assert select_knobs(load_rows()[0]) == load_knobs(), "stale knobs: python validation/model_error.py --write"
-
-
-@pytest.mark.slow
-def test_with_the_knobs_chosen_without_each_system_at_least_80_percent_still_fall_inside():
-    """The honest score: knobs re-chosen inside each leave-one-system-out fold on the other systems
-    only. Coverage holds the issue's bar over all pools; the width (2.90, issue's bar 2) and the
-    compute pool (66 %: five chips, knobs chosen on four) do not, and are held as regression bounds."""
-    cov = nested_loso_coverage()
-    assert cov["all"].rows == len(load_rows()[0])
-    assert cov["all"].fraction >= COVERAGE, {k: round(v.fraction, 3) for k, v in cov.items()}
-    assert all(c.fraction >= 0.65 for c in cov.values()), {k: round(v.fraction, 3) for k, v in cov.items()}
-    assert cov["all"].median_half_width <= 3.0 * cov["all"].median_abs_error
+def test_every_pool_has_its_knobs_and_each_regime_is_scored():
+    assert set(KNOBS) == {*POOLS, COLLECTIVE_POOL}
+    per_regime = regime_coverage()
+    assert sum(c.rows for c in per_regime.values()) == len(load_rows()[0])
+    assert {label.split()[0] for label in per_regime} == {*POOLS, COLLECTIVE_POOL}
 
 
 def _synthetic(n: int, rng: random.Random, system: str = "s", systems: int = 1, sigma: float = 0.1,
@@ -100,22 +78,35 @@ def test_conformal_interval_covers_a_new_exchangeable_row_80_percent_of_the_time
         low, high, _, _, widened = log_interval(regime, rows)
         assert not widened
         inside += low <= rng.gauss(0.0, 0.1) <= high
-    # split conformal guarantees >= 80 % (here ceil(0.9 * 17) / 17 ~ 0.88 at n = 16, less the interpolation)
+    # the conformal margin guarantees >= 80 % for exchangeable rows (here a little more: a margin
+    # scored on 9 rows takes the ceil(0.8 * 10) = 8th smallest score)
     assert 0.80 <= inside / trials <= 0.93
 
 
 def test_an_accurate_regime_gets_a_narrower_interval():
-    """Normalised conformal: the width follows the scale of the query's regime, not the pool's, even
-    where the regime has too few rows for quantiles of its own (both fall back to the whole pool)."""
+    """The interval starts from the p10-p90 of the query's regime's own rows: once a regime keeps
+    its key (here also with any one system left out, as the conformal margin is scored), its width
+    follows its own spread, not the pool's."""
     rng = random.Random(5)
-    n = MIN_ROWS - 4
-    rows = (_synthetic(n, rng, "a", systems=4, sigma=0.01, gpu_arch="hopper")
-            + _synthetic(n, rng, "b", systems=4, sigma=0.2, gpu_arch="ampere"))
+    rows = (_synthetic(2 * MIN_ROWS, rng, "a", systems=4, sigma=0.01, gpu_arch="hopper")
+            + _synthetic(2 * MIN_ROWS, rng, "b", systems=4, sigma=0.2, gpu_arch="ampere"))
     hopper = Regime(pools=("compute",), gpu_arch="hopper", model_family="decoder", params=1e9, gpus=1)
-    lo_h, hi_h, _, _, _ = log_interval(hopper, rows)
-    lo_a, hi_a, matched, _, _ = log_interval(dataclasses.replace(hopper, gpu_arch="ampere"), rows)
-    assert matched["compute"] == {}
-    assert 5 * (hi_h - lo_h) < hi_a - lo_a
+    lo_h, hi_h, matched, _, _ = log_interval(hopper, rows)
+    lo_a, hi_a, _, _, _ = log_interval(dataclasses.replace(hopper, gpu_arch="ampere"), rows)
+    assert matched["compute"]["gpu_arch"] == "hopper"
+    assert 3 * (hi_h - lo_h) < hi_a - lo_a
+
+
+def test_the_interval_follows_the_regime_bias():
+    """A regime whose measurements all run 20 % slower than predicted gets an interval around +20 %,
+    not around the pool's zero."""
+    rng = random.Random(11)
+    rows = (_synthetic(MIN_ROWS, rng, "a", systems=3, sigma=0.02, gpu_arch="hopper")
+            + [dataclasses.replace(r, log_ratio=r.log_ratio + math.log(1.2))
+               for r in _synthetic(MIN_ROWS, rng, "b", systems=3, sigma=0.02, gpu_arch="ampere")])
+    ampere = Regime(pools=("compute",), gpu_arch="ampere", model_family="decoder", params=1e9, gpus=1)
+    lo, hi, _, _, _ = log_interval(ampere, rows)
+    assert lo < math.log(1.2) < hi and lo > 0.0
 
 
 def test_each_extrapolation_widens_the_interval_and_is_named():

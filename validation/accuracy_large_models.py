@@ -17,7 +17,8 @@ row publishes and nothing else:
   assumption is named there and in the row's "assumed" column);
 - the job: :func:`config_of` maps the row's sharding, micro-batch, accumulation (or global
   batch), precision and checkpointing to :class:`~dpsim.predict.config.PredictConfig` fields that
-  exist (a row's ``torch_compile`` "yes" is ``--compile``; InternLM's ``zero1`` rows are
+  exist (a row's ``torch_compile`` "yes", and XLA's whole-step compilation, is ``--compile``
+  (:func:`compiled`); InternLM's ``zero1`` rows are
   ``--zero-impl internlm`` with their ``--zero-group``); what dpsim cannot say (MaxText's selective
   remat, packed variable-length attention, InternLM's ZeRO-1 under tensor parallelism) is listed per row in
   the "assumed" column, never approximated by a hack.
@@ -270,6 +271,18 @@ def model_of(row: dict) -> ModelSpec:
     return with_attention_kernel(model, fused_kernel) if fused_kernel else model
 
 
+def compiled(row: dict) -> bool:
+    """The row runs compiled: its published ``torch_compile`` "yes", or a JAX/XLA framework.
+
+    XLA compiles the whole step and fuses each chain of element-wise ops (and a reduction's
+    producers) into one kernel, as TorchInductor does: "fusion is XLA's single most important
+    optimization" (TensorFlow's XLA overview page, tensorflow.org/xla; XLA's GPU fusion passes:
+    Snider and Liang, "Operator Fusion in XLA: Analysis and Evaluation", arXiv:2301.13062), so
+    ``--compile``'s fused chains, not eager mode's kernel per op.
+    """
+    return row["torch_compile"].startswith("yes") or "XLA-compiled" in row["torch_compile"]
+
+
 def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     """The row's job (see the module docstring); ``compute_efficiency`` for the fit."""
     system = system_of(row)
@@ -311,7 +324,7 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         assumed.append("packed variable-length attention as full 2048-token causal attention")
     kw = dict(gpus=gpus, model=row["model"], micro_batch=micro_batch,
               precision=_lookup(PRECISIONS, row["precision"], "precision"), strategy=strategy, optimizer="adamw", steps=1,
-              compile=row["torch_compile"].startswith("yes"))  # the row's published setting
+              compile=compiled(row))
     if row["fp8_recipe"]:
         kw["fp8"], note = _lookup(FP8_RECIPES, row["fp8_recipe"], "fp8_recipe")
         if note:

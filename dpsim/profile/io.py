@@ -55,13 +55,13 @@ from dpsim.profile.schema import (
     Profile,
     op_bus_factor,
 )
+from dpsim.shipped import shipped_dir
 from dpsim.workload.spec import DTYPE_SIZE_BYTES
 
 
 def shipped_profiles_dir() -> Path:
     """Directory of the profiles shipped with dpsim (``calibration/profiles``)."""
-    from importlib import resources
-    return Path(str(resources.files("dpsim.profiles")))
+    return Path(str(shipped_dir("dpsim.profiles")))
 
 
 def shipped_profile_names() -> list[str]:

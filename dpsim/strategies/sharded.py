@@ -46,10 +46,22 @@ FSDP ``HYBRID_SHARD`` (``fsdp-hybrid``)
     All ops share the one FIFO stream (conservative: FSDP issues the inter-node
     all-reduce on its own stream).
 
+FSDP ``BACKWARD_POST`` (Composer's default)
+    Costed as ``BACKWARD_PRE``. Composer sets it unless told otherwise
+    (``fsdp_config.setdefault('backward_prefetch', 'BACKWARD_POST')`` in
+    ``composer/trainer/dist_strategy.py`` at v0.16.4 and v0.17.2, the ranges llm-foundry's
+    benchmark runs pinned). Its prefetch is issued in the unit's post-backward hook *before*
+    that unit's reduce-scatter (torch ``_post_backward_hook`` calls ``_post_backward_reshard``,
+    which prefetches, then ``_reduce_grad``), so the FIFO order is the same ``AG(k-1), RS(k)``;
+    the all-gather merely enters it once the CPU has launched unit ``k``'s gradient kernels
+    instead of before. With the CPU ahead of the GPU (``limit_all_gathers`` keeps it about one
+    unit ahead) the GPU runs the same schedule; the two differ only when the CPU falls behind,
+    and dpsim does not model the CPU's launch timing.
+
 Not modelled: DeepSpeed ZeRO-3's per-submodule granularity, prefetch bucket and
 ``stage3_param_persistence_threshold`` (small parameters kept unsharded) — dpsim's
 ``zero3`` shards by unit like FSDP; NVMe offload (CPU offload: :mod:`dpsim.strategies.offload`);
-FSDP ``BACKWARD_POST``.
+the CPU's launch timing (above).
 """
 
 from __future__ import annotations

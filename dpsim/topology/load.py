@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from dpsim.limits import (
     number_text,
     short,
 )
+from dpsim.shipped import shipped_dir
 from dpsim.topology.server import (
     MESH_KINDS,
     TREE_KINDS,
@@ -519,7 +519,7 @@ def preset_names() -> list[str]:
     """Names of the built-in topology presets (``--link`` values)."""
     return sorted(
         p.name.removesuffix(".yaml")
-        for p in resources.files("dpsim.topologies").iterdir()
+        for p in shipped_dir("dpsim.topologies").iterdir()
         if p.name.endswith(".yaml")
     )
 
@@ -535,5 +535,5 @@ def load_preset(name: str) -> TopologySpec:
 @functools.cache
 def _preset(name: str) -> TopologySpec:
     # Presets ship with the package: parsed once per process (a sweep loads them at every point).
-    text = resources.files("dpsim.topologies").joinpath(f"{name}.yaml").read_text()
+    text = shipped_dir("dpsim.topologies").joinpath(f"{name}.yaml").read_text()
     return spec_from_dict(load_yaml_text(text), origin=f"topologies/{name}.yaml")
