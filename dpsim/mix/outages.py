@@ -77,8 +77,9 @@ def _summary(names: list[str]) -> str:
 
 
 class FabricOutages:
-    """The switch cables of a mix that are down (explicit events and seeded random failures), and the
-    link capacities they leave (:meth:`capacity`)."""
+    """The switch cables of a mix that are down (explicit events and seeded random failures), the NIC
+    ports of bundles that are (:meth:`fail_port`, driven by the server failures), and the link
+    capacities they leave (:meth:`capacity`)."""
 
     def __init__(self, network, failures: FailureSpec, healthy: np.ndarray):
         if not hasattr(network, "uplink_bundles"):
