@@ -193,9 +193,18 @@ def api_report(argv: list[str]) -> dict:
     return report_contents(render(collect(dpsim.PredictConfig(**fields), **kwargs)))
 
 
+def api_mix(argv: list[str]) -> dict:
+    from dpsim.mix import load_mix, simulate_mix
+
+    argv, own = _own_flags(argv[1:], ("--sample-steps",))
+    assert argv[1:] == ["--json"], f"flags the test does not map: {argv}"
+    steps = int(own.get("--sample-steps", 20))
+    return {"schema": "dpsim.mix/1", **simulate_mix(load_mix(argv[0]), sample_steps=steps or None).to_dict()}
+
+
 API = {"predict": api_predict, "goodput": api_goodput, "sweep": api_sweep, "memory": api_memory,
        "collective": api_collective, "layout": api_predict, "pipeline": api_predict, "moe": api_predict,
-       "plan": api_plan, "report": api_report}
+       "plan": api_plan, "report": api_report, "mix": api_mix}
 """Golden family -> the same request through the library (``layout``, ``pipeline`` and ``moe`` are
 ``predict``'s cases)."""
 

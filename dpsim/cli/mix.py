@@ -47,11 +47,14 @@ def mix_command(
     from rich.console import Console
     from rich.table import Table
 
+    outages = bool(result.link_outages)
     table = Table(title=f"{len(result.jobs)} jobs on {result.cluster_gpus:,} GPUs of {result.topology}, "
                         f"{result.horizon_s:,.0f} s of cluster time")
-    for col in ("job", "model", "GPUs", "placement", "start s", "end s", "steps", "step s", "alone s",
-                "slowdown", "bottleneck (shared with)") + (("failures", "lost s", "goodput")
-                                                            if spec.failures is not None else ()):
+    columns = ("job", "model", "GPUs", "placement", "start s", "end s", "steps", "step s", "alone s", "slowdown",
+               "bottleneck (shared with)")
+    columns += ("failures", "lost s", "goodput") if spec.failures is not None else ()
+    columns += ("fabric slowdown",) if outages else ()
+    for col in columns:
         table.add_column(col, justify="left" if col in ("job", "model", "placement", "bottleneck (shared with)")
                          else "right")
     for j in result.jobs:
@@ -60,7 +63,8 @@ def mix_command(
         table.add_row(j.name, j.model, f"{j.gpus:,}", j.placement, f"{j.start_s:,.0f}", f"{j.end_s:,.0f}",
                       f"{j.steps:,.0f}", f"{j.step_time_s:.4f}", f"{j.alone_step_time_s:.4f}",
                       f"{j.slowdown:.3f}", where,
-                      *((f"{j.failures}", f"{j.lost_s:,.0f}", f"{j.goodput:.1%}") if spec.failures is not None else ()))
+                      *((f"{j.failures}", f"{j.lost_s:,.0f}", f"{j.goodput:.1%}") if spec.failures is not None else ()),
+                      *((f"{j.fabric_slowdown:.3f}",) if outages else ()))
     console = Console()
     console.print(table)
     console.print(f"GPU allocation {result.gpu_allocation:.1%}, busy at alone speed {result.gpu_busy:.1%}; "
@@ -69,3 +73,6 @@ def mix_command(
         console.print(f"{len(result.failures):,} failures; GPU time lost to them {result.gpu_lost_to_failures:.1%} "
                       f"(work thrown away, restarts, waits for repair), writing checkpoints "
                       f"{result.gpu_checkpointing:.1%}")
+    if outages:
+        console.print(f"{len(result.link_outages):,} switch cable outages (the jobs crossing them kept running on the "
+                      f"cables left; fabric slowdown: step time over the same mix's without them)")

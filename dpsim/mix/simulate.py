@@ -29,14 +29,16 @@ that leaves the jobs that can slow each other down as they were measured (an arr
 checkpoint written and resumed) does not call for measuring them again.
 
 **Failures** (a mix with ``failures:``): checkpoints, failures, spares and repairs stop and restart
-jobs, whose traffic leaves the links while they are stopped (:class:`_Failures`).
+jobs, whose traffic leaves the links while they are stopped (:class:`_Failures`). Cables between
+switches that fail stop nobody: the links they belong to lose capacity until the repair
+(:mod:`dpsim.mix.outages`) and the jobs crossing them are routed again on the narrower network.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -45,6 +47,7 @@ from dpsim.collectives.algorithms import ALGORITHMS
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.limits import MIN_CHECKPOINT_INTERVAL_S
+from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
 from dpsim.mix.spec import JobSpec, MixSpec
 from dpsim.network.maxmin import max_min_sparse
@@ -167,6 +170,10 @@ class JobResult:
     """One checkpoint's blocking write."""
     goodput: float = 1.0
     """Training time kept (not lost) over the time it held its servers."""
+    fabric_slowdown: float = 1.0
+    """Step time over its step time in the same mix whose failed cables (switch uplinks, NIC ports of a
+    bundle) never narrow the network (1: none failed, or none slowed it; below 1 when another job they
+    slowed left it more bandwidth)."""
 
     @property
     def slowdown(self) -> float:
@@ -183,7 +190,8 @@ class JobResult:
                 "lost_steps": self.lost_steps, "checkpoint_s": self.checkpoint_s, "restart_s": self.restart_s,
                 "down_s": self.down_s, "checkpoint_interval_s": self.checkpoint_interval_s if math.isfinite(
                     self.checkpoint_interval_s) else None, "checkpoint_write_s": self.checkpoint_write_s,
-                "goodput": self.goodput, "timeline": [s.to_dict() for s in self.timeline]}
+                "goodput": self.goodput, "fabric_slowdown": self.fabric_slowdown,
+                "timeline": [s.to_dict() for s in self.timeline]}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,12 +226,15 @@ class MixResult:
     """Every failure, in time order."""
     spares: tuple[int, ...] = ()
     """Servers held back as spares at the start."""
+    link_outages: tuple[LinkOutage, ...] = ()
+    """Cables between switches (and NIC ports of a bundle) that were down, in time order."""
 
     def to_dict(self) -> dict:
         return {"topology": self.topology, "cluster_gpus": self.cluster_gpus, "horizon_s": self.horizon_s,
                 "gpu_allocation": self.gpu_allocation, "gpu_busy": self.gpu_busy,
                 "gpu_lost_to_failures": self.gpu_lost_to_failures, "gpu_checkpointing": self.gpu_checkpointing,
                 "spares": list(self.spares), "failures": [f.to_dict() for f in self.failures],
+                "link_outages": [o.to_dict() for o in self.link_outages],
                 "evaluations": self.evaluations, "events": self.events, "sample_steps": self.sample_steps,
                 "jobs": [j.to_dict() for j in self.jobs]}
 
@@ -351,8 +362,10 @@ class MixSimulation:
     """The event loop of a mix (see the module docstring); :func:`simulate_mix` runs it."""
 
     def __init__(self, spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STEPS,
-                 network=None, topology: Topology | None = None):
+                 network=None, topology: Topology | None = None, narrowing: bool = True):
         self.spec = spec
+        # False: failed cables are logged but leave the network as it was (the run fabric_slowdown compares with).
+        self.narrowing = narrowing
         self.topology = topology or cluster_topology(spec)
         self.design = self.topology.spec
         self.net = network if network is not None else TierNetwork(self.topology)
@@ -390,6 +403,25 @@ class MixSimulation:
                 self.solo[job.name] = _solo(self.design, job.gpus, job.predict)
             except DpsimError as exc:
                 raise type(exc)(f"jobs[{i}] ({job.name}): {exc}") from None
+
+    def set_capacity(self, capacity: np.ndarray) -> None:
+        """Links' capacities from now on (switch cables down or back: :mod:`dpsim.mix.outages`); the
+        callers route the jobs crossing the changed links again."""
+        self.capacity = capacity
+        self._shared_capacity = capacity[self._private_links:]
+        self._shared_over = self._shared_capacity * (1 + _SATURATED)
+
+    def healthy_traffic(self, job: JobSpec, servers: list[int]) -> _Traffic | None:
+        """:meth:`traffic` on the network with every link in service (a job's reference and alone
+        speeds do not count failed cables: their cost is reported apart)."""
+        now = self.capacity
+        if now is self.net.capacity_bytes_per_s:
+            return self.traffic(job, servers)
+        self.set_capacity(self.net.capacity_bytes_per_s)
+        try:
+            return self.traffic(job, servers)
+        finally:
+            self.set_capacity(now)
 
     # ------------------------------------------------------------------ traffic
     def traffic(self, job: JobSpec, servers: list[int]) -> _Traffic | None:
@@ -800,11 +832,27 @@ class MixSimulation:
             if traffic[i] is not None:
                 alone_speed[i] = traffic[i].alone_speed
 
+        def recapacity(links: np.ndarray) -> None:
+            """Switch cables failed or came back: the jobs crossing ``links`` are routed on the new
+            capacities, each from the point of its step it had reached."""
+            hit = failures.crossing(set(links.tolist()))
+            moving = [i for i in hit if i in running]
+            at = {}
+            for i in moving:
+                at[i] = solo_position(i) if mode[i] == "solo" else (steps[i], mode[i], left[i])
+                leave_network(i)
+            self.set_capacity(failures.outages.capacity())
+            for i in hit:
+                retraffic(i)
+            for i in moving:
+                steps[i], mode[i], left[i] = at[i]
+                enter_network(i)
+
         if failures is not None:
             failures.bind(servers=servers, running=running, mode=mode, left=left, steps=steps,
                           alone_step=alone_step, compute_s=compute_s, work=work, alone_speed=alone_speed,
                           traffic=traffic, leave=leave_network, enter=enter_network, retraffic=retraffic,
-                          solo_position=solo_position)
+                          solo_position=solo_position, recapacity=recapacity)
 
         while True:
             if failures is not None and k >= n and not failures.held:
@@ -875,10 +923,12 @@ class MixSimulation:
                 traffic[i] = self.traffic(job, servers[i])
                 compute_s[i] = step_s - comm_s
                 if traffic[i] is not None:
-                    ref = self.traffic(job, list(range(len(servers[i]))))
+                    ref = self.healthy_traffic(job, list(range(len(servers[i]))))
                     work[i] = comm_s * ref.alone_speed
                     alone_speed[i] = traffic[i].alone_speed
                 alone_first[i] = alone_step(i)
+                if traffic[i] is not None and self.capacity is not self.net.capacity_bytes_per_s:
+                    alone_first[i] = compute_s[i] + work[i] / self.healthy_traffic(job, servers[i]).alone_speed
                 mode[i], left[i] = "compute", compute_s[i]
                 enter_network(i)
                 if failures is not None:
@@ -963,6 +1013,7 @@ class MixSimulation:
                          evaluations=self.evaluations, events=events, sample_steps=self.sample_steps,
                          gpu_lost_to_failures=lost_gpu_s / cluster, gpu_checkpointing=ckpt_gpu_s / cluster,
                          failures=tuple(failures.log) if failures is not None else (),
+                         link_outages=tuple(failures.outages.log) if failures is not None and failures.outages else (),
                          spares=tuple(range(self.n_servers - spec.spares, self.n_servers)))
 
     def _link_neighbours(self, i: int, traffic: dict, running: set[int], sign: int) -> set[int]:
@@ -1049,12 +1100,17 @@ class _Failures:
         self.spare = [s >= n_srv - spec.spares for s in range(n_srv)]
         self.owner: list[int | None] = [None] * n_srv
         self.down_until = [0.0] * n_srv
-        self.queue: list[tuple] = []  # (time, order, server, component, random)
+        self.queue: list[tuple] = []  # (time, order, server, component, random, repair, NIC)
+        nics = ClusterShape.from_topology(sim.topology).links_per_node
         for k, e in enumerate(f.events):
             if e.server >= n_srv:
                 raise ConfigError(f"failures.events[{k}].{e.component}: {e.server} is not valid; the cluster has "
                                   f"servers 0..{n_srv - 1}")
-            heapq.heappush(self.queue, (e.at_s, k, e.server, e.component, False))
+            if e.nic is not None and e.nic >= nics:
+                raise ConfigError(f"failures.events[{k}].nic: {e.nic} is not valid; the servers have "
+                                  + (f"NICs 0..{nics - 1}" if nics else "no NIC link"))
+            heapq.heappush(self.queue, (e.at_s, k, e.server, e.component, False,
+                                        e.repair_s if e.repair_s is not None else f.repair_s, e.nic or 0))
         self.order = len(f.events)
         self.repairs: list[tuple[float, int]] = []
         self.shape = ClusterShape.from_topology(sim.topology)
@@ -1064,7 +1120,11 @@ class _Failures:
         self.cumulative = np.cumsum([per_server[c] for c in self.classes])
         self.rate = float(self.cumulative[-1]) * n_srv
         self.rng = np.random.default_rng(f.seed)
+        self.ports = ports_per_nic(sim.net)
         self._draw(0.0)
+        links_fail = any(e.component == "link" for e in f.events) or math.isfinite(f.rates.link_mtbf_s)
+        self.outages = FabricOutages(sim.net, f, sim.capacity) \
+            if f.uplink_events or f.uplink_mtbf_s or (self.ports > 1 and links_fail) else None
         self.log: list[FailureRecord] = []
         self.held: set[int] = set()
         self.paused: dict[int, list] = {}      # job -> [phase, until]
@@ -1095,7 +1155,9 @@ class _Failures:
             server = int(self.rng.integers(self.sim.n_servers))
             u = float(self.rng.random()) * float(self.cumulative[-1])
             cls = self.classes[min(int(np.searchsorted(self.cumulative, u, side="right")), len(self.classes) - 1)]
-            heapq.heappush(self.queue, (t, self.order, server, cls, True))
+            # Which NIC matters only where several share a bundle (the other streams stay as they were).
+            nic = int(self.rng.integers(self.shape.links_per_node)) if cls == "link" and self.ports > 1 else 0
+            heapq.heappush(self.queue, (t, self.order, server, cls, True, self.repair_s, nic))
             self.order += 1
 
     def healthy(self, free: list[bool], now: float) -> list[bool]:
@@ -1105,6 +1167,8 @@ class _Failures:
     def next_s(self) -> float:
         """Time of the next failure, repair, checkpoint or end of a stop."""
         t = min(self.queue[0][0] if self.queue else math.inf, self.repairs[0][0] if self.repairs else math.inf)
+        if self.outages is not None:
+            t = min(t, self.outages.next_s())
         for i in self.held:
             t = min(t, self.paused[i][1] if i in self.paused else self.ck_due[i])
         return t
@@ -1185,6 +1249,7 @@ class _Failures:
         for s in list(self.servers[i]):
             if self.down_until[s] > now:
                 self._hit(i, s, now, counted=False)
+        self._seen(i)
 
     def release(self, i: int, now: float) -> None:
         """Job ``i`` leaves (already out of the network)."""
@@ -1202,15 +1267,25 @@ class _Failures:
     def handle(self, now: float) -> None:
         """Everything due at ``now``: repairs, failures, ends of stops, checkpoints."""
         self._progress(now)
+        if self.outages is not None:
+            links = self.outages.handle(now, self._crossing)
+            if len(links) and self.sim.narrowing:
+                self.recapacity(links)
         while self.repairs and self.repairs[0][0] <= now:
             _, s = heapq.heappop(self.repairs)
             if self.down_until[s] <= now:
                 self._repaired(s, now)
         while self.queue and self.queue[0][0] <= now:
-            _, _, s, cls, drawn = heapq.heappop(self.queue)
+            _, _, s, cls, drawn, repair, nic = heapq.heappop(self.queue)
             if drawn:
                 self._draw(now)
-            self._strike(s, cls, now)
+            if cls == "link" and self.outages is not None:
+                links = self.outages.fail_port(s, nic, now, repair, drawn, self._crossing)
+                if len(links):
+                    if self.sim.narrowing:
+                        self.recapacity(links)  # one port of a bundle: the job goes on, narrower
+                    continue
+            self._strike(s, cls, now, repair)
         for i in sorted(self.held):
             if i in self.paused:
                 phase, until = self.paused[i]
@@ -1226,6 +1301,18 @@ class _Failures:
                 if self.storage_bytes_per_s is not None:
                     self.writing[i] = [self.state_bytes[i], 0.0, now]
         self._share_storage(now)
+
+    def _seen(self, i: int) -> None:
+        if self.outages is not None and self.traffic.get(i) is not None:
+            self.outages.seen(self.jobs[i].name, self.traffic[i].link_set)
+
+    def crossing(self, links: set[int]) -> list[int]:
+        """The jobs holding servers whose flows cross ``links``."""
+        return [i for i in sorted(self.held) if self.traffic.get(i) is not None
+                and not self.traffic[i].link_set.isdisjoint(links)]
+
+    def _crossing(self, links: set[int]) -> list[str]:
+        return [self.jobs[i].name for i in self.crossing(links)]
 
     # ------------------------------------------------------------------ the shared storage
     def _progress(self, now: float) -> None:
@@ -1254,12 +1341,12 @@ class _Failures:
             del self.writing[i]
             self._share_storage(now)
 
-    def _strike(self, s: int, cls: str, now: float) -> None:
+    def _strike(self, s: int, cls: str, now: float, repair_s: float) -> None:
         i = self.owner[s]
         was_down = self.down_until[s] > now
         self.log.append(FailureRecord(at_s=now, server=s, component=cls,
                                       job=self.jobs[i].name if i is not None and not was_down else None))
-        self.down_until[s] = max(self.down_until[s], now + self.repair_s)
+        self.down_until[s] = max(self.down_until[s], now + repair_s)
         heapq.heappush(self.repairs, (self.down_until[s], s))
         if i is not None and not was_down:
             self._hit(i, s, now)
@@ -1283,6 +1370,7 @@ class _Failures:
             self.owner[spare], self.spare[spare] = i, False
             self.owner[s], self.spare[s] = None, True  # once repaired, a spare
             self.retraffic(i)
+            self._seen(i)
         else:
             self.waiting[i].add(s)
         if self.waiting[i]:
@@ -1311,5 +1399,16 @@ def simulate_mix(spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STE
     that interval runs at the measured mean (``None``: every step simulated). ``network``: a
     :class:`~dpsim.network.model.NetworkModel` of the whole cluster with ``routes`` (default its
     :class:`~dpsim.network.tiers.TierNetwork`).
+
+    When cables failed (switch uplinks, NIC ports of a bundle), the mix runs a second time with the same
+    failures but cables that never narrow the network, and each job's :attr:`JobResult.fabric_slowdown`
+    is its step time over that run's.
     """
-    return MixSimulation(spec, sample_steps=sample_steps, network=network).run()
+    result = MixSimulation(spec, sample_steps=sample_steps, network=network).run()
+    if not result.link_outages:
+        return result
+    base = MixSimulation(spec, sample_steps=sample_steps, network=network, narrowing=False).run()
+    jobs = tuple(replace(j, fabric_slowdown=j.step_time_s / b.step_time_s)
+                 if 0 < b.step_time_s < math.inf and j.step_time_s < math.inf else j
+                 for j, b in zip(result.jobs, base.jobs))
+    return replace(result, jobs=jobs)

@@ -15,7 +15,11 @@ failures:                                  # explicit events and/or a random pro
   repair: 4h                               # a failed server (or its NIC link) is back after this
   mtbf_node: 3692h                         # per server; also mtbf_gpu (per GPU), mtbf_link (per NIC link)
   seed: 1
-  events: [{at: 2h, node: 5}, {at: 3h, link: 7}]   # link: server 7's NIC link (NIC, cable, leaf port)
+  events: [{at: 2h, node: 5}, {at: 3h, link: 7, nic: 0}]   # link: server 7's NIC 0 (NIC, cable, leaf port)
+  # Switch links (cables between switches): the jobs keep running over the cables left.
+  mtbf_uplink: {leaf-spine: 100000h}       # per cable of that link class (tiers: leaf-spine, spine-core...)
+  uplink_repair: 2h                        # a failed switch cable is back after this (default: repair)
+  # events: [{at: 1h, uplink: leaf3.0, cables: 2, repair: 30min}]  # 2 of leaf3.0's uplink cables
 ```
 
 Every mistake is a :class:`~dpsim.errors.ConfigError` of one line naming the field
@@ -26,6 +30,7 @@ file is valid.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,8 +53,11 @@ _PREDICT_KEYS = ("model", "strategy", "micro_batch", "precision", "tp", "pp", "o
 as ``--calibration`` takes it; a relative path is read next to the mix file)."""
 _TOP_KEYS = ("cluster", "horizon", "placement", "jobs", "spares", "checkpoint", "storage", "failures")
 _CHECKPOINT_KEYS = ("interval", "write", "bandwidth", "restart")
-_FAILURE_KEYS = ("repair", "seed", "mtbf_gpu", "mtbf_node", "mtbf_link", "events")
-_EVENT_KEYS = ("at", "node", "link")
+_FAILURE_KEYS = ("repair", "seed", "mtbf_gpu", "mtbf_node", "mtbf_link", "mtbf_uplink", "uplink_repair", "events")
+_EVENT_KEYS = ("at", "node", "link", "nic", "uplink", "cables", "repair")
+_SWITCH = re.compile(r"leaf\d+\.\d+|spine\d*|core\d*|tier\d+(\.\d+)?")
+"""What ``uplink:`` names: a switch below the cables (the graph's names: ``leaf3.0`` is leaf group 3's
+rail-0 leaf, ``spine1`` a tier-1 block, ``core0`` a tier-2 block)."""
 MAX_FAILURE_EVENTS = 100_000
 """Explicit failure events one mix may list."""
 DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S = 10e9
@@ -84,6 +92,26 @@ class FailureEvent:
     """The server that fails (or whose NIC link fails)."""
     component: str = "node"
     """``node``, ``link`` (the server's NIC link: NIC, cable, leaf port) or ``gpu``."""
+    repair_s: float | None = None
+    """Its own repair time (``None``: :attr:`FailureSpec.repair_s`)."""
+    nic: int | None = None
+    """Of a ``link`` failure: which of the server's NICs (``None``: NIC 0). It matters where several
+    NICs are bundled behind one GPU (:mod:`dpsim.mix.outages`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class UplinkFailure:
+    """Cables between switches that fail at a given time: the jobs crossing them keep running over
+    the cables left (:mod:`dpsim.mix.outages`)."""
+
+    at_s: float
+    """When (seconds from the mix's start)."""
+    switch: str
+    """The switch whose uplink cables fail (``leaf3.0``, ``spine1``: the lower end of the cables)."""
+    cables: int = 1
+    """How many of its uplink cables fail."""
+    repair_s: float | None = None
+    """Time until they are back (``None``: :attr:`FailureSpec.uplink_repair_s`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,9 +123,16 @@ class FailureSpec:
     rates: FailureRates = FailureRates(gpu_mtbf_s=math.inf, node_mtbf_s=math.inf, link_mtbf_s=math.inf)
     """MTBF of each component class (``inf``: no random failures of that class)."""
     seed: int = 0
-    """Seed of the random process (same seed, same failures)."""
+    """Seed of the random process (same seed, same failures); switch cables draw from a stream of their
+    own, so leaving them out draws the same server failures."""
     events: tuple[FailureEvent, ...] = ()
-    """Explicit failures, in the order given."""
+    """Explicit failures of servers and their NIC links, in the order given."""
+    uplink_events: tuple[UplinkFailure, ...] = ()
+    """Explicit failures of cables between switches, in the order given."""
+    uplink_mtbf_s: tuple[tuple[str, float], ...] = ()
+    """MTBF of one cable of each switch link class (``leaf-spine``...), for random failures."""
+    uplink_repair_s: float | None = None
+    """Time until a failed switch cable is back (``None``: :attr:`repair_s`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,22 +306,51 @@ def _failures(data: Any) -> FailureSpec:
         raise _fail("failures.seed", seed, "expected an integer from 0 to 2**63-1")
     rates = FailureRates(**{f"{c}_mtbf_s": _mtbf(f"failures.mtbf_{c}", data[f"mtbf_{c}"]) if f"mtbf_{c}" in data
                             else math.inf for c in ("gpu", "node", "link")})
+    uplink_mtbf = ()
+    if "mtbf_uplink" in data:
+        raw_mtbf = data["mtbf_uplink"]
+        if not isinstance(raw_mtbf, dict) or not raw_mtbf:
+            raise _fail("failures.mtbf_uplink", raw_mtbf, "expected a mapping of switch link class to MTBF per "
+                        "cable, e.g. {leaf-spine: 100000h}")
+        uplink_mtbf = tuple((str(c), _mtbf(f"failures.mtbf_uplink.{c}", v)) for c, v in raw_mtbf.items())
+    uplink_repair = _seconds("failures.uplink_repair", data["uplink_repair"]) if "uplink_repair" in data else None
+    if uplink_repair is not None and uplink_repair <= 0:
+        raise _fail("failures.uplink_repair", data["uplink_repair"], "expected a time > 0, e.g. 2h")
     raw = data.get("events", [])
     if not isinstance(raw, list) or len(raw) > MAX_FAILURE_EVENTS:
         raise _fail("failures.events", raw if not isinstance(raw, list) else f"{len(raw)} events",
                     f"expected a list of at most {MAX_FAILURE_EVENTS:,} events like {{at: 2h, node: 5}}")
-    events = []
+    events, uplinks = [], []
     for k, e in enumerate(raw):
         where = f"failures.events[{k}]"
         e = _keys(where, e, _EVENT_KEYS)
         if "at" not in e:
             raise ConfigError(f"{where}.at: missing; give the time of the failure, e.g. 2h")
-        what = [c for c in ("node", "link") if c in e]
+        what = [c for c in ("node", "link", "uplink") if c in e]
         if len(what) != 1:
-            raise ConfigError(f"{where}: give node: SERVER or link: SERVER (its NIC link), one of them")
-        events.append(FailureEvent(at_s=_seconds(f"{where}.at", e["at"]),
-                                   server=_int(f"{where}.{what[0]}", e[what[0]], 0), component=what[0]))
-    return FailureSpec(repair_s=repair, rates=rates, seed=seed, events=tuple(events))
+            raise ConfigError(f"{where}: give node: SERVER, link: SERVER (its NIC link) or uplink: SWITCH (cables "
+                              f"between switches), one of them")
+        at = _seconds(f"{where}.at", e["at"])
+        own_repair = _seconds(f"{where}.repair", e["repair"]) if "repair" in e else None
+        if own_repair is not None and own_repair <= 0:
+            raise _fail(f"{where}.repair", e["repair"], "expected a time > 0, e.g. 30min")
+        if what[0] == "uplink":
+            switch = e["uplink"]
+            if not isinstance(switch, str) or not _SWITCH.fullmatch(switch):
+                raise _fail(f"{where}.uplink", switch, "expected a switch name such as leaf3.0, spine1 or core0")
+            uplinks.append(UplinkFailure(at_s=at, switch=switch, cables=_int(f"{where}.cables", e.get("cables", 1)),
+                                         repair_s=own_repair))
+            continue
+        if "cables" in e:
+            raise ConfigError(f"{where}.cables: {e['cables']!r} applies only to uplink: events (cables between "
+                              f"switches); leave it out of a {what[0]} failure")
+        if "nic" in e and what[0] != "link":
+            raise ConfigError(f"{where}.nic: {e['nic']!r} applies only to link: events (a server's NIC); leave it "
+                              f"out of a {what[0]} failure")
+        events.append(FailureEvent(at_s=at, server=_int(f"{where}.{what[0]}", e[what[0]], 0), component=what[0],
+                                   repair_s=own_repair, nic=_int(f"{where}.nic", e["nic"], 0) if "nic" in e else None))
+    return FailureSpec(repair_s=repair, rates=rates, seed=seed, events=tuple(events), uplink_events=tuple(uplinks),
+                       uplink_mtbf_s=uplink_mtbf, uplink_repair_s=uplink_repair)
 
 
 def mix_from_dict(data: Any) -> MixSpec:

@@ -398,6 +398,21 @@ class TierNetwork:
                          np.int64)
         return self._global(np.full(len(t), node), t)
 
+    def uplink_bundles(self) -> list[tuple[str, int, int, int, int, int]]:
+        """Every switch with links to the tier above: (its name, its up-link index, its down-link
+        index, level, first and last server below it), leaves first. Each link stands for the bundle of
+        parallel cables ECMP spreads over."""
+        counts = {name: count for name, count, *_ in self._blocks}
+        out = []
+        for level in range(self.n_levels):
+            span = int(np.prod(self.sizes[:level + 1]))
+            for k in range(counts[f"up{level}"]):
+                block = k // self.layout.rails if level == 0 else k
+                out.append((self._name(f"up{level}", k)[0], self._offset[f"up{level}"] + k,
+                            self._offset[f"down{level}"] + k, level, block * span,
+                            min(self.n_nodes, (block + 1) * span) - 1))
+        return out
+
     def class_links(self, link_class: str) -> np.ndarray:
         """Indices of every link of class ``link_class`` (empty when there is none)."""
         if link_class not in self.link_classes:

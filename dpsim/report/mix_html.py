@@ -21,12 +21,17 @@ from dpsim.report.html import _card, _fig_div, _json_safe, _kv_table, _version, 
 _NOTES = {
     "timeline": "Each job's servers (rows) over cluster time: training in the job's colour, checkpoint writes "
                 "paler, restarts and waits for a repair in their own colours; crosses are failures (hover: "
-                "which server, which job it stopped). A job that took a spare moves to it.",
+                "which server, which job it stopped). A job that took a spare moves to it. Hatched grey bands: "
+                "switch cables down, over the servers below the switch (the jobs crossing them keep running on "
+                "the cables left).",
     "slowdown": "Step time in the mix over step time alone on the same servers: what the other jobs' traffic "
-                "cost each job (hover: the link that bound it and the jobs it shared it with).",
+                "(and switch cables down) cost each job (hover: the link that bound it and the jobs it shared it "
+                "with). Diamonds: the fabric slowdown, step time over the same mix's without the cable failures.",
     "goodput": "Each job's time on its servers: training kept, training lost to failures (since the last "
                "checkpoint), checkpoint writes, restarts, waits for a repair.",
 }
+_MAX_OUTAGE_ROWS = 50
+"""Switch cable outages listed in the page's table (all of them are in the figure and the raw JSON)."""
 _HEADINGS = {"timeline": "Jobs on servers", "slowdown": "Slowdown per job", "goodput": "Failures' cost per job"}
 
 
@@ -50,8 +55,9 @@ def render_mix(result: Any, *, title: str | None = None, failures: bool | None =
     """The mix as one HTML document (plotly.js inlined). ``failures``: show the failure columns and
     figure (default: when the mix had failures or checkpoints)."""
     jobs = result.jobs
+    outages = tuple(getattr(result, "link_outages", ()))
     if failures is None:
-        failures = bool(result.failures) or any(j.checkpoint_s > 0 for j in jobs)
+        failures = bool(result.failures) or bool(outages) or any(j.checkpoint_s > 0 for j in jobs)
     title = title or f"dpsim mix: {len(jobs)} jobs on {result.cluster_gpus:,} GPUs of {result.topology}"
     figs = {"timeline": mix_plots.mix_timeline_figure(result), "slowdown": mix_plots.slowdown_figure(result)}
     if failures:
@@ -66,6 +72,8 @@ def render_mix(result: Any, *, title: str | None = None, failures: bool | None =
                   _card("GPU time lost to failures", f"{result.gpu_lost_to_failures:.1%}",
                         "bad" if result.gpu_lost_to_failures > 0.05 else ""),
                   _card("GPU time writing checkpoints", f"{result.gpu_checkpointing:.1%}")]
+    if outages:
+        cards.append(_card("switch cable outages", f"{len(outages)}"))
     header = ["job", "model", "GPUs", "placement", "servers", "start s", "end s", "steps", "step s", "alone s",
               "slowdown"]
     rows = [[j.name, j.model, f"{j.gpus:,}", j.placement, _servers(j.servers), f"{j.start_s:,.0f}",
@@ -76,8 +84,19 @@ def render_mix(result: Any, *, title: str | None = None, failures: bool | None =
         for row, j in zip(rows, jobs):
             every = f"{j.checkpoint_interval_s:,.0f} s" if math.isfinite(j.checkpoint_interval_s) else "never"
             row += [f"{j.failures}", f"{j.restarts}", f"{j.lost_s:,.0f}", every, f"{j.goodput:.1%}"]
+    if outages:
+        header.append("fabric slowdown")
+        for row, j in zip(rows, jobs):
+            row.append(f"{j.fabric_slowdown:.3f}")
     numeric = {2} | set(range(5, len(header)))
     tables = [_table("jobs", header, rows, numeric)]
+    if outages:
+        shown = outages[:_MAX_OUTAGE_ROWS]
+        tables.append(_table(
+            "switch cables down" + (f" (the first {len(shown)} of {len(outages)})" if len(shown) < len(outages) else ""),
+            ["switch", "class", "cables down", "from s", "to s", "crossed by"],
+            [[o.switch, o.link_class, f"{o.cables} of {o.of_cables}", f"{o.start_s:,.0f}", f"{o.end_s:,.0f}",
+              ", ".join(o.jobs) or "-"] for o in shown], {2, 3, 4}))
     hot = [[j.name, f"{b.link[0]} -> {b.link[1]}", b.link_class, f"{b.share:.0%}", ", ".join(b.with_jobs)]
            for j in jobs for b in j.bottlenecks]
     tables.append(_table("hot links: what bound each job while shared (share of its contended communication "

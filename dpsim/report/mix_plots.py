@@ -11,6 +11,8 @@ from dpsim.report.figure_base import _PALETTE, _go, _layout
 
 PHASE_COLORS = {"restart": "#F58518", "down": "#D62728"}
 """Colour of a job's stops in the mix timeline (its training and checkpoints take the job's colour)."""
+OUTAGE_COLOR = "#7F7F7F"
+"""Colour of the bands that mark switch cables down over the servers below the switch."""
 
 _HOUR_S = 3600.0
 
@@ -75,6 +77,7 @@ def mix_timeline_figure(result: Any, *, title: str | None = None):
             marker=dict(symbol="x", size=10, color="black", line=dict(width=1)), name="failure",
             hovertext=[f"{f.component} failure of server {f.server}" + (f", stops {f.job}" if f.job else "")
                        for f in failures], hoverinfo="text"))
+    _outages(fig, list(getattr(result, "link_outages", ())), scale)
     spares = list(getattr(result, "spares", ()))
     if spares:
         fig.add_hrect(y0=min(spares) - 0.5, y1=max(spares) + 0.5, fillcolor="#BAB0AC", opacity=0.15, line_width=0,
@@ -83,6 +86,29 @@ def mix_timeline_figure(result: Any, *, title: str | None = None):
             xaxis_title=f"cluster time ({unit})", yaxis_title="server", height=520)
     fig.update_yaxes(autorange="reversed")
     return fig
+
+
+def _outages(fig, outages, scale: float) -> None:
+    """Switch cables down: a hatched band over the rows of the servers below the switch while they are
+    down, and a marker at its start naming the switch, the cables and the jobs crossing them."""
+    if not outages:
+        return
+    go = _go()
+    xs: list = []
+    ys: list = []
+    for o in outages:
+        t0, t1, (a, b) = o.start_s / scale, o.end_s / scale, o.servers
+        xs += [t0, t1, t1, t0, t0, None]
+        ys += [a - 0.5, a - 0.5, b + 0.5, b + 0.5, a - 0.5, None]
+    fig.add_trace(go.Scatter(x=xs, y=ys, fill="toself", mode="lines", line=dict(width=0), fillcolor=OUTAGE_COLOR,
+                             opacity=0.25, fillpattern=dict(shape="/"), name="switch cables down", hoverinfo="name"))
+    fig.add_trace(go.Scatter(
+        x=[o.start_s / scale for o in outages], y=[o.servers[0] - 0.5 for o in outages], mode="markers",
+        marker=dict(symbol="triangle-down", size=9, color=OUTAGE_COLOR), name="switch cable failure",
+        hovertext=[f"{o.cables} of {o.switch}'s {o.of_cables} uplink cables ({o.link_class}) down "
+                   f"{o.start_s:,.0f}-{o.end_s:,.0f} s" + (f", crossed by {', '.join(o.jobs)}" if o.jobs else
+                                                           ", crossed by no job") for o in outages],
+        hoverinfo="text"))
 
 
 def slowdown_figure(result: Any, *, title: str | None = None):
@@ -100,6 +126,10 @@ def slowdown_figure(result: Any, *, title: str | None = None):
                            marker_color=[_PALETTE[k % len(_PALETTE)] for k in range(len(jobs))],
                            hovertext=hover, hoverinfo="text", text=[f"{j.slowdown:.3f}" for j in jobs],
                            textposition="outside", showlegend=False))
+    if getattr(result, "link_outages", ()):
+        fig.add_trace(go.Scatter(x=[j.name for j in jobs], y=[getattr(j, "fabric_slowdown", 1.0) for j in jobs],
+                                 mode="markers", marker=dict(symbol="diamond", size=10, color=OUTAGE_COLOR),
+                                 name="fabric slowdown (against the same mix with no cable down)"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#555")
     _layout(fig, title or "Slowdown against running alone on the same servers", xaxis_title="job",
             yaxis_title="step time / step time alone")

@@ -102,6 +102,13 @@ def uplink_capacities(spec) -> tuple[float, ...]:
     return tuple(caps)
 
 
+def uplink_cables(spec) -> tuple[int, ...]:
+    """Parallel cables in one block's uplink at each level (the bundle :func:`uplink_capacities`
+    sums), assuming switch ports run at the NIC port rate: the bundle's capacity over one port's,
+    rounded, at least 1. ECMP spreads a bundle's flows evenly over them."""
+    return tuple(max(1, round(cap / nic_rate(spec))) for cap in uplink_capacities(spec))
+
+
 def level_units(n_nodes: int, group_sizes: tuple[int, ...]) -> list[int]:
     """Units at each level for ``n_nodes`` servers: leaf groups, tier-1 blocks, ..."""
     units = [math.ceil(n_nodes / group_sizes[0])]

@@ -1,6 +1,6 @@
 """Golden cases: CLI invocations whose ``--json`` output is frozen in ``tests/golden/*.json``.
 
-They pin the numbers ``predict``, ``collective``, ``memory``, ``goodput`` and ``sweep``
+They pin the numbers ``predict``, ``collective``, ``memory``, ``goodput``, ``sweep`` and ``mix``
 print for every preset x strategy x a few models, plus the flags that change the
 collective model (``--algo/--proto/--jobs/--calibration/--degrade``) and the
 variability path; ``predict``'s tensor x pipeline layouts, a small ``plan`` search and
@@ -289,6 +289,11 @@ def report_cases() -> dict[str, list[str]]:
     }
 
 
+def mix_cases() -> dict[str, list[str]]:
+    """``mix``: a job mix whose switch cables fail (the jobs crossing them run on the cables left)."""
+    return {"switch-cables-down": ["mix", "tests/data/mix/outages.yaml", "--sample-steps", "0", "--json"]}
+
+
 FAMILIES = {
     "predict": predict_cases,
     "pipeline": pipeline_cases,
@@ -300,4 +305,5 @@ FAMILIES = {
     "moe": moe_cases,
     "plan": plan_cases,
     "report": report_cases,
+    "mix": mix_cases,
 }
