@@ -147,7 +147,7 @@ def test_calibration_sets_the_overlap_slowdown_unless_given(capsys, monkeypatch)
     assert predict_config(capsys, *args)["overlap_slowdown"] == 0.25
     # Given, even at the field's default, the flag wins.
     assert predict_config(capsys, *args, "--overlap-slowdown", "0.1")["overlap_slowdown"] == 0.1
-    assert predict_config(capsys, "--gpus", "16", "--link", "aws-p4de")["overlap_slowdown"] == 0.1
+    assert predict_config(capsys, "--gpus", "16", "--link", "aws-p4de")["overlap_slowdown"] == 0.189
 
 
 @pytest.mark.parametrize("command, args, needles", [

@@ -30,7 +30,7 @@ from dpsim.predict.config import (
 ORIGINAL_DEFAULTS = {
     "gpus": 64, "link": "ethernet", "topology_file": None, "gpus_per_node": None, "gpu": None, "model": "gpt2-xl",
     "seq_len": None, "flash_attention": True, "micro_batch": 4, "precision": "amp-bf16", "optimizer": "adamw",
-    "bucket_cap_mb": None, "overlap": True, "overlap_slowdown": 0.1, "compute_efficiency": 1.0,
+    "bucket_cap_mb": None, "overlap": True, "overlap_slowdown": 0.189, "compute_efficiency": 1.0,
     "single_gpu_step_s": None, "steps": 3, "calibration": None, "strategy": "ddp", "grad_accum": 1,
     "activation_checkpointing": False, "fsdp_unit": "block", "input_shape": None, "algo": None, "proto": None,
     "jobs": 1, "placement": "packed",
