@@ -47,6 +47,7 @@ from dpsim.errors import ConfigError, DpsimError
 from dpsim.limits import MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.placement import place
 from dpsim.mix.spec import JobSpec, MixSpec
+from dpsim.network import maxmin_jit
 from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
 from dpsim.plan.reliability import ClusterShape, model_optimum_s
@@ -327,9 +328,7 @@ def _group_max_min(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarra
                    weight: np.ndarray) -> np.ndarray:
     """A group's max-min rates: compiled where numba is installed (:mod:`dpsim.network.maxmin_jit`: the
     same rates bit for bit, for the classes' whole-number weights), else numpy's."""
-    from dpsim.network.maxmin_jit import compiled
-
-    fast = compiled()
+    fast = maxmin_jit.compiled()
     if fast is not None and len(weight) and bool(np.all(weight >= 1)) and bool(np.all(weight == np.floor(weight))):
         return fast(flow_of, link_of, capacity, n_flows, weight)
     return max_min_sparse(flow_of, link_of, capacity, n_flows, weight)
