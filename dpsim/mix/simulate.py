@@ -50,6 +50,7 @@ from dpsim.limits import MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
 from dpsim.mix.spec import JobSpec, MixSpec
+from dpsim.network import maxmin_jit
 from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
 from dpsim.plan.reliability import ClusterShape, model_optimum_s
@@ -334,6 +335,16 @@ def _drop_private_repeats(flow_of: np.ndarray, link_of: np.ndarray, capacity: np
     return dict(flow_of=flow_of[keep], link_of=link_of[keep])
 
 
+def _group_max_min(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarray, n_flows: int,
+                   weight: np.ndarray) -> np.ndarray:
+    """A group's max-min rates: compiled where numba is installed (:mod:`dpsim.network.maxmin_jit`: the
+    same rates bit for bit, for the classes' whole-number weights), else numpy's."""
+    fast = maxmin_jit.compiled()
+    if fast is not None and len(weight) and bool(np.all(weight >= 1)) and bool(np.all(weight == np.floor(weight))):
+        return fast(flow_of, link_of, capacity, n_flows, weight)
+    return max_min_sparse(flow_of, link_of, capacity, n_flows, weight)
+
+
 def cluster_topology(spec: MixSpec) -> Topology:
     """The mix's whole cluster."""
     design = load_topology_file(spec.topology_file) if spec.topology_file else load_preset(spec.link)
@@ -540,7 +551,7 @@ class MixSimulation:
         users = np.ones(len(capacity), dtype=np.int64)
         solved = np.concatenate([t.shared_solved for t in traffic])
         users[:n_shared] = np.bincount(solved, minlength=n_shared)
-        rates = max_min_sparse(flow_of, local, capacity, int(offsets[-1]), weight)
+        rates = _group_max_min(flow_of, local, capacity, int(offsets[-1]), weight)
         self.evaluations += 1
         load = np.bincount(local, weights=(rates * weight)[flow_of], minlength=len(capacity))
         full = load >= capacity * (1 - _SATURATED)
