@@ -150,3 +150,27 @@ def test_speed_drift_compares_the_control_with_the_measured_step_only():
     assert not steady(OUTSIDE_LOAD_LIMIT + 0.01, 0.0) and steady(OUTSIDE_LOAD_LIMIT, -DRIFT_LIMIT)
     assert speed_drift({"compute": {"step_times_s": [0.1]}, "ddp": {}}) is None  # recorded before the control
     assert steady(0.0, None)
+
+
+def test_per_tensor_rows_give_every_gradient_its_own_all_reduce():
+    """The matrix's per-tensor cap is under every built-in's smallest gradient, so predict's buckets
+    (as torch 2.13 rebuilds them, first bucket capped at the cap) hold one tensor each; and
+    ``--cases`` takes matrix rows, 1-based, refusing others in one line."""
+    import argparse
+
+    from run_matrix import MATRIX, PER_TENSOR_CAP_MB, _case_numbers
+
+    from dpsim.validate.api import trace
+    from dpsim.workload.buckets import ddp_buckets
+
+    rows = [case for case in MATRIX if case[2] == PER_TENSOR_CAP_MB]
+    assert {case[0] for case in rows} >= {"transformer"}
+    for model in ("mlp", "transformer", "convnet"):
+        spec = trace(ValidationConfig(model=model, micro_batch=2, bucket_cap_mb=PER_TENSOR_CAP_MB, world_size=2,
+                                      nic_bits_per_s=1e9))
+        plan = ddp_buckets(spec, bucket_cap_mb=PER_TENSOR_CAP_MB)
+        assert plan.num_buckets == len(spec.params) and all(b.num_params == 1 for b in plan.buckets), model
+    assert _case_numbers("14,1") == [14, 1]
+    for bad in ("0", f"{len(MATRIX) + 1}", "x", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="comma-separated rows"):
+            _case_numbers(bad)

@@ -3,6 +3,7 @@
 Run as root on a quiet machine (the runs share its cores):
     python validation/run_matrix.py            # the full matrix, writes VALIDATION.md
     python validation/run_matrix.py --subset   # the CI subset, prints only
+    python validation/run_matrix.py --cases 14,15   # chosen rows of the matrix (1-based), prints only
 Each case trains with real torch DDP (gloo) across emulated hosts (network namespaces,
 tbf-shaped NICs), measures the steady-state step, and compares it with ``dpsim predict``'s
 prediction from a profile of the same run's micro-benchmarks (all-reduce sweep, the
@@ -37,6 +38,14 @@ from sections import replace_section  # noqa: E402
 
 SECTION = "## Part 1: `dpsim validate`, predictions from each run's own measurements"
 
+PER_TENSOR_CAP_MB = 1e-5
+"""A bucket cap of 10 bytes (``int(1e-5 * 2**20)``), under every built-in model's smallest gradient
+(the 40-byte bias of a 10-way classifier): each gradient tensor is its own bucket and its own all-reduce,
+as Horovod without tensor fusion does. torch 2.13's ``_BucketCapacityConfig.create``
+(torch/nn/parallel/distributed.py) caps the first bucket at the cap itself when ``bucket_cap_mb`` is
+given (1 MiB only for the default), and the Reducer closes a bucket once its bytes reach the limit,
+so no bucket holds two tensors."""
+
 # (model, micro-batch, bucket cap MiB or None, ranks, NIC, racks, oversubscription)
 MATRIX = [
     ("mlp", 32, None, 2, "1gbit", 1, 1.0),
@@ -52,6 +61,8 @@ MATRIX = [
     ("convnet", 16, 1, 4, "500mbit", 1, 1.0),
     ("convnet", 8, 100, 8, "1gbit", 1, 1.0),
     ("transformer", 8, 100, 2, "3gbit", 1, 1.0),
+    ("transformer", 8, PER_TENSOR_CAP_MB, 2, "1gbit", 1, 1.0),
+    ("convnet", 16, PER_TENSOR_CAP_MB, 2, "1gbit", 1, 1.0),
 ]
 SUBSET = [MATRIX[0], MATRIX[5], MATRIX[9]]
 """What CI runs: one case per model shape, 2 ranks, a few minutes in all."""
@@ -104,25 +115,42 @@ def case_name(case) -> str:
     return f"{model}-mb{mb}-cap-{cap if cap else 'default'}-{ranks}x{nic}-r{racks}"
 
 
+def _cap(cap) -> str:
+    if cap is None:
+        return "default (25, 1st 1) MiB"
+    return "per tensor" if cap == PER_TENSOR_CAP_MB else f"{cap:g} MiB"
+
+
 def _drift(drift: float | None) -> str:
     return "n/a" if drift is None else f"{100 * drift:+.1f} %"
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], numbers: list[int] | None = None) -> str:
+    """The Markdown table of ``rows``, numbered by ``numbers`` (their rows of :data:`MATRIX`; default 1, 2, ...)."""
     lines = ["| # | model | micro-batch | bucket cap | ranks | NIC | racks (oversub.) | measured median (p10-p90) | "
              "predicted | error | predicted comm / compute | runs | outside load | speed drift |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for i, r in enumerate(rows, 1):
+    for i, r in zip(numbers or range(1, len(rows) + 1), rows):
         model, mb, cap, ranks, nic, racks, over = r["case"]
         m, p = r["measured"], r["predicted"]
         lines.append(
-            f"| {i} | {model} | {mb} | {cap if cap else 'default (25, 1st 1)'} MiB | {ranks} | {nic} | "
+            f"| {i} | {model} | {mb} | {_cap(cap)} | {ranks} | {nic} | "
             f"{racks} ({over:g}:1) | {m['median_s'] * 1e3:.1f} ms ({m['p10_s'] * 1e3:.1f}-{m['p90_s'] * 1e3:.1f}) | "
             f"{p['step_time_s'] * 1e3:.1f} ms | {100 * r['error']:+.1f} % | "
             f"{p['comm_s'] * 1e3:.1f} / {p['compute_s'] * 1e3:.1f} ms | {r.get('runs', 1)} | "
             f"{100 * r.get('outside_load', 0):.0f} % | "
             f"{_drift(r.get('speed_drift'))} |")
     return "\n".join(lines)
+
+
+def _case_numbers(text: str) -> list[int]:
+    try:
+        numbers = [int(x) for x in text.split(",")]
+    except ValueError:
+        numbers = []
+    if not numbers or any(not 1 <= i <= len(MATRIX) for i in numbers):
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid; expected comma-separated rows in 1..{len(MATRIX)}")
+    return numbers
 
 
 def main() -> int:
@@ -134,10 +162,13 @@ def main() -> int:
     ap.add_argument("--nice", type=int, default=-10 if os.geteuid() == 0 else 0,
                     help="scheduling priority of the runs (default -10 as root): other users' work on a shared "
                          "machine then takes less of the cores from the measurement")
+    ap.add_argument("--cases", type=_case_numbers, default=None,
+                    help="only these rows of the matrix, 1-based and comma-separated (e.g. 14,15); print, do not write")
     args = ap.parse_args()
     if args.nice:
         os.nice(args.nice)
-    cases = SUBSET if args.subset else MATRIX
+    numbers = args.cases or (None if args.subset else list(range(1, len(MATRIX) + 1)))
+    cases = SUBSET if numbers is None else [MATRIX[i - 1] for i in numbers]
     rows = []
     for i, case in enumerate(cases, 1):
         rows.append(run_case(case))
@@ -152,9 +183,9 @@ def main() -> int:
     med, worst = statistics.median(errors), max(errors)
     summary = (f"median |error| {100 * med:.1f} % (bar {100 * MEDIAN_BAR:.0f} %), "
                f"worst {100 * worst:.1f} % (bar {100 * WORST_BAR:.0f} %)")
-    print(table(rows))
+    print(table(rows, numbers))
     print(summary)
-    if not args.subset:
+    if not args.subset and not args.cases:
         import torch
 
         loads = [r["outside_load"] for r in rows]

@@ -106,9 +106,16 @@ def main(argv=None) -> int:
 
     # 1. collectives: all-reduce sweep past the largest possible bucket (all gradients), so
     # no bucket's time is extrapolated; every rank times, the slowest rank's median counts.
+    # Below, down to the smallest bucket a small cap can make (one gradient tensor): with a cap under
+    # the sweep's start each small tensor is its own all-reduce, whose per-call cost is measured then.
     sizes = [int(s) for s in args.sizes.split(",")]
     while sizes[-1] < grad_bytes:
         sizes.append(sizes[-1] * 4)
+    if args.bucket_cap_mb is not None:
+        smallest = max(int(args.bucket_cap_mb * 2**20), min(p.numel() * p.element_size()
+                                                            for p in step.model.parameters() if p.requires_grad))
+        while sizes[0] > max(4, smallest):
+            sizes.insert(0, max(4, sizes[0] // 4 // 4 * 4))
     coll = []
     for size in sizes:
         t = torch.zeros(size // 4)
