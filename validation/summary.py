@@ -128,6 +128,14 @@ def _section(text: str, heading: str) -> str:
     return rest if end < 0 else rest[:end]
 
 
+def _first_table(text: str) -> str:
+    """The first markdown table in ``text``: the headline's own cases, not a later subsection's."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join(lines[start:end])
+
+
 def loop_rows(validation_text: str) -> list[Area]:
     """The loops against real DDP training, from VALIDATION.md's headline lines."""
     out = []
@@ -137,7 +145,7 @@ def loop_rows(validation_text: str) -> list[Area]:
         if m is None:
             raise StaleSource(f"VALIDATION.md {heading!r}: no headline line matching {pattern!r}")
         *count, median, worst = m.groups()
-        cases = int(count[0]) if count else len(re.findall(r"^\| \d+ \|", section, re.M))
+        cases = int(count[0]) if count else len(re.findall(r"^\| \d+ \|", _first_table(section[m.end():]), re.M))
         out.append(Area(pool="", area=area, against=against.format(cases=cases), rows=cases,
                         median_abs_error=float(median) / 100, worst_abs_error=float(worst) / 100, coverage=None))
     return out
