@@ -859,6 +859,22 @@ class MixSimulation:
                 steps[i], mode[i], left[i] = at[i]
                 enter_network(i)
 
+        def jump(live: list[int], before: tuple | None, going_on: bool = False) -> tuple:
+            """Fast-forward ``live`` to the next event (``before``: the last jump, whose means still hold;
+            ``going_on``: this jump goes on with that one, cut short here)."""
+            nonlocal now
+            bound = min([t_arrive, failures.next_s() if failures is not None else math.inf]
+                        + [deadline(j) for j in (failures.held if failures is not None else running)])
+            now, finished, mean, ends = self._fast_forward(
+                now, live, completions, steps, jobs, horizon, bound, deadline, mode, left, compute_s,
+                mean=None if before is None else before[1], since=now if before is None else before[2],
+                ends=before[3] if going_on else None)
+            got = state(live), mean, now, ends
+            for j in finished:
+                depart(j, now)
+            reshare(set(running))
+            return got
+
         if failures is not None:
             failures.bind(servers=servers, running=running, mode=mode, left=left, steps=steps,
                           alone_step=alone_step, compute_s=compute_s, work=work, alone_speed=alone_speed,
@@ -914,6 +930,11 @@ class MixSimulation:
                 continue
             if t == t_ctl and t_ctl <= t_next:
                 failures.handle(now)
+                live = [j for j in running if mode[j] != "solo"]
+                if jumped is not None and jumped[2] == now and live and jumped[0] == state(live):
+                    # The event cut a jump short and changed none of its jobs (a free server failed, a
+                    # cable nobody crosses): the jump goes on as if uncut, from where each job was.
+                    jumped = jump(live, jumped, going_on=True)
                 continue
             if t == t_arrive and t_arrive <= t_next:
                 i = arrivals[k]
@@ -969,14 +990,7 @@ class MixSimulation:
             # written and resumed) is the same periodic system: the means still hold.
             same = not measured and jumped is not None and jumped[0] == state(live)
             if measured or same:
-                bound = min([t_arrive, t_ctl] + [deadline(j) for j in held])
-                now, finished, mean = self._fast_forward(
-                    now, live, completions, steps, jobs, horizon, bound, deadline, mode, left, compute_s,
-                    mean=None if measured else jumped[1], since=jumped[2] if same else now)
-                jumped = (state(live), mean, now)
-                for j in finished:
-                    depart(j, now)
-                reshare(set(running))
+                jumped = jump(live, None if measured else jumped)
         now = min(now, horizon)
         for i in sorted(failures.held if failures is not None else running):
             depart(i, now)
@@ -1055,21 +1069,22 @@ class MixSimulation:
         return out
 
     def _fast_forward(self, now, running, completions, steps, jobs, horizon, t_arrive, deadline, mode, left,
-                      compute_s, mean=None, since=0.0) -> tuple[float, list[int], dict]:
+                      compute_s, mean=None, since=0.0, ends=None) -> tuple[float, list[int], dict, dict]:
         """Jump to the next arrival or departure at each job's measured mean step time (``mean``: the
-        means measured before a previous jump at ``since``, still valid); returns the means used."""
+        means measured before a previous jump at ``since``, still valid; ``ends``: the step-counted
+        jobs' last step ends of a jump this one goes on with); returns the means and ends used."""
         if mean is None:
             mean = {}
             for j in running:
                 c = completions[j][-self.sample_steps - 1:]
                 mean[j] = (c[-1] - c[0]) / (len(c) - 1)
         target = min(t_arrive, horizon, min(deadline(j) for j in running))
-        for j in list(running):
-            if jobs[j].steps is not None:
-                # Its last step's end, counted from its last completion (a jump restarts its step).
-                last = completions[j][-1] if completions[j] else since
-                t_done = last + (jobs[j].steps - steps[j]) * mean[j]
-                target = min(target, max(t_done, now))
+        if ends is None:
+            # Its last step's end, counted from its last completion (a jump restarts its step).
+            ends = {j: (completions[j][-1] if completions[j] else since) + (jobs[j].steps - steps[j]) * mean[j]
+                    for j in running if jobs[j].steps is not None}
+        for t_done in ends.values():
+            target = min(target, max(t_done, now))
         finished = []
         for j in running:
             steps[j] += (target - now) / mean[j] if mean[j] > 0 else 0.0
@@ -1078,7 +1093,7 @@ class MixSimulation:
             if jobs[j].steps is not None and steps[j] >= jobs[j].steps - 1e-9:
                 steps[j] = float(jobs[j].steps)
                 finished.append(j)
-        return target, finished, mean
+        return target, finished, mean, ends
 
 
 class _Failures:
