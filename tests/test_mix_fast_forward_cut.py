@@ -26,9 +26,7 @@ def test_an_event_no_job_feels_changes_no_job_with_fast_forwarding(event, at):
 
 
 def test_a_job_with_a_step_count_ends_where_the_uncut_jump_ends_it():
-    a, b = {**A, "steps": 900, "duration": None}, {**B, "steps": 700, "duration": None}
-    a = {k: v for k, v in a.items() if v is not None}
-    b = {k: v for k, v in b.items() if v is not None}
+    a, b = ({**{k: v for k, v in job.items() if k != "duration"}, "steps": n} for job, n in ((A, 900), (B, 700)))
     quiet = simulate_mix(_mix(a, b, failures={"repair": "1h"}), sample_steps=20)
     for at in ("3s", "9.87s"):
         hit = simulate_mix(_mix(a, b, failures=_down("leaf3.0", at=at, repair="2s")), sample_steps=20)
