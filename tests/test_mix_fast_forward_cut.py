@@ -32,3 +32,17 @@ def test_a_job_with_a_step_count_ends_where_the_uncut_jump_ends_it():
         hit = simulate_mix(_mix(a, b, failures=_down("leaf3.0", at=at, repair="2s")), sample_steps=20)
         _same(hit, quiet)
         assert [j.steps for j in hit.jobs] == [900.0, 700.0]
+
+
+@pytest.mark.parametrize("intervals", [("5s", "7s"), ("3.3s", "11s")])
+def test_jobs_checkpointing_between_jumps_lose_no_step_in_progress(intervals):
+    # Each checkpoint cuts the jumps short; the jobs come back to the jump's means mid-step, and the part
+    # of its step each had run counts. The exact run counts whole steps only (the fast-forward also the
+    # part of the last one at the horizon).
+    jobs = [{**job, "checkpoint": {"interval": every, "write": "0.5s"}} for job, every in zip((A, B), intervals)]
+    mix = _mix(*jobs, failures={"repair": "1h"})
+    exact, quick = simulate_mix(mix, sample_steps=None), simulate_mix(mix, sample_steps=20)
+    assert quick.events < exact.events / 10  # it did fast-forward
+    for e, q in zip(exact.jobs, quick.jobs):
+        assert -1e-9 <= q.steps - e.steps < 1, e.name
+        assert (q.end_s, q.checkpoint_s, q.failures) == (e.end_s, e.checkpoint_s, e.failures)
