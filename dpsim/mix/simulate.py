@@ -26,7 +26,10 @@ exact (:meth:`MixSimulation.shared_from`).
 with ``sample_steps`` set, once every running job has completed that many steps in the interval
 the rest of it runs at the mean step time measured (``None``: every step is simulated). An event
 that leaves the jobs that can slow each other down as they were measured (an arrival elsewhere, a
-checkpoint written and resumed) does not call for measuring them again.
+checkpoint written and resumed) does not call for measuring them again. A failure-handling event
+that changes none of the jumping jobs (a free server failing, a cable nobody crosses) lets the jump
+go on at once as if uncut; after one that did (a checkpoint), the jobs coming back to the jump's means
+keep the part of their step in progress they had run.
 
 **Failures** (a mix with ``failures:``): checkpoints, failures, spares and repairs stop and restart
 jobs, whose traffic leaves the links while they are stopped (:class:`_Failures`). Cables between
@@ -811,7 +814,8 @@ class MixSimulation:
 
         dirty = [True]  # deadlines change only when a job arrives, leaves or changes mode
         changes = [0]  # counts those changes (and re-routings): the live jobs' state is kept between them
-        jumped = None  # the last fast-forward: (its jobs' state, their mean step times, its end)
+        jumped = None  # the last fast-forward: (its jobs' state, their mean step times, its end, its step-counted
+        # jobs' last step ends, whether a failure-handling event cut it)
 
         def changed() -> None:
             dirty.append(True)
@@ -858,6 +862,30 @@ class MixSimulation:
             for i in moving:
                 steps[i], mode[i], left[i] = at[i]
                 enter_network(i)
+
+        def jump(live: list[int], before: tuple | None, going_on: bool = False) -> tuple:
+            """Fast-forward ``live`` to the next event (``before``: the last jump, whose means still hold;
+            ``going_on``: this jump goes on with that one, cut short here)."""
+            nonlocal now
+            bound = min([t_arrive, failures.next_s() if failures is not None else math.inf]
+                        + [deadline(j) for j in (failures.held if failures is not None else running)])
+            # Jobs come back to the means of a jump a failure-handling event cut short mid-step (the one
+            # that completed a step brought them back): the part of its step each has run is done, not
+            # restarted. (After a jump an arrival or a departure cut, the step in progress still
+            # restarts: the mix without failures keeps its numbers.)
+            partial = {} if before is None or going_on or not before[4] else {
+                j: steps_at((steps[j], mode[j], left[j]), compute_s[j], work.get(j), alone_speed.get(j),
+                            alone_step(j)) - steps[j] for j in live}
+            now, finished, mean, ends = self._fast_forward(
+                now, live, completions, steps, jobs, horizon, bound, deadline, mode, left, compute_s,
+                mean=None if before is None else before[1], since=now if before is None else before[2],
+                ends=before[3] if going_on else None, partial=partial)
+            cut = failures is not None and failures.next_s() <= now
+            got = state(live), mean, now, ends, cut
+            for j in finished:
+                depart(j, now)
+            reshare(set(running))
+            return got
 
         if failures is not None:
             failures.bind(servers=servers, running=running, mode=mode, left=left, steps=steps,
@@ -914,6 +942,11 @@ class MixSimulation:
                 continue
             if t == t_ctl and t_ctl <= t_next:
                 failures.handle(now)
+                live = [j for j in running if mode[j] != "solo"]
+                if jumped is not None and jumped[2] == now and live and jumped[0] == state(live):
+                    # The event cut a jump short and changed none of its jobs (a free server failed, a
+                    # cable nobody crosses): the jump goes on as if uncut, from where each job was.
+                    jumped = jump(live, jumped, going_on=True)
                 continue
             if t == t_arrive and t_arrive <= t_next:
                 i = arrivals[k]
@@ -969,14 +1002,7 @@ class MixSimulation:
             # written and resumed) is the same periodic system: the means still hold.
             same = not measured and jumped is not None and jumped[0] == state(live)
             if measured or same:
-                bound = min([t_arrive, t_ctl] + [deadline(j) for j in held])
-                now, finished, mean = self._fast_forward(
-                    now, live, completions, steps, jobs, horizon, bound, deadline, mode, left, compute_s,
-                    mean=None if measured else jumped[1], since=jumped[2] if same else now)
-                jumped = (state(live), mean, now)
-                for j in finished:
-                    depart(j, now)
-                reshare(set(running))
+                jumped = jump(live, None if measured else jumped)
         now = min(now, horizon)
         for i in sorted(failures.held if failures is not None else running):
             depart(i, now)
@@ -1055,30 +1081,44 @@ class MixSimulation:
         return out
 
     def _fast_forward(self, now, running, completions, steps, jobs, horizon, t_arrive, deadline, mode, left,
-                      compute_s, mean=None, since=0.0) -> tuple[float, list[int], dict]:
+                      compute_s, mean=None, since=0.0, ends=None, partial=None) -> tuple[float, list[int], dict, dict]:
         """Jump to the next arrival or departure at each job's measured mean step time (``mean``: the
-        means measured before a previous jump at ``since``, still valid); returns the means used."""
+        means measured before a previous jump at ``since``, still valid; ``ends``: the step-counted
+        jobs' last step ends of a jump this one goes on with; ``partial``: the part of its step in
+        progress each job has run, counted as done); returns the means and ends used."""
         if mean is None:
             mean = {}
             for j in running:
                 c = completions[j][-self.sample_steps - 1:]
                 mean[j] = (c[-1] - c[0]) / (len(c) - 1)
         target = min(t_arrive, horizon, min(deadline(j) for j in running))
-        for j in list(running):
-            if jobs[j].steps is not None:
-                # Its last step's end, counted from its last completion (a jump restarts its step).
-                last = completions[j][-1] if completions[j] else since
-                t_done = last + (jobs[j].steps - steps[j]) * mean[j]
-                target = min(target, max(t_done, now))
+        if ends is None:
+            # Its last step's end, counted from its last completion (a jump restarts its step).
+            ends = {j: (completions[j][-1] if completions[j] else since) + (jobs[j].steps - steps[j]) * mean[j]
+                    for j in running if jobs[j].steps is not None}
+        for t_done in ends.values():
+            target = min(target, max(t_done, now))
         finished = []
         for j in running:
+            if partial:
+                steps[j] += partial[j]
             steps[j] += (target - now) / mean[j] if mean[j] > 0 else 0.0
             mode[j], left[j] = "compute", compute_s[j]
             completions[j] = []
             if jobs[j].steps is not None and steps[j] >= jobs[j].steps - 1e-9:
                 steps[j] = float(jobs[j].steps)
                 finished.append(j)
-        return target, finished, mean
+        return target, finished, mean, ends
+
+
+def steps_at(pos: tuple, compute_s: float, work: float | None, alone_speed: float | None, step_s: float) -> float:
+    """Steps done at a position (steps, mode, time or bytes left), counting the part of the step in
+    progress as the share of the job's alone step it has run."""
+    steps, mode, left = pos
+    if step_s <= 0:
+        return steps
+    into = compute_s - left if mode == "compute" else compute_s + (work - left) / alone_speed
+    return steps + into / step_s
 
 
 class _Failures:
@@ -1217,13 +1257,7 @@ class _Failures:
 
     def _steps_at(self, i: int, pos: tuple) -> float:
         """Steps done at a saved position, counting the part of the step in progress."""
-        steps, mode, left = pos
-        t = self.alone_step(i)
-        if t <= 0:
-            return steps
-        into = self.compute_s[i] - left if mode == "compute" else \
-            self.compute_s[i] + (self.work[i] - left) / self.alone_speed[i]
-        return steps + into / t
+        return steps_at(pos, self.compute_s[i], self.work.get(i), self.alone_speed.get(i), self.alone_step(i))
 
     def arrive(self, i: int, now: float) -> None:
         """Job ``i`` has been placed and started training: its checkpoint policy, its servers' health."""
