@@ -295,7 +295,7 @@ def _mtbf(field: str, value: Any) -> float:
     return s
 
 
-def _failures(data: Any) -> FailureSpec:
+def _failures(data: Any, horizon_s: float | None) -> FailureSpec:
     data = _keys("failures", data, _FAILURE_KEYS)
     if "repair" not in data:
         raise ConfigError("failures.repair: missing; give the time a failed server or link takes to come back, "
@@ -331,9 +331,15 @@ def _failures(data: Any) -> FailureSpec:
             raise ConfigError(f"{where}: give node: SERVER, link: SERVER (its NIC link) or uplink: SWITCH (cables "
                               f"between switches), one of them")
         at = _seconds(f"{where}.at", e["at"])
+        if horizon_s is not None and at >= horizon_s:
+            # The mix ends first, so the event would never fire: a typo, not a no-op.
+            raise _fail(f"{where}.at", e["at"], f"it must come before the horizon ({horizon_s:g} s)")
         own_repair = _seconds(f"{where}.repair", e["repair"]) if "repair" in e else None
         if own_repair is not None and own_repair <= 0:
             raise _fail(f"{where}.repair", e["repair"], "expected a time > 0, e.g. 30min")
+        if "nic" in e and what[0] != "link":
+            raise ConfigError(f"{where}.nic: {e['nic']!r} applies only to link: events (a server's NIC); leave it "
+                              f"out of this {what[0]}: event")
         if what[0] == "uplink":
             switch = e["uplink"]
             if not isinstance(switch, str) or not _SWITCH.fullmatch(switch):
@@ -344,9 +350,6 @@ def _failures(data: Any) -> FailureSpec:
         if "cables" in e:
             raise ConfigError(f"{where}.cables: {e['cables']!r} applies only to uplink: events (cables between "
                               f"switches); leave it out of a {what[0]} failure")
-        if "nic" in e and what[0] != "link":
-            raise ConfigError(f"{where}.nic: {e['nic']!r} applies only to link: events (a server's NIC); leave it "
-                              f"out of a {what[0]} failure")
         events.append(FailureEvent(at_s=at, server=_int(f"{where}.{what[0]}", e[what[0]], 0), component=what[0],
                                    repair_s=own_repair, nic=_int(f"{where}.nic", e["nic"], 0) if "nic" in e else None))
     return FailureSpec(repair_s=repair, rates=rates, seed=seed, events=tuple(events), uplink_events=tuple(uplinks),
@@ -382,7 +385,7 @@ def mix_from_dict(data: Any) -> MixSpec:
         else CheckpointSpec()
     spares = _int("spares", data["spares"], 0) if "spares" in data else 0
     storage = _bandwidth("storage", data["storage"]) if data.get("storage") is not None else None
-    failures = _failures(data["failures"]) if data.get("failures") is not None else None
+    failures = _failures(data["failures"], horizon) if data.get("failures") is not None else None
     if storage is not None and failures is None:
         raise ConfigError(f"storage: {data['storage']!r} applies only to a mix with failures (checkpoints are "
                           f"written only then); add failures: or leave storage out")
