@@ -115,3 +115,28 @@ def test_random_failure_events_end_in_a_result_or_one_line(event, top, tmp_path,
     spec.write_text(yaml.safe_dump(doc))
     args = ["mix", str(spec), "--json"]
     check_outcome(run_cli(args, capsys), args, "either")
+
+
+# goodput's checkpoint flags: a value the user gave is checked as given and blamed by its own name.
+GOODPUT = ["goodput", "--model", "gpt2", "--gpus", "8", "--tokens", "1e9", "--runs", "5"]
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("--checkpoint-interval", "0s"),       # used to become "never checkpoint" without a word
+    ("--checkpoint-interval", "1e400h"),   # likewise
+    ("--checkpoint-write", "1e400h"),      # used to be blamed on --restart (the restart adds the write)
+    ("--checkpoint-write", "-5min"),
+    ("--checkpoint-interval", "30 minutes"),
+])
+def test_goodput_refuses_a_bad_checkpoint_flag_naming_it(flag, value, capsys):
+    args = [*GOODPUT, flag, value]
+    check_outcome(run_cli(args, capsys), args, "error", (flag,))
+
+
+def test_goodput_with_a_free_checkpoint_write_runs(capsys):
+    """A zero write puts the optimal interval under a second: it used to fail blaming --checkpoint-interval,
+    which the user never gave; the interval is floored at the policy's minimum instead."""
+    args = [*GOODPUT, "--checkpoint-write", "0s", "--json"]
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "ok")
+    assert '"checkpoint_interval_s": 1.0' in outcome.out

@@ -331,9 +331,6 @@ def _failures(data: Any, horizon_s: float | None) -> FailureSpec:
             raise ConfigError(f"{where}: give node: SERVER, link: SERVER (its NIC link) or uplink: SWITCH (cables "
                               f"between switches), one of them")
         at = _seconds(f"{where}.at", e["at"])
-        if horizon_s is not None and at >= horizon_s:
-            # The mix ends first, so the event would never fire: a typo, not a no-op.
-            raise _fail(f"{where}.at", e["at"], f"it must come before the horizon ({horizon_s:g} s)")
         own_repair = _seconds(f"{where}.repair", e["repair"]) if "repair" in e else None
         if own_repair is not None and own_repair <= 0:
             raise _fail(f"{where}.repair", e["repair"], "expected a time > 0, e.g. 30min")
@@ -352,6 +349,11 @@ def _failures(data: Any, horizon_s: float | None) -> FailureSpec:
                               f"switches); leave it out of a {what[0]} failure")
         events.append(FailureEvent(at_s=at, server=_int(f"{where}.{what[0]}", e[what[0]], 0), component=what[0],
                                    repair_s=own_repair, nic=_int(f"{where}.nic", e["nic"], 0) if "nic" in e else None))
+    for k, e in enumerate(raw):
+        # After every field is checked (they name the mistake first). The mix ends before such an event
+        # would fire: a typo, not a no-op.
+        if horizon_s is not None and _seconds(f"failures.events[{k}].at", e["at"]) >= horizon_s:
+            raise _fail(f"failures.events[{k}].at", e["at"], f"it must come before the horizon ({horizon_s:g} s)")
     return FailureSpec(repair_s=repair, rates=rates, seed=seed, events=tuple(events), uplink_events=tuple(uplinks),
                        uplink_mtbf_s=uplink_mtbf, uplink_repair_s=uplink_repair)
 
