@@ -1,8 +1,9 @@
-"""Hostile values for the mix's failure fields (``uplink:`` events with ``cables``/``repair``,
-``mtbf_uplink``, ``uplink_repair``, ``link:`` events with ``nic:``): each is refused with exit
-status 2 and one line naming the field, never a traceback and never silently ignored.
+"""Hostile values for the failure inputs: the mix's failure fields (``uplink:`` events with
+``cables``/``repair``, ``mtbf_uplink``, ``uplink_repair``, ``link:`` events with ``nic:``) and
+goodput's checkpoint flags. Each is refused with exit status 2 and one line naming the field,
+never a traceback and never silently ignored.
 
-The mix is validated before anything runs, so every case is a parse (milliseconds), in-process.
+The mix is validated before anything runs, so each mix case is a parse (milliseconds), in-process.
 """
 
 from __future__ import annotations
