@@ -128,6 +128,7 @@ GOODPUT = ["goodput", "--model", "gpt2", "--gpus", "8", "--tokens", "1e9", "--ru
     ("--checkpoint-write", "1e400h"),      # used to be blamed on --restart (the restart adds the write)
     ("--checkpoint-write", "-5min"),
     ("--checkpoint-interval", "30 minutes"),
+    ("--checkpoint-bandwidth", "1B/s"),    # a year-long write was blamed on --restart (which adds the read)
 ])
 def test_goodput_refuses_a_bad_checkpoint_flag_naming_it(flag, value, capsys):
     args = [*GOODPUT, flag, value]

@@ -154,6 +154,12 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     checkpoint_bytes = ck.state_bytes
     if checkpoint_write_s is None:
         checkpoint_write_s = ck.write_s
+        if not checkpoint_write_s <= MAX_RECOVERY_S:
+            # The restart below adds the write (its read back), and would be blamed for a bandwidth given here.
+            raise ConfigError(f"--checkpoint-bandwidth: {checkpoint_bandwidth_bytes_per_s:g} B/s is not valid; writing "
+                              f"the busiest node's {ck.node_bytes:.3g} bytes of checkpoint would take "
+                              f"{checkpoint_write_s:.3g} s, over {MAX_RECOVERY_S:g} s (a year); give a larger "
+                              f"bandwidth")
     elif not 0 <= checkpoint_write_s <= MAX_RECOVERY_S:
         # Checked here, not only in CheckpointPolicy: the restart below adds it, and would be blamed for it.
         raise ConfigError(f"--checkpoint-write: {checkpoint_write_s!r} s is not valid; expected a duration >= 0 and "
