@@ -295,7 +295,7 @@ def _mtbf(field: str, value: Any) -> float:
     return s
 
 
-def _failures(data: Any) -> FailureSpec:
+def _failures(data: Any, horizon_s: float | None) -> FailureSpec:
     data = _keys("failures", data, _FAILURE_KEYS)
     if "repair" not in data:
         raise ConfigError("failures.repair: missing; give the time a failed server or link takes to come back, "
@@ -334,6 +334,9 @@ def _failures(data: Any) -> FailureSpec:
         own_repair = _seconds(f"{where}.repair", e["repair"]) if "repair" in e else None
         if own_repair is not None and own_repair <= 0:
             raise _fail(f"{where}.repair", e["repair"], "expected a time > 0, e.g. 30min")
+        if "nic" in e and what[0] != "link":
+            raise ConfigError(f"{where}.nic: {e['nic']!r} applies only to link: events (a server's NIC); leave it "
+                              f"out of this {what[0]}: event")
         if what[0] == "uplink":
             switch = e["uplink"]
             if not isinstance(switch, str) or not _SWITCH.fullmatch(switch):
@@ -344,11 +347,13 @@ def _failures(data: Any) -> FailureSpec:
         if "cables" in e:
             raise ConfigError(f"{where}.cables: {e['cables']!r} applies only to uplink: events (cables between "
                               f"switches); leave it out of a {what[0]} failure")
-        if "nic" in e and what[0] != "link":
-            raise ConfigError(f"{where}.nic: {e['nic']!r} applies only to link: events (a server's NIC); leave it "
-                              f"out of a {what[0]} failure")
         events.append(FailureEvent(at_s=at, server=_int(f"{where}.{what[0]}", e[what[0]], 0), component=what[0],
                                    repair_s=own_repair, nic=_int(f"{where}.nic", e["nic"], 0) if "nic" in e else None))
+    for k, e in enumerate(raw):
+        # After every field is checked (they name the mistake first). The mix ends before such an event
+        # would fire: a typo, not a no-op.
+        if horizon_s is not None and _seconds(f"failures.events[{k}].at", e["at"]) >= horizon_s:
+            raise _fail(f"failures.events[{k}].at", e["at"], f"it must come before the horizon ({horizon_s:g} s)")
     return FailureSpec(repair_s=repair, rates=rates, seed=seed, events=tuple(events), uplink_events=tuple(uplinks),
                        uplink_mtbf_s=uplink_mtbf, uplink_repair_s=uplink_repair)
 
@@ -382,7 +387,7 @@ def mix_from_dict(data: Any) -> MixSpec:
         else CheckpointSpec()
     spares = _int("spares", data["spares"], 0) if "spares" in data else 0
     storage = _bandwidth("storage", data["storage"]) if data.get("storage") is not None else None
-    failures = _failures(data["failures"]) if data.get("failures") is not None else None
+    failures = _failures(data["failures"], horizon) if data.get("failures") is not None else None
     if storage is not None and failures is None:
         raise ConfigError(f"storage: {data['storage']!r} applies only to a mix with failures (checkpoints are "
                           f"written only then); add failures: or leave storage out")

@@ -12,6 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.limits import MIN_CHECKPOINT_INTERVAL_S
 from dpsim.plan.reliability import (
     COMPONENTS,
     POLICIES,
@@ -689,7 +690,10 @@ def interval_study(job: TrainingJob, *, runs: int = 100, seed: int = 0, points: 
     opt = model_optimum_s(w, ck.write_s, ck.restart_s, m, job.replace_s)
     young, daly = young_interval_s(ck.write_s, m), daly_interval_s(ck.write_s, m)
     expected = lambda tau: w / expected_wall_time_s(w, tau, ck.write_s, ck.restart_s, m, job.replace_s)  # noqa: E731
-    clip = lambda tau: min(w, tau) if tau > 0 and math.isfinite(tau) else w  # noqa: E731
+    # Floored at the shortest interval a checkpoint policy takes: a near-free write puts the optimum (and
+    # the grid's low end) under it.
+    clip = lambda tau: max(MIN_CHECKPOINT_INTERVAL_S,  # noqa: E731
+                           min(w, tau) if tau > 0 and math.isfinite(tau) else w)
     taus = {clip(x) for x in (opt, young, daly, *extra)}
     if math.isfinite(opt) and opt > 0:
         for i in range(points):

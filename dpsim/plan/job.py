@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dpsim.errors import ConfigError
-from dpsim.limits import MAX_GOODPUT_RUNS, MAX_GPUS, MAX_SEED, check_int
+from dpsim.limits import MAX_GOODPUT_RUNS, MAX_GPUS, MAX_RECOVERY_S, MAX_SEED, MIN_CHECKPOINT_INTERVAL_S, check_int
 from dpsim.plan.layout_goodput import checkpoint_cost, state_bytes
 from dpsim.plan.goodput import GoodputStats, IntervalStudy, elastic_choice, interval_study, simulate_goodput
 from dpsim.plan.reliability import (
@@ -154,14 +154,29 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     checkpoint_bytes = ck.state_bytes
     if checkpoint_write_s is None:
         checkpoint_write_s = ck.write_s
+        if not checkpoint_write_s <= MAX_RECOVERY_S:
+            # The restart below adds the write (its read back), and would be blamed for a bandwidth given here.
+            raise ConfigError(f"--checkpoint-bandwidth: {checkpoint_bandwidth_bytes_per_s:g} B/s is not valid; writing "
+                              f"the busiest node's {ck.node_bytes:.3g} bytes of checkpoint would take "
+                              f"{checkpoint_write_s:.3g} s, over {MAX_RECOVERY_S:g} s (a year); give a larger "
+                              f"bandwidth")
+    elif not 0 <= checkpoint_write_s <= MAX_RECOVERY_S:
+        # Checked here, not only in CheckpointPolicy: the restart below adds it, and would be blamed for it.
+        raise ConfigError(f"--checkpoint-write: {checkpoint_write_s!r} s is not valid; expected a duration >= 0 and "
+                          f"<= {MAX_RECOVERY_S:g} s (a year)")
     # A restart reads the checkpoint back, as long as writing it (the same bytes per node).
     restart_s = restart_s + checkpoint_write_s
     cluster = ClusterShape.from_topology(topology)
     mtbf = cluster.mtbf_s(rates)
-    interval_s = (model_optimum_s(work_s, checkpoint_write_s, restart_s, mtbf, replace_s)
-                  if checkpoint_interval_s is None else checkpoint_interval_s)
-    if not math.isfinite(interval_s) or interval_s <= 0:
-        interval_s = work_s
+    if checkpoint_interval_s is None:
+        interval_s = model_optimum_s(work_s, checkpoint_write_s, restart_s, mtbf, replace_s)
+        if not math.isfinite(interval_s) or interval_s <= 0:
+            interval_s = work_s
+        # A near-free write puts the optimum under a second; the user gave no interval to blame for it.
+        interval_s = max(interval_s, MIN_CHECKPOINT_INTERVAL_S)
+    else:
+        # The user's own interval goes to CheckpointPolicy's check as given (0 or inf used to become "never").
+        interval_s = checkpoint_interval_s
     job = TrainingJob(work_s=work_s, cluster=cluster, rates=rates, policy=policy, replace_s=replace_s,
                       min_nodes=min_nodes,
                       checkpoint=CheckpointPolicy(interval_s=interval_s, write_s=checkpoint_write_s,

@@ -320,7 +320,8 @@ def model_optimum_s(work_s: float, write_s: float, restart_s: float, mtbf_s: flo
     tau_c = min(continuous_optimum_s(write_s, mtbf_s), work_s)
     cost = lambda tau: expected_wall_time_s(work_s, tau, write_s, restart_s, mtbf_s, down_s)  # noqa: E731
     k_c = work_s / tau_c
-    ks = np.arange(max(1, int(k_c * 0.5)), min(int(k_c * 2) + 2, 10_000_000))
+    # Bounds capped as floats first: an absurd MTBF (1e-300 s) makes k_c too large for an int64 range.
+    ks = np.arange(max(1, int(min(k_c * 0.5, 10_000_000))), int(min(k_c * 2 + 2, 10_000_000)))
     tau = work_s / ks
     with np.errstate(over="ignore"):
         approx = (ks - 1) * np.expm1((tau + write_s) / mtbf_s) + np.expm1(tau / mtbf_s)
