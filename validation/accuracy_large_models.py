@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import math
 import re
 import statistics
@@ -57,7 +56,6 @@ sys.path.insert(0, str(ROOT / "validation"))
 
 from accuracy_compute import with_attention_kernel  # noqa: E402
 from dpsim.errors import DpsimError  # noqa: E402
-from dpsim.hardware import GPU_PRESETS  # noqa: E402
 from dpsim.predict.config import PredictConfig  # noqa: E402
 from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
@@ -69,7 +67,7 @@ VALIDATION = ROOT / "VALIDATION.md"
 HEADING = "## Large-model training runs (issue 24)"
 SYSTEMS_DIR = ROOT / "validation" / "systems"
 
-BF16_PEAK_FLOPS = {"a100": 312e12, "h100": 989e12, "gb200": 2.5e15, "gb300": 2.5e15}
+BF16_PEAK_FLOPS = {"a100": 312e12, "a100-40gb": 312e12, "h100": 989e12, "gb200": 2.5e15, "gb300": 2.5e15}
 """Dense bf16 peaks (A100 and H100 SXM datasheets; GB200: the GB200 NVL72 datasheet's 180 PFLOPS
 dense FP16/BF16 over its 72 GPUs; GB300: the same 180 PFLOPS over 72 for the GB300 NVL72, the
 ``gb300`` preset's citation) the common MFU column is quoted against."""
@@ -83,10 +81,6 @@ def published_mfu_peak_flops(row: dict) -> float:
     """The peak a row's published MFU is quoted against: the FP8 peak for FP8 rows, else bf16."""
     return (FP8_PEAK_FLOPS if row["fp8_recipe"] else BF16_PEAK_FLOPS)[row["gpu"]]
 
-
-A100_40GB_BYTES = GPU_PRESETS["a100-40gb"].memory_bytes
-"""A100 SXM4 40GB memory (the ``a100-40gb`` preset's, as the driver reports it): the rows on it are run
-with the ``a100`` (80 GB) preset and their fit verdict is taken against this capacity instead."""
 
 @dataclass(frozen=True, kw_only=True)
 class System:
@@ -110,7 +104,7 @@ SYSTEMS = {
         name="MosaicML", topology_file="mosaicml-a100-roce.yaml", assumed="1600 Gb/s RoCE as 8x 200 Gb/s"),
     "MosaicML platform, A100 40GB, 1600 Gbps node-node RoCE": System(
         name="MosaicML", topology_file="mosaicml-a100-roce.yaml",
-        assumed="A100 40GB as the A100 80GB preset (HBM2e 2.0 TB/s vs HBM2 1.6), fit checked at 40 GB"),
+        assumed="A100 40GB as the a100-40gb (SXM4) preset: form factor not published"),
     "GCP A3 (h100-80gb-8), as published": System(
         name="GCP A3 (MaxText)", topology_file="gcp-a3-tcpx.yaml",
         assumed="network not published: 4x 200 Gb/s GPUDirect-TCPX"),
@@ -121,7 +115,7 @@ SYSTEMS = {
         name="InternLM A100", topology_file="internlm-a100-roce.yaml", assumed=""),
     "A100-40G (TinyLlama training hardware: 16 A100-40G)": System(
         name="TinyLlama A100", link="dgx-a100",
-        assumed="one 8-GPU node; A100 80GB preset (HBM2e 2.0 TB/s vs 1.6), fit checked at 40 GB"),
+        assumed="one 8-GPU node; A100-40G as the a100-40gb (SXM4) preset"),
     "IBM Cloud H100 cluster, 3.2 Tbps RoCE GPU-to-GPU (as published)": System(
         name="IBM Cloud H100", topology_file="ibm-h100-roce.yaml", assumed="3.2 Tb/s RoCE as 8x 400 Gb/s"),
     "Ai2 H100 cluster ('a cluster with NVIDIA H100 GPUs', as published)": System(
@@ -224,8 +218,6 @@ class Job:
     model: ModelSpec
     assumed: tuple[str, ...]
     """What the row does not publish, or dpsim cannot say, and the prediction assumes."""
-    capacity_bytes: float | None
-    """Memory of the GPU the row ran on where the preset's differs (A100 40GB)."""
 
 
 def model_of(row: dict) -> ModelSpec:
@@ -391,8 +383,7 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         kw.update(grad_accum=grad_accum, recompute=recompute)
     if compute_efficiency is not None:
         kw["compute_efficiency"] = compute_efficiency
-    capacity = A100_40GB_BYTES if "40GB" in row["system"] or "40G " in row["system"] else None
-    return Job(config=PredictConfig(**kw), model=model_of(row), assumed=tuple(assumed), capacity_bytes=capacity)
+    return Job(config=PredictConfig(**kw), model=model_of(row), assumed=tuple(assumed))
 
 
 # --------------------------------------------------------------------------- the published metric
@@ -538,8 +529,6 @@ def evaluate(row: dict, *, compute_efficiency: float | None = None) -> Result:
     tokens = p.samples_per_s * job.model.tokens_per_sample / n
     published = float(row["value"])
     memory = p.memory
-    if job.capacity_bytes is not None:
-        memory = dataclasses.replace(memory, capacity_bytes=job.capacity_bytes)
     flops = common_flops_per_token(row, job.model)
     peak = BF16_PEAK_FLOPS[row["gpu"]]
     return Result(id=row["id"], system=system_of(row).name, model=row["model"], params=params_of(row, job.model),
