@@ -46,3 +46,16 @@ def test_jobs_checkpointing_between_jumps_lose_no_step_in_progress(intervals):
     for e, q in zip(exact.jobs, quick.jobs):
         assert -1e-9 <= q.steps - e.steps < 1, e.name
         assert (q.end_s, q.checkpoint_s, q.failures) == (e.end_s, e.checkpoint_s, e.failures)
+
+
+@pytest.mark.parametrize("at", ["7s", "12.3456s", "30s"])
+def test_a_job_arriving_where_no_running_job_goes_changes_none_of_them_with_fast_forwarding(at):
+    # c's servers (leaf 3) share no link with a's and b's: its arrival cuts their jump short, and
+    # the jump they come back to counts the part of its step each had run (it restarted it).
+    c = {"name": "c", "model": "gpt2", "gpus": 4, "nodes": [6, 7], "duration": "20s", "start": at}
+    quiet = simulate_mix(_mix(A, B), sample_steps=20)
+    busy = simulate_mix(_mix(A, B, c), sample_steps=20)
+    _same(busy, quiet)  # a and b (zip stops at quiet's two jobs)
+    exact = simulate_mix(_mix(A, B, c), sample_steps=None)
+    for e, q in zip(exact.jobs, busy.jobs):
+        assert -1e-9 <= q.steps - e.steps < 1, e.name

@@ -28,8 +28,9 @@ the rest of it runs at the mean step time measured (``None``: every step is simu
 that leaves the jobs that can slow each other down as they were measured (an arrival elsewhere, a
 checkpoint written and resumed) does not call for measuring them again. A failure-handling event
 that changes none of the jumping jobs (a free server failing, a cable nobody crosses) lets the jump
-go on at once as if uncut; after one that did (a checkpoint), the jobs coming back to the jump's means
-keep the part of their step in progress they had run.
+go on at once as if uncut. A jump starts where one job completes a step: the others keep the part
+of their step in progress they had run (after fresh measurements, or back to the means of a jump an
+arrival, a departure or a checkpoint cut short).
 
 **Failures** (a mix with ``failures:``): checkpoints, failures, spares and repairs stop and restart
 jobs, whose traffic leaves the links while they are stopped (:class:`_Failures`). Cables between
@@ -815,7 +816,7 @@ class MixSimulation:
         dirty = [True]  # deadlines change only when a job arrives, leaves or changes mode
         changes = [0]  # counts those changes (and re-routings): the live jobs' state is kept between them
         jumped = None  # the last fast-forward: (its jobs' state, their mean step times, its end, its step-counted
-        # jobs' last step ends, whether a failure-handling event cut it)
+        # jobs' last step ends)
 
         def changed() -> None:
             dirty.append(True)
@@ -869,19 +870,17 @@ class MixSimulation:
             nonlocal now
             bound = min([t_arrive, failures.next_s() if failures is not None else math.inf]
                         + [deadline(j) for j in (failures.held if failures is not None else running)])
-            # Jobs come back to the means of a jump a failure-handling event cut short mid-step (the one
-            # that completed a step brought them back): the part of its step each has run is done, not
-            # restarted. (After a jump an arrival or a departure cut, the step in progress still
-            # restarts: the mix without failures keeps its numbers.)
-            partial = {} if before is None or going_on or not before[4] else {
+            # A jump starts where one job completed a step and the others are mid-step (after fresh
+            # measurements, or back to the means of a jump an arrival, a departure or a checkpoint cut
+            # short): the part of its step each has run is done, not restarted.
+            partial = {} if going_on else {
                 j: steps_at((steps[j], mode[j], left[j]), compute_s[j], work.get(j), alone_speed.get(j),
                             alone_step(j)) - steps[j] for j in live}
             now, finished, mean, ends = self._fast_forward(
                 now, live, completions, steps, jobs, horizon, bound, deadline, mode, left, compute_s,
-                mean=None if before is None else before[1], since=now if before is None else before[2],
-                ends=before[3] if going_on else None, partial=partial)
-            cut = failures is not None and failures.next_s() <= now
-            got = state(live), mean, now, ends, cut
+                partial, mean=None if before is None else before[1],
+                ends=before[3] if going_on else None)
+            got = state(live), mean, now, ends
             for j in finished:
                 depart(j, now)
             reshare(set(running))
@@ -1081,9 +1080,9 @@ class MixSimulation:
         return out
 
     def _fast_forward(self, now, running, completions, steps, jobs, horizon, t_arrive, deadline, mode, left,
-                      compute_s, mean=None, since=0.0, ends=None, partial=None) -> tuple[float, list[int], dict, dict]:
+                      compute_s, partial, mean=None, ends=None) -> tuple[float, list[int], dict, dict]:
         """Jump to the next arrival or departure at each job's measured mean step time (``mean``: the
-        means measured before a previous jump at ``since``, still valid; ``ends``: the step-counted
+        means measured before a previous jump, still valid; ``ends``: the step-counted
         jobs' last step ends of a jump this one goes on with; ``partial``: the part of its step in
         progress each job has run, counted as done); returns the means and ends used."""
         if mean is None:
@@ -1093,16 +1092,14 @@ class MixSimulation:
                 mean[j] = (c[-1] - c[0]) / (len(c) - 1)
         target = min(t_arrive, horizon, min(deadline(j) for j in running))
         if ends is None:
-            # Its last step's end, counted from its last completion (a jump restarts its step).
-            ends = {j: (completions[j][-1] if completions[j] else since) + (jobs[j].steps - steps[j]) * mean[j]
+            # Its last step's end, counted from the part of its step in progress it has run.
+            ends = {j: now + (jobs[j].steps - steps[j] - partial.get(j, 0.0)) * mean[j]
                     for j in running if jobs[j].steps is not None}
         for t_done in ends.values():
             target = min(target, max(t_done, now))
         finished = []
         for j in running:
-            if partial:
-                steps[j] += partial[j]
-            steps[j] += (target - now) / mean[j] if mean[j] > 0 else 0.0
+            steps[j] += partial.get(j, 0.0) + ((target - now) / mean[j] if mean[j] > 0 else 0.0)
             mode[j], left[j] = "compute", compute_s[j]
             completions[j] = []
             if jobs[j].steps is not None and steps[j] >= jobs[j].steps - 1e-9:
