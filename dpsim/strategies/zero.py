@@ -149,8 +149,8 @@ def internlm_zero1(params: Sequence[ParamSpec], group: int, *, bucket_cap_mb: fl
                              bucket_cap_mb, grad_bytes, default=INTERNLM_REDUCE_BUCKET_ELEMENTS))
 
 
-def internlm_stages(tpm: TpModel, assignment: Sequence[Sequence[Sequence[int]]], layout: Layout, bucket_cap_mb: float | None, grad_bytes: int
-                    ) -> tuple[InternlmZero1, ...]:
+def internlm_stages(tpm: TpModel, assignment: Sequence[Sequence[Sequence[int]]], layout: Layout,
+                    bucket_cap_mb: float | None, grad_bytes: int) -> tuple[InternlmZero1, ...]:
     """Per stage, InternLM's ZeRO-1 over the parameters one rank holds there (its tensor-parallel
     shards: ``HybridZeroOptimizer`` partitions each rank's own parameters within its ZERO1 group,
     whose ranks share its tensor-parallel rank); empty unless ``--zero-impl internlm``."""
@@ -180,7 +180,8 @@ def _internlm_program(request: BuildRequest) -> StrategyProgram:
     # step() walks the parameter group.
     order = list(model.grad_ready_params) if overlap else list(model.params)
     plan = internlm_zero1(model.params, group, bucket_cap_mb=request.bucket_cap_mb, grad_bytes=precision.grad_bytes)
-    buckets = deepspeed_buckets(order, plan.bucket_elements)  # the same flush rule: full when the next one would overflow it
+    # The same flush rule as DeepSpeed's: a bucket is full when the next gradient would overflow it.
+    buckets = deepspeed_buckets(order, plan.bucket_elements)
     grad_ops: list[int] = []
     for j in range(grad_accum):
         _forward(b, compute, j, grad_accum)
