@@ -26,22 +26,31 @@ is built from the rows of the regime it falls in:
   wide as they spread. Those quantiles come from few rows of a few systems, so they are then
   calibrated: each row of the pool gets the score ``max(p10 - r, r - p90)`` against its regime's
   p10-p90 taken without its own system and widened for each way the row extrapolates from the
-  others (as a prediction on that system would build it), and both ends move out by the ``ceil(0.8 (n + 1))``-th smallest of the pool's ``n`` scores (interpolated;
-  inward when negative), which holds a new exchangeable row at least 80 % of the time. (A pool of
-  one system has no scores and no margin.)
-* **Nothing chosen on the rows.** The keys, their order and :data:`MIN_ROWS` are fixed by the
-  reasons given where they are defined, so the leave-one-system-out coverage below is out of
-  sample in every choice (no nested selection is needed).
-* **Measured, not assumed.** Leaving each system out: 81.9 % of the 265 rows inside, median
-  half-width 2.20x the median |error| (VALIDATION.md, "Model-error intervals", per regime;
+  others (as a prediction on that system would build it), and both ends move out by the
+  ``ceil(0.8 (n + 1))``-th smallest of the pool's ``n`` scores (inward when negative), which
+  holds a new exchangeable row at least 80 % of the time. Every quantile is an order statistic
+  (:func:`_order_statistics`), never interpolated. (A pool of one system has no scores and no
+  margin.)
+* **Chosen on the rows, in part.** :data:`MIN_ROWS`, the step pools' keys and the collectives'
+  are fixed by the reasons given where they are defined. The compute pool's key order and the
+  order statistics were compared on the leave-one-system-out score below (each has a reason,
+  given where it is defined, but was kept after seeing it), so that score is not wholly out of
+  sample: choices of this kind (the quantile rule alone) move the half-width / error ratio
+  between 2.07 and 2.26, about the distance left to issue 25's bar.
+* **Measured, not assumed.** Leaving each system out: 82.6 % of the 265 rows inside, median
+  half-width 2.07x the median |error| (VALIDATION.md, "Model-error intervals", per regime;
   ``tests/test_model_error.py`` holds both). Issue 25 asks for <= 2: not met.
-  Two changes moved it from 82.3 % at 2.45x: the margin scored on the widened intervals
+  Three changes moved it from 82.3 % at 2.45x: the margin scored on the widened intervals
   (80.0 %, 2.01, but the compute pool's ampere rows fell to 54 % inside, its margin now ~0 while
-  its one-chip architectures, widened, held 100 %) and the compute pool keyed by model family
+  its one-chip architectures, widened, held 100 %); the compute pool keyed by model family
   first (:data:`COMPUTE_KEYS`; 81.9 %, 2.20, every compute architecture with more than two rows
-  >= 79 %). The key order was compared on these rows, so 2.20 is not free of that choice.
+  >= 79 %); order statistics instead of interpolated quantiles (82.6 %, 2.07; the margin's
+  alone 82.6 %, 2.26, the regimes' alone 82.3 %, 2.07; other interpolation rules 82.6 %,
+  2.16-2.21). The median half-width is 13.5 % against 13.0 % for the bar: the rows next above
+  it are six all-reduces of 32-256 MiB at 13.5 %, four of them outside their interval.
   Tried with them and not kept (inside %, half-width / error): the margin at the plain 80 %
-  rank (80.4 %, 2.15; below 80 % without the family key: 78.1 %, 1.96); a scale model, the
+  rank (81.5 %, 2.07; before the order statistics 80.4 %, 2.15; below 80 % without the family
+  key: 78.1 %, 1.96); a scale model, the
   margin a multiple of the regime's p10-p90 half-width or median absolute deviation, per pool
   or for all (81.1-82.6 %, 2.23-2.30); a margin per extrapolated / not extrapolated row
   (Mondrian; 79.2 %, 2.01 without the family key); one-sided margins at p90 each (CQR's
@@ -328,10 +337,17 @@ _TAILS = ((1 - COVERAGE) / 2, (1 + COVERAGE) / 2)
 """The quantile levels of a p10-p90 interval."""
 
 
+def _order_statistics(values, levels: tuple[float, ...]) -> np.ndarray:
+    """The empirical quantiles of ``values`` at ``levels``: the ``ceil(level n)``-th smallest value,
+    never a value interpolated between two (the conformal guarantee is stated for that order
+    statistic, and the interval's ends are then residuals that were measured, moved by the margin)."""
+    return np.quantile(values, levels, method="inverted_cdf")
+
+
 def _band(rows: list[ResidualRow], regime, knobs: Knobs) -> tuple[float, float, float]:
     """The p10, median and p90 of ``ln(measured / predicted)`` over the rows of the regime of ``regime``."""
     chosen, _ = _select(rows, regime, knobs.keys, knobs.min_rows)
-    low, centre, high = np.quantile([r.log_ratio for r in chosen], (_TAILS[0], 0.5, _TAILS[1]))
+    low, centre, high = _order_statistics([r.log_ratio for r in chosen], (_TAILS[0], 0.5, _TAILS[1]))
     return float(low), float(centre), float(high)
 
 
@@ -340,7 +356,7 @@ def _margin(pool_rows: tuple[ResidualRow, ...], knobs: Knobs) -> float:
     """The conformal margin of the pool: of each row's score, how far both ends of its interval
     as a prediction on its system would build it (its regime's p10-p90 taken *without its own
     system*, widened about their median for each way the row extrapolates from the others) must
-    move out to hold it, the ``ceil(0.8 (n + 1))``-th smallest (interpolated), which the band
+    move out to hold it, the ``ceil(0.8 (n + 1))``-th smallest, which the band
     widened by it on both sides holds a new exchangeable row at least 80 % of the time. 0 when the
     pool has one system. The score takes the widening in: the guarantee holds for the interval the
     score is measured on, and scored on the bare p10-p90 the margin came on top of the widening
@@ -364,7 +380,7 @@ def _margin(pool_rows: tuple[ResidualRow, ...], knobs: Knobs) -> float:
     if not scores:
         return 0.0
     n = len(scores)
-    return float(np.quantile(scores, min(1.0, COVERAGE * (n + 1) / n)))
+    return float(_order_statistics(scores, (min(1.0, COVERAGE * (n + 1) / n),))[0])
 
 
 def _extrapolations(pool_rows: list[ResidualRow], regime: Regime | ResidualRow, pool: str) -> list[str]:
@@ -396,7 +412,7 @@ def _pool_samples(rows, regime: Regime, pool: str, knobs: Knobs, matched: dict, 
     widened += _extrapolations(list(pool_rows), regime, pool)
     ids += [r.id for r in chosen]
     values = np.array([r.log_ratio for r in chosen])
-    centre = float(np.median(values))
+    centre = float(_order_statistics(values, (0.5,))[0])
     # a negative margin (the regimes' bands too wide) narrows, never past the median
     return centre + np.sign(values - centre) * np.maximum(np.abs(values - centre) + _margin(pool_rows, knobs), 0.0)
 
@@ -427,7 +443,7 @@ def log_interval(regime: Regime, rows: tuple[ResidualRow, ...] | list[ResidualRo
         step = np.log(np.add.outer((1 - share) * np.expm1(step), share * np.expm1(coll)).ravel() + 1.0)
     assert regime.pools or share > 0, "a regime needs a pool"
     # each pool's samples already carry its conformal margin: plain p10 and p90 of their sum
-    low, center, high = np.quantile(step, [_TAILS[0], 0.5, _TAILS[1]])
+    low, center, high = _order_statistics(step, (_TAILS[0], 0.5, _TAILS[1]))
     factor = WIDEN_PER_EXTRAPOLATION ** len(widened)
     low, high = center - (center - low) * factor, center + (high - center) * factor
     return float(low), float(high), matched, tuple(ids), tuple(widened)
