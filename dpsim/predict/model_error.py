@@ -15,7 +15,8 @@ is built from the rows of the regime it falls in:
   was measured (``--single-gpu-step-ms``, a calibration profile) carries only the ``ddp`` error;
   tensor/pipeline layouts and transformers of a billion parameters or more take ``layout``.
 * **Regime.** Within a pool the rows that share the query's values of the pool's regime keys
-  (step pools: GPU architecture, model family, size band, scale band; collectives: the
+  (step pools: GPU architecture, model family, size band, scale band, the compute pool with
+  the family first; collectives: the
   all-reduce's size band, then its fabric class); keys are dropped from the last until at least
   :data:`MIN_ROWS` rows remain (:data:`KNOBS`).
 * **Interval: conformalised quantiles** (CQR: Romano, Patterson and Candes 2019, "Conformalized
