@@ -47,11 +47,12 @@ def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside():
 
 
 def test_the_intervals_are_not_wider_than_the_method_reaches():
-    """Issue 25 asks for a median half-width at most twice the median error; CQR reaches 2.45 (the
-    normalised split-conformal intervals before it: 2.98), held here as a regression bound, not the
-    issue's bar. Nothing of the method is chosen on the rows, so this score is out of sample."""
+    """Issue 25 asks for a median half-width at most twice the median error; CQR with the margin
+    scored on the widened intervals, the compute pool keyed by model family first and order
+    statistics reaches 2.07 (CQR before: 2.45; the normalised split-conformal intervals before it:
+    2.98), held here as a regression bound, not the issue's bar."""
     cov = loso_coverage()["all"]
-    assert cov.median_half_width <= 2.5 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
+    assert cov.median_half_width <= 2.1 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
 
 
 def test_every_pool_has_its_knobs_and_each_regime_is_scored():
@@ -132,7 +133,8 @@ def test_a_regime_keeps_its_keys_only_while_enough_rows_remain():
     assert matched["compute"]["gpu_arch"] == "hopper" and len(ids) == MIN_ROWS
     ampere = dataclasses.replace(hopper, gpu_arch="ampere")
     _, _, matched, ids, _ = log_interval(ampere, rows)
-    assert matched["compute"] == {} and len(ids) == len(rows), "too few ampere rows: every row"
+    # the keys before the architecture (the compute pool's family) stay; it and those after go
+    assert matched["compute"] == {"model_family": "decoder"} and len(ids) == len(rows), "too few ampere rows"
 
 
 def test_communication_error_weighs_by_the_exposed_share():

@@ -163,20 +163,24 @@ def section(data: dict) -> str:
         "Each interval is conformalised quantile regression (CQR, Romano, Patterson and Candes 2019; "
         "the module's docstring): the p10-p90 of the residuals of the query's regime (so it follows the "
         "regime's bias and spread), widened on both sides by the pool's conformal margin, the "
-        "ceil(0.8 (n + 1))-th smallest of the scores max(p10 - r, r - p90) of the pool's rows, each against "
-        "its regime's p10-p90 taken without its own system. Regime keys, kept while at least "
-        f"{MIN_ROWS} rows remain (the last dropped first): {keys}. None of these is chosen on the rows, so "
-        "this leave-one-system-out score is out of sample in every choice:",
+        "ceil(0.8 (n + 1))-th smallest of the scores of the pool's rows: how far the ends of each row's "
+        "interval, its regime's p10-p90 taken without its own system and widened for each way it "
+        "extrapolates from the others, must move out to hold it; every quantile an order statistic. "
+        f"Regime keys, kept while at least {MIN_ROWS} rows remain (the last dropped first): {keys}. "
+        "The compute pool's order (model family first) and the order statistics were compared on these "
+        "rows (82.3 % inside at 2.45 before them and the widened scores), so this score is not wholly out "
+        "of sample; the alternatives tried and their figures are in the module's docstring:",
         "",
         *_table(cov),
         "",
-        "Per regime (each pool split by its first regime key):",
+        "Per regime (a step pool split by GPU architecture, the collectives by all-reduce size band):",
         "",
         *_table(regime_coverage(rows), "regime"),
         "",
         "The bar (issue 25): at least 80 % inside, and the median half-width at most twice the median error. "
         f"{_pct(cov['all'].fraction)} inside, half-width / error "
-        f"{cov['all'].median_half_width / cov['all'].median_abs_error:.2f}: the width bar is not met. "
+        f"{cov['all'].median_half_width / cov['all'].median_abs_error:.2f}: the width bar is "
+        f"{'met' if cov['all'].median_half_width <= 2 * cov['all'].median_abs_error else 'not met'}. "
         "The residuals are heavy-tailed across systems (a left-out platform's bias is unknown to the others: "
         "EFA on B200 measured 1.8x the prediction at small messages, an NVLink-bridge pair 2.1x). "
         "The earlier method (normalised split conformal with three knobs per pool picked from a grid by "

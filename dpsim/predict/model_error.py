@@ -15,7 +15,8 @@ is built from the rows of the regime it falls in:
   was measured (``--single-gpu-step-ms``, a calibration profile) carries only the ``ddp`` error;
   tensor/pipeline layouts and transformers of a billion parameters or more take ``layout``.
 * **Regime.** Within a pool the rows that share the query's values of the pool's regime keys
-  (step pools: GPU architecture, model family, size band, scale band; collectives: the
+  (step pools: GPU architecture, model family, size band, scale band, the compute pool with
+  the family first; collectives: the
   all-reduce's size band, then its fabric class); keys are dropped from the last until at least
   :data:`MIN_ROWS` rows remain (:data:`KNOBS`).
 * **Interval: conformalised quantiles** (CQR: Romano, Patterson and Candes 2019, "Conformalized
@@ -25,16 +26,39 @@ is built from the rows of the regime it falls in:
   the p10-p90 of the regime's own residuals: it is centred where the regime's errors lie and as
   wide as they spread. Those quantiles come from few rows of a few systems, so they are then
   calibrated: each row of the pool gets the score ``max(p10 - r, r - p90)`` against its regime's
-  p10-p90 taken without its own system (as a prediction on that system would take them), and both
-  ends move out by the ``ceil(0.8 (n + 1))``-th smallest of the pool's ``n`` scores (interpolated;
-  inward when negative), which holds a new exchangeable row at least 80 % of the time. (A pool of
-  one system has no scores and no margin.)
-* **Nothing chosen on the rows.** The keys, their order and :data:`MIN_ROWS` are fixed by the
-  reasons given where they are defined, so the leave-one-system-out coverage below is out of
-  sample in every choice (no nested selection is needed).
-* **Measured, not assumed.** Leaving each system out: 82.3 % of the 265 rows inside, median
-  half-width 2.45x the median |error| (VALIDATION.md, "Model-error intervals", per pool;
-  ``tests/test_model_error.py`` holds both). Issue 25 asks for <= 2: not met. The errors are
+  p10-p90 taken without its own system and widened for each way the row extrapolates from the
+  others (as a prediction on that system would build it), and both ends move out by the
+  ``ceil(0.8 (n + 1))``-th smallest of the pool's ``n`` scores (inward when negative), which
+  holds a new exchangeable row at least 80 % of the time. Every quantile is an order statistic
+  (:func:`_order_statistics`), never interpolated. (A pool of one system has no scores and no
+  margin.)
+* **Chosen on the rows, in part.** :data:`MIN_ROWS`, the step pools' keys and the collectives'
+  are fixed by the reasons given where they are defined. The compute pool's key order and the
+  order statistics were compared on the leave-one-system-out score below (each has a reason,
+  given where it is defined, but was kept after seeing it), so that score is not wholly out of
+  sample: choices of this kind (the quantile rule alone) move the half-width / error ratio
+  between 2.07 and 2.26, about the distance left to issue 25's bar.
+* **Measured, not assumed.** Leaving each system out: 82.6 % of the 265 rows inside, median
+  half-width 2.07x the median |error| (VALIDATION.md, "Model-error intervals", per regime;
+  ``tests/test_model_error.py`` holds both). Issue 25 asks for <= 2: not met.
+  Three changes moved it from 82.3 % at 2.45x: the margin scored on the widened intervals
+  (80.0 %, 2.01, but the compute pool's ampere rows fell to 54 % inside, its margin now ~0 while
+  its one-chip architectures, widened, held 100 %); the compute pool keyed by model family
+  first (:data:`COMPUTE_KEYS`; 81.9 %, 2.20, every compute architecture with more than two rows
+  >= 79 %); order statistics instead of interpolated quantiles (82.6 %, 2.07; the margin's
+  alone 82.6 %, 2.26, the regimes' alone 82.3 %, 2.07; other interpolation rules 82.6 %,
+  2.16-2.21). The median half-width is 13.5 % against 13.0 % for the bar: the rows next above
+  it are six all-reduces of 32-256 MiB at 13.5 %, four of them outside their interval.
+  Tried with them and not kept (inside %, half-width / error): the margin at the plain 80 %
+  rank (81.5 %, 2.07; before the order statistics 80.4 %, 2.15; below 80 % without the family
+  key: 78.1 %, 1.96); a scale model, the
+  margin a multiple of the regime's p10-p90 half-width or median absolute deviation, per pool
+  or for all (81.1-82.6 %, 2.23-2.30); a margin per extrapolated / not extrapolated row
+  (Mondrian; 79.2 %, 2.01 without the family key); one-sided margins at p90 each (CQR's
+  asymmetric form: 84.5 %, 2.87 before these changes); other key orders: collectives by fabric
+  first (78.9 %, 2.58), by size band alone (80.4 %, 2.26), with the scale band (80.8-82.6 %,
+  2.05-2.30) or the architecture (80.8 %, 2.13); layouts and DDP steps keyed by size or scale
+  first (no change); regimes of 12 rows (78.5 %, 2.26) or 7 (80.4 %, 2.01). The errors are
   heavy-tailed across systems (a left-out platform's bias is not in the others' rows: an
   NVLink-bridge pair measured 2.1x its all-reduce prediction, MT-NLG 1.3x its step).
   Before (normalised split conformal: residual less the pool's median over the regime's median
@@ -130,7 +154,16 @@ COLLECTIVE_KEYS = ("message_band", "fabric")
 small messages are predicted far less well than bandwidth-bound large ones: median |error| 20 %
 below 4 MiB, 4 % above 256 MiB), then its fabric class."""
 
+COMPUTE_KEYS = ("model_family", "gpu_arch", "size_band", "scale_band")
+"""The compute pool's regime keys: the model family first. Its unit left out is the GPU chip, and
+an architecture has at most two chips among the rows (GA100 and GA102; the others one each), so an
+architecture-first regime leaves a new chip with one other chip's rows (whose bias is not the new
+chip's: GA100 measured +5 %, GA102 -2 % in median) or with no row of its architecture at all; the
+family (convolution kernels or GEMMs and attention, which the roofline prices differently) is shared
+by every chip."""
+
 KNOBS = {**{pool: Knobs(keys=REGIME_KEYS, min_rows=MIN_ROWS) for pool in POOLS},
+         "compute": Knobs(keys=COMPUTE_KEYS, min_rows=MIN_ROWS),
          COLLECTIVE_POOL: Knobs(keys=COLLECTIVE_KEYS, min_rows=MIN_ROWS)}
 """Each pool's :class:`Knobs`."""
 
@@ -305,39 +338,53 @@ _TAILS = ((1 - COVERAGE) / 2, (1 + COVERAGE) / 2)
 """The quantile levels of a p10-p90 interval."""
 
 
-def _band(rows: list[ResidualRow], regime, knobs: Knobs) -> tuple[float, float]:
-    """The p10 and p90 of ``ln(measured / predicted)`` over the rows of the regime of ``regime``."""
+def _order_statistics(values, levels: tuple[float, ...]) -> np.ndarray:
+    """The empirical quantiles of ``values`` at ``levels``: the ``ceil(level n)``-th smallest value,
+    never a value interpolated between two (the conformal guarantee is stated for that order
+    statistic, and the interval's ends are then residuals that were measured, moved by the margin)."""
+    return np.quantile(values, levels, method="inverted_cdf")
+
+
+def _band(rows: list[ResidualRow], regime, knobs: Knobs) -> tuple[float, float, float]:
+    """The p10, median and p90 of ``ln(measured / predicted)`` over the rows of the regime of ``regime``."""
     chosen, _ = _select(rows, regime, knobs.keys, knobs.min_rows)
-    low, high = np.quantile([r.log_ratio for r in chosen], _TAILS)
-    return float(low), float(high)
+    low, centre, high = _order_statistics([r.log_ratio for r in chosen], (_TAILS[0], 0.5, _TAILS[1]))
+    return float(low), float(centre), float(high)
 
 
 @lru_cache(maxsize=4096)
 def _margin(pool_rows: tuple[ResidualRow, ...], knobs: Knobs) -> float:
-    """The conformal margin of the pool: of each row's score ``max(p10 - r, r - p90)``, its regime's
-    p10-p90 taken *without its own system* (as a prediction on that system would take them), the
-    ``ceil(0.8 (n + 1))``-th smallest (interpolated), which the band widened by it on both sides
-    holds a new exchangeable row at least 80 % of the time. 0 when the pool has one system."""
+    """The conformal margin of the pool: of each row's score, how far both ends of its interval
+    as a prediction on its system would build it (its regime's p10-p90 taken *without its own
+    system*, widened about their median for each way the row extrapolates from the others) must
+    move out to hold it, the ``ceil(0.8 (n + 1))``-th smallest, which the band
+    widened by it on both sides holds a new exchangeable row at least 80 % of the time. 0 when the
+    pool has one system. The score takes the widening in: the guarantee holds for the interval the
+    score is measured on, and scored on the bare p10-p90 the margin came on top of the widening
+    (a pool whose extrapolated rows were all inside their widened intervals was widened twice)."""
     by_system: dict[str, list[ResidualRow]] = {}
     for r in pool_rows:
         by_system.setdefault(r.system, []).append(r)
     scores = []
     for system, mine in by_system.items():
         others = [r for r in pool_rows if r.system != system]
-        bands: dict[tuple, tuple[float, float]] = {}
+        bands: dict[tuple, tuple[float, float, float]] = {}
         for r in mine if others else ():
             key = tuple(getattr(r, k) for k in knobs.keys)
             if key not in bands:
                 bands[key] = _band(others, r, knobs)
-            low, high = bands[key]
-            scores.append(max(low - r.log_ratio, r.log_ratio - high))
+            low, centre, high = bands[key]
+            factor = WIDEN_PER_EXTRAPOLATION ** len(_extrapolations(others, r, r.pool))
+            # the margin m holds r when centre -/+ (the band's side + m) x factor reaches it
+            scores.append(max((centre - r.log_ratio) / factor - (centre - low),
+                              (r.log_ratio - centre) / factor - (high - centre)))
     if not scores:
         return 0.0
     n = len(scores)
-    return float(np.quantile(scores, min(1.0, COVERAGE * (n + 1) / n)))
+    return float(_order_statistics(scores, (min(1.0, COVERAGE * (n + 1) / n),))[0])
 
 
-def _extrapolations(pool_rows: list[ResidualRow], regime: Regime, pool: str) -> list[str]:
+def _extrapolations(pool_rows: list[ResidualRow], regime: Regime | ResidualRow, pool: str) -> list[str]:
     out = []
     scale = [r.gpus for r in pool_rows]
     if pool != COLLECTIVE_POOL:
@@ -366,7 +413,7 @@ def _pool_samples(rows, regime: Regime, pool: str, knobs: Knobs, matched: dict, 
     widened += _extrapolations(list(pool_rows), regime, pool)
     ids += [r.id for r in chosen]
     values = np.array([r.log_ratio for r in chosen])
-    centre = float(np.median(values))
+    centre = float(_order_statistics(values, (0.5,))[0])
     # a negative margin (the regimes' bands too wide) narrows, never past the median
     return centre + np.sign(values - centre) * np.maximum(np.abs(values - centre) + _margin(pool_rows, knobs), 0.0)
 
@@ -397,7 +444,7 @@ def log_interval(regime: Regime, rows: tuple[ResidualRow, ...] | list[ResidualRo
         step = np.log(np.add.outer((1 - share) * np.expm1(step), share * np.expm1(coll)).ravel() + 1.0)
     assert regime.pools or share > 0, "a regime needs a pool"
     # each pool's samples already carry its conformal margin: plain p10 and p90 of their sum
-    low, center, high = np.quantile(step, [_TAILS[0], 0.5, _TAILS[1]])
+    low, center, high = _order_statistics(step, (_TAILS[0], 0.5, _TAILS[1]))
     factor = WIDEN_PER_EXTRAPOLATION ** len(widened)
     low, high = center - (center - low) * factor, center + (high - center) * factor
     return float(low), float(high), matched, tuple(ids), tuple(widened)
@@ -455,6 +502,10 @@ def regime_of(*, model, gpu, topology, n_gpus: int, measured_compute: bool, layo
     return Regime(pools=pools, gpu_arch=gpu.architecture or "cpu", model_family=family, params=params, gpus=n_gpus,
                   fabric=fabric, exposed_share=min(1.0, max(0.0, exposed_share)) if n_gpus > 1 else 0.0,
                   unvalidated_fabric=tuple(unvalidated), message_bytes=message_bytes)
+
+
+REPORTED_KEYS = {**{pool: "gpu_arch" for pool in POOLS}, COLLECTIVE_POOL: "message_band"}
+"""The key each pool's coverage is reported by in VALIDATION.md (fixed, whatever the regime keys)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -525,12 +576,12 @@ def loso_coverage(rows: tuple[ResidualRow, ...] | None = None,
 
 def regime_coverage(rows: tuple[ResidualRow, ...] | None = None,
                     knobs: dict[str, Knobs] | None = None) -> dict[str, Coverage]:
-    """:func:`loso_coverage` per regime: each pool split by the value of its first regime key (the
-    GPU architecture of a step, the size band of an all-reduce), labelled ``pool key=value``."""
+    """:func:`loso_coverage` per regime: each pool split by :data:`REPORTED_KEYS` (the GPU
+    architecture of a step, the size band of an all-reduce), labelled ``pool key=value``."""
     rows = load_rows()[0] if rows is None else rows
     knobs = KNOBS if knobs is None else knobs
     scored: dict[str, list[_Scored]] = {}
     for row, item in zip(rows, _loso(tuple(rows), knobs)):
-        key = knobs[row.pool].keys[0]
+        key = REPORTED_KEYS[row.pool]
         scored.setdefault(f"{row.pool} {key}={getattr(row, key)}", []).append(item)
     return {label: _coverage(label, scored[label]) for label in sorted(scored)}
