@@ -199,9 +199,11 @@ def test_the_nvls_tree_ramp_is_its_own_scope():
 
 
 def test_a_host_staged_transport_ramps_in_its_own_scope():
-    # Sockets copy every byte through the kernel on the proxy thread: their ramp is not a
-    # GPUDirect NIC's. RDMA without GPUDirect only moves NCCL's buffers to host memory (the GPU
-    # writes them, the NIC reads them, no proxy copy): it ramps as the verbs transport.
+    # Sockets driven by helper threads (NCCL_SOCKET_NTHREADS > 0: a size exchange and a task
+    # hand-off per step) ramp in their own scope. RDMA without GPUDirect only moves NCCL's
+    # buffers to host memory (the GPU writes them, the NIC reads them): it ramps as the verbs
+    # transport, and so does NCCL's default socket path (no helper thread, one socket that
+    # the proxy thread drives).
     from dpsim.collectives.nccl import NcclCollectives
     from dpsim.topology.cluster import Topology
 
@@ -209,7 +211,9 @@ def test_a_host_staged_transport_ramps_in_its_own_scope():
         spec = spec_from_dict({"name": "x", "gpu": "h100", "node": NODE, "fabric": fabric})
         return NcclCollectives(Topology.from_spec(spec, 16)).facts.ramp_scope
 
-    assert scope({"nic": "100gbe-tcp"}) == "staged"
+    assert scope({"nic": "100gbe-tcp", "transport": {"preset": "socket", "streams_per_connection": 2}}) == "staged"
+    assert scope({"nic": "100gbe-tcp", "transport": "socket-aws"}) == "staged"
+    assert scope({"nic": "100gbe-tcp"}) == scope({"nic": "100gbe-tcp", "transport": "ipoib"}) == "verbs"
     assert scope({"nic": "ib-ndr", "transport": "ib-host"}) == scope({"nic": "100gbe-roce", "transport": "roce-host"}) \
         == "verbs"
     # NCCL's verbs transport (IB, RoCE: the NIC RDMA-writes into GPU memory) is not EFA's plugin.

@@ -488,6 +488,14 @@ ANALYSIS = """What the model does that explains misses it used to have:
   Since a socket carries one CPU thread's 4.4 GB/s (esnet/iperf#286) rather than a 2019 GCP
   VM's 2.06, one busy socket per connection no longer binds there: the 8 MiB row is 4 % fast
   and the staged ramp refits to 4 MiB.
+- **The staged ramp needs the socket transport's helper threads.** The V100 TCP run set
+  `NCCL_SOCKET_NTHREADS=2`: each step then exchanges its size on the control socket and is cut
+  into 64 KiB+ tasks handed to helper threads (`net_socket.cc`). NCCL's default on a bare-metal
+  NIC starts no helper thread (`autoNt = 0`): the proxy thread sends the host buffer on one
+  socket itself, as the verbs transport does without GPUDirect, and now ramps as `verbs`. The
+  fit does not move (its only socket system keeps the staged scope); two L40S servers on the
+  default socket transport (`validation/accuracy_pcie.py`, never fitted on) go from 24-82 %
+  slow at 1-32 MiB (ring/LL chosen to 4 MiB) to -8..+32 % on ring/Simple.
 - **GCP A3 Mega runs Google's TCPXO settings: Simple only, no NVLS.** The run passes its
   `NCCL_*` variables with `mpirun -x ${HOST_VARS}`, the way Google's A3 Mega instructions
   export what the TCPXO plugin's `nccl-env-profile.sh` sets: `NCCL_PROTO=Simple`,

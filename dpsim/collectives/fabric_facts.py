@@ -76,8 +76,10 @@ class FabricFacts:
     ramp_scope: str
     """Which fitted bandwidth ramp applies (:attr:`~dpsim.collectives.nccl_tuning.NcclTuning.ramp_half_bytes`):
     ``node`` inside one NVLink domain (``network`` inside a PCIe-only server); across NICs ``verbs`` over NCCL's IB verbs transport (IB or
-    RoCE, with GPUDirect RDMA or not), ``staged`` over the socket transport (the proxy thread
-    copies every byte through the kernel), ``tcpx`` over Google's GPUDirect-TCPX/TCPXO, else ``network``."""
+    RoCE, with GPUDirect RDMA or not; and the socket transport's default of one socket driven by
+    the proxy thread), ``staged`` over the socket transport with helper threads (several sockets
+    per connection: each step's size exchange and task hand-off add stages), ``tcpx`` over
+    Google's GPUDirect-TCPX/TCPXO, else ``network``."""
     nvls: NvlsTuning
     """NCCL's NVLS channels and chunk sizes for this communicator (:func:`~dpsim.collectives.nccl_tuning.nvls_tuning`)."""
     nvls_heads: int
@@ -168,6 +170,18 @@ def _ramp_scope(fabric: FabricSpec | None, crosses: bool, interconnect: str) -> 
     # src/transport/net.cc, NCCL_NET_MAP_ADD_POINTER on device memory only with useGdr), with no
     # proxy copy; the socket transport's proxy copies each chunk through the kernel, a stage more.
     if transport.kind in ("ib", "roce"):
+        return "verbs"
+    # The socket transport's ``staged`` ramp was fitted on a run with helper threads
+    # (NCCL_SOCKET_NTHREADS=2): there each step first sends its size on the control socket, then
+    # is cut into tasks of at least 64 KiB queued to helper threads woken through a mutex and a
+    # condition variable (NVIDIA/nccl src/transport/net_socket.cc, ncclNetSocketTest /
+    # ncclNetSocketGetTask / persistentSocketThread), stages each step crosses in turn. NCCL's
+    # default on a NIC that is neither AWS's nor GCP's starts no helper thread ("By default, we
+    # only use the main thread and do not spawn extra threads", autoNt = 0, autoNs = 1 in
+    # ncclNetSocketGetNsockNthread): the proxy thread moves the host buffer the GPU filled on one
+    # socket itself, as the verbs transport's proxy posts it without GPUDirect. One socket per
+    # connection (streams_per_connection 1) is that default; more sockets need helper threads.
+    if transport.kind == "socket" and transport.streams_per_connection <= 1:
         return "verbs"
     if not transport.gpudirect:
         return "staged"

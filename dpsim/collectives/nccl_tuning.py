@@ -280,10 +280,12 @@ peer's GPU memory, where EFA's plugin posts SRD messages through libfabric from 
 thread), NVLS tree across a
 network (32-128 KiB chunks, ``calcCollChunking``, whose flow-control window
 :attr:`NcclTuning.nvls_tree_rtt_scale` also scales), or rings and trees across the socket
-transport (``staged``: each chunk also crosses PCIe to host memory and the proxy thread's
-kernel copy on both sides, more pipeline stages to fill than a GPUDirect path's; RDMA without
-GPUDirect has no such copy, the NIC reads the host buffer the GPU wrote, and ramps as
-``verbs``), or rings and trees over Google's
+transport with helper threads (``staged``: each chunk also crosses PCIe to host memory, a size
+exchange on the control socket and the hand-off of its 64 KiB+ tasks to helper threads, more
+pipeline stages to fill than a GPUDirect path's; RDMA without GPUDirect has no such stages, the
+NIC reads the host buffer the GPU wrote, and ramps as ``verbs``, and so does the socket
+transport's default of one socket that the proxy thread drives itself,
+:func:`dpsim.collectives.fabric_facts._ramp_scope`), or rings and trees over Google's
 GPUDirect-TCPX/TCPXO (TCP into GPU memory: receive buffers handed out by Google's
 receive-datapath daemon, ``tcpgpudmarxd`` / RxDM, and the FasTrak plugin's own flows, not a
 verbs NIC's RDMA writes; GoogleCloudPlatform/container-engine-accelerators
