@@ -37,7 +37,7 @@ def test_default_socket_transport_runs_simple_from_one_mib_within_the_bar():
 def test_helper_thread_sockets_ramp_slower_than_the_default_single_socket():
     """The same servers with two helper-thread sockets per connection (NCCL_SOCKET_NTHREADS=2,
     as the V100 TCP reference run sets) take the staged ramp: a 4 MiB all-reduce is slower,
-    and the largest messages (the ramp closed) are not."""
+    and the largest messages (the ramp closed) take the same time to a few percent."""
     import dataclasses
 
     from dpsim.collectives.nccl import NcclCollectives
@@ -53,5 +53,8 @@ def test_helper_thread_sockets_ramp_slower_than_the_default_single_socket():
     assert default.facts.ramp_scope == "verbs" and threaded.facts.ramp_scope == "staged"
     mid = 4 * 2**20
     assert threaded.time("all_reduce", mid).time_s > 1.2 * default.time("all_reduce", mid).time_s
+    # The staged ramp only ever adds time, so ">=" would hold whatever the ramp: at 8 GiB it has
+    # closed, and the two paths must agree to a few percent (2.2 % today).
     big = 8 * 2**30
-    assert threaded.time("all_reduce", big).time_s >= default.time("all_reduce", big).time_s
+    ratio = threaded.time("all_reduce", big).time_s / default.time("all_reduce", big).time_s
+    assert 1.0 <= ratio <= 1.05, ratio
