@@ -5,8 +5,9 @@ The live case (:mod:`dpsim.validate.mix`) follows the validation matrix's policy
 run that missed had the machine to itself (outside load under :data:`run_matrix.OUTSIDE_LOAD_LIMIT`),
 and is skipped with its figures when every miss ran while other processes took the cores (the
 machine, not the model, was measured). The machine's change of speed (``speed_drift``) is not
-judged: compute is under a tenth of these steps. The rest checks the case's pieces without a
-testbed.
+judged: compute is under a tenth of these steps. A run whose rank the runtime ended with a signal
+(:class:`dpsim.validate.runner.RankCrashed`; gloo aborted once in CI) is run again, once. The rest
+checks the case's pieces without a testbed.
 """
 
 from __future__ import annotations
@@ -74,10 +75,18 @@ def _figures(r) -> str:
 @pytest.mark.slow
 @pytest.mark.skipif(not AVAILABLE, reason=WHY)
 def test_two_ddp_jobs_sharing_a_shaped_uplink_are_predicted_within_10_percent():
-    misses = []
-    for _ in range(2):
+    from dpsim.validate.runner import RankCrashed
+
+    misses, crashes = [], []
+    while len(misses) < 2:
         with Load() as load:
-            r = check(CASE)
+            try:
+                r = check(CASE)
+            except RankCrashed as exc:  # the runtime, not the model: measured again, once
+                if crashes:
+                    pytest.fail(f"a rank crashed twice: {crashes[0]} | {exc}")
+                crashes.append(str(exc))
+                continue
         errors = [abs(e) for j in r.jobs for e in (j.error_alone, j.error_together)]
         # the shared uplink slows both (each job's all-reduce is most of its step)
         if r.overlap_s > 0 and max(errors) <= BAR and all(j.measured_slowdown > 1.2 for j in r.jobs):

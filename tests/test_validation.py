@@ -132,6 +132,21 @@ def test_crashed_rank_ends_the_run_cleanly():
     assert tb.tag not in after
 
 
+@pytest.mark.slow
+def test_a_rank_ended_by_a_signal_is_told_apart_from_one_that_failed(tmp_path):
+    """A rank that aborts (gloo's C++ side calling std::terminate, as a CI run once saw) raises
+    RankCrashed, which the live tests measure again; a rank that exits with an error does not."""
+    from dpsim.validate.runner import RankCrashed, ValidationError, run_ranks
+
+    builder = tmp_path / "aborts.py"
+    builder.write_text("import os, signal\n\ndef build():\n    os.kill(os.getpid(), signal.SIGABRT)\n")
+    with pytest.raises(RankCrashed, match=r"rank . exited with status -6"):
+        run_ranks(world_size=2, model=f"{builder}:build", micro_batch=1, bucket_cap_mb=None, timeout_s=120)
+    with pytest.raises(ValidationError, match=r"rank . exited with status 1") as failed:
+        run_ranks(world_size=2, model="no-such-model", micro_batch=1, bucket_cap_mb=None, timeout_s=120)
+    assert not isinstance(failed.value, RankCrashed)
+
+
 def test_speed_drift_compares_the_control_with_the_measured_step_only():
     """The control never reads the DDP steps: a run whose DDP steps are wildly off but whose
     machine kept its speed is steady (and judged), one whose machine slowed is not."""

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from dpsim.errors import Interrupted
 from dpsim.validate.api import ValidationConfig, validate
+from dpsim.validate.runner import RankCrashed
 from dpsim.validate.testbed import parse_rate_bits_per_s
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -92,10 +93,14 @@ def run_case(case, steps: int = 20, attempts: int = 3) -> dict:
     cfg = ValidationConfig(model=model, micro_batch=mb, bucket_cap_mb=cap, world_size=ranks,
                            nic_bits_per_s=parse_rate_bits_per_s(nic), racks=racks, oversubscription=over,
                            steps=steps, optimizer="sgd-momentum")
-    best = None
+    best, crash = None, None
     for attempt in range(1, attempts + 1):
         with Load() as load:
-            r = validate(cfg)
+            try:
+                r = validate(cfg)
+            except RankCrashed as exc:  # the runtime ended a rank with a signal: not a measurement
+                crash = exc
+                continue
         spread = r.measured["p90_s"] / r.measured["p10_s"]
         drift = r.measured.get("speed_drift")
         key = (not steady(load.outside, drift), load.outside, abs(drift or 0.0), spread)
@@ -103,6 +108,8 @@ def run_case(case, steps: int = 20, attempts: int = 3) -> dict:
             best = (key, r, load.outside)
         if spread <= DISTURBED_SPREAD and steady(load.outside, drift):
             break
+    if best is None:
+        raise crash
     _, r, outside = best
     return {"case": case, "measured": r.measured, "predicted": r.predicted, "error": r.error, "runs": attempt,
             "outside_load": outside, "speed_drift": r.measured.get("speed_drift"),

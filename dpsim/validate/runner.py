@@ -44,6 +44,11 @@ class ValidationError(DpsimError):
     """A validation run failed (a rank died, hung, or produced no result)."""
 
 
+class RankCrashed(ValidationError):
+    """A rank was ended by a signal it did not get from us (gloo's C++ side aborting, the kernel's
+    OOM killer): the machine or the runtime failed the run, which says nothing about the model."""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -122,16 +127,20 @@ def run_ranks(*, world_size: int, model: str, micro_batch: int, bucket_cap_mb: f
                     break
                 time.sleep(0.05)
         finally:
-            for p in procs:
+            killed = set()
+            for rank, p in enumerate(procs):
                 if p.poll() is None:
                     p.kill()
+                    killed.add(rank)
             logs = [p.communicate()[0] for p in procs]  # also reaps every rank: no zombie is left
-        if failed is None and any(p.returncode != 0 for p in procs):
-            failed = next((r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0)
+        if failed is None:  # a rank that failed between the last poll and the kill; not one we killed
+            failed = next(((r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0 and r not in killed),
+                          None)
         if failed is not None:
             rank, code = failed
-            tail = " | ".join(logs[rank].strip().splitlines()[-3:])
-            raise ValidationError(f"validate: rank {rank} exited with status {code}: {tail}")
+            tail = " | ".join(logs[rank].strip().splitlines()[-6:])
+            error = RankCrashed if code < 0 else ValidationError
+            raise error(f"validate: rank {rank} exited with status {code}: {tail}")
         if any(p.returncode != 0 for p in procs) or not Path(out).exists():
             raise ValidationError(f"validate: ranks did not finish within {timeout_s:.0f} s (hung rank?)")
         return json.loads(Path(out).read_text())
