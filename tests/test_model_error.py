@@ -49,10 +49,22 @@ def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside():
 def test_the_intervals_are_not_wider_than_the_method_reaches():
     """Issue 25 asks for a median half-width at most twice the median error; CQR with the margin
     scored on the widened intervals, the compute pool keyed by model family first and order
-    statistics reaches 2.07 (CQR before: 2.45; the normalised split-conformal intervals before it:
-    2.98), held here as a regression bound, not the issue's bar."""
+    statistics reaches 2.53 over the 372 rows with the large-model runs in the layout pool (2.07
+    over the 265 without them; CQR before: 2.45; the normalised split-conformal intervals before
+    it: 2.98), held here as a regression bound, not the issue's bar."""
     cov = loso_coverage()["all"]
-    assert cov.median_half_width <= 2.1 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
+    assert cov.median_half_width <= 2.6 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
+
+
+def test_the_large_model_runs_are_judged_by_the_layout_pool():
+    """The published FSDP / ZeRO / 3D / MoE runs are residual rows of the pool their predictions
+    take (a transformer of a billion parameters or more from the presets), not only a table."""
+    rows = load_rows()[0]
+    suites = {r.suite for r in rows if r.pool == "layout"}
+    assert suites == {"layouts", "large-models"}
+    assert all(r.suite == "" for r in rows if r.pool != "layout")
+    large = [r for r in rows if r.suite == "large-models"]
+    assert len(large) >= 100 and len({r.system for r in large}) >= 8
 
 
 def test_every_pool_has_its_knobs_and_each_regime_is_scored():

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from dpsim.errors import DpsimError  # noqa: E402
 from dpsim.files import write_text_atomic  # noqa: E402
-from dpsim.predict.model_error import COLLECTIVE_POOL, COVERAGE, load_rows, loso_coverage  # noqa: E402
+from dpsim.predict.model_error import COLLECTIVE_POOL, COVERAGE, coverage_by, load_rows, loso_coverage  # noqa: E402
 
 VALIDATION = ROOT / "VALIDATION.md"
 COLLECTIVES_LOSO = ROOT / "validation" / "collectives_loso.json"
@@ -55,7 +55,14 @@ AREAS = (
     (COLLECTIVE_POOL, "All-reduce >= 1 MiB from a datasheet description (each platform left out of the fit)",
      "published nccl-tests rows, {systems} platforms"),
 )
-"""The residual pools of ``model_error_rows.json``, in the table's order."""
+"""The residual pools of ``model_error_rows.json``, in the table's order (the ``layout`` area is the
+pool's ``layouts`` suite; its ``large-models`` rows are the large-model line of :data:`LOOPS`)."""
+
+AREA_SUITES = {"layout": "layouts"}
+"""The suite an area's rows are limited to, where its pool gathers more than one table."""
+
+LOOP_SUITES = {"## Large-model training runs": "large-models"}
+"""The residual suite whose interval coverage a :data:`LOOPS` line shows (the others have none)."""
 
 LOOPS = (
     ("## Large-model training runs", r"\*\*(\d+) rows predicted, presets, nothing fitted: median \|error\| ([\d.]+) %, "
@@ -71,8 +78,8 @@ LOOPS = (
      "{cases} steps (each job alone and together) on 4 emulated hosts"),
 )
 """(VALIDATION.md heading, headline pattern, area, compared with) of the areas read from VALIDATION.md's
-headline lines: the large-model runs (``accuracy_large_models.py``, no interval scored on them yet) and the
-loops against real training."""
+headline lines: the large-model runs (``accuracy_large_models.py``; their interval coverage from the
+``layout`` pool's ``large-models`` rows) and the loops against real training."""
 
 
 class StaleSource(DpsimError):
@@ -146,23 +153,31 @@ def loop_rows(validation_text: str) -> list[Area]:
             raise StaleSource(f"VALIDATION.md {heading!r}: no headline line matching {pattern!r}")
         *count, median, worst = m.groups()
         cases = int(count[0]) if count else len(re.findall(r"^\| \d+ \|", _first_table(section[m.end():]), re.M))
+        suite = LOOP_SUITES.get(heading)
         out.append(Area(pool="", area=area, against=against.format(cases=cases), rows=cases,
-                        median_abs_error=float(median) / 100, worst_abs_error=float(worst) / 100, coverage=None))
+                        median_abs_error=float(median) / 100, worst_abs_error=float(worst) / 100,
+                        coverage=None if suite is None else _suite_coverage()[suite].fraction))
     return out
+
+
+def _suite_coverage() -> dict:
+    """Interval coverage per suite of the shipped rows (rows without a suite left out)."""
+    return coverage_by(lambda r: r.suite or None)
 
 
 def residual_rows() -> list[Area]:
     """The areas of the leave-one-system-out residuals, with their interval coverage."""
     rows, _ = load_rows()
-    coverage = loso_coverage(rows)
+    coverage, suites = loso_coverage(rows), _suite_coverage()
     out = []
     for pool, area, against in AREAS:
-        mine = [r for r in rows if r.pool == pool]
+        suite = AREA_SUITES.get(pool)
+        mine = [r for r in rows if r.pool == pool and (suite is None or r.suite == suite)]
         errors = _abs_errors(pool, [r.log_ratio for r in mine])
         filled = {"systems": len({r.system for r in mine}), "gpus": _span([r.gpus for r in mine])}
         out.append(Area(pool=pool, area=area.format(**filled), against=against.format(**filled), rows=len(mine),
                         median_abs_error=statistics.median(errors), worst_abs_error=max(errors),
-                        coverage=coverage[pool].fraction))
+                        coverage=(coverage[pool] if suite is None else suites[suite]).fraction))
     return out
 
 

@@ -8,7 +8,9 @@ is built from the rows of the regime it falls in:
 
 * **Pools.** ``compute`` (one GPU's step from the presets and the roofline, leave-one-chip-out),
   ``ddp`` (a data-parallel step from a measured one-GPU step: buckets, NCCL, overlap) and
-  ``layout`` (sharded and tensor x pipeline x data layouts of large transformers from presets).
+  ``layout`` (sharded and tensor x pipeline x data layouts of large transformers from presets:
+  the Megatron-LM / DeepSpeed layout runs and the published large-model runs, FSDP / ZeRO / HSDP,
+  3D and MoE, each table's rows tagged with their :attr:`ResidualRow.suite`).
   A preset prediction of a data-parallel job on several GPUs carries both the compute error and
   the communication/overlap error: its residuals are every sum of a ``compute`` and a ``ddp``
   residual (the errors of two independent parts add in log space). A prediction whose compute
@@ -38,10 +40,17 @@ is built from the rows of the regime it falls in:
   given where it is defined, but was kept after seeing it), so that score is not wholly out of
   sample: choices of this kind (the quantile rule alone) move the half-width / error ratio
   between 2.07 and 2.26, about the distance left to issue 25's bar.
-* **Measured, not assumed.** Leaving each system out: 82.6 % of the 265 rows inside, median
-  half-width 2.07x the median |error| (VALIDATION.md, "Model-error intervals", per regime;
-  ``tests/test_model_error.py`` holds both). Issue 25 asks for <= 2: not met.
-  Three changes moved it from 82.3 % at 2.45x: the margin scored on the widened intervals
+* **Measured, not assumed.** Leaving each system out: 80.6 % of the 372 rows inside, median
+  half-width 2.53x the median |error| (VALIDATION.md, "Model-error intervals", per regime;
+  ``tests/test_model_error.py`` holds both). Issue 25 asks for <= 2: not met. The 107 published
+  large-model runs joined the ``layout`` pool on 2026-12-05 (before, it held the 26 Megatron-LM /
+  DeepSpeed rows, and 265 rows read 82.6 % at 2.07x; the intervals those rows gave held 78 of the
+  107 large-model runs, 73 %, out of sample: a user's FSDP or MoE prediction was judged by
+  Megatron's 3D runs). With them the layout pool reads 78.2 % at 2.20x (hopper rows 70.8 %: the
+  MosaicML H100 runs are all 13-48 % slower than predicted, a bias no other system shows).
+  Keyed by layout kind first (sharded / 3D / MoE), which issue 25 names but no change here
+  makes: 75.2-77.4 % at 1.95-2.30x in the pool, 79.6-80.4 % overall, by the keys after it.
+  Three changes moved it from 82.3 % at 2.45x (265 rows): the margin scored on the widened intervals
   (80.0 %, 2.01, but the compute pool's ampere rows fell to 54 % inside, its margin now ~0 while
   its one-chip architectures, widened, held 100 %); the compute pool keyed by model family
   first (:data:`COMPUTE_KEYS`; 81.9 %, 2.20, every compute architecture with more than two rows
@@ -222,6 +231,10 @@ class ResidualRow(_Bands):
     """A collective row's fabric class (``nvswitch``, ``ib``, ``tcp``...); empty for step rows."""
     message_bytes: float = 0.0
     """A collective row's all-reduce size in bytes; 0 for step rows."""
+    suite: str = ""
+    """The validation table the row comes from, where a pool gathers more than one (the ``layout``
+    pool: ``layouts``, Megatron-LM / DeepSpeed tensor x pipeline x data runs; ``large-models``,
+    published FSDP / ZeRO / HSDP, 3D and MoE runs); reported apart, pooled alike."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -574,14 +587,22 @@ def loso_coverage(rows: tuple[ResidualRow, ...] | None = None,
     return _per_pool(scored)
 
 
-def regime_coverage(rows: tuple[ResidualRow, ...] | None = None,
-                    knobs: dict[str, Knobs] | None = None) -> dict[str, Coverage]:
-    """:func:`loso_coverage` per regime: each pool split by :data:`REPORTED_KEYS` (the GPU
-    architecture of a step, the size band of an all-reduce), labelled ``pool key=value``."""
+def coverage_by(label_of, rows: tuple[ResidualRow, ...] | None = None,
+                knobs: dict[str, Knobs] | None = None) -> dict[str, Coverage]:
+    """:func:`loso_coverage` over the groups ``label_of(row)`` names (rows it labels ``None`` left
+    out of the count, never out of the intervals), sorted by label."""
     rows = load_rows()[0] if rows is None else rows
     knobs = KNOBS if knobs is None else knobs
     scored: dict[str, list[_Scored]] = {}
     for row, item in zip(rows, _loso(tuple(rows), knobs)):
-        key = REPORTED_KEYS[row.pool]
-        scored.setdefault(f"{row.pool} {key}={getattr(row, key)}", []).append(item)
+        label = label_of(row)
+        if label is not None:
+            scored.setdefault(label, []).append(item)
     return {label: _coverage(label, scored[label]) for label in sorted(scored)}
+
+
+def regime_coverage(rows: tuple[ResidualRow, ...] | None = None,
+                    knobs: dict[str, Knobs] | None = None) -> dict[str, Coverage]:
+    """:func:`loso_coverage` per regime: each pool split by :data:`REPORTED_KEYS` (the GPU
+    architecture of a step, the size band of an all-reduce), labelled ``pool key=value``."""
+    return coverage_by(lambda r: f"{r.pool} {REPORTED_KEYS[r.pool]}={getattr(r, REPORTED_KEYS[r.pool])}", rows, knobs)
