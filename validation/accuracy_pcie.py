@@ -15,9 +15,13 @@
   row: the step time the N-GPU run measured beyond its one-GPU step, and the predicted
   all-reduce time of the step, in total and exposed (not hidden behind backward compute), so
   a reader sees whether a miss is the collectives' speed or their overlap; and the error the
-  same row would have with ``--no-overlap`` (every all-reduce after backward), a diagnostic only
-  (issue 26: the BERT rows on the WRX80 workstations land within 5 % that way, though apex DDP's
-  defaults overlap; no cited mechanism for that yet, so the scored prediction keeps overlap).
+  same row would have with ``--no-overlap`` (every all-reduce after backward), a diagnostic only.
+  Issue 26: the BERT rows of the GeForce pairs land within 5 % that way, though apex DDP's
+  defaults overlap; the RTX 6000 Ada pair, on the same workstation model and, like them, over
+  NCCL's SHM transport (every 2-GPU run there set ``NCCL_P2P_DISABLE=1``, see its system file),
+  hides most of its all-reduce. What was checked for a cause, and found identical between the
+  pairs or between their one- and two-GPU runs, is listed in ``docs/accuracy.md`` ("PCIe
+  workstations"); nothing cited explains it yet, so the scored prediction keeps overlap.
 
 Nothing in the model is fitted on these rows, so leaving each system out predicts the same
 numbers; the script checks that rather than assuming it.
