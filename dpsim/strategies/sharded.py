@@ -28,8 +28,10 @@ ZeRO-3 / FSDP full shard
 
 FSDP2 (``--fsdp-version 2``, ``fully_shard``)
     The same schedule with each parameter sharded on dim 0 (``unit_shard_numel``), the
-    root not resharded after forward either, and two memory-bound copies per collective
-    charged to the compute stream (``_fsdp2_copies_s``).
+    root not resharded after forward either, and the memory-bound copies around each
+    collective charged to the compute stream (``_fsdp2_copies_s``): the gathered and the
+    unsharded-gradient copies, and the shard-sized ones (the shard cast into the all-gather
+    input, the reduce-scatter output cast and added into the sharded gradient).
 
 FSDP ``SHARD_GRAD_OP`` (``fsdp-shard-grad-op``)
     Units are gathered for forward and kept through backward (no backward
@@ -121,7 +123,7 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
     shard = {u.name: unit_shard_numel(u.params, world, request.fsdp_version) for u in units}
     gathered = {u.name: unit_gathered_bytes(request, u, shard[u.name] * world) for u in units}
     reduce_every_micro_batch = not request.unsharded_accumulation
-    copy_out_s, copy_in_s = _fsdp2_copies_s(request, units, shard, world, gathered)
+    copy_out_s, copy_in_s, accumulate_s = _fsdp2_copies_s(request, units, shard, world, gathered)
     copies_s = 0.0
     group = "intra" if hybrid else "world"
     recompute = _recompute_starts(request.checkpoint_units, request.recompute_share)
@@ -203,6 +205,8 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
                 bwd_copies[max(u.layers)] = bwd_copies.get(max(u.layers), 0.0) + copy_out_s[u.name]
             if sync and u.name in copy_in_s:
                 bwd_copies[min(u.layers)] = bwd_copies.get(min(u.layers), 0.0) + copy_in_s[u.name]
+                if reduce_every_micro_batch and j > 0:  # the step's first reduce-scatter assigns the gradient
+                    bwd_copies[min(u.layers)] += accumulate_s[u.name]
         copies_s += sum(fwd_copies.values()) + sum(bwd_copies.values())
         _backward_pass(b, compute, j, grad_accum, recompute=recompute, before=before, wait_at=bwait, after=after,
                        extra_s=bwd_copies)
@@ -240,27 +244,39 @@ def _amax_s(request: BuildRequest, units, shard: dict[str, int]) -> float:
 
 
 def _fsdp2_copies_s(request: BuildRequest, units, shard: dict[str, int], world: int, gathered: dict[str, float]
-                    ) -> tuple[dict[str, float], dict[str, float]]:
-    """Per unit, FSDP2's all-gather copy-out and reduce-scatter copy-in (seconds; empty for
-    FSDP1 or with no GPU to cost them on). Copy-out (``foreach_all_gather_copy_out``:
-    ``split_with_sizes_copy`` on the compute stream once the all-gather is done) reads the
-    gathered buffer and writes the unsharded parameters in the parameter dtype; copy-in
-    (``foreach_reduce``: ``chunk_cat`` of the unsharded gradients into the reduce-scatter input,
-    cast to the reduce dtype) reads them and writes the buffer. Both are one kernel streaming
-    through device memory; the copy-in runs on FSDP2's reduce-scatter stream, charged here to
-    the compute stream it shares device memory with (an upper bound). The shard-sized copies
-    (the all-gather input, the reduce-scatter output into the sharded gradient) are 1/N of these
-    and left out."""
+                    ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Per unit, seconds of FSDP2's copies around each all-gather, each reduce-scatter, and each
+    reduce-scatter that adds into a gradient already there (all empty for FSDP1 or with no GPU to
+    cost them on). All-gather: the copy-in (``foreach_all_gather``: ``_get_param_all_gather_inputs``
+    casts the shard, kept in the unsharded optimizer's dtype, to the gathered dtype under a
+    ``MixedPrecisionPolicy`` or torchao's float8 ``fsdp_pre_all_gather``, and ``all_gather_copy_in``
+    copies it into the all-gather input) and the copy-out (``foreach_all_gather_copy_out``:
+    ``split_with_sizes_copy`` of the gathered buffer into the unsharded parameters, on the compute
+    stream once the all-gather is done). Reduce-scatter: the copy-in (``foreach_reduce``:
+    ``chunk_cat`` of the unsharded gradients into the reduce-scatter input, cast to the reduce
+    dtype) and the output cast back to the sharded parameter's dtype when the two differ; on a
+    later micro-batch of the step the output is added into the sharded gradient
+    (``sharded_param.grad += new_sharded_grad``; the first assigns it, ``zero_grad`` having set it
+    to ``None``). Each streams through device memory once; the all-gather copy-in runs on FSDP2's
+    all-gather copy-in stream and the reduce-scatter's work on its reduce-scatter stream, charged
+    here to the compute stream they share device memory with (an upper bound)."""
     gpu = request.compute_gpu
     if request.fsdp_version != "2" or gpu is None:
-        return {}, {}
+        return {}, {}, {}
     eff = request.efficiencies or Efficiencies()
-    w, g = request.precision.weight_bytes, request.precision.grad_bytes
-    out, into = {}, {}
+    precision = request.precision
+    w, g = precision.weight_bytes, precision.grad_bytes
+    stored = precision.master_bytes or w  # the sharded parameter's dtype
+    t = lambda size: memory_term(size, gpu).time_s(eff)  # noqa: E731
+    out, into, accumulate = {}, {}, {}
     for u in units:
         if not u.params:
             continue
-        full = shard[u.name] * world
-        out[u.name] = memory_term(2 * gathered[u.name], gpu).time_s(eff)
-        into[u.name] = memory_term(full * (w + g), gpu).time_s(eff)
-    return out, into
+        n = shard[u.name]
+        gathered_shard = gathered[u.name] / world
+        cast_in = n * stored + gathered_shard if n * stored != gathered_shard else 0.0
+        out[u.name] = t(2 * gathered[u.name]) + t(cast_in + 2 * gathered_shard)
+        cast_out = n * (g + stored) if g != stored else 0.0
+        into[u.name] = t(n * world * (w + g)) + (t(cast_out) if cast_out else 0.0)
+        accumulate[u.name] = t(3 * n * stored)
+    return out, into, accumulate
