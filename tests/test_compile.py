@@ -134,10 +134,10 @@ def test_golden_llama2_7b_fsdp_8_h100_compiled():
                 precision="bf16-params")
     eager, compiled = predict(PredictConfig(**base)), predict(PredictConfig(**base, compile=True))
     # Frozen from this model (dpsim/workload/compiled.py, attention at dpsim/workload/attention_rates.py's
-    # fitted FlashAttention-2 rates; compute 18.9 % slower under overlap, DEFAULT_OVERLAP_SLOWDOWN): 0.7344 s
-    # eager, 0.6622 s compiled.
-    assert eager.step_time_s == pytest.approx(0.7344, rel=2e-3)
-    assert compiled.step_time_s == pytest.approx(0.6622, rel=2e-3)
+    # fitted FlashAttention-2 rates; compute 18.9 % slower under overlap, DEFAULT_OVERLAP_SLOWDOWN; FSDP1's
+    # gradient passes, dpsim/strategies/sharded.py): 0.7680 s eager, 0.6958 s compiled.
+    assert eager.step_time_s == pytest.approx(0.7680, rel=2e-3)
+    assert compiled.step_time_s == pytest.approx(0.6958, rel=2e-3)
     assert compiled.mfu > eager.mfu
     # Memory is not changed by --compile (activations kept as in eager mode: a stated simplification).
     assert compiled.memory.total_bytes == eager.memory.total_bytes

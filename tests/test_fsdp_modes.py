@@ -212,19 +212,50 @@ def test_predict_runs_the_new_flags_end_to_end():
 def test_fsdp2_copies_are_charged_at_streaming_bandwidth():
     from dpsim.workload.roofline import Efficiencies, memory_term
 
-    v1, _ = _program(version="1", accumulate="sharded", grad_accum=1)
     v2, compute = _program(version="2", accumulate="sharded", grad_accum=1)
-    assert v1.framework_s == 0.0
-    root, block = ROOT_FULL["2"], BLOCK_FULL["2"]
+    (root, block), (root_shard, block_shard) = (ROOT_FULL["2"], BLOCK_FULL["2"]), (12, 10)
     w = g = 2
+    master = 4  # bf16-params: the shards stay fp32, gathered and reduced in bf16
     t = lambda size: memory_term(size, H100).time_s(Efficiencies())  # noqa: E731
-    # copy-out after every all-gather (3 units forward, 2 re-gathered for backward), copy-in before
-    # every reduce-scatter (3 units)
-    expected = (t(2 * root * w) + 2 * t(2 * block * w)) + 2 * t(2 * block * w) \
-        + (t(root * (w + g)) + 2 * t(block * (w + g)))
+    # Around every all-gather (3 units forward, 2 re-gathered for backward): the shard cast to bf16
+    # and copied into the all-gather input, then the gathered buffer copied out. Around every
+    # reduce-scatter (3 units): the gradients copied in, then the bf16 output cast to fp32.
+    gather = lambda full, n: t(2 * full * w) + t(n * (master + w) + 2 * n * w)  # noqa: E731
+    scatter = lambda full, n: t(full * (w + g)) + t(n * (g + master))  # noqa: E731
+    forward_s = gather(root, root_shard) + 2 * gather(block, block_shard)
+    expected = forward_s + 2 * gather(block, block_shard) + scatter(root, root_shard) + 2 * scatter(block, block_shard)
     assert v2.framework_s == pytest.approx(expected)
     forward = sum(t.duration_s for t in v2.program.tasks if t.kind == "forward")
-    assert forward == pytest.approx(compute.forward_s + t(2 * root * w) + 2 * t(2 * block * w))
+    assert forward == pytest.approx(compute.forward_s + forward_s)
+    # Accumulating: every reduce-scatter after the step's first adds its fp32 output into the gradient.
+    accumulating, _ = _program(version="2", accumulate="sharded", grad_accum=K)
+    added = (K - 1) * (t(3 * root_shard * master) + 2 * t(3 * block_shard * master))
+    assert accumulating.framework_s == pytest.approx(K * expected + added)
+
+
+def test_fsdp1_gradient_passes_are_charged_at_streaming_bandwidth():
+    from dpsim.strategies.sharded import predivide_factor
+    from dpsim.workload.roofline import Efficiencies, memory_term
+
+    assert [predivide_factor(n) for n in (1, 2, 4, 8, 16, 64, 512)] == [1, 2, 2, 4, 4, 8, 32]
+    v1, compute = _program(version="1", accumulate="sharded", grad_accum=1)
+    (root, block), (root_shard, block_shard) = (ROOT_FULL["1"], BLOCK_FULL["1"]), (10, 8)
+    w = g = 2
+    master = 4
+    t = lambda size: memory_term(size, H100).time_s(Efficiencies())  # noqa: E731
+    # Each all-gather (3 forward, 2 backward) casts the fp32 shard to its bf16 copy first; every
+    # backward concatenates the unit's gradients into the flat gradient; every reduction divides
+    # it by 2 (N = 4) before the reduce-scatter, the shard by 2 after it, and casts the shard to fp32.
+    gather = lambda n: t(n * (master + w))  # noqa: E731
+    reduce = lambda full, n: t(2 * full * w) + t(2 * full * g) + t(2 * n * g) + t(n * (g + master))  # noqa: E731
+    forward_s = gather(root_shard) + 2 * gather(block_shard)
+    expected = forward_s + 2 * gather(block_shard) + reduce(root, root_shard) + 2 * reduce(block, block_shard)
+    assert v1.framework_s == pytest.approx(expected)
+    forward = sum(t.duration_s for t in v1.program.tasks if t.kind == "forward")
+    assert forward == pytest.approx(compute.forward_s + forward_s)
+    # ZeRO-3 (DeepSpeed) runs none of FSDP1's passes.
+    zero3, _ = _program(strategy="zero3", grad_accum=1)
+    assert zero3.framework_s == 0.0
 
 
 def test_one_policy_serves_tensor_and_pipeline_layouts():

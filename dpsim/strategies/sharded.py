@@ -28,8 +28,16 @@ ZeRO-3 / FSDP full shard
 
 FSDP2 (``--fsdp-version 2``, ``fully_shard``)
     The same schedule with each parameter sharded on dim 0 (``unit_shard_numel``), the
-    root not resharded after forward either, and two memory-bound copies per collective
-    charged to the compute stream (``_fsdp2_copies_s``).
+    root not resharded after forward either, and the memory-bound copies around each
+    collective charged to the compute stream (``_fsdp2_copies``): the gathered and the
+    unsharded-gradient copies, and the shard-sized ones (the shard cast into the all-gather
+    input, the reduce-scatter output cast and added into the sharded gradient).
+
+FSDP1's gradient passes (``fsdp``, ``fsdp-shard-grad-op``, ``fsdp-hybrid``)
+    FSDP1 gathers straight into the flat parameter (no copy-out), but its gradients cost
+    memory-bound passes too (``_fsdp1_copies``): every backward concatenates the parameters'
+    gradients into the flat gradient, and every reduction divides it before the
+    reduce-scatter (``zero3``, DeepSpeed's, is not costed this way).
 
 FSDP ``SHARD_GRAD_OP`` (``fsdp-shard-grad-op``)
     Units are gathered for forward and kept through backward (no backward
@@ -65,6 +73,8 @@ the CPU's launch timing (above).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from dpsim.strategies.program import (
     BuildRequest,
@@ -121,7 +131,8 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
     shard = {u.name: unit_shard_numel(u.params, world, request.fsdp_version) for u in units}
     gathered = {u.name: unit_gathered_bytes(request, u, shard[u.name] * world) for u in units}
     reduce_every_micro_batch = not request.unsharded_accumulation
-    copy_out_s, copy_in_s = _fsdp2_copies_s(request, units, shard, world, gathered)
+    copies = (_fsdp2_copies(request, units, shard, world, gathered) if request.fsdp_version == "2"
+              else _fsdp1_copies(request, units, shard, world) if key != "zero3" else _Copies())
     copies_s = 0.0
     group = "intra" if hybrid else "world"
     recompute = _recompute_starts(request.checkpoint_units, request.recompute_share)
@@ -166,8 +177,8 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
                         wait_at.setdefault(i, []).append(ag_fwd[u.name])
         fwd_copies: dict[int, float] = {}
         for u in order_fwd:
-            if u.name in ag_fwd and u.name in copy_out_s:
-                fwd_copies[min(u.layers)] = fwd_copies.get(min(u.layers), 0.0) + copy_out_s[u.name]
+            if u.name in ag_fwd and u.name in copies.gather:
+                fwd_copies[min(u.layers)] = fwd_copies.get(min(u.layers), 0.0) + copies.gather[u.name]
         _forward(b, compute, j, grad_accum, wait_at=wait_at, launch_before=launch_before, extra_s=fwd_copies)
         # ---- backward: re-gather resharded units (BACKWARD_PRE prefetch), reduce-scatter after each.
         need = [u for u in order_bwd
@@ -199,10 +210,14 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
                 after.setdefault(min(u.layers), []).extend(ops)
         bwd_copies: dict[int, float] = {}
         for u in order_bwd:
-            if u.name in ag_bwd and u.name in copy_out_s:
-                bwd_copies[max(u.layers)] = bwd_copies.get(max(u.layers), 0.0) + copy_out_s[u.name]
-            if sync and u.name in copy_in_s:
-                bwd_copies[min(u.layers)] = bwd_copies.get(min(u.layers), 0.0) + copy_in_s[u.name]
+            if u.name in ag_bwd and u.name in copies.gather:
+                bwd_copies[max(u.layers)] = bwd_copies.get(max(u.layers), 0.0) + copies.gather[u.name]
+            if u.name in copies.backward:
+                bwd_copies[min(u.layers)] = bwd_copies.get(min(u.layers), 0.0) + copies.backward[u.name]
+            if sync and u.name in copies.scatter:
+                bwd_copies[min(u.layers)] = bwd_copies.get(min(u.layers), 0.0) + copies.scatter[u.name]
+                if reduce_every_micro_batch and j > 0:  # the step's first reduce-scatter assigns the gradient
+                    bwd_copies[min(u.layers)] += copies.accumulate[u.name]
         copies_s += sum(fwd_copies.values()) + sum(bwd_copies.values())
         _backward_pass(b, compute, j, grad_accum, recompute=recompute, before=before, wait_at=bwait, after=after,
                        extra_s=bwd_copies)
@@ -219,7 +234,7 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
         b.task("optimizer", "float8 scales", _amax_s(request, units, shard), wait=[amax])
     return StrategyProgram(strategy=key, program=b.build(), shard_group_size=world,
                            gradient_ops=tuple(grad_ops), units=tuple(units),
-                           framework_parts_s={"fsdp2_copies": copies_s} if copy_out_s else {})
+                           framework_parts_s={"fsdp_copies": copies_s} if copies_s else {})
 
 
 def unit_gathered_bytes(request: BuildRequest, unit, full_numel: float) -> float:
@@ -239,28 +254,100 @@ def _amax_s(request: BuildRequest, units, shard: dict[str, int]) -> float:
     return memory_term(numel * request.precision.weight_bytes, gpu).time_s(request.efficiencies or Efficiencies())
 
 
-def _fsdp2_copies_s(request: BuildRequest, units, shard: dict[str, int], world: int, gathered: dict[str, float]
-                    ) -> tuple[dict[str, float], dict[str, float]]:
-    """Per unit, FSDP2's all-gather copy-out and reduce-scatter copy-in (seconds; empty for
-    FSDP1 or with no GPU to cost them on). Copy-out (``foreach_all_gather_copy_out``:
-    ``split_with_sizes_copy`` on the compute stream once the all-gather is done) reads the
-    gathered buffer and writes the unsharded parameters in the parameter dtype; copy-in
-    (``foreach_reduce``: ``chunk_cat`` of the unsharded gradients into the reduce-scatter input,
-    cast to the reduce dtype) reads them and writes the buffer. Both are one kernel streaming
-    through device memory; the copy-in runs on FSDP2's reduce-scatter stream, charged here to
-    the compute stream it shares device memory with (an upper bound). The shard-sized copies
-    (the all-gather input, the reduce-scatter output into the sharded gradient) are 1/N of these
-    and left out."""
-    gpu = request.compute_gpu
-    if request.fsdp_version != "2" or gpu is None:
-        return {}, {}
+@dataclass(frozen=True, kw_only=True)
+class _Copies:
+    """Per unit, seconds of the memory-bound passes a sharded strategy runs around its collectives
+    (empty: none costed)."""
+
+    gather: dict[str, float] = field(default_factory=dict)
+    """Around each all-gather of the unit."""
+    backward: dict[str, float] = field(default_factory=dict)
+    """In each backward of the unit, reducing or not."""
+    scatter: dict[str, float] = field(default_factory=dict)
+    """Around each reduce-scatter of the unit."""
+    accumulate: dict[str, float] = field(default_factory=dict)
+    """Added to a reduce-scatter after the step's first: its output summed into the gradient shard."""
+
+
+def _staging(request: BuildRequest):
+    """``(w, g, stored, t)`` for costing a strategy's staging passes: the parameters', gradients'
+    and sharded parameters' bytes per element, and ``t(bytes)``, the seconds one kernel takes to
+    stream them through the compute GPU's memory; ``None`` without a GPU to cost them on."""
+    if request.compute_gpu is None:
+        return None
     eff = request.efficiencies or Efficiencies()
-    w, g = request.precision.weight_bytes, request.precision.grad_bytes
-    out, into = {}, {}
-    for u in units:
-        if not u.params:
-            continue
-        full = shard[u.name] * world
-        out[u.name] = memory_term(2 * gathered[u.name], gpu).time_s(eff)
-        into[u.name] = memory_term(full * (w + g), gpu).time_s(eff)
-    return out, into
+    precision = request.precision
+    w, g = precision.weight_bytes, precision.grad_bytes
+    t = lambda size: memory_term(size, request.compute_gpu).time_s(eff) if size else 0.0  # noqa: E731
+    return w, g, precision.master_bytes or w, t
+
+
+def _fsdp2_copies(request: BuildRequest, units, shard: dict[str, int], world: int, gathered: dict[str, float]
+                  ) -> _Copies:
+    """FSDP2's copies (none without a GPU to cost them on). All-gather: the copy-in
+    (``foreach_all_gather``: ``_get_param_all_gather_inputs`` casts the shard, kept in the unsharded
+    optimizer's dtype, to the gathered dtype under a ``MixedPrecisionPolicy`` or torchao's float8
+    ``fsdp_pre_all_gather``, and ``all_gather_copy_in`` copies it into the all-gather input) and the
+    copy-out (``foreach_all_gather_copy_out``: ``split_with_sizes_copy`` of the gathered buffer into
+    the unsharded parameters, on the compute stream once the all-gather is done). Reduce-scatter:
+    the copy-in (``foreach_reduce``: ``chunk_cat`` of the unsharded gradients into the
+    reduce-scatter input, cast to the reduce dtype) and the output cast back to the sharded
+    parameter's dtype when the two differ; on a later micro-batch of the step the output is added
+    into the sharded gradient (``sharded_param.grad += new_sharded_grad``; the first assigns it,
+    ``zero_grad`` having set it to ``None``). Each streams through device memory once; the
+    all-gather copy-in runs on FSDP2's all-gather copy-in stream and the reduce-scatter's work on
+    its reduce-scatter stream, charged here to the compute stream they share device memory with
+    (an upper bound)."""
+    out, staging = _Copies(), _staging(request)
+    if staging is None:
+        return out
+    w, g, stored, t = staging
+    for u in (u for u in units if u.params):
+        n = shard[u.name]
+        gathered_shard = gathered[u.name] / world
+        cast_in = n * stored + gathered_shard if n * stored != gathered_shard else 0.0
+        out.gather[u.name] = t(2 * gathered[u.name]) + t(cast_in + 2 * gathered_shard)
+        out.scatter[u.name] = t(n * world * (w + g)) + t(n * (g + stored) if g != stored else 0.0)
+        out.accumulate[u.name] = t(3 * n * stored)
+    return out
+
+
+def predivide_factor(world: int) -> int:
+    """FSDP1's gradient pre-division factor: a power of two ``f``, doubled while it divides ``world``
+    and stays below ``world / f`` (about the square root: 4 of 8, 32 of 512), so the reduce-scatter
+    sums gradients already divided by ``f`` and the shard is divided by ``world / f`` after it (``DefaultState._get_gradient_predivide_factor``,
+    torch/distributed/algorithms/_comm_hooks/default_hooks.py, read by FSDP1's ``_init_core_state``)."""
+    factor = 1
+    while world % factor == 0 and world / factor > factor:
+        factor *= 2
+    return factor
+
+
+def _fsdp1_copies(request: BuildRequest, units, shard: dict[str, int], world: int) -> _Copies:
+    """FSDP1's gradient passes (none without a GPU to cost them on). FSDP1 runs the forward on
+    views of the flat parameter (``FlatParamHandle._get_unflat_views``: ``torch.split`` of it,
+    each piece ``view``-ed to its parameter's shape), so every backward's ``split`` backward
+    concatenates the parameters' gradients into the flat gradient (a read and a write of it in the
+    parameters' dtype). Each reduction (``_post_backward_hook`` and ``_reduce_grad``) then casts the
+    flat gradient to the reduce dtype when that differs, divides it in place by
+    :func:`predivide_factor` before the reduce-scatter (``_div_if_needed``) and the shard by the
+    rest after it, casts the shard back to the parameter's dtype (``_cast_grad_to_param_dtype``), and
+    on a later micro-batch adds it into the saved one (``_accumulate_sharded_grad``:
+    ``_saved_grad_shard += sharded_grad``). With a ``MixedPrecision`` parameter dtype each
+    all-gather first casts the shard into its low-precision copy (``_use_low_precision_shard``);
+    the all-gather writes the flat parameter itself, so there is no copy-out. Costed on the compute
+    stream (the reduction's run on FSDP1's post-backward stream: an upper bound, as FSDP2's)."""
+    out, staging = _Copies(), _staging(request)
+    if staging is None:
+        return out
+    w, g, stored, t = staging
+    pre = predivide_factor(world)
+    for u in (u for u in units if u.params):
+        n, full = shard[u.name], shard[u.name] * world
+        if stored != w:
+            out.gather[u.name] = t(n * (stored + w))
+        out.backward[u.name] = t(2 * full * w)
+        out.scatter[u.name] = (t(full * (w + g) if w != g else 0.0) + t(2 * full * g if pre > 1 else 0.0)
+                               + t(2 * n * g if world > pre else 0.0) + t(n * (g + stored) if g != stored else 0.0))
+        out.accumulate[u.name] = t(3 * n * stored)
+    return out
