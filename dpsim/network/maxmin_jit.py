@@ -126,3 +126,176 @@ def _fill(flow_of, link_of, capacity, n_flows, weight):  # pragma: no cover (com
                 j += 1
         n_loaded = j
     return rates
+
+
+def group_kernels() -> tuple[Callable, Callable] | None:
+    """(:func:`_group_solve`, :func:`_alone_load`) compiled, or ``None`` where numba is not installed
+    (looked up through :func:`compiled` on every call, so a run without numba is one without them)."""
+    return None if compiled() is None else _group_kernels()
+
+
+@lru_cache(maxsize=1)
+def _group_kernels() -> tuple[Callable, Callable]:
+    import numba
+
+    return numba.njit(cache=True)(_group_solve), numba.njit(cache=True)(_alone_load)
+
+
+def _alone_load(slots, lo, hi, link, value, n_links, over):  # pragma: no cover (compiled by numba)
+    """Each slot's ``value`` added onto its ``link`` (``lo[s]:hi[s]``), the slots in order and each in
+    its own order (as ``np.bincount`` of the joined arrays adds: the same sums), and whether a sum
+    exceeds ``over``."""
+    load = np.zeros(n_links)
+    for s in slots:
+        for e in range(lo[s], hi[s]):
+            load[link[e]] += value[e]
+    above = False
+    for s in slots:
+        for e in range(lo[s], hi[s]):
+            if load[link[e]] > over[link[e]]:
+                above = True
+                break
+        if above:
+            break
+    return load, above
+
+
+def _group_solve(slots, cls_lo, cls_hi, c_start, c_link, c_of, weight, fraction, detached, fixed, u_lo, u_mid,
+                 u_hi, u_link, u_weight, capacity, n_shared, full_at, users, load, gone, jobs_on, count, pos, rates,
+                 rising, on_link, hit, links, live, share):  # pragma: no cover (compiled by numba)
+    """A group of flow sets solved at once: the max-min rates of every class of the sets ``slots``
+    (:func:`_fill`'s rounds, the same numbers), then each set's speed (``1 / max(fraction / rate)``),
+    the first contested shared link on its first slowest class's route (-1: none), the shared links'
+    load, and whether the set crosses a contested shared link.
+
+    The sets are pooled. Set ``s`` owns classes ``cls_lo[s]:cls_hi[s]``; class ``c`` crosses links
+    ``c_link[c_start[c]:c_start[c + 1]]`` in route order (``c_of``: the class of each), links below
+    ``n_shared`` shared by the sets, the others one set's own; ``detached`` classes cross no solved link
+    and take their ``fixed`` rate. Set ``s``'s links once each are ``u_link[u_lo[s]:u_hi[s]]`` (its
+    shared links first, up to ``u_mid[s]``), crossed by classes of weights summing to ``u_weight``.
+    Only the links' classes are indexed per solve (a counting sort). Every link's load adds in the
+    order numpy's bincount of the sets' joined incidences adds it (the same sums). A shared link is
+    contested when its load reaches ``capacity * full_at`` and two sets or more cross it. ``users``,
+    ``load``, ``gone``, ``jobs_on`` and ``count`` are zero on entry and left so; the other scratch arrays
+    are any content. Returns ``ok`` False (and nothing sound) where a set's slowest ratio is NaN
+    (numpy's results then stand)."""
+    n_sets = slots.size
+    n_links = 0
+    for s in slots:
+        for c in range(cls_lo[s], cls_hi[s]):
+            rates[c] = np.inf
+            rising[c] = True
+        for e in range(u_lo[s], u_hi[s]):
+            k = u_link[e]
+            if users[k] == 0.0:  # (every class weighs 1 or more)
+                links[n_links] = k
+                n_links += 1
+            users[k] += u_weight[e]
+        for e in range(u_lo[s], u_mid[s]):
+            jobs_on[u_link[e]] += 1
+        for p in range(c_start[cls_lo[s]], c_start[cls_hi[s]]):
+            count[c_link[p]] += 1
+    total = 0
+    for t in range(n_links):
+        k = links[t]
+        pos[k] = total
+        total += count[k]
+        load[k] = capacity[k]  # ``load`` holds the capacity left until the rounds end (then zero again)
+        live[t] = k
+    for s in slots:
+        for p in range(c_start[cls_lo[s]], c_start[cls_hi[s]]):
+            k = c_link[p]
+            on_link[pos[k]] = c_of[p]
+            pos[k] += 1
+    n_loaded = n_links
+    while n_loaded > 0:
+        fair = np.inf
+        for j in range(n_loaded):
+            k = live[j]
+            left = load[k]
+            s = (left if left > 0.0 or left != left else 0.0) / users[k]  # np.maximum(left, 0.0) / users
+            share[j] = s
+            if s < fair:
+                fair = s
+        reach = fair * (1 + 1e-9) + 1e-300
+        n_hit = 0
+        for j in range(n_loaded):
+            if share[j] <= reach:
+                k = live[j]
+                for p in range(pos[k] - count[k], pos[k]):
+                    f = on_link[p]
+                    if rising[f]:
+                        rising[f] = False
+                        rates[f] = fair
+                        hit[n_hit] = f
+                        n_hit += 1
+        for h in range(n_hit):
+            f = hit[h]
+            w = weight[f]
+            for p in range(c_start[f], c_start[f + 1]):
+                gone[c_link[p]] += w
+        # A frozen class's links are all loaded: lowering the live links that lost some covers them all.
+        j = 0
+        for i in range(n_loaded):
+            k = live[i]
+            g = gone[k]
+            if g != 0.0:
+                load[k] -= g * fair
+                users[k] -= g
+                gone[k] = 0.0
+            if users[k] > 0:
+                live[j] = k
+                j += 1
+        n_loaded = j
+    for t in range(n_links):
+        k = links[t]
+        users[k] = 0.0
+        load[k] = 0.0
+        count[k] = 0
+    # The links' load, added in the sets' order, each in its incidences' order.
+    for s in slots:
+        for p in range(c_start[cls_lo[s]], c_start[cls_hi[s]]):
+            c = c_of[p]
+            load[c_link[p]] += rates[c] * weight[c]
+    speed = np.empty(n_sets)
+    binding = np.full(n_sets, -1, np.int64)
+    crosses = np.zeros(n_sets, np.bool_)
+    ok = True
+    for j in range(n_sets):
+        s = slots[j]
+        lo, hi = cls_lo[s], cls_hi[s]
+        for c in range(lo, hi):
+            if detached[c]:
+                rates[c] = fixed[c]
+        top = fraction[lo] / rates[lo]
+        for c in range(lo + 1, hi):
+            r = fraction[c] / rates[c]
+            if r > top or r != r:  # np.maximum: a NaN stays
+                top = r
+        worst = -1
+        for c in range(lo, hi):
+            if fraction[c] / rates[c] == top:
+                worst = c
+                break
+        if worst < 0:
+            ok = False
+            continue
+        speed[j] = 1.0 / top
+        for i in range(c_start[worst], c_start[worst + 1]):
+            k = c_link[i]
+            if k < n_shared and jobs_on[k] > 1 and load[k] >= capacity[k] * full_at:
+                binding[j] = k
+                break
+        for e in range(u_lo[s], u_mid[s]):
+            k = u_link[e]
+            if jobs_on[k] > 1 and load[k] >= capacity[k] * full_at:
+                crosses[j] = True
+                break
+    shared_load = np.zeros(n_shared)
+    for t in range(n_links):
+        k = links[t]
+        if k < n_shared:
+            shared_load[k] = load[k]
+            jobs_on[k] = 0
+        load[k] = 0.0
+    return ok, speed, binding, shared_load, crosses
