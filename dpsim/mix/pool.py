@@ -67,19 +67,37 @@ class GroupPool:
             if t.detached is not None and len(t.detached):
                 self.detached[a + t.detached] = True
                 self.fixed[a + t.detached] = t.detached_rate
-        self.c_of = np.concatenate([t.flow_of + a for t, a in zip(members, cls_at[:-1].tolist())]).astype(np.int64)
-        # Each member's links once each, sorted (its shared links first), and the weight crossing each.
-        u_link, u_weight, u_mid = [], [], []
+        # Each member's links once each, sorted (its shared links first): the weight and the classes
+        # crossing each (in incidence order); and its incidences on shared links, in incidence order.
+        u_link, u_weight, u_count, u_mid, by_link, sh_class, sh_link = [], [], [], [], [], [], []
+        own_entry = np.zeros(int(own_at[-1]) - self.n_shared, dtype=np.int64)
         e = 0
-        for t, i in zip(members, inc_at[:-1].tolist()):
-            link, on = np.unique(self.c_link[i:i + len(t.flow_of)], return_inverse=True)
-            u_mid.append(e + int(np.searchsorted(link, self.n_shared)))
+        for t, a, i in zip(members, cls_at[:-1].tolist(), inc_at[:-1].tolist()):
+            glob = self.c_link[i:i + len(t.flow_of)]
+            cls = t.flow_of + a
+            order = np.argsort(glob, kind="stable")
+            link, count = np.unique(glob[order], return_counts=True)
+            n_mine = int(np.searchsorted(link, self.n_shared))
+            own_entry[link[n_mine:] - self.n_shared] = e + np.arange(n_mine, len(link))
+            u_mid.append(e + n_mine)
             u_link.append(link)
-            u_weight.append(np.bincount(on, weights=t.weight[t.flow_of], minlength=len(link)))
+            u_count.append(count)
+            u_weight.append(np.add.reduceat(self.weight[cls[order]], np.cumsum(count) - count)
+                            if len(link) else np.zeros(0))
+            by_link.append(cls[order])
+            on_shared = glob < self.n_shared
+            sh_class.append(cls[on_shared])
+            sh_link.append(glob[on_shared])
             e += len(link)
         self.u_lo, self.u_hi, self.u_link = _ranges(u_link)
         self.u_mid = np.array(u_mid, dtype=np.int64)
         self.u_weight = np.concatenate([np.zeros(0)] + u_weight).astype(np.float64)
+        self.u_count = np.concatenate([np.zeros(0, np.int64)] + u_count).astype(np.int64)
+        self.u_from = (np.cumsum(self.u_count) - self.u_count).astype(np.int64)
+        self.by_link = np.concatenate([np.zeros(0, np.int64)] + by_link).astype(np.int64)
+        self.own_entry = own_entry
+        self.sh_lo, self.sh_hi, self.sh_class = _ranges(sh_class)
+        self.sh_link = np.concatenate([np.zeros(0, np.int64)] + sh_link).astype(np.int64)
         self.al_lo, self.al_hi, self.al_link = _ranges([t.shared for t in members])
         self.al_value = np.concatenate([t.shared_load for t in members]).astype(np.float64)
         self._own_capacity = np.concatenate([np.zeros(0)] + [t.own_capacity for t in members])
@@ -88,7 +106,7 @@ class GroupPool:
             t.slot = (self.generation, s)
         n_links = int(own_at[-1])
         n_c, n_i = int(cls_at[-1]), int(inc_at[-1])
-        # users, load, gone, jobs_on, count, pos, rates, rising, on_link, hit, links, live, share
+        # users, load, gone, jobs_on, at, pos, rates, rising, on_link, hit, links, live, share
         self.scratch = (np.zeros(n_links), np.zeros(n_links), np.zeros(n_links), np.zeros(n_links, np.int64),
                         np.zeros(n_links, np.int64), np.zeros(n_links, np.int64), np.zeros(n_c),
                         np.zeros(n_c, np.bool_), np.zeros(n_i, np.int64), np.zeros(n_c, np.int64),
@@ -100,9 +118,10 @@ class GroupPool:
 
     def solve(self, slots: np.ndarray, full_at: float) -> tuple:
         """(ok, speeds, binding shared links or -1, shared links' load, crosses a contested link) of the group."""
-        return self._solve(slots, self.cls_lo, self.cls_hi, self.c_start, self.c_link, self.c_of, self.weight,
-                           self.fraction, self.detached, self.fixed, self.u_lo, self.u_mid, self.u_hi, self.u_link,
-                           self.u_weight, self.capacity, self.n_shared, full_at, *self.scratch)
+        return self._solve(slots, self.cls_lo, self.cls_hi, self.c_start, self.c_link, self.weight, self.fraction,
+                           self.detached, self.fixed, self.u_lo, self.u_mid, self.u_hi, self.u_link, self.u_weight,
+                           self.u_count, self.u_from, self.by_link, self.own_entry, self.sh_lo, self.sh_hi,
+                           self.sh_class, self.sh_link, self.capacity, self.n_shared, full_at, *self.scratch)
 
 
 def _ranges(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

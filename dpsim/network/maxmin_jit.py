@@ -160,28 +160,34 @@ def _alone_load(slots, lo, hi, link, value, n_links, over):  # pragma: no cover 
     return load, above
 
 
-def _group_solve(slots, cls_lo, cls_hi, c_start, c_link, c_of, weight, fraction, detached, fixed, u_lo, u_mid,
-                 u_hi, u_link, u_weight, capacity, n_shared, full_at, users, load, gone, jobs_on, count, pos, rates,
-                 rising, on_link, hit, links, live, share):  # pragma: no cover (compiled by numba)
+def _group_solve(slots, cls_lo, cls_hi, c_start, c_link, weight, fraction, detached, fixed, u_lo, u_mid, u_hi,
+                 u_link, u_weight, u_count, u_from, by_link, own_entry, sh_lo, sh_hi, sh_class, sh_link, capacity,
+                 n_shared, full_at, users, load, gone, jobs_on, at, pos, rates, rising, on_link, hit, links, live,
+                 share):  # pragma: no cover (compiled by numba)
     """A group of flow sets solved at once: the max-min rates of every class of the sets ``slots``
     (:func:`_fill`'s rounds, the same numbers), then each set's speed (``1 / max(fraction / rate)``),
     the first contested shared link on its first slowest class's route (-1: none), the shared links'
     load, and whether the set crosses a contested shared link.
 
     The sets are pooled. Set ``s`` owns classes ``cls_lo[s]:cls_hi[s]``; class ``c`` crosses links
-    ``c_link[c_start[c]:c_start[c + 1]]`` in route order (``c_of``: the class of each), links below
-    ``n_shared`` shared by the sets, the others one set's own; ``detached`` classes cross no solved link
-    and take their ``fixed`` rate. Set ``s``'s links once each are ``u_link[u_lo[s]:u_hi[s]]`` (its
-    shared links first, up to ``u_mid[s]``), crossed by classes of weights summing to ``u_weight``.
-    Only the links' classes are indexed per solve (a counting sort). Every link's load adds in the
+    ``c_link[c_start[c]:c_start[c + 1]]`` in route order, links below ``n_shared`` shared by the sets,
+    the others one set's own; ``detached`` classes cross no solved link and take their ``fixed`` rate.
+    Set ``s``'s links once each are entries ``u_lo[s]:u_hi[s]`` (its shared links first, up to
+    ``u_mid[s]``): entry ``e`` is link ``u_link[e]``, crossed ``u_count[e]`` times by classes of weights
+    summing to ``u_weight[e]``, those classes ``by_link[u_from[e]:u_from[e] + u_count[e]]``; an own
+    link ``k``'s entry is ``own_entry[k - n_shared]``. Its incidences on shared links are
+    ``sh_class``/``sh_link`` ``[sh_lo[s]:sh_hi[s]]``, in incidence order. So a solve indexes only the
+    shared links' classes (an own link's are the set's, laid out once), and adds their load in the
     order numpy's bincount of the sets' joined incidences adds it (the same sums). A shared link is
     contested when its load reaches ``capacity * full_at`` and two sets or more cross it. ``users``,
-    ``load``, ``gone``, ``jobs_on`` and ``count`` are zero on entry and left so; the other scratch arrays
-    are any content. Returns ``ok`` False (and nothing sound) where a set's slowest ratio is NaN
-    (numpy's results then stand)."""
+    ``load``, ``gone``, ``jobs_on`` and ``at`` are zero on entry and left so; the other scratch arrays
+    are any content. Returns ``ok`` False (and nothing sound) where a set's slowest ratio is NaN (numpy's
+    results then stand)."""
     n_sets = slots.size
     n_links = 0
+    n_classes = 0
     for s in slots:
+        n_classes += cls_hi[s] - cls_lo[s]
         for c in range(cls_lo[s], cls_hi[s]):
             rates[c] = np.inf
             rising[c] = True
@@ -192,20 +198,23 @@ def _group_solve(slots, cls_lo, cls_hi, c_start, c_link, c_of, weight, fraction,
                 n_links += 1
             users[k] += u_weight[e]
         for e in range(u_lo[s], u_mid[s]):
-            jobs_on[u_link[e]] += 1
-        for p in range(c_start[cls_lo[s]], c_start[cls_hi[s]]):
-            count[c_link[p]] += 1
+            k = u_link[e]
+            jobs_on[k] += 1
+            at[k] += u_count[e]  # (the shared link's incidences, until its start is known)
     total = 0
     for t in range(n_links):
         k = links[t]
-        pos[k] = total
-        total += count[k]
         load[k] = capacity[k]  # ``load`` holds the capacity left until the rounds end (then zero again)
         live[t] = k
+        if k < n_shared:
+            n = at[k]
+            at[k] = total
+            pos[k] = total
+            total += n
     for s in slots:
-        for p in range(c_start[cls_lo[s]], c_start[cls_hi[s]]):
-            k = c_link[p]
-            on_link[pos[k]] = c_of[p]
+        for p in range(sh_lo[s], sh_hi[s]):
+            k = sh_link[p]
+            on_link[pos[k]] = sh_class[p]
             pos[k] += 1
     n_loaded = n_links
     while n_loaded > 0:
@@ -222,18 +231,36 @@ def _group_solve(slots, cls_lo, cls_hi, c_start, c_link, c_of, weight, fraction,
         for j in range(n_loaded):
             if share[j] <= reach:
                 k = live[j]
-                for p in range(pos[k] - count[k], pos[k]):
-                    f = on_link[p]
-                    if rising[f]:
-                        rising[f] = False
-                        rates[f] = fair
-                        hit[n_hit] = f
-                        n_hit += 1
-        for h in range(n_hit):
-            f = hit[h]
-            w = weight[f]
-            for p in range(c_start[f], c_start[f + 1]):
-                gone[c_link[p]] += w
+                if k < n_shared:
+                    for p in range(at[k], pos[k]):
+                        f = on_link[p]
+                        if rising[f]:
+                            rising[f] = False
+                            rates[f] = fair
+                            hit[n_hit] = f
+                            n_hit += 1
+                else:
+                    e = own_entry[k - n_shared]
+                    for p in range(u_from[e], u_from[e] + u_count[e]):
+                        f = by_link[p]
+                        if rising[f]:
+                            rising[f] = False
+                            rates[f] = fair
+                            hit[n_hit] = f
+                            n_hit += 1
+        if 16 * n_hit < n_classes:
+            for h in range(n_hit):
+                f = hit[h]
+                w = weight[f]
+                for p in range(c_start[f], c_start[f + 1]):
+                    gone[c_link[p]] += w
+        else:  # most classes froze (a first round): in pool order, the incidences read in a row
+            for s in slots:
+                for f in range(cls_lo[s], cls_hi[s]):
+                    if rates[f] == fair and not rising[f]:
+                        w = weight[f]
+                        for p in range(c_start[f], c_start[f + 1]):
+                            gone[c_link[p]] += w
         # A frozen class's links are all loaded: lowering the live links that lost some covers them all.
         j = 0
         for i in range(n_loaded):
@@ -251,32 +278,33 @@ def _group_solve(slots, cls_lo, cls_hi, c_start, c_link, c_of, weight, fraction,
         k = links[t]
         users[k] = 0.0
         load[k] = 0.0
-        count[k] = 0
-    # The links' load, added in the sets' order, each in its incidences' order.
+        if k < n_shared:
+            at[k] = 0
+    # The shared links' load (own links are never contested), added in the sets' order, each in its
+    # incidences' order.
     for s in slots:
-        for p in range(c_start[cls_lo[s]], c_start[cls_hi[s]]):
-            c = c_of[p]
-            load[c_link[p]] += rates[c] * weight[c]
+        for p in range(sh_lo[s], sh_hi[s]):
+            c = sh_class[p]
+            load[sh_link[p]] += rates[c] * weight[c]
     speed = np.empty(n_sets)
     binding = np.full(n_sets, -1, np.int64)
     crosses = np.zeros(n_sets, np.bool_)
     ok = True
     for j in range(n_sets):
         s = slots[j]
-        lo, hi = cls_lo[s], cls_hi[s]
-        for c in range(lo, hi):
+        # The slowest class, the first of equals (numpy's maximum, then the first equal to it).
+        top = -np.inf
+        worst = -1
+        for c in range(cls_lo[s], cls_hi[s]):
             if detached[c]:
                 rates[c] = fixed[c]
-        top = fraction[lo] / rates[lo]
-        for c in range(lo + 1, hi):
             r = fraction[c] / rates[c]
-            if r > top or r != r:  # np.maximum: a NaN stays
-                top = r
-        worst = -1
-        for c in range(lo, hi):
-            if fraction[c] / rates[c] == top:
-                worst = c
+            if r != r:
+                worst = -2
                 break
+            if r > top or worst == -1:
+                top = r
+                worst = c
         if worst < 0:
             ok = False
             continue
@@ -296,6 +324,6 @@ def _group_solve(slots, cls_lo, cls_hi, c_start, c_link, c_of, weight, fraction,
         k = links[t]
         if k < n_shared:
             shared_load[k] = load[k]
+            load[k] = 0.0
             jobs_on[k] = 0
-        load[k] = 0.0
     return ok, speed, binding, shared_load, crosses
