@@ -72,7 +72,8 @@ class GroupPool:
         u_link, u_weight, u_count, u_mid, by_link, sh_class, sh_link = [], [], [], [], [], [], []
         own_entry = np.zeros(int(own_at[-1]) - self.n_shared, dtype=np.int64)
         e = 0
-        for t, a, i in zip(members, cls_at[:-1].tolist(), inc_at[:-1].tolist()):
+        own_min, cover = [], []
+        for t, a, i, o in zip(members, cls_at[:-1].tolist(), inc_at[:-1].tolist(), own_at[:-1].tolist()):
             glob = self.c_link[i:i + len(t.flow_of)]
             cls = t.flow_of + a
             order = np.argsort(glob, kind="stable")
@@ -85,6 +86,17 @@ class GroupPool:
             u_weight.append(np.add.reduceat(self.weight[cls[order]], np.cumsum(count) - count)
                             if len(link) else np.zeros(0))
             by_link.append(cls[order])
+            # Its own links' shares before the first round (as the solve computes them), the least of
+            # them, and the most a class waits for (the largest over its classes of the least share on
+            # its own links; a class on none waits for ever): see _group_solve.
+            capacity = t.own_capacity[link[n_mine:] - o]
+            share = np.where((capacity > 0) | np.isnan(capacity), capacity, 0.0) / u_weight[-1][n_mine:]
+            own_min.append(share.min() if len(share) else np.inf)
+            mine = glob >= self.n_shared
+            waits = np.full(len(t.weight), np.inf)
+            np.minimum.at(waits, t.flow_of[mine], share[glob[mine] - o])
+            crossing = np.bincount(t.flow_of, minlength=len(t.weight)) > 0
+            cover.append(waits[crossing].max() if crossing.any() else -np.inf)
             on_shared = glob < self.n_shared
             sh_class.append(cls[on_shared])
             sh_link.append(glob[on_shared])
@@ -96,6 +108,7 @@ class GroupPool:
         self.u_from = (np.cumsum(self.u_count) - self.u_count).astype(np.int64)
         self.by_link = np.concatenate([np.zeros(0, np.int64)] + by_link).astype(np.int64)
         self.own_entry = own_entry
+        self.own_min, self.cover = np.array(own_min, dtype=np.float64), np.array(cover, dtype=np.float64)
         self.sh_lo, self.sh_hi, self.sh_class = _ranges(sh_class)
         self.sh_link = np.concatenate([np.zeros(0, np.int64)] + sh_link).astype(np.int64)
         self.al_lo, self.al_hi, self.al_link = _ranges([t.shared for t in members])
@@ -106,11 +119,12 @@ class GroupPool:
             t.slot = (self.generation, s)
         n_links = int(own_at[-1])
         n_c, n_i = int(cls_at[-1]), int(inc_at[-1])
-        # users, load, gone, jobs_on, at, pos, rates, rising, on_link, hit, links, live, share
+        # users, load, gone, jobs_on, at, pos, rates, rising, on_link, hit, links, live, share, partial
         self.scratch = (np.zeros(n_links), np.zeros(n_links), np.zeros(n_links), np.zeros(n_links, np.int64),
                         np.zeros(n_links, np.int64), np.zeros(n_links, np.int64), np.zeros(n_c),
                         np.zeros(n_c, np.bool_), np.zeros(n_i, np.int64), np.zeros(n_c, np.int64),
-                        np.zeros(n_links, np.int64), np.zeros(n_links, np.int64), np.zeros(n_links))
+                        np.zeros(n_links, np.int64), np.zeros(n_links, np.int64), np.zeros(n_links),
+                        np.zeros(len(members), np.int64))
 
     def alone_load(self, slots: np.ndarray, over: np.ndarray) -> tuple[np.ndarray, bool]:
         """The shared links' load of the jobs each at its alone allocation, and whether one exceeds ``over``."""
@@ -120,7 +134,8 @@ class GroupPool:
         """(ok, speeds, binding shared links or -1, shared links' load, crosses a contested link) of the group."""
         return self._solve(slots, self.cls_lo, self.cls_hi, self.c_start, self.c_link, self.weight, self.fraction,
                            self.detached, self.fixed, self.u_lo, self.u_mid, self.u_hi, self.u_link, self.u_weight,
-                           self.u_count, self.u_from, self.by_link, self.own_entry, self.sh_lo, self.sh_hi,
+                           self.u_count, self.u_from, self.by_link, self.own_entry, self.own_min, self.cover,
+                           self.sh_lo, self.sh_hi,
                            self.sh_class, self.sh_link, self.capacity, self.n_shared, full_at, *self.scratch)
 
 

@@ -741,6 +741,14 @@ class MixSimulation:
                 comp |= frontier
             return comp
 
+        crossers: dict[int, frozenset] = {}  # the jobs whose traffic crosses a link (emptied when one is routed)
+
+        def crossing(b: int) -> frozenset:
+            got = crossers.get(b)
+            if got is None:
+                got = crossers[b] = frozenset(m for m, t in traffic.items() if t is not None and b in t.link_set)
+            return got
+
         def reshare(touched: set[int], entered: int | None = None, left: int | None = None) -> None:
             """New speeds for the communicating jobs linked to ``touched`` (``entered``: the job that just
             started communicating, ``left``: the one that just stopped, for the shortcuts of
@@ -761,12 +769,12 @@ class MixSimulation:
                         got = dict(zip(order, zip(sp.tolist(), bind))), load, frozenset(
                             j for j, c in zip(order, contested) if c), self.evaluations == evaluations
                     shares, load, contested, alone = got
-                    on_link: dict[int | None, tuple] = {None: ()}  # the group's jobs crossing a binding link
+                    on_link: dict[int | None, frozenset] = {None: frozenset()}  # the group's jobs on a binding link
                     for b in {b for _, b in shares.values() if b is not None}:
-                        on_link[b] = tuple(m for m in order if b in traffic[m].link_set)
+                        on_link[b] = key & crossing(b)
                     # (speed, binding link, the jobs on it, whether it shares the group): the loop's blame
                     # state is the entry itself (no tuple built per job per event). The jobs on a link are
-                    # one tuple for all of them (each job's own name is left out of its blame at the end).
+                    # one set for all of them (each job's own name is left out of its blame at the end).
                     shared = len(key) > 1
                     self._cache[key] = {j: (s, b, on_link[b], shared) for j, (s, b) in shares.items()}
                     self._speeds[key] = {j: s for j, (s, _) in shares.items()}
@@ -891,6 +899,7 @@ class MixSimulation:
         def retraffic(i: int) -> None:
             """Job ``i``'s servers changed (a spare replaced a failed one): route its traffic again."""
             traffic[i] = self.traffic(jobs[i], servers[i])
+            crossers.clear()
             changes[0] += 1
             self._cache.clear()  # cached shares are by job: this job's links changed
             self._speeds.clear()
@@ -948,9 +957,13 @@ class MixSimulation:
             # Next event: a phase end, an arrival, a deadline, a failure/repair/checkpoint.
             t_next, who = math.inf, None
             for i in running:
-                if mode[i] == "solo":
-                    continue
-                dt = left[i] if mode[i] == "compute" else left[i] / speed[i]
+                m = mode[i]
+                if m == "compute":
+                    dt = left[i]
+                elif m == "comm":
+                    dt = left[i] / speed[i]
+                else:
+                    continue  # solo
                 if now + dt < t_next:
                     t_next, who = now + dt, i
             t_arrive = jobs[arrivals[k]].start_s if k < n else math.inf
@@ -964,11 +977,10 @@ class MixSimulation:
                 break
             dt = t - now
             for i in running:
-                if mode[i] == "solo":
-                    continue
-                if mode[i] == "compute":
+                m = mode[i]
+                if m == "compute":
                     left[i] -= dt
-                else:
+                elif m == "comm":
                     left[i] -= dt * speed[i]
                     _, b, others, shared = b_state.get(i, no_blame)
                     if shared:
@@ -1014,6 +1026,7 @@ class MixSimulation:
                     free[s] = False
                 model, step_s, comm_s, _, _, _ = self.solo[job.name]
                 traffic[i] = self.traffic(job, servers[i])
+                crossers.clear()
                 compute_s[i] = step_s - comm_s
                 if traffic[i] is not None:
                     ref = self.healthy_traffic(job, list(range(len(servers[i]))))
