@@ -61,3 +61,38 @@ def test_a_contended_mix_is_the_same_with_either_solver(monkeypatch):
     assert fast.evaluations > 0  # groups were solved (not only the no-solve shortcuts)
     monkeypatch.setattr(jit, "compiled", lambda: None)
     assert run().to_dict() == fast.to_dict()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_group_solve_is_numpys_bit_for_bit(seed):
+    """Groups of jobs of different sizes on random servers of the 3-tier fat tree (in some, jobs frozen
+    whole by their own links in the first round; in others, every job through the rounds): the pooled
+    compiled solve gives numpy's speeds, binding links, shared links' load and contested jobs."""
+    import random
+    from pathlib import Path
+
+    from dpsim.mix import mix_from_dict
+    from dpsim.mix.simulate import MixSimulation
+
+    rng = random.Random(seed)
+    top = Path(__file__).parents[1] / "topologies" / "examples" / "fat-tree-3tier.yaml"
+    models = ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]
+    jobs = [{"name": f"j{k}", "model": rng.choice(models), "gpus": rng.choice([64, 128, 256]), "steps": 5}
+            for k in range(10)]
+    fast = MixSimulation(mix_from_dict({"cluster": {"topology": str(top), "gpus": 4096}, "jobs": jobs}))
+    slow = MixSimulation(fast.spec)
+    slow._pool = None
+    assert fast._pool is not None
+    servers = list(range(512))
+    rng.shuffle(servers)
+    placed, at = [], 0
+    for j in fast.spec.jobs:
+        placed.append(servers[at:at + j.gpus // 8])
+        at += j.gpus // 8
+    traffic = [fast.traffic(j, s) for j, s in zip(fast.spec.jobs, placed)]
+    for size in (2, 2, 2, 3, 3, 4, 5, 6, 8, 10):
+        group = rng.sample(traffic, size)
+        got, want = fast.solve(group), slow.solve(group)
+        assert got[0].tobytes() == want[0].tobytes() and got[1] == want[1]
+        assert got[2].tobytes() == want[2].tobytes() and got[3].tolist() == want[3].tolist()
+    assert fast.evaluations >= 4  # contended groups were solved (not only the fits-alone shortcut)

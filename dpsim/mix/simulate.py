@@ -40,6 +40,7 @@ switches that fail stop nobody: the links they belong to lose capacity until the
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ from dpsim.errors import ConfigError, DpsimError
 from dpsim.limits import MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
+from dpsim.mix.pool import GroupPool
 from dpsim.mix.spec import JobSpec, MixSpec
 from dpsim.network import maxmin_jit
 from dpsim.network.maxmin import max_min_sparse
@@ -285,6 +287,35 @@ class _Traffic:
     numbers shared links (less the private links)."""
     shared_load: np.ndarray | None = None
     """``alone_load`` on ``shared``."""
+    slot: tuple[int, int] = (-1, -1)
+    """(generation, slot) of its arrays in the mix's :class:`~dpsim.mix.pool.GroupPool` (-1: not laid out)."""
+
+
+class _Modes(dict):
+    """Each running job's phase (``compute``, ``comm``, ``solo``), with the set of the communicating
+    ones kept alongside (a group grows by set operations on it, not by reading each job's phase)."""
+
+    def __init__(self):
+        super().__init__()
+        self.comm: set[int] = set()
+
+    def __setitem__(self, i: int, phase: str) -> None:
+        super().__setitem__(i, phase)
+        if phase == "comm":
+            self.comm.add(i)
+        else:
+            self.comm.discard(i)
+
+    def __delitem__(self, i: int) -> None:
+        super().__delitem__(i)
+        self.comm.discard(i)
+
+    def pop(self, i: int, *default):
+        self.comm.discard(i)
+        return super().pop(i, *default)
+
+    def update(self, *args, **kwargs) -> None:
+        raise NotImplementedError("set phases one by one (the communicating set follows them)")
 
 
 def _flow_classes(flow_of: np.ndarray, link_of: np.ndarray, fraction: np.ndarray, n_flows: int) -> dict:
@@ -390,6 +421,7 @@ class MixSimulation:
         self.n_servers = self.topology.n_nodes
         self.evaluations = 0
         self._cache: dict[frozenset, dict] = {}
+        self._speeds: dict[frozenset, dict] = {}  # each cached group's speeds alone (set in one update)
         self._solved: dict[frozenset, tuple] = {}
         self._bound = np.zeros(len(self.capacity))
         self._nic = np.zeros(len(self.capacity), dtype=bool)
@@ -401,6 +433,9 @@ class MixSimulation:
         self._shared_capacity = self.capacity[self._private_links:]
         self._shared_over = self._shared_capacity * (1 + _SATURATED)
         self._pairs: list[tuple[int, int]] = []
+        kernels = maxmin_jit.group_kernels()
+        # Compiled group solves over pooled arrays where numba is installed (the same numbers), else numpy's.
+        self._pool = GroupPool(kernels, len(self._shared_capacity)) if kernels is not None else None
         self.solo = {}
         if spec.spares >= self.n_servers:
             raise ConfigError(f"spares: {spec.spares} is not valid; the cluster has {self.n_servers} servers, keep "
@@ -535,11 +570,22 @@ class MixSimulation:
         # When every job's alone allocation fits together, it is the max-min of them all (each flow
         # keeps a full link no other job crosses as its bottleneck): no solve needed.
         # (A job's private links carry only its own alone load: only the others can be over.)
-        load = self._alone_load(traffic)
-        if not (load > self._shared_over).any():
+        if self._pool is not None:
+            slots = self._pool.slots(traffic, self._shared_capacity)
+            load, over = self._pool.alone_load(slots, self._shared_over)
+        else:
+            load = self._alone_load(traffic)
+            over = bool((load > self._shared_over).any())
+        if not over:
             # Each at its most: whichever leaves, the others stay so (none contested).
             return (np.array([t.alone_speed for t in traffic]), [None] * len(traffic), load,
                     np.zeros(len(traffic), dtype=bool))
+        if self._pool is not None:
+            ok, speed, bind, load, crosses = self._pool.solve(slots, 1 - _SATURATED)
+            if ok:
+                self.evaluations += 1
+                return (speed, [b + self._private_links if b >= 0 else None for b in bind.tolist()], load,
+                        crosses)
         offsets = np.cumsum([0] + [len(t.fraction) for t in traffic])
         # Each job's arrays joined once, then shifted by its offsets repeated over its incidences (a
         # few numpy calls per solve, not a few per job).
@@ -620,6 +666,8 @@ class MixSimulation:
     def _alone_load(self, traffic: list[_Traffic]) -> np.ndarray:
         """The shared links' load of the jobs each at its alone allocation (bincount adds in the jobs'
         order, as one by one would: the same sums)."""
+        if self._pool is not None:
+            return self._pool.alone_load(self._pool.slots(traffic, self._shared_capacity), self._shared_over)[0]
         return np.bincount(np.concatenate([t.shared for t in traffic]),
                            weights=np.concatenate([t.shared_load for t in traffic]),
                            minlength=len(self._shared_over))
@@ -627,6 +675,8 @@ class MixSimulation:
     def _overfilled(self, traffic: list[_Traffic]) -> bool:
         """Whether the jobs' alone allocations together overfill a shared link (else they are the
         max-min of them all)."""
+        if self._pool is not None:
+            return self._pool.alone_load(self._pool.slots(traffic, self._shared_capacity), self._shared_over)[1]
         return bool((self._alone_load(traffic) > self._shared_over).any())
 
     def _remember(self, key: frozenset, load: np.ndarray | None, contested: frozenset, alone: bool) -> None:
@@ -651,6 +701,18 @@ class MixSimulation:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> MixResult:
+        # The loop keeps its groups' shares (millions of small tuples in a contended day) and makes no
+        # reference cycles to speak of: the cyclic collector's full passes over them cost a sixth of
+        # the run and free nothing, so it pauses while the loop runs (what it left is collected after).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _run(self) -> MixResult:
         spec = self.spec
         jobs = spec.jobs
         n = len(jobs)
@@ -663,7 +725,8 @@ class MixSimulation:
         work = {}
         alone_speed = {}
         alone_first = {}
-        mode: dict[int, str] = {}
+        mode = _Modes()
+        communicating = mode.comm
         left: dict[int, float] = {}
         steps = [0.0] * n
         start = [jobs[i].start_s for i in range(n)]
@@ -682,15 +745,22 @@ class MixSimulation:
         failures = _Failures(self, free) if spec.failures is not None else None
 
         def component(i: int) -> set[int]:
-            # Grown a frontier at a time with set unions: each job's mode is read once per frontier, not
-            # once per edge (a contended group links every job to most others).
-            comp, frontier = {i}, [i]
+            # Grown a frontier at a time with set operations only (a contended group links every job to
+            # most others): the neighbours reached, less those seen, among the communicating ones.
+            comp, frontier = {i}, {i}
             while frontier:
-                reach = set().union(*(neighbours[j] for j in frontier))
-                reach -= comp
-                frontier = [m for m in reach if mode.get(m) == "comm"]
-                comp.update(frontier)
+                frontier = set().union(*(neighbours[j] for j in frontier)) - comp
+                frontier &= communicating
+                comp |= frontier
             return comp
+
+        crossers: dict[int, frozenset] = {}  # the jobs whose traffic crosses a link (emptied when one is routed)
+
+        def crossing(b: int) -> frozenset:
+            got = crossers.get(b)
+            if got is None:
+                got = crossers[b] = frozenset(m for m, t in traffic.items() if t is not None and b in t.link_set)
+            return got
 
         def reshare(touched: set[int], entered: int | None = None, left: int | None = None) -> None:
             """New speeds for the communicating jobs linked to ``touched`` (``entered``: the job that just
@@ -712,18 +782,18 @@ class MixSimulation:
                         got = dict(zip(order, zip(sp.tolist(), bind))), load, frozenset(
                             j for j, c in zip(order, contested) if c), self.evaluations == evaluations
                     shares, load, contested, alone = got
-                    on_link: dict[int, list[int]] = {}  # the group's jobs crossing a binding link, once per link
+                    on_link: dict[int | None, frozenset] = {None: frozenset()}  # the group's jobs on a binding link
                     for b in {b for _, b in shares.values() if b is not None}:
-                        on_link[b] = [m for m in order if b in traffic[m].link_set]
-                    # (speed, binding link, the other jobs on it, whether it shares the group): the
-                    # loop's blame state is the entry itself (no tuple built per job per event).
-                    self._cache[key] = {j: (s, b, () if b is None else tuple(m for m in on_link[b] if m != j),
-                                            len(key) > 1) for j, (s, b) in shares.items()}
+                        on_link[b] = key & crossing(b)
+                    # (speed, binding link, the jobs on it, whether it shares the group): the loop's blame
+                    # state is the entry itself (no tuple built per job per event). The jobs on a link are
+                    # one set for all of them (each job's own name is left out of its blame at the end).
+                    shared = len(key) > 1
+                    self._cache[key] = {j: (s, b, on_link[b], shared) for j, (s, b) in shares.items()}
+                    self._speeds[key] = {j: s for j, (s, _) in shares.items()}
                     self._remember(key, load, contested, alone)
-                entries = self._cache[key]
-                b_state.update(entries)
-                for j, e in entries.items():
-                    speed[j] = e[0]
+                b_state.update(self._cache[key])
+                speed.update(self._speeds[key])
 
         b_state: dict[int, tuple] = {}
         no_blame = (math.nan, None, (), False)
@@ -842,8 +912,10 @@ class MixSimulation:
         def retraffic(i: int) -> None:
             """Job ``i``'s servers changed (a spare replaced a failed one): route its traffic again."""
             traffic[i] = self.traffic(jobs[i], servers[i])
+            crossers.clear()
             changes[0] += 1
             self._cache.clear()  # cached shares are by job: this job's links changed
+            self._speeds.clear()
             self._solved.clear()
             if traffic[i] is not None:
                 alone_speed[i] = traffic[i].alone_speed
@@ -898,9 +970,13 @@ class MixSimulation:
             # Next event: a phase end, an arrival, a deadline, a failure/repair/checkpoint.
             t_next, who = math.inf, None
             for i in running:
-                if mode[i] == "solo":
-                    continue
-                dt = left[i] if mode[i] == "compute" else left[i] / speed[i]
+                m = mode[i]
+                if m == "compute":
+                    dt = left[i]
+                elif m == "comm":
+                    dt = left[i] / speed[i]
+                else:
+                    continue  # solo
                 if now + dt < t_next:
                     t_next, who = now + dt, i
             t_arrive = jobs[arrivals[k]].start_s if k < n else math.inf
@@ -914,11 +990,10 @@ class MixSimulation:
                 break
             dt = t - now
             for i in running:
-                if mode[i] == "solo":
-                    continue
-                if mode[i] == "compute":
+                m = mode[i]
+                if m == "compute":
                     left[i] -= dt
-                else:
+                elif m == "comm":
                     left[i] -= dt * speed[i]
                     _, b, others, shared = b_state.get(i, no_blame)
                     if shared:
@@ -964,6 +1039,7 @@ class MixSimulation:
                     free[s] = False
                 model, step_s, comm_s, _, _, _ = self.solo[job.name]
                 traffic[i] = self.traffic(job, servers[i])
+                crossers.clear()
                 compute_s[i] = step_s - comm_s
                 if traffic[i] is not None:
                     ref = self.healthy_traffic(job, list(range(len(servers[i]))))
@@ -1040,7 +1116,7 @@ class MixSimulation:
                 steps=steps[i], step_time_s=mine, alone_step_time_s=alone, reference_step_time_s=step_s,
                 bottlenecks=tuple(LinkBlame(link=self.net.link_name(b), link_class=self.net.link_classes[
                     int(self.net.link_class_id[b])], share=v[0] / total, with_jobs=tuple(jobs[m].name for m in
-                                                                                          sorted(v[1])))
+                                                                                          sorted(v[1] - {i})))
                                   for b, v in bl), **extra))
         span = max(r.end_s for r in results) if spec.horizon_s is None else spec.horizon_s
         cluster = self.topology.n_gpus * span
