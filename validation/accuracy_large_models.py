@@ -573,9 +573,26 @@ def split(all_rows: list[dict]) -> tuple[list[dict], list[NotExpressed]]:
     return predicted, skipped
 
 
+_PRESETS: dict[tuple, tuple[list[Result], list[NotExpressed]]] = {}
+"""The preset predictions already made in this process, keyed by the rows' whole contents: the
+table's fixture and ``validation/model_error.py``'s gathering (the residual rows) both need every
+row at the presets, ~35 s on CI's machine, and a row whose text differs is predicted afresh."""
+
+
 def evaluate_all(dense: list[dict], *, compute_efficiency: float | None = None
                  ) -> tuple[list[Result], list[NotExpressed]]:
     """Every dense row predicted; a row dpsim refuses (a :class:`DpsimError`) is listed instead."""
+    if compute_efficiency is None:
+        key = tuple(tuple(sorted(r.items())) for r in dense)
+        if key not in _PRESETS:
+            _PRESETS[key] = _evaluate_all(dense, compute_efficiency=None)
+        results, refused = _PRESETS[key]
+        return list(results), list(refused)
+    return _evaluate_all(dense, compute_efficiency=compute_efficiency)
+
+
+def _evaluate_all(dense: list[dict], *, compute_efficiency: float | None
+                  ) -> tuple[list[Result], list[NotExpressed]]:
     results, refused = [], []
     for r in dense:
         try:
