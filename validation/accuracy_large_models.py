@@ -303,9 +303,8 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         full = "op"
         assumed.append("selective remat (minimal_flash) as --recompute op: matmul and attention outputs kept, "
                        "the rest recomputed")
-    else:
-        full = True
-        assumed.append("checkpointing not published: full")
+    else:  # not published: decided by memory below (_unpublished_checkpointing)
+        full = None
     if "pack_sample_into_one=False" in row["attention"]:
         assumed.append("packed variable-length attention as full 2048-token causal attention")
     # The row's preset, over the system file's default GPU (GB300 racks share the GB200 NVL72 file).
@@ -383,7 +382,31 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         kw.update(grad_accum=grad_accum, recompute=recompute)
     if compute_efficiency is not None:
         kw["compute_efficiency"] = compute_efficiency
+    if full is None:
+        kw, note = _unpublished_checkpointing(row, kw)
+        assumed.append(note)
     return Job(config=PredictConfig(**kw), model=model_of(row), assumed=tuple(assumed))
+
+
+_FITS_UNCHECKPOINTED: dict[tuple, bool] = {}
+
+
+def _unpublished_checkpointing(row: dict, kw: dict) -> tuple[dict, str]:
+    """A row that does not say whether it checkpointed activations ran the framework's default,
+    none (Megatron-LM recomputes only with ``--recompute-granularity``, torch FSDP only with an
+    explicit checkpoint wrapper), unless that cannot fit in memory: then full checkpointing, the
+    setting every framework offers. Decided once per row (it does not depend on the compute
+    efficiency of the leave-one-system-out grid)."""
+    key = tuple(sorted(row.items()))
+    if key not in _FITS_UNCHECKPOINTED:
+        bare = dict(kw, recompute="off")
+        bare.pop("compute_efficiency", None)
+        _FITS_UNCHECKPOINTED[key] = predict(PredictConfig(**bare), model=model_of(row)).memory.fits
+    if _FITS_UNCHECKPOINTED[key]:
+        return dict(kw, recompute="off"), \
+            "checkpointing not published: none (the framework's default; it fits)"
+    return dict(kw, recompute="full"), \
+        "checkpointing not published: full (nothing less fits)"
 
 
 # --------------------------------------------------------------------------- the published metric
