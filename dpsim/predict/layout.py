@@ -66,7 +66,8 @@ from dpsim.strategies.pipeline import (
 )
 from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.context import check_context, cp_buffer_bytes, cp_shard
-from dpsim.strategies.offload import expert_offload_bytes_per_sample, host_step_s, offloads_optimizer, param_fetches
+from dpsim.strategies.offload import (expert_offload_bytes_per_sample, host_bytes_per_param, host_step_s, offloads_optimizer,
+                                      param_fetches)
 from dpsim.strategies.registry import check_zero_options
 from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.strategies.zero import internlm_stages
@@ -556,7 +557,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         ranks = min(topology.gpus_per_node, topology.n_gpus)
         fetches = param_fetches(layout.offload, layout.recompute == "full")
         optimizer_s = [host_step_s(-(-m.params_per_gpu // d), ranks, topology.spec.node, precision.weight_bytes,
-                                   grad_bytes=precision.grad_bytes, param_fetches=fetches) for m in memory]
+                                   grad_bytes=precision.grad_bytes, param_fetches=fetches,
+                                   host_bytes=host_bytes_per_param(layout.strategy)) for m in memory]
     dp_plan = DataParallelPlan(strategy=layout.strategy, dp=d, overlap=layout.overlap,
                                bucket_elements=internlm[0].bucket_elements if internlm else
                                layout.bucket_elements or default_bucket_elements(d),

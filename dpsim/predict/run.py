@@ -21,7 +21,7 @@ from dpsim.engine.simulate import PlayedCollectives, played_durations
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown, offload_memory
-from dpsim.strategies.offload import host_step_s, param_fetches
+from dpsim.strategies.offload import host_bytes_per_param, host_step_s, param_fetches
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.layout import (
     check_layout,
@@ -306,7 +306,8 @@ def _offloaded_step(config: PredictConfig, compute: ComputeProfile, model: Model
     shard = -(-model.param_count // n)
     fetches = param_fetches(config.execution.offload, config.execution.checkpointing.mode == "full")
     step = host_step_s(shard, min(topology.gpus_per_node, n), topology.spec.node, precision.weight_bytes,
-                       grad_bytes=precision.grad_bytes, param_fetches=fetches)
+                       grad_bytes=precision.grad_bytes, param_fetches=fetches,
+                       host_bytes=host_bytes_per_param(config.parallelism.strategy))
     return replace(compute, optimizer_s=step * model.param_count / shard)
 
 

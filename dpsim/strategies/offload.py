@@ -13,7 +13,9 @@ shard is copied to the GPU before its all-gather, so the GPU holds only the gath
 **Time.** The CPU Adam step is charged as memory-bound on the host: per parameter it reads the
 fp32 master, both moments and the fp32 gradient and writes the master, the moments and the 16-bit
 copy (:data:`CPU_ADAM_BYTES_PER_PARAM`), all the node's ranks' shards over the node's host memory
-bandwidth (:attr:`~dpsim.topology.spec.NodeSpec.host_memory_bandwidth_bytes_per_s` per socket);
+bandwidth (:attr:`~dpsim.topology.spec.NodeSpec.host_memory_bandwidth_bytes_per_s` per socket) at the
+fraction of it that DeepSpeed's CPU-Adam was measured to reach (:data:`CPU_ADAM_BANDWIDTH_EFFICIENCY`,
+ZeRO-Offload's Table 4 on its DGX-2 host);
 then each rank uploads its 16-bit shard over its PCIe link
 (:attr:`~dpsim.topology.spec.NodeSpec.pcie_bandwidth_bytes_per_s`), exposed: the next forward
 needs the updated weights (DeepSpeed's delayed parameter update is not modelled). The step's
@@ -100,16 +102,59 @@ fp32 gradient (16), write the three back (12) and the 16-bit parameter copy (2)
 (``DeepSpeedCPUAdam.step``, deepspeed/ops/adam/cpu_adam.py, with ``fp32_optimizer_states``)."""
 
 
+ZERO3_HOST_BYTES_PER_PARAM = 8 + 28 + 6
+"""Host bytes per parameter of DeepSpeed ZeRO-3's offloaded step, three passes over the shard
+(microsoft/DeepSpeed@70adb32aebc0 ``deepspeed/runtime/zero/stage3.py``, ``step``: per sub-group
+``unscale_and_clip_grads``, ``_optimizer_step``, ``_reassign_or_swap_out_partitioned_parameters``; the
+same three calls in later versions): the fp32 gradient scaled in place (``grad.data.mul_``, read and
+write 4 + 4, run even at scale 1), CPU-Adam over the fp32 master only (``optimizer.step()`` without the
+16-bit groups: :data:`CPU_ADAM_BYTES_PER_PARAM` less the 2-byte write, 28), then the 16-bit shard
+copied from the fp32 master as its own pass (``fp16_partitioned_groups_flat.copy_``: read 4, write 2).
+ZeRO-Offload's fused kernel (the paper's Algorithm 1, :data:`CPU_ADAM_BYTES_PER_PARAM`) writes the
+16-bit copy inside the Adam loop instead; ZeRO-3 does not call it that way."""
+
+ZERO_OFFLOAD_ADAM_PARAMS = 10e9
+"""Parameters of the largest CPU-Adam measurement in Ren et al. 2021 (ZeRO-Offload, arXiv:2101.06840),
+Sec. 6.2.4, Table 4 ("Adam latency (s)": 10 billion parameters)."""
+
+ZERO_OFFLOAD_ADAM_S = 2.57
+"""DeepSpeed's CPU-Adam step over :data:`ZERO_OFFLOAD_ADAM_PARAMS`, seconds (the same Table 4; 1.03 s at
+4 billion, 0.22 s at 1 billion, where fixed costs weigh more)."""
+
+DGX2_HOST_MEMORY_BYTES_PER_S = 2 * 6 * 2666e6 * 8
+"""Peak DRAM bandwidth of the host that measured it, bytes/s: the DGX-2 of the paper's Table 2 (two Intel
+Xeon Platinum 8168, DDR4-2666), six DDR4-2666 channels per socket (Intel ARK, Xeon Platinum 8168) of
+8 bytes: 255.9 GB/s."""
+
+CPU_ADAM_BANDWIDTH_EFFICIENCY = (ZERO_OFFLOAD_ADAM_PARAMS * CPU_ADAM_BYTES_PER_PARAM / ZERO_OFFLOAD_ADAM_S
+                                 / DGX2_HOST_MEMORY_BYTES_PER_S)
+"""What fraction of the host's peak DRAM bandwidth DeepSpeed's CPU-Adam moves its
+:data:`CPU_ADAM_BYTES_PER_PARAM` at: 10e9 x 30 B / 2.57 s = 117 GB/s of 256 GB/s, 0.456 (the paper's own
+measurement, on all of the host's cores). Charging the step at the peak bandwidth instead made it 2.2x
+too fast. Adam is memory-bound on the host: its ~15 flops per parameter at 4e9 parameters/s are about
+60 GFLOP/s, far below the cores' AVX-512 rate (the paper's Algorithm 1 vectorises it)."""
+
+
+def host_bytes_per_param(strategy: str) -> int:
+    """Host bytes per parameter of ``strategy``'s offloaded step: ZeRO-3's three passes
+    (:data:`ZERO3_HOST_BYTES_PER_PARAM`; ``fsdp`` in a layout stands for it), else the fused CPU-Adam."""
+    return ZERO3_HOST_BYTES_PER_PARAM if strategy in PARAM_OFFLOAD_STRATEGIES else CPU_ADAM_BYTES_PER_PARAM
+
+
 def host_step_s(shard_numel: float, ranks_per_node: int, node: NodeSpec, weight_bytes: int, *,
-                grad_bytes: int = 0, param_fetches: int = 0) -> float:
+                grad_bytes: int = 0, param_fetches: int = 0,
+                host_bytes: int = CPU_ADAM_BYTES_PER_PARAM) -> float:
     """The offloaded optimizer step of one rank (see the module docstring): the node's CPU Adam over
-    ``ranks_per_node`` shards of ``shard_numel`` at the host's memory bandwidth, then the rank's
+    ``ranks_per_node`` shards of ``shard_numel`` at the bandwidth CPU-Adam reaches of the host's
+    (:data:`CPU_ADAM_BANDWIDTH_EFFICIENCY`), then the rank's
     updated shard uploaded over PCIe. The step's other PCIe copies of the shard are charged here
     too, as if none overlapped compute (an upper bound): the gradient shard down (``grad_bytes``
     per element) and, with the parameters offloaded, the parameter shard fetched before each of
-    its ``param_fetches`` gathers (forward, backward, and a recomputed forward)."""
-    host_bw = node.host_memory_bandwidth_bytes_per_s * node.sockets
-    adam = shard_numel * ranks_per_node * CPU_ADAM_BYTES_PER_PARAM / host_bw
+    its ``param_fetches`` gathers (forward, backward, and a recomputed forward). ``host_bytes``: host
+    bytes per parameter of the step's passes (:func:`host_bytes_per_param`)."""
+    host_bw = node.host_memory_bandwidth_bytes_per_s * node.sockets * CPU_ADAM_BANDWIDTH_EFFICIENCY
+    # The separate scale and cast passes stream memory like Adam's loop: charged at its measured rate.
+    adam = shard_numel * ranks_per_node * host_bytes / host_bw
     pcie = shard_numel * (weight_bytes * (1 + param_fetches) + grad_bytes) / node.pcie_bandwidth_bytes_per_s
     return adam + pcie
 
