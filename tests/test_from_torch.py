@@ -183,6 +183,30 @@ def test_missing_example_input_and_import_errors(tmp_path):
         load_torch_workload("torch_user_models:sharding_net:sharding_net_input", input_shape="1,7")
 
 
+
+def test_a_lazy_package_whose_dependency_is_broken_gets_one_line(tmp_path, monkeypatch):
+    # transformers resolves `transformers:LlamaConfig` through a module __getattr__ that imports
+    # the class's module on first access; a torchvision built for another torch makes that raise
+    # (ModuleNotFoundError, or RuntimeError "operator torchvision::nms does not exist") at the
+    # attribute lookup, after the package itself imported cleanly.
+    (tmp_path / "lazy_pkg_xyz.py").write_text(
+        "def __getattr__(name):\n"
+        "    raise ModuleNotFoundError(f'Could not import module {name!r}.')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for ref in ("lazy_pkg_xyz:LlamaConfig", "lazy_pkg_xyz:build"):
+        with pytest.raises(WorkloadError) as info:
+            load_torch_workload(ref, input_shape="1,2")
+        msg = str(info.value)
+        assert msg.startswith("--model: importing ") and "ModuleNotFoundError" in msg and "\n" not in msg
+    (tmp_path / "lazy_example_xyz.py").write_text(
+        "import torch\n"
+        "def build():\n"
+        "    return torch.nn.Linear(2, 2)\n"
+        "def __getattr__(name):\n"
+        "    raise RuntimeError('operator torchvision::nms does not exist')\n")
+    with pytest.raises(WorkloadError, match="importing 'example_input' from 'lazy_example_xyz' failed: RuntimeError"):
+        load_torch_workload("lazy_example_xyz:build")
+
 def test_lstm_decomposes_to_counted_matmuls():
     spec = load_torch_workload("torch_user_models:lstm", input_shape="2,3,4")
     # 3 steps x (input 4 + hidden 8) x 4 gates x hidden 8 multiply-adds x 2.

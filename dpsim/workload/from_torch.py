@@ -71,6 +71,7 @@ from dpsim.workload.library_models import (
 from dpsim.workload.model_ref import (
     ModelRef,
     _one_line,
+    builder_attribute,
     import_builder,
     parse_input_shape,
     parse_model_ref,
@@ -126,14 +127,14 @@ def _load(parsed: ModelRef, ref: str, *, input_shape, name, unit_classes) -> Mod
     if missing:
         raise WorkloadError(missing)
     mod = import_builder(parsed)
-    builder = getattr(mod, parsed.function, None)
+    builder = builder_attribute(mod, parsed.function, parsed.target)
     if builder is None or not callable(builder):
         raise WorkloadError(f"--model: {parsed.target!r} has no function {parsed.function!r}")
     example_fn = None
     no_example = None
     if input_shape is None:
         ex_name = parsed.example_function or "example_input"
-        example_fn = getattr(mod, ex_name, None)
+        example_fn = builder_attribute(mod, ex_name, parsed.target)
         if example_fn is None or not callable(example_fn):
             example_fn = None
             where = f"no function {ex_name!r} in {parsed.target!r}"

@@ -148,6 +148,19 @@ def import_builder(ref: ModelRef) -> Any:
         raise WorkloadError(f"--model: importing {ref.target!r} failed: {type(exc).__name__}: {_one_line(exc)}") from None
 
 
+def builder_attribute(module: Any, name: str, target: str) -> Any:
+    """``module``'s attribute ``name``, or ``None`` where it has none; a one-line
+    :class:`~dpsim.errors.WorkloadError` where looking it up fails. Lazy packages (transformers)
+    import the attribute's own module on first access, so a broken or mismatched dependency
+    (a torchvision built for another torch, say) surfaces here, not at ``import_builder``."""
+    try:
+        return getattr(module, name, None)
+    except Exception as exc:  # noqa: BLE001 - whatever the lazy import raises: one line, no traceback
+        raise WorkloadError(f"--model: importing {name!r} from {target!r} failed: {type(exc).__name__}: "
+                            f"{_one_line(exc)} (a package it imports is missing or built for another "
+                            f"torch; check `python -c \"from {target} import {name}\"`)") from None
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:300] + ("..." if len(text) > 300 else "")
