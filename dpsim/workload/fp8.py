@@ -190,12 +190,17 @@ def check_fp8_on_gpu(recipe: Fp8Recipe, gpu) -> None:
                           f"({gpu.architecture or 'unknown generation'}) has none for it: leave --fp8 out")
 
 
-def fp8_all_gather(recipe: Fp8Recipe | None, *, strategy: str, fsdp_version: str) -> Fp8Recipe | None:
+def fp8_all_gather(recipe: Fp8Recipe | None, *, strategy: str, fsdp_version: str,
+                   layout: bool = False) -> Fp8Recipe | None:
     """``recipe`` as it runs under ``strategy``: the float8 all-gather exists only in FSDP2
-    (``fully_shard``'s ``fsdp_pre_all_gather`` extension); elsewhere weights are cast locally."""
+    (``fully_shard``'s ``fsdp_pre_all_gather`` extension); elsewhere weights are cast locally. A
+    tensor/pipeline ``layout``'s ``fsdp`` replicas run as torchtitan's FSDP2, which enables the float8
+    all-gather whenever the data-parallel dimension is sharded, with tensor parallelism too
+    (pytorch/torchtitan@0f892e8fbae2 torchtitan/float8.py: ``enable_fsdp_float8_all_gather =
+    parallel_dims.dp_shard_enabled and float8_config.enable_fsdp_float8_all_gather``)."""
     if recipe is None or not recipe.fsdp_float8_all_gather:
         return recipe
-    if strategy.startswith("fsdp") and fsdp_version == "2":
+    if strategy.startswith("fsdp") and (fsdp_version == "2" or (layout and strategy == "fsdp")):
         return recipe
     return replace(recipe, fsdp_float8_all_gather=False)
 
