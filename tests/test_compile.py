@@ -197,3 +197,39 @@ def test_compile_with_measured_eager_compute_is_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match="--compile: profile") as err:
         predict(PredictConfig(**{**base, "calibration": str(path)}, compile=True))
     assert "\n" not in str(err.value)
+
+
+def _cast_bytes(ops, precision, gpu):
+    """Device-memory bytes of the FP8 cast kernels layer_terms adds for ``ops`` (micro-batch 1)."""
+    from dpsim.workload.compute import layer_terms
+    from dpsim.workload.spec import LayerSpec
+
+    with_casts = layer_terms(LayerSpec(name="l", ops=ops), gpu, precision, 1)
+    without = layer_terms(LayerSpec(name="l", ops=ops), gpu, dataclasses.replace(precision, fp8=None), 1)
+    bw = gpu.streaming_bandwidth_bytes_per_s
+    total = lambda terms: sum(t.memory_s for _, f, b in terms if _ == "memory" for t in f + b)  # noqa: E731
+    return (total(with_casts) - total(without)) * bw
+
+
+def test_compiled_torchao_casts_an_input_shared_by_projections_once():
+    """Joint-graph CSE (torch/_functorch partitioners: fx_graph_cse before partitioning) merges the
+    identical casts q/k/v (or gate/up) make of one input: separate projections then cost what one
+    fused projection of the same total width costs; eager mode casts the input per linear."""
+    gpu, h, m = get_gpu("h100"), 4096, 8192
+    separate = (MatmulOp(name="q", m=m, n=h, k=h), MatmulOp(name="k", m=m, n=h, k=h), MatmulOp(name="v", m=m, n=h, k=h))
+    fused = (MatmulOp(name="qkv", m=m, n=3 * h, k=h),)
+    for recipe in ("torchao-tensorwise", "torchao-rowwise"):
+        compiled = get_precision("bf16-params", recipe, compile=True)
+        assert _cast_bytes(separate, compiled, gpu) == pytest.approx(_cast_bytes(fused, compiled, gpu))
+        eager = get_precision("bf16-params", recipe)
+        # Eager: each linear reads and casts x itself (twice more per extra linear for torchao).
+        assert _cast_bytes(separate, eager, gpu) > _cast_bytes(fused, eager, gpu)
+    # A linear that reads another's output (an element-wise op between them) casts its own input.
+    chain = (MatmulOp(name="fc1", m=m, n=h, k=h), MemoryOp(name="act", elements=float(m * h), forward=((2, "act"),)),
+             MatmulOp(name="fc2", m=m, n=h, k=h))
+    tensorwise = get_precision("bf16-params", "torchao-tensorwise", compile=True)
+    one = _cast_bytes(chain[:1], tensorwise, gpu)
+    assert _cast_bytes(chain, tensorwise, gpu) == pytest.approx(2 * one)
+    # TransformerEngine casts each module's input in eager kernels: no sharing.
+    te = get_precision("bf16-params", "te-current", compile=True)
+    assert _cast_bytes(separate, te, gpu) > _cast_bytes(fused, te, gpu)

@@ -346,3 +346,25 @@ def cast_pass_bytes_per_element(recipe: Fp8Recipe, cast: CastPass, high_precisio
 def cast_pass_kernels(cast: CastPass) -> float:
     """Kernels one cast of ``cast`` launches: the cast, and the two-stage amax reduction where it reads one."""
     return 1.0 + 2.0 * cast.amax_reads
+
+
+def shares_compiled_input_cast(recipe: Fp8Recipe | None, previous: OpSpec | None, op: OpSpec, *, compiled: bool) -> bool:
+    """Whether ``op``'s input casts are the ones ``previous`` already ran: under torch.compile, torchao
+    linears that read the same tensor (a block's q/k/v projections, an MLP's gate and up projections)
+    cast it with the same computation, which the common-subexpression pass run on the joint forward
+    and backward graph before partitioning merges into one (``min_cut_rematerialization_partition``:
+    ``if config.cse: cse_graph = fx_graph_cse(fx_g)``, torch/_functorch/partitioners.py; ``cse = True``,
+    "Applies CSE to the graph before partitioning", torch/_functorch/config.py, torch 2.13.0).
+    The op spec carries no tensor identities, so projections of one input are recognised as a layer's
+    consecutive FP8 linears with the same rows and reduction (``m``, ``k``): the catalog builders and
+    traced modules list parallel projections next to each other, and a sequential pair has an
+    element-wise op between them in every block here (two square linears chained with nothing
+    between would be taken as one input: not modelled). TransformerEngine casts each module's input
+    in its own kernel in eager mode (its q/k/v is one fused linear)."""
+    if not (compiled and recipe is not None and recipe.framework == "torchao"):
+        return False
+    if not (isinstance(previous, MatmulOp) and isinstance(op, MatmulOp)):
+        return False
+    if not (runs_in_fp8(previous, recipe) and runs_in_fp8(op, recipe)):
+        return False
+    return (previous.m, previous.k, previous.batch) == (op.m, op.k, op.batch)
