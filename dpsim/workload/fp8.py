@@ -61,7 +61,8 @@ pytorch/ao@36027d82d1 torchao/float8/float8_ops.py), so the weight gradient's ``
 needs column-major FP8 copies of both. Inductor fuses the cast with that transposed copy into one
 kernel writing both ("the operators of ``fp8 = cast_to_fp8(input_tensor); fp8_t =
 fp8.t().contiguous().t()`` is used in every float8 linear. We use Inductor to generate the
-performant fused kernel for these ops": pytorch/pytorch issue 130015), which is how torchao's
+performant fused kernel for these ops": pytorch/pytorch issue 130015, which also reports that kernel's
+remaining inefficiencies; it is costed at the streaming rate like every cast), which is how torchao's
 roofline counts the compiled tensorwise cast of an input or output gradient: one amax (fused with
 the producer) and one kernel, "x_bf16, max_abs -> to_float8 -> x_fp8_dim0, x_fp8_dim1", once per
 forward and backward; a weight: its amax, a forward cast, and a backward cast reusing that amax
