@@ -262,4 +262,5 @@ def test_tensor_parallel_fsdp_replicas_gather_linear_weights_in_float8():
     assert tensorwise.step_time_s < rowwise.step_time_s
     gathered = get_precision("bf16-params", "torchao-tensorwise", strategy="fsdp", layout=True)
     assert gathered.fp8.fsdp_float8_all_gather
-    assert not get_precision("bf16-params", "torchao-tensorwise", strategy="zero1", layout=True).fp8.fsdp_float8_all_gather
+    zero1 = get_precision("bf16-params", "torchao-tensorwise", strategy="zero1", layout=True)
+    assert not zero1.fp8.fsdp_float8_all_gather

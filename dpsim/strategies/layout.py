@@ -372,8 +372,9 @@ class LayerWork:
     expert_grad_numel: int = 0
     """Of :attr:`grad_numel`, the routed experts' (reduced over the expert-data-parallel group)."""
     fp8_numel: int = 0
-    """Of :attr:`grad_numel`, the linear weights an FP8 recipe runs in FP8 (:func:`dpsim.workload.fp8.fp8_weight_numel`):
-    what FSDP2's float8 all-gather gathers in one byte (:attr:`dpsim.strategies.pipeline.DataParallelPlan.fp8_all_gather`)."""
+    """Of :attr:`grad_numel`, the linear weights an FP8 recipe runs in FP8
+    (:func:`dpsim.workload.fp8.fp8_weight_numel`): what FSDP2's float8 all-gather gathers in one byte
+    (:attr:`dpsim.strategies.pipeline.DataParallelPlan.fp8_all_gather`)."""
 
 
 def weight_gradient_share(layer) -> float:

@@ -233,7 +233,8 @@ def fp8_cast_terms(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: 
     for cast in cast_plan(recipe, gpu.architecture, compiled=precision.compiled):
         if not input_cast and cast.operand in ("x", "x_bwd"):
             continue
-        size = cast.casts * numel[cast.operand] * op.batch * cast_pass_bytes_per_element(recipe, cast, high[cast.operand])
+        per_element = cast_pass_bytes_per_element(recipe, cast, high[cast.operand])
+        size = cast.casts * numel[cast.operand] * op.batch * per_element
         term = memory_term(size, gpu, kernels=cast.casts * cast_pass_kernels(cast))
         (backward if cast.backward else forward).append(term)
     return forward, backward
