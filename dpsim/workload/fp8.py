@@ -356,9 +356,10 @@ def shares_compiled_input_cast(recipe: Fp8Recipe | None, previous: OpSpec | None
     separate ``nn.Linear`` modules in OLMo-core, ``q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)``,
     allenai/OLMo-core@e27ba74550f1 src/olmo_core/nn/attention.py, ``w1``/``w3`` in feed_forward.py;
     and torchtitan's ``wq``/``wk``/``wv``, ``w1``/``w3``) cast it with the same computation, which the
-    common-subexpression pass run on the joint forward and backward graph before partitioning merges into one (``min_cut_rematerialization_partition``:
-    ``if config.cse: cse_graph = fx_graph_cse(fx_g)``, torch/_functorch/partitioners.py; ``cse = True``,
-    "Applies CSE to the graph before partitioning", torch/_functorch/config.py, torch 2.13.0).
+    common-subexpression pass run on the joint forward and backward graph before partitioning merges
+    into one (``min_cut_rematerialization_partition`` runs ``fx_graph_cse`` when ``config.cse``,
+    torch/_functorch/partitioners.py; ``cse = True``, "Applies CSE to the graph before partitioning",
+    torch/_functorch/config.py, torch 2.13.0).
     The op spec carries no tensor identities, so projections of one input are recognised as a layer's
     consecutive FP8 linears with the same rows and reduction (``m``, ``k``): the catalog builders and
     traced modules list parallel projections next to each other, and a sequential pair has an
