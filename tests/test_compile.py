@@ -108,10 +108,12 @@ def test_gelu_new_nine_kernels_become_one():
 
 
 def test_compiled_fp8_drops_the_activation_amax_reads_only():
+    """Rowwise scales differ between an operand's two layouts, so compiling keeps its casts apart
+    and only fuses the activation's amax into the producer."""
     gpu = get_gpu("h100")
     op = MatmulOp(name="fc1", m=4096, n=11008, k=4096)
-    eager = get_precision("bf16-params", "torchao-tensorwise")
-    compiled = get_precision("bf16-params", "torchao-tensorwise", compile=True)
+    eager = get_precision("bf16-params", "torchao-rowwise")
+    compiled = get_precision("bf16-params", "torchao-rowwise", compile=True)
     ef, eb = fp8_cast_terms(op, gpu, eager, 1)
     cf, cb = fp8_cast_terms(op, gpu, compiled, 1)
     # Forward: x loses its amax read (one of its two bf16 reads); the weight keeps it.
@@ -122,6 +124,35 @@ def test_compiled_fp8_drops_the_activation_amax_reads_only():
     te = get_precision("bf16-params", "te-delayed")
     assert fp8_cast_terms(op, gpu, te, 1) == fp8_cast_terms(op, gpu, get_precision("bf16-params", "te-delayed",
                                                                                      compile=True), 1)
+
+
+@pytest.mark.parametrize("gathered", [False, True])
+def test_compiled_tensorwise_casts_each_activation_and_gradient_once_in_both_layouts(gathered):
+    """torchao tensorwise under torch.compile, as its roofline counts it: x and dy each read once
+    (amax fused into the producer) by one kernel writing the row- and column-major FP8 copies the
+    three GEMMs take; the weight's amax once, its forward and backward casts; a weight gathered in
+    FP8 only copied column-major for the input gradient (float8_ops.preprocess_addmm)."""
+    gpu = get_gpu("h100")
+    m, n, k = 8192, 11008, 4096
+    op = MatmulOp(name="fc1", m=m, n=n, k=k)
+    kw = dict(strategy="fsdp", fsdp_version="2") if gathered else {}
+    precision = get_precision("bf16-params", "torchao-tensorwise", compile=True, **kw)
+    assert precision.fp8.fsdp_float8_all_gather is gathered
+    f, b = fp8_cast_terms(op, gpu, precision, 1)
+    bw = gpu.streaming_bandwidth_bytes_per_s
+    x = dy = 2 + 2 * 1  # bytes per element: one bf16 read, two FP8 writes
+    want_f = m * k * x + (0 if gathered else n * k * (2 + 2 + 1))
+    want_b = m * n * dy + n * k * (1 + 1 if gathered else 2 + 1)
+    assert sum(t.memory_s for t in f) * bw == pytest.approx(want_f)
+    assert sum(t.memory_s for t in b) * bw == pytest.approx(want_b)
+    # Kernels: x one; the weight's two-stage amax and its cast; dy one; the weight's backward one.
+    assert sum(t.host_s for t in f) == pytest.approx((1 + (0 if gathered else 3)) * HOST_OVERHEAD_PER_OP_S)
+    assert sum(t.host_s for t in b) == pytest.approx(2 * HOST_OVERHEAD_PER_OP_S)
+    # Fewer bytes than eager's separate recasts (dy twice, x again) and than compiled rowwise.
+    eager = fp8_cast_terms(op, gpu, get_precision("bf16-params", "torchao-tensorwise", **kw), 1)
+    rowwise = fp8_cast_terms(op, gpu, get_precision("bf16-params", "torchao-rowwise", compile=True), 1)
+    total = lambda terms: sum(t.memory_s for part in terms for t in part)  # noqa: E731
+    assert total((f, b)) < total(eager) and total((f, b)) < total(rowwise)
 
 
 def test_compiled_fp8_step_faster_than_eager_fp8():
@@ -166,3 +197,39 @@ def test_compile_with_measured_eager_compute_is_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match="--compile: profile") as err:
         predict(PredictConfig(**{**base, "calibration": str(path)}, compile=True))
     assert "\n" not in str(err.value)
+
+
+def _cast_bytes(ops, precision, gpu):
+    """Device-memory bytes of the FP8 cast kernels layer_terms adds for ``ops`` (micro-batch 1)."""
+    from dpsim.workload.compute import layer_terms
+    from dpsim.workload.spec import LayerSpec
+
+    with_casts = layer_terms(LayerSpec(name="l", ops=ops), gpu, precision, 1)
+    without = layer_terms(LayerSpec(name="l", ops=ops), gpu, dataclasses.replace(precision, fp8=None), 1)
+    bw = gpu.streaming_bandwidth_bytes_per_s
+    total = lambda terms: sum(t.memory_s for _, f, b in terms if _ == "memory" for t in f + b)  # noqa: E731
+    return (total(with_casts) - total(without)) * bw
+
+
+def test_compiled_torchao_casts_an_input_shared_by_projections_once():
+    """Joint-graph CSE (torch/_functorch partitioners: fx_graph_cse before partitioning) merges the
+    identical casts q/k/v (or gate/up) make of one input: separate projections then cost what one
+    fused projection of the same total width costs; eager mode casts the input per linear."""
+    gpu, h, m = get_gpu("h100"), 4096, 8192
+    separate = (MatmulOp(name="q", m=m, n=h, k=h), MatmulOp(name="k", m=m, n=h, k=h), MatmulOp(name="v", m=m, n=h, k=h))
+    fused = (MatmulOp(name="qkv", m=m, n=3 * h, k=h),)
+    for recipe in ("torchao-tensorwise", "torchao-rowwise"):
+        compiled = get_precision("bf16-params", recipe, compile=True)
+        assert _cast_bytes(separate, compiled, gpu) == pytest.approx(_cast_bytes(fused, compiled, gpu))
+        eager = get_precision("bf16-params", recipe)
+        # Eager: each linear reads and casts x itself (twice more per extra linear for torchao).
+        assert _cast_bytes(separate, eager, gpu) > _cast_bytes(fused, eager, gpu)
+    # A linear that reads another's output (an element-wise op between them) casts its own input.
+    chain = (MatmulOp(name="fc1", m=m, n=h, k=h), MemoryOp(name="act", elements=float(m * h), forward=((2, "act"),)),
+             MatmulOp(name="fc2", m=m, n=h, k=h))
+    tensorwise = get_precision("bf16-params", "torchao-tensorwise", compile=True)
+    one = _cast_bytes(chain[:1], tensorwise, gpu)
+    assert _cast_bytes(chain, tensorwise, gpu) == pytest.approx(2 * one)
+    # TransformerEngine casts each module's input in eager kernels: no sharing.
+    te = get_precision("bf16-params", "te-current", compile=True)
+    assert _cast_bytes(separate, te, gpu) > _cast_bytes(fused, te, gpu)

@@ -242,3 +242,25 @@ def test_a_traced_output_projection_stays_16_bit():
     assert [op.name for op in ops["output"]] == ["lm_head"]
     assert fp8_weight_numel(next(l for l in spec.layers if l.name == "output")) == 0
     assert fp8_weight_numel(next(l for l in spec.layers if l.name == "fc")) == 64 * 64
+
+
+def test_tensor_parallel_fsdp_replicas_gather_linear_weights_in_float8():
+    """torchtitan enables the float8 all-gather whenever the data-parallel dimension is sharded,
+    tensor parallel or not: a layout's fsdp replicas gather each rank's linear weights in one byte
+    (the rest in bf16) and cast none of them per micro-batch; rowwise gathers in bf16."""
+    config = dict(gpus=16, link="infiniband", model="llama-2-7b", tp=2, micro_batch=1, global_batch=16,
+                  precision="bf16-params", strategy="fsdp", steps=1, compile=True)
+    bf16 = predict(PredictConfig(**config))
+    tensorwise = predict(PredictConfig(**config, fp8="torchao-tensorwise"))
+    rowwise = predict(PredictConfig(**config, fp8="torchao-rowwise"))
+    assert rowwise.comm_bytes_by_op["all_gather"] == pytest.approx(bf16.comm_bytes_by_op["all_gather"])
+    # Per tensor-parallel rank: half of each block's linear weights; every block gathered for its forward
+    # and again for its backward, for each of the 2 micro-batches (16 samples over 8 replicas).
+    linears = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) / 2
+    saved = bf16.comm_bytes_by_op["all_gather"] - tensorwise.comm_bytes_by_op["all_gather"]
+    assert saved == pytest.approx(linears * 2 * 2, rel=1e-3)
+    assert tensorwise.step_time_s < rowwise.step_time_s
+    gathered = get_precision("bf16-params", "torchao-tensorwise", strategy="fsdp", layout=True)
+    assert gathered.fp8.fsdp_float8_all_gather
+    zero1 = get_precision("bf16-params", "torchao-tensorwise", strategy="zero1", layout=True)
+    assert not zero1.fp8.fsdp_float8_all_gather

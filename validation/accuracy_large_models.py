@@ -315,8 +315,9 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         kw["fp8"], note = _lookup(FP8_RECIPES, row["fp8_recipe"], "fp8_recipe")
         if note:
             assumed.append(note)
-        if kw["fp8"] == "torchao-tensorwise" and not (row["data_parallel"].startswith("fsdp2") and tp * pp == 1):
-            assumed.append("float8 all-gather not modelled without --fsdp-version 2: weights gathered in bf16")
+        # FSDP2 alone (--fsdp-version 2) or a layout's fsdp replicas (torchtitan's FSDP2) gather in float8.
+        if kw["fp8"] == "torchao-tensorwise" and not row["data_parallel"].startswith("fsdp2"):
+            assumed.append("float8 all-gather not modelled without FSDP2: weights gathered in bf16")
     if system.topology_file:
         kw["topology_file"] = str(SYSTEMS_DIR / system.topology_file)
     else:

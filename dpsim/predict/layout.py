@@ -564,7 +564,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                                layout.bucket_elements or default_bucket_elements(d),
                                grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes,
                                edp=layout.edp if model.moe is not None else 1, internlm=internlm,
-                               zero_comm="zero" if layout.zero1_group < d else "dp")
+                               zero_comm="zero" if layout.zero1_group < d else "dp",
+                               fp8_all_gather=precision.fp8 is not None and precision.fp8.fsdp_float8_all_gather)
     # DualPipe sums each stage's two parameter copies instead (the embedding's among them).
     emb_bytes = (tpm.embedding_numel_per_rank * precision.grad_bytes
                  if tpm.tied_embedding and p > 1 and layout.schedule != "dualpipe" else 0.0)

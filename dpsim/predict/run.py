@@ -173,7 +173,8 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
         gpu = check_cpu_compute(config, profile, calibrated_device(profile, gpu))
     model = load_model(config) if model is None else model
     precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
-                              fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile)
+                              fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile,
+                              layout=config.parallelism.layout_active)
     if gpu.peak_flops_per_s:  # a CPU profile's device has no tensor cores to check
         check_precision_on_gpu(precision, gpu)
     compute: ComputeProfile = memoized(  # memoized: a sweep shares it between points
@@ -448,7 +449,8 @@ def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpe
     gpu = get_gpu(topology.spec.gpu)
     model = load_model(config)
     precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
-                              fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile)
+                              fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile,
+                              layout=config.parallelism.layout_active)
     check_precision_on_gpu(precision, gpu)
     if config.parallelism.layout_active:
         check_layout(config, model, topology)

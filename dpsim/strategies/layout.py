@@ -44,6 +44,7 @@ from dpsim.strategies.checkpointing import RECOMPUTE, CheckpointPolicy, checkpoi
 from dpsim.strategies.offload import offload_exposed_s
 from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpComm, TpModel, chunked_gemm_loss, layer_tp_comm
 from dpsim.workload.compute import ComputeProfile
+from dpsim.workload.fp8 import fp8_weight_numel
 from dpsim.workload.roofline import Efficiencies, memory_term
 from dpsim.workload.spec import ModelSpec
 
@@ -370,6 +371,10 @@ class LayerWork:
     combine); the rest of :attr:`ep_comm_s` + :attr:`etp_comm_s` is in :attr:`backward_s`."""
     expert_grad_numel: int = 0
     """Of :attr:`grad_numel`, the routed experts' (reduced over the expert-data-parallel group)."""
+    fp8_numel: int = 0
+    """Of :attr:`grad_numel`, the linear weights an FP8 recipe runs in FP8
+    (:func:`dpsim.workload.fp8.fp8_weight_numel`): what FSDP2's float8 all-gather gathers in one byte
+    (:attr:`dpsim.strategies.pipeline.DataParallelPlan.fp8_all_gather`)."""
 
 
 def weight_gradient_share(layer) -> float:
@@ -576,7 +581,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         cp_comm_s=cp_comm[i], cp_exposed_s=cp_exposed[i],
         ep_comm_s=4.0 * a2a[i] + a2a_recompute[i], etp_comm_s=2.0 * etp[i] + etp_recompute[i],
         ep_forward_s=2.0 * a2a[i] + etp[i],
-        expert_grad_numel=layer.expert_numel_per_rank)
+        expert_grad_numel=layer.expert_numel_per_rank,
+        fp8_numel=min(layer.numel_per_rank, fp8_weight_numel(tpm.spec.layers[i])))
         for i, layer in enumerate(tpm.layers))
 
 

@@ -639,6 +639,16 @@ class DataParallelPlan:
     the optimizer, the step waiting for them (:mod:`dpsim.strategies.zero`)."""
     zero_comm: str = "dp"
     """The communicator of InternLM's ZERO1 group (``zero`` when smaller than ``dp``)."""
+    fp8_all_gather: bool = False
+    """FSDP2 gathers the FP8 linears' weights in one byte (torchao ``enable_fsdp_float8_all_gather``, which
+    torchtitan turns on whenever the data-parallel dimension is sharded, tensor parallel or not:
+    pytorch/torchtitan@0f892e8fbae2 torchtitan/float8.py ``parallel_dims.dp_shard_enabled and
+    float8_config.enable_fsdp_float8_all_gather``); their :attr:`LayerWork.fp8_numel`."""
+
+    def gather_bytes(self, numel: float, fp8_numel: float) -> float:
+        """Bytes of an all-gather of ``numel`` parameters, ``fp8_numel`` of them FP8 linear weights."""
+        fp8 = min(fp8_numel, numel) if self.fp8_all_gather else 0.0
+        return (numel - fp8) * self.weight_bytes + fp8 * 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -781,17 +791,19 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
             for c in range(v):
                 # Every parameter, experts too: the experts' edp groups are not split out here.
                 buckets = _buckets(chunks[s][c], dp.bucket_elements, _all_numel)
+                fp8_by_layer = {lw.index: lw.fp8_numel for lw in chunks[s][c].layers}
+                fp8_of = lambda members: sum(fp8_by_layer[i] for i in members)  # noqa: E731
                 for j in range(m):
                     forward_gathers, backward_gathers = [], []
                     for x in range(len(buckets) - 1, -1, -1):
                         _, numel, members = buckets[x]
                         op = new_comm(f"all-gather parameters chunk {c} micro-batch {j + 1} bucket {x} (forward)",
-                                      "all_gather", numel * dp.weight_bytes, "allgather", "dp", (s,))
+                                      "all_gather", dp.gather_bytes(numel, fp8_of(members)), "allgather", "dp", (s,))
                         forward_gathers.append(op)
                         gather_fwd.update({(c, j, i): op for i in members})
                     for x, (first_layer, numel, members) in enumerate(buckets):
                         op = new_comm(f"all-gather parameters chunk {c} micro-batch {j + 1} bucket {x} (backward)",
-                                      "all_gather", numel * dp.weight_bytes, "allgather", "dp", (s,))
+                                      "all_gather", dp.gather_bytes(numel, fp8_of(members)), "allgather", "dp", (s,))
                         backward_gathers.append(op)
                         gather_bwd.update({(c, j, i): op for i in members})
                         rs = new_comm(f"reduce-scatter chunk {c} micro-batch {j + 1} bucket {x}", "reduce_scatter",
@@ -818,7 +830,9 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     label = "all-gather parameters" if dp.strategy == "fsdp" else "all-gather updated parameters"
                     for x in range(len(buckets) - 1, -1, -1):
                         _, numel, members = buckets[x]
-                        op = new_comm(f"{label} {label0}chunk {c} bucket {x}", "all_gather", numel * dp.weight_bytes,
+                        fp8 = sum(lw.fp8_numel for lw in work.layers if lw.index in members) if group == "dp" else 0
+                        size = dp.gather_bytes(numel, fp8) if dp.strategy == "fsdp" else numel * dp.weight_bytes
+                        op = new_comm(f"{label} {label0}chunk {c} bucket {x}", "all_gather", size,
                                       "allgather", group, (s,))
                         at_start.append(op)
                         for i in members:

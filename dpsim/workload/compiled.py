@@ -32,6 +32,8 @@ activation or gradient cast (fused into the kernel that produced the tensor) and
 the cast's read and FP8 write (pytorch/ao torchao/testing/training/roofline_utils.py,
 ``get_tensor_memory_traffic_ovhd_s``). Weight casts stay kernels of their own (their
 amax reduces a parameter, not a chain's output): :func:`dpsim.workload.fp8.compiled_cast_amax_reads`.
+With one scale per tensor (tensorwise) the joint graph's repeated casts of the same tensor are
+one kernel writing both FP8 layouts (:func:`dpsim.workload.fp8.cast_plan`).
 
 Simplifications, stated: a chain never crosses a layer's boundary (layers are a catalog's or a
 trace's modules, so a residual add at the end of one module and the norm at the start of the

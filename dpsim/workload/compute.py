@@ -37,7 +37,7 @@ from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
 from dpsim.workload.precision import Precision, check_optimizer, optimizer_traffic_bytes_per_param
 from dpsim.workload.compiled import chains, fixed_backward_bytes, fused_chain_bytes
-from dpsim.workload.fp8 import fp8_weight_numel
+from dpsim.workload.fp8 import fp8_weight_numel, shares_compiled_input_cast
 from dpsim.workload.roofline import (
     HOST_OVERHEAD_PER_OP_S,
     Efficiencies,
@@ -193,8 +193,14 @@ def layer_terms(layer: LayerSpec, gpu: GpuSpec, precision: Precision,
     else:
         out = [(op_kind(op), *op_terms(op, gpu, precision, micro_batch)) for op in layer.ops]
     if precision.fp8 is not None:
-        out += [("memory", *casts) for casts in (fp8_cast_terms(op, gpu, precision, micro_batch) for op in layer.ops)
-                if casts[0] or casts[1]]
+        previous = None
+        for op in layer.ops:
+            # Compiled torchao casts a tensor several linears read once (q/k/v, gate/up).
+            shared = shares_compiled_input_cast(precision.fp8, previous, op, compiled=precision.compiled)
+            casts = fp8_cast_terms(op, gpu, precision, micro_batch, input_cast=not shared)
+            if casts[0] or casts[1]:
+                out.append(("memory", *casts))
+            previous = op
     cast_f, cast_b = autocast_weight_bytes(layer, precision)
     if layer.ops and cast_f:
         # One cast kernel per weight tensor each way.

@@ -48,8 +48,29 @@ Each cast is costed as the kernels torchao's own roofline counts: the two-stage 
 reduction and one cast pass. Eager PyTorch runs more passes than that (``abs``, ``max``, the
 scale multiply, ``clamp``, the conversion: not modelled); under ``--compile`` an activation's
 or gradient's amax is fused into the kernel that produced it, as that roofline's
-``fuse_with_prev`` assumes (:mod:`dpsim.workload.compiled`); the backward's repeated casts
-are still charged apart.
+``fuse_with_prev`` assumes (:mod:`dpsim.workload.compiled`).
+
+**torchao tensorwise under torch.compile** (:func:`cast_plan`): one scale per tensor makes the
+backward's casts of the output gradient (for the input gradient and for the weight gradient)
+the same computation, and the input's backward cast the same as its forward one (the same
+``hp_tensor_to_float8_dynamic`` of the same tensor: ``matmul_with_hp_or_float8_args`` is
+``allow_in_graph``, so AOTAutograd traces forward and backward as one joint graph). What differs is
+the layout: ``torch._scaled_mm`` takes its first operand row-major and its second column-major,
+and torchao's ``preprocess_addmm`` makes them so (``a_data.contiguous()``, ``b_data.t().contiguous().t()``,
+pytorch/ao@36027d82d1 torchao/float8/float8_ops.py), so the weight gradient's ``dy.t() @ x``
+needs column-major FP8 copies of both. Inductor fuses the cast with that transposed copy into one
+kernel writing both ("the operators of ``fp8 = cast_to_fp8(input_tensor); fp8_t =
+fp8.t().contiguous().t()`` is used in every float8 linear. We use Inductor to generate the
+performant fused kernel for these ops": pytorch/pytorch issue 130015, which also reports that kernel's
+remaining inefficiencies; it is costed at the streaming rate like every cast), which is how torchao's
+roofline counts the compiled tensorwise cast of an input or output gradient: one amax (fused with
+the producer) and one kernel, "x_bf16, max_abs -> to_float8 -> x_fp8_dim0, x_fp8_dim1", once per
+forward and backward; a weight: its amax, a forward cast, and a backward cast reusing that amax
+("kernel 4 (bwd): x_bf16, max_abs -> to_float8 -> x_fp8_dim1"; pytorch/ao@36027d82d1
+torchao/testing/training/roofline_utils.py ``get_tensor_memory_traffic_ovhd_s``, tensorwise).
+Under the float8 all-gather the weight arrives in FP8 row-major, and the input gradient's
+``dy @ w`` copies it column-major (``preprocess_addmm``): one FP8 read and write per element.
+Rowwise scales differ between the two layouts (a scale per row of each), so its casts stay apart.
 
 FSDP2 float8 all-gather (torchao ``enable_fsdp_float8_all_gather``, tensorwise only):
 ``fully_shard`` gathers the linears' weights in FP8, half the bytes of bf16, cast on the
@@ -110,6 +131,9 @@ class Fp8Recipe:
     copies saved in forward (TransformerEngine)."""
     fsdp_float8_all_gather: bool
     """FSDP2 gathers the FP8 weights (torchao ``enable_fsdp_float8_all_gather``: tensorwise only)."""
+    one_scale_per_tensor: bool = False
+    """One scale serves every layout of a tensor (torchao tensorwise), so under torch.compile a
+    tensor's casts for its row- and column-major FP8 copies are one kernel (:func:`cast_plan`)."""
     architectures: tuple[str, ...] = FP8_ARCHITECTURES
     """GPU generations that run it."""
     description: str
@@ -130,7 +154,7 @@ FP8_RECIPES: dict[str, Fp8Recipe] = {r.name: r for r in (
     ),
     Fp8Recipe(
         name="torchao-tensorwise", framework="torchao", amax_reads=1, column_copy="never", scale_bytes_per_element=0.0,
-        recast_in_backward=True, fsdp_float8_all_gather=True,
+        recast_in_backward=True, fsdp_float8_all_gather=True, one_scale_per_tensor=True,
         description="torchao convert_to_float8_training, tensorwise dynamic scaling; FSDP2 gathers weights "
                     "in float8 (enable_fsdp_float8_all_gather)",
     ),
@@ -167,12 +191,17 @@ def check_fp8_on_gpu(recipe: Fp8Recipe, gpu) -> None:
                           f"({gpu.architecture or 'unknown generation'}) has none for it: leave --fp8 out")
 
 
-def fp8_all_gather(recipe: Fp8Recipe | None, *, strategy: str, fsdp_version: str) -> Fp8Recipe | None:
+def fp8_all_gather(recipe: Fp8Recipe | None, *, strategy: str, fsdp_version: str,
+                   layout: bool = False) -> Fp8Recipe | None:
     """``recipe`` as it runs under ``strategy``: the float8 all-gather exists only in FSDP2
-    (``fully_shard``'s ``fsdp_pre_all_gather`` extension); elsewhere weights are cast locally."""
+    (``fully_shard``'s ``fsdp_pre_all_gather`` extension); elsewhere weights are cast locally. A
+    tensor/pipeline ``layout``'s ``fsdp`` replicas run as torchtitan's FSDP2, which enables the float8
+    all-gather whenever the data-parallel dimension is sharded, with tensor parallelism too
+    (pytorch/torchtitan@0f892e8fbae2 torchtitan/float8.py: ``enable_fsdp_float8_all_gather =
+    parallel_dims.dp_shard_enabled and float8_config.enable_fsdp_float8_all_gather``)."""
     if recipe is None or not recipe.fsdp_float8_all_gather:
         return recipe
-    if strategy.startswith("fsdp") and fsdp_version == "2":
+    if strategy.startswith("fsdp") and (fsdp_version == "2" or (layout and strategy == "fsdp")):
         return recipe
     return replace(recipe, fsdp_float8_all_gather=False)
 
@@ -263,3 +292,84 @@ def compiled_cast_amax_reads(operand: str) -> bool:
     own); an activation's or output gradient's is fused into the kernel that produced the tensor,
     as torchao's roofline models the compiled case (``fuse_with_prev``: :mod:`dpsim.workload.compiled`)."""
     return operand in ("w", "w_bwd")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CastPass:
+    """The cast kernels of one operand of one FP8 linear per micro-batch (:func:`cast_plan`)."""
+
+    operand: str
+    """``x`` (input), ``w`` (weight), ``dy`` (output gradient), ``x_bwd`` / ``w_bwd`` (their
+    backward casts), ``w_t`` (the column-major copy of a weight gathered in FP8)."""
+    casts: int
+    """Times it is cast per micro-batch."""
+    amax_reads: int
+    """Reads of the high-precision tensor for its amax before each cast (0: fused or reused)."""
+    copies: int
+    """FP8 copies each cast writes (2: row- and column-major in one kernel)."""
+    backward: bool
+    """Whether it runs in the backward pass."""
+    reads_fp8: bool = False
+    """Whether it reads an FP8 tensor (``w_t``) rather than the high-precision one."""
+
+
+def cast_plan(recipe: Fp8Recipe, architecture: str, *, compiled: bool) -> tuple[CastPass, ...]:
+    """The cast kernels of one FP8 linear per micro-batch: :func:`cast_passes` in eager mode (the
+    activation and gradient amax fused into their producer under ``compiled``:
+    :func:`compiled_cast_amax_reads`); under torch.compile with :attr:`Fp8Recipe.one_scale_per_tensor`,
+    torchao's compiled casts as its roofline counts them (module docstring): the input and the
+    output gradient once each, both layouts in one kernel; the weight's backward cast reusing its
+    forward amax; under the float8 all-gather the gathered weight's column-major copy."""
+    copies = fp8_copies(recipe, architecture)
+    gathered = recipe.fsdp_float8_all_gather
+    if compiled and recipe.one_scale_per_tensor:
+        plan = [CastPass(operand="x", casts=1, amax_reads=0, copies=2, backward=False),
+                CastPass(operand="dy", casts=1, amax_reads=0, copies=2, backward=True)]
+        if gathered:
+            plan.append(CastPass(operand="w_t", casts=1, amax_reads=0, copies=1, backward=True, reads_fp8=True))
+        else:
+            plan += [CastPass(operand="w", casts=1, amax_reads=recipe.amax_reads, copies=copies, backward=False),
+                     CastPass(operand="w_bwd", casts=1, amax_reads=0, copies=copies, backward=True)]
+        return tuple(plan)
+    return tuple(
+        CastPass(operand=operand, casts=casts, copies=copies, backward=operand not in ("x", "w"),
+                 amax_reads=recipe.amax_reads if not compiled or compiled_cast_amax_reads(operand) else 0)
+        for operand, casts in cast_passes(recipe, weight_cast_in_forward=not gathered) if casts)
+
+
+def cast_pass_bytes_per_element(recipe: Fp8Recipe, cast: CastPass, high_precision_bytes: float) -> float:
+    """Device-memory bytes one cast of ``cast`` moves per element: its amax reads and its read of
+    the tensor (FP8 for ``w_t``), and its FP8 copies with their scales."""
+    read = FP8_BYTES if cast.reads_fp8 else high_precision_bytes
+    return (cast.amax_reads + 1) * read + cast.copies * (FP8_BYTES + recipe.scale_bytes_per_element)
+
+
+def cast_pass_kernels(cast: CastPass) -> float:
+    """Kernels one cast of ``cast`` launches: the cast, and the two-stage amax reduction where it reads one."""
+    return 1.0 + 2.0 * cast.amax_reads
+
+
+def shares_compiled_input_cast(recipe: Fp8Recipe | None, previous: OpSpec | None, op: OpSpec, *,
+                               compiled: bool) -> bool:
+    """Whether ``op``'s input casts are the ones ``previous`` already ran: under torch.compile, torchao
+    linears that read the same tensor (a block's q/k/v projections, an MLP's gate and up projections:
+    separate ``nn.Linear`` modules in OLMo-core, ``q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)``,
+    allenai/OLMo-core@e27ba74550f1 src/olmo_core/nn/attention.py, ``w1``/``w3`` in feed_forward.py;
+    and torchtitan's ``wq``/``wk``/``wv``, ``w1``/``w3``) cast it with the same computation, which the
+    common-subexpression pass run on the joint forward and backward graph before partitioning merges
+    into one (``min_cut_rematerialization_partition`` runs ``fx_graph_cse`` when ``config.cse``,
+    torch/_functorch/partitioners.py; ``cse = True``, "Applies CSE to the graph before partitioning",
+    torch/_functorch/config.py, torch 2.13.0).
+    The op spec carries no tensor identities, so projections of one input are recognised as a layer's
+    consecutive FP8 linears with the same rows and reduction (``m``, ``k``): the catalog builders and
+    traced modules list parallel projections next to each other, and a sequential pair has an
+    element-wise op between them in every block here (two square linears chained with nothing
+    between would be taken as one input: not modelled). TransformerEngine casts each module's input
+    in its own kernel in eager mode (its q/k/v is one fused linear)."""
+    if not (compiled and recipe is not None and recipe.framework == "torchao"):
+        return False
+    if not (isinstance(previous, MatmulOp) and isinstance(op, MatmulOp)):
+        return False
+    if not (runs_in_fp8(previous, recipe) and runs_in_fp8(op, recipe)):
+        return False
+    return (previous.m, previous.k, previous.batch) == (op.m, op.k, op.batch)

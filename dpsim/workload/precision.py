@@ -204,11 +204,12 @@ def check_precision_on_gpu(precision: Precision, gpu) -> None:
 
 
 def get_precision(name: str, fp8: str | None = None, *, strategy: str = "ddp", fsdp_version: str = "1",
-                  compile: bool = False) -> Precision:
+                  compile: bool = False, layout: bool = False) -> Precision:
     """Look a precision up by name or old alias (:data:`PRECISION_ALIASES`), with the FP8
     recipe ``fp8`` (``--fp8``) on top of it as it runs under ``strategy`` (FSDP2 gathers
     float8 weights: :func:`dpsim.workload.fp8.fp8_all_gather`), compiled by ``torch.compile``
-    when ``compile`` (``--compile``)."""
+    when ``compile`` (``--compile``); ``layout``: ``strategy`` runs over the replicas of a
+    tensor/pipeline layout (its ``fsdp`` is torchtitan's FSDP2)."""
     try:
         precision = PRECISIONS[PRECISION_ALIASES.get(name, name)]
     except (KeyError, TypeError):
@@ -223,7 +224,7 @@ def get_precision(name: str, fp8: str | None = None, *, strategy: str = "ddp", f
         raise ConfigError(f"--fp8: runs on a 16-bit precision (its non-FP8 ops compute in bf16); "
                           f"--precision {precision.name} computes in {precision.matmul_dtype}: use amp-bf16 "
                           "or bf16-params")
-    recipe = fp8_all_gather(get_fp8_recipe(fp8), strategy=strategy, fsdp_version=fsdp_version)
+    recipe = fp8_all_gather(get_fp8_recipe(fp8), strategy=strategy, fsdp_version=fsdp_version, layout=layout)
     return replace(precision, fp8=recipe)
 
 

@@ -45,17 +45,16 @@ TF32 needs no constant of its own: its rates are measured or derived from measur
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
 from dpsim.workload.attention_rates import attention_fraction_of_peak
 from dpsim.workload.fp8 import (
     FP8_RATE_KEY,
-    cast_bytes_per_element,
-    cast_kernels,
-    cast_passes,
-    compiled_cast_amax_reads,
+    cast_pass_bytes_per_element,
+    cast_pass_kernels,
+    cast_plan,
     runs_in_fp8,
 )
 from dpsim.workload.gemm import (  # noqa: F401 (TILE, SPLIT_K_MIN_K, shape_efficiency re-exported)
@@ -213,30 +212,31 @@ def _fp8_matmul(op: MatmulOp, gpu: GpuSpec, precision: Precision, micro_batch: i
     return [gemm(m, op.n, op.k)], [gemm(m, op.k, op.n), gemm(op.n, op.k, m)]
 
 
-def fp8_cast_terms(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
+def fp8_cast_terms(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: int, *,
+                   input_cast: bool = True) -> tuple[list[Term], list[Term]]:
     """(forward, backward) cast kernels that feed one FP8 linear for a micro-batch
-    (:func:`dpsim.workload.fp8.cast_passes`); empty for an op that stays in 16 bits. Inputs and
+    (:func:`dpsim.workload.fp8.cast_plan`); empty for an op that stays in 16 bits. Inputs and
     output gradients are read in the activation dtype, weights in the parameter dtype; a weight
-    the FSDP2 float8 all-gather already delivers in FP8 is not cast."""
+    the FSDP2 float8 all-gather already delivers in FP8 is not cast. ``input_cast`` False: the
+    input's casts are another linear's (:func:`dpsim.workload.fp8.shares_compiled_input_cast`)."""
     recipe = precision.fp8
     if recipe is None or not runs_in_fp8(op, recipe):
         return [], []
     assert isinstance(op, MatmulOp)
     m = op.m * micro_batch
-    numel = {"x": float(m) * op.k * op.batch, "x_bwd": float(m) * op.k * op.batch, "dy": float(m) * op.n * op.batch,
-             "w": float(op.n) * op.k * op.batch, "w_bwd": float(op.n) * op.k * op.batch}
-    high = {"x": precision.activation_bytes, "x_bwd": precision.activation_bytes,
-            "dy": precision.activation_bytes, "w": precision.weight_bytes, "w_bwd": precision.weight_bytes}
+    numel = {"x": float(m) * op.k, "x_bwd": float(m) * op.k, "dy": float(m) * op.n,
+             "w": float(op.n) * op.k, "w_bwd": float(op.n) * op.k, "w_t": float(op.n) * op.k}
+    high = {"x": precision.activation_bytes, "x_bwd": precision.activation_bytes, "dy": precision.activation_bytes,
+            "w": precision.weight_bytes, "w_bwd": precision.weight_bytes, "w_t": precision.weight_bytes}
     forward: list[Term] = []
     backward: list[Term] = []
-    for operand, casts in cast_passes(recipe, weight_cast_in_forward=not recipe.fsdp_float8_all_gather):
-        if not casts:
+    for cast in cast_plan(recipe, gpu.architecture, compiled=precision.compiled):
+        if not input_cast and cast.operand in ("x", "x_bwd"):
             continue
-        # torch.compile fuses an activation's or gradient's amax into the kernel that produced it.
-        run = replace(recipe, amax_reads=0) if precision.compiled and not compiled_cast_amax_reads(operand) else recipe
-        size = casts * numel[operand] * cast_bytes_per_element(run, high[operand], gpu.architecture)
-        term = memory_term(size, gpu, kernels=casts * cast_kernels(run))
-        (forward if operand in ("x", "w") else backward).append(term)
+        per_element = cast_pass_bytes_per_element(recipe, cast, high[cast.operand])
+        size = cast.casts * numel[cast.operand] * op.batch * per_element
+        term = memory_term(size, gpu, kernels=cast.casts * cast_pass_kernels(cast))
+        (backward if cast.backward else forward).append(term)
     return forward, backward
 
 
