@@ -31,14 +31,17 @@ or a GPU without TF32) has no sweep and keeps :data:`NEUTRAL_GEMM_FIT`. The fit 
 measurement by its time, as a step's error is the time-weighted mean of its kernels' errors.
 
 **Off by default** (:data:`SURFACE_ENABLED`): it predicts the kernel sweeps far better than
-before (in-sample median |error| of the time 4-6 % on NVIDIA bf16, fp8 and B200 TF32, against
-32-64 % for the best rate with tile and wave quantization alone), but end to end it does not pay
-yet. With it on and the roofline's two efficiencies refitted on the single-GPU rows (memory
-0.756, matmul 1.066: the layers still run 7 % faster than the surface says), the single-GPU
-throughput section moves from a leave-one-chip-out median |error| of 8.3 % to 7.6 % (worst 34.2
-% to 35.4 %), and a 22-row subset of the large-model runs (``validation/accuracy_large_models.py
---no-loso --only R001,R007,...``, mostly over-predicted) from a median of 20.8 % to 22.5 % (worst
-66.0 % to 67.5 %); with the efficiencies left as shipped, 20.1 % (worst 65.5 %). Until it helps,
+before (in-sample median |error| of the time 4-6 % on H100/B200 bf16, fp8 and B200 TF32, 7.5 % on
+the A100's bf16 sweep, against 32-64 % for the best rate with tile and wave quantization alone),
+but end to end it does not pay yet. With it on and the roofline's two efficiencies refitted on
+the single-GPU rows (memory 0.761, matmul 1.034), the single-GPU throughput section moves from a
+leave-one-chip-out median |error| of 8.3 % to 7.0 % (worst 34.2 % to 33.9 %; 7.6 % and 35.4 %
+before the A100 sweep), and a 22-row subset of the large-model runs
+(``validation/accuracy_large_models.py --no-loso --only R001,R007,...``, mostly over-predicted,
+measured before the A100 sweep) from a median of 20.8 % to 22.5 % (worst 66.0 % to 67.5 %); with
+the efficiencies left as shipped, 20.1 % (worst 65.5 %). The 22 A100 runs (R023-R040 but R031,
+R075, R079, R083, R087, R090) go from 10.2 % to 9.9 % (8.9 % with the generic fit in place of
+the A100's: its long reductions cost no fixed k0). Until it helps,
 the roofline costs a GEMM with :data:`NEUTRAL_GEMM_FIT` (tile and wave quantization at the best
 measured rate, exactly as before the surface). ``python validation/accuracy_gemm.py
 --with-surface SCRIPT ARGS...`` runs another validation script with the surface on.
