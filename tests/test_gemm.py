@@ -89,9 +89,12 @@ def test_small_gemms_pay_the_kernel_floor():
 
 
 def test_unknown_families_fall_back_never_crash():
-    # Ampere has no sweep: the generic (NVIDIA) fit; fp16 takes the bf16 fit; fp32 at full
-    # precision takes the TF32 one.
-    assert gemm_fit(A100, "bfloat16") is GENERIC_GEMM_FITS["bfloat16"]
+    # Ada has no sweep: the generic (NVIDIA) fit; Ampere has a bf16 sweep (A100) but no TF32 one;
+    # fp16 takes the bf16 fit; fp32 at full precision takes the TF32 one.
+    assert gemm_fit(get_gpu("l4"), "bfloat16") is GENERIC_GEMM_FITS["bfloat16"]
+    assert gemm_fit(A100, "bfloat16") is GEMM_FITS[("ampere", "bfloat16")]
+    assert gemm_fit(get_gpu("a100-40gb"), "float16") is GEMM_FITS[("ampere", "bfloat16")]
+    assert gemm_fit(A100, "float32") is GENERIC_GEMM_FITS["float32"]
     assert gemm_fit(H100, "float16") is GEMM_FITS[("hopper", "bfloat16")]
     assert gemm_fit(H100, "float32") is GEMM_FITS[("hopper", "float32")]  # TF32
     # CUDA-core FP32 (full precision, or a GPU without TF32) has no sweep.
@@ -123,6 +126,9 @@ def _measured_and_predicted(row):
     ("G1219", "h100", (1, 2048, 2048, 2048), 641.04),
     ("G0094", "b200", (1, 2048, 2048, 2048), 985.763),
     ("G0125", "b200", (1, 4096, 4096, 4096), 1416.867),
+    # PrincetonUniversity/LLMCompass@b95c6c95a800 ae/figure5/ab/real_hardware/matmul_A100.csv, rows 7, 18
+    ("G2632", "a100", (1, 4096, 12288, 12288), 277.493),
+    ("G2643", "a100", (1, 8192, 8192, 8192), 277.553),
 ])
 def test_golden_measurements(row_id, gpu, shape, tflops):
     row = next(r for r in ROWS if r["id"] == row_id)
@@ -142,10 +148,31 @@ def test_the_surface_fits_the_published_sweeps(gpu, key):
     assert errors[int(0.9 * len(errors))] < 0.25
 
 
+def test_the_a100_surface_fits_its_published_sweep():
+    """LLMCompass's A100 SXM4 80GB bf16 matmuls, within the bounds the XLA sweeps meet, over the
+    rows the kernel dominates: it timed each call by the host's wall clock with a synchronisation,
+    a round trip of a few tens of µs that is all of its sub-0.1 ms rows (8192 x 64 x 64, 4 MFLOP,
+    takes 0.030 ms)."""
+    rows = [r for r in ROWS if r["gpu"] == "a100"]
+    assert len(rows) == 20 and {r["dtype"] for r in rows} == {"bfloat16"}
+    timed = [(m, p) for m, p in map(_measured_and_predicted, rows) if m >= 1e-4]
+    assert len(timed) == 15
+    errors = sorted(abs(p / m - 1) for m, p in timed)
+    assert errors[len(errors) // 2] < 0.07
+    assert errors[int(0.9 * len(errors))] < 0.25
+    # Its long-K, full-wave GEMMs run at or above the preset's mamf-finder best (271.2 TFLOP/s):
+    # the plateau sits at its bound, the sweep gives no lower A100 bf16 rate.
+    assert GEMM_FITS[("ampere", "bfloat16")].plateau == 1.0
+    big = [float(r["tflops"]) for r in rows if 2.0 * int(r["m"]) * int(r["n"]) * int(r["k"]) > 1e12]
+    assert len(big) == 7 and min(big) > 271.2
+
+
 def test_every_row_cites_its_source_and_no_kept_out_one():
-    assert len(ROWS) == 2625 and len({r["id"] for r in ROWS}) == len(ROWS)
+    assert len(ROWS) == 2645 and len({r["id"] for r in ROWS}) == len(ROWS)
     for r in ROWS:
-        assert r["source"].startswith("ROCm/xla@d02afb4fc18a matmul_interpolator_data.h ")
+        assert r["source"].startswith(("ROCm/xla@d02afb4fc18a matmul_interpolator_data.h ",
+                                       "PrincetonUniversity/LLMCompass@b95c6c95a800 "
+                                       "ae/figure5/ab/real_hardware/matmul_A100.csv row "))
         assert r["gpu"] in GPU_PRESETS and float(r["tflops"]) > 0
         # No row above the GPU's dense peak (the H100 FP8 entries of the table are, and are left out).
         assert float(r["tflops"]) * 1e12 <= get_gpu(r["gpu"]).peak_rate(r["dtype"])
@@ -168,4 +195,4 @@ def test_shipped_constants_are_the_fit_on_the_sweeps():
         assert accuracy_gemm.fit(xs) == GEMM_FITS[(get_gpu(gpu).architecture, dtype)], (gpu, dtype)
     for dtype, shipped in GENERIC_GEMM_FITS.items():
         nvidia = [xs for (g, d), xs in x.items() if d == dtype and not get_gpu(g).architecture.startswith("cdna")]
-        assert accuracy_gemm.fit(np.concatenate(nvidia)) == shipped, dtype
+        assert accuracy_gemm.fit_sources(nvidia) == shipped, dtype

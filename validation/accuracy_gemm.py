@@ -12,7 +12,8 @@ and prints:
 * the in-sample error of each family's fit, next to the model before the surface (the best
   measured rate with tile and wave quantization only);
 * leave-one-source-out: each GPU's sweep (one source each) predicted with the generic fit of the
-  *other* GPUs' sweeps, the fallback a GPU of an unmeasured family gets;
+  *other* GPUs' sweeps, the fallback a GPU of an unmeasured family gets (each sweep weighing the
+  same: :func:`fit_sources`);
 * the constants to paste (the generic ones fitted on the NVIDIA sweeps: every family without
   a sweep of its own but CDNA2 is NVIDIA's) into :data:`~dpsim.workload.gemm.GEMM_FITS` and
   :data:`~dpsim.workload.gemm.GENERIC_GEMM_FITS`.
@@ -89,13 +90,15 @@ def predict(x: np.ndarray, fit: GemmFit) -> np.ndarray:
     return np.maximum(compute / Efficiencies().matmul, memory_s)
 
 
-def fit(x: np.ndarray) -> GemmFit:
-    """The grid point minimising the time-weighted mean squared log error of the time."""
+def fit(x: np.ndarray, weight: np.ndarray | None = None) -> GemmFit:
+    """The grid point minimising the time-weighted mean squared log error of the time (``weight``,
+    summing to 1, by default each row's share of the measured time)."""
     base, depth, memory_s, peak_over_best, measured = x.T
     plateau = np.minimum(PLATEAUS[:, None], peak_over_best[None, :])
     # Each row weighs its measured time: a training step's error is the time-weighted mean of its
     # kernels' errors, so long GEMMs matter more than microsecond ones.
-    weight = measured / measured.sum()
+    if weight is None:
+        weight = measured / measured.sum()
     best: tuple[float, GemmFit] | None = None
     for k0 in K_OVERHEADS:
         slowed = base * (depth + k0) / depth
@@ -107,6 +110,14 @@ def fit(x: np.ndarray) -> GemmFit:
                 best = (float(loss[i]), GemmFit(plateau=float(PLATEAUS[i]), k_overhead=float(k0), launch_s=float(t0)))
     assert best is not None
     return best[1]
+
+
+def fit_sources(sweeps: list[np.ndarray]) -> GemmFit:
+    """One fit over several GPUs' sweeps, each sweep weighing the same in total (its rows by their
+    share of its measured time): pooled, the source timing the longest kernels would set the fit
+    alone (LLMCompass's A100 rows run up to 61 ms, XLA's table's at most about 1 ms)."""
+    weight = np.concatenate([xs[:, 4] / xs[:, 4].sum() / len(sweeps) for xs in sweeps])
+    return fit(np.concatenate(sweeps), weight)
 
 
 def errors(x: np.ndarray, fit_: GemmFit) -> np.ndarray:
@@ -152,7 +163,7 @@ def main() -> None:
             if not rest:
                 print(f"  {held:7s} {dtype:9s} no other GPU has a {dtype} sweep")
                 continue
-            f = fit(np.concatenate(rest))
+            f = fit_sources(rest)
             print(f"  {held:7s} {dtype:9s} surface {summary(errors(x[(held, dtype)], f))} | "
                   f"before {summary(errors(x[(held, dtype)], NEUTRAL_GEMM_FIT))}")
     print("\nGEMM_FITS:")
@@ -161,7 +172,7 @@ def main() -> None:
     print("GENERIC_GEMM_FITS (NVIDIA sweeps only: the families without a sweep are NVIDIA's):")
     for dtype in sorted({d for _, d in x}):
         nvidia = [xs for (g, d), xs in x.items() if d == dtype and not get_gpu(g).architecture.startswith("cdna")]
-        print(f"    {dtype!r}: {_fmt(fit(np.concatenate(nvidia)))},")
+        print(f"    {dtype!r}: {_fmt(fit_sources(nvidia))},")
 
 
 if __name__ == "__main__":
