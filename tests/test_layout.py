@@ -233,6 +233,23 @@ def test_plan_memory_is_predicts_memory(model, kw, strategy, recompute):
                                              rel=1e-12)
 
 
+
+def test_plan_costs_a_float8_fsdp_layout_as_predict_does():
+    """A tensor/pipeline candidate's fsdp is torchtitan's FSDP2 with the float8 all-gather in predict
+    (its weights reach the GEMMs in FP8, uncast): the planner's shard compute and memory are the same."""
+    from dpsim.plan.planner import Candidate, Planner
+    base = PredictConfig(model="llama-2-13b", link="infiniband", precision="bf16-params", fp8="torchao-tensorwise",
+                         compile=True, strategy="fsdp")
+    planner = Planner(base)
+    assert planner.layout_precision.fp8.fsdp_float8_all_gather
+    assert not planner.precision.fp8.fsdp_float8_all_gather  # FSDP1 without a layout casts locally
+    c = Candidate(gpus=64, strategy="fsdp", micro_batch=1, global_batch=32, tp=2, pp=4, dp=8, schedule="1f1b",
+                  virtual_stages=1, sequence_parallel=True, recompute="full")
+    est = planner.estimate(c, global_batch=32)
+    predicted = predict(dataclasses.replace(c.config(base), steps=1))
+    assert est.memory_bytes == pytest.approx(predicted.memory.total_bytes, rel=1e-12)
+    assert est.step_time_s == pytest.approx(predicted.step_time_s, rel=0.06)
+
 @pytest.mark.parametrize("model, seq_len, kw", [
     ("mixtral-8x7b", None, dict(tp=2, pp=2, dp=16, ep=8, sequence_parallel=True)),
     ("mixtral-8x7b", None, dict(tp=1, pp=4, dp=16, ep=4, sequence_parallel=False)),

@@ -445,6 +445,12 @@ class Planner:
         self.model: ModelSpec = load_model(base)
         self.precision = get_precision(base.execution.precision, base.execution.fp8, strategy=base.parallelism.strategy,
                                        fsdp_version=base.parallelism.fsdp_version, compile=base.execution.compile)
+        # A tensor/pipeline candidate's fsdp runs as torchtitan's FSDP2 (float8 all-gather included),
+        # as ``predict`` costs it (:func:`dpsim.workload.fp8.fp8_all_gather`).
+        self.layout_precision = get_precision(base.execution.precision, base.execution.fp8,
+                                              strategy=base.parallelism.strategy,
+                                              fsdp_version=base.parallelism.fsdp_version,
+                                              compile=base.execution.compile, layout=True)
         self._topologies: dict[int, Topology] = {}
         self._models: dict[object, CollectiveModel] = {}
         self._collectives: dict[tuple[int, int, int, int], GroupCollectives] = {}
@@ -544,7 +550,7 @@ class Planner:
         compute = self._compute.get(ckey)
         if compute is None:
             cfg = dataclasses.replace(self.base, micro_batch=micro_batch)
-            compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, self.precision)
+            compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, self.layout_precision)
         ctx = self.context(c.cp)
         layout = Layout(tp=tp, micro_batch=micro_batch, sequence_parallel=sp, recompute=recompute,
                         tp_comm_overlap=self.tp_comm_overlap if tp > 1 else "backward",
@@ -553,7 +559,7 @@ class Planner:
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
         # Op-level modes re-run a share of each layer's forward, as predict costs them.
         shares = recompute_shares(tpm.spec, CheckpointPolicy(mode=recompute, every=self.base.execution.recompute_every),
-                                  gpu=self.gpu, precision=self.precision, micro_batch=micro_batch) \
+                                  gpu=self.gpu, precision=self.layout_precision, micro_batch=micro_batch) \
             if recompute in OP_RECOMPUTES else None
         accumulate = () if layout.grad_accum_fusion else \
             gradient_accumulation_s(tpm, self.gpu, self.precision.grad_bytes)
@@ -739,7 +745,7 @@ class Planner:
         activations = self._activations.get(key)
         if activations is None:
             activations = self._activations[key] = stage_activation_bytes(tpm, assignment, layout)
-        stages = stages_memory(tpm, layout, self.gpu, self.precision, self.base.workload.optimizer, assignment, activations,
+        stages = stages_memory(tpm, layout, self.gpu, self.layout_precision, self.base.workload.optimizer, assignment, activations,
                                cp_model=self.model)
         worst = worst_stage(stages).breakdown
         return worst.total_bytes, worst.usable_bytes, stages[0].params_per_gpu
