@@ -270,7 +270,7 @@ def internlm_attention_params(model: ModelSpec) -> ModelSpec:
     the builder lists separate q/k/v/o weights without biases. It matters to InternLM's ZeRO-1,
     which owns and broadcasts whole tensors (``_partition_param_list``, ``broadcast_params``): 32
     fused 50M-element tensors and 64 small biases instead of 96 16.8M-element ones make 162 large
-    broadcasts at 291 ranks or more, not 224. Compute is left as the builder costs it (three GEMMs,
+    broadcasts at 291 ranks or more, not 226. Compute is left as the builder costs it (three GEMMs,
     the bias adds not charged)."""
     renames: dict[str, tuple[str, ...]] = {}
     layers = []
