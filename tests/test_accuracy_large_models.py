@@ -95,3 +95,24 @@ def test_validation_section_is_current(evaluated):
     committed = text.split(alm.HEADING, 1)[1].split("\n## ", 1)[0].strip()
     assert committed == alm.section(presets, loso, fitted, skipped).strip(), \
         "stale: run python validation/accuracy_large_models.py --write"
+
+
+def test_internlm_rows_own_and_broadcast_internlms_fused_attention_tensors():
+    # InternLM@20fe5ac2's MHA: one Wqkv [3h, h] with a bias and out_proj with a bias, so its
+    # HybridZeroOptimizer owns 9 tensors per block (2 + 32 x 9 + 1 = 291), 162 of them large.
+    from dpsim.strategies.zero import internlm_zero1
+
+    row = next(r for r in alm.rows() if r["id"] == "R078")
+    model = alm.model_of(row)
+    shapes = [p.shape for p in model.params]
+    assert len(shapes) == 291
+    assert shapes.count((12288, 4096)) == 32 and shapes.count((12288,)) == 32
+    assert shapes.count((4096, 4096)) == 32 and shapes.count((4096,)) == 32 + 65
+    assert not any(p.name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")) for p in model.params)
+    assert sorted(model.grad_ready_order or [p.name for p in model.grad_ready_params]) == sorted(
+        p.name for p in model.params)
+    # One tensor per owner at 1024 ranks: 2 embeddings, 32 Wqkv, 96 MLP and 32 out_proj weights
+    # broadcast whole; the 129 norm and bias vectors are the small ones.
+    sizes = [b for _, b in internlm_zero1(model.params, 1024, bucket_cap_mb=None, grad_bytes=2).broadcasts(2)]
+    assert len(sizes) == 291
+    assert sum(b > 1e6 for b in sizes) == 162

@@ -47,7 +47,7 @@ import math
 import re
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ from dpsim.predict.config import PredictConfig  # noqa: E402
 from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
 from dpsim.workload.catalog import get_entry, get_model, list_models  # noqa: E402
-from dpsim.workload.spec import ModelSpec  # noqa: E402
+from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "large_model_runs.csv"
 VALIDATION = ROOT / "VALIDATION.md"
@@ -254,7 +254,51 @@ def model_of(row: dict) -> ModelSpec:
         model = build_llama(cfg, name=row["model"], flash_attention=True)
     else:
         raise KeyError(f"{row['id']}: activation {row['ffn_act']!r} has no builder")
+    if row["framework"].startswith("InternLM"):
+        model = internlm_attention_params(model)
     return with_attention_kernel(model, fused_kernel) if fused_kernel else model
+
+
+_QKV = ("q_proj", "k_proj", "v_proj")
+
+
+def internlm_attention_params(model: ModelSpec) -> ModelSpec:
+    """``model`` (the Llama builder's) with InternLM's attention parameter tensors: one fused
+    ``Wqkv`` of ``[q + 2 kv, h]`` with a bias (``ColumnParallelLinear(embed_dim, 3 * embed_dim, ...,
+    bias=True)``) and ``out_proj`` with its bias ("output projection always have the bias"), in
+    ``MHA`` of ``internlm/model/multi_head_attention.py`` at InternLM/InternLM@20fe5ac297e6, where
+    the builder lists separate q/k/v/o weights without biases. It matters to InternLM's ZeRO-1,
+    which owns and broadcasts whole tensors (``_partition_param_list``, ``broadcast_params``): 32
+    fused 50M-element tensors and 64 small biases instead of 96 16.8M-element ones make 162 large
+    broadcasts at 291 ranks or more, not 226. Compute is left as the builder costs it (three GEMMs,
+    the bias adds not charged)."""
+    renames: dict[str, tuple[str, ...]] = {}
+    layers = []
+    for layer in model.layers:
+        by_leaf = {p.name.rsplit(".", 2)[-2]: p for p in layer.params if p.name.endswith(".weight")}
+        if not all(k in by_leaf for k in (*_QKV, "o_proj")):
+            layers.append(layer)
+            continue
+        q, o = by_leaf["q_proj"], by_leaf["o_proj"]
+        stem = q.name.rsplit(".", 2)[0]  # ``model.layers.N.self_attn``
+        rows = sum(by_leaf[k].shape[0] for k in _QKV)
+        wqkv = (ParamSpec(name=f"{stem}.Wqkv.weight", shape=(rows, q.shape[1]), dtype=q.dtype),
+                ParamSpec(name=f"{stem}.Wqkv.bias", shape=(rows,), dtype=q.dtype))
+        out = (ParamSpec(name=f"{stem}.out_proj.weight", shape=o.shape, dtype=o.dtype),
+               ParamSpec(name=f"{stem}.out_proj.bias", shape=(o.shape[0],), dtype=o.dtype))
+        swap = {q.name: wqkv, by_leaf["k_proj"].name: (), by_leaf["v_proj"].name: (), o.name: out}
+        renames.update({k: tuple(p.name for p in v) for k, v in swap.items()})
+        params = tuple(x for p in layer.params for x in swap.get(p.name, (p,)))
+        # Backward hands out_proj's gradients to autograd before Wqkv's, each bias before its weight.
+        ready = None if layer.grad_ready_order is None else tuple(
+            n for name in layer.grad_ready_order for n in reversed(renames.get(name, (name,))))
+        layers.append(replace(layer, params=params, grad_ready_order=ready))
+
+    def rename(order):
+        return None if order is None else tuple(n for name in order for n in renames.get(name, (name,)))
+
+    return replace(model, layers=tuple(layers), registration_order=rename(model.registration_order),
+                   grad_ready_order=rename(model.grad_ready_order))
 
 
 def compiled(row: dict) -> bool:
