@@ -49,11 +49,11 @@ def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside():
 def test_the_intervals_are_not_wider_than_the_method_reaches():
     """Issue 25 asks for a median half-width at most twice the median error; CQR with the margin
     scored on the widened intervals, the compute pool keyed by model family first and order
-    statistics reaches 2.56 over the 372 rows with the large-model runs in the layout pool (2.07
+    statistics reaches 2.43 over the 372 rows with the large-model runs in the layout pool (2.07
     over the 265 without them; CQR before: 2.45; the normalised split-conformal intervals before
     it: 2.98), held here as a regression bound, not the issue's bar."""
     cov = loso_coverage()["all"]
-    assert cov.median_half_width <= 2.6 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
+    assert cov.median_half_width <= 2.5 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
 
 
 def test_the_large_model_runs_are_judged_by_the_layout_pool():
