@@ -119,7 +119,7 @@ FITTED = AttentionRateModel(
     causal_block_tokens=133.6,
     backward_shares={"cudnn@blackwell": 0.9653},
 )
-"""The fit on all 184 rows of ``tests/data/attention_kernel_rates.csv`` (``python
+"""The fit on all 204 rows of ``tests/data/attention_kernel_rates.csv`` (``python
 validation/accuracy_attention.py`` prints these numbers, ``tests/test_attention_rates.py`` checks they
 still match it): median |error| 5.1 %, worst 31 % (cuDNN on B200, causal at 512 tokens); each source
 predicted from the others, median 9.8 %, worst 49 % (the RTX 4090 rows, the only Ada source: with it
