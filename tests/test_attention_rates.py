@@ -73,10 +73,11 @@ def test_fit_and_leave_one_source_out_errors():
     shared = [r for r in rows if r.pair not in fit.CEILING_ONLY]
     in_sample = sorted(abs(e) for e in fit.errors(FITTED, shared))
     assert in_sample[len(in_sample) // 2] < 0.06 and in_sample[-1] < 0.2
-    # A pair fitted on its ceiling alone keeps Hopper's shape: close on long keys, looser on short
-    # causal ones (B200 cuDNN, 1k causal tokens: 21 % over).
+    # A pair fitted on its ceiling (and backward share) alone keeps Hopper's key-length shape: B200
+    # cuDNN's short causal rows come out over (512 causal tokens: 31 %), GB200 cuDNN 9.19's long
+    # forward rows under (32k tokens: 16-18 %); the two sources also differ in level.
     alone = sorted(abs(e) for e in fit.errors(FITTED, [r for r in rows if r.pair in fit.CEILING_ONLY]))
-    assert alone and alone[len(alone) // 2] < 0.06 and alone[-1] < 0.25
+    assert alone and alone[len(alone) // 2] < 0.08 and alone[-1] < 0.35
     loso = sorted(abs(e) for errs in fit.leave_one_source_out(rows).values() for e in errs)
     assert loso[len(loso) // 2] < 0.10
 
@@ -90,7 +91,23 @@ PUBLISHED = [
     ("h100", "sdpa", True, 128, 8192, False, 318, "FlashAttention-3 paper Fig. 6, FlashAttention-2 bwd"),
     ("h100", "flash3", True, 64, 4096, False, 453, "FlashAttention-3 paper Fig. 6, head dim 64"),
     ("b200", "cudnn", False, 64, 8192, False, 898, "A177: flash-attention PR #2605, cuDNN fwd on B200"),
+    ("gb200", "cudnn", True, 128, 32768, True, 1473, "A186: cudnn-frontend GB200 cuDNN 9.19, causal bwd"),
+    ("gb200", "cudnn", True, 128, 4096, False, 1287, "A200: cudnn-frontend GB200 cuDNN 9.19, bwd"),
 ]
+
+
+def test_blackwell_exponentials_weigh_twice_as_much_per_tensor_core_flop():
+    """FlashAttention-4: Blackwell doubles the tensor cores' rate, not the exponential units', so the
+    head dim at which the exponentials halve the rate doubles; head dim 128 gains more over 64 than
+    on Hopper, as cuDNN on B200 measured within one table (A184 / A174: 1153 / 844 TFLOP/s at 1k tokens)."""
+    def gain(generation):
+        rate = lambda d: FITTED.fraction_of_peak(f"cudnn@{generation}", False, d, 1024.0, False)  # noqa: E731
+        return rate(128) / rate(64)
+    d0 = FITTED.families["cudnn"].head_dim_half
+    assert gain("hopper") == pytest.approx((128 / (128 + d0)) / (64 / (64 + d0)))
+    assert gain("blackwell") == pytest.approx((128 / (128 + 2 * d0)) / (64 / (64 + 2 * d0)))
+    assert gain("blackwell") > gain("hopper")
+    assert gain("blackwell") == pytest.approx(1153 / 844, rel=0.02)
 
 
 @pytest.mark.parametrize("gpu,kernel,backward,head_dim,seq,causal,tflops,row", PUBLISHED)

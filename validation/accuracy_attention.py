@@ -39,9 +39,11 @@ PRIOR = {"ceiling": 0.6, "backward_share": 0.85, "head_dim_half": 32.0, "forward
 the fixed cost of about two 128-token blocks, one block of causal masking."""
 
 CEILING_ONLY = ("cudnn@blackwell",)
-"""Pairs whose rows fit their ceiling only: one source's forward rows (cuDNN on B200) that would
+"""Pairs whose rows fit their ceiling (on their forward rows) and, when they have backward rows, their
+own backward share only: cuDNN on B200 (forward) and GB200 (forward and backward), rows that would
 otherwise pull the shape terms every other pair shares (the causal diagonal block, cuDNN's key and
-head-dim halves, fitted on far more rows); their shape and backward share are Hopper cuDNN's."""
+head-dim halves, fitted on far more rows); their key-length shape is Hopper cuDNN's and their head-dim
+half the family's times :data:`dpsim.workload.attention_rates.HEAD_DIM_HALF_SCALE`."""
 
 PRIOR_WEIGHT = 0.05
 """Weight of the pull, against 1 per row, in log (logit for shares) units."""
@@ -133,16 +135,22 @@ def fit(rows: list[Row], iterations: int = 200) -> AttentionRateModel:
     """The shared terms fitted on the rows of every pair but :data:`CEILING_ONLY`'s (:func:`_fit_shared`),
     then each :data:`CEILING_ONLY` pair's ceiling alone on its own rows with those terms held."""
     model = _fit_shared([r for r in rows if r.pair not in CEILING_ONLY], iterations)
-    ceilings = dict(model.ceilings)
+    ceilings, shares = dict(model.ceilings), {}
     for pair in CEILING_ONLY:
         own = [r for r in rows if r.pair == pair]
         if own:
             # log(rate) is linear in log(ceiling): the least-squares ceiling is the geometric mean of
             # published / predicted-at-ceiling-one over the pair's rows.
             unit = replace(model, ceilings={**ceilings, pair: 1.0})
+            forward = [r for r in own if not r.backward] or own
             ceilings[pair] = float(np.exp(np.mean([np.log(r.fraction / unit.fraction_of_peak(
-                pair, r.backward, r.head_dim, r.keys, r.causal)) for r in own])))
-    return replace(model, ceilings=ceilings)
+                pair, r.backward, r.head_dim, r.keys, r.causal)) for r in forward])))
+            backward = [r for r in own if r.backward]
+            if backward and len(forward) < len(own):  # its own backward share, the same way
+                unit = replace(model, ceilings={**ceilings}, backward_shares={**shares, pair: 1.0})
+                shares[pair] = float(np.exp(np.mean([np.log(r.fraction / unit.fraction_of_peak(
+                    pair, r.backward, r.head_dim, r.keys, r.causal)) for r in backward])))
+    return replace(model, ceilings=ceilings, backward_shares=shares)
 
 
 def _fit_shared(rows: list[Row], iterations: int) -> AttentionRateModel:
@@ -188,8 +196,9 @@ def describe(model: AttentionRateModel) -> str:
     fams = ",\n".join(
         f'        "{f}": FamilyRates(' + ", ".join(f"{t}={getattr(r, t):.4g}" for t in _FAMILY_TERMS) + ")"
         for f, r in model.families.items())
+    shares = ", ".join(f'"{p}": {c:.4g}' for p, c in model.backward_shares.items())
     return (f"AttentionRateModel(\n    ceilings={{{ceilings}}},\n    families={{\n{fams},\n    }},\n"
-            f"    causal_block_tokens={model.causal_block_tokens:.4g},\n)")
+            f"    causal_block_tokens={model.causal_block_tokens:.4g},\n    backward_shares={{{shares}}},\n)")
 
 
 def _stats(errs: list[float]) -> str:

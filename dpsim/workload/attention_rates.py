@@ -24,17 +24,18 @@ The backward pass (five GEMMs, FLOPs counted as 2.5 forward passes, the conventi
 benchmarks) runs at :attr:`FamilyRates.backward_share` of the forward's ceiling, with its own ``s0``.
 
 The numbers in :data:`FITTED` are the fit on every row of ``tests/data/attention_kernel_rates.csv``
-(published FlashAttention-2/3 and cuDNN benchmarks on A100, RTX 4090, H100 and B200, each row cited);
-``python validation/accuracy_attention.py`` refits them and reports the error leaving each source
-out. cuDNN on Blackwell has forward rows from one source only (B200): its ceiling is fitted alone, with
-Hopper cuDNN's shape terms and backward share. Generations with no published row (Volta, Turing, AMD;
+(published FlashAttention-2/3 and cuDNN benchmarks on A100, RTX 4090, H100, B200 and GB200, each row
+cited); ``python validation/accuracy_attention.py`` refits them and reports the error leaving each
+source out. cuDNN on Blackwell has rows from two sources (B200 forward, GB200 forward and backward):
+its ceiling and backward share are fitted alone, with Hopper cuDNN's key-length terms and its head-dim
+term doubled (:data:`HEAD_DIM_HALF_SCALE`: the exponential units did not grow with the tensor cores). Generations with no published row (Volta, Turing, AMD;
 Blackwell for every kernel but cuDNN) and PyTorch's memory-efficient kernel are costed as
 FlashAttention-2 on Hopper: a kernel not written for the architecture it runs on (:func:`kernel_pair`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 FAMILIES = ("flash2", "flash3", "cudnn")
 """Kernel families the model knows: FlashAttention-2 (PyTorch SDPA's flash backend), FlashAttention-3
@@ -42,6 +43,18 @@ FAMILIES = ("flash2", "flash3", "cudnn")
 
 CEILING_KEYS = ("flash2@ampere", "flash2@ada", "flash2@hopper", "flash3@hopper", "cudnn@hopper", "cudnn@blackwell")
 """``family@generation`` pairs with a published benchmark (:attr:`AttentionRateModel.ceilings`)."""
+
+HEAD_DIM_HALF_SCALE = {"blackwell": 2.0}
+"""How many times a generation's ``d0`` (:attr:`FamilyRates.head_dim_half`) exceeds the family's
+fitted one. ``d0`` is where the exponentials' time equals the GEMMs' (per score ``4d`` tensor-core
+FLOPs against one exponential), so it scales with tensor-core FLOPs per exponential: on Blackwell
+"tensor core throughput doubles while other functional units (shared memory bandwidth, exponential
+units) scale more slowly or remain unchanged" (Zadouri et al. 2026, "FlashAttention-4",
+arXiv:2603.05451, abstract; www.together.ai/blog/flashattention-4: the SFU count is unchanged
+from H100 to B200 while BF16 tensor-core throughput goes from 1 to 2.25 PFLOPS). The one
+same-source check, cuDNN on B200 at 1k non-causal tokens (flash-attention PR #2605, rows A174 and
+A184 of ``tests/data/attention_kernel_rates.csv``), runs head dim 128 1.366x faster than 64:
+``d/(d + 2 d0)`` gives 1.37 with the fitted cuDNN ``d0``, ``d/(d + d0)`` 1.23."""
 
 FALLBACK = "flash2@hopper"
 """The pair every unbenchmarked one is costed as: FlashAttention-2 on a generation it was not written for."""
@@ -72,22 +85,29 @@ class AttentionRateModel:
     """Shape terms per kernel family (:data:`FAMILIES`)."""
     causal_block_tokens: float
     """Extra key tokens of work per query block under a causal mask (the masked diagonal block)."""
+    backward_shares: dict[str, float] = field(default_factory=dict)
+    """Backward ceiling / forward ceiling of a ``family@generation`` fitted on its own backward rows
+    (a pair of ``validation/accuracy_attention.py``'s ``CEILING_ONLY``), in place of its family's
+    :attr:`FamilyRates.backward_share`."""
 
     def fraction_of_peak(self, pair: str, backward: bool, head_dim: int, keys: float, causal: bool) -> float:
         """Achieved rate / dense peak of the kernel ``pair`` (``family@generation``, one of
         :data:`CEILING_KEYS`) for query blocks that loop over ``keys`` key tokens each (already
         halved by a causal mask)."""
-        rates = self.families[pair.split("@")[0]]
-        ceiling = self.ceilings[pair] * (rates.backward_share if backward else 1.0)
+        family, generation = pair.split("@")
+        rates = self.families[family]
+        share = self.backward_shares.get(pair, rates.backward_share)
+        ceiling = self.ceilings[pair] * (share if backward else 1.0)
         half = rates.backward_keys_half if backward else rates.forward_keys_half
         if causal:
             half += self.causal_block_tokens
-        return ceiling * head_dim / (head_dim + rates.head_dim_half) * keys / (keys + half)
+        d0 = rates.head_dim_half * HEAD_DIM_HALF_SCALE.get(generation, 1.0)
+        return ceiling * head_dim / (head_dim + d0) * keys / (keys + half)
 
 
 FITTED = AttentionRateModel(
     ceilings={"flash2@ampere": 0.6042, "flash2@ada": 0.9739, "flash2@hopper": 0.3421, "flash3@hopper": 0.8879,
-              "cudnn@hopper": 0.7018, "cudnn@blackwell": 0.6232},
+              "cudnn@hopper": 0.7018, "cudnn@blackwell": 0.923},
     families={
         "flash2": FamilyRates(backward_share=0.9363, head_dim_half=3.373, forward_keys_half=42.92,
                               backward_keys_half=275.4),
@@ -97,13 +117,17 @@ FITTED = AttentionRateModel(
                              backward_keys_half=304.1),
     },
     causal_block_tokens=133.6,
+    backward_shares={"cudnn@blackwell": 0.9653},
 )
-"""The fit on all 184 rows of ``tests/data/attention_kernel_rates.csv`` (``python
+"""The fit on all 204 rows of ``tests/data/attention_kernel_rates.csv`` (``python
 validation/accuracy_attention.py`` prints these numbers, ``tests/test_attention_rates.py`` checks they
-still match it): median |error| 4.7 %, worst 21 % (cuDNN on B200, causal at 1k tokens; 17 % on the
-other pairs); each source predicted from the others, median 8.1 %, worst 49 % (the RTX 4090 rows, the
-only Ada source: with it out, its ceiling has nothing to go on). ``cudnn@blackwell`` is fitted alone
-on its 11 B200 forward rows (Dao-AILab/flash-attention pull request #2605), the shared terms held.
+still match it): median |error| 5.1 %, worst 31 % (cuDNN on B200, causal at 512 tokens); each source
+predicted from the others, median 9.8 %, worst 49 % (the RTX 4090 rows, the only Ada source: with it
+out, its ceiling has nothing to go on). ``cudnn@blackwell`` is fitted alone, its ceiling on its 21
+forward rows and its backward share on its 10 backward rows (B200: Dao-AILab/flash-attention pull
+request #2605; GB200: NVIDIA/cudnn-frontend's cuDNN 9.19 training benchmark), the shared terms held:
+GB200's long forward rows come out 16-18 % under, B200's short causal ones up to 31 % over (a steeper
+key-length ramp than Hopper's that one ceiling cannot follow).
 FlashAttention-2's head dim term is near zero: on Hopper it is slower at head dim 256 than at 128
 (register pressure), which ``d / (d + d0)`` cannot follow, so the fit flattens it."""
 
