@@ -264,17 +264,8 @@ def fp8_copies(recipe: Fp8Recipe, architecture: str) -> int:
     return 2 if column else 1
 
 
-def cast_bytes_per_element(recipe: Fp8Recipe, high_precision_bytes: float, architecture: str) -> float:
-    """Device-memory bytes one cast moves per element: the amax reads and the cast's read of the
-    high-precision tensor, and the FP8 copies with their scales."""
-    copies = fp8_copies(recipe, architecture)
-    return (recipe.amax_reads + 1) * high_precision_bytes + copies * (FP8_BYTES + recipe.scale_bytes_per_element)
 
 
-def cast_kernels(recipe: Fp8Recipe) -> float:
-    """Kernels one cast launches: the cast, and for dynamic scaling the two-stage amax
-    reduction (roofline_utils.py's kernels 1 and 2)."""
-    return 1.0 + 2.0 * recipe.amax_reads
 
 
 def gathered_weight_bytes(full_numel: float, fp8_numel: float, weight_bytes: float, recipe: Fp8Recipe | None) -> float:
