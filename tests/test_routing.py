@@ -219,3 +219,5 @@ def test_maxvio_beyond_every_token_is_refused_in_one_line():
         rank_load(parse_routing("maxvio:15"), ep=8, tokens_per_rank=10, **QWEN3)  # 16 x 8 / 128 = 1
     msg = str(e.value)
     assert "\n" not in msg and "--moe-routing" in msg and "maxvio:15" in msg and "below 15" in msg
+    with pytest.raises(ConfigError, match="single expert"):
+        expert_shares(parse_routing("maxvio:0.5"), 1)

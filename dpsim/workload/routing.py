@@ -165,7 +165,10 @@ def _maxvio_shares(v: float, experts: int, top_k: int) -> np.ndarray:
     """Shares whose top-``top_k`` race gives expert 0 ``(1 + v) x`` the mean load and the others
     the rest equally (module docstring, ``maxvio``)."""
     hot = (1.0 + v) * top_k / experts  # expert 0's inclusion probability
-    if experts == 1 or hot >= 1.0:
+    if experts == 1:
+        raise ConfigError(f"{_FLAG}: maxvio:{v:g} skews one expert over the others, but the model has a single "
+                          f"expert; expected maxvio:0 or balanced")
+    if hot >= 1.0:
         limit = experts / top_k - 1.0
         raise ConfigError(f"{_FLAG}: maxvio:{v:g} would send every token to the busiest of {experts} experts "
                           f"(top-{top_k}); expected a maximal violation below {limit:g}")
