@@ -116,3 +116,15 @@ def test_internlm_rows_own_and_broadcast_internlms_fused_attention_tensors():
     sizes = [b for _, b in internlm_zero1(model.params, 1024, bucket_cap_mb=None, grad_bytes=2).broadcasts(2)]
     assert len(sizes) == 291
     assert sum(b > 1e6 for b in sizes) == 162
+
+
+def test_dropless_aux_loss_rows_route_with_the_measured_max_violation():
+    # arXiv:2408.15664 measured MaxVio on 64 fine-grained experts: Qwen3's 128 take it, Mixtral's
+    # 8 stay balanced; forced-balance and capacity-factor rows keep their own routing.
+    rows = {r["id"]: r for r in alm.rows()}
+    for rid in ("R057", "R063", "R069"):
+        job = alm.job_of(rows[rid])
+        assert job.config.parallelism.moe_routing == f"maxvio:{alm.AUX_LOSS_MAX_VIOLATION:g}"
+        assert any("arXiv:2408.15664" in a for a in job.assumed)
+    for rid in ("R054", "R056", "R062", "R064"):
+        assert alm.job_of(rows[rid]).config.parallelism.moe_routing == "balanced"

@@ -136,7 +136,8 @@ def test_fast_at_scale():
 @pytest.mark.parametrize("text, needle", [
     ("uniform", "is not a routing"), ("zipf:", "no number"), ("zipf:-1", "finite number >= 0"),
     ("zipf:nan", "finite number >= 0"), ("histogram:/nonexistent/h.json", "cannot be read"),
-    ("balanced:2", "is not a routing"),
+    ("balanced:2", "is not a routing"), ("maxvio:", "no number"), ("maxvio:-0.1", "finite number >= 0"),
+    ("maxvio:inf", "finite number >= 0"),
 ])
 def test_bad_routing_is_one_line(text, needle):
     with pytest.raises(ConfigError) as e:
@@ -166,4 +167,57 @@ def test_bad_layout_arguments():
 
 
 def test_kinds_documented():
-    assert set(ROUTING_KINDS) == {"balanced", "zipf", "histogram"}
+    assert set(ROUTING_KINDS) == {"balanced", "zipf", "histogram", "maxvio"}
+
+
+QWEN3 = dict(experts=128, top_k=8)  # Qwen3-235B-A22B's routed experts and top-k
+
+
+def test_maxvio_zero_is_balanced():
+    for ep in (8, 32):
+        a = rank_load(parse_routing("maxvio:0"), ep=ep, tokens_per_rank=4096, **QWEN3)
+        b = rank_load(parse_routing("balanced"), ep=ep, tokens_per_rank=4096, **QWEN3)
+        assert a == b
+
+
+@pytest.mark.parametrize("v", [0.1, 0.52, 0.937, 3.0])
+@pytest.mark.parametrize("top_k", [1, 2, 8])
+def test_maxvio_sets_the_busiest_experts_load_after_the_top_k_draw(v, top_k):
+    # MaxVio (arXiv:2408.15664 eq. 4) is on the loads a token's top-k picks give, not on shares.
+    pi = inclusion_probabilities(expert_shares(parse_routing(f"maxvio:{v}"), 128, top_k), top_k)
+    assert pi.sum() == pytest.approx(top_k)
+    assert pi.max() / pi.mean() == pytest.approx(1 + v, rel=1e-9)
+    assert np.allclose(pi[1:], pi[1])  # the rest equal
+
+
+def test_maxvio_rank_loads_keep_every_routed_pair():
+    # The dispatch moves tokens x top_k (token, expert) pairs whatever the skew.
+    tokens, bpt = 4096, 2.0
+    for text in ("balanced", "maxvio:0.52", "maxvio:2"):
+        t = traffic_matrix(parse_routing(text), ep=32, tokens_per_rank=tokens, bytes_per_token=bpt, **QWEN3)
+        np.testing.assert_allclose(t.sum(axis=1), tokens * QWEN3["top_k"] * bpt)
+
+
+def test_maxvio_factor_grows_with_the_violation():
+    factors = [rank_load(parse_routing(f"maxvio:{v}"), ep=32, tokens_per_rank=4096, **QWEN3).mean_busiest_factor
+               for v in (0.0, 0.2, 0.52, 0.72, 0.937, 2.0)]
+    assert np.all(np.diff(factors) > 0), factors
+
+
+def test_maxvio_golden_rank_factor():
+    # 128 experts on 32 ranks, 4 each: the hot expert's rank holds 1.52 + 3 x (128 - 1.52) / 127
+    # expert-means over 4, i.e. 1.1269 x the mean rank once sampling noise has averaged out.
+    r = rank_load(parse_routing("maxvio:0.52"), ep=32, tokens_per_rank=1_000_000, **QWEN3)
+    assert r.mean_busiest_factor == pytest.approx((1.52 + 3 * (128 - 1.52) / 127) / 4, abs=2e-3)
+    # ep 8 dilutes the hot expert over 16 experts a rank.
+    r8 = rank_load(parse_routing("maxvio:0.52"), ep=8, tokens_per_rank=1_000_000, **QWEN3)
+    assert r8.mean_busiest_factor == pytest.approx((1.52 + 15 * (128 - 1.52) / 127) / 16, abs=2e-3)
+
+
+def test_maxvio_beyond_every_token_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as e:
+        rank_load(parse_routing("maxvio:15"), ep=8, tokens_per_rank=10, **QWEN3)  # 16 x 8 / 128 = 1
+    msg = str(e.value)
+    assert "\n" not in msg and "--moe-routing" in msg and "maxvio:15" in msg and "below 15" in msg
+    with pytest.raises(ConfigError, match="single expert"):
+        expert_shares(parse_routing("maxvio:0.5"), 1)

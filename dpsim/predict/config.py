@@ -294,7 +294,8 @@ class ParallelismConfig:
     --expert-tensor-parallel-size)."""
     moe_routing: str = "balanced"
     """How a mixture of experts' router spreads tokens over its experts: balanced, zipf:S (expert i's
-    share proportional to (i + 1)^-S) or histogram:PATH.json (measured per-expert counts); the
+    share proportional to (i + 1)^-S), histogram:PATH.json (measured per-expert counts) or maxvio:V
+    (an auxiliary-loss-balanced router whose busiest expert gets 1 + V times the mean load); the
     busiest expert-parallel GPU paces the expert GEMMs and the all-to-all."""
     moe_capacity_factor: float | None = field(default=None, metadata=_range(0, 1e6, open_below=True))
     """Expert capacity (GShard, Switch Transformer): an expert takes at most this x its balanced share

@@ -21,6 +21,28 @@ against direct per-token draws).
 are a multinomial draw of ``tokens x top_k`` over ``pi / k``, so the busiest rank's excess
 shrinks as the tokens grow (one vectorised draw for all steps, deterministic for a seed).
 
+**Auxiliary-loss-balanced routers (``maxvio:V``).** A router trained with a load-balancing
+auxiliary loss is not balanced: Wang et al., "Auxiliary-Loss-Free Load Balancing Strategy for
+Mixture-of-Experts" (arXiv:2408.15664, sec. 4.1 eq. 4, Table 2) measure the maximal violation
+``MaxVio = max_i Load_i / mean Load - 1`` of each MoE layer (averaged over layers) for routers
+trained with the GShard/Switch auxiliary loss: 0.72 (1B model) and 0.52 (3B), with 64 routed
+experts, top-6, sigmoid gate, coefficient 1e-3; 0.937 with a softmax gate at 3e-4 (their
+Appendix C, Table 6). ``MaxVio_global`` counts the loads over the whole validation set, so it is
+the expert popularity every batch inherits; their Fig. 5 finds the auxiliary-loss router's
+per-computation-batch MaxVio staying at about that level as the batch grows (a persistent skew,
+not sampling noise). Only the maximum is published, so ``maxvio:V`` gives the busiest expert
+``(1 + V) x`` the mean load and the other experts the rest equally (the least spread that reaches
+that maximum: a lower estimate of what the statistic implies). The loads are set on the inclusion
+probabilities (a token's chance of picking the expert, summing to ``top_k``), and the shares are
+the race's inverse, ``p_e`` proportional to ``-ln(1 - pi_e)`` (``pi`` itself for top-1), so that
+the top-k draw reproduces them exactly. **Expert to rank:** the hot expert sits on one rank with ``experts / ep - 1``
+ordinary ones, so that rank's excess over the mean rank is about ``V / (experts / ep)``: large
+for few experts per rank (ep 32 of 128 experts: 4 each, +13 % at V = 0.52), diluted for many
+(ep 8: 16 each, +3 %). **Per micro-batch:** the persistent loads are what every dispatch
+inherits; each micro-batch's (token, expert) pairs are then a multinomial draw over them as for
+the other kinds (the per-step variation above), while a micro-batch's own topical skew beyond
+the global one (the paper's MaxVio_batch curves, published only as figures) is not modelled.
+
 **Capacity factor.** GShard's and Switch Transformer's expert capacity: an expert takes at most
 ``capacity_factor x tokens x top_k / experts`` (token, expert) pairs in a step and drops the rest
 (Lepikhin et al., "GShard", arXiv:2006.16668, sec. 2.2 "expert capacity"; Fedus et al., "Switch
@@ -44,6 +66,8 @@ ROUTING_KINDS: dict[str, str] = {
     "balanced": "every expert gets the same share of tokens (an ideal load-balanced router)",
     "zipf": "zipf:S - expert i (0-based) gets a share proportional to (i + 1)^-S; S = 0 is balanced",
     "histogram": "histogram:PATH.json - a measured JSON list of per-expert token counts or shares",
+    "maxvio": "maxvio:V - an auxiliary-loss-balanced router: the busiest expert gets (1 + V) times the mean "
+              "expert load, the others the rest equally (MaxVio, arXiv:2408.15664); V = 0 is balanced",
 }
 """The routing kinds ``--moe-routing`` takes, and what each means."""
 
@@ -60,6 +84,8 @@ class Routing:
     """Zipf exponent S of ``zipf`` (expert i's share proportional to (i + 1)^-S)."""
     shares: tuple[float, ...] = ()
     """``histogram``: the token share of each expert, normalised to sum to 1."""
+    max_violation: float = 0.0
+    """``maxvio``: V, the busiest expert's load over the mean expert load, less 1 (>= 0)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,11 +102,12 @@ class RankLoad:
 
 
 def _routing_error(text: str, why: str) -> ConfigError:
-    return ConfigError(f"{_FLAG}: {text!r} {why}; expected balanced, zipf:S (S >= 0) or histogram:PATH.json")
+    return ConfigError(f"{_FLAG}: {text!r} {why}; expected balanced, zipf:S (S >= 0), histogram:PATH.json "
+                             f"or maxvio:V (V >= 0)")
 
 
 def parse_routing(text: str) -> Routing:
-    """The routing ``text`` names: ``balanced``, ``zipf:S`` or ``histogram:PATH.json``."""
+    """The routing ``text`` names: ``balanced``, ``zipf:S``, ``histogram:PATH.json`` or ``maxvio:V``."""
     if not isinstance(text, str):
         raise _routing_error(str(text), "is not text")
     kind, _, arg = text.strip().partition(":")
@@ -95,6 +122,14 @@ def parse_routing(text: str) -> Routing:
         if not math.isfinite(s) or s < 0:
             raise _routing_error(text, "has a Zipf exponent that is not a finite number >= 0")
         return Routing(kind="zipf", zipf_s=s)
+    if kind == "maxvio":
+        try:
+            v = float(arg)
+        except ValueError:
+            raise _routing_error(text, "has no number after maxvio:") from None
+        if not math.isfinite(v) or v < 0:
+            raise _routing_error(text, "has a maximal violation that is not a finite number >= 0")
+        return Routing(kind="maxvio", max_violation=v)
     if kind == "histogram" and arg:
         return Routing(kind="histogram", shares=_read_histogram(text, Path(arg)))
     raise _routing_error(text, "is not a routing")
@@ -126,9 +161,31 @@ def _check_int(name: str, value, low: int) -> int:
     return int(value)
 
 
-def expert_shares(routing: Routing, experts: int) -> np.ndarray:
-    """The share of tokens each of ``experts`` experts would get (sums to 1)."""
+def _maxvio_shares(v: float, experts: int, top_k: int) -> np.ndarray:
+    """Shares whose top-``top_k`` race gives expert 0 ``(1 + v) x`` the mean load and the others
+    the rest equally (module docstring, ``maxvio``)."""
+    hot = (1.0 + v) * top_k / experts  # expert 0's inclusion probability
+    if experts == 1:
+        raise ConfigError(f"{_FLAG}: maxvio:{v:g} skews one expert over the others, but the model has a single "
+                          f"expert; expected maxvio:0 or balanced")
+    if hot >= 1.0:
+        limit = experts / top_k - 1.0
+        raise ConfigError(f"{_FLAG}: maxvio:{v:g} would send every token to the busiest of {experts} experts "
+                          f"(top-{top_k}); expected a maximal violation below {limit:g}")
+    pi = np.full(experts, (top_k - hot) / (experts - 1))
+    pi[0] = hot
+    if top_k == 1:  # a single pick takes each expert with its share
+        return pi
+    w = -np.log1p(-pi)  # the exponential race's inverse: 1 - exp(-w) = pi
+    return w / w.sum()
+
+
+def expert_shares(routing: Routing, experts: int, top_k: int = 1) -> np.ndarray:
+    """The share of tokens each of ``experts`` experts would get (sums to 1); ``top_k`` is the
+    experts each token picks (only ``maxvio`` depends on it: it sets the loads after the top-k
+    draw)."""
     experts = _check_int("experts", experts, 1)
+    top_k = _check_int("top_k", top_k, 1)
     if routing.kind == "balanced":
         return np.full(experts, 1.0 / experts)
     if routing.kind == "zipf":
@@ -140,6 +197,10 @@ def expert_shares(routing: Routing, experts: int) -> np.ndarray:
                               f"{experts}; give one count per expert")
         w = np.asarray(routing.shares, dtype=float)
         return w / w.sum()
+    if routing.kind == "maxvio":
+        if routing.max_violation == 0:
+            return np.full(experts, 1.0 / experts)
+        return _maxvio_shares(routing.max_violation, experts, top_k)
     raise ConfigError(f"{_FLAG}: kind {routing.kind!r} is not known; choose one of {', '.join(ROUTING_KINDS)}")
 
 
@@ -193,7 +254,7 @@ def rank_load(routing: Routing, *, experts: int, ep: int, tokens_per_rank: int, 
               capacity_factor: float | None = None, steps: int = 64, seed: int = 0) -> RankLoad:
     """How the busiest of ``ep`` ranks is loaded when each of them routes ``tokens_per_rank``
     tokens to ``top_k`` of ``experts`` experts per step (``steps`` steps sampled with ``seed``)."""
-    shares = expert_shares(routing, experts)
+    shares = expert_shares(routing, experts, _check_int("top_k", top_k, 1))
     _check_moe(experts, ep, top_k, tokens_per_rank, capacity_factor, shares)
     steps = _check_int("steps", steps, 1)
     pairs = tokens_per_rank * ep * top_k
@@ -220,7 +281,7 @@ def traffic_matrix(routing: Routing, *, experts: int, ep: int, tokens_per_rank: 
     """Expected bytes each of ``ep`` ranks sends each other in one dispatch: rank ``i``'s tokens
     go to rank ``j`` in proportion to the chance they include one of ``j``'s experts (the diagonal
     stays local); with a capacity factor an expert's expected overflow is dropped."""
-    shares = expert_shares(routing, experts)
+    shares = expert_shares(routing, experts, _check_int("top_k", top_k, 1))
     _check_moe(experts, ep, top_k, tokens_per_rank, capacity_factor, shares)
     if not (isinstance(bytes_per_token, (int, float)) and math.isfinite(bytes_per_token) and bytes_per_token >= 0):
         raise ConfigError(f"bytes_per_token: {bytes_per_token!r} is not valid; expected a finite number >= 0")
