@@ -201,28 +201,17 @@ def sync_of(*, tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, micro_batc
                       dispatches_per_step=tuple(p.moe_layers * micro_batches for p in parts))
 
 
-def _pipeline_s(work: np.ndarray, m: int) -> np.ndarray:
-    """The 1F1B bound over the stage axis (-2) of ``work`` (..., stages, replicas)."""
-    return (m - 1) * work.max(axis=-2) + work.sum(axis=-2)
-
-
 def layout_step_intervals(spec, parts: tuple[StageParts, ...], sync: LayoutSync, *, persistent: np.ndarray,
                           nominal_step_s: float, steps: int, step_factors=None) -> np.ndarray:
     """``(spec.samples, steps)`` step times of a layout under ``spec``'s per-rank factors and, with
     ``step_factors`` (:attr:`~dpsim.workload.routing.RankLoad.step_factors`), per-dispatch routing
     load (module docstring). ``persistent``: every rank's straggler factor, in rank order."""
-    pp, dp, m, b = sync.stages, sync.replicas, sync.micro_batches, sync.block
+    pp, m, b = sync.stages, sync.micro_batches, sync.block
     n = len(persistent)
-    per_stage = n // pp
-    blocks = per_stage // b
-    # Replica r's ranks of a stage sit in block (r x tp x cp) // b.
-    replica_block = (np.arange(dp) * (per_stage // dp)) // b
-    work = np.array([p.work_s for p in parts])[:, None]
-    compute = np.array([p.compute_s for p in parts])[:, None]
-    x = np.array([p.expert_compute_s for p in parts])[:, None]
-    a = np.array([p.expert_comm_s for p in parts])[:, None]
-    opt = np.array([p.optimizer_s for p in parts])[:, None]
-    nominal_p = float(_pipeline_s(work, m)[0])
+    blocks = n // pp // b
+    # A block holds whole replicas' ranks of a stage (block >= tp x cp, ranks in Megatron's order),
+    # the same block index at every stage: its replicas see the same factors, so one pipeline per
+    # block stands for them.
     samples = spec.samples
     ids = list(range(samples))
     mean_compute = float(np.mean([p.compute_s for p in parts])) * m
@@ -231,15 +220,28 @@ def layout_step_intervals(spec, parts: tuple[StageParts, ...], sync: LayoutSync,
                          exposure_s=nominal_step_s).reshape(samples, steps, pp, blocks)
     else:
         g = np.ones((samples, steps, pp, blocks))
-    rho = np.ones((samples, steps, pp, blocks))
+    rho = None
     if step_factors is not None:
+        rho = np.empty((samples, steps, pp, blocks))
         for k in ids:
             rng = np.random.default_rng(np.random.SeedSequence(spec.seed, spawn_key=(ROUTING_SEED_KEY, k)))
             for s, d in enumerate(sync.dispatches_per_step):
                 rho[k, :, s, :] = routing_ratios(step_factors, groups=sync.expert_groups_per_block, dispatches=d,
                                                  shape=(steps, blocks), rng=rng)
-    gr, rr = g[..., replica_block], rho[..., replica_block]  # (samples, steps, stages, replicas)
-    stage_work = gr * (compute - x + x * rr) + (work - compute - a) + a * rr
-    paced = _pipeline_s(stage_work, m).max(axis=-1)
+    slowest = total = None
+    for s, part in enumerate(parts):  # the 1F1B bound, (m - 1) x max_s W_s + sum_s W_s, stage by stage
+        other = part.work_s - part.compute_s
+        if rho is None:
+            w = g[:, :, s, :] * part.compute_s + other
+        else:
+            r = rho[:, :, s, :]
+            w = (g[:, :, s, :] * (part.compute_s - part.expert_compute_s + part.expert_compute_s * r)
+                 + (other - part.expert_comm_s) + part.expert_comm_s * r)
+        slowest = w if slowest is None else np.maximum(slowest, w)
+        total = w if total is None else total + w
+    works = [p.work_s for p in parts]
+    nominal_p = (m - 1) * max(works) + sum(works)
+    paced = ((m - 1) * slowest + total).max(axis=-1)
+    opt = np.array([p.optimizer_s for p in parts])[:, None]
     opt_stretch = (g * opt).max(axis=(-2, -1)) - float(opt.max())
     return nominal_step_s + (paced - nominal_p) + opt_stretch

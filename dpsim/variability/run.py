@@ -163,30 +163,30 @@ def _layout_with_variability(resolved, spec: VariabilitySpec, steps: int | None)
     (per-rank factors and, for a mixture of experts, each dispatch's routing load)."""
     config = resolved.config
     par = config.parallelism
+    if spec.degradations:
+        # The named links are numbered on the whole cluster, not on the layout's tp/pp/ep
+        # communicators, and the MoE all-to-all's fabric cost does not scale with them.
+        raise ConfigError("--degrade: not modelled for tensor/pipeline/expert layouts (--tp/--pp/--cp/--ep above 1); "
+                          "leave it out (--noise-cv, --straggler and --hiccup-rate-per-s are)")
     routing = _routing_varies(config) if par.ep > 1 else None
     if not spec.active and routing is None:
         return predict_resolved(resolved), None
-    prediction = predict_resolved(resolved, degradations=spec.degradations)
-    effect = _degradation_effect(resolved, prediction) if spec.degradations else None
+    prediction = predict_resolved(resolved)
     report = prediction.layout
-    load = report.expert_load if report is not None else None
-    if load is not None and par.ep > 1 and spec.per_rank and routing is None:
+    load = report.expert_load
+    if load is not None and par.ep > 1 and routing is None:
         routing = par.moe_routing  # balanced routing's per-dispatch sampling spread, with the noise
-    stats = None
-    if spec.per_rank or routing is not None:
-        steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
-        check_monte_carlo_size(config.cluster.gpus, spec.samples, steps)
-        topology = resolve_topology(config)
-        lay = report.layout
-        sync = sync_of(tp=lay.tp, cp=lay.cp, dp=lay.dp, pp=lay.pp, ep=lay.ep, etp=lay.etp,
-                       micro_batches=lay.micro_batches, parts=report.stage_parts,
-                       routing=routing if load is not None else None)
-        persistent = rank_factors(spec.stragglers, topology.n_gpus, topology.gpus_per_node)
-        intervals = layout_step_intervals(spec, report.stage_parts, sync, persistent=persistent,
-                                          nominal_step_s=prediction.step_time_s, steps=steps,
-                                          step_factors=load.step_factors if sync.routing is not None else None)
-        stats = summarise(intervals, global_batch=lay.global_batch, nominal_step_s=prediction.step_time_s,
-                          confidence=spec.confidence, n_ranks=topology.n_gpus, ranks_simulated=topology.n_gpus,
-                          max_front=0, seed=spec.seed)
-        return prediction, VariabilityReport(spec=spec, degradation=effect, statistics=stats, layout=sync)
-    return prediction, VariabilityReport(spec=spec, degradation=effect, statistics=None)
+    steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
+    check_monte_carlo_size(config.cluster.gpus, spec.samples, steps)
+    topology = resolve_topology(config)
+    lay = report.layout
+    sync = sync_of(tp=lay.tp, cp=lay.cp, dp=lay.dp, pp=lay.pp, ep=lay.ep, etp=lay.etp, micro_batches=lay.micro_batches,
+                   parts=report.stage_parts, routing=routing)
+    persistent = rank_factors(spec.stragglers, topology.n_gpus, topology.gpus_per_node)
+    intervals = layout_step_intervals(spec, report.stage_parts, sync, persistent=persistent,
+                                      nominal_step_s=prediction.step_time_s, steps=steps,
+                                      step_factors=load.step_factors if routing is not None else None)
+    stats = summarise(intervals, global_batch=lay.global_batch, nominal_step_s=prediction.step_time_s,
+                      confidence=spec.confidence, n_ranks=topology.n_gpus, ranks_simulated=topology.n_gpus,
+                      max_front=0, seed=spec.seed)
+    return prediction, VariabilityReport(spec=spec, degradation=None, statistics=stats, layout=sync)
