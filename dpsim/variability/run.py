@@ -176,8 +176,7 @@ def _layout_with_variability(resolved, spec: VariabilitySpec, steps: int | None)
     load = report.expert_load
     if load is not None and par.ep > 1 and routing is None:
         routing = par.moe_routing  # balanced routing's per-dispatch sampling spread, with the noise
-    steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
-    check_monte_carlo_size(config.cluster.gpus, spec.samples, steps)
+    steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps  # the per-rank draws' size was checked above
     topology = resolve_topology(config)
     lay = report.layout
     sync = sync_of(tp=lay.tp, cp=lay.cp, dp=lay.dp, pp=lay.pp, ep=lay.ep, etp=lay.etp, micro_batches=lay.micro_batches,
