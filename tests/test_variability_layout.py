@@ -11,8 +11,8 @@ import pytest
 from dpsim.cli import main
 from dpsim.errors import ConfigError
 from dpsim.predict import PredictConfig, predict
+from dpsim.strategies.stage_parts import StageParts
 from dpsim.variability.layout import (
-    StageParts,
     block_maxima,
     layout_step_intervals,
     routing_ratios,

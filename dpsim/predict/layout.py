@@ -72,7 +72,7 @@ from dpsim.strategies.registry import check_zero_options
 from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.strategies.zero import internlm_stages
 from dpsim.workload.routing import RankLoad, parse_routing, rank_load
-from dpsim.variability.layout import stage_parts
+from dpsim.strategies.stage_parts import stage_parts
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
 from dpsim.workload.catalog import find_entry
@@ -358,7 +358,7 @@ class LayoutReport:
     micro-batch, forward and backward; 0 with ``etp`` 1)."""
     stage_parts: tuple = field(default=(), repr=False)
     """Every stage's micro-batch split by what per-rank factors and routing load stretch
-    (:class:`dpsim.variability.layout.StageParts`; read by ``predict --noise-cv``)."""
+    (:class:`dpsim.strategies.stage_parts.StageParts`; read by ``predict --noise-cv``)."""
 
     def to_dict(self) -> dict:
         """JSON-able form (see README, "JSON output")."""

@@ -68,51 +68,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.strategies.stage_parts import StageParts
+from dpsim.variability.monte_carlo import factor_sampler
 
 ROUTING_SEED_KEY = 0x524F5554
 """Spawn key of the routing draws' seed stream (``SeedSequence(seed, spawn_key=(key, sample))``),
 apart from the noise's children ``spawn_key=(sample,)``."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class StageParts:
-    """One pipeline stage's micro-batch, split by what stretches it (seconds, per micro-batch)."""
-
-    work_s: float
-    """Forward and backward of one micro-batch, its blocking collectives included."""
-    compute_s: float
-    """Of which compute: what a slow rank's factor stretches."""
-    expert_compute_s: float
-    """Of :attr:`compute_s`, the MoE layers' (forward, backward, recompute): what routing load stretches."""
-    expert_comm_s: float
-    """Of :attr:`work_s`, the MoE all-to-alls and expert-tensor collectives: routing load stretches them."""
-    moe_layers: int
-    """MoE layers on the stage (dispatches per micro-batch)."""
-    optimizer_s: float
-    """The stage's optimizer step, once per step."""
-
-    def to_dict(self) -> dict:
-        """JSON-able form (seconds)."""
-        return {"work_s": self.work_s, "compute_s": self.compute_s, "expert_compute_s": self.expert_compute_s,
-                "expert_comm_s": self.expert_comm_s, "moe_layers": self.moe_layers, "optimizer_s": self.optimizer_s}
-
-
-def stage_parts(chunks, moe_layer: list[bool], optimizer_s) -> tuple[StageParts, ...]:
-    """Every stage's :class:`StageParts` from its chunks' layer work (``chunks[stage][chunk]``:
-    :class:`~dpsim.strategies.layout.ChunkWork`); ``moe_layer[i]``: layer ``i`` routes tokens;
-    ``optimizer_s[stage]``: its optimizer step."""
-    out = []
-    for s, stage in enumerate(chunks):
-        layers = [w for c in stage for w in c.layers]
-        work = sum(w.forward_s + w.backward_s for w in layers)
-        comm = sum(w.tp_exposed_s + w.cp_exposed_s + w.ep_comm_s + w.etp_comm_s for w in layers)
-        compute = max(0.0, work - comm)
-        moe = [w for w in layers if moe_layer[w.index]]
-        expert = min(compute, sum(w.compute_forward_s + w.compute_backward_s + w.recompute_s for w in moe))
-        out.append(StageParts(work_s=work, compute_s=compute, expert_compute_s=expert,
-                              expert_comm_s=sum(w.ep_comm_s + w.etp_comm_s for w in moe), moe_layers=len(moe),
-                              optimizer_s=float(optimizer_s[s])))
-    return tuple(out)
 
 
 # ----------------------------------------------------------------------------- per-step maxima
@@ -128,8 +89,6 @@ def block_maxima(spec, persistent: np.ndarray, *, block: int, steps: int, sample
     if not spec.random:
         maxima = persistent.reshape(n // block, block).max(axis=1)
         return np.broadcast_to(maxima, (len(sample_ids), steps, n // block)).copy()
-    from dpsim.variability.monte_carlo import factor_sampler
-
     draw = factor_sampler(spec, persistent, sample_ids=sample_ids, compute_s=compute_s, exposure_s=exposure_s)
     out = np.empty((len(sample_ids), steps, n // block))
     for k in range(steps):
