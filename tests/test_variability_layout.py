@@ -128,6 +128,37 @@ def test_hiccups_lengthen_the_tail():
     assert s.p99_s > s.p50_s and s.mean_s > s.nominal_step_s
 
 
+L13 = dict(gpus=64, tp=2, pp=4, link="infiniband", model="llama-2-13b", micro_batch=1, global_batch=64,
+           precision="bf16-mixed")
+
+
+@pytest.mark.parametrize("cfg, tol", [
+    (L13, 0.003), ({**L13, "schedule": "gpipe"}, 0.003),
+    ({**L13, "schedule": "1f1b-interleaved", "virtual_stages": 2}, 0.01), ({**L13, "schedule": "zb-h1"}, 0.01),
+    ({**L13, "schedule": "dualpipe"}, 0.01), ({**L13, "gpus": 128, "cp": 2}, 0.01),
+    ({**MOE, "global_batch": 256}, 0.003)], ids=["1f1b", "gpipe", "interleaved", "zb-h1", "dualpipe", "cp", "moe"])
+def test_every_rank_slower_matches_the_engine_with_slower_compute(cfg, tol):
+    """Every rank 1.3x slower (a straggler on every node) through the closed form, against the
+    pipeline engine's own step with every compute time 1.3x longer (a measured one-GPU step 1.3x
+    the modelled one): the schedule's fill weight and DualPipe's half passes are what make them agree."""
+    from dpsim.hardware import get_gpu
+    from dpsim.predict.run import load_model
+    from dpsim.workload.compute import compute_profile
+    from dpsim.workload.precision import get_precision
+
+    config = PredictConfig(**cfg)
+    p = predict(config)
+    spec = VariabilitySpec(stragglers=tuple(Straggler(target="node", index=i, factor=1.3) for i in range(p.n_nodes)))
+    _, report = predict_with_variability(config, spec, steps=2)
+    precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
+                              layout=True)
+    one = compute_profile(load_model(config), get_gpu(p.gpu), micro_batch=config.workload.micro_batch,
+                          precision=precision, optimizer=config.workload.optimizer)
+    engine = predict(PredictConfig(**cfg, single_gpu_step_s=1.3 * one.step_s)).step_time_s
+    assert report.statistics.mean_s == pytest.approx(engine, rel=tol)
+    assert report.statistics.mean_s > 1.2 * p.step_time_s
+
+
 # ----------------------------------------------------------------------------- MoE routing
 
 def test_zipf_routing_spreads_the_steps_wider_than_balanced():

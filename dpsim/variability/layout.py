@@ -19,9 +19,12 @@ slowest rank of the smallest block of consecutive ranks those collectives close 
 step and held for the step, so the same rank is the slowest in every layer: taking the maximum
 once per block and step is exact for that draw, whatever the per-layer granularity. A
 data-parallel replica's micro-batches then flow through the stages; with stage ``s``'s
-micro-batch taking ``W_s``, a 1F1B-like step of ``m`` micro-batches takes
-``(m - 1) x max_s W_s + sum_s W_s`` (one micro-batch through every stage, the rest at the pace
-of the slowest stage: the classic pipeline bound, ``(m + p - 1) W`` for equal stages). The
+micro-batch taking ``W_s``, a step of ``m`` micro-batches takes
+``m x max_s W_s + phi x (sum_s W_s - max_s W_s)``: every micro-batch at the pace of the slowest
+stage, plus the fill and drain through the others. ``phi`` is the schedule's: 1 for 1F1B (the
+classic bound ``(m - 1) max W + sum W``, ``(m + p - 1) W`` for equal stages), ``1 / v`` for the
+interleaved schedule over ``v`` chunks, ZB-H1's smaller, each from the schedule's ideal bubble
+fraction (:func:`fill_weight`). The
 replicas meet in the gradient reduction of every stage, so the job's step is paced by its
 slowest replica; each stage's optimizer then runs on its own ranks, so the slowest rank's
 stretched optimizer adds to the step.
@@ -30,8 +33,11 @@ stretched optimizer adds to the step.
 engine's noise-free step (the prediction) plus ``max_r P_r(factors) - P(1)`` plus the
 optimizer's stretch, so with every factor at 1 it is the prediction exactly, and the engine's
 own schedule (interleaving, zero-bubble splits, DualPipe) keeps its nominal step while its
-sensitivity to a slow stage is the 1F1B bound's (an approximation for those schedules, which
-hide part of a slow stage's lateness in their smaller bubbles). A rank's factor stretches its
+sensitivity to a slow stage is that bound's. Check (``tests/test_variability_layout.py``): every
+rank 1.3x slower, against the engine's own step with every compute time 1.3x longer, agrees
+within 0.2 % for 1F1B and GPipe (Llama-2-13B, Mixtral-8x7B), within 1 % for the interleaved schedule,
+ZB-H1 and DualPipe (whose stage runs each of its two chunks for half the micro-batches) and with
+context parallelism. A rank's factor stretches its
 compute; communication is not noisy, as on the data-parallel path: the tensor- and
 context-parallel waits and the MoE all-to-alls inside a stage's micro-batch keep their time.
 
@@ -130,25 +136,41 @@ class LayoutSync:
     stages: int
     """Pipeline stages."""
     micro_batches: int
-    """Micro-batches per step."""
+    """Times a stage runs its micro-batch work (all its chunks) per step: the micro-batches, half
+    of them with DualPipe (each direction's through one of a stage's two chunks)."""
     routing: str | None = None
     """``--moe-routing`` whose per-dispatch load is drawn (``None``: dense, or left at its mean)."""
     expert_groups_per_block: int = 1
     """Expert-parallel groups in a block: the largest of their busiest-rank factors paces a layer."""
     dispatches_per_step: tuple[int, ...] = ()
     """MoE dispatches of a step on each stage (MoE layers x micro-batches)."""
+    fill_weight: float = 1.0
+    """How much of the other stages' micro-batch the schedule's fill and drain wait for (1: 1F1B,
+    ``1 / v`` interleaved; :func:`fill_weight`)."""
 
     def to_dict(self) -> dict:
         """JSON-able form."""
         return {"block_ranks": self.block, "replicas": self.replicas, "stages": self.stages,
                 "micro_batches": self.micro_batches, "routing": self.routing,
                 "expert_groups_per_block": self.expert_groups_per_block,
-                "dispatches_per_step": list(self.dispatches_per_step)}
+                "dispatches_per_step": list(self.dispatches_per_step), "fill_weight": self.fill_weight}
+
+
+def fill_weight(ideal_bubble_fraction: float, *, stages: int, micro_batches: int) -> float:
+    """The schedule's fill and drain in units of ``(p - 1)`` stage micro-batches: with equal stages
+    its ideal step is ``m W / (1 - b)`` (``b``: its ideal bubble fraction,
+    :func:`~dpsim.strategies.pipeline.bubble_fraction`), so the fill is ``m b / (1 - b)`` micro-batch
+    times, ``p - 1`` of them for 1F1B (weight 1), ``(p - 1) / v`` interleaved over ``v`` chunks."""
+    b = ideal_bubble_fraction
+    if stages <= 1 or not 0 <= b < 1:
+        return 1.0 if stages > 1 else 0.0
+    return micro_batches * b / ((1 - b) * (stages - 1))
 
 
 def sync_of(*, tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, micro_batches: int,
-            parts: tuple[StageParts, ...], routing: str | None) -> LayoutSync:
-    """The :class:`LayoutSync` of a ``tp x cp x dp x pp`` layout with ``etp x ep`` expert groups."""
+            parts: tuple[StageParts, ...], routing: str | None, fill: float = 1.0) -> LayoutSync:
+    """The :class:`LayoutSync` of a ``tp x cp x dp x pp`` layout with ``etp x ep`` expert groups
+    (``fill``: :func:`fill_weight`)."""
     dense = tp * cp
     experts = ep * etp if routing is not None or any(p.moe_layers for p in parts) else 1
     block = math.lcm(dense, experts) if experts > 1 else dense
@@ -157,7 +179,7 @@ def sync_of(*, tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, micro_batc
         block = per_stage
     return LayoutSync(block=block, replicas=dp, stages=pp, micro_batches=micro_batches, routing=routing,
                       expert_groups_per_block=max(1, block // experts) if experts > 1 else 1,
-                      dispatches_per_step=tuple(p.moe_layers * micro_batches for p in parts))
+                      dispatches_per_step=tuple(p.moe_layers * micro_batches for p in parts), fill_weight=fill)
 
 
 def layout_step_intervals(spec, parts: tuple[StageParts, ...], sync: LayoutSync, *, persistent: np.ndarray,
@@ -188,7 +210,7 @@ def layout_step_intervals(spec, parts: tuple[StageParts, ...], sync: LayoutSync,
                 rho[k, :, s, :] = routing_ratios(step_factors, groups=sync.expert_groups_per_block, dispatches=d,
                                                  shape=(steps, blocks), rng=rng)
     slowest = total = None
-    for s, part in enumerate(parts):  # the 1F1B bound, (m - 1) x max_s W_s + sum_s W_s, stage by stage
+    for s, part in enumerate(parts):  # m x max_s W_s + phi x (sum_s W_s - max_s W_s), stage by stage
         other = part.work_s - part.compute_s
         if rho is None:
             w = g[:, :, s, :] * part.compute_s + other
@@ -198,9 +220,10 @@ def layout_step_intervals(spec, parts: tuple[StageParts, ...], sync: LayoutSync,
                  + (other - part.expert_comm_s) + part.expert_comm_s * r)
         slowest = w if slowest is None else np.maximum(slowest, w)
         total = w if total is None else total + w
+    phi = sync.fill_weight
     works = [p.work_s for p in parts]
-    nominal_p = (m - 1) * max(works) + sum(works)
-    paced = ((m - 1) * slowest + total).max(axis=-1)
+    nominal_p = m * max(works) + phi * (sum(works) - max(works))
+    paced = (m * slowest + phi * (total - slowest)).max(axis=-1)
     opt = np.array([p.optimizer_s for p in parts])[:, None]
     opt_stretch = (g * opt).max(axis=(-2, -1)) - float(opt.max())
     return nominal_step_s + (paced - nominal_p) + opt_stretch

@@ -11,7 +11,7 @@ from dpsim.predict.resolve import resolve
 from dpsim.predict.run import predict_resolved, resolve_topology
 from dpsim.profile.calibrated import calibrated_noise_cv
 from dpsim.profile.schema import Profile
-from dpsim.variability.layout import LayoutSync, layout_step_intervals, sync_of
+from dpsim.variability.layout import LayoutSync, fill_weight, layout_step_intervals, sync_of
 from dpsim.variability.monte_carlo import StepStatistics, monte_carlo, summarise
 from dpsim.variability.spec import rank_factors
 from dpsim.workload.routing import parse_routing
@@ -179,8 +179,12 @@ def _layout_with_variability(resolved, spec: VariabilitySpec, steps: int | None)
     steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps  # the per-rank draws' size was checked above
     topology = resolve_topology(config)
     lay = report.layout
-    sync = sync_of(tp=lay.tp, cp=lay.cp, dp=lay.dp, pp=lay.pp, ep=lay.ep, etp=lay.etp, micro_batches=lay.micro_batches,
-                   parts=report.stage_parts, routing=routing)
+    # A stage's micro-batch (all its chunks) runs once per micro-batch, but DualPipe feeds half of
+    # them from each end, each through one of a stage's two chunks.
+    passes = lay.micro_batches // 2 if lay.schedule == "dualpipe" else lay.micro_batches
+    sync = sync_of(tp=lay.tp, cp=lay.cp, dp=lay.dp, pp=lay.pp, ep=lay.ep, etp=lay.etp, micro_batches=passes,
+                   parts=report.stage_parts, routing=routing,
+                   fill=fill_weight(report.ideal_bubble_fraction, stages=lay.pp, micro_batches=passes))
     persistent = rank_factors(spec.stragglers, topology.n_gpus, topology.gpus_per_node)
     intervals = layout_step_intervals(spec, report.stage_parts, sync, persistent=persistent,
                                       nominal_step_s=prediction.step_time_s, steps=steps,
