@@ -252,3 +252,12 @@ def test_cli_table_shows_routing_variability_without_noise(capsys, monkeypatch):
     assert rc == 0, err
     assert "routing variability: MoE routing zipf:1.2 per dispatch" in out
     assert "p50 / p90 / p99 step" in out and "layout closed form" in out
+
+
+def test_cli_degrade_on_a_layout_is_one_line(capsys):
+    rc = main(["predict", "--gpus", "16", "--model", "llama-2-7b", "--tp", "2", "--pp", "2", "--link", "infiniband",
+               "--degrade", "infiniband:50%"])
+    out, err = capsys.readouterr()
+    assert rc != 0 and "Traceback" not in out + err
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and "--degrade: not modelled for tensor/pipeline/expert layouts" in lines[0]
