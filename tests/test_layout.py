@@ -392,11 +392,13 @@ def test_pipeline_parallelism_alone_on_any_block_model():
     assert p.layout.stages[-1].memory.params_per_gpu > p.layout.stages[1].memory.params_per_gpu
 
 
-def test_a_layout_with_variability_is_refused():
+def test_a_layout_with_degraded_links_is_refused():
+    """Per-rank noise works on layouts (tests/test_variability_layout.py); degraded links do not."""
+    from dpsim.network.degrade import parse_degradation
     from dpsim.variability.run import predict_with_variability
     from dpsim.variability.spec import VariabilitySpec
-    with pytest.raises(ConfigError, match="not modelled for tensor/pipeline"):
-        predict_with_variability(_layout_config(), VariabilitySpec(noise_cv=0.05, samples=2), steps=2)
+    with pytest.raises(ConfigError, match="--degrade: not modelled for tensor/pipeline"):
+        predict_with_variability(_layout_config(), VariabilitySpec(degradations=(parse_degradation("nvlink:50%"),)))
 
 
 def test_data_parallel_configs_keep_their_path():

@@ -72,6 +72,7 @@ from dpsim.strategies.registry import check_zero_options
 from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.strategies.zero import internlm_stages
 from dpsim.workload.routing import RankLoad, parse_routing, rank_load
+from dpsim.strategies.stage_parts import stage_parts
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
 from dpsim.workload.catalog import find_entry
@@ -355,6 +356,9 @@ class LayoutReport:
     etp_comm_s: float = 0.0
     """Stage 0's expert-tensor-parallel all-gathers and reduce-scatters of the step (every
     micro-batch, forward and backward; 0 with ``etp`` 1)."""
+    stage_parts: tuple = field(default=(), repr=False)
+    """Every stage's micro-batch split by what per-rank factors and routing load stretch
+    (:class:`dpsim.strategies.stage_parts.StageParts`; read by ``predict --noise-cv``)."""
 
     def to_dict(self) -> dict:
         """JSON-able form (see README, "JSON output")."""
@@ -594,7 +598,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                           embedding_grad_bytes=emb_bytes, cp_comm_s=cp_comm, cp_exposed_s=cp_exposed,
                           pipeline=result, expert_load=load,
                           ep_comm_s=sum(l.ep_comm_s for c in s0 for l in c.layers) * m_total,
-                          etp_comm_s=sum(l.etp_comm_s for c in s0 for l in c.layers) * m_total)
+                          etp_comm_s=sum(l.etp_comm_s for c in s0 for l in c.layers) * m_total,
+                          stage_parts=stage_parts(chunks, [l.routed_bytes_per_sample > 0 for l in tpm.layers],
+                                                  optimizer_s))
     st0 = result.stages[0]
     fwd0 = st0.by_kind_s.get("forward", 0.0)
     bwd0 = st0.by_kind_s.get("backward", 0.0) + st0.by_kind_s.get("recompute", 0.0)

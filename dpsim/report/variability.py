@@ -22,7 +22,11 @@ def variability_table(report: VariabilityReport):
     if spec.hiccup_rate_per_s:
         what.append(f"hiccups {spec.hiccup_rate_per_s:g}/s/GPU x {format_seconds(spec.hiccup_s)}")
     what += [f"degraded {d.label}" for d in spec.degradations]
-    table = Table(title=escape("variability: " + ", ".join(what)), header_style="bold")
+    sync = report.layout
+    if sync is not None and sync.routing is not None:
+        what.append(f"MoE routing {sync.routing} per dispatch")
+    title = "routing variability: " if report.routing_only else "variability: "
+    table = Table(title=escape(title + ", ".join(what)), header_style="bold")
     table.add_column("step", justify="left")
     table.add_column("value", justify="right")
     d = report.degradation
@@ -47,7 +51,10 @@ def variability_table(report: VariabilityReport):
             ("throughput", f"{s.samples_per_s:,.6g} samples/s ({pct} CI {s.samples_per_s_ci[0]:,.6g} .. "
                            f"{s.samples_per_s_ci[1]:,.6g})"),
             ("Monte Carlo", f"{s.samples} sample(s) x {s.steps} steps, seed {s.seed}; "
-                            f"{s.ranks_simulated} distinct rank(s), front <= {s.max_front}"),
+                            f"{s.ranks_simulated} distinct rank(s), front <= {s.max_front}") if sync is None else
+            ("Monte Carlo", f"{s.samples} sample(s) x {s.steps} steps, seed {s.seed}; layout closed form: slowest "
+                            f"of {sync.block} rank(s) per stage block, {sync.stages} stage(s) x {sync.replicas} "
+                            f"replica(s), {sync.micro_batches} micro-batch(es)"),
         ]
         for name, value in rows:
             table.add_row(name, value)

@@ -11,7 +11,10 @@ from dpsim.predict.resolve import resolve
 from dpsim.predict.run import predict_resolved, resolve_topology
 from dpsim.profile.calibrated import calibrated_noise_cv
 from dpsim.profile.schema import Profile
-from dpsim.variability.monte_carlo import StepStatistics, monte_carlo
+from dpsim.variability.layout import LayoutSync, fill_weight, layout_step_intervals, sync_of
+from dpsim.variability.monte_carlo import StepStatistics, monte_carlo, summarise
+from dpsim.variability.spec import rank_factors
+from dpsim.workload.routing import parse_routing
 from dpsim.variability.spec import DEFAULT_STOCHASTIC_STEPS, MAX_NOISE_CV, VariabilitySpec, check_monte_carlo_size
 
 # ----------------------------------------------------------------------------- with predict
@@ -53,6 +56,14 @@ class VariabilityReport:
     """Healthy against degraded step (``None`` without degraded links)."""
     statistics: StepStatistics | None
     """Monte-Carlo step statistics (``None`` when ranks do not differ)."""
+    layout: LayoutSync | None = None
+    """A tensor/pipeline/expert layout's step statistics come from the closed form of
+    :mod:`dpsim.variability.layout`, with these sync blocks (``None``: the data-parallel replay)."""
+
+    @property
+    def routing_only(self) -> bool:
+        """Only MoE routing's per-dispatch load varies the steps (no per-rank factor was asked for)."""
+        return self.layout is not None and self.layout.routing is not None and not self.spec.per_rank
 
     def to_dict(self) -> dict:
         """JSON-able dict (schema ``dpsim.variability/2``)."""
@@ -65,6 +76,8 @@ class VariabilityReport:
             "hiccup_rate_per_s": s.hiccup_rate_per_s, "hiccup_s": s.hiccup_s, "seed": s.seed,
             "degradation": self.degradation.to_dict() if self.degradation else None,
             "statistics": self.statistics.to_dict() if self.statistics else None,
+            **({"method": "layout-closed-form", "layout": self.layout.to_dict(), "routing_only": self.routing_only}
+               if self.layout is not None else {}),
         }
 
 
@@ -104,22 +117,12 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
         check_monte_carlo_size(config.cluster.gpus, spec.samples, steps)
     elif steps is not None:
         check_int(steps, "--mc-steps", 1, MAX_MC_STEPS)
+    if config.parallelism.layout_active:
+        return _layout_with_variability(resolved, spec, steps)
     if not spec.active:
         return predict_resolved(resolved), None  # a homogeneous, healthy cluster: the engine's one-rank fast path
-    if config.parallelism.layout_active:
-        raise ConfigError("--noise-cv, --straggler, --degrade and --hiccup-rate-per-s: per-rank variability is not "
-                          "modelled for tensor/pipeline layouts (--tp/--pp above 1); leave them out")
     prediction = predict_resolved(resolved, degradations=spec.degradations)
-    effect = None
-    if spec.degradations:
-        healthy = predict_resolved(resolved)
-        links = prediction.links
-        effect = DegradationEffect(
-            healthy_step_s=healthy.step_time_s, step_s=prediction.step_time_s,
-            healthy_comm_s=healthy.comm_s, comm_s=prediction.comm_s,
-            bottleneck_class=links.bottleneck_class if links is not None else None,
-            bottleneck_links=tuple(f"{u.link[0]} -> {u.link[1]}" for u in links.bottleneck) if links else (),
-            bottleneck_count=links.bottleneck_count if links is not None else 0)
+    effect = _degradation_effect(resolved, prediction) if spec.degradations else None
     stats = None
     if spec.per_rank:
         topology = resolve_topology(config)
@@ -131,3 +134,62 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
             step_extra_s=prediction.provenance.after_comm.charged_s if prediction.provenance.after_comm else 0.0,
         )
     return prediction, VariabilityReport(spec=spec, degradation=effect, statistics=stats)
+
+
+def _degradation_effect(resolved, prediction) -> DegradationEffect:
+    """The degraded ``prediction`` against the same config's healthy one."""
+    healthy = predict_resolved(resolved)
+    links = prediction.links
+    return DegradationEffect(
+        healthy_step_s=healthy.step_time_s, step_s=prediction.step_time_s,
+        healthy_comm_s=healthy.comm_s, comm_s=prediction.comm_s,
+        bottleneck_class=links.bottleneck_class if links is not None else None,
+        bottleneck_links=tuple(f"{u.link[0]} -> {u.link[1]}" for u in links.bottleneck) if links else (),
+        bottleneck_count=links.bottleneck_count if links is not None else 0)
+
+
+def _routing_varies(config) -> str | None:
+    """``--moe-routing`` when it is not balanced (its per-dispatch load is then shown), else ``None``."""
+    text = config.parallelism.moe_routing
+    r = parse_routing(text)
+    if r.kind == "balanced" or (r.kind == "zipf" and r.zipf_s == 0) or (r.kind == "maxvio" and r.max_violation == 0):
+        return None
+    return text
+
+
+def _layout_with_variability(resolved, spec: VariabilitySpec, steps: int | None):
+    """:func:`predict_with_variability` of a tensor/pipeline/context/expert layout: the step played
+    once on the pipeline engine, its per-step distribution from :mod:`dpsim.variability.layout`
+    (per-rank factors and, for a mixture of experts, each dispatch's routing load)."""
+    config = resolved.config
+    par = config.parallelism
+    if spec.degradations:
+        # The named links are numbered on the whole cluster, not on the layout's tp/pp/ep
+        # communicators, and the MoE all-to-all's fabric cost does not scale with them.
+        raise ConfigError("--degrade: not modelled for tensor/pipeline/expert layouts (--tp/--pp/--cp/--ep above 1); "
+                          "leave it out (--noise-cv, --straggler and --hiccup-rate-per-s are)")
+    routing = _routing_varies(config) if par.ep > 1 else None
+    if not spec.active and routing is None:
+        return predict_resolved(resolved), None
+    prediction = predict_resolved(resolved)
+    report = prediction.layout
+    load = report.expert_load
+    if load is not None and par.ep > 1 and routing is None:
+        routing = par.moe_routing  # balanced routing's per-dispatch sampling spread, with the noise
+    steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps  # the per-rank draws' size was checked above
+    topology = resolve_topology(config)
+    lay = report.layout
+    # A stage's micro-batch (all its chunks) runs once per micro-batch, but DualPipe feeds half of
+    # them from each end, each through one of a stage's two chunks.
+    passes = lay.micro_batches // 2 if lay.schedule == "dualpipe" else lay.micro_batches
+    sync = sync_of(tp=lay.tp, cp=lay.cp, dp=lay.dp, pp=lay.pp, ep=lay.ep, etp=lay.etp, micro_batches=passes,
+                   parts=report.stage_parts, routing=routing,
+                   fill=fill_weight(report.ideal_bubble_fraction, stages=lay.pp, micro_batches=passes))
+    persistent = rank_factors(spec.stragglers, topology.n_gpus, topology.gpus_per_node)
+    intervals = layout_step_intervals(spec, report.stage_parts, sync, persistent=persistent,
+                                      nominal_step_s=prediction.step_time_s, steps=steps,
+                                      step_factors=load.step_factors if routing is not None else None)
+    stats = summarise(intervals, global_batch=lay.global_batch, nominal_step_s=prediction.step_time_s,
+                      confidence=spec.confidence, n_ranks=topology.n_gpus, ranks_simulated=topology.n_gpus,
+                      max_front=0, seed=spec.seed)
+    return prediction, VariabilityReport(spec=spec, degradation=None, statistics=stats, layout=sync)
