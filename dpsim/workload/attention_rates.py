@@ -145,7 +145,10 @@ Blackwell's 0.97, is where doubling the exponential units gains the backward les
 does 2.5 forward passes of FLOPs per exponential) while the head-dim term is shared by both directions.
 Leaving the GB300 rows out, ``cudnn@blackwell-ultra`` takes ``cudnn@blackwell``'s ceiling and backward
 share (``validation/accuracy_attention.py``'s ``STAND_IN``): GB300's forward comes out within 15 %
-(median 9.5 %; costed as a GB200 it was 25 % under), its backward 8-33 % over.
+(median 9.5 %; costed as a GB200 it was 25 % under), its backward 8-33 % over. Only head dim 128 is
+fitted: the same benchmark's gpt-oss (head dim 64, window 1024) and DeepSeek-V3 (192/128) shapes gain
+1.09-1.18x forward from GB200 to GB300 where this model gives 1.44x at 64 and 1.25x at 160
+(``validation/large_model_runs.md``).
 FlashAttention-2's head dim term is near zero: on Hopper it is slower at head dim 256 than at 128
 (register pressure), which ``d / (d + d0)`` cannot follow, so the fit flattens it."""
 
