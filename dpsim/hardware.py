@@ -788,7 +788,9 @@ _register(_blackwell_ultra(
              "279 GB HBM3E at 8 TB/s; 1.4 kW",
              "verda.com/blog/gb300-nvl72-architecture, 'GB300 NVL72 rack-aggregate performance' (dense): FP16/BF16 "
              "180, FP8 360 PFLOPS, 576 TB/s, NVLink 130 TB/s for 72 GPUs (2.5, 5 PFLOPS and 8 TB/s each; the "
-             "GB200 NVL72's per-GPU BF16/FP8 peaks, as the gb200 preset's spec table)"),
+             "GB200 NVL72's per-GPU BF16/FP8 peaks, as the gb200 preset's spec table)",
+             "glennklockwood.com/garden/processors/B300, 'GB300 NVL72' (as NVIDIA advertises it): 360 PF FP8, 20 TB HBM "
+             "at 576 TB/s, 130 TB/s NVLink for 72 GPUs (278 GB, 8 TB/s and 1.8 TB/s each)"),
 ))
 _register(_blackwell_ultra(
     "b200", name="b300", description="NVIDIA B300 SXM (HGX/DGX B300, Blackwell Ultra) 270GB",
