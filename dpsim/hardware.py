@@ -70,13 +70,27 @@ class GpuSpec:
     not known, the peak stands in (:attr:`streaming_bandwidth_bytes_per_s`)."""
     architecture: str = ""
     """GPU generation (:data:`ARCHITECTURES`): sets which attention kernels PyTorch runs
-    (:func:`dpsim.workload.attention_rates.kernel_pair`) and whether TF32 exists."""
+    (:func:`dpsim.workload.attention_rates.kernel_pair`, through :attr:`attention_architecture`),
+    whether TF32 exists, and the fits keyed by generation (GEMMs, FP8 recipes, NCCL tables)."""
+    attention_generation: str = ""
+    """The generation whose fused-attention fit costs this GPU (:attr:`attention_architecture`),
+    where it is not :attr:`architecture`'s: ``blackwell-ultra`` for B300/GB300, whose special
+    function units run twice Blackwell's exponentials per second, the one unit attention's rate
+    depends on beyond the tensor cores (:data:`dpsim.workload.attention_rates.HEAD_DIM_HALF_SCALE`).
+    Everything else keyed by generation (GEMM fits, FP8 recipes, NCCL tables) keeps
+    :attr:`architecture`. Empty: the same as :attr:`architecture`."""
     sm_count: int | None = None
     """Streaming multiprocessors (NVIDIA) or compute units (AMD): the roofline's wave
     quantization divides output tiles over them; ``None`` when not published (no wave
     quantization is modelled then)."""
     sources: tuple[str, ...] = field(default=())
     """Citations for the numbers above."""
+
+    @property
+    def attention_architecture(self) -> str:
+        """The generation :func:`dpsim.workload.attention_rates.kernel_pair` costs fused attention as:
+        :attr:`attention_generation`, or :attr:`architecture` where that is empty."""
+        return self.attention_generation or self.architecture
 
     @property
     def streaming_bandwidth_bytes_per_s(self) -> float:
@@ -727,27 +741,36 @@ _register(GpuSpec(
 # 1.5x) at the cost of INT8 and FP64, with 12-high HBM3e stacks (288 GB) and up to 1,400 W. Its
 # dense BF16/FP8/TF32 peaks are those of the Blackwell part it follows (HGX B300 = HGX B200, GB300
 # NVL72 = GB200 NVL72) and none has a published matmul measurement, so each takes its
-# predecessor's measured rates; the fits keyed by architecture (GEMM surface, attention kernels,
-# NCCL tables) apply as "blackwell". Nothing is fitted here. FP4 has no rate key (MATMUL_DTYPES).
+# predecessor's measured rates; the fits keyed by architecture (GEMM surface, FP8 recipes, NCCL
+# tables) apply as "blackwell". Fused attention is costed as "blackwell-ultra" (its own cuDNN rows,
+# dpsim.workload.attention_rates): the special function units that run softmax's exponentials do
+# twice Blackwell's work per second (_SFU_EX2). Nothing is fitted here. FP4 has no rate key (MATMUL_DTYPES).
 _BLACKWELL_ULTRA = ("NVIDIA Technical Blog, 'Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era' "
                     "(developer.nvidia.com/blog/inside-nvidia-blackwell-ultra-the-chip-powering-the-ai-factory-era): "
                     "160 SMs in the full implementation, 15 PFLOPS dense NVFP4, 288 GB HBM3e (8 stacks) at 8 TB/s, "
                     "fifth-generation NVLink 1.8 TB/s per GPU, 1,400 W")
 _VERDA_GB300 = ("verda.com/blog/gb300-nvl72-architecture, 'Per-GPU specifications' table (dense), column {col}")
+_SFU_EX2 = ("NVIDIA Technical Blog, 'Making Softmax More Efficient with NVIDIA Blackwell Ultra' "
+            "(developer.nvidia.com/blog/making-softmax-more-efficient-with-nvidia-blackwell-ultra/): Blackwell Ultra "
+            "doubles the SFU (MUFU.EX2) throughput of Blackwell; verda.com/blog/gb300-nvl72-architecture, 'Per-GPU "
+            "specifications' table, row 'Attention acceleration (SFU EX2)': 10.7 TeraExponentials/s on GB300 and B300, "
+            "5 on GB200 and B200")
 
 
 def _blackwell_ultra(base: str, *, name: str, description: str, memory_gb: float, fp32_tflops: float,
                      measured: str, sources: tuple[str, ...]) -> GpuSpec:
     """A Blackwell Ultra preset: ``base``'s peaks and measured rates (``measured`` cites them), its
-    own memory, its own CUDA-core FP32 peak (achieved at ``base``'s bf16 efficiency)."""
+    own memory, its own CUDA-core FP32 peak (achieved at ``base``'s bf16 efficiency), and fused
+    attention costed as Blackwell Ultra's (twice the exponential units, :data:`_SFU_EX2`)."""
     spec = GPU_PRESETS[base]
     efficiency = spec.achieved_flops_per_s["bfloat16"] / spec.peak_flops_per_s["bfloat16"]
     fp32 = fp32_tflops * TFLOPS
     return replace(
         spec, name=name, description=description, memory_bytes=memory_gb * _GB, sm_count=None,
+        attention_generation="blackwell-ultra",
         peak_flops_per_s={**spec.peak_flops_per_s, "float32-highest": fp32},
         achieved_flops_per_s={**spec.achieved_flops_per_s, "float32-highest": fp32 * efficiency},
-        sources=sources + (_BLACKWELL_ULTRA,
+        sources=sources + (_BLACKWELL_ULTRA, _SFU_EX2,
                            f"achieved rates: the {base} preset's ({measured}), same tensor cores and dense peaks; no "
                            f"published matmul measurement of {name}; TF32 and FP32 achieved = peak x {base}'s bf16 "
                            f"efficiency {efficiency:.3f}",
@@ -765,7 +788,9 @@ _register(_blackwell_ultra(
              "279 GB HBM3E at 8 TB/s; 1.4 kW",
              "verda.com/blog/gb300-nvl72-architecture, 'GB300 NVL72 rack-aggregate performance' (dense): FP16/BF16 "
              "180, FP8 360 PFLOPS, 576 TB/s, NVLink 130 TB/s for 72 GPUs (2.5, 5 PFLOPS and 8 TB/s each; the "
-             "GB200 NVL72's per-GPU BF16/FP8 peaks, as the gb200 preset's spec table)"),
+             "GB200 NVL72's per-GPU BF16/FP8 peaks, as the gb200 preset's spec table)",
+             "glennklockwood.com/garden/processors/B300, 'GB300 NVL72' (as NVIDIA advertises it): 360 PF FP8, 20 TB HBM "
+             "at 576 TB/s, 130 TB/s NVLink for 72 GPUs (278 GB, 8 TB/s and 1.8 TB/s each)"),
 ))
 _register(_blackwell_ultra(
     "b200", name="b300", description="NVIDIA B300 SXM (HGX/DGX B300, Blackwell Ultra) 270GB",

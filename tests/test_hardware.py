@@ -148,6 +148,35 @@ def test_blackwell_ultra_takes_its_predecessors_tensor_rates(ultra, base):
     assert u.memory_bandwidth_bytes_per_s == b.memory_bandwidth_bytes_per_s
 
 
+@pytest.mark.parametrize("ultra,base", [("b300", "b200"), ("gb300", "gb200")])
+def test_blackwell_ultra_is_blackwell_everywhere_but_attention(ultra, base):
+    """Blackwell Ultra doubles the exponential units (NVIDIA's 'Making Softmax More Efficient with
+    NVIDIA Blackwell Ultra'), which only fused attention's fit sees; its GEMM fits, FP8/MXFP8 recipes,
+    cast plans and NCCL tables stay Blackwell's, so a GEMM costs the same as on its predecessor."""
+    from dpsim.collectives.nccl_tuning import generation
+    from dpsim.workload.fp8 import FP8_RECIPES, cast_plan, check_fp8_on_gpu
+    from dpsim.workload.gemm import gemm_fit
+    from dpsim.workload.precision import get_precision
+    from dpsim.workload.roofline import op_terms
+    from dpsim.workload.spec import AttentionOp, MatmulOp
+
+    u, b = get_gpu(ultra), get_gpu(base)
+    assert (u.attention_architecture, b.attention_architecture) == ("blackwell-ultra", "blackwell")
+    assert generation(ultra) == generation(base) == "blackwell"  # NVLS/NVLink tables
+    for key in ("bfloat16", "float32", "float8"):
+        assert gemm_fit(u, key, surface=True) == gemm_fit(b, key, surface=True), key
+    for name, recipe in FP8_RECIPES.items():
+        check_fp8_on_gpu(recipe, u)  # MXFP8 included: Blackwell's tensor cores
+        assert cast_plan(recipe, u.architecture, compiled=False) == cast_plan(recipe, b.architecture, compiled=False)
+    bf16 = get_precision("amp-bf16")
+    gemm = MatmulOp(name="mlp", m=4096, n=8192, k=4096)
+    if u.sm_count == b.sm_count:  # b200 publishes its SMs (wave quantization), b300 does not
+        assert op_terms(gemm, u, bf16, 1) == op_terms(gemm, b, bf16, 1)
+    attention = AttentionOp(seq=8192, heads=16, head_dim=128, causal=True, kernel="cudnn")
+    for u_term, b_term in zip(*(op_terms(attention, g, bf16, 1) for g in (u, b))):  # forward, backward
+        assert u_term[0].compute_s < b_term[0].compute_s
+
+
 def test_memory_datasheet_numbers():
     expected = {"v100": (32e9, 900e9), "a100": (80e9, 2039e9), "a100-pcie-40gb": (40e9, 1555e9),
                 "a100-pcie-80gb": (80e9, 1935e9), "h100": (80e9, 3.35e12), "h100-pcie": (80e9, 2.0e12),

@@ -38,12 +38,19 @@ PRIOR = {"ceiling": 0.6, "backward_share": 0.85, "head_dim_half": 32.0, "forward
 """Neutral values each term is weakly pulled to: a kernel at 60 % of peak, a backward 15 % slower,
 the fixed cost of about two 128-token blocks, one block of causal masking."""
 
-CEILING_ONLY = ("cudnn@blackwell",)
+CEILING_ONLY = ("cudnn@blackwell", "cudnn@blackwell-ultra")
 """Pairs whose rows fit their ceiling (on their forward rows) and, when they have backward rows, their
-own backward share only: cuDNN on B200 (forward) and GB200 (forward and backward), rows that would
-otherwise pull the shape terms every other pair shares (the causal diagonal block, cuDNN's key and
-head-dim halves, fitted on far more rows); their key-length shape is Hopper cuDNN's and their head-dim
-half the family's times :data:`dpsim.workload.attention_rates.HEAD_DIM_HALF_SCALE`."""
+own backward share only: cuDNN on B200 (forward) and GB200 (forward and backward), and on GB300
+(forward and backward), rows that would otherwise pull the shape terms every other pair shares (the
+causal diagonal block, cuDNN's key and head-dim halves, fitted on far more rows); their key-length
+shape is Hopper cuDNN's and their head-dim half the family's times
+:data:`dpsim.workload.attention_rates.HEAD_DIM_HALF_SCALE`."""
+
+STAND_IN = {"cudnn@blackwell-ultra": "cudnn@blackwell"}
+"""A :data:`CEILING_ONLY` pair with no rows of its own (its source left out) takes this pair's ceiling
+and backward share: Blackwell Ultra has Blackwell's tensor cores and dense peak, and differs in its
+exponential units, which its head-dim half already carries. Leaving the GB300 source out so scores what
+the mechanism alone predicts from Blackwell's rows."""
 
 PRIOR_WEIGHT = 0.05
 """Weight of the pull, against 1 per row, in log (logit for shares) units."""
@@ -76,6 +83,9 @@ def source_key(source: str) -> str:
     forward and backward figures kept apart (they are separate measurements)."""
     if source.startswith("Shah et al."):
         return "FlashAttention-3 paper " + ("Fig. 5" if "Fig. 5" in source else "Fig. 6")
+    if source.startswith("NVIDIA/cudnn-frontend") and "/results/" in source:
+        # One results folder per GPU (gb200_919_only_cudnn, gb300_919_only_cudnn): separate measurements.
+        return source.split(" ")[0] + " " + source.split("/results/")[1].split("/")[0]
     return source.split(" ")[0]
 
 
@@ -85,8 +95,8 @@ def load(path: Path = DATA) -> list[Row]:
     with path.open(newline="") as f:
         for r in csv.DictReader(f):
             gpu = get_gpu(r["gpu"])
-            pair = kernel_pair(r["kernel"], gpu.architecture)
-            assert pair == f"{r['kernel']}@{gpu.architecture}", r["id"]  # every row is a benchmarked pair
+            pair = kernel_pair(r["kernel"], gpu.attention_architecture)
+            assert pair == f"{r['kernel']}@{gpu.attention_architecture}", r["id"]  # every row is a benchmarked pair
             causal = r["causal"] == "true"
             rows.append(Row(id=r["id"], source=source_key(r["source"]), pair=pair,
                             backward=r["direction"] == "bwd", head_dim=int(r["head_dim"]),
@@ -138,6 +148,10 @@ def fit(rows: list[Row], iterations: int = 200) -> AttentionRateModel:
     ceilings, shares = dict(model.ceilings), {}
     for pair in CEILING_ONLY:
         own = [r for r in rows if r.pair == pair]
+        if not own and pair in STAND_IN:
+            ceilings[pair] = ceilings[STAND_IN[pair]]
+            if STAND_IN[pair] in shares:
+                shares[pair] = shares[STAND_IN[pair]]
         if own:
             # log(rate) is linear in log(ceiling): the least-squares ceiling is the geometric mean of
             # published / predicted-at-ceiling-one over the pair's rows.

@@ -24,13 +24,16 @@ The backward pass (five GEMMs, FLOPs counted as 2.5 forward passes, the conventi
 benchmarks) runs at :attr:`FamilyRates.backward_share` of the forward's ceiling, with its own ``s0``.
 
 The numbers in :data:`FITTED` are the fit on every row of ``tests/data/attention_kernel_rates.csv``
-(published FlashAttention-2/3 and cuDNN benchmarks on A100, RTX 4090, H100, B200 and GB200, each row
-cited); ``python validation/accuracy_attention.py`` refits them and reports the error leaving each
-source out. cuDNN on Blackwell has rows from two sources (B200 forward, GB200 forward and backward):
-its ceiling and backward share are fitted alone, with Hopper cuDNN's key-length terms and its head-dim
-term doubled (:data:`HEAD_DIM_HALF_SCALE`: the exponential units did not grow with the tensor cores). Generations with no published row (Volta, Turing, AMD;
-Blackwell for every kernel but cuDNN) and PyTorch's memory-efficient kernel are costed as
-FlashAttention-2 on Hopper: a kernel not written for the architecture it runs on (:func:`kernel_pair`).
+(published FlashAttention-2/3 and cuDNN benchmarks on A100, RTX 4090, H100, B200, GB200 and GB300,
+each row cited); ``python validation/accuracy_attention.py`` refits them and reports the error leaving
+each source out. cuDNN on Blackwell has rows from two sources (B200 forward, GB200 forward and
+backward), and on Blackwell Ultra from one (GB300 forward and backward): each generation's ceiling and
+backward share are fitted alone, with Hopper cuDNN's key-length terms and its head-dim term scaled by
+:data:`HEAD_DIM_HALF_SCALE` (doubled on Blackwell, whose exponential units did not grow with the tensor
+cores; Hopper's on Blackwell Ultra, which doubles them). Generations with no published row (Volta,
+Turing, AMD; Blackwell and Blackwell Ultra for every kernel but cuDNN) and PyTorch's memory-efficient
+kernel are costed as FlashAttention-2 on Hopper: a kernel not written for the architecture it runs on
+(:func:`kernel_pair`). A GPU's generation here is :attr:`dpsim.hardware.GpuSpec.attention_architecture`.
 """
 
 from __future__ import annotations
@@ -41,10 +44,11 @@ FAMILIES = ("flash2", "flash3", "cudnn")
 """Kernel families the model knows: FlashAttention-2 (PyTorch SDPA's flash backend), FlashAttention-3
 (Hopper only) and cuDNN's fused attention (SDPA's and TransformerEngine's cuDNN backend)."""
 
-CEILING_KEYS = ("flash2@ampere", "flash2@ada", "flash2@hopper", "flash3@hopper", "cudnn@hopper", "cudnn@blackwell")
+CEILING_KEYS = ("flash2@ampere", "flash2@ada", "flash2@hopper", "flash3@hopper", "cudnn@hopper", "cudnn@blackwell",
+                "cudnn@blackwell-ultra")
 """``family@generation`` pairs with a published benchmark (:attr:`AttentionRateModel.ceilings`)."""
 
-HEAD_DIM_HALF_SCALE = {"blackwell": 2.0}
+HEAD_DIM_HALF_SCALE = {"blackwell": 2.0, "blackwell-ultra": 1.0}
 """How many times a generation's ``d0`` (:attr:`FamilyRates.head_dim_half`) exceeds the family's
 fitted one. ``d0`` is where the exponentials' time equals the GEMMs' (per score ``4d`` tensor-core
 FLOPs against one exponential), so it scales with tensor-core FLOPs per exponential: on Blackwell
@@ -54,7 +58,14 @@ arXiv:2603.05451, abstract; www.together.ai/blog/flashattention-4: the SFU count
 from H100 to B200 while BF16 tensor-core throughput goes from 1 to 2.25 PFLOPS). The one
 same-source check, cuDNN on B200 at 1k non-causal tokens (flash-attention PR #2605, rows A174 and
 A184 of ``tests/data/attention_kernel_rates.csv``), runs head dim 128 1.366x faster than 64:
-``d/(d + 2 d0)`` gives 1.37 with the fitted cuDNN ``d0``, ``d/(d + d0)`` 1.23."""
+``d/(d + 2 d0)`` gives 1.37 with the fitted cuDNN ``d0``, ``d/(d + d0)`` 1.23.
+
+Blackwell Ultra (B300, GB300: :attr:`dpsim.hardware.GpuSpec.attention_generation`) doubles the
+exponential units' throughput and keeps Blackwell's dense 16-bit peak (NVIDIA Technical Blog,
+"Making Softmax More Efficient with NVIDIA Blackwell Ultra"; verda.com/blog/gb300-nvl72-architecture,
+per-GPU table: 10.7 against 5 TeraExponentials/s, BF16 2.5 PFLOPS on both GB300 and GB200), so its
+tensor-core FLOPs per exponential return to about Hopper's (GB300 2500 / 10.7 = 234, H100 989 / 3.9
+= 254, GB200 2500 / 5 = 500): the family's ``d0`` unscaled."""
 
 FALLBACK = "flash2@hopper"
 """The pair every unbenchmarked one is costed as: FlashAttention-2 on a generation it was not written for."""
@@ -107,7 +118,7 @@ class AttentionRateModel:
 
 FITTED = AttentionRateModel(
     ceilings={"flash2@ampere": 0.6042, "flash2@ada": 0.9739, "flash2@hopper": 0.3421, "flash3@hopper": 0.8879,
-              "cudnn@hopper": 0.7018, "cudnn@blackwell": 0.923},
+              "cudnn@hopper": 0.7018, "cudnn@blackwell": 0.923, "cudnn@blackwell-ultra": 0.9725},
     families={
         "flash2": FamilyRates(backward_share=0.9363, head_dim_half=3.373, forward_keys_half=42.92,
                               backward_keys_half=275.4),
@@ -117,9 +128,9 @@ FITTED = AttentionRateModel(
                              backward_keys_half=304.1),
     },
     causal_block_tokens=133.6,
-    backward_shares={"cudnn@blackwell": 0.9653},
+    backward_shares={"cudnn@blackwell": 0.9653, "cudnn@blackwell-ultra": 0.7925},
 )
-"""The fit on all 204 rows of ``tests/data/attention_kernel_rates.csv`` (``python
+"""The fit on all 224 rows of ``tests/data/attention_kernel_rates.csv`` (``python
 validation/accuracy_attention.py`` prints these numbers, ``tests/test_attention_rates.py`` checks they
 still match it): median |error| 5.1 %, worst 31 % (cuDNN on B200, causal at 512 tokens); each source
 predicted from the others, median 9.8 %, worst 49 % (the RTX 4090 rows, the only Ada source: with it
@@ -127,7 +138,17 @@ out, its ceiling has nothing to go on). ``cudnn@blackwell`` is fitted alone, its
 forward rows and its backward share on its 10 backward rows (B200: Dao-AILab/flash-attention pull
 request #2605; GB200: NVIDIA/cudnn-frontend's cuDNN 9.19 training benchmark), the shared terms held:
 GB200's long forward rows come out 16-18 % under, B200's short causal ones up to 31 % over (a steeper
-key-length ramp than Hopper's that one ceiling cannot follow).
+key-length ramp than Hopper's that one ceiling cannot follow). ``cudnn@blackwell-ultra`` is fitted the
+same way on GB300's 10 forward and 10 backward rows (the same cuDNN 9.19 benchmark): -8 to +3 % from 4k
+to 32k tokens, over by 11-21 % at 2k (the same too-shallow ramp). Its backward share, 0.79 against
+Blackwell's 0.97, is where doubling the exponential units gains the backward less than the forward (it
+does 2.5 forward passes of FLOPs per exponential) while the head-dim term is shared by both directions.
+Leaving the GB300 rows out, ``cudnn@blackwell-ultra`` takes ``cudnn@blackwell``'s ceiling and backward
+share (``validation/accuracy_attention.py``'s ``STAND_IN``): GB300's forward comes out within 15 %
+(median 9.5 %; costed as a GB200 it was 25 % under), its backward 8-33 % over. Only head dim 128 is
+fitted: the same benchmark's gpt-oss (head dim 64, window 1024) and DeepSeek-V3 (192/128) shapes gain
+1.09-1.18x forward from GB200 to GB300 where this model gives 1.44x at 64 and 1.25x at 160
+(``validation/large_model_runs.md``).
 FlashAttention-2's head dim term is near zero: on Hopper it is slower at head dim 256 than at 128
 (register pressure), which ``d / (d + d0)`` cannot follow, so the fit flattens it."""
 
@@ -137,9 +158,10 @@ def kernel_pair(kernel: str, architecture: str) -> str:
     :class:`~dpsim.workload.spec.AttentionOp` of ``kernel`` on a GPU of ``architecture``. ``sdpa``
     is PyTorch's flash backend, FlashAttention-2 (``triton`` is costed from it by
     :mod:`dpsim.workload.roofline`); ``flash3`` needs Hopper's ``wgmma`` and TMA, and cuDNN's fused
-    attention has a published rate on Hopper and Blackwell only, so elsewhere FlashAttention-2 stands in; a
-    generation with no published FlashAttention-2 rate (Volta and Turing, which run SDPA's
-    memory-efficient kernel, Blackwell, AMD) is costed as :data:`FALLBACK`."""
+    attention has a published rate on Hopper, Blackwell and Blackwell Ultra only, so elsewhere
+    FlashAttention-2 stands in; a generation with no published FlashAttention-2 rate (Volta and Turing,
+    which run SDPA's memory-efficient kernel, Blackwell, Blackwell Ultra, AMD) is costed as
+    :data:`FALLBACK`. ``architecture`` is :attr:`dpsim.hardware.GpuSpec.attention_architecture`."""
     family = {"sdpa": "flash2", "triton": "flash2"}.get(kernel, kernel)
     for pair in (f"{family}@{architecture}", f"flash2@{architecture}"):
         if pair in CEILING_KEYS:

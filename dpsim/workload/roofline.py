@@ -271,7 +271,7 @@ def _attention(op: AttentionOp, gpu: GpuSpec, precision: Precision, micro_batch:
         peak = _peak_or_achieved(precision.matmul_dtype, gpu) / (TRITON_FLASH_SLOWDOWN if op.kernel == "triton" else 1.0)
         # Each query block loops over the keys it attends to: a causal rank's share of them.
         keys = (op.seq if op.kv_seq is None else op.kv_seq) * share
-        fwd_rate, bwd_rate = (peak * attention_fraction_of_peak(op.kernel, gpu.architecture, backward=backward,
+        fwd_rate, bwd_rate = (peak * attention_fraction_of_peak(op.kernel, gpu.attention_architecture, backward=backward,
                                                                 head_dim=op.head_dim, keys=keys, causal=op.causal)
                               for backward in (False, True))
         # Q, K, V read and O written once (K and V of the whole sequence on a context-parallel rank).
