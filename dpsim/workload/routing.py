@@ -115,24 +115,23 @@ def parse_routing(text: str) -> Routing:
     if kind == "balanced" and not arg:
         return Routing(kind="balanced")
     if kind == "zipf":
-        try:
-            s = float(arg)
-        except ValueError:
-            raise _routing_error(text, "has no number after zipf:") from None
-        if not math.isfinite(s) or s < 0:
-            raise _routing_error(text, "has a Zipf exponent that is not a finite number >= 0")
-        return Routing(kind="zipf", zipf_s=s)
+        return Routing(kind="zipf", zipf_s=_non_negative(text, arg, "zipf", "a Zipf exponent"))
     if kind == "maxvio":
-        try:
-            v = float(arg)
-        except ValueError:
-            raise _routing_error(text, "has no number after maxvio:") from None
-        if not math.isfinite(v) or v < 0:
-            raise _routing_error(text, "has a maximal violation that is not a finite number >= 0")
-        return Routing(kind="maxvio", max_violation=v)
+        return Routing(kind="maxvio", max_violation=_non_negative(text, arg, "maxvio", "a maximal violation"))
     if kind == "histogram" and arg:
         return Routing(kind="histogram", shares=_read_histogram(text, Path(arg)))
     raise _routing_error(text, "is not a routing")
+
+
+def _non_negative(text: str, arg: str, kind: str, what: str) -> float:
+    """The number after ``kind:`` in ``text``: finite and >= 0."""
+    try:
+        value = float(arg)
+    except ValueError:
+        raise _routing_error(text, f"has no number after {kind}:") from None
+    if not math.isfinite(value) or value < 0:
+        raise _routing_error(text, f"has {what} that is not a finite number >= 0")
+    return value
 
 
 def _read_histogram(text: str, path: Path) -> tuple[float, ...]:
