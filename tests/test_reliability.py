@@ -312,3 +312,13 @@ def test_goodput_cli_bad_input_one_line(capsys, args, needles):
     assert len(lines) == 1 and lines[0].startswith("dpsim: error: "), err
     for n in needles:
         assert n in lines[0], (n, lines[0])
+
+
+def test_optimum_with_a_write_far_past_the_mtbf_warns_nothing():
+    # A 100-day write against a 30-min MTBF: (k - 1) x expm1(inf) at k = 1 was 0 x inf, a NaN and a
+    # RuntimeWarning printed on stderr above dpsim's one error line.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert model_optimum_s(3600.0, 8.64e6, 600.0, 1800.0) == pytest.approx(3600.0)
