@@ -116,6 +116,12 @@ step boundaries, and no training step is shorter)."""
 MAX_RECOVERY_S = 365 * 86400.0
 """``dpsim goodput --restart`` / ``--replace``: a year (a job that waits longer than that per failure has no
 goodput to plan)."""
+MAX_MIX_TIME_S = 100 * 365 * 86400.0
+"""A time of a ``dpsim mix`` file (a job's start or duration, the horizon, a failure's time): a century of
+cluster time. Past it the tables print 30-digit seconds and a start beyond float precision leaves a job
+with an infinite step."""
+MAX_MIX_STEPS = 10**12
+"""A mix job's ``steps`` (10^12 one-millisecond steps are 30 years of training)."""
 MAX_GOODPUT_RUNS = 1000
 """``dpsim goodput --runs`` (1,000 runs at 16,384 GPUs took 105 s; the time grows with the failures simulated)."""
 MAX_NPROC = 1024

@@ -51,7 +51,7 @@ import numpy as np
 from dpsim.collectives.algorithms import ALGORITHMS
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.errors import ConfigError, DpsimError
-from dpsim.limits import MIN_CHECKPOINT_INTERVAL_S
+from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
 from dpsim.mix.pool import GroupPool
@@ -453,6 +453,16 @@ class MixSimulation:
                 self.solo[job.name] = _solo(self.design, job.gpus, job.predict)
             except DpsimError as exc:
                 raise type(exc)(f"jobs[{i}] ({job.name}): {exc}") from None
+            ck = job.checkpoint
+            if spec.failures is not None and ck.write_s is None:
+                # The write time follows from the bandwidth only now (it needs the job's state bytes);
+                # refused as dpsim goodput refuses it: a write past a year made the interval's optimum NaN.
+                write_s = self.solo[job.name][5] / ck.bandwidth_bytes_per_s
+                if not write_s <= MAX_RECOVERY_S:
+                    raise ConfigError(f"jobs[{i}] ({job.name}): checkpoint.bandwidth: {ck.bandwidth_bytes_per_s:g} "
+                                      f"B/s is not valid; writing its {self.solo[job.name][5]:.3g} bytes of "
+                                      f"checkpoint would take {write_s:.3g} s, over {MAX_RECOVERY_S:g} s (a year); "
+                                      f"give a larger bandwidth")
 
     def set_capacity(self, capacity: np.ndarray) -> None:
         """Links' capacities from now on (switch cables down or back: :mod:`dpsim.mix.outages`); the
