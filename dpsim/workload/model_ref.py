@@ -144,7 +144,8 @@ def import_builder(ref: ModelRef) -> Any:
                     pass
     except WorkloadError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any failure while importing user code
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure while importing user code (sys.exit too:
+        # SystemExit would end dpsim with its status and no word, 0 looking like success)
         raise WorkloadError(f"--model: importing {ref.target!r} failed: {type(exc).__name__}: {_one_line(exc)}") from None
 
 
@@ -155,7 +156,7 @@ def builder_attribute(module: Any, name: str, target: str) -> Any:
     (a torchvision built for another torch, say) surfaces here, not at ``import_builder``."""
     try:
         return getattr(module, name, None)
-    except Exception as exc:  # noqa: BLE001 - whatever the lazy import raises: one line, no traceback
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - whatever the lazy import raises: one line, no traceback
         raise WorkloadError(f"--model: importing {name!r} from {target!r} failed: {type(exc).__name__}: "
                             f"{_one_line(exc)} (a package it imports is missing or built for another "
                             f"torch; check `python -c \"from {target} import {name}\"`)") from None
