@@ -130,6 +130,11 @@ MAX_MIX_STEPS = 10**12
 """A mix job's ``steps`` (10^12 one-millisecond steps are 30 years of training)."""
 MAX_GOODPUT_RUNS = 1000
 """``dpsim goodput --runs`` (1,000 runs at 16,384 GPUs took 105 s; the time grows with the failures simulated)."""
+MAX_GOODPUT_FAILURES = 5e6
+"""Expected failures one goodput simulation covers: runs x failures per run, summed over the configurations
+simulated together (the checkpoint-interval study compares 10). Measured here: ``dpsim goodput --gpus 16384
+--runs 1000`` (30 days, 449 failures a run: 4.5e6 in its interval study) took 105 s; ``--tokens 1e18`` on
+16 GPUs at the default 100 runs would be 8.5e7 (half an hour), which the per-run bound let through."""
 MAX_NPROC = 1024
 """``dpsim calibrate --nproc`` / ``--ranks-per-node``: local ranks."""
 MAX_CALIBRATE_BYTES = float(64 << 30)

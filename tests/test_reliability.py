@@ -303,6 +303,10 @@ def test_goodput_cli_table(capsys, monkeypatch):
     (["--runs", "0"], ["--runs", "0"]),
     (["--min-nodes", "100"], ["--min-nodes", "100"]),
     (["--checkpoint-bandwidth", "fast"], ["--checkpoint-bandwidth", "'fast'"]),
+    # 1e18 tokens on 16 GPUs: ~85,000 failures a run, under the per-run bound; x 100 runs it simulated for
+    # half an hour (--runs 5 alone took 34 s).
+    (["--gpus", "16", "--link", "nvlink", "--model", "gpt2", "--runs", "100", "--tokens", "1e18"],
+     ["--runs: 100 runs of about", "failures to simulate; expected at most 5e+06"]),
 ])
 def test_goodput_cli_bad_input_one_line(capsys, args, needles):
     rc = main(["goodput", "--gpus", "64", "--runs", "5"] + args)
