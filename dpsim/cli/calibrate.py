@@ -22,8 +22,15 @@ from dpsim.limits import (
 )
 
 
-def _names(raw: Optional[str]) -> Optional[list[str]]:
-    return None if raw is None else [x.strip() for x in raw.split(",") if x.strip()]
+def _names(raw: Optional[str], flag: str) -> Optional[list[str]]:
+    if raw is None:
+        return None
+    names = [x.strip() for x in raw.split(",")]
+    if not all(names):
+        # An empty list read as "left out" (every op, the default dtypes): --ops '' measured everything.
+        raise ConfigError(f"{flag}: {raw!r} is not valid; give comma-separated names without empty items, or leave "
+                          f"{flag} out for the default")
+    return names
 
 
 def calibrate(
@@ -131,9 +138,9 @@ def calibrate(
         out=out, force=force, backend=backend, nproc=nproc, ranks_per_node=ranks_per_node,
         minbytes=parse_size_bytes(minbytes, "-b/--minbytes") if minbytes is not None else None,
         maxbytes=parse_size_bytes(maxbytes, "-e/--maxbytes") if maxbytes is not None else None,
-        stepfactor=stepfactor, ops=_names(ops), warmup=warmup, iters=iters, max_iters=max_iters, ci=ci,
+        stepfactor=stepfactor, ops=_names(ops, "--ops"), warmup=warmup, iters=iters, max_iters=max_iters, ci=ci,
         budget_s=budget, optimizer=optimizer, timeout_s=timeout,
-        compute=compute, dtypes=_names(dtypes), model=model, micro_batch=micro_batch, seq_len=seq_len,
+        compute=compute, dtypes=_names(dtypes, "--dtypes"), model=model, micro_batch=micro_batch, seq_len=seq_len,
         input_shape=input_shape, fresh_processes=fresh_processes,
         name=name, description=description, nccl_tests_logs=logs, quiet=quiet or as_json,
     )
