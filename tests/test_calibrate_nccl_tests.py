@@ -186,6 +186,10 @@ def test_without_device_list_ranks_come_from_busbw_and_nodes_from_the_flag(tmp_p
     ("all_reduce_perf.log", OLD_FORMAT.replace("  1048576        262144", "  1048576        262143"),
      "is not count"),
     ("all_reduce_perf.log", "\n".join(OLD_FORMAT.splitlines()[:12]) + "\n", "usable row"),
+    # float() reads nan and inf: they reached the fit, whose error named neither the flag nor the line
+    # ("size np.float64(1048576.0) B, time np.float64(nan) s is not valid").
+    ("all_reduce_perf.log", OLD_FORMAT.replace("86.28", "nan", 1), "line 17: time nan us is not a positive"),
+    ("all_reduce_perf.log", OLD_FORMAT.replace("86.28", "inf", 1), "line 17: time inf us is not a positive"),
 ])
 def test_malformed_logs_give_one_clear_line(capsys, tmp_path, name, text, needle):
     path = tmp_path / name

@@ -34,6 +34,7 @@ what was expected.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,11 +206,15 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
         if elem is not None and count > 0 and count * elem != size and op not in (
                 "all_gather", "reduce_scatter"):
             raise _fail(path, no, f"size {size:.0f} B is not count {count:.0f} x {elem} B ({dtype})")
-        if size <= 0 or time_us <= 0:
-            if size == 0:
-                continue  # nccl-tests prints size 0 rows for tiny sweeps; they carry no information
+        if size == 0:
+            continue  # nccl-tests prints size 0 rows for tiny sweeps; they carry no information
+        # float() reads "nan" and "inf" too: refused here, naming the line, not later by the fit
+        # (which named neither the flag nor the line, and showed numpy's reprs).
+        if not (size > 0 and math.isfinite(size)):
+            raise _fail(path, no, f"size {tok[i_size]} B is not a positive number")
+        if not (time_us > 0 and math.isfinite(time_us)):
             raise _fail(path, no, f"time {tok[i_time]} us is not a positive number")
-        if algbw > 0:
+        if algbw > 0 and math.isfinite(algbw) and math.isfinite(busbw):
             last_ratio = busbw / algbw
         measurements.append(Measurement(size_bytes=size, time_s=time_us * 1e-6, source=f"{Path(path).name}:{no}"))
     if len({m.size_bytes for m in measurements}) < 2:
