@@ -122,10 +122,10 @@ step boundaries, and no training step is shorter)."""
 MAX_RECOVERY_S = 365 * 86400.0
 """``dpsim goodput --restart`` / ``--replace``: a year (a job that waits longer than that per failure has no
 goodput to plan)."""
-MAX_MIX_TIME_S = 100 * 365 * 86400.0
-"""A time of a ``dpsim mix`` file (a job's start or duration, the horizon, a failure's time): a century of
-cluster time. Past it the tables print 30-digit seconds and a start beyond float precision leaves a job
-with an infinite step."""
+MAX_SPAN_S = 100 * 365 * 86400.0
+"""A span of cluster time a user gives: ``dpsim goodput --duration`` and ``--checkpoint-interval``, a ``dpsim
+mix`` file's start, duration, horizon and failure times. A century: past it the tables printed 30-digit
+seconds or days, and a mix start past float precision left a job with an infinite step."""
 MAX_MIX_STEPS = 10**12
 """A mix job's ``steps`` (10^12 one-millisecond steps are 30 years of training)."""
 MAX_GOODPUT_RUNS = 1000

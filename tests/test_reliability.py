@@ -303,6 +303,9 @@ def test_goodput_cli_table(capsys, monkeypatch):
     (["--runs", "0"], ["--runs", "0"]),
     (["--min-nodes", "100"], ["--min-nodes", "100"]),
     (["--checkpoint-bandwidth", "fast"], ["--checkpoint-bandwidth", "'fast'"]),
+    # No upper bound: --duration 1e30d (MTBFs none) and --checkpoint-interval 1e30d printed 31-digit days.
+    (["--duration", "1e30d", "--mtbf-node", "none"], ["--duration: 8.64e+34 s is not valid", "(a century)"]),
+    (["--checkpoint-interval", "1e30d"], ["--checkpoint-interval: 8.64e+34 s is not valid", "(a century)"]),
     # 1e18 tokens on 16 GPUs: ~85,000 failures a run, under the per-run bound; x 100 runs it simulated for
     # half an hour (--runs 5 alone took 34 s).
     (["--gpus", "16", "--link", "nvlink", "--model", "gpt2", "--runs", "100", "--tokens", "1e18"],

@@ -37,7 +37,7 @@ from typing import Any
 
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
-from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_MIX_TIME_S, MAX_RECOVERY_S
+from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_SPAN_S, MAX_RECOVERY_S
 from dpsim.plan.reliability import DEFAULT_RESTART_S, FailureRates, parse_long_duration_s
 from dpsim.units import parse_bandwidth_bytes_per_s
 
@@ -200,7 +200,7 @@ def _int(field: str, value: Any, minimum: int = 1, maximum: int | None = None) -
     return value
 
 
-def _seconds(field: str, value: Any, maximum: float = MAX_MIX_TIME_S, what: str = "a century") -> float:
+def _seconds(field: str, value: Any, maximum: float = MAX_SPAN_S, what: str = "a century") -> float:
     try:
         s = parse_long_duration_s(value, field)
     except DpsimError as exc:
