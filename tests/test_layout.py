@@ -588,3 +588,26 @@ def test_plan_takes_cp_balance_to_every_context_parallel_candidate():
                           "--link", "infiniband", "--global-batch", "16", "--no-cp-balance"],
                          capture_output=True, text=True)
     assert out.returncode != 0 and "--no-cp-balance: applies only with context parallelism" in out.stderr
+
+
+def test_plan_refuses_fp8_on_a_gpu_without_fp8_naming_the_flag(capsys):
+    # The planner never checked the precision against the GPU: the first layout's costing failed with
+    # "gpu 'a100': no achieved rate for dtype 'float8'", naming neither --fp8 nor what is allowed.
+    from dpsim.cli import main
+
+    rc = main(["plan", "--model", "llama-2-7b", "--link", "pcie", "--gpus", "16", "--global-batch", "96",
+               "--fp8", "te-delayed"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("dpsim: error: --fp8: 'te-delayed' needs FP8 tensor cores") and "a100" in err
+
+
+def test_plan_lists_layouts_recomputed_by_op_megatron_or_moe(capsys):
+    # Labelling such a layout in the table raised KeyError: 'op' (a traceback after the whole search).
+    from dpsim.cli import main
+
+    rc = main(["plan", "--model", "llama-2-7b", "--link", "nvlink", "--gpus", "16", "--global-batch", "96",
+               "--recompute", "op,megatron", "--top", "40", "--verify", "0"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert " op" in out and " megatron" in out
