@@ -329,3 +329,17 @@ def test_optimum_with_a_write_far_past_the_mtbf_warns_nothing():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert model_optimum_s(3600.0, 8.64e6, 600.0, 1800.0) == pytest.approx(3600.0)
+
+
+def test_goodput_of_a_tensor_pipeline_layout_writes_each_stage_shard(capsys):
+    # goodput read tp off the layout's report (an AttributeError traceback for any --tp or --pp). The
+    # checkpoint is costed with the layout's sizes: tp 2 x pp 2, and 16 / 4 = 4 data-parallel ranks.
+    from dpsim.plan.layout_goodput import checkpoint_cost
+
+    rc = main(["goodput", "--model", "llama-2-7b", "--link", "nvlink", "--gpus", "16", "--tp", "2", "--pp", "2",
+               "--runs", "3", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    d = json.loads(out)
+    ck = checkpoint_cost(state_bytes=d["checkpoint_bytes"], gpus_per_node=8, tp=2, pp=2, dp=4)
+    assert d["checkpoint_write_s"] == pytest.approx(ck.write_s)

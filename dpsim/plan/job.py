@@ -155,7 +155,10 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
         if not (0 < work_s <= MAX_SPAN_S):  # 1e30d printed 31-digit days in every table
             raise ConfigError(f"--duration: {work_s!r} s is not valid; expected a duration > 0 and <= "
                               f"{MAX_SPAN_S:g} s (a century), e.g. 30d")
-    tp, pp = (p.layout.tp, p.layout.pp) if p.layout is not None else (1, 1)
+    # p.layout is the layout's report; its .layout holds the sizes (reading tp off the report was an
+    # AttributeError traceback for every goodput with --tp or --pp). The data-parallel ranks include the
+    # context-parallel ones, which hold the same state (as the planner's dp x cp).
+    tp, pp = (p.layout.layout.tp, p.layout.layout.pp) if p.layout is not None else (1, 1)
     dp = topology.n_gpus // (tp * pp)
     ck = checkpoint_cost(
         state_bytes=state_bytes(p.param_count, get_precision(resolved.config.execution.precision),
