@@ -94,6 +94,10 @@ def test_parse_price_overrides():
         with pytest.raises(ConfigError) as exc:
             parse_price_overrides(bad)
         assert one_line(exc).startswith("--gpu-hour-usd")
+    # Two prices for one GPU: the later one silently won (h100=1 then H100=9 costed at 9).
+    for bad in (["h100=1", "H100=9"], ["h100=1,h100=2"]):
+        with pytest.raises(ConfigError, match="--gpu-hour-usd: '(h|H)100' is given two prices"):
+            parse_price_overrides(bad)
 
 
 def test_budget_validation():

@@ -201,7 +201,11 @@ def parse_price_overrides(items: list[str] | tuple[str, ...], field: str = "--gp
         if not sep or not gpu.strip():
             raise ConfigError(f"{field}: {part!r} is not valid; give one price for every GPU (2.5) "
                               f"or GPU=PRICE pairs (h100=2.5)")
-        prices[gpu.strip()] = _number(value.strip(), f"{field} {gpu.strip()}")
+        key = gpu.strip().lower()
+        if key in prices:  # the later price silently replaced the earlier (h100=1 --gpu-hour-usd H100=9)
+            raise ConfigError(f"{field}: {gpu.strip()!r} is given two prices ({prices[key]:g} and {value.strip()}); "
+                              f"give one price per GPU")
+        prices[key] = _number(value.strip(), f"{field} {gpu.strip()}")
     return check_price_override(prices, field)
 
 
