@@ -204,6 +204,20 @@ def test_malformed_logs_give_one_clear_line(capsys, tmp_path, name, text, needle
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.parametrize("flag, value", [("--model", "gpt2"), ("--nproc", "4"), ("--ops", "all_reduce"),
+                                         ("--backend", "gloo")])
+def test_measuring_flags_with_from_nccl_tests_are_refused(capsys, tmp_path, flag, value):
+    # They were silently ignored: --model gpt2 gave a profile without the model's step, exit status 0.
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text(OLD_FORMAT)
+    rc, _, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(path), flag, value,
+                         "--out", str(tmp_path / "p.json"))
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"dpsim: error: {flag}: ") and value in err
+    assert "applies to a measurement; --from-nccl-tests only fits the logs given" in err
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_missing_log_and_missing_flag(capsys, tmp_path):
     rc, _, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(tmp_path / "nope.log"))
     assert rc == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1

@@ -19,6 +19,7 @@ from dpsim.limits import (
     MAX_TIMEOUT_S,
     check_int,
     check_number,
+    short,
 )
 
 
@@ -134,6 +135,21 @@ def calibrate(
     if from_nccl_tests and not logs:
         raise ConfigError("--from-nccl-tests: no log files given; e.g. dpsim calibrate --from-nccl-tests "
                           "all_reduce_perf.log --out node.json")
+    # Flags of a measurement were silently ignored where nothing of theirs runs: a user who gave
+    # --model with --no-compute (or with --from-nccl-tests) got a profile without the model step, status 0.
+    measuring = {"--backend": backend, "--nproc": nproc, "-b/--minbytes": minbytes, "-e/--maxbytes": maxbytes,
+                 "-f/--stepfactor": stepfactor, "--ops": ops, "--warmup": warmup, "--iters": iters,
+                 "--max-iters": max_iters, "--dtypes": dtypes, "--model": model, "--seq-len": seq_len,
+                 "--input-shape": input_shape}
+    given = [flag for flag, value in measuring.items() if value is not None]
+    if from_nccl_tests and given:
+        raise ConfigError(f"{given[0]}: {short(measuring[given[0]])} applies to a measurement; --from-nccl-tests "
+                          f"only fits the logs given: leave {given[0]} out")
+    if not compute:
+        skipped = [flag for flag in ("--model", "--dtypes", "--seq-len", "--input-shape") if measuring[flag] is not None]
+        if skipped:
+            raise ConfigError(f"{skipped[0]}: {short(measuring[skipped[0]])} is measured by the compute benchmarks, "
+                              f"which --no-compute turns off; drop --no-compute or {skipped[0]}")
     opts = CalibrateOptions(
         out=out, force=force, backend=backend, nproc=nproc, ranks_per_node=ranks_per_node,
         minbytes=parse_size_bytes(minbytes, "-b/--minbytes") if minbytes is not None else None,
