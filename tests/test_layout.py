@@ -611,3 +611,13 @@ def test_plan_lists_layouts_recomputed_by_op_megatron_or_moe(capsys):
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert " op" in out and " megatron" in out
+
+
+def test_plan_refuses_router_options_on_a_dense_model(capsys):
+    # dpsim plan --moe-routing zipf:1 on gpt2 searched the dense layouts as if the flag were not there.
+    from dpsim.cli import main
+
+    rc = main(["plan", "--model", "gpt2", "--link", "nvlink", "--gpus", "16", "--global-batch", "64",
+               "--moe-routing", "zipf:1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("dpsim: error: --moe-routing: 'zipf:1' applies to a mixture of experts'"), err

@@ -70,6 +70,7 @@ from dpsim.predict.config import PredictConfig, flag_name, flag_scale
 from dpsim.predict.layout import (
     _heads,
     check_experts,
+    check_no_expert_options,
     context_comm_s,
     expert_a2a_s,
     expert_tp_s,
@@ -935,6 +936,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     if planner.moe_a2a_overlap and planner.model.moe is None:
         raise ConfigError(f"--moe-a2a-overlap: hides a mixture of experts' all-to-alls, but {planner.model.name} is "
                           f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
+    if planner.model.moe is None:
+        check_no_expert_options(planner.model.name, base.parallelism)
     for flag, sizes in (("--ep", eps), ("--etp", etps)):
         if sizes and max(sizes) > 1 and planner.model.moe is None:
             raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "
