@@ -303,6 +303,9 @@ def test_goodput_cli_table(capsys, monkeypatch):
     (["--runs", "0"], ["--runs", "0"]),
     (["--min-nodes", "100"], ["--min-nodes", "100"]),
     (["--checkpoint-bandwidth", "fast"], ["--checkpoint-bandwidth", "'fast'"]),
+    # Both given: the bandwidth was never read, not even checked (a mix file refuses both).
+    (["--checkpoint-write", "1s", "--checkpoint-bandwidth", "1GB/s"], ["--checkpoint-write and "
+                                                                       "--checkpoint-bandwidth", "not both"]),
     # No upper bound: --duration 1e30d (MTBFs none) and --checkpoint-interval 1e30d printed 31-digit days.
     (["--duration", "1e30d", "--mtbf-node", "none"], ["--duration: 8.64e+34 s is not valid", "(a century)"]),
     (["--checkpoint-interval", "1e30d"], ["--checkpoint-interval: 8.64e+34 s is not valid", "(a century)"]),
