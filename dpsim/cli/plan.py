@@ -152,8 +152,14 @@ def sweep_command(
                               f"{', '.join(OUTPUT_FORMATS)}")
         if not Path(output).parent.is_dir():
             raise ConfigError(f"-o/--output: directory {str(Path(output).parent)!r} does not exist")
-        if Path(output).is_dir():
+        from dpsim.files import check_writable_dir
+        try:
+            is_dir = Path(output).is_dir()
+        except OSError as exc:  # a name too long for the file system
+            raise ConfigError(f"-o/--output: cannot write {short(output)}: {exc.strerror}") from None
+        if is_dir:
             raise ConfigError(f"-o/--output: {output!r} is a directory; give a file path")
+        check_writable_dir(output, "-o/--output")  # before the sweep: not an OSError after it
     if workers is not None:
         check_int(workers, "--workers", 1, MAX_WORKERS)
     spec = SweepSpec.from_yaml(config) if config else SweepSpec()
