@@ -147,6 +147,24 @@ def read_yaml_file(path: str | Path, flag: str, error: type[DpsimError]) -> Any:
         raise error(f"{path}: not valid YAML{where}{detail}") from None
 
 
+def path_kind(path: str | Path, flag: str, error: type[DpsimError] = ConfigError) -> str | None:
+    """``"dir"``, ``"file"`` (regular), ``"other"`` (device, FIFO, socket) or ``None`` where nothing is.
+
+    ``Path.exists()``/``is_file()``/``is_dir()`` raise for a name the file system cannot hold (too
+    long: ENAMETOOLONG) or may not look at (EACCES): an OSError traceback. Here those are ``error``
+    naming ``flag`` in one line.
+    """
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise error(f"{flag}: cannot use {short(str(path))}: {exc.strerror}") from None
+    except ValueError:  # an embedded NUL byte
+        raise error(f"{flag}: {short(str(path))} is not a valid file name") from None
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+
+
 def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (".html", ".htm")) -> Path:
     """``path`` if it ends in one of ``suffixes`` and its directory exists, else a ConfigError naming ``flag``.
 
@@ -155,23 +173,12 @@ def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (
     p = Path(path)
     if p.suffix.lower() not in suffixes:
         raise ConfigError(f"{flag}: {str(path)!r} is not an {suffixes[0]} file; give a path ending in {suffixes[0]}")
-    if not p.parent.is_dir():
+    if path_kind(p.parent, flag) != "dir":
         raise ConfigError(f"{flag}: directory {str(p.parent)!r} does not exist")
-    if _is_dir(p, flag):
+    if path_kind(p, flag) == "dir":
         raise ConfigError(f"{flag}: {str(path)!r} is a directory; give a file path ending in {suffixes[0]}")
     check_writable_dir(p, flag)
     return p
-
-
-def _is_dir(p: Path, flag: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.stat(p).st_mode)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:  # a name too long for the file system, a component that is a file...
-        raise ConfigError(f"{flag}: cannot write {short(str(p))}: {exc.strerror}") from None
-    except ValueError:  # an embedded NUL byte
-        raise ConfigError(f"{flag}: {short(str(p))} is not a valid file name") from None
 
 
 def check_writable_dir(path: str | Path, flag: str) -> None:

@@ -361,7 +361,7 @@ def test_an_unwritable_output_is_one_line_before_the_work(capsys, tmp_path, comm
     args = [str(tmp_path / "mix.yaml") if a == "MIX" else a for a in command]
     rc, out, err = run_cli(capsys, *args, path)
     assert rc == 2 and len(err.splitlines()) == 1, err
-    assert err.startswith(f"dpsim: error: {flag}: cannot write ")
+    assert err.startswith(f"dpsim: error: {flag}: cannot ")
 
 
 def test_a_failed_atomic_write_is_one_line_and_keeps_the_old_file(tmp_path, monkeypatch):
@@ -379,3 +379,23 @@ def test_a_failed_atomic_write_is_one_line_and_keeps_the_old_file(tmp_path, monk
     with pytest.raises(ConfigError, match="--timeline: cannot write .*No space left on device; it is left as it was"):
         write_text_atomic(path, "new\n", flag="--timeline")
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["out.html"]
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["predict", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "--calibration", "LONG.json"], "--calibration"),
+    (["predict", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "--calibration", "NAME"], "--calibration"),
+    (["predict", "--gpus", "8", "--link", "nvlink", "--model", "LONG.py:build"], "--model"),
+    (["calibrate", "--from-nccl-tests", "LONG.log"], "--from-nccl-tests"),
+    (["calibrate", "--from-nccl-tests", "LOG", "--out", "LONG.json"], "--out"),
+    (["predict", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "--timeline", "LONG/t.html"], "--timeline"),
+])
+def test_a_file_name_too_long_is_one_line(capsys, tmp_path, args, flag):
+    # Path.exists()/is_file()/is_dir() raise ENAMETOOLONG: an OSError traceback from --calibration, --model,
+    # --from-nccl-tests and --out (and from a directory component too long for an output).
+    long = str(tmp_path / ("x" * 300))
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text("# nccl-tests\n")
+    args = [a.replace("LONG", long).replace("NAME", "x" * 300) if a != "LOG" else str(log) for a in args]
+    rc, out, err = run_cli(capsys, *args)
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"dpsim: error: {flag}: ") and "File name too long" in err

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpsim.errors import ProfileError
-from dpsim.files import read_text_capped
+from dpsim.files import path_kind, read_text_capped
 from dpsim.profile.schema import Measurement
 
 PERF_BINARIES = {
@@ -138,7 +138,7 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
     """
     path = str(path)
     if text is None:
-        if not Path(path).exists():
+        if path_kind(path, "--from-nccl-tests", ProfileError) is None:
             raise _fail(path, None, "does not exist")
         # capped and regular files only: /dev/zero or a FIFO would otherwise be read until memory runs out
         text = read_text_capped(path, "--from-nccl-tests", ProfileError, what="nccl-tests log file")

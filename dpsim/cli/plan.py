@@ -150,14 +150,10 @@ def sweep_command(
         if Path(output).suffix.lower() not in OUTPUT_FORMATS:
             raise ConfigError(f"-o/--output: {output!r} has no known extension; use one of "
                               f"{', '.join(OUTPUT_FORMATS)}")
-        if not Path(output).parent.is_dir():
+        from dpsim.files import check_writable_dir, path_kind
+        if path_kind(Path(output).parent, "-o/--output") != "dir":
             raise ConfigError(f"-o/--output: directory {str(Path(output).parent)!r} does not exist")
-        from dpsim.files import check_writable_dir
-        try:
-            is_dir = Path(output).is_dir()
-        except OSError as exc:  # a name too long for the file system
-            raise ConfigError(f"-o/--output: cannot write {short(output)}: {exc.strerror}") from None
-        if is_dir:
+        if path_kind(output, "-o/--output") == "dir":
             raise ConfigError(f"-o/--output: {output!r} is a directory; give a file path")
         check_writable_dir(output, "-o/--output")  # before the sweep: not an OSError after it
     if workers is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.errors import WorkloadError
+from dpsim.files import path_kind
 from dpsim.workload.library_models import parse_call
 from dpsim.workload.shapes import is_shape_ref
 
@@ -82,7 +83,7 @@ def parse_model_ref(ref: str, *, calls: bool = False) -> ModelRef:
     if is_file:
         if not target.endswith(".py"):
             raise WorkloadError(f"--model: {target!r} is not a .py file; {usage}")
-        if not Path(target).is_file():
+        if path_kind(target, "--model", WorkloadError) != "file":  # (a name too long is its own error)
             raise WorkloadError(f"--model: file {target!r} does not exist")
     elif not all(p.isidentifier() and not keyword.iskeyword(p) for p in target.split(".")):
         raise WorkloadError(f"--model: {target!r} is not a module name (dotted identifiers); {usage}")
