@@ -174,6 +174,16 @@ def test_histogram_of_huge_or_tiny_counts_keeps_its_shares(tmp_path, recwarn):
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
 
 
+def test_a_routing_that_serves_fewer_experts_than_top_k_names_the_flag(tmp_path):
+    # zipf:1e308 underflows every share but the first; the error named the model's top_k, not --moe-routing.
+    path = tmp_path / "h.json"
+    path.write_text("[1, 0, 0, 0, 0, 0, 0, 0]")
+    for text in ("zipf:1e308", f"histogram:{path}"):
+        with pytest.raises(ConfigError, match=r"^--moe-routing: gives tokens to only 1 of the 8 experts .* fewer "
+                                              r"than the 2 each token is routed to"):
+            rank_load(parse_routing(text), experts=8, ep=2, tokens_per_rank=10, top_k=2)
+
+
 def test_bad_layout_arguments():
     r = parse_routing("balanced")
     with pytest.raises(ConfigError, match="--ep: 3 does not divide the 64 experts"):

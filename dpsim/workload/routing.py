@@ -193,8 +193,15 @@ def _check_moe(experts: int, ep: int, top_k: int, tokens_per_rank: int, capacity
     _check_int("top_k", top_k, 1)
     if experts % ep:
         raise ConfigError(f"--ep: {ep} does not divide the {experts} experts; choose an ep that divides them")
-    if top_k > int((shares > 0).sum()):
-        raise ConfigError(f"top_k: {top_k} is more than the {int((shares > 0).sum())} experts that get tokens; "
+    served = int((shares > 0).sum())
+    if top_k > served and top_k <= experts:
+        # The routing's fault, not the model's (a histogram of zeros, or zipf:1e308 whose shares underflow):
+        # name the flag the user gave, not the model's top_k.
+        raise ConfigError(f"{_FLAG}: gives tokens to only {served} of the {experts} experts (the others' shares "
+                          f"are 0), fewer than the {top_k} each token is routed to (the model's top_k); give a "
+                          f"routing that spreads tokens over at least {top_k} experts")
+    if top_k > served:
+        raise ConfigError(f"top_k: {top_k} is more than the {served} experts that get tokens; "
                           f"expected at most that many")
     if capacity_factor is not None and not (isinstance(capacity_factor, (int, float))
                                             and math.isfinite(capacity_factor) and capacity_factor > 0):
