@@ -621,3 +621,13 @@ def test_plan_refuses_router_options_on_a_dense_model(capsys):
                "--moe-routing", "zipf:1"])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("dpsim: error: --moe-routing: 'zipf:1' applies to a mixture of experts'"), err
+
+
+def test_more_chunks_than_blocks_says_how_many_chunks_fit():
+    # 4 stages x 9 chunks of llama-2-7b's 32 blocks suggested --stage-layers, which cannot fill 36 chunks.
+    config = PredictConfig(model="llama-2-7b", gpus=16, link="nvlink", pp=4, micro_batch=1, global_batch=32,
+                           schedule="1f1b-interleaved", virtual_stages=9)
+    with pytest.raises(ConfigError, match=r"^--pp: 4 stages x 9 chunks = 36 chunks for llama-2-7b's 32 blocks leave "
+                                          r"a chunk without blocks; use at most 32 chunks \(fewer stages or fewer "
+                                          r"--virtual-stages\)$"):
+        predict(config)
