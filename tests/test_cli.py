@@ -399,3 +399,17 @@ def test_a_file_name_too_long_is_one_line(capsys, tmp_path, args, flag):
     rc, out, err = run_cli(capsys, *args)
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert err.startswith(f"dpsim: error: {flag}: ") and "File name too long" in err
+
+
+def test_a_timeline_that_cannot_be_written_prints_no_json(capsys, tmp_path, monkeypatch):
+    # The JSON document was printed first and the timeline written after it: a failed write left a complete
+    # JSON on stdout under exit status 2. The timeline is now written before anything is printed.
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    rc = main(["predict", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "--json",
+               "--timeline", str(tmp_path / "t.html")])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1, (out[:200], err)
+    assert err.startswith("dpsim: error: --timeline: cannot write ") and "No space left on device" in err
