@@ -381,3 +381,16 @@ def test_shares_without_a_solve_agree_with_the_full_solve_on_random_mixes(seed, 
             assert getattr(q, name) == pytest.approx(getattr(f, name), rel=1e-9, abs=0)
         for bq, bf in zip(q.bottlenecks, f.bottlenecks):
             assert bq.share == pytest.approx(bf.share, rel=1e-9, abs=0) and bq.with_jobs == bf.with_jobs
+
+
+@pytest.mark.parametrize("cluster, message", [
+    ({"link": "nosuch", "gpus": 16}, "cluster.link: 'nosuch' is not a preset"),
+    ({"link": "infiniband", "gpus": 12}, "cluster.gpus: 12 is not a multiple"),
+    ({"topology": "/nonexistent-dpsim/t.yaml", "gpus": 16}, "cluster.topology: cannot read"),
+])
+def test_cluster_errors_name_the_mix_field_not_a_flag(cluster, message):
+    # They named --link, --gpus and --topology: flags dpsim mix does not have (the file's cluster: has them).
+    spec = mix_from_dict({"cluster": cluster, "jobs": [{"name": "a", "model": "gpt2", "gpus": 8, "steps": 2}]})
+    with pytest.raises(DpsimError) as exc:
+        simulate_mix(spec, sample_steps=None)
+    assert str(exc.value).startswith(message), str(exc.value)

@@ -380,10 +380,21 @@ def _group_max_min(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarra
     return max_min_sparse(flow_of, link_of, capacity, n_flows, weight)
 
 
+_CLUSTER_FIELDS = {"--gpus": "cluster.gpus", "--link": "cluster.link", "--topology": "cluster.topology"}
+"""The flags the topology loaders name -> the mix file's fields they were given as."""
+
+
 def cluster_topology(spec: MixSpec) -> Topology:
-    """The mix's whole cluster."""
-    design = load_topology_file(spec.topology_file) if spec.topology_file else load_preset(spec.link)
-    return Topology(spec=design, n_gpus=spec.cluster_gpus)
+    """The mix's whole cluster (an error names the mix file's ``cluster.*`` field, not a flag it has none of)."""
+    try:
+        design = load_topology_file(spec.topology_file) if spec.topology_file else load_preset(spec.link)
+        return Topology(spec=design, n_gpus=spec.cluster_gpus)
+    except DpsimError as exc:
+        text = str(exc)
+        for flag, field in _CLUSTER_FIELDS.items():
+            if text.startswith(f"{flag}:") or text.startswith(f"{flag} "):
+                raise type(exc)(field + text[len(flag):]) from None
+        raise
 
 
 @lru_cache(maxsize=256)
