@@ -413,3 +413,11 @@ def test_a_timeline_that_cannot_be_written_prints_no_json(capsys, tmp_path, monk
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and len(err.splitlines()) == 1, (out[:200], err)
     assert err.startswith("dpsim: error: --timeline: cannot write ") and "No space left on device" in err
+
+
+def test_a_bare_command_group_lists_its_own_commands(capsys):
+    # A bare `dpsim testbed` listed dpsim's top-level commands (calibrate, collective, ...), not up/down/status.
+    rc, _, err = run_cli(capsys, "testbed")
+    assert rc == 2 and err.splitlines()[-1] == "dpsim: error: testbed: missing command; choose one of down, status, up"
+    rc, _, err = run_cli(capsys)
+    assert rc == 2 and err.splitlines()[-1].startswith("dpsim: error: missing command; choose one of calibrate, ")
