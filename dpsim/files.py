@@ -147,6 +147,24 @@ def read_yaml_file(path: str | Path, flag: str, error: type[DpsimError]) -> Any:
         raise error(f"{path}: not valid YAML{where}{detail}") from None
 
 
+def path_kind(path: str | Path, flag: str, error: type[DpsimError] = ConfigError) -> str | None:
+    """``"dir"``, ``"file"`` (regular), ``"other"`` (device, FIFO, socket) or ``None`` where nothing is.
+
+    ``Path.exists()``/``is_file()``/``is_dir()`` raise for a name the file system cannot hold (too
+    long: ENAMETOOLONG) or may not look at (EACCES): an OSError traceback. Here those are ``error``
+    naming ``flag`` in one line.
+    """
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise error(f"{flag}: cannot use {short(str(path))}: {exc.strerror}") from None
+    except ValueError:  # an embedded NUL byte
+        raise error(f"{flag}: {short(str(path))} is not a valid file name") from None
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+
+
 def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (".html", ".htm")) -> Path:
     """``path`` if it ends in one of ``suffixes`` and its directory exists, else a ConfigError naming ``flag``.
 
@@ -155,11 +173,28 @@ def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (
     p = Path(path)
     if p.suffix.lower() not in suffixes:
         raise ConfigError(f"{flag}: {str(path)!r} is not an {suffixes[0]} file; give a path ending in {suffixes[0]}")
-    if not p.parent.is_dir():
+    if path_kind(p.parent, flag) != "dir":
         raise ConfigError(f"{flag}: directory {str(p.parent)!r} does not exist")
-    if p.is_dir():
+    if path_kind(p, flag) == "dir":
         raise ConfigError(f"{flag}: {str(path)!r} is a directory; give a file path ending in {suffixes[0]}")
+    check_writable_dir(p, flag)
     return p
+
+
+def check_writable_dir(path: str | Path, flag: str) -> None:
+    """Create and remove a temporary file next to ``path``, as the atomic write will, before any work.
+
+    A directory the user cannot write (read-only, /proc, no permission) or a file name too long
+    for its file system failed only at the end, with an OSError traceback after the computation.
+    """
+    p = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot write {short(str(p))}: {exc.strerror}") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
 
 
 def _umask_mode() -> int:
@@ -169,15 +204,19 @@ def _umask_mode() -> int:
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | Path, *, mode: int | None = None) -> Iterator[Path]:
+def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "output") -> Iterator[Path]:
     """Yield a temporary path next to ``path``; when the block ends normally it becomes ``path`` atomically.
 
     For writers that want a file name (pandas, pyarrow). If the block raises (or is
     interrupted) the temporary file is removed and ``path`` is left as it was. ``mode``:
-    permission bits (default: what a plain ``open`` gives under the umask).
+    permission bits (default: what a plain ``open`` gives under the umask). A write that
+    fails (no permission, a full disk) is a ConfigError naming ``flag``, not an OSError.
     """
     path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot write {short(str(path))}: {exc.strerror}") from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -186,15 +225,21 @@ def atomic_output(path: str | Path, *, mode: int | None = None) -> Iterator[Path
             os.fsync(fh.fileno())
         os.chmod(tmp, _umask_mode() if mode is None else mode)
         os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise ConfigError(f"{flag}: cannot write {short(str(path))}: {exc.strerror or exc}; it is left as it "
+                          f"was") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 
 
-def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None) -> Path:
-    """Write ``text`` to ``path`` atomically (UTF-8); ``mode``: permission bits (default: the umask's)."""
+def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None, flag: str = "output") -> Path:
+    """Write ``text`` to ``path`` atomically (UTF-8); ``mode``: permission bits (default: the umask's);
+    ``flag``: named by the one-line error of a failed write."""
     path = Path(path)
-    with atomic_output(path, mode=mode) as tmp:
+    with atomic_output(path, mode=mode, flag=flag) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return path

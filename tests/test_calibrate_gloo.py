@@ -264,6 +264,13 @@ def test_bad_calibrate_flags_are_one_line(capsys, tmp_path):
         (["--backend", "mpi"], "--backend: 'mpi' is not valid"),
         (["--backend", "gloo", "--nproc", "1"], "--nproc: 1 is not valid"),
         (["--backend", "gloo", "--ops", "alltoall"], "--ops: 'alltoall' is not valid"),
+        # An empty list was read as "left out": --ops '' measured every collective.
+        (["--backend", "gloo", "--ops", ""], "--ops: '' is not valid; give comma-separated names without empty"),
+        (["--backend", "gloo", "--dtypes", "float32,"], "--dtypes: 'float32,' is not valid"),
+        # --no-compute skips the model step and the matmuls: --model was silently ignored (status 0).
+        (["--backend", "gloo", "--no-compute", "--model", "gpt2"], "--model: 'gpt2' is measured by the compute "
+                                                                   "benchmarks, which --no-compute turns off"),
+        (["--backend", "gloo", "--no-compute", "--dtypes", "float32"], "--dtypes: 'float32' is measured by"),
         (["--backend", "gloo", "--model", "gpt5"], "--model: 'gpt5' is not a catalog model"),
         (["--backend", "gloo", "-b", "1M", "-e", "1K"], "-b/-e"),
         (["--backend", "gloo", "-b", "1M", "-e", "1M"], "an alpha-beta fit needs at least 2"),

@@ -186,6 +186,10 @@ def test_without_device_list_ranks_come_from_busbw_and_nodes_from_the_flag(tmp_p
     ("all_reduce_perf.log", OLD_FORMAT.replace("  1048576        262144", "  1048576        262143"),
      "is not count"),
     ("all_reduce_perf.log", "\n".join(OLD_FORMAT.splitlines()[:12]) + "\n", "usable row"),
+    # float() reads nan and inf: they reached the fit, whose error named neither the flag nor the line
+    # ("size np.float64(1048576.0) B, time np.float64(nan) s is not valid").
+    ("all_reduce_perf.log", OLD_FORMAT.replace("86.28", "nan", 1), "line 17: time nan us is not a positive"),
+    ("all_reduce_perf.log", OLD_FORMAT.replace("86.28", "inf", 1), "line 17: time inf us is not a positive"),
 ])
 def test_malformed_logs_give_one_clear_line(capsys, tmp_path, name, text, needle):
     path = tmp_path / name
@@ -197,6 +201,20 @@ def test_malformed_logs_give_one_clear_line(capsys, tmp_path, name, text, needle
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dpsim: error: --from-nccl-tests:") and needle.split(":")[0] in lines[0]
     assert str(path) in lines[0]
+    assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--model", "gpt2"), ("--nproc", "4"), ("--ops", "all_reduce"),
+                                         ("--backend", "gloo")])
+def test_measuring_flags_with_from_nccl_tests_are_refused(capsys, tmp_path, flag, value):
+    # They were silently ignored: --model gpt2 gave a profile without the model's step, exit status 0.
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text(OLD_FORMAT)
+    rc, _, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(path), flag, value,
+                         "--out", str(tmp_path / "p.json"))
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"dpsim: error: {flag}: ") and value in err
+    assert "applies to a measurement; --from-nccl-tests only fits the logs given" in err
     assert not (tmp_path / "p.json").exists()
 
 

@@ -341,3 +341,83 @@ def test_predict_does_not_import_torch():
             "assert 'torch' not in sys.modules, 'predict imported torch'\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+_MIX = "cluster: {link: infiniband, gpus: 16}\nhorizon: 1h\njobs:\n  - {name: a, model: gpt2, gpus: 8}\n"
+
+
+@pytest.mark.parametrize("unwritable", ["long", "/proc/dpsim-fuzz"])
+@pytest.mark.parametrize("command, flag, suffix", [
+    (["predict", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "--timeline"], "--timeline", ".html"),
+    (["report", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "-o"], "-o/--output", ".html"),
+    (["sweep", "--gpus", "8", "--model", "gpt2", "-o"], "-o/--output", ".csv"),
+    (["mix", "MIX", "--html"], "--html", ".html"),
+])
+def test_an_unwritable_output_is_one_line_before_the_work(capsys, tmp_path, command, flag, suffix, unwritable):
+    # A directory nobody may write (/proc here; read-only or not permitted for a user) or a file name too long
+    # for the file system passed the checks and failed at the very end: an OSError traceback after the work.
+    (tmp_path / "mix.yaml").write_text(_MIX)
+    path = str(tmp_path / ("x" * 300)) + suffix if unwritable == "long" else unwritable + suffix
+    args = [str(tmp_path / "mix.yaml") if a == "MIX" else a for a in command]
+    rc, out, err = run_cli(capsys, *args, path)
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"dpsim: error: {flag}: cannot ")
+
+
+def test_a_failed_atomic_write_is_one_line_and_keeps_the_old_file(tmp_path, monkeypatch):
+    # A full disk (or a lost permission) at the final rename was an OSError traceback.
+    from dpsim.errors import ConfigError
+    from dpsim.files import write_text_atomic
+
+    path = tmp_path / "out.html"
+    path.write_text("old\n")
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(ConfigError, match="--timeline: cannot write .*No space left on device; it is left as it was"):
+        write_text_atomic(path, "new\n", flag="--timeline")
+    assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["out.html"]
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["predict", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "--calibration", "LONG.json"], "--calibration"),
+    (["predict", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "--calibration", "NAME"], "--calibration"),
+    (["predict", "--gpus", "8", "--link", "nvlink", "--model", "LONG.py:build"], "--model"),
+    (["calibrate", "--from-nccl-tests", "LONG.log"], "--from-nccl-tests"),
+    (["calibrate", "--from-nccl-tests", "LOG", "--out", "LONG.json"], "--out"),
+    (["predict", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "--timeline", "LONG/t.html"], "--timeline"),
+])
+def test_a_file_name_too_long_is_one_line(capsys, tmp_path, args, flag):
+    # Path.exists()/is_file()/is_dir() raise ENAMETOOLONG: an OSError traceback from --calibration, --model,
+    # --from-nccl-tests and --out (and from a directory component too long for an output).
+    long = str(tmp_path / ("x" * 300))
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text("# nccl-tests\n")
+    args = [a.replace("LONG", long).replace("NAME", "x" * 300) if a != "LOG" else str(log) for a in args]
+    rc, out, err = run_cli(capsys, *args)
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"dpsim: error: {flag}: ") and "File name too long" in err
+
+
+def test_a_timeline_that_cannot_be_written_prints_no_json(capsys, tmp_path, monkeypatch):
+    # The JSON document was printed first and the timeline written after it: a failed write left a complete
+    # JSON on stdout under exit status 2. The timeline is now written before anything is printed.
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    rc = main(["predict", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "--json",
+               "--timeline", str(tmp_path / "t.html")])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1, (out[:200], err)
+    assert err.startswith("dpsim: error: --timeline: cannot write ") and "No space left on device" in err
+
+
+def test_a_bare_command_group_lists_its_own_commands(capsys):
+    # A bare `dpsim testbed` listed dpsim's top-level commands (calibrate, collective, ...), not up/down/status.
+    rc, _, err = run_cli(capsys, "testbed")
+    assert rc == 2 and err.splitlines()[-1] == "dpsim: error: testbed: missing command; choose one of down, status, up"
+    rc, _, err = run_cli(capsys)
+    assert rc == 2 and err.splitlines()[-1].startswith("dpsim: error: missing command; choose one of calibrate, ")

@@ -8,6 +8,7 @@ from dpsim.errors import ConfigError, DpsimError
 from dpsim.hardware import GPU_PRESETS
 from dpsim.plan.cost import (
     GPU_HOUR_PRICES,
+    check_price_override,
     format_count,
     gpu_hour_price,
     parse_count,
@@ -94,6 +95,13 @@ def test_parse_price_overrides():
         with pytest.raises(ConfigError) as exc:
             parse_price_overrides(bad)
         assert one_line(exc).startswith("--gpu-hour-usd")
+    # Two prices for one GPU: the later one silently won (h100=1 then H100=9 costed at 9).
+    for bad in (["h100=1", "H100=9"], ["h100=1,h100=2"]):
+        with pytest.raises(ConfigError, match="--gpu-hour-usd: '(h|H)100' is given two prices"):
+            parse_price_overrides(bad)
+    # ... and a YAML mapping (a sweep file's gpu_hour_usd) naming one GPU in two cases.
+    with pytest.raises(ConfigError, match="gpu_hour_usd: 'H100' is given two prices"):
+        check_price_override({"h100": 1, "H100": 2})
 
 
 def test_budget_validation():

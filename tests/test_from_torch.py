@@ -184,6 +184,24 @@ def test_missing_example_input_and_import_errors(tmp_path):
 
 
 
+@pytest.mark.parametrize("source, ref_tail, needle", [
+    ("import sys\nsys.exit(0)\n", ":build", "importing .* failed: SystemExit: 0"),
+    ("import sys\ndef build():\n    sys.exit(3)\n", ":build", r"build\(\) failed on the meta device: SystemExit: 3"),
+    ("import torch\ndef build():\n    return torch.nn.Linear(2, 2)\ndef example():\n    raise SystemExit('no')\n",
+     ":build:example", "the example-input function failed: SystemExit: no"),
+    ("import torch\nclass M(torch.nn.Linear):\n    def forward(self, x):\n        raise SystemExit(1)\n"
+     "def build():\n    return M(2, 2)\n", ":build", "forward failed on the meta device .*SystemExit: 1"),
+])
+def test_user_code_calling_sys_exit_gets_one_line(tmp_path, source, ref_tail, needle):
+    # SystemExit is no Exception: it went past every handler and ended dpsim with the file's status
+    # and no message (sys.exit(0) in a model file: exit status 0, no prediction printed).
+    path = tmp_path / "exits.py"
+    path.write_text(source)
+    with pytest.raises(WorkloadError, match=needle) as info:
+        load_torch_workload(f"{path}{ref_tail}", input_shape=None if ref_tail.count(":") > 1 else "1,2")
+    assert "\n" not in str(info.value)
+
+
 def test_a_lazy_package_whose_dependency_is_broken_gets_one_line(tmp_path, monkeypatch):
     # transformers resolves `transformers:LlamaConfig` through a module __getattr__ that imports
     # the class's module on first access; a torchvision built for another torch makes that raise

@@ -590,3 +590,46 @@ def test_plan_takes_cp_balance_to_every_context_parallel_candidate():
                           "--link", "infiniband", "--global-batch", "16", "--no-cp-balance"],
                          capture_output=True, text=True)
     assert out.returncode != 0 and "--no-cp-balance: applies only with context parallelism" in out.stderr
+
+
+def test_plan_refuses_fp8_on_a_gpu_without_fp8_naming_the_flag(capsys):
+    # The planner never checked the precision against the GPU: the first layout's costing failed with
+    # "gpu 'a100': no achieved rate for dtype 'float8'", naming neither --fp8 nor what is allowed.
+    from dpsim.cli import main
+
+    rc = main(["plan", "--model", "llama-2-7b", "--link", "pcie", "--gpus", "16", "--global-batch", "96",
+               "--fp8", "te-delayed"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("dpsim: error: --fp8: 'te-delayed' needs FP8 tensor cores") and "a100" in err
+
+
+def test_plan_lists_layouts_recomputed_by_op_megatron_or_moe(capsys):
+    # Labelling such a layout in the table raised KeyError: 'op' (a traceback after the whole search).
+    from dpsim.cli import main
+
+    rc = main(["plan", "--model", "llama-2-7b", "--link", "nvlink", "--gpus", "16", "--global-batch", "96",
+               "--recompute", "op,megatron", "--top", "40", "--verify", "0"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert " op" in out and " megatron" in out
+
+
+def test_plan_refuses_router_options_on_a_dense_model(capsys):
+    # dpsim plan --moe-routing zipf:1 on gpt2 searched the dense layouts as if the flag were not there.
+    from dpsim.cli import main
+
+    rc = main(["plan", "--model", "gpt2", "--link", "nvlink", "--gpus", "16", "--global-batch", "64",
+               "--moe-routing", "zipf:1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("dpsim: error: --moe-routing: 'zipf:1' applies to a mixture of experts'"), err
+
+
+def test_more_chunks_than_blocks_says_how_many_chunks_fit():
+    # 4 stages x 9 chunks of llama-2-7b's 32 blocks suggested --stage-layers, which cannot fill 36 chunks.
+    config = PredictConfig(model="llama-2-7b", gpus=16, link="nvlink", pp=4, micro_batch=1, global_batch=32,
+                           schedule="1f1b-interleaved", virtual_stages=9)
+    with pytest.raises(ConfigError, match=r"^--pp: 4 stages x 9 chunks = 36 chunks for llama-2-7b's 32 blocks leave "
+                                          r"a chunk without blocks; use at most 32 chunks \(fewer stages or fewer "
+                                          r"--virtual-stages\)$"):
+        predict(config)

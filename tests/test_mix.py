@@ -203,8 +203,17 @@ def test_allocation_counts_held_gpus():
     ([{**JOB_A, "duration": "1h"}], {}, "give steps or duration, not both"),
     ([JOB_A], {"horizon": "-1s"}, "horizon"),
     ([JOB_A], {"placement": "best"}, "placement: 'best' is not valid"),
+    # A list or mapping as a predict field reached an lru_cache key: TypeError "unhashable type" traceback.
+    ([{**JOB_A, "model": ["gpt2"]}], {}, "jobs[0].model: ['gpt2'] is not valid; expected a single value"),
+    ([{**JOB_A, "precision": {"a": 1}}], {}, "jobs[0].precision: {'a': 1} is not valid; expected a single value"),
+    # Times past a century printed 30-digit seconds; a start of 1e300 s left a step of inf s.
+    ([{**JOB_A, "start": "1e300s"}], {}, "jobs[0].start: '1e300s' is not valid; expected a time of at most"),
+    ([{**JOB_A, "steps": None, "duration": "1e30h"}], {}, "jobs[0].duration: '1e30h' is not valid"),
+    ([JOB_A], {"horizon": "100000d"}, "horizon: '100000d' is not valid; expected a time of at most"),
+    ([{**JOB_A, "steps": 10**15}], {}, "jobs[0].steps: 1000000000000000 is not valid"),
 ])
 def test_mix_file_errors_name_the_field(jobs, top, message):
+    jobs = [{k: v for k, v in j.items() if v is not None} for j in jobs]
     with pytest.raises(ConfigError) as exc:
         _mix(*jobs, **top)
     assert message in str(exc.value) and "\n" not in str(exc.value)
@@ -223,6 +232,13 @@ def test_placement_and_job_errors(jobs, message):
     with pytest.raises(DpsimError) as exc:
         simulate_mix(_mix(*jobs), sample_steps=None)
     assert message in str(exc.value)
+
+
+def test_cluster_gpus_are_capped():
+    # 100,000,000 GPUs tried to allocate a 6 GiB link array (numpy's ArrayMemoryError as a traceback).
+    with pytest.raises(ConfigError, match=r"cluster\.gpus: 100000000 is not valid; expected an integer >= 1 and "
+                                          r"<= 1,048,576"):
+        mix_from_dict({"cluster": {"link": "infiniband", "gpus": 10**8}, "jobs": [JOB_A]})
 
 
 def test_cli_json_and_bad_file(tmp_path, capsys):
@@ -365,3 +381,16 @@ def test_shares_without_a_solve_agree_with_the_full_solve_on_random_mixes(seed, 
             assert getattr(q, name) == pytest.approx(getattr(f, name), rel=1e-9, abs=0)
         for bq, bf in zip(q.bottlenecks, f.bottlenecks):
             assert bq.share == pytest.approx(bf.share, rel=1e-9, abs=0) and bq.with_jobs == bf.with_jobs
+
+
+@pytest.mark.parametrize("cluster, message", [
+    ({"link": "nosuch", "gpus": 16}, "cluster.link: 'nosuch' is not a preset"),
+    ({"link": "infiniband", "gpus": 12}, "cluster.gpus: 12 is not a multiple"),
+    ({"topology": "/nonexistent-dpsim/t.yaml", "gpus": 16}, "cluster.topology: cannot read"),
+])
+def test_cluster_errors_name_the_mix_field_not_a_flag(cluster, message):
+    # They named --link, --gpus and --topology: flags dpsim mix does not have (the file's cluster: has them).
+    spec = mix_from_dict({"cluster": cluster, "jobs": [{"name": "a", "model": "gpt2", "gpus": 8, "steps": 2}]})
+    with pytest.raises(DpsimError) as exc:
+        simulate_mix(spec, sample_steps=None)
+    assert str(exc.value).startswith(message), str(exc.value)

@@ -122,6 +122,21 @@ def test_failure_section_errors_name_the_field(top, message):
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
+def test_checkpoint_bandwidth_whose_write_takes_past_a_year_is_refused():
+    # 1 B/s made the write ~1e8 s: the interval's optimum multiplied 0 by inf (a RuntimeWarning on stderr).
+    spec = _mix({**A, "checkpoint": {"bandwidth": "1B/s"}}, failures={"repair": "1h", "mtbf_node": "1h"})
+    with pytest.raises(ConfigError, match=r"jobs\[0\] \(a\): checkpoint\.bandwidth: 1 B/s is not valid; "
+                                          r"writing its .* over .* \(a year\)"):
+        simulate_mix(spec, sample_steps=None)
+
+
+def test_checkpoint_write_and_restart_past_a_year_are_refused():
+    for key in ("write", "restart"):
+        with pytest.raises(ConfigError, match=rf"jobs\[0\]\.checkpoint\.{key}: '400d' is not valid; expected a "
+                                              r"time of at most 3.1536e\+07 s \(a year\)"):
+            _mix({**A, "checkpoint": {key: "400d"}}, failures={"repair": "1h"})
+
+
 def test_job_checkpoint_errors_name_the_job():
     with pytest.raises(ConfigError, match=r"jobs\[0\]\.checkpoint\.restart: 'soon' is not valid"):
         _mix({**A, "checkpoint": {"restart": "soon"}})

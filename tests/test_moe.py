@@ -351,3 +351,15 @@ def test_plan_searches_op_level_recomputation_costed_as_predict_does(recompute):
     cands, _ = planner.candidates(64, tps=[1], pps=[1, 4], eps=[8], micro_batches=[1], strategies=["zero1"],
                                   recomputes=[recompute], global_batch=64)
     assert cands and all(x.recompute == recompute for x in cands)
+
+
+@pytest.mark.parametrize("flag, kw", [("--moe-routing", dict(moe_routing="zipf:1.2")),
+                                      ("--moe-capacity-factor", dict(moe_capacity_factor=1.25)),
+                                      ("--moe-a2a", dict(moe_a2a="hierarchical"))])
+@pytest.mark.parametrize("layout", [dict(), dict(tp=2)])
+def test_router_options_on_a_dense_model_are_refused(flag, kw, layout):
+    # They were silently ignored (the dense step predicted), while --ep and --moe-a2a-overlap were refused.
+    config = PredictConfig(model="gpt2", gpus=16, link="nvlink", **kw, **layout)
+    with pytest.raises(ConfigError, match=f"^{flag}: .* applies to a mixture of experts' router and all-to-alls, "
+                                          f"but gpt2 is dense"):
+        predict(config)

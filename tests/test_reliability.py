@@ -303,6 +303,16 @@ def test_goodput_cli_table(capsys, monkeypatch):
     (["--runs", "0"], ["--runs", "0"]),
     (["--min-nodes", "100"], ["--min-nodes", "100"]),
     (["--checkpoint-bandwidth", "fast"], ["--checkpoint-bandwidth", "'fast'"]),
+    # Both given: the bandwidth was never read, not even checked (a mix file refuses both).
+    (["--checkpoint-write", "1s", "--checkpoint-bandwidth", "1GB/s"], ["--checkpoint-write and "
+                                                                       "--checkpoint-bandwidth", "not both"]),
+    # No upper bound: --duration 1e30d (MTBFs none) and --checkpoint-interval 1e30d printed 31-digit days.
+    (["--duration", "1e30d", "--mtbf-node", "none"], ["--duration: 8.64e+34 s is not valid", "(a century)"]),
+    (["--checkpoint-interval", "1e30d"], ["--checkpoint-interval: 8.64e+34 s is not valid", "(a century)"]),
+    # 1e18 tokens on 16 GPUs: ~85,000 failures a run, under the per-run bound; x 100 runs it simulated for
+    # half an hour (--runs 5 alone took 34 s).
+    (["--gpus", "16", "--link", "nvlink", "--model", "gpt2", "--runs", "100", "--tokens", "1e18"],
+     ["--runs: 100 runs of about", "failures to simulate; expected at most 5e+06"]),
 ])
 def test_goodput_cli_bad_input_one_line(capsys, args, needles):
     rc = main(["goodput", "--gpus", "64", "--runs", "5"] + args)
@@ -312,3 +322,27 @@ def test_goodput_cli_bad_input_one_line(capsys, args, needles):
     assert len(lines) == 1 and lines[0].startswith("dpsim: error: "), err
     for n in needles:
         assert n in lines[0], (n, lines[0])
+
+
+def test_optimum_with_a_write_far_past_the_mtbf_warns_nothing():
+    # A 100-day write against a 30-min MTBF: (k - 1) x expm1(inf) at k = 1 was 0 x inf, a NaN and a
+    # RuntimeWarning printed on stderr above dpsim's one error line.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert model_optimum_s(3600.0, 8.64e6, 600.0, 1800.0) == pytest.approx(3600.0)
+
+
+def test_goodput_of_a_tensor_pipeline_layout_writes_each_stage_shard(capsys):
+    # goodput read tp off the layout's report (an AttributeError traceback for any --tp or --pp). The
+    # checkpoint is costed with the layout's sizes: tp 2 x pp 2, and 16 / 4 = 4 data-parallel ranks.
+    from dpsim.plan.layout_goodput import checkpoint_cost
+
+    rc = main(["goodput", "--model", "llama-2-7b", "--link", "nvlink", "--gpus", "16", "--tp", "2", "--pp", "2",
+               "--runs", "3", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    d = json.loads(out)
+    ck = checkpoint_cost(state_bytes=d["checkpoint_bytes"], gpus_per_node=8, tp=2, pp=2, dp=4)
+    assert d["checkpoint_write_s"] == pytest.approx(ck.write_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -146,12 +147,42 @@ def test_bad_routing_is_one_line(text, needle):
     assert "\n" not in msg and "--moe-routing" in msg and needle in msg and repr(text) in msg
 
 
-@pytest.mark.parametrize("content", ["{}", "[]", "[1, -2]", "[0, 0]", "not json", '["a"]'])
+@pytest.mark.parametrize("content", ["{}", "[]", "[1, -2]", "[0, 0]", "not json", '["a"]',
+                                     "[" * 100_000, "[" + "9" * 400 + ", 1]"])
 def test_bad_histogram_file(tmp_path, content):
     path = tmp_path / "h.json"
     path.write_text(content)
     with pytest.raises(ConfigError, match="--moe-routing"):
         parse_routing(f"histogram:{path}")
+
+
+def test_histogram_device_or_fifo_is_refused_unread(tmp_path):
+    # /dev/zero was read whole (until memory ran out) and a FIFO blocked for ever.
+    fifo = tmp_path / "h.json"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo)):
+        with pytest.raises(ConfigError, match="--moe-routing: .*cannot be read .*not a regular file"):
+            parse_routing(f"histogram:{path}")
+
+
+def test_histogram_of_huge_or_tiny_counts_keeps_its_shares(tmp_path, recwarn):
+    # Counts summing past 1.8e308 made every share inf/inf (NaN, with numpy warnings on stderr).
+    for counts, expected in (([1e308, 1e308, 1e308, 0], [1 / 3, 1 / 3, 1 / 3, 0]),
+                             ([1e-320, 3e-320], [0.25, 0.75])):
+        path = tmp_path / "h.json"
+        path.write_text(json.dumps(counts))
+        np.testing.assert_allclose(parse_routing(f"histogram:{path}").shares, expected, rtol=1e-3)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_a_routing_that_serves_fewer_experts_than_top_k_names_the_flag(tmp_path):
+    # zipf:1e308 underflows every share but the first; the error named the model's top_k, not --moe-routing.
+    path = tmp_path / "h.json"
+    path.write_text("[1, 0, 0, 0, 0, 0, 0, 0]")
+    for text in ("zipf:1e308", f"histogram:{path}"):
+        with pytest.raises(ConfigError, match=r"^--moe-routing: gives tokens to only 1 of the 8 experts .* fewer "
+                                              r"than the 2 each token is routed to"):
+            rank_load(parse_routing(text), experts=8, ep=2, tokens_per_rank=10, top_k=2)
 
 
 def test_bad_layout_arguments():

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dpsim.errors import ConfigError, DpsimError
+from dpsim.errors import ConfigError, DpsimError, WorkloadError
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.layout import layout_of
 from dpsim.predict.run import load_model, predict
@@ -202,6 +202,9 @@ def test_a_traced_stack_of_blocks_is_split_into_stages(tmp_path):
     ("transformer:hidden=4096,layers=32", "heads, vocab, seq missing"),
     ("transformer:hidden=4096,layers=0,heads=32,ffn=1,vocab=10,seq=8", "layers=0 is not valid"),
     ("transformer:hidden=4096,layers=2.5,heads=32,ffn=1,vocab=10,seq=8", "layers=2.5 is not valid"),
+    # 2^31 blocks were accepted, then costed one by one: the prediction never ended.
+    ("transformer:hidden=64,layers=2147483648,heads=4,ffn=1,vocab=10,seq=8", "layers=2147483648 is not valid; "
+                                                                              "expected at most 1,024 blocks"),
     ("transformer:hidden=64,layers=2,heads=4,ffn=1,vocab=10,seq=8,act=tanh", "act=tanh is not valid; allowed: swiglu"),
     ("transformer:hidden=64,layers=2,heads=4,vocab=10,seq=8,act=gelu,norm=rmsnorm", "not a modelled block"),
     ("transformer:hidden=64,layers=2,heads=4,vocab=10,seq=8,act=gelu,norm=layernorm,pos=learned,positions=4",
@@ -233,3 +236,11 @@ def test_seq_len_is_bounded_by_a_learned_table_only():
     with pytest.raises(DpsimError, match="exceeds"):
         get_model(OPT_175B, seq_len=4096)
     assert get_model(OPT_175B, seq_len=2050).tokens_per_sample == 2050
+
+
+def test_a_transformers_config_deeper_than_the_limit_is_refused():
+    # GPT2Config(n_layer=100000) ran for minutes (each block costed one by one) before this limit.
+    cfg = _cfg("gpt2", n_embd=64, n_layer=100_000, n_head=4, n_inner=None, vocab_size=10, n_positions=8,
+               activation_function="gelu_new", resid_pdrop=0.1)
+    with pytest.raises(WorkloadError, match="layers=100000 is not valid; expected at most 1,024 blocks"):
+        shape_of_hf_config(cfg, name="deep")

@@ -369,6 +369,10 @@ def test_cli_sweep_yaml_with_flag_override(tmp_path, capsys):
     (["--precision", "fp8"], ["--precision: 'fp8'", "fp16-mixed"]),
     (["--axis", "foo=1"], ["--axis: 'foo' is not a sweep axis"]),
     (["--axis", "gpus"], ["--axis: 'gpus'", "NAME=V1,V2"]),
+    # An axis given twice: the later flag silently replaced the earlier (other points than asked for).
+    (["--axis", "gpus=8", "--axis", "gpus=16"], ["--axis gpus: the axis is also given by --axis gpus"]),
+    (["--gpus", "16", "--axis", "gpus=8"], ["--axis gpus: the axis is also given by --gpus"]),
+    (["--micro-batch", "2", "--axis", "micro-batch=1"], ["--axis micro-batch", "also given by --micro-batch"]),
     (["--workers", "0"], ["--workers: 0"]),
     (["--scheduler", "localhost"], ["--scheduler: 'localhost'", "tcp://"]),
     (["--workers", "2", "--scheduler", "tcp://x:1"], ["--scheduler and --workers"]),

@@ -19,6 +19,7 @@ from dpsim.calibrate.runner import (
 )
 from dpsim.calibrate.summary import profile_report
 from dpsim.errors import ConfigError
+from dpsim.files import path_kind
 from dpsim.hardware import get_gpu
 from dpsim.limits import MAX_FRESH_PROCESSES, MAX_REPEATS, MAX_TIMEOUT_S
 from dpsim.memory import FRAMEWORK_OVERHEAD_BYTES, memory_breakdown
@@ -156,20 +157,22 @@ def check_out(out: str | Path, *, force: bool) -> Path:
     p = Path(out)
     if str(out).strip() == "" or p.name in ("", ".", ".."):
         raise ConfigError(f"--out: {str(out)!r} is not a file name; give e.g. --out node.json")
-    if p.is_dir():
+    # path_kind, not exists()/is_dir(): those raise for a name too long for the file system.
+    kind = path_kind(p, "--out")
+    if kind == "dir":
         raise ConfigError(f"--out: {str(out)!r} is a directory; give a file name, e.g. {p / 'profile.json'}")
     parent = p.parent if str(p.parent) else Path(".")
     existing = parent
-    while not existing.exists() and existing != existing.parent:
+    while path_kind(existing, "--out") is None and existing != existing.parent:
         existing = existing.parent  # missing directories are created when the profile is written
-    if not existing.is_dir():
+    if path_kind(existing, "--out") != "dir":
         raise ConfigError(f"--out: {str(existing)!r} is a file, not a directory; choose another --out")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"--out: directory {str(existing)!r} is not writable; choose another --out")
-    if p.exists() and not force:
+    if kind is not None and not force:
         raise ConfigError(f"--out: {str(out)!r} already exists; pass --force to replace it (atomically, once "
                           "the new profile is complete) or choose another --out")
-    if p.exists() and not os.access(p, os.W_OK):
+    if kind is not None and not os.access(p, os.W_OK):
         raise ConfigError(f"--out: {str(out)!r} is not writable; choose another --out")
     return p
 

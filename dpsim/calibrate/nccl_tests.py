@@ -34,12 +34,13 @@ what was expected.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from dpsim.errors import ProfileError
-from dpsim.files import read_text_capped
+from dpsim.files import path_kind, read_text_capped
 from dpsim.profile.schema import Measurement
 
 PERF_BINARIES = {
@@ -137,7 +138,7 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
     """
     path = str(path)
     if text is None:
-        if not Path(path).exists():
+        if path_kind(path, "--from-nccl-tests", ProfileError) is None:
             raise _fail(path, None, "does not exist")
         # capped and regular files only: /dev/zero or a FIFO would otherwise be read until memory runs out
         text = read_text_capped(path, "--from-nccl-tests", ProfileError, what="nccl-tests log file")
@@ -205,11 +206,15 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
         if elem is not None and count > 0 and count * elem != size and op not in (
                 "all_gather", "reduce_scatter"):
             raise _fail(path, no, f"size {size:.0f} B is not count {count:.0f} x {elem} B ({dtype})")
-        if size <= 0 or time_us <= 0:
-            if size == 0:
-                continue  # nccl-tests prints size 0 rows for tiny sweeps; they carry no information
+        if size == 0:
+            continue  # nccl-tests prints size 0 rows for tiny sweeps; they carry no information
+        # float() reads "nan" and "inf" too: refused here, naming the line, not later by the fit
+        # (which named neither the flag nor the line, and showed numpy's reprs).
+        if not (size > 0 and math.isfinite(size)):
+            raise _fail(path, no, f"size {tok[i_size]} B is not a positive number")
+        if not (time_us > 0 and math.isfinite(time_us)):
             raise _fail(path, no, f"time {tok[i_time]} us is not a positive number")
-        if algbw > 0:
+        if algbw > 0 and math.isfinite(algbw) and math.isfinite(busbw):
             last_ratio = busbw / algbw
         measurements.append(Measurement(size_bytes=size, time_s=time_us * 1e-6, source=f"{Path(path).name}:{no}"))
     if len({m.size_bytes for m in measurements}) < 2:

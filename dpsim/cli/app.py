@@ -259,7 +259,12 @@ def main(argv: list[str] | None = None) -> int:
             # Bare ``dpsim``: typer's rich help is already on stdout (or is the message).
             if message:
                 print(exc.format_message())
-            message = f"missing command; choose one of {', '.join(sorted(typer.main.get_command(app).commands))}"
+            # The group that lacks its command: a bare `dpsim testbed` listed dpsim's commands, not up/down/status.
+            ctx = getattr(exc, "ctx", None)
+            group = ctx.command if ctx is not None and hasattr(ctx.command, "commands") \
+                else typer.main.get_command(app)
+            where = f"{ctx.info_name}: " if ctx is not None and ctx.parent is not None else ""
+            message = f"{where}missing command; choose one of {', '.join(sorted(group.commands))}"
         print(f"dpsim: error: {message}", file=sys.stderr)
         return 2
     except DpsimError as exc:

@@ -19,11 +19,19 @@ from dpsim.limits import (
     MAX_TIMEOUT_S,
     check_int,
     check_number,
+    short,
 )
 
 
-def _names(raw: Optional[str]) -> Optional[list[str]]:
-    return None if raw is None else [x.strip() for x in raw.split(",") if x.strip()]
+def _names(raw: Optional[str], flag: str) -> Optional[list[str]]:
+    if raw is None:
+        return None
+    names = [x.strip() for x in raw.split(",")]
+    if not all(names):
+        # An empty list read as "left out" (every op, the default dtypes): --ops '' measured everything.
+        raise ConfigError(f"{flag}: {raw!r} is not valid; give comma-separated names without empty items, or leave "
+                          f"{flag} out for the default")
+    return names
 
 
 def calibrate(
@@ -127,13 +135,28 @@ def calibrate(
     if from_nccl_tests and not logs:
         raise ConfigError("--from-nccl-tests: no log files given; e.g. dpsim calibrate --from-nccl-tests "
                           "all_reduce_perf.log --out node.json")
+    # Flags of a measurement were silently ignored where nothing of theirs runs: a user who gave
+    # --model with --no-compute (or with --from-nccl-tests) got a profile without the model step, status 0.
+    measuring = {"--backend": backend, "--nproc": nproc, "-b/--minbytes": minbytes, "-e/--maxbytes": maxbytes,
+                 "-f/--stepfactor": stepfactor, "--ops": ops, "--warmup": warmup, "--iters": iters,
+                 "--max-iters": max_iters, "--dtypes": dtypes, "--model": model, "--seq-len": seq_len,
+                 "--input-shape": input_shape}
+    given = [flag for flag, value in measuring.items() if value is not None]
+    if from_nccl_tests and given:
+        raise ConfigError(f"{given[0]}: {short(measuring[given[0]])} applies to a measurement; --from-nccl-tests "
+                          f"only fits the logs given: leave {given[0]} out")
+    if not compute:
+        skipped = [flag for flag in ("--model", "--dtypes", "--seq-len", "--input-shape") if measuring[flag] is not None]
+        if skipped:
+            raise ConfigError(f"{skipped[0]}: {short(measuring[skipped[0]])} is measured by the compute benchmarks, "
+                              f"which --no-compute turns off; drop --no-compute or {skipped[0]}")
     opts = CalibrateOptions(
         out=out, force=force, backend=backend, nproc=nproc, ranks_per_node=ranks_per_node,
         minbytes=parse_size_bytes(minbytes, "-b/--minbytes") if minbytes is not None else None,
         maxbytes=parse_size_bytes(maxbytes, "-e/--maxbytes") if maxbytes is not None else None,
-        stepfactor=stepfactor, ops=_names(ops), warmup=warmup, iters=iters, max_iters=max_iters, ci=ci,
+        stepfactor=stepfactor, ops=_names(ops, "--ops"), warmup=warmup, iters=iters, max_iters=max_iters, ci=ci,
         budget_s=budget, optimizer=optimizer, timeout_s=timeout,
-        compute=compute, dtypes=_names(dtypes), model=model, micro_batch=micro_batch, seq_len=seq_len,
+        compute=compute, dtypes=_names(dtypes, "--dtypes"), model=model, micro_batch=micro_batch, seq_len=seq_len,
         input_shape=input_shape, fresh_processes=fresh_processes,
         name=name, description=description, nccl_tests_logs=logs, quiet=quiet or as_json,
     )

@@ -68,6 +68,10 @@ def goodput_command(
 
     if tokens is not None and duration is not None:
         raise ConfigError("--tokens and --duration: give one amount of work, not both")
+    if checkpoint_write is not None and checkpoint_bandwidth != CHECKPOINT_BANDWIDTH.default:
+        # The write time wins and the bandwidth was never read (not even checked): say so, as a mix file does.
+        raise ConfigError(f"--checkpoint-write and --checkpoint-bandwidth: {checkpoint_write!r} and "
+                          f"{checkpoint_bandwidth!r}; give the write time or the bandwidth it follows from, not both")
     rates = failure_rates(mtbf_gpu, mtbf_node, mtbf_link)
     budget = None
     if tokens is not None:

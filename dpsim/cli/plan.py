@@ -150,22 +150,30 @@ def sweep_command(
         if Path(output).suffix.lower() not in OUTPUT_FORMATS:
             raise ConfigError(f"-o/--output: {output!r} has no known extension; use one of "
                               f"{', '.join(OUTPUT_FORMATS)}")
-        if not Path(output).parent.is_dir():
+        from dpsim.files import check_writable_dir, path_kind
+        if path_kind(Path(output).parent, "-o/--output") != "dir":
             raise ConfigError(f"-o/--output: directory {str(Path(output).parent)!r} does not exist")
-        if Path(output).is_dir():
+        if path_kind(output, "-o/--output") == "dir":
             raise ConfigError(f"-o/--output: {output!r} is a directory; give a file path")
+        check_writable_dir(output, "-o/--output")  # before the sweep: not an OSError after it
     if workers is not None:
         check_int(workers, "--workers", 1, MAX_WORKERS)
     spec = SweepSpec.from_yaml(config) if config else SweepSpec()
     for name, raw in axes.items():
         flag = flag_name(name)
         spec = spec.with_axes(SweepSpec.from_grid({name: _split(raw, flag)}, origin=flag))
+    given = {name: flag_name(name) for name in axes}  # axis -> the flag that gave it, to refuse it twice
     for item in axis or []:
         name, sep, values = item.partition("=")
         if not sep or not name.strip():
             raise ConfigError(f"--axis: {short(item)} is not valid; expected NAME=V1,V2 (e.g. "
                               f"flash_attention=true,false)")
-        axis_name(name, "--axis")  # an unknown axis is named as such first
+        key = axis_name(name, "--axis")  # an unknown axis is named as such first
+        if key in given:
+            # The later one silently replaced the earlier: a sweep of other points than asked for.
+            raise ConfigError(f"--axis {name.strip()}: the axis is also given by {given[key]}; give its values "
+                              f"once (V1,V2,... in one flag)")
+        given[key] = f"--axis {name.strip()}"
         spec = spec.with_axes(SweepSpec.from_grid({name.strip(): _split(values, f"--axis {name.strip()}")},
                                                   origin=f"--axis {name.strip()}"))
     if tokens is not None or samples is not None or gpu_hour_usd:

@@ -93,6 +93,12 @@ def predict(
                                           degrade=degrade, hiccup_rate_per_s=hiccup_rate_per_s,
                                           hiccup_s=hiccup_s, seed=seed, mc_samples=mc_samples)
     result, report = predict_with_variability(config, variability, steps=mc_steps)
+    if timeline is not None:
+        # Written before anything is printed: a write that fails (a full disk) is then the command's one
+        # error line, never an error after a complete JSON document or tables on stdout.
+        from dpsim.report.figure_base import write_figure_html
+        from dpsim.report.plots import timeline_figure
+        write_figure_html(timeline_figure(result), timeline)
     if as_json:
         out = result.to_dict()
         if report is not None:
@@ -107,10 +113,6 @@ def predict(
         if report is not None:
             from dpsim.report.variability import print_variability
             print_variability(report)
-    if timeline is not None:
-        from dpsim.report.figure_base import write_figure_html
-        from dpsim.report.plots import timeline_figure
-        write_figure_html(timeline_figure(result), timeline)
 
 
 def predict_config(flags: dict[str, Any], single_gpu_samples_per_s: float | None = None) -> PredictConfig:

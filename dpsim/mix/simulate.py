@@ -51,7 +51,7 @@ import numpy as np
 from dpsim.collectives.algorithms import ALGORITHMS
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.errors import ConfigError, DpsimError
-from dpsim.limits import MIN_CHECKPOINT_INTERVAL_S
+from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
 from dpsim.mix.pool import GroupPool
@@ -380,10 +380,21 @@ def _group_max_min(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarra
     return max_min_sparse(flow_of, link_of, capacity, n_flows, weight)
 
 
+_CLUSTER_FIELDS = {"--gpus": "cluster.gpus", "--link": "cluster.link", "--topology": "cluster.topology"}
+"""The flags the topology loaders name -> the mix file's fields they were given as."""
+
+
 def cluster_topology(spec: MixSpec) -> Topology:
-    """The mix's whole cluster."""
-    design = load_topology_file(spec.topology_file) if spec.topology_file else load_preset(spec.link)
-    return Topology(spec=design, n_gpus=spec.cluster_gpus)
+    """The mix's whole cluster (an error names the mix file's ``cluster.*`` field, not a flag it has none of)."""
+    try:
+        design = load_topology_file(spec.topology_file) if spec.topology_file else load_preset(spec.link)
+        return Topology(spec=design, n_gpus=spec.cluster_gpus)
+    except DpsimError as exc:
+        text = str(exc)
+        for flag, field in _CLUSTER_FIELDS.items():
+            if text.startswith(f"{flag}:") or text.startswith(f"{flag} "):
+                raise type(exc)(field + text[len(flag):]) from None
+        raise
 
 
 @lru_cache(maxsize=256)
@@ -453,6 +464,16 @@ class MixSimulation:
                 self.solo[job.name] = _solo(self.design, job.gpus, job.predict)
             except DpsimError as exc:
                 raise type(exc)(f"jobs[{i}] ({job.name}): {exc}") from None
+            ck = job.checkpoint
+            if spec.failures is not None and ck.write_s is None:
+                # The write time follows from the bandwidth only now (it needs the job's state bytes);
+                # refused as dpsim goodput refuses it: a write past a year made the interval's optimum NaN.
+                write_s = self.solo[job.name][5] / ck.bandwidth_bytes_per_s
+                if not write_s <= MAX_RECOVERY_S:
+                    raise ConfigError(f"jobs[{i}] ({job.name}): checkpoint.bandwidth: {ck.bandwidth_bytes_per_s:g} "
+                                      f"B/s is not valid; writing its {self.solo[job.name][5]:.3g} bytes of "
+                                      f"checkpoint would take {write_s:.3g} s, over {MAX_RECOVERY_S:g} s (a year); "
+                                      f"give a larger bandwidth")
 
     def set_capacity(self, capacity: np.ndarray) -> None:
         """Links' capacities from now on (switch cables down or back: :mod:`dpsim.mix.outages`); the

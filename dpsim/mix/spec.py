@@ -37,6 +37,7 @@ from typing import Any
 
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
+from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_SPAN_S, MAX_RECOVERY_S
 from dpsim.plan.reliability import DEFAULT_RESTART_S, FailureRates, parse_long_duration_s
 from dpsim.units import parse_bandwidth_bytes_per_s
 
@@ -191,13 +192,15 @@ def _fail(field: str, value: Any, allowed: str) -> ConfigError:
     return ConfigError(f"{field}: {value!r} is not valid; {allowed}")
 
 
-def _int(field: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(field, value, f"expected an integer >= {minimum}")
+def _int(field: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
+            maximum is not None and value > maximum):
+        raise _fail(field, value, f"expected an integer >= {minimum}"
+                                  + (f" and <= {maximum:,}" if maximum is not None else ""))
     return value
 
 
-def _seconds(field: str, value: Any) -> float:
+def _seconds(field: str, value: Any, maximum: float = MAX_SPAN_S, what: str = "a century") -> float:
     try:
         s = parse_long_duration_s(value, field)
     except DpsimError as exc:
@@ -205,7 +208,16 @@ def _seconds(field: str, value: Any) -> float:
                           ) from exc
     if not math.isfinite(s):
         raise _fail(field, value, "expected a finite time, e.g. 90s, 10min, 4h, 1d")
+    if s > maximum:  # past it the tables print 30-digit seconds, and a start past 2^53 s makes a step infinite
+        raise _fail(field, value, f"expected a time of at most {maximum:g} s ({what})")
     return s
+
+
+def _scalar(field: str, value: Any) -> Any:
+    """A predict field's value: one string, number or boolean (a list or mapping is no flag's value)."""
+    if isinstance(value, (list, dict)):
+        raise _fail(field, value, "expected a single value (a string or a number), as its dpsim predict flag takes")
+    return value
 
 
 def _keys(field: str, data: Any, allowed: tuple[str, ...]) -> dict:
@@ -230,7 +242,7 @@ def _job(i: int, data: Any, default_policy: str, names: set[str], default_checkp
         raise ConfigError(f"{where}.gpus: missing; give the job's GPU count (whole servers)")
     gpus = _int(f"{where}.gpus", data["gpus"])
     start = _seconds(f"{where}.start", data.get("start", 0))
-    steps = _int(f"{where}.steps", data["steps"]) if data.get("steps") is not None else None
+    steps = _int(f"{where}.steps", data["steps"], maximum=MAX_MIX_STEPS) if data.get("steps") is not None else None
     duration = _seconds(f"{where}.duration", data["duration"]) if data.get("duration") is not None else None
     if steps is not None and duration is not None:
         raise ConfigError(f"{where}: give steps or duration, not both (steps={steps}, duration={data['duration']!r})")
@@ -249,7 +261,7 @@ def _job(i: int, data: Any, default_policy: str, names: set[str], default_checkp
         policy = "nodes"
     elif policy not in POLICIES:
         raise _fail(f"{where}.placement", policy, f"choose one of {', '.join(POLICIES)} (or give nodes)")
-    predict = tuple((k, data[k]) for k in _PREDICT_KEYS if k in data)
+    predict = tuple((k, _scalar(f"{where}.{k}", data[k])) for k in _PREDICT_KEYS if k in data)
     checkpoint = _checkpoint(f"{where}.checkpoint", data["checkpoint"], default_checkpoint) \
         if "checkpoint" in data else default_checkpoint
     return JobSpec(name=name, gpus=gpus, predict=predict, start_s=start, steps=steps, duration_s=duration,
@@ -276,11 +288,11 @@ def _checkpoint(field: str, data: Any, base: CheckpointSpec) -> CheckpointSpec:
         if out["interval_s"] <= 0:
             raise _fail(f"{field}.interval", data["interval"], "expected a time > 0, e.g. 1h")
     if "write" in data:
-        out["write_s"] = _seconds(f"{field}.write", data["write"])
+        out["write_s"] = _seconds(f"{field}.write", data["write"], MAX_RECOVERY_S, "a year")
     if "bandwidth" in data:
         out["bandwidth_bytes_per_s"], out["write_s"] = _bandwidth(f"{field}.bandwidth", data["bandwidth"]), None
     if "restart" in data:
-        out["restart_s"] = _seconds(f"{field}.restart", data["restart"])
+        out["restart_s"] = _seconds(f"{field}.restart", data["restart"], MAX_RECOVERY_S, "a year")
     return replace(base, **out)
 
 
@@ -372,7 +384,7 @@ def mix_from_dict(data: Any) -> MixSpec:
             raise _fail(f"cluster.{key}", value, "expected a string")
     if "gpus" not in cluster:
         raise ConfigError("cluster.gpus: missing; give the cluster's GPU count")
-    cluster_gpus = _int("cluster.gpus", cluster["gpus"])
+    cluster_gpus = _int("cluster.gpus", cluster["gpus"], maximum=MAX_GPUS)
     horizon = _seconds("horizon", data["horizon"]) if data.get("horizon") is not None else None
     if horizon is not None and horizon <= 0:
         raise _fail("horizon", data["horizon"], "expected a time > 0")

@@ -24,6 +24,7 @@ from typing import Mapping
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GPU_PRESETS
+from dpsim.limits import short
 
 _MODAL_LAMBDA = ("techbytes.app/posts/serverless-gpu-pricing-matrix-modal-replicate-lambda-2026 (prices verified "
                  "May 7, 2026 from the vendors' pricing pages)")
@@ -183,6 +184,9 @@ def check_price_override(override: PriceOverride, field: str = "gpu_hour_usd") -
             if key not in GPU_PRESETS:
                 raise ConfigError(f"{field}: {gpu!r} is not a GPU preset; choose among "
                                   f"{', '.join(sorted(GPU_PRESETS))}")
+            if key in out:  # {h100: 1, H100: 2}: one GPU, two prices, the later silently kept
+                raise ConfigError(f"{field}: {gpu!r} is given two prices ({out[key]:g} and {short(price)}); give "
+                                  f"one price per GPU")
             out[key] = _check_price(price, f"{field}.{key}")
         return out
     return _check_price(override, field)
@@ -201,7 +205,11 @@ def parse_price_overrides(items: list[str] | tuple[str, ...], field: str = "--gp
         if not sep or not gpu.strip():
             raise ConfigError(f"{field}: {part!r} is not valid; give one price for every GPU (2.5) "
                               f"or GPU=PRICE pairs (h100=2.5)")
-        prices[gpu.strip()] = _number(value.strip(), f"{field} {gpu.strip()}")
+        key = gpu.strip().lower()
+        if key in prices:  # the later price silently replaced the earlier (h100=1 --gpu-hour-usd H100=9)
+            raise ConfigError(f"{field}: {gpu.strip()!r} is given two prices ({prices[key]:g} and {value.strip()}); "
+                              f"give one price per GPU")
+        prices[key] = _number(value.strip(), f"{field} {gpu.strip()}")
     return check_price_override(prices, field)
 
 

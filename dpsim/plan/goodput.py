@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsim.errors import ConfigError
-from dpsim.limits import MIN_CHECKPOINT_INTERVAL_S
+from dpsim.limits import MAX_GOODPUT_FAILURES, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.plan.reliability import (
     COMPONENTS,
     POLICIES,
@@ -468,11 +468,12 @@ _MAX_FAILURES_PER_RUN = 1e5
 """Beyond this many expected failures per run a job cannot be simulated (nor finish): refused."""
 
 
-def _check_feasible(job: TrainingJob) -> None:
-    """A job that would fail millions of times per run is refused with the reason (one line)."""
+def _check_feasible(job: TrainingJob) -> float:
+    """A job that would fail millions of times per run is refused with the reason (one line); else its
+    expected failures per run."""
     m = job.mtbf_s
     if math.isinf(m):
-        return
+        return 0.0
     ck = job.checkpoint
     wall = expected_wall_time_s(job.work_s, min(ck.interval_s, job.work_s), ck.write_s, ck.restart_s, m,
                                 job.replace_s)
@@ -483,16 +484,26 @@ def _check_feasible(job: TrainingJob) -> None:
             f"(expected wall time {'beyond 1e308 s' if math.isinf(wall) else f'{wall:.3g} s'}, restart "
             f"{ck.restart_s:g} s, checkpoint interval {ck.interval_s:g} s); give longer MTBFs (with a unit: "
             f"e.g. 80000h) or a shorter --restart")
+    return wall / m
 
 
 def _simulate_jobs(jobs: list[TrainingJob], seeds: list[int]) -> list[list[RunOutcome]]:
     """Every run of every job (jobs that fail at the same rate share their candidate draws)."""
     out: list[list[RunOutcome] | None] = [None] * len(jobs)
     groups: dict[tuple, list[int]] = {}
+    failures = 0.0
     for i, job in enumerate(jobs):
-        _check_feasible(job)
+        failures += len(seeds) * _check_feasible(job)
         key = (sum(job.cluster.rates_per_s(job.rates).values()), (job.cluster, job.rates))
         groups.setdefault(key, []).append(i)
+    if failures > MAX_GOODPUT_FAILURES:
+        # Each failure is simulated; the per-run bound alone let --runs 1,000 x 1e5 failures (hours) through.
+        per_run = failures / len(seeds)
+        raise ConfigError(
+            f"--runs: {len(seeds):,} runs of about {per_run / len(jobs):.3g} failures each"
+            f"{f' (x {len(jobs)} configurations compared)' if len(jobs) > 1 else ''} are {failures:.3g} failures "
+            f"to simulate; expected at most {MAX_GOODPUT_FAILURES:.3g}: give fewer --runs, less work to train "
+            f"(--tokens or --duration) or longer MTBFs")
     for (rate, cluster), idx in groups.items():
         streams = _streams(tuple(seeds), rate)
         for policy, run in (("wait", _simulate_wait), ("shrink", _simulate_lanes)):

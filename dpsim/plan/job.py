@@ -12,7 +12,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dpsim.errors import ConfigError
-from dpsim.limits import MAX_GOODPUT_RUNS, MAX_GPUS, MAX_RECOVERY_S, MAX_SEED, MIN_CHECKPOINT_INTERVAL_S, check_int
+from dpsim.limits import (
+    MAX_GOODPUT_RUNS,
+    MAX_GPUS,
+    MAX_RECOVERY_S,
+    MAX_SEED,
+    MAX_SPAN_S,
+    MIN_CHECKPOINT_INTERVAL_S,
+    check_int,
+)
 from dpsim.plan.layout_goodput import checkpoint_cost, state_bytes
 from dpsim.plan.goodput import GoodputStats, IntervalStudy, elastic_choice, interval_study, simulate_goodput
 from dpsim.plan.reliability import (
@@ -132,6 +140,9 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     check_int(runs, "--runs", 1, MAX_GOODPUT_RUNS)
     check_int(seed, "--seed", 0, MAX_SEED)
     check_int(min_nodes, "--min-nodes", 1, MAX_GPUS)
+    if checkpoint_interval_s is not None and not checkpoint_interval_s <= MAX_SPAN_S:
+        raise ConfigError(f"--checkpoint-interval: {checkpoint_interval_s!r} s is not valid; expected at most "
+                          f"{MAX_SPAN_S:g} s (a century)")
     resolved = resolve(config)
     topology = resolve_topology(resolved.config)
     p = predict_resolved(resolved)
@@ -141,9 +152,13 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
         work_s = tokens / p.tokens_per_s
     else:
         work_s = DEFAULT_WORK_S if duration_s is None else duration_s
-        if not (0 < work_s < math.inf):
-            raise ConfigError(f"--duration: {work_s!r} s is not valid; expected a duration > 0, e.g. 30d")
-    tp, pp = (p.layout.tp, p.layout.pp) if p.layout is not None else (1, 1)
+        if not (0 < work_s <= MAX_SPAN_S):  # 1e30d printed 31-digit days in every table
+            raise ConfigError(f"--duration: {work_s!r} s is not valid; expected a duration > 0 and <= "
+                              f"{MAX_SPAN_S:g} s (a century), e.g. 30d")
+    # p.layout is the layout's report; its .layout holds the sizes (reading tp off the report was an
+    # AttributeError traceback for every goodput with --tp or --pp). The data-parallel ranks include the
+    # context-parallel ones, which hold the same state (as the planner's dp x cp).
+    tp, pp = (p.layout.layout.tp, p.layout.layout.pp) if p.layout is not None else (1, 1)
     dp = topology.n_gpus // (tp * pp)
     ck = checkpoint_cost(
         state_bytes=state_bytes(p.param_count, get_precision(resolved.config.execution.precision),

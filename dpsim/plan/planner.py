@@ -70,6 +70,7 @@ from dpsim.predict.config import PredictConfig, flag_name, flag_scale
 from dpsim.predict.layout import (
     _heads,
     check_experts,
+    check_no_expert_options,
     context_comm_s,
     expert_a2a_s,
     expert_tp_s,
@@ -97,7 +98,7 @@ from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, 
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
-from dpsim.workload.precision import get_precision
+from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.spec import ModelSpec
 
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
@@ -479,6 +480,9 @@ class Planner:
                 tp_comm_overlap="backward", tp_across_network=False))
             if self.gpu is None:
                 self.gpu = get_gpu(topo.spec.gpu)
+                # As predict does: --fp8 (or bf16) on a GPU without those tensor cores is the flag's error,
+                # not a missing 'float8' rate found while costing the first layout.
+                check_precision_on_gpu(self.precision, self.gpu)
         return topo
 
     def collectives(self, gpus: int, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1,
@@ -932,6 +936,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     if planner.moe_a2a_overlap and planner.model.moe is None:
         raise ConfigError(f"--moe-a2a-overlap: hides a mixture of experts' all-to-alls, but {planner.model.name} is "
                           f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
+    if planner.model.moe is None:
+        check_no_expert_options(planner.model.name, base.parallelism)
     for flag, sizes in (("--ep", eps), ("--etp", etps)):
         if sizes and max(sizes) > 1 and planner.model.moe is None:
             raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "

@@ -324,7 +324,10 @@ def model_optimum_s(work_s: float, write_s: float, restart_s: float, mtbf_s: flo
     ks = np.arange(max(1, int(min(k_c * 0.5, 10_000_000))), int(min(k_c * 2 + 2, 10_000_000)))
     tau = work_s / ks
     with np.errstate(over="ignore"):
-        approx = (ks - 1) * np.expm1((tau + write_s) / mtbf_s) + np.expm1(tau / mtbf_s)
+        # (k - 1) x e^.. only where k > 1: with a write far past the MTBF the exponential is inf, and
+        # 0 x inf would be NaN (a numpy warning on stderr, and a NaN ranked by argsort).
+        head = np.expm1((tau + write_s) / mtbf_s)
+        approx = np.multiply(ks - 1, head, out=np.zeros_like(head), where=ks > 1) + np.expm1(tau / mtbf_s)
     order = np.argsort(approx, kind="stable")[:8]
     cands = {tau_c, work_s, *(work_s / int(k) for k in ks[order])}
     best = min(sorted(cands), key=cost)

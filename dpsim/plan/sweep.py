@@ -418,7 +418,7 @@ def write_results(df, path: str | Path, spec: SweepSpec | None = None) -> Path:
     if not path.parent.is_dir():
         raise ConfigError(f"-o/--output: directory {str(path.parent)!r} does not exist")
     # Through a temporary file: an interrupted or failed write leaves the old file (or none).
-    with atomic_output(path) as tmp:
+    with atomic_output(path, flag="-o/--output") as tmp:
         if fmt == "csv":
             df.to_csv(tmp, index=False)
         elif fmt == "parquet":

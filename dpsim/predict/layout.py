@@ -21,6 +21,7 @@ not slowed: blocking collectives and point-to-point transfers run beside no comp
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from dpsim.collectives.all_to_all import node_dedup_factor, uniform_all_to_all_cost
 from dpsim.collectives.groups import (
@@ -148,6 +149,22 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
     check_context(model, layout_of(config).context, par.tp)
 
 
+def check_no_expert_options(name: str, parallelism: Any) -> None:
+    """Refuse a router or expert all-to-all option on a dense model, as --ep and --moe-a2a-overlap are:
+    they were silently ignored (``--moe-routing zipf:1.2`` on gpt2 predicted the balanced dense step).
+    ``parallelism``: anything with those fields (the planner's ask has none: nothing to check)."""
+    routing = getattr(parallelism, "moe_routing", "balanced")
+    capacity = getattr(parallelism, "moe_capacity_factor", None)
+    a2a = getattr(parallelism, "moe_a2a", "flat")
+    for flag, value, given in (("--moe-routing", routing, str(routing).strip().lower() != "balanced"),
+                               ("--moe-capacity-factor", capacity, capacity is not None),
+                               ("--moe-a2a", a2a, a2a != "flat")):
+        if given:
+            raise ConfigError(f"{flag}: {value!r} applies to a mixture of experts' router and all-to-alls, but "
+                              f"{name} is dense; leave it out or give a model with experts= (e.g. --model "
+                              f"mixtral-8x7b)")
+
+
 def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
     """Refuse an expert layout the model cannot take (one line naming the flag); reads only the
     config's parallelism part."""
@@ -155,6 +172,8 @@ def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
     if moe is None and parallelism.moe_a2a_overlap:
         raise ConfigError(f"--moe-a2a-overlap: hides a mixture of experts' all-to-alls, but {model.name} is dense; "
                           f"leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
+    if moe is None:
+        check_no_expert_options(model.name, parallelism)
     if moe is None:
         if parallelism.ep > 1 or parallelism.etp > 1:
             flag, value = ("--ep", parallelism.ep) if parallelism.ep > 1 else ("--etp", parallelism.etp)

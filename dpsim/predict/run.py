@@ -25,6 +25,7 @@ from dpsim.strategies.offload import host_bytes_per_param, host_step_s, param_fe
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.layout import (
     check_layout,
+    check_no_expert_options,
     layout_fit,
     layout_memory,
     layout_shape,
@@ -172,6 +173,8 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     if profile is not None:
         gpu = check_cpu_compute(config, profile, calibrated_device(profile, gpu))
     model = load_model(config) if model is None else model
+    if model.moe is None:  # every path: a data-parallel-only prediction too (check_layout covers layouts)
+        check_no_expert_options(model.name, config.parallelism)
     precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
                               fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile,
                               layout=config.parallelism.layout_active)
@@ -448,6 +451,8 @@ def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpe
     topology = resolve_topology(config)
     gpu = get_gpu(topology.spec.gpu)
     model = load_model(config)
+    if model.moe is None:
+        check_no_expert_options(model.name, config.parallelism)
     precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
                               fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile,
                               layout=config.parallelism.layout_active)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.errors import ProfileError
-from dpsim.files import read_text_capped
+from dpsim.files import path_kind, read_text_capped
 from dpsim.limits import (
     MAX_COLLECTIVE_BYTES,
     MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S,
@@ -415,7 +415,7 @@ def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
 def resolve_profile_path(path_or_name: str, flag: str = "--calibration") -> Path:
     """A file path, or the name of a shipped profile (``dpsim calibrate`` list)."""
     path = Path(path_or_name)
-    if path.exists() or path.suffix == ".json" or os.sep in path_or_name:
+    if path_kind(path, flag, ProfileError) is not None or path.suffix == ".json" or os.sep in path_or_name:
         return path
     shipped = shipped_profile_names()
     if path_or_name in shipped:
@@ -427,7 +427,7 @@ def resolve_profile_path(path_or_name: str, flag: str = "--calibration") -> Path
 def load_profile(path_or_name: str | Path, flag: str = "--calibration") -> Profile:
     """Read and validate a profile file (or a shipped profile by name)."""
     path = resolve_profile_path(str(path_or_name), flag)
-    if not path.exists() and not path.is_symlink():
+    if path_kind(path, flag, ProfileError) is None and not path.is_symlink():
         raise ProfileError(f"{flag}: {str(path)!r} does not exist")
     text = read_text_capped(path, flag, ProfileError, what="profile JSON file")
     try:

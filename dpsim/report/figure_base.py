@@ -180,4 +180,4 @@ def figure_html(fig, *, full_html: bool = True, div_id: str | None = None) -> st
 def write_figure_html(fig, path) -> None:
     """Write one figure as a standalone HTML file that opens offline."""
 
-    write_text_atomic(check_output_path(path, "--timeline"), figure_html(fig))
+    write_text_atomic(check_output_path(path, "--timeline"), figure_html(fig), flag="--timeline")

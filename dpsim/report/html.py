@@ -346,5 +346,5 @@ def write_report(path: str | Path, config, **kwargs: Any) -> Path:
     """Predict ``config``, run the report's sweeps and write the HTML file (see :func:`collect`)."""
     path = check_output_path(path, "-o/--output")
     data = collect(config, **kwargs)
-    write_text_atomic(path, render(data))
+    write_text_atomic(path, render(data), flag="-o/--output")
     return path

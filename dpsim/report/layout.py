@@ -72,7 +72,7 @@ def _short(c) -> str:
         parts.append({"gpipe": "gpipe", "zb-h1": "zb"}[c.schedule])
     parts += [c.strategy, f"mb{c.micro_batch}"]
     if c.recompute != "off":
-        parts.append({"selective": "sel", "full": "full"}[c.recompute])
+        parts.append({"selective": "sel"}.get(c.recompute, c.recompute))  # op, megatron, moe as they are
     if c.sequence_parallel:
         parts.append("sp")
     return " ".join(parts)
@@ -142,7 +142,8 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
     console.print(table)
     console.print("layout: GPUs: tensor (x cpN context) x pipeline x data sizes (epN: N expert-parallel), "
                   "iN = interleaved with N chunks per stage, "
-                  "data-parallel strategy, micro-batch, sel/full = recomputation, sp = sequence parallelism")
+                  "data-parallel strategy, micro-batch, sel/full/op/megatron/moe = recomputation, "
+                  "sp = sequence parallelism")
     console.print(f"* simulated step by step, with its p10-p90 model error; the others are closed-form "
                   f"estimates. Refused: "
                   f"{counts['do_not_fit']} do not fit in memory, {counts['refused_by_placement']} cannot be placed"

@@ -118,5 +118,5 @@ def render_mix(result: Any, *, title: str | None = None, failures: bool | None =
 def write_mix_report(path: str | Path, result: Any, **kwargs: Any) -> Path:
     """Write :func:`render_mix` of ``result`` to ``path`` atomically."""
     path = check_output_path(path, "--html")
-    write_text_atomic(path, render_mix(result, **kwargs))
+    write_text_atomic(path, render_mix(result, **kwargs), flag="--html")
     return path

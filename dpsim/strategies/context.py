@@ -98,6 +98,12 @@ def check_context(model: ModelSpec, ctx: ContextParallel, tp: int) -> None:
                           f"divide it; choose a --cp (or --seq-len) so that they do")
     for layer in model.layers:
         for op in layer.ops:
+            if isinstance(op, MatmulOp) and op.m % ctx.cp:
+                # Not a token-wise op (BERT's pooler reads the [CLS] token alone): its rows cannot be
+                # cut over the context-parallel ranks (cp_shard's assertion was the user's traceback).
+                raise ConfigError(f"--cp: {ctx.cp} cuts every op of {model.name} along its sequence, but layer "
+                                  f"{layer.name!r} computes on {op.m} token(s) per sample, which {ctx.cp} ranks "
+                                  f"cannot share; use --cp 1")
             if isinstance(op, AttentionOp):
                 if not op.fused:
                     raise ConfigError(f"--cp: {ctx.cp} runs flash attention blockwise; {model.name} uses eager "

@@ -300,6 +300,10 @@ def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...
     empty_inside = any(c == 0 for g, c in enumerate(per_virtual)
                        if not ((g == 0 and ends_hold_root[0]) or (g == n_virtual - 1 and ends_hold_root[1])))
     if p > 1 and empty_inside:
+        if n_virtual > n:  # more chunks than blocks: no --stage-layers can fill them (it used to be suggested)
+            raise ConfigError(f"--pp: {p} stages x {v} chunks = {n_virtual} chunks for {tpm.model.name}'s {n} blocks "
+                              f"leave a chunk without blocks; use at most {n} chunks (fewer stages or fewer "
+                              f"--virtual-stages)")
         raise ConfigError(f"--pp: {p} stages x {v} chunks leave a chunk without blocks; use fewer stages or "
                           f"--stage-layers with every stage > 0")
     block_of_virtual: list[list[int]] = []

@@ -159,7 +159,7 @@ def _load(parsed: ModelRef, ref: str, *, input_shape, name, unit_classes) -> Mod
         else:
             try:
                 example = example_fn()
-            except Exception as exc:  # noqa: BLE001 - user code may raise anything: one line, no traceback
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - anything user code raises, sys.exit too: one line
                 raise WorkloadError(f"--model: the example-input function failed: {type(exc).__name__}: "
                                     f"{_one_line(exc)}") from None
     label = name or (ref.strip() if parsed.kwargs else
@@ -438,7 +438,7 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
                 out = module(*args, **kwargs)
         except WorkloadError:
             raise
-        except Exception as exc:  # noqa: BLE001 - user code may raise anything: one line, no traceback
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - anything user code raises, sys.exit too: one line
             where = tracer.current() or ROOT_LAYER_NAME
             raise WorkloadError(
                 f"--model: forward failed on the meta device in module {where!r} ({type(exc).__name__}: "
@@ -452,7 +452,7 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
         try:
             loss = sum(t.float().sum() for t in losses)
             loss.backward()
-        except Exception as exc:  # noqa: BLE001 - user code may raise anything: one line, no traceback
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - anything user code raises, sys.exit too: one line
             raise WorkloadError(f"--model: backward failed on the meta device ({type(exc).__name__}: "
                                 f"{_one_line(exc)})") from None
     finally:

@@ -128,7 +128,7 @@ def build_module(builder: Any, call: Call, ref: str) -> Any:
         return made
     except WorkloadError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a library's constructor may raise anything: one line
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a library's constructor may raise anything: one line
         text = " ".join(str(exc).split())
         raise WorkloadError(f"--model: {call.name}({', '.join(k + '=...' for k in kwargs)}) failed on the meta "
                             f"device: {type(exc).__name__}: {text[:300]}") from None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.errors import WorkloadError
+from dpsim.files import path_kind
 from dpsim.workload.library_models import parse_call
 from dpsim.workload.shapes import is_shape_ref
 
@@ -82,7 +83,7 @@ def parse_model_ref(ref: str, *, calls: bool = False) -> ModelRef:
     if is_file:
         if not target.endswith(".py"):
             raise WorkloadError(f"--model: {target!r} is not a .py file; {usage}")
-        if not Path(target).is_file():
+        if path_kind(target, "--model", WorkloadError) != "file":  # (a name too long is its own error)
             raise WorkloadError(f"--model: file {target!r} does not exist")
     elif not all(p.isidentifier() and not keyword.iskeyword(p) for p in target.split(".")):
         raise WorkloadError(f"--model: {target!r} is not a module name (dotted identifiers); {usage}")
@@ -144,7 +145,8 @@ def import_builder(ref: ModelRef) -> Any:
                     pass
     except WorkloadError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any failure while importing user code
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure while importing user code (sys.exit too:
+        # SystemExit would end dpsim with its status and no word, 0 looking like success)
         raise WorkloadError(f"--model: importing {ref.target!r} failed: {type(exc).__name__}: {_one_line(exc)}") from None
 
 
@@ -155,7 +157,7 @@ def builder_attribute(module: Any, name: str, target: str) -> Any:
     (a torchvision built for another torch, say) surfaces here, not at ``import_builder``."""
     try:
         return getattr(module, name, None)
-    except Exception as exc:  # noqa: BLE001 - whatever the lazy import raises: one line, no traceback
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - whatever the lazy import raises: one line, no traceback
         raise WorkloadError(f"--model: importing {name!r} from {target!r} failed: {type(exc).__name__}: "
                             f"{_one_line(exc)} (a package it imports is missing or built for another "
                             f"torch; check `python -c \"from {target} import {name}\"`)") from None

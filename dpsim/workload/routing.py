@@ -61,6 +61,7 @@ from pathlib import Path
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.files import read_text_capped
 
 ROUTING_KINDS: dict[str, str] = {
     "balanced": "every expert gets the same share of tokens (an ideal load-balanced router)",
@@ -135,11 +136,16 @@ def _non_negative(text: str, arg: str, kind: str, what: str) -> float:
 
 
 def _read_histogram(text: str, path: Path) -> tuple[float, ...]:
+    # Capped and regular files only: /dev/zero would be read until memory runs out, a FIFO
+    # would block for ever (read_text_capped's one-line errors name the flag and the path).
     try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise _routing_error(text, f"cannot be read ({e.strerror or e})") from None
-    except ValueError:
+        raw = read_text_capped(path, _FLAG, ConfigError, what="histogram JSON file")
+    except ConfigError as e:  # say it as every other --moe-routing error: the text given, why, what is allowed
+        why = str(e).removeprefix(f"{_FLAG}: ").removeprefix(f"cannot read {str(path)!r}: ")
+        raise _routing_error(text, f"cannot be read ({why})") from None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):  # a number past 4,300 digits; nesting past the recursion limit
         raise _routing_error(text, "is not valid JSON") from None
     return _normalise(text, data)
 
@@ -148,9 +154,15 @@ def _normalise(text: str, data) -> tuple[float, ...]:
     if not isinstance(data, list) or not data or not all(
             isinstance(x, (int, float)) and not isinstance(x, bool) for x in data):
         raise _routing_error(text, "must hold a non-empty JSON list of per-expert counts or shares")
-    arr = np.asarray(data, dtype=float)
-    if not np.isfinite(arr).all() or (arr < 0).any() or arr.sum() <= 0:
+    try:
+        arr = np.asarray(data, dtype=float)
+    except OverflowError:  # an integer count past a float's range (1.8e308)
+        raise _routing_error(text, "has a per-expert count too large for a float (over 1.8e308)") from None
+    if not np.isfinite(arr).all() or (arr < 0).any() or arr.max() <= 0:
         raise _routing_error(text, "has negative, non-finite or all-zero per-expert counts")
+    # Scaled by the largest count first: a sum of counts near 1e308 would overflow to inf
+    # (and every share become 0), and subnormal counts would lose their ratios.
+    arr = arr / arr.max()
     return tuple(float(x) for x in arr / arr.sum())
 
 
@@ -241,8 +253,15 @@ def _check_moe(experts: int, ep: int, top_k: int, tokens_per_rank: int, capacity
     _check_int("top_k", top_k, 1)
     if experts % ep:
         raise ConfigError(f"--ep: {ep} does not divide the {experts} experts; choose an ep that divides them")
-    if top_k > int((shares > 0).sum()):
-        raise ConfigError(f"top_k: {top_k} is more than the {int((shares > 0).sum())} experts that get tokens; "
+    served = int((shares > 0).sum())
+    if top_k > served and top_k <= experts:
+        # The routing's fault, not the model's (a histogram of zeros, or zipf:1e308 whose shares underflow):
+        # name the flag the user gave, not the model's top_k.
+        raise ConfigError(f"{_FLAG}: gives tokens to only {served} of the {experts} experts (the others' shares "
+                          f"are 0), fewer than the {top_k} each token is routed to (the model's top_k); give a "
+                          f"routing that spreads tokens over at least {top_k} experts")
+    if top_k > served:
+        raise ConfigError(f"top_k: {top_k} is more than the {served} experts that get tokens; "
                           f"expected at most that many")
     if capacity_factor is not None and not (isinstance(capacity_factor, (int, float))
                                             and math.isfinite(capacity_factor) and capacity_factor > 0):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from dpsim.errors import WorkloadError
+from dpsim.limits import MAX_LAYERS
 from dpsim.workload.architectures import GPT2Config, LlamaConfig
 
 SHAPE_PREFIX = "transformer:"
@@ -184,6 +185,9 @@ def _dropout(text: str | None, norm: str) -> float:
 
 def check_shape(shape: TransformerShape) -> TransformerShape:
     """The rules between fields, each refused in one line naming the field, value and what is allowed."""
+    if shape.layers > MAX_LAYERS:  # every block is costed one by one: 2^31 of them never finished (limits.py)
+        raise _fail("layers", shape.layers, f"expected at most {MAX_LAYERS:,} blocks (the deepest transformers "
+                                            f"trained have 1,000)")
     if shape.hidden % shape.heads and not shape.head_dim:
         raise _fail("heads", shape.heads, f"it must divide hidden={shape.hidden} (or give head_dim=)")
     if shape.heads % shape.kv_heads:
