@@ -358,9 +358,11 @@ def test_predict_noise_defaults_to_the_profiles_step_time_cv(capsys, tmp_path, m
     rc, out, err = run_cli(capsys, *base)
     assert rc == 0, err
     assert "noise 5 % CV (normal, from calibration profile 'synthetic' step_time_cv)" in out
-    rc, out, err = run_cli(capsys, *base, "--noise-cv", "0", "--json")  # an explicit 0 wins
+    rc, out, err = run_cli(capsys, *base[:-4], "--noise-cv", "0", "--json")  # an explicit 0 wins
     assert rc == 0, err
     assert "variability" not in json.loads(out)
+    rc, out, err = run_cli(capsys, *base, "--noise-cv", "0", "--json")  # then nothing varies: no samples to take
+    assert rc == 2 and "--mc-samples" in err and "only applies with variability" in err
     rc, out, err = run_cli(capsys, *base, "--noise-cv", "0.02", "--json")
     v = json.loads(out)["variability"]
     assert v["noise_cv"] == 0.02 and v["noise_source"] is None
