@@ -55,7 +55,7 @@ from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
 from dpsim.mix.pool import GroupPool
-from dpsim.mix.spec import JobSpec, MixSpec
+from dpsim.mix.spec import JobSpec, MixSpec, predict_flag_to_field
 from dpsim.network import maxmin_jit
 from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
@@ -463,7 +463,12 @@ class MixSimulation:
             try:
                 self.solo[job.name] = _solo(self.design, job.gpus, job.predict)
             except DpsimError as exc:
-                raise type(exc)(f"jobs[{i}] ({job.name}): {exc}") from None
+                # Worded with the file's fields: the job has no flags.
+                text = predict_flag_to_field(str(exc), f"jobs[{i}]")
+                head, sep, rest = text.partition(":")
+                if text.startswith(f"jobs[{i}].") and sep:
+                    raise type(exc)(f"{head} ({job.name}):{rest}") from None
+                raise type(exc)(f"jobs[{i}] ({job.name}): {text}") from None
             ck = job.checkpoint
             if spec.failures is not None and ck.write_s is None:
                 # The write time follows from the bandwidth only now (it needs the job's state bytes);
