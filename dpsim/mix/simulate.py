@@ -388,6 +388,14 @@ def cluster_topology(spec: MixSpec) -> Topology:
     """The mix's whole cluster (an error names the mix file's ``cluster.*`` field, not a flag it has none of)."""
     try:
         design = load_topology_file(spec.topology_file) if spec.topology_file else load_preset(spec.link)
+        gpn = design.node.gpus_per_node
+        if spec.cluster_gpus > gpn and spec.cluster_gpus % gpn:
+            # The servers' size comes with the fabric the file names: the mix has no --gpus-per-node.
+            fabric = (f"cluster.topology {spec.topology_file!r}" if spec.topology_file
+                      else f"cluster.link {spec.link!r}")
+            raise ConfigError(f"cluster.gpus: {spec.cluster_gpus} is not whole servers of the {gpn} GPUs per server "
+                              f"of {fabric}; use a multiple of {gpn} (e.g. {math.ceil(spec.cluster_gpus / gpn) * gpn}) "
+                              f"or name a cluster.topology whose servers hold another count")
         return Topology(spec=design, n_gpus=spec.cluster_gpus)
     except DpsimError as exc:
         text = str(exc)
