@@ -385,7 +385,7 @@ def test_shares_without_a_solve_agree_with_the_full_solve_on_random_mixes(seed, 
 
 @pytest.mark.parametrize("cluster, message", [
     ({"link": "nosuch", "gpus": 16}, "cluster.link: 'nosuch' is not a preset"),
-    ({"link": "infiniband", "gpus": 12}, "cluster.gpus: 12 is not a multiple"),
+    ({"link": "infiniband", "gpus": 12}, "cluster.gpus: 12 is not whole servers of the 8 GPUs per server"),
     ({"topology": "/nonexistent-dpsim/t.yaml", "gpus": 16}, "cluster.topology: cannot read"),
 ])
 def test_cluster_errors_name_the_mix_field_not_a_flag(cluster, message):
