@@ -119,7 +119,7 @@ def test_round_trip_is_lossless(tmp_path):
     profile = make_profile(inter=True, compute=ComputeCalibration(
         device="cpu", matmul_flops_per_s={"float32": 1e11}, memory_bandwidth_bytes_per_s=2e10,
         overlap_slowdown=0.07, raw={"matmul": [{"m": 1}]}))
-    path = save_profile(profile, tmp_path / "sub" / "p.json")
+    path = save_profile(profile, tmp_path / "p.json")
     back = load_profile(path)
     assert back.to_dict() == json.loads(path.read_text())
     assert back.to_dict()["collectives"] == profile.to_dict()["collectives"]
@@ -358,9 +358,11 @@ def test_predict_noise_defaults_to_the_profiles_step_time_cv(capsys, tmp_path, m
     rc, out, err = run_cli(capsys, *base)
     assert rc == 0, err
     assert "noise 5 % CV (normal, from calibration profile 'synthetic' step_time_cv)" in out
-    rc, out, err = run_cli(capsys, *base, "--noise-cv", "0", "--json")  # an explicit 0 wins
+    rc, out, err = run_cli(capsys, *base[:-4], "--noise-cv", "0", "--json")  # an explicit 0 wins
     assert rc == 0, err
     assert "variability" not in json.loads(out)
+    rc, out, err = run_cli(capsys, *base, "--noise-cv", "0", "--json")  # then nothing varies: no samples to take
+    assert rc == 2 and "--mc-samples" in err and "only applies with variability" in err
     rc, out, err = run_cli(capsys, *base, "--noise-cv", "0.02", "--json")
     v = json.loads(out)["variability"]
     assert v["noise_cv"] == 0.02 and v["noise_source"] is None

@@ -401,6 +401,28 @@ def test_a_file_name_too_long_is_one_line(capsys, tmp_path, args, flag):
     assert err.startswith(f"dpsim: error: {flag}: ") and "File name too long" in err
 
 
+def test_calibrate_out_in_a_missing_directory_is_refused_like_every_output(capsys, tmp_path):
+    # calibrate --out created the missing directories (a typo became a new tree) where --timeline,
+    # --html and the others refuse them; it is now refused before the logs are read.
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text("# nccl-tests\n")
+    out = tmp_path / "missing" / "p.json"
+    rc, _, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(log), "--out", str(out))
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"dpsim: error: --out: directory {str(out.parent)!r} does not exist"), err
+    assert not out.parent.exists()
+
+
+def test_save_profile_does_not_create_directories(tmp_path):
+    from dpsim.errors import DpsimError
+    from dpsim.profile.io import save_profile
+    from tests.test_calibrate_profile import make_profile
+
+    with pytest.raises(DpsimError, match="--out: cannot write"):
+        save_profile(make_profile(), tmp_path / "missing" / "p.json")
+    assert not (tmp_path / "missing").exists()
+
+
 def test_a_timeline_that_cannot_be_written_prints_no_json(capsys, tmp_path, monkeypatch):
     # The JSON document was printed first and the timeline written after it: a failed write left a complete
     # JSON on stdout under exit status 2. The timeline is now written before anything is printed.

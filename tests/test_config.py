@@ -332,3 +332,11 @@ def test_a_flat_read_still_answers_with_a_deprecation_warning():
         assert config.layout_active
     with pytest.raises(AttributeError):
         config.no_such_setting
+
+
+def test_placement_alone_is_refused_not_dropped():
+    # --placement interleaved with one job predicted exactly the packed step: nothing said so.
+    with pytest.raises(ConfigError, match=r"--placement: 'interleaved' only applies with --jobs above 1"):
+        PredictConfig(gpus=16, placement="interleaved")
+    assert PredictConfig(gpus=16, jobs=2, placement="interleaved").cluster.placement == "interleaved"
+    assert PredictConfig(gpus=16, placement="packed").cluster.placement == "packed"

@@ -225,7 +225,7 @@ def test_mix_file_errors_name_the_field(jobs, top, message):
     ([{**JOB_A, "nodes": [0, 2, 4, 9]}], "nodes 9 does not exist"),
     ([{"name": "a", "model": "gpt2", "gpus": 2, "steps": 1, "placement": "rail-aligned"}], "rail-optimised"),
     ([{**JOB_A, "gpus": 3}], "jobs[0].gpus: 3 is not whole servers"),
-    ([{**JOB_A, "model": "no-such-model"}], "jobs[0] (a):"),
+    ([{**JOB_A, "model": "no-such-model"}], "jobs[0].model (a): 'no-such-model'"),
 ])
 def test_placement_and_job_errors(jobs, message):
     jobs = [{k: v for k, v in j.items() if v is not None} for j in jobs]
@@ -385,7 +385,7 @@ def test_shares_without_a_solve_agree_with_the_full_solve_on_random_mixes(seed, 
 
 @pytest.mark.parametrize("cluster, message", [
     ({"link": "nosuch", "gpus": 16}, "cluster.link: 'nosuch' is not a preset"),
-    ({"link": "infiniband", "gpus": 12}, "cluster.gpus: 12 is not a multiple"),
+    ({"link": "infiniband", "gpus": 12}, "cluster.gpus: 12 is not whole servers of the 8 GPUs per server"),
     ({"topology": "/nonexistent-dpsim/t.yaml", "gpus": 16}, "cluster.topology: cannot read"),
 ])
 def test_cluster_errors_name_the_mix_field_not_a_flag(cluster, message):
@@ -394,3 +394,34 @@ def test_cluster_errors_name_the_mix_field_not_a_flag(cluster, message):
     with pytest.raises(DpsimError) as exc:
         simulate_mix(spec, sample_steps=None)
     assert str(exc.value).startswith(message), str(exc.value)
+
+
+MOE_JOB = {"name": "m", "model": "qwen3-30b-a3b", "gpus": 16, "tp": 2, "micro_batch": 1, "steps": 3}
+
+
+def test_a_moe_job_with_tp_takes_sequence_parallel():
+    # A mixture of experts with tp > 1 could not be written: the error asked for a flag mix has none of.
+    with pytest.raises(ConfigError) as exc:
+        simulate_mix(mix_from_dict({"cluster": {"link": "infiniband", "gpus": 32}, "jobs": [MOE_JOB]}),
+                     sample_steps=None)
+    text = str(exc.value)
+    assert text.startswith("jobs[0].sequence_parallel (m): ") and "set jobs[0].sequence_parallel: true" in text
+    assert "--" not in text, text
+    result = simulate_mix(mix_from_dict({"cluster": {"link": "infiniband", "gpus": 32},
+                                         "jobs": [{**MOE_JOB, "sequence_parallel": True}]}), sample_steps=None)
+    alone = predict(PredictConfig(gpus=16, link="infiniband", model="qwen3-30b-a3b", tp=2, micro_batch=1,
+                                  sequence_parallel=True))
+    assert result.jobs[0].reference_step_time_s == pytest.approx(alone.step_time_s)
+    with pytest.raises(ConfigError, match=r"^jobs\[0\]\.sequence_parallel \(m\): 'maybe' is not valid"):
+        simulate_mix(mix_from_dict({"cluster": {"link": "infiniband", "gpus": 32},
+                                    "jobs": [{**MOE_JOB, "sequence_parallel": "maybe"}]}), sample_steps=None)
+
+
+def test_cluster_gpus_not_whole_servers_names_the_mix_fields():
+    # The error advised "change --gpus-per-node", a flag mix does not have.
+    with pytest.raises(DpsimError) as exc:
+        simulate_mix(mix_from_dict({"cluster": {"link": "infiniband", "gpus": 12},
+                                    "jobs": [{"name": "a", "model": "gpt2", "gpus": 4, "steps": 1}]}))
+    text = str(exc.value)
+    assert text.startswith("cluster.gpus: 12 is not whole servers of the 8 GPUs per server of cluster.link "
+                           "'infiniband'") and "--gpus-per-node" not in text, text

@@ -557,7 +557,7 @@ def test_predict_with_variability_keeps_the_plain_prediction():
 
 
 def test_cli_without_variability_flags_is_the_plain_prediction(capsys):
-    rc = main(["predict", "--gpus", "32", "--link", "infiniband", "--json", "--seed", "3", "--mc-samples", "4"])
+    rc = main(["predict", "--gpus", "32", "--link", "infiniband", "--json"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     d = json.loads(out)
@@ -624,3 +624,34 @@ def test_throughput_counts_every_accumulated_micro_batch():
     prediction, report = predict_with_variability(cfg, spec, steps=5)
     stats = report.statistics
     assert stats.samples_per_s == pytest.approx(2 * 4 * 16 / stats.mean_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("args", [["--seed", "3"], ["--mc-samples", "4"], ["--mc-steps", "7"],
+                                  ["--noise-dist", "lognormal"], ["--degrade", "ethernet:50%", "--seed", "3"]])
+def test_cli_sampling_flags_without_variability_are_refused(capsys, args):
+    # They used to be dropped without a word: the plain prediction came back as if they were not given.
+    rc = main(["predict", "--gpus", "32", "--link", "ethernet"] + args)
+    out, err = capsys.readouterr()
+    flag = [a for a in args if a in ("--seed", "--mc-samples", "--mc-steps", "--noise-dist")][0]
+    lines = err.splitlines()
+    assert rc == 2 and len(lines) == 1, err
+    for needle in (flag, "only applies with variability", "--noise-cv", "--straggler", "--hiccup-rate-per-s",
+                   "--calibration", "--moe-routing"):
+        assert needle in lines[0], (needle, lines[0])
+
+
+def test_api_sampling_fields_without_variability_are_refused_too():
+    from dpsim.errors import ConfigError
+
+    for spec, steps, flag in ((VariabilitySpec(seed=3), None, "--seed"), (VariabilitySpec(samples=4), None,
+                                                                          "--mc-samples"),
+                              (VariabilitySpec(noise_distribution="lognormal"), None, "--noise-dist"),
+                              (VariabilitySpec(), 7, "--mc-steps")):
+        with pytest.raises(ConfigError, match=flag):
+            predict_with_variability(PredictConfig(gpus=16, link="ethernet"), spec, steps=steps)
+    # Anything that spreads the steps keeps them.
+    for spec in (VariabilitySpec(noise_cv=0.05, seed=3, samples=2, noise_distribution="lognormal"),
+                 VariabilitySpec(stragglers=(parse_straggler("gpu1:1.2x"),), seed=3, samples=2),
+                 VariabilitySpec(hiccup_rate_per_s=1.0, hiccup_s=0.01, seed=3, samples=2)):
+        _, report = predict_with_variability(PredictConfig(gpus=16, link="ethernet"), spec, steps=3)
+        assert report is not None and report.statistics is not None

@@ -261,3 +261,12 @@ def test_cli_degrade_on_a_layout_is_one_line(capsys):
     assert rc != 0 and "Traceback" not in out + err
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and "--degrade: not modelled for tensor/pipeline/expert layouts" in lines[0]
+
+
+def test_sampling_flags_stay_accepted_with_routing_variability_alone():
+    # Non-balanced routing spreads the steps with no per-rank factor: --seed/--mc-steps apply there.
+    cfg = PredictConfig(**MOE, moe_routing="zipf:1.2")
+    _, report = predict_with_variability(cfg, VariabilitySpec(seed=3, samples=2), steps=3)
+    assert report is not None and report.routing_only and report.spec.seed == 3
+    with pytest.raises(ConfigError, match="--seed"):  # balanced routing, nothing else: nothing varies
+        predict_with_variability(PredictConfig(**MOE), VariabilitySpec(seed=3), steps=None)

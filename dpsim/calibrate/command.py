@@ -152,7 +152,7 @@ def run_from_nccl_tests(opts: CalibrateOptions) -> tuple[Profile, Path | None]:
 
 def check_out(out: str | Path, *, force: bool) -> Path:
     """``--out`` before any measurement: a file name (not a directory) whose directory exists and
-    is writable, or can be created in one that is; and not an existing file unless ``force``.
+    is writable; and not an existing file unless ``force``.
     One :class:`ConfigError` line otherwise."""
     p = Path(out)
     if str(out).strip() == "" or p.name in ("", ".", ".."):
@@ -162,13 +162,15 @@ def check_out(out: str | Path, *, force: bool) -> Path:
     if kind == "dir":
         raise ConfigError(f"--out: {str(out)!r} is a directory; give a file name, e.g. {p / 'profile.json'}")
     parent = p.parent if str(p.parent) else Path(".")
-    existing = parent
-    while path_kind(existing, "--out") is None and existing != existing.parent:
-        existing = existing.parent  # missing directories are created when the profile is written
-    if path_kind(existing, "--out") != "dir":
-        raise ConfigError(f"--out: {str(existing)!r} is a file, not a directory; choose another --out")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out: directory {str(existing)!r} is not writable; choose another --out")
+    # A missing directory is refused, as every other output refuses it (dpsim.files.check_output_path):
+    # a typo in it would otherwise leave the profile in a directory tree nobody meant to create.
+    parent_kind = path_kind(parent, "--out")
+    if parent_kind is None:
+        raise ConfigError(f"--out: directory {str(parent)!r} does not exist; create it or choose another --out")
+    if parent_kind != "dir":
+        raise ConfigError(f"--out: {str(parent)!r} is a file, not a directory; choose another --out")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out: directory {str(parent)!r} is not writable; choose another --out")
     if kind is not None and not force:
         raise ConfigError(f"--out: {str(out)!r} already exists; pass --force to replace it (atomically, once "
                           "the new profile is complete) or choose another --out")

@@ -76,7 +76,8 @@ def predict(
         10, "--mc-samples", help=f"Monte-Carlo samples (independent seeds) with noise or hiccups; at most "
                                  f"{MAX_MC_SAMPLES:,}, and samples x steps x GPUs at most {MAX_MC_RANK_STEPS:.3g}.",
         rich_help_panel=VARIABILITY),
-    mc_steps: int = typer.Option(50, "--mc-steps", help=f"Steps per Monte-Carlo sample (with variability); at most "
+    mc_steps: Optional[int] = typer.Option(
+        None, "--mc-steps", help=f"Steps per Monte-Carlo sample (with variability; default 50); at most "
                                                         f"{MAX_MC_STEPS:,}, and samples x steps at most "
                                                         f"{MAX_MC_SAMPLE_STEPS:,}.", rich_help_panel=VARIABILITY),
 ) -> None:

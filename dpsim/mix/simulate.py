@@ -55,7 +55,7 @@ from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
 from dpsim.mix.pool import GroupPool
-from dpsim.mix.spec import JobSpec, MixSpec
+from dpsim.mix.spec import JobSpec, MixSpec, predict_flag_to_field
 from dpsim.network import maxmin_jit
 from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
@@ -388,6 +388,14 @@ def cluster_topology(spec: MixSpec) -> Topology:
     """The mix's whole cluster (an error names the mix file's ``cluster.*`` field, not a flag it has none of)."""
     try:
         design = load_topology_file(spec.topology_file) if spec.topology_file else load_preset(spec.link)
+        gpn = design.node.gpus_per_node
+        if spec.cluster_gpus > gpn and spec.cluster_gpus % gpn:
+            # The servers' size comes with the fabric the file names: the mix has no --gpus-per-node.
+            fabric = (f"cluster.topology {spec.topology_file!r}" if spec.topology_file
+                      else f"cluster.link {spec.link!r}")
+            raise ConfigError(f"cluster.gpus: {spec.cluster_gpus} is not whole servers of the {gpn} GPUs per server "
+                              f"of {fabric}; use a multiple of {gpn} (e.g. {math.ceil(spec.cluster_gpus / gpn) * gpn}) "
+                              f"or name a cluster.topology whose servers hold another count")
         return Topology(spec=design, n_gpus=spec.cluster_gpus)
     except DpsimError as exc:
         text = str(exc)
@@ -463,7 +471,12 @@ class MixSimulation:
             try:
                 self.solo[job.name] = _solo(self.design, job.gpus, job.predict)
             except DpsimError as exc:
-                raise type(exc)(f"jobs[{i}] ({job.name}): {exc}") from None
+                # Worded with the file's fields: the job has no flags.
+                text = predict_flag_to_field(str(exc), f"jobs[{i}]")
+                head, sep, rest = text.partition(":")
+                if text.startswith(f"jobs[{i}].") and sep:
+                    raise type(exc)(f"{head} ({job.name}):{rest}") from None
+                raise type(exc)(f"jobs[{i}] ({job.name}): {text}") from None
             ck = job.checkpoint
             if spec.failures is not None and ck.write_s is None:
                 # The write time follows from the bandwidth only now (it needs the job's state bytes);

@@ -617,6 +617,11 @@ class PredictConfig:
         if c.gpus * c.jobs > MAX_GPUS:
             raise ConfigError(f"--gpus x --jobs: {c.gpus:,} x {c.jobs:,} = {c.gpus * c.jobs:,} GPUs is "
                               f"not valid; the whole cluster may have at most {MAX_GPUS:,}")
+        if c.placement != "packed" and c.jobs == 1:
+            # One job has one server order: the placement lays out several jobs' servers, so alone it
+            # changes nothing and would be dropped without a word.
+            raise ConfigError(f"--placement: {c.placement!r} only applies with --jobs above 1 (how several "
+                              f"jobs' servers interleave); add --jobs N or leave --placement out")
         if w.steps * w.grad_accum > MAX_SIMULATED_MICRO_BATCHES:
             raise ConfigError(f"--steps x --grad-accum: {w.steps:,} x {w.grad_accum:,} = "
                               f"{w.steps * w.grad_accum:,} simulated micro-batches is not valid; expected at "

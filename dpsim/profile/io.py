@@ -449,13 +449,13 @@ def _file_mode(path: Path) -> int:
 
 
 def save_profile(profile: Profile, out: str | Path) -> Path:
-    """Write ``profile`` to ``out`` atomically (validated first; parents created)."""
+    """Write ``profile`` to ``out`` atomically (validated first; its directory must exist, as every
+    output's must)."""
     out = Path(out)
     doc = profile.to_dict()
     profile_from_dict(json.loads(json.dumps(doc)), origin=f"(profile for {out})")  # never write what load rejects
     text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     except OSError as exc:
         raise ProfileError(f"--out: cannot write {str(out)!r}: {exc.strerror}") from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dpsim.errors import ConfigError
-from dpsim.limits import MAX_MC_STEPS, check_int
+from dpsim.limits import MAX_MC_STEPS, check_int, short
 from dpsim.predict.resolve import resolve
 from dpsim.predict.run import predict_resolved, resolve_topology
 from dpsim.profile.calibrated import calibrated_noise_cv
@@ -15,7 +15,8 @@ from dpsim.variability.layout import LayoutSync, fill_weight, layout_step_interv
 from dpsim.variability.monte_carlo import StepStatistics, monte_carlo, summarise
 from dpsim.variability.spec import rank_factors
 from dpsim.workload.routing import parse_routing
-from dpsim.variability.spec import DEFAULT_STOCHASTIC_STEPS, MAX_NOISE_CV, VariabilitySpec, check_monte_carlo_size
+from dpsim.variability.spec import (DEFAULT_SAMPLES, DEFAULT_STOCHASTIC_STEPS, MAX_NOISE_CV, NOISE_DISTRIBUTIONS,
+                                   VariabilitySpec, check_monte_carlo_size)
 
 # ----------------------------------------------------------------------------- with predict
 
@@ -105,18 +106,23 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
     The config is resolved against its calibration profile, read once
     (:mod:`dpsim.predict.resolve`), and a ``spec.noise_cv`` left at ``None`` becomes the
     profile's measured step-time spread. When nothing then varies, the report is ``None`` and
-    the prediction is :func:`~dpsim.predict.run.predict`'s (``dpsim predict`` runs this).
+    the prediction is :func:`~dpsim.predict.run.predict`'s (``dpsim predict`` runs this); when
+    nothing spreads the steps (no per-rank factor, no MoE routing load), a ``seed``, ``samples``,
+    ``noise_distribution`` or ``steps`` away from its default is refused, never dropped.
     """
     resolved = resolve(config)
     config = resolved.config
     if spec.noise_cv is None:
         noise_cv, source = profile_noise_cv(resolved.profile)
         spec = replace(spec, noise_cv=noise_cv, noise_source=source)
+    if steps is not None:
+        check_int(steps, "--mc-steps", 1, MAX_MC_STEPS)
+    routing = _routing_varies(config) if config.parallelism.layout_active and config.parallelism.ep > 1 else None
+    if not spec.per_rank and routing is None:
+        _refuse_sampling_flags(spec, steps)
     if spec.per_rank:
         steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
         check_monte_carlo_size(config.cluster.gpus, spec.samples, steps)
-    elif steps is not None:
-        check_int(steps, "--mc-steps", 1, MAX_MC_STEPS)
     if config.parallelism.layout_active:
         return _layout_with_variability(resolved, spec, steps)
     if not spec.active:
@@ -134,6 +140,25 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
             step_extra_s=prediction.provenance.after_comm.charged_s if prediction.provenance.after_comm else 0.0,
         )
     return prediction, VariabilityReport(spec=spec, degradation=effect, statistics=stats)
+
+
+SAMPLING_FLAGS_NEED = ("--noise-cv, --straggler, --hiccup-rate-per-s, a --calibration profile with a "
+                       "step_time_cv, or a non-balanced --moe-routing (with --ep above 1)")
+"""What turns the step statistics on: the flags a refused sampling flag names."""
+
+
+def _refuse_sampling_flags(spec: VariabilitySpec, steps: int | None) -> None:
+    """Nothing varies (no per-rank factor, no routing load): the sampling flags would change
+    nothing, so one given away from its default is an error, not silently dropped."""
+    given = (("--noise-dist", spec.noise_distribution, spec.noise_distribution != NOISE_DISTRIBUTIONS[0]),
+             ("--seed", spec.seed, spec.seed != 0),
+             ("--mc-samples", spec.samples, spec.samples != DEFAULT_SAMPLES),
+             ("--mc-steps", steps, steps is not None))
+    for flag, value, set_ in given:
+        if set_:
+            raise ConfigError(f"{flag}: {short(value)} only applies with variability, and nothing here spreads the "
+                              f"step times (--degrade alone does not); turn it on with {SAMPLING_FLAGS_NEED}, "
+                              f"or leave {flag} out")
 
 
 def _degradation_effect(resolved, prediction) -> DegradationEffect:
