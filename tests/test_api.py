@@ -81,7 +81,8 @@ def api_predict(argv: list[str]) -> dict:
         degradations=tuple(parse_degradation(d) for d in other.pop("--degrade", [])),
         hiccup_rate_per_s=float(_one(other, "--hiccup-rate-per-s", 0)), hiccup_s=float(_one(other, "--hiccup-s", 0)),
         seed=int(_one(other, "--seed", 0)), samples=int(_one(other, "--mc-samples", 10)))
-    steps = int(_one(other, "--mc-steps", 50))
+    steps = _one(other, "--mc-steps")  # as the CLI: left out is None (refused where nothing varies)
+    steps = None if steps is None else int(steps)
     assert not other, f"flags the test does not map: {other}"
     prediction, report = dpsim.predict_with_variability(dpsim.PredictConfig(**fields), spec, steps=steps)
     out = prediction.to_dict()
