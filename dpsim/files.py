@@ -187,14 +187,19 @@ def check_writable_dir(path: str | Path, flag: str) -> None:
     A directory the user cannot write (read-only, /proc, no permission) or a file name too long
     for its file system failed only at the end, with an OSError traceback after the computation.
     """
-    p = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise ConfigError(f"{flag}: cannot write {short(str(p))}: {exc.strerror}") from None
-    os.close(fd)
     with contextlib.suppress(OSError):
-        os.unlink(tmp)
+        os.unlink(_temp_beside(Path(path), flag))
+
+
+def _temp_beside(path: Path, flag: str) -> Path:
+    """An empty temporary file in ``path``'s directory, named after it (what an atomic write
+    renames over ``path``); a directory that cannot take it is a ConfigError naming ``flag``."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot write {short(str(path))}: {exc.strerror}") from None
+    os.close(fd)
+    return Path(tmp)
 
 
 def _umask_mode() -> int:
@@ -213,12 +218,7 @@ def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "out
     fails (no permission, a full disk) is a ConfigError naming ``flag``, not an OSError.
     """
     path = Path(path)
-    try:
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise ConfigError(f"{flag}: cannot write {short(str(path))}: {exc.strerror}") from None
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = _temp_beside(path, flag)
     try:
         yield tmp
         with open(tmp, "rb+") as fh:

@@ -70,10 +70,10 @@ from dpsim.strategies.context import check_context, cp_buffer_bytes, cp_shard
 from dpsim.strategies.offload import (expert_offload_bytes_per_sample, host_bytes_per_param, host_step_s, offloads_optimizer,
                                       param_fetches)
 from dpsim.strategies.registry import check_zero_options
+from dpsim.strategies.stage_parts import stage_parts
 from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.strategies.zero import internlm_stages
 from dpsim.workload.routing import RankLoad, parse_routing, rank_load
-from dpsim.strategies.stage_parts import stage_parts
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes
 from dpsim.workload.catalog import find_entry
@@ -174,7 +174,6 @@ def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
                           f"leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
     if moe is None:
         check_no_expert_options(model.name, parallelism)
-    if moe is None:
         if parallelism.ep > 1 or parallelism.etp > 1:
             flag, value = ("--ep", parallelism.ep) if parallelism.ep > 1 else ("--etp", parallelism.etp)
             raise ConfigError(f"{flag}: {value} splits the experts of a mixture of experts, but {model.name} is dense; "

@@ -13,10 +13,9 @@ from dpsim.profile.calibrated import calibrated_noise_cv
 from dpsim.profile.schema import Profile
 from dpsim.variability.layout import LayoutSync, fill_weight, layout_step_intervals, sync_of
 from dpsim.variability.monte_carlo import StepStatistics, monte_carlo, summarise
-from dpsim.variability.spec import rank_factors
-from dpsim.workload.routing import parse_routing
 from dpsim.variability.spec import (DEFAULT_SAMPLES, DEFAULT_STOCHASTIC_STEPS, MAX_NOISE_CV, NOISE_DISTRIBUTIONS,
-                                   VariabilitySpec, check_monte_carlo_size)
+                                   VariabilitySpec, check_monte_carlo_size, rank_factors)
+from dpsim.workload.routing import parse_routing
 
 # ----------------------------------------------------------------------------- with predict
 
@@ -124,7 +123,7 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
         steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
         check_monte_carlo_size(config.cluster.gpus, spec.samples, steps)
     if config.parallelism.layout_active:
-        return _layout_with_variability(resolved, spec, steps)
+        return _layout_with_variability(resolved, spec, steps, routing)
     if not spec.active:
         return predict_resolved(resolved), None  # a homogeneous, healthy cluster: the engine's one-rank fast path
     prediction = predict_resolved(resolved, degradations=spec.degradations)
@@ -174,18 +173,16 @@ def _degradation_effect(resolved, prediction) -> DegradationEffect:
 
 
 def _routing_varies(config) -> str | None:
-    """``--moe-routing`` when it is not balanced (its per-dispatch load is then shown), else ``None``."""
+    """``--moe-routing`` when it is not uniform (its per-dispatch load is then shown), else ``None``."""
     text = config.parallelism.moe_routing
-    r = parse_routing(text)
-    if r.kind == "balanced" or (r.kind == "zipf" and r.zipf_s == 0) or (r.kind == "maxvio" and r.max_violation == 0):
-        return None
-    return text
+    return None if parse_routing(text).uniform else text
 
 
-def _layout_with_variability(resolved, spec: VariabilitySpec, steps: int | None):
+def _layout_with_variability(resolved, spec: VariabilitySpec, steps: int | None, routing: str | None):
     """:func:`predict_with_variability` of a tensor/pipeline/context/expert layout: the step played
     once on the pipeline engine, its per-step distribution from :mod:`dpsim.variability.layout`
-    (per-rank factors and, for a mixture of experts, each dispatch's routing load)."""
+    (per-rank factors and, for a mixture of experts, each dispatch's routing load; ``routing``:
+    :func:`_routing_varies`, already read)."""
     config = resolved.config
     par = config.parallelism
     if spec.degradations:
@@ -193,7 +190,6 @@ def _layout_with_variability(resolved, spec: VariabilitySpec, steps: int | None)
         # communicators, and the MoE all-to-all's fabric cost does not scale with them.
         raise ConfigError("--degrade: not modelled for tensor/pipeline/expert layouts (--tp/--pp/--cp/--ep above 1); "
                           "leave it out (--noise-cv, --straggler and --hiccup-rate-per-s are)")
-    routing = _routing_varies(config) if par.ep > 1 else None
     if not spec.active and routing is None:
         return predict_resolved(resolved), None
     prediction = predict_resolved(resolved)

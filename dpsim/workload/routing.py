@@ -80,13 +80,20 @@ class Routing:
     """How a router spreads tokens over experts."""
 
     kind: str
-    """``balanced``, ``zipf`` or ``histogram`` (:data:`ROUTING_KINDS`)."""
+    """``balanced``, ``zipf``, ``histogram`` or ``maxvio`` (:data:`ROUTING_KINDS`)."""
     zipf_s: float = 0.0
     """Zipf exponent S of ``zipf`` (expert i's share proportional to (i + 1)^-S)."""
     shares: tuple[float, ...] = ()
     """``histogram``: the token share of each expert, normalised to sum to 1."""
     max_violation: float = 0.0
     """``maxvio``: V, the busiest expert's load over the mean expert load, less 1 (>= 0)."""
+
+    @property
+    def uniform(self) -> bool:
+        """Every expert expects the same share: ``balanced``, ``zipf:0`` or ``maxvio:0`` (a histogram
+        is taken as measured, even if its counts are equal)."""
+        return (self.kind == "balanced" or (self.kind == "zipf" and self.zipf_s == 0)
+                or (self.kind == "maxvio" and self.max_violation == 0))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,7 +216,7 @@ def expert_shares(routing: Routing, experts: int, top_k: int = 1) -> np.ndarray:
         w = np.asarray(routing.shares, dtype=float)
         return w / w.sum()
     if routing.kind == "maxvio":
-        if routing.max_violation == 0:
+        if routing.uniform:
             return np.full(experts, 1.0 / experts)
         return _maxvio_shares(routing.max_violation, experts, top_k)
     raise ConfigError(f"{_FLAG}: kind {routing.kind!r} is not known; choose one of {', '.join(ROUTING_KINDS)}")
