@@ -152,12 +152,27 @@ def test_cli_rank_goodput_json(capsys):
     (["--rank", "goodput"], "--rank: goodput needs a budget"),
     (["--tokens", "20B", "--rank", "goodput", "--mtbf-gpu", "80000"], "--mtbf-gpu: '80000' has no unit"),
     (["--tokens", "20B", "--rank", "goodput", "--checkpoint-bandwidth", "0GB/s"], "--checkpoint-bandwidth"),
+    # Every layout fails faster than it restarts: no 'best' layout that never finishes.
+    (["--tokens", "20B", "--rank", "goodput", "--mtbf-node", "1s", "--verify", "0"],
+     "--mtbf-node 1.000 s: none of the"),
 ])
 def test_cli_rank_goodput_errors_are_one_line(capsys, argv, message):
     rc = main([*PLAN, *argv])
     out, err = capsys.readouterr()
     assert rc == 2 and err.startswith("dpsim: error: ") and len(err.splitlines()) == 1, err
     assert message in err, err
+
+
+def test_plan_keeps_the_layouts_that_finish_when_some_never_do():
+    """Bigger layouts fail more often: at an MTBF that only the smaller ones outlast, the ranking
+    lists the finishing ones first and those that would take aeons after them: the search is refused
+    only when no layout finishes (the CLI case below)."""
+    res = plan_layouts(dpsim.PredictConfig(model="llama-2-7b", gpus=8, link="infiniband"), global_batch=512,
+                       gpus=[8, 64], tokens=1e9, rank_by="goodput", verify=0, top=10_000,
+                       failures=FailureInputs(rates=FailureRates(node_mtbf_s=60.0)))
+    walls = [e.reliability.expected_wall_s for e in res.ranked]
+    assert math.isfinite(walls[0]) and walls == sorted(walls) and walls[-1] > 1e6 * walls[0]
+
 
 
 # ----------------------------------------------------------------------------- straggler tail

@@ -65,7 +65,13 @@ from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, short
 from dpsim.memory import stage_activation_bytes, worst_stage
 from dpsim.plan.cost import PriceOverride, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
-from dpsim.plan.reliability import ClusterShape
+from dpsim.plan.reliability import (
+    DEFAULT_GPU_MTBF_S,
+    DEFAULT_LINK_MTBF_S,
+    DEFAULT_NODE_MTBF_S,
+    DEFAULT_RESTART_S,
+    ClusterShape,
+)
 from dpsim.predict.config import PredictConfig, flag_name, flag_scale
 from dpsim.predict.layout import (
     _heads,
@@ -98,6 +104,7 @@ from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, 
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
+from dpsim.units import format_seconds
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.spec import ModelSpec
 
@@ -982,6 +989,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                 counts["over_budget"] += 1
                 continue
             fitting.append(e)
+    if failures is not None and fitting and not any(e.reliability.expected_wall_s < math.inf for e in fitting):
+        raise ConfigError(_never_done_message(fitting, failures))
     fitting.sort(key=lambda e: _key(e, rank_by))
     verified: list[Estimate] = []
     for e in fitting[:max(0, verify)]:
@@ -1003,6 +1012,22 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     counts["ranked"] = len(fitting)
     return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
                       failures=failures, best_memory=closest if not fitting else None, base=base)
+
+
+def _never_done_message(fitting: list[Estimate], failures: FailureInputs) -> str:
+    """One line for a search whose every fitting layout fails faster than it restarts: ranking
+    them by a time to train that is infinite for all would name a 'best' layout that never ends."""
+    r = max((e.reliability for e in fitting), key=lambda r: r.mtbf_s - r.restart_s)
+    rates = failures.rates
+    given = [f"{flag} {format_seconds(v)}" for flag, v, default in (
+        ("--mtbf-gpu", rates.gpu_mtbf_s, DEFAULT_GPU_MTBF_S), ("--mtbf-node", rates.node_mtbf_s, DEFAULT_NODE_MTBF_S),
+        ("--mtbf-link", rates.link_mtbf_s, DEFAULT_LINK_MTBF_S)) if v != default]
+    if failures.restart_s != DEFAULT_RESTART_S:
+        given.append(f"--restart {format_seconds(failures.restart_s)}")
+    named = ", ".join(given) if given else "the default MTBFs and --restart"
+    return (f"{named}: none of the {len(fitting):,} layouts that fit would finish training: the best "
+            f"of them fails every {format_seconds(r.mtbf_s)} and takes {format_seconds(r.restart_s)} to restart "
+            f"and read its checkpoint; give longer MTBFs (e.g. --mtbf-node 1000h) or a shorter --restart")
 
 
 def _priced(e: Estimate, price: float | None, *, tokens, samples) -> Estimate:
