@@ -376,6 +376,7 @@ HAND_CASES = [
     E("validate", ["--oversubscription", "nan"], "--oversubscription"),
     E("validate", ["--oversubscription", "0.5"], "--oversubscription"),
     E("validate", ["--oversubscription", "1e308"], "--oversubscription"),
+    E("validate", ["--nic", "fast"], "--nic: 'fast' is not a rate"),  # named before the missing --emulate-hosts
     E("validate", ["--bucket-cap-mb", "0"], "--bucket-cap-mb"),
     E("validate", ["--bucket-cap-mb", "inf"], "--bucket-cap-mb"),
     E("validate", []),  # neither --emulate-hosts nor torchrun

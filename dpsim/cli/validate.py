@@ -68,13 +68,14 @@ def validate(
     from dpsim.validate.api import validate as run_validation
     from dpsim.validate.testbed import parse_rate_bits_per_s
 
+    nic_bits_per_s = parse_rate_bits_per_s(nic)  # a bad rate is named before what is missing
     under_torchrun = emulate_hosts is None
     if under_torchrun and not {"RANK", "WORLD_SIZE", "MASTER_ADDR"} <= set(os.environ):
         raise ConfigError("validate: give --emulate-hosts N, or run under torchrun (RANK/WORLD_SIZE/MASTER_ADDR)")
     config = ValidationConfig(
         model=model, micro_batch=micro_batch, bucket_cap_mb=bucket_cap_mb,
         world_size=int(os.environ["WORLD_SIZE"]) if under_torchrun else emulate_hosts,
-        nic_bits_per_s=None if under_torchrun else parse_rate_bits_per_s(nic),
+        nic_bits_per_s=None if under_torchrun else nic_bits_per_s,
         racks=racks, oversubscription=oversubscription, steps=steps, input_shape=input_shape, optimizer=optimizer,
     )
     result = validate_under_torchrun(config) if under_torchrun else run_validation(config)
