@@ -346,6 +346,8 @@ HAND_CASES = [
     E("goodput", ["--restart", "soon"], "--restart"),
     OK("goodput", ["--gpus", "16", "--model", "gpt2", "--runs", "3", "--duration", "1d"]),
     # calibrate: refused before anything is measured
+    E("calibrate", ["--description", "two\nlines"], "--description: 'two\\nlines' is not valid; expected one line"),
+    E("calibrate", ["--name", "x" * 5000], "--name"),
     E("calibrate", ["--nproc", "0"], "--nproc"),
     E("calibrate", ["--nproc", str(MAX_NPROC + 1)], "--nproc"),
     E("calibrate", ["--nproc", "9" * 30], "--nproc"),

@@ -16,6 +16,7 @@ from dpsim.limits import (
     MAX_NPROC,
     MAX_REPEATS,
     MAX_SEQ_LEN,
+    MAX_TEXT_CHARS,
     MAX_TIMEOUT_S,
     check_int,
     check_number,
@@ -127,6 +128,8 @@ def calibrate(
     _check_bounds(nproc=nproc, ranks_per_node=ranks_per_node, minbytes=minbytes, maxbytes=maxbytes,
                   stepfactor=stepfactor, warmup=warmup, iters=iters, timeout=timeout, micro_batch=micro_batch,
                   seq_len=seq_len)
+    for flag, text in (("--name", name), ("--description", description)):
+        _check_one_line(flag, text)
     if not from_nccl_tests:
         require_torch("dpsim calibrate (measuring; --from-nccl-tests only fits logs)")
     if logs and not from_nccl_tests:
@@ -168,6 +171,16 @@ def calibrate(
         profile, path = run_calibrate(opts)
     if as_json and profile is not None:
         _emit_json(profile.to_dict())
+
+
+def _check_one_line(flag: str, text: str | None) -> None:
+    """A profile's name and description are shown as one line in tables and in ``# fit:`` headers:
+    a newline or control character would break them, and a profile is a file people share."""
+    if text is None:
+        return
+    if len(text) > MAX_TEXT_CHARS or any(not ch.isprintable() for ch in text):
+        raise ConfigError(f"{flag}: {short(text)} is not valid; expected one line of printable text, at most "
+                          f"{MAX_TEXT_CHARS:,} characters")
 
 
 def _check_bounds(*, nproc, ranks_per_node, minbytes, maxbytes, stepfactor, warmup, iters, timeout, micro_batch,
