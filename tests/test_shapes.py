@@ -242,5 +242,25 @@ def test_a_transformers_config_deeper_than_the_limit_is_refused():
     # GPT2Config(n_layer=100000) ran for minutes (each block costed one by one) before this limit.
     cfg = _cfg("gpt2", n_embd=64, n_layer=100_000, n_head=4, n_inner=None, vocab_size=10, n_positions=8,
                activation_function="gelu_new", resid_pdrop=0.1)
-    with pytest.raises(WorkloadError, match="layers=100000 is not valid; expected at most 1,024 blocks"):
+    with pytest.raises(WorkloadError, match="n_layer=100000 is not valid; expected at most 1,024 blocks"):
         shape_of_hf_config(cfg, name="deep")
+
+
+@pytest.mark.parametrize("model_type,attrs,message", [
+    ("gpt2", dict(n_layer=0), "n_layer=0 is not valid; expected an integer from 1"),
+    ("gpt2", dict(n_head=0), "n_head=0 is not valid"),  # was a ZeroDivisionError traceback
+    ("gpt2", dict(n_layer=5000), "n_layer=5000 is not valid; expected at most 1,024 blocks"),
+    ("gpt2", dict(n_embd=770), "n_head=12 is not valid; it must divide n_embd=770"),
+    ("llama", dict(num_key_value_heads=5), "num_key_value_heads=5 is not valid; it must divide num_attention_heads=32"),
+])
+def test_a_config_is_refused_by_its_own_attribute_names(model_type, attrs, message):
+    base = {"gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
+                         activation_function="gelu_new", resid_pdrop=0.1),
+            "llama": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                          num_attention_heads=32, num_key_value_heads=32, hidden_act="silu",
+                          max_position_embeddings=4096, tie_word_embeddings=False, head_dim=None)}[model_type]
+    with pytest.raises(WorkloadError) as err:
+        shape_of_hf_config(_cfg(model_type, **{**base, **attrs}), name="Cfg(...)")
+    text = str(err.value)
+    assert text.startswith("--model transformers:Cfg(...): ") and message in text and "\n" not in text
+    assert "layers=" not in text and "head_dim=" not in text

@@ -21,6 +21,7 @@ decoders it lists need no torch tracing.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from collections.abc import Mapping
 from typing import Any
 
 from dpsim.errors import WorkloadError
@@ -183,42 +184,58 @@ def _dropout(text: str | None, norm: str) -> float:
     return value
 
 
-def check_shape(shape: TransformerShape) -> TransformerShape:
-    """The rules between fields, each refused in one line naming the field, value and what is allowed."""
+def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
+                names: Mapping[str, str] | None = None) -> TransformerShape:
+    """The rules between fields, each refused in one line naming the field, value and what is allowed.
+
+    ``origin`` and ``names`` say where the shape came from: a transformers configuration is refused
+    by its own class and attribute names (``n_layer=0``), not by the shape keys it was read into."""
+    def n(key: str) -> str:
+        return (names or {}).get(key, key)
+
+    def fail(key: str, value: object, allowed: str) -> WorkloadError:
+        return WorkloadError(f"{origin}: {n(key)}={value} is not valid; {allowed}")
+
+    for key in _INT_FIELDS + _MOE_INT_FIELDS:  # before any division by them
+        value, low = getattr(shape, key), 1 if key in _INT_FIELDS else 0
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_DIM:
+            raise fail(key, value, f"expected an integer from {low} to {_MAX_DIM:,}")
     if shape.layers > MAX_LAYERS:  # every block is costed one by one: 2^31 of them never finished (limits.py)
-        raise _fail("layers", shape.layers, f"expected at most {MAX_LAYERS:,} blocks (the deepest transformers "
-                                            f"trained have 1,000)")
+        raise fail("layers", shape.layers, f"expected at most {MAX_LAYERS:,} blocks (the deepest transformers "
+                                           f"trained have 1,000)")
     if shape.hidden % shape.heads and not shape.head_dim:
-        raise _fail("heads", shape.heads, f"it must divide hidden={shape.hidden} (or give head_dim=)")
+        raise fail("heads", shape.heads, f"it must divide {n('hidden')}={shape.hidden}"
+                                           f"{'' if names else ' (or give head_dim=)'}")
     if shape.heads % shape.kv_heads:
-        raise _fail("kv_heads", shape.kv_heads, f"it must divide heads={shape.heads}")
+        raise fail("kv_heads", shape.kv_heads, f"it must divide {n('heads')}={shape.heads}")
     if shape.pos == "learned" and shape.positions < shape.seq:
-        raise _fail("positions", shape.positions, f"a learned table needs at least seq={shape.seq} rows")
+        raise fail("positions", shape.positions, f"a learned table needs at least {n('seq')}={shape.seq} rows")
     llama = (shape.norm, shape.act, shape.pos) == ("rmsnorm", "swiglu", "rope")
     gpt = shape.norm == "layernorm" and shape.act != "swiglu" and shape.pos != "rope"
     if not (llama or gpt):
-        raise WorkloadError(f"--model transformer: norm={shape.norm}, act={shape.act}, pos={shape.pos} is not a "
+        raise WorkloadError(f"{origin}: norm={shape.norm}, act={shape.act}, pos={shape.pos} is not a "
                             f"modelled block; allowed: {_FAMILIES}")
     if gpt and shape.kv_heads != shape.heads:
-        raise _fail("kv_heads", shape.kv_heads, f"layernorm blocks have full multi-head attention: give "
-                                                f"kv_heads={shape.heads} or the Llama family (norm=rmsnorm)")
+        raise fail("kv_heads", shape.kv_heads, f"layernorm blocks have full multi-head attention: give "
+                                               f"{n('kv_heads')}={shape.heads} or the Llama family (norm=rmsnorm)")
     if llama and shape.embed_norm:
-        raise _fail("embed_norm", "true", "the embedding LayerNorm exists only with norm=layernorm")
+        raise fail("embed_norm", "true", "the embedding LayerNorm exists only with norm=layernorm")
     if not llama and (shape.experts or shape.qk_norm or shape.head_dim):
         key = "experts" if shape.experts else "qk_norm" if shape.qk_norm else "head_dim"
-        raise _fail(key, getattr(shape, key), "expert layers, qk_norm and head_dim exist only in the Llama family "
-                                              "(norm=rmsnorm, act=swiglu, pos=rope)")
+        raise fail(key, getattr(shape, key), "expert layers, qk_norm and head_dim exist only in the Llama family "
+                                             "(norm=rmsnorm, act=swiglu, pos=rope)")
     if shape.experts:
         if not 1 <= shape.top_k <= shape.experts:
-            raise _fail("top_k", shape.top_k, f"give the experts each token is routed to, 1 to experts={shape.experts}")
+            raise fail("top_k", shape.top_k, f"give the experts each token is routed to, 1 to "
+                                             f"{n('experts')}={shape.experts}")
         if not shape.moe_ffn:
-            raise WorkloadError("--model transformer: moe_ffn missing; experts= needs the width of one expert "
+            raise WorkloadError(f"{origin}: {n('moe_ffn')} missing; {n('experts')}= needs the width of one expert "
                                 "(e.g. moe_ffn=14336 for Mixtral-8x7B)")
         if shape.dense_layers >= shape.layers:
-            raise _fail("dense_layers", shape.dense_layers, f"it must be below layers={shape.layers}")
+            raise fail("dense_layers", shape.dense_layers, f"it must be below {n('layers')}={shape.layers}")
     elif any(getattr(shape, k) for k in ("top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers")):
         key = next(k for k in ("top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers") if getattr(shape, k))
-        raise _fail(key, getattr(shape, key), "it shapes expert layers: give experts= too")
+        raise fail(key, getattr(shape, key), f"it shapes expert layers: give {n('experts')}= too")
     return shape
 
 
@@ -287,6 +304,20 @@ def _attr(config: Any, *names: str) -> Any:
     return None
 
 
+_LLAMA_NAMES = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
+                "kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
+                "seq": "max_position_embeddings", "positions": "max_position_embeddings"}
+_HF_NAMES = {
+    "llama": _LLAMA_NAMES, "mistral": _LLAMA_NAMES, "qwen2": _LLAMA_NAMES,
+    "gpt2": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
+             "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions"},
+    "opt": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "ffn": "ffn_dim"},
+    "bloom": {"hidden": "hidden_size", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head",
+              "vocab": "vocab_size", "seq": "seq_length", "positions": "seq_length"},
+}
+"""Each configuration family's attribute for a shape key, so its errors name what the user wrote."""
+
+
 def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
     """The shape of a transformers configuration whose family the catalog builders cover, read
     by attribute names (``model_type`` picks the family); ``None`` for any other (it is traced).
@@ -300,12 +331,16 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
     OPT are not in the builders: such configs return ``None``.
     """
     kind = getattr(config, "model_type", None)
+
+    def check(shape: TransformerShape) -> TransformerShape:
+        return check_shape(shape, origin=f"--model transformers:{name}", names=_HF_NAMES[kind])
+
     try:
         if kind in ("llama", "mistral", "qwen2"):
             h, heads = config.hidden_size, config.num_attention_heads
             if _attr(config, "head_dim") not in (None, h // heads) or getattr(config, "hidden_act", "silu") != "silu":
                 return None
-            return check_shape(TransformerShape(
+            return check(TransformerShape(
                 hidden=h, layers=config.num_hidden_layers, heads=heads,
                 kv_heads=_attr(config, "num_key_value_heads") or heads, ffn=config.intermediate_size,
                 vocab=config.vocab_size, seq=config.max_position_embeddings, act="swiglu", norm="rmsnorm",
@@ -316,7 +351,7 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
             act = config.activation_function
             if act not in ACTIVATIONS or act == "swiglu":
                 return None
-            return check_shape(TransformerShape(
+            return check(TransformerShape(
                 hidden=config.n_embd, layers=config.n_layer, heads=config.n_head, kv_heads=config.n_head,
                 ffn=_attr(config, "n_inner") or 4 * config.n_embd, vocab=config.vocab_size,
                 seq=config.n_positions, act=act, norm="layernorm", pos="learned", positions=config.n_positions,
@@ -327,7 +362,7 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
             if (getattr(config, "word_embed_proj_dim", h) != h or not getattr(config, "do_layer_norm_before", True)
                     or config.activation_function not in ACTIVATIONS or config.activation_function == "swiglu"):
                 return None
-            return check_shape(TransformerShape(
+            return check(TransformerShape(
                 hidden=h, layers=config.num_hidden_layers, heads=config.num_attention_heads,
                 kv_heads=config.num_attention_heads, ffn=config.ffn_dim, vocab=config.vocab_size,
                 seq=config.max_position_embeddings, act=config.activation_function, norm="layernorm",
@@ -340,7 +375,7 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
             layers = _attr(config, "n_layer", "num_hidden_layers")
             heads = _attr(config, "n_head", "num_attention_heads")
             seq = _attr(config, "seq_length", "max_position_embeddings") or 2048
-            return check_shape(TransformerShape(
+            return check(TransformerShape(
                 hidden=h, layers=layers, heads=heads, kv_heads=heads, ffn=4 * h, vocab=config.vocab_size, seq=seq,
                 act="gelu", norm="layernorm", pos="alibi", positions=seq,
                 tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=True,
