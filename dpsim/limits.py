@@ -47,6 +47,11 @@ The deepest transformers trained have 1,000 layers (Wang et al., "DeepNet: Scali
 Layers", arXiv:2203.00555, abstract). Every block is costed and laid out one by one; measured here (GPT-2
 width, 8 GPUs): 1,000 layers ~1.8 s a prediction and ~12 s a ``dpsim plan`` over 64 GPUs, 4,096 layers
 ~4 s and ~105 s, 2^31 layers never ended."""
+MAX_TRACED_MODULES = 32_768
+"""Modules of a traced torch model (``--model file.py:fn``, a library model), counted before tracing:
+room for :data:`MAX_LAYERS` blocks of up to 32 modules each. Every module is hooked, traced and costed
+as its own layer; measured here (2 cores, a stack of ``nn.Linear(8, 8)``, 2 GPUs): 5,000 modules ~9 s a
+prediction, 20,000 ~30 s, so the limit costs about a minute where 100,000 took minutes with no end shown."""
 MAX_MICRO_BATCH = 1 << 20
 """Samples per GPU per micro-batch."""
 MAX_SEQ_LEN = 1 << 20

@@ -337,3 +337,33 @@ def test_work_in_the_root_forward_is_a_root_layer():
     assert spec.layers[0].forward_flops_per_sample == 2 * 4 * 3
     plain = load_torch_workload("torch_user_models:sharding_net", input_shape="1,7")
     assert ROOT_LAYER_NAME not in [l.name for l in plain.layers]  # its root only calls children
+
+
+def test_a_model_of_more_modules_than_the_limit_is_refused_before_tracing():
+    import torch
+
+    from dpsim.limits import MAX_TRACED_MODULES
+
+    deep = torch.nn.Sequential(*[torch.nn.Identity() for _ in range(MAX_TRACED_MODULES)])  # + itself
+    with pytest.raises(WorkloadError, match=f"has {MAX_TRACED_MODULES + 1:,} modules; expected at most"):
+        workload_from_module(deep, torch.zeros(2, 4), name="deep")
+
+
+def test_nested_blocks_give_the_outermost_units():
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self, inner: bool):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.sub = torch.nn.ModuleList([Block(False), Block(False)]) if inner else None
+
+        def forward(self, x):
+            x = self.lin(x)
+            for b in self.sub or ():
+                x = b(x)
+            return x
+
+    model = torch.nn.Sequential(Block(True), Block(True))
+    spec = workload_from_module(model, torch.zeros(2, 4), name="nested", unit_classes=["Block"])
+    assert {layer.unit for layer in spec.layers} == {"0", "1"}

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.errors import WorkloadError
+from dpsim.limits import MAX_LAYERS, MAX_TRACED_MODULES
 from dpsim.workload.library_models import (
     Call,
     build_module,
@@ -348,10 +349,12 @@ def _find_units(module, unit_classes) -> list[str]:
     named = list(module.named_modules())
     if unit_classes is not None:
         wanted = set(unit_classes)
+        accepted: set[str] = set()
         units: list[str] = []
-        for n, m in named:
-            if type(m).__name__ in wanted and not any(n.startswith(u + ".") for u in units) and n:
+        for n, m in named:  # parents before children: an accepted unit's descendants are skipped
+            if n and type(m).__name__ in wanted and _unit_of(n.rpartition(".")[0], accepted) is None:
                 units.append(n)
+                accepted.add(n)
         return units
     # Children of module containers, grouped by class: the class holding the most
     # parameters is the block (GPT blocks in one ModuleList; ResNet bottlenecks across
@@ -369,11 +372,22 @@ def _find_units(module, unit_classes) -> list[str]:
         size = sum(p.numel() for _, c in group for p in c.parameters())
         if size > best[0]:
             best = (size, [name for name, _ in group])
-    units: list[str] = []
-    for name in sorted(best[1], key=len):  # outermost only
-        if not any(name.startswith(u + ".") for u in units):
-            units.append(name)
-    return units
+    chosen = set(best[1])
+    # Outermost only: a unit inside another unit (an ancestor by dotted name) is not a unit.
+    return [name for name in sorted(best[1], key=len) if _unit_of(name.rpartition(".")[0], chosen) is None]
+
+
+def _unit_of(name: str, units: set[str]) -> str | None:
+    """The outermost of ``units`` that is ``name`` or one of its ancestors (dotted prefixes); by
+    walking the name's prefixes, not the units (a deep stack has thousands of both)."""
+    if not name:
+        return None
+    parts = name.split(".")
+    for i in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:i])
+        if prefix in units:
+            return prefix
+    return None
 
 
 def workload_from_module(module, example: Any, *, name: str, unit_classes: Iterable[str] | None = None) -> ModelSpec:
@@ -388,6 +402,11 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
 
     if not isinstance(module, torch.nn.Module):
         raise WorkloadError(f"--model: got {type(module).__name__}, not a torch.nn.Module")
+    modules = sum(1 for _ in module.modules())
+    if modules > MAX_TRACED_MODULES:
+        raise WorkloadError(f"--model: {name!r} has {modules:,} modules; expected at most {MAX_TRACED_MODULES:,} "
+                            f"(each is traced and costed as a layer: {MAX_LAYERS:,} blocks of up to 32 modules); "
+                            f"give a deep transformer by its shape instead (--model transformer:layers=...)")
     for n, m in module.named_modules():
         if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and getattr(m, "sparse", False):
             raise WorkloadError(f"--model: module {n!r} has sparse gradients (sparse=True); dpsim models "
@@ -463,7 +482,8 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
     if unused:
         raise WorkloadError(f"--model: parameter {unused[0]!r} is not used by forward; DDP would need "
                             f"find_unused_parameters=True, which dpsim does not model")
-    no_grad = [n for n, _ in named_params if n not in set(ready)]
+    got_grad = set(ready)
+    no_grad = [n for n, _ in named_params if n not in got_grad]
     if no_grad:
         raise WorkloadError(f"--model: parameter {no_grad[0]!r} got no gradient in backward (used only "
                             f"under no_grad or detached?)")
@@ -472,6 +492,7 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
                             "backward; dpsim cannot order it")
 
     units = _find_units(module, unit_classes)
+    unit_set = set(units)
     shapes = {n: (tuple(int(d) for d in p.shape), str(p.dtype).removeprefix("torch.")) for n, p in named_params}
     owned: dict[str, list[str]] = {}
     for pname in tracer.use_order:
@@ -485,7 +506,7 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
         ops = tuple(tracer.lowering.ops.get(mod_name, ()))
         if not params and flops == 0 and act == 0 and not ops:
             continue
-        unit = next((u for u in units if mod_name == u or mod_name.startswith(u + ".")), None)
+        unit = _unit_of(mod_name, unit_set)
         layers.append(LayerSpec(
             name=mod_name or ROOT_LAYER_NAME,
             params=tuple(ParamSpec(name=p, shape=shapes[p][0], dtype=shapes[p][1]) for p in params),
