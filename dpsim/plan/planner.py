@@ -196,7 +196,6 @@ class Candidate:
 
     def config(self, base: PredictConfig) -> PredictConfig:
         """The :class:`PredictConfig` of this layout on ``base``'s job."""
-        par = base.parallelism
         return dataclasses.replace(
             base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
             cp_comm=self.cp_comm if self.cp > 1 else "p2p", cp_balance=self.cp_balance or self.cp == 1,
