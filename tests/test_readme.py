@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from dpsim.cli import main
 from fuzz_harness import check_outcome, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,6 @@ import sys
 from typing import Callable
 
 import torch
-import torch.distributed as dist
 
 from dpsim.errors import CalibrationError
 from dpsim.measure.bench_collectives import _reduce_device

@@ -74,7 +74,6 @@ from dpsim.errors import ConfigError, ProfileError
 from dpsim.hardware import GpuSpec
 from dpsim.profile.fit import Segment, piecewise_time
 from dpsim.profile.schema import ModelStep, OpCalibration, Profile
-from dpsim.workload.compute import LayerTime
 from dpsim.workload.spec import ModelSpec
 
 HIGH_CV = 0.05
