@@ -396,7 +396,8 @@ def test_cluster_errors_name_the_mix_field_not_a_flag(cluster, message):
     assert str(exc.value).startswith(message), str(exc.value)
 
 
-MOE_JOB = {"name": "m", "model": "qwen3-30b-a3b", "gpus": 16, "tp": 2, "micro_batch": 1, "steps": 3}
+MOE_JOB = {"name": "m", "model": "qwen3-30b-a3b", "gpus": 16, "tp": 2, "ep": 8, "strategy": "zero1", "micro_batch": 1,
+           "steps": 3}
 
 
 def test_a_moe_job_with_tp_takes_sequence_parallel():
@@ -409,12 +410,19 @@ def test_a_moe_job_with_tp_takes_sequence_parallel():
     assert "--" not in text, text
     result = simulate_mix(mix_from_dict({"cluster": {"link": "infiniband", "gpus": 32},
                                          "jobs": [{**MOE_JOB, "sequence_parallel": True}]}), sample_steps=None)
-    alone = predict(PredictConfig(gpus=16, link="infiniband", model="qwen3-30b-a3b", tp=2, micro_batch=1,
-                                  sequence_parallel=True))
+    alone = predict(PredictConfig(gpus=16, link="infiniband", model="qwen3-30b-a3b", tp=2, ep=8, strategy="zero1",
+                                  micro_batch=1, sequence_parallel=True))
     assert result.jobs[0].reference_step_time_s == pytest.approx(alone.step_time_s)
     with pytest.raises(ConfigError, match=r"^jobs\[0\]\.sequence_parallel \(m\): 'maybe' is not valid"):
         simulate_mix(mix_from_dict({"cluster": {"link": "infiniband", "gpus": 32},
                                     "jobs": [{**MOE_JOB, "sequence_parallel": "maybe"}]}), sample_steps=None)
+
+
+def test_a_job_that_does_not_fit_in_memory_is_refused():
+    # It used to share the network as if it ran: llama-2-7b under DDP needs ~149 GiB per GPU.
+    with pytest.raises(ConfigError, match=r"^jobs\[0\] \(a\): does not fit in memory on 16 GPUs: .* GiB per GPU of "):
+        simulate_mix(mix_from_dict({"cluster": {"link": "infiniband", "gpus": 32},
+                                    "jobs": [{"name": "a", "model": "llama-2-7b", "gpus": 16, "steps": 1}]}))
 
 
 def test_cluster_gpus_not_whole_servers_names_the_mix_fields():

@@ -62,6 +62,7 @@ from dpsim.network.tiers import TierNetwork
 from dpsim.plan.reliability import ClusterShape, model_optimum_s
 from dpsim.predict import PredictConfig, predict
 from dpsim.topology import Topology, load_preset, load_topology_file
+from dpsim.units import format_bytes
 
 DEFAULT_SAMPLE_STEPS = 20
 """Steps every job completes in an interval between arrivals/departures before it is fast-forwarded."""
@@ -408,7 +409,8 @@ def cluster_topology(spec: MixSpec) -> Topology:
 @lru_cache(maxsize=256)
 def _solo(design, gpus: int, fields: tuple) -> tuple:
     """Solo prediction of a job: (model, step s, comm s, algorithm, its plan's dominant phase, checkpoint
-    bytes: weights and optimizer state per GPU, as ``dpsim goodput`` writes them)."""
+    bytes: weights and optimizer state per GPU, as ``dpsim goodput`` writes them; memory: fits, bytes
+    per GPU, usable bytes)."""
     topology = Topology(spec=design, n_gpus=gpus)
     # A profile's servers are the cluster's (a topology file is no preset to look its layout up in).
     layout = {"gpus_per_node": design.node.gpus_per_node} if "calibration" in dict(fields) else {}
@@ -420,7 +422,8 @@ def _solo(design, gpus: int, fields: tuple) -> tuple:
         plan = ALGORITHMS[algorithm].plan("all_reduce", NcclCollectives(topology).cluster)
         # The phase that moves the most bytes per flow stands for the collective.
         phase = max(plan.phases, key=lambda ph: ph.repeat * float(ph.fraction.max()))
-    return p.model, p.step_time_s, comm_s, algorithm, phase, p.memory.weights_bytes + p.memory.optimizer_bytes
+    memory = (p.memory.fits, p.memory.total_bytes, p.memory.usable_bytes)
+    return p.model, p.step_time_s, comm_s, algorithm, phase, p.memory.weights_bytes + p.memory.optimizer_bytes, memory
 
 
 class MixSimulation:
@@ -477,6 +480,12 @@ class MixSimulation:
                 if text.startswith(f"jobs[{i}].") and sep:
                     raise type(exc)(f"{head} ({job.name}):{rest}") from None
                 raise type(exc)(f"jobs[{i}] ({job.name}): {text}") from None
+            fits, need, usable = self.solo[job.name][6]
+            if not fits:  # a job that cannot start would share the network as if it ran
+                raise ConfigError(f"jobs[{i}] ({job.name}): does not fit in memory on {job.gpus} GPUs: "
+                                  f"{format_bytes(need)} per GPU of {format_bytes(usable)} usable; give more gpus, a "
+                                  f"sharded strategy (fsdp, zero3) or a smaller micro_batch (dpsim predict with "
+                                  f"the job's flags says what fits)")
             ck = job.checkpoint
             if spec.failures is not None and ck.write_s is None:
                 # The write time follows from the bandwidth only now (it needs the job's state bytes);
@@ -1071,7 +1080,7 @@ class MixSimulation:
                     servers[i] = place(job, need, free, self.design, at_s=now)
                 for s in servers[i]:
                     free[s] = False
-                model, step_s, comm_s, _, _, _ = self.solo[job.name]
+                model, step_s, comm_s, *_ = self.solo[job.name]
                 traffic[i] = self.traffic(job, servers[i])
                 crossers.clear()
                 compute_s[i] = step_s - comm_s
@@ -1118,7 +1127,7 @@ class MixSimulation:
         results = []
         gpu_s = busy_s = lost_gpu_s = ckpt_gpu_s = 0.0
         for i, job in enumerate(jobs):
-            model, step_s, comm_s, algorithm, _, _ = self.solo[job.name]
+            model, step_s, comm_s, algorithm, *_ = self.solo[job.name]
             if i not in servers:
                 raise ConfigError(f"jobs[{i}] ({job.name}): starts at {job.start_s:g} s, after the horizon")
             alone = alone_first[i]

@@ -8,7 +8,7 @@ jobs:
   - {name: a, model: llama-2-7b, gpus: 64, strategy: zero2, micro_batch: 1, start: 0s, steps: 500}
   - {name: b, model: gpt2-xl, gpus: 32, start: 10min, duration: 2h, placement: spread}
   - {name: c, model: gpt2, gpus: 16, nodes: [40, 41]}
-  - {name: d, model: qwen3-30b-a3b, gpus: 16, tp: 2, sequence_parallel: true}
+  - {name: d, model: qwen3-30b-a3b, gpus: 16, tp: 2, ep: 8, strategy: zero1, sequence_parallel: true}
 spares: 2                                  # servers held back to replace failed ones (the last ones)
 checkpoint: {interval: 1h, write: 60s, restart: 10min}   # or bandwidth: 10GB/s; a job may override it
 storage: 40GB/s                            # the storage the checkpoints share (default: no shared limit)
@@ -48,13 +48,15 @@ POLICIES = ("packed", "spread", "rail-aligned", "topology-aware")
 MAX_JOBS = 4096
 """Jobs one mix may hold (each is predicted once per distinct configuration)."""
 
-_JOB_KEYS = ("name", "model", "gpus", "strategy", "micro_batch", "precision", "tp", "pp", "sequence_parallel",
+_JOB_KEYS = ("name", "model", "gpus", "strategy", "micro_batch", "precision", "tp", "pp", "ep", "sequence_parallel",
              "optimizer", "bucket_cap_mb", "calibration", "start", "steps", "duration", "placement", "nodes", "checkpoint")
-_PREDICT_KEYS = ("model", "strategy", "micro_batch", "precision", "tp", "pp", "sequence_parallel", "optimizer",
+_PREDICT_KEYS = ("model", "strategy", "micro_batch", "precision", "tp", "pp", "ep", "sequence_parallel", "optimizer",
                  "bucket_cap_mb", "calibration")
 """A job's keys that are ``dpsim predict``'s (``calibration``: a profile of its step and collectives,
 as ``--calibration`` takes it; a relative path is read next to the mix file; ``sequence_parallel``:
-true or false, which a mixture of experts with ``tp`` above 1 needs, as Megatron-Core does)."""
+true or false, which a mixture of experts with ``tp`` above 1 needs, as Megatron-Core does; ``ep``:
+expert parallelism, without which a mixture of experts rarely fits). A job that does not fit in
+its GPUs' memory is refused, as it could not start."""
 
 
 def predict_flag_to_field(text: str, where: str) -> str:
