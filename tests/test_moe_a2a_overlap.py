@@ -81,9 +81,18 @@ def test_without_stages_each_backward_pairs_with_the_next_forward():
     assert a2a_pairs(dataclasses.replace(layout, moe_a2a_overlap=False), slots, 0) == []
 
 
-def _layer(i, f=0.0, b=0.0, af=0.0, ab=0.0):
+def _layer(i, f=0.0, b=0.0, af=0.0, ab=0.0, unit="block 0"):
     return LayerWork(index=i, forward_s=f, backward_s=b, ep_forward_s=af, ep_comm_s=af + ab, compute_forward_s=0.0,
-                     compute_backward_s=0.0, recompute_s=0.0, tp_comm_s=0.0, tp_exposed_s=0.0, grad_numel=0)
+                     compute_backward_s=0.0, recompute_s=0.0, tp_comm_s=0.0, tp_exposed_s=0.0, grad_numel=0, unit=unit)
+
+
+def _blocks(n, attn=(1.0, 2.0), mlp=(1.5, 3.0), a2a=(1.0, 1.0), first=0):
+    """``n`` MoE decoder blocks: an attention layer, then an MoE layer with its all-to-alls."""
+    out = []
+    for k in range(first, first + n):
+        out += [_layer(2 * k, f=attn[0], b=attn[1], unit=f"block {k}"),
+                _layer(2 * k + 1, f=mlp[0] + a2a[0], b=mlp[1] + a2a[1], af=a2a[0], ab=a2a[1], unit=f"block {k}")]
+    return tuple(out)
 
 
 @pytest.mark.parametrize("attn,mlp,a2a,k", [((1.0, 2.0), (1.5, 3.0), (1.0, 1.0), 0.0),
@@ -103,6 +112,45 @@ def test_cut_keeps_the_pair_above_its_compute_and_its_comm(attn, mlp, a2a, k):
     assert max(compute, comm) - 1e-12 <= pair <= compute + comm
     assert cut_f == pytest.approx((min(cf / 2, mb) + min(cf / 2, ab_)) * (1 - k))
     assert cut_b == pytest.approx((min(cb / 2, af_) + min(cb / 2, mf)) * (1 - k))
+
+
+def test_pairs_block_by_block_and_leaves_the_longer_chunks_rest_exposed():
+    """Megatron-Core pairs the forward's block i with the backward's block n_b - 1 - i; the blocks of
+    the longer chunk left over run alone, their all-to-alls exposed and their compute hiding nothing."""
+    three = ChunkWork(stage=0, chunk=0, layers=_blocks(3))
+    two = ChunkWork(stage=0, chunk=1, layers=_blocks(2, first=3))
+    one_f, one_b = a2a_overlap_cut(ChunkWork(stage=0, chunk=0, layers=_blocks(1)),
+                                   ChunkWork(stage=0, chunk=0, layers=_blocks(1)), 0.1)
+    assert one_f > 0 and one_b > 0
+    assert a2a_overlap_cut(three, two, 0.1) == pytest.approx((2 * one_f, 2 * one_b))
+    assert a2a_overlap_cut(two, three, 0.1) == pytest.approx((2 * one_f, 2 * one_b))
+    assert a2a_overlap_cut(three, three, 0.1) == pytest.approx((3 * one_f, 3 * one_b))
+    # Summed over the chunks instead, the third block's all-to-alls would hide under the two backward
+    # blocks' slack (each MLP and attention phase outlasts its half all-to-all three times over).
+    summed_f = (min(3 * 1.0 / 2, 2 * 3.0) + min(3 * 1.0 / 2, 2 * 2.0)) * 0.9
+    assert a2a_overlap_cut(three, two, 0.1)[0] == pytest.approx(summed_f * 2 / 3)
+
+
+def test_blocks_pair_with_their_own_phases_not_the_chunks():
+    """A block whose MLP is short exposes its all-to-all even when another block's MLP has room: the
+    phases are a block pair's, not the chunk's sums."""
+    short = _blocks(1, mlp=(0.1, 0.2), a2a=(1.0, 1.0))
+    long = _blocks(1, mlp=(3.0, 6.0), a2a=(1.0, 1.0), first=1)
+    chunk = ChunkWork(stage=0, chunk=0, layers=short + long)
+    cut_f, cut_b = a2a_overlap_cut(chunk, chunk, 0.0)
+    # Forward block 0 pairs with backward block 1 (long MLP), forward block 1 with backward block 0.
+    assert cut_f == pytest.approx((0.5 + 0.5) + (min(0.5, 0.2) + 0.5))
+    assert cut_b == pytest.approx((0.5 + min(0.5, 3.0)) + (0.5 + min(0.5, 0.1)))
+
+
+def test_embedding_and_head_hide_nothing():
+    """The embedding and the output head run before and after the paired blocks (Megatron-Core's
+    pre- and post-process): however long, they cover no all-to-all."""
+    blocks = _blocks(2, attn=(0.1, 0.2), mlp=(0.1, 0.2), a2a=(1.0, 1.0))
+    bare = ChunkWork(stage=0, chunk=0, layers=blocks)
+    ends = ChunkWork(stage=0, chunk=0, layers=(_layer(-1, f=5.0, b=10.0, unit=None), *blocks,
+                                               _layer(99, f=5.0, b=10.0, unit=None)))
+    assert a2a_overlap_cut(ends, ends, 0.1) == a2a_overlap_cut(bare, bare, 0.1)
 
 
 def test_memory_holds_one_more_chunk_only_with_stages():

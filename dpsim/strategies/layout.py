@@ -379,6 +379,10 @@ class LayerWork:
     """Of :attr:`grad_numel`, the linear weights an FP8 recipe runs in FP8
     (:func:`dpsim.workload.fp8.fp8_weight_numel`): what FSDP2's float8 all-gather gathers in one byte
     (:attr:`dpsim.strategies.pipeline.DataParallelPlan.fp8_all_gather`)."""
+    unit: str | None = None
+    """The decoder block (transformer layer) it belongs to, ``None`` for the embedding, the output head
+    and other root layers: what Megatron-Core's combined 1F1B pairs, a forward's block with a
+    backward's (:func:`~dpsim.strategies.pipeline.a2a_overlap_cut`)."""
 
 
 def weight_gradient_share(layer) -> float:
@@ -586,7 +590,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         ep_comm_s=4.0 * a2a[i] + a2a_recompute[i], etp_comm_s=2.0 * etp[i] + etp_recompute[i],
         ep_forward_s=2.0 * a2a[i] + etp[i],
         expert_grad_numel=layer.expert_numel_per_rank,
-        fp8_numel=min(layer.numel_per_rank, fp8_weight_numel(tpm.spec.layers[i])))
+        fp8_numel=min(layer.numel_per_rank, fp8_weight_numel(tpm.spec.layers[i])), unit=layer.unit)
         for i, layer in enumerate(tpm.layers))
 
 

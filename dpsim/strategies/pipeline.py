@@ -394,34 +394,51 @@ def a2a_pairs(layout: Layout, slots: Sequence[Slot], stage: int) -> list[tuple[i
 
 
 def a2a_overlap_cut(forward: ChunkWork, backward: ChunkWork, contention: float) -> tuple[float, float]:
-    """Seconds taken off a paired forward and backward (:func:`a2a_pairs`). Each all-to-all hides
-    under one compute phase of the other op, as Megatron-Core's combined 1F1B orders them
-    (``megatron/core/pipeline_parallel/combined_1f1b.py``; DeepSeek-V3 report, arXiv:2412.19437,
-    Sec. 3.2.1, Fig. 4): the backward's combine under the forward's attention, the forward's dispatch
-    under the backward's MLP, the backward's dispatch under the forward's MLP, the forward's combine
-    under the backward's attention. Here "attention" is the chunk's layers without all-to-all, "MLP"
-    its MoE layers' compute; dispatch and combine are half of each op's blocking expert-parallel
-    communication. An all-to-all hides as much of itself as its phase's compute lasts, and its hidden
-    part still slows that compute by ``contention`` of its length (``overlap_slowdown / (1 +
+    """Seconds taken off a paired forward and backward (:func:`a2a_pairs`). Megatron-Core's combined
+    1F1B runs the pair block by block: the forward's decoder block ``i`` beside the backward's block
+    ``n_b - 1 - i`` for ``i`` below ``min(n_f, n_b)``, and the blocks of the longer chunk left over run
+    alone, their all-to-alls exposed; the embedding and the output head (pre- and post-process) run
+    outside the paired blocks (NVIDIA/Megatron-LM@d7bf5aaaa8 ``megatron/core/models/common/
+    model_chunk_schedule_plan.py``, ``TransformerModelChunkSchedulePlan.run`` lines 422-497). Within a
+    pair of blocks each all-to-all hides under one compute phase of the other op, in the order of
+    ``TransformerLayerSchedulePlan.run`` (same file, lines 173-236; DeepSeek-V3 report,
+    arXiv:2412.19437, Sec. 3.2.1, Fig. 4): the backward's combine under the forward's attention, the
+    forward's dispatch under the backward's MLP, the backward's dispatch under the forward's MLP, the
+    forward's combine under the backward's attention; one CUDA event per micro-batch orders its nodes
+    across the compute and communication streams (``megatron/core/pipeline_parallel/utils.py`` lines
+    83-91, 172-237), so a pair of blocks lasts the sum of the four phases' longer sides. A block's
+    "attention" is its layers before its first MoE layer (a dense block's all but its last), its "MLP"
+    the rest without the blocking expert-parallel communication; dispatch and combine are half of
+    each op's. An all-to-all hides as much of itself as its phase's compute lasts, and its hidden part
+    still slows that compute by ``contention`` of its length (``overlap_slowdown / (1 +
     overlap_slowdown)``, as a hidden tensor-parallel collective does,
     :func:`~dpsim.strategies.layout.layer_work`). The pair so never runs shorter than its compute,
     nor than its communication."""
-    def phases(work: ChunkWork, backward_pass: bool) -> tuple[float, float, float]:
-        rest = moe = comm = 0.0
+    def blocks(work: ChunkWork, backward_pass: bool) -> list[tuple[float, float, float]]:
+        layers: dict[str, list] = {}
         for lw in work.layers:
-            a2a = lw.ep_comm_s + lw.etp_comm_s - lw.ep_forward_s if backward_pass else lw.ep_forward_s
-            total = lw.backward_s if backward_pass else lw.forward_s
-            if lw.ep_comm_s > 0:
-                moe, comm = moe + total - a2a, comm + a2a
-            else:
-                rest += total
-        return rest, moe, comm
+            if lw.unit is not None:  # the embedding and the head run outside the paired blocks
+                layers.setdefault(lw.unit, []).append(lw)
+        out = []
+        for block in layers.values():
+            first_moe = next((k for k, lw in enumerate(block) if lw.ep_comm_s > 0), max(len(block) - 1, 0))
+            attn = mlp = comm = 0.0
+            for k, lw in enumerate(block):
+                a2a = lw.ep_comm_s + lw.etp_comm_s - lw.ep_forward_s if backward_pass else lw.ep_forward_s
+                total = lw.backward_s if backward_pass else lw.forward_s
+                if k < first_moe:
+                    attn += total
+                else:
+                    mlp, comm = mlp + total - a2a, comm + a2a
+            out.append((attn, mlp, comm))
+        return out
 
-    attn_f, mlp_f, a2a_f = phases(forward, False)
-    attn_b, mlp_b, a2a_b = phases(backward, True)
+    hide_f = hide_b = 0.0
+    for (attn_f, mlp_f, a2a_f), (attn_b, mlp_b, a2a_b) in zip(blocks(forward, False),
+                                                              reversed(blocks(backward, True))):
+        hide_f += min(a2a_f / 2.0, mlp_b) + min(a2a_f / 2.0, attn_b)
+        hide_b += min(a2a_b / 2.0, attn_f) + min(a2a_b / 2.0, mlp_f)
     keep = max(0.0, 1.0 - contention)
-    hide_f = min(a2a_f / 2.0, mlp_b) + min(a2a_f / 2.0, attn_b)
-    hide_b = min(a2a_b / 2.0, attn_f) + min(a2a_b / 2.0, mlp_f)
     return hide_f * keep, hide_b * keep
 
 
