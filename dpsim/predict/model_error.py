@@ -172,8 +172,18 @@ chip's: GA100 measured +5 %, GA102 -2 % in median) or with no row of its archite
 family (convolution kernels or GEMMs and attention, which the roofline prices differently) is shared
 by every chip."""
 
+LAYOUT_KEYS = ("layout_kind", *REGIME_KEYS)
+"""The layout pool's regime keys: the layout kind first (:func:`layout_kind`; issue 25 names it).
+The kinds' steps are priced by different parts of the model (a sharded data-parallel step by its
+parameter gathers and gradient reduce-scatters hidden behind the layers, a tensor x pipeline step by
+its per-layer tensor-parallel collectives and pipeline bubble, a mixture of experts by its
+all-to-alls and the busiest expert's load), so an error one kind's mechanism makes is not evidence
+about another's, and a query's kind is known before anything is measured; the keys after it as the
+other step pools'."""
+
 KNOBS = {**{pool: Knobs(keys=REGIME_KEYS, min_rows=MIN_ROWS) for pool in POOLS},
          "compute": Knobs(keys=COMPUTE_KEYS, min_rows=MIN_ROWS),
+         "layout": Knobs(keys=LAYOUT_KEYS, min_rows=MIN_ROWS),
          COLLECTIVE_POOL: Knobs(keys=COLLECTIVE_KEYS, min_rows=MIN_ROWS)}
 """Each pool's :class:`Knobs`."""
 
@@ -236,6 +246,8 @@ class ResidualRow(_Bands):
     """The validation table the row comes from, where a pool gathers more than one (the ``layout``
     pool: ``layouts``, Megatron-LM / DeepSpeed tensor x pipeline x data runs; ``large-models``,
     published FSDP / ZeRO / HSDP, 3D and MoE runs); reported apart, pooled alike."""
+    layout_kind: str = ""
+    """A ``layout`` row's kind (:func:`layout_kind`); empty in the other pools."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,6 +275,8 @@ class Regime(_Bands):
     measurement validated (each widens the interval)."""
     message_bytes: float = 0.0
     """A typical all-reduce of the job's exposed communication (a gradient bucket), in bytes."""
+    layout_kind: str = ""
+    """The job's layout kind (:func:`layout_kind`), read by the ``layout`` pool."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,6 +319,18 @@ def band(value: float, bands: tuple[tuple[float, str], ...]) -> str:
         if value <= upper:
             return label
     raise AssertionError(value)
+
+
+LAYOUT_KINDS = ("dp", "3d", "moe")
+"""Layout kinds (:func:`layout_kind`)."""
+
+
+def layout_kind(model, *, tp: int, pp: int, cp: int) -> str:
+    """``moe`` (a mixture-of-experts model, however laid out), ``3d`` (tensor, pipeline or context
+    parallelism) or ``dp`` (data parallelism alone: DDP, FSDP, ZeRO, HSDP)."""
+    if getattr(model, "moe", None) is not None:
+        return "moe"
+    return "3d" if max(tp, pp, cp) > 1 else "dp"
 
 
 def model_family(model) -> str:
@@ -406,6 +432,8 @@ def _extrapolations(pool_rows: list[ResidualRow], regime: Regime | ResidualRow, 
             out.append(f"{pool}: no validation row on a {regime.gpu_arch} GPU")
         if regime.model_family not in {r.model_family for r in pool_rows}:
             out.append(f"{pool}: no validation row of a {regime.model_family} model")
+        if pool == "layout" and regime.layout_kind not in {r.layout_kind for r in pool_rows}:
+            out.append(f"{pool}: no validation row of a {regime.layout_kind or 'data-parallel'} layout")
         sizes = [r.params for r in pool_rows]
         if not min(sizes) / SIZE_EXTRAPOLATION <= regime.params <= max(sizes) * SIZE_EXTRAPOLATION:
             out.append(f"{pool}: model size {regime.params:.3g} outside the validated {min(sizes):.3g}-{max(sizes):.3g}")
@@ -487,10 +515,10 @@ def transport_class(transport) -> str:
 
 
 def regime_of(*, model, gpu, topology, n_gpus: int, measured_compute: bool, layout: bool,
-              exposed_share: float, message_bytes: float = 0.0) -> Regime:
+              exposed_share: float, message_bytes: float = 0.0, kind: str = "dp") -> Regime:
     """The regime of a prediction (module docstring: which pools, and the keys within them);
     ``exposed_share``: the step's exposed communication over the step; ``message_bytes``: a
-    typical all-reduce of it (a gradient bucket)."""
+    typical all-reduce of it (a gradient bucket); ``kind``: its :func:`layout_kind`."""
     family = model_family(model)
     params = float(model.param_count)
     if layout or (family in ("decoder", "encoder") and params >= LARGE_TRANSFORMER_PARAMS and not measured_compute):
@@ -515,7 +543,7 @@ def regime_of(*, model, gpu, topology, n_gpus: int, measured_compute: bool, layo
             unvalidated.append(f"network transport {fabric!r}")
     return Regime(pools=pools, gpu_arch=gpu.architecture or "cpu", model_family=family, params=params, gpus=n_gpus,
                   fabric=fabric, exposed_share=min(1.0, max(0.0, exposed_share)) if n_gpus > 1 else 0.0,
-                  unvalidated_fabric=tuple(unvalidated), message_bytes=message_bytes)
+                  unvalidated_fabric=tuple(unvalidated), message_bytes=message_bytes, layout_kind=kind)
 
 
 REPORTED_KEYS = {**{pool: "gpu_arch" for pool in POOLS}, COLLECTIVE_POOL: "message_band"}
@@ -553,7 +581,7 @@ def _scored(row: ResidualRow, others: list[ResidualRow], knobs: dict[str, Knobs]
     regime = Regime(pools=() if collective else (row.pool,), gpu_arch=row.gpu_arch,
                     model_family=row.model_family, params=row.params, gpus=row.gpus,
                     fabric=row.fabric, exposed_share=1.0 if collective else 0.0,
-                    message_bytes=row.message_bytes)
+                    message_bytes=row.message_bytes, layout_kind=row.layout_kind)
     low, high, _, _, _ = log_interval(regime, others, knobs)
     return low <= row.log_ratio <= high, abs(math.expm1(row.log_ratio)), (math.exp(high) - math.exp(low)) / 2
 
