@@ -105,7 +105,7 @@ is built from the rows of the regime it falls in:
   which ``validation/accuracy_ddp.py`` finds are not communication), and a user's job over a slow
   network has a share of tens of % against the rows' 1.7 % at most, where the scaled A100 residual
   (ln 1.14 over 0.9 %, about 15) would put an end at e^4 times the prediction at a 27 % share. The ddp rows lie below both overall
-  medians (0.2 % error, 4.8 % half-width against 6.9 % and 16.9 %), so no ddp interval moves the
+  medians (0.2 % error, 4.8 % half-width against 6.9 % and 16.5 %), so no ddp interval moves the
   overall ratio (without the ddp rows it reads 2.24). Collectives: the share of the predicted
   all-reduce that is NCCL's size-independent latency (``CollectiveResult.latency_s`` over its
   time) runs from 0.001 above 256 MiB to 0.96 at 4 MiB and below, so alone it makes a large
