@@ -16,17 +16,20 @@ from dpsim.predict.model_error import (
     COLLECTIVE_POOL,
     COVERAGE,
     KNOBS,
+    LAYOUT_KINDS,
     MIN_ROWS,
     POOLS,
     WIDEN_PER_EXTRAPOLATION,
     Regime,
     ResidualRow,
+    layout_kind,
     load_rows,
     log_interval,
     loso_coverage,
     regime_coverage,
 )
 from dpsim.predict.run import predict
+from dpsim.workload.catalog import get_model
 
 def test_every_shipped_row_is_cited_and_in_a_known_pool():
     rows, classes = load_rows()
@@ -48,10 +51,11 @@ def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside():
 
 def test_the_intervals_are_not_wider_than_the_method_reaches():
     """Issue 25 asks for a median half-width at most twice the median error; CQR with the margin
-    scored on the widened intervals, the compute pool keyed by model family first and order
-    statistics reaches 2.43 over the 372 rows with the large-model runs in the layout pool (2.07
-    over the 265 without them; CQR before: 2.45; the normalised split-conformal intervals before
-    it: 2.98), held here as a regression bound, not the issue's bar."""
+    scored on the widened intervals, the compute pool keyed by model family first, the layout pool
+    by layout kind first and order statistics reaches 2.37 over the 372 rows with the large-model
+    runs in the layout pool (2.43 before the kind key; 2.07 over the 265 without them; CQR before:
+    2.45; the normalised split-conformal intervals before it: 2.98), held here as a regression
+    bound, not the issue's bar."""
     cov = loso_coverage()["all"]
     assert cov.median_half_width <= 2.5 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
 
@@ -65,6 +69,34 @@ def test_the_large_model_runs_are_judged_by_the_layout_pool():
     assert all(r.suite == "" for r in rows if r.pool != "layout")
     large = [r for r in rows if r.suite == "large-models"]
     assert len(large) >= 100 and len({r.system for r in large}) >= 8
+
+
+def test_every_layout_row_has_a_layout_kind_seen_on_more_than_one_system():
+    """The layout pool's first key: each kind's rows come from at least two systems, so that leaving
+    one out still leaves the kind rows of another (and no kind is an extrapolation there)."""
+    rows = load_rows()[0]
+    assert all((r.layout_kind in LAYOUT_KINDS) == (r.pool == "layout") for r in rows)
+    for kind in LAYOUT_KINDS:
+        assert len({r.system for r in rows if r.layout_kind == kind}) >= 2, kind
+
+
+def test_layout_kind_of_a_model_and_layout():
+    dense = get_model("llama-2-7b")
+    assert layout_kind(dense, tp=1, pp=1, cp=1) == "dp"
+    assert layout_kind(dense, tp=1, pp=2, cp=1) == "3d" == layout_kind(dense, tp=1, pp=1, cp=2)
+    assert layout_kind(dataclasses.replace(dense, moe=object()), tp=1, pp=1, cp=1) == "moe"
+
+
+def test_the_layout_pool_keys_by_layout_kind_and_an_unseen_kind_widens():
+    rng = random.Random(13)
+    rows = [dataclasses.replace(r, pool="layout", layout_kind="dp") for r in _synthetic(2 * MIN_ROWS, rng, systems=3)]
+    base = Regime(pools=("layout",), gpu_arch="hopper", model_family="decoder", params=1e9, gpus=1, layout_kind="dp")
+    lo0, hi0, matched, _, widened = log_interval(base, rows)
+    assert matched["layout"]["layout_kind"] == "dp" and not widened
+    lo, hi, matched, _, widened = log_interval(dataclasses.replace(base, layout_kind="moe"), rows)
+    assert "layout_kind" not in matched["layout"]
+    assert len(widened) == 1 and "moe layout" in widened[0]
+    assert hi - lo == pytest.approx((hi0 - lo0) * WIDEN_PER_EXTRAPOLATION, rel=1e-9)
 
 
 def test_every_pool_has_its_knobs_and_each_regime_is_scored():
@@ -182,6 +214,7 @@ def test_measured_compute_takes_the_ddp_pool_and_layouts_the_layout_pool():
     layout = predict(PredictConfig(gpus=64, link="infiniband", model="llama-2-7b", tp=8, pp=2, dp=4, micro_batch=1,
                                    global_batch=64, precision="bf16-params"))
     assert layout.model_error.regime["pools"][0] == "layout"
+    assert layout.model_error.regime["layout"]["layout_kind"] == "3d"
     assert layout.model_error.low_s < layout.model_error.high_s
 
 

@@ -34,7 +34,7 @@ from dpsim.predict.layout import (
 )
 from dpsim.predict.memo import memoized
 from dpsim.predict.model_error import interval as model_error_interval
-from dpsim.predict.model_error import regime_of
+from dpsim.predict.model_error import layout_kind, regime_of
 from dpsim.predict.provenance import (
     SensitivityPoint,
     TransportSensitivity,
@@ -292,11 +292,13 @@ def with_model_error(prediction: Prediction, *, model: ModelSpec, gpu, topology:
     measured (a profile's step or ``--single-gpu-step-ms``) or modelled, layout or data parallelism."""
     provenance = prediction.provenance
     measured = provenance is not None and provenance.compute.source != "model"
+    par = prediction.config.parallelism
     regime = regime_of(model=model, gpu=gpu, topology=topology, n_gpus=topology.n_gpus, measured_compute=measured,
                        layout=prediction.config.parallelism.layout_active,
                        exposed_share=prediction.exposed_comm_s / prediction.step_time_s if prediction.step_time_s > 0
                        else 0.0,
-                       message_bytes=prediction.gradient_bytes / max(1, prediction.n_buckets))
+                       message_bytes=prediction.gradient_bytes / max(1, prediction.n_buckets),
+                       kind=layout_kind(model, tp=par.tp, pp=par.pp, cp=par.cp))
     return replace(prediction, model_error=model_error_interval(prediction.step_time_s, regime))
 
 
