@@ -128,3 +128,16 @@ def test_dropless_aux_loss_rows_route_with_the_measured_max_violation():
         assert any("arXiv:2408.15664" in a for a in job.assumed)
     for rid in ("R054", "R056", "R062", "R064"):
         assert alm.job_of(rows[rid]).config.parallelism.moe_routing == "balanced"
+
+
+def test_llm_foundrys_flash_rows_and_only_they_pay_its_unpad_and_pad_copies():
+    # attn_impl flash (FlashAttention-2 2.4.2 through llm-foundry's flash_attn_fn) unpads q, k, v
+    # and re-pads the output on every layer; attn_impl triton and every other framework do not.
+    rows = {r["id"]: r for r in alm.rows()}
+
+    def unpads(rid):
+        return sum(op.name == "attention.unpad" for layer in alm.model_of(rows[rid]).layers for op in layer.ops)
+
+    assert unpads("R007") == 32 and unpads("R001") == 80  # mpt-7b, mpt-70b: one per block
+    for rid in ("R003", "R019", "R048", "R055", "R090", "R100"):  # triton, MaxText, Megatron, TinyLlama, OLMo-core
+        assert unpads(rid) == 0, rid

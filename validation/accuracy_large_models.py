@@ -60,6 +60,7 @@ from dpsim.predict.config import PredictConfig  # noqa: E402
 from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
 from dpsim.workload.catalog import get_entry, get_model, list_models  # noqa: E402
+from dpsim.workload.layers import with_unpadded_attention  # noqa: E402
 from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "large_model_runs.csv"
@@ -256,6 +257,10 @@ def model_of(row: dict) -> ModelSpec:
         raise KeyError(f"{row['id']}: activation {row['ffn_act']!r} has no builder")
     if row["framework"].startswith("InternLM"):
         model = internlm_attention_params(model)
+    if row["framework"].startswith("Composer") and row["attention"].startswith("flash"):
+        # llm-foundry's attn_impl flash unpads q, k, v and re-pads the output around
+        # FlashAttention-2's varlen kernel on every layer, padding or not (dpsim.workload.layers.unpad_ops).
+        model = with_unpadded_attention(model)
     return with_attention_kernel(model, fused_kernel) if fused_kernel else model
 
 
