@@ -141,3 +141,14 @@ def test_llm_foundrys_flash_rows_and_only_they_pay_its_unpad_and_pad_copies():
     assert unpads("R007") == 32 and unpads("R001") == 80  # mpt-7b, mpt-70b: one per block
     for rid in ("R003", "R019", "R048", "R055", "R090", "R100"):  # triton, MaxText, Megatron, TinyLlama, OLMo-core
         assert unpads(rid) == 0, rid
+
+
+def test_composer_default_rows_reduce_in_fp32_and_still_fit():
+    # Composer's FSDP mixed_precision DEFAULT reduces in fp32 (mosaic_fsdp_utils.get_mixed_precision
+    # at v0.16.4 and v0.17.2); PURE reduces in bf16. The 30B rows on 8 GPUs ran, so they must fit.
+    rows = {r["id"]: r for r in alm.rows()}
+    assert alm.job_of(rows["R016"]).config.execution.precision == "bf16-fp32-grads"
+    assert alm.job_of(rows["R042"]).config.execution.precision == "bf16-fp32-grads"  # amp_fp8, DEFAULT
+    assert alm.job_of(rows["R023"]).config.execution.precision == "bf16-params"  # PURE
+    for rid in ("R016", "R025", "R042"):
+        assert alm.evaluate(rows[rid]).fits, rid
