@@ -317,7 +317,17 @@ def memory_breakdown(
         root_gathered = sum(gathered[u.name] for u in units if u.is_root)
         largest_gathered = max((gathered[u.name] for u in units if not u.is_root), default=0)
         opt = shard * k
-        grads = psi * g if no_sync_full_grads else shard * g
+        # FSDP's mixed precision (a master dtype over 16-bit parameters) keeps its sharded gradient
+        # in the parameter's full-precision dtype whatever the reduce dtype: FSDP1 casts the
+        # reduce-scatter output back (``_cast_grad_to_param_dtype``, torch 2.13
+        # ``fsdp/_runtime_utils.py`` line 1048), FSDP2 likewise (``foreach_reduce``:
+        # ``_to_dtype_if_needed(reduce_output, orig_dtype)``, ``_fully_shard/_fsdp_collectives.py``
+        # line 696). Its 16-bit parameter shard is not kept either: FSDP1 frees ``_mp_shard`` once
+        # the all-gather has read it (``post_unshard``, ``fsdp/_flat_param.py`` lines 1529-1530),
+        # FSDP2 casts the shard into the all-gather input; the kept shard is the master (in ``k``).
+        fsdp_mixed = record.family == "fsdp" and bool(precision.master_bytes)
+        shard_grad_bytes = precision.master_bytes if fsdp_mixed else g
+        grads = psi * g if no_sync_full_grads else shard * shard_grad_bytes
         # FSDP2's unsharded gradients are in the parameters' dtype (foreach_reduce: ``grad_dtype =
         # unsharded_grads[0].dtype``); the reduce dtype is only its reduce-scatter input, staged
         # below and freed after the copy-in (``unsharded_grads.clear()``).
@@ -333,7 +343,7 @@ def memory_breakdown(
             weights = psi * w + (0 if precision.master_bytes else shard * w)
             buffers = grad_work + staging
         else:
-            weights = shard * w
+            weights = 0 if fsdp_mixed else shard * w
             buffers = root_gathered + 2 * largest_gathered + grad_work + staging
     return MemoryBreakdown(
         weights_bytes=float(weights),

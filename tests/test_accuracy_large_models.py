@@ -128,3 +128,27 @@ def test_dropless_aux_loss_rows_route_with_the_measured_max_violation():
         assert any("arXiv:2408.15664" in a for a in job.assumed)
     for rid in ("R054", "R056", "R062", "R064"):
         assert alm.job_of(rows[rid]).config.parallelism.moe_routing == "balanced"
+
+
+def test_llm_foundrys_flash_rows_and_only_they_pay_its_unpad_and_pad_copies():
+    # attn_impl flash (FlashAttention-2 2.4.2 through llm-foundry's flash_attn_fn) unpads q, k, v
+    # and re-pads the output on every layer; attn_impl triton and every other framework do not.
+    rows = {r["id"]: r for r in alm.rows()}
+
+    def unpads(rid):
+        return sum(op.name == "attention.unpad" for layer in alm.model_of(rows[rid]).layers for op in layer.ops)
+
+    assert unpads("R007") == 32 and unpads("R001") == 80  # mpt-7b, mpt-70b: one per block
+    for rid in ("R003", "R019", "R048", "R055", "R090", "R100"):  # triton, MaxText, Megatron, TinyLlama, OLMo-core
+        assert unpads(rid) == 0, rid
+
+
+def test_composer_default_rows_reduce_in_fp32_and_still_fit():
+    # Composer's FSDP mixed_precision DEFAULT reduces in fp32 (mosaic_fsdp_utils.get_mixed_precision
+    # at v0.16.4 and v0.17.2); PURE reduces in bf16. The 30B rows on 8 GPUs ran, so they must fit.
+    rows = {r["id"]: r for r in alm.rows()}
+    assert alm.job_of(rows["R016"]).config.execution.precision == "bf16-fp32-grads"
+    assert alm.job_of(rows["R042"]).config.execution.precision == "bf16-fp32-grads"  # amp_fp8, DEFAULT
+    assert alm.job_of(rows["R023"]).config.execution.precision == "bf16-params"  # PURE
+    for rid in ("R016", "R025", "R042"):
+        assert alm.evaluate(rows[rid]).fits, rid

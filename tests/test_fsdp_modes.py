@@ -70,8 +70,10 @@ def test_memory_per_rank_is_the_hand_count(version, accumulate, policy):
                          fsdp_accumulate=accumulate)
     unsharded = accumulate == "unsharded" or (accumulate == "auto" and version == "1")
     shard, root, block = SHARD[version], ROOT_FULL[version], BLOCK_FULL[version]
-    assert m.weights_bytes == shard * w
-    assert m.gradients_bytes == (PSI if unsharded else shard) * g
+    # Mixed precision: the kept parameter shard is the fp32 master (in k; FSDP frees the bf16 shard
+    # once gathered) and the sharded gradient is cast back to fp32 (_cast_grad_to_param_dtype).
+    assert m.weights_bytes == 0
+    assert m.gradients_bytes == (PSI * g if unsharded else shard * BF16.master_bytes)
     assert m.optimizer_bytes == shard * k
     gathered = (root + 2 * block) * w  # root + current + prefetched unit
     grad_work = 0 if unsharded else (root + block) * g  # unsharded gradients of the root and one unit

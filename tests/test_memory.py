@@ -102,16 +102,31 @@ def test_sharded_sizes_divide_as_the_paper_says(n):
     assert z3.weights_bytes == ddp.weights_bytes / n
     assert z3.model_state_bytes == f.model_state_bytes == ddp.model_state_bytes / n
     sgo = mem(model, "fsdp-shard-grad-op", n=n)
-    assert sgo.model_state_bytes == z2.model_state_bytes  # ZeRO-2-like
+    # ZeRO-2-like, but FSDP's mixed precision keeps the gradient shard in fp32, not bf16.
+    assert sgo.model_state_bytes == z2.model_state_bytes + (4 - 2) * model.param_count / n
     hybrid = mem(model, "fsdp-hybrid", n=n * 8, gpus_per_node=8)
     assert hybrid.shard_group_size == 8 and hybrid.model_state_bytes == ddp.model_state_bytes / 8
+
+
+def test_fsdp_mixed_precision_keeps_16_bytes_per_parameter_whatever_the_reduce_dtype():
+    # FSDP keeps the fp32 shard (the master), an fp32 gradient shard (cast back after the
+    # reduce-scatter) and Adam's two fp32 moments: reducing in fp32 (Composer's DEFAULT, OLMo-core)
+    # costs no persistent memory over reducing in bf16. ZeRO-3 keeps its bf16 partition besides.
+    model = flat_model(70_000_000_000)
+    for version in ("1", "2"):
+        bf16, fp32 = (mem(model, "fsdp", precision=p, n=64, fsdp_version=version)
+                      for p in ("bf16-params", "bf16-fp32-grads"))
+        assert bf16.model_state_bytes == fp32.model_state_bytes == 16 * model.param_count / 64
+    assert mem(model, "zero3", precision="bf16-fp32-grads", n=64).model_state_bytes == 18 * model.param_count / 64
 
 
 def test_fsdp_shards_are_padded_per_unit():
     model = get_model("gpt2")
     m = mem(model, "fsdp", n=48)
     shard = sum(fsdp_shard_numel([p.numel for p in u.params], 48) for u in wrap_units(model) if u.params)
-    assert m.weights_bytes == 2 * shard and shard * 48 >= model.param_count
+    # bf16 parameters over an fp32 master: the fp32 shard is the master (optimizer state) and the
+    # gradient shard is fp32; no bf16 shard is kept between all-gathers.
+    assert m.weights_bytes == 0 and m.gradients_bytes == 4 * shard and shard * 48 >= model.param_count
     assert m.shard_group_size == 48
 
 

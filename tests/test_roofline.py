@@ -295,3 +295,26 @@ def test_eager_softmax_runs_in_the_scores_dtype_without_autocast():
     amp_fp16, apex_o2 = get_precision("amp-fp16"), get_precision("fp16-params")
     # Both keep 16-bit scores; autocast's softmax also writes and reads an fp32 copy.
     assert sum(op_times(eager, A100, apex_o2, 32)) < sum(op_times(eager, A100, amp_fp16, 32))
+
+
+def test_llm_foundrys_flash_path_adds_its_unpad_and_pad_copies():
+    # attn_impl flash: q, k, v gathered (2 passes each) and the output zero-filled and scattered
+    # back (3) in the forward; the gradient gathered (2) and each of q, k, v zero-filled and
+    # scattered (3 each) in the backward: 9 and 11 passes over tokens x heads·head_dim 16-bit.
+    from dpsim.workload.layers import UNPAD_BACKWARD_PASSES, UNPAD_FORWARD_PASSES, with_unpadded_attention
+
+    assert (UNPAD_FORWARD_PASSES, UNPAD_BACKWARD_PASSES) == (9, 11)
+    model = build_gpt2(GPT2Config(n_embd=1024, n_layer=2, n_head=8, n_positions=2048), name="t", flash_attention=True)
+    unpadded = with_unpadded_attention(model)
+    added = [op for layer in unpadded.layers for op in layer.ops if op.name == "attention.unpad"]
+    assert len(added) == 2 and all(op.elements == 2048 * 1024 for op in added)
+    f, b = op_times(added[0], H100, AMP, 8)
+    eff = Efficiencies()
+    assert f == pytest.approx(9 * 2 * 8 * 2048 * 1024 / (H100.streaming_bandwidth_bytes_per_s * eff.memory))
+    assert b == pytest.approx(11 / 9 * f)
+    before, after = profile(model, H100, micro_batch=8), profile(unpadded, H100, micro_batch=8)
+    assert after.forward_s - before.forward_s == pytest.approx(2 * f)
+    assert after.backward_s - before.backward_s == pytest.approx(2 * b)
+    # Eager attention has no varlen kernel to unpad for.
+    eager = build_gpt2(GPT2Config(n_embd=1024, n_layer=2, n_head=8, n_positions=2048), name="t", flash_attention=False)
+    assert with_unpadded_attention(eager) == eager

@@ -60,6 +60,7 @@ from dpsim.predict.config import PredictConfig  # noqa: E402
 from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
 from dpsim.workload.catalog import get_entry, get_model, list_models  # noqa: E402
+from dpsim.workload.layers import with_unpadded_attention  # noqa: E402
 from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "large_model_runs.csv"
@@ -178,10 +179,14 @@ STRATEGIES = {
 PRECISIONS = {
     # FP8 rows: the precision under the FP8 recipe (FP8_RECIPES); listed first, before the "bf16" prefix.
     "mxfp8 (PR=mxfp8)": "bf16-params",  # Megatron-Core: bf16 parameters, MXFP8 GEMMs (the fp8_recipe column)
-    "fp8-amp (Composer": "bf16-params",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
+    "fp8-amp (Composer": "bf16-fp32-grads",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
     "float8 tensorwise": "bf16-params",  # the float8 blog's FSDP2 bf16 params, as its bf16 baseline
     "bf16 params with float8 matmuls": "bf16-fp32-grads",  # OLMo-core: param bf16, reduce fp32, as its bf16 rows
-    "bf16-amp (Composer": "bf16-params",  # FSDP MixedPrecision DEFAULT: bf16 params (as T053-T058)
+    # FSDP MixedPrecision DEFAULT: bf16 params and buffers, fp32 reduction (mosaicml/composer@1c9d8d179894,
+    # v0.16.4, composer/trainer/mosaic_fsdp_utils.py lines 87-90; @7e0e40a72a6b, v0.17.2, lines 94-97), so
+    # FSDP1 casts each unit's bf16 gradient to fp32, divides and reduce-scatters it in fp32 (sharded.py's
+    # _fsdp1_copies); the sharded gradient is fp32 under either reduce dtype (dpsim.memory).
+    "bf16-amp (Composer": "bf16-fp32-grads",
     "bf16 (Composer": "bf16-params",  # PURE: bf16 params, reduce and buffers
     "bf16 compute, fp32 weights": "amp-bf16",  # MaxText: fp32 weights and gradients, bf16 compute
     "bf16 (GeminiPlugin": "bf16-params",
@@ -256,6 +261,10 @@ def model_of(row: dict) -> ModelSpec:
         raise KeyError(f"{row['id']}: activation {row['ffn_act']!r} has no builder")
     if row["framework"].startswith("InternLM"):
         model = internlm_attention_params(model)
+    if row["framework"].startswith("Composer") and row["attention"].startswith("flash"):
+        # llm-foundry's attn_impl flash unpads q, k, v and re-pads the output around
+        # FlashAttention-2's varlen kernel on every layer, padding or not (dpsim.workload.layers.unpad_ops).
+        model = with_unpadded_attention(model)
     return with_attention_kernel(model, fused_kernel) if fused_kernel else model
 
 

@@ -4,7 +4,7 @@ layers with their FLOPs and activation bytes, and the activation formulas they c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from dpsim.errors import WorkloadError
@@ -311,6 +311,49 @@ def attention_ops(tokens: int, heads: int, head_dim: int, *, causal: bool, fused
         ops.append(MemoryOp(name="merge_heads", elements=float(tokens * heads * head_dim), forward=((2, "act"),),
                             backward=((2, "act"),)))
     return ops
+
+
+UNPAD_FORWARD_PASSES = 9
+"""Tensor passes of llm-foundry's ``attn_impl: flash`` around FlashAttention-2's varlen kernel in a
+forward, over ``tokens x heads·head_dim`` 16-bit elements. ``flash_attn_fn`` always unpads (an
+all-ones ``key_padding_mask`` when none is given) q, k and v with ``bert_padding.unpad_input`` and
+re-pads the output with ``pad_input`` (mosaicml/llm-foundry@5e85bd62d4ec
+``llmfoundry/models/layers/attention.py`` lines 270-289 and 367-369, the commit of the H100 large-scale
+benchmark sweep); in flash-attn 2.4.2 (Dao-AILab/flash-attention@1a2c3e8c2525, tag v2.4.2,
+``flash_attn/bert_padding.py``) each unpad is ``IndexFirstAxis``, one ``torch.gather`` (read and
+write: 2 passes each, 6 for q, k, v), and the pad is ``IndexPutFirstAxis``, ``torch.zeros`` then
+``output[indices] = values`` (3 passes)."""
+
+UNPAD_BACKWARD_PASSES = 11
+"""The same ops' backward: ``IndexPutFirstAxis.backward`` gathers ``grad_output[indices]`` (2
+passes) and each ``IndexFirstAxis.backward`` writes ``torch.zeros`` then ``scatter_``s the gradient
+into it (3 passes, 9 for q, k, v): flash-attn 2.4.2 ``flash_attn/bert_padding.py`` (as above)."""
+
+
+def unpad_ops(tokens: int, width: int) -> list[MemoryOp]:
+    """llm-foundry's unpad/pad copies around FlashAttention-2's varlen kernel (``attn_impl: flash``)
+    for ``tokens`` rows of q, k, v and the output, each ``width`` (heads x head_dim) wide: 16-bit
+    copies that move no data a fused kernel needs, costed at the streaming bandwidth. k and v are
+    taken at the query's width (llm-foundry unpads them before repeating grouped key/value heads,
+    so for grouped-query attention this is an upper bound; MPT's heads are all full). The host
+    synchronisations of ``unpad_input`` (``torch.nonzero`` and ``.max().item()``, three per layer)
+    are not costed: dpsim does not model the CPU's launch timing."""
+    return [MemoryOp(name="attention.unpad", elements=float(tokens * width),
+                     forward=((UNPAD_FORWARD_PASSES, "act"),), backward=((UNPAD_BACKWARD_PASSES, "act"),))]
+
+
+def with_unpadded_attention(model: ModelSpec) -> ModelSpec:
+    """``model`` with :func:`unpad_ops` after every fused attention op: what llm-foundry's
+    ``attn_impl: flash`` runs around FlashAttention-2 (see :data:`UNPAD_FORWARD_PASSES`)."""
+    layers = []
+    for layer in model.layers:
+        ops: list[OpSpec] = []
+        for op in layer.ops:
+            ops.append(op)
+            if isinstance(op, AttentionOp) and op.fused:
+                ops += unpad_ops(op.seq, op.heads * op.head_dim)
+        layers.append(replace(layer, ops=tuple(ops)))
+    return replace(model, layers=tuple(layers))
 
 
 def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float,
