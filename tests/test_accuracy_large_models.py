@@ -118,6 +118,21 @@ def test_internlm_rows_own_and_broadcast_internlms_fused_attention_tensors():
     assert sum(b > 1e6 for b in sizes) == 162
 
 
+def test_internlm_rows_and_only_they_run_flash_attention_1():
+    # InternLM's July 2023 table predates flash-attn 2.0 (its submodule pins v1.0.8-3): flash1.
+    from dpsim.workload.spec import AttentionOp
+
+    rows = {r["id"]: r for r in alm.rows()}
+
+    def kernels(rid):
+        return {op.kernel for layer in alm.model_of(rows[rid]).layers for op in layer.ops if isinstance(op, AttentionOp)}
+
+    for rid in [f"R0{i}" for i in range(75, 90)]:
+        assert kernels(rid) == {"flash1"}, rid
+    for rid in ("R003", "R007", "R053", "R090", "R091", "R100"):
+        assert "flash1" not in kernels(rid), rid
+
+
 def test_dropless_aux_loss_rows_route_with_the_measured_max_violation():
     # arXiv:2408.15664 measured MaxVio on 64 fine-grained experts: Qwen3's 128 take it, Mixtral's
     # 8 stay balanced; forced-balance and capacity-factor rows keep their own routing.

@@ -22,6 +22,7 @@ from dpsim.workload.compute import (
 from dpsim.workload.precision import get_precision
 from dpsim.workload.roofline import (
     HOST_OVERHEAD_PER_OP_S,
+    FLASH1_SLOWDOWN,
     TRITON_FLASH_SLOWDOWN,
     Efficiencies,
     matmul_term,
@@ -275,6 +276,14 @@ def test_triton_flash_attention_is_slower_than_sdpa():
     assert sum(op_times(triton, A100, AMP, 8)) == pytest.approx(TRITON_FLASH_SLOWDOWN * sum(op_times(sdpa, A100, AMP, 8)))
     with pytest.raises(Exception, match="kernel"):
         AttentionOp(seq=8, heads=1, head_dim=8, kernel="xformers")
+
+
+def test_flash_attention_1_is_slower_than_flash_attention_2_by_the_published_range():
+    # Dao 2023 (arXiv:2307.08691) Sec. 4: FlashAttention-2 "1.7-3.0x faster than FlashAttention" on A100.
+    assert 1.7 < FLASH1_SLOWDOWN < 3.0
+    sdpa = AttentionOp(seq=2048, heads=32, head_dim=128, causal=True)
+    flash1 = dataclasses.replace(sdpa, kernel="flash1")
+    assert sum(op_times(flash1, A100, AMP, 2)) == pytest.approx(FLASH1_SLOWDOWN * sum(op_times(sdpa, A100, AMP, 2)))
 
 
 def test_a_convolution_moves_its_input_not_its_im2col_matrix():

@@ -225,6 +225,16 @@ class Job:
     """What the row does not publish, or dpsim cannot say, and the prediction assumes."""
 
 
+FLASH_ATTN_1 = "flash-attn 1."
+"""How a row's attention column names FlashAttention 1.x (costed as ``flash1``,
+:data:`dpsim.workload.roofline.FLASH1_SLOWDOWN`). InternLM's throughput table was published on
+8 July 2023 (InternLM/InternLM@d65e586 and @c18bec9 ``doc/en/train_performance.md``), nine days
+before flash-attn 2.0.0 (Dao-AILab/flash-attention tag v2.0.0, 17 July 2023); the repository pins
+flash-attention as a submodule at d2f4324f4c56 (v1.0.8-3, ``flash_attn/__init__.py``
+``__version__ = "1.0.8"``) and ``doc/en/install.md`` installs "flash-attention (version v1.0.5)"
+from it (InternLM/InternLM@20fe5ac297e6)."""
+
+
 def model_of(row: dict) -> ModelSpec:
     """The row's model (see the module docstring)."""
     seq = int(row["seq_len"])
@@ -240,8 +250,11 @@ def model_of(row: dict) -> ModelSpec:
     # published cuDNN rate (before Hopper) kernel_pair costs cuDNN as FlashAttention-2. Every other fused row runs FlashAttention-2 (SDPA's flash backend,
     # or flash-attn 2.x itself: llm-foundry's attn_impl 'flash' rows installed flash-attn 2.4.2, their
     # attention column cites where), costed alike.
+    # A row whose attention column names flash-attn 1.x ran FlashAttention 1 (InternLM's July 2023
+    # table: see FLASH_ATTN_1).
     te = "TransformerEngine" in row["attention"]
     fused_kernel = ("triton" if row["attention"].startswith("triton")
+                    else "flash1" if row["attention"].startswith(FLASH_ATTN_1)
                     else "cudnn" if "cudnn" in row["attention"] or te else None)
     if row["model"] in list_models():
         model = get_model(row["model"], seq_len=seq, flash_attention=True)

@@ -156,13 +156,13 @@ FlashAttention-2's head dim term is near zero: on Hopper it is slower at head di
 def kernel_pair(kernel: str, architecture: str) -> str:
     """The ``family@generation`` (:data:`CEILING_KEYS`) that costs an
     :class:`~dpsim.workload.spec.AttentionOp` of ``kernel`` on a GPU of ``architecture``. ``sdpa``
-    is PyTorch's flash backend, FlashAttention-2 (``triton`` is costed from it by
+    is PyTorch's flash backend, FlashAttention-2 (``triton`` and ``flash1`` are costed from it by
     :mod:`dpsim.workload.roofline`); ``flash3`` needs Hopper's ``wgmma`` and TMA, and cuDNN's fused
     attention has a published rate on Hopper, Blackwell and Blackwell Ultra only, so elsewhere
     FlashAttention-2 stands in; a generation with no published FlashAttention-2 rate (Volta and Turing,
     which run SDPA's memory-efficient kernel, Blackwell, Blackwell Ultra, AMD) is costed as
     :data:`FALLBACK`. ``architecture`` is :attr:`dpsim.hardware.GpuSpec.attention_architecture`."""
-    family = {"sdpa": "flash2", "triton": "flash2"}.get(kernel, kernel)
+    family = {"sdpa": "flash2", "triton": "flash2", "flash1": "flash2"}.get(kernel, kernel)
     for pair in (f"{family}@{architecture}", f"flash2@{architecture}"):
         if pair in CEILING_KEYS:
             return pair

@@ -18,7 +18,8 @@ Waterman and Patterson 2009, "Roofline: an insightful visual performance model",
   generation, head dim, key length and mask (a model fitted on published kernel benchmarks),
   on half the square when causal, with a backward of 2.5x the forward FLOPs (it recomputes
   the scores: Dao 2023, "FlashAttention-2", arXiv:2307.08691, whose benchmark counts fwd + bwd
-  as 3.5x fwd); the Triton FlashAttention kernel :data:`TRITON_FLASH_SLOWDOWN` slower. Eager attention
+  as 3.5x fwd); the Triton FlashAttention kernel :data:`TRITON_FLASH_SLOWDOWN` and FlashAttention 1.x
+  :data:`FLASH1_SLOWDOWN` slower. Eager attention
   is two batched matmuls plus element-wise passes over the scores (softmax in fp32 under
   autocast, in the scores' dtype without it).
 * **Memory-bound ops** (norms, activations, dropout, residual adds, casts, softmax, the
@@ -103,6 +104,17 @@ TRITON_FLASH_SLOWDOWN = math.sqrt(1.3 * 2.5)
 run by llm-foundry's ``attn_impl: triton``) is than FlashAttention-2: "1.3-2.5x faster
 than FlashAttention in Triton" (Dao 2023, "FlashAttention-2", Sec. 4.1, A100); the
 geometric middle of that range, 1.8."""
+
+FLASH1_SLOWDOWN = math.sqrt(1.7 * 3.0)
+"""How much slower FlashAttention 1.x (HazyResearch ``flash-attn`` before 2.0, one thread block
+per batch x head, "sliced-K" work split between warps) is than FlashAttention-2: "1.7-3.0x faster
+than FlashAttention" (Dao 2023, "FlashAttention-2", arXiv:2307.08691, Sec. 4, A100 80GB SXM4,
+head dims 64 and 128, with and without a causal mask; "around 2x" in Sec. 4.1); the geometric
+middle of that range, 2.26, as for :data:`TRITON_FLASH_SLOWDOWN`."""
+
+FUSED_ATTENTION_SLOWDOWN = {"triton": TRITON_FLASH_SLOWDOWN, "flash1": FLASH1_SLOWDOWN}
+"""Fused attention kernels costed as FlashAttention-2 at a lower rate (the kernel's published
+speed against FlashAttention-2 on the same GPU)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,7 +280,7 @@ def _attention(op: AttentionOp, gpu: GpuSpec, precision: Precision, micro_batch:
     if op.fused:
         share = op.causal_share if op.causal else 1.0
         flops = op.flops_per_sample * micro_batch * share
-        peak = _peak_or_achieved(precision.matmul_dtype, gpu) / (TRITON_FLASH_SLOWDOWN if op.kernel == "triton" else 1.0)
+        peak = _peak_or_achieved(precision.matmul_dtype, gpu) / FUSED_ATTENTION_SLOWDOWN.get(op.kernel, 1.0)
         # Each query block loops over the keys it attends to: a causal rank's share of them.
         keys = (op.seq if op.kv_seq is None else op.kv_seq) * share
         fwd_rate, bwd_rate = (peak * attention_fraction_of_peak(op.kernel, gpu.attention_architecture, backward=backward,

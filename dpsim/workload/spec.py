@@ -131,11 +131,12 @@ class MatmulOp:
         return 2.0 * self.m * self.n * self.k * self.batch
 
 
-ATTENTION_KERNELS = ("sdpa", "triton", "flash3", "cudnn")
+ATTENTION_KERNELS = ("sdpa", "triton", "flash1", "flash3", "cudnn")
 """Fused attention kernels an :class:`AttentionOp` may name: ``sdpa`` (PyTorch's
 scaled_dot_product_attention: FlashAttention-2 on Ampere and later), ``triton``
 (HazyResearch's Triton FlashAttention, slower by
-:data:`dpsim.workload.roofline.TRITON_FLASH_SLOWDOWN`), ``flash3`` (FlashAttention-3) and
+:data:`dpsim.workload.roofline.TRITON_FLASH_SLOWDOWN`), ``flash1`` (HazyResearch's flash-attn
+1.x, slower by :data:`dpsim.workload.roofline.FLASH1_SLOWDOWN`), ``flash3`` (FlashAttention-3) and
 ``cudnn`` (cuDNN's fused attention, as SDPA's cuDNN backend and TransformerEngine run it); the
 last two are Hopper kernels, costed as FlashAttention-2 elsewhere
 (:func:`dpsim.workload.attention_rates.kernel_pair`)."""
@@ -170,7 +171,7 @@ class AttentionOp:
     kernel: str = "sdpa"
     """The fused kernel: ``sdpa`` (PyTorch's scaled_dot_product_attention, FlashAttention-2
     on Ampere and later), ``triton`` (HazyResearch's Triton FlashAttention, which
-    llm-foundry's ``attn_impl: triton`` runs), ``flash3`` or ``cudnn``; see
+    llm-foundry's ``attn_impl: triton`` runs), ``flash1`` (flash-attn 1.x), ``flash3`` or ``cudnn``; see
     :data:`ATTENTION_KERNELS`."""
     kv_seq: int | None = None
     """Key length when it differs from :attr:`seq` (then the query length): one context-parallel
