@@ -82,6 +82,13 @@ def test_zero_grad_choices_are_the_compute_modes():
     assert typing.get_args(ZeroGrad) == ZERO_GRAD_MODES
 
 
+def test_attention_kernel_choices_are_the_kernels_the_roofline_costs():
+    from dpsim.predict.config import AttentionKernel
+    from dpsim.workload.spec import ATTENTION_KERNELS
+
+    assert typing.get_args(AttentionKernel) == ATTENTION_KERNELS
+
+
 def test_each_closed_choice_is_a_literal():
     hints = {setting_key(f): typing.get_type_hints(cls)[f.name] for cls in PARTS.values()
              for f in dataclasses.fields(cls)}
@@ -237,7 +244,8 @@ def test_to_dict_is_the_plain_settings():
         assert all(v is None or isinstance(v, (bool, int, float, str)) for v in config.to_dict().values())
     config = PredictConfig(clip_grad_norm=True, zero_grad="zero-loop", strategy="fsdp", fsdp_version="2",
                            fsdp_accumulate="sharded", recompute="full", recompute_every=2,
-                           calibration="node.json", op_rates=True, fp8="te-delayed", compile=True)
+                           calibration="node.json", op_rates=True, fp8="te-delayed", compile=True,
+                           attention_kernel="cudnn")
     cp_fields = ("cp", "cp_comm", "cp_balance", "offload")
     expert_options = ("ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a", "moe_a2a_overlap")
     zero_options = ("zero_impl", "zero_group")
@@ -248,7 +256,7 @@ def test_to_dict_is_the_plain_settings():
                            clip_grad_norm=True, zero_grad="zero-loop", recompute="full", recompute_every=2,
                            calibration="node.json", op_rates=True)
     assert config.to_dict() == {k: v for k, v in config.settings().items()
-                                if k not in ("fsdp_version", "fsdp_accumulate", "fp8", "compile") + expert_options
+                                if k not in ("fsdp_version", "fsdp_accumulate", "fp8", "compile", "attention_kernel") + expert_options
                                 + zero_options}
     assert PredictConfig(**config.to_dict()) == config
     config = PredictConfig(gpus=64, strategy="zero1", zero_impl="internlm", zero_group=8)

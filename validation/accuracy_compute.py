@@ -43,6 +43,7 @@ from dpsim.workload.catalog import get_entry, get_model
 from dpsim.workload.compute import compute_profile, layer_terms, optimizer_terms
 from dpsim.workload.precision import get_precision
 from dpsim.workload.roofline import HOST_OVERHEAD_PER_OP_S, TRITON_FLASH_SLOWDOWN, Efficiencies
+from dpsim.workload.layers import with_attention_kernel
 from dpsim.workload.spec import AttentionOp, ModelSpec
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "single_gpu_throughput.csv"
@@ -152,15 +153,6 @@ def build(row: Row) -> ModelSpec:
         assert isinstance(cfg, ResNetConfig)
         return build_resnet(cfg, name="resnet50")
     return get_model(row.model, seq_len=row.seq_len, flash_attention=fused)
-
-
-def with_attention_kernel(model: ModelSpec, kernel: str) -> ModelSpec:
-    """``model`` with every fused attention op run by ``kernel`` (e.g. ``triton``: llm-foundry's
-    ``attn_impl: triton``, costed in :mod:`dpsim.workload.roofline`)."""
-    return dataclasses.replace(model, layers=tuple(
-        dataclasses.replace(layer, ops=tuple(dataclasses.replace(op, kernel=kernel)
-                                             if isinstance(op, AttentionOp) else op for op in layer.ops))
-        for layer in model.layers))
 
 
 _KINDS = {"memory": 0, "matmul": 1, "attention": 3}

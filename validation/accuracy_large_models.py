@@ -54,14 +54,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "validation"))
 
-from accuracy_compute import with_attention_kernel  # noqa: E402
 from dpsim.errors import DpsimError  # noqa: E402
 from dpsim.predict.config import PredictConfig  # noqa: E402
 from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
 from dpsim.workload.catalog import get_entry, get_model, list_models  # noqa: E402
-from dpsim.workload.layers import with_unpadded_attention  # noqa: E402
-from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec  # noqa: E402
+from dpsim.workload.layers import with_attention_kernel, with_unpadded_attention  # noqa: E402
+from dpsim.workload.spec import ModelSpec, ParamSpec  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "large_model_runs.csv"
 VALIDATION = ROOT / "VALIDATION.md"

@@ -20,7 +20,7 @@ from dpsim.limits import MAX_GOODPUT_RUNS
 from dpsim.predict.config import LAYOUT_FIELDS
 
 GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
-                  "micro_batch", "precision", "fp8", "compile") + LAYOUT_FIELDS
+                  "micro_batch", "precision", "fp8", "compile", "attention_kernel") + LAYOUT_FIELDS
 """The ``PredictConfig`` fields of the job whose throughput and checkpoint size goodput uses."""
 
 

@@ -105,6 +105,7 @@ from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.units import format_seconds
+from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.spec import ModelSpec
 
@@ -489,6 +490,7 @@ class Planner:
                 # As predict does: --fp8 (or bf16) on a GPU without those tensor cores is the flag's error,
                 # not a missing 'float8' rate found while costing the first layout.
                 check_precision_on_gpu(self.precision, self.gpu)
+                check_attention_kernel_on_gpu(self.base.execution.attention_kernel, self.gpu)
         return topo
 
     def collectives(self, gpus: int, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1,

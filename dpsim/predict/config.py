@@ -95,6 +95,8 @@ Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed", "zb-h1", "d
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
 Recompute = Literal["off", "selective", "op", "full", "megatron", "moe"]
 """``--recompute``: the keys of :data:`dpsim.strategies.checkpointing.RECOMPUTE`."""
+AttentionKernel = Literal["sdpa", "triton", "flash1", "flash3", "cudnn"]
+"""``--attention-kernel``: :data:`dpsim.workload.spec.ATTENTION_KERNELS`."""
 FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
 FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
@@ -392,6 +394,11 @@ class ExecutionConfig:
     reading its inputs and writing its outputs once; GEMMs and attention are unchanged."""
     flash_attention: bool = True
     """Attention keeps no score matrices (SDPA, FlashAttention): sets activation memory."""
+    attention_kernel: AttentionKernel = "sdpa"
+    """The fused attention kernel the run calls: sdpa (PyTorch SDPA's flash backend, FlashAttention-2),
+    flash1 (flash-attn 1.x, about 2.3x slower), triton (the Triton FlashAttention of llm-foundry's
+    attn_impl triton, about 1.8x slower), flash3 (FlashAttention-3, Hopper) or cudnn (cuDNN's fused
+    attention, as TransformerEngine runs it). Time only; needs --flash-attention."""
     activation_checkpointing: bool = False
     """Recompute each unit's forward in backward and keep only unit inputs (memory down,
     compute up); the same as --recompute full."""
@@ -490,7 +497,7 @@ SETTINGS: tuple[str, ...] = (
     "find_unused_parameters", "broadcast_buffers", "comm_hook", "powersgd_rank", "powersgd_start_iter",
     "clip_grad_norm", "zero_grad", "input_samples_per_s", "fsdp_version", "fsdp_accumulate", "recompute_every",
     "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a", "zero_impl", "zero_group",
-    "moe_a2a_overlap")
+    "moe_a2a_overlap", "attention_kernel")
 """Every setting by its flat name, in the order ``--json``'s ``config``, a sweep's columns and the
 flags are listed in (the order they were added in, kept so that outputs do not move)."""
 
@@ -631,6 +638,14 @@ class PredictConfig:
         if e.compile and k.single_gpu_step_s is not None:
             raise ConfigError("--compile: does not apply with --single-gpu-step-ms, whose measured step already "
                               "says how the model ran; leave one of them out")
+        if e.attention_kernel != "sdpa":
+            if not e.flash_attention:
+                raise ConfigError(f"--attention-kernel: {e.attention_kernel!r} is a fused kernel, but "
+                                  f"--no-flash-attention runs eager attention; drop one of them")
+            if k.single_gpu_step_s is not None:
+                raise ConfigError(f"--attention-kernel: {e.attention_kernel!r} does not apply with "
+                                  f"--single-gpu-step-ms, whose measured step already says how the model ran; "
+                                  f"leave one of them out")
         torch_model = is_torch_model_ref(w.model)
         if w.input_shape is not None and not torch_model:
             raise ConfigError(f"--input-shape: applies only to a torch module (--model file.py:fn), not to "
@@ -928,6 +943,6 @@ def _check_part(part: Any) -> None:
 assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of the parts once"
 SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
                   "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a",
-                  "zero_impl", "zero_group", "moe_a2a_overlap")
+                  "zero_impl", "zero_group", "moe_a2a_overlap", "attention_kernel")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

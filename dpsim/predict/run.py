@@ -57,9 +57,11 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.topology.spec import TopologySpec, nic_fabric
 from dpsim.topology.transport import TRANSPORT_ASSUMPTION_NOTE
+from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import ComputeProfile, compute_profile
 from dpsim.workload.from_torch import load_torch_workload
+from dpsim.workload.layers import with_attention_kernel
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.roofline import Efficiencies
@@ -180,6 +182,7 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
                               layout=config.parallelism.layout_active)
     if gpu.peak_flops_per_s:  # a CPU profile's device has no tensor cores to check
         check_precision_on_gpu(precision, gpu)
+        check_attention_kernel_on_gpu(config.execution.attention_kernel, gpu)
     compute: ComputeProfile = memoized(  # memoized: a sweep shares it between points
         compute_profile, model, gpu, micro_batch=config.workload.micro_batch, precision=precision, optimizer=config.workload.optimizer,
         compute_efficiency=config.calibration.compute_efficiency, single_gpu_step_s=config.calibration.single_gpu_step_s,
@@ -402,10 +405,14 @@ def load_model(config: PredictConfig) -> ModelSpec:
     """The config's model: a catalog entry, a shape (``transformer:...``), a transformers
     configuration the catalog builders cover (its shape), or a torch module (``file.py:fn``,
     ``pkg.mod:fn``) traced on the meta device (torch is imported only then)."""
-    model = model_source(config)
-    if is_torch_model_ref(model):
-        return load_torch_workload(model, input_shape=config.workload.input_shape)
-    return memoized(get_model, model, seq_len=config.workload.seq_len, flash_attention=config.execution.flash_attention)
+    source = model_source(config)
+    if is_torch_model_ref(source):
+        model = load_torch_workload(source, input_shape=config.workload.input_shape)
+    else:
+        model = memoized(get_model, source, seq_len=config.workload.seq_len,
+                         flash_attention=config.execution.flash_attention)
+    kernel = config.execution.attention_kernel
+    return model if kernel == "sdpa" else memoized(with_attention_kernel, model, kernel)
 
 
 def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, topology: Topology
@@ -459,6 +466,7 @@ def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpe
                               fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile,
                               layout=config.parallelism.layout_active)
     check_precision_on_gpu(precision, gpu)
+    check_attention_kernel_on_gpu(config.execution.attention_kernel, gpu)
     if config.parallelism.layout_active:
         check_layout(config, model, topology)
         memory, advice = layout_fit(layout_memory(config, model, gpu, precision), config)

@@ -39,6 +39,7 @@ kernel are costed as FlashAttention-2 on Hopper: a kernel not written for the ar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from dpsim.errors import ConfigError
 
 FAMILIES = ("flash2", "flash3", "cudnn")
 """Kernel families the model knows: FlashAttention-2 (PyTorch SDPA's flash backend), FlashAttention-3
@@ -151,6 +152,18 @@ fitted: the same benchmark's gpt-oss (head dim 64, window 1024) and DeepSeek-V3 
 (``validation/large_model_runs.md``).
 FlashAttention-2's head dim term is near zero: on Hopper it is slower at head dim 256 than at 128
 (register pressure), which ``d / (d + d0)`` cannot follow, so the fit flattens it."""
+
+
+def check_attention_kernel_on_gpu(kernel: str, gpu) -> None:
+    """Refuse ``--attention-kernel flash3`` on a GPU it does not run on: FlashAttention-3 is built on
+    Hopper's ``wgmma`` and TMA (Dao-AILab/flash-attention README, "FlashAttention-3 beta release":
+    "optimized for Hopper GPUs (e.g. H100)", "Requirements: H100 / H800 GPU, CUDA >= 12.3"), so
+    elsewhere the run could not have used it.
+    (:func:`kernel_pair` still costs an op that names it as FlashAttention-2 off Hopper, for models
+    built with it.)"""
+    if kernel == "flash3" and gpu.architecture != "hopper":
+        raise ConfigError(f"--attention-kernel: 'flash3' (FlashAttention-3) runs on Hopper GPUs (H100, H200, H800, "
+                          f"H20) only, not on {gpu.name}; use sdpa (FlashAttention-2) or cudnn")
 
 
 def kernel_pair(kernel: str, architecture: str) -> str:

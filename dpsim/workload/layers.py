@@ -342,6 +342,16 @@ def unpad_ops(tokens: int, width: int) -> list[MemoryOp]:
                      forward=((UNPAD_FORWARD_PASSES, "act"),), backward=((UNPAD_BACKWARD_PASSES, "act"),))]
 
 
+def with_attention_kernel(model: ModelSpec, kernel: str) -> ModelSpec:
+    """``model`` with every fused attention op run by ``kernel`` (one of
+    :data:`~dpsim.workload.spec.ATTENTION_KERNELS`; ``--attention-kernel``), costed in
+    :mod:`dpsim.workload.roofline`; eager attention is left as it is."""
+    return replace(model, layers=tuple(
+        replace(layer, ops=tuple(replace(op, kernel=kernel) if isinstance(op, AttentionOp) and op.fused else op
+                                 for op in layer.ops))
+        for layer in model.layers))
+
+
 def with_unpadded_attention(model: ModelSpec) -> ModelSpec:
     """``model`` with :func:`unpad_ops` after every fused attention op: what llm-foundry's
     ``attn_impl: flash`` runs around FlashAttention-2 (see :data:`UNPAD_FORWARD_PASSES`)."""
