@@ -167,3 +167,21 @@ def test_composer_default_rows_reduce_in_fp32_and_still_fit():
     assert alm.job_of(rows["R023"]).config.execution.precision == "bf16-params"  # PURE
     for rid in ("R016", "R025", "R042"):
         assert alm.evaluate(rows[rid]).fits, rid
+
+
+def test_olmo2_rows_and_only_they_normalise_the_whole_query_and_key_projections():
+    # OLMo 2 (TransformerConfig.olmo_1B/7B/13B at allenai/OLMo-core@e27ba74550f1: qk_norm=True) runs
+    # an RMSNorm over all of w_q(x) and w_k(x), weights of d_model; Llama-8B.py's shape has none.
+    rows = {r["id"]: r for r in alm.rows()}
+
+    def qk_norm_ops(rid):
+        return [op for layer in alm.model_of(rows[rid]).layers for op in layer.ops if op.name in ("q_norm", "k_norm")]
+
+    for rid, layers, d in (("R100", 18, 2048), ("R102", 32, 4096), ("R107", 40, 5120)):
+        ops = qk_norm_ops(rid)
+        assert len(ops) == 2 * layers, rid
+        assert all(op.elements == 4096 * d for op in ops), rid  # every element of q and k, per sequence
+        weights = [p for p in alm.model_of(rows[rid]).params if p.name.endswith(("q_norm.weight", "k_norm.weight"))]
+        assert len(weights) == 2 * layers and all(p.shape == (d,) for p in weights), rid
+    for rid in ("R104", "R105", "R096"):  # llama3-8b-like, llama-3-70b: no QK-norm
+        assert not qk_norm_ops(rid), rid

@@ -263,11 +263,18 @@ def model_of(row: dict) -> ModelSpec:
                          activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         model = build_gpt2(cfg, name=row["model"], flash_attention=True)
     elif row["ffn_act"] == "swiglu":
+        # OLMo 2 (the olmo2-* shapes) normalises the whole query and key projections before RoPE:
+        # TransformerConfig.olmo_1B/olmo_7B/olmo_13B set qk_norm=True (allenai/OLMo-core@e27ba74550f1
+        # src/olmo_core/nn/transformer/config.py lines 293-330). Its reordered norms (block.py lines
+        # 224-227: norm after attention and after the MLP, none before) are two RMSNorms over
+        # tokens x d_model per block, as the Llama builder's pre-norms are.
+        olmo2 = row["model"].startswith("olmo2-")
         cfg = LlamaConfig(hidden_size=int(row["hidden"]), num_hidden_layers=int(row["layers"]),
                           num_attention_heads=int(row["heads"]), num_key_value_heads=int(row["kv_heads"]),
                           intermediate_size=int(row["ffn"]), vocab_size=int(row["vocab"]),
                           max_position_embeddings=seq, head_dim=int(row["head_dim"]) if row["head_dim"] else None,
-                          tie_word_embeddings=row["tied_embeddings"] == "true")
+                          tie_word_embeddings=row["tied_embeddings"] == "true",
+                          qk_norm=olmo2, qk_norm_whole_projection=olmo2)
         model = build_llama(cfg, name=row["model"], flash_attention=True)
     else:
         raise KeyError(f"{row['id']}: activation {row['ffn_act']!r} has no builder")

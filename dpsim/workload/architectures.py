@@ -114,6 +114,13 @@ class LlamaConfig:
     tie_word_embeddings: bool = False
     qk_norm: bool = False
     """An RMSNorm over each query and key head before RoPE (Qwen3's ``q_norm``/``k_norm``)."""
+    qk_norm_whole_projection: bool = False
+    """With ``qk_norm``: one RMSNorm over the whole query and key projections (weights of
+    ``heads x head_dim`` and ``kv_heads x head_dim``) instead of one per head: OLMo 2's ``q_norm``
+    and ``k_norm`` (allenai/OLMo-core@e27ba74550f1 ``src/olmo_core/nn/attention.py`` lines 149-153,
+    built with ``size=d_model``, applied to ``w_q(x)`` and ``w_k(x)`` at lines 206-208). The
+    elementwise work is the same either way (every element of q and k read and written once);
+    only the weights' size differs."""
     num_experts: int = 0
     """Routed experts of each MoE layer (Mixtral ``num_local_experts``, Qwen3-MoE ``num_experts``,
     DeepSeek-V3 ``n_routed_experts``); 0: a dense model."""
@@ -339,8 +346,9 @@ def build_llama(
             k = _linear(f"{p}.self_attn.k_proj", kv_dim, d, dtype, bias=False)
             v_proj = _linear(f"{p}.self_attn.v_proj", kv_dim, d, dtype, bias=False)
             o = _linear(f"{p}.self_attn.o_proj", d, q_dim, dtype, bias=False)
-            qk_norms = ([_norm(f"{p}.self_attn.q_norm", hd, dtype, bias=False),
-                         _norm(f"{p}.self_attn.k_norm", hd, dtype, bias=False)] if cfg.qk_norm else [])
+            q_norm_dim, k_norm_dim = (q_dim, kv_dim) if cfg.qk_norm_whole_projection else (hd, hd)
+            qk_norms = ([_norm(f"{p}.self_attn.q_norm", q_norm_dim, dtype, bias=False),
+                         _norm(f"{p}.self_attn.k_norm", k_norm_dim, dtype, bias=False)] if cfg.qk_norm else [])
             attn_modules = [q, k, v_proj, o, *qk_norms]
             attn_ops = [*eager_rms_norm_ops("input_layernorm", s, d), *fan_out_ops("normed", sd, 3),
                         *linear_ops("q_proj", s, q_dim, d, bias=False),
