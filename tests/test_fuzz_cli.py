@@ -218,6 +218,8 @@ HAND_CASES = [
     OK("predict", [*SMALL, "--single-gpu-step-ms", "86400000", "--json"]),
     OK("predict", [*SMALL, "--single-gpu-samples-per-s", "1e6"]),
     E("predict", [*SMALL, "--single-gpu-samples-per-s", "1e9"], "--single-gpu-samples-per-s", "--micro-batch"),
+    E("predict", [*SMALL, "--input-samples-per-s", "1e-300"], "--input-samples-per-s", "86400 s"),
+    OK("predict", [*SMALL, "--input-samples-per-s", "1e-3", "--json"]),
     OK("predict", [*SMALL, "--compute-efficiency", "0.01"]),
     OK("predict", [*SMALL, "--overlap-slowdown", "10", "--json"]),
     OK("predict", [*SMALL, "--overlap-slowdown", "-0.0"]),
