@@ -237,6 +237,9 @@ HAND_CASES = [
     OK("predict", [*SMALL, "--seed", str(2**63 - 1), "--noise-cv", "0.1", "--mc-samples", "2", "--mc-steps", "3"]),
     OK("predict", [*SMALL, "--algo", ""]),
     OK("predict", ["--gpus", "65536", "--link", "infiniband", "--model", "gpt2", "--steps", "1", "--json"]),
+    # plan: its own --global-batch and budget (the base config never sees them)
+    E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "0"], "--global-batch"),
+    E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "64", "--tokens", "1e300"], "--tokens"),
     # memory
     E("memory", ["--gpus", "0"], "--gpus"),
     E("memory", ["--micro-batch", "1e9"], "--micro-batch"),

@@ -308,6 +308,21 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
         plan_layouts(dense, gpus=[64], global_batch=64, etps=(2,))
 
 
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(global_batch=0), "^--global-batch: 0 is not valid; expected an integer >= 1"),  # was an AssertionError
+    (dict(global_batch=2.5), "^--global-batch: 2.5 is not valid"),
+    (dict(global_batch=64, tokens=1e300), r"^--tokens: 1e\+300 is not valid"),  # printed a 1.6e+294-s time to train
+    (dict(global_batch=64, samples=float("nan")), "^--samples: nan is not valid"),
+    (dict(global_batch=64, tokens=-1.0), "^--tokens: -1"),
+])
+def test_plan_refuses_a_bad_global_batch_or_budget_in_one_line(kwargs, needle):
+    from dpsim.plan.planner import plan_layouts
+
+    with pytest.raises(ConfigError, match=needle) as exc:
+        plan_layouts(PredictConfig(model="gpt2", link="nvlink", gpus=8), gpus=[8], **kwargs)
+    assert "\n" not in str(exc.value)
+
+
 @pytest.mark.slow
 def test_plan_places_deepseek_v3_on_16384_gpus_with_expert_parallelism():
     """Issue 28: the MoE's plan lists fitting layouts with ep > 1 (its time, under 10 s, is a figure of

@@ -61,7 +61,7 @@ from dpsim.collectives.groups import (
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.hardware import get_gpu
-from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, short
+from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, MAX_TOKENS, short
 from dpsim.memory import stage_activation_bytes, worst_stage
 from dpsim.plan.cost import PriceOverride, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
@@ -72,7 +72,7 @@ from dpsim.plan.reliability import (
     DEFAULT_RESTART_S,
     ClusterShape,
 )
-from dpsim.predict.config import PredictConfig, flag_name, flag_scale
+from dpsim.predict.config import PredictConfig, check_value, flag_name, flag_scale
 from dpsim.predict.layout import (
     _heads,
     check_experts,
@@ -925,6 +925,13 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     ``base``'s)."""
     t0 = time.perf_counter()
     base = resolve(base).config
+    # The search's own inputs, checked as predict checks them: --global-batch 0 reached Layout's
+    # assertion (a traceback), --tokens 1e300 printed a 1.6e+294-s time to train.
+    check_value("global_batch", global_batch)
+    for flag, budget in (("--tokens", tokens), ("--samples", samples)):
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                                   or not 0 < budget <= MAX_TOKENS):
+            raise ConfigError(f"{flag}: {short(budget)} is not valid; expected a count > 0 and at most {MAX_TOKENS:.0e}")
     if rank_by not in RANKINGS:
         raise ConfigError(f"--rank: {rank_by!r} is not known; choose one of {', '.join(RANKINGS)}")
     if rank_by in ("cost", "goodput") and tokens is None and samples is None:
