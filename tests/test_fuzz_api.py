@@ -64,3 +64,20 @@ def test_goodput_through_the_api_still_runs():
     report = dpsim.goodput(dpsim.PredictConfig(**CONFIG), duration_s=86400.0, runs=3,
                            rates=FailureRates(gpu_mtbf_s=1e6, node_mtbf_s=1e6, link_mtbf_s=math.inf))
     assert report.work_s == 86400.0 and report.n_gpus == 8 and math.isfinite(report.mtbf_s)
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda: dpsim.sweep(gpus=[8], link="nvlink", model="gpt2", tokens=1e300), "sweep tokens: 1e+300 is not valid"),
+    (lambda: dpsim.sweep(3), "sweep: grid is int"),  # dict(3): a TypeError
+])
+def test_sweep_refuses_what_the_cli_refuses(call, needle):
+    _refused(call, needle)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(stragglers=("gpu0:2x",)), "--straggler: ('gpu0:2x',) is not valid"),  # AttributeError in the run
+    (dict(stragglers=3), "--straggler: 3 is not valid"),                          # TypeError: len(3)
+    (dict(degradations="nvlink:50%"), "--degrade: 'nvlink:50%' is not valid"),
+])
+def test_a_variability_spec_refuses_text_where_parsed_objects_belong(kwargs, needle):
+    _refused(lambda: dpsim.VariabilitySpec(**kwargs), needle)
