@@ -55,7 +55,7 @@ from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
 from dpsim.mix.pool import GroupPool
-from dpsim.mix.spec import JobSpec, MixSpec, predict_flag_to_field
+from dpsim.mix.spec import DrawnFailures, JobSpec, MixSpec, predict_flag_to_field
 from dpsim.network import maxmin_jit
 from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
@@ -1288,9 +1288,11 @@ class _Failures:
         self.rate = float(self.cumulative[-1]) * n_srv
         self.rng = np.random.default_rng(f.seed)
         self.ports = ports_per_nic(sim.net)
+        given = [f"failures.mtbf_{c}" for c in ("gpu", "node", "link") if math.isfinite(getattr(f.rates, f"{c}_mtbf_s"))]
+        self.drawn = DrawnFailures(self.rate, spec.horizon_s, "/".join(given) or "failures", "servers")
         self._draw(0.0)
         links_fail = any(e.component == "link" for e in f.events) or math.isfinite(f.rates.link_mtbf_s)
-        self.outages = FabricOutages(sim.net, f, sim.capacity) \
+        self.outages = FabricOutages(sim.net, f, sim.capacity, spec.horizon_s) \
             if f.uplink_events or f.uplink_mtbf_s or (self.ports > 1 and links_fail) else None
         self.log: list[FailureRecord] = []
         self.held: set[int] = set()
@@ -1318,6 +1320,7 @@ class _Failures:
 
     def _draw(self, now: float) -> None:
         if self.rate > 0:
+            self.drawn.count()
             t = now + float(self.rng.exponential(1.0 / self.rate))
             server = int(self.rng.integers(self.sim.n_servers))
             u = float(self.rng.random()) * float(self.cumulative[-1])
