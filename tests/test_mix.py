@@ -234,6 +234,15 @@ def test_placement_and_job_errors(jobs, message):
     assert message in str(exc.value)
 
 
+def test_a_job_error_from_a_transformers_config_keeps_its_name_whole():
+    # The job's name went after the first colon, inside the reference: "jobs[0].model transformers (a):GPT2Config".
+    pytest.importorskip("transformers.utils.logging")  # the real library (the tests' stubs have no GPT2Config)
+    job = {**JOB_A, "model": "transformers:GPT2Config(n_head=0)"}
+    with pytest.raises(DpsimError) as exc:
+        simulate_mix(_mix(job), sample_steps=None)
+    assert str(exc.value).startswith("jobs[0].model transformers:GPT2Config(...) (a): n_head=0 is not valid")
+
+
 def test_cluster_gpus_are_capped():
     # 100,000,000 GPUs tried to allocate a 6 GiB link array (numpy's ArrayMemoryError as a traceback).
     with pytest.raises(ConfigError, match=r"cluster\.gpus: 100000000 is not valid; expected an integer >= 1 and "

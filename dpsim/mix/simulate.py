@@ -476,9 +476,10 @@ class MixSimulation:
             except DpsimError as exc:
                 # Worded with the file's fields: the job has no flags.
                 text = predict_flag_to_field(str(exc), f"jobs[{i}]")
-                head, sep, rest = text.partition(":")
+                # ": " ends the field (a colon alone may be the model's own: transformers:GPT2Config(...)).
+                head, sep, rest = text.partition(": ")
                 if text.startswith(f"jobs[{i}].") and sep:
-                    raise type(exc)(f"{head} ({job.name}):{rest}") from None
+                    raise type(exc)(f"{head} ({job.name}): {rest}") from None
                 raise type(exc)(f"jobs[{i}] ({job.name}): {text}") from None
             fits, need, usable = self.solo[job.name][6]
             if not fits:  # a job that cannot start would share the network as if it ran
