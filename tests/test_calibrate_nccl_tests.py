@@ -190,6 +190,10 @@ def test_without_device_list_ranks_come_from_busbw_and_nodes_from_the_flag(tmp_p
     # ("size np.float64(1048576.0) B, time np.float64(nan) s is not valid").
     ("all_reduce_perf.log", OLD_FORMAT.replace("86.28", "nan", 1), "line 17: time nan us is not a positive"),
     ("all_reduce_perf.log", OLD_FORMAT.replace("86.28", "inf", 1), "line 17: time inf us is not a positive"),
+    # 1e-300 us reached the fit as numpy's LinAlgError traceback; 1e308 us failed the profile's schema
+    # in two lines that named neither the flag nor the line.
+    ("all_reduce_perf.log", OLD_FORMAT.replace("86.28", "1e-300", 1), "line 17: time 1e-300 us is not valid"),
+    ("all_reduce_perf.log", OLD_FORMAT.replace("86.28", "1e308", 1), "line 17: time 1e308 us is not valid"),
 ])
 def test_malformed_logs_give_one_clear_line(capsys, tmp_path, name, text, needle):
     path = tmp_path / name
