@@ -64,7 +64,7 @@ from dpsim.errors import ConfigError, DpsimError
 from dpsim.hardware import get_gpu
 from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, MAX_TOKENS, short
 from dpsim.memory import stage_activation_bytes, worst_stage
-from dpsim.plan.cost import PriceOverride, gpu_hour_price
+from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
 from dpsim.plan.reliability import (
     DEFAULT_GPU_MTBF_S,
@@ -73,7 +73,7 @@ from dpsim.plan.reliability import (
     DEFAULT_RESTART_S,
     ClusterShape,
 )
-from dpsim.predict.config import PredictConfig, check_value, flag_name, flag_scale
+from dpsim.predict.config import LAYOUT_DP_STRATEGIES, PredictConfig, check_value, flag_name, flag_scale
 from dpsim.predict.layout import (
     _heads,
     check_experts,
@@ -441,9 +441,6 @@ def check_search(*, gpus: Any, tps: Any, pps: Any, cps: Any, eps: Any, etps: Any
     ``dpsim.plan`` called from Python does not end in an assertion or a division by zero
     (``tps=[0]``, ``micro_batches=[-1]``, ``strategies=["zero3"]``) nor silently drop a price
     (``gpu_hour_usd=-1`` was caught as "no price" and left the cost out)."""
-    from dpsim.plan.cost import check_price_override
-    from dpsim.predict.config import LAYOUT_DP_STRATEGIES
-
     _check_int_values(gpus, "--gpus", optional=False)
     for flag, values in (("--tp", tps), ("--pp", pps), ("--cp", cps), ("--ep", eps), ("--etp", etps),
                          ("--micro-batches", micro_batches)):
