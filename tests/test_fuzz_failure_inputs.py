@@ -107,6 +107,14 @@ def test_a_mix_without_a_horizon_stops_drawing_failures(failures, needle, tmp_pa
     _refused(doc, needle, tmp_path, capsys)
 
 
+def test_a_job_that_would_write_too_many_checkpoints_is_refused(tmp_path, capsys):
+    """Every checkpoint write is simulated: a 1-s interval over a 10-year job was 3e8 of them (it ran for hours)."""
+    doc = {"cluster": BASE["cluster"], "failures": {"repair": "1h", "mtbf_node": "10000h"},
+           "jobs": [{"name": "a", "model": "gpt2", "gpus": 4, "nodes": [0, 2], "duration": "3650d",
+                     "checkpoint": {"interval": "1s"}}]}
+    _refused(doc, "checkpoint.interval", tmp_path, capsys)
+
+
 def test_the_base_mix_and_its_valid_neighbours_run(tmp_path, capsys):
     """The cases above fail for the field they change, not because the base document is wrong."""
     docs = [BASE, _with(("failures", "events"), [{"at": "1s", "link": 0, "nic": 0}, {"at": "1s", "link": 0, "nic": 0}]),

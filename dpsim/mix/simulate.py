@@ -55,7 +55,7 @@ from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
 from dpsim.mix.pool import GroupPool
-from dpsim.mix.spec import DrawnFailures, JobSpec, MixSpec, predict_flag_to_field
+from dpsim.mix.spec import MAX_SIMULATED_CHECKPOINTS, DrawnFailures, JobSpec, MixSpec, predict_flag_to_field
 from dpsim.network import maxmin_jit
 from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
@@ -1398,6 +1398,11 @@ class _Failures:
             interval = max(interval, self.alone_step(i))  # a checkpoint at most every step
         interval = max(interval, MIN_CHECKPOINT_INTERVAL_S)
         self.interval[i] = interval if interval < work else math.inf  # one at the end saves nothing
+        if work / interval > MAX_SIMULATED_CHECKPOINTS:
+            raise ConfigError(f"jobs[{i}] ({job.name}): a checkpoint every {interval:g} s over its {work:.3g} s of "
+                              f"training is {work / interval:.3g} writes to simulate; expected at most "
+                              f"{MAX_SIMULATED_CHECKPOINTS:,}: give a longer checkpoint.interval, or less work (steps, "
+                              f"duration or the horizon)")
         self.write[i], self.restart[i] = write, ck.restart_s
         self.state_bytes[i] = float(self.sim.solo[job.name][5])
         self.write_rate[i] = self.state_bytes[i] / write if write > 0 else math.inf

@@ -81,6 +81,11 @@ one (~20 us a draw here): an MTBF of 1e-300 s drew forever, 0.01 s on 8 servers 
 51 s for 2.9 million. A cluster of 2,000 servers at a 3,692-h node MTBF draws ~400 a month."""
 
 
+MAX_SIMULATED_CHECKPOINTS = 100_000
+"""Checkpoints one job of a mix with failures may write: each write is simulated (its start and end).
+A 1-s interval over a 10-year duration was 3e8 of them (it ran for hours)."""
+
+
 class DrawnFailures:
     """Counts a mix's random failures of one kind and refuses, in one line naming the MTBF fields, a
     rate that would draw more than :data:`MAX_DRAWN_FAILURES`: before the run when the mix has a
