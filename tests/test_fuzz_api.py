@@ -81,3 +81,15 @@ def test_sweep_refuses_what_the_cli_refuses(call, needle):
 ])
 def test_a_variability_spec_refuses_text_where_parsed_objects_belong(kwargs, needle):
     _refused(lambda: dpsim.VariabilitySpec(**kwargs), needle)
+
+
+@pytest.mark.parametrize("sample_steps", [-1, 0, 2.5, "x", True])
+def test_simulate_mix_refuses_a_bad_sample_window(sample_steps):
+    from pathlib import Path
+
+    from dpsim.mix import mix_from_dict, simulate_mix
+
+    topology = Path(__file__).parent / "data" / "mix" / "fat-tree-2to1.yaml"
+    spec = mix_from_dict({"cluster": {"topology": str(topology), "gpus": 16},
+                          "jobs": [{"name": "a", "model": "gpt2", "gpus": 4, "steps": 5}]})
+    _refused(lambda: simulate_mix(spec, sample_steps=sample_steps), "--sample-steps: ")

@@ -1574,6 +1574,11 @@ def simulate_mix(spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STE
     failures but cables that never narrow the network, and each job's :attr:`JobResult.fabric_slowdown`
     is its step time over that run's.
     """
+    if sample_steps is not None and (isinstance(sample_steps, bool) or not isinstance(sample_steps, int)
+                                     or sample_steps < 1):
+        # The CLI refuses it first; from Python -1 or 2.5 ran with a meaningless sample window.
+        raise ConfigError(f"--sample-steps: {sample_steps!r} is not valid; expected an integer >= 1, or None "
+                          f"(every step simulated)")
     result = MixSimulation(spec, sample_steps=sample_steps, network=network).run()
     if not result.link_outages:
         return result
