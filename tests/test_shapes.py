@@ -218,6 +218,9 @@ def test_a_traced_stack_of_blocks_is_split_into_stages(tmp_path):
     ("transformer:hidden=64,layers=2,heads=4,vocab=10,seq=8,act=gelu,norm=layernorm,pos=alibi,dropout=1",
      "dropout=1 is not valid"),
     ("transformer:LlamaConfig()", "transformers:LlamaConfig(...)"),
+    # The name went raw into every table's title: a newline split it, an escape sequence coloured the terminal.
+    ("transformer:hidden=64,layers=2,heads=4,ffn=1,vocab=10,seq=8,name=a\nb", "name='a\\nb' is not valid"),
+    ("transformer:hidden=64,layers=2,heads=4,ffn=1,vocab=10,seq=8,name=\x1b[31mred", "expected printable text"),
 ])
 def test_bad_shapes_are_refused_in_one_line(text, needle):
     with pytest.raises(DpsimError) as exc:

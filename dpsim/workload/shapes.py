@@ -167,6 +167,8 @@ def parse_shape(text: str) -> TransformerShape:
     values.setdefault("positions", values["seq"])
     values["dropout"] = _dropout(given.get("dropout"), values["norm"])
     values["name"] = given.get("name", "transformer")
+    if not values["name"].isprintable():  # a newline or an escape sequence went raw into every table's title
+        raise _fail("name", repr(values["name"]), "expected printable text on one line")
     return check_shape(TransformerShape(**values))
 
 
