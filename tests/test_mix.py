@@ -211,6 +211,8 @@ def test_allocation_counts_held_gpus():
     ([{**JOB_A, "steps": None, "duration": "1e30h"}], {}, "jobs[0].duration: '1e30h' is not valid"),
     ([JOB_A], {"horizon": "100000d"}, "horizon: '100000d' is not valid; expected a time of at most"),
     ([{**JOB_A, "steps": 10**15}], {}, "jobs[0].steps: 1000000000000000 is not valid"),
+    # A newline or an escape sequence in a job's name went raw into the tables.
+    ([{**JOB_A, "name": "a\nb"}], {}, "jobs[0].name: 'a\\nb' is not valid; expected a non-empty line of printable"),
 ])
 def test_mix_file_errors_name_the_field(jobs, top, message):
     jobs = [{k: v for k, v in j.items() if v is not None} for j in jobs]

@@ -279,8 +279,9 @@ def _job(i: int, data: Any, default_policy: str, names: set[str], default_checkp
     where = f"jobs[{i}]"
     data = _keys(where, data, _JOB_KEYS)
     name = data.get("name", f"job{i}")
-    if not isinstance(name, str) or not name or len(name) > 64:
-        raise _fail(f"{where}.name", name, "expected a non-empty string of at most 64 characters")
+    if not isinstance(name, str) or not name or len(name) > 64 or not name.isprintable():
+        # isprintable: a newline or an escape sequence went raw into the tables (and split the error line).
+        raise _fail(f"{where}.name", name, "expected a non-empty line of printable text, at most 64 characters")
     if name in names:
         raise _fail(f"{where}.name", name, "names must be unique within the mix")
     names.add(name)
