@@ -190,6 +190,10 @@ def test_without_device_list_ranks_come_from_busbw_and_nodes_from_the_flag(tmp_p
     # ("size np.float64(1048576.0) B, time np.float64(nan) s is not valid").
     ("all_reduce_perf.log", OLD_FORMAT.replace("86.28", "nan", 1), "line 17: time nan us is not a positive"),
     ("all_reduce_perf.log", OLD_FORMAT.replace("86.28", "inf", 1), "line 17: time inf us is not a positive"),
+    # 1e-300 us reached the fit as numpy's LinAlgError traceback; 1e308 us failed the profile's schema
+    # in two lines that named neither the flag nor the line.
+    ("all_reduce_perf.log", OLD_FORMAT.replace("86.28", "1e-300", 1), "line 17: time 1e-300 us is not valid"),
+    ("all_reduce_perf.log", OLD_FORMAT.replace("86.28", "1e308", 1), "line 17: time 1e308 us is not valid"),
 ])
 def test_malformed_logs_give_one_clear_line(capsys, tmp_path, name, text, needle):
     path = tmp_path / name
@@ -290,3 +294,16 @@ def test_a_device_or_a_huge_log_is_refused_without_reading_it(capsys, tmp_path):
     rc, _, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(big), "--out", str(tmp_path / "p.json"))
     assert rc == 2 and "larger than" in err and "--from-nccl-tests" in err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_file_stem_that_cannot_name_the_profile_is_refused_naming_the_flag(capsys, tmp_path):
+    # The profile takes the --out file's stem as its name; one with an escape sequence was written, then
+    # refused by every later load (the loader wants one printable line), in a message naming no flag.
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text(OLD_FORMAT)
+    rc, out, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(log), "--out", str(tmp_path / "a\x1bb.json"))
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("dpsim: error: --out: ") and "give --name" in err
+    assert not list(tmp_path.glob("*.json"))
+    rc, out, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(log), "--out", str(tmp_path / "a\x1bb.json"),
+                           "--name", "ok")
+    assert rc == 0

@@ -171,6 +171,8 @@ def _edit(path, doc):
      "compute.matmul_flops_per_s.tf99: unknown dtype"),
     (lambda d: d["collectives"]["intra_node"]["ops"]["all_reduce"]["measurements"][0].update(time_s=0),
      "measurements[0].time_s: 0 is not valid"),
+    # The name titles collective's header: a newline split it, an escape sequence coloured the terminal.
+    (lambda d: d.update(name="a\nb\x1b[31m"), "name: \"a\\nb\\u001b[31m\" is not valid; expected one line"),
 ])
 def test_malformed_profile_one_line_naming_the_field(capsys, tmp_path, mutate, needle):
     doc = _doc()

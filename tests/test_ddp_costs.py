@@ -81,6 +81,9 @@ def test_comm_hook_flag_lists_the_hooks():
     ({"comm_hook": "fp16-compress", "tp": 2, "model": "llama-2-7b"}, "--comm-hook"),
     ({"input_samples_per_s": 100.0, "tp": 2, "model": "llama-2-7b"}, "--input-samples-per-s"),
     ({"input_samples_per_s": 0.0}, "--input-samples-per-s"),
+    # A loader slower than a day per step: 1e-300 samples/s printed a 4.6e+295-day step.
+    ({"input_samples_per_s": 1e-300}, "--input-samples-per-s"),
+    ({"input_samples_per_s": 1e-4, "micro_batch": 16}, "--input-samples-per-s"),
     ({"powersgd_start_iter": 1, "comm_hook": "powersgd"}, "--powersgd-start-iter"),
 ])
 def test_ddp_flags_are_refused_where_they_do_not_apply(kwargs, flag):

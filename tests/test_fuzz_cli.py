@@ -218,6 +218,8 @@ HAND_CASES = [
     OK("predict", [*SMALL, "--single-gpu-step-ms", "86400000", "--json"]),
     OK("predict", [*SMALL, "--single-gpu-samples-per-s", "1e6"]),
     E("predict", [*SMALL, "--single-gpu-samples-per-s", "1e9"], "--single-gpu-samples-per-s", "--micro-batch"),
+    E("predict", [*SMALL, "--input-samples-per-s", "1e-300"], "--input-samples-per-s", "86400 s"),
+    OK("predict", [*SMALL, "--input-samples-per-s", "1e-3", "--json"]),
     OK("predict", [*SMALL, "--compute-efficiency", "0.01"]),
     OK("predict", [*SMALL, "--overlap-slowdown", "10", "--json"]),
     OK("predict", [*SMALL, "--overlap-slowdown", "-0.0"]),
@@ -235,6 +237,9 @@ HAND_CASES = [
     OK("predict", [*SMALL, "--seed", str(2**63 - 1), "--noise-cv", "0.1", "--mc-samples", "2", "--mc-steps", "3"]),
     OK("predict", [*SMALL, "--algo", ""]),
     OK("predict", ["--gpus", "65536", "--link", "infiniband", "--model", "gpt2", "--steps", "1", "--json"]),
+    # plan: its own --global-batch and budget (the base config never sees them)
+    E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "0"], "--global-batch"),
+    E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "64", "--tokens", "1e300"], "--tokens"),
     # memory
     E("memory", ["--gpus", "0"], "--gpus"),
     E("memory", ["--micro-batch", "1e9"], "--micro-batch"),

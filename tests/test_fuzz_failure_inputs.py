@@ -79,7 +79,12 @@ CASES = (
         "failures.events[0]"),
        ("nic past the server's NICs", _with(("failures", "events"), [{"at": "1s", "link": 0, "nic": 1}]),
         "failures.events[0].nic"),
-       ("link past the servers", _with(("failures", "events"), [{"at": "1s", "link": 99}]), "failures.events[0].link")]
+       ("link past the servers", _with(("failures", "events"), [{"at": "1s", "link": 99}]), "failures.events[0].link"),
+       # Random failures drawn one by one: an MTBF of 1e-300 s drew forever (a hang), one of 0.01 s
+       # took minutes; over the horizon at most MAX_DRAWN_FAILURES are expected.
+       ("mtbf_gpu 1e-300s", _with(("failures", "mtbf_gpu"), "1e-300s"), "failures.mtbf_gpu"),
+       ("mtbf_node 0.001s", _with(("failures", "mtbf_node"), "0.001s"), "failures.mtbf_node"),
+       ("mtbf_uplink 1e-300s", _with(("failures", "mtbf_uplink"), {"leaf-spine": "1e-300s"}), "failures.mtbf_uplink")]
     + [(f"nic={v!r}"[:40], _with(("failures", "events"), [{"at": "1s", "link": 0, "nic": v}]), "failures.events[0].nic")
        for v in [-1, 1.5, math.nan, math.inf, True, None, "", "0", [], 10**30]]
 )
@@ -88,6 +93,26 @@ CASES = (
 @pytest.mark.parametrize("doc,needle", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_a_bad_failure_field_is_refused_naming_it(doc, needle, tmp_path, capsys):
     _refused(doc, needle, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("failures, needle", [
+    ({"repair": "1h", "mtbf_node": "1e-300s"}, "failures.mtbf_node"),
+    ({"repair": "1h", "mtbf_uplink": {"leaf-spine": "1e-300s"}}, "failures.mtbf_uplink"),
+])
+def test_a_mix_without_a_horizon_stops_drawing_failures(failures, needle, tmp_path, capsys):
+    """Without a horizon the mix runs until its jobs end, which they never do when a failure comes
+    every 1e-300 s: the draws are counted and the mix refused past MAX_DRAWN_FAILURES (it hung)."""
+    doc = {"cluster": BASE["cluster"], "failures": failures,
+           "jobs": [{"name": "a", "model": "gpt2", "gpus": 4, "nodes": [0, 2], "steps": 10}]}
+    _refused(doc, needle, tmp_path, capsys)
+
+
+def test_a_job_that_would_write_too_many_checkpoints_is_refused(tmp_path, capsys):
+    """Every checkpoint write is simulated: a 1-s interval over a 10-year job was 3e8 of them (it ran for hours)."""
+    doc = {"cluster": BASE["cluster"], "failures": {"repair": "1h", "mtbf_node": "10000h"},
+           "jobs": [{"name": "a", "model": "gpt2", "gpus": 4, "nodes": [0, 2], "duration": "3650d",
+                     "checkpoint": {"interval": "1s"}}]}
+    _refused(doc, "checkpoint.interval", tmp_path, capsys)
 
 
 def test_the_base_mix_and_its_valid_neighbours_run(tmp_path, capsys):

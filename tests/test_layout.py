@@ -308,6 +308,39 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
         plan_layouts(dense, gpus=[64], global_batch=64, etps=(2,))
 
 
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(global_batch=0), "^--global-batch: 0 is not valid; expected an integer >= 1"),  # was an AssertionError
+    (dict(global_batch=2.5), "^--global-batch: 2.5 is not valid"),
+    (dict(global_batch=64, tokens=1e300), r"^--tokens: 1e\+300 is not valid"),  # printed a 1.6e+294-s time to train
+    (dict(global_batch=64, samples=float("nan")), "^--samples: nan is not valid"),
+    (dict(global_batch=64, tokens=-1.0), "^--tokens: -1"),
+    (dict(global_batch=None), "^--global-batch: the layouts are searched for one global batch"),
+    # The search axes through dpsim.plan (the CLI parses them first): each was a ZeroDivisionError,
+    # an AssertionError or a TypeError; gpu_hour_usd=-1 was taken as "no price" and the cost left out.
+    (dict(global_batch=64, gpus=8), "^--gpus: 8 is not valid; expected a list"),
+    (dict(global_batch=64, gpus=[]), "^--gpus: "),
+    (dict(global_batch=64, tps=[0]), "^--tp: 0 is not valid"),
+    (dict(global_batch=64, pps=[0]), "^--pp: 0 is not valid"),
+    (dict(global_batch=64, cps=[0]), "^--cp: 0 is not valid"),
+    (dict(global_batch=64, tps=["2"]), "^--tp: '2' is not valid"),
+    (dict(global_batch=64, micro_batches=[-1]), "^--micro-batches: -1 is not valid"),
+    (dict(global_batch=64, strategies=["zero3"]), "^--strategies: "),
+    (dict(global_batch=64, strategies="ddp"), "^--strategies: 'ddp' is not valid; choose a list"),
+    (dict(global_batch=64, recomputes=["bogus"]), "^--recompute: "),
+    (dict(global_batch=64, schedules=["bogus"]), "^--schedules: "),
+    (dict(global_batch=64, top=0), r"^--top: 0 is not valid"),
+    (dict(global_batch=64, verify=-1), r"^--verify: -1 is not valid"),
+    (dict(global_batch=64, tokens=1e9, budget_usd=float("nan")), "^--budget-usd: nan"),
+    (dict(global_batch=64, tokens=1e9, gpu_hour_usd=-1.0), "^--gpu-hour-usd: -1.0 is not valid"),
+])
+def test_plan_refuses_a_bad_global_batch_or_budget_in_one_line(kwargs, needle):
+    from dpsim.plan.planner import plan_layouts
+
+    with pytest.raises(ConfigError, match=needle) as exc:
+        plan_layouts(PredictConfig(model="gpt2", link="nvlink", gpus=8), **{"gpus": [8], **kwargs})
+    assert "\n" not in str(exc.value)
+
+
 @pytest.mark.slow
 def test_plan_places_deepseek_v3_on_16384_gpus_with_expert_parallelism():
     """Issue 28: the MoE's plan lists fitting layouts with ep > 1 (its time, under 10 s, is a figure of

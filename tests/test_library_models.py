@@ -53,11 +53,23 @@ def test_calls_take_literal_keyword_arguments_only():
     ("f(**{'a': 1})", "**"),
     ("a.b(x=1)", "not NAME"),
     ("f(x=", "not NAME"),
+    ("f(n_layer=2, n_layer=3)", "given twice"),  # ast accepts it; the last value was used without a word
 ])
 def test_anything_but_literals_is_refused_in_one_line(text, words):
     with pytest.raises(WorkloadError) as e:
         parse_call(text, f"m:{text}")
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_transformers_log_lines_are_held_back_while_a_reference_is_built(capfd):
+    # LlamaConfig(vocab_size=0) logged two warnings to stderr before dpsim's one-line refusal.
+    hf_logging = pytest.importorskip("transformers.utils.logging")
+    from dpsim.workload.library_models import quiet_transformers
+
+    before = hf_logging.get_verbosity()
+    with quiet_transformers():
+        hf_logging.get_logger("transformers.configuration_utils").warning("bos_token_id must be ...")
+    assert capfd.readouterr().err == "" and hf_logging.get_verbosity() == before
 
 
 def test_a_ref_with_a_call_parses_with_its_colons_inside():

@@ -211,6 +211,8 @@ def test_allocation_counts_held_gpus():
     ([{**JOB_A, "steps": None, "duration": "1e30h"}], {}, "jobs[0].duration: '1e30h' is not valid"),
     ([JOB_A], {"horizon": "100000d"}, "horizon: '100000d' is not valid; expected a time of at most"),
     ([{**JOB_A, "steps": 10**15}], {}, "jobs[0].steps: 1000000000000000 is not valid"),
+    # A newline or an escape sequence in a job's name went raw into the tables.
+    ([{**JOB_A, "name": "a\nb"}], {}, "jobs[0].name: 'a\\nb' is not valid; expected a non-empty line of printable"),
 ])
 def test_mix_file_errors_name_the_field(jobs, top, message):
     jobs = [{k: v for k, v in j.items() if v is not None} for j in jobs]
@@ -232,6 +234,15 @@ def test_placement_and_job_errors(jobs, message):
     with pytest.raises(DpsimError) as exc:
         simulate_mix(_mix(*jobs), sample_steps=None)
     assert message in str(exc.value)
+
+
+def test_a_job_error_from_a_transformers_config_keeps_its_name_whole():
+    # The job's name went after the first colon, inside the reference: "jobs[0].model transformers (a):GPT2Config".
+    pytest.importorskip("transformers.utils.logging")  # the real library (the tests' stubs have no GPT2Config)
+    job = {**JOB_A, "model": "transformers:GPT2Config(n_head=0)"}
+    with pytest.raises(DpsimError) as exc:
+        simulate_mix(_mix(job), sample_steps=None)
+    assert str(exc.value).startswith("jobs[0].model transformers:GPT2Config(...) (a): n_head=0 is not valid")
 
 
 def test_cluster_gpus_are_capped():

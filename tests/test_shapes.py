@@ -218,6 +218,9 @@ def test_a_traced_stack_of_blocks_is_split_into_stages(tmp_path):
     ("transformer:hidden=64,layers=2,heads=4,vocab=10,seq=8,act=gelu,norm=layernorm,pos=alibi,dropout=1",
      "dropout=1 is not valid"),
     ("transformer:LlamaConfig()", "transformers:LlamaConfig(...)"),
+    # The name went raw into every table's title: a newline split it, an escape sequence coloured the terminal.
+    ("transformer:hidden=64,layers=2,heads=4,ffn=1,vocab=10,seq=8,name=a\nb", "name='a\\nb' is not valid"),
+    ("transformer:hidden=64,layers=2,heads=4,ffn=1,vocab=10,seq=8,name=\x1b[31mred", "expected printable text"),
 ])
 def test_bad_shapes_are_refused_in_one_line(text, needle):
     with pytest.raises(DpsimError) as exc:
@@ -252,13 +255,23 @@ def test_a_transformers_config_deeper_than_the_limit_is_refused():
     ("gpt2", dict(n_layer=5000), "n_layer=5000 is not valid; expected at most 1,024 blocks"),
     ("gpt2", dict(n_embd=770), "n_head=12 is not valid; it must divide n_embd=770"),
     ("llama", dict(num_key_value_heads=5), "num_key_value_heads=5 is not valid; it must divide num_attention_heads=32"),
+    # Qwen2Config divides by nothing: dpsim's own hidden // heads was a ZeroDivisionError traceback.
+    ("qwen2", dict(num_attention_heads=0), "num_attention_heads=0 is not valid; expected an integer from 1"),
+    # 0 used to read as "left out" (x or default): multi-head attention, an MLP of 4 x hidden.
+    ("llama", dict(num_key_value_heads=0), "num_key_value_heads=0 is not valid; expected an integer from 1"),
+    ("gpt2", dict(n_inner=0), "n_inner=0 is not valid; expected an integer from 1"),
+    # A dropout out of range was blamed on the shape key (--model transformer: dropout=2.0).
+    ("gpt2", dict(resid_pdrop=2.0), "resid_pdrop=2.0 is not valid; expected a probability"),
+    ("gpt2", dict(resid_pdrop=float("nan")), "resid_pdrop=nan is not valid; expected a probability"),
 ])
 def test_a_config_is_refused_by_its_own_attribute_names(model_type, attrs, message):
     base = {"gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
                          activation_function="gelu_new", resid_pdrop=0.1),
             "llama": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                           num_attention_heads=32, num_key_value_heads=32, hidden_act="silu",
-                          max_position_embeddings=4096, tie_word_embeddings=False, head_dim=None)}[model_type]
+                          max_position_embeddings=4096, tie_word_embeddings=False, head_dim=None)}
+    base["qwen2"] = base["llama"]
+    base = base[model_type]
     with pytest.raises(WorkloadError) as err:
         shape_of_hf_config(_cfg(model_type, **{**base, **attrs}), name="Cfg(...)")
     text = str(err.value)

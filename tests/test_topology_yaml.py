@@ -173,6 +173,8 @@ BAD_FIELDS = [
     (_mut("collective_base_latency_us", 8.4), ["collective_base_latency_us", "no longer read", "launch_overhead_us"]),
     (_mut("name", ...), ["name", "missing"]),
     (_mut("name", "  "), ["name", "'  '", "string"]),
+    # The name titles every table: a newline split it, an escape sequence coloured the terminal.
+    (_mut("name", "a\nb\x1b[31m"), ["name", "one line of printable text"]),
     (_mut("description", 7), ["description", "7", "string"]),
     (_mut("node", ...), ["node", "missing", "mapping"]),
     # nic_efficiency may be left out (the transport gives it); the line rate may not without a NIC preset.

@@ -139,10 +139,22 @@ def default_out(name: str) -> str:
     return f"dpsim-calibration-{name}.json"
 
 
+def profile_name(name: str | None, out: str | None, fallback: str, fallback_flag: str) -> str:
+    """``--name``, else the ``--out`` file stem, else ``fallback``; a stem that is not one printable
+    line (the loader refuses such a name) is refused here, naming the flag it came from."""
+    if name:
+        return name
+    stem, flag = (Path(out).stem, "--out") if out else (fallback, fallback_flag)
+    if not stem.isprintable():
+        raise ConfigError(f"{flag}: its name {stem!r} would name the profile, which must be one line of printable "
+                          f"text; give --name")
+    return stem
+
+
 def run_from_nccl_tests(opts: CalibrateOptions) -> tuple[Profile, Path | None]:
     """Parse and fit nccl-tests logs; write the profile (``opts.out`` or the default name)."""
     logs = opts.nccl_tests_logs or []
-    name = opts.name or (Path(opts.out).stem if opts.out else Path(logs[0]).stem)
+    name = profile_name(opts.name, opts.out, Path(logs[0]).stem if logs else "", "--from-nccl-tests")
     if opts.out is not None:
         check_out(opts.out, force=opts.force)
     profile = profile_from_nccl_tests(logs, name=name, description=opts.description,
@@ -471,7 +483,7 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
         # one copy of torch's C++ warnings (gloo's host-name lookups), not one per rank
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     host = socket.gethostname().split(".")[0]
-    name = opts.name or (Path(opts.out).stem if opts.out else host)
+    name = profile_name(opts.name, opts.out, host, "the host name")
     if rank0:
         check_out(opts.out or default_out(name), force=opts.force)
     detected, n_gpus = default_backend()

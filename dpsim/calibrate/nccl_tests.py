@@ -41,6 +41,7 @@ from pathlib import Path
 
 from dpsim.errors import ProfileError
 from dpsim.files import path_kind, read_text_capped
+from dpsim.limits import MAX_SINGLE_GPU_STEP_S
 from dpsim.profile.schema import Measurement
 
 PERF_BINARIES = {
@@ -92,6 +93,13 @@ class NcclTestsLog:
     """The ``# nThread ...`` line, if present."""
     sources: tuple[str, ...] = ()
     """``# source:`` comment lines (citations) found in the log."""
+
+
+MIN_LOG_TIME_US = 0.01
+"""The smallest positive time a nccl-tests log holds: it prints times under 100 us with ``%7.2f``
+(NVIDIA/nccl-tests src/common.cu, the ``timeStr`` formats of its result rows)."""
+MAX_LOG_TIME_US = MAX_SINGLE_GPU_STEP_S * 1e6
+"""A day, the longest time a profile's measurement may hold (:mod:`dpsim.profile.io`)."""
 
 
 def _fail(path: str, line: int | None, message: str) -> ProfileError:
@@ -214,6 +222,10 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
             raise _fail(path, no, f"size {tok[i_size]} B is not a positive number")
         if not (time_us > 0 and math.isfinite(time_us)):
             raise _fail(path, no, f"time {tok[i_time]} us is not a positive number")
+        if not MIN_LOG_TIME_US <= time_us <= MAX_LOG_TIME_US:
+            # 1e-300 us reached the fit as a LinAlgError traceback; 1e308 us a schema error without the line.
+            raise _fail(path, no, f"time {tok[i_time]} us is not valid; nccl-tests prints from {MIN_LOG_TIME_US:g} us "
+                                  f"(two decimals) and dpsim takes at most {MAX_LOG_TIME_US:g} us (a day)")
         if algbw > 0 and math.isfinite(algbw) and math.isfinite(busbw):
             last_ratio = busbw / algbw
         measurements.append(Measurement(size_bytes=size, time_s=time_us * 1e-6, source=f"{Path(path).name}:{no}"))

@@ -95,6 +95,10 @@ def plan_command(
     from dpsim.errors import ConfigError
     from dpsim.plan.cost import parse_count, parse_price_overrides
     from dpsim.plan.planner import (
+        MAX_TOP,
+        MAX_VERIFY,
+        PLAN_RECOMPUTES,
+        PLAN_SCHEDULES,
         RANKINGS,
         parse_choice_list,
         parse_int_list,
@@ -110,7 +114,7 @@ def plan_command(
         raise ConfigError("--tokens and --samples: give one budget, not both")
     if rank not in RANKINGS:
         raise ConfigError(f"--rank: {rank!r} is not known; choose one of {', '.join(RANKINGS)}")
-    for name, value, low, high in (("--top", top, 1, 10_000), ("--verify", verify, 0, 100)):
+    for name, value, low, high in (("--top", top, 1, MAX_TOP), ("--verify", verify, 0, MAX_VERIFY)):
         if not low <= value <= high:
             raise ConfigError(f"{name}: {value} is not valid; expected an integer in [{low}, {high}]")
     if budget_usd is not None and not budget_usd > 0:
@@ -150,9 +154,8 @@ def plan_command(
         base, gpus=counts, global_batch=global_batch, tps=parse_int_list(tp, "--tp"), pps=parse_int_list(pp, "--pp"),
         strategies=parse_choice_list(strategies, "--strategies", tuple(LAYOUT_DP_STRATEGIES)),
         micro_batches=parse_int_list(micro_batches, "--micro-batches"),
-        recomputes=parse_choice_list(recompute, "--recompute", ("off", "selective", "full", "op", "megatron", "moe")),
-        schedules=parse_choice_list(schedules, "--schedules",
-                                    ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1", "dualpipe")),
+        recomputes=parse_choice_list(recompute, "--recompute", PLAN_RECOMPUTES),
+        schedules=parse_choice_list(schedules, "--schedules", PLAN_SCHEDULES),
         sequence_parallel=sequence_parallel, cps=parse_int_list(cp, "--cp"), eps=parse_int_list(ep, "--ep"),
         etps=parse_int_list(etp, "--etp"),
         tokens=None if tokens is None else parse_count(tokens, "--tokens"),

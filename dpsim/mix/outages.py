@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpsim.errors import ConfigError
-from dpsim.mix.spec import FailureSpec
+from dpsim.mix.spec import DrawnFailures, FailureSpec
 from dpsim.topology.fabric import level_class, uplink_cables
 
 _UPLINK_STREAM = 1
@@ -81,7 +81,7 @@ class FabricOutages:
     ports of bundles that are (:meth:`fail_port`, driven by the server failures), and the link
     capacities they leave (:meth:`capacity`)."""
 
-    def __init__(self, network, failures: FailureSpec, healthy: np.ndarray):
+    def __init__(self, network, failures: FailureSpec, healthy: np.ndarray, horizon_s: float | None = None):
         if not hasattr(network, "uplink_bundles"):
             raise ConfigError("failures.events: uplink failures need the cluster's own network (its switch tiers); "
                               "this network has none")
@@ -124,10 +124,12 @@ class FabricOutages:
         self.rng = np.random.default_rng([failures.seed, _UPLINK_STREAM])
         self._log: list[list] = []  # [bundle, cables, start, end, drawn, jobs crossing]
         self._open: dict[int, list] = {}  # repair order -> its entry of _log, while down
+        self.drawn = DrawnFailures(self.rate, horizon_s, "failures.mtbf_uplink", "switch cables")
         self._draw(0.0)
 
     def _draw(self, now: float) -> None:
         if self.rate > 0:
+            self.drawn.count()
             t = now + float(self.rng.exponential(1.0 / self.rate))
             u = float(self.rng.random()) * self.rate
             b = min(int(np.searchsorted(self.cumulative, u, side="right")), len(self.cumulative) - 1)

@@ -55,7 +55,7 @@ from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
 from dpsim.mix.pool import GroupPool
-from dpsim.mix.spec import JobSpec, MixSpec, predict_flag_to_field
+from dpsim.mix.spec import MAX_SIMULATED_CHECKPOINTS, DrawnFailures, JobSpec, MixSpec, predict_flag_to_field
 from dpsim.network import maxmin_jit
 from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
@@ -476,9 +476,10 @@ class MixSimulation:
             except DpsimError as exc:
                 # Worded with the file's fields: the job has no flags.
                 text = predict_flag_to_field(str(exc), f"jobs[{i}]")
-                head, sep, rest = text.partition(":")
+                # ": " ends the field (a colon alone may be the model's own: transformers:GPT2Config(...)).
+                head, sep, rest = text.partition(": ")
                 if text.startswith(f"jobs[{i}].") and sep:
-                    raise type(exc)(f"{head} ({job.name}):{rest}") from None
+                    raise type(exc)(f"{head} ({job.name}): {rest}") from None
                 raise type(exc)(f"jobs[{i}] ({job.name}): {text}") from None
             fits, need, usable = self.solo[job.name][6]
             if not fits:  # a job that cannot start would share the network as if it ran
@@ -1288,9 +1289,11 @@ class _Failures:
         self.rate = float(self.cumulative[-1]) * n_srv
         self.rng = np.random.default_rng(f.seed)
         self.ports = ports_per_nic(sim.net)
+        given = [f"failures.mtbf_{c}" for c in ("gpu", "node", "link") if math.isfinite(getattr(f.rates, f"{c}_mtbf_s"))]
+        self.drawn = DrawnFailures(self.rate, spec.horizon_s, "/".join(given) or "failures", "servers")
         self._draw(0.0)
         links_fail = any(e.component == "link" for e in f.events) or math.isfinite(f.rates.link_mtbf_s)
-        self.outages = FabricOutages(sim.net, f, sim.capacity) \
+        self.outages = FabricOutages(sim.net, f, sim.capacity, spec.horizon_s) \
             if f.uplink_events or f.uplink_mtbf_s or (self.ports > 1 and links_fail) else None
         self.log: list[FailureRecord] = []
         self.held: set[int] = set()
@@ -1318,6 +1321,7 @@ class _Failures:
 
     def _draw(self, now: float) -> None:
         if self.rate > 0:
+            self.drawn.count()
             t = now + float(self.rng.exponential(1.0 / self.rate))
             server = int(self.rng.integers(self.sim.n_servers))
             u = float(self.rng.random()) * float(self.cumulative[-1])
@@ -1394,6 +1398,11 @@ class _Failures:
             interval = max(interval, self.alone_step(i))  # a checkpoint at most every step
         interval = max(interval, MIN_CHECKPOINT_INTERVAL_S)
         self.interval[i] = interval if interval < work else math.inf  # one at the end saves nothing
+        if work / interval > MAX_SIMULATED_CHECKPOINTS:
+            raise ConfigError(f"jobs[{i}] ({job.name}): a checkpoint every {interval:g} s over its {work:.3g} s of "
+                              f"training is {work / interval:.3g} writes to simulate; expected at most "
+                              f"{MAX_SIMULATED_CHECKPOINTS:,}: give a longer checkpoint.interval, or less work (steps, "
+                              f"duration or the horizon)")
         self.write[i], self.restart[i] = write, ck.restart_s
         self.state_bytes[i] = float(self.sim.solo[job.name][5])
         self.write_rate[i] = self.state_bytes[i] / write if write > 0 else math.inf
@@ -1565,6 +1574,11 @@ def simulate_mix(spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STE
     failures but cables that never narrow the network, and each job's :attr:`JobResult.fabric_slowdown`
     is its step time over that run's.
     """
+    if sample_steps is not None and (isinstance(sample_steps, bool) or not isinstance(sample_steps, int)
+                                     or sample_steps < 1):
+        # The CLI refuses it first; from Python -1 or 2.5 ran with a meaningless sample window.
+        raise ConfigError(f"--sample-steps: {sample_steps!r} is not valid; expected an integer >= 1, or None "
+                          f"(every step simulated)")
     result = MixSimulation(spec, sample_steps=sample_steps, network=network).run()
     if not result.link_outages:
         return result

@@ -24,7 +24,7 @@ from typing import Mapping
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GPU_PRESETS
-from dpsim.limits import short
+from dpsim.limits import MAX_TOKENS, short
 
 _MODAL_LAMBDA = ("techbytes.app/posts/serverless-gpu-pricing-matrix-modal-replicate-lambda-2026 (prices verified "
                  "May 7, 2026 from the vendors' pricing pages)")
@@ -151,6 +151,8 @@ def parse_count(raw: str | int | float, field: str = "tokens") -> float:
         value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2).lower()]
     if not (math.isfinite(value) and value > 0):
         raise ConfigError(f"{field}: {raw!r} is not valid; expected a count > 0 (e.g. 1T, 300B)")
+    if value > MAX_TOKENS:  # the CLI checked this after parsing; dpsim.sweep(tokens=1e300) did not (1e293-s times)
+        raise ConfigError(f"{field}: {value:.3g} is not valid; expected at most {MAX_TOKENS:.0e}")
     return value
 
 

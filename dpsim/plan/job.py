@@ -18,8 +18,10 @@ from dpsim.limits import (
     MAX_RECOVERY_S,
     MAX_SEED,
     MAX_SPAN_S,
+    MAX_TOKENS,
     MIN_CHECKPOINT_INTERVAL_S,
     check_int,
+    short,
 )
 from dpsim.plan.layout_goodput import checkpoint_cost, state_bytes
 from dpsim.plan.goodput import GoodputStats, IntervalStudy, elastic_choice, interval_study, simulate_goodput
@@ -115,6 +117,28 @@ class GoodputReport:
         }
 
 
+def _check_numbers(*, tokens: Any, duration_s: Any, rates: Any, checkpoint_interval_s: Any, checkpoint_write_s: Any,
+                   checkpoint_bandwidth_bytes_per_s: Any, restart_s: Any, replace_s: Any) -> None:
+    """The types of :func:`goodput`'s numbers, for callers from Python (the CLI parses them first):
+    ``tokens=nan`` reached ``int(nan)``, ``tokens="1T"``, ``restart_s=None`` and ``rates=None`` were
+    TypeErrors and AttributeErrors. Their ranges are checked where they are used, naming the flag."""
+    def number(value: Any) -> bool:
+        return not isinstance(value, bool) and isinstance(value, (int, float))
+
+    if tokens is not None and not (number(tokens) and 0 < tokens <= MAX_TOKENS):
+        raise ConfigError(f"--tokens: {short(tokens)} is not valid; expected a count > 0 and at most {MAX_TOKENS:.0e}")
+    for flag, value, optional in (("--duration", duration_s, True), ("--checkpoint-interval", checkpoint_interval_s, True),
+                                  ("--checkpoint-write", checkpoint_write_s, True),
+                                  ("--checkpoint-bandwidth", checkpoint_bandwidth_bytes_per_s, False),
+                                  ("--restart", restart_s, False), ("--replace", replace_s, False)):
+        if not (value is None and optional) and not (number(value) and not math.isnan(value)):
+            unit = "bytes per second" if flag == "--checkpoint-bandwidth" else "seconds"
+            raise ConfigError(f"{flag}: {short(value)} is not valid; expected a number of {unit}")
+    if not isinstance(rates, FailureRates):
+        raise ConfigError(f"--mtbf-gpu/--mtbf-node/--mtbf-link: {short(rates)} is not valid; expected a FailureRates "
+                          f"(dpsim.plan.reliability)")
+
+
 def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: float | None = None,
             rates: FailureRates = FailureRates(), checkpoint_interval_s: float | None = None,
             checkpoint_write_s: float | None = None,
@@ -135,6 +159,9 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     """
     if tokens is not None and duration_s is not None:
         raise ConfigError("--tokens and --duration: give one amount of work, not both")
+    _check_numbers(tokens=tokens, duration_s=duration_s, rates=rates, checkpoint_interval_s=checkpoint_interval_s,
+                   checkpoint_write_s=checkpoint_write_s, checkpoint_bandwidth_bytes_per_s=checkpoint_bandwidth_bytes_per_s,
+                   restart_s=restart_s, replace_s=replace_s)
     if policy not in POLICIES:
         raise ConfigError(f"--elastic: {policy!r} is not valid; choose one of {', '.join(POLICIES)}")
     check_int(runs, "--runs", 1, MAX_GOODPUT_RUNS)

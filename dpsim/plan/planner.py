@@ -48,6 +48,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 from dataclasses import dataclass, field
 
 from dpsim.collectives.groups import (
@@ -61,9 +62,9 @@ from dpsim.collectives.groups import (
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.hardware import get_gpu
-from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, short
+from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, MAX_TOKENS, short
 from dpsim.memory import stage_activation_bytes, worst_stage
-from dpsim.plan.cost import PriceOverride, gpu_hour_price
+from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
 from dpsim.plan.reliability import (
     DEFAULT_GPU_MTBF_S,
@@ -72,7 +73,7 @@ from dpsim.plan.reliability import (
     DEFAULT_RESTART_S,
     ClusterShape,
 )
-from dpsim.predict.config import PredictConfig, flag_name, flag_scale
+from dpsim.predict.config import LAYOUT_DP_STRATEGIES, PredictConfig, check_value, flag_name, flag_scale
 from dpsim.predict.layout import (
     _heads,
     check_experts,
@@ -401,6 +402,60 @@ def parse_choice_list(text: str | None, flag: str, choices: Sequence[str]) -> tu
     if not values or bad:
         raise ConfigError(f"{flag}: {text!r} is not valid; choose from {', '.join(choices)} (comma-separated)")
     return values
+
+
+PLAN_RECOMPUTES = ("off", "selective", "full", "op", "megatron", "moe")
+"""``--recompute`` values the search takes (``dpsim plan --recompute``)."""
+PLAN_SCHEDULES = ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1", "dualpipe")
+"""``--schedules`` values the search takes (``dpsim plan --schedules``)."""
+MAX_TOP = 10_000
+MAX_VERIFY = 100
+
+
+def _check_int_values(values: Any, flag: str, *, optional: bool = True) -> None:
+    """A search axis given through the Python API as it comes from :func:`parse_int_list` on the
+    command line: a sequence of integers in [1, MAX_GPUS], at most MAX_PLAN_VALUES of them."""
+    if values is None and optional:
+        return
+    expected = f"expected a list of at most {MAX_PLAN_VALUES} integers in [1, {MAX_GPUS:,}]"
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values \
+            or len(values) > MAX_PLAN_VALUES:
+        raise ConfigError(f"{flag}: {short(values)} is not valid; {expected}")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_GPUS:
+            raise ConfigError(f"{flag}: {short(v)} is not valid; {expected}")
+
+
+def _check_choice_values(values: Any, flag: str, choices: Sequence[str]) -> None:
+    """A search axis of names, as :func:`parse_choice_list` gives it."""
+    if values is None:
+        return
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values \
+            or any(v not in choices for v in values):
+        raise ConfigError(f"{flag}: {short(values)} is not valid; choose a list from {', '.join(choices)}")
+
+
+def check_search(*, gpus: Any, tps: Any, pps: Any, cps: Any, eps: Any, etps: Any, micro_batches: Any,
+                 strategies: Any, recomputes: Any, schedules: Any, top: Any, verify: Any, budget_usd: Any,
+                 gpu_hour_usd: PriceOverride) -> None:
+    """The search's own inputs, refused in one line naming the flag as the CLI refuses them, so that
+    ``dpsim.plan`` called from Python does not end in an assertion or a division by zero
+    (``tps=[0]``, ``micro_batches=[-1]``, ``strategies=["zero3"]``) nor silently drop a price
+    (``gpu_hour_usd=-1`` was caught as "no price" and left the cost out)."""
+    _check_int_values(gpus, "--gpus", optional=False)
+    for flag, values in (("--tp", tps), ("--pp", pps), ("--cp", cps), ("--ep", eps), ("--etp", etps),
+                         ("--micro-batches", micro_batches)):
+        _check_int_values(values, flag)
+    _check_choice_values(strategies, "--strategies", LAYOUT_DP_STRATEGIES)
+    _check_choice_values(recomputes, "--recompute", PLAN_RECOMPUTES)
+    _check_choice_values(schedules, "--schedules", PLAN_SCHEDULES)
+    for flag, value, low, high in (("--top", top, 1, MAX_TOP), ("--verify", verify, 0, MAX_VERIFY)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(f"{flag}: {short(value)} is not valid; expected an integer in [{low}, {high:,}]")
+    if budget_usd is not None and (isinstance(budget_usd, bool) or not isinstance(budget_usd, (int, float))
+                                   or not 0 < budget_usd < math.inf):
+        raise ConfigError(f"--budget-usd: {short(budget_usd)} is not valid; expected a number > 0")
+    check_price_override(gpu_hour_usd, "--gpu-hour-usd")
 
 
 class _Tables:
@@ -927,6 +982,19 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     ``base``'s)."""
     t0 = time.perf_counter()
     base = resolve(base).config
+    # The search's own inputs, checked as predict checks them: --global-batch 0 reached Layout's
+    # assertion (a traceback), --tokens 1e300 printed a 1.6e+294-s time to train.
+    if global_batch is None:
+        raise ConfigError("--global-batch: the layouts are searched for one global batch; give it "
+                          "(samples per optimizer step, e.g. --global-batch 1024)")
+    check_value("global_batch", global_batch)
+    check_search(gpus=gpus, tps=tps, pps=pps, cps=cps, eps=eps, etps=etps, micro_batches=micro_batches,
+                 strategies=strategies, recomputes=recomputes, schedules=schedules, top=top, verify=verify,
+                 budget_usd=budget_usd, gpu_hour_usd=gpu_hour_usd)
+    for flag, budget in (("--tokens", tokens), ("--samples", samples)):
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                                   or not 0 < budget <= MAX_TOKENS):
+            raise ConfigError(f"{flag}: {short(budget)} is not valid; expected a count > 0 and at most {MAX_TOKENS:.0e}")
     if rank_by not in RANKINGS:
         raise ConfigError(f"--rank: {rank_by!r} is not known; choose one of {', '.join(RANKINGS)}")
     if rank_by in ("cost", "goodput") and tokens is None and samples is None:

@@ -354,6 +354,8 @@ def sweep(grid: Mapping[str, Any] | None = None, *, tokens: float | str | None =
 
     >>> df = sweep(gpus=[8, 16], link=["nvlink", "ethernet"], model="gpt2")  # doctest: +SKIP
     """
+    if grid is not None and not isinstance(grid, Mapping):  # dict(3) was a TypeError traceback
+        raise ConfigError(f"sweep: grid is {type(grid).__name__}; expected a mapping of axis to values")
     merged = dict(grid or {})
     for name, values in axes.items():
         if name in merged:

@@ -8,11 +8,13 @@ fits, with the profile's defaults: :mod:`dpsim.predict.resolve`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from dpsim.collectives.ops import OPS, CollectiveResult
 from dpsim.errors import ConfigError
+from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_SIZE_ROWS, short
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.resolve import resolve
 from dpsim.predict.run import build_collectives, resolve_topology
@@ -57,6 +59,28 @@ class CollectiveReport:
         }
 
 
+def check_sizes(minbytes: Any, maxbytes: Any, stepfactor: Any) -> None:
+    """The size sweep's numbers as ``dpsim collective`` checks its -b/-e/-f (:func:`dpsim.cli.checks.size_sweep`),
+    for callers of :func:`predict_collective` from Python: ``minbytes=0`` looped forever (0 x factor
+    never passes maxbytes), a factor of 1 likewise."""
+    def number(value: Any) -> bool:
+        return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+    for flag, value in (("-b/--minbytes", minbytes), ("-e/--maxbytes", maxbytes)):
+        if not number(value) or not 1 <= value <= MAX_COLLECTIVE_BYTES:
+            raise ConfigError(f"{flag}: {short(value)} is not valid; expected a number of bytes from 1 to "
+                              f"{MAX_COLLECTIVE_BYTES:.0f}")
+    if maxbytes < minbytes:
+        raise ConfigError(f"-b/-e: {short(minbytes)}..{short(maxbytes)} is not a valid range; need 1 byte <= "
+                          f"minbytes <= maxbytes")
+    if not number(stepfactor) or not stepfactor > 1:
+        raise ConfigError(f"-f/--stepfactor: {short(stepfactor)} is not valid; expected a number > 1")
+    rows = math.floor(math.log(maxbytes * (1 + 1e-12) / minbytes) / math.log(stepfactor)) + 1
+    if rows > MAX_SIZE_ROWS:
+        raise ConfigError(f"-f/--stepfactor: {stepfactor:.10g} from {minbytes:g} to {maxbytes:g} bytes makes "
+                          f"{rows:,} rows; expected at most {MAX_SIZE_ROWS:,} (use a larger factor)")
+
+
 def predict_collective(config: PredictConfig, *, op: str = "all_reduce", minbytes: float = 8,
                        maxbytes: float = 2**30, stepfactor: float = 2.0, dtype: str = "float") -> CollectiveReport:
     """``op`` on ``config``'s world communicator at sizes ``minbytes`` x ``stepfactor``^k up to
@@ -66,6 +90,7 @@ def predict_collective(config: PredictConfig, *, op: str = "all_reduce", minbyte
         raise ConfigError(f"--op: {op!r} is not a collective; choose one of {', '.join(OPS)}")
     if dtype not in TYPE_BYTES:
         raise ConfigError(f"-d/--datatype: {dtype!r} is not known; choose one of {', '.join(TYPE_BYTES)}")
+    check_sizes(minbytes, maxbytes, stepfactor)
     resolved = resolve(config)
     topology = resolve_topology(resolved.config)
     # The same collective model predict costs the job's world communicator with.

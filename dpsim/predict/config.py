@@ -807,6 +807,15 @@ class PredictConfig:
         if w.input_samples_per_s is not None and p.layout_active:
             raise ConfigError(f"--input-samples-per-s: {w.input_samples_per_s:g} is not modelled with "
                               f"--tp/--cp/--pp; leave it out")
+        if w.input_samples_per_s is not None:
+            # The step is never shorter than loading it: a loader slower than a day per step
+            # (1e-300 samples/s once printed a 4.6e+295-day step) is a typo, not a measurement;
+            # the same bound as a single GPU's step (--single-gpu-step-ms).
+            load_s = w.micro_batch * self.micro_batches / w.input_samples_per_s
+            if load_s > MAX_SINGLE_GPU_STEP_S:
+                raise ConfigError(f"--input-samples-per-s: {w.input_samples_per_s:g} loads the "
+                                  f"{w.micro_batch * self.micro_batches:,} samples of a GPU's step in {load_s:.3g} s; "
+                                  f"expected a step of at most {MAX_SINGLE_GPU_STEP_S:g} s (a faster loader)")
         if g.comm_hook != "powersgd":
             for name in ("powersgd_rank", "powersgd_start_iter"):
                 if self.value_of(name) != _fields()[name].default:

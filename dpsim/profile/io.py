@@ -397,8 +397,11 @@ def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
                 ops[lc, op] = _read_op(origin, od.field(op), op, lc, 2 if op == "sendrecv" else n_ranks,
                                        od.data[op])
     compute_raw = top.get("compute", "a JSON object or null", None)
+    name = top.string("name")
+    if not name.isprintable():  # it titles collective's header and the report: a newline split them
+        top.fail(top.field("name"), name, "one line of printable text")
     return Profile(
-        name=top.string("name"),
+        name=name,
         description=top.string("description", default=""),
         created_utc=top.string("created_utc", default=""),
         method=method,

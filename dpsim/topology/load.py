@@ -309,8 +309,11 @@ def spec_from_dict(data: Any, origin: str = "topology") -> TopologySpec:
         get_gpu(gpu)
     except ConfigError:
         top.fail("gpu", gpu, "a GPU preset: " + ", ".join(sorted(GPU_PRESETS)))
+    name = top.string("name")
+    if not name.isprintable():  # the name titles every table: a newline split it, an escape coloured the terminal
+        top.fail("name", name, "one line of printable text")
     return TopologySpec(
-        name=top.string("name"),
+        name=name,
         description=top.string("description", ""),
         gpu=gpu,
         node=node,

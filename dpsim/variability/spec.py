@@ -169,7 +169,14 @@ class VariabilitySpec:
         check_int(self.samples, "--mc-samples", 1, MAX_MC_SAMPLES)
         if not (is_finite(self.confidence) and 0 < self.confidence < 1):
             raise ConfigError(f"confidence: {short(self.confidence)} is not valid; expected a number in (0, 1)")
-        for flag, items in (("--straggler", self.stragglers), ("--degrade", self.degradations)):
+        for flag, items, kind, parser in (("--straggler", self.stragglers, Straggler, "parse_straggler('gpu0:2x')"),
+                                          ("--degrade", self.degradations, LinkDegradation,
+                                           "dpsim.network.degrade.parse_degradation('nvlink:50%')")):
+            # From Python, a string where the parsed object belongs was an AttributeError deep in the run.
+            if isinstance(items, (str, bytes)) or not isinstance(items, (tuple, list)) \
+                    or not all(isinstance(x, kind) for x in items):
+                raise ConfigError(f"{flag}: {short(items)} is not valid; expected a tuple of {kind.__name__} "
+                                  f"(parse text with {parser})")
             if len(items) > MAX_REPEATED_FLAGS:
                 raise ConfigError(f"{flag}: given {len(items):,} times; expected at most {MAX_REPEATED_FLAGS:,}")
         left: dict[str, float] = {}

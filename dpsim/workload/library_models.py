@@ -40,7 +40,9 @@ reference to a library that is not installed stops with one line naming the extr
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +92,8 @@ def parse_call(text: str, ref: str) -> Call:
     for kw in node.keywords:
         if kw.arg is None:
             raise WorkloadError(f"--model: ** in {ref!r} is not accepted; write each keyword argument")
+        if any(kw.arg == name for name, _ in kwargs):  # ast accepts f(a=1, a=2); Python refuses it to compile
+            raise WorkloadError(f"--model: {kw.arg}= is given twice in {ref!r}; give it once")
         try:
             value = ast.literal_eval(kw.value)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -97,6 +101,24 @@ def parse_call(text: str, ref: str) -> Call:
                                 f"True/False/None, or a tuple, list or dict of them)") from None
         kwargs.append((kw.arg, value))
     return Call(name=node.func.id, kwargs=tuple(kwargs))
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' own log lines held back while a reference is built: its config checks write
+    warnings to stderr ("bos_token_id must be ... within the vocabulary" for vocab_size=0), which
+    broke dpsim's one-line error into three. What dpsim refuses it says itself."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def _library(obj: Any) -> str:
@@ -119,19 +141,26 @@ def build_module(builder: Any, call: Call, ref: str) -> Any:
     under ``torch.device("meta")``."""
     kwargs = dict(call.kwargs)
     try:
-        if _is_hf_model_class(builder):
-            config = builder.config_class(**kwargs)
-            return builder(config)
-        made = builder(**kwargs)
-        if _is_hf_config(made):
-            return _model_for_config(made)
-        return made
+        if _library(builder) == "transformers":
+            with quiet_transformers():
+                return _build(builder, kwargs)
+        return _build(builder, kwargs)
     except WorkloadError:
         raise
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a library's constructor may raise anything: one line
         text = " ".join(str(exc).split())
         raise WorkloadError(f"--model: {call.name}({', '.join(k + '=...' for k in kwargs)}) failed on the meta "
                             f"device: {type(exc).__name__}: {text[:300]}") from None
+
+
+def _build(builder: Any, kwargs: dict[str, Any]) -> Any:
+    if _is_hf_model_class(builder):
+        config = builder.config_class(**kwargs)
+        return builder(config)
+    made = builder(**kwargs)
+    if _is_hf_config(made):
+        return _model_for_config(made)
+    return made
 
 
 def _model_for_config(config: Any) -> Any:
@@ -202,7 +231,8 @@ def lowered_shape_ref(ref: str) -> str | None:
         call = parse_call(rest, ref)
         import transformers
 
-        made = getattr(transformers, call.name)(**dict(call.kwargs))
+        with quiet_transformers():
+            made = getattr(transformers, call.name)(**dict(call.kwargs))
     except Exception:  # noqa: BLE001 - the traced path reports this reference's failure in one line
         return None
     if not _is_hf_config(made):

@@ -167,6 +167,8 @@ def parse_shape(text: str) -> TransformerShape:
     values.setdefault("positions", values["seq"])
     values["dropout"] = _dropout(given.get("dropout"), values["norm"])
     values["name"] = given.get("name", "transformer")
+    if not values["name"].isprintable():  # a newline or an escape sequence went raw into every table's title
+        raise _fail("name", repr(values["name"]), "expected printable text on one line")
     return check_shape(TransformerShape(**values))
 
 
@@ -200,6 +202,9 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         value, low = getattr(shape, key), 1 if key in _INT_FIELDS else 0
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_DIM:
             raise fail(key, value, f"expected an integer from {low} to {_MAX_DIM:,}")
+    dropout = shape.dropout
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise fail("dropout", dropout, "expected a probability from 0 up to (not including) 1")
     if shape.layers > MAX_LAYERS:  # every block is costed one by one: 2^31 of them never finished (limits.py)
         raise fail("layers", shape.layers, f"expected at most {MAX_LAYERS:,} blocks (the deepest transformers "
                                            f"trained have 1,000)")
@@ -310,10 +315,10 @@ _LLAMA_NAMES = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads":
 _HF_NAMES = {
     "llama": _LLAMA_NAMES, "mistral": _LLAMA_NAMES, "qwen2": _LLAMA_NAMES,
     "gpt2": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
-             "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions"},
-    "opt": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "ffn": "ffn_dim"},
+             "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions", "dropout": "resid_pdrop"},
+    "opt": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "ffn": "ffn_dim", "dropout": "dropout"},
     "bloom": {"hidden": "hidden_size", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head",
-              "vocab": "vocab_size", "seq": "seq_length", "positions": "seq_length"},
+              "vocab": "vocab_size", "seq": "seq_length", "positions": "seq_length", "dropout": "hidden_dropout"},
 }
 """Each configuration family's attribute for a shape key, so its errors name what the user wrote."""
 
@@ -335,14 +340,22 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
     def check(shape: TransformerShape) -> TransformerShape:
         return check_shape(shape, origin=f"--model transformers:{name}", names=_HF_NAMES[kind])
 
+    def given(attr: str, default: Any) -> Any:
+        # 0 is a value the user gave (refused by check_shape naming the attribute), not "left out".
+        value = getattr(config, attr, None)
+        return default if value is None else value
+
     try:
         if kind in ("llama", "mistral", "qwen2"):
             h, heads = config.hidden_size, config.num_attention_heads
+            if isinstance(heads, int) and heads < 1:  # before h // heads (Qwen2Config does not divide by it)
+                raise WorkloadError(f"--model transformers:{name}: num_attention_heads={heads} is not valid; "
+                                    f"expected an integer from 1 to {_MAX_DIM:,}")
             if _attr(config, "head_dim") not in (None, h // heads) or getattr(config, "hidden_act", "silu") != "silu":
                 return None
             return check(TransformerShape(
                 hidden=h, layers=config.num_hidden_layers, heads=heads,
-                kv_heads=_attr(config, "num_key_value_heads") or heads, ffn=config.intermediate_size,
+                kv_heads=given("num_key_value_heads", heads), ffn=config.intermediate_size,
                 vocab=config.vocab_size, seq=config.max_position_embeddings, act="swiglu", norm="rmsnorm",
                 pos="rope", positions=config.max_position_embeddings,
                 tied=bool(getattr(config, "tie_word_embeddings", False)), embed_norm=False, dropout=0.0,
@@ -353,7 +366,7 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 return None
             return check(TransformerShape(
                 hidden=config.n_embd, layers=config.n_layer, heads=config.n_head, kv_heads=config.n_head,
-                ffn=_attr(config, "n_inner") or 4 * config.n_embd, vocab=config.vocab_size,
+                ffn=given("n_inner", 4 * config.n_embd), vocab=config.vocab_size,
                 seq=config.n_positions, act=act, norm="layernorm", pos="learned", positions=config.n_positions,
                 tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False,
                 dropout=_attr(config, "resid_pdrop") or 0.0, name=name))

@@ -1,0 +1,95 @@
+"""The Python API fed what the CLI never passes: wrong types, ``None``, ``nan``, zero and negative sizes.
+
+The CLI parses and checks its flags before it calls the library, so the library's own checks
+were only reached by the commands' values. Each case here once ended in a traceback from deep
+inside (a ZeroDivisionError, an AssertionError, a TypeError), in a loop that never ended
+(``predict_collective(minbytes=0)``), or in a silently wrong answer (``gpu_hour_usd=-1`` left the
+cost out). Each must now be one :class:`~dpsim.errors.ConfigError` line naming the flag the CLI
+spells it with. All are refused before any simulation runs (milliseconds each).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import dpsim
+from dpsim.errors import ConfigError
+from dpsim.plan.reliability import FailureRates
+
+CONFIG = dict(gpus=8, link="nvlink", model="gpt2", steps=1)
+
+
+def _refused(call, needle: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        call()
+    text = str(exc.value)
+    assert text.startswith(needle) and "\n" not in text, text
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(minbytes=0), "-b/--minbytes: 0 is not valid"),         # looped forever: 0 x 2 never reaches maxbytes
+    (dict(minbytes=math.nan), "-b/--minbytes: nan"),
+    (dict(minbytes="1K"), "-b/--minbytes: '1K'"),
+    (dict(maxbytes=1e300), "-e/--maxbytes: 1e+300"),
+    (dict(minbytes=1e9, maxbytes=1e3), "-b/-e: "),
+    (dict(stepfactor=1), "-f/--stepfactor: 1 is not valid"),       # looped forever too
+    (dict(stepfactor=1.0000001), "-f/--stepfactor: 1.0000001 from 8"),
+    (dict(stepfactor=math.nan), "-f/--stepfactor: nan"),
+])
+def test_predict_collective_refuses_a_bad_size_sweep(kwargs, needle):
+    from dpsim.predict.collective import predict_collective
+
+    _refused(lambda: predict_collective(dpsim.PredictConfig(**CONFIG), **kwargs), needle)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(tokens=math.nan), "--tokens: nan is not valid"),          # int(nan) ValueError
+    (dict(tokens="1T"), "--tokens: '1T' is not valid"),             # TypeError
+    (dict(tokens=-1), "--tokens: -1 is not valid"),                 # was blamed on --duration/--tokens
+    (dict(tokens=1e300), "--tokens: 1e+300 is not valid"),
+    (dict(duration_s="30d"), "--duration: '30d' is not valid"),
+    (dict(checkpoint_bandwidth_bytes_per_s=None), "--checkpoint-bandwidth: None is not valid"),
+    (dict(restart_s=None), "--restart: None is not valid"),
+    (dict(replace_s=math.nan), "--replace: nan is not valid"),
+    (dict(checkpoint_interval_s="1h"), "--checkpoint-interval: '1h' is not valid"),
+    (dict(rates=None), "--mtbf-gpu/--mtbf-node/--mtbf-link: None is not valid"),  # AttributeError
+])
+def test_goodput_refuses_a_value_of_the_wrong_kind(kwargs, needle):
+    _refused(lambda: dpsim.goodput(dpsim.PredictConfig(**CONFIG), **kwargs), needle)
+
+
+def test_goodput_through_the_api_still_runs():
+    report = dpsim.goodput(dpsim.PredictConfig(**CONFIG), duration_s=86400.0, runs=3,
+                           rates=FailureRates(gpu_mtbf_s=1e6, node_mtbf_s=1e6, link_mtbf_s=math.inf))
+    assert report.work_s == 86400.0 and report.n_gpus == 8 and math.isfinite(report.mtbf_s)
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda: dpsim.sweep(gpus=[8], link="nvlink", model="gpt2", tokens=1e300), "sweep tokens: 1e+300 is not valid"),
+    (lambda: dpsim.sweep(3), "sweep: grid is int"),  # dict(3): a TypeError
+])
+def test_sweep_refuses_what_the_cli_refuses(call, needle):
+    _refused(call, needle)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(stragglers=("gpu0:2x",)), "--straggler: ('gpu0:2x',) is not valid"),  # AttributeError in the run
+    (dict(stragglers=3), "--straggler: 3 is not valid"),                          # TypeError: len(3)
+    (dict(degradations="nvlink:50%"), "--degrade: 'nvlink:50%' is not valid"),
+])
+def test_a_variability_spec_refuses_text_where_parsed_objects_belong(kwargs, needle):
+    _refused(lambda: dpsim.VariabilitySpec(**kwargs), needle)
+
+
+@pytest.mark.parametrize("sample_steps", [-1, 0, 2.5, "x", True])
+def test_simulate_mix_refuses_a_bad_sample_window(sample_steps):
+    from pathlib import Path
+
+    from dpsim.mix import mix_from_dict, simulate_mix
+
+    topology = Path(__file__).parent / "data" / "mix" / "fat-tree-2to1.yaml"
+    spec = mix_from_dict({"cluster": {"topology": str(topology), "gpus": 16},
+                          "jobs": [{"name": "a", "model": "gpt2", "gpus": 4, "steps": 5}]})
+    _refused(lambda: simulate_mix(spec, sample_steps=sample_steps), "--sample-steps: ")
