@@ -429,6 +429,17 @@ def test_a_moe_job_with_tp_takes_sequence_parallel():
                                     "jobs": [{**MOE_JOB, "sequence_parallel": "maybe"}]}), sample_steps=None)
 
 
+def test_a_job_spanning_servers_with_tp_is_told_the_mix_field_that_allows_it():
+    # The error named --tp-across-network, a flag a mix file has no place for.
+    job = {"name": "a", "model": "llama-2-7b", "gpus": 16, "tp": 16, "strategy": "zero1", "micro_batch": 1, "steps": 1}
+    with pytest.raises(ConfigError) as exc:
+        simulate_mix(mix_from_dict({"cluster": {"link": "infiniband", "gpus": 32}, "jobs": [job]}))
+    assert "allow it with jobs[0].tp_across_network: true" in str(exc.value) and "--" not in str(exc.value)
+    result = simulate_mix(mix_from_dict({"cluster": {"link": "infiniband", "gpus": 32},
+                                         "jobs": [{**job, "tp_across_network": True}]}), sample_steps=None)
+    assert result.jobs[0].reference_step_time_s > 0
+
+
 def test_a_job_that_does_not_fit_in_memory_is_refused():
     # It used to share the network as if it ran: llama-2-7b under DDP needs ~149 GiB per GPU.
     with pytest.raises(ConfigError, match=r"^jobs\[0\] \(a\): does not fit in memory on 16 GPUs: .* GiB per GPU of "):

@@ -48,14 +48,17 @@ POLICIES = ("packed", "spread", "rail-aligned", "topology-aware")
 MAX_JOBS = 4096
 """Jobs one mix may hold (each is predicted once per distinct configuration)."""
 
-_JOB_KEYS = ("name", "model", "gpus", "strategy", "micro_batch", "precision", "tp", "pp", "ep", "sequence_parallel",
+_JOB_KEYS = ("name", "model", "gpus", "strategy", "micro_batch", "precision", "tp", "pp", "ep", "cp", "tp_across_network",
+             "sequence_parallel",
              "optimizer", "bucket_cap_mb", "calibration", "start", "steps", "duration", "placement", "nodes", "checkpoint")
-_PREDICT_KEYS = ("model", "strategy", "micro_batch", "precision", "tp", "pp", "ep", "sequence_parallel", "optimizer",
+_PREDICT_KEYS = ("model", "strategy", "micro_batch", "precision", "tp", "pp", "ep", "cp", "tp_across_network",
+                 "sequence_parallel", "optimizer",
                  "bucket_cap_mb", "calibration")
 """A job's keys that are ``dpsim predict``'s (``calibration``: a profile of its step and collectives,
 as ``--calibration`` takes it; a relative path is read next to the mix file; ``sequence_parallel``:
 true or false, which a mixture of experts with ``tp`` above 1 needs, as Megatron-Core does; ``ep``:
-expert parallelism, without which a mixture of experts rarely fits). A job that does not fit in
+expert parallelism, without which a mixture of experts rarely fits; ``cp``: context parallelism;
+``tp_across_network``: true lets ``tp`` span servers, as ``predict`` allows it). A job that does not fit in
 its GPUs' memory is refused, as it could not start."""
 
 
@@ -63,6 +66,7 @@ def predict_flag_to_field(text: str, where: str) -> str:
     """An error of the job's ``predict`` (which names flags: ``--tp``, ``add --sequence-parallel``)
     worded with the mix file's fields (``jobs[0].tp``), which is what the user can change."""
     text = text.replace("add --sequence-parallel", f"set {where}.sequence_parallel: true")
+    text = text.replace("allow it with --tp-across-network", f"allow it with {where}.tp_across_network: true")
     for key in sorted((*_PREDICT_KEYS, "gpus"), key=len, reverse=True):
         text = re.sub(r"--" + key.replace("_", "-") + r"(?![\w-])", f"{where}.{key}", text)
     return text

@@ -222,6 +222,10 @@ def check_zero_options(strategy: str, impl: str = "deepspeed", group: int | None
         raise ConfigError(f"--zero-impl: {impl} applies to --strategy zero1, not {strategy}; leave it out")
     if group is None:
         return
+    if strategy != "zero1":  # the advice below would then be refused by the --zero-impl rule above
+        raise ConfigError(f"--zero-group: {group} applies to --strategy zero1 with --zero-impl internlm (InternLM's "
+                          f"ZeRO-1 over groups of ranks), not --strategy {strategy}; leave it out (--strategy "
+                          f"fsdp-hybrid shards within a server and replicates across)")
     if impl != "internlm":
         raise ConfigError(f"--zero-group: {group} needs --zero-impl internlm (DeepSpeed's ZeRO-1 shards over "
                           f"every data-parallel rank); add --zero-impl internlm or leave --zero-group out")
