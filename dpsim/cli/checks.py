@@ -7,12 +7,11 @@ The limits themselves are in :mod:`dpsim.limits`; each failure is one
 from __future__ import annotations
 
 import importlib.util
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from dpsim.errors import ConfigError
-from dpsim.limits import MAX_GPU_HOUR_USD, MAX_SIZE_ROWS, MAX_TOKENS, number_text, short
+from dpsim.limits import MAX_GPU_HOUR_USD, MAX_TOKENS, short
 from dpsim.units import format_bytes, parse_size_bytes
 
 
@@ -21,22 +20,18 @@ def size_sweep(minbytes: str, maxbytes: str, stepfactor: float, *, max_bytes: fl
                ) -> tuple[float, float, int]:
     """``(lo, hi, rows)`` of an nccl-tests-style size sweep, checked: ``1 <= lo <= hi <= max_bytes``,
     a factor > 1 and at most :data:`~dpsim.limits.MAX_SIZE_ROWS` rows."""
+    from dpsim.predict.collective import check_sizes  # lazy: the CLI's start-up loads no cost model
+
     b_flag, e_flag, f_flag = flags
     lo = parse_size_bytes(minbytes, b_flag)
     hi = parse_size_bytes(maxbytes, e_flag)
     for flag, raw, value in ((b_flag, minbytes, lo), (e_flag, maxbytes, hi)):
-        if value > max_bytes:
+        if value > max_bytes:  # named by the text given, which the library does not see
             raise ConfigError(f"{flag}: {short(raw)} is not valid; expected at most {format_bytes(max_bytes)}")
     if lo < 1 or hi < lo:
         raise ConfigError(f"{b_flag.split('/')[0]}/{e_flag.split('/')[0]}: {short(minbytes)}..{short(maxbytes)} is "
                           f"not a valid range; need 1 byte <= minbytes <= maxbytes")
-    if not (isinstance(stepfactor, (int, float)) and math.isfinite(stepfactor) and stepfactor > 1):
-        raise ConfigError(f"{f_flag}: {short(stepfactor)} is not valid; expected a number > 1")
-    rows = math.floor(math.log(hi * (1 + 1e-12) / lo) / math.log(stepfactor)) + 1
-    if rows > MAX_SIZE_ROWS:
-        raise ConfigError(f"{f_flag}: {stepfactor:.10g} from {number_text(lo)} to {number_text(hi)} bytes makes "
-                          f"{rows:,} rows; expected at most {MAX_SIZE_ROWS:,} (use a larger factor)")
-    return lo, hi, rows
+    return lo, hi, check_sizes(lo, hi, stepfactor, max_bytes=max_bytes, flags=flags)
 
 
 def check_budget(value: float | None, flag: str) -> float | None:

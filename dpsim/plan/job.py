@@ -21,6 +21,7 @@ from dpsim.limits import (
     MAX_TOKENS,
     MIN_CHECKPOINT_INTERVAL_S,
     check_int,
+    check_number,
     short,
 )
 from dpsim.plan.layout_goodput import checkpoint_cost, state_bytes
@@ -125,8 +126,8 @@ def _check_numbers(*, tokens: Any, duration_s: Any, rates: Any, checkpoint_inter
     def number(value: Any) -> bool:
         return not isinstance(value, bool) and isinstance(value, (int, float))
 
-    if tokens is not None and not (number(tokens) and 0 < tokens <= MAX_TOKENS):
-        raise ConfigError(f"--tokens: {short(tokens)} is not valid; expected a count > 0 and at most {MAX_TOKENS:.0e}")
+    if tokens is not None:
+        check_number(tokens, "--tokens", 0, MAX_TOKENS, open_below=True)
     for flag, value, optional in (("--duration", duration_s, True), ("--checkpoint-interval", checkpoint_interval_s, True),
                                   ("--checkpoint-write", checkpoint_write_s, True),
                                   ("--checkpoint-bandwidth", checkpoint_bandwidth_bytes_per_s, False),

@@ -62,7 +62,7 @@ from dpsim.collectives.groups import (
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.hardware import get_gpu
-from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, MAX_TOKENS, short
+from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, MAX_TOKENS, check_int, check_number, short
 from dpsim.memory import stage_activation_bytes, worst_stage
 from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
@@ -449,12 +449,10 @@ def check_search(*, gpus: Any, tps: Any, pps: Any, cps: Any, eps: Any, etps: Any
     _check_choice_values(strategies, "--strategies", LAYOUT_DP_STRATEGIES)
     _check_choice_values(recomputes, "--recompute", PLAN_RECOMPUTES)
     _check_choice_values(schedules, "--schedules", PLAN_SCHEDULES)
-    for flag, value, low, high in (("--top", top, 1, MAX_TOP), ("--verify", verify, 0, MAX_VERIFY)):
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ConfigError(f"{flag}: {short(value)} is not valid; expected an integer in [{low}, {high:,}]")
-    if budget_usd is not None and (isinstance(budget_usd, bool) or not isinstance(budget_usd, (int, float))
-                                   or not 0 < budget_usd < math.inf):
-        raise ConfigError(f"--budget-usd: {short(budget_usd)} is not valid; expected a number > 0")
+    check_int(top, "--top", 1, MAX_TOP)
+    check_int(verify, "--verify", 0, MAX_VERIFY)
+    if budget_usd is not None:
+        check_number(budget_usd, "--budget-usd", 0, 1e300, open_below=True)
     check_price_override(gpu_hour_usd, "--gpu-hour-usd")
 
 
@@ -992,9 +990,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  strategies=strategies, recomputes=recomputes, schedules=schedules, top=top, verify=verify,
                  budget_usd=budget_usd, gpu_hour_usd=gpu_hour_usd)
     for flag, budget in (("--tokens", tokens), ("--samples", samples)):
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
-                                   or not 0 < budget <= MAX_TOKENS):
-            raise ConfigError(f"{flag}: {short(budget)} is not valid; expected a count > 0 and at most {MAX_TOKENS:.0e}")
+        if budget is not None:
+            check_number(budget, flag, 0, MAX_TOKENS, open_below=True)
     if rank_by not in RANKINGS:
         raise ConfigError(f"--rank: {rank_by!r} is not known; choose one of {', '.join(RANKINGS)}")
     if rank_by in ("cost", "goodput") and tokens is None and samples is None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from dpsim.collectives.ops import OPS, CollectiveResult
 from dpsim.errors import ConfigError
-from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_SIZE_ROWS, short
+from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_SIZE_ROWS, is_finite, short
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.resolve import resolve
 from dpsim.predict.run import build_collectives, resolve_topology
@@ -59,26 +59,27 @@ class CollectiveReport:
         }
 
 
-def check_sizes(minbytes: Any, maxbytes: Any, stepfactor: Any) -> None:
-    """The size sweep's numbers as ``dpsim collective`` checks its -b/-e/-f (:func:`dpsim.cli.checks.size_sweep`),
-    for callers of :func:`predict_collective` from Python: ``minbytes=0`` looped forever (0 x factor
-    never passes maxbytes), a factor of 1 likewise."""
-    def number(value: Any) -> bool:
-        return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-
-    for flag, value in (("-b/--minbytes", minbytes), ("-e/--maxbytes", maxbytes)):
-        if not number(value) or not 1 <= value <= MAX_COLLECTIVE_BYTES:
+def check_sizes(minbytes: Any, maxbytes: Any, stepfactor: Any, *, max_bytes: float = MAX_COLLECTIVE_BYTES,
+                flags: tuple[str, str, str] = ("-b/--minbytes", "-e/--maxbytes", "-f/--stepfactor")) -> int:
+    """The rows of an nccl-tests-style size sweep, its numbers checked (``dpsim collective`` and
+    ``dpsim calibrate`` after parsing their -b/-e/-f, :func:`predict_collective` from Python):
+    ``1 <= minbytes <= maxbytes <= max_bytes``, a factor > 1 (``minbytes=0`` or a factor of 1 looped
+    forever) and at most :data:`~dpsim.limits.MAX_SIZE_ROWS` rows."""
+    b_flag, e_flag, f_flag = flags
+    for flag, value in ((b_flag, minbytes), (e_flag, maxbytes)):
+        if not is_finite(value) or isinstance(value, bool) or not 0 < value <= max_bytes:
             raise ConfigError(f"{flag}: {short(value)} is not valid; expected a number of bytes from 1 to "
-                              f"{MAX_COLLECTIVE_BYTES:.0f}")
-    if maxbytes < minbytes:
-        raise ConfigError(f"-b/-e: {short(minbytes)}..{short(maxbytes)} is not a valid range; need 1 byte <= "
-                          f"minbytes <= maxbytes")
-    if not number(stepfactor) or not stepfactor > 1:
-        raise ConfigError(f"-f/--stepfactor: {short(stepfactor)} is not valid; expected a number > 1")
+                              f"{max_bytes:.0f}")
+    if minbytes < 1 or maxbytes < minbytes:
+        raise ConfigError(f"{b_flag.split('/')[0]}/{e_flag.split('/')[0]}: {short(minbytes)}..{short(maxbytes)} is "
+                          f"not a valid range; need 1 byte <= minbytes <= maxbytes")
+    if not is_finite(stepfactor) or isinstance(stepfactor, bool) or not stepfactor > 1:
+        raise ConfigError(f"{f_flag}: {short(stepfactor)} is not valid; expected a number > 1")
     rows = math.floor(math.log(maxbytes * (1 + 1e-12) / minbytes) / math.log(stepfactor)) + 1
     if rows > MAX_SIZE_ROWS:
-        raise ConfigError(f"-f/--stepfactor: {stepfactor:.10g} from {minbytes:g} to {maxbytes:g} bytes makes "
+        raise ConfigError(f"{f_flag}: {stepfactor:.10g} from {minbytes:g} to {maxbytes:g} bytes makes "
                           f"{rows:,} rows; expected at most {MAX_SIZE_ROWS:,} (use a larger factor)")
+    return rows
 
 
 def predict_collective(config: PredictConfig, *, op: str = "all_reduce", minbytes: float = 8,
