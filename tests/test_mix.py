@@ -281,7 +281,7 @@ def _flow_by_flow(sim, placed):
 
     flows = []
     for j, s in zip(sim.spec.jobs, placed):
-        phase = sim.solo[j.name][4]
+        phase = sim.solo[j.name].phase
         gpn, place = sim.gpn, np.asarray(s)
 
         def on_cluster(e):

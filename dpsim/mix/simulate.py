@@ -406,11 +406,34 @@ def cluster_topology(spec: MixSpec) -> Topology:
         raise
 
 
+@dataclass(frozen=True, kw_only=True)
+class SoloRun:
+    """A job's prediction alone on its GPUs: what the mix's events read of it."""
+
+    model: str
+    """The model the job trains, as ``predict`` names it."""
+    step_s: float
+    """Its step time alone on the cluster."""
+    comm_s: float
+    """The part of the step that is communication (at most the step)."""
+    algorithm: str
+    """The all-reduce algorithm the job's prediction chose (``ring`` where none of the mix's)."""
+    phase: object
+    """The all-reduce plan's phase that moves the most bytes per flow: it stands for the job's
+    traffic on the shared network (``None``: a job on one GPU or without communication)."""
+    state_bytes: float
+    """Checkpoint bytes per GPU: weights and optimizer state, as ``dpsim goodput`` writes them."""
+    fits: bool
+    """Whether the job fits in its GPUs' memory."""
+    memory_bytes: float
+    """Memory it needs per GPU."""
+    usable_bytes: float
+    """Memory usable per GPU."""
+
+
 @lru_cache(maxsize=256)
-def _solo(design, gpus: int, fields: tuple) -> tuple:
-    """Solo prediction of a job: (model, step s, comm s, algorithm, its plan's dominant phase, checkpoint
-    bytes: weights and optimizer state per GPU, as ``dpsim goodput`` writes them; memory: fits, bytes
-    per GPU, usable bytes)."""
+def _solo(design, gpus: int, fields: tuple) -> SoloRun:
+    """The job's solo prediction on ``gpus`` GPUs of ``design`` with its ``predict`` fields."""
     topology = Topology(spec=design, n_gpus=gpus)
     # A profile's servers are the cluster's (a topology file is no preset to look its layout up in).
     layout = {"gpus_per_node": design.node.gpus_per_node} if "calibration" in dict(fields) else {}
@@ -422,8 +445,9 @@ def _solo(design, gpus: int, fields: tuple) -> tuple:
         plan = ALGORITHMS[algorithm].plan("all_reduce", NcclCollectives(topology).cluster)
         # The phase that moves the most bytes per flow stands for the collective.
         phase = max(plan.phases, key=lambda ph: ph.repeat * float(ph.fraction.max()))
-    memory = (p.memory.fits, p.memory.total_bytes, p.memory.usable_bytes)
-    return p.model, p.step_time_s, comm_s, algorithm, phase, p.memory.weights_bytes + p.memory.optimizer_bytes, memory
+    return SoloRun(model=p.model, step_s=p.step_time_s, comm_s=comm_s, algorithm=algorithm, phase=phase,
+                   state_bytes=p.memory.weights_bytes + p.memory.optimizer_bytes, fits=p.memory.fits,
+                   memory_bytes=p.memory.total_bytes, usable_bytes=p.memory.usable_bytes)
 
 
 class MixSimulation:
@@ -481,20 +505,20 @@ class MixSimulation:
                 if text.startswith(f"jobs[{i}].") and sep:
                     raise type(exc)(f"{head} ({job.name}): {rest}") from None
                 raise type(exc)(f"jobs[{i}] ({job.name}): {text}") from None
-            fits, need, usable = self.solo[job.name][6]
-            if not fits:  # a job that cannot start would share the network as if it ran
+            solo = self.solo[job.name]
+            if not solo.fits:  # a job that cannot start would share the network as if it ran
                 raise ConfigError(f"jobs[{i}] ({job.name}): does not fit in memory on {job.gpus} GPUs: "
-                                  f"{format_bytes(need)} per GPU of {format_bytes(usable)} usable; give more gpus, a "
+                                  f"{format_bytes(solo.memory_bytes)} per GPU of {format_bytes(solo.usable_bytes)} usable; give more gpus, a "
                                   f"sharded strategy (fsdp, zero3) or a smaller micro_batch (dpsim predict with "
                                   f"the job's flags says what fits)")
             ck = job.checkpoint
             if spec.failures is not None and ck.write_s is None:
                 # The write time follows from the bandwidth only now (it needs the job's state bytes);
                 # refused as dpsim goodput refuses it: a write past a year made the interval's optimum NaN.
-                write_s = self.solo[job.name][5] / ck.bandwidth_bytes_per_s
+                write_s = solo.state_bytes / ck.bandwidth_bytes_per_s
                 if not write_s <= MAX_RECOVERY_S:
                     raise ConfigError(f"jobs[{i}] ({job.name}): checkpoint.bandwidth: {ck.bandwidth_bytes_per_s:g} "
-                                      f"B/s is not valid; writing its {self.solo[job.name][5]:.3g} bytes of "
+                                      f"B/s is not valid; writing its {solo.state_bytes:.3g} bytes of "
                                       f"checkpoint would take {write_s:.3g} s, over {MAX_RECOVERY_S:g} s (a year); "
                                       f"give a larger bandwidth")
 
@@ -520,7 +544,7 @@ class MixSimulation:
     # ------------------------------------------------------------------ traffic
     def traffic(self, job: JobSpec, servers: list[int]) -> _Traffic | None:
         """The job's dominant phase placed on ``servers`` and routed on the cluster's network."""
-        phase = self.solo[job.name][4]
+        phase = self.solo[job.name].phase
         if phase is None:
             return None
         place = np.asarray(servers, dtype=np.int64)
@@ -1081,7 +1105,8 @@ class MixSimulation:
                     servers[i] = place(job, need, free, self.design, at_s=now)
                 for s in servers[i]:
                     free[s] = False
-                model, step_s, comm_s, *_ = self.solo[job.name]
+                solo = self.solo[job.name]
+                step_s, comm_s = solo.step_s, solo.comm_s
                 traffic[i] = self.traffic(job, servers[i])
                 crossers.clear()
                 compute_s[i] = step_s - comm_s
@@ -1128,7 +1153,8 @@ class MixSimulation:
         results = []
         gpu_s = busy_s = lost_gpu_s = ckpt_gpu_s = 0.0
         for i, job in enumerate(jobs):
-            model, step_s, comm_s, algorithm, *_ = self.solo[job.name]
+            solo = self.solo[job.name]
+            model, step_s, comm_s, algorithm = solo.model, solo.step_s, solo.comm_s, solo.algorithm
             if i not in servers:
                 raise ConfigError(f"jobs[{i}] ({job.name}): starts at {job.start_s:g} s, after the horizon")
             alone = alone_first[i]
@@ -1383,7 +1409,7 @@ class _Failures:
         """Job ``i`` has been placed and started training: its checkpoint policy, its servers' health."""
         job = self.jobs[i]
         ck = job.checkpoint
-        write = ck.write_s if ck.write_s is not None else self.sim.solo[job.name][5] / ck.bandwidth_bytes_per_s
+        write = ck.write_s if ck.write_s is not None else self.sim.solo[job.name].state_bytes / ck.bandwidth_bytes_per_s
         if job.steps is not None:
             work = job.steps * self.alone_step(i)
         else:
@@ -1404,7 +1430,7 @@ class _Failures:
                               f"{MAX_SIMULATED_CHECKPOINTS:,}: give a longer checkpoint.interval, or less work (steps, "
                               f"duration or the horizon)")
         self.write[i], self.restart[i] = write, ck.restart_s
-        self.state_bytes[i] = float(self.sim.solo[job.name][5])
+        self.state_bytes[i] = float(self.sim.solo[job.name].state_bytes)
         self.write_rate[i] = self.state_bytes[i] / write if write > 0 else math.inf
         self.account[i] = dict(trained_s=0.0, lost_s=0.0, lost_steps=0.0, checkpoint_s=0.0, restart_s=0.0,
                                down_s=0.0, failures=0, restarts=0)
