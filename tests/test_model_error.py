@@ -99,6 +99,22 @@ def test_the_layout_pool_keys_by_layout_kind_and_an_unseen_kind_widens():
     assert hi - lo == pytest.approx((hi0 - lo0) * WIDEN_PER_EXTRAPOLATION, rel=1e-9)
 
 
+def test_a_ddp_query_on_an_architecture_with_enough_rows_keeps_them():
+    """The ddp pool's wide leave-one-system-out intervals (module docstring: 21.64x its median
+    error) come from a left-out hopper server leaving too few hopper rows, not from the intervals a
+    prediction gets: with every row, a hopper query keeps its architecture's rows (all predicted
+    within 0.5 %), and its interval is narrower than one on an architecture that falls back to the
+    whole pool (blackwell: one server's rows)."""
+    rows = load_rows()[0]
+    hopper = Regime(pools=("ddp",), gpu_arch="hopper", model_family="cnn", params=2.56e7, gpus=8)
+    lo, hi, matched, ids, widened = log_interval(hopper, rows)
+    assert matched["ddp"].get("gpu_arch") == "hopper" and not widened
+    assert len(ids) >= MIN_ROWS and all(abs(r.log_ratio) < 0.01 for r in rows if r.id in ids and r.pool == "ddp")
+    lo_b, hi_b, matched_b, _, _ = log_interval(dataclasses.replace(hopper, gpu_arch="blackwell"), rows)
+    assert "gpu_arch" not in matched_b["ddp"]
+    assert 5 * (hi - lo) < hi_b - lo_b
+
+
 def test_every_pool_has_its_knobs_and_each_regime_is_scored():
     assert set(KNOBS) == {*POOLS, COLLECTIVE_POOL}
     per_regime = regime_coverage()
