@@ -185,3 +185,22 @@ def test_olmo2_rows_and_only_they_normalise_the_whole_query_and_key_projections(
         assert len(weights) == 2 * layers and all(p.shape == (d,) for p in weights), rid
     for rid in ("R104", "R105", "R096"):  # llama3-8b-like, llama-3-70b: no QK-norm
         assert not qk_norm_ops(rid), rid
+
+
+def test_flex_dispatcher_rows_at_main_1e057005_and_only_they_run_the_eager_multihot_conversion():
+    # Megatron-LM main before 6782fe457f (2025-06-12) has no --enable-experimental, so the flex
+    # (DeepEP) dispatcher's indices-to-multihot conversion runs as eager, host-synchronising ops.
+    from dpsim.workload.layers import EAGER_MULTIHOT_BACKWARD_OPS, EAGER_MULTIHOT_FORWARD_OPS
+
+    per_layer = len(EAGER_MULTIHOT_FORWARD_OPS) + len(EAGER_MULTIHOT_BACKWARD_OPS)
+    rows = {r["id"]: r for r in alm.rows()}
+
+    def multihot(rid):
+        return sum(op.name.startswith("experts.multihot.") for layer in alm.model_of(rows[rid]).layers
+                   for op in layer.ops)
+
+    assert multihot("R061") == multihot("R059") == 94 * per_layer  # Qwen3-235B: every layer MoE
+    # R060: same commit, all-to-all dispatcher; R057/R058: moe_dev branch; R062-R070: later, fused.
+    for rid in ("R057", "R058", "R060", "R062", "R063", "R070"):
+        assert multihot(rid) == 0, rid
+    assert sorted(rid for rid, r in rows.items() if alm.eager_multihot(r)) == ["R059", "R061"]

@@ -327,3 +327,34 @@ def test_llm_foundrys_flash_path_adds_its_unpad_and_pad_copies():
     # Eager attention has no varlen kernel to unpad for.
     eager = build_gpt2(GPT2Config(n_embd=1024, n_layer=2, n_head=8, n_positions=2048), name="t", flash_attention=False)
     assert with_unpadded_attention(eager) == eager
+
+
+def test_megatron_flex_dispatchers_eager_multihot_ops_cost_their_dispatch_time():
+    # Megatron-LM@1e057005 _DeepepManager._indices_to_multihot: 11 eager ops a layer forward (two
+    # zeros, ne, a boolean index, arange, sum, repeat_interleave, two index assignments, a boolean
+    # index, .bool()), 3 in backward; each kernel is tiny, so each costs the host's dispatch time.
+    from dpsim.workload.layers import (EAGER_MULTIHOT_BACKWARD_OPS, EAGER_MULTIHOT_FORWARD_OPS,
+                                       with_eager_multihot)
+    from dpsim.workload.roofline import HOST_OVERHEAD_PER_OP_S
+
+    assert (len(EAGER_MULTIHOT_FORWARD_OPS), len(EAGER_MULTIHOT_BACKWARD_OPS)) == (11, 3)
+    model = get_model("qwen3-235b-a22b", seq_len=4096, flash_attention=True)
+    eager = with_eager_multihot(model)
+    assert with_eager_multihot(eager) == eager  # applied once
+    moe = [i for i, layer in enumerate(model.layers) if any(op.name == "experts.permute" for op in layer.ops)]
+    assert len(moe) == 94
+    for i, (before, after) in enumerate(zip(model.layers, eager.layers)):
+        added = [op for op in after.ops if op.name.startswith("experts.multihot.")]
+        assert len(added) == (14 if i in moe else 0)
+        assert [op for op in after.ops if not op.name.startswith("experts.multihot.")] == list(before.ops)
+    layer = eager.layers[moe[0]]
+    added = [op for op in layer.ops if op.name.startswith("experts.multihot.")]
+    assert all(op.elements == 4096 * 8 for op in added)  # tokens x top_k routed copies a sample
+    # Host-bound even at the largest micro-batch the rows run (4 x 4096 tokens, R059).
+    fwd = sum(op_times(op, H100, AMP, 4)[0] for op in added)
+    bwd = sum(op_times(op, H100, AMP, 4)[1] for op in added)
+    assert fwd == pytest.approx(11 * HOST_OVERHEAD_PER_OP_S)
+    assert bwd == pytest.approx(3 * HOST_OVERHEAD_PER_OP_S)
+    before, after = profile(model, H100, micro_batch=1), profile(eager, H100, micro_batch=1)
+    assert after.forward_s - before.forward_s == pytest.approx(94 * 11 * HOST_OVERHEAD_PER_OP_S)
+    assert after.backward_s - before.backward_s == pytest.approx(94 * 3 * HOST_OVERHEAD_PER_OP_S)

@@ -59,7 +59,7 @@ from dpsim.predict.config import PredictConfig  # noqa: E402
 from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
 from dpsim.workload.catalog import get_entry, get_model, list_models  # noqa: E402
-from dpsim.workload.layers import with_attention_kernel, with_unpadded_attention  # noqa: E402
+from dpsim.workload.layers import with_attention_kernel, with_eager_multihot, with_unpadded_attention  # noqa: E402
 from dpsim.workload.spec import ModelSpec, ParamSpec  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "large_model_runs.csv"
@@ -284,7 +284,26 @@ def model_of(row: dict) -> ModelSpec:
         # llm-foundry's attn_impl flash unpads q, k, v and re-pads the output around
         # FlashAttention-2's varlen kernel on every layer, padding or not (dpsim.workload.layers.unpad_ops).
         model = with_unpadded_attention(model)
+    if eager_multihot(row):
+        model = with_eager_multihot(model)
     return with_attention_kernel(model, fused_kernel) if fused_kernel else model
+
+
+EAGER_MULTIHOT_COMMITS = {"1e057005": "2025-05-24"}
+"""Megatron-LM main commits rows name (Code column: ``main(...)``) that predate 6782fe457f (2025-06-12),
+with their commit dates (NVIDIA/Megatron-LM git history): their flex (DeepEP) dispatcher converts the
+received indices to a multihot map with eager, host-synchronising ops
+(:data:`dpsim.workload.layers.EAGER_MULTIHOT_FORWARD_OPS`)."""
+
+
+def eager_multihot(row: dict) -> bool:
+    """Whether the row ran Megatron-Core's flex (DeepEP) dispatcher at a main commit of
+    :data:`EAGER_MULTIHOT_COMMITS`."""
+    if not row["framework"].startswith("Megatron-Core"):
+        return False
+    commit = re.search(r"\bmain\(([0-9a-f]{7,40})\)", row["framework_version"])
+    text = row["source"] + " " + row["notes"]
+    return bool(commit) and commit.group(1)[:8] in EAGER_MULTIHOT_COMMITS and "dispatcher DeepEP" in text
 
 
 _QKV = ("q_proj", "k_proj", "v_proj")

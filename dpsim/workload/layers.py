@@ -476,6 +476,62 @@ def moe_ops(tokens: int, hidden: int, *, experts: int, top_k: int, expert_ffn: i
     return ops
 
 
+EAGER_MULTIHOT_FORWARD_OPS = ("zeros_map", "zeros_probs", "valid_mask", "valid_indices", "row_arange",
+                              "row_counts", "row_indices", "map_put", "valid_probs", "probs_put", "map_bool")
+"""The eager PyTorch ops Megatron-Core's flex (DeepEP) dispatcher runs, every MoE layer forward, to turn
+the token indices DeepEP delivers into the local experts' multihot routing map and probabilities when
+its fused converter is not reachable: ``_DeepepManager._indices_to_multihot`` (two ``torch.zeros``,
+``indices != -1``, ``indices[mask]``, ``torch.arange``, ``mask.sum(dim=1)``, ``repeat_interleave``, an
+index assignment of 1, ``probs[mask]``, its index assignment) and ``.bool()`` on the map
+(NVIDIA/Megatron-LM@1e057005959b ``megatron/core/transformer/moe/token_dispatcher.py`` lines 839-868
+and 885-892). The fused ``fused_indices_to_multihot`` runs only when ``ENABLE_EXPERIMENTAL`` and
+``--moe-permute-fusion``; at that commit ``ENABLE_EXPERIMENTAL`` is the constant ``False``
+(``megatron/core/config.py`` line 3, imported by value) and no argument sets it: Megatron-LM 6782fe457f
+(2025-06-12, "Add --enable-experimental to args") added the flag and the call that reads it. Three of
+these ops synchronise the host with the GPU (boolean-mask indexing runs ``nonzero``, which copies its
+count to the host, pytorch/pytorch issue 12461; ``repeat_interleave`` without ``output_size`` does the
+same, PyTorch docs ``torch.repeat_interleave``), so the GPU cannot run ahead of them: each waits for
+its dispatch (:data:`~dpsim.workload.roofline.HOST_OVERHEAD_PER_OP_S`, which their tiny kernels never
+exceed). The syncs' own round trip is not charged (no cited measurement)."""
+
+EAGER_MULTIHOT_BACKWARD_OPS = ("probs_put_grad", "valid_probs_zeros", "valid_probs_put")
+"""Their backward: the probabilities' index assignment gathers its values' gradient (``grad[rows,
+cols]``), and ``probs[mask]``'s gradient is a zero tensor the incoming gradient is put into at the
+mask (PyTorch ``tools/autograd/derivatives.yaml``, ``index.Tensor``: ``index_backward`` on
+``grad.new_zeros``), an ``index_put_`` with a boolean mask, itself synchronising (pytorch/pytorch pull
+156384, description). The map and the indices carry no gradient."""
+
+
+def eager_multihot_ops(routed: float) -> list[MemoryOp]:
+    """:data:`EAGER_MULTIHOT_FORWARD_OPS` and :data:`EAGER_MULTIHOT_BACKWARD_OPS` over ``routed``
+    routed copies per sample (the ``tokens x top_k`` indices at balanced routing), one kernel each,
+    each reading and writing 8 bytes an element (int64 indices): far under their dispatch time at
+    any micro-batch these runs use, so they cost :data:`~dpsim.workload.roofline.HOST_OVERHEAD_PER_OP_S`
+    each."""
+    fwd = [MemoryOp(name=f"experts.multihot.{n}", elements=routed, forward=((4, "f32"),)) for n in EAGER_MULTIHOT_FORWARD_OPS]
+    bwd = [MemoryOp(name=f"experts.multihot.{n}", elements=routed, forward=(), backward=((4, "f32"),))
+           for n in EAGER_MULTIHOT_BACKWARD_OPS]
+    return fwd + bwd
+
+
+def with_eager_multihot(model: ModelSpec) -> ModelSpec:
+    """``model`` with :func:`eager_multihot_ops` before every MoE layer's permutation: what
+    Megatron-Core's flex (DeepEP) dispatcher runs before Megatron-LM 6782fe457f (see
+    :data:`EAGER_MULTIHOT_FORWARD_OPS`). Layers without routed experts are left as they are."""
+    layers = []
+    for layer in model.layers:
+        names = [op.name for op in layer.ops]
+        if "experts.permute" not in names or any(n.startswith("experts.multihot.") for n in names):
+            layers.append(layer)
+            continue
+        permute = layer.ops[names.index("experts.permute")]
+        router = layer.ops[names.index("router")]
+        routed = permute.elements / router.k  # experts.permute streams routed copies x hidden
+        i = names.index("experts.permute")
+        layers.append(replace(layer, ops=layer.ops[:i] + tuple(eager_multihot_ops(routed)) + layer.ops[i:]))
+    return replace(model, layers=tuple(layers))
+
+
 def moe_activation_bytes(tokens: int, hidden: int, *, experts: int, top_k: int, expert_ffn: int,
                          shared_ffn: int) -> float:
     """Bytes an MoE layer keeps for backward per sample (2 bytes per element, b = 1): its norm
