@@ -416,7 +416,9 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # (trainer.py: `if not (self.deepspeed_enabled or self.fsdp_enabled) ... prepare_ddp_module`)
         # and its ddp_sync_context returns at once for a model that is not DDP (dist_strategy.py:
         # `if not isinstance(state.model, DistributedDataParallel): yield; return`), mosaicml/composer
-        # 0.16, the version the rows' setup.py pins; so every micro-batch is reduce-scattered.
+        # 0.16 (the October 2023 rows' llm-foundry v0.3.0 pins it), and the same at v0.13.3, which the
+        # April 2023 rows (R023, R024, R030-R040) ran (trainer.py line 1414, dist_strategy.py lines
+        # 67-69); so every micro-batch is reduce-scattered.
         kw["fsdp_accumulate"] = "sharded"
     if "offload" in row["features"].split(";"):
         kw["offload"] = "params+optimizer" if "parameters and optimizer" in row["data_parallel"] else "optimizer"
