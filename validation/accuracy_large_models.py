@@ -184,7 +184,10 @@ PRECISIONS = {
     # FSDP MixedPrecision DEFAULT: bf16 params and buffers, fp32 reduction (mosaicml/composer@1c9d8d179894,
     # v0.16.4, composer/trainer/mosaic_fsdp_utils.py lines 87-90; @7e0e40a72a6b, v0.17.2, lines 94-97), so
     # FSDP1 casts each unit's bf16 gradient to fp32, divides and reduce-scatters it in fp32 (sharded.py's
-    # _fsdp1_copies); the sharded gradient is fp32 under either reduce dtype (dpsim.memory).
+    # _fsdp1_copies); the sharded gradient is fp32 under either reduce dtype (dpsim.memory). Composer
+    # v0.16.3 left DEFAULT's reduce_dtype unset (bf16 reduction; lines 87-89 there), and the October
+    # 2023 rows installed llm-foundry v0.3.0 (mosaicml>=0.16.3): which patch they drew is not published,
+    # v0.16.4 is assumed (validation/large_model_runs.md, "Row audit (2026-12-05)").
     "bf16-amp (Composer": "bf16-fp32-grads",
     "bf16 (Composer": "bf16-params",  # PURE: bf16 params, reduce and buffers
     "bf16 compute, fp32 weights": "amp-bf16",  # MaxText: fp32 weights and gradients, bf16 compute
@@ -435,7 +438,9 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # (trainer.py: `if not (self.deepspeed_enabled or self.fsdp_enabled) ... prepare_ddp_module`)
         # and its ddp_sync_context returns at once for a model that is not DDP (dist_strategy.py:
         # `if not isinstance(state.model, DistributedDataParallel): yield; return`), mosaicml/composer
-        # 0.16, the version the rows' setup.py pins; so every micro-batch is reduce-scattered.
+        # 0.16 (the October 2023 rows' llm-foundry v0.3.0 pins it), and the same at v0.13.3, which the
+        # April 2023 rows (R023, R024, R030-R040) ran (trainer.py line 1414, dist_strategy.py lines
+        # 67-69); so every micro-batch is reduce-scattered.
         kw["fsdp_accumulate"] = "sharded"
     if "offload" in row["features"].split(";"):
         kw["offload"] = "params+optimizer" if "parameters and optimizer" in row["data_parallel"] else "optimizer"
