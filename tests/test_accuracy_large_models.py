@@ -204,3 +204,27 @@ def test_flex_dispatcher_rows_at_main_1e057005_and_only_they_run_the_eager_multi
     for rid in ("R057", "R058", "R060", "R062", "R063", "R070"):
         assert multihot(rid) == 0, rid
     assert sorted(rid for rid, r in rows.items() if alm.eager_multihot(r)) == ["R059", "R061"]
+
+
+def test_olmo_core_rows_price_the_loss_that_first_published_them():
+    # Figures first published before allenai/OLMo-core@00d34f693 (2024-11-01) ran an eager loss over
+    # fp32 logits: the Triton fused cross-entropy (OLMo-7B.py, OLMo-13B.py, Llama-8B.py: fused_loss=True)
+    # or, for September's 1B (OLMo-1B.py@8c03ca8a2), F.cross_entropy plus the z-loss's logsumexp. The
+    # November 1B rows (e27ba74550f1, compiled loss) keep the catalog's loss.
+    from dpsim.workload.layers import lm_loss_passes
+
+    rows = {r["id"]: r for r in alm.rows()}
+
+    def loss_passes(rid):
+        (op,) = [op for layer in alm.model_of(rows[rid]).layers for op in layer.ops if op.name == "loss"]
+        return op.forward, op.backward
+
+    for rid in ("R102", "R103", "R104", "R105"):  # micro-batch 2: the shifted slice is copied
+        assert loss_passes(rid) == lm_loss_passes("triton-fp32", shift_copy=True), rid
+    for rid in ("R106", "R107"):  # one sequence per micro-batch: nothing to copy
+        assert loss_passes(rid) == lm_loss_passes("triton-fp32", shift_copy=False), rid
+    for rid in ("R108", "R109"):
+        assert loss_passes(rid) == lm_loss_passes("eager-fp32-z-loss", shift_copy=True), rid
+        assert rows[rid]["micro_batch"] == "4" and "8c03ca8a2103" in rows[rid]["source"], rid
+    for rid in ("R100", "R101", "R001", "R096"):
+        assert loss_passes(rid) == (((1, "upcast"), (2, "f32")), ((4, "f32"), (1, "upcast"))), rid

@@ -358,3 +358,40 @@ def test_megatron_flex_dispatchers_eager_multihot_ops_cost_their_dispatch_time()
     before, after = profile(model, H100, micro_batch=1), profile(eager, H100, micro_batch=1)
     assert after.forward_s - before.forward_s == pytest.approx(94 * 11 * HOST_OVERHEAD_PER_OP_S)
     assert after.backward_s - before.backward_s == pytest.approx(94 * 3 * HOST_OVERHEAD_PER_OP_S)
+
+
+def test_olmo_cores_eager_fp32_loss_paths_are_priced_from_their_kernels():
+    # OLMo-core before 00d34f693: the model casts the logits to fp32, the trainer copies the shifted
+    # slice and runs either F.cross_entropy plus the z-loss's logsumexp or the Triton fused kernel, all
+    # eagerly. Bytes per logit (bf16 logits): eager 6 + 8 + 8 + 24 forward, 24 + 4 + 12 + 12 + 12 + 6
+    # backward; Triton 6 + 8 + 4 forward, 8 + 12 + 6 backward; the catalog's autocast loss 14 and 22.
+    from dpsim.errors import WorkloadError
+    from dpsim.workload.layers import LM_LOSSES, lm_loss_passes, with_lm_loss
+    from dpsim.workload.roofline import pass_bytes
+
+    bf16 = get_precision("bf16-params")
+
+    def per_logit(passes):
+        return sum(n * pass_bytes(c, bf16) for n, c in passes)
+
+    assert LM_LOSSES == ("eager-fp32-z-loss", "triton-fp32")
+    assert [per_logit(p) for p in lm_loss_passes("eager-fp32-z-loss", shift_copy=True)] == [46.0, 70.0]
+    assert [per_logit(p) for p in lm_loss_passes("triton-fp32", shift_copy=True)] == [18.0, 26.0]
+    assert [per_logit(p) for p in lm_loss_passes("triton-fp32", shift_copy=False)] == [10.0, 26.0]
+    with pytest.raises(WorkloadError, match="not one of"):
+        lm_loss_passes("liger", shift_copy=True)
+
+    model = get_model("llama-2-7b", seq_len=1024)
+    eager = with_lm_loss(model, "eager-fp32-z-loss", shift_copy=True)
+    loss = [op for layer in eager.layers for op in layer.ops if op.name == "loss"]
+    assert len(loss) == 1 and loss[0].elements == 1024 * 32000
+    # Nothing but the loss changes, and under --compile it stays one unfused kernel's traffic.
+    assert [op for layer in eager.layers for op in layer.ops if op.name != "loss"] == \
+        [op for layer in model.layers for op in layer.ops if op.name != "loss"]
+    for precision in (bf16, dataclasses.replace(bf16, compiled=True)):
+        before, after = profile(model, H100, precision, 4), profile(eager, H100, precision, 4)
+        eff = Efficiencies()
+        extra = (46.0 + 70.0 - 14.0 - 22.0) * 4 * 1024 * 32000 / (H100.streaming_bandwidth_bytes_per_s * eff.memory)
+        assert (after.forward_s + after.backward_s) - (before.forward_s + before.backward_s) == pytest.approx(extra)
+    with pytest.raises(WorkloadError, match="no LM loss"):
+        with_lm_loss(build_resnet(ResNetConfig()), "triton-fp32", shift_copy=True)

@@ -59,7 +59,12 @@ from dpsim.predict.config import PredictConfig  # noqa: E402
 from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
 from dpsim.workload.catalog import get_entry, get_model, list_models  # noqa: E402
-from dpsim.workload.layers import with_attention_kernel, with_eager_multihot, with_unpadded_attention  # noqa: E402
+from dpsim.workload.layers import (  # noqa: E402
+    with_attention_kernel,
+    with_eager_multihot,
+    with_lm_loss,
+    with_unpadded_attention,
+)
 from dpsim.workload.spec import ModelSpec, ParamSpec  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "large_model_runs.csv"
@@ -289,6 +294,10 @@ def model_of(row: dict) -> ModelSpec:
         model = with_unpadded_attention(model)
     if eager_multihot(row):
         model = with_eager_multihot(model)
+    loss = _lookup_in(LM_LOSS_PATHS, row["torch_compile"])
+    if loss:
+        # One sequence per micro-batch leaves the shifted slice contiguous: no copy (layers.lm_loss_passes).
+        model = with_lm_loss(model, loss, shift_copy=int(row["micro_batch"] or 1) > 1)
     return with_attention_kernel(model, fused_kernel) if fused_kernel else model
 
 
@@ -307,6 +316,20 @@ def eager_multihot(row: dict) -> bool:
     commit = re.search(r"\bmain\(([0-9a-f]{7,40})\)", row["framework_version"])
     text = row["source"] + " " + row["notes"]
     return bool(commit) and commit.group(1)[:8] in EAGER_MULTIHOT_COMMITS and "dispatcher DeepEP" in text
+
+
+LM_LOSS_PATHS = {
+    "Triton fused cross-entropy": "triton-fp32",
+    "eager cross-entropy and z-loss": "eager-fp32-z-loss",
+}
+"""Text in a row's ``torch_compile`` naming an eager loss over fp32 logits (OLMo-core before
+allenai/OLMo-core@00d34f693: dpsim.workload.layers.LM_LOSSES) -> the path :func:`with_lm_loss` prices;
+other rows keep the catalog's loss (:func:`dpsim.workload.layers.lm_loss_op`)."""
+
+
+def _lookup_in(table: dict, text: str) -> str | None:
+    """The value of the first key of ``table`` that ``text`` contains, or ``None``."""
+    return next((v for k, v in table.items() if k in text), None)
 
 
 _QKV = ("q_proj", "k_proj", "v_proj")

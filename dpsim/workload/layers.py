@@ -299,6 +299,79 @@ def lm_loss_op(tokens: int, vocab: int) -> MemoryOp:
                     backward=((4, "f32"), (1, "upcast")))
 
 
+LM_LOSSES = ("eager-fp32-z-loss", "triton-fp32")
+"""Eager loss paths over fp32 logits that :func:`with_lm_loss` prices instead of :func:`lm_loss_op`, as
+OLMo-core ran them before allenai/OLMo-core@00d34f693 (2024-11-01) moved the fp32 cast into a compiled
+loss: the model returns ``self.w_out(h).float()`` (``nn/transformer/model.py`` ``Transformer.forward``
+at 8c03ca8a2, 310866e45 and 41400c46f) and the trainer takes ``logits[..., :-1, :].contiguous()`` in
+eager mode before its loss function (``train/trainer.py`` ``_model_forward``), outside the compiled
+blocks. ``eager-fp32-z-loss`` is its ``cross_entropy_loss`` (``F.cross_entropy`` plus the z-loss's
+``logits.logsumexp(-1)``, ``nn/functional/cross_entropy_loss.py``; ``fused_loss`` off, OLMo-1B.py);
+``triton-fp32`` its ``fused_cross_entropy_loss``, the Triton kernel adapted from flash-attn
+(``olmo_core/triton/cross_entropy_loss.py``: ``fused_loss=True``, OLMo-7B.py / OLMo-13B.py /
+Llama-8B.py)."""
+
+_LOGITS_CAST = 1.0
+"""``.float()`` on the 16-bit logits: one ``upcast`` pass forward (read 16-bit, write fp32) and one
+back (``ToCopyBackward``: read fp32, write 16-bit)."""
+
+_SHIFT_COPY_FORWARD = 2.0
+"""``logits[..., :-1, :].contiguous()``: a copy of the fp32 logits (read, write). With one sequence per
+micro-batch the slice is already contiguous and nothing is copied."""
+
+_SHIFT_BACKWARD = 3.0
+"""``SliceBackward``: ``slice_backward`` zero-fills a tensor of the logits' full shape and copies the
+gradient into the slice (write; read, write), whatever the micro-batch."""
+
+_LOSS_F32_PASSES = {
+    # F.cross_entropy: _log_softmax (read, write; nll_loss_forward reads one logit per row). The z-loss's
+    # logsumexp (pytorch/pytorch@52881c8087c9 aten/src/ATen/native/ReduceOps.cpp logsumexp_out_impl):
+    # amax (read), self - maxes (read, write), exp_ in place (read, write), sum (read): 6.
+    # Backward: logsumexp's grad * (self - result).exp() (three kernels, read and write each: 6),
+    # nll_loss_backward's zero-filled gradient (write: 1), _log_softmax_backward_data (read two, write:
+    # 3), and autograd summing the two gradients of the logits (read two, write: 3).
+    "eager-fp32-z-loss": (2.0 + 6.0, 6.0 + 1.0 + 3.0 + 3.0),
+    # cross_entropy_fwd_kernel reads each row once (online softmax; loss, lse and z-loss per row);
+    # cross_entropy_bwd_kernel reads the logits and writes dlogits (inplace_backward=False).
+    "triton-fp32": (1.0, 2.0),
+}
+
+
+def lm_loss_passes(impl: str, *, shift_copy: bool) -> tuple[tuple[tuple[float, str], ...], tuple[tuple[float, str], ...]]:
+    """(forward, backward) passes over the ``tokens x vocab`` logits of one of :data:`LM_LOSSES`,
+    cast and shift included; ``shift_copy``: the shifted slice is copied (more than one sequence per
+    micro-batch). The sequence of ATen kernels was read with torch.profiler on the same calls (torch
+    2.13, CPU): _to_copy, clone, _log_softmax, nll_loss_forward, amax, sub, exp_, sum forward;
+    sub, exp, mul, zero_, _log_softmax_backward_data, add_, zero_ + copy_ (slice_backward), _to_copy
+    backward."""
+    if impl not in _LOSS_F32_PASSES:
+        raise WorkloadError(f"loss implementation {impl!r} is not one of {', '.join(LM_LOSSES)}")
+    forward_f32, backward_f32 = _LOSS_F32_PASSES[impl]
+    forward_f32 += _SHIFT_COPY_FORWARD if shift_copy else 0.0
+    backward_f32 += _SHIFT_BACKWARD
+    return (((_LOGITS_CAST, "upcast"), (forward_f32, "f32")),
+            ((backward_f32, "f32"), (_LOGITS_CAST, "upcast")))
+
+
+def with_lm_loss(model: ModelSpec, impl: str, *, shift_copy: bool) -> ModelSpec:
+    """``model`` with its LM loss (the op :func:`lm_loss_op` names ``loss``) priced as ``impl`` (one of
+    :data:`LM_LOSSES`, :func:`lm_loss_passes`). It stays one :class:`MemoryOp`, so ``--compile`` fuses
+    none of its passes: these paths ran eagerly (OLMo-core compiled the blocks alone)."""
+    forward, backward = lm_loss_passes(impl, shift_copy=shift_copy)
+    found = False
+    layers = []
+    for layer in model.layers:
+        ops = []
+        for op in layer.ops:
+            if isinstance(op, MemoryOp) and op.name == "loss":
+                op, found = replace(op, forward=forward, backward=backward), True
+            ops.append(op)
+        layers.append(replace(layer, ops=tuple(ops)))
+    if not found:
+        raise WorkloadError(f"{model.name}: no LM loss to price as {impl!r}")
+    return replace(model, layers=tuple(layers))
+
+
 def attention_ops(tokens: int, heads: int, head_dim: int, *, causal: bool, fused: bool,
                   dropout: bool = False, masked: bool = True) -> list[OpSpec]:
     """Attention core; eager attention also copies its ``heads x tokens x head_dim`` output
