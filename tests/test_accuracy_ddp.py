@@ -31,3 +31,13 @@ def test_multi_gpu_ddp_from_a_measured_one_gpu_step_meets_the_bar():
     assert worst <= 0.15, worst
     # dpsim never predicts more than linear scaling from the one-GPU step.
     assert all(r.predicted <= int(r.row["gpus"]) * float(r.row["single_gpu_samples_per_s"]) for r in results)
+
+
+def test_rows_run_without_nccl_p2p_say_so():
+    # Lambda's benchmark_pytorch.sh exported NCCL_P2P_DISABLE=1 from @0a684b62 (2022-10-16) to @aad0d1cd
+    # (2023-02-06): every row from the older `pytorch/results/` set ran over NCCL's SHM transport, none from
+    # `results_v2` did. The notes must keep saying which, since dpsim costs NVLink for all of them.
+    for r in rows(DATA):
+        older = "pytorch/results/" in r["source"]
+        assert older == ("results_v2/" not in r["source"]), r["id"]
+        assert ("NCCL_P2P_DISABLE=1" in r["notes"]) == older, r["id"]

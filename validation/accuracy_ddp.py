@@ -15,7 +15,10 @@ defined), so leaving a system out changes no prediction; the script checks that.
 Topologies: ``nvlink`` (NVSwitch) for the H100, H200 and B200 servers with the GPU preset
 of the row, ``dgx-a100`` for the A100 SXM4 server; Lambda's 8x V100 16GB server is an
 NVLink hybrid cube mesh, costed on ``nvlink`` with the V100 preset (an approximation: a
-ResNet-50 step communicates 102 MB, under 1 % of its step on either fabric).
+ResNet-50 step communicates 102 MB, under 1 % of its step on either fabric). The A100 SXM4 and
+V100 rows (Lambda's ``pytorch/results/``, late 2022) were run with ``NCCL_P2P_DISABLE=1``, so they
+used neither fabric: NCCL's SHM transport through host memory, which dpsim does not model (their
+``notes`` say so; see validation/large_model_runs.md).
 """
 
 from __future__ import annotations
@@ -123,11 +126,14 @@ def section(results: list[Result], loso: list[Result]) -> str:
         "a step, hidden behind backward but for the last buckets; DDP's copies, 161 gradients in and",
         "back, and its buffer broadcast cost about 1 %). The H100, H200 and B200 servers measure",
         "98.7-99.5 %. The A100 SXM4 rows measure 87-96 % and the V100 rows 93-96 %, from Lambda's older",
-        "result set (`pytorch/results/`, PyTorch 1.13.0a0): their one-GPU and N-GPU runs are separate",
-        "result folders, but the log files' names time them as one session each, in order of GPU count",
-        "(A100: 18:30 to 21:59 on 2022-11-19; V100: 02:36 to 04:43 on 2022-12-16), most likely on one",
-        "server. The 8-GPU A100 runs lose 5 points more than the 4-GPU ones, which no NVSwitch effect",
-        "explains (host CPUs feeding 8 GPUs, NUMA placement, or clocks are candidates; none is modelled).",
+        "result set (`pytorch/results/`, PyTorch 1.13.0a0, one session per server in order of GPU count:",
+        "A100 on 2022-11-19, V100 on 2022-12-16), and those runs did not use NVLink: Lambda's",
+        "`benchmark_pytorch.sh` exported `NCCL_P2P_DISABLE=1` from lambdal/deeplearning-benchmark@0a684b62",
+        "(2022-10-16) until @aad0d1cd (2023-02-06), so NCCL passed the gradients through host memory (its",
+        "SHM transport), which dpsim does not model. The same image with P2P on (8x H100 SXM5, 2023-02-14)",
+        "scales 99.0-99.5 %, and the same A100 board did 99.4-99.5 % in 2021; no source prices the SHM path",
+        "on these servers, so the rows stay as measured (validation/large_model_runs.md, 'The A100 SXM4 and",
+        "V100 DDP rows ran with NCCL P2P disabled').",
         "",
         table(results),
         "",
