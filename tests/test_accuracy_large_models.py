@@ -228,3 +228,25 @@ def test_olmo_core_rows_price_the_loss_that_first_published_them():
         assert rows[rid]["micro_batch"] == "4" and "8c03ca8a2103" in rows[rid]["source"], rid
     for rid in ("R100", "R101", "R001", "R096"):
         assert loss_passes(rid) == (((1, "upcast"), (2, "f32")), ((4, "f32"), (1, "upcast"))), rid
+
+
+def test_megatron_rows_without_the_loss_fusion_price_megatrons_unfused_loss():
+    # The May 2025 Qwen3 H100 table (moe_dev(f3e6c5), main(1e057005)) ran the ModelZoo yaml b06a6d8,
+    # before --cross-entropy-loss-fusion was added (274316a7c1fa, 2025-08-20); the Mixtral yamls never set
+    # it. Megatron then runs _VocabParallelCrossEntropy over the bf16 logits. The later Qwen3 rows set the
+    # fusion (TE's kernel, not costed on main) and keep the catalog's loss.
+    from dpsim.workload.layers import lm_loss_passes
+
+    rows = {r["id"]: r for r in alm.rows()}
+
+    def loss_passes(rid):
+        (op,) = [op for layer in alm.model_of(rows[rid]).layers for op in layer.ops if op.name == "loss"]
+        return op.forward, op.backward
+
+    unfused = [rid for rid, r in rows.items() if alm.megatron_loss(r)]
+    assert sorted(unfused) == [f"R0{n}" for n in range(54, 62)]
+    for rid in unfused:
+        assert loss_passes(rid) == lm_loss_passes("megatron-vocab-parallel", shift_copy=False), rid
+    for rid in ("R062", "R063", "R070", "R071", "R074"):
+        assert alm.megatron_loss(rows[rid]) is None, rid
+        assert loss_passes(rid) == (((1, "upcast"), (2, "f32")), ((4, "f32"), (1, "upcast"))), rid

@@ -374,7 +374,11 @@ def test_olmo_cores_eager_fp32_loss_paths_are_priced_from_their_kernels():
     def per_logit(passes):
         return sum(n * pass_bytes(c, bf16) for n, c in passes)
 
-    assert LM_LOSSES == ("eager-fp32-z-loss", "triton-fp32")
+    assert LM_LOSSES == ("eager-fp32-z-loss", "triton-fp32", "megatron-vocab-parallel")
+    # Megatron-Core's unfused vocab-parallel loss: .float() 6, max 4, sub_ 8, exp_ 8, sum 4, div_ 8
+    # forward; mul_ 8 and the cast back 6 backward; no shifted slice either way.
+    for shift in (True, False):
+        assert [per_logit(p) for p in lm_loss_passes("megatron-vocab-parallel", shift_copy=shift)] == [38.0, 14.0]
     assert [per_logit(p) for p in lm_loss_passes("eager-fp32-z-loss", shift_copy=True)] == [46.0, 70.0]
     assert [per_logit(p) for p in lm_loss_passes("triton-fp32", shift_copy=True)] == [18.0, 26.0]
     assert [per_logit(p) for p in lm_loss_passes("triton-fp32", shift_copy=False)] == [10.0, 26.0]

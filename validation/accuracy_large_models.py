@@ -294,7 +294,7 @@ def model_of(row: dict) -> ModelSpec:
         model = with_unpadded_attention(model)
     if eager_multihot(row):
         model = with_eager_multihot(model)
-    loss = _lookup_in(LM_LOSS_PATHS, row["torch_compile"])
+    loss = _lookup_in(LM_LOSS_PATHS, row["torch_compile"]) or megatron_loss(row)
     if loss:
         # One sequence per micro-batch leaves the shifted slice contiguous: no copy (layers.lm_loss_passes).
         model = with_lm_loss(model, loss, shift_copy=int(row["micro_batch"] or 1) > 1)
@@ -325,6 +325,26 @@ LM_LOSS_PATHS = {
 """Text in a row's ``torch_compile`` naming an eager loss over fp32 logits (OLMo-core before
 allenai/OLMo-core@00d34f693: dpsim.workload.layers.LM_LOSSES) -> the path :func:`with_lm_loss` prices;
 other rows keep the catalog's loss (:func:`dpsim.workload.layers.lm_loss_op`)."""
+
+
+MEGATRON_UNFUSED_LOSS = ("moe_dev(f3e6c5)", "main(1e057005)", "Mixtral-8x7B.yaml", "Mixtral-8x22B.yaml")
+"""Text in a Megatron-Core row's ``framework_version`` or ``source`` naming a run whose configuration had
+no ``--cross-entropy-loss-fusion``, so that Megatron computed its loss unfused
+(``megatron-vocab-parallel``, :data:`dpsim.workload.layers.LM_LOSSES`): the May 2025 Qwen3 H100 table
+(Code column moe_dev(f3e6c5), main(1e057005); yanring/Megatron-MoE-ModelZoo@8017e1120f5d, 2025-05-27, when
+``model_configs/benchmarking/Qwen3-235B-A22B.yaml`` was b06a6d8 without the flag, added by 274316a7c1fa on
+2025-08-20) and the Mixtral yamls (78fd4d6de6f1, 0993e667ef21: not set; R054 publishes no flags and takes
+Megatron's default, off). The later Qwen3 rows set ``--cross-entropy-loss-fusion true
+--cross-entropy-fusion-impl te`` and keep the catalog's loss here (TE's fused kernel is not costed on main:
+validation/large_model_runs.md, "The parked fusions audited")."""
+
+
+def megatron_loss(row: dict) -> str | None:
+    """``megatron-vocab-parallel`` for a Megatron-Core row of :data:`MEGATRON_UNFUSED_LOSS`, else ``None``."""
+    if not row["framework"].startswith("Megatron-Core"):
+        return None
+    text = row["framework_version"] + " " + row["source"]
+    return "megatron-vocab-parallel" if any(key in text for key in MEGATRON_UNFUSED_LOSS) else None
 
 
 def _lookup_in(table: dict, text: str) -> str | None:

@@ -299,7 +299,7 @@ def lm_loss_op(tokens: int, vocab: int) -> MemoryOp:
                     backward=((4, "f32"), (1, "upcast")))
 
 
-LM_LOSSES = ("eager-fp32-z-loss", "triton-fp32")
+LM_LOSSES = ("eager-fp32-z-loss", "triton-fp32", "megatron-vocab-parallel")
 """Eager loss paths over fp32 logits that :func:`with_lm_loss` prices instead of :func:`lm_loss_op`, as
 OLMo-core ran them before allenai/OLMo-core@00d34f693 (2024-11-01) moved the fp32 cast into a compiled
 loss: the model returns ``self.w_out(h).float()`` (``nn/transformer/model.py`` ``Transformer.forward``
@@ -309,7 +309,24 @@ blocks. ``eager-fp32-z-loss`` is its ``cross_entropy_loss`` (``F.cross_entropy``
 ``logits.logsumexp(-1)``, ``nn/functional/cross_entropy_loss.py``; ``fused_loss`` off, OLMo-1B.py);
 ``triton-fp32`` its ``fused_cross_entropy_loss``, the Triton kernel adapted from flash-attn
 (``olmo_core/triton/cross_entropy_loss.py``: ``fused_loss=True``, OLMo-7B.py / OLMo-13B.py /
-Llama-8B.py)."""
+Llama-8B.py). ``megatron-vocab-parallel`` is Megatron-Core's loss without
+``--cross-entropy-loss-fusion`` (a ``store_true`` flag: off unless given), which
+``compute_language_model_loss`` sends to ``tensor_parallel.vocab_parallel_cross_entropy`` over the
+16-bit logits (NVIDIA/Megatron-LM@1e057005959b
+``megatron/core/models/common/language_module/language_module.py`` line 98; the same at
+c6e3b0c5bb4c and core_r0.9.0): :data:`_MEGATRON_VOCAB_PARALLEL_PASSES`."""
+
+_MEGATRON_VOCAB_PARALLEL_PASSES = (((1.0, "upcast"), (8.0, "f32")), ((2.0, "f32"), (1.0, "upcast")))
+"""Megatron-Core's ``_VocabParallelCrossEntropy`` over one tensor-parallel rank's vocabulary shard
+(``megatron/core/tensor_parallel/cross_entropy.py`` at 1e057005959b), per logit: forward ``.float()``
+(line 28: read 16-bit, write fp32: one ``upcast``), ``torch.max`` (30: read), the in-place subtract of
+the max (45: read, write), ``torch.exp(..., out=)`` in place (65: read, write), ``sum`` (66: read) and
+the in-place divide into the softmax it saves (80: read, write): 8 fp32 passes; backward the in-place
+multiply by the loss gradient (117: read, write) and autograd's cast of that fp32 gradient to the
+16-bit logits' dtype (the input of a custom ``autograd.Function`` gets its gradient in its own dtype:
+checked on torch 2.13, an fp32 gradient returned for a bf16 input arrives bf16): 2 fp32 passes and one
+``upcast``. Labels come shifted from the data loader: no slice. The per-row gathers, masks and the
+tensor-parallel all-reduces of a row's max and sum are a row each, not counted."""
 
 _LOGITS_CAST = 1.0
 """``.float()`` on the 16-bit logits: one ``upcast`` pass forward (read 16-bit, write fp32) and one
@@ -343,7 +360,10 @@ def lm_loss_passes(impl: str, *, shift_copy: bool) -> tuple[tuple[tuple[float, s
     micro-batch). The sequence of ATen kernels was read with torch.profiler on the same calls (torch
     2.13, CPU): _to_copy, clone, _log_softmax, nll_loss_forward, amax, sub, exp_, sum forward;
     sub, exp, mul, zero_, _log_softmax_backward_data, add_, zero_ + copy_ (slice_backward), _to_copy
-    backward."""
+    backward. ``megatron-vocab-parallel`` has no shift (``shift_copy`` is ignored):
+    :data:`_MEGATRON_VOCAB_PARALLEL_PASSES`."""
+    if impl == "megatron-vocab-parallel":
+        return _MEGATRON_VOCAB_PARALLEL_PASSES
     if impl not in _LOSS_F32_PASSES:
         raise WorkloadError(f"loss implementation {impl!r} is not one of {', '.join(LM_LOSSES)}")
     forward_f32, backward_f32 = _LOSS_F32_PASSES[impl]
