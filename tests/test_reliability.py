@@ -65,6 +65,20 @@ def test_no_failures_is_work_plus_checkpoints_exactly():
     assert expected_wall_time_s(DAY_S, HOUR_S, 30.0, 600.0, NEVER) == pytest.approx(out.wall_s)
 
 
+def test_intervals_never_promise_more_than_a_failure_free_run():
+    """Few runs, most of them failure-free: the t-interval on the mean wall time reached below the
+    failure-free wall (work + writes), i.e. a goodput interval above 100 %."""
+    job = _job(mtbf_h=400.0, work_d=10.0, tau_h=4.0, write_s=90.0)
+    floor = expected_wall_time_s(10 * DAY_S, 4 * HOUR_S, 90.0, 600.0, NEVER)
+    for policy in ("wait", "shrink"):
+        stats = simulate_goodput(dataclasses.replace(job, policy=policy), runs=5, seed=0)
+        assert min(stats.walls_s) == pytest.approx(floor)  # some runs saw no failure
+        assert max(stats.walls_s) > floor  # and some did: the interval is not a point
+        assert stats.wall_ci_s[0] >= floor * (1 - 1e-12)
+        assert stats.goodput_ci[1] <= 10 * DAY_S / floor * (1 + 1e-12) < 1.0
+        assert stats.goodput_ci[0] <= stats.goodput <= stats.goodput_ci[1]
+
+
 def test_exponential_failures_without_overhead_match_the_closed_form():
     """delta = R = 0: each tau-segment takes M (e^{tau/M} - 1) on average (restart from its start)."""
     job = _job(mtbf_h=10.0, work_d=10.0, tau_h=2.0, write_s=0.0, restart_s=0.0)
