@@ -308,6 +308,28 @@ def test_goodput_cli_table(capsys, monkeypatch):
         assert label in out, label
 
 
+def test_goodput_takes_the_jobs_strategy_as_predict_and_memory_do(capsys, monkeypatch):
+    """Without --strategy every goodput job was DDP: a 70B model on 64 H100s (1.5 TiB per GPU) was
+    simulated at DDP's throughput, one replica writing its checkpoint, with no word that it cannot run."""
+    job = ["--gpus", "64", "--link", "infiniband", "--model", "llama-3-70b", "--micro-batch", "1"]
+    fsdp = ["--strategy", "fsdp", "--activation-checkpointing"]
+    runs = ["--duration", "10d", "--runs", "3"]
+    assert main(["goodput", *job, *fsdp, *runs, "--json"]) == 0
+    sharded = json.loads(capsys.readouterr().out)
+    assert main(["predict", *job, *fsdp, "--json"]) == 0
+    assert sharded["tokens_per_s"] == json.loads(capsys.readouterr().out)["tokens_per_s"]
+    assert main(["goodput", *job, *runs, "--json"]) == 0
+    replicated = json.loads(capsys.readouterr().out)
+    # The same state, written by every node's ranks (8 nodes) instead of one replica's node.
+    assert sharded["checkpoint_bytes"] == replicated["checkpoint_bytes"]
+    assert sharded["checkpoint_write_s"] == pytest.approx(replicated["checkpoint_write_s"] / 8)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["goodput", *job, *runs]) == 0
+    assert "does not fit" in capsys.readouterr().out
+    assert main(["goodput", *job, *fsdp, *runs]) == 0
+    assert "does not fit" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("args,needles", [
     (["--mtbf-gpu", "soon"], ["--mtbf-gpu", "'soon'"]),
     (["--tokens", "1T", "--duration", "3d"], ["--tokens and --duration"]),
