@@ -157,6 +157,8 @@ def test_fast_path_is_the_event_by_event_simulation_run_for_run(kw):
             _job(**kw, policy="shrink"), _job(**kw, policy="shrink", replace_s=7200.0)]
     if kw.get("nodes", 16) >= 2:
         jobs.append(dataclasses.replace(_job(**kw, policy="shrink", replace_s=7200.0), min_nodes=2))
+    if kw.get("nodes", 16) >= 4:
+        jobs.append(dataclasses.replace(_job(**kw, policy="shrink", replace_s=7200.0), replica_nodes=4))
     from dpsim.plan.goodput import _simulate_jobs
 
     for job, runs in zip(jobs, _simulate_jobs(jobs, seeds)):
@@ -225,6 +227,32 @@ def test_elastic_shrink_wins_with_slow_replacements_and_loses_with_spares():
     spare = elastic_choice(_job(mtbf_h=10.0, replace_s=0.0, nodes=32), runs=40, seed=0)
     # With a hot spare, shrinking only adds a rejoin restart and a slower segment.
     assert spare["wait"].goodput > spare["shrink"].goodput
+
+
+def test_shrink_trains_on_whole_replicas_only():
+    """A failed node stops its whole model replica: with one replica on every node shrinking is
+    waiting, run for run; with two replicas of 8 nodes a failure halves the speed, so shrinking
+    gains less than it does on 16 one-node replicas (the old count: 15 of 16 nodes kept training)."""
+    base = _job(mtbf_h=10.0, replace_s=8 * HOUR_S, nodes=16)
+    seeds = list(range(6))
+    wait = [simulate_run(base, s) for s in seeds]
+    whole = dataclasses.replace(base, policy="shrink", replica_nodes=16)
+    assert whole.training_nodes_floor == 16
+    for a, b in zip(wait, (simulate_run(whole, s) for s in seeds)):
+        assert a.wall_s == pytest.approx(b.wall_s, rel=1e-12) and a.failures == b.failures
+    walls = {r: simulate_goodput(dataclasses.replace(base, policy="shrink", replica_nodes=r), runs=40, seed=0).wall_s
+             for r in (1, 8, 16)}
+    assert walls[1] < walls[8] < walls[16]
+    with pytest.raises(ConfigError, match="replica nodes"):
+        dataclasses.replace(base, replica_nodes=17)
+
+
+def test_goodput_of_a_layout_shrinks_by_its_replicas():
+    from dpsim.plan.job import goodput
+    config = PredictConfig(gpus=128, link="infiniband", model="llama-3-70b", micro_batch=1, global_batch=256,
+                           tp=8, pp=8)
+    assert goodput(config, duration_s=86400.0, runs=2).job.replica_nodes == 8  # tp 8 x pp 8 = 64 GPUs
+    assert goodput(dataclasses.replace(config, tp=1, pp=1), duration_s=86400.0, runs=2).job.replica_nodes == 1
 
 
 def test_shrink_below_min_nodes_waits():
