@@ -617,6 +617,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         for c, per_mb in enumerate(per_chunk):
             act += in_flight[s][c] * per_mb * mb
         act = (act + working * mb) * act_scale
+        act += layout_fp8_weight_bytes(tpm, assignment[s], precision)
         d = layout.grad_group
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
@@ -640,6 +641,30 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
                                in_flight=tuple(in_flight[s])))
     return tuple(out)
+
+
+def layout_fp8_weight_bytes(tpm, chunks, precision: Precision) -> float:
+    """The FP8 weight copies a TransformerEngine recipe holds on one GPU of a layout's stage
+    (``chunks``: its layers' indices per model chunk): one byte per FP8 weight element of the
+    stage's shard, for the whole step whatever the recomputation. Megatron-Core's TE wrappers pass
+    ``is_first_microbatch`` to every TE linear (NVIDIA/Megatron-LM@004fe2f1fc49
+    megatron/core/extensions/transformer_engine.py, ``TELinear.forward``: ``None`` only with
+    ``disable_parameter_transpose_cache``), so the cast made at the first micro-batch is cached in
+    the module and reused by the others, backward and recomputation included
+    (:func:`dpsim.workload.fp8.saves_fp8_weights`; the data-parallel path's
+    :func:`fp8_saved_weight_bytes` counts the uncached case). torchao recipes keep no copy."""
+    if precision.fp8 is None or not saves_fp8_weights(precision.fp8):
+        return 0.0
+    # A rank's share of a layer's FP8 weights: the layer's FP8 elements split as its parameters are
+    # (tensor, expert parallelism), at most all of the rank's parameters.
+    numel = 0
+    for layers in chunks:
+        for i in layers:
+            layer = tpm.layers[i]
+            full = tpm.spec.layers[i].param_count
+            fp8 = fp8_weight_numel(tpm.spec.layers[i], precision.fp8)
+            numel += min(layer.numel_per_rank, round(fp8 * layer.numel_per_rank / full)) if full else 0
+    return float(numel * FP8_BYTES)
 
 
 def _unit_numels(tpm, chunks) -> list[int]:

@@ -221,6 +221,23 @@ def test_tensor_parallel_layouts_run_the_recipe_too():
     assert fp8.step_time_s < bf16.step_time_s
 
 
+@pytest.mark.parametrize("recompute", ["off", "full"])
+def test_layout_stages_hold_transformer_engines_cached_fp8_weights(recompute):
+    """A Megatron-Core layout's TE linears cache their FP8 weight cast across micro-batches
+    (is_first_microbatch), so each stage holds one byte per FP8 weight element of its shard the
+    whole step, recomputed or not; the data-parallel path counted it, the layouts did not (Llama-2-7B
+    tp 2 x pp 2: 16 blocks of 4 x 4096^2 + 3 x 4096 x 11008 FP8 elements, halved by tp, per stage).
+    torchao keeps no copy."""
+    config = dict(gpus=16, link="infiniband", model="llama-2-7b", tp=2, pp=2, micro_batch=1, global_batch=16,
+                  precision="bf16-params", strategy="zero1", sequence_parallel=True, recompute=recompute, steps=1)
+    bf16 = predict(PredictConfig(**config)).layout.stages
+    block_fp8 = 4 * 4096 * 4096 + 3 * 4096 * 11008
+    for recipe, kept in (("te-delayed", 16 * block_fp8 // 2), ("torchao-tensorwise", 0)):
+        fp8 = predict(PredictConfig(**config, fp8=recipe)).layout.stages
+        for a, b in zip(fp8, bf16):
+            assert a.memory.breakdown.activations_bytes - b.memory.breakdown.activations_bytes == kept
+
+
 def test_a_traced_output_projection_stays_16_bit():
     """A torch module's ``lm_head`` / ``output`` linear lowers to the catalog's ``lm_head`` op, which
     no recipe runs in FP8; the other linears do."""

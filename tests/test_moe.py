@@ -195,6 +195,31 @@ def test_all_to_all_time_is_four_per_moe_layer_and_micro_batch():
     assert p.layout.ep_comm_s == pytest.approx(4 * one * stage0_moe_layers * config.micro_batches, rel=1e-9)
 
 
+def test_the_all_to_alls_are_communication_the_step_reports_and_waits_for(capsys, monkeypatch):
+    """comm_s and exposed_comm_s counted tensor-, context- and data-parallel traffic and left the
+    MoE all-to-alls in "compute" (Qwen3-235B tp2 ep32 pp8: 0.41 s exposed of a step that waits 5.5 s
+    more on all-to-alls). Without --moe-a2a-overlap they block the compute stream: all exposed;
+    with it, the paired ops hide part of them. The step itself does not move."""
+    from dpsim.cli import main
+    plain = predict(_mixtral())
+    hidden = predict(_mixtral(moe_a2a_overlap=True, schedule="1f1b-interleaved", virtual_stages=2, global_batch=256))
+    for p in (plain, hidden):
+        rep = p.layout
+        a2a = rep.ep_comm_s + rep.etp_comm_s
+        s0 = rep.stages[0]
+        assert a2a > 0
+        # What is left is stage 0's point-to-point sends, a whole number of transfers.
+        sends = (p.comm_s - rep.tp_comm_s - s0.dp_comm_s - a2a) / rep.p2p_s
+        assert sends == pytest.approx(round(sends), abs=1e-6) and round(sends) > 0
+        assert p.exposed_comm_s == pytest.approx(rep.tp_exposed_s + s0.dp_exposed_s + rep.ep_exposed_s, rel=1e-12)
+    assert plain.layout.ep_exposed_s == pytest.approx(plain.layout.ep_comm_s + plain.layout.etp_comm_s, rel=1e-12)
+    assert 0 < hidden.layout.ep_exposed_s < hidden.layout.ep_comm_s + hidden.layout.etp_comm_s
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["predict", "--model", "mixtral-8x7b", "--gpus", "64", "--tp", "1", "--pp", "4", "--ep", "8",
+                 "--link", "infiniband", "--micro-batch", "1", "--global-batch", "64", "--strategy", "zero1"]) == 0
+    assert "expert-parallel all-to-alls waited for" in capsys.readouterr().out
+
+
 def test_expert_tensor_parallelism_gathers_and_scatters_over_its_own_nvlink_group():
     """--etp 2: per MoE layer and micro-batch, an all-gather and a reduce-scatter of both etp ranks'
     routed copies in forward and their transposes in backward, on 2 neighbouring GPUs of a server;

@@ -65,6 +65,20 @@ def test_no_failures_is_work_plus_checkpoints_exactly():
     assert expected_wall_time_s(DAY_S, HOUR_S, 30.0, 600.0, NEVER) == pytest.approx(out.wall_s)
 
 
+def test_intervals_never_promise_more_than_a_failure_free_run():
+    """Few runs, most of them failure-free: the t-interval on the mean wall time reached below the
+    failure-free wall (work + writes), i.e. a goodput interval above 100 %."""
+    job = _job(mtbf_h=400.0, work_d=10.0, tau_h=4.0, write_s=90.0)
+    floor = expected_wall_time_s(10 * DAY_S, 4 * HOUR_S, 90.0, 600.0, NEVER)
+    for policy in ("wait", "shrink"):
+        stats = simulate_goodput(dataclasses.replace(job, policy=policy), runs=5, seed=0)
+        assert min(stats.walls_s) == pytest.approx(floor)  # some runs saw no failure
+        assert max(stats.walls_s) > floor  # and some did: the interval is not a point
+        assert stats.wall_ci_s[0] >= floor * (1 - 1e-12)
+        assert stats.goodput_ci[1] <= 10 * DAY_S / floor * (1 + 1e-12) < 1.0
+        assert stats.goodput_ci[0] <= stats.goodput <= stats.goodput_ci[1]
+
+
 def test_exponential_failures_without_overhead_match_the_closed_form():
     """delta = R = 0: each tau-segment takes M (e^{tau/M} - 1) on average (restart from its start)."""
     job = _job(mtbf_h=10.0, work_d=10.0, tau_h=2.0, write_s=0.0, restart_s=0.0)
@@ -143,6 +157,8 @@ def test_fast_path_is_the_event_by_event_simulation_run_for_run(kw):
             _job(**kw, policy="shrink"), _job(**kw, policy="shrink", replace_s=7200.0)]
     if kw.get("nodes", 16) >= 2:
         jobs.append(dataclasses.replace(_job(**kw, policy="shrink", replace_s=7200.0), min_nodes=2))
+    if kw.get("nodes", 16) >= 4:
+        jobs.append(dataclasses.replace(_job(**kw, policy="shrink", replace_s=7200.0), replica_nodes=4))
     from dpsim.plan.goodput import _simulate_jobs
 
     for job, runs in zip(jobs, _simulate_jobs(jobs, seeds)):
@@ -211,6 +227,32 @@ def test_elastic_shrink_wins_with_slow_replacements_and_loses_with_spares():
     spare = elastic_choice(_job(mtbf_h=10.0, replace_s=0.0, nodes=32), runs=40, seed=0)
     # With a hot spare, shrinking only adds a rejoin restart and a slower segment.
     assert spare["wait"].goodput > spare["shrink"].goodput
+
+
+def test_shrink_trains_on_whole_replicas_only():
+    """A failed node stops its whole model replica: with one replica on every node shrinking is
+    waiting, run for run; with two replicas of 8 nodes a failure halves the speed, so shrinking
+    gains less than it does on 16 one-node replicas (the old count: 15 of 16 nodes kept training)."""
+    base = _job(mtbf_h=10.0, replace_s=8 * HOUR_S, nodes=16)
+    seeds = list(range(6))
+    wait = [simulate_run(base, s) for s in seeds]
+    whole = dataclasses.replace(base, policy="shrink", replica_nodes=16)
+    assert whole.training_nodes_floor == 16
+    for a, b in zip(wait, (simulate_run(whole, s) for s in seeds)):
+        assert a.wall_s == pytest.approx(b.wall_s, rel=1e-12) and a.failures == b.failures
+    walls = {r: simulate_goodput(dataclasses.replace(base, policy="shrink", replica_nodes=r), runs=40, seed=0).wall_s
+             for r in (1, 8, 16)}
+    assert walls[1] < walls[8] < walls[16]
+    with pytest.raises(ConfigError, match="replica nodes"):
+        dataclasses.replace(base, replica_nodes=17)
+
+
+def test_goodput_of_a_layout_shrinks_by_its_replicas():
+    from dpsim.plan.job import goodput
+    config = PredictConfig(gpus=128, link="infiniband", model="llama-3-70b", micro_batch=1, global_batch=256,
+                           tp=8, pp=8)
+    assert goodput(config, duration_s=86400.0, runs=2).job.replica_nodes == 8  # tp 8 x pp 8 = 64 GPUs
+    assert goodput(dataclasses.replace(config, tp=1, pp=1), duration_s=86400.0, runs=2).job.replica_nodes == 1
 
 
 def test_shrink_below_min_nodes_waits():
@@ -292,6 +334,28 @@ def test_goodput_cli_table(capsys, monkeypatch):
     assert rc == 0, err
     for label in ("goodput", "lost work", "Young", "Daly", "elastic choice", "shrink", "wait"):
         assert label in out, label
+
+
+def test_goodput_takes_the_jobs_strategy_as_predict_and_memory_do(capsys, monkeypatch):
+    """Without --strategy every goodput job was DDP: a 70B model on 64 H100s (1.5 TiB per GPU) was
+    simulated at DDP's throughput, one replica writing its checkpoint, with no word that it cannot run."""
+    job = ["--gpus", "64", "--link", "infiniband", "--model", "llama-3-70b", "--micro-batch", "1"]
+    fsdp = ["--strategy", "fsdp", "--activation-checkpointing"]
+    runs = ["--duration", "10d", "--runs", "3"]
+    assert main(["goodput", *job, *fsdp, *runs, "--json"]) == 0
+    sharded = json.loads(capsys.readouterr().out)
+    assert main(["predict", *job, *fsdp, "--json"]) == 0
+    assert sharded["tokens_per_s"] == json.loads(capsys.readouterr().out)["tokens_per_s"]
+    assert main(["goodput", *job, *runs, "--json"]) == 0
+    replicated = json.loads(capsys.readouterr().out)
+    # The same state, written by every node's ranks (8 nodes) instead of one replica's node.
+    assert sharded["checkpoint_bytes"] == replicated["checkpoint_bytes"]
+    assert sharded["checkpoint_write_s"] == pytest.approx(replicated["checkpoint_write_s"] / 8)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["goodput", *job, *runs]) == 0
+    assert "does not fit" in capsys.readouterr().out
+    assert main(["goodput", *job, *fsdp, *runs]) == 0
+    assert "does not fit" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("args,needles", [

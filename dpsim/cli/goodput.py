@@ -20,8 +20,13 @@ from dpsim.limits import MAX_GOODPUT_RUNS
 from dpsim.predict.config import LAYOUT_FIELDS
 
 GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
-                  "micro_batch", "precision", "fp8", "compile", "attention_kernel") + LAYOUT_FIELDS
-"""The ``PredictConfig`` fields of the job whose throughput and checkpoint size goodput uses."""
+                  "micro_batch", "precision", "fp8", "compile", "attention_kernel", "flash_attention", "optimizer",
+                  "strategy", "grad_accum", "activation_checkpointing", "fsdp_version", "fsdp_accumulate",
+                  "cp") + LAYOUT_FIELDS
+"""The ``PredictConfig`` fields of the job whose throughput and checkpoint size goodput uses: the
+strategy and optimizer set what a checkpoint writes (sharded or one replica's, the optimizer's
+state), and with checkpointing, accumulation and cp the throughput of the job as ``predict`` and
+``memory`` take it (without them every job was DDP, a 70B model on 64 GPUs included)."""
 
 
 @config_options(GOODPUT_FIELDS)
@@ -140,6 +145,11 @@ def _print(report) -> None:
     for r in rows:
         t.add_row(*r)
     console.print(t)
+    memory = report.prediction.memory
+    if not memory.fits:  # the throughput above is of a job that could not start
+        console.print(f"[bold red]does not fit[/bold red]: {memory.total_bytes / 2**30:.1f} GiB per GPU of "
+                      f"{memory.usable_bytes / 2**30:.1f} GiB usable; dpsim memory with the same flags says what "
+                      f"would fit (--strategy, --activation-checkpointing, --tp/--pp)")
     s = Table(title="checkpoint interval that maximises goodput (policy wait)", header_style="bold")
     for col in ("interval", "value", "vs optimum", "goodput (closed form)", "goodput (simulated)"):
         s.add_column(col, justify="right" if col != "interval" else "left")

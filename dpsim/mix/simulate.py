@@ -439,7 +439,11 @@ def _solo(design, gpus: int, fields: tuple) -> SoloRun:
     layout = {"gpus_per_node": design.node.gpus_per_node} if "calibration" in dict(fields) else {}
     p = predict(PredictConfig(gpus=gpus, link=design.name, **layout, **dict(fields)), topology=topology)
     algorithm = p.ring.algorithm if p.ring is not None and p.ring.algorithm in ALGORITHMS else "ring"
-    comm_s = min(p.comm_s, p.step_time_s)
+    # A mixture of experts' all-to-alls stay in the job's own part of the step, as before predict
+    # reported them as communication: their flows (often within a server) are not the all-reduce
+    # phase the shared links are loaded with here.
+    a2a_s = p.layout.ep_comm_s + p.layout.etp_comm_s if p.layout is not None else 0.0
+    comm_s = min(max(0.0, p.comm_s - a2a_s), p.step_time_s)
     phase = None
     if gpus > 1 and comm_s > 0:
         plan = ALGORITHMS[algorithm].plan("all_reduce", NcclCollectives(topology).cluster)

@@ -220,8 +220,14 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     else:
         # The user's own interval goes to CheckpointPolicy's check as given (0 or inf used to become "never").
         interval_s = checkpoint_interval_s
+    # A failed node stops its whole model replica under shrink: the tensor x pipeline x context x
+    # expert-parallel ranks of one replica hold different shards (experts are sharded over ep data-
+    # parallel ranks), on as many whole nodes as they fill.
+    par = resolved.config.parallelism
+    replica_gpus = tp * pp * par.cp * par.ep
+    replica_nodes = min(topology.n_nodes, -(-replica_gpus // topology.gpus_per_node))
     job = TrainingJob(work_s=work_s, cluster=cluster, rates=rates, policy=policy, replace_s=replace_s,
-                      min_nodes=min_nodes,
+                      min_nodes=min_nodes, replica_nodes=replica_nodes,
                       checkpoint=CheckpointPolicy(interval_s=interval_s, write_s=checkpoint_write_s,
                                                   restart_s=restart_s))
     return GoodputReport(

@@ -226,6 +226,16 @@ class TrainingJob:
     """Time until a failed node is replaced (0: hot spare), seconds."""
     min_nodes: int = 1
     """``shrink``: below this many nodes the job waits for a replacement."""
+    replica_nodes: int = 1
+    """``shrink``: the nodes a failure takes out of training at once, a whole model replica (its
+    tensor x pipeline x context x expert-parallel ranks hold different shards, so the survivors
+    of a replica that lost one cannot train). The job trains on whole replicas of the nodes it
+    has, and waits for a replacement below one replica."""
+
+    @property
+    def training_nodes_floor(self) -> int:
+        """``shrink``: below this many nodes the job waits (``min_nodes``, at least one replica)."""
+        return max(self.min_nodes, self.replica_nodes)
 
     def __post_init__(self) -> None:
         _check("--duration/--tokens", self.work_s, strict=True, allowed="failure-free training time > 0")
@@ -239,6 +249,9 @@ class TrainingJob:
                               f"{MAX_RECOVERY_S:g} s (a year)")
         if not (isinstance(self.min_nodes, int) and 1 <= self.min_nodes <= self.cluster.n_nodes):
             raise ConfigError(f"--min-nodes: {self.min_nodes!r} is not valid; expected an integer in "
+                              f"[1, {self.cluster.n_nodes}] (the job's nodes)")
+        if not (isinstance(self.replica_nodes, int) and 1 <= self.replica_nodes <= self.cluster.n_nodes):
+            raise ConfigError(f"replica nodes: {self.replica_nodes!r} is not valid; expected an integer in "
                               f"[1, {self.cluster.n_nodes}] (the job's nodes)")
 
     @property

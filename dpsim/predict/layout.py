@@ -59,6 +59,9 @@ from dpsim.strategies.layout import (
 )
 from dpsim.strategies.pipeline import (
     DataParallelPlan,
+    a2a_overlap_cut,
+    a2a_pairs,
+    schedule_slots,
     bubble_fraction,
     build_pipeline_program,
     extra_warmup,
@@ -374,6 +377,9 @@ class LayoutReport:
     etp_comm_s: float = 0.0
     """Stage 0's expert-tensor-parallel all-gathers and reduce-scatters of the step (every
     micro-batch, forward and backward; 0 with ``etp`` 1)."""
+    ep_exposed_s: float = 0.0
+    """Of :attr:`ep_comm_s` + :attr:`etp_comm_s`, what stage 0's compute stream waits for (all of it
+    but what ``--moe-a2a-overlap`` hides)."""
     stage_parts: tuple = field(default=(), repr=False)
     """Every stage's micro-batch split by what per-rank factors and routing load stretch
     (:class:`dpsim.strategies.stage_parts.StageParts`; read by ``predict --noise-cv``)."""
@@ -604,6 +610,17 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     tp_exposed = sum(l.tp_exposed_s for c in s0 for l in c.layers) * m_total
     cp_comm = sum(l.cp_comm_s for c in s0 for l in c.layers) * m_total
     cp_exposed = sum(l.cp_exposed_s for c in s0 for l in c.layers) * m_total
+    # The MoE all-to-alls (and expert-tensor collectives) block the stage's compute stream: they are
+    # communication the step waits for, all of it but what --moe-a2a-overlap hides under the paired
+    # op (the cut the pipeline program takes off those ops, a2a_overlap_cut).
+    ep_comm = sum(l.ep_comm_s + l.etp_comm_s for c in s0 for l in c.layers) * m_total
+    ep_exposed = ep_comm
+    if ep_comm > 0 and layout.moe_a2a_overlap:
+        slots0 = schedule_slots(layout.schedule, p, layout.chunks, m_total, 0, extra_warmup(layout))
+        contention = overlap_contention(config.calibration.overlap_slowdown, comm_slowdown)
+        ep_exposed -= sum(sum(a2a_overlap_cut(s0[slots0[f][1]], s0[slots0[b][1]], contention))
+                          for f, b in a2a_pairs(layout, slots0, 0))
+        ep_exposed = max(0.0, ep_exposed)
     p2p_s = cost("pp", "broadcast", p2p_bytes) if p > 1 else 0.0
     data_transfers = [t for t in plan.program.transfers if t.size_bytes > 0]  # not DeepSpeed's handshakes
     sent0 = sum(1 for t in data_transfers if t.src == 0)
@@ -617,17 +634,20 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                           pipeline=result, expert_load=load,
                           ep_comm_s=sum(l.ep_comm_s for c in s0 for l in c.layers) * m_total,
                           etp_comm_s=sum(l.etp_comm_s for c in s0 for l in c.layers) * m_total,
+                          ep_exposed_s=ep_exposed,
                           stage_parts=stage_parts(chunks, [l.routed_bytes_per_sample > 0 for l in tpm.layers],
                                                   optimizer_s))
     st0 = result.stages[0]
     fwd0 = st0.by_kind_s.get("forward", 0.0)
     bwd0 = st0.by_kind_s.get("backward", 0.0) + st0.by_kind_s.get("recompute", 0.0)
     opt0 = st0.by_kind_s.get("optimizer", 0.0)
-    exposed = tp_exposed + st0.exposed_comm_s + cp_exposed
-    # The same charge as the data-parallel path's, on the same exposed communication the
-    # prediction reports (stage 0's tensor-parallel and data-parallel waits); the pipeline's
-    # own report (bubble, tails) keeps the played step, which the charge does not reshape.
-    charged_s, provenance = charge_after_comm(provenance, exposed)
+    waited = tp_exposed + st0.exposed_comm_s + cp_exposed
+    exposed = waited + ep_exposed
+    # The same charge as the data-parallel path's, on stage 0's tensor-, context- and data-parallel
+    # waits (the all-to-alls the prediction reports besides are not charged, as before they were
+    # reported); the pipeline's own report (bubble, tails) keeps the played step, which the charge
+    # does not reshape.
+    charged_s, provenance = charge_after_comm(provenance, waited)  # as before the all-to-alls were reported
     step += charged_s
     if profile is not None and provenance is not None:
         provenance = provenance.with_bucket_warnings(profile, topology, [c.size_bytes for c in plan.program.comms])
@@ -648,7 +668,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         if 0 in plan.program.comm_stages[i]:
             by_op[c.op] = by_op.get(c.op, 0.0) + c.size_bytes
     timing = StepTiming(step_time_s=step, forward_s=fwd0, backward_s=bwd0, optimizer_s=opt0,
-                        comm_s=tp_comm + st0.comm_s + sent0 * p2p_s + cp_comm, exposed_comm_s=exposed)
+                        comm_s=tp_comm + st0.comm_s + sent0 * p2p_s + cp_comm + ep_comm, exposed_comm_s=exposed)
     sim = SimulationResult(steps=(timing,) * config.workload.steps, trace=result.trace)
     return Prediction(
         config=config, topology=topology.spec.name, gpu=gpu.name, n_gpus=topology.n_gpus, n_nodes=topology.n_nodes,

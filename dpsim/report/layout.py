@@ -22,7 +22,7 @@ def layout_tables(p) -> list[Table]:
     summary.add_column("step of stage 0")
     summary.add_column("value", justify="right")
     s0 = rep.stages[0]
-    compute0 = s0.busy_s - rep.tp_exposed_s - rep.cp_exposed_s
+    compute0 = s0.busy_s - rep.tp_exposed_s - rep.cp_exposed_s - rep.ep_exposed_s
     tp = f"{format_seconds(rep.tp_exposed_s)} of {format_seconds(rep.tp_comm_s)}"
     bubble = (f"{format_seconds(s0.bubble_s)} ({_pct(rep.bubble_fraction)}; ideal "
               f"{_pct(rep.ideal_bubble_fraction)})")
@@ -36,6 +36,9 @@ def layout_tables(p) -> list[Table]:
     if lay.cp > 1:
         rows.insert(2, ("context-parallel attention transfers waited for",
                         f"{format_seconds(rep.cp_exposed_s)} of {format_seconds(rep.cp_comm_s)}"))
+    if rep.ep_comm_s + rep.etp_comm_s > 0:
+        rows.insert(2, ("expert-parallel all-to-alls waited for",
+                        f"{format_seconds(rep.ep_exposed_s)} of {format_seconds(rep.ep_comm_s + rep.etp_comm_s)}"))
     if lay.pp > 1:
         p2p = f"{format_bytes(rep.p2p_bytes)} per GPU in {format_seconds(rep.p2p_s)}, {rep.transfers} per step"
         rows.append(("point-to-point transfer", p2p))
