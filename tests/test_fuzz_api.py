@@ -93,3 +93,51 @@ def test_simulate_mix_refuses_a_bad_sample_window(sample_steps):
     spec = mix_from_dict({"cluster": {"topology": str(topology), "gpus": 16},
                           "jobs": [{"name": "a", "model": "gpt2", "gpus": 4, "steps": 5}]})
     _refused(lambda: simulate_mix(spec, sample_steps=sample_steps), "--sample-steps: ")
+
+
+@pytest.mark.parametrize("config", [None, "gpt2", {"gpus": 8}, 8])
+@pytest.mark.parametrize("call", [
+    lambda c: dpsim.predict(c),
+    lambda c: dpsim.memory_report(c),
+    lambda c: dpsim.goodput(c, duration_s=86400.0),
+    lambda c: dpsim.plan(c, gpus=[8], global_batch=64),
+    lambda c: dpsim.predict_collective(c),
+], ids=["predict", "memory_report", "goodput", "plan", "predict_collective"])
+def test_every_entry_refuses_a_config_that_is_not_a_predict_config(call, config):
+    # Each was an AttributeError ('str' object has no attribute 'calibration').
+    _refused(lambda: call(config), "config: ")
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(tp_comm_overlap="x"), "--tp-comm-overlap: 'x' is not known"),        # Layout's AssertionError
+    (dict(tp_comm_overlap=["backward"]), "--tp-comm-overlap: ['backward']"),   # unhashable: a TypeError
+    (dict(sequence_parallel=[True]), "--sequence-parallel"),                   # unhashable: a TypeError
+    (dict(tp_across_network="no"), "--tp-across-network: 'no' is not valid"),  # was taken as true
+    (dict(cp_balance="no"), "--cp-balance"),
+    (dict(moe_a2a_overlap=1), "--moe-a2a-overlap"),
+    (dict(cp_comm="ring"), "--cp-comm: 'ring' is not known"),                  # was ignored (no cp searched)
+    (dict(grad_accum_fusion=None), "--grad-accum-fusion"),
+])
+def test_plan_checks_the_job_flags_it_is_given(kwargs, needle):
+    base = dpsim.PredictConfig(model="gpt2", link="nvlink")
+    _refused(lambda: dpsim.plan(base, gpus=[8], global_batch=64, verify=0, **kwargs), needle)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(client="tcp://localhost:8786"), "client: 'tcp://localhost:8786' is not valid"),  # AttributeError
+    (dict(workers=10**9), "--workers: 1000000000 is not valid"),   # would start that many processes
+    (dict(progress="no"), "--progress: 'no' is not valid"),         # was taken as true
+    (dict(skip_invalid="no"), "--skip-invalid: 'no' is not valid"),
+])
+def test_sweep_checks_how_it_is_run(kwargs, needle):
+    _refused(lambda: dpsim.sweep(gpus=[8], link="nvlink", model="gpt2", steps=1, **kwargs), needle)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(dtype=["float"]), "-d/--datatype: ['float'] is not known"),  # unhashable: a TypeError
+    (dict(op=["all_reduce"]), "--op: ['all_reduce'] is not a collective"),
+])
+def test_predict_collective_refuses_a_list_where_a_name_belongs(kwargs, needle):
+    from dpsim.predict.collective import predict_collective
+
+    _refused(lambda: predict_collective(dpsim.PredictConfig(**CONFIG), **kwargs), needle)
