@@ -59,6 +59,10 @@ its builder and example-input function and tracing one forward and backward: use
 jobs, load ~7): the largest model allowed, :data:`MAX_TRACED_MODULES` ``nn.Linear(8, 8)``, traced in
 ~103 s; full-size catalog models (``llama-3-405b``, ``gpt2-xl``, ``vit-l-16``, ``bert-large``,
 ``resnet50``, built by :mod:`dpsim.workload.torch_models`) in 8-12 s for a whole ``dpsim predict``."""
+MAX_INPUT_ELEMENTS = 1 << 48
+"""Elements of ``--input-shape``'s example tensor (all its sizes multiplied): room for
+:data:`MAX_MICRO_BATCH` samples of :data:`MAX_SEQ_LEN` tokens and 256 times more. It lives on the meta
+device (no memory), but torch takes sizes as 64-bit integers: a 20-digit size was a traceback."""
 MAX_MICRO_BATCH = 1 << 20
 """Samples per GPU per micro-batch."""
 MAX_SEQ_LEN = 1 << 20

@@ -11,6 +11,7 @@ import ctypes
 import importlib
 import importlib.util
 import keyword
+import math
 import os
 import re
 import signal
@@ -23,6 +24,7 @@ from typing import Any
 
 from dpsim.errors import WorkloadError
 from dpsim.files import path_kind
+from dpsim.limits import MAX_INPUT_ELEMENTS, short
 from dpsim.workload.library_models import parse_call
 from dpsim.workload.shapes import is_shape_ref
 
@@ -107,9 +109,13 @@ def parse_input_shape(text: str) -> tuple[tuple[int, ...], str]:
     if dtype is None:
         raise WorkloadError(f"--input-shape: dtype {dtype_text!r} is not known; {usage}")
     items = [s.strip() for s in re.split(r"[,x×]", shape_text.strip().lower())]
-    if not items or not all(re.fullmatch(r"\d+", s) for s in items) or any(int(s) < 1 for s in items):
-        raise WorkloadError(f"--input-shape: {text!r} is not valid; {usage}")
-    return tuple(int(s) for s in items), dtype
+    if not items or not all(re.fullmatch(r"\d{1,20}", s) for s in items) or any(int(s) < 1 for s in items):
+        raise WorkloadError(f"--input-shape: {short(text)} is not valid; {usage}")
+    shape = tuple(int(s) for s in items)
+    if math.prod(shape) > MAX_INPUT_ELEMENTS:
+        raise WorkloadError(f"--input-shape: {short(text)} is {math.prod(shape):.3g} elements; expected at most "
+                            f"{MAX_INPUT_ELEMENTS:.3g} (2^48) in all")
+    return shape, dtype
 
 
 def import_builder(ref: ModelRef) -> Any:
