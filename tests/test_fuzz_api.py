@@ -141,3 +141,14 @@ def test_predict_collective_refuses_a_list_where_a_name_belongs(kwargs, needle):
     from dpsim.predict.collective import predict_collective
 
     _refused(lambda: predict_collective(dpsim.PredictConfig(**CONFIG), **kwargs), needle)
+
+
+def test_goodput_without_failures_prints_no_infinite_numbers(capsys):
+    # Every MTBF infinite: the job MTBF and Young's and Daly's intervals printed "inf d" and "+inf %".
+    from dpsim.cli import main
+
+    status = main(["goodput", "--gpus", "8", "--model", "gpt2", "--duration", "1d", "--runs", "2",
+                   "--mtbf-node", "none"])
+    out = capsys.readouterr().out
+    assert status == 0 and "unbounded (no failures)" in out
+    assert "inf" not in out.replace("infiniband", ""), out
