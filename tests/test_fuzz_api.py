@@ -152,3 +152,24 @@ def test_goodput_without_failures_prints_no_infinite_numbers(capsys):
     out = capsys.readouterr().out
     assert status == 0 and "unbounded (no failures)" in out
     assert "inf" not in out.replace("infiniband", ""), out
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    # Dropped in silence: the step time was the same as without them.
+    (dict(strategy="ddp", fsdp_unit="layer"), "--fsdp-unit: 'layer' is the unit zero3, fsdp"),
+    (dict(strategy="zero2", fsdp_unit="model"), "--fsdp-unit: 'model'"),
+    (dict(overlap=False, overlap_slowdown=0.5), "--overlap-slowdown: 0.5 slows compute"),
+    (dict(strategy="zero1", overlap=False, overlap_slowdown=0.0), "--overlap-slowdown: 0 slows"),
+])
+def test_a_setting_the_rest_of_the_config_ignores_is_refused(kwargs, needle):
+    _refused(lambda: dpsim.PredictConfig(**{**CONFIG, **kwargs}), needle)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(strategy="ddp", activation_checkpointing=True, fsdp_unit="layer"),  # the checkpoint unit
+    dict(strategy="fsdp", fsdp_unit="layer"),
+    dict(strategy="fsdp", overlap=False, overlap_slowdown=0.5),              # FSDP still prefetches
+    dict(overlap=False),                                                     # the default slowdown stands unused
+])
+def test_the_same_settings_where_they_apply_are_accepted(kwargs):
+    dpsim.PredictConfig(**{**CONFIG, **kwargs})
