@@ -173,3 +173,9 @@ def test_a_setting_the_rest_of_the_config_ignores_is_refused(kwargs, needle):
 ])
 def test_the_same_settings_where_they_apply_are_accepted(kwargs):
     dpsim.PredictConfig(**{**CONFIG, **kwargs})
+
+
+def test_sweep_refuses_a_grid_past_the_point_limit_from_python_too():
+    # Only the command line counted the points: 1,000 x 1,000 ran on for minutes.
+    _refused(lambda: dpsim.sweep(gpus=list(range(1, 1001)), micro_batch=list(range(1, 1001)), model="gpt2"),
+             "sweep: 1000 gpus x 1000 micro_batch = 1,000,000 points")

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from dpsim.errors import ConfigError, DpsimError
-from dpsim.limits import MAX_WORKERS, check_int, short
+from dpsim.limits import MAX_SWEEP_POINTS, MAX_WORKERS, check_int, short
 from dpsim.files import atomic_output
 from dpsim.plan.cost import PriceOverride, gpu_hour_price, training_cost
 from dpsim.plan.grid import SweepSpec
@@ -177,6 +177,16 @@ def _check_budget_models(spec: SweepSpec) -> None:
                               f"give a sample budget (--samples) instead")
 
 
+def check_sweep_size(spec: SweepSpec) -> None:
+    """Refuse a grid of more than :data:`~dpsim.limits.MAX_SWEEP_POINTS` points before any is built (from
+    Python, ``sweep(gpus=range(1, 1001), micro_batch=range(1, 1001))`` ran on for minutes: only the
+    command line checked the size)."""
+    if spec.size > MAX_SWEEP_POINTS:
+        lengths = " x ".join(f"{len(v)} {k}" for k, v in spec.axes.items() if len(v) > 1)
+        raise ConfigError(f"sweep: {lengths} = {spec.size:,} points; expected at most {MAX_SWEEP_POINTS:,} "
+                          f"(fewer values per axis, or several sweeps)")
+
+
 def _check_executor(scheduler: str | None, workers: int | None, client: Any = None) -> None:
     if scheduler is not None and workers is not None:
         raise ConfigError("--scheduler and --workers: give one, not both (--scheduler uses an existing "
@@ -225,6 +235,7 @@ def sweep_records(spec: SweepSpec, *, scheduler: str | None = None, workers: int
     :class:`PredictConfig` refuses, gets its message in an ``error`` column instead of
     stopping the sweep.
     """
+    check_sweep_size(spec)
     _check_executor(scheduler, workers, client)
     for flag, value in (("--progress", progress), ("--skip-invalid", skip_invalid)):
         if not isinstance(value, bool):  # a string was taken as true
