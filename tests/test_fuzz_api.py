@@ -179,3 +179,42 @@ def test_sweep_refuses_a_grid_past_the_point_limit_from_python_too():
     # Only the command line counted the points: 1,000 x 1,000 ran on for minutes.
     _refused(lambda: dpsim.sweep(gpus=list(range(1, 1001)), micro_batch=list(range(1, 1001)), model="gpt2"),
              "sweep: 1000 gpus x 1000 micro_batch = 1,000,000 points")
+
+
+@pytest.mark.parametrize("name, args", [
+    ("out.json", ["calibrate", "--from-nccl-tests",
+                  "calibration/reference/nccl-tests/8x-a100-sxm-node-nvlink3-via-nvswitch.all_reduce_perf.log",
+                  "--force", "--out"]),
+    ("out.html", ["report", "--gpus", "8", "--model", "gpt2", "--steps", "1", "-o"]),
+    ("out.csv", ["sweep", "--gpus", "8", "--model", "gpt2", "--steps", "1", "-o"]),
+])
+def test_an_output_path_that_is_a_fifo_or_device_is_never_replaced(tmp_path, capsys, monkeypatch, name, args):
+    # The atomic write renames its temporary file over the path: calibrate --out /dev/zero --force,
+    # run as root, replaced the machine's /dev/zero with a JSON profile. A FIFO stands in for the device.
+    import os
+    import stat
+    from pathlib import Path
+
+    from dpsim.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    target = tmp_path / name
+    os.mkfifo(target)
+    status = main([*args, str(target)])
+    err = capsys.readouterr().err
+    assert status == 2 and "is a device, FIFO or socket" in err and err.count("\n") == 1, err
+    assert stat.S_ISFIFO(os.stat(target).st_mode)
+
+
+def test_save_profile_never_replaces_a_fifo(tmp_path):
+    import os
+    import stat
+
+    from dpsim.errors import ProfileError
+    from dpsim.profile.io import load_profile, save_profile, shipped_profiles_dir
+
+    target = tmp_path / "p.json"
+    os.mkfifo(target)
+    with pytest.raises(ProfileError, match="is a device, FIFO or socket"):
+        save_profile(load_profile(shipped_profiles_dir() / "a100-nvswitch-8gpu.json"), target)
+    assert stat.S_ISFIFO(os.stat(target).st_mode)

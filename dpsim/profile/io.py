@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.errors import ProfileError
-from dpsim.files import path_kind, read_text_capped
+from dpsim.files import path_kind, read_text_capped, refuse_special_output
 from dpsim.limits import (
     MAX_COLLECTIVE_BYTES,
     MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S,
@@ -459,6 +459,7 @@ def save_profile(profile: Profile, out: str | Path) -> Path:
     """Write ``profile`` to ``out`` atomically (validated first; its directory must exist, as every
     output's must)."""
     out = Path(out)
+    refuse_special_output(out, "--out", ProfileError)
     doc = profile.to_dict()
     profile_from_dict(json.loads(json.dumps(doc)), origin=f"(profile for {out})")  # never write what load rejects
     text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
@@ -472,6 +473,7 @@ def save_profile(profile: Profile, out: str | Path) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, _file_mode(out))  # mkstemp's 0600 -> what a plain open() would have given
+        refuse_special_output(out, "--out", ProfileError)
         os.replace(tmp, out)
     except BaseException:
         try:
