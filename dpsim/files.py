@@ -165,6 +165,15 @@ def path_kind(path: str | Path, flag: str, error: type[DpsimError] = ConfigError
     return "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
 
 
+def refuse_special_output(path: str | Path, flag: str, error: type[DpsimError] = ConfigError) -> None:
+    """Refuse an output path that names a device, FIFO or socket: the atomic write renames its
+    temporary file over the name, so ``calibrate --out /dev/zero --force`` run as root replaced the
+    machine's /dev/zero with a JSON profile."""
+    if path_kind(path, flag, error) == "other":
+        raise error(f"{flag}: {short(str(path))} is a device, FIFO or socket, not a file; writing would "
+                    f"replace it; choose another path")
+
+
 def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (".html", ".htm")) -> Path:
     """``path`` if it ends in one of ``suffixes`` and its directory exists, else a ConfigError naming ``flag``.
 
@@ -177,6 +186,7 @@ def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (
         raise ConfigError(f"{flag}: directory {str(p.parent)!r} does not exist")
     if path_kind(p, flag) == "dir":
         raise ConfigError(f"{flag}: {str(path)!r} is a directory; give a file path ending in {suffixes[0]}")
+    refuse_special_output(p, flag)
     check_writable_dir(p, flag)
     return p
 
@@ -218,12 +228,14 @@ def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "out
     fails (no permission, a full disk) is a ConfigError naming ``flag``, not an OSError.
     """
     path = Path(path)
+    refuse_special_output(path, flag)  # (again: a FIFO may have been made there since the check)
     tmp = _temp_beside(path, flag)
     try:
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp, _umask_mode() if mode is None else mode)
+        refuse_special_output(path, flag)
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):

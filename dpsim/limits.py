@@ -52,6 +52,17 @@ MAX_TRACED_MODULES = 32_768
 room for :data:`MAX_LAYERS` blocks of up to 32 modules each. Every module is hooked, traced and costed
 as its own layer; measured here (2 cores, a stack of ``nn.Linear(8, 8)``, 2 GPUs): 5,000 modules ~9 s a
 prediction, 20,000 ~30 s, so the limit costs about a minute where 100,000 took minutes with no end shown."""
+MAX_MODEL_LOAD_S = 300.0
+"""Wall-clock seconds for importing a user's model file (``--model file.py:fn``, ``pkg.mod:fn``), calling
+its builder and example-input function and tracing one forward and backward: user code that never returns
+(a ``while True``) is refused in one line instead of hanging dpsim. Measured here (2 cores shared with other
+jobs, load ~7): the largest model allowed, :data:`MAX_TRACED_MODULES` ``nn.Linear(8, 8)``, traced in
+~103 s; full-size catalog models (``llama-3-405b``, ``gpt2-xl``, ``vit-l-16``, ``bert-large``,
+``resnet50``, built by :mod:`dpsim.workload.torch_models`) in 8-12 s for a whole ``dpsim predict``."""
+MAX_INPUT_ELEMENTS = 1 << 48
+"""Elements of ``--input-shape``'s example tensor (all its sizes multiplied): room for
+:data:`MAX_MICRO_BATCH` samples of :data:`MAX_SEQ_LEN` tokens and 256 times more. It lives on the meta
+device (no memory), but torch takes sizes as 64-bit integers: a 20-digit size was a traceback."""
 MAX_MICRO_BATCH = 1 << 20
 """Samples per GPU per micro-batch."""
 MAX_SEQ_LEN = 1 << 20

@@ -157,6 +157,8 @@ def _edit(path, doc):
     (lambda d: d["collectives"].update(rack={}), "collectives.rack: unknown key"),
     (lambda d: d["collectives"]["intra_node"].update(n_ranks=1), "collectives.intra_node.n_ranks: 1 is not valid"),
     (lambda d: d["collectives"]["intra_node"].update(n_nodes=2), "intra_node.n_nodes: 2 is not valid; expected 1"),
+    # Printed whole in predict's header (a 31-digit rank count); more ranks than dpsim simulates.
+    (lambda d: d["collectives"]["intra_node"].update(n_ranks=10**30), "intra_node.n_ranks: 10000000000000"),
     (lambda d: d["collectives"]["intra_node"]["ops"].update(alltoall={}), "ops.alltoall: unknown key"),
     (lambda d: d["collectives"]["intra_node"]["ops"]["all_reduce"]["fit"]["segments"][0].update(latency_s=-1),
      "segments[0].latency_s: -1 is not valid; expected a number >= 0"),

@@ -71,7 +71,9 @@ def test_input_shapes_parse(text, shape, dtype):
     assert parse_input_shape(text) == (shape, dtype)
 
 
-@pytest.mark.parametrize("text", ["", "0,3", "2,-1", "a,b", "2,3:complex", "2,,3", "2.5"])
+@pytest.mark.parametrize("text", ["", "0,3", "2,-1", "a,b", "2,3:complex", "2,,3", "2.5",
+                                  # torch's 64-bit sizes overflowed: a TypeError traceback from torch.zeros
+                                  "99999999999999999999,64", "9" * 40 + ",1", "1048576,1048576,1024"])
 def test_bad_input_shapes_name_the_flag(text):
     with pytest.raises(WorkloadError) as info:
         parse_input_shape(text)

@@ -93,3 +93,128 @@ def test_simulate_mix_refuses_a_bad_sample_window(sample_steps):
     spec = mix_from_dict({"cluster": {"topology": str(topology), "gpus": 16},
                           "jobs": [{"name": "a", "model": "gpt2", "gpus": 4, "steps": 5}]})
     _refused(lambda: simulate_mix(spec, sample_steps=sample_steps), "--sample-steps: ")
+
+
+@pytest.mark.parametrize("config", [None, "gpt2", {"gpus": 8}, 8])
+@pytest.mark.parametrize("call", [
+    lambda c: dpsim.predict(c),
+    lambda c: dpsim.memory_report(c),
+    lambda c: dpsim.goodput(c, duration_s=86400.0),
+    lambda c: dpsim.plan(c, gpus=[8], global_batch=64),
+    lambda c: dpsim.predict_collective(c),
+], ids=["predict", "memory_report", "goodput", "plan", "predict_collective"])
+def test_every_entry_refuses_a_config_that_is_not_a_predict_config(call, config):
+    # Each was an AttributeError ('str' object has no attribute 'calibration').
+    _refused(lambda: call(config), "config: ")
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(tp_comm_overlap="x"), "--tp-comm-overlap: 'x' is not known"),        # Layout's AssertionError
+    (dict(tp_comm_overlap=["backward"]), "--tp-comm-overlap: ['backward']"),   # unhashable: a TypeError
+    (dict(sequence_parallel=[True]), "--sequence-parallel"),                   # unhashable: a TypeError
+    (dict(tp_across_network="no"), "--tp-across-network: 'no' is not valid"),  # was taken as true
+    (dict(cp_balance="no"), "--cp-balance"),
+    (dict(moe_a2a_overlap=1), "--moe-a2a-overlap"),
+    (dict(cp_comm="ring"), "--cp-comm: 'ring' is not known"),                  # was ignored (no cp searched)
+    (dict(grad_accum_fusion=None), "--grad-accum-fusion"),
+])
+def test_plan_checks_the_job_flags_it_is_given(kwargs, needle):
+    base = dpsim.PredictConfig(model="gpt2", link="nvlink")
+    _refused(lambda: dpsim.plan(base, gpus=[8], global_batch=64, verify=0, **kwargs), needle)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(client="tcp://localhost:8786"), "client: 'tcp://localhost:8786' is not valid"),  # AttributeError
+    (dict(workers=10**9), "--workers: 1000000000 is not valid"),   # would start that many processes
+    (dict(progress="no"), "--progress: 'no' is not valid"),         # was taken as true
+    (dict(skip_invalid="no"), "--skip-invalid: 'no' is not valid"),
+])
+def test_sweep_checks_how_it_is_run(kwargs, needle):
+    _refused(lambda: dpsim.sweep(gpus=[8], link="nvlink", model="gpt2", steps=1, **kwargs), needle)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(dtype=["float"]), "-d/--datatype: ['float'] is not known"),  # unhashable: a TypeError
+    (dict(op=["all_reduce"]), "--op: ['all_reduce'] is not a collective"),
+])
+def test_predict_collective_refuses_a_list_where_a_name_belongs(kwargs, needle):
+    from dpsim.predict.collective import predict_collective
+
+    _refused(lambda: predict_collective(dpsim.PredictConfig(**CONFIG), **kwargs), needle)
+
+
+def test_goodput_without_failures_prints_no_infinite_numbers(capsys):
+    # Every MTBF infinite: the job MTBF and Young's and Daly's intervals printed "inf d" and "+inf %".
+    from dpsim.cli import main
+
+    status = main(["goodput", "--gpus", "8", "--model", "gpt2", "--duration", "1d", "--runs", "2",
+                   "--mtbf-node", "none"])
+    out = capsys.readouterr().out
+    assert status == 0 and "unbounded (no failures)" in out
+    assert "inf" not in out.replace("infiniband", ""), out
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    # Dropped in silence: the step time was the same as without them.
+    (dict(strategy="ddp", fsdp_unit="layer"), "--fsdp-unit: 'layer' is the unit zero3, fsdp"),
+    (dict(strategy="zero2", fsdp_unit="model"), "--fsdp-unit: 'model'"),
+    (dict(overlap=False, overlap_slowdown=0.5), "--overlap-slowdown: 0.5 slows compute"),
+    (dict(strategy="zero1", overlap=False, overlap_slowdown=0.0), "--overlap-slowdown: 0 slows"),
+])
+def test_a_setting_the_rest_of_the_config_ignores_is_refused(kwargs, needle):
+    _refused(lambda: dpsim.PredictConfig(**{**CONFIG, **kwargs}), needle)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(strategy="ddp", activation_checkpointing=True, fsdp_unit="layer"),  # the checkpoint unit
+    dict(strategy="fsdp", fsdp_unit="layer"),
+    dict(strategy="fsdp", overlap=False, overlap_slowdown=0.5),              # FSDP still prefetches
+    dict(overlap=False),                                                     # the default slowdown stands unused
+])
+def test_the_same_settings_where_they_apply_are_accepted(kwargs):
+    dpsim.PredictConfig(**{**CONFIG, **kwargs})
+
+
+def test_sweep_refuses_a_grid_past_the_point_limit_from_python_too():
+    # Only the command line counted the points: 1,000 x 1,000 ran on for minutes.
+    _refused(lambda: dpsim.sweep(gpus=list(range(1, 1001)), micro_batch=list(range(1, 1001)), model="gpt2"),
+             "sweep: 1000 gpus x 1000 micro_batch = 1,000,000 points")
+
+
+@pytest.mark.parametrize("name, args", [
+    ("out.json", ["calibrate", "--from-nccl-tests",
+                  "calibration/reference/nccl-tests/8x-a100-sxm-node-nvlink3-via-nvswitch.all_reduce_perf.log",
+                  "--force", "--out"]),
+    ("out.html", ["report", "--gpus", "8", "--model", "gpt2", "--steps", "1", "-o"]),
+    ("out.csv", ["sweep", "--gpus", "8", "--model", "gpt2", "--steps", "1", "-o"]),
+])
+def test_an_output_path_that_is_a_fifo_or_device_is_never_replaced(tmp_path, capsys, monkeypatch, name, args):
+    # The atomic write renames its temporary file over the path: calibrate --out /dev/zero --force,
+    # run as root, replaced the machine's /dev/zero with a JSON profile. A FIFO stands in for the device.
+    import os
+    import stat
+    from pathlib import Path
+
+    from dpsim.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    target = tmp_path / name
+    os.mkfifo(target)
+    status = main([*args, str(target)])
+    err = capsys.readouterr().err
+    assert status == 2 and "is a device, FIFO or socket" in err and err.count("\n") == 1, err
+    assert stat.S_ISFIFO(os.stat(target).st_mode)
+
+
+def test_save_profile_never_replaces_a_fifo(tmp_path):
+    import os
+    import stat
+
+    from dpsim.errors import ProfileError
+    from dpsim.profile.io import load_profile, save_profile, shipped_profiles_dir
+
+    target = tmp_path / "p.json"
+    os.mkfifo(target)
+    with pytest.raises(ProfileError, match="is a device, FIFO or socket"):
+        save_profile(load_profile(shipped_profiles_dir() / "a100-nvswitch-8gpu.json"), target)
+    assert stat.S_ISFIFO(os.stat(target).st_mode)

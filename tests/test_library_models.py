@@ -141,6 +141,22 @@ def test_a_config_without_a_model_or_a_length_is_one_line(libraries):
         libraries("transformers:TinyGPTConfig(n_layer='x')")
 
 
+@pytest.mark.parametrize("ref, needle", [
+    ("transformers:TinyGPTConfig(n_layers=3)", "TinyGPTConfig() has no setting 'n_layers' (did you mean n_layer?)"),
+    ("transformers:TinyGPTForCausalLM(n_layers=1)", "TinyGPTForCausalLM() has no setting 'n_layers'"),
+    ("transformers:LlamaConfig(num_hidden_layer=2)", "LlamaConfig() has no setting 'num_hidden_layer'"),
+])
+def test_a_misspelt_config_setting_is_refused(libraries, ref, needle):
+    # A transformers configuration keeps any keyword as an attribute: the misspelt setting was
+    # dropped in silence and the default model (32 layers for Llama) predicted.
+    from dpsim.workload.library_models import lowered_shape_ref
+
+    lowered_shape_ref.cache_clear()
+    with pytest.raises(WorkloadError) as exc:
+        libraries(ref)
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
 def test_predict_runs_a_library_model(libraries):
     from dpsim.predict import PredictConfig, predict
 

@@ -19,7 +19,7 @@ from dpsim.calibrate.runner import (
 )
 from dpsim.calibrate.summary import profile_report
 from dpsim.errors import ConfigError
-from dpsim.files import path_kind
+from dpsim.files import path_kind, refuse_special_output
 from dpsim.hardware import get_gpu
 from dpsim.limits import MAX_FRESH_PROCESSES, MAX_REPEATS, MAX_TIMEOUT_S
 from dpsim.memory import FRAMEWORK_OVERHEAD_BYTES, memory_breakdown
@@ -173,6 +173,7 @@ def check_out(out: str | Path, *, force: bool) -> Path:
     kind = path_kind(p, "--out")
     if kind == "dir":
         raise ConfigError(f"--out: {str(out)!r} is a directory; give a file name, e.g. {p / 'profile.json'}")
+    refuse_special_output(p, "--out")  # --out /dev/zero --force replaced the device with the profile
     parent = p.parent if str(p.parent) else Path(".")
     # A missing directory is refused, as every other output refuses it (dpsim.files.check_output_path):
     # a typo in it would otherwise leave the profile in a directory tree nobody meant to create.

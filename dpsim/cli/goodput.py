@@ -6,6 +6,8 @@ Named in :data:`dpsim.cli.commands.COMMANDS` and imported only when it runs; the
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Optional
 
 import typer
@@ -103,6 +105,10 @@ def goodput_command(
 
 
 def _days(s: float) -> str:
+    if not math.isfinite(s):
+        # Every MTBF infinite (--mtbf-node none): no failure ever comes, and Young's and Daly's
+        # intervals are infinite too; "inf d" was printed.
+        return "unbounded (no failures)"
     if s >= 2 * 86400:
         return f"{s / 86400:.2f} d"
     if s >= 3600:
@@ -110,6 +116,10 @@ def _days(s: float) -> str:
     if s >= 60:
         return f"{s / 60:.1f} min"
     return f"{s:.1f} s"
+
+
+def _vs(fraction: float) -> str:
+    return f"{100 * fraction:+.1f} %" if math.isfinite(fraction) else ""
 
 
 def _print(report) -> None:
@@ -155,9 +165,9 @@ def _print(report) -> None:
         s.add_column(col, justify="right" if col != "interval" else "left")
     s.add_row("optimum (closed form, exact)", _days(study.model_optimum_s), "",
               f"{100 * study.expected_goodput_at_optimum:.3f} %", f"{100 * study.goodput_at_model_optimum:.3f} %")
-    s.add_row("Young sqrt(2 delta M)", _days(study.young_s), f"{100 * study.young_vs_optimum:+.1f} %",
+    s.add_row("Young sqrt(2 delta M)", _days(study.young_s), _vs(study.young_vs_optimum),
               f"{100 * study.expected_goodput_at_young:.3f} %", f"{100 * study.goodput_at_young:.3f} %")
-    s.add_row("Daly (higher order)", _days(study.daly_s), f"{100 * study.daly_vs_optimum:+.1f} %",
+    s.add_row("Daly (higher order)", _days(study.daly_s), _vs(study.daly_vs_optimum),
               f"{100 * study.expected_goodput_at_daly:.3f} %", f"{100 * study.goodput_at_daly:.3f} %")
     gap, lo, hi = study.simulated_gap
     # Agreement: the paired interval contains 0, or the gap is under a hundredth of a point.

@@ -21,7 +21,6 @@ from dpsim.limits import (
     MAX_GPUS,
     MAX_REPEATED_FLAGS,
     MAX_SCALING_POINTS,
-    MAX_SWEEP_POINTS,
     MAX_WORKERS,
     check_int,
     short,
@@ -143,7 +142,7 @@ def sweep_command(
     """
     from dpsim.plan.cost import parse_count, parse_price_overrides
     from dpsim.plan.grid import SweepSpec, axis_name
-    from dpsim.plan.sweep import OUTPUT_FORMATS, records_json, run_sweep, write_results
+    from dpsim.plan.sweep import OUTPUT_FORMATS, check_sweep_size, records_json, run_sweep, write_results
 
     if output is not None:
         from pathlib import Path
@@ -184,10 +183,7 @@ def sweep_command(
     check_budget(spec.tokens, "--tokens" if tokens is not None else f"{config}: tokens")
     check_budget(spec.samples, "--samples" if samples is not None else f"{config}: samples")
     check_prices(spec.gpu_hour_usd, "--gpu-hour-usd" if gpu_hour_usd else f"{config}: gpu_hour_usd")
-    if spec.size > MAX_SWEEP_POINTS:
-        lengths = " x ".join(f"{len(v)} {k}" for k, v in spec.axes.items() if len(v) > 1)
-        raise ConfigError(f"sweep: {lengths} = {spec.size:,} points; expected at most {MAX_SWEEP_POINTS:,} "
-                          f"(fewer values per axis, or several sweeps)")
+    check_sweep_size(spec)
     if progress is None:
         from rich.console import Console
         progress = Console(stderr=True).is_terminal

@@ -989,6 +989,14 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     check_search(gpus=gpus, tps=tps, pps=pps, cps=cps, eps=eps, etps=etps, micro_batches=micro_batches,
                  strategies=strategies, recomputes=recomputes, schedules=schedules, top=top, verify=verify,
                  budget_usd=budget_usd, gpu_hour_usd=gpu_hour_usd)
+    # The job's own flags, by PredictConfig's rules for the same fields: from Python, tp_comm_overlap="x"
+    # ended in Layout's assertion, sequence_parallel=[True] in a TypeError, and a string where a bool
+    # belongs (tp_across_network="no") was taken as true.
+    for name, value in (("sequence_parallel", sequence_parallel), ("tp_comm_overlap", tp_comm_overlap),
+                        ("tp_across_network", tp_across_network), ("moe_a2a_overlap", moe_a2a_overlap),
+                        ("cp_comm", cp_comm), ("cp_balance", cp_balance), ("grad_accum_fusion", grad_accum_fusion)):
+        if value is not None or name == "grad_accum_fusion":
+            check_value(name, value)
     for flag, budget in (("--tokens", tokens), ("--samples", samples)):
         if budget is not None:
             check_number(budget, flag, 0, MAX_TOKENS, open_below=True)

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from dpsim.errors import ConfigError, DpsimError
+from dpsim.limits import MAX_SWEEP_POINTS, MAX_WORKERS, check_int, short
 from dpsim.files import atomic_output
 from dpsim.plan.cost import PriceOverride, gpu_hour_price, training_cost
 from dpsim.plan.grid import SweepSpec
@@ -176,12 +177,31 @@ def _check_budget_models(spec: SweepSpec) -> None:
                               f"give a sample budget (--samples) instead")
 
 
-def _check_executor(scheduler: str | None, workers: int | None) -> None:
+def check_sweep_size(spec: SweepSpec) -> None:
+    """Refuse a grid of more than :data:`~dpsim.limits.MAX_SWEEP_POINTS` points before any is built (from
+    Python, ``sweep(gpus=range(1, 1001), micro_batch=range(1, 1001))`` ran on for minutes: only the
+    command line checked the size)."""
+    if spec.size > MAX_SWEEP_POINTS:
+        lengths = " x ".join(f"{len(v)} {k}" for k, v in spec.axes.items() if len(v) > 1)
+        raise ConfigError(f"sweep: {lengths} = {spec.size:,} points; expected at most {MAX_SWEEP_POINTS:,} "
+                          f"(fewer values per axis, or several sweeps)")
+
+
+def _check_executor(scheduler: str | None, workers: int | None, client: Any = None) -> None:
     if scheduler is not None and workers is not None:
         raise ConfigError("--scheduler and --workers: give one, not both (--scheduler uses an existing "
                           "cluster, --workers starts a local one)")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ConfigError(f"--workers: {workers!r} is not valid; expected an integer >= 1")
+    if client is not None:
+        # From Python only: a client and a scheduler or workers besides were silently dropped, and
+        # anything else than a client ended in an AttributeError once the serial part was done.
+        if not (callable(getattr(client, "map", None)) and callable(getattr(client, "scheduler_info", None))):
+            raise ConfigError(f"client: {short(client)} is not valid; expected a distributed.Client")
+        if scheduler is not None or workers is not None:
+            raise ConfigError("client and --scheduler/--workers: give one, not both (the client's cluster runs "
+                              "the points)")
+    if workers is not None:
+        # The CLI's range, for Python callers too: workers=10**9 would have started that many processes.
+        check_int(workers, "--workers", 1, MAX_WORKERS)
     if scheduler is not None and not re.fullmatch(r"(tcp|tls|ucx|ws|wss|inproc)://[^\s/:]+(:\d+)?[^\s]*",
                                                  str(scheduler)):
         raise ConfigError(f"--scheduler: {scheduler!r} is not a scheduler address; expected e.g. "
@@ -215,7 +235,11 @@ def sweep_records(spec: SweepSpec, *, scheduler: str | None = None, workers: int
     :class:`PredictConfig` refuses, gets its message in an ``error`` column instead of
     stopping the sweep.
     """
-    _check_executor(scheduler, workers)
+    check_sweep_size(spec)
+    _check_executor(scheduler, workers, client)
+    for flag, value in (("--progress", progress), ("--skip-invalid", skip_invalid)):
+        if not isinstance(value, bool):  # a string was taken as true
+            raise ConfigError(f"{flag}: {short(value)} is not valid; expected True or False")
     _check_budget_models(spec)
     points = spec.points()
     if not skip_invalid:

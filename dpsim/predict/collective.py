@@ -87,10 +87,10 @@ def predict_collective(config: PredictConfig, *, op: str = "all_reduce", minbyte
     """``op`` on ``config``'s world communicator at sizes ``minbytes`` x ``stepfactor``^k up to
     ``maxbytes``, each rounded down to whole elements of ``dtype`` (and whole ranks' shares for
     reduce_scatter and all_gather), as nccl-tests does."""
-    if op not in OPS:
-        raise ConfigError(f"--op: {op!r} is not a collective; choose one of {', '.join(OPS)}")
-    if dtype not in TYPE_BYTES:
-        raise ConfigError(f"-d/--datatype: {dtype!r} is not known; choose one of {', '.join(TYPE_BYTES)}")
+    if not isinstance(op, str) or op not in OPS:
+        raise ConfigError(f"--op: {short(op)} is not a collective; choose one of {', '.join(OPS)}")
+    if not isinstance(dtype, str) or dtype not in TYPE_BYTES:  # (a list: unhashable, a TypeError)
+        raise ConfigError(f"-d/--datatype: {short(dtype)} is not known; choose one of {', '.join(TYPE_BYTES)}")
     check_sizes(minbytes, maxbytes, stepfactor)
     resolved = resolve(config)
     topology = resolve_topology(resolved.config)

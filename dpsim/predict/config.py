@@ -52,7 +52,7 @@ from dpsim.limits import (
 from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
 from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES, offloads_optimizer
-from dpsim.strategies.registry import BUCKET_CAP_MB, check_fsdp_options, check_zero_options, honours
+from dpsim.strategies.registry import BUCKET_CAP_MB, FSDP_UNIT, check_fsdp_options, check_zero_options, honours
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.routing import parse_routing
@@ -655,6 +655,22 @@ class PredictConfig:
             raise ConfigError(f"--seq-len: does not apply to a torch module (--model {w.model}), "
                               f"{w.seq_len} given; its example input (--input-shape) sets the sequence length")
         check_fsdp_options(p.strategy, p.fsdp_version, p.fsdp_accumulate)
+        per_unit = honours(p.strategy, FSDP_UNIT)
+        if p.fsdp_unit != "block" and not per_unit and not e.activation_checkpointing and not p.layout_active:
+            # The unit is what a sharded strategy gathers and what checkpointing recomputes: with
+            # neither, --fsdp-unit layer was dropped in silence. (With --tp/--cp/--pp it has its own message.)
+            takers = ", ".join(s for s in typing.get_args(Strategy) if honours(s, FSDP_UNIT))
+            raise ConfigError(f"--fsdp-unit: {p.fsdp_unit!r} is the unit {takers} shard and gather, and the unit "
+                              f"--activation-checkpointing recomputes; --strategy {p.strategy} without "
+                              f"--activation-checkpointing has neither, so leave it out")
+        if not g.overlap and k.overlap_slowdown not in (None, DEFAULT_OVERLAP_SLOWDOWN) and not per_unit \
+                and not p.layout_active and k.profile is None:
+            # Only overlapped communication slows compute; --no-overlap leaves a bucketed strategy
+            # none (a sharded one still prefetches, a layout still overlaps tp/pp traffic), so the
+            # slowdown was dropped in silence. (The default, or a profile's own value, may stand unused.)
+            raise ConfigError(f"--overlap-slowdown: {k.overlap_slowdown:g} slows compute while communication "
+                              f"overlaps it, but --no-overlap with --strategy {p.strategy} overlaps none; "
+                              f"drop one of them")
         check_zero_options(p.strategy, p.zero_impl, p.zero_group, n_gpus=None if p.layout_active else c.gpus)
         if g.bucket_cap_mb is not None and not honours(p.strategy, BUCKET_CAP_MB):
             # Every strategy without gradient buckets shards per unit (tests/test_config.py

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dpsim.errors import ConfigError
+from dpsim.limits import short
 from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN, DEFAULT_PRECISION, PredictConfig
 from dpsim.profile.calibrated import (
     calibrated_overlap_slowdown,
@@ -49,6 +51,9 @@ def resolve(config: PredictConfig, profile: Profile | None = None) -> Resolved:
     ``profile``: ``config.calibration.profile``'s profile when the caller has already loaded it; read
     here otherwise. Resolving a resolved config changes nothing.
     """
+    if not isinstance(config, PredictConfig):  # every API entry passes here first (a str was an AttributeError)
+        raise ConfigError(f"config: {short(config)} is not valid; expected a dpsim.PredictConfig "
+                          f"(e.g. dpsim.PredictConfig(gpus=8, model='gpt2'))")
     if config.calibration.profile is None:
         return Resolved(config=config, profile=None)
     if profile is None:

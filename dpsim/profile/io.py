@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.errors import ProfileError
-from dpsim.files import path_kind, read_text_capped
+from dpsim.files import path_kind, read_text_capped, refuse_special_output
 from dpsim.limits import (
     MAX_COLLECTIVE_BYTES,
     MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S,
     MAX_FIT_LATENCY_S,
     MAX_FRESH_PROCESS_RATIO,
+    MAX_GPUS,
     MAX_MICRO_BATCH,
     MAX_OVERLAP_SLOWDOWN,
     MAX_PROFILE_BYTES_PER_S,
@@ -382,8 +383,11 @@ def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
         if lc not in collectives.data:
             continue
         cd = collectives.obj(lc, _CLASS)
-        n_ranks = cd.integer("n_ranks", minimum=2)
-        n_nodes = cd.integer("n_nodes", minimum=1)
+        # A cluster dpsim can simulate (a 31-digit n_ranks was printed in predict's header).
+        n_ranks = cd.integer("n_ranks", minimum=2, maximum=MAX_GPUS)
+        n_nodes = cd.integer("n_nodes", minimum=1, maximum=MAX_GPUS)
+        if n_nodes > n_ranks:
+            cd.fail(cd.field("n_nodes"), n_nodes, f"at most n_ranks ({n_ranks:,})")
         if lc == "intra_node" and n_nodes != 1:
             cd.fail(cd.field("n_nodes"), n_nodes, "1 for intra_node")
         if lc == "inter_node" and n_nodes < 2:
@@ -455,6 +459,7 @@ def save_profile(profile: Profile, out: str | Path) -> Path:
     """Write ``profile`` to ``out`` atomically (validated first; its directory must exist, as every
     output's must)."""
     out = Path(out)
+    refuse_special_output(out, "--out", ProfileError)
     doc = profile.to_dict()
     profile_from_dict(json.loads(json.dumps(doc)), origin=f"(profile for {out})")  # never write what load rejects
     text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
@@ -468,6 +473,7 @@ def save_profile(profile: Profile, out: str | Path) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, _file_mode(out))  # mkstemp's 0600 -> what a plain open() would have given
+        refuse_special_output(out, "--out", ProfileError)
         os.replace(tmp, out)
     except BaseException:
         try:

@@ -62,7 +62,8 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.errors import WorkloadError
-from dpsim.limits import MAX_LAYERS, MAX_TRACED_MODULES
+from dpsim import limits
+from dpsim.limits import MAX_LAYERS, MAX_TRACED_MODULES, check_number, number_text
 from dpsim.workload.library_models import (
     Call,
     build_module,
@@ -76,6 +77,7 @@ from dpsim.workload.model_ref import (
     import_builder,
     parse_input_shape,
     parse_model_ref,
+    user_code_time_limit,
 )
 from dpsim.workload.layers import lm_loss_op
 from dpsim.workload.lowering import Lowering
@@ -98,6 +100,7 @@ def load_torch_workload(
     input_shape: str | None = None,
     name: str | None = None,
     unit_classes: Iterable[str] | None = None,
+    time_limit_s: float | None = None,
 ) -> ModelSpec:
     """The workload of the ``nn.Module`` that ``ref`` (``file.py:fn`` or ``pkg.mod:fn``) builds.
 
@@ -105,14 +108,28 @@ def load_torch_workload(
     ``"4,1024:int64"``); the function named after a second colon (``file.py:build:inputs``);
     a module-level ``example_input()``. It may return a tensor, a tuple of positional
     arguments or a dict of keyword arguments; it is called under the meta device.
+
+    Importing the module, building, and tracing together may take ``time_limit_s`` seconds of
+    wall-clock time (``None``: :data:`~dpsim.limits.MAX_MODEL_LOAD_S`); user code still running
+    then (a loop that never ends) is stopped with a :class:`~dpsim.errors.WorkloadError`.
     """
+    time_limit_s = (limits.MAX_MODEL_LOAD_S if time_limit_s is None else
+                    check_number(time_limit_s, "time_limit_s", 0.0, 86_400.0, open_below=True))
     parsed = parse_model_ref(ref, calls=True)
     stamp = Path(parsed.target).stat().st_mtime_ns if parsed.is_file else None
     key = (ref, input_shape, name, None if unit_classes is None else tuple(unit_classes), stamp)
     if key not in _CACHE:
         if len(_CACHE) >= 16:
             _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = _load(parsed, ref, input_shape=input_shape, name=name, unit_classes=unit_classes)
+        import torch  # noqa: F401 - imported before the clock starts: its own import takes seconds on a busy machine
+
+        what = f"{parsed.target}:{parsed.function}"
+        message = (f"--model: {what} (importing {parsed.target!r}, calling {parsed.function}() and tracing its "
+                   f"forward and backward) did not finish within {number_text(time_limit_s)} s, the limit "
+                   f"(dpsim.limits.MAX_MODEL_LOAD_S); does it loop forever?")
+        with user_code_time_limit(time_limit_s, message):
+            spec = _load(parsed, ref, input_shape=input_shape, name=name, unit_classes=unit_classes)
+        _CACHE[key] = spec
     return _CACHE[key]
 
 

@@ -41,7 +41,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import difflib
 import functools
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -155,12 +157,38 @@ def build_module(builder: Any, call: Call, ref: str) -> Any:
 
 def _build(builder: Any, kwargs: dict[str, Any]) -> Any:
     if _is_hf_model_class(builder):
+        check_config_kwargs(builder.config_class, kwargs, builder.__name__)
         config = builder.config_class(**kwargs)
         return builder(config)
     made = builder(**kwargs)
     if _is_hf_config(made):
+        check_config_kwargs(type(made), kwargs, getattr(builder, "__name__", type(made).__name__))
         return _model_for_config(made)
     return made
+
+
+def check_config_kwargs(config_class: Any, kwargs: dict[str, Any], name: str) -> None:
+    """Refuse a keyword argument that ``config_class`` does not know. A transformers configuration
+    keeps any keyword as an attribute, so a misspelt one (``num_hidden_layer=16``) was dropped in
+    silence and the default model predicted."""
+    if not kwargs:
+        return
+    import inspect
+
+    try:
+        default = config_class()
+        params = set(inspect.signature(config_class).parameters)
+    except Exception:  # noqa: BLE001 - a class that cannot say: its own checks stand
+        return
+    known = params | set(getattr(config_class, "attribute_map", None) or {})
+    with quiet_transformers(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated aliases (torch_dtype) warn when read
+        unknown = [k for k in kwargs if k not in known and not hasattr(default, k)]
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], sorted(k for k in known if not k.startswith("_")), n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise WorkloadError(f"--model: {name}() has no setting {unknown[0]!r}{hint}; {config_class.__name__} "
+                            f"would keep it unused and build its default model")
 
 
 def _model_for_config(config: Any) -> Any:
@@ -237,5 +265,9 @@ def lowered_shape_ref(ref: str) -> str | None:
         return None
     if not _is_hf_config(made):
         return None
+    try:
+        check_config_kwargs(type(made), dict(call.kwargs), call.name)
+    except WorkloadError:
+        return None  # the traced path refuses it in one line
     shape = shape_of_hf_config(made, name=f"{call.name}()" if not call.kwargs else f"{call.name}(...)")
     return None if shape is None else shape_ref(shape)

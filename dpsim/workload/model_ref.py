@@ -6,18 +6,25 @@ calibrate and validate accept exactly the same references.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib
 import importlib.util
 import keyword
+import math
 import os
 import re
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dpsim.errors import WorkloadError
 from dpsim.files import path_kind
+from dpsim.limits import MAX_INPUT_ELEMENTS, short
 from dpsim.workload.library_models import parse_call
 from dpsim.workload.shapes import is_shape_ref
 
@@ -102,9 +109,13 @@ def parse_input_shape(text: str) -> tuple[tuple[int, ...], str]:
     if dtype is None:
         raise WorkloadError(f"--input-shape: dtype {dtype_text!r} is not known; {usage}")
     items = [s.strip() for s in re.split(r"[,x×]", shape_text.strip().lower())]
-    if not items or not all(re.fullmatch(r"\d+", s) for s in items) or any(int(s) < 1 for s in items):
-        raise WorkloadError(f"--input-shape: {text!r} is not valid; {usage}")
-    return tuple(int(s) for s in items), dtype
+    if not items or not all(re.fullmatch(r"\d{1,20}", s) for s in items) or any(int(s) < 1 for s in items):
+        raise WorkloadError(f"--input-shape: {short(text)} is not valid; {usage}")
+    shape = tuple(int(s) for s in items)
+    if math.prod(shape) > MAX_INPUT_ELEMENTS:
+        raise WorkloadError(f"--input-shape: {short(text)} is {math.prod(shape):.3g} elements; expected at most "
+                            f"{MAX_INPUT_ELEMENTS:.3g} (2^48) in all")
+    return shape, dtype
 
 
 def import_builder(ref: ModelRef) -> Any:
@@ -166,3 +177,85 @@ def builder_attribute(module: Any, name: str, target: str) -> Any:
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:300] + ("..." if len(text) > 300 else "")
+
+
+class _Expired(BaseException):
+    """Raised into the user's code when its time is up. A ``BaseException``, so that the user's own
+    ``except Exception`` (or ours around its calls) does not swallow it; raised again every second
+    in case a bare ``except`` did."""
+
+
+_LIMITED = threading.local()
+"""``active``: a limit is already running on this thread (a nested one would only cut it short)."""
+
+
+@contextlib.contextmanager
+def user_code_time_limit(seconds: float, message: str) -> Iterator[None]:
+    """Run the ``with`` body (a user's builder being imported, called and traced) for at most
+    ``seconds`` of wall-clock time; past that, a :class:`~dpsim.errors.WorkloadError` with ``message``.
+
+    On the main thread (the command line; most API callers) a ``SIGALRM`` interval timer raises
+    into the running Python code, interrupting ``time.sleep`` and blocking reads too. Elsewhere
+    (another thread, or a timer already armed by the caller, such as a test runner's) a watchdog
+    thread raises it asynchronously (``PyThreadState_SetAsyncExc``), which reaches Python code
+    but not a blocking call until it returns. Code in C that never returns (a torch kernel) is
+    out of reach of both.
+    """
+    if getattr(_LIMITED, "active", False):
+        yield
+        return
+    _LIMITED.active = True
+    try:
+        with _alarm(seconds) if _alarm_usable() else _watchdog(seconds):
+            yield
+    except _Expired:
+        raise WorkloadError(message) from None
+    finally:
+        _LIMITED.active = False
+
+
+def _alarm_usable() -> bool:
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        return False
+    # A caller's own timer or a handler installed from C (``None``: it could not be put back) is left alone.
+    return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getsignal(signal.SIGALRM) is not None
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    def expired(signum, frame) -> None:
+        raise _Expired()
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0.0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def _watchdog(seconds: float) -> Iterator[None]:
+    target = ctypes.c_ulong(threading.get_ident())
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def watch() -> None:
+        wait = seconds
+        while not done.wait(wait):
+            with lock:
+                if done.is_set():
+                    return
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(target, ctypes.py_object(_Expired))
+            wait = 1.0
+
+    watcher = threading.Thread(target=watch, name="dpsim-model-time-limit", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        with lock:
+            done.set()
+        # One raised just now and not yet delivered would surface later, in the caller's code.
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(target, None)
