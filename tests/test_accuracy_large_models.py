@@ -185,3 +185,11 @@ def test_olmo2_rows_and_only_they_normalise_the_whole_query_and_key_projections(
         assert len(weights) == 2 * layers and all(p.shape == (d,) for p in weights), rid
     for rid in ("R104", "R105", "R096"):  # llama3-8b-like, llama-3-70b: no QK-norm
         assert not qk_norm_ops(rid), rid
+
+
+def test_a_rows_model_is_built_once_and_a_changed_row_gets_its_own():
+    # The leave-one-system-out grid predicts each row at nine efficiencies from one model object.
+    row = next(r for r in alm.rows() if r["id"] == "R007")
+    assert alm.model_of(row) is alm.model_of(dict(row))
+    other = alm.model_of(dict(row, layers=str(int(row["layers"]) - 1)))
+    assert other is not alm.model_of(row) and other.param_count < alm.model_of(row).param_count
