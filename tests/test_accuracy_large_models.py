@@ -228,3 +228,11 @@ def test_olmo_core_rows_price_the_loss_that_first_published_them():
         assert rows[rid]["micro_batch"] == "4" and "8c03ca8a2103" in rows[rid]["source"], rid
     for rid in ("R100", "R101", "R001", "R096"):
         assert loss_passes(rid) == (((1, "upcast"), (2, "f32")), ((4, "f32"), (1, "upcast"))), rid
+
+
+def test_a_rows_model_is_built_once_and_a_changed_row_gets_its_own():
+    # The leave-one-system-out grid predicts each row at nine efficiencies from one model object.
+    row = next(r for r in alm.rows() if r["id"] == "R007")
+    assert alm.model_of(row) is alm.model_of(dict(row))
+    other = alm.model_of(dict(row, layers=str(int(row["layers"]) - 1)))
+    assert other is not alm.model_of(row) and other.param_count < alm.model_of(row).param_count

@@ -146,3 +146,13 @@ def test_shard_diagnosis_sees_the_split_shapes_and_the_uncharged_clipping():
     assert 0.85 < k01["gemm_efficiency"] < n09["gemm_efficiency"] <= 1.0
     assert 0.0 < n09["clip_share"] < 0.005 < k01["clip_share"] < 0.05
     assert 0.5 < k01["matmul_share"] < 1.0
+
+
+def test_an_evaluation_is_made_once_per_row_and_handed_out_as_a_copy():
+    # The table's fixture and model_error.py's gathering share the predictions of every row.
+    row = next(r for r in accuracy_layouts.rows() if r["id"] == "N01")
+    first = accuracy_layouts.evaluate(row)
+    first["error"] = 99.0
+    again = accuracy_layouts.evaluate(dict(row))
+    assert again["error"] != 99.0 and again == accuracy_layouts._evaluate(row, compute_efficiency=None)
+    assert accuracy_layouts.evaluate(row, compute_efficiency=0.9)["step_s"] > again["step_s"]

@@ -566,12 +566,23 @@ def _catalog_case(family: str):
     caps = [None, total_bytes / 3 / MiB, total_bytes / 8 / MiB, total_bytes / 20 / MiB, 0.01, 0.001]
 
     def ddp_run(cap):
-        torch.manual_seed(0)
-        module = refs.torch_model_for(cfg)
-        assert [p.name for p in spec.params] == [n for n, _ in module.named_parameters()]
-        return run_ddp(module, refs.example_input(cfg, batch=2), cap)
+        """Real DDP's (bucket groups, bucket sizes, ready order) for the family at ``cap``: run once
+        per process (seeded, so a second run is the same), as this file's tests and
+        test_from_torch.py's traced-module tests ask for the same runs; copies handed out."""
+        key = (family, cap)
+        if key not in _DDP_RUNS:
+            torch.manual_seed(0)
+            module = refs.torch_model_for(cfg)
+            assert [p.name for p in spec.params] == [n for n, _ in module.named_parameters()]
+            _DDP_RUNS[key] = run_ddp(module, refs.example_input(cfg, batch=2), cap)[:3]
+        groups, sizes, ready = _DDP_RUNS[key]
+        return [list(g) for g in groups], list(sizes), list(ready)
 
     return spec, caps, ddp_run
+
+
+_DDP_RUNS: dict[tuple, tuple] = {}
+"""Real DDP runs of the catalog's tiny models already made in this process, by (family, cap)."""
 
 
 @pytest.mark.slow
@@ -583,7 +594,7 @@ def test_catalog_tiny_models_bucket_exactly_like_ddp(process_group, family):
     reverse_registration = [p.name for p in reversed(spec.params)]
     n_buckets = []
     for cap in caps:
-        groups, sizes, ready, _ = ddp_run(cap)
+        groups, sizes, ready = ddp_run(cap)
         assert grad_ready == ready, cap
         plan = ddp_buckets(spec, bucket_cap_mb=cap)
         assert _groups(plan) == groups, cap

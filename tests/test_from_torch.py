@@ -276,7 +276,7 @@ def test_traced_reference_modules_bucket_like_ddp(process_group, family):
     spec = workload_from_module(meta_module, refs.example_input(cfg, batch=2), name=family)
     _, caps, ddp_run = _catalog_case(family)
     for cap in caps[1:4]:
-        groups, sizes, _, _ = ddp_run(cap)
+        groups, sizes, _ = ddp_run(cap)
         plan = ddp_buckets(spec, bucket_cap_mb=cap)
         assert _groups(plan) == groups, cap
         assert [b.size_bytes for b in plan.buckets] == sizes, cap

@@ -242,8 +242,23 @@ flash-attention as a submodule at d2f4324f4c56 (v1.0.8-3, ``flash_attn/__init__.
 from it (InternLM/InternLM@20fe5ac297e6)."""
 
 
+_MODELS: dict[tuple, ModelSpec] = {}
+"""The models already built in this process, keyed by the rows' whole contents. A model is frozen
+(nothing in it can change), so one object serves every prediction of its row: the
+leave-one-system-out grid predicts each row at nine efficiencies, and each fresh copy of a model
+cost its build plus the key ``dpsim.predict.memo`` makes of its thousands of ops (together about
+a third of a prediction of every row); the same object's key is made once."""
+
+
 def model_of(row: dict) -> ModelSpec:
-    """The row's model (see the module docstring)."""
+    """The row's model (see the module docstring), built once per distinct row."""
+    key = tuple(sorted(row.items()))
+    if key not in _MODELS:
+        _MODELS[key] = _build_model(row)
+    return _MODELS[key]
+
+
+def _build_model(row: dict) -> ModelSpec:
     seq = int(row["seq_len"])
     # llm-foundry's Triton kernel, or cuDNN's fused attention where the row names it (MaxText's
     # cudnn_flash_te) or runs TransformerEngine's DotProductAttention (Megatron-Core with

@@ -137,9 +137,22 @@ def flops(row: dict) -> float:
     return 72.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
 
 
+_EVALUATED: dict[tuple, dict] = {}
+"""The evaluations already made in this process, keyed by the row's whole contents and the
+efficiency: the table's test fixture and ``validation/model_error.py``'s gathering (the residual
+rows) both predict every row at the presets; a row whose text differs is predicted afresh."""
+
+
 def evaluate(row: dict, *, compute_efficiency: float | None = None) -> dict:
     """Prediction, the published value, both as the published quantity, and the error
     (``compute_efficiency``: ``--compute-efficiency`` for the leave-one-system-out fit)."""
+    key = (tuple(sorted(row.items())), compute_efficiency)
+    if key not in _EVALUATED:
+        _EVALUATED[key] = _evaluate(row, compute_efficiency=compute_efficiency)
+    return dict(_EVALUATED[key])  # a copy: a caller's change stays its own
+
+
+def _evaluate(row: dict, *, compute_efficiency: float | None) -> dict:
     config = config_of(row)
     if compute_efficiency is not None:
         config = dataclasses.replace(config, compute_efficiency=compute_efficiency)
