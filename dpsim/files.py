@@ -182,8 +182,11 @@ def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (
     p = Path(path)
     if p.suffix.lower() not in suffixes:
         raise ConfigError(f"{flag}: {str(path)!r} is not an {suffixes[0]} file; give a path ending in {suffixes[0]}")
-    if path_kind(p.parent, flag) != "dir":
-        raise ConfigError(f"{flag}: directory {str(p.parent)!r} does not exist")
+    parent = path_kind(p.parent, flag)
+    if parent != "dir":
+        # A file where the directory should be (out.yaml/t.html) is not a missing directory.
+        what = "does not exist" if parent is None else "is not a directory"
+        raise ConfigError(f"{flag}: directory {str(p.parent)!r} {what}")
     if path_kind(p, flag) == "dir":
         raise ConfigError(f"{flag}: {str(path)!r} is a directory; give a file path ending in {suffixes[0]}")
     refuse_special_output(p, flag)

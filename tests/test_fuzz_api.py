@@ -218,3 +218,15 @@ def test_save_profile_never_replaces_a_fifo(tmp_path):
     with pytest.raises(ProfileError, match="is a device, FIFO or socket"):
         save_profile(load_profile(shipped_profiles_dir() / "a100-nvswitch-8gpu.json"), target)
     assert stat.S_ISFIFO(os.stat(target).st_mode)
+
+
+def test_an_output_under_a_file_says_the_directory_is_a_file(tmp_path):
+    # fuzz3: out.yaml/t.html read "directory 'out.yaml' does not exist" though the file is right there.
+    from dpsim.errors import ConfigError
+    from dpsim.files import check_output_path
+
+    (tmp_path / "out.yaml").write_text("x")
+    with pytest.raises(ConfigError, match=r"--html: directory '.*out\.yaml' is not a directory$"):
+        check_output_path(tmp_path / "out.yaml" / "t.html", "--html")
+    with pytest.raises(ConfigError, match=r"does not exist$"):
+        check_output_path(tmp_path / "missing" / "t.html", "--html")
