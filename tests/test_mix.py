@@ -455,3 +455,15 @@ def test_cluster_gpus_not_whole_servers_names_the_mix_fields():
     text = str(exc.value)
     assert text.startswith("cluster.gpus: 12 is not whole servers of the 8 GPUs per server of cluster.link "
                            "'infiniband'") and "--gpus-per-node" not in text, text
+
+
+def test_a_long_mix_reports_its_progress_and_the_result_does_not_depend_on_it():
+    # dpsim mix showed nothing for minutes on a contended day; the hook feeds its progress line.
+    spec = _mix({**JOB_A, "steps": 400}, {**JOB_B, "steps": 400})
+    calls = []
+    told = simulate_mix(spec, sample_steps=None, progress=lambda *x: calls.append(x))
+    assert told.to_dict() == simulate_mix(spec, sample_steps=None).to_dict()
+    assert calls, "a mix of over a thousand events reported no progress"
+    times = [c[0] for c in calls]
+    assert times == sorted(times) and all(0 < t for t in times)
+    assert all(0 <= done <= jobs == 2 for _, done, jobs in calls)

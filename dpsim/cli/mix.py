@@ -29,7 +29,7 @@ def mix_command(
     """Run jobs that differ in model, size, placement and start time on one cluster; their
     collectives share links max-min as they overlap. Prints each job's step time, its slowdown
     against running alone on the same servers, the links that slow it, and cluster utilisation."""
-    from dpsim.mix import load_mix, simulate_mix
+    from dpsim.mix import load_mix
 
     if sample_steps is None or sample_steps < 0:
         raise ConfigError(f"--sample-steps: {sample_steps} is not valid; expected an integer >= 0 (0: every step)")
@@ -37,7 +37,7 @@ def mix_command(
         from dpsim.files import check_output_path
         check_output_path(html, "--html")  # before the work: a bad path never costs a simulation
     spec = load_mix(file)
-    result = simulate_mix(spec, sample_steps=sample_steps or None)
+    result = _simulate_with_progress(spec, sample_steps or None)
     if html is not None:
         from dpsim.report.mix_html import write_mix_report
         write_mix_report(html, result)
@@ -76,3 +76,30 @@ def mix_command(
     if outages:
         console.print(f"{len(result.link_outages):,} switch cable outages (the jobs crossing them kept running on the "
                       f"cables left; fabric slowdown: step time over the same mix's without them)")
+
+
+def _simulate_with_progress(spec, sample_steps):
+    """The mix, with a transient progress line on stderr when it is a terminal: a contended day of
+    hundreds of jobs crossing the network runs for minutes, and said nothing while it did."""
+    from rich.console import Console
+
+    from dpsim.mix import simulate_mix
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return simulate_mix(spec, sample_steps=sample_steps)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    horizon_s = spec.horizon_s
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[state]}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        # Simulated time against the horizon where there is one, else the jobs that have finished.
+        total = horizon_s if horizon_s is not None else len(spec.jobs)
+        task = bar.add_task("mix", total=total, state="")
+
+        def tell(now_s: float, finished: int, jobs: int) -> None:
+            done = now_s if horizon_s is not None else finished
+            bar.update(task, completed=min(done, total),
+                       state=f"{now_s:,.0f} s simulated, {finished:,} of {jobs:,} jobs done")
+
+        return simulate_mix(spec, sample_steps=sample_steps, progress=tell)

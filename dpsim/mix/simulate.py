@@ -43,6 +43,7 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -458,8 +459,12 @@ class MixSimulation:
     """The event loop of a mix (see the module docstring); :func:`simulate_mix` runs it."""
 
     def __init__(self, spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STEPS,
-                 network=None, topology: Topology | None = None, narrowing: bool = True):
+                 network=None, topology: Topology | None = None, narrowing: bool = True,
+                 progress: Callable[[float, int, int], None] | None = None):
         self.spec = spec
+        # Told (simulated seconds, jobs finished, jobs) every 512 events: a contended day runs for
+        # seconds to minutes, and the CLI shows how far it has got.
+        self.progress = progress
         # False: failed cables are logged but leave the network as it was (the run fabric_slowdown compares with).
         self.narrowing = narrowing
         self.topology = topology or cluster_topology(spec)
@@ -1087,6 +1092,8 @@ class MixSimulation:
             if now >= horizon:
                 break
             events += 1
+            if self.progress is not None and not events % 512:
+                self.progress(now, sum(1 for x in end if x == x), n)
             if t == t_dead and t_dead <= t_next:
                 for i in [i for i in held if deadline(i) <= now]:
                     depart(i, now)
@@ -1607,13 +1614,15 @@ class _Failures:
                     self._open(i, "restart", now, now + self.restart[i])
 
 
-def simulate_mix(spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STEPS, network=None) -> MixResult:
+def simulate_mix(spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STEPS, network=None,
+                 progress: Callable[[float, int, int], None] | None = None) -> MixResult:
     """Run a job mix (:class:`~dpsim.mix.spec.MixSpec`) on its cluster.
 
     ``sample_steps``: steps each job completes between two arrivals/departures before the rest of
     that interval runs at the measured mean (``None``: every step simulated). ``network``: a
     :class:`~dpsim.network.model.NetworkModel` of the whole cluster with ``routes`` (default its
-    :class:`~dpsim.network.tiers.TierNetwork`).
+    :class:`~dpsim.network.tiers.TierNetwork`). ``progress``: called now and then with the simulated
+    seconds reached, the jobs finished and the jobs (the CLI's progress line).
 
     When cables failed (switch uplinks, NIC ports of a bundle), the mix runs a second time with the same
     failures but cables that never narrow the network, and each job's :attr:`JobResult.fabric_slowdown`
@@ -1624,10 +1633,10 @@ def simulate_mix(spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STE
         # The CLI refuses it first; from Python -1 or 2.5 ran with a meaningless sample window.
         raise ConfigError(f"--sample-steps: {sample_steps!r} is not valid; expected an integer >= 1, or None "
                           f"(every step simulated)")
-    result = MixSimulation(spec, sample_steps=sample_steps, network=network).run()
+    result = MixSimulation(spec, sample_steps=sample_steps, network=network, progress=progress).run()
     if not result.link_outages:
         return result
-    base = MixSimulation(spec, sample_steps=sample_steps, network=network, narrowing=False).run()
+    base = MixSimulation(spec, sample_steps=sample_steps, network=network, narrowing=False, progress=progress).run()
     jobs = tuple(replace(j, fabric_slowdown=j.step_time_s / b.step_time_s)
                  if 0 < b.step_time_s < math.inf and j.step_time_s < math.inf else j
                  for j, b in zip(result.jobs, base.jobs))
