@@ -36,7 +36,7 @@ def test_the_readme_is_a_front_page():
     assert len(README.encode()) <= README_LIMIT_BYTES
     # It starts with the two commands, then says what they do; the fast lane is named.
     assert README.startswith("# dpsim\n\n```bash\npython -m pip install . && dpsim predict --gpus 64 --link ethernet\n"
-                             "python -m pip install -e '.[test]' && python -m pytest -q\n```\n")
+                             "python -m pip install '.[test]' && python -m pytest -q\n```\n")
     assert '\npython -m pytest -q -m "not slow"\n' in README
     headings = re.findall(r"^## (.+)$", README, re.M)
     assert headings == ["A short tour", "Main flags", "Accuracy", "Documentation"]

@@ -77,7 +77,7 @@ def _runnable() -> list[str]:
 def test_first_two_commands_and_ci_agree():
     first_block = re.search(r"```bash\n(.*?)```", README, re.S).group(1).strip().splitlines()
     assert first_block[0] == "python -m pip install . && dpsim predict --gpus 64 --link ethernet"
-    assert first_block[1] == "python -m pip install -e '.[test]' && python -m pytest -q"
+    assert first_block[1] == "python -m pip install '.[test]' && python -m pytest -q"
     ci = (ROOT / ".ci" / "run").read_text()
     assert first_block[1] in ci
 
