@@ -204,13 +204,13 @@ def check_writable_dir(path: str | Path, flag: str) -> None:
         os.unlink(_temp_beside(Path(path), flag))
 
 
-def _temp_beside(path: Path, flag: str) -> Path:
+def _temp_beside(path: Path, flag: str, error: type[DpsimError] = ConfigError) -> Path:
     """An empty temporary file in ``path``'s directory, named after it (what an atomic write
     renames over ``path``); a directory that cannot take it is a ConfigError naming ``flag``."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
-        raise ConfigError(f"{flag}: cannot write {short(str(path))}: {exc.strerror}") from None
+        raise error(f"{flag}: cannot write {short(str(path))}: {exc.strerror}") from None
     os.close(fd)
     return Path(tmp)
 
@@ -222,28 +222,29 @@ def _umask_mode() -> int:
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "output") -> Iterator[Path]:
+def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "output",
+                  error: type[DpsimError] = ConfigError) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; when the block ends normally it becomes ``path`` atomically.
 
     For writers that want a file name (pandas, pyarrow). If the block raises (or is
     interrupted) the temporary file is removed and ``path`` is left as it was. ``mode``:
     permission bits (default: what a plain ``open`` gives under the umask). A write that
-    fails (no permission, a full disk) is a ConfigError naming ``flag``, not an OSError.
+    fails (no permission, a full disk) is an ``error`` (ConfigError) naming ``flag``, not an OSError.
     """
     path = Path(path)
-    refuse_special_output(path, flag)  # (again: a FIFO may have been made there since the check)
-    tmp = _temp_beside(path, flag)
+    refuse_special_output(path, flag, error)  # (again: a FIFO may have been made there since the check)
+    tmp = _temp_beside(path, flag, error)
     try:
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp, _umask_mode() if mode is None else mode)
-        refuse_special_output(path, flag)
+        refuse_special_output(path, flag, error)
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise ConfigError(f"{flag}: cannot write {short(str(path))}: {exc.strerror or exc}; it is left as it "
+        raise error(f"{flag}: cannot write {short(str(path))}: {exc.strerror or exc}; it is left as it "
                           f"was") from None
     except BaseException:
         with contextlib.suppress(OSError):
@@ -251,10 +252,11 @@ def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "out
         raise
 
 
-def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None, flag: str = "output") -> Path:
+def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None, flag: str = "output",
+                      error: type[DpsimError] = ConfigError) -> Path:
     """Write ``text`` to ``path`` atomically (UTF-8); ``mode``: permission bits (default: the umask's);
-    ``flag``: named by the one-line error of a failed write."""
+    ``flag``: named by the one-line ``error`` of a failed write."""
     path = Path(path)
-    with atomic_output(path, mode=mode, flag=flag) as tmp:
+    with atomic_output(path, mode=mode, flag=flag, error=error) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return path

@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from dpsim.errors import ProfileError
-from dpsim.files import path_kind, read_text_capped, refuse_special_output
+from dpsim.files import path_kind, read_text_capped, refuse_special_output, write_text_atomic
 from dpsim.limits import (
     MAX_COLLECTIVE_BYTES,
     MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S,
@@ -446,13 +445,12 @@ def load_profile(path_or_name: str | Path, flag: str = "--calibration") -> Profi
     return profile_from_dict(data, origin=str(path))
 
 
-def _file_mode(path: Path) -> int:
+def _existing_mode(path: Path) -> int | None:
+    """An existing profile's permission bits, kept when it is rewritten (``None``: a new file, the umask's)."""
     try:
-        return path.stat().st_mode & 0o777  # keep an existing profile's permissions
+        return path.stat().st_mode & 0o777
     except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        return None
 
 
 def save_profile(profile: Profile, out: str | Path) -> Path:
@@ -463,22 +461,4 @@ def save_profile(profile: Profile, out: str | Path) -> Path:
     doc = profile.to_dict()
     profile_from_dict(json.loads(json.dumps(doc)), origin=f"(profile for {out})")  # never write what load rejects
     text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
-    try:
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise ProfileError(f"--out: cannot write {str(out)!r}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, _file_mode(out))  # mkstemp's 0600 -> what a plain open() would have given
-        refuse_special_output(out, "--out", ProfileError)
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return out
+    return write_text_atomic(out, text, mode=_existing_mode(out), flag="--out", error=ProfileError)
