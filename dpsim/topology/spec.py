@@ -72,6 +72,10 @@ class NodeSpec:
     shm_bandwidth_bytes_per_s: float = DEFAULT_SHM_BYTES_PER_S
     """With ``p2p`` off, what NCCL's SHM transport carries into one GPU from host memory, per
     direction, bytes/s (the GPU's reads of the staged bytes, not its link's width)."""
+    shm_overlaps_backward: bool = False
+    """With ``p2p`` off, whether DDP's gradient all-reduce over NCCL's SHM transport runs beside
+    backward (``True``) or, as dpsim assumes by default, adds its whole time after it (see
+    :func:`ddp_allreduce_after_backward`, where the evidence is)."""
     mesh_links: tuple[tuple[int, int, int], ...] = ()
     """Direct GPU-to-GPU links ``(gpu a, gpu b, links)`` of ``nvlink-mesh``/``xgmi`` (``nvlink-bridge``: pairs by default)."""
     ring_orders: tuple[tuple[int, ...], ...] = ()
@@ -173,3 +177,27 @@ class TopologySpec:
     launch_overhead_s: float | None = None
     """Per-collective host/launch overhead on top of NCCL's modelled latency, seconds
     (``None``: the fitted default of the GPU and transport, :mod:`dpsim.collectives.nccl_tuning`)."""
+
+
+def ddp_allreduce_after_backward(node: NodeSpec, gpus_per_node: int) -> bool:
+    """DDP's gradient all-reduce is charged after backward, not hidden behind it: the GPUs of a
+    server talk through NCCL's SHM transport (``pcie-tree`` with ``p2p: false``, two or more of
+    them in the job's servers) and the file does not say ``shm_overlaps_backward: true``.
+
+    An empirical behaviour read off logs, not a mechanism found in NCCL's or PyTorch's source
+    (NCCL's default SHM path has no proxy thread or copy engine that would wait for compute,
+    validation/pcie_runs.md). Lambda's deeplearning-benchmark ran its 2-GPU ResNet-50 (torch DDP)
+    and BERT-large (apex DDP) benchmarks with ``export NCCL_P2P_DISABLE=1`` (lambdal/
+    deeplearning-benchmark@0a684b62..aad0d1cd, ``pytorch/scripts/benchmark_pytorch.sh``; logs at
+    @aa5addb6 ``pytorch/results/2x<name>_v1``). On six of the eight server pairs (RTX 4090 and RTX
+    3090 on a Threadripper PRO 5995WX, RTX A6000 and A100 80GB PCIe on an EPYC 7502, A100 80GB
+    SXM4 on an EPYC 7H12, H100 80GB PCIe on an EPYC 7302) the two-GPU step exceeds the one-GPU
+    step by the gradient bytes over one rate per pair, the same in fp32 and fp16 (BERT fp32 : fp16
+    = 1.98-2.46 : 1, the bytes' 2 : 1) though the fp16 batch, and the backward that could hide it,
+    is 1.75-2x the fp32 one: an all-reduce nothing hides. Two pairs hide most of it: H100 80GB
+    PCIe on a Xeon Platinum 8480+ and RTX 6000 Ada on the same Threadripper PRO 5995WX board as
+    the GeForce pair; no logged property (driver, container, board, die) separates them, so
+    their files would set ``shm_overlaps_backward: true`` only from a measurement of their own.
+    NVLink, NVSwitch, xGMI and PCIe servers with P2P are untouched."""
+    return node.interconnect == "pcie-tree" and not node.p2p and not node.shm_overlaps_backward \
+        and gpus_per_node > 1
