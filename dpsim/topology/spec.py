@@ -23,13 +23,20 @@ socket, :attr:`NodeSpec.host_memory_bandwidth_bytes_per_s`): eight DDR5-4800 cha
 Intel Xeon 4th gen (Sapphire Rapids), the CPU of DGX/HGX H100 servers, Intel ARK)."""
 DEFAULT_SHM_BYTES_PER_S = 9e9
 """What NCCL's SHM transport carries into one GPU, per direction, when the server's file does not
-say: 9 GB/s, where a PCIe Gen3 path that stays inside a PCIe switch reaches 12 GB/s (S. Jeaugey,
-NVIDIA, NVIDIA/nccl#406: "achieve 12GB/s instead of 9 or 6", 6 on an older inter-socket link,
-which the file's ``inter_socket_gbyte_per_s`` bounds). Assumed: the rate does not rise with the
-PCIe generation, since the receiving GPU's kernel pulls every byte from pinned host memory with
-reads (non-posted PCIe requests, a round trip each through the root complex), bounded by the
-reads it keeps in flight rather than by the link's width."""
-
+say: 9 GB/s, NCCL's own price of GPU traffic through a Skylake-class CPU. NCCL's author gave SHM's
+rate as "9 or 6" GB/s against 12 GB/s for a path that stays inside a PCIe switch (S. Jeaugey,
+NVIDIA/nccl#406, 2020-10-14); those are the topology constants of NCCL's release of that month,
+SKL_QPI_WIDTH 9.0 (Skylake UPI), QPI_WIDTH 6.0 (older QPI) and PCI_WIDTH 12.0 (PCIe Gen3 x16),
+NVIDIA/nccl@033d7995 (v2.7.8-1) src/graph/topo.h lines 17-19, still SKL_QPI_BW 9.0 at
+@da8152e5 (v2.15.1-1, the release of the Lambda runs' period) line 20 and raised to 10.0 only in
+2.18.1-1 (@d97a32fa). Assumed: the same rate on one socket and on newer PCIe generations. NCCL's
+graph search would plan a one-socket Gen4 path at its link's 24 GB/s (``ncclTopoAddPci``: width x
+120 / 80 at @da8152e5), but that is the search's ceiling for choosing channels, not a rate measured
+for SHM; the receiving GPU's kernel pulls every byte from pinned host memory with reads
+(non-posted PCIe requests, a round trip each through the root complex), bounded by the reads it
+keeps in flight rather than by the link's width, and NVIDIA says SM-driven transfers do poorly
+through CPU interconnects (NVIDIA/nccl#1163). Not chosen on any row: the value and its source
+predate the PCIe training rows, whose logs imply 3.8-7.2 GB/s (validation/pcie_runs.md)."""
 
 @dataclass(frozen=True, kw_only=True)
 class NodeSpec:
