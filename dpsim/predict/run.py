@@ -209,7 +209,7 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     if shm_after_backward(config, topology):
         provenance = replace(provenance, overlap=replace(provenance.overlap, detail=(
             f"{provenance.overlap.detail}; DDP's all-reduce after backward: the GPUs talk through NCCL's SHM "
-            f"transport (node.p2p false) and {topology.spec.name!r} does not set node.shm_overlaps_backward")))
+            f"transport (node.p2p false) and {topology.spec.name!r} does not set node.shm_overlaps_backward: true")))
     plan = memoized(
         build_step_program, config.parallelism.strategy, model, _offloaded_step(config, compute, model, topology, precision),
         precision=precision, n_gpus=topology.n_gpus,
