@@ -105,6 +105,7 @@ from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, 
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
+from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
@@ -530,6 +531,14 @@ class Planner:
         self.gpu = None
         """The GPU preset of the cluster design (set by the first :meth:`topology`)."""
 
+    def _shm_after_backward(self, c: Candidate) -> bool:
+        """As predict (:func:`dpsim.predict.run.shm_after_backward`): plain DDP over NCCL's SHM
+        transport all-reduces after backward unless the topology says it overlaps."""
+        if c.strategy != "ddp" or max(c.tp, c.pp, c.cp, c.ep, c.etp) > 1:
+            return False
+        topo = self.topology(c.gpus)
+        return ddp_allreduce_after_backward(topo.spec.node, topo.gpus_per_node)
+
     def topology(self, gpus: int) -> Topology:
         """The job's cluster at ``gpus`` GPUs."""
         topo = self._topologies.get(gpus)
@@ -921,7 +930,7 @@ class Planner:
             tail = self.cost(gc, "dp", op, rest * g) if rest else 0.0
             total = full * one + tail
             last_b = x[0] / v - sum(tab.forward[i] for i in virtual_layers[0])
-            hide = last_b if self.base.gradients.overlap else 0.0
+            hide = last_b if self.base.gradients.overlap and not self._shm_after_backward(c) else 0.0
             dp_exposed = max(min(one, total) if full else tail, total - hide)
             if c.strategy in ("zero1", "fsdp"):
                 ag_full = self.cost(gc, "dp", "all_gather", bucket * w) if full else 0.0
