@@ -666,3 +666,19 @@ def test_more_chunks_than_blocks_says_how_many_chunks_fit():
                                           r"a chunk without blocks; use at most 32 chunks \(fewer stages or fewer "
                                           r"--virtual-stages\)$"):
         predict(config)
+
+
+def test_one_server_without_a_network_has_no_pair_across_servers():
+    """A PCIe server with no fabric, data-parallel over all of it (pp 1: the pipeline pair's
+    distance t x d is the whole job), used to trip an internal assertion in ``dpsim plan``."""
+    from pathlib import Path
+
+    from dpsim.collectives.groups import LayoutShape, layout_communicators
+    from dpsim.predict.run import resolve_topology
+
+    system = Path(__file__).resolve().parents[1] / "validation" / "systems" / "lambda-h12dsg-rtx6000ada-x8.yaml"
+    job = resolve_topology(PredictConfig(gpus=8, topology_file=str(system)))
+    assert job.spec.fabric is None
+    for shape in (LayoutShape(tp=1, pp=1, dp=8), LayoutShape(tp=2, pp=1, dp=4), LayoutShape(tp=1, pp=8, dp=1)):
+        comms = layout_communicators(job, shape)
+        assert comms["pp"].topology.n_gpus == 2 and comms["pp"].topology.n_nodes == 1
