@@ -416,8 +416,12 @@ def _act_bytes(precision) -> int:
 
 
 def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision) -> ComputeProfile:
-    """The compute profile of one tensor-parallel rank's shard at the config's micro-batch."""
+    """The compute profile of one tensor-parallel rank's shard at the config's micro-batch; with
+    ``--grad-accum-fusion`` (the default) every weight-gradient GEMM accumulates into the gradient
+    buffer (:attr:`~dpsim.workload.precision.Precision.fused_wgrad_accumulation`)."""
     wl = config.workload
+    if config.parallelism.grad_accum_fusion:
+        precision = replace(precision, fused_wgrad_accumulation=True)
     return compute_profile(tpm.spec, gpu, micro_batch=wl.micro_batch, precision=precision,
                            optimizer=wl.optimizer, compute_efficiency=config.calibration.compute_efficiency,
                            clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop")

@@ -407,7 +407,8 @@ def gradient_accumulation_s(tpm: TpModel, gpu, grad_bytes: int) -> list[float]:
     83b1e42f30 "gradient accumulation fusion", February 2022, on by default with fp32
     accumulation in ``megatron/arguments.py``@2e90a342f5; TransformerEngine) removes the pass
     ("every linear paid an extra full-size read-modify-write of main_grad per microbatch",
-    AMD-AGI/Primus pull request #995)."""
+    AMD-AGI/Primus pull request #995); the fused GEMM's own read and write of the buffer is part of
+    its cost (:func:`dpsim.workload.roofline.wgrad_output_bytes`)."""
     eff = Efficiencies()
     out = []
     for layer in tpm.layers:
