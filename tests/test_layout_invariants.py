@@ -143,6 +143,25 @@ def test_exposed_communication_is_the_sum_of_its_exposed_parts_each_at_most_its_
     assert 0 <= p.exposed_comm_s <= p.comm_s * (1 + TOL)
 
 
+@pytest.mark.parametrize("name", sorted(GRID))
+def test_json_communication_parts_add_up_to_its_totals(name):
+    """``predict --json``'s layout gives every part of ``comm_s`` and ``exposed_comm_s``: stage 0's
+    point-to-point sends (``p2p_comm_s``) and its expert communication's exposed part
+    (``ep_exposed_s``) were missing, so the total could not be taken apart from the output."""
+    d = json.loads(json.dumps(_predict(name).to_dict()))
+    lay, s0 = d["layout"], d["layout"]["stages"][0]
+    parts = [lay["tp_comm_s"], lay.get("cp_comm_s", 0.0), lay.get("ep_comm_s", 0.0), lay.get("etp_comm_s", 0.0),
+             lay["p2p_comm_s"], s0["dp_comm_s"]]
+    assert all(v >= 0 for v in parts)
+    assert d["comm_s"] == pytest.approx(sum(parts), rel=1e-12, abs=1e-15)
+    assert lay["p2p_comm_s"] == pytest.approx(round(lay["p2p_comm_s"] / lay["p2p_s"]) * lay["p2p_s"]
+                                              if lay["pp"] > 1 else 0.0, rel=1e-12, abs=1e-15)
+    exposed = [lay["tp_exposed_s"], lay.get("cp_exposed_s", 0.0), lay.get("ep_exposed_s", 0.0), s0["dp_exposed_s"]]
+    assert d["exposed_comm_s"] == pytest.approx(sum(exposed), rel=1e-12, abs=1e-15)
+    if "ep_comm_s" in lay:
+        assert lay["ep_exposed_s"] <= (lay["ep_comm_s"] + lay.get("etp_comm_s", 0.0)) * (1 + TOL)
+
+
 @pytest.mark.parametrize("name", [n for n in sorted(GRID) if GRID[n].get("ep", 1) > 1])
 def test_expert_communication_is_counted_once(name):
     """The expert all-to-alls and the expert-tensor collectives are two disjoint parts: the stages'

@@ -380,6 +380,10 @@ class LayoutReport:
     ep_exposed_s: float = 0.0
     """Of :attr:`ep_comm_s` + :attr:`etp_comm_s`, what stage 0's compute stream waits for (all of it
     but what ``--moe-a2a-overlap`` hides)."""
+    p2p_comm_s: float = 0.0
+    """Stage 0's point-to-point sends of the step (activations and gradients it sends, each
+    :attr:`p2p_s`): the pipeline's part of the prediction's ``comm_s`` (the waits for them are
+    the bubble, not exposed communication)."""
     stage_parts: tuple = field(default=(), repr=False)
     """Every stage's micro-batch split by what per-rank factors and routing load stretch
     (:class:`dpsim.strategies.stage_parts.StageParts`; read by ``predict --noise-cv``)."""
@@ -394,11 +398,13 @@ class LayoutReport:
             "tp_comm_overlap": lay.tp_comm_overlap, "strategy": lay.strategy,
             "bubble_fraction": self.bubble_fraction, "ideal_bubble_fraction": self.ideal_bubble_fraction,
             "tp_comm_s": self.tp_comm_s, "tp_exposed_s": self.tp_exposed_s, "p2p_bytes": self.p2p_bytes,
-            "p2p_s": self.p2p_s, "transfers": self.transfers, "embedding_grad_bytes": self.embedding_grad_bytes,
+            "p2p_s": self.p2p_s, "transfers": self.transfers, "p2p_comm_s": self.p2p_comm_s,
+            "embedding_grad_bytes": self.embedding_grad_bytes,
             "stages": [s.to_dict() for s in self.stages],
             **({"cp": lay.cp, "cp_comm": lay.cp_comm, "cp_balance": lay.cp_balance, "cp_comm_s": self.cp_comm_s,
                 "cp_exposed_s": self.cp_exposed_s} if lay.cp > 1 else {}),
             **({"ep": lay.ep, "etp": lay.etp, "edp": lay.edp, "ep_comm_s": self.ep_comm_s,
+                "ep_exposed_s": self.ep_exposed_s,
                 "expert_load_factor": self.expert_load.mean_busiest_factor,
                 "expert_load_p90": _p90(self.expert_load.step_factors),
                 "expert_dropped_fraction": self.expert_load.dropped_fraction} if self.expert_load else {}),
@@ -634,7 +640,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                           pipeline=result, expert_load=load,
                           ep_comm_s=sum(l.ep_comm_s for c in s0 for l in c.layers) * m_total,
                           etp_comm_s=sum(l.etp_comm_s for c in s0 for l in c.layers) * m_total,
-                          ep_exposed_s=ep_exposed,
+                          ep_exposed_s=ep_exposed, p2p_comm_s=sent0 * p2p_s,
                           stage_parts=stage_parts(chunks, [l.routed_bytes_per_sample > 0 for l in tpm.layers],
                                                   optimizer_s))
     st0 = result.stages[0]
@@ -668,7 +674,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         if 0 in plan.program.comm_stages[i]:
             by_op[c.op] = by_op.get(c.op, 0.0) + c.size_bytes
     timing = StepTiming(step_time_s=step, forward_s=fwd0, backward_s=bwd0, optimizer_s=opt0,
-                        comm_s=tp_comm + st0.comm_s + sent0 * p2p_s + cp_comm + ep_comm, exposed_comm_s=exposed)
+                        comm_s=tp_comm + st0.comm_s + report.p2p_comm_s + cp_comm + ep_comm, exposed_comm_s=exposed)
     sim = SimulationResult(steps=(timing,) * config.workload.steps, trace=result.trace)
     return Prediction(
         config=config, topology=topology.spec.name, gpu=gpu.name, n_gpus=topology.n_gpus, n_nodes=topology.n_nodes,
