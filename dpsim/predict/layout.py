@@ -612,17 +612,26 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     reports = _stage_reports(result, chunks, memory, model)
     m_total = layout.micro_batches
     s0 = chunks[0]
-    tp_comm = sum(l.tp_comm_s for c in s0 for l in c.layers) * m_total
-    tp_exposed = sum(l.tp_exposed_s for c in s0 for l in c.layers) * m_total
-    cp_comm = sum(l.cp_comm_s for c in s0 for l in c.layers) * m_total
-    cp_exposed = sum(l.cp_exposed_s for c in s0 for l in c.layers) * m_total
+    slots0 = schedule_slots(layout.schedule, p, layout.chunks, m_total, 0, extra_warmup(layout))
+    # Each chunk's time counts once per micro-batch stage 0 runs through it: every micro-batch for
+    # most schedules, half of them per chunk for DualPipe (each end feeds one of its two chunks).
+    runs = [sum(1 for kind, chunk, _ in slots0 if kind == "F" and chunk == c.chunk) for c in s0]
+
+    def stage0_s(part) -> float:
+        if len(set(runs)) == 1:  # every chunk as often (all but DualPipe): summed first, as it always was
+            return sum(part(l) for c in s0 for l in c.layers) * runs[0]
+        return sum(n * sum(part(l) for l in c.layers) for n, c in zip(runs, s0))
+
+    tp_comm = stage0_s(lambda l: l.tp_comm_s)
+    tp_exposed = stage0_s(lambda l: l.tp_exposed_s)
+    cp_comm = stage0_s(lambda l: l.cp_comm_s)
+    cp_exposed = stage0_s(lambda l: l.cp_exposed_s)
     # The MoE all-to-alls (and expert-tensor collectives) block the stage's compute stream: they are
     # communication the step waits for, all of it but what --moe-a2a-overlap hides under the paired
     # op (the cut the pipeline program takes off those ops, a2a_overlap_cut).
-    ep_comm = sum(l.ep_comm_s + l.etp_comm_s for c in s0 for l in c.layers) * m_total
+    ep_comm = stage0_s(lambda l: l.ep_comm_s + l.etp_comm_s)
     ep_exposed = ep_comm
     if ep_comm > 0 and layout.moe_a2a_overlap:
-        slots0 = schedule_slots(layout.schedule, p, layout.chunks, m_total, 0, extra_warmup(layout))
         contention = overlap_contention(config.calibration.overlap_slowdown, comm_slowdown)
         ep_exposed -= sum(sum(a2a_overlap_cut(s0[slots0[f][1]], s0[slots0[b][1]], contention))
                           for f, b in a2a_pairs(layout, slots0, 0))
@@ -638,8 +647,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                           p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
                           embedding_grad_bytes=emb_bytes, cp_comm_s=cp_comm, cp_exposed_s=cp_exposed,
                           pipeline=result, expert_load=load,
-                          ep_comm_s=sum(l.ep_comm_s for c in s0 for l in c.layers) * m_total,
-                          etp_comm_s=sum(l.etp_comm_s for c in s0 for l in c.layers) * m_total,
+                          ep_comm_s=stage0_s(lambda l: l.ep_comm_s), etp_comm_s=stage0_s(lambda l: l.etp_comm_s),
                           ep_exposed_s=ep_exposed, p2p_comm_s=sent0 * p2p_s,
                           stage_parts=stage_parts(chunks, [l.routed_bytes_per_sample > 0 for l in tpm.layers],
                                                   optimizer_s))
