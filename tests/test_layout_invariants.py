@@ -311,3 +311,31 @@ def test_mfu_is_a_fraction(name):
     p = _predict(name)
     assert p.mfu is not None and 0 < p.mfu < 1
     assert 0 < p.scaling_efficiency
+
+
+# ------------------------------------------------------------------ the stages' expert communication
+
+
+def test_a_dense_first_stage_still_shows_where_the_all_to_alls_are(capsys, monkeypatch):
+    """DeepSeek-V3's first three blocks are dense: with 16 stages (lighter first and last) stage 0
+    holds only them, so its reported all-to-all time (which comm_s and the table's row are) is
+    zero while every other stage waits on its MoE layers' all-to-alls. Each stage's expert
+    communication is in the JSON, and the table says where they are instead of leaving the row out."""
+    from dpsim.cli import main
+
+    kw = {**BASE, **GRID["deepseek-v3-pp8-ep8"], "pp": 16}
+    p = predict(PredictConfig(**kw))
+    rep = p.layout
+    assert rep.stage_parts[0].moe_layers == 0 and rep.ep_comm_s == 0
+    n = _passes(rep)
+    stages = p.to_dict()["layout"]["stages"]
+    for s, parts, d in zip(rep.stages, rep.stage_parts, stages):
+        assert s.ep_comm_s + s.etp_comm_s == pytest.approx(n * parts.expert_comm_s, rel=1e-12, abs=1e-15)
+        assert d["ep_comm_s"] == s.ep_comm_s and d["etp_comm_s"] == s.etp_comm_s
+        assert (s.ep_comm_s > 0) == (parts.moe_layers > 0)
+    assert stages[0]["ep_comm_s"] == 0 < stages[1]["ep_comm_s"]
+    assert "ep_comm_s" not in predict(PredictConfig(**BASE, **GRID["8b-tp2-pp2"])).to_dict()["layout"]["stages"][0]
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main([a for a in _argv(kw) if a != "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "expert-parallel all-to-alls waited for" in out and "none on stage 0 (stage 1 waits" in out

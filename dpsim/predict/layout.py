@@ -325,9 +325,16 @@ class StageReport:
     """Of which it computed nothing."""
     memory: StageMemory
     """Memory per GPU."""
+    ep_comm_s: float = 0.0
+    """Its MoE all-to-all time of the step (every micro-batch it runs, forward and backward): a
+    stage without MoE layers (DeepSeek-V3's first, dense, blocks) has none while the others wait
+    on theirs."""
+    etp_comm_s: float = 0.0
+    """Its expert-tensor-parallel all-gathers and reduce-scatters of the step."""
 
     def to_dict(self) -> dict:
-        """JSON-able form."""
+        """JSON-able form (the expert keys are added by :meth:`LayoutReport.to_dict` for a mixture
+        of experts)."""
         m = self.memory.breakdown
         return {"stage": self.stage, "blocks": self.blocks, "forward_s": self.forward_s,
                 "backward_s": self.backward_s, "busy_s": self.busy_s, "bubble_s": self.bubble_s,
@@ -400,7 +407,8 @@ class LayoutReport:
             "tp_comm_s": self.tp_comm_s, "tp_exposed_s": self.tp_exposed_s, "p2p_bytes": self.p2p_bytes,
             "p2p_s": self.p2p_s, "transfers": self.transfers, "p2p_comm_s": self.p2p_comm_s,
             "embedding_grad_bytes": self.embedding_grad_bytes,
-            "stages": [s.to_dict() for s in self.stages],
+            "stages": [{**s.to_dict(), **({"ep_comm_s": s.ep_comm_s, "etp_comm_s": s.etp_comm_s}
+                                           if self.expert_load else {})} for s in self.stages],
             **({"cp": lay.cp, "cp_comm": lay.cp_comm, "cp_balance": lay.cp_balance, "cp_comm_s": self.cp_comm_s,
                 "cp_exposed_s": self.cp_exposed_s} if lay.cp > 1 else {}),
             **({"ep": lay.ep, "etp": lay.etp, "edp": lay.edp, "ep_comm_s": self.ep_comm_s,
@@ -609,18 +617,16 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                                   a2a_contention=overlap_contention(config.calibration.overlap_slowdown, comm_slowdown))
     result = run_pipeline(plan.program, cost, overlap_slowdown=config.calibration.overlap_slowdown, comm_slowdown=comm_slowdown)
     step = result.step_time_s
-    reports = _stage_reports(result, chunks, memory, model)
+    reports = _stage_reports(result, chunks, memory, model, layout)
     m_total = layout.micro_batches
     s0 = chunks[0]
     slots0 = schedule_slots(layout.schedule, p, layout.chunks, m_total, 0, extra_warmup(layout))
     # Each chunk's time counts once per micro-batch stage 0 runs through it: every micro-batch for
     # most schedules, half of them per chunk for DualPipe (each end feeds one of its two chunks).
-    runs = [sum(1 for kind, chunk, _ in slots0 if kind == "F" and chunk == c.chunk) for c in s0]
+    runs = chunk_runs(layout, 0)
 
     def stage0_s(part) -> float:
-        if len(set(runs)) == 1:  # every chunk as often (all but DualPipe): summed first, as it always was
-            return sum(part(l) for c in s0 for l in c.layers) * runs[0]
-        return sum(n * sum(part(l) for l in c.layers) for n, c in zip(runs, s0))
+        return stage_comm_s(s0, runs, part)
 
     tp_comm = stage0_s(lambda l: l.tp_comm_s)
     tp_exposed = stage0_s(lambda l: l.tp_exposed_s)
@@ -647,7 +653,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                           p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
                           embedding_grad_bytes=emb_bytes, cp_comm_s=cp_comm, cp_exposed_s=cp_exposed,
                           pipeline=result, expert_load=load,
-                          ep_comm_s=stage0_s(lambda l: l.ep_comm_s), etp_comm_s=stage0_s(lambda l: l.etp_comm_s),
+                          ep_comm_s=reports[0].ep_comm_s, etp_comm_s=reports[0].etp_comm_s,
                           ep_exposed_s=ep_exposed, p2p_comm_s=sent0 * p2p_s,
                           stage_parts=stage_parts(chunks, [l.routed_bytes_per_sample > 0 for l in tpm.layers],
                                                   optimizer_s))
@@ -715,16 +721,35 @@ def _share(chunks: tuple[ChunkWork, ...], part: str) -> float:
     return sum(getattr(c, part) for c in chunks) / total if total > 0 else 0.0
 
 
+def chunk_runs(layout: Layout, stage: int) -> list[int]:
+    """Per chunk of ``stage``, the micro-batches it runs in a step (its forwards in the schedule):
+    every micro-batch for most schedules, half of them per chunk for DualPipe (each end feeds one of
+    a stage's two chunks)."""
+    slots = schedule_slots(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, stage,
+                           extra_warmup(layout))
+    return [sum(1 for kind, chunk, _ in slots if kind == "F" and chunk == c) for c in range(layout.chunks)]
+
+
+def stage_comm_s(stage_chunks: tuple[ChunkWork, ...], runs: list[int], part) -> float:
+    """A stage's ``part(layer_work)`` over its step: each chunk's times the micro-batches it runs
+    (:func:`chunk_runs`)."""
+    if len(set(runs)) == 1:  # every chunk as often (all but DualPipe): summed first, as it always was
+        return sum(part(l) for c in stage_chunks for l in c.layers) * runs[0]
+    return sum(n * sum(part(l) for l in c.layers) for n, c in zip(runs, stage_chunks))
+
+
 def _stage_reports(result: PipelineResult, chunks: tuple[tuple[ChunkWork, ...], ...],
-                   memory: tuple[StageMemory, ...], model: ModelSpec) -> tuple[StageReport, ...]:
+                   memory: tuple[StageMemory, ...], model: ModelSpec, layout: Layout) -> tuple[StageReport, ...]:
     out = []
     step = result.step_time_s
     for s, st in enumerate(result.stages):
+        runs = chunk_runs(layout, s)
         blocks = len({model.layers[w.index].unit for c in chunks[s] for w in c.layers if model.layers[w.index].unit})
         out.append(StageReport(
             stage=s, blocks=blocks, layers=tuple(tuple(model.layers[w.index].name for w in c.layers) for c in chunks[s]),
             forward_s=sum(c.forward_s for c in chunks[s]), backward_s=sum(c.backward_s for c in chunks[s]),
             busy_s=st.busy_s, bubble_s=st.wait_transfer_s, comm_wait_s=st.wait_comm_s,
             tail_s=max(0.0, step - st.end_s), dp_comm_s=st.comm_s, dp_exposed_s=st.exposed_comm_s,
-            memory=memory[s]))
+            memory=memory[s], ep_comm_s=stage_comm_s(chunks[s], runs, lambda l: l.ep_comm_s),
+            etp_comm_s=stage_comm_s(chunks[s], runs, lambda l: l.etp_comm_s)))
     return tuple(out)
