@@ -672,9 +672,10 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     if profile is not None and provenance is not None:
         provenance = provenance.with_bucket_warnings(profile, topology, [c.size_bytes for c in plan.program.comms])
     samples = layout.global_batch / step
-    # The one-GPU step: the whole model's micro-batches with their recomputation, no communication.
+    # The one-GPU step: the whole model's micro-batches with their recomputation, no communication
+    # (the re-run forward's tensor- and context-parallel waits are not the one GPU's).
     full_fb = (compute.forward_s + compute.backward_s)
-    recompute_full = sum(l.recompute_s for l in work) * layout.tp * layout.cp
+    recompute_full = sum(l.recompute_s - l.recompute_waits_s for l in work) * layout.tp * layout.cp
     single_step = m_total * (full_fb + recompute_full) + compute.optimizer_s
     single = layout.micro_batch * m_total / single_step
     peak = (gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
