@@ -463,7 +463,8 @@ class _Tables:
     def __init__(self, work):
         self.forward = [w.forward_s for w in work]
         self.backward = [w.backward_s for w in work]
-        self.compute = [w.compute_forward_s + w.compute_backward_s + w.recompute_s for w in work]
+        # Compute only: the re-run forward's waits are in tp_exposed (and were counted twice).
+        self.compute = [w.compute_forward_s + w.compute_backward_s + w.recompute_s - w.recompute_waits_s for w in work]
         self.tp_exposed = [w.tp_exposed_s for w in work]
         self.weight_grad = [w.weight_grad_s for w in work]
         self.work = tuple(work)
