@@ -133,8 +133,12 @@ def rank_dedup_factor(experts: int, top_k: int, ranks: int) -> float:
     to every such rank with its top-k indices and weights (the receiver expands it to its local
     experts), and ``combine`` returns one partial sum per token and rank, reduced at the source
     ("Combine (reduce) tokens ... from different ranks"; deepseek-ai/DeepEP@04b06f7a299c
-    ``deep_ep/buffer.py``). 1 with one expert per rank (each copy goes to its own rank) or one
-    rank; never above 1 nor below ``1 / top_k``."""
+    ``deep_ep/buffer.py``). NVIDIA's HybridEP (Megatron-Core's flex backend ``hybridep``) does
+    the same: its dispatch returns the "Tokens for local experts" with a local expert routing
+    map, sizes the permuted output at up to ``min(topk, num_experts_per_rank)`` rows per
+    dispatched token and its RDMA buffer at one token per remote node (deepseek-ai/DeepEP@0b18ed2a386c
+    ``docs/Hybrid-EP_Implementation.md``, sections 2, 4.2 and 7.2). 1 with one expert per rank
+    (each copy goes to its own rank) or one rank; never above 1 nor below ``1 / top_k``."""
     if ranks <= 1:
         return 1.0
     return min(1.0, expected_distinct_groups(experts, top_k, ranks) / top_k)
