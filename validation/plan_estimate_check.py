@@ -59,7 +59,9 @@ def check_job(model: str, gpus: int, global_batch: int, *, best: int, sample: in
     fitting = [e for e in (planner.estimate(c, global_batch=global_batch) for c in cands) if e.fits]
     t_est = time.perf_counter() - t0
     fitting.sort(key=lambda e: e.step_time_s)
-    rest = fitting[best:]
+    # Drawn from the rest in a fixed order (their flags), so that a change of the estimate changes
+    # which layouts are the fastest estimates but not which are drawn.
+    rest = sorted(fitting[best:], key=lambda e: e.candidate.flags())
     chosen = [(e, True) for e in fitting[:best]] + \
         [(e, False) for e in random.Random(seed).sample(rest, min(sample, len(rest)))]
     rows = []
