@@ -47,9 +47,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from dpsim.collectives.groups import (
     Communicator,
@@ -101,7 +104,7 @@ from dpsim.strategies.layout import (
 )
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
-from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, schedule_slots
+from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, gradient_buckets, schedule_slots
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
@@ -527,6 +530,10 @@ class Planner:
         self._activations: dict[tuple, tuple] = {}
         self._shard_params: dict[tuple, int] = {}
         self._checkpoints: dict[tuple, tuple[ClusterShape, object]] = {}
+        self._steady: dict[tuple, float] = {}
+        self._stage_sums: dict[tuple, tuple] = {}
+        self._dp_costs: dict[tuple, tuple] = {}
+        self._buckets: dict[tuple, tuple] = {}
         self.gpu = None
         """The GPU preset of the cluster design (set by the first :meth:`topology`)."""
 
@@ -793,14 +800,14 @@ class Planner:
                                              experts=experts)
         return tpm
 
-    def memory(self, c: Candidate, layout: Layout, assignment) -> tuple[float, float, int]:
-        """``(bytes per GPU of the fullest stage, usable bytes, parameters of stage 0 per GPU)``:
+    def memory(self, c: Candidate, layout: Layout, assignment) -> tuple[float, float, tuple[int, ...]]:
+        """``(bytes per GPU of the fullest stage, usable bytes, parameters of each stage per GPU)``:
         the memory ``predict`` reports for ``c`` (the layout's stages, or the data-parallel
         strategy's breakdown without tensor or pipeline parallelism)."""
         if not c.sharded:
             cfg = c.config(self.base)
             mem = strategy_memory(self.model, self.gpu, cfg, self.precision, self.topology(c.gpus))
-            return mem.total_bytes, mem.usable_bytes, self.model.param_count
+            return mem.total_bytes, mem.usable_bytes, (self.model.param_count,)
         # A rank holds experts / ep of each layer whatever the routing's load (which scales the
         # busiest rank's rows of compute, not its bytes), so the closed form's shard serves too.
         split = self.experts(c)[0]
@@ -813,7 +820,7 @@ class Planner:
         stages = stages_memory(tpm, layout, self.gpu, self.layout_precision, self.base.workload.optimizer, assignment, activations,
                                cp_model=self.model)
         worst = worst_stage(stages).breakdown
-        return worst.total_bytes, worst.usable_bytes, stages[0].params_per_gpu
+        return worst.total_bytes, worst.usable_bytes, tuple(st.params_per_gpu for st in stages)
 
     def through_failures(self, e: Estimate, failures: FailureInputs) -> Estimate:
         """``e`` with its expected time to train through failures (it needs a time to train)."""
@@ -834,6 +841,151 @@ class Planner:
             work_s=e.time_to_train_s, cluster=cluster, checkpoint=ck, failures=failures,
             compute_fraction=e.compute_s / e.step_time_s if e.step_time_s > 0 else 1.0))
 
+    def bucket(self, grad_group: int) -> int:
+        """Parameters per gradient bucket, as predict sizes them (``--bucket-cap-mb``, else Megatron's default)."""
+        return default_bucket_elements(grad_group) if self.base.gradients.bucket_cap_mb is None else \
+            max(1, int(self.base.gradients.bucket_cap_mb * 2**20) // self.precision.grad_bytes)
+
+    def stage_sums(self, tab: _Tables, assignment) -> tuple[tuple[float, float, int], ...]:
+        """Per stage: its first chunk's forward and backward of one micro-batch, and its routed experts'
+        parameters per GPU (cached by the per-layer tables and the split)."""
+        key = (id(tab), id(assignment))
+        hit = self._stage_sums.get(key)
+        if hit is None:
+            hit = self._stage_sums[key] = tuple(
+                (sum(tab.forward[i] for i in chunks[0]), sum(tab.backward[i] for i in chunks[0]),
+                 sum(tab.work[i].expert_grad_numel for layers in chunks for i in layers)) for chunks in assignment)
+        return hit
+
+    def dp_collectives(self, gc: GroupCollectives, strategy: str, numel: int) -> tuple[float, float, float, float]:
+        """Data parallelism alone: ``numel`` gradients over dp x cp in buckets of :meth:`bucket`
+        elements, ``(reductions, the last bucket's, parameter gathers, the first bucket's)``
+        (gathers 0 under ``ddp``)."""
+        # ``gc`` is cached for the planner's life (:meth:`collectives`), so its id is stable.
+        key = (id(gc), strategy, numel)
+        hit = self._dp_costs.get(key)
+        if hit is not None:
+            return hit
+        g, w = self.precision.grad_bytes, self.precision.weight_bytes
+        bucket = self.bucket(gc.layout.dp * gc.layout.cp)
+        full, rest = divmod(numel, bucket)
+        op = "all_reduce" if strategy == "ddp" else "reduce_scatter"
+        one = self.cost(gc, "dp", op, bucket * g) if full else 0.0
+        tail = self.cost(gc, "dp", op, rest * g) if rest else 0.0
+        total = full * one + tail
+        last_one = min(one, total) if full else tail
+        gather_total = first_gather = 0.0
+        if strategy in ("zero1", "fsdp"):
+            ag_full = self.cost(gc, "dp", "all_gather", bucket * w) if full else 0.0
+            ag_rest = self.cost(gc, "dp", "all_gather", rest * w) if rest else 0.0
+            gather_total = full * ag_full + ag_rest
+            first_gather = ag_full if full else ag_rest
+        out = self._dp_costs[key] = (total, last_one, gather_total, first_gather)
+        return out
+
+    def stage_buckets(self, tab: _Tables, assignment, s: int, *, bucket: int, overlap: bool,
+                      groups: tuple[str, ...]) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
+        """Stage ``s``'s gradient buckets as predict cuts them
+        (:func:`~dpsim.strategies.pipeline.gradient_buckets`: per chunk, in backward order, a layer
+        larger than a bucket one of its own; one per chunk without ``overlap``): ``(group, chunk,
+        sizes)`` in launch order, the dense parameters' over ``dp`` and a mixture of experts' routed
+        experts' over ``edp`` (:class:`~dpsim.strategies.pipeline.DataParallelPlan`); cached by shape."""
+        key = (id(tab), id(assignment), s, bucket, overlap, groups)
+        hit = self._buckets.get(key)
+        if hit is not None:
+            return hit
+        numel_of = {"dp": lambda lw: lw.grad_numel - lw.expert_grad_numel, "edp": lambda lw: lw.expert_grad_numel}
+        out = []
+        for group in groups:
+            for ch, layers in enumerate(assignment[s]):
+                work = ChunkWork(stage=s, chunk=ch, layers=tuple(tab.work[i] for i in layers))
+                sizes = [n for _, n, _ in gradient_buckets(work, bucket, numel_of[group])] if overlap else \
+                    [sum(numel_of[group](lw) for lw in work.layers)]
+                sizes = tuple(n for n in sizes if n > 0)
+                if sizes:
+                    out.append((group, ch, sizes))
+        hit = self._buckets[key] = tuple(out)
+        return hit
+
+    def stage_dp(self, gc: GroupCollectives, tab: _Tables, assignment, s: int, *, strategy: str, bucket: int,
+                 grad_group: int, edp: int, overlap: bool) -> tuple[tuple[float, ...], float, float, float]:
+        """Stage ``s``'s data-parallel collectives per step (:meth:`stage_buckets`): ``(each chunk's
+        gradient reductions, chunk 0's last bucket, the parameter gathers its first forward waits
+        for, the first of them)``. The routed experts' buckets, on the ``edp`` communicator (strided
+        across nodes), cost more than the same bytes over ``dp`` would (Mixtral tp2 ep4 on 1,024
+        GPUs: 0.56 s of collectives where all over dp read 0.2 s), and their gathers queue behind
+        every dense one."""
+        groups = tuple(group for group, size in (("dp", grad_group), ("edp", edp)) if size > 1)
+        buckets = self.stage_buckets(tab, assignment, s, bucket=bucket, overlap=overlap, groups=groups)
+        # ``gc`` is cached for the planner's life (:meth:`collectives`), so its id is stable; stages
+        # whose buckets are alike (the middle ones) share one entry.
+        key = (id(gc), buckets, len(assignment[s]), strategy)
+        hit = self._dp_costs.get(key)
+        if hit is not None:
+            return hit
+        g, w = self.precision.grad_bytes, self.precision.weight_bytes
+        op = "all_reduce" if strategy == "ddp" else "reduce_scatter"
+        sharded = strategy in ("zero1", "fsdp")
+        reduce = [0.0] * len(assignment[s])
+        last_one = first_gather = 0.0
+        gathers = []  # (chunk, seconds) in launch order
+
+        def total(group: str, kind: str, sizes: tuple[int, ...], element: int) -> float:
+            return sum(self.cost(gc, group, kind, n * element) * k for n, k in Counter(sizes).items())
+
+        for group, ch, sizes in buckets:
+            reduce[ch] += total(group, op, sizes, g)
+            if ch == 0 and not last_one:
+                last_one = self.cost(gc, group, op, sizes[-1] * g)
+            if sharded:
+                gathers.append((ch, total(group, "all_gather", sizes, w)))
+                if not first_gather:
+                    first_gather = self.cost(gc, group, "all_gather", sizes[-1] * w)
+        # The gathers queue in launch order; chunk 0's first forward waits for the last of its own,
+        # and so for every one launched before it.
+        needed = [k for k, (ch, _) in enumerate(gathers) if ch == 0]
+        gather0 = sum(t for _, t in gathers[:needed[-1] + 1]) if needed else 0.0
+        out = self._dp_costs[key] = (tuple(reduce), last_one, gather0, first_gather)
+        return out
+
+    def interleaved_steady_s(self, tab: _Tables, assignment, p: int, v: int, *, all_warmup: bool) -> float:
+        """The interleaved schedule's steady state per ``p`` micro-batches (every chunk of every
+        stage run ``p`` times forward and backward), paced step by step by its heaviest stage.
+
+        Why not ``p`` times the heaviest stage's forward + backward (what uniform chunks give):
+        each stage runs its ops in Megatron's fixed order (:func:`~dpsim.strategies.pipeline.schedule_slots`),
+        and in the steady state the forward wave advances one stage per step (stage ``s`` runs the
+        forward of virtual micro-batch ``T - s`` at step ``T``) and the backward wave one stage per
+        step the other way (the backward of ``T + s - (v + 1)p + 2``, from Megatron's ``(p - s - 1)·2
+        + (v - 1)·p`` warm-up forwards; Narayanan et al. 2021, Sec. 2.2.2), with one step of
+        slack between neighbours. A step then lasts as long as the heaviest forward + backward
+        any stage runs in it. When the chunks differ (:func:`~dpsim.strategies.layout.balanced_counts`
+        gives the middle virtual stages the extra block, so one chunk index is heavier on most
+        stages, and the LM head sits in the last chunk), the two waves cross the heavy chunks at
+        different steps on each stage, and the step is paced by every one of them: ``Σ_T max_s
+        (F[s, cf] + B[s, cb])``. Uniform chunks give ``p·X`` (the closed form of Narayanan et al.).
+        The simulator with non-blocking exchanges shows the same cost (405B, 32 stages x 3
+        chunks: 1.20x the per-stage sum), so it is the order, not the blocking transfers
+        (validation/large_model_runs.md, "plan's estimate"). With ``m = p`` (``all_warmup``) Megatron
+        runs every forward before any backward: the two waves pace separately."""
+        # Both are cached for the planner's life (:meth:`tables`, :meth:`assignment`), so their ids are stable.
+        key = (id(tab), id(assignment), p, v, all_warmup)
+        hit = self._steady.get(key)
+        if hit is not None:
+            return hit
+        fwd = np.array([[sum(tab.forward[i] for i in assignment[s][ch]) for ch in range(v)] for s in range(p)])
+        bwd = np.array([[sum(tab.backward[i] for i in assignment[s][ch]) for ch in range(v)] for s in range(p)])
+        step = np.arange(p * v)[:, None]
+        stage = np.arange(p)[None, :]
+        cf = ((step - stage) % (p * v)) // p
+        cb = v - 1 - ((step + stage - (v + 1) * p + 2) % (p * v)) // p
+        if all_warmup:
+            out = float(fwd[stage, cf].max(axis=1).sum() + bwd[stage, cb].max(axis=1).sum())
+        else:
+            out = float((fwd[stage, cf] + bwd[stage, cb]).max(axis=1).sum())
+        self._steady[key] = out
+        return out
+
     def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
         """Closed-form memory and, when it fits, step of ``c`` (see the module docstring); a layout
         that does not fit has no time estimated (its times are 0)."""
@@ -844,7 +996,8 @@ class Planner:
         layout = self.layout(c, m)
         assignment = self.assignment(c.tp, layout)
         # The one memory model (predict's): every stage, the fullest decides.
-        memory, usable, numel0 = self.memory(c, layout, assignment)
+        memory, usable, stage_params = self.memory(c, layout, assignment)
+        numel0 = stage_params[0]
         if memory > usable:
             return Estimate(candidate=c, step_time_s=math.inf, memory_bytes=memory, usable_bytes=usable,
                             compute_s=0.0, tp_exposed_s=0.0, bubble_s=0.0, p2p_s=0.0, dp_exposed_s=0.0,
@@ -871,6 +1024,8 @@ class Planner:
                  for chunks in stage_chunks]
         xmax = max(x)
         pipe = m * xmax + (sum(x) - xmax) / v
+        if c.schedule == "1f1b-interleaved" and v > 1:
+            pipe = m / p * self.interleaved_steady_s(tab, assignment, p, v, all_warmup=m == p) + (sum(x) - xmax) / v
         if dual:
             # The paper's bubble, (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 report, Table 2), for the heaviest chunk.
             fb, bk, wg = max(((sum(tab.forward[i] + tab.backward[i] for i in layers),
@@ -908,28 +1063,53 @@ class Planner:
         else:
             compute0 = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p])
             tp_exposed0 = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p])
-        # data-parallel collectives of stage 0 and what the last backward cannot hide
+        # Data-parallel collectives: what each stage's last backward cannot hide, and what its first
+        # forward waits for of the parameters gathered at the step's start; the step waits for the
+        # worst stage (a middle stage of a mixture of experts holds more experts than the first).
         dp_exposed = 0.0
-        # Gradients reduce over dp x cp (the routed experts' over fewer, edp: not told apart here).
         grad_group = c.dp * c.cp
-        if grad_group > 1:
-            bucket = default_bucket_elements(grad_group) if self.base.gradients.bucket_cap_mb is None else \
-                max(1, int(self.base.gradients.bucket_cap_mb * 2**20) // g)
-            op = "all_reduce" if c.strategy == "ddp" else "reduce_scatter"
-            full, rest = divmod(numel0, bucket)
-            one = self.cost(gc, "dp", op, bucket * g) if full else 0.0
-            tail = self.cost(gc, "dp", op, rest * g) if rest else 0.0
-            total = full * one + tail
-            last_b = x[0] / v - sum(tab.forward[i] for i in virtual_layers[0])
-            hide = last_b if self.base.gradients.overlap else 0.0
-            dp_exposed = max(min(one, total) if full else tail, total - hide)
+        edp = layout.edp if self.model.moe is not None and c.sharded else 1
+        per_stage = self.stage_sums(tab, assignment)
+        expert0 = per_stage[0][2] if edp > 1 else 0
+        overlap = self.base.gradients.overlap
+        if not c.sharded and grad_group > 1:
+            # Data parallelism alone (predict plays the data-parallel engine): stage 0's buckets as before.
+            total, last_one, gather_total, first_gather = self.dp_collectives(gc, c.strategy, numel0)
+            dp_exposed = max(last_one, total - (per_stage[0][1] if overlap else 0.0))
             if c.strategy in ("zero1", "fsdp"):
-                ag_full = self.cost(gc, "dp", "all_gather", bucket * w) if full else 0.0
-                ag_rest = self.cost(gc, "dp", "all_gather", rest * w) if rest else 0.0
-                gather_total = full * ag_full + ag_rest
                 # Steady state: gathered during the next step's first forward (overlap), else after the update.
-                dp_exposed += (ag_full if full else ag_rest) if (self.base.gradients.overlap or c.strategy == "fsdp") \
-                    else gather_total
+                dp_exposed += first_gather if overlap or c.strategy == "fsdp" else gather_total
+        elif grad_group > 1 or edp > 1:
+            reduce_exposed = gather_exposed = 0.0
+            fill = drain = 0.0  # forward (backward) time from stage 0 to stage s (s to 0) of one micro-batch
+            for s, (first_forward, last_backward, _) in enumerate(per_stage):
+                reduce, last_one, gather0, first_gather = self.stage_dp(
+                    gc, tab, assignment, s, strategy=c.strategy, bucket=self.bucket(grad_group),
+                    grad_group=grad_group, edp=edp, overlap=overlap)
+                # Each chunk's buckets launch as its last micro-batch's backward finishes (layer by layer
+                # with overlap), one stream for all: chunk v-1's first, each next chunk's about p
+                # backwards later (the drain runs the last p micro-batches of a chunk together), so
+                # what is left after chunk 0's is the queue's excess over those gaps (all of it for
+                # v = 1; Mixtral tp8 pp4 x3 chunks: 0.03 s where the whole stage's read 0.26 s).
+                # Stage s's last backward ends ``drain`` before stage 0's.
+                if overlap:
+                    queue = max(sum(reduce[:k + 1]) - k * p * last_backward for k in range(len(reduce)))
+                    exposed = max(last_one, queue - last_backward)
+                else:
+                    exposed = sum(reduce)
+                reduce_exposed = max(reduce_exposed, exposed - drain)
+                if c.strategy in ("zero1", "fsdp"):
+                    # Steady state (overlap): gathered at the step's start, in order, each layer's first
+                    # forward waiting for its bucket: what the pipeline's fill and the stage's first
+                    # forward cannot cover is waited for (a routed expert's buckets queue behind every
+                    # dense one: Mixtral tp2 ep4 on 1,024 GPUs waits 0.15 s of its 0.27 s); else after
+                    # the update, all of it.
+                    gather_exposed = max(gather_exposed, max(first_gather if s == 0 else 0.0,
+                                                             gather0 - fill - first_forward)
+                                         if overlap or c.strategy == "fsdp" else gather0)
+                fill += first_forward
+                drain += last_backward
+            dp_exposed = reduce_exposed + gather_exposed
         if dual:
             # The two parameter copies' gradients summed between each stage and its mirror after the
             # last backward, behind the stage's data-parallel collectives (the embedding's among them):
@@ -946,7 +1126,9 @@ class Planner:
         if shard_params is None:
             shard_params = self._shard_params[(c.tp, c.cp, split)] = tpm.spec.param_count
         per_param = shard.optimizer_s / shard_params if shard_params else 0.0
-        optimizer = per_param * (-(-numel0 // grad_group) if sharded else numel0)
+        # A sharded optimizer updates dense parameters / (dp x cp) and routed experts / edp per GPU (as predict).
+        optimizer = per_param * ((-(-(numel0 - expert0) // grad_group) + -(-expert0 // edp)) if sharded
+                                 else numel0)
         step = pipe + p2p + dp_exposed + optimizer
         samples = global_batch / step
         tokens = samples * self.model.tokens_per_sample if self.model.tokens_per_sample else None
