@@ -884,12 +884,15 @@ class Planner:
         return out
 
     def stage_buckets(self, tab: _Tables, assignment, s: int, *, bucket: int, overlap: bool,
-                      groups: tuple[str, ...]) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
+                      groups: tuple[str, ...]) -> tuple[tuple[str, int, int, float, float], ...]:
         """Stage ``s``'s gradient buckets as predict cuts them
         (:func:`~dpsim.strategies.pipeline.gradient_buckets`: per chunk, in backward order, a layer
-        larger than a bucket one of its own; one per chunk without ``overlap``): ``(group, chunk,
-        sizes)`` in launch order, the dense parameters' over ``dp`` and a mixture of experts' routed
-        experts' over ``edp`` (:class:`~dpsim.strategies.pipeline.DataParallelPlan`); cached by shape."""
+        larger than a bucket one of its own; one per chunk without ``overlap``), the dense
+        parameters' over ``dp`` and a mixture of experts' routed experts' over ``edp``
+        (:class:`~dpsim.strategies.pipeline.DataParallelPlan`): ``(group, chunk, parameters, when its
+        reduction launches after its chunk's backward starts, when its chunk's forward first needs
+        it)``, groups in turn, then chunks, then buckets in forward order (the gathers' launch
+        order); cached by shape."""
         key = (id(tab), id(assignment), s, bucket, overlap, groups)
         hit = self._buckets.get(key)
         if hit is not None:
@@ -899,53 +902,77 @@ class Planner:
         for group in groups:
             for ch, layers in enumerate(assignment[s]):
                 work = ChunkWork(stage=s, chunk=ch, layers=tuple(tab.work[i] for i in layers))
-                sizes = [n for _, n, _ in gradient_buckets(work, bucket, numel_of[group])] if overlap else \
-                    [sum(numel_of[group](lw) for lw in work.layers)]
-                sizes = tuple(n for n in sizes if n > 0)
-                if sizes:
-                    out.append((group, ch, sizes))
+                backward = sum(tab.backward[i] for i in layers)
+                if overlap:
+                    # Launched once the backward reaches the bucket's earliest layer; needed by the
+                    # forward at its earliest layer.
+                    before_f, after_b, run_f = {}, {}, 0.0
+                    for i in layers:
+                        before_f[i] = run_f
+                        run_f += tab.forward[i]
+                    run_b = 0.0
+                    for i in reversed(layers):
+                        run_b += tab.backward[i]
+                        after_b[i] = run_b
+                    for _, numel, members in reversed(gradient_buckets(work, bucket, numel_of[group])):
+                        first = min(members)
+                        out.append((group, ch, numel, after_b[first], before_f[first]))
+                else:
+                    numel = sum(numel_of[group](lw) for lw in work.layers)
+                    if numel:
+                        out.append((group, ch, numel, backward, 0.0))
         hit = self._buckets[key] = tuple(out)
         return hit
 
     def stage_dp(self, gc: GroupCollectives, tab: _Tables, assignment, s: int, *, strategy: str, bucket: int,
-                 grad_group: int, edp: int, overlap: bool) -> tuple[tuple[float, ...], float, float, float]:
-        """Stage ``s``'s data-parallel collectives per step (:meth:`stage_buckets`): ``(each chunk's
-        gradient reductions, chunk 0's last bucket, the parameter gathers its first forward waits
-        for, the first of them)``. The routed experts' buckets, on the ``edp`` communicator (strided
-        across nodes), cost more than the same bytes over ``dp`` would (Mixtral tp2 ep4 on 1,024
-        GPUs: 0.56 s of collectives where all over dp read 0.2 s), and their gathers queue behind
-        every dense one."""
+                 grad_group: int, edp: int, overlap: bool) -> tuple[float, float]:
+        """Stage ``s``'s data-parallel collectives that its step waits for (:meth:`stage_buckets`):
+        ``(gradient reductions left after its last backward, parameter gathers its forwards wait
+        for)``, played in closed form on the one stream they share.
+
+        Reductions: a chunk's buckets launch as its last micro-batch's backward passes their layers
+        (all after it without ``overlap``), chunk ``v - 1``'s first, each next chunk's about ``p``
+        backwards later (the drain runs a chunk's last ``p`` micro-batches together), one after
+        another: what is left after chunk 0's backward is exposed (a few buckets of 2e9
+        parameters, Megatron's default at dp 2,048, leave most of theirs: DeepSeek-V3 tp8 ep128).
+        Gathers (``zero1``, ``fsdp``): launched at the step's start, in order (dense, then the
+        routed experts', on ``edp``), each layer's first forward waiting for its bucket: the
+        stall is the worst bucket's lateness (after the update, all of them, without
+        ``overlap``). The routed experts' buckets, on their own communicator strided across nodes,
+        cost more than the same bytes over ``dp`` would (Mixtral tp2 ep4 on 1,024 GPUs: 0.56 s of
+        collectives where all over dp read 0.2 s)."""
         groups = tuple(group for group, size in (("dp", grad_group), ("edp", edp)) if size > 1)
         buckets = self.stage_buckets(tab, assignment, s, bucket=bucket, overlap=overlap, groups=groups)
         # ``gc`` is cached for the planner's life (:meth:`collectives`), so its id is stable; stages
         # whose buckets are alike (the middle ones) share one entry.
-        key = (id(gc), buckets, len(assignment[s]), strategy)
+        chunk_backward = tuple(sum(tab.backward[i] for i in layers) for layers in assignment[s])
+        key = (id(gc), buckets, chunk_backward, strategy)
         hit = self._dp_costs.get(key)
         if hit is not None:
             return hit
         g, w = self.precision.grad_bytes, self.precision.weight_bytes
         op = "all_reduce" if strategy == "ddp" else "reduce_scatter"
-        sharded = strategy in ("zero1", "fsdp")
-        reduce = [0.0] * len(assignment[s])
-        last_one = first_gather = 0.0
-        gathers = []  # (chunk, seconds) in launch order
-
-        def total(group: str, kind: str, sizes: tuple[int, ...], element: int) -> float:
-            return sum(self.cost(gc, group, kind, n * element) * k for n, k in Counter(sizes).items())
-
-        for group, ch, sizes in buckets:
-            reduce[ch] += total(group, op, sizes, g)
-            if ch == 0 and not last_one:
-                last_one = self.cost(gc, group, op, sizes[-1] * g)
-            if sharded:
-                gathers.append((ch, total(group, "all_gather", sizes, w)))
-                if not first_gather:
-                    first_gather = self.cost(gc, group, "all_gather", sizes[-1] * w)
-        # The gathers queue in launch order; chunk 0's first forward waits for the last of its own,
-        # and so for every one launched before it.
-        needed = [k for k, (ch, _) in enumerate(gathers) if ch == 0]
-        gather0 = sum(t for _, t in gathers[:needed[-1] + 1]) if needed else 0.0
-        out = self._dp_costs[key] = (tuple(reduce), last_one, gather0, first_gather)
+        p = gc.layout.pp if gc.layout is not None else 1
+        b0 = chunk_backward[0]
+        # Times relative to the end of chunk 0's last backward.
+        launches = sorted((-ch * p * b0 - chunk_backward[ch] + launch, k)
+                          for k, (_, ch, _, launch, _) in enumerate(buckets))
+        end = -math.inf
+        for t, k in launches:
+            group, _, numel, _, _ = buckets[k]
+            end = max(end, t) + self.cost(gc, group, op, numel * g)
+        reduce_left = max(0.0, end) if launches else 0.0
+        stall = 0.0
+        if strategy in ("zero1", "fsdp"):
+            # Chunk c's first forward comes p forwards of each chunk before it later (interleaved).
+            f0 = sum(tab.forward[i] for i in assignment[s][0])
+            queue = 0.0
+            for group, ch, numel, _, needed in buckets:
+                queue += self.cost(gc, group, "all_gather", numel * w)
+                stall = max(stall, queue - ch * p * f0 - needed)
+            if not (overlap or strategy == "fsdp"):
+                stall = queue
+        out = self._dp_costs[key] = (reduce_left, stall)
         return out
 
     def interleaved_steady_s(self, tab: _Tables, assignment, p: int, v: int, *, all_warmup: bool) -> float:
@@ -1082,31 +1109,23 @@ class Planner:
         elif grad_group > 1 or edp > 1:
             reduce_exposed = gather_exposed = 0.0
             fill = drain = 0.0  # forward (backward) time from stage 0 to stage s (s to 0) of one micro-batch
+            seen = set()
             for s, (first_forward, last_backward, _) in enumerate(per_stage):
-                reduce, last_one, gather0, first_gather = self.stage_dp(
-                    gc, tab, assignment, s, strategy=c.strategy, bucket=self.bucket(grad_group),
-                    grad_group=grad_group, edp=edp, overlap=overlap)
-                # Each chunk's buckets launch as its last micro-batch's backward finishes (layer by layer
-                # with overlap), one stream for all: chunk v-1's first, each next chunk's about p
-                # backwards later (the drain runs the last p micro-batches of a chunk together), so
-                # what is left after chunk 0's is the queue's excess over those gaps (all of it for
-                # v = 1; Mixtral tp8 pp4 x3 chunks: 0.03 s where the whole stage's read 0.26 s).
-                # Stage s's last backward ends ``drain`` before stage 0's.
-                if overlap:
-                    queue = max(sum(reduce[:k + 1]) - k * p * last_backward for k in range(len(reduce)))
-                    exposed = max(last_one, queue - last_backward)
-                else:
-                    exposed = sum(reduce)
-                reduce_exposed = max(reduce_exposed, exposed - drain)
-                if c.strategy in ("zero1", "fsdp"):
-                    # Steady state (overlap): gathered at the step's start, in order, each layer's first
-                    # forward waiting for its bucket: what the pipeline's fill and the stage's first
-                    # forward cannot cover is waited for (a routed expert's buckets queue behind every
-                    # dense one: Mixtral tp2 ep4 on 1,024 GPUs waits 0.15 s of its 0.27 s); else after
-                    # the update, all of it.
-                    gather_exposed = max(gather_exposed, max(first_gather if s == 0 else 0.0,
-                                                             gather0 - fill - first_forward)
-                                         if overlap or c.strategy == "fsdp" else gather0)
+                # A stage alike the earlier one (as the middle ones are: same parameters and chunk
+                # sizes) waits as long, from later in the fill and earlier in the drain: it cannot
+                # be the worst.
+                kind = (stage_params[s] if c.sharded else 0, tuple(len(layers) for layers in assignment[s]))
+                if kind in seen:
+                    fill += first_forward
+                    drain += last_backward
+                    continue
+                seen.add(kind)
+                left, stall = self.stage_dp(gc, tab, assignment, s, strategy=c.strategy, bucket=self.bucket(grad_group),
+                                            grad_group=grad_group, edp=edp, overlap=overlap)
+                # Stage s's last backward ends ``drain`` before stage 0's; its first forward starts
+                # ``fill`` after stage 0's (gathers launched at the step's start have that long more).
+                reduce_exposed = max(reduce_exposed, left - drain)
+                gather_exposed = max(gather_exposed, stall - fill)
                 fill += first_forward
                 drain += last_backward
             dp_exposed = reduce_exposed + gather_exposed
