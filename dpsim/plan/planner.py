@@ -31,8 +31,14 @@ al. 2021, Sec. 2.2: ``(m + (p-1)/v)·X`` for uniform stages) plus ``2(p·v - 1)`
 (activations in, gradients out), then the data-parallel collectives the last
 micro-batch's backward cannot hide, the tied-embedding all-reduce and the optimizer.
 Collective models are built once per communicator shape and every cost is memoised.
-**Finally** the best ``verify`` candidates are simulated by
-:func:`dpsim.predict.run.predict` (the pipeline engine) and ranked on those exact times.
+The interleaved schedule's steady state is paced step by step by the heaviest pair any stage
+runs (:meth:`Planner.interleaved_steady_s`: uneven chunks), and each stage's data-parallel buckets
+are played on its stream in closed form (:meth:`Planner.stage_dp`), the worst stage deciding.
+**Finally** the fitting candidates are simulated by :func:`dpsim.predict.run.predict` (the
+pipeline engine), best estimate first, while an estimate could still beat the best simulated
+time given the closed form's measured error (:data:`ESTIMATE_BOUND`), up to ``verify`` layouts
+and ``verify_seconds`` (:func:`_verify`); the simulated ones are ranked on their simulated times,
+ahead of those only estimated (marked so in the table and in ``--json``).
 
 Ranking: by time to train a token budget (``tokens``) or by step throughput, or by
 cost (GPU-hours x price per GPU-hour, :mod:`dpsim.plan.cost`); a USD budget drops the
@@ -129,6 +135,22 @@ MAX_UNEVEN_CHUNKS = 4
 """Interleaved chunks per stage searched when they do not divide a stage's blocks (beyond
 this, only the counts that divide): each more chunk adds transfers for a bubble that
 shrinks as ``1/v``."""
+
+ESTIMATE_BOUND = (0.94, 1.06)
+"""The closed-form step over the simulated one (``predict``'s pipeline engine), low and high: measured
+by ``validation/plan_estimate_check.py`` (2026-12-06, 168 layouts of Llama-3-70B and 405B,
+Mixtral-8x7B and DeepSeek-V3 on 1,024 to 16,384 H100s, the fastest estimates and a seeded draw of
+the rest: 0.943 to 1.049, validation/large_model_runs.md "plan's estimate against its simulation"),
+widened by 0.01 each way. Only the high end decides what is simulated: a layout estimated at ``e``
+simulates in no less than ``e / 1.06``, so once that is slower than the best simulated layout, it
+and every later estimate cannot beat it."""
+
+DEFAULT_VERIFY = 32
+"""Most layouts simulated (``--verify``): beyond the bound's, a search rarely has more."""
+VERIFY_SECONDS = 3.0
+"""Seconds of simulation after the first (``--verify-seconds``): issue 28 asks for a 16,384-GPU
+search of a 405B dense model or DeepSeek-V3 under 10 s whole process, estimating every layout
+takes ~5 s of it on a 2-core machine, and one simulated layout ~0.1-0.3 s."""
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8, 16)
 """Micro-batch sizes searched unless given."""
@@ -313,6 +335,7 @@ class Estimate:
             "p2p_s": self.p2p_s, "dp_exposed_s": self.dp_exposed_s, "optimizer_s": self.optimizer_s,
             "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
             "usd_per_hour": self.usd_per_hour, "time_to_train_s": self.time_to_train_s, "cost_usd": self.cost_usd,
+            "simulated": self.verified is not None,
             "verified_step_time_s": self.verified.step_time_s if self.verified is not None else None,
             "model_error": self.model_error.to_dict() if self.model_error is not None else None,
             "expected_cost_usd": self.expected_cost_usd,
@@ -339,7 +362,8 @@ class PlanResult:
     """What :func:`plan_layouts` found."""
 
     ranked: tuple[Estimate, ...]
-    """Layouts that fit (and meet the budget), best first; the first ``verify`` simulated."""
+    """Layouts that fit (and meet the budget), best first: the simulated ones by their simulated
+    time, then those only estimated (:attr:`Estimate.verified` ``None``) by their estimate."""
     counts: dict
     """Candidates enumerated, refused by placement, not fitting, over budget, ranked."""
     wall_s: float
@@ -352,6 +376,11 @@ class PlanResult:
     """Nothing fits: the candidate closest to fitting (an :class:`Estimate`), else ``None``."""
     base: PredictConfig | None = field(default=None, repr=False)
     """The job searched (for the chosen layout's whole command)."""
+    verification: dict = field(default_factory=dict)
+    """What was simulated: ``simulated`` (layouts), ``within_bound`` (layouts whose estimate could
+    beat the best simulated one, :data:`ESTIMATE_BOUND`), ``stopped_by`` (``bound``: every such
+    layout was simulated; ``count``: ``--verify``; ``time``: ``--verify-seconds``; ``none``: nothing
+    fit or ``--verify 0``), ``seconds``, ``bound``."""
 
     @property
     def best(self) -> Estimate | None:
@@ -369,6 +398,7 @@ class PlanResult:
                 "replace_s": self.failures.replace_s,
                 "checkpoint_bandwidth_bytes_per_s": self.failures.node_bandwidth_bytes_per_s,
                 "spare_risk": self.failures.spare_risk}, "counts": dict(self.counts), "wall_s": self.wall_s,
+            "verification": dict(self.verification),
             "layouts": [e.to_dict() for e in self.ranked],
             "best": best.to_dict() if best is not None else None,
             "command": best.candidate.command(self.base) if best is not None and self.base is not None else None,
@@ -440,7 +470,7 @@ def _check_choice_values(values: Any, flag: str, choices: Sequence[str]) -> None
 
 def check_search(*, gpus: Any, tps: Any, pps: Any, cps: Any, eps: Any, etps: Any, micro_batches: Any,
                  strategies: Any, recomputes: Any, schedules: Any, top: Any, verify: Any, budget_usd: Any,
-                 gpu_hour_usd: PriceOverride) -> None:
+                 gpu_hour_usd: PriceOverride, verify_seconds: Any = None) -> None:
     """The search's own inputs, refused in one line naming the flag as the CLI refuses them, so that
     ``dpsim.plan`` called from Python does not end in an assertion or a division by zero
     (``tps=[0]``, ``micro_batches=[-1]``, ``strategies=["zero3"]``) nor silently drop a price
@@ -454,6 +484,8 @@ def check_search(*, gpus: Any, tps: Any, pps: Any, cps: Any, eps: Any, etps: Any
     _check_choice_values(schedules, "--schedules", PLAN_SCHEDULES)
     check_int(top, "--top", 1, MAX_TOP)
     check_int(verify, "--verify", 0, MAX_VERIFY)
+    if verify_seconds is not None:
+        check_number(verify_seconds, "--verify-seconds", 0, 86_400)
     if budget_usd is not None:
         check_number(budget_usd, "--budget-usd", 0, 1e300, open_below=True)
     check_price_override(gpu_hour_usd, "--gpu-hour-usd")
@@ -1165,7 +1197,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  strategies=None, micro_batches=None, recomputes=None, schedules=None, sequence_parallel=None,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
                  gpu_hour_usd: PriceOverride = None, rank_by: str = "time", top: int = 10,
-                 verify: int = 3, grad_accum_fusion: bool = True,
+                 verify: int = DEFAULT_VERIFY, verify_seconds: float | None = VERIFY_SECONDS,
+                 grad_accum_fusion: bool = True,
                  failures: FailureInputs | None = None, cps=None, eps=None, etps=None,
                  tp_comm_overlap: str | None = None, tp_across_network: bool | None = None,
                  moe_a2a_overlap: bool | None = None,
@@ -1178,7 +1211,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     expert-tensor-parallel sizes to search (default 1);
     ``tp_comm_overlap``/``tp_across_network``/``cp_comm``/``cp_balance``/``moe_a2a_overlap``: the job's flags that apply to
     the candidates with that parallelism (a base without ``--tp``/``--cp``/``--ep`` cannot hold them; ``None``:
-    ``base``'s)."""
+    ``base``'s). ``verify``: most layouts simulated, ``verify_seconds``: seconds of simulation after the first
+    (``None``: no limit), see :func:`_verify`."""
     t0 = time.perf_counter()
     base = resolve(base).config
     # The search's own inputs, checked as predict checks them: --global-batch 0 reached Layout's
@@ -1189,6 +1223,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     check_value("global_batch", global_batch)
     check_search(gpus=gpus, tps=tps, pps=pps, cps=cps, eps=eps, etps=etps, micro_batches=micro_batches,
                  strategies=strategies, recomputes=recomputes, schedules=schedules, top=top, verify=verify,
+                 verify_seconds=verify_seconds,
                  budget_usd=budget_usd, gpu_hour_usd=gpu_hour_usd)
     # The job's own flags, by PredictConfig's rules for the same fields: from Python, tp_comm_overlap="x"
     # ended in Layout's assertion, sequence_parallel=[True] in a TypeError, and a string where a bool
@@ -1229,7 +1264,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         raise ConfigError(f"--no-cp-balance: applies only with context parallelism, and the search has none; give "
                           f"--cp 2 or more (searched by default for a sequence of {CP_MIN_TOKENS:,} tokens or more), "
                           f"or leave it out")
-    counts = {"candidates": 0, "refused_by_placement": 0, "do_not_fit": 0, "over_budget": 0, "ranked": 0}
+    counts = {"candidates": 0, "refused_by_placement": 0, "do_not_fit": 0, "over_budget": 0, "ranked": 0,
+              "verified": 0}
     fitting: list[Estimate] = []
     closest: Estimate | None = None
     searches = []
@@ -1267,26 +1303,86 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     if failures is not None and fitting and not any(e.reliability.expected_wall_s < math.inf for e in fitting):
         raise ConfigError(_never_done_message(fitting, failures))
     fitting.sort(key=lambda e: _key(e, rank_by))
-    verified: list[Estimate] = []
-    for e in fitting[:max(0, verify)]:
-        try:
-            pred = predict(e.candidate.config(base))
-        except DpsimError:
-            continue
-        if not pred.memory.fits:
-            continue
+    verified, verification = _verify(planner, base, fitting, rank_by=rank_by, verify=verify,
+                                     verify_seconds=verify_seconds, failures=failures, tokens=tokens, samples=samples)
+    simulated = {id(e): v for e, v in verified}
+    ranked_verified = sorted((v for v in simulated.values() if v is not None), key=lambda e: _key(e, rank_by))
+    # A layout the simulation finds does not fit is dropped; one it cannot play stays an estimate.
+    rest = [e for e in fitting if id(e) not in simulated or simulated[id(e)] is None
+            and not verification["refused"].get(id(e))]
+    ranked = tuple(ranked_verified + rest)[:max(top, 1)]
+    fitting = ranked_verified + rest
+    del verification["refused"]
+    counts["verified"] = len(ranked_verified)
+    counts["ranked"] = len(fitting)
+    return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
+                      failures=failures, best_memory=closest if not fitting else None, base=base,
+                      verification=verification)
+
+
+def _with_step(planner: Planner, e: Estimate, pred: Prediction | None, step_s: float, *, failures, tokens,
+               samples) -> Estimate:
+    """``e`` at another step (a simulation's ``pred``, or a bound with ``pred`` ``None``): its
+    throughput, MFU, time to train, cost and, with ``failures``, its time through failures."""
+    if pred is not None:
         v = dataclasses.replace(e, step_time_s=pred.step_time_s, samples_per_s=pred.samples_per_s,
                                 tokens_per_s=pred.tokens_per_s, mfu=pred.mfu, memory_bytes=pred.memory.total_bytes,
                                 verified=pred)
-        v = _priced(v, e.usd_per_hour / e.candidate.gpus if e.usd_per_hour else None, tokens=tokens,
-                    samples=samples)
-        verified.append(planner.through_failures(v, failures) if failures is not None else v)
-    verified.sort(key=lambda e: _key(e, rank_by))
-    rest = fitting[len(verified):] if verify else fitting
-    ranked = tuple(verified + [e for e in rest if all(e.candidate != v.candidate for v in verified)])[:max(top, 1)]
-    counts["ranked"] = len(fitting)
-    return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
-                      failures=failures, best_memory=closest if not fitting else None, base=base)
+    else:
+        scale = e.step_time_s / step_s
+        v = dataclasses.replace(e, step_time_s=step_s, samples_per_s=e.samples_per_s * scale,
+                                tokens_per_s=e.tokens_per_s * scale if e.tokens_per_s is not None else None,
+                                mfu=e.mfu * scale if e.mfu is not None else None)
+    v = _priced(v, e.usd_per_hour / e.candidate.gpus if e.usd_per_hour else None, tokens=tokens, samples=samples)
+    return planner.through_failures(v, failures) if failures is not None else v
+
+
+def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, rank_by: str, verify: int,
+            verify_seconds: float | None, failures, tokens, samples) -> tuple[list[tuple[Estimate, Estimate | None]], dict]:
+    """Simulate (``predict``) the fitting layouts, best estimate first, while one could still beat the
+    best simulated so far: a layout estimated at ``e`` simulates in no less than ``e /``
+    ``ESTIMATE_BOUND[1]``, so the first whose time at that bound ranks behind the best simulated one
+    ends it (the estimates are in order, so every later one would too). Also ended by ``verify``
+    layouts or, after the first, ``verify_seconds`` of simulation. Returns ``(estimate, simulated or
+    None)`` pairs and what was done (:attr:`PlanResult.verification`)."""
+    t0 = time.perf_counter()
+    high = ESTIMATE_BOUND[1]
+    out: list[tuple[Estimate, Estimate | None]] = []
+    refused: dict[int, bool] = {}
+    best = None
+    stopped = "none" if not fitting or verify == 0 else "bound"
+    within = 0
+    for e in fitting:
+        if best is not None:
+            bound = _with_step(planner, e, None, e.step_time_s / high, failures=failures, tokens=tokens,
+                               samples=samples)
+            if not _key(bound, rank_by) < best:
+                break
+        within += 1
+        if stopped != "bound":
+            continue  # counting the layouts within the bound that were not simulated
+        if len(out) >= verify:
+            stopped = "count"
+            continue
+        if out and verify_seconds is not None and time.perf_counter() - t0 > verify_seconds:
+            stopped = "time"
+            continue
+        try:
+            pred = predict(e.candidate.config(base))
+        except DpsimError:
+            out.append((e, None))
+            continue
+        if not pred.memory.fits:  # the one memory model: not expected, but never listed as fitting
+            refused[id(e)] = True
+            out.append((e, None))
+            continue
+        v = _with_step(planner, e, pred, pred.step_time_s, failures=failures, tokens=tokens, samples=samples)
+        out.append((e, v))
+        key = _key(v, rank_by)
+        best = key if best is None or key < best else best
+    return out, {"simulated": sum(1 for _, v in out if v is not None), "within_bound": within,
+                 "stopped_by": stopped, "seconds": time.perf_counter() - t0, "bound": list(ESTIMATE_BOUND),
+                 "refused": refused}
 
 
 def _never_done_message(fitting: list[Estimate], failures: FailureInputs) -> str:
