@@ -975,13 +975,13 @@ class Planner:
         collectives where all over dp read 0.2 s)."""
         groups = tuple(group for group, size in (("dp", grad_group), ("edp", edp)) if size > 1)
         buckets = self.stage_buckets(tab, assignment, s, bucket=bucket, overlap=overlap, groups=groups)
-        # ``gc`` is cached for the planner's life (:meth:`collectives`), so its id is stable; stages
-        # whose buckets are alike (the middle ones) share one entry.
-        chunk_backward = tuple(sum(tab.backward[i] for i in layers) for layers in assignment[s])
-        key = (id(gc), buckets, chunk_backward, strategy)
+        # ``gc`` and ``buckets`` are cached for the planner's life (:meth:`collectives`,
+        # :meth:`stage_buckets`), so their ids are stable.
+        key = (id(gc), id(buckets), strategy)
         hit = self._dp_costs.get(key)
         if hit is not None:
             return hit
+        chunk_backward = tuple(sum(tab.backward[i] for i in layers) for layers in assignment[s])
         g, w = self.precision.grad_bytes, self.precision.weight_bytes
         op = "all_reduce" if strategy == "ddp" else "reduce_scatter"
         p = gc.layout.pp if gc.layout is not None else 1
