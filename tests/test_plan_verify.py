@@ -73,7 +73,7 @@ def test_estimated_only_rows_are_marked_in_the_table_and_the_json():
     assert len(rows) == len(result.ranked)
     assert "1*" in rows[0] and "est." not in rows[0]
     assert all("~" in row and "est." in row for row in rows[1:])
-    assert "1 layouts in" in text and "closed-form estimate only" in text
+    assert "1 layout in" in text and "closed-form estimate only" in text
 
 
 def test_verify_zero_simulates_nothing_and_says_so():

@@ -128,7 +128,8 @@ def _verification_line(result) -> str:
            "count": "--verify reached", "time": "--verify-seconds reached",
            "none": "--verify 0" if result.ranked else "nothing fits"}[v["stopped_by"]]
     left = v["within_bound"] - v["simulated"]
-    return (f"* simulated step by step (ranked by it, p10-p90 model error in brackets): {v['simulated']} layouts in "
+    n = v["simulated"]
+    return (f"* simulated step by step (ranked by it, p10-p90 model error in brackets): {n} layout{'s' * (n != 1)} in "
             f"{v['seconds']:.1f} s ({why}{f'; {left} more could have' if left > 0 else ''}); ~ closed-form "
             f"estimate only (within {low:.2f}x-{high:.2f}x of its simulation, measured), ranked after them.")
 
