@@ -36,8 +36,15 @@ def test_multi_gpu_ddp_from_a_measured_one_gpu_step_meets_the_bar():
 def test_rows_run_without_nccl_p2p_say_so():
     # Lambda's benchmark_pytorch.sh exported NCCL_P2P_DISABLE=1 from @0a684b62 (2022-10-16) to @aad0d1cd
     # (2023-02-06): every row from the older `pytorch/results/` set ran over NCCL's SHM transport, none from
-    # `results_v2` did. The notes must keep saying which, since dpsim costs NVLink for all of them.
+    # `results_v2` did. The notes must keep saying which, and the older rows are costed on a server
+    # file that says P2P is off (NCCL's SHM transport, not NVLink); the newer ones on NVLink presets.
+    from accuracy_ddp import config_of
+
+    from dpsim.predict.run import resolve_topology
+
     for r in rows(DATA):
         older = "pytorch/results/" in r["source"]
         assert older == ("results_v2/" not in r["source"]), r["id"]
         assert ("NCCL_P2P_DISABLE=1" in r["notes"]) == older, r["id"]
+        node = resolve_topology(config_of(r)).spec.node
+        assert (node.interconnect == "pcie-tree" and not node.p2p) == older, r["id"]

@@ -666,3 +666,47 @@ def test_more_chunks_than_blocks_says_how_many_chunks_fit():
                                           r"a chunk without blocks; use at most 32 chunks \(fewer stages or fewer "
                                           r"--virtual-stages\)$"):
         predict(config)
+
+
+def test_one_server_without_a_network_has_no_pair_across_servers():
+    """A PCIe server with no fabric, data-parallel over all of it (pp 1: the pipeline pair's
+    distance t x d is the whole job), used to trip an internal assertion in ``dpsim plan``."""
+    from pathlib import Path
+
+    from dpsim.collectives.groups import LayoutShape, layout_communicators
+    from dpsim.predict.run import resolve_topology
+
+    system = Path(__file__).resolve().parents[1] / "validation" / "systems" / "lambda-h12dsg-rtx6000ada-x8.yaml"
+    job = resolve_topology(PredictConfig(gpus=8, topology_file=str(system)))
+    assert job.spec.fabric is None
+    for shape in (LayoutShape(tp=1, pp=1, dp=8), LayoutShape(tp=2, pp=1, dp=4), LayoutShape(tp=1, pp=8, dp=1)):
+        comms = layout_communicators(job, shape)
+        assert comms["pp"].topology.n_gpus == 2 and comms["pp"].topology.n_nodes == 1
+
+
+def test_fused_gradient_accumulation_charges_the_weight_gradient_gemms_their_buffer():
+    # Megatron's --gradient-accumulation-fusion: each weight-gradient GEMM reads and writes the
+    # gradient buffer. A dense layer's GEMMs over 4096 tokens stay compute-bound; a fine-grained
+    # MoE's local experts at a small micro-batch (qwen3-235b-a22b, TP4 EP8: about 520 rows an
+    # expert) are bound by that traffic, so only their backward grows.
+    from dpsim.hardware import get_gpu
+    from dpsim.predict.layout import expert_split, shard_compute
+    from dpsim.strategies.tensor import tp_model
+    from dpsim.workload.catalog import get_model
+    from dpsim.workload.precision import get_precision
+
+    def backward(model, config):
+        tpm = tp_model(get_model(model), config.parallelism.tp, sequence_parallel=config.parallelism.sequence_parallel,
+                       experts=expert_split(config))
+        unfused = dataclasses.replace(config, parallelism=dataclasses.replace(config.parallelism, grad_accum_fusion=False))
+        precision = get_precision("bf16-fp32-grads")
+        a, b = (shard_compute(tpm, get_gpu("h100"), c, precision) for c in (config, unfused))
+        assert a.forward_s == b.forward_s
+        return a.backward_s, b.backward_s
+
+    fused, unfused = backward("llama-2-13b", _layout_config(gpus=64, precision="bf16-fp32-grads"))
+    assert fused == pytest.approx(unfused, rel=1e-3)
+    moe = _layout_config(gpus=256, tp=4, pp=8, ep=8, model="qwen3-235b-a22b", precision="bf16-fp32-grads",
+                         sequence_parallel=True, global_batch=256)
+    fused, unfused = backward("qwen3-235b-a22b", moe)
+    assert fused > unfused * 1.05

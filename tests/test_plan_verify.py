@@ -92,8 +92,8 @@ def test_cli_defaults_are_the_planner_s():
 
 def _tables(forward, backward):
     return _Tables([dataclasses.make_dataclass("W", ["forward_s", "backward_s", "compute_forward_s",
-                                                      "compute_backward_s", "recompute_s", "tp_exposed_s",
-                                                      "weight_grad_s"])(f, b, f, b, 0.0, 0.0, b / 2)
+                                                      "compute_backward_s", "recompute_s", "recompute_waits_s",
+                                                      "tp_exposed_s", "weight_grad_s"])(f, b, f, b, 0.0, 0.0, 0.0, b / 2)
                     for f, b in zip(forward, backward)])
 
 

@@ -395,3 +395,27 @@ def test_olmo_cores_eager_fp32_loss_paths_are_priced_from_their_kernels():
         assert (after.forward_s + after.backward_s) - (before.forward_s + before.backward_s) == pytest.approx(extra)
     with pytest.raises(WorkloadError, match="no LM loss"):
         with_lm_loss(build_resnet(ResNetConfig()), "triton-fp32", shift_copy=True)
+
+
+def test_fused_wgrad_accumulation_reads_and_writes_the_gradient_buffer():
+    # TransformerEngine's fuse_wgrad_accumulation: the weight-gradient GEMM's output is the fp32
+    # main_grad, read and written (beta = 1), where an unfused one writes a 16-bit gradient.
+    megatron = get_precision("bf16-fp32-grads")
+    fused = dataclasses.replace(megatron, fused_wgrad_accumulation=True)
+    # A local expert's GEMMs at a small micro-batch: 527 rows against a 3072 x 4096 weight.
+    op = MatmulOp(name="experts.gate_up", m=527, n=3072, k=4096, batch=16)
+    (f0,), (d0, w0) = op_terms(op, H100, megatron, 1)
+    (f1,), (d1, w1) = op_terms(op, H100, fused, 1)
+    assert (f1, d1) == (f0, d0)  # forward and the input gradient are untouched
+    assert w1.compute_s == w0.compute_s
+    weight = 16 * 3072 * 4096
+    assert w1.memory_s - w0.memory_s == pytest.approx((2 * 4 - 2) * weight / H100.streaming_bandwidth_bytes_per_s)
+    assert w1.time_s(Efficiencies()) > w0.time_s(Efficiencies())  # the buffer traffic binds here
+    # A dense layer's weight gradient over thousands of tokens stays compute-bound.
+    dense = MatmulOp(name="up_proj", m=8192, n=3072, k=4096)
+    assert op_times(dense, H100, fused, 1) == op_times(dense, H100, megatron, 1)
+    # FP8 GEMMs accumulate into the same buffer.
+    fp8 = dataclasses.replace(get_precision("bf16-fp32-grads", "mxfp8"), fused_wgrad_accumulation=True)
+    (_,), (_, w8) = op_terms(op, get_gpu("gb200"), fp8, 1)
+    (_,), (_, w8u) = op_terms(op, get_gpu("gb200"), get_precision("bf16-fp32-grads", "mxfp8"), 1)
+    assert w8.memory_s > w8u.memory_s

@@ -201,7 +201,9 @@ def test_golden_seeded_moe_layout():
     _, report = predict_with_variability(config, VariabilitySpec(noise_cv=0.05, seed=7, samples=3), steps=20)
     s = report.statistics
     assert report.layout.block == 8 and report.layout.dispatches_per_step == (8, 8, 8, 8)
-    assert (s.mean_s, s.p50_s, s.p99_s) == pytest.approx((6.301266094, 6.289059865, 6.463002961), rel=1e-8)
+    # (6.301266094, 6.289059865, 6.463002961) before the weight-gradient GEMMs read and wrote the
+    # gradient buffer (dpsim.workload.roofline.wgrad_output_bytes).
+    assert (s.mean_s, s.p50_s, s.p99_s) == pytest.approx((6.301269337, 6.289063101, 6.463006293), rel=1e-8)
 
 
 # ----------------------------------------------------------------------------- inputs

@@ -13,12 +13,13 @@ defined), so leaving a system out changes no prediction; the script checks that.
 ``--write`` rewrites VALIDATION.md's section (between its markers; appended when absent).
 
 Topologies: ``nvlink`` (NVSwitch) for the H100, H200 and B200 servers with the GPU preset
-of the row, ``dgx-a100`` for the A100 SXM4 server; Lambda's 8x V100 16GB server is an
-NVLink hybrid cube mesh, costed on ``nvlink`` with the V100 preset (an approximation: a
-ResNet-50 step communicates 102 MB, under 1 % of its step on either fabric). The A100 SXM4 and
-V100 rows (Lambda's ``pytorch/results/``, late 2022) were run with ``NCCL_P2P_DISABLE=1``, so they
-used neither fabric: NCCL's SHM transport through host memory, which dpsim does not model (their
-``notes`` say so; see validation/large_model_runs.md).
+of the row. The A100 SXM4 and V100 rows (Lambda's ``pytorch/results/``, late 2022) were run with
+``NCCL_P2P_DISABLE=1``, so they used neither NVSwitch nor the V100s' NVLink mesh but NCCL's SHM
+transport through host memory: they are costed on the servers' PCIe trees with ``node.p2p: false``
+(validation/systems/lambda-h12dgo-a100sxm4-shm-x8.yaml, lambdacloud-v100sxm2-shm-x8.yaml), where
+DDP's all-reduce follows backward (``node.shm_overlaps_backward`` left false; their ``notes``
+say so; see validation/large_model_runs.md and validation/pcie_runs.md). A row's ``topology`` names
+a file of validation/systems/ when one exists, a shipped preset otherwise.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from dpsim.predict import PredictConfig, predict
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "ddp_scaling_reference.csv"
+SYSTEMS_DIR = ROOT / "validation" / "systems"
 VALIDATION = ROOT / "VALIDATION.md"
 BEGIN = "<!-- accuracy_ddp: begin -->"
 END = "<!-- accuracy_ddp: end -->"
@@ -60,9 +62,13 @@ def rows(path: Path = DATA) -> list[dict]:
 
 
 def config_of(row: dict) -> PredictConfig:
+    """A row as ``dpsim predict`` runs it: a shipped topology preset (``--link``), or a server of
+    validation/systems/ (``--topology``) for the runs whose data path no preset describes."""
     n = int(row["gpus"])
     batch = int(row["micro_batch"])
-    return PredictConfig(gpus=n, gpus_per_node=n, link=row["topology"], gpu=row["gpu"], model=row["model"],
+    system = SYSTEMS_DIR / f"{row['topology']}.yaml"
+    where = {"topology_file": str(system)} if system.exists() else {"link": row["topology"], "gpus_per_node": n}
+    return PredictConfig(gpus=n, **where, gpu=row["gpu"], model=row["model"],
                          micro_batch=batch, precision=row["precision"], optimizer="sgd-momentum",
                          single_gpu_step_s=batch / float(row["single_gpu_samples_per_s"]))
 

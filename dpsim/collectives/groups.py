@@ -190,7 +190,9 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
         comms["etp"] = Communicator(name="etp", topology=etp_topo, job=job, concurrent=etp_conc)
 
     def pair(distance: int) -> tuple[Topology, int]:
-        if distance < gpn:
+        # A job of one server has no pair across servers, whatever the distance: with pp = 1 the
+        # distance t x d is the whole job, and a fabric-less server (a PCIe box) has no network.
+        if distance < gpn or job.n_gpus <= gpn:
             return Topology(spec=job.spec, n_gpus=2), 1
         return _node_group(job, 1, 2)
 

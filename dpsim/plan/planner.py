@@ -114,6 +114,7 @@ from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, 
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
+from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
@@ -497,7 +498,8 @@ class _Tables:
     def __init__(self, work):
         self.forward = [w.forward_s for w in work]
         self.backward = [w.backward_s for w in work]
-        self.compute = [w.compute_forward_s + w.compute_backward_s + w.recompute_s for w in work]
+        # Compute only: the re-run forward's waits are in tp_exposed (and were counted twice).
+        self.compute = [w.compute_forward_s + w.compute_backward_s + w.recompute_s - w.recompute_waits_s for w in work]
         self.tp_exposed = [w.tp_exposed_s for w in work]
         self.weight_grad = [w.weight_grad_s for w in work]
         self.work = tuple(work)
@@ -568,6 +570,14 @@ class Planner:
         self._buckets: dict[tuple, tuple] = {}
         self.gpu = None
         """The GPU preset of the cluster design (set by the first :meth:`topology`)."""
+
+    def _shm_after_backward(self, c: Candidate) -> bool:
+        """As predict (:func:`dpsim.predict.run.shm_after_backward`): plain DDP over NCCL's SHM
+        transport all-reduces after backward unless the topology says it overlaps."""
+        if c.strategy != "ddp" or max(c.tp, c.pp, c.cp, c.ep, c.etp) > 1:
+            return False
+        topo = self.topology(c.gpus)
+        return ddp_allreduce_after_backward(topo.spec.node, topo.gpus_per_node)
 
     def topology(self, gpus: int) -> Topology:
         """The job's cluster at ``gpus`` GPUs."""
@@ -1132,9 +1142,11 @@ class Planner:
         expert0 = per_stage[0][2] if edp > 1 else 0
         overlap = self.base.gradients.overlap
         if not c.sharded and grad_group > 1:
-            # Data parallelism alone (predict plays the data-parallel engine): stage 0's buckets as before.
+            # Data parallelism alone (predict plays the data-parallel engine): stage 0's buckets as before;
+            # plain DDP over NCCL's SHM transport all-reduces after the backward (as predict).
             total, last_one, gather_total, first_gather = self.dp_collectives(gc, c.strategy, numel0)
-            dp_exposed = max(last_one, total - (per_stage[0][1] if overlap else 0.0))
+            hide = per_stage[0][1] if overlap and not self._shm_after_backward(c) else 0.0
+            dp_exposed = max(last_one, total - hide)
             if c.strategy in ("zero1", "fsdp"):
                 # Steady state: gathered during the next step's first forward (overlap), else after the update.
                 dp_exposed += first_gather if overlap or c.strategy == "fsdp" else gather_total

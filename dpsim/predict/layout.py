@@ -325,9 +325,16 @@ class StageReport:
     """Of which it computed nothing."""
     memory: StageMemory
     """Memory per GPU."""
+    ep_comm_s: float = 0.0
+    """Its MoE all-to-all time of the step (every micro-batch it runs, forward and backward): a
+    stage without MoE layers (DeepSeek-V3's first, dense, blocks) has none while the others wait
+    on theirs."""
+    etp_comm_s: float = 0.0
+    """Its expert-tensor-parallel all-gathers and reduce-scatters of the step."""
 
     def to_dict(self) -> dict:
-        """JSON-able form."""
+        """JSON-able form (the expert keys are added by :meth:`LayoutReport.to_dict` for a mixture
+        of experts)."""
         m = self.memory.breakdown
         return {"stage": self.stage, "blocks": self.blocks, "forward_s": self.forward_s,
                 "backward_s": self.backward_s, "busy_s": self.busy_s, "bubble_s": self.bubble_s,
@@ -380,6 +387,10 @@ class LayoutReport:
     ep_exposed_s: float = 0.0
     """Of :attr:`ep_comm_s` + :attr:`etp_comm_s`, what stage 0's compute stream waits for (all of it
     but what ``--moe-a2a-overlap`` hides)."""
+    p2p_comm_s: float = 0.0
+    """Stage 0's point-to-point sends of the step (activations and gradients it sends, each
+    :attr:`p2p_s`): the pipeline's part of the prediction's ``comm_s`` (the waits for them are
+    the bubble, not exposed communication)."""
     stage_parts: tuple = field(default=(), repr=False)
     """Every stage's micro-batch split by what per-rank factors and routing load stretch
     (:class:`dpsim.strategies.stage_parts.StageParts`; read by ``predict --noise-cv``)."""
@@ -394,11 +405,14 @@ class LayoutReport:
             "tp_comm_overlap": lay.tp_comm_overlap, "strategy": lay.strategy,
             "bubble_fraction": self.bubble_fraction, "ideal_bubble_fraction": self.ideal_bubble_fraction,
             "tp_comm_s": self.tp_comm_s, "tp_exposed_s": self.tp_exposed_s, "p2p_bytes": self.p2p_bytes,
-            "p2p_s": self.p2p_s, "transfers": self.transfers, "embedding_grad_bytes": self.embedding_grad_bytes,
-            "stages": [s.to_dict() for s in self.stages],
+            "p2p_s": self.p2p_s, "transfers": self.transfers, "p2p_comm_s": self.p2p_comm_s,
+            "embedding_grad_bytes": self.embedding_grad_bytes,
+            "stages": [{**s.to_dict(), **({"ep_comm_s": s.ep_comm_s, "etp_comm_s": s.etp_comm_s}
+                                           if self.expert_load else {})} for s in self.stages],
             **({"cp": lay.cp, "cp_comm": lay.cp_comm, "cp_balance": lay.cp_balance, "cp_comm_s": self.cp_comm_s,
                 "cp_exposed_s": self.cp_exposed_s} if lay.cp > 1 else {}),
             **({"ep": lay.ep, "etp": lay.etp, "edp": lay.edp, "ep_comm_s": self.ep_comm_s,
+                "ep_exposed_s": self.ep_exposed_s,
                 "expert_load_factor": self.expert_load.mean_busiest_factor,
                 "expert_load_p90": _p90(self.expert_load.step_factors),
                 "expert_dropped_fraction": self.expert_load.dropped_fraction} if self.expert_load else {}),
@@ -416,8 +430,12 @@ def _act_bytes(precision) -> int:
 
 
 def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision) -> ComputeProfile:
-    """The compute profile of one tensor-parallel rank's shard at the config's micro-batch."""
+    """The compute profile of one tensor-parallel rank's shard at the config's micro-batch; with
+    ``--grad-accum-fusion`` (the default) every weight-gradient GEMM accumulates into the gradient
+    buffer (:attr:`~dpsim.workload.precision.Precision.fused_wgrad_accumulation`)."""
     wl = config.workload
+    if config.parallelism.grad_accum_fusion:
+        precision = replace(precision, fused_wgrad_accumulation=True)
     return compute_profile(tpm.spec, gpu, micro_batch=wl.micro_batch, precision=precision,
                            optimizer=wl.optimizer, compute_efficiency=config.calibration.compute_efficiency,
                            clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop")
@@ -603,20 +621,27 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                                   a2a_contention=overlap_contention(config.calibration.overlap_slowdown, comm_slowdown))
     result = run_pipeline(plan.program, cost, overlap_slowdown=config.calibration.overlap_slowdown, comm_slowdown=comm_slowdown)
     step = result.step_time_s
-    reports = _stage_reports(result, chunks, memory, model)
+    reports = _stage_reports(result, chunks, memory, model, layout)
     m_total = layout.micro_batches
     s0 = chunks[0]
-    tp_comm = sum(l.tp_comm_s for c in s0 for l in c.layers) * m_total
-    tp_exposed = sum(l.tp_exposed_s for c in s0 for l in c.layers) * m_total
-    cp_comm = sum(l.cp_comm_s for c in s0 for l in c.layers) * m_total
-    cp_exposed = sum(l.cp_exposed_s for c in s0 for l in c.layers) * m_total
+    slots0 = schedule_slots(layout.schedule, p, layout.chunks, m_total, 0, extra_warmup(layout))
+    # Each chunk's time counts once per micro-batch stage 0 runs through it: every micro-batch for
+    # most schedules, half of them per chunk for DualPipe (each end feeds one of its two chunks).
+    runs = chunk_runs(layout, 0)
+
+    def stage0_s(part) -> float:
+        return stage_comm_s(s0, runs, part)
+
+    tp_comm = stage0_s(lambda l: l.tp_comm_s)
+    tp_exposed = stage0_s(lambda l: l.tp_exposed_s)
+    cp_comm = stage0_s(lambda l: l.cp_comm_s)
+    cp_exposed = stage0_s(lambda l: l.cp_exposed_s)
     # The MoE all-to-alls (and expert-tensor collectives) block the stage's compute stream: they are
     # communication the step waits for, all of it but what --moe-a2a-overlap hides under the paired
     # op (the cut the pipeline program takes off those ops, a2a_overlap_cut).
-    ep_comm = sum(l.ep_comm_s + l.etp_comm_s for c in s0 for l in c.layers) * m_total
+    ep_comm = stage0_s(lambda l: l.ep_comm_s + l.etp_comm_s)
     ep_exposed = ep_comm
     if ep_comm > 0 and layout.moe_a2a_overlap:
-        slots0 = schedule_slots(layout.schedule, p, layout.chunks, m_total, 0, extra_warmup(layout))
         contention = overlap_contention(config.calibration.overlap_slowdown, comm_slowdown)
         ep_exposed -= sum(sum(a2a_overlap_cut(s0[slots0[f][1]], s0[slots0[b][1]], contention))
                           for f, b in a2a_pairs(layout, slots0, 0))
@@ -632,9 +657,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                           p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
                           embedding_grad_bytes=emb_bytes, cp_comm_s=cp_comm, cp_exposed_s=cp_exposed,
                           pipeline=result, expert_load=load,
-                          ep_comm_s=sum(l.ep_comm_s for c in s0 for l in c.layers) * m_total,
-                          etp_comm_s=sum(l.etp_comm_s for c in s0 for l in c.layers) * m_total,
-                          ep_exposed_s=ep_exposed,
+                          ep_comm_s=reports[0].ep_comm_s, etp_comm_s=reports[0].etp_comm_s,
+                          ep_exposed_s=ep_exposed, p2p_comm_s=sent0 * p2p_s,
                           stage_parts=stage_parts(chunks, [l.routed_bytes_per_sample > 0 for l in tpm.layers],
                                                   optimizer_s))
     st0 = result.stages[0]
@@ -652,9 +676,10 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     if profile is not None and provenance is not None:
         provenance = provenance.with_bucket_warnings(profile, topology, [c.size_bytes for c in plan.program.comms])
     samples = layout.global_batch / step
-    # The one-GPU step: the whole model's micro-batches with their recomputation, no communication.
+    # The one-GPU step: the whole model's micro-batches with their recomputation, no communication
+    # (the re-run forward's tensor- and context-parallel waits are not the one GPU's).
     full_fb = (compute.forward_s + compute.backward_s)
-    recompute_full = sum(l.recompute_s for l in work) * layout.tp * layout.cp
+    recompute_full = sum(l.recompute_s - l.recompute_waits_s for l in work) * layout.tp * layout.cp
     single_step = m_total * (full_fb + recompute_full) + compute.optimizer_s
     single = layout.micro_batch * m_total / single_step
     peak = (gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
@@ -668,7 +693,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         if 0 in plan.program.comm_stages[i]:
             by_op[c.op] = by_op.get(c.op, 0.0) + c.size_bytes
     timing = StepTiming(step_time_s=step, forward_s=fwd0, backward_s=bwd0, optimizer_s=opt0,
-                        comm_s=tp_comm + st0.comm_s + sent0 * p2p_s + cp_comm + ep_comm, exposed_comm_s=exposed)
+                        comm_s=tp_comm + st0.comm_s + report.p2p_comm_s + cp_comm + ep_comm, exposed_comm_s=exposed)
     sim = SimulationResult(steps=(timing,) * config.workload.steps, trace=result.trace)
     return Prediction(
         config=config, topology=topology.spec.name, gpu=gpu.name, n_gpus=topology.n_gpus, n_nodes=topology.n_nodes,
@@ -701,16 +726,35 @@ def _share(chunks: tuple[ChunkWork, ...], part: str) -> float:
     return sum(getattr(c, part) for c in chunks) / total if total > 0 else 0.0
 
 
+def chunk_runs(layout: Layout, stage: int) -> list[int]:
+    """Per chunk of ``stage``, the micro-batches it runs in a step (its forwards in the schedule):
+    every micro-batch for most schedules, half of them per chunk for DualPipe (each end feeds one of
+    a stage's two chunks)."""
+    slots = schedule_slots(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, stage,
+                           extra_warmup(layout))
+    return [sum(1 for kind, chunk, _ in slots if kind == "F" and chunk == c) for c in range(layout.chunks)]
+
+
+def stage_comm_s(stage_chunks: tuple[ChunkWork, ...], runs: list[int], part) -> float:
+    """A stage's ``part(layer_work)`` over its step: each chunk's times the micro-batches it runs
+    (:func:`chunk_runs`)."""
+    if len(set(runs)) == 1:  # every chunk as often (all but DualPipe): summed first, as it always was
+        return sum(part(l) for c in stage_chunks for l in c.layers) * runs[0]
+    return sum(n * sum(part(l) for l in c.layers) for n, c in zip(runs, stage_chunks))
+
+
 def _stage_reports(result: PipelineResult, chunks: tuple[tuple[ChunkWork, ...], ...],
-                   memory: tuple[StageMemory, ...], model: ModelSpec) -> tuple[StageReport, ...]:
+                   memory: tuple[StageMemory, ...], model: ModelSpec, layout: Layout) -> tuple[StageReport, ...]:
     out = []
     step = result.step_time_s
     for s, st in enumerate(result.stages):
+        runs = chunk_runs(layout, s)
         blocks = len({model.layers[w.index].unit for c in chunks[s] for w in c.layers if model.layers[w.index].unit})
         out.append(StageReport(
             stage=s, blocks=blocks, layers=tuple(tuple(model.layers[w.index].name for w in c.layers) for c in chunks[s]),
             forward_s=sum(c.forward_s for c in chunks[s]), backward_s=sum(c.backward_s for c in chunks[s]),
             busy_s=st.busy_s, bubble_s=st.wait_transfer_s, comm_wait_s=st.wait_comm_s,
             tail_s=max(0.0, step - st.end_s), dp_comm_s=st.comm_s, dp_exposed_s=st.exposed_comm_s,
-            memory=memory[s]))
+            memory=memory[s], ep_comm_s=stage_comm_s(chunks[s], runs, lambda l: l.ep_comm_s),
+            etp_comm_s=stage_comm_s(chunks[s], runs, lambda l: l.etp_comm_s)))
     return tuple(out)

@@ -55,7 +55,7 @@ from dpsim.profile.io import load_profile
 from dpsim.strategies.build import build_step_program
 from dpsim.topology.cluster import Topology
 from dpsim.topology.load import load_preset, load_topology_file
-from dpsim.topology.spec import TopologySpec, nic_fabric
+from dpsim.topology.spec import TopologySpec, ddp_allreduce_after_backward, nic_fabric
 from dpsim.topology.transport import TRANSPORT_ASSUMPTION_NOTE
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.catalog import get_model
@@ -206,11 +206,15 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
                                                comm_slowdown=comm_slowdown, profile=profile),
                                 model=model, gpu=gpu, topology=topology)
 
+    if shm_after_backward(config, topology):
+        provenance = replace(provenance, overlap=replace(provenance.overlap, detail=(
+            f"{provenance.overlap.detail}; DDP's all-reduce after backward: the GPUs talk through NCCL's SHM "
+            f"transport (node.p2p false) and {topology.spec.name!r} does not set node.shm_overlaps_backward: true")))
     plan = memoized(
         build_step_program, config.parallelism.strategy, model, _offloaded_step(config, compute, model, topology, precision),
         precision=precision, n_gpus=topology.n_gpus,
         gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
-        checkpointing=config.execution.checkpointing, overlap=config.gradients.overlap,
+        checkpointing=config.execution.checkpointing, overlap=gradient_overlap(config, topology),
         bucket_cap_mb=config.gradients.bucket_cap_mb, fsdp_unit=config.parallelism.fsdp_unit, **_strategy_kwargs(config, gpu),
         **_ddp_kwargs(config, gpu, profile))
     program = plan.program
@@ -344,6 +348,23 @@ def _ddp_kwargs(config: PredictConfig, gpu, profile) -> dict:
             "efficiencies": Efficiencies(memory=1.0) if measured else None}
 
 
+def shm_after_backward(config: PredictConfig, topology: Topology) -> bool:
+    """DDP's gradient all-reduce is charged after backward although ``--overlap`` asks for overlap:
+    the servers' GPUs talk through NCCL's SHM transport and the topology does not say it overlaps
+    (:func:`~dpsim.topology.spec.ddp_allreduce_after_backward` has the evidence). Plain DDP only:
+    the logs behind the rule are torch and apex DDP; ZeRO, FSDP and tensor/pipeline layouts keep
+    their overlap."""
+    return (config.gradients.overlap and config.parallelism.strategy == "ddp"
+            and not config.parallelism.layout_active
+            and ddp_allreduce_after_backward(topology.spec.node, topology.gpus_per_node))
+
+
+def gradient_overlap(config: PredictConfig, topology: Topology) -> bool:
+    """Whether the step's gradient communication overlaps backward: ``--overlap``, unless
+    :func:`shm_after_backward`."""
+    return config.gradients.overlap and not shm_after_backward(config, topology)
+
+
 def _ddp_report(config: PredictConfig, plan, collectives, gpu, profile, model, compute, precision, topology,
                 comm_slowdown: float) -> dict | None:
     """``predict --json``'s ``ddp`` block: DDP's own time per step by part, the bytes a comm hook
@@ -358,7 +379,7 @@ def _ddp_report(config: PredictConfig, plan, collectives, gpu, profile, model, c
         warm = memoized(
             build_step_program, config.parallelism.strategy, model, compute, precision=precision, n_gpus=topology.n_gpus,
             gpus_per_node=topology.gpus_per_node, grad_accum=config.micro_batches,
-            checkpointing=config.execution.checkpointing, overlap=config.gradients.overlap,
+            checkpointing=config.execution.checkpointing, overlap=gradient_overlap(config, topology),
             bucket_cap_mb=config.gradients.bucket_cap_mb, fsdp_unit=config.parallelism.fsdp_unit,
             **_strategy_kwargs(config, gpu),
             **{**_ddp_kwargs(config, gpu, profile), "ddp": options.warmup()})

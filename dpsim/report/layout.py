@@ -36,9 +36,15 @@ def layout_tables(p) -> list[Table]:
     if lay.cp > 1:
         rows.insert(2, ("context-parallel attention transfers waited for",
                         f"{format_seconds(rep.cp_exposed_s)} of {format_seconds(rep.cp_comm_s)}"))
+    busiest = max(rep.stages, key=lambda s: s.ep_comm_s + s.etp_comm_s)
     if rep.ep_comm_s + rep.etp_comm_s > 0:
         rows.insert(2, ("expert-parallel all-to-alls waited for",
                         f"{format_seconds(rep.ep_exposed_s)} of {format_seconds(rep.ep_comm_s + rep.etp_comm_s)}"))
+    elif busiest.ep_comm_s + busiest.etp_comm_s > 0:
+        # Stage 0 holds only dense blocks (DeepSeek-V3's first three with many stages): say where they are.
+        rows.insert(2, ("expert-parallel all-to-alls waited for",
+                        f"none on stage 0 (stage {busiest.stage} waits "
+                        f"{format_seconds(busiest.ep_comm_s + busiest.etp_comm_s)})"))
     if lay.pp > 1:
         p2p = f"{format_bytes(rep.p2p_bytes)} per GPU in {format_seconds(rep.p2p_s)}, {rep.transfers} per step"
         rows.append(("point-to-point transfer", p2p))

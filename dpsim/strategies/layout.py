@@ -349,7 +349,8 @@ class LayerWork:
     """Backward compute alone."""
     recompute_s: float
     """Recomputation charged to this layer's backward (full recomputation: the block's
-    last layer, the first to run backward, carries the whole block's forward)."""
+    last layer, the first to run backward, carries the whole block's forward), with the
+    re-run forward's exposed tensor- and context-parallel waits (:attr:`recompute_waits_s`)."""
     tp_comm_s: float
     """Tensor-parallel collective time of the micro-batch (forward, backward and recompute): what
     they take, a hidden one slowed beside its GEMM by a calibration's ``comm_slowdown``."""
@@ -379,6 +380,10 @@ class LayerWork:
     """Of :attr:`grad_numel`, the linear weights an FP8 recipe runs in FP8
     (:func:`dpsim.workload.fp8.fp8_weight_numel`): what FSDP2's float8 all-gather gathers in one byte
     (:attr:`dpsim.strategies.pipeline.DataParallelPlan.fp8_all_gather`)."""
+    recompute_waits_s: float = 0.0
+    """Of :attr:`recompute_s`, the exposed tensor- and context-parallel waits of the re-run forward
+    (counted in :attr:`tp_exposed_s` and :attr:`cp_exposed_s` too): communication, not compute, so
+    not in a one-GPU step."""
     unit: str | None = None
     """The decoder block (transformer layer) it belongs to, ``None`` for the embedding, the output head
     and other root layers: what Megatron-Core's combined 1F1B pairs, a forward's block with a
@@ -407,7 +412,8 @@ def gradient_accumulation_s(tpm: TpModel, gpu, grad_bytes: int) -> list[float]:
     83b1e42f30 "gradient accumulation fusion", February 2022, on by default with fp32
     accumulation in ``megatron/arguments.py``@2e90a342f5; TransformerEngine) removes the pass
     ("every linear paid an extra full-size read-modify-write of main_grad per microbatch",
-    AMD-AGI/Primus pull request #995)."""
+    AMD-AGI/Primus pull request #995); the fused GEMM's own read and write of the buffer is part of
+    its cost (:func:`dpsim.workload.roofline.wgrad_output_bytes`)."""
     eff = Efficiencies()
     out = []
     for layer in tpm.layers:
@@ -526,6 +532,9 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     for i in moe_rerun:
         recompute[i] = fwd_s[i] + comms[i].forward_exposed_s
         recompute_comm[i], recompute_exposed[i] = comms[i].forward_s, comms[i].forward_exposed_s
+    # What of ``recompute`` is waiting on the re-run forward's collectives (comms carry the ring's too).
+    recompute_waits = ([cpc[i].forward_exposed_s for i in range(n)] if layout.recompute == "selective"
+                       else list(recompute_exposed))
     if asynchronous:  # only the ring's hidden waits contend (comms carry its exposed ones)
         hidden_f = [contention * (k.forward_s - k.forward_exposed_s) for k in cpc]
         hidden_b = [contention * (k.backward_s - k.backward_exposed_s) for k in cpc]
@@ -590,7 +599,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         ep_comm_s=4.0 * a2a[i] + a2a_recompute[i], etp_comm_s=2.0 * etp[i] + etp_recompute[i],
         ep_forward_s=2.0 * a2a[i] + etp[i],
         expert_grad_numel=layer.expert_numel_per_rank,
-        fp8_numel=min(layer.numel_per_rank, fp8_weight_numel(tpm.spec.layers[i])), unit=layer.unit)
+        fp8_numel=min(layer.numel_per_rank, fp8_weight_numel(tpm.spec.layers[i])),
+        recompute_waits_s=recompute_waits[i], unit=layer.unit)
         for i, layer in enumerate(tpm.layers))
 
 

@@ -135,6 +135,7 @@ _NODE_KEYS = {
     "host_link_gbyte_per_s": _bounded("number>0", "host_link_gbyte_per_s"),
     "p2p": "true|false",
     "shm_gbyte_per_s": _bounded("number>0", "shm_gbyte_per_s"),
+    "shm_overlaps_backward": "true|false",
     "mesh_links": f"a list of [gpu a, gpu b, links] (at most {MAX_MESH_LINKS:,})",
     "ring_orders": f"a list of orders of the GPUs 0..gpus_per_node-1 (at most {MAX_RING_ORDERS})",
     "collective_library": "one of " + "|".join(COLLECTIVE_LIBRARIES),
@@ -339,9 +340,10 @@ def _node(n: _Reader, origin: str) -> NodeSpec:
     if "p2p" in n.data and interconnect != "pcie-tree":
         raise TopologyError(f"{origin}: node.p2p: only read for node.interconnect pcie-tree "
                             f"(got {interconnect!r}); remove it")
-    if "shm_gbyte_per_s" in n.data and (interconnect != "pcie-tree" or n.data.get("p2p", True) is not False):
-        raise TopologyError(f"{origin}: node.shm_gbyte_per_s: only read with node.p2p: false on node.interconnect "
-                            "pcie-tree (NCCL's SHM transport); remove it")
+    for key in ("shm_gbyte_per_s", "shm_overlaps_backward"):
+        if key in n.data and (interconnect != "pcie-tree" or n.data.get("p2p", True) is not False):
+            raise TopologyError(f"{origin}: node.{key}: only read with node.p2p: false on node.interconnect "
+                                "pcie-tree (NCCL's SHM transport); remove it")
     switches = n.integer("pcie_switches", 1)
     sockets = n.integer("sockets", 1)
     if tree and (switches > gpn or gpn % switches):
@@ -375,6 +377,7 @@ def _node(n: _Reader, origin: str) -> NodeSpec:
         p2p=n.boolean("p2p", True),
         shm_bandwidth_bytes_per_s=(n.number("shm_gbyte_per_s", strict=True) * GB
                                    if "shm_gbyte_per_s" in n.data else DEFAULT_SHM_BYTES_PER_S),
+        shm_overlaps_backward=n.boolean("shm_overlaps_backward", False),
         mesh_links=tuple(tuple(r) for r in mesh),
         ring_orders=tuple(tuple(r) for r in orders),
         collective_library=(n.choice("collective_library", COLLECTIVE_LIBRARIES)

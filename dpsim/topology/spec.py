@@ -23,13 +23,20 @@ socket, :attr:`NodeSpec.host_memory_bandwidth_bytes_per_s`): eight DDR5-4800 cha
 Intel Xeon 4th gen (Sapphire Rapids), the CPU of DGX/HGX H100 servers, Intel ARK)."""
 DEFAULT_SHM_BYTES_PER_S = 9e9
 """What NCCL's SHM transport carries into one GPU, per direction, when the server's file does not
-say: 9 GB/s, where a PCIe Gen3 path that stays inside a PCIe switch reaches 12 GB/s (S. Jeaugey,
-NVIDIA, NVIDIA/nccl#406: "achieve 12GB/s instead of 9 or 6", 6 on an older inter-socket link,
-which the file's ``inter_socket_gbyte_per_s`` bounds). Assumed: the rate does not rise with the
-PCIe generation, since the receiving GPU's kernel pulls every byte from pinned host memory with
-reads (non-posted PCIe requests, a round trip each through the root complex), bounded by the
-reads it keeps in flight rather than by the link's width."""
-
+say: 9 GB/s, NCCL's own price of GPU traffic through a Skylake-class CPU. NCCL's author gave SHM's
+rate as "9 or 6" GB/s against 12 GB/s for a path that stays inside a PCIe switch (S. Jeaugey,
+NVIDIA/nccl#406, 2020-10-14); those are the topology constants of NCCL's release of that month,
+SKL_QPI_WIDTH 9.0 (Skylake UPI), QPI_WIDTH 6.0 (older QPI) and PCI_WIDTH 12.0 (PCIe Gen3 x16),
+NVIDIA/nccl@033d7995 (v2.7.8-1) src/graph/topo.h lines 17-19, still SKL_QPI_BW 9.0 at
+@da8152e5 (v2.15.1-1, the release of the Lambda runs' period) line 20 and raised to 10.0 only in
+2.18.1-1 (@d97a32fa). Assumed: the same rate on one socket and on newer PCIe generations. NCCL's
+graph search would plan a one-socket Gen4 path at its link's 24 GB/s (``ncclTopoAddPci``: width x
+120 / 80 at @da8152e5), but that is the search's ceiling for choosing channels, not a rate measured
+for SHM; the receiving GPU's kernel pulls every byte from pinned host memory with reads
+(non-posted PCIe requests, a round trip each through the root complex), bounded by the reads it
+keeps in flight rather than by the link's width, and NVIDIA says SM-driven transfers do poorly
+through CPU interconnects (NVIDIA/nccl#1163). Not chosen on any row: the value and its source
+predate the PCIe training rows, whose logs imply 3.8-7.2 GB/s (validation/pcie_runs.md)."""
 
 @dataclass(frozen=True, kw_only=True)
 class NodeSpec:
@@ -72,6 +79,10 @@ class NodeSpec:
     shm_bandwidth_bytes_per_s: float = DEFAULT_SHM_BYTES_PER_S
     """With ``p2p`` off, what NCCL's SHM transport carries into one GPU from host memory, per
     direction, bytes/s (the GPU's reads of the staged bytes, not its link's width)."""
+    shm_overlaps_backward: bool = False
+    """With ``p2p`` off, whether DDP's gradient all-reduce over NCCL's SHM transport runs beside
+    backward (``True``) or, as dpsim assumes by default, adds its whole time after it (see
+    :func:`ddp_allreduce_after_backward`, where the evidence is)."""
     mesh_links: tuple[tuple[int, int, int], ...] = ()
     """Direct GPU-to-GPU links ``(gpu a, gpu b, links)`` of ``nvlink-mesh``/``xgmi`` (``nvlink-bridge``: pairs by default)."""
     ring_orders: tuple[tuple[int, ...], ...] = ()
@@ -173,3 +184,27 @@ class TopologySpec:
     launch_overhead_s: float | None = None
     """Per-collective host/launch overhead on top of NCCL's modelled latency, seconds
     (``None``: the fitted default of the GPU and transport, :mod:`dpsim.collectives.nccl_tuning`)."""
+
+
+def ddp_allreduce_after_backward(node: NodeSpec, gpus_per_node: int) -> bool:
+    """DDP's gradient all-reduce is charged after backward, not hidden behind it: the GPUs of a
+    server talk through NCCL's SHM transport (``pcie-tree`` with ``p2p: false``, two or more of
+    them in the job's servers) and the file does not say ``shm_overlaps_backward: true``.
+
+    An empirical behaviour read off logs, not a mechanism found in NCCL's or PyTorch's source
+    (NCCL's default SHM path has no proxy thread or copy engine that would wait for compute,
+    validation/pcie_runs.md). Lambda's deeplearning-benchmark ran its 2-GPU ResNet-50 (torch DDP)
+    and BERT-large (apex DDP) benchmarks with ``export NCCL_P2P_DISABLE=1`` (lambdal/
+    deeplearning-benchmark@0a684b62..aad0d1cd, ``pytorch/scripts/benchmark_pytorch.sh``; logs at
+    @aa5addb6 ``pytorch/results/2x<name>_v1``). On six of the eight server pairs (RTX 4090 and RTX
+    3090 on a Threadripper PRO 5995WX, RTX A6000 and A100 80GB PCIe on an EPYC 7502, A100 80GB
+    SXM4 on an EPYC 7H12, H100 80GB PCIe on an EPYC 7302) the two-GPU step exceeds the one-GPU
+    step by the gradient bytes over one rate per pair, the same in fp32 and fp16 (BERT fp32 : fp16
+    = 1.98-2.46 : 1, the bytes' 2 : 1) though the fp16 batch, and the backward that could hide it,
+    is 1.75-2x the fp32 one: an all-reduce nothing hides. Two pairs hide most of it: H100 80GB
+    PCIe on a Xeon Platinum 8480+ and RTX 6000 Ada on the same Threadripper PRO 5995WX board as
+    the GeForce pair; no logged property (driver, container, board, die) separates them, so
+    their files would set ``shm_overlaps_backward: true`` only from a measurement of their own.
+    NVLink, NVSwitch, xGMI and PCIe servers with P2P are untouched."""
+    return node.interconnect == "pcie-tree" and not node.p2p and not node.shm_overlaps_backward \
+        and gpus_per_node > 1

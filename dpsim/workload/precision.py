@@ -102,6 +102,12 @@ class Precision:
     compiled: bool = False
     """The step runs under ``torch.compile`` (``--compile``): Inductor fuses each element-wise chain
     between GEMMs into one kernel (:mod:`dpsim.workload.compiled`)."""
+    fused_wgrad_accumulation: bool = False
+    """Every weight-gradient GEMM accumulates into the gradient buffer in its epilogue (Megatron's
+    gradient accumulation fusion through TransformerEngine, the layout path's ``--grad-accum-fusion``,
+    set by :func:`dpsim.predict.layout.shard_compute`): it reads and writes the buffer,
+    ``grad_bytes`` each, where an unfused one writes an ``activation_bytes`` gradient
+    (:func:`dpsim.workload.roofline.wgrad_output_bytes`)."""
     description: str
     """One line for humans: the framework setting it models."""
 

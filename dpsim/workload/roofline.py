@@ -217,11 +217,11 @@ def _fp8_matmul(op: MatmulOp, gpu: GpuSpec, precision: Precision, micro_batch: i
     the same shape efficiency as 16-bit ones: FP8 operands (one byte), a 16-bit output."""
     m, e = op.m * micro_batch, precision.activation_bytes
 
-    def gemm(rows: int, cols: int, depth: int) -> Term:
+    def gemm(rows: int, cols: int, depth: int, out_bytes: float = e) -> Term:
         return matmul_term(rows, cols, depth, op.batch, FP8_RATE_KEY, 1.0, gpu,
-                           traffic_elements=float(rows) * depth + float(depth) * cols + e * float(rows) * cols)
+                           traffic_elements=float(rows) * depth + float(depth) * cols + out_bytes * float(rows) * cols)
 
-    return [gemm(m, op.n, op.k)], [gemm(m, op.k, op.n), gemm(op.n, op.k, m)]
+    return [gemm(m, op.n, op.k)], [gemm(m, op.k, op.n), gemm(op.n, op.k, m, wgrad_output_bytes(precision))]
 
 
 def fp8_cast_terms(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: int, *,
@@ -267,10 +267,34 @@ def _matmul(op: MatmulOp, gpu: GpuSpec, precision: Precision, micro_batch: int) 
     im2col = max(1.0, op.kernel * op.kernel / (op.stride * op.stride)) if op.kind == "conv" else 1.0
     traffic = float(m) * op.k / im2col + float(op.k) * op.n + float(m) * op.n
     forward = [matmul_term(m, op.n, op.k, op.batch, key, e, gpu, flops_divisor=winograd, traffic_elements=traffic)]
-    # Input gradient (m x n)(n x k) and weight gradient (n x m)(m x k).
+    # Input gradient (m x n)(n x k) and weight gradient (n x m)(m x k); the weight gradient's
+    # output (k x n) in the bytes its epilogue moves (wgrad_output_bytes), the rest as forward.
+    wgrad = traffic + (wgrad_output_bytes(precision) / e - 1.0) * float(op.k) * op.n
     backward = [matmul_term(m, op.k, op.n, op.batch, key, e, gpu, flops_divisor=winograd, traffic_elements=traffic),
-                matmul_term(op.n, op.k, m, op.batch, key, e, gpu, flops_divisor=winograd, traffic_elements=traffic)]
+                matmul_term(op.n, op.k, m, op.batch, key, e, gpu, flops_divisor=winograd, traffic_elements=wgrad)]
     return forward, backward
+
+
+def wgrad_output_bytes(precision: Precision) -> float:
+    """Bytes per weight element a weight-gradient GEMM's epilogue moves: the 16-bit gradient it
+    writes (``activation_bytes``), or, with :attr:`Precision.fused_wgrad_accumulation`, the
+    gradient buffer it reads and writes (``2 x grad_bytes``). TransformerEngine's ``Linear`` and
+    ``GroupedLinear`` with ``fuse_wgrad_accumulation`` pass ``weight.main_grad`` as the GEMM's
+    output with ``accumulate`` set, in the buffer's dtype (NVIDIA/TransformerEngine@c55e425ac575,
+    v2.2, ``transformer_engine/pytorch/module/grouped_linear.py`` lines 256-304: cuBLAS
+    ``beta = 1``), which Megatron-Core turns on from ``--gradient-accumulation-fusion``
+    (``TEGroupedLinear``: ``fuse_wgrad_accumulation=self.config.gradient_accumulation_fusion``,
+    NVIDIA/Megatron-LM ``megatron/core/extensions/transformer_engine.py``); under ``--bf16`` that
+    buffer is fp32 (``accumulate_allreduce_grads_in_fp32``, ``megatron/training/arguments.py``).
+    Invisible where the GEMM is compute-bound (a dense layer's thousands of tokens); it binds on
+    the expert GEMMs of a fine-grained MoE at a small micro-batch, whose weight gradients reduce over a
+    few hundred rows each (R061, 527 rows a local expert: 8 bytes of buffer traffic per
+    2 x 527 FLOPs, below the H100's ridge). TransformerEngine skips the read on a step's first
+    micro-batch (``is_first_microbatch``); charged every micro-batch (at most 1 / micro-batches
+    of the read too much)."""
+    if precision.fused_wgrad_accumulation:
+        return 2.0 * precision.grad_bytes
+    return float(precision.activation_bytes)
 
 
 def _attention(op: AttentionOp, gpu: GpuSpec, precision: Precision, micro_batch: int) -> tuple[list[Term], list[Term]]:
