@@ -72,12 +72,12 @@ def plan_command(
                                                     "--checkpoint-bandwidth, --noise-cv and --straggler flags).",
                              rich_help_panel=OUTPUT),
     top: int = typer.Option(10, "--top", help="Layouts to list.", rich_help_panel=OUTPUT),
-    verify: int = typer.Option(32, "--verify", help="Most layouts simulated step by step: best estimate first, every "
+    verify: int = typer.Option(64, "--verify", help="Most layouts simulated step by step: best estimate first, every "
                                                     "one whose estimate could still beat the best simulated one "
                                                     "(within the estimate's measured error); the table ranks them "
                                                     "by their simulated time, then the rest by estimate (0: "
                                                     "estimates only).", rich_help_panel=SEARCH),
-    verify_seconds: float = typer.Option(3.0, "--verify-seconds", help="Seconds of simulation after the first "
+    verify_seconds: float = typer.Option(2.0, "--verify-seconds", help="Seconds of simulation after the first "
                                                                        "layout; the output says how many were "
                                                                        "simulated and what stopped it.",
                                          rich_help_panel=SEARCH),
