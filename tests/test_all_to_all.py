@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -277,3 +278,84 @@ def test_dedup_scales_only_what_crosses_servers_and_one_server_is_flat(n):
 def test_bad_dedup_is_one_line():
     with pytest.raises(ConfigError, match=r"node_dedup: 1\.5 is not valid"):
         uniform_all_to_all_cost(comm("infiniband", 16), MB, algorithm="hierarchical", node_dedup=1.5)
+
+
+# ------------------------------------------------------------------ de-duplication per destination rank (DeepEP)
+
+
+def _routings(experts: int, top_k: int):
+    import itertools
+    return list(itertools.combinations(range(experts), top_k))
+
+
+@pytest.mark.parametrize(("experts", "top_k", "ranks"), [(8, 2, 8), (8, 2, 4), (8, 3, 2), (12, 4, 3), (16, 4, 8),
+                                                        (12, 3, 12), (6, 2, 2)])
+def test_distinct_ranks_closed_form_is_the_count_over_every_routing(experts, top_k, ranks):
+    """Balanced routing (every set of top_k experts equally likely), experts contiguous over the
+    ranks: a token goes once to each rank holding one of its experts."""
+    from dpsim.collectives.all_to_all import rank_dedup_factor
+    per = experts // ranks
+    combos = _routings(experts, top_k)
+    distinct = sum(len({e // per for e in chosen}) for chosen in combos) / len(combos)
+    assert rank_dedup_factor(experts, top_k, ranks) == pytest.approx(distinct / top_k, rel=1e-12)
+
+
+@pytest.mark.parametrize(("experts", "top_k", "ranks"), [(8, 2, 4), (16, 4, 8), (12, 3, 3)])
+def test_deduplicated_dispatch_conserves_bytes_and_combine_returns_them(experts, top_k, ranks):
+    """Every rank routes the same tokens over every routing: the matrix of tokens rank i sends rank
+    j (once per token and rank) sends in all what the ranks receive; the combine (its transpose:
+    one partial sum per token and rank back) returns to each rank what it dispatched; and a rank
+    sends the closed form's share of its k copies."""
+    from dpsim.collectives.all_to_all import rank_dedup_factor
+    per = experts // ranks
+    combos = _routings(experts, top_k)
+    sends = np.zeros((ranks, ranks))
+    copies = np.zeros((ranks, ranks))
+    for src in range(ranks):
+        for chosen in combos:
+            for r in {e // per for e in chosen}:
+                sends[src, r] += 1.0 / len(combos)
+            for e in chosen:
+                copies[src, e // per] += 1.0 / len(combos)
+    assert sends.sum(axis=1).sum() == pytest.approx(sends.sum(axis=0).sum(), rel=1e-12)
+    combine = sends.T
+    assert np.allclose(combine.sum(axis=0), sends.sum(axis=1))  # each rank gets back what it sent
+    f = rank_dedup_factor(experts, top_k, ranks)
+    assert np.allclose(sends.sum(axis=1), f * copies.sum(axis=1))
+    assert np.allclose(copies.sum(axis=1), top_k)
+    assert (sends <= copies + 1e-12).all()  # never more than one message per copy
+
+
+def test_rank_dedup_bounds():
+    from dpsim.collectives.all_to_all import rank_dedup_factor
+    for experts in (8, 32, 64, 128, 256):
+        for top_k in (1, 2, 4, 8):
+            for ranks in (1, 2, 4, 8, 16):
+                if experts % ranks:
+                    continue
+                f = rank_dedup_factor(experts, top_k, ranks)
+                assert 1.0 / top_k - 1e-12 <= f <= 1.0
+                if ranks == 1 or top_k == 1 or experts == ranks:  # each expert on its own rank: k copies
+                    assert f == pytest.approx(1.0, rel=1e-12)
+    # moe_perf's DeepSeek proxy: 32 experts top-8 over EP8 reach about 5.6 of the 8 ranks.
+    assert 8 * rank_dedup_factor(32, 8, 8) == pytest.approx(8 * (1 - math.comb(28, 8) / math.comb(32, 8)), rel=1e-12)
+
+
+def test_expert_a2a_dedups_only_under_deepep():
+    """The flat (alltoall) dispatcher moves every routed copy; the hierarchical (DeepEP) one the
+    distinct ranks' share; with one expert per rank both move the same."""
+    from types import SimpleNamespace
+
+    from dpsim.collectives.all_to_all import rank_dedup_factor
+    from dpsim.predict.layout import expert_a2a_s
+    c = comm("nvlink", 8)
+    size = 64 * MB
+    moe = SimpleNamespace(experts=32, top_k=8)
+    flat = expert_a2a_s(c, size, None, "flat", moe)
+    assert flat == pytest.approx(uniform_all_to_all_cost(c, size).time_s, rel=1e-12)
+    deep = expert_a2a_s(c, size, None, "hierarchical", moe)
+    want = uniform_all_to_all_cost(c, size * rank_dedup_factor(32, 8, 8), algorithm="hierarchical").time_s
+    assert deep == pytest.approx(want, rel=1e-12) and deep < flat
+    one_each = SimpleNamespace(experts=8, top_k=2)
+    assert expert_a2a_s(c, size, None, "hierarchical", one_each) == pytest.approx(
+        expert_a2a_s(c, size, None, "flat", one_each), rel=1e-12)

@@ -123,6 +123,27 @@ def node_dedup_factor(experts: int, top_k: int, nodes: int) -> float:
     return min(1.0, expected_distinct_groups(experts, top_k, nodes) / top_k)
 
 
+def rank_dedup_factor(experts: int, top_k: int, ranks: int) -> float:
+    """The bytes of a dispatch (or combine) that sends a token once per destination rank over
+    those of one message per routed copy: the distinct ranks a token's ``top_k`` experts fall on
+    over ``top_k`` (balanced routing, :func:`expected_distinct_groups` with the ``ranks`` as the
+    groups). DeepEP's normal kernels work this way: ``Buffer.get_dispatch_layout`` turns the
+    tokens' top-k expert indices into ``is_token_in_rank`` (``[num_tokens, num_ranks]``, "whether
+    a token be sent to a rank") and ``num_tokens_per_rank``, ``dispatch`` delivers each token once
+    to every such rank with its top-k indices and weights (the receiver expands it to its local
+    experts), and ``combine`` returns one partial sum per token and rank, reduced at the source
+    ("Combine (reduce) tokens ... from different ranks"; deepseek-ai/DeepEP@04b06f7a299c
+    ``deep_ep/buffer.py``). NVIDIA's HybridEP (Megatron-Core's flex backend ``hybridep``) does
+    the same: its dispatch returns the "Tokens for local experts" with a local expert routing
+    map, sizes the permuted output at up to ``min(topk, num_experts_per_rank)`` rows per
+    dispatched token and its RDMA buffer at one token per remote node (deepseek-ai/DeepEP@0b18ed2a386c
+    ``docs/Hybrid-EP_Implementation.md``, sections 2, 4.2 and 7.2). 1 with one expert per rank
+    (each copy goes to its own rank) or one rank; never above 1 nor below ``1 / top_k``."""
+    if ranks <= 1:
+        return 1.0
+    return min(1.0, expected_distinct_groups(experts, top_k, ranks) / top_k)
+
+
 # ---------------------------------------------------------------------------- validation
 def check_algorithm(algorithm: str) -> str:
     """``algorithm`` if it is an all-to-all algorithm, else a one-line ConfigError."""

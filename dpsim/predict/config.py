@@ -304,8 +304,10 @@ class ParallelismConfig:
     of the routed tokens, dropping the rest; left out: dropless."""
 
     moe_a2a: MoeA2a = "flat"
-    """The MoE dispatch and combine all-to-all: flat (NCCL send/recv to every peer) or hierarchical
-    (DeepEP-style: one NIC transfer per destination server, forwarded over NVLink there)."""
+    """The MoE dispatch and combine all-to-all: flat (Megatron-Core's alltoall dispatcher: NCCL
+    send/recv to every peer, a row per routed copy) or hierarchical (DeepEP, Megatron-Core's flex
+    dispatcher: a token sent once per destination rank and expanded to its experts there, one NIC
+    transfer per destination server, forwarded over NVLink there)."""
     moe_a2a_overlap: bool = False
     """Overlap the expert-parallel all-to-alls of one micro-batch with another's compute where the
     schedule pairs a forward with a backward (Megatron-Core's ``--overlap-moe-expert-parallel-comm``):

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dpsim.collectives.all_to_all import node_dedup_factor, uniform_all_to_all_cost
+from dpsim.collectives.all_to_all import expected_distinct_groups, rank_dedup_factor, uniform_all_to_all_cost
 from dpsim.collectives.groups import (
     GroupCollectives,
     LayoutShape,
@@ -235,16 +235,30 @@ def context_comm_s(collectives: GroupCollectives, cost, op: str, size: float) ->
 
 def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: str, moe=None) -> float:
     """One dispatch (or combine) all-to-all on the ``ep`` communicator ``comm``: the routed
-    copies less what capacity drops, the busiest rank's links pacing the exchange. ``hierarchical``
-    sends a token once to each server holding some of its experts (``moe``'s experts and top-k
-    over the servers the group spans: :func:`~dpsim.collectives.all_to_all.node_dedup_factor`,
-    the balanced closed form whatever the routing)."""
+    copies less what capacity drops, the busiest rank's links pacing the exchange.
+
+    ``hierarchical`` is DeepEP's normal kernels (Megatron-Core's ``flex`` dispatcher): a token
+    goes once to each *rank* holding some of its experts and is expanded to those experts there
+    (combine: one partial sum back per token and rank), so the bytes are ``moe``'s routed copies
+    times :func:`~dpsim.collectives.all_to_all.rank_dedup_factor` over the group's ranks; and
+    across servers once to each *server*, so what crosses the NICs is scaled further by the
+    distinct servers over the distinct ranks a token reaches
+    (:func:`~dpsim.collectives.all_to_all.expected_distinct_groups`). Both are the balanced
+    closed forms, whatever the routing. ``flat`` (Megatron-Core's ``alltoall`` dispatcher, which
+    permutes a row per routed copy before ``all_to_all``) moves every copy."""
     dropped = load.dropped_fraction if load is not None else 0.0
-    dedup = (node_dedup_factor(moe.experts, moe.top_k, comm.topology.n_nodes)
-             if moe is not None and algorithm == "hierarchical" else 1.0)
-    return uniform_all_to_all_cost(comm, bytes_per_rank * (1.0 - dropped),
+    size, node_dedup = bytes_per_rank, 1.0
+    if moe is not None and algorithm == "hierarchical":
+        ranks = comm.topology.n_gpus
+        size = bytes_per_rank * rank_dedup_factor(moe.experts, moe.top_k, ranks)
+        nodes = comm.topology.n_nodes
+        if nodes > 1:
+            # Of the distinct ranks a token reaches, one message per distinct server crosses the NICs.
+            node_dedup = min(1.0, expected_distinct_groups(moe.experts, moe.top_k, nodes)
+                             / expected_distinct_groups(moe.experts, moe.top_k, ranks))
+    return uniform_all_to_all_cost(comm, size * (1.0 - dropped),
                                    load_factor=max(1.0, load.mean_busiest_factor if load else 1.0),
-                                   algorithm=algorithm, node_dedup=dedup).time_s
+                                   algorithm=algorithm, node_dedup=node_dedup).time_s
 
 
 def expert_tp_s(cost, bytes_per_rank: float, load: RankLoad | None, etp: int) -> float:
