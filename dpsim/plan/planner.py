@@ -141,8 +141,8 @@ ESTIMATE_BOUND = (0.94, 1.06)
 """The closed-form step over the simulated one (``predict``'s pipeline engine), low and high: measured
 by ``validation/plan_estimate_check.py`` (2026-12-06, 168 layouts of Llama-3-70B and 405B,
 Mixtral-8x7B and DeepSeek-V3 on 1,024 to 16,384 H100s, the fastest estimates and a seeded draw of
-the rest: 0.943 to 1.049, validation/large_model_runs.md "plan's estimate against its simulation"),
-widened by 0.01 each way. Only the high end decides what is simulated: a layout estimated at ``e``
+the rest: 0.943 to 1.051, validation/large_model_runs.md "plan's estimate against its simulation"),
+rounded outward to two decimals. Only the high end decides what is simulated: a layout estimated at ``e``
 simulates in no less than ``e / 1.06``, so once that is slower than the best simulated layout, it
 and every later estimate cannot beat it."""
 
