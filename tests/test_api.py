@@ -166,7 +166,7 @@ def api_plan(argv: list[str]) -> dict:
                                                ("off", "selective", "full")),
                   schedules=tuple(_one(other, "--schedules", "1f1b,1f1b-interleaved").split(",")),
                   tokens=None if tokens is None else parse_count(tokens, "--tokens"),
-                  top=int(_one(other, "--top", 10)), verify=int(_one(other, "--verify", 3)),
+                  top=int(_one(other, "--top", 10)), verify=int(_one(other, "--verify", 64)),
                   grad_accum_fusion=grad_accum_fusion, rank_by=_one(other, "--rank", "time"))
     if kwargs["rank_by"] == "goodput":
         from dpsim.plan.layout_goodput import FailureInputs

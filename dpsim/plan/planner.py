@@ -31,8 +31,14 @@ al. 2021, Sec. 2.2: ``(m + (p-1)/v)·X`` for uniform stages) plus ``2(p·v - 1)`
 (activations in, gradients out), then the data-parallel collectives the last
 micro-batch's backward cannot hide, the tied-embedding all-reduce and the optimizer.
 Collective models are built once per communicator shape and every cost is memoised.
-**Finally** the best ``verify`` candidates are simulated by
-:func:`dpsim.predict.run.predict` (the pipeline engine) and ranked on those exact times.
+The interleaved schedule's steady state is paced step by step by the heaviest pair any stage
+runs (:meth:`Planner.interleaved_steady_s`: uneven chunks), and each stage's data-parallel buckets
+are played on its stream in closed form (:meth:`Planner.stage_dp`), the worst stage deciding.
+**Finally** the fitting candidates are simulated by :func:`dpsim.predict.run.predict` (the
+pipeline engine), best estimate first, while an estimate could still beat the best simulated
+time given the closed form's measured error (:data:`ESTIMATE_BOUND`), up to ``verify`` layouts
+and ``verify_seconds`` (:func:`_verify`); the simulated ones are ranked on their simulated times,
+ahead of those only estimated (marked so in the table and in ``--json``).
 
 Ranking: by time to train a token budget (``tokens``) or by step throughput, or by
 cost (GPU-hours x price per GPU-hour, :mod:`dpsim.plan.cost`); a USD budget drops the
@@ -47,9 +53,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from dpsim.collectives.groups import (
     Communicator,
@@ -101,7 +110,7 @@ from dpsim.strategies.layout import (
 )
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
-from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, schedule_slots
+from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, gradient_buckets, schedule_slots
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
@@ -127,6 +136,25 @@ MAX_UNEVEN_CHUNKS = 4
 """Interleaved chunks per stage searched when they do not divide a stage's blocks (beyond
 this, only the counts that divide): each more chunk adds transfers for a bubble that
 shrinks as ``1/v``."""
+
+ESTIMATE_BOUND = (0.94, 1.06)
+"""The closed-form step over the simulated one (``predict``'s pipeline engine), low and high: measured
+by ``validation/plan_estimate_check.py`` (2026-12-06, 168 layouts of Llama-3-70B and 405B,
+Mixtral-8x7B and DeepSeek-V3 on 1,024 to 16,384 H100s, the fastest estimates and a seeded draw of
+the rest: 0.943 to 1.051, validation/large_model_runs.md "plan's estimate against its simulation"),
+rounded outward to two decimals. Only the high end decides what is simulated: a layout estimated at ``e``
+simulates in no less than ``e / 1.06``, so once that is slower than the best simulated layout, it
+and every later estimate cannot beat it."""
+
+DEFAULT_VERIFY = 64
+"""Most layouts simulated (``--verify``): more than the bound leaves in the searches measured
+(DeepSeek-V3 on 16,384 GPUs: 35, Llama-3-405B: 3), so that ``--verify-seconds`` is what limits a
+larger one."""
+VERIFY_SECONDS = 2.0
+"""Seconds of simulation after the first (``--verify-seconds``): issue 28 asks for a 16,384-GPU
+search of a 405B dense model or DeepSeek-V3 under 10 s whole process; on a 2-core machine the
+DeepSeek-V3 process spends ~5.5 s CPU before simulating (imports, every layout estimated), and one
+simulated layout takes ~0.04 s (405B: ~0.15 s)."""
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8, 16)
 """Micro-batch sizes searched unless given."""
@@ -311,6 +339,7 @@ class Estimate:
             "p2p_s": self.p2p_s, "dp_exposed_s": self.dp_exposed_s, "optimizer_s": self.optimizer_s,
             "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
             "usd_per_hour": self.usd_per_hour, "time_to_train_s": self.time_to_train_s, "cost_usd": self.cost_usd,
+            "simulated": self.verified is not None,
             "verified_step_time_s": self.verified.step_time_s if self.verified is not None else None,
             "model_error": self.model_error.to_dict() if self.model_error is not None else None,
             "expected_cost_usd": self.expected_cost_usd,
@@ -337,7 +366,8 @@ class PlanResult:
     """What :func:`plan_layouts` found."""
 
     ranked: tuple[Estimate, ...]
-    """Layouts that fit (and meet the budget), best first; the first ``verify`` simulated."""
+    """Layouts that fit (and meet the budget), best first: the simulated ones by their simulated
+    time, then those only estimated (:attr:`Estimate.verified` ``None``) by their estimate."""
     counts: dict
     """Candidates enumerated, refused by placement, not fitting, over budget, ranked."""
     wall_s: float
@@ -350,6 +380,11 @@ class PlanResult:
     """Nothing fits: the candidate closest to fitting (an :class:`Estimate`), else ``None``."""
     base: PredictConfig | None = field(default=None, repr=False)
     """The job searched (for the chosen layout's whole command)."""
+    verification: dict = field(default_factory=dict)
+    """What was simulated: ``simulated`` (layouts), ``within_bound`` (layouts whose estimate could
+    beat the best simulated one, :data:`ESTIMATE_BOUND`), ``stopped_by`` (``bound``: every such
+    layout was simulated; ``count``: ``--verify``; ``time``: ``--verify-seconds``; ``none``: nothing
+    fit or ``--verify 0``), ``seconds``, ``bound``."""
 
     @property
     def best(self) -> Estimate | None:
@@ -367,6 +402,7 @@ class PlanResult:
                 "replace_s": self.failures.replace_s,
                 "checkpoint_bandwidth_bytes_per_s": self.failures.node_bandwidth_bytes_per_s,
                 "spare_risk": self.failures.spare_risk}, "counts": dict(self.counts), "wall_s": self.wall_s,
+            "verification": dict(self.verification),
             "layouts": [e.to_dict() for e in self.ranked],
             "best": best.to_dict() if best is not None else None,
             "command": best.candidate.command(self.base) if best is not None and self.base is not None else None,
@@ -438,7 +474,7 @@ def _check_choice_values(values: Any, flag: str, choices: Sequence[str]) -> None
 
 def check_search(*, gpus: Any, tps: Any, pps: Any, cps: Any, eps: Any, etps: Any, micro_batches: Any,
                  strategies: Any, recomputes: Any, schedules: Any, top: Any, verify: Any, budget_usd: Any,
-                 gpu_hour_usd: PriceOverride) -> None:
+                 gpu_hour_usd: PriceOverride, verify_seconds: Any = None) -> None:
     """The search's own inputs, refused in one line naming the flag as the CLI refuses them, so that
     ``dpsim.plan`` called from Python does not end in an assertion or a division by zero
     (``tps=[0]``, ``micro_batches=[-1]``, ``strategies=["zero3"]``) nor silently drop a price
@@ -452,6 +488,8 @@ def check_search(*, gpus: Any, tps: Any, pps: Any, cps: Any, eps: Any, etps: Any
     _check_choice_values(schedules, "--schedules", PLAN_SCHEDULES)
     check_int(top, "--top", 1, MAX_TOP)
     check_int(verify, "--verify", 0, MAX_VERIFY)
+    if verify_seconds is not None:
+        check_number(verify_seconds, "--verify-seconds", 0, 86_400)
     if budget_usd is not None:
         check_number(budget_usd, "--budget-usd", 0, 1e300, open_below=True)
     check_price_override(gpu_hour_usd, "--gpu-hour-usd")
@@ -529,6 +567,10 @@ class Planner:
         self._activations: dict[tuple, tuple] = {}
         self._shard_params: dict[tuple, int] = {}
         self._checkpoints: dict[tuple, tuple[ClusterShape, object]] = {}
+        self._steady: dict[tuple, float] = {}
+        self._stage_sums: dict[tuple, tuple] = {}
+        self._dp_costs: dict[tuple, tuple] = {}
+        self._buckets: dict[tuple, tuple] = {}
         self.gpu = None
         """The GPU preset of the cluster design (set by the first :meth:`topology`)."""
 
@@ -803,14 +845,14 @@ class Planner:
                                              experts=experts)
         return tpm
 
-    def memory(self, c: Candidate, layout: Layout, assignment) -> tuple[float, float, int]:
-        """``(bytes per GPU of the fullest stage, usable bytes, parameters of stage 0 per GPU)``:
+    def memory(self, c: Candidate, layout: Layout, assignment) -> tuple[float, float, tuple[int, ...]]:
+        """``(bytes per GPU of the fullest stage, usable bytes, parameters of each stage per GPU)``:
         the memory ``predict`` reports for ``c`` (the layout's stages, or the data-parallel
         strategy's breakdown without tensor or pipeline parallelism)."""
         if not c.sharded:
             cfg = c.config(self.base)
             mem = strategy_memory(self.model, self.gpu, cfg, self.precision, self.topology(c.gpus))
-            return mem.total_bytes, mem.usable_bytes, self.model.param_count
+            return mem.total_bytes, mem.usable_bytes, (self.model.param_count,)
         # A rank holds experts / ep of each layer whatever the routing's load (which scales the
         # busiest rank's rows of compute, not its bytes), so the closed form's shard serves too.
         split = self.experts(c)[0]
@@ -823,7 +865,7 @@ class Planner:
         stages = stages_memory(tpm, layout, self.gpu, self.layout_precision, self.base.workload.optimizer, assignment, activations,
                                cp_model=self.model)
         worst = worst_stage(stages).breakdown
-        return worst.total_bytes, worst.usable_bytes, stages[0].params_per_gpu
+        return worst.total_bytes, worst.usable_bytes, tuple(st.params_per_gpu for st in stages)
 
     def through_failures(self, e: Estimate, failures: FailureInputs) -> Estimate:
         """``e`` with its expected time to train through failures (it needs a time to train)."""
@@ -844,6 +886,178 @@ class Planner:
             work_s=e.time_to_train_s, cluster=cluster, checkpoint=ck, failures=failures,
             compute_fraction=e.compute_s / e.step_time_s if e.step_time_s > 0 else 1.0))
 
+    def bucket(self, grad_group: int) -> int:
+        """Parameters per gradient bucket, as predict sizes them (``--bucket-cap-mb``, else Megatron's default)."""
+        return default_bucket_elements(grad_group) if self.base.gradients.bucket_cap_mb is None else \
+            max(1, int(self.base.gradients.bucket_cap_mb * 2**20) // self.precision.grad_bytes)
+
+    def stage_sums(self, tab: _Tables, assignment) -> tuple[tuple[float, float, int], ...]:
+        """Per stage: its first chunk's forward and backward of one micro-batch, and its routed experts'
+        parameters per GPU (cached by the per-layer tables and the split)."""
+        key = (id(tab), id(assignment))
+        hit = self._stage_sums.get(key)
+        if hit is None:
+            hit = self._stage_sums[key] = tuple(
+                (sum(tab.forward[i] for i in chunks[0]), sum(tab.backward[i] for i in chunks[0]),
+                 sum(tab.work[i].expert_grad_numel for layers in chunks for i in layers)) for chunks in assignment)
+        return hit
+
+    def dp_collectives(self, gc: GroupCollectives, strategy: str, numel: int) -> tuple[float, float, float, float]:
+        """Data parallelism alone: ``numel`` gradients over dp x cp in buckets of :meth:`bucket`
+        elements, ``(reductions, the last bucket's, parameter gathers, the first bucket's)``
+        (gathers 0 under ``ddp``)."""
+        # ``gc`` is cached for the planner's life (:meth:`collectives`), so its id is stable.
+        key = (id(gc), strategy, numel)
+        hit = self._dp_costs.get(key)
+        if hit is not None:
+            return hit
+        g, w = self.precision.grad_bytes, self.precision.weight_bytes
+        bucket = self.bucket(gc.layout.dp * gc.layout.cp)
+        full, rest = divmod(numel, bucket)
+        op = "all_reduce" if strategy == "ddp" else "reduce_scatter"
+        one = self.cost(gc, "dp", op, bucket * g) if full else 0.0
+        tail = self.cost(gc, "dp", op, rest * g) if rest else 0.0
+        total = full * one + tail
+        last_one = min(one, total) if full else tail
+        gather_total = first_gather = 0.0
+        if strategy in ("zero1", "fsdp"):
+            ag_full = self.cost(gc, "dp", "all_gather", bucket * w) if full else 0.0
+            ag_rest = self.cost(gc, "dp", "all_gather", rest * w) if rest else 0.0
+            gather_total = full * ag_full + ag_rest
+            first_gather = ag_full if full else ag_rest
+        out = self._dp_costs[key] = (total, last_one, gather_total, first_gather)
+        return out
+
+    def stage_buckets(self, tab: _Tables, assignment, s: int, *, bucket: int, overlap: bool,
+                      groups: tuple[str, ...]) -> tuple[tuple[str, int, int, float, float], ...]:
+        """Stage ``s``'s gradient buckets as predict cuts them
+        (:func:`~dpsim.strategies.pipeline.gradient_buckets`: per chunk, in backward order, a layer
+        larger than a bucket one of its own; one per chunk without ``overlap``), the dense
+        parameters' over ``dp`` and a mixture of experts' routed experts' over ``edp``
+        (:class:`~dpsim.strategies.pipeline.DataParallelPlan`): ``(group, chunk, parameters, when its
+        reduction launches after its chunk's backward starts, when its chunk's forward first needs
+        it)``, groups in turn, then chunks, then buckets in forward order (the gathers' launch
+        order); cached by shape."""
+        key = (id(tab), id(assignment), s, bucket, overlap, groups)
+        hit = self._buckets.get(key)
+        if hit is not None:
+            return hit
+        numel_of = {"dp": lambda lw: lw.grad_numel - lw.expert_grad_numel, "edp": lambda lw: lw.expert_grad_numel}
+        out = []
+        for group in groups:
+            for ch, layers in enumerate(assignment[s]):
+                work = ChunkWork(stage=s, chunk=ch, layers=tuple(tab.work[i] for i in layers))
+                backward = sum(tab.backward[i] for i in layers)
+                if overlap:
+                    # Launched once the backward reaches the bucket's earliest layer; needed by the
+                    # forward at its earliest layer.
+                    before_f, after_b, run_f = {}, {}, 0.0
+                    for i in layers:
+                        before_f[i] = run_f
+                        run_f += tab.forward[i]
+                    run_b = 0.0
+                    for i in reversed(layers):
+                        run_b += tab.backward[i]
+                        after_b[i] = run_b
+                    for _, numel, members in reversed(gradient_buckets(work, bucket, numel_of[group])):
+                        first = min(members)
+                        out.append((group, ch, numel, after_b[first], before_f[first]))
+                else:
+                    numel = sum(numel_of[group](lw) for lw in work.layers)
+                    if numel:
+                        out.append((group, ch, numel, backward, 0.0))
+        hit = self._buckets[key] = tuple(out)
+        return hit
+
+    def stage_dp(self, gc: GroupCollectives, tab: _Tables, assignment, s: int, *, strategy: str, bucket: int,
+                 grad_group: int, edp: int, overlap: bool) -> tuple[float, float]:
+        """Stage ``s``'s data-parallel collectives that its step waits for (:meth:`stage_buckets`):
+        ``(gradient reductions left after its last backward, parameter gathers its forwards wait
+        for)``, played in closed form on the one stream they share.
+
+        Reductions: a chunk's buckets launch as its last micro-batch's backward passes their layers
+        (all after it without ``overlap``), chunk ``v - 1``'s first, each next chunk's about ``p``
+        backwards later (the drain runs a chunk's last ``p`` micro-batches together), one after
+        another: what is left after chunk 0's backward is exposed (a few buckets of 2e9
+        parameters, Megatron's default at dp 2,048, leave most of theirs: DeepSeek-V3 tp8 ep128).
+        Gathers (``zero1``, ``fsdp``): launched at the step's start, in order (dense, then the
+        routed experts', on ``edp``), each layer's first forward waiting for its bucket: the
+        stall is the worst bucket's lateness (after the update, all of them, without
+        ``overlap``). The routed experts' buckets, on their own communicator strided across nodes,
+        cost more than the same bytes over ``dp`` would (Mixtral tp2 ep4 on 1,024 GPUs: 0.56 s of
+        collectives where all over dp read 0.2 s)."""
+        groups = tuple(group for group, size in (("dp", grad_group), ("edp", edp)) if size > 1)
+        buckets = self.stage_buckets(tab, assignment, s, bucket=bucket, overlap=overlap, groups=groups)
+        # ``gc`` and ``buckets`` are cached for the planner's life (:meth:`collectives`,
+        # :meth:`stage_buckets`), so their ids are stable.
+        key = (id(gc), id(buckets), strategy)
+        hit = self._dp_costs.get(key)
+        if hit is not None:
+            return hit
+        chunk_backward = tuple(sum(tab.backward[i] for i in layers) for layers in assignment[s])
+        g, w = self.precision.grad_bytes, self.precision.weight_bytes
+        op = "all_reduce" if strategy == "ddp" else "reduce_scatter"
+        p = gc.layout.pp if gc.layout is not None else 1
+        b0 = chunk_backward[0]
+        # Times relative to the end of chunk 0's last backward.
+        launches = sorted((-ch * p * b0 - chunk_backward[ch] + launch, k)
+                          for k, (_, ch, _, launch, _) in enumerate(buckets))
+        end = -math.inf
+        for t, k in launches:
+            group, _, numel, _, _ = buckets[k]
+            end = max(end, t) + self.cost(gc, group, op, numel * g)
+        reduce_left = max(0.0, end) if launches else 0.0
+        stall = 0.0
+        if strategy in ("zero1", "fsdp"):
+            # Chunk c's first forward comes p forwards of each chunk before it later (interleaved).
+            f0 = sum(tab.forward[i] for i in assignment[s][0])
+            queue = 0.0
+            for group, ch, numel, _, needed in buckets:
+                queue += self.cost(gc, group, "all_gather", numel * w)
+                stall = max(stall, queue - ch * p * f0 - needed)
+            if not (overlap or strategy == "fsdp"):
+                stall = queue
+        out = self._dp_costs[key] = (reduce_left, stall)
+        return out
+
+    def interleaved_steady_s(self, tab: _Tables, assignment, p: int, v: int, *, all_warmup: bool) -> float:
+        """The interleaved schedule's steady state per ``p`` micro-batches (every chunk of every
+        stage run ``p`` times forward and backward), paced step by step by its heaviest stage.
+
+        Why not ``p`` times the heaviest stage's forward + backward (what uniform chunks give):
+        each stage runs its ops in Megatron's fixed order (:func:`~dpsim.strategies.pipeline.schedule_slots`),
+        and in the steady state the forward wave advances one stage per step (stage ``s`` runs the
+        forward of virtual micro-batch ``T - s`` at step ``T``) and the backward wave one stage per
+        step the other way (the backward of ``T + s - (v + 1)p + 2``, from Megatron's ``(p - s - 1)·2
+        + (v - 1)·p`` warm-up forwards; Narayanan et al. 2021, Sec. 2.2.2), with one step of
+        slack between neighbours. A step then lasts as long as the heaviest forward + backward
+        any stage runs in it. When the chunks differ (:func:`~dpsim.strategies.layout.balanced_counts`
+        gives the middle virtual stages the extra block, so one chunk index is heavier on most
+        stages, and the LM head sits in the last chunk), the two waves cross the heavy chunks at
+        different steps on each stage, and the step is paced by every one of them: ``Σ_T max_s
+        (F[s, cf] + B[s, cb])``. Uniform chunks give ``p·X`` (the closed form of Narayanan et al.).
+        The simulator with non-blocking exchanges shows the same cost (405B, 32 stages x 3
+        chunks: 1.20x the per-stage sum), so it is the order, not the blocking transfers
+        (validation/large_model_runs.md, "plan's estimate"). With ``m = p`` (``all_warmup``) Megatron
+        runs every forward before any backward: the two waves pace separately."""
+        # Both are cached for the planner's life (:meth:`tables`, :meth:`assignment`), so their ids are stable.
+        key = (id(tab), id(assignment), p, v, all_warmup)
+        hit = self._steady.get(key)
+        if hit is not None:
+            return hit
+        fwd = np.array([[sum(tab.forward[i] for i in assignment[s][ch]) for ch in range(v)] for s in range(p)])
+        bwd = np.array([[sum(tab.backward[i] for i in assignment[s][ch]) for ch in range(v)] for s in range(p)])
+        step = np.arange(p * v)[:, None]
+        stage = np.arange(p)[None, :]
+        cf = ((step - stage) % (p * v)) // p
+        cb = v - 1 - ((step + stage - (v + 1) * p + 2) % (p * v)) // p
+        if all_warmup:
+            out = float(fwd[stage, cf].max(axis=1).sum() + bwd[stage, cb].max(axis=1).sum())
+        else:
+            out = float((fwd[stage, cf] + bwd[stage, cb]).max(axis=1).sum())
+        self._steady[key] = out
+        return out
+
     def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
         """Closed-form memory and, when it fits, step of ``c`` (see the module docstring); a layout
         that does not fit has no time estimated (its times are 0)."""
@@ -854,7 +1068,8 @@ class Planner:
         layout = self.layout(c, m)
         assignment = self.assignment(c.tp, layout)
         # The one memory model (predict's): every stage, the fullest decides.
-        memory, usable, numel0 = self.memory(c, layout, assignment)
+        memory, usable, stage_params = self.memory(c, layout, assignment)
+        numel0 = stage_params[0]
         if memory > usable:
             return Estimate(candidate=c, step_time_s=math.inf, memory_bytes=memory, usable_bytes=usable,
                             compute_s=0.0, tp_exposed_s=0.0, bubble_s=0.0, p2p_s=0.0, dp_exposed_s=0.0,
@@ -881,6 +1096,8 @@ class Planner:
                  for chunks in stage_chunks]
         xmax = max(x)
         pipe = m * xmax + (sum(x) - xmax) / v
+        if c.schedule == "1f1b-interleaved" and v > 1:
+            pipe = m / p * self.interleaved_steady_s(tab, assignment, p, v, all_warmup=m == p) + (sum(x) - xmax) / v
         if dual:
             # The paper's bubble, (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 report, Table 2), for the heaviest chunk.
             fb, bk, wg = max(((sum(tab.forward[i] + tab.backward[i] for i in layers),
@@ -918,28 +1135,47 @@ class Planner:
         else:
             compute0 = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p])
             tp_exposed0 = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p])
-        # data-parallel collectives of stage 0 and what the last backward cannot hide
+        # Data-parallel collectives: what each stage's last backward cannot hide, and what its first
+        # forward waits for of the parameters gathered at the step's start; the step waits for the
+        # worst stage (a middle stage of a mixture of experts holds more experts than the first).
         dp_exposed = 0.0
-        # Gradients reduce over dp x cp (the routed experts' over fewer, edp: not told apart here).
         grad_group = c.dp * c.cp
-        if grad_group > 1:
-            bucket = default_bucket_elements(grad_group) if self.base.gradients.bucket_cap_mb is None else \
-                max(1, int(self.base.gradients.bucket_cap_mb * 2**20) // g)
-            op = "all_reduce" if c.strategy == "ddp" else "reduce_scatter"
-            full, rest = divmod(numel0, bucket)
-            one = self.cost(gc, "dp", op, bucket * g) if full else 0.0
-            tail = self.cost(gc, "dp", op, rest * g) if rest else 0.0
-            total = full * one + tail
-            last_b = x[0] / v - sum(tab.forward[i] for i in virtual_layers[0])
-            hide = last_b if self.base.gradients.overlap and not self._shm_after_backward(c) else 0.0
-            dp_exposed = max(min(one, total) if full else tail, total - hide)
+        edp = layout.edp if self.model.moe is not None and c.sharded else 1
+        per_stage = self.stage_sums(tab, assignment)
+        expert0 = per_stage[0][2] if edp > 1 else 0
+        overlap = self.base.gradients.overlap
+        if not c.sharded and grad_group > 1:
+            # Data parallelism alone (predict plays the data-parallel engine): stage 0's buckets as before;
+            # plain DDP over NCCL's SHM transport all-reduces after the backward (as predict).
+            total, last_one, gather_total, first_gather = self.dp_collectives(gc, c.strategy, numel0)
+            hide = per_stage[0][1] if overlap and not self._shm_after_backward(c) else 0.0
+            dp_exposed = max(last_one, total - hide)
             if c.strategy in ("zero1", "fsdp"):
-                ag_full = self.cost(gc, "dp", "all_gather", bucket * w) if full else 0.0
-                ag_rest = self.cost(gc, "dp", "all_gather", rest * w) if rest else 0.0
-                gather_total = full * ag_full + ag_rest
                 # Steady state: gathered during the next step's first forward (overlap), else after the update.
-                dp_exposed += (ag_full if full else ag_rest) if (self.base.gradients.overlap or c.strategy == "fsdp") \
-                    else gather_total
+                dp_exposed += first_gather if overlap or c.strategy == "fsdp" else gather_total
+        elif grad_group > 1 or edp > 1:
+            reduce_exposed = gather_exposed = 0.0
+            fill = drain = 0.0  # forward (backward) time from stage 0 to stage s (s to 0) of one micro-batch
+            seen = set()
+            for s, (first_forward, last_backward, _) in enumerate(per_stage):
+                # A stage alike the earlier one (as the middle ones are: same parameters and chunk
+                # sizes) waits as long, from later in the fill and earlier in the drain: it cannot
+                # be the worst.
+                kind = (stage_params[s] if c.sharded else 0, tuple(len(layers) for layers in assignment[s]))
+                if kind in seen:
+                    fill += first_forward
+                    drain += last_backward
+                    continue
+                seen.add(kind)
+                left, stall = self.stage_dp(gc, tab, assignment, s, strategy=c.strategy, bucket=self.bucket(grad_group),
+                                            grad_group=grad_group, edp=edp, overlap=overlap)
+                # Stage s's last backward ends ``drain`` before stage 0's; its first forward starts
+                # ``fill`` after stage 0's (gathers launched at the step's start have that long more).
+                reduce_exposed = max(reduce_exposed, left - drain)
+                gather_exposed = max(gather_exposed, stall - fill)
+                fill += first_forward
+                drain += last_backward
+            dp_exposed = reduce_exposed + gather_exposed
         if dual:
             # The two parameter copies' gradients summed between each stage and its mirror after the
             # last backward, behind the stage's data-parallel collectives (the embedding's among them):
@@ -956,7 +1192,9 @@ class Planner:
         if shard_params is None:
             shard_params = self._shard_params[(c.tp, c.cp, split)] = tpm.spec.param_count
         per_param = shard.optimizer_s / shard_params if shard_params else 0.0
-        optimizer = per_param * (-(-numel0 // grad_group) if sharded else numel0)
+        # A sharded optimizer updates dense parameters / (dp x cp) and routed experts / edp per GPU (as predict).
+        optimizer = per_param * ((-(-(numel0 - expert0) // grad_group) + -(-expert0 // edp)) if sharded
+                                 else numel0)
         step = pipe + p2p + dp_exposed + optimizer
         samples = global_batch / step
         tokens = samples * self.model.tokens_per_sample if self.model.tokens_per_sample else None
@@ -974,7 +1212,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  strategies=None, micro_batches=None, recomputes=None, schedules=None, sequence_parallel=None,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
                  gpu_hour_usd: PriceOverride = None, rank_by: str = "time", top: int = 10,
-                 verify: int = 3, grad_accum_fusion: bool = True,
+                 verify: int = DEFAULT_VERIFY, verify_seconds: float | None = VERIFY_SECONDS,
+                 grad_accum_fusion: bool = True,
                  failures: FailureInputs | None = None, cps=None, eps=None, etps=None,
                  tp_comm_overlap: str | None = None, tp_across_network: bool | None = None,
                  moe_a2a_overlap: bool | None = None,
@@ -987,7 +1226,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     expert-tensor-parallel sizes to search (default 1);
     ``tp_comm_overlap``/``tp_across_network``/``cp_comm``/``cp_balance``/``moe_a2a_overlap``: the job's flags that apply to
     the candidates with that parallelism (a base without ``--tp``/``--cp``/``--ep`` cannot hold them; ``None``:
-    ``base``'s)."""
+    ``base``'s). ``verify``: most layouts simulated, ``verify_seconds``: seconds of simulation after the first
+    (``None``: no limit), see :func:`_verify`."""
     t0 = time.perf_counter()
     base = resolve(base).config
     # The search's own inputs, checked as predict checks them: --global-batch 0 reached Layout's
@@ -998,6 +1238,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     check_value("global_batch", global_batch)
     check_search(gpus=gpus, tps=tps, pps=pps, cps=cps, eps=eps, etps=etps, micro_batches=micro_batches,
                  strategies=strategies, recomputes=recomputes, schedules=schedules, top=top, verify=verify,
+                 verify_seconds=verify_seconds,
                  budget_usd=budget_usd, gpu_hour_usd=gpu_hour_usd)
     # The job's own flags, by PredictConfig's rules for the same fields: from Python, tp_comm_overlap="x"
     # ended in Layout's assertion, sequence_parallel=[True] in a TypeError, and a string where a bool
@@ -1038,7 +1279,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         raise ConfigError(f"--no-cp-balance: applies only with context parallelism, and the search has none; give "
                           f"--cp 2 or more (searched by default for a sequence of {CP_MIN_TOKENS:,} tokens or more), "
                           f"or leave it out")
-    counts = {"candidates": 0, "refused_by_placement": 0, "do_not_fit": 0, "over_budget": 0, "ranked": 0}
+    counts = {"candidates": 0, "refused_by_placement": 0, "do_not_fit": 0, "over_budget": 0, "ranked": 0,
+              "verified": 0}
     fitting: list[Estimate] = []
     closest: Estimate | None = None
     searches = []
@@ -1076,26 +1318,86 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     if failures is not None and fitting and not any(e.reliability.expected_wall_s < math.inf for e in fitting):
         raise ConfigError(_never_done_message(fitting, failures))
     fitting.sort(key=lambda e: _key(e, rank_by))
-    verified: list[Estimate] = []
-    for e in fitting[:max(0, verify)]:
-        try:
-            pred = predict(e.candidate.config(base))
-        except DpsimError:
-            continue
-        if not pred.memory.fits:
-            continue
+    verified, verification = _verify(planner, base, fitting, rank_by=rank_by, verify=verify,
+                                     verify_seconds=verify_seconds, failures=failures, tokens=tokens, samples=samples)
+    simulated = {id(e): v for e, v in verified}
+    ranked_verified = sorted((v for v in simulated.values() if v is not None), key=lambda e: _key(e, rank_by))
+    # A layout the simulation finds does not fit is dropped; one it cannot play stays an estimate.
+    rest = [e for e in fitting if id(e) not in simulated or simulated[id(e)] is None
+            and not verification["refused"].get(id(e))]
+    ranked = tuple(ranked_verified + rest)[:max(top, 1)]
+    fitting = ranked_verified + rest
+    del verification["refused"]
+    counts["verified"] = len(ranked_verified)
+    counts["ranked"] = len(fitting)
+    return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
+                      failures=failures, best_memory=closest if not fitting else None, base=base,
+                      verification=verification)
+
+
+def _with_step(planner: Planner, e: Estimate, pred: Prediction | None, step_s: float, *, failures, tokens,
+               samples) -> Estimate:
+    """``e`` at another step (a simulation's ``pred``, or a bound with ``pred`` ``None``): its
+    throughput, MFU, time to train, cost and, with ``failures``, its time through failures."""
+    if pred is not None:
         v = dataclasses.replace(e, step_time_s=pred.step_time_s, samples_per_s=pred.samples_per_s,
                                 tokens_per_s=pred.tokens_per_s, mfu=pred.mfu, memory_bytes=pred.memory.total_bytes,
                                 verified=pred)
-        v = _priced(v, e.usd_per_hour / e.candidate.gpus if e.usd_per_hour else None, tokens=tokens,
-                    samples=samples)
-        verified.append(planner.through_failures(v, failures) if failures is not None else v)
-    verified.sort(key=lambda e: _key(e, rank_by))
-    rest = fitting[len(verified):] if verify else fitting
-    ranked = tuple(verified + [e for e in rest if all(e.candidate != v.candidate for v in verified)])[:max(top, 1)]
-    counts["ranked"] = len(fitting)
-    return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
-                      failures=failures, best_memory=closest if not fitting else None, base=base)
+    else:
+        scale = e.step_time_s / step_s
+        v = dataclasses.replace(e, step_time_s=step_s, samples_per_s=e.samples_per_s * scale,
+                                tokens_per_s=e.tokens_per_s * scale if e.tokens_per_s is not None else None,
+                                mfu=e.mfu * scale if e.mfu is not None else None)
+    v = _priced(v, e.usd_per_hour / e.candidate.gpus if e.usd_per_hour else None, tokens=tokens, samples=samples)
+    return planner.through_failures(v, failures) if failures is not None else v
+
+
+def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, rank_by: str, verify: int,
+            verify_seconds: float | None, failures, tokens, samples) -> tuple[list[tuple[Estimate, Estimate | None]], dict]:
+    """Simulate (``predict``) the fitting layouts, best estimate first, while one could still beat the
+    best simulated so far: a layout estimated at ``e`` simulates in no less than ``e /``
+    ``ESTIMATE_BOUND[1]``, so the first whose time at that bound ranks behind the best simulated one
+    ends it (the estimates are in order, so every later one would too). Also ended by ``verify``
+    layouts or, after the first, ``verify_seconds`` of simulation. Returns ``(estimate, simulated or
+    None)`` pairs and what was done (:attr:`PlanResult.verification`)."""
+    t0 = time.perf_counter()
+    high = ESTIMATE_BOUND[1]
+    out: list[tuple[Estimate, Estimate | None]] = []
+    refused: dict[int, bool] = {}
+    best = None
+    stopped = "none" if not fitting or verify == 0 else "bound"
+    within = 0
+    for e in fitting:
+        if best is not None:
+            bound = _with_step(planner, e, None, e.step_time_s / high, failures=failures, tokens=tokens,
+                               samples=samples)
+            if not _key(bound, rank_by) < best:
+                break
+        within += 1
+        if stopped != "bound":
+            continue  # counting the layouts within the bound that were not simulated
+        if len(out) >= verify:
+            stopped = "count"
+            continue
+        if out and verify_seconds is not None and time.perf_counter() - t0 > verify_seconds:
+            stopped = "time"
+            continue
+        try:
+            pred = predict(e.candidate.config(base))
+        except DpsimError:
+            out.append((e, None))
+            continue
+        if not pred.memory.fits:  # the one memory model: not expected, but never listed as fitting
+            refused[id(e)] = True
+            out.append((e, None))
+            continue
+        v = _with_step(planner, e, pred, pred.step_time_s, failures=failures, tokens=tokens, samples=samples)
+        out.append((e, v))
+        key = _key(v, rank_by)
+        best = key if best is None or key < best else best
+    return out, {"simulated": sum(1 for _, v in out if v is not None), "within_bound": within,
+                 "stopped_by": stopped, "seconds": time.perf_counter() - t0, "bound": list(ESTIMATE_BOUND),
+                 "refused": refused}
 
 
 def _never_done_message(fitting: list[Estimate], failures: FailureInputs) -> str:

@@ -124,6 +124,22 @@ def _print_recommendation(console: Console, r) -> None:
         f"({r.expected_wall_no_spares_s / 86400:,.2f} d without spares)")
 
 
+def _verification_line(result) -> str:
+    """How many layouts were simulated, and why no more: the table's ``*`` and ``~`` rows."""
+    v = result.verification
+    if not v:
+        return "* simulated step by step, with its p10-p90 model error; ~ closed-form estimate."
+    low, high = v["bound"]
+    why = {"bound": "no other estimate could beat the best simulated one",
+           "count": "--verify reached", "time": "--verify-seconds reached",
+           "none": "--verify 0" if result.ranked else "nothing fits"}[v["stopped_by"]]
+    left = v["within_bound"] - v["simulated"]
+    n = v["simulated"]
+    return (f"* simulated step by step (ranked by it, p10-p90 model error in brackets): {n} layout{'s' * (n != 1)} in "
+            f"{v['seconds']:.1f} s ({why}{f'; {left} more could have' if left > 0 else ''}); ~ closed-form "
+            f"estimate only (within {low:.2f}x-{high:.2f}x of its simulation, measured), ranked after them.")
+
+
 def print_plan(result, base, *, global_batch: int, console: Console | None = None) -> None:
     """``dpsim plan``'s table, the chosen layout's breakdown and the search's counts."""
     console = console or Console(width=max(Console().width, 110))
@@ -137,13 +153,15 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
     if failures:
         cols += ["ckpt write", "through failures", "goodput", "ckpt every", "spares", "expected cost"]
     for col in cols:
-        table.add_column(col, justify="left" if col == "layout" else "right", no_wrap=True)
+        # The rank keeps room for its mark (* simulated, ~ estimated) when a narrow terminal squeezes the table.
+        table.add_column(col, justify="left" if col == "layout" else "right", no_wrap=True,
+                         min_width=len(str(len(result.ranked))) + 1 if col == "#" else None)
     for i, e in enumerate(result.ranked, 1):
         table.add_row(
-            f"{i}{'*' if e.verified is not None else ''}", escape(_short(e.candidate)),
-            format_seconds(e.step_time_s) + ("" if e.model_error is None else
-                                             f" ({format_seconds(e.model_error.low_s)} - "
-                                             f"{format_seconds(e.model_error.high_s)})"),
+            f"{i}{'*' if e.verified is not None else '~'}", escape(_short(e.candidate)),
+            (format_seconds(e.step_time_s) if e.verified is not None else f"~{format_seconds(e.step_time_s)} est.")
+            + ("" if e.model_error is None else f" ({format_seconds(e.model_error.low_s)} - "
+                                                f"{format_seconds(e.model_error.high_s)})"),
             f"{e.tokens_per_s:,.0f}" if tokens and e.tokens_per_s else f"{e.samples_per_s:,.1f}",
             "-" if e.mfu is None else _pct(e.mfu), format_bytes(e.memory_bytes),
             "-" if e.time_to_train_s is None else f"{e.time_to_train_s / 86400:,.1f} d",
@@ -153,8 +171,8 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
                   "iN = interleaved with N chunks per stage, "
                   "data-parallel strategy, micro-batch, sel/full/op/megatron/moe = recomputation, "
                   "sp = sequence parallelism")
-    console.print(f"* simulated step by step, with its p10-p90 model error; the others are closed-form "
-                  f"estimates. Refused: "
+    console.print(_verification_line(result))
+    console.print(f"Refused: "
                   f"{counts['do_not_fit']} do not fit in memory, {counts['refused_by_placement']} cannot be placed"
                   + (f", {counts['over_budget']} over budget" if counts.get("over_budget") else ""))
     best = result.best

@@ -807,7 +807,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         if reshard:
             for c in range(v):
                 # Every parameter, experts too: the experts' edp groups are not split out here.
-                buckets = _buckets(chunks[s][c], dp.bucket_elements, _all_numel)
+                buckets = gradient_buckets(chunks[s][c], dp.bucket_elements, _all_numel)
                 fp8_by_layer = {lw.index: lw.fp8_numel for lw in chunks[s][c].layers}
                 fp8_of = lambda members: sum(fp8_by_layer[i] for i in members)  # noqa: E731
                 for j in range(m):
@@ -840,7 +840,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         for group, _, numel_of, label0 in groups:
             for c in range(v):
                 work = chunks[s][c]
-                buckets = _buckets(work, dp.bucket_elements, numel_of)
+                buckets = gradient_buckets(work, dp.bucket_elements, numel_of)
                 if dp.strategy in ("fsdp",) or (dp.strategy == "zero1" and overlap and not dp.internlm):
                     # Gathered bucket by bucket in forward order; each layer's first forward
                     # waits only for the bucket holding its parameters.
@@ -1081,7 +1081,7 @@ def _all_numel(lw) -> int:
     return lw.grad_numel
 
 
-def _buckets(work: ChunkWork, bucket_elements: int, numel_of=_dense_numel) -> list[tuple[int, int, tuple[int, ...]]]:
+def gradient_buckets(work: ChunkWork, bucket_elements: int, numel_of=_dense_numel) -> list[tuple[int, int, tuple[int, ...]]]:
     """Gradient buckets of a chunk in backward order: ``(layer whose backward completes it,
     parameters, its layers)``; a layer larger than the bucket forms one of its own.
     ``numel_of``: the parameters of a layer the buckets hold (its dense ones, or its experts')."""

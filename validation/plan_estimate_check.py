@@ -1,0 +1,116 @@
+"""How far ``dpsim plan``'s closed-form estimate is from the simulation it prunes for:
+``python validation/plan_estimate_check.py``.
+
+For each job (model, GPU count, global batch, on the ``infiniband`` preset with H100s and
+``bf16-params``, as issue 28's ``plan`` commands), every layout of the planner's default search
+is estimated (:meth:`dpsim.plan.planner.Planner.estimate`); of those that fit, the ``--best``
+fastest estimates and ``--sample`` more drawn at random (seeded) are simulated by ``predict``
+(the pipeline engine). Printed: per job and over all of them, the distribution of estimate /
+simulation (below 1: the closed form is optimistic), and the layouts furthest off.
+
+Nothing here is a measurement of hardware: it checks one dpsim model (the closed form)
+against another (the step-by-step simulation), whose error against published runs is
+measured elsewhere (``accuracy_large_models.py``). The bound the planner uses to decide what
+to simulate (:data:`dpsim.plan.planner.ESTIMATE_BOUND`) is checked against this distribution.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dpsim.errors import DpsimError  # noqa: E402
+from dpsim.plan.planner import Planner  # noqa: E402
+from dpsim.predict.config import PredictConfig  # noqa: E402
+from dpsim.predict.resolve import resolve  # noqa: E402
+from dpsim.predict.run import predict  # noqa: E402
+
+JOBS = (
+    ("llama-3-70b", 1024, 1024),
+    ("llama-3-70b", 4096, 2048),
+    ("llama-3-405b", 2048, 2048),
+    ("llama-3-405b", 16384, 2048),
+    ("mixtral-8x7b", 1024, 1024),
+    ("deepseek-v3", 4096, 2048),
+    ("deepseek-v3", 16384, 2048),
+)
+"""(model, GPUs, global batch): dense and mixture-of-experts models, 1k to 16k GPUs."""
+
+
+def quantiles(values: list[float]) -> dict:
+    s = sorted(values)
+    q = statistics.quantiles(s, n=20, method="inclusive") if len(s) > 1 else s * 19
+    return {"n": len(s), "min": s[0], "p5": q[0], "median": statistics.median(s), "p95": q[-1], "max": s[-1]}
+
+
+def check_job(model: str, gpus: int, global_batch: int, *, best: int, sample: int, seed: int) -> list[dict]:
+    base = resolve(PredictConfig(model=model, link="infiniband", precision="bf16-params", micro_batch=1)).config
+    planner = Planner(base)
+    cands, _ = planner.candidates(gpus, global_batch=global_batch)
+    t0 = time.perf_counter()
+    fitting = [e for e in (planner.estimate(c, global_batch=global_batch) for c in cands) if e.fits]
+    t_est = time.perf_counter() - t0
+    fitting.sort(key=lambda e: e.step_time_s)
+    # Drawn from the rest in a fixed order (their flags), so that a change of the estimate changes
+    # which layouts are the fastest estimates but not which are drawn.
+    rest = sorted(fitting[best:], key=lambda e: e.candidate.flags())
+    chosen = [(e, True) for e in fitting[:best]] + \
+        [(e, False) for e in random.Random(seed).sample(rest, min(sample, len(rest)))]
+    rows = []
+    t0 = time.perf_counter()
+    for e, top in chosen:
+        try:
+            sim = predict(e.candidate.config(base)).step_time_s
+        except DpsimError as exc:
+            print(f"  {e.candidate.flags()}: {exc}", file=sys.stderr)
+            continue
+        rows.append({"model": model, "gpus": gpus, "flags": e.candidate.flags(), "top": top,
+                     "estimate_s": e.step_time_s, "simulated_s": sim, "ratio": e.step_time_s / sim})
+    print(f"{model} on {gpus:,} GPUs (global batch {global_batch}): {len(cands):,} layouts, {len(fitting):,} fit, "
+          f"estimated in {t_est:.2f} s; {len(rows)} simulated in {time.perf_counter() - t0:.1f} s")
+    return rows
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--best", type=int, default=8, help="fastest estimates simulated per job")
+    ap.add_argument("--sample", type=int, default=16, help="more layouts drawn at random per job")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", help="comma-separated models")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args(argv)
+    only = set(args.only.split(",")) if args.only else None
+    rows = []
+    for model, gpus, gb in JOBS:
+        if only and model not in only:
+            continue
+        rows += check_job(model, gpus, gb, best=args.best, sample=args.sample, seed=args.seed)
+    print()
+    print(f"{'estimate / simulation':32s} {'n':>4s} {'min':>6s} {'p5':>6s} {'median':>6s} {'p95':>6s} {'max':>6s}")
+    groups = {}
+    for r in rows:
+        groups.setdefault(f"{r['model']} @ {r['gpus']}", []).append(r["ratio"])
+    groups["all"] = [r["ratio"] for r in rows]
+    groups["all, fastest estimates"] = [r["ratio"] for r in rows if r["top"]]
+    for name, ratios in groups.items():
+        if ratios:
+            q = quantiles(ratios)
+            print(f"{name:32s} {q['n']:4d} {q['min']:6.3f} {q['p5']:6.3f} {q['median']:6.3f} {q['p95']:6.3f} "
+                  f"{q['max']:6.3f}")
+    print("\nfurthest off:")
+    for r in sorted(rows, key=lambda r: abs(r["ratio"] - 1), reverse=True)[:8]:
+        print(f"  {r['ratio']:.3f}  {r['model']} {r['flags']}  ({r['estimate_s']:.3f} s vs {r['simulated_s']:.3f} s)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
