@@ -240,6 +240,13 @@ HAND_CASES = [
     # plan: its own --global-batch and budget (the base config never sees them)
     E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "0"], "--global-batch"),
     E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "64", "--tokens", "1e300"], "--tokens"),
+    # A search the flags leave empty is an error naming them, not "no layout fits; add GPUs" with exit 0
+    E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "64", "--tp", "3"], "--tp: 3"),
+    E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "64", "--micro-batches", "3"], "--micro-batches: 3"),
+    E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "64", "--tp", "3", "--cp", "3"], "--tp: 3", "--cp 3"),
+    E("plan", ["--gpus", "16", "--model", "resnet50", "--global-batch", "64", "--cp", "2"], "--cp: 2"),
+    E("plan", ["--gpus", "16", "--model", "mixtral-8x7b", "--global-batch", "64", "--ep", "3"], "--ep: 3"),
+    E("plan", ["--gpus", "1", "--model", "gpt2", "--global-batch", "64", "--strategies", "zero1"], "--strategies"),
     # memory
     E("memory", ["--gpus", "0"], "--gpus"),
     E("memory", ["--micro-batch", "1e9"], "--micro-batch"),
