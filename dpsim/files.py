@@ -75,6 +75,11 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen = set()
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            # ``<<: *base``: YAML's merge key, flattened by construct_mapping below (keys written here
+            # override merged ones, as YAML says). Constructing it as a key failed: "could not determine
+            # a constructor for the tag 'tag:yaml.org,2002:merge'".
+            continue
         key = loader.construct_object(key_node, deep=deep)
         try:
             duplicate = key in seen

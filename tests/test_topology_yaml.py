@@ -466,3 +466,20 @@ def test_duplicate_key_is_refused_with_its_line(tmp_path):
     f.write_text("name: a\nname: b\n")
     with pytest.raises(TopologyError, match=r"line 2.*'name' appears twice"):
         load_topology_file(f)
+
+
+def test_yaml_merge_keys_are_read_as_yaml_says(tmp_path, capsys):
+    # ``<<: *base`` shares settings between jobs of a mix (or grids, topologies); the strict loader
+    # refused it: "could not determine a constructor for the tag 'tag:yaml.org,2002:merge'".
+    from dpsim.cli import main
+    from dpsim.files import load_yaml_text
+
+    doc = load_yaml_text("b: &b {x: 1, y: 2}\nc: {<<: *b, y: 3}\nd: {<<: [*b], z: 0}\n")
+    assert doc["c"] == {"x": 1, "y": 3} and doc["d"] == {"x": 1, "y": 2, "z": 0}
+    with pytest.raises(Exception, match="'y' appears twice"):  # a key written twice is still refused
+        load_yaml_text("c: {<<: {x: 1}, y: 1, y: 2}\n")
+    mix = tmp_path / "mix.yaml"
+    mix.write_text("cluster: {link: nvlink, gpus: 16}\n"
+                   "jobs:\n  - &job {name: a, model: gpt2, gpus: 8, steps: 3}\n  - {<<: *job, name: b}\n")
+    assert main(["mix", str(mix), "--json"]) == 0
+    assert [j["name"] for j in json.loads(capsys.readouterr().out)["jobs"]] == ["a", "b"]
