@@ -103,6 +103,8 @@ def convert_value(axis: str, raw: Any, origin: str = "sweep") -> Any:
         return value
     if isinstance(raw, str) and text:
         return text
+    if choices and isinstance(raw, int) and not isinstance(raw, bool) and str(raw) in choices:
+        return str(raw)  # ``fsdp_version: [2]``: YAML reads the choice '2' as a number
     raise bad
 
 

@@ -939,6 +939,10 @@ def check_value(name: str, value: Any) -> None:
         return
     if choices:
         if not (isinstance(value, str) and value in choices):
+            if not isinstance(value, str) and str(value) in choices:
+                # fsdp_version=2 read "2 is not known; choose one of 1, 2"
+                raise ConfigError(f"{flag}: {value!r} is a number, but its choices are text: give "
+                                  f"{str(value)!r} (one of {', '.join(map(repr, choices))})")
             raise ConfigError(f"{flag}: {short(value)} is not known; choose one of {', '.join(choices)}")
         return
     rule: Range | None = setting_field(name).metadata.get("rule")
