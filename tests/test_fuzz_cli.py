@@ -464,3 +464,19 @@ def test_a_report_at_the_extremes_prints_human_numbers(capsys, tmp_path):
     check_outcome(run_cli(args, capsys), args, "ok")
     text = re.sub(r"<[^>]+>", " ", re.sub(r"<script.*?</script>", "", out.read_text(), flags=re.S))
     check_sane_output(text, "report.html")
+
+
+TINY = "transformer:hidden=64,layers=2,heads=4,vocab=1000,seq=128,ffn=128"
+
+
+@pytest.mark.parametrize("args, expect, needles", [
+    # An empty inner stage of --stage-layers was told "use at most 2 chunks (fewer stages...)", yet
+    # 0,1,1,0 on the same 4 stages runs: the ends may be empty, an inner stage may not.
+    (["--pp", "4", "--stage-layers", "1,0,0,1"], "error", ("--stage-layers: 1,0,0,1", "first and the last")),
+    (["--pp", "4", "--stage-layers", "0,1,1,0"], "ok", ()),
+    (["--pp", "2", "--schedule", "1f1b-interleaved", "--virtual-stages", "2", "--stage-layers", "1,1,0,0",
+      "--grad-accum", "2"], "error", ("--stage-layers: 1,1,0,0",)),
+])
+def test_stage_layers_with_an_empty_stage(args, expect, needles, capsys):
+    full = ["predict", "--gpus", "8", "--link", "nvlink", "--model", TINY, *args]
+    check_outcome(run_cli(full, capsys), full, expect, needles)
