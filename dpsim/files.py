@@ -96,6 +96,21 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
+class DuplicateJsonKey(ValueError):
+    """A JSON object names one key twice (``json`` keeps the last in silence)."""
+
+
+def json_object_no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    """``object_pairs_hook`` for a user's JSON: a key written twice is an error, as in the YAML files
+    (a profile with two ``"bus_bandwidth_bytes_per_s"`` used whichever came last)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateJsonKey(f"key {short(key)} appears twice in one object")
+        out[key] = value
+    return out
+
+
 def load_yaml_text(text: str) -> Any:
     """Parse YAML text with the strict loader (raises ``yaml.YAMLError`` for every problem of the text)."""
     try:
