@@ -483,3 +483,20 @@ def test_yaml_merge_keys_are_read_as_yaml_says(tmp_path, capsys):
                    "jobs:\n  - &job {name: a, model: gpt2, gpus: 8, steps: 3}\n  - {<<: *job, name: b}\n")
     assert main(["mix", str(mix), "--json"]) == 0
     assert [j["name"] for j in json.loads(capsys.readouterr().out)["jobs"]] == ["a", "b"]
+
+
+@pytest.mark.parametrize("gpu, ok", [("a100", False), ("v100", False), ("h100", True)])
+def test_nvls_true_needs_a_hopper_or_later_gpu(tmp_path, capsys, gpu, ok):
+    # nvls: true on an A100 server ran NVLS (in-switch reduction) at a bus bandwidth above NVLink3's
+    # line rate; NCCL builds NVLS kernels for compute capability 9.0 and later only.
+    data = preset_dict("nvlink")
+    data["node"]["nvls"] = True
+    data["gpu"] = gpu
+    path = write_yaml(tmp_path, data)
+    args = ["collective", "--topology", str(path), "--gpus", "8", "-b", "1G", "-e", "1G"]
+    status = main(args)
+    err = capsys.readouterr().err
+    if ok:
+        assert status == 0
+    else:
+        assert status == 2 and err.count("\n") == 1 and "node.nvls: true" in err and gpu in err
