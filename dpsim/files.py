@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -94,6 +95,13 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+# YAML 1.2 (and JSON) read ``4e2`` and ``1e-3`` as numbers; PyYAML follows YAML 1.1, whose float needs a
+# dot, so ``nic_gbit_per_s: 4e2`` was the text '4e2' and refused as "'4e2' is not valid; expected
+# number>0". Resolved after PyYAML's own float and int patterns, so only that spelling changes.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 
 class DuplicateJsonKey(ValueError):

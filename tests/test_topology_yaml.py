@@ -500,3 +500,19 @@ def test_nvls_true_needs_a_hopper_or_later_gpu(tmp_path, capsys, gpu, ok):
         assert status == 0
     else:
         assert status == 2 and err.count("\n") == 1 and "node.nvls: true" in err and gpu in err
+
+
+def test_a_number_in_exponent_form_is_a_number(tmp_path, capsys):
+    # YAML 1.1 needs a dot in a float: nic_gbit_per_s: 4e2 was the text '4e2', refused as
+    # "'4e2' is not valid; expected number>0". YAML 1.2 and JSON read it as 400.
+    from dpsim.files import load_yaml_text
+
+    assert load_yaml_text("a: 4e2\nb: -1E-3\nc: '4e2'\nd: e3\n") == {"a": 400.0, "b": -0.001, "c": "4e2", "d": "e3"}
+    data = preset_dict("infiniband")
+    path = write_yaml(tmp_path, data)
+    path.write_text(path.read_text().replace("nic_gbit_per_s: 400", "nic_gbit_per_s: 4e2"))
+    assert "4e2" in path.read_text()
+    assert main(["predict", "--topology", str(path), "--gpus", "16", "--model", "gpt2", "--json"]) == 0
+    mine = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main(["predict", "--link", "infiniband", "--gpus", "16", "--model", "gpt2", "--json"]) == 0
+    assert mine == json.loads(capsys.readouterr().out)["step_time_s"]
