@@ -391,3 +391,23 @@ def test_cli_sweep_errors_are_one_line(capsys, args, needles):
     assert len(lines) == 1 and lines[0].startswith("dpsim: error: ")
     for needle in needles:
         assert needle in lines[0], lines[0]
+
+
+def test_model_axis_takes_what_predict_takes(capsys, tmp_path):
+    # --model's help offers a shape and a torch builder. The shape's own commas split it into
+    # values of their own ("layers, heads, vocab, seq missing"), and a builder was refused as
+    # "not a catalog model", from the command line, a sweep file and dpsim.sweep alike.
+    shape = "transformer:hidden=64,layers=2,heads=4,vocab=1000,seq=128,ffn=128"
+    rc, out, err = run_cli(capsys, "sweep", "--gpus", "8", "--link", "nvlink", "--model", f"{shape},gpt2", "--json")
+    assert rc == 0, err
+    assert [r["model"] for r in json.loads(out)["rows"]] == ["transformer", "gpt2"]
+    builder = tmp_path / "net.py"
+    builder.write_text("import torch\ndef build():\n    return torch.nn.Linear(16, 16)\n")
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"grid: {{gpus: [8, 16], link: [nvlink], model: ['{builder}:build'], input_shape: ['4,16']}}\n")
+    rc, out, err = run_cli(capsys, "sweep", "--config", str(spec), "--json")
+    assert rc == 0, err
+    assert [r["n_gpus"] for r in json.loads(out)["rows"]] == [8, 16]
+    spec.write_text(f"grid: {{gpus: [8], model: ['{tmp_path / 'gone.py'}:build']}}\n")
+    rc, _, err = run_cli(capsys, "sweep", "--config", str(spec))
+    assert rc == 2 and "grid model" in err and "does not exist" in err

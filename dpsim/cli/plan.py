@@ -17,6 +17,7 @@ from dpsim.cli.options import axis_options, config_options
 from dpsim.cli.panels import BUDGET, EXECUTION, GRID, OUTPUT
 from dpsim.cli.predict import PREDICT_FIELDS, SINGLE_GPU_SAMPLES_PER_S, predict_config
 from dpsim.errors import ConfigError
+from dpsim.workload.shapes import is_shape_ref
 from dpsim.limits import (
     MAX_GPUS,
     MAX_REPEATED_FLAGS,
@@ -202,7 +203,15 @@ def _split(raw: str, flag: str) -> list[str]:
     values = [v.strip() for v in str(raw).split(",")]
     if not values or any(not v for v in values):
         raise ConfigError(f"{flag}: {raw!r} is not valid; give comma-separated values without empty items")
-    return values
+    # A model's shape has commas of its own (transformer:hidden=64,layers=2,...): its KEY=VALUE items
+    # stay with it. They were values of their own, so the shape lost every key after the first.
+    joined: list[str] = []
+    for v in values:
+        if joined and is_shape_ref(joined[-1]) and "=" in v and ":" not in v:
+            joined[-1] += "," + v
+        else:
+            joined.append(v)
+    return joined
 
 
 def _model_error_cell(col: str, row: dict) -> str:

@@ -19,6 +19,7 @@ from dpsim.predict.config import SETTINGS, PredictConfig, check_value, field_kin
 from dpsim.profile.io import load_profile
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.workload.catalog import get_entry
+from dpsim.workload.model_ref import is_torch_model_ref, parse_model_ref
 
 AXIS_ALIASES = {"topology": "topology_file"}
 """Command-line spellings of ``PredictConfig`` fields."""
@@ -121,7 +122,12 @@ def _check_domain(axis: str, value: Any, where: str) -> None:
         if axis == "link":
             load_preset(value)
         elif axis == "model":
-            get_entry(value)
+            if is_torch_model_ref(value):
+                # A builder (file.py:fn), as predict takes it: traced when its point runs. It was
+                # refused as "not a catalog model", though --model's help offers it.
+                parse_model_ref(value, calls=True)
+            else:
+                get_entry(value)
         elif axis == "gpu":
             get_gpu(value)
         elif axis == "topology_file":
