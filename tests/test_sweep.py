@@ -411,3 +411,19 @@ def test_model_axis_takes_what_predict_takes(capsys, tmp_path):
     spec.write_text(f"grid: {{gpus: [8], model: ['{tmp_path / 'gone.py'}:build']}}\n")
     rc, _, err = run_cli(capsys, "sweep", "--config", str(spec))
     assert rc == 2 and "grid model" in err and "does not exist" in err
+
+
+def test_a_sweep_file_reads_its_model_and_profile_files_next_to_itself(capsys, tmp_path, monkeypatch):
+    # Its topology was read next to it, a relative builder file or profile from the working directory.
+    import shutil
+
+    from dpsim.profile.io import shipped_profiles_dir
+
+    (tmp_path / "net.py").write_text("import torch\ndef build():\n    return torch.nn.Linear(16, 16)\n")
+    shutil.copy(shipped_profiles_dir() / "a100-nvswitch-8gpu.json", tmp_path / "p.json")
+    (tmp_path / "s.yaml").write_text("grid: {gpus: [8], link: [nvlink], model: ['net.py:build'], "
+                                     "input_shape: ['4,16'], calibration: [p.json, null]}\n")
+    monkeypatch.chdir(tmp_path.parent)
+    rc, out, err = run_cli(capsys, "sweep", "--config", str(tmp_path / "s.yaml"), "--json")
+    assert rc == 0, err
+    assert len(json.loads(out)["rows"]) == 2

@@ -41,7 +41,7 @@ from dpsim.files import read_yaml_file
 from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_SPAN_S, MAX_RECOVERY_S
 from dpsim.plan.reliability import DEFAULT_RESTART_S, FailureRates, parse_long_duration_s
 from dpsim.units import parse_bandwidth_bytes_per_s
-from dpsim.workload.model_ref import is_torch_model_ref
+from dpsim.workload.model_ref import model_ref_next_to
 
 POLICIES = ("packed", "spread", "rail-aligned", "topology-aware")
 """Placement policies a job may name (or give ``nodes``: a user placement)."""
@@ -475,21 +475,10 @@ def load_mix(path: str | Path) -> MixSpec:
     if spec.topology_file is not None and not Path(spec.topology_file).is_absolute():
         spec = replace(spec, topology_file=str(Path(path).parent / spec.topology_file))
     jobs = tuple(replace(job, predict=tuple((k, _next_to(path, v) if k == "calibration" else
-                                             _model_next_to(path, v) if k == "model" else v)
+                                             model_ref_next_to(v, Path(path).parent) if k == "model" else v)
                                             for k, v in job.predict))
                  for job in spec.jobs)
     return replace(spec, jobs=jobs)
-
-
-def _model_next_to(path: str | Path, value: Any) -> Any:
-    """A builder file named by a relative path (``model: net.py:build``) is the one next to the mix
-    file, as its topology and profiles are; it was looked for in the working directory."""
-    if not (isinstance(value, str) and is_torch_model_ref(value)):
-        return value
-    target = value.strip().split(":", 1)[0]
-    if not target.endswith(".py") or Path(target).is_absolute():
-        return value  # package.module:fn, or a file given in full
-    return str(Path(path).parent / target) + value.strip()[len(target):]
 
 
 def _next_to(path: str | Path, value: Any) -> Any:

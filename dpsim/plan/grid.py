@@ -19,7 +19,7 @@ from dpsim.predict.config import SETTINGS, PredictConfig, check_value, field_kin
 from dpsim.profile.io import load_profile
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.workload.catalog import get_entry
-from dpsim.workload.model_ref import is_torch_model_ref, parse_model_ref
+from dpsim.workload.model_ref import is_torch_model_ref, model_ref_next_to, parse_model_ref
 
 AXIS_ALIASES = {"topology": "topology_file"}
 """Command-line spellings of ``PredictConfig`` fields."""
@@ -184,6 +184,11 @@ class SweepSpec:
                 value = convert_value(axis, v, origin)
                 if axis == "topology_file" and value is not None and base_dir is not None:
                     value = str((base_dir / value)) if not Path(value).is_absolute() else value
+                if base_dir is not None and axis == "model":
+                    value = model_ref_next_to(value, base_dir)  # a builder file, as the topology: next to the file
+                if (base_dir is not None and axis == "calibration" and isinstance(value, str)
+                        and value.endswith(".json") and not Path(value).is_absolute()):
+                    value = str(base_dir / value)  # a profile file (a shipped name stays), as mix reads it
                 _check_domain(axis, value, _where(origin, axis))
                 converted.append(value)
             if len(set(map(repr, converted))) != len(converted):
