@@ -210,6 +210,17 @@ HAND_CASES = [
     E("predict", [*SMALL, "--steps", "5000", "--grad-accum", "4"], "--steps", "--grad-accum"),
     E("predict", [*SMALL, "--strategy", "zero3", "--bucket-cap-mb", "25"], "--bucket-cap-mb"),
     E("predict", [*SMALL, "--calibration", "no-such-profile"], "--calibration"),
+    # Dropped in silence: a profile's fits are what NCCL chose on the measured cluster, alone on it
+    E("predict", ["--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--calibration", "aws-p4de-2node",
+                  "--algo", "tree"], "--algo: 'tree'", "--calibration"),
+    E("predict", ["--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--calibration", "aws-p4de-2node",
+                  "--proto", "LL"], "--proto: 'LL'", "--calibration"),
+    E("predict", ["--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--calibration", "aws-p4de-2node",
+                  "--jobs", "2"], "--jobs: 2", "--calibration"),
+    E("collective", ["--gpus", "16", "--link", "infiniband", "--calibration", "aws-p4de-2node", "--algo", "ring"],
+      "--algo: 'ring'"),
+    OK("predict", ["--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--calibration", "aws-p4de-2node",
+                   "--algo", "", "--jobs", "1"]),
     E("predict", [*SMALL, "--bogus-flag", "1"], "--bogus-flag"),
     E("predict", [*SMALL, "--gpus"], "--gpus"),
     # valid extremes: finite, humanly formatted
