@@ -222,6 +222,9 @@ HAND_CASES = [
     OK("predict", ["--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--calibration", "aws-p4de-2node",
                    "--algo", "", "--jobs", "1"]),
     E("predict", [*SMALL, "--bogus-flag", "1"], "--bogus-flag"),
+    # a switch is named as typed ("--sequence-parallel: True applies only with tensor parallelism")
+    E("predict", [*SMALL, "--sequence-parallel"], "--sequence-parallel: applies only with tensor"),
+    E("predict", [*SMALL, "--no-cp-balance"], "--no-cp-balance: applies only with context"),
     E("predict", [*SMALL, "--gpus"], "--gpus"),
     # valid extremes: finite, humanly formatted
     OK("predict", [*SMALL, "--json"]),

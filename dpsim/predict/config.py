@@ -707,7 +707,7 @@ class PredictConfig:
         if p.cp == 1:
             for name, default in (("cp_comm", "p2p"), ("cp_balance", True)):
                 if self.value_of(name) != default:
-                    raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies only with context "
+                    raise ConfigError(f"{_given_flag(name, self.value_of(name))} applies only with context "
                                       f"parallelism; give --cp 2 or more, or leave it out")
         parse_routing(p.moe_routing)  # a one-line --moe-routing error now, not mid-prediction
         experts = p.ep * p.etp
@@ -739,7 +739,7 @@ class PredictConfig:
             for name, default in (("sequence_parallel", False), ("tp_comm_overlap", "backward"),
                                   ("tp_across_network", False)):
                 if self.value_of(name) != default:
-                    raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies only with tensor "
+                    raise ConfigError(f"{_given_flag(name, self.value_of(name))} applies only with tensor "
                                       f"parallelism; give --tp 2 or more, or leave it out")
         if p.tp_comm_overlap == "async" and not p.sequence_parallel:
             # torch's micro-pipeline pass fuses all-gather and reduce-scatter with their matmuls, no all-reduce.
@@ -902,6 +902,15 @@ def _type_hints() -> dict[str, Any]:
 
 
 @cache
+def _given_flag(name: str, value: Any) -> str:
+    """``--sequence-parallel:``, ``--no-cp-balance:`` or ``--cp-comm: 'a2a'`` as the user typed it (a
+    boolean read "--sequence-parallel: True applies only with...")."""
+    if isinstance(value, bool):
+        flag = flag_name(name)
+        return f"{flag}:" if value else f"--no-{flag.removeprefix('--')}:"
+    return f"{flag_name(name)}: {value!r}"
+
+
 def field_kind(name: str) -> tuple[type, bool, tuple[str, ...]]:
     """(base type, whether None is allowed, the choices of a Literal or ``()``) of field ``name``."""
     annotation = _type_hints()[name]
