@@ -163,6 +163,12 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
         near = result.best_memory
         hint = (f"; closest: {escape(near.candidate.flags())} needs {format_bytes(near.memory_bytes)} of "
                 f"{format_bytes(near.usable_bytes)} usable") if near is not None else ""
+        if counts.get("over_budget"):
+            # It said "no layout fits; add GPUs" when every layout fitted but cost more than --budget-usd.
+            console.print(f"[bold red]no layout is within --budget-usd[/bold red]: {counts['over_budget']:,} fit in "
+                          f"memory but cost more{hint.replace(';', ' (of the others,', 1) + ')' if hint else ''}; "
+                          f"raise the budget or lower --tokens/--samples")
+            return
         console.print(f"[bold red]no layout fits[/bold red]{hint}; add GPUs, or allow more tensor parallelism")
         return
     console.print(f"best: {escape(best.candidate.command(base))}")
