@@ -249,6 +249,16 @@ def _umask_mode() -> int:
     return 0o666 & ~umask
 
 
+def _existing_or_umask_mode(path: Path) -> int:
+    """The permission bits a plain ``open(path, "w")`` leaves: an existing file keeps its own (a report
+    or sweep written over a 0600 file came out 0644, readable by all), a new one gets the umask's."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return _umask_mode()
+    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else _umask_mode()
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "output",
                   error: type[DpsimError] = ConfigError) -> Iterator[Path]:
@@ -256,7 +266,7 @@ def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "out
 
     For writers that want a file name (pandas, pyarrow). If the block raises (or is
     interrupted) the temporary file is removed and ``path`` is left as it was. ``mode``:
-    permission bits (default: what a plain ``open`` gives under the umask). A write that
+    permission bits (default: what a plain ``open`` gives: an existing file's own, else the umask's). A write that
     fails (no permission, a full disk) is an ``error`` (ConfigError) naming ``flag``, not an OSError.
     """
     path = Path(path)
@@ -266,7 +276,7 @@ def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "out
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
-        os.chmod(tmp, _umask_mode() if mode is None else mode)
+        os.chmod(tmp, _existing_or_umask_mode(path) if mode is None else mode)
         refuse_special_output(path, flag, error)
         os.replace(tmp, path)
     except OSError as exc:
@@ -282,7 +292,7 @@ def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "out
 
 def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None, flag: str = "output",
                       error: type[DpsimError] = ConfigError) -> Path:
-    """Write ``text`` to ``path`` atomically (UTF-8); ``mode``: permission bits (default: the umask's);
+    """Write ``text`` to ``path`` atomically (UTF-8); ``mode``: permission bits (default: an existing file's own, else the umask's);
     ``flag``: named by the one-line ``error`` of a failed write."""
     path = Path(path)
     with atomic_output(path, mode=mode, flag=flag, error=error) as tmp:

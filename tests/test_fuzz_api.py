@@ -11,6 +11,7 @@ spells it with. All are refused before any simulation runs (milliseconds each).
 from __future__ import annotations
 
 import json
+import os
 import math
 
 import pytest
@@ -254,3 +255,17 @@ def test_every_row_of_a_sweep_names_its_axis_values(capsys):
                  "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["compile"] for r in rows] == [False, True]
+
+
+def test_an_output_written_over_a_private_file_stays_private(tmp_path, capsys):
+    # The atomic write gave its temporary file the umask's bits: a 0600 results file came back 0644.
+    out = tmp_path / "r.csv"
+    out.write_text("old\n")
+    out.chmod(0o600)
+    assert main(["sweep", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "-o", str(out)]) == 0
+    assert (out.stat().st_mode & 0o777) == 0o600 and out.read_text() != "old\n"
+    fresh = tmp_path / "new.csv"
+    assert main(["sweep", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "-o", str(fresh)]) == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (fresh.stat().st_mode & 0o777) == 0o666 & ~umask
