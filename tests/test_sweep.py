@@ -427,3 +427,12 @@ def test_a_sweep_file_reads_its_model_and_profile_files_next_to_itself(capsys, t
     rc, out, err = run_cli(capsys, "sweep", "--config", str(tmp_path / "s.yaml"), "--json")
     assert rc == 0, err
     assert len(json.loads(out)["rows"]) == 2
+
+
+def test_the_results_never_replace_the_sweep_file(capsys, tmp_path):
+    # A sweep file may be JSON (YAML reads it): -o on the same file replaced the grid with the results.
+    grid = tmp_path / "grid.json"
+    grid.write_text('{"grid": {"gpus": [8], "link": ["nvlink"], "model": ["gpt2"]}}\n')
+    before = grid.read_text()
+    rc, _, err = run_cli(capsys, "sweep", "--config", str(grid), "-o", str(grid))
+    assert rc == 2 and "is the --config file" in err and grid.read_text() == before

@@ -156,6 +156,14 @@ def sweep_command(
         if path_kind(output, "-o/--output") == "dir":
             raise ConfigError(f"-o/--output: {output!r} is a directory; give a file path")
         check_writable_dir(output, "-o/--output")  # before the sweep: not an OSError after it
+        import os
+        try:  # --config grid.json -o grid.json replaced the sweep's own file with its results
+            same = config is not None and os.path.samefile(output, config)
+        except (OSError, ValueError):
+            same = False
+        if same:
+            raise ConfigError(f"-o/--output: {output!r} is the --config file the sweep reads; writing the "
+                              f"results would replace it; choose another -o")
     if workers is not None:
         check_int(workers, "--workers", 1, MAX_WORKERS)
     spec = SweepSpec.from_yaml(config) if config else SweepSpec()
