@@ -225,6 +225,8 @@ HAND_CASES = [
     # a switch is named as typed ("--sequence-parallel: True applies only with tensor parallelism")
     E("predict", [*SMALL, "--sequence-parallel"], "--sequence-parallel: applies only with tensor"),
     E("predict", [*SMALL, "--no-cp-balance"], "--no-cp-balance: applies only with context"),
+    E("predict", [*SMALL, "--strategy", "zero2", "--static-graph"], "--static-graph: it is an argument of PyTorch DDP"),
+    E("predict", [*SMALL, "--tp", "2", "--no-broadcast-buffers"], "--no-broadcast-buffers: it is an argument"),
     E("predict", [*SMALL, "--gpus"], "--gpus"),
     # valid extremes: finite, humanly formatted
     OK("predict", [*SMALL, "--json"]),

@@ -813,11 +813,11 @@ class PredictConfig:
         changed = [name for name in DDP_FIELDS if self.value_of(name) != _fields()[name].default]
         if changed and p.strategy != "ddp":
             name = changed[0]
-            raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} is an argument of PyTorch DDP and does "
+            raise ConfigError(f"{_given_flag(name, self.value_of(name), it=True)} is an argument of PyTorch DDP and does "
                               f"not apply to --strategy {p.strategy}; use --strategy ddp or leave it out")
         if changed and p.layout_active:
             name = changed[0]
-            raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} is an argument of PyTorch DDP; with "
+            raise ConfigError(f"{_given_flag(name, self.value_of(name), it=True)} is an argument of PyTorch DDP; with "
                               f"--tp/--cp/--pp the replicas are reduced by Megatron's DDP (contiguous gradient "
                               f"buffers, no hooks), so leave it out")
         if w.input_samples_per_s is not None and p.layout_active:
@@ -902,12 +902,13 @@ def _type_hints() -> dict[str, Any]:
 
 
 @cache
-def _given_flag(name: str, value: Any) -> str:
+def _given_flag(name: str, value: Any, *, it: bool = False) -> str:
     """``--sequence-parallel:``, ``--no-cp-balance:`` or ``--cp-comm: 'a2a'`` as the user typed it (a
-    boolean read "--sequence-parallel: True applies only with...")."""
+    boolean read "--sequence-parallel: True applies only with..."); ``it``: a switch is followed by "it"
+    (a sentence whose subject the value was)."""
     if isinstance(value, bool):
         flag = flag_name(name)
-        return f"{flag}:" if value else f"--no-{flag.removeprefix('--')}:"
+        return (f"{flag}:" if value else f"--no-{flag.removeprefix('--')}:") + (" it" if it else "")
     return f"{flag_name(name)}: {value!r}"
 
 
