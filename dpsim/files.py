@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -75,6 +76,11 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen = set()
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            # ``<<: *base``: YAML's merge key, flattened by construct_mapping below (keys written here
+            # override merged ones, as YAML says). Constructing it as a key failed: "could not determine
+            # a constructor for the tag 'tag:yaml.org,2002:merge'".
+            continue
         key = loader.construct_object(key_node, deep=deep)
         try:
             duplicate = key in seen
@@ -89,6 +95,28 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+# YAML 1.2 (and JSON) read ``4e2`` and ``1e-3`` as numbers; PyYAML follows YAML 1.1, whose float needs a
+# dot, so ``nic_gbit_per_s: 4e2`` was the text '4e2' and refused as "'4e2' is not valid; expected
+# number>0". Resolved after PyYAML's own float and int patterns, so only that spelling changes.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+class DuplicateJsonKey(ValueError):
+    """A JSON object names one key twice (``json`` keeps the last in silence)."""
+
+
+def json_object_no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    """``object_pairs_hook`` for a user's JSON: a key written twice is an error, as in the YAML files
+    (a profile with two ``"bus_bandwidth_bytes_per_s"`` used whichever came last)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateJsonKey(f"key {short(key)} appears twice in one object")
+        out[key] = value
+    return out
 
 
 def load_yaml_text(text: str) -> Any:
@@ -221,6 +249,16 @@ def _umask_mode() -> int:
     return 0o666 & ~umask
 
 
+def _existing_or_umask_mode(path: Path) -> int:
+    """The permission bits a plain ``open(path, "w")`` leaves: an existing file keeps its own (a report
+    or sweep written over a 0600 file came out 0644, readable by all), a new one gets the umask's."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return _umask_mode()
+    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else _umask_mode()
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "output",
                   error: type[DpsimError] = ConfigError) -> Iterator[Path]:
@@ -228,7 +266,7 @@ def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "out
 
     For writers that want a file name (pandas, pyarrow). If the block raises (or is
     interrupted) the temporary file is removed and ``path`` is left as it was. ``mode``:
-    permission bits (default: what a plain ``open`` gives under the umask). A write that
+    permission bits (default: what a plain ``open`` gives: an existing file's own, else the umask's). A write that
     fails (no permission, a full disk) is an ``error`` (ConfigError) naming ``flag``, not an OSError.
     """
     path = Path(path)
@@ -238,7 +276,7 @@ def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "out
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
-        os.chmod(tmp, _umask_mode() if mode is None else mode)
+        os.chmod(tmp, _existing_or_umask_mode(path) if mode is None else mode)
         refuse_special_output(path, flag, error)
         os.replace(tmp, path)
     except OSError as exc:
@@ -254,7 +292,7 @@ def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "out
 
 def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None, flag: str = "output",
                       error: type[DpsimError] = ConfigError) -> Path:
-    """Write ``text`` to ``path`` atomically (UTF-8); ``mode``: permission bits (default: the umask's);
+    """Write ``text`` to ``path`` atomically (UTF-8); ``mode``: permission bits (default: an existing file's own, else the umask's);
     ``flag``: named by the one-line ``error`` of a failed write."""
     path = Path(path)
     with atomic_output(path, mode=mode, flag=flag, error=error) as tmp:

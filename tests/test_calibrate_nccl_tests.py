@@ -307,3 +307,22 @@ def test_a_file_stem_that_cannot_name_the_profile_is_refused_naming_the_flag(cap
     rc, out, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(log), "--out", str(tmp_path / "a\x1bb.json"),
                            "--name", "ok")
     assert rc == 0
+
+
+def test_out_never_replaces_a_file_the_command_reads(tmp_path, capsys):
+    # --out LOG --force wrote the profile over the nccl-tests log being fitted; --out net.py (the
+    # --model file) would have replaced the model's code.
+    import shutil
+
+    log = tmp_path / "all_reduce_perf.log"
+    shutil.copy(sorted(LOGS.glob("*.log"))[0], log)
+    before = log.read_text()
+    assert main(["calibrate", "--from-nccl-tests", str(log), "--out", str(log), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out" in err and "--from-nccl-tests file it reads" in err
+    assert log.read_text() == before
+    net = tmp_path / "net.py"
+    net.write_text("import torch\ndef build():\n    return torch.nn.Linear(4, 4)\n")
+    assert main(["calibrate", "--backend", "gloo", "--nproc", "2", "--model", f"{net}:build", "--input-shape", "2,4",
+                 "--out", str(net), "--force"]) == 2
+    assert "--model file it reads" in capsys.readouterr().err and "def build" in net.read_text()

@@ -193,6 +193,8 @@ def test_malformed_profile_one_line_naming_the_field(capsys, tmp_path, mutate, n
     ("{not json", "not valid JSON at line 1"),
     ("[]", "(top level): list is not valid; expected a JSON object"),
     (b"\xff\xfe", "not a UTF-8 text file"),
+    # json keeps the last of two equal keys in silence; every YAML input refuses them
+    ('{"schema": "dpsim.calibration/1", "schema": "dpsim.calibration/1"}', "key 'schema' appears twice"),
 ])
 def test_unreadable_profiles(capsys, tmp_path, content, needle):
     path = tmp_path / "p.json"

@@ -443,3 +443,14 @@ def test_a_bare_command_group_lists_its_own_commands(capsys):
     assert rc == 2 and err.splitlines()[-1] == "dpsim: error: testbed: missing command; choose one of down, status, up"
     rc, _, err = run_cli(capsys)
     assert rc == 2 and err.splitlines()[-1].startswith("dpsim: error: missing command; choose one of calibrate, ")
+
+
+@pytest.mark.parametrize("columns", ["0", "-3", "abc"])
+def test_a_nonsense_terminal_width_still_prints(columns, capsys, monkeypatch):
+    # rich took COLUMNS=0 as a zero-wide console: predict, memory, goodput and models printed nothing
+    # at all, with status 0.
+    from dpsim.cli import main
+
+    monkeypatch.setenv("COLUMNS", columns)
+    assert main(["models"]) == 0
+    assert "gpt2" in capsys.readouterr().out

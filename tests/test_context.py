@@ -187,7 +187,7 @@ def test_gradients_are_reduced_over_dp_times_cp():
     (dict(cp=8, cp_comm="a2a", model="transformer:hidden=1536,layers=2,heads=12,ffn=4096,vocab=32000,seq=4096",
           seq_len=None), "--cp-comm: a2a scatters"),
     (dict(cp_comm="all-gather"), "--cp-comm: 'all-gather' applies only"),
-    (dict(cp_balance=False), "--cp-balance: False applies only"),
+    (dict(cp_balance=False), "--no-cp-balance: applies only"),
     (dict(gpus=16, cp=4, dp=3), "--dp: 3 with --tp 1 --cp 4"),
     # BERT's pooler computes on the [CLS] token alone: cp_shard's assertion was an AssertionError traceback.
     (dict(model="bert-base", cp=2, seq_len=None), "--cp: 2 cuts every op of bert-base along its sequence, but "

@@ -75,7 +75,7 @@ def test_comm_hook_flag_lists_the_hooks():
 @pytest.mark.parametrize("kwargs, flag", [
     ({"comm_hook": "powersgd", "strategy": "zero2"}, "--comm-hook"),
     ({"gradient_as_bucket_view": True, "strategy": "fsdp"}, "--gradient-as-bucket-view"),
-    ({"broadcast_buffers": False, "strategy": "zero1"}, "--broadcast-buffers"),
+    ({"broadcast_buffers": False, "strategy": "zero1"}, "--no-broadcast-buffers"),
     ({"powersgd_rank": 4}, "--powersgd-rank"),
     ({"powersgd_start_iter": 10, "comm_hook": "fp16-compress"}, "--powersgd-start-iter"),
     ({"comm_hook": "fp16-compress", "tp": 2, "model": "llama-2-7b"}, "--comm-hook"),

@@ -186,6 +186,29 @@ def test_missing_example_input_and_import_errors(tmp_path):
 
 
 
+def test_a_lazy_module_gets_one_line(tmp_path):
+    # LazyLinear's weight is uninitialized until a forward: registering its gradient hook raised
+    # torch's ValueError, a traceback.
+    path = tmp_path / "lazy.py"
+    path.write_text("import torch\ndef build():\n    return torch.nn.Sequential(torch.nn.Flatten(), "
+                    "torch.nn.LazyLinear(4))\n")
+    with pytest.raises(WorkloadError, match=r"parameter '1.weight' is not initialized \(a torch.nn.Lazy"):
+        load_torch_workload(f"{path}:build", input_shape="2,3,4")
+
+
+def test_a_builder_that_prints_leaves_predict_json_valid(tmp_path, capsys):
+    # A print() in the user's file went to stdout ahead of --json's object, which no longer parsed.
+    from dpsim.cli import main
+
+    path = tmp_path / "chatty.py"
+    path.write_text("import torch\nprint('importing')\ndef build():\n    print('building')\n"
+                    "    return torch.nn.Linear(16, 16)\n")
+    assert main(["predict", "--gpus", "8", "--link", "nvlink", "--model", f"{path}:build", "--input-shape", "4,16",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["n_gpus"] == 8 and "building" in err
+
+
 @pytest.mark.parametrize("source, ref_tail, needle", [
     ("import sys\nsys.exit(0)\n", ":build", "importing .* failed: SystemExit: 0"),
     ("import sys\ndef build():\n    sys.exit(3)\n", ":build", r"build\(\) failed on the meta device: SystemExit: 3"),

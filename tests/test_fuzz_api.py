@@ -10,11 +10,14 @@ spells it with. All are refused before any simulation runs (milliseconds each).
 
 from __future__ import annotations
 
+import json
+import os
 import math
 
 import pytest
 
 import dpsim
+from dpsim.cli import main
 from dpsim.errors import ConfigError
 from dpsim.plan.reliability import FailureRates
 
@@ -230,3 +233,39 @@ def test_an_output_under_a_file_says_the_directory_is_a_file(tmp_path):
         check_output_path(tmp_path / "out.yaml" / "t.html", "--html")
     with pytest.raises(ConfigError, match=r"does not exist$"):
         check_output_path(tmp_path / "missing" / "t.html", "--html")
+
+
+def test_a_numeric_choice_given_as_a_number(tmp_path, capsys):
+    # fsdp_version's choices are the text '1' and '2'. A sweep file's ``fsdp_version: [2]`` (YAML
+    # reads 2 as a number) was refused with "2 is not valid; expected one of 1, 2"; from Python the
+    # number stays refused, but says what to give.
+    _refused(lambda: dpsim.PredictConfig(**{**CONFIG, "strategy": "fsdp", "fsdp_version": 2}),
+             "--fsdp-version: 2 is a number, but its choices are text: give '2'")
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text("grid: {gpus: [8], link: [nvlink], model: [gpt2], strategy: [fsdp], fsdp_version: [1, 2]}\n")
+    assert main(["sweep", "--config", str(spec), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert sorted(r["fsdp_version"] for r in rows) == ["1", "2"]
+
+
+def test_every_row_of_a_sweep_names_its_axis_values(capsys):
+    # A field --json leaves out at its default (compile, cp, fsdp_version...) was missing from the rows
+    # at that value: a sweep over compile=false,true printed compile empty (None) for the false rows.
+    assert main(["sweep", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "--axis", "compile=false,true",
+                 "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["compile"] for r in rows] == [False, True]
+
+
+def test_an_output_written_over_a_private_file_stays_private(tmp_path, capsys):
+    # The atomic write gave its temporary file the umask's bits: a 0600 results file came back 0644.
+    out = tmp_path / "r.csv"
+    out.write_text("old\n")
+    out.chmod(0o600)
+    assert main(["sweep", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "-o", str(out)]) == 0
+    assert (out.stat().st_mode & 0o777) == 0o600 and out.read_text() != "old\n"
+    fresh = tmp_path / "new.csv"
+    assert main(["sweep", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "-o", str(fresh)]) == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (fresh.stat().st_mode & 0o777) == 0o666 & ~umask

@@ -210,7 +210,23 @@ HAND_CASES = [
     E("predict", [*SMALL, "--steps", "5000", "--grad-accum", "4"], "--steps", "--grad-accum"),
     E("predict", [*SMALL, "--strategy", "zero3", "--bucket-cap-mb", "25"], "--bucket-cap-mb"),
     E("predict", [*SMALL, "--calibration", "no-such-profile"], "--calibration"),
+    # Dropped in silence: a profile's fits are what NCCL chose on the measured cluster, alone on it
+    E("predict", ["--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--calibration", "aws-p4de-2node",
+                  "--algo", "tree"], "--algo: 'tree'", "--calibration"),
+    E("predict", ["--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--calibration", "aws-p4de-2node",
+                  "--proto", "LL"], "--proto: 'LL'", "--calibration"),
+    E("predict", ["--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--calibration", "aws-p4de-2node",
+                  "--jobs", "2"], "--jobs: 2", "--calibration"),
+    E("collective", ["--gpus", "16", "--link", "infiniband", "--calibration", "aws-p4de-2node", "--algo", "ring"],
+      "--algo: 'ring'"),
+    OK("predict", ["--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--calibration", "aws-p4de-2node",
+                   "--algo", "", "--jobs", "1"]),
     E("predict", [*SMALL, "--bogus-flag", "1"], "--bogus-flag"),
+    # a switch is named as typed ("--sequence-parallel: True applies only with tensor parallelism")
+    E("predict", [*SMALL, "--sequence-parallel"], "--sequence-parallel: applies only with tensor"),
+    E("predict", [*SMALL, "--no-cp-balance"], "--no-cp-balance: applies only with context"),
+    E("predict", [*SMALL, "--strategy", "zero2", "--static-graph"], "--static-graph: it is an argument of PyTorch DDP"),
+    E("predict", [*SMALL, "--tp", "2", "--no-broadcast-buffers"], "--no-broadcast-buffers: it is an argument"),
     E("predict", [*SMALL, "--gpus"], "--gpus"),
     # valid extremes: finite, humanly formatted
     OK("predict", [*SMALL, "--json"]),
@@ -240,6 +256,13 @@ HAND_CASES = [
     # plan: its own --global-batch and budget (the base config never sees them)
     E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "0"], "--global-batch"),
     E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "64", "--tokens", "1e300"], "--tokens"),
+    # A search the flags leave empty is an error naming them, not "no layout fits; add GPUs" with exit 0
+    E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "64", "--tp", "3"], "--tp: 3"),
+    E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "64", "--micro-batches", "3"], "--micro-batches: 3"),
+    E("plan", ["--gpus", "16", "--model", "gpt2", "--global-batch", "64", "--tp", "3", "--cp", "3"], "--tp: 3", "--cp 3"),
+    E("plan", ["--gpus", "16", "--model", "resnet50", "--global-batch", "64", "--cp", "2"], "--cp: 2"),
+    E("plan", ["--gpus", "16", "--model", "mixtral-8x7b", "--global-batch", "64", "--ep", "3"], "--ep: 3"),
+    E("plan", ["--gpus", "1", "--model", "gpt2", "--global-batch", "64", "--strategies", "zero1"], "--strategies"),
     # memory
     E("memory", ["--gpus", "0"], "--gpus"),
     E("memory", ["--micro-batch", "1e9"], "--micro-batch"),
@@ -457,3 +480,19 @@ def test_a_report_at_the_extremes_prints_human_numbers(capsys, tmp_path):
     check_outcome(run_cli(args, capsys), args, "ok")
     text = re.sub(r"<[^>]+>", " ", re.sub(r"<script.*?</script>", "", out.read_text(), flags=re.S))
     check_sane_output(text, "report.html")
+
+
+TINY = "transformer:hidden=64,layers=2,heads=4,vocab=1000,seq=128,ffn=128"
+
+
+@pytest.mark.parametrize("args, expect, needles", [
+    # An empty inner stage of --stage-layers was told "use at most 2 chunks (fewer stages...)", yet
+    # 0,1,1,0 on the same 4 stages runs: the ends may be empty, an inner stage may not.
+    (["--pp", "4", "--stage-layers", "1,0,0,1"], "error", ("--stage-layers: 1,0,0,1", "first and the last")),
+    (["--pp", "4", "--stage-layers", "0,1,1,0"], "ok", ()),
+    (["--pp", "2", "--schedule", "1f1b-interleaved", "--virtual-stages", "2", "--stage-layers", "1,1,0,0",
+      "--grad-accum", "2"], "error", ("--stage-layers: 1,1,0,0",)),
+])
+def test_stage_layers_with_an_empty_stage(args, expect, needles, capsys):
+    full = ["predict", "--gpus", "8", "--link", "nvlink", "--model", TINY, *args]
+    check_outcome(run_cli(full, capsys), full, expect, needles)

@@ -272,6 +272,17 @@ def test_load_mix_reads_topology_next_to_the_file(tmp_path):
     assert Path(spec.topology_file) == tmp_path / "t.yaml"
 
 
+def test_load_mix_reads_a_model_file_next_to_the_file(tmp_path, monkeypatch):
+    # A relative builder file was looked for in the working directory, unlike the topology and the
+    # calibration profiles the same file names.
+    (tmp_path / "m.yaml").write_text("cluster: {link: nvlink, gpus: 16}\n"
+                                     "jobs: [{model: net.py:build, gpus: 8, steps: 1}, {model: gpt2, gpus: 8, steps: 1},"
+                                     " {model: os.path:join, gpus: 8, steps: 1}]\n")
+    monkeypatch.chdir(tmp_path.parent)
+    models = [job.predict_fields["model"] for job in load_mix(tmp_path / "m.yaml").jobs]
+    assert models == [f"{tmp_path / 'net.py'}:build", "gpt2", "os.path:join"]
+
+
 def _flow_by_flow(sim, placed):
     """Each job's speed and binding link from one max-min of every flow of the jobs placed on ``placed``
     (no classes, no private links left out, no vectorised bookkeeping): what ``sim.speeds`` must give."""

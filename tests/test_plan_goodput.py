@@ -243,3 +243,14 @@ def test_noise_flags_apply_to_goodput_ranking_only(capsys):
     assert main(args + ["--rank", "goodput", "--straggler", "node0:1.5x", "--verify", "0", "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["best"]
     assert best["reliability"]["straggler_tail"] == pytest.approx(1.5)
+
+
+def test_a_plan_whose_every_layout_is_over_budget_says_so(capsys):
+    # It printed "no layout fits; add GPUs, or allow more tensor parallelism" (exit 0) when every layout
+    # fitted in memory and only the budget refused them.
+    from dpsim.cli import main
+
+    assert main(["plan", "--gpus", "16", "--model", "gpt2", "--global-batch", "64", "--rank", "cost", "--tokens",
+                 "1e12", "--budget-usd", "1e-9", "--verify", "0"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no layout is within --budget-usd" in out and "no layout fits" not in out

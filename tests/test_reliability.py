@@ -410,3 +410,26 @@ def test_goodput_of_a_tensor_pipeline_layout_writes_each_stage_shard(capsys):
     d = json.loads(out)
     ck = checkpoint_cost(state_bytes=d["checkpoint_bytes"], gpus_per_node=8, tp=2, pp=2, dp=4)
     assert d["checkpoint_write_s"] == pytest.approx(ck.write_s)
+
+
+def test_the_optimal_interval_of_an_absurd_mtbf_is_found_quickly():
+    # An MTBF of seconds put millions of whole-division intervals in [k_c/2, 2 k_c]: 0.3 s of numpy per
+    # call, and plan --rank goodput --mtbf-node 1s took minutes over its ~900 layouts. Now a window
+    # of intervals around the continuous optimum is ranked.
+    import time
+
+    from dpsim.plan.reliability import continuous_optimum_s, model_optimum_s
+
+    t0 = time.perf_counter()
+    for i in range(30):
+        work = 3e6 + i
+        best = model_optimum_s(work, 1.0, 600.0, 1.0 + i * 1e-3)
+        tau_c = continuous_optimum_s(1.0, 1.0 + i * 1e-3)
+        assert abs(best / tau_c - 1) < 1e-3
+    assert time.perf_counter() - t0 < 3.0
+
+
+def test_plan_writes_an_aeons_long_time_to_train_in_powers_of_ten():
+    from dpsim.report.layout import _days
+
+    assert _days(86400 * 2.5) == "2.50 d" and _days(86400 * 1e300) == "1e+300 d"

@@ -391,3 +391,48 @@ def test_cli_sweep_errors_are_one_line(capsys, args, needles):
     assert len(lines) == 1 and lines[0].startswith("dpsim: error: ")
     for needle in needles:
         assert needle in lines[0], lines[0]
+
+
+def test_model_axis_takes_what_predict_takes(capsys, tmp_path):
+    # --model's help offers a shape and a torch builder. The shape's own commas split it into
+    # values of their own ("layers, heads, vocab, seq missing"), and a builder was refused as
+    # "not a catalog model", from the command line, a sweep file and dpsim.sweep alike.
+    shape = "transformer:hidden=64,layers=2,heads=4,vocab=1000,seq=128,ffn=128"
+    rc, out, err = run_cli(capsys, "sweep", "--gpus", "8", "--link", "nvlink", "--model", f"{shape},gpt2", "--json")
+    assert rc == 0, err
+    assert [r["model"] for r in json.loads(out)["rows"]] == ["transformer", "gpt2"]
+    builder = tmp_path / "net.py"
+    builder.write_text("import torch\ndef build():\n    return torch.nn.Linear(16, 16)\n")
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"grid: {{gpus: [8, 16], link: [nvlink], model: ['{builder}:build'], input_shape: ['4,16']}}\n")
+    rc, out, err = run_cli(capsys, "sweep", "--config", str(spec), "--json")
+    assert rc == 0, err
+    assert [r["n_gpus"] for r in json.loads(out)["rows"]] == [8, 16]
+    spec.write_text(f"grid: {{gpus: [8], model: ['{tmp_path / 'gone.py'}:build']}}\n")
+    rc, _, err = run_cli(capsys, "sweep", "--config", str(spec))
+    assert rc == 2 and "grid model" in err and "does not exist" in err
+
+
+def test_a_sweep_file_reads_its_model_and_profile_files_next_to_itself(capsys, tmp_path, monkeypatch):
+    # Its topology was read next to it, a relative builder file or profile from the working directory.
+    import shutil
+
+    from dpsim.profile.io import shipped_profiles_dir
+
+    (tmp_path / "net.py").write_text("import torch\ndef build():\n    return torch.nn.Linear(16, 16)\n")
+    shutil.copy(shipped_profiles_dir() / "a100-nvswitch-8gpu.json", tmp_path / "p.json")
+    (tmp_path / "s.yaml").write_text("grid: {gpus: [8], link: [nvlink], model: ['net.py:build'], "
+                                     "input_shape: ['4,16'], calibration: [p.json, null]}\n")
+    monkeypatch.chdir(tmp_path.parent)
+    rc, out, err = run_cli(capsys, "sweep", "--config", str(tmp_path / "s.yaml"), "--json")
+    assert rc == 0, err
+    assert len(json.loads(out)["rows"]) == 2
+
+
+def test_the_results_never_replace_the_sweep_file(capsys, tmp_path):
+    # A sweep file may be JSON (YAML reads it): -o on the same file replaced the grid with the results.
+    grid = tmp_path / "grid.json"
+    grid.write_text('{"grid": {"gpus": [8], "link": ["nvlink"], "model": ["gpt2"]}}\n')
+    before = grid.read_text()
+    rc, _, err = run_cli(capsys, "sweep", "--config", str(grid), "-o", str(grid))
+    assert rc == 2 and "is the --config file" in err and grid.read_text() == before

@@ -466,3 +466,53 @@ def test_duplicate_key_is_refused_with_its_line(tmp_path):
     f.write_text("name: a\nname: b\n")
     with pytest.raises(TopologyError, match=r"line 2.*'name' appears twice"):
         load_topology_file(f)
+
+
+def test_yaml_merge_keys_are_read_as_yaml_says(tmp_path, capsys):
+    # ``<<: *base`` shares settings between jobs of a mix (or grids, topologies); the strict loader
+    # refused it: "could not determine a constructor for the tag 'tag:yaml.org,2002:merge'".
+    from dpsim.cli import main
+    from dpsim.files import load_yaml_text
+
+    doc = load_yaml_text("b: &b {x: 1, y: 2}\nc: {<<: *b, y: 3}\nd: {<<: [*b], z: 0}\n")
+    assert doc["c"] == {"x": 1, "y": 3} and doc["d"] == {"x": 1, "y": 2, "z": 0}
+    with pytest.raises(Exception, match="'y' appears twice"):  # a key written twice is still refused
+        load_yaml_text("c: {<<: {x: 1}, y: 1, y: 2}\n")
+    mix = tmp_path / "mix.yaml"
+    mix.write_text("cluster: {link: nvlink, gpus: 16}\n"
+                   "jobs:\n  - &job {name: a, model: gpt2, gpus: 8, steps: 3}\n  - {<<: *job, name: b}\n")
+    assert main(["mix", str(mix), "--json"]) == 0
+    assert [j["name"] for j in json.loads(capsys.readouterr().out)["jobs"]] == ["a", "b"]
+
+
+@pytest.mark.parametrize("gpu, ok", [("a100", False), ("v100", False), ("h100", True)])
+def test_nvls_true_needs_a_hopper_or_later_gpu(tmp_path, capsys, gpu, ok):
+    # nvls: true on an A100 server ran NVLS (in-switch reduction) at a bus bandwidth above NVLink3's
+    # line rate; NCCL builds NVLS kernels for compute capability 9.0 and later only.
+    data = preset_dict("nvlink")
+    data["node"]["nvls"] = True
+    data["gpu"] = gpu
+    path = write_yaml(tmp_path, data)
+    args = ["collective", "--topology", str(path), "--gpus", "8", "-b", "1G", "-e", "1G"]
+    status = main(args)
+    err = capsys.readouterr().err
+    if ok:
+        assert status == 0
+    else:
+        assert status == 2 and err.count("\n") == 1 and "node.nvls: true" in err and gpu in err
+
+
+def test_a_number_in_exponent_form_is_a_number(tmp_path, capsys):
+    # YAML 1.1 needs a dot in a float: nic_gbit_per_s: 4e2 was the text '4e2', refused as
+    # "'4e2' is not valid; expected number>0". YAML 1.2 and JSON read it as 400.
+    from dpsim.files import load_yaml_text
+
+    assert load_yaml_text("a: 4e2\nb: -1E-3\nc: '4e2'\nd: e3\n") == {"a": 400.0, "b": -0.001, "c": "4e2", "d": "e3"}
+    data = preset_dict("infiniband")
+    path = write_yaml(tmp_path, data)
+    path.write_text(path.read_text().replace("nic_gbit_per_s: 400", "nic_gbit_per_s: 4e2"))
+    assert "4e2" in path.read_text()
+    assert main(["predict", "--topology", str(path), "--gpus", "16", "--model", "gpt2", "--json"]) == 0
+    mine = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main(["predict", "--link", "infiniband", "--gpus", "16", "--model", "gpt2", "--json"]) == 0
+    assert mine == json.loads(capsys.readouterr().out)["step_time_s"]

@@ -156,17 +156,26 @@ def run_from_nccl_tests(opts: CalibrateOptions) -> tuple[Profile, Path | None]:
     logs = opts.nccl_tests_logs or []
     name = profile_name(opts.name, opts.out, Path(logs[0]).stem if logs else "", "--from-nccl-tests")
     if opts.out is not None:
-        check_out(opts.out, force=opts.force)
+        check_out(opts.out, force=opts.force, inputs=tuple(("--from-nccl-tests", log) for log in logs))
     profile = profile_from_nccl_tests(logs, name=name, description=opts.description,
                                       ranks_per_node=opts.ranks_per_node)
     return profile, _finish(profile, opts)
 
 
-def check_out(out: str | Path, *, force: bool) -> Path:
+def check_out(out: str | Path, *, force: bool, inputs: tuple[tuple[str, str | Path], ...] = ()) -> Path:
     """``--out`` before any measurement: a file name (not a directory) whose directory exists and
-    is writable; and not an existing file unless ``force``.
-    One :class:`ConfigError` line otherwise."""
+    is writable; not an existing file unless ``force``; never one of the ``inputs`` ((flag, path)
+    pairs) the command reads. One :class:`ConfigError` line otherwise."""
     p = Path(out)
+    for flag, source in inputs:
+        # --out LOG --force replaced the nccl-tests log being fitted (--out net.py, the model's code).
+        try:
+            same = os.path.samefile(p, source)
+        except (OSError, ValueError):
+            same = False
+        if same:
+            raise ConfigError(f"--out: {str(out)!r} is the {flag} file it reads; writing the profile would "
+                              f"replace it; choose another --out")
     if str(out).strip() == "" or p.name in ("", ".", ".."):
         raise ConfigError(f"--out: {str(out)!r} is not a file name; give e.g. --out node.json")
     # path_kind, not exists()/is_dir(): those raise for a name too long for the file system.
@@ -486,7 +495,9 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
     host = socket.gethostname().split(".")[0]
     name = profile_name(opts.name, opts.out, host, "the host name")
     if rank0:
-        check_out(opts.out or default_out(name), force=opts.force)
+        model_file = opts.model.split(":", 1)[0] if opts.model and is_torch_model_ref(opts.model) else None
+        check_out(opts.out or default_out(name), force=opts.force,
+                  inputs=(("--model", model_file),) if model_file and model_file.endswith(".py") else ())
     detected, n_gpus = default_backend()
     backend = opts.backend or detected
     if backend == "nccl" and n_gpus == 0:

@@ -17,6 +17,7 @@ import dataclasses
 import importlib
 import json
 import math
+import os
 import re
 import signal
 import sys
@@ -238,12 +239,22 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
     return f"this needs {module}, which is not installed{why}; install it with: pip install 'dpsim[{extra}]'"
 
 
+def _sane_terminal_size() -> None:
+    """Drop a ``COLUMNS``/``LINES`` that is not a positive integer: rich took ``COLUMNS=0`` as a
+    zero-wide console, and predict, memory, goodput and models printed nothing at all (status 0)."""
+    for name in ("COLUMNS", "LINES"):
+        value = os.environ.get(name)
+        if value is not None and not (value.strip().isdigit() and int(value) > 0):
+            del os.environ[name]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turning every user error into one line on stderr.
 
     Returns the exit status: 0, 2 for a user error, 130 after SIGINT (Ctrl-C), 143 after SIGTERM.
     """
     received: list[int] = []
+    _sane_terminal_size()
     try:
         with _signals_raise(received):  # first: a signal during start-up is honoured too
             command = typer.main.get_command(app)

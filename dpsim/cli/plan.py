@@ -17,6 +17,7 @@ from dpsim.cli.options import axis_options, config_options
 from dpsim.cli.panels import BUDGET, EXECUTION, GRID, OUTPUT
 from dpsim.cli.predict import PREDICT_FIELDS, SINGLE_GPU_SAMPLES_PER_S, predict_config
 from dpsim.errors import ConfigError
+from dpsim.workload.shapes import is_shape_ref
 from dpsim.limits import (
     MAX_GPUS,
     MAX_REPEATED_FLAGS,
@@ -155,6 +156,14 @@ def sweep_command(
         if path_kind(output, "-o/--output") == "dir":
             raise ConfigError(f"-o/--output: {output!r} is a directory; give a file path")
         check_writable_dir(output, "-o/--output")  # before the sweep: not an OSError after it
+        import os
+        try:  # --config grid.json -o grid.json replaced the sweep's own file with its results
+            same = config is not None and os.path.samefile(output, config)
+        except (OSError, ValueError):
+            same = False
+        if same:
+            raise ConfigError(f"-o/--output: {output!r} is the --config file the sweep reads; writing the "
+                              f"results would replace it; choose another -o")
     if workers is not None:
         check_int(workers, "--workers", 1, MAX_WORKERS)
     spec = SweepSpec.from_yaml(config) if config else SweepSpec()
@@ -202,7 +211,15 @@ def _split(raw: str, flag: str) -> list[str]:
     values = [v.strip() for v in str(raw).split(",")]
     if not values or any(not v for v in values):
         raise ConfigError(f"{flag}: {raw!r} is not valid; give comma-separated values without empty items")
-    return values
+    # A model's shape has commas of its own (transformer:hidden=64,layers=2,...): its KEY=VALUE items
+    # stay with it. They were values of their own, so the shape lost every key after the first.
+    joined: list[str] = []
+    for v in values:
+        if joined and is_shape_ref(joined[-1]) and "=" in v and ":" not in v:
+            joined[-1] += "," + v
+        else:
+            joined.append(v)
+    return joined
 
 
 def _model_error_cell(col: str, row: dict) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dpsim.errors import ConfigError
+from dpsim.errors import ConfigError, TopologyError
 from dpsim.hardware import GPU_PRESETS
 from dpsim.units import KiB
 
@@ -217,6 +217,12 @@ def nvls_steps(tuning: NvlsTuning, heads: int, size_bytes: float) -> tuple[int, 
 def nvls_available(spec) -> bool:
     """NVLink SHARP: NVSwitch servers of Hopper or later, unless ``node.nvls`` says otherwise."""
     if spec.node.nvls is not None:
+        if spec.node.nvls and generation(spec.gpu) not in ("hopper", "blackwell"):
+            # NCCL builds its NVLS kernels for __CUDA_ARCH__ >= 900 only (src/device/generate.py@5067397,
+            # required_cuda): nvls: true on an A100 ran NVLS at a bus bandwidth above NVLink3's line rate.
+            raise TopologyError(f"node.nvls: true in topology {spec.name!r} needs Hopper or later GPUs (NVLink "
+                                f"SHARP; NCCL's NVLS kernels need compute capability 9.0), not {spec.gpu}; leave "
+                                f"node.nvls out or set it false")
         return bool(spec.node.nvls) and spec.node.interconnect == "nvswitch"
     return spec.node.interconnect == "nvswitch" and generation(spec.gpu) in ("hopper", "blackwell")
 

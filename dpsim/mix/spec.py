@@ -41,6 +41,7 @@ from dpsim.files import read_yaml_file
 from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_SPAN_S, MAX_RECOVERY_S
 from dpsim.plan.reliability import DEFAULT_RESTART_S, FailureRates, parse_long_duration_s
 from dpsim.units import parse_bandwidth_bytes_per_s
+from dpsim.workload.model_ref import model_ref_next_to
 
 POLICIES = ("packed", "spread", "rail-aligned", "topology-aware")
 """Placement policies a job may name (or give ``nodes``: a user placement)."""
@@ -473,7 +474,9 @@ def load_mix(path: str | Path) -> MixSpec:
     spec = mix_from_dict(read_yaml_file(path, "mix file", ConfigError))
     if spec.topology_file is not None and not Path(spec.topology_file).is_absolute():
         spec = replace(spec, topology_file=str(Path(path).parent / spec.topology_file))
-    jobs = tuple(replace(job, predict=tuple((k, _next_to(path, v) if k == "calibration" else v) for k, v in job.predict))
+    jobs = tuple(replace(job, predict=tuple((k, _next_to(path, v) if k == "calibration" else
+                                             model_ref_next_to(v, Path(path).parent) if k == "model" else v)
+                                            for k, v in job.predict))
                  for job in spec.jobs)
     return replace(spec, jobs=jobs)
 

@@ -19,6 +19,7 @@ from dpsim.predict.config import SETTINGS, PredictConfig, check_value, field_kin
 from dpsim.profile.io import load_profile
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.workload.catalog import get_entry
+from dpsim.workload.model_ref import is_torch_model_ref, model_ref_next_to, parse_model_ref
 
 AXIS_ALIASES = {"topology": "topology_file"}
 """Command-line spellings of ``PredictConfig`` fields."""
@@ -103,6 +104,8 @@ def convert_value(axis: str, raw: Any, origin: str = "sweep") -> Any:
         return value
     if isinstance(raw, str) and text:
         return text
+    if choices and isinstance(raw, int) and not isinstance(raw, bool) and str(raw) in choices:
+        return str(raw)  # ``fsdp_version: [2]``: YAML reads the choice '2' as a number
     raise bad
 
 
@@ -119,7 +122,12 @@ def _check_domain(axis: str, value: Any, where: str) -> None:
         if axis == "link":
             load_preset(value)
         elif axis == "model":
-            get_entry(value)
+            if is_torch_model_ref(value):
+                # A builder (file.py:fn), as predict takes it: traced when its point runs. It was
+                # refused as "not a catalog model", though --model's help offers it.
+                parse_model_ref(value, calls=True)
+            else:
+                get_entry(value)
         elif axis == "gpu":
             get_gpu(value)
         elif axis == "topology_file":
@@ -176,6 +184,11 @@ class SweepSpec:
                 value = convert_value(axis, v, origin)
                 if axis == "topology_file" and value is not None and base_dir is not None:
                     value = str((base_dir / value)) if not Path(value).is_absolute() else value
+                if base_dir is not None and axis == "model":
+                    value = model_ref_next_to(value, base_dir)  # a builder file, as the topology: next to the file
+                if (base_dir is not None and axis == "calibration" and isinstance(value, str)
+                        and value.endswith(".json") and not Path(value).is_absolute()):
+                    value = str(base_dir / value)  # a profile file (a shipped name stays), as mix reads it
                 _check_domain(axis, value, _where(origin, axis))
                 converted.append(value)
             if len(set(map(repr, converted))) != len(converted):

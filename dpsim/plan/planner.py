@@ -1296,6 +1296,15 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                               f"{MAX_PLAN_CANDIDATES:,}: narrow the search with fewer --gpus, --tp, --pp, "
                               f"--micro-batches, --recompute or --schedules values")
         searches.append((n, cands))
+    if not counts["candidates"]:
+        # Nothing to estimate: the flags contradict each other or the model (--tp 3 on 16 GPUs, a
+        # --micro-batches that divides no global batch). It used to print "no layout fits; add GPUs",
+        # exit 0, as though memory were the reason.
+        raise ConfigError(_no_candidate_message(planner, gpus, global_batch, counts["refused_by_placement"],
+                                                dict(tps=tps, pps=pps, cps=cps, eps=eps, etps=etps,
+                                                     micro_batches=micro_batches, strategies=strategies,
+                                                     recomputes=recomputes, schedules=schedules,
+                                                     sequence_parallel=sequence_parallel)))
     for n, cands in searches:
         try:
             price = gpu_hour_price(planner.topology(n).spec.gpu, gpu_hour_usd)
@@ -1398,6 +1407,45 @@ def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, r
     return out, {"simulated": sum(1 for _, v in out if v is not None), "within_bound": within,
                  "stopped_by": stopped, "seconds": time.perf_counter() - t0, "bound": list(ESTIMATE_BOUND),
                  "refused": refused}
+
+
+_SEARCH_FLAGS = {"tps": "--tp", "pps": "--pp", "cps": "--cp", "eps": "--ep", "etps": "--etp",
+                 "micro_batches": "--micro-batches", "strategies": "--strategies", "recomputes": "--recompute",
+                 "schedules": "--schedules", "sequence_parallel": "--sequence-parallel"}
+
+
+def _given(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return _SEARCH_FLAGS[name] if value else "--no-" + _SEARCH_FLAGS[name][2:]
+    return f"{_SEARCH_FLAGS[name]} {','.join(map(str, value))}"
+
+
+def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: int, refused: int,
+                          search: dict[str, Any]) -> str:
+    """Why the search has no layout at all: the restricting flags without which it would have some."""
+    defaults = {"strategies": tuple(DEFAULT_STRATEGIES), "recomputes": ("off", "selective", "full"),
+                "schedules": ("1f1b", "1f1b-interleaved")}  # what the command line passes unless told otherwise
+    given = {k: v for k, v in search.items() if v is not None and (v or isinstance(v, bool))
+             and (k not in defaults or tuple(v) != defaults[k])}
+
+    def count(without: str | None) -> int:
+        kwargs = {k: v for k, v in given.items() if k != without}
+        return sum(len(planner.candidates(n, global_batch=global_batch, **kwargs)[0]) for n in gpus)
+
+    culprits = [name for name in given if count(name)]
+    where = f"--gpus {','.join(map(str, gpus))} and --global-batch {global_batch}"
+    if given:
+        first, *others = culprits or list(given)
+        value = _given(first, given[first]).split(" ", 1)
+        joined = " or " if culprits else " with "
+        named = (f"{value[0]}: {value[1] if len(value) > 1 else 'set'}"
+                 + "".join(f"{joined}{_given(k, given[k])}" for k in others))
+        return (f"{named} leaves no layout of {planner.model.name} on {where} "
+                f"(a size must divide the GPUs, the heads or the blocks, and micro-batch x data-parallel "
+                f"replicas the global batch); widen or drop {'it' if len(culprits) == 1 else 'them'}")
+    return (f"--gpus: no layout of {planner.model.name} exists on {where}"
+            + (f" ({refused} refused by the model's shape or the placement)" if refused else "")
+            + "; change the GPU count or the global batch (a multiple of the data-parallel replicas x micro-batch)")
 
 
 def _never_done_message(fitting: list[Estimate], failures: FailureInputs) -> str:

@@ -124,6 +124,11 @@ def run_point(config: PredictConfig | Mapping[str, Any], *, tokens: float | None
         if point is not None:
             config = PredictConfig(**point)
         row = prediction_record(predict(config))
+        if point is not None:
+            # An axis is a column of every row: to_dict leaves out a SHOWN_WHEN_SET field at its default,
+            # so the compile=false (fsdp_version=1, cp=1...) rows of a sweep over it read empty.
+            settings = config.settings()
+            row.update({k: _plain(settings[k]) for k in point if k in settings and k not in row})
         row.update(cost_columns(row, tokens=tokens, samples=samples, gpu_hour_usd=gpu_hour_usd))
     except DpsimError as exc:
         if not skip_invalid:

@@ -709,7 +709,7 @@ class PredictConfig:
         if p.cp == 1:
             for name, default in (("cp_comm", "p2p"), ("cp_balance", True)):
                 if self.value_of(name) != default:
-                    raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies only with context "
+                    raise ConfigError(f"{_given_flag(name, self.value_of(name))} applies only with context "
                                       f"parallelism; give --cp 2 or more, or leave it out")
         parse_routing(p.moe_routing)  # a one-line --moe-routing error now, not mid-prediction
         experts = p.ep * p.etp
@@ -741,7 +741,7 @@ class PredictConfig:
             for name, default in (("sequence_parallel", False), ("tp_comm_overlap", "backward"),
                                   ("tp_across_network", False)):
                 if self.value_of(name) != default:
-                    raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies only with tensor "
+                    raise ConfigError(f"{_given_flag(name, self.value_of(name))} applies only with tensor "
                                       f"parallelism; give --tp 2 or more, or leave it out")
         if p.tp_comm_overlap == "async" and not p.sequence_parallel:
             # torch's micro-pipeline pass fuses all-gather and reduce-scatter with their matmuls, no all-reduce.
@@ -815,11 +815,11 @@ class PredictConfig:
         changed = [name for name in DDP_FIELDS if self.value_of(name) != _fields()[name].default]
         if changed and p.strategy != "ddp":
             name = changed[0]
-            raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} is an argument of PyTorch DDP and does "
+            raise ConfigError(f"{_given_flag(name, self.value_of(name), it=True)} is an argument of PyTorch DDP and does "
                               f"not apply to --strategy {p.strategy}; use --strategy ddp or leave it out")
         if changed and p.layout_active:
             name = changed[0]
-            raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} is an argument of PyTorch DDP; with "
+            raise ConfigError(f"{_given_flag(name, self.value_of(name), it=True)} is an argument of PyTorch DDP; with "
                               f"--tp/--cp/--pp the replicas are reduced by Megatron's DDP (contiguous gradient "
                               f"buffers, no hooks), so leave it out")
         if w.input_samples_per_s is not None and p.layout_active:
@@ -904,6 +904,16 @@ def _type_hints() -> dict[str, Any]:
 
 
 @cache
+def _given_flag(name: str, value: Any, *, it: bool = False) -> str:
+    """``--sequence-parallel:``, ``--no-cp-balance:`` or ``--cp-comm: 'a2a'`` as the user typed it (a
+    boolean read "--sequence-parallel: True applies only with..."); ``it``: a switch is followed by "it"
+    (a sentence whose subject the value was)."""
+    if isinstance(value, bool):
+        flag = flag_name(name)
+        return (f"{flag}:" if value else f"--no-{flag.removeprefix('--')}:") + (" it" if it else "")
+    return f"{flag_name(name)}: {value!r}"
+
+
 def field_kind(name: str) -> tuple[type, bool, tuple[str, ...]]:
     """(base type, whether None is allowed, the choices of a Literal or ``()``) of field ``name``."""
     annotation = _type_hints()[name]
@@ -941,6 +951,10 @@ def check_value(name: str, value: Any) -> None:
         return
     if choices:
         if not (isinstance(value, str) and value in choices):
+            if not isinstance(value, str) and str(value) in choices:
+                # fsdp_version=2 read "2 is not known; choose one of 1, 2"
+                raise ConfigError(f"{flag}: {value!r} is a number, but its choices are text: give "
+                                  f"{str(value)!r} (one of {', '.join(map(repr, choices))})")
             raise ConfigError(f"{flag}: {short(value)} is not known; choose one of {', '.join(choices)}")
         return
     rule: Range | None = setting_field(name).metadata.get("rule")

@@ -118,6 +118,19 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
         raise ConfigError("--degrade: not available with --calibration (a calibrated collective model has no "
                           "links to degrade); leave one of them out")
     algorithms, protocols = parse_algorithms(config.cluster.algo), parse_protocols(config.cluster.proto)
+    if profile is not None:
+        # Dropped in silence: a profile's fits are what NCCL chose on the measured cluster, alone on it;
+        # the step was the same with any --algo/--proto and with --jobs 2 interleaved on a 4:1 fabric.
+        for flag, value, why in (
+                ("--algo", config.cluster.algo if algorithms is not None else None,
+                 "its fits are the algorithms NCCL chose when it was measured"),
+                ("--proto", config.cluster.proto if protocols is not None else None,
+                 "its fits are the protocols NCCL chose when it was measured"),
+                ("--jobs", config.cluster.jobs if config.cluster.jobs > 1 else None,
+                 "a calibrated collective model has no links for jobs to share")):
+            if value is not None:
+                raise ConfigError(f"{flag}: {value!r} is not available with --calibration ({why}); leave one of "
+                                  f"them out")
 
     def make(comm: Communicator) -> CollectiveModel:
         if profile is not None:

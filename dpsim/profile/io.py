@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.errors import ProfileError
-from dpsim.files import path_kind, read_text_capped, refuse_special_output, write_text_atomic
+from dpsim.files import (DuplicateJsonKey, json_object_no_duplicates, path_kind, read_text_capped,
+                         refuse_special_output, write_text_atomic)
 from dpsim.limits import (
     MAX_COLLECTIVE_BYTES,
     MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S,
@@ -437,9 +438,11 @@ def load_profile(path_or_name: str | Path, flag: str = "--calibration") -> Profi
         raise ProfileError(f"{flag}: {str(path)!r} does not exist")
     text = read_text_capped(path, flag, ProfileError, what="profile JSON file")
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=json_object_no_duplicates)
     except json.JSONDecodeError as exc:
         raise ProfileError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except DuplicateJsonKey as exc:
+        raise ProfileError(f"{path}: not valid JSON ({exc}); give each key once") from None
     except (ValueError, RecursionError):  # a number past 4,300 digits; nesting past the recursion limit
         raise ProfileError(f"{path}: not valid JSON (a number with too many digits, or nested too deeply)") from None
     return profile_from_dict(data, origin=str(path))

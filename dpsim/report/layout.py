@@ -97,7 +97,7 @@ def _failure_cells(e, failures: bool) -> tuple[str, ...]:
     cost = e.expected_cost_usd
     if not r.expected_wall_s < float("inf"):  # fails faster than it restarts: never done
         return (format_seconds(r.checkpoint.write_s), "never", _pct(0.0), "-", "-", "-")
-    return (format_seconds(r.checkpoint.write_s), f"{r.expected_wall_s / 86400:,.2f} d", _pct(r.goodput),
+    return (format_seconds(r.checkpoint.write_s), _days(r.expected_wall_s), _pct(r.goodput),
             format_seconds(r.interval_s), f"{r.spares} ({r.spare_gpus} GPUs)", "-" if cost is None else _usd(cost))
 
 
@@ -120,8 +120,15 @@ def _print_recommendation(console: Console, r) -> None:
     console.print(
         f"recommended: checkpoint every {format_seconds(r.interval_s)} (Young sqrt(2CM) {format_seconds(r.young_s)}, "
         f"Daly {format_seconds(r.daly_s)}), {r.spares} spare node{'s' if r.spares != 1 else ''} "
-        f"({r.spare_gpus} GPUs): expected {r.expected_wall_s / 86400:,.2f} d to train, goodput {_pct(r.goodput)} "
-        f"({r.expected_wall_no_spares_s / 86400:,.2f} d without spares)")
+        f"({r.spare_gpus} GPUs): expected {_days(r.expected_wall_s)} to train, goodput {_pct(r.goodput)} "
+        f"({_days(r.expected_wall_no_spares_s)} without spares)")
+
+
+def _days(seconds: float, places: int = 2) -> str:
+    """Days, written out up to a million; past that in powers of ten: a layout failing every second
+    printed a 300-digit "expected 7,973,...,240.00 d to train"."""
+    days = seconds / 86400
+    return f"{days:,.{places}f} d" if days < 1e6 else f"{days:.3g} d"
 
 
 def _verification_line(result) -> str:
@@ -164,7 +171,7 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
                                                 f"{format_seconds(e.model_error.high_s)})"),
             f"{e.tokens_per_s:,.0f}" if tokens and e.tokens_per_s else f"{e.samples_per_s:,.1f}",
             "-" if e.mfu is None else _pct(e.mfu), format_bytes(e.memory_bytes),
-            "-" if e.time_to_train_s is None else f"{e.time_to_train_s / 86400:,.1f} d",
+            "-" if e.time_to_train_s is None else _days(e.time_to_train_s, 1),
             "-" if e.cost_usd is None else _usd(e.cost_usd), *_failure_cells(e, failures))
     console.print(table)
     console.print("layout: GPUs: tensor (x cpN context) x pipeline x data sizes (epN: N expert-parallel), "
@@ -180,6 +187,12 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
         near = result.best_memory
         hint = (f"; closest: {escape(near.candidate.flags())} needs {format_bytes(near.memory_bytes)} of "
                 f"{format_bytes(near.usable_bytes)} usable") if near is not None else ""
+        if counts.get("over_budget"):
+            # It said "no layout fits; add GPUs" when every layout fitted but cost more than --budget-usd.
+            console.print(f"[bold red]no layout is within --budget-usd[/bold red]: {counts['over_budget']:,} fit in "
+                          f"memory but cost more{hint.replace(';', ' (of the others,', 1) + ')' if hint else ''}; "
+                          f"raise the budget or lower --tokens/--samples")
+            return
         console.print(f"[bold red]no layout fits[/bold red]{hint}; add GPUs, or allow more tensor parallelism")
         return
     console.print(f"best: {escape(best.candidate.command(base))}")

@@ -300,6 +300,14 @@ def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...
     empty_inside = any(c == 0 for g, c in enumerate(per_virtual)
                        if not ((g == 0 and ends_hold_root[0]) or (g == n_virtual - 1 and ends_hold_root[1])))
     if p > 1 and empty_inside:
+        if layout.stage_blocks is not None:
+            # Yours: 0,1,1,0 runs (the ends hold the embedding and the head), 1,0,0,1 does not; the
+            # chunk-count advice below ("use at most 2 chunks") was wrong for it.
+            given = ",".join(map(str, layout.stage_blocks))
+            chunks = f" (split into --virtual-stages {v} chunks per stage)" if v > 1 else ""
+            raise ConfigError(f"--stage-layers: {given} leaves a model chunk between the first and the last "
+                              f"without blocks{chunks}; only the first and the last chunk may hold none (they "
+                              f"keep the embedding and the loss); give every other chunk at least one block")
         if n_virtual > n:  # more chunks than blocks: no --stage-layers can fill them (it used to be suggested)
             raise ConfigError(f"--pp: {p} stages x {v} chunks = {n_virtual} chunks for {tpm.model.name}'s {n} blocks "
                               f"leave a chunk without blocks; use at most {n} chunks (fewer stages or fewer "

@@ -56,7 +56,9 @@ never imports it.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -127,7 +129,9 @@ def load_torch_workload(
         message = (f"--model: {what} (importing {parsed.target!r}, calling {parsed.function}() and tracing its "
                    f"forward and backward) did not finish within {number_text(time_limit_s)} s, the limit "
                    f"(dpsim.limits.MAX_MODEL_LOAD_S); does it loop forever?")
-        with user_code_time_limit(time_limit_s, message):
+        # The user's code prints to stderr: a print() in a builder went to stdout ahead of predict
+        # --json's object, which then no longer parsed.
+        with user_code_time_limit(time_limit_s, message), contextlib.redirect_stdout(sys.stderr):
             spec = _load(parsed, ref, input_shape=input_shape, name=name, unit_classes=unit_classes)
         _CACHE[key] = spec
     return _CACHE[key]
@@ -433,6 +437,11 @@ def workload_from_module(module, example: Any, *, name: str, unit_classes: Itera
     named_params = list(module.named_parameters())
     if not named_params:
         raise WorkloadError(f"--model: {name!r} has no parameters")
+    lazy = [n for n, p in named_params if isinstance(p, torch.nn.parameter.UninitializedParameter)]
+    if lazy:  # registering the gradient hooks below raised torch's ValueError (a traceback)
+        raise WorkloadError(f"--model: parameter {lazy[0]!r} is not initialized (a torch.nn.Lazy* module sizes it "
+                            f"on its first forward); give the layer its input size, or run one forward in the "
+                            f"builder before returning the model")
     frozen = [n for n, p in named_params if not p.requires_grad]
     if frozen:
         raise WorkloadError(f"--model: parameter {frozen[0]!r} has requires_grad=False; dpsim models every "

@@ -39,6 +39,18 @@ def is_torch_model_ref(model: str) -> bool:
     return isinstance(model, str) and ":" in model and not is_shape_ref(model)
 
 
+def model_ref_next_to(value: Any, base_dir: Path) -> Any:
+    """``value`` with a relative builder file (``net.py:build``) read from ``base_dir``: a mix or
+    sweep file names its model files, as its topology and profiles, next to itself."""
+    if not (isinstance(value, str) and is_torch_model_ref(value)):
+        return value
+    text = value.strip()
+    target = text.split(":", 1)[0]
+    if not target.endswith(".py") or Path(target).is_absolute():
+        return value  # package.module:fn, or a file given in full
+    return str(Path(base_dir) / target) + text[len(target):]
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelRef:
     """A parsed ``--model`` reference to a builder function."""
