@@ -9,6 +9,8 @@ not a generic "mixed precision", decides the bytes of every category:
 ``fp32``                  4       4      -       4+4     16     plain fp32 (PyTorch's default)
 ``tf32``                  4       4      -       4+4     16     fp32 with TF32 matmuls allowed
 ``amp-bf16`` (default)    4       4      -       4+4     16     ``torch.autocast(dtype=torch.bfloat16)``
+``fp32-params-bf16-acts`` 4       4      -       4+4     16     JAX/MaxText ``weight_dtype=float32``,
+                                                                ``dtype=bfloat16`` (bf16 residual stream)
 ``amp-fp16``              4       4      -       4+4     16     ``torch.autocast`` fp16 + ``GradScaler``
 ``bf16-params``           2       2      4       4+4     16     16-bit model, fp32 master: DeepSpeed ``bf16``,
                                                                 Megatron; FSDP ``MixedPrecision(param_dtype=bf16)``
@@ -84,7 +86,7 @@ class Precision:
     """Bytes per element of matmul/convolution outputs (16-bit under autocast)."""
     weight_bytes: int
     """Bytes per parameter of the weights the model holds, also the dtype of the residual
-    stream and of norms' outputs (fp32 under autocast)."""
+    stream and of norms' outputs (fp32 under autocast) unless :attr:`stream_bytes` says otherwise."""
     grad_dtype: str
     """dtype of gradients, hence of DDP's buckets and all-reduce."""
     grad_bytes: int
@@ -95,6 +97,10 @@ class Precision:
     """Bytes of one optimizer-state element (Adam's m or v, SGD's momentum)."""
     autocast: bool = False
     """Weights are cast to 16 bits inside every matmul each forward (``torch.autocast``)."""
+    stream_bytes: int = 0
+    """Bytes per element of the residual stream and the norms' outputs; 0: the parameters' dtype
+    (:attr:`weight_bytes`), as in torch, whose autocast casts the inputs of matmuls only and whose
+    16-bit models run everything in 16 bits. See :attr:`residual_bytes`."""
     grad_scaler: bool = False
     """fp16 loss scaling: gradients are checked for overflow (and unscaled) every step."""
     fp8: Fp8Recipe | None = None
@@ -104,6 +110,11 @@ class Precision:
     between GEMMs into one kernel (:mod:`dpsim.workload.compiled`)."""
     description: str
     """One line for humans: the framework setting it models."""
+
+    @property
+    def residual_bytes(self) -> int:
+        """Bytes per element of the residual stream (:attr:`stream_bytes`, else :attr:`weight_bytes`)."""
+        return self.stream_bytes or self.weight_bytes
 
 
 PRECISIONS: dict[str, Precision] = {p.name: p for p in (
@@ -125,6 +136,17 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
         state_element_bytes=4, autocast=True,
         description="torch.autocast(dtype=torch.bfloat16): fp32 params, grads and Adam state; DDP "
                     "all-reduces fp32 gradients",
+    ),
+    # MaxText's ``weight_dtype: float32`` with ``dtype: bfloat16``: its Embed looks the tokens up in
+    # the table cast to ``self.dtype`` (``jnp.asarray(self.embedding, self.dtype)[inputs]``,
+    # AI-Hypercomputer/maxtext@00d800c3d92f MaxText/layers/embeddings.py), so the residual stream
+    # and every saved activation are bf16, while the fp32 weights are cast at each use.
+    Precision(
+        name="fp32-params-bf16-acts", compute_dtype="bfloat16", matmul_dtype="bfloat16", conv_dtype="bfloat16",
+        activation_bytes=2, weight_bytes=4, grad_dtype="float32", grad_bytes=4, master_bytes=0,
+        state_element_bytes=4, autocast=True, stream_bytes=2,
+        description="fp32 params, grads and Adam state cast to bf16 at each use, bf16 activations and "
+                    "residual stream (JAX/MaxText weight_dtype float32, dtype bfloat16)",
     ),
     Precision(
         name="amp-fp16", compute_dtype="float16", matmul_dtype="float16", conv_dtype="float16",
@@ -302,3 +324,4 @@ def optimizer_traffic_bytes_per_param(precision: Precision, optimizer: str, *, f
         # No copy pass to fold the overflow check into: GradScaler's unscale reads and writes g.
         total += 2 * g
     return float(total)
+
