@@ -44,6 +44,11 @@ The old names stay as aliases with their old meaning (:data:`PRECISION_ALIASES`)
 Lightning's ``"bf16-mixed"`` means autocast, i.e. ``amp-bf16``), ``amp`` is
 ``amp-bf16`` and ``bf16`` is ``bf16-true``.
 
+Activations (:func:`saved_element_bytes`): matmul outputs in the compute dtype; the residual
+stream and the norms' products in :attr:`Precision.residual_bytes`, the parameters' dtype in
+torch (fp32 under autocast, which casts only the inputs of the ops on its lists), bf16 in
+``fp32-params-bf16-acts``.
+
 Matmul rates (the keys of :class:`dpsim.hardware.GpuSpec`): PyTorch runs float32
 matmuls at full FP32 precision by default (``torch.backends.cuda.matmul.allow_tf32``
 is False since 1.12), but cuDNN convolutions with TF32 (``torch.backends.cudnn.
@@ -325,3 +330,39 @@ def optimizer_traffic_bytes_per_param(precision: Precision, optimizer: str, *, f
         total += 2 * g
     return float(total)
 
+
+def saved_element_bytes(byte_class: str, precision: Precision) -> float:
+    """Bytes of one saved activation element of ``byte_class`` (:data:`dpsim.workload.spec.SAVED_CLASSES`)
+    under ``precision``: ``act`` the matmuls' output dtype; ``stream`` the residual stream's, the
+    parameters' dtype (autocast casts only the inputs of the ops on its lists, so the residual
+    adds and an eager norm's products keep fp32 parameters' fp32: torch 2.13.0
+    ``ATen/autocast_mode.h``, whose ``AT_FORALL_LOWER_PRECISION_FP`` holds ``linear``, ``matmul``,
+    ``scaled_dot_product_attention`` and no ``add``, ``mul`` or ``mean``, and whose
+    ``AT_FORALL_FP32`` holds ``pow``, ``rsqrt``, ``layer_norm``, ``rms_norm``); ``f32`` 4;
+    ``recast`` a 16-bit copy that exists only where the stream and the matmuls' dtypes differ
+    (autocast: ``cached_cast`` in ``aten/src/ATen/autocast_mode.cpp`` reuses a cast only for
+    ``arg.requires_grad() && arg.is_leaf() && !arg.is_view()``, the weights)."""
+    act, stream = float(precision.activation_bytes), float(precision.residual_bytes)
+    if byte_class == "act":
+        return act
+    if byte_class == "stream":
+        return stream
+    if byte_class == "f32":
+        return 4.0
+    if byte_class == "recast":
+        return 0.0 if stream == act else act
+    raise ConfigError(f"saved activation class {byte_class!r} is not known")
+
+
+def saved_extra_bytes(saved_elements, precision: Precision) -> float:
+    """Bytes ``saved_elements`` (:attr:`dpsim.workload.spec.LayerSpec.saved_elements`) keep under
+    ``precision`` beyond what a layer's 2-byte count, scaled to the matmuls' dtype, gives them:
+    each ``stream``/``f32`` element's own size less the matmuls' element, each ``recast`` in full."""
+    act = float(precision.activation_bytes)
+    return sum(n * (saved_element_bytes(c, precision) - (0.0 if c == "recast" else act)) for n, c in saved_elements)
+
+
+def input_scale(byte_class: str, precision: Precision) -> float:
+    """Factor on a layer's ``input_bytes_per_sample`` (2-byte elements) that, after the activations'
+    ``activation_bytes / 2`` scale, gives its bytes in ``byte_class``'s dtype under ``precision``."""
+    return saved_element_bytes(byte_class, precision) / float(precision.activation_bytes)
