@@ -36,7 +36,11 @@ micro-batch and keep only the gradient shard (``--fsdp-accumulate sharded``; PyT
 The other categories:
 
 * **activations** kept for backward for one micro-batch (catalog estimates at 2 bytes
-  per element; fp32 compute doubles them), under the checkpointing policy of
+  per element; fp32 compute doubles them; the tensors a precision stores in another dtype, such
+  as autocast's fp32 residual stream, at theirs: :func:`activation_bytes_per_sample`; under
+  ``--compile`` what the partitioner saves where a layer says), with the weight copies saved for
+  backward (TransformerEngine's FP8 ones, :func:`fp8_saved_weight_bytes`; autocast's 16-bit ones,
+  :func:`autocast_weight_bytes`), under the checkpointing policy of
   :mod:`~dpsim.strategies.checkpointing` (full: only each checkpointed unit's input is kept,
   plus one unit's full activations while it is recomputed, Korthikanti et al. 2022, Sec. 5;
   selective and op-level policies keep more and recompute less); root layers keep theirs;
@@ -119,6 +123,7 @@ from dpsim.workload.fp8 import (
     fp8_weight_numel,
     gathered_weight_bytes,
     layers_fp8_weight_numel,
+    runs_in_fp8,
     saved_fp8_weight_bytes_per_element,
     saves_fp8_weights,
 )
@@ -129,7 +134,7 @@ from dpsim.workload.precision import (
     saved_element_bytes,
     saved_extra_bytes,
 )
-from dpsim.workload.spec import ModelSpec
+from dpsim.workload.spec import MatmulOp, ModelSpec
 
 FRAMEWORK_OVERHEAD_BYTES = 2 * GiB
 """CUDA context, cuBLAS workspaces, NCCL buffers and what the driver keeps back of the memory NVML
@@ -271,6 +276,42 @@ def fp8_saved_weight_bytes(model: ModelSpec, precision: Precision, policy: Check
     return float((rest + largest) * per)
 
 
+def autocast_weight_numel(layer, precision: Precision) -> int:
+    """Weight elements of ``layer`` that torch autocast casts to 16 bits each forward: the weights
+    of its linear and convolution GEMMs (on autocast's lower-precision list), those an FP8 recipe
+    runs in FP8 excepted (the recipe casts them itself). 0 for a layer known by its FLOPs only."""
+    return min(layer.param_count, sum(op.n * op.k * op.batch for op in layer.ops
+                                      if isinstance(op, MatmulOp) and op.kind in ("linear", "conv")
+                                      and not (precision.fp8 is not None and runs_in_fp8(op, precision.fp8))))
+
+
+def autocast_weight_bytes(model: ModelSpec, precision: Precision, policy: CheckpointPolicy, fsdp_unit: str,
+                          *, cached: bool) -> float:
+    """The 16-bit weight copies torch autocast holds at the end of forward (``amp-bf16``,
+    ``amp-fp16``): each linear saves the copy it multiplied by for its input gradient, and
+    ``cached_cast`` keeps one copy of every weight that is a leaf, not a view, and requires grad
+    until the outermost autocast region exits, "at the end of each forward pass"
+    (pytorch/pytorch@cfed411fae0c aten/src/ATen/autocast_mode.cpp). ``cached``: the parameters
+    are such leaves (DDP's, DeepSpeed's, FSDP2's unsharded parameters): every cast weight, the
+    checkpointed blocks' too, whatever the sharding (fairscale added ``clear_autocast_cache`` to
+    its FSDP for this: "when training in AMP model with weight dtype32, FSDP may need to optionally
+    clear the autocast cache to avoid GPU OOM", facebookresearch/fairscale pull request 650). FSDP1's parameters are views into its flat parameter, never cached:
+    the copies the non-checkpointed layers save, plus the largest checkpointed block's while it is
+    recomputed. Measured: the 16-bit weight copies ``LlamaDecoderLayer`` saves under autocast
+    (tests/test_activation_dtypes.py)."""
+    if not precision.autocast or precision.stream_bytes:  # torch autocast only (not MaxText's casts)
+        return 0.0
+    per = float(precision.activation_bytes)
+    if cached or not policy.active:
+        return sum(autocast_weight_numel(l, precision) for l in model.layers) * per
+    ckpt = checkpointed([u for u in wrap_units(model, fsdp_unit) if not u.is_root], policy)
+    in_units = {i for u in ckpt for i in u.layers}
+    rest = sum(autocast_weight_numel(l, precision) for i, l in enumerate(model.layers) if i not in in_units)
+    largest = max((sum(autocast_weight_numel(model.layers[i], precision) for i in u.layers) for u in ckpt),
+                  default=0)
+    return (rest + largest) * per
+
+
 def _op_kept(layer) -> float:
     # A layer known only by its FLOPs has no ops to recompute: it keeps everything.
     saved = op_saved_bytes_per_sample(layer)
@@ -335,6 +376,8 @@ def memory_breakdown(
                                       checkpointing=checkpointing, precision=precision) * micro_batch * act_scale
     act += fp8_saved_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
                                   gpu.architecture, fsdp2=record.family == "fsdp" and version == "2")
+    act += autocast_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
+                                 cached=not (record.family == "fsdp" and version == "1"))
     if strategy == "ddp":
         weights, grads, opt = psi * w, psi * g, psi * k
         buffers = ddp_comm_buffer_bytes(model, precision.grad_dtype, ddp or DEFAULT_DDP_OPTIONS,

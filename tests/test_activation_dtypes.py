@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from dpsim.hardware import get_gpu
-from dpsim.memory import activation_bytes_per_sample, memory_breakdown, stage_activation_bytes
+from dpsim.memory import (
+    activation_bytes_per_sample,
+    autocast_weight_bytes,
+    autocast_weight_numel,
+    memory_breakdown,
+    stage_activation_bytes,
+)
+from dpsim.strategies.checkpointing import FULL_CHECKPOINTING, policy_of
 from dpsim.strategies.layout import Layout, stage_assignment
 from dpsim.strategies.tensor import tp_model
 from dpsim.workload.architectures import LlamaConfig, build_llama
@@ -35,11 +42,14 @@ def _saved_by_autograd(precision: str, h: int, heads: int, inter: int, s: int, b
     weight_shapes = {tuple(p.shape) for p in layer.parameters() if p.dim() == 2}
     weight_shapes |= {t[::-1] for t in weight_shapes}
     saved: dict[int, int] = {}
+    copies: dict[int, int] = {}
 
     def pack(t):
         ptr = t.untyped_storage().data_ptr()
         small = t.numel() <= b * s * heads
-        if ptr not in params and not small and not (t.dim() == 2 and tuple(t.shape) in weight_shapes):
+        if ptr not in params and t.dim() == 2 and tuple(t.shape) in weight_shapes:
+            copies[ptr] = t.untyped_storage().nbytes()
+        elif ptr not in params and not small:
             saved[ptr] = t.untyped_storage().nbytes()
         return t
 
@@ -50,7 +60,12 @@ def _saved_by_autograd(precision: str, h: int, heads: int, inter: int, s: int, b
         tables = {cos.untyped_storage().data_ptr(), sin.untyped_storage().data_ptr()}
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             layer(x, attention_mask=None, position_ids=pos, position_embeddings=(cos, sin))
+    WEIGHT_COPIES[precision] = sum(copies.values())
     return sum(n for ptr, n in saved.items() if ptr not in tables) / b
+
+
+WEIGHT_COPIES: dict[str, int] = {}
+"""Bytes of the weight-shaped tensors the last measurement of each precision saw saved (autocast's copies)."""
 
 
 H, HEADS, INTER, S = 192, 4, 320, 128
@@ -76,6 +91,15 @@ def test_amp_block_keeps_what_autograd_saves_on_hf_llama():
     hand = 22 * sh + 12 * sh + 8 * S * INTER
     assert measured == hand
     assert _catalog_block_bytes("amp-bf16") == hand
+    # Each linear also saves the bf16 copy of its weight that autocast made (2 bytes per element of
+    # the block's seven projections); in bf16 or fp32 the weights are the parameters themselves.
+    model = build_llama(LlamaConfig(hidden_size=H, intermediate_size=INTER, num_hidden_layers=1,
+                                    num_attention_heads=HEADS, num_key_value_heads=HEADS, vocab_size=64,
+                                    max_position_embeddings=S), flash_attention=True)
+    block = [l for l in model.layers if l.unit is not None]
+    amp = get_precision("amp-bf16")
+    assert WEIGHT_COPIES["amp-bf16"] == 2 * (4 * H * H + 3 * H * INTER) == 2 * sum(
+        autocast_weight_numel(l, amp) for l in block)
 
 
 def test_fp32_block_is_the_16_bit_count_doubled():
@@ -116,12 +140,16 @@ def test_llama_3_70b_full_checkpointing_8k_amp_hand_count():
     model = get_model("llama-3-70b", flash_attention=True)
     amp = memory_breakdown(model, H100, precision=get_precision("amp-bf16"), optimizer="adamw", micro_batch=1,
                            strategy="fsdp", n_gpus=64, gpus_per_node=8, activation_checkpointing=True)
-    assert amp.activations_bytes == hand
+    # Autocast's bf16 weight copies: FSDP1's parameters are views (never cached), so the LM head's and
+    # the recomputed block's saved copies: q, o 8192^2, k, v 1024 x 8192, gate, up, down 8192 x 28672.
+    block = 2 * h * h + 2 * 1024 * h + 3 * h * inter
+    copies = 2 * (v * h + block)
+    assert amp.activations_bytes == hand + copies
     bf16 = memory_breakdown(model, H100, precision=get_precision("bf16-params"), optimizer="adamw", micro_batch=1,
                             strategy="fsdp", n_gpus=64, gpus_per_node=8, activation_checkpointing=True)
     # The sanity pass's ~10 GiB: 80 fp32 inputs (2 more bytes per s·h each) and the recomputed block's 14·s·h.
-    assert amp.activations_bytes - bf16.activations_bytes == 80 * 2 * sh + 14 * sh
-    assert (amp.activations_bytes - bf16.activations_bytes) / 2**30 == pytest.approx(10.875)
+    assert amp.activations_bytes - copies - bf16.activations_bytes == 80 * 2 * sh + 14 * sh
+    assert (amp.activations_bytes - copies - bf16.activations_bytes) / 2**30 == pytest.approx(10.875)
 
 
 def test_layout_stage_keeps_fp32_block_inputs_under_autocast():
@@ -142,3 +170,27 @@ def test_layout_stage_keeps_fp32_block_inputs_under_autocast():
         assert blocks == 2
         # Root layers (embedding, head) unchanged; each block input 2 more bytes per s·h element.
         assert per_amp[0] - per_bf16[0] == blocks * 2 * (64 * 256)
+
+
+def test_autocast_weight_copies_cached_or_saved():
+    """Llama-2-7B under amp-bf16: with leaf parameters (DDP, DeepSpeed, FSDP2) autocast's cache holds a
+    bf16 copy of every linear weight until forward ends, checkpointed or not: 2 bytes x 6,607,077,376
+    (6,738,415,616 parameters less the 32000 x 4096 embedding and 65 norms of 4096). FSDP1's views
+    are not cached: with every block checkpointed, the LM head's copy and one block's (4 x 4096^2 +
+    3 x 4096 x 11008) while it is recomputed; without checkpointing, all. bf16 parameters: none."""
+    model = get_model("llama-2-7b", flash_attention=True)
+    amp = get_precision("amp-bf16")
+    linears = 6_738_415_616 - 32000 * 4096 - 65 * 4096
+    none = policy_of(False, None)
+    assert autocast_weight_bytes(model, amp, none, "block", cached=True) == 2 * linears
+    assert autocast_weight_bytes(model, amp, FULL_CHECKPOINTING, "block", cached=True) == 2 * linears
+    assert autocast_weight_bytes(model, amp, none, "block", cached=False) == 2 * linears
+    assert autocast_weight_bytes(model, amp, FULL_CHECKPOINTING, "block", cached=False) == \
+        2 * (32000 * 4096 + 4 * 4096 * 4096 + 3 * 4096 * 11008)
+    assert autocast_weight_bytes(model, get_precision("bf16-params"), none, "block", cached=True) == 0
+    assert autocast_weight_bytes(model, get_precision("fp32-params-bf16-acts"), none, "block", cached=True) == 0
+    ddp = memory_breakdown(model, H100, precision=amp, optimizer="adamw", micro_batch=1)
+    ddp_bf16 = memory_breakdown(model, H100, precision=get_precision("bf16-params"), optimizer="adamw", micro_batch=1)
+    s, h = 4096, 4096
+    # 32 blocks' autocast extras (14·s·h) and the weight copies.
+    assert ddp.activations_bytes - ddp_bf16.activations_bytes == 32 * 14 * s * h + 2 * linears

@@ -340,8 +340,8 @@ def saved_element_bytes(byte_class: str, precision: Precision) -> float:
     ``scaled_dot_product_attention`` and no ``add``, ``mul`` or ``mean``, and whose
     ``AT_FORALL_FP32`` holds ``pow``, ``rsqrt``, ``layer_norm``, ``rms_norm``); ``f32`` 4;
     ``recast`` a 16-bit copy that exists only where the stream and the matmuls' dtypes differ
-    (autocast: ``cached_cast`` in ``aten/src/ATen/autocast_mode.cpp`` reuses a cast only for
-    ``arg.requires_grad() && arg.is_leaf() && !arg.is_view()``, the weights)."""
+    (autocast: ``cached_cast`` in pytorch/pytorch@cfed411fae0c aten/src/ATen/autocast_mode.cpp
+    reuses a cast only for ``arg.requires_grad() && arg.is_leaf() && !arg.is_view()``, the weights)."""
     act, stream = float(precision.activation_bytes), float(precision.residual_bytes)
     if byte_class == "act":
         return act
