@@ -36,7 +36,11 @@ micro-batch and keep only the gradient shard (``--fsdp-accumulate sharded``; PyT
 The other categories:
 
 * **activations** kept for backward for one micro-batch (catalog estimates at 2 bytes
-  per element; fp32 compute doubles them), under the checkpointing policy of
+  per element; fp32 compute doubles them; the tensors a precision stores in another dtype, such
+  as autocast's fp32 residual stream, at theirs: :func:`activation_bytes_per_sample`; under
+  ``--compile`` what the partitioner saves where a layer says), with the weight copies saved for
+  backward (TransformerEngine's FP8 ones, :func:`fp8_saved_weight_bytes`; autocast's 16-bit ones,
+  :func:`autocast_weight_bytes`), under the checkpointing policy of
   :mod:`~dpsim.strategies.checkpointing` (full: only each checkpointed unit's input is kept,
   plus one unit's full activations while it is recomputed, Korthikanti et al. 2022, Sec. 5;
   selective and op-level policies keep more and recompute less); root layers keep theirs;
@@ -107,18 +111,30 @@ from dpsim.strategies.checkpointing import (
 )
 from dpsim.strategies.layout import checkpointed_blocks, reshards_after_forward
 from dpsim.strategies.offload import expert_offload_bytes_per_sample
-from dpsim.strategies.tensor import block_input_bytes, layer_activation_bytes, tp_model
+from dpsim.strategies.tensor import (
+    block_input_bytes,
+    layer_activation_bytes,
+    saved_extra_bytes_per_rank,
+    tp_model,
+)
 from dpsim.strategies.zero import internlm_stages
 from dpsim.units import GiB, format_bytes
 from dpsim.workload.fp8 import (
-    FP8_BYTES,
     fp8_weight_numel,
     gathered_weight_bytes,
     layers_fp8_weight_numel,
+    runs_in_fp8,
+    saved_fp8_weight_bytes_per_element,
     saves_fp8_weights,
 )
-from dpsim.workload.precision import Precision, optimizer_state_bytes_per_param
-from dpsim.workload.spec import ModelSpec
+from dpsim.workload.precision import (
+    Precision,
+    input_scale,
+    optimizer_state_bytes_per_param,
+    saved_element_bytes,
+    saved_extra_bytes,
+)
+from dpsim.workload.spec import MatmulOp, ModelSpec
 
 FRAMEWORK_OVERHEAD_BYTES = 2 * GiB
 """CUDA context, cuBLAS workspaces, NCCL buffers and what the driver keeps back of the memory NVML
@@ -178,9 +194,16 @@ class MemoryBreakdown:
 
 
 def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: bool = False,
-                                fsdp_unit: str = "block", checkpointing: CheckpointPolicy | None = None) -> float:
+                                fsdp_unit: str = "block", checkpointing: CheckpointPolicy | None = None,
+                                precision: Precision | None = None) -> float:
     """Activation bytes one sample keeps (2-byte elements) under a checkpointing policy
     (:mod:`~dpsim.strategies.checkpointing`; ``activation_checkpointing`` is ``full``).
+    With ``precision``, in the units its ``activation_bytes / 2`` scale turns into bytes: the
+    layers' :attr:`~dpsim.workload.spec.LayerSpec.saved_elements` and checkpointed inputs at the
+    dtypes they are stored in (:func:`~dpsim.workload.precision.saved_element_bytes`); compiled
+    (``precision.compiled``), what torch.compile's partitioner saves where a layer says
+    (:attr:`~dpsim.workload.spec.LayerSpec.compiled_saved_elements`; the ``full`` and unchecked
+    policies: ``selective`` and ``op`` count eager mode's tensors, as the tensor/pipeline layouts do).
 
     ``full`` keeps each checkpointed unit's input, the other layers' activations, and the
     largest checkpointed unit's activations while it is recomputed in backward;
@@ -189,8 +212,23 @@ def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: b
     while it is recomputed.
     """
     policy = policy_of(activation_checkpointing, checkpointing)
+    scale = 1.0 if precision is None else precision.activation_bytes / 2.0
+
+    def extra(layer) -> float:  # what the layer's stored dtypes add, in 2-byte units
+        return 0.0 if precision is None else saved_extra_bytes(layer.saved_elements, precision) / scale
+
+    def act(layer) -> float:
+        if precision is not None and precision.compiled and layer.compiled_saved_elements is not None:
+            # torch.compile's partitioner decides what is saved (LayerSpec.compiled_saved_elements).
+            return sum(n * saved_element_bytes(c, precision) for n, c in layer.compiled_saved_elements) / scale
+        return layer.activation_bytes_per_sample + extra(layer)
+
+    def inp(layer) -> float:
+        return layer.input_bytes_per_sample * (1.0 if precision is None
+                                               else input_scale(layer.input_byte_class, precision))
+
     if not policy.active:
-        return model.activation_bytes_per_sample
+        return sum(act(l) for l in model.layers)
     units = [u for u in wrap_units(model, fsdp_unit) if not u.is_root]
     if not units:
         flag = "--activation-checkpointing" if activation_checkpointing else f"--recompute {policy.mode}"
@@ -198,34 +236,80 @@ def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: b
                           f"checkpoint; use --fsdp-unit layer")
     ckpt = checkpointed(units, policy)
     in_units = {i for u in ckpt for i in u.layers}
-    root = sum(l.activation_bytes_per_sample for i, l in enumerate(model.layers) if i not in in_units)
-    full = [sum(model.layers[i].activation_bytes_per_sample for i in u.layers) for u in ckpt]
+    root = sum(act(l) for i, l in enumerate(model.layers) if i not in in_units)
+    full = [sum(act(model.layers[i]) for i in u.layers) for u in ckpt]
     if policy.mode == "full":
-        inputs = sum(model.layers[min(u.layers)].input_bytes_per_sample for u in ckpt)
+        inputs = sum(inp(model.layers[min(u.layers)]) for u in ckpt)
         return root + inputs + max(full, default=0.0)
     if policy.mode == "selective":
         core = tp_model(model, 1).layers
         return root + sum(layer_activation_bytes(core[i], 1, sequence_parallel=False, recompute="selective")
-                          for u in ckpt for i in u.layers)
-    kept = [min(f, model.layers[min(u.layers)].input_bytes_per_sample + sum(_op_kept(model.layers[i]) for i in u.layers))
+                          + extra(model.layers[i]) for u in ckpt for i in u.layers)
+    kept = [min(f, inp(model.layers[min(u.layers)]) + sum(_op_kept(model.layers[i]) for i in u.layers))
             for u, f in zip(ckpt, full)]
     return root + sum(kept) + max((f - k for f, k in zip(full, kept)), default=0.0)
 
 
-def fp8_saved_weight_bytes(model: ModelSpec, precision: Precision, policy: CheckpointPolicy, fsdp_unit: str) -> float:
+def fp8_saved_weight_bytes(model: ModelSpec, precision: Precision, policy: CheckpointPolicy, fsdp_unit: str,
+                           architecture: str = "hopper", fsdp2: bool = False) -> float:
     """The FP8 weight copies a recipe keeps from forward to backward
-    (:func:`dpsim.workload.fp8.saves_fp8_weights`: TransformerEngine's): one byte per FP8 weight
-    element of every block, or, under checkpointing, of the largest checkpointed block while it
-    is recomputed (the others keep no saved tensors) plus the blocks it leaves alone."""
+    (:func:`dpsim.workload.fp8.saves_fp8_weights`: TransformerEngine's) on a GPU of ``architecture``:
+    :func:`~dpsim.workload.fp8.saved_fp8_weight_bytes_per_element` uncached (the transposed copy
+    TE 1.x saves; MXFP8's two) per FP8 weight element of every block, or, under checkpointing, of the
+    largest checkpointed block while it is recomputed (the others keep no saved tensors) plus the
+    blocks it leaves alone. Under FSDP2 (``fsdp2``) TE 2.x saves none and quantizes the gathered
+    weight again in backward ("FSDP2: Don't save FP8 workspace for non-quantized weights",
+    NVIDIA/TransformerEngine@d0067d0da6cb transformer_engine/pytorch/module/linear.py): counted for
+    MXFP8, a TE 2.x recipe; the per-tensor recipes are counted as TE 1.x saves them, which has no
+    such case."""
     if precision.fp8 is None or not saves_fp8_weights(precision.fp8):
         return 0.0
+    if fsdp2 and precision.fp8.column_copy == "always":
+        return 0.0
+    per = saved_fp8_weight_bytes_per_element(precision.fp8, architecture, cached=False)
     if not policy.active:
-        return float(sum(fp8_weight_numel(layer, precision.fp8) for layer in model.layers) * FP8_BYTES)
+        return float(sum(fp8_weight_numel(layer, precision.fp8) for layer in model.layers) * per)
     ckpt = checkpointed([u for u in wrap_units(model, fsdp_unit) if not u.is_root], policy)
     in_units = {i for u in ckpt for i in u.layers}
     rest = sum(fp8_weight_numel(layer, precision.fp8) for i, layer in enumerate(model.layers) if i not in in_units)
     largest = max((layers_fp8_weight_numel(model, u.layers, precision.fp8) for u in ckpt), default=0)
-    return float((rest + largest) * FP8_BYTES)
+    return float((rest + largest) * per)
+
+
+def autocast_weight_numel(layer, precision: Precision) -> int:
+    """Weight elements of ``layer`` that torch autocast casts to 16 bits each forward: the weights
+    of its linear and convolution GEMMs (on autocast's lower-precision list), those an FP8 recipe
+    runs in FP8 excepted (the recipe casts them itself). 0 for a layer known by its FLOPs only."""
+    return min(layer.param_count, sum(op.n * op.k * op.batch for op in layer.ops
+                                      if isinstance(op, MatmulOp) and op.kind in ("linear", "conv")
+                                      and not (precision.fp8 is not None and runs_in_fp8(op, precision.fp8))))
+
+
+def autocast_weight_bytes(model: ModelSpec, precision: Precision, policy: CheckpointPolicy, fsdp_unit: str,
+                          *, cached: bool) -> float:
+    """The 16-bit weight copies torch autocast holds at the end of forward (``amp-bf16``,
+    ``amp-fp16``): each linear saves the copy it multiplied by for its input gradient, and
+    ``cached_cast`` keeps one copy of every weight that is a leaf, not a view, and requires grad
+    until the outermost autocast region exits, "at the end of each forward pass"
+    (pytorch/pytorch@cfed411fae0c aten/src/ATen/autocast_mode.cpp). ``cached``: the parameters
+    are such leaves (DDP's, DeepSpeed's, FSDP2's unsharded parameters): every cast weight, the
+    checkpointed blocks' too, whatever the sharding (fairscale added ``clear_autocast_cache`` to
+    its FSDP for this: "when training in AMP model with weight dtype32, FSDP may need to optionally
+    clear the autocast cache to avoid GPU OOM", facebookresearch/fairscale pull request 650). FSDP1's parameters are views into its flat parameter, never cached:
+    the copies the non-checkpointed layers save, plus the largest checkpointed block's while it is
+    recomputed. Measured: the 16-bit weight copies ``LlamaDecoderLayer`` saves under autocast
+    (tests/test_activation_dtypes.py)."""
+    if not precision.autocast or precision.stream_bytes:  # torch autocast only (not MaxText's casts)
+        return 0.0
+    per = float(precision.activation_bytes)
+    if cached or not policy.active:
+        return sum(autocast_weight_numel(l, precision) for l in model.layers) * per
+    ckpt = checkpointed([u for u in wrap_units(model, fsdp_unit) if not u.is_root], policy)
+    in_units = {i for u in ckpt for i in u.layers}
+    rest = sum(autocast_weight_numel(l, precision) for i, l in enumerate(model.layers) if i not in in_units)
+    largest = max((sum(autocast_weight_numel(model.layers[i], precision) for i in u.layers) for u in ckpt),
+                  default=0)
+    return (rest + largest) * per
 
 
 def _op_kept(layer) -> float:
@@ -285,11 +369,15 @@ def memory_breakdown(
     no_sync_full_grads = unsharded_accumulation(strategy, grad_accum, fsdp_version, fsdp_accumulate)
     version = fsdp_version if record.family == "fsdp" else "1"
     shard = sharded_numel(model, strategy, group, fsdp_unit=fsdp_unit, fsdp_version=version)
-    # Catalog activations are given at 2 bytes per element; fp32 compute keeps 4.
+    # Catalog activations are given at 2 bytes per element; fp32 compute keeps 4 (and the tensors a
+    # precision stores otherwise count at their dtypes: activation_bytes_per_sample's ``precision``).
     act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
-    act = activation_bytes_per_sample(model, activation_checkpointing=activation_checkpointing,
-                                      fsdp_unit=fsdp_unit, checkpointing=checkpointing) * micro_batch * act_scale
-    act += fp8_saved_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit)
+    act = activation_bytes_per_sample(model, activation_checkpointing=activation_checkpointing, fsdp_unit=fsdp_unit,
+                                      checkpointing=checkpointing, precision=precision) * micro_batch * act_scale
+    act += fp8_saved_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
+                                  gpu.architecture, fsdp2=record.family == "fsdp" and version == "2")
+    act += autocast_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
+                                 cached=not (record.family == "fsdp" and version == "1"))
     if strategy == "ddp":
         weights, grads, opt = psi * w, psi * g, psi * k
         buffers = ddp_comm_buffer_bytes(model, precision.grad_dtype, ddp or DEFAULT_DDP_OPTIONS,
@@ -608,7 +696,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
     act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
     mb = layout.micro_batch
     if activations is None:
-        activations = stage_activation_bytes(tpm, assignment, layout)
+        activations = stage_activation_bytes(tpm, assignment, layout, precision)
     out = []
     internlm = internlm_stages(tpm, assignment, layout, None, precision.grad_bytes)
     for s in range(len(assignment)):
@@ -617,7 +705,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         for c, per_mb in enumerate(per_chunk):
             act += in_flight[s][c] * per_mb * mb
         act = (act + working * mb) * act_scale
-        act += layout_fp8_weight_bytes(tpm, assignment[s], precision)
+        act += layout_fp8_weight_bytes(tpm, assignment[s], precision, gpu.architecture)
         d = layout.grad_group
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
@@ -643,10 +731,11 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
     return tuple(out)
 
 
-def layout_fp8_weight_bytes(tpm, chunks, precision: Precision) -> float:
+def layout_fp8_weight_bytes(tpm, chunks, precision: Precision, architecture: str = "hopper") -> float:
     """The FP8 weight copies a TransformerEngine recipe holds on one GPU of a layout's stage
-    (``chunks``: its layers' indices per model chunk): one byte per FP8 weight element of the
-    stage's shard, for the whole step whatever the recomputation. Megatron-Core's TE wrappers pass
+    (``chunks``: its layers' indices per model chunk): per FP8 weight element of the stage's shard,
+    :func:`~dpsim.workload.fp8.saved_fp8_weight_bytes_per_element` on a GPU of ``architecture``
+    (the row-wise copy and, on Hopper, its transpose), for the whole step whatever the recomputation. Megatron-Core's TE wrappers pass
     ``is_first_microbatch`` to every TE linear (NVIDIA/Megatron-LM@004fe2f1fc49
     megatron/core/extensions/transformer_engine.py, ``TELinear.forward``: ``None`` only with
     ``disable_parameter_transpose_cache``), so the cast made at the first micro-batch is cached in
@@ -664,7 +753,7 @@ def layout_fp8_weight_bytes(tpm, chunks, precision: Precision) -> float:
             full = tpm.spec.layers[i].param_count
             fp8 = fp8_weight_numel(tpm.spec.layers[i], precision.fp8)
             numel += min(layer.numel_per_rank, round(fp8 * layer.numel_per_rank / full)) if full else 0
-    return float(numel * FP8_BYTES)
+    return float(numel * saved_fp8_weight_bytes_per_element(precision.fp8, architecture, cached=True))
 
 
 def _unit_numels(tpm, chunks) -> list[int]:
@@ -678,15 +767,28 @@ def _unit_numels(tpm, chunks) -> list[int]:
     return list(units.values())
 
 
-def stage_activation_bytes(tpm, assignment, layout) -> tuple[tuple[tuple[float, ...], float, int], ...]:
+def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None = None
+                           ) -> tuple[tuple[tuple[float, ...], float, int], ...]:
     """Per stage of :func:`layout_stage_memory`: the bytes one sample of one micro-batch keeps for
     backward in each model chunk, the working bytes of the block being recomputed (per
     sample), both before the precision's scale, and the parameters it holds per GPU (the
     last stage's copy of a tied embedding included). They depend on the shard, the split
     and the checkpointing policy only, so a search over micro-batches, schedules and
-    replicas reuses them."""
+    replicas reuses them. With ``precision``, each layer's saved elements and each block's input
+    count at the dtypes they are stored in (:func:`activation_bytes_per_sample`), still in the
+    units of that scale."""
     t = layout.tp
     sp = layout.sequence_parallel
+    scale = 1.0 if precision is None else precision.activation_bytes / 2.0
+
+    def lab(layer, recompute: str) -> float:  # the layer's activations on a rank, in 2-byte units
+        every = layer_activation_bytes(layer, t, sequence_parallel=sp, recompute=recompute)
+        return every if precision is None else every + saved_extra_bytes_per_rank(
+            layer, t, sequence_parallel=sp, precision=precision) / scale
+
+    def block_in(layer) -> float:  # a block's input in its stream's dtype, in 2-byte units
+        kept = block_input_bytes(layer, t, sequence_parallel=sp)
+        return kept if precision is None else kept * input_scale(layer.input_byte_class, precision)
     p = len(assignment)
     ckpt = {tpm.layers[block[0]].unit for block in checkpointed_blocks(tpm, layout)}
     out = []
@@ -711,22 +813,22 @@ def stage_activation_bytes(tpm, assignment, layout) -> tuple[tuple[tuple[float, 
                              if layout.offload == "expert-activations" else 0.0)
                 if layout.recompute == "full" and layer.unit in ckpt:
                     if i in starts:
-                        per_mb += block_input_bytes(layer, t, sequence_parallel=sp)
+                        per_mb += block_in(layer)
                 elif layout.recompute == "moe" and layer.unit in ckpt and layer.routed_bytes_per_sample > 0:
                     # The MoE layer keeps its own input; its activations live again while it re-runs.
-                    per_mb += block_input_bytes(layer, t, sequence_parallel=sp)
-                    working = max(working, layer_activation_bytes(layer, t, sequence_parallel=sp, recompute="off"))
+                    per_mb += block_in(layer)
+                    working = max(working, lab(layer, "off"))
                 elif layout.recompute in ("op", "megatron", "moe") and layer.unit in ckpt:
-                    every = layer_activation_bytes(layer, t, sequence_parallel=sp, recompute="off")
+                    every = lab(layer, "off")
                     saved = (op_saved_bytes_per_sample if layout.recompute == "op"
                              else megatron_saved_bytes_per_sample)(tpm.spec.layers[i])
                     kept = op_units.setdefault(layer.unit, [0.0, 0.0, 0.0])
                     kept[0] += every
                     kept[1] += (every if saved is None else saved) + (
-                        block_input_bytes(layer, t, sequence_parallel=sp) if i in starts else 0.0)
+                        block_in(layer) if i in starts else 0.0)
                     kept[2] += offloaded
                 else:
-                    every = layer_activation_bytes(layer, t, sequence_parallel=sp, recompute=layout.recompute)
+                    every = lab(layer, layout.recompute)
                     per_mb += every - min(every, offloaded)
                     working = max(working, min(every, offloaded))
             for every, kept, offloaded in op_units.values():
@@ -739,8 +841,7 @@ def stage_activation_bytes(tpm, assignment, layout) -> tuple[tuple[tuple[float, 
                 for i in layers:
                     layer = tpm.layers[i]
                     if layer.unit in ckpt:
-                        blocks[layer.unit] = blocks.get(layer.unit, 0.0) + layer_activation_bytes(
-                            layer, t, sequence_parallel=sp, recompute="off")
+                        blocks[layer.unit] = blocks.get(layer.unit, 0.0) + lab(layer, "off")
                 working = max([working, *blocks.values()])
         out.append((tuple(per_chunk), working, numel))
     return tuple(out)

@@ -224,15 +224,15 @@ def test_tensor_parallel_layouts_run_the_recipe_too():
 @pytest.mark.parametrize("recompute", ["off", "full"])
 def test_layout_stages_hold_transformer_engines_cached_fp8_weights(recompute):
     """A Megatron-Core layout's TE linears cache their FP8 weight cast across micro-batches
-    (is_first_microbatch), so each stage holds one byte per FP8 weight element of its shard the
-    whole step, recomputed or not; the data-parallel path counted it, the layouts did not (Llama-2-7B
-    tp 2 x pp 2: 16 blocks of 4 x 4096^2 + 3 x 4096 x 11008 FP8 elements, halved by tp, per stage).
+    (is_first_microbatch), so each stage holds, per FP8 weight element of its shard, the whole step,
+    recomputed or not, the row-wise copy and on Hopper its transpose: two bytes (Llama-2-7B tp 2 x
+    pp 2: 16 blocks of 4 x 4096^2 + 3 x 4096 x 11008 FP8 elements, halved by tp, per stage).
     torchao keeps no copy."""
     config = dict(gpus=16, link="infiniband", model="llama-2-7b", tp=2, pp=2, micro_batch=1, global_batch=16,
                   precision="bf16-params", strategy="zero1", sequence_parallel=True, recompute=recompute, steps=1)
     bf16 = predict(PredictConfig(**config)).layout.stages
     block_fp8 = 4 * 4096 * 4096 + 3 * 4096 * 11008
-    for recipe, kept in (("te-delayed", 16 * block_fp8 // 2), ("torchao-tensorwise", 0)):
+    for recipe, kept in (("te-delayed", 2 * 16 * block_fp8 // 2), ("torchao-tensorwise", 0)):
         fp8 = predict(PredictConfig(**config, fp8=recipe)).layout.stages
         for a, b in zip(fp8, bf16):
             assert a.memory.breakdown.activations_bytes - b.memory.breakdown.activations_bytes == kept
@@ -281,3 +281,44 @@ def test_tensor_parallel_fsdp_replicas_gather_linear_weights_in_float8():
     assert gathered.fp8.fsdp_float8_all_gather
     zero1 = get_precision("bf16-params", "torchao-tensorwise", strategy="zero1", layout=True)
     assert not zero1.fp8.fsdp_float8_all_gather
+
+
+@pytest.mark.parametrize("gpu, recipe, per_element", [
+    ("h100", "te-delayed", 2.0), ("h100", "te-current", 2.0), ("b200", "te-delayed", 1.0),
+    ("b200", "mxfp8", 2 * (1 + 1 / 32)),
+])
+def test_cached_fp8_weights_keep_the_transpose_where_the_gemms_take_only_tn(gpu, recipe, per_element):
+    """A layout's cached TE weight (row-wise copy, plus the column-wise one the input-gradient GEMM
+    reads): a transpose on Hopper, whose FP8 GEMMs take only the TN layout; none on Blackwell under a
+    per-tensor recipe, whose GEMMs take any layout; MXFP8's row- and column-wise blocks with one E8M0
+    scale byte per 32 elements (TransformerEngine csrc/quantizer.cpp: ``with_transpose =
+    columnwise_usage && !is_non_tn_fp8_gemm_supported``). Hand count: tp 2 x pp 2 Llama-2-7B, 16
+    blocks a stage of 4 x 4096^2 + 3 x 4096 x 11008 FP8 elements, halved by tp."""
+    config = dict(gpus=16, link="infiniband", gpu=gpu, model="llama-2-7b", tp=2, pp=2, micro_batch=1,
+                  global_batch=16, precision="bf16-params", strategy="zero1", sequence_parallel=True,
+                  recompute="full", steps=1)
+    bf16 = predict(PredictConfig(**config)).layout.stages
+    fp8 = predict(PredictConfig(**config, fp8=recipe)).layout.stages
+    block_fp8 = 4 * 4096 * 4096 + 3 * 4096 * 11008
+    for a, b in zip(fp8, bf16):
+        kept = a.memory.breakdown.activations_bytes - b.memory.breakdown.activations_bytes
+        assert kept == pytest.approx(per_element * 16 * block_fp8 / 2)
+
+
+def test_uncached_te_weights_keep_the_saved_transpose_only():
+    """The data-parallel path (no ``is_first_microbatch``): TE 1.x casts into fresh buffers each
+    forward and saves only the transposed copy for backward, one byte an element of every block on
+    Hopper (Llama-2-7B, 32 blocks, FSDP1 on 8 H100); MXFP8 (TE 2.x only) saves its row- and
+    column-wise blocks, none under FSDP2, which quantizes the gathered weight again in backward."""
+    block_fp8 = 4 * 4096 * 4096 + 3 * 4096 * 11008
+    config = dict(gpus=8, link="infiniband", model="llama-2-7b", micro_batch=1, strategy="fsdp",
+                  precision="bf16-params", steps=1)
+    base = predict(PredictConfig(**config)).memory.activations_bytes
+    te = predict(PredictConfig(**config, fp8="te-delayed")).memory.activations_bytes
+    assert te - base == 32 * block_fp8
+    b200 = dict(config, gpu="b200")
+    base = predict(PredictConfig(**b200)).memory.activations_bytes
+    mx = predict(PredictConfig(**b200, fp8="mxfp8")).memory.activations_bytes
+    assert mx - base == pytest.approx(32 * block_fp8 * 2 * (1 + 1 / 32))
+    base2 = predict(PredictConfig(**b200, fsdp_version="2")).memory.activations_bytes
+    assert predict(PredictConfig(**b200, fsdp_version="2", fp8="mxfp8")).memory.activations_bytes == base2

@@ -220,12 +220,15 @@ def test_advice_says_when_nothing_fits():
 
 
 def test_predict_memory_carries_the_suggestion():
-    p = predict(PredictConfig(gpus=64, link="infiniband", model="llama-2-70b", micro_batch=1, steps=1))
+    # bf16 parameters: under amp-bf16 autocast's cache would hold a bf16 copy of every weight of
+    # ZeRO-3's leaf parameters until forward ends (test_activation_dtypes), and nothing data-parallel fits.
+    p = predict(PredictConfig(gpus=64, link="infiniband", model="llama-2-70b", micro_batch=1, steps=1,
+                              precision="bf16-params"))
     assert not p.memory.fits and "--strategy zero3" in p.memory.suggestion
     d = p.to_dict()["memory"]
     assert d["suggestion"] == p.memory.suggestion and d["advice"]["strategy"] == "zero3"
     ok = predict(PredictConfig(gpus=64, link="infiniband", model="llama-2-70b", micro_batch=1, steps=1,
-                               strategy="zero3", activation_checkpointing=True))
+                               strategy="zero3", activation_checkpointing=True, precision="bf16-params"))
     assert ok.memory.fits and ok.memory.suggestion is None
 
 

@@ -195,7 +195,8 @@ PRECISIONS = {
     # v0.16.4 is assumed (validation/large_model_runs.md, "Row audit (2026-12-05)").
     "bf16-amp (Composer": "bf16-fp32-grads",
     "bf16 (Composer": "bf16-params",  # PURE: bf16 params, reduce and buffers
-    "bf16 compute, fp32 weights": "amp-bf16",  # MaxText: fp32 weights and gradients, bf16 compute
+    # MaxText: fp32 weights and gradients, bf16 compute and activations (the residual stream too)
+    "bf16 compute, fp32 weights": "fp32-params-bf16-acts",
     "bf16 (GeminiPlugin": "bf16-params",
     "bf16 (model dtype": "bf16-params",  # InternLM: bf16 model, fp32 master in its optimizer
     "bf16-mixed": "bf16-params",  # Fabric FSDP bf16-mixed: MixedPrecision param/reduce bf16

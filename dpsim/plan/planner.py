@@ -861,7 +861,8 @@ class Planner:
                layout.schedule == "dualpipe", c.cp, split)
         activations = self._activations.get(key)
         if activations is None:
-            activations = self._activations[key] = stage_activation_bytes(tpm, assignment, layout)
+            activations = self._activations[key] = stage_activation_bytes(tpm, assignment, layout,
+                                                                          self.layout_precision)
         stages = stages_memory(tpm, layout, self.gpu, self.layout_precision, self.base.workload.optimizer, assignment, activations,
                                cp_model=self.model)
         worst = worst_stage(stages).breakdown

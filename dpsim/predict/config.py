@@ -77,7 +77,7 @@ config with it, not by ``dataclasses.replace``."""
 
 # The closed choices, spelled out so that a type checker and ``--help`` can read them.
 # Each mirrors a registry lower down; tests/test_config.py asserts they are equal.
-Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16-params", "bf16-fp32-grads", "fp16-params",
+Precision = Literal["fp32", "tf32", "amp-bf16", "fp32-params-bf16-acts", "amp-fp16", "bf16-params", "bf16-fp32-grads", "fp16-params",
                     "bf16-true", "amp", "bf16-mixed", "fp16-mixed", "bf16"]
 """``--precision``: the keys of :data:`dpsim.workload.precision.PRECISIONS`, then the old names kept
 as aliases (:data:`dpsim.workload.precision.PRECISION_ALIASES`)."""

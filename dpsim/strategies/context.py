@@ -156,6 +156,9 @@ def cp_shard(model: ModelSpec, ctx: ContextParallel) -> ModelSpec:
         layers.append(dataclasses.replace(
             layer, ops=tuple(ops), forward_flops_per_sample=flops,
             activation_bytes_per_sample=layer.activation_bytes_per_sample / cp,
+            saved_elements=tuple((n / cp, c) for n, c in layer.saved_elements),
+            compiled_saved_elements=None if layer.compiled_saved_elements is None
+            else tuple((n / cp, c) for n, c in layer.compiled_saved_elements),
             input_bytes_per_sample=layer.input_bytes_per_sample / cp))
     out = dataclasses.replace(model, name=f"{model.name} (cp {cp} rank)", layers=tuple(layers),
                               tokens_per_sample=seq // cp)

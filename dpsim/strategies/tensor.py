@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
+from dpsim.workload.precision import saved_extra_bytes
 from dpsim.workload.roofline import shape_efficiency
 from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec, is_expert_param
 
@@ -141,6 +142,12 @@ class TpLayer:
     """An MoE layer's tokens sent to experts, one sample on one rank: ``top_k`` copies of its
     ``s / tp`` hidden states at 2 bytes per element (what each all-to-all moves out of a rank;
     0 for any other layer)."""
+    saved_elements: tuple[tuple[float, str], ...] = ()
+    """The layer's :attr:`~dpsim.workload.spec.LayerSpec.saved_elements`, unsharded: hidden-sized
+    tensors of its norm and first linears' inputs, which tensor parallelism does not split and
+    sequence parallelism does (:func:`saved_extra_bytes_per_rank`)."""
+    input_byte_class: str = "act"
+    """The dtype class of its input (:attr:`~dpsim.workload.spec.LayerSpec.input_byte_class`)."""
     tp_collectives: bool = True
     """The layer runs tensor-parallel collectives (an MoE layer only for its shared experts:
     the routed tokens travel by all-to-all on the sequence-parallel shard)."""
@@ -381,6 +388,7 @@ def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool, experts: Exper
             numel_per_rank=numel, split_numel_per_rank=split_numel,
             expert_numel_per_rank=moe["expert_numel"] if moe else 0,
             routed_bytes_per_sample=moe["routed_bytes"] if moe else 0.0,
+            saved_elements=layer.saved_elements, input_byte_class=layer.input_byte_class,
             tp_collectives=not moe or bool(moe["shared"])))
         changes = {"params": params, "forward_flops_per_sample": layer.forward_flops_per_sample / divisor,
                        "activation_bytes_per_sample": unsplit + (split + core_act) / tp}
@@ -457,6 +465,14 @@ def layer_activation_bytes(layer: TpLayer, tp: int, *, sequence_parallel: bool, 
         return layer.unsplit_activation_bytes_per_sample
     unsplit = layer.unsplit_activation_bytes_per_sample
     return (unsplit / tp if sequence_parallel else unsplit) + (layer.split_activation_bytes_per_sample + core) / tp
+
+
+def saved_extra_bytes_per_rank(layer: TpLayer, tp: int, *, sequence_parallel: bool, precision) -> float:
+    """What the layer's stored dtypes add on one rank under ``precision``
+    (:func:`~dpsim.workload.precision.saved_extra_bytes`), in bytes: a block's saved elements are
+    replicated over the tensor-parallel ranks and split by t with sequence parallelism."""
+    extra = saved_extra_bytes(layer.saved_elements, precision)
+    return extra / tp if sequence_parallel and layer.role != "root" else extra
 
 
 def block_input_bytes(layer: TpLayer, tp: int, *, sequence_parallel: bool) -> float:

@@ -37,6 +37,8 @@ from dpsim.workload.layers import (
     dropout_op,
     embedding_op,
     eager_rms_norm_ops,
+    eager_rms_saved_elements,
+    llama_compiled_saved_elements,
     fan_out_ops,
     gated_activation_ops,
     gelu_new_activation_bytes,
@@ -279,7 +281,8 @@ def build_gpt2(
         layers.append(_layer(
             f"{p}.attn", [ln_1, c_attn, attn_proj],
             forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
-            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream",
+            saved_elements=((sd, "stream"),),  # the LayerNorm's input: the residual stream
             ops=[norm_op("ln_1", sd), cast_op("cast", sd), *linear_ops("c_attn", s, 3 * d, d, bias=True),
                  *attention_ops(s, cfg.n_head, hd, causal=True, fused=flash_attention, dropout=cfg.attn_pdrop > 0),
                  *linear_ops("c_proj", s, d, d, bias=True), *resid_dropout, *residual_ops("residual", sd)],
@@ -287,7 +290,8 @@ def build_gpt2(
         layers.append(_layer(
             f"{p}.mlp", [ln_2, c_fc, mlp_proj],
             forward_flops_per_sample=2.0 * s * d * inner * 2,
-            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream",
+            saved_elements=((sd, "stream"),),  # the LayerNorm's input: the residual stream
             ops=[norm_op("ln_2", sd), cast_op("cast", sd), *linear_ops("c_fc", s, inner, d, bias=True),
                  *(gelu_new_ops("act", float(s * inner)) if cfg.activation_function == "gelu_new"
                    else [activation_op("act", float(s * inner), cfg.activation_function)]),
@@ -339,6 +343,7 @@ def build_llama(
         input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=False)
         post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=False)
         routed = moe is not None and i >= moe.dense_layers
+        attn_compiled = None  # MLA, unfused attention and q/k norms: not traced (eager count)
         if cfg.q_lora_rank:
             attn_modules, attn_ops, attn_flops, attn_act = _mla_attention(cfg, p, s, dtype, flash_attention)
         else:
@@ -373,9 +378,12 @@ def build_llama(
                          *linear_ops("o_proj", s, d, q_dim, bias=False), *residual_ops("residual", sd)]
             attn_act, _ = llama_block_activation_bytes(s, d, q_dim, sdpa_kv, inter, cfg.num_attention_heads,
                                                        flash_attention=flash_attention)
+            if flash_attention and not cfg.qk_norm:
+                attn_compiled = llama_compiled_saved_elements(s, d, q_dim, sdpa_kv, inter)[0]
             attn_flops = (2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
                           + attention_matmul_flops(s, q_dim))
         if routed:
+            mlp_compiled = None
             mlp_modules, mlp_ops, mlp_flops, mlp_act = _moe_mlp(cfg, p, s, dtype)
         else:
             gate = _linear(f"{p}.mlp.gate_proj", inter, d, dtype, bias=False)
@@ -390,17 +398,20 @@ def build_llama(
             mlp_flops = 2.0 * s * d * inter * 3
             mlp_act = llama_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
                                                    flash_attention=flash_attention)[1]
+            mlp_compiled = llama_compiled_saved_elements(s, d, q_dim, kv_dim, inter)[1]
         registered += [*attn_modules, *mlp_modules, input_norm, post_norm]
         layers.append(_layer(
             f"{p}.self_attn", [input_norm, *attn_modules],  # + input_layernorm
             forward_flops_per_sample=attn_flops,
-            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=eager_rms_saved_elements(s, d, 2 if cfg.q_lora_rank else 3),
+            compiled_saved_elements=attn_compiled if mlp_compiled is not None else None,
             ops=attn_ops,
         ))
         layers.append(_layer(
             f"{p}.mlp", [post_norm, *mlp_modules],  # + post_attention_layernorm
             forward_flops_per_sample=mlp_flops,
-            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=eager_rms_saved_elements(s, d, 1 if routed else 2),
+            compiled_saved_elements=mlp_compiled if attn_compiled is not None else None,
             ops=mlp_ops,
         ))
     head = [_norm("model.norm", d, dtype, bias=False)]
@@ -536,7 +547,10 @@ def build_bert(
         layers.append(_layer(
             f"{p}.attention", attention,
             forward_flops_per_sample=2.0 * s * d * d * 4 + attention_matmul_flops(s, d),
-            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream",
+            # The LayerNorm's input (the residual sum), and under autocast query, key and value's
+            # own 16-bit copies of the block input (three nn.Linear modules; eager_rms_saved_elements).
+            saved_elements=((sd, "stream"), (2 * sd, "recast")),
             ops=[cast_op("cast", sd), *linear_ops("query", s, d, d, bias=True),
                  *linear_ops("key", s, d, d, bias=True), *linear_ops("value", s, d, d, bias=True),
                  *attention_ops(s, cfg.num_attention_heads, hd, causal=False, fused=flash_attention,
@@ -547,7 +561,8 @@ def build_bert(
         layers.append(_layer(
             f"{p}.ffn", ffn,  # BertIntermediate + BertOutput (no common module in HF)
             forward_flops_per_sample=2.0 * s * d * inter * 2,
-            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream",
+            saved_elements=((sd, "stream"),),  # the LayerNorm's input: the residual stream
             ops=[cast_op("cast", sd), *linear_ops("intermediate.dense", s, inter, d, bias=True),
                  activation_op("gelu", float(s * inter)), *linear_ops("output.dense", s, d, inter, bias=True),
                  dropout_op("output.dropout", sd), *residual_ops("residual", sd), norm_op("output.LayerNorm", sd)],
@@ -634,7 +649,8 @@ def build_vit(
         layers.append(_layer(
             f"{p}.self_attention", attention,  # + ln_1
             forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
-            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream",
+            saved_elements=((sd, "stream"),),  # the LayerNorm's input: the residual stream
             ops=[norm_op("ln_1", sd), cast_op("cast", sd), *linear_ops("in_proj", s, 3 * d, d, bias=True),
                  *attention_ops(s, cfg.num_heads, d // cfg.num_heads, causal=False, fused=flash_attention,
                                 masked=False),
@@ -643,7 +659,8 @@ def build_vit(
         layers.append(_layer(
             f"{p}.mlp", mlp,  # + ln_2
             forward_flops_per_sample=2.0 * s * d * cfg.mlp_dim * 2,
-            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d),
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream",
+            saved_elements=((sd, "stream"),),  # the LayerNorm's input: the residual stream
             ops=[norm_op("ln_2", sd), cast_op("cast", sd), *linear_ops("mlp.0", s, cfg.mlp_dim, d, bias=True),
                  activation_op("gelu", float(s * cfg.mlp_dim)), *linear_ops("mlp.3", s, d, cfg.mlp_dim, bias=True),
                  *residual_ops("residual", sd)],

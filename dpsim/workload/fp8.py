@@ -236,6 +236,36 @@ def layers_fp8_weight_numel(model, layer_indices, recipe: Fp8Recipe | None = Non
     return sum(fp8_weight_numel(model.layers[i], recipe) for i in layer_indices)
 
 
+def saved_fp8_weight_bytes_per_element(recipe: Fp8Recipe, architecture: str, *, cached: bool) -> float:
+    """Bytes a TransformerEngine linear keeps per weight element for its FP8 weight from forward to
+    backward, with its scales: ``cached`` (the caller passes ``is_first_microbatch``, as Megatron-Core
+    does, and the module keeps the cast for the whole step) or not.
+
+    Cached, TE keeps the row-wise copy the forward GEMM reads and, where the GPU's FP8 GEMMs take
+    only the TN layout, the transposed (column-wise) copy the input-gradient GEMM reads
+    (:func:`fp8_copies`): TE 1.x in two persistent buffers written by one kernel
+    (``fp8_cast_transpose_fused(..., cast_out=weight_fp8._data, transpose_out=weight_t_fp8._data)``
+    into ``self.weight1_fp8, self.weight1_t_fp8``: NVIDIA/TransformerEngine@3ec878759cc6
+    transformer_engine/pytorch/module/linear.py); TE 2.x in one workspace quantized for both usages
+    (``weight_quantizer.set_usage(rowwise=True, columnwise=columnwise_usage)``, NVIDIA/TransformerEngine@d0067d0da6cb
+    same file), whose column-wise usage is a transpose only where non-TN FP8 GEMMs are not supported
+    (``with_transpose = columnwise_usage && !is_non_tn_fp8_gemm_supported``,
+    transformer_engine/pytorch/csrc/quantizer.cpp): two bytes an element on Hopper (and Ada), one on
+    Blackwell under per-tensor recipes; MXFP8 keeps row- and column-wise blocks everywhere.
+
+    Uncached, TE 1.x writes both into fresh buffers each forward ("Return empty weight placeholders
+    for each fwd/bwd pass", ``get_fp8_weights_scratchpad``) and saves only the transpose
+    (``ctx.save_for_backward(..., weight_t_fp8 ...)``): one byte an element, the copy this path
+    counts for the per-tensor recipes. TE 2.x saves its whole quantized weight (``wt_save =
+    weightmat``), the row-wise copy too: one more byte an element on Hopper, not counted (the
+    published rows of this path ran TE 1.x: Composer ``amp_fp8``). MXFP8 exists in TE 2.x only, so
+    its uncached copies are the cached ones."""
+    per_copy = FP8_BYTES + recipe.scale_bytes_per_element
+    if cached or recipe.column_copy == "always":
+        return fp8_copies(recipe, architecture) * per_copy
+    return per_copy
+
+
 def saves_fp8_weights(recipe: Fp8Recipe) -> bool:
     """Whether each FP8 linear keeps an FP8 copy of its whole (unsharded) weight from forward to
     backward: TransformerEngine saves the weight's FP8 cast for the input-gradient GEMM (a tensor

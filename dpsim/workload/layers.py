@@ -65,6 +65,51 @@ def llama_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_dim: 
     return attention, mlp
 
 
+def eager_rms_saved_elements(seq_len: int, hidden: int, readers: int) -> tuple[tuple[float, str], ...]:
+    """Of a Llama sub-block's saved activations, those a precision stores apart from the matmuls'
+    16-bit outputs (:data:`dpsim.workload.spec.SAVED_CLASSES`): its RMSNorm's input and normalised
+    input, in the residual stream's dtype (``stream``; fp32 under autocast, which casts neither
+    the residual adds nor the norm's products), and under autocast one 16-bit copy of the norm's
+    output per extra projection reading it (``recast``: autocast caches only the casts of leaf
+    tensors, the weights). Measured on transformers 5.25's ``LlamaDecoderLayer`` with
+    ``saved_tensors_hooks`` (``tests/test_catalog.py``): under autocast 8 + 6 = 14 s·h bytes for
+    the attention half's norm and q/k/v inputs, 8 + 4 for the MLP's, where a 2-byte count gives 6.
+
+    Not counted: HF's eager ``LlamaRMSNorm`` upcasts a 16-bit stream (``hidden_states.to(torch.float32)``)
+    and saves that fp32 copy, not the 16-bit input (2 more bytes per element of the norm's input
+    with 16-bit parameters, measured by the same test); fused norms keep the 16-bit input (TransformerEngine's
+    ``RMSNorm``, flash-attn's ``rms_norm``) and so does torch.compile's partitioner, which recomputes
+    a cast rather than save its output, so which one a run keeps depends on its norm kernel."""
+    sh = float(seq_len) * hidden
+    recast = ((float(readers - 1) * sh, "recast"),) if readers > 1 else ()
+    return ((2.0 * sh, "stream"),) + recast
+
+
+def llama_compiled_saved_elements(seq_len: int, hidden: int, q_dim: int, kv_dim: int, inter: int
+                                  ) -> tuple[tuple[tuple[float, str], ...], tuple[tuple[float, str], ...]]:
+    """What a Llama block saves for backward under ``torch.compile``, as (attention, MLP) halves of
+    ``(elements, class)`` pairs per sample, with fused attention.
+
+    AOTAutograd traces forward and backward as one joint graph and
+    ``min_cut_rematerialization_partition`` (torch/_functorch/partitioners.py, torch 2.13.0; the
+    partitioner Inductor's ``compile_fx`` uses) picks the cheapest set of forward tensors, by bytes,
+    from which backward can run, recomputing fusible pointwise ops (the norms, RoPE, SiLU, the
+    products, the residual adds, casts) but never the matmuls or attention it bans from
+    recomputation; its ``fx_graph_cse`` first merges autocast's repeated casts of one tensor. Traced
+    on transformers 5.25's ``LlamaDecoderLayer`` (``tests/test_compiled_activations.py``), it keeps
+    the block's input in the stream's dtype, the 16-bit input of the q/k/v projections, q, k, v and
+    the attention output, and the output projection's output (from which, with the input, the MLP's
+    residual input is recomputed); in the MLP the 16-bit input of gate and up, their outputs and
+    their product: ``4·s·h + 2·s·(q + kv) + 3·s·inter`` elements, where eager mode keeps ``6·s·h +
+    2·s·(q + kv) + 4·s·inter`` (the norms' inputs and products, SiLU's output) at its dtypes.
+    ``kv_dim``: the keys and values as attention reads them (repeated to the query heads or not, as
+    :func:`llama_block_activation_bytes` takes them)."""
+    sh = float(seq_len) * hidden
+    attention = ((sh, "stream"), (2.0 * sh + 2.0 * seq_len * (q_dim + kv_dim), "act"))
+    mlp = ((sh + 3.0 * seq_len * inter, "act"),)
+    return attention, mlp
+
+
 def lm_head_activation_bytes(seq_len: int, hidden: int, vocab: int, *, eager_rms: bool = False) -> float:
     """Final norm + output projection inputs and fp32 logits: ``4sh + 4sv`` (Korthikanti Sec. 4.1);
     an eager RMSNorm keeps its normalised input too (:func:`eager_rms_norm_ops`): ``6sh + 4sv``."""
@@ -441,7 +486,9 @@ def with_unpadded_attention(model: ModelSpec) -> ModelSpec:
 
 def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float,
            activation_bytes_per_sample: float, unit: str | None = None,
-           input_bytes_per_sample: float = 0.0, ops: Sequence[OpSpec] = ()) -> LayerSpec:
+           input_bytes_per_sample: float = 0.0, ops: Sequence[OpSpec] = (),
+           input_byte_class: str = "act", saved_elements: Sequence[tuple[float, str]] = (),
+           compiled_saved_elements: Sequence[tuple[float, str]] | None = None) -> LayerSpec:
     """A layer running the modules ``run`` in this (forward) order.
 
     It owns their parameters (listed in run order); backward runs the modules in
@@ -457,6 +504,9 @@ def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float
         unit=unit,
         input_bytes_per_sample=input_bytes_per_sample,
         ops=tuple(ops),
+        input_byte_class=input_byte_class,
+        saved_elements=tuple(saved_elements),
+        compiled_saved_elements=None if compiled_saved_elements is None else tuple(compiled_saved_elements),
     )
 
 

@@ -9,6 +9,8 @@ not a generic "mixed precision", decides the bytes of every category:
 ``fp32``                  4       4      -       4+4     16     plain fp32 (PyTorch's default)
 ``tf32``                  4       4      -       4+4     16     fp32 with TF32 matmuls allowed
 ``amp-bf16`` (default)    4       4      -       4+4     16     ``torch.autocast(dtype=torch.bfloat16)``
+``fp32-params-bf16-acts`` 4       4      -       4+4     16     JAX/MaxText ``weight_dtype=float32``,
+                                                                ``dtype=bfloat16`` (bf16 residual stream)
 ``amp-fp16``              4       4      -       4+4     16     ``torch.autocast`` fp16 + ``GradScaler``
 ``bf16-params``           2       2      4       4+4     16     16-bit model, fp32 master: DeepSpeed ``bf16``,
                                                                 Megatron; FSDP ``MixedPrecision(param_dtype=bf16)``
@@ -41,6 +43,11 @@ The old names stay as aliases with their old meaning (:data:`PRECISION_ALIASES`)
 ``bf16-mixed`` is ``bf16-params`` and ``fp16-mixed`` is ``fp16-params`` (note that
 Lightning's ``"bf16-mixed"`` means autocast, i.e. ``amp-bf16``), ``amp`` is
 ``amp-bf16`` and ``bf16`` is ``bf16-true``.
+
+Activations (:func:`saved_element_bytes`): matmul outputs in the compute dtype; the residual
+stream and the norms' products in :attr:`Precision.residual_bytes`, the parameters' dtype in
+torch (fp32 under autocast, which casts only the inputs of the ops on its lists), bf16 in
+``fp32-params-bf16-acts``.
 
 Matmul rates (the keys of :class:`dpsim.hardware.GpuSpec`): PyTorch runs float32
 matmuls at full FP32 precision by default (``torch.backends.cuda.matmul.allow_tf32``
@@ -84,7 +91,7 @@ class Precision:
     """Bytes per element of matmul/convolution outputs (16-bit under autocast)."""
     weight_bytes: int
     """Bytes per parameter of the weights the model holds, also the dtype of the residual
-    stream and of norms' outputs (fp32 under autocast)."""
+    stream and of norms' outputs (fp32 under autocast) unless :attr:`stream_bytes` says otherwise."""
     grad_dtype: str
     """dtype of gradients, hence of DDP's buckets and all-reduce."""
     grad_bytes: int
@@ -95,6 +102,10 @@ class Precision:
     """Bytes of one optimizer-state element (Adam's m or v, SGD's momentum)."""
     autocast: bool = False
     """Weights are cast to 16 bits inside every matmul each forward (``torch.autocast``)."""
+    stream_bytes: int = 0
+    """Bytes per element of the residual stream and the norms' outputs; 0: the parameters' dtype
+    (:attr:`weight_bytes`), as in torch, whose autocast casts the inputs of matmuls only and whose
+    16-bit models run everything in 16 bits. See :attr:`residual_bytes`."""
     grad_scaler: bool = False
     """fp16 loss scaling: gradients are checked for overflow (and unscaled) every step."""
     fp8: Fp8Recipe | None = None
@@ -110,6 +121,11 @@ class Precision:
     (:func:`dpsim.workload.roofline.wgrad_output_bytes`)."""
     description: str
     """One line for humans: the framework setting it models."""
+
+    @property
+    def residual_bytes(self) -> int:
+        """Bytes per element of the residual stream (:attr:`stream_bytes`, else :attr:`weight_bytes`)."""
+        return self.stream_bytes or self.weight_bytes
 
 
 PRECISIONS: dict[str, Precision] = {p.name: p for p in (
@@ -131,6 +147,17 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
         state_element_bytes=4, autocast=True,
         description="torch.autocast(dtype=torch.bfloat16): fp32 params, grads and Adam state; DDP "
                     "all-reduces fp32 gradients",
+    ),
+    # MaxText's ``weight_dtype: float32`` with ``dtype: bfloat16``: its Embed looks the tokens up in
+    # the table cast to ``self.dtype`` (``jnp.asarray(self.embedding, self.dtype)[inputs]``,
+    # AI-Hypercomputer/maxtext@00d800c3d92f MaxText/layers/embeddings.py), so the residual stream
+    # and every saved activation are bf16, while the fp32 weights are cast at each use.
+    Precision(
+        name="fp32-params-bf16-acts", compute_dtype="bfloat16", matmul_dtype="bfloat16", conv_dtype="bfloat16",
+        activation_bytes=2, weight_bytes=4, grad_dtype="float32", grad_bytes=4, master_bytes=0,
+        state_element_bytes=4, autocast=True, stream_bytes=2,
+        description="fp32 params, grads and Adam state cast to bf16 at each use, bf16 activations and "
+                    "residual stream (JAX/MaxText weight_dtype float32, dtype bfloat16)",
     ),
     Precision(
         name="amp-fp16", compute_dtype="float16", matmul_dtype="float16", conv_dtype="float16",
@@ -308,3 +335,40 @@ def optimizer_traffic_bytes_per_param(precision: Precision, optimizer: str, *, f
         # No copy pass to fold the overflow check into: GradScaler's unscale reads and writes g.
         total += 2 * g
     return float(total)
+
+
+def saved_element_bytes(byte_class: str, precision: Precision) -> float:
+    """Bytes of one saved activation element of ``byte_class`` (:data:`dpsim.workload.spec.SAVED_CLASSES`)
+    under ``precision``: ``act`` the matmuls' output dtype; ``stream`` the residual stream's, the
+    parameters' dtype (autocast casts only the inputs of the ops on its lists, so the residual
+    adds and an eager norm's products keep fp32 parameters' fp32: torch 2.13.0
+    ``ATen/autocast_mode.h``, whose ``AT_FORALL_LOWER_PRECISION_FP`` holds ``linear``, ``matmul``,
+    ``scaled_dot_product_attention`` and no ``add``, ``mul`` or ``mean``, and whose
+    ``AT_FORALL_FP32`` holds ``pow``, ``rsqrt``, ``layer_norm``, ``rms_norm``); ``f32`` 4;
+    ``recast`` a 16-bit copy that exists only where the stream and the matmuls' dtypes differ
+    (autocast: ``cached_cast`` in pytorch/pytorch@cfed411fae0c aten/src/ATen/autocast_mode.cpp
+    reuses a cast only for ``arg.requires_grad() && arg.is_leaf() && !arg.is_view()``, the weights)."""
+    act, stream = float(precision.activation_bytes), float(precision.residual_bytes)
+    if byte_class == "act":
+        return act
+    if byte_class == "stream":
+        return stream
+    if byte_class == "f32":
+        return 4.0
+    if byte_class == "recast":
+        return 0.0 if stream == act else act
+    raise ConfigError(f"saved activation class {byte_class!r} is not known")
+
+
+def saved_extra_bytes(saved_elements, precision: Precision) -> float:
+    """Bytes ``saved_elements`` (:attr:`dpsim.workload.spec.LayerSpec.saved_elements`) keep under
+    ``precision`` beyond what a layer's 2-byte count, scaled to the matmuls' dtype, gives them:
+    each ``stream``/``f32`` element's own size less the matmuls' element, each ``recast`` in full."""
+    act = float(precision.activation_bytes)
+    return sum(n * (saved_element_bytes(c, precision) - (0.0 if c == "recast" else act)) for n, c in saved_elements)
+
+
+def input_scale(byte_class: str, precision: Precision) -> float:
+    """Factor on a layer's ``input_bytes_per_sample`` (2-byte elements) that, after the activations'
+    ``activation_bytes / 2`` scale, gives its bytes in ``byte_class``'s dtype under ``precision``."""
+    return saved_element_bytes(byte_class, precision) / float(precision.activation_bytes)

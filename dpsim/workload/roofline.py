@@ -153,7 +153,7 @@ class Term:
 
 def pass_bytes(byte_class: str, precision: Precision) -> float:
     """Bytes per element of one tensor pass of ``byte_class`` (:data:`dpsim.workload.spec.BYTE_CLASSES`)."""
-    act, stream = precision.activation_bytes, precision.weight_bytes
+    act, stream = precision.activation_bytes, precision.residual_bytes
     if byte_class == "act":
         return act
     if byte_class == "stream":

@@ -88,6 +88,15 @@ convolution run as an implicit GEMM (``Precision.conv_dtype``) or an MoE router,
 Megatron-Core runs in fp32 (``--moe-router-dtype fp32``, the setting of the MoE runs it
 publishes: yanring/Megatron-MoE-ModelZoo's model configs) whatever the training precision."""
 
+SAVED_CLASSES = ("act", "stream", "f32", "recast")
+"""How a saved activation is stored, per precision (:func:`dpsim.memory.saved_element_bytes`):
+``act`` a matmul's 16-bit output (fp32 without autocast), ``stream`` the residual stream or a
+tensor computed from it in its dtype (the parameters' dtype: fp32 under autocast, whose
+adds and norms do not cast), ``f32`` fp32 under every precision (HF ``LlamaRMSNorm``'s
+``hidden_states.to(torch.float32)``: a copy of a 16-bit stream, the stream itself when fp32),
+``recast`` autocast's 16-bit copy of a ``stream`` tensor for one more matmul that reads it
+(autocast caches only the casts of leaf tensors: the weights), none without autocast."""
+
 BYTE_CLASSES = ("act", "stream", "f32", "byte", "cast", "upcast", "nchw")
 """How a :class:`MemoryOp` pass is sized, per element, for a precision
 (:func:`dpsim.workload.roofline.pass_bytes`): ``act`` a matmul/convolution output (16-bit
@@ -276,6 +285,19 @@ class LayerSpec:
     input_bytes_per_sample: float = 0.0
     """Bytes of the layer's input activations per sample (2 bytes per element): what
     activation checkpointing keeps when a checkpointed unit starts with this layer."""
+    input_byte_class: str = "act"
+    """The dtype the layer's input is stored in (:data:`SAVED_CLASSES`): ``stream`` for a
+    transformer block's input, the residual stream (fp32 under autocast), ``act`` (16-bit
+    under autocast) otherwise. :attr:`input_bytes_per_sample` counts it at 2 bytes."""
+    saved_elements: tuple[tuple[float, str], ...] = ()
+    """Saved elements per sample whose dtype a precision sets apart from the matmuls' 16-bit
+    output dtype, as ``(elements, class)`` pairs (:data:`SAVED_CLASSES`): ``stream`` and
+    ``f32`` ones are among :attr:`activation_bytes_per_sample`'s 2-byte elements, ``recast``
+    ones come on top. Empty: every saved element is a matmul output (``act``)."""
+    compiled_saved_elements: tuple[tuple[float, str], ...] | None = None
+    """Every element the layer saves for backward per sample when the step runs under
+    ``torch.compile`` (``--compile``), by class: what AOTAutograd's min-cut partitioner keeps
+    (:func:`dpsim.workload.layers.llama_compiled_saved_elements`). ``None``: what eager mode saves."""
     ops: tuple[OpSpec, ...] = ()
     """The layer's operations for the roofline (:mod:`dpsim.workload.roofline`): its
     matmuls, attention and memory-bound work, per sample. A catalog builder writes them; a
@@ -289,6 +311,11 @@ class LayerSpec:
     Layers of one unit are consecutive."""
 
     def __post_init__(self) -> None:
+        for cls in (self.input_byte_class, *(c for _, c in self.saved_elements),
+                    *(c for _, c in self.compiled_saved_elements or ())):
+            if cls not in SAVED_CLASSES:
+                raise WorkloadError(f"layer {self.name!r}: saved class {cls!r} is not one of "
+                                    f"{', '.join(SAVED_CLASSES)}")
         if self.grad_ready_order is not None:
             names = [p.name for p in self.params]
             if sorted(self.grad_ready_order) != sorted(names):
