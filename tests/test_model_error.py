@@ -112,7 +112,7 @@ def test_a_ddp_query_on_an_architecture_with_enough_rows_keeps_them():
     assert len(ids) >= MIN_ROWS and all(abs(r.log_ratio) < 0.01 for r in rows if r.id in ids and r.pool == "ddp")
     lo_b, hi_b, matched_b, _, _ = log_interval(dataclasses.replace(hopper, gpu_arch="blackwell"), rows)
     assert "gpu_arch" not in matched_b["ddp"]
-    assert 5 * (hi - lo) < hi_b - lo_b
+    assert 2 * (hi - lo) < hi_b - lo_b
 
 
 def test_every_pool_has_its_knobs_and_each_regime_is_scored():
