@@ -59,7 +59,8 @@ from dpsim.mix.clock import Pace
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
 from dpsim.mix.pool import GroupPool
-from dpsim.mix.spec import MAX_SIMULATED_CHECKPOINTS, DrawnFailures, JobSpec, MixSpec, predict_flag_to_field
+from dpsim.mix.spec import (MAX_NETWORK_JOBS, MAX_SIMULATED_CHECKPOINTS, DrawnFailures, JobSpec, MixSpec,
+                            predict_flag_to_field)
 from dpsim.network import maxmin_jit
 from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
@@ -556,6 +557,14 @@ class MixSimulation:
             raise ConfigError(f"spares: {spec.spares} is not valid; the cluster has {self.n_servers} servers, keep "
                               "some for jobs")
         first_spare = self.n_servers - spec.spares
+        spanning = [i for i, job in enumerate(spec.jobs) if job.gpus > self.gpn]
+        if len(spanning) > MAX_NETWORK_JOBS:
+            raise ConfigError(
+                f"jobs: {len(spanning):,} of the {len(spec.jobs):,} jobs span more than one server of {self.gpn} GPUs "
+                f"(their collectives cross the network); expected at most {MAX_NETWORK_JOBS:,}: every arrival measures "
+                f"again each running job it shares links with, so the time grows with the square of their number "
+                f"(512 such jobs took about a minute of CPU, {MAX_NETWORK_JOBS:,} several minutes); split the mix "
+                f"(a shorter horizon, fewer jobs) or run it as several mixes")
         for i, job in enumerate(spec.jobs):
             spare = [x for x in job.nodes or () if first_spare <= x < self.n_servers]
             if spare:
