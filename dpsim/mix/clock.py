@@ -21,6 +21,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from dpsim.network import maxmin_jit
+
 
 class Pace:
     """Every job's phase as the clock reads it (one entry per job of the mix)."""
@@ -189,8 +191,6 @@ def _advance_loop(left, rate, dt, contended, adds_contended, on_entry, adds_entr
 def _kernels():
     """The two passes compiled, or ``None`` where numba is not installed (looked up through
     :func:`~dpsim.network.maxmin_jit.compiled` on every call, as the group solves are)."""
-    from dpsim.network import maxmin_jit
-
     return None if maxmin_jit.compiled() is None else _compiled()
 
 
