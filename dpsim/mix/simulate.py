@@ -346,7 +346,8 @@ class _Modes(dict):
 
 
 class _Left:
-    """:attr:`~dpsim.mix.clock.Pace.left` read and written one job at a time as Python floats (the events' own arithmetic)."""
+    """:attr:`~dpsim.mix.clock.Pace.left` read and written one job at a time as Python floats (the events'
+    own arithmetic)."""
 
     __slots__ = ("a",)
 
