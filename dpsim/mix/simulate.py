@@ -564,7 +564,7 @@ class MixSimulation:
                 f"jobs: {len(spanning):,} of the {len(spec.jobs):,} jobs span more than one server of {self.gpn} GPUs "
                 f"(their collectives cross the network); expected at most {MAX_NETWORK_JOBS:,}: every arrival measures "
                 f"again each running job it shares links with, so the time grows with the square of their number "
-                f"(512 such jobs took about a minute of CPU, {MAX_NETWORK_JOBS:,} several minutes); split the mix "
+                f"(512 such jobs took a minute of CPU here, {MAX_NETWORK_JOBS:,} four); split the mix "
                 f"(a shorter horizon, fewer jobs) or run it as several mixes")
         for i, job in enumerate(spec.jobs):
             spare = [x for x in job.nodes or () if first_spare <= x < self.n_servers]
