@@ -17,8 +17,9 @@ of :mod:`dpsim.mix.clock` (the job-by-job loop) and after: 16 jobs 0.48 (1.2) ->
 1.38 (3.0) -> 1.17 (3.3); 128 jobs 6.29 (18.5) -> 3.94 (10.1); 256 jobs 39.4 (128.5) -> 15.6 (48.7);
 512 jobs over 600 s wall (the fuzz pass's note) -> 59.6 (128.7), 2.7 million events; 512 one-server
 jobs 0.68 -> 0.83. After only: 1,024 crossing jobs (MAX_NETWORK_JOBS) 235 (281), 10.7 million events;
-4,096 one-server jobs (MAX_JOBS) 6.8 (9.8). The events are the same before and after (so are the results, to the bit), and grow
-with the square of the crossing jobs: what is left is ~20 us of CPU an event.
+4,096 one-server jobs (MAX_JOBS) 6.8 (9.8). The events are the same before and after (so are the
+results, to the bit), and grow with the square of the crossing jobs: what is left is ~20 us of CPU an
+event.
 """
 
 from __future__ import annotations
