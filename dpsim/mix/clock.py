@@ -65,8 +65,8 @@ class Pace:
         """Each running job's place in the loop's order of its running jobs (``n``: not running): of
         phases that end at once, the loop takes the first in that order."""
         kernels = _kernels()
-        self._next_end, self._advance, self._reblame = kernels if kernels is not None else (
-            _next_end_numpy, _advance_numpy, _reblame_numpy)
+        self._next_end, self._advance, self._reblame, self._set_group = kernels if kernels is not None else (
+            _next_end_numpy, _advance_numpy, _reblame_numpy, _set_group_numpy)
 
     def set_order(self, running) -> None:
         """The running jobs' order (a set's iteration order: the same until a job starts or stops)."""
@@ -87,12 +87,8 @@ class Pace:
     def set_group(self, jobs: np.ndarray, speeds: np.ndarray, bind: np.ndarray, shared: np.ndarray,
                   others: np.ndarray) -> None:
         """A group's shares for its communicating jobs."""
-        self.speed[jobs] = speeds
-        self.rate[jobs] = speeds
-        self.bind[jobs] = bind
-        self.shared[jobs] = shared
-        self.others[jobs] = others
-        self.touched[jobs] = True
+        self._set_group(jobs, speeds, bind, shared, others, self.speed, self.rate, self.bind, self.shared, self.others,
+                        self.touched)
         self.any_touched = True
 
     def next_end(self, now: float) -> tuple[float, int]:
@@ -115,7 +111,42 @@ class Pace:
                       self.adds_entry)
 
 
+def _set_group_numpy(jobs, speeds, bind, shared, others, speed_of, rate_of, bind_of, shared_of, others_of,
+                     touched) -> None:
+    speed_of[jobs] = speeds
+    rate_of[jobs] = speeds
+    bind_of[jobs] = bind
+    shared_of[jobs] = shared
+    others_of[jobs] = others
+    touched[jobs] = True
+
+
+def _set_group_loop(jobs, speeds, bind, shared, others, speed_of, rate_of, bind_of, shared_of, others_of,
+                    touched):  # pragma: no cover (compiled by numba)
+    for k in range(jobs.size):
+        j = jobs[k]
+        speed_of[j] = speeds[k]
+        rate_of[j] = speeds[k]
+        bind_of[j] = bind[k]
+        shared_of[j] = shared[k]
+        others_of[j] = others[k]
+        touched[j] = True
+
+
+_SCAN_IN_PYTHON = 64
+"""Without numba, up to this many jobs the next phase end is found by a Python scan of the jobs (as the
+loop did), past it by numpy's passes (a few microseconds each, whatever the count)."""
+
+
 def _next_end_numpy(left: np.ndarray, rate: np.ndarray, rank: np.ndarray, now: float) -> tuple[float, int]:
+    if len(left) <= _SCAN_IN_PYTHON:
+        best, at = math.inf, -1
+        for i, (x, r, o) in enumerate(zip(left.tolist(), rate.tolist(), rank.tolist())):
+            if r > 0.0:
+                e = now + x / r
+                if e < best or (e == best and at >= 0 and o < rank[at]):
+                    best, at = e, i
+        return (best, at) if best < math.inf else (math.inf, -1)
     active = rate > 0
     ends = np.full(len(left), math.inf)
     np.divide(left, rate, out=ends, where=active)
@@ -123,13 +154,13 @@ def _next_end_numpy(left: np.ndarray, rate: np.ndarray, rank: np.ndarray, now: f
     t = float(np.fmin.reduce(ends)) if len(ends) else math.inf  # fmin: a NaN end is no end, as `<` skips it
     if not t < math.inf:
         return math.inf, -1
-    at = np.flatnonzero(ends == t)
+    at = (ends == t).nonzero()[0]
     return t, int(at[np.argmin(rank[at])]) if len(at) > 1 else int(at[0])
 
 
 def _reblame_numpy(touched, comm, shared, bind, others, adds_contended, adds_entry, entry_link,
                    entry_others) -> np.ndarray:
-    jobs = np.flatnonzero(touched)
+    jobs = touched.nonzero()[0]
     touched[jobs] = False
     adds = comm[jobs] & shared[jobs]
     adds_contended[jobs] = adds
@@ -199,4 +230,4 @@ def _compiled():
     import numba
 
     return (numba.njit(cache=True)(_next_end_loop), numba.njit(cache=True)(_advance_loop),
-            numba.njit(cache=True)(_reblame_loop))
+            numba.njit(cache=True)(_reblame_loop), numba.njit(cache=True)(_set_group_loop))
