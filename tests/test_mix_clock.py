@@ -37,10 +37,11 @@ def _one_by_one(left, rate, rank, now):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_next_end_and_advance_are_the_job_by_job_loop_s(seed):
+@pytest.mark.parametrize("n", [40, 200])  # without numba: a Python scan up to 64 jobs, numpy's passes past it
+def test_next_end_and_advance_are_the_job_by_job_loop_s(seed, n):
     from dpsim.mix.clock import _kernels
 
-    left, rate, rank = _phases(seed)
+    left, rate, rank = _phases(seed, n)
     now = 1234.5678
     want_t, want_at = _one_by_one(left, rate, rank, now)
     passes = [(_next_end_numpy, _advance_numpy)]
