@@ -58,7 +58,13 @@ its builder and example-input function and tracing one forward and backward: use
 (a ``while True``) is refused in one line instead of hanging dpsim. Measured here (2 cores shared with other
 jobs, load ~7): the largest model allowed, :data:`MAX_TRACED_MODULES` ``nn.Linear(8, 8)``, traced in
 ~103 s; full-size catalog models (``llama-3-405b``, ``gpt2-xl``, ``vit-l-16``, ``bert-large``,
-``resnet50``, built by :mod:`dpsim.workload.torch_models`) in 8-12 s for a whole ``dpsim predict``."""
+``resnet50``, built by :mod:`dpsim.workload.torch_models`) in 8-12 s for a whole ``dpsim predict``.
+The stop is an exception raised into the user's code (again every second); code that catches
+``BaseException`` in a loop swallows it. The ``dpsim`` command then ends its own process
+:data:`~dpsim.workload.model_ref.RUNAWAY_GRACE_S` (30 s) later, with the one error line and status 2;
+through the API (:func:`dpsim.workload.from_torch.load_torch_workload`, ``predict``) the caller's process
+is never ended, so such code runs on there. Code in C that never returns (a torch kernel) is out of
+reach of both the exception and the alarm."""
 MAX_INPUT_ELEMENTS = 1 << 48
 """Elements of ``--input-shape``'s example tensor (all its sizes multiplied): room for
 :data:`MAX_MICRO_BATCH` samples of :data:`MAX_SEQ_LEN` tokens and 256 times more. It lives on the meta

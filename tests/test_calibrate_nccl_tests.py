@@ -326,3 +326,19 @@ def test_out_never_replaces_a_file_the_command_reads(tmp_path, capsys):
     assert main(["calibrate", "--backend", "gloo", "--nproc", "2", "--model", f"{net}:build", "--input-shape", "2,4",
                  "--out", str(net), "--force"]) == 2
     assert "--model file it reads" in capsys.readouterr().err and "def build" in net.read_text()
+
+
+@pytest.mark.parametrize("name", ["node", "node.jsn", "profiles/node.txt"])
+def test_out_without_json_is_one_line_before_any_work(name, capsys, tmp_path):
+    """``--out`` names a .json file, as --html and plan's -o name theirs: ``--out node`` wrote a file 'node' that
+    ``--calibration node`` and a mix file's ``calibration: node`` then read as a shipped profile's name."""
+    (tmp_path / "profiles").mkdir()
+    log = next(LOGS.glob("*.log"))
+    out = tmp_path / name
+    rc = main(["calibrate", "--from-nccl-tests", str(log), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "is not a .json file; give a path ending in .json" in err, err
+    assert f"{out}.json" in err and not out.exists()
+    from dpsim.calibrate.command import check_out
+    assert check_out(tmp_path / "node.json", force=False) == tmp_path / "node.json"
+    assert check_out(tmp_path / "NODE.JSON", force=False) == tmp_path / "NODE.JSON"

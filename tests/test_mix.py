@@ -478,3 +478,23 @@ def test_a_long_mix_reports_its_progress_and_the_result_does_not_depend_on_it():
     times = [c[0] for c in calls]
     assert times == sorted(times) and all(0 < t for t in times)
     assert all(0 <= done <= jobs == 2 for _, done, jobs in calls)
+
+
+def test_too_many_jobs_crossing_the_network_is_one_line_naming_the_time_cost():
+    """Jobs spanning servers are events in the square of their number (tests/benchmarks/bench_mix_scale.py:
+    512 such jobs about a minute of CPU, 4,096 hours): past MAX_NETWORK_JOBS the mix is refused before any job
+    is predicted, in one line; as many one-server jobs are fine."""
+    from dpsim.mix.spec import MAX_JOBS, MAX_NETWORK_JOBS
+
+    assert MAX_NETWORK_JOBS < MAX_JOBS
+    jobs = [{"name": f"j{j}", "model": "gpt2", "gpus": 16, "steps": 1} for j in range(MAX_NETWORK_JOBS + 1)]
+    spec = mix_from_dict({"cluster": {"link": "infiniband", "gpus": 64}, "jobs": jobs})
+    with pytest.raises(ConfigError) as exc:
+        simulate_mix(spec)
+    text = str(exc.value)
+    assert "\n" not in text and text.startswith(f"jobs: {MAX_NETWORK_JOBS + 1:,} of the") and "square" in text
+    assert f"at most {MAX_NETWORK_JOBS:,}" in text
+    one_server = [{"name": f"j{j}", "model": "gpt2", "gpus": 8, "steps": 1, "start": f"{j}s"}
+                  for j in range(MAX_NETWORK_JOBS + 1)]
+    result = simulate_mix(mix_from_dict({"cluster": {"link": "infiniband", "gpus": 64}, "jobs": one_server}))
+    assert len(result.jobs) == MAX_NETWORK_JOBS + 1

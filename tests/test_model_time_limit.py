@@ -141,3 +141,42 @@ def test_the_command_line_stops_it_in_one_line(tmp_path, monkeypatch, capsys):
     status = main(["predict", "--model", _write(tmp_path, "builder"), "--gpus", "2"])
     err = capsys.readouterr().err.strip()
     assert status == 2 and "\n" not in err and "within 0.5 s" in err and "MAX_MODEL_LOAD_S" in err, err
+
+
+_CATCHES_EVERYTHING = _GOOD + """
+def build():
+    while True:
+        try:
+            while True:
+                sum(range(1000))
+        except BaseException:
+            pass
+"""
+
+
+def test_a_builder_that_catches_every_stop_ends_the_command(tmp_path):
+    """``except BaseException`` in a loop swallows every stop raised into it: the ``dpsim`` command (its own
+    process) then ends after :data:`~dpsim.workload.model_ref.RUNAWAY_GRACE_S`, with its one error line and
+    status 2, where it ran for ever. (Limits of 0.5 s and 1 s here.)"""
+    import subprocess
+    import sys
+
+    path = tmp_path / "catches.py"
+    path.write_text(_CATCHES_EVERYTHING)
+    code = ("import sys; from dpsim import limits; limits.MAX_MODEL_LOAD_S = 0.5; "
+            "import dpsim.workload.model_ref as m; m.RUNAWAY_GRACE_S = 1.0; "
+            "from dpsim.cli.app import run; "
+            f"sys.argv = ['dpsim', 'predict', '--model', {str(path) + ':build'!r}, '--gpus', '2']; run()")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    err = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in err, (done.returncode, err)
+    assert "within 0.5 s" in err and "caught every stop" in err and "except BaseException" in err, err
+    assert time.monotonic() - start < 200
+
+
+def test_the_api_never_ends_the_caller_s_process():
+    """Only the console entry point turns the hard stop on: a library caller's process is its own."""
+    import dpsim.workload.model_ref as m
+
+    assert m._END_PROCESS == [False]

@@ -163,8 +163,8 @@ def run_from_nccl_tests(opts: CalibrateOptions) -> tuple[Profile, Path | None]:
 
 
 def check_out(out: str | Path, *, force: bool, inputs: tuple[tuple[str, str | Path], ...] = ()) -> Path:
-    """``--out`` before any measurement: a file name (not a directory) whose directory exists and
-    is writable; not an existing file unless ``force``; never one of the ``inputs`` ((flag, path)
+    """``--out`` before any measurement: a ``.json`` file name (not a directory) whose directory exists
+    and is writable; not an existing file unless ``force``; never one of the ``inputs`` ((flag, path)
     pairs) the command reads. One :class:`ConfigError` line otherwise."""
     p = Path(out)
     for flag, source in inputs:
@@ -183,6 +183,13 @@ def check_out(out: str | Path, *, force: bool, inputs: tuple[tuple[str, str | Pa
     if kind == "dir":
         raise ConfigError(f"--out: {str(out)!r} is a directory; give a file name, e.g. {p / 'profile.json'}")
     refuse_special_output(p, "--out")  # --out /dev/zero --force replaced the device with the profile
+    if p.suffix.lower() != ".json":
+        # As --html and plan's -o refuse a file of another kind: a profile is read back by its .json name
+        # (a mix file's calibration, a --calibration that is no existing file, are paths only when they end
+        # in .json; a bare NAME is a shipped profile's name), and `--out node` wrote a file 'node' that read
+        # as a preset name.
+        raise ConfigError(f"--out: {str(out)!r} is not a .json file; give a path ending in .json, e.g. "
+                          f"{str(p.with_name(p.name + '.json')) if p.name else 'node.json'}")
     parent = p.parent if str(p.parent) else Path(".")
     # A missing directory is refused, as every other output refuses it (dpsim.files.check_output_path):
     # a typo in it would otherwise leave the profile in a directory tree nobody meant to create.

@@ -306,4 +306,9 @@ def _interrupted(signum: int) -> int:
 
 def run() -> None:
     """Console-script entry point (``dpsim``)."""
+    from dpsim.workload.model_ref import end_process_on_runaway
+
+    # A user's model builder that swallows every stop of its time limit would hold the command for ever:
+    # the process is the command's own here, so it ends (an API caller's process is left to its caller).
+    end_process_on_runaway()
     sys.exit(main())

@@ -42,7 +42,7 @@ def calibrate(
                                          "reduce_scatter_perf, ...) instead of measuring.",
         rich_help_panel=NCCL_TESTS_LOGS),
     out: Optional[str] = typer.Option(
-        None, "--out", help="Profile to write (atomically; default dpsim-calibration-NAME.json); checked before "
+        None, "--out", help="Profile to write, a .json file (atomically; default dpsim-calibration-NAME.json); checked before "
                             "measuring.", rich_help_panel=OUTPUT),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out file.", rich_help_panel=OUTPUT),
     backend: Optional[str] = typer.Option(None, "--backend", help="nccl or gloo (default: nccl if torch sees GPUs).",

@@ -40,9 +40,11 @@ switches that fail stop nobody: the links they belong to lose capacity until the
 
 from __future__ import annotations
 
+import functools
 import gc
 import heapq
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -53,10 +55,12 @@ from dpsim.collectives.algorithms import ALGORITHMS
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
+from dpsim.mix.clock import Pace
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
 from dpsim.mix.placement import place
 from dpsim.mix.pool import GroupPool
-from dpsim.mix.spec import MAX_SIMULATED_CHECKPOINTS, DrawnFailures, JobSpec, MixSpec, predict_flag_to_field
+from dpsim.mix.spec import (MAX_NETWORK_JOBS, MAX_SIMULATED_CHECKPOINTS, DrawnFailures, JobSpec, MixSpec,
+                            predict_flag_to_field)
 from dpsim.network import maxmin_jit
 from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
@@ -72,6 +76,15 @@ _SATURATED = 1e-9
 """Relative slack under which a link counts as full (max-min's saturated links)."""
 
 _KEEP_LOADS = 512
+
+_SET_COMPONENTS = 64
+"""Up to this many running jobs a group is grown on Python sets, above it on bit sets (the same groups)."""
+
+
+def _bits(x: int) -> list[int]:
+    """The positions of the 1 bits of ``x >= 0``, lowest first."""
+    raw = np.frombuffer(x.to_bytes((x.bit_length() + 7) // 8, "little"), dtype=np.uint8)
+    return np.unpackbits(raw, bitorder="little").nonzero()[0].tolist()
 """Groups whose shared links' load is kept for the no-solve shortcuts (the latest; others solve)."""
 
 
@@ -295,29 +308,71 @@ class _Traffic:
 
 class _Modes(dict):
     """Each running job's phase (``compute``, ``comm``, ``solo``), with the set of the communicating
-    ones kept alongside (a group grows by set operations on it, not by reading each job's phase)."""
+    ones kept alongside (a group grows by set operations on it, not by reading each job's phase), and
+    the arrays the event loop steps every job with at once (:class:`~dpsim.mix.clock.Pace`)."""
 
-    def __init__(self):
+    def __init__(self, pace: Pace):
         super().__init__()
         self.comm: set[int] = set()
+        self.pace = pace
 
     def __setitem__(self, i: int, phase: str) -> None:
+        was = super().get(i)
         super().__setitem__(i, phase)
         if phase == "comm":
             self.comm.add(i)
         else:
             self.comm.discard(i)
+        self.pace.set_phase(i, phase)
+        if phase == "solo" or was is None or was == "solo":
+            self.pace.version += 1
 
     def __delitem__(self, i: int) -> None:
         super().__delitem__(i)
-        self.comm.discard(i)
+        self._gone(i)
 
     def pop(self, i: int, *default):
+        out = super().pop(i, *default)
+        self._gone(i)
+        return out
+
+    def _gone(self, i: int) -> None:
         self.comm.discard(i)
-        return super().pop(i, *default)
+        self.pace.set_phase(i, None)
+        self.pace.version += 1
 
     def update(self, *args, **kwargs) -> None:
         raise NotImplementedError("set phases one by one (the communicating set follows them)")
+
+
+class _Left:
+    """:attr:`~dpsim.mix.clock.Pace.left` read and written one job at a time as Python floats (the events'
+    own arithmetic)."""
+
+    __slots__ = ("a",)
+
+    def __init__(self, a: np.ndarray):
+        self.a = a
+
+    def __getitem__(self, i: int) -> float:
+        return float(self.a[i])
+
+    def __setitem__(self, i: int, value: float) -> None:
+        self.a[i] = value
+
+
+class _Running(set):
+    """The running jobs, counting changes (the live jobs are listed again only when it or a phase changed)."""
+
+    version = 0
+
+    def add(self, i: int) -> None:
+        super().add(i)
+        self.version += 1
+
+    def discard(self, i: int) -> None:
+        super().discard(i)
+        self.version += 1
 
 
 def _flow_classes(flow_of: np.ndarray, link_of: np.ndarray, fraction: np.ndarray, n_flows: int) -> dict:
@@ -478,6 +533,8 @@ class MixSimulation:
         self._cache: dict[frozenset, dict] = {}
         self._speeds: dict[frozenset, dict] = {}  # each cached group's speeds alone (set in one update)
         self._solved: dict[frozenset, tuple] = {}
+        self._on_links: list[frozenset] = []  # the jobs of a cached group on one of its binding links, numbered
+        self._on_link_number: dict[frozenset, int] = {}
         self._bound = np.zeros(len(self.capacity))
         # Which jobs' traffic is on each link now (link -> jobs), and the links array each was added
         # with: a job's possible neighbours are read from the links it makes fillable instead of
@@ -501,6 +558,14 @@ class MixSimulation:
             raise ConfigError(f"spares: {spec.spares} is not valid; the cluster has {self.n_servers} servers, keep "
                               "some for jobs")
         first_spare = self.n_servers - spec.spares
+        spanning = [i for i, job in enumerate(spec.jobs) if job.gpus > self.gpn]
+        if len(spanning) > MAX_NETWORK_JOBS:
+            raise ConfigError(
+                f"jobs: {len(spanning):,} of the {len(spec.jobs):,} jobs span more than one server of {self.gpn} GPUs "
+                f"(their collectives cross the network); expected at most {MAX_NETWORK_JOBS:,}: every arrival measures "
+                f"again each running job it shares links with, so the time grows with the square of their number "
+                f"(512 such jobs took a minute of CPU here, {MAX_NETWORK_JOBS:,} four); split the mix "
+                f"(a shorter horizon, fewer jobs) or run it as several mixes")
         for i, job in enumerate(spec.jobs):
             spare = [x for x in job.nodes or () if first_spare <= x < self.n_servers]
             if spare:
@@ -807,21 +872,25 @@ class MixSimulation:
         work = {}
         alone_speed = {}
         alone_first = {}
-        mode = _Modes()
+        pace = Pace(n)
+        mode = _Modes(pace)
         communicating = mode.comm
-        left: dict[int, float] = {}
+        left = _Left(pace.left)
         steps = [0.0] * n
         start = [jobs[i].start_s for i in range(n)]
         end = [math.nan] * n
-        speed: dict[int, float] = {}
         blame: dict[int, dict] = {i: {} for i in range(n)}
-        contended = [0.0] * n
+        # Contended time and the time on the binding link of the blame entry each job is adding to now
+        # are added to with the clock (the entry's own count is written back when the job's link changes).
+        on_entry = pace.on_entry
+        entry_of: list = [None] * n  # the blame entry each job's on_entry counts for
+        entry_link, entry_others = pace.entry_link, pace.entry_others
         completions: dict[int, list[float]] = {}
         neighbours: dict[int, set[int]] = {}
         now = 0.0
         events = 0
         k = 0  # next arrival
-        running: set[int] = set()
+        running: set[int] = _Running()
         for s in range(self.n_servers - spec.spares, self.n_servers):
             free[s] = False  # held back as spares
         failures = _Failures(self, free) if spec.failures is not None else None
@@ -829,12 +898,33 @@ class MixSimulation:
         def component(i: int) -> set[int]:
             # Grown a frontier at a time with set operations only (a contended group links every job to
             # most others): the neighbours reached, less those seen, among the communicating ones.
+            if len(running) > _SET_COMPONENTS or neighbours[i].isdisjoint(communicating):
+                return component_bits(i)
             comp, frontier = {i}, {i}
-            while frontier:
+            while frontier and len(comp) < len(communicating):  # (all reached: none left to find)
                 frontier = set().union(*(neighbours[j] for j in frontier)) - comp
                 frontier &= communicating
                 comp |= frontier
             return comp
+
+        near_bits = [0] * n  # each job's neighbours as the bits of an integer (for component_bits)
+
+        def component_bits(i: int) -> set[int]:
+            """:func:`component` on bit sets: among hundreds of jobs that each neighbour most others, a
+            frontier's neighbours are an OR of one integer per job (a few machine words), where the union
+            of their sets inserted every neighbour of every job again (O(jobs^2) an event)."""
+            if neighbours[i].isdisjoint(communicating):
+                return {i}
+            comm = int.from_bytes(np.packbits(pace.comm, bitorder="little").tobytes(), "little")
+            comp = frontier = 1 << i
+            while frontier:
+                reach = near_bits[i] if frontier == comp else functools.reduce(
+                    operator.or_, map(near_bits.__getitem__, _bits(frontier)), 0)
+                frontier = reach & comm & ~comp
+                comp |= frontier
+                if comp == comm:  # every communicating job reached (a contended group: at once)
+                    return set(communicating)
+            return set(_bits(comp))
 
         crossers: dict[int, frozenset] = {}  # the jobs whose traffic crosses a link (emptied when one is routed)
 
@@ -872,13 +962,23 @@ class MixSimulation:
                     # one set for all of them (each job's own name is left out of its blame at the end).
                     shared = len(key) > 1
                     self._cache[key] = {j: (s, b, on_link[b], shared) for j, (s, b) in shares.items()}
-                    self._speeds[key] = {j: s for j, (s, _) in shares.items()}
+                    number = {}
+                    for b, jobs_on in on_link.items():
+                        # One number per set of jobs: a job whose entry has merged them has nothing to merge.
+                        number[b] = self._on_link_number.setdefault(jobs_on, len(self._on_links))
+                        if number[b] == len(self._on_links):
+                            self._on_links.append(jobs_on)
+                    size = len(shares)
+                    self._speeds[key] = (np.fromiter(shares, dtype=np.int64, count=size),
+                                         np.fromiter((s for s, _ in shares.values()), dtype=float, count=size),
+                                         np.fromiter((-1 if b is None else b for _, b in shares.values()),
+                                                     dtype=np.int64, count=size),
+                                         np.full(size, shared),
+                                         np.fromiter((number[b] for _, b in shares.values()), dtype=np.int64,
+                                                     count=size))
                     self._remember(key, load, contested, alone)
-                b_state.update(self._cache[key])
-                speed.update(self._speeds[key])
+                pace.set_group(*self._speeds[key])
 
-        b_state: dict[int, tuple] = {}
-        no_blame = (math.nan, None, (), False)
 
         solo_t0: dict[int, float] = {}
         solo_steps: dict[int, float] = {}
@@ -894,7 +994,6 @@ class MixSimulation:
             solo_t0[i], solo_steps[i] = now - pos, steps[i]
             changed()
             mode[i] = "solo"
-            speed.pop(i, None)
 
         def solo_position(i: int) -> tuple[float, str, float]:
             """(steps, mode, time or bytes left) a job running solo has reached now."""
@@ -916,6 +1015,7 @@ class MixSimulation:
         def enter_network(i: int) -> None:
             """Job ``i`` (its mode and position set) starts training: its links, its neighbours."""
             neighbours[i] = set()
+            near_bits[i] = 0
             changed()
             running.add(i)
             completions[i] = []
@@ -926,6 +1026,8 @@ class MixSimulation:
                     if b not in neighbours[a]:
                         neighbours[a].add(b)
                         neighbours[b].add(a)
+                        near_bits[a] |= 1 << b
+                        near_bits[b] |= 1 << a
                         for m in (a, b):
                             if mode[m] == "solo":
                                 from_solo(m)
@@ -943,8 +1045,10 @@ class MixSimulation:
             was = mode.pop(i)
             if traffic[i] is not None:
                 self._link_neighbours(i, traffic, running, -1)
+            near_bits[i] = 0
             for m in neighbours.pop(i, set()):
                 neighbours[m].discard(i)
+                near_bits[m] &= ~(1 << i)
                 if not neighbours[m] and mode[m] != "solo":
                     to_solo(m)
             if was == "comm":
@@ -975,13 +1079,64 @@ class MixSimulation:
             changes[0] += 1
 
         kept_state: list = [None, None]
+        kept_live: list = [None, None]
 
-        def state(live: list[int]) -> frozenset:
+        def live_jobs() -> list[int]:
+            """The running jobs that are not solo, in ``running``'s order (listed again only after a change)."""
+            key = (changes[0], pace.version, running.version)
+            if kept_live[0] != key:
+                kept_live[:] = [key, [j for j in running if mode[j] != "solo"]]
+            return kept_live[1]
+
+        def state() -> frozenset:
             """What sets the live jobs' pace: each one's traffic and the jobs that can slow it down."""
-            key = (changes[0], tuple(live))
+            key = (changes[0], pace.version, running.version)
             if kept_state[0] != key:
-                kept_state[:] = [key, frozenset((j, id(traffic[j]), frozenset(neighbours[j])) for j in live)]
+                got = frozenset((j, id(traffic[j]), frozenset(neighbours[j])) for j in live_jobs())
+                hash(got)  # kept: a later comparison with another state is then one hash comparison
+                kept_state[:] = [key, got]
             return kept_state[1]
+
+        unmeasured = [None]  # a live job with too few steps for a jump, while it is one (checked first)
+
+        def measured() -> bool:
+            """Whether every live job completed more than ``sample_steps`` steps since its last reset."""
+            j = unmeasured[0]
+            if j is not None and j in running and mode.get(j) != "solo" and len(completions[j]) <= self.sample_steps:
+                return False
+            # The one with the fewest steps: it stays the witness longest.
+            fewest = min(live_jobs(), key=lambda m: len(completions[m]), default=None)
+            unmeasured[0] = fewest if fewest is not None and len(completions[fewest]) <= self.sample_steps else None
+            return unmeasured[0] is None
+
+        def next_phase_end() -> tuple[float, int | None]:
+            """The first phase end of a running job (not solo), and whose: the first such in ``running``'s
+            order when several end at once, as a scan of the jobs one by one finds it."""
+            if ordered[0] != running.version:
+                pace.set_order(running)
+                ordered[0] = running.version
+            t_first, at = pace.next_end(now)
+            return (t_first, at) if at >= 0 else (math.inf, None)
+
+        ordered = [-1]  # the running set's version pace.rank was set from
+
+        def reblame() -> None:
+            """The blame state of the jobs whose phase or group changed: which link's entry each adds its
+            communication time to from now on, and the jobs it shares it with (merged into that entry)."""
+            for i in pace.reblame().tolist():
+                b, number = int(pace.bind[i]), int(pace.others[i])
+                if entry_link[i] != b:
+                    if entry_of[i] is not None:
+                        entry_of[i][0] = float(on_entry[i])
+                    entry = blame[i].get(b)
+                    if entry is None:
+                        entry = blame[i][b] = [0.0, set(), -1]
+                    entry_of[i], entry_link[i], on_entry[i] = entry, b, entry[0]
+                entry = entry_of[i]
+                if entry[2] != number:  # the same cached group's jobs: already counted
+                    entry[1].update(self._on_links[number])
+                    entry[2] = number
+                entry_others[i] = number
         t_dead = math.inf
 
         def deadline(i: int) -> float:
@@ -1034,7 +1189,7 @@ class MixSimulation:
                 now, live, completions, steps, jobs, horizon, bound, deadline, mode, left, compute_s,
                 partial, mean=None if before is None else before[1],
                 ends=before[3] if going_on else None)
-            got = state(live), mean, now, ends
+            got = state(), mean, now, ends
             for j in finished:
                 depart(j, now)
             reshare(set(running))
@@ -1050,17 +1205,7 @@ class MixSimulation:
             if failures is not None and k >= n and not failures.held:
                 break  # every job has left: later failures hit nobody
             # Next event: a phase end, an arrival, a deadline, a failure/repair/checkpoint.
-            t_next, who = math.inf, None
-            for i in running:
-                m = mode[i]
-                if m == "compute":
-                    dt = left[i]
-                elif m == "comm":
-                    dt = left[i] / speed[i]
-                else:
-                    continue  # solo
-                if now + dt < t_next:
-                    t_next, who = now + dt, i
+            t_next, who = next_phase_end()
             t_arrive = jobs[arrivals[k]].start_s if k < n else math.inf
             held = failures.held if failures is not None else running
             if dirty:
@@ -1071,23 +1216,9 @@ class MixSimulation:
             if t == math.inf:
                 break
             dt = t - now
-            for i in running:
-                m = mode[i]
-                if m == "compute":
-                    left[i] -= dt
-                elif m == "comm":
-                    left[i] -= dt * speed[i]
-                    _, b, others, shared = b_state.get(i, no_blame)
-                    if shared:
-                        contended[i] += dt
-                        if b is not None:
-                            entry = blame[i].get(b)
-                            if entry is None:
-                                entry = blame[i][b] = [0.0, set(), None]
-                            entry[0] += dt
-                            if entry[2] is not others:  # the same cached group's jobs: already counted
-                                entry[1].update(others)
-                                entry[2] = others
+            if pace.any_touched:
+                reblame()
+            pace.advance(dt)
             now = t
             if now >= horizon:
                 break
@@ -1100,8 +1231,8 @@ class MixSimulation:
                 continue
             if t == t_ctl and t_ctl <= t_next:
                 failures.handle(now)
-                live = [j for j in running if mode[j] != "solo"]
-                if jumped is not None and jumped[2] == now and live and jumped[0] == state(live):
+                live = live_jobs()
+                if jumped is not None and jumped[2] == now and live and jumped[0] == state():
                     # The event cut a jump short and changed none of its jobs (a free server failed, a
                     # cable nobody crosses): the jump goes on as if uncut, from where each job was.
                     jumped = jump(live, jumped, going_on=True)
@@ -1153,19 +1284,25 @@ class MixSimulation:
             if jobs[i].steps is not None and steps[i] >= jobs[i].steps:
                 depart(i, now)
                 continue
-            live = [j for j in running if mode[j] != "solo"]
-            if self.sample_steps is None or not live:
+            if self.sample_steps is None:
                 continue
-            measured = all(len(completions[j]) > self.sample_steps for j in live)
+            live = live_jobs()
+            if not live:
+                continue
+            every = measured()
             # A jump stopped by an event that left the live jobs as they were when their means were
             # measured (the same jobs, traffic and neighbours: an arrival elsewhere, a checkpoint
             # written and resumed) is the same periodic system: the means still hold.
-            same = not measured and jumped is not None and jumped[0] == state(live)
-            if measured or same:
-                jumped = jump(live, None if measured else jumped)
+            same = not every and jumped is not None and jumped[0] == state()
+            if every or same:
+                jumped = jump(live, None if every else jumped)
         now = min(now, horizon)
         for i in sorted(failures.held if failures is not None else running):
             depart(i, now)
+        for entry, time_s in zip(entry_of, on_entry.tolist()):
+            if entry is not None:
+                entry[0] = time_s  # each entry's count, from the clock's array
+        contended = pace.contended.tolist()
         results = []
         gpu_s = busy_s = lost_gpu_s = ckpt_gpu_s = 0.0
         for i, job in enumerate(jobs):

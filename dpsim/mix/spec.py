@@ -47,7 +47,19 @@ POLICIES = ("packed", "spread", "rail-aligned", "topology-aware")
 """Placement policies a job may name (or give ``nodes``: a user placement)."""
 
 MAX_JOBS = 4096
-"""Jobs one mix may hold (each is predicted once per distinct configuration)."""
+"""Jobs one mix may hold (each is predicted once per distinct configuration). Jobs on one server each
+cost little: 4,096 arriving 2 s apart over 3 h took 6.8 s of CPU here (tests/benchmarks/bench_mix_scale.py);
+those spanning servers are bounded apart (:data:`MAX_NETWORK_JOBS`)."""
+
+MAX_NETWORK_JOBS = 1024
+"""Jobs of one mix that span more than one server (their collectives cross the network). Every arrival or
+departure measures again, step by step, each running job it shares links with, so a day of such jobs
+arriving one by one is events in the square of their number. Measured here (2 cores, numba installed;
+tests/benchmarks/bench_mix_scale.py: 16-GPU jobs placed spread on the fat-tree-3tier example, one arriving
+every 2 s, an hour): 256 jobs 0.69 million events, 16 s of CPU; 512 jobs 2.7 million events, 60 s of CPU
+(129 s wall on the loaded machine); 1,024 jobs (the limit) 10.7 million events, 235 s of CPU (281 s wall).
+4,096 would be hours. Checked once the cluster's server size is known (:class:`~dpsim.mix.simulate.MixSimulation`);
+4,096 one-server jobs over 3 h took 6.8 s of CPU."""
 
 _JOB_KEYS = ("name", "model", "gpus", "strategy", "micro_batch", "precision", "tp", "pp", "ep", "cp", "tp_across_network",
              "sequence_parallel",

@@ -17,6 +17,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,6 +198,29 @@ class _Expired(BaseException):
     in case a bare ``except`` did."""
 
 
+RUNAWAY_GRACE_S = 30.0
+"""Seconds the stop goes on being raised (every second) into user code past its time limit before a
+command-line run (``dpsim ...``, :func:`end_process_on_runaway`) ends its own process: code that catches
+``BaseException`` in a loop swallows every stop, and nothing else in the process can end it."""
+
+_END_PROCESS = [False]
+"""Whether a run-away builder ends the process (set by the console entry point only: a library caller's
+process is its own)."""
+
+
+def end_process_on_runaway(enabled: bool = True) -> None:
+    """Let the time limit end this process, with its error line on stderr and status 2, when the user's code
+    has swallowed the stop for :data:`RUNAWAY_GRACE_S` (the ``dpsim`` command; never the API's default)."""
+    _END_PROCESS[0] = enabled
+
+
+def _end_process(message: str) -> None:
+    sys.stderr.write(f"dpsim: error: {message} (its code caught every stop for {RUNAWAY_GRACE_S:g} s more, as an "
+                     f"except BaseException does; dpsim ended)\n")
+    sys.stderr.flush()
+    os._exit(2)  # the user's code is still running: no clean-up of ours could run past it
+
+
 _LIMITED = threading.local()
 """``active``: a limit is already running on this thread (a nested one would only cut it short)."""
 
@@ -218,7 +242,7 @@ def user_code_time_limit(seconds: float, message: str) -> Iterator[None]:
         return
     _LIMITED.active = True
     try:
-        with _alarm(seconds) if _alarm_usable() else _watchdog(seconds):
+        with _alarm(seconds, message) if _alarm_usable() else _watchdog(seconds, message):
             yield
     except _Expired:
         raise WorkloadError(message) from None
@@ -234,8 +258,12 @@ def _alarm_usable() -> bool:
 
 
 @contextlib.contextmanager
-def _alarm(seconds: float) -> Iterator[None]:
+def _alarm(seconds: float, message: str) -> Iterator[None]:
+    deadline = time.monotonic() + seconds
+
     def expired(signum, frame) -> None:
+        if _END_PROCESS[0] and time.monotonic() - deadline >= RUNAWAY_GRACE_S:
+            _end_process(message)
         raise _Expired()
 
     previous = signal.signal(signal.SIGALRM, expired)
@@ -248,17 +276,20 @@ def _alarm(seconds: float) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _watchdog(seconds: float) -> Iterator[None]:
+def _watchdog(seconds: float, message: str) -> Iterator[None]:
     target = ctypes.c_ulong(threading.get_ident())
     lock = threading.Lock()
     done = threading.Event()
 
     def watch() -> None:
         wait = seconds
+        deadline = time.monotonic() + seconds
         while not done.wait(wait):
             with lock:
                 if done.is_set():
                     return
+                if _END_PROCESS[0] and time.monotonic() - deadline >= RUNAWAY_GRACE_S:
+                    _end_process(message)
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(target, ctypes.py_object(_Expired))
             wait = 1.0
 
