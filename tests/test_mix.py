@@ -498,3 +498,19 @@ def test_too_many_jobs_crossing_the_network_is_one_line_naming_the_time_cost():
                   for j in range(MAX_NETWORK_JOBS + 1)]
     result = simulate_mix(mix_from_dict({"cluster": {"link": "infiniband", "gpus": 64}, "jobs": one_server}))
     assert len(result.jobs) == MAX_NETWORK_JOBS + 1
+
+
+def test_a_layout_job_loads_the_shared_network_with_its_network_traffic_only():
+    """A tp8 pp4 job's tensor-parallel all-reduces stay inside its servers' NVLink: its network phase is
+    the data-parallel gradients and the pipeline sends, not the 1.35 s of tp collectives it used to carry."""
+    from dpsim.mix.simulate import _solo
+    from dpsim.predict.config import PredictConfig
+    from dpsim.predict.run import predict
+    from dpsim.topology import load_preset
+
+    fields = (("model", "llama-3-70b"), ("tp", 8), ("pp", 4), ("global_batch", 64), ("precision", "bf16-params"))
+    solo = _solo(load_preset("infiniband"), 64, fields)
+    p = predict(PredictConfig(gpus=64, link="infiniband", **dict(fields)))
+    assert p.layout.tp_comm_s > 10 * solo.comm_s
+    assert solo.comm_s == pytest.approx(p.comm_s - p.layout.tp_comm_s - p.layout.cp_comm_s, rel=1e-12)
+    assert solo.comm_s == pytest.approx(p.layout.stages[0].dp_comm_s + p.layout.p2p_comm_s, rel=1e-9)

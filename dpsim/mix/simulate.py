@@ -499,6 +499,15 @@ def _solo(design, gpus: int, fields: tuple) -> SoloRun:
     # reported them as communication: their flows (often within a server) are not the all-reduce
     # phase the shared links are loaded with here.
     a2a_s = p.layout.ep_comm_s + p.layout.etp_comm_s if p.layout is not None else 0.0
+    # Tensor- and context-parallel collectives stay inside a server while their groups fit one
+    # (consecutive ranks, tp-cp-dp-pp: dpsim.collectives.groups.layout_communicators): they never load
+    # the links jobs share, so they are the job's own time too (a Llama-3-70B tp8 pp4 job carried 3.6 s
+    # of NVLink all-reduces into its 3.7 s network phase).
+    gpn = design.node.gpus_per_node
+    if p.layout is not None and p.layout.layout.tp <= gpn:
+        a2a_s += p.layout.tp_comm_s
+        if p.layout.layout.tp * p.layout.layout.cp <= gpn:
+            a2a_s += p.layout.cp_comm_s
     comm_s = min(max(0.0, p.comm_s - a2a_s), p.step_time_s)
     phase = None
     if gpus > 1 and comm_s > 0:
