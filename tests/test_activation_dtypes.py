@@ -81,6 +81,8 @@ def _catalog_block_bytes(precision: str) -> float:
     return (activation_bytes_per_sample(model, precision=p) - root) * p.activation_bytes / 2.0
 
 
+# Traces or runs real torch / a subprocess (1.5-5 s): the full suite runs it, the fast lane does not.
+@pytest.mark.slow
 def test_amp_block_keeps_what_autograd_saves_on_hf_llama():
     """Under autocast with fp32 parameters the residual stream is fp32: the RMSNorms save their fp32
     input and normalised input (4 + 4 bytes per s·h each), and q, k, v (and gate, up) each save their

@@ -75,6 +75,8 @@ def _catalog_compiled_block_bytes(precision: str) -> float:
     return (activation_bytes_per_sample(model, precision=p) - root) * p.activation_bytes / 2.0
 
 
+# Traces or runs real torch / a subprocess (1.5-5 s): the full suite runs it, the fast lane does not.
+@pytest.mark.slow
 @pytest.mark.parametrize("precision, stream_bytes", [("bf16-params", 2), ("amp-bf16", 4)])
 def test_compiled_block_saves_what_the_partitioner_keeps(precision, stream_bytes):
     """Hand count per sample (no GQA here): the block input in the stream's dtype, then 2 bytes

@@ -154,6 +154,8 @@ def build():
 """
 
 
+# Traces or runs real torch / a subprocess (1.5-5 s): the full suite runs it, the fast lane does not.
+@pytest.mark.slow
 def test_a_builder_that_catches_every_stop_ends_the_command(tmp_path):
     """``except BaseException`` in a loop swallows every stop raised into it: the ``dpsim`` command (its own
     process) then ends after :data:`~dpsim.workload.model_ref.RUNAWAY_GRACE_S`, with its one error line and

@@ -29,6 +29,8 @@ SMALL = dict(gpus=[64], global_batch=256, tps=[2, 4, 8], pps=[1, 2], micro_batch
 SMALL_BASE = PredictConfig(model="llama-2-7b", link="dgx-a100")
 
 
+# Traces or runs real torch / a subprocess (1.5-5 s): the full suite runs it, the fast lane does not.
+@pytest.mark.slow
 def test_first_row_is_the_fastest_of_every_layout_simulated():
     """Simulating every fitting layout one by one, the fastest is plan's first row: the bound let
     nothing faster go unsimulated."""
