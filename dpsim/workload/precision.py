@@ -348,16 +348,26 @@ def saved_element_bytes(byte_class: str, precision: Precision) -> float:
     ``recast`` a 16-bit copy that exists only where the stream and the matmuls' dtypes differ
     (autocast: ``cached_cast`` in pytorch/pytorch@cfed411fae0c aten/src/ATen/autocast_mode.cpp
     reuses a cast only for ``arg.requires_grad() && arg.is_leaf() && !arg.is_view()``, the weights)."""
-    act, stream = float(precision.activation_bytes), float(precision.residual_bytes)
+    plain = element_bytes(byte_class, precision)
+    if plain is not None:
+        return plain
+    if byte_class == "recast":
+        act, stream = precision.activation_bytes, precision.residual_bytes
+        return 0.0 if stream == act else float(act)
+    raise ConfigError(f"saved activation class {byte_class!r} is not known")
+
+
+def element_bytes(byte_class: str, precision: Precision) -> float | None:
+    """Bytes of one element of the classes a saved tensor and a memory pass share: ``act`` (the
+    matmuls' output dtype), ``stream`` (the residual stream's, :attr:`Precision.residual_bytes`) and
+    ``f32``; ``None`` for any other class (each caller knows its own)."""
     if byte_class == "act":
-        return act
+        return float(precision.activation_bytes)
     if byte_class == "stream":
-        return stream
+        return float(precision.residual_bytes)
     if byte_class == "f32":
         return 4.0
-    if byte_class == "recast":
-        return 0.0 if stream == act else act
-    raise ConfigError(f"saved activation class {byte_class!r} is not known")
+    return None
 
 
 def saved_extra_bytes(saved_elements, precision: Precision) -> float:

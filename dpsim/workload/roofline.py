@@ -65,7 +65,7 @@ from dpsim.workload.gemm import (  # noqa: F401 (TILE, SPLIT_K_MIN_K, shape_effi
     shape_efficiency,
     uses_tf32,
 )
-from dpsim.workload.precision import Precision
+from dpsim.workload.precision import Precision, element_bytes
 from dpsim.workload.spec import AttentionOp, MatmulOp, MemoryOp, OpSpec
 
 HOST_OVERHEAD_PER_OP_S = 8e-6
@@ -153,13 +153,10 @@ class Term:
 
 def pass_bytes(byte_class: str, precision: Precision) -> float:
     """Bytes per element of one tensor pass of ``byte_class`` (:data:`dpsim.workload.spec.BYTE_CLASSES`)."""
+    plain = element_bytes(byte_class, precision)
+    if plain is not None:
+        return plain
     act, stream = precision.activation_bytes, precision.residual_bytes
-    if byte_class == "act":
-        return act
-    if byte_class == "stream":
-        return stream
-    if byte_class == "f32":
-        return 4.0
     if byte_class == "byte":
         return 1.0
     if byte_class == "cast":
