@@ -30,6 +30,7 @@ def _saved_by_autograd(precision: str, h: int, heads: int, inter: int, s: int, b
     leaving out parameters, autocast's cached 16-bit weight copies (2-D tensors shaped as a weight or
     its transpose) and per-row statistics (the norms' rsqrt, SDPA's logsumexp: a few values per token,
     which the catalog does not count)."""
+    pytest.importorskip("transformers")  # the `models` extra, not `test`: measured where installed
     from transformers import LlamaConfig as HfConfig
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 

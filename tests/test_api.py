@@ -27,7 +27,7 @@ from dpsim.profile.schema import ComputeCalibration
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 
 from cases import FAMILIES  # noqa: E402
-from run import ROOT, VOLATILE_KEYS, load_golden, report_contents  # noqa: E402
+from run import ROOT, load_golden, report_contents, without_volatile  # noqa: E402
 
 # ------------------------------------------------------------------ flags -> API arguments
 
@@ -178,7 +178,7 @@ def api_plan(argv: list[str]) -> dict:
             replace_s=parse_long_duration_s(_one(other, "--replace", "0s"), "x"))
     assert not other, f"flags the test does not map: {other}"
     out = dpsim.plan(dpsim.PredictConfig(**fields, micro_batch=1), **kwargs).to_dict()
-    return {k: v for k, v in out.items() if k not in VOLATILE_KEYS["plan"]}
+    return without_volatile("plan", json.loads(json.dumps(_as_printed(out))))
 
 
 def api_report(argv: list[str]) -> dict:

@@ -20,6 +20,7 @@ def _partitioned_saved_bytes(precision: str) -> float:
     out parameters, the shared RoPE tables and per-row statistics (as the catalog does)."""
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._functorch.partitioners import min_cut_rematerialization_partition
+    pytest.importorskip("transformers")  # the `models` extra, not `test`: measured where installed
     from transformers import LlamaConfig as HfConfig
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 

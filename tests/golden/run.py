@@ -37,8 +37,12 @@ def run_case(argv: list[str]) -> dict:
             path = Path(tmp) / "report.html"
             _run([*argv, "-o", str(path)])
             return report_contents(path.read_text(encoding="utf-8"))
-    output = json.loads(_run(argv))
-    for key in VOLATILE_KEYS.get(argv[0], ()):
+    return without_volatile(argv[0], json.loads(_run(argv)))
+
+
+def without_volatile(command: str, output: dict) -> dict:
+    """``output`` (a command's ``--json``) less its :data:`VOLATILE_KEYS`, in place; returned."""
+    for key in VOLATILE_KEYS.get(command, ()):
         *parents, last = key.split(".")
         holder = output
         for part in parents:
