@@ -267,13 +267,19 @@ def fp8_saved_weight_bytes(model: ModelSpec, precision: Precision, policy: Check
     if fsdp2 and precision.fp8.column_copy == "always":
         return 0.0
     per = saved_fp8_weight_bytes_per_element(precision.fp8, architecture, cached=False)
+    return float(_saved_at_forward_end(model, policy, fsdp_unit, lambda l: fp8_weight_numel(l, precision.fp8)) * per)
+
+
+def _saved_at_forward_end(model: ModelSpec, policy: CheckpointPolicy, fsdp_unit: str, numel) -> int:
+    """``numel(layer)`` summed as a copy saved for backward is held: every layer's without
+    checkpointing; under it, the layers outside the checkpointed blocks and the largest such block
+    while it is recomputed (the others keep no saved tensors)."""
     if not policy.active:
-        return float(sum(fp8_weight_numel(layer, precision.fp8) for layer in model.layers) * per)
+        return sum(numel(layer) for layer in model.layers)
     ckpt = checkpointed([u for u in wrap_units(model, fsdp_unit) if not u.is_root], policy)
     in_units = {i for u in ckpt for i in u.layers}
-    rest = sum(fp8_weight_numel(layer, precision.fp8) for i, layer in enumerate(model.layers) if i not in in_units)
-    largest = max((layers_fp8_weight_numel(model, u.layers, precision.fp8) for u in ckpt), default=0)
-    return float((rest + largest) * per)
+    rest = sum(numel(layer) for i, layer in enumerate(model.layers) if i not in in_units)
+    return rest + max((sum(numel(model.layers[i]) for i in u.layers) for u in ckpt), default=0)
 
 
 def autocast_weight_numel(layer, precision: Precision) -> int:
@@ -302,14 +308,10 @@ def autocast_weight_bytes(model: ModelSpec, precision: Precision, policy: Checkp
     if not precision.autocast or precision.stream_bytes:  # torch autocast only (not MaxText's casts)
         return 0.0
     per = float(precision.activation_bytes)
-    if cached or not policy.active:
-        return sum(autocast_weight_numel(l, precision) for l in model.layers) * per
-    ckpt = checkpointed([u for u in wrap_units(model, fsdp_unit) if not u.is_root], policy)
-    in_units = {i for u in ckpt for i in u.layers}
-    rest = sum(autocast_weight_numel(l, precision) for i, l in enumerate(model.layers) if i not in in_units)
-    largest = max((sum(autocast_weight_numel(model.layers[i], precision) for i in u.layers) for u in ckpt),
-                  default=0)
-    return (rest + largest) * per
+    numel = lambda l: autocast_weight_numel(l, precision)  # noqa: E731
+    if cached:
+        return sum(numel(l) for l in model.layers) * per
+    return _saved_at_forward_end(model, policy, fsdp_unit, numel) * per
 
 
 def _op_kept(layer) -> float:

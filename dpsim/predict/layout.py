@@ -641,7 +641,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     slots0 = schedule_slots(layout.schedule, p, layout.chunks, m_total, 0, extra_warmup(layout))
     # Each chunk's time counts once per micro-batch stage 0 runs through it: every micro-batch for
     # most schedules, half of them per chunk for DualPipe (each end feeds one of its two chunks).
-    runs = chunk_runs(layout, 0)
+    runs = chunk_runs(layout, 0, slots0)
 
     def stage0_s(part) -> float:
         return stage_comm_s(s0, runs, part)
@@ -740,12 +740,13 @@ def _share(chunks: tuple[ChunkWork, ...], part: str) -> float:
     return sum(getattr(c, part) for c in chunks) / total if total > 0 else 0.0
 
 
-def chunk_runs(layout: Layout, stage: int) -> list[int]:
+def chunk_runs(layout: Layout, stage: int, slots=None) -> list[int]:
     """Per chunk of ``stage``, the micro-batches it runs in a step (its forwards in the schedule):
     every micro-batch for most schedules, half of them per chunk for DualPipe (each end feeds one of
-    a stage's two chunks)."""
-    slots = schedule_slots(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, stage,
-                           extra_warmup(layout))
+    a stage's two chunks). ``slots``: the stage's schedule when the caller has it already."""
+    if slots is None:
+        slots = schedule_slots(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, stage,
+                               extra_warmup(layout))
     return [sum(1 for kind, chunk, _ in slots if kind == "F" and chunk == c) for c in range(layout.chunks)]
 
 
