@@ -308,6 +308,13 @@ def test_tcpx_and_tcpxo_run_simple_only_as_google_sets_them():
     assert {p for _, p in NcclCollectives(Topology.from_spec(spec, 16)).candidates("all_reduce")} == {"Simple"}
 
 
+def test_tcpx_payload_share_is_that_of_the_a3_high_data_vpcs_mtu():
+    # dstack's a3-highgpu-8g cluster creates its four GPUDirect-TCPX data VPCs with --mtu=8244
+    # (dstackai/dstack@620677d1c examples/misc/a3high-clusters/README.md): the frame TCPX sends.
+    assert TRANSPORTS["tcpx"].wire_efficiency == round(tcp_payload_efficiency(8244), 4) == 0.9891
+    assert any("--mtu=8244" in s for s in TRANSPORTS["tcpx"].sources)
+
+
 def test_the_ethernet_preset_leaves_its_efficiency_to_the_socket_transport():
     # NCCL's default sockets (net_socket.cc: one per connection) over 100 GbE: 2 x 4.4 GB/s;
     # the same transport fills a 10 GbE NIC up to TCP's payload share, not a fixed 40 %.

@@ -212,8 +212,9 @@ TRANSPORTS: dict[str, TransportSpec] = {
         sources=(("GPUDirect-TCPX (Google A3): TCP with payloads received into and sent from GPU memory "
                  "(devmem TCP), no host copy; 4 sockets per connection (NCCL_NSOCKS_PERTHREAD=4 in Google's "
                  "TCPX configuration)"),
-                 ("wire_efficiency: TCP payload share of an 8244-byte MTU frame (GCP's maximum VPC MTU 8896 less "
-                 "headroom is not published per NIC: assumed)"),
+                 ("wire_efficiency: TCP payload share of an 8244-byte MTU frame, the MTU of the four GPUDirect-TCPX "
+                 "data VPCs of an a3-highgpu-8g cluster (dstackai/dstack@620677d1c "
+                 "examples/misc/a3high-clusters/README.md: gcloud compute networks create ... --mtu=8244)"),
                  ("Simple only: Google's TCPX nccl-tests run sets NCCL_PROTO=Simple and NCCL_ALGO=Ring "
                  "(GoogleCloudPlatform/container-engine-accelerators@3a1b61d gpudirect-tcpxo/nccl-config.yaml, "
                  "run-nccl.sh with the NCCL_GPUDIRECTTCPX_* variables)"))),
