@@ -145,6 +145,13 @@ SYSTEMS = {
     "GB200 NVL72 (NVLink domain 72), as published": System(
         name="Megatron-Core MoE GB200", topology_file="gb200-nvl72.yaml",
         assumed="network between NVLink domains not stated: 4x 400 Gb/s NDR per 4-GPU node"),
+    # Nemotron-4 15B and 340B (arXiv:2402.16819 Sec. 2; arXiv:2406.11704): DGX H100 nodes, NVLink and
+    # NVSwitch inside, eight 400 Gb/s InfiniBand HCAs per node: the preset exactly. The cluster's leaf
+    # size and tiers are not published (the preset's rail-optimised non-blocking fabric).
+    "NVIDIA DGX H100 cluster (Nemotron-4), 8x 400 Gb/s InfiniBand HCAs per node (as published)": System(
+        name="NVIDIA Nemotron-4 (DGX H100)", link="infiniband",
+        assumed="fabric topology (leaf size, tiers, oversubscription) not published: the preset's rail-optimised "
+                "non-blocking leaves"),
     "GB300 NVL72 (NVLink domain 72), as published": System(
         name="Megatron-Core MoE GB200", topology_file="gb200-nvl72.yaml",
         assumed="network between NVLink domains not stated: 4x 400 Gb/s NDR per 4-GPU node"),
@@ -299,6 +306,22 @@ def _build_model(row: dict) -> ModelSpec:
                           max_position_embeddings=seq, head_dim=int(row["head_dim"]) if row["head_dim"] else None,
                           tie_word_embeddings=row["tied_embeddings"] == "true",
                           qk_norm=olmo2, qk_norm_whole_projection=olmo2)
+        model = build_llama(cfg, name=row["model"], flash_attention=True)
+    elif row["ffn_act"] == "squared-relu":
+        # Nemotron-4's MLP (arXiv:2402.16819 Sec. 2: squared ReLU, no gate, no biases) with grouped
+        # KV heads and RoPE: built by the Llama builder with a gated MLP of 2/3 the width, which has
+        # the same GEMMs (3 x h x 2f/3 = 2 x h x f multiply-adds per token, the same parameters and
+        # the same tensor-parallel split) and the same element-wise bytes (SwiGLU reads gate and up,
+        # 2 x 2f/3, and writes 2f/3; squared ReLU reads f and writes f: 2f either way). The norms are
+        # the builder's RMSNorms (the report does not name its norm). The row's notes say so.
+        ffn = int(row["ffn"])
+        if (2 * ffn) % 3:
+            raise KeyError(f"{row['id']}: squared-ReLU width {ffn} has no whole 2/3-width gated equivalent")
+        cfg = LlamaConfig(hidden_size=int(row["hidden"]), num_hidden_layers=int(row["layers"]),
+                          num_attention_heads=int(row["heads"]), num_key_value_heads=int(row["kv_heads"]),
+                          intermediate_size=2 * ffn // 3, vocab_size=int(row["vocab"]),
+                          max_position_embeddings=seq, head_dim=int(row["head_dim"]) if row["head_dim"] else None,
+                          tie_word_embeddings=row["tied_embeddings"] == "true")
         model = build_llama(cfg, name=row["model"], flash_attention=True)
     else:
         raise KeyError(f"{row['id']}: activation {row['ffn_act']!r} has no builder")
