@@ -57,7 +57,7 @@ KEPT_OUT = (
     r"dgxc-benchmarking",
     r"automodel",
     r"bigscience",
-    r"bloom",
+    r"bloom(?!berg)",  # BLOOM's sources; not the unrelated BloombergGPT paper (arXiv:2303.17564)
     r"2205\.01068",
     r"\bopt-175b\b",
     r"ddl-benchmarks",

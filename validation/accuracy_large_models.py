@@ -123,6 +123,12 @@ SYSTEMS = {
         assumed="one 8-GPU node; A100-40G as the a100-40gb (SXM4) preset"),
     "IBM Cloud H100 cluster, 3.2 Tbps RoCE GPU-to-GPU (as published)": System(
         name="IBM Cloud H100", topology_file="ibm-h100-roce.yaml", assumed="3.2 Tb/s RoCE as 8x 400 Gb/s"),
+    # Wu et al. 2023 (arXiv:2303.17564 Sec. 3.3): 64 p4d.24xlarge, 8x A100 40GB on NVSwitch (600 GB/s)
+    # and 400 Gb/s EFA with GPUDirect per node: the aws-p4de preset's node and fabric (p4de differs in
+    # GPU memory only; the row's a100-40gb preset is the GPU).
+    "AWS p4d.24xlarge x 64 (8x A100 40GB on NVSwitch 600 GB/s, EFA 400 Gb/s per node, as published)": System(
+        name="AWS p4d (SageMaker SMP)", link="aws-p4de",
+        assumed="p4d as the aws-p4de preset with the a100-40gb GPU (4x 100 Gb/s EFA v1, the preset's split of the 400 Gb/s)"),
     "Ai2 H100 cluster ('a cluster with NVIDIA H100 GPUs', as published)": System(
         name="Ai2 H100 (OLMo-core)", link="infiniband", assumed="one 8-GPU node (GPU count assumed by the row)"),
     "8 A100 (one node, as published)": System(
@@ -283,6 +289,10 @@ def _build_model(row: dict) -> ModelSpec:
     # A row whose attention column names flash-attn 1.x ran FlashAttention 1 (InternLM's July 2023
     # table: see FLASH_ATTN_1).
     te = "TransformerEngine" in row["attention"]
+    # A fused masked-causal softmax between two batched GEMMs, as Megatron-LM runs attention without
+    # FlashAttention (SMP's kernel "similar to Megatron-LM", arXiv:2303.17564 Sec. 3.4): the scores are
+    # written and read in 16 bits (accuracy_layouts._megatron_attention, the layout rows' costing).
+    megatron_softmax = row["attention"].startswith(MEGATRON_SOFTMAX)
     fused_kernel = ("triton" if row["attention"].startswith("triton")
                     else "flash1" if row["attention"].startswith(FLASH_ATTN_1)
                     else "cudnn" if "cudnn" in row["attention"] or te else None)
@@ -292,7 +302,13 @@ def _build_model(row: dict) -> ModelSpec:
         cfg = GPT2Config(n_embd=int(row["hidden"]), n_layer=int(row["layers"]), n_head=int(row["heads"]),
                          n_inner=int(row["ffn"]), vocab_size=int(row["vocab"]), n_positions=seq,
                          activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        model = build_gpt2(cfg, name=row["model"], flash_attention=True)
+        model = build_gpt2(cfg, name=row["model"], flash_attention=not megatron_softmax)
+        if megatron_softmax:
+            import accuracy_layouts  # validation/: the Megatron attention core the layout rows use
+
+            model = replace(model, layers=tuple(
+                replace(layer, ops=tuple(o for op in layer.ops for o in accuracy_layouts._megatron_attention(op)))
+                for layer in model.layers))
     elif row["ffn_act"] == "swiglu":
         # OLMo 2 (the olmo2-* shapes) normalises the whole query and key projections before RoPE:
         # TransformerConfig.olmo_1B/olmo_7B/olmo_13B set qk_norm=True (allenai/OLMo-core@e27ba74550f1
@@ -338,6 +354,11 @@ def _build_model(row: dict) -> ModelSpec:
         # One sequence per micro-batch leaves the shifted slice contiguous: no copy (layers.lm_loss_passes).
         model = with_lm_loss(model, loss, shift_copy=int(row["micro_batch"] or 1) > 1)
     return with_attention_kernel(model, fused_kernel) if fused_kernel else model
+
+
+MEGATRON_SOFTMAX = "fused masked-causal softmax"
+"""How a row's attention column names Megatron-style attention (no FlashAttention): two batched
+GEMMs around one fused scale-mask-softmax kernel (:func:`_build_model`)."""
 
 
 EAGER_MULTIHOT_COMMITS = {"1e057005": "2025-05-24"}
