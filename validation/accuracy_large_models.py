@@ -129,6 +129,11 @@ SYSTEMS = {
     "AWS p4d.24xlarge x 64 (8x A100 40GB on NVSwitch 600 GB/s, EFA 400 Gb/s per node, as published)": System(
         name="AWS p4d (SageMaker SMP)", link="aws-p4de",
         assumed="p4d as the aws-p4de preset with the a100-40gb GPU (4x 100 Gb/s EFA v1, the preset's split of the 400 Gb/s)"),
+    # GLM-130B (Zeng et al. 2022, arXiv:2210.02414): "96 NVIDIA DGX-A100 (8x40G) GPU nodes"; the
+    # cluster network is not stated: a DGX A100's own eight 200 Gb/s HDR ports (the dgx-a100 preset).
+    "96 NVIDIA DGX-A100 (8x 40G) nodes (as published; network not stated)": System(
+        name="GLM-130B DGX-A100 cluster", link="dgx-a100",
+        assumed="network not stated: the DGX A100's 8x 200 Gb/s HDR InfiniBand (the dgx-a100 preset), A100 40GB"),
     "Ai2 H100 cluster ('a cluster with NVIDIA H100 GPUs', as published)": System(
         name="Ai2 H100 (OLMo-core)", link="infiniband", assumed="one 8-GPU node (GPU count assumed by the row)"),
     "8 A100 (one node, as published)": System(
@@ -214,6 +219,7 @@ PRECISIONS = {
     "bf16 (model dtype": "bf16-params",  # InternLM: bf16 model, fp32 master in its optimizer
     "bf16-mixed": "bf16-params",  # Fabric FSDP bf16-mixed: MixedPrecision param/reduce bf16
     "bf16 params, fp32 gradient reduction": "bf16-fp32-grads",  # OLMo-core
+    "fp16 (DeepSpeed": "fp16-params",  # DeepSpeed fp16: fp16 params and grads, loss scaling, fp32 master in the optimizer
     "bf16": "bf16-params",  # the float8 blog's bf16 baseline (FSDP2 bf16 params)
 }
 """The row's ``precision`` (by its start; first match) -> ``--precision``."""
@@ -303,13 +309,9 @@ def _build_model(row: dict) -> ModelSpec:
                          n_inner=int(row["ffn"]), vocab_size=int(row["vocab"]), n_positions=seq,
                          activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         model = build_gpt2(cfg, name=row["model"], flash_attention=not megatron_softmax)
-        if megatron_softmax:
-            import accuracy_layouts  # validation/: the Megatron attention core the layout rows use
-
-            model = replace(model, layers=tuple(
-                replace(layer, ops=tuple(o for op in layer.ops for o in accuracy_layouts._megatron_attention(op)))
-                for layer in model.layers))
-    elif row["ffn_act"] == "swiglu":
+    elif row["ffn_act"] in ("swiglu", "geglu"):
+        # GeGLU (GLM-130B) is SwiGLU's gated MLP with GELU in place of SiLU: the same GEMMs and the
+        # same element-wise bytes (one activation over the gate, one product), costed alike.
         # OLMo 2 (the olmo2-* shapes) normalises the whole query and key projections before RoPE:
         # TransformerConfig.olmo_1B/olmo_7B/olmo_13B set qk_norm=True (allenai/OLMo-core@e27ba74550f1
         # src/olmo_core/nn/transformer/config.py lines 293-330). Its reordered norms (block.py lines
@@ -322,7 +324,7 @@ def _build_model(row: dict) -> ModelSpec:
                           max_position_embeddings=seq, head_dim=int(row["head_dim"]) if row["head_dim"] else None,
                           tie_word_embeddings=row["tied_embeddings"] == "true",
                           qk_norm=olmo2, qk_norm_whole_projection=olmo2)
-        model = build_llama(cfg, name=row["model"], flash_attention=True)
+        model = build_llama(cfg, name=row["model"], flash_attention=not megatron_softmax)
     elif row["ffn_act"] == "squared-relu":
         # Nemotron-4's MLP (arXiv:2402.16819 Sec. 2: squared ReLU, no gate, no biases) with grouped
         # KV heads and RoPE: built by the Llama builder with a gated MLP of 2/3 the width, which has
@@ -341,6 +343,12 @@ def _build_model(row: dict) -> ModelSpec:
         model = build_llama(cfg, name=row["model"], flash_attention=True)
     else:
         raise KeyError(f"{row['id']}: activation {row['ffn_act']!r} has no builder")
+    if megatron_softmax:
+        import accuracy_layouts  # validation/: the Megatron attention core the layout rows use
+
+        model = replace(model, layers=tuple(
+            replace(layer, ops=tuple(o for op in layer.ops for o in accuracy_layouts._megatron_attention(op)))
+            for layer in model.layers))
     if row["framework"].startswith("InternLM"):
         model = internlm_attention_params(model)
     if row["framework"].startswith("Composer") and row["attention"].startswith("flash"):
@@ -660,6 +668,12 @@ def common_flops_per_token(row: dict, model: ModelSpec) -> float:
     return 6.0 * params + 12.0 * layers * hidden * seq
 
 
+MFU_PALM_UNIT = "% MFU (PaLM count)"
+"""A row publishing only its model FLOPs utilisation "following the calculation in (Chowdhery et al.,
+2022)": tokens/s per GPU x (6N + 12 x layers x hidden x seq) over the dense 16-bit peak
+(:func:`common_flops_per_token`, the same count)."""
+
+
 def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) -> float:
     """Tokens/s per GPU in the row's published unit (every kind of row, in one place)."""
     unit = row["unit"]
@@ -671,6 +685,8 @@ def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) 
         return tokens_per_s_per_gpu * maxtext_flops_per_token(row, model) / 1e12
     if unit == "s per step":
         return int(row["global_batch"]) * int(row["seq_len"]) / (tokens_per_s_per_gpu * int(row["gpus"]))
+    if unit == MFU_PALM_UNIT:  # Chowdhery et al. 2022 App. B's count, the common one, over the dense 16-bit peak
+        return 100.0 * tokens_per_s_per_gpu * common_flops_per_token(row, model) / BF16_PEAK_FLOPS[row["gpu"]]
     if unit == "samples/s":  # whole job
         return tokens_per_s_per_gpu * int(row["gpus"]) / int(row["seq_len"])
     if unit == f"tokens/s on {row['gpus']} GPUs":  # whole job
