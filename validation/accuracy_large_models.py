@@ -9,7 +9,9 @@ row publishes and nothing else:
   blocks (learned positions, tied embeddings, GELU MLP of the row's width, no dropout: the
   benchmark configurations ``accuracy_compute.py`` uses), SwiGLU rows as Llama blocks (RMSNorm,
   RoPE, grouped KV heads) with the row's hidden size, layers, heads, KV heads, MLP width,
-  vocabulary and sequence; fused attention everywhere, llm-foundry's Triton kernel where the row
+  vocabulary and sequence (GeGLU rows alike; squared-ReLU rows as a gated MLP of 2/3 the width,
+  the same GEMMs and bytes); fused attention everywhere except rows that ran Megatron's fused
+  scale-mask-softmax core (:data:`MEGATRON_SOFTMAX`), llm-foundry's Triton kernel where the row
   ran ``attn_impl: triton``, cuDNN's where it names ``cudnn`` or runs TransformerEngine's
   attention (TE prefers cuDNN on Hopper and later; costed from published cuDNN rates on Hopper and Blackwell);
 - the cluster: a topology preset or a file in ``validation/systems/`` written from the

@@ -1,7 +1,8 @@
 """Tensor x pipeline x data layouts against published Megatron-LM measurements: ``python validation/accuracy_layouts.py``.
 
 Every row of ``tests/data/layout_reference.csv`` (each citing its source) is predicted
-from the presets alone (the row's topology preset, its GPU, the model built from the
+from the presets alone (the row's topology preset, or its file in ``validation/systems/`` where
+no preset has the published network, its GPU, the model built from the
 published hidden size, layers, heads, sequence and vocabulary as Megatron builds a GPT:
 learned positions, tied embeddings, GELU MLP of 4h) with the layout the row documents.
 The prediction is turned into the published quantity with the publication's own FLOP
