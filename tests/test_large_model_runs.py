@@ -57,7 +57,7 @@ KEPT_OUT = (
     r"dgxc-benchmarking",
     r"automodel",
     r"bigscience",
-    r"bloom",
+    r"bloom(?!berg)",  # BLOOM's sources; not the unrelated BloombergGPT paper (arXiv:2303.17564)
     r"2205\.01068",
     r"\bopt-175b\b",
     r"ddl-benchmarks",
@@ -73,8 +73,9 @@ would be named in a citation (Megatron-Bridge's performance summary is NeMo's, m
 torchtitan's ``benchmarks/`` folder is kept out: runs that used torchtitan as their trainer and
 were published elsewhere are fair game."""
 
-ALREADY_SCORED = (r"2104\.04473", r"2205\.05198", r"2201\.11990", r"cases_april2021", r"model_table\.png")
-"""Sources of ``layout_reference.csv``'s rows, which must not come in twice."""
+ALREADY_SCORED = (r"2104\.04473", r"2205\.05198", r"2201\.11990", r"cases_april2021", r"model_table\.png", r"2402\.15627")
+"""Sources of ``layout_reference.csv``'s rows (MegaScale, arXiv:2402.15627, since its B rows), which must not
+come in twice."""
 
 EXACT_GPU = {"h100": ("H100",), "a100": ("A100 80GB",), "a100-40gb": ("A100 40GB",), "gb200": ("GB200",), "gb300": ("GB300",)}
 """Published GPU names each preset stands for exactly; any other pairing is the closest preset

@@ -9,7 +9,9 @@ row publishes and nothing else:
   blocks (learned positions, tied embeddings, GELU MLP of the row's width, no dropout: the
   benchmark configurations ``accuracy_compute.py`` uses), SwiGLU rows as Llama blocks (RMSNorm,
   RoPE, grouped KV heads) with the row's hidden size, layers, heads, KV heads, MLP width,
-  vocabulary and sequence; fused attention everywhere, llm-foundry's Triton kernel where the row
+  vocabulary and sequence (GeGLU rows alike; squared-ReLU rows as a gated MLP of 2/3 the width,
+  the same GEMMs and bytes); fused attention everywhere except rows that ran Megatron's fused
+  scale-mask-softmax core (:data:`MEGATRON_SOFTMAX`), llm-foundry's Triton kernel where the row
   ran ``attn_impl: triton``, cuDNN's where it names ``cudnn`` or runs TransformerEngine's
   attention (TE prefers cuDNN on Hopper and later; costed from published cuDNN rates on Hopper and Blackwell);
 - the cluster: a topology preset or a file in ``validation/systems/`` written from the
@@ -123,6 +125,17 @@ SYSTEMS = {
         assumed="one 8-GPU node; A100-40G as the a100-40gb (SXM4) preset"),
     "IBM Cloud H100 cluster, 3.2 Tbps RoCE GPU-to-GPU (as published)": System(
         name="IBM Cloud H100", topology_file="ibm-h100-roce.yaml", assumed="3.2 Tb/s RoCE as 8x 400 Gb/s"),
+    # Wu et al. 2023 (arXiv:2303.17564 Sec. 3.3): 64 p4d.24xlarge, 8x A100 40GB on NVSwitch (600 GB/s)
+    # and 400 Gb/s EFA with GPUDirect per node: the aws-p4de preset's node and fabric (p4de differs in
+    # GPU memory only; the row's a100-40gb preset is the GPU).
+    "AWS p4d.24xlarge x 64 (8x A100 40GB on NVSwitch 600 GB/s, EFA 400 Gb/s per node, as published)": System(
+        name="AWS p4d (SageMaker SMP)", link="aws-p4de",
+        assumed="p4d as the aws-p4de preset with the a100-40gb GPU (4x 100 Gb/s EFA v1, the preset's split of the 400 Gb/s)"),
+    # GLM-130B (Zeng et al. 2022, arXiv:2210.02414): "96 NVIDIA DGX-A100 (8x40G) GPU nodes"; the
+    # cluster network is not stated: a DGX A100's own eight 200 Gb/s HDR ports (the dgx-a100 preset).
+    "96 NVIDIA DGX-A100 (8x 40G) nodes (as published; network not stated)": System(
+        name="GLM-130B DGX-A100 cluster", link="dgx-a100",
+        assumed="network not stated: the DGX A100's 8x 200 Gb/s HDR InfiniBand (the dgx-a100 preset), A100 40GB"),
     "Ai2 H100 cluster ('a cluster with NVIDIA H100 GPUs', as published)": System(
         name="Ai2 H100 (OLMo-core)", link="infiniband", assumed="one 8-GPU node (GPU count assumed by the row)"),
     "8 A100 (one node, as published)": System(
@@ -145,6 +158,13 @@ SYSTEMS = {
     "GB200 NVL72 (NVLink domain 72), as published": System(
         name="Megatron-Core MoE GB200", topology_file="gb200-nvl72.yaml",
         assumed="network between NVLink domains not stated: 4x 400 Gb/s NDR per 4-GPU node"),
+    # Nemotron-4 15B and 340B (arXiv:2402.16819 Sec. 2; arXiv:2406.11704): DGX H100 nodes, NVLink and
+    # NVSwitch inside, eight 400 Gb/s InfiniBand HCAs per node: the preset exactly. The cluster's leaf
+    # size and tiers are not published (the preset's rail-optimised non-blocking fabric).
+    "NVIDIA DGX H100 cluster (Nemotron-4), 8x 400 Gb/s InfiniBand HCAs per node (as published)": System(
+        name="NVIDIA Nemotron-4 (DGX H100)", link="infiniband",
+        assumed="fabric topology (leaf size, tiers, oversubscription) not published: the preset's rail-optimised "
+                "non-blocking leaves"),
     "GB300 NVL72 (NVLink domain 72), as published": System(
         name="Megatron-Core MoE GB200", topology_file="gb200-nvl72.yaml",
         assumed="network between NVLink domains not stated: 4x 400 Gb/s NDR per 4-GPU node"),
@@ -201,6 +221,7 @@ PRECISIONS = {
     "bf16 (model dtype": "bf16-params",  # InternLM: bf16 model, fp32 master in its optimizer
     "bf16-mixed": "bf16-params",  # Fabric FSDP bf16-mixed: MixedPrecision param/reduce bf16
     "bf16 params, fp32 gradient reduction": "bf16-fp32-grads",  # OLMo-core
+    "fp16 (DeepSpeed": "fp16-params",  # DeepSpeed fp16: fp16 params and grads, loss scaling, fp32 master in the optimizer
     "bf16": "bf16-params",  # the float8 blog's bf16 baseline (FSDP2 bf16 params)
 }
 """The row's ``precision`` (by its start; first match) -> ``--precision``."""
@@ -276,6 +297,10 @@ def _build_model(row: dict) -> ModelSpec:
     # A row whose attention column names flash-attn 1.x ran FlashAttention 1 (InternLM's July 2023
     # table: see FLASH_ATTN_1).
     te = "TransformerEngine" in row["attention"]
+    # A fused masked-causal softmax between two batched GEMMs, as Megatron-LM runs attention without
+    # FlashAttention (SMP's kernel "similar to Megatron-LM", arXiv:2303.17564 Sec. 3.4): the scores are
+    # written and read in 16 bits (accuracy_layouts._megatron_attention, the layout rows' costing).
+    megatron_softmax = row["attention"].startswith(MEGATRON_SOFTMAX)
     fused_kernel = ("triton" if row["attention"].startswith("triton")
                     else "flash1" if row["attention"].startswith(FLASH_ATTN_1)
                     else "cudnn" if "cudnn" in row["attention"] or te else None)
@@ -285,8 +310,10 @@ def _build_model(row: dict) -> ModelSpec:
         cfg = GPT2Config(n_embd=int(row["hidden"]), n_layer=int(row["layers"]), n_head=int(row["heads"]),
                          n_inner=int(row["ffn"]), vocab_size=int(row["vocab"]), n_positions=seq,
                          activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        model = build_gpt2(cfg, name=row["model"], flash_attention=True)
-    elif row["ffn_act"] == "swiglu":
+        model = build_gpt2(cfg, name=row["model"], flash_attention=not megatron_softmax)
+    elif row["ffn_act"] in ("swiglu", "geglu"):
+        # GeGLU (GLM-130B) is SwiGLU's gated MLP with GELU in place of SiLU: the same GEMMs and the
+        # same element-wise bytes (one activation over the gate, one product), costed alike.
         # OLMo 2 (the olmo2-* shapes) normalises the whole query and key projections before RoPE:
         # TransformerConfig.olmo_1B/olmo_7B/olmo_13B set qk_norm=True (allenai/OLMo-core@e27ba74550f1
         # src/olmo_core/nn/transformer/config.py lines 293-330). Its reordered norms (block.py lines
@@ -299,9 +326,31 @@ def _build_model(row: dict) -> ModelSpec:
                           max_position_embeddings=seq, head_dim=int(row["head_dim"]) if row["head_dim"] else None,
                           tie_word_embeddings=row["tied_embeddings"] == "true",
                           qk_norm=olmo2, qk_norm_whole_projection=olmo2)
+        model = build_llama(cfg, name=row["model"], flash_attention=not megatron_softmax)
+    elif row["ffn_act"] == "squared-relu":
+        # Nemotron-4's MLP (arXiv:2402.16819 Sec. 2: squared ReLU, no gate, no biases) with grouped
+        # KV heads and RoPE: built by the Llama builder with a gated MLP of 2/3 the width, which has
+        # the same GEMMs (3 x h x 2f/3 = 2 x h x f multiply-adds per token, the same parameters and
+        # the same tensor-parallel split) and the same element-wise bytes (SwiGLU reads gate and up,
+        # 2 x 2f/3, and writes 2f/3; squared ReLU reads f and writes f: 2f either way). The norms are
+        # the builder's RMSNorms (the report does not name its norm). The row's notes say so.
+        ffn = int(row["ffn"])
+        if (2 * ffn) % 3:
+            raise KeyError(f"{row['id']}: squared-ReLU width {ffn} has no whole 2/3-width gated equivalent")
+        cfg = LlamaConfig(hidden_size=int(row["hidden"]), num_hidden_layers=int(row["layers"]),
+                          num_attention_heads=int(row["heads"]), num_key_value_heads=int(row["kv_heads"]),
+                          intermediate_size=2 * ffn // 3, vocab_size=int(row["vocab"]),
+                          max_position_embeddings=seq, head_dim=int(row["head_dim"]) if row["head_dim"] else None,
+                          tie_word_embeddings=row["tied_embeddings"] == "true")
         model = build_llama(cfg, name=row["model"], flash_attention=True)
     else:
         raise KeyError(f"{row['id']}: activation {row['ffn_act']!r} has no builder")
+    if megatron_softmax:
+        import accuracy_layouts  # validation/: the Megatron attention core the layout rows use
+
+        model = replace(model, layers=tuple(
+            replace(layer, ops=tuple(o for op in layer.ops for o in accuracy_layouts._megatron_attention(op)))
+            for layer in model.layers))
     if row["framework"].startswith("InternLM"):
         model = internlm_attention_params(model)
     if row["framework"].startswith("Composer") and row["attention"].startswith("flash"):
@@ -315,6 +364,11 @@ def _build_model(row: dict) -> ModelSpec:
         # One sequence per micro-batch leaves the shifted slice contiguous: no copy (layers.lm_loss_passes).
         model = with_lm_loss(model, loss, shift_copy=int(row["micro_batch"] or 1) > 1)
     return with_attention_kernel(model, fused_kernel) if fused_kernel else model
+
+
+MEGATRON_SOFTMAX = "fused masked-causal softmax"
+"""How a row's attention column names Megatron-style attention (no FlashAttention): two batched
+GEMMs around one fused scale-mask-softmax kernel (:func:`_build_model`)."""
 
 
 EAGER_MULTIHOT_COMMITS = {"1e057005": "2025-05-24"}
@@ -616,6 +670,12 @@ def common_flops_per_token(row: dict, model: ModelSpec) -> float:
     return 6.0 * params + 12.0 * layers * hidden * seq
 
 
+MFU_PALM_UNIT = "% MFU (PaLM count)"
+"""A row publishing only its model FLOPs utilisation "following the calculation in (Chowdhery et al.,
+2022)": tokens/s per GPU x (6N + 12 x layers x hidden x seq) over the dense 16-bit peak
+(:func:`common_flops_per_token`, the same count)."""
+
+
 def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) -> float:
     """Tokens/s per GPU in the row's published unit (every kind of row, in one place)."""
     unit = row["unit"]
@@ -627,6 +687,8 @@ def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) 
         return tokens_per_s_per_gpu * maxtext_flops_per_token(row, model) / 1e12
     if unit == "s per step":
         return int(row["global_batch"]) * int(row["seq_len"]) / (tokens_per_s_per_gpu * int(row["gpus"]))
+    if unit == MFU_PALM_UNIT:  # Chowdhery et al. 2022 App. B's count, the common one, over the dense 16-bit peak
+        return 100.0 * tokens_per_s_per_gpu * common_flops_per_token(row, model) / BF16_PEAK_FLOPS[row["gpu"]]
     if unit == "samples/s":  # whole job
         return tokens_per_s_per_gpu * int(row["gpus"]) / int(row["seq_len"])
     if unit == f"tokens/s on {row['gpus']} GPUs":  # whole job

@@ -51,7 +51,7 @@ from dpsim.predict.model_error import (  # noqa: E402
     model_family,
     regime_coverage,
 )
-from dpsim.topology.load import load_preset  # noqa: E402
+from dpsim.predict.run import resolve_topology  # noqa: E402
 
 VALIDATION = ROOT / "VALIDATION.md"
 HEADING = "## Model-error intervals, leave one system out (issue 25)"
@@ -101,8 +101,10 @@ def layout_rows() -> list[ResidualRow]:
         # The family from the model as built with fused attention: the 2021-22 rows' eager
         # attention (two GEMMs around a softmax) is the same decoder.
         model = al.model_of(dict(row, set="mcore2024"))
-        gpu = get_gpu(load_preset(row["topology"]).gpu)
-        par = al.config_of(row).parallelism
+        config = al.config_of(row)
+        # The row's topology preset, or its system file (validation/systems/) where no preset fits.
+        gpu = get_gpu(resolve_topology(config).spec.gpu)
+        par = config.parallelism
         out.append(ResidualRow(id=row["id"], pool="layout", system=row["set"], log_ratio=math.log(1 + result["error"]),
                                gpu_arch=gpu.architecture, model_family=model_family(model),
                                params=float(model.param_count), gpus=int(row["gpus"]), source=_short(row["source"]),
