@@ -548,8 +548,12 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
                   ep=ep, etp=etp)
         if pp > 1 and row["schedule"]:
             kw.update(schedule=row["schedule"], virtual_stages=int(row["virtual_stages"] or 1))
-        if tp > 1 and moe:
-            kw["sequence_parallel"] = True  # Megatron-Core requires it with MoE and tensor parallelism
+        features = row["features"].split(";")
+        if tp > 1 and (moe or "sp" in features):
+            # Megatron-Core requires it with MoE and tensor parallelism; a dense row states it ("sp")
+            kw["sequence_parallel"] = True
+        if "tp-comm-overlap" in features:  # TransformerEngine's --tp-comm-overlap (userbuffers)
+            kw["tp_comm_overlap"] = "full"
         text = row["source"] + " " + row["notes"]
         if re.search(r"dispatcher DeepEP|DeepEP dispatcher|HybridEP dispatcher", text):
             # DeepEP's normal kernels: one RDMA transfer per destination server, NVLink forwarding there.
