@@ -76,7 +76,7 @@ were published elsewhere are fair game."""
 ALREADY_SCORED = (r"2104\.04473", r"2205\.05198", r"2201\.11990", r"cases_april2021", r"model_table\.png")
 """Sources of ``layout_reference.csv``'s rows, which must not come in twice."""
 
-EXACT_GPU = {"h100": ("H100",), "a100": ("A100 80GB",), "a100-40gb": ("A100 40GB",), "gb200": ("GB200",), "gb300": ("GB300",)}
+EXACT_GPU = {"h100": ("H100",), "h800": ("H800 SXM",), "a100": ("A100 80GB",), "a100-40gb": ("A100 40GB",), "gb200": ("GB200",), "gb300": ("GB300",)}
 """Published GPU names each preset stands for exactly; any other pairing is the closest preset
 and its row must say so."""
 
