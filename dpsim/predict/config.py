@@ -311,7 +311,7 @@ class ParallelismConfig:
     moe_a2a_overlap: bool = False
     """Overlap the expert-parallel all-to-alls of one micro-batch with another's compute where the
     schedule pairs a forward with a backward (Megatron-Core's ``--overlap-moe-expert-parallel-comm``):
-    needs ``--ep`` 2 or more and, with ``--pp``, the interleaved schedule."""
+    needs ``--ep`` 2 or more and, with ``--pp``, the interleaved schedule or DualPipe (its F&B pairs)."""
 
     @property
     def layout_active(self) -> bool:

@@ -31,7 +31,8 @@ its micro-batches and model chunks):
   whose gradients the two holders all-reduce before the optimizer. In the steady state each
   forward chunk runs paired with a backward chunk of the other direction (``F&B``: here one
   after the other, starting once both inputs are in, the pair's compute being their sum on
-  a dense model); the warm-up's and drain's backwards split off their ``W`` to fill the
+  a dense model; with ``moe_a2a_overlap`` each hides the other's expert-parallel all-to-alls,
+  :func:`a2a_pairs`, :func:`a2a_overlap_cut`); the warm-up's and drain's backwards split off their ``W`` to fill the
   bubbles. It holds **p + 1** chunks' activations at its peak (Table 2; counted from the
   slots, tested). Its exchanges block as its runtime's do: the sends and receives a stage
   appends are posted together and all waited on before its next chunk
