@@ -158,6 +158,10 @@ SYSTEMS = {
     "fat tree (as published)": System(
         name="DeepSeek H800", topology_file="h800-deepseek.yaml",
         assumed="single-plane multi-rail fat tree as the same rail-optimised fat tree as the multi-plane one"),
+    "H800 cluster, 8 GPUs per node on NVLink/NVSwitch, InfiniBand across nodes (as published; GPU count not "
+    "stated)": System(
+        name="DeepSeek H800", topology_file="h800-deepseek.yaml",
+        assumed="network not described: the DeepSeek-V3 cluster's (8x 400 Gb/s CX7 per node, multi-plane fat tree)"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -198,6 +202,7 @@ PRECISIONS = {
     # DeepSeek-V3 (arXiv:2412.19437 Sec. 3.3.1, 3.3.3): bf16 weights for the GEMMs, FP32 master weights and
     # FP32 gradients "used for batch size accumulation"; its BF16 AdamW moments are counted as fp32 (memory only).
     "fp8 mixed precision (HAI-LLM": "bf16-fp32-grads",
+    "bf16 mixed precision (HAI-LLM": "bf16-fp32-grads",  # DeepSeek-V2: FP32 master and gradients assumed as V3's
     "fp8-amp (Composer": "bf16-fp32-grads",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
     "float8 tensorwise": "bf16-params",  # the float8 blog's FSDP2 bf16 params, as its bf16 baseline
     "bf16 params with float8 matmuls": "bf16-fp32-grads",  # OLMo-core: param bf16, reduce fp32, as its bf16 rows
@@ -448,8 +453,8 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # DeepSeek-V3 (arXiv:2412.19437 Sec. 3.2.3, 3.3.3): RMSNorm and the MLA up-projections recomputed,
         # the experts' SwiGLU output recomputed from its cached input: Megatron-Core's layernorm + moe_act.
         full = "megatron"
-        assumed.append("HAI-LLM's recomputation of RMSNorm and the experts' SwiGLU as --recompute megatron "
-                       "(norms and the experts' activation); the MLA up-projection GEMMs' recompute not charged")
+        assumed.append(f"HAI-LLM's {checkpointing} recomputation as --recompute megatron (norms and the experts' "
+                       f"activation); the MLA up-projection GEMMs' recompute not charged")
     elif checkpointing.startswith("selective") and moe:
         full = "megatron"  # Megatron-Core's --recompute-modules of element-wise work (layernorm, moe_act)
         assumed.append(f"Megatron's {checkpointing} recomputation's time as op-level recomputation's (every "
