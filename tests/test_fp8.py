@@ -322,3 +322,23 @@ def test_uncached_te_weights_keep_the_saved_transpose_only():
     assert mx - base == pytest.approx(32 * block_fp8 * 2 * (1 + 1 / 32))
     base2 = predict(PredictConfig(**b200, fsdp_version="2")).memory.activations_bytes
     assert predict(PredictConfig(**b200, fsdp_version="2", fp8="mxfp8")).memory.activations_bytes == base2
+
+
+def test_blockwise_writes_both_layouts_with_an_fp32_scale_per_128():
+    """DeepSeek-V3's fine-grained FP8 (TE Float8BlockScaling): the block maxima come with the cast (no
+    amax pass), and each cast writes the 1x128-tile copy and the transposed 128x1 one the backward's
+    GEMMs read (arXiv:2412.19437 Sec. 3.3.2, 3.5.2), each with one FP32 scale per 128 elements."""
+    op = MatmulOp(name="fc", m=1024, n=4096, k=4096)
+    gpu = get_gpu("h800")
+    forward, _ = fp8_cast_terms(op, gpu, get_precision("bf16-params", "te-blockwise"), 1)
+    assert forward[0].memory_s * gpu.streaming_bandwidth_bytes_per_s == pytest.approx(
+        1024 * 4096 * (2 + 2 * (1 + 4 / 128)))
+
+
+def test_blockwise_runs_on_hopper_only():
+    config = dict(gpus=8, link="infiniband", model="llama-2-7b", micro_batch=1, precision="bf16-params",
+                  strategy="fsdp", steps=1)
+    bf16 = predict(PredictConfig(**config, gpu="h800"))
+    assert predict(PredictConfig(**config, gpu="h800", fp8="te-blockwise")).step_time_s < bf16.step_time_s
+    with pytest.raises(ConfigError, match=r"--fp8: 'te-blockwise' needs FP8 tensor cores of Hopper"):
+        predict(PredictConfig(**config, gpu="b200", fp8="te-blockwise"))

@@ -14,6 +14,7 @@ from dpsim.strategies.layout import ChunkWork, LayerWork, Layout
 from dpsim.strategies.pipeline import (
     a2a_overlap_cut,
     a2a_pairs,
+    dualpipe_pairs,
     in_flight,
     peak_in_flight,
     schedule_slots,
@@ -167,7 +168,7 @@ def test_memory_holds_one_more_chunk_only_with_stages():
 
 @pytest.mark.parametrize("kw,needle", [
     (dict(ep=1), "--moe-a2a-overlap: hides the expert-parallel all-to-alls, and --ep is 1"),
-    (dict(schedule="1f1b", virtual_stages=1), "--moe-a2a-overlap: with --pp 4 Megatron-Core pairs"),
+    (dict(schedule="1f1b", virtual_stages=1), "--moe-a2a-overlap: with --pp 4 a forward and a backward run paired"),
     (dict(model="llama-2-7b", ep=1, pp=1, schedule="1f1b", virtual_stages=1, tp=2),
      "--moe-a2a-overlap: hides the expert-parallel all-to-alls"),
 ])
@@ -204,3 +205,35 @@ def test_plan_estimate_and_candidates_carry_the_overlap():
     for c in cands:
         assert c.moe_a2a_overlap == (c.ep > 1 and (c.pp == 1 or c.schedule == "1f1b-interleaved"))
         assert c.config(base).parallelism.moe_a2a_overlap == c.moe_a2a_overlap
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (4, 16), (8, 16), (16, 40)])
+def test_dualpipe_pairs_are_its_overlapped_f_and_b(p, m):
+    """With DualPipe the all-to-alls hide in the schedule's own F&B pairs (DeepSeek-V3 report, Sec.
+    3.2.1): a forward of one direction and the backward of the other right after it, the same pairs
+    the runtime overlaps (:func:`dualpipe_pairs`); the warm-up's and the drain's chunks run alone."""
+    layout = Layout(pp=p, schedule="dualpipe", micro_batches=m, ep=2, moe_a2a_overlap=True)
+    for s in range(p):
+        slots = schedule_slots("dualpipe", p, 1, m, s)
+        pairs = a2a_pairs(layout, slots, s)
+        assert {slots[f][1:]: slots[b][1:] for f, b in pairs} == dualpipe_pairs(p, m, s)
+        for f, b in pairs:
+            assert slots[f][0] == "F" and slots[b][0] == "B" and slots[f][1] != slots[b][1]
+        assert 0 < len(pairs) < m
+        assert a2a_pairs(dataclasses.replace(layout, moe_a2a_overlap=False), slots, s) == []
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(recompute="megatron"), dict(global_batch=512)])
+def test_dualpipe_overlap_never_slows_the_step_nor_beats_compute_or_comm(kw):
+    """DualPipe with the overlap: faster than without, never below the busiest stage's compute nor its
+    all-to-alls, the same bytes sent; its memory unchanged (the pairs were already in flight)."""
+    cfg = dict(schedule="dualpipe", virtual_stages=1, **kw)
+    off, on = predict(_mixtral(**cfg)), predict(_mixtral(**cfg, moe_a2a_overlap=True))
+    assert on.step_time_s < off.step_time_s
+    # A DualPipe stage's forward_s and backward_s cover its two chunks, each run for half the micro-batches.
+    s0, comm = off.layout.stages[0], off.layout.ep_comm_s
+    compute = (s0.forward_s + s0.backward_s) * off.config.micro_batches / 2 - comm
+    assert on.step_time_s >= max(compute, comm) > 0
+    assert on.to_dict()["comm_bytes_by_op"] == off.to_dict()["comm_bytes_by_op"]
+    for a, b in zip(off.layout.stages, on.layout.stages):
+        assert a.memory == b.memory

@@ -74,10 +74,13 @@ VALIDATION = ROOT / "VALIDATION.md"
 HEADING = "## Large-model training runs (issue 24)"
 SYSTEMS_DIR = ROOT / "validation" / "systems"
 
-BF16_PEAK_FLOPS = {"a100": 312e12, "a100-40gb": 312e12, "h100": 989e12, "gb200": 2.5e15, "gb300": 2.5e15}
+BF16_PEAK_FLOPS = {"a100": 312e12, "a100-40gb": 312e12, "h100": 989e12, "h800": 989e12, "gb200": 2.5e15,
+                   "gb300": 2.5e15}
 """Dense bf16 peaks (A100 and H100 SXM datasheets; GB200: the GB200 NVL72 datasheet's 180 PFLOPS
 dense FP16/BF16 over its 72 GPUs; GB300: the same 180 PFLOPS over 72 for the GB300 NVL72, the
-``gb300`` preset's citation) the common MFU column is quoted against."""
+``gb300`` preset's citation; H800: the H100 SXM's, as DeepSeek quote it: 432 TFLOPS is 43.73 % MFU
+"calculated based on BF16 peak performance", arXiv:2505.09343v2 Table 4 and Sec. 5.1.2, 988 TFLOPS)
+the common MFU column is quoted against."""
 FP8_PEAK_FLOPS = {"h100": 1979e12}
 """Dense FP8 peak (H100 SXM datasheet: 3,958 TFLOPS with sparsity): llm-foundry's MFU column
 divides its FP8 rows' throughput by it, not by the bf16 peak (R041-R047's published MFU is half
@@ -168,6 +171,17 @@ SYSTEMS = {
     "GB300 NVL72 (NVLink domain 72), as published": System(
         name="Megatron-Core MoE GB200", topology_file="gb200-nvl72.yaml",
         assumed="network between NVLink domains not stated: 4x 400 Gb/s NDR per 4-GPU node"),
+    # DeepSeek's H800 cluster (DeepSeek-V3 pretraining): the interconnect both DeepSeek papers publish.
+    "2048 H800, NVLink/NVSwitch in 8-GPU nodes, 8x 400 Gb/s CX7 InfiniBand per node, multi-plane fat tree "
+    "(as published)": System(name="DeepSeek H800", topology_file="h800-deepseek.yaml"),
+    "2048 H800, NVLink/NVSwitch in 8-GPU nodes, 8x 400 Gb/s CX7 InfiniBand per node, single-plane multi-rail "
+    "fat tree (as published)": System(
+        name="DeepSeek H800", topology_file="h800-deepseek.yaml",
+        assumed="single-plane multi-rail fat tree as the same rail-optimised fat tree as the multi-plane one"),
+    "H800 cluster, 8 GPUs per node on NVLink/NVSwitch, InfiniBand across nodes (as published; GPU count not "
+    "stated)": System(
+        name="DeepSeek H800", topology_file="h800-deepseek.yaml",
+        assumed="network not described: the DeepSeek-V3 cluster's (8x 400 Gb/s CX7 per node, multi-plane fat tree)"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -197,12 +211,18 @@ STRATEGIES = {
     "zero3": ("zero3", ""),  # DeepSpeed ZeRO-3 (EasyContext's accelerate + zero3_offload.json)
     "distributed optimizer (ZeRO-1-like)": ("zero1", ""),  # Megatron-Core's distributed optimizer
     "megatron fsdp": ("fsdp", "Megatron-FSDP as the layout path's fsdp (parameters gathered once per step)"),
+    "ZeRO-1 data parallelism (HAI-LLM)": ("zero1", "HAI-LLM's ZeRO-1 as the layout path's distributed optimizer "
+                                                   "(reduce-scatter, all-gather)"),
 }
 """The row's ``data_parallel`` (by its start) -> ``--strategy`` and what that assumes."""
 
 PRECISIONS = {
     # FP8 rows: the precision under the FP8 recipe (FP8_RECIPES); listed first, before the "bf16" prefix.
     "mxfp8 (PR=mxfp8)": "bf16-params",  # Megatron-Core: bf16 parameters, MXFP8 GEMMs (the fp8_recipe column)
+    # DeepSeek-V3 (arXiv:2412.19437 Sec. 3.3.1, 3.3.3): bf16 weights for the GEMMs, FP32 master weights and
+    # FP32 gradients "used for batch size accumulation"; its BF16 AdamW moments are counted as fp32 (memory only).
+    "fp8 mixed precision (HAI-LLM": "bf16-fp32-grads",
+    "bf16 mixed precision (HAI-LLM": "bf16-fp32-grads",  # DeepSeek-V2: FP32 master and gradients assumed as V3's
     "fp8-amp (Composer": "bf16-fp32-grads",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
     "float8 tensorwise": "bf16-params",  # the float8 blog's FSDP2 bf16 params, as its bf16 baseline
     "bf16 params with float8 matmuls": "bf16-fp32-grads",  # OLMo-core: param bf16, reduce fp32, as its bf16 rows
@@ -233,6 +253,7 @@ FP8_RECIPES = {
     "torchao float8 tensorwise": ("torchao-tensorwise", ""),
     "torchao float8, dynamic tensorwise": ("torchao-tensorwise", ""),
     "MXFP8": ("mxfp8", ""),
+    "DeepSeek fine-grained FP8": ("te-blockwise", ""),
 }
 """The row's ``fp8_recipe`` (by its start) -> ``--fp8`` and what that assumes."""
 
@@ -482,6 +503,12 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     elif checkpointing.startswith("selective") and moe and re.search(r"\bmoe\b(?!_)", checkpointing):
         full = "moe"  # Megatron-Core's --recompute-modules moe: each MoE layer recomputed whole
         assumed.append("the recomputed norms' time as op-level recomputation's (every element-wise op)")
+    elif checkpointing.startswith("selective") and moe and row["framework"].startswith("HAI-LLM"):
+        # DeepSeek-V3 (arXiv:2412.19437 Sec. 3.2.3, 3.3.3): RMSNorm and the MLA up-projections recomputed,
+        # the experts' SwiGLU output recomputed from its cached input: Megatron-Core's layernorm + moe_act.
+        full = "megatron"
+        assumed.append(f"HAI-LLM's {checkpointing} recomputation as --recompute megatron (norms and the experts' "
+                       f"activation); the MLA up-projection GEMMs' recompute not charged")
     elif checkpointing.startswith("selective") and moe:
         full = "megatron"  # Megatron-Core's --recompute-modules of element-wise work (layernorm, moe_act)
         assumed.append(f"Megatron's {checkpointing} recomputation's time as op-level recomputation's (every "
@@ -555,8 +582,9 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         if "tp-comm-overlap" in features:  # TransformerEngine's --tp-comm-overlap (userbuffers)
             kw["tp_comm_overlap"] = "full"
         text = row["source"] + " " + row["notes"]
-        if re.search(r"dispatcher DeepEP|DeepEP dispatcher|HybridEP dispatcher", text):
-            # DeepEP's normal kernels: one RDMA transfer per destination server, NVLink forwarding there.
+        if re.search(r"dispatcher DeepEP|DeepEP dispatcher|HybridEP dispatcher|then NVLink forwarding", text):
+            # DeepEP's normal kernels: one RDMA transfer per destination server, NVLink forwarding there
+            # (DeepSeek-V3's own kernels, arXiv:2412.19437 Sec. 3.2.2, which DeepEP open-sourced).
             kw["moe_a2a"] = "hierarchical"
         if re.search(r"activation offloading \(expert_fc1, moe_act\)|--offload-modules expert_fc1 moe_act", text):
             kw["offload"] = "expert-activations"  # Megatron-Core's fine-grained activation offloading

@@ -31,7 +31,8 @@ its micro-batches and model chunks):
   whose gradients the two holders all-reduce before the optimizer. In the steady state each
   forward chunk runs paired with a backward chunk of the other direction (``F&B``: here one
   after the other, starting once both inputs are in, the pair's compute being their sum on
-  a dense model); the warm-up's and drain's backwards split off their ``W`` to fill the
+  a dense model; with ``moe_a2a_overlap`` each hides the other's expert-parallel all-to-alls,
+  :func:`a2a_pairs`, :func:`a2a_overlap_cut`); the warm-up's and drain's backwards split off their ``W`` to fill the
   bubbles. It holds **p + 1** chunks' activations at its peak (Table 2; counted from the
   slots, tested). Its exchanges block as its runtime's do: the sends and receives a stage
   appends are posted together and all waited on before its next chunk
@@ -106,10 +107,10 @@ Slot = tuple[str, int, int]
 def check_schedule(layout: Layout) -> None:
     """The rules between the pipeline flags (one line each)."""
     p, v, m = layout.pp, layout.virtual_stages, layout.micro_batches
-    if layout.moe_a2a_overlap and p > 1 and layout.schedule != "1f1b-interleaved":
-        raise ConfigError(f"--moe-a2a-overlap: with --pp {p} Megatron-Core pairs a forward and a backward only "
-                          f"in the interleaved schedule; give --schedule 1f1b-interleaved (not {layout.schedule}) "
-                          f"or leave the flag off")
+    if layout.moe_a2a_overlap and p > 1 and layout.schedule not in ("1f1b-interleaved", "dualpipe"):
+        raise ConfigError(f"--moe-a2a-overlap: with --pp {p} a forward and a backward run paired only in the "
+                          f"interleaved schedule (Megatron-Core) or DualPipe's F&B; give --schedule "
+                          f"1f1b-interleaved or dualpipe (not {layout.schedule}) or leave the flag off")
     if layout.schedule == "1f1b-interleaved":
         if p == 1:
             raise ConfigError("--schedule: 1f1b-interleaved needs pipeline stages; give --pp 2 or more, or use 1f1b")
@@ -387,6 +388,14 @@ def a2a_pairs(layout: Layout, slots: Sequence[Slot], stage: int) -> list[tuple[i
         return []
     if layout.pp == 1:
         return [(k + 1, k) for k in range(len(slots) - 1) if slots[k][0] == "B" and slots[k + 1][0] == "F"]
+    if layout.schedule == "dualpipe":
+        # DualPipe's overlapped F&B pairs (:func:`dualpipe_slots`): the forward at ``k``, the backward of
+        # the other direction right after it, the overlap its runtime exists for (DeepSeek-V3 report,
+        # Sec. 3.2.1: "for a pair of forward and backward chunks, we rearrange these components ... both
+        # all-to-all and PP communication can be fully hidden"); the warm-up's and drain's chunks run alone.
+        pairs: list[int] = []
+        dualpipe_slots(layout.pp, layout.micro_batches, stage, pairs)
+        return [(k, k + 1) for k in pairs]
     w = _interleaved_warmup(layout, stage)
     assert w is not None, "all-to-all overlap with pipeline stages needs the interleaved schedule"
     n_f = sum(1 for kind, _, _ in slots if kind == "F")
@@ -967,8 +976,10 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     needs, sends = tuple(pending), ()
                     pending.clear()
                 gates = tuple(sorted({op for (cc, jj, _), op in gather_bwd.items() if (cc, jj) == (c, j)}))
+                # A paired backward's all-to-alls are in its input-gradient pass (DualPipe's F&B).
                 ops.append(StageOp(kind="backward", name=f"input gradient chunk {c} micro-batch {j + 1}",
-                                   duration_s=bwd[s][c] - wgrad[s][c] + extra, needs=needs, sends=sends,
+                                   duration_s=bwd[s][c] - wgrad[s][c] - cut.get(("B", c, j), 0.0) + extra,
+                                   needs=needs, sends=sends,
                                    waits=gates, micro_batch=j, chunk=c))
                 continue
             b_seen += 1

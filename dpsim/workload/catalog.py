@@ -222,6 +222,9 @@ MOE_PUBLISHED: dict[str, tuple[float, float, str]] = {
                                    "April 2024): 141B parameters, 39B active"),
     "qwen3-30b-a3b": (30.5e9, 3.3e9, "Qwen/Qwen3-30B-A3B model card: 30.5B parameters in total, 3.3B activated"),
     "qwen3-235b-a22b": (235e9, 22e9, "Qwen/Qwen3-235B-A22B model card: 235B parameters in total, 22B activated"),
+    "deepseek-v2": (236e9, 21e9, "DeepSeek-AI 2024, 'DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-"
+                                 "Experts Language Model', arXiv:2405.04434, abstract: 236B total parameters, of "
+                                 "which 21B are activated for each token"),
     "deepseek-v3": (671e9, 37e9, "DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report', arXiv:2412.19437, abstract: "
                                  "671B total parameters with 37B activated for each token (the 14B of the "
                                  "multi-token prediction module are not among them)"),
@@ -264,6 +267,18 @@ _ENTRIES += [
          "vocab 151936", vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=94,
          num_attention_heads=64, num_key_value_heads=4, head_dim=128, qk_norm=True, max_position_embeddings=4096,
          num_experts=128, num_experts_per_tok=8, moe_intermediate_size=1536),
+    # DeepSeek-V2 (arXiv:2405.04434 Sec. 3.1.2: 60 layers, hidden 5120, 128 heads of 128, MLA d_c 512,
+    # d'_c 1536, rope 64; all FFNs but the first MoE, 2 shared + 160 routed experts of 1536, top-6;
+    # the dense FFN 12288 and vocab 102400 from deepseek-ai/DeepSeek-V2 config.json): softmax gate, no
+    # score correction bias.
+    _moe("deepseek-v2", "deepseek-ai/DeepSeek-V2", "DeepSeek-AI 2024, arXiv:2405.04434",
+         "hidden 5120, 60 layers (1 dense), 128 heads, MLA q_lora 1536 kv_lora 512 nope 128 rope 64 v 128, "
+         "160 routed + 2 shared experts of 1536, top-6, vocab 102400",
+         vocab_size=102400, hidden_size=5120, intermediate_size=12288, num_hidden_layers=60,
+         num_attention_heads=128, num_key_value_heads=128, max_position_embeddings=4096,
+         num_experts=160, num_experts_per_tok=6, moe_intermediate_size=1536, n_shared_experts=2,
+         first_k_dense_replace=1, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+         qk_rope_head_dim=64, v_head_dim=128),
     # DeepSeek-V3 (deepseek-ai/DeepSeek-V3 config.json): MLA attention, 3 dense layers of 18432,
     # then 58 MoE layers of 256 routed experts of 2048 (top-8) and one shared expert; the
     # multi-token prediction module is left out, as the published 671B leaves it out.

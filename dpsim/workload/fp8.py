@@ -96,6 +96,10 @@ FP8_BYTES = 1
 MX_BLOCK = 32
 """Elements sharing one E8M0 scale byte in MXFP8 (OCP Microscaling Formats v1.0; TE "MXFP8")."""
 
+BLOCKWISE_TILE = 128
+"""Elements sharing one FP32 scale under DeepSeek-V3's fine-grained FP8 (1x128 activation tiles, 128x128
+weight blocks: arXiv:2412.19437 Sec. 3.3.2)."""
+
 FP8_ARCHITECTURES = ("ada", "hopper", "blackwell")
 """Generations with FP8 tensor cores that TransformerEngine and torchao run: Ada (sm_89) and Hopper (sm_90)
 first, and Blackwell. Ampere and older have none; AMD CDNA3 (its FNUZ formats, ROCm forks) is not modelled."""
@@ -170,6 +174,22 @@ FP8_RECIPES: dict[str, Fp8Recipe] = {r.name: r for r in (
         description="TransformerEngine MXFP8BlockScaling: 1x32 blocks with E8M0 scales, row- and "
                     "column-wise copies (Blackwell only)",
     ),
+    # DeepSeek-V3's fine-grained FP8 (arXiv:2412.19437 Sec. 3.3.2): activations scaled per 1x128 tile,
+    # weights per 128x128 block, E4M3 everywhere, "the maximum absolute value online for each 1x128
+    # activation tile or 128x128 weight block" (computed by the quantize kernel: no amax pass), and
+    # the activations cached for backward re-quantized as 128x1 tiles for the transposed GEMM (Sec.
+    # 3.5.2): a row- and a column-wise copy, as MXFP8's. One FP32 scale per 128 elements (TE "FP8
+    # Blockwise Scaling": "a local FP32 scaling factor shared by a block of elements", one per 128;
+    # nvidia.github.io/TransformerEngine features/low_precision_training/fp8_blockwise_scaling), the
+    # recipe TE's Float8BlockScaling runs, "inspired by the quantization scheme used to train the
+    # DeepSeek-v3 model". Hopper only here: the GPUs DeepSeek ran it on (H800).
+    Fp8Recipe(
+        name="te-blockwise", framework="transformer-engine", amax_reads=0, column_copy="always",
+        scale_bytes_per_element=4.0 / BLOCKWISE_TILE, recast_in_backward=False, fsdp_float8_all_gather=False,
+        architectures=("hopper",),
+        description="DeepSeek-V3's fine-grained FP8, as TransformerEngine Float8BlockScaling: 1x128 activation "
+                    "tiles and 128x128 weight blocks with FP32 scales, row- and column-wise copies (Hopper)",
+    ),
 )}
 """Every recipe by ``--fp8`` name."""
 
@@ -186,6 +206,7 @@ def check_fp8_on_gpu(recipe: Fp8Recipe, gpu) -> None:
     """Refuse a recipe on a GPU without FP8 tensor cores (or, for MXFP8, without Blackwell's)."""
     if gpu.architecture not in recipe.architectures or FP8_RATE_KEY not in gpu.peak_flops_per_s:
         needs = "Blackwell (b200, gb200, b300, gb300)" if recipe.architectures == ("blackwell",) else \
+            "Hopper (h100, h200, h800, ...)" if recipe.architectures == ("hopper",) else \
             "Ada, Hopper or Blackwell (l4, l40s, h100, h200, b200, ...)"
         raise ConfigError(f"--fp8: {recipe.name!r} needs FP8 tensor cores of {needs}; {gpu.name} "
                           f"({gpu.architecture or 'unknown generation'}) has none for it: leave --fp8 out")
