@@ -712,16 +712,20 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
         experts = sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
-        opt = (-(-(numel - experts) // d) + -(-experts // layout.edp)) * k if layout.strategy in ("zero1", "fsdp") \
-            else numel * k
+        shard = -(-(numel - experts) // d) + -(-experts // layout.edp)  # a rank's share of the stage's parameters
+        opt = shard * k if layout.strategy in ("zero1", "fsdp") else numel * k
         if internlm:  # whole parameters, greedily, within the ZERO1 group: the largest share's state
             opt = internlm[s].largest_owned * k
         weights, grads, buffers = numel * w, numel * g, 0
         if reshards_after_forward(layout) and d > 1:
             # Only the shards persist; the current and the prefetched unit are gathered, and the
             # unit being reduced holds its unsharded gradient (the data-parallel path's working set).
+            # The routed experts' shards are split over their own edp replicas, as the optimizer
+            # state above: torchtitan's apply_fsdp wraps them with `fully_shard(
+            # transformer_block.moe.experts, mesh=dp_mod_ep_mesh)` (pytorch/torchtitan@2645c02d3926
+            # torchtitan/models/llama4/infra/parallelize.py), the rest of the block on dp_mesh.
             largest = max(_unit_numels(tpm, assignment[s]), default=0)
-            weights, grads, buffers = -(-numel // d) * w, -(-numel // d) * g, largest * (2 * w + g)
+            weights, grads, buffers = shard * w, shard * g, largest * (2 * w + g)
         breakdown = MemoryBreakdown(
             weights_bytes=float(weights), gradients_bytes=float(grads), optimizer_bytes=float(opt),
             activations_bytes=float(act), comm_buffers_bytes=float(buffers),
