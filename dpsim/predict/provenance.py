@@ -187,7 +187,25 @@ def preset_provenance(config: PredictConfig, gpu, topology) -> Provenance:
     network = Origin(source="model", detail=f"NCCL's algorithm choice on the flow model of topology {where}")
     device = Origin(source="model", detail=f"{gpu.name} preset ({gpu.description})")
     return Provenance(compute=compute, network=network, overlap=_overlap_origin(config, None, 0.0, ""),
-                      device=device)
+                      device=device, warnings=_gpu_override_warnings(config, gpu, where))
+
+
+def _gpu_override_warnings(config: PredictConfig, gpu, where: str) -> tuple[str, ...]:
+    """``--gpu`` replaces the topology's device, not its links (:func:`dpsim.predict.run.resolve_topology`):
+    a GPU of another generation keeps the NVLink and NIC rates the file gives for its own GPU
+    (NVLink 4's 450 GB/s per direction on the H100 presets, where a B200's NVLink 5 has 900 and an
+    A100's NVLink 3 300: NVIDIA's datasheets, the hardware presets' sources), so a tensor- or
+    expert-parallel group's collectives are costed at the wrong bandwidth."""
+    if config.cluster.gpu is None:
+        return ()
+    from dpsim.hardware import get_gpu
+    from dpsim.topology.load import load_preset, load_topology_file
+    cl = config.cluster
+    own = (load_topology_file(cl.topology_file) if cl.topology_file else load_preset(cl.link)).gpu
+    if not own or get_gpu(own).architecture == gpu.architecture:
+        return ()
+    return (f"--gpu {gpu.name}: topology {where} is built for {own} ({get_gpu(own).architecture}); its NVLink and "
+            f"NIC rates stay that GPU's, not {gpu.name}'s: give a topology file with {gpu.name}'s links",)
 
 
 def check_profile_layout(config: PredictConfig, profile: Profile, topology) -> None:
