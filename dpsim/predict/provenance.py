@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from dpsim.errors import ConfigError, ProfileError
+from dpsim.hardware import get_gpu
 from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN, PredictConfig
 from dpsim.profile.calibrated import (
     calibrated_comm_slowdown,
@@ -31,6 +32,7 @@ from dpsim.profile.calibrated import (
 from dpsim.profile.match import match_model_step
 from dpsim.profile.op_rates import describe, op_rate_compute, untimed_kernels
 from dpsim.profile.schema import Profile
+from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.workload.precision import get_precision
 
 SOURCES = ("profile", "flag", "model")
@@ -198,8 +200,6 @@ def _gpu_override_warnings(config: PredictConfig, gpu, where: str) -> tuple[str,
     expert-parallel group's collectives are costed at the wrong bandwidth."""
     if config.cluster.gpu is None:
         return ()
-    from dpsim.hardware import get_gpu
-    from dpsim.topology.load import load_preset, load_topology_file
     cl = config.cluster
     own = (load_topology_file(cl.topology_file) if cl.topology_file else load_preset(cl.link)).gpu
     if not own or get_gpu(own).architecture == gpu.architecture:
