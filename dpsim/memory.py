@@ -587,12 +587,27 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
                              micro_batch=1 if micro_batch > 1 else None, gpus=n, total_bytes=m.total_bytes,
                              message=f"use {use(full)} {ck_text}{mb_text}on --gpus {n} or more: "
                                      f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
+    if fixed < usable and full == "fsdp" and fsdp_version == "2":
+        # More GPUs would fit but for FSDP2's per-parameter dim-0 padding (ceil(dim0/N) rows on
+        # every rank): a tensor with fewer rows than GPUs, such as 8 stacked experts, stops
+        # shrinking at one row per rank.
+        why = (f"the sharded state stops shrinking at {gb(mem(full, max_gpus, best_ck, 1).model_state_bytes)} "
+               f"per GPU (FSDP2 pads each parameter's first dimension to a row per GPU)")
+    elif fixed < usable:
+        why = f"the sharded state would need more than {max_gpus:,} GPUs"
+    else:
+        why = f"activations, gathered units and overhead alone need {gb(fixed)} of {gb(usable)} usable per GPU"
+    # The levers that divide what is left: experts over expert-parallel ranks, a sample's
+    # activations over context-parallel ranks when they are most of it (one sample's: what grows
+    # with the batch, so not autocast's weight copies).
+    per_sample = mem(full, 1, best_ck, 2).activations_bytes - one.activations_bytes
+    levers = (["expert parallelism (--ep)"] if model.expert_param_count else []) + \
+        (["context parallelism (--cp)"] if per_sample > fixed / 2 else []) + \
+        ["tensor/pipeline parallelism or a GPU with more memory"]
     return FitAdvice(
         fits=False,
         message=(f"no data-parallel configuration fits: with {full}{', checkpointing' if best_ck.active else ''} "
-                 f"and micro-batch 1, "
-                 f"activations, gathered units and overhead alone need {gb(fixed)} of {gb(usable)} usable per "
-                 f"GPU; use tensor/pipeline parallelism or a GPU with more memory"))
+                 f"and micro-batch 1, {why}; use {', '.join(levers)}"))
 
 
 def largest_true(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
