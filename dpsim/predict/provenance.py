@@ -202,10 +202,24 @@ def _gpu_override_warnings(config: PredictConfig, gpu, where: str) -> tuple[str,
         return ()
     cl = config.cluster
     own = (load_topology_file(cl.topology_file) if cl.topology_file else load_preset(cl.link)).gpu
-    if not own or get_gpu(own).architecture == gpu.architecture:
+    if not own or _link_class(get_gpu(own)) == _link_class(gpu):
         return ()
-    return (f"--gpu {gpu.name}: topology {where} is built for {own} ({get_gpu(own).architecture}); its NVLink and "
+    return (f"--gpu {gpu.name}: topology {where} is built for {own} ({get_gpu(own).description}); its NVLink and "
             f"NIC rates stay that GPU's, not {gpu.name}'s: give a topology file with {gpu.name}'s links",)
+
+
+def _link_class(gpu) -> tuple[str, str]:
+    """What a GPU's links to its peers depend on beyond its generation: a PCIe card or an
+    NVLink-bridged pair (H100 NVL) has no NVSwitch port, a GeForce card none either, and the H800
+    has the H100's silicon with NVLink cut to 400 GB/s (:mod:`dpsim.hardware`'s H800 source)."""
+    d = gpu.description
+    if gpu.name == "h800":
+        form = "nvlink-400"
+    elif "PCIe" in d or "GeForce" in d or gpu.name.endswith("-nvl"):
+        form = "no-nvswitch"
+    else:
+        form = "sxm"
+    return gpu.architecture, form
 
 
 def check_profile_layout(config: PredictConfig, profile: Profile, topology) -> None:
