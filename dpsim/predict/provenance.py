@@ -195,9 +195,10 @@ def preset_provenance(config: PredictConfig, gpu, topology) -> Provenance:
 def _gpu_override_warnings(config: PredictConfig, gpu, where: str) -> tuple[str, ...]:
     """``--gpu`` replaces the topology's device, not its links (:func:`dpsim.predict.run.resolve_topology`):
     a GPU of another generation keeps the NVLink and NIC rates the file gives for its own GPU
-    (NVLink 4's 450 GB/s per direction on the H100 presets, where a B200's NVLink 5 has 900 and an
-    A100's NVLink 3 300: NVIDIA's datasheets, the hardware presets' sources), so a tensor- or
-    expert-parallel group's collectives are costed at the wrong bandwidth."""
+    (NVLink 4's 450 GB/s per direction on the H100 presets, hardware.csv H003; an A100's NVLink 3 has
+    300, H002 in topologies/dgx-a100.yaml; a B200's NVLink 5 900, the b200 preset's "1.8 TB/s per GPU"
+    and topologies/README.md), so a tensor- or expert-parallel group's collectives are costed at the
+    wrong bandwidth."""
     if config.cluster.gpu is None:
         return ()
     cl = config.cluster
