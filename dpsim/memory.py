@@ -587,12 +587,27 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
                              micro_batch=1 if micro_batch > 1 else None, gpus=n, total_bytes=m.total_bytes,
                              message=f"use {use(full)} {ck_text}{mb_text}on --gpus {n} or more: "
                                      f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
+    if fixed < usable and full == "fsdp" and fsdp_version == "2":
+        # More GPUs would fit but for FSDP2's per-parameter dim-0 padding (ceil(dim0/N) rows on
+        # every rank): a tensor with fewer rows than GPUs, such as 8 stacked experts, stops
+        # shrinking at one row per rank.
+        why = (f"the sharded state stops shrinking at {gb(mem(full, max_gpus, best_ck, 1).model_state_bytes)} "
+               f"per GPU (FSDP2 pads each parameter's first dimension to a row per GPU)")
+    elif fixed < usable:
+        why = f"the sharded state would need more than {max_gpus:,} GPUs"
+    else:
+        why = f"activations, gathered units and overhead alone need {gb(fixed)} of {gb(usable)} usable per GPU"
+    # The levers that divide what is left: experts over expert-parallel ranks, a sample's
+    # activations over context-parallel ranks when they are most of it (one sample's: what grows
+    # with the batch, so not autocast's weight copies).
+    per_sample = mem(full, 1, best_ck, 2).activations_bytes - one.activations_bytes
+    levers = (["expert parallelism (--ep)"] if model.expert_param_count else []) + \
+        (["context parallelism (--cp)"] if per_sample > fixed / 2 else []) + \
+        ["tensor/pipeline parallelism or a GPU with more memory"]
     return FitAdvice(
         fits=False,
         message=(f"no data-parallel configuration fits: with {full}{', checkpointing' if best_ck.active else ''} "
-                 f"and micro-batch 1, "
-                 f"activations, gathered units and overhead alone need {gb(fixed)} of {gb(usable)} usable per "
-                 f"GPU; use tensor/pipeline parallelism or a GPU with more memory"))
+                 f"and micro-batch 1, {why}; use {', '.join(levers)}"))
 
 
 def largest_true(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
@@ -712,16 +727,20 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
         experts = sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
-        opt = (-(-(numel - experts) // d) + -(-experts // layout.edp)) * k if layout.strategy in ("zero1", "fsdp") \
-            else numel * k
+        shard = -(-(numel - experts) // d) + -(-experts // layout.edp)  # a rank's share of the stage's parameters
+        opt = shard * k if layout.strategy in ("zero1", "fsdp") else numel * k
         if internlm:  # whole parameters, greedily, within the ZERO1 group: the largest share's state
             opt = internlm[s].largest_owned * k
         weights, grads, buffers = numel * w, numel * g, 0
         if reshards_after_forward(layout) and d > 1:
             # Only the shards persist; the current and the prefetched unit are gathered, and the
             # unit being reduced holds its unsharded gradient (the data-parallel path's working set).
+            # The routed experts' shards are split over their own edp replicas, as the optimizer
+            # state above: torchtitan's apply_fsdp wraps them with `fully_shard(
+            # transformer_block.moe.experts, mesh=dp_mod_ep_mesh)` (pytorch/torchtitan@2645c02d3926
+            # torchtitan/models/llama4/infra/parallelize.py), the rest of the block on dp_mesh.
             largest = max(_unit_numels(tpm, assignment[s]), default=0)
-            weights, grads, buffers = -(-numel // d) * w, -(-numel // d) * g, largest * (2 * w + g)
+            weights, grads, buffers = shard * w, shard * g, largest * (2 * w + g)
         breakdown = MemoryBreakdown(
             weights_bytes=float(weights), gradients_bytes=float(grads), optimizer_bytes=float(opt),
             activations_bytes=float(act), comm_buffers_bytes=float(buffers),

@@ -191,6 +191,17 @@ def test_no_command_shows_help_and_one_error_line(capsys):
     assert "predict" in out  # the help
 
 
+def test_help_states_the_overlap_slowdown_default_it_uses(capsys):
+    """--overlap-slowdown left out is DEFAULT_OVERLAP_SLOWDOWN (18.9 %, arXiv:2507.03114), not
+    the 0.1 the help and docs/predict.md once said."""
+    from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN
+    rc, out, err = run_cli(capsys, "predict", "--help")
+    flat = " ".join(line.strip(" │") for line in out.splitlines())
+    assert rc == 0 and f"else {DEFAULT_OVERLAP_SLOWDOWN:g} " in " ".join(flat.split())
+    doc = open(__import__("pathlib").Path(__file__).parents[1] / "docs" / "predict.md").read()
+    assert f"default {DEFAULT_OVERLAP_SLOWDOWN:g}" in doc
+
+
 def test_help_exits_zero(capsys):
     rc, out, err = run_cli(capsys, "predict", "--help")
     assert rc == 0 and err == ""

@@ -348,3 +348,11 @@ def test_placement_alone_is_refused_not_dropped():
         PredictConfig(gpus=16, placement="interleaved")
     assert PredictConfig(gpus=16, jobs=2, placement="interleaved").cluster.placement == "interleaved"
     assert PredictConfig(gpus=16, placement="packed").cluster.placement == "packed"
+
+
+def test_seq_len_on_a_transformers_configuration_names_its_context_field():
+    """A Llama configuration is built from its shape at its context length; --input-shape would
+    trace it instead (no --tp/--pp), so the refusal of --seq-len names the field that sets it."""
+    with pytest.raises(ConfigError) as err:
+        PredictConfig(model="transformers:LlamaConfig(num_hidden_layers=2)", seq_len=8192)
+    assert "max_position_embeddings" in str(err.value) and "\n" not in str(err.value)

@@ -311,3 +311,21 @@ def test_every_strategy_total_is_the_sum(strategy):
     assert m.total_bytes == pytest.approx(m.weights_bytes + m.gradients_bytes + m.optimizer_bytes
                                           + m.activations_bytes + m.comm_buffers_bytes + m.overhead_bytes)
     assert m.strategy == strategy
+
+
+@pytest.mark.parametrize("kw, lever", [
+    # 131,072 tokens: the checkpointed activations alone outgrow the GPU, which only
+    # context parallelism divides among the data-parallel levers.
+    (dict(model="llama-3-8b", seq_len=131072, gpus=8, fsdp_version="2"), "context parallelism (--cp)"),
+    # FSDP2 pads Mixtral's 8 stacked experts to one row per rank of 64: expert parallelism
+    # is what splits them.
+    (dict(model="mixtral-8x7b", gpus=64, fsdp_version="2"), "expert parallelism (--ep)"),
+])
+def test_no_data_parallel_fit_names_the_lever_that_divides_what_is_left(kw, lever):
+    config = PredictConfig(link="infiniband", gpu="h100", micro_batch=1, strategy="fsdp",
+                           precision="bf16-params", recompute="full", steps=1, **kw)
+    advice = predict(config).memory.suggestion
+    assert advice.startswith("no data-parallel configuration fits") and lever in advice
+    dense = predict(PredictConfig(link="infiniband", gpu="h100", micro_batch=1, strategy="zero3", gpus=8,
+                                  model="llama-2-70b", precision="bf16-params", steps=1)).memory.suggestion
+    assert "--cp" not in (dense or "") and "--ep" not in (dense or "")

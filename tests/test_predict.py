@@ -98,3 +98,19 @@ def test_every_command_in_the_table_builds_and_has_help():
     for name in COMMANDS:
         command = group.commands[name]
         assert command.name == name and command.help, name
+
+
+def test_a_gpu_of_another_generation_on_a_preset_warns_that_the_links_stay_the_presets():
+    """--gpu swaps the compute device only: a B200 on the H100 `infiniband` preset still has
+    NVLink 4's 450 GB/s per direction (NVLink 5 gives 900) and the preset's NICs, which halves
+    a tensor-parallel group's bandwidth without a word; the prediction says so. The same
+    generation and form (an H200 on NVLink 4) does not warn; an H800 (NVLink cut to 400 GB/s), a PCIe card
+    and an A100 do."""
+    from dpsim.predict import PredictConfig as Config
+    from dpsim.predict import predict as run
+    base = dict(gpus=8, link="infiniband", model="gpt2", micro_batch=1, steps=1)
+    b200 = run(Config(gpu="b200", **base)).provenance
+    assert any("b200" in w and "h100" in w and "topology" in w for w in b200.warnings)
+    for same_links_or_not, warns in (("h200", False), ("h800", True), ("h100-pcie", True), ("a100", True)):
+        assert bool(run(Config(gpu=same_links_or_not, **base)).provenance.warnings) == warns, same_links_or_not
+    assert not run(Config(**base)).provenance.warnings

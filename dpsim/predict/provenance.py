@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from dpsim.errors import ConfigError, ProfileError
+from dpsim.hardware import get_gpu
 from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN, PredictConfig
 from dpsim.profile.calibrated import (
     calibrated_comm_slowdown,
@@ -31,6 +32,7 @@ from dpsim.profile.calibrated import (
 from dpsim.profile.match import match_model_step
 from dpsim.profile.op_rates import describe, op_rate_compute, untimed_kernels
 from dpsim.profile.schema import Profile
+from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.workload.precision import get_precision
 
 SOURCES = ("profile", "flag", "model")
@@ -187,7 +189,38 @@ def preset_provenance(config: PredictConfig, gpu, topology) -> Provenance:
     network = Origin(source="model", detail=f"NCCL's algorithm choice on the flow model of topology {where}")
     device = Origin(source="model", detail=f"{gpu.name} preset ({gpu.description})")
     return Provenance(compute=compute, network=network, overlap=_overlap_origin(config, None, 0.0, ""),
-                      device=device)
+                      device=device, warnings=_gpu_override_warnings(config, gpu, where))
+
+
+def _gpu_override_warnings(config: PredictConfig, gpu, where: str) -> tuple[str, ...]:
+    """``--gpu`` replaces the topology's device, not its links (:func:`dpsim.predict.run.resolve_topology`):
+    a GPU of another generation keeps the NVLink and NIC rates the file gives for its own GPU
+    (NVLink 4's 450 GB/s per direction on the H100 presets, hardware.csv H003; an A100's NVLink 3 has
+    300, H002 in topologies/dgx-a100.yaml; a B200's NVLink 5 900, the b200 preset's "1.8 TB/s per GPU"
+    and topologies/README.md), so a tensor- or expert-parallel group's collectives are costed at the
+    wrong bandwidth."""
+    if config.cluster.gpu is None:
+        return ()
+    cl = config.cluster
+    own = (load_topology_file(cl.topology_file) if cl.topology_file else load_preset(cl.link)).gpu
+    if not own or _link_class(get_gpu(own)) == _link_class(gpu):
+        return ()
+    return (f"--gpu {gpu.name}: topology {where} is built for {own} ({get_gpu(own).description}); its NVLink and "
+            f"NIC rates stay that GPU's, not {gpu.name}'s: give a topology file with {gpu.name}'s links",)
+
+
+def _link_class(gpu) -> tuple[str, str]:
+    """What a GPU's links to its peers depend on beyond its generation: a PCIe card or an
+    NVLink-bridged pair (H100 NVL) has no NVSwitch port, a GeForce card none either, and the H800
+    has the H100's silicon with NVLink cut to 400 GB/s (:mod:`dpsim.hardware`'s H800 source)."""
+    d = gpu.description
+    if gpu.name == "h800":
+        form = "nvlink-400"
+    elif "PCIe" in d or "GeForce" in d or gpu.name.endswith("-nvl"):
+        form = "no-nvswitch"
+    else:
+        form = "sxm"
+    return gpu.architecture, form
 
 
 def check_profile_layout(config: PredictConfig, profile: Profile, topology) -> None:
