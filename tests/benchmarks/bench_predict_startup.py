@@ -1,0 +1,93 @@
+"""Benchmark: whole-process time of the ``dpsim`` commands issues 24 and 28 time, against a baseline checkout.
+
+Run: ``python tests/benchmarks/bench_predict_startup.py --base DIR [--repeats N] [--plan]``, where
+``DIR`` is another checkout of dpsim (e.g. ``git worktree add /tmp/base main``). Each command runs
+as its own process, ``repeats`` times, alternating the baseline (``PYTHONPATH=DIR``) with this
+checkout (``PYTHONPATH`` = the repository holding this script), so both see the same load on a shared
+machine. Prints, per command and per side, the min and median wall seconds and the min and median
+CPU seconds (user + system of the child: steadier than wall while other jobs take the cores), and
+the ratios this/base of the medians. Both checkouts' bytecode is compiled first, as ``pip install``
+does for a user's install (these machines set ``PYTHONDONTWRITEBYTECODE``).
+
+The commands: README's first ``predict`` (64 GPUs, ethernet) and the same on 65,536 GPUs (issue 24:
+under 1 s whole process), a DeepSeek-V3 layout on 16,384 GPUs (issue 28: under 2 s), and with
+``--plan`` the ``plan`` searches of llama-3-405b and deepseek-v3 on 16,384 GPUs (issue 28: under
+10 s). Not a test: these machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[2]
+
+COMMANDS = {
+    "python -c pass": ["-c", "pass"],
+    "import numpy": ["-c", "import numpy"],
+    "predict 64 ethernet": ["-m", "dpsim", "predict", "--gpus", "64", "--link", "ethernet"],
+    "predict 65536 ethernet": ["-m", "dpsim", "predict", "--gpus", "65536", "--link", "ethernet"],
+    "predict deepseek-v3 16384": ["-m", "dpsim", "predict", "--model", "deepseek-v3", "--gpus", "16384",
+                                  "--link", "infiniband", "--pp", "16", "--ep", "64", "--micro-batch", "1",
+                                  "--global-batch", "16384", "--strategy", "zero1", "--precision", "bf16-params",
+                                  "--recompute", "full"],
+}
+PLANS = {
+    f"plan {model} 16384": ["-m", "dpsim", "plan", "--model", model, "--gpus", "16384", "--link", "infiniband",
+                            "--global-batch", "2048", "--precision", "bf16-params"]
+    for model in ("llama-3-405b", "deepseek-v3")
+}
+
+
+def run(args: list[str], path: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of ``python ARGS`` with ``PYTHONPATH=path``, output discarded."""
+    env = {**os.environ, "PYTHONPATH": str(path)}
+    before = os.times()
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, *args], check=True, stdout=subprocess.DEVNULL, env=env, cwd="/")
+    wall = time.perf_counter() - t0
+    after = os.times()
+    return wall, (after.children_user - before.children_user) + (after.children_system - before.children_system)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, required=True, help="the baseline checkout")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--plan", action="store_true", help="also time the two plan searches (slow)")
+    parser.add_argument("--only", default="", help="comma-separated substrings of the command names to run")
+    opts = parser.parse_args()
+    sides = {"base": opts.base.resolve(), "this": HERE}
+    for path in sides.values():
+        compileall.compile_dir(str(path / "dpsim"), quiet=1)
+    commands = {**COMMANDS, **(PLANS if opts.plan else {})}
+    if opts.only:
+        commands = {k: v for k, v in commands.items() if any(s in k for s in opts.only.split(","))}
+    for side, path in sides.items():  # the checkouts answer the same (and the right one is imported)
+        out = subprocess.run([sys.executable, "-c", "import dpsim; print(dpsim.__file__)"], check=True,
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(path)}, cwd="/")
+        assert out.stdout.startswith(str(path)), (side, out.stdout)
+    print(f"{'command':<27} {'side':<5} {'wall min':>8} {'wall med':>8} {'cpu min':>8} {'cpu med':>8}"
+          f"   (n={opts.repeats}, sides alternated)")
+    for name, args in commands.items():
+        times: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
+        for _ in range(opts.repeats):
+            for side, path in sides.items():
+                times[side].append(run(args, path))
+        med = {}
+        for side, rows in times.items():
+            walls, cpus = [w for w, _ in rows], [c for _, c in rows]
+            med[side] = (statistics.median(walls), statistics.median(cpus))
+            print(f"{name:<27} {side:<5} {min(walls):8.3f} {med[side][0]:8.3f} {min(cpus):8.3f} {med[side][1]:8.3f}")
+        print(f"{'':<27} {'ratio':<5} {'':>8} {med['this'][0] / med['base'][0]:8.2f} {'':>8} "
+              f"{med['this'][1] / med['base'][1]:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
