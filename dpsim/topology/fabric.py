@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:
+    import networkx as nx
 
 from dpsim.topology.spec import nic_fabric, nvlink_fabric
 
