@@ -4,7 +4,8 @@ Run: ``python tests/benchmarks/bench_predict_startup.py --base DIR [--repeats N]
 ``DIR`` is another checkout of dpsim (e.g. ``git worktree add /tmp/base main``). Each command runs
 as its own process, ``repeats`` times, alternating the baseline (``PYTHONPATH=DIR``) with this
 checkout (``PYTHONPATH`` = the repository holding this script), so both see the same load on a shared
-machine. Prints, per command and per side, the min and median wall seconds and the min and median
+machine. ``--base-python PY --this-python PY`` compare two installs instead (e.g. two virtual
+environments each with a ``pip install .``, not editable: what a user runs), no ``PYTHONPATH``. Prints, per command and per side, the min and median wall seconds and the min and median
 CPU seconds (user + system of the child: steadier than wall while other jobs take the cores), and
 the ratios this/base of the medians. Both checkouts' bytecode is compiled first, as ``pip install``
 does for a user's install (these machines set ``PYTHONDONTWRITEBYTECODE``).
@@ -45,12 +46,18 @@ PLANS = {
 }
 
 
-def run(args: list[str], path: Path) -> tuple[float, float]:
-    """Wall and CPU seconds of ``python ARGS`` with ``PYTHONPATH=path``, output discarded."""
-    env = {**os.environ, "PYTHONPATH": str(path)}
+def _env(path: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return env if path is None else {**env, "PYTHONPATH": str(path)}
+
+
+def run(args: list[str], side: tuple[str, Path | None]) -> tuple[float, float]:
+    """Wall and CPU seconds of ``python ARGS`` (``side``: the interpreter and the ``PYTHONPATH``, if
+    any), output discarded."""
+    python, path = side
     before = os.times()
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, *args], check=True, stdout=subprocess.DEVNULL, env=env, cwd="/")
+    subprocess.run([python, *args], check=True, stdout=subprocess.DEVNULL, env=_env(path), cwd="/")
     wall = time.perf_counter() - t0
     after = os.times()
     return wall, (after.children_user - before.children_user) + (after.children_system - before.children_system)
@@ -58,28 +65,35 @@ def run(args: list[str], path: Path) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", type=Path, required=True, help="the baseline checkout")
+    parser.add_argument("--base", type=Path, help="the baseline checkout")
+    parser.add_argument("--base-python", help="the baseline's interpreter (an install; instead of --base)")
+    parser.add_argument("--this-python", help="this side's interpreter (an install of this checkout)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--plan", action="store_true", help="also time the two plan searches (slow)")
     parser.add_argument("--only", default="", help="comma-separated substrings of the command names to run")
     opts = parser.parse_args()
-    sides = {"base": opts.base.resolve(), "this": HERE}
-    for path in sides.values():
-        compileall.compile_dir(str(path / "dpsim"), quiet=1)
+    if (opts.base is None) == (opts.base_python is None):
+        parser.error("give one of --base and --base-python")
+    sides = {"base": (opts.base_python, None) if opts.base is None else (sys.executable, opts.base.resolve()),
+             "this": (opts.this_python, None) if opts.this_python else (sys.executable, HERE)}
+    for _, path in sides.values():
+        if path is not None:
+            compileall.compile_dir(str(path / "dpsim"), quiet=1)
     commands = {**COMMANDS, **(PLANS if opts.plan else {})}
     if opts.only:
         commands = {k: v for k, v in commands.items() if any(s in k for s in opts.only.split(","))}
-    for side, path in sides.items():  # the checkouts answer the same (and the right one is imported)
-        out = subprocess.run([sys.executable, "-c", "import dpsim; print(dpsim.__file__)"], check=True,
-                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(path)}, cwd="/")
-        assert out.stdout.startswith(str(path)), (side, out.stdout)
+    for side, (python, path) in sides.items():  # the right dpsim is imported
+        out = subprocess.run([python, "-c", "import dpsim; print(dpsim.__file__)"], check=True,
+                             capture_output=True, text=True, env=_env(path), cwd="/")
+        print(f"{side}: {python} {out.stdout.strip()}")
+        assert path is None or out.stdout.startswith(str(path)), (side, out.stdout)
     print(f"{'command':<27} {'side':<5} {'wall min':>8} {'wall med':>8} {'cpu min':>8} {'cpu med':>8}"
           f"   (n={opts.repeats}, sides alternated)")
     for name, args in commands.items():
         times: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
         for _ in range(opts.repeats):
-            for side, path in sides.items():
-                times[side].append(run(args, path))
+            for side, how in sides.items():
+                times[side].append(run(args, how))
         med = {}
         for side, rows in times.items():
             walls, cpus = [w for w, _ in rows], [c for _, c in rows]
