@@ -33,10 +33,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dpsim.topology.spec import nic_fabric, nvlink_fabric
+
 if TYPE_CHECKING:
     import networkx as nx
-
-from dpsim.topology.spec import nic_fabric, nvlink_fabric
 
 
 @dataclass(frozen=True, kw_only=True)

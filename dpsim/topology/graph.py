@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import networkx as nx
-
 from dpsim.topology.fabric import add_switch_fabric, design_group_sizes
 from dpsim.topology.server import build_server
 from dpsim.topology.spec import TopologySpec, nic_fabric
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 # ----------------------------------------------------------------------------- graph
 
