@@ -47,6 +47,26 @@ def test_every_field_has_a_docstring_rich_prints_verbatim():
         assert doc and "[" not in doc and "]" not in doc, (name, doc)  # rich would read [..] as markup
 
 
+def test_field_docs_read_from_the_classes_alone_are_the_whole_modules(monkeypatch):
+    """field_docs parses only the parts' classes (start-up time); the whole module gives the same docs,
+    and a class cut inside a string falls back to the whole module."""
+    import ast
+
+    import dpsim.cli.options as options_mod
+
+    sliced = field_docs()
+    whole, class_sources = ast.parse, options_mod._class_sources
+    monkeypatch.setattr(options_mod, "_class_sources", lambda text, names: whole(text))
+    field_docs.cache_clear()
+    try:
+        assert options_mod.field_docs() == sliced
+    finally:
+        field_docs.cache_clear()
+    text = 'class A:\n    x: int = 1\n    """The x,\nof A."""\n\n\nclass B:\n    y: int = 2\n'
+    assert ast.dump(class_sources(text, {"A"})) == ast.dump(ast.parse(text))
+    assert ast.dump(class_sources(text, {"B"})) == ast.dump(ast.parse(text[text.index("class B"):]))
+
+
 @pytest.mark.parametrize("command", sorted(CONFIG_COMMANDS))
 def test_config_flags_have_the_fields_docstring_as_help(command):
     params = options(command)

@@ -74,7 +74,7 @@ def test_70b_does_not_fit_under_ddp():
 
 
 def test_predict_imports_neither_torch_nor_the_other_commands():
-    # A fresh process: torch is never imported by predict, and the other commands' modules
+    # A fresh process: torch (nor networkx) is never imported by predict, and the other commands' modules
     # (calibrate, plan, goodput, ...) only when they run (dpsim/cli/commands.py).
     code = ("import json, sys; from dpsim.cli import main; "
             "rc = main(['predict', '--gpus', '64', '--link', 'ethernet', '--json']); "
@@ -84,6 +84,8 @@ def test_predict_imports_neither_torch_nor_the_other_commands():
     assert json.loads(out.stdout)["n_gpus"] == 64
     loaded = set(json.loads(out.stderr.strip().splitlines()[-1]))
     assert "torch" not in loaded
+    # Nor networkx (~0.15 s of start-up): the connectivity check walks a Reach (dpsim.topology.graph).
+    assert "networkx" not in loaded
     assert {"dpsim.cli.predict", "dpsim.cli.app", "dpsim.cli.commands"} <= loaded
     assert not loaded & {"dpsim.cli.calibrate", "dpsim.cli.plan", "dpsim.cli.goodput", "dpsim.cli.layout_plan",
                          "dpsim.cli.validate", "dpsim.cli.testbed", "dpsim.cli.memory"}, loaded

@@ -17,7 +17,7 @@ import dpsim.topology.load as load_mod
 from dpsim.cli import main
 from dpsim.errors import DpsimError, TopologyError
 from dpsim.topology.cluster import Topology
-from dpsim.topology.graph import build_graph, gpu_id
+from dpsim.topology.graph import Reach, build_graph, gpu_id
 from dpsim.topology.load import (
     load_preset,
     load_topology_file,
@@ -268,10 +268,16 @@ def test_gpu_without_path_is_reported(monkeypatch, capsys):
     switch, every multi-node design has a fabric), so break the graph builder instead."""
     real_build_graph = cluster_mod.build_graph
 
-    def build_graph_with_an_island(spec, n_nodes, **kw):
+    def build_graph_with_an_island(spec, n_nodes, *, into=None, **kw):
         g = real_build_graph(spec, n_nodes, **kw)
         g.remove_edges_from(list(g.in_edges(gpu_id(1, 3))) + list(g.out_edges(gpu_id(1, 3))))
-        return g
+        if into is None:
+            return g
+        for v, d in g.nodes(data=True):  # check_connected walks a Reach (no networkx)
+            into.add_node(v, **d)
+        for a, b in g.edges:
+            into.add_edge(a, b)
+        return into
 
     monkeypatch.setattr(cluster_mod, "build_graph", build_graph_with_an_island)
     topo = Topology.from_spec(load_preset("infiniband"), 16)
@@ -301,6 +307,36 @@ def _variants():
 
 
 VARIANTS = dict(_variants())
+
+
+def _reach_cases():
+    for name in preset_names():
+        yield name, load_preset(name)
+    for path in sorted((REPO / "topologies" / "examples").glob("*.yaml")):
+        yield path.stem, load_topology_file(path)
+
+
+@pytest.mark.parametrize("name, spec", [*_reach_cases(), *VARIANTS.items()])
+@pytest.mark.parametrize("n_gpus_of", ["part", 1, 2, 5, 40])
+def test_reach_is_the_networkx_graph(name, spec, n_gpus_of):
+    """check_connected walks a Reach instead of a networkx graph (no networkx import on
+    predict's path): the same nodes with the same attributes, the same successors and the
+    same descendants as networkx's, whole clusters and representative slices alike."""
+    gpn = spec.node.gpus_per_node
+    n_gpus = max(1, gpn - 1) if n_gpus_of == "part" else n_gpus_of * gpn
+    try:
+        topo = Topology.from_spec(spec, n_gpus)
+    except TopologyError:
+        pytest.skip("not a valid size of this design")
+    for t in (topo, topo.representative):
+        g = t._graph(t.n_nodes, t.leaf_group_nodes)
+        reach = t._graph(t.n_nodes, t.leaf_group_nodes, into=Reach())
+        assert dict(reach.nodes(data=True)) == dict(g.nodes(data=True))
+        assert {v: set(g.successors(v)) for v in g} == reach._succ
+        gpus = t.gpu_ids(g)
+        assert t.gpu_ids(reach) == gpus
+        assert reach.descendants(gpus[0]) == nx.descendants(g, gpus[0])
+        assert reach.descendants(gpus[-1]) == nx.descendants(g, gpus[-1])
 
 
 @pytest.mark.parametrize("name", VARIANTS)

@@ -12,9 +12,8 @@ routes dpsim's own fabrics by formula). The tests compare both route for route.
 from __future__ import annotations
 
 from collections import deque
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import networkx as nx
 import numpy as np
 
 from dpsim.network.maxmin import max_min_sparse
@@ -26,6 +25,9 @@ from dpsim.network.model import (
     describe_rates,
     run_transfer,
 )
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 Edge = tuple[str, str]
 
@@ -134,6 +136,8 @@ class FlowNetwork:
                     parent[v] = u
                     queue.append(v)
         if dst not in parent:
+            import networkx as nx  # here: importing networkx is ~0.15 s that no route found needs
+
             raise nx.NetworkXNoPath(f"no route from {src} to {dst}")
         path: list[Edge] = []
         v = dst

@@ -186,7 +186,8 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -285,15 +286,17 @@ class _Bands:
     gpus: int
     message_bytes: float
 
-    @property
+    # Cached (in the instance's __dict__, which a frozen dataclass's fields, equality and hash
+    # leave alone): a margin reads each row's bands once per other system's regime.
+    @cached_property
     def message_band(self) -> str:
         return band(self.message_bytes, MESSAGE_BANDS)
 
-    @property
+    @cached_property
     def size_band(self) -> str:
         return band(self.params, SIZE_BANDS)
 
-    @property
+    @cached_property
     def scale_band(self) -> str:
         return band(self.gpus, SCALE_BANDS)
 
@@ -448,11 +451,18 @@ def forget_loaded() -> None:
 def _select(rows: list[ResidualRow], regime, keys_in_order: tuple[str, ...],
             minimum: int) -> tuple[list[ResidualRow], dict]:
     """The rows of the regime, keys dropped from the last until ``minimum`` remain."""
+    # Each row's keys read once and compared on ever shorter prefixes (the keys are strings:
+    # a prefix of equal tuples is the rows whose every kept key is equal).
+    target = tuple(getattr(regime, k) for k in keys_in_order)
+    if len(keys_in_order) > 1:
+        values = list(map(attrgetter(*keys_in_order), rows))
+    else:  # attrgetter of one name answers the value, not a tuple of it
+        values = [tuple(getattr(r, k) for k in keys_in_order) for r in rows]
     for keep in range(len(keys_in_order), -1, -1):
-        keys = keys_in_order[:keep]
-        chosen = [r for r in rows if all(getattr(r, k) == getattr(regime, k) for k in keys)]
+        prefix = target[:keep]
+        chosen = [r for r, v in zip(rows, values) if v[:keep] == prefix]
         if len(chosen) >= minimum or keep == 0:
-            return chosen, {k: getattr(regime, k) for k in keys}
+            return chosen, dict(zip(keys_in_order[:keep], prefix))
     raise AssertionError("unreachable")
 
 
@@ -490,13 +500,14 @@ def _margin(pool_rows: tuple[ResidualRow, ...], knobs: Knobs) -> float:
     scores = []
     for system, mine in by_system.items():
         others = [r for r in pool_rows if r.system != system]
+        extent = _Extent.of(others) if others else None  # once per system, not per row
         bands: dict[tuple, tuple[float, float, float]] = {}
         for r in mine if others else ():
             key = tuple(getattr(r, k) for k in knobs.keys)
             if key not in bands:
                 bands[key] = _band(others, r, knobs)
             low, centre, high = bands[key]
-            factor = WIDEN_PER_EXTRAPOLATION ** len(_extrapolations(others, r, r.pool))
+            factor = WIDEN_PER_EXTRAPOLATION ** len(_extrapolations(others, r, r.pool, extent))
             # the margin m holds r when centre -/+ (the band's side + m) x factor reaches it
             scores.append(max((centre - r.log_ratio) / factor - (centre - low),
                               (r.log_ratio - centre) / factor - (high - centre)))
@@ -506,21 +517,43 @@ def _margin(pool_rows: tuple[ResidualRow, ...], knobs: Knobs) -> float:
     return float(_order_statistics(scores, (min(1.0, COVERAGE * (n + 1) / n),))[0])
 
 
-def _extrapolations(pool_rows: list[ResidualRow], regime: Regime | ResidualRow, pool: str) -> list[str]:
-    out = []
-    scale = [r.gpus for r in pool_rows]
-    if pool != COLLECTIVE_POOL:
-        if regime.gpu_arch not in {r.gpu_arch for r in pool_rows}:
-            out.append(f"{pool}: no validation row on a {regime.gpu_arch} GPU")
-        if regime.model_family not in {r.model_family for r in pool_rows}:
-            out.append(f"{pool}: no validation row of a {regime.model_family} model")
-        if pool == "layout" and regime.layout_kind not in {r.layout_kind for r in pool_rows}:
-            out.append(f"{pool}: no validation row of a {regime.layout_kind or 'data-parallel'} layout")
+@dataclass(frozen=True, kw_only=True)
+class _Extent:
+    """What :func:`_extrapolations` reads of a pool's rows (their architectures, families, layout
+    kinds, size range and largest scale), gathered once for the many rows :func:`_margin` scores
+    against the same others."""
+
+    archs: frozenset[str]
+    families: frozenset[str]
+    kinds: frozenset[str]
+    min_params: float
+    max_params: float
+    max_gpus: int
+
+    @classmethod
+    def of(cls, pool_rows) -> _Extent:
         sizes = [r.params for r in pool_rows]
-        if not min(sizes) / SIZE_EXTRAPOLATION <= regime.params <= max(sizes) * SIZE_EXTRAPOLATION:
-            out.append(f"{pool}: model size {regime.params:.3g} outside the validated {min(sizes):.3g}-{max(sizes):.3g}")
-    if regime.gpus > 1 and max(scale) > 1 and regime.gpus > max(scale) * SCALE_EXTRAPOLATION:
-        out.append(f"{pool}: {regime.gpus} GPUs beyond the validated {max(scale)}")
+        return cls(archs=frozenset(r.gpu_arch for r in pool_rows), families=frozenset(r.model_family for r in pool_rows),
+                   kinds=frozenset(r.layout_kind for r in pool_rows), min_params=min(sizes), max_params=max(sizes),
+                   max_gpus=max(r.gpus for r in pool_rows))
+
+
+def _extrapolations(pool_rows: list[ResidualRow], regime: Regime | ResidualRow, pool: str,
+                    extent: _Extent | None = None) -> list[str]:
+    e = _Extent.of(pool_rows) if extent is None else extent
+    out = []
+    if pool != COLLECTIVE_POOL:
+        if regime.gpu_arch not in e.archs:
+            out.append(f"{pool}: no validation row on a {regime.gpu_arch} GPU")
+        if regime.model_family not in e.families:
+            out.append(f"{pool}: no validation row of a {regime.model_family} model")
+        if pool == "layout" and regime.layout_kind not in e.kinds:
+            out.append(f"{pool}: no validation row of a {regime.layout_kind or 'data-parallel'} layout")
+        if not e.min_params / SIZE_EXTRAPOLATION <= regime.params <= e.max_params * SIZE_EXTRAPOLATION:
+            out.append(f"{pool}: model size {regime.params:.3g} outside the validated "
+                       f"{e.min_params:.3g}-{e.max_params:.3g}")
+    if regime.gpus > 1 and e.max_gpus > 1 and regime.gpus > e.max_gpus * SCALE_EXTRAPOLATION:
+        out.append(f"{pool}: {regime.gpus} GPUs beyond the validated {e.max_gpus}")
     return out
 
 

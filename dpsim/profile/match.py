@@ -11,7 +11,6 @@ micro-batch and the compute dtype. :func:`match_model_step` says which of these 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -29,6 +28,8 @@ def model_fingerprint(model: ModelSpec) -> str:
         "params": [[p.name, list(p.shape), p.dtype] for p in model.params],
         "layers": [[layer.name, [p.name for p in layer.params]] for layer in model.layers],
     }
+    import hashlib  # here: its OpenSSL start-up (~5 ms) is for fingerprints alone, not every predict
+
     return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()
 
 

@@ -44,7 +44,6 @@ from dpsim.strategies.checkpointing import RECOMPUTE, CheckpointPolicy, checkpoi
 from dpsim.strategies.offload import offload_exposed_s
 from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpComm, TpModel, chunked_gemm_loss, layer_tp_comm
 from dpsim.workload.compute import ComputeProfile
-from dpsim.workload.fp8 import fp8_weight_numel
 from dpsim.workload.roofline import Efficiencies, memory_term
 from dpsim.workload.spec import ModelSpec
 
@@ -607,7 +606,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         ep_comm_s=4.0 * a2a[i] + a2a_recompute[i], etp_comm_s=2.0 * etp[i] + etp_recompute[i],
         ep_forward_s=2.0 * a2a[i] + etp[i],
         expert_grad_numel=layer.expert_numel_per_rank,
-        fp8_numel=min(layer.numel_per_rank, fp8_weight_numel(tpm.spec.layers[i])),
+        fp8_numel=min(layer.numel_per_rank, tpm.fp8_weight_numels[i]),
         recompute_waits_s=recompute_waits[i], unit=layer.unit)
         for i, layer in enumerate(tpm.layers))
 

@@ -13,14 +13,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from dpsim.errors import TopologyError
 from dpsim.topology.fabric import design_group_sizes, level_units, nic_layout
-from dpsim.topology.graph import build_graph, gpu_id
+from dpsim.topology.graph import Reach, build_graph, gpu_id
 from dpsim.topology.server import with_gpus_per_node
 from dpsim.topology.spec import TopologySpec, nic_fabric, nvlink_fabric
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,8 +103,8 @@ class Topology:
             return 1
         return nic_layout(self.spec).nic_nodes
 
-    def _graph(self, n_nodes: int, group: int | None) -> nx.DiGraph:
-        g = build_graph(self.spec, n_nodes, leaf_groups_of=group, tier_groups_of=self.tier_group_sizes)
+    def _graph(self, n_nodes: int, group: int | None, into: Reach | None = None) -> nx.DiGraph | Reach:
+        g = build_graph(self.spec, n_nodes, leaf_groups_of=group, tier_groups_of=self.tier_group_sizes, into=into)
         if self.n_gpus < self.spec.node.gpus_per_node:
             g.remove_nodes_from([gpu_id(0, k) for k in range(self.n_gpus, self.spec.node.gpus_per_node)])
         return g
@@ -158,7 +160,7 @@ class Topology:
         """Graph of :attr:`representative` (the whole graph when it is the cluster itself)."""
         return self.representative.graph
 
-    def gpu_ids(self, graph: nx.DiGraph | None = None) -> list[str]:
+    def gpu_ids(self, graph: nx.DiGraph | Reach | None = None) -> list[str]:
         """GPU node ids in ring order: node by node, local index within a node."""
         g = self.graph if graph is None else graph
         gpus = [(d["node"], d["local"], v) for v, d in g.nodes(data=True) if d["kind"] == "gpu"]
@@ -171,9 +173,10 @@ class Topology:
         key = (build_graph, slice_.spec, slice_.n_gpus, slice_.leaf_group_nodes, slice_.tier_group_sizes)
         if key in _CONNECTED:
             return
-        g = slice_._graph(slice_.n_nodes, slice_.leaf_group_nodes)  # not kept: checked once
+        # Not kept (checked once), and walked without networkx (see Reach).
+        g = slice_._graph(slice_.n_nodes, slice_.leaf_group_nodes, into=Reach())
         gpus = self.gpu_ids(g)
-        reach = nx.descendants(g, gpus[0]) | {gpus[0]}
+        reach = g.descendants(gpus[0]) | {gpus[0]}
         missing = [v for v in gpus if v not in reach]
         if missing:
             raise TopologyError(

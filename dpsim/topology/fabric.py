@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from dpsim.topology.spec import nic_fabric, nvlink_fabric
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(frozen=True, kw_only=True)

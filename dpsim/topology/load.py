@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -502,6 +501,8 @@ def load_topology_file(path: str | Path) -> TopologySpec:
     try:
         p = Path(path)
         if p.is_file() and p.stat().st_size <= _CACHED_FILE_BYTES:
+            import hashlib  # here: its OpenSSL start-up (~5 ms) is for --topology files alone
+
             key = (str(p.resolve()), hashlib.sha256(p.read_bytes()).hexdigest())
     except OSError:
         key = None  # read_yaml_file says what is wrong

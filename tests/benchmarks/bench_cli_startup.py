@@ -26,7 +26,7 @@ COMMANDS = {
     "dpsim predict --help": [sys.executable, "-m", "dpsim", "predict", "--help"],
     "dpsim predict --gpus 8": [sys.executable, "-m", "dpsim", "predict", "--gpus", "8", "--link", "nvlink"],
 }
-WATCH = ("torch", "pandas", "plotly", "dask", "pydantic", "scipy")
+WATCH = ("torch", "pandas", "plotly", "dask", "pydantic", "scipy", "networkx", "simpy")
 PROBE = ("import contextlib, io, json, sys\n"
          "from dpsim.cli import main\n"
          "with contextlib.redirect_stdout(io.StringIO()):\n"
