@@ -1276,6 +1276,11 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "
                               f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
                               f"--model mixtral-8x7b)")
+    if planner.cp_comm != "p2p" and max(planner.cps(cps)) == 1:
+        # As --no-cp-balance below: `plan --cp-comm a2a` on a short sequence searched no cp and dropped it.
+        raise ConfigError(f"--cp-comm: {planner.cp_comm!r} applies only with context parallelism, and the search has "
+                          f"none; give --cp 2 or more (searched by default for a sequence of {CP_MIN_TOKENS:,} tokens "
+                          f"or more), or leave it out")
     if not planner.cp_balance and max(planner.cps(cps)) == 1:
         raise ConfigError(f"--no-cp-balance: applies only with context parallelism, and the search has none; give "
                           f"--cp 2 or more (searched by default for a sequence of {CP_MIN_TOKENS:,} tokens or more), "
