@@ -154,6 +154,9 @@ def predict_again(config: ValidationConfig, run: dict) -> ValidationResult:
 
 def validate_under_torchrun(config: ValidationConfig) -> ValidationResult | None:
     """Run this process's rank under torchrun (RANK/WORLD_SIZE set); rank 0 gets the result."""
+    from dpsim.calibrate.runner import check_torchrun_env
+
+    check_torchrun_env()
     model = trace(config)
     rank = int(os.environ["RANK"])
     with tempfile.TemporaryDirectory(prefix=f"dpsim-validate-{os.getpid()}-") as tmp:
