@@ -45,7 +45,12 @@ from pathlib import Path
 from typing import Callable
 
 from dpsim.errors import CalibrationError, ConfigError
-from dpsim.processes import die_with_parent, reap_dead_owner_dirs
+from dpsim.processes import (  # noqa: F401 - check_torchrun_env and torchrun_count re-exported for command.py
+    check_torchrun_env,
+    die_with_parent,
+    reap_dead_owner_dirs,
+    torchrun_count,
+)
 
 EVENT_PREFIX = "@@dpsim "
 """Workers print progress events as ``@@dpsim {json}`` lines on stdout."""
@@ -61,37 +66,6 @@ def under_torchrun() -> bool:
     """True when this process was started as one rank of a torchrun/torch.distributed job."""
     return all(os.environ.get(v) for v in TORCHRUN_VARS)
 
-
-def torchrun_count(name: str, default: int | None = None) -> int:
-    """An integer torchrun sets in the environment (``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``), checked:
-    ``WORLD_SIZE=abc`` was a ValueError traceback, ``WORLD_SIZE=-3`` reached torch's rendezvous."""
-    from dpsim.limits import MAX_GPUS
-
-    raw = os.environ.get(name)
-    if not raw and default is not None:
-        return default
-    text = (raw or "").strip()
-    value = int(text) if text.isascii() and text.isdigit() and len(text) <= 8 else None
-    if value is None or not 1 <= value <= MAX_GPUS:
-        raise ConfigError(f"environment {name}: {raw!r} is not valid; expected an integer >= 1 and <= {MAX_GPUS:,} "
-                          f"(torchrun sets it)")
-    return value
-
-
-def check_torchrun_env() -> None:
-    """The variables a torchrun rank starts from, checked before torch reads them: ``RANK`` below
-    ``WORLD_SIZE`` and a ``MASTER_PORT`` (validate under torchrun without one, or with ``abc``, ended in
-    torch's ValueError traceback from its env:// rendezvous)."""
-    world = torchrun_count("WORLD_SIZE")
-    for name, hi, what in (("RANK", world - 1, f"below WORLD_SIZE {world}"), ("MASTER_PORT", 65535, "a TCP port")):
-        raw = os.environ.get(name)
-        text = (raw or "").strip()
-        value = int(text) if text.isascii() and text.isdigit() and len(text) <= 8 else None
-        lo = 0 if name == "RANK" else 1
-        if value is None or not lo <= value <= hi:
-            given = "is not set" if raw is None else f"{raw!r} is not valid"
-            raise ConfigError(f"environment {name}: {given}; expected an integer from {lo} to {hi:,} "
-                              f"({what}; torchrun sets it)")
 
 
 @dataclass(kw_only=True)

@@ -64,7 +64,7 @@ def validate(
         check_number(bucket_cap_mb, "--bucket-cap-mb", 0, MAX_BUCKET_CAP_MB, open_below=True)
     require_torch("dpsim validate")
 
-    from dpsim.calibrate.runner import torchrun_count
+    from dpsim.processes import torchrun_count
     from dpsim.validate.api import ValidationConfig, validate_under_torchrun
     from dpsim.validate.api import validate as run_validation
     from dpsim.validate.testbed import parse_rate_bits_per_s

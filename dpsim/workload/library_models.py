@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpsim.errors import WorkloadError
+from dpsim.limits import MAX_LAYERS
 from dpsim.workload.shapes import shape_of_hf_config, shape_ref
 
 LIBRARY_EXTRA = "models"
@@ -179,8 +180,6 @@ def _check_depth(config: Any, name: str, given: dict[str, Any]) -> None:
     """Refuse a configuration deeper than :data:`~dpsim.limits.MAX_LAYERS` blocks before its model is
     built: ``num_hidden_layers=100000`` spent minutes constructing modules on the meta device before the
     traced module's own limit (or the 300-s load limit) said so."""
-    from dpsim.limits import MAX_LAYERS
-
     # The spelling the user gave first (GPT2Config(n_layer=...), not its alias num_hidden_layers).
     for field in sorted(_DEPTH_FIELDS, key=lambda f: f not in given):
         value = getattr(config, field, None)
