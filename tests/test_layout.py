@@ -339,6 +339,8 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
     # --cp-comm with a search that has no context parallelism was silently dropped (--no-cp-balance said so).
     (dict(global_batch=64, cp_comm="a2a"), "^--cp-comm: 'a2a' applies only with context parallelism, and the search "
                                            "has none"),
+    (dict(global_batch=64, pps=[1], schedules=["zb-h1", "dualpipe"]),  # searched 1F1B only, in silence
+     "^--schedules: zb-h1,dualpipe applies only to pipeline-parallel layouts, and --pp 1 searches none"),
 ])
 def test_plan_refuses_a_bad_global_batch_or_budget_in_one_line(kwargs, needle):
     from dpsim.plan.planner import plan_layouts
