@@ -152,6 +152,10 @@ MAX_MIX_STEPS = 10**12
 """A mix job's ``steps`` (10^12 one-millisecond steps are 30 years of training)."""
 MAX_GOODPUT_RUNS = 1000
 """``dpsim goodput --runs`` (1,000 runs at 16,384 GPUs took 105 s; the time grows with the failures simulated)."""
+MAX_FAILURES_PER_RUN = 1e5
+"""Expected failures of one training run beyond which it cannot be simulated nor be said to finish:
+``dpsim goodput`` refuses such a job, ``plan --rank goodput`` ranks such a layout as never finishing
+(its closed form gave 6e173 s for --tokens 1e18 at --mtbf-gpu 1h with a 1 MB/s checkpoint)."""
 MAX_GOODPUT_FAILURES = 5e6
 """Expected failures one goodput simulation covers: runs x failures per run, summed over the configurations
 simulated together (the checkpoint-interval study compares 10). Measured here: ``dpsim goodput --gpus 16384

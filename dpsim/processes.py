@@ -3,6 +3,8 @@
 ``dpsim calibrate``, ``dpsim validate`` and the testbed start ranks and keep per-run state
 (working directories, namespaces) named with the supervisor's process id, so whatever a
 SIGKILLed supervisor leaves can be told from a running one's and removed by the next run.
+Under torchrun the ranks are started by torchrun instead: the variables it sets are checked here
+(:func:`check_torchrun_env`), one place for calibrate and validate.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
+
+from dpsim.errors import ConfigError
+from dpsim.limits import MAX_GPUS
 
 
 def die_with_parent() -> None:
@@ -50,3 +55,33 @@ def reap_dead_owner_dirs(prefix: str, tmp: str | None = None) -> list[Path]:
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed
+
+
+def torchrun_count(name: str, default: int | None = None) -> int:
+    """An integer torchrun sets in the environment (``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``), checked:
+    ``WORLD_SIZE=abc`` was a ValueError traceback, ``WORLD_SIZE=-3`` reached torch's rendezvous."""
+    raw = os.environ.get(name)
+    if not raw and default is not None:
+        return default
+    text = (raw or "").strip()
+    value = int(text) if text.isascii() and text.isdigit() and len(text) <= 8 else None
+    if value is None or not 1 <= value <= MAX_GPUS:
+        raise ConfigError(f"environment {name}: {raw!r} is not valid; expected an integer >= 1 and <= {MAX_GPUS:,} "
+                          f"(torchrun sets it)")
+    return value
+
+
+def check_torchrun_env() -> None:
+    """The variables a torchrun rank starts from, checked before torch reads them: ``RANK`` below
+    ``WORLD_SIZE`` and a ``MASTER_PORT`` (validate under torchrun without one, or with ``abc``, ended in
+    torch's ValueError traceback from its env:// rendezvous)."""
+    world = torchrun_count("WORLD_SIZE")
+    for name, hi, what in (("RANK", world - 1, f"below WORLD_SIZE {world}"), ("MASTER_PORT", 65535, "a TCP port")):
+        raw = os.environ.get(name)
+        text = (raw or "").strip()
+        value = int(text) if text.isascii() and text.isdigit() and len(text) <= 8 else None
+        lo = 0 if name == "RANK" else 1
+        if value is None or not lo <= value <= hi:
+            given = "is not set" if raw is None else f"{raw!r} is not valid"
+            raise ConfigError(f"environment {name}: {given}; expected an integer from {lo} to {hi:,} "
+                              f"({what}; torchrun sets it)")

@@ -46,3 +46,36 @@ def test_a_machine_that_can_run_the_ranks_is_not_refused(monkeypatch):
     monkeypatch.setattr(command, "usable_cores", lambda: 2)
     opts = command.CalibrateOptions(nproc=8, backend="gloo")
     command.check_local_ranks(8, opts)  # 4 per core: allowed
+
+
+_TORCHRUN_ENV_CASES = [
+    ({"WORLD_SIZE": "abc"}, "environment WORLD_SIZE: 'abc' is not valid"),  # was a ValueError traceback
+    ({"WORLD_SIZE": "-3"}, "environment WORLD_SIZE: '-3' is not valid"),  # reached torch's rendezvous
+    ({"LOCAL_WORLD_SIZE": "x"}, "environment LOCAL_WORLD_SIZE: 'x' is not valid"),  # a traceback
+    ({"RANK": "5"}, "environment RANK: '5' is not valid; expected an integer from 0 to 1 (below WORLD_SIZE 2"),
+    ({"MASTER_PORT": None}, "environment MASTER_PORT: is not set; expected an integer from 1 to 65,535"),
+    ({"MASTER_PORT": "abc"}, "environment MASTER_PORT: 'abc' is not valid"),
+]
+
+
+# validate does not read LOCAL_WORLD_SIZE (with it alone wrong it would join a process group and wait).
+@pytest.mark.parametrize("command_line, env, needle", [
+    (command_line, env, needle) for command_line in (["calibrate", "--no-compute"], ["validate", "--model", "mlp"])
+    for env, needle in _TORCHRUN_ENV_CASES if command_line[0] == "calibrate" or "LOCAL_WORLD_SIZE" not in env])
+def test_a_bad_torchrun_environment_is_one_line(capsys, tmp_path, monkeypatch, command_line, env, needle):
+    """fuzz5: calibrate and validate under torchrun read WORLD_SIZE/LOCAL_WORLD_SIZE with int() (a
+    traceback for 'abc') and handed RANK/MASTER_PORT to torch unchecked (validate: torch's ValueError
+    traceback without MASTER_PORT)."""
+    monkeypatch.setattr(subprocess, "Popen", _no_ranks)
+    base = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    for name, value in {**base, **env}.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    out = tmp_path / "node.json"
+    extra = ["--out", str(out)] if command_line[0] == "calibrate" else []
+    rc = main([*command_line, *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and needle in err, err
+    assert not out.exists()

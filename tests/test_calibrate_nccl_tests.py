@@ -222,6 +222,40 @@ def test_measuring_flags_with_from_nccl_tests_are_refused(capsys, tmp_path, flag
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.parametrize("args, needle", [
+    # Measurement flags with defaults of their own were dropped, invalid values included (fuzz5):
+    # --budget -1 or --ci 5 with --from-nccl-tests wrote a profile with exit status 0.
+    (["--budget", "-1"], "--budget: -1.0 applies to a measurement"),
+    (["--ci", "5"], "--ci: 5.0 applies to a measurement"),
+    (["--timeout", "30"], "--timeout: 30.0 applies to a measurement"),
+    (["--no-compute"], "--no-compute: applies to a measurement"),
+    (["--fresh-processes", "0"], "--fresh-processes: 0 applies to a measurement"),
+    (["--optimizer", "sgd"], "--optimizer: 'sgd' applies to a measurement"),
+    (["--micro-batch", "2"], "--micro-batch: 2 applies to a measurement"),
+])
+def test_measuring_flags_with_defaults_are_refused_with_from_nccl_tests(capsys, tmp_path, args, needle):
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text(OLD_FORMAT)
+    rc, _, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(path), *args, "--out", str(tmp_path / "p.json"))
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"dpsim: error: {needle}"), err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_ranks_per_node_that_contradicts_the_device_list_is_refused(capsys, tmp_path):
+    # The device list wins, and a --ranks-per-node that disagreed with it was silently dropped (fuzz5).
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text(OLD_FORMAT)
+    with pytest.raises(ProfileError, match=r"--ranks-per-node 3 contradicts the log's device list \(4 ranks on 1 "
+                                           r"host\(s\), 4 per host\)"):
+        parse_nccl_tests(path, ranks_per_node=3)
+    assert parse_nccl_tests(path, ranks_per_node=4).n_nodes == 1  # agreeing with the list is fine
+    rc, _, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(path), "--ranks-per-node", "2",
+                         "--out", str(tmp_path / "p.json"))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--ranks-per-node 2 contradicts" in err
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_missing_log_and_missing_flag(capsys, tmp_path):
     rc, _, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(tmp_path / "nope.log"))
     assert rc == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1

@@ -8,6 +8,7 @@ and exits with status 2, never a traceback; ``python -m dpsim`` works like ``dps
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -465,3 +466,39 @@ def test_a_nonsense_terminal_width_still_prints(columns, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", columns)
     assert main(["models"]) == 0
     assert "gpt2" in capsys.readouterr().out
+
+
+
+class _FullDisk(io.RawIOBase):
+    """A file on a disk with ``room`` bytes left: a write stores what fits and returns that count, the
+    next one raises ENOSPC (as a regular file on a full file system does)."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.written = b""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        if not self.room:
+            raise OSError(28, "No space left on device")
+        kept = bytes(data[:self.room])
+        self.room -= len(kept)
+        self.written += kept
+        return len(kept)
+
+
+@pytest.mark.parametrize("argv", [["predict", "--gpus", "16", "--model", "gpt2", "--json"], ["models"]])
+@pytest.mark.parametrize("room", [0, 100])
+def test_a_full_disk_under_the_standard_output_is_one_line(capsys, monkeypatch, argv, room):
+    """fuzz5: `dpsim plan --json > out.json` on a nearly full disk wrote the first 8 KiB and exited with
+    status 0 (the text layer dropped the short write's count); with no room at all, a traceback."""
+    capsys.readouterr()
+    disk = _FullDisk(room)
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BufferedWriter(disk, buffer_size=64), encoding="utf-8"))
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 2 and err == ("dpsim: error: cannot write the standard output: No space left on device; what "
+                                   "was written is incomplete\n")
+    assert len(disk.written) == room

@@ -190,6 +190,21 @@ def test_bad_values_are_one_line_naming_the_flag(flags, needle):
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("flags", [
+    {"model": "gpt2", "gpus": 8, "link": "nvlink", "strategy": "fsdp"},
+    {"model": "llama-2-7b", "gpus": 16, "link": "dgx-a100", "tp": 2, "pp": 2},
+])
+def test_recompute_every_past_the_last_block_is_refused(flags):
+    """fuzz5: --recompute full --recompute-every 1000 on a 32-block model checkpointed no block and
+    reported the step of a run without recomputation, exit status 0."""
+    from dpsim import predict
+    blocks = {"gpt2": 12, "llama-2-7b": 32}[flags["model"]]
+    with pytest.raises(ConfigError, match=rf"^--recompute-every: {blocks + 1} checkpoints every {blocks + 1}-th "
+                                          rf"block, but the model has {blocks}, so none would be recomputed"):
+        predict(PredictConfig(**flags, recompute="full", recompute_every=blocks + 1, micro_batch=1))
+    assert predict(PredictConfig(**flags, recompute="full", recompute_every=blocks, micro_batch=1)).step_time_s > 0
+
+
 def test_library_refuses_bad_policy_and_options():
     with pytest.raises(ConfigError, match="--recompute-every: 3 applies with --recompute full"):
         CheckpointPolicy(mode="op", every=3)

@@ -332,6 +332,15 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
     (dict(global_batch=64, verify=-1), r"^--verify: -1 is not valid"),
     (dict(global_batch=64, tokens=1e9, budget_usd=float("nan")), "^--budget-usd: nan"),
     (dict(global_batch=64, tokens=1e9, gpu_hour_usd=-1.0), "^--gpu-hour-usd: -1.0 is not valid"),
+    # Unbounded prices (fuzz5): 1e250 USD per GPU-hour costed layouts at ~1e254 USD in plan's JSON, and
+    # 1e308 overflowed every cost to null while --rank cost still ranked by it.
+    (dict(global_batch=64, tokens=1e9, gpu_hour_usd=1e250), r"^--gpu-hour-usd: 1e\+250 is not valid.*<= 10,000"),
+    (dict(global_batch=64, tokens=1e9, gpu_hour_usd={"h100": 1e308}), r"^--gpu-hour-usd.h100: 1e\+308 is not valid"),
+    # --cp-comm with a search that has no context parallelism was silently dropped (--no-cp-balance said so).
+    (dict(global_batch=64, cp_comm="a2a"), "^--cp-comm: 'a2a' applies only with context parallelism, and the search "
+                                           "has none"),
+    (dict(global_batch=64, pps=[1], schedules=["zb-h1", "dualpipe"]),  # searched 1F1B only, in silence
+     "^--schedules: zb-h1,dualpipe applies only to pipeline-parallel layouts, and --pp 1 searches none"),
 ])
 def test_plan_refuses_a_bad_global_batch_or_budget_in_one_line(kwargs, needle):
     from dpsim.plan.planner import plan_layouts

@@ -157,6 +157,24 @@ def test_a_misspelt_config_setting_is_refused(libraries, ref, needle):
     assert needle in str(exc.value) and "\n" not in str(exc.value)
 
 
+@pytest.mark.parametrize("ref, needle", [
+    ("transformers:TinyGPTConfig(n_layer=100000)", "TinyGPTConfig() has n_layer=100,000; expected at most 1,024 blocks"),
+    ("transformers:TinyGPTForCausalLM(n_layer=5000)", "TinyGPTForCausalLM() has n_layer=5,000; expected at most 1,024"),
+])
+def test_a_config_deeper_than_the_layer_limit_is_refused_before_it_is_built(libraries, ref, needle, monkeypatch):
+    """fuzz5: num_hidden_layers=100000 constructed modules on the meta device for minutes (until the
+    300-s load limit); now refused before the model is built."""
+    import transformers
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was built")
+
+    monkeypatch.setattr(transformers.TinyGPTForCausalLM, "__init__", never)
+    with pytest.raises(WorkloadError) as exc:
+        libraries(ref)
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
 def test_predict_runs_a_library_model(libraries):
     from dpsim.predict import PredictConfig, predict
 

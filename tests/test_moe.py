@@ -290,6 +290,23 @@ def test_capacity_factor_drops_tokens_and_caps_the_busiest_rank():
     assert capped.step_time_s < dropless.step_time_s
 
 
+def test_a_capacity_under_one_pair_is_refused_and_drops_are_printed(capsys, monkeypatch):
+    """fuzz5: --moe-capacity-factor 1e-300 dropped every token (MFU 108 %) and the tables never said
+    that any were dropped (only the JSON's expert_dropped_fraction did)."""
+    from dpsim.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")  # rich sizes tables to COLUMNS: keep the row on one line
+    with pytest.raises(ConfigError, match=r"^--moe-capacity-factor: 1e-300 gives each of the 8 experts a capacity "
+                                          r"of .* under one, so every token would be dropped; expected at least"):
+        predict(_mixtral(moe_capacity_factor=1e-300))
+    argv = ["predict", "--model", "mixtral-8x7b", "--gpus", "64", "--pp", "4", "--ep", "8", "--link", "infiniband",
+            "--gpu", "h100", "--micro-batch", "1", "--global-batch", "64", "--strategy", "zero1", "--steps", "1"]
+    assert main([*argv, "--moe-capacity-factor", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "dropped at expert capacity" in out and "MFU still counts their FLOPs" in out
+    assert main(argv) == 0 and "dropped at expert capacity" not in capsys.readouterr().out
+
+
 def test_hierarchical_all_to_all_differs_only_across_servers():
     inside = [predict(_mixtral(moe_a2a=a)).layout.ep_comm_s for a in ("flat", "hierarchical")]
     assert inside[0] == inside[1]  # ep 8 fits one 8-GPU server

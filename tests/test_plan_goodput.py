@@ -169,9 +169,35 @@ def test_plan_keeps_the_layouts_that_finish_when_some_never_do():
     only when no layout finishes (the CLI case below)."""
     res = plan_layouts(dpsim.PredictConfig(model="llama-2-7b", gpus=8, link="infiniband"), global_batch=512,
                        gpus=[8, 64], tokens=1e9, rank_by="goodput", verify=0, top=10_000,
-                       failures=FailureInputs(rates=FailureRates(node_mtbf_s=60.0)))
+                       failures=FailureInputs(rates=FailureRates(node_mtbf_s=300.0)))
     walls = [e.reliability.expected_wall_s for e in res.ranked]
-    assert math.isfinite(walls[0]) and walls == sorted(walls) and walls[-1] > 1e6 * walls[0]
+    assert math.isfinite(walls[0]) and walls == sorted(walls) and walls[-1] == math.inf
+    # Past MAX_FAILURES_PER_RUN expected failures a layout never finishes (fuzz5: the closed form's
+    # finite 6e173 s was ranked and printed); at 60 s (restart 608 s) every layout is past it.
+    assert all(e.candidate.gpus == 8 for e in res.ranked if math.isfinite(e.reliability.expected_wall_s))
+    with pytest.raises(ConfigError, match="none of the 3,020 layouts that fit would finish training"):
+        plan_layouts(dpsim.PredictConfig(model="llama-2-7b", gpus=8, link="infiniband"), global_batch=512,
+                     gpus=[8, 64], tokens=1e9, rank_by="goodput", verify=0,
+                     failures=FailureInputs(rates=FailureRates(node_mtbf_s=60.0)))
+
+
+def test_plan_json_carries_no_astronomical_time_to_train(capsys):
+    """fuzz5: --tokens 1e18 at --mtbf-gpu 1h with a 1 MB/s checkpoint ranked layouts whose expected
+    time through failures was 6e173 s (plan --rank goodput --json); each would fail ~1e172 times."""
+    from dpsim.limits import MAX_FAILURES_PER_RUN
+
+    argv = ["plan", "--gpus", "64", "--model", "llama-2-7b", "--link", "dgx-a100", "--global-batch", "256", "--top", "2",
+            "--json", "--rank", "goodput", "--tokens", "1e18", "--verify", "0", "--mtbf-gpu", "1h",
+            "--checkpoint-bandwidth", "1MB/s"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "none of the 2,297 layouts that fit would finish training" in err
+    argv[argv.index("1e18")] = "1T"
+    assert main(argv[:-4]) == 0  # a run that finishes: finite, sane numbers
+    d = json.loads(capsys.readouterr().out)
+    for e in d["layouts"]:
+        r = e["reliability"]
+        assert r["expected_wall_s"] / r["mtbf_s"] <= MAX_FAILURES_PER_RUN and r["expected_wall_s"] < 1e40
 
 
 

@@ -257,6 +257,12 @@ def test_cli_report_and_timeline(tmp_path, capsys, monkeypatch):
     (["report", "--scaling-gpus", "8,x", "-o", "x.html"], "--scaling-gpus: 'x'"),
     (["report", "--model", "resnet50", "--tokens", "1T", "-o", "x.html"], "--samples"),
     (["predict", "--timeline", "t.png"], "--timeline: 't.png' is not an .html file"),
+    # fuzz5: GPU counts of the user's that the job cannot run on were dropped from the figure in silence.
+    (["report", "--model", "gpt2", "--gpus", "8", "--link", "nvlink", "--scaling-gpus", "8,12", "-o", "x.html"],
+     "--scaling-gpus: 12 cannot be predicted for this job: --gpus: 12 is not a multiple of --gpus-per-node=8"),
+    (["report", "--model", "llama-2-7b", "--gpus", "16", "--link", "dgx-a100", "--pp", "4", "--micro-batch", "1",
+      "--global-batch", "64", "--scaling-gpus", "16,18", "-o", "x.html"],
+     "--scaling-gpus: 18 is not a multiple of --tp x --cp x --pp = 4"),
 ])
 def test_cli_report_errors_are_one_line(tmp_path, capsys, monkeypatch, args, needle):
     monkeypatch.chdir(tmp_path)

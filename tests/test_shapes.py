@@ -277,3 +277,16 @@ def test_a_config_is_refused_by_its_own_attribute_names(model_type, attrs, messa
     text = str(err.value)
     assert text.startswith("--model transformers:Cfg(...): ") and message in text and "\n" not in text
     assert "layers=" not in text and "head_dim=" not in text
+
+
+def test_a_shape_sequence_past_the_seq_len_limit_is_refused():
+    """fuzz5: --seq-len stops at MAX_SEQ_LEN, a shape's own seq= did not (seq=10000000 predicted a
+    24-day step at an MFU of 96 %); a shorter --seq-len still runs the same shape."""
+    from dpsim.limits import MAX_SEQ_LEN
+
+    ref = f"transformer:hidden=256,layers=2,heads=4,ffn=512,vocab=1000,seq={MAX_SEQ_LEN + 1},name=long"
+    with pytest.raises(WorkloadError, match=rf"^--model long: its sequence of {MAX_SEQ_LEN + 1:,} tokens .* is over "
+                                            rf"{MAX_SEQ_LEN:,}; give a shorter one: --seq-len"):
+        get_model(ref)
+    assert get_model(ref, seq_len=4096).tokens_per_sample == 4096
+    assert get_model(ref.replace(str(MAX_SEQ_LEN + 1), str(MAX_SEQ_LEN))).tokens_per_sample == MAX_SEQ_LEN

@@ -12,9 +12,11 @@ from pathlib import Path
 from dpsim.calibrate.build import profile_from_nccl_tests, profile_from_results
 from dpsim.calibrate.runner import (
     CalibrationPlan,
+    check_torchrun_env,
     default_backend,
     run_local,
     run_torchrun,
+    torchrun_count,
     under_torchrun,
 )
 from dpsim.calibrate.summary import profile_report
@@ -495,6 +497,8 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
     """
     _validate(opts)
     torchrun = under_torchrun()
+    if torchrun:
+        check_torchrun_env()
     rank0 = not torchrun or os.environ.get("RANK") == "0"
     if torchrun and not rank0:
         # one copy of torch's C++ warnings (gloo's host-name lookups), not one per rank
@@ -512,8 +516,8 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
     if torchrun:
         if opts.nproc is not None:
             raise ConfigError("--nproc: not allowed under torchrun; torchrun's --nproc-per-node sets the ranks")
-        nproc = int(os.environ["WORLD_SIZE"])
-        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
+        nproc = torchrun_count("WORLD_SIZE")
+        ranks_here = torchrun_count("LOCAL_WORLD_SIZE", default=1)
     else:
         nproc = opts.nproc if opts.nproc is not None else (n_gpus if backend == "nccl" else
                                                           max(2, min(4, os.cpu_count() or 2)))

@@ -236,6 +236,14 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
     if ranks:
         n_ranks = len(ranks)
         n_nodes = len(hosts)  # the device list is authoritative; --ranks-per-node is not needed
+        if ranks_per_node is not None:
+            # ... and one that contradicts it was silently dropped (--ranks-per-node 3 on 2 hosts of 8).
+            per_host = [sum(1 for h, _ in ranks.values() if h == host) for host in hosts]
+            if any(k != ranks_per_node for k in per_host):
+                counts = ", ".join(str(k) for k in dict.fromkeys(per_host))
+                raise _fail(path, None, f"--ranks-per-node {ranks_per_node} contradicts the log's device list "
+                                        f"({n_ranks} ranks on {n_nodes} host(s), {counts} per host); leave "
+                                        f"--ranks-per-node out, the list gives the nodes")
     else:
         n_ranks = _ranks_from_ratio(op, last_ratio) if last_ratio else None
         if n_ranks is None:

@@ -45,7 +45,12 @@ from pathlib import Path
 from typing import Callable
 
 from dpsim.errors import CalibrationError, ConfigError
-from dpsim.processes import die_with_parent, reap_dead_owner_dirs
+from dpsim.processes import (  # noqa: F401 - check_torchrun_env and torchrun_count re-exported for command.py
+    check_torchrun_env,
+    die_with_parent,
+    reap_dead_owner_dirs,
+    torchrun_count,
+)
 
 EVENT_PREFIX = "@@dpsim "
 """Workers print progress events as ``@@dpsim {json}`` lines on stdout."""
@@ -60,6 +65,7 @@ is at least this: importing torch on a loaded machine can take longer than --tim
 def under_torchrun() -> bool:
     """True when this process was started as one rank of a torchrun/torch.distributed job."""
     return all(os.environ.get(v) for v in TORCHRUN_VARS)
+
 
 
 @dataclass(kw_only=True)

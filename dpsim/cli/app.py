@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import gc
 import importlib
 import json
@@ -39,6 +40,9 @@ except ImportError:  # older typer uses click itself
     from click import exceptions as _click_exceptions  # type: ignore[no-redef]
 _CLICK_ERRORS = (_click_exceptions.ClickException,)
 _ABORTS = tuple({typer.Abort, getattr(_click_exceptions, "Abort", typer.Abort)})
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+"""Errors of a write that the machine, not dpsim, caused (a full disk under ``dpsim plan --json > out.json``):
+one line, not a traceback. Files dpsim writes itself already say so (dpsim.files); this is the standard output."""
 
 try:  # typer >= 0.2x converts every value through a pydantic TypeAdapter built on first use
     from typer._coercion import RuntimeParam as _RuntimeParam
@@ -177,7 +181,19 @@ def _json_safe(obj):
 
 
 def _emit_json(obj: dict) -> None:
-    sys.stdout.write(json.dumps(_json_safe(obj), indent=2, allow_nan=False) + "\n")
+    text = json.dumps(_json_safe(obj), indent=2, allow_nan=False) + "\n"
+    raw = getattr(sys.stdout, "buffer", None)
+    if raw is None:  # a StringIO (tests, a caller's redirect)
+        sys.stdout.write(text)
+        return
+    # Bytes in a loop, not one text write: on a nearly full disk the buffered writer writes what fits and
+    # returns that count, which the text layer drops, so `plan --json > out.json` was cut at 8 KiB with
+    # exit status 0. The next write raises ENOSPC, which main() reports in one line.
+    sys.stdout.flush()
+    view = memoryview(text.encode(sys.stdout.encoding or "utf-8", errors="replace"))
+    while view:
+        view = view[raw.write(view):]
+    raw.flush()
 
 
 EXTRAS = {"torch": "torch", "torchvision": "torch", "dask": "plan", "distributed": "plan", "pyarrow": "plan",
@@ -260,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         with _signals_raise(received):  # first: a signal during start-up is honoured too
             command = typer.main.get_command(app)
             status = command.main(args=argv, prog_name="dpsim", standalone_mode=False)
+            # Flushed here, not at exit: a full disk under `dpsim plan --json > out.json` left a truncated
+            # file and exit status 0 when the interpreter's own flush failed.
+            sys.stdout.flush()
     except Interrupted as exc:
         return _interrupted(exc.signum)
     except _ABORTS:
@@ -282,6 +301,14 @@ def main(argv: list[str] | None = None) -> int:
     except DpsimError as exc:
         print(f"dpsim: error: {error_line(str(exc))}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS:
+            raise
+        where = repr(exc.filename) if exc.filename else "the standard output"
+        print(f"dpsim: error: cannot write {where}: {exc.strerror or exc}; what was written is incomplete",
+              file=sys.stderr)
+        _discard_stdout()
+        return 2
     except ModuleNotFoundError as exc:
         message = missing_extra(exc)
         if message is None:
@@ -297,6 +324,18 @@ def main(argv: list[str] | None = None) -> int:
             print("dpsim: interrupted; the command did not finish", file=sys.stderr)
         return status
     return 0
+
+
+def _discard_stdout() -> None:
+    """Drop what the standard output still buffers after a failed write, so that the interpreter's
+    flush at exit does not fail again (a second message, 'Exception ignored ...', on stderr)."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        pass
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        # The buffered bytes that cannot be written are dropped: flush() failed and would fail again.
+        sys.stdout = sys.__stdout__ = open(os.dup(sys.stdout.fileno()), "w", closefd=True)  # noqa: SIM115
 
 
 def _interrupted(signum: int) -> int:

@@ -36,6 +36,7 @@ def _names(raw: Optional[str], flag: str) -> Optional[list[str]]:
 
 
 def calibrate(
+    ctx: typer.Context,
     logs: Optional[list[str]] = typer.Argument(None, help="nccl-tests logs (with --from-nccl-tests)."),
     from_nccl_tests: bool = typer.Option(
         False, "--from-nccl-tests", help="Fit the given nccl-tests logs (all_reduce_perf, all_gather_perf, "
@@ -144,9 +145,20 @@ def calibrate(
                  "-f/--stepfactor": stepfactor, "--ops": ops, "--warmup": warmup, "--iters": iters,
                  "--max-iters": max_iters, "--dtypes": dtypes, "--model": model, "--seq-len": seq_len,
                  "--input-shape": input_shape}
+    if from_nccl_tests:
+        # Those with a default of their own were dropped the same way, an invalid value included
+        # (--from-nccl-tests LOG --budget -1 or --ci 5 wrote a profile, status 0): refused when given.
+        for flag, param, value in (("--ci", "ci", ci), ("--budget", "budget", budget), ("--timeout", "timeout", timeout),
+                                   ("--compute" if compute else "--no-compute", "compute", None),
+                                   ("--fresh-processes", "fresh_processes", fresh_processes),
+                                   ("--optimizer", "optimizer", optimizer), ("--micro-batch", "micro_batch", micro_batch)):
+            source = ctx.get_parameter_source(param)
+            if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+                measuring[flag] = flag if value is None else value
     given = [flag for flag, value in measuring.items() if value is not None]
     if from_nccl_tests and given:
-        raise ConfigError(f"{given[0]}: {short(measuring[given[0]])} applies to a measurement; --from-nccl-tests "
+        shown = "" if measuring[given[0]] == given[0] else f" {short(measuring[given[0]])}"
+        raise ConfigError(f"{given[0]}:{shown} applies to a measurement; --from-nccl-tests "
                           f"only fits the logs given: leave {given[0]} out")
     if not compute:
         skipped = [flag for flag in ("--model", "--dtypes", "--seq-len", "--input-shape") if measuring[flag] is not None]

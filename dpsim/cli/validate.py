@@ -64,6 +64,7 @@ def validate(
         check_number(bucket_cap_mb, "--bucket-cap-mb", 0, MAX_BUCKET_CAP_MB, open_below=True)
     require_torch("dpsim validate")
 
+    from dpsim.processes import torchrun_count
     from dpsim.validate.api import ValidationConfig, validate_under_torchrun
     from dpsim.validate.api import validate as run_validation
     from dpsim.validate.testbed import parse_rate_bits_per_s
@@ -74,7 +75,7 @@ def validate(
         raise ConfigError("validate: give --emulate-hosts N, or run under torchrun (RANK/WORLD_SIZE/MASTER_ADDR)")
     config = ValidationConfig(
         model=model, micro_batch=micro_batch, bucket_cap_mb=bucket_cap_mb,
-        world_size=int(os.environ["WORLD_SIZE"]) if under_torchrun else emulate_hosts,
+        world_size=torchrun_count("WORLD_SIZE") if under_torchrun else emulate_hosts,
         nic_bits_per_s=None if under_torchrun else nic_bits_per_s,
         racks=racks, oversubscription=oversubscription, steps=steps, input_shape=input_shape, optimizer=optimizer,
     )

@@ -24,7 +24,7 @@ from typing import Mapping
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GPU_PRESETS
-from dpsim.limits import MAX_TOKENS, short
+from dpsim.limits import MAX_GPU_HOUR_USD, MAX_TOKENS, short
 
 _MODAL_LAMBDA = ("techbytes.app/posts/serverless-gpu-pricing-matrix-modal-replicate-lambda-2026 (prices verified "
                  "May 7, 2026 from the vendors' pricing pages)")
@@ -169,8 +169,12 @@ def format_count(value: float) -> str:
 def _check_price(value: object, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{field}: {value!r} is not a price; expected US dollars per GPU-hour, a number >= 0")
-    if not (math.isfinite(value) and value >= 0):
-        raise ConfigError(f"{field}: {value!r} is not valid; expected US dollars per GPU-hour, a number >= 0")
+    # Bounded here, not only in the CLI's check_prices: `dpsim plan --gpu-hour-usd 1e250` (and plan's
+    # API) costed layouts at 7e254 USD in its JSON, and 1e308 overflowed every cost to null while
+    # --rank cost still ranked by it.
+    if not (math.isfinite(value) and 0 <= value <= MAX_GPU_HOUR_USD):
+        raise ConfigError(f"{field}: {value!r} is not valid; expected US dollars per GPU-hour, a number >= 0 and "
+                          f"<= {MAX_GPU_HOUR_USD:,.0f}")
     return float(value)
 
 

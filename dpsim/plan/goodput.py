@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsim.errors import ConfigError
-from dpsim.limits import MAX_GOODPUT_FAILURES, MIN_CHECKPOINT_INTERVAL_S
+from dpsim.limits import MAX_FAILURES_PER_RUN, MAX_GOODPUT_FAILURES, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.plan.reliability import (
     COMPONENTS,
     POLICIES,
@@ -465,7 +465,7 @@ def _simulate_wait(jobs: list[TrainingJob], seeds: list[int], streams: _Streams)
     return out
 
 
-_MAX_FAILURES_PER_RUN = 1e5
+_MAX_FAILURES_PER_RUN = MAX_FAILURES_PER_RUN
 """Beyond this many expected failures per run a job cannot be simulated (nor finish): refused."""
 
 

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from dpsim.errors import ConfigError
-from dpsim.limits import MAX_RECOVERY_S
+from dpsim.limits import MAX_FAILURES_PER_RUN, MAX_RECOVERY_S
 from dpsim.plan.reliability import (
     DEFAULT_CHECKPOINT_BYTES_PER_S,
     DEFAULT_RESTART_S,
@@ -258,6 +258,10 @@ def layout_goodput(*, work_s: float, cluster: ClusterShape, checkpoint: Checkpoi
         tau = work_s
     wall = expected_wall_time_s(work_s, tau, checkpoint.write_s, restart, m, down)
     bare = expected_wall_time_s(work_s, tau, checkpoint.write_s, restart, m, failures.replace_s)
+    # As dpsim goodput refuses such a job: past MAX_FAILURES_PER_RUN expected failures a run never
+    # finishes (infinite: ranked last, or the search refused when no layout finishes). The closed form's
+    # finite 6e173 s went into plan --rank goodput's JSON and tables as a time to train.
+    wall, bare = (math.inf if not x / m <= MAX_FAILURES_PER_RUN else x for x in (wall, bare))
     return LayoutGoodput(
         work_s=work_s, blast_radius_gpus=cluster.n_nodes * cluster.gpus_per_node, mtbf_s=m, checkpoint=checkpoint,
         restart_s=restart, interval_s=tau, young_s=young_interval_s(checkpoint.write_s, m),

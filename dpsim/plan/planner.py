@@ -445,6 +445,8 @@ PLAN_RECOMPUTES = ("off", "selective", "full", "op", "megatron", "moe")
 """``--recompute`` values the search takes (``dpsim plan --recompute``)."""
 PLAN_SCHEDULES = ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1", "dualpipe")
 """``--schedules`` values the search takes (``dpsim plan --schedules``)."""
+_DEFAULT_SCHEDULES = ("1f1b", "1f1b-interleaved")
+"""What ``dpsim plan`` passes as ``schedules`` unless ``--schedules`` is given."""
 MAX_TOP = 10_000
 MAX_VERIFY = 100
 
@@ -1286,6 +1288,16 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "
                               f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
                               f"--model mixtral-8x7b)")
+    if pps and max(pps) == 1 and schedules and tuple(schedules) != _DEFAULT_SCHEDULES and set(schedules) - {"1f1b"}:
+        # A layout without a pipeline has no schedule: `plan --pp 1 --schedules dualpipe` searched 1F1B only
+        # (the command line's default pair is passed whether given or not, so it is not blamed).
+        raise ConfigError(f"--schedules: {','.join(schedules)} applies only to pipeline-parallel layouts, and --pp "
+                          f"{','.join(map(str, pps))} searches none; give --pp 2 or more, or leave --schedules out")
+    if planner.cp_comm != "p2p" and max(planner.cps(cps)) == 1:
+        # As --no-cp-balance below: `plan --cp-comm a2a` on a short sequence searched no cp and dropped it.
+        raise ConfigError(f"--cp-comm: {planner.cp_comm!r} applies only with context parallelism, and the search has "
+                          f"none; give --cp 2 or more (searched by default for a sequence of {CP_MIN_TOKENS:,} tokens "
+                          f"or more), or leave it out")
     if not planner.cp_balance and max(planner.cps(cps)) == 1:
         raise ConfigError(f"--no-cp-balance: applies only with context parallelism, and the search has none; give "
                           f"--cp 2 or more (searched by default for a sequence of {CP_MIN_TOKENS:,} tokens or more), "
@@ -1435,7 +1447,7 @@ def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: i
                           search: dict[str, Any]) -> str:
     """Why the search has no layout at all: the restricting flags without which it would have some."""
     defaults = {"strategies": tuple(DEFAULT_STRATEGIES), "recomputes": ("off", "selective", "full"),
-                "schedules": ("1f1b", "1f1b-interleaved")}  # what the command line passes unless told otherwise
+                "schedules": _DEFAULT_SCHEDULES}  # what the command line passes unless told otherwise
     given = {k: v for k, v in search.items() if v is not None and (v or isinstance(v, bool))
              and (k not in defaults or tuple(v) != defaults[k])}
 

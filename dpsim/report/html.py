@@ -112,6 +112,11 @@ def collect(config, *, tokens: float | str | None = None, samples: float | str |
     counts = sorted(set(scaling_gpus)) if scaling_gpus else scaling_gpu_counts(prediction.n_gpus, gpn)
     if config.parallelism.layout_active:  # a tensor/pipeline layout scales by data-parallel replicas
         shard = config.parallelism.tp * config.parallelism.cp * config.parallelism.pp
+        if scaling_gpus and any(n % shard for n in counts):
+            # The user's own counts were dropped in silence (the figure lost them, or showed only this job).
+            bad = next(n for n in counts if n % shard)
+            raise ConfigError(f"--scaling-gpus: {bad} is not a multiple of --tp x --cp x --pp = {shard}, the GPUs of "
+                              f"one data-parallel replica; give multiples of {shard}")
         counts = [n for n in counts if n % shard == 0] or [prediction.n_gpus]
         base["dp"] = None
     if config.cluster.topology_file:
@@ -123,7 +128,14 @@ def collect(config, *, tokens: float | str | None = None, samples: float | str |
         raise ConfigError("--tokens: this model has no tokens (an image model); give a sample budget (--samples)")
     grid = {k: [v] for k, v in base.items()}
     grid.update(gpus=counts, link=links)
-    scaling = [r for r in sweep_records(SweepSpec.from_grid(grid, **budget), skip_invalid=True) if not r["error"]]
+    records = sweep_records(SweepSpec.from_grid(grid, **budget), skip_invalid=True)
+    if scaling_gpus:
+        # Counts the user gave that this job cannot run on were dropped in silence (--scaling-gpus 12 on
+        # 8-GPU servers: a report without them); the other fabrics' points may still fail and be left out.
+        bad = next((r for r in records if r["error"] and r["link"] == config.cluster.link), None)
+        if bad is not None:
+            raise ConfigError(f"--scaling-gpus: {bad['gpus']} cannot be predicted for this job: {bad['error']}")
+    scaling = [r for r in records if not r["error"]]
     buckets: list[dict] = []
     if config.parallelism.strategy == "ddp" and not config.parallelism.layout_active:  # bucket_cap_mb is DDP's knob
         grid = {k: [v] for k, v in base.items()}

@@ -45,6 +45,11 @@ def layout_tables(p) -> list[Table]:
         rows.insert(2, ("expert-parallel all-to-alls waited for",
                         f"none on stage 0 (stage {busiest.stage} waits "
                         f"{format_seconds(busiest.ep_comm_s + busiest.etp_comm_s)})"))
+    if rep.expert_load is not None and rep.expert_load.dropped_fraction > 0:
+        # Only the JSON said so: --moe-capacity-factor 0.01 printed an MFU of 106 % (FLOPs of the dropped
+        # tokens' expert GEMMs are in the model's count, not in the step) with no word of the drops.
+        rows.append(("(token, expert) pairs dropped at expert capacity",
+                     f"{_pct(rep.expert_load.dropped_fraction)} (MFU still counts their FLOPs)"))
     if lay.pp > 1:
         p2p = f"{format_bytes(rep.p2p_bytes)} per GPU in {format_seconds(rep.p2p_s)}, {rep.transfers} per step"
         rows.append(("point-to-point transfer", p2p))

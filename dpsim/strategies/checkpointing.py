@@ -144,6 +144,12 @@ def policy_of(activation_checkpointing: bool = False, checkpointing: CheckpointP
 
 def checkpointed(units: Sequence, policy: CheckpointPolicy) -> list:
     """The units ``policy`` checkpoints, of ``units`` (non-root, forward order)."""
+    if policy.mode == "full" and policy.every > len(units):
+        # --recompute full --recompute-every 1000 on 32 blocks checkpointed none of them: a run without
+        # recomputation reported as one with it (every caller passes the whole model's units).
+        raise ConfigError(f"--recompute-every: {policy.every} checkpoints every {policy.every}-th block, but the "
+                          f"model has {len(units)}, so none would be recomputed; give at most {len(units)}, or "
+                          f"--recompute off")
     return [u for pos, u in enumerate(units) if policy.checkpoints(pos)]
 
 

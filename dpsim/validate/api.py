@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 from dpsim.errors import ConfigError
+from dpsim.processes import check_torchrun_env
 from dpsim.validate import worker
 from dpsim.validate.models import check_model, predict_reference, resolve
 from dpsim.validate.runner import measured_summary, predict_run, run_ranks
@@ -154,6 +155,7 @@ def predict_again(config: ValidationConfig, run: dict) -> ValidationResult:
 
 def validate_under_torchrun(config: ValidationConfig) -> ValidationResult | None:
     """Run this process's rank under torchrun (RANK/WORLD_SIZE set); rank 0 gets the result."""
+    check_torchrun_env()
     model = trace(config)
     rank = int(os.environ["RANK"])
     with tempfile.TemporaryDirectory(prefix=f"dpsim-validate-{os.getpid()}-") as tmp:

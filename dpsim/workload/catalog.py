@@ -86,6 +86,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from dpsim.errors import WorkloadError
+from dpsim.limits import MAX_SEQ_LEN
 from dpsim.workload.architectures import (
     BertConfig,
     GPT2Config,
@@ -340,4 +341,12 @@ def get_model(name: str, *, seq_len: int | None = None, dtype: str = "float32",
     (GPT-2 ``n_positions``, BERT ``max_position_embeddings``), must be ``1 + k²`` for
     ViT (it sets the image size) and is rejected for ResNet.
     """
-    return get_entry(name).build(seq_len=seq_len, dtype=dtype, flash_attention=flash_attention)
+    model = get_entry(name).build(seq_len=seq_len, dtype=dtype, flash_attention=flash_attention)
+    tokens = model.tokens_per_sample or 0
+    if seq_len is None and tokens > MAX_SEQ_LEN:
+        # --seq-len is bounded, a shape's own sequence was not: transformer:...,seq=10000000 (or a
+        # transformers config's max_position_embeddings) predicted a 24-day step at an MFU of 96 %.
+        raise WorkloadError(f"--model {model.name}: its sequence of {tokens:,} tokens (seq=, or a configuration's "
+                            f"context length) is over {MAX_SEQ_LEN:,}; give a shorter one: --seq-len (a shape) or "
+                            f"--input-shape (a transformers configuration), at most {MAX_SEQ_LEN:,} tokens")
+    return model

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpsim.errors import WorkloadError
+from dpsim.limits import MAX_LAYERS
 from dpsim.workload.shapes import shape_of_hf_config, shape_ref
 
 LIBRARY_EXTRA = "models"
@@ -159,12 +160,32 @@ def _build(builder: Any, kwargs: dict[str, Any]) -> Any:
     if _is_hf_model_class(builder):
         check_config_kwargs(builder.config_class, kwargs, builder.__name__)
         config = builder.config_class(**kwargs)
+        _check_depth(config, builder.__name__, kwargs)
         return builder(config)
     made = builder(**kwargs)
     if _is_hf_config(made):
-        check_config_kwargs(type(made), kwargs, getattr(builder, "__name__", type(made).__name__))
+        name = getattr(builder, "__name__", type(made).__name__)
+        check_config_kwargs(type(made), kwargs, name)
+        _check_depth(made, name, kwargs)
         return _model_for_config(made)
     return made
+
+
+_DEPTH_FIELDS = ("num_hidden_layers", "num_layers", "num_decoder_layers", "n_layer")
+"""A transformers configuration's block counts (GPT-2's ``n_layer`` is also ``num_hidden_layers``
+through its ``attribute_map``; T5 counts its decoder apart)."""
+
+
+def _check_depth(config: Any, name: str, given: dict[str, Any]) -> None:
+    """Refuse a configuration deeper than :data:`~dpsim.limits.MAX_LAYERS` blocks before its model is
+    built: ``num_hidden_layers=100000`` spent minutes constructing modules on the meta device before the
+    traced module's own limit (or the 300-s load limit) said so."""
+    # The spelling the user gave first (GPT2Config(n_layer=...), not its alias num_hidden_layers).
+    for field in sorted(_DEPTH_FIELDS, key=lambda f: f not in given):
+        value = getattr(config, field, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_LAYERS:
+            raise WorkloadError(f"--model: {name}() has {field}={value:,}; expected at most {MAX_LAYERS:,} blocks "
+                                f"(each is traced and costed as a layer)")
 
 
 def check_config_kwargs(config_class: Any, kwargs: dict[str, Any], name: str) -> None:

@@ -253,6 +253,10 @@ def inclusion_probabilities(shares: np.ndarray, top_k: int) -> np.ndarray:
     return _inclusion_cached(tuple(float(x) for x in shares), int(top_k)).copy()
 
 
+_CAPACITY_FLAG = "--moe-capacity-factor"
+"""The flag a capacity too small to keep one (token, expert) pair is refused under."""
+
+
 def _check_moe(experts: int, ep: int, top_k: int, tokens_per_rank: int, capacity_factor: float | None,
                shares: np.ndarray) -> None:
     _check_int("ep", ep, 1)
@@ -273,6 +277,14 @@ def _check_moe(experts: int, ep: int, top_k: int, tokens_per_rank: int, capacity
     if capacity_factor is not None and not (isinstance(capacity_factor, (int, float))
                                             and math.isfinite(capacity_factor) and capacity_factor > 0):
         raise ConfigError(f"capacity_factor: {capacity_factor!r} is not valid; expected a number > 0 or none (dropless)")
+    pairs = tokens_per_rank * ep * top_k
+    if capacity_factor is not None and pairs and math.floor(capacity_factor * pairs / experts) < 1:
+        # An expert capacity under one pair dropped every token: the expert GEMMs and all-to-alls
+        # vanished and --moe-capacity-factor 1e-300 reported an MFU of 108 %.
+        raise ConfigError(f"{_CAPACITY_FLAG}: {capacity_factor:g} gives each of the {experts} experts a capacity of "
+                          f"{capacity_factor * pairs / experts:.3g} of the {pairs:,} (token, expert) pairs a step "
+                          f"routes, under one, so every token would be dropped; expected at least "
+                          f"{experts / pairs:.3g}")
 
 
 def rank_load(routing: Routing, *, experts: int, ep: int, tokens_per_rank: int, top_k: int,
