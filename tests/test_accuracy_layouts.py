@@ -87,6 +87,22 @@ def test_relative_accuracy_on_one_system(results):
     assert spread <= SPREAD_BAR, f"errors from {100 * min(selene):+.1f} % to {100 * max(selene):+.1f} %"
 
 
+def test_megatron_rows_after_2021_overlap_tensor_parallel_communication_in_backward():
+    """From 2022 Megatron-LM's column-parallel linear launches its backward's tensor-parallel
+    collective asynchronously behind the weight-gradient GEMM: at 2e90a342f5 (the README commit
+    of Korthikanti's rows) the input gradient's all-reduce (``LinearWithGradAccumulationAndAsyncAllreduce``,
+    ``megatron/mpu/layers.py``, on unless ``--no-async-tensor-model-parallel-allreduce``), at
+    285068c8 (MegaScale's baseline) that or, with sequence parallelism and no flag, the
+    all-gather and reduce-scatter (``LinearWithGradAccumulationAndAsyncCommunication``,
+    ``megatron/core/tensor_parallel/layers.py``); only Narayanan's 2021 code blocks on every
+    collective."""
+    for r in accuracy_layouts.rows():
+        if r["set"] in ("korthikanti2022", "megascale2024"):
+            assert r["tp_comm_overlap"] == "backward", r["id"]
+        if r["set"] == "narayanan2021":
+            assert r["tp_comm_overlap"] == "off", r["id"]
+
+
 def test_megatron_bf16_rows_reduce_gradients_in_fp32():
     """Megatron-LM's --bf16 forces fp32 gradient accumulation and reduction (no opt-out at the
     rows' commits): its rows run ``bf16-fp32-grads``, whose distributed optimizer reduce-scatters
