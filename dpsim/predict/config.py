@@ -77,7 +77,7 @@ config with it, not by ``dataclasses.replace``."""
 
 # The closed choices, spelled out so that a type checker and ``--help`` can read them.
 # Each mirrors a registry lower down; tests/test_config.py asserts they are equal.
-Precision = Literal["fp32", "tf32", "amp-bf16", "fp32-params-bf16-acts", "amp-fp16", "bf16-params", "bf16-fp32-grads", "fp16-params",
+Precision = Literal["fp32", "tf32", "amp-bf16", "fp32-params-bf16-acts", "amp-fp16", "bf16-params", "bf16-fp32-grads", "bf16-fp32-grads-bf16-moments", "fp16-params",
                     "bf16-true", "amp", "bf16-mixed", "fp16-mixed", "bf16"]
 """``--precision``: the keys of :data:`dpsim.workload.precision.PRECISIONS`, then the old names kept
 as aliases (:data:`dpsim.workload.precision.PRECISION_ALIASES`)."""
@@ -93,7 +93,7 @@ MoeA2a = Literal["flat", "hierarchical"]
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
 Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed", "zb-h1", "dualpipe"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
-Recompute = Literal["off", "selective", "op", "full", "megatron", "moe"]
+Recompute = Literal["off", "selective", "op", "full", "megatron", "moe", "deepseek"]
 """``--recompute``: the keys of :data:`dpsim.strategies.checkpointing.RECOMPUTE`."""
 AttentionKernel = Literal["sdpa", "triton", "flash1", "flash3", "cudnn"]
 """``--attention-kernel``: :data:`dpsim.workload.spec.ATTENTION_KERNELS`."""
@@ -766,8 +766,9 @@ class PredictConfig:
                               f"{e.recompute}; give one of them")
         check_recompute(e.checkpointing.mode, e.recompute_every)
         if not p.layout_active:
-            if e.recompute in ("megatron", "moe"):
-                raise ConfigError(f"--recompute: {e.recompute} is Megatron-Core's, for a tensor/pipeline/expert "
+            if e.recompute in ("megatron", "moe", "deepseek"):
+                owner = "DeepSeek-V3's (HAI-LLM)" if e.recompute == "deepseek" else "Megatron-Core's"
+                raise ConfigError(f"--recompute: {e.recompute} is {owner}, for a tensor/pipeline/expert "
                                   f"layout; give --tp, --pp or --ep, or choose op or full")
             if not p.grad_accum_fusion:
                 raise ConfigError("--no-grad-accum-fusion: applies with --tp or --pp above 1 (Megatron's "
