@@ -113,7 +113,7 @@ CommHook = Literal["off", "allreduce", "fp16-compress", "bf16-compress", "powers
 """``--comm-hook``: the keys of :data:`dpsim.strategies.comm_hooks.COMM_HOOKS`."""
 ZeroGrad = Literal["set-to-none", "zero-loop"]
 """``--zero-grad``: :data:`dpsim.workload.compute.ZERO_GRAD_MODES`."""
-Fp8 = Literal["te-delayed", "te-current", "torchao-tensorwise", "torchao-rowwise", "mxfp8", "te-blockwise"]
+Fp8 = Literal["te-delayed", "te-current", "torchao-tensorwise", "torchao-rowwise", "mxfp8", "te-blockwise", "deepseek-blockwise"]
 """``--fp8``: the keys of :data:`dpsim.workload.fp8.FP8_RECIPES`."""
 DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters", "broadcast_buffers", "comm_hook",
               "powersgd_rank", "powersgd_start_iter")
@@ -389,7 +389,7 @@ class ExecutionConfig:
     """FP8 training recipe on top of --precision: the linear layers' GEMMs run at the GPU's FP8 rate, with
     their casts (te-delayed, te-current: TransformerEngine; torchao-tensorwise, torchao-rowwise: torchao
     float8, tensorwise gathering float8 weights under --fsdp-version 2; mxfp8: TransformerEngine MXFP8,
-    Blackwell only; te-blockwise: DeepSeek-V3's 1x128 / 128x128 block scaling, TE Float8BlockScaling, Hopper). Attention, embedding and LM head stay 16-bit. Left out: no FP8."""
+    Blackwell only; te-blockwise: DeepSeek-V3's 1x128 / 128x128 block scaling, TE Float8BlockScaling, Hopper; deepseek-blockwise: the same as DeepSeek's HAI-LLM keeps its weights, one row-wise FP8 copy). Attention, embedding and LM head stay 16-bit. Left out: no FP8."""
     compile: bool = False
     """The model runs under torch.compile (Inductor): each chain of element-wise and reduction ops between
     two GEMM/attention ops (norms, activations, rotary, residual adds, casts, FP8 amax) is one fused kernel
