@@ -85,4 +85,22 @@ def test_r118_worst_stage_matches_the_hand_count():
     per_mb = 4 * (layer + routed)
     kept = 17 * per_mb
     assert kept / 2**30 == pytest.approx(40.8, abs=0.05)
-    assert b.activations_bytes > kept  # plus one layer's recomputed rest and TE's FP8 weight copies
+    # One row-wise FP8 copy of every FP8 weight (all but the norms and the router), a scale per 128x128.
+    assert job.config.execution.fp8 == "deepseek-blockwise"
+    fp8_weights = (1 + 4 / 128**2) * n  # at most: the norms' and the router's weights stay bf16
+    rest = b.activations_bytes - kept - fp8_weights  # one layer's recomputed rest while it runs backward
+    assert 1.7 * 2**30 < rest < 1.85 * 2**30
+    # Model state: bf16 weights, fp32 gradients, 8-byte optimizer state over the replicas.
+    assert b.optimizer_bytes / 2**30 == pytest.approx(5.36, abs=0.01)
+    assert b.total_bytes / 2**30 == pytest.approx(71.29, abs=0.01)
+
+
+def test_deepseek_blockwise_keeps_one_rowwise_weight_copy():
+    from dpsim.workload.fp8 import get_fp8_recipe, saved_fp8_weight_bytes_per_element
+    hai = get_fp8_recipe("deepseek-blockwise")
+    te = get_fp8_recipe("te-blockwise")
+    assert saved_fp8_weight_bytes_per_element(hai, "hopper", cached=True) == 1 + 4 / 128**2
+    assert saved_fp8_weight_bytes_per_element(te, "hopper", cached=True) == 2 * (1 + 4 / 128)
+    # The casts (hence the step time) are te-blockwise's.
+    for field in ("amax_reads", "column_copy", "scale_bytes_per_element", "recast_in_backward"):
+        assert getattr(hai, field) == getattr(te, field)
