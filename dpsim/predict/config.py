@@ -381,7 +381,7 @@ class ExecutionConfig:
     """The framework setting trained with (dpsim/workload/precision.py): fp32, tf32, amp-bf16
     (torch.autocast bf16: fp32 params and grads, so DDP all-reduces fp32), amp-fp16 (+ GradScaler),
     bf16-params or fp16-params (16-bit params and grads, fp32 master: DeepSpeed, Megatron --fp16, FSDP
-    MixedPrecision), bf16-fp32-grads (Megatron --bf16: gradients accumulated and reduced in fp32), bf16-true (everything bf16). Old names: amp = amp-bf16, bf16-mixed = bf16-params,
+    MixedPrecision), bf16-fp32-grads (Megatron --bf16: gradients accumulated and reduced in fp32), bf16-fp32-grads-bf16-moments (the same with bf16 Adam moments: DeepSeek-V3), bf16-true (everything bf16). Old names: amp = amp-bf16, bf16-mixed = bf16-params,
     fp16-mixed = fp16-params, bf16 = bf16-true. Left out: amp-bf16, or fp32 with a calibration profile
     measured on CPUs."""
 
