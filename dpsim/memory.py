@@ -105,6 +105,8 @@ from dpsim.strategies.checkpointing import (
     FULL_CHECKPOINTING,
     CheckpointPolicy,
     checkpointed,
+    deepseek_cache_bytes,
+    deepseek_saved_bytes_per_sample,
     megatron_saved_bytes_per_sample,
     op_saved_bytes_per_sample,
     policy_of,
@@ -812,6 +814,7 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
         return kept if precision is None else kept * input_scale(layer.input_byte_class, precision)
     p = len(assignment)
     ckpt = {tpm.layers[block[0]].unit for block in checkpointed_blocks(tpm, layout)}
+    deepseek_bytes = deepseek_cache_bytes(precision)
     out = []
     for s, chunks in enumerate(assignment):
         numel = sum(tpm.layers[i].numel_per_rank for layers in chunks for i in layers)
@@ -839,6 +842,15 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
                     # The MoE layer keeps its own input; its activations live again while it re-runs.
                     per_mb += block_in(layer)
                     working = max(working, lab(layer, "off"))
+                elif layout.recompute == "deepseek" and layer.unit in ckpt:
+                    # Every layer keeps its own input (its norm re-runs from it) and what
+                    # deepseek_saved_bytes_per_sample counts, at the bytes it says (not scaled).
+                    every = lab(layer, "off")
+                    saved = deepseek_saved_bytes_per_sample(tpm.spec.layers[i], **deepseek_bytes)
+                    kept = op_units.setdefault(layer.unit, [0.0, 0.0, 0.0])
+                    kept[0] += every
+                    kept[1] += (every if saved is None else saved / scale) + block_in(layer)
+                    kept[2] += offloaded
                 elif layout.recompute in ("op", "megatron", "moe") and layer.unit in ckpt:
                     every = lab(layer, "off")
                     saved = (op_saved_bytes_per_sample if layout.recompute == "op"

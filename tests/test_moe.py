@@ -369,6 +369,7 @@ def test_moe_recompute_keeps_each_moe_layer_input_and_one_layer_while_it_reruns(
     (dict(model="llama-2-7b", ep=1, recompute="moe"), "--recompute: moe recomputes the MoE layers, but"),
     (dict(ep=1, pp=1, recompute="moe"), "--recompute: moe is Megatron-Core's, for a tensor/pipeline/expert"),
     (dict(ep=1, pp=1, recompute="megatron"), "--recompute: megatron is Megatron-Core's"),
+    (dict(ep=1, pp=1, recompute="deepseek"), r"--recompute: deepseek is DeepSeek-V3's \(HAI-LLM\), for a tensor"),
 ])
 def test_moe_recompute_is_refused_without_experts_or_a_layout(kw, needle):
     with pytest.raises(ConfigError, match=needle) as err:

@@ -220,8 +220,8 @@ PRECISIONS = {
     # FP8 rows: the precision under the FP8 recipe (FP8_RECIPES); listed first, before the "bf16" prefix.
     "mxfp8 (PR=mxfp8)": "bf16-params",  # Megatron-Core: bf16 parameters, MXFP8 GEMMs (the fp8_recipe column)
     # DeepSeek-V3 (arXiv:2412.19437 Sec. 3.3.1, 3.3.3): bf16 weights for the GEMMs, FP32 master weights and
-    # FP32 gradients "used for batch size accumulation"; its BF16 AdamW moments are counted as fp32 (memory only).
-    "fp8 mixed precision (HAI-LLM": "bf16-fp32-grads",
+    # FP32 gradients "used for batch size accumulation", BF16 AdamW moments (Sec. 3.3.3).
+    "fp8 mixed precision (HAI-LLM": "bf16-fp32-grads-bf16-moments",
     "bf16 mixed precision (HAI-LLM": "bf16-fp32-grads",  # DeepSeek-V2: FP32 master and gradients assumed as V3's
     "fp8-amp (Composer": "bf16-fp32-grads",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
     "float8 tensorwise": "bf16-params",  # the float8 blog's FSDP2 bf16 params, as its bf16 baseline
@@ -253,7 +253,7 @@ FP8_RECIPES = {
     "torchao float8 tensorwise": ("torchao-tensorwise", ""),
     "torchao float8, dynamic tensorwise": ("torchao-tensorwise", ""),
     "MXFP8": ("mxfp8", ""),
-    "DeepSeek fine-grained FP8": ("te-blockwise", ""),
+    "DeepSeek fine-grained FP8": ("deepseek-blockwise", ""),
 }
 """The row's ``fp8_recipe`` (by its start) -> ``--fp8`` and what that assumes."""
 
@@ -503,12 +503,20 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     elif checkpointing.startswith("selective") and moe and re.search(r"\bmoe\b(?!_)", checkpointing):
         full = "moe"  # Megatron-Core's --recompute-modules moe: each MoE layer recomputed whole
         assumed.append("the recomputed norms' time as op-level recomputation's (every element-wise op)")
-    elif checkpointing.startswith("selective") and moe and row["framework"].startswith("HAI-LLM"):
+    elif checkpointing.startswith("selective") and moe and row["framework"].startswith("HAI-LLM") \
+            and "MLA up-projections" in checkpointing:
         # DeepSeek-V3 (arXiv:2412.19437 Sec. 3.2.3, 3.3.3): RMSNorm and the MLA up-projections recomputed,
-        # the experts' SwiGLU output recomputed from its cached input: Megatron-Core's layernorm + moe_act.
+        # the experts' SwiGLU output recomputed from its cached input, the linears' inputs cached in FP8.
+        full = "deepseek"
+        assumed.append(f"HAI-LLM's {checkpointing} recomputation as --recompute deepseek (what it keeps: "
+                       f"arXiv:2412.19437 Sec. 3.2.3, 3.3.3); its time as --recompute megatron's, the MLA "
+                       f"up-projection GEMMs' re-run not charged")
+    elif checkpointing.startswith("selective") and moe and row["framework"].startswith("HAI-LLM"):
+        # DeepSeek-V2 names no recomputed operator ("a portion of the operators"): Megatron-Core's
+        # layernorm + moe_act, not V3's stated set.
         full = "megatron"
         assumed.append(f"HAI-LLM's {checkpointing} recomputation as --recompute megatron (norms and the experts' "
-                       f"activation); the MLA up-projection GEMMs' recompute not charged")
+                       f"activation)")
     elif checkpointing.startswith("selective") and moe:
         full = "megatron"  # Megatron-Core's --recompute-modules of element-wise work (layernorm, moe_act)
         assumed.append(f"Megatron's {checkpointing} recomputation's time as op-level recomputation's (every "

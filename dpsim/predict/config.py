@@ -77,7 +77,7 @@ config with it, not by ``dataclasses.replace``."""
 
 # The closed choices, spelled out so that a type checker and ``--help`` can read them.
 # Each mirrors a registry lower down; tests/test_config.py asserts they are equal.
-Precision = Literal["fp32", "tf32", "amp-bf16", "fp32-params-bf16-acts", "amp-fp16", "bf16-params", "bf16-fp32-grads", "fp16-params",
+Precision = Literal["fp32", "tf32", "amp-bf16", "fp32-params-bf16-acts", "amp-fp16", "bf16-params", "bf16-fp32-grads", "bf16-fp32-grads-bf16-moments", "fp16-params",
                     "bf16-true", "amp", "bf16-mixed", "fp16-mixed", "bf16"]
 """``--precision``: the keys of :data:`dpsim.workload.precision.PRECISIONS`, then the old names kept
 as aliases (:data:`dpsim.workload.precision.PRECISION_ALIASES`)."""
@@ -93,7 +93,7 @@ MoeA2a = Literal["flat", "hierarchical"]
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
 Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed", "zb-h1", "dualpipe"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
-Recompute = Literal["off", "selective", "op", "full", "megatron", "moe"]
+Recompute = Literal["off", "selective", "op", "full", "megatron", "moe", "deepseek"]
 """``--recompute``: the keys of :data:`dpsim.strategies.checkpointing.RECOMPUTE`."""
 AttentionKernel = Literal["sdpa", "triton", "flash1", "flash3", "cudnn"]
 """``--attention-kernel``: :data:`dpsim.workload.spec.ATTENTION_KERNELS`."""
@@ -113,7 +113,7 @@ CommHook = Literal["off", "allreduce", "fp16-compress", "bf16-compress", "powers
 """``--comm-hook``: the keys of :data:`dpsim.strategies.comm_hooks.COMM_HOOKS`."""
 ZeroGrad = Literal["set-to-none", "zero-loop"]
 """``--zero-grad``: :data:`dpsim.workload.compute.ZERO_GRAD_MODES`."""
-Fp8 = Literal["te-delayed", "te-current", "torchao-tensorwise", "torchao-rowwise", "mxfp8", "te-blockwise"]
+Fp8 = Literal["te-delayed", "te-current", "torchao-tensorwise", "torchao-rowwise", "mxfp8", "te-blockwise", "deepseek-blockwise"]
 """``--fp8``: the keys of :data:`dpsim.workload.fp8.FP8_RECIPES`."""
 DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters", "broadcast_buffers", "comm_hook",
               "powersgd_rank", "powersgd_start_iter")
@@ -381,7 +381,7 @@ class ExecutionConfig:
     """The framework setting trained with (dpsim/workload/precision.py): fp32, tf32, amp-bf16
     (torch.autocast bf16: fp32 params and grads, so DDP all-reduces fp32), amp-fp16 (+ GradScaler),
     bf16-params or fp16-params (16-bit params and grads, fp32 master: DeepSpeed, Megatron --fp16, FSDP
-    MixedPrecision), bf16-fp32-grads (Megatron --bf16: gradients accumulated and reduced in fp32), bf16-true (everything bf16). Old names: amp = amp-bf16, bf16-mixed = bf16-params,
+    MixedPrecision), bf16-fp32-grads (Megatron --bf16: gradients accumulated and reduced in fp32), bf16-fp32-grads-bf16-moments (the same with bf16 Adam moments: DeepSeek-V3), bf16-true (everything bf16). Old names: amp = amp-bf16, bf16-mixed = bf16-params,
     fp16-mixed = fp16-params, bf16 = bf16-true. Left out: amp-bf16, or fp32 with a calibration profile
     measured on CPUs."""
 
@@ -389,7 +389,7 @@ class ExecutionConfig:
     """FP8 training recipe on top of --precision: the linear layers' GEMMs run at the GPU's FP8 rate, with
     their casts (te-delayed, te-current: TransformerEngine; torchao-tensorwise, torchao-rowwise: torchao
     float8, tensorwise gathering float8 weights under --fsdp-version 2; mxfp8: TransformerEngine MXFP8,
-    Blackwell only; te-blockwise: DeepSeek-V3's 1x128 / 128x128 block scaling, TE Float8BlockScaling, Hopper). Attention, embedding and LM head stay 16-bit. Left out: no FP8."""
+    Blackwell only; te-blockwise: DeepSeek-V3's 1x128 / 128x128 block scaling, TE Float8BlockScaling, Hopper; deepseek-blockwise: the same as DeepSeek's HAI-LLM keeps its weights, one row-wise FP8 copy). Attention, embedding and LM head stay 16-bit. Left out: no FP8."""
     compile: bool = False
     """The model runs under torch.compile (Inductor): each chain of element-wise and reduction ops between
     two GEMM/attention ops (norms, activations, rotary, residual adds, casts, FP8 amax) is one fused kernel
@@ -769,8 +769,9 @@ class PredictConfig:
                               f"{e.recompute}; give one of them")
         check_recompute(e.checkpointing.mode, e.recompute_every)
         if not p.layout_active:
-            if e.recompute in ("megatron", "moe"):
-                raise ConfigError(f"--recompute: {e.recompute} is Megatron-Core's, for a tensor/pipeline/expert "
+            if e.recompute in ("megatron", "moe", "deepseek"):
+                owner = "DeepSeek-V3's (HAI-LLM)" if e.recompute == "deepseek" else "Megatron-Core's"
+                raise ConfigError(f"--recompute: {e.recompute} is {owner}, for a tensor/pipeline/expert "
                                   f"layout; give --tp, --pp or --ep, or choose op or full")
             if not p.grad_accum_fusion:
                 raise ConfigError("--no-grad-accum-fusion: applies with --tp or --pp above 1 (Megatron's "

@@ -588,7 +588,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     accumulate = () if layout.grad_accum_fusion else gradient_accumulation_s(tpm, gpu, precision.grad_bytes)
     shares = recompute_shares(tpm.spec, config.execution.checkpointing, gpu=gpu, precision=precision,
                               micro_batch=config.workload.micro_batch) \
-        if config.execution.recompute in ("op", "megatron", "moe") else None
+        if config.execution.recompute in ("op", "megatron", "moe", "deepseek") else None
     work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
                       overlap_slowdown=config.calibration.overlap_slowdown, comm_slowdown=comm_slowdown,
                       accumulate_s=accumulate, recompute_share=shares,

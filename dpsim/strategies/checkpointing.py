@@ -38,6 +38,21 @@ parallelism alone the ``--fsdp-unit``), never the root layers.
   reads (the dispatch all-to-all's output, which no recomputation rebuilds). Its recomputation
   time is counted as ``op``'s (every element-wise op, an upper bound of the norms and the
   activation).
+- ``deepseek``: DeepSeek-V3's (arXiv:2412.19437 Sec. 3.2.3 and 3.3.3): every RMSNorm and the MLA
+  up-projections are recomputed in backward, "thereby eliminating the need to persistently store
+  their output activations", and the MoE SwiGLU's output is recomputed from its cached input
+  (:func:`deepseek_saved_bytes_per_sample`). What it keeps per layer: the layer's input (the
+  residual stream the norm re-runs from), the MLA latents (the outputs of the down-projections,
+  which the recomputed norms and up-projections re-run from), the attention output (the input of
+  the linear after attention, in DeepSeek's E5M6 under FP8) with its softmax statistics, the router
+  output, the dispatched tokens the experts' first GEMM reads and that GEMM's output (the SwiGLU
+  input), the shared expert's SwiGLU input, and for a dense FFN its SwiGLU input and the down
+  projection's input. Under an FP8 recipe the linears' inputs and the MoE SwiGLU inputs are cached
+  as the FP8 copies the GEMMs read, one byte an element plus the recipe's scales ("it is a natural
+  choice to cache activations in FP8 format for the backward pass of the Linear operator"; the
+  attention output is re-tiled 1x128 -> 128x1 in backward, so one copy is cached); without one, at
+  2 bytes. Its recomputation time is counted as ``megatron``'s (every element-wise op; the
+  up-projection GEMMs' re-run is not charged).
 - ``moe``: Megatron-Core's ``--recompute-modules moe layernorm``: each MoE layer is
   checkpointed whole ("moe": recompute the MoE layer, with normal checkpointing): it keeps
   only its input and re-runs its forward, the router, the dispatch all-to-all, the experts and
@@ -57,6 +72,7 @@ from dataclasses import dataclass
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
 from dpsim.strategies.tensor import TpLayer, tp_model
+from dpsim.workload.fp8 import FP8_BYTES
 from dpsim.workload.precision import Precision
 from dpsim.workload.roofline import Efficiencies, op_kind, op_terms
 from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, ModelSpec
@@ -71,6 +87,8 @@ RECOMPUTE: dict[str, str] = {
                 "(--recompute-modules layernorm moe_act)",
     "moe": "keep each MoE layer's input, recompute the whole layer, all-to-alls included (Megatron-Core's "
            "--recompute-modules moe layernorm); the other layers as megatron",
+    "deepseek": "DeepSeek-V3's: recompute every RMSNorm, the MLA up-projections and the MoE SwiGLU output; cache "
+                "the linears' inputs as their FP8 copies under --fp8 (arXiv:2412.19437 Sec. 3.2.3, 3.3.3)",
 }
 """``--recompute`` choices."""
 
@@ -103,8 +121,8 @@ class CheckpointPolicy:
         if self.mode == "full":
             return "activation checkpointing" + (f" of one block in {self.every}" if self.every != 1 else "")
         return {"off": "", "selective": "selective recomputation", "op": "op-level checkpointing",
-                "megatron": "selective recomputation of norms and activations", "moe": "MoE-layer recomputation"
-                }[self.mode]
+                "megatron": "selective recomputation of norms and activations", "moe": "MoE-layer recomputation",
+                "deepseek": "DeepSeek-V3's recomputation of norms, MLA up-projections and SwiGLU"}[self.mode]
 
     def checkpoints(self, position: int) -> bool:
         """Whether the block at ``position`` (0-based, forward order, root excluded) is checkpointed."""
@@ -193,6 +211,73 @@ def megatron_saved_bytes_per_sample(layer: LayerSpec) -> float | None:
     return saved
 
 
+E5M6_BYTES = 1.5
+"""Bytes of one element of DeepSeek-V3's E5M6 format (1 sign, 5 exponent and 6 mantissa bits, 12 in all),
+in which it caches "the inputs of the Linear after the attention operator" (arXiv:2412.19437 Sec. 3.3.3 (1))."""
+
+_MLA_LATENT_GEMMS = ("q_a_proj", "kv_a_proj_with_mqa")
+"""MLA's down-projections: their outputs (the query and key-value latents, the decoupled rope key) are what
+the recomputed norms and up-projections re-run from (DeepSeek-V3 Sec. 2.1.1 and 3.2.3)."""
+_MLA_UP_GEMMS = ("q_b_proj", "kv_b_proj")
+"""MLA's up-projections, recomputed in backward (DeepSeek-V3 Sec. 3.2.3): nothing of theirs is kept."""
+
+
+def deepseek_cache_bytes(precision: Precision | None) -> dict[str, float]:
+    """:func:`deepseek_saved_bytes_per_sample`'s element bytes under ``precision``: with an FP8 recipe one
+    FP8 byte plus the recipe's scale bytes for a cached linear or SwiGLU input, E5M6 plus the same scales
+    for the attention output (DeepSeek-V3 Sec. 3.3.3: its scales "round scaled", their storage not
+    stated, counted as the recipe's); without one, the precision's activations."""
+    if precision is None or precision.fp8 is None:
+        element = 2.0 if precision is None else float(precision.activation_bytes)
+        return {"cached_element_bytes": element, "attention_output_bytes": element}
+    scales = precision.fp8.scale_bytes_per_element
+    return {"cached_element_bytes": FP8_BYTES + scales, "attention_output_bytes": E5M6_BYTES + scales}
+
+
+def deepseek_saved_bytes_per_sample(layer: LayerSpec, *, cached_element_bytes: float = 2.0,
+                                    attention_output_bytes: float = 2.0) -> float | None:
+    """What ``deepseek`` keeps of a layer per sample besides its input (see the module docstring), for
+    the layer names of the Hugging Face DeepSeek/Llama lowering: ``cached_element_bytes`` per element of
+    a linear's or the MoE SwiGLU's cached input (an FP8 copy and its scales under an FP8 recipe),
+    ``attention_output_bytes`` per element of the attention output (E5M6 under FP8); ``None`` for a
+    layer without ops. A linear whose input is a norm's output keeps nothing (the norm is recomputed),
+    nor do the up-projections, the attention block's output projection's output or the experts' second
+    GEMM (its input is the recomputed SwiGLU output; the router probabilities applied in the activation,
+    as ``megatron`` counts it)."""
+    if not layer.ops:
+        return None
+    total = 0.0
+    for op in layer.ops:
+        if isinstance(op, AttentionOp):
+            if op.fused:
+                total += op.seq * op.heads * _SOFTMAX_STAT_BYTES
+            continue
+        if not isinstance(op, MatmulOp):
+            continue
+        rows = op.m * op.batch
+        name = op.name
+        if name.endswith(_MLA_LATENT_GEMMS):
+            total += rows * op.n * _ACTIVATION_ELEMENT_BYTES  # the latent, kept for the recomputed norm
+        elif name.endswith(_MLA_UP_GEMMS):
+            continue
+        elif name.endswith(("o_proj", "out_proj", "c_proj")) and any(isinstance(o, AttentionOp) for o in layer.ops):
+            total += rows * op.k * attention_output_bytes  # the attention output, also read by its backward
+        elif name == "experts.gate_up":
+            # The dispatched tokens (the GEMM's input) and its output (the SwiGLU input), both cached.
+            total += rows * (op.k + op.n) * cached_element_bytes
+        elif name.startswith("shared_experts.") and name.endswith(("gate_proj", "up_proj")):
+            total += rows * op.n * cached_element_bytes  # the shared expert's SwiGLU input
+        elif name.endswith(("gate_proj", "up_proj")):
+            total += rows * op.n * _ACTIVATION_ELEMENT_BYTES  # a dense SwiGLU's input (its caching not stated)
+        elif name.endswith("down_proj") and not name.startswith("shared_experts."):
+            total += rows * op.k * cached_element_bytes  # a dense FFN's down-projection input
+        elif name.endswith(_RESIDUAL_GEMMS) or name.endswith("down_proj"):
+            continue
+        else:
+            total += rows * op.n * _ACTIVATION_ELEMENT_BYTES  # any other GEMM's output (the router's), as op keeps
+    return total
+
+
 def op_recompute_share(layer: LayerSpec, gpu: GpuSpec | None, precision: Precision, micro_batch: int) -> float:
     """Share of a layer's forward time that ``op`` re-runs: its memory-bound ops (and eager
     attention), costed by the roofline on ``gpu``; 0 for a layer without ops or no GPU."""
@@ -216,7 +301,7 @@ def selective_recompute_s(layer: TpLayer, forward_s: float) -> float:
     return forward_s * layer.core_flops_per_sample / flops if flops > 0 else 0.0
 
 
-OP_RECOMPUTES = ("op", "megatron", "moe")
+OP_RECOMPUTES = ("op", "megatron", "moe", "deepseek")
 """Modes that re-run a share of each layer's forward (:func:`recompute_shares`) rather than none or all."""
 
 

@@ -530,7 +530,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
             recompute_exposed[last] = sum(comms[i].forward_exposed_s for i in unit_layers)
     elif layout.recompute == "selective":
         recompute = [core_s[i] + cpc[i].forward_exposed_s for i in range(n)]
-    elif layout.recompute in ("op", "megatron", "moe"):
+    elif layout.recompute in ("op", "megatron", "moe", "deepseek"):
         assert recompute_share is not None and len(recompute_share) == n, "op recomputation needs its shares"
         recompute = [fwd_s[i] * recompute_share[i] for i in range(n)]
     # ``moe``: an MoE layer's whole forward, its collectives included, re-runs before its backward.

@@ -118,7 +118,7 @@ class Fp8Recipe:
     name: str
     """``--fp8`` value."""
     framework: str
-    """``transformer-engine`` or ``torchao``."""
+    """``transformer-engine``, ``torchao`` or ``hai-llm`` (DeepSeek's own, not public)."""
     amax_reads: int
     """Extra reads of the high-precision tensor before each cast (1: current/dynamic scaling;
     0: delayed scaling or MXFP8, whose amax rides in the cast)."""
@@ -140,6 +140,11 @@ class Fp8Recipe:
     tensor's casts for its row- and column-major FP8 copies are one kernel (:func:`cast_plan`)."""
     architectures: tuple[str, ...] = FP8_ARCHITECTURES
     """GPU generations that run it."""
+    cached_weight_copies: int = 0
+    """FP8 copies of each weight kept for the whole step (cast once, reused by every micro-batch);
+    0: the TransformerEngine count (:func:`saved_fp8_weight_bytes_per_element`)."""
+    weight_scale_bytes_per_element: float | None = None
+    """Scale bytes per weight element of those copies; ``None``: :attr:`scale_bytes_per_element`."""
     description: str
     """One line: the framework setting."""
 
@@ -190,6 +195,23 @@ FP8_RECIPES: dict[str, Fp8Recipe] = {r.name: r for r in (
         description="DeepSeek-V3's fine-grained FP8, as TransformerEngine Float8BlockScaling: 1x128 activation "
                     "tiles and 128x128 weight blocks with FP32 scales, row- and column-wise copies (Hopper)",
     ),
+    # The same fine-grained FP8 as DeepSeek's own HAI-LLM runs it (the casts costed as te-blockwise's). Its
+    # weights: deepseek-ai/profile-data@4496024 train.json, one DualPipe F&B pair of the V3 pretraining
+    # settings, quantizes no weight (every per_token_cast / per_channel_cast_and_transpose grid has a
+    # 4,096-token or routed-token dimension) but transposes every FP8 weight of the four layers once in
+    # the backward chunk (cuda::batched_transpose<512, 128> on unsigned char, grids of 128x128 tiles
+    # matching each weight: 7,168 = o_proj 7168x16384 and the four local experts' gate_up, 3,584 their
+    # down, 2,304 q_b, 1,792 the shared gate_up, 1,024 kv_b, 896 the shared down, 672 q_a, 280 kv_a
+    # padded to 640 rows). So one row-wise FP8 copy of each weight lives across the micro-batches and the
+    # column-wise one only while its layer runs backward; one FP32 scale per 128x128 block (Sec. 3.3.2).
+    Fp8Recipe(
+        name="deepseek-blockwise", framework="hai-llm", amax_reads=0, column_copy="always",
+        scale_bytes_per_element=4.0 / BLOCKWISE_TILE, recast_in_backward=False, fsdp_float8_all_gather=False,
+        architectures=("hopper",), cached_weight_copies=1,
+        weight_scale_bytes_per_element=4.0 / BLOCKWISE_TILE ** 2,
+        description="DeepSeek-V3's fine-grained FP8 as its HAI-LLM keeps it: te-blockwise's casts, one row-wise "
+                    "FP8 copy of each weight kept for the step, its transpose made per backward (Hopper)",
+    ),
 )}
 """Every recipe by ``--fp8`` name."""
 
@@ -234,7 +256,9 @@ def fp8_grouped_experts(recipe: Fp8Recipe | None) -> bool:
     the recipe's ``fp8_autocast`` like ``te.pytorch.Linear``. torchao's float8 conversion swaps
     ``nn.Linear`` modules only, so grouped expert weights (3-D parameters) stay 16-bit unless its
     separate MoE prototype (``torchao.prototype.moe_training``) is opted into, which no recipe here is."""
-    return recipe is not None and recipe.framework == "transformer-engine"
+    # HAI-LLM's experts run DeepSeek's FP8 grouped GEMMs (dpsk::grouped_gemm fp8 kernels in
+    # deepseek-ai/profile-data@4496024 train.json).
+    return recipe is not None and recipe.framework in ("transformer-engine", "hai-llm")
 
 
 def runs_in_fp8(op: OpSpec, recipe: Fp8Recipe | None = None) -> bool:
@@ -281,6 +305,10 @@ def saved_fp8_weight_bytes_per_element(recipe: Fp8Recipe, architecture: str, *, 
     weightmat``), the row-wise copy too: one more byte an element on Hopper, not counted (the
     published rows of this path ran TE 1.x: Composer ``amp_fp8``). MXFP8 exists in TE 2.x only, so
     its uncached copies are the cached ones."""
+    if cached and recipe.cached_weight_copies:
+        scales = recipe.scale_bytes_per_element if recipe.weight_scale_bytes_per_element is None \
+            else recipe.weight_scale_bytes_per_element
+        return recipe.cached_weight_copies * (FP8_BYTES + scales)
     per_copy = FP8_BYTES + recipe.scale_bytes_per_element
     if cached or recipe.column_copy == "always":
         return fp8_copies(recipe, architecture) * per_copy
@@ -296,7 +324,7 @@ def saves_fp8_weights(recipe: Fp8Recipe) -> bool:
     all-gather the gathered FP8 weight, both storage FSDP frees after forward and gathers again.
     (Under torch.compile the partitioner may save a cast FP8 weight instead, which torchtitan's
     ``force_recompute_fp8_weight_in_bwd`` prevents: pytorch/torchtitan docs/float8.md; not modelled.)"""
-    return recipe.framework == "transformer-engine"
+    return recipe.framework in ("transformer-engine", "hai-llm")
 
 
 def cast_passes(recipe: Fp8Recipe, *, weight_cast_in_forward: bool) -> tuple[tuple[str, int], ...]:

@@ -16,6 +16,8 @@ not a generic "mixed precision", decides the bytes of every category:
                                                                 Megatron; FSDP ``MixedPrecision(param_dtype=bf16)``
 ``fp16-params``           2       2      4       4+4     16     the same in fp16 with loss scaling
                                                                 (DeepSpeed ``fp16``, Megatron ``--fp16``, Apex O2)
+``bf16-fp32-grads-bf16-moments``
+                          2       4      4       2+2     8+4    DeepSeek-V3's HAI-LLM (BF16 AdamW moments)
 ``bf16-true``             2       2      -       2+2     8      ``model.to(torch.bfloat16)`` (Lightning
                                                                 ``bf16-true``; the seed's 8 B/param)
 ========================  ======  =====  ======  ======  =====  =========================================
@@ -182,6 +184,17 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
         state_element_bytes=4,
         description="bf16 params, fp32 gradient buffer (accumulated and reduced in fp32), fp32 master and "
                     "Adam state: Megatron-LM --bf16 (main_grad)",
+    ),
+    # DeepSeek-V3 (arXiv:2412.19437 Sec. 3.3.3, "Low-Precision Optimizer States"): "We adopt the BF16 data
+    # format instead of FP32 to track the first and second moments in the AdamW optimizer", while "the
+    # master weights (stored by the optimizer) and gradients (used for batch size accumulation) are still
+    # retained in FP32": bf16-fp32-grads with 2-byte moments, 4 + 2 + 2 = 8 bytes of optimizer state.
+    Precision(
+        name="bf16-fp32-grads-bf16-moments", compute_dtype="bfloat16", matmul_dtype="bfloat16",
+        conv_dtype="bfloat16", activation_bytes=2, weight_bytes=2, grad_dtype="float32", grad_bytes=4,
+        master_bytes=4, state_element_bytes=2,
+        description="bf16 params, fp32 gradients and master, bf16 Adam moments (DeepSeek-V3's HAI-LLM, "
+                    "arXiv:2412.19437 Sec. 3.3.3)",
     ),
     Precision(
         name="fp16-params", compute_dtype="float16", matmul_dtype="float16", conv_dtype="float16",
