@@ -210,6 +210,14 @@ upb-pc2 wiki "NVIDIA A100 40GB with NVLINK") and the CUDA context are
 _DRIVER_MEMORY_SOURCE = ("memory: {mib:,} MiB as NVML reports it (Modal, thundergolfer.com/blog/"
                          "nvidia-gpu-memory-capacity), not the datasheet's GB x 1e9")
 
+SAME_BOARD_MEMORY = {"h800": "h100"}
+"""Boards with no published NVML figure of their own that carry another board's memory: the H800
+SXM5 is the H100 SXM5's GH100 with the same 80 GB of HBM3 at 3.35 TB/s, only NVLink and FP64 cut
+(its preset's sources), so it exposes what the H100 SXM5 does, not 80e9 bytes (which left it 5.0 GiB
+short of the board it is). An assumption from the shared board, not an H800 measurement."""
+_SAME_BOARD_SOURCE = ("memory: {mib:,} MiB, the {other} preset's NVML figure (the same board and HBM3 stacks; "
+                      "dpsim.hardware.SAME_BOARD_MEMORY), not measured on this GPU")
+
 
 def _register(spec: GpuSpec) -> None:
     assert spec.name not in GPU_PRESETS, spec.name
@@ -217,6 +225,11 @@ def _register(spec: GpuSpec) -> None:
         mib = DRIVER_MEMORY_MIB[spec.name]
         spec = replace(spec, memory_bytes=float(mib * 2**20),
                        sources=spec.sources + (_DRIVER_MEMORY_SOURCE.format(mib=mib),))
+    elif spec.name in SAME_BOARD_MEMORY:
+        other = SAME_BOARD_MEMORY[spec.name]
+        mib = DRIVER_MEMORY_MIB[other]
+        spec = replace(spec, memory_bytes=float(mib * 2**20),
+                       sources=spec.sources + (_SAME_BOARD_SOURCE.format(mib=mib, other=other),))
     assert set(spec.achieved_flops_per_s) <= set(spec.peak_flops_per_s) <= set(MATMUL_DTYPES), spec.name
     assert spec.architecture in ARCHITECTURES, spec.name
     GPU_PRESETS[spec.name] = spec
