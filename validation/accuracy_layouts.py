@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.run import predict, resolve_topology
@@ -205,7 +206,8 @@ MICRO_BATCHES = (1, 2, 4)
 
 def micro_batch_sensitivity(rows_: list[dict], sizes: tuple[int, ...] = MICRO_BATCHES) -> list[dict]:
     """The rows whose micro-batch is not published (their notes say "micro-batch 1 ... assumed")
-    predicted again at each of ``sizes`` that divides the replica's share of the global batch:
+    predicted again at each of ``sizes`` that divides the replica's share of the global batch (and gives a
+    micro-batch count the row's schedule can run):
     what the assumption carries, a diagnosis never used by a prediction. Returns per row its id,
     set and ``{micro-batch: error}`` (``None`` where the layout does not fit in memory)."""
     out = []
@@ -217,7 +219,10 @@ def micro_batch_sensitivity(rows_: list[dict], sizes: tuple[int, ...] = MICRO_BA
         for mb in sizes:
             if int(r["global_batch"]) % (mb * int(r["dp"])):
                 continue
-            e = evaluate(dict(r, micro_batch=str(mb)))
+            try:
+                e = evaluate(dict(r, micro_batch=str(mb)))
+            except ConfigError:  # a micro-batch count the row's schedule cannot run (interleaving's multiple of pp)
+                continue
             errors[mb] = e["error"] if e["fits"] else None
         out.append({"id": r["id"], "set": r["set"], "model": r["model"], "layout": f"{r['tp']}x{r['pp']}x{r['dp']}",
                     "errors": errors})

@@ -221,7 +221,7 @@ def section(data: dict) -> str:
         "",
         "The bar (issue 25): at least 80 % inside, and the median half-width at most twice the median error. "
         f"{_pct(cov['all'].fraction)} inside, half-width / error "
-        f"{cov['all'].median_half_width / cov['all'].median_abs_error:.2f}: the width bar is "
+        f"{cov['all'].median_half_width / cov['all'].median_abs_error:.3f}: the width bar is "
         f"{'met' if cov['all'].median_half_width <= 2 * cov['all'].median_abs_error else 'not met'}. "
         "The residuals are heavy-tailed across systems (a left-out platform's bias is unknown to the others: "
         "EFA on B200 measured 1.8x the prediction at small messages, an NVLink-bridge pair 2.1x). "
