@@ -333,16 +333,6 @@ def test_module_entry_point_errors_exit_2(args, needle):
     assert len(lines) == 1 and lines[0].startswith("dpsim: error: ") and needle in lines[0]
 
 
-def test_predict_does_not_import_torch():
-    code = ("import sys, io, contextlib\n"
-            "from dpsim.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    assert main(['predict', '--gpus', '16', '--json']) == 0\n"
-            "assert 'torch' not in sys.modules, 'predict imported torch'\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-
-
 _MIX = "cluster: {link: infiniband, gpus: 16}\nhorizon: 1h\njobs:\n  - {name: a, model: gpt2, gpus: 8}\n"
 
 
