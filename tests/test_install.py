@@ -86,6 +86,14 @@ CORE = [["predict", "--gpus", "8", "--link", "nvlink"],  # first: test_predict_l
         ["models"],
         ["calibrate", "--from-nccl-tests", "calibration/reference/nccl-tests/"
          "8x-a100-sxm-node-nvlink3-via-nvswitch.all_reduce_perf.log", "--out", "{tmp}/fitted.json", "--quiet"]]
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")
+CATALOG_BY_STRATEGY = [command for s in STRATEGIES for command in (
+    ["predict", "--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--strategy", s, "--grad-accum", "2",
+     "--activation-checkpointing", "--json"],
+    ["memory", "--gpus", "16", "--strategy", s, "--json"])]
+"""A catalog model's predict and memory under every data-parallel strategy (once tests/test_from_torch.py's own
+process; here they share the no-torch one)."""
+CORE += CATALOG_BY_STRATEGY
 TORCH_ONLY = [["predict", "--model", "examples/my_model.py:build", "--input-shape", "4,128:int64", "--gpus", "8"],
               ["memory", "--model", "examples/my_model.py:build", "--input-shape", "4,128:int64"],
               ["calibrate", "--out", "{tmp}/node.json"],
@@ -149,6 +157,14 @@ def test_predict_loads_neither_torch_nor_pydantic(without_torch):
     first = without_torch[0]
     assert first["args"] == ["predict", "--gpus", "8", "--link", "nvlink"]
     assert first["status"] == 0 and not first["torch_tried"] and first["loaded"] == [], first
+
+
+def test_catalog_predict_and_memory_never_import_torch(without_torch):
+    # Run before any torch-only command: no attempt at torch so far means none of these made one.
+    runs = without_torch[CORE.index(CATALOG_BY_STRATEGY[0]):][:len(CATALOG_BY_STRATEGY)]
+    assert [r["args"] for r in runs] == CATALOG_BY_STRATEGY
+    for r in runs:
+        assert r["status"] == 0 and not r["torch_tried"] and "torch" not in r["loaded"], r
 
 
 def test_shipped_data_folders_are_the_ones_pyproject_maps():
