@@ -349,6 +349,7 @@ def test_work_in_the_root_forward_is_a_root_layer():
     assert ROOT_LAYER_NAME not in [l.name for l in plain.layers]  # its root only calls children
 
 
+@pytest.mark.slow  # builds MAX_TRACED_MODULES + 1 torch modules (1.5-2.5 s): the full suite runs it
 def test_a_model_of_more_modules_than_the_limit_is_refused_before_tracing():
     import torch
 
