@@ -105,15 +105,11 @@ def test_amp_block_keeps_what_autograd_saves_on_hf_llama():
         autocast_weight_numel(l, amp) for l in block)
 
 
-# Runs a real HF Llama block under autograd (importing transformers' Llama, ~3 CPU-s, is most of it; 1.5-5 s):
-# the full suite runs both measurements, the fast lane keeps the hand counts below.
-@pytest.mark.slow
 def test_fp32_block_is_the_16_bit_count_doubled():
     measured = _saved_by_autograd("fp32", H, HEADS, INTER, S, 2)
     assert _catalog_block_bytes("fp32") == measured == 2 * _catalog_block_bytes("bf16-params")
 
 
-@pytest.mark.slow  # the same real block as above (alone in the fast lane it would pay transformers' import)
 def test_bf16_params_block_leaves_out_only_the_eager_norms_fp32_copies():
     """With bf16 parameters the stream is bf16 and the projections share one input; HF's eager
     LlamaRMSNorm saves an fp32 copy of its input in place of the bf16 one, 2 more bytes per element
