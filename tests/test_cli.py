@@ -323,12 +323,30 @@ def _run_module(*args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, env=env, timeout=60)
 
 
-def test_module_entry_point_predict_json():
-    proc = _run_module("predict", "--gpus", "64", "--link", "ethernet", "--json")
+def test_module_entry_point_predict_json_imports_neither_torch_nor_the_other_commands(tmp_path):
+    # One fresh process for both checks (tests/test_predict.py ran the same prediction through main() in a
+    # second one for its modules): runpy runs dpsim/__main__.py as python -m does, and at exit the process
+    # writes the modules it imported to a file (stdout and stderr stay the command's own).
+    modules = tmp_path / "modules.json"
+    code = ("import atexit, json, runpy, sys\n"
+            f"atexit.register(lambda: open({str(modules)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
+            "sys.argv = ['dpsim', 'predict', '--gpus', '64', '--link', 'ethernet', '--json']\n"
+            "runpy.run_module('dpsim', run_name='__main__', alter_sys=True)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          env=dict(os.environ, COLUMNS="160"), timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     d = json.loads(proc.stdout)
     assert PREDICTION_KEYS <= set(d) and d["n_gpus"] == 64
+    # torch is never imported by predict, and the other commands' modules (calibrate, plan, goodput, ...)
+    # only when they run (dpsim/cli/commands.py).
+    loaded = set(json.loads(modules.read_text()))
+    assert "torch" not in loaded
+    # Nor networkx (~0.15 s of start-up): the connectivity check walks a Reach (dpsim.topology.graph).
+    assert "networkx" not in loaded
+    assert {"dpsim.cli.predict", "dpsim.cli.app", "dpsim.cli.commands"} <= loaded
+    assert not loaded & {"dpsim.cli.calibrate", "dpsim.cli.plan", "dpsim.cli.goodput", "dpsim.cli.layout_plan",
+                         "dpsim.cli.validate", "dpsim.cli.testbed", "dpsim.cli.memory"}, loaded
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -343,16 +361,6 @@ def test_module_entry_point_errors_exit_2(args, needle):
     assert "Traceback" not in proc.stderr + proc.stdout
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("dpsim: error: ") and needle in lines[0]
-
-
-def test_predict_does_not_import_torch():
-    code = ("import sys, io, contextlib\n"
-            "from dpsim.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    assert main(['predict', '--gpus', '16', '--json']) == 0\n"
-            "assert 'torch' not in sys.modules, 'predict imported torch'\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
-    assert proc.returncode == 0, proc.stderr
 
 
 _MIX = "cluster: {link: infiniband, gpus: 16}\nhorizon: 1h\njobs:\n  - {name: a, model: gpt2, gpus: 8}\n"

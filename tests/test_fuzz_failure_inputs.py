@@ -95,6 +95,8 @@ def test_a_bad_failure_field_is_refused_naming_it(doc, needle, tmp_path, capsys)
     _refused(doc, needle, tmp_path, capsys)
 
 
+# Each draws MAX_DRAWN_FAILURES (100,000) failures before the refusal (1.5-3 s): the full suite runs it.
+@pytest.mark.slow
 @pytest.mark.parametrize("failures, needle", [
     ({"repair": "1h", "mtbf_node": "1e-300s"}, "failures.mtbf_node"),
     ({"repair": "1h", "mtbf_uplink": {"leaf-spine": "1e-300s"}}, "failures.mtbf_uplink"),
@@ -131,6 +133,9 @@ HOSTILE = st.one_of(st.sampled_from([*BAD_TIMES, *BAD_COUNTS, "leaf0.0", "leaf-s
 EVENT_KEYS = st.sampled_from(["at", "node", "link", "nic", "uplink", "cables", "repair", "bogus"])
 
 
+# A fuzzer (60 mixes run, 1.5-3 s): the full suite runs it, as it does tests/test_fuzz_cli.py's; the
+# table-driven refusals above stay in the fast lane.
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(event=st.dictionaries(EVENT_KEYS, HOSTILE, max_size=5), top=st.dictionaries(

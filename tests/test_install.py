@@ -53,9 +53,12 @@ def test_the_package_list_is_every_package_folder():
 BLOCK_TORCH = r"""
 import contextlib, importlib.abc, io, json, sys
 
+TRIED = []
+
 class NoTorch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == "torch" or name.startswith("torch."):
+            TRIED.append(name)
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 
@@ -67,12 +70,15 @@ for args in json.loads(sys.argv[1]):
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = main(args)
-    results.append({"args": args, "status": status, "out": out.getvalue()[-300:], "err": err.getvalue()})
+    results.append({"args": args, "status": status, "out": out.getvalue()[-300:], "err": err.getvalue(),
+                    "torch_tried": bool(TRIED),
+                    "loaded": sorted({m.split(".")[0] for m in sys.modules} & {"torch", "pydantic", "pandas"})})
 results.append({"torch_imported": any(m == "torch" or m.startswith("torch.") for m in sys.modules)})
 print(json.dumps(results))
 """
 
-CORE = [["predict", "--gpus", "64", "--link", "ethernet"],
+CORE = [["predict", "--gpus", "8", "--link", "nvlink"],  # first: test_predict_loads_neither_torch_nor_pydantic
+        ["predict", "--gpus", "64", "--link", "ethernet"],
         ["predict", "--gpus", "8", "--link", "nvlink", "--json"],
         ["memory", "--model", "llama-2-7b", "--gpus", "16"],
         ["collective", "--gpus", "16", "--link", "infiniband", "-b", "1M", "-e", "16M", "-f", "4"],
@@ -80,19 +86,35 @@ CORE = [["predict", "--gpus", "64", "--link", "ethernet"],
         ["models"],
         ["calibrate", "--from-nccl-tests", "calibration/reference/nccl-tests/"
          "8x-a100-sxm-node-nvlink3-via-nvswitch.all_reduce_perf.log", "--out", "{tmp}/fitted.json", "--quiet"]]
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")
+CATALOG_BY_STRATEGY = [command for s in STRATEGIES for command in (
+    ["predict", "--gpus", "16", "--link", "infiniband", "--model", "gpt2", "--strategy", s, "--grad-accum", "2",
+     "--activation-checkpointing", "--json"],
+    ["memory", "--gpus", "16", "--strategy", s, "--json"])]
+"""A catalog model's predict and memory under every data-parallel strategy (once tests/test_from_torch.py's own
+process; here they share the no-torch one)."""
+CORE += CATALOG_BY_STRATEGY
 TORCH_ONLY = [["predict", "--model", "examples/my_model.py:build", "--input-shape", "4,128:int64", "--gpus", "8"],
               ["memory", "--model", "examples/my_model.py:build", "--input-shape", "4,128:int64"],
               ["calibrate", "--out", "{tmp}/node.json"],
               ["validate", "--emulate-hosts", "2"]]
 
 
-def test_without_torch_the_core_works_and_torch_features_name_the_extra(tmp_path):
-    commands = [[a.replace("{tmp}", str(tmp_path)) for a in args] for args in CORE + TORCH_ONLY]
+@pytest.fixture(scope="module")
+def without_torch(tmp_path_factory) -> list[dict]:
+    """The commands of CORE and TORCH_ONLY, run in one process where torch cannot be imported: each
+    command's result, then whether torch was imported at all."""
+    tmp = tmp_path_factory.mktemp("without-torch")
+    commands = [[a.replace("{tmp}", str(tmp)) for a in args] for args in CORE + TORCH_ONLY]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run([sys.executable, "-c", BLOCK_TORCH, json.dumps(commands)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    *results, last = json.loads(proc.stdout.splitlines()[-1])
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_without_torch_the_core_works_and_torch_features_name_the_extra(without_torch):
+    *results, last = without_torch
     assert last == {"torch_imported": False}
     for r in results[:len(CORE)]:
         assert r["status"] == 0, r
@@ -127,16 +149,22 @@ def test_the_wheel_ships_every_package_preset_and_profile(tmp_path):
     assert not any(r.startswith("torch") and "extra ==" not in r for r in requires), requires
 
 
-def test_predict_loads_neither_torch_nor_pydantic():
+def test_predict_loads_neither_torch_nor_pydantic(without_torch):
     # Typer would import pydantic to convert flags; dpsim.cli.app converts the plain ones itself
-    # (tests/benchmarks/bench_cli_startup.py prints what it saves).
-    probe = ("import contextlib, io, sys\nfrom dpsim.cli import main\n"
-             "with contextlib.redirect_stdout(io.StringIO()):\n    status = main(sys.argv[1:])\n"
-             "print(status, sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'pydantic', 'pandas'}))")
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", probe, "predict", "--gpus", "8", "--link", "nvlink"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, check=True, timeout=120).stdout
-    assert out.strip() == "0 []", out
+    # (tests/benchmarks/bench_cli_startup.py prints what it saves). The no-torch process (without_torch)
+    # runs this prediction first and records what it imported and any attempt at torch (which it refuses):
+    # one fresh interpreter for both tests, not a second one for this command.
+    first = without_torch[0]
+    assert first["args"] == ["predict", "--gpus", "8", "--link", "nvlink"]
+    assert first["status"] == 0 and not first["torch_tried"] and first["loaded"] == [], first
+
+
+def test_catalog_predict_and_memory_never_import_torch(without_torch):
+    # Run before any torch-only command: no attempt at torch so far means none of these made one.
+    runs = without_torch[CORE.index(CATALOG_BY_STRATEGY[0]):][:len(CATALOG_BY_STRATEGY)]
+    assert [r["args"] for r in runs] == CATALOG_BY_STRATEGY
+    for r in runs:
+        assert r["status"] == 0 and not r["torch_tried"] and "torch" not in r["loaded"], r
 
 
 def test_shipped_data_folders_are_the_ones_pyproject_maps():

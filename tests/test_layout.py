@@ -407,12 +407,20 @@ def test_predict_and_plan_on_the_command_line():
     assert bad.returncode == 2 and "--global-batch" in bad.stderr and bad.stderr.count("\n") == 1
 
 
-def test_plan_takes_no_grad_accum_fusion_as_predict_does():
-    out = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16",
-                          "--link", "infiniband", "--global-batch", "64", "--tp", "2", "--pp", "2", "--verify", "1",
-                          "--top", "2", "--no-grad-accum-fusion", "--json"], capture_output=True, text=True,
-                         check=True)
-    d = json.loads(out.stdout)
+def _plan_json(capsys, *args: str) -> dict:
+    """``dpsim plan ARGS --json`` in this process (the module entry point's own process is tests/test_cli.py's)."""
+    from dpsim.cli import main
+
+    capsys.readouterr()
+    rc = main(["plan", *args, "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def test_plan_takes_no_grad_accum_fusion_as_predict_does(capsys):
+    d = _plan_json(capsys, "--model", "llama-2-7b", "--gpus", "16", "--link", "infiniband", "--global-batch", "64",
+                   "--tp", "2", "--pp", "2", "--verify", "1", "--top", "2", "--no-grad-accum-fusion")
     assert "--no-grad-accum-fusion" in d["best"]["flags"]
     # the planner's closed form and the verified prediction charge the same separate adds
     from dpsim.plan.planner import plan_layouts
@@ -496,15 +504,13 @@ def test_fsdp_without_pipeline_stages_reshards_after_forward():
     assert piped.memory.weights_bytes > numel / 2 * w * 0.9  # the stage's parameters, gathered for the step
 
 
-def test_plan_takes_the_flags_of_its_tensor_and_context_parallel_candidates():
+def test_plan_takes_the_flags_of_its_tensor_and_context_parallel_candidates(capsys):
     """--tp-comm-overlap and --cp-comm apply to the candidates with tp or cp above 1 (plan's base has
     neither, and predict refuses them without); async tensor parallelism searches sequence
     parallelism only."""
-    out = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16",
-                          "--link", "aws-p5", "--seq-len", "32768", "--global-batch", "16", "--tp", "2", "--cp", "4",
-                          "--tp-comm-overlap", "async", "--cp-comm", "a2a", "--recompute", "full", "--verify", "1",
-                          "--top", "3", "--json"], capture_output=True, text=True, check=True)
-    d = json.loads(out.stdout)
+    d = _plan_json(capsys, "--model", "llama-2-7b", "--gpus", "16", "--link", "aws-p5", "--seq-len", "32768",
+                   "--global-batch", "16", "--tp", "2", "--cp", "4", "--tp-comm-overlap", "async", "--cp-comm", "a2a",
+                   "--recompute", "full", "--verify", "1", "--top", "3")
     assert "--sequence-parallel --tp-comm-overlap async --cp-comm a2a " in d["best"]["flags"]
     assert all("--sequence-parallel --tp-comm-overlap async" in e["flags"] for e in d["layouts"])
     config = d["best_prediction"]["config"]
@@ -518,7 +524,7 @@ def test_plan_takes_the_flags_of_its_tensor_and_context_parallel_candidates():
     assert ring.step_time_s != ulysses.step_time_s
 
 
-def test_plan_takes_the_routing_and_a_calibration():
+def test_plan_takes_the_routing_and_a_calibration(capsys):
     """--moe-routing: the busiest expert rank paces the closed form and the verified step alike;
     --calibration: the profile's measured collectives cost every candidate."""
     from dpsim.plan.planner import plan_layouts
@@ -530,12 +536,9 @@ def test_plan_takes_the_routing_and_a_calibration():
     assert skewed.best.candidate == balanced.best.candidate
     assert skewed.best.step_time_s > balanced.best.step_time_s
     assert "--moe-routing zipf:1.2 " in skewed.to_dict()["command"]
-    out = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16",
-                          "--link", "aws-p4de", "--calibration", "aws-p4de-2node", "--global-batch", "64", "--tp", "2",
-                          "--pp", "1", "--micro-batches", "4", "--strategies", "zero1", "--recompute", "full",
-                          "--no-sequence-parallel", "--verify", "1", "--top", "1", "--json"],
-                         capture_output=True, text=True, check=True)
-    d = json.loads(out.stdout)
+    d = _plan_json(capsys, "--model", "llama-2-7b", "--gpus", "16", "--link", "aws-p4de", "--calibration",
+                   "aws-p4de-2node", "--global-batch", "64", "--tp", "2", "--pp", "1", "--micro-batches", "4",
+                   "--strategies", "zero1", "--recompute", "full", "--no-sequence-parallel", "--verify", "1", "--top", "1")
     assert "--calibration aws-p4de-2node " in d["command"]
     assert d["best_prediction"]["config"]["calibration"] == "aws-p4de-2node"
     plain = plan_layouts(PredictConfig(model="llama-2-7b", link="aws-p4de"), gpus=[16], global_batch=64, tps=[2],
@@ -608,7 +611,7 @@ def test_dualpipe_pair_exchange_bytes_and_placement():
     assert [mirror_pair_group(8, LayoutShape(tp=1, pp=12, dp=1), r) for r in (3, 5)] == ["emb", "pp"]
 
 
-def test_plan_takes_cp_balance_to_every_context_parallel_candidate():
+def test_plan_takes_cp_balance_to_every_context_parallel_candidate(capsys):
     """--no-cp-balance (contiguous sequence pieces, the last rank pacing a causal mask's attention)
     reaches every candidate with cp above 1 and its simulation: plan's best is then no faster than
     with causal load balancing; without any cp searched the flag is refused, as predict refuses it."""
@@ -628,10 +631,12 @@ def test_plan_takes_cp_balance_to_every_context_parallel_candidate():
     assert unbalanced.step_time_s > balanced.step_time_s
     with pytest.raises(ConfigError, match="^--no-cp-balance: applies only with context parallelism"):
         plan_layouts(base, cp_balance=False, **dict(kw, cps=[1]))
-    out = subprocess.run([sys.executable, "-m", "dpsim", "plan", "--model", "llama-2-7b", "--gpus", "16",
-                          "--link", "infiniband", "--global-batch", "16", "--no-cp-balance"],
-                         capture_output=True, text=True)
-    assert out.returncode != 0 and "--no-cp-balance: applies only with context parallelism" in out.stderr
+    from dpsim.cli import main
+
+    capsys.readouterr()
+    rc = main(["plan", "--model", "llama-2-7b", "--gpus", "16", "--link", "infiniband", "--global-batch", "16",
+               "--no-cp-balance"])
+    assert rc != 0 and "--no-cp-balance: applies only with context parallelism" in capsys.readouterr().err
 
 
 def test_plan_refuses_fp8_on_a_gpu_without_fp8_naming_the_flag(capsys):
@@ -650,8 +655,11 @@ def test_plan_lists_layouts_recomputed_by_op_megatron_or_moe(capsys):
     # Labelling such a layout in the table raised KeyError: 'op' (a traceback after the whole search).
     from dpsim.cli import main
 
+    # A search of 40 layouts (tp and pp 1 or 2, 1F1B, micro-batches 1 or 2) lists both recomputations with and
+    # without tensor and pipeline parallelism; the default search (1,022 layouts) labels them the same way.
     rc = main(["plan", "--model", "llama-2-7b", "--link", "nvlink", "--gpus", "16", "--global-batch", "96",
-               "--recompute", "op,megatron", "--top", "40", "--verify", "0"])
+               "--recompute", "op,megatron", "--tp", "1,2", "--pp", "1,2", "--schedules", "1f1b",
+               "--micro-batches", "1,2", "--top", "40", "--verify", "0"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert " op" in out and " megatron" in out
