@@ -68,7 +68,7 @@ LOOPS = (
     ("## Large-model training runs", r"\*\*(\d+) rows predicted, presets, nothing fitted: median \|error\| ([\d.]+) %, "
      r"worst ([\d.]+) %",
      "Large transformers (FSDP / ZeRO / 3D, MoE with expert parallelism, context parallelism, FP8) from the "
-     "presets (nothing fitted)", "{cases} published framework benchmark runs, 8-1,024 GPUs"),
+     "presets (nothing fitted)", "{cases} published framework benchmark runs, {gpus} GPUs"),
     ("## Part 1:", r"\*\*median \|error\| ([\d.]+) %[^,]*, worst ([\d.]+) %",
      "`dpsim validate`: measure, then train with real DDP on an emulated cluster", "{cases} cases on 2-8 emulated hosts"),
     ("## Part 2:", r"\*\*(\d+) cases: median \|error\| ([\d.]+) %[^,]*, worst ([\d.]+) %",
@@ -154,7 +154,9 @@ def loop_rows(validation_text: str) -> list[Area]:
         *count, median, worst = m.groups()
         cases = int(count[0]) if count else len(re.findall(r"^\| \d+ \|", _first_table(section[m.end():]), re.M))
         suite = LOOP_SUITES.get(heading)
-        out.append(Area(pool="", area=area, against=against.format(cases=cases), rows=cases,
+        # a suite's GPU counts from its residual rows (the published runs themselves), not written by hand
+        gpus = "" if suite is None else _span([r.gpus for r in load_rows()[0] if r.suite == suite])
+        out.append(Area(pool="", area=area, against=against.format(cases=cases, gpus=gpus), rows=cases,
                         median_abs_error=float(median) / 100, worst_abs_error=float(worst) / 100,
                         coverage=None if suite is None else _suite_coverage()[suite].fraction))
     return out
