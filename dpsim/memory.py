@@ -842,23 +842,21 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
                     # The MoE layer keeps its own input; its activations live again while it re-runs.
                     per_mb += block_in(layer)
                     working = max(working, lab(layer, "off"))
-                elif layout.recompute == "deepseek" and layer.unit in ckpt:
-                    # Every layer keeps its own input (its norm re-runs from it) and what
-                    # deepseek_saved_bytes_per_sample counts, at the bytes it says (not scaled).
+                elif layout.recompute in ("op", "megatron", "moe", "deepseek") and layer.unit in ckpt:
                     every = lab(layer, "off")
-                    saved = deepseek_saved_bytes_per_sample(tpm.spec.layers[i], **deepseek_bytes)
+                    if layout.recompute == "deepseek":
+                        # Every layer keeps its own input (its norm re-runs from it) and what
+                        # deepseek_saved_bytes_per_sample counts, at the bytes it says (not scaled).
+                        saved = deepseek_saved_bytes_per_sample(tpm.spec.layers[i], **deepseek_bytes)
+                        saved = None if saved is None else saved / scale
+                        keeps_input = True
+                    else:
+                        saved = (op_saved_bytes_per_sample if layout.recompute == "op"
+                                 else megatron_saved_bytes_per_sample)(tpm.spec.layers[i])
+                        keeps_input = i in starts
                     kept = op_units.setdefault(layer.unit, [0.0, 0.0, 0.0])
                     kept[0] += every
-                    kept[1] += (every if saved is None else saved / scale) + block_in(layer)
-                    kept[2] += offloaded
-                elif layout.recompute in ("op", "megatron", "moe") and layer.unit in ckpt:
-                    every = lab(layer, "off")
-                    saved = (op_saved_bytes_per_sample if layout.recompute == "op"
-                             else megatron_saved_bytes_per_sample)(tpm.spec.layers[i])
-                    kept = op_units.setdefault(layer.unit, [0.0, 0.0, 0.0])
-                    kept[0] += every
-                    kept[1] += (every if saved is None else saved) + (
-                        block_in(layer) if i in starts else 0.0)
+                    kept[1] += (every if saved is None else saved) + (block_in(layer) if keeps_input else 0.0)
                     kept[2] += offloaded
                 else:
                     every = lab(layer, layout.recompute)

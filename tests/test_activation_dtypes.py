@@ -9,7 +9,6 @@ import torch
 
 from dpsim.hardware import get_gpu
 from dpsim.memory import (
-    activation_bytes_per_sample,
     autocast_weight_bytes,
     autocast_weight_numel,
     memory_breakdown,
@@ -21,6 +20,7 @@ from dpsim.strategies.tensor import tp_model
 from dpsim.workload.architectures import LlamaConfig, build_llama
 from dpsim.workload.catalog import get_model
 from dpsim.workload.precision import PRECISIONS, get_precision, input_scale, saved_element_bytes
+from llama_block import catalog_block_bytes
 
 H100 = get_gpu("h100")
 
@@ -73,13 +73,7 @@ H, HEADS, INTER, S = 192, 4, 320, 128
 
 
 def _catalog_block_bytes(precision: str) -> float:
-    """The catalog's bytes for the same block at ``precision``: the model's count less its root layers'."""
-    p = get_precision(precision)
-    model = build_llama(LlamaConfig(hidden_size=H, intermediate_size=INTER, num_hidden_layers=1,
-                                    num_attention_heads=HEADS, num_key_value_heads=HEADS, vocab_size=64,
-                                    max_position_embeddings=S), flash_attention=True)
-    root = sum(l.activation_bytes_per_sample for l in model.layers if l.unit is None)
-    return (activation_bytes_per_sample(model, precision=p) - root) * p.activation_bytes / 2.0
+    return catalog_block_bytes(precision, hidden=H, heads=HEADS, kv_heads=HEADS, inter=INTER, seq=S)
 
 
 # Traces or runs real torch / a subprocess (1.5-5 s): the full suite runs it, the fast lane does not.

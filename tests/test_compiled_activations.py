@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from dpsim.hardware import get_gpu
-from dpsim.memory import activation_bytes_per_sample, memory_breakdown
-from dpsim.workload.architectures import LlamaConfig, build_llama
+from dpsim.memory import memory_breakdown
 from dpsim.workload.catalog import get_model
 from dpsim.workload.precision import get_precision
+from llama_block import catalog_block_bytes
 
 H, HEADS, KV, INTER, S, B = 256, 8, 8, 704, 64, 2
 
@@ -68,12 +68,7 @@ def _partitioned_saved_bytes(precision: str) -> float:
 
 
 def _catalog_compiled_block_bytes(precision: str) -> float:
-    p = get_precision(precision, compile=True)
-    model = build_llama(LlamaConfig(hidden_size=H, intermediate_size=INTER, num_hidden_layers=1,
-                                    num_attention_heads=HEADS, num_key_value_heads=KV, vocab_size=64,
-                                    max_position_embeddings=S), flash_attention=True)
-    root = sum(l.activation_bytes_per_sample for l in model.layers if l.unit is None)
-    return (activation_bytes_per_sample(model, precision=p) - root) * p.activation_bytes / 2.0
+    return catalog_block_bytes(precision, hidden=H, heads=HEADS, kv_heads=KV, inter=INTER, seq=S, compile=True)
 
 
 # Traces or runs real torch / a subprocess (1.5-5 s): the full suite runs it, the fast lane does not.

@@ -149,6 +149,25 @@ class Fp8Recipe:
     """One line: the framework setting."""
 
 
+# DeepSeek-V3's fine-grained FP8 (arXiv:2412.19437 Sec. 3.3.2): activations scaled per 1x128 tile,
+# weights per 128x128 block, E4M3 everywhere, "the maximum absolute value online for each 1x128
+# activation tile or 128x128 weight block" (computed by the quantize kernel: no amax pass), and
+# the activations cached for backward re-quantized as 128x1 tiles for the transposed GEMM (Sec.
+# 3.5.2): a row- and a column-wise copy, as MXFP8's. One FP32 scale per 128 elements (TE "FP8
+# Blockwise Scaling": "a local FP32 scaling factor shared by a block of elements", one per 128;
+# nvidia.github.io/TransformerEngine features/low_precision_training/fp8_blockwise_scaling), the
+# recipe TE's Float8BlockScaling runs, "inspired by the quantization scheme used to train the
+# DeepSeek-v3 model". Hopper only here: the GPUs DeepSeek ran it on (H800).
+_TE_BLOCKWISE = Fp8Recipe(
+    name="te-blockwise", framework="transformer-engine", amax_reads=0, column_copy="always",
+    scale_bytes_per_element=4.0 / BLOCKWISE_TILE, recast_in_backward=False, fsdp_float8_all_gather=False,
+    architectures=("hopper",),
+    description="DeepSeek-V3's fine-grained FP8, as TransformerEngine Float8BlockScaling: 1x128 activation "
+                "tiles and 128x128 weight blocks with FP32 scales, row- and column-wise copies (Hopper)",
+)
+"""``te-blockwise``, named here because ``deepseek-blockwise`` is the same casts with its own weight copies."""
+
+
 FP8_RECIPES: dict[str, Fp8Recipe] = {r.name: r for r in (
     Fp8Recipe(
         name="te-delayed", framework="transformer-engine", amax_reads=0, column_copy="tn-only",
@@ -179,22 +198,7 @@ FP8_RECIPES: dict[str, Fp8Recipe] = {r.name: r for r in (
         description="TransformerEngine MXFP8BlockScaling: 1x32 blocks with E8M0 scales, row- and "
                     "column-wise copies (Blackwell only)",
     ),
-    # DeepSeek-V3's fine-grained FP8 (arXiv:2412.19437 Sec. 3.3.2): activations scaled per 1x128 tile,
-    # weights per 128x128 block, E4M3 everywhere, "the maximum absolute value online for each 1x128
-    # activation tile or 128x128 weight block" (computed by the quantize kernel: no amax pass), and
-    # the activations cached for backward re-quantized as 128x1 tiles for the transposed GEMM (Sec.
-    # 3.5.2): a row- and a column-wise copy, as MXFP8's. One FP32 scale per 128 elements (TE "FP8
-    # Blockwise Scaling": "a local FP32 scaling factor shared by a block of elements", one per 128;
-    # nvidia.github.io/TransformerEngine features/low_precision_training/fp8_blockwise_scaling), the
-    # recipe TE's Float8BlockScaling runs, "inspired by the quantization scheme used to train the
-    # DeepSeek-v3 model". Hopper only here: the GPUs DeepSeek ran it on (H800).
-    Fp8Recipe(
-        name="te-blockwise", framework="transformer-engine", amax_reads=0, column_copy="always",
-        scale_bytes_per_element=4.0 / BLOCKWISE_TILE, recast_in_backward=False, fsdp_float8_all_gather=False,
-        architectures=("hopper",),
-        description="DeepSeek-V3's fine-grained FP8, as TransformerEngine Float8BlockScaling: 1x128 activation "
-                    "tiles and 128x128 weight blocks with FP32 scales, row- and column-wise copies (Hopper)",
-    ),
+    _TE_BLOCKWISE,
     # The same fine-grained FP8 as DeepSeek's own HAI-LLM runs it (the casts costed as te-blockwise's). Its
     # weights: deepseek-ai/profile-data@4496024 train.json, one DualPipe F&B pair of the V3 pretraining
     # settings, quantizes no weight (every per_token_cast / per_channel_cast_and_transpose grid has a
@@ -204,10 +208,8 @@ FP8_RECIPES: dict[str, Fp8Recipe] = {r.name: r for r in (
     # down, 2,304 q_b, 1,792 the shared gate_up, 1,024 kv_b, 896 the shared down, 672 q_a, 280 kv_a
     # padded to 640 rows). So one row-wise FP8 copy of each weight lives across the micro-batches and the
     # column-wise one only while its layer runs backward; one FP32 scale per 128x128 block (Sec. 3.3.2).
-    Fp8Recipe(
-        name="deepseek-blockwise", framework="hai-llm", amax_reads=0, column_copy="always",
-        scale_bytes_per_element=4.0 / BLOCKWISE_TILE, recast_in_backward=False, fsdp_float8_all_gather=False,
-        architectures=("hopper",), cached_weight_copies=1,
+    replace(
+        _TE_BLOCKWISE, name="deepseek-blockwise", framework="hai-llm", cached_weight_copies=1,
         weight_scale_bytes_per_element=4.0 / BLOCKWISE_TILE ** 2,
         description="DeepSeek-V3's fine-grained FP8 as its HAI-LLM keeps it: te-blockwise's casts, one row-wise "
                     "FP8 copy of each weight kept for the step, its transpose made per backward (Hopper)",
