@@ -66,7 +66,8 @@ from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
 from dpsim.plan.reliability import ClusterShape, model_optimum_s
 from dpsim.predict import PredictConfig, predict
-from dpsim.topology import Topology, load_preset, load_topology_file
+from dpsim.topology import Topology
+from dpsim.topology.load import load_cluster_spec
 from dpsim.units import format_bytes
 
 DEFAULT_SAMPLE_STEPS = 20
@@ -444,7 +445,7 @@ _CLUSTER_FIELDS = {"--gpus": "cluster.gpus", "--link": "cluster.link", "--topolo
 def cluster_topology(spec: MixSpec) -> Topology:
     """The mix's whole cluster (an error names the mix file's ``cluster.*`` field, not a flag it has none of)."""
     try:
-        design = load_topology_file(spec.topology_file) if spec.topology_file else load_preset(spec.link)
+        design = load_cluster_spec(spec.topology_file, spec.link)
         gpn = design.node.gpus_per_node
         if spec.cluster_gpus > gpn and spec.cluster_gpus % gpn:
             # The servers' size comes with the fabric the file names: the mix has no --gpus-per-node.

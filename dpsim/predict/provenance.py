@@ -32,7 +32,7 @@ from dpsim.profile.calibrated import (
 from dpsim.profile.match import match_model_step
 from dpsim.profile.op_rates import describe, op_rate_compute, untimed_kernels
 from dpsim.profile.schema import Profile
-from dpsim.topology.load import load_preset, load_topology_file
+from dpsim.topology.load import load_cluster_spec
 from dpsim.workload.precision import get_precision
 
 SOURCES = ("profile", "flag", "model")
@@ -202,7 +202,7 @@ def _gpu_override_warnings(config: PredictConfig, gpu, where: str) -> tuple[str,
     if config.cluster.gpu is None:
         return ()
     cl = config.cluster
-    own = (load_topology_file(cl.topology_file) if cl.topology_file else load_preset(cl.link)).gpu
+    own = load_cluster_spec(cl.topology_file, cl.link).gpu
     if not own or _link_class(get_gpu(own)) == _link_class(gpu):
         return ()
     return (f"--gpu {gpu.name}: topology {where} is built for {own} ({get_gpu(own).description}); its NVLink and "

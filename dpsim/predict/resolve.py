@@ -32,7 +32,7 @@ from dpsim.profile.calibrated import (
 )
 from dpsim.profile.io import load_profile
 from dpsim.profile.schema import Profile
-from dpsim.topology.load import load_preset, load_topology_file
+from dpsim.topology.load import load_cluster_spec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +69,7 @@ def profile_defaults(config: PredictConfig, profile: Profile) -> dict[str, Any]:
     if cl.gpus_per_node is None:
         rpn = profile_ranks_per_node(profile)
         if rpn is not None and "inter_node" in profile.link_classes:
-            spec = load_topology_file(cl.topology_file) if cl.topology_file else load_preset(cl.link)
+            spec = load_cluster_spec(cl.topology_file, cl.link)
             if rpn != spec.node.gpus_per_node:
                 out["gpus_per_node"] = rpn
     if config.execution.precision is None:

@@ -54,7 +54,7 @@ from dpsim.profile.calibrated import (
 from dpsim.profile.io import load_profile
 from dpsim.strategies.build import build_step_program
 from dpsim.topology.cluster import Topology
-from dpsim.topology.load import load_preset, load_topology_file
+from dpsim.topology.load import load_cluster_spec
 from dpsim.topology.spec import TopologySpec, ddp_allreduce_after_backward, nic_fabric
 from dpsim.topology.transport import TRANSPORT_ASSUMPTION_NOTE
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
@@ -71,8 +71,7 @@ from dpsim.workload.spec import ModelSpec
 def resolve_topology(config: PredictConfig) -> Topology:
     """The cluster a config describes (preset or file, GPUs, GPUs per node, GPU override)."""
     cl = config.cluster
-    spec: TopologySpec = (load_topology_file(cl.topology_file) if cl.topology_file
-                          else load_preset(cl.link))
+    spec: TopologySpec = load_cluster_spec(cl.topology_file, cl.link)
     if cl.gpu is not None:
         get_gpu(cl.gpu)
         from dataclasses import replace

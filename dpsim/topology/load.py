@@ -516,6 +516,12 @@ def load_topology_file(path: str | Path) -> TopologySpec:
     return spec
 
 
+
+def load_cluster_spec(topology_file: str | Path | None, link: str | None) -> TopologySpec:
+    """The topology a job names: its ``--topology`` file if it gives one, else its ``--link`` preset
+    (both cached, so a second caller pays nothing)."""
+    return load_topology_file(topology_file) if topology_file else load_preset(link)
+
 _CACHED_FILE_BYTES = 1 << 20
 """Files up to this size are remembered by content (a topology file is a few KB)."""
 _FILES: dict[tuple, TopologySpec] = {}
