@@ -57,14 +57,19 @@ def reap_dead_owner_dirs(prefix: str, tmp: str | None = None) -> list[Path]:
     return removed
 
 
+def _env_int(raw: str | None) -> int | None:
+    """A non-negative integer of at most 8 digits as an environment variable gives it, else ``None``."""
+    text = (raw or "").strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 8 else None
+
+
 def torchrun_count(name: str, default: int | None = None) -> int:
     """An integer torchrun sets in the environment (``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``), checked:
     ``WORLD_SIZE=abc`` was a ValueError traceback, ``WORLD_SIZE=-3`` reached torch's rendezvous."""
     raw = os.environ.get(name)
     if not raw and default is not None:
         return default
-    text = (raw or "").strip()
-    value = int(text) if text.isascii() and text.isdigit() and len(text) <= 8 else None
+    value = _env_int(raw)
     if value is None or not 1 <= value <= MAX_GPUS:
         raise ConfigError(f"environment {name}: {raw!r} is not valid; expected an integer >= 1 and <= {MAX_GPUS:,} "
                           f"(torchrun sets it)")
@@ -78,8 +83,7 @@ def check_torchrun_env() -> None:
     world = torchrun_count("WORLD_SIZE")
     for name, hi, what in (("RANK", world - 1, f"below WORLD_SIZE {world}"), ("MASTER_PORT", 65535, "a TCP port")):
         raw = os.environ.get(name)
-        text = (raw or "").strip()
-        value = int(text) if text.isascii() and text.isdigit() and len(text) <= 8 else None
+        value = _env_int(raw)
         lo = 0 if name == "RANK" else 1
         if value is None or not lo <= value <= hi:
             given = "is not set" if raw is None else f"{raw!r} is not valid"
