@@ -8,7 +8,9 @@ step program (:func:`~dpsim.strategies.pipeline.build_pipeline_program`) and pla
 the pipeline engine (:func:`~dpsim.engine.pipeline.run_pipeline`) with the ``pp``,
 ``dp`` and ``emb`` communicators placed on the job's fabric
 (:func:`~dpsim.collectives.groups.layout_communicators`). :func:`layout_memory` gives the
-memory of every stage and the fits verdict of the fullest.
+memory of every stage and the fits verdict of the fullest. The prediction's forward, backward
+and optimizer times and its communication (total and exposed) are the critical stage's
+(:func:`critical_stage`: the one whose own work and waits set the step), not stage 0's.
 
 A ``--single-gpu-step-ms`` (or a calibration's measured step) scales the shard's compute
 by the same factor it scales the whole model's modelled step. A calibration's measured
