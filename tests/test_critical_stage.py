@@ -191,3 +191,21 @@ def test_the_layout_charge_moves_the_step_once_by_the_stage_it_binds_on(tmp_path
     assert p.step_time_s - base.step_time_s == pytest.approx(max(0.0, expected), rel=1e-9)
     assert p.provenance.after_comm.charged_s == pytest.approx(max(0.0, expected), rel=1e-9)
     assert expected < pp * extra_s  # never every stage's charge summed
+
+
+def test_a_dense_critical_stage_still_says_where_the_all_to_alls_are():
+    """Should the critical stage hold only dense blocks (DeepSeek-V3's first three), its all-to-all
+    row says none are there and which stage waits on them, as it did for stage 0."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from dpsim.report.layout import layout_tables
+
+    p = predict(PredictConfig(**BASE, **{**GRID["deepseek-v3-pp8-ep8"], "pp": 16}))
+    rep = dataclasses.replace(p.layout, critical_stage=0, ep_comm_s=0.0, etp_comm_s=0.0, ep_exposed_s=0.0)
+    console = Console(width=200, record=True)
+    for table in layout_tables(dataclasses.replace(p, layout=rep)):
+        console.print(table)
+    out = console.export_text()
+    assert "step of stage 0 (critical)" in out and "none on stage 0 (stage 1 waits" in out
