@@ -13,7 +13,8 @@ from dpsim.cli.failures import CHECKPOINT_BANDWIDTH, MTBF_GPU, MTBF_LINK, MTBF_N
 from dpsim.cli.options import config_options
 from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH, VARIABILITY
 
-PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "flash_attention", "attention_kernel",
+PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "mtp_depth", "flash_attention",
+               "attention_kernel",
                "precision", "fp8", "compile",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
                "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "algo", "proto", "cp_comm", "moe_routing",

@@ -118,7 +118,7 @@ from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
-from dpsim.workload.spec import ModelSpec
+from dpsim.workload.spec import ModelSpec, is_mtp_unit
 
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
                          "tp_across_network", "strategy", "micro_batch", "recompute", "activation_checkpointing",
@@ -564,7 +564,8 @@ class Planner:
         self._compute: dict[tuple[int, int], object] = {}
         self.heads = _heads(model_source(base))
         self.forward_flops_per_sample = self.model.forward_flops_per_sample
-        self.n_blocks = len({l.unit for l in self.model.layers if l.unit is not None})
+        # The blocks --pp splits: a multi-token prediction module's rides on the last stage.
+        self.n_blocks = len({l.unit for l in self.model.layers if l.unit is not None and not is_mtp_unit(l.unit)})
         self._assignments: dict[tuple[int, int, int], tuple] = {}
         self._tpms: dict[tuple, TpModel] = {}
         self._splits: dict[tuple[int, int, int, int], tuple] = {}
@@ -702,7 +703,7 @@ class Planner:
                           cp_cost=(lambda op, size: context_comm_s(gc, cost, op, size)) if c.cp > 1 else None,
                           cp_model=self.model if c.cp > 1 else None,
                           ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.parallelism.moe_a2a,
-                                                                self.model.moe))
+                                                                self.model.moe, self.base.parallelism.moe_node_limit))
                           if c.ep > 1 else None,
                           etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
                           gpu=self.gpu, recompute_share=shares)
