@@ -52,7 +52,9 @@ def plan_command(
                                        "path's op, megatron, moe.",
                                   rich_help_panel=SEARCH),
     schedules: str = typer.Option("1f1b,1f1b-interleaved", "--schedules",
-                                  help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1, dualpipe.",
+                                  help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1, dualpipe (the "
+                                       "default pair adds dualpipe, with --moe-a2a-overlap, for a mixture of experts "
+                                       "with ep > 1).",
                                   rich_help_panel=SEARCH),
     sequence_parallel: Optional[bool] = typer.Option(
         None, "--sequence-parallel/--no-sequence-parallel",
