@@ -437,7 +437,7 @@ def build_llama(
     for i in range(cfg.num_hidden_layers):
         block(f"model.layers.{i}", moe is not None and i >= moe.dense_layers)
     for k in range(depth):
-        block(f"{MTP_UNIT_PREFIX}{k}", moe is not None, _mtp_projection(f"{MTP_UNIT_PREFIX}{k}", s, d, v, dtype))
+        block(f"{MTP_UNIT_PREFIX}{k}", moe is not None, _mtp_projection(f"{MTP_UNIT_PREFIX}{k}", s, d, dtype))
     head = [_norm("model.norm", d, dtype, bias=False)]
     if not cfg.tie_word_embeddings:
         head.append(_linear("lm_head", v, d, dtype, bias=False))
@@ -461,9 +461,9 @@ def _check_mtp_depth(depth: object, seq_len: int, name: str) -> int:
     return depth
 
 
-def _mtp_projection(p: str, s: int, d: int, v: int, dtype: str) -> tuple[list, list, float, float]:
+def _mtp_projection(p: str, s: int, d: int, dtype: str) -> tuple[list, list, float, float]:
     """What the k-th multi-token prediction module runs before its transformer block (DeepSeek-V3,
-    arXiv:2412.19437, Sec. 2.2, Eq. 21): the shared embedding's lookup of the tokens ``k`` ahead
+    arXiv:2412.19437, Sec. 2.2): the shared embedding's lookup of the tokens ``k`` ahead
     (the table is the main model's: no parameter here, and no second dense gradient table), an
     RMSNorm of it (``enorm``) and one of the previous depth's hidden states (``hnorm``), their
     concatenation, and the projection ``M_k`` from ``2h`` to ``h`` (``eh_proj``; names as
