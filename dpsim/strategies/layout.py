@@ -341,9 +341,11 @@ def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...
             continue
         if i < first:
             g = 0
-        elif i > last and blocks:
-            # The last virtual stage, even one holding no block (it then runs the head and loss, and
-            # any multi-token prediction blocks): they went with the last block's stage before.
+        elif i > last and blocks and is_mtp_unit(layer.unit):
+            # A multi-token prediction block: the last virtual stage, even one holding no main block
+            # (the head after it follows it there). The other layers after the last block stay with
+            # its stage, as before (see validation/large_model_runs.md, dsmech: an empty last
+            # virtual stage keeps no head, which R060's --account-for-loss-in-pipeline-split would).
             g = n_virtual - 1
         else:
             before = [virtual_of_layer[j] for j in range(i) if j in virtual_of_layer]
