@@ -81,8 +81,10 @@ def megatron_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_di
     (arXiv:2205.05198, Sec. 4.1)'s accounting, tensor by tensor, with grouped-query heads and a
     gated MLP as Megatron-Core runs them (``MEGATRON_LM_COMMIT``):
 
-    - each sub-block's norm input and its first linear's input (TE's ``LayerNormLinear`` keeps
-      both): ``2sh + 2sh`` (Korthikanti's LayerNorm ``2sbh`` and QKV / first-MLP-linear ``2sbh``);
+    - each sub-block's norm input and its first linear's input: ``2sh + 2sh`` (Korthikanti's LayerNorm
+      ``2sbh`` and QKV / first-MLP-linear ``2sbh``); TE's ``LayerNormLinear`` keeps both, its backward
+      reading ``inputmat`` in ``rmsnorm_bwd`` and ``ln_out`` in the weight-gradient GEMM
+      (NVIDIA/TransformerEngine@3ec878759cc6 ``transformer_engine/pytorch/module/layernorm_linear.py``);
     - attention: the query ``2·s·q``, the key and the value at the key-value heads' width
       ``2·s·kv`` each, the output ``2·s·q`` (the projection's input), and the ``a·s`` fp32
       softmax statistics. TransformerEngine's attention takes the grouped heads as they are
