@@ -853,7 +853,12 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
                     else:
                         saved = (op_saved_bytes_per_sample if layout.recompute == "op"
                                  else megatron_saved_bytes_per_sample)(tpm.spec.layers[i])
-                        keeps_input = i in starts
+                        # op: the block is one checkpoint, which keeps the block's input. Megatron-Core
+                        # recomputes each sub-block's norm from its own input, which the norm's
+                        # CheckpointWithoutOutput keeps: the MLP's input too (the residual after
+                        # attention; NVIDIA/Megatron-LM@d98e8a64ddf3 megatron/core/transformer/
+                        # transformer_layer.py, _forward_pre_mlp_layernorm).
+                        keeps_input = i in starts or layout.recompute != "op"
                     kept = op_units.setdefault(layer.unit, [0.0, 0.0, 0.0])
                     kept[0] += every
                     kept[1] += (every if saved is None else saved) + (block_in(layer) if keeps_input else 0.0)

@@ -65,6 +65,7 @@ from dpsim.workload.layers import (  # noqa: E402
     with_attention_kernel,
     with_eager_multihot,
     with_lm_loss,
+    with_megatron_activations,
     with_unpadded_attention,
 )
 from dpsim.workload.spec import ModelSpec, ParamSpec  # noqa: E402
@@ -372,6 +373,11 @@ def _build_model(row: dict) -> ModelSpec:
         model = replace(model, layers=tuple(
             replace(layer, ops=tuple(o for op in layer.ops for o in accuracy_layouts._megatron_attention(op)))
             for layer in model.layers))
+    if row["framework"].startswith(MEGATRON_FRAMEWORKS):
+        # What Megatron-Core with TransformerEngine keeps for backward: grouped key/value heads at their
+        # own width, fused norms and SwiGLU, no expert outputs kept for the combine
+        # (dpsim.workload.layers.megatron_block_activation_bytes, megatron_moe_activation_bytes).
+        model = with_megatron_activations(model)
     if row["framework"].startswith("InternLM"):
         model = internlm_attention_params(model)
     if row["framework"].startswith("Composer") and row["attention"].startswith("flash"):
@@ -385,6 +391,12 @@ def _build_model(row: dict) -> ModelSpec:
         # One sequence per micro-batch leaves the shifted slice contiguous: no copy (layers.lm_loss_passes).
         model = with_lm_loss(model, loss, shift_copy=int(row["micro_batch"] or 1) > 1)
     return with_attention_kernel(model, fused_kernel) if fused_kernel else model
+
+
+MEGATRON_FRAMEWORKS = ("Megatron-Core", "Megatron-style")
+"""How a row's framework column names a run of Megatron-LM's modules (Megatron-Core; the Nemotron-4
+reports' "Megatron-style" tensor parallelism, whose activations are counted as Megatron-Core keeps
+them: an assumption, the reports name no framework)."""
 
 
 MEGATRON_SOFTMAX = "fused masked-causal softmax"

@@ -35,7 +35,11 @@ parallelism alone the ``--fsdp-unit``), never the root layers.
   second GEMM (Megatron-Core v0.13 moved the router probabilities from the unpermutation into
   the activation, so unpermuting saves nothing: ``megatron/core/transformer/moe/README.md``,
   "Memory efficient token permutation"), plus the permuted tokens the experts' first GEMM
-  reads (the dispatch all-to-all's output, which no recomputation rebuilds). Its recomputation
+  reads (the dispatch all-to-all's output, which no recomputation rebuilds), the input of a dense
+  MLP's (or the shared experts') second GEMM (only the routed experts' activation is recomputed),
+  and each sub-block's own input, which its norm's output-discarding checkpoint keeps (the MLP's
+  too: ``_forward_pre_mlp_layernorm`` in ``megatron/core/transformer/transformer_layer.py``,
+  NVIDIA/Megatron-LM@d98e8a64ddf3). Its recomputation
   time is counted as ``op``'s (every element-wise op, an upper bound of the norms and the
   activation).
 - ``deepseek``: DeepSeek-V3's (arXiv:2412.19437 Sec. 3.2.3 and 3.3.3): every RMSNorm and the MLA
@@ -71,7 +75,7 @@ from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec
-from dpsim.strategies.tensor import TpLayer, tp_model
+from dpsim.strategies.tensor import TpLayer, layer_kind, tp_model
 from dpsim.workload.fp8 import FP8_BYTES
 from dpsim.workload.precision import Precision
 from dpsim.workload.roofline import Efficiencies, op_kind, op_terms
@@ -203,9 +207,17 @@ def megatron_saved_bytes_per_sample(layer: LayerSpec) -> float | None:
     saved = op_saved_bytes_per_sample(layer)
     if saved is None:
         return None
+    mlp = layer_kind(layer) == "mlp"
     for op in layer.ops:
         if isinstance(op, MatmulOp) and op.name.endswith(_RESIDUAL_GEMMS):
             saved -= op.m * op.n * op.batch * _ACTIVATION_ELEMENT_BYTES
+            if mlp and op.name != "experts.down":
+                # A dense MLP's (or the shared experts') second GEMM keeps its input, the activation's
+                # output: only the routed experts' activation is recomputed (moe_act); the shared experts'
+                # needs "shared_experts" (NVIDIA/Megatron-LM@d98e8a64ddf3 megatron/core/transformer/moe/
+                # shared_experts.py line 156), a dense MLP's is never recomputed alone (mlp.py has no such
+                # module).
+                saved += op.m * op.k * op.batch * _ACTIVATION_ELEMENT_BYTES
         elif isinstance(op, MatmulOp) and op.name == "experts.gate_up":
             saved += op.m * op.k * op.batch * _ACTIVATION_ELEMENT_BYTES
     return saved

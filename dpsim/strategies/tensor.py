@@ -70,7 +70,7 @@ from dpsim.hardware import GpuSpec
 from dpsim.workload.fp8 import fp8_weight_numel
 from dpsim.workload.precision import saved_extra_bytes
 from dpsim.workload.roofline import shape_efficiency
-from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec, is_expert_param, is_mtp_unit
+from dpsim.workload.spec import AttentionOp, LayerSpec, ModelSpec, ParamSpec, is_expert_param, is_mtp_unit
 
 TP_COMM_OVERLAP: dict[str, str] = {
     "off": "every tensor-parallel collective blocks compute (Megatron-LM 2021)",
@@ -377,7 +377,11 @@ def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool, experts: Exper
         if role == "block":
             sh = layer.input_bytes_per_sample / 2.0
             unsplit = min(act, _UNSPLIT_ACTIVATION_SH * sh)
-            core_act = max(0.0, act - _ATTENTION_LINEAR_ACTIVATION_SH * sh) if kind == "attention" else 0.0
+            # Fused attention keeps no score matrices: nothing of it is the 5as² core that selective
+            # recomputation drops (what exceeds 13sh there is grouped or wider q/k/v, or q/k norms).
+            fused = any(isinstance(op, AttentionOp) and op.fused for op in layer.ops)
+            core_act = max(0.0, act - _ATTENTION_LINEAR_ACTIVATION_SH * sh) if kind == "attention" and not fused \
+                else 0.0
             split = act - unsplit - core_act
         elif role == "head":
             # Final norm and projection inputs (2 x 2sh) are not split; the fp32 logits are.

@@ -47,6 +47,8 @@ from dpsim.workload.layers import (
     korthikanti_block_activation_bytes,
     llama_block_activation_bytes,
     linear_ops,
+    megatron_block_activation_bytes,
+    megatron_moe_activation_bytes,
     moe_activation_bytes,
     moe_ops,
     norm_op,
@@ -356,6 +358,7 @@ def build_llama(
         input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=False)
         post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=False)
         attn_compiled = None  # MLA, unfused attention and q/k norms: not traced (eager count)
+        attn_megatron = None  # MLA: no Megatron-Core count (the eager one is kept)
         if cfg.q_lora_rank:
             attn_modules, attn_ops, attn_flops, attn_act = _mla_attention(cfg, p, s, dtype, flash_attention)
         else:
@@ -390,6 +393,8 @@ def build_llama(
                          *linear_ops("o_proj", s, d, q_dim, bias=False), *residual_ops("residual", sd)]
             attn_act, _ = llama_block_activation_bytes(s, d, q_dim, sdpa_kv, inter, cfg.num_attention_heads,
                                                        flash_attention=flash_attention)
+            attn_megatron = megatron_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
+                                                            flash_attention=flash_attention, qk_norm=cfg.qk_norm)[0]
             if flash_attention and not cfg.qk_norm:
                 attn_compiled = llama_compiled_saved_elements(s, d, q_dim, sdpa_kv, inter)[0]
             attn_flops = (2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
@@ -397,6 +402,9 @@ def build_llama(
         if routed:
             mlp_compiled = None
             mlp_modules, mlp_ops, mlp_flops, mlp_act = _moe_mlp(cfg, p, s, dtype)
+            mlp_megatron = megatron_moe_activation_bytes(s, d, experts=moe.experts, top_k=moe.top_k,
+                                                         expert_ffn=moe.expert_ffn,
+                                                         shared_ffn=moe.shared_experts * moe.shared_ffn)
         else:
             gate = _linear(f"{p}.mlp.gate_proj", inter, d, dtype, bias=False)
             up = _linear(f"{p}.mlp.up_proj", inter, d, dtype, bias=False)
@@ -411,6 +419,7 @@ def build_llama(
             mlp_act = llama_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
                                                    flash_attention=flash_attention)[1]
             mlp_compiled = llama_compiled_saved_elements(s, d, q_dim, kv_dim, inter)[1]
+            mlp_megatron = megatron_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads)[1]
         pre_modules: list = []
         if mtp is not None:
             # The MTP module's norms and 2h -> h projection run ahead of its block's attention.
@@ -418,12 +427,15 @@ def build_llama(
             attn_ops = [*pre_ops, *attn_ops]
             attn_flops += pre_flops
             attn_act += pre_act
+            if attn_megatron is not None:
+                attn_megatron += pre_act
         registered += [*pre_modules, *attn_modules, *mlp_modules, input_norm, post_norm]
         layers.append(_layer(
             f"{p}.self_attn", [*pre_modules, input_norm, *attn_modules],  # + input_layernorm
             forward_flops_per_sample=attn_flops,
             activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=eager_rms_saved_elements(s, d, 2 if cfg.q_lora_rank else 3),
             compiled_saved_elements=attn_compiled if mlp_compiled is not None else None,
+            megatron_activation_bytes_per_sample=attn_megatron,
             ops=attn_ops,
         ))
         layers.append(_layer(
@@ -431,6 +443,7 @@ def build_llama(
             forward_flops_per_sample=mlp_flops,
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=eager_rms_saved_elements(s, d, 1 if routed else 2),
             compiled_saved_elements=mlp_compiled if attn_compiled is not None else None,
+            megatron_activation_bytes_per_sample=mlp_megatron,
             ops=mlp_ops,
         ))
 

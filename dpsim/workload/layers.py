@@ -65,6 +65,103 @@ def llama_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_dim: 
     return attention, mlp
 
 
+MEGATRON_LM_COMMIT = "NVIDIA/Megatron-LM@d98e8a64ddf3"
+"""The Megatron-LM source the Megatron-Core activation counts below were read from (August 2026)."""
+
+SOFTMAX_STAT_BYTES = 4
+"""Fused attention keeps one fp32 log-sum-exp per query row and head for its backward
+(FlashAttention-2, Dao 2023, Algorithm 1: "Write L to HBM")."""
+
+
+def megatron_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_dim: int, inter: int, heads: int,
+                                    *, flash_attention: bool = True, qk_norm: bool = False
+                                    ) -> tuple[float, float]:
+    """Bytes a Llama-shaped block keeps for backward under Megatron-Core with TransformerEngine
+    (b = 1, 16-bit activations, no dropout), as (attention, MLP) halves: Korthikanti et al. 2022
+    (arXiv:2205.05198, Sec. 4.1)'s accounting, tensor by tensor, with grouped-query heads and a
+    gated MLP as Megatron-Core runs them (``MEGATRON_LM_COMMIT``):
+
+    - each sub-block's norm input and its first linear's input: ``2sh + 2sh`` (Korthikanti's LayerNorm
+      ``2sbh`` and QKV / first-MLP-linear ``2sbh``); TE's ``LayerNormLinear`` keeps both, its backward
+      reading ``inputmat`` in ``rmsnorm_bwd`` and ``ln_out`` in the weight-gradient GEMM
+      (NVIDIA/TransformerEngine@3ec878759cc6 ``transformer_engine/pytorch/module/layernorm_linear.py``);
+    - attention: the query ``2·s·q``, the key and the value at the key-value heads' width
+      ``2·s·kv`` each, the output ``2·s·q`` (the projection's input), and the ``a·s`` fp32
+      softmax statistics. TransformerEngine's attention takes the grouped heads as they are
+      (``megatron/core/extensions/transformer_engine.py`` line 2092, ``num_gqa_groups`` =
+      ``num_query_groups``); only the unfused local attention repeats them to the query heads
+      (``megatron/core/transformer/dot_product_attention.py`` lines 169-174, ``repeat_interleave``),
+      which ``flash_attention=False`` counts, with its ``2·a·s²`` softmax output (the ``5as²`` of
+      Korthikanti less the dropout's mask and output);
+    - ``qk_norm`` (``--qk-layernorm``): the query and key norms keep their inputs, ``2·s·(q + kv)``;
+    - MLP: the gated first linear's output ``2·s·2·inter``, which the fused bias-SwiGLU keeps as its
+      only activation (``megatron/core/fusions/fused_bias_swiglu.py`` line 184, ``save_for_backward(
+      input_for_backward, bias)``; Megatron-LM turns the fusion on with ``--swiglu``:
+      ``megatron/training/argument_utils.py`` line 317, ``--no-bias-swiglu-fusion`` to turn it off), and
+      the second linear's input ``2·s·inter``: ``3·s·inter`` elements where an eager SwiGLU keeps
+      ``4·s·inter`` (:func:`llama_block_activation_bytes`). A squared-ReLU MLP of width ``f`` built as a
+      gated one of ``2f/3`` keeps the same ``2f``: the ReLU's output and its square.
+
+    Not counted: dropout masks (the Llama-family configurations train without dropout: e.g.
+    ``--attention-dropout 0.0 --hidden-dropout 0.0``, yanring/Megatron-MoE-ModelZoo
+    ``model_configs/benchmarking/Qwen3-235B-A22B.yaml``)."""
+    sh = float(seq_len) * hidden
+    e = ACTIVATION_ELEMENT_BYTES
+    kv = kv_dim if flash_attention else q_dim
+    attention = e * (2.0 * sh + seq_len * (2.0 * q_dim + 2.0 * kv))
+    attention += SOFTMAX_STAT_BYTES * float(heads) * seq_len if flash_attention \
+        else e * float(heads) * seq_len * seq_len
+    if qk_norm:
+        attention += e * float(seq_len) * (q_dim + kv_dim)
+    mlp = e * (2.0 * sh + 3.0 * seq_len * inter)
+    return attention, mlp
+
+
+def megatron_moe_activation_bytes(tokens: int, hidden: int, *, experts: int, top_k: int, expert_ffn: int,
+                                  shared_ffn: int) -> float:
+    """Bytes an MoE layer keeps for backward per sample under Megatron-Core (b = 1, 16-bit
+    activations; ``MEGATRON_LM_COMMIT``, the same since Megatron-LM 2659630721, 2025-04-09, "Memory
+    efficient token permutation"):
+
+    - the pre-MLP norm's input ``2sh`` and its output ``2sh``, which the router's linear keeps
+      (``RouterGatingLinearFunction`` saves its 16-bit input and casts inside,
+      ``megatron/core/transformer/moe/moe_utils.py`` line 1382) and the shared experts' first linear
+      reads too;
+    - the router's fp32 scores ``4·s·experts``;
+    - per routed copy (``top_k·s`` of them, all-to-all'd to the experts' ranks): the permuted token
+      the experts' first grouped GEMM keeps as its input ``2h``, that GEMM's gated output ``2·2·ffn``
+      (the weighted SwiGLU's only activation, ``WeightedSwiGLUFunction`` in
+      ``megatron/core/fusions/fused_bias_swiglu.py``) and its output ``2·ffn`` (the second GEMM's
+      input), and the probability applied in the activation ``4``. The experts' outputs are not kept:
+      the probabilities are applied in the activation, so unpermuting them is a scatter that saves no
+      input (``megatron/core/transformer/moe/token_dispatcher.py`` passes no probabilities to
+      ``unpermute``);
+    - the shared experts as a dense gated MLP with the fused SwiGLU (``SharedExpertMLP`` is an ``MLP``):
+      ``2·3·s·shared_ffn``.
+
+    :func:`moe_activation_bytes` is the eager count (an unfused SwiGLU, the expert outputs kept for
+    the probability-weighted combine)."""
+    e = ACTIVATION_ELEMENT_BYTES
+    sh = float(tokens) * hidden
+    routed = float(tokens) * top_k * (e * (hidden + 3.0 * expert_ffn) + 4.0)
+    return e * 2.0 * sh + 4.0 * tokens * experts + routed + e * 3.0 * tokens * shared_ffn
+
+
+def with_megatron_activations(model: ModelSpec) -> ModelSpec:
+    """``model`` with every layer that has a Megatron-Core count
+    (:attr:`~dpsim.workload.spec.LayerSpec.megatron_activation_bytes_per_sample`) keeping that many
+    bytes for backward, its saved elements all 16-bit (TransformerEngine's norms keep their 16-bit
+    input and Megatron's residual stream is in the parameters' dtype without
+    ``--fp32-residual-connection``): what a model trained by Megatron-Core keeps
+    (:func:`megatron_block_activation_bytes`, :func:`megatron_moe_activation_bytes`). Other layers
+    are left as they are."""
+    return replace(model, layers=tuple(
+        layer if layer.megatron_activation_bytes_per_sample is None else
+        replace(layer, activation_bytes_per_sample=layer.megatron_activation_bytes_per_sample, saved_elements=(),
+                compiled_saved_elements=None)
+        for layer in model.layers))
+
+
 def eager_rms_saved_elements(seq_len: int, hidden: int, readers: int) -> tuple[tuple[float, str], ...]:
     """Of a Llama sub-block's saved activations, those a precision stores apart from the matmuls'
     16-bit outputs (:data:`dpsim.workload.spec.SAVED_CLASSES`): its RMSNorm's input and normalised
@@ -488,7 +585,8 @@ def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float
            activation_bytes_per_sample: float, unit: str | None = None,
            input_bytes_per_sample: float = 0.0, ops: Sequence[OpSpec] = (),
            input_byte_class: str = "act", saved_elements: Sequence[tuple[float, str]] = (),
-           compiled_saved_elements: Sequence[tuple[float, str]] | None = None) -> LayerSpec:
+           compiled_saved_elements: Sequence[tuple[float, str]] | None = None,
+           megatron_activation_bytes_per_sample: float | None = None) -> LayerSpec:
     """A layer running the modules ``run`` in this (forward) order.
 
     It owns their parameters (listed in run order); backward runs the modules in
@@ -507,6 +605,7 @@ def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float
         input_byte_class=input_byte_class,
         saved_elements=tuple(saved_elements),
         compiled_saved_elements=None if compiled_saved_elements is None else tuple(compiled_saved_elements),
+        megatron_activation_bytes_per_sample=megatron_activation_bytes_per_sample,
     )
 
 
