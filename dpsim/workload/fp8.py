@@ -317,6 +317,19 @@ def saved_fp8_weight_bytes_per_element(recipe: Fp8Recipe, architecture: str, *, 
     return per_copy
 
 
+def caches_fp8_weights(recipe: Fp8Recipe | None) -> bool:
+    """Whether a tensor/pipeline layout's FP8 linears cast their weights once a step rather than every
+    micro-batch: TransformerEngine's, which Megatron-Core calls with ``is_first_microbatch``
+    (:func:`dpsim.memory.layout_fp8_weight_bytes`, the memory this cache holds). ``te.Linear``'s forward
+    casts only when ``update_fp8_weights = is_first_microbatch is None or is_first_microbatch or
+    skip_fp8_weight_update is not None`` and otherwise reads the FP8 weight (and transpose) it cast at the
+    first micro-batch (NVIDIA/TransformerEngine@0004dbd0231c transformer_engine/pytorch/module/linear.py,
+    ``_Linear.forward``). torchao keeps no cast weight; DeepSeek's HAI-LLM keeps its row-wise copy but
+    transposes every FP8 weight in each backward chunk (deepseek-ai/profile-data@4496024, the
+    ``deepseek-blockwise`` recipe's source), so its per-micro-batch weight cast is left as it is costed."""
+    return recipe is not None and recipe.framework == "transformer-engine"
+
+
 def saves_fp8_weights(recipe: Fp8Recipe) -> bool:
     """Whether each FP8 linear keeps an FP8 copy of its whole (unsharded) weight from forward to
     backward: TransformerEngine saves the weight's FP8 cast for the input-gradient GEMM (a tensor
