@@ -126,7 +126,8 @@ def _finite(value, path="") -> list[str]:
 @pytest.mark.parametrize("gpu", ["a100", "h100", "b200", "gb200"])
 def test_fractions_bounds_and_finite_json(name, gpu):
     """MFU is in (0, 1]; exposed communication <= communication and <= the step; every number of the
-    JSON is finite; a layout's bubble fraction is in [0, 1)."""
+    JSON is finite; a layout's bubble fraction is in [0, 1). (All communication <= the step is not a
+    property: collectives on different streams and groups run at once, and their durations add up.)"""
     if gpu != "h100" and name not in FAST:
         pytest.skip("other GPUs on the fast layouts only")
     p = run(gpu=gpu, **layout(name))
@@ -155,6 +156,29 @@ def test_model_error_interval_holds_the_point_or_the_rows_bias(name, gpu):
     rows = {r.id: r.log_ratio for r in load_rows()[0]}
     bias = float(np.median([rows[i] for i in me.rows if i in rows]))
     assert (bias > 0) == (me.low_s > p.step_time_s), (me.low_s, p.step_time_s, me.high_s, bias)
+
+
+@pytest.mark.parametrize("name", grid())
+def test_memory_does_not_depend_on_the_fabric_and_memory_report_agrees(name):
+    """What a GPU holds is set by the model, the layout and the GPU, not by the links between GPUs;
+    ``dpsim memory`` (:func:`dpsim.memory_report`) reports what ``predict`` does."""
+    import dpsim
+    mems = {link: run(**{**layout(name), "link": link}).memory.total_bytes for link in ("ethernet", "infiniband")}
+    assert mems["ethernet"] == mems["infiniband"]
+    report = dpsim.memory_report(PredictConfig(**{**BASE, **layout(name)}))
+    assert report.memory.total_bytes == mems["infiniband"]
+
+
+@pytest.mark.parametrize("kw", [dict(model="llama-2-7b", gpus=16, strategy="fsdp"),
+                                dict(model="llama-3-70b", gpus=64, tp=8, pp=4, sequence_parallel=True)],
+                         ids=["fsdp", "3d"])
+def test_equivalent_spellings_give_one_step(kw):
+    """--grad-accum k is --global-batch k x micro-batch x replicas; --steps only repeats the steady step."""
+    dp = kw["gpus"] // (kw.get("tp", 1) * kw.get("pp", 1))
+    a = run(grad_accum=4, **kw).step_time_s
+    b = run(global_batch=4 * dp, **kw).step_time_s
+    c = run(global_batch=4 * dp, **{**kw, "steps": 3}).step_time_s
+    assert a == pytest.approx(b, rel=1e-12) and c == pytest.approx(b, rel=1e-12)
 
 
 # ------------------------------------------------------------------ bandwidth and hardware
