@@ -513,6 +513,33 @@ def test_ideal_bubble_is_the_schedules_closed_form(schedule, v, pp, gb):
     assert p.layout.bubble_fraction >= ideal * (1 - 1e-6)
 
 
+@pytest.mark.parametrize("kw", [dict(model="llama-3-70b", gpus=64, tp=8, pp=4, sequence_parallel=True, global_batch=64),
+                                pytest.param(dict(model="llama-3-70b", gpus=64, tp=8, pp=4, sequence_parallel=True,
+                                                  global_batch=16), marks=pytest.mark.slow),
+                                pytest.param(dict(model="mixtral-8x7b", gpus=64, pp=4, ep=8, strategy="zero1",
+                                                  global_batch=64), marks=pytest.mark.slow)], ids=["m32", "m8", "moe"])
+def test_zero_bubble_is_never_slower_than_1f1b(kw):
+    """ZB-H1 runs 1F1B's forwards and input gradients in the same order and only defers the weight
+    gradients into the drain (Qi et al. 2024, Sec. 3.1). (Its peak memory can exceed 1F1B's on an
+    uneven last stage: every ZB-H1 stage holds p micro-batches, 1F1B's last holds one.)"""
+    assert run(schedule="zb-h1", **kw).step_time_s <= run(**kw).step_time_s * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("name", grid([n for n in {**LAYOUTS, **HEAVY_LAYOUTS}
+                                       if {**LAYOUTS, **HEAVY_LAYOUTS}[n].get("pp", 1) > 1]))
+def test_stage_accounting(name):
+    """Each stage is busy and waits within the step; its memory parts add to at most its total; the
+    prediction's memory is the fullest stage's."""
+    p = run(**layout(name))
+    stages = p.layout.to_dict()["stages"]
+    for s in stages:
+        assert s["busy_s"] + s["bubble_s"] <= p.step_time_s * (1 + 1e-6)
+        assert s["bubble_s"] >= 0 and s["tail_s"] >= 0
+        parts = sum(s[f"memory_{k}_bytes"] for k in ("activations", "weights", "gradients", "optimizer"))
+        assert parts <= s["memory_total_bytes"] * (1 + 1e-9)
+    assert max(s["memory_total_bytes"] for s in stages) == pytest.approx(p.memory.total_bytes, abs=1.0)
+
+
 # ------------------------------------------------------------------ plan, sweep, goodput
 
 
