@@ -225,6 +225,10 @@ def test_a_newer_gpu_is_never_slower(name):
     steps = [run(gpu=gpu, **layout(name)).step_time_s for gpu in ("a100", "h100", "b200", "gb200")]
     assert all(b <= a * (1 + 1e-9) for a, b in zip(steps, steps[1:])), steps
     assert run(gpu="h800", **layout(name)).step_time_s == pytest.approx(steps[1], rel=1e-12)
+    # the same generation with more HBM bandwidth (H200, B300, GB300) or the SXM board against PCIe
+    pairs = (("h100", "h200"), ("b200", "b300"), ("gb200", "gb300"), ("h100-pcie", "h100"))
+    for older, newer in pairs if name in ("7b-zero1", "dsv3-pp8-ep8") else ():
+        assert run(gpu=newer, **layout(name)).step_time_s <= run(gpu=older, **layout(name)).step_time_s * (1 + 1e-9)
 
 
 def test_weak_scaling_data_parallelism_never_speeds_a_replicated_step():
@@ -538,6 +542,26 @@ def test_stage_accounting(name):
         parts = sum(s[f"memory_{k}_bytes"] for k in ("activations", "weights", "gradients", "optimizer"))
         assert parts <= s["memory_total_bytes"] * (1 + 1e-9)
     assert max(s["memory_total_bytes"] for s in stages) == pytest.approx(p.memory.total_bytes, abs=1.0)
+
+
+# ------------------------------------------------------------------ variability
+
+
+@pytest.mark.parametrize("name", ["70b-tp8-pp4", pytest.param("7b-fsdp", marks=pytest.mark.slow)])
+def test_noise_never_speeds_the_step_and_more_noise_slows_it_more(name):
+    """Per-rank compute noise of mean 1: every collective and pipeline transfer waits for the slowest
+    rank, so the mean step is at least the noise-free one and grows with the spread (same seed)."""
+    import dpsim
+    from dpsim.variability.spec import VariabilitySpec
+    config = PredictConfig(**{**BASE, **layout(name)})
+    slow = []
+    for cv in (0.02, 0.1):
+        p, report = dpsim.predict_with_variability(config, VariabilitySpec(noise_cv=cv, samples=4))
+        stats = report.to_dict()["statistics"]
+        assert stats["nominal_step_s"] == pytest.approx(p.step_time_s, rel=1e-12)
+        assert stats["mean_step_s"] >= p.step_time_s * (1 - 1e-9)
+        slow.append(stats["slowdown"])
+    assert 1 <= slow[0] <= slow[1], slow
 
 
 # ------------------------------------------------------------------ plan, sweep, goodput
