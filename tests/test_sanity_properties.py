@@ -368,8 +368,8 @@ def test_fp8_is_never_slower_than_bf16_on_a_gemm_heavy_mixture_of_experts(name, 
 
 
 @pytest.mark.parametrize("recipe,gpu,cached", [("te-delayed", "h100", True), ("mxfp8", "b200", True),
-                                               ("torchao-tensorwise", "h100", False),
-                                               ("deepseek-blockwise", "h100", False), (None, "h100", False)])
+                                               ("deepseek-blockwise", "h100", True),
+                                               ("torchao-tensorwise", "h100", False), (None, "h100", False)])
 @pytest.mark.parametrize("schedule", [{}, pytest.param(dict(schedule="1f1b-interleaved", virtual_stages=2),
                                                        marks=pytest.mark.slow)])
 def test_a_transformer_engine_layout_casts_its_fp8_weights_once_a_step(recipe, gpu, cached, schedule):
@@ -377,7 +377,8 @@ def test_a_transformer_engine_layout_casts_its_fp8_weights_once_a_step(recipe, g
     True and reuses the cast at the other micro-batches (NVIDIA/TransformerEngine@0004dbd0231c
     transformer_engine/pytorch/module/linear.py, ``update_fp8_weights``); Megatron-Core passes it. So stage
     0's forward over a step is its per-micro-batch forward m times plus one set of weight casts, the same
-    at m and 2 m; torchao (no cache), DeepSeek's HAI-LLM (re-transposes per backward) and bf16 add none."""
+    at m and 2 m. DeepSeek's HAI-LLM keeps one row-wise FP8 copy of each weight for the step and transposes
+    it in each backward (deepseek-ai/profile-data@4496024); torchao keeps none; bf16 has none."""
     once = []
     for gb in (64, 128):
         kw = dict(fp8=recipe) if recipe else {}
@@ -390,6 +391,16 @@ def test_a_transformer_engine_layout_casts_its_fp8_weights_once_a_step(recipe, g
         assert once[1] == pytest.approx(once[0], rel=1e-6)
     else:
         assert once == pytest.approx([0.0, 0.0], abs=1e-9 * p.forward_s)
+
+
+def test_hai_llm_transposes_its_cached_fp8_weight_every_backward():
+    """deepseek-blockwise: the weight's cast writes the one row-wise copy the step keeps (not TE's two),
+    and every backward reads that FP8 copy and writes its transpose."""
+    from dpsim.workload.fp8 import FP8_RECIPES, cast_plan
+    plan = {c.operand: c for c in cast_plan(FP8_RECIPES["deepseek-blockwise"], "hopper", compiled=False)}
+    assert plan["w"].copies == 1 and not plan["w"].backward
+    assert plan["w_t"].reads_fp8 and plan["w_t"].backward and plan["w_t"].copies == 1
+    assert "w_t" not in {c.operand for c in cast_plan(FP8_RECIPES["te-blockwise"], "hopper", compiled=False)}
 
 
 def test_one_gpu_step_of_a_transformer_engine_layout_casts_once_too():
