@@ -607,6 +607,26 @@ def test_plan_top_candidate_is_predict_and_a_sweep_row_of_its_layout(case):
     assert row["time_to_train_s"] == pytest.approx(steps * p.step_time_s, rel=1e-9)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["te-delayed", "deepseek-blockwise"])
+def test_plan_estimate_stays_within_its_bound_when_fp8_weights_are_cached(recipe):
+    """The planner's closed form charges each chunk's cached FP8 weight casts on the fill (as the
+    simulation plays them at each chunk's first forward): within ESTIMATE_BOUND of predict."""
+    from dpsim.plan.planner import ESTIMATE_BOUND, Planner
+    from dpsim.predict.resolve import resolve
+    base = resolve(PredictConfig(model="mixtral-8x7b", link="infiniband", precision="bf16-params", micro_batch=1,
+                                 fp8=recipe)).config
+    planner = Planner(base)
+    cands, _ = planner.candidates(64, global_batch=256, tps=(1,), pps=(2, 4), eps=(4, 8), micro_batches=(1,),
+                                  recomputes=("full",), strategies=("zero1",))
+    fitting = sorted((e for e in (planner.estimate(c, global_batch=256) for c in cands) if e.fits),
+                     key=lambda e: e.candidate.flags())
+    assert fitting
+    for e in fitting[::max(1, len(fitting) // 6)]:
+        ratio = e.step_time_s / predict(e.candidate.config(base)).step_time_s
+        assert ESTIMATE_BOUND[0] <= ratio <= ESTIMATE_BOUND[1], (e.candidate.flags(), ratio)
+
+
 def test_goodput_falls_as_nodes_fail_more_often():
     """A shorter node MTBF never raises the goodput, simulated or expected at the optimal interval."""
     import dpsim
