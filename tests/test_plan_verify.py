@@ -95,7 +95,8 @@ def test_cli_defaults_are_the_planner_s():
 def _tables(forward, backward):
     return _Tables([dataclasses.make_dataclass("W", ["forward_s", "backward_s", "compute_forward_s",
                                                       "compute_backward_s", "recompute_s", "recompute_waits_s",
-                                                      "tp_exposed_s", "weight_grad_s"])(f, b, f, b, 0.0, 0.0, 0.0, b / 2)
+                                                      "tp_exposed_s", "weight_grad_s", "first_forward_s"])(
+        f, b, f, b, 0.0, 0.0, 0.0, b / 2, 0.0)
                     for f, b in zip(forward, backward)])
 
 

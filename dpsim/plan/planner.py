@@ -119,6 +119,7 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
+from dpsim.workload.fp8 import caches_fp8_weights
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.spec import ModelSpec, is_mtp_unit
 
@@ -509,6 +510,8 @@ class _Tables:
         self.compute = [w.compute_forward_s + w.compute_backward_s + w.recompute_s - w.recompute_waits_s for w in work]
         self.tp_exposed = [w.tp_exposed_s for w in work]
         self.weight_grad = [w.weight_grad_s for w in work]
+        # Once a step, in each chunk's first forward: cached FP8 weight casts (LayerWork.first_forward_s).
+        self.first_forward = [w.first_forward_s for w in work]
         self.work = tuple(work)
 
 
@@ -708,7 +711,8 @@ class Planner:
                                                                 self.model.moe, self.base.parallelism.moe_node_limit))
                           if c.ep > 1 else None,
                           etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
-                          gpu=self.gpu, recompute_share=shares)
+                          gpu=self.gpu, recompute_share=shares,
+                          cached_fp8_weights=caches_fp8_weights(self.layout_precision.fp8))
         tab = self._tables[key] = _Tables(work)
         return tab
 
@@ -1141,6 +1145,9 @@ class Planner:
             # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
             share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
             pipe = m * xmax + (sum(x) - xmax) * max(0.0, 1.0 - 2.0 * share)
+        # Each chunk's first forward also casts its FP8 weights (LayerWork.first_forward_s): the first
+        # micro-batch's path through the stages runs every one of them.
+        pipe += sum(tab.first_forward)
         if c.moe_a2a_overlap:
             # The heaviest stage's paired ops (a2a_pairs) each run shorter by a2a_overlap_cut of a
             # forward and a backward of its average chunk.
@@ -1168,6 +1175,7 @@ class Planner:
         else:
             compute0 = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p])
             tp_exposed0 = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p])
+        compute0 += sum(tab.first_forward[i] for layers in assignment[0] for i in layers)
         # Data-parallel collectives: what each stage's last backward cannot hide, and what its first
         # forward waits for of the parameters gathered at the step's start; the step waits for the
         # worst stage (a middle stage of a mixture of experts holds more experts than the first).

@@ -85,6 +85,7 @@ from dpsim.workload.catalog import find_entry
 from dpsim.workload.library_models import lowered_shape_ref
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.compute import ComputeProfile, compute_profile
+from dpsim.workload.fp8 import caches_fp8_weights
 from dpsim.workload.spec import ModelSpec
 
 
@@ -610,7 +611,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                       cp_cost=cp_cost if layout.cp > 1 else None, cp_model=model if layout.cp > 1 else None,
                       ep_cost=ep_cost if layout.ep > 1 else None, etp_cost=etp_cost if layout.etp > 1 else None,
                       gpu=gpu,
-                      offload_s=activation_offload_s(tpm, layout, topology.spec.node, act))
+                      offload_s=activation_offload_s(tpm, layout, topology.spec.node, act),
+                      cached_fp8_weights=caches_fp8_weights(precision.fp8))
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
     hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
@@ -702,7 +704,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     # (the re-run forward's tensor- and context-parallel waits are not the one GPU's).
     full_fb = (compute.forward_s + compute.backward_s)
     recompute_full = sum(l.recompute_s - l.recompute_waits_s for l in work) * layout.tp * layout.cp
-    single_step = m_total * (full_fb + recompute_full) + compute.optimizer_s
+    # TransformerEngine's cached FP8 weight casts once a step there too (caches_fp8_weights).
+    cast_once = sum(l.fp8_weight_cast_s for l in compute.layers) if caches_fp8_weights(precision.fp8) else 0.0
+    single_step = m_total * (full_fb - cast_once + recompute_full) + cast_once + compute.optimizer_s
     single = layout.micro_batch * m_total / single_step
     peak = (gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
             if gpu.peak_flops_per_s else None)

@@ -228,7 +228,10 @@ def measured_compute(step: ModelStep, model: ModelSpec, compute, *, optimizer: s
     by_name = {l.name: l for l in step.layers}
     details: dict = {}
     if step.layers_traced and set(by_name) == set(names) and len(by_name) == len(names):
-        layers = tuple(replace(l, forward_s=by_name[l.name].forward_s, backward_s=by_name[l.name].backward_s)
+        # A layer's FP8 weight casts keep their share of its forward (LayerTime.fp8_weight_cast_s).
+        layers = tuple(replace(l, forward_s=by_name[l.name].forward_s, backward_s=by_name[l.name].backward_s,
+                               fp8_weight_cast_s=l.fp8_weight_cast_s * by_name[l.name].forward_s / l.forward_s
+                               if l.forward_s > 0 else 0.0)
                        for l in compute.layers)
         details["layers"] = "per traced layer"
     else:
@@ -322,7 +325,8 @@ def with_measured_step(compute, forward_backward_s: float):
     if modelled <= 0:
         return compute
     k = forward_backward_s / modelled
-    layers = tuple(replace(l, forward_s=l.forward_s * k, backward_s=l.backward_s * k) for l in compute.layers)
+    layers = tuple(replace(l, forward_s=l.forward_s * k, backward_s=l.backward_s * k,
+                           fp8_weight_cast_s=l.fp8_weight_cast_s * k) for l in compute.layers)
     return replace(compute, layers=layers)
 
 

@@ -413,6 +413,10 @@ class LayerWork:
     """The decoder block (transformer layer) it belongs to, ``None`` for the embedding, the output head
     and other root layers: what Megatron-Core's combined 1F1B pairs, a forward's block with a
     backward's (:func:`~dpsim.strategies.pipeline.a2a_overlap_cut`)."""
+    first_forward_s: float = 0.0
+    """Once a step, not in :attr:`forward_s`: the FP8 weight casts a TransformerEngine module runs at
+    the step's first micro-batch and keeps for the others (:func:`dpsim.workload.fp8.caches_fp8_weights`),
+    charged by the pipeline to the chunk's first forward."""
 
 
 def weight_gradient_share(layer) -> float:
@@ -462,7 +466,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                cp_cost: Callable[[str, float], float] | None = None, cp_model: ModelSpec | None = None,
                ep_cost: Callable[[float], float] | None = None,
                etp_cost: Callable[[float], float] | None = None, gpu: GpuSpec | None = None,
-               offload_s: Sequence[float] = ()) -> tuple[LayerWork, ...]:
+               offload_s: Sequence[float] = (), cached_fp8_weights: bool = False) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
     ``shard_compute`` is the compute profile of ``tpm.spec`` at the layout's micro-batch;
@@ -505,6 +509,11 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     (:func:`~dpsim.strategies.offload.expert_offload_bytes_per_sample`): a block's copies run on a
     side stream beside its compute in that pass, and only what its compute does not cover
     (:func:`~dpsim.strategies.offload.offload_exposed_s`) is added to the block's last layer.
+
+    ``cached_fp8_weights``: the FP8 recipe's modules keep their weights' casts across the micro-batches
+    (:func:`dpsim.workload.fp8.caches_fp8_weights`): each layer's forward weight casts
+    (:attr:`~dpsim.workload.compute.LayerTime.fp8_weight_cast_s`) leave its per-micro-batch forward, and
+    its recomputed forward, for :attr:`LayerWork.first_forward_s`.
     """
     contention = overlap_contention(overlap_slowdown, comm_slowdown)
     tokens = tpm.model.tokens_per_sample or 0
@@ -512,8 +521,9 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     assert gpu is not None or not asynchronous, "async tensor parallelism needs the GPU"
     local_copy_s = (lambda size: memory_term(size, gpu).time_s(Efficiencies())) if asynchronous else None
     fwd_s, bwd_s, comms, core_s = [], [], [], []
+    cast_s = [(lt.fp8_weight_cast_s if cached_fp8_weights else 0.0) * time_scale for lt in shard_compute.layers]
     for i, (layer, lt) in enumerate(zip(tpm.layers, shard_compute.layers)):
-        fwd = lt.forward_s * time_scale
+        fwd = lt.forward_s * time_scale - cast_s[i]
         comm = layer_tp_comm(layer, fwd, layout.micro_batch, layout.tp,
                              sequence_parallel=layout.sequence_parallel, overlap=layout.tp_comm_overlap,
                              cost=tp_cost, tokens_per_sample=tokens, act_element_bytes=act_element_bytes,
@@ -625,7 +635,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         ep_forward_s=2.0 * a2a[i] + etp[i],
         expert_grad_numel=layer.expert_numel_per_rank,
         fp8_numel=min(layer.numel_per_rank, tpm.fp8_weight_numels[i]),
-        recompute_waits_s=recompute_waits[i], unit=layer.unit)
+        recompute_waits_s=recompute_waits[i], unit=layer.unit, first_forward_s=cast_s[i])
         for i, layer in enumerate(tpm.layers))
 
 

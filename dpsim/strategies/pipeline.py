@@ -903,6 +903,9 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         def share(kind: str, c: int, j: int, total: float) -> float:
             return 1.0 - cut.get((kind, c, j), 0.0) / total if total > 0 else 1.0
         pending: list[int] = []  # transfers of blocking exchanges the next op waits for
+        # A TransformerEngine module casts its weights to FP8 at the step's first micro-batch and reads
+        # the cached cast at the others (LayerWork.first_forward_s): each chunk's first forward run.
+        uncast = set(range(v))
         for kind, c, j, xsend, xrecv in _stage_sequence(slots[s], s, p, m, deepspeed=deepspeed,
                                                         blocking=blocking_p2p, act_send=act_send,
                                                         grad_send=grad_send,
@@ -928,6 +931,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 pending.extend(xsend + xrecv)
                 continue
             if kind == "F":
+                cast = c in uncast
+                uncast.discard(c)
                 needs = (act_send[g - 1, j],) if (g - 1, j) in act_send else ()
                 sends = (act_send[g, j],) if (g, j) in act_send else ()
                 extra = gather_s if needs else 0.0
@@ -946,7 +951,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1} layer "
                                                                 f"{lw.index}",
                                            duration_s=lw.forward_s * share("F", c, j, fwd[s][c])
-                                           + (extra if first else 0.0),
+                                           + (extra if first else 0.0) + (lw.first_forward_s if cast else 0.0),
                                            needs=needs if first else (), sends=sends if last else (),
                                            waits=(gate,) if gate is not None else (),
                                            launches=tuple(launch_at_forward.get((c, j), ())) if first else (),
@@ -959,12 +964,13 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1} layer "
                                                                 f"{lw.index}",
                                            duration_s=lw.forward_s * share("F", c, j, fwd[s][c])
-                                           + (extra if first else 0.0),
+                                           + (extra if first else 0.0) + (lw.first_forward_s if cast else 0.0),
                                            needs=needs if first else (), sends=sends if last else (),
                                            waits=(gate,) if gate is not None else (), micro_batch=j, chunk=c))
                     continue
                 ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1}",
-                                   duration_s=fwd[s][c] - cut.get(("F", c, j), 0.0) + extra, needs=needs,
+                                   duration_s=fwd[s][c] - cut.get(("F", c, j), 0.0) + extra
+                                   + (sum(lw.first_forward_s for lw in work.layers) if cast else 0.0), needs=needs,
                                    sends=sends, micro_batch=j,
                                    chunk=c))
                 continue

@@ -114,6 +114,11 @@ class LayerTime:
     """Backward time."""
     param_names: tuple[str, ...]
     """Parameters whose gradients are ready when this layer's backward ends."""
+    fp8_weight_cast_s: float = 0.0
+    """Of :attr:`forward_s`, the FP8 recipe's forward casts of the layer's weights
+    (:func:`fp8_weight_cast_terms`): what a TransformerEngine module that keeps
+    its FP8 weights across the micro-batches of a step runs only at the first
+    (:func:`dpsim.workload.fp8.caches_fp8_weights`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +188,15 @@ def compiled_layer_terms(ops, gpu: GpuSpec, precision: Precision,
     return out
 
 
+def fp8_weight_cast_terms(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batch: int) -> list[Term]:
+    """The forward kernels of :func:`layer_terms` that cast the layer's weights to FP8 (the cast plan's
+    ``w`` passes, :func:`dpsim.workload.fp8.cast_plan`): what a module that keeps its FP8 weights
+    across the micro-batches of a step runs only at the first (:func:`dpsim.workload.fp8.caches_fp8_weights`)."""
+    if precision.fp8 is None:
+        return []
+    return [t for op in layer.ops for t in fp8_cast_terms(op, gpu, precision, micro_batch, operands=("w",))[0]]
+
+
 def layer_terms(layer: LayerSpec, gpu: GpuSpec, precision: Precision,
                 micro_batch: int) -> list[tuple[str, list[Term], list[Term]]]:
     """The roofline kernels of one layer for one micro-batch, as (kind, forward, backward) per op
@@ -211,15 +225,19 @@ def layer_terms(layer: LayerSpec, gpu: GpuSpec, precision: Precision,
 
 def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batch: int,
                 breakdown: dict[str, float] | None = None,
-                efficiencies: Efficiencies | None = None, memo: dict | None = None) -> tuple[float, float]:
+                efficiencies: Efficiencies | None = None, memo: dict | None = None,
+                weight_cast: list[float] | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of one layer for one micro-batch (before ``compute_efficiency``).
     ``memo``, shared by the calls of one model, GPU, precision, micro-batch and efficiencies,
-    keeps the times of layers already costed."""
+    keeps the times of layers already costed. ``weight_cast``, when given, gets the seconds of the
+    forward that are the FP8 weight casts appended (:attr:`LayerTime.fp8_weight_cast_s`)."""
     if not layer.ops:
         rate = gpu.achieved_rate(precision.matmul_dtype) * FLOPS_ONLY_EFFICIENCY
         fwd = layer.forward_flops_per_sample * micro_batch / rate
         if breakdown is not None:
             breakdown["flops-only"] = breakdown.get("flops-only", 0.0) + fwd * (1 + BACKWARD_TO_FORWARD)
+        if weight_cast is not None:
+            weight_cast.append(0.0)
         return fwd, BACKWARD_TO_FORWARD * fwd
     eff = efficiencies or Efficiencies()
     # Blocks repeat: a layer with the same ops and weights as one already costed costs the same.
@@ -234,13 +252,17 @@ def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batc
             fwd += f
             bwd += b
             kinds[kind] = kinds.get(kind, 0.0) + f + b
-        known = (fwd, bwd, kinds)
+        # Of ``fwd`` (counted there among the memory kernels), the FP8 weight casts.
+        cast = sum(t.time_s(eff) for t in fp8_weight_cast_terms(layer, gpu, precision, micro_batch))
+        known = (fwd, bwd, kinds, cast)
         if memo is not None:
             memo[key] = known
-    fwd, bwd, kinds = known
+    fwd, bwd, kinds, cast = known
     if breakdown is not None:
         for kind, seconds in kinds.items():
             breakdown[kind] = breakdown.get(kind, 0.0) + seconds
+    if weight_cast is not None:
+        weight_cast.append(cast)
     return fwd, bwd
 
 
@@ -345,10 +367,12 @@ def compute_profile(
     layers = []
     memo: dict = {}
     for layer in model.layers:
-        fwd, bwd = layer_times(layer, gpu, precision, micro_batch, breakdown, efficiencies, memo)
+        cast: list[float] = []
+        fwd, bwd = layer_times(layer, gpu, precision, micro_batch, breakdown, efficiencies, memo, weight_cast=cast)
         layers.append(LayerTime(name=layer.name, forward_s=fwd / compute_efficiency,
                                 backward_s=bwd / compute_efficiency,
-                                param_names=tuple(p.name for p in layer.params)))
+                                param_names=tuple(p.name for p in layer.params),
+                                fp8_weight_cast_s=cast[0] / compute_efficiency))
     def optimizer_s_with(clip: bool, zero_loop: bool) -> float:
         return optimizer_time_s(optimizer_terms(model, gpu, precision, optimizer, fused=fused_optimizer,
                                                 implementation=optimizer_impl,
@@ -367,6 +391,7 @@ def compute_profile(
         scale = single_gpu_step_s / profile.step_s
         profile = ComputeProfile(
             layers=tuple(LayerTime(name=l.name, forward_s=l.forward_s * scale, backward_s=l.backward_s * scale,
+                                   fp8_weight_cast_s=l.fp8_weight_cast_s * scale,
                                    param_names=l.param_names) for l in layers),
             optimizer_s=optimizer_s * scale,
             flops_per_step=flops,

@@ -317,6 +317,20 @@ def saved_fp8_weight_bytes_per_element(recipe: Fp8Recipe, architecture: str, *, 
     return per_copy
 
 
+def caches_fp8_weights(recipe: Fp8Recipe | None) -> bool:
+    """Whether a tensor/pipeline layout's FP8 linears cast their weights once a step rather than every
+    micro-batch: TransformerEngine's, which Megatron-Core calls with ``is_first_microbatch``
+    (:func:`dpsim.memory.layout_fp8_weight_bytes`, the memory this cache holds). ``te.Linear``'s forward
+    casts only when ``update_fp8_weights = is_first_microbatch is None or is_first_microbatch or
+    skip_fp8_weight_update is not None`` and otherwise reads the FP8 weight (and transpose) it cast at the
+    first micro-batch (NVIDIA/TransformerEngine@0004dbd0231c transformer_engine/pytorch/module/linear.py,
+    ``_Linear.forward``). DeepSeek's HAI-LLM quantizes no weight within a forward-and-backward pair and
+    keeps one row-wise FP8 copy of each weight for the step (deepseek-ai/profile-data@4496024, the
+    ``deepseek-blockwise`` recipe's source; its per-backward transpose is in :func:`cast_plan`). torchao
+    keeps no cast weight."""
+    return recipe is not None and recipe.framework in ("transformer-engine", "hai-llm")
+
+
 def saves_fp8_weights(recipe: Fp8Recipe) -> bool:
     """Whether each FP8 linear keeps an FP8 copy of its whole (unsharded) weight from forward to
     backward: TransformerEngine saves the weight's FP8 cast for the input-gradient GEMM (a tensor
@@ -403,10 +417,18 @@ def cast_plan(recipe: Fp8Recipe, architecture: str, *, compiled: bool) -> tuple[
             plan += [CastPass(operand="w", casts=1, amax_reads=recipe.amax_reads, copies=copies, backward=False),
                      CastPass(operand="w_bwd", casts=1, amax_reads=0, copies=copies, backward=True)]
         return tuple(plan)
-    return tuple(
+    plan = [
         CastPass(operand=operand, casts=casts, copies=copies, backward=operand not in ("x", "w"),
                  amax_reads=recipe.amax_reads if not compiled or compiled_cast_amax_reads(operand) else 0)
-        for operand, casts in cast_passes(recipe, weight_cast_in_forward=not gathered) if casts)
+        for operand, casts in cast_passes(recipe, weight_cast_in_forward=not gathered) if casts]
+    if recipe.cached_weight_copies:
+        # HAI-LLM (deepseek-blockwise): the weight's cast writes the row-wise copy it keeps for the step,
+        # and each backward transposes that FP8 copy for its input-gradient GEMM (the
+        # cuda::batched_transpose<512, 128> on unsigned char of every FP8 weight in each backward chunk of
+        # deepseek-ai/profile-data@4496024 train.json): one FP8 read and write an element.
+        plan = [replace(c, copies=recipe.cached_weight_copies) if c.operand == "w" else c for c in plan]
+        plan.append(CastPass(operand="w_t", casts=1, amax_reads=0, copies=1, backward=True, reads_fp8=True))
+    return tuple(plan)
 
 
 def cast_pass_bytes_per_element(recipe: Fp8Recipe, cast: CastPass, high_precision_bytes: float) -> float:

@@ -222,12 +222,14 @@ def _fp8_matmul(op: MatmulOp, gpu: GpuSpec, precision: Precision, micro_batch: i
 
 
 def fp8_cast_terms(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: int, *,
-                   input_cast: bool = True) -> tuple[list[Term], list[Term]]:
+                   input_cast: bool = True, operands: tuple[str, ...] | None = None
+                   ) -> tuple[list[Term], list[Term]]:
     """(forward, backward) cast kernels that feed one FP8 linear for a micro-batch
     (:func:`dpsim.workload.fp8.cast_plan`); empty for an op that stays in 16 bits. Inputs and
     output gradients are read in the activation dtype, weights in the parameter dtype; a weight
     the FSDP2 float8 all-gather already delivers in FP8 is not cast. ``input_cast`` False: the
-    input's casts are another linear's (:func:`dpsim.workload.fp8.shares_compiled_input_cast`)."""
+    input's casts are another linear's (:func:`dpsim.workload.fp8.shares_compiled_input_cast`).
+    ``operands``: only the casts of these operands (:class:`~dpsim.workload.fp8.CastPass`); ``None``: all."""
     recipe = precision.fp8
     if recipe is None or not runs_in_fp8(op, recipe):
         return [], []
@@ -241,6 +243,8 @@ def fp8_cast_terms(op: OpSpec, gpu: GpuSpec, precision: Precision, micro_batch: 
     backward: list[Term] = []
     for cast in cast_plan(recipe, gpu.architecture, compiled=precision.compiled):
         if not input_cast and cast.operand in ("x", "x_bwd"):
+            continue
+        if operands is not None and cast.operand not in operands:
             continue
         per_element = cast_pass_bytes_per_element(recipe, cast, high[cast.operand])
         size = cast.casts * numel[cast.operand] * op.batch * per_element
