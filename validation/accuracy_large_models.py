@@ -165,6 +165,12 @@ SYSTEMS = {
     # Nemotron-4 15B and 340B (arXiv:2402.16819 Sec. 2; arXiv:2406.11704): DGX H100 nodes, NVLink and
     # NVSwitch inside, eight 400 Gb/s InfiniBand HCAs per node: the preset exactly. The cluster's leaf
     # size and tiers are not published (the preset's rail-optimised non-blocking fabric).
+    # XTuner's speed benchmark (InternLM/xtuner@7575f2c9137c docs/zh_cn/acceleration/benchmark.rst): A100-SXM4-80GB
+    # GPUs and Xeon Gold 6348 hosts; neither the servers nor the network are published.
+    "NVIDIA A100-SXM4-80GB GPUs, Intel Xeon Gold 6348 hosts (XTuner speed benchmark, as published; network not "
+    "stated)": System(
+        name="XTuner A100", link="dgx-a100",
+        assumed="servers and network not stated: DGX A100-like nodes of 8 GPUs, 8x 200 Gb/s HDR (the dgx-a100 preset)"),
     "NVIDIA DGX H100 cluster (Nemotron-4), 8x 400 Gb/s InfiniBand HCAs per node (as published)": System(
         name="NVIDIA Nemotron-4 (DGX H100)", link="infiniband",
         assumed="fabric topology (leaf size, tiers, oversubscription) not published: the preset's rail-optimised "
@@ -258,6 +264,7 @@ PRECISIONS = {
     "bf16-mixed": "bf16-params",  # Fabric FSDP bf16-mixed: MixedPrecision param/reduce bf16
     "bf16 params, fp32 gradient reduction": "bf16-fp32-grads",  # OLMo-core
     "fp16 (DeepSpeed": "fp16-params",  # DeepSpeed fp16: fp16 params and grads, loss scaling, fp32 master in the optimizer
+    "bf16 (DeepSpeed bf16": "bf16-params",  # XTuner's DeepSpeed bf16: 16-bit params and grads, fp32 master
     "bf16": "bf16-params",  # the float8 blog's bf16 baseline (FSDP2 bf16 params)
 }
 """The row's ``precision`` (by its start; first match) -> ``--precision``."""
@@ -630,6 +637,9 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
             kw["moe_a2a"] = "hierarchical"
         if re.search(r"activation offloading \(expert_fc1, moe_act\)|--offload-modules expert_fc1 moe_act", text):
             kw["offload"] = "expert-activations"  # Megatron-Core's fine-grained activation offloading
+        if "ulysses" in features:
+            # DeepSpeed-Ulysses-style sequence parallelism (XTuner's all_to_all of q, k, v and the output).
+            kw["cp_comm"] = "a2a"
         if "a2a-overlap" in row["features"].split(";"):
             # Megatron-Core's --overlap-moe-expert-parallel-comm (the ModelZoo's A2A_OVERLAP=1).
             kw["moe_a2a_overlap"] = True
