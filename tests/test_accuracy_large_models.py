@@ -240,3 +240,30 @@ def test_a_rows_model_is_built_once_and_a_changed_row_gets_its_own():
     assert alm.model_of(row) is alm.model_of(dict(row))
     other = alm.model_of(dict(row, layers=str(int(row["layers"]) - 1)))
     assert other is not alm.model_of(row) and other.param_count < alm.model_of(row).param_count
+
+
+def test_ms_swift_and_xtuner_rows_run_their_frameworks_settings():
+    # XTuner's sequence parallelism is DeepSpeed-Ulysses' all-to-all (xtuner/parallel/sequence/attention.py
+    # at 7575f2c9137c): a2a over sp ranks; its sp1 rows have no context parallelism. ms-swift's Megatron
+    # defaults (swift/megatron/argument/megatron_args.py): overlap_grad_reduce off, recompute_modules
+    # core_attn; Megatron gives experts the tensor-parallel size when not set (R140: etp 2 x ep 8).
+    rows = {r["id"]: r for r in alm.rows()}
+    for rid, sp in (("R147", 8), ("R149", 16), ("R151", 2), ("R158", 64)):
+        par = alm.job_of(rows[rid]).config.parallelism
+        assert (par.cp, par.cp_comm) == (sp, "a2a"), rid
+    for rid in ("R145", "R150", "R154"):
+        assert alm.job_of(rows[rid]).config.parallelism.cp == 1, rid
+    moe = alm.job_of(rows["R140"]).config
+    assert (moe.parallelism.tp, moe.parallelism.ep, moe.parallelism.etp) == (2, 8, 2)
+    assert not moe.gradients.overlap and moe.execution.precision == "bf16-fp32-grads"
+    fp8, bf16 = alm.job_of(rows["R142"]).config, alm.job_of(rows["R143"]).config
+    assert fp8.execution.fp8 == "te-blockwise" and bf16.execution.fp8 is None
+    for c in (fp8, bf16):
+        assert c.execution.precision == "bf16-fp32-grads-bf16-moments" and c.execution.recompute == "selective"
+    # Qwen3 normalises each query and key head (weights of head_dim); Qwen2.5 (R144) has no QK-norm.
+    weights = [p for p in alm.model_of(rows["R142"]).params if p.name.endswith(("q_norm.weight", "k_norm.weight"))]
+    assert len(weights) == 2 * 40 and all(p.shape == (128,) for p in weights)
+    assert not [p for p in alm.model_of(rows["R144"]).params if p.name.endswith("q_norm.weight")]
+    # transformers' per-expert Python loop under ZeRO-3 is listed, not predicted.
+    skipped = {x.id: x for x in alm.split(alm.rows())[1]}
+    assert skipped["R141"].why == alm.NOT_EXPRESSIBLE_FEATURES["hf-eager-experts"]

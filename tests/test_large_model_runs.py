@@ -77,7 +77,7 @@ ALREADY_SCORED = (r"2104\.04473", r"2205\.05198", r"2201\.11990", r"cases_april2
 """Sources of ``layout_reference.csv``'s rows (MegaScale, arXiv:2402.15627, since its B rows), which must not
 come in twice."""
 
-EXACT_GPU = {"h100": ("H100",), "h800": ("H800 SXM",), "a100": ("A100 80GB",), "a100-40gb": ("A100 40GB",), "gb200": ("GB200",), "gb300": ("GB300",)}
+EXACT_GPU = {"h100": ("H100",), "h20": ("H20",), "h800": ("H800 SXM",), "a100": ("A100 80GB",), "a100-40gb": ("A100 40GB",), "gb200": ("GB200",), "gb300": ("GB300",)}
 """Published GPU names each preset stands for exactly; any other pairing is the closest preset
 and its row must say so."""
 

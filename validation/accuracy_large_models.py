@@ -76,12 +76,13 @@ HEADING = "## Large-model training runs (issue 24)"
 SYSTEMS_DIR = ROOT / "validation" / "systems"
 
 BF16_PEAK_FLOPS = {"a100": 312e12, "a100-40gb": 312e12, "h100": 989e12, "h800": 989e12, "gb200": 2.5e15,
-                   "gb300": 2.5e15}
+                   "gb300": 2.5e15, "h20": 148e12}
 """Dense bf16 peaks (A100 and H100 SXM datasheets; GB200: the GB200 NVL72 datasheet's 180 PFLOPS
 dense FP16/BF16 over its 72 GPUs; GB300: the same 180 PFLOPS over 72 for the GB300 NVL72, the
 ``gb300`` preset's citation; H800: the H100 SXM's, as DeepSeek quote it: 432 TFLOPS is 43.73 % MFU
 "calculated based on BF16 peak performance", arXiv:2505.09343v2 Table 4 and Sec. 5.1.2, 988 TFLOPS)
-the common MFU column is quoted against."""
+the common MFU column is quoted against. H20: 148 TFLOPS dense FP16/BF16, the figure the ``h20`` preset
+cites (zangshuxian.com/new/674733024499207168; willitrunai.com/es/gpus/h20-96gb)."""
 FP8_PEAK_FLOPS = {"h100": 1979e12}
 """Dense FP8 peak (H100 SXM datasheet: 3,958 TFLOPS with sparsity): llm-foundry's MFU column
 divides its FP8 rows' throughput by it, not by the bf16 peak (R041-R047's published MFU is half
@@ -165,6 +166,12 @@ SYSTEMS = {
     # Nemotron-4 15B and 340B (arXiv:2402.16819 Sec. 2; arXiv:2406.11704): DGX H100 nodes, NVLink and
     # NVSwitch inside, eight 400 Gb/s InfiniBand HCAs per node: the preset exactly. The cluster's leaf
     # size and tiers are not published (the preset's rail-optimised non-blocking fabric).
+    # XTuner's speed benchmark (InternLM/xtuner@7575f2c9137c docs/zh_cn/acceleration/benchmark.rst): A100-SXM4-80GB
+    # GPUs and Xeon Gold 6348 hosts; neither the servers nor the network are published.
+    "NVIDIA A100-SXM4-80GB GPUs, Intel Xeon Gold 6348 hosts (XTuner speed benchmark, as published; network not "
+    "stated)": System(
+        name="XTuner A100", link="dgx-a100",
+        assumed="servers and network not stated: DGX A100-like nodes of 8 GPUs, 8x 200 Gb/s HDR (the dgx-a100 preset)"),
     "NVIDIA DGX H100 cluster (Nemotron-4), 8x 400 Gb/s InfiniBand HCAs per node (as published)": System(
         name="NVIDIA Nemotron-4 (DGX H100)", link="infiniband",
         assumed="fabric topology (leaf size, tiers, oversubscription) not published: the preset's rail-optimised "
@@ -179,6 +186,16 @@ SYSTEMS = {
     "fat tree (as published)": System(
         name="DeepSeek H800", topology_file="h800-deepseek.yaml",
         assumed="single-plane multi-rail fat tree as the same rail-optimised fat tree as the multi-plane one"),
+    # ms-swift's Megatron-SWIFT benchmarks (modelscope/ms-swift; each system file cites what is published).
+    "2 nodes x 8 A800 80GiB, Alibaba Cloud PAI-DLC (as published; interconnect not stated)": System(
+        name="ms-swift A800 (Alibaba DLC)", topology_file="alibaba-dlc-a800.yaml",
+        assumed="A800 as the a100 preset with NVLink 200 GB/s per direction; network not stated: 4x 200 Gb/s per node"),
+    "8 H20 (one node; as published: 'test_env: H20, cuda12.9')": System(
+        name="ms-swift H20", topology_file="h20-node.yaml",
+        assumed="server not stated: an NVSwitch node with the H100's NVLink4"),
+    "4 A100 (one node, as published: 'Env: 4 * A100')": System(
+        name="ms-swift A100", topology_file="a100-nvswitch-x4.yaml",
+        assumed="server not stated: four A100 80GB of an NVSwitch node"),
     "H800 cluster, 8 GPUs per node on NVLink/NVSwitch, InfiniBand across nodes (as published; GPU count not "
     "stated)": System(
         name="DeepSeek H800", topology_file="h800-deepseek.yaml",
@@ -224,7 +241,12 @@ PRECISIONS = {
     # FP32 gradients "used for batch size accumulation", BF16 AdamW moments (Sec. 3.3.3).
     "fp8 mixed precision (HAI-LLM": "bf16-fp32-grads-bf16-moments",
     "bf16 mixed precision (HAI-LLM": "bf16-fp32-grads",  # DeepSeek-V2: FP32 master and gradients assumed as V3's
-    "fp8-amp (Composer": "bf16-fp32-grads",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
+    "fp8-amp (Composer": "bf16-fp32-grads",
+    # Megatron-Core through ms-swift: --bf16 keeps fp32 main gradients (dpsim's bf16-fp32-grads, "Megatron --bf16");
+    # --use_precision_aware_optimizer with --exp_avg_dtype/--exp_avg_sq_dtype bf16 keeps the Adam moments in bf16.
+    "fp8 blockwise (Megatron": "bf16-fp32-grads-bf16-moments",
+    "bf16 mixed, bf16 Adam moments (Megatron": "bf16-fp32-grads-bf16-moments",
+    "bf16 mixed (Megatron": "bf16-fp32-grads",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
     "float8 tensorwise": "bf16-params",  # the float8 blog's FSDP2 bf16 params, as its bf16 baseline
     "bf16 params with float8 matmuls": "bf16-fp32-grads",  # OLMo-core: param bf16, reduce fp32, as its bf16 rows
     # FSDP MixedPrecision DEFAULT: bf16 params and buffers, fp32 reduction (mosaicml/composer@1c9d8d179894,
@@ -243,6 +265,7 @@ PRECISIONS = {
     "bf16-mixed": "bf16-params",  # Fabric FSDP bf16-mixed: MixedPrecision param/reduce bf16
     "bf16 params, fp32 gradient reduction": "bf16-fp32-grads",  # OLMo-core
     "fp16 (DeepSpeed": "fp16-params",  # DeepSpeed fp16: fp16 params and grads, loss scaling, fp32 master in the optimizer
+    "bf16 (DeepSpeed bf16": "bf16-params",  # XTuner's DeepSpeed bf16: 16-bit params and grads, fp32 master
     "bf16": "bf16-params",  # the float8 blog's bf16 baseline (FSDP2 bf16 params)
 }
 """The row's ``precision`` (by its start; first match) -> ``--precision``."""
@@ -255,6 +278,8 @@ FP8_RECIPES = {
     "torchao float8, dynamic tensorwise": ("torchao-tensorwise", ""),
     "MXFP8": ("mxfp8", ""),
     "DeepSeek fine-grained FP8": ("deepseek-blockwise", ""),
+    # Megatron-Core's --fp8-recipe blockwise: TransformerEngine's Float8BlockScaling (1x128 activations, 128x128 weights).
+    "TransformerEngine Float8BlockScaling": ("te-blockwise", ""),
 }
 """The row's ``fp8_recipe`` (by its start) -> ``--fp8`` and what that assumes."""
 
@@ -342,12 +367,16 @@ def _build_model(row: dict) -> ModelSpec:
         # 224-227: norm after attention and after the MLP, none before) are two RMSNorms over
         # tokens x d_model per block, as the Llama builder's pre-norms are.
         olmo2 = row["model"].startswith("olmo2-")
+        # Qwen3 normalises each query and key head (RMSNorm over head_dim) before RoPE: q_norm and k_norm of
+        # head_dim (huggingface/transformers@00d4b3d2142c modeling_qwen3_moe.py Qwen3MoeAttention, "only on the
+        # head dim"; the dense Qwen3 attention is the same).
+        qwen3 = row["model"].startswith("qwen3-")
         cfg = LlamaConfig(hidden_size=int(row["hidden"]), num_hidden_layers=int(row["layers"]),
                           num_attention_heads=int(row["heads"]), num_key_value_heads=int(row["kv_heads"]),
                           intermediate_size=int(row["ffn"]), vocab_size=int(row["vocab"]),
                           max_position_embeddings=seq, head_dim=int(row["head_dim"]) if row["head_dim"] else None,
                           tie_word_embeddings=row["tied_embeddings"] == "true",
-                          qk_norm=olmo2, qk_norm_whole_projection=olmo2)
+                          qk_norm=olmo2 or qwen3, qk_norm_whole_projection=olmo2)
         model = build_llama(cfg, name=row["model"], flash_attention=not megatron_softmax)
     elif row["ffn_act"] == "squared-relu":
         # Nemotron-4's MLP (arXiv:2402.16819 Sec. 2: squared ReLU, no gate, no biases) with grouped
@@ -533,12 +562,19 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         full = "megatron"  # Megatron-Core's --recompute-modules of element-wise work (layernorm, moe_act)
         assumed.append(f"Megatron's {checkpointing} recomputation's time as op-level recomputation's (every "
                        f"element-wise op)")
+    elif checkpointing.startswith("selective (--recompute_granularity selective"):
+        # Megatron's selective granularity recomputes the modules of --recompute-modules, whose default is
+        # core_attn (ms-swift's own default too: swift/megatron/argument/megatron_args.py@891a9ab3d437,
+        # recompute_modules ['core_attn']): the attention core only, dpsim's --recompute selective.
+        full = "selective"
     elif checkpointing.startswith("selective"):
         full = "op"
         assumed.append("selective remat (minimal_flash) as --recompute op: matmul and attention outputs kept, "
                        "the rest recomputed")
     else:  # not published: decided by memory below (_unpublished_checkpointing)
         full = None
+    if "packed" in row["features"].split(";"):  # ms-swift --packing: rows filled with whole samples
+        assumed.append(f"packed rows as full {row['seq_len']}-token sequences with one causal attention over each")
     if "pack_sample_into_one=False" in row["attention"]:
         assumed.append("packed variable-length attention as full 2048-token causal attention")
     # The row's preset, over the system file's default GPU (GB300 racks share the GB200 NVL72 file).
@@ -582,6 +618,11 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # April 2023 rows (R023, R024, R030-R040) ran (trainer.py line 1414, dist_strategy.py lines
         # 67-69); so every micro-batch is reduce-scattered.
         kw["fsdp_accumulate"] = "sharded"
+    if "overlap_grad_reduce false" in row["data_parallel"]:
+        # Megatron's --overlap-grad-reduce off (ms-swift's default, swift/megatron/argument/megatron_args.py
+        # overlap_grad_reduce False at ad907793e9d3, 1e9e4a0e164e and 891a9ab3d437): the gradient
+        # reduce-scatter runs after the backward, not bucket by bucket during it.
+        kw["overlap"] = False
     if "offload" in row["features"].split(";"):
         kw["offload"] = "params+optimizer" if "parameters and optimizer" in row["data_parallel"] else "optimizer"
     ep, etp = int(row["ep"] or 1), int(row["etp"] or 1)
@@ -613,6 +654,9 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
             # DeepSeek-V3's node-limited routing (arXiv:2412.19437 Sec. 2.1.2, M = 4, Sec. 4.2): each token
             # crosses the network to at most that many of the expert group's servers.
             kw["moe_node_limit"] = int(limited.group(1))
+        if "ulysses" in features:
+            # DeepSpeed-Ulysses-style sequence parallelism (XTuner's all_to_all of q, k, v and the output).
+            kw["cp_comm"] = "a2a"
         if "a2a-overlap" in row["features"].split(";"):
             # Megatron-Core's --overlap-moe-expert-parallel-comm (the ModelZoo's A2A_OVERLAP=1).
             kw["moe_a2a_overlap"] = True
@@ -853,6 +897,10 @@ class NotExpressed:
 
 
 NOT_EXPRESSIBLE_FEATURES = {
+    "hf-eager-experts": "transformers' eager MoE block (one Python-loop MLP per expert that received tokens, "
+                        "huggingface/transformers@00d4b3d2142c modeling_qwen3_moe.py Qwen3MoeSparseMoeBlock.forward) "
+                        "under ZeRO-3: dpsim's MoE layer is grouped GEMMs, and its per-expert launches and "
+                        "per-expert parameter gathers are not modelled",
 }
 """Row features (the ``features`` column) dpsim cannot express today, and why. A row is predicted
 when none of its features is listed here, whatever its ``set``."""
