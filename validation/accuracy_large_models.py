@@ -178,6 +178,26 @@ SYSTEMS = {
     "fat tree (as published)": System(
         name="DeepSeek H800", topology_file="h800-deepseek.yaml",
         assumed="single-plane multi-rail fat tree as the same rail-optimised fat tree as the multi-plane one"),
+    # LLaMA-1 (arXiv:2302.13971 Sec. 2.4, Table 15): 2048 A100 80GB for the 65B run; the cluster, its nodes and
+    # network are not named. DGX A100-like nodes (8 GPUs on NVSwitch, one 200 Gb/s HDR port per GPU) are assumed:
+    # the nodes of Meta's RSC, the InfiniBand cluster the Llama 2 paper names with 200 Gbps end-points.
+    "Meta A100 80GB cluster (LLaMA): 2048 A100 80GB for the 65B run (as published; nodes and network not stated)":
+        System(name="Meta A100 (LLaMA, Llama 2 RSC)", link="dgx-a100",
+               assumed="cluster, nodes and network not stated: DGX A100-like nodes with 8x 200 Gb/s HDR InfiniBand "
+                       "(the dgx-a100 preset; RSC's, as the Llama 2 paper describes it)"),
+    # Llama 2 (arXiv:2307.09288 Sec. 2.2.1): RSC, NVIDIA Quantum InfiniBand with 200 Gbps end-points, 400 W per GPU.
+    # One system with LLaMA-1's rows: the same organisation's A100 training, its cluster unnamed there.
+    "Meta Research Super Cluster (Llama 2): A100, NVIDIA Quantum InfiniBand, 200 Gbps end-points, 400 W cap "
+    "(as published)": System(
+        name="Meta A100 (LLaMA, Llama 2 RSC)", link="dgx-a100",
+        assumed="nodes not stated: DGX A100-like (8 GPUs on NVSwitch, one 200 Gb/s HDR end-point per GPU, the "
+                "dgx-a100 preset)"),
+    # Llama 2's production cluster (Sec. 2.2.1): RoCE on commodity Ethernet, 200 Gbps end-points, 350 W per GPU.
+    "Meta production cluster (Llama 2): A100, RoCE on commodity Ethernet switches, 200 Gbps end-points, 350 W cap "
+    "(as published)": System(
+        name="Meta production A100 RoCE (Llama 2)", topology_file="meta-prod-a100-roce.yaml",
+        assumed="nodes and topology not stated: 8 A100 SXM4 on NVSwitch, one 200 Gb/s RoCE end-point per GPU, "
+                "rail-optimised; the 350 W power cap not modelled"),
     "H800 cluster, 8 GPUs per node on NVLink/NVSwitch, InfiniBand across nodes (as published; GPU count not "
     "stated)": System(
         name="DeepSeek H800", topology_file="h800-deepseek.yaml",
