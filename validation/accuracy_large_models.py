@@ -302,7 +302,9 @@ FLASH_ATTN_1 = "flash-attn 1."
 before flash-attn 2.0.0 (Dao-AILab/flash-attention tag v2.0.0, 17 July 2023); the repository pins
 flash-attention as a submodule at d2f4324f4c56 (v1.0.8-3, ``flash_attn/__init__.py``
 ``__version__ = "1.0.8"``) and ``doc/en/install.md`` installs "flash-attention (version v1.0.5)"
-from it (InternLM/InternLM@20fe5ac297e6)."""
+from it (InternLM/InternLM@20fe5ac297e6). LLaMA-1's rows (and Llama 2's, which take its setting) ran
+xformers' memory-efficient causal attention whose backward is "Dao et al. (2022)", FlashAttention 1
+(arXiv:2302.13971 Sec. 2.4), in early 2023, before flash-attn 2: costed alike."""
 
 
 _MODELS: dict[tuple, ModelSpec] = {}
@@ -541,6 +543,13 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         full = "megatron"  # Megatron-Core's --recompute-modules of element-wise work (layernorm, moe_act)
         assumed.append(f"Megatron's {checkpointing} recomputation's time as op-level recomputation's (every "
                        f"element-wise op)")
+    elif checkpointing.startswith("selective") and row["framework"].startswith("Meta's"):
+        # LLaMA-1 (arXiv:2302.13971 Sec. 2.4): "we save the activations that are expensive to compute, such as
+        # the outputs of linear layers", through a hand-written backward of the transformer layers: --recompute
+        # op keeps the matmul and attention outputs and re-runs the other ops. Llama 2's rows take it as theirs.
+        full = "op"
+        assumed.append("LLaMA's checkpointing (the outputs of linear layers saved) as --recompute op: matmul and "
+                       "attention outputs kept, the rest recomputed")
     elif checkpointing.startswith("selective"):
         full = "op"
         assumed.append("selective remat (minimal_flash) as --recompute op: matmul and attention outputs kept, "
