@@ -186,12 +186,16 @@ SYSTEMS = {
                assumed="cluster, nodes and network not stated: DGX A100-like nodes with 8x 200 Gb/s HDR InfiniBand "
                        "(the dgx-a100 preset; RSC's, as the Llama 2 paper describes it)"),
     # Llama 2 (arXiv:2307.09288 Sec. 2.2.1): RSC, NVIDIA Quantum InfiniBand with 200 Gbps end-points, 400 W per GPU.
-    # One system with LLaMA-1's rows: the same organisation's A100 training, its cluster unnamed there.
+    # RSC's nodes are NVIDIA DGX A100 systems (760 of them in its first phase, 8 A100 each, on NVIDIA Quantum
+    # 200 Gb/s InfiniBand: Meta's RSC announcement by Lee and Sengupta, January 2022, as
+    # www.datacenterfrontier.com/new-meta-supercomputer-boosts-power-for-ai-workloads-future-metaverse/ and
+    # www.hardwarezone.com.sg/tech-news-meta-begins-rollout-world-s-fastest-supercomputer report it): the
+    # dgx-a100 preset. One system with LLaMA-1's rows: the same organisation's A100 training, its cluster unnamed there.
     "Meta Research Super Cluster (Llama 2): A100, NVIDIA Quantum InfiniBand, 200 Gbps end-points, 400 W cap "
     "(as published)": System(
         name="Meta A100 (LLaMA, Llama 2 RSC)", link="dgx-a100",
-        assumed="nodes not stated: DGX A100-like (8 GPUs on NVSwitch, one 200 Gb/s HDR end-point per GPU, the "
-                "dgx-a100 preset)"),
+        assumed="DGX A100 nodes (RSC's, reported with its first phase): one 200 Gb/s HDR port per GPU as the "
+                "dgx-a100 preset; the phase-2 nodes and the fabric's tiers not published"),
     # Llama 2's production cluster (Sec. 2.2.1): RoCE on commodity Ethernet, 200 Gbps end-points, 350 W per GPU.
     "Meta production cluster (Llama 2): A100, RoCE on commodity Ethernet switches, 200 Gbps end-points, 350 W cap "
     "(as published)": System(
