@@ -124,15 +124,15 @@ def _passes(rep) -> int:
 
 
 @pytest.mark.parametrize("name", sorted(GRID))
-def test_stage_0_reports_the_waits_of_the_micro_batches_it_runs(name):
-    """Stage 0's tensor-, context- and expert-parallel time is what its played chunks wait: each
-    chunk times the micro-batches it runs. DualPipe's stage runs each of its two chunks for half
-    of them; the report counted both chunks for every micro-batch, twice the stage's comm_s and
-    exposed_comm_s parts (Llama-3-8B tp2 pp4: tp_comm_s 0.374 s where the stage spends 0.187 s)."""
+def test_the_critical_stage_reports_the_waits_of_the_micro_batches_it_runs(name):
+    """The critical stage's tensor-, context- and expert-parallel time is what its played chunks
+    wait: each chunk times the micro-batches it runs. DualPipe's stage runs each of its two chunks
+    for half of them; the report counted both chunks for every micro-batch, twice the stage's comm_s
+    and exposed_comm_s parts (Llama-3-8B tp2 pp4: tp_comm_s 0.374 s where the stage spends 0.187 s)."""
     p = _predict(name)
     rep = p.layout
     n = _passes(rep)
-    parts = rep.stage_parts[0]
+    parts = rep.stage_parts[rep.critical_stage]
     if not rep.layout.moe_a2a_overlap:
         assert rep.tp_exposed_s + rep.cp_exposed_s + rep.ep_exposed_s == pytest.approx(
             n * (parts.work_s - parts.compute_s), rel=1e-9, abs=1e-15)
@@ -141,9 +141,9 @@ def test_stage_0_reports_the_waits_of_the_micro_batches_it_runs(name):
 
 def _parts(p) -> dict[str, float]:
     rep = p.layout
-    s0 = rep.stages[0]
+    crit = rep.stages[rep.critical_stage]
     return {"tp": rep.tp_comm_s, "cp": rep.cp_comm_s, "ep": rep.ep_comm_s, "etp": rep.etp_comm_s,
-            "dp": s0.dp_comm_s}
+            "dp": crit.dp_comm_s}
 
 
 @pytest.mark.parametrize("name", sorted(GRID))
@@ -153,7 +153,8 @@ def test_communication_total_is_the_sum_of_its_parts_none_negative(name):
     parts = _parts(p)
     assert all(v >= 0 for v in parts.values()), parts
     assert rep.p2p_s >= 0
-    # What is left is stage 0's point-to-point sends: a whole number of transfers (none without --pp).
+    # What is left is the critical stage's point-to-point sends: a whole number of transfers (none
+    # without --pp; the last stage sends only gradients, one per micro-batch).
     rest = p.comm_s - sum(parts.values())
     if rep.layout.pp == 1:
         assert rest == pytest.approx(0.0, abs=1e-12)
@@ -166,22 +167,25 @@ def test_communication_total_is_the_sum_of_its_parts_none_negative(name):
 def test_exposed_communication_is_the_sum_of_its_exposed_parts_each_at_most_its_total(name):
     p = _predict(name)
     rep = p.layout
-    s0 = rep.stages[0]
+    crit = rep.stages[rep.critical_stage]
     for exposed, total in ((rep.tp_exposed_s, rep.tp_comm_s), (rep.cp_exposed_s, rep.cp_comm_s),
-                           (rep.ep_exposed_s, rep.ep_comm_s + rep.etp_comm_s), (s0.dp_exposed_s, s0.dp_comm_s)):
+                           (rep.ep_exposed_s, rep.ep_comm_s + rep.etp_comm_s), (crit.dp_exposed_s, crit.dp_comm_s)):
         assert 0 <= exposed <= total * (1 + TOL) + 1e-15
     assert p.exposed_comm_s == pytest.approx(rep.tp_exposed_s + rep.cp_exposed_s + rep.ep_exposed_s
-                                             + s0.dp_exposed_s, rel=1e-12, abs=1e-15)
+                                             + crit.dp_exposed_s, rel=1e-12, abs=1e-15)
     assert 0 <= p.exposed_comm_s <= p.comm_s * (1 + TOL)
 
 
 @pytest.mark.parametrize("name", sorted(GRID))
 def test_json_communication_parts_add_up_to_its_totals(name):
-    """``predict --json``'s layout gives every part of ``comm_s`` and ``exposed_comm_s``: stage 0's
-    point-to-point sends (``p2p_comm_s``) and its expert communication's exposed part
-    (``ep_exposed_s``) were missing, so the total could not be taken apart from the output."""
+    """``predict --json``'s layout gives every part of ``comm_s`` and ``exposed_comm_s``: the
+    critical stage's point-to-point sends (``p2p_comm_s``) and its expert communication's exposed
+    part (``ep_exposed_s``) were missing, so the total could not be taken apart from the output.
+    ``critical_stage`` (with pipeline stages) says whose they are."""
     d = json.loads(json.dumps(_predict(name).to_dict()))
-    lay, s0 = d["layout"], d["layout"]["stages"][0]
+    lay = d["layout"]
+    assert ("critical_stage" in lay) == (lay["pp"] > 1)
+    s0 = lay["stages"][lay.get("critical_stage", 0)]
     parts = [lay["tp_comm_s"], lay.get("cp_comm_s", 0.0), lay.get("ep_comm_s", 0.0), lay.get("etp_comm_s", 0.0),
              lay["p2p_comm_s"], s0["dp_comm_s"]]
     assert all(v >= 0 for v in parts)
@@ -197,13 +201,13 @@ def test_json_communication_parts_add_up_to_its_totals(name):
 @pytest.mark.parametrize("name", [n for n in sorted(GRID) if GRID[n].get("ep", 1) > 1])
 def test_expert_communication_is_counted_once(name):
     """The expert all-to-alls and the expert-tensor collectives are two disjoint parts: the stages'
-    blocking expert communication (what routing load stretches) is their sum, stage 0's is the
-    report's, and each of them sits in the total once."""
+    blocking expert communication (what routing load stretches) is their sum, the critical stage's
+    is the report's, and each of them sits in the total once."""
     p = _predict(name)
     rep = p.layout
-    assert rep.ep_comm_s > 0 or rep.stage_parts[0].moe_layers == 0
-    assert rep.stage_parts[0].expert_comm_s * _passes(rep) == pytest.approx(rep.ep_comm_s + rep.etp_comm_s,
-                                                                            rel=1e-12)
+    parts = rep.stage_parts[rep.critical_stage]
+    assert rep.ep_comm_s > 0 or parts.moe_layers == 0
+    assert parts.expert_comm_s * _passes(rep) == pytest.approx(rep.ep_comm_s + rep.etp_comm_s, rel=1e-12)
     if rep.layout.etp == 1:
         assert rep.etp_comm_s == 0
 
@@ -326,15 +330,17 @@ def test_mfu_is_a_fraction(name):
 
 def test_a_dense_first_stage_still_shows_where_the_all_to_alls_are(capsys, monkeypatch):
     """DeepSeek-V3's first three blocks are dense: with 16 stages (lighter first and last) stage 0
-    holds only them, so its reported all-to-all time (which comm_s and the table's row are) is
-    zero while every other stage waits on its MoE layers' all-to-alls. Each stage's expert
-    communication is in the JSON, and the table says where they are instead of leaving the row out."""
+    holds only them, so its all-to-all time was zero in comm_s and the table while every other
+    stage waits on its MoE layers' all-to-alls. The headline is now the critical stage's, one of
+    the MoE stages (stage 0 is the lightest); each stage's expert communication is in the JSON."""
     from dpsim.cli import main
 
     kw = {**BASE, **GRID["deepseek-v3-pp8-ep8"], "pp": 16}
     p = predict(PredictConfig(**kw))
     rep = p.layout
-    assert rep.stage_parts[0].moe_layers == 0 and rep.ep_comm_s == 0
+    k = rep.critical_stage
+    assert rep.stage_parts[0].moe_layers == 0 and rep.stages[0].ep_comm_s == 0
+    assert k > 0 and rep.stage_parts[k].moe_layers > 0 and rep.ep_comm_s == rep.stages[k].ep_comm_s > 0
     n = _passes(rep)
     stages = p.to_dict()["layout"]["stages"]
     for s, parts, d in zip(rep.stages, rep.stage_parts, stages):
@@ -346,7 +352,8 @@ def test_a_dense_first_stage_still_shows_where_the_all_to_alls_are(capsys, monke
     monkeypatch.setenv("COLUMNS", "200")
     assert main([a for a in _argv(kw) if a != "--json"]) == 0
     out = capsys.readouterr().out
-    assert "expert-parallel all-to-alls waited for" in out and "none on stage 0 (stage 1 waits" in out
+    assert f"step of stage {k} (critical)" in out and "expert-parallel all-to-alls waited for" in out
+    assert "none on stage" not in out
 
 
 # ------------------------------------------------------------------ the one-GPU step holds no communication

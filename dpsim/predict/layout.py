@@ -8,7 +8,9 @@ step program (:func:`~dpsim.strategies.pipeline.build_pipeline_program`) and pla
 the pipeline engine (:func:`~dpsim.engine.pipeline.run_pipeline`) with the ``pp``,
 ``dp`` and ``emb`` communicators placed on the job's fabric
 (:func:`~dpsim.collectives.groups.layout_communicators`). :func:`layout_memory` gives the
-memory of every stage and the fits verdict of the fullest.
+memory of every stage and the fits verdict of the fullest. The prediction's forward, backward
+and optimizer times and its communication (total and exposed) are the critical stage's
+(:func:`critical_stage`: the one whose own work and waits set the step), not stage 0's.
 
 A ``--single-gpu-step-ms`` (or a calibration's measured step) scales the shard's compute
 by the same factor it scales the whole model's modelled step. A calibration's measured
@@ -368,14 +370,16 @@ class LayoutReport:
     stages: tuple[StageReport, ...]
     """Per stage."""
     bubble_fraction: float
-    """Stage 0's bubble (waiting for other stages) over the step."""
+    """Stage 0's bubble (waiting for other stages) over the step: the pipeline's fill and drain as
+    the first stage sees them (compared with :attr:`ideal_bubble_fraction`)."""
     ideal_bubble_fraction: float
     """The bubble of uniform stages without transfers: ``(p - 1) / (v·m + p - 1)``, ZB-H1's
     smaller (:func:`~dpsim.strategies.pipeline.bubble_fraction`)."""
     tp_comm_s: float
-    """Tensor-parallel collective time of stage 0's step (all micro-batches, recomputation included)."""
+    """Tensor-parallel collective time of the critical stage's step (all micro-batches,
+    recomputation included; :attr:`critical_stage`)."""
     tp_exposed_s: float
-    """Of which stage 0's compute stream waits for."""
+    """Of which the critical stage's compute stream waits for."""
     p2p_bytes: float
     """Bytes one GPU sends per activation or gradient transfer."""
     p2p_s: float
@@ -385,26 +389,32 @@ class LayoutReport:
     embedding_grad_bytes: float = 0.0
     """Tied word embedding's gradient all-reduced between the first and last stage (per GPU)."""
     cp_comm_s: float = 0.0
-    """Context-parallel communication of stage 0's step (all micro-batches, recomputation included)."""
+    """Context-parallel communication of the critical stage's step (all micro-batches, recomputation
+    included)."""
     cp_exposed_s: float = 0.0
-    """Of which stage 0's compute stream waits for."""
+    """Of which the critical stage's compute stream waits for."""
     pipeline: PipelineResult | None = field(default=None, repr=False)
     """The simulated step."""
     expert_load: RankLoad | None = None
     """A mixture of experts' routing: the busiest expert-parallel GPU's load over the mean, per
     sampled step and on average, and what capacity drops (``None``: dense)."""
     ep_comm_s: float = 0.0
-    """Stage 0's MoE all-to-all time of the step (every micro-batch, forward and backward)."""
+    """The critical stage's MoE all-to-all time of the step (every micro-batch, forward and backward)."""
     etp_comm_s: float = 0.0
-    """Stage 0's expert-tensor-parallel all-gathers and reduce-scatters of the step (every
+    """The critical stage's expert-tensor-parallel all-gathers and reduce-scatters of the step (every
     micro-batch, forward and backward; 0 with ``etp`` 1)."""
     ep_exposed_s: float = 0.0
-    """Of :attr:`ep_comm_s` + :attr:`etp_comm_s`, what stage 0's compute stream waits for (all of it
-    but what ``--moe-a2a-overlap`` hides)."""
+    """Of :attr:`ep_comm_s` + :attr:`etp_comm_s`, what the critical stage's compute stream waits for
+    (all of it but what ``--moe-a2a-overlap`` hides)."""
     p2p_comm_s: float = 0.0
-    """Stage 0's point-to-point sends of the step (activations and gradients it sends, each
+    """The critical stage's point-to-point sends of the step (activations and gradients it sends, each
     :attr:`p2p_s`): the pipeline's part of the prediction's ``comm_s`` (the waits for them are
     the bubble, not exposed communication)."""
+    critical_stage: int = 0
+    """The stage whose own work and waits set the step (:func:`critical_stage`: the most compute and
+    waits for its own collectives, the least idle for other stages). The prediction's forward,
+    backward and optimizer times, its ``comm_s`` and ``exposed_comm_s``, and the tensor-, context-,
+    expert-parallel and point-to-point figures here are its (0 without pipeline parallelism)."""
     stage_parts: tuple = field(default=(), repr=False)
     """Every stage's micro-batch split by what per-rank factors and routing load stretch
     (:class:`dpsim.strategies.stage_parts.StageParts`; read by ``predict --noise-cv``)."""
@@ -421,6 +431,7 @@ class LayoutReport:
             "tp_comm_s": self.tp_comm_s, "tp_exposed_s": self.tp_exposed_s, "p2p_bytes": self.p2p_bytes,
             "p2p_s": self.p2p_s, "transfers": self.transfers, "p2p_comm_s": self.p2p_comm_s,
             "embedding_grad_bytes": self.embedding_grad_bytes,
+            **({"critical_stage": self.critical_stage} if lay.pp > 1 else {}),
             "stages": [{**s.to_dict(), **({"ep_comm_s": s.ep_comm_s, "etp_comm_s": s.etp_comm_s}
                                            if self.expert_load else {})} for s in self.stages],
             **({"cp": lay.cp, "cp_comm": lay.cp_comm, "cp_balance": lay.cp_balance, "cp_comm_s": self.cp_comm_s,
@@ -637,55 +648,48 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     step = result.step_time_s
     reports = _stage_reports(result, chunks, memory, model, layout)
     m_total = layout.micro_batches
-    s0 = chunks[0]
-    slots0 = schedule_slots(layout.schedule, p, layout.chunks, m_total, 0, extra_warmup(layout))
-    # Each chunk's time counts once per micro-batch stage 0 runs through it: every micro-batch for
-    # most schedules, half of them per chunk for DualPipe (each end feeds one of its two chunks).
-    runs = chunk_runs(layout, 0, slots0)
-
-    def stage0_s(part) -> float:
-        return stage_comm_s(s0, runs, part)
-
-    tp_comm = stage0_s(lambda l: l.tp_comm_s)
-    tp_exposed = stage0_s(lambda l: l.tp_exposed_s)
-    cp_comm = stage0_s(lambda l: l.cp_comm_s)
-    cp_exposed = stage0_s(lambda l: l.cp_exposed_s)
-    # The MoE all-to-alls (and expert-tensor collectives) block the stage's compute stream: they are
-    # communication the step waits for, all of it but what --moe-a2a-overlap hides under the paired
-    # op (the cut the pipeline program takes off those ops, a2a_overlap_cut).
-    ep_comm = stage0_s(lambda l: l.ep_comm_s + l.etp_comm_s)
-    ep_exposed = ep_comm
-    if ep_comm > 0 and layout.moe_a2a_overlap:
-        contention = overlap_contention(config.calibration.overlap_slowdown, comm_slowdown)
-        ep_exposed -= sum(sum(a2a_overlap_cut(s0[slots0[f][1]], s0[slots0[b][1]], contention))
-                          for f, b in a2a_pairs(layout, slots0, 0))
-        ep_exposed = max(0.0, ep_exposed)
+    contention = overlap_contention(config.calibration.overlap_slowdown, comm_slowdown)
+    # The headline (forward, backward, optimizer, communication and what of it is exposed) is the
+    # critical stage's: the one whose own work and waits are the most of the step (critical_stage).
+    k = critical_stage(result)
+    crit = stage_comm(layout, chunks[k], k, contention)
     p2p_s = cost("pp", "broadcast", p2p_bytes) if p > 1 else 0.0
     data_transfers = [t for t in plan.program.transfers if t.size_bytes > 0]  # not DeepSpeed's handshakes
-    sent0 = sum(1 for t in data_transfers if t.src == 0)
+    sent = sum(1 for t in data_transfers if t.src == k)
     mem, advice = layout_fit(memory, config)
+    s0 = chunks[0]
     report = LayoutReport(layout=layout, stages=reports, bubble_fraction=reports[0].bubble_s / step if step else 0.0,
                           ideal_bubble_fraction=bubble_fraction(layout, weight_share=_share(s0, "weight_grad_s"),
                                                                 backward_share=_share(s0, "backward_s")),
-                          tp_comm_s=tp_comm, tp_exposed_s=tp_exposed,
+                          tp_comm_s=crit.tp_comm_s, tp_exposed_s=crit.tp_exposed_s,
                           p2p_bytes=p2p_bytes, p2p_s=p2p_s, transfers=len(data_transfers),
-                          embedding_grad_bytes=emb_bytes, cp_comm_s=cp_comm, cp_exposed_s=cp_exposed,
+                          embedding_grad_bytes=emb_bytes, cp_comm_s=crit.cp_comm_s, cp_exposed_s=crit.cp_exposed_s,
                           pipeline=result, expert_load=load,
-                          ep_comm_s=reports[0].ep_comm_s, etp_comm_s=reports[0].etp_comm_s,
-                          ep_exposed_s=ep_exposed, p2p_comm_s=sent0 * p2p_s,
+                          ep_comm_s=reports[k].ep_comm_s, etp_comm_s=reports[k].etp_comm_s,
+                          ep_exposed_s=crit.ep_exposed_s, p2p_comm_s=sent * p2p_s, critical_stage=k,
                           stage_parts=stage_parts(chunks, [l.routed_bytes_per_sample > 0 for l in tpm.layers],
                                                   optimizer_s))
-    st0 = result.stages[0]
-    fwd0 = st0.by_kind_s.get("forward", 0.0)
-    bwd0 = st0.by_kind_s.get("backward", 0.0) + st0.by_kind_s.get("recompute", 0.0)
-    opt0 = st0.by_kind_s.get("optimizer", 0.0)
-    waited = tp_exposed + st0.exposed_comm_s + cp_exposed
-    exposed = waited + ep_exposed
-    # The same charge as the data-parallel path's, on stage 0's tensor-, context- and data-parallel
-    # waits (the all-to-alls the prediction reports besides are not charged, as before they were
-    # reported); the pipeline's own report (bubble, tails) keeps the played step, which the charge
-    # does not reshape.
-    charged_s, provenance = charge_after_comm(provenance, waited)  # as before the all-to-alls were reported
+    stk = result.stages[k]
+    fwd = stk.by_kind_s.get("forward", 0.0)
+    bwd = stk.by_kind_s.get("backward", 0.0) + stk.by_kind_s.get("recompute", 0.0)
+    opt = stk.by_kind_s.get("optimizer", 0.0)
+    exposed = crit.tp_exposed_s + stk.exposed_comm_s + crit.cp_exposed_s + crit.ep_exposed_s
+    # The same charge as the data-parallel path's, on the tensor-, context- and data-parallel waits
+    # (the all-to-alls are not charged, as before they were reported). Each stage computes slower
+    # after its own waits, in its optimizer step at its end; the step is the last stage's end, so
+    # it moves once, by the most any stage's charge exceeds that stage's idle tail before the step
+    # ends (all of stage 0's with one stage). The pipeline's own report (bubble, tails) keeps the
+    # played step, which the charge does not reshape.
+    if provenance is not None and provenance.after_comm is not None:
+        waits = [c.tp_exposed_s + st.exposed_comm_s + c.cp_exposed_s
+                 for c, st in zip((crit if s == k else stage_comm(layout, chunks[s], s, contention)
+                                   for s in range(p)), result.stages)]
+        tails = [step - st.end_s for st in result.stages]
+        binding = max(range(p), key=lambda s: provenance.after_comm.charge(waits[s]).charged_s - tails[s])
+        charged_s, provenance = charge_after_comm(provenance, waits[binding], slack_s=tails[binding],
+                                                  stage=binding if p > 1 else None)
+    else:
+        charged_s, provenance = charge_after_comm(provenance, 0.0)
     step += charged_s
     if profile is not None and provenance is not None:
         provenance = provenance.with_bucket_warnings(profile, topology, [c.size_bytes for c in plan.program.comms])
@@ -699,20 +703,21 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     peak = (gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
             if gpu.peak_flops_per_s else None)
     flops_per_gpu = compute.flops_per_step * m_total / (layout.tp * layout.pp * layout.cp)
-    dp_ops = [plan.program.comms[i] for i in plan.gradient_ops if plan.program.comm_stages[i] == (0,)]
+    dp_ops = [plan.program.comms[i] for i in plan.gradient_ops if plan.program.comm_stages[i] == (k,)]
     largest = max(dp_ops, key=lambda c: c.size_bytes) if dp_ops else None
     ring = collectives.group("dp").time(largest.op, largest.size_bytes) if largest is not None else None
     by_op: dict[str, float] = {}
     for i, c in enumerate(plan.program.comms):
-        if 0 in plan.program.comm_stages[i]:
+        if k in plan.program.comm_stages[i]:
             by_op[c.op] = by_op.get(c.op, 0.0) + c.size_bytes
-    timing = StepTiming(step_time_s=step, forward_s=fwd0, backward_s=bwd0, optimizer_s=opt0,
-                        comm_s=tp_comm + st0.comm_s + report.p2p_comm_s + cp_comm + ep_comm, exposed_comm_s=exposed)
+    timing = StepTiming(step_time_s=step, forward_s=fwd, backward_s=bwd, optimizer_s=opt,
+                        comm_s=crit.tp_comm_s + stk.comm_s + report.p2p_comm_s + crit.cp_comm_s + crit.ep_comm_s,
+                        exposed_comm_s=exposed)
     sim = SimulationResult(steps=(timing,) * config.workload.steps, trace=result.trace)
     return Prediction(
         config=config, topology=topology.spec.name, gpu=gpu.name, n_gpus=topology.n_gpus, n_nodes=topology.n_nodes,
         model=model.name, param_count=model.param_count, tokens_per_sample=model.tokens_per_sample,
-        step_time_s=step, forward_s=fwd0, backward_s=bwd0, optimizer_s=opt0, compute_s=single_step,
+        step_time_s=step, forward_s=fwd, backward_s=bwd, optimizer_s=opt, compute_s=single_step,
         comm_s=timing.comm_s, exposed_comm_s=timing.exposed_comm_s, samples_per_s=samples,
         tokens_per_s=samples * model.tokens_per_sample if model.tokens_per_sample else None,
         single_gpu_samples_per_s=single, scaling_efficiency=samples / (topology.n_gpus * single),
@@ -721,6 +726,71 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         comm_bytes_by_op=by_op, fit=advice, provenance=provenance, layout=report,
         # The links of one data-parallel group's cluster, as its collectives load them.
         links=link_report(collectives.group("dp"), [(c.op, c.size_bytes) for c in dp_ops], step) if dp_ops else None)
+
+
+CRITICAL_TIE = 1e-9
+"""Relative margin within which stages' own time counts as equal (float noise of identical
+stages): the lowest-numbered of them is the critical stage, so stage 0 where all are alike."""
+
+
+def critical_stage(result: PipelineResult) -> int:
+    """The stage whose own time sets the step: its compute (every micro-batch's forward, backward and
+    recomputation, the optimizer, with the collective waits inside its ops and the overlap slowdown)
+    plus its idle waits for its own collectives, the most of any stage.
+
+    Every stage starts at 0 and is computing, waiting for its collectives, waiting for another
+    stage (the bubble) or done (the tail) until the step ends
+    (:class:`~dpsim.engine.pipeline.StageTiming`: ``end_s = busy_s + wait_comm_s + wait_transfer_s``),
+    so the stage with the most own time is the one idle least for the others: the bottleneck whose
+    work the rest wait on. It is not always the last to finish: with 1F1B stage 0 runs the last
+    backward of the drain and ends the step, waiting (bubble) for a heavier last stage that set it.
+    With one stage it is stage 0."""
+    own = [st.busy_s + st.wait_comm_s for st in result.stages]
+    top = max(own)
+    return next(s for s, t in enumerate(own) if t >= top * (1 - CRITICAL_TIE))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageComm:
+    """A stage's communication inside its ops over the step (every micro-batch it runs)."""
+
+    tp_comm_s: float
+    """Tensor-parallel collectives."""
+    tp_exposed_s: float
+    """Of which its compute stream waits for."""
+    cp_comm_s: float
+    """Context-parallel transfers."""
+    cp_exposed_s: float
+    """Of which its compute stream waits for."""
+    ep_comm_s: float
+    """MoE all-to-alls and expert-tensor collectives."""
+    ep_exposed_s: float
+    """Of which its compute stream waits for (all but what ``--moe-a2a-overlap`` hides)."""
+
+
+def stage_comm(layout: Layout, stage_chunks: tuple[ChunkWork, ...], stage: int, contention: float) -> StageComm:
+    """Stage ``stage``'s :class:`StageComm`: each chunk's times the micro-batches the stage runs
+    through it (:func:`chunk_runs`); ``contention``: the slowdown the paired-op overlap of the
+    all-to-alls runs under (:func:`~dpsim.strategies.layout.overlap_contention`)."""
+    slots = schedule_slots(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, stage,
+                           extra_warmup(layout))
+    runs = chunk_runs(layout, stage, slots)
+
+    def total(part) -> float:
+        return stage_comm_s(stage_chunks, runs, part)
+
+    # The MoE all-to-alls (and expert-tensor collectives) block the stage's compute stream: they are
+    # communication the step waits for, all of it but what --moe-a2a-overlap hides under the paired
+    # op (the cut the pipeline program takes off those ops, a2a_overlap_cut).
+    ep_comm = total(lambda l: l.ep_comm_s + l.etp_comm_s)
+    ep_exposed = ep_comm
+    if ep_comm > 0 and layout.moe_a2a_overlap:
+        ep_exposed -= sum(sum(a2a_overlap_cut(stage_chunks[slots[f][1]], stage_chunks[slots[b][1]], contention))
+                          for f, b in a2a_pairs(layout, slots, stage))
+        ep_exposed = max(0.0, ep_exposed)
+    return StageComm(tp_comm_s=total(lambda l: l.tp_comm_s), tp_exposed_s=total(lambda l: l.tp_exposed_s),
+                     cp_comm_s=total(lambda l: l.cp_comm_s), cp_exposed_s=total(lambda l: l.cp_exposed_s),
+                     ep_comm_s=ep_comm, ep_exposed_s=ep_exposed)
 
 
 def mirror_groups(config: PredictConfig, topology: Topology) -> tuple[str, ...]:

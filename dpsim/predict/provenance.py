@@ -96,7 +96,9 @@ class AfterComm:
     charged_s: float = 0.0
     """What the prediction charged per step: :attr:`extra_s` (never below 0) times the
     step's exposed communication over :attr:`wait_s`, at most 1 (a rank that waits as long as
-    the calibration's did pays all of it; one whose communication is hidden pays none)."""
+    the calibration's did pays all of it; one whose communication is hidden pays none); with
+    pipeline stages, less what the paying stage's idle tail absorbs (see
+    :func:`charge_after_comm`)."""
 
     def charge(self, exposed_comm_s: float) -> AfterComm:
         """This with :attr:`charged_s` for a step whose exposed communication is ``exposed_comm_s``."""
@@ -107,7 +109,8 @@ class AfterComm:
         return {"extra_s": self.extra_s, "wait_s": self.wait_s, "charged_s": self.charged_s}
 
 
-def charge_after_comm(provenance: Provenance | None, exposed_comm_s: float) -> tuple[float, Provenance | None]:
+def charge_after_comm(provenance: Provenance | None, exposed_comm_s: float, *, slack_s: float = 0.0,
+                      stage: int | None = None) -> tuple[float, Provenance | None]:
     """``(seconds added to the step, provenance saying so)`` for a step whose exposed
     communication is ``exposed_comm_s``, when the profile measured the step after a wait
     (otherwise ``(0.0, provenance)`` unchanged).
@@ -115,14 +118,22 @@ def charge_after_comm(provenance: Provenance | None, exposed_comm_s: float) -> t
     A rank that waited on the network computes its next optimizer step and forward slower
     than back to back (measured by calibrate): that part of the step starts it, so the
     whole step moves by it. The data-parallel and the layout paths both charge it here.
+    ``slack_s``: how long the rank that pays it (pipeline stage ``stage``) is idle at the end of
+    the step before the last stage ends it; the step moves only by what exceeds it.
     """
     if provenance is None or provenance.after_comm is None:
         return 0.0, provenance
     after = provenance.after_comm.charge(exposed_comm_s)
+    paid_s = after.charged_s
+    if slack_s > 0:
+        after = replace(after, charged_s=max(0.0, paid_s - slack_s))
+    where = "" if stage is None else f" on pipeline stage {stage}"
+    absorbed = (f"; {1e3 * (paid_s - after.charged_s):.3g} ms of its {1e3 * paid_s:.3g} ms within that stage's "
+                f"{1e3 * slack_s:.3g} ms idle before the step ends" if paid_s > after.charged_s else "")
     detail = (f"{provenance.compute.detail}; +{1e3 * after.charged_s:.3g} ms per step computed right after "
-              f"waiting on the network (measured {1e3 * after.extra_s:+.3g} ms after a "
+              f"waiting on the network{where} (measured {1e3 * after.extra_s:+.3g} ms after a "
               f"{1e3 * after.wait_s:.3g} ms wait" + (", within noise: nothing charged" if after.extra_s <= 0 else "")
-              + ")")
+              + absorbed + ")")
     return after.charged_s, replace(provenance, after_comm=after, compute=replace(provenance.compute, detail=detail))
 
 

@@ -19,20 +19,28 @@ def layout_tables(p) -> list[Table]:
     rep = p.layout
     lay = rep.layout
     summary = Table(title=escape(f"layout: {lay.describe()}"), header_style="bold")
-    summary.add_column("step of stage 0")
+    k = rep.critical_stage
+    # The critical stage's step (the one whose own work and waits set it): its parts add up to the
+    # step, with its tail after its last op where another stage ends the step.
+    summary.add_column(f"step of stage {k}" + (" (critical)" if lay.pp > 1 else ""))
     summary.add_column("value", justify="right")
-    s0 = rep.stages[0]
-    compute0 = s0.busy_s - rep.tp_exposed_s - rep.cp_exposed_s - rep.ep_exposed_s
+    sk = rep.stages[k]
+    compute = sk.busy_s - rep.tp_exposed_s - rep.cp_exposed_s - rep.ep_exposed_s
     tp = f"{format_seconds(rep.tp_exposed_s)} of {format_seconds(rep.tp_comm_s)}"
-    bubble = (f"{format_seconds(s0.bubble_s)} ({_pct(rep.bubble_fraction)}; ideal "
-              f"{_pct(rep.ideal_bubble_fraction)})")
-    waits = f"{format_seconds(s0.comm_wait_s)} (they take {format_seconds(s0.dp_comm_s)})"
+    bubble = format_seconds(sk.bubble_s)
+    if k == 0:
+        bubble += f" ({_pct(rep.bubble_fraction)}; ideal {_pct(rep.ideal_bubble_fraction)})"
+    else:  # the fraction and the ideal are stage 0's fill and drain
+        bubble += f" (stage 0: {_pct(rep.bubble_fraction)}; ideal {_pct(rep.ideal_bubble_fraction)})"
+    waits = f"{format_seconds(sk.comm_wait_s)} (they take {format_seconds(sk.dp_comm_s)})"
     rows = [
-        ("compute (forward, backward, recompute, optimizer)", format_seconds(compute0)),
+        ("compute (forward, backward, recompute, optimizer)", format_seconds(compute)),
         ("tensor-parallel collectives waited for", tp),
         ("pipeline bubble (fill, drain, transfers)", bubble),
         ("waiting for its data-parallel collectives", waits),
     ]
+    if sk.tail_s > 0:
+        rows.append(("done, until another stage ends the step", format_seconds(sk.tail_s)))
     if lay.cp > 1:
         rows.insert(2, ("context-parallel attention transfers waited for",
                         f"{format_seconds(rep.cp_exposed_s)} of {format_seconds(rep.cp_comm_s)}"))
@@ -41,9 +49,9 @@ def layout_tables(p) -> list[Table]:
         rows.insert(2, ("expert-parallel all-to-alls waited for",
                         f"{format_seconds(rep.ep_exposed_s)} of {format_seconds(rep.ep_comm_s + rep.etp_comm_s)}"))
     elif busiest.ep_comm_s + busiest.etp_comm_s > 0:
-        # Stage 0 holds only dense blocks (DeepSeek-V3's first three with many stages): say where they are.
+        # The critical stage holds only dense blocks (DeepSeek-V3's first three with many stages): say where they are.
         rows.insert(2, ("expert-parallel all-to-alls waited for",
-                        f"none on stage 0 (stage {busiest.stage} waits "
+                        f"none on stage {k} (stage {busiest.stage} waits "
                         f"{format_seconds(busiest.ep_comm_s + busiest.etp_comm_s)})"))
     if rep.expert_load is not None and rep.expert_load.dropped_fraction > 0:
         # Only the JSON said so: --moe-capacity-factor 0.01 printed an MFU of 106 % (FLOPs of the dropped
