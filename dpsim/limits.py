@@ -90,6 +90,10 @@ MAX_POWERSGD_RANK = 1024
 MAX_POWERSGD_START_ITER = 10**9
 """``--powersgd-start-iter``."""
 
+MAX_MTP_DEPTH = 16
+"""Most multi-token prediction modules a model may be given (``--mtp-depth``): DeepSeek-V3 trained
+with one (arXiv:2412.19437, Sec. 4.2); a bound on typing errors, not a published limit."""
+
 MAX_TEXT_CHARS = 4096
 """A flag's text (a name, a path, a comma list)."""
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from dpsim.workload.spec import is_mtp_unit
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "validation"))
 
@@ -35,7 +37,9 @@ def test_every_row_has_a_system_and_every_dense_row_a_job():
         if r["global_batch"]:
             assert per_replica * job.config.data_parallel == int(r["global_batch"]), r["id"]
         if r["params"]:  # the model built from the row's shape has the row's parameter count
-            assert abs(job.model.param_count / float(r["params"]) - 1) < 0.01, r["id"]
+            # (a published count leaves a multi-token prediction module out: DeepSeek-V3's 671B)
+            main = sum(l.param_count for l in job.model.layers if not is_mtp_unit(l.unit))
+            assert abs(main / float(r["params"]) - 1) < 0.01, r["id"]
 
 
 def test_published_units_round_trip():

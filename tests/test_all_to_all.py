@@ -359,3 +359,112 @@ def test_expert_a2a_dedups_only_under_deepep():
     one_each = SimpleNamespace(experts=8, top_k=2)
     assert expert_a2a_s(c, size, None, "hierarchical", one_each) == pytest.approx(
         expert_a2a_s(c, size, None, "flat", one_each), rel=1e-12)
+
+
+# ------------------------------------------------------------------ node-limited routing (DeepSeek-V3)
+
+
+def _node_limited_routings(experts: int, top_k: int, nodes: int, limit: int):
+    """Balanced node-limited routing: every set of ``limit`` servers equally likely, then every set
+    of ``top_k`` of their experts (arXiv:2412.19437 Sec. 2.1.2's M nodes, then top-K among them)."""
+    import itertools
+    per = experts // nodes
+    out = []
+    for servers in itertools.combinations(range(nodes), limit):
+        pool = [e for s in servers for e in range(s * per, (s + 1) * per)]
+        out += [(1.0 / math.comb(nodes, limit) / math.comb(len(pool), top_k), chosen)
+                for chosen in itertools.combinations(pool, top_k)]
+    return out
+
+
+@pytest.mark.parametrize(("experts", "top_k", "ranks", "nodes", "limit"),
+                         [(16, 4, 8, 4, 2), (12, 3, 6, 3, 2), (16, 2, 16, 4, 1), (8, 4, 4, 2, 1)])
+def test_node_limited_spread_is_the_count_over_every_routing(experts, top_k, ranks, nodes, limit):
+    """The closed form against every node-limited routing: distinct ranks and servers a token
+    reaches; the servers never more than the limit; the bytes the ranks receive (one copy per
+    distinct rank) are the bytes the senders send, so the limit only moves what crosses servers."""
+    from dpsim.collectives.all_to_all import routed_spread
+    per_rank, per_node = experts // ranks, experts // nodes
+    routings = _node_limited_routings(experts, top_k, nodes, limit)
+    assert sum(w for w, _ in routings) == pytest.approx(1.0, rel=1e-12)
+    got_ranks = sum(w * len({e // per_rank for e in c}) for w, c in routings)
+    got_nodes = sum(w * len({e // per_node for e in c}) for w, c in routings)
+    assert max(len({e // per_node for e in c}) for _, c in routings) <= limit
+    want_ranks, want_nodes = routed_spread(experts, top_k, ranks, nodes, limit)
+    assert want_ranks == pytest.approx(got_ranks, rel=1e-12)
+    assert want_nodes == pytest.approx(got_nodes, rel=1e-12)
+    assert want_nodes <= limit and want_nodes <= want_ranks <= top_k
+    # Bytes conserved: rank i sends each destination rank its share; every rank receives as much.
+    sends = np.zeros((ranks, ranks))
+    for src in range(ranks):
+        for w, c in routings:
+            for r in {e // per_rank for e in c}:
+                sends[src, r] += w
+    assert sends.sum() == pytest.approx(ranks * want_ranks, rel=1e-12)
+    assert np.allclose(sends.sum(axis=0), sends.sum(axis=1))
+    # Unlimited (or a limit of every server) is the plain closed form.
+    from dpsim.collectives.all_to_all import expected_distinct_groups
+    assert routed_spread(experts, top_k, ranks, nodes, None) == routed_spread(experts, top_k, ranks, nodes, nodes) \
+        == (expected_distinct_groups(experts, top_k, ranks), expected_distinct_groups(experts, top_k, nodes))
+
+
+def test_deepseek_v3_node_limit_bounds_the_servers_a_token_reaches():
+    """256 experts on 64 GPUs of 8 servers, top-8: 5.29 servers a token unlimited, 3.63 with M = 4
+    (arXiv:2412.19437 Sec. 4.2), each at most 4; a limit moves fewer bytes over the NICs."""
+    from types import SimpleNamespace
+
+    from dpsim.collectives.all_to_all import routed_spread
+    from dpsim.predict.layout import expert_a2a_s
+    free, limited = routed_spread(256, 8, 64, 8), routed_spread(256, 8, 64, 8, 4)
+    assert free[1] == pytest.approx(5.29, abs=0.01) and limited[1] == pytest.approx(3.63, abs=0.01)
+    assert limited[1] <= 4 and limited[0] <= 8
+    c = comm("infiniband", 64)
+    moe = SimpleNamespace(experts=256, top_k=8)
+    size = 64 * MB
+    unlimited = expert_a2a_s(c, size, None, "hierarchical", moe)
+    bound = expert_a2a_s(c, size, None, "hierarchical", moe, node_limit=4)
+    assert bound < unlimited
+    assert expert_a2a_s(c, size, None, "hierarchical", moe, node_limit=8) == unlimited
+
+
+
+def test_node_limited_nic_bytes_are_at_most_m_copies_per_token():
+    """On the links: 32 experts top-4 on 16 GPUs of 2 servers, limit 1. Each rank routes T tokens
+    of b bytes; the hierarchical all-to-all moves its distinct-rank copies (bytes conserved: every
+    rank receives what the others send it), and what crosses the NICs is the distinct servers' share,
+    at most M = 1 copy per token, less than unlimited."""
+    from dpsim.collectives.all_to_all import _fabric, routed_spread
+    c = comm("infiniband", 16)
+    fab = _fabric(c)
+    tokens, b, n, gpn = 1000, 14336.0, 16, 8
+    nic_totals = []
+    for limit in (None, 1):
+        ranks, nodes = routed_spread(32, 4, n, 2, limit)
+        per_rank = tokens * b * ranks  # one copy per distinct rank a token reaches
+        traffic = np.full((n, n), per_rank / n)
+        assert traffic.sum(axis=0) == pytest.approx(traffic.sum(axis=1))  # conserved
+        carried, _ = fab.link_bytes(traffic, "hierarchical", min(1.0, nodes / ranks))
+        nic = float(carried[fab.nic_mask].sum())
+        nic_totals.append(nic)
+        # Each crossing byte is on the sender's and the receiver's NIC link.
+        per_token = nic / 2 / (tokens * n) / b
+        assert per_token == pytest.approx(nodes * (n - gpn) / n, rel=1e-9)
+        if limit is not None:
+            assert per_token <= limit
+    assert nic_totals[1] < nic_totals[0]
+
+
+def test_node_limit_below_top_k_experts_is_refused():
+    from dpsim.collectives.all_to_all import routed_spread
+    with pytest.raises(ConfigError, match="--moe-node-limit: 1 of the 8 servers hold 2 of the 16"):
+        routed_spread(16, 4, 8, 8, 1)
+
+
+def test_node_limit_flag_needs_the_hierarchical_all_to_all():
+    from dpsim.predict.config import PredictConfig
+    with pytest.raises(ConfigError, match="--moe-node-limit"):
+        PredictConfig(gpus=16, ep=16, strategy="zero1", moe_node_limit=2)
+    with pytest.raises(ConfigError, match="--moe-node-limit"):
+        PredictConfig(gpus=16, ep=16, strategy="zero1", moe_node_limit=0, moe_a2a="hierarchical")
+    assert PredictConfig(gpus=16, ep=16, strategy="zero1", moe_node_limit=2,
+                         moe_a2a="hierarchical").parallelism.moe_node_limit == 2

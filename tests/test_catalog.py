@@ -181,9 +181,12 @@ def test_flops_are_two_per_param_per_token_plus_attention(name):
                 else cfg.head_size)
         d = cfg.num_attention_heads * head
     lookup = sum(p.numel for p in model.params if p.name.endswith(LOOKUP_SUFFIXES))
-    attention = 4 * layers * s * s * d
+    depth = getattr(cfg, "mtp_depth", 0)  # each MTP module: one more block, the shared head once more
+    attention = 4 * (layers + depth) * s * s * d
     # A mixture of experts counts the parameters one token uses (its active ones).
     expected = 2 * (model.active_param_count - lookup) * s + attention
+    if depth:
+        expected += depth * 2 * s * cfg.hidden_size * cfg.vocab_size
     assert model.forward_flops_per_sample == pytest.approx(expected, rel=0.01)
     if name.startswith(("gpt2", "llama")):  # decoder LMs: even with every parameter counted
         assert model.forward_flops_per_sample == pytest.approx(2 * model.param_count * s + attention, rel=0.06)

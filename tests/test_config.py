@@ -247,7 +247,8 @@ def test_to_dict_is_the_plain_settings():
                            calibration="node.json", op_rates=True, fp8="te-delayed", compile=True,
                            attention_kernel="cudnn")
     cp_fields = ("cp", "cp_comm", "cp_balance", "offload")
-    expert_options = ("ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a", "moe_a2a_overlap")
+    expert_options = ("ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a", "moe_a2a_overlap",
+                      "moe_node_limit", "mtp_depth")
     zero_options = ("zero_impl", "zero_group")
     assert config.to_dict() == {k: v for k, v in config.settings().items()
                                 if k not in cp_fields + expert_options + zero_options}

@@ -15,7 +15,9 @@ from dpsim.workload.spec import is_expert_param
 @pytest.mark.parametrize("name", sorted(MOE_PUBLISHED))
 def test_moe_catalog_counts_match_published_total_and_active(name):
     total, active, card = MOE_PUBLISHED[name]
-    model = get_model(name)
+    # The published counts leave the multi-token prediction module out (deepseek-ai/DeepSeek-V3
+    # README_WEIGHTS.md: 671B main model, the MTP module apart): compare the model without it.
+    model = get_model(name, mtp_depth=0)
     assert card and model.source
     assert model.param_count == pytest.approx(total, rel=0.01)
     # Active counts are published to two or three digits (3.3B, 37B): within 2 %.

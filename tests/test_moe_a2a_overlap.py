@@ -202,8 +202,9 @@ def test_plan_estimate_and_candidates_carry_the_overlap():
     cands, _ = Planner(base, moe_a2a_overlap=True).candidates(64, tps=[1], pps=[1, 4], eps=[1, 8],
                                                               micro_batches=[1], strategies=["zero1"],
                                                               recomputes=["off"], global_batch=256)
+    assert any(c.schedule == "dualpipe" for c in cands)  # the default pair gains DualPipe for an MoE with ep > 1
     for c in cands:
-        assert c.moe_a2a_overlap == (c.ep > 1 and (c.pp == 1 or c.schedule == "1f1b-interleaved"))
+        assert c.moe_a2a_overlap == (c.ep > 1 and (c.pp == 1 or c.schedule in ("1f1b-interleaved", "dualpipe")))
         assert c.config(base).parallelism.moe_a2a_overlap == c.moe_a2a_overlap
 
 

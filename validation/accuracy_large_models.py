@@ -629,6 +629,11 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
             kw["moe_a2a"] = "hierarchical"
         if re.search(r"activation offloading \(expert_fc1, moe_act\)|--offload-modules expert_fc1 moe_act", text):
             kw["offload"] = "expert-activations"  # Megatron-Core's fine-grained activation offloading
+        limited = re.search(r"node-limited to (\d+) nodes", row["moe_routing"])
+        if limited and kw.get("moe_a2a") == "hierarchical":
+            # DeepSeek-V3's node-limited routing (arXiv:2412.19437 Sec. 2.1.2, M = 4, Sec. 4.2): each token
+            # crosses the network to at most that many of the expert group's servers.
+            kw["moe_node_limit"] = int(limited.group(1))
         if "a2a-overlap" in row["features"].split(";"):
             # Megatron-Core's --overlap-moe-expert-parallel-comm (the ModelZoo's A2A_OVERLAP=1).
             kw["moe_a2a_overlap"] = True

@@ -13,7 +13,8 @@ from dpsim.cli.failures import CHECKPOINT_BANDWIDTH, MTBF_GPU, MTBF_LINK, MTBF_N
 from dpsim.cli.options import config_options
 from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH, VARIABILITY
 
-PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "flash_attention", "attention_kernel",
+PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "mtp_depth", "flash_attention",
+               "attention_kernel",
                "precision", "fp8", "compile",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
                "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "algo", "proto", "cp_comm", "moe_routing",
@@ -51,7 +52,9 @@ def plan_command(
                                        "path's op, megatron, moe.",
                                   rich_help_panel=SEARCH),
     schedules: str = typer.Option("1f1b,1f1b-interleaved", "--schedules",
-                                  help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1, dualpipe.",
+                                  help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1, dualpipe (the "
+                                       "default pair adds dualpipe, with --moe-a2a-overlap, for a mixture of experts "
+                                       "with ep > 1).",
                                   rich_help_panel=SEARCH),
     sequence_parallel: Optional[bool] = typer.Option(
         None, "--sequence-parallel/--no-sequence-parallel",

@@ -123,6 +123,29 @@ def node_dedup_factor(experts: int, top_k: int, nodes: int) -> float:
     return min(1.0, expected_distinct_groups(experts, top_k, nodes) / top_k)
 
 
+def routed_spread(experts: int, top_k: int, ranks: int, nodes: int, node_limit: int | None = None
+                  ) -> tuple[float, float]:
+    """``(distinct ranks, distinct servers)`` a token's ``top_k`` experts reach, expected under
+    balanced routing with the ``experts`` split evenly and contiguously over ``ranks`` GPUs on
+    ``nodes`` servers. ``node_limit`` is DeepSeek-V3's node-limited routing (arXiv:2412.19437, Sec.
+    2.1.2: each token "will be sent to at most M nodes, which are selected according to the sum of
+    the highest K_r / M affinity scores of the experts distributed on each node"; M = 4 of the 8
+    nodes its routed experts span, Sec. 3.2.2 and 4.2; deepseek-ai/DeepSeek-V3 config.json
+    ``n_group`` 8, ``topk_group`` 4): the token's experts then lie on ``node_limit`` servers, balanced
+    routing picking those servers evenly and its ``top_k`` experts evenly among their
+    ``node_limit x experts / nodes``, so the servers it reaches never exceed ``node_limit``.
+    ``None`` (or a limit of ``nodes`` or more): unlimited, :func:`expected_distinct_groups` over all."""
+    if node_limit is None or node_limit >= nodes:
+        return expected_distinct_groups(experts, top_k, ranks), expected_distinct_groups(experts, top_k, nodes)
+    if node_limit < 1:
+        raise ConfigError(f"--moe-node-limit: {node_limit!r} is not valid; expected an integer >= 1")
+    pool, pool_ranks = experts * node_limit // nodes, ranks * node_limit // nodes
+    if top_k > pool:
+        raise ConfigError(f"--moe-node-limit: {node_limit} of the {nodes} servers hold {pool} of the {experts} "
+                          f"experts, fewer than the {top_k} each token is routed to; give a larger limit")
+    return (expected_distinct_groups(pool, top_k, pool_ranks), expected_distinct_groups(pool, top_k, node_limit))
+
+
 def rank_dedup_factor(experts: int, top_k: int, ranks: int) -> float:
     """The bytes of a dispatch (or combine) that sends a token once per destination rank over
     those of one message per routed copy: the distinct ranks a token's ``top_k`` experts fall on

@@ -12,8 +12,10 @@ up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe``, ``zb-h1`` and ``dualpipe
 takes the time of 1F1B with more memory, so it is never better; DualPipe, with an even ``p`` and at
 least ``2p`` micro-batches, costs each stage's two chunks half the micro-batches each plus its paper's
 bubble ``(p/2 - 1)(F&B + B - 3W)`` and, instead of the tied embedding's, the slowest all-reduce of a stage's
-two parameter copies' gradients with its mirror's) and sequence
-parallelism (with ``tp > 1``). For a mixture of experts, every expert-parallel size ``ep``
+two parameter copies' gradients with its mirror's; for a mixture of experts with ``ep > 1`` the default
+schedules add DualPipe, run with the expert-parallel all-to-alls overlapped as ``predict
+--schedule dualpipe --moe-a2a-overlap`` runs them, DeepSeek-V3's schedule for it, arXiv:2412.19437 Sec. 3.2.1)
+and sequence parallelism (with ``tp > 1``). For a mixture of experts, every expert-parallel size ``ep``
 dividing its experts and ``tp x cp x dp`` (``etp`` 1 unless ``--etp``, sequence parallelism exactly when
 ``tp > 1``, as ``predict`` requires); for a sequence of :data:`CP_MIN_TOKENS` or more, the
 context-parallel sizes :data:`DEFAULT_CPS` that cut it into ``2 x cp`` chunks (GPUs =
@@ -118,7 +120,7 @@ from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
-from dpsim.workload.spec import ModelSpec
+from dpsim.workload.spec import ModelSpec, is_mtp_unit
 
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
                          "tp_across_network", "strategy", "micro_batch", "recompute", "activation_checkpointing",
@@ -564,7 +566,8 @@ class Planner:
         self._compute: dict[tuple[int, int], object] = {}
         self.heads = _heads(model_source(base))
         self.forward_flops_per_sample = self.model.forward_flops_per_sample
-        self.n_blocks = len({l.unit for l in self.model.layers if l.unit is not None})
+        # The blocks --pp splits: a multi-token prediction module's rides on the last stage.
+        self.n_blocks = len({l.unit for l in self.model.layers if l.unit is not None and not is_mtp_unit(l.unit)})
         self._assignments: dict[tuple[int, int, int], tuple] = {}
         self._tpms: dict[tuple, TpModel] = {}
         self._splits: dict[tuple[int, int, int, int], tuple] = {}
@@ -702,7 +705,7 @@ class Planner:
                           cp_cost=(lambda op, size: context_comm_s(gc, cost, op, size)) if c.cp > 1 else None,
                           cp_model=self.model if c.cp > 1 else None,
                           ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.parallelism.moe_a2a,
-                                                                self.model.moe))
+                                                                self.model.moe, self.base.parallelism.moe_node_limit))
                           if c.ep > 1 else None,
                           etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
                           gpu=self.gpu, recompute_share=shares)
@@ -796,7 +799,14 @@ class Planner:
                             continue
                         if tp > 1 and not sp and self.tp_comm_overlap == "async":
                             continue  # async TP decomposes sequence parallelism's collectives only
-                        for schedule, v in self._schedules(pp, m, self.n_blocks, schedules):
+                        moe_dual = self.model.moe is not None and ep > 1
+                        for schedule, v in self._schedules(pp, m, self.n_blocks, schedules, moe_dual=moe_dual):
+                            # DualPipe pairs a forward chunk with a backward one to hide the expert-parallel
+                            # all-to-alls (arXiv:2412.19437 Sec. 3.2.1): searched for an MoE with ep > 1, it
+                            # runs them overlapped (predict's --moe-a2a-overlap with --schedule dualpipe).
+                            overlap = ep > 1 and (
+                                (self.moe_a2a_overlap and (pp == 1 or schedule == "1f1b-interleaved"))
+                                or (schedule == "dualpipe" and (self.moe_a2a_overlap or self._dual_default(schedules))))
                             out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                                                  strategy=strategy,
                                                  micro_batch=mb, recompute=recompute, schedule=schedule,
@@ -805,13 +815,23 @@ class Planner:
                                                  tp_comm_overlap=self.tp_comm_overlap,
                                                  tp_across_network=self.tp_across_network, cp_comm=self.cp_comm,
                                                  cp_balance=self.cp_balance or cp == 1,
-                                                 moe_a2a_overlap=self.moe_a2a_overlap and ep > 1
-                                                 and (pp == 1 or schedule == "1f1b-interleaved")))
+                                                 moe_a2a_overlap=overlap))
         return out
 
     @staticmethod
-    def _schedules(pp: int, m: int, n_blocks: int, schedules) -> list[tuple[str, int]]:
-        wanted = schedules or ("1f1b", "1f1b-interleaved")
+    def _dual_default(schedules) -> bool:
+        """Whether the schedules searched are the default pair (none given, or the command line's
+        ``1f1b,1f1b-interleaved``), to which a mixture of experts adds DualPipe."""
+        return not schedules or tuple(schedules) == _DEFAULT_SCHEDULES
+
+    @staticmethod
+    def _schedules(pp: int, m: int, n_blocks: int, schedules, *, moe_dual: bool = False) -> list[tuple[str, int]]:
+        """The schedules of a ``pp``-stage shape with ``m`` micro-batches: ``schedules`` (default 1F1B and
+        interleaved); with ``moe_dual`` (a mixture of experts with ep > 1) the default adds DualPipe,
+        DeepSeek-V3's schedule for it (arXiv:2412.19437 Sec. 3.2.1), where it runs."""
+        wanted = tuple(schedules or _DEFAULT_SCHEDULES)
+        if moe_dual and Planner._dual_default(schedules):
+            wanted += ("dualpipe",)
         out = []
         if pp == 1:
             return [("1f1b", 1)]

@@ -33,6 +33,7 @@ from dpsim.limits import (
     MAX_GRAD_ACCUM,
     MAX_JOBS,
     MAX_MICRO_BATCH,
+    MAX_MTP_DEPTH,
     MAX_OVERLAP_SLOWDOWN,
     MAX_PIPELINE_SLOTS,
     MAX_POWERSGD_RANK,
@@ -187,6 +188,11 @@ class WorkloadConfig:
     """Example input of a torch-module model, batch first: 8,3,224,224 or 4,1024:int64."""
     seq_len: int | None = field(default=None, metadata=_count(MAX_SEQ_LEN))
     """Sequence length of a catalog model, instead of its own."""
+    mtp_depth: int | None = field(default=None, metadata={"rule": Range(0, MAX_MTP_DEPTH, integer=True)})
+    """Multi-token prediction modules trained with a Llama-style decoder (DeepSeek-V3's MTP,
+    arXiv:2412.19437 Sec. 2.2): each one more transformer block, a 2h -> h projection and one more
+    pass of the shared output head and its loss, on the last pipeline stage. Left out: the model's
+    own (deepseek-v3: 1; others: 0)."""
     micro_batch: int = field(default=4, metadata=_count(MAX_MICRO_BATCH))
     """Samples per GPU per micro-batch."""
     grad_accum: int = field(default=1, metadata=_count(MAX_GRAD_ACCUM))
@@ -312,6 +318,11 @@ class ParallelismConfig:
     """Overlap the expert-parallel all-to-alls of one micro-batch with another's compute where the
     schedule pairs a forward with a backward (Megatron-Core's ``--overlap-moe-expert-parallel-comm``):
     needs ``--ep`` 2 or more and, with ``--pp``, the interleaved schedule or DualPipe (its F&B pairs)."""
+    moe_node_limit: int | None = field(default=None, metadata=_count(MAX_GPUS))
+    """Node-limited routing (DeepSeek-V3's, arXiv:2412.19437 Sec. 2.1.2; config.json topk_group): each
+    token's experts lie on at most this many of the expert-parallel group's servers, so the hierarchical
+    all-to-all sends it over the network to at most that many; needs --moe-a2a hierarchical. Left
+    out: unlimited."""
 
     @property
     def layout_active(self) -> bool:
@@ -500,7 +511,7 @@ SETTINGS: tuple[str, ...] = (
     "find_unused_parameters", "broadcast_buffers", "comm_hook", "powersgd_rank", "powersgd_start_iter",
     "clip_grad_norm", "zero_grad", "input_samples_per_s", "fsdp_version", "fsdp_accumulate", "recompute_every",
     "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a", "zero_impl", "zero_group",
-    "moe_a2a_overlap", "attention_kernel")
+    "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit")
 """Every setting by its flat name, in the order ``--json``'s ``config``, a sweep's columns and the
 flags are listed in (the order they were added in, kept so that outputs do not move)."""
 
@@ -659,6 +670,9 @@ class PredictConfig:
                               f"{w.seq_len} given; its example input (--input-shape) sets the sequence length, "
                               f"or for a transformers configuration its context length (e.g. "
                               f"max_position_embeddings={w.seq_len}), which keeps it built from its shape")
+        if w.mtp_depth is not None and torch_model and w.input_shape is not None:
+            raise ConfigError(f"--mtp-depth: applies to a decoder dpsim builds (a catalog model or a shape), not to "
+                              f"a traced torch module (--model {w.model}), whose own modules say what it runs")
         check_fsdp_options(p.strategy, p.fsdp_version, p.fsdp_accumulate)
         per_unit = honours(p.strategy, FSDP_UNIT)
         if p.fsdp_unit != "block" and not per_unit and not e.activation_checkpointing and not p.layout_active:
@@ -750,6 +764,10 @@ class PredictConfig:
             # torch's micro-pipeline pass fuses all-gather and reduce-scatter with their matmuls, no all-reduce.
             raise ConfigError("--tp-comm-overlap: 'async' decomposes the all-gathers and reduce-scatters of "
                               "sequence parallelism; add --sequence-parallel or choose off, backward or full")
+        if p.moe_node_limit is not None and (p.ep == 1 or p.moe_a2a != "hierarchical"):
+            # The flat all-to-all sends every routed copy apart: the limit moves none off the network.
+            raise ConfigError(f"--moe-node-limit: bounds the servers the hierarchical all-to-all sends a token to; "
+                              f"give --ep 2 or more and --moe-a2a hierarchical, or leave it out")
         if p.moe_a2a_overlap and p.ep == 1:
             raise ConfigError("--moe-a2a-overlap: hides the expert-parallel all-to-alls, and --ep is 1; give --ep 2 "
                               "or more, or leave it out")
@@ -988,6 +1006,6 @@ def _check_part(part: Any) -> None:
 assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of the parts once"
 SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
                   "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a",
-                  "zero_impl", "zero_group", "moe_a2a_overlap", "attention_kernel")
+                  "zero_impl", "zero_group", "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dpsim.collectives.all_to_all import expected_distinct_groups, rank_dedup_factor, uniform_all_to_all_cost
+from dpsim.collectives.all_to_all import routed_spread, uniform_all_to_all_cost
 from dpsim.collectives.groups import (
     GroupCollectives,
     LayoutShape,
@@ -235,7 +235,8 @@ def context_comm_s(collectives: GroupCollectives, cost, op: str, size: float) ->
     return cost("cp", op, size)
 
 
-def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: str, moe=None) -> float:
+def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: str, moe=None,
+                 node_limit: int | None = None) -> float:
     """One dispatch (or combine) all-to-all on the ``ep`` communicator ``comm``: the routed
     copies less what capacity drops, the busiest rank's links pacing the exchange.
 
@@ -247,17 +248,19 @@ def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: 
     distinct servers over the distinct ranks a token reaches
     (:func:`~dpsim.collectives.all_to_all.expected_distinct_groups`). Both are the balanced
     closed forms, whatever the routing. ``flat`` (Megatron-Core's ``alltoall`` dispatcher, which
-    permutes a row per routed copy before ``all_to_all``) moves every copy."""
+    permutes a row per routed copy before ``all_to_all``) moves every copy. ``node_limit``
+    (``--moe-node-limit``, hierarchical only) draws a token's experts from that many of the group's
+    servers (:func:`~dpsim.collectives.all_to_all.routed_spread`): fewer distinct servers, so fewer
+    bytes over the NICs, and the ranks it reaches among theirs."""
     dropped = load.dropped_fraction if load is not None else 0.0
     size, node_dedup = bytes_per_rank, 1.0
     if moe is not None and algorithm == "hierarchical":
-        ranks = comm.topology.n_gpus
-        size = bytes_per_rank * rank_dedup_factor(moe.experts, moe.top_k, ranks)
-        nodes = comm.topology.n_nodes
+        ranks, nodes = comm.topology.n_gpus, comm.topology.n_nodes
+        distinct_ranks, distinct_nodes = routed_spread(moe.experts, moe.top_k, ranks, nodes, node_limit)
+        size = bytes_per_rank * min(1.0, distinct_ranks / moe.top_k)
         if nodes > 1:
             # Of the distinct ranks a token reaches, one message per distinct server crosses the NICs.
-            node_dedup = min(1.0, expected_distinct_groups(moe.experts, moe.top_k, nodes)
-                             / expected_distinct_groups(moe.experts, moe.top_k, ranks))
+            node_dedup = min(1.0, distinct_nodes / distinct_ranks)
     return uniform_all_to_all_cost(comm, size * (1.0 - dropped),
                                    load_factor=max(1.0, load.mean_busiest_factor if load else 1.0),
                                    algorithm=algorithm, node_dedup=node_dedup).time_s
@@ -588,7 +591,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         return context_comm_s(collectives, cost, op, size)
 
     def ep_cost(bytes_per_rank: float) -> float:
-        return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.parallelism.moe_a2a, model.moe)
+        return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.parallelism.moe_a2a, model.moe,
+                            config.parallelism.moe_node_limit)
 
     def etp_cost(bytes_per_rank: float) -> float:
         return expert_tp_s(cost, bytes_per_rank, load, config.parallelism.etp)

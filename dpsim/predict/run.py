@@ -443,7 +443,7 @@ def load_model(config: PredictConfig) -> ModelSpec:
         model = load_torch_workload(source, input_shape=config.workload.input_shape)
     else:
         model = memoized(get_model, source, seq_len=config.workload.seq_len,
-                         flash_attention=config.execution.flash_attention)
+                         flash_attention=config.execution.flash_attention, mtp_depth=config.workload.mtp_depth)
     kernel = config.execution.attention_kernel
     return model if kernel == "sdpa" else memoized(with_attention_kernel, model, kernel)
 

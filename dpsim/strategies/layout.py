@@ -45,7 +45,7 @@ from dpsim.strategies.offload import offload_exposed_s
 from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpComm, TpModel, chunked_gemm_loss, layer_tp_comm
 from dpsim.workload.compute import ComputeProfile
 from dpsim.workload.roofline import Efficiencies, memory_term
-from dpsim.workload.spec import ModelSpec
+from dpsim.workload.spec import ModelSpec, is_mtp_unit
 
 SCHEDULES: dict[str, str] = {
     "1f1b": "one forward one backward (PipeDream-Flush, Megatron's default): at most pp micro-batches in flight",
@@ -254,11 +254,13 @@ def balanced_counts(n: int, k: int) -> tuple[int, ...]:
 
 
 def block_layers(tpm: TpModel) -> list[list[int]]:
-    """Layer indices of each block, in forward order."""
+    """Layer indices of each block the pipeline split counts, in forward order: a multi-token
+    prediction module's block is none of them (:data:`~dpsim.workload.spec.MTP_UNIT_PREFIX`); it
+    follows the last block onto the last stage, as the layers after the last block do."""
     out: list[list[int]] = []
     current: str | None = None
     for layer in tpm.layers:
-        if layer.unit is None:
+        if layer.unit is None or is_mtp_unit(layer.unit):
             continue
         if layer.unit != current:
             out.append([])
@@ -291,6 +293,15 @@ def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...
             per_virtual = [counts[g % p] // v + (g // p < counts[g % p] % v) for g in range(n_virtual)]
     else:
         per_virtual = list(balanced_counts(n, n_virtual))
+        mtp = len({l.unit for l in tpm.layers if is_mtp_unit(l.unit)})
+        if mtp and n_virtual > 1:
+            # The multi-token prediction blocks run on the last virtual stage: balanced, they take
+            # that many of its block slots (as Megatron-Core's --account-for-loss-in-pipeline-split
+            # counts the loss as a layer of the split), so it holds that many fewer main blocks.
+            per_virtual = list(balanced_counts(n + mtp, n_virtual))
+            per_virtual[-1] -= mtp
+            if per_virtual[-1] < 0:
+                per_virtual = list(balanced_counts(n, n_virtual))
     # An end virtual stage may hold no block: the embedding (or the final norm, head and loss) is
     # then its whole work, as Megatron-Core's --account-for-embedding-in-pipeline-split and
     # --account-for-loss-in-pipeline-split place them (each counted as one layer of the split).
@@ -322,6 +333,7 @@ def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...
     # Root layers: before the first block -> first virtual stage; after the last -> last;
     # in between -> with the block that precedes them.
     first = min(blocks[0]) if blocks else len(tpm.layers)
+    last = max(blocks[-1]) if blocks else -1
     virtual_of_layer = {i: g for g, layers in enumerate(layers_of_virtual) for i in layers}
     for layer in tpm.layers:
         i = layer.index
@@ -329,6 +341,12 @@ def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...
             continue
         if i < first:
             g = 0
+        elif i > last and blocks and is_mtp_unit(layer.unit):
+            # A multi-token prediction block: the last virtual stage, even one holding no main block
+            # (the head after it follows it there). The other layers after the last block stay with
+            # its stage, as before (see validation/large_model_runs.md, dsmech: an empty last
+            # virtual stage keeps no head, which R060's --account-for-loss-in-pipeline-split would).
+            g = n_virtual - 1
         else:
             before = [virtual_of_layer[j] for j in range(i) if j in virtual_of_layer]
             g = before[-1] if before else 0

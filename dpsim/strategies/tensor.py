@@ -70,7 +70,7 @@ from dpsim.hardware import GpuSpec
 from dpsim.workload.fp8 import fp8_weight_numel
 from dpsim.workload.precision import saved_extra_bytes
 from dpsim.workload.roofline import shape_efficiency
-from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec, is_expert_param
+from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec, is_expert_param, is_mtp_unit
 
 TP_COMM_OVERLAP: dict[str, str] = {
     "off": "every tensor-parallel collective blocks compute (Megatron-LM 2021)",
@@ -410,6 +410,12 @@ def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool, experts: Exper
     spec = ModelSpec(name=model.name if tp == 1 else f"{model.name} (tp {tp} shard)", layers=tuple(spec_layers),
                      registration_order=model.registration_order, grad_ready_order=model.grad_ready_order,
                      tokens_per_sample=model.tokens_per_sample, source=model.source, moe=model.moe)
+    # A multi-token prediction module looks its tokens up in the main model's embedding, on the
+    # last stage: that stage keeps a copy whose gradient is all-reduced with the first stage's, as
+    # a tied embedding's (Megatron-Core ties "the embedding of the mtp processing stage",
+    # core.transformer.multi_token_prediction.tie_word_embeddings_state_dict; DualPipe holds both
+    # on one rank, arXiv:2412.19437 Sec. 3.2.3, and the callers skip the copy there).
+    tied = tied or any(is_mtp_unit(l.unit) for l in model.layers)
     return TpModel(tp=tp, model=model, spec=spec, layers=tuple(out_layers), tied_embedding=tied,
                    embedding_numel_per_rank=emb_numel, sequence_parallel=sequence_parallel)
 

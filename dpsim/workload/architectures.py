@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dpsim.errors import WorkloadError
+from dpsim.limits import MAX_MTP_DEPTH
 from dpsim.workload.layers import (
     ACTIVATION_ELEMENT_BYTES,
     _affine,
@@ -53,6 +54,7 @@ from dpsim.workload.layers import (
     rope_ops,
 )
 from dpsim.workload.spec import (
+    MTP_UNIT_PREFIX,
     MatmulOp,
     MemoryOp,
     ModelSpec,
@@ -150,6 +152,13 @@ class LlamaConfig:
     """MLA: the rotary part of a query/key head (the key's shared by all heads)."""
     v_head_dim: int = 0
     """MLA: a value head's width."""
+    mtp_depth: int = 0
+    """Multi-token prediction modules run in training (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2:
+    ``D`` sequential modules, the k-th an RMSNorm of the previous depth's hidden state and one of
+    the embedding of token ``i + k``, concatenated and projected ``2h -> h``, then a transformer
+    block; the embedding and the output head shared with the main model; config.json's
+    ``num_nextn_predict_layers``). Each depth adds that block, the projection, and one more pass of
+    the output head and its cross-entropy loss; 0: none."""
 
     @property
     def head_size(self) -> int:
@@ -337,12 +346,15 @@ def build_llama(
                      activation_bytes_per_sample=0.0,  # no embedding dropout in Llama
                      ops=[embedding_op("embed_tokens", s, d, v)])]
     moe = cfg.moe
-    for i in range(cfg.num_hidden_layers):
-        p = f"model.layers.{i}"
+    depth = _check_mtp_depth(cfg.mtp_depth, s, name)
+
+    def block(p: str, routed: bool, mtp: tuple[list, list, float, float] | None = None) -> None:
+        """Append block ``p``'s attention and MLP layers; ``mtp``: the (modules, ops, FLOPs,
+        activation bytes) a multi-token prediction module runs before its block's attention."""
+        nonlocal registered
         sd = float(s * d)
         input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=False)
         post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=False)
-        routed = moe is not None and i >= moe.dense_layers
         attn_compiled = None  # MLA, unfused attention and q/k norms: not traced (eager count)
         if cfg.q_lora_rank:
             attn_modules, attn_ops, attn_flops, attn_act = _mla_attention(cfg, p, s, dtype, flash_attention)
@@ -399,9 +411,16 @@ def build_llama(
             mlp_act = llama_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
                                                    flash_attention=flash_attention)[1]
             mlp_compiled = llama_compiled_saved_elements(s, d, q_dim, kv_dim, inter)[1]
-        registered += [*attn_modules, *mlp_modules, input_norm, post_norm]
+        pre_modules: list = []
+        if mtp is not None:
+            # The MTP module's norms and 2h -> h projection run ahead of its block's attention.
+            pre_modules, pre_ops, pre_flops, pre_act = mtp
+            attn_ops = [*pre_ops, *attn_ops]
+            attn_flops += pre_flops
+            attn_act += pre_act
+        registered += [*pre_modules, *attn_modules, *mlp_modules, input_norm, post_norm]
         layers.append(_layer(
-            f"{p}.self_attn", [input_norm, *attn_modules],  # + input_layernorm
+            f"{p}.self_attn", [*pre_modules, input_norm, *attn_modules],  # + input_layernorm
             forward_flops_per_sample=attn_flops,
             activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=eager_rms_saved_elements(s, d, 2 if cfg.q_lora_rank else 3),
             compiled_saved_elements=attn_compiled if mlp_compiled is not None else None,
@@ -414,13 +433,53 @@ def build_llama(
             compiled_saved_elements=mlp_compiled if attn_compiled is not None else None,
             ops=mlp_ops,
         ))
+
+    for i in range(cfg.num_hidden_layers):
+        block(f"model.layers.{i}", moe is not None and i >= moe.dense_layers)
+    for k in range(depth):
+        block(f"{MTP_UNIT_PREFIX}{k}", moe is not None, _mtp_projection(f"{MTP_UNIT_PREFIX}{k}", s, d, dtype))
     head = [_norm("model.norm", d, dtype, bias=False)]
     if not cfg.tie_word_embeddings:
         head.append(_linear("lm_head", v, d, dtype, bias=False))
     registered += head
-    layers.append(_lm_head_layer(head, s, d, v, eager_rms=True))  # model.norm + lm_head
+    # model.norm + lm_head, and once more per MTP depth: the head is shared (Sec. 2.2).
+    layers.append(_lm_head_layer(head, s, d, v, eager_rms=True, passes=1 + depth))
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source, moe=moe)
+
+
+def _check_mtp_depth(depth: object, seq_len: int, name: str) -> int:
+    """``depth`` if it is a usable MTP depth: an integer from 0, below the sequence (depth ``k``
+    predicts token ``i + 1 + k``, so it needs ``k + 1`` tokens after position ``i``) and at most
+    :data:`MAX_MTP_DEPTH`; else a one-line WorkloadError."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_MTP_DEPTH:
+        raise WorkloadError(f"--mtp-depth: {depth!r} is not valid for {name}; expected an integer from 0 "
+                            f"to {MAX_MTP_DEPTH}")
+    if depth and depth >= seq_len - 1:
+        raise WorkloadError(f"--mtp-depth: {depth} needs a sequence longer than {depth + 1} tokens; {name} "
+                            f"has {seq_len}")
+    return depth
+
+
+def _mtp_projection(p: str, s: int, d: int, dtype: str) -> tuple[list, list, float, float]:
+    """What the k-th multi-token prediction module runs before its transformer block (DeepSeek-V3,
+    arXiv:2412.19437, Sec. 2.2): the shared embedding's lookup of the tokens ``k`` ahead
+    (the table is the main model's: no parameter here, and no second dense gradient table), an
+    RMSNorm of it (``enorm``) and one of the previous depth's hidden states (``hnorm``), their
+    concatenation, and the projection ``M_k`` from ``2h`` to ``h`` (``eh_proj``; names as
+    deepseek-ai/DeepSeek-V3 README_WEIGHTS.md lists the MTP module's weights). Returns (modules,
+    ops, forward FLOPs, activation bytes) per sample: ``2·s·2h·h`` FLOPs, and kept for backward
+    the two norms' inputs and the projection's ``s x 2h`` input (2 bytes each)."""
+    sd = float(s * d)
+    mods = [_norm(f"{p}.enorm", d, dtype, bias=False), _norm(f"{p}.hnorm", d, dtype, bias=False),
+            _linear(f"{p}.eh_proj", d, 2 * d, dtype, bias=False)]
+    ops = [MemoryOp(name="mtp_embed", elements=sd, forward=((2, "stream"),), backward=((2, "stream"),)),
+           *eager_rms_norm_ops("enorm", s, d), *eager_rms_norm_ops("hnorm", s, d),
+           MemoryOp(name="mtp_concat", elements=2 * sd, forward=((2, "act"),), backward=((2, "act"),)),
+           *linear_ops("eh_proj", s, d, 2 * d, bias=False)]
+    flops = 2.0 * s * (2 * d) * d
+    act = _hidden_bytes(s, d) * 4  # enorm and hnorm inputs (s x h each), the concatenation (s x 2h)
+    return mods, ops, flops, act
 
 
 def _mla_attention(cfg: LlamaConfig, p: str, s: int, dtype: str, flash_attention: bool):

@@ -82,7 +82,7 @@ Units (``LayerSpec.unit``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from dpsim.errors import WorkloadError
@@ -113,9 +113,16 @@ class CatalogEntry:
     source: str
 
     def build(self, *, seq_len: int | None = None, dtype: str = "float32",
-              flash_attention: bool = False) -> ModelSpec:
-        """The model at its default (or the given) sequence length."""
-        return build_model(self.config, name=self.name, seq_len=seq_len, dtype=dtype,
+              flash_attention: bool = False, mtp_depth: int | None = None) -> ModelSpec:
+        """The model at its default (or the given) sequence length; ``mtp_depth``: that many
+        multi-token prediction modules instead of the entry's own (a Llama-built decoder only)."""
+        config = self.config
+        if mtp_depth is not None and mtp_depth != getattr(config, "mtp_depth", 0):
+            if not isinstance(config, LlamaConfig):
+                raise WorkloadError(f"--mtp-depth: {self.name} is not a Llama-style decoder (RMSNorm, rotary "
+                                    f"positions, gated MLP); multi-token prediction modules are built for those only")
+            config = replace(config, mtp_depth=mtp_depth)
+        return build_model(config, name=self.name, seq_len=seq_len, dtype=dtype,
                            flash_attention=flash_attention,
                            published_param_count=self.published_param_count, source=self.source)
 
@@ -281,8 +288,11 @@ _ENTRIES += [
          first_k_dense_replace=1, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
          qk_rope_head_dim=64, v_head_dim=128),
     # DeepSeek-V3 (deepseek-ai/DeepSeek-V3 config.json): MLA attention, 3 dense layers of 18432,
-    # then 58 MoE layers of 256 routed experts of 2048 (top-8) and one shared expert; the
-    # multi-token prediction module is left out, as the published 671B leaves it out.
+    # then 58 MoE layers of 256 routed experts of 2048 (top-8) and one shared expert; and one
+    # multi-token prediction module (config.json num_nextn_predict_layers 1), which its pretraining
+    # ran: arXiv:2412.19437 Sec. 4.2, "we set the MTP depth D to 1" with loss weight 0.3 for the
+    # first 10T tokens and 0.1 for the last 4.8T. Its 11.5B unique parameters (deepseek-ai/DeepSeek-V3
+    # README_WEIGHTS.md) are not among the published 671B, which the tests compare without them.
     _moe("deepseek-v3", "deepseek-ai/DeepSeek-V3", "DeepSeek-AI 2024, arXiv:2412.19437",
          "hidden 7168, 61 layers (3 dense), 128 heads, MLA q_lora 1536 kv_lora 512 nope 128 rope 64 v 128, "
          "256 routed + 1 shared experts of 2048, top-8, vocab 129280",
@@ -290,7 +300,7 @@ _ENTRIES += [
          num_attention_heads=128, num_key_value_heads=128, max_position_embeddings=4096,
          num_experts=256, num_experts_per_tok=8, moe_intermediate_size=2048, n_shared_experts=1,
          first_k_dense_replace=3, router_bias=True, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
-         qk_rope_head_dim=64, v_head_dim=128),
+         qk_rope_head_dim=64, v_head_dim=128, mtp_depth=1),
 ]
 
 CATALOG_ENTRIES: dict[str, CatalogEntry] = {entry.name: entry for entry in _ENTRIES}
@@ -334,14 +344,14 @@ def _shape_entry(text: str) -> CatalogEntry:
 
 
 def get_model(name: str, *, seq_len: int | None = None, dtype: str = "float32",
-              flash_attention: bool = False) -> ModelSpec:
+              flash_attention: bool = False, mtp_depth: int | None = None) -> ModelSpec:
     """Build catalog model ``name``, optionally at another sequence length.
 
     ``seq_len`` changes FLOPs and activations; it must fit learned position tables
     (GPT-2 ``n_positions``, BERT ``max_position_embeddings``), must be ``1 + k²`` for
     ViT (it sets the image size) and is rejected for ResNet.
     """
-    model = get_entry(name).build(seq_len=seq_len, dtype=dtype, flash_attention=flash_attention)
+    model = get_entry(name).build(seq_len=seq_len, dtype=dtype, flash_attention=flash_attention, mtp_depth=mtp_depth)
     tokens = model.tokens_per_sample or 0
     if seq_len is None and tokens > MAX_SEQ_LEN:
         # --seq-len is bounded, a shape's own sequence was not: transformer:...,seq=10000000 (or a

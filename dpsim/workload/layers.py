@@ -543,14 +543,21 @@ def _resolve_seq_len(seq_len: int | None, default: int, model: str, *, max_field
 # --------------------------------------------------------------------------- builders
 
 
-def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int, *, eager_rms: bool = False) -> LayerSpec:
+def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int, *, eager_rms: bool = False,
+                   passes: int = 1) -> LayerSpec:
     """The final norm + LM head of a decoder and its loss: an s x d by d x v matmul per sample,
-    then cross-entropy over the s x v logits."""
-    norm = eager_rms_norm_ops("final_norm", s, d) if eager_rms else [norm_op("final_norm", float(s * d))]
-    ops = [*norm, cast_op("cast", float(s * d)),
-           MatmulOp(name="lm_head", m=s, n=v, k=d), lm_loss_op(s, v)]
-    return _layer("lm_head", run, forward_flops_per_sample=2.0 * s * d * v,
-                  activation_bytes_per_sample=lm_head_activation_bytes(s, d, v, eager_rms=eager_rms), ops=ops)
+    then cross-entropy over the s x v logits. ``passes`` > 1: the head shared by multi-token
+    prediction modules (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2: one output head for the main
+    model and every MTP depth), each pass its own norm, matmul, loss and kept logits on the same
+    weights (an MTP depth's own ``shared_head.norm`` is counted as the final norm's work; its
+    ``h`` weights are left out)."""
+    ops: list[OpSpec] = []
+    for k in range(passes):
+        norm = eager_rms_norm_ops("final_norm", s, d) if eager_rms else [norm_op("final_norm", float(s * d))]
+        ops += [*norm, cast_op("cast", float(s * d)), MatmulOp(name="lm_head", m=s, n=v, k=d), lm_loss_op(s, v)]
+    return _layer("lm_head", run, forward_flops_per_sample=2.0 * s * d * v * passes,
+                  activation_bytes_per_sample=lm_head_activation_bytes(s, d, v, eager_rms=eager_rms) * passes,
+                  ops=ops)
 
 
 def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:

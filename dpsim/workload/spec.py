@@ -244,6 +244,22 @@ def is_expert_param(param: "ParamSpec") -> bool:
     return EXPERT_PARAM_MARK in param.name and len(param.shape) == 3
 
 
+MTP_UNIT_PREFIX = "model.mtp."
+"""What names the block of a multi-token prediction module (``model.mtp.0`` for depth 1;
+DeepSeek-V3, arXiv:2412.19437, Sec. 2.2): a transformer block after the model's last one that
+is no block of the pipeline split. Megatron-Core places every MTP layer on the last pipeline stage
+by default (Megatron-Core developer guide, "Multi-Token Prediction (MTP)", "Pipeline Parallel
+Layout for MTP", docs.nvidia.com/megatron-core/developer-guide/0.16.1/user-guide/features/
+multi_token_prediction.html), and DeepSeek-V3 keeps the MTP module with the output head on one
+pipeline rank (arXiv:2412.19437 Sec. 3.2.3), so ``--pp`` and ``--stage-layers`` split the main
+blocks only and the MTP blocks follow the last one (:func:`is_mtp_unit`)."""
+
+
+def is_mtp_unit(unit: str | None) -> bool:
+    """Whether ``unit`` is a multi-token prediction module's block (:data:`MTP_UNIT_PREFIX`)."""
+    return unit is not None and unit.startswith(MTP_UNIT_PREFIX)
+
+
 @dataclass(frozen=True, kw_only=True)
 class MoeSpec:
     """A mixture-of-experts model's expert layers (every block from ``dense_layers`` on)."""
