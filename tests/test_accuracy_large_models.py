@@ -267,3 +267,25 @@ def test_ms_swift_and_xtuner_rows_run_their_frameworks_settings():
     # transformers' per-expert Python loop under ZeRO-3 is listed, not predicted.
     skipped = {x.id: x for x in alm.split(alm.rows())[1]}
     assert skipped["R141"].why == alm.NOT_EXPRESSIBLE_FEATURES["hf-eager-experts"]
+
+def test_llama_gpu_hour_rows_run_llamas_published_setting():
+    # LLaMA-1 (arXiv:2302.13971 Sec. 2.4): xformers attention with FlashAttention 1's backward, the
+    # outputs of linear layers kept (--recompute op), tensor parallelism with sequence parallelism;
+    # Llama 2's rows (R126-R129) take the same organisation's setting. The GPU-hours convert to
+    # tokens/s per GPU as tokens / (GPU-hours x 3600).
+    from dpsim.workload.spec import AttentionOp
+
+    rows = {r["id"]: r for r in alm.rows()}
+    for rid in [f"R{i}" for i in range(122, 130)]:
+        r = rows[rid]
+        job = alm.job_of(r)
+        kernels = {op.kernel for layer in job.model.layers for op in layer.ops if isinstance(op, AttentionOp)}
+        assert kernels == {"flash1"}, rid
+        assert job.config.execution.recompute == "op", rid
+        assert job.config.parallelism.strategy == "zero1", rid
+        if int(r["tp"]) > 1:
+            assert job.config.parallelism.sequence_parallel, rid
+    assert float(rows["R125"]["value"]) == pytest.approx(1.4e12 / (1022362 * 3600), abs=0.1)
+    assert float(rows["R129"]["value"]) == pytest.approx(2.0e12 / (1720320 * 3600), abs=0.1)
+    # The 34B row ran on the production RoCE cluster (350 W): its own system.
+    assert alm.system_of(rows["R128"]).name != alm.system_of(rows["R129"]).name

@@ -196,6 +196,31 @@ SYSTEMS = {
     "4 A100 (one node, as published: 'Env: 4 * A100')": System(
         name="ms-swift A100", topology_file="a100-nvswitch-x4.yaml",
         assumed="server not stated: four A100 80GB of an NVSwitch node"),
+
+    # LLaMA-1 (arXiv:2302.13971 Sec. 2.4, Table 15): 2048 A100 80GB for the 65B run; the cluster, its nodes and
+    # network are not named. DGX A100-like nodes (8 GPUs on NVSwitch, one 200 Gb/s HDR port per GPU) are assumed:
+    # the nodes of Meta's RSC, the InfiniBand cluster the Llama 2 paper names with 200 Gbps end-points.
+    "Meta A100 80GB cluster (LLaMA): 2048 A100 80GB for the 65B run (as published; nodes and network not stated)":
+        System(name="Meta A100 (LLaMA, Llama 2 RSC)", link="dgx-a100",
+               assumed="cluster, nodes and network not stated: DGX A100-like nodes with 8x 200 Gb/s HDR InfiniBand "
+                       "(the dgx-a100 preset; RSC's, as the Llama 2 paper describes it)"),
+    # Llama 2 (arXiv:2307.09288 Sec. 2.2.1): RSC, NVIDIA Quantum InfiniBand with 200 Gbps end-points, 400 W per GPU.
+    # RSC's nodes are NVIDIA DGX A100 systems (760 of them in its first phase, 8 A100 each, on NVIDIA Quantum
+    # 200 Gb/s InfiniBand: Meta's RSC announcement by Lee and Sengupta, January 2022, as
+    # www.datacenterfrontier.com/new-meta-supercomputer-boosts-power-for-ai-workloads-future-metaverse/ and
+    # www.hardwarezone.com.sg/tech-news-meta-begins-rollout-world-s-fastest-supercomputer report it): the
+    # dgx-a100 preset. One system with LLaMA-1's rows: the same organisation's A100 training, its cluster unnamed there.
+    "Meta Research Super Cluster (Llama 2): A100, NVIDIA Quantum InfiniBand, 200 Gbps end-points, 400 W cap "
+    "(as published)": System(
+        name="Meta A100 (LLaMA, Llama 2 RSC)", link="dgx-a100",
+        assumed="DGX A100 nodes (RSC's, reported with its first phase): one 200 Gb/s HDR port per GPU as the "
+                "dgx-a100 preset; the phase-2 nodes and the fabric's tiers not published"),
+    # Llama 2's production cluster (Sec. 2.2.1): RoCE on commodity Ethernet, 200 Gbps end-points, 350 W per GPU.
+    "Meta production cluster (Llama 2): A100, RoCE on commodity Ethernet switches, 200 Gbps end-points, 350 W cap "
+    "(as published)": System(
+        name="Meta production A100 RoCE (Llama 2)", topology_file="meta-prod-a100-roce.yaml",
+        assumed="nodes and topology not stated: 8 A100 SXM4 on NVSwitch, one 200 Gb/s RoCE end-point per GPU, "
+                "rail-optimised; the 350 W power cap not modelled"),
     "H800 cluster, 8 GPUs per node on NVLink/NVSwitch, InfiniBand across nodes (as published; GPU count not "
     "stated)": System(
         name="DeepSeek H800", topology_file="h800-deepseek.yaml",
@@ -308,7 +333,9 @@ FLASH_ATTN_1 = "flash-attn 1."
 before flash-attn 2.0.0 (Dao-AILab/flash-attention tag v2.0.0, 17 July 2023); the repository pins
 flash-attention as a submodule at d2f4324f4c56 (v1.0.8-3, ``flash_attn/__init__.py``
 ``__version__ = "1.0.8"``) and ``doc/en/install.md`` installs "flash-attention (version v1.0.5)"
-from it (InternLM/InternLM@20fe5ac297e6)."""
+from it (InternLM/InternLM@20fe5ac297e6). LLaMA-1's rows (and Llama 2's, which take its setting) ran
+xformers' memory-efficient causal attention whose backward is "Dao et al. (2022)", FlashAttention 1
+(arXiv:2302.13971 Sec. 2.4), in early 2023, before flash-attn 2: costed alike."""
 
 
 _MODELS: dict[tuple, ModelSpec] = {}
@@ -567,6 +594,14 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # core_attn (ms-swift's own default too: swift/megatron/argument/megatron_args.py@891a9ab3d437,
         # recompute_modules ['core_attn']): the attention core only, dpsim's --recompute selective.
         full = "selective"
+
+    elif checkpointing.startswith("selective") and row["framework"].startswith("Meta's"):
+        # LLaMA-1 (arXiv:2302.13971 Sec. 2.4): "we save the activations that are expensive to compute, such as
+        # the outputs of linear layers", through a hand-written backward of the transformer layers: --recompute
+        # op keeps the matmul and attention outputs and re-runs the other ops. Llama 2's rows take it as theirs.
+        full = "op"
+        assumed.append("LLaMA's checkpointing (the outputs of linear layers saved) as --recompute op: matmul and "
+                       "attention outputs kept, the rest recomputed")
     elif checkpointing.startswith("selective"):
         full = "op"
         assumed.append("selective remat (minimal_flash) as --recompute op: matmul and attention outputs kept, "
