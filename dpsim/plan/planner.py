@@ -311,7 +311,8 @@ class Estimate:
     """Data-parallel and embedding collectives not hidden by the last backward."""
     optimizer_s: float
     """Optimizer step: what the step waits for of the stages' updates after the exposed reductions
-    (the latest-ending stage's, less its lead over stage 0's last backward)."""
+    (the latest-ending stage's update, less how much earlier than the exposed reductions its own end;
+    stage 0's update when stage 0 ends last)."""
     samples_per_s: float
     """Global throughput."""
     tokens_per_s: float | None
@@ -1182,7 +1183,7 @@ class Planner:
             # output layer, has more to update than stage 0). Its first forward starts ``fill`` after
             # stage 0's (gathers launched at the step's start have that long more).
             reduce_exposed = gather_exposed = 0.0
-            tail = -math.inf  # the latest update's end after stage 0's last backward
+            tail = (-math.inf, 0.0, 0.0)  # the latest update's end after stage 0's last backward, its parts
             fill = drain = 0.0  # forward (backward) time from stage 0 to stage s (s to 0) of one micro-batch
             own = []  # per stage: compute and its waits for its own collectives (critical_stage's)
             seen: dict[tuple, tuple[float, float, float]] = {}
@@ -1198,16 +1199,17 @@ class Planner:
                 left, stall, update = hit
                 reduce_exposed = max(reduce_exposed, left - drain)
                 gather_exposed = max(gather_exposed, stall - fill)
-                tail = max(tail, left + update - drain)
+                if left + update - drain > tail[0]:
+                    tail = (left + update - drain, left - drain, update)
                 own.append(m * x[s] + left + stall + update)
                 fill += first_forward
                 drain += last_backward
             # The figures reported are the critical stage's, as predict's headline (critical_stage).
             critical = heaviest_stage(own)
             dp_exposed = reduce_exposed + gather_exposed
-            # What the step waits for of the updates after the exposed reductions (stage 0's update
-            # alone when it ends last).
-            optimizer = tail - reduce_exposed
+            # What the step waits for of the updates after the exposed reductions: the latest-ending
+            # stage's update, less its lead on the exposed reductions (none when it is stage 0's).
+            optimizer = tail[2] + (tail[1] - reduce_exposed)
         if dual:
             compute_k = sum(n * sum(tab.compute[i] for i in layers) for layers, n in stage_chunks[critical])
             tp_exposed_k = sum(n * sum(tab.tp_exposed[i] for i in layers) for layers, n in stage_chunks[critical])
