@@ -8,6 +8,12 @@ fastest estimates and ``--sample`` more drawn at random (seeded) are simulated b
 (the pipeline engine). Printed: per job and over all of them, the distribution of estimate /
 simulation (below 1: the closed form is optimistic), and the layouts furthest off.
 
+With ``--exhaustive``, small searches (:data:`EXHAUSTIVE_JOBS`: dense models on 64 and 256 GPUs, mixtures
+of experts with and without dense first blocks) are simulated layout by layout, every one that fits
+(:func:`exhaustive`): the ratio over all of them, and whether ``plan``'s pruned ranking
+(:func:`dpsim.plan.planner.plan_layouts`, the verification bounded by :data:`ESTIMATE_BOUND` alone)
+puts the truly fastest layout first (``tests/test_plan_prune.py`` asserts it).
+
 Nothing here is a measurement of hardware: it checks one dpsim model (the closed form)
 against another (the step-by-step simulation), whose error against published runs is
 measured elsewhere (``accuracy_large_models.py``). The bound the planner uses to decide what
@@ -45,6 +51,52 @@ JOBS = (
 """(model, GPUs, global batch): dense and mixture-of-experts models, 1k to 16k GPUs."""
 
 
+EXHAUSTIVE_JOBS = (
+    # Stage 0 holds the embedding, the last stage the output layer and loss; 32 and 80 blocks split
+    # unevenly over interleaved chunks that do not divide them.
+    ("llama-3-8b", 64, 256, dict(tps=(2, 4, 8), micro_batches=(1,), recomputes=("off", "full"))),
+    ("llama-3-70b", 256, 256, dict(tps=(4, 8), micro_batches=(1,), recomputes=("full",), strategies=("zero1",))),
+    # Mixtures of experts: every expert-parallel size; DeepSeek-V2's first block is dense (on stage 0).
+    ("mixtral-8x7b", 64, 256, dict(tps=(1, 2), micro_batches=(1,), recomputes=("full",), strategies=("zero1",))),
+    ("deepseek-v2", 256, 512, dict(tps=(4,), pps=(2, 4, 8), micro_batches=(1,), recomputes=("full",),
+                                   strategies=("zero1",))),
+)
+"""(model, GPUs, global batch, the search's restrictions): small enough to simulate every layout
+that fits (~70-200 each)."""
+
+
+def job_base(model: str) -> PredictConfig:
+    """The job every check here searches: ``model`` on the ``infiniband`` preset, ``bf16-params``."""
+    return resolve(PredictConfig(model=model, link="infiniband", precision="bf16-params", micro_batch=1)).config
+
+
+def exhaustive(model: str, gpus: int, global_batch: int, search: dict) -> tuple[list[dict], object]:
+    """Every layout of the search that fits, estimated and simulated: rows as :func:`check_job`'s
+    (``top`` False) with ``candidate``, and ``plan``'s own result on the same search (the
+    verification bounded by :data:`ESTIMATE_BOUND` alone: no count or time limit)."""
+    from dpsim.plan.planner import MAX_VERIFY, plan_layouts
+
+    base = job_base(model)
+    planner = Planner(base)
+    cands, _ = planner.candidates(gpus, global_batch=global_batch, **search)
+    rows = []
+    for e in (planner.estimate(c, global_batch=global_batch) for c in cands):
+        if not e.fits:
+            continue
+        try:
+            pred = predict(e.candidate.config(base))
+        except DpsimError:
+            continue
+        if not pred.memory.fits:
+            continue
+        rows.append({"model": model, "gpus": gpus, "flags": e.candidate.flags(), "top": False,
+                     "candidate": e.candidate, "estimate_s": e.step_time_s, "simulated_s": pred.step_time_s,
+                     "ratio": e.step_time_s / pred.step_time_s})
+    result = plan_layouts(base, gpus=[gpus], global_batch=global_batch, verify=MAX_VERIFY, verify_seconds=None,
+                          top=10_000, **search)
+    return rows, result
+
+
 def quantiles(values: list[float]) -> dict:
     s = sorted(values)
     q = statistics.quantiles(s, n=20, method="inclusive") if len(s) > 1 else s * 19
@@ -52,7 +104,7 @@ def quantiles(values: list[float]) -> dict:
 
 
 def check_job(model: str, gpus: int, global_batch: int, *, best: int, sample: int, seed: int) -> list[dict]:
-    base = resolve(PredictConfig(model=model, link="infiniband", precision="bf16-params", micro_batch=1)).config
+    base = job_base(model)
     planner = Planner(base)
     cands, _ = planner.candidates(gpus, global_batch=global_batch)
     t0 = time.perf_counter()
@@ -86,15 +138,33 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", help="comma-separated models")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--exhaustive", action="store_true",
+                    help="simulate every fitting layout of the small searches (EXHAUSTIVE_JOBS) and check plan's first row")
     args = ap.parse_args(argv)
     only = set(args.only.split(",")) if args.only else None
     rows = []
-    for model, gpus, gb in JOBS:
+    if args.exhaustive:
+        for model, gpus, gb, search in EXHAUSTIVE_JOBS:
+            if only and model not in only:
+                continue
+            t0 = time.perf_counter()
+            job_rows, result = exhaustive(model, gpus, gb, search)
+            best = min(job_rows, key=lambda r: r["simulated_s"])
+            chosen = result.best
+            print(f"{model} on {gpus:,} GPUs (global batch {gb}): {len(job_rows)} layouts simulated in "
+                  f"{time.perf_counter() - t0:.1f} s; fastest {best['flags']} {best['simulated_s']:.4f} s; "
+                  f"plan simulated {result.verification['simulated']}, first row {chosen.candidate.flags()} "
+                  f"{chosen.step_time_s:.4f} s ({'the fastest' if chosen.candidate == best['candidate'] else 'NOT the fastest'})")
+            for r in job_rows:
+                del r["candidate"]
+            rows += job_rows
+    for model, gpus, gb in () if args.exhaustive else JOBS:
         if only and model not in only:
             continue
         rows += check_job(model, gpus, gb, best=args.best, sample=args.sample, seed=args.seed)
     print()
-    print(f"{'estimate / simulation':32s} {'n':>4s} {'min':>6s} {'p5':>6s} {'median':>6s} {'p95':>6s} {'max':>6s}")
+    print(f"{'estimate / simulation':32s} {'n':>4s} {'min':>6s} {'p5':>6s} {'median':>6s} {'p95':>6s} {'max':>6s} "
+          f"{'median |e/s-1|':>14s} {'worst':>6s}")
     groups = {}
     for r in rows:
         groups.setdefault(f"{r['model']} @ {r['gpus']}", []).append(r["ratio"])
@@ -103,8 +173,9 @@ def main(argv=None) -> None:
     for name, ratios in groups.items():
         if ratios:
             q = quantiles(ratios)
+            off = [abs(r - 1) for r in ratios]
             print(f"{name:32s} {q['n']:4d} {q['min']:6.3f} {q['p5']:6.3f} {q['median']:6.3f} {q['p95']:6.3f} "
-                  f"{q['max']:6.3f}")
+                  f"{q['max']:6.3f} {statistics.median(off):14.3f} {max(off):6.3f}")
     print("\nfurthest off:")
     for r in sorted(rows, key=lambda r: abs(r["ratio"] - 1), reverse=True)[:8]:
         print(f"  {r['ratio']:.3f}  {r['model']} {r['flags']}  ({r['estimate_s']:.3f} s vs {r['simulated_s']:.3f} s)")

@@ -31,7 +31,9 @@ costed on the ``tp`` communicator, recomputation): with ``X_s`` stage ``s``'s fo
 backward per micro-batch, the pipeline takes ``m·max X + (ΣX - max X)/v`` (Narayanan et
 al. 2021, Sec. 2.2: ``(m + (p-1)/v)·X`` for uniform stages) plus ``2(p·v - 1)`` transfers
 (activations in, gradients out), then the data-parallel collectives the last
-micro-batch's backward cannot hide, the tied-embedding all-reduce and the optimizer.
+micro-batch's backward cannot hide, the tied-embedding all-reduce and the optimizer (each stage
+its own parameters', :func:`~dpsim.predict.layout.stage_optimizer_s`: the latest-ending stage decides).
+The compute, waits and bubble reported are the critical stage's, as in ``predict``.
 Collective models are built once per communicator shape and every cost is memoised.
 The interleaved schedule's steady state is paced step by step by the heaviest pair any stage
 runs (:meth:`Planner.interleaved_steady_s`: uneven chunks), and each stage's data-parallel buckets
@@ -55,7 +57,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,8 +95,10 @@ from dpsim.predict.layout import (
     expert_tp_s,
     expert_load,
     expert_split,
+    heaviest_stage,
     model_source,
     shard_compute,
+    stage_optimizer_s,
     stages_memory,
 )
 from dpsim.predict.resolve import resolve
@@ -297,17 +300,21 @@ class Estimate:
     usable_bytes: float
     """Device memory less the allocator headroom."""
     compute_s: float
-    """Stage 0's forward + backward compute of the step (recomputation included)."""
+    """The critical stage's forward + backward compute of the step (recomputation included): the
+    stage with the most compute and waits for its own collectives, as ``predict``'s headline
+    (:func:`~dpsim.predict.layout.critical_stage`, here on the closed form's per-stage times)."""
     tp_exposed_s: float
-    """Tensor-parallel collectives stage 0 waits for."""
+    """Tensor-parallel collectives the critical stage waits for."""
     bubble_s: float
-    """Pipeline fill and drain."""
+    """Pipeline fill and drain: what the critical stage's own forward and backward leave of the pipeline."""
     p2p_s: float
     """Transfers on the critical path."""
     dp_exposed_s: float
     """Data-parallel and embedding collectives not hidden by the last backward."""
     optimizer_s: float
-    """Optimizer step."""
+    """Optimizer step: what the step waits for of the stages' updates after the exposed reductions
+    (the latest-ending stage's update, less how much earlier than the exposed reductions its own end;
+    stage 0's update when stage 0 ends last)."""
     samples_per_s: float
     """Global throughput."""
     tokens_per_s: float | None
@@ -1167,15 +1174,12 @@ class Planner:
         # Fill and drain cross every link; in the steady state the blocking exchanges (one per
         # micro-batch and chunk on the critical path, as the simulator plays them) add theirs.
         p2p = (2 * (n_virtual - 1) + m * v) * (p2p_one + gather) if p > 1 else 0.0
-        w, g = self.precision.weight_bytes, self.precision.grad_bytes
-        sharded = c.strategy in ("zero1", "fsdp")
-        if dual:
-            compute0 = sum(n * sum(tab.compute[i] for i in layers) for layers, n in stage_chunks[0])
-            tp_exposed0 = sum(n * sum(tab.tp_exposed[i] for i in layers) for layers, n in stage_chunks[0])
-        else:
-            compute0 = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p])
-            tp_exposed0 = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p])
-        compute0 += sum(tab.first_forward[i] for layers in assignment[0] for i in layers)
+        g = self.precision.grad_bytes
+        shard = self._compute[(c.tp, c.micro_batch, c.sequence_parallel, c.cp, split)]
+        shard_params = self._shard_params.get((c.tp, c.cp, split))
+        if shard_params is None:
+            shard_params = self._shard_params[(c.tp, c.cp, split)] = tpm.spec.param_count
+        per_param = shard.optimizer_s / shard_params if shard_params else 0.0
         # Data-parallel collectives: what each stage's last backward cannot hide, and what its first
         # forward waits for of the parameters gathered at the step's start; the step waits for the
         # worst stage (a middle stage of a mixture of experts holds more experts than the first).
@@ -1183,40 +1187,63 @@ class Planner:
         grad_group = c.dp * c.cp
         edp = layout.edp if self.model.moe is not None and c.sharded else 1
         per_stage = self.stage_sums(tab, assignment)
-        expert0 = per_stage[0][2] if edp > 1 else 0
         overlap = self.base.gradients.overlap
-        if not c.sharded and grad_group > 1:
-            # Data parallelism alone (predict plays the data-parallel engine): stage 0's buckets as before;
-            # plain DDP over NCCL's SHM transport all-reduces after the backward (as predict).
-            total, last_one, gather_total, first_gather = self.dp_collectives(gc, c.strategy, numel0)
-            hide = per_stage[0][1] if overlap and not self._shm_after_backward(c) else 0.0
-            dp_exposed = max(last_one, total - hide)
-            if c.strategy in ("zero1", "fsdp"):
-                # Steady state: gathered during the next step's first forward (overlap), else after the update.
-                dp_exposed += first_gather if overlap or c.strategy == "fsdp" else gather_total
-        elif grad_group > 1 or edp > 1:
+        critical = 0
+        if not c.sharded:
+            if grad_group > 1:
+                # Data parallelism alone (predict plays the data-parallel engine): stage 0's buckets as before;
+                # plain DDP over NCCL's SHM transport all-reduces after the backward (as predict).
+                total, last_one, gather_total, first_gather = self.dp_collectives(gc, c.strategy, numel0)
+                hide = per_stage[0][1] if overlap and not self._shm_after_backward(c) else 0.0
+                dp_exposed = max(last_one, total - hide)
+                if c.strategy in ("zero1", "fsdp"):
+                    # Steady state: gathered during the next step's first forward (overlap), else after the update.
+                    dp_exposed += first_gather if overlap or c.strategy == "fsdp" else gather_total
+            # A sharded optimizer updates the parameters / (dp x cp) per GPU (as predict).
+            optimizer = stage_optimizer_s(per_param, numel0, 0, layout)
+        else:
+            # Every stage updates its own parameters (predict's stage_optimizer_s: a sharded optimizer
+            # the dense ones / (dp x cp) and its routed experts / edp) once its reductions end, after
+            # its last backward, which ends ``drain`` before stage 0's: the step ends with the latest
+            # of them (a stage of DeepSeek-V3's past its dense first blocks, or the last one with the
+            # output layer, has more to update than stage 0). Its first forward starts ``fill`` after
+            # stage 0's (gathers launched at the step's start have that long more).
             reduce_exposed = gather_exposed = 0.0
+            tail = (-math.inf, 0.0, 0.0)  # the latest update's end after stage 0's last backward, its parts
             fill = drain = 0.0  # forward (backward) time from stage 0 to stage s (s to 0) of one micro-batch
-            seen = set()
-            for s, (first_forward, last_backward, _) in enumerate(per_stage):
-                # A stage alike the earlier one (as the middle ones are: same parameters and chunk
-                # sizes) waits as long, from later in the fill and earlier in the drain: it cannot
-                # be the worst.
-                kind = (stage_params[s] if c.sharded else 0, tuple(len(layers) for layers in assignment[s]))
-                if kind in seen:
-                    fill += first_forward
-                    drain += last_backward
-                    continue
-                seen.add(kind)
-                left, stall = self.stage_dp(gc, tab, assignment, s, strategy=c.strategy, bucket=self.bucket(grad_group),
-                                            grad_group=grad_group, edp=edp, overlap=overlap)
-                # Stage s's last backward ends ``drain`` before stage 0's; its first forward starts
-                # ``fill`` after stage 0's (gathers launched at the step's start have that long more).
+            own = []  # per stage: compute and its waits for its own collectives (critical_stage's)
+            seen: dict[tuple, tuple[float, float, float]] = {}
+            for s, (first_forward, last_backward, experts) in enumerate(per_stage):
+                # Stages alike (as the middle ones are: same parameters and chunk sizes) wait as long.
+                kind = (stage_params[s], experts, tuple(len(layers) for layers in assignment[s]))
+                hit = seen.get(kind)
+                if hit is None:
+                    left, stall = self.stage_dp(gc, tab, assignment, s, strategy=c.strategy,
+                                                bucket=self.bucket(grad_group), grad_group=grad_group, edp=edp,
+                                                overlap=overlap) if grad_group > 1 or edp > 1 else (0.0, 0.0)
+                    hit = seen[kind] = (left, stall, stage_optimizer_s(per_param, stage_params[s], experts, layout))
+                left, stall, update = hit
                 reduce_exposed = max(reduce_exposed, left - drain)
                 gather_exposed = max(gather_exposed, stall - fill)
+                if left + update - drain > tail[0]:
+                    tail = (left + update - drain, left - drain, update)
+                own.append(m * x[s] + left + stall + update)
                 fill += first_forward
                 drain += last_backward
+            # The figures reported are the critical stage's, as predict's headline (critical_stage).
+            critical = heaviest_stage(own)
             dp_exposed = reduce_exposed + gather_exposed
+            # What the step waits for of the updates after the exposed reductions: the latest-ending
+            # stage's update, less its lead on the exposed reductions (none when it is stage 0's).
+            optimizer = tail[2] + (tail[1] - reduce_exposed)
+        if dual:
+            compute_k = sum(n * sum(tab.compute[i] for i in layers) for layers, n in stage_chunks[critical])
+            tp_exposed_k = sum(n * sum(tab.tp_exposed[i] for i in layers) for layers, n in stage_chunks[critical])
+        else:
+            compute_k = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p + critical])
+            tp_exposed_k = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p + critical])
+        # Its chunks' once-a-step FP8 weight casts (LayerWork.first_forward_s) are its compute too.
+        compute_k += sum(tab.first_forward[i] for layers in assignment[critical] for i in layers)
         if dual:
             # The two parameter copies' gradients summed between each stage and its mirror after the
             # last backward, behind the stage's data-parallel collectives (the embedding's among them):
@@ -1228,14 +1255,6 @@ class Planner:
                               for r in range(p // 2))
         elif tpm.tied_embedding and p > 1:
             dp_exposed += self.cost(gc, "emb", "all_reduce", tpm.embedding_numel_per_rank * g)
-        shard = self._compute[(c.tp, c.micro_batch, c.sequence_parallel, c.cp, split)]
-        shard_params = self._shard_params.get((c.tp, c.cp, split))
-        if shard_params is None:
-            shard_params = self._shard_params[(c.tp, c.cp, split)] = tpm.spec.param_count
-        per_param = shard.optimizer_s / shard_params if shard_params else 0.0
-        # A sharded optimizer updates dense parameters / (dp x cp) and routed experts / edp per GPU (as predict).
-        optimizer = per_param * ((-(-(numel0 - expert0) // grad_group) + -(-expert0 // edp)) if sharded
-                                 else numel0)
         step = pipe + p2p + dp_exposed + optimizer
         samples = global_batch / step
         tokens = samples * self.model.tokens_per_sample if self.model.tokens_per_sample else None
@@ -1243,8 +1262,8 @@ class Planner:
                 if gpu.peak_flops_per_s else None)
         model_flops = 3.0 * self.forward_flops_per_sample * global_batch
         mfu = model_flops / step / c.gpus / peak if peak else None
-        return Estimate(candidate=c, step_time_s=step, memory_bytes=memory, usable_bytes=usable, compute_s=compute0,
-                        tp_exposed_s=tp_exposed0, bubble_s=pipe - m * x[0] if p > 1 else 0.0, p2p_s=p2p,
+        return Estimate(candidate=c, step_time_s=step, memory_bytes=memory, usable_bytes=usable, compute_s=compute_k,
+                        tp_exposed_s=tp_exposed_k, bubble_s=pipe - m * x[critical] if p > 1 else 0.0, p2p_s=p2p,
                         dp_exposed_s=dp_exposed, optimizer_s=optimizer, samples_per_s=samples, tokens_per_s=tokens,
                         mfu=mfu, usd_per_hour=None)
 

@@ -22,6 +22,7 @@ not slowed: blocking collectives and point-to-point transfers run beside no comp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -622,11 +623,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     p, d = layout.pp, layout.grad_group
     memory = stages_memory(tpm, layout, gpu, precision, config.workload.optimizer, assignment, cp_model=model)
     per_param_opt = shard.optimizer_s / tpm.spec.param_count * opt_scale if tpm.spec.param_count else 0.0
-    sharded_opt = layout.strategy in ("zero1", "fsdp")
     # A sharded optimizer updates dense parameters / dp (x cp) and routed experts / edp per GPU.
     experts = [sum(c.expert_grad_numel for c in stage) for stage in chunks]
-    optimizer_s = [per_param_opt * (-(-(m.params_per_gpu - e) // d) + -(-e // layout.edp) if sharded_opt
-                                    else m.params_per_gpu) for m, e in zip(memory, experts)]
+    optimizer_s = [stage_optimizer_s(per_param_opt, m.params_per_gpu, e, layout) for m, e in zip(memory, experts)]
     internlm = internlm_stages(tpm, assignment, layout, config.gradients.bucket_cap_mb, precision.grad_bytes)
     if internlm:  # the rank owning the most updates last, and every broadcast waits for it
         optimizer_s = [per_param_opt * z.largest_owned for z in internlm]
@@ -753,9 +752,26 @@ def critical_stage(result: PipelineResult) -> int:
     work the rest wait on. It is not always the last to finish: with 1F1B stage 0 runs the last
     backward of the drain and ends the step, waiting (bubble) for a heavier last stage that set it.
     With one stage it is stage 0."""
-    own = [st.busy_s + st.wait_comm_s for st in result.stages]
-    top = max(own)
-    return next(s for s, t in enumerate(own) if t >= top * (1 - CRITICAL_TIE))
+    return heaviest_stage([st.busy_s + st.wait_comm_s for st in result.stages])
+
+
+def heaviest_stage(own_s: Sequence[float]) -> int:
+    """The stage with the most own time (``own_s``, per stage: compute plus waits for its own
+    collectives), the lowest-numbered of those within :data:`CRITICAL_TIE` of it: the rule of
+    :func:`critical_stage`, also applied by ``plan``'s closed form to its per-stage estimates."""
+    top = max(own_s)
+    return next(s for s, t in enumerate(own_s) if t >= top * (1 - CRITICAL_TIE))
+
+
+def stage_optimizer_s(per_param_s: float, params_per_gpu: int, expert_numel: int, layout: Layout) -> float:
+    """One stage's optimizer step per GPU, ``per_param_s`` a parameter: all ``params_per_gpu`` it holds,
+    or with a sharded optimizer (``zero1``, ``fsdp``) its share: the dense parameters over ``dp x cp``
+    (:attr:`~dpsim.strategies.layout.Layout.grad_group`) and its ``expert_numel`` routed experts'
+    over ``edp``, each rounded up."""
+    if layout.strategy in ("zero1", "fsdp"):
+        return per_param_s * (-(-(params_per_gpu - expert_numel) // layout.grad_group)
+                              + -(-expert_numel // layout.edp))
+    return per_param_s * params_per_gpu
 
 
 @dataclass(frozen=True, kw_only=True)
