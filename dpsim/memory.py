@@ -806,8 +806,11 @@ def deferred_weight_grad_bytes(tpm, chunks, layout) -> float:
     forward saved, softmaxes, norms, activation functions, the attention core, is freed by ``B``
     (Qi et al. 2024, arXiv:2401.10241, Table 1: ``M_W`` below ``M_B``). With sequence
     parallelism a block's first linear keeps its sequence-parallel shard of the input (``m / t``
-    rows), all-gathered again when ``W`` runs (``pre_process`` there). Routers are left out:
-    Megatron's router runs a plain matmul whose weight gradient is not deferred."""
+    rows), all-gathered again when ``W`` runs (``pre_process`` there). Only those linears defer
+    their weight gradient in that runtime (``WeightGradStore`` is fed from ``layers.py`` alone): the
+    routed experts' grouped GEMMs (``GroupedMLP``, ``gg.ops.gmm``, megatron/core/transformer/moe/
+    experts.py there; dpsim's MoE layer is grouped GEMMs) compute theirs inside ``B`` and keep
+    nothing for ``W``, and so does the router's plain matmul."""
     t = layout.tp
     sp = layout.sequence_parallel and t > 1
     total = 0
@@ -815,7 +818,7 @@ def deferred_weight_grad_bytes(tpm, chunks, layout) -> float:
         for i in layers:
             first = True
             for op in tpm.spec.layers[i].ops:
-                if not isinstance(op, MatmulOp) or op.kind != "linear":
+                if not isinstance(op, MatmulOp) or op.kind != "linear" or op.name.startswith("experts."):
                     continue
                 rows_in = op.m // t if sp and first and tpm.layers[i].role == "block" else op.m
                 total += op.batch * (rows_in * op.k + op.m * op.n)

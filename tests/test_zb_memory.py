@@ -90,3 +90,38 @@ def test_zb_h1_stage_memory_is_an_independent_count(p, m):
         assert act <= base[s].breakdown.activations_bytes + deferred * w * (1 + 1e-12)
         assert zb[s].in_flight == (forwarded,)
     assert zb[0].breakdown.activations_bytes == pytest.approx(base[0].breakdown.activations_bytes, rel=1e-12)
+
+
+def test_r121_deepseek_v2_on_zb_h1_fits():
+    """R121 (DeepSeek-V2 on 2048 H800, pp 16 ZB-H1, micro-batch 1 of 4096 tokens, recomputation as
+    DeepSeek-V3's): a middle stage's deferred W keeps per MoE block the MLA projections' and the shared
+    experts' inputs and output gradients (the routed experts' grouped GEMMs finish their weight
+    gradient in B), and the run is told it fits."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+    import accuracy_large_models as A
+    from dpsim.predict import predict
+
+    row = next(r for r in A.rows() if r["id"] == "R121")
+    job = A.job_of(row)
+    assert job.config.execution.recompute == "deepseek"
+    assert job.config.parallelism.schedule == "zb-h1"
+    p = predict(job.config, model=job.model)
+    assert p.memory.fits
+    t = 4096
+    # q_a, q_b, kv_a, kv_b, o; shared gate, up, down: input + output elements per token.
+    per_block = (5120 + 1536) + (1536 + 24576) + (5120 + 576) + (512 + 32768) + (16384 + 5120) + 3 * (5120 + 3072)
+    stages = p.layout.stages
+    assert [s.memory.in_flight for s in stages] == [(16 - s,) for s in range(16)]
+    mid, last = stages[13].memory.breakdown, stages[15].memory.breakdown
+    assert mid.total_bytes <= mid.usable_bytes and last.total_bytes <= last.usable_bytes
+    # Four MoE blocks on the middle stages: their deferred W by hand, the routed experts left out.
+    model = job.model
+    units = list(dict.fromkeys(layer.unit for layer in model.layers if layer.unit is not None))
+    four = [i for i, layer in enumerate(model.layers) if layer.unit in units[40:44]]
+    layout = Layout(pp=16, micro_batches=72)
+    assert deferred_weight_grad_bytes(tp_model(model, 1), [four], layout) == 4 * 2 * t * per_block
+    # Stage s holds 16 - s whole micro-batches and s deferred W: one more stage trades one for the other.
+    act = [stages[s].memory.breakdown.activations_bytes for s in (11, 12, 13)]
+    assert act[2] - act[1] == pytest.approx(act[1] - act[0], rel=1e-9)
