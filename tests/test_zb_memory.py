@@ -125,3 +125,24 @@ def test_r121_deepseek_v2_on_zb_h1_fits():
     # Stage s holds 16 - s whole micro-batches and s deferred W: one more stage trades one for the other.
     act = [stages[s].memory.breakdown.activations_bytes for s in (11, 12, 13)]
     assert act[2] - act[1] == pytest.approx(act[1] - act[0], rel=1e-9)
+
+
+def test_zb_h1_leaves_the_routed_experts_weight_gradient_in_b():
+    """ZB-H1's W of an MoE layer is its shared experts' weight gradient only: the routed experts'
+    grouped GEMMs run both gradients in B (as they keep nothing for a deferred W); other schedules
+    keep splitting the whole backward by the layer's linears."""
+    from dpsim.strategies.layout import _routed_flops, weight_gradient_share
+
+    model = get_model("deepseek-v2", seq_len=4096)
+    tpm = tp_model(model, 1)
+    i = next(i for i, layer in enumerate(model.layers) if layer.name == "model.layers.1.mlp")
+    t = 4096
+    shared = 2 * t * 3 * 5120 * 3072  # gate, up and down of the two shared experts (2 x 1536)
+    routed = 2 * t * 6 * 3 * 5120 * 1536  # top-6 routed copies of gate_up and down
+    assert tpm.layers[i].col_flops_per_sample + tpm.layers[i].row_flops_per_sample == shared
+    assert _routed_flops(tpm.spec.layers[i]) == pytest.approx(routed, rel=0.01)  # 154 rows x 160 experts
+    assert weight_gradient_share(tpm.layers[i], routed_in_b=_routed_flops(tpm.spec.layers[i])) == \
+        pytest.approx(shared / (2 * (shared + routed)), rel=0.01)
+    assert weight_gradient_share(tpm.layers[i]) == 0.5
+    attn = i - 1
+    assert _routed_flops(tpm.spec.layers[attn]) == 0.0
