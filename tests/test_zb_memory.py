@@ -1,6 +1,6 @@
 """ZB-H1's memory per stage: 1F1B's forwarded micro-batches whole, the ones whose weight-gradient
 pass ``W`` waits after their ``B`` holding only what ``W`` reads (each linear's input and output
-gradient; Qi et al. 2024, arXiv:2401.10241, Table 1 and the per-stage peak beside Table 2)."""
+gradient; Qi et al. 2024, arXiv:2401.10241, Table 1 and the per-stage peak stated after it)."""
 
 from __future__ import annotations
 
