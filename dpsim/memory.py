@@ -676,7 +676,8 @@ class StageMemory:
 
 
 def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Precision, optimizer: str,
-                        in_flight: Sequence[Sequence[int]], activations=None) -> tuple[StageMemory, ...]:
+                        in_flight: Sequence[Sequence[int]], activations=None,
+                        deferred_w: Sequence[int] | None = None) -> tuple[StageMemory, ...]:
     """Per-GPU memory of every stage of a layout (:class:`~dpsim.strategies.layout.Layout`).
 
     ``tpm``: the tensor-parallel shard (:func:`~dpsim.strategies.tensor.tp_model`);
@@ -708,7 +709,9 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
       micro-batch in flight (:func:`~dpsim.strategies.offload.expert_offload_bytes_per_sample`),
       one layer's worth back while it runs its backward. ``activations``: what
       :func:`stage_activation_bytes` gives for the same shard, split and policy (computed
-      when not given).
+      when not given). ``deferred_w[stage]``: micro-batches whose weight-gradient pass the stage
+      still owes at its peak (:func:`~dpsim.strategies.pipeline.deferred_weight_grads`, ZB-H1), each
+      holding :func:`deferred_weight_grad_bytes` per sample, not its whole activations.
     """
     w, g = precision.weight_bytes, precision.grad_bytes
     k = optimizer_state_bytes_per_param(precision, optimizer)
@@ -723,6 +726,8 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         act = 0.0
         for c, per_mb in enumerate(per_chunk):
             act += in_flight[s][c] * per_mb * mb
+        if deferred_w is not None and deferred_w[s]:
+            act += deferred_w[s] * deferred_weight_grad_bytes(tpm, assignment[s], layout) * mb
         act = (act + working * mb) * act_scale
         act += layout_fp8_weight_bytes(tpm, assignment[s], precision, gpu.architecture)
         d = layout.grad_group
@@ -788,6 +793,37 @@ def _unit_numels(tpm, chunks) -> list[int]:
             key = layer.unit if layer.unit is not None else ("layer", i)
             units[key] = units.get(key, 0) + layer.numel_per_rank
     return list(units.values())
+
+
+def deferred_weight_grad_bytes(tpm, chunks, layout) -> float:
+    """What one sample keeps on a rank of a stage (``chunks``: its layers' indices per model chunk)
+    while its weight-gradient pass ``W`` waits after its ``B`` (a zero-bubble schedule), before the
+    precision's scale (2-byte elements): per linear matmul of the shard, its input and its output
+    gradient, ``batch·m·(k + n)`` elements. The zero-bubble runtime keeps exactly these two for the
+    deferred GEMM (sail-sg/zero-bubble-pipeline-parallelism@39f2c186
+    megatron/core/tensor_parallel/layers.py: the linear's backward computes the input gradient
+    and passes ``grad_output`` and ``input`` to ``WeightGradStore.put``); everything else the
+    forward saved, softmaxes, norms, activation functions, the attention core, is freed by ``B``
+    (Qi et al. 2024, arXiv:2401.10241, Table 1: ``M_W`` below ``M_B``). With sequence
+    parallelism a block's first linear keeps its sequence-parallel shard of the input (``m / t``
+    rows), all-gathered again when ``W`` runs (``pre_process`` there). Only those linears defer
+    their weight gradient in that runtime (``WeightGradStore`` is fed from ``layers.py`` alone): the
+    routed experts' grouped GEMMs (``GroupedMLP``, ``gg.ops.gmm``, megatron/core/transformer/moe/
+    experts.py there; dpsim's MoE layer is grouped GEMMs) compute theirs inside ``B`` and keep
+    nothing for ``W``, and so does the router's plain matmul."""
+    t = layout.tp
+    sp = layout.sequence_parallel and t > 1
+    total = 0
+    for layers in chunks:
+        for i in layers:
+            first = True
+            for op in tpm.spec.layers[i].ops:
+                if not isinstance(op, MatmulOp) or op.kind != "linear" or op.name.startswith("experts."):
+                    continue
+                rows_in = op.m // t if sp and first and tpm.layers[i].role == "block" else op.m
+                total += op.batch * (rows_in * op.k + op.m * op.n)
+                first = False
+    return 2.0 * total
 
 
 def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None = None

@@ -37,6 +37,7 @@ from dpsim.strategies.pipeline import (
     deepspeed_commands,
     in_flight,
     peak_in_flight,
+    peak_split,
     schedule_slots,
 )
 from dpsim.strategies.tensor import layer_activation_bytes, layer_tp_ops, tp_model
@@ -403,7 +404,7 @@ def test_unfused_gradient_accumulation_streams_the_gradients_each_micro_batch():
 def test_zb_h1_takes_the_bubble_of_qi_2024(f, b, w, p, m):
     """Uniform stages, free transfers: ZB-H1 idles (p - 1)(F + B - W) beside m(F + B + W) of work
     (Qi et al. 2024, Sec. 3.1, W <= F), a third of 1F1B's (p - 1)(F + B + W) when F = B = W;
-    every stage holds at most p micro-batches, 1F1B's peak."""
+    every stage holds p micro-batches at its peak, stage s 1F1B's p - s whole and s between B and W."""
     layout = Layout(pp=p, schedule="zb-h1", micro_batches=m)
     plan = build_pipeline_program(_uniform(p, 1, f=f, b=b, w=w), layout, p2p_bytes=0.0, gather_s=0.0,
                                   optimizer_s=[0.0] * p, dp=_NO_DP)
@@ -420,7 +421,10 @@ def test_zb_h1_takes_the_bubble_of_qi_2024(f, b, w, p, m):
         slots = schedule_slots("zb-h1", p, 1, m, s)
         assert sorted(slots) == sorted((k, 0, j) for k in "FBW" for j in range(m))
         assert all(slots.index(("F", 0, j)) < slots.index(("B", 0, j)) < slots.index(("W", 0, j)) for j in range(m))
-        assert in_flight("zb-h1", p, 1, m, s) == peak_in_flight(slots, 1) == [min(p, m)]
+        # p micro-batches at the peak, 1F1B's p - s of them whole, the rest between B and W.
+        assert peak_in_flight(slots, 1) == [min(p, m)]
+        assert in_flight("zb-h1", p, 1, m, s) == [peak_split(slots)[0]] == [min(p - s, m)]
+        assert sum(peak_split(slots)) == min(p, m)
 
 
 def test_balanced_counts_put_the_lighter_stages_at_the_ends():
@@ -475,7 +479,9 @@ def test_stage_memory_is_an_independent_count(schedule, v):
                                  in_flight=[in_flight(schedule, p, v, m, s) for s in range(p)])
     for s, st in enumerate(stages):
         numel = sum(model.layers[i].param_count for c in a[s] for i in c)
-        peak = peak_in_flight(schedule_slots(schedule, p, v, m, s), v)
+        slots = schedule_slots(schedule, p, v, m, s)
+        # ZB-H1's micro-batches between B and W are test_zb_memory's (no deferred_w given here).
+        peak = [peak_split(slots)[0]] if schedule == "zb-h1" else peak_in_flight(slots, v)
         act = sum(peak[c] * sum(layer_activation_bytes(tpm.layers[i], 1, sequence_parallel=False, recompute="off")
                                      for i in a[s][c]) for c in range(v))
         b = st.breakdown

@@ -580,11 +580,14 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
                        f"arXiv:2412.19437 Sec. 3.2.3, 3.3.3); its time as --recompute megatron's, the MLA "
                        f"up-projection GEMMs' re-run not charged")
     elif checkpointing.startswith("selective") and moe and row["framework"].startswith("HAI-LLM"):
-        # DeepSeek-V2 names no recomputed operator ("a portion of the operators"): Megatron-Core's
-        # layernorm + moe_act, not V3's stated set.
-        full = "megatron"
-        assumed.append(f"HAI-LLM's {checkpointing} recomputation as --recompute megatron (norms and the experts' "
-                       f"activation)")
+        # DeepSeek-V2 names no recomputed operator ("a portion of the operators"). A setting a source
+        # leaves unstated is taken from the same organisation's published configuration of the same
+        # framework and hardware: DeepSeek-V3's on HAI-LLM and H800 (arXiv:2412.19437 Sec. 3.2.3: RMSNorm
+        # and the MLA up-projections recomputed, the SwiGLU output recomputed from its input).
+        full = "deepseek"
+        assumed.append(f"HAI-LLM's {checkpointing} recomputation as DeepSeek-V3's on HAI-LLM and H800, "
+                       f"--recompute deepseek (arXiv:2412.19437 Sec. 3.2.3; V2 names no operator); its time as "
+                       f"--recompute megatron's")
     elif checkpointing.startswith("selective") and moe:
         full = "megatron"  # Megatron-Core's --recompute-modules of element-wise work (layernorm, moe_act)
         assumed.append(f"Megatron's {checkpointing} recomputation's time as op-level recomputation's (every "

@@ -69,6 +69,7 @@ from dpsim.strategies.pipeline import (
     build_pipeline_program,
     extra_warmup,
     check_schedule,
+    stage_deferred_weight_grads,
     stage_in_flight,
 )
 from dpsim.strategies.checkpointing import recompute_shares
@@ -503,8 +504,9 @@ def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
     if assignment is None:
         assignment = stage_assignment(tpm, layout)
     flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, extra_warmup(layout))
+    deferred = stage_deferred_weight_grads(layout.schedule, layout.pp, layout.micro_batches)
     stages = layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
-                                 in_flight=flights, activations=activations)
+                                 in_flight=flights, activations=activations, deferred_w=deferred)
     if offloads_optimizer(layout.offload):
         stages = _offloaded(stages, tpm, assignment, layout, precision)
     if layout.cp == 1:

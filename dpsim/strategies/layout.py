@@ -419,14 +419,26 @@ class LayerWork:
     charged by the pipeline to the chunk's first forward."""
 
 
-def weight_gradient_share(layer) -> float:
+def weight_gradient_share(layer, *, routed_in_b: float = 0.0) -> float:
     """The weight-gradient GEMMs' share of a layer's backward compute. A linear layer's backward
     is two GEMMs the size of its forward one, the input gradient and the weight gradient (Qi et
     al. 2024, arXiv:2401.10241, Sec. 2: ``B`` and ``W`` each about ``F``); the attention core
-    has no weights, its backward (about twice its forward) is all input gradient."""
+    has no weights, its backward (about twice its forward) is all input gradient.
+    ``routed_in_b``: forward FLOPs of an MoE layer's routed-expert grouped GEMMs (:func:`_routed_flops`)
+    whose whole backward stays in ``B``, as ZB-H1's reference runtime runs them (its
+    ``WeightGradStore`` is fed by the tensor-parallel linears only; ``GroupedMLP``'s ``gg.ops.gmm``
+    computes both gradients in its backward: sail-sg/zero-bubble-pipeline-parallelism@39f2c186
+    megatron/core/tensor_parallel/layers.py, megatron/core/transformer/moe/experts.py); 0 counts
+    them in neither share (their time is in the backward the share applies to, split as the rest)."""
     linear = layer.col_flops_per_sample + layer.row_flops_per_sample
-    total = 2.0 * (linear + layer.core_flops_per_sample)
+    total = 2.0 * (linear + layer.core_flops_per_sample + routed_in_b)
     return linear / total if total > 0 else 0.0
+
+
+def _routed_flops(spec_layer) -> float:
+    """Forward FLOPs per sample of a layer's routed-expert grouped GEMMs on one rank (0 for any other layer)."""
+    return sum(op.flops_per_sample for op in spec_layer.ops
+               if getattr(op, "name", "").startswith("experts.") and hasattr(op, "k"))
 
 
 def gradient_accumulation_s(tpm: TpModel, gpu, grad_bytes: int) -> list[float]:
@@ -629,7 +641,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         compute_forward_s=fwd_s[i], compute_backward_s=bwd_s[i], recompute_s=recompute[i],
         tp_comm_s=tp_comm[i], tp_exposed_s=tp_exposed[i],
         grad_numel=layer.numel_per_rank,
-        weight_grad_s=bwd_s[i] * weight_gradient_share(layer) + accumulate[i],
+        weight_grad_s=bwd_s[i] * weight_gradient_share(layer, routed_in_b=_routed_flops(tpm.spec.layers[i])
+                                                          if layout.schedule == "zb-h1" else 0.0) + accumulate[i],
         cp_comm_s=cp_comm[i], cp_exposed_s=cp_exposed[i],
         ep_comm_s=4.0 * a2a[i] + a2a_recompute[i], etp_comm_s=2.0 * etp[i] + etp_recompute[i],
         ep_forward_s=2.0 * a2a[i] + etp[i],

@@ -18,8 +18,9 @@ its micro-batches and model chunks):
   is split into ``B``, the input gradient the previous stage waits for, and ``W``, the weight
   gradient nothing waits for (:attr:`~dpsim.strategies.layout.LayerWork.weight_grad_s`);
   1F1B's order of ``F`` and ``B``, and stage ``s`` runs each ``W`` ``s`` backwards late, so
-  that every stage holds at most ``p`` micro-batches (1F1B's peak, stage 0's: a micro-batch's
-  activations are freed after its ``W``) and the deferred ``W`` fill the drain: the bubble
+  that stage ``s`` holds 1F1B's ``p - s`` forwarded micro-batches and ``s`` whose ``B`` ran,
+  each of those keeping only what its ``W`` reads (:func:`deferred_weight_grads`; stage 0's
+  peak is 1F1B's) and the deferred ``W`` fill the drain: the bubble
   is ``(p - 1)(F + B - W)`` instead of ``(p - 1)(F + B + W)``. The exchange after a ``B`` is
   in flight while a ``W`` runs (the next ``F`` or ``B`` waits for it). The last micro-batch's
   ``W`` launches the data-parallel buckets layer by layer.
@@ -471,17 +472,62 @@ def peak_in_flight(slots: Sequence[Slot], chunks: int) -> list[int]:
     return best_held
 
 
+def peak_split(slots: Sequence[Slot]) -> tuple[int, int]:
+    """``(forwarded, deferred)`` at a split-backward stage's peak (one chunk): the micro-batches
+    whose B has not run (all their activations held) and those whose B ran but whose W has not
+    (only what W reads held), counted just before each B, the peak being the most of the first
+    and then of the second (a deferred W holds less than a whole micro-batch, Qi et al. 2024,
+    Table 1)."""
+    fwd = deferred = 0
+    best = (0, 0)
+    for kind, _, _ in slots:
+        if kind == "F":
+            fwd += 1
+        elif kind == "B":
+            best = max(best, (fwd, deferred))
+            fwd, deferred = fwd - 1, deferred + 1
+        else:
+            deferred -= 1
+    return best
+
+
+def deferred_weight_grads(schedule: str, p: int, m: int, stage: int) -> int:
+    """Micro-batches whose weight-gradient pass ``W`` stage ``stage`` still owes at its peak (equal
+    to :func:`peak_split`'s second of :func:`schedule_slots`): ZB-H1 runs each ``W`` ``stage``
+    backwards late, so beside 1F1B's ``min(p - stage, m)`` forwarded micro-batches it holds
+    ``min(stage, m - min(p - stage, m))`` whose ``B`` ran. Such a micro-batch keeps only each
+    linear layer's input and output gradient: the B pass frees the rest (sail-sg/
+    zero-bubble-pipeline-parallelism@39f2c186 megatron/core/tensor_parallel/layers.py, the
+    backward of ``LinearWithGradAccumulationAndAsyncCommunication`` hands ``WeightGradStore.put``
+    the layer's ``input`` and ``grad_output``, megatron/core/zbpp_utils.py); the paper's
+    ``M_W < M_B`` (Qi et al. 2024, arXiv:2401.10241, Table 1), whence its statement that ZB-H1's
+    peak is 1F1B's, stage 0's. 0 for the other schedules (DualPipe's deferred ``W`` are counted
+    whole, :func:`in_flight`)."""
+    if schedule != "zb-h1":
+        return 0
+    return min(stage, m - min(p - stage, m))
+
+
+@functools.lru_cache(maxsize=4096)
+def stage_deferred_weight_grads(schedule: str, p: int, m: int) -> tuple[int, ...]:
+    """:func:`deferred_weight_grads` of every stage."""
+    return tuple(deferred_weight_grads(schedule, p, m, s) for s in range(p))
+
+
 def in_flight(schedule: str, p: int, v: int, m: int, stage: int, extra_warmup: int = 0) -> list[int]:
     """Per chunk, the micro-batches stage ``stage`` holds at its peak, in closed form (equal to
     :func:`peak_in_flight` of :func:`schedule_slots`): ``m`` for GPipe, ``min(p - stage, m)``
-    for 1F1B, ``min(p, m)`` on every stage for ZB-H1 (1F1B's peak, stage 0's), the warm-up
+    for 1F1B and ZB-H1 (whose micro-batches between B and W hold less:
+    :func:`deferred_weight_grads`), the warm-up
     forwards plus one for the interleaved schedule."""
     if schedule == "gpipe":
         return [m]
     if schedule in ("1f1b", "deepspeed"):
         return [min(p - stage, m)]
     if schedule == "zb-h1":
-        return [min(p, m)]
+        # Forwards whose B has not run: 1F1B's count. The micro-batches whose B ran and whose W
+        # waits hold only what W reads (:func:`deferred_weight_grads`).
+        return [min(p - stage, m)]
     if schedule == "dualpipe":
         return peak_in_flight(dualpipe_slots(p, m, stage), 2)
     total = m * v
