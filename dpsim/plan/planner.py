@@ -448,8 +448,10 @@ PLAN_RECOMPUTES = ("off", "selective", "full", "op", "megatron", "moe")
 """``--recompute`` values the search takes (``dpsim plan --recompute``)."""
 PLAN_SCHEDULES = ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1", "dualpipe")
 """``--schedules`` values the search takes (``dpsim plan --schedules``)."""
-_DEFAULT_SCHEDULES = ("1f1b", "1f1b-interleaved")
-"""What ``dpsim plan`` passes as ``schedules`` unless ``--schedules`` is given."""
+DEFAULT_SCHEDULES = ("1f1b", "1f1b-interleaved")
+"""What the search takes when ``schedules`` is ``None`` (``--schedules`` not given)."""
+DEFAULT_RECOMPUTES = ("off", "selective", "full")
+"""What the search takes when ``recomputes`` is ``None`` (``--recompute`` not given)."""
 MAX_TOP = 10_000
 MAX_VERIFY = 100
 
@@ -793,7 +795,7 @@ class Planner:
             for strategy in (strategies or DEFAULT_STRATEGIES):
                 if dp * cp == 1 and strategy != "ddp":
                     continue
-                for recompute in (recomputes or ("off", "selective", "full")):
+                for recompute in (recomputes or DEFAULT_RECOMPUTES):
                     if not sharded and recompute != "off" and recompute != "full":
                         continue  # the layout path's modes
                     if recompute == "moe" and self.model.moe is None:
@@ -824,16 +826,17 @@ class Planner:
 
     @staticmethod
     def _dual_default(schedules) -> bool:
-        """Whether the schedules searched are the default pair (none given, or the command line's
-        ``1f1b,1f1b-interleaved``), to which a mixture of experts adds DualPipe."""
-        return not schedules or tuple(schedules) == _DEFAULT_SCHEDULES
+        """Whether the schedules searched are the default pair (``None``: --schedules not given), to which
+        a mixture of experts adds DualPipe; a pair given is the user's list (fuzz6: the command line
+        passes None for a flag left out, so it is no longer compared with the default)."""
+        return not schedules
 
     @staticmethod
     def _schedules(pp: int, m: int, n_blocks: int, schedules, *, moe_dual: bool = False) -> list[tuple[str, int]]:
         """The schedules of a ``pp``-stage shape with ``m`` micro-batches: ``schedules`` (default 1F1B and
         interleaved); with ``moe_dual`` (a mixture of experts with ep > 1) the default adds DualPipe,
         DeepSeek-V3's schedule for it (arXiv:2412.19437 Sec. 3.2.1), where it runs."""
-        wanted = tuple(schedules or _DEFAULT_SCHEDULES)
+        wanted = tuple(schedules or DEFAULT_SCHEDULES)
         if moe_dual and Planner._dual_default(schedules):
             wanted += ("dualpipe",)
         out = []
@@ -1316,9 +1319,9 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "
                               f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
                               f"--model mixtral-8x7b)")
-    if pps and max(pps) == 1 and schedules and tuple(schedules) != _DEFAULT_SCHEDULES and set(schedules) - {"1f1b"}:
-        # A layout without a pipeline has no schedule: `plan --pp 1 --schedules dualpipe` searched 1F1B only
-        # (the command line's default pair is passed whether given or not, so it is not blamed).
+    if pps and max(pps) == 1 and schedules and set(schedules) - {"1f1b"}:
+        # A layout without a pipeline has no schedule: `plan --pp 1 --schedules dualpipe` searched 1F1B only.
+        # ``schedules`` is None unless given (the command line's default too), so a given list is blamed.
         raise ConfigError(f"--schedules: {','.join(schedules)} applies only to pipeline-parallel layouts, and --pp "
                           f"{','.join(map(str, pps))} searches none; give --pp 2 or more, or leave --schedules out")
     if planner.cp_comm != "p2p" and max(planner.cps(cps)) == 1:
@@ -1474,10 +1477,8 @@ def _given(name: str, value: Any) -> str:
 def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: int, refused: int,
                           search: dict[str, Any]) -> str:
     """Why the search has no layout at all: the restricting flags without which it would have some."""
-    defaults = {"strategies": tuple(DEFAULT_STRATEGIES), "recomputes": ("off", "selective", "full"),
-                "schedules": _DEFAULT_SCHEDULES}  # what the command line passes unless told otherwise
-    given = {k: v for k, v in search.items() if v is not None and (v or isinstance(v, bool))
-             and (k not in defaults or tuple(v) != defaults[k])}
+    # None is "not given" (the command line passes None for a flag left out), so every list here was given.
+    given = {k: v for k, v in search.items() if v is not None and (v or isinstance(v, bool))}
 
     def count(without: str | None) -> int:
         kwargs = {k: v for k, v in given.items() if k != without}

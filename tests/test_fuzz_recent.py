@@ -1,0 +1,26 @@
+"""Bad inputs to what was added last (FP8 recipes, DeepSeek recomputation and precision, the MoE all-to-all
+overlap, DualPipe, system files, expert parallelism): one line and exit 2, or a sane result.
+
+In-process and quick (the fast lane runs it), judged by ``fuzz_harness.check_outcome`` as the slow
+fuzzers are. Each case names the round that found it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fuzz_harness import check_outcome, run_cli
+
+PLAN = ["plan", "--model", "llama-3-8b", "--gpus", "8", "--global-batch", "64", "--verify", "0"]
+
+
+@pytest.mark.parametrize("args, expect, needles", [
+    # fuzz6: the default pair given with --pp 1 was let through (the CLI always passed that pair, so the
+    # planner could not tell it from the same pair given) while any other list was refused.
+    (PLAN + ["--pp", "1", "--schedules", "1f1b,1f1b-interleaved"], "error",
+     ("--schedules: 1f1b,1f1b-interleaved applies only to pipeline-parallel layouts", "--pp 1")),
+    (PLAN + ["--pp", "1"], "ok", ()),
+    (PLAN + ["--pp", "1", "--schedules", "1f1b"], "ok", ()),
+])
+def test_recent_inputs(args, expect, needles, capsys):
+    check_outcome(run_cli(args, capsys), args, expect, needles)
