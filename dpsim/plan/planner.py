@@ -112,7 +112,7 @@ from dpsim.strategies.layout import (
 )
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
-from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, gradient_buckets, schedule_slots
+from dpsim.strategies.pipeline import A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, extra_warmup, gradient_buckets, schedule_slots
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
@@ -811,8 +811,8 @@ class Planner:
                             # all-to-alls (arXiv:2412.19437 Sec. 3.2.1): searched for an MoE with ep > 1, it
                             # runs them overlapped (predict's --moe-a2a-overlap with --schedule dualpipe).
                             overlap = ep > 1 and (
-                                (self.moe_a2a_overlap and (pp == 1 or schedule == "1f1b-interleaved"))
-                                or (schedule == "dualpipe" and (self.moe_a2a_overlap or self._dual_default(schedules))))
+                                (self.moe_a2a_overlap and (pp == 1 or schedule in A2A_OVERLAP_SCHEDULES))
+                                or (schedule == "dualpipe" and self._dual_default(schedules)))
                             out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                                                  strategy=strategy,
                                                  micro_batch=mb, recompute=recompute, schedule=schedule,
@@ -1156,9 +1156,16 @@ class Planner:
             # forward and a backward of its average chunk.
             s = x.index(xmax)
             contention = overlap_contention(self.base.calibration.overlap_slowdown)
-            cut = sum(sum(a2a_overlap_cut(ChunkWork(stage=s, chunk=ch, layers=w), ChunkWork(stage=s, chunk=ch, layers=w),
-                                          contention))
-                      for ch in range(v) for w in [tuple(tab.work[i] for i in virtual_layers[ch * p + s])]) / v
+            if dual:
+                # DualPipe's F&B pairs a forward of one direction's chunk with a backward of the other's.
+                w0, w1 = (tuple(tab.work[i] for i in layers) for layers in assignment[s])
+                cut = sum(sum(a2a_overlap_cut(ChunkWork(stage=s, chunk=f, layers=wf), ChunkWork(stage=s, chunk=b, layers=wb),
+                                              contention))
+                          for (f, wf), (b, wb) in (((0, w0), (1, w1)), ((1, w1), (0, w0)))) / 2
+            else:
+                cut = sum(sum(a2a_overlap_cut(ChunkWork(stage=s, chunk=ch, layers=w),
+                                              ChunkWork(stage=s, chunk=ch, layers=w), contention))
+                          for ch in range(v) for w in [tuple(tab.work[i] for i in virtual_layers[ch * p + s])]) / v
             pairs = len(a2a_pairs(layout, schedule_slots(c.schedule, p, v, m, s, extra_warmup(layout)), s))
             pipe -= pairs * cut
         hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
