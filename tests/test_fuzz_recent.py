@@ -12,6 +12,7 @@ import pytest
 from fuzz_harness import check_outcome, run_cli
 
 PLAN = ["plan", "--model", "llama-3-8b", "--gpus", "8", "--global-batch", "64", "--verify", "0"]
+MOE_PLAN = ["plan", "--model", "mixtral-8x7b", "--gpus", "8", "--global-batch", "64", "--verify", "0"]
 
 
 @pytest.mark.parametrize("args, expect, needles", [
@@ -21,6 +22,11 @@ PLAN = ["plan", "--model", "llama-3-8b", "--gpus", "8", "--global-batch", "64", 
      ("--schedules: 1f1b,1f1b-interleaved applies only to pipeline-parallel layouts", "--pp 1")),
     (PLAN + ["--pp", "1"], "ok", ()),
     (PLAN + ["--pp", "1", "--schedules", "1f1b"], "ok", ()),
+    # fuzz6: --moe-a2a-overlap on a search with no layout it applies to was dropped in silence (exit 0).
+    (MOE_PLAN + ["--moe-a2a-overlap", "--ep", "1"], "error",
+     ("--moe-a2a-overlap: applies to layouts with --ep 2 or more", "the search has none")),
+    (MOE_PLAN + ["--moe-a2a-overlap", "--ep", "4", "--pp", "2", "--schedules", "1f1b"], "error",
+     ("--moe-a2a-overlap: ", "1f1b-interleaved, dualpipe")),
 ])
 def test_recent_inputs(args, expect, needles, capsys):
     check_outcome(run_cli(args, capsys), args, expect, needles)

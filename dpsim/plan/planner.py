@@ -1366,6 +1366,12 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                                                      micro_batches=micro_batches, strategies=strategies,
                                                      recomputes=recomputes, schedules=schedules,
                                                      sequence_parallel=sequence_parallel)))
+    if planner.moe_a2a_overlap and not any(c.moe_a2a_overlap for _, cands in searches for c in cands):
+        # As --cp-comm above: `plan --moe-a2a-overlap --ep 1`, or --pp 2 with --schedules 1f1b, searched no
+        # layout the overlap applies to and dropped the flag in silence (predict refuses both).
+        raise ConfigError(f"--moe-a2a-overlap: applies to layouts with --ep 2 or more, without pipeline stages or "
+                          f"with a schedule that pairs a forward and a backward ({', '.join(A2A_OVERLAP_SCHEDULES)}), "
+                          f"and the search has none; widen --ep, --pp or --schedules, or leave it out")
     for n, cands in searches:
         try:
             price = gpu_hour_price(planner.topology(n).spec.gpu, gpu_hour_usd)
