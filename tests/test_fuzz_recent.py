@@ -30,3 +30,25 @@ MOE_PLAN = ["plan", "--model", "mixtral-8x7b", "--gpus", "8", "--global-batch", 
 ])
 def test_recent_inputs(args, expect, needles, capsys):
     check_outcome(run_cli(args, capsys), args, expect, needles)
+
+
+MEGASCALE = "validation/systems/megascale-a100-roce.yaml"
+
+
+@pytest.mark.parametrize("args", [
+    ["plan", "--model", "llama-3-8b", "--gpus", "16", "--global-batch", "64", "--verify", "0"],
+    ["goodput", "--model", "llama-3-8b", "--gpus", "16"],
+    ["sweep", "--model", "llama-3-8b", "--gpus", "16,32"],
+])
+def test_gpu_of_another_generation_than_the_topology_is_warned_of(args, capsys, monkeypatch):
+    """fuzz6: predict warns that --gpu h100 on an A100 system file keeps the A100's links; plan, goodput
+    and sweep cost their steps on the same links and said nothing."""
+    from pathlib import Path
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    outcome = run_cli(args + ["--topology", MEGASCALE, "--gpu", "h100"], capsys)
+    check_outcome(outcome, args, "ok")
+    text = " ".join(outcome.out.split())
+    assert text.count(f"warning: --gpu h100: topology file {MEGASCALE} is built for a100") == 1
+    # Its own GPU: silent.
+    outcome = run_cli(args + ["--topology", MEGASCALE], capsys)
+    assert "warning" not in outcome.out

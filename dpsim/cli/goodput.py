@@ -155,6 +155,10 @@ def _print(report) -> None:
     for r in rows:
         t.add_row(*r)
     console.print(t)
+    # The prediction's own warnings (--gpu of another generation than the --topology file's links), which
+    # predict prints among its sources: goodput's throughput is that prediction's.
+    for warning in report.prediction.provenance.warnings:
+        console.print(f"[bold yellow]warning[/bold yellow]: {escape(warning)}")
     memory = report.prediction.memory
     if not memory.fits:  # the throughput above is of a job that could not start
         console.print(f"[bold red]does not fit[/bold red]: {memory.total_bytes / 2**30:.1f} GiB per GPU of "

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dpsim.predict.provenance import gpu_link_warnings
 from dpsim.units import format_bytes, format_seconds
 
 
@@ -195,6 +196,10 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
     console.print(f"Refused: "
                   f"{counts['do_not_fit']} do not fit in memory, {counts['refused_by_placement']} cannot be placed"
                   + (f", {counts['over_budget']} over budget" if counts.get("over_budget") else ""))
+    # --gpu of another generation than the --topology file's links: every layout was costed on those
+    # links, which predict warns of among its sources.
+    for warning in gpu_link_warnings(base):
+        console.print(f"[bold yellow]warning[/bold yellow]: {escape(warning)}")
     best = result.best
     if best is None:
         near = result.best_memory
