@@ -228,6 +228,11 @@ def test_mix_file_errors_name_the_field(jobs, top, message):
     ([{"name": "a", "model": "gpt2", "gpus": 2, "steps": 1, "placement": "rail-aligned"}], "rail-optimised"),
     ([{**JOB_A, "gpus": 3}], "jobs[0].gpus: 3 is not whole servers"),
     ([{**JOB_A, "model": "no-such-model"}], "jobs[0].model (a): 'no-such-model'"),
+    # fuzz6: "jobs[0].ep 3 x --etp 1 = 3 ...; choose an jobs[0].ep" named a flag a mix job has no key for.
+    ([{**JOB_A, "model": "mixtral-8x7b", "ep": 3}], "jobs[0].ep (a): jobs[0].ep 3 does not divide jobs[0].tp 1 x "
+                                                    "jobs[0].cp 1 x 8 data-parallel replicas = 8"),
+    ([{**JOB_A, "model": "mixtral-8x7b", "ep": 3}], "; choose a jobs[0].ep that divides it"),
+    ([{**JOB_A, "ep": 2}], "(e.g. jobs[0].model: mixtral-8x7b)"),
 ])
 def test_placement_and_job_errors(jobs, message):
     jobs = [{k: v for k, v in j.items() if v is not None} for j in jobs]
