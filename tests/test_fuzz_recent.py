@@ -27,6 +27,15 @@ MOE_PLAN = ["plan", "--model", "mixtral-8x7b", "--gpus", "8", "--global-batch", 
      ("--moe-a2a-overlap: applies to layouts with --ep 2 or more", "the search has none")),
     (MOE_PLAN + ["--moe-a2a-overlap", "--ep", "4", "--pp", "2", "--schedules", "1f1b"], "error",
      ("--moe-a2a-overlap: ", "1f1b-interleaved, dualpipe")),
+    # fuzz6: a layout asked for by --ep alone was refused "with --tp/--cp/--pp", flags the job did not give.
+    (["predict", "--model", "mixtral-8x7b", "--gpus", "8", "--link", "nvlink", "--ep", "8", "--strategy", "fsdp",
+      "--fsdp-version", "2"], "error", ("--fsdp-version: '2' applies to data parallelism alone; with --ep 8 the fsdp",)),
+    (["predict", "--model", "mixtral-8x7b", "--gpus", "8", "--link", "nvlink", "--ep", "8", "--strategy", "zero3"],
+     "error", ("--strategy: 'zero3' does not combine with --ep 8 here",)),
+    (["predict", "--model", "mixtral-8x7b", "--gpus", "8", "--link", "nvlink", "--ep", "8",
+      "--activation-checkpointing"], "error", ("--activation-checkpointing: with --ep 8 use --recompute full",)),
+    (["predict", "--model", "llama-3-8b", "--gpus", "8", "--link", "nvlink", "--tp", "2", "--pp", "2", "--jobs", "2"],
+     "error", ("--jobs: 2 is not modelled with --tp 2 --pp 2; leave it at 1",)),
 ])
 def test_recent_inputs(args, expect, needles, capsys):
     check_outcome(run_cli(args, capsys), args, expect, needles)
