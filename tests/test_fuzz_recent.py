@@ -36,6 +36,12 @@ MOE_PLAN = ["plan", "--model", "mixtral-8x7b", "--gpus", "8", "--global-batch", 
       "--activation-checkpointing"], "error", ("--activation-checkpointing: with --ep 8 use --recompute full",)),
     (["predict", "--model", "llama-3-8b", "--gpus", "8", "--link", "nvlink", "--tp", "2", "--pp", "2", "--jobs", "2"],
      "error", ("--jobs: 2 is not modelled with --tp 2 --pp 2; leave it at 1",)),
+    # fuzz6: --topology '' predicted on the --link preset in silence; --calibration '' said "cannot read '.'".
+    (["predict", "--model", "gpt2", "--gpus", "8", "--topology", ""], "error",
+     ("--topology: '' is not valid; expected the path of a topology YAML file",)),
+    (PLAN + ["--topology", " "], "error", ("--topology: ' ' is not valid",)),
+    (["predict", "--model", "gpt2", "--gpus", "8", "--calibration", ""], "error",
+     ("--calibration: '' is not valid; expected the path of a profile JSON file",)),
 ])
 def test_recent_inputs(args, expect, needles, capsys):
     check_outcome(run_cli(args, capsys), args, expect, needles)

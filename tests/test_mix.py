@@ -423,6 +423,12 @@ def test_cluster_errors_name_the_mix_field_not_a_flag(cluster, message):
     assert str(exc.value).startswith(message), str(exc.value)
 
 
+def test_an_empty_cluster_topology_is_refused():
+    # fuzz6: it was read next to the mix file, "cannot read '/dir/of/the/mix': it is a directory".
+    with pytest.raises(ConfigError, match=r"^cluster.topology: '' is not valid; expected the path of a topology YAML"):
+        mix_from_dict({"cluster": {"topology": "", "gpus": 16}, "jobs": [{"name": "a", "model": "gpt2", "gpus": 8}]})
+
+
 MOE_JOB = {"name": "m", "model": "qwen3-30b-a3b", "gpus": 16, "tp": 2, "ep": 8, "strategy": "zero1", "micro_batch": 1,
            "steps": 3}
 

@@ -449,6 +449,9 @@ def mix_from_dict(data: Any) -> MixSpec:
     for key, value in (("link", link), ("topology", topology)):
         if value is not None and not isinstance(value, str):
             raise _fail(f"cluster.{key}", value, "expected a string")
+    if topology is not None and not topology.strip():
+        # It was read next to the mix file: "cannot read '/dir/of/the/mix': it is a directory".
+        raise _fail("cluster.topology", topology, "expected the path of a topology YAML file")
     if "gpus" not in cluster:
         raise ConfigError("cluster.gpus: missing; give the cluster's GPU count")
     cluster_gpus = _int("cluster.gpus", cluster["gpus"], maximum=MAX_GPUS)

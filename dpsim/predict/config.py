@@ -1000,6 +1000,16 @@ def check_value(name: str, value: Any) -> None:
         raise ConfigError(f"{flag}: {short(value)} is not valid; expected at most {MAX_TEXT_CHARS:,} characters")
     if name in ("algo", "proto"):
         (parse_algorithms if name == "algo" else parse_protocols)(value, flag)
+    if name in _FILE_FIELDS and isinstance(value, str) and not value.strip():
+        # --topology '' predicted on the --link preset in silence (an empty path read as "no file"), and
+        # --calibration '' said "cannot read '.'".
+        raise ConfigError(f"{flag}: {value!r} is not valid; expected the path of {_FILE_FIELDS[name]}, or leave "
+                          f"{flag} out")
+
+
+_FILE_FIELDS = {"topology_file": "a topology YAML file (without it, the --link preset)",
+                "calibration": "a profile JSON file (dpsim calibrate --out) or a profile name"}
+"""Fields that name a file, whose empty value is no file."""
 
 
 
