@@ -220,10 +220,12 @@ def _print_gpu_link_warnings(df) -> None:
 
     if "gpu" not in df.columns:
         return
+    if "error" in df.columns:
+        df = df[df["error"].isna()]  # a point refused (--skip-invalid) has its own line
     seen: set[str] = set()
     for gpu, link, topology_file in df[["gpu", "link", "topology_file"]].drop_duplicates().itertuples(index=False):
         if not isinstance(gpu, str) or not isinstance(link, str):
-            continue  # a point refused (--skip-invalid) before its cluster was read
+            continue
         topology = topology_file if isinstance(topology_file, str) else None
         try:
             warnings = gpu_link_warnings(PredictConfig(gpu=gpu, link=link, topology_file=topology))
