@@ -42,6 +42,11 @@ MOE_PLAN = ["plan", "--model", "mixtral-8x7b", "--gpus", "8", "--global-batch", 
     (PLAN + ["--topology", " "], "error", ("--topology: ' ' is not valid",)),
     (["predict", "--model", "gpt2", "--gpus", "8", "--calibration", ""], "error",
      ("--calibration: '' is not valid; expected the path of a profile JSON file",)),
+    # fuzz6: a --schedules dualpipe that found no layout was blamed with the sizes' rules only.
+    (["plan", "--model", "gpt2", "--gpus", "8", "--global-batch", "64", "--verify", "0", "--schedules", "dualpipe",
+      "--pp", "2", "--tp", "1", "--micro-batches", "16"], "error",
+     ("--schedules dualpipe leaves no layout", "dualpipe needs an even --pp and an even number of micro-batches "
+                                                "per replica, at least 2 x --pp")),
 ])
 def test_recent_inputs(args, expect, needles, capsys):
     check_outcome(run_cli(args, capsys), args, expect, needles)

@@ -1505,9 +1505,16 @@ def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: i
         joined = " or " if culprits else " with "
         named = (f"{value[0]}: {value[1] if len(value) > 1 else 'set'}"
                  + "".join(f"{joined}{_given(k, given[k])}" for k in others))
+        # The schedules' own rules on the micro-batches per replica (m), which a --schedules dualpipe that
+        # found no layout did not name (_schedules: DualPipe needs an even p and an even m >= 2p).
+        rules = {"dualpipe": "dualpipe needs an even --pp and an even number of micro-batches per replica, at "
+                             "least 2 x --pp",
+                 "1f1b-interleaved": "1f1b-interleaved needs micro-batches per replica a multiple of --pp"}
+        needs = [rules[s] for s in (given.get("schedules") or ()) if s in rules and "schedules" in (culprits or given)]
         return (f"{named} leaves no layout of {planner.model.name} on {where} "
                 f"(a size must divide the GPUs, the heads or the blocks, and micro-batch x data-parallel "
-                f"replicas the global batch); widen or drop {'it' if len(culprits) == 1 else 'them'}")
+                f"replicas the global batch{''.join('; ' + n for n in needs)}); "
+                f"widen or drop {'it' if len(culprits) == 1 else 'them'}")
     return (f"--gpus: no layout of {planner.model.name} exists on {where}"
             + (f" ({refused} refused by the model's shape or the placement)" if refused else "")
             + "; change the GPU count or the global batch (a multiple of the data-parallel replicas x micro-batch)")
