@@ -72,3 +72,14 @@ def test_gpu_of_another_generation_than_the_topology_is_warned_of(args, capsys, 
     # Its own GPU: silent.
     outcome = run_cli(args + ["--topology", MEGASCALE], capsys)
     assert "warning" not in outcome.out
+
+
+def test_a_verdict_against_usable_memory_names_it(capsys):
+    """fuzz6: predict printed "total 78.0 GiB of 79.6 GiB: DOES NOT FIT" (the verdict is against the 75.7 GiB
+    usable after the allocator's headroom), which read as a contradiction."""
+    args = ["predict", "--model", "llama-2-7b", "--gpus", "8", "--link", "nvlink", "--micro-batch", "17",
+            "--strategy", "fsdp", "--activation-checkpointing"]
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "ok")
+    text = " ".join(outcome.out.replace("│", " ").split())  # the table's cell, unwrapped
+    assert "78.0 GiB of 75.7 GiB usable (79.6 GiB on the GPU): DOES NOT FIT" in text

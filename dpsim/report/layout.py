@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dpsim.predict.provenance import gpu_link_warnings
-from dpsim.units import format_bytes, format_seconds
+from dpsim.units import format_bytes, format_bytes_against, format_seconds
 
 
 def _pct(x: float) -> str:
@@ -203,8 +203,8 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
     best = result.best
     if best is None:
         near = result.best_memory
-        hint = (f"; closest: {escape(near.candidate.flags())} needs {format_bytes(near.memory_bytes)} of "
-                f"{format_bytes(near.usable_bytes)} usable") if near is not None else ""
+        need, usable = format_bytes_against(near.memory_bytes, near.usable_bytes) if near is not None else ("", "")
+        hint = f"; closest: {escape(near.candidate.flags())} needs {need} of {usable} usable" if near is not None else ""
         if counts.get("over_budget"):
             # It said "no layout fits; add GPUs" when every layout fitted but cost more than --budget-usd.
             console.print(f"[bold red]no layout is within --budget-usd[/bold red]: {counts['over_budget']:,} fit in "
