@@ -160,6 +160,9 @@ def test_a_misspelt_config_setting_is_refused(libraries, ref, needle):
 @pytest.mark.parametrize("ref, needle", [
     ("transformers:TinyGPTConfig(n_layer=100000)", "TinyGPTConfig() has n_layer=100,000; expected at most 1,024 blocks"),
     ("transformers:TinyGPTForCausalLM(n_layer=5000)", "TinyGPTForCausalLM() has n_layer=5,000; expected at most 1,024"),
+    # fuzz6: DeepseekV3Config(num_hidden_layers=0) predicted its embedding and head alone.
+    ("transformers:TinyGPTConfig(n_layer=0)", "TinyGPTConfig() has n_layer=0; expected 1 to 1,024 blocks"),
+    ("transformers:TinyGPTForCausalLM(n_layer=-2)", "TinyGPTForCausalLM() has n_layer=-2; expected 1 to 1,024 blocks"),
 ])
 def test_a_config_deeper_than_the_layer_limit_is_refused_before_it_is_built(libraries, ref, needle, monkeypatch):
     """fuzz5: num_hidden_layers=100000 constructed modules on the meta device for minutes (until the

@@ -186,6 +186,10 @@ def _check_depth(config: Any, name: str, given: dict[str, Any]) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and value > MAX_LAYERS:
             raise WorkloadError(f"--model: {name}() has {field}={value:,}; expected at most {MAX_LAYERS:,} blocks "
                                 f"(each is traced and costed as a layer)")
+        if field in given and isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            # DeepseekV3Config(num_hidden_layers=0) predicted its embedding and head alone, where the
+            # configurations read as a shape (LlamaConfig) refuse it.
+            raise WorkloadError(f"--model: {name}() has {field}={value}; expected 1 to {MAX_LAYERS:,} blocks")
 
 
 def check_config_kwargs(config_class: Any, kwargs: dict[str, Any], name: str) -> None:
