@@ -83,3 +83,16 @@ def test_a_verdict_against_usable_memory_names_it(capsys):
     check_outcome(outcome, args, "ok")
     text = " ".join(outcome.out.replace("│", " ").split())  # the table's cell, unwrapped
     assert "78.0 GiB of 75.7 GiB usable (79.6 GiB on the GPU): DOES NOT FIT" in text
+
+
+def test_dualpipe_counts_its_two_chunks_against_the_pipeline_slot_limit():
+    """fuzz6: DualPipe plays each stage's two chunks, 1.8x 1F1B's CPU time per micro-batch, so --pp 2 at
+    131,072 micro-batches (262,144 slots as counted) took ~48 s on the test machine, twice the limit's bound."""
+    from dpsim.errors import ConfigError
+    from dpsim.predict.config import PredictConfig
+
+    kw = dict(model="gpt2", gpus=16, link="infiniband", pp=2, global_batch=1048576, micro_batch=1)
+    with pytest.raises(ConfigError, match=r"^--pp x --virtual-stages x micro-batches: 2 x 2 \(dualpipe's chunks\) x "
+                                          r"131,072 = 524,288 pipeline slots is not valid"):
+        PredictConfig(**kw, schedule="dualpipe")
+    PredictConfig(**kw, schedule="1f1b")  # 262,144 slots: within the limit
