@@ -205,3 +205,14 @@ def test_a_llama_config_is_lowered_to_its_shape_under_every_layout(libraries):
     assert len(p.layout.stages) == 2
     with pytest.raises(ConfigError, match="is traced"):
         predict(PredictConfig(model=traced, gpus=4, tp=2, link="nvlink", steps=1))
+
+
+@pytest.mark.parametrize("positions", [0, 10_000_000])
+def test_a_traced_config_context_outside_the_sequence_limit_is_refused(libraries, positions):
+    """fuzz6: a traced configuration's context length is its example's sequence: DeepseekV3Config(
+    max_position_embeddings=10000000) traced a 10-million-token sample (a 5-day step, exit 0), =0 failed
+    inside the forward ("cannot reshape tensor of 0 elements"); a configuration read as a shape refuses both."""
+    with pytest.raises(WorkloadError) as exc:
+        libraries(f"transformers:TinyGPTConfig(n_positions={positions})")
+    assert f"n_positions={positions:,} sets the example's sequence, which must be 1 to 1,048,576 tokens" \
+        in str(exc.value) and "\n" not in str(exc.value)
