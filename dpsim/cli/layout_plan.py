@@ -57,9 +57,9 @@ def plan_command(
                                             rich_help_panel=SEARCH),
     schedules: Optional[str] = typer.Option(None, "--schedules",
                                             help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, "
-                                                 "zb-h1, dualpipe (default: 1f1b,1f1b-interleaved, and dualpipe "
-                                                 "with --moe-a2a-overlap for a mixture of experts with ep > 1; only "
-                                                 "with --pp 2 or more).",
+                                                 "zb-h1, dualpipe, for the layouts with pipeline stages (default: "
+                                                 "1f1b,1f1b-interleaved, and dualpipe with --moe-a2a-overlap for a "
+                                                 "mixture of experts with ep > 1; refused with --pp 1 alone).",
                                             rich_help_panel=SEARCH),
     sequence_parallel: Optional[bool] = typer.Option(
         None, "--sequence-parallel/--no-sequence-parallel",
