@@ -47,6 +47,12 @@ MOE_PLAN = ["plan", "--model", "mixtral-8x7b", "--gpus", "8", "--global-batch", 
       "--pp", "2", "--tp", "1", "--micro-batches", "16"], "error",
      ("--schedules dualpipe leaves no layout", "dualpipe needs an even --pp and an even number of micro-batches "
                                                 "per replica, at least 2 x --pp")),
+    # fuzz6: a --recompute mode that applies to no layout searched was blamed with the sizes' rules only.
+    (["plan", "--model", "gpt2", "--gpus", "8", "--global-batch", "64", "--verify", "0", "--recompute", "moe"],
+     "error", ("--recompute: moe leaves no layout", "moe recomputes a mixture of experts' layers, and gpt2 is dense")),
+    (["plan", "--model", "gpt2", "--gpus", "8", "--global-batch", "64", "--verify", "0", "--recompute", "megatron",
+      "--tp", "1", "--pp", "1"], "error",
+     ("op, megatron and moe recompute layouts with --tp, --pp, --cp or --ep above 1",)),
 ])
 def test_recent_inputs(args, expect, needles, capsys):
     check_outcome(run_cli(args, capsys), args, expect, needles)

@@ -1511,6 +1511,14 @@ def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: i
                              "least 2 x --pp",
                  "1f1b-interleaved": "1f1b-interleaved needs micro-batches per replica a multiple of --pp"}
         needs = [rules[s] for s in (given.get("schedules") or ()) if s in rules and "schedules" in (culprits or given)]
+        # And the recomputation modes' (_variants): the layout path's modes need a sharded layout, moe experts.
+        recomputes = given.get("recomputes") or ()
+        if "recomputes" in (culprits or given):
+            dense = planner.model.moe is None
+            if set(recomputes) & ({"op", "megatron"} if dense else {"op", "megatron", "moe"}):
+                needs.append("op, megatron and moe recompute layouts with --tp, --pp, --cp or --ep above 1")
+            if "moe" in recomputes and dense:
+                needs.append(f"moe recomputes a mixture of experts' layers, and {planner.model.name} is dense")
         return (f"{named} leaves no layout of {planner.model.name} on {where} "
                 f"(a size must divide the GPUs, the heads or the blocks, and micro-batch x data-parallel "
                 f"replicas the global batch{''.join('; ' + n for n in needs)}); "
