@@ -1271,7 +1271,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  cp_comm: str | None = None, cp_balance: bool | None = None) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
     ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
-    ``failures``: what failures cost when ``rank_by`` is ``goodput`` (default :class:`FailureInputs`);
+    A search axis left ``None`` is not given (the command line's flag left out): ``strategies``
+    :data:`DEFAULT_STRATEGIES`, ``recomputes`` :data:`DEFAULT_RECOMPUTES`, ``schedules``
+    :data:`DEFAULT_SCHEDULES`; a list given is the user's, refused where it cannot apply (``schedules``
+    other than 1f1b with ``pps=[1]``). ``failures``: what failures cost when ``rank_by`` is ``goodput`` (default :class:`FailureInputs`);
     ``cps``/``eps``: the context- and expert-parallel sizes to search (default: :data:`DEFAULT_CPS` for a
     sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1); ``etps``: the
     expert-tensor-parallel sizes to search (default 1);
