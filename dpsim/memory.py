@@ -76,7 +76,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from dpsim.errors import ConfigError
-from dpsim.hardware import GpuSpec
+from dpsim.hardware import GpuSpec, get_gpu
 from dpsim.strategies.ddp_costs import (
     DEFAULT_DDP_OPTIONS,
     DdpOptions,
@@ -131,6 +131,7 @@ from dpsim.workload.fp8 import (
 )
 from dpsim.workload.precision import (
     Precision,
+    get_precision,
     input_scale,
     optimizer_state_bytes_per_param,
     saved_element_bytes,
@@ -937,3 +938,38 @@ def offload_memory(m: MemoryBreakdown, offload: str, *, working_weight_bytes: fl
     if offload == "params+optimizer":
         out = replace(out, weights_bytes=float(working_weight_bytes))
     return out
+
+
+def host_available_bytes() -> float | None:
+    """MemAvailable of this host (Linux), else ``None``."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+HOST_MEMORY_SHARE = 0.95
+"""Of the host's available memory, what ranks started on it may take together (the rest for the
+parent process and the page cache the ranks' own imports need)."""
+
+
+def check_cpu_ranks_fit(model: ModelSpec, *, name: str, optimizer: str, micro_batch: int, ranks: int,
+                        fewer: str, available_bytes: float | None) -> None:
+    """Refuse, before any rank starts, ``ranks`` CPU processes of this host each training ``model`` in
+    float32 (weights, gradients, ``optimizer`` state, activations) when together they need more than
+    :data:`HOST_MEMORY_SHARE` of ``available_bytes`` (``None``: unknown, no check); ``fewer`` names the
+    flag that lowers ``ranks``. A catalog model is built with real weights on every rank: ``validate
+    --model deepseek-v3`` asked each for terabytes."""
+    breakdown = memory_breakdown(model, get_gpu("h100"), precision=get_precision("fp32"), optimizer=optimizer,
+                                 micro_batch=micro_batch)
+    need = breakdown.total_bytes - FRAMEWORK_OVERHEAD_BYTES  # no CUDA context on a CPU
+    if available_bytes is None or need * ranks <= available_bytes * HOST_MEMORY_SHARE:
+        return
+    together = f"{ranks} ranks on this host need {format_bytes(need * ranks)}; " if ranks > 1 else ""
+    raise ConfigError(f"--model: {name} at --micro-batch {micro_batch} needs about {format_bytes(need)} per rank "
+                      f"(weights, gradients, {optimizer} state, activations); {together}this host has available "
+                      f"{format_bytes(available_bytes)}; use a smaller --micro-batch or model, or {fewer}")

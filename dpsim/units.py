@@ -123,6 +123,22 @@ def format_bytes(size_bytes: float) -> str:
     return f"{size_bytes:.0f} B"
 
 
+def format_bytes_against(size_bytes: float, limit_bytes: float) -> tuple[str, str]:
+    """``size_bytes`` and ``limit_bytes`` as :func:`format_bytes` writes them, with more decimals while two
+    different sizes would print the same: a layout 11 MB over printed "needs 75.7 GiB of 75.7 GiB usable"
+    beside its "does not fit"."""
+    a, b = format_bytes(size_bytes), format_bytes(limit_bytes)
+    if a != b or size_bytes == limit_bytes or not (math.isfinite(size_bytes) and math.isfinite(limit_bytes)):
+        return a, b
+    unit, scale = next(((u, k) for u, k in (("EiB", 2**60), ("PiB", 2**50), ("TiB", TiB), ("GiB", GiB),
+                                              ("MiB", MiB), ("KiB", KiB)) if abs(size_bytes) >= k), ("B", 1))
+    for decimals in range(2, 10):
+        a, b = (f"{size_bytes / scale:.{decimals}f} {unit}", f"{limit_bytes / scale:.{decimals}f} {unit}")
+        if a != b:
+            return a, b
+    return f"{size_bytes:,.0f} B", f"{limit_bytes:,.0f} B"
+
+
 def format_number(value: float, decimals: int = 0) -> str:
     """``1,234.5`` with thousands separators up to a trillion, ``3.75e+19`` beyond: never 20 digits."""
     if not math.isfinite(value):

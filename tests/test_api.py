@@ -151,7 +151,7 @@ def _own_flags(argv: list[str], flags: tuple[str, ...]) -> tuple[list[str], dict
 
 def api_plan(argv: list[str]) -> dict:
     from dpsim.plan.cost import parse_count
-    from dpsim.plan.planner import parse_choice_list, parse_int_list
+    from dpsim.plan.planner import PLAN_RECOMPUTES, PLAN_SCHEDULES, parse_choice_list, parse_int_list
 
     argv, own = _own_flags(argv, ("--gpus", "--tp", "--pp", "--micro-batches", "--recompute"))
     fields, other = _split_args(argv)
@@ -160,11 +160,11 @@ def api_plan(argv: list[str]) -> dict:
     tokens = _one(other, "--tokens")
     kwargs = dict(gpus=parse_int_list(own["--gpus"], "--gpus"), global_batch=global_batch,
                   tps=parse_int_list(own.get("--tp"), "--tp"), pps=parse_int_list(own.get("--pp"), "--pp"),
-                  strategies=tuple(_one(other, "--strategies", "ddp,zero1").split(",")),
+                  strategies=parse_choice_list(_one(other, "--strategies"), "--strategies", ("ddp", "zero1", "fsdp")),
                   micro_batches=parse_int_list(own.get("--micro-batches"), "--micro-batches"),
-                  recomputes=parse_choice_list(own.get("--recompute", "off,selective,full"), "--recompute",
-                                               ("off", "selective", "full")),
-                  schedules=tuple(_one(other, "--schedules", "1f1b,1f1b-interleaved").split(",")),
+                  recomputes=parse_choice_list(own.get("--recompute"), "--recompute", PLAN_RECOMPUTES),
+                  # None when the flag is left out, as the command line passes it (the library's defaults).
+                  schedules=parse_choice_list(_one(other, "--schedules"), "--schedules", PLAN_SCHEDULES),
                   tokens=None if tokens is None else parse_count(tokens, "--tokens"),
                   top=int(_one(other, "--top", 10)), verify=int(_one(other, "--verify", 64)),
                   grad_accum_fusion=grad_accum_fusion, rank_by=_one(other, "--rank", "time"))

@@ -378,3 +378,30 @@ def test_nested_blocks_give_the_outermost_units():
     model = torch.nn.Sequential(Block(True), Block(True))
     spec = workload_from_module(model, torch.zeros(2, 4), name="nested", unit_classes=["Block"])
     assert {layer.unit for layer in spec.layers} == {"0", "1"}
+
+
+def test_attention_with_a_value_head_of_its_own_size_traces():
+    """MLA's attention (DeepSeek-V2/V3: q and k heads of 192, v heads of 128): the trace ran it as the
+    flash kernel, which needs one head size (sdp_utils.cpp check_head_dim_size_flash), and the meta
+    flash kernel returned q's head size, so the output projection failed to trace (fuzz6:
+    transformers:DeepseekV3Config(num_hidden_layers=2) was refused). SDPA runs the memory-efficient
+    kernel there, whose output has v's head size."""
+    import torch
+
+    class Mla(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qk = torch.nn.Linear(64, 2 * 4 * 24)
+            self.v = torch.nn.Linear(64, 4 * 16)
+            self.o = torch.nn.Linear(4 * 16, 64)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k = self.qk(x).view(b, s, 2, 4, 24).permute(2, 0, 3, 1, 4)
+            v = self.v(x).view(b, s, 4, 16).transpose(1, 2)
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.o(out.transpose(1, 2).reshape(b, s, 64))
+
+    spec = workload_from_module(Mla(), torch.zeros(2, 8, 64), name="mla")
+    assert spec.param_count == sum(p.numel() for p in Mla().parameters())
+    assert spec.forward_flops_per_sample > 0

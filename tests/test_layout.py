@@ -341,6 +341,10 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
                                            "has none"),
     (dict(global_batch=64, pps=[1], schedules=["zb-h1", "dualpipe"]),  # searched 1F1B only, in silence
      "^--schedules: zb-h1,dualpipe applies only to pipeline-parallel layouts, and --pp 1 searches none"),
+    # The default pair given (fuzz6): it passed because the command line always sent that pair and the
+    # check could not tell it from the same pair given; None is now "not given".
+    (dict(global_batch=64, pps=[1], schedules=["1f1b", "1f1b-interleaved"]),
+     "^--schedules: 1f1b,1f1b-interleaved applies only to pipeline-parallel layouts"),
 ])
 def test_plan_refuses_a_bad_global_batch_or_budget_in_one_line(kwargs, needle):
     from dpsim.plan.planner import plan_layouts

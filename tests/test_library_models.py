@@ -160,6 +160,9 @@ def test_a_misspelt_config_setting_is_refused(libraries, ref, needle):
 @pytest.mark.parametrize("ref, needle", [
     ("transformers:TinyGPTConfig(n_layer=100000)", "TinyGPTConfig() has n_layer=100,000; expected at most 1,024 blocks"),
     ("transformers:TinyGPTForCausalLM(n_layer=5000)", "TinyGPTForCausalLM() has n_layer=5,000; expected at most 1,024"),
+    # fuzz6: DeepseekV3Config(num_hidden_layers=0) predicted its embedding and head alone.
+    ("transformers:TinyGPTConfig(n_layer=0)", "TinyGPTConfig() has n_layer=0; expected 1 to 1,024 blocks"),
+    ("transformers:TinyGPTForCausalLM(n_layer=-2)", "TinyGPTForCausalLM() has n_layer=-2; expected 1 to 1,024 blocks"),
 ])
 def test_a_config_deeper_than_the_layer_limit_is_refused_before_it_is_built(libraries, ref, needle, monkeypatch):
     """fuzz5: num_hidden_layers=100000 constructed modules on the meta device for minutes (until the
@@ -202,3 +205,14 @@ def test_a_llama_config_is_lowered_to_its_shape_under_every_layout(libraries):
     assert len(p.layout.stages) == 2
     with pytest.raises(ConfigError, match="is traced"):
         predict(PredictConfig(model=traced, gpus=4, tp=2, link="nvlink", steps=1))
+
+
+@pytest.mark.parametrize("positions", [0, 10_000_000])
+def test_a_traced_config_context_outside_the_sequence_limit_is_refused(libraries, positions):
+    """fuzz6: a traced configuration's context length is its example's sequence: DeepseekV3Config(
+    max_position_embeddings=10000000) traced a 10-million-token sample (a 5-day step, exit 0), =0 failed
+    inside the forward ("cannot reshape tensor of 0 elements"); a configuration read as a shape refuses both."""
+    with pytest.raises(WorkloadError) as exc:
+        libraries(f"transformers:TinyGPTConfig(n_positions={positions})")
+    assert f"n_positions={positions:,} sets the example's sequence, which must be 1 to 1,048,576 tokens" \
+        in str(exc.value) and "\n" not in str(exc.value)

@@ -228,6 +228,11 @@ def test_mix_file_errors_name_the_field(jobs, top, message):
     ([{"name": "a", "model": "gpt2", "gpus": 2, "steps": 1, "placement": "rail-aligned"}], "rail-optimised"),
     ([{**JOB_A, "gpus": 3}], "jobs[0].gpus: 3 is not whole servers"),
     ([{**JOB_A, "model": "no-such-model"}], "jobs[0].model (a): 'no-such-model'"),
+    # fuzz6: "jobs[0].ep 3 x --etp 1 = 3 ...; choose an jobs[0].ep" named a flag a mix job has no key for.
+    ([{**JOB_A, "model": "mixtral-8x7b", "ep": 3}], "jobs[0].ep (a): jobs[0].ep 3 does not divide jobs[0].tp 1 x "
+                                                    "jobs[0].cp 1 x 8 data-parallel replicas = 8"),
+    ([{**JOB_A, "model": "mixtral-8x7b", "ep": 3}], "; choose a jobs[0].ep that divides it"),
+    ([{**JOB_A, "ep": 2}], "(e.g. jobs[0].model: mixtral-8x7b)"),
 ])
 def test_placement_and_job_errors(jobs, message):
     jobs = [{k: v for k, v in j.items() if v is not None} for j in jobs]
@@ -416,6 +421,12 @@ def test_cluster_errors_name_the_mix_field_not_a_flag(cluster, message):
     with pytest.raises(DpsimError) as exc:
         simulate_mix(spec, sample_steps=None)
     assert str(exc.value).startswith(message), str(exc.value)
+
+
+def test_an_empty_cluster_topology_is_refused():
+    # fuzz6: it was read next to the mix file, "cannot read '/dir/of/the/mix': it is a directory".
+    with pytest.raises(ConfigError, match=r"^cluster.topology: '' is not valid; expected the path of a topology YAML"):
+        mix_from_dict({"cluster": {"topology": "", "gpus": 16}, "jobs": [{"name": "a", "model": "gpt2", "gpus": 8}]})
 
 
 MOE_JOB = {"name": "m", "model": "qwen3-30b-a3b", "gpus": 16, "tp": 2, "ep": 8, "strategy": "zero1", "micro_batch": 1,

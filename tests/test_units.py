@@ -163,3 +163,13 @@ def test_bare_number_string_is_bytes_per_s():
 def test_lower_case_b_in_a_size_is_refused_as_bits():
     with pytest.raises(ConfigError, match="bits"):
         parse_size_bytes("1Mb", "-b")
+
+
+def test_sizes_against_a_limit_differ_when_they_differ():
+    """fuzz6: a layout 11 MB over its usable memory printed "needs 75.7 GiB of 75.7 GiB usable"."""
+    from dpsim.units import format_bytes_against
+    assert format_bytes_against(81256251392.0, 81244769484.8) == ("75.68 GiB", "75.67 GiB")
+    assert format_bytes_against(78.0 * 2**30, 75.7 * 2**30) == ("78.0 GiB", "75.7 GiB")  # as format_bytes
+    assert format_bytes_against(2**30, 2**30) == ("1.0 GiB", "1.0 GiB")
+    over, limit = format_bytes_against(81244769486, 81244769484.8)
+    assert over != limit

@@ -189,3 +189,29 @@ def test_per_tensor_rows_give_every_gradient_its_own_all_reduce():
     for bad in ("0", f"{len(MATRIX) + 1}", "x", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="comma-separated rows"):
             _case_numbers(bad)
+
+
+@pytest.mark.parametrize("under_torchrun", [False, True])
+def test_ranks_that_cannot_hold_the_model_are_refused_before_any_starts(monkeypatch, under_torchrun):
+    """fuzz6: every rank builds the model with real weights on the CPU, and validate had no memory check
+    (calibrate has): --model deepseek-v3 --emulate-hosts 2 asked each rank for terabytes. Nothing here
+    starts: the testbed, the ranks and this rank's worker fail the test if reached."""
+    from dpsim.validate import api
+
+    def never(*args, **kwargs):
+        raise AssertionError("started")
+
+    monkeypatch.setattr(api, "Testbed", never)
+    monkeypatch.setattr(api, "run_ranks", never)
+    monkeypatch.setattr(api.worker, "main", never)
+    monkeypatch.setattr(api, "host_available_bytes", lambda: 64.0 * 2**30)
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "4"), ("LOCAL_WORLD_SIZE", "2"), ("MASTER_ADDR", "h"),
+                        ("MASTER_PORT", "1")):
+        monkeypatch.setenv(name, value)
+    cfg = ValidationConfig(model="deepseek-v3", micro_batch=1, bucket_cap_mb=None, world_size=2 if not
+                           under_torchrun else 4, nic_bits_per_s=None if under_torchrun else 1e9)
+    with pytest.raises(ConfigError) as exc:
+        (api.validate_under_torchrun if under_torchrun else api.validate)(cfg)
+    fewer = "torchrun --nproc-per-node" if under_torchrun else "fewer --emulate-hosts"
+    assert str(exc.value).startswith("--model: deepseek-v3 at --micro-batch 1 needs about ") and fewer in str(exc.value)
+    assert "2 ranks on this host need" in str(exc.value) and "this host has available 64.0 GiB" in str(exc.value)

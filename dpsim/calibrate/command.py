@@ -24,7 +24,8 @@ from dpsim.errors import ConfigError
 from dpsim.files import path_kind, refuse_special_output
 from dpsim.hardware import get_gpu
 from dpsim.limits import MAX_FRESH_PROCESSES, MAX_REPEATS, MAX_TIMEOUT_S
-from dpsim.memory import FRAMEWORK_OVERHEAD_BYTES, memory_breakdown
+from dpsim.memory import HOST_MEMORY_SHARE, check_cpu_ranks_fit, memory_breakdown
+from dpsim.memory import host_available_bytes as _available_memory_bytes
 from dpsim.profile.io import save_profile
 from dpsim.profile.match import model_fingerprint
 from dpsim.profile.op_rates import MEMORY_KERNEL_BYTES, kernels_to_time
@@ -360,18 +361,6 @@ def trace_model(opts: CalibrateOptions) -> ModelSpec | None:
     return load_torch_workload(opts.model, input_shape=opts.input_shape)
 
 
-def _available_memory_bytes() -> float | None:
-    """MemAvailable of this host (Linux), else ``None``."""
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 LOCAL_RANKS_PER_CORE = 4
 """Local gloo ranks allowed per core this process may run on. Past a few ranks per core a
 collective's time measures the scheduler dealing out the cores, not the transport: VALIDATION
@@ -422,22 +411,19 @@ def check_memory(model: ModelSpec, opts: CalibrateOptions, *, backend: str, rank
                  device_memory_bytes: float | None) -> None:
     """Refuse, before starting, a model step that cannot fit: on CPU the ranks of this host share
     its available RAM; on a GPU each rank has its device's memory."""
-    gpu = backend == "nccl"
-    precision = get_precision("bf16-mixed" if gpu else "fp32")
-    breakdown = memory_breakdown(model, get_gpu("h100"), precision=precision, optimizer=opts.optimizer,
-                                 micro_batch=opts.micro_batch)
-    need = breakdown.total_bytes - (0 if gpu else FRAMEWORK_OVERHEAD_BYTES)  # no CUDA context on a CPU
-    if gpu:
-        have, where, per = device_memory_bytes, "each GPU has", need
-    else:
-        have, where, per = _available_memory_bytes(), "this host has available", need * ranks_here
-    if have is None or per <= have * 0.95:
+    if backend != "nccl":
+        check_cpu_ranks_fit(model, name=opts.model, optimizer=opts.optimizer, micro_batch=opts.micro_batch,
+                            ranks=ranks_here, fewer="fewer ranks (--nproc)", available_bytes=_available_memory_bytes())
         return
-    ranks = f"{ranks_here} ranks on this host need {format_bytes(per)}; " if not gpu and ranks_here > 1 else ""
+    breakdown = memory_breakdown(model, get_gpu("h100"), precision=get_precision("bf16-mixed"),
+                                 optimizer=opts.optimizer, micro_batch=opts.micro_batch)
+    need, have = breakdown.total_bytes, device_memory_bytes
+    if have is None or need <= have * HOST_MEMORY_SHARE:
+        return
     raise ConfigError(
         f"--model: {opts.model} at --micro-batch {opts.micro_batch} needs about {format_bytes(need)} per rank "
-        f"(weights, gradients, {opts.optimizer} state, activations); {ranks}{where} {format_bytes(have)}; "
-        "use a smaller --micro-batch or model" + ("" if gpu else ", or fewer ranks (--nproc)"))
+        f"(weights, gradients, {opts.optimizer} state, activations); each GPU has {format_bytes(have)}; "
+        "use a smaller --micro-batch or model")
 
 
 class _Progress:

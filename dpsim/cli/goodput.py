@@ -127,6 +127,8 @@ def _print(report) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from dpsim.units import format_bytes_against
+
     out, headline, study, choice = report.to_dict(), report.result, report.interval_study, report.elastic
     console = Console()
     title = (f"{out['model']} on {out['n_gpus']} GPUs [{out['topology']}, {out['n_nodes']} nodes]: "
@@ -155,10 +157,15 @@ def _print(report) -> None:
     for r in rows:
         t.add_row(*r)
     console.print(t)
+    # The prediction's own warnings (--gpu of another generation than the --topology file's links), which
+    # predict prints among its sources: goodput's throughput is that prediction's.
+    for warning in report.prediction.provenance.warnings:
+        console.print(f"[bold yellow]warning[/bold yellow]: {escape(warning)}")
     memory = report.prediction.memory
     if not memory.fits:  # the throughput above is of a job that could not start
-        console.print(f"[bold red]does not fit[/bold red]: {memory.total_bytes / 2**30:.1f} GiB per GPU of "
-                      f"{memory.usable_bytes / 2**30:.1f} GiB usable; dpsim memory with the same flags says what "
+        need, usable = format_bytes_against(memory.total_bytes, memory.usable_bytes)
+        console.print(f"[bold red]does not fit[/bold red]: {need} per GPU of {usable} usable; dpsim memory with the "
+                      f"same flags says what "
                       f"would fit (--strategy, --activation-checkpointing, --tp/--pp)")
     s = Table(title="checkpoint interval that maximises goodput (policy wait)", header_style="bold")
     for col in ("interval", "value", "vs optimum", "goodput (closed form)", "goodput (simulated)"):

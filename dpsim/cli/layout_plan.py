@@ -41,21 +41,26 @@ def plan_command(
                                      rich_help_panel=SEARCH),
     etp: Optional[str] = typer.Option(None, "--etp", help="Expert-tensor-parallel sizes to search for a mixture of "
                                                            "experts (default: 1).", rich_help_panel=SEARCH),
-    strategies: str = typer.Option("ddp,zero1", "--strategies",
-                                   help="Data-parallel strategies to search: ddp, zero1, fsdp.",
-                                   rich_help_panel=SEARCH),
+    # The three name lists default to None ("not given"): the library searches its own defaults then, and
+    # blames a list only when the user gave it (--pp 1 --schedules 1f1b,1f1b-interleaved was let through
+    # because the default pair, always passed, could not be told from the same pair given).
+    strategies: Optional[str] = typer.Option(None, "--strategies",
+                                             help="Data-parallel strategies to search: ddp, zero1, fsdp "
+                                                  "(default: ddp,zero1).",
+                                             rich_help_panel=SEARCH),
     micro_batches: Optional[str] = typer.Option(None, "--micro-batches",
                                                 help="Micro-batch sizes to search (default 1,2,4,8,16).",
                                                 rich_help_panel=SEARCH),
-    recompute: str = typer.Option("off,selective,full", "--recompute",
-                                  help="Recomputation modes to search: off, selective, full, and the layout "
-                                       "path's op, megatron, moe.",
-                                  rich_help_panel=SEARCH),
-    schedules: str = typer.Option("1f1b,1f1b-interleaved", "--schedules",
-                                  help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, zb-h1, dualpipe (the "
-                                       "default pair adds dualpipe, with --moe-a2a-overlap, for a mixture of experts "
-                                       "with ep > 1).",
-                                  rich_help_panel=SEARCH),
+    recompute: Optional[str] = typer.Option(None, "--recompute",
+                                            help="Recomputation modes to search: off, selective, full, and the "
+                                                 "layout path's op, megatron, moe (default: off,selective,full).",
+                                            rich_help_panel=SEARCH),
+    schedules: Optional[str] = typer.Option(None, "--schedules",
+                                            help="Pipeline schedules to search: 1f1b, 1f1b-interleaved, gpipe, "
+                                                 "zb-h1, dualpipe, for the layouts with pipeline stages (default: "
+                                                 "1f1b,1f1b-interleaved, and dualpipe with --moe-a2a-overlap for a "
+                                                 "mixture of experts with ep > 1; refused with --pp 1 alone).",
+                                            rich_help_panel=SEARCH),
     sequence_parallel: Optional[bool] = typer.Option(
         None, "--sequence-parallel/--no-sequence-parallel",
         help="Only with (or only without) sequence parallelism; default: both.", rich_help_panel=SEARCH),

@@ -203,8 +203,38 @@ def sweep_command(
         _emit_json(records_json(df.to_dict(orient="records"), spec))
         return
     _print_table(df, spec)
+    _print_gpu_link_warnings(df)
     if output is not None:
         print(f"{len(df)} rows written to {output}")
+
+
+def _print_gpu_link_warnings(df) -> None:
+    """predict's --gpu warning, once for each GPU and topology of the rows whose links are another
+    generation's (a row carries no provenance)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from dpsim.errors import DpsimError
+    from dpsim.predict.config import PredictConfig
+    from dpsim.predict.provenance import gpu_link_warnings
+
+    if "gpu" not in df.columns:
+        return
+    if "error" in df.columns:
+        df = df[df["error"].isna()]  # a point refused (--skip-invalid) has its own line
+    seen: set[str] = set()
+    for gpu, link, topology_file in df[["gpu", "link", "topology_file"]].drop_duplicates().itertuples(index=False):
+        if not isinstance(gpu, str) or not isinstance(link, str):
+            continue
+        topology = topology_file if isinstance(topology_file, str) else None
+        try:
+            warnings = gpu_link_warnings(PredictConfig(gpu=gpu, link=link, topology_file=topology))
+        except DpsimError:  # the row's own error says what was wrong with it
+            continue
+        for w in warnings:
+            if w not in seen:
+                seen.add(w)
+                Console().print(f"[bold yellow]warning[/bold yellow]: {escape(w)}")
 
 
 def _split(raw: str, flag: str) -> list[str]:

@@ -68,7 +68,7 @@ from dpsim.plan.reliability import ClusterShape, model_optimum_s
 from dpsim.predict import PredictConfig, predict
 from dpsim.topology import Topology
 from dpsim.topology.load import load_cluster_spec
-from dpsim.units import format_bytes
+from dpsim.units import format_bytes, format_bytes_against
 
 DEFAULT_SAMPLE_STEPS = 20
 """Steps every job completes in an interval between arrivals/departures before it is fast-forwarded."""
@@ -596,8 +596,9 @@ class MixSimulation:
                 raise type(exc)(f"jobs[{i}] ({job.name}): {text}") from None
             solo = self.solo[job.name]
             if not solo.fits:  # a job that cannot start would share the network as if it ran
+                need, usable = format_bytes_against(solo.memory_bytes, solo.usable_bytes)
                 raise ConfigError(f"jobs[{i}] ({job.name}): does not fit in memory on {job.gpus} GPUs: "
-                                  f"{format_bytes(solo.memory_bytes)} per GPU of {format_bytes(solo.usable_bytes)} usable; give more gpus, a "
+                                  f"{need} per GPU of {usable} usable; give more gpus, a "
                                   f"sharded strategy (fsdp, zero3) or a smaller micro_batch (dpsim predict with "
                                   f"the job's flags says what fits)")
             ck = job.checkpoint

@@ -80,9 +80,12 @@ def predict_flag_to_field(text: str, where: str) -> str:
     worded with the mix file's fields (``jobs[0].tp``), which is what the user can change."""
     text = text.replace("add --sequence-parallel", f"set {where}.sequence_parallel: true")
     text = text.replace("allow it with --tp-across-network", f"allow it with {where}.tp_across_network: true")
+    # A mix job has no etp (always 1): "--ep 3 x --etp 1 = 3" named a flag the file cannot set.
+    text = re.sub(r" x --etp 1 = \d+", "", text)
+    text = text.replace("e.g. --model ", f"e.g. {where}.model: ")  # a dense model's refusal of ep
     for key in sorted((*_PREDICT_KEYS, "gpus"), key=len, reverse=True):
         text = re.sub(r"--" + key.replace("_", "-") + r"(?![\w-])", f"{where}.{key}", text)
-    return text
+    return text.replace(f"an {where}.", f"a {where}.")
 _TOP_KEYS = ("cluster", "horizon", "placement", "jobs", "spares", "checkpoint", "storage", "failures")
 _CHECKPOINT_KEYS = ("interval", "write", "bandwidth", "restart")
 _FAILURE_KEYS = ("repair", "seed", "mtbf_gpu", "mtbf_node", "mtbf_link", "mtbf_uplink", "uplink_repair", "events")
@@ -446,6 +449,9 @@ def mix_from_dict(data: Any) -> MixSpec:
     for key, value in (("link", link), ("topology", topology)):
         if value is not None and not isinstance(value, str):
             raise _fail(f"cluster.{key}", value, "expected a string")
+    if topology is not None and not topology.strip():
+        # It was read next to the mix file: "cannot read '/dir/of/the/mix': it is a directory".
+        raise _fail("cluster.topology", topology, "expected the path of a topology YAML file")
     if "gpus" not in cluster:
         raise ConfigError("cluster.gpus: missing; give the cluster's GPU count")
     cluster_gpus = _int("cluster.gpus", cluster["gpus"], maximum=MAX_GPUS)

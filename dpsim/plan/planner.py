@@ -115,7 +115,7 @@ from dpsim.strategies.layout import (
 )
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
-from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, gradient_buckets, schedule_slots
+from dpsim.strategies.pipeline import A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, extra_warmup, gradient_buckets, schedule_slots
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
@@ -455,8 +455,10 @@ PLAN_RECOMPUTES = ("off", "selective", "full", "op", "megatron", "moe")
 """``--recompute`` values the search takes (``dpsim plan --recompute``)."""
 PLAN_SCHEDULES = ("1f1b", "1f1b-interleaved", "gpipe", "zb-h1", "dualpipe")
 """``--schedules`` values the search takes (``dpsim plan --schedules``)."""
-_DEFAULT_SCHEDULES = ("1f1b", "1f1b-interleaved")
-"""What ``dpsim plan`` passes as ``schedules`` unless ``--schedules`` is given."""
+DEFAULT_SCHEDULES = ("1f1b", "1f1b-interleaved")
+"""What the search takes when ``schedules`` is ``None`` (``--schedules`` not given)."""
+DEFAULT_RECOMPUTES = ("off", "selective", "full")
+"""What the search takes when ``recomputes`` is ``None`` (``--recompute`` not given)."""
 MAX_TOP = 10_000
 MAX_VERIFY = 100
 
@@ -800,7 +802,7 @@ class Planner:
             for strategy in (strategies or DEFAULT_STRATEGIES):
                 if dp * cp == 1 and strategy != "ddp":
                     continue
-                for recompute in (recomputes or ("off", "selective", "full")):
+                for recompute in (recomputes or DEFAULT_RECOMPUTES):
                     if not sharded and recompute != "off" and recompute != "full":
                         continue  # the layout path's modes
                     if recompute == "moe" and self.model.moe is None:
@@ -816,8 +818,8 @@ class Planner:
                             # all-to-alls (arXiv:2412.19437 Sec. 3.2.1): searched for an MoE with ep > 1, it
                             # runs them overlapped (predict's --moe-a2a-overlap with --schedule dualpipe).
                             overlap = ep > 1 and (
-                                (self.moe_a2a_overlap and (pp == 1 or schedule == "1f1b-interleaved"))
-                                or (schedule == "dualpipe" and (self.moe_a2a_overlap or self._dual_default(schedules))))
+                                (self.moe_a2a_overlap and (pp == 1 or schedule in A2A_OVERLAP_SCHEDULES))
+                                or (schedule == "dualpipe" and self._dual_default(schedules)))
                             out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                                                  strategy=strategy,
                                                  micro_batch=mb, recompute=recompute, schedule=schedule,
@@ -831,16 +833,17 @@ class Planner:
 
     @staticmethod
     def _dual_default(schedules) -> bool:
-        """Whether the schedules searched are the default pair (none given, or the command line's
-        ``1f1b,1f1b-interleaved``), to which a mixture of experts adds DualPipe."""
-        return not schedules or tuple(schedules) == _DEFAULT_SCHEDULES
+        """Whether the schedules searched are the default pair (``None``: --schedules not given), to which
+        a mixture of experts adds DualPipe; a pair given is the user's list (fuzz6: the command line
+        passes None for a flag left out, so it is no longer compared with the default)."""
+        return not schedules
 
     @staticmethod
     def _schedules(pp: int, m: int, n_blocks: int, schedules, *, moe_dual: bool = False) -> list[tuple[str, int]]:
         """The schedules of a ``pp``-stage shape with ``m`` micro-batches: ``schedules`` (default 1F1B and
         interleaved); with ``moe_dual`` (a mixture of experts with ep > 1) the default adds DualPipe,
         DeepSeek-V3's schedule for it (arXiv:2412.19437 Sec. 3.2.1), where it runs."""
-        wanted = tuple(schedules or _DEFAULT_SCHEDULES)
+        wanted = tuple(schedules or DEFAULT_SCHEDULES)
         if moe_dual and Planner._dual_default(schedules):
             wanted += ("dualpipe",)
         out = []
@@ -1160,9 +1163,16 @@ class Planner:
             # forward and a backward of its average chunk.
             s = x.index(xmax)
             contention = overlap_contention(self.base.calibration.overlap_slowdown)
-            cut = sum(sum(a2a_overlap_cut(ChunkWork(stage=s, chunk=ch, layers=w), ChunkWork(stage=s, chunk=ch, layers=w),
-                                          contention))
-                      for ch in range(v) for w in [tuple(tab.work[i] for i in virtual_layers[ch * p + s])]) / v
+            if dual:
+                # DualPipe's F&B pairs a forward of one direction's chunk with a backward of the other's.
+                w0, w1 = (tuple(tab.work[i] for i in layers) for layers in assignment[s])
+                cut = sum(sum(a2a_overlap_cut(ChunkWork(stage=s, chunk=f, layers=wf), ChunkWork(stage=s, chunk=b, layers=wb),
+                                              contention))
+                          for (f, wf), (b, wb) in (((0, w0), (1, w1)), ((1, w1), (0, w0)))) / 2
+            else:
+                cut = sum(sum(a2a_overlap_cut(ChunkWork(stage=s, chunk=ch, layers=w),
+                                              ChunkWork(stage=s, chunk=ch, layers=w), contention))
+                          for ch in range(v) for w in [tuple(tab.work[i] for i in virtual_layers[ch * p + s])]) / v
             pairs = len(a2a_pairs(layout, schedule_slots(c.schedule, p, v, m, s, extra_warmup(layout)), s))
             pipe -= pairs * cut
         hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
@@ -1280,7 +1290,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  cp_comm: str | None = None, cp_balance: bool | None = None) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
     ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
-    ``failures``: what failures cost when ``rank_by`` is ``goodput`` (default :class:`FailureInputs`);
+    A search axis left ``None`` is not given (the command line's flag left out): ``strategies``
+    :data:`DEFAULT_STRATEGIES`, ``recomputes`` :data:`DEFAULT_RECOMPUTES`, ``schedules``
+    :data:`DEFAULT_SCHEDULES`; a list given is the user's, refused where it cannot apply (``schedules``
+    other than 1f1b with ``pps=[1]``). ``failures``: what failures cost when ``rank_by`` is ``goodput`` (default :class:`FailureInputs`);
     ``cps``/``eps``: the context- and expert-parallel sizes to search (default: :data:`DEFAULT_CPS` for a
     sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1); ``etps``: the
     expert-tensor-parallel sizes to search (default 1);
@@ -1335,9 +1348,9 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "
                               f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
                               f"--model mixtral-8x7b)")
-    if pps and max(pps) == 1 and schedules and tuple(schedules) != _DEFAULT_SCHEDULES and set(schedules) - {"1f1b"}:
-        # A layout without a pipeline has no schedule: `plan --pp 1 --schedules dualpipe` searched 1F1B only
-        # (the command line's default pair is passed whether given or not, so it is not blamed).
+    if pps and max(pps) == 1 and schedules and set(schedules) - {"1f1b"}:
+        # A layout without a pipeline has no schedule: `plan --pp 1 --schedules dualpipe` searched 1F1B only.
+        # ``schedules`` is None unless given (the command line's default too), so a given list is blamed.
         raise ConfigError(f"--schedules: {','.join(schedules)} applies only to pipeline-parallel layouts, and --pp "
                           f"{','.join(map(str, pps))} searches none; give --pp 2 or more, or leave --schedules out")
     if planner.cp_comm != "p2p" and max(planner.cps(cps)) == 1:
@@ -1375,6 +1388,12 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                                                      micro_batches=micro_batches, strategies=strategies,
                                                      recomputes=recomputes, schedules=schedules,
                                                      sequence_parallel=sequence_parallel)))
+    if planner.moe_a2a_overlap and not any(c.moe_a2a_overlap for _, cands in searches for c in cands):
+        # As --cp-comm above: `plan --moe-a2a-overlap --ep 1`, or --pp 2 with --schedules 1f1b, searched no
+        # layout the overlap applies to and dropped the flag in silence (predict refuses both).
+        raise ConfigError(f"--moe-a2a-overlap: applies to layouts with --ep 2 or more, without pipeline stages or "
+                          f"with a schedule that pairs a forward and a backward ({', '.join(A2A_OVERLAP_SCHEDULES)}), "
+                          f"and the search has none; widen --ep, --pp or --schedules, or leave it out")
     for n, cands in searches:
         try:
             price = gpu_hour_price(planner.topology(n).spec.gpu, gpu_hour_usd)
@@ -1493,10 +1512,8 @@ def _given(name: str, value: Any) -> str:
 def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: int, refused: int,
                           search: dict[str, Any]) -> str:
     """Why the search has no layout at all: the restricting flags without which it would have some."""
-    defaults = {"strategies": tuple(DEFAULT_STRATEGIES), "recomputes": ("off", "selective", "full"),
-                "schedules": _DEFAULT_SCHEDULES}  # what the command line passes unless told otherwise
-    given = {k: v for k, v in search.items() if v is not None and (v or isinstance(v, bool))
-             and (k not in defaults or tuple(v) != defaults[k])}
+    # None is "not given" (the command line passes None for a flag left out), so every list here was given.
+    given = {k: v for k, v in search.items() if v is not None and (v or isinstance(v, bool))}
 
     def count(without: str | None) -> int:
         kwargs = {k: v for k, v in given.items() if k != without}
@@ -1510,9 +1527,24 @@ def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: i
         joined = " or " if culprits else " with "
         named = (f"{value[0]}: {value[1] if len(value) > 1 else 'set'}"
                  + "".join(f"{joined}{_given(k, given[k])}" for k in others))
+        # The schedules' own rules on the micro-batches per replica (m), which a --schedules dualpipe that
+        # found no layout did not name (_schedules: DualPipe needs an even p and an even m >= 2p).
+        rules = {"dualpipe": "dualpipe needs an even --pp and an even number of micro-batches per replica, at "
+                             "least 2 x --pp",
+                 "1f1b-interleaved": "1f1b-interleaved needs micro-batches per replica a multiple of --pp"}
+        needs = [rules[s] for s in (given.get("schedules") or ()) if s in rules and "schedules" in (culprits or given)]
+        # And the recomputation modes' (_variants): the layout path's modes need a sharded layout, moe experts.
+        recomputes = given.get("recomputes") or ()
+        if "recomputes" in (culprits or given):
+            dense = planner.model.moe is None
+            if set(recomputes) & ({"op", "megatron"} if dense else {"op", "megatron", "moe"}):
+                needs.append("op, megatron and moe recompute layouts with --tp, --pp, --cp or --ep above 1")
+            if "moe" in recomputes and dense:
+                needs.append(f"moe recomputes a mixture of experts' layers, and {planner.model.name} is dense")
         return (f"{named} leaves no layout of {planner.model.name} on {where} "
                 f"(a size must divide the GPUs, the heads or the blocks, and micro-batch x data-parallel "
-                f"replicas the global batch); widen or drop {'it' if len(culprits) == 1 else 'them'}")
+                f"replicas the global batch{''.join('; ' + n for n in needs)}); "
+                f"widen or drop {'it' if len(culprits) == 1 else 'them'}")
     return (f"--gpus: no layout of {planner.model.name} exists on {where}"
             + (f" ({refused} refused by the model's shape or the placement)" if refused else "")
             + "; change the GPU count or the global batch (a multiple of the data-parallel replicas x micro-batch)")

@@ -330,6 +330,13 @@ class ParallelismConfig:
         ``etp`` above 1)."""
         return self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1 or self.etp > 1
 
+    @property
+    def layout_flags(self) -> str:
+        """The flags that make :attr:`layout_active`, as given (``--ep 8``, ``--tp 2 --pp 4``): its
+        refusals said "with --tp/--cp/--pp" to a job that gave only --ep."""
+        return " ".join(f"--{name} {value}" for name, value in (("tp", self.tp), ("pp", self.pp), ("cp", self.cp),
+                                                                ("ep", self.ep), ("etp", self.etp)) if value > 1)
+
     def __post_init__(self) -> None:
         _check_part(self)
 
@@ -720,7 +727,7 @@ class PredictConfig:
             layout = p.layout_active
             allowed = [s for s in takers if (s in LAYOUT_DP_STRATEGIES if layout else s != "fsdp")]
             if p.strategy not in allowed:
-                where = "with --tp/--cp/--pp" if layout else "with data parallelism alone"
+                where = f"with {p.layout_flags}" if layout else "with data parallelism alone"
                 raise ConfigError(f"--offload: {e.offload} offloads a sharded optimizer; --strategy {p.strategy} "
                                   f"{where} does not shard it that way; use {' or '.join(allowed)}, or leave it out")
         if p.cp == 1:
@@ -749,9 +756,14 @@ class PredictConfig:
                                   f"replica x --steps {w.steps} = {w.steps * self.micro_batches:,} simulated; "
                                   f"expected at most {MAX_SIMULATED_MICRO_BATCHES:,} (raise --micro-batch or lower "
                                   f"--steps)")
-        slots = p.pp * p.virtual_stages * self.micro_batches
+        # DualPipe's stage holds two chunks (one of each direction) and the engine plays each one's
+        # forwards, backwards and split weight gradients: measured 1.8x 1F1B's CPU time per micro-batch
+        # (gpt2, --pp 2, 16,384-65,536 micro-batches), so at the limit it ran twice the bound.
+        chunks, named = (2, "2 (dualpipe's chunks)") if p.schedule == "dualpipe" else (p.virtual_stages,
+                                                                                        str(p.virtual_stages))
+        slots = p.pp * chunks * self.micro_batches
         if p.layout_active and slots > MAX_PIPELINE_SLOTS:
-            raise ConfigError(f"--pp x --virtual-stages x micro-batches: {p.pp} x {p.virtual_stages} x "
+            raise ConfigError(f"--pp x --virtual-stages x micro-batches: {p.pp} x {named} x "
                               f"{self.micro_batches:,} = {slots:,} pipeline slots is not valid; expected at most "
                               f"{MAX_PIPELINE_SLOTS:,} (raise --micro-batch or lower --global-batch)")
         if p.tp == 1:
@@ -812,23 +824,23 @@ class PredictConfig:
         for name in ("fsdp_version", "fsdp_accumulate"):
             if self.value_of(name) != _fields()[name].default:
                 raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies to data parallelism alone; "
-                                  f"with --tp/--cp/--pp the fsdp replicas run as torchtitan's FSDP2 (resharded after "
+                                  f"with {p.layout_flags} the fsdp replicas run as torchtitan's FSDP2 (resharded after "
                                   f"each forward without --pp, kept gathered for the step with it), so leave it out")
         if p.strategy not in LAYOUT_DP_STRATEGIES:
-            raise ConfigError(f"--strategy: {p.strategy!r} does not combine with --tp/--cp/--pp here; over the "
+            raise ConfigError(f"--strategy: {p.strategy!r} does not combine with {p.layout_flags} here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
         if e.activation_checkpointing:
-            raise ConfigError("--activation-checkpointing: with --tp/--cp/--pp use --recompute full (or selective)")
+            raise ConfigError(f"--activation-checkpointing: with {p.layout_flags} use --recompute full (or selective)")
         if p.tp > 1 and is_torch_model_ref(w.model) and not w.model.strip().startswith("transformers:"):
             # A transformers configuration may have a shape (checked when the model is built).
             raise ConfigError(f"--tp: {p.tp} splits the layers of a known transformer block, which a traced "
                               f"torch module ({w.model}) does not give; use --tp 1 (--pp splits its blocks "
                               f"into stages), or give its shape with --model transformer:hidden=...")
         if p.fsdp_unit != "block":
-            raise ConfigError(f"--fsdp-unit: {p.fsdp_unit!r} does not apply with --tp/--cp/--pp (the stage's "
+            raise ConfigError(f"--fsdp-unit: {p.fsdp_unit!r} does not apply with {p.layout_flags} (the stage's "
                               f"model chunk is the unit); leave it out")
         if c.jobs != 1:
-            raise ConfigError(f"--jobs: {c.jobs} is not modelled with --tp/--cp/--pp; leave it at 1")
+            raise ConfigError(f"--jobs: {c.jobs} is not modelled with {p.layout_flags}; leave it at 1")
 
 
     def _check_ddp(self) -> None:
@@ -842,11 +854,11 @@ class PredictConfig:
         if changed and p.layout_active:
             name = changed[0]
             raise ConfigError(f"{_given_flag(name, self.value_of(name), it=True)} is an argument of PyTorch DDP; with "
-                              f"--tp/--cp/--pp the replicas are reduced by Megatron's DDP (contiguous gradient "
+                              f"{p.layout_flags} the replicas are reduced by Megatron's DDP (contiguous gradient "
                               f"buffers, no hooks), so leave it out")
         if w.input_samples_per_s is not None and p.layout_active:
             raise ConfigError(f"--input-samples-per-s: {w.input_samples_per_s:g} is not modelled with "
-                              f"--tp/--cp/--pp; leave it out")
+                              f"{p.layout_flags}; leave it out")
         if w.input_samples_per_s is not None:
             # The step is never shorter than loading it: a loader slower than a day per step
             # (1e-300 samples/s once printed a 4.6e+295-day step) is a typo, not a measurement;
@@ -993,6 +1005,16 @@ def check_value(name: str, value: Any) -> None:
         raise ConfigError(f"{flag}: {short(value)} is not valid; expected at most {MAX_TEXT_CHARS:,} characters")
     if name in ("algo", "proto"):
         (parse_algorithms if name == "algo" else parse_protocols)(value, flag)
+    if name in _FILE_FIELDS and isinstance(value, str) and not value.strip():
+        # --topology '' predicted on the --link preset in silence (an empty path read as "no file"), and
+        # --calibration '' said "cannot read '.'".
+        raise ConfigError(f"{flag}: {value!r} is not valid; expected the path of {_FILE_FIELDS[name]}, or leave "
+                          f"{flag} out")
+
+
+_FILE_FIELDS = {"topology_file": "a topology YAML file (without it, the --link preset)",
+                "calibration": "a profile JSON file (dpsim calibrate --out) or a profile name"}
+"""Fields that name a file, whose empty value is no file."""
 
 
 

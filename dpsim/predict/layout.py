@@ -82,7 +82,7 @@ from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.strategies.zero import internlm_stages
 from dpsim.workload.routing import RankLoad, parse_routing, rank_load
 from dpsim.topology.cluster import Topology
-from dpsim.units import MiB, format_bytes
+from dpsim.units import MiB, format_bytes, format_bytes_against
 from dpsim.workload.catalog import find_entry
 from dpsim.workload.library_models import lowered_shape_ref
 from dpsim.workload.model_ref import is_torch_model_ref
@@ -565,8 +565,8 @@ def layout_fit(stages: tuple[StageMemory, ...], config: PredictConfig) -> tuple[
     if config.workload.micro_batch > 1:
         hints.append("a smaller --micro-batch")
     hints.append("more --tp or --pp (dpsim plan searches the layouts that fit)")
-    message = (f"stage {worst.stage} needs {format_bytes(m.total_bytes)} of {format_bytes(m.usable_bytes)} usable "
-               f"per GPU; try {', '.join(hints)}")
+    need, usable = format_bytes_against(m.total_bytes, m.usable_bytes)
+    message = f"stage {worst.stage} needs {need} of {usable} usable per GPU; try {', '.join(hints)}"
     return replace(m, suggestion=message), FitAdvice(fits=False, total_bytes=m.total_bytes, message=message)
 
 

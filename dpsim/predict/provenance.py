@@ -203,6 +203,17 @@ def preset_provenance(config: PredictConfig, gpu, topology) -> Provenance:
                       device=device, warnings=_gpu_override_warnings(config, gpu, where))
 
 
+def gpu_link_warnings(config: PredictConfig) -> tuple[str, ...]:
+    """The warning of :func:`_gpu_override_warnings` for a job's config alone: ``plan`` costs every
+    layout on the same links with no prediction to carry it when nothing is simulated, and ``sweep``'s
+    rows carry no provenance."""
+    if config.cluster.gpu is None:
+        return ()
+    cl = config.cluster
+    where = f"file {cl.topology_file}" if cl.topology_file else f"preset {cl.link}"
+    return _gpu_override_warnings(config, get_gpu(cl.gpu), where)
+
+
 def _gpu_override_warnings(config: PredictConfig, gpu, where: str) -> tuple[str, ...]:
     """``--gpu`` replaces the topology's device, not its links (:func:`dpsim.predict.run.resolve_topology`):
     a GPU of another generation keeps the NVLink and NIC rates the file gives for its own GPU

@@ -7,7 +7,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dpsim.units import format_bytes, format_seconds
+from dpsim.predict.provenance import gpu_link_warnings
+from dpsim.units import format_bytes, format_bytes_against, format_seconds
 
 
 def _pct(x: float) -> str:
@@ -195,11 +196,15 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
     console.print(f"Refused: "
                   f"{counts['do_not_fit']} do not fit in memory, {counts['refused_by_placement']} cannot be placed"
                   + (f", {counts['over_budget']} over budget" if counts.get("over_budget") else ""))
+    # --gpu of another generation than the --topology file's links: every layout was costed on those
+    # links, which predict warns of among its sources.
+    for warning in gpu_link_warnings(base):
+        console.print(f"[bold yellow]warning[/bold yellow]: {escape(warning)}")
     best = result.best
     if best is None:
         near = result.best_memory
-        hint = (f"; closest: {escape(near.candidate.flags())} needs {format_bytes(near.memory_bytes)} of "
-                f"{format_bytes(near.usable_bytes)} usable") if near is not None else ""
+        need, usable = format_bytes_against(near.memory_bytes, near.usable_bytes) if near is not None else ("", "")
+        hint = f"; closest: {escape(near.candidate.flags())} needs {need} of {usable} usable" if near is not None else ""
         if counts.get("over_budget"):
             # It said "no layout fits; add GPUs" when every layout fitted but cost more than --budget-usd.
             console.print(f"[bold red]no layout is within --budget-usd[/bold red]: {counts['over_budget']:,} fit in "

@@ -10,7 +10,7 @@ from dpsim.collectives.ops import CollectiveResult
 from dpsim.predict.collective import TYPE_BYTES as NCCL_TESTS_TYPE_BYTES
 from dpsim.predict.result import Prediction
 from dpsim.report.layout import layout_tables
-from dpsim.units import format_bytes, format_seconds
+from dpsim.units import format_bytes, format_bytes_against, format_seconds
 
 
 def _pct(x: float | None) -> str:
@@ -105,7 +105,13 @@ def prediction_tables(p: Prediction) -> list[Table]:
                          m.comm_buffers_bytes), ("framework overhead", m.overhead_bytes)]:
         mem.add_row(name, format_bytes(value))
     verdict = "[green]fits[/green]" if m.fits else "[bold red]DOES NOT FIT[/bold red]"
-    mem.add_row("total", f"{format_bytes(m.total_bytes)} of {format_bytes(m.capacity_bytes)}: {verdict}")
+    if m.fits:
+        mem.add_row("total", f"{format_bytes(m.total_bytes)} of {format_bytes(m.capacity_bytes)}: {verdict}")
+    else:
+        # The verdict is against the usable memory (capacity less the allocator's headroom): "78.0 GiB of
+        # 79.6 GiB: DOES NOT FIT" read as a contradiction.
+        total, usable = format_bytes_against(m.total_bytes, m.usable_bytes)
+        mem.add_row("total", f"{total} of {usable} usable ({format_bytes(m.capacity_bytes)} on the GPU): {verdict}")
     if not m.fits and m.suggestion:
         mem.add_row("what would fit", escape(m.suggestion))
     tables = [step, mem]

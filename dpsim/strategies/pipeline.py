@@ -105,10 +105,15 @@ Slot = tuple[str, int, int]
 """``("F" | "B" | "W", chunk, micro_batch)`` (``W``: a zero-bubble schedule's weight gradient)."""
 
 
+A2A_OVERLAP_SCHEDULES = ("1f1b-interleaved", "dualpipe")
+"""Schedules that pair a forward with a backward, whose expert-parallel all-to-alls ``moe_a2a_overlap``
+hides under each other's compute with pipeline stages (:func:`a2a_pairs`)."""
+
+
 def check_schedule(layout: Layout) -> None:
     """The rules between the pipeline flags (one line each)."""
     p, v, m = layout.pp, layout.virtual_stages, layout.micro_batches
-    if layout.moe_a2a_overlap and p > 1 and layout.schedule not in ("1f1b-interleaved", "dualpipe"):
+    if layout.moe_a2a_overlap and p > 1 and layout.schedule not in A2A_OVERLAP_SCHEDULES:
         raise ConfigError(f"--moe-a2a-overlap: with --pp {p} a forward and a backward run paired only in the "
                           f"interleaved schedule (Megatron-Core) or DualPipe's F&B; give --schedule "
                           f"1f1b-interleaved or dualpipe (not {layout.schedule}) or leave the flag off")

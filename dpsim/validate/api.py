@@ -16,7 +16,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 from dpsim.errors import ConfigError
-from dpsim.processes import check_torchrun_env
+from dpsim.memory import check_cpu_ranks_fit, host_available_bytes
+from dpsim.processes import check_torchrun_env, torchrun_count
 from dpsim.validate import worker
 from dpsim.validate.models import check_model, predict_reference, resolve
 from dpsim.validate.runner import measured_summary, predict_run, run_ranks
@@ -117,9 +118,19 @@ def _layers(model: ModelSpec, config: ValidationConfig) -> list | None:
     return [[layer.name, [p.name for p in layer.params]] for layer in model.layers]
 
 
+def check_host_memory(config: ValidationConfig, model: ModelSpec, *, ranks: int, fewer: str) -> None:
+    """Refuse, before a rank starts, ranks that together cannot train the model in this host's memory:
+    each builds it with real weights on the CPU (a catalog model at its full size), and ``--model
+    deepseek-v3`` asked each rank for terabytes where calibrate refuses it."""
+    check_cpu_ranks_fit(model, name=config.model, optimizer=config.optimizer, micro_batch=config.micro_batch,
+                        ranks=ranks, fewer=fewer, available_bytes=host_available_bytes())
+
+
 def validate(config: ValidationConfig) -> ValidationResult:
     """Run the case for real and predict it from its own measurements."""
     model = trace(config)
+    # Every emulated host is a namespace of this machine: all the ranks share its memory.
+    check_host_memory(config, model, ranks=config.world_size, fewer="fewer --emulate-hosts")
     if config.nic_bits_per_s is not None:
         spec = TestbedSpec(hosts=config.world_size, nic_bits_per_s=config.nic_bits_per_s, racks=config.racks,
                            rack_oversubscription=config.oversubscription)
@@ -157,6 +168,8 @@ def validate_under_torchrun(config: ValidationConfig) -> ValidationResult | None
     """Run this process's rank under torchrun (RANK/WORLD_SIZE set); rank 0 gets the result."""
     check_torchrun_env()
     model = trace(config)
+    check_host_memory(config, model, ranks=torchrun_count("LOCAL_WORLD_SIZE", 1),
+                      fewer="fewer ranks per host (torchrun --nproc-per-node)")
     rank = int(os.environ["RANK"])
     with tempfile.TemporaryDirectory(prefix=f"dpsim-validate-{os.getpid()}-") as tmp:
         out = os.path.join(tmp, "run.json")

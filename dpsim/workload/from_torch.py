@@ -330,9 +330,18 @@ def _make_kernel_mode(torch):
             scale = kwargs.get("scale", args[6] if len(args) > 6 else None)
             if q.dim() != 4:
                 return func(*args, **kwargs)
+            # Flash needs q, k and v of one head size, at most 256 (pytorch/pytorch
+            # aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, check_head_dim_size_flash); SDPA then
+            # runs the memory-efficient kernel, which takes a value head of its own size (MLA: 192 for q
+            # and k, 128 for v). The meta flash kernel gives no error but q's head size, which broke the
+            # output projection of transformers' DeepseekV2/V3 attention (fuzz6).
+            flash = q.shape[-1] == k.shape[-1] == v.shape[-1] <= 256
             try:
-                if mask is None:
+                if mask is None and flash:
                     return aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, causal, scale=scale)[0]
+                if mask is None:
+                    return aten._scaled_dot_product_efficient_attention(q, k, v, None, True, dropout_p, causal,
+                                                                        scale=scale)[0]
                 if mask.dtype == torch.bool:
                     mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(mask.logical_not(), float("-inf"))
                 mask = mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpsim.errors import WorkloadError
-from dpsim.limits import MAX_LAYERS
+from dpsim.limits import MAX_LAYERS, MAX_SEQ_LEN
 from dpsim.workload.shapes import shape_of_hf_config, shape_ref
 
 LIBRARY_EXTRA = "models"
@@ -186,6 +186,10 @@ def _check_depth(config: Any, name: str, given: dict[str, Any]) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and value > MAX_LAYERS:
             raise WorkloadError(f"--model: {name}() has {field}={value:,}; expected at most {MAX_LAYERS:,} blocks "
                                 f"(each is traced and costed as a layer)")
+        if field in given and isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            # DeepseekV3Config(num_hidden_layers=0) predicted its embedding and head alone, where the
+            # configurations read as a shape (LlamaConfig) refuse it.
+            raise WorkloadError(f"--model: {name}() has {field}={value}; expected 1 to {MAX_LAYERS:,} blocks")
 
 
 def check_config_kwargs(config_class: Any, kwargs: dict[str, Any], name: str) -> None:
@@ -243,10 +247,18 @@ def default_example(torch: Any, module: Any, ref: str) -> Any | None:
         return torch.zeros((1, 3, size, size))
     if library == "transformers":
         config = getattr(module, "config", None)
-        length = next((getattr(config, f) for f in CONTEXT_FIELDS if isinstance(getattr(config, f, None), int)), None)
-        if length is None:
+        field = next((f for f in CONTEXT_FIELDS if isinstance(getattr(config, f, None), int)
+                      and not isinstance(getattr(config, f), bool)), None)
+        if field is None:
             raise WorkloadError(f"--model: {ref!r}: its configuration gives no context length; pass --input-shape "
                                 f"(e.g. 4,2048:int64)")
+        length = getattr(config, field)
+        if not 1 <= length <= MAX_SEQ_LEN:
+            # As a configuration read as a shape refuses it: DeepseekV3Config(max_position_embeddings=10000000)
+            # traced a 10-million-token sample (a 5-day step), =0 failed inside the forward ("cannot reshape").
+            raise WorkloadError(f"--model: {ref!r}: its {field}={length:,} sets the example's sequence, which must "
+                                f"be 1 to {MAX_SEQ_LEN:,} tokens; change {field} or give --input-shape (e.g. "
+                                f"4,2048:int64)")
         return torch.zeros((1, length), dtype=torch.int64)
     return None
 
