@@ -727,3 +727,49 @@ def test_fused_gradient_accumulation_charges_the_weight_gradient_gemms_their_buf
                          sequence_parallel=True, global_batch=256)
     fused, unfused = backward("qwen3-235b-a22b", moe)
     assert fused > unfused * 1.05
+
+
+def _megatron_layers_to_build(num_layers: int, pp: int, vp: int, stage: int, chunk: int) -> int:
+    """Transformer layers Megatron-Core builds on one chunk with --account-for-embedding-in-pipeline-split
+    and --account-for-loss-in-pipeline-split (an independent count of get_num_layers_to_build,
+    NVIDIA/Megatron-LM@1e057005959b megatron/core/transformer/transformer_block.py lines 106-166: one slot
+    each for the embedding and the loss, the slots split evenly over stages then chunks, the first
+    virtual stage one layer fewer, the last one fewer)."""
+    slots = num_layers + 2
+    assert slots % pp == 0 and (slots // pp) % vp == 0
+    n = slots // pp // vp
+    return n - (stage == 0 and chunk == 0) - (stage == pp - 1 and chunk == vp - 1)
+
+
+def test_r060_split_is_megatrons_with_the_head_on_the_empty_last_chunk():
+    """R060's layout (Qwen3-235B-A22B, 94 blocks, TP 2, PP 32, 3 chunks a stage; the ModelZoo's yaml
+    passes both --account-for-*-in-pipeline-split flags): each chunk holds the blocks Megatron-Core
+    builds there, the embedding runs alone on stage 0's first chunk, and the final norm, head and loss
+    alone on stage 31's last chunk (post_process: is_pipeline_last_stage(ignore_virtual=False,
+    vp_stage), megatron/training/training.py lines 995-999 at 1e057005959b), not beside stage 30's."""
+    from dpsim.predict.layout import expert_split, layout_of
+    from dpsim.strategies.layout import stage_assignment
+    from dpsim.strategies.tensor import tp_model
+    config = PredictConfig(gpus=256, tp=2, pp=32, ep=8, link="infiniband", model="qwen3-235b-a22b",
+                           global_batch=2048, micro_batch=1, schedule="1f1b-interleaved", virtual_stages=3,
+                           strategy="zero1", sequence_parallel=True, steps=1)
+    model = load_model(config)
+    tpm = tp_model(model, 2, sequence_parallel=True, experts=expert_split(config, model))
+    assignment = stage_assignment(tpm, layout_of(config))
+    n_blocks = len({l.unit for l in tpm.layers if l.unit is not None})
+    assert n_blocks == 94
+    blocks = [[len({tpm.layers[i].unit for i in chunk if tpm.layers[i].unit is not None}) for chunk in stage]
+              for stage in assignment]
+    assert blocks == [[_megatron_layers_to_build(94, 32, 3, s, c) for c in range(3)] for s in range(32)]
+    # Roots: the layers before the first block (embedding) alone on stage 0's first chunk, those after
+    # the last block (final norm, head) alone on stage 31's last chunk.
+    first_block = min(i for i, l in enumerate(tpm.layers) if l.unit is not None)
+    last_block = max(i for i, l in enumerate(tpm.layers) if l.unit is not None)
+    before = [(s, c) for s, stage in enumerate(assignment) for c, chunk in enumerate(stage)
+              for i in chunk if i < first_block]
+    assert before and set(before) == {(0, 0)}
+    after = [(s, c) for s, stage in enumerate(assignment) for c, chunk in enumerate(stage)
+             for i in chunk if i > last_block]
+    assert after and set(after) == {(31, 2)}
+    assert all(tpm.layers[i].unit is None for i in assignment[31][2])
+    assert all(tpm.layers[i].unit is None for i in assignment[0][0])
