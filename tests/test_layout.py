@@ -732,7 +732,7 @@ def test_fused_gradient_accumulation_charges_the_weight_gradient_gemms_their_buf
 def _megatron_layers_to_build(num_layers: int, pp: int, vp: int, stage: int, chunk: int) -> int:
     """Transformer layers Megatron-Core builds on one chunk with --account-for-embedding-in-pipeline-split
     and --account-for-loss-in-pipeline-split (an independent count of get_num_layers_to_build,
-    NVIDIA/Megatron-LM@1e057005959b megatron/core/transformer/transformer_block.py lines 106-166: one slot
+    NVIDIA/Megatron-LM@1e057005959b megatron/core/transformer/transformer_block.py lines 107-166: one slot
     each for the embedding and the loss, the slots split evenly over stages then chunks, the first
     virtual stage one layer fewer, the last one fewer)."""
     slots = num_layers + 2
