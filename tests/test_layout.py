@@ -153,6 +153,11 @@ def test_an_end_chunk_may_hold_only_the_embedding_or_the_head():
     p = predict(PredictConfig(gpus=48, pp=6, link="infiniband", model="llama-2-13b", global_batch=96, micro_batch=1,
                               schedule="1f1b-interleaved", virtual_stages=7, steps=1))
     assert [s.blocks for s in p.layout.stages] == [6, 7, 7, 7, 7, 6]
+    # Alone: the embedding on stage 0's first chunk, the head on the last stage's last chunk (not beside
+    # the last block, on stage 4's last chunk).
+    assert p.layout.stages[0].layers[0] == ("model.embed_tokens",)
+    assert p.layout.stages[-1].layers[-1] == ("lm_head",)
+    assert "lm_head" not in p.layout.stages[-2].layers[-1]
     assert p.step_time_s > 0
 
 
