@@ -153,7 +153,23 @@ def test_an_end_chunk_may_hold_only_the_embedding_or_the_head():
     p = predict(PredictConfig(gpus=48, pp=6, link="infiniband", model="llama-2-13b", global_batch=96, micro_batch=1,
                               schedule="1f1b-interleaved", virtual_stages=7, steps=1))
     assert [s.blocks for s in p.layout.stages] == [6, 7, 7, 7, 7, 6]
+    assert p.layout.stages[0].layers[0] == ("model.embed_tokens",)
     assert p.step_time_s > 0
+
+
+HEAD_HELD_BACK = pytest.mark.xfail(
+    strict=True, reason="Megatron-Core's placement of the head on an empty last chunk (wip-r060 2edfc9e) is held "
+                        "back until R060's per-layer gap is explained (validation/large_model_runs.md, 'R060: the "
+                        "head on the empty last chunk'); remove this mark with that commit")
+
+
+@HEAD_HELD_BACK
+def test_an_empty_last_chunk_runs_the_head_alone():
+    """The head on the last stage's last chunk, not beside the last block on stage 4's last chunk."""
+    p = predict(PredictConfig(gpus=48, pp=6, link="infiniband", model="llama-2-13b", global_batch=96, micro_batch=1,
+                              schedule="1f1b-interleaved", virtual_stages=7, steps=1))
+    assert p.layout.stages[-1].layers[-1] == ("lm_head",)
+    assert "lm_head" not in p.layout.stages[-2].layers[-1]
 
 
 def test_tp_across_the_network_when_asked():
@@ -731,3 +747,57 @@ def test_fused_gradient_accumulation_charges_the_weight_gradient_gemms_their_buf
                          sequence_parallel=True, global_batch=256)
     fused, unfused = backward("qwen3-235b-a22b", moe)
     assert fused > unfused * 1.05
+
+
+def _megatron_layers_to_build(num_layers: int, pp: int, vp: int, stage: int, chunk: int) -> int:
+    """Transformer layers Megatron-Core builds on one chunk with --account-for-embedding-in-pipeline-split
+    and --account-for-loss-in-pipeline-split (an independent count of get_num_layers_to_build,
+    NVIDIA/Megatron-LM@1e057005959b megatron/core/transformer/transformer_block.py lines 107-166: one slot
+    each for the embedding and the loss, the slots split evenly over stages then chunks, the first
+    virtual stage one layer fewer, the last one fewer)."""
+    slots = num_layers + 2
+    assert slots % pp == 0 and (slots // pp) % vp == 0
+    n = slots // pp // vp
+    return n - (stage == 0 and chunk == 0) - (stage == pp - 1 and chunk == vp - 1)
+
+
+def _r060_assignment():
+    """R060's layout (Qwen3-235B-A22B, 94 blocks, TP 2, PP 32, 3 chunks a stage; the ModelZoo's
+    Qwen3-235B-A22B.yaml@c1ad0b5c89f4 passes both --account-for-*-in-pipeline-split flags)."""
+    from dpsim.predict.layout import expert_split, layout_of
+    from dpsim.strategies.layout import stage_assignment
+    from dpsim.strategies.tensor import tp_model
+    config = PredictConfig(gpus=256, tp=2, pp=32, ep=8, link="infiniband", model="qwen3-235b-a22b",
+                           global_batch=2048, micro_batch=1, schedule="1f1b-interleaved", virtual_stages=3,
+                           strategy="zero1", sequence_parallel=True, steps=1)
+    model = load_model(config)
+    tpm = tp_model(model, 2, sequence_parallel=True, experts=expert_split(config, model))
+    return tpm, stage_assignment(tpm, layout_of(config))
+
+
+def test_r060_split_is_megatrons():
+    """Each of R060's 32 x 3 chunks holds the blocks Megatron-Core builds there, and the embedding runs
+    alone on stage 0's first chunk."""
+    tpm, assignment = _r060_assignment()
+    assert len({l.unit for l in tpm.layers if l.unit is not None}) == 94
+    blocks = [[len({tpm.layers[i].unit for i in chunk if tpm.layers[i].unit is not None}) for chunk in stage]
+              for stage in assignment]
+    assert blocks == [[_megatron_layers_to_build(94, 32, 3, s, c) for c in range(3)] for s in range(32)]
+    first_block = min(i for i, l in enumerate(tpm.layers) if l.unit is not None)
+    before = [(s, c) for s, stage in enumerate(assignment) for c, chunk in enumerate(stage)
+              for i in chunk if i < first_block]
+    assert before and set(before) == {(0, 0)}
+    assert all(tpm.layers[i].unit is None for i in assignment[0][0])
+
+
+@HEAD_HELD_BACK
+def test_r060_head_runs_alone_on_the_empty_last_chunk():
+    """The final norm, head and loss alone on stage 31's last chunk (post_process:
+    is_pipeline_last_stage(ignore_virtual=False, vp_stage), megatron/training/training.py lines 995-999
+    at NVIDIA/Megatron-LM@1e057005959b), not beside stage 30's last block."""
+    tpm, assignment = _r060_assignment()
+    last_block = max(i for i, l in enumerate(tpm.layers) if l.unit is not None)
+    after = [(s, c) for s, stage in enumerate(assignment) for c, chunk in enumerate(stage)
+             for i in chunk if i > last_block]
+    assert after and set(after) == {(31, 2)}
+    assert all(tpm.layers[i].unit is None for i in assignment[31][2])
