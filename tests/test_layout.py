@@ -157,13 +157,6 @@ def test_an_end_chunk_may_hold_only_the_embedding_or_the_head():
     assert p.step_time_s > 0
 
 
-HEAD_HELD_BACK = pytest.mark.xfail(
-    strict=True, reason="Megatron-Core's placement of the head on an empty last chunk (wip-r060 2edfc9e) is held "
-                        "back until R060's per-layer gap is explained (validation/large_model_runs.md, 'R060: the "
-                        "head on the empty last chunk'); remove this mark with that commit")
-
-
-@HEAD_HELD_BACK
 def test_an_empty_last_chunk_runs_the_head_alone():
     """The head on the last stage's last chunk, not beside the last block on stage 4's last chunk."""
     p = predict(PredictConfig(gpus=48, pp=6, link="infiniband", model="llama-2-13b", global_batch=96, micro_batch=1,
@@ -790,7 +783,6 @@ def test_r060_split_is_megatrons():
     assert all(tpm.layers[i].unit is None for i in assignment[0][0])
 
 
-@HEAD_HELD_BACK
 def test_r060_head_runs_alone_on_the_empty_last_chunk():
     """The final norm, head and loss alone on stage 31's last chunk (post_process:
     is_pipeline_last_stage(ignore_virtual=False, vp_stage), megatron/training/training.py lines 995-999

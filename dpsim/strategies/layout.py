@@ -341,14 +341,14 @@ def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...
             continue
         if i < first:
             g = 0
-        elif i > last and blocks and is_mtp_unit(layer.unit):
-            # A multi-token prediction block: the last virtual stage, even one holding no main block.
-            # Megatron-Core builds the final norm, head and loss there too (post_process =
-            # is_pipeline_last_stage(ignore_virtual=False, vp_stage=i), NVIDIA/Megatron-LM@1e057005959b
-            # megatron/training/training.py lines 995-999), but here they stay with the last block's
-            # virtual stage (below) until R060's remaining per-layer gap is explained: the faithful rule (branch
-            # wip-r060, commit 2edfc9e) moves R060 from -3.4 % to +20.8 % (validation/large_model_runs.md,
-            # "R060: the head on the empty last chunk").
+        elif i > last and blocks:
+            # After the last block (multi-token prediction blocks, final norm, head, loss): the last
+            # virtual stage, even one holding no block. Megatron-Core builds them where post_process
+            # holds, is_pipeline_last_stage(ignore_virtual=False, vp_stage=i)
+            # (NVIDIA/Megatron-LM@1e057005959b megatron/training/training.py lines 995-999); with
+            # --account-for-loss-in-pipeline-split that chunk builds one transformer layer fewer
+            # (megatron/core/transformer/transformer_block.py lines 161-166), none when each chunk
+            # has one slot (R060: 94 + 2 slots over 32 x 3 chunks).
             g = n_virtual - 1
         else:
             before = [virtual_of_layer[j] for j in range(i) if j in virtual_of_layer]
