@@ -122,6 +122,10 @@ DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters
 LAYOUT_FIELDS = ("tp", "pp", "dp", "global_batch", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
                  "recompute", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "ep", "etp")
 """The fields of a tensor x pipeline x data layout (every command that takes a job takes them)."""
+MOE_FIELDS = ("moe_routing", "moe_capacity_factor", "moe_a2a", "moe_a2a_overlap", "moe_node_limit", "mtp_depth")
+"""The fields of a mixture of experts' routing and all-to-all (and DeepSeek-V3's multi-token prediction, a
+workload field its MoE jobs set): ``predict`` and ``goodput`` take them all, so the same job gets the same
+step time from both."""
 LAYOUT_DP_STRATEGIES = ("ddp", "zero1", "fsdp")
 """Data-parallel strategies over the replicas of a tensor/pipeline layout: the keys of
 :data:`dpsim.strategies.layout.LAYOUT_STRATEGIES`."""
