@@ -146,7 +146,7 @@ def one_line(exc: pytest.ExceptionInfo) -> str:
     ({"single_gpu_step_s": float("nan")}, ["--single-gpu-step-ms: nan", ">= 0.001 ms"]),
     ({"overlap": 1}, ["--overlap: 1", "true or false"]),
     ({"flash_attention": None}, ["--flash-attention: None", "true or false"]),
-    ({"link": None}, ["--link: None", "a string"]),
+    ({"link": 3}, ["--link: 3", "a string"]),  # None is "not given" (ethernet, or the --topology file)
     ({"model": 3}, ["--model: 3", "a string"]),
     ({"precision": "fp8"}, ["--precision: 'fp8' is not known", "fp16-mixed", "bf16-mixed"]),
     ({"optimizer": "lion"}, ["--optimizer: 'lion'", "adamw", "sgd-momentum"]),

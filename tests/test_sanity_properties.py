@@ -55,6 +55,8 @@ from dpsim.predict.model_error import load_rows
 from dpsim.predict.run import predict
 
 BASE = dict(precision="bf16-mixed", steps=1, micro_batch=1, link="infiniband", gpu="h100")
+ON_FILE = {k: v for k, v in BASE.items() if k != "link"}
+"""BASE for a job on a --topology file (refused with a --link preset beside it)."""
 TOPOLOGIES = Path(__file__).resolve().parents[1] / "topologies"
 
 LAYOUTS = {
@@ -198,7 +200,7 @@ def test_more_nic_bandwidth_never_slows_a_step(name, tmp_path):
     """The same cluster with faster NICs: the step and its communication never grow."""
     steps, comms = [], []
     for gbit in (100, 200, 400, 800):
-        p = predict(PredictConfig(**{**BASE, **layout(name), "topology_file": _scaled_fabric(tmp_path, gbit)}))
+        p = predict(PredictConfig(**{**ON_FILE, **layout(name), "topology_file": _scaled_fabric(tmp_path, gbit)}))
         steps.append(p.step_time_s)
         comms.append(p.comm_s)
     assert all(b <= a * (1 + 1e-9) for a, b in zip(steps, steps[1:])), steps
@@ -248,7 +250,7 @@ def test_jobs_sharing_the_fabric_never_run_faster(tmp_path):
     path = tmp_path / "eth-2to1.yaml"
     path.write_text(text.replace("oversubscription: 1.0", "oversubscription: 2.0")
                     .replace("nodes_per_leaf: 32", "nodes_per_leaf: 2").replace("name: ethernet", "name: eth-2to1"))
-    steps = [predict(PredictConfig(**{**BASE, "model": "llama-2-7b", "gpus": 32, "strategy": "fsdp",
+    steps = [predict(PredictConfig(**{**ON_FILE, "model": "llama-2-7b", "gpus": 32, "strategy": "fsdp",
                                       "global_batch": 64, "topology_file": str(path), "jobs": j,
                                       **({"placement": "interleaved"} if j > 1 else {})})).step_time_s
              for j in (1, 2)]

@@ -18,7 +18,9 @@ def collective(
                            rich_help_panel=WORKLOAD),
     gpus: int = typer.Option(8, "--gpus", help=f"Ranks in the communicator (at most {MAX_GPUS:,}).",
                              rich_help_panel=CLUSTER),
-    link: str = typer.Option("nvlink", "--link", help="Topology preset.", rich_help_panel=CLUSTER),
+    # None: not given, so that --link with --topology is refused (the file won in silence) as predict's is.
+    link: Optional[str] = typer.Option(None, "--link", help="Topology preset (default nvlink; not with --topology).",
+                                       rich_help_panel=CLUSTER),
     topology: Optional[str] = typer.Option(None, "--topology", help="A topology YAML file (instead of --link).",
                                            rich_help_panel=CLUSTER),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Override GPUs per node.",
@@ -50,7 +52,8 @@ def collective(
     from dpsim.report.text import nccl_tests_table
 
     lo, hi, _ = size_sweep(minbytes, maxbytes, stepfactor, max_bytes=MAX_COLLECTIVE_BYTES)
-    report = predict_collective(PredictConfig(gpus=gpus, link=link, topology_file=topology, gpus_per_node=gpus_per_node,
+    report = predict_collective(PredictConfig(gpus=gpus, link=link if link is not None or topology is not None
+                                                              else "nvlink", topology_file=topology, gpus_per_node=gpus_per_node,
                                               algo=algo, proto=proto, calibration=calibration),
                                 op=op, minbytes=lo, maxbytes=hi, stepfactor=stepfactor, dtype=dtype)
     results = list(report.results)

@@ -19,16 +19,18 @@ from dpsim.cli.options import config_options
 from dpsim.cli.panels import CHECKPOINTS, OUTPUT, VARIABILITY, WORKLOAD
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_GOODPUT_RUNS
-from dpsim.predict.config import LAYOUT_FIELDS
+from dpsim.predict.config import LAYOUT_FIELDS, MOE_FIELDS
 
 GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
                   "micro_batch", "precision", "fp8", "compile", "attention_kernel", "flash_attention", "optimizer",
                   "strategy", "grad_accum", "activation_checkpointing", "fsdp_version", "fsdp_accumulate",
-                  "cp") + LAYOUT_FIELDS
+                  "cp") + LAYOUT_FIELDS + MOE_FIELDS
 """The ``PredictConfig`` fields of the job whose throughput and checkpoint size goodput uses: the
 strategy and optimizer set what a checkpoint writes (sharded or one replica's, the optimizer's
 state), and with checkpointing, accumulation and cp the throughput of the job as ``predict`` and
-``memory`` take it (without them every job was DDP, a 70B model on 64 GPUs included)."""
+``memory`` take it (without them every job was DDP, a 70B model on 64 GPUs included); the MoE
+fields likewise (without them a job run with ``--moe-a2a-overlap`` or ``--moe-a2a hierarchical``
+could not be costed here: goodput priced the flat, unoverlapped all-to-all ``predict`` would not)."""
 
 
 @config_options(GOODPUT_FIELDS)

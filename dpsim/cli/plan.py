@@ -224,11 +224,13 @@ def _print_gpu_link_warnings(df) -> None:
         df = df[df["error"].isna()]  # a point refused (--skip-invalid) has its own line
     seen: set[str] = set()
     for gpu, link, topology_file in df[["gpu", "link", "topology_file"]].drop_duplicates().itertuples(index=False):
-        if not isinstance(gpu, str) or not isinstance(link, str):
+        if not isinstance(gpu, str):
             continue
+        # A row on a topology file has no preset (link None, or NaN in the frame).
         topology = topology_file if isinstance(topology_file, str) else None
+        preset = link if isinstance(link, str) and topology is None else None
         try:
-            warnings = gpu_link_warnings(PredictConfig(gpu=gpu, link=link, topology_file=topology))
+            warnings = gpu_link_warnings(PredictConfig(gpu=gpu, link=preset, topology_file=topology))
         except DpsimError:  # the row's own error says what was wrong with it
             continue
         for w in warnings:

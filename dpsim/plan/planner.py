@@ -249,7 +249,8 @@ class Candidate:
         default = PredictConfig().settings()
         job = []
         for name, value in base.settings().items():
-            if name in _LAYOUT_OWN or value == default[name] or name == "model":
+            # value None: a setting left out where the default is not (no --link with a --topology file).
+            if name in _LAYOUT_OWN or value == default[name] or name == "model" or value is None:
                 continue
             flag = flag_name(name)
             if isinstance(value, bool):

@@ -67,6 +67,8 @@ SMs (one CTA per channel: ~16 channels are ~12 % of an H100 SXM5's 132 SMs, NVID
 datasheet) and share memory bandwidth with the compute. Used until ``dpsim calibrate``
 measures it on the user's own hardware."""
 
+DEFAULT_LINK = "ethernet"
+"""The topology preset of a job that names neither ``--link`` nor ``--topology``."""
 DEFAULT_PRECISION = "amp-bf16"
 """``--precision`` left out, without a CPU calibration profile: what PyTorch users train with most."""
 
@@ -122,6 +124,10 @@ DDP_FIELDS = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters
 LAYOUT_FIELDS = ("tp", "pp", "dp", "global_batch", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
                  "recompute", "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "ep", "etp")
 """The fields of a tensor x pipeline x data layout (every command that takes a job takes them)."""
+MOE_FIELDS = ("moe_routing", "moe_capacity_factor", "moe_a2a", "moe_a2a_overlap", "moe_node_limit", "mtp_depth")
+"""The fields of a mixture of experts' routing and all-to-all (and DeepSeek-V3's multi-token prediction, a
+workload field its MoE jobs set): ``predict`` and ``goodput`` take them all, so the same job gets the same
+step time from both."""
 LAYOUT_DP_STRATEGIES = ("ddp", "zero1", "fsdp")
 """Data-parallel strategies over the replicas of a tensor/pipeline layout: the keys of
 :data:`dpsim.strategies.layout.LAYOUT_STRATEGIES`."""
@@ -147,9 +153,10 @@ class ClusterConfig:
     """
     gpus: int = field(default=64, metadata=_count(MAX_GPUS))
     """Data-parallel GPUs of one job; a multiple of the GPUs per node."""
-    link: str = "ethernet"
+    link: str | None = None
     """Topology preset, the name of a file in topologies/: e.g. nvlink, infiniband, ethernet,
-    pcie, dgx-a100, aws-p4de, aws-p5. Ignored when a topology file is given."""
+    pcie, dgx-a100, aws-p4de, aws-p5. Left out: ethernet, or none with a topology file (refused with
+    one: the file describes the whole cluster)."""
     topology_file: str | None = field(default=None, metadata={"flag": "--topology"})
     """A topology YAML file of your own (schema: topologies/README.md), instead of a preset."""
     gpus_per_node: int | None = field(default=None, metadata=_count(MAX_GPUS_PER_NODE))
@@ -171,6 +178,13 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         _check_part(self)
+        # link defaults to None ("not given") so that a preset given with a file can be told from the
+        # default: the file won and the preset was dropped in silence (mix refuses the pair).
+        if self.link is not None and self.topology_file is not None:
+            raise ConfigError(f"--link and --topology: {short(self.link)} and {short(self.topology_file)}; the "
+                              f"topology file describes the whole cluster, so give the preset or the file, not both")
+        if self.link is None and self.topology_file is None:
+            object.__setattr__(self, "link", DEFAULT_LINK)
 
 
 @dataclass(frozen=True, kw_only=True)

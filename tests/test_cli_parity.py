@@ -1,0 +1,90 @@
+"""Commands that describe the same job agree (issue 25 item 2, "one library behind every command").
+
+``goodput`` costs the job ``predict`` predicts: the same flags give the same throughput, MoE flags
+included (goodput had no --moe-a2a-overlap, --moe-routing, --moe-a2a, ..., so an MoE job run with the
+all-to-all overlap could not be costed at all).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dpsim.cli import main
+
+MOE_JOB = ["--model", "mixtral-8x7b", "--link", "nvlink", "--gpus", "16", "--ep", "8", "--grad-accum", "4"]
+
+
+def _json(args: list[str], capsys) -> dict:
+    capsys.readouterr()
+    status = main(args)
+    out, err = capsys.readouterr()
+    assert status in (0, None), err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("moe_flags", [
+    ["--moe-a2a-overlap"],
+    ["--moe-a2a-overlap", "--moe-a2a", "hierarchical", "--moe-routing", "zipf:0.5", "--moe-capacity-factor", "1.25"],
+])
+def test_goodput_costs_the_moe_job_predict_predicts(moe_flags, capsys):
+    predicted = _json(["predict", *MOE_JOB, *moe_flags, "--json"], capsys)
+    costed = _json(["goodput", *MOE_JOB, *moe_flags, "--runs", "2", "--json"], capsys)
+    # Same step time: the same tokens per step over the same step (exact, one library computes both).
+    assert costed["tokens_per_s"] == predicted["tokens_per_s"]
+    # And the flags reach both: without them the job is another one.
+    plain = _json(["predict", *MOE_JOB, "--json"], capsys)
+    assert plain["tokens_per_s"] != predicted["tokens_per_s"]
+
+
+def test_goodput_and_predict_share_every_moe_flag():
+    from dpsim.cli.goodput import GOODPUT_FIELDS
+    from dpsim.cli.predict import PREDICT_FIELDS
+    from dpsim.predict.config import MOE_FIELDS
+
+    assert set(MOE_FIELDS) <= set(GOODPUT_FIELDS) & set(PREDICT_FIELDS)
+
+
+TOPOLOGY = "topologies/examples/fat-tree-3tier.yaml"
+
+
+@pytest.mark.parametrize("args", [
+    ["predict", "--model", "gpt2", "--gpus", "8"],
+    ["goodput", "--model", "gpt2", "--gpus", "8", "--runs", "2"],
+    ["memory", "--model", "gpt2", "--gpus", "8"],
+    ["plan", "--model", "gpt2", "--gpus", "8", "--global-batch", "64", "--verify", "0"],
+    ["sweep", "--model", "gpt2", "--gpus", "8"],
+    ["collective", "--gpus", "8"],
+])
+def test_link_with_a_topology_file_is_refused_in_one_line(args, capsys):
+    # The file won and the preset was dropped without a word (mix refused the pair already).
+    capsys.readouterr()
+    assert main([*args, "--link", "nvlink", "--topology", TOPOLOGY]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--link and --topology: 'nvlink' and" in err, err
+
+
+def test_link_left_out_is_resolved_by_the_library():
+    from dpsim.errors import ConfigError
+    from dpsim.predict.config import DEFAULT_LINK, PredictConfig
+
+    assert PredictConfig().cluster.link == DEFAULT_LINK == "ethernet"
+    assert PredictConfig(topology_file=TOPOLOGY).cluster.link is None  # the file's own links, no preset
+    # The Python API refuses the pair as the command line does (one library behind both).
+    with pytest.raises(ConfigError, match="--link and --topology"):
+        PredictConfig(link="ethernet", topology_file=TOPOLOGY)
+
+
+def test_collective_link_default_stays_nvlink(capsys):
+    out = _json(["collective", "--gpus", "8", "-b", "1M", "-e", "1M", "--json"], capsys)
+    assert "nvlink" in json.dumps(out).lower()
+
+
+def test_plan_on_a_topology_file_echoes_no_preset(capsys):
+    # The planner prints the settings that differ from the defaults: link is None here, never "--link None".
+    capsys.readouterr()
+    assert main(["plan", "--model", "gpt2", "--gpus", "1024", "--global-batch", "1024", "--verify", "0", "--top", "1",
+                 "--topology", TOPOLOGY, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert TOPOLOGY in out and "--link" not in out
