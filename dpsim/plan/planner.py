@@ -115,7 +115,8 @@ from dpsim.strategies.layout import (
 )
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
-from dpsim.strategies.pipeline import a2a_overlap_cut, a2a_pairs, extra_warmup, gradient_buckets, schedule_slots
+from dpsim.strategies.pipeline import (a2a_overlap_cut, a2a_pairs, dualpipe_compute_s, extra_warmup, gradient_buckets,
+                                      schedule_slots)
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
@@ -1102,6 +1103,38 @@ class Planner:
         self._steady[key] = out
         return out
 
+    def dualpipe_s(self, c: Candidate, tab: _Tables, assignment, m: int) -> float:
+        """DualPipe's compute from the first forward to the last stage's end, transfers free
+        (:func:`~dpsim.strategies.pipeline.dualpipe_compute_s`): stage ``s``'s chunk ``d`` is
+        ``assignment[s][d]``; with ``moe_a2a_overlap`` each F&B pair runs shorter by
+        :func:`~dpsim.strategies.pipeline.a2a_overlap_cut` of its two chunks, as the pipeline
+        program takes it off."""
+        key = ("dualpipe", id(tab), id(assignment), c.pp, m, c.moe_a2a_overlap)
+        hit = self._steady.get(key)
+        if hit is not None:
+            return hit
+        p = c.pp
+
+        def per_chunk(values) -> list[list[float]]:
+            return [[sum(values[i] for i in layers) for layers in assignment[s]] for s in range(p)]
+
+        pair_cut = None
+        if c.moe_a2a_overlap:
+            contention = overlap_contention(self.base.calibration.overlap_slowdown)
+            works = [[ChunkWork(stage=s, chunk=d, layers=tuple(tab.work[i] for i in layers))
+                      for d, layers in enumerate(assignment[s])] for s in range(p)]
+            cuts: dict[tuple[int, int, int], tuple[float, float]] = {}
+
+            def pair_cut(s: int, df: int, db: int) -> tuple[float, float]:
+                hit = cuts.get((s, df, db))
+                if hit is None:
+                    hit = cuts[s, df, db] = a2a_overlap_cut(works[s][df], works[s][db], contention)
+                return hit
+        out = dualpipe_compute_s(p, m, per_chunk(tab.forward), per_chunk(tab.backward), per_chunk(tab.weight_grad),
+                                 pair_cut)
+        self._steady[key] = out
+        return out
+
     def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
         """Closed-form memory and, when it fits, step of ``c`` (see the module docstring); a layout
         that does not fit has no time estimated (its times are 0)."""
@@ -1143,11 +1176,10 @@ class Planner:
         if c.schedule == "1f1b-interleaved" and v > 1:
             pipe = m / p * self.interleaved_steady_s(tab, assignment, p, v, all_warmup=m == p) + (sum(x) - xmax) / v
         if dual:
-            # The paper's bubble, (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 report, Table 2), for the heaviest chunk.
-            fb, bk, wg = max(((sum(tab.forward[i] + tab.backward[i] for i in layers),
-                               sum(tab.backward[i] for i in layers), sum(tab.weight_grad[i] for i in layers))
-                              for chunks in assignment for layers in chunks), key=lambda t: t[0])
-            pipe = m * xmax + max(0.0, (p / 2 - 1) * (fb + bk - 3.0 * wg))
+            # DualPipe's order replayed chunk by chunk (dualpipe_compute_s), not the paper's bubble for the
+            # heaviest chunk: the stages holding both ends are heavier than the middle ones that fill
+            # their bubble. With the overlap, its F&B pairs (a2a_pairs) run shorter by a2a_overlap_cut.
+            pipe = self.dualpipe_s(c, tab, assignment, m)
         elif c.schedule == "zb-h1" and sum(x) > 0:
             # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
             share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
@@ -1155,7 +1187,7 @@ class Planner:
         # Each chunk's first forward also casts its FP8 weights (LayerWork.first_forward_s): the first
         # micro-batch's path through the stages runs every one of them.
         pipe += sum(tab.first_forward)
-        if c.moe_a2a_overlap:
+        if c.moe_a2a_overlap and not dual:
             # The heaviest stage's paired ops (a2a_pairs) each run shorter by a2a_overlap_cut of a
             # forward and a backward of its average chunk.
             s = x.index(xmax)
