@@ -10,8 +10,9 @@ recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 ``1f1b-interleaved`` with every number of chunks that divides a stage's blocks and those
 up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe``, ``zb-h1`` and ``dualpipe`` when asked: GPipe
 takes the time of 1F1B with more memory, so it is never better; DualPipe, with an even ``p`` and at
-least ``2p`` micro-batches, costs each stage's two chunks half the micro-batches each plus its paper's
-bubble ``(p/2 - 1)(F&B + B - 3W)`` and, instead of the tied embedding's, the slowest all-reduce of a stage's
+least ``2p`` micro-batches, costs its order replayed chunk by chunk with free transfers
+(:meth:`Planner.dualpipe_s`; with uniform chunks the paper's bubble ``(p/2 - 1)(F&B + B - 3W)`` above each
+stage's two chunks of half the micro-batches) and, instead of the tied embedding's, the slowest all-reduce of a stage's
 two parameter copies' gradients with its mirror's; for a mixture of experts with ``ep > 1`` the default
 schedules add DualPipe, run with the expert-parallel all-to-alls overlapped as ``predict
 --schedule dualpipe --moe-a2a-overlap`` runs them, DeepSeek-V3's schedule for it, arXiv:2412.19437 Sec. 3.2.1)
