@@ -639,7 +639,7 @@ def test_dualpipe_compute_replays_the_program_with_free_transfers(p, m):
     """plan's closed form for DualPipe (dualpipe_compute_s) is the pipeline program's step with free
     transfers, also where the chunks differ: the end stages hold the embedding and the output layer
     (heavier chunks), where the paper's bubble for the heaviest chunk overcounts."""
-    from dpsim.strategies.pipeline import dualpipe_compute_s
+    from dpsim.strategies.pipeline import dualpipe_compute_s, dualpipe_stage_times
 
     def size(s, c):  # stage 0's chunk 1 and stage p-1's chunk 0 end their direction: the output layer
         return 1.0 + (0.5 if (s, c) in ((0, 1), (p - 1, 0)) else 0.0) + (0.2 if (s, c) in ((0, 0), (p - 1, 1)) else 0.0)
@@ -655,6 +655,10 @@ def test_dualpipe_compute_replays_the_program_with_free_transfers(p, m):
     plan = build_pipeline_program(chunks, layout, p2p_bytes=0.0, gather_s=0.0, optimizer_s=[0.0] * p, dp=_NO_DP)
     played = run_pipeline(plan.program, lambda g, op, s: 0.0).step_time_s
     assert dualpipe_compute_s(p, m, f, b, w) == pytest.approx(played, rel=1e-12)
+    # Each stage ends with a weight-gradient pass W (where its reductions launch, plan's stage_dp):
+    # one direction's last W is the stage's last op, the other's ends before it.
+    ends, grads = dualpipe_stage_times(p, m, f, b, w)
+    assert all(max(g) == end and min(g) < end for g, end in zip(grads, ends))
     # The paper's bubble for the heaviest chunk (what plan used before) is above it once p > 2.
     heavy = (p / 2 - 1) * (f[0][1] + b[0][1] + b[0][1] - 3 * w[0][1])
     if p > 2:

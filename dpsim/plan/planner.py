@@ -116,7 +116,7 @@ from dpsim.strategies.layout import (
 )
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
-from dpsim.strategies.pipeline import (a2a_overlap_cut, a2a_pairs, dualpipe_compute_s, extra_warmup, gradient_buckets,
+from dpsim.strategies.pipeline import (a2a_overlap_cut, a2a_pairs, dualpipe_stage_times, extra_warmup, gradient_buckets,
                                       schedule_slots)
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
@@ -1016,7 +1016,8 @@ class Planner:
         return hit
 
     def stage_dp(self, gc: GroupCollectives, tab: _Tables, assignment, s: int, *, strategy: str, bucket: int,
-                 grad_group: int, edp: int, overlap: bool) -> tuple[float, float]:
+                 grad_group: int, edp: int, overlap: bool,
+                 leads: tuple[float, ...] | None = None) -> tuple[float, float]:
         """Stage ``s``'s data-parallel collectives that its step waits for (:meth:`stage_buckets`):
         ``(gradient reductions left after its last backward, parameter gathers its forwards wait
         for)``, played in closed form on the one stream they share.
@@ -1036,7 +1037,7 @@ class Planner:
         buckets = self.stage_buckets(tab, assignment, s, bucket=bucket, overlap=overlap, groups=groups)
         # ``gc`` and ``buckets`` are cached for the planner's life (:meth:`collectives`,
         # :meth:`stage_buckets`), so their ids are stable.
-        key = (id(gc), id(buckets), strategy)
+        key = (id(gc), id(buckets), strategy, leads)
         hit = self._dp_costs.get(key)
         if hit is not None:
             return hit
@@ -1046,8 +1047,16 @@ class Planner:
         p = gc.layout.pp if gc.layout is not None else 1
         b0 = chunk_backward[0]
         # Times relative to the end of chunk 0's last backward.
-        launches = sorted((-ch * p * b0 - chunk_backward[ch] + launch, k)
-                          for k, (_, ch, _, launch, _) in enumerate(buckets))
+        if leads is None:
+            launches = sorted((-ch * p * b0 - chunk_backward[ch] + launch, k)
+                              for k, (_, ch, _, launch, _) in enumerate(buckets))
+        else:
+            # DualPipe: a chunk's buckets launch layer by layer in its last weight-gradient pass W
+            # (the program's), which ends ``leads[ch]`` before the stage's last op.
+            wgrad = tuple(sum(tab.weight_grad[i] for i in layers) for layers in assignment[s])
+            launches = sorted((-leads[ch] - wgrad[ch] + (launch * wgrad[ch] / chunk_backward[ch]
+                                                          if chunk_backward[ch] > 0 else 0.0), k)
+                              for k, (_, ch, _, launch, _) in enumerate(buckets))
         end = -math.inf
         for t, k in launches:
             group, _, numel, _, _ = buckets[k]
@@ -1104,9 +1113,9 @@ class Planner:
         self._steady[key] = out
         return out
 
-    def dualpipe_s(self, c: Candidate, tab: _Tables, assignment, m: int) -> float:
-        """DualPipe's compute from the first forward to the last stage's end, transfers free
-        (:func:`~dpsim.strategies.pipeline.dualpipe_compute_s`): stage ``s``'s chunk ``d`` is
+    def dualpipe_s(self, c: Candidate, tab: _Tables, assignment, m: int) -> tuple[list[float], list[list[float]]]:
+        """DualPipe's per stage end of its last op and of each direction's last ``W``, transfers free
+        (:func:`~dpsim.strategies.pipeline.dualpipe_stage_times`): stage ``s``'s chunk ``d`` is
         ``assignment[s][d]``; with ``moe_a2a_overlap`` each F&B pair runs shorter by
         :func:`~dpsim.strategies.pipeline.a2a_overlap_cut` of its two chunks, as the pipeline
         program takes it off."""
@@ -1131,7 +1140,7 @@ class Planner:
                 if hit is None:
                     hit = cuts[s, df, db] = a2a_overlap_cut(works[s][df], works[s][db], contention)
                 return hit
-        out = dualpipe_compute_s(p, m, per_chunk(tab.forward), per_chunk(tab.backward), per_chunk(tab.weight_grad),
+        out = dualpipe_stage_times(p, m, per_chunk(tab.forward), per_chunk(tab.backward), per_chunk(tab.weight_grad),
                                  pair_cut)
         self._steady[key] = out
         return out
@@ -1180,7 +1189,8 @@ class Planner:
             # DualPipe's order replayed chunk by chunk (dualpipe_compute_s), not the paper's bubble for the
             # heaviest chunk: the stages holding both ends are heavier than the middle ones that fill
             # their bubble. With the overlap, its F&B pairs (a2a_pairs) run shorter by a2a_overlap_cut.
-            pipe = self.dualpipe_s(c, tab, assignment, m)
+            dual_end, dual_grads = self.dualpipe_s(c, tab, assignment, m)
+            pipe = max(dual_end)
         elif c.schedule == "zb-h1" and sum(x) > 0:
             # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
             share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
@@ -1248,12 +1258,14 @@ class Planner:
             seen: dict[tuple, tuple[float, float, float]] = {}
             for s, (first_forward, last_backward, experts) in enumerate(per_stage):
                 # Stages alike (as the middle ones are: same parameters and chunk sizes) wait as long.
-                kind = (stage_params[s], experts, tuple(len(layers) for layers in assignment[s]))
+                # DualPipe: each direction's gradients complete in its last W, before the stage's end.
+                leads = tuple(dual_end[s] - t for t in dual_grads[s]) if dual else None
+                kind = (stage_params[s], experts, tuple(len(layers) for layers in assignment[s]), leads)
                 hit = seen.get(kind)
                 if hit is None:
                     left, stall = self.stage_dp(gc, tab, assignment, s, strategy=c.strategy,
                                                 bucket=self.bucket(grad_group), grad_group=grad_group, edp=edp,
-                                                overlap=overlap) if grad_group > 1 or edp > 1 else (0.0, 0.0)
+                                                overlap=overlap, leads=leads) if grad_group > 1 or edp > 1 else (0.0, 0.0)
                     hit = seen[kind] = (left, stall, stage_optimizer_s(per_param, stage_params[s], experts, layout))
                 left, stall, update = hit
                 reduce_exposed = max(reduce_exposed, left - drain)

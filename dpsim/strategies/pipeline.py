@@ -357,8 +357,15 @@ def dualpipe_steps(p: int, m: int, stage: int) -> list[tuple]:
 
 
 def dualpipe_compute_s(p: int, m: int, forward_s, backward_s, weight_s, pair_cut=None) -> float:
-    """Seconds from the first forward to the last stage's end of DualPipe's order (:func:`dualpipe_steps`)
-    with free transfers: the closed form ``plan`` estimates it with. ``forward_s[s][d]``,
+    """The last stage's end of :func:`dualpipe_stage_times`."""
+    return max(dualpipe_stage_times(p, m, forward_s, backward_s, weight_s, pair_cut)[0])
+
+
+def dualpipe_stage_times(p: int, m: int, forward_s, backward_s, weight_s,
+                         pair_cut=None) -> tuple[list[float], list[list[float]]]:
+    """Per stage, when its last op ends and when each direction's last ``W`` does (its gradients
+    complete: their data-parallel reductions launch), from the first forward, in DualPipe's order
+    (:func:`dualpipe_steps`) with free transfers: the closed form ``plan`` estimates it with. ``forward_s[s][d]``,
     ``backward_s[s][d]`` (with its ``W``) and ``weight_s[s][d]``: stage ``s``'s chunk of direction
     ``d``; ``pair_cut(s, df, db)``: the seconds an overlapped pair (the forward of direction ``df``,
     the backward of ``db``) runs shorter each (:func:`a2a_overlap_cut`), none without it.
@@ -373,6 +380,7 @@ def dualpipe_compute_s(p: int, m: int, forward_s, backward_s, weight_s, pair_cut
     steps = [dualpipe_steps(p, m, s) for s in range(p)]
     at = [0] * p
     clock = [0.0] * p
+    grads = [[0.0, 0.0] for _ in range(p)]
     sent: dict[tuple[int, str, int, int], float] = {}  # (receiving stage, what, direction, j) -> when posted
     while True:
         progressed = False
@@ -406,10 +414,11 @@ def dualpipe_compute_s(p: int, m: int, forward_s, backward_s, weight_s, pair_cut
                     paired = False
                 else:  # "W"
                     clock[s] += weight_s[s][step[1]]
+                    grads[s][step[1]] = clock[s]
                 at[s] += 1
                 progressed = True
         if all(at[s] == len(steps[s]) for s in range(p)):
-            return max(clock)
+            return clock, grads
         assert progressed, "DualPipe's order deadlocked"
 
 
