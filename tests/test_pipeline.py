@@ -638,3 +638,34 @@ def test_async_tp_pays_for_its_chunks_local_copies_and_reductions():
     col, row = chunked_gemm_loss(tpm.spec.layers[blocks[0]], 8, 2, get_gpu("h100"))
     assert col == pytest.approx((384 / 396) / (96 / 132) - 1.0) and row == pytest.approx(0.0)
     assert chunked_gemm_loss(tpm.spec.layers[blocks[0]], 1, 2, get_gpu("h100")) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("p, m", [(2, 4), (2, 10), (4, 8), (4, 18), (8, 16), (8, 34)])
+def test_dualpipe_compute_replays_the_program_with_free_transfers(p, m):
+    """plan's closed form for DualPipe (dualpipe_compute_s) is the pipeline program's step with free
+    transfers, also where the chunks differ: the end stages hold the embedding and the output layer
+    (heavier chunks), where the paper's bubble for the heaviest chunk overcounts."""
+    from dpsim.strategies.pipeline import dualpipe_compute_s, dualpipe_stage_times
+
+    def size(s, c):  # stage 0's chunk 1 and stage p-1's chunk 0 end their direction: the output layer
+        return 1.0 + (0.5 if (s, c) in ((0, 1), (p - 1, 0)) else 0.0) + (0.2 if (s, c) in ((0, 0), (p - 1, 1)) else 0.0)
+
+    f = [[1.0 * size(s, c) for c in range(2)] for s in range(p)]
+    b = [[2.0 * size(s, c) for c in range(2)] for s in range(p)]
+    w = [[0.7 * size(s, c) for c in range(2)] for s in range(p)]
+    chunks = tuple(tuple(ChunkWork(stage=s, chunk=c, layers=(
+        LayerWork(index=c * p + s, forward_s=f[s][c], backward_s=b[s][c], compute_forward_s=f[s][c],
+                  compute_backward_s=b[s][c], recompute_s=0.0, tp_comm_s=0.0, tp_exposed_s=0.0, grad_numel=100,
+                  weight_grad_s=w[s][c]),)) for c in range(2)) for s in range(p))
+    layout = Layout(pp=p, schedule="dualpipe", micro_batches=m)
+    plan = build_pipeline_program(chunks, layout, p2p_bytes=0.0, gather_s=0.0, optimizer_s=[0.0] * p, dp=_NO_DP)
+    played = run_pipeline(plan.program, lambda g, op, s: 0.0).step_time_s
+    assert dualpipe_compute_s(p, m, f, b, w) == pytest.approx(played, rel=1e-12)
+    # Each stage ends with a weight-gradient pass W (where its reductions launch, plan's stage_dp):
+    # one direction's last W is the stage's last op, the other's ends before it.
+    ends, grads = dualpipe_stage_times(p, m, f, b, w)
+    assert all(max(g) == end and min(g) < end for g, end in zip(grads, ends))
+    # The paper's bubble for the heaviest chunk (what plan used before) is above it once p > 2.
+    heavy = (p / 2 - 1) * (f[0][1] + b[0][1] + b[0][1] - 3 * w[0][1])
+    if p > 2:
+        assert dualpipe_compute_s(p, m, f, b, w) < m / 2 * max(sum(f[s]) + sum(b[s]) for s in range(p)) + heavy

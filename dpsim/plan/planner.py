@@ -10,8 +10,9 @@ recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 ``1f1b-interleaved`` with every number of chunks that divides a stage's blocks and those
 up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe``, ``zb-h1`` and ``dualpipe`` when asked: GPipe
 takes the time of 1F1B with more memory, so it is never better; DualPipe, with an even ``p`` and at
-least ``2p`` micro-batches, costs each stage's two chunks half the micro-batches each plus its paper's
-bubble ``(p/2 - 1)(F&B + B - 3W)`` and, instead of the tied embedding's, the slowest all-reduce of a stage's
+least ``2p`` micro-batches, costs its order replayed chunk by chunk with free transfers
+(:meth:`Planner.dualpipe_s`; with uniform chunks the paper's bubble ``(p/2 - 1)(F&B + B - 3W)`` above each
+stage's two chunks of half the micro-batches) and, instead of the tied embedding's, the slowest all-reduce of a stage's
 two parameter copies' gradients with its mirror's; for a mixture of experts with ``ep > 1`` the default
 schedules add DualPipe, run with the expert-parallel all-to-alls overlapped as ``predict
 --schedule dualpipe --moe-a2a-overlap`` runs them, DeepSeek-V3's schedule for it, arXiv:2412.19437 Sec. 3.2.1)
@@ -115,7 +116,8 @@ from dpsim.strategies.layout import (
 )
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
-from dpsim.strategies.pipeline import A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, extra_warmup, gradient_buckets, schedule_slots
+from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, dualpipe_stage_times,
+                                      extra_warmup, gradient_buckets, schedule_slots)
 from dpsim.strategies.registry import shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
@@ -1018,7 +1020,8 @@ class Planner:
         return hit
 
     def stage_dp(self, gc: GroupCollectives, tab: _Tables, assignment, s: int, *, strategy: str, bucket: int,
-                 grad_group: int, edp: int, overlap: bool) -> tuple[float, float]:
+                 grad_group: int, edp: int, overlap: bool,
+                 leads: tuple[float, ...] | None = None) -> tuple[float, float]:
         """Stage ``s``'s data-parallel collectives that its step waits for (:meth:`stage_buckets`):
         ``(gradient reductions left after its last backward, parameter gathers its forwards wait
         for)``, played in closed form on the one stream they share.
@@ -1038,7 +1041,7 @@ class Planner:
         buckets = self.stage_buckets(tab, assignment, s, bucket=bucket, overlap=overlap, groups=groups)
         # ``gc`` and ``buckets`` are cached for the planner's life (:meth:`collectives`,
         # :meth:`stage_buckets`), so their ids are stable.
-        key = (id(gc), id(buckets), strategy)
+        key = (id(gc), id(buckets), strategy, leads)
         hit = self._dp_costs.get(key)
         if hit is not None:
             return hit
@@ -1048,8 +1051,16 @@ class Planner:
         p = gc.layout.pp if gc.layout is not None else 1
         b0 = chunk_backward[0]
         # Times relative to the end of chunk 0's last backward.
-        launches = sorted((-ch * p * b0 - chunk_backward[ch] + launch, k)
-                          for k, (_, ch, _, launch, _) in enumerate(buckets))
+        if leads is None:
+            launches = sorted((-ch * p * b0 - chunk_backward[ch] + launch, k)
+                              for k, (_, ch, _, launch, _) in enumerate(buckets))
+        else:
+            # DualPipe: a chunk's buckets launch layer by layer in its last weight-gradient pass W
+            # (the program's), which ends ``leads[ch]`` before the stage's last op.
+            wgrad = tuple(sum(tab.weight_grad[i] for i in layers) for layers in assignment[s])
+            launches = sorted((-leads[ch] - wgrad[ch] + (launch * wgrad[ch] / chunk_backward[ch]
+                                                          if chunk_backward[ch] > 0 else 0.0), k)
+                              for k, (_, ch, _, launch, _) in enumerate(buckets))
         end = -math.inf
         for t, k in launches:
             group, _, numel, _, _ = buckets[k]
@@ -1106,6 +1117,39 @@ class Planner:
         self._steady[key] = out
         return out
 
+    def dualpipe_s(self, c: Candidate, tab: _Tables, assignment, m: int) -> tuple[list[float], list[list[float]]]:
+        """DualPipe's per stage end of its last op and of each direction's last ``W``, transfers free
+        (:func:`~dpsim.strategies.pipeline.dualpipe_stage_times`): stage ``s``'s chunk ``d`` is
+        ``assignment[s][d]``; with ``moe_a2a_overlap`` each F&B pair runs shorter by
+        :func:`~dpsim.strategies.pipeline.a2a_overlap_cut` of its two chunks, as the pipeline
+        program takes it off."""
+        key = ("dualpipe", id(tab), id(assignment), c.pp, m, c.moe_a2a_overlap)
+        hit = self._steady.get(key)
+        if hit is not None:
+            return hit
+        p = c.pp
+
+        def per_chunk(values) -> list[list[float]]:
+            return [[sum(values[i] for i in layers) for layers in assignment[s]] for s in range(p)]
+
+        cut_of = None
+        if c.moe_a2a_overlap:
+            contention = overlap_contention(self.base.calibration.overlap_slowdown)
+            works = [[ChunkWork(stage=s, chunk=d, layers=tuple(tab.work[i] for i in layers))
+                      for d, layers in enumerate(assignment[s])] for s in range(p)]
+            cuts: dict[tuple[int, int, int], tuple[float, float]] = {}
+
+            def pair_cut(s: int, df: int, db: int) -> tuple[float, float]:
+                hit = cuts.get((s, df, db))
+                if hit is None:
+                    hit = cuts[s, df, db] = a2a_overlap_cut(works[s][df], works[s][db], contention)
+                return hit
+            cut_of = pair_cut
+        out = dualpipe_stage_times(p, m, per_chunk(tab.forward), per_chunk(tab.backward), per_chunk(tab.weight_grad),
+                                   cut_of)
+        self._steady[key] = out
+        return out
+
     def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
         """Closed-form memory and, when it fits, step of ``c`` (see the module docstring); a layout
         that does not fit has no time estimated (its times are 0)."""
@@ -1147,11 +1191,11 @@ class Planner:
         if c.schedule == "1f1b-interleaved" and v > 1:
             pipe = m / p * self.interleaved_steady_s(tab, assignment, p, v, all_warmup=m == p) + (sum(x) - xmax) / v
         if dual:
-            # The paper's bubble, (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 report, Table 2), for the heaviest chunk.
-            fb, bk, wg = max(((sum(tab.forward[i] + tab.backward[i] for i in layers),
-                               sum(tab.backward[i] for i in layers), sum(tab.weight_grad[i] for i in layers))
-                              for chunks in assignment for layers in chunks), key=lambda t: t[0])
-            pipe = m * xmax + max(0.0, (p / 2 - 1) * (fb + bk - 3.0 * wg))
+            # DualPipe's order replayed chunk by chunk (dualpipe_compute_s), not the paper's bubble for the
+            # heaviest chunk: the stages holding both ends are heavier than the middle ones that fill
+            # their bubble. With the overlap, its F&B pairs (a2a_pairs) run shorter by a2a_overlap_cut.
+            dual_end, dual_grads = self.dualpipe_s(c, tab, assignment, m)
+            pipe = max(dual_end)
         elif c.schedule == "zb-h1" and sum(x) > 0:
             # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
             share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
@@ -1159,21 +1203,14 @@ class Planner:
         # Each chunk's first forward also casts its FP8 weights (LayerWork.first_forward_s): the first
         # micro-batch's path through the stages runs every one of them.
         pipe += sum(tab.first_forward)
-        if c.moe_a2a_overlap:
+        if c.moe_a2a_overlap and not dual:
             # The heaviest stage's paired ops (a2a_pairs) each run shorter by a2a_overlap_cut of a
             # forward and a backward of its average chunk.
             s = x.index(xmax)
             contention = overlap_contention(self.base.calibration.overlap_slowdown)
-            if dual:
-                # DualPipe's F&B pairs a forward of one direction's chunk with a backward of the other's.
-                w0, w1 = (tuple(tab.work[i] for i in layers) for layers in assignment[s])
-                cut = sum(sum(a2a_overlap_cut(ChunkWork(stage=s, chunk=f, layers=wf), ChunkWork(stage=s, chunk=b, layers=wb),
-                                              contention))
-                          for (f, wf), (b, wb) in (((0, w0), (1, w1)), ((1, w1), (0, w0)))) / 2
-            else:
-                cut = sum(sum(a2a_overlap_cut(ChunkWork(stage=s, chunk=ch, layers=w),
-                                              ChunkWork(stage=s, chunk=ch, layers=w), contention))
-                          for ch in range(v) for w in [tuple(tab.work[i] for i in virtual_layers[ch * p + s])]) / v
+            cut = sum(sum(a2a_overlap_cut(ChunkWork(stage=s, chunk=ch, layers=w),
+                                          ChunkWork(stage=s, chunk=ch, layers=w), contention))
+                      for ch in range(v) for w in [tuple(tab.work[i] for i in virtual_layers[ch * p + s])]) / v
             pairs = len(a2a_pairs(layout, schedule_slots(c.schedule, p, v, m, s, extra_warmup(layout)), s))
             pipe -= pairs * cut
         hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
@@ -1226,12 +1263,14 @@ class Planner:
             seen: dict[tuple, tuple[float, float, float]] = {}
             for s, (first_forward, last_backward, experts) in enumerate(per_stage):
                 # Stages alike (as the middle ones are: same parameters and chunk sizes) wait as long.
-                kind = (stage_params[s], experts, tuple(len(layers) for layers in assignment[s]))
+                # DualPipe: each direction's gradients complete in its last W, before the stage's end.
+                leads = tuple(dual_end[s] - t for t in dual_grads[s]) if dual else None
+                kind = (stage_params[s], experts, tuple(len(layers) for layers in assignment[s]), leads)
                 hit = seen.get(kind)
                 if hit is None:
                     left, stall = self.stage_dp(gc, tab, assignment, s, strategy=c.strategy,
                                                 bucket=self.bucket(grad_group), grad_group=grad_group, edp=edp,
-                                                overlap=overlap) if grad_group > 1 or edp > 1 else (0.0, 0.0)
+                                                overlap=overlap, leads=leads) if grad_group > 1 or edp > 1 else (0.0, 0.0)
                     hit = seen[kind] = (left, stall, stage_optimizer_s(per_param, stage_params[s], experts, layout))
                 left, stall, update = hit
                 reduce_exposed = max(reduce_exposed, left - drain)

@@ -362,6 +362,72 @@ def dualpipe_steps(p: int, m: int, stage: int) -> list[tuple]:
     return out
 
 
+def dualpipe_compute_s(p: int, m: int, forward_s, backward_s, weight_s, pair_cut=None) -> float:
+    """The last stage's end of :func:`dualpipe_stage_times`."""
+    return max(dualpipe_stage_times(p, m, forward_s, backward_s, weight_s, pair_cut)[0])
+
+
+def dualpipe_stage_times(p: int, m: int, forward_s, backward_s, weight_s,
+                         pair_cut=None) -> tuple[list[float], list[list[float]]]:
+    """Per stage, when its last op ends and when each direction's last ``W`` does (its gradients
+    complete: their data-parallel reductions launch), from the first forward, in DualPipe's order
+    (:func:`dualpipe_steps`) with free transfers: the closed form ``plan`` estimates it with. ``forward_s[s][d]``,
+    ``backward_s[s][d]`` (with its ``W``) and ``weight_s[s][d]``: stage ``s``'s chunk of direction
+    ``d``; ``pair_cut(s, df, db)``: the seconds an overlapped pair (the forward of direction ``df``,
+    the backward of ``db``) runs shorter each (:func:`a2a_overlap_cut`), none without it.
+
+    Why replay rather than the paper's ``(p/2 - 1)(F&B + B - 3W)``: that bubble assumes every chunk
+    alike; the stages holding the embedding and the output layer (0 and ``p - 1``, which hold both
+    ends) are heavier than the middle ones, whose chunks fill their bubble, so the heaviest chunk's
+    bubble overcounts where the stages are many and the chunks small, and a light chunk's misses the
+    heavy stages' wait with two stages. As the runtime (and the pipeline program), each commit posts
+    the sends appended since the last one and its receives together, and waits for the receives
+    before the next compute; the sends' own completion is not waited on (transfers free)."""
+    steps = [dualpipe_steps(p, m, s) for s in range(p)]
+    at = [0] * p
+    clock = [0.0] * p
+    grads = [[0.0, 0.0] for _ in range(p)]
+    sent: dict[tuple[int, str, int, int], float] = {}  # (receiving stage, what, direction, j) -> when posted
+    while True:
+        progressed = False
+        for s in range(p):
+            paired = False
+            cut = (0.0, 0.0)
+            while at[s] < len(steps[s]):
+                step = steps[s][at[s]]
+                kind = step[0]
+                if kind == "commit":
+                    _, sends, recvs = step
+                    # Posted together (batch_isend_irecv): the sends leave before the receives are
+                    # waited on, so two stages exchanging in one commit each do not wait for the other.
+                    for what, d, j in sends:
+                        # Activations go down direction d (up for d = 1), gradients the other way.
+                        to = s + (1 if (what == "act") == (d == 0) else -1)
+                        sent.setdefault((to, what, d, j), clock[s])
+                    waits = [sent.get((s, what, d, j)) for what, d, j in recvs]
+                    if any(t is None for t in waits):
+                        break
+                    clock[s] = max([clock[s], *waits])
+                elif kind == "pair":
+                    paired = True
+                    nxt = steps[s][at[s] + 1: at[s] + 3]
+                    cut = pair_cut(s, nxt[0][1], nxt[1][1]) if pair_cut is not None else (0.0, 0.0)
+                elif kind == "F":
+                    clock[s] += forward_s[s][step[1]] - (cut[0] if paired else 0.0)
+                elif kind == "B":
+                    d = step[1]
+                    clock[s] += backward_s[s][d] - weight_s[s][d] - (cut[1] if paired else 0.0)
+                    paired = False
+                else:  # "W"
+                    clock[s] += weight_s[s][step[1]]
+                    grads[s][step[1]] = clock[s]
+                at[s] += 1
+                progressed = True
+        if all(at[s] == len(steps[s]) for s in range(p)):
+            return clock, grads
+        assert progressed, "DualPipe's order deadlocked"
+
+
 def _interleaved_warmup(layout: Layout, stage: int) -> int | None:
     """Warm-up forwards of the interleaved schedule on ``stage`` (``None`` for the others)."""
     if layout.schedule != "1f1b-interleaved":
