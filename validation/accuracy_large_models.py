@@ -62,10 +62,10 @@ from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
 from dpsim.workload.catalog import get_entry, get_model, list_models  # noqa: E402
 from dpsim.workload.layers import (  # noqa: E402
+    has_megatron_count,
     with_attention_kernel,
     with_eager_multihot,
     with_lm_loss,
-    with_megatron_activations,
     with_unpadded_attention,
 )
 from dpsim.workload.spec import ModelSpec, ParamSpec  # noqa: E402
@@ -429,11 +429,6 @@ def _build_model(row: dict) -> ModelSpec:
         model = replace(model, layers=tuple(
             replace(layer, ops=tuple(o for op in layer.ops for o in accuracy_layouts._megatron_attention(op)))
             for layer in model.layers))
-    if row["framework"].startswith(MEGATRON_FRAMEWORKS):
-        # What Megatron-Core with TransformerEngine keeps for backward: grouped key/value heads at their
-        # own width, fused norms and SwiGLU, no expert outputs kept for the combine
-        # (dpsim.workload.layers.megatron_block_activation_bytes, megatron_moe_activation_bytes).
-        model = with_megatron_activations(model)
     if row["framework"].startswith("InternLM"):
         model = internlm_attention_params(model)
     if row["framework"].startswith("Composer") and row["attention"].startswith("flash"):
@@ -709,10 +704,17 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         kw.update(grad_accum=grad_accum, recompute=recompute)
     if compute_efficiency is not None:
         kw["compute_efficiency"] = compute_efficiency
+    model = model_of(row)
+    if row["framework"].startswith(MEGATRON_FRAMEWORKS) and has_megatron_count(model):
+        # What Megatron-Core with TransformerEngine keeps for backward, as a user asks for it
+        # (--activations megatron, applied by the library: dpsim.workload.layers.with_activation_count):
+        # grouped key/value heads at their own width, fused norms and SwiGLU, no expert outputs kept for
+        # the combine. A decoder without that count (GPT-style) keeps the eager count.
+        kw["activations"] = "megatron"
     if full is None:
         kw, note = _unpublished_checkpointing(row, kw)
         assumed.append(note)
-    return Job(config=PredictConfig(**kw), model=model_of(row), assumed=tuple(assumed))
+    return Job(config=PredictConfig(**kw), model=model, assumed=tuple(assumed))
 
 
 AUX_LOSS_MAX_VIOLATION = 0.52

@@ -22,7 +22,8 @@ from dpsim.limits import MAX_GOODPUT_RUNS
 from dpsim.predict.config import LAYOUT_FIELDS, MOE_FIELDS
 
 GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
-                  "micro_batch", "precision", "fp8", "compile", "attention_kernel", "flash_attention", "optimizer",
+                  "micro_batch", "precision", "fp8", "compile", "attention_kernel", "activations",
+                  "flash_attention", "optimizer",
                   "strategy", "grad_accum", "activation_checkpointing", "fsdp_version", "fsdp_accumulate",
                   "cp") + LAYOUT_FIELDS + MOE_FIELDS
 """The ``PredictConfig`` fields of the job whose throughput and checkpoint size goodput uses: the

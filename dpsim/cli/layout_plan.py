@@ -14,7 +14,7 @@ from dpsim.cli.options import config_options
 from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH, VARIABILITY
 
 PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "mtp_depth", "flash_attention",
-               "attention_kernel",
+               "attention_kernel", "activations",
                "precision", "fp8", "compile",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
                "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "algo", "proto", "cp_comm", "moe_routing",

@@ -100,6 +100,8 @@ Recompute = Literal["off", "selective", "op", "full", "megatron", "moe", "deepse
 """``--recompute``: the keys of :data:`dpsim.strategies.checkpointing.RECOMPUTE`."""
 AttentionKernel = Literal["sdpa", "triton", "flash1", "flash3", "cudnn"]
 """``--attention-kernel``: :data:`dpsim.workload.spec.ATTENTION_KERNELS`."""
+Activations = Literal["eager", "megatron"]
+"""``--activations``: :data:`dpsim.workload.layers.ACTIVATION_COUNTS`."""
 FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
 FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
@@ -433,6 +435,13 @@ class ExecutionConfig:
     flash1 (flash-attn 1.x, about 2.3x slower), triton (the Triton FlashAttention of llm-foundry's
     attn_impl triton, about 1.8x slower), flash3 (FlashAttention-3, Hopper) or cudnn (cuDNN's fused
     attention, as TransformerEngine runs it). Time only; needs --flash-attention."""
+    activations: Activations = "eager"
+    """Whose count of the activations each layer keeps for backward: eager (Hugging Face modules run
+    eagerly: key and value repeated to every query head, gate, up, SiLU output and their product kept,
+    an eager RMSNorm's normalised input) or megatron (Megatron-Core with TransformerEngine: key and
+    value at the grouped heads' width, the fused SwiGLU keeping only its input, fused norms, no expert
+    outputs kept for the combine; Korthikanti et al. arXiv:2205.05198 Sec. 4.1 as Megatron-Core runs
+    it; Llama-family models only). Sets activation memory."""
     activation_checkpointing: bool = False
     """Recompute each unit's forward in backward and keep only unit inputs (memory down,
     compute up); the same as --recompute full."""
@@ -532,7 +541,7 @@ SETTINGS: tuple[str, ...] = (
     "find_unused_parameters", "broadcast_buffers", "comm_hook", "powersgd_rank", "powersgd_start_iter",
     "clip_grad_norm", "zero_grad", "input_samples_per_s", "fsdp_version", "fsdp_accumulate", "recompute_every",
     "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a", "zero_impl", "zero_group",
-    "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit")
+    "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit", "activations")
 """Every setting by its flat name, in the order ``--json``'s ``config``, a sweep's columns and the
 flags are listed in (the order they were added in, kept so that outputs do not move)."""
 
@@ -1042,6 +1051,7 @@ def _check_part(part: Any) -> None:
 assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of the parts once"
 SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
                   "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a",
-                  "zero_impl", "zero_group", "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit")
+                  "zero_impl", "zero_group", "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit",
+                  "activations")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""

@@ -61,7 +61,7 @@ from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import ComputeProfile, compute_profile
 from dpsim.workload.from_torch import load_torch_workload
-from dpsim.workload.layers import with_attention_kernel
+from dpsim.workload.layers import with_activation_count, with_attention_kernel
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.roofline import Efficiencies
@@ -186,7 +186,8 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     gpu = get_gpu(topology.spec.gpu)
     if profile is not None:
         gpu = check_cpu_compute(config, profile, calibrated_device(profile, gpu))
-    model = load_model(config) if model is None else model
+    # A given model (a published configuration) keeps what --activations says too: one count for every caller.
+    model = load_model(config) if model is None else counted_model(model, config)
     if model.moe is None:  # every path: a data-parallel-only prediction too (check_layout covers layouts)
         check_no_expert_options(model.name, config.parallelism)
     precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
@@ -445,7 +446,14 @@ def load_model(config: PredictConfig) -> ModelSpec:
         model = memoized(get_model, source, seq_len=config.workload.seq_len,
                          flash_attention=config.execution.flash_attention, mtp_depth=config.workload.mtp_depth)
     kernel = config.execution.attention_kernel
-    return model if kernel == "sdpa" else memoized(with_attention_kernel, model, kernel)
+    return counted_model(model if kernel == "sdpa" else memoized(with_attention_kernel, model, kernel), config)
+
+
+def counted_model(model: ModelSpec, config: PredictConfig) -> ModelSpec:
+    """``model`` keeping for backward what ``--activations`` says its framework keeps
+    (:func:`dpsim.workload.layers.with_activation_count`): predict, memory, sweep, goodput and plan all
+    reach it through :func:`load_model` or :func:`predict`."""
+    return memoized(with_activation_count, model, config.execution.activations)
 
 
 def memory_with_advice(model: ModelSpec, gpu, config: PredictConfig, precision, topology: Topology

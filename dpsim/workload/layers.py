@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from dpsim.errors import WorkloadError
+from dpsim.errors import ConfigError, WorkloadError
 from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, MemoryOp, ModelSpec, OpSpec, ParamSpec
 
 ACTIVATION_ELEMENT_BYTES = 2
@@ -160,6 +160,32 @@ def with_megatron_activations(model: ModelSpec) -> ModelSpec:
         replace(layer, activation_bytes_per_sample=layer.megatron_activation_bytes_per_sample, saved_elements=(),
                 compiled_saved_elements=None)
         for layer in model.layers))
+
+
+ACTIVATION_COUNTS = ("eager", "megatron")
+"""Whose count of the activations a layer keeps for backward (``--activations``): ``eager`` (the
+Hugging Face modules run eagerly: key and value repeated to the query heads, an unfused SwiGLU, an
+eager RMSNorm) or ``megatron`` (Megatron-Core with TransformerEngine: :func:`with_megatron_activations`)."""
+
+
+def has_megatron_count(model: ModelSpec) -> bool:
+    """Some layer of ``model`` carries a Megatron-Core count (``--activations megatron`` changes it)."""
+    return any(layer.megatron_activation_bytes_per_sample is not None for layer in model.layers)
+
+
+def with_activation_count(model: ModelSpec, count: str) -> ModelSpec:
+    """``model`` keeping what ``count`` (:data:`ACTIVATION_COUNTS`) says its framework keeps for
+    backward: the one place ``--activations`` is applied, for predict, memory, sweep, goodput and plan
+    alike, and for the validation harness's Megatron rows. A model none of whose layers has a
+    Megatron-Core count (only the Llama-family builder writes one) is refused with ``megatron``
+    rather than predicted with the eager count under a flag that says otherwise."""
+    if count == "eager":
+        return model
+    if not has_megatron_count(model):
+        raise ConfigError(f"--activations: megatron counts what Megatron-Core keeps of a Llama-family decoder "
+                          f"(grouped key/value heads, fused SwiGLU and norms); {model.name} has no layer it "
+                          f"covers; leave --activations out (eager)")
+    return with_megatron_activations(model)
 
 
 def eager_rms_saved_elements(seq_len: int, hidden: int, readers: int) -> tuple[tuple[float, str], ...]:
