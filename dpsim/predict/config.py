@@ -801,8 +801,9 @@ class PredictConfig:
                               "sequence parallelism; add --sequence-parallel or choose off, backward or full")
         if p.moe_node_limit is not None and (p.ep == 1 or p.moe_a2a != "hierarchical"):
             # The flat all-to-all sends every routed copy apart: the limit moves none off the network.
-            raise ConfigError(f"--moe-node-limit: bounds the servers the hierarchical all-to-all sends a token to; "
-                              f"give --ep 2 or more and --moe-a2a hierarchical, or leave it out")
+            raise ConfigError(f"--moe-node-limit: {p.moe_node_limit} bounds the servers the hierarchical all-to-all "
+                              f"sends a token to, and this job has --ep {p.ep} --moe-a2a {p.moe_a2a}; give --ep 2 or "
+                              f"more and --moe-a2a hierarchical, or leave it out")
         if p.moe_a2a_overlap and p.ep == 1:
             raise ConfigError("--moe-a2a-overlap: hides the expert-parallel all-to-alls, and --ep is 1; give --ep 2 "
                               "or more, or leave it out")
