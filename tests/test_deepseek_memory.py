@@ -61,14 +61,10 @@ def test_moe_layer_keeps_dispatched_tokens_and_swiglu_inputs_in_fp8(v3):
 def test_r118_worst_stage_matches_the_hand_count():
     """One middle DualPipe rank of R118: 8 MoE layers (two chunks of 4), PP + 1 = 17 chunk micro-batches
     in flight, ZeRO-1 over dp 128 (routed experts over their 2 replicas)."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
-    import accuracy_large_models as A
     from dpsim.predict import predict
+    from published_rows import large_model_job
 
-    row = next(r for r in A.rows() if r["id"] == "R118")
-    job = A.job_of(row)
+    row, job = large_model_job("R118")
     assert job.config.execution.recompute == "deepseek"
     assert job.config.execution.precision == "bf16-fp32-grads-bf16-moments"
     p = predict(job.config, model=job.model)

@@ -97,14 +97,10 @@ def test_r121_deepseek_v2_on_zb_h1_fits():
     DeepSeek-V3's): a middle stage's deferred W keeps per MoE block the MLA projections' and the shared
     experts' inputs and output gradients (the routed experts' grouped GEMMs finish their weight
     gradient in B), and the run is told it fits."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
-    import accuracy_large_models as A
     from dpsim.predict import predict
+    from published_rows import large_model_job
 
-    row = next(r for r in A.rows() if r["id"] == "R121")
-    job = A.job_of(row)
+    _, job = large_model_job("R121")
     assert job.config.execution.recompute == "deepseek"
     assert job.config.parallelism.schedule == "zb-h1"
     p = predict(job.config, model=job.model)
