@@ -64,7 +64,7 @@ def test_r118_worst_stage_matches_the_hand_count():
     from dpsim.predict import predict
     from published_rows import large_model_job
 
-    row, job = large_model_job("R118")
+    _, job = large_model_job("R118")
     assert job.config.execution.recompute == "deepseek"
     assert job.config.execution.precision == "bf16-fp32-grads-bf16-moments"
     p = predict(job.config, model=job.model)
