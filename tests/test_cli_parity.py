@@ -125,3 +125,14 @@ def test_goodput_takes_every_predict_field():
     from dpsim.cli.predict import PREDICT_FIELDS
 
     assert tuple(GOODPUT_FIELDS) == tuple(PREDICT_FIELDS)
+
+
+def test_goodput_checkpoint_follows_the_internlm_zero_group(capsys):
+    """With --zero-group 4 InternLM's zero1 shards the optimizer state within 4 consecutive ranks and
+    replicates it across groups: one group (4 GPUs of one node) writes the whole checkpoint, where
+    sharding over all 16 ranks of 2 nodes splits it between the nodes (twice the busiest node's write)."""
+    job = [*ZERO_JOB, "--zero-impl", "internlm", "--runs", "2", "--json"]
+    every_rank = _json(["goodput", *job], capsys)
+    grouped = _json(["goodput", *job, "--zero-group", "4"], capsys)
+    assert grouped["checkpoint_bytes"] == every_rank["checkpoint_bytes"]
+    assert grouped["checkpoint_write_s"] == pytest.approx(2 * every_rank["checkpoint_write_s"], rel=1e-12)
