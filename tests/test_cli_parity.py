@@ -88,3 +88,51 @@ def test_plan_on_a_topology_file_echoes_no_preset(capsys):
                  "--topology", TOPOLOGY, "--json"]) == 0
     out = capsys.readouterr().out
     assert TOPOLOGY in out and "--link" not in out
+
+
+CP_JOB = ["--model", "llama-3-8b", "--link", "nvlink", "--gpus", "16", "--tp", "2", "--cp", "2", "--seq-len", "8192",
+          "--micro-batch", "1"]
+ZERO_JOB = ["--model", "gpt2", "--link", "nvlink", "--gpus", "16", "--strategy", "zero1"]
+DDP_JOB = ["--model", "gpt2", "--link", "nvlink", "--gpus", "8"]
+
+
+@pytest.mark.parametrize("job, flags", [
+    # A shipped profile: its fitted collectives, measured compute and overlap slowdown (profile defaults
+    # the library resolves for both).
+    (DDP_JOB, ["--calibration", "a100-nvswitch-8gpu"]),
+    (DDP_JOB, ["--calibration", "a100-nvswitch-8gpu", "--overlap-slowdown", "0.3", "--bucket-cap-mb", "50"]),
+    (DDP_JOB, ["--no-overlap", "--algo", "tree", "--comm-hook", "bf16-compress", "--clip-grad-norm"]),
+    (DDP_JOB, ["--single-gpu-samples-per-s", "40"]),  # predict's own converted option, shared
+    (CP_JOB, ["--cp-comm", "all-gather"]),
+    (ZERO_JOB, ["--zero-impl", "internlm", "--zero-group", "4"]),
+])
+def test_goodput_costs_the_step_predict_predicts(job, flags, capsys):
+    """goodput took 42 of predict's 71 fields: with --calibration (or --cp-comm, --zero-impl, ...)
+    the flag was refused there, so the same job could not be costed at the step predict gives."""
+    predicted = _json(["predict", *job, *flags, "--json"], capsys)
+    costed = _json(["goodput", *job, *flags, "--runs", "2", "--json"], capsys)
+    # goodput's JSON carries the rates, not the step: the same samples and tokens per step over the
+    # same step give exactly the same rates (one library computes both).
+    assert costed["samples_per_s"] == predicted["samples_per_s"]
+    assert costed["tokens_per_s"] == predicted["tokens_per_s"]
+    # And the flags reach both: without them the job costs another step.
+    plain = _json(["predict", *job, "--json"], capsys)
+    assert plain["samples_per_s"] != predicted["samples_per_s"]
+
+
+def test_goodput_takes_every_predict_field():
+    from dpsim.cli.goodput import GOODPUT_FIELDS
+    from dpsim.cli.predict import PREDICT_FIELDS
+
+    assert tuple(GOODPUT_FIELDS) == tuple(PREDICT_FIELDS)
+
+
+def test_goodput_checkpoint_follows_the_internlm_zero_group(capsys):
+    """With --zero-group 4 InternLM's zero1 shards the optimizer state within 4 consecutive ranks and
+    replicates it across groups: one group (4 GPUs of one node) writes the whole checkpoint, where
+    sharding over all 16 ranks of 2 nodes splits it between the nodes (twice the busiest node's write)."""
+    job = [*ZERO_JOB, "--zero-impl", "internlm", "--runs", "2", "--json"]
+    every_rank = _json(["goodput", *job], capsys)
+    grouped = _json(["goodput", *job, "--zero-group", "4"], capsys)
+    assert grouped["checkpoint_bytes"] == every_rank["checkpoint_bytes"]
+    assert grouped["checkpoint_write_s"] == pytest.approx(2 * every_rank["checkpoint_write_s"], rel=1e-12)

@@ -15,28 +15,28 @@ import typer
 from dpsim.cli.app import _emit_json
 from dpsim.cli.checks import check_budget
 from dpsim.cli.failures import CHECKPOINT_BANDWIDTH, MTBF_GPU, MTBF_LINK, MTBF_NODE, REPLACE, RESTART, failure_rates
-from dpsim.cli.options import config_options
+from dpsim.cli.options import ALL_FIELDS, config_options
 from dpsim.cli.panels import CHECKPOINTS, OUTPUT, VARIABILITY, WORKLOAD
+from dpsim.cli.predict import SINGLE_GPU_SAMPLES_PER_S, predict_config
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_GOODPUT_RUNS
-from dpsim.predict.config import LAYOUT_FIELDS, MOE_FIELDS
 
-GOODPUT_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
-                  "micro_batch", "precision", "fp8", "compile", "attention_kernel", "activations",
-                  "flash_attention", "optimizer",
-                  "strategy", "grad_accum", "activation_checkpointing", "fsdp_version", "fsdp_accumulate",
-                  "cp") + LAYOUT_FIELDS + MOE_FIELDS
-"""The ``PredictConfig`` fields of the job whose throughput and checkpoint size goodput uses: the
-strategy and optimizer set what a checkpoint writes (sharded or one replica's, the optimizer's
-state), and with checkpointing, accumulation and cp the throughput of the job as ``predict`` and
-``memory`` take it (without them every job was DDP, a 70B model on 64 GPUs included); the MoE
-fields likewise (without them a job run with ``--moe-a2a-overlap`` or ``--moe-a2a hierarchical``
-could not be costed here: goodput priced the flat, unoverlapped all-to-all ``predict`` would not)."""
+GOODPUT_FIELDS = ALL_FIELDS
+"""Every ``PredictConfig`` field, as ``predict`` takes them: goodput multiplies the step ``predict``
+predicts, so each field that sets that step sets goodput's throughput too. A subset let the two
+commands cost different steps for the same job (no ``--calibration``, overlap, ``--algo/--proto``,
+``--cp-comm``, offload, DDP or ``--zero-impl`` options here; issue 25 item 2), and the strategy and
+optimizer also set what a checkpoint writes (sharded or one replica's, the optimizer's state).
+None is left out: no field describes something outside the job goodput costs. ``--jobs``/
+``--placement`` are the job's step while sharing the fabric with identical jobs (goodput then
+simulates this job's own failures at that contended step); ``--steps`` is the steps predict
+averages (a PowerSGD start iteration within them changes the mean)."""
 
 
 @config_options(GOODPUT_FIELDS)
 def goodput_command(
     flags: dict[str, Any],
+    single_gpu_samples_per_s: Optional[float] = SINGLE_GPU_SAMPLES_PER_S,
     tokens: Optional[str] = typer.Option(
         None, "--tokens", help="Token budget, e.g. 300B, 1T (time = budget / predicted tokens/s).",
         rich_help_panel=WORKLOAD),
@@ -73,7 +73,6 @@ def goodput_command(
     """Simulate a training run through failures: wall time, goodput, lost work, best checkpoint interval."""
     from dpsim.plan.job import DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, goodput
     from dpsim.plan.reliability import parse_long_duration_s
-    from dpsim.predict.config import PredictConfig
     from dpsim.units import parse_bandwidth_bytes_per_s
 
     if tokens is not None and duration is not None:
@@ -87,8 +86,10 @@ def goodput_command(
     if tokens is not None:
         from dpsim.plan.cost import parse_count
         budget = check_budget(parse_count(tokens, "--tokens"), "--tokens")
+    # predict's own config (its --single-gpu-samples-per-s included): the same flags, the same step.
+    config = predict_config(flags, single_gpu_samples_per_s)
     report = goodput(
-        PredictConfig(**flags), tokens=budget,
+        config, tokens=budget,
         duration_s=None if duration is None else parse_long_duration_s(duration, "--duration"),
         rates=rates,
         checkpoint_interval_s=(None if checkpoint_interval is None

@@ -140,6 +140,16 @@ def _check_numbers(*, tokens: Any, duration_s: Any, rates: Any, checkpoint_inter
                           f"(dpsim.plan.reliability)")
 
 
+def _checkpoint_shard_group(config: PredictConfig, strategy: str, dp: int, gpus_per_node: int) -> int:
+    """Data-parallel ranks the checkpointed optimizer state is sharded over: the strategy's group, or
+    InternLM's ``--zero-group`` (its zero1 shards the state within groups of that many consecutive ranks and
+    replicates it across them, so one group writes it all; dpsim/strategies/zero.py)."""
+    group = config.value_of("zero_group")
+    if strategy == "zero1" and config.value_of("zero_impl") == "internlm" and group is not None:
+        return group
+    return shard_group_size(strategy, dp, gpus_per_node)
+
+
 def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: float | None = None,
             rates: FailureRates = FailureRates(), checkpoint_interval_s: float | None = None,
             checkpoint_write_s: float | None = None,
@@ -192,7 +202,7 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
         state_bytes=state_bytes(p.param_count, get_precision(resolved.config.execution.precision),
                                 resolved.config.workload.optimizer),
         gpus_per_node=topology.gpus_per_node, tp=tp, pp=pp, dp=dp,
-        shard_group=shard_group_size(p.strategy, dp, topology.gpus_per_node),
+        shard_group=_checkpoint_shard_group(resolved.config, p.strategy, dp, topology.gpus_per_node),
         node_bandwidth_bytes_per_s=checkpoint_bandwidth_bytes_per_s)
     checkpoint_bytes = ck.state_bytes
     if checkpoint_write_s is None:
