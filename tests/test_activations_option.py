@@ -117,7 +117,8 @@ def test_bad_value_is_one_line(command, capsys):
 
 
 def test_megatron_on_a_model_without_its_count_is_refused():
-    """GPT-2's blocks have no Megatron-Core count (only the Llama-family builder writes one): the flag
+    """GPT-2's blocks have no Megatron-Core count (its tanh GELU is not Megatron's; only Llama-family blocks
+    and GPT blocks with a 4h GELU MLP have one): the flag
     would change nothing, so it is refused rather than ignored."""
     with pytest.raises(ConfigError, match=r"^--activations: megatron counts .*; gpt2 has no layer it covers"):
         predict(PredictConfig(model="gpt2", gpus=8, activations="megatron"))

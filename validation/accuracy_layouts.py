@@ -42,6 +42,7 @@ from dpsim.hardware import get_gpu
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.run import predict, resolve_topology
 from dpsim.workload.architectures import GPT2Config, build_gpt2
+from dpsim.workload.layers import with_activation_count
 from dpsim.workload.spec import AttentionOp, MatmulOp, MemoryOp
 
 DATA = ROOT / "tests" / "data" / "layout_reference.csv"
@@ -63,14 +64,18 @@ def model_of(row: dict):
     around one fused scale-mask-softmax kernel reading and writing 16-bit scores
     (``FusedScaleMaskSoftmax``, ``megatron/model/fused_softmax.py``@50a4b5fa02) and the
     attention dropout. Megatron-Core's rows (2024) run TransformerEngine's fused attention.
-    Every row's loss is Megatron's vocab-parallel cross-entropy (:func:`_megatron_cross_entropy`)."""
+    Every row's loss is Megatron's vocab-parallel cross-entropy (:func:`_megatron_cross_entropy`).
+    Every row ran Megatron's GPT model (Megatron-LM, Megatron-Core, and Megatron-DeepSpeed for
+    MT-NLG), so every block keeps what Megatron keeps for backward: ``--activations megatron``
+    (:func:`~dpsim.workload.layers.megatron_gpt_block_activation_bytes`, Korthikanti et al. 2022's
+    count with the fused attention's softmax statistics)."""
     kwargs = {"vocab_size": int(row["vocab"]), "n_positions": int(row["seq_len"]), "n_embd": int(row["hidden"]),
               "n_layer": int(row["layers"]), "n_head": int(row["heads"]), "activation_function": "gelu"}
     flash = row["set"] == "mcore2024"
     model = build_gpt2(GPT2Config(**kwargs), name=row["model"], flash_attention=flash)
     layers = tuple(dataclasses.replace(layer, ops=tuple(o for op in layer.ops for o in _megatron_ops(op, flash)))
                    for layer in model.layers)
-    return dataclasses.replace(model, layers=layers)
+    return with_activation_count(dataclasses.replace(model, layers=layers), "megatron")
 
 
 def _megatron_ops(op, flash: bool) -> tuple:

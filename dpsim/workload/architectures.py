@@ -48,6 +48,7 @@ from dpsim.workload.layers import (
     llama_block_activation_bytes,
     linear_ops,
     megatron_block_activation_bytes,
+    megatron_gpt_block_activation_bytes,
     megatron_moe_activation_bytes,
     moe_activation_bytes,
     moe_ops,
@@ -278,6 +279,10 @@ def build_gpt2(
         attn_act, mlp_act = korthikanti_block_activation_bytes(s, d, cfg.n_head, flash_attention=flash_attention,
                                                                resid_dropout=cfg.resid_pdrop > 0,
                                                                attn_dropout=cfg.attn_pdrop > 0)
+        # Megatron's GPT runs a GELU MLP of 4h (its fused bias-GELU): only such blocks have its count.
+        attn_megatron, mlp_megatron = megatron_gpt_block_activation_bytes(
+            s, d, cfg.n_head, flash_attention=flash_attention, resid_dropout=cfg.resid_pdrop > 0,
+            attn_dropout=cfg.attn_pdrop > 0) if cfg.activation_function == "gelu" and inner == 4 * d else (None, None)
         if cfg.activation_function == "gelu_new":
             mlp_act += gelu_new_activation_bytes(float(s * inner))
         ln_1 = _norm(f"{p}.ln_1", d, dtype)
@@ -293,6 +298,7 @@ def build_gpt2(
             f"{p}.attn", [ln_1, c_attn, attn_proj],
             forward_flops_per_sample=2.0 * s * d * 3 * d + 2.0 * s * d * d + attention_matmul_flops(s, d),
             activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream",
+            megatron_activation_bytes_per_sample=attn_megatron,
             saved_elements=((sd, "stream"),),  # the LayerNorm's input: the residual stream
             ops=[norm_op("ln_1", sd), cast_op("cast", sd), *linear_ops("c_attn", s, 3 * d, d, bias=True),
                  *attention_ops(s, cfg.n_head, hd, causal=True, fused=flash_attention, dropout=cfg.attn_pdrop > 0),
@@ -302,6 +308,7 @@ def build_gpt2(
             f"{p}.mlp", [ln_2, c_fc, mlp_proj],
             forward_flops_per_sample=2.0 * s * d * inner * 2,
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream",
+            megatron_activation_bytes_per_sample=mlp_megatron,
             saved_elements=((sd, "stream"),),  # the LayerNorm's input: the residual stream
             ops=[norm_op("ln_2", sd), cast_op("cast", sd), *linear_ops("c_fc", s, inner, d, bias=True),
                  *(gelu_new_ops("act", float(s * inner)) if cfg.activation_function == "gelu_new"

@@ -117,6 +117,30 @@ def megatron_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_di
     return attention, mlp
 
 
+def megatron_gpt_block_activation_bytes(seq_len: int, hidden: int, heads: int, *, flash_attention: bool,
+                                        resid_dropout: bool = True, attn_dropout: bool = True
+                                        ) -> tuple[float, float]:
+    """Bytes a GPT block (LayerNorm, multi-head attention, 4h GELU MLP) keeps for backward under
+    Megatron-LM / Megatron-Core (b = 1, 16-bit activations), as (attention, MLP) halves.
+
+    Korthikanti et al. 2022 (arXiv:2205.05198, Sec. 4.1) derived ``s·h·(34 + 5·a·s/h)`` from
+    Megatron's own GPT block, so this is :func:`korthikanti_block_activation_bytes` tensor for
+    tensor: each LayerNorm's input and the following linear's input (TE's ``LayerNormLinear`` keeps
+    ``inputmat`` and ``ln_out``, as for the Llama block in :func:`megatron_block_activation_bytes`),
+    Q, K, V and the projection's input, the fused bias-GELU's input (``megatron/model/fused_bias_gelu.py``
+    saves ``input, bias``) and fc2's input ``8sh`` each, the 1-byte hidden-dropout masks; without
+    fused attention the ``5as²`` scores, softmax and attention-dropout mask and output. The one
+    addition: with fused attention the ``a·s`` fp32 softmax statistics (:data:`SOFTMAX_STAT_BYTES`),
+    which Korthikanti (before FlashAttention) has no term for. Under 16-bit parameters the eager
+    count (:func:`korthikanti_block_activation_bytes` in ``build_gpt2``) therefore differs only by
+    these statistics (``4as`` bytes against ``13sh``: 0.2 % at h = 2048, a = 16)."""
+    attention, mlp = korthikanti_block_activation_bytes(seq_len, hidden, heads, flash_attention=flash_attention,
+                                                        resid_dropout=resid_dropout, attn_dropout=attn_dropout)
+    if flash_attention:
+        attention += SOFTMAX_STAT_BYTES * float(heads) * seq_len
+    return attention, mlp
+
+
 def megatron_moe_activation_bytes(tokens: int, hidden: int, *, experts: int, top_k: int, expert_ffn: int,
                                   shared_ffn: int) -> float:
     """Bytes an MoE layer keeps for backward per sample under Megatron-Core (b = 1, 16-bit
@@ -177,14 +201,14 @@ def with_activation_count(model: ModelSpec, count: str) -> ModelSpec:
     """``model`` keeping what ``count`` (:data:`ACTIVATION_COUNTS`) says its framework keeps for
     backward: the one place ``--activations`` is applied, for predict, memory, sweep, goodput and plan
     alike, and for the validation harness's Megatron rows. A model none of whose layers has a
-    Megatron-Core count (only the Llama-family builder writes one) is refused with ``megatron``
+    Megatron-Core count (only the Llama-family builder and GPT blocks with a 4h GELU MLP have one) is refused with ``megatron``
     rather than predicted with the eager count under a flag that says otherwise."""
     if count == "eager":
         return model
     if not has_megatron_count(model):
         raise ConfigError(f"--activations: megatron counts what Megatron-Core keeps of a Llama-family decoder "
-                          f"(grouped key/value heads, fused SwiGLU and norms); {model.name} has no layer it "
-                          f"covers; leave --activations out (eager)")
+                          f"(grouped key/value heads, fused SwiGLU and norms) or of a GPT block with a 4h GELU MLP; "
+                          f"{model.name} has no layer it covers; leave --activations out (eager)")
     return with_megatron_activations(model)
 
 

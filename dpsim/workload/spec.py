@@ -300,7 +300,8 @@ class LayerSpec:
     """Bytes this layer keeps for backward per sample, at 2 bytes per element (bf16/fp16)."""
     megatron_activation_bytes_per_sample: float | None = None
     """What the layer keeps instead when Megatron-Core with TransformerEngine runs it (fused norms
-    and SwiGLU, grouped key-value heads not repeated: :func:`dpsim.workload.layers.with_megatron_activations`);
+    and SwiGLU, grouped key-value heads not repeated; for a GPT block with a GELU MLP, Korthikanti et al.
+    2022's count: :func:`dpsim.workload.layers.with_megatron_activations`);
     ``None``: no separate count (the layer keeps :attr:`activation_bytes_per_sample` there too)."""
     input_bytes_per_sample: float = 0.0
     """Bytes of the layer's input activations per sample (2 bytes per element): what
