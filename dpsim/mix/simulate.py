@@ -68,7 +68,7 @@ from dpsim.plan.reliability import ClusterShape, model_optimum_s
 from dpsim.predict import PredictConfig, predict
 from dpsim.topology import Topology
 from dpsim.topology.load import load_cluster_spec
-from dpsim.units import format_bytes, format_bytes_against
+from dpsim.units import format_bytes_against
 
 DEFAULT_SAMPLE_STEPS = 20
 """Steps every job completes in an interval between arrivals/departures before it is fast-forwarded."""

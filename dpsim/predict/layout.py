@@ -82,7 +82,7 @@ from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.strategies.zero import internlm_stages
 from dpsim.workload.routing import RankLoad, parse_routing, rank_load
 from dpsim.topology.cluster import Topology
-from dpsim.units import MiB, format_bytes, format_bytes_against
+from dpsim.units import MiB, format_bytes_against
 from dpsim.workload.catalog import find_entry
 from dpsim.workload.library_models import lowered_shape_ref
 from dpsim.workload.model_ref import is_torch_model_ref
