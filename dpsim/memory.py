@@ -77,6 +77,7 @@ from dataclasses import dataclass, replace
 
 from dpsim.errors import ConfigError
 from dpsim.hardware import GpuSpec, get_gpu
+from dpsim.processes import meminfo_bytes
 from dpsim.strategies.ddp_costs import (
     DEFAULT_DDP_OPTIONS,
     DdpOptions,
@@ -942,14 +943,8 @@ def offload_memory(m: MemoryBreakdown, offload: str, *, working_weight_bytes: fl
 
 def host_available_bytes() -> float | None:
     """MemAvailable of this host (Linux), else ``None``."""
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    available = meminfo_bytes("MemAvailable")
+    return None if available is None else float(available)
 
 
 HOST_MEMORY_SHARE = 0.95

@@ -89,3 +89,16 @@ def check_torchrun_env() -> None:
             given = "is not set" if raw is None else f"{raw!r} is not valid"
             raise ConfigError(f"environment {name}: {given}; expected an integer from {lo} to {hi:,} "
                               f"({what}; torchrun sets it)")
+
+
+def meminfo_bytes(field: str) -> int | None:
+    """``field`` of this host's ``/proc/meminfo`` (``MemTotal``, ``MemAvailable``, ...) in bytes; ``None``
+    where it cannot be read (not Linux, no such field)."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -97,6 +97,7 @@ from dpsim.measure.timing import (
     Watchdog,
     human_bytes,
 )
+from dpsim.processes import meminfo_bytes
 
 # ----------------------------------------------------------------------------- environment
 
@@ -425,22 +426,11 @@ def _merge_op_rates(per_rank: list[dict]) -> dict:
     return out
 
 
-def _host_memory_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def _environment(plan, backend, device, hostnames, nodes, world, nodes_from) -> dict:
     names: list[Any] = [None] * world
     dist.all_gather_object(names, device_name(device))
     memory = (torch.cuda.get_device_properties(device).total_memory if device.type == "cuda"
-              else _host_memory_bytes())
+              else meminfo_bytes("MemTotal"))
     return {
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda,
