@@ -1176,16 +1176,13 @@ class Planner:
         # direction) run half of them each.
         dual = c.schedule == "dualpipe"
         stage_chunks = [[(layers, m / 2.0) for layers in assignment[s]] for s in range(p)] if dual else []
-        x = []
-        for s in range(p):
-            xs = 0.0
-            for ch in range(v):
-                for i in virtual_layers[ch * p + s]:
-                    xs += tab.forward[i] + tab.backward[i]
-            x.append(xs)
+        # Per stage: one micro-batch's forward and backward over its chunks (DualPipe: half through each).
         if dual:
             x = [sum(n / m * sum(tab.forward[i] + tab.backward[i] for i in layers) for layers, n in chunks)
                  for chunks in stage_chunks]
+        else:
+            x = [sum(tab.forward[i] + tab.backward[i] for ch in range(v) for i in virtual_layers[ch * p + s])
+                 for s in range(p)]
         xmax = max(x)
         pipe = m * xmax + (sum(x) - xmax) / v
         if c.schedule == "1f1b-interleaved" and v > 1:
