@@ -137,16 +137,33 @@ def test_internlm_rows_and_only_they_run_flash_attention_1():
         assert "flash1" not in kernels(rid), rid
 
 
-def test_dropless_aux_loss_rows_route_with_the_measured_max_violation():
-    # arXiv:2408.15664 measured MaxVio on 64 fine-grained experts: Qwen3's 128 take it, Mixtral's
-    # 8 stay balanced; forced-balance and capacity-factor rows keep their own routing.
+def test_dropless_aux_loss_rows_route_with_the_measured_expert_spread():
+    # arXiv:2605.20982 measured Qwen3-30B-A3B's per-expert Gini on real text: the Qwen3 dropless rows
+    # (235B and 30B, 128 experts) take it; Mixtral's 8 coarse experts stay balanced; forced-balance and
+    # capacity-factor rows keep their own routing.
     rows = {r["id"]: r for r in alm.rows()}
-    for rid in ("R057", "R063", "R069"):
+    for rid in ("R057", "R063", "R069", "R140"):
         job = alm.job_of(rows[rid])
-        assert job.config.parallelism.moe_routing == f"maxvio:{alm.AUX_LOSS_MAX_VIOLATION:g}"
-        assert any("arXiv:2408.15664" in a for a in job.assumed)
+        assert job.config.parallelism.moe_routing == f"gini:{alm.QWEN3_ROUTING_GINI:g}"
+        assert any("arXiv:2605.20982" in a for a in job.assumed)
     for rid in ("R054", "R056", "R062", "R064"):
         assert alm.job_of(rows[rid]).config.parallelism.moe_routing == "balanced"
+    # A fine-grained router other than Qwen3's keeps the MaxVio measurement (arXiv:2408.15664).
+    other = dict(rows["R063"], model="deepseek-v2-lite")
+    kw, note = alm._aux_loss_routing(other, {})
+    assert kw["moe_routing"] == f"maxvio:{alm.AUX_LOSS_MAX_VIOLATION:g}" and "arXiv:2408.15664" in note
+
+
+def test_the_measured_spread_never_speeds_a_dropless_row():
+    # Imbalance can only slow a step: each Qwen3 dropless row with gini:G against the same job balanced.
+    from dataclasses import replace
+    from dpsim.predict import predict
+    rows = {r["id"]: r for r in alm.rows()}
+    for rid in ("R063", "R069"):
+        job = alm.job_of(rows[rid])
+        par = job.config.parallelism
+        flat = replace(job.config, parallelism=replace(par, moe_routing="balanced"))
+        assert predict(job.config, model=job.model).step_time_s >= predict(flat, model=job.model).step_time_s
 
 
 def test_llm_foundrys_flash_rows_and_only_they_pay_its_unpad_and_pad_copies():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import numpy as np
@@ -138,7 +139,8 @@ def test_fast_at_scale():
     ("uniform", "is not a routing"), ("zipf:", "no number"), ("zipf:-1", "finite number >= 0"),
     ("zipf:nan", "finite number >= 0"), ("histogram:/nonexistent/h.json", "cannot be read"),
     ("balanced:2", "is not a routing"), ("maxvio:", "no number"), ("maxvio:-0.1", "finite number >= 0"),
-    ("maxvio:inf", "finite number >= 0"),
+    ("maxvio:inf", "finite number >= 0"), ("gini:", "no number"), ("gini:-0.1", "finite number >= 0"),
+    ("gini:1", "not below 1"), ("gini:nan", "finite number >= 0"),
 ])
 def test_bad_routing_is_one_line(text, needle):
     with pytest.raises(ConfigError) as e:
@@ -198,7 +200,7 @@ def test_bad_layout_arguments():
 
 
 def test_kinds_documented():
-    assert set(ROUTING_KINDS) == {"balanced", "zipf", "histogram", "maxvio"}
+    assert set(ROUTING_KINDS) == {"balanced", "zipf", "histogram", "maxvio", "gini"}
 
 
 QWEN3 = dict(experts=128, top_k=8)  # Qwen3-235B-A22B's routed experts and top-k
@@ -252,3 +254,60 @@ def test_maxvio_beyond_every_token_is_refused_in_one_line():
     assert "\n" not in msg and "--moe-routing" in msg and "maxvio:15" in msg and "below 15" in msg
     with pytest.raises(ConfigError, match="single expert"):
         expert_shares(parse_routing("maxvio:0.5"), 1)
+
+
+# gini:G (arXiv:2605.20982): each dispatch's expert loads log-normal with Gini coefficient G.
+
+def test_gini_zero_is_balanced():
+    for ep in (8, 32):
+        a = rank_load(parse_routing("gini:0"), ep=ep, tokens_per_rank=4096, **QWEN3)
+        b = rank_load(parse_routing("balanced"), ep=ep, tokens_per_rank=4096, **QWEN3)
+        assert a == b
+    assert parse_routing("gini:0").uniform and not parse_routing("gini:0.15").uniform
+
+
+def test_gini_sigma_inverts_the_log_normals_gini():
+    from dpsim.workload.routing import gini_sigma
+    for g in (0.0, 0.105, 0.15, 0.24, 0.9):
+        assert math.erf(gini_sigma(g) / 2) == pytest.approx(g, abs=1e-12)
+
+
+def test_gini_draws_have_the_asked_gini_and_keep_every_pair():
+    # The sample Gini of the drawn per-expert counts is G (128 experts, many pairs); each draw's
+    # counts add up to every routed (token, expert) pair, and no expert gets a token twice.
+    from dpsim.workload.routing import _gini_inclusions
+    rng = np.random.default_rng(3)
+    for g in (0.105, 0.24, 0.6):
+        pi = _gini_inclusions(g, 128, 8, 400, rng)
+        np.testing.assert_allclose(pi.sum(axis=1), 8.0)
+        assert pi.max() <= 1.0 + 1e-12
+        x = np.sort(pi, axis=1)
+        n = x.shape[1]
+        ginis = ((2 * np.arange(1, n + 1) - n - 1) * x).sum(axis=1) / (n * x.sum(axis=1))
+        assert ginis.mean() == pytest.approx(g, abs=0.02)
+
+
+def test_gini_moves_no_bytes():
+    # Every expert's expected load is the balanced one: the dispatch's traffic is balanced's.
+    kw = dict(ep=8, tokens_per_rank=4096, bytes_per_token=2.0, **QWEN3)
+    np.testing.assert_allclose(traffic_matrix(parse_routing("gini:0.24"), **kw),
+                               traffic_matrix(parse_routing("balanced"), **kw))
+
+
+@pytest.mark.parametrize("ep", [8, 32])
+def test_gini_never_unloads_the_busiest_rank_and_grows_with_g(ep):
+    factors = [rank_load(parse_routing(f"gini:{g}"), ep=ep, tokens_per_rank=4096, **QWEN3).mean_busiest_factor
+               for g in (0.0, 0.105, 0.15, 0.24, 0.4)]
+    assert factors[0] >= 1.0 and np.all(np.diff(factors) > 0), factors
+
+
+def test_gini_busiest_rank_is_the_mean_of_each_dispatchs_maximum():
+    # 16 experts a rank at EP 8: the busiest rank's excess is the maximum of 8 sums of 16
+    # log-normal loads, about 1.42 standard deviations of a rank's sum (cv / 4) above the mean.
+    from dpsim.workload.routing import gini_sigma
+    s = gini_sigma(0.24)
+    cv_rank = math.sqrt(math.exp(s * s) - 1) / 4
+    r = rank_load(parse_routing("gini:0.24"), ep=8, tokens_per_rank=1_000_000, steps=2000, **QWEN3)
+    assert r.mean_busiest_factor == pytest.approx(1 + 1.4236 * cv_rank, abs=0.02)
+    # The ranks' loads averaged over dispatches are level (popularity lands on any rank).
+    assert len(r.step_factors) == 2000 and min(r.step_factors) >= 1.0

@@ -318,9 +318,11 @@ class ParallelismConfig:
     --expert-tensor-parallel-size)."""
     moe_routing: str = "balanced"
     """How a mixture of experts' router spreads tokens over its experts: balanced, zipf:S (expert i's
-    share proportional to (i + 1)^-S), histogram:PATH.json (measured per-expert counts) or maxvio:V
-    (an auxiliary-loss-balanced router whose busiest expert gets 1 + V times the mean load); the
-    busiest expert-parallel GPU paces the expert GEMMs and the all-to-all."""
+    share proportional to (i + 1)^-S), histogram:PATH.json (measured per-expert counts), maxvio:V
+    (an auxiliary-loss-balanced router whose busiest expert gets 1 + V times the mean load) or gini:G
+    (a trained router's per-layer expert loads, log-normal with Gini coefficient G, a fresh
+    popularity each dispatch); the busiest expert-parallel GPU paces the expert GEMMs and the
+    all-to-all."""
     moe_capacity_factor: float | None = field(default=None, metadata=_range(0, 1e6, open_below=True))
     """Expert capacity (GShard, Switch Transformer): an expert takes at most this x its balanced share
     of the routed tokens, dropping the rest; left out: dropless."""

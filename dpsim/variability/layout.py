@@ -57,7 +57,7 @@ router and norms included, an upper bound on the expert GEMMs' share; a model's 
 which routing does not load, are counted too) and their dispatch/combine all-to-alls and
 expert-tensor collectives, the bytes the busiest rank moves. With ``k = 1`` expert group per
 block the ratio averages 1; with several, the largest of them paces every layer, and the mean
-step grows. Non-balanced routing (``zipf:S``, ``histogram:``, ``maxvio:V`` with ``S, V > 0``)
+step grows. Non-balanced routing (``zipf:S``, ``histogram:``, ``maxvio:V``, ``gini:G`` with ``S, V, G > 0``)
 shows this distribution even without ``--noise-cv``; balanced routing only with the noise flags
 (its per-dispatch spread is sampling noise alone, and the default table stays as it was).
 

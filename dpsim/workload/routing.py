@@ -43,6 +43,26 @@ inherits; each micro-batch's (token, expert) pairs are then a multinomial draw o
 the other kinds (the per-step variation above), while a micro-batch's own topical skew beyond
 the global one (the paper's MaxVio_batch curves, published only as figures) is not modelled.
 
+**Per-layer expert popularity from a Gini coefficient (``gini:G``).** A trained router's
+experts differ in popularity layer by layer: Ma et al., "Diagnosing Overhead in Dispatch Operations:
+Cross-architecture Observatory" (DODOCO, arXiv:2605.20982v1, abstract) instrument five MoE
+checkpoints on H100 with real text and report the Gini coefficient of the per-expert token counts:
+0.105 (DeepSeek-MoE-16B, MHA) and 0.150 (Nemotron-30B, Mamba-2) on wikitext, above 0.24 on every
+real-text condition for MLA (DeepSeek-V2-Lite) and GDN (Qwen3.5-35B), Qwen3-30B-A3B (GQA) "the
+intermediate case"; and scaling EP from 4 to 32 ranks moves the per-expert max/mean token ratio by
+at most 5 %: the skew is the router's, not the placement's. ``gini:G`` draws each dispatch's expert
+loads log-normal with that Gini coefficient (``sigma = 2 erfinv(G)``, the log-normal's
+``G = erf(sigma / 2)``): deepseek-ai/DeepEP pull 393 (description) recorded DeepSeek-V3's per-rank
+token counts layer by layer on MMLU-Pro and found the log-normal the best fit of the distributions it
+tried. Which experts are popular differs from layer to layer (each layer has its own router), so each
+draw places the popular experts independently of the ranks' contiguous blocks; a rank's load is
+the sum of its experts', and the busiest rank of every dispatch paces it (each MoE layer's
+all-to-all waits for every rank of the group), so the factor is the mean over dispatches of each
+dispatch's maximum, not the maximum of the ranks' mean loads (which would be about 1). The
+multinomial draw of each micro-batch's (token, expert) pairs follows as for the other kinds. The
+expected load of every expert (and so every rank, and the traffic matrix) is the balanced one: only
+the busiest rank's factor grows; no bytes are added.
+
 **Capacity factor.** GShard's and Switch Transformer's expert capacity: an expert takes at most
 ``capacity_factor x tokens x top_k / experts`` (token, expert) pairs in a step and drops the rest
 (Lepikhin et al., "GShard", arXiv:2006.16668, sec. 2.2 "expert capacity"; Fedus et al., "Switch
@@ -69,6 +89,9 @@ ROUTING_KINDS: dict[str, str] = {
     "histogram": "histogram:PATH.json - a measured JSON list of per-expert token counts or shares",
     "maxvio": "maxvio:V - an auxiliary-loss-balanced router: the busiest expert gets (1 + V) times the mean "
               "expert load, the others the rest equally (MaxVio, arXiv:2408.15664); V = 0 is balanced",
+    "gini": "gini:G - a trained router's per-layer expert popularity: each dispatch's expert loads log-normal "
+            "with Gini coefficient G (0 <= G < 1; DODOCO, arXiv:2605.20982), popular experts on any rank; "
+            "G = 0 is balanced",
 }
 """The routing kinds ``--moe-routing`` takes, and what each means."""
 
@@ -80,20 +103,23 @@ class Routing:
     """How a router spreads tokens over experts."""
 
     kind: str
-    """``balanced``, ``zipf``, ``histogram`` or ``maxvio`` (:data:`ROUTING_KINDS`)."""
+    """``balanced``, ``zipf``, ``histogram``, ``maxvio`` or ``gini`` (:data:`ROUTING_KINDS`)."""
     zipf_s: float = 0.0
     """Zipf exponent S of ``zipf`` (expert i's share proportional to (i + 1)^-S)."""
     shares: tuple[float, ...] = ()
     """``histogram``: the token share of each expert, normalised to sum to 1."""
     max_violation: float = 0.0
     """``maxvio``: V, the busiest expert's load over the mean expert load, less 1 (>= 0)."""
+    gini: float = 0.0
+    """``gini``: G, the Gini coefficient of each dispatch's per-expert loads (0 <= G < 1)."""
 
     @property
     def uniform(self) -> bool:
-        """Every expert expects the same share: ``balanced``, ``zipf:0`` or ``maxvio:0`` (a histogram
-        is taken as measured, even if its counts are equal)."""
+        """Every expert gets the same share in every dispatch: ``balanced``, ``zipf:0``, ``maxvio:0`` or
+        ``gini:0`` (a histogram is taken as measured, even if its counts are equal)."""
         return (self.kind == "balanced" or (self.kind == "zipf" and self.zipf_s == 0)
-                or (self.kind == "maxvio" and self.max_violation == 0))
+                or (self.kind == "maxvio" and self.max_violation == 0)
+                or (self.kind == "gini" and self.gini == 0))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,12 +136,13 @@ class RankLoad:
 
 
 def _routing_error(text: str, why: str) -> ConfigError:
-    return ConfigError(f"{_FLAG}: {text!r} {why}; expected balanced, zipf:S (S >= 0), histogram:PATH.json "
-                             f"or maxvio:V (V >= 0)")
+    return ConfigError(f"{_FLAG}: {text!r} {why}; expected balanced, zipf:S (S >= 0), histogram:PATH.json, "
+                             f"maxvio:V (V >= 0) or gini:G (0 <= G < 1)")
 
 
 def parse_routing(text: str) -> Routing:
-    """The routing ``text`` names: ``balanced``, ``zipf:S``, ``histogram:PATH.json`` or ``maxvio:V``."""
+    """The routing ``text`` names: ``balanced``, ``zipf:S``, ``histogram:PATH.json``, ``maxvio:V`` or
+    ``gini:G``."""
     if not isinstance(text, str):
         raise _routing_error(str(text), "is not text")
     kind, _, arg = text.strip().partition(":")
@@ -126,6 +153,11 @@ def parse_routing(text: str) -> Routing:
         return Routing(kind="zipf", zipf_s=_non_negative(text, arg, "zipf", "a Zipf exponent"))
     if kind == "maxvio":
         return Routing(kind="maxvio", max_violation=_non_negative(text, arg, "maxvio", "a maximal violation"))
+    if kind == "gini":
+        g = _non_negative(text, arg, "gini", "a Gini coefficient")
+        if g >= 1.0:  # G = 1 is one expert taking every token: no log-normal reaches it
+            raise _routing_error(text, "has a Gini coefficient that is not below 1")
+        return Routing(kind="gini", gini=g)
     if kind == "histogram" and arg:
         return Routing(kind="histogram", shares=_read_histogram(text, Path(arg)))
     raise _routing_error(text, "is not a routing")
@@ -198,6 +230,40 @@ def _maxvio_shares(v: float, experts: int, top_k: int) -> np.ndarray:
     return w / w.sum()
 
 
+def gini_sigma(g: float) -> float:
+    """The log-normal's sigma whose Gini coefficient is ``g``: ``G = erf(sigma / 2)`` (bisection on
+    erf, which increases; 0 <= g < 1)."""
+    if not (math.isfinite(g) and 0.0 <= g < 1.0):
+        raise ConfigError(f"{_FLAG}: gini:{g!r} is not valid; expected a Gini coefficient 0 <= G < 1")
+    lo, hi = 0.0, 1.0
+    while math.erf(hi / 2.0) < g:  # erf reaches 1 in float at about 6, so this stops for g < 1
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if math.erf(mid / 2.0) < g:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def _gini_inclusions(g: float, experts: int, top_k: int, steps: int, rng: np.random.Generator) -> np.ndarray:
+    """``steps`` draws of the experts' inclusion probabilities (each row sums to ``top_k``) whose
+    loads are log-normal with Gini coefficient ``g``, each draw's popular experts on any rank
+    (module docstring, ``gini``). A probability is at most 1 (an expert is picked at most once per
+    token): any excess is shared among the others in proportion to their loads."""
+    w = np.exp(gini_sigma(g) * rng.standard_normal((steps, experts)))
+    pi = w * (top_k / w.sum(axis=1, keepdims=True))
+    for _ in range(experts):
+        over = pi > 1.0
+        if not over.any():
+            break
+        free = np.where(over, 0.0, pi)
+        excess = np.where(over, pi - 1.0, 0.0).sum(axis=1, keepdims=True)
+        pi = np.where(over, 1.0, pi + free * excess / np.maximum(free.sum(axis=1, keepdims=True), 1e-300))
+    return pi
+
+
 def expert_shares(routing: Routing, experts: int, top_k: int = 1) -> np.ndarray:
     """The share of tokens each of ``experts`` experts would get (sums to 1); ``top_k`` is the
     experts each token picks (only ``maxvio`` depends on it: it sets the loads after the top-k
@@ -219,6 +285,10 @@ def expert_shares(routing: Routing, experts: int, top_k: int = 1) -> np.ndarray:
         if routing.uniform:
             return np.full(experts, 1.0 / experts)
         return _maxvio_shares(routing.max_violation, experts, top_k)
+    if routing.kind == "gini":
+        # Each dispatch's popular experts land on any rank (module docstring), so every expert's
+        # expected share is the balanced one; the per-dispatch spread is drawn in rank_load.
+        return np.full(experts, 1.0 / experts)
     raise ConfigError(f"{_FLAG}: kind {routing.kind!r} is not known; choose one of {', '.join(ROUTING_KINDS)}")
 
 
@@ -297,9 +367,14 @@ def rank_load(routing: Routing, *, experts: int, ep: int, tokens_per_rank: int, 
     pairs = tokens_per_rank * ep * top_k
     if pairs == 0:
         return RankLoad(mean_busiest_factor=1.0, step_factors=(1.0,) * steps, dropped_fraction=0.0)
-    pi = inclusion_probabilities(shares, top_k)
     rng = np.random.default_rng(seed)
-    counts = rng.multinomial(pairs, pi / top_k, size=steps).astype(float)  # steps x experts
+    if routing.kind == "gini" and not routing.uniform:
+        # A fresh popularity per dispatch (each layer's own router), then that dispatch's pairs.
+        per_step = _gini_inclusions(routing.gini, experts, top_k, steps, rng)
+        counts = rng.multinomial(pairs, per_step / top_k).astype(float)  # steps x experts
+    else:
+        pi = inclusion_probabilities(shares, top_k)
+        counts = rng.multinomial(pairs, pi / top_k, size=steps).astype(float)  # steps x experts
     dropped = 0.0
     if capacity_factor is not None:
         cap = math.floor(capacity_factor * pairs / experts)
