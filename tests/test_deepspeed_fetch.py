@@ -95,3 +95,29 @@ def test_more_all_gathers_never_speed_a_step(ac, monkeypatch):
     for (b0, t0), (b1, t1) in zip(results, results[1:]):
         assert b1 >= b0 and t1 >= t0 * (1 - 1e-12)
     assert results[-1][0] > results[0][0]
+
+
+def test_a_gradient_past_the_bucket_is_neither_copied_nor_interleaved():
+    """DeepSpeed v0.14.0: a gradient larger than ``reduce_bucket_size`` (5e8) stays where it is
+    (``__add_grad_to_ipg_bucket`` copies only what fits) and, alone in its bucket with a size the
+    ranks divide, is reduce-scattered in place (``reduce_scatter_coalesced``): only the in-place
+    division and the partition's copy remain. Two gradients sharing a bucket pay both copies."""
+    from dpsim.workload.roofline import Efficiencies, memory_term
+    from dpsim.workload.spec import LayerSpec, ModelSpec, ParamSpec
+
+    def model(shapes):
+        layers = [LayerSpec(name=f"b{i}", unit=f"b{i}", forward_flops_per_sample=1e9,
+                            params=tuple(ParamSpec(name=f"b{i}.p{k}", shape=s) for k, s in enumerate(ps)))
+                  for i, ps in enumerate(shapes)]
+        return ModelSpec(name="toy", layers=tuple(layers), tokens_per_sample=8)
+
+    def copies(m):
+        compute = compute_profile(m, A100, micro_batch=1, precision=BF16, optimizer="adamw")
+        return build_step_program("zero3", m, compute, precision=BF16, n_gpus=8, compute_gpu=A100).framework_s
+
+    t = lambda size: memory_term(size, A100).time_s(Efficiencies())  # noqa: E731
+    big = 8 * 75_000_000  # 6e8 elements, past the bucket; 8 ranks divide it
+    assert copies(model([[(big,)]])) == pytest.approx(t(2 * big * 2) + t(2 * (big // 8) * 2))
+    small = 8 * 1_000_000
+    assert copies(model([[(small,), (small,)]])) == pytest.approx(
+        2 * t(2 * 2 * small * 2) + t(2 * 2 * small * 2) + t(2 * (2 * small // 8) * 2))

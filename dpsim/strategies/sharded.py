@@ -94,7 +94,7 @@ from dpsim.strategies.program import (
     _recompute_starts,
 )
 from dpsim.strategies.deepspeed_fetch import backward_gather_numel
-from dpsim.strategies.shards import unit_shard_numel, wrap_units
+from dpsim.strategies.shards import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, unit_shard_numel, wrap_units
 from dpsim.workload.fp8 import (
     AMAX_ALL_REDUCE_BYTES_PER_LINEAR,
     gathered_weight_bytes,
@@ -141,8 +141,9 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
     reduce_every_micro_batch = not request.unsharded_accumulation
     # Share of each unit's gathered bytes its backward all-gathers (FSDP: all of it, once).
     bwd_size = _deepspeed_backward_share(request, units, unit_of_layer) if key == "zero3" else {}
-    copies = (_fsdp2_copies(request, units, shard, world, gathered) if request.fsdp_version == "2"
-              else _fsdp1_copies(request, units, shard, world) if key != "zero3" else _Copies())
+    copies = (_zero3_copies(request, units, shard, world) if key == "zero3"
+              else _fsdp2_copies(request, units, shard, world, gathered) if request.fsdp_version == "2"
+              else _fsdp1_copies(request, units, shard, world))
     copies_s = 0.0
     group = "intra" if hybrid else "world"
     recompute = _recompute_starts(request.checkpoint_units, request.recompute_share)
@@ -246,7 +247,8 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
         b.task("optimizer", "float8 scales", _amax_s(request, units, shard), wait=[amax])
     return StrategyProgram(strategy=key, program=b.build(), shard_group_size=world,
                            gradient_ops=tuple(grad_ops), units=tuple(units),
-                           framework_parts_s={"fsdp_copies": copies_s} if copies_s else {})
+                           framework_parts_s={f"{'zero3' if key == 'zero3' else 'fsdp'}_copies": copies_s}
+                           if copies_s else {})
 
 
 def _deepspeed_backward_share(request: BuildRequest, units, unit_of_layer) -> dict[str, float]:
@@ -334,6 +336,56 @@ def _fsdp2_copies(request: BuildRequest, units, shard: dict[str, int], world: in
         out.gather[u.name] = t(2 * gathered[u.name]) + t(cast_in + 2 * gathered_shard)
         out.scatter[u.name] = t(n * world * (w + g)) + t(n * (g + stored) if g != stored else 0.0)
         out.accumulate[u.name] = t(3 * n * stored)
+    return out
+
+
+def _zero3_copies(request: BuildRequest, units, shard: dict[str, int], world: int) -> _Copies:
+    """DeepSpeed ZeRO-3's gradient passes (none without a GPU to cost them on), as
+    microsoft/DeepSpeed@ce78a632ac82 (v0.14.0) ``deepspeed/runtime/zero/stage3.py`` and
+    ``runtime/comm/coalesced_collectives.py`` run them with the defaults (``contiguous_gradients``
+    and ``reduce_scatter`` true, ``reduce_bucket_size`` 5e8 elements, the gradient in the model's
+    dtype). In backward order each gradient joins the bucket, which is reduced first when the
+    gradient would take it past 5e8 elements (``reduce_independent_p_g_buckets_and_remove_grads``);
+    one that fits is copied into the flat bucket (``__add_grad_to_ipg_bucket``). The bucket goes to
+    ``reduce_scatter_coalesced``, which interleaves the rank-sized chunks of its gradients into
+    one buffer (``torch.cat``) unless it holds one gradient whose size the ranks divide, then
+    divides that buffer by the ranks in place (``tensor_partition_flat_buffer.div_``) before the
+    reduce-scatter; ``partition_grads`` copies the rank's partition into the gradient partition
+    (the first micro-batch of a step) or adds it (later ones). Each pass streams through device
+    memory once; they run on DeepSpeed's reduce-and-partition stream, charged here to the compute
+    stream (an upper bound, as FSDP's). Not costed: the gather side's copy-out
+    (``AllGatherCoalescedHandle.wait``'s ``torch.cat``), which only gathers of several parameters at
+    once pay."""
+    out, staging = _Copies(), _staging(request)
+    if staging is None:
+        return out
+    _, g, _, t = staging
+    copied = {u.name: 0 for u in units if u.params}
+    interleaved = dict(copied)
+    bucket: list[tuple[str, int]] = []
+    elements = 0
+
+    def reduce() -> None:
+        if len(bucket) == 1 and bucket[0][1] % world == 0:
+            return  # reduce_scatter_coalesced reduces the gradient in place
+        for name, n in bucket:
+            interleaved[name] += n
+
+    for u in reversed([u for u in units if u.params]):
+        for p in reversed(u.params):
+            if elements + p.numel > DEEPSPEED_REDUCE_BUCKET_ELEMENTS and elements > 0:
+                reduce()
+                bucket, elements = [], 0
+            if elements + p.numel <= DEEPSPEED_REDUCE_BUCKET_ELEMENTS:
+                copied[u.name] += p.numel
+            bucket.append((u.name, p.numel))
+            elements += p.numel
+    reduce()
+    for u in (u for u in units if u.params):
+        n, full = shard[u.name], shard[u.name] * world
+        out.scatter[u.name] = (t(2 * copied[u.name] * g) + t(2 * interleaved[u.name] * g) + t(2 * full * g)
+                               + t(2 * n * g))
+        out.accumulate[u.name] = t(3 * n * g) - t(2 * n * g)  # add_ instead of copy_
     return out
 
 
