@@ -75,7 +75,8 @@ Not modelled: DeepSpeed ZeRO-3's per-submodule granularity of the gathers themse
 prefetch bucket (``stage3_prefetch_bucket_size``, 5e7 elements ahead) and, in forward,
 ``stage3_param_persistence_threshold`` (parameters of at most 1e5 elements kept whole, gathered
 here with their unit; the backward count leaves them out) — dpsim's ``zero3`` shards and gathers
-by unit like FSDP, with the backward bytes of the reuse rule above; NVMe offload (CPU offload: :mod:`dpsim.strategies.offload`);
+by unit like FSDP, with the backward bytes of the reuse rule above; NVMe offload (CPU offload:
+:mod:`dpsim.strategies.offload`);
 the CPU's launch timing (above).
 """
 
