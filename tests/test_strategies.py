@@ -121,9 +121,14 @@ def _bus(sp, n):
 
 
 @pytest.mark.parametrize("n", [8, 16, 64])
-def test_papers_volumes_zero12_like_ddp_zero3_one_and_a_half(n):
+def test_papers_volumes_zero12_like_ddp_zero3_one_and_a_half(n, monkeypatch):
     """ZeRO paper Sec. 7: P_os and P_os+g move what DDP's all-reduce moves (reduce-scatter +
-    all-gather), P_os+g+p 1.5x (parameters gathered for forward and again for backward)."""
+    all-gather), P_os+g+p 1.5x (parameters gathered for forward and again for backward). DeepSpeed
+    frees every submodule after use only with ``stage3_max_reuse_distance`` 0 (its 1e9 default keeps
+    a model this small gathered from forward to backward, and its 1e5-element persistence threshold
+    leaves parameters this small whole: tests/test_deepspeed_fetch.py)."""
+    monkeypatch.setattr("dpsim.strategies.deepspeed_fetch.DEEPSPEED_MAX_REUSE_DISTANCE_NUMEL", 0)
+    monkeypatch.setattr("dpsim.strategies.deepspeed_fetch.DEEPSPEED_PARAM_PERSISTENCE_THRESHOLD_NUMEL", 0)
     # Parameter counts divisible by 2n: no padding, exact ratios.
     d = 64 * n
     layers = [LayerSpec(name="emb", params=(ParamSpec(name="emb.weight", shape=(8, d)),),
@@ -189,7 +194,8 @@ def test_fsdp_backward_pre_prefetch_order_and_root_kept():
     assert names[f"all-gather {blocks[2]} (backward)"] in backward[f"{blocks[2]}.mlp"]
 
 
-def test_zero3_regathers_the_root_and_shard_grad_op_never_regathers():
+def test_zero3_regathers_the_root_and_shard_grad_op_never_regathers(monkeypatch):
+    monkeypatch.setattr("dpsim.strategies.deepspeed_fetch.DEEPSPEED_MAX_REUSE_DISTANCE_NUMEL", 0)
     model, compute = _case(MODELS["llama-tiny"])
     z3 = {c.name for c in _program("zero3", model, compute).program.comms}
     assert "all-gather (root) (backward)" in z3

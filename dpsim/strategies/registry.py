@@ -110,7 +110,8 @@ REGISTRY: dict[str, StrategyRecord] = {r.key: r for r in (
     StrategyRecord(
         key="zero3", family="deepspeed", shard_group="world", honours=frozenset({FSDP_UNIT}), build=build_zero3,
         description="ZeRO-3: parameters, gradients and optimizer state sharded; every unit all-gathered "
-                    "for forward and again for backward (1.5x DDP's volume), gradients reduce-scattered"),
+                    "for forward, and in backward what DeepSpeed's reuse distance freed (a recomputed block's "
+                    "freed submodules again); gradients reduce-scattered"),
     StrategyRecord(
         key="fsdp", family="fsdp", shard_group="world", honours=frozenset({FSDP_UNIT}), build=build_fsdp,
         description="PyTorch FSDP FULL_SHARD: like ZeRO-3, per unit, root unit kept from forward to backward"),

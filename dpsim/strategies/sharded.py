@@ -17,9 +17,14 @@ ZeRO-3 / FSDP full shard
     True``, "the current instance running computation and the next instance whose
     all-gather is prefetched"). FSDP does not free the *root* unit after forward
     (``_post_forward_reshard``: "Do not free the root's parameters in the
-    post-forward for FULL_SHARD"), so only non-root units are gathered twice; dpsim's
-    ``zero3`` re-gathers the root too, which gives the ZeRO paper's 1.5x volume of
-    DDP exactly (Rajbhandari et al. 2020, Sec. 7.2.2). With accumulation and
+    post-forward for FULL_SHARD"), so only non-root units are gathered twice. ``zero3``
+    (DeepSpeed) frees each submodule's parameters unless it is used again within
+    ``stage3_max_reuse_distance`` (1e9) elements of trace, and so gathers in backward what that
+    rule freed (:mod:`dpsim.strategies.deepspeed_fetch`): nothing of a model under about 5e8
+    elements, not the head or the last blocks of a larger one, and, under full checkpointing,
+    the submodules of a block freed again after its recomputation (a third gather). With the
+    distance at 0 every unit is gathered twice, the ZeRO paper's 1.5x volume of DDP
+    (Rajbhandari et al. 2020, Sec. 7.2.2). With accumulation and
     ``--fsdp-accumulate unsharded`` (FSDP1's default here), FSDP runs ``no_sync()`` on the
     first ``K-1`` micro-batches (full unsharded gradients are kept, the parameters are still
     freed and re-gathered: ``_should_free_in_backward``); ``sharded`` (FSDP2's default:
@@ -66,9 +71,12 @@ FSDP ``BACKWARD_POST`` (Composer's default)
     unit ahead) the GPU runs the same schedule; the two differ only when the CPU falls behind,
     and dpsim does not model the CPU's launch timing.
 
-Not modelled: DeepSpeed ZeRO-3's per-submodule granularity, prefetch bucket and
-``stage3_param_persistence_threshold`` (small parameters kept unsharded) — dpsim's
-``zero3`` shards by unit like FSDP; NVMe offload (CPU offload: :mod:`dpsim.strategies.offload`);
+Not modelled: DeepSpeed ZeRO-3's per-submodule granularity of the gathers themselves, its
+prefetch bucket (``stage3_prefetch_bucket_size``, 5e7 elements ahead) and, in forward,
+``stage3_param_persistence_threshold`` (parameters of at most 1e5 elements kept whole, gathered
+here with their unit; the backward count leaves them out) — dpsim's ``zero3`` shards and gathers
+by unit like FSDP, with the backward bytes of the reuse rule above; NVMe offload (CPU offload:
+:mod:`dpsim.strategies.offload`);
 the CPU's launch timing (above).
 """
 
@@ -86,7 +94,8 @@ from dpsim.strategies.program import (
     _optimizer_s,
     _recompute_starts,
 )
-from dpsim.strategies.shards import unit_shard_numel, wrap_units
+from dpsim.strategies.deepspeed_fetch import backward_gather_numel
+from dpsim.strategies.shards import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, unit_shard_numel, wrap_units
 from dpsim.workload.fp8 import (
     AMAX_ALL_REDUCE_BYTES_PER_LINEAR,
     gathered_weight_bytes,
@@ -131,8 +140,11 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
     shard = {u.name: unit_shard_numel(u.params, world, request.fsdp_version) for u in units}
     gathered = {u.name: unit_gathered_bytes(request, u, shard[u.name] * world) for u in units}
     reduce_every_micro_batch = not request.unsharded_accumulation
-    copies = (_fsdp2_copies(request, units, shard, world, gathered) if request.fsdp_version == "2"
-              else _fsdp1_copies(request, units, shard, world) if key != "zero3" else _Copies())
+    # Share of each unit's gathered bytes its backward all-gathers (FSDP: all of it, once).
+    bwd_size = _deepspeed_backward_share(request, units, unit_of_layer) if key == "zero3" else {}
+    copies = (_zero3_copies(request, units, shard, world) if key == "zero3"
+              else _fsdp2_copies(request, units, shard, world, gathered) if request.fsdp_version == "2"
+              else _fsdp1_copies(request, units, shard, world))
     copies_s = 0.0
     group = "intra" if hybrid else "world"
     recompute = _recompute_starts(request.checkpoint_units, request.recompute_share)
@@ -181,10 +193,12 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
                 fwd_copies[min(u.layers)] = fwd_copies.get(min(u.layers), 0.0) + copies.gather[u.name]
         _forward(b, compute, j, grad_accum, wait_at=wait_at, launch_before=launch_before, extra_s=fwd_copies)
         # ---- backward: re-gather resharded units (BACKWARD_PRE prefetch), reduce-scatter after each.
+        # DeepSpeed (zero3) re-gathers only what its reuse-distance rule freed, recomputation's
+        # second release included (bwd_size).
         need = [u for u in order_bwd
-                if reshard_after_forward and not (u.is_root and keep_root)]
+                if reshard_after_forward and not (u.is_root and keep_root) and bwd_size.get(u.name, 1.0) > 0]
         ag_bwd = {u.name: b.op(_mb(f"all-gather {u.name} (backward)", j, grad_accum), "all_gather",
-                               gathered[u.name], "allgather", group) for u in need}
+                               gathered[u.name] * bwd_size.get(u.name, 1.0), "allgather", group) for u in need}
         before: dict[int, list[int]] = {}
         bwait: dict[int, list[int]] = {}
         after: dict[int, list[int]] = {}
@@ -234,7 +248,21 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
         b.task("optimizer", "float8 scales", _amax_s(request, units, shard), wait=[amax])
     return StrategyProgram(strategy=key, program=b.build(), shard_group_size=world,
                            gradient_ops=tuple(grad_ops), units=tuple(units),
-                           framework_parts_s={"fsdp_copies": copies_s} if copies_s else {})
+                           framework_parts_s={f"{'zero3' if key == 'zero3' else 'fsdp'}_copies": copies_s}
+                           if copies_s else {})
+
+
+def _deepspeed_backward_share(request: BuildRequest, units, unit_of_layer) -> dict[str, float]:
+    """Per unit, the elements DeepSpeed ZeRO-3 gathers in one backward over the unit's elements
+    (:func:`dpsim.strategies.deepspeed_fetch.backward_gather_numel`): 0 for a unit kept from its
+    forward, above 1 for one partly freed again after its recomputation. Only a unit whose whole
+    forward re-runs (full checkpointing) runs its parameterised submodules twice; ``selective``
+    and ``op`` recomputation re-run none of them."""
+    n_layers = len(request.model.layers)
+    names = [unit_of_layer[i].name for i in range(n_layers)]
+    recomputed = [u.layers for u in request.checkpoint_units] if request.recompute_share is None else []
+    numel = backward_gather_numel(request.model, names, recomputed)
+    return {u.name: numel.get(u.name, 0) / u.numel for u in units if u.params and u.numel}
 
 
 def unit_gathered_bytes(request: BuildRequest, unit, full_numel: float) -> float:
@@ -309,6 +337,56 @@ def _fsdp2_copies(request: BuildRequest, units, shard: dict[str, int], world: in
         out.gather[u.name] = t(2 * gathered[u.name]) + t(cast_in + 2 * gathered_shard)
         out.scatter[u.name] = t(n * world * (w + g)) + t(n * (g + stored) if g != stored else 0.0)
         out.accumulate[u.name] = t(3 * n * stored)
+    return out
+
+
+def _zero3_copies(request: BuildRequest, units, shard: dict[str, int], world: int) -> _Copies:
+    """DeepSpeed ZeRO-3's gradient passes (none without a GPU to cost them on), as
+    microsoft/DeepSpeed@ce78a632ac82 (v0.14.0) ``deepspeed/runtime/zero/stage3.py`` and
+    ``runtime/comm/coalesced_collectives.py`` run them with the defaults (``contiguous_gradients``
+    and ``reduce_scatter`` true, ``reduce_bucket_size`` 5e8 elements, the gradient in the model's
+    dtype). In backward order each gradient joins the bucket, which is reduced first when the
+    gradient would take it past 5e8 elements (``reduce_independent_p_g_buckets_and_remove_grads``);
+    one that fits is copied into the flat bucket (``__add_grad_to_ipg_bucket``). The bucket goes to
+    ``reduce_scatter_coalesced``, which interleaves the rank-sized chunks of its gradients into
+    one buffer (``torch.cat``) unless it holds one gradient whose size the ranks divide, then
+    divides that buffer by the ranks in place (``tensor_partition_flat_buffer.div_``) before the
+    reduce-scatter; ``partition_grads`` copies the rank's partition into the gradient partition
+    (the first micro-batch of a step) or adds it (later ones). Each pass streams through device
+    memory once; they run on DeepSpeed's reduce-and-partition stream, charged here to the compute
+    stream (an upper bound, as FSDP's). Not costed: the gather side's copy-out
+    (``AllGatherCoalescedHandle.wait``'s ``torch.cat``), which only gathers of several parameters at
+    once pay."""
+    out, staging = _Copies(), _staging(request)
+    if staging is None:
+        return out
+    _, g, _, t = staging
+    copied = {u.name: 0 for u in units if u.params}
+    interleaved = dict(copied)
+    bucket: list[tuple[str, int]] = []
+    elements = 0
+
+    def reduce() -> None:
+        if len(bucket) == 1 and bucket[0][1] % world == 0:
+            return  # reduce_scatter_coalesced reduces the gradient in place
+        for name, n in bucket:
+            interleaved[name] += n
+
+    for u in reversed([u for u in units if u.params]):
+        for p in reversed(u.params):
+            if elements + p.numel > DEEPSPEED_REDUCE_BUCKET_ELEMENTS and elements > 0:
+                reduce()
+                bucket, elements = [], 0
+            if elements + p.numel <= DEEPSPEED_REDUCE_BUCKET_ELEMENTS:
+                copied[u.name] += p.numel
+            bucket.append((u.name, p.numel))
+            elements += p.numel
+    reduce()
+    for u in (u for u in units if u.params):
+        n, full = shard[u.name], shard[u.name] * world
+        out.scatter[u.name] = (t(2 * copied[u.name] * g) + t(2 * interleaved[u.name] * g) + t(2 * full * g)
+                               + t(2 * n * g))
+        out.accumulate[u.name] = t(3 * n * g) - t(2 * n * g)  # add_ instead of copy_
     return out
 
 
