@@ -22,8 +22,10 @@ row publishes and nothing else:
   exist (a row's ``torch_compile`` "yes", and XLA's whole-step compilation, is ``--compile``
   (:func:`compiled`); InternLM's ``zero1`` rows are
   ``--zero-impl internlm`` with their ``--zero-group``); what dpsim cannot say (MaxText's selective
-  remat, packed variable-length attention, InternLM's ZeRO-1 with pipeline stages) is listed per row in
-  the "assumed" column, never approximated by a hack.
+  remat, packed variable-length attention where the samples' lengths are not published, InternLM's ZeRO-1
+  with pipeline stages) is listed per row in the "assumed" column, never approximated by a hack; a packed
+  row whose dataset publishes its sample lengths runs one causal attention per sample
+  (:func:`packed_sample_stats`, :func:`dpsim.workload.layers.with_packed_samples`).
 
 The published metric is converted to dpsim's in one place (:func:`to_published_unit`): tokens/s
 per GPU, MaxText's TFLOP/s per GPU with MaxText's own FLOP count, or whole-job samples/s. The
