@@ -672,8 +672,10 @@ _register(_hopper(
     measured={"float32": 402.15 * TFLOPS},
 ))
 # H20: the China-market Hopper with 78 SMs, 96 GB HBM3 at 4.0 TB/s and 400 W; compute capped at
-# 148 TFLOPS dense bf16, which the community benchmark reaches at 96 % (both rows agree).
-_register(_hopper(
+# 148 TFLOPS dense bf16, which the community benchmark reaches at 96 % (both rows agree). Fused attention
+# is costed as "hopper-h20": its tensor cores are capped, its exponential units are not, and a published
+# H20 attention benchmark gives its own ceilings (dpsim.workload.attention_rates.HEAD_DIM_HALF_SCALE).
+_register(replace(_hopper(
     "h20", "NVIDIA H20 96GB (SXM, 400 W)", 142.25 * TFLOPS, None, 96, 4.0,
     ("zangshuxian.com/new/674733024499207168: H20 has 78 SMs (Geekbench 6), FP16 dense 148, TF32 74, FP32 44, "
      "INT8 296 TFLOPS, 4.0 TB/s",
@@ -686,7 +688,7 @@ _register(_hopper(
            "float32-highest": 44 * TFLOPS, "float8": 296 * TFLOPS},
     sm_count=78,
     measured={"float16": 142.09 * TFLOPS, "float32": 71.80 * TFLOPS, "float32-highest": 31.99 * TFLOPS},
-))
+), attention_generation="hopper-h20"))
 
 # --- Blackwell -------------------------------------------------------------------------
 _register(GpuSpec(

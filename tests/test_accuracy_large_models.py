@@ -281,6 +281,14 @@ def test_ms_swift_and_xtuner_rows_run_their_frameworks_settings():
     weights = [p for p in alm.model_of(rows["R142"]).params if p.name.endswith(("q_norm.weight", "k_norm.weight"))]
     assert len(weights) == 2 * 40 and all(p.shape == (128,) for p in weights)
     assert not [p for p in alm.model_of(rows["R144"]).params if p.name.endswith("q_norm.weight")]
+    # Packed rows: one causal attention per sample where the dataset's sample lengths are published
+    # (R144: LongWriter-6k, ms-swift's dataset table), the full row where they are not (R140, R142, R143).
+    assert alm.packed_sample_stats(rows["R144"]) == (5009.0, 2932.8)
+    for rid in ("R140", "R142", "R143"):
+        assert alm.packed_sample_stats(rows[rid]) is None, rid
+    shares = [op.causal_share for layer in alm.model_of(rows["R144"]).layers for op in layer.ops
+              if type(op).__name__ == "AttentionOp"]
+    assert len(shares) == 28 and shares == pytest.approx([0.5 * (5009.0**2 + 2932.8**2) / 5009.0 / 32768] * 28)
     # transformers' per-expert Python loop under ZeRO-3 is listed, not predicted.
     skipped = {x.id: x for x in alm.split(alm.rows())[1]}
     assert skipped["R141"].why == alm.NOT_EXPRESSIBLE_FEATURES["hf-eager-experts"]

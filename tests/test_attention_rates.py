@@ -88,8 +88,14 @@ def test_fit_and_leave_one_source_out_errors():
     # (cudnn@blackwell-ultra) come out -8 to +3 % from 4k to 32k tokens, 11-21 % over at 2k.
     alone = sorted(abs(e) for e in fit.errors(FITTED, [r for r in rows if r.pair in fit.CEILING_ONLY]))
     assert alone and alone[len(alone) // 2] < 0.08 and alone[-1] < 0.35
-    loso = sorted(abs(e) for errs in fit.leave_one_source_out(rows).values() for e in errs)
-    assert loso[len(loso) // 2] < 0.10
+    held = fit.leave_one_source_out(rows)
+    loso = sorted(abs(e) for errs in held.values() for e in errs)
+    # The H20's rows (flash-attention issue #1310) held out are costed with the H100's ceilings and the
+    # CUDA-core scaling of the shape terms alone: under by 26 % (median), which lifts the median of all
+    # rows from 9.8 to 10.3 %: the scaling explains part of the H20's higher share of peak, not all of it.
+    h20 = sorted(abs(e) for e in held["Dao-AILab/flash-attention issue #1310"])
+    assert h20[len(h20) // 2] < 0.30 and all(e < 0 for e in held["Dao-AILab/flash-attention issue #1310"])
+    assert loso[len(loso) // 2] < 0.11
 
 
 # (gpu, kernel, backward, head_dim, seq, causal, published TFLOP/s, data-file row)
@@ -106,7 +112,34 @@ PUBLISHED = [
     ("gb300", "cudnn", False, 128, 32768, True, 2014, "A205: cudnn-frontend GB300 cuDNN 9.19, causal fwd"),
     ("gb300", "cudnn", False, 128, 4096, True, 1672, "A217: cudnn-frontend GB300 cuDNN 9.19, causal fwd"),
     ("gb300", "cudnn", True, 128, 4096, True, 1195, "A218: cudnn-frontend GB300 cuDNN 9.19, causal bwd"),
+    ("h20", "sdpa", False, 128, 2048, True, 65.9, "A234: flash-attention issue #1310, FlashAttention-2 fwd on H20"),
+    ("h20", "cudnn", False, 128, 2048, False, 129.1, "A232: flash-attention issue #1310, cuDNN fwd on H20"),
+    ("h20", "flash3", False, 64, 2048, True, 100.3, "A230: flash-attention issue #1310, FlashAttention-3 fwd on H20"),
 ]
+
+
+def test_h20_non_tensor_work_weighs_by_its_cuda_cores():
+    """The H20 is a GH100 with its tensor cores capped (148 TFLOPS dense FP16) and its CUDA cores not
+    (44 TFLOPS FP32), against the H100 SXM's 989 and 67: the exponentials and a query block's fixed
+    costs weigh (148 / 44) / (989 / 67) of what they weigh on an H100 per tensor FLOP, so its head-dim
+    and key-length halves are the family's times that; its kernels are their own pairs."""
+    from dpsim.workload.attention_rates import H20_TENSOR_OVER_CUDA_CORE
+
+    h20 = get_gpu("h20")
+    assert (h20.architecture, h20.attention_architecture) == ("hopper", "hopper-h20")
+    assert H20_TENSOR_OVER_CUDA_CORE == pytest.approx((148 / 44) / (989 / 67))
+    assert h20.peak_rate("bfloat16") / h20.peak_rate("float32-highest") == pytest.approx(148 / 44)
+    for kernel, family in (("sdpa", "flash2"), ("flash3", "flash3"), ("cudnn", "cudnn")):
+        pair = kernel_pair(kernel, h20.attention_architecture)
+        assert pair == f"{family}@hopper-h20"
+        rates, scale = FITTED.families[family], H20_TENSOR_OVER_CUDA_CORE
+        expected = (FITTED.ceilings[pair] * 128 / (128 + rates.head_dim_half * scale)
+                    * 4096 / (4096 + rates.forward_keys_half * scale))
+        assert FITTED.fraction_of_peak(pair, False, 128, 4096.0, False) == pytest.approx(expected)
+        # A capped tensor core leaves every kernel a larger share of its peak than on an H100.
+        assert attention_fraction_of_peak(kernel, "hopper-h20", backward=False, head_dim=128, keys=1024,
+                                          causal=True) > 1.4 * attention_fraction_of_peak(
+            kernel, "hopper", backward=False, head_dim=128, keys=1024, causal=True)
 
 
 def test_blackwell_exponentials_weigh_twice_as_much_per_tensor_core_flop():

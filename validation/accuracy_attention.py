@@ -38,19 +38,23 @@ PRIOR = {"ceiling": 0.6, "backward_share": 0.85, "head_dim_half": 32.0, "forward
 """Neutral values each term is weakly pulled to: a kernel at 60 % of peak, a backward 15 % slower,
 the fixed cost of about two 128-token blocks, one block of causal masking."""
 
-CEILING_ONLY = ("cudnn@blackwell", "cudnn@blackwell-ultra")
+CEILING_ONLY = ("cudnn@blackwell", "cudnn@blackwell-ultra", "flash2@hopper-h20", "flash3@hopper-h20", "cudnn@hopper-h20")
 """Pairs whose rows fit their ceiling (on their forward rows) and, when they have backward rows, their
 own backward share only: cuDNN on B200 (forward) and GB200 (forward and backward), and on GB300
 (forward and backward), rows that would otherwise pull the shape terms every other pair shares (the
 causal diagonal block, cuDNN's key and head-dim halves, fitted on far more rows); their key-length
 shape is Hopper cuDNN's and their head-dim half the family's times
-:data:`dpsim.workload.attention_rates.HEAD_DIM_HALF_SCALE`."""
+:data:`dpsim.workload.attention_rates.HEAD_DIM_HALF_SCALE`. The H20's three kernels (flash-attention issue
+#1310: forward only, 2048 tokens) likewise: their key-length shape is their family's on Hopper, their
+backward share the family's."""
 
-STAND_IN = {"cudnn@blackwell-ultra": "cudnn@blackwell"}
+STAND_IN = {"cudnn@blackwell-ultra": "cudnn@blackwell", "flash2@hopper-h20": "flash2@hopper",
+            "flash3@hopper-h20": "flash3@hopper", "cudnn@hopper-h20": "cudnn@hopper"}
 """A :data:`CEILING_ONLY` pair with no rows of its own (its source left out) takes this pair's ceiling
 and backward share: Blackwell Ultra has Blackwell's tensor cores and dense peak, and differs in its
 exponential units, which its head-dim half already carries. Leaving the GB300 source out so scores what
-the mechanism alone predicts from Blackwell's rows."""
+the mechanism alone predicts from Blackwell's rows. The H20's pairs take the H100's ceilings: with their
+source out the H20 is costed as an H100 but for its exponentials' weight (its head-dim half)."""
 
 PRIOR_WEIGHT = 0.05
 """Weight of the pull, against 1 per row, in log (logit for shares) units."""
@@ -83,6 +87,9 @@ def source_key(source: str) -> str:
     forward and backward figures kept apart (they are separate measurements)."""
     if source.startswith("Shah et al."):
         return "FlashAttention-3 paper " + ("Fig. 5" if "Fig. 5" in source else "Fig. 6")
+    if source.startswith("Dao-AILab/flash-attention "):
+        # One pull request or issue per GPU (B200: pull request #2605; H20: issue #1310).
+        return source[:source.index("#")] + source[source.index("#"):].split(" ")[0]
     if source.startswith("NVIDIA/cudnn-frontend") and "/results/" in source:
         # One results folder per GPU (gb200_919_only_cudnn, gb300_919_only_cudnn): separate measurements.
         return source.split(" ")[0] + " " + source.split("/results/")[1].split("/")[0]

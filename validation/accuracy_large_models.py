@@ -22,8 +22,10 @@ row publishes and nothing else:
   exist (a row's ``torch_compile`` "yes", and XLA's whole-step compilation, is ``--compile``
   (:func:`compiled`); InternLM's ``zero1`` rows are
   ``--zero-impl internlm`` with their ``--zero-group``); what dpsim cannot say (MaxText's selective
-  remat, packed variable-length attention, InternLM's ZeRO-1 with pipeline stages) is listed per row in
-  the "assumed" column, never approximated by a hack.
+  remat, packed variable-length attention where the samples' lengths are not published, InternLM's ZeRO-1
+  with pipeline stages) is listed per row in the "assumed" column, never approximated by a hack; a packed
+  row whose dataset publishes its sample lengths runs one causal attention per sample
+  (:func:`packed_sample_stats`, :func:`dpsim.workload.layers.with_packed_samples`).
 
 The published metric is converted to dpsim's in one place (:func:`to_published_unit`): tokens/s
 per GPU, MaxText's TFLOP/s per GPU with MaxText's own FLOP count, or whole-job samples/s. The
@@ -66,6 +68,7 @@ from dpsim.workload.layers import (  # noqa: E402
     with_attention_kernel,
     with_eager_multihot,
     with_lm_loss,
+    with_packed_samples,
     with_unpadded_attention,
 )
 from dpsim.workload.spec import ModelSpec, ParamSpec  # noqa: E402
@@ -437,11 +440,30 @@ def _build_model(row: dict) -> ModelSpec:
         model = with_unpadded_attention(model)
     if eager_multihot(row):
         model = with_eager_multihot(model)
+    stats = packed_sample_stats(row)
+    if stats:
+        # ms-swift's --packing hands Megatron-Core each sample's boundaries (cu_seqlens): one causal
+        # attention per sample, over the row's dataset's published sample lengths.
+        model = with_packed_samples(model, mean_tokens=stats[0], std_tokens=stats[1])
     loss = _lookup_in(LM_LOSS_PATHS, row["torch_compile"])
     if loss:
         # One sequence per micro-batch leaves the shifted slice contiguous: no copy (layers.lm_loss_passes).
         model = with_lm_loss(model, loss, shift_copy=int(row["micro_batch"] or 1) > 1)
     return with_attention_kernel(model, fused_kernel) if fused_kernel else model
+
+
+PACKED_SAMPLES = re.compile(r"packed samples of (\d+(?:\.\d+)?)±(\d+(?:\.\d+)?) tokens")
+"""How a packed row's notes state its dataset's published sample lengths (mean ± standard deviation,
+in the model's tokens), which :func:`packed_sample_stats` reads."""
+
+
+def packed_sample_stats(row: dict) -> tuple[float, float] | None:
+    """(mean, standard deviation) tokens of the samples a ``packed`` row's rows hold, where its notes
+    cite them (:data:`PACKED_SAMPLES`); ``None``: not published (the row is costed as full-length rows)."""
+    if "packed" not in row["features"].split(";"):
+        return None
+    hit = PACKED_SAMPLES.search(row["notes"])
+    return (float(hit.group(1)), float(hit.group(2))) if hit else None
 
 
 MEGATRON_FRAMEWORKS = ("Megatron-Core", "Megatron-style")
@@ -607,7 +629,13 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
     else:  # not published: decided by memory below (_unpublished_checkpointing)
         full = None
     if "packed" in row["features"].split(";"):  # ms-swift --packing: rows filled with whole samples
-        assumed.append(f"packed rows as full {row['seq_len']}-token sequences with one causal attention over each")
+        stats = packed_sample_stats(row)
+        if stats:
+            assumed.append(f"packed rows full ({row['seq_len']} tokens each), one causal attention per sample "
+                           f"of the dataset's published {stats[0]:g}±{stats[1]:g} tokens")
+        else:
+            assumed.append(f"packed rows as full {row['seq_len']}-token sequences with one causal attention over "
+                           f"each (the samples' lengths not published)")
     if "pack_sample_into_one=False" in row["attention"]:
         assumed.append("packed variable-length attention as full 2048-token causal attention")
     # The row's preset, over the system file's default GPU (GB300 racks share the GB200 NVL72 file).

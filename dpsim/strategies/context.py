@@ -108,6 +108,12 @@ def check_context(model: ModelSpec, ctx: ContextParallel, tp: int) -> None:
                 if not op.fused:
                     raise ConfigError(f"--cp: {ctx.cp} runs flash attention blockwise; {model.name} uses eager "
                                       f"attention, so use --flash-attention or --cp 1")
+                if op.causal and op.causal_share != 0.5 and ctx.comm != "a2a":
+                    # Packed samples (dpsim.workload.layers.with_packed_samples): which samples a rank's
+                    # chunk holds, and so its share of their triangles, depends on the packing; a2a keeps
+                    # every token of the row on each rank and so keeps the share.
+                    raise ConfigError(f"--cp: {ctx.cp} with --cp-comm {ctx.comm} splits a row of packed samples "
+                                      f"along its tokens, which is not modelled; use --cp-comm a2a or --cp 1")
                 if ctx.comm == "a2a" and op.heads % (tp * ctx.cp):
                     raise ConfigError(f"--cp-comm: a2a scatters {model.name}'s {op.heads} attention heads over --tp "
                                       f"{tp} x --cp {ctx.cp} = {tp * ctx.cp} ranks, which does not divide them; choose "

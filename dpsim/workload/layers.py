@@ -617,6 +617,53 @@ def with_attention_kernel(model: ModelSpec, kernel: str) -> ModelSpec:
         for layer in model.layers))
 
 
+def packed_sample_tokens(mean_tokens: float, std_tokens: float) -> float:
+    """The sample length whose square, per token, is a dataset's: ``E[L²] / E[L] = (mean² + std²) / mean``.
+
+    Over a packed dataset a row's causal scores are ``Σ L_i² / 2`` for the samples ``L_i`` it holds, and
+    summed over every row that is ``E[L²] / E[L]`` per token, however the packer groups the samples: the
+    attention of the whole dataset is that of samples of this one length."""
+    if not mean_tokens > 0 or not std_tokens >= 0:
+        raise ConfigError(f"packed samples: mean {mean_tokens} and standard deviation {std_tokens} tokens per "
+                          f"sample; allowed: a mean above 0 and a standard deviation of 0 or more")
+    return (mean_tokens * mean_tokens + std_tokens * std_tokens) / mean_tokens
+
+
+def with_packed_samples(model: ModelSpec, *, mean_tokens: float, std_tokens: float) -> ModelSpec:
+    """``model`` training on rows packed with whole samples whose lengths have this mean and standard
+    deviation (tokens), each sample attending to itself alone.
+
+    Packing concatenates samples into a row of ``seq`` tokens and hands the kernel their boundaries
+    (Megatron-Core's ``PackedSeqParams`` ``cu_seqlens``, run as FlashAttention's variable-length kernel;
+    ms-swift's ``--packing``, swift/megatron/train/utils.py ``get_packed_seq_params`` at
+    modelscope/ms-swift@1e9e4a0e164e), so each sample gets its own causal triangle: the row costs
+    ``Σ L_i² / 2`` scores, not ``seq² / 2``. Each causal fused attention op keeps
+    :func:`packed_sample_tokens` / ``seq`` of its causal share (and of its full-square FLOPs in the
+    layer's count), and each query block loops over the keys of its own sample, so the kernel's rate
+    is taken at that shorter loop (:mod:`dpsim.workload.attention_rates`). Q, K and V are still read
+    once for every token of the row. Eager attention is left as it is: it masks the full square
+    (a block-diagonal mask) and computes all of it. A mean longer than the row is refused; a spread
+    that puts the per-token length past the row is capped at the row (no sample is longer)."""
+    length = packed_sample_tokens(mean_tokens, std_tokens)
+    seq = model.tokens_per_sample
+    if not seq or mean_tokens > seq:
+        raise ConfigError(f"packed samples: mean {mean_tokens} tokens per sample; allowed: at most the row "
+                          f"of {seq} tokens that {model.name} trains on")
+    layers = []
+    for layer in model.layers:
+        ops: list[OpSpec] = []
+        flops = layer.forward_flops_per_sample
+        for op in layer.ops:
+            if isinstance(op, AttentionOp) and op.fused and op.causal:
+                share = min(1.0, length / op.seq)
+                # The full-square convention of forward_flops_per_sample (context.py's, too).
+                flops -= op.flops_per_sample * (1.0 - share)
+                op = replace(op, causal_share=op.causal_share * share)
+            ops.append(op)
+        layers.append(replace(layer, ops=tuple(ops), forward_flops_per_sample=flops))
+    return replace(model, layers=tuple(layers))
+
+
 def with_unpadded_attention(model: ModelSpec) -> ModelSpec:
     """``model`` with :func:`unpad_ops` after every fused attention op: what llm-foundry's
     ``attn_impl: flash`` runs around FlashAttention-2 (see :data:`UNPAD_FORWARD_PASSES`)."""
