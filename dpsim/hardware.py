@@ -905,7 +905,10 @@ _EMERALD_SWEEP = ("ai-emerald/emerald-ai-demo-may-2025@34403aef78c2 data/dvfs_sw
 _A100_CAP_THROUGHPUT = ((100.0, 0.1855), (200.0, 0.6291), (250.0, 0.7837), (300.0, 0.8667), (350.0, 0.9226),
                         (400.0, 1.0))
 """(cap W, step throughput over the uncapped 400 W one), :data:`_EMERALD_SWEEP`. The boards are SXM4:
-at the 400 W cap they drew 377-388 W, above any A100 PCIe board's 250-300 W limit."""
+at the 400 W cap they drew 377-388 W, above any A100 PCIe board's 250-300 W limit. The fraction is a
+whole step's (compute and whatever communication it waited for) and dpsim applies it to compute alone:
+where the measured steps waited for communication the cap does not slow, their compute slowed more
+than this, so the slowdown charged here is at most the true one."""
 
 POWER_CAP_THROUGHPUT: dict[str, tuple[tuple[float, float], ...]] = {
     "a100": _A100_CAP_THROUGHPUT, "a100-40gb": _A100_CAP_THROUGHPUT}

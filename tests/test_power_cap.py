@@ -69,3 +69,13 @@ def test_caps_outside_a_measured_gpus_limits_are_one_clear_error(gpu, cap, needl
 def test_caps_that_are_no_power_are_refused_by_the_config(cap):
     with pytest.raises(ConfigError, match="--power-cap-w"):
         PredictConfig(**SMALL, gpu="a100", power_cap_w=cap)
+
+
+def test_a_measured_step_and_a_cap_are_not_combined():
+    with pytest.raises(ConfigError, match="--power-cap-w: 350 W is not available with --single-gpu-step-ms"):
+        predict(PredictConfig(**SMALL, gpu="a100", power_cap_w=350, single_gpu_step_s=0.2))
+
+
+def test_provenance_names_the_cap():
+    p = predict(PredictConfig(**SMALL, gpu="a100", power_cap_w=350))
+    assert "350 W power cap (--power-cap-w)" in p.provenance.compute.detail

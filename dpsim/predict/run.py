@@ -196,9 +196,13 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     if gpu.peak_flops_per_s:  # a CPU profile's device has no tensor cores to check
         check_precision_on_gpu(precision, gpu)
         check_attention_kernel_on_gpu(config.execution.attention_kernel, gpu)
-    if profile is not None and config.cluster.power_cap_w is not None:
-        raise ConfigError(f"--power-cap-w: {config.cluster.power_cap_w:g} W is not available with --calibration (the "
-                          f"profile's compute was measured at its GPU's own power limit); leave one of them out")
+    # A measured compute (a profile's, or a one-GPU step) was measured at its GPU's own power limit: a cap
+    # on top would be dropped by it, so the pair is refused rather than one of them ignored.
+    for flag, given in (("--calibration", profile is not None),
+                        ("--single-gpu-step-ms", config.calibration.single_gpu_step_s is not None)):
+        if given and config.cluster.power_cap_w is not None:
+            raise ConfigError(f"--power-cap-w: {config.cluster.power_cap_w:g} W is not available with {flag} (its "
+                              f"compute was measured at the GPU's own power limit); leave one of them out")
     compute: ComputeProfile = memoized(  # memoized: a sweep shares it between points
         compute_profile, model, gpu, micro_batch=config.workload.micro_batch, precision=precision, optimizer=config.workload.optimizer,
         compute_efficiency=capped_compute_efficiency(config, gpu), single_gpu_step_s=config.calibration.single_gpu_step_s,
