@@ -34,6 +34,7 @@ or skinny shapes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from dpsim.errors import ConfigError
@@ -890,3 +891,63 @@ def get_gpu(name: str) -> GpuSpec:
         raise ConfigError(
             f"--gpu: {name!r} is not a known GPU; choose one of {', '.join(sorted(GPU_PRESETS))}"
         ) from None
+
+
+# --- Power caps (--power-cap-w) --------------------------------------------------------
+# A power cap (nvidia-smi -pl, NVML's power limit) makes the GPU lower its clocks whenever its
+# draw would pass the cap, so a cap below what a step draws slows its kernels. The rate a capped
+# GPU keeps is measured, not derived: what is given here is a whole training step's throughput at
+# each cap over the throughput at the board's full 400 W, for GPUs where such a sweep is published.
+_EMERALD_SWEEP = ("ai-emerald/emerald-ai-demo-may-2025@34403aef78c2 data/dvfs_sweep.csv (Colangelo et al., "
+                  "'Turning AI Data Centers into Grid-Interactive Assets', arXiv:2507.00909; A100s of a 256-GPU "
+                  "cloud cluster capped with nvidia-smi -pl, the patch llm-foundry-d91c4beb-add-emerald.patch "
+                  "emerald/control_power.py): the mean 'normalized throughput' of its three pretraining "
+                  "workloads (pt_mpt_7b_fast, pt_mpt_13b_sm, pt_mpt_13b_lg: MPT pretraining with llm-foundry) "
+                  "at each 'GPU power cap'; they spread by at most 0.024 around it")
+_A100_CAP_THROUGHPUT = ((100.0, 0.1855), (200.0, 0.6291), (250.0, 0.7837), (300.0, 0.8667), (350.0, 0.9226),
+                        (400.0, 1.0))
+"""(cap W, step throughput over the uncapped 400 W one), :data:`_EMERALD_SWEEP`. The boards are SXM4:
+at the 400 W cap they drew 377-388 W, above any A100 PCIe board's 250-300 W limit. The fraction is a
+whole step's (compute and whatever communication it waited for) and dpsim applies it to compute alone:
+where the measured steps waited for communication the cap does not slow, their compute slowed more
+than this, so the slowdown charged here is at most the true one."""
+
+POWER_CAP_THROUGHPUT: dict[str, tuple[tuple[float, float], ...]] = {
+    "a100": _A100_CAP_THROUGHPUT, "a100-40gb": _A100_CAP_THROUGHPUT}
+"""GPU preset -> measured (cap W, throughput fraction) points, rising in both; only GPUs with a
+published sweep (both A100 SXM4 boards: one GA100 at the same 400 W, the datasheet's one column)."""
+
+POWER_CAP_RANGE_W: dict[str, tuple[float, float]] = {"a100": (100.0, 400.0), "a100-40gb": (100.0, 400.0)}
+"""GPU preset -> the power limits its board accepts, W: 100 W lowest (NERSC, 'GPU Power Capping on
+Perlmutter', docs.nersc.gov/jobs/power-capping: A100 40 GB 100-400 W) and the 400 W the A100 SXM4
+datasheet gives both boards (NVIDIA A100 Tensor Core GPU datasheet: max TDP 400 W), which the
+sweep above also ends at."""
+
+POWER_CAP_SOURCES: dict[str, str] = {"a100": _EMERALD_SWEEP, "a100-40gb": _EMERALD_SWEEP}
+"""GPU preset -> the citation of its curve."""
+
+
+def power_cap_throughput(gpu: str, cap_w: float | None) -> float:
+    """Fraction of its uncapped compute rate a ``gpu`` preset keeps under a ``cap_w`` power cap
+    (``None``: no cap, 1), linear between the measured caps of :data:`POWER_CAP_THROUGHPUT`.
+
+    A cap outside the board's accepted limits (:data:`POWER_CAP_RANGE_W`), or on a GPU with no
+    published sweep, raises :class:`ConfigError`; a lower cap never gives a higher fraction.
+    """
+    if cap_w is None:
+        return 1.0
+    if isinstance(cap_w, bool) or not isinstance(cap_w, (int, float)) or not math.isfinite(cap_w):
+        raise ConfigError(f"--power-cap-w: {cap_w!r} is not valid; expected a power in watts, e.g. 350")
+    key = gpu.lower()
+    if key not in POWER_CAP_THROUGHPUT:
+        raise ConfigError(f"--power-cap-w: no measured throughput under a power cap for gpu {gpu!r}; published "
+                          f"for {', '.join(sorted(POWER_CAP_THROUGHPUT))} only (leave --power-cap-w out)")
+    low, high = POWER_CAP_RANGE_W[key]
+    if not low <= cap_w <= high:
+        raise ConfigError(f"--power-cap-w: {cap_w:g} W is outside the power limits of gpu {key!r}; allowed: "
+                          f"{low:g} to {high:g} W")
+    points = POWER_CAP_THROUGHPUT[key]
+    for (w0, f0), (w1, f1) in zip(points, points[1:]):
+        if cap_w <= w1:
+            return f0 + (f1 - f0) * (cap_w - w0) / (w1 - w0)
+    return points[-1][1]

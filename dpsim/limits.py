@@ -79,6 +79,9 @@ MIN_COMPUTE_EFFICIENCY = 0.01
 """``--compute-efficiency``: compute at most 100x slower than modelled (1e-300 printed 6e293 days)."""
 MAX_OVERLAP_SLOWDOWN = 10.0
 """Fractional compute slowdown while communicating (10 = eleven times slower)."""
+MAX_POWER_CAP_W = 2000.0
+"""``--power-cap-w``: above any accelerator board's power limit (GB300: 1,400 W); each GPU's own
+accepted limits are checked where its measured curve is read (:data:`dpsim.hardware.POWER_CAP_RANGE_W`)."""
 MIN_SINGLE_GPU_STEP_S = 1e-6
 """Shortest measured one-GPU step (1 us): shorter ones print 300-digit throughputs."""
 MAX_SINGLE_GPU_STEP_S = 86_400.0

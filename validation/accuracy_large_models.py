@@ -109,6 +109,9 @@ class System:
     """A file in ``validation/systems/`` written from the published interconnect."""
     assumed: str = ""
     """What the source does not state and the topology assumes."""
+    power_cap_w: float | None = None
+    """Per-GPU power limit the source publishes for the cluster (``--power-cap-w``); ``None``: not
+    published, the board's own."""
 
 
 SYSTEMS = {
@@ -215,15 +218,16 @@ SYSTEMS = {
     # dgx-a100 preset. One system with LLaMA-1's rows: the same organisation's A100 training, its cluster unnamed there.
     "Meta Research Super Cluster (Llama 2): A100, NVIDIA Quantum InfiniBand, 200 Gbps end-points, 400 W cap "
     "(as published)": System(
-        name="Meta A100 (LLaMA, Llama 2 RSC)", link="dgx-a100",
+        name="Meta A100 (LLaMA, Llama 2 RSC)", link="dgx-a100", power_cap_w=400.0,
         assumed="DGX A100 nodes (RSC's, reported with its first phase): one 200 Gb/s HDR port per GPU as the "
                 "dgx-a100 preset; the phase-2 nodes and the fabric's tiers not published"),
     # Llama 2's production cluster (Sec. 2.2.1): RoCE on commodity Ethernet, 200 Gbps end-points, 350 W per GPU.
     "Meta production cluster (Llama 2): A100, RoCE on commodity Ethernet switches, 200 Gbps end-points, 350 W cap "
     "(as published)": System(
-        name="Meta production A100 RoCE (Llama 2)", topology_file="meta-prod-a100-roce.yaml",
+        name="Meta production A100 RoCE (Llama 2)", topology_file="meta-prod-a100-roce.yaml", power_cap_w=350.0,
         assumed="nodes and topology not stated: 8 A100 SXM4 on NVSwitch, one 200 Gb/s RoCE end-point per GPU, "
-                "rail-optimised; the 350 W power cap not modelled"),
+                "rail-optimised; the 350 W cap as the step throughput LLM pretraining keeps on capped A100s "
+                "(--power-cap-w 350: 0.923 of the uncapped rate, dpsim/hardware.py POWER_CAP_THROUGHPUT)"),
     "H800 cluster, 8 GPUs per node on NVLink/NVSwitch, InfiniBand across nodes (as published; GPU count not "
     "stated)": System(
         name="DeepSeek H800", topology_file="h800-deepseek.yaml",
@@ -649,6 +653,8 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # FSDP2 alone (--fsdp-version 2) or a layout's fsdp replicas (torchtitan's FSDP2) gather in float8.
         if kw["fp8"] == "torchao-tensorwise" and not row["data_parallel"].startswith("fsdp2"):
             assumed.append("float8 all-gather not modelled without FSDP2: weights gathered in bf16")
+    if system.power_cap_w is not None:  # a cap the source publishes (Llama 2 Sec. 2.2.1: 400 W RSC, 350 W production)
+        kw["power_cap_w"] = system.power_cap_w
     if system.topology_file:
         kw["topology_file"] = str(SYSTEMS_DIR / system.topology_file)
     else:

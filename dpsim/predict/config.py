@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
 from dpsim.errors import ConfigError
+from dpsim.hardware import power_cap_throughput
 from dpsim.limits import (
     MAX_BUCKET_CAP_MB,
     MAX_GPUS,
@@ -35,6 +36,7 @@ from dpsim.limits import (
     MAX_MICRO_BATCH,
     MAX_MTP_DEPTH,
     MAX_OVERLAP_SLOWDOWN,
+    MAX_POWER_CAP_W,
     MAX_PIPELINE_SLOTS,
     MAX_POWERSGD_RANK,
     MAX_POWERSGD_START_ITER,
@@ -177,6 +179,10 @@ class ClusterConfig:
     max-min."""
     placement: Placement = "packed"
     """Servers of the jobs: packed (each job contiguous) or interleaved (round robin)."""
+    power_cap_w: float | None = field(default=None, metadata=_range(0, MAX_POWER_CAP_W, open_below=True))
+    """Per-GPU power limit (nvidia-smi -pl), W: compute runs at the measured fraction of its uncapped
+    rate at that cap (A100 SXM4: 100-400 W, dpsim/hardware.py POWER_CAP_THROUGHPUT); left out: the
+    board's own limit, uncapped."""
 
     def __post_init__(self) -> None:
         _check_part(self)
@@ -543,7 +549,7 @@ SETTINGS: tuple[str, ...] = (
     "find_unused_parameters", "broadcast_buffers", "comm_hook", "powersgd_rank", "powersgd_start_iter",
     "clip_grad_norm", "zero_grad", "input_samples_per_s", "fsdp_version", "fsdp_accumulate", "recompute_every",
     "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a", "zero_impl", "zero_group",
-    "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit", "activations")
+    "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit", "activations", "power_cap_w")
 """Every setting by its flat name, in the order ``--json``'s ``config``, a sweep's columns and the
 flags are listed in (the order they were added in, kept so that outputs do not move)."""
 
@@ -1055,6 +1061,13 @@ assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of th
 SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
                   "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a",
                   "zero_impl", "zero_group", "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit",
-                  "activations")
+                  "activations", "power_cap_w")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""
+
+
+def capped_compute_efficiency(config: PredictConfig, gpu) -> float:
+    """``--compute-efficiency`` times the fraction of its rate ``gpu`` (a :class:`~dpsim.hardware.GpuSpec`)
+    keeps under ``--power-cap-w`` (:func:`dpsim.hardware.power_cap_throughput`; 1 without a cap): the one
+    factor every compute profile of a prediction is built with."""
+    return config.calibration.compute_efficiency * power_cap_throughput(gpu.name, config.cluster.power_cap_w)

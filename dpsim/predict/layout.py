@@ -45,7 +45,7 @@ from dpsim.memory import (
     offload_memory,
     worst_stage,
 )
-from dpsim.predict.config import ParallelismConfig, PredictConfig
+from dpsim.predict.config import ParallelismConfig, PredictConfig, capped_compute_efficiency
 from dpsim.predict.provenance import charge_after_comm
 from dpsim.predict.result import Prediction
 from dpsim.strategies.layout import (
@@ -468,7 +468,7 @@ def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision) -> Comput
     if config.parallelism.grad_accum_fusion:
         precision = replace(precision, fused_wgrad_accumulation=True)
     return compute_profile(tpm.spec, gpu, micro_batch=wl.micro_batch, precision=precision,
-                           optimizer=wl.optimizer, compute_efficiency=config.calibration.compute_efficiency,
+                           optimizer=wl.optimizer, compute_efficiency=capped_compute_efficiency(config, gpu),
                            clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop")
 
 
@@ -476,7 +476,7 @@ def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: Co
     """(compute, optimizer) factors a measured step applied to the modelled whole-model profile."""
     wl = config.workload
     plain = compute_profile(model, gpu, micro_batch=wl.micro_batch, precision=precision,
-                            optimizer=wl.optimizer, compute_efficiency=config.calibration.compute_efficiency,
+                            optimizer=wl.optimizer, compute_efficiency=capped_compute_efficiency(config, gpu),
                             clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop")
     fb = plain.forward_s + plain.backward_s
     scale = (compute.forward_s + compute.backward_s) / fb if fb > 0 else 1.0

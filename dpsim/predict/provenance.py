@@ -194,8 +194,11 @@ def preset_provenance(config: PredictConfig, gpu, topology) -> Provenance:
         compute = Origin(source="flag", detail=f"scaled to the measured one-GPU step "
                                                f"({config.calibration.single_gpu_step_s * 1e3:.4g} ms, --single-gpu-step-ms)")
     else:
+        cap = config.cluster.power_cap_w
+        capped = "" if cap is None else f", x the measured rate at a {cap:g} W power cap (--power-cap-w)"
         compute = Origin(source="model", detail=f"{gpu.name} preset's measured matmul rates and memory bandwidth, "
-                                                f"per-layer model (--compute-efficiency {config.calibration.compute_efficiency:g})")
+                                                f"per-layer model (--compute-efficiency {config.calibration.compute_efficiency:g})"
+                                                f"{capped}")
     where = f"file {config.cluster.topology_file}" if config.cluster.topology_file else f"preset {config.cluster.link}"
     network = Origin(source="model", detail=f"NCCL's algorithm choice on the flow model of topology {where}")
     device = Origin(source="model", detail=f"{gpu.name} preset ({gpu.description})")

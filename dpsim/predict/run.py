@@ -22,7 +22,7 @@ from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown, offload_memory
 from dpsim.strategies.offload import host_bytes_per_param, host_step_s, param_fetches
-from dpsim.predict.config import PredictConfig
+from dpsim.predict.config import PredictConfig, capped_compute_efficiency
 from dpsim.predict.layout import (
     check_layout,
     check_no_expert_options,
@@ -196,9 +196,16 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     if gpu.peak_flops_per_s:  # a CPU profile's device has no tensor cores to check
         check_precision_on_gpu(precision, gpu)
         check_attention_kernel_on_gpu(config.execution.attention_kernel, gpu)
+    # A measured compute (a profile's, or a one-GPU step) was measured at its GPU's own power limit: a cap
+    # on top would be dropped by it, so the pair is refused rather than one of them ignored.
+    for flag, given in (("--calibration", profile is not None),
+                        ("--single-gpu-step-ms", config.calibration.single_gpu_step_s is not None)):
+        if given and config.cluster.power_cap_w is not None:
+            raise ConfigError(f"--power-cap-w: {config.cluster.power_cap_w:g} W is not available with {flag} (its "
+                              f"compute was measured at the GPU's own power limit); leave one of them out")
     compute: ComputeProfile = memoized(  # memoized: a sweep shares it between points
         compute_profile, model, gpu, micro_batch=config.workload.micro_batch, precision=precision, optimizer=config.workload.optimizer,
-        compute_efficiency=config.calibration.compute_efficiency, single_gpu_step_s=config.calibration.single_gpu_step_s,
+        compute_efficiency=capped_compute_efficiency(config, gpu), single_gpu_step_s=config.calibration.single_gpu_step_s,
         clip_grad_norm=config.workload.clip_grad_norm, zero_grad_loop=config.workload.zero_grad == "zero-loop",
     )
     if config.parallelism.layout_active:
