@@ -157,7 +157,7 @@ class ClusterConfig:
     """Data-parallel GPUs of one job; a multiple of the GPUs per node."""
     link: str | None = None
     """Topology preset, the name of a file in topologies/: e.g. nvlink, infiniband, ethernet,
-    pcie, dgx-a100, aws-p4de, aws-p5. Left out: ethernet, or none with a topology file (refused with
+    pcie, dgx-a100, aws-p4de, aws-p5, dgx-b200, gb200-nvl72. Left out: ethernet, or none with a topology file (refused with
     one: the file describes the whole cluster)."""
     topology_file: str | None = field(default=None, metadata={"flag": "--topology"})
     """A topology YAML file of your own (schema: topologies/README.md), instead of a preset."""
