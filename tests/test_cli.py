@@ -510,3 +510,15 @@ def test_a_full_disk_under_the_standard_output_is_one_line(capsys, monkeypatch, 
     assert status == 2 and err == ("dpsim: error: cannot write the standard output: No space left on device; what "
                                    "was written is incomplete\n")
     assert len(disk.written) == room
+
+
+def test_a_predict_flag_sweep_does_not_list_points_to_axis(capsys):
+    """`dpsim sweep --recompute full` was click's "No such option" alone: sweep lists a few predict
+    flags as its own and takes every other field as --axis NAME=V1,V2; the line says so (modernjobs).
+    An option that is no field gets no hint."""
+    from dpsim.cli import main
+
+    assert main(["sweep", "--model", "gpt2", "--recompute", "full"]) == 2
+    assert "sweep takes it as --axis recompute=V1,V2" in capsys.readouterr().err
+    assert main(["sweep", "--model", "gpt2", "--no-such-field", "1"]) == 2
+    assert "--axis" not in capsys.readouterr().err

@@ -329,3 +329,29 @@ def test_no_data_parallel_fit_names_the_lever_that_divides_what_is_left(kw, leve
     dense = predict(PredictConfig(link="infiniband", gpu="h100", micro_batch=1, strategy="zero3", gpus=8,
                                   model="llama-2-70b", precision="bf16-params", steps=1)).memory.suggestion
     assert "--cp" not in (dense or "") and "--ep" not in (dense or "")
+
+
+def test_advice_names_16_bit_parameters_when_autocasts_weight_copies_fill_the_gpu():
+    """torch.autocast keeps a 16-bit copy of every weight it casts until forward ends, and FSDP2's
+    unsharded parameters are leaves it caches: Llama-3-70B FSDP2 on 64 H100 with full checkpointing
+    holds ~130 GiB of copies that no GPU count divides. The advice said "use tensor/pipeline
+    parallelism"; 16-bit parameters (FSDP's MixedPrecision, DeepSpeed bf16) fit as they are, and
+    that is what it now says (modernjobs). An amp-fp16 job is pointed to fp16-params."""
+    from dpsim.workload.catalog import get_model
+    from dpsim.hardware import get_gpu
+    from dpsim.memory import fit_advice, memory_breakdown
+    from dpsim.strategies.checkpointing import CheckpointPolicy
+    from dpsim.workload.precision import get_precision
+
+    model, h100 = get_model("llama-3-70b", flash_attention=True), get_gpu("h100")
+    full = CheckpointPolicy(mode="full")
+    kw = dict(optimizer="adamw", micro_batch=1, strategy="fsdp", n_gpus=64, gpus_per_node=8, fsdp_version="2",
+              checkpointing=full)
+    for precision, advised in (("amp-bf16", "bf16-params"), ("amp-fp16", "fp16-params")):
+        advice = fit_advice(model, h100, precision=get_precision(precision), **kw)
+        assert not advice.fits and advice.precision == advised
+        assert f"--precision {advised}" in advice.message and advice.to_dict()["precision"] == advised
+        fixed = memory_breakdown(model, h100, precision=get_precision(advised), **kw)
+        assert fixed.fits and advice.total_bytes == fixed.total_bytes
+    # Nothing to say about precision when the job fits, or for 16-bit parameters already.
+    assert "precision" not in fit_advice(model, h100, precision=get_precision("bf16-params"), **kw).to_dict()

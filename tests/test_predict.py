@@ -94,3 +94,25 @@ def test_a_gpu_of_another_generation_on_a_preset_warns_that_the_links_stay_the_p
     for same_links_or_not, warns in (("h200", False), ("h800", True), ("h100-pcie", True), ("a100", True)):
         assert bool(run(Config(gpu=same_links_or_not, **base)).provenance.warnings) == warns, same_links_or_not
     assert not run(Config(**base)).provenance.warnings
+
+
+def test_blackwell_presets_carry_nvlink5_and_need_no_gpu_override():
+    """`--link dgx-b200` and `--link gb200-nvl72` give Blackwell jobs their own links (NVLink 5's
+    900 GB/s per direction, one 400 Gb/s NDR NIC per GPU), so a B200 or GB200 job needs neither
+    `--gpu` on an H100 preset (which warns) nor a file of its own (modernjobs). A tensor-parallel
+    job's exposed TP communication on B200 is smaller there than on the H100 preset's NVLink 4."""
+    from dpsim.predict import PredictConfig as Config
+    from dpsim.predict import predict as run
+    from dpsim.topology.load import load_preset
+
+    for name, gpu, per_node in (("dgx-b200", "b200", 8), ("gb200-nvl72", "gb200", 4)):
+        spec = load_preset(name)
+        assert spec.gpu == gpu and spec.node.gpus_per_node == per_node
+        assert spec.node.gpu_link_bandwidth_bytes_per_s == 900e9
+    base = dict(gpus=16, model="llama-2-7b", micro_batch=1, steps=1, tp=8, sequence_parallel=True,
+                tp_comm_overlap="off", strategy="zero1", precision="bf16-fp32-grads")
+    own = run(Config(link="dgx-b200", **base))
+    assert not own.provenance.warnings
+    borrowed = run(Config(link="infiniband", gpu="b200", **base))
+    assert borrowed.provenance.warnings
+    assert own.layout.tp_comm_s < 0.8 * borrowed.layout.tp_comm_s  # 0.69: latency terms do not halve

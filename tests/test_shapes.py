@@ -290,3 +290,35 @@ def test_a_shape_sequence_past_the_seq_len_limit_is_refused():
         get_model(ref)
     assert get_model(ref, seq_len=4096).tokens_per_sample == 4096
     assert get_model(ref.replace(str(MAX_SEQ_LEN + 1), str(MAX_SEQ_LEN))).tokens_per_sample == MAX_SEQ_LEN
+
+
+def test_a_transformers_config_json_file_is_built_from_its_shape(tmp_path):
+    """`--model path/config.json` (the file a model repository ships) reads as the equivalent
+    `transformers:LlamaConfig(...)`, without transformers: Llama-3-8B's config gives the catalog's
+    model to the parameter, named after its folder; `--seq-len` overrides its context length; a
+    family the builders do not cover, a missing file and a non-object are one-line errors (modernjobs)."""
+    import json
+
+    from dpsim.errors import WorkloadError
+    from dpsim.workload.catalog import get_model
+
+    folder = tmp_path / "Meta-Llama-3-8B"
+    folder.mkdir()
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+              "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+              "rope_theta": 500000.0, "tie_word_embeddings": False, "hidden_act": "silu",
+              "torch_dtype": "bfloat16", "transformers_version": "4.40.0.dev0"}
+    (folder / "config.json").write_text(json.dumps(config))
+    path = str(folder / "config.json")
+    model = get_model(path)
+    catalog = get_model("llama-3-8b")
+    assert model.name == "Meta-Llama-3-8B"
+    assert model.param_count == catalog.param_count == 8_030_261_248
+    assert model.forward_flops_per_sample == catalog.forward_flops_per_sample
+    assert get_model(path, seq_len=2048).tokens_per_sample == 2048
+    (tmp_path / "moe.json").write_text(json.dumps({"model_type": "qwen3_moe", "hidden_size": 2048}))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for bad, says in (("moe.json", "qwen3_moe"), ("missing.json", "does not exist"), ("list.json", "list")):
+        with pytest.raises(WorkloadError, match=says):
+            get_model(str(tmp_path / bad))

@@ -265,6 +265,23 @@ def _sane_terminal_size() -> None:
             del os.environ[name]
 
 
+def _sweep_axis_hint(exc: Exception) -> str:
+    """For ``dpsim sweep --recompute full``: sweep lists a few predict flags as its own and takes
+    every other PredictConfig field as ``--axis NAME=V1,V2``; click's "No such option" said
+    neither."""
+    ctx = getattr(exc, "ctx", None)
+    name = getattr(exc, "option_name", None)
+    if type(exc).__name__ != "NoSuchOption" or ctx is None or ctx.info_name != "sweep" or not name:
+        return ""
+    from dpsim.plan.grid import axis_name
+
+    try:
+        field = axis_name(name.lstrip("-"))
+    except DpsimError:
+        return ""
+    return f"; sweep takes it as --axis {field}=V1,V2"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turning every user error into one line on stderr.
 
@@ -296,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                 else typer.main.get_command(app)
             where = f"{ctx.info_name}: " if ctx is not None and ctx.parent is not None else ""
             message = f"{where}missing command; choose one of {', '.join(sorted(group.commands))}"
+        message += _sweep_axis_hint(exc)
         print(f"dpsim: error: {message}", file=sys.stderr)
         return 2
     except DpsimError as exc:

@@ -159,7 +159,7 @@ class ClusterConfig:
     """Data-parallel GPUs of one job; a multiple of the GPUs per node."""
     link: str | None = None
     """Topology preset, the name of a file in topologies/: e.g. nvlink, infiniband, ethernet,
-    pcie, dgx-a100, aws-p4de, aws-p5. Left out: ethernet, or none with a topology file (refused with
+    pcie, dgx-a100, aws-p4de, aws-p5, dgx-b200, gb200-nvl72. Left out: ethernet, or none with a topology file (refused with
     one: the file describes the whole cluster)."""
     topology_file: str | None = field(default=None, metadata={"flag": "--topology"})
     """A topology YAML file of your own (schema: topologies/README.md), instead of a preset."""
@@ -204,8 +204,9 @@ class WorkloadConfig:
     model: str = "gpt2-xl"
     """Catalog model (dpsim models lists them), a decoder by its shape
     (transformer:hidden=4096,layers=32,heads=32,ffn=11008,vocab=32000,seq=4096, plus kv_heads, act,
-    norm, pos, positions, tied, embed_norm, dropout, name), or a torch builder returning an nn.Module:
-    path/file.py:fn or package.module:fn."""
+    norm, pos, positions, tied, embed_norm, dropout, name), a transformers config.json file (Llama,
+    Mistral, Qwen2, GPT-2, OPT, BLOOM: built from its shape), or a torch builder returning an
+    nn.Module: path/file.py:fn or package.module:fn."""
     input_shape: str | None = None
     """Example input of a torch-module model, batch first: 8,3,224,224 or 4,1024:int64."""
     seq_len: int | None = field(default=None, metadata=_count(MAX_SEQ_LEN))

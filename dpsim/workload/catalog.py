@@ -96,7 +96,8 @@ from dpsim.workload.architectures import (
     ViTConfig,
     build_model,
 )
-from dpsim.workload.shapes import is_shape_ref, parse_shape, shape_config, shape_param_count
+from dpsim.workload.shapes import (is_config_json_ref, is_shape_ref, parse_shape, shape_config, shape_param_count,
+                                    shape_ref_of_config_json)
 from dpsim.workload.spec import ModelSpec
 
 # --------------------------------------------------------------------------- catalog
@@ -320,6 +321,8 @@ def get_entry(name: str) -> CatalogEntry:
     the entry of a shape ``transformer:KEY=VALUE,...`` (:mod:`dpsim.workload.shapes`)."""
     if is_shape_ref(name):
         return _shape_entry(name.strip())
+    if is_config_json_ref(name):
+        return _shape_entry(shape_ref_of_config_json(name))
     try:
         return CATALOG_ENTRIES[name.strip().lower()]
     except (KeyError, AttributeError):
@@ -332,7 +335,7 @@ def find_entry(name: object) -> CatalogEntry | None:
     """:func:`get_entry` for a catalog key or shape, ``None`` for anything else (a torch module)."""
     if not isinstance(name, str):
         return None
-    if is_shape_ref(name):
+    if is_shape_ref(name) or is_config_json_ref(name):
         return get_entry(name)
     return CATALOG_ENTRIES.get(name.strip().lower())
 

@@ -396,3 +396,52 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
     except (AttributeError, TypeError):
         return None
     return None
+
+
+CONFIG_JSON_SUFFIX = ".json"
+"""``--model`` ending so names a transformers ``config.json`` file (:func:`shape_ref_of_config_json`)."""
+
+
+def is_config_json_ref(model: object) -> bool:
+    """Whether ``--model`` names a transformers ``config.json`` file (the file a model repository
+    ships, read without transformers) rather than a catalog key, a shape or a torch builder."""
+    return isinstance(model, str) and model.strip().lower().endswith(CONFIG_JSON_SUFFIX) and ":" not in model
+
+
+def shape_ref_of_config_json(path: str) -> str:
+    """The ``transformer:KEY=VALUE,...`` of a transformers ``config.json`` whose ``model_type`` the
+    catalog builders cover (:func:`shape_of_hf_config`: Llama, Mistral, Qwen2, GPT-2, OPT, BLOOM),
+    read by the same attribute names as ``transformers:LlamaConfig(...)``; its sequence is the
+    configuration's context length unless ``--seq-len`` gives another. A capacity planner has the
+    file of the model it plans (``config.json`` of its repository), not a Python call. Any other
+    family, a missing or malformed file: one line naming what to give instead."""
+    import json
+    import re
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    file = Path(path.strip())
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise WorkloadError(f"--model: file {path!r} does not exist (a transformers config.json)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise WorkloadError(f"--model: {path!r} is not a readable JSON configuration ({type(exc).__name__}); "
+                            f"expected a transformers config.json") from None
+    if not isinstance(data, dict):
+        raise WorkloadError(f"--model: {path!r} holds a JSON {type(data).__name__}, not a configuration object; "
+                            f"expected a transformers config.json")
+    # A shape's name= is one token: the file's folder (a repository's name) or stem, made safe.
+    stem = file.parent.name if file.stem == "config" and file.parent.name else file.stem
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "config"
+    kind = data.get("model_type")
+    shape = shape_of_hf_config(SimpleNamespace(**data), name=name) if kind in _HF_NAMES else None
+    if shape is None:
+        covered = ", ".join(_HF_NAMES)
+        why = (f"its model_type {kind!r} is not one dpsim builds from a shape ({covered})" if kind not in _HF_NAMES
+               else f"its {kind} configuration has a field the builders do not cover (a head_dim other than "
+                    f"hidden/heads, a gated activation other than SiLU, OPT's projections or post-norm)")
+        raise WorkloadError(f"--model: {path!r}: {why}; give the model as transformers:CONFIGCLASS(KEY=VALUE, ...) "
+                            f"to trace it, or by its shape (transformer:hidden=...,layers=...)")
+    return shape_ref(shape)
+
