@@ -801,11 +801,7 @@ class PredictConfig:
             # torch's micro-pipeline pass fuses all-gather and reduce-scatter with their matmuls, no all-reduce.
             raise ConfigError("--tp-comm-overlap: 'async' decomposes the all-gathers and reduce-scatters of "
                               "sequence parallelism; add --sequence-parallel or choose off, backward or full")
-        if p.moe_node_limit is not None and (p.ep == 1 or p.moe_a2a != "hierarchical"):
-            # The flat all-to-all sends every routed copy apart: the limit moves none off the network.
-            raise ConfigError(f"--moe-node-limit: {p.moe_node_limit} bounds the servers the hierarchical all-to-all "
-                              f"sends a token to, and this job has --ep {p.ep} --moe-a2a {p.moe_a2a}; give --ep 2 or "
-                              f"more and --moe-a2a hierarchical, or leave it out")
+        check_moe_node_limit(p.moe_node_limit, ep=p.ep, moe_a2a=p.moe_a2a)
         if p.moe_a2a_overlap and p.ep == 1:
             raise ConfigError("--moe-a2a-overlap: hides the expert-parallel all-to-alls, and --ep is 1; give --ep 2 "
                               "or more, or leave it out")
@@ -996,6 +992,21 @@ def _has_type(value: Any, kind: type) -> bool:
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, kind)
+
+
+def check_moe_node_limit(limit: Any, *, ep: int, moe_a2a: str) -> None:
+    """Refuse ``--moe-node-limit`` where it cannot apply (one line naming the flag): its own range
+    (:func:`check_value`), then an expert-parallel group (``ep`` above 1) sending over the hierarchical
+    all-to-all. ``predict`` passes its config's ``ep``; ``plan`` the largest ``ep`` it searches. One rule
+    for both, so the two commands refuse the same jobs with the same words."""
+    if limit is None:
+        return
+    check_value("moe_node_limit", limit)
+    if ep == 1 or moe_a2a != "hierarchical":
+        # The flat all-to-all sends every routed copy apart: the limit moves none off the network.
+        raise ConfigError(f"--moe-node-limit: {limit} bounds the servers the hierarchical all-to-all "
+                          f"sends a token to, and this job has --ep {ep} --moe-a2a {moe_a2a}; give --ep 2 or "
+                          f"more and --moe-a2a hierarchical, or leave it out")
 
 
 def check_value(name: str, value: Any) -> None:
