@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dpsim.errors import ConfigError
 from dpsim.limits import (
@@ -43,11 +43,9 @@ from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict_resolved, resolve_topology
 from dpsim.strategies.registry import shard_group_size
+from dpsim.variability.run import VariabilityReport, predict_with_variability
+from dpsim.variability.spec import VariabilitySpec
 from dpsim.workload.precision import get_precision
-
-if TYPE_CHECKING:
-    from dpsim.variability.run import VariabilityReport
-    from dpsim.variability.spec import VariabilitySpec
 
 VARIABILITY_FLAGS = ("--noise-cv, --noise-dist, --straggler, --degrade, --hiccup-rate-per-s, --hiccup-s, "
                      "--mc-samples, --mc-steps")
@@ -212,7 +210,6 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     if variability is None:
         p = predict_resolved(resolved)
     else:
-        from dpsim.variability.run import predict_with_variability
         p, variable = predict_with_variability(config, variability, steps=mc_steps)
     if tokens is not None:
         if p.tokens_per_s is None:
