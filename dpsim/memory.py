@@ -139,7 +139,7 @@ from dpsim.workload.precision import (
     saved_element_bytes,
     saved_extra_bytes,
 )
-from dpsim.workload.spec import MatmulOp, ModelSpec
+from dpsim.workload.spec import MatmulOp, MemoryOp, ModelSpec
 
 FRAMEWORK_OVERHEAD_BYTES = 2 * GiB
 """CUDA context, cuBLAS workspaces, NCCL buffers and what the driver keeps back of the memory NVML
@@ -217,6 +217,17 @@ def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: b
     and the outputs of its matmuls and attention, plus the largest block's recomputed rest
     while it is recomputed.
     """
+    kept, working = activation_parts_per_sample(model, activation_checkpointing=activation_checkpointing,
+                                                fsdp_unit=fsdp_unit, checkpointing=checkpointing, precision=precision)
+    return kept + working
+
+
+def activation_parts_per_sample(model: ModelSpec, *, activation_checkpointing: bool = False,
+                                fsdp_unit: str = "block", checkpointing: CheckpointPolicy | None = None,
+                                precision: Precision | None = None) -> tuple[float, float]:
+    """:func:`activation_bytes_per_sample` in its two parts, in the same units: what is kept from the
+    forward to the backward, and the working set of the unit being recomputed (0 without
+    checkpointing), which is live only while that unit re-runs (not at the loss's backward)."""
     policy = policy_of(activation_checkpointing, checkpointing)
     scale = 1.0 if precision is None else precision.activation_bytes / 2.0
 
@@ -234,7 +245,7 @@ def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: b
                                                else input_scale(layer.input_byte_class, precision))
 
     if not policy.active:
-        return sum(act(l) for l in model.layers)
+        return sum(act(l) for l in model.layers), 0.0
     units = [u for u in wrap_units(model, fsdp_unit) if not u.is_root]
     if not units:
         flag = "--activation-checkpointing" if activation_checkpointing else f"--recompute {policy.mode}"
@@ -246,7 +257,7 @@ def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: b
     full = [sum(act(model.layers[i]) for i in u.layers) for u in ckpt]
     if policy.mode == "full":
         inputs = sum(inp(model.layers[min(u.layers)]) for u in ckpt)
-        return root + inputs + max(full, default=0.0)
+        return root + inputs, max(full, default=0.0)
     if policy.mode == "selective":
         core = tp_model(model, 1).layers
 
@@ -261,10 +272,10 @@ def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: b
                 return max(0.0, act(layer) - core[i].core_activation_bytes_per_sample)
             return layer_activation_bytes(core[i], 1, sequence_parallel=False, recompute="selective") + extra(layer)
 
-        return root + sum(kept(i) for u in ckpt for i in u.layers)
+        return root + sum(kept(i) for u in ckpt for i in u.layers), 0.0
     kept = [min(f, inp(model.layers[min(u.layers)]) + sum(_op_kept(model.layers[i]) for i in u.layers))
             for u, f in zip(ckpt, full)]
-    return root + sum(kept) + max((f - k for f, k in zip(full, kept)), default=0.0)
+    return root + sum(kept), max((f - k for f, k in zip(full, kept)), default=0.0)
 
 
 def fp8_saved_weight_bytes(model: ModelSpec, precision: Precision, policy: CheckpointPolicy, fsdp_unit: str,
@@ -338,6 +349,47 @@ def _op_kept(layer) -> float:
     return layer.activation_bytes_per_sample if saved is None else saved
 
 
+LOSS_IMPLS = ("fused", "eager")
+"""``--loss-impl``: how the language-model loss holds its fp32 logits. ``fused``: one fp32 copy kept for
+the backward, which the head's activations already count (:func:`~dpsim.workload.layers.lm_head_activation_bytes`'s
+``4sv``); ``eager``: transformers' ForCausalLMLoss, whose backward holds more at once
+(:data:`EAGER_LOSS_TRANSIENT_BYTES_PER_ELEMENT`)."""
+
+EAGER_LOSS_TOTAL_BYTES_PER_ELEMENT = 12.0
+"""Bytes per token and vocabulary entry live at the backward of transformers' causal-LM loss, counted
+from its source: ``LlamaForCausalLM.forward`` returns ``self.lm_head(...)`` in the model's dtype
+(huggingface/transformers@5dd4a63548857797727ae73eeb6a6e886ea02a3e
+src/transformers/models/llama/modeling_llama.py) and ``ForCausalLMLoss`` upcasts it, ``logits =
+logits.float()``, then calls ``nn.functional.cross_entropy`` through ``fixed_cross_entropy``
+(huggingface/transformers@d0fed636753eeb35d790126c4496d06847983d60 src/transformers/loss/loss_utils.py).
+``cross_entropy`` is ``log_softmax`` then ``nll_loss``: ``log_softmax`` saves its fp32 output for its
+backward (4 bytes); ``nll_loss`` saves only the targets. The fp32 copy dies when the loss function
+returns (nothing saved it) and the 16-bit logits when the trainer drops the model output (HF Trainer's
+``compute_loss`` returns the loss alone), both before ``backward()``. In the backward,
+``nll_loss_backward`` writes a zero-filled fp32 gradient of the log-softmax output (4 bytes) and
+``_log_softmax_backward_data`` reads it with the saved output and writes the fp32 gradient of the
+logits (4 bytes), all three live at once: 12 bytes. (The forward's peak is lower: 16-bit logits 2, the
+fp32 copy 4, the log-softmax output 4: 10 bytes; xtmem's note in validation/large_model_runs.md counts
+the same 12 s V for the older forward that upcast in the model.)"""
+EAGER_LOSS_TRANSIENT_BYTES_PER_ELEMENT = EAGER_LOSS_TOTAL_BYTES_PER_ELEMENT - 4.0
+"""What ``eager`` adds over ``fused``: the head's activations keep 4 bytes per token and vocabulary
+entry already (the fp32 logits, ``log_softmax``'s saved output here), so the two fp32 gradients (8 bytes)
+are the transient."""
+
+
+def eager_loss_transient_bytes_per_sample(model: ModelSpec) -> float:
+    """Bytes transformers' eager loss holds at its backward beyond what the head keeps, per sample:
+    :data:`EAGER_LOSS_TRANSIENT_BYTES_PER_ELEMENT` x tokens x vocabulary of the model's loss (the op
+    named ``loss``, :func:`~dpsim.workload.layers.lm_loss_op`; the largest, with a multi-token
+    prediction head: its losses run one after another)."""
+    sizes = [op.elements for layer in model.layers for op in layer.ops
+             if isinstance(op, MemoryOp) and op.name == "loss"]
+    if not sizes:
+        raise ConfigError(f"--loss-impl: eager is a language model's loss over its vocabulary, and {model.name} "
+                          f"has none; leave it out (or choose fused)")
+    return EAGER_LOSS_TRANSIENT_BYTES_PER_ELEMENT * max(sizes)
+
+
 def memory_breakdown(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -359,6 +411,7 @@ def memory_breakdown(
     fsdp_accumulate: str = "auto",
     zero_impl: str = "deepspeed",
     zero_group: int | None = None,
+    loss_impl: str = "fused",
 ) -> MemoryBreakdown:
     """Per-GPU memory of ``strategy`` on ``n_gpus`` data-parallel GPUs (see the module docstring).
 
@@ -369,9 +422,13 @@ def memory_breakdown(
     ``gradient_as_bucket_view``, a comm hook's state); refused by the other strategies.
     ``checkpointing``: the activation-checkpointing policy (``activation_checkpointing`` is
     ``full``); ``fsdp_version``, ``fsdp_accumulate``: the FSDP strategies' API and gradient
-    accumulation (:data:`~dpsim.strategies.registry.FSDP_ACCUMULATE`).
+    accumulation (:data:`~dpsim.strategies.registry.FSDP_ACCUMULATE`). ``loss_impl``: one of
+    :data:`LOSS_IMPLS`; ``eager`` adds transformers' loss transient at the loss's backward
+    (:func:`eager_loss_transient_bytes_per_sample`).
     """
     record = get_strategy(strategy)
+    if loss_impl not in LOSS_IMPLS:
+        raise ConfigError(f"--loss-impl: {loss_impl!r} is not known; choose one of {', '.join(LOSS_IMPLS)}")
     check_honoured(strategy, BUCKET_CAP_MB, bucket_cap_mb)
     if ddp is not None and not ddp.is_default and record.family != "ddp":
         raise ConfigError(f"DDP options: {ddp} apply to --strategy ddp only, not {strategy}")
@@ -392,8 +449,19 @@ def memory_breakdown(
     # Catalog activations are given at 2 bytes per element; fp32 compute keeps 4 (and the tensors a
     # precision stores otherwise count at their dtypes: activation_bytes_per_sample's ``precision``).
     act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
-    act = activation_bytes_per_sample(model, activation_checkpointing=activation_checkpointing, fsdp_unit=fsdp_unit,
-                                      checkpointing=checkpointing, precision=precision) * micro_batch * act_scale
+    if loss_impl == "fused":
+        act = activation_bytes_per_sample(model, activation_checkpointing=activation_checkpointing,
+                                          fsdp_unit=fsdp_unit, checkpointing=checkpointing,
+                                          precision=precision) * micro_batch * act_scale
+    else:
+        # Two moments of the backward: the loss's (everything kept, plus its fp32 transient) and a
+        # checkpointed unit's recompute (everything kept, plus that unit's working set); the loss's
+        # backward runs before any recompute, so the two are never live together.
+        kept, working = activation_parts_per_sample(model, activation_checkpointing=activation_checkpointing,
+                                                    fsdp_unit=fsdp_unit, checkpointing=checkpointing,
+                                                    precision=precision)
+        act = kept * micro_batch * act_scale + max(working * micro_batch * act_scale,
+                                                   eager_loss_transient_bytes_per_sample(model) * micro_batch)
     act += fp8_saved_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
                                   gpu.architecture, fsdp2=record.family == "fsdp" and version == "2")
     act += autocast_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
@@ -521,7 +589,7 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
                overlap: bool = True, bucket_cap_mb: float | None = None, max_gpus: int = 1 << 20,
                ddp: DdpOptions | None = None, checkpointing: CheckpointPolicy | None = None,
                fsdp_version: str = "1", fsdp_accumulate: str = "auto", zero_impl: str = "deepspeed",
-               zero_group: int | None = None) -> FitAdvice:
+               zero_group: int | None = None, loss_impl: str = "fused") -> FitAdvice:
     """The smallest change that makes ``model`` fit, in this order of preference:
     a more sharded strategy (ZeRO-1 -> 2 -> 3, or FSDP shard-grad-op -> full shard) on
     the same GPUs; that plus activation checkpointing; that plus a smaller micro-batch
@@ -535,7 +603,7 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
     gpn = gpus_per_node or n_gpus
     base = {"precision": precision, "optimizer": optimizer, "fsdp_unit": fsdp_unit, "overlap": overlap,
             "gpus_per_node": gpn, "grad_accum": grad_accum, "fsdp_version": fsdp_version,
-            "fsdp_accumulate": fsdp_accumulate}
+            "fsdp_accumulate": fsdp_accumulate, "loss_impl": loss_impl}
     policy = policy_of(activation_checkpointing, checkpointing)
     # The flag that turns full checkpointing on, as the user would add it to the command.
     ck_flag = ("--activation-checkpointing" if not policy.active else

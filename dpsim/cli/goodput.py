@@ -7,6 +7,7 @@ Named in :data:`dpsim.cli.commands.COMMANDS` and imported only when it runs; the
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from typing import Any, Optional
 
@@ -17,7 +18,19 @@ from dpsim.cli.checks import check_budget
 from dpsim.cli.failures import CHECKPOINT_BANDWIDTH, MTBF_GPU, MTBF_LINK, MTBF_NODE, REPLACE, RESTART, failure_rates
 from dpsim.cli.options import ALL_FIELDS, config_options
 from dpsim.cli.panels import CHECKPOINTS, OUTPUT, VARIABILITY, WORKLOAD
-from dpsim.cli.predict import SINGLE_GPU_SAMPLES_PER_S, predict_config
+from dpsim.cli.predict import (
+    DEGRADE,
+    HICCUP_RATE_PER_S,
+    HICCUP_S,
+    MC_SAMPLES,
+    MC_STEPS,
+    NOISE_CV,
+    NOISE_DIST,
+    SINGLE_GPU_SAMPLES_PER_S,
+    STRAGGLER,
+    _variability_from_flags,
+    predict_config,
+)
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_GOODPUT_RUNS
 
@@ -65,13 +78,24 @@ def goodput_command(
                                   rich_help_panel=VARIABILITY),
     runs: int = typer.Option(100, "--runs", help=f"Monte-Carlo runs per configuration (1 to {MAX_GOODPUT_RUNS:,}).",
                              rich_help_panel=VARIABILITY),
-    seed: int = typer.Option(0, "--seed", help="Seed (same seed, same failures); 0 to 2**63-1.",
+    seed: int = typer.Option(0, "--seed", help="Seed (same seed, same failures; and the same step draws with "
+                                               "--noise-cv, --straggler or --hiccup-*); 0 to 2**63-1.",
                              rich_help_panel=VARIABILITY),
+    # predict's variability flags, its own definitions: the token budget is trained at the mean step they
+    # give (each step waits for its slowest rank).
+    noise_cv: Optional[float] = NOISE_CV,
+    noise_dist: str = NOISE_DIST,
+    straggler: Optional[list[str]] = STRAGGLER,
+    degrade: Optional[list[str]] = DEGRADE,
+    hiccup_rate_per_s: float = HICCUP_RATE_PER_S,
+    hiccup_s: float = HICCUP_S,
+    mc_samples: int = MC_SAMPLES,
+    mc_steps: Optional[int] = MC_STEPS,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables.",
                                  rich_help_panel=OUTPUT),
 ) -> None:
     """Simulate a training run through failures: wall time, goodput, lost work, best checkpoint interval."""
-    from dpsim.plan.job import DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, goodput
+    from dpsim.plan.job import DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, VARIABILITY_NEEDS_TOKENS, goodput
     from dpsim.plan.reliability import parse_long_duration_s
     from dpsim.units import parse_bandwidth_bytes_per_s
 
@@ -81,6 +105,22 @@ def goodput_command(
         # The write time wins and the bandwidth was never read (not even checked): say so, as a mix file does.
         raise ConfigError(f"--checkpoint-write and --checkpoint-bandwidth: {checkpoint_write!r} and "
                           f"{checkpoint_bandwidth!r}; give the write time or the bandwidth it follows from, not both")
+    # A variability flag left at its default is not given: goodput's step is then predict's plain one, as before.
+    varied = [flag for flag, value, default in (
+        ("--noise-cv", noise_cv, None), ("--noise-dist", noise_dist, NOISE_DIST.default),
+        ("--straggler", straggler or None, None), ("--degrade", degrade or None, None),
+        ("--hiccup-rate-per-s", hiccup_rate_per_s, HICCUP_RATE_PER_S.default),
+        ("--hiccup-s", hiccup_s, HICCUP_S.default), ("--mc-samples", mc_samples, MC_SAMPLES.default),
+        ("--mc-steps", mc_steps, None)) if value != default]
+    if varied and tokens is None:
+        raise ConfigError(VARIABILITY_NEEDS_TOKENS.format(flag=varied[0]))
+    variability = None
+    if varied:
+        variability = _variability_from_flags(noise_cv=noise_cv, noise_dist=noise_dist, straggler=straggler,
+                                              degrade=degrade, hiccup_rate_per_s=hiccup_rate_per_s,
+                                              hiccup_s=hiccup_s, seed=0, mc_samples=mc_samples)
+        if variability.per_rank:  # the failures' seed draws the ranks' factors too (nothing to draw otherwise)
+            variability = replace(variability, seed=seed)
     rates = failure_rates(mtbf_gpu, mtbf_node, mtbf_link)
     budget = None
     if tokens is not None:
@@ -101,7 +141,7 @@ def goodput_command(
             else DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S),
         restart_s=parse_long_duration_s(restart, "--restart"),
         replace_s=parse_long_duration_s(replace_after, "--replace"),
-        policy=elastic, min_nodes=min_nodes, runs=runs, seed=seed)
+        policy=elastic, min_nodes=min_nodes, runs=runs, seed=seed, variability=variability, mc_steps=mc_steps)
     if as_json:
         _emit_json(report.to_dict())
     else:

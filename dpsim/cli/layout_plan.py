@@ -18,7 +18,7 @@ PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_le
                "precision", "fp8", "compile",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
                "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "algo", "proto", "cp_comm", "moe_routing",
-               "calibration", "moe_a2a_overlap", "cp_balance", "moe_a2a", "moe_capacity_factor")
+               "calibration", "moe_a2a_overlap", "cp_balance", "moe_a2a", "moe_capacity_factor", "moe_node_limit")
 """``PredictConfig`` fields that describe the job the layouts are searched for (the layout fields
 themselves are what ``plan`` searches)."""
 
@@ -164,7 +164,7 @@ def plan_command(
     grad_accum_fusion = flags.pop("grad_accum_fusion", True)
     # Flags that apply to the candidates with tensor, context or expert parallelism; the base has none.
     sharded = {name: flags.pop(name) for name in ("tp_comm_overlap", "tp_across_network", "cp_comm", "cp_balance",
-                                                   "moe_a2a_overlap")
+                                                   "moe_a2a_overlap", "moe_node_limit")
                if name in flags}
     base = PredictConfig(**flags, micro_batch=1)
     result = plan_layouts(

@@ -13,7 +13,7 @@ from dpsim.cli.panels import OUTPUT
 from dpsim.predict.config import LAYOUT_FIELDS
 
 MEMORY_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
-                 "micro_batch", "flash_attention", "activations", "precision", "fp8", "optimizer", "strategy",
+                 "micro_batch", "flash_attention", "activations", "loss_impl", "precision", "fp8", "optimizer", "strategy",
                  "grad_accum", "activation_checkpointing", "fsdp_unit", "fsdp_version", "fsdp_accumulate", "overlap",
                  "bucket_cap_mb", "recompute_every", "zero_impl", "zero_group") + LAYOUT_FIELDS
 """The ``PredictConfig`` fields memory depends on (``overlap``: DeepSpeed keeps one gradient buffer

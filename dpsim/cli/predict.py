@@ -40,6 +40,37 @@ SINGLE_GPU_SAMPLES_PER_S = typer.Option(
 """An alternative input of ``single_gpu_step_s`` (converted with the micro-batch); ``report`` takes it too."""
 
 
+# predict's variability flags, defined once: goodput takes the same options (the same flags, help and
+# defaults), so that the two commands cannot drift apart.
+NOISE_CV = typer.Option(
+    None, "--noise-cv", help="Per-rank, per-step compute-time noise (coefficient of variation; 0.05 = 5 %). "
+                             "Default: the step-time CV a --calibration profile recorded, else 0.",
+    rich_help_panel=VARIABILITY)
+NOISE_DIST = typer.Option("normal", "--noise-dist", help="Noise distribution: normal or lognormal.",
+                          rich_help_panel=VARIABILITY)
+STRAGGLER = typer.Option(
+    None, "--straggler", help=f"A persistently slow node or GPU, e.g. node3:1.3x or gpu12:2x (repeatable); "
+                              f"factors from {MIN_STRAGGLER_FACTOR:g} to {MAX_STRAGGLER_FACTOR:g}.",
+    rich_help_panel=VARIABILITY)
+DEGRADE = typer.Option(
+    None, "--degrade", help=f"A link below capacity: node3.nic0:50%, node0.gpu2:50% or a link class "
+                            f"such as ethernet:50% (capacity left, at least {100 * MIN_DEGRADED_FRACTION:g} %; "
+                            f"repeatable).", rich_help_panel=VARIABILITY)
+HICCUP_RATE_PER_S = typer.Option(
+    0.0, "--hiccup-rate-per-s", help=f"Transient stalls per GPU per second (with --hiccup-s); at most "
+                                     f"{MAX_HICCUP_RATE_PER_S:g}.", rich_help_panel=VARIABILITY)
+HICCUP_S = typer.Option(0.0, "--hiccup-s", help=f"Duration of one stall, seconds; at most {MAX_HICCUP_S:g}.",
+                        rich_help_panel=VARIABILITY)
+MC_SAMPLES = typer.Option(
+    10, "--mc-samples", help=f"Monte-Carlo samples (independent seeds) with noise or hiccups; at most "
+                             f"{MAX_MC_SAMPLES:,}, and samples x steps x GPUs at most {MAX_MC_RANK_STEPS:.3g}.",
+    rich_help_panel=VARIABILITY)
+MC_STEPS = typer.Option(
+    None, "--mc-steps", help=f"Steps per Monte-Carlo sample (with variability; default 50); at most "
+                             f"{MAX_MC_STEPS:,}, and samples x steps at most {MAX_MC_SAMPLE_STEPS:,}.",
+    rich_help_panel=VARIABILITY)
+
+
 @config_options(PREDICT_FIELDS)
 def predict(
     flags: dict[str, Any],
@@ -51,35 +82,16 @@ def predict(
     timeline: Optional[str] = typer.Option(
         None, "--timeline", help="Also write the step's timeline to this standalone .html file (plotly).",
         rich_help_panel=OUTPUT),
-    noise_cv: Optional[float] = typer.Option(
-        None, "--noise-cv", help="Per-rank, per-step compute-time noise (coefficient of variation; 0.05 = 5 %). "
-                                 "Default: the step-time CV a --calibration profile recorded, else 0.",
-        rich_help_panel=VARIABILITY),
-    noise_dist: str = typer.Option("normal", "--noise-dist", help="Noise distribution: normal or lognormal.",
-                                   rich_help_panel=VARIABILITY),
-    straggler: Optional[list[str]] = typer.Option(
-        None, "--straggler", help=f"A persistently slow node or GPU, e.g. node3:1.3x or gpu12:2x (repeatable); "
-                                  f"factors from {MIN_STRAGGLER_FACTOR:g} to {MAX_STRAGGLER_FACTOR:g}.",
-        rich_help_panel=VARIABILITY),
-    degrade: Optional[list[str]] = typer.Option(
-        None, "--degrade", help=f"A link below capacity: node3.nic0:50%, node0.gpu2:50% or a link class "
-                                f"such as ethernet:50% (capacity left, at least {100 * MIN_DEGRADED_FRACTION:g} %; "
-                                f"repeatable).", rich_help_panel=VARIABILITY),
-    hiccup_rate_per_s: float = typer.Option(
-        0.0, "--hiccup-rate-per-s", help=f"Transient stalls per GPU per second (with --hiccup-s); at most "
-                                         f"{MAX_HICCUP_RATE_PER_S:g}.", rich_help_panel=VARIABILITY),
-    hiccup_s: float = typer.Option(0.0, "--hiccup-s", help=f"Duration of one stall, seconds; at most {MAX_HICCUP_S:g}.",
-                                   rich_help_panel=VARIABILITY),
+    noise_cv: Optional[float] = NOISE_CV,
+    noise_dist: str = NOISE_DIST,
+    straggler: Optional[list[str]] = STRAGGLER,
+    degrade: Optional[list[str]] = DEGRADE,
+    hiccup_rate_per_s: float = HICCUP_RATE_PER_S,
+    hiccup_s: float = HICCUP_S,
     seed: int = typer.Option(0, "--seed", help="Seed of the random draws (same seed, same numbers); 0 to 2**63-1.",
                              rich_help_panel=VARIABILITY),
-    mc_samples: int = typer.Option(
-        10, "--mc-samples", help=f"Monte-Carlo samples (independent seeds) with noise or hiccups; at most "
-                                 f"{MAX_MC_SAMPLES:,}, and samples x steps x GPUs at most {MAX_MC_RANK_STEPS:.3g}.",
-        rich_help_panel=VARIABILITY),
-    mc_steps: Optional[int] = typer.Option(
-        None, "--mc-steps", help=f"Steps per Monte-Carlo sample (with variability; default 50); at most "
-                                                        f"{MAX_MC_STEPS:,}, and samples x steps at most "
-                                                        f"{MAX_MC_SAMPLE_STEPS:,}.", rich_help_panel=VARIABILITY),
+    mc_samples: int = MC_SAMPLES,
+    mc_steps: Optional[int] = MC_STEPS,
 ) -> None:
     """Predict the step time, throughput, scaling efficiency and memory of DDP training."""
     config = predict_config(flags, single_gpu_samples_per_s)

@@ -43,7 +43,16 @@ from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict_resolved, resolve_topology
 from dpsim.strategies.registry import shard_group_size
+from dpsim.variability.run import VariabilityReport, predict_with_variability
+from dpsim.variability.spec import VariabilitySpec
 from dpsim.workload.precision import get_precision
+
+VARIABILITY_FLAGS = ("--noise-cv, --noise-dist, --straggler, --degrade, --hiccup-rate-per-s, --hiccup-s, "
+                     "--mc-samples, --mc-steps")
+"""predict's variability flags, which goodput takes too (:func:`goodput`'s ``variability``)."""
+VARIABILITY_NEEDS_TOKENS = ("{flag}: stretches the time to train a token budget (each step waits for its "
+                            "slowest rank); give --tokens, or leave it out (--duration is a time already)")
+"""The one line that refuses a variability flag without ``--tokens`` (``{flag}``: the flag given)."""
 
 DEFAULT_WORK_S = 30 * DAY_S
 """Failure-free training time when neither a token budget nor a duration is given."""
@@ -84,6 +93,8 @@ class GoodputReport:
     """Goodput against the checkpoint interval (policy wait)."""
     elastic: dict[str, GoodputStats]
     """The job under each policy (wait, shrink)."""
+    variability: VariabilityReport | None = None
+    """What the step's variability did (``predict``'s report); ``None``: none asked for."""
 
     @property
     def work_model_error(self) -> ModelErrorInterval | None:
@@ -115,6 +126,8 @@ class GoodputReport:
             "interval_study": self.interval_study.to_dict(),
             "elastic": {"wait": self.elastic["wait"].to_dict(), "shrink": self.elastic["shrink"].to_dict(),
                         "better": self.better},
+            # Only when asked for: a job without variability keeps its document as it was.
+            **({"variability": self.variability.to_dict()} if self.variability is not None else {}),
         }
 
 
@@ -155,7 +168,8 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
             checkpoint_write_s: float | None = None,
             checkpoint_bandwidth_bytes_per_s: float = DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
             restart_s: float = DEFAULT_RESTART_S, replace_s: float = 0.0, policy: str = "wait",
-            min_nodes: int = 1, runs: int = 100, seed: int = 0) -> GoodputReport:
+            min_nodes: int = 1, runs: int = 100, seed: int = 0, variability: VariabilitySpec | None = None,
+            mc_steps: int | None = None) -> GoodputReport:
     """Simulate ``config``'s training through failures.
 
     The work is ``tokens`` at the predicted tokens/s, or ``duration_s`` of failure-free training
@@ -167,6 +181,13 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     checkpoint's read (as long as its write); a failed node is replaced after ``replace_s``, and
     ``policy`` ``wait`` waits for it while ``shrink`` continues on fewer nodes (down to
     ``min_nodes``). ``runs`` Monte-Carlo runs from ``seed``.
+
+    ``variability`` (``predict``'s noise, stragglers, degraded links, hiccups, MoE routing load; ``mc_steps``
+    its steps per sample): the token budget is trained at the mean step the variability engine draws
+    (:func:`~dpsim.variability.run.predict_with_variability`, ``predict``'s own), so the failure-free time
+    grows by mean step / its plain step (degraded links: by the degraded step). It needs ``tokens``: a
+    ``duration_s`` is a time already, which no step variability changes. ``None`` (the default): the
+    plain step, as before.
     """
     if tokens is not None and duration_s is not None:
         raise ConfigError("--tokens and --duration: give one amount of work, not both")
@@ -181,13 +202,22 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     if checkpoint_interval_s is not None and not checkpoint_interval_s <= MAX_SPAN_S:
         raise ConfigError(f"--checkpoint-interval: {checkpoint_interval_s!r} s is not valid; expected at most "
                           f"{MAX_SPAN_S:g} s (a century)")
+    if variability is not None and tokens is None:
+        raise ConfigError(VARIABILITY_NEEDS_TOKENS.format(flag=VARIABILITY_FLAGS))
     resolved = resolve(config)
     topology = resolve_topology(resolved.config)
-    p = predict_resolved(resolved)
+    variable = None
+    if variability is None:
+        p = predict_resolved(resolved)
+    else:
+        p, variable = predict_with_variability(config, variability, steps=mc_steps)
     if tokens is not None:
         if p.tokens_per_s is None:
             raise ConfigError(f"--tokens: {p.model} is not a token model; give --duration instead")
         work_s = tokens / p.tokens_per_s
+        if variable is not None and variable.statistics is not None:
+            # Each step waits for its slowest rank: the budget's steps at the engine's mean step.
+            work_s *= variable.statistics.mean_s / p.step_time_s
     else:
         work_s = DEFAULT_WORK_S if duration_s is None else duration_s
         if not (0 < work_s <= MAX_SPAN_S):  # 1e30d printed 31-digit days in every table
@@ -244,6 +274,6 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
         prediction=p, n_gpus=topology.n_gpus, n_nodes=topology.n_nodes, topology=topology.spec.name,
         tokens=float(tokens) if tokens is not None else None, work_s=work_s, mtbf_s=mtbf,
         failure_rates_per_s=cluster.rates_per_s(rates), checkpoint_bytes=checkpoint_bytes, job=job, seed=seed,
-        result=simulate_goodput(job, runs=runs, seed=seed),
+        variability=variable, result=simulate_goodput(job, runs=runs, seed=seed),
         interval_study=interval_study(replace(job, policy="wait"), runs=runs, seed=seed),
         elastic=elastic_choice(job, runs=runs, seed=seed))

@@ -86,7 +86,14 @@ from dpsim.plan.reliability import (
     DEFAULT_RESTART_S,
     ClusterShape,
 )
-from dpsim.predict.config import LAYOUT_DP_STRATEGIES, PredictConfig, check_value, flag_name, flag_scale
+from dpsim.predict.config import (
+    LAYOUT_DP_STRATEGIES,
+    PredictConfig,
+    check_moe_node_limit,
+    check_value,
+    flag_name,
+    flag_scale,
+)
 from dpsim.predict.layout import (
     _heads,
     check_experts,
@@ -131,7 +138,7 @@ from dpsim.workload.spec import ModelSpec, is_mtp_unit
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
                          "tp_across_network", "strategy", "micro_batch", "recompute", "activation_checkpointing",
                          "schedule", "virtual_stages", "sequence_parallel", "grad_accum", "global_batch",
-                         "stage_layers", "grad_accum_fusion", "moe_a2a_overlap"})
+                         "stage_layers", "grad_accum_fusion", "moe_a2a_overlap", "moe_node_limit"})
 """Fields a candidate sets itself (the rest of the command is the job's)."""
 
 MAX_PLAN_VALUES = 32
@@ -227,6 +234,9 @@ class Candidate:
     moe_a2a_overlap: bool = False
     """The job's ``--moe-a2a-overlap``, on where it applies (``ep`` above 1, without pipeline stages or
     with the interleaved schedule)."""
+    moe_node_limit: int | None = None
+    """The job's ``--moe-node-limit`` (DeepSeek-V3's node-limited routing), which applies when ``ep``
+    is above 1: a layout without expert parallelism has no all-to-all for it to bound."""
 
     @property
     def sharded(self) -> bool:
@@ -244,7 +254,8 @@ class Candidate:
             schedule=self.schedule, virtual_stages=self.virtual_stages, sequence_parallel=self.sequence_parallel,
             grad_accum=1, global_batch=self.global_batch, tp_comm_overlap=self.tp_comm_overlap if self.tp > 1 else "backward",
             tp_across_network=self.tp_across_network and self.tp > 1,
-            grad_accum_fusion=self.grad_accum_fusion or not self.sharded, moe_a2a_overlap=self.moe_a2a_overlap)
+            grad_accum_fusion=self.grad_accum_fusion or not self.sharded, moe_a2a_overlap=self.moe_a2a_overlap,
+            moe_node_limit=self.moe_node_limit if self.ep > 1 else None)
 
     def command(self, base: PredictConfig) -> str:
         """The whole ``dpsim predict`` command: the job's flags that differ from the defaults, then the layout's."""
@@ -287,6 +298,8 @@ class Candidate:
             out += " --no-grad-accum-fusion"
         if self.moe_a2a_overlap:
             out += " --moe-a2a-overlap"
+        if self.ep > 1 and self.moe_node_limit is not None:
+            out += f" --moe-node-limit {self.moe_node_limit}"
         return out
 
 
@@ -551,7 +564,8 @@ class Planner:
 
     def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True, tp_comm_overlap: str | None = None,
                  tp_across_network: bool | None = None, cp_comm: str | None = None,
-                 moe_a2a_overlap: bool | None = None, cp_balance: bool | None = None):
+                 moe_a2a_overlap: bool | None = None, cp_balance: bool | None = None,
+                 moe_node_limit: int | None = None):
         self.base = base
         # The job's settings, kept apart from ``base``: a config without --tp/--pp refuses
         # --no-grad-accum-fusion, one without --tp the tensor-parallel flags, one without --cp
@@ -562,6 +576,7 @@ class Planner:
         self.cp_comm = base.parallelism.cp_comm if cp_comm is None else cp_comm
         self.cp_balance = base.parallelism.cp_balance if cp_balance is None else cp_balance
         self.moe_a2a_overlap = base.parallelism.moe_a2a_overlap if moe_a2a_overlap is None else moe_a2a_overlap
+        self.moe_node_limit = base.parallelism.moe_node_limit if moe_node_limit is None else moe_node_limit
         self.model: ModelSpec = load_model(base)
         self.precision = get_precision(base.execution.precision, base.execution.fp8, strategy=base.parallelism.strategy,
                                        fsdp_version=base.parallelism.fsdp_version, compile=base.execution.compile)
@@ -720,7 +735,7 @@ class Planner:
                           cp_cost=(lambda op, size: context_comm_s(gc, cost, op, size)) if c.cp > 1 else None,
                           cp_model=self.model if c.cp > 1 else None,
                           ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.parallelism.moe_a2a,
-                                                                self.model.moe, self.base.parallelism.moe_node_limit))
+                                                                self.model.moe, self.moe_node_limit))
                           if c.ep > 1 else None,
                           etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
                           gpu=self.gpu, recompute_share=shares,
@@ -831,7 +846,8 @@ class Planner:
                                                  tp_comm_overlap=self.tp_comm_overlap,
                                                  tp_across_network=self.tp_across_network, cp_comm=self.cp_comm,
                                                  cp_balance=self.cp_balance or cp == 1,
-                                                 moe_a2a_overlap=overlap))
+                                                 moe_a2a_overlap=overlap,
+                                                 moe_node_limit=self.moe_node_limit if ep > 1 else None))
         return out
 
     @staticmethod
@@ -1331,7 +1347,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  failures: FailureInputs | None = None, cps=None, eps=None, etps=None,
                  tp_comm_overlap: str | None = None, tp_across_network: bool | None = None,
                  moe_a2a_overlap: bool | None = None,
-                 cp_comm: str | None = None, cp_balance: bool | None = None) -> PlanResult:
+                 cp_comm: str | None = None, cp_balance: bool | None = None,
+                 moe_node_limit: int | None = None) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
     ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
     A search axis left ``None`` is not given (the command line's flag left out): ``strategies``
@@ -1341,9 +1358,9 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     ``cps``/``eps``: the context- and expert-parallel sizes to search (default: :data:`DEFAULT_CPS` for a
     sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1); ``etps``: the
     expert-tensor-parallel sizes to search (default 1);
-    ``tp_comm_overlap``/``tp_across_network``/``cp_comm``/``cp_balance``/``moe_a2a_overlap``: the job's flags that apply to
-    the candidates with that parallelism (a base without ``--tp``/``--cp``/``--ep`` cannot hold them; ``None``:
-    ``base``'s). ``verify``: most layouts simulated, ``verify_seconds``: seconds of simulation after the first
+    ``tp_comm_overlap``/``tp_across_network``/``cp_comm``/``cp_balance``/``moe_a2a_overlap``/``moe_node_limit``: the
+    job's flags that apply to the candidates with that parallelism (a base without ``--tp``/``--cp``/``--ep`` cannot
+    hold them; ``None``: ``base``'s). ``verify``: most layouts simulated, ``verify_seconds``: seconds of simulation after the first
     (``None``: no limit), see :func:`_verify`."""
     t0 = time.perf_counter()
     base = resolve(base).config
@@ -1362,7 +1379,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     # belongs (tp_across_network="no") was taken as true.
     for name, value in (("sequence_parallel", sequence_parallel), ("tp_comm_overlap", tp_comm_overlap),
                         ("tp_across_network", tp_across_network), ("moe_a2a_overlap", moe_a2a_overlap),
-                        ("cp_comm", cp_comm), ("cp_balance", cp_balance), ("grad_accum_fusion", grad_accum_fusion)):
+                        ("cp_comm", cp_comm), ("cp_balance", cp_balance), ("grad_accum_fusion", grad_accum_fusion),
+                        ("moe_node_limit", moe_node_limit)):
         if value is not None or name == "grad_accum_fusion":
             check_value(name, value)
     for flag, budget in (("--tokens", tokens), ("--samples", samples)):
@@ -1381,7 +1399,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion, tp_comm_overlap=tp_comm_overlap,
                       tp_across_network=tp_across_network, cp_comm=cp_comm, moe_a2a_overlap=moe_a2a_overlap,
-                      cp_balance=cp_balance)
+                      cp_balance=cp_balance, moe_node_limit=moe_node_limit)
     if planner.moe_a2a_overlap and planner.model.moe is None:
         raise ConfigError(f"--moe-a2a-overlap: hides a mixture of experts' all-to-alls, but {planner.model.name} is "
                           f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
@@ -1432,6 +1450,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                                                      micro_batches=micro_batches, strategies=strategies,
                                                      recomputes=recomputes, schedules=schedules,
                                                      sequence_parallel=sequence_parallel)))
+    # predict's own rule (one validator): the limit needs --moe-a2a hierarchical and a layout with --ep 2 or
+    # more; ``plan --moe-node-limit 4 --ep 1`` would otherwise have dropped it in silence.
+    check_moe_node_limit(planner.moe_node_limit, ep=max(c.ep for _, cands in searches for c in cands),
+                         moe_a2a=base.parallelism.moe_a2a)
     if planner.moe_a2a_overlap and not any(c.moe_a2a_overlap for _, cands in searches for c in cands):
         # As --cp-comm above: `plan --moe-a2a-overlap --ep 1`, or --pp 2 with --schedules 1f1b, searched no
         # layout the overlap applies to and dropped the flag in silence (predict refuses both).

@@ -104,6 +104,8 @@ AttentionKernel = Literal["sdpa", "triton", "flash1", "flash3", "cudnn"]
 """``--attention-kernel``: :data:`dpsim.workload.spec.ATTENTION_KERNELS`."""
 Activations = Literal["eager", "megatron"]
 """``--activations``: :data:`dpsim.workload.layers.ACTIVATION_COUNTS`."""
+LossImpl = Literal["fused", "eager"]
+"""``--loss-impl``: :data:`dpsim.memory.LOSS_IMPLS`."""
 FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
 FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
@@ -451,6 +453,13 @@ class ExecutionConfig:
     value at the grouped heads' width, the fused SwiGLU keeping only its input, fused norms, no expert
     outputs kept for the combine; Korthikanti et al. arXiv:2205.05198 Sec. 4.1 as Megatron-Core runs
     it; Llama-family models only). Sets activation memory."""
+    loss_impl: LossImpl = "fused"
+    """How the language-model loss holds the fp32 logits: fused (one fp32 copy kept for the backward, as
+    counted so far: a fused or chunked cross-entropy holds no more) or eager (transformers'
+    ForCausalLMLoss: logits.float(), then F.cross_entropy, whose backward holds its saved fp32 log-softmax,
+    the fp32 gradient nll_loss_backward zero-fills and log_softmax's fp32 gradient at once: 12 bytes a token
+    and vocabulary entry, 8 more than fused, at the loss's backward). Data-parallel path only. Sets
+    activation memory."""
     activation_checkpointing: bool = False
     """Recompute each unit's forward in backward and keep only unit inputs (memory down,
     compute up); the same as --recompute full."""
@@ -550,7 +559,8 @@ SETTINGS: tuple[str, ...] = (
     "find_unused_parameters", "broadcast_buffers", "comm_hook", "powersgd_rank", "powersgd_start_iter",
     "clip_grad_norm", "zero_grad", "input_samples_per_s", "fsdp_version", "fsdp_accumulate", "recompute_every",
     "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a", "zero_impl", "zero_group",
-    "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit", "activations", "power_cap_w")
+    "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit", "activations", "power_cap_w",
+    "loss_impl")
 """Every setting by its flat name, in the order ``--json``'s ``config``, a sweep's columns and the
 flags are listed in (the order they were added in, kept so that outputs do not move)."""
 
@@ -751,6 +761,11 @@ class PredictConfig:
         if c.gpus % shard:
             raise ConfigError(f"--gpus: {c.gpus} is not a multiple of --tp {p.tp} x --pp {p.pp}"
                               f"{f' x --cp {p.cp}' if cp else ''} = {shard}")
+        if e.loss_impl == "eager" and p.layout_active:
+            # The layouts split the logits over tensor-parallel ranks and stages (Megatron's vocab-parallel
+            # cross-entropy); transformers' eager loss is counted on the data-parallel path only.
+            raise ConfigError("--loss-impl: eager is transformers' loss on whole logits, counted on the "
+                              "data-parallel path; leave out --tp/--pp/--cp/--ep, or choose fused")
         if e.offload == "expert-activations" and not p.layout_active:
             raise ConfigError("--offload: expert-activations offloads the MoE layers' activations of an "
                               "expert-parallel layout; give --ep (or --tp/--pp), or leave it out")
@@ -808,11 +823,7 @@ class PredictConfig:
             # torch's micro-pipeline pass fuses all-gather and reduce-scatter with their matmuls, no all-reduce.
             raise ConfigError("--tp-comm-overlap: 'async' decomposes the all-gathers and reduce-scatters of "
                               "sequence parallelism; add --sequence-parallel or choose off, backward or full")
-        if p.moe_node_limit is not None and (p.ep == 1 or p.moe_a2a != "hierarchical"):
-            # The flat all-to-all sends every routed copy apart: the limit moves none off the network.
-            raise ConfigError(f"--moe-node-limit: {p.moe_node_limit} bounds the servers the hierarchical all-to-all "
-                              f"sends a token to, and this job has --ep {p.ep} --moe-a2a {p.moe_a2a}; give --ep 2 or "
-                              f"more and --moe-a2a hierarchical, or leave it out")
+        check_moe_node_limit(p.moe_node_limit, ep=p.ep, moe_a2a=p.moe_a2a)
         if p.moe_a2a_overlap and p.ep == 1:
             raise ConfigError("--moe-a2a-overlap: hides the expert-parallel all-to-alls, and --ep is 1; give --ep 2 "
                               "or more, or leave it out")
@@ -1005,6 +1016,21 @@ def _has_type(value: Any, kind: type) -> bool:
     return isinstance(value, kind)
 
 
+def check_moe_node_limit(limit: Any, *, ep: int, moe_a2a: str) -> None:
+    """Refuse ``--moe-node-limit`` where it cannot apply (one line naming the flag): its own range
+    (:func:`check_value`), then an expert-parallel group (``ep`` above 1) sending over the hierarchical
+    all-to-all. ``predict`` passes its config's ``ep``; ``plan`` the largest ``ep`` it searches. One rule
+    for both, so the two commands refuse the same jobs with the same words."""
+    if limit is None:
+        return
+    check_value("moe_node_limit", limit)
+    if ep == 1 or moe_a2a != "hierarchical":
+        # The flat all-to-all sends every routed copy apart: the limit moves none off the network.
+        raise ConfigError(f"--moe-node-limit: {limit} bounds the servers the hierarchical all-to-all "
+                          f"sends a token to, and this job has --ep {ep} --moe-a2a {moe_a2a}; give --ep 2 or "
+                          f"more and --moe-a2a hierarchical, or leave it out")
+
+
 def check_value(name: str, value: Any) -> None:
     """Raise a one-line :class:`ConfigError` naming the flag unless ``value`` suits field ``name``.
 
@@ -1062,7 +1088,7 @@ assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of th
 SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
                   "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a",
                   "zero_impl", "zero_group", "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit",
-                  "activations", "power_cap_w")
+                  "activations", "power_cap_w", "loss_impl")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""
 

@@ -494,7 +494,7 @@ def _memory_kwargs(config: PredictConfig, precision, topology: Topology) -> dict
             "checkpointing": config.execution.checkpointing, "grad_accum": config.micro_batches,
             "fsdp_unit": par.fsdp_unit, "overlap": config.gradients.overlap, "bucket_cap_mb": config.gradients.bucket_cap_mb,
             "fsdp_version": par.fsdp_version, "fsdp_accumulate": par.fsdp_accumulate,
-            "zero_impl": par.zero_impl, "zero_group": par.zero_group,
+            "zero_impl": par.zero_impl, "zero_group": par.zero_group, "loss_impl": config.execution.loss_impl,
             "ddp": config.gradients.ddp_options() if par.strategy == "ddp" else None}
 
 
