@@ -265,6 +265,20 @@ def test_measured_compute_takes_the_ddp_pool_and_layouts_the_layout_pool():
     assert layout.model_error.low_s < layout.model_error.high_s
 
 
+def test_a_sharded_query_of_a_small_model_takes_the_layout_pool():
+    """FSDP / ZeRO steps are validated by the layout pool's dp rows (MosaicML's 125M-760M FSDP runs
+    among them), not by the ddp pool's DDP steps: a preset sharded query takes the layout pool
+    whatever its size, as its validation rows are scored; DDP and a measured step keep theirs."""
+    fsdp = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2", strategy="fsdp")).model_error
+    assert fsdp.regime["pools"] == ["layout"] and fsdp.regime["layout"]["layout_kind"] == "dp"
+    ddp = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2")).model_error
+    assert ddp.regime["pools"][:2] == ["compute", "ddp"]
+    measured = predict(PredictConfig(gpus=8, link="nvlink", model="gpt2", strategy="zero2",
+                                     single_gpu_step_s=0.1)).model_error
+    assert measured.regime["pools"][0] == "ddp"
+    assert (fsdp.high_s - fsdp.low_s) / fsdp.predicted_s < (ddp.high_s - ddp.low_s) / ddp.predicted_s
+
+
 def test_an_unvalidated_fabric_widens_the_prediction():
     nvswitch = predict(PredictConfig(gpus=8, link="nvlink", model="resnet50")).model_error
     pcie = predict(PredictConfig(gpus=8, link="pcie", model="resnet50")).model_error

@@ -717,13 +717,21 @@ def step_fabric(topology, n_gpus: int) -> tuple[str, tuple[str, ...]]:
 
 
 def regime_of(*, model, gpu, topology, n_gpus: int, measured_compute: bool, layout: bool,
-              exposed_share: float, message_bytes: float = 0.0, kind: str = "dp") -> Regime:
+              exposed_share: float, message_bytes: float = 0.0, kind: str = "dp", sharded: bool = False) -> Regime:
     """The regime of a prediction (module docstring: which pools, and the keys within them);
     ``exposed_share``: the step's exposed communication over the step; ``message_bytes``: a
-    typical all-reduce of it (a gradient bucket); ``kind``: its :func:`layout_kind`."""
+    typical all-reduce of it (a gradient bucket); ``kind``: its :func:`layout_kind`; ``sharded``:
+    a data-parallel strategy that shards model state (ZeRO, FSDP), whatever the model's size, is
+    judged by the ``layout`` pool, whose ``dp`` rows validated such steps down to 125M parameters
+    (MosaicML's FSDP runs; the ``ddp`` pool's rows are DDP steps from a measured one-GPU step):
+    until 2026-12-06 a preset FSDP / ZeRO query that is not a transformer of a billion parameters
+    or more took the compute and ddp pools, which gave the eight such layout rows (MosaicML's
+    125M-760M FSDP runs, SageMaker's 50.6B ZeRO-3 run of a model known by its FLOPs), built as their
+    queries were, half-widths of 53-244 % (every one inside) against the layout pool's 13-19 %."""
     family = model_family(model)
     params = float(model.param_count)
-    if layout or (family in ("decoder", "encoder") and params >= LARGE_TRANSFORMER_PARAMS and not measured_compute):
+    big_transformer = family in ("decoder", "encoder") and params >= LARGE_TRANSFORMER_PARAMS
+    if layout or ((big_transformer or sharded) and not measured_compute):
         pools: tuple[str, ...] = ("layout",)
     elif measured_compute:
         pools = ("ddp",)
