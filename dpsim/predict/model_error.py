@@ -11,11 +11,12 @@ is built from the rows of the regime it falls in:
   ``layout`` (sharded and tensor x pipeline x data layouts of large transformers from presets:
   the Megatron-LM / DeepSpeed layout runs and the published large-model runs, FSDP / ZeRO / HSDP,
   3D and MoE, each table's rows tagged with their :attr:`ResidualRow.suite`).
-  A preset prediction of a data-parallel job on several GPUs carries both the compute error and
+  A preset prediction of a DDP job on several GPUs carries both the compute error and
   the communication/overlap error: its residuals are every sum of a ``compute`` and a ``ddp``
   residual (the errors of two independent parts add in log space). A prediction whose compute
   was measured (``--single-gpu-step-ms``, a calibration profile) carries only the ``ddp`` error;
-  tensor/pipeline layouts and transformers of a billion parameters or more take ``layout``.
+  tensor/pipeline layouts, transformers of a billion parameters or more and, from the presets,
+  sharded data parallelism (ZeRO, FSDP: :func:`regime_of`) take ``layout``.
 * **Regime.** Within a pool the rows that share the query's values of the pool's regime keys
   (step pools: GPU architecture, model family, size band, scale band, the compute pool with
   the family first, the layout pool with the layout kind first, :data:`LAYOUT_KEYS`; collectives: the
