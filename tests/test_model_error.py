@@ -212,6 +212,37 @@ def test_communication_error_weighs_by_the_exposed_share():
     assert widths[0] == 0.0 < widths[1] < widths[2]
 
 
+def test_a_layout_query_over_a_fabric_the_layout_rows_crossed_takes_no_collective_term():
+    """The layout rows are whole steps measured over their networks: their residuals already hold
+    the error of a step's exposed communication over that fabric class, so the collective pool's is
+    added only where no layout row crossed the query's fabric (and a layout row is scored so)."""
+    rng = random.Random(17)
+    layout = [dataclasses.replace(r, pool="layout", layout_kind="dp", fabric="ib", exposed_share=0.2)
+              for r in _synthetic(2 * MIN_ROWS, rng, systems=3, sigma=0.02)]
+    coll = [ResidualRow(id=f"n{i}", pool=COLLECTIVE_POOL, system=f"y{i % 3}", log_ratio=math.log(1 + 0.1 * i),
+                        gpu_arch="hopper", model_family="none", params=0.0, gpus=16, source="s", fabric=fabric)
+            for i in range(MIN_ROWS) for fabric in ("ib", "roce")]
+    rows = layout + coll
+    base = Regime(pools=("layout",), gpu_arch="hopper", model_family="decoder", params=1e9, gpus=16,
+                  layout_kind="dp", exposed_share=0.3)
+    lo0, hi0, matched0, _, _ = log_interval(base, rows)
+    lo, hi, matched, _, _ = log_interval(dataclasses.replace(base, fabric="ib"), rows)
+    assert (lo, hi) == (lo0, hi0) and COLLECTIVE_POOL not in matched["pools"]
+    lo, hi, matched, _, _ = log_interval(dataclasses.replace(base, fabric="roce"), rows)
+    assert COLLECTIVE_POOL in matched["pools"] and hi - lo > hi0 - lo0
+
+
+def test_the_shipped_layout_rows_carry_their_step_as_queried():
+    """Each layout row holds the fabric class, exposed share and typical all-reduce its prediction's
+    regime has (``validation/model_error.py``), so that it is scored as the query it would be; the
+    other step pools' rows hold none."""
+    rows = load_rows()[0]
+    layout = [r for r in rows if r.pool == "layout"]
+    assert all(0.0 <= r.exposed_share <= 1.0 for r in layout)
+    assert all(r.fabric for r in layout if r.gpus > 1) and any(r.exposed_share > 0 for r in layout)
+    assert all(not r.fabric and r.exposed_share == 0.0 for r in rows if r.pool in ("compute", "ddp"))
+
+
 def test_predict_json_and_table_carry_the_interval(capsys):
     rc = main(["predict", "--gpus", "16", "--link", "infiniband", "--model", "resnet50", "--json"])
     out = json.loads(capsys.readouterr().out)
@@ -232,6 +263,20 @@ def test_measured_compute_takes_the_ddp_pool_and_layouts_the_layout_pool():
     assert layout.model_error.regime["pools"][0] == "layout"
     assert layout.model_error.regime["layout"]["layout_kind"] == "3d"
     assert layout.model_error.low_s < layout.model_error.high_s
+
+
+def test_a_sharded_query_of_a_small_model_takes_the_layout_pool():
+    """FSDP / ZeRO steps are validated by the layout pool's dp rows (MosaicML's 125M-760M FSDP runs
+    among them), not by the ddp pool's DDP steps: a preset sharded query takes the layout pool
+    whatever its size, as its validation rows are scored; DDP and a measured step keep theirs."""
+    fsdp = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2", strategy="fsdp")).model_error
+    assert fsdp.regime["pools"] == ["layout"] and fsdp.regime["layout"]["layout_kind"] == "dp"
+    ddp = predict(PredictConfig(gpus=16, link="infiniband", model="gpt2")).model_error
+    assert ddp.regime["pools"][:2] == ["compute", "ddp"]
+    measured = predict(PredictConfig(gpus=8, link="nvlink", model="gpt2", strategy="zero2",
+                                     single_gpu_step_s=0.1)).model_error
+    assert measured.regime["pools"][0] == "ddp"
+    assert (fsdp.high_s - fsdp.low_s) / fsdp.predicted_s < (ddp.high_s - ddp.low_s) / ddp.predicted_s
 
 
 def test_an_unvalidated_fabric_widens_the_prediction():

@@ -916,6 +916,9 @@ class Result:
     predicted: float
     step_s: float
     exposed_comm_s: float
+    message_bytes: float
+    """A typical data-parallel all-reduce of the step (a gradient bucket), as ``predict`` gives the
+    model-error interval's regime (:func:`dpsim.predict.run.with_model_error`)."""
     fits: bool
     memory_note: str
     """Where a row is told it does not fit: the two largest parts of its memory against the usable."""
@@ -973,7 +976,8 @@ def evaluate(row: dict, *, compute_efficiency: float | None = None) -> Result:
     return Result(id=row["id"], system=system_of(row).name, model=row["model"], params=params_of(row, job.model),
                   gpus=n, gpu=row["gpu"], layout=layout_text(job.config), unit=row["unit"], published=published,
                   predicted=to_published_unit(row, job.model, tokens), step_s=p.step_time_s,
-                  exposed_comm_s=p.exposed_comm_s, fits=memory.fits, memory_note=memory_note(memory),
+                  exposed_comm_s=p.exposed_comm_s, message_bytes=p.gradient_bytes / max(1, p.n_buckets),
+                  fits=memory.fits, memory_note=memory_note(memory),
                   published_mfu=tokens_per_s_per_gpu(row, job.model, published) * flops / peak,
                   predicted_mfu=tokens * flops / peak, assumed=job.assumed,
                   series=" ".join((row["system"], row["model"], row["data_parallel"], layout_text(job.config))))

@@ -187,6 +187,7 @@ def _evaluate(row: dict, *, compute_efficiency: float | None) -> dict:
             "gpus": n, "published": published, "predicted": predicted, "unit": row["unit"], "error": error,
             "step_s": step, "bubble": rep.bubble_fraction if rep is not None else 0.0,
             "tp_exposed_s": rep.tp_exposed_s if rep is not None else 0.0, "fits": p.memory.fits,
+            "exposed_comm_s": p.exposed_comm_s, "message_bytes": p.gradient_bytes / max(1, p.n_buckets),
             "global_batch": int(row["global_batch"])}
 
 

@@ -13,7 +13,9 @@ its own system, as ``ln(measured time / predicted time)`` with its regime
   software stack, e.g. Selene under Megatron-LM 2021, Selene under DeepSpeed, Eos under
   Megatron-Core), and ``accuracy_large_models.py``'s published FSDP / ZeRO / HSDP, 3D and MoE
   runs, predicted from the presets (the unit is the table's system: one publisher's cluster and
-  software, e.g. MosaicML's llm-foundry tables, InternLM's, Megatron-Core MoE's ModelZoo).
+  software, e.g. MosaicML's llm-foundry tables, InternLM's, Megatron-Core MoE's ModelZoo); each
+  layout row with its step's fabric class, exposed share and typical all-reduce, as ``predict``
+  gives its query's regime, so that it is scored as that query's interval is built.
 
 ``--write`` stores them in ``dpsim/predict/model_error_rows.json`` (shipped: predictions read it)
 with the collective classes that published nccl-tests rows validate
@@ -50,6 +52,7 @@ from dpsim.predict.model_error import (  # noqa: E402
     loso_coverage,
     model_family,
     regime_coverage,
+    step_fabric,
 )
 from dpsim.predict.run import resolve_topology  # noqa: E402
 
@@ -92,6 +95,15 @@ def ddp_rows() -> list[ResidualRow]:
     return out
 
 
+def _as_queried(topology, gpus: int, exposed_s: float, step_s: float, message_bytes: float) -> dict:
+    """A layout row's fabric class, exposed share and typical all-reduce, as ``predict`` gives its
+    query's regime (:func:`dpsim.predict.model_error.regime_of`), for its interval to be scored as
+    the prediction's is built."""
+    fabric, _ = step_fabric(topology, gpus)
+    share = min(1.0, max(0.0, exposed_s / step_s)) if gpus > 1 and step_s > 0 else 0.0
+    return {"fabric": fabric, "exposed_share": share, "message_bytes": float(message_bytes)}
+
+
 def layout_rows() -> list[ResidualRow]:
     import accuracy_layouts as al
 
@@ -103,12 +115,15 @@ def layout_rows() -> list[ResidualRow]:
         model = al.model_of(dict(row, set="mcore2024"))
         config = al.config_of(row)
         # The row's topology preset, or its system file (validation/systems/) where no preset fits.
-        gpu = get_gpu(resolve_topology(config).spec.gpu)
+        topology = resolve_topology(config)
+        gpu = get_gpu(topology.spec.gpu)
         par = config.parallelism
         out.append(ResidualRow(id=row["id"], pool="layout", system=row["set"], log_ratio=math.log(1 + result["error"]),
                                gpu_arch=gpu.architecture, model_family=model_family(model),
                                params=float(model.param_count), gpus=int(row["gpus"]), source=_short(row["source"]),
-                               suite="layouts", layout_kind=layout_kind(model, tp=par.tp, pp=par.pp, cp=par.cp)))
+                               suite="layouts", layout_kind=layout_kind(model, tp=par.tp, pp=par.pp, cp=par.cp),
+                               **_as_queried(topology, int(row["gpus"]), result["exposed_comm_s"], result["step_s"],
+                                             result["message_bytes"])))
     return out
 
 
@@ -124,11 +139,14 @@ def large_model_rows() -> list[ResidualRow]:
     for res in results:
         row = by_id[res.id]
         model = alm.model_of(row)
-        par = alm.job_of(row).config.parallelism
+        config = alm.job_of(row).config
+        par = config.parallelism
         out.append(ResidualRow(id=res.id, pool="layout", system=res.system, log_ratio=math.log(1 + res.error),
                                gpu_arch=get_gpu(res.gpu).architecture, model_family=model_family(model),
                                params=float(model.param_count), gpus=res.gpus, source=_short(row["source"]),
-                               suite="large-models", layout_kind=layout_kind(model, tp=par.tp, pp=par.pp, cp=par.cp)))
+                               suite="large-models", layout_kind=layout_kind(model, tp=par.tp, pp=par.pp, cp=par.cp),
+                               **_as_queried(resolve_topology(config), res.gpus, res.exposed_comm_s, res.step_s,
+                                             res.message_bytes)))
     return out
 
 
@@ -157,7 +175,7 @@ def collective_classes() -> list[str]:
 
 def gather() -> dict:
     rows = compute_rows() + ddp_rows() + layout_rows() + large_model_rows() + collective_rows()
-    return {"schema": "dpsim.model-error-rows/5",
+    return {"schema": "dpsim.model-error-rows/6",
             "written_by": "python validation/model_error.py --write",
             "collective_classes": collective_classes(),
             "rows": [{k: getattr(r, k) for k in ResidualRow.__dataclass_fields__} for r in rows]}
@@ -233,7 +251,9 @@ def section(data: dict) -> str:
         "Megatron-LM / DeepSpeed run set, or a large-model table's system), the "
         "hardware platform (collective: all-reduce >= 1 MiB, with the NCCL constants fitted without it, as "
         "`accuracy_collectives.py` scores them). A collective row is scored as a step that is all exposed "
-        "communication over its fabric. "
+        "communication over its fabric; a layout row as its query, with its step's fabric class and exposed "
+        "share: the collective pool's error is added (in proportion to the share) only where no other "
+        "system's layout row crossed that fabric, as a prediction's interval adds it. "
         "The combined compute + ddp interval of a preset multi-GPU prediction is not scored here: no "
         "published row predicts such a step from presets end to end apart from the compute pool's.",
         "",

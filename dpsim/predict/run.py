@@ -53,6 +53,7 @@ from dpsim.profile.calibrated import (
 )
 from dpsim.profile.io import load_profile
 from dpsim.strategies.build import build_step_program
+from dpsim.strategies.registry import SHARDED_STRATEGIES
 from dpsim.topology.cluster import Topology
 from dpsim.topology.load import load_cluster_spec
 from dpsim.topology.spec import TopologySpec, ddp_allreduce_after_backward, nic_fabric
@@ -325,7 +326,8 @@ def with_model_error(prediction: Prediction, *, model: ModelSpec, gpu, topology:
                        exposed_share=prediction.exposed_comm_s / prediction.step_time_s if prediction.step_time_s > 0
                        else 0.0,
                        message_bytes=prediction.gradient_bytes / max(1, prediction.n_buckets),
-                       kind=layout_kind(model, tp=par.tp, pp=par.pp, cp=par.cp))
+                       kind=layout_kind(model, tp=par.tp, pp=par.pp, cp=par.cp),
+                       sharded=par.strategy in SHARDED_STRATEGIES)
     return replace(prediction, model_error=model_error_interval(prediction.step_time_s, regime))
 
 
