@@ -143,7 +143,14 @@ def sweep_command(
     """
     from dpsim.plan.cost import parse_count, parse_price_overrides
     from dpsim.plan.grid import SweepSpec, axis_name
-    from dpsim.plan.sweep import OUTPUT_FORMATS, check_sweep_size, records_json, run_sweep, write_results
+    from dpsim.plan.sweep import (
+        OUTPUT_FORMATS,
+        check_output_not_input,
+        check_sweep_size,
+        records_json,
+        run_sweep,
+        write_results,
+    )
 
     if output is not None:
         from pathlib import Path
@@ -193,6 +200,8 @@ def sweep_command(
     check_budget(spec.samples, "--samples" if samples is not None else f"{config}: samples")
     check_prices(spec.gpu_hour_usd, "--gpu-hour-usd" if gpu_hour_usd else f"{config}: gpu_hour_usd")
     check_sweep_size(spec)
+    if output is not None:
+        check_output_not_input(output, spec)  # before the sweep: its files are the grid's, known only now
     if progress is None:
         from rich.console import Console
         progress = Console(stderr=True).is_terminal

@@ -38,7 +38,7 @@ from typing import Any
 
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
-from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_SPAN_S, MAX_RECOVERY_S
+from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_MTBF_S, MAX_SPAN_S, MAX_RECOVERY_S
 from dpsim.plan.reliability import DEFAULT_RESTART_S, FailureRates, parse_long_duration_s
 from dpsim.units import parse_bandwidth_bytes_per_s
 from dpsim.workload.model_ref import model_ref_next_to
@@ -371,6 +371,9 @@ def _mtbf(field: str, value: Any) -> float:
                           "or none") from exc
     if not s > 0:
         raise _fail(field, value, "expected an MTBF > 0, e.g. 3692h, or none")
+    if math.isfinite(s) and s > MAX_MTBF_S:
+        # As --mtbf-*: named here by its key (FailureRates would name the flag, which a mix file has not).
+        raise _fail(field, value, f"expected at most {MAX_MTBF_S:.4g} s (a million years), or none")
     return s
 
 

@@ -1,0 +1,128 @@
+"""Bad inputs found by the seventh fuzz round (fuzz7): one line and exit 2, or a sane result; the files a
+command reads are never replaced by what it writes.
+
+In-process and quick (the fast lane runs it), judged by ``fuzz_harness.check_outcome`` as the other fuzz
+suites are. Each case says what it did before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fuzz_harness import check_outcome, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILE = ROOT / "calibration" / "profiles" / "a100-nvswitch-8gpu.json"
+GOODPUT = ["goodput", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--runs", "2"]
+CALIBRATE = ["calibrate", "--backend", "gloo", "--nproc", "2"]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --- sweep -o over a file the sweep's points read -------------------------------------------------------
+@pytest.mark.parametrize("axes, source", [
+    # Before: the sweep read the profile, ran, and replaced it with its results table (status 0).
+    (["--axis", "calibration={d}/p.json"], "p.json"),
+    # Before: the routing histogram was replaced the same way.
+    (["--model", "mixtral-8x7b", "--axis", "ep=8", "--axis", "moe_routing=histogram:{d}/h.json"], "h.json"),
+    (["--model", "mixtral-8x7b", "--axis", "ep=8", "--axis", "moe_routing=histogram: {d}/h.json"], "h.json"),
+])
+def test_sweep_output_is_never_an_input(axes, source, tmp_path, capsys):
+    shutil.copy(PROFILE, tmp_path / "p.json")
+    (tmp_path / "h.json").write_text("[1, 2, 3, 4, 5, 6, 7, 8]\n")
+    target = tmp_path / source
+    before = _digest(target)
+    args = ["sweep", "--model", "gpt2", "--gpus", "8", "--link", "nvlink",
+            *[a.format(d=tmp_path) for a in axes], "-o", str(target)]
+    check_outcome(run_cli(args, capsys), args, "error",
+                  ("-o/--output: ", "is a file the sweep reads", "choose another -o"))
+    assert _digest(target) == before
+
+
+def test_sweep_output_over_a_grid_file_input_is_refused_by_the_library_too(tmp_path):
+    """write_results (the API's writer) refuses it as well: the CLI's check runs before the sweep."""
+    import pandas as pd
+
+    from dpsim.errors import ConfigError
+    from dpsim.plan.grid import SweepSpec
+    from dpsim.plan.sweep import write_results
+
+    shutil.copy(PROFILE, tmp_path / "p.json")
+    before = _digest(tmp_path / "p.json")
+    spec = SweepSpec.from_grid({"calibration": [str(tmp_path / "p.json")]}, origin="grid")
+    with pytest.raises(ConfigError, match="is a file the sweep reads"):
+        write_results(pd.DataFrame([{"a": 1}]), tmp_path / "p.json", spec)
+    assert _digest(tmp_path / "p.json") == before
+    write_results(pd.DataFrame([{"a": 1}]), tmp_path / "other.json", spec)  # any other name is written
+
+
+# --- MTBFs past any run: 300-digit numbers, or an overflow read as "never fails" ---------------------------
+@pytest.mark.parametrize("flag, value, needles", [
+    # Before: the job's MTBF printed as a 300-digit number of days (status 0).
+    ("--mtbf-node", "1e300h", ("--mtbf-node: 3.6e+303 s is not valid; expected at most", "or none")),
+    ("--mtbf-gpu", "1e9d", ("--mtbf-gpu: 8.64e+13 s is not valid",)),
+    # Before: 1e400 overflowed to inf, read as `none` (the component never fails), status 0.
+    ("--mtbf-link", "1e400h", ("--mtbf-link: '1e400h' is not valid; the number is too large",)),
+])
+def test_goodput_mtbf_beyond_any_run_is_refused(flag, value, needles, capsys):
+    args = GOODPUT + [flag, value]
+    check_outcome(run_cli(args, capsys), args, "error", needles)
+
+
+@pytest.mark.parametrize("value", ["80000h", "none", "1e6d"])
+def test_goodput_mtbf_in_range_is_taken(value, capsys):
+    args = GOODPUT + ["--mtbf-node", value]
+    check_outcome(run_cli(args, capsys), args, "ok")
+
+
+def test_plan_rank_goodput_mtbf_bound(capsys):
+    args = ["plan", "--model", "gpt2", "--gpus", "8", "--global-batch", "64", "--verify", "0", "--rank", "goodput",
+            "--tokens", "1T", "--mtbf-gpu", "1e300h"]
+    check_outcome(run_cli(args, capsys), args, "error", ("--mtbf-gpu: 3.6e+303 s is not valid",))
+
+
+@pytest.mark.parametrize("key, value", [("mtbf_node", "1e300h"), ("mtbf_gpu", "1e400h"),
+                                        ("mtbf_uplink", "{leaf-spine: 1e300h}")])
+def test_mix_mtbf_beyond_any_run_is_refused(key, value, tmp_path, capsys):
+    (tmp_path / "mix.yaml").write_text(
+        "cluster: {link: infiniband, gpus: 16}\nhorizon: 1h\njobs:\n  - {model: gpt2, gpus: 8}\n"
+        f"failures:\n  repair: 4h\n  {key}: {value}\n")
+    args = ["mix", str(tmp_path / "mix.yaml")]
+    check_outcome(run_cli(args, capsys), args, "error", (f"failures.{key}", "is not valid"))
+
+
+def test_failure_rates_api_bound():
+    from dpsim.errors import ConfigError
+    from dpsim.plan.reliability import FailureRates
+
+    with pytest.raises(ConfigError, match=r"^--mtbf-node: 1e\+20 s is not valid"):
+        FailureRates(node_mtbf_s=1e20)
+    FailureRates(node_mtbf_s=float("inf"), gpu_mtbf_s=1e13)
+
+
+# --- calibrate: flags of a model step that does not run ----------------------------------------------------
+@pytest.mark.parametrize("extra, needles", [
+    # Before: each was dropped in silence and the collectives measured (status 0, minutes on a CPU host).
+    (["--no-compute", "--micro-batch", "4"], ("--micro-batch: 4 applies to the --model step", "--no-compute")),
+    (["--no-compute", "--optimizer", "sgd"], ("--optimizer: 'sgd' applies to the --model step",)),
+    (["--micro-batch", "4"], ("--micro-batch: 4 applies to the --model step, and no --model is given",)),
+    (["--optimizer", "sgd"], ("--optimizer: 'sgd' applies to the --model step, and no --model is given",)),
+    (["--fresh-processes", "2"], ("--fresh-processes: 2 applies to the --model step",)),
+    # Before: --name '' fell back to the --out file's stem.
+    (["--name", ""], ("--name: '' is not valid; expected a non-empty profile name",)),
+    (["--name", "  "], ("--name: '  ' is not valid",)),
+    # Before: the same sweep was measured twice.
+    (["--ops", "all_reduce,all_reduce"], ("--ops: 'all_reduce,all_reduce' repeats all_reduce; give each name once",)),
+    (["--dtypes", "float32,float32"], ("--dtypes: 'float32,float32' repeats float32",)),
+])
+def test_calibrate_refuses_what_it_would_drop(extra, needles, tmp_path, capsys):
+    pytest.importorskip("torch")
+    args = CALIBRATE + ["--out", str(tmp_path / "p.json")] + extra
+    check_outcome(run_cli(args, capsys), args, "error", needles)
+    assert not (tmp_path / "p.json").exists()
