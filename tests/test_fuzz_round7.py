@@ -126,3 +126,37 @@ def test_calibrate_refuses_what_it_would_drop(extra, needles, tmp_path, capsys):
     args = CALIBRATE + ["--out", str(tmp_path / "p.json")] + extra
     check_outcome(run_cli(args, capsys), args, "error", needles)
     assert not (tmp_path / "p.json").exists()
+
+
+# --- --moe-a2a hierarchical with no all-to-all --------------------------------------------------------------
+MIXTRAL = ["--model", "mixtral-8x7b", "--gpus", "16", "--link", "infiniband"]
+
+
+@pytest.mark.parametrize("args, needles", [
+    # Before: the ep group is one rank, the all-to-all costs nothing, and the flag was dropped (status 0).
+    (["predict", *MIXTRAL, "--moe-a2a", "hierarchical"], ("--moe-a2a: 'hierarchical' shapes the expert-parallel",
+                                                          "--ep is 1")),
+    (["predict", *MIXTRAL, "--moe-a2a", "hierarchical", "--tp", "2", "--sequence-parallel"], ("--ep is 1",)),
+    (["goodput", *MIXTRAL, "--moe-a2a", "hierarchical", "--runs", "2"], ("--ep is 1",)),
+    (["plan", "--model", "mixtral-8x7b", "--gpus", "16", "--global-batch", "64", "--verify", "0", "--moe-a2a",
+      "hierarchical", "--ep", "1"], ("--moe-a2a: 'hierarchical' shapes the expert-parallel all-to-all of layouts with "
+                                     "--ep 2 or more, and the search has none",)),
+    # A dense model is still told it is dense (the more useful line).
+    (["predict", "--model", "gpt2", "--gpus", "8", "--moe-a2a", "hierarchical"], ("gpt2 is dense",)),
+])
+def test_moe_a2a_without_expert_parallelism_is_refused(args, needles, capsys):
+    check_outcome(run_cli(args, capsys), args, "error", needles)
+
+
+def test_moe_a2a_with_expert_parallelism_is_taken(capsys):
+    args = ["predict", *MIXTRAL, "--moe-a2a", "hierarchical", "--ep", "4"]
+    check_outcome(run_cli(args, capsys), args, "ok")
+
+
+def test_moe_a2a_api():
+    import dpsim
+    from dpsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="^--moe-a2a: 'hierarchical' shapes"):
+        dpsim.memory_report(dpsim.PredictConfig(model="mixtral-8x7b", gpus=16, link="infiniband",
+                                                moe_a2a="hierarchical"))

@@ -1431,6 +1431,12 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         raise ConfigError(f"--moe-a2a-overlap: applies to layouts with --ep 2 or more, without pipeline stages or "
                           f"with a schedule that pairs a forward and a backward ({', '.join(A2A_OVERLAP_SCHEDULES)}), "
                           f"and the search has none; widen --ep, --pp or --schedules, or leave it out")
+    a2a = planner.base.parallelism.moe_a2a
+    if a2a != "flat" and not any(c.ep > 1 for _, cands in searches for c in cands):
+        # As --moe-a2a-overlap above: `plan --moe-a2a hierarchical --ep 1` searched no layout with an all-to-all
+        # and dropped the flag in silence (predict refuses it with --ep 1).
+        raise ConfigError(f"--moe-a2a: {a2a!r} shapes the expert-parallel all-to-all of layouts with --ep 2 or more, "
+                          f"and the search has none; widen --ep, or leave it out")
     for n, cands in searches:
         try:
             price = gpu_hour_price(planner.topology(n).spec.gpu, gpu_hour_usd)
