@@ -285,7 +285,10 @@ def check_number(value: Any, flag: str, minimum: float, maximum: float, *, open_
 
 
 def is_finite(value: Any) -> bool:
-    """A finite int or float; never raises (``math.isfinite(10**400)`` would overflow)."""
+    """A finite int or float, not a bool; never raises (``math.isfinite(10**400)`` would overflow).
+    ``True`` is an int to Python: ``VariabilitySpec(noise_cv=True)`` ran with a 100 % CV."""
+    if isinstance(value, bool):
+        return False
     if isinstance(value, int):
         return abs(value) < 1e300
     return isinstance(value, float) and math.isfinite(value)

@@ -160,3 +160,24 @@ def test_moe_a2a_api():
     with pytest.raises(ConfigError, match="^--moe-a2a: 'hierarchical' shapes"):
         dpsim.memory_report(dpsim.PredictConfig(model="mixtral-8x7b", gpus=16, link="infiniband",
                                                 moe_a2a="hierarchical"))
+
+
+# --- the Python API: a variability spec of the wrong kind, a bool as a number -------------------------------
+@pytest.mark.parametrize("spec", [None, {}, "noise_cv=0.1", 0.1, ("node0:2x",)])
+def test_predict_with_variability_refuses_a_spec_of_another_kind(spec):
+    """Before: AttributeError ('NoneType' object has no attribute 'noise_cv')."""
+    import dpsim
+    from dpsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^spec: .* is not valid; expected a dpsim.VariabilitySpec"):
+        dpsim.predict_with_variability(dpsim.PredictConfig(model="gpt2", gpus=8, link="nvlink"), spec)
+
+
+@pytest.mark.parametrize("field, flag", [("noise_cv", "--noise-cv"), ("confidence", "confidence")])
+def test_variability_spec_refuses_a_bool_as_a_number(field, flag):
+    """Before: VariabilitySpec(noise_cv=True) ran with a 100 % CV (True is the int 1 to Python)."""
+    from dpsim import VariabilitySpec
+    from dpsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"^{flag}: True is not valid"):
+        VariabilitySpec(**{field: True})
