@@ -181,3 +181,44 @@ def test_variability_spec_refuses_a_bool_as_a_number(field, flag):
 
     with pytest.raises(ConfigError, match=f"^{flag}: True is not valid"):
         VariabilitySpec(**{field: True})
+
+
+# --- an HTML output over a file the command reads (named .html) --------------------------------------------
+def _files(d: Path) -> None:
+    shutil.copy(ROOT / "topologies" / "nvlink.yaml", d / "topo.html")
+    shutil.copy(ROOT / "calibration" / "profiles" / "aws-p4de-2node.json", d / "p.html")
+    (d / "h.html").write_text("[1, 2, 3, 4, 5, 6, 7, 8]\n")
+    (d / "mix.html").write_text("cluster: {link: infiniband, gpus: 16}\nhorizon: 1h\njobs:\n  - {model: gpt2, gpus: 8}\n")
+    (d / "mix.yaml").write_text("cluster: {topology: topo.html, gpus: 16}\nhorizon: 1h\njobs:\n  - {model: gpt2, gpus: 8}\n")
+
+
+@pytest.mark.parametrize("args, target, needles", [
+    # Before: each wrote its page over the file it had just read (status 0).
+    (["report", "--model", "gpt2", "--gpus", "8", "--topology", "{d}/topo.html", "-o", "{d}/topo.html"], "topo.html",
+     ("-o/--output: ", "is the --topology file this command reads",)),
+    (["predict", "--model", "gpt2", "--gpus", "8", "--topology", "{d}/topo.html", "--timeline", "{d}/topo.html"],
+     "topo.html", ("--timeline: ", "is the --topology file",)),
+    (["predict", "--model", "gpt2", "--gpus", "16", "--calibration", "{d}/p.html", "--timeline", "{d}/p.html"],
+     "p.html", ("is the --calibration file",)),
+    (["predict", "--model", "mixtral-8x7b", "--gpus", "8", "--link", "nvlink", "--ep", "8", "--moe-routing",
+      "histogram:{d}/h.html", "--timeline", "{d}/h.html"], "h.html", ("is the --moe-routing file",)),
+    (["mix", "{d}/mix.html", "--html", "{d}/mix.html"], "mix.html", ("--html: ", "is the mix file this command reads")),
+    (["mix", "{d}/mix.yaml", "--html", "{d}/topo.html"], "topo.html", ("is the cluster.topology file",)),
+])
+def test_html_output_is_never_an_input(args, target, needles, tmp_path, capsys):
+    _files(tmp_path)
+    before = _digest(tmp_path / target)
+    args = [a.format(d=tmp_path) for a in args]
+    check_outcome(run_cli(args, capsys), args, "error", needles)
+    assert _digest(tmp_path / target) == before
+
+
+def test_input_files_of_a_config(tmp_path):
+    import dpsim
+
+    _files(tmp_path)
+    config = dpsim.PredictConfig(model="mixtral-8x7b", gpus=8, topology_file="t.yaml", calibration="p.json",
+                                 ep=8, moe_routing=f"histogram:{tmp_path}/h.html")
+    assert config.input_files() == (("--topology", "t.yaml"), ("--calibration", "p.json"),
+                                    ("--moe-routing", f"{tmp_path}/h.html"))
+    assert dpsim.PredictConfig(model="gpt2").input_files() == ()
