@@ -222,3 +222,13 @@ def test_input_files_of_a_config(tmp_path):
     assert config.input_files() == (("--topology", "t.yaml"), ("--calibration", "p.json"),
                                     ("--moe-routing", f"{tmp_path}/h.html"))
     assert dpsim.PredictConfig(model="gpt2").input_files() == ()
+
+
+# --- an empty price read as no price ---------------------------------------------------------------------------
+@pytest.mark.parametrize("command", [["sweep", "--model", "gpt2", "--gpus", "8", "--link", "nvlink"],
+                                     ["plan", "--model", "gpt2", "--gpus", "8", "--global-batch", "64", "--verify", "0"]])
+@pytest.mark.parametrize("price", ["", " ", ",", "h100=1,,a100=2"])
+def test_an_empty_gpu_hour_price_is_refused(command, price, capsys):
+    """Before: the default prices were used in silence (status 0)."""
+    args = command + ["--gpu-hour-usd", price]
+    check_outcome(run_cli(args, capsys), args, "error", ("--gpu-hour-usd: ", "has an empty price"))
