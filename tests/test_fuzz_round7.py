@@ -232,3 +232,14 @@ def test_an_empty_gpu_hour_price_is_refused(command, price, capsys):
     """Before: the default prices were used in silence (status 0)."""
     args = command + ["--gpu-hour-usd", price]
     check_outcome(run_cli(args, capsys), args, "error", ("--gpu-hour-usd: ", "has an empty price"))
+
+
+# --- an expert-activation offload on a dense model ---------------------------------------------------------
+@pytest.mark.parametrize("command", ["predict", "goodput"])
+def test_expert_activation_offload_on_a_dense_model_is_refused(command, capsys):
+    """Before: --offload expert-activations with --tp 2 on llama-3-8b predicted the same step and memory as
+    without it (status 0): a dense model has no expert GEMMs to offload."""
+    args = [command, "--model", "llama-3-8b", "--gpus", "16", "--link", "infiniband", "--tp", "2", "--offload",
+            "expert-activations"] + (["--runs", "2"] if command == "goodput" else [])
+    check_outcome(run_cli(args, capsys), args, "error",
+                  ("--offload: expert-activations offloads the MoE layers' expert activations, but llama-3-8b is dense",))

@@ -137,6 +137,10 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
                               f"{config.workload.model} found none (no ModuleList of blocks); use --pp 1")
     check_tp(model, par.tp)
     check_experts(model, config.parallelism)
+    if model.moe is None and config.execution.offload == "expert-activations":
+        # As --recompute moe below: a dense model has no expert GEMMs, and the flag was dropped in silence.
+        raise ConfigError(f"--offload: expert-activations offloads the MoE layers' expert activations, but "
+                          f"{model.name} is dense; choose optimizer or params+optimizer, or leave it out")
     if model.moe is None and config.execution.recompute == "moe":
         raise ConfigError(f"--recompute: moe recomputes the MoE layers, but {model.name} is dense; choose op, "
                           f"selective or full")
