@@ -243,3 +243,20 @@ def test_expert_activation_offload_on_a_dense_model_is_refused(command, capsys):
             "expert-activations"] + (["--runs", "2"] if command == "goodput" else [])
     check_outcome(run_cli(args, capsys), args, "error",
                   ("--offload: expert-activations offloads the MoE layers' expert activations, but llama-3-8b is dense",))
+
+
+# --- a mix's checkpoint block without failures ---------------------------------------------------------------
+@pytest.mark.parametrize("top, job, where", [
+    # Before: no checkpoint is written without failures, and the block was dropped in silence (status 0).
+    ("checkpoint: {interval: 1h}\n", "", "checkpoint: applies only to a mix with failures"),
+    ("", ", checkpoint: {interval: 1h, write: 60s}", "jobs[0].checkpoint: applies only to a mix with failures"),
+])
+def test_mix_checkpoint_without_failures_is_refused(top, job, where, tmp_path, capsys):
+    (tmp_path / "mix.yaml").write_text(f"cluster: {{link: infiniband, gpus: 16}}\nhorizon: 1h\n{top}"
+                                       f"jobs:\n  - {{model: gpt2, gpus: 8{job}}}\n")
+    args = ["mix", str(tmp_path / "mix.yaml")]
+    check_outcome(run_cli(args, capsys), args, "error", (where, "add failures:"))
+    # With failures: taken.
+    (tmp_path / "mix.yaml").write_text(f"cluster: {{link: infiniband, gpus: 16}}\nhorizon: 1h\n{top}"
+                                       f"failures: {{repair: 4h}}\njobs:\n  - {{model: gpt2, gpus: 8{job}}}\n")
+    check_outcome(run_cli(args, capsys), args, "ok")

@@ -478,6 +478,14 @@ def mix_from_dict(data: Any) -> MixSpec:
                           f"written only then); add failures: or leave storage out")
     names: set[str] = set()
     jobs = tuple(_job(i, j, policy, names, checkpoint) for i, j in enumerate(raw_jobs))
+    if failures is None:
+        # As storage above: without failures no checkpoint is written, and a checkpoint: block (the mix's or a
+        # job's) was dropped in silence, its blocking writes never costed.
+        given = ["checkpoint"] if "checkpoint" in data else []
+        given += [f"jobs[{i}].checkpoint" for i, j in enumerate(raw_jobs) if isinstance(j, dict) and "checkpoint" in j]
+        if given:
+            raise ConfigError(f"{given[0]}: applies only to a mix with failures (checkpoints are written only then); "
+                              f"add failures: (e.g. failures: {{repair: 4h}}) or leave {given[0]} out")
     for i, job in enumerate(jobs):
         if job.gpus > cluster_gpus:
             raise _fail(f"jobs[{i}].gpus", job.gpus, f"the cluster has {cluster_gpus} GPUs")
