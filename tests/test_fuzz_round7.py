@@ -260,3 +260,12 @@ def test_mix_checkpoint_without_failures_is_refused(top, job, where, tmp_path, c
     (tmp_path / "mix.yaml").write_text(f"cluster: {{link: infiniband, gpus: 16}}\nhorizon: 1h\n{top}"
                                        f"failures: {{repair: 4h}}\njobs:\n  - {{model: gpt2, gpus: 8{job}}}\n")
     check_outcome(run_cli(args, capsys), args, "ok")
+
+
+# --- report --scaling-gpus: empty items and repeats read in silence -----------------------------------------
+@pytest.mark.parametrize("value, needle", [("8,,16", "without empty items"), ("8,16,", "without empty items"),
+                                           ("8,8", "repeats 8; give each GPU count once")])
+def test_report_scaling_gpus_list_is_strict(value, needle, tmp_path, capsys):
+    args = ["report", "--model", "gpt2", "--gpus", "8", "-o", str(tmp_path / "r.html"), "--scaling-gpus", value]
+    check_outcome(run_cli(args, capsys), args, "error", ("--scaling-gpus: ", needle))
+    assert not (tmp_path / "r.html").exists()

@@ -63,10 +63,19 @@ def report(
                   samples=None if samples is None else check_budget(parse_count(samples, "--samples"), "--samples"))
     counts = None
     if scaling_gpus is not None:
-        items = [v for v in scaling_gpus.split(",") if v.strip()]
+        items = scaling_gpus.split(",")
+        if scaling_gpus.strip() and not all(v.strip() for v in items):
+            # '8,,16' and '8,16,' were read as 8,16 in silence, as no other comma list is.
+            raise ConfigError(f"--scaling-gpus: {short(scaling_gpus)} is not valid; give comma-separated GPU counts "
+                              f"without empty items, e.g. 8,16,32")
+        items = [v for v in items if v.strip()]
         if len(items) > MAX_SCALING_POINTS:
             raise ConfigError(f"--scaling-gpus: {len(items):,} GPU counts given; expected at most {MAX_SCALING_POINTS}")
         counts = [_int_item(v, "--scaling-gpus") for v in items]
+        repeated = sorted({c for c in counts if counts.count(c) > 1})
+        if repeated:  # 8,8 predicted and plotted the same point twice
+            raise ConfigError(f"--scaling-gpus: {short(scaling_gpus)} repeats {', '.join(map(str, repeated))}; give "
+                              f"each GPU count once")
         if not counts:
             raise ConfigError(f"--scaling-gpus: {short(scaling_gpus)} has no GPU counts; give e.g. 8,16,32")
     prices = check_prices(parse_price_overrides(_repeated(gpu_hour_usd, "--gpu-hour-usd")), "--gpu-hour-usd")
