@@ -269,3 +269,10 @@ def test_report_scaling_gpus_list_is_strict(value, needle, tmp_path, capsys):
     args = ["report", "--model", "gpt2", "--gpus", "8", "-o", str(tmp_path / "r.html"), "--scaling-gpus", value]
     check_outcome(run_cli(args, capsys), args, "error", ("--scaling-gpus: ", needle))
     assert not (tmp_path / "r.html").exists()
+
+
+def test_mtp_depth_on_another_decoder_names_the_value(capsys):
+    """Before: '--mtp-depth: gpt2 is not a Llama-style decoder ...' named the model, not the value given."""
+    args = ["predict", "--model", "gpt2", "--gpus", "8", "--link", "nvlink", "--mtp-depth", "2"]
+    check_outcome(run_cli(args, capsys), args, "error", ("--mtp-depth: 2 adds multi-token prediction modules",
+                                                         "gpt2 is not one"))
