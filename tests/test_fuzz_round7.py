@@ -276,3 +276,23 @@ def test_mtp_depth_on_another_decoder_names_the_value(capsys):
     args = ["predict", "--model", "gpt2", "--gpus", "8", "--link", "nvlink", "--mtp-depth", "2"]
     check_outcome(run_cli(args, capsys), args, "error", ("--mtp-depth: 2 adds multi-token prediction modules",
                                                          "gpt2 is not one"))
+
+
+# --- dpsim.plan's base with a layout the search replaces ------------------------------------------------------
+@pytest.mark.parametrize("field, needle", [
+    # Before: each was replaced by the search in silence (tp=4 searched every tp; ep=2 on a dense model too).
+    (dict(tp=4), "--tp: 4 on the base config is not used by plan (give tps=[4] to search it)"),
+    (dict(ep=2), "--ep: 2 on the base config is not used by plan (give eps=[2]"),
+    (dict(strategy="zero1"), "--strategy: 'zero1' on the base config is not used by plan (give strategies=['zero1']"),
+    (dict(activation_checkpointing=True), "give recomputes=['full'] to search it"),
+    (dict(global_batch=128), "give it as plan's global_batch=128"),
+    # Before: "--jobs: ... --gpus 1 is less than one server" (a --gpus no one gave).
+    (dict(jobs=2), "--jobs: 2 on the base config is not used by plan"),
+])
+def test_plan_refuses_a_layout_on_its_base(field, needle):
+    import dpsim
+
+    base = dpsim.PredictConfig(model="llama-3-8b", link="infiniband", gpus=16, **field)
+    with pytest.raises(dpsim.DpsimError) as exc:
+        dpsim.plan(base, gpus=[16], global_batch=64, verify=0)
+    assert needle in str(exc.value)
