@@ -16,7 +16,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -202,12 +202,32 @@ def refuse_special_output(path: str | Path, flag: str, error: type[DpsimError] =
                     f"replace it; choose another path")
 
 
-def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (".html", ".htm")) -> Path:
-    """``path`` if it ends in one of ``suffixes`` and its directory exists, else a ConfigError naming ``flag``.
+def refuse_output_over_inputs(path: str | Path, flag: str,
+                              inputs: Iterable[tuple[str, str | Path | None]] = ()) -> None:
+    """Refuse an output ``path`` that is one of the ``inputs`` ((what names it, path) pairs) the command
+    reads: ``dpsim mix jobs.html --html jobs.html`` replaced the mix file with its page, ``report --topology
+    t.html -o t.html`` the topology. A missing input or a name that is no path (a shipped profile's) is skipped."""
+    for what, source in inputs:
+        if source is None or str(source).strip() == "":
+            continue
+        try:
+            same = os.path.samefile(path, source)
+        except (OSError, ValueError):  # either missing, or not a path at all
+            same = False
+        if same:
+            raise ConfigError(f"{flag}: {short(str(path))} is the {what} file this command reads; writing would "
+                              f"replace it; choose another {flag.split('/')[-1]}")
+
+
+def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (".html", ".htm"), *,
+                      inputs: Iterable[tuple[str, str | Path | None]] = ()) -> Path:
+    """``path`` if it ends in one of ``suffixes`` and its directory exists, else a ConfigError naming ``flag``;
+    never one of the ``inputs`` the command reads (:func:`refuse_output_over_inputs`).
 
     Called before any work starts, so a bad output path never costs a computation.
     """
     p = Path(path)
+    refuse_output_over_inputs(p, flag, inputs)
     if p.suffix.lower() not in suffixes:
         raise ConfigError(f"{flag}: {str(path)!r} is not an {suffixes[0]} file; give a path ending in {suffixes[0]}")
     parent = path_kind(p.parent, flag)

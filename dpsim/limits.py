@@ -155,6 +155,10 @@ MAX_SPAN_S = 100 * 365 * 86400.0
 """A span of cluster time a user gives: ``dpsim goodput --duration`` and ``--checkpoint-interval``, a ``dpsim
 mix`` file's start, duration, horizon and failure times. A century: past it the tables printed 30-digit
 seconds or days, and a mix start past float precision left a job with an infinite step."""
+MAX_MTBF_S = 1e6 * 365 * 86400.0
+"""A component's finite MTBF (``--mtbf-gpu/-node/-link``, a mix file's ``mtbf_*``): a million years. Past it
+no run dpsim simulates (a century at most, :data:`MAX_SPAN_S`) sees a failure, so ``none`` says it; a
+fuzzed ``--mtbf-node 1e300h`` printed the job's MTBF as a 300-digit number of days."""
 MAX_MIX_STEPS = 10**12
 """A mix job's ``steps`` (10^12 one-millisecond steps are 30 years of training)."""
 MAX_GOODPUT_RUNS = 1000
@@ -284,7 +288,10 @@ def check_number(value: Any, flag: str, minimum: float, maximum: float, *, open_
 
 
 def is_finite(value: Any) -> bool:
-    """A finite int or float; never raises (``math.isfinite(10**400)`` would overflow)."""
+    """A finite int or float, not a bool; never raises (``math.isfinite(10**400)`` would overflow).
+    ``True`` is an int to Python: ``VariabilitySpec(noise_cv=True)`` ran with a 100 % CV."""
+    if isinstance(value, bool):
+        return False
     if isinstance(value, int):
         return abs(value) < 1e300
     return isinstance(value, float) and math.isfinite(value)

@@ -145,7 +145,11 @@ def default_out(name: str) -> str:
 def profile_name(name: str | None, out: str | None, fallback: str, fallback_flag: str) -> str:
     """``--name``, else the ``--out`` file stem, else ``fallback``; a stem that is not one printable
     line (the loader refuses such a name) is refused here, naming the flag it came from."""
-    if name:
+    if name is not None:
+        if not name.strip():
+            # --name '' fell back to the --out file's stem in silence ('' read as "not given").
+            raise ConfigError(f"--name: {name!r} is not valid; expected a non-empty profile name, or leave --name "
+                              f"out for the --out file's stem")
         return name
     stem, flag = (Path(out).stem, "--out") if out else (fallback, fallback_flag)
     if not stem.isprintable():

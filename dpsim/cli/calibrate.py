@@ -32,6 +32,10 @@ def _names(raw: Optional[str], flag: str) -> Optional[list[str]]:
         # An empty list read as "left out" (every op, the default dtypes): --ops '' measured everything.
         raise ConfigError(f"{flag}: {raw!r} is not valid; give comma-separated names without empty items, or leave "
                           f"{flag} out for the default")
+    repeated = sorted({x for x in names if names.count(x) > 1})
+    if repeated:
+        # --ops all_reduce,all_reduce measured the same sweep twice (minutes on a CPU host), one overwriting the other.
+        raise ConfigError(f"{flag}: {raw!r} repeats {', '.join(repeated)}; give each name once")
     return names
 
 
@@ -165,6 +169,17 @@ def calibrate(
         if skipped:
             raise ConfigError(f"{skipped[0]}: {short(measuring[skipped[0]])} is measured by the compute benchmarks, "
                               f"which --no-compute turns off; drop --no-compute or {skipped[0]}")
+    if not from_nccl_tests and (model is None or not compute):
+        # The model step's own settings (they have defaults, so they are told apart by their source): with no
+        # --model, or with --no-compute, no step runs and `calibrate --micro-batch 8` or `--optimizer sgd`
+        # wrote a profile without a word about them (status 0).
+        for flag, param, value in (("--optimizer", "optimizer", optimizer), ("--micro-batch", "micro_batch", micro_batch),
+                                   ("--fresh-processes", "fresh_processes", fresh_processes)):
+            source = ctx.get_parameter_source(param)
+            if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+                why = "--no-compute turns the model step off" if model is not None else "no --model is given"
+                raise ConfigError(f"{flag}: {short(value)} applies to the --model step, and {why}; give --model "
+                                  f"(without --no-compute) or leave {flag} out")
     opts = CalibrateOptions(
         out=out, force=force, backend=backend, nproc=nproc, ranks_per_node=ranks_per_node,
         minbytes=parse_size_bytes(minbytes, "-b/--minbytes") if minbytes is not None else None,

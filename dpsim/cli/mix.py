@@ -35,8 +35,11 @@ def mix_command(
         raise ConfigError(f"--sample-steps: {sample_steps} is not valid; expected an integer >= 0 (0: every step)")
     if html is not None:
         from dpsim.files import check_output_path
-        check_output_path(html, "--html")  # before the work: a bad path never costs a simulation
+        check_output_path(html, "--html", inputs=(("mix", file),))  # before the work: never costs a simulation
     spec = load_mix(file)
+    if html is not None:
+        from dpsim.files import refuse_output_over_inputs
+        refuse_output_over_inputs(html, "--html", _mix_inputs(spec))
     result = _simulate_with_progress(spec, sample_steps or None)
     if html is not None:
         from dpsim.report.mix_html import write_mix_report
@@ -103,3 +106,22 @@ def _simulate_with_progress(spec, sample_steps):
                        state=f"{now_s:,.0f} s simulated, {finished:,} of {jobs:,} jobs done")
 
         return simulate_mix(spec, sample_steps=sample_steps, progress=tell)
+
+
+def _mix_inputs(spec) -> list[tuple[str, str | None]]:
+    """(what, path) of the files a mix read besides itself: its topology and the jobs' profiles and code."""
+    out: list[tuple[str, str | None]] = [("cluster.topology", spec.topology_file)]
+    for job in spec.jobs:
+        out.extend((f"job {job.name}'s {flag.lstrip('-')}", path) for flag, path in _job_config_files(job))
+    return out
+
+
+def _job_config_files(job) -> tuple[tuple[str, str], ...]:
+    settings = job.predict_fields
+    out = []
+    if settings.get("calibration"):
+        out.append(("--calibration", str(settings["calibration"])))
+    model = settings.get("model")
+    if isinstance(model, str) and ".py" in model:
+        out.append(("--model", model.split(".py", 1)[0] + ".py"))
+    return tuple(out)

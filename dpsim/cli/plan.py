@@ -63,10 +63,19 @@ def report(
                   samples=None if samples is None else check_budget(parse_count(samples, "--samples"), "--samples"))
     counts = None
     if scaling_gpus is not None:
-        items = [v for v in scaling_gpus.split(",") if v.strip()]
+        items = scaling_gpus.split(",")
+        if scaling_gpus.strip() and not all(v.strip() for v in items):
+            # '8,,16' and '8,16,' were read as 8,16 in silence, as no other comma list is.
+            raise ConfigError(f"--scaling-gpus: {short(scaling_gpus)} is not valid; give comma-separated GPU counts "
+                              f"without empty items, e.g. 8,16,32")
+        items = [v for v in items if v.strip()]
         if len(items) > MAX_SCALING_POINTS:
             raise ConfigError(f"--scaling-gpus: {len(items):,} GPU counts given; expected at most {MAX_SCALING_POINTS}")
         counts = [_int_item(v, "--scaling-gpus") for v in items]
+        repeated = sorted({c for c in counts if counts.count(c) > 1})
+        if repeated:  # 8,8 predicted and plotted the same point twice
+            raise ConfigError(f"--scaling-gpus: {short(scaling_gpus)} repeats {', '.join(map(str, repeated))}; give "
+                              f"each GPU count once")
         if not counts:
             raise ConfigError(f"--scaling-gpus: {short(scaling_gpus)} has no GPU counts; give e.g. 8,16,32")
     prices = check_prices(parse_price_overrides(_repeated(gpu_hour_usd, "--gpu-hour-usd")), "--gpu-hour-usd")
@@ -143,7 +152,14 @@ def sweep_command(
     """
     from dpsim.plan.cost import parse_count, parse_price_overrides
     from dpsim.plan.grid import SweepSpec, axis_name
-    from dpsim.plan.sweep import OUTPUT_FORMATS, check_sweep_size, records_json, run_sweep, write_results
+    from dpsim.plan.sweep import (
+        OUTPUT_FORMATS,
+        check_output_not_input,
+        check_sweep_size,
+        records_json,
+        run_sweep,
+        write_results,
+    )
 
     if output is not None:
         from pathlib import Path
@@ -193,6 +209,8 @@ def sweep_command(
     check_budget(spec.samples, "--samples" if samples is not None else f"{config}: samples")
     check_prices(spec.gpu_hour_usd, "--gpu-hour-usd" if gpu_hour_usd else f"{config}: gpu_hour_usd")
     check_sweep_size(spec)
+    if output is not None:
+        check_output_not_input(output, spec)  # before the sweep: its files are the grid's, known only now
     if progress is None:
         from rich.console import Console
         progress = Console(stderr=True).is_terminal

@@ -97,7 +97,7 @@ def predict(
     config = predict_config(flags, single_gpu_samples_per_s)
     if timeline is not None:
         from dpsim.files import check_output_path
-        check_output_path(timeline, "--timeline")
+        check_output_path(timeline, "--timeline", inputs=config.input_files())
     from dpsim.variability.run import predict_with_variability
 
     # The library resolves the profile's defaults (--noise-cv included) and takes the one-rank

@@ -38,7 +38,7 @@ from typing import Any
 
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
-from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_SPAN_S, MAX_RECOVERY_S
+from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_MTBF_S, MAX_SPAN_S, MAX_RECOVERY_S
 from dpsim.plan.reliability import DEFAULT_RESTART_S, FailureRates, parse_long_duration_s
 from dpsim.units import parse_bandwidth_bytes_per_s
 from dpsim.workload.model_ref import model_ref_next_to
@@ -371,6 +371,9 @@ def _mtbf(field: str, value: Any) -> float:
                           "or none") from exc
     if not s > 0:
         raise _fail(field, value, "expected an MTBF > 0, e.g. 3692h, or none")
+    if math.isfinite(s) and s > MAX_MTBF_S:
+        # As --mtbf-*: named here by its key (FailureRates would name the flag, which a mix file has not).
+        raise _fail(field, value, f"expected at most {MAX_MTBF_S:.4g} s (a million years), or none")
     return s
 
 
@@ -475,6 +478,14 @@ def mix_from_dict(data: Any) -> MixSpec:
                           f"written only then); add failures: or leave storage out")
     names: set[str] = set()
     jobs = tuple(_job(i, j, policy, names, checkpoint) for i, j in enumerate(raw_jobs))
+    if failures is None:
+        # As storage above: without failures no checkpoint is written, and a checkpoint: block (the mix's or a
+        # job's) was dropped in silence, its blocking writes never costed.
+        given = ["checkpoint"] if "checkpoint" in data else []
+        given += [f"jobs[{i}].checkpoint" for i, j in enumerate(raw_jobs) if isinstance(j, dict) and "checkpoint" in j]
+        if given:
+            raise ConfigError(f"{given[0]}: applies only to a mix with failures (checkpoints are written only then); "
+                              f"add failures: (e.g. failures: {{repair: 4h}}) or leave {given[0]} out")
     for i, job in enumerate(jobs):
         if job.gpus > cluster_gpus:
             raise _fail(f"jobs[{i}].gpus", job.gpus, f"the cluster has {cluster_gpus} GPUs")

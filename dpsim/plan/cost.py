@@ -202,7 +202,12 @@ def parse_price_overrides(items: list[str] | tuple[str, ...], field: str = "--gp
     """Command-line prices: ``2.5`` (every GPU) or ``h100=2.5`` (repeatable, per preset)."""
     if not items:
         return None
-    flat = [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+    flat = [part.strip() for item in items for part in str(item).split(",")]
+    if not all(flat):
+        # `--gpu-hour-usd ''` (or 'h100=1,,a100=2') read as no price there: the default prices, in silence.
+        empty = next(str(item) for item in items if not all(p.strip() for p in str(item).split(",")))
+        raise ConfigError(f"{field}: {short(empty)} has an empty price; give one price for every GPU (2.5) or "
+                          f"GPU=PRICE pairs (h100=2.5), comma-separated without empty items")
     if len(flat) == 1 and "=" not in flat[0]:
         return check_price_override(_number(flat[0], field), field)
     prices: dict[str, float] = {}

@@ -140,6 +140,14 @@ _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm",
                          "schedule", "virtual_stages", "sequence_parallel", "grad_accum", "global_batch",
                          "stage_layers", "grad_accum_fusion", "moe_a2a_overlap", "moe_node_limit"})
 """Fields a candidate sets itself (the rest of the command is the job's)."""
+_BASE_TOLERATED = frozenset({"gpus", "micro_batch", "cp_comm", "cp_balance", "tp_comm_overlap", "tp_across_network",
+                             "grad_accum_fusion", "moe_a2a_overlap"})
+"""Of :data:`_LAYOUT_OWN`, what :func:`plan_layouts` accepts on its base: the job's flags it carries to the
+candidates (``None`` arguments: the base's), and the counts every caller's base holds (its ``gpus`` argument
+and micro-batches replace them)."""
+_SEARCH_ARGUMENT = {"tp": "tps", "pp": "pps", "cp": "cps", "ep": "eps", "etp": "etps", "strategy": "strategies",
+                    "recompute": "recomputes", "schedule": "schedules"}
+"""A base field -> the :func:`plan_layouts` argument that searches it."""
 
 MAX_PLAN_VALUES = 32
 """Values of one searched flag (``--gpus 256,512,...``): the search grows as their product."""
@@ -1364,6 +1372,24 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     (``None``: no limit), see :func:`_verify`."""
     t0 = time.perf_counter()
     base = resolve(base).config
+    # The layout a candidate sets itself, given on the base (the API's PredictConfig(tp=4)): the search replaced
+    # it in silence (tp=4 searched every tp, ep=2 on a dense model was not even refused). gpus and micro_batch
+    # are the search's own arguments (every caller's base carries them: the command line's micro-batch 1).
+    default = PredictConfig().settings()
+    for name in sorted(_LAYOUT_OWN - _BASE_TOLERATED, key=list(default).index):
+        value = base.value_of(name)
+        if value != default[name]:
+            axis = _SEARCH_ARGUMENT.get(name)
+            instead = (f"give {axis}=[{value!r}] to search it" if axis else
+                       f"give it as plan's global_batch={value!r}" if name == "global_batch" else
+                       "give recomputes=['full'] to search it" if name == "activation_checkpointing" else
+                       "the search sets it for each layout")
+            raise ConfigError(f"{flag_name(name)}: {short(value)} on the base config is not used by plan ({instead}); "
+                              f"leave it at its default")
+    if base.cluster.jobs != 1:
+        # A candidate is one job's layout: the base's --jobs 2 ended in a line about '--gpus 1' no one gave.
+        raise ConfigError(f"--jobs: {base.cluster.jobs} on the base config is not used by plan (it searches one job's "
+                          f"layouts); leave it at 1")
     # The search's own inputs, checked as predict checks them: --global-batch 0 reached Layout's
     # assertion (a traceback), --tokens 1e300 printed a 1.6e+294-s time to train.
     if global_batch is None:
@@ -1460,6 +1486,12 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         raise ConfigError(f"--moe-a2a-overlap: applies to layouts with --ep 2 or more, without pipeline stages or "
                           f"with a schedule that pairs a forward and a backward ({', '.join(A2A_OVERLAP_SCHEDULES)}), "
                           f"and the search has none; widen --ep, --pp or --schedules, or leave it out")
+    a2a = planner.base.parallelism.moe_a2a
+    if a2a != "flat" and not any(c.ep > 1 for _, cands in searches for c in cands):
+        # As --moe-a2a-overlap above: `plan --moe-a2a hierarchical --ep 1` searched no layout with an all-to-all
+        # and dropped the flag in silence (predict refuses it with --ep 1).
+        raise ConfigError(f"--moe-a2a: {a2a!r} shapes the expert-parallel all-to-all of layouts with --ep 2 or more, "
+                          f"and the search has none; widen --ep, or leave it out")
     for n, cands in searches:
         try:
             price = gpu_hour_price(planner.topology(n).spec.gpu, gpu_hour_usd)

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpsim.errors import ConfigError
-from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
+from dpsim.limits import MAX_MTBF_S, MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.topology.spec import nvlink_fabric
 
 HOUR_S = 3600.0
@@ -117,6 +117,9 @@ def parse_long_duration_s(raw: str | float, flag: str) -> float:
                               f"hours, {m.group(1)}s for seconds)")
         value = float(m.group(1)) * {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0,
                                      "h": HOUR_S, "d": DAY_S}[m.group(2)]
+        if math.isinf(value):
+            # 1e400h overflowed to inf, which an MTBF reads as "never fails": a number given is never none.
+            raise ConfigError(f"{flag}: {raw!r} is not valid; the number is too large for a float (over 1.8e308 s)")
     if not (value >= 0) or math.isnan(value):
         raise ConfigError(f"{flag}: {raw!r} is not valid; expected a duration >= 0")
     return value
@@ -137,6 +140,9 @@ class FailureRates:
         for flag, v in (("--mtbf-gpu", self.gpu_mtbf_s), ("--mtbf-node", self.node_mtbf_s),
                         ("--mtbf-link", self.link_mtbf_s)):
             _check(flag, v, strict=True, allowed="a duration > 0 (e.g. 80000h) or none")
+            if math.isfinite(v) and v > MAX_MTBF_S:
+                raise ConfigError(f"{flag}: {v:.4g} s is not valid; expected at most {MAX_MTBF_S:.4g} s (a million "
+                                  f"years), or none for a component that never fails")
 
 
 @dataclass(frozen=True, kw_only=True)

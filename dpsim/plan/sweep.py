@@ -33,11 +33,12 @@ from __future__ import annotations
 import logging
 import math
 import multiprocessing
+import os
 import re
 import time
 import typing
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.limits import MAX_SWEEP_POINTS, MAX_WORKERS, check_int, short
@@ -437,11 +438,40 @@ def records_json(rows: Iterable[Mapping[str, Any]], spec: SweepSpec | None = Non
     return doc
 
 
+def _input_files(spec: SweepSpec) -> Iterator[tuple[str, str, str]]:
+    """(axis, value, path) of each file a point of ``spec`` reads: a calibration profile, a topology file, a routing
+    histogram (``moe_routing: histogram:PATH``)."""
+    for name, values in spec.axes.items():
+        for value in values:
+            if not isinstance(value, str):
+                continue
+            if name in ("calibration", "topology_file"):
+                yield name, value, value
+            elif name == "moe_routing" and value.strip().lower().startswith("histogram:"):
+                yield name, value, value.split(":", 1)[1].strip()
+
+
+def check_output_not_input(path: str | Path, spec: SweepSpec, flag: str = "-o/--output") -> None:
+    """Refuse an output ``path`` that is a file the sweep's points read: ``--axis calibration=p.json -o p.json``
+    replaced the profile with the results table (the sweep had read it, so it ran, and the next sweep did not)."""
+    for name, value, source in _input_files(spec):
+        try:
+            same = os.path.samefile(path, source)
+        except (OSError, ValueError):  # either missing (a shipped profile's name), or not a path at all
+            same = False
+        if same:
+            raise ConfigError(f"{flag}: {str(path)!r} is a file the sweep reads (its {name} {short(value)}); "
+                              f"writing the results would replace it; choose another -o")
+
+
 def write_results(df, path: str | Path, spec: SweepSpec | None = None) -> Path:
-    """Write a results DataFrame to ``.csv``, ``.parquet`` or ``.json`` (by extension)."""
+    """Write a results DataFrame to ``.csv``, ``.parquet`` or ``.json`` (by extension); never over a file
+    ``spec``'s points read (:func:`check_output_not_input`)."""
     import json
 
     path = Path(path)
+    if spec is not None:
+        check_output_not_input(path, spec)
     fmt = OUTPUT_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise ConfigError(f"-o/--output: {str(path)!r} has no known extension; use one of "

@@ -666,6 +666,23 @@ class PredictConfig:
         """Every setting by its flat name, in :data:`SETTINGS` order: ``PredictConfig(**c.settings()) == c``."""
         return {key: self.value_of(key) for key in SETTINGS}
 
+    def input_files(self) -> tuple[tuple[str, str], ...]:
+        """(flag, path) of each file this prediction reads by name: the topology file, the calibration
+        profile, a routing histogram, a model's code. An output of the same command is refused over them
+        (:func:`dpsim.files.refuse_output_over_inputs`); a shipped profile's name is no path and is skipped there."""
+        out = []
+        if self.cluster.topology_file:
+            out.append(("--topology", self.cluster.topology_file))
+        if self.calibration.profile:
+            out.append(("--calibration", self.calibration.profile))
+        routing = str(self.parallelism.moe_routing)
+        if routing.strip().lower().startswith("histogram:"):
+            out.append(("--moe-routing", routing.split(":", 1)[1].strip()))
+        model = self.workload.model
+        if isinstance(model, str) and is_torch_model_ref(model) and ".py" in model:
+            out.append(("--model", model.split(".py", 1)[0] + ".py"))
+        return tuple(out)
+
     @property
     def data_parallel(self) -> int:
         """Data-parallel replicas: ``dp``, or ``gpus / (tp x cp x pp)``."""

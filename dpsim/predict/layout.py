@@ -137,6 +137,10 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
                               f"{config.workload.model} found none (no ModuleList of blocks); use --pp 1")
     check_tp(model, par.tp)
     check_experts(model, config.parallelism)
+    if model.moe is None and config.execution.offload == "expert-activations":
+        # As --recompute moe below: a dense model has no expert GEMMs, and the flag was dropped in silence.
+        raise ConfigError(f"--offload: expert-activations offloads the MoE layers' expert activations, but "
+                          f"{model.name} is dense; choose optimizer or params+optimizer, or leave it out")
     if model.moe is None and config.execution.recompute == "moe":
         raise ConfigError(f"--recompute: moe recomputes the MoE layers, but {model.name} is dense; choose op, "
                           f"selective or full")
@@ -173,6 +177,16 @@ def check_no_expert_options(name: str, parallelism: Any) -> None:
                               f"mixtral-8x7b)")
 
 
+def check_all_to_all_options(model: ModelSpec, parallelism: Any) -> None:
+    """Refuse an all-to-all option on a mixture of experts with ``--ep 1`` (every path: a data-parallel-only
+    prediction too). As --moe-a2a-overlap and --moe-node-limit are: with --ep 1 every GPU holds every expert and
+    the ep group is one rank, so ``--moe-a2a hierarchical`` costed nothing and was dropped in silence."""
+    a2a = getattr(parallelism, "moe_a2a", "flat")
+    if model.moe is not None and a2a != "flat" and parallelism.ep == 1:
+        raise ConfigError(f"--moe-a2a: {a2a!r} shapes the expert-parallel all-to-all, and --ep is 1 (every GPU holds "
+                          f"all {model.moe.experts} experts: no all-to-all); give --ep 2 or more, or leave it out")
+
+
 def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
     """Refuse an expert layout the model cannot take (one line naming the flag); reads only the
     config's parallelism part."""
@@ -187,6 +201,7 @@ def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
             raise ConfigError(f"{flag}: {value} splits the experts of a mixture of experts, but {model.name} is dense; "
                               f"leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
         return
+    check_all_to_all_options(model, parallelism)
     if moe.experts % parallelism.ep:
         raise ConfigError(f"--ep: {parallelism.ep} does not divide the {moe.experts} experts of {model.name}; choose an "
                           f"--ep that divides them")

@@ -24,6 +24,7 @@ from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdow
 from dpsim.strategies.offload import host_bytes_per_param, host_step_s, param_fetches
 from dpsim.predict.config import PredictConfig, capped_compute_efficiency
 from dpsim.predict.layout import (
+    check_all_to_all_options,
     check_layout,
     check_no_expert_options,
     layout_fit,
@@ -191,6 +192,7 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     model = load_model(config) if model is None else counted_model(model, config)
     if model.moe is None:  # every path: a data-parallel-only prediction too (check_layout covers layouts)
         check_no_expert_options(model.name, config.parallelism)
+    check_all_to_all_options(model, config.parallelism)
     precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
                               fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile,
                               layout=config.parallelism.layout_active)
@@ -512,6 +514,7 @@ def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpe
     model = load_model(config)
     if model.moe is None:
         check_no_expert_options(model.name, config.parallelism)
+    check_all_to_all_options(model, config.parallelism)
     precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
                               fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile,
                               layout=config.parallelism.layout_active)

@@ -356,7 +356,7 @@ def html_page(title: str, body: Sequence[str]) -> str:
 
 def write_report(path: str | Path, config, **kwargs: Any) -> Path:
     """Predict ``config``, run the report's sweeps and write the HTML file (see :func:`collect`)."""
-    path = check_output_path(path, "-o/--output")
+    path = check_output_path(path, "-o/--output", inputs=config.input_files())
     data = collect(config, **kwargs)
     write_text_atomic(path, render(data), flag="-o/--output")
     return path

@@ -111,6 +111,10 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
     """
     resolved = resolve(config)
     config = resolved.config
+    if not isinstance(spec, VariabilitySpec):
+        # A dict or None reached spec.noise_cv: an AttributeError traceback.
+        raise ConfigError(f"spec: {short(spec)} is not valid; expected a dpsim.VariabilitySpec (e.g. "
+                          f"VariabilitySpec(noise_cv=0.05))")
     if spec.noise_cv is None:
         noise_cv, source = profile_noise_cv(resolved.profile)
         spec = replace(spec, noise_cv=noise_cv, noise_source=source)

@@ -120,8 +120,9 @@ class CatalogEntry:
         config = self.config
         if mtp_depth is not None and mtp_depth != getattr(config, "mtp_depth", 0):
             if not isinstance(config, LlamaConfig):
-                raise WorkloadError(f"--mtp-depth: {self.name} is not a Llama-style decoder (RMSNorm, rotary "
-                                    f"positions, gated MLP); multi-token prediction modules are built for those only")
+                raise WorkloadError(f"--mtp-depth: {mtp_depth} adds multi-token prediction modules, built for a "
+                                    f"Llama-style decoder (RMSNorm, rotary positions, gated MLP) only, and {self.name} "
+                                    f"is not one; leave --mtp-depth out (or 0)")
             config = replace(config, mtp_depth=mtp_depth)
         return build_model(config, name=self.name, seq_len=seq_len, dtype=dtype,
                            flash_attention=flash_attention,
