@@ -86,7 +86,7 @@ from dpsim.plan.reliability import (
     DEFAULT_RESTART_S,
     ClusterShape,
 )
-from dpsim.predict.config import LAYOUT_DP_STRATEGIES, PredictConfig, check_value, flag_name, flag_scale
+from dpsim.predict.config import PLAN_DP_STRATEGIES, PredictConfig, check_value, flag_name, flag_scale
 from dpsim.predict.layout import (
     _heads,
     check_experts,
@@ -500,7 +500,7 @@ def check_search(*, gpus: Any, tps: Any, pps: Any, cps: Any, eps: Any, etps: Any
     for flag, values in (("--tp", tps), ("--pp", pps), ("--cp", cps), ("--ep", eps), ("--etp", etps),
                          ("--micro-batches", micro_batches)):
         _check_int_values(values, flag)
-    _check_choice_values(strategies, "--strategies", LAYOUT_DP_STRATEGIES)
+    _check_choice_values(strategies, "--strategies", PLAN_DP_STRATEGIES)
     _check_choice_values(recomputes, "--recompute", PLAN_RECOMPUTES)
     _check_choice_values(schedules, "--schedules", PLAN_SCHEDULES)
     check_int(top, "--top", 1, MAX_TOP)
