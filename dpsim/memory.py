@@ -112,7 +112,7 @@ from dpsim.strategies.checkpointing import (
     op_saved_bytes_per_sample,
     policy_of,
 )
-from dpsim.strategies.layout import checkpointed_blocks, reshards_after_forward
+from dpsim.strategies.layout import OPTIMIZER_SHARDING_LAYOUT_STRATEGIES, checkpointed_blocks, reshards_after_forward
 from dpsim.strategies.offload import expert_offload_bytes_per_sample
 from dpsim.strategies.tensor import (
     block_input_bytes,
@@ -854,7 +854,7 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
         experts = sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
         shard = -(-(numel - experts) // d) + -(-experts // layout.edp)  # a rank's share of the stage's parameters
-        opt = shard * k if layout.strategy in ("zero1", "fsdp") else numel * k
+        opt = shard * k if layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES else numel * k
         if internlm:  # whole parameters, greedily, within the ZERO1 group: the largest share's state
             opt = internlm[s].largest_owned * k
         weights, grads, buffers = numel * w, numel * g, 0
@@ -872,7 +872,8 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             activations_bytes=float(act), comm_buffers_bytes=float(buffers),
             overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),
             capacity_bytes=float(gpu.memory_bytes), strategy=layout.strategy,
-            shard_group_size=layout.zero1_group if internlm else d if layout.strategy in ("zero1", "fsdp") else 1)
+            shard_group_size=layout.zero1_group if internlm else d if layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES
+            else 1)
         out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
                                in_flight=tuple(in_flight[s])))
     return tuple(out)

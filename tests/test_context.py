@@ -15,7 +15,7 @@ from dpsim.hardware import get_gpu
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.layout import layout_memory
 from dpsim.predict.run import load_model, predict
-from dpsim.strategies.context import CP_COMM, ContextParallel, cp_shard, layer_cp_comm
+from dpsim.strategies.context import CP_COMM, ContextParallel, cp_shard, layer_cp_comm, model_hidden, ulysses_kv_repeat
 from dpsim.strategies.tensor import tp_model
 from dpsim.workload.catalog import get_model
 from dpsim.workload.precision import get_precision
@@ -197,3 +197,41 @@ def test_bad_input_is_one_line(kw, flag):
     with pytest.raises(ConfigError) as err:
         predict(_cfg(**kw))
     assert str(err.value).startswith(flag) and "\n" not in str(err.value)
+
+
+# Llama-2-70B (meta-llama/Llama-2-70b-hf config.json): 64 query heads, 8 key/value heads of 128.
+KV_70B, HEADS_70B = 8, 64
+
+
+def _a2a_bytes(model_name: str, cp: int, seq: int = SEQ):
+    model = get_model(model_name, seq_len=seq, flash_attention=True)
+    ctx = ContextParallel(cp=cp, comm="a2a")
+    tpm = tp_model(cp_shard(model, ctx), 1)
+    attn = next(i for i, l in enumerate(tpm.layers) if l.kind == "attention")
+    comm = layer_cp_comm(tpm.layers[attn], tpm.spec.layers[attn], model.layers[attn], 1.0, ctx=ctx, micro_batch=1,
+                         tokens_per_rank=seq // cp, hidden=model_hidden(model), tp=1, cost=lambda op, size: 0.0)
+    return comm
+
+
+@pytest.mark.parametrize("cp, repeat", [(1, 1), (2, 1), (4, 1), (8, 1), (16, 2), (32, 4), (64, 8)])
+def test_ulysses_repeats_grouped_kv_heads_only_when_cp_exceeds_them(cp, repeat):
+    kv_token = 2 * KV_70B * HEAD_DIM * 2  # K and V of one token, bf16
+    assert ulysses_kv_repeat(kv_token, HEAD_DIM, cp) == repeat
+    assert ulysses_kv_repeat(2 * 32 * HEAD_DIM * 2, HEAD_DIM, cp) == (1 if cp <= 32 else cp // 32)  # multi-head 7B
+
+
+@pytest.mark.parametrize("cp", [8, 16, 64])
+def test_ulysses_bytes_are_conserved_and_repeating_never_sends_less(cp):
+    comm = _a2a_bytes("llama-2-70b", cp)
+    (op_f, qkv), (_, o) = comm.forward_ops
+    assert op_f == "all_to_all"
+    # What leaves a rank is what arrives: the conjugate all-to-alls of backward move the same bytes.
+    assert comm.backward_ops == (("all_to_all", o), ("all_to_all", qkv))
+    tokens = SEQ // cp
+    q = HEADS_70B * HEAD_DIM * 2 * tokens
+    kv = 2 * KV_70B * HEAD_DIM * 2 * tokens
+    assert o == q
+    assert qkv == q + kv * max(1, cp // KV_70B)
+    # After the scatter each rank holds the whole sequence of (repeated) kv heads / cp: the same bytes.
+    kv_heads_after = KV_70B * max(1, cp // KV_70B) / cp
+    assert kv * max(1, cp // KV_70B) == pytest.approx(2 * kv_heads_after * HEAD_DIM * 2 * SEQ)

@@ -694,10 +694,12 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         kw["offload"] = "params+optimizer" if "parameters and optimizer" in row["data_parallel"] else "optimizer"
     ep, etp = int(row["ep"] or 1), int(row["etp"] or 1)
     if tp * pp * cp * ep > 1:
-        if strategy == "zero3":  # a layout's data parallelism shards as its fsdp
+        if strategy == "zero3" and pp * ep * etp > 1:  # the layout's zero3 runs with tp and cp only
             kw["strategy"] = "fsdp"
-            assumed.append("ZeRO-3 over a context-parallel group as the layout path's fsdp (sharded over dp x cp, "
-                           "each block gathered for its forward and again for its backward)")
+            assumed.append("ZeRO-3 with pipeline or expert parallelism as the layout path's fsdp")
+        # Otherwise DeepSpeed ZeRO-3 stays zero3 over the layout's dp x cp ranks (XTuner and EasyContext
+        # give DeepSpeed no mpu, so it partitions over every rank): the sp1 rows' mechanisms, one model of
+        # one framework.
         dp = gpus // (tp * pp * cp)
         kw.update(tp=tp, pp=pp, cp=cp, dp=dp, global_batch=micro_batch * grad_accum * dp, recompute=recompute,
                   ep=ep, etp=etp)

@@ -119,7 +119,7 @@ def plan_command(
         parse_int_list,
         plan_layouts,
     )
-    from dpsim.predict.config import LAYOUT_DP_STRATEGIES, PredictConfig
+    from dpsim.predict.config import PLAN_DP_STRATEGIES, PredictConfig
 
     global_batch = flags.pop("global_batch", None)
     if global_batch is None:
@@ -169,7 +169,7 @@ def plan_command(
     base = PredictConfig(**flags, micro_batch=1)
     result = plan_layouts(
         base, gpus=counts, global_batch=global_batch, tps=parse_int_list(tp, "--tp"), pps=parse_int_list(pp, "--pp"),
-        strategies=parse_choice_list(strategies, "--strategies", tuple(LAYOUT_DP_STRATEGIES)),
+        strategies=parse_choice_list(strategies, "--strategies", tuple(PLAN_DP_STRATEGIES)),
         micro_batches=parse_int_list(micro_batches, "--micro-batches"),
         recomputes=parse_choice_list(recompute, "--recompute", PLAN_RECOMPUTES),
         schedules=parse_choice_list(schedules, "--schedules", PLAN_SCHEDULES),

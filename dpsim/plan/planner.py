@@ -87,7 +87,7 @@ from dpsim.plan.reliability import (
     ClusterShape,
 )
 from dpsim.predict.config import (
-    LAYOUT_DP_STRATEGIES,
+    PLAN_DP_STRATEGIES,
     PredictConfig,
     check_moe_node_limit,
     check_value,
@@ -521,7 +521,7 @@ def check_search(*, gpus: Any, tps: Any, pps: Any, cps: Any, eps: Any, etps: Any
     for flag, values in (("--tp", tps), ("--pp", pps), ("--cp", cps), ("--ep", eps), ("--etp", etps),
                          ("--micro-batches", micro_batches)):
         _check_int_values(values, flag)
-    _check_choice_values(strategies, "--strategies", LAYOUT_DP_STRATEGIES)
+    _check_choice_values(strategies, "--strategies", PLAN_DP_STRATEGIES)
     _check_choice_values(recomputes, "--recompute", PLAN_RECOMPUTES)
     _check_choice_values(schedules, "--schedules", PLAN_SCHEDULES)
     check_int(top, "--top", 1, MAX_TOP)

@@ -134,9 +134,12 @@ MOE_FIELDS = ("moe_routing", "moe_capacity_factor", "moe_a2a", "moe_a2a_overlap"
 """The fields of a mixture of experts' routing and all-to-all (and DeepSeek-V3's multi-token prediction, a
 workload field its MoE jobs set): ``predict`` and ``goodput`` take them all, so the same job gets the same
 step time from both."""
-LAYOUT_DP_STRATEGIES = ("ddp", "zero1", "fsdp")
+LAYOUT_DP_STRATEGIES = ("ddp", "zero1", "fsdp", "zero3")
 """Data-parallel strategies over the replicas of a tensor/pipeline layout: the keys of
 :data:`dpsim.strategies.layout.LAYOUT_STRATEGIES`."""
+PLAN_DP_STRATEGIES = ("ddp", "zero1", "fsdp")
+"""The layout strategies ``dpsim plan`` searches and estimates in closed form (``zero3`` is predicted,
+not planned)."""
 
 
 def _count(maximum: int = MAX_GPUS, **metadata: Any) -> dict[str, Any]:
@@ -890,6 +893,14 @@ class PredictConfig:
         if p.strategy not in LAYOUT_DP_STRATEGIES:
             raise ConfigError(f"--strategy: {p.strategy!r} does not combine with {p.layout_flags} here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
+        if p.strategy == "zero3" and (p.pp > 1 or p.ep > 1 or p.etp > 1):
+            # DeepSpeed's PipelineEngine asserts ``zero_optimization_stage() < 2`` ("ZeRO-2 and ZeRO-3 are
+            # incompatible with pipeline parallelism", microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py);
+            # expert parallelism under ZeRO-3 is not modelled.
+            name, value = next((n, v) for n, v in (("pp", p.pp), ("ep", p.ep), ("etp", p.etp)) if v > 1)
+            raise ConfigError(f"--{name}: {value} does not combine with --strategy zero3 (DeepSpeed ZeRO-3 runs "
+                              f"with tensor and context/sequence parallelism only); use --{name} 1, or --strategy "
+                              f"fsdp or zero1")
         if e.activation_checkpointing:
             raise ConfigError(f"--activation-checkpointing: with {p.layout_flags} use --recompute full (or selective)")
         if p.tp > 1 and is_torch_model_ref(w.model) and not w.model.strip().startswith("transformers:"):

@@ -49,8 +49,10 @@ from dpsim.predict.config import ParallelismConfig, PredictConfig, capped_comput
 from dpsim.predict.provenance import charge_after_comm
 from dpsim.predict.result import Prediction
 from dpsim.strategies.layout import (
+    OPTIMIZER_SHARDING_LAYOUT_STRATEGIES,
     ChunkWork,
     Layout,
+    checkpointed_blocks,
     chunk_work,
     default_bucket_elements,
     gradient_accumulation_s,
@@ -76,7 +78,10 @@ from dpsim.strategies.checkpointing import recompute_shares
 from dpsim.strategies.context import check_context, cp_buffer_bytes, cp_shard
 from dpsim.strategies.offload import (expert_offload_bytes_per_sample, host_bytes_per_param, host_step_s, offloads_optimizer,
                                       param_fetches)
+from dpsim.strategies.deepspeed_fetch import backward_gather_numel
 from dpsim.strategies.registry import check_zero_options
+from dpsim.strategies.sharded import zero3_grad_pass_bytes
+from dpsim.strategies.shards import unit_shard_numel
 from dpsim.strategies.stage_parts import stage_parts
 from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.strategies.zero import internlm_stages
@@ -88,6 +93,7 @@ from dpsim.workload.library_models import lowered_shape_ref
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.compute import ComputeProfile, compute_profile
 from dpsim.workload.fp8 import caches_fp8_weights
+from dpsim.workload.roofline import Efficiencies, memory_term
 from dpsim.workload.spec import ModelSpec
 
 
@@ -623,6 +629,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     shares = recompute_shares(tpm.spec, config.execution.checkpointing, gpu=gpu, precision=precision,
                               micro_batch=config.workload.micro_batch) \
         if config.execution.recompute in ("op", "megatron", "moe", "deepseek") else None
+    zero3 = zero3_layout_passes(tpm, layout, gpu, precision) if layout.strategy == "zero3" else None
     work = layer_work(tpm, shard, layout, tp_cost=tp_cost, act_element_bytes=act, time_scale=scale,
                       overlap_slowdown=config.calibration.overlap_slowdown, comm_slowdown=comm_slowdown,
                       accumulate_s=accumulate, recompute_share=shares,
@@ -630,7 +637,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                       ep_cost=ep_cost if layout.ep > 1 else None, etp_cost=etp_cost if layout.etp > 1 else None,
                       gpu=gpu,
                       offload_s=activation_offload_s(tpm, layout, topology.spec.node, act),
-                      cached_fp8_weights=caches_fp8_weights(precision.fp8))
+                      cached_fp8_weights=caches_fp8_weights(precision.fp8),
+                      sharding_copy_s=zero3.copy_s if zero3 is not None else ())
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
     hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)
@@ -658,7 +666,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                                grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes,
                                edp=layout.edp if model.moe is not None else 1, internlm=internlm,
                                zero_comm="zero" if layout.zero1_group < d else "dp",
-                               fp8_all_gather=precision.fp8 is not None and precision.fp8.fsdp_float8_all_gather)
+                               fp8_all_gather=layout.strategy == "fsdp" and precision.fp8 is not None
+                               and precision.fp8.fsdp_float8_all_gather,
+                               backward_gather_numel=zero3.backward_gather_numel if zero3 is not None else ())
     # DualPipe sums each stage's two parameter copies instead (the embedding's among them).
     emb_bytes = (tpm.embedding_numel_per_rank * precision.grad_bytes
                  if tpm.tied_embedding and p > 1 and layout.schedule != "dualpipe" else 0.0)
@@ -780,12 +790,63 @@ def heaviest_stage(own_s: Sequence[float]) -> int:
     return next(s for s, t in enumerate(own_s) if t >= top * (1 - CRITICAL_TIE))
 
 
+@dataclass(frozen=True, kw_only=True)
+class Zero3LayoutPasses:
+    """What DeepSpeed ZeRO-3 adds to a layout's data-parallel plan, per model layer (by index)."""
+
+    backward_gather_numel: tuple[float, ...]
+    """Elements each layer's backward all-gathers (:attr:`DataParallelPlan.backward_gather_numel`)."""
+    copy_s: tuple[float, ...]
+    """Seconds of DeepSpeed's gradient passes in each layer's backward, averaged over the step's
+    micro-batches (:func:`~dpsim.strategies.sharded.zero3_grad_pass_bytes`)."""
+
+
+def zero3_layout_passes(tpm: TpModel, layout: Layout, gpu, precision) -> Zero3LayoutPasses:
+    """DeepSpeed ZeRO-3 over a layout's ``dp x cp`` replicas (XTuner's sequence parallelism gives
+    DeepSpeed no ``mpu``, so its partition spans every rank: ``xtuner/engine/_strategy/deepspeed.py``
+    at InternLM/xtuner@7575f2c9137c), with the two DeepSpeed mechanisms the data-parallel path's
+    ``zero3`` models: the reuse-distance rule for what backward gathers again
+    (:func:`~dpsim.strategies.deepspeed_fetch.backward_gather_numel`, on the rank's tensor-parallel
+    shard: what its modules hold) and the gradient passes around each reduce-scatter
+    (:func:`~dpsim.strategies.sharded.zero3_grad_pass_bytes`), each pass one memory-bound kernel on the
+    compute stream (as :func:`~dpsim.strategies.sharded._zero3_copies` charges them). A unit is a
+    block, or a layer outside the blocks, as the layout's gathers are."""
+    spec, world = tpm.spec, layout.grad_group
+    names = [layer.unit if layer.unit is not None else f"layer {layer.index}" for layer in tpm.layers]
+    members: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        members.setdefault(name, []).append(i)
+    recomputed = checkpointed_blocks(tpm, layout) if layout.recompute == "full" else []
+    again = backward_gather_numel(spec, names, recomputed)
+    numel = [float(layer.param_count) for layer in spec.layers]
+    unit_numel = {name: sum(numel[i] for i in idx) for name, idx in members.items()}
+    bwd = tuple(again.get(names[i], 0) * numel[i] / unit_numel[names[i]] if unit_numel[names[i]] else 0.0
+                for i in range(len(names)))
+    units = [(name, [p.numel for i in idx for p in spec.layers[i].params],
+              unit_shard_numel([p for i in idx for p in spec.layers[i].params], world))
+             for name, idx in members.items() if unit_numel[name]]
+    passes = zero3_grad_pass_bytes(units, world, precision.grad_bytes)
+    eff = Efficiencies()
+
+    def t(size: float) -> float:
+        return memory_term(size, gpu).time_s(eff) if size else 0.0
+    m = layout.micro_batches
+    unit_s = {name: sum(t(b) for b in scatter) + (m - 1) / m * (t(acc[0]) - t(acc[1]))
+              for name, (scatter, acc) in passes.items()}
+    # Charged in the backward of the unit's first layer in backward order (its last), where its
+    # gradients are complete and its reduce-scatter leaves.
+    copy = [0.0] * len(names)
+    for name, idx in members.items():
+        copy[max(idx)] += unit_s.get(name, 0.0)
+    return Zero3LayoutPasses(backward_gather_numel=bwd, copy_s=tuple(copy))
+
+
 def stage_optimizer_s(per_param_s: float, params_per_gpu: int, expert_numel: int, layout: Layout) -> float:
     """One stage's optimizer step per GPU, ``per_param_s`` a parameter: all ``params_per_gpu`` it holds,
     or with a sharded optimizer (``zero1``, ``fsdp``) its share: the dense parameters over ``dp x cp``
     (:attr:`~dpsim.strategies.layout.Layout.grad_group`) and its ``expert_numel`` routed experts'
     over ``edp``, each rounded up."""
-    if layout.strategy in ("zero1", "fsdp"):
+    if layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES:
         return per_param_s * (-(-(params_per_gpu - expert_numel) // layout.grad_group)
                               + -(-expert_numel // layout.edp))
     return per_param_s * params_per_gpu

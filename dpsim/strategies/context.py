@@ -37,6 +37,7 @@ wait for the last rank, ``(2·cp - 1) / cp`` times the balanced share.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -188,6 +189,26 @@ def kv_bytes_per_token(layer: LayerSpec, hidden: int, tp: int, act_element_bytes
     return max(0.0, columns - op.heads * op.head_dim) / tp * act_element_bytes
 
 
+def ulysses_kv_repeat(kv_token_bytes: float, head_dim: int, cp: int, act_element_bytes: int = 2) -> int:
+    """How many times Ulysses must repeat each key/value head before its all-to-all: the all-to-all
+    scatters a tensor's head dimension evenly over the ``cp`` ranks (XTuner's ``_all_to_all``
+    ``tensor_split``s ``scatter_dim`` into ``sp`` pieces and receives each into a buffer shaped as the
+    first, so the pieces must be equal: InternLM/xtuner ``xtuner/parallel/sequence/communications.py``;
+    its ``pre_process_for_sequence_parallel_attn`` asserts the query heads divide by ``sp``,
+    ``attention.py``), so ``k`` grouped key/value heads on a tensor-parallel rank (``kv_token_bytes
+    / (2 x head_dim x act_element_bytes)``) must become a multiple of ``cp``: the smallest is ``k x
+    cp / gcd(k, cp)`` heads, a repeat of ``cp / gcd(k, cp)``. 1 wherever ``cp`` divides ``k`` (every
+    multi-head model, and grouped ones with ``cp <= k`` dividing it). Each rank then holds
+    ``k x r / cp`` of them, each query group reading its own; the attention's FLOPs (per query head)
+    do not change. XTuner repeats further, to every query head, whatever ``cp`` is
+    (``repeat_kv(key_states, self.num_key_value_groups)`` ahead of its ``sequence_parallel_wrapper``,
+    ``xtuner/model/modules/dispatch/llama.py``); the minimum is what every Ulysses must send."""
+    if cp <= 1 or head_dim <= 0 or kv_token_bytes <= 0:
+        return 1
+    k = max(1, round(kv_token_bytes / (2 * head_dim * act_element_bytes)))
+    return cp // math.gcd(k, cp)
+
+
 def layer_cp_comm(layer: TpLayer, spec_layer: LayerSpec, full_layer: LayerSpec, forward_s: float, *,
                   ctx: ContextParallel, micro_batch: int, tokens_per_rank: int, hidden: int, tp: int,
                   cost: Callable[[str, float], float], act_element_bytes: int = 2) -> TpComm:
@@ -227,7 +248,9 @@ def layer_cp_comm(layer: TpLayer, spec_layer: LayerSpec, full_layer: LayerSpec, 
         # Ulysses: Q, K, V in, O out (forward); dO in, dQ, dK, dV out (backward), each an
         # all-to-all of the rank's s/cp tokens of those tensors.
         q_token = op.heads * cp * op.head_dim * act_element_bytes  # before the scatter: all the rank's heads
-        qkv = (q_token + kv_token) * tokens_per_rank * micro_batch
+        # Grouped key/value heads fewer than (or not divisible by) cp are repeated to be scattered.
+        kv_sent = kv_token * ulysses_kv_repeat(kv_token, op.head_dim, cp, act_element_bytes)
+        qkv = (q_token + kv_sent) * tokens_per_rank * micro_batch
         o = q_token * tokens_per_rank * micro_batch
         # Each an all-to-all on the cp communicator (``cost("all_to_all", S)``: S bytes per rank,
         # spread over the group, :func:`dpsim.collectives.all_to_all.uniform_all_to_all_cost`).
@@ -256,7 +279,9 @@ def cp_buffer_bytes(model: ModelSpec, ctx: ContextParallel, *, tp: int, micro_ba
         return block * ctx.cp
     op = next((o for layer in model.layers for o in layer.ops if isinstance(o, AttentionOp)), None)
     q = op.heads / tp * op.head_dim * act_element_bytes * tokens_per_rank * micro_batch if op else 0.0
-    return 2.0 * q + block
+    # Key/value heads repeated to be scattered (ulysses_kv_repeat) are held repeated.
+    repeat = ulysses_kv_repeat(per_token, op.head_dim, ctx.cp, act_element_bytes) if op else 1
+    return 2.0 * q + block * repeat
 
 
 def model_hidden(model: ModelSpec) -> int:

@@ -68,8 +68,17 @@ LAYOUT_STRATEGIES: dict[str, str] = {
             "with pipeline stages parameters gathered once per step and kept across micro-batches, without "
             "them resharded after each forward and gradients reduce-scattered every micro-batch (FSDP2 as "
             "torchtitan wraps it)",
+    "zero3": "DeepSpeed ZeRO-3 over the replicas of each shard (dp x cp ranks): parameters, gradients and "
+             "optimizer state partitioned, every micro-batch's forward gathering them, its backward gathering "
+             "what DeepSpeed's reuse distance freed, its gradients reduce-scattered through DeepSpeed's "
+             "bucket copies; no pipeline stages (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism)",
 }
 """Data-parallel strategies a tensor/pipeline layout runs over its replicas."""
+
+PARAM_SHARDING_LAYOUT_STRATEGIES = ("fsdp", "zero3")
+"""Layout strategies that shard the parameters themselves (and gather them for compute)."""
+OPTIMIZER_SHARDING_LAYOUT_STRATEGIES = ("zero1", "fsdp", "zero3")
+"""Layout strategies whose ranks hold a ``1 / (dp x cp)`` share of the optimizer state."""
 
 
 def reshards_after_forward(layout: "Layout") -> bool:
@@ -77,8 +86,10 @@ def reshards_after_forward(layout: "Layout") -> bool:
     ``apply_fsdp`` (models/llama3/infra/parallelize.py) sets ``reshard_after_forward = not
     pp_enabled`` by default, so FSDP2 under tensor parallelism alone gathers every unit again for
     backward and keeps only its shard (and, FSDP2's default, only the gradient shard) between them,
-    while under pipeline stages it keeps the gathered parameters for the step."""
-    return layout.strategy == "fsdp" and layout.pp == 1
+    while under pipeline stages it keeps the gathered parameters for the step. DeepSpeed ZeRO-3
+    (``zero3``, never with pipeline stages) frees every submodule after use unless it is reused soon
+    (:mod:`~dpsim.strategies.deepspeed_fetch`) and reduce-scatters every micro-batch, the same shape."""
+    return layout.strategy in PARAM_SHARDING_LAYOUT_STRATEGIES and layout.pp == 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -481,7 +492,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                cp_cost: Callable[[str, float], float] | None = None, cp_model: ModelSpec | None = None,
                ep_cost: Callable[[float], float] | None = None,
                etp_cost: Callable[[float], float] | None = None, gpu: GpuSpec | None = None,
-               offload_s: Sequence[float] = (), cached_fp8_weights: bool = False) -> tuple[LayerWork, ...]:
+               offload_s: Sequence[float] = (), cached_fp8_weights: bool = False,
+               sharding_copy_s: Sequence[float] = ()) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
     ``shard_compute`` is the compute profile of ``tpm.spec`` at the layout's micro-batch;
@@ -496,7 +508,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     exposes what the GEMM then no longer covers), and its hidden part runs ``1 +
     comm_slowdown`` times longer beside the GEMM, which it slows that much longer. Without
     ``layout.grad_accum_fusion`` each layer's backward also runs ``accumulate_s``
-    (:func:`gradient_accumulation_s`). ``op`` recomputation re-runs ``recompute_share`` of each
+    (:func:`gradient_accumulation_s`), and ``sharding_copy_s`` (the data-parallel strategy's own
+    gradient passes, :func:`~dpsim.predict.layout.zero3_layout_passes`). ``op`` recomputation re-runs ``recompute_share`` of each
     layer's forward (:func:`~dpsim.strategies.checkpointing.recompute_shares` of the shard). With ``layout.cp``
     above 1, ``tpm`` is the tensor-parallel shard of a context-parallel rank's model
     (:func:`~dpsim.strategies.context.cp_shard`), ``cp_model`` the unsharded model and
@@ -598,6 +611,8 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     for i in moe_rerun:
         hidden_b[i] += hidden_f[i]
     accumulate = list(accumulate_s) if not layout.grad_accum_fusion and accumulate_s else [0.0] * n
+    if sharding_copy_s:  # a sharded strategy's gradient passes (zero3: DeepSpeed's bucket copies)
+        accumulate = [a + c for a, c in zip(accumulate, sharding_copy_s)]
     a2a = [ep_cost(layer.routed_bytes_per_sample * layout.micro_batch * act_element_bytes / 2.0)
            if ep_cost is not None and layer.routed_bytes_per_sample > 0 else 0.0 for layer in tpm.layers]
     etp = [etp_cost(layer.routed_bytes_per_sample * layout.micro_batch * act_element_bytes / 2.0)

@@ -761,7 +761,7 @@ class DataParallelPlan:
     """What a stage's data-parallel collectives look like (all sizes per GPU)."""
 
     strategy: str
-    """``ddp``, ``zero1`` or ``fsdp``."""
+    """``ddp``, ``zero1``, ``fsdp`` or ``zero3``."""
     dp: int
     """Replicas (no collective when 1)."""
     overlap: bool
@@ -787,6 +787,12 @@ class DataParallelPlan:
     torchtitan turns on whenever the data-parallel dimension is sharded, tensor parallel or not:
     pytorch/torchtitan@0f892e8fbae2 torchtitan/float8.py ``parallel_dims.dp_shard_enabled and
     float8_config.enable_fsdp_float8_all_gather``); their :attr:`LayerWork.fp8_numel`."""
+
+    backward_gather_numel: tuple[float, ...] = ()
+    """Per model layer (by index), the elements its backward all-gathers where parameters are
+    resharded after forward: DeepSpeed ZeRO-3's reuse-distance rule
+    (:func:`~dpsim.strategies.deepspeed_fetch.backward_gather_numel`, 0 for a layer kept from its
+    forward, above its size where recomputation freed it again). Empty: every layer once (FSDP)."""
 
     def gather_bytes(self, numel: float, fp8_numel: float) -> float:
         """Bytes of an all-gather of ``numel`` parameters, ``fp8_numel`` of them FP8 linear weights."""
@@ -945,10 +951,15 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         forward_gathers.append(op)
                         gather_fwd.update({(c, j, i): op for i in members})
                     for x, (first_layer, numel, members) in enumerate(buckets):
-                        op = new_comm(f"all-gather parameters chunk {c} micro-batch {j + 1} bucket {x} (backward)",
-                                      "all_gather", dp.gather_bytes(numel, fp8_of(members)), "allgather", "dp", (s,))
-                        backward_gathers.append(op)
-                        gather_bwd.update({(c, j, i): op for i in members})
+                        again = sum(dp.backward_gather_numel[i] for i in members) if dp.backward_gather_numel \
+                            else numel
+                        if again > 0:  # DeepSpeed keeps a bucket reused soon after its forward: no gather
+                            fp8 = fp8_of(members) * min(1.0, again / numel) if numel else 0.0
+                            op = new_comm(f"all-gather parameters chunk {c} micro-batch {j + 1} bucket {x} "
+                                          f"(backward)", "all_gather", dp.gather_bytes(again, fp8), "allgather", "dp",
+                                          (s,))
+                            backward_gathers.append(op)
+                            gather_bwd.update({(c, j, i): op for i in members})
                         rs = new_comm(f"reduce-scatter chunk {c} micro-batch {j + 1} bucket {x}", "reduce_scatter",
                                       numel * dp.grad_bytes, "reducescatter", "dp", (s,))
                         # Without overlap every bucket waits for the micro-batch's whole backward.

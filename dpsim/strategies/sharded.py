@@ -82,6 +82,7 @@ the CPU's launch timing (above).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dpsim.strategies.program import (
@@ -361,7 +362,27 @@ def _zero3_copies(request: BuildRequest, units, shard: dict[str, int], world: in
     if staging is None:
         return out
     _, g, _, t = staging
-    copied = {u.name: 0 for u in units if u.params}
+    passes = zero3_grad_pass_bytes([(u.name, [p.numel for p in u.params], shard[u.name]) for u in units if u.params],
+                                   world, g)
+    for name, (scatter, accumulate) in passes.items():
+        out.scatter[name] = sum(t(b) for b in scatter)
+        out.accumulate[name] = t(accumulate[0]) - t(accumulate[1])  # add_ instead of copy_
+    return out
+
+
+def zero3_grad_pass_bytes(units: Sequence[tuple[str, Sequence[int], int]], world: int, grad_bytes: int
+                          ) -> dict[str, tuple[tuple[float, ...], tuple[float, float]]]:
+    """The bytes of DeepSpeed ZeRO-3's gradient passes per unit for one micro-batch (the mechanism of
+    :func:`_zero3_copies`, which costs them): ``units`` are ``(name, its parameters' elements in
+    registration order, the rank's shard elements)`` in forward order, ``world`` the ranks the
+    partition spans. Returns per unit the bytes of each pass around its reduce-scatter (the copy into
+    the 5e8-element bucket, ``reduce_scatter_coalesced``'s interleave, its in-place divide of the whole
+    bucket, ``partition_grads``' copy of the rank's partition) and, for a later micro-batch of the
+    step, the partition's ``add_`` against the first micro-batch's ``copy_`` (``(add, copy)``).
+    Each pass reads and writes what it moves, so bytes are ``2 x`` (``3 x`` for ``add_``) the
+    elements at ``grad_bytes``; the whole unit's gradient is ``shard x world`` elements."""
+    g = grad_bytes
+    copied = {name: 0 for name, _, _ in units}
     interleaved = dict(copied)
     bucket: list[tuple[str, int]] = []
     elements = 0
@@ -372,21 +393,21 @@ def _zero3_copies(request: BuildRequest, units, shard: dict[str, int], world: in
         for name, n in bucket:
             interleaved[name] += n
 
-    for u in reversed([u for u in units if u.params]):
-        for p in reversed(u.params):
-            if elements + p.numel > DEEPSPEED_REDUCE_BUCKET_ELEMENTS and elements > 0:
+    for name, params, _ in reversed(units):
+        for numel in reversed(params):
+            if elements + numel > DEEPSPEED_REDUCE_BUCKET_ELEMENTS and elements > 0:
                 reduce()
                 bucket, elements = [], 0
-            if elements + p.numel <= DEEPSPEED_REDUCE_BUCKET_ELEMENTS:
-                copied[u.name] += p.numel
-            bucket.append((u.name, p.numel))
-            elements += p.numel
+            if elements + numel <= DEEPSPEED_REDUCE_BUCKET_ELEMENTS:
+                copied[name] += numel
+            bucket.append((name, numel))
+            elements += numel
     reduce()
-    for u in (u for u in units if u.params):
-        n, full = shard[u.name], shard[u.name] * world
-        out.scatter[u.name] = (t(2 * copied[u.name] * g) + t(2 * interleaved[u.name] * g) + t(2 * full * g)
-                               + t(2 * n * g))
-        out.accumulate[u.name] = t(3 * n * g) - t(2 * n * g)  # add_ instead of copy_
+    out = {}
+    for name, _, n in units:
+        full = n * world
+        out[name] = ((2 * copied[name] * g, 2 * interleaved[name] * g, 2 * full * g, 2 * n * g),
+                     (3 * n * g, 2 * n * g))
     return out
 
 
