@@ -15,7 +15,7 @@ strategy                      weights     gradients   optimizer
 ``zero2`` (P_os+g)            wΨ          gΨ/N        KΨ/N
 ``zero3``, ``fsdp`` (P_os+g+p)  wΨ/N        gΨ/N        KΨ/N
 ``fsdp-shard-grad-op``        wΨ          gΨ/N        KΨ/N
-``fsdp-hybrid``               wΨ/G        gΨ/G        KΨ/G   (G = GPUs per node)
+``fsdp-hybrid``               wΨ/G        gΨ/G        KΨ/G   (G = GPUs per node, or --zero-group)
 ``zero1 --zero-impl internlm``  wΨ          gΨ          K·max owned  (whole parameters, greedily, in --zero-group)
 ============================  ==========  ==========  ==========
 
