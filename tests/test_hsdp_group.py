@@ -128,3 +128,13 @@ def test_goodput_checkpoints_the_shard_group():
     """One shard group holds the whole optimizer state, so it is what writes a checkpoint."""
     assert _checkpoint_shard_group(_job(128, 64), "fsdp-hybrid", 128, 8) == 64
     assert _checkpoint_shard_group(_job(128, None), "fsdp-hybrid", 128, 8) == 8
+
+
+def test_sweep_takes_the_group_as_an_axis():
+    """Like the other strategy options (--axis zero_impl=..., fsdp_version=...)."""
+    from dpsim.plan.sweep import sweep
+
+    df = sweep(gpus=32, link="infiniband", model="llama-2-7b", micro_batch=1, strategy="fsdp-hybrid",
+               precision="bf16-params", steps=1, zero_group=[8, 16, 32])
+    assert list(df["zero_group"]) == [8, 16, 32]
+    assert list(df["step_time_s"]) == [predict(_job(32, g)).step_time_s for g in (8, 16, 32)]
