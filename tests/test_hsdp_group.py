@@ -138,3 +138,28 @@ def test_sweep_takes_the_group_as_an_axis():
                precision="bf16-params", steps=1, zero_group=[8, 16, 32])
     assert list(df["zero_group"]) == [8, 16, 32]
     assert list(df["step_time_s"]) == [predict(_job(32, g)).step_time_s for g in (8, 16, 32)]
+
+
+@pytest.mark.parametrize("link", ["infiniband", "aws-p4de"])
+def test_the_groups_as_clusters(link):
+    """A shard group of N consecutive ranks (whole servers above one), a replica group of one rank per
+    shard group with its server's NIC share; the node-sized group is the default's pair exactly."""
+    from dpsim.collectives.groups import communicators
+    from dpsim.predict.run import resolve_topology
+
+    job = resolve_topology(_job(64, None, link=link))
+    gpn, fabric = job.gpus_per_node, job.spec.fabric
+    assert communicators(job, gpn) == communicators(job)
+    wide = communicators(job, 32)
+    assert (wide["intra"].topology.n_gpus, wide["intra"].topology.n_nodes, wide["intra"].concurrent) == (32, 4, 1)
+    inter = wide["inter"].topology
+    assert (inter.n_gpus, inter.n_nodes, wide["inter"].concurrent) == (2, 2, gpn)
+    assert inter.spec.fabric.nic_bandwidth_bytes_per_s * inter.spec.fabric.nics_per_node == pytest.approx(
+        fabric.nic_bandwidth_bytes_per_s * fabric.nics_per_node / gpn)
+    narrow = communicators(job, 2)
+    assert (narrow["intra"].topology.n_gpus, narrow["intra"].topology.n_nodes) == (2, 1)
+    inter = narrow["inter"].topology
+    # 32 replicas: 4 GPUs (local ranks j, j+2, j+4, j+6) in each of the 8 servers, 2 such groups per server.
+    assert (inter.n_gpus, inter.n_nodes, inter.gpus_per_node, narrow["inter"].concurrent) == (32, 8, 4, 2)
+    assert inter.spec.fabric.nic_bandwidth_bytes_per_s * inter.spec.fabric.nics_per_node == pytest.approx(
+        fabric.nic_bandwidth_bytes_per_s * fabric.nics_per_node / 2)
