@@ -163,3 +163,15 @@ def test_the_groups_as_clusters(link):
     assert (inter.n_gpus, inter.n_nodes, inter.gpus_per_node, narrow["inter"].concurrent) == (32, 8, 4, 2)
     assert inter.spec.fabric.nic_bandwidth_bytes_per_s * inter.spec.fabric.nics_per_node == pytest.approx(
         fabric.nic_bandwidth_bytes_per_s * fabric.nics_per_node / 2)
+
+
+def test_advice_widens_the_shard_group_before_leaving_hsdp():
+    """J11 at one-node shards does not fit: the smallest whole-server group that fits (32: 64.8 GiB of
+    75.7, 16 does not) is advised, and with it the job fits."""
+    kw = dict(gpus=128, link="infiniband", model="llama-3-70b", micro_batch=1, global_batch=128,
+              strategy="fsdp-hybrid", precision="bf16-params", recompute="full", steps=1)
+    advice = predict(PredictConfig(**kw)).fit
+    assert advice.zero_group == 32 and advice.strategy is None and advice.to_dict()["zero_group"] == 32
+    assert "use --zero-group 32" in advice.message
+    assert not predict(PredictConfig(**kw, zero_group=16)).memory.fits
+    assert predict(PredictConfig(**kw, zero_group=32)).memory.fits
