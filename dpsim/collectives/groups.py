@@ -13,7 +13,9 @@ the same fabric in which each GPU gets its share of its node's NICs (``nics x ra
 gpus_per_node``: the ``gpus_per_node`` replica groups of a node, local rank *j* of every
 node in group *j*, run concurrently), which keeps the leaf uplinks' share too; an NVLink
 fabric keeps its per-GPU rate. :attr:`Communicator.concurrent` says how many identical
-groups share the node's links, for models that have no links of their own.
+groups share the node's links, for models that have no links of their own. With HSDP's
+``--zero-group`` other than one node, ``intra`` is the shard group (consecutive ranks, whole
+servers above one) and ``inter`` its replica group, built the same way (:func:`communicators`).
 """
 
 from __future__ import annotations
