@@ -15,7 +15,7 @@ strategy                      weights     gradients   optimizer
 ``zero2`` (P_os+g)            wΨ          gΨ/N        KΨ/N
 ``zero3``, ``fsdp`` (P_os+g+p)  wΨ/N        gΨ/N        KΨ/N
 ``fsdp-shard-grad-op``        wΨ          gΨ/N        KΨ/N
-``fsdp-hybrid``               wΨ/G        gΨ/G        KΨ/G   (G = GPUs per node)
+``fsdp-hybrid``               wΨ/G        gΨ/G        KΨ/G   (G = GPUs per node, or --zero-group)
 ``zero1 --zero-impl internlm``  wΨ          gΨ          K·max owned  (whole parameters, greedily, in --zero-group)
 ============================  ==========  ==========  ==========
 
@@ -568,6 +568,8 @@ class FitAdvice:
     """GPU count to use (``None``: keep it)."""
     precision: str | None = None
     """``--precision`` to use (``None``: keep it)."""
+    zero_group: int | None = None
+    """``--zero-group`` to use: ``fsdp-hybrid``'s shard group (``None``: keep it)."""
     total_bytes: float | None = None
     """Per-GPU total with the advice applied."""
     message: str = ""
@@ -580,6 +582,8 @@ class FitAdvice:
                "message": self.message}
         if self.precision is not None:  # only when advised, so the JSON of every other advice stays as it was
             out["precision"] = self.precision
+        if self.zero_group is not None:  # likewise
+            out["zero_group"] = self.zero_group
         return out
 
 
@@ -594,7 +598,8 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
     a more sharded strategy (ZeRO-1 -> 2 -> 3, or FSDP shard-grad-op -> full shard) on
     the same GPUs; that plus activation checkpointing; that plus a smaller micro-batch
     (more accumulation keeps the global batch); the fully sharded strategy on more GPUs
-    (the smallest whole number of nodes). GPU counts above ``max_gpus`` are not offered.
+    (the smallest whole number of nodes). ``fsdp-hybrid`` first tries a wider shard group
+    (``--zero-group``, whole servers). GPU counts above ``max_gpus`` are not offered.
     ``zero_impl`` and ``zero_group`` (InternLM's ZeRO-1) apply to the configuration asked for only.
     ``bucket_cap_mb`` applies to the strategies that take it; advice to move to one that
     does not says to drop it. Checkpointing advice is full checkpointing of every block
@@ -630,6 +635,18 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
 
     gb = format_bytes
 
+    if strategy == "fsdp-hybrid":
+        # A wider shard group keeps HSDP (whole servers per group, dividing the GPUs): the smallest that
+        # fits is a smaller change than full sharding, which is the group of every GPU.
+        for group in range(2 * gpn, n_gpus, gpn):
+            if n_gpus % group or (zero_group is not None and group <= zero_group):
+                continue
+            m = memory_breakdown(model, gpu, strategy=strategy, n_gpus=n_gpus, checkpointing=policy,
+                                 micro_batch=micro_batch, zero_group=group, **base)
+            if m.fits:
+                return FitAdvice(fits=False, zero_group=group, total_bytes=m.total_bytes,
+                                 message=f"use --zero-group {group} (HSDP's shard group across {group // gpn} "
+                                         f"servers): {gb(m.total_bytes)} of {gb(usable)} usable per GPU")
     ladder = STAGE_LADDERS[strategy]
     for s in ladder:
         m = mem(s, n_gpus, policy, micro_batch)

@@ -28,6 +28,8 @@ JOBS = [
  ("J09 Llama-3-70B FSDP2 64xH100 full AC mb1", f"--model llama-3-70b --gpus 64 {IB} {FS2} --micro-batch 1 --global-batch 64 --compile --recompute full"),
  ("J10 Llama-3-70B FSDP2 64xH100 full AC float8", f"--model llama-3-70b --gpus 64 {IB} {FS2} --micro-batch 1 --global-batch 64 --compile --fp8 torchao-tensorwise --recompute full"),
  ("J11 Llama-3-70B HSDP 128xH100 full AC", f"--model llama-3-70b --gpus 128 {IB} --strategy fsdp-hybrid --precision bf16-params --micro-batch 1 --global-batch 128 --recompute full"),
+ ("J11b Llama-3-70B HSDP shard 64 128xH100 full AC", f"--model llama-3-70b --gpus 128 {IB} --strategy fsdp-hybrid --precision bf16-params --micro-batch 1 --global-batch 128 --recompute full --zero-group 64"),
+ ("J11c Llama-3-70B HSDP shard 32 128xH100 full AC", f"--model llama-3-70b --gpus 128 {IB} --strategy fsdp-hybrid --precision bf16-params --micro-batch 1 --global-batch 128 --recompute full --zero-group 32"),
  ("J12 Llama-3-70B FSDP+TP8 async 256xH100 compile fp8", f"--model llama-3-70b --gpus 256 {IB} --strategy fsdp --precision bf16-params --tp 8 --sequence-parallel --tp-comm-overlap async --micro-batch 1 --global-batch 256 --compile --fp8 torchao-rowwise --recompute full"),
  ("J13 Llama-3-70B FSDP2 64xH200 op-SAC", f"--model llama-3-70b --gpus 64 {IB} --gpu h200 {FS2} --micro-batch 1 --global-batch 64 --compile --recompute op"),
  ("J14 Llama-3-70B FSDP2 72xGB200 NVL72", f"--model llama-3-70b --gpus 72 --link gb200-nvl72 {FS2} --micro-batch 1 --global-batch 72 --compile --recompute op"),

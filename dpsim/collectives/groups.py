@@ -13,7 +13,9 @@ the same fabric in which each GPU gets its share of its node's NICs (``nics x ra
 gpus_per_node``: the ``gpus_per_node`` replica groups of a node, local rank *j* of every
 node in group *j*, run concurrently), which keeps the leaf uplinks' share too; an NVLink
 fabric keeps its per-GPU rate. :attr:`Communicator.concurrent` says how many identical
-groups share the node's links, for models that have no links of their own.
+groups share the node's links, for models that have no links of their own. With HSDP's
+``--zero-group`` other than one node, ``intra`` is the shard group (consecutive ranks, whole
+servers above one) and ``inter`` its replica group, built the same way (:func:`communicators`).
 """
 
 from __future__ import annotations
@@ -49,10 +51,24 @@ class Communicator:
     (``inter``: the node's GPUs; ``world`` and ``intra``: 1, each on links of its own)."""
 
 
-def communicators(job: Topology) -> dict[str, Communicator]:
-    """The ``world``, ``intra`` and ``inter`` communicators of ``job`` (see the module docstring)."""
+def communicators(job: Topology, shard_group: int | None = None) -> dict[str, Communicator]:
+    """The ``world``, ``intra`` and ``inter`` communicators of ``job`` (see the module docstring).
+
+    ``shard_group``: HSDP's shard group (``--zero-group`` with ``fsdp-hybrid``) when it is not one node
+    (``None``: one node). ``intra`` is then that many consecutive ranks (part of one server, or whole
+    servers: :func:`consecutive_group`) and ``inter`` the replica group of one rank per shard group,
+    ``shard_group`` ranks apart (the ``dp_replicate`` dimension of a ``("dp_replicate", "dp_shard")``
+    mesh): :func:`_replica_group`."""
     spec = job.spec
     gpn = job.gpus_per_node
+    if shard_group is not None and shard_group != min(gpn, job.n_gpus):
+        intra_topo, intra_conc = consecutive_group(job, shard_group)
+        inter_topo, inter_conc = _replica_group(job, shard_group)
+        return {
+            "world": Communicator(name="world", topology=job, job=job),
+            "intra": Communicator(name="intra", topology=intra_topo, job=job, concurrent=intra_conc),
+            "inter": Communicator(name="inter", topology=inter_topo, job=job, concurrent=inter_conc),
+        }
     intra = Topology(spec=spec, n_gpus=gpn) if job.n_gpus >= spec.node.gpus_per_node else job
     fabric = spec.fabric
     if fabric is None or job.n_nodes == 1:
@@ -74,6 +90,31 @@ def communicators(job: Topology) -> dict[str, Communicator]:
         "inter": Communicator(name="inter", topology=inter, job=job,
                               concurrent=gpn if nic_fabric(fabric) else 1),
     }
+
+
+def _replica_group(job: Topology, shard_group: int) -> tuple[Topology, int]:
+    """HSDP's replica group on ``job`` for shard groups of ``shard_group`` consecutive ranks (which tile the
+    servers): ``n_gpus / shard_group`` ranks ``shard_group`` apart, ``gpus_per_node / shard_group`` of them
+    (at least one) in each server they span, as a cluster of its own, and how many such groups share
+    each server's NICs. Built as the node-sized default's ``inter`` is (:func:`communicators`): each
+    server's GPUs of the group get their share of the server's NICs, on one NIC carrying that share
+    (every local rank's group runs at once), an NVLink fabric keeping its per-GPU rate."""
+    spec = job.spec
+    gpn = job.gpus_per_node
+    ranks = job.n_gpus // shard_group
+    per_node = max(1, gpn // shard_group)
+    nodes = max(1, ranks // per_node)
+    fabric = spec.fabric
+    node = with_gpus_per_node(spec.node, per_node)
+    if nodes == 1:
+        return Topology(spec=dataclasses.replace(spec, node=node), n_gpus=ranks), 1
+    assert fabric is not None or spec.nvlink_domain is not None, "several nodes need a fabric or an NVLink domain"
+    if nic_fabric(fabric):
+        fabric = dataclasses.replace(
+            fabric, nics_per_node=1, rail_optimized=False,
+            nic_bandwidth_bytes_per_s=fabric.nic_bandwidth_bytes_per_s * fabric.nics_per_node * per_node / gpn)
+    sub = dataclasses.replace(spec, node=node, fabric=fabric)
+    return Topology(spec=sub, n_gpus=ranks), gpn // per_node if nic_fabric(spec.fabric) else 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -291,10 +332,10 @@ class GroupCollectives:
     """
 
     def __init__(self, job: Topology, make: ModelFactory, layout: LayoutShape | None = None,
-                 zero_group: int | None = None):
+                 zero_group: int | None = None, shard_group: int | None = None):
         self.job = job
         self._make = make
-        self._communicators = communicators(job)
+        self._communicators = communicators(job, shard_group)
         if layout is None and zero_group is not None and zero_group < job.n_gpus:
             # InternLM's ZERO1 group: consecutive data-parallel ranks (Initializer_Zero1).
             topo, conc = consecutive_group(job, zero_group)

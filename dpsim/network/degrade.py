@@ -51,6 +51,12 @@ def parse_degradation(raw: str) -> LinkDegradation:
 _NAMED_LINK = re.compile(r"node(\d+)\.(nic|gpu)(\d+)")
 
 
+def names_one_link(link: str) -> bool:
+    """Whether a degradation's ``link`` names one server's NIC or GPU link (``node<K>.nic<J>``,
+    ``node<K>.gpu<J>``) rather than a whole link class."""
+    return _NAMED_LINK.fullmatch(link) is not None
+
+
 def degradation_terms(network, degradations: Sequence[LinkDegradation], *,
                       strict: bool = True) -> list[tuple[str, object, float]]:
     """``degradations`` checked against ``network`` (a :class:`~dpsim.network.tiers.TierNetwork`),

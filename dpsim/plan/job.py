@@ -42,7 +42,7 @@ from dpsim.predict.model_error import ModelErrorInterval
 from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict_resolved, resolve_topology
-from dpsim.strategies.registry import shard_group_size
+from dpsim.strategies.registry import zero_shard_group
 from dpsim.variability.run import VariabilityReport, predict_with_variability
 from dpsim.variability.spec import VariabilitySpec
 from dpsim.workload.precision import get_precision
@@ -155,12 +155,9 @@ def _check_numbers(*, tokens: Any, duration_s: Any, rates: Any, checkpoint_inter
 
 def _checkpoint_shard_group(config: PredictConfig, strategy: str, dp: int, gpus_per_node: int) -> int:
     """Data-parallel ranks the checkpointed optimizer state is sharded over: the strategy's group, or
-    InternLM's ``--zero-group`` (its zero1 shards the state within groups of that many consecutive ranks and
-    replicates it across them, so one group writes it all; dpsim/strategies/zero.py)."""
-    group = config.value_of("zero_group")
-    if strategy == "zero1" and config.value_of("zero_impl") == "internlm" and group is not None:
-        return group
-    return shard_group_size(strategy, dp, gpus_per_node)
+    ``--zero-group`` (InternLM's zero1 and HSDP shard the state within groups of that many consecutive ranks
+    and replicate it across them, so one group writes it all; dpsim/strategies/zero.py, sharded.py)."""
+    return zero_shard_group(strategy, dp, gpus_per_node, config.value_of("zero_group"))
 
 
 def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: float | None = None,

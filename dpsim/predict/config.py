@@ -276,8 +276,11 @@ class ParallelismConfig:
     HybridZeroOptimizer: gradients all-reduced over every data-parallel rank, each owner's parameters
     broadcast in its --zero-group; with --tp too, not with --pp/--cp/--ep)."""
     zero_group: int | None = field(default=None, metadata=_count())
-    """InternLM's zero1 group (--zero-impl internlm): optimizer states sharded within groups of this
-    many consecutive data-parallel ranks and replicated across them; left out: every rank."""
+    """Ranks of one shard group, consecutive data-parallel ranks that shard the state, replicated across
+    the groups: with --strategy fsdp-hybrid HSDP's shard degree (torchtitan's data_parallel_shard_degree,
+    FSDP2's dp_shard mesh dimension; gradient shards all-reduced over the gpus / N replicas), left out one
+    node; with --strategy zero1 --zero-impl internlm InternLM's zero1 group (optimizer states), left out
+    every rank. Must divide the data-parallel ranks and tile the servers; other strategies refuse it."""
     tp: int = field(default=1, metadata=_count())
     """Tensor-parallel GPUs per model replica (Megatron-style: each transformer block's linears
     split over them, inside one NVLink domain)."""

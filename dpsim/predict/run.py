@@ -21,6 +21,7 @@ from dpsim.engine.simulate import PlayedCollectives, played_durations
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown, offload_memory
+from dpsim.network.degrade import names_one_link
 from dpsim.strategies.offload import host_bytes_per_param, host_step_s, param_fetches
 from dpsim.predict.config import PredictConfig, capped_compute_efficiency
 from dpsim.predict.layout import (
@@ -140,7 +141,17 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
                                placement=config.cluster.placement, degradations=degradations,
                                job=None if comm.name == "world" else comm.job)
 
-    return GroupCollectives(topology, make, layout=layout, zero_group=config.parallelism.zero_group)
+    par = config.parallelism
+    # HSDP's shard group (--zero-group with fsdp-hybrid) re-forms the hybrid communicators; None: one node.
+    shard_group = par.zero_group if par.strategy == "fsdp-hybrid" and layout is None else None
+    if shard_group is not None and shard_group != min(topology.gpus_per_node, topology.n_gpus):
+        named = [d.link for d in degradations if names_one_link(d.link)]
+        if named:
+            # communicator_degradations maps one link's name onto node-sized hybrid groups only.
+            raise ConfigError(f"--degrade: {named[0]} names one link, which dpsim maps onto node-sized hybrid "
+                              f"groups only, not --zero-group {shard_group}; degrade a whole link class (e.g. "
+                              f"infiniband:50%) or leave --zero-group out")
+    return GroupCollectives(topology, make, layout=layout, zero_group=par.zero_group, shard_group=shard_group)
 
 
 def gradient_collective(program: StepProgram, gradient_ops, collectives: GroupCollectives) -> CollectiveResult | None:

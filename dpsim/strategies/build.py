@@ -65,7 +65,7 @@ def build_step_program(
     """The step program of ``strategy`` for ``model`` (see the module docstring).
 
     ``compute`` gives the per-layer times of one micro-batch (from the same ``model``);
-    ``n_gpus`` the data-parallel ranks, ``gpus_per_node`` the hybrid shard group.
+    ``n_gpus`` the data-parallel ranks, ``gpus_per_node`` the hybrid shard group unless ``zero_group`` sets it.
     ``bucket_cap_mb`` (MiB) is DDP's ``bucket_cap_mb`` or ZeRO-1/2's ``reduce_bucket_size``;
     a strategy without gradient buckets refuses it rather than ignore it. ``ddp``: DDP's
     arguments (refused by the other strategies unless torch's defaults); ``gpu``: cost the
@@ -77,7 +77,8 @@ def build_step_program(
     ``fsdp_version``, ``fsdp_accumulate``: the FSDP strategies' API and gradient accumulation
     (:data:`~dpsim.strategies.registry.FSDP_ACCUMULATE`); FSDP2's staging copies are costed on
     ``compute_gpu`` too. ``zero_impl``, ``zero_group``: whose ZeRO-1 runs and InternLM's ZERO1 group
-    size (:data:`~dpsim.strategies.registry.ZERO_IMPLS`; ``None``: every rank).
+    size (:data:`~dpsim.strategies.registry.ZERO_IMPLS`; ``None``: every rank), or with ``fsdp-hybrid``
+    the ranks of one HSDP shard group (``None``: one node).
     """
     record = get_strategy(strategy)
     check_fsdp_unit(fsdp_unit)
@@ -97,6 +98,7 @@ def build_step_program(
     request = BuildRequest(
         model=model, compute=compute, precision=precision, shard_group_size=group,
         zero_impl=zero_impl, zero_group="world" if group == n_gpus else "zero",
+        hybrid_replicas=n_gpus // group if record.key == "fsdp-hybrid" and zero_group is not None else None,
         grad_accum=grad_accum, checkpoint_units=tuple(_checkpoint_units(model, fsdp_unit, policy)),
         recompute_share=recompute_shares(model, policy, gpu=compute_gpu, precision=precision, micro_batch=micro_batch),
         overlap=overlap, bucket_cap_mb=bucket_cap_mb, fsdp_unit=fsdp_unit, ddp=ddp, gpu=gpu,
@@ -104,6 +106,9 @@ def build_step_program(
         unsharded_accumulation=unsharded_accumulation(record.key, grad_accum, fsdp_version, fsdp_accumulate))
     result = record.build(request)
     sizes = {"world": n_gpus, "intra": min(gpn, n_gpus), "inter": max(1, -(-n_gpus // gpn))}
+    if record.key == "fsdp-hybrid" and zero_group is not None:
+        # HSDP's shard group (--zero-group) is the intra communicator, its replica group the inter one.
+        sizes["intra"], sizes["inter"] = group, n_gpus // group
     if request.zero_group == "zero":
         sizes["zero"] = group
     return dataclasses.replace(result, communicator_sizes=sizes)

@@ -71,6 +71,9 @@ class BuildRequest:
     zero_group: str = "world"
     """The communicator of InternLM's ZERO1 group (``world``, or ``zero`` for a ``--zero-group``
     smaller than the data-parallel ranks); its size is :attr:`shard_group_size`."""
+    hybrid_replicas: int | None = None
+    """``fsdp-hybrid`` with ``--zero-group``: the ranks of its replica group (``inter``), the data-parallel
+    ranks over the shard group's; ``None``: the node-sized default (one rank per node)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,7 +37,7 @@ __all__ = [
     "FSDP_STRATEGIES", "UNIT_STRATEGIES", "FSDP_UNITS", "get_strategy", "check_strategy", "check_fsdp_unit",
     "check_grad_accum", "check_honoured", "honours", "shard_group_size", "sharded_numel", "FSDP_VERSIONS",
     "FSDP_ACCUMULATE", "check_fsdp_options", "unsharded_accumulation", "ZERO_IMPLS", "check_zero_options",
-    "zero_shard_group",
+    "zero_shard_group", "GROUP_STRATEGIES",
 ]
 
 BUCKET_CAP_MB = "bucket_cap_mb"
@@ -122,8 +122,8 @@ REGISTRY: dict[str, StrategyRecord] = {r.key: r for r in (
                     "backward, gradients and optimizer state sharded (ZeRO-2-like)"),
     StrategyRecord(
         key="fsdp-hybrid", family="fsdp", shard_group="node", honours=frozenset({FSDP_UNIT}), build=build_fsdp_hybrid,
-        description="PyTorch FSDP HYBRID_SHARD: FULL_SHARD within a node, gradient shards "
-                    "all-reduced across nodes"),
+        description="PyTorch FSDP HYBRID_SHARD: FULL_SHARD within a node (or --zero-group ranks), gradient "
+                    "shards all-reduced across nodes (groups)"),
 )}
 """Every strategy by ``--strategy`` key, DDP first."""
 
@@ -211,11 +211,22 @@ ZERO_IMPLS: dict[str, str] = {
 """``--zero-impl`` choices (``--strategy zero1``): whose ZeRO-1 runs (:mod:`dpsim.strategies.zero`)."""
 
 
+GROUP_STRATEGIES = ("zero1", "fsdp-hybrid")
+"""Strategies whose shard group ``--zero-group`` sets: ``zero1`` with ``--zero-impl internlm`` (InternLM's ZERO1
+group, ``parallel.zero1``) and ``fsdp-hybrid`` (HSDP's shard group: torch FSDP2 ``fully_shard`` on a 2-D
+``DeviceMesh`` ``("dp_replicate", "dp_shard")``, torchtitan's ``data_parallel_shard_degree``, FSDP1
+``HYBRID_SHARD`` given its own ``(shard, replicate)`` process-group pair; default: one node). Both shard the
+state within groups of that many consecutive data-parallel ranks and replicate it across the groups
+(torchtitan's mesh orders its dimensions ``pp, dp_replicate, dp_shard_cp, tp``, so a shard group is
+consecutive ranks: ``ParallelDims.build_mesh``, torchtitan/distributed/parallel_dims.py@0119de156de5)."""
+
+
 def check_zero_options(strategy: str, impl: str = "deepspeed", group: int | None = None, *,
                        n_gpus: int | None = None, gpus_per_node: int | None = None, tp: int = 1) -> None:
     """Validate ``--zero-impl`` and ``--zero-group`` and refuse them where they would be ignored;
     with ``n_gpus`` (the data-parallel ranks) and ``gpus_per_node``, also the group's placement:
-    consecutive data-parallel ranks (InternLM's ZERO1 groups, ``process_group_initializer.py``), with
+    consecutive data-parallel ranks (InternLM's ZERO1 groups, ``process_group_initializer.py``; HSDP's
+    shard groups, the mesh's last, fastest-varying dimension ``dp_shard``), with
     ``tp`` above 1 ``gpus_per_node / tp`` of them per server, tiling the servers."""
     if impl not in ZERO_IMPLS:
         raise ConfigError(f"--zero-impl: {impl!r} is not known; choose one of {', '.join(ZERO_IMPLS)}")
@@ -223,13 +234,15 @@ def check_zero_options(strategy: str, impl: str = "deepspeed", group: int | None
         raise ConfigError(f"--zero-impl: {impl} applies to --strategy zero1, not {strategy}; leave it out")
     if group is None:
         return
-    if strategy != "zero1":  # the advice below would then be refused by the --zero-impl rule above
-        raise ConfigError(f"--zero-group: {group} applies to --strategy zero1 with --zero-impl internlm (InternLM's "
-                          f"ZeRO-1 over groups of ranks), not --strategy {strategy}; leave it out (--strategy "
-                          f"fsdp-hybrid shards within a server and replicates across)")
-    if impl != "internlm":
+    if strategy not in GROUP_STRATEGIES:
+        raise ConfigError(f"--zero-group: {group} applies to --strategy fsdp-hybrid (ranks per shard group) or zero1 "
+                          f"with --zero-impl internlm (InternLM's ZeRO-1 group), not --strategy {strategy}; "
+                          f"leave it out")
+    if strategy == "zero1" and impl != "internlm":
         raise ConfigError(f"--zero-group: {group} needs --zero-impl internlm (DeepSpeed's ZeRO-1 shards over "
                           f"every data-parallel rank); add --zero-impl internlm or leave --zero-group out")
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1:
+        raise ConfigError(f"--zero-group: {group!r} is not valid; expected an integer >= 1")
     if n_gpus is not None and n_gpus % group:
         raise ConfigError(f"--zero-group: {group} does not divide the {n_gpus} data-parallel ranks; choose a "
                           f"divisor of {n_gpus}")
@@ -242,8 +255,8 @@ def check_zero_options(strategy: str, impl: str = "deepspeed", group: int | None
 
 
 def zero_shard_group(strategy: str, n_gpus: int, gpus_per_node: int, zero_group: int | None = None) -> int:
-    """Ranks ``strategy`` shards over, with InternLM's ``--zero-group`` when given."""
-    if zero_group is not None and strategy == "zero1":
+    """Ranks ``strategy`` shards over, with ``--zero-group`` when given (:data:`GROUP_STRATEGIES`)."""
+    if zero_group is not None and strategy in GROUP_STRATEGIES:
         return min(zero_group, n_gpus)
     return shard_group_size(strategy, n_gpus, gpus_per_node)
 
@@ -259,7 +272,8 @@ def unsharded_accumulation(strategy: str, grad_accum: int, fsdp_version: str = "
 
 
 def shard_group_size(strategy: str, n_gpus: int, gpus_per_node: int) -> int:
-    """Ranks a strategy shards over: 1 for DDP, the node for hybrid, all GPUs otherwise."""
+    """Ranks a strategy shards over: 1 for DDP, the node for hybrid, all GPUs otherwise
+    (:func:`zero_shard_group` with ``--zero-group``)."""
     return get_strategy(strategy).group_size(n_gpus, gpus_per_node)
 
 

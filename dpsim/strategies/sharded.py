@@ -52,10 +52,13 @@ FSDP ``SHARD_GRAD_OP`` (``fsdp-shard-grad-op``)
 
 FSDP ``HYBRID_SHARD`` (``fsdp-hybrid``)
     ``FULL_SHARD`` within a node (all-gathers and reduce-scatters on the ``intra``
-    communicator of the node's GPUs) and replication across nodes: after each
+    communicator of the node's GPUs), or within ``--zero-group`` consecutive ranks (HSDP's shard group,
+    FSDP2's ``dp_shard`` mesh dimension: part of a node, or whole nodes, whose collectives then cross
+    the NICs), and replication across the groups: after each
     reduce-scatter, the gradient *shard* is all-reduced on the ``inter`` communicator
     (``dist.all_reduce(new_sharded_grad, group=state._inter_node_pg)`` in
-    ``_runtime_utils._reduce_grad``), one rank per node (:mod:`dpsim.collectives.groups`).
+    ``_runtime_utils._reduce_grad``), one rank per node, or per shard group
+    (:mod:`dpsim.collectives.groups`); none when the shard group is every rank.
     All ops share the one FIFO stream (conservative: FSDP issues the inter-node
     all-reduce on its own stream).
 
@@ -218,7 +221,10 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
                 rs = b.op(_mb(f"reduce-scatter {u.name}", j, grad_accum), "reduce_scatter",
                           shard[u.name] * world * precision.grad_bytes, "reducescatter", group)
                 ops = [rs]
-                if hybrid:
+                if hybrid and request.hybrid_replicas != 1:
+                    # A shard group of every rank leaves one replica: nothing to all-reduce (torchtitan adds
+                    # the dp_replicate mesh dimension only when its degree is above 1, ParallelDims.build_mesh
+                    # in torchtitan/distributed/parallel_dims.py@0119de156de5, so FSDP2 runs as FULL_SHARD).
                     ops.append(b.op(_mb(f"all-reduce {u.name} shard across nodes", j, grad_accum), "all_reduce",
                                     shard[u.name] * precision.grad_bytes, "allreduce", "inter"))
                 grad_ops += ops
