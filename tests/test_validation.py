@@ -107,13 +107,22 @@ def test_validate_accepts_what_predict_accepts():
 
 
 @pytest.mark.slow
-def test_a_model_that_cannot_be_traced_fails_before_anything_starts(tmp_path):
-    """No testbed, no rank, no sweep: the model is checked first, in one line."""
+def test_a_model_that_cannot_be_traced_fails_before_anything_starts(tmp_path, capsys, monkeypatch):
+    """No testbed, no rank, no sweep: the model is checked first, in one line. Run in this process
+    (``dpsim.cli.main``, as the fuzz suites run commands): ``python -m dpsim validate``'s own process,
+    its exit status and its one-line stderr, are tested by test_bad_validation_input_is_one_clear_error."""
+    from dpsim.validate import api
+    from fuzz_harness import run_cli
+
+    def never(*args, **kwargs):
+        raise AssertionError("started")
+
+    monkeypatch.setattr(api, "Testbed", never)
+    monkeypatch.setattr(api, "run_ranks", never)
     bad = tmp_path / "bad.py"
     bad.write_text("import torch\ndef build():\n    return 42\ndef example_input():\n    return torch.zeros(2, 3)\n")
-    out = subprocess.run([sys.executable, "-m", "dpsim", "validate", "--model", f"{bad}:build", "--emulate-hosts",
-                          "2", "--nic", "1gbit"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "returned int" in out.stderr, out.stderr
+    out = run_cli(["validate", "--model", f"{bad}:build", "--emulate-hosts", "2", "--nic", "1gbit"], capsys, limit_s=60)
+    assert out.status == 2 and out.err.count("\n") == 1 and "returned int" in out.err, out.err
 
 
 @pytest.mark.slow
