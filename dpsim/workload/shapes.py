@@ -356,8 +356,14 @@ def _attr(config: Any, *names: str) -> Any:
 _LLAMA_NAMES = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
                 "kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
                 "seq": "max_position_embeddings", "positions": "max_position_embeddings"}
+_MOE_NAMES = {**_LLAMA_NAMES, "experts": "num_experts", "top_k": "num_experts_per_tok",
+              "moe_ffn": "moe_intermediate_size"}
 _HF_NAMES = {
-    "llama": _LLAMA_NAMES, "mistral": _LLAMA_NAMES, "qwen2": _LLAMA_NAMES,
+    "llama": _LLAMA_NAMES, "mistral": _LLAMA_NAMES, "qwen2": _LLAMA_NAMES, "qwen3": _LLAMA_NAMES,
+    "phi3": _LLAMA_NAMES, "gemma": _LLAMA_NAMES, "nemotron": _LLAMA_NAMES,
+    "gpt_neox": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads"},
+    "mixtral": {**_MOE_NAMES, "experts": "num_local_experts", "moe_ffn": "intermediate_size"},
+    "qwen3_moe": _MOE_NAMES,
     "gpt2": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
              "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions", "dropout": "resid_pdrop"},
     "opt": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "ffn": "ffn_dim", "dropout": "dropout"},
@@ -365,6 +371,25 @@ _HF_NAMES = {
               "vocab": "vocab_size", "seq": "seq_length", "positions": "seq_length", "dropout": "hidden_dropout"},
 }
 """Each configuration family's attribute for a shape key, so its errors name what the user wrote."""
+
+_ROPE_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu"}
+"""The gated MLP of a Llama-style family by its ``hidden_act`` (Gemma's GeGLU runs ``gelu_pytorch_tanh``)."""
+
+HF_NOT_BUILT = {
+    "gemma2": "Gemma 2's blocks have four norms each (pre- and post-feedforward) and alternate sliding-window "
+              "attention, which the builders do not have",
+    "gemma3": "Gemma 3's blocks have four norms each and alternate sliding-window attention",
+    "falcon": "Falcon runs attention and the MLP in parallel from one norm (parallel_attn), which the builders "
+              "do not have",
+    "phi": "Phi-1/2 run attention and the MLP in parallel from one norm, which the builders do not have",
+    "gptj": "GPT-J runs attention and the MLP in parallel from one norm, which the builders do not have",
+    "qwen2_moe": "Qwen2-MoE's shared expert has a sigmoid gate (shared_expert_gate), which the expert layers "
+                 "do not have",
+    "deepseek_v3": "multi-head latent attention has no shape keys: use --model deepseek-v3 (the catalog's, "
+                   "built from this configuration's fields)",
+    "deepseek_v2": "multi-head latent attention has no shape keys: use --model deepseek-v2 (the catalog's)",
+}
+"""Families whose ``config.json`` is refused, and why (the one-line message names it)."""
 
 
 def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
@@ -390,20 +415,52 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
         return default if value is None else value
 
     try:
-        if kind in ("llama", "mistral", "qwen2"):
+        if kind in ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "nemotron", "gpt_neox", "mixtral",
+                    "qwen3_moe"):
             h, heads = config.hidden_size, config.num_attention_heads
             if isinstance(heads, int) and heads < 1:  # before h // heads (Qwen2Config does not divide by it)
                 raise WorkloadError(f"--model transformers:{name}: num_attention_heads={heads} is not valid; "
                                     f"expected an integer from 1 to {_MAX_DIM:,}")
-            if _attr(config, "head_dim") not in (None, h // heads) or getattr(config, "hidden_act", "silu") != "silu":
+            head_dim = _attr(config, "head_dim")
+            if kind == "gpt_neox":
+                if getattr(config, "use_parallel_residual", True):
+                    return None  # attention and MLP in parallel: not in the builders
+                norm, bias = "layernorm", "all" if getattr(config, "attention_bias", True) else None
+                act = config.hidden_act if config.hidden_act in ("gelu", "relu", "gelu_new") else None
+            elif kind == "nemotron":
+                # NemotronLayerNorm1P (a LayerNorm, weight and bias), NemotronMLP up/down with relu2.
+                norm, act = "layernorm", {"relu2": "relu2", "gelu": "gelu", "relu": "relu"}.get(config.hidden_act)
+                attention_bias, mlp_bias = getattr(config, "attention_bias", False), getattr(config, "mlp_bias", False)
+                bias = "none" if not (attention_bias or mlp_bias) else "all" if attention_bias and mlp_bias else None
+            else:
+                norm = "rmsnorm"
+                hidden_act = _attr(config, "hidden_activation", "hidden_act") if kind == "gemma" \
+                    else getattr(config, "hidden_act", "silu")
+                act = _ROPE_ACTS.get(hidden_act)
+                # Qwen2Attention's q/k/v projections have biases, its o_proj none (transformers'
+                # modeling_qwen2.py); Llama's attention_bias puts one on all four, mlp_bias on the MLP.
+                attention_bias, mlp_bias = getattr(config, "attention_bias", False), getattr(config, "mlp_bias", False)
+                bias = ("qkv" if kind == "qwen2" else "none" if not (attention_bias or mlp_bias)
+                        else "attn" if not mlp_bias else "all" if attention_bias else None)
+            if act is None or bias is None:
                 return None
+            experts: dict[str, Any] = {}
+            if kind == "mixtral":
+                experts = dict(experts=config.num_local_experts, top_k=config.num_experts_per_tok,
+                               moe_ffn=config.intermediate_size)
+            elif kind == "qwen3_moe":
+                if getattr(config, "mlp_only_layers", None) or getattr(config, "decoder_sparse_step", 1) != 1:
+                    return None  # dense blocks between MoE ones: not a prefix of dense_layers
+                experts = dict(experts=config.num_experts, top_k=config.num_experts_per_tok,
+                               moe_ffn=config.moe_intermediate_size)
             return check(TransformerShape(
                 hidden=h, layers=config.num_hidden_layers, heads=heads,
-                kv_heads=given("num_key_value_heads", heads), ffn=config.intermediate_size,
-                vocab=config.vocab_size, seq=config.max_position_embeddings, act="swiglu", norm="rmsnorm",
-                pos="rope", positions=config.max_position_embeddings,
-                tied=bool(getattr(config, "tie_word_embeddings", False)), embed_norm=False, dropout=0.0,
-                name=name))
+                kv_heads=given("num_key_value_heads", heads) if kind != "gpt_neox" else heads,
+                ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
+                act=act, norm=norm, pos="rope", positions=config.max_position_embeddings,
+                tied=bool(getattr(config, "tie_word_embeddings", kind == "gemma")), embed_norm=False, dropout=0.0,
+                name=name, head_dim=head_dim if head_dim not in (None, h // heads) else 0,
+                qk_norm=kind in ("qwen3", "qwen3_moe"), bias=bias, **experts))
         if kind == "gpt2":
             act = config.activation_function
             if act not in ACTIVATIONS or act == "swiglu":
@@ -482,9 +539,11 @@ def shape_ref_of_config_json(path: str) -> str:
     shape = shape_of_hf_config(SimpleNamespace(**data), name=name) if kind in _HF_NAMES else None
     if shape is None:
         covered = ", ".join(_HF_NAMES)
-        why = (f"its model_type {kind!r} is not one dpsim builds from a shape ({covered})" if kind not in _HF_NAMES
-               else f"its {kind} configuration has a field the builders do not cover (a head_dim other than "
-                    f"hidden/heads, a gated activation other than SiLU, OPT's projections or post-norm)")
+        why = (f"its model_type {kind!r} is not built from a shape: {HF_NOT_BUILT[kind]}" if kind in HF_NOT_BUILT
+               else f"its model_type {kind!r} is not one dpsim builds from a shape ({covered})" if kind not in _HF_NAMES
+               else f"its {kind} configuration has a field the builders do not cover (an activation other than "
+                    f"the family's, biases on the MLP only, GPT-NeoX's parallel residual, Qwen3-MoE's mlp_only_layers "
+                    f"or decoder_sparse_step, OPT's projections or post-norm)")
         raise WorkloadError(f"--model: {path!r}: {why}; give the model as transformers:CONFIGCLASS(KEY=VALUE, ...) "
                             f"to trace it, or by its shape (transformer:hidden=...,layers=...)")
     return shape_ref(shape)
