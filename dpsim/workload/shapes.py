@@ -431,7 +431,8 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 # NemotronLayerNorm1P (a LayerNorm, weight and bias), NemotronMLP up/down with relu2.
                 norm, act = "layernorm", {"relu2": "relu2", "gelu": "gelu", "relu": "relu"}.get(config.hidden_act)
                 attention_bias, mlp_bias = getattr(config, "attention_bias", False), getattr(config, "mlp_bias", False)
-                bias = "none" if not (attention_bias or mlp_bias) else "all" if attention_bias and mlp_bias else None
+                bias = ("none" if not (attention_bias or mlp_bias) else "attn" if not mlp_bias
+                        else "all" if attention_bias else None)
             else:
                 norm = "rmsnorm"
                 hidden_act = _attr(config, "hidden_activation", "hidden_act") if kind == "gemma" \
@@ -511,7 +512,7 @@ def is_config_json_ref(model: object) -> bool:
 
 def shape_ref_of_config_json(path: str) -> str:
     """The ``transformer:KEY=VALUE,...`` of a transformers ``config.json`` whose ``model_type`` the
-    catalog builders cover (:func:`shape_of_hf_config`: Llama, Mistral, Qwen2, GPT-2, OPT, BLOOM),
+    catalog builders cover (:func:`shape_of_hf_config`: Llama-style, Nemotron, Gemma, MoE, GPT-2, OPT, BLOOM),
     read by the same attribute names as ``transformers:LlamaConfig(...)``; its sequence is the
     configuration's context length unless ``--seq-len`` gives another. A capacity planner has the
     file of the model it plans (``config.json`` of its repository), not a Python call. Any other
