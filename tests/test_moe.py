@@ -73,7 +73,7 @@ def test_bad_expert_shapes_are_refused_in_one_line(extra, message):
 
 
 def test_experts_need_the_llama_family():
-    with pytest.raises(WorkloadError, match="only in the Llama family"):
+    with pytest.raises(WorkloadError, match="exist only with pos=rope"):
         parse_shape("transformer:hidden=64,layers=2,heads=4,vocab=100,seq=16,norm=layernorm,act=gelu,pos=learned,"
                     "experts=4,top_k=1,moe_ffn=64")
 

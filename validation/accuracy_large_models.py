@@ -414,17 +414,12 @@ def _build_model(row: dict) -> ModelSpec:
         model = build_llama(cfg, name=row["model"], flash_attention=not megatron_softmax)
     elif row["ffn_act"] == "squared-relu":
         # Nemotron-4's MLP (arXiv:2402.16819 Sec. 2: squared ReLU, no gate, no biases) with grouped
-        # KV heads and RoPE: built by the Llama builder with a gated MLP of 2/3 the width, which has
-        # the same GEMMs (3 x h x 2f/3 = 2 x h x f multiply-adds per token, the same parameters and
-        # the same tensor-parallel split) and the same element-wise bytes (SwiGLU reads gate and up,
-        # 2 x 2f/3, and writes 2f/3; squared ReLU reads f and writes f: 2f either way). The norms are
-        # the builder's RMSNorms (the report does not name its norm). The row's notes say so.
-        ffn = int(row["ffn"])
-        if (2 * ffn) % 3:
-            raise KeyError(f"{row['id']}: squared-ReLU width {ffn} has no whole 2/3-width gated equivalent")
+        # KV heads and RoPE: the Llama builder's two-matrix MLP, down(relu(up(x)) ** 2), of the row's
+        # width (shapes, 2026-12-06; it was a gated MLP of 2/3 the width, the same FLOPs, before the
+        # builder had it). The norms are the builder's RMSNorms (the report does not name its norm).
         cfg = LlamaConfig(hidden_size=int(row["hidden"]), num_hidden_layers=int(row["layers"]),
                           num_attention_heads=int(row["heads"]), num_key_value_heads=int(row["kv_heads"]),
-                          intermediate_size=2 * ffn // 3, vocab_size=int(row["vocab"]),
+                          intermediate_size=int(row["ffn"]), mlp_act="relu2", vocab_size=int(row["vocab"]),
                           max_position_embeddings=seq, head_dim=int(row["head_dim"]) if row["head_dim"] else None,
                           tie_word_embeddings=row["tied_embeddings"] == "true")
         model = build_llama(cfg, name=row["model"], flash_attention=True)

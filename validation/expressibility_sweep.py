@@ -10,8 +10,9 @@ import json, os, shlex, subprocess, sys
 IB = "--link infiniband"
 L = "--seq-len"
 G175 = "transformer:hidden=12288,layers=96,heads=96,ffn=49152,vocab=51200,seq=2048,act=gelu,norm=layernorm,pos=learned,dropout=0,name=gpt3-175b"
-NEMO340 = "transformer:hidden=18432,layers=96,heads=96,kv_heads=8,ffn=73728,vocab=256000,seq=4096,act=relu,norm=layernorm,pos=learned,name=nemotron4-340b-approx"
-NEMO15 = "transformer:hidden=6144,layers=32,heads=48,kv_heads=8,ffn=24576,vocab=256000,seq=4096,act=relu,norm=layernorm,pos=learned,name=nemotron4-15b-approx"
+# Nemotron-4's own block (shapes, 2026-12-06): LayerNorm, squared ReLU (two matrices of 4h), RoPE, GQA, no biases.
+NEMO340 = "transformer:hidden=18432,layers=96,heads=96,kv_heads=8,ffn=73728,vocab=256000,seq=4096,act=relu2,norm=layernorm,pos=rope,name=nemotron-4-340b"
+NEMO15 = "transformer:hidden=6144,layers=32,heads=48,kv_heads=8,ffn=24576,vocab=256000,seq=4096,act=relu2,norm=layernorm,pos=rope,name=nemotron-4-15b"
 BLOOM = "transformer:hidden=14336,layers=70,heads=112,vocab=250880,seq=2048,act=gelu,norm=layernorm,pos=alibi,tied=true,embed_norm=true,dropout=0,name=bloom-176b"
 OPT = "transformer:hidden=12288,layers=96,heads=96,vocab=50272,seq=2048,act=relu,norm=layernorm,pos=learned,positions=2050,tied=true,dropout=0.1,name=opt-175b"
 FS2 = "--strategy fsdp --fsdp-version 2 --precision bf16-params"

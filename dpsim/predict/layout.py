@@ -136,7 +136,7 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
     if is_torch_model_ref(source):
         if par.tp > 1:
             raise ConfigError(f"--tp: {par.tp} splits the layers of a known transformer block; {config.workload.model} is "
-                              f"traced (not a Llama, Mistral, Qwen2, GPT-2, OPT or BLOOM configuration given "
+                              f"traced (not a configuration of a family built from its shape, see docs/models.md, given "
                               f"without --input-shape), so use --tp 1 (--pp splits its blocks into stages)")
         if par.pp > 1 and not any(layer.unit is not None for layer in model.layers):
             raise ConfigError(f"--pp: {par.pp} splits a model's repeated blocks into stages, but tracing "

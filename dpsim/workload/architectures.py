@@ -39,7 +39,9 @@ from dpsim.workload.layers import (
     embedding_op,
     eager_rms_norm_ops,
     eager_rms_saved_elements,
+    layernorm_saved_elements,
     llama_compiled_saved_elements,
+    squared_relu_ops,
     fan_out_ops,
     gated_activation_ops,
     gelu_new_activation_bytes,
@@ -104,6 +106,12 @@ class GPT2Config:
         return self.n_inner if self.n_inner is not None else 4 * self.n_embd
 
 
+GATED_MLP_ACTS = ("swiglu", "geglu")
+"""Gated MLPs (gate, up and down projections) the Llama builder makes."""
+PLAIN_MLP_ACTS = ("gelu", "gelu_new", "relu", "relu2")
+"""Two-matrix MLPs the Llama builder makes (``relu2``: squared ReLU, ``relu(x) ** 2``)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class LlamaConfig:
     """HuggingFace ``LlamaConfig`` fields that shape the parameters."""
@@ -155,6 +163,21 @@ class LlamaConfig:
     """MLA: the rotary part of a query/key head (the key's shared by all heads)."""
     v_head_dim: int = 0
     """MLA: a value head's width."""
+    norm: str = "rmsnorm"
+    """The blocks' and the final norm: ``rmsnorm`` (weight only, HF's eager ``LlamaRMSNorm``) or
+    ``layernorm`` (weight and bias, one fused ``torch.nn.functional.layer_norm`` kernel: Nemotron's
+    ``NemotronLayerNorm1P``, GPT-NeoX's ``nn.LayerNorm``)."""
+    mlp_act: str = "swiglu"
+    """The dense MLP: ``swiglu`` (``down(silu(gate(x)) * up(x))``, Llama) or ``geglu`` (the same
+    three matrices with GELU: Gemma's ``gelu_pytorch_tanh``), both of ``intermediate_size``; or a
+    two-matrix ``down(act(up(x)))`` with ``gelu``, ``gelu_new``, ``relu`` or ``relu2`` (squared
+    ReLU, Nemotron-4: HF ``NemotronMLP``'s ``up_proj``/``down_proj`` with ``ReLUSquaredActivation``)."""
+    qkv_bias: bool = False
+    """Biases on the q, k and v projections (Qwen2's ``q_proj``/``k_proj``/``v_proj``)."""
+    o_bias: bool = False
+    """A bias on the output projection (with ``qkv_bias``: HF Llama's ``attention_bias``)."""
+    mlp_bias: bool = False
+    """Biases on the dense MLP's projections (HF Llama's ``mlp_bias``)."""
     mtp_depth: int = 0
     """Multi-token prediction modules run in training (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2:
     ``D`` sequential modules, the k-th an RMSNorm of the previous depth's hidden state and one of
@@ -166,6 +189,11 @@ class LlamaConfig:
     @property
     def head_size(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
+
+    @property
+    def gated(self) -> bool:
+        """The dense MLP has a gate projection (three matrices)."""
+        return self.mlp_act in GATED_MLP_ACTS
 
     @property
     def moe(self) -> MoeSpec | None:
@@ -356,31 +384,48 @@ def build_llama(
                      ops=[embedding_op("embed_tokens", s, d, v)])]
     moe = cfg.moe
     depth = _check_mtp_depth(cfg.mtp_depth, s, name)
+    if cfg.norm not in ("rmsnorm", "layernorm"):
+        raise WorkloadError(f"norm: {cfg.norm!r} is not modelled; allowed: rmsnorm, layernorm")
+    if cfg.mlp_act not in GATED_MLP_ACTS + PLAIN_MLP_ACTS:
+        raise WorkloadError(f"mlp_act: {cfg.mlp_act!r} is not modelled; allowed: "
+                            f"{', '.join(GATED_MLP_ACTS + PLAIN_MLP_ACTS)}")
+    layernorm = cfg.norm == "layernorm"
+    if layernorm and (moe is not None or cfg.q_lora_rank or depth):
+        # Their norms are costed as HF's eager RMSNorm (_moe_mlp, _mla_attention, the MTP projection).
+        raise WorkloadError("norm: layernorm is modelled for dense blocks with multi-head or grouped-query "
+                            "attention only; expert layers, MLA and MTP modules take rmsnorm")
+
+    def norm_ops(name_: str) -> list:
+        # HF's eager RMSNorm kernel by kernel; a LayerNorm is one fused kernel each way.
+        return eager_rms_norm_ops(name_, s, d) if not layernorm else [norm_op(name_, float(s * d))]
+
+    def saved(readers: int) -> tuple:
+        return (layernorm_saved_elements if layernorm else eager_rms_saved_elements)(s, d, readers)
 
     def block(p: str, routed: bool, mtp: tuple[list, list, float, float] | None = None) -> None:
         """Append block ``p``'s attention and MLP layers; ``mtp``: the (modules, ops, FLOPs,
         activation bytes) a multi-token prediction module runs before its block's attention."""
         nonlocal registered
         sd = float(s * d)
-        input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=False)
-        post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=False)
+        input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=layernorm)
+        post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=layernorm)
         attn_compiled = None  # MLA, unfused attention and q/k norms: not traced (eager count)
         attn_megatron = None  # MLA: no Megatron-Core count (the eager one is kept)
         if cfg.q_lora_rank:
             attn_modules, attn_ops, attn_flops, attn_act = _mla_attention(cfg, p, s, dtype, flash_attention)
         else:
-            q = _linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=False)
-            k = _linear(f"{p}.self_attn.k_proj", kv_dim, d, dtype, bias=False)
-            v_proj = _linear(f"{p}.self_attn.v_proj", kv_dim, d, dtype, bias=False)
-            o = _linear(f"{p}.self_attn.o_proj", d, q_dim, dtype, bias=False)
+            q = _linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=cfg.qkv_bias)
+            k = _linear(f"{p}.self_attn.k_proj", kv_dim, d, dtype, bias=cfg.qkv_bias)
+            v_proj = _linear(f"{p}.self_attn.v_proj", kv_dim, d, dtype, bias=cfg.qkv_bias)
+            o = _linear(f"{p}.self_attn.o_proj", d, q_dim, dtype, bias=cfg.o_bias)
             q_norm_dim, k_norm_dim = (q_dim, kv_dim) if cfg.qk_norm_whole_projection else (hd, hd)
             qk_norms = ([_norm(f"{p}.self_attn.q_norm", q_norm_dim, dtype, bias=False),
                          _norm(f"{p}.self_attn.k_norm", k_norm_dim, dtype, bias=False)] if cfg.qk_norm else [])
             attn_modules = [q, k, v_proj, o, *qk_norms]
-            attn_ops = [*eager_rms_norm_ops("input_layernorm", s, d), *fan_out_ops("normed", sd, 3),
-                        *linear_ops("q_proj", s, q_dim, d, bias=False),
-                        *linear_ops("k_proj", s, kv_dim, d, bias=False),
-                        *linear_ops("v_proj", s, kv_dim, d, bias=False)]
+            attn_ops = [*norm_ops("input_layernorm"), *fan_out_ops("normed", sd, 3),
+                        *linear_ops("q_proj", s, q_dim, d, bias=cfg.qkv_bias),
+                        *linear_ops("k_proj", s, kv_dim, d, bias=cfg.qkv_bias),
+                        *linear_ops("v_proj", s, kv_dim, d, bias=cfg.qkv_bias)]
             if cfg.qk_norm:
                 attn_ops += [norm_op("q_norm", float(s * q_dim)), norm_op("k_norm", float(s * kv_dim))]
             attn_ops += [*rope_ops("rope_q", float(s * q_dim)), *rope_ops("rope_k", float(s * kv_dim))]
@@ -397,12 +442,14 @@ def build_llama(
             # fp32 cos/sin tables) for attention.
             attn_ops += [cast_op("cast_q", float(s * q_dim)), cast_op("cast_k", float(s * sdpa_kv)),
                          *attention_ops(s, cfg.num_attention_heads, hd, causal=True, fused=flash_attention),
-                         *linear_ops("o_proj", s, d, q_dim, bias=False), *residual_ops("residual", sd)]
+                         *linear_ops("o_proj", s, d, q_dim, bias=cfg.o_bias), *residual_ops("residual", sd)]
             attn_act, _ = llama_block_activation_bytes(s, d, q_dim, sdpa_kv, inter, cfg.num_attention_heads,
-                                                       flash_attention=flash_attention)
+                                                       flash_attention=flash_attention, layernorm=layernorm)
             attn_megatron = megatron_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
                                                             flash_attention=flash_attention, qk_norm=cfg.qk_norm)[0]
-            if flash_attention and not cfg.qk_norm:
+            # The compiled count was traced on Llama's block (RMSNorm, gated MLP) only: other blocks
+            # keep the eager count under torch.compile.
+            if flash_attention and not cfg.qk_norm and not layernorm and cfg.gated:
                 attn_compiled = llama_compiled_saved_elements(s, d, q_dim, sdpa_kv, inter)[0]
             attn_flops = (2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
                           + attention_matmul_flops(s, q_dim))
@@ -412,21 +459,43 @@ def build_llama(
             mlp_megatron = megatron_moe_activation_bytes(s, d, experts=moe.experts, top_k=moe.top_k,
                                                          expert_ffn=moe.expert_ffn,
                                                          shared_ffn=moe.shared_experts * moe.shared_ffn)
-        else:
-            gate = _linear(f"{p}.mlp.gate_proj", inter, d, dtype, bias=False)
-            up = _linear(f"{p}.mlp.up_proj", inter, d, dtype, bias=False)
-            down = _linear(f"{p}.mlp.down_proj", d, inter, dtype, bias=False)
+        elif cfg.gated:
+            gate = _linear(f"{p}.mlp.gate_proj", inter, d, dtype, bias=cfg.mlp_bias)
+            up = _linear(f"{p}.mlp.up_proj", inter, d, dtype, bias=cfg.mlp_bias)
+            down = _linear(f"{p}.mlp.down_proj", d, inter, dtype, bias=cfg.mlp_bias)
             mlp_modules = [gate, up, down]
-            mlp_ops = [*eager_rms_norm_ops("post_attention_layernorm", s, d), *fan_out_ops("normed", sd, 2),
-                       *linear_ops("gate_proj", s, inter, d, bias=False),
-                       *linear_ops("up_proj", s, inter, d, bias=False),
+            # GeGLU's GELU is one eager kernel each way, as SiLU is: the same ops.
+            mlp_ops = [*norm_ops("post_attention_layernorm"), *fan_out_ops("normed", sd, 2),
+                       *linear_ops("gate_proj", s, inter, d, bias=cfg.mlp_bias),
+                       *linear_ops("up_proj", s, inter, d, bias=cfg.mlp_bias),
                        *gated_activation_ops("act_fn", float(s * inter)),
-                       *linear_ops("down_proj", s, d, inter, bias=False), *residual_ops("residual", sd)]
+                       *linear_ops("down_proj", s, d, inter, bias=cfg.mlp_bias), *residual_ops("residual", sd)]
             mlp_flops = 2.0 * s * d * inter * 3
             mlp_act = llama_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
-                                                   flash_attention=flash_attention)[1]
-            mlp_compiled = llama_compiled_saved_elements(s, d, q_dim, kv_dim, inter)[1]
+                                                   flash_attention=flash_attention, layernorm=layernorm)[1]
+            mlp_compiled = llama_compiled_saved_elements(s, d, q_dim, kv_dim, inter)[1] if not layernorm else None
             mlp_megatron = megatron_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads)[1]
+        else:
+            # A two-matrix MLP, down(act(up(x))): HF NemotronMLP's and GPTNeoXMLP's layout.
+            up = _linear(f"{p}.mlp.up_proj", inter, d, dtype, bias=cfg.mlp_bias)
+            down = _linear(f"{p}.mlp.down_proj", d, inter, dtype, bias=cfg.mlp_bias)
+            mlp_modules = [up, down]
+            act_elements = float(s * inter)
+            act_ops = (squared_relu_ops("act_fn", act_elements) if cfg.mlp_act == "relu2"
+                       else gelu_new_ops("act_fn", act_elements) if cfg.mlp_act == "gelu_new"
+                       else [activation_op("act_fn", act_elements, cfg.mlp_act)])
+            mlp_ops = [*norm_ops("post_attention_layernorm"), *fan_out_ops("normed", sd, 1),
+                       *linear_ops("up_proj", s, inter, d, bias=cfg.mlp_bias), *act_ops,
+                       *linear_ops("down_proj", s, d, inter, bias=cfg.mlp_bias), *residual_ops("residual", sd)]
+            mlp_flops = 2.0 * s * d * inter * 2
+            mlp_act = llama_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
+                                                   flash_attention=flash_attention, layernorm=layernorm,
+                                                   gated=False)[1]
+            if cfg.mlp_act == "gelu_new":
+                mlp_act += gelu_new_activation_bytes(act_elements)
+            mlp_compiled = None
+            mlp_megatron = megatron_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
+                                                           gated=False)[1]
         pre_modules: list = []
         if mtp is not None:
             # The MTP module's norms and 2h -> h projection run ahead of its block's attention.
@@ -440,7 +509,7 @@ def build_llama(
         layers.append(_layer(
             f"{p}.self_attn", [*pre_modules, input_norm, *attn_modules],  # + input_layernorm
             forward_flops_per_sample=attn_flops,
-            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=eager_rms_saved_elements(s, d, 2 if cfg.q_lora_rank else 3),
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=saved(2 if cfg.q_lora_rank else 3),
             compiled_saved_elements=attn_compiled if mlp_compiled is not None else None,
             megatron_activation_bytes_per_sample=attn_megatron,
             ops=attn_ops,
@@ -448,7 +517,7 @@ def build_llama(
         layers.append(_layer(
             f"{p}.mlp", [post_norm, *mlp_modules],  # + post_attention_layernorm
             forward_flops_per_sample=mlp_flops,
-            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=eager_rms_saved_elements(s, d, 1 if routed else 2),
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=saved(1 if routed or not cfg.gated else 2),
             compiled_saved_elements=mlp_compiled if attn_compiled is not None else None,
             megatron_activation_bytes_per_sample=mlp_megatron,
             ops=mlp_ops,
@@ -458,12 +527,12 @@ def build_llama(
         block(f"model.layers.{i}", moe is not None and i >= moe.dense_layers)
     for k in range(depth):
         block(f"{MTP_UNIT_PREFIX}{k}", moe is not None, _mtp_projection(f"{MTP_UNIT_PREFIX}{k}", s, d, dtype))
-    head = [_norm("model.norm", d, dtype, bias=False)]
+    head = [_norm("model.norm", d, dtype, bias=layernorm)]
     if not cfg.tie_word_embeddings:
         head.append(_linear("lm_head", v, d, dtype, bias=False))
     registered += head
     # model.norm + lm_head, and once more per MTP depth: the head is shared (Sec. 2.2).
-    layers.append(_lm_head_layer(head, s, d, v, eager_rms=True, passes=1 + depth))
+    layers.append(_lm_head_layer(head, s, d, v, eager_rms=not layernorm, passes=1 + depth))
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source, moe=moe)
 

@@ -47,7 +47,8 @@ def korthikanti_block_activation_bytes(
 
 
 def llama_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_dim: int, inter: int, heads: int,
-                                 *, flash_attention: bool = False) -> tuple[float, float]:
+                                 *, flash_attention: bool = False, layernorm: bool = False,
+                                 gated: bool = True) -> tuple[float, float]:
     """Bytes a Llama decoder block keeps for backward (b = 1, 2 bytes per element), as
     (attention, MLP) halves, as PyTorch autograd saves them for HF's eager modules: each
     eager RMSNorm its input and normalised input (``2sh``), the projections their (shared)
@@ -55,13 +56,20 @@ def llama_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_dim: 
     softmax statistics, not counted), eager attention also the softmax output (``as²``,
     which the product with ``v`` reuses; Llama has no attention dropout); the MLP the gate projection (silu's input),
     silu's output and the up projection (the product's operands) and the product (the down
-    projection's input): ``4·s·inter``."""
+    projection's input): ``4·s·inter``.
+
+    ``layernorm``: a fused LayerNorm keeps its input only (its output is the projections' input,
+    and its per-row mean and rstd are not counted), ``sh`` less per half than the eager RMSNorm's
+    two tensors. ``gated=False``: a two-matrix MLP ``down(act(up(x)))`` keeps the activation's
+    saved tensor (GELU's input; ReLU's output, which squared ReLU's ``pow`` also saves as its
+    input) and the down projection's input: ``2·s·inter``."""
     sh = float(seq_len) * hidden
     e = ACTIVATION_ELEMENT_BYTES
-    attention = e * (3 * sh + 2.0 * seq_len * (q_dim + kv_dim))
+    norm = 2 * sh if layernorm else 3 * sh
+    attention = e * (norm + 2.0 * seq_len * (q_dim + kv_dim))
     if not flash_attention:
         attention += e * float(heads) * seq_len * seq_len
-    mlp = e * (3 * sh + 4.0 * seq_len * inter)
+    mlp = e * (norm + (4.0 if gated else 2.0) * seq_len * inter)
     return attention, mlp
 
 
@@ -74,7 +82,7 @@ SOFTMAX_STAT_BYTES = 4
 
 
 def megatron_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_dim: int, inter: int, heads: int,
-                                    *, flash_attention: bool = True, qk_norm: bool = False
+                                    *, flash_attention: bool = True, qk_norm: bool = False, gated: bool = True
                                     ) -> tuple[float, float]:
     """Bytes a Llama-shaped block keeps for backward under Megatron-Core with TransformerEngine
     (b = 1, 16-bit activations, no dropout), as (attention, MLP) halves: Korthikanti et al. 2022
@@ -100,7 +108,9 @@ def megatron_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_di
       ``megatron/training/argument_utils.py`` line 317, ``--no-bias-swiglu-fusion`` to turn it off), and
       the second linear's input ``2·s·inter``: ``3·s·inter`` elements where an eager SwiGLU keeps
       ``4·s·inter`` (:func:`llama_block_activation_bytes`). A squared-ReLU MLP of width ``f`` built as a
-      gated one of ``2f/3`` keeps the same ``2f``: the ReLU's output and its square.
+      gated one of ``2f/3`` keeps the same ``2f``: the ReLU's output and its square. ``gated=False``
+      counts a two-matrix MLP of ``inter`` so: ``2·s·inter`` (the first linear's output, or the ReLU's
+      output its square reads, and the second linear's input).
 
     Not counted: dropout masks (the Llama-family configurations train without dropout: e.g.
     ``--attention-dropout 0.0 --hidden-dropout 0.0``, yanring/Megatron-MoE-ModelZoo
@@ -113,7 +123,7 @@ def megatron_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_di
         else e * float(heads) * seq_len * seq_len
     if qk_norm:
         attention += e * float(seq_len) * (q_dim + kv_dim)
-    mlp = e * (2.0 * sh + 3.0 * seq_len * inter)
+    mlp = e * (2.0 * sh + (3.0 if gated else 2.0) * seq_len * inter)
     return attention, mlp
 
 
@@ -230,6 +240,22 @@ def eager_rms_saved_elements(seq_len: int, hidden: int, readers: int) -> tuple[t
     sh = float(seq_len) * hidden
     recast = ((float(readers - 1) * sh, "recast"),) if readers > 1 else ()
     return ((2.0 * sh, "stream"),) + recast
+
+
+def layernorm_saved_elements(seq_len: int, hidden: int, readers: int) -> tuple[tuple[float, str], ...]:
+    """:func:`eager_rms_saved_elements` for a fused LayerNorm: its input in the stream's dtype
+    (``layer_norm`` runs in fp32 under autocast, as GPT-2's blocks count it) and one 16-bit copy
+    of its output per extra projection reading it."""
+    sh = float(seq_len) * hidden
+    recast = ((float(readers - 1) * sh, "recast"),) if readers > 1 else ()
+    return ((sh, "stream"),) + recast
+
+
+def squared_relu_ops(name: str, elements: float) -> list[MemoryOp]:
+    """Squared ReLU, ``relu(x) ** 2`` (HF ``ReLUSquaredActivation``; Megatron-Core's
+    ``squared_relu``): the ReLU and the ``pow``, one eager kernel each way each."""
+    return [activation_op(f"{name}.relu", elements, "relu"),
+            MemoryOp(name=f"{name}.pow", elements=elements, forward=((2, "act"),), backward=((3, "act"),))]
 
 
 def llama_compiled_saved_elements(seq_len: int, hidden: int, q_dim: int, kv_dim: int, inter: int

@@ -28,8 +28,8 @@ takes ``1 x L`` token ids, ``L`` the configuration's context length
 (``max_position_embeddings``, ``n_positions``, ``seq_length`` or ``max_seq_len``). Give
 ``--input-shape 8,2048:int64`` to train at another sequence length.
 
-A transformers configuration of a decoder family that the catalog builders cover (Llama,
-Mistral, Qwen2, GPT-2, OPT, BLOOM: :func:`dpsim.workload.shapes.shape_of_hf_config`) is not
+A transformers configuration of a decoder family that the catalog builders cover (Llama, Mistral,
+Qwen2/3, Phi-3, Gemma, Nemotron, Mixtral, Qwen3-MoE, GPT-2, OPT, BLOOM: :func:`dpsim.workload.shapes.shape_of_hf_config`) is not
 traced: :func:`lowered_shape_ref` reads its shape, and the catalog's builder makes the model, so
 it takes every layout (``--tp/--pp``). With ``--input-shape`` the module is traced as before.
 

@@ -20,7 +20,7 @@ decoders it lists need no torch tracing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,9 +31,18 @@ from dpsim.workload.architectures import GPT2Config, LlamaConfig
 SHAPE_PREFIX = "transformer:"
 """What starts a shape ``--model`` (``transformers:`` with an s is the library's configs)."""
 
-ACTIVATIONS = ("swiglu", "gelu", "gelu_new", "relu")
+ACTIVATIONS = ("swiglu", "geglu", "gelu", "gelu_new", "relu", "relu2")
+GATED = ("swiglu", "geglu")
+"""Gated MLPs: three matrices of ``ffn`` (gate, up, down), whose width is a model's choice."""
+GPT_ACTIVATIONS = ("gelu", "gelu_new", "relu")
+"""The MLPs of GPT-2, OPT and BLOOM blocks (learned or ALiBi positions)."""
 NORMS = ("rmsnorm", "layernorm")
 POSITIONS = ("rope", "learned", "alibi")
+BIASES = ("none", "qkv", "attn", "all")
+"""Which projections have biases: ``none`` (Llama, Mistral, Nemotron-4, Gemma), ``qkv`` (Qwen2's q, k
+and v), ``attn`` (q, k, v and the output: HF Llama's ``attention_bias``), ``all`` (attention and MLP:
+GPT-2, OPT, BLOOM, GPT-NeoX). The default is the family's: ``all`` with learned or ALiBi positions
+(the GPT-2 builder's blocks), ``none`` with RoPE."""
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 GPT2_DROPOUT = 0.1
 """HF ``GPT2Config``'s ``resid_pdrop``/``embd_pdrop``/``attn_pdrop``: layernorm shapes' default dropout."""
@@ -61,7 +70,8 @@ class TransformerShape:
     seq: int
     """Training sequence length in tokens."""
     act: str
-    """MLP activation: ``swiglu`` (gated, three matrices) or ``gelu``, ``gelu_new``, ``relu`` (two)."""
+    """MLP activation: ``swiglu``, ``geglu`` (gated, three matrices) or ``gelu``, ``gelu_new``,
+    ``relu``, ``relu2`` (squared ReLU, Nemotron-4) (two)."""
     norm: str
     """``rmsnorm`` (weight only) or ``layernorm`` (weight and bias)."""
     pos: str
@@ -93,6 +103,9 @@ class TransformerShape:
     """Inner width of one shared expert; 0: ``moe_ffn``."""
     dense_layers: int = 0
     """Blocks before the first MoE layer, with the dense ``ffn`` MLP (DeepSeek-V3: 3)."""
+    bias: str = ""
+    """Which projections have biases (:data:`BIASES`); empty: the family's default, which
+    :func:`check_shape` fills in."""
 
 
 _INT_FIELDS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq", "positions")
@@ -101,8 +114,8 @@ _MOE_INT_FIELDS = ("head_dim", "experts", "top_k", "moe_ffn", "shared_experts", 
 _REQUIRED = ("hidden", "layers", "heads", "vocab", "seq")
 _KEYS = tuple(f.name for f in fields(TransformerShape))
 _CHOICES = {"act": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS}
-_FAMILIES = ("rmsnorm + swiglu + rope (Llama), or layernorm + gelu/gelu_new/relu + learned/alibi "
-             "(GPT-2, OPT, BLOOM)")
+_FAMILIES = ("pos=rope with any norm and act (the Llama builder: Llama, Nemotron-4, Gemma), or "
+             "norm=layernorm with act=gelu/gelu_new/relu and pos=learned/alibi (GPT-2, OPT, BLOOM)")
 
 
 def is_shape_ref(model: object) -> bool:
@@ -152,37 +165,44 @@ def parse_shape(text: str) -> TransformerShape:
         if value not in choices:
             raise _fail(key, given[key], f"allowed: {', '.join(choices)}")
         values[key] = value
+    if "bias" in given:
+        if given["bias"].lower() not in BIASES:
+            raise _fail("bias", given["bias"], f"allowed: {', '.join(BIASES)}")
+        values["bias"] = given["bias"].lower()
     for key in ("tied", "embed_norm", "qk_norm"):
         value = given.get(key, "false").lower()
         if value not in _BOOLS:
             raise _fail(key, given[key], "allowed: true, false")
         values[key] = _BOOLS[value]
-    if "ffn" not in values and values["act"] == "swiglu" and values.get("experts") and not values.get("dense_layers"):
+    if "ffn" not in values and values["act"] in GATED and values.get("experts") and not values.get("dense_layers"):
         values["ffn"] = values.get("moe_ffn") or 4 * values["hidden"]  # no dense MLP: unused
-    if "ffn" not in values and values["act"] == "swiglu":
-        raise WorkloadError("--model transformer: ffn missing; act=swiglu needs the MLP width (e.g. ffn=11008 "
-                            "for hidden=4096), or give act=gelu for 4 x hidden")
+    if "ffn" not in values and values["act"] in GATED:
+        raise WorkloadError(f"--model transformer: ffn missing; act={values['act']} needs the MLP width (e.g. "
+                            f"ffn=11008 for hidden=4096), or give act=gelu for 4 x hidden")
     values.setdefault("ffn", 4 * values["hidden"])
     values.setdefault("kv_heads", values["heads"])
     values.setdefault("positions", values["seq"])
-    values["dropout"] = _dropout(given.get("dropout"), values["norm"])
+    values["dropout"] = _dropout(given.get("dropout"), values["norm"], values["pos"])
     values["name"] = given.get("name", "transformer")
     if not values["name"].isprintable():  # a newline or an escape sequence went raw into every table's title
         raise _fail("name", repr(values["name"]), "expected printable text on one line")
     return check_shape(TransformerShape(**values))
 
 
-def _dropout(text: str | None, norm: str) -> float:
+def _dropout(text: str | None, norm: str, pos: str) -> float:
+    # Only the GPT-2 builder's blocks (learned or ALiBi positions) have dropout kernels.
+    gpt = norm == "layernorm" and pos != "rope"
     if text is None:
-        return GPT2_DROPOUT if norm == "layernorm" else 0.0
+        return GPT2_DROPOUT if gpt else 0.0
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not 0.0 <= value < 1.0:
         raise _fail("dropout", text, "expected a probability from 0 up to (not including) 1")
-    if value and norm == "rmsnorm":
-        raise _fail("dropout", text, "rmsnorm (Llama) blocks have no dropout; give dropout=0 or leave it out")
+    if value and not gpt:
+        which = "rmsnorm (Llama)" if norm == "rmsnorm" else "pos=rope"
+        raise _fail("dropout", text, f"{which} blocks have no dropout; give dropout=0 or leave it out")
     return value
 
 
@@ -215,20 +235,35 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         raise fail("kv_heads", shape.kv_heads, f"it must divide {n('heads')}={shape.heads}")
     if shape.pos == "learned" and shape.positions < shape.seq:
         raise fail("positions", shape.positions, f"a learned table needs at least {n('seq')}={shape.seq} rows")
-    llama = (shape.norm, shape.act, shape.pos) == ("rmsnorm", "swiglu", "rope")
-    gpt = shape.norm == "layernorm" and shape.act != "swiglu" and shape.pos != "rope"
-    if not (llama or gpt):
+    for key, choices in (("norm", NORMS), ("act", ACTIVATIONS), ("pos", POSITIONS), ("bias", ("",) + BIASES)):
+        if getattr(shape, key) not in choices:  # a config's value (parse_shape checked the shape keys)
+            raise fail(key, getattr(shape, key), f"allowed: {', '.join(c for c in choices if c)}")
+    # RoPE blocks are built by the Llama builder (any norm, MLP and biases); learned and ALiBi
+    # positions by the GPT-2 builder (GPT-2, OPT, BLOOM: LayerNorm, a two-matrix MLP, biases everywhere).
+    rope = shape.pos == "rope"
+    gpt = not rope and shape.norm == "layernorm" and shape.act in GPT_ACTIVATIONS
+    if not (rope or gpt):
         raise WorkloadError(f"{origin}: norm={shape.norm}, act={shape.act}, pos={shape.pos} is not a "
                             f"modelled block; allowed: {_FAMILIES}")
+    bias = shape.bias or ("none" if rope else "all")
+    if gpt and bias != "all":
+        raise fail("bias", bias, "blocks with learned or ALiBi positions (GPT-2, OPT, BLOOM) have biases on every "
+                                 "projection: give bias=all, or pos=rope")
     if gpt and shape.kv_heads != shape.heads:
-        raise fail("kv_heads", shape.kv_heads, f"layernorm blocks have full multi-head attention: give "
-                                               f"{n('kv_heads')}={shape.heads} or the Llama family (norm=rmsnorm)")
-    if llama and shape.embed_norm:
-        raise fail("embed_norm", "true", "the embedding LayerNorm exists only with norm=layernorm")
-    if not llama and (shape.experts or shape.qk_norm or shape.head_dim):
+        raise fail("kv_heads", shape.kv_heads, f"blocks with learned or ALiBi positions have full multi-head "
+                                               f"attention: give {n('kv_heads')}={shape.heads}, or pos=rope")
+    if rope and shape.embed_norm:
+        raise fail("embed_norm", "true", "the embedding LayerNorm exists only with learned or ALiBi positions "
+                                         "(BLOOM)")
+    if not rope and (shape.experts or shape.qk_norm or shape.head_dim):
         key = "experts" if shape.experts else "qk_norm" if shape.qk_norm else "head_dim"
-        raise fail(key, getattr(shape, key), "expert layers, qk_norm and head_dim exist only in the Llama family "
-                                             "(norm=rmsnorm, act=swiglu, pos=rope)")
+        raise fail(key, getattr(shape, key), "expert layers, qk_norm and head_dim exist only with pos=rope")
+    if shape.experts and (shape.norm, shape.act) != ("rmsnorm", "swiglu"):
+        key = "norm" if shape.norm != "rmsnorm" else "act"
+        raise fail(key, getattr(shape, key), "expert layers are built with norm=rmsnorm, act=swiglu (Mixtral, "
+                                             "Qwen3-MoE, DeepSeek)")
+    if shape.experts and bias == "all":
+        raise fail("bias", bias, "expert MLPs have no biases: give bias=none, qkv or attn")
     if shape.experts:
         if not 1 <= shape.top_k <= shape.experts:
             raise fail("top_k", shape.top_k, f"give the experts each token is routed to, 1 to "
@@ -241,22 +276,29 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
     elif any(getattr(shape, k) for k in ("top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers")):
         key = next(k for k in ("top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers") if getattr(shape, k))
         raise fail(key, getattr(shape, key), f"it shapes expert layers: give {n('experts')}= too")
-    return shape
+    return replace(shape, bias=bias)
 
 
 def shape_ref(shape: TransformerShape) -> str:
     """The ``--model`` text that gives ``shape`` (:func:`parse_shape` reads it back)."""
     def text(value: object) -> str:
         return str(value).lower() if isinstance(value, bool) else str(value)
-    # The head width and expert keys only when set, so a dense shape reads as it always has.
+    def default(key: str) -> bool:
+        if key == "bias":  # the family's own biases are left out
+            return shape.bias in ("", "none" if shape.pos == "rope" else "all")
+        return key in _MOE_INT_FIELDS + ("qk_norm",) and not getattr(shape, key)
+    # The head width, expert keys and biases only when set, so a shape reads as it always has.
     return SHAPE_PREFIX + ",".join(f"{f.name}={text(getattr(shape, f.name))}" for f in fields(shape)
-                                   if f.name not in _MOE_INT_FIELDS + ("qk_norm",) or getattr(shape, f.name))
+                                   if not default(f.name))
 
 
 def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
     """The catalog config whose builder makes ``shape`` (see the module docstring)."""
-    if shape.norm == "rmsnorm":
+    if shape.pos == "rope":
+        bias = shape.bias or "none"
         return LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn,
+                           norm=shape.norm, mlp_act=shape.act, qkv_bias=bias != "none",
+                           o_bias=bias in ("attn", "all"), mlp_bias=bias == "all",
                            num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
                            num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.seq,
                            tie_word_embeddings=shape.tied, head_dim=shape.head_dim or None, qk_norm=shape.qk_norm,
@@ -275,19 +317,21 @@ def shape_param_count(shape: TransformerShape) -> int:
     """Parameters in closed form, independent of the builders (the tests compare the two).
 
     Per block: attention ``h·(q + 2·kv) + q·h`` weights (``q = heads·head_dim``, ``kv =
-    kv_heads·head_dim``) and an MLP of ``(3 if gated else 2)·h·ffn``; layernorm blocks add the
-    biases of every projection (``q + 2·kv + h + ffn + h``) and two weight+bias norms, rmsnorm
-    blocks two weights. Plus the embedding ``vocab·h``, a learned table ``positions·h``, the
-    final norm, an untied head ``vocab·h`` and an embedding LayerNorm ``2·h``.
+    kv_heads·head_dim``) and an MLP of ``(3 if gated else 2)·h·ffn``; biases ``q + 2·kv`` (``qkv``),
+    ``+ h`` for the output projection (``attn``), ``+ ffn·(2 if gated else 1) + h`` for the MLP's
+    (``all``); two norms, ``2·h`` each for LayerNorm (weight and bias), ``h`` for RMSNorm. Plus the
+    embedding ``vocab·h``, a learned table ``positions·h``, the final norm, an untied head
+    ``vocab·h`` and an embedding LayerNorm ``2·h``.
     """
     h, head_dim = shape.hidden, shape.head_dim or shape.hidden // shape.heads
     q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
-    layernorm = shape.norm == "layernorm"
-    norm = 2 * h if layernorm else h
+    norm = 2 * h if shape.norm == "layernorm" else h
+    bias = shape.bias or ("none" if shape.pos == "rope" else "all")
+    gated = shape.act in GATED
     attention = h * (q + 2 * kv) + q * h + 2 * norm + (2 * head_dim if shape.qk_norm else 0)
-    block = attention + (3 if shape.act == "swiglu" else 2) * h * shape.ffn
-    if layernorm:
-        block += q + 2 * kv + h + shape.ffn + h
+    attention += (q + 2 * kv if bias != "none" else 0) + (h if bias in ("attn", "all") else 0)
+    block = attention + (3 if gated else 2) * h * shape.ffn
+    block += shape.ffn * (2 if gated else 1) + h if bias == "all" else 0
     moe_layers = shape.layers - shape.dense_layers if shape.experts else 0
     # An MoE layer: router h x E, E gated experts of moe_ffn, the shared ones of shared_ffn.
     moe_block = attention + h * shape.experts + 3 * h * (shape.experts * shape.moe_ffn
@@ -312,8 +356,14 @@ def _attr(config: Any, *names: str) -> Any:
 _LLAMA_NAMES = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
                 "kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
                 "seq": "max_position_embeddings", "positions": "max_position_embeddings"}
+_MOE_NAMES = {**_LLAMA_NAMES, "experts": "num_experts", "top_k": "num_experts_per_tok",
+              "moe_ffn": "moe_intermediate_size"}
 _HF_NAMES = {
-    "llama": _LLAMA_NAMES, "mistral": _LLAMA_NAMES, "qwen2": _LLAMA_NAMES,
+    "llama": _LLAMA_NAMES, "mistral": _LLAMA_NAMES, "qwen2": _LLAMA_NAMES, "qwen3": _LLAMA_NAMES,
+    "phi3": _LLAMA_NAMES, "gemma": _LLAMA_NAMES, "nemotron": _LLAMA_NAMES,
+    "gpt_neox": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads"},
+    "mixtral": {**_MOE_NAMES, "experts": "num_local_experts", "moe_ffn": "intermediate_size"},
+    "qwen3_moe": _MOE_NAMES,
     "gpt2": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
              "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions", "dropout": "resid_pdrop"},
     "opt": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "ffn": "ffn_dim", "dropout": "dropout"},
@@ -321,6 +371,25 @@ _HF_NAMES = {
               "vocab": "vocab_size", "seq": "seq_length", "positions": "seq_length", "dropout": "hidden_dropout"},
 }
 """Each configuration family's attribute for a shape key, so its errors name what the user wrote."""
+
+_ROPE_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu"}
+"""The gated MLP of a Llama-style family by its ``hidden_act`` (Gemma's GeGLU runs ``gelu_pytorch_tanh``)."""
+
+HF_NOT_BUILT = {
+    "gemma2": "Gemma 2's blocks have four norms each (pre- and post-feedforward) and alternate sliding-window "
+              "attention, which the builders do not have",
+    "gemma3": "Gemma 3's blocks have four norms each and alternate sliding-window attention",
+    "falcon": "Falcon runs attention and the MLP in parallel from one norm (parallel_attn), which the builders "
+              "do not have",
+    "phi": "Phi-1/2 run attention and the MLP in parallel from one norm, which the builders do not have",
+    "gptj": "GPT-J runs attention and the MLP in parallel from one norm, which the builders do not have",
+    "qwen2_moe": "Qwen2-MoE's shared expert has a sigmoid gate (shared_expert_gate), which the expert layers "
+                 "do not have",
+    "deepseek_v3": "multi-head latent attention has no shape keys: use --model deepseek-v3 (the catalog's, "
+                   "built from this configuration's fields)",
+    "deepseek_v2": "multi-head latent attention has no shape keys: use --model deepseek-v2 (the catalog's)",
+}
+"""Families whose ``config.json`` is refused, and why (the one-line message names it)."""
 
 
 def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
@@ -346,20 +415,53 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
         return default if value is None else value
 
     try:
-        if kind in ("llama", "mistral", "qwen2"):
+        if kind in ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "nemotron", "gpt_neox", "mixtral",
+                    "qwen3_moe"):
             h, heads = config.hidden_size, config.num_attention_heads
             if isinstance(heads, int) and heads < 1:  # before h // heads (Qwen2Config does not divide by it)
                 raise WorkloadError(f"--model transformers:{name}: num_attention_heads={heads} is not valid; "
                                     f"expected an integer from 1 to {_MAX_DIM:,}")
-            if _attr(config, "head_dim") not in (None, h // heads) or getattr(config, "hidden_act", "silu") != "silu":
+            head_dim = _attr(config, "head_dim")
+            if kind == "gpt_neox":
+                if getattr(config, "use_parallel_residual", True):
+                    return None  # attention and MLP in parallel: not in the builders
+                norm, bias = "layernorm", "all" if getattr(config, "attention_bias", True) else None
+                act = config.hidden_act if config.hidden_act in ("gelu", "relu", "gelu_new") else None
+            elif kind == "nemotron":
+                # NemotronLayerNorm1P (a LayerNorm, weight and bias), NemotronMLP up/down with relu2.
+                norm, act = "layernorm", {"relu2": "relu2", "gelu": "gelu", "relu": "relu"}.get(config.hidden_act)
+                attention_bias, mlp_bias = getattr(config, "attention_bias", False), getattr(config, "mlp_bias", False)
+                bias = ("none" if not (attention_bias or mlp_bias) else "attn" if not mlp_bias
+                        else "all" if attention_bias else None)
+            else:
+                norm = "rmsnorm"
+                hidden_act = _attr(config, "hidden_activation", "hidden_act") if kind == "gemma" \
+                    else getattr(config, "hidden_act", "silu")
+                act = _ROPE_ACTS.get(hidden_act)
+                # Qwen2Attention's q/k/v projections have biases, its o_proj none (transformers'
+                # modeling_qwen2.py); Llama's attention_bias puts one on all four, mlp_bias on the MLP.
+                attention_bias, mlp_bias = getattr(config, "attention_bias", False), getattr(config, "mlp_bias", False)
+                bias = ("qkv" if kind == "qwen2" else "none" if not (attention_bias or mlp_bias)
+                        else "attn" if not mlp_bias else "all" if attention_bias else None)
+            if act is None or bias is None:
                 return None
+            experts: dict[str, Any] = {}
+            if kind == "mixtral":
+                experts = dict(experts=config.num_local_experts, top_k=config.num_experts_per_tok,
+                               moe_ffn=config.intermediate_size)
+            elif kind == "qwen3_moe":
+                if getattr(config, "mlp_only_layers", None) or getattr(config, "decoder_sparse_step", 1) != 1:
+                    return None  # dense blocks between MoE ones: not a prefix of dense_layers
+                experts = dict(experts=config.num_experts, top_k=config.num_experts_per_tok,
+                               moe_ffn=config.moe_intermediate_size)
             return check(TransformerShape(
                 hidden=h, layers=config.num_hidden_layers, heads=heads,
-                kv_heads=given("num_key_value_heads", heads), ffn=config.intermediate_size,
-                vocab=config.vocab_size, seq=config.max_position_embeddings, act="swiglu", norm="rmsnorm",
-                pos="rope", positions=config.max_position_embeddings,
-                tied=bool(getattr(config, "tie_word_embeddings", False)), embed_norm=False, dropout=0.0,
-                name=name))
+                kv_heads=given("num_key_value_heads", heads) if kind != "gpt_neox" else heads,
+                ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
+                act=act, norm=norm, pos="rope", positions=config.max_position_embeddings,
+                tied=bool(getattr(config, "tie_word_embeddings", kind == "gemma")), embed_norm=False, dropout=0.0,
+                name=name, head_dim=head_dim if head_dim not in (None, h // heads) else 0,
+                qk_norm=kind in ("qwen3", "qwen3_moe"), bias=bias, **experts))
         if kind == "gpt2":
             act = config.activation_function
             if act not in ACTIVATIONS or act == "swiglu":
@@ -410,7 +512,7 @@ def is_config_json_ref(model: object) -> bool:
 
 def shape_ref_of_config_json(path: str) -> str:
     """The ``transformer:KEY=VALUE,...`` of a transformers ``config.json`` whose ``model_type`` the
-    catalog builders cover (:func:`shape_of_hf_config`: Llama, Mistral, Qwen2, GPT-2, OPT, BLOOM),
+    catalog builders cover (:func:`shape_of_hf_config`: Llama-style, Nemotron, Gemma, MoE, GPT-2, OPT, BLOOM),
     read by the same attribute names as ``transformers:LlamaConfig(...)``; its sequence is the
     configuration's context length unless ``--seq-len`` gives another. A capacity planner has the
     file of the model it plans (``config.json`` of its repository), not a Python call. Any other
@@ -438,9 +540,11 @@ def shape_ref_of_config_json(path: str) -> str:
     shape = shape_of_hf_config(SimpleNamespace(**data), name=name) if kind in _HF_NAMES else None
     if shape is None:
         covered = ", ".join(_HF_NAMES)
-        why = (f"its model_type {kind!r} is not one dpsim builds from a shape ({covered})" if kind not in _HF_NAMES
-               else f"its {kind} configuration has a field the builders do not cover (a head_dim other than "
-                    f"hidden/heads, a gated activation other than SiLU, OPT's projections or post-norm)")
+        why = (f"its model_type {kind!r} is not built from a shape: {HF_NOT_BUILT[kind]}" if kind in HF_NOT_BUILT
+               else f"its model_type {kind!r} is not one dpsim builds from a shape ({covered})" if kind not in _HF_NAMES
+               else f"its {kind} configuration has a field the builders do not cover (an activation other than "
+                    f"the family's, biases on the MLP only, GPT-NeoX's parallel residual, Qwen3-MoE's mlp_only_layers "
+                    f"or decoder_sparse_step, OPT's projections or post-norm)")
         raise WorkloadError(f"--model: {path!r}: {why}; give the model as transformers:CONFIGCLASS(KEY=VALUE, ...) "
                             f"to trace it, or by its shape (transformer:hidden=...,layers=...)")
     return shape_ref(shape)
