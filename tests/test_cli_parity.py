@@ -136,3 +136,56 @@ def test_goodput_checkpoint_follows_the_internlm_zero_group(capsys):
     grouped = _json(["goodput", *job, "--zero-group", "4"], capsys)
     assert grouped["checkpoint_bytes"] == every_rank["checkpoint_bytes"]
     assert grouped["checkpoint_write_s"] == pytest.approx(2 * every_rank["checkpoint_write_s"], rel=1e-12)
+
+
+# ``memory`` reports the breakdown ``predict`` reports for the same job: every flag that sets memory per
+# rank reaches both (memory had no --mtp-depth, --ep, --moe-* or --calibration), and a flag that
+# cannot change memory (--power-cap-w) is accepted and ignored by both.
+MEMORY_JOBS = [
+    ["--model", "mixtral-8x7b", "--link", "nvlink", "--gpus", "16", "--ep", "8", "--mtp-depth", "1",
+     "--moe-capacity-factor", "1.25", "--moe-routing", "zipf:0.5", "--strategy", "zero1"],
+    ["--model", "mixtral-8x7b", "--link", "nvlink", "--gpus", "16", "--ep", "4", "--etp", "2",
+     "--moe-a2a", "hierarchical", "--moe-node-limit", "2", "--strategy", "zero1", "--recompute", "full"],
+    ["--model", "llama-2-7b", "--link", "nvlink", "--gpus", "8", "--strategy", "fsdp", "--loss-impl", "eager",
+     "--seq-len", "4096", "--micro-batch", "2"],
+    ["--model", "gpt2", "--link", "nvlink", "--gpus", "8", "--gpu", "a100", "--power-cap-w", "250"],
+    ["--model", "gpt2", "--gpus", "8", "--calibration", "a100-nvswitch-8gpu"],
+]
+
+
+@pytest.mark.parametrize("job", MEMORY_JOBS)
+def test_memory_reports_predicts_memory_section(job, capsys):
+    import dpsim
+    from dpsim.predict.config import PredictConfig
+
+    predicted = _json(["predict", *job, "--json"], capsys)["memory"]
+    reported = _json(["memory", *job, "--json"], capsys)
+    assert {key: reported[key] for key in predicted} == predicted
+    # The CLI is the Python API: the same flags as fields give the same report.
+    flags = {a.removeprefix("--").replace("-", "_"): b for a, b in zip(job[::2], job[1::2])}
+    fields = {key: (float(v) if key in ("moe_capacity_factor", "power_cap_w")
+                    else int(v) if v.isdigit() else v) for key, v in flags.items()}
+    assert dpsim.memory_report(PredictConfig(**fields)).to_dict() == reported
+
+
+def test_memory_takes_every_field_predict_takes():
+    from dpsim.cli.memory import MEMORY_FIELDS
+    from dpsim.cli.predict import PREDICT_FIELDS
+
+    assert set(MEMORY_FIELDS) == set(PREDICT_FIELDS)
+
+
+def test_the_moe_flags_change_memory(capsys):
+    # Without these flags the job is another one: the parity above is not vacuous.
+    base = MEMORY_JOBS[0][:6]
+    plain = _json(["memory", *base, "--json"], capsys)
+    full = _json(["memory", *MEMORY_JOBS[0], "--json"], capsys)
+    assert plain["total_bytes"] != full["total_bytes"]
+
+
+def test_memory_refuses_the_power_cap_predict_refuses(capsys):
+    job = ["--model", "gpt2", "--link", "nvlink", "--gpus", "8", "--gpu", "h100", "--power-cap-w", "500"]
+    for command in ("predict", "memory"):
+        capsys.readouterr()
+        assert main([command, *job, "--json"]) == 2
+        assert "--power-cap-w: no measured throughput under a power cap for gpu 'h100'" in capsys.readouterr().err

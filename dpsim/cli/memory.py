@@ -8,16 +8,19 @@ from typing import Any
 import typer
 
 from dpsim.cli.app import _emit_json
-from dpsim.cli.options import config_options
+from dpsim.cli.options import ALL_FIELDS, config_options
 from dpsim.cli.panels import OUTPUT
-from dpsim.predict.config import LAYOUT_FIELDS
 
-MEMORY_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "input_shape", "seq_len",
-                 "micro_batch", "flash_attention", "activations", "loss_impl", "precision", "fp8", "optimizer", "strategy",
-                 "grad_accum", "activation_checkpointing", "fsdp_unit", "fsdp_version", "fsdp_accumulate", "overlap",
-                 "bucket_cap_mb", "recompute_every", "zero_impl", "zero_group") + LAYOUT_FIELDS
-"""The ``PredictConfig`` fields memory depends on (``overlap``: DeepSpeed keeps one gradient buffer
-without it; ``bucket_cap_mb``: the size of ZeRO-1/2's gradient buffers)."""
+MEMORY_FIELDS = ALL_FIELDS
+"""Every ``PredictConfig`` field, as ``predict`` takes them: the subset memory had (the layout
+fields and 26 others) left out fields that set the memory per rank (``--mtp-depth``'s extra blocks,
+the ``--moe-*`` options' capacity and dispatch, ``--cp``, ``--offload``, ``--compile``,
+``--attention-kernel``, ``--gradient-as-bucket-view``, ``--calibration``'s defaults), so ``memory``
+refused flags under which ``predict`` reported its memory section for the same job. A field that
+cannot change memory (``--power-cap-w``, ``--jobs``, ``--steps``, ``--algo``...) is accepted and
+ignored, as ``predict``'s memory section ignores it, except that a power cap ``predict`` refuses is
+refused here too (:func:`~dpsim.predict.run.memory_report`). The config is built by ``predict``'s
+own :func:`~dpsim.cli.predict.predict_config`."""
 
 
 @config_options(MEMORY_FIELDS)
@@ -28,11 +31,11 @@ def memory(
 ) -> None:
     """Memory per GPU by category for a strategy, the fits / OOM verdict and what would make it fit."""
     from dpsim.memory import HEADROOM_FRACTION
-    from dpsim.predict.config import PredictConfig
+    from dpsim.cli.predict import predict_config
     from dpsim.predict.run import memory_report
     from dpsim.strategies.registry import STRATEGIES
 
-    report = memory_report(PredictConfig(**flags))
+    report = memory_report(predict_config(flags))
     if as_json:
         _emit_json(report.to_dict())
         return

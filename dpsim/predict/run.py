@@ -19,7 +19,7 @@ from dpsim.engine.play import play_program
 from dpsim.engine.program import StepProgram
 from dpsim.engine.simulate import PlayedCollectives, played_durations
 from dpsim.errors import ConfigError
-from dpsim.hardware import get_gpu
+from dpsim.hardware import get_gpu, power_cap_throughput
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown, offload_memory
 from dpsim.network.degrade import names_one_link
 from dpsim.strategies.offload import host_bytes_per_param, host_step_s, param_fetches
@@ -543,5 +543,8 @@ def memory_report(config: PredictConfig) -> MemoryReport:
     """:func:`memory_for_config` as a result (``dpsim memory``)."""
     config = resolve(config).config
     memory, advice, model, topology = _memory(config)
+    # A power cap does not change memory, but predict refuses one the GPU has no measured curve for:
+    # the same job is refused by both rather than reported here and refused there.
+    power_cap_throughput(topology.spec.gpu, config.cluster.power_cap_w)
     return MemoryReport(config=config, model=model.name, param_count=model.param_count, gpu=topology.spec.gpu,
                         n_gpus=topology.n_gpus, gpus_per_node=topology.gpus_per_node, memory=memory, advice=advice)
