@@ -266,7 +266,10 @@ HAND_CASES = [
     # memory
     E("memory", ["--gpus", "0"], "--gpus"),
     E("memory", ["--micro-batch", "1e9"], "--micro-batch"),
-    E("memory", ["--steps", "3"], "--steps"),
+    # memory takes every predict field from the same option definitions (memparity), so --steps is
+    # validated as predict validates it and, like predict's memory section, does not move memory.
+    E("memory", ["--steps", "0"], "--steps"),
+    OK("memory", ["--steps", "3"]),
     OK("memory", ["--micro-batch", "16384"]),
     OK("memory", ["--micro-batch", "1048576", "--model", "llama-2-70b", "--json"]),
     OK("memory", ["--gpus", "1048576", "--link", "infiniband", "--model", "llama-3-405b", "--json"]),
