@@ -164,6 +164,7 @@ def test_cli_rank_goodput_errors_are_one_line(capsys, argv, message):
     assert message in err, err
 
 
+@pytest.mark.slow  # ~2 s each: whole plan searches with goodput ranking
 def test_plan_keeps_the_layouts_that_finish_when_some_never_do():
     """Bigger layouts fail more often: at an MTBF that only the smaller ones outlast, the ranking
     lists the finishing ones first and those that would take aeons after them: the search is refused
@@ -184,6 +185,7 @@ def test_plan_keeps_the_layouts_that_finish_when_some_never_do():
                      failures=FailureInputs(rates=FailureRates(node_mtbf_s=60.0)))
 
 
+@pytest.mark.slow  # ~2 s each: whole plan searches with goodput ranking
 def test_plan_json_carries_no_astronomical_time_to_train(capsys):
     """fuzz5: --tokens 1e18 at --mtbf-gpu 1h with a 1 MB/s checkpoint ranked layouts whose expected
     time through failures was 6e173 s (plan --rank goodput --json); each would fail ~1e172 times."""
