@@ -66,7 +66,7 @@ from dpsim.workload.compute import ComputeProfile, compute_profile
 from dpsim.workload.from_torch import load_torch_workload
 from dpsim.workload.layers import with_activation_count, with_attention_kernel
 from dpsim.workload.model_ref import is_torch_model_ref
-from dpsim.workload.precision import check_precision_on_gpu, get_precision
+from dpsim.workload.precision import Precision, check_precision_on_gpu, get_precision
 from dpsim.workload.roofline import Efficiencies
 from dpsim.workload.spec import ModelSpec
 
@@ -187,6 +187,33 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
     return predict_resolved(resolve(config), degradations=degradations, model=model, topology=topology)
 
 
+def checked_precision(config: PredictConfig, model: ModelSpec, gpu) -> Precision:
+    """The job's precision, after the checks a prediction and a memory report both make, so that
+    ``dpsim memory`` refuses exactly the jobs ``dpsim predict`` refuses: expert and all-to-all
+    options against the model, the precision and attention kernel against the GPU (a CPU profile's
+    device has no tensor cores to check), and ``--power-cap-w`` against the GPU's measured curve and
+    against a measured compute (a profile's or a one-GPU step, measured at the GPU's own power limit:
+    a cap on top would be dropped by it, so the pair is refused rather than one of them ignored)."""
+    if model.moe is None:  # every path: a data-parallel-only prediction too (check_layout covers layouts)
+        check_no_expert_options(model.name, config.parallelism)
+    check_all_to_all_options(model, config.parallelism)
+    precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
+                              fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile,
+                              layout=config.parallelism.layout_active)
+    if gpu.peak_flops_per_s:
+        check_precision_on_gpu(precision, gpu)
+        check_attention_kernel_on_gpu(config.execution.attention_kernel, gpu)
+    cap_w = config.cluster.power_cap_w
+    if cap_w is not None:
+        for flag, given in (("--calibration", config.calibration.profile is not None),
+                            ("--single-gpu-step-ms", config.calibration.single_gpu_step_s is not None)):
+            if given:
+                raise ConfigError(f"--power-cap-w: {cap_w:g} W is not available with {flag} (its compute was "
+                                  f"measured at the GPU's own power limit); leave one of them out")
+        power_cap_throughput(gpu.name, cap_w)  # refuses a GPU with no measured curve
+    return precision
+
+
 def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | None = None,
                      topology: Topology | None = None) -> Prediction:
     """:func:`predict` of a config already resolved, with its profile already read (a caller that
@@ -201,22 +228,7 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
         gpu = check_cpu_compute(config, profile, calibrated_device(profile, gpu))
     # A given model (a published configuration) keeps what --activations says too: one count for every caller.
     model = load_model(config) if model is None else counted_model(model, config)
-    if model.moe is None:  # every path: a data-parallel-only prediction too (check_layout covers layouts)
-        check_no_expert_options(model.name, config.parallelism)
-    check_all_to_all_options(model, config.parallelism)
-    precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
-                              fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile,
-                              layout=config.parallelism.layout_active)
-    if gpu.peak_flops_per_s:  # a CPU profile's device has no tensor cores to check
-        check_precision_on_gpu(precision, gpu)
-        check_attention_kernel_on_gpu(config.execution.attention_kernel, gpu)
-    # A measured compute (a profile's, or a one-GPU step) was measured at its GPU's own power limit: a cap
-    # on top would be dropped by it, so the pair is refused rather than one of them ignored.
-    for flag, given in (("--calibration", profile is not None),
-                        ("--single-gpu-step-ms", config.calibration.single_gpu_step_s is not None)):
-        if given and config.cluster.power_cap_w is not None:
-            raise ConfigError(f"--power-cap-w: {config.cluster.power_cap_w:g} W is not available with {flag} (its "
-                              f"compute was measured at the GPU's own power limit); leave one of them out")
+    precision = checked_precision(config, model, gpu)
     compute: ComputeProfile = memoized(  # memoized: a sweep shares it between points
         compute_profile, model, gpu, micro_batch=config.workload.micro_batch, precision=precision, optimizer=config.workload.optimizer,
         compute_efficiency=capped_compute_efficiency(config, gpu), single_gpu_step_s=config.calibration.single_gpu_step_s,
@@ -523,14 +535,7 @@ def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpe
     topology = resolve_topology(config)
     gpu = get_gpu(topology.spec.gpu)
     model = load_model(config)
-    if model.moe is None:
-        check_no_expert_options(model.name, config.parallelism)
-    check_all_to_all_options(model, config.parallelism)
-    precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
-                              fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile,
-                              layout=config.parallelism.layout_active)
-    check_precision_on_gpu(precision, gpu)
-    check_attention_kernel_on_gpu(config.execution.attention_kernel, gpu)
+    precision = checked_precision(config, model, gpu)
     if config.parallelism.layout_active:
         check_layout(config, model, topology)
         memory, advice = layout_fit(layout_memory(config, model, gpu, precision), config)
@@ -543,8 +548,5 @@ def memory_report(config: PredictConfig) -> MemoryReport:
     """:func:`memory_for_config` as a result (``dpsim memory``)."""
     config = resolve(config).config
     memory, advice, model, topology = _memory(config)
-    # A power cap does not change memory, but predict refuses one the GPU has no measured curve for:
-    # the same job is refused by both rather than reported here and refused there.
-    power_cap_throughput(topology.spec.gpu, config.cluster.power_cap_w)
     return MemoryReport(config=config, model=model.name, param_count=model.param_count, gpu=topology.spec.gpu,
                         n_gpus=topology.n_gpus, gpus_per_node=topology.gpus_per_node, memory=memory, advice=advice)
