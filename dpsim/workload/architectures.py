@@ -42,6 +42,7 @@ from dpsim.workload.layers import (
     layernorm_saved_elements,
     llama_compiled_saved_elements,
     squared_relu_ops,
+    window_causal_share,
     fan_out_ops,
     gated_activation_ops,
     gelu_new_activation_bytes,
@@ -178,6 +179,14 @@ class LlamaConfig:
     """A bias on the output projection (with ``qkv_bias``: HF Llama's ``attention_bias``)."""
     mlp_bias: bool = False
     """Biases on the dense MLP's projections (HF Llama's ``mlp_bias``)."""
+    sliding_window: int = 0
+    """Sliding-window attention (Mistral's ``sliding_window``): each query attends to itself and the
+    ``sliding_window - 1`` tokens before it (:func:`~dpsim.workload.layers.window_causal_share`);
+    0: the whole causal prefix."""
+    window_layers: str = "all"
+    """Which blocks attend over the window: ``all`` (Mistral) or ``alternate`` (Gemma 2: the even
+    blocks local, the odd ones global; transformers 5.25.0 ``Gemma2Config.layer_types``
+    ``"sliding_attention" if bool((i + 1) % 2) else "full_attention"``)."""
     mtp_depth: int = 0
     """Multi-token prediction modules run in training (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2:
     ``D`` sequential modules, the k-th an RMSNorm of the previous depth's hidden state and one of
@@ -402,17 +411,25 @@ def build_llama(
     def saved(readers: int) -> tuple:
         return (layernorm_saved_elements if layernorm else eager_rms_saved_elements)(s, d, readers)
 
-    def block(p: str, routed: bool, mtp: tuple[list, list, float, float] | None = None) -> None:
+    if cfg.window_layers not in ("all", "alternate"):
+        raise WorkloadError(f"window_layers: {cfg.window_layers!r} is not modelled; allowed: all, alternate")
+    _check_positive_int(cfg.sliding_window or 1, "sliding_window")
+
+    def block(p: str, routed: bool, mtp: tuple[list, list, float, float] | None = None, index: int = 0) -> None:
         """Append block ``p``'s attention and MLP layers; ``mtp``: the (modules, ops, FLOPs,
-        activation bytes) a multi-token prediction module runs before its block's attention."""
+        activation bytes) a multi-token prediction module runs before its block's attention;
+        ``index``: the block's place, which picks its window (:attr:`LlamaConfig.window_layers`)."""
         nonlocal registered
         sd = float(s * d)
+        window = cfg.sliding_window if cfg.window_layers == "all" or index % 2 == 0 else 0
+        # The attention core's FLOPs in the full-square convention, scaled to the window's share.
+        window_scale = window_causal_share(s, window) / 0.5
         input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=layernorm)
         post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=layernorm)
         attn_compiled = None  # MLA, unfused attention and q/k norms: not traced (eager count)
         attn_megatron = None  # MLA: no Megatron-Core count (the eager one is kept)
         if cfg.q_lora_rank:
-            attn_modules, attn_ops, attn_flops, attn_act = _mla_attention(cfg, p, s, dtype, flash_attention)
+            attn_modules, attn_ops, attn_flops, attn_act = _mla_attention(cfg, p, s, dtype, flash_attention, window)
         else:
             q = _linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=cfg.qkv_bias)
             k = _linear(f"{p}.self_attn.k_proj", kv_dim, d, dtype, bias=cfg.qkv_bias)
@@ -441,7 +458,8 @@ def build_llama(
             # Autocast's 16-bit copies of the rotated q and k (promoted to the stream's dtype by the
             # fp32 cos/sin tables) for attention.
             attn_ops += [cast_op("cast_q", float(s * q_dim)), cast_op("cast_k", float(s * sdpa_kv)),
-                         *attention_ops(s, cfg.num_attention_heads, hd, causal=True, fused=flash_attention),
+                         *attention_ops(s, cfg.num_attention_heads, hd, causal=True, fused=flash_attention,
+                                        window=window),
                          *linear_ops("o_proj", s, d, q_dim, bias=cfg.o_bias), *residual_ops("residual", sd)]
             attn_act, _ = llama_block_activation_bytes(s, d, q_dim, sdpa_kv, inter, cfg.num_attention_heads,
                                                        flash_attention=flash_attention, layernorm=layernorm)
@@ -452,7 +470,7 @@ def build_llama(
             if flash_attention and not cfg.qk_norm and not layernorm and cfg.gated:
                 attn_compiled = llama_compiled_saved_elements(s, d, q_dim, sdpa_kv, inter)[0]
             attn_flops = (2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
-                          + attention_matmul_flops(s, q_dim))
+                          + attention_matmul_flops(s, q_dim) * window_scale)
         if routed:
             mlp_compiled = None
             mlp_modules, mlp_ops, mlp_flops, mlp_act = _moe_mlp(cfg, p, s, dtype)
@@ -524,7 +542,7 @@ def build_llama(
         ))
 
     for i in range(cfg.num_hidden_layers):
-        block(f"model.layers.{i}", moe is not None and i >= moe.dense_layers)
+        block(f"model.layers.{i}", moe is not None and i >= moe.dense_layers, index=i)
     for k in range(depth):
         block(f"{MTP_UNIT_PREFIX}{k}", moe is not None, _mtp_projection(f"{MTP_UNIT_PREFIX}{k}", s, d, dtype))
     head = [_norm("model.norm", d, dtype, bias=layernorm)]
@@ -571,7 +589,7 @@ def _mtp_projection(p: str, s: int, d: int, dtype: str) -> tuple[list, list, flo
     return mods, ops, flops, act
 
 
-def _mla_attention(cfg: LlamaConfig, p: str, s: int, dtype: str, flash_attention: bool):
+def _mla_attention(cfg: LlamaConfig, p: str, s: int, dtype: str, flash_attention: bool, window: int = 0):
     """DeepSeek-V3's multi-head latent attention (DeepSeek-V2 paper, arXiv:2405.04434, Sec.
     2.1; transformers ``DeepseekV3Attention``): queries through ``q_a_proj`` (to
     ``q_lora_rank``), an RMSNorm and ``q_b_proj`` (to ``heads x (nope + rope)``); keys and
@@ -603,10 +621,10 @@ def _mla_attention(cfg: LlamaConfig, p: str, s: int, dtype: str, flash_attention
            *rope_ops("rope_q", float(s * h * cfg.qk_rope_head_dim)),
            *rope_ops("rope_k", float(s * cfg.qk_rope_head_dim)),
            cast_op("cast_q", float(s * q_dim)), cast_op("cast_k", float(s * q_dim)),
-           *attention_ops(s, h, core_dim, causal=True, fused=flash_attention),
+           *attention_ops(s, h, core_dim, causal=True, fused=flash_attention, window=window),
            *linear_ops("o_proj", s, d, o_in, bias=False), *residual_ops("residual", sd)]
     flops = 2.0 * s * sum(m.params[0].numel for m in mods if len(m.params[0].shape) == 2) \
-        + attention_matmul_flops(s, h * core_dim)
+        + attention_matmul_flops(s, h * core_dim) * window_causal_share(s, window) / 0.5
     act, _ = llama_block_activation_bytes(s, d, q_dim, q_dim, cfg.intermediate_size, h,
                                           flash_attention=flash_attention)
     return mods, ops, flops, act

@@ -106,14 +106,22 @@ class TransformerShape:
     bias: str = ""
     """Which projections have biases (:data:`BIASES`); empty: the family's default, which
     :func:`check_shape` fills in."""
+    window: int = 0
+    """Sliding-window attention: each query attends to itself and the ``window - 1`` tokens before it
+    (Mistral's ``sliding_window``); 0: the whole causal prefix (RoPE blocks)."""
+    window_layers: str = "all"
+    """With ``window``: ``all`` blocks local (Mistral) or ``alternate`` (Gemma 2: even blocks local,
+    odd ones global)."""
 
 
 _INT_FIELDS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq", "positions")
-_MOE_INT_FIELDS = ("head_dim", "experts", "top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers")
-"""Integer keys that may be 0 (not set): the head width and the expert layers."""
+_MOE_INT_FIELDS = ("head_dim", "experts", "top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers",
+                   "window")
+"""Integer keys that may be 0 (not set): the head width, the expert layers and the attention window."""
+WINDOW_LAYERS = ("all", "alternate")
 _REQUIRED = ("hidden", "layers", "heads", "vocab", "seq")
 _KEYS = tuple(f.name for f in fields(TransformerShape))
-_CHOICES = {"act": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS}
+_CHOICES = {"act": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS, "window_layers": WINDOW_LAYERS}
 _FAMILIES = ("pos=rope with any norm and act (the Llama builder: Llama, Nemotron-4, Gemma), or "
              "norm=layernorm with act=gelu/gelu_new/relu and pos=learned/alibi (GPT-2, OPT, BLOOM)")
 
@@ -235,7 +243,8 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         raise fail("kv_heads", shape.kv_heads, f"it must divide {n('heads')}={shape.heads}")
     if shape.pos == "learned" and shape.positions < shape.seq:
         raise fail("positions", shape.positions, f"a learned table needs at least {n('seq')}={shape.seq} rows")
-    for key, choices in (("norm", NORMS), ("act", ACTIVATIONS), ("pos", POSITIONS), ("bias", ("",) + BIASES)):
+    for key, choices in (("norm", NORMS), ("act", ACTIVATIONS), ("pos", POSITIONS), ("bias", ("",) + BIASES),
+                         ("window_layers", WINDOW_LAYERS)):
         if getattr(shape, key) not in choices:  # a config's value (parse_shape checked the shape keys)
             raise fail(key, getattr(shape, key), f"allowed: {', '.join(c for c in choices if c)}")
     # RoPE blocks are built by the Llama builder (any norm, MLP and biases); learned and ALiBi
@@ -255,6 +264,12 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
     if rope and shape.embed_norm:
         raise fail("embed_norm", "true", "the embedding LayerNorm exists only with learned or ALiBi positions "
                                          "(BLOOM)")
+    if shape.window_layers != "all" and not shape.window:
+        raise fail("window_layers", shape.window_layers, f"alternating local blocks need a window: give "
+                                                         f"{n('window')}=TOKENS, or leave {n('window_layers')} out")
+    if not rope and shape.window:
+        raise fail("window", shape.window, "sliding-window attention is built for RoPE blocks (Mistral, Gemma 2): "
+                                           "give pos=rope, or window=0")
     if not rope and (shape.experts or shape.qk_norm or shape.head_dim):
         key = "experts" if shape.experts else "qk_norm" if shape.qk_norm else "head_dim"
         raise fail(key, getattr(shape, key), "expert layers, qk_norm and head_dim exist only with pos=rope")
@@ -286,6 +301,8 @@ def shape_ref(shape: TransformerShape) -> str:
     def default(key: str) -> bool:
         if key == "bias":  # the family's own biases are left out
             return shape.bias in ("", "none" if shape.pos == "rope" else "all")
+        if key == "window_layers":
+            return shape.window_layers == "all"
         return key in _MOE_INT_FIELDS + ("qk_norm",) and not getattr(shape, key)
     # The head width, expert keys and biases only when set, so a shape reads as it always has.
     return SHAPE_PREFIX + ",".join(f"{f.name}={text(getattr(shape, f.name))}" for f in fields(shape)
@@ -305,7 +322,8 @@ def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
                            num_experts=shape.experts, num_experts_per_tok=shape.top_k,
                            moe_intermediate_size=shape.moe_ffn, n_shared_experts=shape.shared_experts,
                            shared_expert_intermediate_size=shape.shared_ffn,
-                           first_k_dense_replace=shape.dense_layers)
+                           first_k_dense_replace=shape.dense_layers, sliding_window=shape.window,
+                           window_layers=shape.window_layers)
     return GPT2Config(vocab_size=shape.vocab, n_positions=shape.positions if shape.pos == "learned" else shape.seq,
                       n_embd=shape.hidden, n_layer=shape.layers, n_head=shape.heads, n_inner=shape.ffn,
                       activation_function=shape.act, position_embedding=shape.pos,
@@ -355,7 +373,7 @@ def _attr(config: Any, *names: str) -> Any:
 
 _LLAMA_NAMES = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
                 "kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
-                "seq": "max_position_embeddings", "positions": "max_position_embeddings"}
+                "seq": "max_position_embeddings", "positions": "max_position_embeddings", "window": "sliding_window"}
 _MOE_NAMES = {**_LLAMA_NAMES, "experts": "num_experts", "top_k": "num_experts_per_tok",
               "moe_ffn": "moe_intermediate_size"}
 _HF_NAMES = {
@@ -396,9 +414,8 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
     """The shape of a transformers configuration whose family the catalog builders cover, read
     by attribute names (``model_type`` picks the family); ``None`` for any other (it is traced).
 
-    Llama, Mistral and Qwen2 (``LlamaForCausalLM``'s block; Qwen2's QKV biases are not
-    counted, a Mistral sliding window not modelled: attention is costed over the whole
-    sequence), GPT-2, OPT (learned table of ``max_position_embeddings + 2`` rows, ReLU) and
+    Llama, Mistral and Qwen2 (``LlamaForCausalLM``'s block; Qwen2's q/k/v biases; Mistral's,
+    Mixtral's and Phi-3's ``sliding_window``), GPT-2, OPT (learned table of ``max_position_embeddings + 2`` rows, ReLU) and
     BLOOM (ALiBi, embedding LayerNorm) as their transformers classes define them. A Llama
     ``head_dim`` other than ``hidden / heads``, a gated activation other than SiLU, OPT's
     ``project_in``/``project_out`` (``word_embed_proj_dim != hidden_size``) and a post-norm
@@ -454,8 +471,16 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                     return None  # dense blocks between MoE ones: not a prefix of dense_layers
                 experts = dict(experts=config.num_experts, top_k=config.num_experts_per_tok,
                                moe_ffn=config.moe_intermediate_size)
+            # Mistral, Mixtral and Phi-3 attend over sliding_window tokens in every block (None: the whole
+            # prefix); Qwen2/Qwen3 only with use_sliding_window, and then in the blocks from max_window_layers
+            # on, a split the window keys do not express.
+            window = 0
+            if kind in ("mistral", "mixtral", "phi3"):
+                window = given("sliding_window", 0)
+            elif getattr(config, "use_sliding_window", False):
+                return None
             return check(TransformerShape(
-                hidden=h, layers=config.num_hidden_layers, heads=heads,
+                hidden=h, layers=config.num_hidden_layers, heads=heads, window=window,
                 kv_heads=given("num_key_value_heads", heads) if kind != "gpt_neox" else heads,
                 ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
                 act=act, norm=norm, pos="rope", positions=config.max_position_embeddings,
@@ -543,7 +568,8 @@ def shape_ref_of_config_json(path: str) -> str:
         why = (f"its model_type {kind!r} is not built from a shape: {HF_NOT_BUILT[kind]}" if kind in HF_NOT_BUILT
                else f"its model_type {kind!r} is not one dpsim builds from a shape ({covered})" if kind not in _HF_NAMES
                else f"its {kind} configuration has a field the builders do not cover (an activation other than "
-                    f"the family's, biases on the MLP only, GPT-NeoX's parallel residual, Qwen3-MoE's mlp_only_layers "
+                    f"the family's, biases on the MLP only, GPT-NeoX's parallel residual, Qwen2's use_sliding_window, "
+                    f"Qwen3-MoE's mlp_only_layers "
                     f"or decoder_sparse_step, OPT's projections or post-norm)")
         raise WorkloadError(f"--model: {path!r}: {why}; give the model as transformers:CONFIGCLASS(KEY=VALUE, ...) "
                             f"to trace it, or by its shape (transformer:hidden=...,layers=...)")

@@ -1,0 +1,121 @@
+"""Transformer mechanisms given by shape and by a transformers ``config.json`` (issue 28 "any shape under any
+layout", issue 24 "one lowering"; shapes2): sliding-window attention, and (below) the other block forms. Each
+has its parameters against the published count of a real model, its FLOPs against an invariant, and the same
+model by shape and by ``config.json`` costs the same; what stays unexpressible is refused in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from dpsim.errors import DpsimError
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import predict
+from dpsim.workload.catalog import get_model
+from dpsim.workload.layers import window_causal_share
+from dpsim.workload.shapes import parse_shape, shape_param_count, shape_ref_of_config_json
+from dpsim.workload.spec import AttentionOp
+
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+
+
+def _config(folder: str) -> str:
+    return str(CONFIGS / folder / "config.json")
+
+
+def _attention(model):
+    return [op for layer in model.layers for op in layer.ops if isinstance(op, AttentionOp)]
+
+
+def _run(model, **layout):
+    layout.setdefault("seq_len", 2048)
+    return predict(PredictConfig(model=model, gpus=8, gpu="h100", link="infiniband", steps=1, global_batch=8,
+                                 micro_batch=1, **layout))
+
+
+# --------------------------------------------------------------------------- sliding window
+
+def test_the_window_share_counts_the_pairs_a_window_keeps():
+    for s, w in [(16, 4), (16, 1), (16, 15), (16, 16), (16, 40), (9, 3)]:
+        pairs = sum(min(i + 1, w) for i in range(s))
+        assert window_causal_share(s, w) == pytest.approx(0.5 * pairs / (s * (s + 1) / 2))
+    assert window_causal_share(4096, 0) == 0.5 and window_causal_share(4096, 4096) == 0.5
+
+
+# Mistral-7B-v0.1: tests/data/hf_configs/Mistral-7B-v0.1/config.json (the fields of mistralai/Mistral-7B-v0.1's
+# config.json; Jiang et al. 2023, arXiv:2310.06825, Table 1: dim 4096, 32 layers, head_dim 128, hidden_dim 14336,
+# 32 heads, 8 KV heads, window 4096, vocabulary 32000).
+MISTRAL_7B_COUNT = 7_241_732_096
+"""Counted tensor by tensor: 2 x 32000 x 4096 (embedding, untied head) + 32 x (4096 x (4096 + 2 x 1024) + 4096 x 4096
++ 3 x 4096 x 14336 + 2 x 4096) + 4096. Mistral AI's announcement and the paper round it to "7.3B" / "7 billion"; the
+hub lists 7.24B."""
+
+
+def test_mistral_by_config_json_has_its_window_and_its_parameters():
+    model = get_model(_config("Mistral-7B-v0.1"), seq_len=8192)
+    assert model.param_count == MISTRAL_7B_COUNT
+    assert abs(model.param_count / 7.3e9 - 1) < 0.01  # the announcement's rounded 7.3B
+    ops = _attention(model)
+    assert len(ops) == 32 and all(op.window == 4096 for op in ops)
+    assert ops[0].causal_share == pytest.approx(window_causal_share(8192, 4096))
+
+
+def test_a_window_costs_no_more_than_full_causal_and_the_same_once_it_covers_the_sequence():
+    shape = "transformer:hidden=1024,layers=4,heads=8,kv_heads=2,ffn=2816,vocab=32000,seq=8192"
+    full, windowed = get_model(shape), get_model(shape + ",window=1024")
+    assert windowed.forward_flops_per_sample < full.forward_flops_per_sample
+    # Only the attention core changes, by the window's share of the causal pairs.
+    core = 4.0 * 8192 * 8192 * 1024 * 4
+    assert full.forward_flops_per_sample - windowed.forward_flops_per_sample == pytest.approx(
+        core * (1 - window_causal_share(8192, 1024) / 0.5))
+    assert get_model(shape + ",window=8192").layers == full.layers
+    assert _run(shape + ",window=1024", seq_len=8192).step_time_s < _run(shape, seq_len=8192).step_time_s
+
+
+def test_gemma2_style_alternating_windows_keep_the_odd_blocks_global():
+    shape = "transformer:hidden=512,layers=4,heads=8,ffn=1024,vocab=1000,seq=4096,window=1024,window_layers=alternate"
+    assert [op.window for op in _attention(get_model(shape))] == [1024, 0, 1024, 0]
+
+
+def test_a_window_by_shape_and_by_config_json_is_the_same_model():
+    text = shape_ref_of_config_json(_config("Mistral-7B-v0.1"))
+    assert "window=4096" in text
+    assert get_model(text, seq_len=8192).layers == get_model(_config("Mistral-7B-v0.1"), seq_len=8192).layers
+
+
+SMALL_WINDOW = "transformer:hidden=512,layers=8,heads=8,kv_heads=4,ffn=1024,vocab=1024,seq=4096,window=512"
+
+
+@pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2), dict(strategy="fsdp"), dict(cp=2, cp_comm="a2a"),
+                                    dict(attention_kernel="cudnn"), dict(attention_kernel="flash3")])
+def test_a_window_runs_under_every_layout_that_runs_one(layout):
+    assert _run(SMALL_WINDOW, seq_len=4096, **layout).step_time_s > 0
+
+
+@pytest.mark.parametrize("model, layout, says", [
+    (SMALL_WINDOW, dict(cp=2), "--cp-comm p2p and"),
+    (SMALL_WINDOW, dict(cp=2, cp_comm="all-gather"), "--cp-comm all-gather and"),
+    (SMALL_WINDOW, dict(attention_kernel="triton"), "triton has no sliding window"),
+    (SMALL_WINDOW.replace("window=512", "window_layers=alternate"), {}, "window_layers=alternate"),
+    (SMALL_WINDOW.replace("window=512", "window=-1"), {}, "window=-1"),
+    ("transformer:hidden=512,layers=8,heads=8,vocab=1024,seq=4096,window=512,pos=alibi,norm=layernorm,act=gelu", {},
+     "window=512 is not valid"),
+])
+def test_what_a_window_cannot_run_is_refused_in_one_line(model, layout, says):
+    with pytest.raises(DpsimError) as err:
+        _run(model, seq_len=4096, **layout)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_qwen2_use_sliding_window_is_refused_naming_it(tmp_path):
+    data = {"model_type": "qwen2", "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 2,
+            "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 256,
+            "hidden_act": "silu", "use_sliding_window": True, "sliding_window": 128, "max_window_layers": 1}
+    path = tmp_path / "qwen" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(data))
+    with pytest.raises(DpsimError, match="use_sliding_window"):
+        get_model(str(path))
