@@ -119,3 +119,29 @@ def test_qwen2_use_sliding_window_is_refused_naming_it(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(DpsimError, match="use_sliding_window"):
         get_model(str(path))
+
+
+# --------------------------------------------------------------------------- partial rotary
+
+def _elements(model, prefix):
+    return sum(op.elements for layer in model.layers for op in layer.ops
+               if getattr(op, "name", "").startswith(prefix) and hasattr(op, "elements"))
+
+
+def test_partial_rotary_rotates_its_share_and_adds_the_concatenation():
+    shape = "transformer:hidden=1024,layers=2,heads=4,ffn=4096,vocab=1000,seq=512,act=gelu,norm=layernorm,bias=all"
+    full, part = get_model(shape), get_model(shape + ",rotary_pct=0.25")
+    assert part.param_count == full.param_count
+    assert part.forward_flops_per_sample == full.forward_flops_per_sample  # element-wise work only
+    assert _elements(part, "rope_q.cos") == pytest.approx(0.25 * _elements(full, "rope_q.cos"))
+    assert _elements(part, "rope_q.cat_pass") == 2 * 512 * 1024 and _elements(full, "rope_q.cat_pass") == 0
+    # A shorter rotation costs less time even with the concatenation.
+    assert _run(shape + ",rotary_pct=0.25").step_time_s <= _run(shape).step_time_s
+
+
+@pytest.mark.parametrize("value, says", [("0", "rotary_pct=0.0"), ("1.5", "rotary_pct=1.5"), ("x", "rotary_pct=x"),
+                                         ("0.001", "rotates no element")])
+def test_a_bad_rotary_share_is_refused_in_one_line(value, says):
+    with pytest.raises(DpsimError) as err:
+        get_model(f"transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64,rotary_pct={value}")
+    assert says in str(err.value) and "\n" not in str(err.value)

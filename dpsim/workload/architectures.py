@@ -43,6 +43,7 @@ from dpsim.workload.layers import (
     llama_compiled_saved_elements,
     squared_relu_ops,
     window_causal_share,
+    partial_rotary_ops,
     fan_out_ops,
     gated_activation_ops,
     gelu_new_activation_bytes,
@@ -179,6 +180,10 @@ class LlamaConfig:
     """A bias on the output projection (with ``qkv_bias``: HF Llama's ``attention_bias``)."""
     mlp_bias: bool = False
     """Biases on the dense MLP's projections (HF Llama's ``mlp_bias``)."""
+    rotary_dim: int = 0
+    """Rotary positions on the first ``rotary_dim`` of each query/key head only (GPT-J's ``rotary_dim``
+    64 of 256; GPT-NeoX's ``rotary_pct`` and Phi-3/Nemotron's ``partial_rotary_factor`` times the head
+    width, rounded down as transformers' ``int(head_dim * partial_rotary_factor)``); 0: the whole head."""
     sliding_window: int = 0
     """Sliding-window attention (Mistral's ``sliding_window``): each query attends to itself and the
     ``sliding_window - 1`` tokens before it (:func:`~dpsim.workload.layers.window_causal_share`);
@@ -411,6 +416,10 @@ def build_llama(
     def saved(readers: int) -> tuple:
         return (layernorm_saved_elements if layernorm else eager_rms_saved_elements)(s, d, readers)
 
+    if cfg.rotary_dim and not 0 < cfg.rotary_dim <= hd:
+        raise WorkloadError(f"rotary_dim: {cfg.rotary_dim!r} is not valid; allowed: 1 to the head width {hd}")
+    if cfg.rotary_dim and cfg.q_lora_rank:
+        raise WorkloadError("rotary_dim: multi-head latent attention sets its rotary part by qk_rope_head_dim")
     if cfg.window_layers not in ("all", "alternate"):
         raise WorkloadError(f"window_layers: {cfg.window_layers!r} is not modelled; allowed: all, alternate")
     _check_positive_int(cfg.sliding_window or 1, "sliding_window")
@@ -445,7 +454,10 @@ def build_llama(
                         *linear_ops("v_proj", s, kv_dim, d, bias=cfg.qkv_bias)]
             if cfg.qk_norm:
                 attn_ops += [norm_op("q_norm", float(s * q_dim)), norm_op("k_norm", float(s * kv_dim))]
-            attn_ops += [*rope_ops("rope_q", float(s * q_dim)), *rope_ops("rope_k", float(s * kv_dim))]
+            rot = cfg.rotary_dim if 0 < cfg.rotary_dim < hd else hd
+            attn_ops += [*rope_ops("rope_q", float(s * q_dim) * rot / hd), *rope_ops("rope_k", float(s * kv_dim) * rot / hd)]
+            if rot < hd:
+                attn_ops += [*partial_rotary_ops("rope_q", float(s * q_dim)), *partial_rotary_ops("rope_k", float(s * kv_dim))]
             sdpa_kv = kv_dim
             if kv_dim < q_dim:
                 # repeat_kv (expand + reshape) copies the rotated k (stream dtype) and v (16-bit) out

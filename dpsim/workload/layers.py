@@ -446,6 +446,19 @@ def rope_ops(name: str, elements: float) -> list[MemoryOp]:
             MemoryOp(name=f"{name}.grad_sum", elements=elements, forward=(), backward=((3, "act"),))]
 
 
+def partial_rotary_ops(name: str, elements: float) -> list[MemoryOp]:
+    """What rotating only part of each head adds to :func:`rope_ops` (run on the rotary part alone):
+    transformers' ``apply_rotary_pos_emb`` slices q (or k) into its rotary and pass-through parts and
+    concatenates the rotated part with the rest (``torch.cat([q_embed, q_pass], dim=-1)``,
+    transformers 5.25.0 ``models/gpt_neox/modeling_gpt_neox.py`` lines 130-139; GPT-J's
+    ``modeling_gptj.py`` slices ``query[:, :, :, : self.rotary_dim]`` the same way): the concatenation
+    reads both parts and writes the whole head in the stream's dtype (the rotated part was promoted);
+    backward, each slice's gradient is written into a zeroed tensor of the whole head and the two are
+    summed. ``elements``: the whole q (or k)."""
+    return [MemoryOp(name=f"{name}.cat_pass", elements=elements, forward=((1, "act"), (2, "stream")),
+                     backward=((2, "act"), (3, "act")))]
+
+
 def cast_op(name: str, elements: float) -> MemoryOp:
     """Autocast's copy of a residual-stream tensor into the 16-bit input of the next matmul,
     and the backward's copy of its gradient back (nothing when the dtypes agree)."""

@@ -106,6 +106,9 @@ class TransformerShape:
     bias: str = ""
     """Which projections have biases (:data:`BIASES`); empty: the family's default, which
     :func:`check_shape` fills in."""
+    rotary_pct: float = 1.0
+    """The share of each query/key head that RoPE rotates (GPT-NeoX's ``rotary_pct`` 0.25, Phi-3's and
+    Nemotron's ``partial_rotary_factor``, GPT-J's ``rotary_dim / head_dim``); 1: the whole head."""
     window: int = 0
     """Sliding-window attention: each query attends to itself and the ``window - 1`` tokens before it
     (Mistral's ``sliding_window``); 0: the whole causal prefix (RoPE blocks)."""
@@ -191,6 +194,11 @@ def parse_shape(text: str) -> TransformerShape:
     values.setdefault("kv_heads", values["heads"])
     values.setdefault("positions", values["seq"])
     values["dropout"] = _dropout(given.get("dropout"), values["norm"], values["pos"])
+    if "rotary_pct" in given:
+        try:
+            values["rotary_pct"] = float(given["rotary_pct"])
+        except ValueError:
+            raise _fail("rotary_pct", given["rotary_pct"], "expected a share above 0 and at most 1") from None
     values["name"] = given.get("name", "transformer")
     if not values["name"].isprintable():  # a newline or an escape sequence went raw into every table's title
         raise _fail("name", repr(values["name"]), "expected printable text on one line")
@@ -264,6 +272,13 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
     if rope and shape.embed_norm:
         raise fail("embed_norm", "true", "the embedding LayerNorm exists only with learned or ALiBi positions "
                                          "(BLOOM)")
+    pct = shape.rotary_pct
+    if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0.0 < pct <= 1.0:
+        raise fail("rotary_pct", pct, "expected a share above 0 and at most 1")
+    if pct != 1.0 and not rope:
+        raise fail("rotary_pct", pct, "partial rotary embeddings exist only with pos=rope")
+    if pct != 1.0 and int((shape.head_dim or shape.hidden // shape.heads) * pct) < 1:
+        raise fail("rotary_pct", pct, "it rotates no element of a head: give a larger share")
     if shape.window_layers != "all" and not shape.window:
         raise fail("window_layers", shape.window_layers, f"alternating local blocks need a window: give "
                                                          f"{n('window')}=TOKENS, or leave {n('window_layers')} out")
@@ -303,6 +318,8 @@ def shape_ref(shape: TransformerShape) -> str:
             return shape.bias in ("", "none" if shape.pos == "rope" else "all")
         if key == "window_layers":
             return shape.window_layers == "all"
+        if key == "rotary_pct":
+            return shape.rotary_pct == 1.0
         return key in _MOE_INT_FIELDS + ("qk_norm",) and not getattr(shape, key)
     # The head width, expert keys and biases only when set, so a shape reads as it always has.
     return SHAPE_PREFIX + ",".join(f"{f.name}={text(getattr(shape, f.name))}" for f in fields(shape)
@@ -323,6 +340,8 @@ def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
                            moe_intermediate_size=shape.moe_ffn, n_shared_experts=shape.shared_experts,
                            shared_expert_intermediate_size=shape.shared_ffn,
                            first_k_dense_replace=shape.dense_layers, sliding_window=shape.window,
+                           rotary_dim=int((shape.head_dim or shape.hidden // shape.heads) * shape.rotary_pct)
+                           if shape.rotary_pct != 1.0 else 0,
                            window_layers=shape.window_layers)
     return GPT2Config(vocab_size=shape.vocab, n_positions=shape.positions if shape.pos == "learned" else shape.seq,
                       n_embd=shape.hidden, n_layer=shape.layers, n_head=shape.heads, n_inner=shape.ffn,
@@ -371,7 +390,7 @@ def _attr(config: Any, *names: str) -> Any:
     return None
 
 
-_LLAMA_NAMES = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
+_LLAMA_NAMES = {"rotary_pct": "partial_rotary_factor", "hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
                 "kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
                 "seq": "max_position_embeddings", "positions": "max_position_embeddings", "window": "sliding_window"}
 _MOE_NAMES = {**_LLAMA_NAMES, "experts": "num_experts", "top_k": "num_experts_per_tok",
@@ -379,7 +398,7 @@ _MOE_NAMES = {**_LLAMA_NAMES, "experts": "num_experts", "top_k": "num_experts_pe
 _HF_NAMES = {
     "llama": _LLAMA_NAMES, "mistral": _LLAMA_NAMES, "qwen2": _LLAMA_NAMES, "qwen3": _LLAMA_NAMES,
     "phi3": _LLAMA_NAMES, "gemma": _LLAMA_NAMES, "nemotron": _LLAMA_NAMES,
-    "gpt_neox": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads"},
+    "gpt_neox": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "rotary_pct": "rotary_pct"},
     "mixtral": {**_MOE_NAMES, "experts": "num_local_experts", "moe_ffn": "intermediate_size"},
     "qwen3_moe": _MOE_NAMES,
     "gpt2": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
@@ -479,8 +498,14 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 window = given("sliding_window", 0)
             elif getattr(config, "use_sliding_window", False):
                 return None
+            # transformers v5 keeps the rotary share in rope_parameters; older config.json files at the top
+            # level (GPT-NeoX's rotary_pct, Phi-3's and Nemotron's partial_rotary_factor).
+            rope = getattr(config, "rope_parameters", None) or {}
+            pct = _attr(config, "partial_rotary_factor", "rotary_pct")
+            pct = rope.get("partial_rotary_factor", 1.0) if pct is None and isinstance(rope, dict) else pct
             return check(TransformerShape(
                 hidden=h, layers=config.num_hidden_layers, heads=heads, window=window,
+                rotary_pct=1.0 if pct is None else pct,
                 kv_heads=given("num_key_value_heads", heads) if kind != "gpt_neox" else heads,
                 ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
                 act=act, norm=norm, pos="rope", positions=config.max_position_embeddings,
