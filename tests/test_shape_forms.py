@@ -3,8 +3,8 @@
 multi-query attention, a head width other than hidden / heads, Qwen2's q/k/v biases, a sequential
 GPT-NeoX block, tied and untied heads; each has its hand-counted parameters, the same model by
 shape, by ``config.json`` and (where the catalog has it) by name predicts exactly the same, and
-it runs under tensor, pipeline, context and expert parallelism. Families the builders do not have
-(parallel attention + MLP, Gemma 2's four norms, MLA) are refused in one line."""
+it runs under tensor, pipeline, context and expert parallelism. Families the builders do not have are
+refused in one line (parallel blocks, windows and the rest: tests/test_shape_mechanisms.py)."""
 
 from __future__ import annotations
 
@@ -208,10 +208,12 @@ def test_an_moe_config_json_is_the_catalog_model(tmp_path, folder, data, catalog
 
 @pytest.mark.parametrize("model_type, extra, says", [
     ("gemma2", {}, "four norms"),
-    ("falcon", {"parallel_attn": True}, "parallel"),
+    # Parallel blocks (Falcon, GPT-J, GPT-NeoX's parallel residual) are built now (tests/test_shape_mechanisms.py);
+    # Falcon's ALiBi and Cohere's bias-free eager LayerNorm are not.
+    ("falcon", {"parallel_attn": True, "alibi": True}, "Falcon's ALiBi"),
+    ("cohere", {}, "CohereLayerNorm"),
     ("deepseek_v3", {}, "--model deepseek-v3"),
     ("qwen2_moe", {}, "shared_expert_gate"),
-    ("gpt_neox", {"use_parallel_residual": True, "hidden_act": "gelu"}, "parallel residual"),
     ("mamba", {}, "'mamba' is not one dpsim builds"),
 ])
 def test_other_families_are_refused_in_one_line(tmp_path, model_type, extra, says):

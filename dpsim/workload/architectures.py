@@ -180,6 +180,16 @@ class LlamaConfig:
     """A bias on the output projection (with ``qkv_bias``: HF Llama's ``attention_bias``)."""
     mlp_bias: bool = False
     """Biases on the dense MLP's projections (HF Llama's ``mlp_bias``)."""
+    parallel_block: int = 0
+    """Attention and the MLP in parallel on the block's input, ``x + attn(norm(x)) + mlp(norm'(x))``
+    (GPT-J, GPT-NeoX's ``use_parallel_residual``, Falcon's ``parallel_attn``, PaLM): 1 with one norm
+    both read (GPT-J's ``ln_1``, Falcon-7B's ``input_layernorm``), 2 with a norm each (GPT-NeoX's
+    ``input_layernorm`` and ``post_attention_layernorm``, Falcon-40B's ``ln_attn``/``ln_mlp``); 0: in
+    sequence. The FLOPs are the sequential block's; the op graph keeps attention before the MLP (one
+    GPU runs them one after the other either way)."""
+    lm_head_bias: bool = False
+    """A bias on the untied output head (GPT-J's ``lm_head``); its add is not costed (one pass over the
+    logits the loss reads anyway)."""
     rotary_dim: int = 0
     """Rotary positions on the first ``rotary_dim`` of each query/key head only (GPT-J's ``rotary_dim``
     64 of 256; GPT-NeoX's ``rotary_pct`` and Phi-3/Nemotron's ``partial_rotary_factor`` times the head
@@ -420,6 +430,14 @@ def build_llama(
         raise WorkloadError(f"rotary_dim: {cfg.rotary_dim!r} is not valid; allowed: 1 to the head width {hd}")
     if cfg.rotary_dim and cfg.q_lora_rank:
         raise WorkloadError("rotary_dim: multi-head latent attention sets its rotary part by qk_rope_head_dim")
+    if cfg.parallel_block not in (0, 1, 2):
+        raise WorkloadError(f"parallel_block: {cfg.parallel_block!r} is not valid; allowed: 0 (sequential), 1 (one "
+                            f"shared norm), 2 (a norm each)")
+    if cfg.parallel_block and (moe is not None or cfg.q_lora_rank or depth):
+        raise WorkloadError("parallel_block: parallel attention and MLP is modelled for dense blocks with "
+                            "multi-head or grouped-query attention; expert layers, MLA and MTP modules run in sequence")
+    if cfg.lm_head_bias and cfg.tie_word_embeddings:
+        raise WorkloadError("lm_head_bias: a bias is on an untied output head (GPT-J); give tie_word_embeddings=False")
     if cfg.window_layers not in ("all", "alternate"):
         raise WorkloadError(f"window_layers: {cfg.window_layers!r} is not modelled; allowed: all, alternate")
     _check_positive_int(cfg.sliding_window or 1, "sliding_window")
@@ -526,6 +544,25 @@ def build_llama(
             mlp_compiled = None
             mlp_megatron = megatron_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
                                                            gated=False)[1]
+        if cfg.parallel_block:
+            # The MLP reads the block's input, not attention's output: with one shared norm it has no norm
+            # of its own and its projections read the attention norm's output (one more cast and gradient
+            # sum per reader); with two its norm reads the input the attention norm already keeps.
+            readers = 2 if cfg.gated else 1
+            if cfg.parallel_block == 1:
+                body = [op for op in mlp_ops if not op.name.startswith(("post_attention_layernorm", "normed."))]
+                mlp_ops = [*fan_out_ops("normed", sd, readers + 1)[1:], *body]
+                mlp_act -= ACTIVATION_ELEMENT_BYTES * sd * (2 if layernorm else 3)
+                mlp_saved = ((float(readers) * sd, "recast"),)
+            else:
+                mlp_act -= ACTIVATION_ELEMENT_BYTES * sd
+                mlp_saved = tuple((n - sd, c) if c == "stream" else (n, c) for n, c in saved(readers))
+            # Megatron-Core's and the compiled counts were derived for sequential blocks.
+            attn_megatron = mlp_megatron = None
+            attn_compiled = mlp_compiled = None
+        else:
+            mlp_saved = saved(1 if routed or not cfg.gated else 2)
+        mlp_norms = [post_norm] if cfg.parallel_block != 1 else []
         pre_modules: list = []
         if mtp is not None:
             # The MTP module's norms and 2h -> h projection run ahead of its block's attention.
@@ -535,7 +572,7 @@ def build_llama(
             attn_act += pre_act
             if attn_megatron is not None:
                 attn_megatron += pre_act
-        registered += [*pre_modules, *attn_modules, *mlp_modules, input_norm, post_norm]
+        registered += [*pre_modules, *attn_modules, *mlp_modules, input_norm, *mlp_norms]
         layers.append(_layer(
             f"{p}.self_attn", [*pre_modules, input_norm, *attn_modules],  # + input_layernorm
             forward_flops_per_sample=attn_flops,
@@ -545,9 +582,9 @@ def build_llama(
             ops=attn_ops,
         ))
         layers.append(_layer(
-            f"{p}.mlp", [post_norm, *mlp_modules],  # + post_attention_layernorm
+            f"{p}.mlp", [*mlp_norms, *mlp_modules],  # + post_attention_layernorm
             forward_flops_per_sample=mlp_flops,
-            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=saved(1 if routed or not cfg.gated else 2),
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=mlp_saved,
             compiled_saved_elements=mlp_compiled if attn_compiled is not None else None,
             megatron_activation_bytes_per_sample=mlp_megatron,
             ops=mlp_ops,
@@ -559,7 +596,7 @@ def build_llama(
         block(f"{MTP_UNIT_PREFIX}{k}", moe is not None, _mtp_projection(f"{MTP_UNIT_PREFIX}{k}", s, d, dtype))
     head = [_norm("model.norm", d, dtype, bias=layernorm)]
     if not cfg.tie_word_embeddings:
-        head.append(_linear("lm_head", v, d, dtype, bias=False))
+        head.append(_linear("lm_head", v, d, dtype, bias=cfg.lm_head_bias))
     registered += head
     # model.norm + lm_head, and once more per MTP depth: the head is shared (Sec. 2.2).
     layers.append(_lm_head_layer(head, s, d, v, eager_rms=not layernorm, passes=1 + depth))

@@ -38,9 +38,10 @@ GPT_ACTIVATIONS = ("gelu", "gelu_new", "relu")
 """The MLPs of GPT-2, OPT and BLOOM blocks (learned or ALiBi positions)."""
 NORMS = ("rmsnorm", "layernorm")
 POSITIONS = ("rope", "learned", "alibi")
-BIASES = ("none", "qkv", "attn", "all")
+BIASES = ("none", "qkv", "attn", "mlp", "all")
 """Which projections have biases: ``none`` (Llama, Mistral, Nemotron-4, Gemma), ``qkv`` (Qwen2's q, k
-and v), ``attn`` (q, k, v and the output: HF Llama's ``attention_bias``), ``all`` (attention and MLP:
+and v), ``attn`` (q, k, v and the output: HF Llama's ``attention_bias``), ``mlp`` (the MLP's alone:
+GPT-J's ``fc_in``/``fc_out``, HF Llama's ``mlp_bias``), ``all`` (attention and MLP:
 GPT-2, OPT, BLOOM, GPT-NeoX). The default is the family's: ``all`` with learned or ALiBi positions
 (the GPT-2 builder's blocks), ``none`` with RoPE."""
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
@@ -106,6 +107,11 @@ class TransformerShape:
     bias: str = ""
     """Which projections have biases (:data:`BIASES`); empty: the family's default, which
     :func:`check_shape` fills in."""
+    parallel: int = 0
+    """Attention and the MLP in parallel on the block's input: 1 with one norm both read (GPT-J,
+    Falcon-7B, PaLM), 2 with a norm each (GPT-NeoX's ``use_parallel_residual``); 0: in sequence."""
+    head_bias: bool = False
+    """A bias on the untied output head (GPT-J's ``lm_head``)."""
     rotary_pct: float = 1.0
     """The share of each query/key head that RoPE rotates (GPT-NeoX's ``rotary_pct`` 0.25, Phi-3's and
     Nemotron's ``partial_rotary_factor``, GPT-J's ``rotary_dim / head_dim``); 1: the whole head."""
@@ -119,7 +125,7 @@ class TransformerShape:
 
 _INT_FIELDS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq", "positions")
 _MOE_INT_FIELDS = ("head_dim", "experts", "top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers",
-                   "window")
+                   "window", "parallel")
 """Integer keys that may be 0 (not set): the head width, the expert layers and the attention window."""
 WINDOW_LAYERS = ("all", "alternate")
 _REQUIRED = ("hidden", "layers", "heads", "vocab", "seq")
@@ -180,7 +186,7 @@ def parse_shape(text: str) -> TransformerShape:
         if given["bias"].lower() not in BIASES:
             raise _fail("bias", given["bias"], f"allowed: {', '.join(BIASES)}")
         values["bias"] = given["bias"].lower()
-    for key in ("tied", "embed_norm", "qk_norm"):
+    for key in ("tied", "embed_norm", "qk_norm", "head_bias"):
         value = given.get(key, "false").lower()
         if value not in _BOOLS:
             raise _fail(key, given[key], "allowed: true, false")
@@ -272,6 +278,15 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
     if rope and shape.embed_norm:
         raise fail("embed_norm", "true", "the embedding LayerNorm exists only with learned or ALiBi positions "
                                          "(BLOOM)")
+    if shape.parallel not in (0, 1, 2):
+        raise fail("parallel", shape.parallel, "allowed: 0 (in sequence), 1 (parallel, one shared norm: GPT-J, "
+                                               "Falcon), 2 (parallel, a norm each: GPT-NeoX)")
+    if shape.parallel and not rope:
+        raise fail("parallel", shape.parallel, "parallel blocks are built with pos=rope (GPT-J, GPT-NeoX, Falcon)")
+    if shape.parallel and shape.experts:
+        raise fail("parallel", shape.parallel, "expert layers run after attention: give parallel=0")
+    if shape.head_bias and (shape.tied or not rope):
+        raise fail("head_bias", "true", "a bias is on an untied output head with pos=rope (GPT-J): give tied=false")
     pct = shape.rotary_pct
     if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0.0 < pct <= 1.0:
         raise fail("rotary_pct", pct, "expected a share above 0 and at most 1")
@@ -292,7 +307,7 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         key = "norm" if shape.norm != "rmsnorm" else "act"
         raise fail(key, getattr(shape, key), "expert layers are built with norm=rmsnorm, act=swiglu (Mixtral, "
                                              "Qwen3-MoE, DeepSeek)")
-    if shape.experts and bias == "all":
+    if shape.experts and bias in ("mlp", "all"):
         raise fail("bias", bias, "expert MLPs have no biases: give bias=none, qkv or attn")
     if shape.experts:
         if not 1 <= shape.top_k <= shape.experts:
@@ -320,7 +335,7 @@ def shape_ref(shape: TransformerShape) -> str:
             return shape.window_layers == "all"
         if key == "rotary_pct":
             return shape.rotary_pct == 1.0
-        return key in _MOE_INT_FIELDS + ("qk_norm",) and not getattr(shape, key)
+        return key in _MOE_INT_FIELDS + ("qk_norm", "head_bias") and not getattr(shape, key)
     # The head width, expert keys and biases only when set, so a shape reads as it always has.
     return SHAPE_PREFIX + ",".join(f"{f.name}={text(getattr(shape, f.name))}" for f in fields(shape)
                                    if not default(f.name))
@@ -331,8 +346,9 @@ def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
     if shape.pos == "rope":
         bias = shape.bias or "none"
         return LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn,
-                           norm=shape.norm, mlp_act=shape.act, qkv_bias=bias != "none",
-                           o_bias=bias in ("attn", "all"), mlp_bias=bias == "all",
+                           norm=shape.norm, mlp_act=shape.act, qkv_bias=bias in ("qkv", "attn", "all"),
+                           o_bias=bias in ("attn", "all"), mlp_bias=bias in ("mlp", "all"),
+                           parallel_block=shape.parallel, lm_head_bias=shape.head_bias,
                            num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
                            num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.seq,
                            tie_word_embeddings=shape.tied, head_dim=shape.head_dim or None, qk_norm=shape.qk_norm,
@@ -365,10 +381,11 @@ def shape_param_count(shape: TransformerShape) -> int:
     norm = 2 * h if shape.norm == "layernorm" else h
     bias = shape.bias or ("none" if shape.pos == "rope" else "all")
     gated = shape.act in GATED
-    attention = h * (q + 2 * kv) + q * h + 2 * norm + (2 * head_dim if shape.qk_norm else 0)
-    attention += (q + 2 * kv if bias != "none" else 0) + (h if bias in ("attn", "all") else 0)
+    norms = 1 if shape.parallel == 1 else 2  # a parallel block's one shared norm (GPT-J, Falcon-7B)
+    attention = h * (q + 2 * kv) + q * h + norms * norm + (2 * head_dim if shape.qk_norm else 0)
+    attention += (q + 2 * kv if bias in ("qkv", "attn", "all") else 0) + (h if bias in ("attn", "all") else 0)
     block = attention + (3 if gated else 2) * h * shape.ffn
-    block += shape.ffn * (2 if gated else 1) + h if bias == "all" else 0
+    block += shape.ffn * (2 if gated else 1) + h if bias in ("mlp", "all") else 0
     moe_layers = shape.layers - shape.dense_layers if shape.experts else 0
     # An MoE layer: router h x E, E gated experts of moe_ffn, the shared ones of shared_ffn.
     moe_block = attention + h * shape.experts + 3 * h * (shape.experts * shape.moe_ffn
@@ -376,6 +393,7 @@ def shape_param_count(shape: TransformerShape) -> int:
     total = (shape.layers - moe_layers) * block + moe_layers * moe_block + shape.vocab * h + norm
     total += shape.positions * h if shape.pos == "learned" else 0
     total += 0 if shape.tied else shape.vocab * h
+    total += shape.vocab if shape.head_bias else 0
     total += 2 * h if shape.embed_norm else 0
     return total
 
@@ -397,10 +415,14 @@ _MOE_NAMES = {**_LLAMA_NAMES, "experts": "num_experts", "top_k": "num_experts_pe
               "moe_ffn": "moe_intermediate_size"}
 _HF_NAMES = {
     "llama": _LLAMA_NAMES, "mistral": _LLAMA_NAMES, "qwen2": _LLAMA_NAMES, "qwen3": _LLAMA_NAMES,
-    "phi3": _LLAMA_NAMES, "gemma": _LLAMA_NAMES, "nemotron": _LLAMA_NAMES,
+    "phi": _LLAMA_NAMES, "phi3": _LLAMA_NAMES, "gemma": _LLAMA_NAMES, "nemotron": _LLAMA_NAMES,
     "gpt_neox": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "rotary_pct": "rotary_pct"},
     "mixtral": {**_MOE_NAMES, "experts": "num_local_experts", "moe_ffn": "intermediate_size"},
     "qwen3_moe": _MOE_NAMES,
+    "gptj": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
+             "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions", "rotary_pct": "rotary_dim"},
+    "falcon": {**_LLAMA_NAMES, "kv_heads": "num_kv_heads", "ffn": "ffn_hidden_size",
+               "parallel": "num_ln_in_parallel_attn"},
     "gpt2": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
              "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions", "dropout": "resid_pdrop"},
     "opt": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "ffn": "ffn_dim", "dropout": "dropout"},
@@ -416,10 +438,8 @@ HF_NOT_BUILT = {
     "gemma2": "Gemma 2's blocks have four norms each (pre- and post-feedforward) and alternate sliding-window "
               "attention, which the builders do not have",
     "gemma3": "Gemma 3's blocks have four norms each and alternate sliding-window attention",
-    "falcon": "Falcon runs attention and the MLP in parallel from one norm (parallel_attn), which the builders "
-              "do not have",
-    "phi": "Phi-1/2 run attention and the MLP in parallel from one norm, which the builders do not have",
-    "gptj": "GPT-J runs attention and the MLP in parallel from one norm, which the builders do not have",
+    "cohere": "Cohere's blocks have a LayerNorm without a bias run eagerly (CohereLayerNorm) and scale the "
+              "logits (logit_scale), which the builders do not have",
     "qwen2_moe": "Qwen2-MoE's shared expert has a sigmoid gate (shared_expert_gate), which the expert layers "
                  "do not have",
     "deepseek_v3": "multi-head latent attention has no shape keys: use --model deepseek-v3 (the catalog's, "
@@ -451,24 +471,35 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
         return default if value is None else value
 
     try:
-        if kind in ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "nemotron", "gpt_neox", "mixtral",
+        if kind in ("llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gemma", "nemotron", "gpt_neox", "mixtral",
                     "qwen3_moe"):
             h, heads = config.hidden_size, config.num_attention_heads
             if isinstance(heads, int) and heads < 1:  # before h // heads (Qwen2Config does not divide by it)
                 raise WorkloadError(f"--model transformers:{name}: num_attention_heads={heads} is not valid; "
                                     f"expected an integer from 1 to {_MAX_DIM:,}")
             head_dim = _attr(config, "head_dim")
+            parallel = 0
             if kind == "gpt_neox":
-                if getattr(config, "use_parallel_residual", True):
-                    return None  # attention and MLP in parallel: not in the builders
-                norm, bias = "layernorm", "all" if getattr(config, "attention_bias", True) else None
+                # GPTNeoXLayer: x + attn(input_layernorm(x)) + mlp(post_attention_layernorm(x)) when parallel.
+                parallel = 2 if getattr(config, "use_parallel_residual", True) else 0
+                norm, bias = "layernorm", "all" if getattr(config, "attention_bias", True) else "mlp"
+                # gelu_fast (GPT-NeoX-20B) is the tanh approximation gelu_new computes, in as many eager
+                # kernels (transformers activations.py FastGELUActivation, NewGELUActivation).
+                act = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_new", "gelu_fast": "gelu_new"}.get(
+                    config.hidden_act)
+            elif kind == "phi":
+                # PhiDecoderLayer (transformers 5.25.0 models/phi/modeling_phi.py): x + attn(ln(x)) + mlp(ln(x)),
+                # biases on q/k/v, dense, fc1 and fc2, a LayerNorm at the end and a biased lm_head.
+                if getattr(config, "qk_layernorm", False):
+                    return None
+                parallel, norm, bias = 1, "layernorm", "all"
                 act = config.hidden_act if config.hidden_act in ("gelu", "relu", "gelu_new") else None
             elif kind == "nemotron":
                 # NemotronLayerNorm1P (a LayerNorm, weight and bias), NemotronMLP up/down with relu2.
                 norm, act = "layernorm", {"relu2": "relu2", "gelu": "gelu", "relu": "relu"}.get(config.hidden_act)
                 attention_bias, mlp_bias = getattr(config, "attention_bias", False), getattr(config, "mlp_bias", False)
                 bias = ("none" if not (attention_bias or mlp_bias) else "attn" if not mlp_bias
-                        else "all" if attention_bias else None)
+                        else "all" if attention_bias else "mlp")
             else:
                 norm = "rmsnorm"
                 hidden_act = _attr(config, "hidden_activation", "hidden_act") if kind == "gemma" \
@@ -478,7 +509,7 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 # modeling_qwen2.py); Llama's attention_bias puts one on all four, mlp_bias on the MLP.
                 attention_bias, mlp_bias = getattr(config, "attention_bias", False), getattr(config, "mlp_bias", False)
                 bias = ("qkv" if kind == "qwen2" else "none" if not (attention_bias or mlp_bias)
-                        else "attn" if not mlp_bias else "all" if attention_bias else None)
+                        else "attn" if not mlp_bias else "all" if attention_bias else "mlp")
             if act is None or bias is None:
                 return None
             experts: dict[str, Any] = {}
@@ -504,7 +535,8 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
             pct = _attr(config, "partial_rotary_factor", "rotary_pct")
             pct = rope.get("partial_rotary_factor", 1.0) if pct is None and isinstance(rope, dict) else pct
             return check(TransformerShape(
-                hidden=h, layers=config.num_hidden_layers, heads=heads, window=window,
+                hidden=h, layers=config.num_hidden_layers, heads=heads, window=window, parallel=parallel,
+                head_bias=kind == "phi" and not getattr(config, "tie_word_embeddings", False),
                 rotary_pct=1.0 if pct is None else pct,
                 kv_heads=given("num_key_value_heads", heads) if kind != "gpt_neox" else heads,
                 ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
@@ -512,6 +544,46 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 tied=bool(getattr(config, "tie_word_embeddings", kind == "gemma")), embed_norm=False, dropout=0.0,
                 name=name, head_dim=head_dim if head_dim not in (None, h // heads) else 0,
                 qk_norm=kind in ("qwen3", "qwen3_moe"), bias=bias, **experts))
+        if kind == "gptj":
+            # GPTJBlock: x + attn(ln_1(x)) + mlp(ln_1(x)); q/k/v/out_proj without biases, fc_in/fc_out and
+            # lm_head with them (transformers 5.25.0 models/gptj/modeling_gptj.py); RoPE on rotary_dim of a head.
+            h, heads = config.n_embd, config.n_head
+            act = config.activation_function
+            if act not in ("gelu", "gelu_new", "relu") or not isinstance(heads, int) or heads < 1:
+                return None
+            rotary = _attr(config, "rotary_dim")
+            tied = bool(getattr(config, "tie_word_embeddings", False))
+            return check(TransformerShape(
+                hidden=h, layers=config.n_layer, heads=heads, kv_heads=heads, ffn=given("n_inner", 4 * h),
+                vocab=config.vocab_size, seq=config.n_positions, act=act, norm="layernorm", pos="rope",
+                positions=config.n_positions, tied=tied, embed_norm=False, dropout=0.0, name=name, bias="mlp",
+                parallel=1, head_bias=not tied, rotary_pct=1.0 if rotary is None else rotary / (h // heads)))
+        if kind == "falcon":
+            # FalconDecoderLayer (transformers 5.25.0 models/falcon/modeling_falcon.py): parallel_attn with one
+            # input_layernorm (Falcon-7B) or, under new_decoder_architecture, ln_attn and ln_mlp
+            # (num_ln_in_parallel_attn 2, Falcon-40B/180B); multi_query: one key-value head; fused
+            # query_key_value and dense, MLP dense_h_to_4h/dense_4h_to_h, biases all or none (bias).
+            if getattr(config, "alibi", False) or getattr(config, "apply_residual_connection_post_layernorm", False):
+                return None
+            h, heads = config.hidden_size, config.num_attention_heads
+            new_arch = bool(getattr(config, "new_decoder_architecture", False))
+            kv = (given("num_kv_heads", heads) if new_arch else 1 if getattr(config, "multi_query", True) else heads)
+            if not getattr(config, "parallel_attn", True):
+                parallel = 0
+            elif new_arch:
+                parallel = given("num_ln_in_parallel_attn", 2)
+            else:
+                parallel = 1
+            act = getattr(config, "activation", "gelu")
+            if act not in ("gelu", "relu"):
+                return None
+            return check(TransformerShape(
+                hidden=h, layers=config.num_hidden_layers, heads=heads, kv_heads=kv,
+                ffn=given("ffn_hidden_size", 4 * h), vocab=config.vocab_size,
+                seq=given("max_position_embeddings", 2048), act=act, norm="layernorm", pos="rope",
+                positions=given("max_position_embeddings", 2048), tied=bool(getattr(config, "tie_word_embeddings", True)),
+                embed_norm=False, dropout=0.0, name=name, bias="all" if getattr(config, "bias", False) else "none",
+                parallel=parallel))
         if kind == "gpt2":
             act = config.activation_function
             if act not in ACTIVATIONS or act == "swiglu":
@@ -593,7 +665,7 @@ def shape_ref_of_config_json(path: str) -> str:
         why = (f"its model_type {kind!r} is not built from a shape: {HF_NOT_BUILT[kind]}" if kind in HF_NOT_BUILT
                else f"its model_type {kind!r} is not one dpsim builds from a shape ({covered})" if kind not in _HF_NAMES
                else f"its {kind} configuration has a field the builders do not cover (an activation other than "
-                    f"the family's, biases on the MLP only, GPT-NeoX's parallel residual, Qwen2's use_sliding_window, "
+                    f"the family's, Falcon's ALiBi, Qwen2's use_sliding_window, "
                     f"Qwen3-MoE's mlp_only_layers "
                     f"or decoder_sparse_step, OPT's projections or post-norm)")
         raise WorkloadError(f"--model: {path!r}: {why}; give the model as transformers:CONFIGCLASS(KEY=VALUE, ...) "
