@@ -231,3 +231,64 @@ def test_parallel_and_head_bias_refusals_are_one_line(text, says):
     with pytest.raises(DpsimError) as err:
         get_model(text)
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- Gemma 2: four norms, soft-caps
+
+# Gemma-2-9B: tests/data/hf_configs/gemma-2-9b/config.json (google/gemma-2-9b's fields); Gemma Team 2024, "Gemma 2",
+# arXiv:2408.00118, Table 2: 8,324,201,984 non-embedding + 917,504,000 embedding parameters = 9,241,705,984 (also what
+# transformers 5.25.0's Gemma2ForCausalLM registers from this file on the meta device).
+GEMMA2_9B_COUNT = 8_324_201_984 + 917_504_000
+
+
+def test_gemma2_9b_by_config_json_has_the_published_count_and_its_mechanisms():
+    model = get_model(_config("gemma-2-9b"))
+    assert model.param_count == GEMMA2_9B_COUNT
+    ops = _attention(model)
+    assert [op.window for op in ops[:4]] == [4096, 0, 4096, 0] and all(op.softcap for op in ops)
+    names = {p.name for p in model.params}
+    for norm in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                 "post_feedforward_layernorm"):
+        assert f"model.layers.0.{norm}.weight" in names
+    assert any(op.name == "final_softcap.tanh" for op in model.layers[-1].ops)
+
+
+def test_gemma2_by_shape_and_by_config_json_cost_the_same():
+    text = shape_ref_of_config_json(_config("gemma-2-9b"))
+    a, b = _run(_config("gemma-2-9b"), pp=2, seq_len=8192), _run(text, pp=2, seq_len=8192)
+    assert a.step_time_s == b.step_time_s and a.memory.total_bytes == b.memory.total_bytes
+
+
+def test_the_extra_norms_and_caps_add_time_and_memory_not_flops():
+    base = "transformer:hidden=1024,layers=4,heads=8,kv_heads=4,head_dim=256,ffn=4096,vocab=32000,seq=2048,act=geglu,tied=true"
+    plain = get_model(base)
+    gemma2 = get_model(base + ",sandwich_norms=true,attn_softcap=50,final_softcap=30")
+    assert gemma2.forward_flops_per_sample == plain.forward_flops_per_sample
+    assert gemma2.param_count == plain.param_count + 4 * 2 * 1024
+    kept = sum(l.activation_bytes_per_sample for l in gemma2.layers) - sum(l.activation_bytes_per_sample
+                                                                           for l in plain.layers)
+    # Two eager RMSNorms a block (input and normalised input: 3 s·h 16-bit-equivalents each, as the input norms)
+    # and tanh's output over the logits.
+    assert kept == pytest.approx(4 * 2 * 2 * 3 * 2048 * 1024 + 2 * 2048 * 32000)
+    assert _run(base + ",sandwich_norms=true,attn_softcap=50,final_softcap=30").step_time_s > _run(base).step_time_s
+    eager = dict(flash_attention=False)
+    assert (_run(base + ",attn_softcap=50", **eager).step_time_s > _run(base, **eager).step_time_s)
+
+
+@pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2), dict(strategy="fsdp"), dict(tp=2, pp=2)])
+def test_gemma2_runs_under_every_layout(layout):
+    assert _run(_config("gemma-2-9b"), seq_len=4096, **layout).step_time_s > 0
+
+
+@pytest.mark.parametrize("text, says", [
+    ("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64,attn_softcap=-1", "attn_softcap=-1"),
+    ("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64,final_softcap=x", "final_softcap=x"),
+    ("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64,sandwich_norms=true,parallel=1",
+     "sandwich_norms=True"),
+    ("transformer:hidden=512,layers=2,heads=8,vocab=100,seq=64,act=gelu,norm=layernorm,pos=learned,"
+     "sandwich_norms=true", "sandwich_norms=True"),
+])
+def test_gemma2_refusals_are_one_line(text, says):
+    with pytest.raises(DpsimError) as err:
+        get_model(text)
+    assert says in str(err.value) and "\n" not in str(err.value)

@@ -180,6 +180,17 @@ class LlamaConfig:
     """A bias on the output projection (with ``qkv_bias``: HF Llama's ``attention_bias``)."""
     mlp_bias: bool = False
     """Biases on the dense MLP's projections (HF Llama's ``mlp_bias``)."""
+    sandwich_norms: bool = False
+    """Gemma 2's four norms a block: besides the norms before attention and the MLP, one on each
+    sub-block's output before its residual add (``post_attention_layernorm``,
+    ``post_feedforward_layernorm``; the MLP's input norm is then ``pre_feedforward_layernorm``:
+    transformers 5.25.0 ``models/gemma2/modeling_gemma2.py`` ``Gemma2DecoderLayer``)."""
+    attn_softcap: float = 0.0
+    """Attention logit soft-capping (Gemma 2's ``attn_logit_softcapping`` 50): see
+    :attr:`~dpsim.workload.spec.AttentionOp.softcap`; 0: none."""
+    final_softcap: float = 0.0
+    """Final logit soft-capping (Gemma 2's ``final_logit_softcapping`` 30):
+    :func:`~dpsim.workload.layers.final_softcap_ops`; 0: none."""
     parallel_block: int = 0
     """Attention and the MLP in parallel on the block's input, ``x + attn(norm(x)) + mlp(norm'(x))``
     (GPT-J, GPT-NeoX's ``use_parallel_residual``, Falcon's ``parallel_attn``, PaLM): 1 with one norm
@@ -430,6 +441,13 @@ def build_llama(
         raise WorkloadError(f"rotary_dim: {cfg.rotary_dim!r} is not valid; allowed: 1 to the head width {hd}")
     if cfg.rotary_dim and cfg.q_lora_rank:
         raise WorkloadError("rotary_dim: multi-head latent attention sets its rotary part by qk_rope_head_dim")
+    for field_ in ("attn_softcap", "final_softcap"):
+        cap = getattr(cfg, field_)
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0.0 <= cap < math.inf:
+            raise WorkloadError(f"{field_}: {cap!r} is not valid; allowed: a cap above 0, or 0 for none")
+    if (cfg.sandwich_norms or cfg.attn_softcap) and (moe is not None or cfg.q_lora_rank or depth or cfg.parallel_block):
+        raise WorkloadError("sandwich_norms/attn_softcap: Gemma 2's block is modelled for dense blocks in sequence with "
+                            "multi-head or grouped-query attention")
     if cfg.parallel_block not in (0, 1, 2):
         raise WorkloadError(f"parallel_block: {cfg.parallel_block!r} is not valid; allowed: 0 (sequential), 1 (one "
                             f"shared norm), 2 (a norm each)")
@@ -452,7 +470,8 @@ def build_llama(
         # The attention core's FLOPs in the full-square convention, scaled to the window's share.
         window_scale = window_causal_share(s, window) / 0.5
         input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=layernorm)
-        post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=layernorm)
+        post_norm = _norm(f"{p}.{'pre_feedforward_layernorm' if cfg.sandwich_norms else 'post_attention_layernorm'}",
+                          d, dtype, bias=layernorm)
         attn_compiled = None  # MLA, unfused attention and q/k norms: not traced (eager count)
         attn_megatron = None  # MLA: no Megatron-Core count (the eager one is kept)
         if cfg.q_lora_rank:
@@ -489,7 +508,7 @@ def build_llama(
             # fp32 cos/sin tables) for attention.
             attn_ops += [cast_op("cast_q", float(s * q_dim)), cast_op("cast_k", float(s * sdpa_kv)),
                          *attention_ops(s, cfg.num_attention_heads, hd, causal=True, fused=flash_attention,
-                                        window=window),
+                                        window=window, softcap=bool(cfg.attn_softcap)),
                          *linear_ops("o_proj", s, d, q_dim, bias=cfg.o_bias), *residual_ops("residual", sd)]
             attn_act, _ = llama_block_activation_bytes(s, d, q_dim, sdpa_kv, inter, cfg.num_attention_heads,
                                                        flash_attention=flash_attention, layernorm=layernorm)
@@ -563,6 +582,23 @@ def build_llama(
         else:
             mlp_saved = saved(1 if routed or not cfg.gated else 2)
         mlp_norms = [post_norm] if cfg.parallel_block != 1 else []
+        attn_saved = saved(2 if cfg.q_lora_rank else 3)
+        out_norms: list = []
+        if cfg.sandwich_norms:
+            # A norm on each sub-block's output, before its residual add: its kernels, and what it keeps
+            # (an eager RMSNorm its input and normalised input, as the input norms).
+            out_norms = [_norm(f"{p}.post_attention_layernorm", d, dtype, bias=layernorm),
+                         _norm(f"{p}.post_feedforward_layernorm", d, dtype, bias=layernorm)]
+            kept = ACTIVATION_ELEMENT_BYTES * sd * (2 if layernorm else 3)
+            first = next(i for i, op in enumerate(attn_ops) if op.name == "residual")
+            attn_ops = [*attn_ops[:first], *norm_ops("post_attention_layernorm"), *attn_ops[first:]]
+            first = next(i for i, op in enumerate(mlp_ops) if op.name == "residual")
+            mlp_ops = [*mlp_ops[:first], *norm_ops("post_feedforward_layernorm"), *mlp_ops[first:]]
+            attn_act += kept
+            mlp_act += kept
+            attn_saved, mlp_saved = attn_saved + saved(1), mlp_saved + saved(1)
+            attn_megatron = mlp_megatron = None
+            attn_compiled = mlp_compiled = None
         pre_modules: list = []
         if mtp is not None:
             # The MTP module's norms and 2h -> h projection run ahead of its block's attention.
@@ -572,17 +608,18 @@ def build_llama(
             attn_act += pre_act
             if attn_megatron is not None:
                 attn_megatron += pre_act
-        registered += [*pre_modules, *attn_modules, *mlp_modules, input_norm, *mlp_norms]
+        registered += [*pre_modules, *attn_modules, *mlp_modules, input_norm, *out_norms[:1], *mlp_norms,
+                       *out_norms[1:]]
         layers.append(_layer(
-            f"{p}.self_attn", [*pre_modules, input_norm, *attn_modules],  # + input_layernorm
+            f"{p}.self_attn", [*pre_modules, input_norm, *attn_modules, *out_norms[:1]],  # + input_layernorm
             forward_flops_per_sample=attn_flops,
-            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=saved(2 if cfg.q_lora_rank else 3),
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=attn_saved,
             compiled_saved_elements=attn_compiled if mlp_compiled is not None else None,
             megatron_activation_bytes_per_sample=attn_megatron,
             ops=attn_ops,
         ))
         layers.append(_layer(
-            f"{p}.mlp", [*mlp_norms, *mlp_modules],  # + post_attention_layernorm
+            f"{p}.mlp", [*mlp_norms, *mlp_modules, *out_norms[1:]],  # + post_attention_layernorm
             forward_flops_per_sample=mlp_flops,
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=mlp_saved,
             compiled_saved_elements=mlp_compiled if attn_compiled is not None else None,
@@ -599,7 +636,8 @@ def build_llama(
         head.append(_linear("lm_head", v, d, dtype, bias=cfg.lm_head_bias))
     registered += head
     # model.norm + lm_head, and once more per MTP depth: the head is shared (Sec. 2.2).
-    layers.append(_lm_head_layer(head, s, d, v, eager_rms=not layernorm, passes=1 + depth))
+    layers.append(_lm_head_layer(head, s, d, v, eager_rms=not layernorm, passes=1 + depth,
+                                 softcap=bool(cfg.final_softcap)))
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source, moe=moe)
 

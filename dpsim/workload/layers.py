@@ -626,7 +626,7 @@ def with_lm_loss(model: ModelSpec, impl: str, *, shift_copy: bool) -> ModelSpec:
 
 
 def attention_ops(tokens: int, heads: int, head_dim: int, *, causal: bool, fused: bool,
-                  dropout: bool = False, masked: bool = True, window: int = 0) -> list[OpSpec]:
+                  dropout: bool = False, masked: bool = True, window: int = 0, softcap: bool = False) -> list[OpSpec]:
     """Attention core; eager attention also copies its ``heads x tokens x head_dim`` output
     back into ``tokens x heads·head_dim`` (``transpose(1, 2).contiguous()``), both ways. The
     fused kernels write their output token-major already (``_scaled_dot_product_flash_attention``
@@ -635,7 +635,7 @@ def attention_ops(tokens: int, heads: int, head_dim: int, *, causal: bool, fused
     eager attention still computes and masks the whole square."""
     window = window if causal and window and window < tokens else 0
     ops: list[OpSpec] = [AttentionOp(seq=tokens, heads=heads, head_dim=head_dim, causal=causal, fused=fused,
-                                     dropout=dropout and not fused, masked=masked, window=window,
+                                     dropout=dropout and not fused, masked=masked, window=window, softcap=softcap,
                                      causal_share=window_causal_share(tokens, window))]
     if not fused:
         ops.append(MemoryOp(name="merge_heads", elements=float(tokens * heads * head_dim), forward=((2, "act"),),
@@ -820,8 +820,24 @@ def _resolve_seq_len(seq_len: int | None, default: int, model: str, *, max_field
 # --------------------------------------------------------------------------- builders
 
 
+def final_softcap_ops(tokens: int, vocab: int) -> list[MemoryOp]:
+    """Final-logit soft-capping as transformers' Gemma 2 runs it, ``logits / cap``, ``tanh``, ``* cap``
+    over the ``s x V`` logits (``Gemma2ForCausalLM.forward``, ``final_logit_softcapping``), three eager
+    kernels each way; tanh keeps its output for backward (:func:`final_softcap_activation_bytes`)."""
+    e = float(tokens) * vocab
+    return [MemoryOp(name="final_softcap.div", elements=e, forward=((2, "act"),), backward=((2, "act"),)),
+            MemoryOp(name="final_softcap.tanh", elements=e, forward=((2, "act"),), backward=((3, "act"),)),
+            MemoryOp(name="final_softcap.mul", elements=e, forward=((2, "act"),), backward=((2, "act"),))]
+
+
+def final_softcap_activation_bytes(tokens: int, vocab: int) -> float:
+    """What final-logit soft-capping keeps for backward: tanh's 16-bit output over the logits (the
+    divide and multiply by a constant keep nothing)."""
+    return ACTIVATION_ELEMENT_BYTES * float(tokens) * vocab
+
+
 def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int, *, eager_rms: bool = False,
-                   passes: int = 1) -> LayerSpec:
+                   passes: int = 1, softcap: bool = False) -> LayerSpec:
     """The final norm + LM head of a decoder and its loss: an s x d by d x v matmul per sample,
     then cross-entropy over the s x v logits. ``passes`` > 1: the head shared by multi-token
     prediction modules (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2: one output head for the main
@@ -831,9 +847,12 @@ def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int, *, eager_rms:
     ops: list[OpSpec] = []
     for k in range(passes):
         norm = eager_rms_norm_ops("final_norm", s, d) if eager_rms else [norm_op("final_norm", float(s * d))]
-        ops += [*norm, cast_op("cast", float(s * d)), MatmulOp(name="lm_head", m=s, n=v, k=d), lm_loss_op(s, v)]
+        ops += [*norm, cast_op("cast", float(s * d)), MatmulOp(name="lm_head", m=s, n=v, k=d),
+                *(final_softcap_ops(s, v) if softcap else []), lm_loss_op(s, v)]
+    kept = lm_head_activation_bytes(s, d, v, eager_rms=eager_rms) + (final_softcap_activation_bytes(s, v) if softcap
+                                                                      else 0.0)
     return _layer("lm_head", run, forward_flops_per_sample=2.0 * s * d * v * passes,
-                  activation_bytes_per_sample=lm_head_activation_bytes(s, d, v, eager_rms=eager_rms) * passes,
+                  activation_bytes_per_sample=kept * passes,
                   ops=ops)
 
 

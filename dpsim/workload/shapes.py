@@ -112,6 +112,12 @@ class TransformerShape:
     Falcon-7B, PaLM), 2 with a norm each (GPT-NeoX's ``use_parallel_residual``); 0: in sequence."""
     head_bias: bool = False
     """A bias on the untied output head (GPT-J's ``lm_head``)."""
+    sandwich_norms: bool = False
+    """Gemma 2's four norms a block: one more on each sub-block's output before its residual add."""
+    attn_softcap: float = 0.0
+    """Attention logit soft-cap (Gemma 2: 50), ``cap · tanh(scores / cap)``; 0: none."""
+    final_softcap: float = 0.0
+    """Final logit soft-cap (Gemma 2: 30); 0: none."""
     rotary_pct: float = 1.0
     """The share of each query/key head that RoPE rotates (GPT-NeoX's ``rotary_pct`` 0.25, Phi-3's and
     Nemotron's ``partial_rotary_factor``, GPT-J's ``rotary_dim / head_dim``); 1: the whole head."""
@@ -186,7 +192,7 @@ def parse_shape(text: str) -> TransformerShape:
         if given["bias"].lower() not in BIASES:
             raise _fail("bias", given["bias"], f"allowed: {', '.join(BIASES)}")
         values["bias"] = given["bias"].lower()
-    for key in ("tied", "embed_norm", "qk_norm", "head_bias"):
+    for key in ("tied", "embed_norm", "qk_norm", "head_bias", "sandwich_norms"):
         value = given.get(key, "false").lower()
         if value not in _BOOLS:
             raise _fail(key, given[key], "allowed: true, false")
@@ -200,6 +206,12 @@ def parse_shape(text: str) -> TransformerShape:
     values.setdefault("kv_heads", values["heads"])
     values.setdefault("positions", values["seq"])
     values["dropout"] = _dropout(given.get("dropout"), values["norm"], values["pos"])
+    for key in ("attn_softcap", "final_softcap"):
+        if key in given:
+            try:
+                values[key] = float(given[key])
+            except ValueError:
+                raise _fail(key, given[key], "expected a cap above 0, or 0 for none") from None
     if "rotary_pct" in given:
         try:
             values["rotary_pct"] = float(given["rotary_pct"])
@@ -287,6 +299,17 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         raise fail("parallel", shape.parallel, "expert layers run after attention: give parallel=0")
     if shape.head_bias and (shape.tied or not rope):
         raise fail("head_bias", "true", "a bias is on an untied output head with pos=rope (GPT-J): give tied=false")
+    for key in ("attn_softcap", "final_softcap"):
+        cap = getattr(shape, key)
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0.0 <= cap < float("inf"):
+            raise fail(key, cap, "expected a cap above 0, or 0 for none")
+    if (shape.sandwich_norms or shape.attn_softcap or shape.final_softcap) and not rope:
+        key = "sandwich_norms" if shape.sandwich_norms else "attn_softcap" if shape.attn_softcap else "final_softcap"
+        raise fail(key, getattr(shape, key), "Gemma 2's norms and soft-caps are built with pos=rope")
+    if (shape.sandwich_norms or shape.attn_softcap) and (shape.experts or shape.parallel):
+        key = "sandwich_norms" if shape.sandwich_norms else "attn_softcap"
+        raise fail(key, getattr(shape, key), "Gemma 2's block runs in sequence without expert layers: give "
+                                             "parallel=0 and no experts")
     pct = shape.rotary_pct
     if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0.0 < pct <= 1.0:
         raise fail("rotary_pct", pct, "expected a share above 0 and at most 1")
@@ -335,6 +358,8 @@ def shape_ref(shape: TransformerShape) -> str:
             return shape.window_layers == "all"
         if key == "rotary_pct":
             return shape.rotary_pct == 1.0
+        if key in ("attn_softcap", "final_softcap", "sandwich_norms"):
+            return not getattr(shape, key)
         return key in _MOE_INT_FIELDS + ("qk_norm", "head_bias") and not getattr(shape, key)
     # The head width, expert keys and biases only when set, so a shape reads as it always has.
     return SHAPE_PREFIX + ",".join(f"{f.name}={text(getattr(shape, f.name))}" for f in fields(shape)
@@ -349,6 +374,8 @@ def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
                            norm=shape.norm, mlp_act=shape.act, qkv_bias=bias in ("qkv", "attn", "all"),
                            o_bias=bias in ("attn", "all"), mlp_bias=bias in ("mlp", "all"),
                            parallel_block=shape.parallel, lm_head_bias=shape.head_bias,
+                           sandwich_norms=shape.sandwich_norms, attn_softcap=shape.attn_softcap,
+                           final_softcap=shape.final_softcap,
                            num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
                            num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.seq,
                            tie_word_embeddings=shape.tied, head_dim=shape.head_dim or None, qk_norm=shape.qk_norm,
@@ -381,7 +408,8 @@ def shape_param_count(shape: TransformerShape) -> int:
     norm = 2 * h if shape.norm == "layernorm" else h
     bias = shape.bias or ("none" if shape.pos == "rope" else "all")
     gated = shape.act in GATED
-    norms = 1 if shape.parallel == 1 else 2  # a parallel block's one shared norm (GPT-J, Falcon-7B)
+    # A parallel block's one shared norm (GPT-J, Falcon-7B); Gemma 2's four.
+    norms = 1 if shape.parallel == 1 else 4 if shape.sandwich_norms else 2
     attention = h * (q + 2 * kv) + q * h + norms * norm + (2 * head_dim if shape.qk_norm else 0)
     attention += (q + 2 * kv if bias in ("qkv", "attn", "all") else 0) + (h if bias in ("attn", "all") else 0)
     block = attention + (3 if gated else 2) * h * shape.ffn
@@ -419,6 +447,7 @@ _HF_NAMES = {
     "gpt_neox": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "rotary_pct": "rotary_pct"},
     "mixtral": {**_MOE_NAMES, "experts": "num_local_experts", "moe_ffn": "intermediate_size"},
     "qwen3_moe": _MOE_NAMES,
+    "gemma2": {**_LLAMA_NAMES, "attn_softcap": "attn_logit_softcapping", "final_softcap": "final_logit_softcapping"},
     "gptj": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
              "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions", "rotary_pct": "rotary_dim"},
     "falcon": {**_LLAMA_NAMES, "kv_heads": "num_kv_heads", "ffn": "ffn_hidden_size",
@@ -435,9 +464,8 @@ _ROPE_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorc
 """The gated MLP of a Llama-style family by its ``hidden_act`` (Gemma's GeGLU runs ``gelu_pytorch_tanh``)."""
 
 HF_NOT_BUILT = {
-    "gemma2": "Gemma 2's blocks have four norms each (pre- and post-feedforward) and alternate sliding-window "
-              "attention, which the builders do not have",
-    "gemma3": "Gemma 3's blocks have four norms each and alternate sliding-window attention",
+    "gemma3": "Gemma 3's blocks add query/key norms to Gemma 2's four and interleave five local blocks with one "
+              "global block whose RoPE base differs: not read from config.json (give it by shape)",
     "cohere": "Cohere's blocks have a LayerNorm without a bias run eagerly (CohereLayerNorm) and scale the "
               "logits (logit_scale), which the builders do not have",
     "qwen2_moe": "Qwen2-MoE's shared expert has a sigmoid gate (shared_expert_gate), which the expert layers "
@@ -544,6 +572,35 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 tied=bool(getattr(config, "tie_word_embeddings", kind == "gemma")), embed_norm=False, dropout=0.0,
                 name=name, head_dim=head_dim if head_dim not in (None, h // heads) else 0,
                 qk_norm=kind in ("qwen3", "qwen3_moe"), bias=bias, **experts))
+        if kind == "gemma2":
+            # Gemma2DecoderLayer (transformers 5.25.0 models/gemma2/modeling_gemma2.py): four RMSNorms, GeGLU
+            # (gelu_pytorch_tanh), head_dim, attention and final logit soft-caps, and layer_types: sliding and
+            # full attention alternating from a sliding first block (Gemma2Config's default), or all sliding.
+            h, heads = config.hidden_size, config.num_attention_heads
+            act = _ROPE_ACTS.get(_attr(config, "hidden_activation", "hidden_act"))
+            types = list(getattr(config, "layer_types", None) or [])
+            layers = config.num_hidden_layers
+            window = given("sliding_window", 0)
+            alternate = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+            if not types or types == alternate:
+                window_layers = "alternate"
+            elif all(t == "sliding_attention" for t in types):
+                window_layers = "all"
+            elif all(t == "full_attention" for t in types):
+                window, window_layers = 0, "all"
+            else:
+                return None
+            if act is None or getattr(config, "attention_bias", False) or not isinstance(heads, int) or heads < 1:
+                return None
+            head_dim = _attr(config, "head_dim")
+            return check(TransformerShape(
+                hidden=h, layers=layers, heads=heads, kv_heads=given("num_key_value_heads", heads),
+                ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
+                act=act, norm="rmsnorm", pos="rope", positions=config.max_position_embeddings,
+                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False, dropout=0.0, name=name,
+                head_dim=head_dim if head_dim not in (None, h // heads) else 0, window=window if window else 0,
+                window_layers=window_layers if window else "all", sandwich_norms=True,
+                attn_softcap=given("attn_logit_softcapping", 0.0), final_softcap=given("final_logit_softcapping", 0.0)))
         if kind == "gptj":
             # GPTJBlock: x + attn(ln_1(x)) + mlp(ln_1(x)); q/k/v/out_proj without biases, fc_in/fc_out and
             # lm_head with them (transformers 5.25.0 models/gptj/modeling_gptj.py); RoPE on rotary_dim of a head.
