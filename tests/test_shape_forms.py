@@ -212,7 +212,7 @@ def test_an_moe_config_json_is_the_catalog_model(tmp_path, folder, data, catalog
     # Falcon's ALiBi and Cohere's bias-free eager LayerNorm are not.
     ("falcon", {"parallel_attn": True, "alibi": True}, "Falcon's ALiBi"),
     ("cohere", {}, "CohereLayerNorm"),
-    ("deepseek_v3", {}, "--model deepseek-v3"),
+    ("deepseek_v3", {"moe_layer_freq": 2}, "moe_layer_freq"),
     ("qwen2_moe", {}, "shared_expert_gate"),
     ("mamba", {}, "'mamba' is not one dpsim builds"),
 ])

@@ -292,3 +292,77 @@ def test_gemma2_refusals_are_one_line(text, says):
     with pytest.raises(DpsimError) as err:
         get_model(text)
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- multi-head latent attention by shape
+
+# DeepSeek-V2-Lite: tests/data/hf_configs/DeepSeek-V2-Lite/config.json (deepseek-ai/DeepSeek-V2-Lite's fields:
+# q_lora_rank null, so one q_proj); DeepSeek-AI 2024, arXiv:2405.04434, Appendix B: "15.7B total parameters, of
+# which 2.4B are activated for each token". Counted 15,706,484,224, as transformers 5.25.0's DeepseekV2ForCausalLM
+# registers it from this file (meta device).
+V2_LITE_COUNT = 15_706_484_224
+V2 = ("transformer:hidden=5120,layers=60,heads=128,ffn=12288,vocab=102400,seq=4096,experts=160,top_k=6,moe_ffn=1536,"
+      "shared_experts=2,dense_layers=1,q_lora_rank=1536,kv_lora_rank=512,qk_nope_head_dim=128,qk_rope_head_dim=64,"
+      "v_head_dim=128,name=deepseek-v2")
+V3 = ("transformer:hidden=7168,layers=61,heads=128,ffn=18432,vocab=129280,seq=4096,experts=256,top_k=8,moe_ffn=2048,"
+      "shared_experts=1,dense_layers=3,q_lora_rank=1536,kv_lora_rank=512,qk_nope_head_dim=128,qk_rope_head_dim=64,"
+      "v_head_dim=128,router_bias=true,name=deepseek-v3")
+
+
+def test_deepseek_v2_lite_by_config_json_has_the_published_count():
+    model = get_model(_config("DeepSeek-V2-Lite"), seq_len=4096)
+    assert model.param_count == V2_LITE_COUNT
+    assert abs(model.param_count / 15.7e9 - 1) < 0.005
+    assert shape_param_count(parse_shape(shape_ref_of_config_json(_config("DeepSeek-V2-Lite")))) == V2_LITE_COUNT
+    names = {p.name for p in model.params}
+    assert "model.layers.0.self_attn.q_proj.weight" in names and "model.layers.0.self_attn.q_a_proj.weight" not in names
+
+
+def test_mla_by_shape_is_the_catalog_model_layer_for_layer():
+    assert get_model(V2).layers == get_model("deepseek-v2").layers
+    assert get_model(V3, mtp_depth=1).layers == get_model("deepseek-v3").layers
+    # The published counts (catalog MOE_PUBLISHED: 236B; 671B without the MTP module) within 0.5 %.
+    assert abs(shape_param_count(parse_shape(V2)) / 236e9 - 1) < 0.005
+    assert abs(shape_param_count(parse_shape(V3)) / 671e9 - 1) < 0.005
+
+
+def test_mla_by_shape_and_by_catalog_cost_the_same_under_a_layout():
+    small = dict(gpus=64, gpu="h100", link="infiniband", steps=1, global_batch=64, micro_batch=1, seq_len=4096,
+                 ep=8, pp=4, strategy="zero1")
+    a = predict(PredictConfig(model=V2, **small))
+    b = predict(PredictConfig(model="deepseek-v2", **small))
+    assert a.step_time_s == pytest.approx(b.step_time_s, rel=0.01)
+    assert a.memory.total_bytes == pytest.approx(b.memory.total_bytes, rel=0.01)
+
+
+def test_a_v2_config_json_is_the_catalog_model(tmp_path):
+    data = {"model_type": "deepseek_v2", "hidden_size": 5120, "num_hidden_layers": 60, "num_attention_heads": 128,
+            "num_key_value_heads": 128, "intermediate_size": 12288, "vocab_size": 102400,
+            "max_position_embeddings": 163840, "n_routed_experts": 160, "num_experts_per_tok": 6,
+            "moe_intermediate_size": 1536, "n_shared_experts": 2, "first_k_dense_replace": 1, "q_lora_rank": 1536,
+            "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+            "topk_method": "group_limited_greedy", "moe_layer_freq": 1, "hidden_act": "silu",
+            "tie_word_embeddings": False}
+    path = tmp_path / "DeepSeek-V2" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(data))
+    assert get_model(str(path), seq_len=4096).layers == get_model("deepseek-v2").layers
+
+
+@pytest.mark.parametrize("layout", [dict(tp=2, sequence_parallel=True), dict(pp=2), dict(ep=8), dict(strategy="fsdp"),
+                                    dict(cp=2)])
+def test_v2_lite_runs_under_every_layout(layout):
+    assert _run(_config("DeepSeek-V2-Lite"), seq_len=4096, **layout).step_time_s > 0
+
+
+@pytest.mark.parametrize("extra, says", [
+    (",kv_lora_rank=512", "qk_nope_head_dim, qk_rope_head_dim, v_head_dim missing"),
+    (",q_lora_rank=64", "q_lora_rank=64"),
+    (",kv_lora_rank=64,qk_nope_head_dim=32,qk_rope_head_dim=16,v_head_dim=32,kv_heads=2", "kv_heads=2"),
+    (",kv_lora_rank=64,qk_nope_head_dim=32,qk_rope_head_dim=16,v_head_dim=32,window=16", "window=16"),
+    (",router_bias=true", "router_bias=true"),
+])
+def test_mla_refusals_are_one_line(extra, says):
+    with pytest.raises(DpsimError) as err:
+        get_model("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64" + extra)
+    assert says in str(err.value) and "\n" not in str(err.value)

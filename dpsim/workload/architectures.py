@@ -154,11 +154,12 @@ class LlamaConfig:
     router_bias: bool = False
     """The router's per-expert score correction bias (DeepSeek-V3's ``e_score_correction_bias``)."""
     q_lora_rank: int = 0
-    """Multi-head latent attention (DeepSeek-V2/V3) when > 0: queries through a rank-``q_lora_rank``
-    down projection and norm; then ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``
-    and ``v_head_dim`` shape it."""
+    """Multi-head latent attention (DeepSeek-V2/V3, with ``kv_lora_rank``): queries through a
+    rank-``q_lora_rank`` down projection and norm, or one ``q_proj`` when 0 (DeepSeek-V2-Lite,
+    config.json ``q_lora_rank: null``); ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``
+    and ``v_head_dim`` shape the rest."""
     kv_lora_rank: int = 0
-    """MLA: the compressed key-value latent's width."""
+    """MLA when > 0: the compressed key-value latent's width."""
     qk_nope_head_dim: int = 0
     """MLA: the part of a query/key head without rotary positions."""
     qk_rope_head_dim: int = 0
@@ -224,6 +225,12 @@ class LlamaConfig:
     @property
     def head_size(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention: a compressed key-value latent (DeepSeek-V2/V3); the queries go
+        through a low-rank ``q_lora_rank`` too, or one ``q_proj`` when it is 0 (DeepSeek-V2-Lite)."""
+        return self.kv_lora_rank > 0
 
     @property
     def gated(self) -> bool:
@@ -425,7 +432,7 @@ def build_llama(
         raise WorkloadError(f"mlp_act: {cfg.mlp_act!r} is not modelled; allowed: "
                             f"{', '.join(GATED_MLP_ACTS + PLAIN_MLP_ACTS)}")
     layernorm = cfg.norm == "layernorm"
-    if layernorm and (moe is not None or cfg.q_lora_rank or depth):
+    if layernorm and (moe is not None or cfg.mla or depth):
         # Their norms are costed as HF's eager RMSNorm (_moe_mlp, _mla_attention, the MTP projection).
         raise WorkloadError("norm: layernorm is modelled for dense blocks with multi-head or grouped-query "
                             "attention only; expert layers, MLA and MTP modules take rmsnorm")
@@ -439,19 +446,19 @@ def build_llama(
 
     if cfg.rotary_dim and not 0 < cfg.rotary_dim <= hd:
         raise WorkloadError(f"rotary_dim: {cfg.rotary_dim!r} is not valid; allowed: 1 to the head width {hd}")
-    if cfg.rotary_dim and cfg.q_lora_rank:
+    if cfg.rotary_dim and cfg.mla:
         raise WorkloadError("rotary_dim: multi-head latent attention sets its rotary part by qk_rope_head_dim")
     for field_ in ("attn_softcap", "final_softcap"):
         cap = getattr(cfg, field_)
         if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0.0 <= cap < math.inf:
             raise WorkloadError(f"{field_}: {cap!r} is not valid; allowed: a cap above 0, or 0 for none")
-    if (cfg.sandwich_norms or cfg.attn_softcap) and (moe is not None or cfg.q_lora_rank or depth or cfg.parallel_block):
+    if (cfg.sandwich_norms or cfg.attn_softcap) and (moe is not None or cfg.mla or depth or cfg.parallel_block):
         raise WorkloadError("sandwich_norms/attn_softcap: Gemma 2's block is modelled for dense blocks in sequence with "
                             "multi-head or grouped-query attention")
     if cfg.parallel_block not in (0, 1, 2):
         raise WorkloadError(f"parallel_block: {cfg.parallel_block!r} is not valid; allowed: 0 (sequential), 1 (one "
                             f"shared norm), 2 (a norm each)")
-    if cfg.parallel_block and (moe is not None or cfg.q_lora_rank or depth):
+    if cfg.parallel_block and (moe is not None or cfg.mla or depth):
         raise WorkloadError("parallel_block: parallel attention and MLP is modelled for dense blocks with "
                             "multi-head or grouped-query attention; expert layers, MLA and MTP modules run in sequence")
     if cfg.lm_head_bias and cfg.tie_word_embeddings:
@@ -474,7 +481,7 @@ def build_llama(
                           d, dtype, bias=layernorm)
         attn_compiled = None  # MLA, unfused attention and q/k norms: not traced (eager count)
         attn_megatron = None  # MLA: no Megatron-Core count (the eager one is kept)
-        if cfg.q_lora_rank:
+        if cfg.mla:
             attn_modules, attn_ops, attn_flops, attn_act = _mla_attention(cfg, p, s, dtype, flash_attention, window)
         else:
             q = _linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=cfg.qkv_bias)
@@ -582,7 +589,7 @@ def build_llama(
         else:
             mlp_saved = saved(1 if routed or not cfg.gated else 2)
         mlp_norms = [post_norm] if cfg.parallel_block != 1 else []
-        attn_saved = saved(2 if cfg.q_lora_rank else 3)
+        attn_saved = saved(2 if cfg.mla else 3)
         out_norms: list = []
         if cfg.sandwich_norms:
             # A norm on each sub-block's output, before its residual add: its kernels, and what it keeps
@@ -689,9 +696,17 @@ def _mla_attention(cfg: LlamaConfig, p: str, s: int, dtype: str, flash_attention
     qk_head = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
     q_dim, kv_out, o_in = h * qk_head, h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim
     kv_a = cfg.kv_lora_rank + cfg.qk_rope_head_dim
-    mods = [_linear(f"{p}.self_attn.q_a_proj", cfg.q_lora_rank, d, dtype, bias=False),
-            _norm(f"{p}.self_attn.q_a_layernorm", cfg.q_lora_rank, dtype, bias=False),
-            _linear(f"{p}.self_attn.q_b_proj", q_dim, cfg.q_lora_rank, dtype, bias=False),
+    # Without a query latent (DeepSeek-V2-Lite) one q_proj maps the normed input to the query heads
+    # (transformers 5.25.0 models/deepseek_v2/modeling_deepseek_v2.py: q_proj when q_lora_rank is None).
+    q_mods = ([_linear(f"{p}.self_attn.q_a_proj", cfg.q_lora_rank, d, dtype, bias=False),
+               _norm(f"{p}.self_attn.q_a_layernorm", cfg.q_lora_rank, dtype, bias=False),
+               _linear(f"{p}.self_attn.q_b_proj", q_dim, cfg.q_lora_rank, dtype, bias=False)] if cfg.q_lora_rank
+              else [_linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=False)])
+    q_ops = ([*linear_ops("q_a_proj", s, cfg.q_lora_rank, d, bias=False),
+              norm_op("q_a_layernorm", float(s * cfg.q_lora_rank)),
+              *linear_ops("q_b_proj", s, q_dim, cfg.q_lora_rank, bias=False)] if cfg.q_lora_rank
+             else linear_ops("q_proj", s, q_dim, d, bias=False))
+    mods = [*q_mods,
             _linear(f"{p}.self_attn.kv_a_proj_with_mqa", kv_a, d, dtype, bias=False),
             _norm(f"{p}.self_attn.kv_a_layernorm", cfg.kv_lora_rank, dtype, bias=False),
             _linear(f"{p}.self_attn.kv_b_proj", kv_out, cfg.kv_lora_rank, dtype, bias=False),
@@ -699,9 +714,7 @@ def _mla_attention(cfg: LlamaConfig, p: str, s: int, dtype: str, flash_attention
     sd = float(s * d)
     core_dim = (qk_head + cfg.v_head_dim) // 2
     ops = [*eager_rms_norm_ops("input_layernorm", s, d), *fan_out_ops("normed", sd, 2),
-           *linear_ops("q_a_proj", s, cfg.q_lora_rank, d, bias=False),
-           norm_op("q_a_layernorm", float(s * cfg.q_lora_rank)),
-           *linear_ops("q_b_proj", s, q_dim, cfg.q_lora_rank, bias=False),
+           *q_ops,
            *linear_ops("kv_a_proj_with_mqa", s, kv_a, d, bias=False),
            norm_op("kv_a_layernorm", float(s * cfg.kv_lora_rank)),
            *linear_ops("kv_b_proj", s, kv_out, cfg.kv_lora_rank, bias=False),

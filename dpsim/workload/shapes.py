@@ -112,6 +112,19 @@ class TransformerShape:
     Falcon-7B, PaLM), 2 with a norm each (GPT-NeoX's ``use_parallel_residual``); 0: in sequence."""
     head_bias: bool = False
     """A bias on the untied output head (GPT-J's ``lm_head``)."""
+    q_lora_rank: int = 0
+    """Multi-head latent attention (with ``kv_lora_rank``): the query latent's width; 0: one ``q_proj``
+    (DeepSeek-V2-Lite)."""
+    kv_lora_rank: int = 0
+    """Multi-head latent attention (DeepSeek-V2/V3) when > 0: the compressed key-value latent's width."""
+    qk_nope_head_dim: int = 0
+    """MLA: the part of a query/key head without rotary positions."""
+    qk_rope_head_dim: int = 0
+    """MLA: the rotary part of a query/key head (one rotary key shared by all heads)."""
+    v_head_dim: int = 0
+    """MLA: a value head's width."""
+    router_bias: bool = False
+    """The router's per-expert score correction bias (DeepSeek-V3's ``e_score_correction_bias``)."""
     sandwich_norms: bool = False
     """Gemma 2's four norms a block: one more on each sub-block's output before its residual add."""
     attn_softcap: float = 0.0
@@ -131,7 +144,8 @@ class TransformerShape:
 
 _INT_FIELDS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq", "positions")
 _MOE_INT_FIELDS = ("head_dim", "experts", "top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers",
-                   "window", "parallel")
+                   "window", "parallel", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                   "v_head_dim")
 """Integer keys that may be 0 (not set): the head width, the expert layers and the attention window."""
 WINDOW_LAYERS = ("all", "alternate")
 _REQUIRED = ("hidden", "layers", "heads", "vocab", "seq")
@@ -192,7 +206,7 @@ def parse_shape(text: str) -> TransformerShape:
         if given["bias"].lower() not in BIASES:
             raise _fail("bias", given["bias"], f"allowed: {', '.join(BIASES)}")
         values["bias"] = given["bias"].lower()
-    for key in ("tied", "embed_norm", "qk_norm", "head_bias", "sandwich_norms"):
+    for key in ("tied", "embed_norm", "qk_norm", "head_bias", "sandwich_norms", "router_bias"):
         value = given.get(key, "false").lower()
         if value not in _BOOLS:
             raise _fail(key, given[key], "allowed: true, false")
@@ -310,6 +324,25 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         key = "sandwich_norms" if shape.sandwich_norms else "attn_softcap"
         raise fail(key, getattr(shape, key), "Gemma 2's block runs in sequence without expert layers: give "
                                              "parallel=0 and no experts")
+    mla_keys = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    if shape.kv_lora_rank:
+        missing = [n(k) for k in mla_keys[1:] if not getattr(shape, k)]
+        if missing:
+            raise WorkloadError(f"{origin}: {', '.join(missing)} missing; multi-head latent attention "
+                                f"({n('kv_lora_rank')}={shape.kv_lora_rank}) needs the widths of its heads' parts")
+        clash = next((k for k in ("head_dim", "qk_norm", "parallel", "window", "sandwich_norms", "attn_softcap")
+                      if getattr(shape, k)), None) or ("norm" if shape.norm != "rmsnorm" or not rope else None) \
+            or ("kv_heads" if shape.kv_heads != shape.heads else None) or ("bias" if bias != "none" else None) \
+            or ("rotary_pct" if shape.rotary_pct != 1.0 else None)
+        if clash:
+            raise fail(clash, getattr(shape, clash), f"multi-head latent attention ({n('kv_lora_rank')}=) is built "
+                                                     f"as DeepSeek-V2/V3 run it: RoPE, rmsnorm, no biases, one "
+                                                     f"key-value latent for all {n('heads')}")
+    elif any(getattr(shape, k) for k in mla_keys):
+        key = next(k for k in mla_keys if getattr(shape, k))
+        raise fail(key, getattr(shape, key), f"it shapes multi-head latent attention: give {n('kv_lora_rank')}= too")
+    if shape.router_bias and not shape.experts:
+        raise fail("router_bias", "true", f"a router's bias needs expert layers: give {n('experts')}=")
     pct = shape.rotary_pct
     if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0.0 < pct <= 1.0:
         raise fail("rotary_pct", pct, "expected a share above 0 and at most 1")
@@ -358,7 +391,7 @@ def shape_ref(shape: TransformerShape) -> str:
             return shape.window_layers == "all"
         if key == "rotary_pct":
             return shape.rotary_pct == 1.0
-        if key in ("attn_softcap", "final_softcap", "sandwich_norms"):
+        if key in ("attn_softcap", "final_softcap", "sandwich_norms", "router_bias"):
             return not getattr(shape, key)
         return key in _MOE_INT_FIELDS + ("qk_norm", "head_bias") and not getattr(shape, key)
     # The head width, expert keys and biases only when set, so a shape reads as it always has.
@@ -374,6 +407,9 @@ def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
                            norm=shape.norm, mlp_act=shape.act, qkv_bias=bias in ("qkv", "attn", "all"),
                            o_bias=bias in ("attn", "all"), mlp_bias=bias in ("mlp", "all"),
                            parallel_block=shape.parallel, lm_head_bias=shape.head_bias,
+                           q_lora_rank=shape.q_lora_rank, kv_lora_rank=shape.kv_lora_rank,
+                           qk_nope_head_dim=shape.qk_nope_head_dim, qk_rope_head_dim=shape.qk_rope_head_dim,
+                           v_head_dim=shape.v_head_dim, router_bias=shape.router_bias,
                            sandwich_norms=shape.sandwich_norms, attn_softcap=shape.attn_softcap,
                            final_softcap=shape.final_softcap,
                            num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
@@ -412,11 +448,20 @@ def shape_param_count(shape: TransformerShape) -> int:
     norms = 1 if shape.parallel == 1 else 4 if shape.sandwich_norms else 2
     attention = h * (q + 2 * kv) + q * h + norms * norm + (2 * head_dim if shape.qk_norm else 0)
     attention += (q + 2 * kv if bias in ("qkv", "attn", "all") else 0) + (h if bias in ("attn", "all") else 0)
+    if shape.kv_lora_rank:
+        # MLA: the query path (a latent with its norm, or one q_proj), the key-value latent plus the shared
+        # rotary key, its norm, the up-projection to every head's key (no-rope part) and value, the output.
+        qk, r = shape.qk_nope_head_dim + shape.qk_rope_head_dim, shape.kv_lora_rank
+        lq = shape.q_lora_rank
+        query = (h * lq + lq + lq * shape.heads * qk) if lq else h * shape.heads * qk
+        attention = (query + h * (r + shape.qk_rope_head_dim) + r
+                     + r * shape.heads * (shape.qk_nope_head_dim + shape.v_head_dim)
+                     + shape.heads * shape.v_head_dim * h + norms * norm)
     block = attention + (3 if gated else 2) * h * shape.ffn
     block += shape.ffn * (2 if gated else 1) + h if bias in ("mlp", "all") else 0
     moe_layers = shape.layers - shape.dense_layers if shape.experts else 0
     # An MoE layer: router h x E, E gated experts of moe_ffn, the shared ones of shared_ffn.
-    moe_block = attention + h * shape.experts + 3 * h * (shape.experts * shape.moe_ffn
+    moe_block = attention + h * shape.experts + (shape.experts if shape.router_bias else 0) + 3 * h * (shape.experts * shape.moe_ffn
                                                          + shape.shared_experts * (shape.shared_ffn or shape.moe_ffn))
     total = (shape.layers - moe_layers) * block + moe_layers * moe_block + shape.vocab * h + norm
     total += shape.positions * h if shape.pos == "learned" else 0
@@ -447,6 +492,9 @@ _HF_NAMES = {
     "gpt_neox": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "rotary_pct": "rotary_pct"},
     "mixtral": {**_MOE_NAMES, "experts": "num_local_experts", "moe_ffn": "intermediate_size"},
     "qwen3_moe": _MOE_NAMES,
+    "deepseek_v2": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "experts": "n_routed_experts",
+                    "top_k": "num_experts_per_tok", "moe_ffn": "moe_intermediate_size",
+                    "shared_experts": "n_shared_experts", "dense_layers": "first_k_dense_replace"},
     "gemma2": {**_LLAMA_NAMES, "attn_softcap": "attn_logit_softcapping", "final_softcap": "final_logit_softcapping"},
     "gptj": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
              "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions", "rotary_pct": "rotary_dim"},
@@ -459,6 +507,7 @@ _HF_NAMES = {
               "vocab": "vocab_size", "seq": "seq_length", "positions": "seq_length", "dropout": "hidden_dropout"},
 }
 """Each configuration family's attribute for a shape key, so its errors name what the user wrote."""
+_HF_NAMES["deepseek_v3"] = _HF_NAMES["deepseek_v2"]
 
 _ROPE_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu"}
 """The gated MLP of a Llama-style family by its ``hidden_act`` (Gemma's GeGLU runs ``gelu_pytorch_tanh``)."""
@@ -470,9 +519,6 @@ HF_NOT_BUILT = {
               "logits (logit_scale), which the builders do not have",
     "qwen2_moe": "Qwen2-MoE's shared expert has a sigmoid gate (shared_expert_gate), which the expert layers "
                  "do not have",
-    "deepseek_v3": "multi-head latent attention has no shape keys: use --model deepseek-v3 (the catalog's, "
-                   "built from this configuration's fields)",
-    "deepseek_v2": "multi-head latent attention has no shape keys: use --model deepseek-v2 (the catalog's)",
 }
 """Families whose ``config.json`` is refused, and why (the one-line message names it)."""
 
@@ -572,6 +618,25 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 tied=bool(getattr(config, "tie_word_embeddings", kind == "gemma")), embed_norm=False, dropout=0.0,
                 name=name, head_dim=head_dim if head_dim not in (None, h // heads) else 0,
                 qk_norm=kind in ("qwen3", "qwen3_moe"), bias=bias, **experts))
+        if kind in ("deepseek_v2", "deepseek_v3"):
+            # DeepseekV2/V3 (transformers 5.25.0 models/deepseek_v3/configuration_deepseek_v3.py): MLA, the first
+            # first_k_dense_replace blocks dense, then MoE blocks of n_routed_experts (top num_experts_per_tok)
+            # and n_shared_experts; V3's noaux_tc router keeps a score correction bias. Its multi-token
+            # prediction module (num_nextn_predict_layers) is --mtp-depth's.
+            if getattr(config, "moe_layer_freq", 1) != 1 or getattr(config, "hidden_act", "silu") != "silu":
+                return None
+            h, heads = config.hidden_size, config.num_attention_heads
+            return check(TransformerShape(
+                hidden=h, layers=config.num_hidden_layers, heads=heads, kv_heads=heads,
+                ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
+                act="swiglu", norm="rmsnorm", pos="rope", positions=config.max_position_embeddings,
+                tied=bool(getattr(config, "tie_word_embeddings", False)), embed_norm=False, dropout=0.0, name=name,
+                experts=config.n_routed_experts, top_k=config.num_experts_per_tok,
+                moe_ffn=config.moe_intermediate_size, shared_experts=given("n_shared_experts", 0),
+                dense_layers=given("first_k_dense_replace", 0), q_lora_rank=given("q_lora_rank", 0),
+                kv_lora_rank=config.kv_lora_rank, qk_nope_head_dim=config.qk_nope_head_dim,
+                qk_rope_head_dim=config.qk_rope_head_dim, v_head_dim=config.v_head_dim,
+                router_bias=getattr(config, "topk_method", "") == "noaux_tc"))
         if kind == "gemma2":
             # Gemma2DecoderLayer (transformers 5.25.0 models/gemma2/modeling_gemma2.py): four RMSNorms, GeGLU
             # (gelu_pytorch_tanh), head_dim, attention and final logit soft-caps, and layer_types: sliding and
@@ -722,7 +787,7 @@ def shape_ref_of_config_json(path: str) -> str:
         why = (f"its model_type {kind!r} is not built from a shape: {HF_NOT_BUILT[kind]}" if kind in HF_NOT_BUILT
                else f"its model_type {kind!r} is not one dpsim builds from a shape ({covered})" if kind not in _HF_NAMES
                else f"its {kind} configuration has a field the builders do not cover (an activation other than "
-                    f"the family's, Falcon's ALiBi, Qwen2's use_sliding_window, "
+                    f"the family's, Falcon's ALiBi, Qwen2's use_sliding_window, DeepSeek's moe_layer_freq, "
                     f"Qwen3-MoE's mlp_only_layers "
                     f"or decoder_sparse_step, OPT's projections or post-norm)")
         raise WorkloadError(f"--model: {path!r}: {why}; give the model as transformers:CONFIGCLASS(KEY=VALUE, ...) "
