@@ -13,6 +13,11 @@ blocks: biases everywhere, fused QKV, MLP of ``ffn``); a shape that mixes the tw
 refused, naming the two that exist. The model is then the catalog's own layer list, so a
 shape equal to a catalog entry predicts exactly what that entry predicts, under every layout.
 
+RoPE blocks also take a sliding window (``window``, ``window_layers``), partial rotary
+(``rotary_pct``), parallel attention and MLP (``parallel``), Gemma 2's extra norms and logit soft-caps
+(``sandwich_norms``, ``attn_softcap``, ``final_softcap``) and DeepSeek's multi-head latent attention
+(``kv_lora_rank`` and its widths); see docs/models.md.
+
 A transformers configuration of such a family (:func:`shape_of_hf_config`) is read into a
 shape by its attribute names, so ``--model transformers:LlamaConfig(...)`` and the other
 decoders it lists need no torch tracing.
@@ -435,9 +440,12 @@ def shape_param_count(shape: TransformerShape) -> int:
     Per block: attention ``h·(q + 2·kv) + q·h`` weights (``q = heads·head_dim``, ``kv =
     kv_heads·head_dim``) and an MLP of ``(3 if gated else 2)·h·ffn``; biases ``q + 2·kv`` (``qkv``),
     ``+ h`` for the output projection (``attn``), ``+ ffn·(2 if gated else 1) + h`` for the MLP's
-    (``all``); two norms, ``2·h`` each for LayerNorm (weight and bias), ``h`` for RMSNorm. Plus the
-    embedding ``vocab·h``, a learned table ``positions·h``, the final norm, an untied head
-    ``vocab·h`` and an embedding LayerNorm ``2·h``.
+    (``all``, or the MLP's alone with ``mlp``); two norms, ``2·h`` each for LayerNorm (weight and bias),
+    ``h`` for RMSNorm (one with ``parallel=1``, four with ``sandwich_norms``). Multi-head latent attention
+    in place of q/k/v/o: the query latent and its norm (or one ``q_proj``), the key-value latent with
+    the shared rotary key, its norm, the up-projection and the output. Plus the embedding ``vocab·h``,
+    a learned table ``positions·h``, the final norm, an untied head ``vocab·h`` (and its bias with
+    ``head_bias``), a router bias per expert and MoE layer, and an embedding LayerNorm ``2·h``.
     """
     h, head_dim = shape.hidden, shape.head_dim or shape.hidden // shape.heads
     q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
