@@ -3,8 +3,8 @@
 multi-query attention, a head width other than hidden / heads, Qwen2's q/k/v biases, a sequential
 GPT-NeoX block, tied and untied heads; each has its hand-counted parameters, the same model by
 shape, by ``config.json`` and (where the catalog has it) by name predicts exactly the same, and
-it runs under tensor, pipeline, context and expert parallelism. Families the builders do not have
-(parallel attention + MLP, Gemma 2's four norms, MLA) are refused in one line."""
+it runs under tensor, pipeline, context and expert parallelism. Families the builders do not have are
+refused in one line (parallel blocks, windows and the rest: tests/test_shape_mechanisms.py)."""
 
 from __future__ import annotations
 
@@ -166,7 +166,8 @@ QWEN2_JSON = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 1
 
 
 @pytest.mark.parametrize("folder, data, shape", [
-    ("nemotron-4-15b", NEMOTRON_JSON, NEMOTRON_15B),
+    # The configuration rotates half of each head (partial_rotary_factor 0.5), which the shape then says.
+    ("nemotron-4-15b", NEMOTRON_JSON, NEMOTRON_15B + ",rotary_pct=0.5"),
     ("gemma-2b", GEMMA_JSON, GEMMA_2B),
     ("qwen2.5-7b", QWEN2_JSON, QWEN25_7B),
 ])
@@ -183,7 +184,7 @@ def parse_shape_ref(text):
 
 def test_nemotron_by_config_json_and_by_shape_predict_the_same(tmp_path):
     path = _write(tmp_path, "nemotron-4-15b", NEMOTRON_JSON)
-    _same(path, NEMOTRON_15B, tp=4, pp=2, sequence_parallel=True)
+    _same(path, NEMOTRON_15B + ",rotary_pct=0.5", tp=4, pp=2, sequence_parallel=True)
 
 
 MIXTRAL_JSON = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
@@ -206,11 +207,13 @@ def test_an_moe_config_json_is_the_catalog_model(tmp_path, folder, data, catalog
 
 
 @pytest.mark.parametrize("model_type, extra, says", [
-    ("gemma2", {}, "four norms"),
-    ("falcon", {"parallel_attn": True}, "parallel"),
-    ("deepseek_v3", {}, "--model deepseek-v3"),
+    ("gemma3", {}, "five local blocks"),
+    # Parallel blocks (Falcon, GPT-J, GPT-NeoX's parallel residual) are built now (tests/test_shape_mechanisms.py);
+    # Falcon's ALiBi and Cohere's bias-free eager LayerNorm are not.
+    ("falcon", {"parallel_attn": True, "alibi": True}, "Falcon's ALiBi"),
+    ("cohere", {}, "CohereLayerNorm"),
+    ("deepseek_v3", {"moe_layer_freq": 2}, "moe_layer_freq"),
     ("qwen2_moe", {}, "shared_expert_gate"),
-    ("gpt_neox", {"use_parallel_residual": True, "hidden_act": "gelu"}, "parallel residual"),
     ("mamba", {}, "'mamba' is not one dpsim builds"),
 ])
 def test_other_families_are_refused_in_one_line(tmp_path, model_type, extra, says):

@@ -109,6 +109,12 @@ def check_context(model: ModelSpec, ctx: ContextParallel, tp: int) -> None:
                 if not op.fused:
                     raise ConfigError(f"--cp: {ctx.cp} runs flash attention blockwise; {model.name} uses eager "
                                       f"attention, so use --flash-attention or --cp 1")
+                if op.window and ctx.comm != "a2a":
+                    # A ring or all-gather rank's keys outside its queries' windows: which chunks a
+                    # window reaches, and the load balance over them, are not modelled; a2a keeps every
+                    # token of the row on each rank (heads split) and so keeps the window's share.
+                    raise ConfigError(f"--cp: {ctx.cp} with --cp-comm {ctx.comm} and {model.name}'s sliding window of "
+                                      f"{op.window} tokens is not modelled; allowed: --cp-comm a2a, or --cp 1")
                 if op.causal and op.causal_share != 0.5 and ctx.comm != "a2a":
                     # Packed samples (dpsim.workload.layers.with_packed_samples): which samples a rank's
                     # chunk holds, and so its share of their triangles, depends on the packing; a2a keeps

@@ -42,6 +42,8 @@ from dpsim.workload.layers import (
     layernorm_saved_elements,
     llama_compiled_saved_elements,
     squared_relu_ops,
+    window_causal_share,
+    partial_rotary_ops,
     fan_out_ops,
     gated_activation_ops,
     gelu_new_activation_bytes,
@@ -152,11 +154,12 @@ class LlamaConfig:
     router_bias: bool = False
     """The router's per-expert score correction bias (DeepSeek-V3's ``e_score_correction_bias``)."""
     q_lora_rank: int = 0
-    """Multi-head latent attention (DeepSeek-V2/V3) when > 0: queries through a rank-``q_lora_rank``
-    down projection and norm; then ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``
-    and ``v_head_dim`` shape it."""
+    """Multi-head latent attention (DeepSeek-V2/V3, with ``kv_lora_rank``): queries through a
+    rank-``q_lora_rank`` down projection and norm, or one ``q_proj`` when 0 (DeepSeek-V2-Lite,
+    config.json ``q_lora_rank: null``); ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``
+    and ``v_head_dim`` shape the rest."""
     kv_lora_rank: int = 0
-    """MLA: the compressed key-value latent's width."""
+    """MLA when > 0: the compressed key-value latent's width."""
     qk_nope_head_dim: int = 0
     """MLA: the part of a query/key head without rotary positions."""
     qk_rope_head_dim: int = 0
@@ -178,6 +181,39 @@ class LlamaConfig:
     """A bias on the output projection (with ``qkv_bias``: HF Llama's ``attention_bias``)."""
     mlp_bias: bool = False
     """Biases on the dense MLP's projections (HF Llama's ``mlp_bias``)."""
+    sandwich_norms: bool = False
+    """Gemma 2's four norms a block: besides the norms before attention and the MLP, one on each
+    sub-block's output before its residual add (``post_attention_layernorm``,
+    ``post_feedforward_layernorm``; the MLP's input norm is then ``pre_feedforward_layernorm``:
+    transformers 5.25.0 ``models/gemma2/modeling_gemma2.py`` ``Gemma2DecoderLayer``)."""
+    attn_softcap: float = 0.0
+    """Attention logit soft-capping (Gemma 2's ``attn_logit_softcapping`` 50): see
+    :attr:`~dpsim.workload.spec.AttentionOp.softcap`; 0: none."""
+    final_softcap: float = 0.0
+    """Final logit soft-capping (Gemma 2's ``final_logit_softcapping`` 30):
+    :func:`~dpsim.workload.layers.final_softcap_ops`; 0: none."""
+    parallel_block: int = 0
+    """Attention and the MLP in parallel on the block's input, ``x + attn(norm(x)) + mlp(norm'(x))``
+    (GPT-J, GPT-NeoX's ``use_parallel_residual``, Falcon's ``parallel_attn``, PaLM): 1 with one norm
+    both read (GPT-J's ``ln_1``, Falcon-7B's ``input_layernorm``), 2 with a norm each (GPT-NeoX's
+    ``input_layernorm`` and ``post_attention_layernorm``, Falcon-40B's ``ln_attn``/``ln_mlp``); 0: in
+    sequence. The FLOPs are the sequential block's; the op graph keeps attention before the MLP (one
+    GPU runs them one after the other either way)."""
+    lm_head_bias: bool = False
+    """A bias on the untied output head (GPT-J's ``lm_head``); its add is not costed (one pass over the
+    logits the loss reads anyway)."""
+    rotary_dim: int = 0
+    """Rotary positions on the first ``rotary_dim`` of each query/key head only (GPT-J's ``rotary_dim``
+    64 of 256; GPT-NeoX's ``rotary_pct`` and Phi-3/Nemotron's ``partial_rotary_factor`` times the head
+    width, rounded down as transformers' ``int(head_dim * partial_rotary_factor)``); 0: the whole head."""
+    sliding_window: int = 0
+    """Sliding-window attention (Mistral's ``sliding_window``): each query attends to itself and the
+    ``sliding_window - 1`` tokens before it (:func:`~dpsim.workload.layers.window_causal_share`);
+    0: the whole causal prefix."""
+    window_layers: str = "all"
+    """Which blocks attend over the window: ``all`` (Mistral) or ``alternate`` (Gemma 2: the even
+    blocks local, the odd ones global; transformers 5.25.0 ``Gemma2Config.layer_types``
+    ``"sliding_attention" if bool((i + 1) % 2) else "full_attention"``)."""
     mtp_depth: int = 0
     """Multi-token prediction modules run in training (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2:
     ``D`` sequential modules, the k-th an RMSNorm of the previous depth's hidden state and one of
@@ -189,6 +225,12 @@ class LlamaConfig:
     @property
     def head_size(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention: a compressed key-value latent (DeepSeek-V2/V3); the queries go
+        through a low-rank ``q_lora_rank`` too, or one ``q_proj`` when it is 0 (DeepSeek-V2-Lite)."""
+        return self.kv_lora_rank > 0
 
     @property
     def gated(self) -> bool:
@@ -390,7 +432,7 @@ def build_llama(
         raise WorkloadError(f"mlp_act: {cfg.mlp_act!r} is not modelled; allowed: "
                             f"{', '.join(GATED_MLP_ACTS + PLAIN_MLP_ACTS)}")
     layernorm = cfg.norm == "layernorm"
-    if layernorm and (moe is not None or cfg.q_lora_rank or depth):
+    if layernorm and (moe is not None or cfg.mla or depth):
         # Their norms are costed as HF's eager RMSNorm (_moe_mlp, _mla_attention, the MTP projection).
         raise WorkloadError("norm: layernorm is modelled for dense blocks with multi-head or grouped-query "
                             "attention only; expert layers, MLA and MTP modules take rmsnorm")
@@ -402,17 +444,45 @@ def build_llama(
     def saved(readers: int) -> tuple:
         return (layernorm_saved_elements if layernorm else eager_rms_saved_elements)(s, d, readers)
 
-    def block(p: str, routed: bool, mtp: tuple[list, list, float, float] | None = None) -> None:
+    if cfg.rotary_dim and not 0 < cfg.rotary_dim <= hd:
+        raise WorkloadError(f"rotary_dim: {cfg.rotary_dim!r} is not valid; allowed: 1 to the head width {hd}")
+    if cfg.rotary_dim and cfg.mla:
+        raise WorkloadError("rotary_dim: multi-head latent attention sets its rotary part by qk_rope_head_dim")
+    for field_ in ("attn_softcap", "final_softcap"):
+        cap = getattr(cfg, field_)
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0.0 <= cap < math.inf:
+            raise WorkloadError(f"{field_}: {cap!r} is not valid; allowed: a cap above 0, or 0 for none")
+    if (cfg.sandwich_norms or cfg.attn_softcap) and (moe is not None or cfg.mla or depth or cfg.parallel_block):
+        raise WorkloadError("sandwich_norms/attn_softcap: Gemma 2's block is modelled for dense blocks in sequence with "
+                            "multi-head or grouped-query attention")
+    if cfg.parallel_block not in (0, 1, 2):
+        raise WorkloadError(f"parallel_block: {cfg.parallel_block!r} is not valid; allowed: 0 (sequential), 1 (one "
+                            f"shared norm), 2 (a norm each)")
+    if cfg.parallel_block and (moe is not None or cfg.mla or depth):
+        raise WorkloadError("parallel_block: parallel attention and MLP is modelled for dense blocks with "
+                            "multi-head or grouped-query attention; expert layers, MLA and MTP modules run in sequence")
+    if cfg.lm_head_bias and cfg.tie_word_embeddings:
+        raise WorkloadError("lm_head_bias: a bias is on an untied output head (GPT-J); give tie_word_embeddings=False")
+    if cfg.window_layers not in ("all", "alternate"):
+        raise WorkloadError(f"window_layers: {cfg.window_layers!r} is not modelled; allowed: all, alternate")
+    _check_positive_int(cfg.sliding_window or 1, "sliding_window")
+
+    def block(p: str, routed: bool, mtp: tuple[list, list, float, float] | None = None, index: int = 0) -> None:
         """Append block ``p``'s attention and MLP layers; ``mtp``: the (modules, ops, FLOPs,
-        activation bytes) a multi-token prediction module runs before its block's attention."""
+        activation bytes) a multi-token prediction module runs before its block's attention;
+        ``index``: the block's place, which picks its window (:attr:`LlamaConfig.window_layers`)."""
         nonlocal registered
         sd = float(s * d)
+        window = cfg.sliding_window if cfg.window_layers == "all" or index % 2 == 0 else 0
+        # The attention core's FLOPs in the full-square convention, scaled to the window's share.
+        window_scale = window_causal_share(s, window) / 0.5
         input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=layernorm)
-        post_norm = _norm(f"{p}.post_attention_layernorm", d, dtype, bias=layernorm)
+        post_norm = _norm(f"{p}.{'pre_feedforward_layernorm' if cfg.sandwich_norms else 'post_attention_layernorm'}",
+                          d, dtype, bias=layernorm)
         attn_compiled = None  # MLA, unfused attention and q/k norms: not traced (eager count)
         attn_megatron = None  # MLA: no Megatron-Core count (the eager one is kept)
-        if cfg.q_lora_rank:
-            attn_modules, attn_ops, attn_flops, attn_act = _mla_attention(cfg, p, s, dtype, flash_attention)
+        if cfg.mla:
+            attn_modules, attn_ops, attn_flops, attn_act = _mla_attention(cfg, p, s, dtype, flash_attention, window)
         else:
             q = _linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=cfg.qkv_bias)
             k = _linear(f"{p}.self_attn.k_proj", kv_dim, d, dtype, bias=cfg.qkv_bias)
@@ -428,7 +498,10 @@ def build_llama(
                         *linear_ops("v_proj", s, kv_dim, d, bias=cfg.qkv_bias)]
             if cfg.qk_norm:
                 attn_ops += [norm_op("q_norm", float(s * q_dim)), norm_op("k_norm", float(s * kv_dim))]
-            attn_ops += [*rope_ops("rope_q", float(s * q_dim)), *rope_ops("rope_k", float(s * kv_dim))]
+            rot = cfg.rotary_dim if 0 < cfg.rotary_dim < hd else hd
+            attn_ops += [*rope_ops("rope_q", float(s * q_dim) * rot / hd), *rope_ops("rope_k", float(s * kv_dim) * rot / hd)]
+            if rot < hd:
+                attn_ops += [*partial_rotary_ops("rope_q", float(s * q_dim)), *partial_rotary_ops("rope_k", float(s * kv_dim))]
             sdpa_kv = kv_dim
             if kv_dim < q_dim:
                 # repeat_kv (expand + reshape) copies the rotated k (stream dtype) and v (16-bit) out
@@ -441,7 +514,8 @@ def build_llama(
             # Autocast's 16-bit copies of the rotated q and k (promoted to the stream's dtype by the
             # fp32 cos/sin tables) for attention.
             attn_ops += [cast_op("cast_q", float(s * q_dim)), cast_op("cast_k", float(s * sdpa_kv)),
-                         *attention_ops(s, cfg.num_attention_heads, hd, causal=True, fused=flash_attention),
+                         *attention_ops(s, cfg.num_attention_heads, hd, causal=True, fused=flash_attention,
+                                        window=window, softcap=bool(cfg.attn_softcap)),
                          *linear_ops("o_proj", s, d, q_dim, bias=cfg.o_bias), *residual_ops("residual", sd)]
             attn_act, _ = llama_block_activation_bytes(s, d, q_dim, sdpa_kv, inter, cfg.num_attention_heads,
                                                        flash_attention=flash_attention, layernorm=layernorm)
@@ -452,7 +526,7 @@ def build_llama(
             if flash_attention and not cfg.qk_norm and not layernorm and cfg.gated:
                 attn_compiled = llama_compiled_saved_elements(s, d, q_dim, sdpa_kv, inter)[0]
             attn_flops = (2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
-                          + attention_matmul_flops(s, q_dim))
+                          + attention_matmul_flops(s, q_dim) * window_scale)
         if routed:
             mlp_compiled = None
             mlp_modules, mlp_ops, mlp_flops, mlp_act = _moe_mlp(cfg, p, s, dtype)
@@ -496,6 +570,42 @@ def build_llama(
             mlp_compiled = None
             mlp_megatron = megatron_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
                                                            gated=False)[1]
+        if cfg.parallel_block:
+            # The MLP reads the block's input, not attention's output: with one shared norm it has no norm
+            # of its own and its projections read the attention norm's output (one more cast and gradient
+            # sum per reader); with two its norm reads the input the attention norm already keeps.
+            readers = 2 if cfg.gated else 1
+            if cfg.parallel_block == 1:
+                body = [op for op in mlp_ops if not op.name.startswith(("post_attention_layernorm", "normed."))]
+                mlp_ops = [*fan_out_ops("normed", sd, readers + 1)[1:], *body]
+                mlp_act -= ACTIVATION_ELEMENT_BYTES * sd * (2 if layernorm else 3)
+                mlp_saved = ((float(readers) * sd, "recast"),)
+            else:
+                mlp_act -= ACTIVATION_ELEMENT_BYTES * sd
+                mlp_saved = tuple((n - sd, c) if c == "stream" else (n, c) for n, c in saved(readers))
+            # Megatron-Core's and the compiled counts were derived for sequential blocks.
+            attn_megatron = mlp_megatron = None
+            attn_compiled = mlp_compiled = None
+        else:
+            mlp_saved = saved(1 if routed or not cfg.gated else 2)
+        mlp_norms = [post_norm] if cfg.parallel_block != 1 else []
+        attn_saved = saved(2 if cfg.mla else 3)
+        out_norms: list = []
+        if cfg.sandwich_norms:
+            # A norm on each sub-block's output, before its residual add: its kernels, and what it keeps
+            # (an eager RMSNorm its input and normalised input, as the input norms).
+            out_norms = [_norm(f"{p}.post_attention_layernorm", d, dtype, bias=layernorm),
+                         _norm(f"{p}.post_feedforward_layernorm", d, dtype, bias=layernorm)]
+            kept = ACTIVATION_ELEMENT_BYTES * sd * (2 if layernorm else 3)
+            first = next(i for i, op in enumerate(attn_ops) if op.name == "residual")
+            attn_ops = [*attn_ops[:first], *norm_ops("post_attention_layernorm"), *attn_ops[first:]]
+            first = next(i for i, op in enumerate(mlp_ops) if op.name == "residual")
+            mlp_ops = [*mlp_ops[:first], *norm_ops("post_feedforward_layernorm"), *mlp_ops[first:]]
+            attn_act += kept
+            mlp_act += kept
+            attn_saved, mlp_saved = attn_saved + saved(1), mlp_saved + saved(1)
+            attn_megatron = mlp_megatron = None
+            attn_compiled = mlp_compiled = None
         pre_modules: list = []
         if mtp is not None:
             # The MTP module's norms and 2h -> h projection run ahead of its block's attention.
@@ -505,34 +615,36 @@ def build_llama(
             attn_act += pre_act
             if attn_megatron is not None:
                 attn_megatron += pre_act
-        registered += [*pre_modules, *attn_modules, *mlp_modules, input_norm, post_norm]
+        registered += [*pre_modules, *attn_modules, *mlp_modules, input_norm, *out_norms[:1], *mlp_norms,
+                       *out_norms[1:]]
         layers.append(_layer(
-            f"{p}.self_attn", [*pre_modules, input_norm, *attn_modules],  # + input_layernorm
+            f"{p}.self_attn", [*pre_modules, input_norm, *attn_modules, *out_norms[:1]],  # + input_layernorm
             forward_flops_per_sample=attn_flops,
-            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=saved(2 if cfg.q_lora_rank else 3),
+            activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=attn_saved,
             compiled_saved_elements=attn_compiled if mlp_compiled is not None else None,
             megatron_activation_bytes_per_sample=attn_megatron,
             ops=attn_ops,
         ))
         layers.append(_layer(
-            f"{p}.mlp", [post_norm, *mlp_modules],  # + post_attention_layernorm
+            f"{p}.mlp", [*mlp_norms, *mlp_modules, *out_norms[1:]],  # + post_attention_layernorm
             forward_flops_per_sample=mlp_flops,
-            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=saved(1 if routed or not cfg.gated else 2),
+            activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=mlp_saved,
             compiled_saved_elements=mlp_compiled if attn_compiled is not None else None,
             megatron_activation_bytes_per_sample=mlp_megatron,
             ops=mlp_ops,
         ))
 
     for i in range(cfg.num_hidden_layers):
-        block(f"model.layers.{i}", moe is not None and i >= moe.dense_layers)
+        block(f"model.layers.{i}", moe is not None and i >= moe.dense_layers, index=i)
     for k in range(depth):
         block(f"{MTP_UNIT_PREFIX}{k}", moe is not None, _mtp_projection(f"{MTP_UNIT_PREFIX}{k}", s, d, dtype))
     head = [_norm("model.norm", d, dtype, bias=layernorm)]
     if not cfg.tie_word_embeddings:
-        head.append(_linear("lm_head", v, d, dtype, bias=False))
+        head.append(_linear("lm_head", v, d, dtype, bias=cfg.lm_head_bias))
     registered += head
     # model.norm + lm_head, and once more per MTP depth: the head is shared (Sec. 2.2).
-    layers.append(_lm_head_layer(head, s, d, v, eager_rms=not layernorm, passes=1 + depth))
+    layers.append(_lm_head_layer(head, s, d, v, eager_rms=not layernorm, passes=1 + depth,
+                                 softcap=bool(cfg.final_softcap)))
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source, moe=moe)
 
@@ -571,7 +683,7 @@ def _mtp_projection(p: str, s: int, d: int, dtype: str) -> tuple[list, list, flo
     return mods, ops, flops, act
 
 
-def _mla_attention(cfg: LlamaConfig, p: str, s: int, dtype: str, flash_attention: bool):
+def _mla_attention(cfg: LlamaConfig, p: str, s: int, dtype: str, flash_attention: bool, window: int = 0):
     """DeepSeek-V3's multi-head latent attention (DeepSeek-V2 paper, arXiv:2405.04434, Sec.
     2.1; transformers ``DeepseekV3Attention``): queries through ``q_a_proj`` (to
     ``q_lora_rank``), an RMSNorm and ``q_b_proj`` (to ``heads x (nope + rope)``); keys and
@@ -584,9 +696,17 @@ def _mla_attention(cfg: LlamaConfig, p: str, s: int, dtype: str, flash_attention
     qk_head = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
     q_dim, kv_out, o_in = h * qk_head, h * (cfg.qk_nope_head_dim + cfg.v_head_dim), h * cfg.v_head_dim
     kv_a = cfg.kv_lora_rank + cfg.qk_rope_head_dim
-    mods = [_linear(f"{p}.self_attn.q_a_proj", cfg.q_lora_rank, d, dtype, bias=False),
-            _norm(f"{p}.self_attn.q_a_layernorm", cfg.q_lora_rank, dtype, bias=False),
-            _linear(f"{p}.self_attn.q_b_proj", q_dim, cfg.q_lora_rank, dtype, bias=False),
+    # Without a query latent (DeepSeek-V2-Lite) one q_proj maps the normed input to the query heads
+    # (transformers 5.25.0 models/deepseek_v2/modeling_deepseek_v2.py: q_proj when q_lora_rank is None).
+    q_mods = ([_linear(f"{p}.self_attn.q_a_proj", cfg.q_lora_rank, d, dtype, bias=False),
+               _norm(f"{p}.self_attn.q_a_layernorm", cfg.q_lora_rank, dtype, bias=False),
+               _linear(f"{p}.self_attn.q_b_proj", q_dim, cfg.q_lora_rank, dtype, bias=False)] if cfg.q_lora_rank
+              else [_linear(f"{p}.self_attn.q_proj", q_dim, d, dtype, bias=False)])
+    q_ops = ([*linear_ops("q_a_proj", s, cfg.q_lora_rank, d, bias=False),
+              norm_op("q_a_layernorm", float(s * cfg.q_lora_rank)),
+              *linear_ops("q_b_proj", s, q_dim, cfg.q_lora_rank, bias=False)] if cfg.q_lora_rank
+             else linear_ops("q_proj", s, q_dim, d, bias=False))
+    mods = [*q_mods,
             _linear(f"{p}.self_attn.kv_a_proj_with_mqa", kv_a, d, dtype, bias=False),
             _norm(f"{p}.self_attn.kv_a_layernorm", cfg.kv_lora_rank, dtype, bias=False),
             _linear(f"{p}.self_attn.kv_b_proj", kv_out, cfg.kv_lora_rank, dtype, bias=False),
@@ -594,19 +714,17 @@ def _mla_attention(cfg: LlamaConfig, p: str, s: int, dtype: str, flash_attention
     sd = float(s * d)
     core_dim = (qk_head + cfg.v_head_dim) // 2
     ops = [*eager_rms_norm_ops("input_layernorm", s, d), *fan_out_ops("normed", sd, 2),
-           *linear_ops("q_a_proj", s, cfg.q_lora_rank, d, bias=False),
-           norm_op("q_a_layernorm", float(s * cfg.q_lora_rank)),
-           *linear_ops("q_b_proj", s, q_dim, cfg.q_lora_rank, bias=False),
+           *q_ops,
            *linear_ops("kv_a_proj_with_mqa", s, kv_a, d, bias=False),
            norm_op("kv_a_layernorm", float(s * cfg.kv_lora_rank)),
            *linear_ops("kv_b_proj", s, kv_out, cfg.kv_lora_rank, bias=False),
            *rope_ops("rope_q", float(s * h * cfg.qk_rope_head_dim)),
            *rope_ops("rope_k", float(s * cfg.qk_rope_head_dim)),
            cast_op("cast_q", float(s * q_dim)), cast_op("cast_k", float(s * q_dim)),
-           *attention_ops(s, h, core_dim, causal=True, fused=flash_attention),
+           *attention_ops(s, h, core_dim, causal=True, fused=flash_attention, window=window),
            *linear_ops("o_proj", s, d, o_in, bias=False), *residual_ops("residual", sd)]
     flops = 2.0 * s * sum(m.params[0].numel for m in mods if len(m.params[0].shape) == 2) \
-        + attention_matmul_flops(s, h * core_dim)
+        + attention_matmul_flops(s, h * core_dim) * window_causal_share(s, window) / 0.5
     act, _ = llama_block_activation_bytes(s, d, q_dim, q_dim, cfg.intermediate_size, h,
                                           flash_attention=flash_attention)
     return mods, ops, flops, act

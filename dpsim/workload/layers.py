@@ -25,6 +25,28 @@ def attention_matmul_flops(seq_len: int, attn_dim: int) -> float:
     return 4.0 * seq_len * seq_len * attn_dim
 
 
+def window_causal_share(seq_len: int, window: int) -> float:
+    """The share of the ``seq x seq`` scores a causal sliding window of ``window`` tokens computes, in
+    the convention that a full causal mask computes half (``causal_share`` 0.5).
+
+    Query ``i`` attends to keys ``max(0, i - window + 1) .. i``: ``min(i + 1, window)`` scores, so the
+    window keeps ``w(w+1)/2 + (s - w)·w`` of the ``s(s+1)/2`` causal pairs (all of them once
+    ``window >= seq``). FlashAttention's kernels skip the key blocks outside the window as they skip
+    those above the diagonal: under ``Is_local`` a query block's loop starts at ``n_block_min =
+    (m_block·kBlockM - window_size_left) / kBlockN`` (Dao-AILab/flash-attention@c1f0be2f7a69
+    ``csrc/flash_attn/src/flash_fwd_kernel.h``, ``compute_attn_1rowblock``; ``window_size`` since
+    flash-attn 2.3; transformers 5.25.0 passes ``(sliding_window - 1, sliding_window - 1)``,
+    ``modeling_flash_attention_utils.py``, and its mask keeps ``kv_idx > q_idx - sliding_window``,
+    ``masking_utils.sliding_window_overlay``: ``window`` keys, the query's own included), so the work
+    and the loop each query block runs shrink by the same ratio. The partial blocks at the window's
+    edge (one per query block, as on the diagonal) are not counted."""
+    s, w = int(seq_len), int(window)
+    if not w or w >= s:
+        return 0.5
+    pairs = w * (w + 1) / 2.0 + float(s - w) * w
+    return 0.5 * pairs / (s * (s + 1) / 2.0)
+
+
 def korthikanti_block_activation_bytes(
     seq_len: int, hidden: int, heads: int, *, flash_attention: bool = False, resid_dropout: bool = True,
     attn_dropout: bool = True,
@@ -424,6 +446,19 @@ def rope_ops(name: str, elements: float) -> list[MemoryOp]:
             MemoryOp(name=f"{name}.grad_sum", elements=elements, forward=(), backward=((3, "act"),))]
 
 
+def partial_rotary_ops(name: str, elements: float) -> list[MemoryOp]:
+    """What rotating only part of each head adds to :func:`rope_ops` (run on the rotary part alone):
+    transformers' ``apply_rotary_pos_emb`` slices q (or k) into its rotary and pass-through parts and
+    concatenates the rotated part with the rest (``torch.cat([q_embed, q_pass], dim=-1)``,
+    transformers 5.25.0 ``models/gpt_neox/modeling_gpt_neox.py`` lines 130-139; GPT-J's
+    ``modeling_gptj.py`` slices ``query[:, :, :, : self.rotary_dim]`` the same way): the concatenation
+    reads both parts and writes the whole head in the stream's dtype (the rotated part was promoted);
+    backward, each slice's gradient is written into a zeroed tensor of the whole head and the two are
+    summed. ``elements``: the whole q (or k)."""
+    return [MemoryOp(name=f"{name}.cat_pass", elements=elements, forward=((1, "act"), (2, "stream")),
+                     backward=((2, "act"), (3, "act")))]
+
+
 def cast_op(name: str, elements: float) -> MemoryOp:
     """Autocast's copy of a residual-stream tensor into the 16-bit input of the next matmul,
     and the backward's copy of its gradient back (nothing when the dtypes agree)."""
@@ -591,13 +626,17 @@ def with_lm_loss(model: ModelSpec, impl: str, *, shift_copy: bool) -> ModelSpec:
 
 
 def attention_ops(tokens: int, heads: int, head_dim: int, *, causal: bool, fused: bool,
-                  dropout: bool = False, masked: bool = True) -> list[OpSpec]:
+                  dropout: bool = False, masked: bool = True, window: int = 0, softcap: bool = False) -> list[OpSpec]:
     """Attention core; eager attention also copies its ``heads x tokens x head_dim`` output
     back into ``tokens x heads·head_dim`` (``transpose(1, 2).contiguous()``), both ways. The
     fused kernels write their output token-major already (``_scaled_dot_product_flash_attention``
-    returns a ``batch x tokens x heads x head_dim`` buffer transposed), so there the merge is a view."""
+    returns a ``batch x tokens x heads x head_dim`` buffer transposed), so there the merge is a view.
+    ``window``: a causal sliding window (:func:`window_causal_share`; none when it covers the sequence);
+    eager attention still computes and masks the whole square."""
+    window = window if causal and window and window < tokens else 0
     ops: list[OpSpec] = [AttentionOp(seq=tokens, heads=heads, head_dim=head_dim, causal=causal, fused=fused,
-                                     dropout=dropout and not fused, masked=masked)]
+                                     dropout=dropout and not fused, masked=masked, window=window, softcap=softcap,
+                                     causal_share=window_causal_share(tokens, window))]
     if not fused:
         ops.append(MemoryOp(name="merge_heads", elements=float(tokens * heads * head_dim), forward=((2, "act"),),
                             backward=((2, "act"),)))
@@ -633,10 +672,21 @@ def unpad_ops(tokens: int, width: int) -> list[MemoryOp]:
                      forward=((UNPAD_FORWARD_PASSES, "act"),), backward=((UNPAD_BACKWARD_PASSES, "act"),))]
 
 
+WINDOWLESS_KERNELS = ("triton", "flash1")
+"""Fused kernels with no sliding-window argument: HazyResearch's Triton FlashAttention and flash-attn
+1.x (``window_size`` arrived in flash-attn 2.3); a windowed model is refused with them."""
+
+
 def with_attention_kernel(model: ModelSpec, kernel: str) -> ModelSpec:
     """``model`` with every fused attention op run by ``kernel`` (one of
     :data:`~dpsim.workload.spec.ATTENTION_KERNELS`; ``--attention-kernel``), costed in
     :mod:`dpsim.workload.roofline`; eager attention is left as it is."""
+    if kernel in WINDOWLESS_KERNELS:
+        window = next((op.window for layer in model.layers for op in layer.ops
+                       if isinstance(op, AttentionOp) and op.fused and op.window), 0)
+        if window:
+            raise ConfigError(f"--attention-kernel: {kernel} has no sliding window and {model.name} attends "
+                              f"over a window of {window} tokens; allowed: sdpa, flash3, cudnn")
     return replace(model, layers=tuple(
         replace(layer, ops=tuple(replace(op, kernel=kernel) if isinstance(op, AttentionOp) and op.fused else op
                                  for op in layer.ops))
@@ -680,6 +730,11 @@ def with_packed_samples(model: ModelSpec, *, mean_tokens: float, std_tokens: flo
         ops: list[OpSpec] = []
         flops = layer.forward_flops_per_sample
         for op in layer.ops:
+            if isinstance(op, AttentionOp) and op.window:
+                # Which of a sample's keys its window drops depends on where the packer put it.
+                raise ConfigError(f"packed samples: {model.name} has sliding-window attention (window "
+                                  f"{op.window}), whose share of packed samples is not modelled; allowed: "
+                                  f"unpacked rows for a model with a window")
             if isinstance(op, AttentionOp) and op.fused and op.causal:
                 share = min(1.0, length / op.seq)
                 # The full-square convention of forward_flops_per_sample (context.py's, too).
@@ -765,8 +820,24 @@ def _resolve_seq_len(seq_len: int | None, default: int, model: str, *, max_field
 # --------------------------------------------------------------------------- builders
 
 
+def final_softcap_ops(tokens: int, vocab: int) -> list[MemoryOp]:
+    """Final-logit soft-capping as transformers' Gemma 2 runs it, ``logits / cap``, ``tanh``, ``* cap``
+    over the ``s x V`` logits (``Gemma2ForCausalLM.forward``, ``final_logit_softcapping``), three eager
+    kernels each way; tanh keeps its output for backward (:func:`final_softcap_activation_bytes`)."""
+    e = float(tokens) * vocab
+    return [MemoryOp(name="final_softcap.div", elements=e, forward=((2, "act"),), backward=((2, "act"),)),
+            MemoryOp(name="final_softcap.tanh", elements=e, forward=((2, "act"),), backward=((3, "act"),)),
+            MemoryOp(name="final_softcap.mul", elements=e, forward=((2, "act"),), backward=((2, "act"),))]
+
+
+def final_softcap_activation_bytes(tokens: int, vocab: int) -> float:
+    """What final-logit soft-capping keeps for backward: tanh's 16-bit output over the logits (the
+    divide and multiply by a constant keep nothing)."""
+    return ACTIVATION_ELEMENT_BYTES * float(tokens) * vocab
+
+
 def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int, *, eager_rms: bool = False,
-                   passes: int = 1) -> LayerSpec:
+                   passes: int = 1, softcap: bool = False) -> LayerSpec:
     """The final norm + LM head of a decoder and its loss: an s x d by d x v matmul per sample,
     then cross-entropy over the s x v logits. ``passes`` > 1: the head shared by multi-token
     prediction modules (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2: one output head for the main
@@ -776,9 +847,12 @@ def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int, *, eager_rms:
     ops: list[OpSpec] = []
     for k in range(passes):
         norm = eager_rms_norm_ops("final_norm", s, d) if eager_rms else [norm_op("final_norm", float(s * d))]
-        ops += [*norm, cast_op("cast", float(s * d)), MatmulOp(name="lm_head", m=s, n=v, k=d), lm_loss_op(s, v)]
+        ops += [*norm, cast_op("cast", float(s * d)), MatmulOp(name="lm_head", m=s, n=v, k=d),
+                *(final_softcap_ops(s, v) if softcap else []), lm_loss_op(s, v)]
+    kept = lm_head_activation_bytes(s, d, v, eager_rms=eager_rms) + (final_softcap_activation_bytes(s, v) if softcap
+                                                                      else 0.0)
     return _layer("lm_head", run, forward_flops_per_sample=2.0 * s * d * v * passes,
-                  activation_bytes_per_sample=lm_head_activation_bytes(s, d, v, eager_rms=eager_rms) * passes,
+                  activation_bytes_per_sample=kept * passes,
                   ops=ops)
 
 

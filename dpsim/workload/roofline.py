@@ -336,7 +336,12 @@ def _attention(op: AttentionOp, gpu: GpuSpec, precision: Precision, micro_batch:
     if op.dropout:
         fwd_passes += [(2, "act"), (1, "byte")]
         bwd_passes += [(2, "act"), (1, "byte")]
-    # One kernel per listed pass group (scale, cast, softmax, mask, dropout).
+    if op.softcap:
+        # transformers' eager Gemma 2 attention: scores / cap, tanh, * cap (tanh's backward also reads
+        # its saved output).
+        fwd_passes += [(2, "act"), (2, "act"), (2, "act")]
+        bwd_passes += [(2, "act"), (3, "act"), (2, "act")]
+    # One kernel per listed pass group (scale, cast, softmax, mask, dropout, soft-cap).
     forward.append(memory_term(scores * sum(n * pass_bytes(c, precision) for n, c in fwd_passes), gpu,
                                kernels=len(fwd_passes)))
     backward.append(memory_term(scores * sum(n * pass_bytes(c, precision) for n, c in bwd_passes), gpu,

@@ -13,6 +13,11 @@ blocks: biases everywhere, fused QKV, MLP of ``ffn``); a shape that mixes the tw
 refused, naming the two that exist. The model is then the catalog's own layer list, so a
 shape equal to a catalog entry predicts exactly what that entry predicts, under every layout.
 
+RoPE blocks also take a sliding window (``window``, ``window_layers``), partial rotary
+(``rotary_pct``), parallel attention and MLP (``parallel``), Gemma 2's extra norms and logit soft-caps
+(``sandwich_norms``, ``attn_softcap``, ``final_softcap``) and DeepSeek's multi-head latent attention
+(``kv_lora_rank`` and its widths); see docs/models.md.
+
 A transformers configuration of such a family (:func:`shape_of_hf_config`) is read into a
 shape by its attribute names, so ``--model transformers:LlamaConfig(...)`` and the other
 decoders it lists need no torch tracing.
@@ -38,9 +43,10 @@ GPT_ACTIVATIONS = ("gelu", "gelu_new", "relu")
 """The MLPs of GPT-2, OPT and BLOOM blocks (learned or ALiBi positions)."""
 NORMS = ("rmsnorm", "layernorm")
 POSITIONS = ("rope", "learned", "alibi")
-BIASES = ("none", "qkv", "attn", "all")
+BIASES = ("none", "qkv", "attn", "mlp", "all")
 """Which projections have biases: ``none`` (Llama, Mistral, Nemotron-4, Gemma), ``qkv`` (Qwen2's q, k
-and v), ``attn`` (q, k, v and the output: HF Llama's ``attention_bias``), ``all`` (attention and MLP:
+and v), ``attn`` (q, k, v and the output: HF Llama's ``attention_bias``), ``mlp`` (the MLP's alone:
+GPT-J's ``fc_in``/``fc_out``, HF Llama's ``mlp_bias``), ``all`` (attention and MLP:
 GPT-2, OPT, BLOOM, GPT-NeoX). The default is the family's: ``all`` with learned or ALiBi positions
 (the GPT-2 builder's blocks), ``none`` with RoPE."""
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
@@ -106,14 +112,50 @@ class TransformerShape:
     bias: str = ""
     """Which projections have biases (:data:`BIASES`); empty: the family's default, which
     :func:`check_shape` fills in."""
+    parallel: int = 0
+    """Attention and the MLP in parallel on the block's input: 1 with one norm both read (GPT-J,
+    Falcon-7B, PaLM), 2 with a norm each (GPT-NeoX's ``use_parallel_residual``); 0: in sequence."""
+    head_bias: bool = False
+    """A bias on the untied output head (GPT-J's ``lm_head``)."""
+    q_lora_rank: int = 0
+    """Multi-head latent attention (with ``kv_lora_rank``): the query latent's width; 0: one ``q_proj``
+    (DeepSeek-V2-Lite)."""
+    kv_lora_rank: int = 0
+    """Multi-head latent attention (DeepSeek-V2/V3) when > 0: the compressed key-value latent's width."""
+    qk_nope_head_dim: int = 0
+    """MLA: the part of a query/key head without rotary positions."""
+    qk_rope_head_dim: int = 0
+    """MLA: the rotary part of a query/key head (one rotary key shared by all heads)."""
+    v_head_dim: int = 0
+    """MLA: a value head's width."""
+    router_bias: bool = False
+    """The router's per-expert score correction bias (DeepSeek-V3's ``e_score_correction_bias``)."""
+    sandwich_norms: bool = False
+    """Gemma 2's four norms a block: one more on each sub-block's output before its residual add."""
+    attn_softcap: float = 0.0
+    """Attention logit soft-cap (Gemma 2: 50), ``cap · tanh(scores / cap)``; 0: none."""
+    final_softcap: float = 0.0
+    """Final logit soft-cap (Gemma 2: 30); 0: none."""
+    rotary_pct: float = 1.0
+    """The share of each query/key head that RoPE rotates (GPT-NeoX's ``rotary_pct`` 0.25, Phi-3's and
+    Nemotron's ``partial_rotary_factor``, GPT-J's ``rotary_dim / head_dim``); 1: the whole head."""
+    window: int = 0
+    """Sliding-window attention: each query attends to itself and the ``window - 1`` tokens before it
+    (Mistral's ``sliding_window``); 0: the whole causal prefix (RoPE blocks)."""
+    window_layers: str = "all"
+    """With ``window``: ``all`` blocks local (Mistral) or ``alternate`` (Gemma 2: even blocks local,
+    odd ones global)."""
 
 
 _INT_FIELDS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq", "positions")
-_MOE_INT_FIELDS = ("head_dim", "experts", "top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers")
-"""Integer keys that may be 0 (not set): the head width and the expert layers."""
+_MOE_INT_FIELDS = ("head_dim", "experts", "top_k", "moe_ffn", "shared_experts", "shared_ffn", "dense_layers",
+                   "window", "parallel", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                   "v_head_dim")
+"""Integer keys that may be 0 (not set): the head width, the expert layers and the attention window."""
+WINDOW_LAYERS = ("all", "alternate")
 _REQUIRED = ("hidden", "layers", "heads", "vocab", "seq")
 _KEYS = tuple(f.name for f in fields(TransformerShape))
-_CHOICES = {"act": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS}
+_CHOICES = {"act": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS, "window_layers": WINDOW_LAYERS}
 _FAMILIES = ("pos=rope with any norm and act (the Llama builder: Llama, Nemotron-4, Gemma), or "
              "norm=layernorm with act=gelu/gelu_new/relu and pos=learned/alibi (GPT-2, OPT, BLOOM)")
 
@@ -169,7 +211,7 @@ def parse_shape(text: str) -> TransformerShape:
         if given["bias"].lower() not in BIASES:
             raise _fail("bias", given["bias"], f"allowed: {', '.join(BIASES)}")
         values["bias"] = given["bias"].lower()
-    for key in ("tied", "embed_norm", "qk_norm"):
+    for key in ("tied", "embed_norm", "qk_norm", "head_bias", "sandwich_norms", "router_bias"):
         value = given.get(key, "false").lower()
         if value not in _BOOLS:
             raise _fail(key, given[key], "allowed: true, false")
@@ -183,6 +225,17 @@ def parse_shape(text: str) -> TransformerShape:
     values.setdefault("kv_heads", values["heads"])
     values.setdefault("positions", values["seq"])
     values["dropout"] = _dropout(given.get("dropout"), values["norm"], values["pos"])
+    for key in ("attn_softcap", "final_softcap"):
+        if key in given:
+            try:
+                values[key] = float(given[key])
+            except ValueError:
+                raise _fail(key, given[key], "expected a cap above 0, or 0 for none") from None
+    if "rotary_pct" in given:
+        try:
+            values["rotary_pct"] = float(given["rotary_pct"])
+        except ValueError:
+            raise _fail("rotary_pct", given["rotary_pct"], "expected a share above 0 and at most 1") from None
     values["name"] = given.get("name", "transformer")
     if not values["name"].isprintable():  # a newline or an escape sequence went raw into every table's title
         raise _fail("name", repr(values["name"]), "expected printable text on one line")
@@ -235,7 +288,8 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         raise fail("kv_heads", shape.kv_heads, f"it must divide {n('heads')}={shape.heads}")
     if shape.pos == "learned" and shape.positions < shape.seq:
         raise fail("positions", shape.positions, f"a learned table needs at least {n('seq')}={shape.seq} rows")
-    for key, choices in (("norm", NORMS), ("act", ACTIVATIONS), ("pos", POSITIONS), ("bias", ("",) + BIASES)):
+    for key, choices in (("norm", NORMS), ("act", ACTIVATIONS), ("pos", POSITIONS), ("bias", ("",) + BIASES),
+                         ("window_layers", WINDOW_LAYERS)):
         if getattr(shape, key) not in choices:  # a config's value (parse_shape checked the shape keys)
             raise fail(key, getattr(shape, key), f"allowed: {', '.join(c for c in choices if c)}")
     # RoPE blocks are built by the Llama builder (any norm, MLP and biases); learned and ALiBi
@@ -255,6 +309,58 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
     if rope and shape.embed_norm:
         raise fail("embed_norm", "true", "the embedding LayerNorm exists only with learned or ALiBi positions "
                                          "(BLOOM)")
+    if shape.parallel not in (0, 1, 2):
+        raise fail("parallel", shape.parallel, "allowed: 0 (in sequence), 1 (parallel, one shared norm: GPT-J, "
+                                               "Falcon), 2 (parallel, a norm each: GPT-NeoX)")
+    if shape.parallel and not rope:
+        raise fail("parallel", shape.parallel, "parallel blocks are built with pos=rope (GPT-J, GPT-NeoX, Falcon)")
+    if shape.parallel and shape.experts:
+        raise fail("parallel", shape.parallel, "expert layers run after attention: give parallel=0")
+    if shape.head_bias and (shape.tied or not rope):
+        raise fail("head_bias", "true", "a bias is on an untied output head with pos=rope (GPT-J): give tied=false")
+    for key in ("attn_softcap", "final_softcap"):
+        cap = getattr(shape, key)
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0.0 <= cap < float("inf"):
+            raise fail(key, cap, "expected a cap above 0, or 0 for none")
+    if (shape.sandwich_norms or shape.attn_softcap or shape.final_softcap) and not rope:
+        key = "sandwich_norms" if shape.sandwich_norms else "attn_softcap" if shape.attn_softcap else "final_softcap"
+        raise fail(key, getattr(shape, key), "Gemma 2's norms and soft-caps are built with pos=rope")
+    if (shape.sandwich_norms or shape.attn_softcap) and (shape.experts or shape.parallel):
+        key = "sandwich_norms" if shape.sandwich_norms else "attn_softcap"
+        raise fail(key, getattr(shape, key), "Gemma 2's block runs in sequence without expert layers: give "
+                                             "parallel=0 and no experts")
+    mla_keys = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    if shape.kv_lora_rank:
+        missing = [n(k) for k in mla_keys[1:] if not getattr(shape, k)]
+        if missing:
+            raise WorkloadError(f"{origin}: {', '.join(missing)} missing; multi-head latent attention "
+                                f"({n('kv_lora_rank')}={shape.kv_lora_rank}) needs the widths of its heads' parts")
+        clash = next((k for k in ("head_dim", "qk_norm", "parallel", "window", "sandwich_norms", "attn_softcap")
+                      if getattr(shape, k)), None) or ("norm" if shape.norm != "rmsnorm" or not rope else None) \
+            or ("kv_heads" if shape.kv_heads != shape.heads else None) or ("bias" if bias != "none" else None) \
+            or ("rotary_pct" if shape.rotary_pct != 1.0 else None)
+        if clash:
+            raise fail(clash, getattr(shape, clash), f"multi-head latent attention ({n('kv_lora_rank')}=) is built "
+                                                     f"as DeepSeek-V2/V3 run it: RoPE, rmsnorm, no biases, one "
+                                                     f"key-value latent for all {n('heads')}")
+    elif any(getattr(shape, k) for k in mla_keys):
+        key = next(k for k in mla_keys if getattr(shape, k))
+        raise fail(key, getattr(shape, key), f"it shapes multi-head latent attention: give {n('kv_lora_rank')}= too")
+    if shape.router_bias and not shape.experts:
+        raise fail("router_bias", "true", f"a router's bias needs expert layers: give {n('experts')}=")
+    pct = shape.rotary_pct
+    if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0.0 < pct <= 1.0:
+        raise fail("rotary_pct", pct, "expected a share above 0 and at most 1")
+    if pct != 1.0 and not rope:
+        raise fail("rotary_pct", pct, "partial rotary embeddings exist only with pos=rope")
+    if pct != 1.0 and int((shape.head_dim or shape.hidden // shape.heads) * pct) < 1:
+        raise fail("rotary_pct", pct, "it rotates no element of a head: give a larger share")
+    if shape.window_layers != "all" and not shape.window:
+        raise fail("window_layers", shape.window_layers, f"alternating local blocks need a window: give "
+                                                         f"{n('window')}=TOKENS, or leave {n('window_layers')} out")
+    if not rope and shape.window:
+        raise fail("window", shape.window, "sliding-window attention is built for RoPE blocks (Mistral, Gemma 2): "
+                                           "give pos=rope, or window=0")
     if not rope and (shape.experts or shape.qk_norm or shape.head_dim):
         key = "experts" if shape.experts else "qk_norm" if shape.qk_norm else "head_dim"
         raise fail(key, getattr(shape, key), "expert layers, qk_norm and head_dim exist only with pos=rope")
@@ -262,7 +368,7 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         key = "norm" if shape.norm != "rmsnorm" else "act"
         raise fail(key, getattr(shape, key), "expert layers are built with norm=rmsnorm, act=swiglu (Mixtral, "
                                              "Qwen3-MoE, DeepSeek)")
-    if shape.experts and bias == "all":
+    if shape.experts and bias in ("mlp", "all"):
         raise fail("bias", bias, "expert MLPs have no biases: give bias=none, qkv or attn")
     if shape.experts:
         if not 1 <= shape.top_k <= shape.experts:
@@ -286,7 +392,13 @@ def shape_ref(shape: TransformerShape) -> str:
     def default(key: str) -> bool:
         if key == "bias":  # the family's own biases are left out
             return shape.bias in ("", "none" if shape.pos == "rope" else "all")
-        return key in _MOE_INT_FIELDS + ("qk_norm",) and not getattr(shape, key)
+        if key == "window_layers":
+            return shape.window_layers == "all"
+        if key == "rotary_pct":
+            return shape.rotary_pct == 1.0
+        if key in ("attn_softcap", "final_softcap", "sandwich_norms", "router_bias"):
+            return not getattr(shape, key)
+        return key in _MOE_INT_FIELDS + ("qk_norm", "head_bias") and not getattr(shape, key)
     # The head width, expert keys and biases only when set, so a shape reads as it always has.
     return SHAPE_PREFIX + ",".join(f"{f.name}={text(getattr(shape, f.name))}" for f in fields(shape)
                                    if not default(f.name))
@@ -297,15 +409,24 @@ def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
     if shape.pos == "rope":
         bias = shape.bias or "none"
         return LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn,
-                           norm=shape.norm, mlp_act=shape.act, qkv_bias=bias != "none",
-                           o_bias=bias in ("attn", "all"), mlp_bias=bias == "all",
+                           norm=shape.norm, mlp_act=shape.act, qkv_bias=bias in ("qkv", "attn", "all"),
+                           o_bias=bias in ("attn", "all"), mlp_bias=bias in ("mlp", "all"),
+                           parallel_block=shape.parallel, lm_head_bias=shape.head_bias,
+                           q_lora_rank=shape.q_lora_rank, kv_lora_rank=shape.kv_lora_rank,
+                           qk_nope_head_dim=shape.qk_nope_head_dim, qk_rope_head_dim=shape.qk_rope_head_dim,
+                           v_head_dim=shape.v_head_dim, router_bias=shape.router_bias,
+                           sandwich_norms=shape.sandwich_norms, attn_softcap=shape.attn_softcap,
+                           final_softcap=shape.final_softcap,
                            num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
                            num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.seq,
                            tie_word_embeddings=shape.tied, head_dim=shape.head_dim or None, qk_norm=shape.qk_norm,
                            num_experts=shape.experts, num_experts_per_tok=shape.top_k,
                            moe_intermediate_size=shape.moe_ffn, n_shared_experts=shape.shared_experts,
                            shared_expert_intermediate_size=shape.shared_ffn,
-                           first_k_dense_replace=shape.dense_layers)
+                           first_k_dense_replace=shape.dense_layers, sliding_window=shape.window,
+                           rotary_dim=int((shape.head_dim or shape.hidden // shape.heads) * shape.rotary_pct)
+                           if shape.rotary_pct != 1.0 else 0,
+                           window_layers=shape.window_layers)
     return GPT2Config(vocab_size=shape.vocab, n_positions=shape.positions if shape.pos == "learned" else shape.seq,
                       n_embd=shape.hidden, n_layer=shape.layers, n_head=shape.heads, n_inner=shape.ffn,
                       activation_function=shape.act, position_embedding=shape.pos,
@@ -319,26 +440,41 @@ def shape_param_count(shape: TransformerShape) -> int:
     Per block: attention ``h·(q + 2·kv) + q·h`` weights (``q = heads·head_dim``, ``kv =
     kv_heads·head_dim``) and an MLP of ``(3 if gated else 2)·h·ffn``; biases ``q + 2·kv`` (``qkv``),
     ``+ h`` for the output projection (``attn``), ``+ ffn·(2 if gated else 1) + h`` for the MLP's
-    (``all``); two norms, ``2·h`` each for LayerNorm (weight and bias), ``h`` for RMSNorm. Plus the
-    embedding ``vocab·h``, a learned table ``positions·h``, the final norm, an untied head
-    ``vocab·h`` and an embedding LayerNorm ``2·h``.
+    (``all``, or the MLP's alone with ``mlp``); two norms, ``2·h`` each for LayerNorm (weight and bias),
+    ``h`` for RMSNorm (one with ``parallel=1``, four with ``sandwich_norms``). Multi-head latent attention
+    in place of q/k/v/o: the query latent and its norm (or one ``q_proj``), the key-value latent with
+    the shared rotary key, its norm, the up-projection and the output. Plus the embedding ``vocab·h``,
+    a learned table ``positions·h``, the final norm, an untied head ``vocab·h`` (and its bias with
+    ``head_bias``), a router bias per expert and MoE layer, and an embedding LayerNorm ``2·h``.
     """
     h, head_dim = shape.hidden, shape.head_dim or shape.hidden // shape.heads
     q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
     norm = 2 * h if shape.norm == "layernorm" else h
     bias = shape.bias or ("none" if shape.pos == "rope" else "all")
     gated = shape.act in GATED
-    attention = h * (q + 2 * kv) + q * h + 2 * norm + (2 * head_dim if shape.qk_norm else 0)
-    attention += (q + 2 * kv if bias != "none" else 0) + (h if bias in ("attn", "all") else 0)
+    # A parallel block's one shared norm (GPT-J, Falcon-7B); Gemma 2's four.
+    norms = 1 if shape.parallel == 1 else 4 if shape.sandwich_norms else 2
+    attention = h * (q + 2 * kv) + q * h + norms * norm + (2 * head_dim if shape.qk_norm else 0)
+    attention += (q + 2 * kv if bias in ("qkv", "attn", "all") else 0) + (h if bias in ("attn", "all") else 0)
+    if shape.kv_lora_rank:
+        # MLA: the query path (a latent with its norm, or one q_proj), the key-value latent plus the shared
+        # rotary key, its norm, the up-projection to every head's key (no-rope part) and value, the output.
+        qk, r = shape.qk_nope_head_dim + shape.qk_rope_head_dim, shape.kv_lora_rank
+        lq = shape.q_lora_rank
+        query = (h * lq + lq + lq * shape.heads * qk) if lq else h * shape.heads * qk
+        attention = (query + h * (r + shape.qk_rope_head_dim) + r
+                     + r * shape.heads * (shape.qk_nope_head_dim + shape.v_head_dim)
+                     + shape.heads * shape.v_head_dim * h + norms * norm)
     block = attention + (3 if gated else 2) * h * shape.ffn
-    block += shape.ffn * (2 if gated else 1) + h if bias == "all" else 0
+    block += shape.ffn * (2 if gated else 1) + h if bias in ("mlp", "all") else 0
     moe_layers = shape.layers - shape.dense_layers if shape.experts else 0
     # An MoE layer: router h x E, E gated experts of moe_ffn, the shared ones of shared_ffn.
-    moe_block = attention + h * shape.experts + 3 * h * (shape.experts * shape.moe_ffn
+    moe_block = attention + h * shape.experts + (shape.experts if shape.router_bias else 0) + 3 * h * (shape.experts * shape.moe_ffn
                                                          + shape.shared_experts * (shape.shared_ffn or shape.moe_ffn))
     total = (shape.layers - moe_layers) * block + moe_layers * moe_block + shape.vocab * h + norm
     total += shape.positions * h if shape.pos == "learned" else 0
     total += 0 if shape.tied else shape.vocab * h
+    total += shape.vocab if shape.head_bias else 0
     total += 2 * h if shape.embed_norm else 0
     return total
 
@@ -353,17 +489,25 @@ def _attr(config: Any, *names: str) -> Any:
     return None
 
 
-_LLAMA_NAMES = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
+_LLAMA_NAMES = {"rotary_pct": "partial_rotary_factor", "hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
                 "kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
-                "seq": "max_position_embeddings", "positions": "max_position_embeddings"}
+                "seq": "max_position_embeddings", "positions": "max_position_embeddings", "window": "sliding_window"}
 _MOE_NAMES = {**_LLAMA_NAMES, "experts": "num_experts", "top_k": "num_experts_per_tok",
               "moe_ffn": "moe_intermediate_size"}
 _HF_NAMES = {
     "llama": _LLAMA_NAMES, "mistral": _LLAMA_NAMES, "qwen2": _LLAMA_NAMES, "qwen3": _LLAMA_NAMES,
-    "phi3": _LLAMA_NAMES, "gemma": _LLAMA_NAMES, "nemotron": _LLAMA_NAMES,
-    "gpt_neox": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads"},
+    "phi": _LLAMA_NAMES, "phi3": _LLAMA_NAMES, "gemma": _LLAMA_NAMES, "nemotron": _LLAMA_NAMES,
+    "gpt_neox": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "rotary_pct": "rotary_pct"},
     "mixtral": {**_MOE_NAMES, "experts": "num_local_experts", "moe_ffn": "intermediate_size"},
     "qwen3_moe": _MOE_NAMES,
+    "deepseek_v2": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "experts": "n_routed_experts",
+                    "top_k": "num_experts_per_tok", "moe_ffn": "moe_intermediate_size",
+                    "shared_experts": "n_shared_experts", "dense_layers": "first_k_dense_replace"},
+    "gemma2": {**_LLAMA_NAMES, "attn_softcap": "attn_logit_softcapping", "final_softcap": "final_logit_softcapping"},
+    "gptj": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
+             "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions", "rotary_pct": "rotary_dim"},
+    "falcon": {**_LLAMA_NAMES, "kv_heads": "num_kv_heads", "ffn": "ffn_hidden_size",
+               "parallel": "num_ln_in_parallel_attn"},
     "gpt2": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
              "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions", "dropout": "resid_pdrop"},
     "opt": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "ffn": "ffn_dim", "dropout": "dropout"},
@@ -371,23 +515,18 @@ _HF_NAMES = {
               "vocab": "vocab_size", "seq": "seq_length", "positions": "seq_length", "dropout": "hidden_dropout"},
 }
 """Each configuration family's attribute for a shape key, so its errors name what the user wrote."""
+_HF_NAMES["deepseek_v3"] = _HF_NAMES["deepseek_v2"]
 
 _ROPE_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu"}
 """The gated MLP of a Llama-style family by its ``hidden_act`` (Gemma's GeGLU runs ``gelu_pytorch_tanh``)."""
 
 HF_NOT_BUILT = {
-    "gemma2": "Gemma 2's blocks have four norms each (pre- and post-feedforward) and alternate sliding-window "
-              "attention, which the builders do not have",
-    "gemma3": "Gemma 3's blocks have four norms each and alternate sliding-window attention",
-    "falcon": "Falcon runs attention and the MLP in parallel from one norm (parallel_attn), which the builders "
-              "do not have",
-    "phi": "Phi-1/2 run attention and the MLP in parallel from one norm, which the builders do not have",
-    "gptj": "GPT-J runs attention and the MLP in parallel from one norm, which the builders do not have",
+    "gemma3": "Gemma 3's blocks add query/key norms to Gemma 2's four and interleave five local blocks with one "
+              "global block whose RoPE base differs: not read from config.json (give it by shape)",
+    "cohere": "Cohere's blocks have a LayerNorm without a bias run eagerly (CohereLayerNorm) and scale the "
+              "logits (logit_scale), which the builders do not have",
     "qwen2_moe": "Qwen2-MoE's shared expert has a sigmoid gate (shared_expert_gate), which the expert layers "
                  "do not have",
-    "deepseek_v3": "multi-head latent attention has no shape keys: use --model deepseek-v3 (the catalog's, "
-                   "built from this configuration's fields)",
-    "deepseek_v2": "multi-head latent attention has no shape keys: use --model deepseek-v2 (the catalog's)",
 }
 """Families whose ``config.json`` is refused, and why (the one-line message names it)."""
 
@@ -396,9 +535,8 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
     """The shape of a transformers configuration whose family the catalog builders cover, read
     by attribute names (``model_type`` picks the family); ``None`` for any other (it is traced).
 
-    Llama, Mistral and Qwen2 (``LlamaForCausalLM``'s block; Qwen2's QKV biases are not
-    counted, a Mistral sliding window not modelled: attention is costed over the whole
-    sequence), GPT-2, OPT (learned table of ``max_position_embeddings + 2`` rows, ReLU) and
+    Llama, Mistral and Qwen2 (``LlamaForCausalLM``'s block; Qwen2's q/k/v biases; Mistral's,
+    Mixtral's and Phi-3's ``sliding_window``), GPT-2, OPT (learned table of ``max_position_embeddings + 2`` rows, ReLU) and
     BLOOM (ALiBi, embedding LayerNorm) as their transformers classes define them. A Llama
     ``head_dim`` other than ``hidden / heads``, a gated activation other than SiLU, OPT's
     ``project_in``/``project_out`` (``word_embed_proj_dim != hidden_size``) and a post-norm
@@ -415,24 +553,35 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
         return default if value is None else value
 
     try:
-        if kind in ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "nemotron", "gpt_neox", "mixtral",
+        if kind in ("llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gemma", "nemotron", "gpt_neox", "mixtral",
                     "qwen3_moe"):
             h, heads = config.hidden_size, config.num_attention_heads
             if isinstance(heads, int) and heads < 1:  # before h // heads (Qwen2Config does not divide by it)
                 raise WorkloadError(f"--model transformers:{name}: num_attention_heads={heads} is not valid; "
                                     f"expected an integer from 1 to {_MAX_DIM:,}")
             head_dim = _attr(config, "head_dim")
+            parallel = 0
             if kind == "gpt_neox":
-                if getattr(config, "use_parallel_residual", True):
-                    return None  # attention and MLP in parallel: not in the builders
-                norm, bias = "layernorm", "all" if getattr(config, "attention_bias", True) else None
+                # GPTNeoXLayer: x + attn(input_layernorm(x)) + mlp(post_attention_layernorm(x)) when parallel.
+                parallel = 2 if getattr(config, "use_parallel_residual", True) else 0
+                norm, bias = "layernorm", "all" if getattr(config, "attention_bias", True) else "mlp"
+                # gelu_fast (GPT-NeoX-20B) is the tanh approximation gelu_new computes, in as many eager
+                # kernels (transformers activations.py FastGELUActivation, NewGELUActivation).
+                act = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_new", "gelu_fast": "gelu_new"}.get(
+                    config.hidden_act)
+            elif kind == "phi":
+                # PhiDecoderLayer (transformers 5.25.0 models/phi/modeling_phi.py): x + attn(ln(x)) + mlp(ln(x)),
+                # biases on q/k/v, dense, fc1 and fc2, a LayerNorm at the end and a biased lm_head.
+                if getattr(config, "qk_layernorm", False):
+                    return None
+                parallel, norm, bias = 1, "layernorm", "all"
                 act = config.hidden_act if config.hidden_act in ("gelu", "relu", "gelu_new") else None
             elif kind == "nemotron":
                 # NemotronLayerNorm1P (a LayerNorm, weight and bias), NemotronMLP up/down with relu2.
                 norm, act = "layernorm", {"relu2": "relu2", "gelu": "gelu", "relu": "relu"}.get(config.hidden_act)
                 attention_bias, mlp_bias = getattr(config, "attention_bias", False), getattr(config, "mlp_bias", False)
                 bias = ("none" if not (attention_bias or mlp_bias) else "attn" if not mlp_bias
-                        else "all" if attention_bias else None)
+                        else "all" if attention_bias else "mlp")
             else:
                 norm = "rmsnorm"
                 hidden_act = _attr(config, "hidden_activation", "hidden_act") if kind == "gemma" \
@@ -442,7 +591,7 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 # modeling_qwen2.py); Llama's attention_bias puts one on all four, mlp_bias on the MLP.
                 attention_bias, mlp_bias = getattr(config, "attention_bias", False), getattr(config, "mlp_bias", False)
                 bias = ("qkv" if kind == "qwen2" else "none" if not (attention_bias or mlp_bias)
-                        else "attn" if not mlp_bias else "all" if attention_bias else None)
+                        else "attn" if not mlp_bias else "all" if attention_bias else "mlp")
             if act is None or bias is None:
                 return None
             experts: dict[str, Any] = {}
@@ -454,14 +603,117 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                     return None  # dense blocks between MoE ones: not a prefix of dense_layers
                 experts = dict(experts=config.num_experts, top_k=config.num_experts_per_tok,
                                moe_ffn=config.moe_intermediate_size)
+            # Mistral, Mixtral and Phi-3 attend over sliding_window tokens in every block (None: the whole
+            # prefix); Qwen2/Qwen3 only with use_sliding_window, and then in the blocks from max_window_layers
+            # on, a split the window keys do not express.
+            window = 0
+            if kind in ("mistral", "mixtral", "phi3"):
+                window = given("sliding_window", 0)
+            elif getattr(config, "use_sliding_window", False):
+                return None
+            # transformers v5 keeps the rotary share in rope_parameters; older config.json files at the top
+            # level (GPT-NeoX's rotary_pct, Phi-3's and Nemotron's partial_rotary_factor).
+            rope = getattr(config, "rope_parameters", None) or {}
+            pct = _attr(config, "partial_rotary_factor", "rotary_pct")
+            pct = rope.get("partial_rotary_factor", 1.0) if pct is None and isinstance(rope, dict) else pct
             return check(TransformerShape(
-                hidden=h, layers=config.num_hidden_layers, heads=heads,
+                hidden=h, layers=config.num_hidden_layers, heads=heads, window=window, parallel=parallel,
+                head_bias=kind == "phi" and not getattr(config, "tie_word_embeddings", False),
+                rotary_pct=1.0 if pct is None else pct,
                 kv_heads=given("num_key_value_heads", heads) if kind != "gpt_neox" else heads,
                 ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
                 act=act, norm=norm, pos="rope", positions=config.max_position_embeddings,
                 tied=bool(getattr(config, "tie_word_embeddings", kind == "gemma")), embed_norm=False, dropout=0.0,
                 name=name, head_dim=head_dim if head_dim not in (None, h // heads) else 0,
                 qk_norm=kind in ("qwen3", "qwen3_moe"), bias=bias, **experts))
+        if kind in ("deepseek_v2", "deepseek_v3"):
+            # DeepseekV2/V3 (transformers 5.25.0 models/deepseek_v3/configuration_deepseek_v3.py): MLA, the first
+            # first_k_dense_replace blocks dense, then MoE blocks of n_routed_experts (top num_experts_per_tok)
+            # and n_shared_experts; V3's noaux_tc router keeps a score correction bias. Its multi-token
+            # prediction module (num_nextn_predict_layers) is --mtp-depth's.
+            if getattr(config, "moe_layer_freq", 1) != 1 or getattr(config, "hidden_act", "silu") != "silu":
+                return None
+            h, heads = config.hidden_size, config.num_attention_heads
+            return check(TransformerShape(
+                hidden=h, layers=config.num_hidden_layers, heads=heads, kv_heads=heads,
+                ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
+                act="swiglu", norm="rmsnorm", pos="rope", positions=config.max_position_embeddings,
+                tied=bool(getattr(config, "tie_word_embeddings", False)), embed_norm=False, dropout=0.0, name=name,
+                experts=config.n_routed_experts, top_k=config.num_experts_per_tok,
+                moe_ffn=config.moe_intermediate_size, shared_experts=given("n_shared_experts", 0),
+                dense_layers=given("first_k_dense_replace", 0), q_lora_rank=given("q_lora_rank", 0),
+                kv_lora_rank=config.kv_lora_rank, qk_nope_head_dim=config.qk_nope_head_dim,
+                qk_rope_head_dim=config.qk_rope_head_dim, v_head_dim=config.v_head_dim,
+                router_bias=getattr(config, "topk_method", "") == "noaux_tc"))
+        if kind == "gemma2":
+            # Gemma2DecoderLayer (transformers 5.25.0 models/gemma2/modeling_gemma2.py): four RMSNorms, GeGLU
+            # (gelu_pytorch_tanh), head_dim, attention and final logit soft-caps, and layer_types: sliding and
+            # full attention alternating from a sliding first block (Gemma2Config's default), or all sliding.
+            h, heads = config.hidden_size, config.num_attention_heads
+            act = _ROPE_ACTS.get(_attr(config, "hidden_activation", "hidden_act"))
+            types = list(getattr(config, "layer_types", None) or [])
+            layers = config.num_hidden_layers
+            window = given("sliding_window", 0)
+            alternate = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+            if not types or types == alternate:
+                window_layers = "alternate"
+            elif all(t == "sliding_attention" for t in types):
+                window_layers = "all"
+            elif all(t == "full_attention" for t in types):
+                window, window_layers = 0, "all"
+            else:
+                return None
+            if act is None or getattr(config, "attention_bias", False) or not isinstance(heads, int) or heads < 1:
+                return None
+            head_dim = _attr(config, "head_dim")
+            return check(TransformerShape(
+                hidden=h, layers=layers, heads=heads, kv_heads=given("num_key_value_heads", heads),
+                ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
+                act=act, norm="rmsnorm", pos="rope", positions=config.max_position_embeddings,
+                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False, dropout=0.0, name=name,
+                head_dim=head_dim if head_dim not in (None, h // heads) else 0, window=window if window else 0,
+                window_layers=window_layers if window else "all", sandwich_norms=True,
+                attn_softcap=given("attn_logit_softcapping", 0.0), final_softcap=given("final_logit_softcapping", 0.0)))
+        if kind == "gptj":
+            # GPTJBlock: x + attn(ln_1(x)) + mlp(ln_1(x)); q/k/v/out_proj without biases, fc_in/fc_out and
+            # lm_head with them (transformers 5.25.0 models/gptj/modeling_gptj.py); RoPE on rotary_dim of a head.
+            h, heads = config.n_embd, config.n_head
+            act = config.activation_function
+            if act not in ("gelu", "gelu_new", "relu") or not isinstance(heads, int) or heads < 1:
+                return None
+            rotary = _attr(config, "rotary_dim")
+            tied = bool(getattr(config, "tie_word_embeddings", False))
+            return check(TransformerShape(
+                hidden=h, layers=config.n_layer, heads=heads, kv_heads=heads, ffn=given("n_inner", 4 * h),
+                vocab=config.vocab_size, seq=config.n_positions, act=act, norm="layernorm", pos="rope",
+                positions=config.n_positions, tied=tied, embed_norm=False, dropout=0.0, name=name, bias="mlp",
+                parallel=1, head_bias=not tied, rotary_pct=1.0 if rotary is None else rotary / (h // heads)))
+        if kind == "falcon":
+            # FalconDecoderLayer (transformers 5.25.0 models/falcon/modeling_falcon.py): parallel_attn with one
+            # input_layernorm (Falcon-7B) or, under new_decoder_architecture, ln_attn and ln_mlp
+            # (num_ln_in_parallel_attn 2, Falcon-40B/180B); multi_query: one key-value head; fused
+            # query_key_value and dense, MLP dense_h_to_4h/dense_4h_to_h, biases all or none (bias).
+            if getattr(config, "alibi", False) or getattr(config, "apply_residual_connection_post_layernorm", False):
+                return None
+            h, heads = config.hidden_size, config.num_attention_heads
+            new_arch = bool(getattr(config, "new_decoder_architecture", False))
+            kv = (given("num_kv_heads", heads) if new_arch else 1 if getattr(config, "multi_query", True) else heads)
+            if not getattr(config, "parallel_attn", True):
+                parallel = 0
+            elif new_arch:
+                parallel = given("num_ln_in_parallel_attn", 2)
+            else:
+                parallel = 1
+            act = getattr(config, "activation", "gelu")
+            if act not in ("gelu", "relu"):
+                return None
+            return check(TransformerShape(
+                hidden=h, layers=config.num_hidden_layers, heads=heads, kv_heads=kv,
+                ffn=given("ffn_hidden_size", 4 * h), vocab=config.vocab_size,
+                seq=given("max_position_embeddings", 2048), act=act, norm="layernorm", pos="rope",
+                positions=given("max_position_embeddings", 2048), tied=bool(getattr(config, "tie_word_embeddings", True)),
+                embed_norm=False, dropout=0.0, name=name, bias="all" if getattr(config, "bias", False) else "none",
+                parallel=parallel))
         if kind == "gpt2":
             act = config.activation_function
             if act not in ACTIVATIONS or act == "swiglu":
@@ -543,7 +795,8 @@ def shape_ref_of_config_json(path: str) -> str:
         why = (f"its model_type {kind!r} is not built from a shape: {HF_NOT_BUILT[kind]}" if kind in HF_NOT_BUILT
                else f"its model_type {kind!r} is not one dpsim builds from a shape ({covered})" if kind not in _HF_NAMES
                else f"its {kind} configuration has a field the builders do not cover (an activation other than "
-                    f"the family's, biases on the MLP only, GPT-NeoX's parallel residual, Qwen3-MoE's mlp_only_layers "
+                    f"the family's, Falcon's ALiBi, Qwen2's use_sliding_window, DeepSeek's moe_layer_freq, "
+                    f"Qwen3-MoE's mlp_only_layers "
                     f"or decoder_sparse_step, OPT's projections or post-norm)")
         raise WorkloadError(f"--model: {path!r}: {why}; give the model as transformers:CONFIGCLASS(KEY=VALUE, ...) "
                             f"to trace it, or by its shape (transformer:hidden=...,layers=...)")

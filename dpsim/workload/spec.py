@@ -188,6 +188,16 @@ class AttentionOp:
     causal_share: float = 0.5
     """With ``causal``: the share of the ``seq x kv_seq`` scores the mask leaves to compute (half of
     a square; a context-parallel rank's share of its queries against every key)."""
+    softcap: bool = False
+    """Logit soft-capping, ``cap · tanh(scores / cap)`` before the softmax (Gemma 2's
+    ``attn_logit_softcapping``): eager attention runs it as three kernels over the scores; fused
+    kernels apply it in registers (flash-attn 2.6's ``softcap``), costed at the uncapped rate (no
+    published benchmark of the capped kernel was found)."""
+    window: int = 0
+    """Sliding-window attention: each query attends to itself and the ``window - 1`` keys before it
+    (Mistral's ``sliding_window``, Gemma 2's local layers); 0: the whole causal prefix. The builder
+    folds it into :attr:`causal_share` (:func:`dpsim.workload.layers.window_causal_share`); kept here
+    so that the layouts and kernels that cannot run a window refuse it by name."""
 
     def __post_init__(self) -> None:
         if self.kernel not in ATTENTION_KERNELS:
