@@ -137,9 +137,11 @@ step time from both."""
 LAYOUT_DP_STRATEGIES = ("ddp", "zero1", "fsdp", "zero3")
 """Data-parallel strategies over the replicas of a tensor/pipeline layout: the keys of
 :data:`dpsim.strategies.layout.LAYOUT_STRATEGIES`."""
-PLAN_DP_STRATEGIES = ("ddp", "zero1", "fsdp")
-"""The layout strategies ``dpsim plan`` searches and estimates in closed form (``zero3`` is predicted,
-not planned)."""
+PLAN_DP_STRATEGIES = ("ddp", "zero1", "fsdp", "zero3", "fsdp-hybrid")
+"""The data-parallel strategies ``dpsim plan`` searches and estimates in closed form: the layout strategies
+(``zero3`` only where ``predict`` runs it: without pipeline stages or expert parallelism, as DeepSpeed's
+``PipelineEngine`` refuses ZeRO-2/3) and ``fsdp-hybrid`` (HSDP) with data parallelism alone, every shard group
+of ``gpus_per_node x 2^k`` ranks below the data-parallel ranks (``--zero-group``)."""
 
 
 def _count(maximum: int = MAX_GPUS, **metadata: Any) -> dict[str, Any]:
