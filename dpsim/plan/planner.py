@@ -1812,6 +1812,12 @@ def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: i
                              "least 2 x --pp",
                  "1f1b-interleaved": "1f1b-interleaved needs micro-batches per replica a multiple of --pp"}
         needs = [rules[s] for s in (given.get("schedules") or ()) if s in rules and "schedules" in (culprits or given)]
+        # And the strategies' (strategy_variants): where DeepSpeed ZeRO-3 and HSDP run.
+        strategy_rules = {"zero3": "zero3 runs without pipeline stages or expert parallelism (--pp 1, --ep 1)",
+                          "fsdp-hybrid": "fsdp-hybrid runs with data parallelism alone (--tp 1 --pp 1, no --cp or "
+                                         "--ep) over more than one node's data-parallel ranks"}
+        if "strategies" in (culprits or given):
+            needs += [strategy_rules[s] for s in given["strategies"] if s in strategy_rules]
         # And the recomputation modes' (_variants): the layout path's modes need a sharded layout, moe experts.
         recomputes = given.get("recomputes") or ()
         if "recomputes" in (culprits or given):
