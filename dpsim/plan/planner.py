@@ -996,8 +996,9 @@ class Planner:
         replicas; ``zero3`` without pipeline stages or expert parallelism (DeepSpeed's ``PipelineEngine``
         asserts ZeRO stage below 2, microsoft/DeepSpeed ``deepspeed/runtime/pipe/engine.py``; ZeRO-3 with
         experts is not modelled, as ``predict --strategy zero3 --ep`` refuses); ``fsdp-hybrid`` with data
-        parallelism alone (predict refuses it with ``--tp``/``--pp``/``--cp``/``--ep``), once per shard group
-        :meth:`shard_groups` gives."""
+        parallelism alone, once per shard group :meth:`shard_groups` gives (``predict`` also runs HSDP under
+        ``--tp``/``--pp``, torchtitan's ``dp_replicate x dp_shard`` mesh, but the closed form has no HSDP
+        stage collectives yet, so the search leaves those layouts to ``predict``)."""
         out: list[tuple[str, int | None]] = []
         for strategy in (strategies or DEFAULT_STRATEGIES):
             if dp * cp == 1 and strategy != "ddp":
