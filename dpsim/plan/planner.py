@@ -5,7 +5,9 @@ For each GPU count, every layout of the search space is enumerated: tensor-paral
 (any count up to the blocks: :func:`~dpsim.strategies.layout.balanced_counts` gives the
 first and last stage the lighter share when they do not divide), data-parallel replicas (the rest, placed as
 :func:`~dpsim.collectives.groups.check_layout_placement` requires), data-parallel strategy
-(``ddp``, ``zero1``, ``fsdp``), micro-batch (dividing the global batch per replica),
+(``ddp``, ``zero1``, ``fsdp``, ``zero3`` without pipeline stages or experts, and with data parallelism alone
+``fsdp-hybrid`` over every whole-server shard group: :meth:`Planner.strategy_variants`), micro-batch (dividing the
+global batch per replica),
 recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 ``1f1b-interleaved`` with every number of chunks that divides a stage's blocks and those
 up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe``, ``zb-h1`` and ``dualpipe`` when asked: GPipe
