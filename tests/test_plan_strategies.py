@@ -106,16 +106,34 @@ def test_zero3_with_tensor_parallelism_estimates_as_it_simulates():
 
 
 @pytest.mark.parametrize("search, needle", [
-    (dict(tps=[8], strategies=["fsdp-hybrid"]), "fsdp-hybrid runs with data parallelism alone"),
+    (dict(gpus=[8], tps=[1], strategies=["fsdp-hybrid"]), "fsdp-hybrid needs more data-parallel ranks than one server"),
     (dict(pps=[2], strategies=["zero3"]), "zero3 runs without pipeline stages"),
     (dict(strategies=["zero2"]), "^--strategies: "),
 ])
 def test_a_strategy_search_with_no_layout_says_where_it_runs(search, needle):
     with pytest.raises(ConfigError, match=needle):
-        plan_layouts(_base("llama-3-8b"), gpus=[64], global_batch=64, **search)
+        plan_layouts(_base("llama-3-8b"), **{"gpus": [64], "global_batch": 64, **search})
 
 
 def test_plan_refuses_a_hybrid_base_the_search_would_replace():
     # The search sets each layout's strategy and shard group; one given on the base is named, not dropped.
     with pytest.raises(ConfigError, match="^--strategy: 'fsdp-hybrid' on the base config is not used by plan"):
         plan_layouts(_base("llama-3-8b", strategy="fsdp-hybrid", zero_group=16), gpus=[64], global_batch=64)
+
+
+def test_hsdp_under_tensor_and_pipeline_parallelism_is_searched_when_asked():
+    base = resolve(_base("llama-3-8b", micro_batch=1)).config
+    planner = Planner(base)
+    default, _ = planner.candidates(128, global_batch=256, tps=[4], pps=[1, 2], micro_batches=[1],
+                                    recomputes=["full"], sequence_parallel=True)
+    assert not [c for c in default if c.strategy == "fsdp-hybrid"]  # the default search stays as it was
+    cands, _ = planner.candidates(128, global_batch=256, tps=[4], pps=[1, 2], micro_batches=[1], recomputes=["full"],
+                                  strategies=["fsdp-hybrid"], sequence_parallel=True, schedules=["1f1b"])
+    # 2 data-parallel ranks a server under tp 4: groups of 2, 4, 8, 16 below dp 32 (pp 1), 2, 4, 8 below dp 16.
+    assert sorted((c.pp, c.zero_group) for c in cands) == [(1, 2), (1, 4), (1, 8), (1, 16), (2, 2), (2, 4), (2, 8)]
+    for c in cands:
+        e = planner.estimate(c, global_batch=256)
+        pred = predict(c.config(base))
+        assert pred.memory.total_bytes == e.memory_bytes
+        # The closed form plays HSDP's shard-group collectives and replica all-reduces as predict's program.
+        assert ESTIMATE_BOUND[0] <= e.step_time_s / pred.step_time_s <= ESTIMATE_BOUND[1], c.flags()

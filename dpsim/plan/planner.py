@@ -199,7 +199,9 @@ DEFAULT_STRATEGIES = ("ddp", "zero1", "zero3", "fsdp-hybrid")
 """Data-parallel strategies searched unless given, each where it applies (:meth:`Planner.strategy_variants`):
 ``zero3`` without pipeline stages or expert parallelism (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism,
 ``deepspeed/runtime/pipe/engine.py``; predict refuses it with ``--ep``), ``fsdp-hybrid`` with data parallelism
-alone, over every shard group it can take. ``fsdp`` is left out: under pipeline parallelism it is costed like the
+alone, over every shard group it can take (under tensor/pipeline layouts only when ``--strategies`` names it:
+there its memory is never below zero1's or zero3's, and a candidate per shard group on every pipelined shape
+would take the 16,384-GPU searches past issue 28's 10 s). ``fsdp`` is left out: under pipeline parallelism it is costed like the
 distributed optimizer, so it only ties with ``zero1``, and without pipeline stages it shards as ``zero3`` does
 (FSDP's one difference, the root unit kept from forward to backward, is asked for with ``--strategies fsdp``)."""
 
@@ -660,12 +662,13 @@ class Planner:
         return topo
 
     def collectives(self, gpus: int, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1,
-                    etp: int = 1) -> GroupCollectives:
-        """The layout's communicators, their models shared with every other layout of the same shapes."""
-        key = (gpus, tp, pp, dp, cp, ep, etp)
+                    etp: int = 1, zero_group: int | None = None) -> GroupCollectives:
+        """The layout's communicators, their models shared with every other layout of the same shapes
+        (``zero_group``: HSDP's shard group under tp/pp, adding its ``zero`` and ``zrep`` communicators)."""
+        key = (gpus, tp, pp, dp, cp, ep, etp, zero_group)
         gc = self._collectives.get(key)
         if gc is None:
-            shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp)
+            shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero_group=zero_group)
             inner = build_collectives(self.base, self.topology(gpus), layout=shape)
             gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self._shared(inner._make),
                                                            layout=shape)
@@ -874,9 +877,14 @@ class Planner:
         share = 1.0
         if zero3 is not None and numel:
             share = sum(zero3.backward_gather_numel) / numel
-        gathers = [self.cost(gc, "dp", "all_gather", b[2] * w) for b in buckets]
-        again = sum(self.cost(gc, "dp", "all_gather", b[2] * share * w) for b in buckets) if share > 0 else 0.0
-        reduces = [self.cost(gc, "dp", "reduce_scatter", b[2] * g) for b in buckets]
+        shard, replicas = layout.shard_group, layout.replicas
+        comm = "zero" if replicas > 1 else "dp"
+        gathers = [self.cost(gc, comm, "all_gather", b[2] * w) for b in buckets]
+        again = sum(self.cost(gc, comm, "all_gather", b[2] * share * w) for b in buckets) if share > 0 else 0.0
+        # HSDP: each reduce-scatter's shard then all-reduced across the replica groups, behind it.
+        reduces = [self.cost(gc, comm, "reduce_scatter", b[2] * g)
+                   + (self.cost(gc, "zrep", "all_reduce", -(-b[2] // shard) * g) if replicas > 1 else 0.0)
+                   for b in buckets]
         if not buckets:
             return 0.0, 0.0
         total = m * (sum(gathers) + again + sum(reduces))
@@ -998,9 +1006,9 @@ class Planner:
         replicas; ``zero3`` without pipeline stages or expert parallelism (DeepSpeed's ``PipelineEngine``
         asserts ZeRO stage below 2, microsoft/DeepSpeed ``deepspeed/runtime/pipe/engine.py``; ZeRO-3 with
         experts is not modelled, as ``predict --strategy zero3 --ep`` refuses); ``fsdp-hybrid`` with data
-        parallelism alone, once per shard group :meth:`shard_groups` gives (``predict`` also runs HSDP under
-        ``--tp``/``--pp``, torchtitan's ``dp_replicate x dp_shard`` mesh, but the closed form has no HSDP
-        stage collectives yet, so the search leaves those layouts to ``predict``)."""
+        parallelism alone, once per shard group :meth:`shard_groups` gives, and, when ``strategies`` names it,
+        under ``--tp``/``--pp`` too (torchtitan's ``dp_replicate x dp_shard x tp x pp``; not with cp or ep, as
+        predict refuses), its collectives in :meth:`stage_dp` and :meth:`reshard_dp`."""
         out: list[tuple[str, int | None]] = []
         for strategy in (strategies or DEFAULT_STRATEGIES):
             if dp * cp == 1 and strategy != "ddp":
@@ -1010,11 +1018,15 @@ class Planner:
             if strategy == "fsdp-hybrid":
                 if not sharded:
                     out += [(strategy, g) for g in self.shard_groups(gpus, dp)]
+                elif strategies and cp == 1 and ep == etp == 1:
+                    # Under tp/pp only when asked: HSDP's memory there is never below zero1's (pipelined) or
+                    # zero3's (not), so the default search, bounded by issue 28's 10 s, leaves it out.
+                    out += [(strategy, g) for g in self.shard_groups(gpus, dp, tp=gpus // (dp * pp))]
                 continue
             out.append((strategy, None))
         return out
 
-    def shard_groups(self, gpus: int, dp: int) -> list[int]:
+    def shard_groups(self, gpus: int, dp: int, tp: int = 1) -> list[int]:
         """HSDP's shard groups searched on ``dp`` data-parallel ranks: ``gpus_per_node x 2^k`` consecutive
         ranks (whole servers, as ``--zero-group`` must tile them: one node, HYBRID_SHARD's default, then
         two, four, ... nodes: torchtitan's ``data_parallel_shard_degree``), dividing ``dp`` and below it
@@ -1022,7 +1034,9 @@ class Planner:
         ``dp_replicate`` dimension, ParallelDims.build_mesh in torchtitan/distributed/parallel_dims.py
         @0119de156de5). The memory model keeps those that fit and the closed form ranks them: a model that
         fits only sharded over two nodes ranks its 16-rank group (8-GPU servers) and the larger ones."""
-        gpn = self.topology(gpus).gpus_per_node
+        # Under tp (a layout's replicas), a server holds gpus_per_node / tp data-parallel ranks (at least
+        # one); a group of one rank shards nothing, so the smallest searched is two.
+        gpn = max(2, self.topology(gpus).gpus_per_node // tp)
         out, g = [], gpn
         while g < dp:
             if dp % g == 0:
@@ -1079,7 +1093,8 @@ class Planner:
                       recompute=c.recompute, recompute_every=self.base.execution.recompute_every,
                       # HSDP (data parallelism alone) shards per unit as fsdp does; its optimizer share and
                       # collectives are the estimate's own (Planner.unit_dp).
-                      strategy="fsdp" if c.strategy == "fsdp-hybrid" else c.strategy, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep, etp=c.etp,
+                      strategy="fsdp" if c.strategy == "fsdp-hybrid" and not c.sharded else c.strategy,
+                      zero_group=c.zero_group if c.sharded else None, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep, etp=c.etp,
                       moe_a2a_overlap=c.moe_a2a_overlap)
 
     def assignment(self, tp: int, layout: Layout):
@@ -1268,20 +1283,28 @@ class Planner:
             launches = sorted((-leads[ch] - wgrad[ch] + (launch * wgrad[ch] / chunk_backward[ch]
                                                           if chunk_backward[ch] > 0 else 0.0), k)
                               for k, (_, ch, _, launch, _) in enumerate(buckets))
+        # HSDP (fsdp-hybrid under tp/pp): fsdp's collectives on the shard group ("zero"), each reduce-scatter's
+        # shard then all-reduced across the replica groups ("zrep") behind it, as predict's program queues them.
+        shard = gc.layout.zero_group if strategy == "fsdp-hybrid" and gc.layout is not None else None
+        replicated = shard is not None and shard < grad_group
+        comm_of = {"dp": "zero"} if replicated else {}
         end = -math.inf
         for t, k in launches:
             group, _, numel, _, _ = buckets[k]
-            end = max(end, t) + self.cost(gc, group, op, numel * g)
+            end = max(end, t) + self.cost(gc, comm_of.get(group, group), op, numel * g)
+            if replicated and group == "dp":
+                end += self.cost(gc, "zrep", "all_reduce", -(-numel // shard) * g)
         reduce_left = max(0.0, end) if launches else 0.0
         stall = 0.0
-        if strategy in ("zero1", "fsdp"):
+        fsdp = strategy in ("fsdp", "fsdp-hybrid")
+        if strategy == "zero1" or fsdp:
             # Chunk c's first forward comes p forwards of each chunk before it later (interleaved).
             f0 = sum(tab.forward[i] for i in assignment[s][0])
             queue = 0.0
             for group, ch, numel, _, needed in buckets:
-                queue += self.cost(gc, group, "all_gather", numel * w)
+                queue += self.cost(gc, comm_of.get(group, group), "all_gather", numel * w)
                 stall = max(stall, queue - ch * p * f0 - needed)
-            if not (overlap or strategy == "fsdp"):
+            if not (overlap or fsdp):
                 stall = queue
         out = self._dp_costs[key] = (reduce_left, stall)
         return out
@@ -1373,7 +1396,8 @@ class Planner:
             return Estimate(candidate=c, step_time_s=math.inf, memory_bytes=memory, usable_bytes=usable,
                             compute_s=0.0, tp_exposed_s=0.0, bubble_s=0.0, p2p_s=0.0, dp_exposed_s=0.0,
                             optimizer_s=0.0, samples_per_s=0.0, tokens_per_s=None, mfu=None, usd_per_hour=None)
-        gc = self.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp)
+        gc = self.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp,
+                              c.zero_group if c.sharded and c.strategy == "fsdp-hybrid" else None)
         zero3 = self.zero3_passes(c, layout) if c.strategy == "zero3" and c.sharded else None
         tab = self.tables(c, gc, zero3)
         split = self.experts(c)[0]
@@ -1817,8 +1841,8 @@ def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: i
         needs = [rules[s] for s in (given.get("schedules") or ()) if s in rules and "schedules" in (culprits or given)]
         # And the strategies' (strategy_variants): where DeepSpeed ZeRO-3 and HSDP run.
         strategy_rules = {"zero3": "zero3 runs without pipeline stages or expert parallelism (--pp 1, --ep 1)",
-                          "fsdp-hybrid": "fsdp-hybrid runs with data parallelism alone (--tp 1 --pp 1, no --cp or "
-                                         "--ep) over more than one node's data-parallel ranks"}
+                          "fsdp-hybrid": "fsdp-hybrid needs more data-parallel ranks than one server holds (its "
+                                         "shard groups are whole servers' ranks below them), and no --cp or --ep"}
         if "strategies" in (culprits or given):
             needs += [strategy_rules[s] for s in given["strategies"] if s in strategy_rules]
         # And the recomputation modes' (_variants): the layout path's modes need a sharded layout, moe experts.
