@@ -47,7 +47,7 @@ def plan_command(
     strategies: Optional[str] = typer.Option(None, "--strategies",
                                              help="Data-parallel strategies to search: ddp, zero1, fsdp, zero3 "
                                                   "(without --pp or --ep), fsdp-hybrid (data parallelism alone, "
-                                                  "every whole-server shard group) (default: "
+                                                  "every whole-server shard group; named here, also under --tp/--pp) (default: "
                                                   "ddp,zero1,zero3,fsdp-hybrid, each where it applies).",
                                              rich_help_panel=SEARCH),
     micro_batches: Optional[str] = typer.Option(None, "--micro-batches",
