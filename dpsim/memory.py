@@ -866,7 +866,8 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             act += deferred_w[s] * deferred_weight_grad_bytes(tpm, assignment[s], layout) * mb
         act = (act + working * mb) * act_scale
         act += layout_fp8_weight_bytes(tpm, assignment[s], precision, gpu.architecture)
-        d = layout.grad_group
+        # HSDP (fsdp-hybrid) shards over its shard group, every other strategy over dp x cp.
+        d = layout.shard_group
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
         experts = sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)

@@ -335,7 +335,7 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
     (dict(global_batch=64, cps=[0]), "^--cp: 0 is not valid"),
     (dict(global_batch=64, tps=["2"]), "^--tp: '2' is not valid"),
     (dict(global_batch=64, micro_batches=[-1]), "^--micro-batches: -1 is not valid"),
-    (dict(global_batch=64, strategies=["zero3"]), "^--strategies: "),
+    (dict(global_batch=64, strategies=["zero2"]), "^--strategies: "),
     (dict(global_batch=64, strategies="ddp"), "^--strategies: 'ddp' is not valid; choose a list"),
     (dict(global_batch=64, recomputes=["bogus"]), "^--recompute: "),
     (dict(global_batch=64, schedules=["bogus"]), "^--schedules: "),

@@ -45,8 +45,10 @@ def plan_command(
     # blames a list only when the user gave it (--pp 1 --schedules 1f1b,1f1b-interleaved was let through
     # because the default pair, always passed, could not be told from the same pair given).
     strategies: Optional[str] = typer.Option(None, "--strategies",
-                                             help="Data-parallel strategies to search: ddp, zero1, fsdp "
-                                                  "(default: ddp,zero1).",
+                                             help="Data-parallel strategies to search: ddp, zero1, fsdp, zero3 "
+                                                  "(without --pp or --ep), fsdp-hybrid (data parallelism alone, "
+                                                  "every whole-server shard group; named here, also under --tp/--pp) (default: "
+                                                  "ddp,zero1,zero3,fsdp-hybrid, each where it applies).",
                                              rich_help_panel=SEARCH),
     micro_batches: Optional[str] = typer.Option(None, "--micro-batches",
                                                 help="Micro-batch sizes to search (default 1,2,4,8,16).",

@@ -30,7 +30,7 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.server import with_gpus_per_node
 from dpsim.topology.spec import nic_fabric, nvlink_fabric
 
-GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb", "cp", "ep", "edp", "zero")
+GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb", "cp", "ep", "edp", "zero", "zrep")
 """Communicator names a comm op may use (``tp``, ``dp``, ``pp``, ``emb`` and ``cp`` exist only for a
 tensor/pipeline/context layout, ``ep`` and ``edp`` for its expert layers: :func:`layout_communicators`;
 ``zero`` for InternLM's ZeRO-1 group, ``--zero-group``)."""
@@ -217,6 +217,11 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
         # internlm/core/context/process_group_initializer.py@20fe5ac297e6), so tp apart as dp's are.
         zero_topo, zero_conc = strided(t, shape.zero_group)
         comms["zero"] = Communicator(name="zero", topology=zero_topo, job=job, concurrent=zero_conc)
+        # HSDP's replica group under tp/pp (fsdp-hybrid's dp_replicate mesh dimension, outside dp_shard in
+        # torchtitan's pp, dp_replicate, dp_shard_cp, tp order: ParallelDims.build_mesh,
+        # torchtitan/distributed/parallel_dims.py@0119de156de5): one rank of each shard group, tp x zero_group apart.
+        rep_topo, rep_conc = strided(t * shape.zero_group, d // shape.zero_group)
+        comms["zrep"] = Communicator(name="zrep", topology=rep_topo, job=job, concurrent=rep_conc)
     # The expert layers' own rank order, tp-ep-dp-pp with tp = etp and dp = edp (Megatron-Core's
     # expert RankGenerator, megatron/core/parallel_state.py): an ``ep`` group is ep ranks etp
     # apart, an ``edp`` group edp ranks etp x ep apart (a dense model uses neither).

@@ -5,7 +5,9 @@ For each GPU count, every layout of the search space is enumerated: tensor-paral
 (any count up to the blocks: :func:`~dpsim.strategies.layout.balanced_counts` gives the
 first and last stage the lighter share when they do not divide), data-parallel replicas (the rest, placed as
 :func:`~dpsim.collectives.groups.check_layout_placement` requires), data-parallel strategy
-(``ddp``, ``zero1``, ``fsdp``), micro-batch (dividing the global batch per replica),
+(``ddp``, ``zero1``, ``fsdp``, ``zero3`` without pipeline stages or experts, and with data parallelism alone
+``fsdp-hybrid`` over every whole-server shard group: :meth:`Planner.strategy_variants`), micro-batch (dividing the
+global batch per replica),
 recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 ``1f1b-interleaved`` with every number of chunks that divides a stage's blocks and those
 up to :data:`MAX_UNEVEN_CHUNKS` that do not; ``gpipe``, ``zb-h1`` and ``dualpipe`` when asked: GPipe
@@ -108,6 +110,7 @@ from dpsim.predict.layout import (
     shard_compute,
     stage_optimizer_s,
     stages_memory,
+    zero3_layout_passes,
 )
 from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
@@ -119,13 +122,16 @@ from dpsim.strategies.layout import (
     gradient_accumulation_s,
     layer_work,
     overlap_contention,
+    reshards_after_forward,
     stage_assignment,
 )
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
 from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, dualpipe_stage_times,
                                       extra_warmup, gradient_buckets, schedule_slots)
-from dpsim.strategies.registry import shard_group_size
+from dpsim.strategies.deepspeed_fetch import backward_gather_numel
+from dpsim.strategies.registry import unsharded_accumulation, zero_shard_group
+from dpsim.strategies.shards import wrap_units
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import ddp_allreduce_after_backward
@@ -138,7 +144,7 @@ from dpsim.workload.spec import ModelSpec, is_mtp_unit
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
                          "tp_across_network", "strategy", "micro_batch", "recompute", "activation_checkpointing",
                          "schedule", "virtual_stages", "sequence_parallel", "grad_accum", "global_batch",
-                         "stage_layers", "grad_accum_fusion", "moe_a2a_overlap", "moe_node_limit"})
+                         "stage_layers", "grad_accum_fusion", "moe_a2a_overlap", "moe_node_limit", "zero_group"})
 """Fields a candidate sets itself (the rest of the command is the job's)."""
 _BASE_TOLERATED = frozenset({"gpus", "micro_batch", "cp_comm", "cp_balance", "tp_comm_overlap", "tp_across_network",
                              "grad_accum_fusion", "moe_a2a_overlap"})
@@ -189,9 +195,15 @@ DEFAULT_CPS = (1, 2, 4, 8)
 """Context-parallel sizes searched for a long sequence unless given (each also cuts the
 sequence into ``2 x cp`` chunks that must divide it)."""
 
-DEFAULT_STRATEGIES = ("ddp", "zero1")
-"""Data-parallel strategies searched unless given (``fsdp`` under pipeline parallelism is
-costed like the distributed optimizer, so it only ties with ``zero1``)."""
+DEFAULT_STRATEGIES = ("ddp", "zero1", "zero3", "fsdp-hybrid")
+"""Data-parallel strategies searched unless given, each where it applies (:meth:`Planner.strategy_variants`):
+``zero3`` without pipeline stages or expert parallelism (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism,
+``deepspeed/runtime/pipe/engine.py``; predict refuses it with ``--ep``), ``fsdp-hybrid`` with data parallelism
+alone, over every shard group it can take (under tensor/pipeline layouts only when ``--strategies`` names it:
+there its memory is never below zero1's or zero3's, and a candidate per shard group on every pipelined shape
+would take the 16,384-GPU searches past issue 28's 10 s). ``fsdp`` is left out: under pipeline parallelism it is costed like the
+distributed optimizer, so it only ties with ``zero1``, and without pipeline stages it shards as ``zero3`` does
+(FSDP's one difference, the root unit kept from forward to backward, is asked for with ``--strategies fsdp``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,7 +219,7 @@ class Candidate:
     dp: int
     """Data-parallel replicas."""
     strategy: str
-    """``ddp``, ``zero1`` or ``fsdp``."""
+    """A key of :data:`~dpsim.predict.config.PLAN_DP_STRATEGIES`."""
     micro_batch: int
     """Samples per micro-batch."""
     recompute: str
@@ -245,6 +257,9 @@ class Candidate:
     moe_node_limit: int | None = None
     """The job's ``--moe-node-limit`` (DeepSeek-V3's node-limited routing), which applies when ``ep``
     is above 1: a layout without expert parallelism has no all-to-all for it to bound."""
+    zero_group: int | None = None
+    """``fsdp-hybrid``'s shard group (``--zero-group``: consecutive data-parallel ranks sharding the state,
+    replicated across the groups); ``None`` for every other strategy."""
 
     @property
     def sharded(self) -> bool:
@@ -263,7 +278,7 @@ class Candidate:
             grad_accum=1, global_batch=self.global_batch, tp_comm_overlap=self.tp_comm_overlap if self.tp > 1 else "backward",
             tp_across_network=self.tp_across_network and self.tp > 1,
             grad_accum_fusion=self.grad_accum_fusion or not self.sharded, moe_a2a_overlap=self.moe_a2a_overlap,
-            moe_node_limit=self.moe_node_limit if self.ep > 1 else None)
+            moe_node_limit=self.moe_node_limit if self.ep > 1 else None, zero_group=self.zero_group)
 
     def command(self, base: PredictConfig) -> str:
         """The whole ``dpsim predict`` command: the job's flags that differ from the defaults, then the layout's."""
@@ -288,6 +303,8 @@ class Candidate:
         out = (f"--gpus {self.gpus} --tp {self.tp}{cp} --pp {self.pp} --dp {self.dp}{ep} "
                f"--micro-batch {self.micro_batch} --global-batch {self.global_batch}")
         out += f" --strategy {self.strategy}"
+        if self.zero_group is not None:
+            out += f" --zero-group {self.zero_group}"
         if self.pp > 1 and self.schedule != "1f1b":
             out += f" --schedule {self.schedule} --virtual-stages {self.virtual_stages}"
         if self.sequence_parallel:
@@ -365,7 +382,8 @@ class Estimate:
         """JSON-able form."""
         c = self.candidate
         return {
-            "gpus": c.gpus, "tp": c.tp, "pp": c.pp, "dp": c.dp, "cp": c.cp, "ep": c.ep, "strategy": c.strategy, "micro_batch": c.micro_batch,
+            "gpus": c.gpus, "tp": c.tp, "pp": c.pp, "dp": c.dp, "cp": c.cp, "ep": c.ep, "strategy": c.strategy,
+            "zero_group": c.zero_group, "micro_batch": c.micro_batch,
             "recompute": c.recompute, "schedule": c.schedule, "virtual_stages": c.virtual_stages,
             "sequence_parallel": c.sequence_parallel, "flags": c.flags(),
             "step_time_s": self.step_time_s, "memory_bytes": self.memory_bytes, "usable_bytes": self.usable_bytes,
@@ -515,7 +533,7 @@ def check_search(*, gpus: Any, tps: Any, pps: Any, cps: Any, eps: Any, etps: Any
                  gpu_hour_usd: PriceOverride, verify_seconds: Any = None) -> None:
     """The search's own inputs, refused in one line naming the flag as the CLI refuses them, so that
     ``dpsim.plan`` called from Python does not end in an assertion or a division by zero
-    (``tps=[0]``, ``micro_batches=[-1]``, ``strategies=["zero3"]``) nor silently drop a price
+    (``tps=[0]``, ``micro_batches=[-1]``, ``strategies=["zero2"]``) nor silently drop a price
     (``gpu_hour_usd=-1`` was caught as "no price" and left the cost out)."""
     _check_int_values(gpus, "--gpus", optional=False)
     for flag, values in (("--tp", tps), ("--pp", pps), ("--cp", cps), ("--ep", eps), ("--etp", etps),
@@ -644,23 +662,38 @@ class Planner:
         return topo
 
     def collectives(self, gpus: int, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1,
-                    etp: int = 1) -> GroupCollectives:
-        """The layout's communicators, their models shared with every other layout of the same shapes."""
-        key = (gpus, tp, pp, dp, cp, ep, etp)
+                    etp: int = 1, zero_group: int | None = None) -> GroupCollectives:
+        """The layout's communicators, their models shared with every other layout of the same shapes
+        (``zero_group``: HSDP's shard group under tp/pp, adding its ``zero`` and ``zrep`` communicators)."""
+        key = (gpus, tp, pp, dp, cp, ep, etp, zero_group)
         gc = self._collectives.get(key)
         if gc is None:
-            shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp)
+            shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero_group=zero_group)
             inner = build_collectives(self.base, self.topology(gpus), layout=shape)
-            make = inner._make  # the factory of the job's models, memoised here by communicator shape
+            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self._shared(inner._make),
+                                                           layout=shape)
+        return gc
 
-            def shared(comm: Communicator) -> CollectiveModel:
-                k = (comm.topology, comm.concurrent)
-                model = self._models.get(k)
-                if model is None:
-                    model = self._models[k] = make(comm)
-                return model
+    def _shared(self, make):
+        """``make`` (the factory of the job's models) memoised by communicator shape, across layouts."""
+        def shared(comm: Communicator) -> CollectiveModel:
+            k = (comm.topology, comm.concurrent)
+            model = self._models.get(k)
+            if model is None:
+                model = self._models[k] = make(comm)
+            return model
+        return shared
 
-            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), shared, layout=shape)
+    def hybrid_collectives(self, gpus: int, shard_group: int) -> GroupCollectives:
+        """HSDP's communicators on ``gpus`` GPUs of data parallelism alone, as ``predict --strategy
+        fsdp-hybrid --zero-group`` builds them (:func:`~dpsim.predict.run.build_collectives`): ``intra``
+        the shard group of consecutive ranks, ``inter`` its replica group."""
+        key = ("hybrid", gpus, shard_group)
+        gc = self._collectives.get(key)
+        if gc is None:
+            inner = build_collectives(self.base, self.topology(gpus))
+            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self._shared(inner._make),
+                                                           shard_group=shard_group)
         return gc
 
     def cost(self, gc: GroupCollectives, group: str, op: str, size: float) -> float:
@@ -705,13 +738,15 @@ class Planner:
         return ContextParallel(cp=cp, comm=self.cp_comm if cp > 1 else "p2p",
                                balanced=self.cp_balance or cp == 1)
 
-    def tables(self, c: Candidate, gc: GroupCollectives) -> _Tables:
-        """Per-layer work (cached)."""
+    def tables(self, c: Candidate, gc: GroupCollectives, zero3=None) -> _Tables:
+        """Per-layer work (cached); ``zero3``: DeepSpeed ZeRO-3's gradient passes on the compute stream
+        (:func:`~dpsim.predict.layout.zero3_layout_passes`, :meth:`zero3_passes`), as predict charges them."""
         tp, micro_batch, sp, recompute = c.tp, c.micro_batch, c.sequence_parallel, c.recompute
         split, load = self.experts(c)
         comms = tuple((g, gc.communicator(g).topology, gc.communicator(g).concurrent)
                       for g, on in (("cp", c.cp > 1), ("ep", c.ep > 1), ("etp", c.etp > 1)) if on)
-        key = (tp, micro_batch, sp, recompute, id(gc.group("tp")), c.grad_accum_fusion, c.cp, split, comms)
+        key = (tp, micro_batch, sp, recompute, id(gc.group("tp")), c.grad_accum_fusion, c.cp, split, comms,
+               id(zero3))
         tab = self._tables.get(key)
         if tab is not None:
             return tab
@@ -747,9 +782,115 @@ class Planner:
                           if c.ep > 1 else None,
                           etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
                           gpu=self.gpu, recompute_share=shares,
-                          cached_fp8_weights=caches_fp8_weights(self.layout_precision.fp8))
+                          cached_fp8_weights=caches_fp8_weights(self.layout_precision.fp8),
+                          sharding_copy_s=zero3.copy_s if zero3 is not None else ())
         tab = self._tables[key] = _Tables(work)
         return tab
+
+    def zero3_passes(self, c: Candidate, layout: Layout):
+        """DeepSpeed ZeRO-3 over a tensor/context layout's replicas: what backward gathers again and the
+        gradient passes (``predict``'s :func:`~dpsim.predict.layout.zero3_layout_passes`, cached by shape;
+        kept for the planner's life, so its id keys :meth:`tables`)."""
+        split = self.experts(c)[0]
+        key = ("zero3", c.tp, c.sequence_parallel, c.cp, split, layout.recompute, layout.recompute_every,
+               layout.grad_group, layout.micro_batches)
+        hit = self._steady.get(key)
+        if hit is None:
+            hit = self._steady[key] = zero3_layout_passes(self.tp_model(c.tp, c.sequence_parallel, c.cp, split),
+                                                          layout, self.gpu, self.layout_precision)
+        return hit
+
+    def units(self):
+        """The model's wrap units (``--fsdp-unit``), as the data-parallel path's ZeRO-3/FSDP shard and gather
+        them, with parameters only; and each one's name per model layer (cached)."""
+        hit = self._steady.get("units")
+        if hit is None:
+            units = wrap_units(self.model, self.base.parallelism.fsdp_unit)
+            names = [""] * len(self.model.layers)
+            for u in units:
+                for i in u.layers:
+                    names[i] = u.name
+            hit = self._steady["units"] = (tuple(u for u in units if u.params and u.numel), names)
+        return hit
+
+    def unit_dp(self, c: Candidate, m: int, compute_s: float) -> tuple[float, float]:
+        """Data parallelism alone under ``zero3`` or ``fsdp-hybrid``: ``(exposed collectives, optimizer
+        share of the parameters)`` in closed form from the step ``predict``'s unit program plays
+        (:func:`~dpsim.strategies.sharded._unit_program`): each micro-batch gathers every unit for its
+        forward and again for its backward (FSDP keeps the root; DeepSpeed re-gathers only what its
+        reuse distance freed, :func:`~dpsim.strategies.deepspeed_fetch.backward_gather_numel`) and
+        reduce-scatters each unit's gradient (every micro-batch, or at the last one under FSDP1's
+        ``no_sync``, :func:`~dpsim.strategies.registry.unsharded_accumulation`), HSDP then all-reducing the
+        gradient shard over its replica group (``inter``). All of it on one stream beside ``compute_s``
+        per micro-batch: the step waits for the first unit's gather, the last reduction (the first
+        unit's, after the backward) and whatever the stream needs beyond the compute."""
+        units, names = self.units()
+        hybrid = c.strategy == "fsdp-hybrid"
+        world = zero_shard_group(c.strategy, c.dp, self.topology(c.gpus).gpus_per_node, c.zero_group)
+        if hybrid:
+            gc, group = self.hybrid_collectives(c.gpus, world), "intra"
+        else:
+            gc, group = self.collectives(c.gpus, 1, 1, c.dp), "dp"
+        w, g = self.precision.weight_bytes, self.precision.grad_bytes
+        if c.strategy == "zero3":
+            recomputed = [u.layers for u in units if not u.is_root] if c.recompute == "full" else []
+            again = backward_gather_numel(self.model, names, recomputed)
+            bwd = {u.name: again.get(u.name, 0) for u in units}
+        else:
+            bwd = {u.name: 0 if u.is_root else u.numel for u in units}
+        gather_fwd = [self.cost(gc, group, "all_gather", u.numel * w) for u in units]
+        gather_bwd = sum(self.cost(gc, group, "all_gather", bwd[u.name] * w) for u in units if bwd[u.name] > 0)
+        replicas = c.dp // world
+        reduce = [self.cost(gc, group, "reduce_scatter", u.numel * g)
+                  + (self.cost(gc, "inter", "all_reduce", -(-u.numel // world) * g) if hybrid and replicas > 1
+                     else 0.0) for u in units]
+        p = self.base.parallelism
+        syncs = 1 if unsharded_accumulation(c.strategy, m, p.fsdp_version, p.fsdp_accumulate) else m
+        total = m * (sum(gather_fwd) + gather_bwd) + syncs * sum(reduce)
+        head, tail = (gather_fwd[0], reduce[0]) if units else (0.0, 0.0)
+        return self._stream_exposed(head, tail, total, m * compute_s), sum(-(-u.numel // world) for u in units)
+
+    def _stream_exposed(self, head: float, tail: float, total: float, compute_s: float) -> float:
+        """Collectives of ``total`` seconds on one stream beside ``compute_s`` of compute, the first
+        (``head``) before it and the last (``tail``) after it: what the step waits for, with the compute
+        the rest slows while hidden (``overlap_slowdown``: the engine runs compute ``1 + s`` times slower
+        beside a collective, :func:`~dpsim.strategies.layout.overlap_contention` per hidden second)."""
+        rest = max(0.0, total - head - tail)
+        hidden = min(rest, compute_s)
+        contention = overlap_contention(self.base.calibration.overlap_slowdown)
+        return head + tail + (rest - hidden) + contention * hidden
+
+    def reshard_dp(self, gc: GroupCollectives, tab: _Tables, assignment, c: Candidate, layout: Layout,
+                   zero3, compute_s: float) -> tuple[float, float]:
+        """A tensor/context layout without pipeline stages whose replicas reshard after each forward
+        (``zero3``, ``fsdp``: :func:`~dpsim.strategies.layout.reshards_after_forward`), as predict's pipeline
+        program plays them: each micro-batch all-gathers every bucket for its forward and again (``zero3``:
+        what DeepSpeed's reuse distance freed) for its backward, and reduce-scatters its gradients, on the
+        one ``dp`` stream beside ``compute_s`` per micro-batch. ``(reductions left after the last backward,
+        gathers the forwards wait for)``: the last bucket's reduce-scatter; the first bucket's gather and
+        whatever the stream needs beyond the compute."""
+        m = layout.micro_batches
+        buckets = self.stage_buckets(tab, assignment, 0, bucket=self.bucket(layout.grad_group),
+                                     overlap=True, groups=("all",))
+        w, g = self.precision.weight_bytes, self.precision.grad_bytes
+        numel = sum(b[2] for b in buckets)
+        share = 1.0
+        if zero3 is not None and numel:
+            share = sum(zero3.backward_gather_numel) / numel
+        shard, replicas = layout.shard_group, layout.replicas
+        comm = "zero" if replicas > 1 else "dp"
+        gathers = [self.cost(gc, comm, "all_gather", b[2] * w) for b in buckets]
+        again = sum(self.cost(gc, comm, "all_gather", b[2] * share * w) for b in buckets) if share > 0 else 0.0
+        # HSDP: each reduce-scatter's shard then all-reduced across the replica groups, behind it.
+        reduces = [self.cost(gc, comm, "reduce_scatter", b[2] * g)
+                   + (self.cost(gc, "zrep", "all_reduce", -(-b[2] // shard) * g) if replicas > 1 else 0.0)
+                   for b in buckets]
+        if not buckets:
+            return 0.0, 0.0
+        total = m * (sum(gathers) + again + sum(reduces))
+        # Buckets are in forward order: the first is gathered first, its reduction leaves last.
+        head, tail = gathers[0], reduces[0]
+        return tail, self._stream_exposed(head, 0.0, total - tail, m * compute_s)
 
     def candidates(self, gpus: int, *, tps=None, pps=None, strategies=None, micro_batches=None, recomputes=None,
                    schedules=None, sequence_parallel=None, global_batch: int, cps=None,
@@ -825,9 +966,8 @@ class Planner:
             if global_batch % (mb * dp):
                 continue
             m = global_batch // (mb * dp)
-            for strategy in (strategies or DEFAULT_STRATEGIES):
-                if dp * cp == 1 and strategy != "ddp":
-                    continue
+            for strategy, zero_group in self.strategy_variants(gpus, dp=dp, cp=cp, pp=pp, ep=ep, etp=etp,
+                                                               sharded=sharded, strategies=strategies):
                 for recompute in (recomputes or DEFAULT_RECOMPUTES):
                     if not sharded and recompute != "off" and recompute != "full":
                         continue  # the layout path's modes
@@ -855,7 +995,53 @@ class Planner:
                                                  tp_across_network=self.tp_across_network, cp_comm=self.cp_comm,
                                                  cp_balance=self.cp_balance or cp == 1,
                                                  moe_a2a_overlap=overlap,
-                                                 moe_node_limit=self.moe_node_limit if ep > 1 else None))
+                                                 moe_node_limit=self.moe_node_limit if ep > 1 else None,
+                                                 zero_group=zero_group))
+        return out
+
+    def strategy_variants(self, gpus: int, *, dp: int, cp: int, pp: int, ep: int, etp: int, sharded: bool,
+                          strategies) -> list[tuple[str, int | None]]:
+        """The data-parallel strategies of one shape, each with its shard group (``None`` but for
+        ``fsdp-hybrid``), where they apply as ``predict`` runs them: none but ``ddp`` without data-parallel
+        replicas; ``zero3`` without pipeline stages or expert parallelism (DeepSpeed's ``PipelineEngine``
+        asserts ZeRO stage below 2, microsoft/DeepSpeed ``deepspeed/runtime/pipe/engine.py``; ZeRO-3 with
+        experts is not modelled, as ``predict --strategy zero3 --ep`` refuses); ``fsdp-hybrid`` with data
+        parallelism alone, once per shard group :meth:`shard_groups` gives, and, when ``strategies`` names it,
+        under ``--tp``/``--pp`` too (torchtitan's ``dp_replicate x dp_shard x tp x pp``; not with cp or ep, as
+        predict refuses), its collectives in :meth:`stage_dp` and :meth:`reshard_dp`."""
+        out: list[tuple[str, int | None]] = []
+        for strategy in (strategies or DEFAULT_STRATEGIES):
+            if dp * cp == 1 and strategy != "ddp":
+                continue
+            if strategy == "zero3" and (pp > 1 or ep > 1 or etp > 1):
+                continue
+            if strategy == "fsdp-hybrid":
+                if not sharded:
+                    out += [(strategy, g) for g in self.shard_groups(gpus, dp)]
+                elif strategies and cp == 1 and ep == etp == 1:
+                    # Under tp/pp only when asked: HSDP's memory there is never below zero1's (pipelined) or
+                    # zero3's (not), so the default search, bounded by issue 28's 10 s, leaves it out.
+                    out += [(strategy, g) for g in self.shard_groups(gpus, dp, tp=gpus // (dp * pp))]
+                continue
+            out.append((strategy, None))
+        return out
+
+    def shard_groups(self, gpus: int, dp: int, tp: int = 1) -> list[int]:
+        """HSDP's shard groups searched on ``dp`` data-parallel ranks: ``gpus_per_node x 2^k`` consecutive
+        ranks (whole servers, as ``--zero-group`` must tile them: one node, HYBRID_SHARD's default, then
+        two, four, ... nodes: torchtitan's ``data_parallel_shard_degree``), dividing ``dp`` and below it
+        (a group of every rank leaves one replica: that is ``fsdp``, torchtitan's FULL_SHARD without the
+        ``dp_replicate`` dimension, ParallelDims.build_mesh in torchtitan/distributed/parallel_dims.py
+        @0119de156de5). The memory model keeps those that fit and the closed form ranks them: a model that
+        fits only sharded over two nodes ranks its 16-rank group (8-GPU servers) and the larger ones."""
+        # Under tp (a layout's replicas), a server holds gpus_per_node / tp data-parallel ranks (at least
+        # one); a group of one rank shards nothing, so the smallest searched is two.
+        gpn = max(2, self.topology(gpus).gpus_per_node // tp)
+        out, g = [], gpn
+        while g < dp:
+            if dp % g == 0:
+                out.append(g)
+            g *= 2
         return out
 
     @staticmethod
@@ -905,7 +1091,10 @@ class Planner:
         return Layout(tp=c.tp, pp=c.pp, dp=c.dp, virtual_stages=c.virtual_stages, schedule=c.schedule,
                       micro_batch=c.micro_batch, micro_batches=micro_batches, sequence_parallel=c.sequence_parallel,
                       recompute=c.recompute, recompute_every=self.base.execution.recompute_every,
-                      strategy=c.strategy, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep, etp=c.etp,
+                      # HSDP (data parallelism alone) shards per unit as fsdp does; its optimizer share and
+                      # collectives are the estimate's own (Planner.unit_dp).
+                      strategy="fsdp" if c.strategy == "fsdp-hybrid" and not c.sharded else c.strategy,
+                      zero_group=c.zero_group if c.sharded else None, cp=c.cp, cp_comm=ctx.comm, cp_balance=ctx.balanced, ep=c.ep, etp=c.etp,
                       moe_a2a_overlap=c.moe_a2a_overlap)
 
     def assignment(self, tp: int, layout: Layout):
@@ -953,14 +1142,14 @@ class Planner:
         if e.time_to_train_s is None:
             return e
         c = e.candidate
-        key = (c.gpus, c.tp, c.pp, c.dp, c.cp, c.strategy, failures.node_bandwidth_bytes_per_s)
+        key = (c.gpus, c.tp, c.pp, c.dp, c.cp, c.strategy, c.zero_group, failures.node_bandwidth_bytes_per_s)
         shape = self._checkpoints.get(key)
         if shape is None:
             topo = self.topology(c.gpus)
             shape = self._checkpoints[key] = (ClusterShape.from_topology(topo), checkpoint_cost(
                 state_bytes=state_bytes(self.model.param_count, self.precision, self.base.workload.optimizer),
                 gpus_per_node=topo.gpus_per_node, tp=c.tp, pp=c.pp, dp=c.dp * c.cp,
-                shard_group=shard_group_size(c.strategy, c.dp * c.cp, topo.gpus_per_node),
+                shard_group=zero_shard_group(c.strategy, c.dp * c.cp, topo.gpus_per_node, c.zero_group),
                 node_bandwidth_bytes_per_s=failures.node_bandwidth_bytes_per_s))
         cluster, ck = shape
         return dataclasses.replace(e, reliability=layout_goodput(
@@ -1023,7 +1212,9 @@ class Planner:
         hit = self._buckets.get(key)
         if hit is not None:
             return hit
-        numel_of = {"dp": lambda lw: lw.grad_numel - lw.expert_grad_numel, "edp": lambda lw: lw.expert_grad_numel}
+        # "all": every parameter over dp (a resharding layout's buckets, experts too, as predict's program).
+        numel_of = {"dp": lambda lw: lw.grad_numel - lw.expert_grad_numel, "edp": lambda lw: lw.expert_grad_numel,
+                    "all": lambda lw: lw.grad_numel}
         out = []
         for group in groups:
             for ch, layers in enumerate(assignment[s]):
@@ -1092,20 +1283,28 @@ class Planner:
             launches = sorted((-leads[ch] - wgrad[ch] + (launch * wgrad[ch] / chunk_backward[ch]
                                                           if chunk_backward[ch] > 0 else 0.0), k)
                               for k, (_, ch, _, launch, _) in enumerate(buckets))
+        # HSDP (fsdp-hybrid under tp/pp): fsdp's collectives on the shard group ("zero"), each reduce-scatter's
+        # shard then all-reduced across the replica groups ("zrep") behind it, as predict's program queues them.
+        shard = gc.layout.zero_group if strategy == "fsdp-hybrid" and gc.layout is not None else None
+        replicated = shard is not None and shard < grad_group
+        comm_of = {"dp": "zero"} if replicated else {}
         end = -math.inf
         for t, k in launches:
             group, _, numel, _, _ = buckets[k]
-            end = max(end, t) + self.cost(gc, group, op, numel * g)
+            end = max(end, t) + self.cost(gc, comm_of.get(group, group), op, numel * g)
+            if replicated and group == "dp":
+                end += self.cost(gc, "zrep", "all_reduce", -(-numel // shard) * g)
         reduce_left = max(0.0, end) if launches else 0.0
         stall = 0.0
-        if strategy in ("zero1", "fsdp"):
+        fsdp = strategy in ("fsdp", "fsdp-hybrid")
+        if strategy == "zero1" or fsdp:
             # Chunk c's first forward comes p forwards of each chunk before it later (interleaved).
             f0 = sum(tab.forward[i] for i in assignment[s][0])
             queue = 0.0
             for group, ch, numel, _, needed in buckets:
-                queue += self.cost(gc, group, "all_gather", numel * w)
+                queue += self.cost(gc, comm_of.get(group, group), "all_gather", numel * w)
                 stall = max(stall, queue - ch * p * f0 - needed)
-            if not (overlap or strategy == "fsdp"):
+            if not (overlap or fsdp):
                 stall = queue
         out = self._dp_costs[key] = (reduce_left, stall)
         return out
@@ -1197,8 +1396,10 @@ class Planner:
             return Estimate(candidate=c, step_time_s=math.inf, memory_bytes=memory, usable_bytes=usable,
                             compute_s=0.0, tp_exposed_s=0.0, bubble_s=0.0, p2p_s=0.0, dp_exposed_s=0.0,
                             optimizer_s=0.0, samples_per_s=0.0, tokens_per_s=None, mfu=None, usd_per_hour=None)
-        gc = self.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp)
-        tab = self.tables(c, gc)
+        gc = self.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp,
+                              c.zero_group if c.sharded and c.strategy == "fsdp-hybrid" else None)
+        zero3 = self.zero3_passes(c, layout) if c.strategy == "zero3" and c.sharded else None
+        tab = self.tables(c, gc, zero3)
         split = self.experts(c)[0]
         tpm = self.tp_model(c.tp, c.sequence_parallel, c.cp, split)
         virtual_layers = [assignment[g % p][g // p] for g in range(p * v)]
@@ -1265,7 +1466,10 @@ class Planner:
         per_stage = self.stage_sums(tab, assignment)
         overlap = self.base.gradients.overlap
         critical = 0
-        if not c.sharded:
+        if not c.sharded and c.strategy in ("zero3", "fsdp-hybrid"):
+            dp_exposed, owned = self.unit_dp(c, m, x[0])
+            optimizer = per_param * owned
+        elif not c.sharded:
             if grad_group > 1:
                 # Data parallelism alone (predict plays the data-parallel engine): stage 0's buckets as before;
                 # plain DDP over NCCL's SHM transport all-reduces after the backward (as predict).
@@ -1295,6 +1499,10 @@ class Planner:
                 leads = tuple(dual_end[s] - t for t in dual_grads[s]) if dual else None
                 kind = (stage_params[s], experts, tuple(len(layers) for layers in assignment[s]), leads)
                 hit = seen.get(kind)
+                if hit is None and reshards_after_forward(layout) and grad_group > 1:
+                    # Without pipeline stages (s is 0): every micro-batch gathers and reduce-scatters.
+                    left, stall = self.reshard_dp(gc, tab, assignment, c, layout, zero3, x[s])
+                    hit = seen[kind] = (left, stall, stage_optimizer_s(per_param, stage_params[s], experts, layout))
                 if hit is None:
                     left, stall = self.stage_dp(gc, tab, assignment, s, strategy=c.strategy,
                                                 bucket=self.bucket(grad_group), grad_group=grad_group, edp=edp,
@@ -1631,6 +1839,12 @@ def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: i
                              "least 2 x --pp",
                  "1f1b-interleaved": "1f1b-interleaved needs micro-batches per replica a multiple of --pp"}
         needs = [rules[s] for s in (given.get("schedules") or ()) if s in rules and "schedules" in (culprits or given)]
+        # And the strategies' (strategy_variants): where DeepSpeed ZeRO-3 and HSDP run.
+        strategy_rules = {"zero3": "zero3 runs without pipeline stages or expert parallelism (--pp 1, --ep 1)",
+                          "fsdp-hybrid": "fsdp-hybrid needs more data-parallel ranks than one server holds (its "
+                                         "shard groups are whole servers' ranks below them), and no --cp or --ep"}
+        if "strategies" in (culprits or given):
+            needs += [strategy_rules[s] for s in given["strategies"] if s in strategy_rules]
         # And the recomputation modes' (_variants): the layout path's modes need a sharded layout, moe experts.
         recomputes = given.get("recomputes") or ()
         if "recomputes" in (culprits or given):
@@ -1675,12 +1889,13 @@ def _priced(e: Estimate, price: float | None, *, tokens, samples) -> Estimate:
     return dataclasses.replace(e, usd_per_hour=usd_per_hour, time_to_train_s=ttt, cost_usd=cost)
 
 
-_SIMPLER = {"ddp": 0, "zero1": 1, "fsdp": 2}
+_SIMPLER = {"ddp": 0, "zero1": 1, "fsdp": 2, "fsdp-hybrid": 3, "zero3": 4}
 """Between layouts that tie, the simpler data-parallel strategy first."""
 
 
 def _key(e: Estimate, rank_by: str) -> tuple:
-    simpler = (_SIMPLER.get(e.candidate.strategy, 3), e.memory_bytes)
+    # A smaller HSDP shard group first: fewer ranks to gather from, the same replicas' state.
+    simpler = (_SIMPLER.get(e.candidate.strategy, len(_SIMPLER)), e.candidate.zero_group or 0, e.memory_bytes)
     if rank_by == "cost":
         return (e.cost_usd if e.cost_usd is not None else math.inf, e.step_time_s, *simpler)
     if rank_by == "goodput" and e.reliability is not None:

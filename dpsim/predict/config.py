@@ -134,12 +134,14 @@ MOE_FIELDS = ("moe_routing", "moe_capacity_factor", "moe_a2a", "moe_a2a_overlap"
 """The fields of a mixture of experts' routing and all-to-all (and DeepSeek-V3's multi-token prediction, a
 workload field its MoE jobs set): ``predict`` and ``goodput`` take them all, so the same job gets the same
 step time from both."""
-LAYOUT_DP_STRATEGIES = ("ddp", "zero1", "fsdp", "zero3")
+LAYOUT_DP_STRATEGIES = ("ddp", "zero1", "fsdp", "zero3", "fsdp-hybrid")
 """Data-parallel strategies over the replicas of a tensor/pipeline layout: the keys of
 :data:`dpsim.strategies.layout.LAYOUT_STRATEGIES`."""
-PLAN_DP_STRATEGIES = ("ddp", "zero1", "fsdp")
-"""The layout strategies ``dpsim plan`` searches and estimates in closed form (``zero3`` is predicted,
-not planned)."""
+PLAN_DP_STRATEGIES = ("ddp", "zero1", "fsdp", "zero3", "fsdp-hybrid")
+"""The data-parallel strategies ``dpsim plan`` searches and estimates in closed form: the layout strategies
+(``zero3`` only where ``predict`` runs it: without pipeline stages or expert parallelism, as DeepSpeed's
+``PipelineEngine`` refuses ZeRO-2/3) and ``fsdp-hybrid`` (HSDP) with data parallelism alone, every shard group
+of ``gpus_per_node x 2^k`` ranks below the data-parallel ranks (``--zero-group``)."""
 
 
 def _count(maximum: int = MAX_GPUS, **metadata: Any) -> dict[str, Any]:
@@ -886,6 +888,16 @@ class PredictConfig:
             if e.offload != "off":
                 raise ConfigError(f"--offload: {e.offload} does not combine with --zero-impl internlm; leave it out")
             check_zero_options(p.strategy, p.zero_impl, p.zero_group, n_gpus=self.data_parallel)
+        elif p.strategy == "fsdp-hybrid":
+            # HSDP under tp/pp as torchtitan runs it (dp_replicate x dp_shard x cp x tp x pp, ParallelDims in
+            # torchtitan/distributed/parallel_dims.py@0119de156de5): its shard degree is given, not a node's.
+            if p.zero_group is None:
+                raise ConfigError(f"--zero-group: --strategy fsdp-hybrid with {p.layout_flags} needs its shard group, "
+                                  f"the data-parallel ranks that shard the state (torchtitan's "
+                                  f"data_parallel_shard_degree), e.g. --zero-group "
+                                  f"{max(1, self.data_parallel // 2)}; it must divide the "
+                                  f"{self.data_parallel} data-parallel ranks")
+            check_zero_options(p.strategy, p.zero_impl, p.zero_group, n_gpus=self.data_parallel)
         elif p.zero_group is not None:
             check_zero_options(p.strategy, p.zero_impl, p.zero_group)
         for name in ("fsdp_version", "fsdp_accumulate"):
@@ -896,6 +908,12 @@ class PredictConfig:
         if p.strategy not in LAYOUT_DP_STRATEGIES:
             raise ConfigError(f"--strategy: {p.strategy!r} does not combine with {p.layout_flags} here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
+        if p.strategy == "fsdp-hybrid" and (p.cp > 1 or p.ep > 1 or p.etp > 1):
+            # torchtitan folds cp into the shard dimension (dp_shard_cp) and carves ep out of it; dpsim models
+            # HSDP's groups under tp and pp only.
+            name, value = next((n, v) for n, v in (("cp", p.cp), ("ep", p.ep), ("etp", p.etp)) if v > 1)
+            raise ConfigError(f"--{name}: {value} does not combine with --strategy fsdp-hybrid here (HSDP is modelled "
+                              f"with --tp and --pp); use --{name} 1, or --strategy fsdp")
         if p.strategy == "zero3" and (p.pp > 1 or p.ep > 1 or p.etp > 1):
             # DeepSpeed's PipelineEngine asserts ``zero_optimization_stage() < 2`` ("ZeRO-2 and ZeRO-3 are
             # incompatible with pipeline parallelism", microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py);

@@ -158,6 +158,10 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
                           f"divides them")
     check_layout_placement(topology, shape, tp_across_network=par.tp_across_network,
                            tp_comm_overlap=par.tp_comm_overlap)
+    if par.strategy == "fsdp-hybrid":
+        # The shard group's placement: consecutive data-parallel ranks tiling the servers (tp apart).
+        check_zero_options(par.strategy, par.zero_impl, par.zero_group, n_gpus=config.data_parallel,
+                           gpus_per_node=topology.gpus_per_node, tp=par.tp)
     if par.zero_impl == "internlm":
         if model.moe is not None:
             raise ConfigError(f"--zero-impl: internlm is modelled for dense models; {model.name} is a mixture of "
@@ -666,7 +670,11 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                                grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes,
                                edp=layout.edp if model.moe is not None else 1, internlm=internlm,
                                zero_comm="zero" if layout.zero1_group < d else "dp",
-                               fp8_all_gather=layout.strategy == "fsdp" and precision.fp8 is not None
+                               # HSDP: fsdp on its shard group ("zero"), each gradient shard all-reduced
+                               # over the replica group ("zrep").
+                               shard_comm="zero" if layout.replicas > 1 else "dp",
+                               replicas=layout.replicas,
+                               fp8_all_gather=layout.strategy in ("fsdp", "fsdp-hybrid") and precision.fp8 is not None
                                and precision.fp8.fsdp_float8_all_gather,
                                backward_gather_numel=zero3.backward_gather_numel if zero3 is not None else ())
     # DualPipe sums each stage's two parameter copies instead (the embedding's among them).
@@ -847,7 +855,7 @@ def stage_optimizer_s(per_param_s: float, params_per_gpu: int, expert_numel: int
     (:attr:`~dpsim.strategies.layout.Layout.grad_group`) and its ``expert_numel`` routed experts'
     over ``edp``, each rounded up."""
     if layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES:
-        return per_param_s * (-(-(params_per_gpu - expert_numel) // layout.grad_group)
+        return per_param_s * (-(-(params_per_gpu - expert_numel) // layout.shard_group)
                               + -(-expert_numel // layout.edp))
     return per_param_s * params_per_gpu
 

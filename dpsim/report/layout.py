@@ -84,7 +84,8 @@ def _usd(x: float) -> str:
 
 
 def _short(c) -> str:
-    """``512: tp4 cp2 pp4 dp16 ep8 i10 zero1 mb1 sel sp`` (GPUs, sizes, interleaved chunks, strategy,
+    """``512: tp4 cp2 pp4 dp16 ep8 i10 zero1 mb1 sel sp`` (GPUs, sizes, interleaved chunks, strategy (``hsdpN``:
+    fsdp-hybrid over N-rank shard groups),
     micro-batch, recomputation, sequence parallelism; cp and ep when above 1)."""
     cp = f" cp{c.cp}" if c.cp > 1 else ""
     ep = f" ep{c.ep}" if c.ep > 1 else ""
@@ -93,7 +94,8 @@ def _short(c) -> str:
         parts.append(f"i{c.virtual_stages}")
     elif c.pp > 1 and c.schedule in ("gpipe", "zb-h1"):
         parts.append({"gpipe": "gpipe", "zb-h1": "zb"}[c.schedule])
-    parts += [c.strategy, f"mb{c.micro_batch}"]
+    # HSDP's shard group (``hsdp16``: fsdp-hybrid over 16-rank groups), short enough for the table's column.
+    parts += [f"hsdp{c.zero_group}" if c.strategy == "fsdp-hybrid" and c.zero_group else c.strategy, f"mb{c.micro_batch}"]
     if c.recompute != "off":
         parts.append({"selective": "sel"}.get(c.recompute, c.recompute))  # op, megatron, moe as they are
     if c.sequence_parallel:
@@ -190,7 +192,7 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
     console.print(table)
     console.print("layout: GPUs: tensor (x cpN context) x pipeline x data sizes (epN: N expert-parallel), "
                   "iN = interleaved with N chunks per stage, "
-                  "data-parallel strategy, micro-batch, sel/full/op/megatron/moe = recomputation, "
+                  "data-parallel strategy (hsdpN: fsdp-hybrid, N-rank shard groups), micro-batch, sel/full/op/megatron/moe = recomputation, "
                   "sp = sequence parallelism")
     console.print(_verification_line(result))
     console.print(f"Refused: "

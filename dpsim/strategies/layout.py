@@ -72,13 +72,18 @@ LAYOUT_STRATEGIES: dict[str, str] = {
              "optimizer state partitioned, every micro-batch's forward gathering them, its backward gathering "
              "what DeepSpeed's reuse distance freed, its gradients reduce-scattered through DeepSpeed's "
              "bucket copies; no pipeline stages (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism)",
+    "fsdp-hybrid": "HSDP over the replicas of each shard (torchtitan's dp_replicate x dp_shard mesh under tp and pp): "
+                   "fsdp within shard groups of --zero-group consecutive data-parallel ranks (its gathers and "
+                   "reduce-scatters on that group), each gradient shard then all-reduced across the groups "
+                   "(replicate); no context or expert parallelism here",
 }
 """Data-parallel strategies a tensor/pipeline layout runs over its replicas."""
 
-PARAM_SHARDING_LAYOUT_STRATEGIES = ("fsdp", "zero3")
+PARAM_SHARDING_LAYOUT_STRATEGIES = ("fsdp", "zero3", "fsdp-hybrid")
 """Layout strategies that shard the parameters themselves (and gather them for compute)."""
-OPTIMIZER_SHARDING_LAYOUT_STRATEGIES = ("zero1", "fsdp", "zero3")
-"""Layout strategies whose ranks hold a ``1 / (dp x cp)`` share of the optimizer state."""
+OPTIMIZER_SHARDING_LAYOUT_STRATEGIES = ("zero1", "fsdp", "zero3", "fsdp-hybrid")
+"""Layout strategies whose ranks hold a ``1 / shard group`` share of the optimizer state
+(:attr:`Layout.shard_group`: ``dp x cp``, HSDP's ``--zero-group``)."""
 
 
 def reshards_after_forward(layout: "Layout") -> bool:
@@ -165,6 +170,9 @@ class Layout:
         assert isinstance(self.recompute_every, int) and self.recompute_every >= 1
         assert self.tp_comm_overlap in TP_COMM_OVERLAP and self.strategy in LAYOUT_STRATEGIES
         assert self.zero_impl == "deepspeed" or self.strategy == "zero1", (self.zero_impl, self.strategy)
+        # HSDP's shard group tiles the data-parallel ranks (predict's config refuses the rest in one line).
+        assert self.strategy != "fsdp-hybrid" or (self.zero_group is not None and self.cp == 1
+                                                  and self.dp % self.zero_group == 0), (self.zero_group, self.dp)
 
     @property
     def n_gpus(self) -> int:
@@ -182,6 +190,19 @@ class Layout:
         context-parallel ranks hold the same weights; Megatron's data-parallel group with
         context parallel)."""
         return self.dp * self.cp
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks a sharding strategy splits the parameters, gradients and optimizer state over: the
+        :attr:`grad_group`, or HSDP's shard group (``fsdp-hybrid``: :attr:`zero_group` consecutive
+        data-parallel ranks, torchtitan's ``dp_shard``; the state replicated across the ``dp /
+        zero_group`` groups, ``dp_replicate``)."""
+        return self.zero_group if self.strategy == "fsdp-hybrid" and self.zero_group else self.grad_group
+
+    @property
+    def replicas(self) -> int:
+        """HSDP's replica groups (``dp_replicate``): 1 for every other strategy."""
+        return self.grad_group // self.shard_group
 
     @property
     def zero1_group(self) -> int:

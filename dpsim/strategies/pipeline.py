@@ -761,7 +761,7 @@ class DataParallelPlan:
     """What a stage's data-parallel collectives look like (all sizes per GPU)."""
 
     strategy: str
-    """``ddp``, ``zero1``, ``fsdp`` or ``zero3``."""
+    """``ddp``, ``zero1``, ``fsdp``, ``zero3`` or ``fsdp-hybrid``."""
     dp: int
     """Replicas (no collective when 1)."""
     overlap: bool
@@ -782,6 +782,13 @@ class DataParallelPlan:
     the optimizer, the step waiting for them (:mod:`dpsim.strategies.zero`)."""
     zero_comm: str = "dp"
     """The communicator of InternLM's ZERO1 group (``zero`` when smaller than ``dp``)."""
+    shard_comm: str = "dp"
+    """The communicator the parameters are gathered and the gradients reduce-scattered on: ``dp``, or HSDP's
+    shard group (``fsdp-hybrid``: ``zero``)."""
+    replicas: int = 1
+    """HSDP's replica groups: above 1, each reduce-scatter's gradient shard (its bytes over
+    ``dp / replicas`` ranks) is then all-reduced on ``zrep``, one rank of each shard group, on the same
+    stream (FSDP2's HSDP reduces its reduce-scatter output over the replicate dimension)."""
     fp8_all_gather: bool = False
     """FSDP2 gathers the FP8 linears' weights in one byte (torchao ``enable_fsdp_float8_all_gather``, which
     torchtitan turns on whenever the data-parallel dimension is sharded, tensor parallel or not:
@@ -903,6 +910,15 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         comm_stages.append(stages)
         return len(comms) - 1
 
+    def replicate(label: str, numel: float) -> list[int]:
+        # HSDP: the reduce-scatter's gradient shard (numel over the shard group's ranks) all-reduced across
+        # the replica groups, queued right behind it on the same stream, so it starts when that one ends.
+        if dp.replicas <= 1:
+            return []
+        shard = dp.dp // dp.replicas
+        return [new_comm(f"all-reduce gradient shard {label} across replicas", "all_reduce",
+                         -(-numel // shard) * dp.grad_bytes, "allreduce", "zrep", (s,))]
+
     gradient_ops: list[int] = []
     stage_programs: list[StageProgram] = []
     # Collectives between two stages before the optimizer: the tied embedding's gradient
@@ -947,7 +963,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     for x in range(len(buckets) - 1, -1, -1):
                         _, numel, members = buckets[x]
                         op = new_comm(f"all-gather parameters chunk {c} micro-batch {j + 1} bucket {x} (forward)",
-                                      "all_gather", dp.gather_bytes(numel, fp8_of(members)), "allgather", "dp", (s,))
+                                      "all_gather", dp.gather_bytes(numel, fp8_of(members)), "allgather",
+                                      dp.shard_comm, (s,))
                         forward_gathers.append(op)
                         gather_fwd.update({(c, j, i): op for i in members})
                     for x, (first_layer, numel, members) in enumerate(buckets):
@@ -956,15 +973,16 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         if again > 0:  # DeepSpeed keeps a bucket reused soon after its forward: no gather
                             fp8 = fp8_of(members) * min(1.0, again / numel) if numel else 0.0
                             op = new_comm(f"all-gather parameters chunk {c} micro-batch {j + 1} bucket {x} "
-                                          f"(backward)", "all_gather", dp.gather_bytes(again, fp8), "allgather", "dp",
-                                          (s,))
+                                          f"(backward)", "all_gather", dp.gather_bytes(again, fp8), "allgather",
+                                          dp.shard_comm, (s,))
                             backward_gathers.append(op)
                             gather_bwd.update({(c, j, i): op for i in members})
                         rs = new_comm(f"reduce-scatter chunk {c} micro-batch {j + 1} bucket {x}", "reduce_scatter",
-                                      numel * dp.grad_bytes, "reducescatter", "dp", (s,))
+                                      numel * dp.grad_bytes, "reducescatter", dp.shard_comm, (s,))
                         # Without overlap every bucket waits for the micro-batch's whole backward.
-                        rs_after.setdefault((c, j, first_layer if overlap else buckets[-1][0]), []).append(rs)
-                        dp_ops.append(rs)
+                        launched = [rs, *replicate(f"chunk {c} micro-batch {j + 1} bucket {x}", numel)]
+                        rs_after.setdefault((c, j, first_layer if overlap else buckets[-1][0]), []).extend(launched)
+                        dp_ops.extend(launched)
                     if j == 0:
                         at_start.extend(forward_gathers)
                     else:
@@ -972,20 +990,21 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     launch_at_forward[c, j] = backward_gathers + launch_at_forward.get((c, j), [])
         # Dense parameters over dp, a mixture of experts' routed experts over edp.
         groups = [] if reshard else [(group, size, numel, label) for group, size, numel, label in (
-            ("dp", dp.dp, _dense_numel, ""), ("edp", dp.edp, _expert_numel, "experts "))
+            (dp.shard_comm, dp.dp, _dense_numel, ""), ("edp", dp.edp, _expert_numel, "experts "))
             if size > 1 and any(numel(w) for stage in chunks for c in stage for w in c.layers)]
         for group, _, numel_of, label0 in groups:
             for c in range(v):
                 work = chunks[s][c]
                 buckets = gradient_buckets(work, dp.bucket_elements, numel_of)
-                if dp.strategy in ("fsdp",) or (dp.strategy == "zero1" and overlap and not dp.internlm):
+                fsdp = dp.strategy in ("fsdp", "fsdp-hybrid")
+                if fsdp or (dp.strategy == "zero1" and overlap and not dp.internlm):
                     # Gathered bucket by bucket in forward order; each layer's first forward
                     # waits only for the bucket holding its parameters.
-                    label = "all-gather parameters" if dp.strategy == "fsdp" else "all-gather updated parameters"
+                    label = "all-gather parameters" if fsdp else "all-gather updated parameters"
                     for x in range(len(buckets) - 1, -1, -1):
                         _, numel, members = buckets[x]
-                        fp8 = sum(lw.fp8_numel for lw in work.layers if lw.index in members) if group == "dp" else 0
-                        size = dp.gather_bytes(numel, fp8) if dp.strategy == "fsdp" else numel * dp.weight_bytes
+                        fp8 = sum(lw.fp8_numel for lw in work.layers if lw.index in members) if group != "edp" else 0
+                        size = dp.gather_bytes(numel, fp8) if fsdp else numel * dp.weight_bytes
                         op = new_comm(f"{label} {label0}chunk {c} bucket {x}", "all_gather", size,
                                       "allgather", group, (s,))
                         at_start.append(op)
@@ -1004,14 +1023,17 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} {label0}chunk "
                                       f"{c} bucket {x}", reduce, numel * dp.grad_bytes,
                                       "allreduce" if reduce == "all_reduce" else "reducescatter", group, (s,))
-                        launches_after_layer.setdefault((c, first_layer), []).append(op)
-                        dp_ops.append(op)
+                        launched = [op, *(replicate(f"{label0}chunk {c} bucket {x}", numel) if group != "edp" else ())]
+                        launches_after_layer.setdefault((c, first_layer), []).extend(launched)
+                        dp_ops.extend(launched)
                 else:
+                    numel = sum(numel_of(w) for w in work.layers)
                     op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} {label0}chunk "
-                                  f"{c} gradients", reduce, sum(numel_of(w) for w in work.layers) * dp.grad_bytes,
+                                  f"{c} gradients", reduce, numel * dp.grad_bytes,
                                   "allreduce" if reduce == "all_reduce" else "reducescatter", group, (s,))
-                    end_ops.append(op)
-                    dp_ops.append(op)
+                    launched = [op, *(replicate(f"{label0}chunk {c} gradients", numel) if group != "edp" else ())]
+                    end_ops.extend(launched)
+                    dp_ops.extend(launched)
         gradient_ops += dp_ops
         # The op that completes a micro-batch's gradients: the backward, or with a zero-bubble
         # schedule its weight-gradient pass W (the input-gradient pass B runs before).

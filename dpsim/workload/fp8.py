@@ -246,7 +246,7 @@ def fp8_all_gather(recipe: Fp8Recipe | None, *, strategy: str, fsdp_version: str
     parallel_dims.dp_shard_enabled and float8_config.enable_fsdp_float8_all_gather``)."""
     if recipe is None or not recipe.fsdp_float8_all_gather:
         return recipe
-    if strategy.startswith("fsdp") and (fsdp_version == "2" or (layout and strategy == "fsdp")):
+    if strategy.startswith("fsdp") and (fsdp_version == "2" or (layout and strategy in ("fsdp", "fsdp-hybrid"))):
         return recipe
     return replace(recipe, fsdp_float8_all_gather=False)
 

@@ -196,6 +196,10 @@ def layout_cases() -> dict[str, list[str]]:
         "zero1-sequence-parallel": ["--gpus", "64", "--link", "dgx-a100", *llama7, "--tp", "4", "--pp", "2",
                                     "--sequence-parallel", "--strategy", "zero1", "--global-batch", "128",
                                     "--recompute", "selective"],
+        # HSDP under tensor and pipeline parallelism (torchtitan's dp_replicate x dp_shard x tp x pp): shard
+        # groups of 4 data-parallel ranks, gradient shards all-reduced across the 4 groups.
+        "hsdp-tp-pp": ["--gpus", "128", "--link", "infiniband", *llama7, "--tp", "4", "--pp", "2",
+                       "--strategy", "fsdp-hybrid", "--zero-group", "4", "--global-batch", "64"],
         "deepspeed-pipeline": ["--gpus", "32", "--link", "ethernet", "--model", "gpt2-xl", "--micro-batch", "2",
                                "--pp", "4", "--schedule", "deepspeed", "--global-batch", "64",
                                "--no-grad-accum-fusion"],
