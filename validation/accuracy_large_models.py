@@ -680,6 +680,11 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # April 2023 rows (R023, R024, R030-R040) ran (trainer.py line 1414, dist_strategy.py lines
         # 67-69); so every micro-batch is reduce-scattered.
         kw["fsdp_accumulate"] = "sharded"
+    mics = re.search(r"MiCS: sharded over groups of (\d+) GPUs", row["data_parallel"])
+    if mics and strategy == "zero3" and tp * pp * cp == 1:
+        # SMP's sharded data parallelism is DeepSpeed ZeRO-3 with MiCS's shard groups (its zero_config.py sets
+        # zero2d_shard_size to sharded_data_parallel_degree): --zero-group, dpsim/strategies/sharded.py.
+        kw["zero_group"] = int(mics.group(1))
     if "overlap_grad_reduce false" in row["data_parallel"]:
         # Megatron's --overlap-grad-reduce off (ms-swift's default, swift/megatron/argument/megatron_args.py
         # overlap_grad_reduce False at ad907793e9d3, 1e9e4a0e164e and 891a9ab3d437): the gradient

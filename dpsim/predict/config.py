@@ -279,8 +279,11 @@ class ParallelismConfig:
     """Ranks of one shard group, consecutive data-parallel ranks that shard the state, replicated across
     the groups: with --strategy fsdp-hybrid HSDP's shard degree (torchtitan's data_parallel_shard_degree,
     FSDP2's dp_shard mesh dimension; gradient shards all-reduced over the gpus / N replicas), left out one
-    node; with --strategy zero1 --zero-impl internlm InternLM's zero1 group (optimizer states), left out
-    every rank. Must divide the data-parallel ranks and tile the servers; other strategies refuse it."""
+    node; with --strategy zero3 MiCS's shard group (DeepSpeed's mics_shard_size, SageMaker's
+    sharded_data_parallel_degree: gradient shards all-reduced over the replicas at the last micro-batch),
+    left out every rank; with --strategy zero1 --zero-impl internlm InternLM's zero1 group (optimizer
+    states), left out every rank. Must divide the data-parallel ranks and tile the servers; other
+    strategies refuse it."""
     tp: int = field(default=1, metadata=_count())
     """Tensor-parallel GPUs per model replica (Megatron-style: each transformer block's linears
     split over them, inside one NVLink domain)."""
@@ -888,6 +891,12 @@ class PredictConfig:
             check_zero_options(p.strategy, p.zero_impl, p.zero_group, n_gpus=self.data_parallel)
         elif p.zero_group is not None:
             check_zero_options(p.strategy, p.zero_impl, p.zero_group)
+            if p.strategy == "zero3":
+                # The layout path's zero3 shards over every data-parallel rank; MiCS's groups are modelled for
+                # data parallelism alone (dpsim/strategies/sharded.py).
+                raise ConfigError(f"--zero-group: {p.zero_group} (MiCS's shard group) is modelled for --strategy "
+                                  f"zero3 without {p.layout_flags}; leave --zero-group out or run data parallelism "
+                                  f"alone")
         for name in ("fsdp_version", "fsdp_accumulate"):
             if self.value_of(name) != _fields()[name].default:
                 raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies to data parallelism alone; "

@@ -111,7 +111,8 @@ REGISTRY: dict[str, StrategyRecord] = {r.key: r for r in (
         key="zero3", family="deepspeed", shard_group="world", honours=frozenset({FSDP_UNIT}), build=build_zero3,
         description="ZeRO-3: parameters, gradients and optimizer state sharded; every unit all-gathered "
                     "for forward, and in backward what DeepSpeed's reuse distance freed (a recomputed block's "
-                    "freed submodules again); gradients reduce-scattered"),
+                    "freed submodules again); gradients reduce-scattered; with --zero-group MiCS (shard groups, "
+                    "gradient shards all-reduced across them at the last micro-batch)"),
     StrategyRecord(
         key="fsdp", family="fsdp", shard_group="world", honours=frozenset({FSDP_UNIT}), build=build_fsdp,
         description="PyTorch FSDP FULL_SHARD: like ZeRO-3, per unit, root unit kept from forward to backward"),
@@ -211,14 +212,18 @@ ZERO_IMPLS: dict[str, str] = {
 """``--zero-impl`` choices (``--strategy zero1``): whose ZeRO-1 runs (:mod:`dpsim.strategies.zero`)."""
 
 
-GROUP_STRATEGIES = ("zero1", "fsdp-hybrid")
+GROUP_STRATEGIES = ("zero1", "fsdp-hybrid", "zero3")
 """Strategies whose shard group ``--zero-group`` sets: ``zero1`` with ``--zero-impl internlm`` (InternLM's ZERO1
-group, ``parallel.zero1``) and ``fsdp-hybrid`` (HSDP's shard group: torch FSDP2 ``fully_shard`` on a 2-D
+group, ``parallel.zero1``), ``zero3`` (MiCS's shard group, DeepSpeed's ``mics_shard_size`` and the SageMaker
+model parallel library's ``sharded_data_parallel_degree``: :mod:`dpsim.strategies.sharded`) and ``fsdp-hybrid``
+(HSDP's shard group: torch FSDP2 ``fully_shard`` on a 2-D
 ``DeviceMesh`` ``("dp_replicate", "dp_shard")``, torchtitan's ``data_parallel_shard_degree``, FSDP1
-``HYBRID_SHARD`` given its own ``(shard, replicate)`` process-group pair; default: one node). Both shard the
+``HYBRID_SHARD`` given its own ``(shard, replicate)`` process-group pair; default: one node). All shard the
 state within groups of that many consecutive data-parallel ranks and replicate it across the groups
 (torchtitan's mesh orders its dimensions ``pp, dp_replicate, dp_shard_cp, tp``, so a shard group is
-consecutive ranks: ``ParallelDims.build_mesh``, torchtitan/distributed/parallel_dims.py@0119de156de5)."""
+consecutive ranks: ``ParallelDims.build_mesh``, torchtitan/distributed/parallel_dims.py@0119de156de5; MiCS's
+shard groups are ``np.arange(world_size).reshape(-1, shard_size)``, ``_generate_mics_config`` in
+deepspeed/runtime/zero/mics_utils.py at microsoft/DeepSpeed@ce78a632ac82)."""
 
 
 def check_zero_options(strategy: str, impl: str = "deepspeed", group: int | None = None, *,
@@ -235,9 +240,9 @@ def check_zero_options(strategy: str, impl: str = "deepspeed", group: int | None
     if group is None:
         return
     if strategy not in GROUP_STRATEGIES:
-        raise ConfigError(f"--zero-group: {group} applies to --strategy fsdp-hybrid (ranks per shard group) or zero1 "
-                          f"with --zero-impl internlm (InternLM's ZeRO-1 group), not --strategy {strategy}; "
-                          f"leave it out")
+        raise ConfigError(f"--zero-group: {group} applies to --strategy fsdp-hybrid (ranks per shard group), zero3 "
+                          f"(MiCS's shard group) or zero1 with --zero-impl internlm (InternLM's ZeRO-1 group), not "
+                          f"--strategy {strategy}; leave it out")
     if strategy == "zero1" and impl != "internlm":
         raise ConfigError(f"--zero-group: {group} needs --zero-impl internlm (DeepSpeed's ZeRO-1 shards over "
                           f"every data-parallel rank); add --zero-impl internlm or leave --zero-group out")
