@@ -253,7 +253,7 @@ STRATEGIES = {
     "fsdp-full-shard": ("fsdp", ""),
     "fsdp-shard-grad-op": ("fsdp-shard-grad-op", ""),
     "hsdp": ("fsdp-hybrid", "HSDP as FSDP HYBRID_SHARD (XLA's sharding, not torch FSDP)"),
-    "gemini": ("zero3", "Gemini's chunked sharding as ZeRO-3"),
+    "gemini": ("zero3", ""),  # Colossal-AI Gemini: --zero-impl gemini (job_of)
     "zero1 over all": ("zero1", ""),  # InternLM's zero1=-1: --zero-impl internlm (job_of)
     "hybrid zero1": ("zero1", ""),  # InternLM's zero1=k: --zero-impl internlm --zero-group k (job_of)
     "fsdp2": ("fsdp", ""),  # --fsdp-version 2 (job_of): per-parameter shards, reduce-scatter every micro-batch
@@ -680,6 +680,9 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # April 2023 rows (R023, R024, R030-R040) ran (trainer.py line 1414, dist_strategy.py lines
         # 67-69); so every micro-batch is reduce-scattered.
         kw["fsdp_accumulate"] = "sharded"
+    if row["data_parallel"].startswith("gemini") and strategy == "zero3":
+        # GeminiPlugin's chunked ZeRO-3 (dpsim/strategies/gemini.py), static placement, shard_param_frac 1, no offload.
+        kw["zero_impl"] = "gemini"
     mics = re.search(r"MiCS: sharded over groups of (\d+) GPUs", row["data_parallel"])
     if mics and strategy == "zero3" and tp * pp * cp == 1:
         # SMP's sharded data parallelism is DeepSpeed ZeRO-3 with MiCS's shard groups (its zero_config.py sets

@@ -22,6 +22,7 @@ from dpsim.strategies.program import (
     _checkpoint_units,
 )
 from dpsim.strategies.registry import (
+    check_gemini_accum,
     BUCKET_CAP_MB,
     check_fsdp_unit,
     check_grad_accum,
@@ -100,6 +101,7 @@ def build_step_program(
         raise ConfigError(f"DDP options: {ddp} apply to --strategy ddp only, not {record.key}")
     gpn = gpus_per_node or n_gpus
     check_zero_options(record.key, zero_impl, zero_group, n_gpus=n_gpus, gpus_per_node=gpn)
+    check_gemini_accum(zero_impl, grad_accum)
     group = zero_shard_group(record.key, n_gpus, gpn, zero_group)
     request = BuildRequest(
         model=model, compute=compute, precision=precision, shard_group_size=group,

@@ -36,7 +36,8 @@ __all__ = [
     "BUCKET_CAP_MB", "FSDP_UNIT", "KNOB_FLAGS", "StrategyRecord", "REGISTRY", "STRATEGIES", "SHARDED_STRATEGIES",
     "FSDP_STRATEGIES", "UNIT_STRATEGIES", "FSDP_UNITS", "get_strategy", "check_strategy", "check_fsdp_unit",
     "check_grad_accum", "check_honoured", "honours", "shard_group_size", "sharded_numel", "FSDP_VERSIONS",
-    "FSDP_ACCUMULATE", "check_fsdp_options", "unsharded_accumulation", "ZERO_IMPLS", "check_zero_options",
+    "FSDP_ACCUMULATE", "check_fsdp_options", "unsharded_accumulation", "ZERO_IMPLS", "ZERO_IMPL_STRATEGY",
+    "check_zero_options", "check_gemini_accum",
     "zero_shard_group", "GROUP_STRATEGIES",
 ]
 
@@ -208,8 +209,15 @@ ZERO_IMPLS: dict[str, str] = {
     "internlm": "InternLM's HybridZeroOptimizer: gradients all-reduced over every data-parallel rank in "
                 "reduce_bucket_size buckets, whole parameters owned greedily within the --zero-group, each "
                 "owner's updated parameters broadcast to its group after the step",
+    "gemini": "Colossal-AI Gemini (--strategy zero3): parameters in equal chunks, each all-gathered when an "
+              "operation first needs it and freed when an operation on another chunk runs, reduce-scattered when "
+              "all its gradients are in, every collective blocking the compute stream",
 }
-"""``--zero-impl`` choices (``--strategy zero1``): whose ZeRO-1 runs (:mod:`dpsim.strategies.zero`)."""
+"""``--zero-impl`` choices: whose ZeRO-1 runs ``--strategy zero1`` (:mod:`dpsim.strategies.zero`), whose ZeRO-3
+runs ``--strategy zero3`` (``gemini``: :mod:`dpsim.strategies.gemini`)."""
+
+ZERO_IMPL_STRATEGY = {"internlm": "zero1", "gemini": "zero3"}
+"""The one strategy each non-default ``--zero-impl`` applies to."""
 
 
 GROUP_STRATEGIES = ("zero1", "fsdp-hybrid", "zero3")
@@ -235,10 +243,14 @@ def check_zero_options(strategy: str, impl: str = "deepspeed", group: int | None
     ``tp`` above 1 ``gpus_per_node / tp`` of them per server, tiling the servers."""
     if impl not in ZERO_IMPLS:
         raise ConfigError(f"--zero-impl: {impl!r} is not known; choose one of {', '.join(ZERO_IMPLS)}")
-    if impl != "deepspeed" and strategy != "zero1":
-        raise ConfigError(f"--zero-impl: {impl} applies to --strategy zero1, not {strategy}; leave it out")
+    if impl != "deepspeed" and strategy != ZERO_IMPL_STRATEGY[impl]:
+        raise ConfigError(f"--zero-impl: {impl} applies to --strategy {ZERO_IMPL_STRATEGY[impl]}, not {strategy}; "
+                          f"leave it out")
     if group is None:
         return
+    if impl == "gemini":
+        raise ConfigError(f"--zero-group: {group} does not apply to --zero-impl gemini, whose chunks are sharded over "
+                          f"every data-parallel rank (GeminiDDP's process group); leave it out")
     if strategy not in GROUP_STRATEGIES:
         raise ConfigError(f"--zero-group: {group} applies to --strategy fsdp-hybrid (ranks per shard group), zero3 "
                           f"(MiCS's shard group) or zero1 with --zero-impl internlm (InternLM's ZeRO-1 group), not "
@@ -295,3 +307,14 @@ def sharded_numel(model: ModelSpec, strategy: str, world_size: int, *, fsdp_unit
     if record.shards_per_unit:
         return units_shard_numel(model, world_size, fsdp_unit, fsdp_version if record.family == "fsdp" else "1")
     return deepspeed_partition_numel(model.param_count, world_size)
+
+
+def check_gemini_accum(impl: str, grad_accum: int) -> None:
+    """Refuse gradient accumulation with ``--zero-impl gemini``: GeminiDDP copies each gradient into its
+    parameter's chunk and reduce-scatters the chunk once all its gradients are in, every backward
+    (``grad_handle``, hpcaitech/ColossalAI@0b00def88 ``colossalai/zero/gemini/gemini_ddp.py``), and the
+    GeminiPlugin there has no ``no_sync`` (``support_no_sync`` False): nothing carries gradients from one
+    micro-batch to the next."""
+    if impl == "gemini" and grad_accum > 1:
+        raise ConfigError(f"--grad-accum: {grad_accum} is not supported with --zero-impl gemini (Gemini reduces "
+                          f"each chunk's gradients into the chunk every backward); use --grad-accum 1")

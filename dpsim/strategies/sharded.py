@@ -136,7 +136,12 @@ from dpsim.workload.roofline import Efficiencies, memory_term
 def build_zero3(request: BuildRequest) -> StrategyProgram:
     """``zero3``: every unit, the root too, re-gathered for backward; reduce-scatter every micro-batch. With
     ``--zero-group`` (``hybrid_replicas`` set) MiCS: the same within each shard group, and the gradient shards
-    all-reduced across the replicas at the last micro-batch only (the module docstring)."""
+    all-reduced across the replicas at the last micro-batch only (the module docstring). ``--zero-impl
+    gemini``: Colossal-AI's chunked ZeRO-3 (:mod:`dpsim.strategies.gemini`)."""
+    if request.zero_impl == "gemini":
+        from dpsim.strategies.gemini import build_gemini  # gemini imports this module's _staging
+
+        return build_gemini(request)
     return _unit_program(request, key="zero3", reshard_after_forward=True, keep_root=False,
                          hybrid=request.hybrid_replicas is not None)
 
