@@ -21,7 +21,8 @@ row publishes and nothing else:
   batch), precision and checkpointing to :class:`~dpsim.predict.config.PredictConfig` fields that
   exist (a row's ``torch_compile`` "yes", and XLA's whole-step compilation, is ``--compile``
   (:func:`compiled`); InternLM's ``zero1`` rows are
-  ``--zero-impl internlm`` with their ``--zero-group``); what dpsim cannot say (MaxText's selective
+  ``--zero-impl internlm`` with their ``--zero-group``, Colossal-AI's Gemini row ``--zero-impl gemini``, the
+  SageMaker MiCS row ``zero3`` with its ``--zero-group``); what dpsim cannot say (MaxText's selective
   remat, packed variable-length attention where the samples' lengths are not published, InternLM's ZeRO-1
   with pipeline stages) is listed per row in the "assumed" column, never approximated by a hack; a packed
   row whose dataset publishes its sample lengths runs one causal attention per sample

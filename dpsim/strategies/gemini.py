@@ -59,6 +59,17 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dpsim.strategies.program import (
+    BuildRequest,
+    StrategyProgram,
+    _backward_pass,
+    _Builder,
+    _forward,
+    _mb,
+    _optimizer_s,
+    _recompute_starts,
+)
+from dpsim.workload.roofline import Efficiencies, memory_term
 from dpsim.workload.spec import ModelSpec, ParamSpec
 
 GEMINI_SEARCH_RANGE_M = 32
@@ -270,22 +281,21 @@ def gemini_plan(model: ModelSpec, world: int, recomputed: Mapping[int, Sequence[
                       schedule=gemini_schedule(model, chunks, recomputed, keep_gathered=keep), world=world)
 
 
-def build_gemini(request) -> "StrategyProgram":
+def build_gemini(request: BuildRequest) -> StrategyProgram:
     """``zero3 --zero-impl gemini``: one step of Gemini (the module docstring). Every collective runs on
     the compute stream: each gather is launched before the layer whose operation issues it, which waits
     for it; each reduce-scatter after the layer whose gradient completes its chunk, the next task waiting
     for it."""
-    from dpsim.strategies.program import StrategyProgram, _backward_pass, _Builder, _forward, _mb, _optimizer_s
-    from dpsim.strategies.sharded import _staging
-
     model, compute, precision = request.model, request.compute, request.precision
     world, grad_accum = request.shard_group_size, request.grad_accum
     recomputed = ({max(u.layers): tuple(u.layers) for u in request.checkpoint_units}
                   if request.recompute_share is None else {})
     plan = gemini_plan(model, world, recomputed)
     w, g = precision.weight_bytes, precision.grad_bytes
-    staging = _staging(request)
-    t = staging[3] if staging is not None else (lambda size: 0.0)
+    # Each staging pass streams its bytes through the compute GPU's memory once (not costed without one).
+    gpu, eff = request.compute_gpu, request.efficiencies or Efficiencies()
+    t = (lambda size: memory_term(size, gpu).time_s(eff) if size else 0.0) if gpu is not None else (  # noqa: E731
+        lambda size: 0.0)
     sizes = {"all_gather": w, "reduce_scatter": g, "all_reduce": g}
     kinds = {"all_gather": "allgather", "reduce_scatter": "reducescatter", "all_reduce": "allreduce"}
     grad_copy: dict[int, float] = {}
@@ -322,7 +332,7 @@ def build_gemini(request) -> "StrategyProgram":
                 bwd_extra[e.layer] = bwd_extra.get(e.layer, 0.0) + (
                     t(2 * numel * g) if e.op == "reduce_scatter" else 0.0) + t(2 * shard * g)
         _forward(b, compute, j, grad_accum, wait_at=fwd_launch, launch_before=fwd_launch, extra_s=fwd_extra)
-        _backward_pass(b, compute, j, grad_accum, recompute=_recompute_map(request), before=bwd_before,
+        _backward_pass(b, compute, j, grad_accum, recompute=_recompute_starts(request.checkpoint_units, request.recompute_share), before=bwd_before,
                        wait_at=bwd_before, after=bwd_after, block_after=bwd_after, extra_s=bwd_extra)
         copies_s += sum(fwd_extra.values()) + sum(bwd_extra.values())
     b.task("optimizer", "optimizer", _optimizer_s(compute, plan.shard_numel / model.param_count), wait=grad_ops)
@@ -330,8 +340,3 @@ def build_gemini(request) -> "StrategyProgram":
                            gradient_ops=tuple(grad_ops), units=tuple(request.checkpoint_units),
                            framework_parts_s={"gemini_copies": copies_s} if copies_s else {})
 
-
-def _recompute_map(request):
-    from dpsim.strategies.program import _recompute_starts
-
-    return _recompute_starts(request.checkpoint_units, request.recompute_share)

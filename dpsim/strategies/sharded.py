@@ -123,6 +123,7 @@ from dpsim.strategies.program import (
     _recompute_starts,
 )
 from dpsim.strategies.deepspeed_fetch import backward_gather_numel
+from dpsim.strategies.gemini import build_gemini
 from dpsim.strategies.shards import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, unit_shard_numel, wrap_units
 from dpsim.workload.fp8 import (
     AMAX_ALL_REDUCE_BYTES_PER_LINEAR,
@@ -139,8 +140,6 @@ def build_zero3(request: BuildRequest) -> StrategyProgram:
     all-reduced across the replicas at the last micro-batch only (the module docstring). ``--zero-impl
     gemini``: Colossal-AI's chunked ZeRO-3 (:mod:`dpsim.strategies.gemini`)."""
     if request.zero_impl == "gemini":
-        from dpsim.strategies.gemini import build_gemini  # gemini imports this module's _staging
-
         return build_gemini(request)
     return _unit_program(request, key="zero3", reshard_after_forward=True, keep_root=False,
                          hybrid=request.hybrid_replicas is not None)
