@@ -53,6 +53,7 @@ chunk each); the gradient copy into the chunk and the shard's division. Not cost
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import statistics
@@ -134,6 +135,14 @@ def gemini_chunk_size(numels: Sequence[int], world: int, *, search_range_m: floa
                       interval: int = GEMINI_SEARCH_INTERVAL) -> tuple[int, bool]:
     """``(chunk elements, keep_gathered)`` that ``search_chunk_configuration`` picks for parameters of
     ``numels`` (registration order) on ``world`` ranks (the module docstring)."""
+    return _chunk_size(tuple(numels), world, search_range_m, min_chunk_size_m, interval)
+
+
+@functools.lru_cache(maxsize=64)
+def _chunk_size(numels: tuple[int, ...], world: int, search_range_m: float, min_chunk_size_m: float,
+                interval: int) -> tuple[int, bool]:
+    # The search tries up to 32,769 sizes over every parameter: cached, since a prediction asks for the same
+    # model's chunks for its memory and for its step.
     search_range = round(search_range_m * 1024 ** 2)
     min_chunk = round(min_chunk_size_m * 1024 ** 2)
     total = sum(numels)
@@ -302,6 +311,7 @@ def build_gemini(request: BuildRequest) -> StrategyProgram:
     for i, layer in enumerate(model.layers):
         # grad_handle's copy of each gradient into its chunk slot: a read and a write.
         grad_copy[i] = t(2 * sum(p.numel for p in layer.params) * g)
+    recompute = _recompute_starts(request.checkpoint_units, request.recompute_share)
     b = _Builder()
     grad_ops: list[int] = []
     copies_s = 0.0
@@ -332,8 +342,8 @@ def build_gemini(request: BuildRequest) -> StrategyProgram:
                 bwd_extra[e.layer] = bwd_extra.get(e.layer, 0.0) + (
                     t(2 * numel * g) if e.op == "reduce_scatter" else 0.0) + t(2 * shard * g)
         _forward(b, compute, j, grad_accum, wait_at=fwd_launch, launch_before=fwd_launch, extra_s=fwd_extra)
-        _backward_pass(b, compute, j, grad_accum, recompute=_recompute_starts(request.checkpoint_units, request.recompute_share), before=bwd_before,
-                       wait_at=bwd_before, after=bwd_after, block_after=bwd_after, extra_s=bwd_extra)
+        _backward_pass(b, compute, j, grad_accum, recompute=recompute, before=bwd_before, wait_at=bwd_before,
+                       after=bwd_after, block_after=bwd_after, extra_s=bwd_extra)
         copies_s += sum(fwd_extra.values()) + sum(bwd_extra.values())
     b.task("optimizer", "optimizer", _optimizer_s(compute, plan.shard_numel / model.param_count), wait=grad_ops)
     return StrategyProgram(strategy="zero3", program=b.build(), shard_group_size=world,
