@@ -959,6 +959,10 @@ def layout_text(config: PredictConfig) -> str:
     ex = config.execution
     par = config.parallelism
     parts = [par.strategy]
+    if par.zero_impl == "gemini":
+        parts.append("(gemini)")
+    elif par.strategy == "zero3" and par.zero_group is not None:
+        parts.append(f"(MiCS {par.zero_group})")
     if par.layout_active:
         parts.append(f"tp{par.tp} pp{par.pp}" + (f" cp{par.cp}" if par.cp > 1 else ""))
     if ex.offload != "off":
