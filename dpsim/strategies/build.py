@@ -82,8 +82,8 @@ def build_step_program(
     ``micro_batch`` (:func:`~dpsim.strategies.checkpointing.recompute_shares`).
     ``fsdp_version``, ``fsdp_accumulate``: the FSDP strategies' API and gradient accumulation
     (:data:`~dpsim.strategies.registry.FSDP_ACCUMULATE`); FSDP2's staging copies are costed on
-    ``compute_gpu`` too. ``zero_impl``, ``zero_group``: whose ZeRO-1 runs and InternLM's ZERO1 group
-    size (:data:`~dpsim.strategies.registry.ZERO_IMPLS`; ``None``: every rank), or with ``fsdp-hybrid``
+    ``compute_gpu`` too. ``zero_impl``, ``zero_group``: whose ZeRO runs (InternLM's ZeRO-1, Colossal-AI's
+    Gemini) and InternLM's ZERO1 group size (:data:`~dpsim.strategies.registry.ZERO_IMPLS`; ``None``: every rank), or with ``fsdp-hybrid``
     the ranks of one HSDP shard group (``None``: one node), with ``zero3`` those of one MiCS shard group
     (``None``: every rank).
     """

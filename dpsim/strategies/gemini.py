@@ -42,6 +42,11 @@ Memory per rank
     chunk (``init_pair``), with HybridAdam's two fp32 moments on it; plus the chunks gathered at the same
     moment (:func:`gemini_schedule`'s peak).
 
+Not modelled: the ``auto`` placement policy (the ``gemini_auto`` plugin choice: a memory tracer's
+warm-up iteration, then eviction to CPU by predicted demand), partial sharding (``shard_param_frac`` below 1)
+and offload fractions: the rows and defaults run ``static`` with every chunk sharded and nothing offloaded;
+the asynchronous prefetch of later versions (``max_prefetch``, absent at this commit).
+
 Costed here: every gather and reduce-scatter where the rule above puts it, exposed (on the compute
 stream); torch's list-form collectives' staging copies (``ProcessGroupNCCL::allgather`` gathers into a
 flat buffer and copies it out to the list's tensors, ``reduce_scatter`` copies the list into a flat input
