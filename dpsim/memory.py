@@ -113,7 +113,7 @@ from dpsim.strategies.checkpointing import (
     op_saved_bytes_per_sample,
     policy_of,
 )
-from dpsim.strategies.gemini import gemini_plan
+from dpsim.strategies.gemini import check_gemini_precision, gemini_plan
 from dpsim.strategies.program import _checkpoint_units
 from dpsim.strategies.layout import OPTIMIZER_SHARDING_LAYOUT_STRATEGIES, checkpointed_blocks, reshards_after_forward
 from dpsim.strategies.offload import expert_offload_bytes_per_sample
@@ -486,6 +486,7 @@ def memory_breakdown(
         # chunk's shard with HybridAdam's moments on it (k per element); the chunks gathered at once at the
         # schedule's peak as buffers.
         check_gemini_accum(zero_impl, grad_accum)
+        check_gemini_precision(zero_impl, precision.name)
         policy = policy_of(activation_checkpointing, checkpointing)
         recomputed = ({max(u.layers): tuple(u.layers) for u in _checkpoint_units(model, fsdp_unit, policy)}
                       if policy.mode == "full" else {})

@@ -125,6 +125,7 @@ def test_every_collective_blocks_the_compute_stream():
     (dict(grad_accum=2), "--grad-accum: 2 is not supported with --zero-impl gemini"),
     (dict(tp=2), "--zero-impl: gemini is modelled for data parallelism alone"),
     (dict(offload="optimizer"), "--offload: optimizer does not combine with --zero-impl gemini"),
+    (dict(precision="amp-bf16"), "--precision: amp-bf16 is not what --zero-impl gemini runs"),
 ])
 def test_what_gemini_does_not_run_is_refused_in_one_line(kw, expected):
     with pytest.raises(ConfigError) as err:

@@ -65,6 +65,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dpsim.errors import ConfigError
 from dpsim.strategies.program import (
     BuildRequest,
     StrategyProgram,
@@ -94,6 +95,20 @@ _HF_LLAMA_LATE = re.compile(r"\.(input_layernorm|post_attention_layernorm)\.")
 (``LlamaDecoderLayer.__init__`` in huggingface/transformers ``src/transformers/models/llama/modeling_llama.py``,
 read in transformers 5.25.0: ``self_attn``, ``mlp``, ``input_layernorm``, ``post_attention_layernorm``; the
 Llama-2 row ran a 2023 release, not re-read)."""
+
+
+GEMINI_PRECISIONS = ("bf16-params", "fp16-params")
+"""What Gemini keeps: 16-bit parameter chunks (``mixed_precision`` bf16 or fp16, the GeminiPlugin's only
+``precision`` choices, ``SUPPORTED_PRECISION``) whose gradients are reduced in the chunk, beside fp32 master
+chunks (``GeminiDDP._init_chunks`` registers an ``fp16_param`` and an ``fp32_param`` chunk per parameter)."""
+
+
+def check_gemini_precision(impl: str, precision: str) -> None:
+    """Refuse a ``--precision`` Gemini does not run (:data:`GEMINI_PRECISIONS`)."""
+    if impl == "gemini" and precision not in GEMINI_PRECISIONS:
+        raise ConfigError(f"--precision: {precision} is not what --zero-impl gemini runs (16-bit parameter chunks "
+                          f"with fp32 master chunks, gradients reduced in 16 bits); use "
+                          f"{' or '.join(GEMINI_PRECISIONS)}")
 
 
 def registration_order(model: ModelSpec) -> list[ParamSpec]:
@@ -302,6 +317,7 @@ def build_gemini(request: BuildRequest) -> StrategyProgram:
     for it."""
     model, compute, precision = request.model, request.compute, request.precision
     world, grad_accum = request.shard_group_size, request.grad_accum
+    check_gemini_precision("gemini", precision.name)
     recomputed = ({max(u.layers): tuple(u.layers) for u in request.checkpoint_units}
                   if request.recompute_share is None else {})
     plan = gemini_plan(model, world, recomputed)

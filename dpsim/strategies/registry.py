@@ -318,3 +318,4 @@ def check_gemini_accum(impl: str, grad_accum: int) -> None:
     if impl == "gemini" and grad_accum > 1:
         raise ConfigError(f"--grad-accum: {grad_accum} is not supported with --zero-impl gemini (Gemini reduces "
                           f"each chunk's gradients into the chunk every backward); use --grad-accum 1")
+
