@@ -131,3 +131,17 @@ def test_what_gemini_does_not_run_is_refused_in_one_line(kw, expected):
     with pytest.raises(ConfigError) as err:
         predict(_job(**kw))
     assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("gpus", [8, 16, 64])
+def test_bytes_are_conserved_across_rank_counts(gpus):
+    """Each chunk is reduce-scattered once, at its full size (padding included), whatever the ranks; every
+    rank keeps 1/N of it; a gathered chunk is the whole chunk."""
+    p = predict(_job(gpus, activation_checkpointing=True))
+    plan = gemini_plan(_model(), gpus, {})
+    assert plan.padded_numel % gpus == 0 and plan.shard_numel * gpus == plan.padded_numel
+    scattered = sum(c.size_bytes for c in p.program.comms if c.op == "reduce_scatter")
+    assert scattered == 2 * plan.padded_numel
+    sizes = {c.numel * 2 for c in plan.chunks}
+    assert {c.size_bytes for c in p.program.comms if c.op == "all_gather"} <= sizes
+    assert p.memory.optimizer_bytes == 12 * plan.shard_numel
