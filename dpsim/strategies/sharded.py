@@ -66,7 +66,8 @@ MiCS (``zero3`` with ``--zero-group``)
     DeepSpeed ZeRO-3 partitioned within shard groups of ``--zero-group`` consecutive ranks and
     replicated across them (Zhang et al. 2022, "MiCS: Near-linear Scaling for Training Gigantic Model
     on Public Cloud", arXiv:2205.00119; its open implementation microsoft/DeepSpeed@ce78a632ac82
-    (v0.14.0) ``deepspeed/runtime/zero/mics.py`` and ``mics_utils.py``): shard groups are
+    (v0.14.0) ``deepspeed/runtime/zero/mics.py`` and ``mics_utils.py``, contributed by the paper's first
+    author from AWS in DeepSpeed pull request 2964): shard groups are
     ``np.arange(world_size).reshape(-1, shard_size)`` and replicate groups the ranks of equal index
     in each (``_generate_mics_config``), so every all-gather and reduce-scatter of ``zero3`` runs on
     the shard group (the ``intra`` communicator, re-formed as for ``fsdp-hybrid``), sized by the
