@@ -86,6 +86,7 @@ from dpsim.strategies.ddp_costs import (
 from dpsim.strategies.registry import (
     BUCKET_CAP_MB,
     check_fsdp_unit,
+    check_gemini_accum,
     check_grad_accum,
     check_honoured,
     check_zero_options,
@@ -112,6 +113,8 @@ from dpsim.strategies.checkpointing import (
     op_saved_bytes_per_sample,
     policy_of,
 )
+from dpsim.strategies.gemini import check_gemini_precision, gemini_plan
+from dpsim.strategies.program import _checkpoint_units
 from dpsim.strategies.layout import OPTIMIZER_SHARDING_LAYOUT_STRATEGIES, checkpointed_blocks, reshards_after_forward
 from dpsim.strategies.offload import expert_offload_bytes_per_sample
 from dpsim.strategies.tensor import (
@@ -477,6 +480,19 @@ def memory_breakdown(
         weights, grads = psi * w, psi * g
         opt = max(internlm_owned_numel(model.params, group)) * k
         buffers = min(psi, deepspeed_reduce_bucket_elements(bucket_cap_mb, g, default=INTERNLM_REDUCE_BUCKET_ELEMENTS)) * g
+    elif strategy == "zero3" and zero_impl == "gemini":
+        # Colossal-AI Gemini (dpsim/strategies/gemini.py): per chunk one 16-bit shard, the parameters' and then
+        # the gradients' (grad_handle reduces into the chunk itself: no separate gradient), and the paired fp32
+        # chunk's shard with HybridAdam's moments on it (k per element); the chunks gathered at once at the
+        # schedule's peak as buffers.
+        check_gemini_accum(zero_impl, grad_accum)
+        check_gemini_precision(zero_impl, precision.name)
+        policy = policy_of(activation_checkpointing, checkpointing)
+        recomputed = ({max(u.layers): tuple(u.layers) for u in _checkpoint_units(model, fsdp_unit, policy)}
+                      if policy.mode == "full" else {})
+        plan = gemini_plan(model, group, recomputed)
+        weights, grads, opt = plan.shard_numel * w, 0, plan.shard_numel * k
+        buffers = 0 if plan.keep_gathered else plan.schedule.peak_gathered_numel * w
     elif strategy in ("zero1", "zero2"):
         weights = psi * w
         grads = psi * g if strategy == "zero1" else shard * g

@@ -314,3 +314,13 @@ def test_llama_gpu_hour_rows_run_llamas_published_setting():
     assert float(rows["R129"]["value"]) == pytest.approx(2.0e12 / (1720320 * 3600), abs=0.1)
     # The 34B row ran on the production RoCE cluster (350 W): its own system.
     assert alm.system_of(rows["R128"]).name != alm.system_of(rows["R129"]).name
+
+
+def test_gemini_and_mics_rows_run_their_engines():
+    # R053 ran Colossal-AI's GeminiPlugin, R116 SageMaker's sharded data parallelism (MiCS over 128 GPUs):
+    # each runs as its own ZeRO-3, not DeepSpeed's over every rank (validation/large_model_runs.md, zeroown).
+    rows = {r["id"]: r for r in alm.rows()}
+    gemini = alm.job_of(rows["R053"]).config.parallelism
+    assert (gemini.strategy, gemini.zero_impl, gemini.zero_group) == ("zero3", "gemini", None)
+    mics = alm.job_of(rows["R116"]).config.parallelism
+    assert (mics.strategy, mics.zero_impl, mics.zero_group) == ("zero3", "deepspeed", 128)

@@ -107,8 +107,8 @@ def test_a_cross_node_group_reaches_the_nics_and_fits_seventy_b():
     (48, 12, "fsdp-hybrid", "--zero-group: 12 neither divides nor is a multiple of the 8 GPUs per node"),
     (32, 0, "fsdp-hybrid", "--zero-group: 0 is not valid"),
     (32, -8, "fsdp-hybrid", "--zero-group: -8 is not valid"),
-    (32, 16, "fsdp", "--zero-group: 16 applies to --strategy fsdp-hybrid (ranks per shard group) or zero1"),
-    (32, 16, "zero3", "not --strategy zero3; leave it out"),
+    (32, 16, "fsdp", "--zero-group: 16 applies to --strategy fsdp-hybrid (ranks per shard group), zero3"),
+    (32, 16, "zero2", "not --strategy zero2; leave it out"),
     (32, 16, "ddp", "not --strategy ddp; leave it out"),
 ])
 def test_bad_groups_are_refused_in_one_line(gpus, group, strategy, expected):

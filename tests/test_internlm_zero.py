@@ -92,7 +92,7 @@ def test_broadcasting_across_servers_costs_more_than_within_one():
 @pytest.mark.parametrize("kw, expected", [
     (dict(strategy="zero1", zero_group=8), "--zero-group: 8 needs --zero-impl internlm"),
     # Another strategy: naming --zero-impl internlm would send the user to the next refusal.
-    (dict(strategy="zero3", zero_group=8), "--zero-group: 8 applies to --strategy fsdp-hybrid (ranks per shard group) or zero1 with --zero-impl internlm"),
+    (dict(strategy="zero2", zero_group=8), "--zero-group: 8 applies to --strategy fsdp-hybrid (ranks per shard group), zero3 (MiCS's shard group) or zero1 with --zero-impl internlm"),
     (dict(zero_group=8), "not --strategy ddp; leave it out"),
     (dict(strategy="zero2", zero_impl="internlm"), "--zero-impl: internlm applies to --strategy zero1, not zero2"),
     (dict(gpus=64, strategy="zero1", zero_impl="internlm", zero_group=24),

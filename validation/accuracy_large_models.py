@@ -21,7 +21,8 @@ row publishes and nothing else:
   batch), precision and checkpointing to :class:`~dpsim.predict.config.PredictConfig` fields that
   exist (a row's ``torch_compile`` "yes", and XLA's whole-step compilation, is ``--compile``
   (:func:`compiled`); InternLM's ``zero1`` rows are
-  ``--zero-impl internlm`` with their ``--zero-group``); what dpsim cannot say (MaxText's selective
+  ``--zero-impl internlm`` with their ``--zero-group``, Colossal-AI's Gemini row ``--zero-impl gemini``, the
+  SageMaker MiCS row ``zero3`` with its ``--zero-group``); what dpsim cannot say (MaxText's selective
   remat, packed variable-length attention where the samples' lengths are not published, InternLM's ZeRO-1
   with pipeline stages) is listed per row in the "assumed" column, never approximated by a hack; a packed
   row whose dataset publishes its sample lengths runs one causal attention per sample
@@ -253,7 +254,7 @@ STRATEGIES = {
     "fsdp-full-shard": ("fsdp", ""),
     "fsdp-shard-grad-op": ("fsdp-shard-grad-op", ""),
     "hsdp": ("fsdp-hybrid", "HSDP as FSDP HYBRID_SHARD (XLA's sharding, not torch FSDP)"),
-    "gemini": ("zero3", "Gemini's chunked sharding as ZeRO-3"),
+    "gemini": ("zero3", ""),  # Colossal-AI Gemini: --zero-impl gemini (job_of)
     "zero1 over all": ("zero1", ""),  # InternLM's zero1=-1: --zero-impl internlm (job_of)
     "hybrid zero1": ("zero1", ""),  # InternLM's zero1=k: --zero-impl internlm --zero-group k (job_of)
     "fsdp2": ("fsdp", ""),  # --fsdp-version 2 (job_of): per-parameter shards, reduce-scatter every micro-batch
@@ -680,6 +681,14 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # April 2023 rows (R023, R024, R030-R040) ran (trainer.py line 1414, dist_strategy.py lines
         # 67-69); so every micro-batch is reduce-scattered.
         kw["fsdp_accumulate"] = "sharded"
+    if row["data_parallel"].startswith("gemini") and strategy == "zero3":
+        # GeminiPlugin's chunked ZeRO-3 (dpsim/strategies/gemini.py), static placement, shard_param_frac 1, no offload.
+        kw["zero_impl"] = "gemini"
+    mics = re.search(r"MiCS: sharded over groups of (\d+) GPUs", row["data_parallel"])
+    if mics and strategy == "zero3" and tp * pp * cp == 1:
+        # SMP's sharded data parallelism is DeepSpeed ZeRO-3 with MiCS's shard groups (its zero_config.py sets
+        # zero2d_shard_size to sharded_data_parallel_degree): --zero-group, dpsim/strategies/sharded.py.
+        kw["zero_group"] = int(mics.group(1))
     if "overlap_grad_reduce false" in row["data_parallel"]:
         # Megatron's --overlap-grad-reduce off (ms-swift's default, swift/megatron/argument/megatron_args.py
         # overlap_grad_reduce False at ad907793e9d3, 1e9e4a0e164e and 891a9ab3d437): the gradient
@@ -950,6 +959,10 @@ def layout_text(config: PredictConfig) -> str:
     ex = config.execution
     par = config.parallelism
     parts = [par.strategy]
+    if par.zero_impl == "gemini":
+        parts.append("(gemini)")
+    elif par.strategy == "zero3" and par.zero_group is not None:
+        parts.append(f"(MiCS {par.zero_group})")
     if par.layout_active:
         parts.append(f"tp{par.tp} pp{par.pp}" + (f" cp{par.cp}" if par.cp > 1 else ""))
     if ex.offload != "off":

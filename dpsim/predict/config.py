@@ -55,7 +55,14 @@ from dpsim.limits import (
 from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
 from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES, offloads_optimizer
-from dpsim.strategies.registry import BUCKET_CAP_MB, FSDP_UNIT, check_fsdp_options, check_zero_options, honours
+from dpsim.strategies.registry import (
+    BUCKET_CAP_MB,
+    FSDP_UNIT,
+    check_fsdp_options,
+    check_gemini_accum,
+    check_zero_options,
+    honours,
+)
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.routing import parse_routing
@@ -110,7 +117,7 @@ FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
 FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
 """``--fsdp-accumulate``: the keys of :data:`dpsim.strategies.registry.FSDP_ACCUMULATE`."""
-ZeroImpl = Literal["deepspeed", "internlm"]
+ZeroImpl = Literal["deepspeed", "internlm", "gemini"]
 """``--zero-impl``: the keys of :data:`dpsim.strategies.registry.ZERO_IMPLS`."""
 Offload = Literal["off", "optimizer", "params+optimizer", "expert-activations"]
 """``--offload``: the keys of :data:`dpsim.strategies.offload.OFFLOAD`."""
@@ -276,13 +283,18 @@ class ParallelismConfig:
     """Whose ZeRO-1 runs --strategy zero1: deepspeed (gradients reduce-scattered, the flat buffer
     all-gathered after the step; with --tp/--pp Megatron's distributed optimizer) or internlm (InternLM's
     HybridZeroOptimizer: gradients all-reduced over every data-parallel rank, each owner's parameters
-    broadcast in its --zero-group; with --tp too, not with --pp/--cp/--ep)."""
+    broadcast in its --zero-group; with --tp too, not with --pp/--cp/--ep); whose ZeRO-3 runs --strategy zero3:
+    deepspeed, or gemini (Colossal-AI's chunked ZeRO-3 as its GeminiPlugin runs it: chunks gathered and
+    reduce-scattered on the compute stream; data parallelism alone, no accumulation)."""
     zero_group: int | None = field(default=None, metadata=_count())
     """Ranks of one shard group, consecutive data-parallel ranks that shard the state, replicated across
     the groups: with --strategy fsdp-hybrid HSDP's shard degree (torchtitan's data_parallel_shard_degree,
     FSDP2's dp_shard mesh dimension; gradient shards all-reduced over the gpus / N replicas), left out one
-    node; with --strategy zero1 --zero-impl internlm InternLM's zero1 group (optimizer states), left out
-    every rank. Must divide the data-parallel ranks and tile the servers; other strategies refuse it."""
+    node; with --strategy zero3 MiCS's shard group (DeepSpeed's mics_shard_size, SageMaker's
+    sharded_data_parallel_degree: gradient shards all-reduced over the replicas at the last micro-batch),
+    left out every rank; with --strategy zero1 --zero-impl internlm InternLM's zero1 group (optimizer
+    states), left out every rank. Must divide the data-parallel ranks and tile the servers; other
+    strategies refuse it."""
     tp: int = field(default=1, metadata=_count())
     """Tensor-parallel GPUs per model replica (Megatron-style: each transformer block's linears
     split over them, inside one NVLink domain)."""
@@ -765,6 +777,17 @@ class PredictConfig:
                               f"overlaps it, but --no-overlap with --strategy {p.strategy} overlaps none; "
                               f"drop one of them")
         check_zero_options(p.strategy, p.zero_impl, p.zero_group, n_gpus=None if p.layout_active else c.gpus)
+        if p.zero_impl == "gemini":
+            # Gemini is modelled as the GeminiPlugin runs it: data parallelism alone, its own placement, no
+            # accumulation (dpsim/strategies/gemini.py).
+            if p.layout_active:
+                raise ConfigError(f"--zero-impl: gemini is modelled for data parallelism alone, not with "
+                                  f"{p.layout_flags}; leave one of them out")
+            if e.offload != "off":
+                raise ConfigError(f"--offload: {e.offload} does not combine with --zero-impl gemini (Gemini's own "
+                                  f"offload placement is not modelled); leave it out")
+            if w.global_batch is None:
+                check_gemini_accum(p.zero_impl, w.grad_accum)
         if g.bucket_cap_mb is not None and not honours(p.strategy, BUCKET_CAP_MB):
             # Every strategy without gradient buckets shards per unit (tests/test_config.py
             # checks it), so the unit is the lever to name.
@@ -900,6 +923,12 @@ class PredictConfig:
             check_zero_options(p.strategy, p.zero_impl, p.zero_group, n_gpus=self.data_parallel)
         elif p.zero_group is not None:
             check_zero_options(p.strategy, p.zero_impl, p.zero_group)
+            if p.strategy == "zero3":
+                # The layout path's zero3 shards over every data-parallel rank; MiCS's groups are modelled for
+                # data parallelism alone (dpsim/strategies/sharded.py).
+                raise ConfigError(f"--zero-group: {p.zero_group} (MiCS's shard group) is modelled for --strategy "
+                                  f"zero3 without {p.layout_flags}; leave --zero-group out or run data parallelism "
+                                  f"alone")
         for name in ("fsdp_version", "fsdp_accumulate"):
             if self.value_of(name) != _fields()[name].default:
                 raise ConfigError(f"{flag_name(name)}: {self.value_of(name)!r} applies to data parallelism alone; "

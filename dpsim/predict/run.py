@@ -142,8 +142,9 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
                                job=None if comm.name == "world" else comm.job)
 
     par = config.parallelism
-    # HSDP's shard group (--zero-group with fsdp-hybrid) re-forms the hybrid communicators; None: one node.
-    shard_group = par.zero_group if par.strategy == "fsdp-hybrid" and layout is None else None
+    # HSDP's and MiCS's shard group (--zero-group with fsdp-hybrid or zero3) re-forms the hybrid communicators;
+    # None: one node.
+    shard_group = par.zero_group if par.strategy in ("fsdp-hybrid", "zero3") and layout is None else None
     if shard_group is not None and shard_group != min(topology.gpus_per_node, topology.n_gpus):
         named = [d.link for d in degradations if names_one_link(d.link)]
         if named:

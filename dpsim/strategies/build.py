@@ -22,6 +22,7 @@ from dpsim.strategies.program import (
     _checkpoint_units,
 )
 from dpsim.strategies.registry import (
+    check_gemini_accum,
     BUCKET_CAP_MB,
     check_fsdp_unit,
     check_grad_accum,
@@ -37,6 +38,11 @@ from dpsim.workload.precision import Precision
 from dpsim.workload.roofline import Efficiencies
 from dpsim.workload.spec import ModelSpec
 
+
+
+_REPLICATED = ("fsdp-hybrid", "zero3")
+"""Strategies that, given ``--zero-group``, shard within each group and replicate across the groups on the
+``intra`` / ``inter`` communicators (HSDP; MiCS, :mod:`dpsim.strategies.sharded`)."""
 
 def build_step_program(
     strategy: str,
@@ -76,9 +82,10 @@ def build_step_program(
     ``micro_batch`` (:func:`~dpsim.strategies.checkpointing.recompute_shares`).
     ``fsdp_version``, ``fsdp_accumulate``: the FSDP strategies' API and gradient accumulation
     (:data:`~dpsim.strategies.registry.FSDP_ACCUMULATE`); FSDP2's staging copies are costed on
-    ``compute_gpu`` too. ``zero_impl``, ``zero_group``: whose ZeRO-1 runs and InternLM's ZERO1 group
-    size (:data:`~dpsim.strategies.registry.ZERO_IMPLS`; ``None``: every rank), or with ``fsdp-hybrid``
-    the ranks of one HSDP shard group (``None``: one node).
+    ``compute_gpu`` too. ``zero_impl``, ``zero_group``: whose ZeRO runs (InternLM's ZeRO-1, Colossal-AI's
+    Gemini) and InternLM's ZERO1 group size (:data:`~dpsim.strategies.registry.ZERO_IMPLS`; ``None``: every rank), or with ``fsdp-hybrid``
+    the ranks of one HSDP shard group (``None``: one node), with ``zero3`` those of one MiCS shard group
+    (``None``: every rank).
     """
     record = get_strategy(strategy)
     check_fsdp_unit(fsdp_unit)
@@ -94,11 +101,12 @@ def build_step_program(
         raise ConfigError(f"DDP options: {ddp} apply to --strategy ddp only, not {record.key}")
     gpn = gpus_per_node or n_gpus
     check_zero_options(record.key, zero_impl, zero_group, n_gpus=n_gpus, gpus_per_node=gpn)
+    check_gemini_accum(zero_impl, grad_accum)
     group = zero_shard_group(record.key, n_gpus, gpn, zero_group)
     request = BuildRequest(
         model=model, compute=compute, precision=precision, shard_group_size=group,
         zero_impl=zero_impl, zero_group="world" if group == n_gpus else "zero",
-        hybrid_replicas=n_gpus // group if record.key == "fsdp-hybrid" and zero_group is not None else None,
+        hybrid_replicas=n_gpus // group if record.key in _REPLICATED and zero_group is not None else None,
         grad_accum=grad_accum, checkpoint_units=tuple(_checkpoint_units(model, fsdp_unit, policy)),
         recompute_share=recompute_shares(model, policy, gpu=compute_gpu, precision=precision, micro_batch=micro_batch),
         overlap=overlap, bucket_cap_mb=bucket_cap_mb, fsdp_unit=fsdp_unit, ddp=ddp, gpu=gpu,
@@ -106,8 +114,8 @@ def build_step_program(
         unsharded_accumulation=unsharded_accumulation(record.key, grad_accum, fsdp_version, fsdp_accumulate))
     result = record.build(request)
     sizes = {"world": n_gpus, "intra": min(gpn, n_gpus), "inter": max(1, -(-n_gpus // gpn))}
-    if record.key == "fsdp-hybrid" and zero_group is not None:
-        # HSDP's shard group (--zero-group) is the intra communicator, its replica group the inter one.
+    if record.key in _REPLICATED and zero_group is not None:
+        # HSDP's and MiCS's shard group (--zero-group) is the intra communicator, its replica group the inter one.
         sizes["intra"], sizes["inter"] = group, n_gpus // group
     if request.zero_group == "zero":
         sizes["zero"] = group

@@ -67,7 +67,8 @@ class BuildRequest:
     """The GPU the strategy's memory-bound staging copies are costed on (FSDP2's copy-in and
     copy-out); ``None``: not costed."""
     zero_impl: str = "deepspeed"
-    """Whose ZeRO-1 runs (:data:`~dpsim.strategies.registry.ZERO_IMPLS`; ``zero1`` only)."""
+    """Whose ZeRO runs (:data:`~dpsim.strategies.registry.ZERO_IMPLS`): ``internlm`` with ``zero1``, ``gemini``
+    with ``zero3``, ``deepspeed`` otherwise."""
     zero_group: str = "world"
     """The communicator of InternLM's ZERO1 group (``world``, or ``zero`` for a ``--zero-group``
     smaller than the data-parallel ranks); its size is :attr:`shard_group_size`."""

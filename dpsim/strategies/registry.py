@@ -36,7 +36,8 @@ __all__ = [
     "BUCKET_CAP_MB", "FSDP_UNIT", "KNOB_FLAGS", "StrategyRecord", "REGISTRY", "STRATEGIES", "SHARDED_STRATEGIES",
     "FSDP_STRATEGIES", "UNIT_STRATEGIES", "FSDP_UNITS", "get_strategy", "check_strategy", "check_fsdp_unit",
     "check_grad_accum", "check_honoured", "honours", "shard_group_size", "sharded_numel", "FSDP_VERSIONS",
-    "FSDP_ACCUMULATE", "check_fsdp_options", "unsharded_accumulation", "ZERO_IMPLS", "check_zero_options",
+    "FSDP_ACCUMULATE", "check_fsdp_options", "unsharded_accumulation", "ZERO_IMPLS", "ZERO_IMPL_STRATEGY",
+    "check_zero_options", "check_gemini_accum",
     "zero_shard_group", "GROUP_STRATEGIES",
 ]
 
@@ -111,7 +112,8 @@ REGISTRY: dict[str, StrategyRecord] = {r.key: r for r in (
         key="zero3", family="deepspeed", shard_group="world", honours=frozenset({FSDP_UNIT}), build=build_zero3,
         description="ZeRO-3: parameters, gradients and optimizer state sharded; every unit all-gathered "
                     "for forward, and in backward what DeepSpeed's reuse distance freed (a recomputed block's "
-                    "freed submodules again); gradients reduce-scattered"),
+                    "freed submodules again); gradients reduce-scattered; with --zero-group MiCS (shard groups, "
+                    "gradient shards all-reduced across them at the last micro-batch)"),
     StrategyRecord(
         key="fsdp", family="fsdp", shard_group="world", honours=frozenset({FSDP_UNIT}), build=build_fsdp,
         description="PyTorch FSDP FULL_SHARD: like ZeRO-3, per unit, root unit kept from forward to backward"),
@@ -207,18 +209,29 @@ ZERO_IMPLS: dict[str, str] = {
     "internlm": "InternLM's HybridZeroOptimizer: gradients all-reduced over every data-parallel rank in "
                 "reduce_bucket_size buckets, whole parameters owned greedily within the --zero-group, each "
                 "owner's updated parameters broadcast to its group after the step",
+    "gemini": "Colossal-AI Gemini (--strategy zero3): parameters in equal chunks, each all-gathered when an "
+              "operation first needs it and freed when an operation on another chunk runs, reduce-scattered when "
+              "all its gradients are in, every collective blocking the compute stream",
 }
-"""``--zero-impl`` choices (``--strategy zero1``): whose ZeRO-1 runs (:mod:`dpsim.strategies.zero`)."""
+"""``--zero-impl`` choices: whose ZeRO-1 runs ``--strategy zero1`` (:mod:`dpsim.strategies.zero`), whose ZeRO-3
+runs ``--strategy zero3`` (``gemini``: :mod:`dpsim.strategies.gemini`)."""
+
+ZERO_IMPL_STRATEGY = {"internlm": "zero1", "gemini": "zero3"}
+"""The one strategy each non-default ``--zero-impl`` applies to."""
 
 
-GROUP_STRATEGIES = ("zero1", "fsdp-hybrid")
+GROUP_STRATEGIES = ("zero1", "fsdp-hybrid", "zero3")
 """Strategies whose shard group ``--zero-group`` sets: ``zero1`` with ``--zero-impl internlm`` (InternLM's ZERO1
-group, ``parallel.zero1``) and ``fsdp-hybrid`` (HSDP's shard group: torch FSDP2 ``fully_shard`` on a 2-D
+group, ``parallel.zero1``), ``zero3`` (MiCS's shard group, DeepSpeed's ``mics_shard_size`` and the SageMaker
+model parallel library's ``sharded_data_parallel_degree``: :mod:`dpsim.strategies.sharded`) and ``fsdp-hybrid``
+(HSDP's shard group: torch FSDP2 ``fully_shard`` on a 2-D
 ``DeviceMesh`` ``("dp_replicate", "dp_shard")``, torchtitan's ``data_parallel_shard_degree``, FSDP1
-``HYBRID_SHARD`` given its own ``(shard, replicate)`` process-group pair; default: one node). Both shard the
+``HYBRID_SHARD`` given its own ``(shard, replicate)`` process-group pair; default: one node). All shard the
 state within groups of that many consecutive data-parallel ranks and replicate it across the groups
 (torchtitan's mesh orders its dimensions ``pp, dp_replicate, dp_shard_cp, tp``, so a shard group is
-consecutive ranks: ``ParallelDims.build_mesh``, torchtitan/distributed/parallel_dims.py@0119de156de5)."""
+consecutive ranks: ``ParallelDims.build_mesh``, torchtitan/distributed/parallel_dims.py@0119de156de5; MiCS's
+shard groups are ``np.arange(world_size).reshape(-1, shard_size)``, ``_generate_mics_config`` in
+deepspeed/runtime/zero/mics_utils.py at microsoft/DeepSpeed@ce78a632ac82)."""
 
 
 def check_zero_options(strategy: str, impl: str = "deepspeed", group: int | None = None, *,
@@ -230,14 +243,18 @@ def check_zero_options(strategy: str, impl: str = "deepspeed", group: int | None
     ``tp`` above 1 ``gpus_per_node / tp`` of them per server, tiling the servers."""
     if impl not in ZERO_IMPLS:
         raise ConfigError(f"--zero-impl: {impl!r} is not known; choose one of {', '.join(ZERO_IMPLS)}")
-    if impl != "deepspeed" and strategy != "zero1":
-        raise ConfigError(f"--zero-impl: {impl} applies to --strategy zero1, not {strategy}; leave it out")
+    if impl != "deepspeed" and strategy != ZERO_IMPL_STRATEGY[impl]:
+        raise ConfigError(f"--zero-impl: {impl} applies to --strategy {ZERO_IMPL_STRATEGY[impl]}, not {strategy}; "
+                          f"leave it out")
     if group is None:
         return
+    if impl == "gemini":
+        raise ConfigError(f"--zero-group: {group} does not apply to --zero-impl gemini, whose chunks are sharded over "
+                          f"every data-parallel rank (GeminiDDP's process group); leave it out")
     if strategy not in GROUP_STRATEGIES:
-        raise ConfigError(f"--zero-group: {group} applies to --strategy fsdp-hybrid (ranks per shard group) or zero1 "
-                          f"with --zero-impl internlm (InternLM's ZeRO-1 group), not --strategy {strategy}; "
-                          f"leave it out")
+        raise ConfigError(f"--zero-group: {group} applies to --strategy fsdp-hybrid (ranks per shard group), zero3 "
+                          f"(MiCS's shard group) or zero1 with --zero-impl internlm (InternLM's ZeRO-1 group), not "
+                          f"--strategy {strategy}; leave it out")
     if strategy == "zero1" and impl != "internlm":
         raise ConfigError(f"--zero-group: {group} needs --zero-impl internlm (DeepSpeed's ZeRO-1 shards over "
                           f"every data-parallel rank); add --zero-impl internlm or leave --zero-group out")
@@ -290,3 +307,15 @@ def sharded_numel(model: ModelSpec, strategy: str, world_size: int, *, fsdp_unit
     if record.shards_per_unit:
         return units_shard_numel(model, world_size, fsdp_unit, fsdp_version if record.family == "fsdp" else "1")
     return deepspeed_partition_numel(model.param_count, world_size)
+
+
+def check_gemini_accum(impl: str, grad_accum: int) -> None:
+    """Refuse gradient accumulation with ``--zero-impl gemini``: GeminiDDP copies each gradient into its
+    parameter's chunk and reduce-scatters the chunk once all its gradients are in, every backward
+    (``grad_handle``, hpcaitech/ColossalAI@0b00def88 ``colossalai/zero/gemini/gemini_ddp.py``), and the
+    GeminiPlugin there has no ``no_sync`` (``support_no_sync`` False): nothing carries gradients from one
+    micro-batch to the next."""
+    if impl == "gemini" and grad_accum > 1:
+        raise ConfigError(f"--grad-accum: {grad_accum} is not supported with --zero-impl gemini (Gemini reduces "
+                          f"each chunk's gradients into the chunk every backward); use --grad-accum 1")
+

@@ -62,6 +62,31 @@ FSDP ``HYBRID_SHARD`` (``fsdp-hybrid``)
     All ops share the one FIFO stream (conservative: FSDP issues the inter-node
     all-reduce on its own stream).
 
+MiCS (``zero3`` with ``--zero-group``)
+    DeepSpeed ZeRO-3 partitioned within shard groups of ``--zero-group`` consecutive ranks and
+    replicated across them (Zhang et al. 2022, "MiCS: Near-linear Scaling for Training Gigantic Model
+    on Public Cloud", arXiv:2205.00119; its open implementation microsoft/DeepSpeed@ce78a632ac82
+    (v0.14.0) ``deepspeed/runtime/zero/mics.py`` and ``mics_utils.py``, contributed by the paper's first
+    author from AWS in DeepSpeed pull request 2964): shard groups are
+    ``np.arange(world_size).reshape(-1, shard_size)`` and replicate groups the ranks of equal index
+    in each (``_generate_mics_config``), so every all-gather and reduce-scatter of ``zero3`` runs on
+    the shard group (the ``intra`` communicator, re-formed as for ``fsdp-hybrid``), sized by the
+    group's shard. ``MiCS_Optimizer.partition_grads`` then all-reduces the partitioned gradients
+    over the replicate group (``allreduce_mics_shard_grads``, pre-divided by the replicas) only at
+    the gradient-accumulation boundary: the second hop of MiCS's "2-hop gradient synchronization"
+    runs once per step, per reduce bucket, on the ``inter`` communicator. The SageMaker model
+    parallel library's sharded data parallelism is this scheme (AWS documents it as MiCS; its
+    ``smdistributed/modelparallel/backend/zero_config.py`` builds a DeepSpeed stage-3 config from
+    ``ds_config_defaults.json``, with ``zero2d_shard_size`` = ``sharded_data_parallel_degree``,
+    ``stage3_max_reuse_distance`` 1e9 and ``reduce_bucket_size`` 5e8 as DeepSpeed's defaults:
+    tkazusa/smdistributed_modelparallel@b5e06a875362, a copy of the released Python package; the
+    DeepSpeed fork it imports is not published). Not modelled: MiCS's hierarchical all-gather
+    (``mics_hierarchical_params_gather``, SMP's ``zero2d_hierarchy_allgather``, on by default there
+    when the shard group spans nodes: an all-gather across nodes among ranks of one local index, then
+    one within each node; the same bytes leave each node as a ring's), costed as one all-gather over
+    the shard group; SMP's ``contiguous_gradients`` false (its config refuses true), which skips the
+    copy into the reduce bucket that :func:`_zero3_copies` charges.
+
 FSDP ``BACKWARD_POST`` (Composer's default)
     Costed as ``BACKWARD_PRE``. Composer sets it unless told otherwise
     (``fsdp_config.setdefault('backward_prefetch', 'BACKWARD_POST')`` in
@@ -99,6 +124,7 @@ from dpsim.strategies.program import (
     _recompute_starts,
 )
 from dpsim.strategies.deepspeed_fetch import backward_gather_numel
+from dpsim.strategies.gemini import build_gemini
 from dpsim.strategies.shards import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, unit_shard_numel, wrap_units
 from dpsim.workload.fp8 import (
     AMAX_ALL_REDUCE_BYTES_PER_LINEAR,
@@ -110,8 +136,14 @@ from dpsim.workload.roofline import Efficiencies, memory_term
 
 
 def build_zero3(request: BuildRequest) -> StrategyProgram:
-    """``zero3``: every unit, the root too, re-gathered for backward; reduce-scatter every micro-batch."""
-    return _unit_program(request, key="zero3", reshard_after_forward=True, keep_root=False, hybrid=False)
+    """``zero3``: every unit, the root too, re-gathered for backward; reduce-scatter every micro-batch. With
+    ``--zero-group`` (``hybrid_replicas`` set) MiCS: the same within each shard group, and the gradient shards
+    all-reduced across the replicas at the last micro-batch only (the module docstring). ``--zero-impl
+    gemini``: Colossal-AI's chunked ZeRO-3 (:mod:`dpsim.strategies.gemini`)."""
+    if request.zero_impl == "gemini":
+        return build_gemini(request)
+    return _unit_program(request, key="zero3", reshard_after_forward=True, keep_root=False,
+                         hybrid=request.hybrid_replicas is not None)
 
 
 def build_fsdp(request: BuildRequest) -> StrategyProgram:
@@ -221,11 +253,15 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
                 rs = b.op(_mb(f"reduce-scatter {u.name}", j, grad_accum), "reduce_scatter",
                           shard[u.name] * world * precision.grad_bytes, "reducescatter", group)
                 ops = [rs]
-                if hybrid and request.hybrid_replicas != 1:
+                # MiCS's second hop waits for the accumulation boundary (allreduce_mics_shard_grads returns
+                # early unless is_gradient_accumulation_boundary); HSDP all-reduces every reduce-scatter.
+                replicas_now = last or key != "zero3"
+                if hybrid and request.hybrid_replicas != 1 and replicas_now:
                     # A shard group of every rank leaves one replica: nothing to all-reduce (torchtitan adds
                     # the dp_replicate mesh dimension only when its degree is above 1, ParallelDims.build_mesh
                     # in torchtitan/distributed/parallel_dims.py@0119de156de5, so FSDP2 runs as FULL_SHARD).
-                    ops.append(b.op(_mb(f"all-reduce {u.name} shard across nodes", j, grad_accum), "all_reduce",
+                    across = "shard groups" if key == "zero3" else "nodes"
+                    ops.append(b.op(_mb(f"all-reduce {u.name} shard across {across}", j, grad_accum), "all_reduce",
                                     shard[u.name] * precision.grad_bytes, "allreduce", "inter"))
                 grad_ops += ops
                 after.setdefault(min(u.layers), []).extend(ops)
