@@ -1,0 +1,65 @@
+"""Bad inputs found by the eighth fuzz round (fuzz8): one line and exit 2, or a sane result.
+
+In-process and quick (the fast lane runs it), judged by ``fuzz_harness.check_outcome`` as the other fuzz
+suites are. Each case says what it did before.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fuzz_harness import check_outcome, run_cli
+
+LLAMA = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
+         "num_key_value_heads": 8, "num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 2048,
+         "hidden_act": "silu", "tie_word_embeddings": False}
+"""A small Llama config.json (the keys a repository's file carries)."""
+
+
+def _predict_json_model(tmp_path, capsys, text: str):
+    (tmp_path / "config.json").write_text(text)
+    args = ["predict", "--model", str(tmp_path / "config.json"), "--gpus", "8", "--link", "nvlink", "--steps", "1"]
+    return args, run_cli(args, capsys)
+
+
+# --- --model config.json: a file that is not a configuration dpsim can read ----------------------------------
+@pytest.mark.parametrize("data, needles", [
+    # Before: a RecursionError traceback from json.loads.
+    ("[" * 100_000, ("is not a readable JSON configuration (RecursionError)",)),
+    # Before: each read as "its llama configuration has a field the builders do not cover (an activation ...)".
+    ({k: v for k, v in LLAMA.items() if k != "hidden_size"}, ("its llama configuration has no hidden_size (missing)",)),
+    ({**LLAMA, "hidden_size": None}, ("has no hidden_size (null)",)),
+    ({**LLAMA, "hidden_size": "1024"}, ("hidden_size='1024' is not valid; expected an integer",)),
+    ({**LLAMA, "hidden_size": 1024.0}, ("hidden_size=1024.0 is not valid; expected an integer",)),
+    ({**LLAMA, "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2},
+     ("its qwen3_moe configuration has no moe_intermediate_size (missing)",)),
+    ({**LLAMA, "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": "2"},
+     ("num_experts_per_tok='2' is not valid; expected an integer",)),
+    # Before: head_dim="64" was refused as "head_dim=64 is not valid; expected an integer" (the quotes dropped).
+    ({**LLAMA, "head_dim": "64"}, ("head_dim='64' is not valid",)),
+    # Before: "false" (a JSON string) was truthy: the head was predicted tied, in silence (status 0).
+    ({**LLAMA, "tie_word_embeddings": "false"}, ("tie_word_embeddings='false' is not valid; expected true or false",)),
+    ({**LLAMA, "attention_bias": "no"}, ("attention_bias='no' is not valid",)),
+])
+def test_config_json_that_dpsim_cannot_read(data, needles, tmp_path, capsys):
+    text = data if isinstance(data, str) else json.dumps(data)
+    args, outcome = _predict_json_model(tmp_path, capsys, text)
+    check_outcome(outcome, args, "error", ("--model", *needles))
+
+
+def test_config_json_without_activation_function_takes_transformers_default(tmp_path, capsys):
+    """Before: a GPT-2 config.json without activation_function (GPT2Config's default is gelu_new) was refused
+    as "a field the builders do not cover"; it is built as transformers builds it."""
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 2, "n_head": 12, "vocab_size": 50257,
+            "n_positions": 1024}
+    args, outcome = _predict_json_model(tmp_path, capsys, json.dumps(gpt2))
+    check_outcome(outcome, args, "ok")
+    args, outcome = _predict_json_model(tmp_path, capsys, json.dumps({**gpt2, "activation_function": "gelu_new"}))
+    assert outcome.status == 0
+
+
+def test_config_json_as_written_is_taken(tmp_path, capsys):
+    args, outcome = _predict_json_model(tmp_path, capsys, json.dumps(LLAMA))
+    check_outcome(outcome, args, "ok")
