@@ -63,3 +63,72 @@ def test_config_json_without_activation_function_takes_transformers_default(tmp_
 def test_config_json_as_written_is_taken(tmp_path, capsys):
     args, outcome = _predict_json_model(tmp_path, capsys, json.dumps(LLAMA))
     check_outcome(outcome, args, "ok")
+
+
+# --- --moe-routing and --moe-capacity-factor where nothing reads them -----------------------------------------
+MIXTRAL = ["predict", "--model", "mixtral-8x7b", "--gpus", "8", "--link", "nvlink", "--steps", "1"]
+
+
+@pytest.mark.parametrize("args, needles", [
+    # Before: each predicted the balanced step to the last digit (status 0): with --ep 1 every GPU holds
+    # every expert (its work is the mean), and the data-parallel-only path runs its experts dropless.
+    (MIXTRAL + ["--moe-routing", "gini:0.9"], ("--moe-routing: 'gini:0.9' loads the experts unevenly, and --ep is 1",)),
+    (MIXTRAL + ["--moe-routing", "zipf:1.2"], ("--moe-routing: 'zipf:1.2'", "give --ep 2 or more, or leave it out")),
+    (MIXTRAL + ["--moe-capacity-factor", "1.0"], ("--moe-capacity-factor: 1 drops tokens over an expert's capacity",
+                                                  "with data parallelism alone")),
+    (MIXTRAL + ["--tp", "2", "--sequence-parallel", "--moe-routing", "maxvio:0.5"],
+     ("--ep is 1", "or --moe-capacity-factor, whose drops it sets")),
+    (["memory", *MIXTRAL[1:], "--moe-routing", "gini:0.5"], ("--moe-routing: 'gini:0.5'",)),
+    (["goodput", *MIXTRAL[1:-2], "--moe-capacity-factor", "2", "--runs", "2"], ("--moe-capacity-factor: 2",)),
+    (["plan", "--model", "mixtral-8x7b", "--gpus", "16", "--global-batch", "64", "--verify", "0", "--ep", "1",
+      "--moe-routing", "gini:0.5"], ("--moe-routing: 'gini:0.5' loads the experts unevenly", "the search has none")),
+])
+def test_moe_routing_without_expert_parallelism_is_refused(args, needles, capsys):
+    check_outcome(run_cli(args, capsys), args, "error", needles)
+
+
+@pytest.mark.parametrize("extra", [
+    ["--ep", "2", "--moe-routing", "gini:0.9"],
+    ["--moe-routing", "zipf:0"],  # uniform: the balanced routing by another name
+    ["--tp", "2", "--sequence-parallel", "--moe-routing", "gini:0.9", "--moe-capacity-factor", "1.0"],
+    ["--tp", "2", "--sequence-parallel", "--moe-capacity-factor", "1.0"],
+])
+def test_moe_routing_where_it_moves_the_step_is_taken(extra, capsys):
+    args = MIXTRAL + extra
+    check_outcome(run_cli(args, capsys), args, "ok")
+
+
+def test_moe_routing_api():
+    import dpsim
+
+    with pytest.raises(dpsim.ConfigError, match=r"^--moe-routing: 'gini:0.5' loads the experts unevenly"):
+        dpsim.predict(dpsim.PredictConfig(model="mixtral-8x7b", gpus=8, link="nvlink", moe_routing="gini:0.5"))
+    with pytest.raises(dpsim.ConfigError, match=r"^--moe-routing: 'gini:0.5' .* the search has none"):
+        dpsim.plan(dpsim.PredictConfig(model="mixtral-8x7b", link="infiniband", moe_routing="gini:0.5"), gpus=[16],
+                   global_batch=64, verify=0, eps=[1])
+
+
+# --- --no-overlap on a sharded strategy alone ---------------------------------------------------------------
+@pytest.mark.parametrize("strategy", ["zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid"])
+def test_no_overlap_on_a_per_unit_strategy_alone_is_refused(strategy, capsys):
+    """Before: the data-parallel-only zero3/fsdp programs have no overlap switch, and --no-overlap predicted the
+    overlapped step to the last digit (status 0)."""
+    args = ["predict", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--steps", "1", "--strategy",
+            strategy, "--no-overlap"]
+    check_outcome(run_cli(args, capsys), args, "error",
+                  (f"--no-overlap: --strategy {strategy} with data parallelism alone", "leave it out"))
+
+
+@pytest.mark.parametrize("extra", [["--strategy", "zero2"], ["--strategy", "zero3", "--tp", "2"],
+                                   ["--strategy", "fsdp", "--pp", "2"]])
+def test_no_overlap_where_it_applies_is_taken(extra, capsys):
+    args = ["predict", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--steps", "1", "--no-overlap",
+            *extra]
+    check_outcome(run_cli(args, capsys), args, "ok")
+
+
+def test_plan_no_overlap_with_fsdp_alone_runs_its_fsdp_layouts_overlapped(capsys):
+    """plan --no-overlap keeps searching (and verifying) fsdp without a layout, as predict runs it: overlapped."""
+    args = ["plan", "--model", "gpt2", "--gpus", "8", "--link", "nvlink", "--global-batch", "64", "--no-overlap",
+            "--strategies", "fsdp", "--tp", "1", "--pp", "1", "--verify", "1"]
+    check_outcome(run_cli(args, capsys), args, "ok")

@@ -125,7 +125,7 @@ from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, reco
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
 from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, dualpipe_stage_times,
                                       extra_warmup, gradient_buckets, schedule_slots)
-from dpsim.strategies.registry import shard_group_size
+from dpsim.strategies.registry import UNIT_STRATEGIES, shard_group_size
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import ddp_allreduce_after_backward
@@ -133,6 +133,7 @@ from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.fp8 import caches_fp8_weights
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
+from dpsim.workload.routing import parse_routing
 from dpsim.workload.spec import ModelSpec, is_mtp_unit
 
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
@@ -251,10 +252,16 @@ class Candidate:
         """Tensor, pipeline, context or expert parallelism: the layout path (else data parallelism alone)."""
         return self.tp * self.pp * self.cp * self.ep * self.etp > 1
 
+    def overlap(self, base: PredictConfig) -> bool:
+        """Whether its gradients overlap backward: ``base``'s --overlap, except that fsdp with data parallelism
+        alone always does (predict models its per-unit traffic overlapped and refuses --no-overlap there)."""
+        return base.gradients.overlap or (not self.sharded and self.strategy in UNIT_STRATEGIES)
+
     def config(self, base: PredictConfig) -> PredictConfig:
         """The :class:`PredictConfig` of this layout on ``base``'s job."""
         return dataclasses.replace(
-            base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
+            base, overlap=self.overlap(base),
+            gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
             cp_comm=self.cp_comm if self.cp > 1 else "p2p", cp_balance=self.cp_balance or self.cp == 1,
             strategy=self.strategy,
             micro_batch=self.micro_batch, recompute=self.recompute if self.sharded else "off",
@@ -272,6 +279,8 @@ class Candidate:
         for name, value in base.settings().items():
             # value None: a setting left out where the default is not (no --link with a --topology file).
             if name in _LAYOUT_OWN or value == default[name] or name == "model" or value is None:
+                continue
+            if name == "overlap" and self.overlap(base):  # fsdp alone: predict refuses --no-overlap
                 continue
             flag = flag_name(name)
             if isinstance(value, bool):
@@ -1263,7 +1272,7 @@ class Planner:
         grad_group = c.dp * c.cp
         edp = layout.edp if self.model.moe is not None and c.sharded else 1
         per_stage = self.stage_sums(tab, assignment)
-        overlap = self.base.gradients.overlap
+        overlap = c.overlap(self.base)
         critical = 0
         if not c.sharded:
             if grad_group > 1:
@@ -1492,6 +1501,14 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         # and dropped the flag in silence (predict refuses it with --ep 1).
         raise ConfigError(f"--moe-a2a: {a2a!r} shapes the expert-parallel all-to-all of layouts with --ep 2 or more, "
                           f"and the search has none; widen --ep, or leave it out")
+    routing = planner.base.parallelism.moe_routing
+    if (planner.model.moe is not None and not parse_routing(routing).uniform
+            and planner.base.parallelism.moe_capacity_factor is None
+            and not any(c.ep > 1 for _, cands in searches for c in cands)):
+        # As predict refuses it (check_all_to_all_options): with --ep 1 every rank holds every expert, its
+        # work is the mean, and dpsim.plan(PredictConfig(moe_routing="gini:0.5"), eps=[1]) dropped the routing.
+        raise ConfigError(f"--moe-routing: {routing!r} loads the experts unevenly, which moves the step of layouts "
+                          f"with --ep 2 or more, and the search has none; widen --ep, or leave it out")
     for n, cands in searches:
         try:
             price = gpu_hour_price(planner.topology(n).spec.gpu, gpu_hour_usd)

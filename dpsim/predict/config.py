@@ -762,6 +762,14 @@ class PredictConfig:
             raise ConfigError(f"--overlap-slowdown: {k.overlap_slowdown:g} slows compute while communication "
                               f"overlaps it, but --no-overlap with --strategy {p.strategy} overlaps none; "
                               f"drop one of them")
+        if not g.overlap and per_unit and not p.layout_active:
+            # The data-parallel-only zero3/fsdp programs (dpsim/strategies/sharded.py) prefetch each unit's
+            # gather and reduce-scatter it from backward with no switch for it: --no-overlap predicted the
+            # overlapped step to the last digit, in silence. (A --tp/--cp/--pp layout's replicas honour it.)
+            raise ConfigError(f"--no-overlap: --strategy {p.strategy} with data parallelism alone gathers and "
+                              f"reduce-scatters per unit, overlapped with compute as it is modelled, so the flag "
+                              f"would change nothing; it applies to ddp, zero1 and zero2 (gradient buckets) and to "
+                              f"--tp/--cp/--pp layouts; leave it out")
         check_zero_options(p.strategy, p.zero_impl, p.zero_group, n_gpus=None if p.layout_active else c.gpus)
         if g.bucket_cap_mb is not None and not honours(p.strategy, BUCKET_CAP_MB):
             # Every strategy without gradient buckets shards per unit (tests/test_config.py
