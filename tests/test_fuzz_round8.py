@@ -132,3 +132,29 @@ def test_plan_no_overlap_with_fsdp_alone_runs_its_fsdp_layouts_overlapped(capsys
     args = ["plan", "--model", "gpt2", "--gpus", "8", "--link", "nvlink", "--global-batch", "64", "--no-overlap",
             "--strategies", "fsdp", "--tp", "1", "--pp", "1", "--verify", "1"]
     check_outcome(run_cli(args, capsys), args, "ok")
+
+
+# --- a pipeline schedule's micro-batch rule, blamed on a flag the job did not give ------------------------------
+PP4 = ["predict", "--model", "llama-3-8b", "--gpus", "16", "--link", "infiniband", "--pp", "4", "--steps", "1"]
+
+
+@pytest.mark.parametrize("extra, needles", [
+    # Before: "--global-batch: 16 gives 1 micro-batches per replica ..." though no --global-batch was given.
+    (["--schedule", "1f1b-interleaved", "--virtual-stages", "2", "--stage-layers", "3,4,4,5,4,4,4,4"],
+     ("--grad-accum: 1 micro-batches per replica is not a multiple of --pp 4", "give --grad-accum 4")),
+    (["--schedule", "1f1b-interleaved", "--virtual-stages", "2", "--grad-accum", "6"], ("give --grad-accum 8",)),
+    (["--schedule", "dualpipe", "--grad-accum", "9"], ("--grad-accum: 9 micro-batches per replica; --schedule "
+                                                       "dualpipe needs an even number", "give --grad-accum 10")),
+    # A --global-batch given is still the one named.
+    (["--schedule", "1f1b-interleaved", "--virtual-stages", "2", "--global-batch", "16"],
+     ("--global-batch: 16 gives 1 micro-batches per replica",)),
+])
+def test_schedule_micro_batch_rule_names_the_flag_given(extra, needles, capsys):
+    args = PP4 + extra
+    check_outcome(run_cli(args, capsys), args, "error", needles)
+
+
+def test_interleaved_uneven_chunks_with_enough_micro_batches_run(capsys):
+    args = PP4 + ["--schedule", "1f1b-interleaved", "--virtual-stages", "2", "--stage-layers", "3,4,4,5,4,4,4,4",
+                  "--grad-accum", "8", "--json"]
+    check_outcome(run_cli(args, capsys), args, "ok")
