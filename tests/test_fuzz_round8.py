@@ -158,3 +158,27 @@ def test_interleaved_uneven_chunks_with_enough_micro_batches_run(capsys):
     args = PP4 + ["--schedule", "1f1b-interleaved", "--virtual-stages", "2", "--stage-layers", "3,4,4,5,4,4,4,4",
                   "--grad-accum", "8", "--json"]
     check_outcome(run_cli(args, capsys), args, "ok")
+
+
+# --- a search axis with a value twice --------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, needle", [
+    # Before: dpsim.plan ranked every layout twice (10 rows, 5 layouts); the command line dropped the repeat.
+    (dict(gpus=[8, 8]), "--gpus: 8,8 repeats 8; give each value once"),
+    (dict(gpus=[8], tps=[1, 1]), "--tp: 1,1 repeats 1"),
+    (dict(gpus=[8], micro_batches=[4, 4]), "--micro-batches: 4,4 repeats 4"),
+    (dict(gpus=[8], strategies=["ddp", "ddp"]), "--strategies: ddp,ddp repeats ddp"),
+    (dict(gpus=[8], recomputes=["off", "off"]), "--recompute: off,off repeats off"),
+])
+def test_plan_search_axis_repeats_are_refused(kwargs, needle):
+    import dpsim
+
+    with pytest.raises(dpsim.ConfigError) as exc:
+        dpsim.plan(dpsim.PredictConfig(model="gpt2", link="nvlink"), global_batch=64, verify=0, **kwargs)
+    assert str(exc.value).startswith(needle)
+
+
+@pytest.mark.parametrize("flag, value", [("--gpus", "8,8"), ("--strategies", "ddp,ddp"), ("--tp", "1,2,1")])
+def test_plan_cli_search_axis_repeats_are_refused(flag, value, capsys):
+    args = ["plan", "--model", "gpt2", "--link", "nvlink", "--global-batch", "64", "--verify", "0", "--gpus", "8",
+            flag, value]
+    check_outcome(run_cli(args, capsys), args, "error", (f"{flag}: {value} repeats",))

@@ -470,7 +470,7 @@ def parse_int_list(text: str | None, flag: str, *, maximum: int = MAX_GPUS,
         raise ConfigError(f"{flag}: {short(text)} is not valid; {expected}") from None
     if not values or len(values) > max_items or any(not 1 <= v <= maximum for v in values):
         raise ConfigError(f"{flag}: {short(text)} is not valid; {expected}")
-    return tuple(dict.fromkeys(values))
+    return values  # repeats refused by check_search, for the command line and the API alike
 
 
 def parse_choice_list(text: str | None, flag: str, choices: Sequence[str]) -> tuple[str, ...] | None:
@@ -508,6 +508,17 @@ def _check_int_values(values: Any, flag: str, *, optional: bool = True) -> None:
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_GPUS:
             raise ConfigError(f"{flag}: {short(v)} is not valid; {expected}")
+    _refuse_repeats(values, flag)
+
+
+def _refuse_repeats(values: Sequence, flag: str) -> None:
+    """A search axis names each value once: dpsim.plan(gpus=[8, 8]) ranked every layout twice (the command
+    line dropped the repeat in silence), as report --scaling-gpus 8,8 refuses it."""
+    seen: set = set()
+    for v in values:
+        if v in seen:
+            raise ConfigError(f"{flag}: {','.join(map(str, values))} repeats {v}; give each value once")
+        seen.add(v)
 
 
 def _check_choice_values(values: Any, flag: str, choices: Sequence[str]) -> None:
@@ -517,6 +528,7 @@ def _check_choice_values(values: Any, flag: str, choices: Sequence[str]) -> None
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values \
             or any(v not in choices for v in values):
         raise ConfigError(f"{flag}: {short(values)} is not valid; choose a list from {', '.join(choices)}")
+    _refuse_repeats(values, flag)
 
 
 def check_search(*, gpus: Any, tps: Any, pps: Any, cps: Any, eps: Any, etps: Any, micro_batches: Any,
