@@ -182,3 +182,37 @@ def test_plan_cli_search_axis_repeats_are_refused(flag, value, capsys):
     args = ["plan", "--model", "gpt2", "--link", "nvlink", "--global-batch", "64", "--verify", "0", "--gpus", "8",
             flag, value]
     check_outcome(run_cli(args, capsys), args, "error", (f"{flag}: {value} repeats",))
+
+
+# --- sweep --axis of a field whose one value is a comma list ----------------------------------------------------
+SWEEP = ["sweep", "--model", "gpt2", "--gpus", "8", "--link", "nvlink", "--steps", "1", "--json"]
+
+
+def _sweep_axes(capsys, *extra: str) -> dict:
+    args = SWEEP + list(extra)
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "ok")
+    return json.loads(outcome.out)["axes"]
+
+
+def test_sweep_axis_stage_layers_is_one_value(capsys):
+    """Before: --axis stage_layers=5,7 swept the points 5 and 7, each refused ("sweep point stage_layers=5:
+    '5' is not valid; expected 2 block counts"): no point of uneven stages could be given with --axis."""
+    assert _sweep_axes(capsys, "--axis", "pp=2", "--axis", "stage_layers=5,7")["stage_layers"] == ["5,7"]
+    assert _sweep_axes(capsys, "--axis", "pp=2", "--axis", "stage_layers=5,7;6,6")["stage_layers"] == ["5,7", "6,6"]
+
+
+def test_sweep_axis_semicolons_keep_a_value_s_commas(capsys):
+    assert _sweep_axes(capsys, "--axis", "algo=ring,tree")["algo"] == ["ring", "tree"]  # unchanged
+    assert _sweep_axes(capsys, "--axis", "algo=ring,tree;nvls")["algo"] == ["ring,tree", "nvls"]
+
+
+@pytest.mark.parametrize("extra, needles", [
+    (["--axis", "pp=2", "--axis", "stage_layers=5,7;"], ("--axis stage_layers: '5,7;' is not valid; give "
+                                                         "semicolon-separated values without empty items",)),
+    (["--axis", "pp=2", "--axis", "stage_layers=5,7;5,7"], ("repeats a value",)),
+    (["--gpus", "8;16"], ("--gpus: '8;16' is not valid",)),  # a field's own flag keeps commas only
+])
+def test_sweep_axis_separators_refused(extra, needles, capsys):
+    args = SWEEP + extra
+    check_outcome(run_cli(args, capsys), args, "error", needles)
