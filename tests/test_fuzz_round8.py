@@ -216,3 +216,15 @@ def test_sweep_axis_semicolons_keep_a_value_s_commas(capsys):
 def test_sweep_axis_separators_refused(extra, needles, capsys):
     args = SWEEP + extra
     check_outcome(run_cli(args, capsys), args, "error", needles)
+
+
+# --- --jobs with a shard group inside one server -------------------------------------------------------------
+@pytest.mark.parametrize("extra", [["--strategy", "fsdp-hybrid", "--zero-group", "2"],
+                                   ["--strategy", "fsdp-hybrid", "--zero-group", "4", "--placement", "interleaved"],
+                                   ["--strategy", "zero1", "--zero-impl", "internlm", "--zero-group", "4"]])
+def test_jobs_with_a_group_inside_one_server_is_predicted(extra, capsys):
+    """Before: "--jobs: jobs share servers' NICs and switches, so each job needs whole servers; --gpus 2 is less
+    than one server" to a job of --gpus 16 (the 2-GPU shard group was costed as if it were another job's cluster)."""
+    args = ["predict", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--steps", "1", "--jobs", "2",
+            *extra]
+    check_outcome(run_cli(args, capsys), args, "ok")
