@@ -228,3 +228,16 @@ def test_jobs_with_a_group_inside_one_server_is_predicted(extra, capsys):
     args = ["predict", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--steps", "1", "--jobs", "2",
             *extra]
     check_outcome(run_cli(args, capsys), args, "ok")
+
+
+def test_goodput_api_mc_steps_without_variability_is_refused():
+    """Before: dpsim.goodput(config, tokens=..., mc_steps=5) with no variability= spec sampled nothing and dropped
+    mc_steps in silence (the command line refuses --mc-steps without a variability flag)."""
+    import dpsim
+
+    config = dpsim.PredictConfig(model="gpt2", gpus=16, link="infiniband", steps=1)
+    with pytest.raises(dpsim.ConfigError, match=r"^--mc-steps: 5 only applies with variability"):
+        dpsim.goodput(config, tokens=1e9, runs=2, mc_steps=5)
+    report = dpsim.goodput(config, tokens=1e9, runs=2, mc_steps=5,
+                           variability=dpsim.VariabilitySpec(noise_cv=0.05, samples=2))
+    assert report.work_s > 0

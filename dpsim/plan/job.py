@@ -201,6 +201,11 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
                           f"{MAX_SPAN_S:g} s (a century)")
     if variability is not None and tokens is None:
         raise ConfigError(VARIABILITY_NEEDS_TOKENS.format(flag=VARIABILITY_FLAGS))
+    if variability is None and mc_steps is not None:
+        # As the command line refuses --mc-steps without a variability flag: goodput(mc_steps=5) with no
+        # variability= spec sampled nothing and dropped it in silence.
+        raise ConfigError(f"--mc-steps: {short(mc_steps)} only applies with variability (the variability= spec: "
+                          f"noise, stragglers, hiccups or MoE routing load); give one, or leave mc_steps out")
     resolved = resolve(config)
     topology = resolve_topology(resolved.config)
     variable = None
