@@ -241,3 +241,16 @@ def test_goodput_api_mc_steps_without_variability_is_refused():
     report = dpsim.goodput(config, tokens=1e9, runs=2, mc_steps=5,
                            variability=dpsim.VariabilitySpec(noise_cv=0.05, samples=2))
     assert report.work_s > 0
+
+
+def test_config_json_that_is_a_fifo_or_too_large_is_refused(tmp_path, capsys):
+    """Before: a FIFO named x.json blocked the read for ever (a hang); a 60 MB file was read whole."""
+    import os
+
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "big.json").write_text('{"model_type": "llama", "pad": "' + "x" * (2 << 20) + '"}')
+    for name, needle in (("fifo.json", "it is not a regular file (a device, FIFO or socket); expected a transformers "
+                                       "config.json"),
+                         ("big.json", "is larger than 1,048,576 bytes")):
+        args = ["predict", "--model", str(tmp_path / name), "--gpus", "8", "--link", "nvlink"]
+        check_outcome(run_cli(args, capsys, limit_s=5), args, "error", ("--model: ", needle))

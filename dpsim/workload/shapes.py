@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpsim.errors import WorkloadError
+from dpsim.files import path_kind, read_text_capped
 from dpsim.limits import MAX_LAYERS
 from dpsim.workload.architectures import GPT2Config, LlamaConfig
 
@@ -570,11 +571,13 @@ def shape_ref_of_config_json(path: str) -> str:
     from types import SimpleNamespace
 
     file = Path(path.strip())
+    if path_kind(file, "--model", WorkloadError) is None:
+        raise WorkloadError(f"--model: file {path!r} does not exist (a transformers config.json)")
+    # Capped and regular files only: a FIFO named x.json blocked the read for ever (a hang, no message).
+    text = read_text_capped(file, "--model", WorkloadError, what="transformers config.json")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise WorkloadError(f"--model: file {path!r} does not exist (a transformers config.json)") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nesting
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nesting
         raise WorkloadError(f"--model: {path!r} is not a readable JSON configuration ({type(exc).__name__}); "
                             f"expected a transformers config.json") from None
     if not isinstance(data, dict):
