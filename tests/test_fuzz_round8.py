@@ -254,3 +254,14 @@ def test_config_json_that_is_a_fifo_or_too_large_is_refused(tmp_path, capsys):
                          ("big.json", "is larger than 1,048,576 bytes")):
         args = ["predict", "--model", str(tmp_path / name), "--gpus", "8", "--link", "nvlink"]
         check_outcome(run_cli(args, capsys, limit_s=5), args, "error", ("--model: ", needle))
+
+
+def test_builder_file_that_is_not_a_regular_file_is_named_so(tmp_path, capsys):
+    """Before: "--model: file 'x.py' does not exist" for a directory or a FIFO named x.py that is right there."""
+    import os
+
+    os.mkfifo(tmp_path / "fifo.py")
+    (tmp_path / "d.py").mkdir()
+    for name, needle in (("fifo.py", "is not a regular file (a device, FIFO or socket)"), ("d.py", "is a directory")):
+        args = ["predict", "--model", f"{tmp_path / name}:build", "--gpus", "8", "--link", "nvlink"]
+        check_outcome(run_cli(args, capsys, limit_s=5), args, "error", (f"--model: '{tmp_path / name}' {needle}",))
