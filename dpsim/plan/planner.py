@@ -75,7 +75,8 @@ from dpsim.collectives.groups import (
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.hardware import get_gpu
-from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, MAX_TOKENS, check_int, check_number, short
+from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
+                          check_int, check_number, short)
 from dpsim.memory import stage_activation_bytes, worst_stage
 from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
@@ -629,6 +630,8 @@ class Planner:
         self.n_blocks = len({l.unit for l in self.model.layers if l.unit is not None and not is_mtp_unit(l.unit)})
         self._assignments: dict[tuple[int, int, int], tuple] = {}
         self._tpms: dict[tuple, TpModel] = {}
+        self.too_long = 0
+        """Candidates left out for more micro-batches than predict simulates (:meth:`_variants`; counted per call)."""
         self._splits: dict[tuple[int, int, int, int], tuple] = {}
         self._activations: dict[tuple, tuple] = {}
         self._shard_params: dict[tuple, int] = {}
@@ -861,6 +864,14 @@ class Planner:
                             continue  # async TP decomposes sequence parallelism's collectives only
                         moe_dual = self.model.moe is not None and ep > 1
                         for schedule, v in self._schedules(pp, m, self.n_blocks, schedules, moe_dual=moe_dual):
+                            # Past predict's simulation limits (PredictConfig refuses them: the engine plays
+                            # every micro-batch): plan --global-batch 1048576 on 16 GPUs ended in predict's
+                            # "--global-batch ... (raise --micro-batch or lower --steps)", flags plan has not.
+                            chunks = 2 if schedule == "dualpipe" else v
+                            if (m * self.base.workload.steps > MAX_SIMULATED_MICRO_BATCHES if not sharded
+                                    else pp * chunks * m > MAX_PIPELINE_SLOTS):
+                                self.too_long += 1
+                                continue
                             # DualPipe pairs a forward chunk with a backward one to hide the expert-parallel
                             # all-to-alls (arXiv:2412.19437 Sec. 3.2.1): searched for an MoE with ep > 1, it
                             # runs them overlapped (predict's --moe-a2a-overlap with --schedule dualpipe).
@@ -1670,11 +1681,21 @@ def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: i
                 needs.append(f"moe recomputes a mixture of experts' layers, and {planner.model.name} is dense")
         return (f"{named} leaves no layout of {planner.model.name} on {where} "
                 f"(a size must divide the GPUs, the heads or the blocks, and micro-batch x data-parallel "
-                f"replicas the global batch{''.join('; ' + n for n in needs)}); "
+                f"replicas the global batch{''.join('; ' + n for n in needs)}{_too_long(planner)}); "
                 f"widen or drop {'it' if len(culprits) == 1 else 'them'}")
     return (f"--gpus: no layout of {planner.model.name} exists on {where}"
             + (f" ({refused} refused by the model's shape or the placement)" if refused else "")
-            + "; change the GPU count or the global batch (a multiple of the data-parallel replicas x micro-batch)")
+            + "; change the GPU count or the global batch (a multiple of the data-parallel replicas x micro-batch"
+            + f"{_too_long(planner)})")
+
+
+def _too_long(planner: Planner) -> str:
+    """The layouts left out for more micro-batches per replica than predict simulates, if any."""
+    if not planner.too_long:
+        return ""
+    return (f"; layouts with more micro-batches per replica than predict simulates are left out (micro-batches "
+            f"x steps at most {MAX_SIMULATED_MICRO_BATCHES:,} without a pipeline, stages x chunks x micro-batches at "
+            f"most {MAX_PIPELINE_SLOTS:,} with one): a smaller global batch or more GPUs")
 
 
 def _never_done_message(fitting: list[Estimate], failures: FailureInputs) -> str:
