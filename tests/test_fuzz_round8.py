@@ -284,3 +284,14 @@ def test_plan_leaves_out_layouts_predict_cannot_simulate(capsys):
     check_outcome(run_cli(args, capsys), args, "error",
                   ("leaves no layout", "layouts with more micro-batches per replica than predict simulates are left "
                                        "out"))
+
+
+def test_goodput_api_variability_without_tokens_names_what_the_spec_sets():
+    """Before: VariabilitySpec(noise_cv=0.05) without tokens was refused naming all eight variability flags."""
+    import dpsim
+
+    config = dpsim.PredictConfig(model="gpt2", gpus=16, link="infiniband", steps=1)
+    with pytest.raises(dpsim.ConfigError, match=r"^--noise-cv: stretches the time to train a token budget"):
+        dpsim.goodput(config, duration_s=86400.0, variability=dpsim.VariabilitySpec(noise_cv=0.05))
+    with pytest.raises(dpsim.ConfigError, match=r"^--noise-cv, --noise-dist, --straggler"):  # a spec of defaults
+        dpsim.goodput(config, duration_s=86400.0, variability=dpsim.VariabilitySpec())
