@@ -57,7 +57,8 @@ def _spec_flags(spec: Any, mc_steps: int | None) -> str:
               ("--straggler", "stragglers", ()), ("--degrade", "degradations", ()),
               ("--hiccup-rate-per-s", "hiccup_rate_per_s", 0.0), ("--hiccup-s", "hiccup_s", 0.0),
               ("--mc-samples", "samples", DEFAULT_SAMPLES))
-    given = [flag for flag, name, default in fields if getattr(spec, name, default) != default]
+    # noise_cv None: left out (a calibration profile's CV, else none), as 0.
+    given = [flag for flag, name, default in fields if getattr(spec, name, default) not in (default, None)]
     given += ["--mc-steps"] if mc_steps is not None else []
     return ", ".join(given) or VARIABILITY_FLAGS
 
