@@ -44,12 +44,25 @@ from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict_resolved, resolve_topology
 from dpsim.strategies.registry import zero_shard_group
 from dpsim.variability.run import VariabilityReport, predict_with_variability
-from dpsim.variability.spec import VariabilitySpec
+from dpsim.variability.spec import DEFAULT_SAMPLES, NOISE_DISTRIBUTIONS, VariabilitySpec
 from dpsim.workload.precision import get_precision
 
 VARIABILITY_FLAGS = ("--noise-cv, --noise-dist, --straggler, --degrade, --hiccup-rate-per-s, --hiccup-s, "
                      "--mc-samples, --mc-steps")
 """predict's variability flags, which goodput takes too (:func:`goodput`'s ``variability``)."""
+def _spec_flags(spec: Any, mc_steps: int | None) -> str:
+    """The flags of what a variability spec sets away from its defaults (the API's spec named all eight flags,
+    ``VariabilitySpec(noise_cv=0.05)`` included); all of them if it sets none."""
+    fields = (("--noise-cv", "noise_cv", 0.0), ("--noise-dist", "noise_distribution", NOISE_DISTRIBUTIONS[0]),
+              ("--straggler", "stragglers", ()), ("--degrade", "degradations", ()),
+              ("--hiccup-rate-per-s", "hiccup_rate_per_s", 0.0), ("--hiccup-s", "hiccup_s", 0.0),
+              ("--mc-samples", "samples", DEFAULT_SAMPLES))
+    # noise_cv None: left out (a calibration profile's CV, else none), as 0.
+    given = [flag for flag, name, default in fields if getattr(spec, name, default) not in (default, None)]
+    given += ["--mc-steps"] if mc_steps is not None else []
+    return ", ".join(given) or VARIABILITY_FLAGS
+
+
 VARIABILITY_NEEDS_TOKENS = ("{flag}: stretches the time to train a token budget (each step waits for its "
                             "slowest rank); give --tokens, or leave it out (--duration is a time already)")
 """The one line that refuses a variability flag without ``--tokens`` (``{flag}``: the flag given)."""
@@ -200,7 +213,12 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
         raise ConfigError(f"--checkpoint-interval: {checkpoint_interval_s!r} s is not valid; expected at most "
                           f"{MAX_SPAN_S:g} s (a century)")
     if variability is not None and tokens is None:
-        raise ConfigError(VARIABILITY_NEEDS_TOKENS.format(flag=VARIABILITY_FLAGS))
+        raise ConfigError(VARIABILITY_NEEDS_TOKENS.format(flag=_spec_flags(variability, mc_steps)))
+    if variability is None and mc_steps is not None:
+        # As the command line refuses --mc-steps without a variability flag: goodput(mc_steps=5) with no
+        # variability= spec sampled nothing and dropped it in silence.
+        raise ConfigError(f"--mc-steps: {short(mc_steps)} only applies with variability (the variability= spec: "
+                          f"noise, stragglers, hiccups or MoE routing load); give one, or leave mc_steps out")
     resolved = resolve(config)
     topology = resolve_topology(resolved.config)
     variable = None

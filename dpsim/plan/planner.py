@@ -77,7 +77,8 @@ from dpsim.collectives.groups import (
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.hardware import get_gpu
-from dpsim.limits import MAX_GPUS, MAX_PLAN_CANDIDATES, MAX_TOKENS, check_int, check_number, short
+from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
+                          check_int, check_number, short)
 from dpsim.memory import stage_activation_bytes, worst_stage
 from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
@@ -130,7 +131,7 @@ from dpsim.strategies.context import ContextParallel, check_context, cp_shard
 from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, dualpipe_stage_times,
                                       extra_warmup, gradient_buckets, schedule_slots)
 from dpsim.strategies.deepspeed_fetch import backward_gather_numel
-from dpsim.strategies.registry import unsharded_accumulation, zero_shard_group
+from dpsim.strategies.registry import UNIT_STRATEGIES, unsharded_accumulation, zero_shard_group
 from dpsim.strategies.shards import wrap_units
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
@@ -139,6 +140,7 @@ from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.fp8 import caches_fp8_weights
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
+from dpsim.workload.routing import parse_routing
 from dpsim.workload.spec import ModelSpec, is_mtp_unit
 
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
@@ -266,10 +268,16 @@ class Candidate:
         """Tensor, pipeline, context or expert parallelism: the layout path (else data parallelism alone)."""
         return self.tp * self.pp * self.cp * self.ep * self.etp > 1
 
+    def overlap(self, base: PredictConfig) -> bool:
+        """Whether its gradients overlap backward: ``base``'s --overlap, except that fsdp with data parallelism
+        alone always does (predict models its per-unit traffic overlapped and refuses --no-overlap there)."""
+        return base.gradients.overlap or (not self.sharded and self.strategy in UNIT_STRATEGIES)
+
     def config(self, base: PredictConfig) -> PredictConfig:
         """The :class:`PredictConfig` of this layout on ``base``'s job."""
         return dataclasses.replace(
-            base, gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
+            base, overlap=self.overlap(base),
+            gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
             cp_comm=self.cp_comm if self.cp > 1 else "p2p", cp_balance=self.cp_balance or self.cp == 1,
             strategy=self.strategy,
             micro_batch=self.micro_batch, recompute=self.recompute if self.sharded else "off",
@@ -287,6 +295,8 @@ class Candidate:
         for name, value in base.settings().items():
             # value None: a setting left out where the default is not (no --link with a --topology file).
             if name in _LAYOUT_OWN or value == default[name] or name == "model" or value is None:
+                continue
+            if name == "overlap" and self.overlap(base):  # fsdp alone: predict refuses --no-overlap
                 continue
             flag = flag_name(name)
             if isinstance(value, bool):
@@ -479,7 +489,7 @@ def parse_int_list(text: str | None, flag: str, *, maximum: int = MAX_GPUS,
         raise ConfigError(f"{flag}: {short(text)} is not valid; {expected}") from None
     if not values or len(values) > max_items or any(not 1 <= v <= maximum for v in values):
         raise ConfigError(f"{flag}: {short(text)} is not valid; {expected}")
-    return tuple(dict.fromkeys(values))
+    return values  # repeats refused by check_search, for the command line and the API alike
 
 
 def parse_choice_list(text: str | None, flag: str, choices: Sequence[str]) -> tuple[str, ...] | None:
@@ -517,6 +527,17 @@ def _check_int_values(values: Any, flag: str, *, optional: bool = True) -> None:
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_GPUS:
             raise ConfigError(f"{flag}: {short(v)} is not valid; {expected}")
+    _refuse_repeats(values, flag)
+
+
+def _refuse_repeats(values: Sequence, flag: str) -> None:
+    """A search axis names each value once: dpsim.plan(gpus=[8, 8]) ranked every layout twice (the command
+    line dropped the repeat in silence), as report --scaling-gpus 8,8 refuses it."""
+    seen: set = set()
+    for v in values:
+        if v in seen:
+            raise ConfigError(f"{flag}: {','.join(map(str, values))} repeats {v}; give each value once")
+        seen.add(v)
 
 
 def _check_choice_values(values: Any, flag: str, choices: Sequence[str]) -> None:
@@ -526,6 +547,7 @@ def _check_choice_values(values: Any, flag: str, choices: Sequence[str]) -> None
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values \
             or any(v not in choices for v in values):
         raise ConfigError(f"{flag}: {short(values)} is not valid; choose a list from {', '.join(choices)}")
+    _refuse_repeats(values, flag)
 
 
 def check_search(*, gpus: Any, tps: Any, pps: Any, cps: Any, eps: Any, etps: Any, micro_batches: Any,
@@ -626,6 +648,8 @@ class Planner:
         self.n_blocks = len({l.unit for l in self.model.layers if l.unit is not None and not is_mtp_unit(l.unit)})
         self._assignments: dict[tuple[int, int, int], tuple] = {}
         self._tpms: dict[tuple, TpModel] = {}
+        self.too_long = 0
+        """Candidates left out for more micro-batches than predict simulates (:meth:`_variants`; counted per call)."""
         self._splits: dict[tuple[int, int, int, int], tuple] = {}
         self._activations: dict[tuple, tuple] = {}
         self._shard_params: dict[tuple, int] = {}
@@ -980,6 +1004,14 @@ class Planner:
                             continue  # async TP decomposes sequence parallelism's collectives only
                         moe_dual = self.model.moe is not None and ep > 1
                         for schedule, v in self._schedules(pp, m, self.n_blocks, schedules, moe_dual=moe_dual):
+                            # Past predict's simulation limits (PredictConfig refuses them: the engine plays
+                            # every micro-batch): plan --global-batch 1048576 on 16 GPUs ended in predict's
+                            # "--global-batch ... (raise --micro-batch or lower --steps)", flags plan has not.
+                            chunks = 2 if schedule == "dualpipe" else v
+                            if (m * self.base.workload.steps > MAX_SIMULATED_MICRO_BATCHES if not sharded
+                                    else pp * chunks * m > MAX_PIPELINE_SLOTS):
+                                self.too_long += 1
+                                continue
                             # DualPipe pairs a forward chunk with a backward one to hide the expert-parallel
                             # all-to-alls (arXiv:2412.19437 Sec. 3.2.1): searched for an MoE with ep > 1, it
                             # runs them overlapped (predict's --moe-a2a-overlap with --schedule dualpipe).
@@ -1464,7 +1496,7 @@ class Planner:
         grad_group = c.dp * c.cp
         edp = layout.edp if self.model.moe is not None and c.sharded else 1
         per_stage = self.stage_sums(tab, assignment)
-        overlap = self.base.gradients.overlap
+        overlap = c.overlap(self.base)
         critical = 0
         if not c.sharded and c.strategy in ("zero3", "fsdp-hybrid"):
             dp_exposed, owned = self.unit_dp(c, m, x[0])
@@ -1700,6 +1732,14 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         # and dropped the flag in silence (predict refuses it with --ep 1).
         raise ConfigError(f"--moe-a2a: {a2a!r} shapes the expert-parallel all-to-all of layouts with --ep 2 or more, "
                           f"and the search has none; widen --ep, or leave it out")
+    routing = planner.base.parallelism.moe_routing
+    if (planner.model.moe is not None and not parse_routing(routing).uniform
+            and planner.base.parallelism.moe_capacity_factor is None
+            and not any(c.ep > 1 for _, cands in searches for c in cands)):
+        # As predict refuses it (check_all_to_all_options): with --ep 1 every rank holds every expert, its
+        # work is the mean, and dpsim.plan(PredictConfig(moe_routing="gini:0.5"), eps=[1]) dropped the routing.
+        raise ConfigError(f"--moe-routing: {routing!r} loads the experts unevenly, which moves the step of layouts "
+                          f"with --ep 2 or more, and the search has none; widen --ep, or leave it out")
     for n, cands in searches:
         try:
             price = gpu_hour_price(planner.topology(n).spec.gpu, gpu_hour_usd)
@@ -1855,11 +1895,21 @@ def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: i
                 needs.append(f"moe recomputes a mixture of experts' layers, and {planner.model.name} is dense")
         return (f"{named} leaves no layout of {planner.model.name} on {where} "
                 f"(a size must divide the GPUs, the heads or the blocks, and micro-batch x data-parallel "
-                f"replicas the global batch{''.join('; ' + n for n in needs)}); "
+                f"replicas the global batch{''.join('; ' + n for n in needs)}{_too_long(planner)}); "
                 f"widen or drop {'it' if len(culprits) == 1 else 'them'}")
     return (f"--gpus: no layout of {planner.model.name} exists on {where}"
             + (f" ({refused} refused by the model's shape or the placement)" if refused else "")
-            + "; change the GPU count or the global batch (a multiple of the data-parallel replicas x micro-batch)")
+            + "; change the GPU count or the global batch (a multiple of the data-parallel replicas x micro-batch"
+            + f"{_too_long(planner)})")
+
+
+def _too_long(planner: Planner) -> str:
+    """The layouts left out for more micro-batches per replica than predict simulates, if any."""
+    if not planner.too_long:
+        return ""
+    return (f"; layouts with more micro-batches per replica than predict simulates are left out (micro-batches "
+            f"x steps at most {MAX_SIMULATED_MICRO_BATCHES:,} without a pipeline, stages x chunks x micro-batches at "
+            f"most {MAX_PIPELINE_SLOTS:,} with one): a smaller global batch or more GPUs")
 
 
 def _never_done_message(fitting: list[Estimate], failures: FailureInputs) -> str:

@@ -776,6 +776,14 @@ class PredictConfig:
             raise ConfigError(f"--overlap-slowdown: {k.overlap_slowdown:g} slows compute while communication "
                               f"overlaps it, but --no-overlap with --strategy {p.strategy} overlaps none; "
                               f"drop one of them")
+        if not g.overlap and per_unit and not p.layout_active:
+            # The data-parallel-only zero3/fsdp programs (dpsim/strategies/sharded.py) prefetch each unit's
+            # gather and reduce-scatter it from backward with no switch for it: --no-overlap predicted the
+            # overlapped step to the last digit, in silence. (A --tp/--cp/--pp layout's replicas honour it.)
+            raise ConfigError(f"--no-overlap: --strategy {p.strategy} with data parallelism alone gathers and "
+                              f"reduce-scatters per unit, overlapped with compute as it is modelled, so the flag "
+                              f"would change nothing; it applies to ddp, zero1 and zero2 (gradient buckets) and to "
+                              f"--tp/--cp/--pp layouts; leave it out")
         check_zero_options(p.strategy, p.zero_impl, p.zero_group, n_gpus=None if p.layout_active else c.gpus)
         if p.zero_impl == "gemini":
             # Gemini is modelled as the GeminiPlugin runs it: data parallelism alone, its own placement, no
@@ -886,6 +894,19 @@ class PredictConfig:
         if p.schedule == "1f1b-interleaved" and p.virtual_stages < 2:
             raise ConfigError("--schedule: 1f1b-interleaved needs --virtual-stages 2 or more (model chunks per "
                               "stage)")
+        if p.pp > 1 and w.global_batch is None:
+            # The schedules' own rule (dpsim/strategies/pipeline.py check_schedule) names --global-batch, which
+            # this job did not give: "--global-batch: 16 gives 1 micro-batches" answered the default --grad-accum 1.
+            m = w.grad_accum
+            if p.schedule == "1f1b-interleaved" and m % p.pp:
+                raise ConfigError(f"--grad-accum: {m} micro-batches per replica is not a multiple of --pp {p.pp}, as "
+                                  f"the interleaved schedule needs; give --grad-accum {p.pp * (m // p.pp + 1)} (or a "
+                                  f"--global-batch that makes a multiple)")
+            if p.schedule == "dualpipe" and (m % 2 or m < 2 * p.pp):
+                want = max(2 * p.pp, m + m % 2)
+                raise ConfigError(f"--grad-accum: {m} micro-batches per replica; --schedule dualpipe needs an even "
+                                  f"number, at least 2 x --pp = {2 * p.pp} (half enter from each end); give "
+                                  f"--grad-accum {want} (or a --global-batch that makes it)")
         if e.activation_checkpointing and e.recompute not in ("off", "full"):
             raise ConfigError(f"--activation-checkpointing: means --recompute full, which contradicts --recompute "
                               f"{e.recompute}; give one of them")

@@ -195,6 +195,25 @@ def check_all_to_all_options(model: ModelSpec, parallelism: Any) -> None:
     if model.moe is not None and a2a != "flat" and parallelism.ep == 1:
         raise ConfigError(f"--moe-a2a: {a2a!r} shapes the expert-parallel all-to-all, and --ep is 1 (every GPU holds "
                           f"all {model.moe.experts} experts: no all-to-all); give --ep 2 or more, or leave it out")
+    if model.moe is None or parallelism.ep != 1:
+        return
+    # With --ep 1 every GPU holds every expert: an uneven router leaves the busiest rank with the mean work
+    # (rank_load over a group of one), so the step does not move; tokens are dropped at an expert's capacity
+    # only on the layout path (the data-parallel-only path runs its experts dropless). Both flags were taken
+    # and dropped in silence there (--moe-routing gini:0.9 and --moe-capacity-factor 1.0 on mixtral-8x7b
+    # --gpus 8 predicted the balanced step to the last digit).
+    routing_text = getattr(parallelism, "moe_routing", "balanced")
+    capacity = getattr(parallelism, "moe_capacity_factor", None)
+    layout = getattr(parallelism, "layout_active", False)
+    if capacity is not None and not layout:
+        raise ConfigError(f"--moe-capacity-factor: {capacity:g} drops tokens over an expert's capacity in an expert "
+                          f"layout; with data parallelism alone (no --tp/--pp/--cp/--ep) {model.name}'s experts run "
+                          f"dropless here; give --ep 2 or more (or --tp), or leave it out")
+    if not parse_routing(routing_text).uniform and capacity is None:
+        raise ConfigError(f"--moe-routing: {routing_text!r} loads the experts unevenly, and --ep is 1: every GPU holds "
+                          f"all {model.moe.experts} experts, so its work is the mean and the step is the balanced one; "
+                          f"give --ep 2 or more{' (or --moe-capacity-factor, whose drops it sets)' if layout else ''}, "
+                          f"or leave it out")
 
 
 def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:

@@ -137,7 +137,12 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
     def make(comm: Communicator) -> CollectiveModel:
         if profile is not None:
             return calibrated_collectives(profile, comm.topology, concurrent=comm.concurrent)
-        return NcclCollectives(comm.topology, algorithms=algorithms, protocols=protocols, jobs=config.cluster.jobs,
+        # The jobs share NICs and switches, never a server's NVLink (each job has whole servers): a group
+        # inside one server (--zero-group 2 of fsdp-hybrid, InternLM's zero1 group) shares nothing with the other
+        # jobs. Costed as the other jobs' servers, it was refused "--gpus 2 is less than one server" (--gpus 16).
+        inside_server = comm.topology.n_gpus < comm.topology.spec.node.gpus_per_node
+        return NcclCollectives(comm.topology, algorithms=algorithms, protocols=protocols,
+                               jobs=1 if inside_server else config.cluster.jobs,
                                placement=config.cluster.placement, degradations=degradations,
                                job=None if comm.name == "world" else comm.job)
 

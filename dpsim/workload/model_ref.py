@@ -103,8 +103,12 @@ def parse_model_ref(ref: str, *, calls: bool = False) -> ModelRef:
     if is_file:
         if not target.endswith(".py"):
             raise WorkloadError(f"--model: {target!r} is not a .py file; {usage}")
-        if path_kind(target, "--model", WorkloadError) != "file":  # (a name too long is its own error)
+        kind = path_kind(target, "--model", WorkloadError)  # (a name too long is its own error)
+        if kind is None:
             raise WorkloadError(f"--model: file {target!r} does not exist")
+        if kind != "file":  # a directory or a FIFO named x.py was told "does not exist"
+            what = "a directory" if kind == "dir" else "not a regular file (a device, FIFO or socket)"
+            raise WorkloadError(f"--model: {target!r} is {what}; expected a Python file with the builder")
     elif not all(p.isidentifier() and not keyword.iskeyword(p) for p in target.split(".")):
         raise WorkloadError(f"--model: {target!r} is not a module name (dotted identifiers); {usage}")
     return ModelRef(target=target, function=function, example_function=example, loss_function=loss,

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpsim.errors import WorkloadError
+from dpsim.files import path_kind, read_text_capped
 from dpsim.limits import MAX_LAYERS
 from dpsim.workload.architectures import GPT2Config, LlamaConfig
 
@@ -274,7 +275,9 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
     for key in _INT_FIELDS + _MOE_INT_FIELDS:  # before any division by them
         value, low = getattr(shape, key), 1 if key in _INT_FIELDS else 0
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_DIM:
-            raise fail(key, value, f"expected an integer from {low} to {_MAX_DIM:,}")
+            # A config.json's "1024" (a JSON string) printed as 1024 read as a valid integer refused.
+            raise fail(key, repr(value) if isinstance(value, str) else value,
+                       f"expected an integer from {low} to {_MAX_DIM:,}")
     dropout = shape.dropout
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
         raise fail("dropout", dropout, "expected a probability from 0 up to (not including) 1")
@@ -715,7 +718,9 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 embed_norm=False, dropout=0.0, name=name, bias="all" if getattr(config, "bias", False) else "none",
                 parallel=parallel))
         if kind == "gpt2":
-            act = config.activation_function
+            # A config.json without the key gets GPT2Config's default, as transformers reads it
+            # (transformers 5.25.0 models/gpt2/configuration_gpt2.py: activation_function="gelu_new").
+            act = getattr(config, "activation_function", "gelu_new")
             if act not in ACTIVATIONS or act == "swiglu":
                 return None
             return check(TransformerShape(
@@ -726,13 +731,16 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 dropout=_attr(config, "resid_pdrop") or 0.0, name=name))
         if kind == "opt":
             h = config.hidden_size
+            # OPTConfig's default when a config.json leaves it out (transformers 5.25.0
+            # models/opt/configuration_opt.py: activation_function="relu").
+            act = getattr(config, "activation_function", "relu")
             if (getattr(config, "word_embed_proj_dim", h) != h or not getattr(config, "do_layer_norm_before", True)
-                    or config.activation_function not in ACTIVATIONS or config.activation_function == "swiglu"):
+                    or act not in ACTIVATIONS or act == "swiglu"):
                 return None
             return check(TransformerShape(
                 hidden=h, layers=config.num_hidden_layers, heads=config.num_attention_heads,
                 kv_heads=config.num_attention_heads, ffn=config.ffn_dim, vocab=config.vocab_size,
-                seq=config.max_position_embeddings, act=config.activation_function, norm="layernorm",
+                seq=config.max_position_embeddings, act=act, norm="layernorm",
                 # OPTLearnedPositionalEmbedding keeps 2 rows more than the context (offset = 2).
                 pos="learned", positions=config.max_position_embeddings + 2,
                 tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False,
@@ -750,6 +758,46 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
     except (AttributeError, TypeError):
         return None
     return None
+
+
+_HF_REQUIRED = {
+    "bloom": ("vocab_size",),  # its size keys have two spellings each (n_embed / hidden_size, ...): read by _attr
+    "gpt2": ("n_embd", "n_layer", "n_head", "vocab_size", "n_positions"),
+    "opt": ("hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim", "vocab_size",
+            "max_position_embeddings"),
+}
+"""The keys a family's ``config.json`` must give (a Llama-style family: :data:`_LLAMA_NAMES`' own keys; MoE
+families also their expert keys): without one, the builder read no size at all."""
+
+_HF_BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_parallel_residual", "do_layer_norm_before")
+"""``config.json`` switches the builders read as booleans: a JSON string ``"false"`` was truthy, so it was
+taken as true in silence (``bool("false")``)."""
+
+
+def _check_config_json_fields(data: dict, kind: str, path: str) -> None:
+    """A covered family's ``config.json`` keys that are missing, ``null``, of the wrong JSON type: one line
+    naming the key. Without this a missing ``hidden_size`` or a ``"hidden_size": "1024"`` (a string) read as
+    "a field the builders do not cover", which sent the user looking for the wrong thing."""
+    if kind in _HF_REQUIRED:
+        required = _HF_REQUIRED[kind]
+    else:
+        names = _HF_NAMES[kind]
+        required = tuple(dict.fromkeys(names[k] for k in ("hidden", "layers", "heads", "ffn", "vocab", "seq")))
+        if kind in ("mixtral", "qwen3_moe"):
+            required += tuple(dict.fromkeys(names[k] for k in ("experts", "top_k", "moe_ffn")))
+    for key in required:
+        value = data.get(key)
+        if value is None:
+            raise WorkloadError(f"--model: {path!r}: its {kind} configuration has no {key} "
+                                f"({'null' if key in data else 'missing'}); expected an integer")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise WorkloadError(f"--model: {path!r}: {key}={value!r} is not valid; expected an integer (a JSON "
+                                f"number without quotes)")
+    for key in _HF_BOOLS:
+        value = data.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise WorkloadError(f"--model: {path!r}: {key}={value!r} is not valid; expected true or false (a JSON "
+                                f"boolean without quotes)")
 
 
 CONFIG_JSON_SUFFIX = ".json"
@@ -775,11 +823,13 @@ def shape_ref_of_config_json(path: str) -> str:
     from types import SimpleNamespace
 
     file = Path(path.strip())
+    if path_kind(file, "--model", WorkloadError) is None:
+        raise WorkloadError(f"--model: file {path!r} does not exist (a transformers config.json)")
+    # Capped and regular files only: a FIFO named x.json blocked the read for ever (a hang, no message).
+    text = read_text_capped(file, "--model", WorkloadError, what="transformers config.json")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise WorkloadError(f"--model: file {path!r} does not exist (a transformers config.json)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nesting
         raise WorkloadError(f"--model: {path!r} is not a readable JSON configuration ({type(exc).__name__}); "
                             f"expected a transformers config.json") from None
     if not isinstance(data, dict):
@@ -789,6 +839,8 @@ def shape_ref_of_config_json(path: str) -> str:
     stem = file.parent.name if file.stem == "config" and file.parent.name else file.stem
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "config"
     kind = data.get("model_type")
+    if kind in _HF_NAMES:
+        _check_config_json_fields(data, kind, path)
     shape = shape_of_hf_config(SimpleNamespace(**data), name=name) if kind in _HF_NAMES else None
     if shape is None:
         covered = ", ".join(_HF_NAMES)
