@@ -763,6 +763,8 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
 _HF_REQUIRED = {
     "bloom": ("vocab_size",),  # its size keys have two spellings each (n_embed / hidden_size, ...): read by _attr
     "gpt2": ("n_embd", "n_layer", "n_head", "vocab_size", "n_positions"),
+    "gptj": ("n_embd", "n_layer", "n_head", "vocab_size", "n_positions"),  # n_inner null: 4 x n_embd
+    "falcon": ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"),  # ffn_hidden_size null: 4 x
     "opt": ("hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim", "vocab_size",
             "max_position_embeddings"),
 }
