@@ -46,6 +46,7 @@ from dpsim.memory import (
     worst_stage,
 )
 from dpsim.predict.config import ParallelismConfig, PredictConfig, capped_compute_efficiency
+from dpsim.predict.memo import memoized
 from dpsim.predict.provenance import charge_after_comm
 from dpsim.predict.result import Prediction
 from dpsim.strategies.layout import (
@@ -511,17 +512,19 @@ def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision) -> Comput
     wl = config.workload
     if config.parallelism.grad_accum_fusion:
         precision = replace(precision, fused_wgrad_accumulation=True)
-    return compute_profile(tpm.spec, gpu, micro_batch=wl.micro_batch, precision=precision,
-                           optimizer=wl.optimizer, compute_efficiency=capped_compute_efficiency(config, gpu),
-                           clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop")
+    # memoized: the layouts of a search (plan) or of a row's efficiency grid that share a shard
+    # (tp, micro-batch, precision) share its profile, as predict's whole-model profile is shared
+    return memoized(compute_profile, tpm.spec, gpu, micro_batch=wl.micro_batch, precision=precision,
+                    optimizer=wl.optimizer, compute_efficiency=capped_compute_efficiency(config, gpu),
+                    clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop")
 
 
 def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: ComputeProfile) -> tuple[float, float]:
     """(compute, optimizer) factors a measured step applied to the modelled whole-model profile."""
     wl = config.workload
-    plain = compute_profile(model, gpu, micro_batch=wl.micro_batch, precision=precision,
-                            optimizer=wl.optimizer, compute_efficiency=capped_compute_efficiency(config, gpu),
-                            clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop")
+    plain = memoized(compute_profile, model, gpu, micro_batch=wl.micro_batch, precision=precision,
+                     optimizer=wl.optimizer, compute_efficiency=capped_compute_efficiency(config, gpu),
+                     clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop")
     fb = plain.forward_s + plain.backward_s
     scale = (compute.forward_s + compute.backward_s) / fb if fb > 0 else 1.0
     opt = compute.optimizer_s / plain.optimizer_s if plain.optimizer_s > 0 else 1.0
