@@ -297,3 +297,28 @@ def test_the_shipped_rows_are_what_the_validation_scripts_produce():
     data = script.gather()
     shipped = json.loads(script.ROWS_FILE.read_text())
     assert data == shipped, "dpsim/predict/model_error_rows.json is stale: python validation/model_error.py --write"
+
+
+@pytest.mark.slow
+def test_the_variants_script_reimplements_the_shipped_intervals_and_restores_them():
+    """``validation/model_error_variants.py`` scores the interval variants the module docstring
+    lists (interval2, 2026-12-06) by putting them in place of the module's functions; its V0, the
+    shipped rules written again, must read exactly as :func:`loso_coverage` does, or its other
+    figures are not comparable, and the module must be itself again afterwards."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+    from model_error_variants import VARIANTS, installed
+
+    from dpsim.predict import model_error as me
+
+    shipped = loso_coverage()
+    functions = (me._order_statistics, me._select, me._margin, me._pool_samples, me.log_interval, me.KNOBS)
+    with installed(VARIANTS["V0"]):
+        assert me._margin is not functions[2]
+        again = loso_coverage()
+    assert (me._order_statistics, me._select, me._margin, me._pool_samples, me.log_interval, me.KNOBS) == functions
+    for pool, c in shipped.items():
+        assert (again[pool].inside, again[pool].rows) == (c.inside, c.rows), pool
+        assert again[pool].median_half_width == pytest.approx(c.median_half_width, rel=1e-12), pool

@@ -1,0 +1,327 @@
+"""Leave-one-system-out scores of the model-error interval variants registered on 2026-12-06
+(interval2; issue 25): quantile rules for the regime band, prediction ranks, two-system regimes,
+asymmetric margins, CQR's CV+ form and the layout rows' scores on the intervals their queries get.
+
+Each variant is registered, with its reason and the rule for keeping it, in
+``validation/large_model_runs.md`` ("Model-error intervals: quantile rules and margins registered
+before scoring"); none was kept, so none is in :mod:`dpsim.predict.model_error`. This script puts
+each in place of the module's functions for the length of one :func:`loso_coverage` and prints the
+figures the module docstring's tried list quotes:
+
+    python validation/model_error_variants.py            # every variant
+    python validation/model_error_variants.py V1 V11     # some
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from functools import lru_cache
+
+import numpy as np
+
+from dpsim.predict import model_error as me
+
+ALPHA = 1 - me.COVERAGE
+"""Miscoverage of the p10-p90 interval."""
+
+
+def _order_statistic(values, levels) -> np.ndarray:
+    return np.quantile(values, levels, method="inverted_cdf")
+
+
+def _hyndman_fan(method: str) -> Callable:
+    """numpy's name for a Hyndman-Fan (1996) rule: ``median_unbiased`` is their type 8, ``linear`` type 7."""
+    return lambda values, levels: np.quantile(values, levels, method=method)
+
+
+def _prediction_ranks(values, levels) -> np.ndarray:
+    """The distribution-free 80 % prediction interval of exchangeable values: the ``j``-th smallest
+    and ``j``-th largest with ``j = floor(0.1 (n + 1))`` (at least 1); the median as shipped."""
+    v = np.sort(np.asarray(values, dtype=float))
+    n = len(v)
+    out = []
+    for level in levels:
+        if level == 0.5:
+            out.append(_order_statistic(v, (0.5,))[0])
+            continue
+        j = max(1, math.floor(min(level, 1 - level) * (n + 1)))
+        out.append(v[j - 1] if level < 0.5 else v[n - j])
+    return np.array(out)
+
+
+def _select_two_systems(rows, regime, keys_in_order, minimum):
+    """:func:`dpsim.predict.model_error._select`, a regime also needing rows of two systems."""
+    target = tuple(getattr(regime, k) for k in keys_in_order)
+    for keep in range(len(keys_in_order), -1, -1):
+        chosen = [r for r in rows if tuple(getattr(r, k) for k in keys_in_order[:keep]) == target[:keep]]
+        if (len(chosen) >= minimum and len({r.system for r in chosen}) >= 2) or keep == 0:
+            return chosen, dict(zip(keys_in_order[:keep], target[:keep]))
+    raise AssertionError("unreachable")
+
+
+def _scored_rows(pool_rows, knobs) -> list[tuple[str, float, float]]:
+    """Each row's system and two one-sided CQR scores (how far the lower / upper end must move out
+    to hold it) against its regime's band without its system, in units of the unwidened band (as
+    shipped: the symmetric score is their maximum)."""
+    out = []
+    for system in {r.system for r in pool_rows}:
+        others = [r for r in pool_rows if r.system != system]
+        if not others:
+            continue
+        extent = me._Extent.of(others)
+        for r in (r for r in pool_rows if r.system == system):
+            low, centre, high = me._band(others, r, knobs)
+            factor = me.WIDEN_PER_EXTRAPOLATION ** len(me._extrapolations(others, r, r.pool, extent))
+            out.append((system, (centre - r.log_ratio) / factor - (centre - low),
+                        (r.log_ratio - centre) / factor - (high - centre)))
+    return out
+
+
+def _side_scores(pool_rows, knobs) -> tuple[np.ndarray, np.ndarray]:
+    scored = _scored_rows(pool_rows, knobs)
+    return np.array([lo for _, lo, _ in scored]), np.array([hi for _, _, hi in scored])
+
+
+def _rank(scores: np.ndarray, level: float) -> float:
+    """The ``ceil(level (n + 1))``-th smallest score (the largest when that rank exceeds ``n``)."""
+    n = len(scores)
+    return float(_order_statistic(scores, (min(1.0, level * (n + 1) / n),))[0])
+
+
+def _margins(mode: str) -> Callable:
+    """A pool's (lower, upper) margins: ``sym`` as shipped (the symmetric score at the 80 % rank,
+    ``sym-hf8`` the same by type 8), ``asym`` one per side at the 90 % rank (Romano et al. 2019,
+    Theorem 2), ``sign`` the 20 % shared between the sides as the pool's binding sides fall."""
+
+    @lru_cache(maxsize=4096)
+    def margins(pool_rows, knobs) -> tuple[float, float]:
+        lows, highs = _side_scores(pool_rows, knobs)
+        if not len(lows):
+            return 0.0, 0.0
+        if mode in ("sym", "sym-hf8"):
+            s = np.maximum(lows, highs)
+            level = min(1.0, (1 - ALPHA) * (len(s) + 1) / len(s))
+            m = _rank(s, 1 - ALPHA) if mode == "sym" else float(np.quantile(s, level, method="median_unbiased"))
+            return m, m
+        if mode == "asym":
+            return _rank(lows, 1 - ALPHA / 2), _rank(highs, 1 - ALPHA / 2)
+        if mode == "sign":
+            share_low = float(np.mean(lows > highs))
+            return _rank(lows, 1 - ALPHA * share_low), _rank(highs, 1 - ALPHA * (1 - share_low))
+        raise ValueError(mode)
+
+    return margins
+
+
+def _pool_samples(rows, regime, pool, knobs, matched, ids, widened) -> np.ndarray:
+    """:func:`dpsim.predict.model_error._pool_samples` with a margin per side."""
+    pool_rows = tuple(r for r in rows if r.pool == pool)
+    chosen, keys = me._select(list(pool_rows), regime, knobs.keys, knobs.min_rows)
+    matched[pool] = keys
+    widened += me._extrapolations(list(pool_rows), regime, pool)
+    ids += [r.id for r in chosen]
+    values = np.array([r.log_ratio for r in chosen])
+    centre = float(me._order_statistics(values, (0.5,))[0])
+    m_low, m_high = me._margin(pool_rows, knobs)
+    d = values - centre
+    return centre + np.where(d < 0, -np.maximum(-d + m_low, 0.0), np.where(d > 0, np.maximum(d + m_high, 0.0), 0.0))
+
+
+def _one_pool(regime, rows) -> str | None:
+    """The one pool a query's interval comes from, or None where several add (as log_interval decides)."""
+    share = regime.exposed_share if regime.fabric else 0.0
+    if share > 0 and "layout" in regime.pools and regime.fabric in {r.fabric for r in rows if r.pool == "layout"}:
+        share = 0.0
+    if len(regime.pools) == 1 and share == 0:
+        return regime.pools[0]
+    if not regime.pools and share == 1.0:
+        return me.COLLECTIVE_POOL
+    return None
+
+
+def _cv_plus(shipped_log_interval: Callable) -> Callable:
+    """V8: CQR's CV+ form over systems (Barber, Candes, Ramdas and Tibshirani 2021, "Predictive
+    inference with the jackknife+", Ann. Statist. 49(1)): row i's symmetric score added to the
+    query's band built without row i's system, the ends the ``floor(0.2 (n + 1))``-th smallest of
+    the lower ends and the ``ceil(0.8 (n + 1))``-th of the upper. A query that adds pools (five
+    layout rows) keeps the shipped form."""
+
+    @lru_cache(maxsize=4096)
+    def scores(pool_rows, knobs) -> tuple[tuple[str, float], ...]:
+        return tuple((system, max(lo, hi)) for system, lo, hi in _scored_rows(pool_rows, knobs))
+
+    def log_interval(regime, rows=None, knobs=None):
+        rows = me.load_rows()[0] if rows is None else rows
+        knobs = me.KNOBS if knobs is None else knobs
+        pool = _one_pool(regime, rows)
+        if pool is None:
+            return shipped_log_interval(regime, rows, knobs)
+        pool_rows = tuple(r for r in rows if r.pool == pool)
+        bands: dict[str, tuple[float, float, float, float]] = {}
+        lows, highs = [], []
+        for system, score in scores(pool_rows, knobs[pool]):
+            if system not in bands:
+                rest = [r for r in pool_rows if r.system != system]
+                low, centre, high = me._band(rest, regime, knobs[pool])
+                ways = len(me._extrapolations(rest, regime, pool)) + len(regime.unvalidated_fabric)
+                bands[system] = low, centre, high, me.WIDEN_PER_EXTRAPOLATION ** ways
+            low, centre, high, factor = bands[system]
+            lows.append(centre - (centre - low + score) * factor)
+            highs.append(centre + (high - centre + score) * factor)
+        n = len(lows)
+        k_low, k_high = math.floor(ALPHA * (n + 1)), math.ceil((1 - ALPHA) * (n + 1))
+        low = np.sort(lows)[k_low - 1] if k_low >= 1 else -math.inf
+        high = np.sort(highs)[k_high - 1] if k_high <= n else math.inf
+        return float(low), float(high), {}, (), ()
+
+    return log_interval
+
+
+def _query_form_margin(shipped_margin: Callable) -> Callable:
+    """V11: the layout pool's margin with each row scored on the interval its query gets (widened
+    for a fabric no collective measurement validated, the collective pool's error added where no
+    other system's layout row crossed its fabric): the smallest margin whose interval holds the
+    row, by bisection; the shipped closed form elsewhere (which is that smallest margin there)."""
+    rows, classes = me.load_rows()
+    collectives = [r for r in rows if r.pool == me.COLLECTIVE_POOL]
+
+    def interval_at(regime, layout_rows, margin: float) -> tuple[float, float]:
+        knobs = me.KNOBS["layout"]
+        chosen, _ = me._select(list(layout_rows), regime, knobs.keys, knobs.min_rows)
+        widened = list(regime.unvalidated_fabric) + me._extrapolations(list(layout_rows), regime, "layout")
+        values = np.array([r.log_ratio for r in chosen])
+        centre = float(me._order_statistics(values, (0.5,))[0])
+        step = centre + np.sign(values - centre) * np.maximum(np.abs(values - centre) + margin, 0.0)
+        share = regime.exposed_share if regime.fabric else 0.0
+        if regime.fabric in {r.fabric for r in layout_rows}:
+            share = 0.0
+        if share > 0:
+            coll = me._pool_samples(collectives, regime, me.COLLECTIVE_POOL, me.KNOBS[me.COLLECTIVE_POOL], {}, [],
+                                    widened)
+            step = np.log(np.add.outer((1 - share) * np.expm1(step), share * np.expm1(coll)).ravel() + 1.0)
+        low, centre, high = me._order_statistics(step, (me._TAILS[0], 0.5, me._TAILS[1]))
+        factor = me.WIDEN_PER_EXTRAPOLATION ** len(widened)
+        return centre - (centre - low) * factor, centre + (high - centre) * factor
+
+    @lru_cache(maxsize=4096)
+    def margin(pool_rows, knobs) -> float:
+        if not pool_rows or pool_rows[0].pool != "layout":
+            return shipped_margin(pool_rows, knobs)
+        scores = []
+        for system in {r.system for r in pool_rows}:
+            others = [r for r in pool_rows if r.system != system]
+            if not others:
+                continue
+            extent = me._Extent.of(others)
+            fabrics = {r.fabric for r in others}
+            for r in (r for r in pool_rows if r.system == system):
+                unvalidated = (f"fabric {r.fabric!r}",) if r.fabric and r.fabric not in classes else ()
+                if not unvalidated and not (r.exposed_share > 0 and r.fabric and r.fabric not in fabrics):
+                    low, centre, high = me._band(others, r, knobs)
+                    factor = me.WIDEN_PER_EXTRAPOLATION ** len(me._extrapolations(others, r, r.pool, extent))
+                    scores.append(max((centre - r.log_ratio) / factor - (centre - low),
+                                      (r.log_ratio - centre) / factor - (high - centre)))
+                    continue
+                regime = me.Regime(pools=("layout",), gpu_arch=r.gpu_arch, model_family=r.model_family,
+                                   params=r.params, gpus=r.gpus, fabric=r.fabric, exposed_share=r.exposed_share,
+                                   unvalidated_fabric=unvalidated, message_bytes=r.message_bytes,
+                                   layout_kind=r.layout_kind)
+
+                def holds(m: float) -> bool:
+                    low, high = interval_at(regime, others, m)
+                    return low <= r.log_ratio <= high
+
+                lo, hi = -1.0, 2.0  # ln units: a margin of -1 collapses every band to its median
+                if holds(lo):
+                    scores.append(lo)
+                    continue
+                for _ in range(40):
+                    mid = (lo + hi) / 2
+                    lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+                scores.append(hi)
+        return _rank(np.array(scores), me.COVERAGE)
+
+    return margin
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One registered variant: what it puts in place of the module's functions."""
+
+    label: str
+    band: Callable = _order_statistic
+    margin: str = "sym"
+    two_systems: bool = False
+    min_rows: int | None = None
+    cv_plus: bool = False
+    query_form: bool = False
+
+
+VARIANTS = {
+    "V0": Variant(label="as shipped (re-implemented: must read as the module)"),
+    "V1": Variant(label="band by Hyndman-Fan type 8", band=_hyndman_fan("median_unbiased")),
+    "V2": Variant(label="band by Hyndman-Fan type 7 (reported only)", band=_hyndman_fan("linear")),
+    "V3": Variant(label="band and margin by type 8 (reported only)", band=_hyndman_fan("median_unbiased"),
+                  margin="sym-hf8"),
+    "V4": Variant(label="band at the prediction ranks", band=_prediction_ranks),
+    "V5": Variant(label="regimes of two systems or more", two_systems=True),
+    "V6": Variant(label="one margin per side at 90 %", margin="asym"),
+    "V7": Variant(label="20 % split by the binding side", margin="sign"),
+    "V8": Variant(label="CV+ over systems (not registered beforehand)", cv_plus=True),
+    "V9": Variant(label="MIN_ROWS 11 (inverted CDF ends not the extremes)", min_rows=11),
+    "V10": Variant(label="type-8 band, MIN_ROWS 7 (its ends inside)", band=_hyndman_fan("median_unbiased"),
+                   min_rows=7),
+    "V11": Variant(label="layout scores on their queries' intervals", query_form=True),
+}
+
+
+@contextlib.contextmanager
+def installed(variant: Variant) -> Iterator[None]:
+    """The module with ``variant``'s functions in place of its own, restored on exit."""
+    names = ("_order_statistics", "_select", "_margin", "_pool_samples", "log_interval", "KNOBS")
+    saved = {name: getattr(me, name) for name in names}
+    try:
+        me._order_statistics = variant.band
+        if variant.two_systems:
+            me._select = _select_two_systems
+        if variant.min_rows is not None:
+            me.KNOBS = {pool: dataclasses.replace(k, min_rows=variant.min_rows) for pool, k in saved["KNOBS"].items()}
+        if variant.query_form:
+            me._margin = _query_form_margin(saved["_margin"])
+        else:
+            me._margin = _margins(variant.margin)
+            me._pool_samples = _pool_samples
+        if variant.cv_plus:
+            me.log_interval = _cv_plus(saved["log_interval"])
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(me, name, value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variants", nargs="*", help=f"variants to score, of {', '.join(VARIANTS)} (default: all)")
+    names = parser.parse_args().variants or list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; expected some of {', '.join(VARIANTS)}")
+    print("| variant | inside | half-width / error | compute | ddp | layout | collective |")
+    print("|---|---|---|---|---|---|---|")
+    for name in names:
+        with installed(VARIANTS[name]):
+            cov = me.loso_coverage()
+        a = cov["all"]
+        pools = " | ".join(f"{c.fraction:.1%}, {c.median_half_width / c.median_abs_error:.2f}"
+                           for p, c in cov.items() if p != "all")
+        print(f"| {name} {VARIANTS[name].label} | {a.fraction:.1%} ({a.inside}/{a.rows}) | "
+              f"{a.median_half_width:.2%} / {a.median_abs_error:.2%} = {a.median_half_width / a.median_abs_error:.3f}"
+              f" | {pools} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
