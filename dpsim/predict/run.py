@@ -154,7 +154,8 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
     if degradations and profile is None:
         # Names are given on the job's cluster: checked there once, whichever communicators they reach
         # (a layout's or a shard group's communicators see them through communicator_degradations).
-        degradation_terms(TierNetwork(topology), degradations)
+        jobs = max(1, config.cluster.jobs)  # with --jobs, node<K> counts every job's servers
+        degradation_terms(TierNetwork(Topology(spec=topology.spec, n_gpus=topology.n_gpus * jobs)), degradations)
     return GroupCollectives(topology, make, layout=layout, zero_group=par.zero_group, shard_group=shard_group)
 
 
