@@ -117,11 +117,16 @@ def test_bad_groups_are_refused_in_one_line(gpus, group, strategy, expected):
     assert expected in str(err.value) and "\n" not in str(err.value)
 
 
-def test_one_named_link_is_refused_with_a_cross_node_group():
-    with pytest.raises(ConfigError, match="--degrade: node1.nic3 names one link"):
-        predict(_job(32, 16), degradations=(parse_degradation("node1.nic3:25%"),))
-    half = predict(_job(32, 16), degradations=(parse_degradation("infiniband:50%"),))
-    assert half.step_time_s > predict(_job(32, 16)).step_time_s
+def test_one_named_link_maps_onto_the_cross_node_shard_groups_holding_it():
+    """A 16-rank shard group spans two servers: NIC 3 of node 1 is in one shard group's copy and one
+    replica group's, which then pace the step (communicator_degradations)."""
+    healthy = predict(_job(32, 16)).step_time_s
+    slow_nic = predict(_job(32, 16), degradations=(parse_degradation("node1.nic3:25%"),)).step_time_s
+    whole_class = predict(_job(32, 16), degradations=(parse_degradation("infiniband:25%"),)).step_time_s
+    assert healthy < slow_nic <= whole_class
+    assert predict(_job(32, 16), degradations=(parse_degradation("node1.nic3:100%"),)).step_time_s == healthy
+    with pytest.raises(ConfigError, match=r"^--degrade: 'node4.nic0:50%' names node 4, but there are 4 nodes"):
+        predict(_job(32, 16), degradations=(parse_degradation("node4.nic0:50%"),))
 
 
 def test_goodput_checkpoints_the_shard_group():

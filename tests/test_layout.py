@@ -457,13 +457,16 @@ def test_pipeline_parallelism_alone_on_any_block_model():
     assert p.layout.stages[-1].memory.params_per_gpu > p.layout.stages[1].memory.params_per_gpu
 
 
-def test_a_layout_with_degraded_links_is_refused():
-    """Per-rank noise works on layouts (tests/test_variability_layout.py); degraded links do not."""
+def test_a_layout_with_degraded_links_is_slower_and_reported():
+    """Degraded links reach a layout's communicators (dpsim.network.degrade.communicator_degradations)."""
     from dpsim.network.degrade import parse_degradation
     from dpsim.variability.run import predict_with_variability
     from dpsim.variability.spec import VariabilitySpec
-    with pytest.raises(ConfigError, match="--degrade: not modelled for tensor/pipeline"):
-        predict_with_variability(_layout_config(), VariabilitySpec(degradations=(parse_degradation("nvlink:50%"),)))
+    prediction, report = predict_with_variability(
+        _layout_config(), VariabilitySpec(degradations=(parse_degradation("nvlink:50%"),)))
+    effect = report.degradation
+    assert effect.step_s == prediction.step_time_s and effect.step_s > effect.healthy_step_s
+    assert report.statistics is None  # nothing spreads the steps
 
 
 def test_data_parallel_configs_keep_their_path():

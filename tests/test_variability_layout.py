@@ -208,12 +208,25 @@ def test_golden_seeded_moe_layout():
 
 # ----------------------------------------------------------------------------- inputs
 
-def test_degrade_on_a_layout_is_refused_in_one_line():
+def test_degrade_on_a_layout_goes_with_the_noise():
+    """--degrade with --noise-cv on a layout: the nominal step is the degraded one, the spread drawn on it."""
     from dpsim.network.degrade import parse_degradation
 
-    with pytest.raises(ConfigError, match=r"^--degrade: not modelled for tensor/pipeline/expert layouts") as e:
+    deg = (parse_degradation("infiniband:50%"),)
+    healthy, _ = predict_with_variability(PredictConfig(**DENSE), VariabilitySpec(noise_cv=0.05, samples=2), steps=10)
+    slow, report = predict_with_variability(PredictConfig(**DENSE), VariabilitySpec(noise_cv=0.05, samples=2,
+                                                                                     degradations=deg), steps=10)
+    assert slow.step_time_s > healthy.step_time_s
+    assert report.degradation.healthy_step_s == healthy.step_time_s
+    assert report.statistics.nominal_step_s == slow.step_time_s
+
+
+def test_a_named_link_outside_the_layout_is_refused_in_one_line():
+    from dpsim.network.degrade import parse_degradation
+
+    with pytest.raises(ConfigError, match=r"^--degrade: 'node2.nic0:50%' names node 2, but there are 2 nodes") as e:
         predict_with_variability(PredictConfig(**DENSE),
-                                 VariabilitySpec(degradations=(parse_degradation("infiniband:50%"),)))
+                                 VariabilitySpec(degradations=(parse_degradation("node2.nic0:50%"),)))
     assert "\n" not in str(e.value)
 
 
@@ -256,13 +269,13 @@ def test_cli_table_shows_routing_variability_without_noise(capsys, monkeypatch):
     assert "p50 / p90 / p99 step" in out and "layout closed form" in out
 
 
-def test_cli_degrade_on_a_layout_is_one_line(capsys):
+def test_cli_degrade_on_a_layout(capsys):
     rc = main(["predict", "--gpus", "16", "--model", "llama-2-7b", "--tp", "2", "--pp", "2", "--link", "infiniband",
-               "--degrade", "infiniband:50%"])
+               "--degrade", "infiniband:50%", "--json"])
     out, err = capsys.readouterr()
-    assert rc != 0 and "Traceback" not in out + err
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and "--degrade: not modelled for tensor/pipeline/expert layouts" in lines[0]
+    assert rc == 0, err
+    effect = json.loads(out)["variability"]["degradation"]
+    assert effect["step_s"] > effect["healthy_step_s"]
 
 
 def test_sampling_flags_stay_accepted_with_routing_variability_alone():

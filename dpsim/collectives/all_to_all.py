@@ -382,11 +382,12 @@ def _result(fab: _Fabric, algorithm: str, transfer_s: float, link_class: str, la
 
 
 def all_to_all_cost(comm: Communicator, traffic_bytes: np.ndarray, *, algorithm: str = "flat",
-                    node_dedup: float = 1.0) -> AllToAllCost:
+                    node_dedup: float = 1.0, class_factors: dict[str, float] | None = None) -> AllToAllCost:
     """The cost of one all-to-all on ``comm`` where rank ``i`` sends ``traffic_bytes[i, j]`` to
     rank ``j`` (the diagonal stays local); every flow routed on the communicator's network. With
     ``hierarchical``, ``node_dedup`` (in (0, 1]) scales what crosses between servers
-    (:func:`node_dedup_factor`)."""
+    (:func:`node_dedup_factor`). ``class_factors``: degraded links' capacity left per link class
+    (``--degrade``, :meth:`~dpsim.collectives.plan_cost.PlanEvaluator.slowest_class_factors`)."""
     check_algorithm(algorithm)
     dedup = _check_dedup(node_dedup)
     traffic = _check_traffic(comm, traffic_bytes)
@@ -398,6 +399,8 @@ def all_to_all_cost(comm: Communicator, traffic_bytes: np.ndarray, *, algorithm:
     carried, nic_time = fab.link_bytes(traffic, algorithm, dedup)
     net = fab.network
     cap = net.capacity_bytes_per_s
+    if class_factors:
+        cap = cap * np.array([class_factors.get(c, 1.0) for c in net.link_classes])[net.link_class_id]
     nic = fab.nic_mask
     busy = np.where(nic, nic_time, carried) / cap
     worst = int(np.argmax(busy))
@@ -415,12 +418,15 @@ def _family_max(inside: FamilyLoad | None, across: FamilyLoad | None, dedup: flo
 
 
 def uniform_all_to_all_cost(comm: Communicator, bytes_per_rank: float, *, load_factor: float = 1.0,
-                            algorithm: str = "flat", node_dedup: float = 1.0) -> AllToAllCost:
+                            algorithm: str = "flat", node_dedup: float = 1.0,
+                            class_factors: dict[str, float] | None = None) -> AllToAllCost:
     """The cost of an all-to-all where every rank sends ``bytes_per_rank`` spread evenly over all
     ranks (itself included: that share stays local), the busiest rank ``load_factor`` times that
     (routing imbalance: its links then pace the exchange), ``hierarchical``'s bytes between servers
     scaled by ``node_dedup``. Equal to :func:`all_to_all_cost` of the uniform matrix at
-    ``load_factor`` 1; counted by symmetry and memoised per communicator."""
+    ``load_factor`` 1; counted by symmetry and memoised per communicator. ``class_factors``: the
+    capacity ``--degrade`` leaves the slowest link of each class (every link of a family carries the
+    same bytes here, so the slowest one paces the exchange)."""
     check_algorithm(algorithm)
     dedup = _check_dedup(node_dedup)
     size = _check_positive("bytes_per_rank", bytes_per_rank, 0.0)
@@ -436,14 +442,16 @@ def uniform_all_to_all_cost(comm: Communicator, bytes_per_rank: float, *, load_f
     if not hier:
         dedup = 1.0
     if families is None:
-        cost = all_to_all_cost(comm, np.full((n, n), pair), algorithm=algorithm, node_dedup=dedup)
+        cost = all_to_all_cost(comm, np.full((n, n), pair), algorithm=algorithm, node_dedup=dedup,
+                               class_factors=class_factors)
         return cost
     msg = pair * (fab.gpn * dedup if hier else 1)
     scale = fab.nic_scale(msg)
     transfer, cls = 0.0, "none"
     for link_class, inside, across, cap, is_nic in families:
         load = _family_max(inside, across, dedup)
-        t = load * pair / (cap * (scale if is_nic else 1.0))
+        left = class_factors.get(link_class, 1.0) if class_factors else 1.0
+        t = load * pair / (cap * left * (scale if is_nic else 1.0))
         if t > transfer:
             transfer, cls = t, link_class
     inter_peers = n - fab.gpn

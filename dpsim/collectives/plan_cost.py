@@ -166,6 +166,20 @@ class PlanEvaluator:
         self.paths: dict[tuple[str, str], str] = cache["paths"]
         """How each (algorithm, op) evaluated so far was evaluated."""
 
+    def slowest_class_factors(self) -> dict[str, float]:
+        """Per link class of the network, the lowest capacity factor ``--degrade`` leaves any of its
+        links (classes with no degraded link left out): an exchange whose links of a class all carry
+        the same bytes (a uniform all-to-all, by symmetry) is paced by its slowest one."""
+        if not self._terms:
+            return {}
+        net = self.network
+        scale = np.ones(net.n_links)
+        for kind, what, f in self._terms:
+            scale[net.class_links(what) if kind == "class" else what] *= f
+        ids = net.link_class_id
+        return {cls: float(scale[ids == i].min()) for i, cls in enumerate(net.link_classes)
+                if (ids == i).any() and scale[ids == i].min() < 1.0}
+
     def _whole_cluster_reason(self) -> str | None:
         if self.network.families() is None:
             return "the network has no known symmetry (a graph searched flow by flow)"

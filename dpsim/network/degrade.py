@@ -137,15 +137,22 @@ def same_numbering(job: Topology, group: Topology) -> bool:
 
 def communicator_degradations(degradations: Sequence[LinkDegradation], job: Topology,
                               group: Topology) -> tuple[LinkDegradation, ...]:
-    """``degradations`` named on ``job``'s cluster, as seen by a hybrid-sharding communicator.
+    """``degradations`` named on ``job``'s cluster, as seen by one of its communicators.
 
-    - ``intra`` (one server standing for every server's group, which all run at once):
-      ``node<K>.gpu<J>`` becomes ``node0.gpu<J>`` (the slowest server paces the step);
-      NICs carry no intra-server traffic and are dropped.
-    - ``inter`` (one GPU per server with its share of the server's NICs, standing for the
-      ``gpus_per_node`` replica groups): ``node<K>.gpu<J>`` becomes ``node<K>.gpu0`` and
-      ``node<K>.nic<J>`` ``node<K>.nic0`` at the share left to the GPUs behind that NIC
-      (their slowest group paces the step).
+    A communicator's ``group`` stands for every copy of it, which all run the same ops at once
+    (:class:`~dpsim.collectives.groups.Communicator`): ``group.gpus_per_node`` GPUs in each of
+    ``group.n_nodes`` servers, the copies tiling the job's GPUs. Every GPU and every NIC is in one
+    copy, and a synchronous step waits for the slowest copy, so the group is costed as the copy
+    that holds the degraded link:
+
+    - ``node<K>.gpu<J>`` becomes ``node<K mod n>.gpu<J mod g>`` (``n``, ``g``: the group's servers and
+      GPUs per server; which of its own slots the slow GPU takes does not change the cost of a
+      group whose slots are alike).
+    - ``node<K>.nic<J>`` is dropped by a group inside one server (it crosses no NIC); else it becomes
+      ``node<K mod n>.nic<J mod m>`` (``m``: the group's NICs per server) when the group's NICs are
+      whole NICs of the job, or, when one group NIC carries ``r`` job NICs' bandwidth (several NICs
+      merged, :func:`~dpsim.collectives.groups._node_group`), ``node<K mod n>.nic0`` at the share
+      left, ``(r - 1 + f) / r`` (``r`` at most 1: a share of one NIC, all of it slowed by ``f``).
 
     Link classes are kept as they are.
     """
@@ -153,10 +160,8 @@ def communicator_degradations(degradations: Sequence[LinkDegradation], job: Topo
         return ()
     if same_numbering(job, group):
         return tuple(degradations)
-    intra = group.n_nodes == 1
-    gpn = job.gpus_per_node
-    fabric = job.spec.fabric
-    nics = fabric.nics_per_node if nic_fabric(fabric) else 0
+    nodes, gpn = group.n_nodes, group.gpus_per_node
+    job_fabric, fabric = job.spec.fabric, group.spec.fabric
     out = []
     for d in degradations:
         m = _NAMED_LINK.fullmatch(d.link)
@@ -165,12 +170,18 @@ def communicator_degradations(degradations: Sequence[LinkDegradation], job: Topo
             continue
         node, kind, j = int(m.group(1)), m.group(2), int(m.group(3))
         f = d.capacity_fraction
-        if intra:
-            if kind == "gpu":
-                out.append(LinkDegradation(link=f"node0.gpu{j}", capacity_fraction=f))
-        elif kind == "gpu":
-            out.append(LinkDegradation(link=f"node{node}.gpu0", capacity_fraction=f))
-        else:
-            per_gpu = nics / gpn if nics > gpn else 1.0  # NICs behind one GPU
-            out.append(LinkDegradation(link=f"node{node}.nic0", capacity_fraction=(per_gpu - 1 + f) / per_gpu))
+        # A group on every server (the node-sized default's inter) keeps the server names: with --jobs
+        # they count every job's servers.
+        node = node if nodes == job.n_nodes else node % nodes
+        if kind == "gpu":
+            out.append(LinkDegradation(link=f"node{node}.gpu{j % gpn}", capacity_fraction=f))
+        elif nodes > 1 and nic_fabric(fabric) and nic_fabric(job_fabric):
+            # How many of the job's NICs one of the group's NICs stands for.
+            r = fabric.nic_bandwidth_bytes_per_s / job_fabric.nic_bandwidth_bytes_per_s
+            if math.isclose(r, 1.0):
+                out.append(LinkDegradation(link=f"node{node}.nic{j % fabric.nics_per_node}",
+                                           capacity_fraction=f))
+            else:
+                share = (r - 1 + f) / r if r > 1 else f
+                out.append(LinkDegradation(link=f"node{node}.nic0", capacity_fraction=share))
     return tuple(out)

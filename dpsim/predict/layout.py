@@ -275,16 +275,24 @@ def expert_split(config: PredictConfig, model: ModelSpec | None = None) -> Exper
     return ExpertSplit(ep=config.parallelism.ep, etp=config.parallelism.etp, load=factor)
 
 
+def degraded_classes(collectives: GroupCollectives, name: str) -> dict[str, float] | None:
+    """The capacity ``--degrade`` leaves the slowest link of each class the ``name`` communicator's
+    copy crosses (``None`` when nothing is degraded or its model has no links, a calibrated one)."""
+    plans = getattr(collectives.group(name), "plans", None)  # NCCL's flow model; a calibrated one has none
+    return (plans.slowest_class_factors() or None) if plans is not None else None
+
+
 def context_comm_s(collectives: GroupCollectives, cost, op: str, size: float) -> float:
     """One context-parallel exchange on the ``cp`` communicator: Ulysses' head scatter
     (``all_to_all``) as the fabric's all-to-all, not a collective of OPS; the rest by ``cost``."""
     if op == "all_to_all":
-        return uniform_all_to_all_cost(collectives.communicator("cp"), size).time_s
+        return uniform_all_to_all_cost(collectives.communicator("cp"), size,
+                                       class_factors=degraded_classes(collectives, "cp")).time_s
     return cost("cp", op, size)
 
 
 def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: str, moe=None,
-                 node_limit: int | None = None) -> float:
+                 node_limit: int | None = None, class_factors: dict[str, float] | None = None) -> float:
     """One dispatch (or combine) all-to-all on the ``ep`` communicator ``comm``: the routed
     copies less what capacity drops, the busiest rank's links pacing the exchange.
 
@@ -299,7 +307,8 @@ def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: 
     permutes a row per routed copy before ``all_to_all``) moves every copy. ``node_limit``
     (``--moe-node-limit``, hierarchical only) draws a token's experts from that many of the group's
     servers (:func:`~dpsim.collectives.all_to_all.routed_spread`): fewer distinct servers, so fewer
-    bytes over the NICs, and the ranks it reaches among theirs."""
+    bytes over the NICs, and the ranks it reaches among theirs. ``class_factors``: degraded links
+    (:func:`degraded_classes`), the slowest of each class pacing the exchange."""
     dropped = load.dropped_fraction if load is not None else 0.0
     size, node_dedup = bytes_per_rank, 1.0
     if moe is not None and algorithm == "hierarchical":
@@ -311,7 +320,7 @@ def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: 
             node_dedup = min(1.0, distinct_nodes / distinct_ranks)
     return uniform_all_to_all_cost(comm, size * (1.0 - dropped),
                                    load_factor=max(1.0, load.mean_busiest_factor if load else 1.0),
-                                   algorithm=algorithm, node_dedup=node_dedup).time_s
+                                   algorithm=algorithm, node_dedup=node_dedup, class_factors=class_factors).time_s
 
 
 def expert_tp_s(cost, bytes_per_rank: float, load: RankLoad | None, etp: int) -> float:
@@ -641,9 +650,11 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     def cp_cost(op: str, size: float) -> float:
         return context_comm_s(collectives, cost, op, size)
 
+    ep_classes = degraded_classes(collectives, "ep")
+
     def ep_cost(bytes_per_rank: float) -> float:
         return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.parallelism.moe_a2a, model.moe,
-                            config.parallelism.moe_node_limit)
+                            config.parallelism.moe_node_limit, class_factors=ep_classes)
 
     def etp_cost(bytes_per_rank: float) -> float:
         return expert_tp_s(cost, bytes_per_rank, load, config.parallelism.etp)

@@ -21,7 +21,8 @@ from dpsim.engine.simulate import PlayedCollectives, played_durations
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu, power_cap_throughput
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown, offload_memory
-from dpsim.network.degrade import names_one_link
+from dpsim.network.degrade import degradation_terms
+from dpsim.network.tiers import TierNetwork
 from dpsim.strategies.offload import host_bytes_per_param, host_step_s, param_fetches
 from dpsim.predict.config import PredictConfig, capped_compute_efficiency
 from dpsim.predict.layout import (
@@ -150,13 +151,11 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
     # HSDP's and MiCS's shard group (--zero-group with fsdp-hybrid or zero3) re-forms the hybrid communicators;
     # None: one node.
     shard_group = par.zero_group if par.strategy in ("fsdp-hybrid", "zero3") and layout is None else None
-    if shard_group is not None and shard_group != min(topology.gpus_per_node, topology.n_gpus):
-        named = [d.link for d in degradations if names_one_link(d.link)]
-        if named:
-            # communicator_degradations maps one link's name onto node-sized hybrid groups only.
-            raise ConfigError(f"--degrade: {named[0]} names one link, which dpsim maps onto node-sized hybrid "
-                              f"groups only, not --zero-group {shard_group}; degrade a whole link class (e.g. "
-                              f"infiniband:50%) or leave --zero-group out")
+    if degradations and profile is None:
+        # Names are given on the job's cluster: checked there once, whichever communicators they reach
+        # (a layout's or a shard group's communicators see them through communicator_degradations).
+        jobs = max(1, config.cluster.jobs)  # with --jobs, node<K> counts every job's servers
+        degradation_terms(TierNetwork(Topology(spec=topology.spec, n_gpus=topology.n_gpus * jobs)), degradations)
     return GroupCollectives(topology, make, layout=layout, zero_group=par.zero_group, shard_group=shard_group)
 
 
@@ -241,8 +240,6 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
         clip_grad_norm=config.workload.clip_grad_norm, zero_grad_loop=config.workload.zero_grad == "zero-loop",
     )
     if config.parallelism.layout_active:
-        if degradations:
-            raise ConfigError("--degrade: not modelled with --tp/--pp (tensor/pipeline layouts); leave it out")
         check_layout(config, model, topology)
     collectives = build_collectives(config, topology, profile=profile, degradations=degradations,
                                     layout=layout_shape(config))

@@ -189,14 +189,15 @@ def _layout_with_variability(resolved, spec: VariabilitySpec, steps: int | None,
     :func:`_routing_varies`, already read)."""
     config = resolved.config
     par = config.parallelism
-    if spec.degradations:
-        # The named links are numbered on the whole cluster, not on the layout's tp/pp/ep
-        # communicators, and the MoE all-to-all's fabric cost does not scale with them.
-        raise ConfigError("--degrade: not modelled for tensor/pipeline/expert layouts (--tp/--pp/--cp/--ep above 1); "
-                          "leave it out (--noise-cv, --straggler and --hiccup-rate-per-s are)")
+    degradations = spec.degradations
     if not spec.active and routing is None:
         return predict_resolved(resolved), None
-    prediction = predict_resolved(resolved)
+    # Degraded links scale the capacities the layout's communicators are costed on
+    # (dpsim.network.degrade.communicator_degradations); the per-step spread is drawn on that step.
+    prediction = predict_resolved(resolved, degradations=degradations)
+    effect = _degradation_effect(resolved, prediction) if degradations else None
+    if not spec.per_rank and routing is None:
+        return prediction, VariabilityReport(spec=spec, degradation=effect, statistics=None)
     report = prediction.layout
     load = report.expert_load
     if load is not None and par.ep > 1 and routing is None:
@@ -217,4 +218,5 @@ def _layout_with_variability(resolved, spec: VariabilitySpec, steps: int | None,
     stats = summarise(intervals, global_batch=lay.global_batch, nominal_step_s=prediction.step_time_s,
                       confidence=spec.confidence, n_ranks=topology.n_gpus, ranks_simulated=topology.n_gpus,
                       max_front=0, seed=spec.seed)
-    return prediction, VariabilityReport(spec=spec, degradation=None, statistics=stats, layout=sync)
+    effect = _degradation_effect(resolved, prediction) if degradations else None
+    return prediction, VariabilityReport(spec=spec, degradation=effect, statistics=stats, layout=sync)
