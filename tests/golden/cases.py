@@ -200,6 +200,9 @@ def layout_cases() -> dict[str, list[str]]:
         # groups of 4 data-parallel ranks, gradient shards all-reduced across the 4 groups.
         "hsdp-tp-pp": ["--gpus", "128", "--link", "infiniband", *llama7, "--tp", "4", "--pp", "2",
                        "--strategy", "fsdp-hybrid", "--zero-group", "4", "--global-batch", "64"],
+        # One NIC of node 3 at half rate under tp 8 x pp 2: the dp and pp copies holding it pace the step.
+        "degrade-tp-pp": ["--gpus", "64", "--link", "infiniband", "--model", "llama-2-13b", "--tp", "8", "--pp", "2",
+                          "--degrade", "node3.nic0:50%"],
         "deepspeed-pipeline": ["--gpus", "32", "--link", "ethernet", "--model", "gpt2-xl", "--micro-batch", "2",
                                "--pp", "4", "--schedule", "deepspeed", "--global-batch", "64",
                                "--no-grad-accum-fusion"],
