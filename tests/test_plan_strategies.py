@@ -137,3 +137,21 @@ def test_hsdp_under_tensor_and_pipeline_parallelism_is_searched_when_asked():
         assert pred.memory.total_bytes == e.memory_bytes
         # The closed form plays HSDP's shard-group collectives and replica all-reduces as predict's program.
         assert ESTIMATE_BOUND[0] <= e.step_time_s / pred.step_time_s <= ESTIMATE_BOUND[1], c.flags()
+
+
+# Data parallelism alone: the closed form reads low (the data-parallel engine's copy passes are not in it:
+# validation/large_model_runs.md, "planest"); these are the per-strategy floors measured there on
+# gpt2-xl, 128 H100, dp 128, micro-batch 2, global batch 512 (ddp 0.919, zero1 0.938, zero3 0.879,
+# fsdp 0.840, fsdp-hybrid 0.924), each kept a little below so that a closer estimate still passes.
+DP_ONLY_FLOOR = {"ddp": 0.91, "zero1": 0.93, "zero3": 0.87, "fsdp": 0.83, "fsdp-hybrid": 0.92}
+
+
+@pytest.mark.parametrize("strategy", sorted(DP_ONLY_FLOOR))
+def test_data_parallel_only_estimates_stay_within_their_stated_bound(strategy):
+    base = resolve(_base("gpt2-xl", micro_batch=2)).config
+    planner = Planner(base)
+    cands, _ = planner.candidates(128, global_batch=512, tps=[1], pps=[1], micro_batches=[2],
+                                  strategies=[strategy])
+    c = cands[0]
+    ratio = planner.estimate(c, global_batch=512).step_time_s / predict(c.config(base)).step_time_s
+    assert DP_ONLY_FLOOR[strategy] <= ratio <= ESTIMATE_BOUND[1]

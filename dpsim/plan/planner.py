@@ -1508,6 +1508,10 @@ class Planner:
                 total, last_one, gather_total, first_gather = self.dp_collectives(gc, c.strategy, numel0)
                 hide = per_stage[0][1] if overlap and not self._shm_after_backward(c) else 0.0
                 dp_exposed = max(last_one, total - hide)
+                # The part hidden behind the backward slows it as the engine plays compute beside a
+                # collective (overlap_contention per hidden second, as _stream_exposed charges zero3's).
+                hidden = max(0.0, total - dp_exposed)
+                dp_exposed += overlap_contention(self.base.calibration.overlap_slowdown) * hidden
                 if c.strategy in ("zero1", "fsdp"):
                     # Steady state: gathered during the next step's first forward (overlap), else after the update.
                     dp_exposed += first_gather if overlap or c.strategy == "fsdp" else gather_total
