@@ -1,0 +1,51 @@
+"""Whole-process time of `dpsim predict` per link preset and cluster size, each against the
+infiniband baseline measured in the same run (the machine is shared: wall and CPU time, median
+of repeats).
+
+    python validation/preset_speed.py [--repeats 3] [--gpus 4096,65536,1048576] [--links ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _one(gpus: int, link: str) -> tuple[float, float]:
+    """Wall and CPU seconds of one `dpsim predict` process (its children's rusage)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run([str(Path(sys.executable).with_name("dpsim")), "predict", "--gpus", str(gpus), "--link", link],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--gpus", default="4096,65536,1048576")
+    ap.add_argument("--links", default="gb200-nvl72,dgx-b200")
+    args = ap.parse_args()
+    links = ["infiniband"] + [x for x in args.links.split(",") if x and x != "infiniband"]
+    print(f"{'gpus':>9} {'link':<13} {'wall s':>7} {'cpu s':>7} {'wall/ib':>8} {'cpu/ib':>7}  (median of {args.repeats})")
+    for gpus in (int(g) for g in args.gpus.split(",")):
+        base = None
+        for link in links:
+            runs = [_one(gpus, link) for _ in range(args.repeats)]
+            wall = statistics.median(r[0] for r in runs)
+            cpu = statistics.median(r[1] for r in runs)
+            if base is None:
+                base = (wall, cpu)
+            print(f"{gpus:>9} {link:<13} {wall:7.2f} {cpu:7.2f} {wall / base[0]:8.2f} {cpu / base[1]:7.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
