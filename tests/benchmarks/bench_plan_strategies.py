@@ -9,20 +9,9 @@ seconds, imports included). Not a test: these machines are shared and noisy.
 from __future__ import annotations
 
 import collections
-import os
-import subprocess
-import sys
 import time
 
-
-def whole_process(args: list[str]) -> tuple[float, float]:
-    """Wall and CPU seconds of ``dpsim ARGS`` run as its own process (imports included)."""
-    before = os.times()
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "dpsim", *args], check=True, stdout=subprocess.DEVNULL)
-    wall = time.perf_counter() - t0
-    after = os.times()
-    return wall, (after.children_user - before.children_user) + (after.children_system - before.children_system)
+from bench_plan import whole_process  # one timer for both plan benchmarks (the script's folder is on sys.path)
 
 
 def main() -> None:
