@@ -187,7 +187,9 @@ class GeminiChunk:
     """One chunk: its parameters (registration order) and its elements, padding included."""
 
     params: tuple[str, ...]
+    """Names of the parameters it holds, in the order the model registers them."""
     numel: int
+    """Elements of the chunk, padding included (a rank keeps ``numel / world`` of a sharded chunk)."""
 
 
 def gemini_chunks(params: Sequence[ParamSpec], chunk_size: int, world: int, *, keep_gathered: bool = False
@@ -214,9 +216,13 @@ class GeminiEvent:
     of model layer ``layer``."""
 
     phase: str
+    """``forward``, ``recompute`` or ``backward``."""
     layer: int
+    """The model layer whose operation issues it."""
     op: str
+    """``all_gather``, ``reduce_scatter`` or ``all_reduce`` (a kept-gathered chunk)."""
     chunk: int
+    """Index of the chunk in :class:`GeminiPlan`'s ``chunks``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,7 +230,9 @@ class GeminiSchedule:
     """One micro-batch's collectives in issue order and the most chunk elements gathered at once."""
 
     events: tuple[GeminiEvent, ...]
+    """The collectives in issue order."""
     peak_gathered_numel: int
+    """The most chunk elements gathered at one time (what memory must hold beside the shards)."""
 
 
 _HOLD, _COMPUTE, _HOLD_AFTER_BWD, _READY = "hold", "compute", "hold_after_bwd", "ready"
@@ -284,10 +292,15 @@ class GeminiPlan:
     """Gemini's chunks for one model on ``world`` ranks and one micro-batch's schedule."""
 
     chunk_size: int
+    """Elements per chunk, as the plugin's chunk-size search picks it."""
     keep_gathered: bool
+    """Whether every parameter sits in one chunk kept whole on each rank (no sharding)."""
     chunks: tuple[GeminiChunk, ...]
+    """The chunks in registration order."""
     schedule: GeminiSchedule
+    """One micro-batch's collectives."""
     world: int
+    """Ranks the chunks are sharded over."""
 
     @property
     def shard_numel(self) -> int:
