@@ -130,15 +130,19 @@ from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, reco
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
 from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, dualpipe_stage_times,
                                       extra_warmup, gradient_buckets, schedule_slots)
+from dpsim.strategies.ddp_costs import ddp_buckets, ddp_costs
 from dpsim.strategies.deepspeed_fetch import backward_gather_numel
 from dpsim.strategies.registry import UNIT_STRATEGIES, unsharded_accumulation, zero_shard_group
-from dpsim.strategies.shards import wrap_units
+from dpsim.strategies.sharded import unit_copies
+from dpsim.strategies.shards import (deepspeed_partition_numel, deepspeed_reduce_bucket_elements, unit_shard_numel,
+                                     wrap_units)
+from dpsim.strategies.zero import deepspeed_buckets
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
-from dpsim.workload.fp8 import caches_fp8_weights
+from dpsim.workload.fp8 import caches_fp8_weights, gathered_weight_bytes, layers_fp8_weight_numel
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.routing import parse_routing
 from dpsim.workload.spec import ModelSpec, is_mtp_unit
@@ -837,17 +841,19 @@ class Planner:
             hit = self._steady["units"] = (tuple(u for u in units if u.params and u.numel), names)
         return hit
 
-    def unit_dp(self, c: Candidate, m: int, compute_s: float) -> tuple[float, float]:
-        """Data parallelism alone under ``zero3`` or ``fsdp-hybrid``: ``(exposed collectives, optimizer
-        share of the parameters)`` in closed form from the step ``predict``'s unit program plays
-        (:func:`~dpsim.strategies.sharded._unit_program`): each micro-batch gathers every unit for its
-        forward and again for its backward (FSDP keeps the root; DeepSpeed re-gathers only what its
+    def unit_dp(self, c: Candidate, m: int, compute_s: float) -> tuple[float, float, float]:
+        """Data parallelism alone under ``zero3``, ``fsdp`` or ``fsdp-hybrid``: ``(exposed collectives, optimizer
+        share of the parameters, the strategy's copy passes)`` in closed form from the step ``predict``'s unit
+        program plays (:func:`~dpsim.strategies.sharded._unit_program`): each micro-batch gathers every unit for
+        its forward and again for its backward (FSDP keeps the root; DeepSpeed re-gathers only what its
         reuse distance freed, :func:`~dpsim.strategies.deepspeed_fetch.backward_gather_numel`) and
         reduce-scatters each unit's gradient (every micro-batch, or at the last one under FSDP1's
         ``no_sync``, :func:`~dpsim.strategies.registry.unsharded_accumulation`), HSDP then all-reducing the
-        gradient shard over its replica group (``inter``). All of it on one stream beside ``compute_s``
-        per micro-batch: the step waits for the first unit's gather, the last reduction (the first
-        unit's, after the backward) and whatever the stream needs beyond the compute."""
+        gradient shard over its replica group (``inter``). All of it on one stream beside the compute
+        (``compute_s`` per micro-batch and the memory-bound passes around the collectives that the program
+        charges to the compute stream, :func:`~dpsim.strategies.sharded.unit_copies`, returned as seconds per
+        step): the step waits for the first unit's gather, the last reduction (the first unit's, after the
+        backward) and whatever the stream needs beyond the compute."""
         units, names = self.units()
         hybrid = c.strategy == "fsdp-hybrid"
         world = zero_shard_group(c.strategy, c.dp, self.topology(c.gpus).gpus_per_node, c.zero_group)
@@ -869,10 +875,86 @@ class Planner:
                   + (self.cost(gc, "inter", "all_reduce", -(-u.numel // world) * g) if hybrid and replicas > 1
                      else 0.0) for u in units]
         p = self.base.parallelism
-        syncs = 1 if unsharded_accumulation(c.strategy, m, p.fsdp_version, p.fsdp_accumulate) else m
+        sharded_accumulation = not unsharded_accumulation(c.strategy, m, p.fsdp_version, p.fsdp_accumulate)
+        syncs = m if sharded_accumulation else 1
+        # The program's copy passes (the same per-unit costing): around every gather (forward, and the
+        # backward's re-gathers), in every backward, around each reduce-scatter, and each later micro-batch's
+        # reduce-scatter adding into the gradient shard.
+        copies = self.unit_copies(c.strategy, world)
+        copies_s = (m * (sum(copies.gather.get(u.name, 0.0) for u in units)
+                         + sum(copies.gather.get(u.name, 0.0) for u in units if bwd[u.name] > 0)
+                         + sum(copies.backward.values()))
+                    + syncs * sum(copies.scatter.values())
+                    + (m - 1 if sharded_accumulation else 0) * sum(copies.accumulate.values()))
         total = m * (sum(gather_fwd) + gather_bwd) + syncs * sum(reduce)
         head, tail = (gather_fwd[0], reduce[0]) if units else (0.0, 0.0)
-        return self._stream_exposed(head, tail, total, m * compute_s), sum(-(-u.numel // world) for u in units)
+        exposed = self._stream_exposed(head, tail, total, m * compute_s + copies_s)
+        return exposed, sum(-(-u.numel // world) for u in units), copies_s
+
+    def unit_copies(self, strategy: str, world: int):
+        """Per wrap unit, the copy passes ``strategy`` runs over ``world`` shard ranks (predict's
+        :func:`~dpsim.strategies.sharded.unit_copies`, on the job's GPU; cached)."""
+        p = self.base.parallelism
+        key = ("copies", strategy, world, p.fsdp_version)
+        hit = self._steady.get(key)
+        if hit is None:
+            units, _ = self.units()
+            shard = {u.name: unit_shard_numel(u.params, world, p.fsdp_version) for u in units}
+            gathered = {u.name: gathered_weight_bytes(shard[u.name] * world,
+                                                      layers_fp8_weight_numel(self.model, u.layers),
+                                                      self.precision.weight_bytes, self.precision.fp8)
+                        for u in units}
+            hit = self._steady[key] = unit_copies(strategy, units, shard, world, precision=self.precision,
+                                                  gpu=self.gpu, fsdp_version=p.fsdp_version, gathered=gathered)
+        return hit
+
+    def flat_dp(self, c: Candidate, gc: GroupCollectives, m: int, backward_s: float) -> tuple[float, float]:
+        """Data parallelism alone under ``ddp`` or DeepSpeed's ``zero1``: ``(exposed seconds, the strategy's
+        own compute per step)`` in closed form from the step predict's program plays. ``ddp``
+        (:func:`~dpsim.strategies.ddp.ddp_program`): DDP's buckets (:func:`~dpsim.strategies.ddp_costs.ddp_buckets`)
+        all-reduced as the last of ``m`` backwards (``backward_s``) fills them, its own work
+        (:func:`~dpsim.strategies.ddp_costs.ddp_costs`: copies into the buckets during that backward, the
+        forward wrappers, the buffer broadcast) on the compute stream and its copies back after the last
+        all-reduce. ``zero1`` (:func:`~dpsim.strategies.zero._zero12_program`): DeepSpeed's 5e8-element
+        buckets (:func:`~dpsim.strategies.zero.deepspeed_buckets`) reduce-scattered, the optimizer, then the
+        whole updated 16-bit buffer all-gathered before the step ends (exposed). The collectives hidden
+        behind the backward slow it (``overlap_contention`` per hidden second, as the engine plays compute
+        beside a collective)."""
+        options = self.base.gradients.ddp_options()
+        cap = self.base.gradients.bucket_cap_mb
+        key = ("flat", id(gc), c.strategy, c.overlap(self.base), self._shm_after_backward(c))
+        hit = self._steady.get(key)
+        if hit is None:
+            g, w = self.precision.grad_bytes, self.precision.weight_bytes
+            gather = compute = after = before = 0.0
+            if c.strategy == "ddp":
+                plan = ddp_buckets(self.model, self.precision.grad_dtype, options, bucket_cap_mb=cap)
+                costs = ddp_costs(self.model, plan, self.gpu, self.precision.grad_dtype, options)
+                ops = [sum(self.cost(gc, "dp", "all_reduce", st.size_bytes) for st in h.stages if st.size_bytes > 0)
+                       for h in costs.hooks]
+                # In the synchronising backward: the copies in and the hook's kernels; each micro-batch's
+                # forward wrapper (below, times m); before the first forward the buffers' broadcast and copies.
+                compute = sum(costs.copy_in_s.values()) + costs.hooks_s + costs.unused_search_s
+                before = (costs.buffer_flatten_s + costs.buffer_unflatten_s
+                          + (self.cost(gc, "dp", "broadcast", costs.buffer_bytes) if costs.buffer_bytes > 0 else 0.0))
+                after = sum(costs.copy_out_s)
+                per_mb = costs.pre_forward_s
+            else:
+                order = list(self.model.grad_ready_params) if c.overlap(self.base) else list(self.model.params)
+                buckets = deepspeed_buckets(order, deepspeed_reduce_bucket_elements(cap, g))
+                padded = deepspeed_partition_numel(self.model.param_count, c.dp) * c.dp
+                sizes = [sum(q.numel for q in bk) for bk in buckets]
+                sizes[-1] += padded - self.model.param_count
+                ops = [self.cost(gc, "dp", "reduce_scatter", n * g) for n in sizes]
+                gather = self.cost(gc, "dp", "all_gather", padded * w)
+                per_mb = 0.0
+            hit = self._steady[key] = (sum(ops), ops[-1] if ops else 0.0, compute, before, after, gather, per_mb)
+        total, last_one, compute, before, after, gather, per_mb = hit
+        overlap = c.overlap(self.base) and not self._shm_after_backward(c)
+        hide = backward_s + compute if overlap else 0.0
+        exposed = max(last_one, total - hide)
+        exposed += overlap_contention(self.base.calibration.overlap_slowdown) * max(0.0, total - exposed)
+        return exposed + before + after + gather, compute + m * per_mb
 
     def _stream_exposed(self, head: float, tail: float, total: float, compute_s: float) -> float:
         """Collectives of ``total`` seconds on one stream beside ``compute_s`` of compute, the first
@@ -1498,11 +1580,17 @@ class Planner:
         per_stage = self.stage_sums(tab, assignment)
         overlap = c.overlap(self.base)
         critical = 0
-        if not c.sharded and c.strategy in ("zero3", "fsdp-hybrid"):
-            dp_exposed, owned = self.unit_dp(c, m, x[0])
+        # Data parallelism alone: the strategy's own compute-stream work per step (copies, DDP's wrappers),
+        # which predict's data-parallel programs charge beside the layer compute.
+        dp_compute = 0.0
+        if not c.sharded and c.strategy in ("zero3", "fsdp", "fsdp-hybrid"):
+            dp_exposed, owned, dp_compute = self.unit_dp(c, m, x[0])
             optimizer = per_param * owned
         elif not c.sharded:
-            if grad_group > 1:
+            if grad_group > 1 and (c.strategy == "ddp" or self.base.parallelism.zero_impl == "deepspeed"):
+                # Data parallelism alone (predict plays the data-parallel engine): its buckets and copies.
+                dp_exposed, dp_compute = self.flat_dp(c, gc, m, per_stage[0][1])
+            elif grad_group > 1:
                 # Data parallelism alone (predict plays the data-parallel engine): stage 0's buckets as before;
                 # plain DDP over NCCL's SHM transport all-reduces after the backward (as predict).
                 total, last_one, gather_total, first_gather = self.dp_collectives(gc, c.strategy, numel0)
@@ -1558,6 +1646,7 @@ class Planner:
             # What the step waits for of the updates after the exposed reductions: the latest-ending
             # stage's update, less its lead on the exposed reductions (none when it is stage 0's).
             optimizer = tail[2] + (tail[1] - reduce_exposed)
+        pipe += dp_compute
         if dual:
             compute_k = sum(n * sum(tab.compute[i] for i in layers) for layers, n in stage_chunks[critical])
             tp_exposed_k = sum(n * sum(tab.tp_exposed[i] for i in layers) for layers, n in stage_chunks[critical])
@@ -1565,7 +1654,7 @@ class Planner:
             compute_k = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p + critical])
             tp_exposed_k = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p + critical])
         # Its chunks' once-a-step FP8 weight casts (LayerWork.first_forward_s) are its compute too.
-        compute_k += sum(tab.first_forward[i] for layers in assignment[critical] for i in layers)
+        compute_k += sum(tab.first_forward[i] for layers in assignment[critical] for i in layers) + dp_compute
         if dual:
             # The two parameter copies' gradients summed between each stage and its mirror after the
             # last backward, behind the stage's data-parallel collectives (the embedding's among them):
