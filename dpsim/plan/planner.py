@@ -841,7 +841,7 @@ class Planner:
             hit = self._steady["units"] = (tuple(u for u in units if u.params and u.numel), names)
         return hit
 
-    def unit_dp(self, c: Candidate, m: int, compute_s: float) -> tuple[float, float, float]:
+    def unit_dp(self, c: Candidate, m: int, forward_s: float, backward_s: float) -> tuple[float, float, float]:
         """Data parallelism alone under ``zero3``, ``fsdp`` or ``fsdp-hybrid``: ``(exposed collectives, optimizer
         share of the parameters, the strategy's copy passes)`` in closed form from the step ``predict``'s unit
         program plays (:func:`~dpsim.strategies.sharded._unit_program`): each micro-batch gathers every unit for
@@ -850,10 +850,13 @@ class Planner:
         reduce-scatters each unit's gradient (every micro-batch, or at the last one under FSDP1's
         ``no_sync``, :func:`~dpsim.strategies.registry.unsharded_accumulation`), HSDP then all-reducing the
         gradient shard over its replica group (``inter``). All of it on one stream beside the compute
-        (``compute_s`` per micro-batch and the memory-bound passes around the collectives that the program
-        charges to the compute stream, :func:`~dpsim.strategies.sharded.unit_copies`, returned as seconds per
-        step): the step waits for the first unit's gather, the last reduction (the first unit's, after the
-        backward) and whatever the stream needs beyond the compute."""
+        (``forward_s`` and ``backward_s`` per micro-batch and the memory-bound passes around the collectives
+        that the program charges to the compute stream, :func:`~dpsim.strategies.sharded.unit_copies`, returned
+        as seconds per step): the step waits for the first unit's gather, the last reduction (the first unit's,
+        after the backward) and whatever the stream needs beyond the compute of each phase. Forward and
+        backward are costed apart: a forward's gathers run at most one unit ahead of it (``limit_all_gathers``)
+        and queue behind the previous backward's reductions in the one stream, so a forward with compute to
+        spare cannot hide a backward's excess (HSDP's slow replica all-reduces beside its fast gathers)."""
         units, names = self.units()
         hybrid = c.strategy == "fsdp-hybrid"
         world = zero_shard_group(c.strategy, c.dp, self.topology(c.gpus).gpus_per_node, c.zero_group)
@@ -881,15 +884,33 @@ class Planner:
         # backward's re-gathers), in every backward, around each reduce-scatter, and each later micro-batch's
         # reduce-scatter adding into the gradient shard.
         copies = self.unit_copies(c.strategy, world)
-        copies_s = (m * (sum(copies.gather.get(u.name, 0.0) for u in units)
-                         + sum(copies.gather.get(u.name, 0.0) for u in units if bwd[u.name] > 0)
-                         + sum(copies.backward.values()))
-                    + syncs * sum(copies.scatter.values())
-                    + (m - 1 if sharded_accumulation else 0) * sum(copies.accumulate.values()))
-        total = m * (sum(gather_fwd) + gather_bwd) + syncs * sum(reduce)
+        copy_fwd = sum(copies.gather.get(u.name, 0.0) for u in units)
+        copy_bwd = sum(copies.gather.get(u.name, 0.0) for u in units if bwd[u.name] > 0) + sum(copies.backward.values())
+        # A reducing backward's passes; under sharded accumulation all but the step's first add into the shard.
+        copy_sync = sum(copies.scatter.values()) + (
+            (m - 1) / m * sum(copies.accumulate.values()) if sharded_accumulation else 0.0)
+        copies_s = m * (copy_fwd + copy_bwd) + syncs * copy_sync
         head, tail = (gather_fwd[0], reduce[0]) if units else (0.0, 0.0)
-        exposed = self._stream_exposed(head, tail, total, m * compute_s + copies_s)
+        # Per micro-batch and phase, its collectives beside its compute: every forward gathers (the step's
+        # first waits for the first unit's), every backward re-gathers, and the reducing ones (the last
+        # only, under no_sync) reduce too, the last reduction left after the step's last backward.
+        fwd_comm, fwd_compute = sum(gather_fwd), forward_s + copy_fwd
+        sync_comm, sync_compute = gather_bwd + sum(reduce), backward_s + copy_bwd + copy_sync
+        phase = self._phase_exposed
+        exposed = (head + phase(fwd_comm - head, fwd_compute) + (m - 1) * phase(fwd_comm, fwd_compute)
+                   + tail + phase(sync_comm - tail, sync_compute) + (syncs - 1) * phase(sync_comm, sync_compute)
+                   + (m - syncs) * phase(gather_bwd, backward_s + copy_bwd))
         return exposed, sum(-(-u.numel // world) for u in units), copies_s
+
+    def _phase_exposed(self, comm_s: float, compute_s: float) -> float:
+        """``comm_s`` of collectives on one stream beside ``compute_s`` of compute, both starting together:
+        how much longer than the compute the two take. The engine runs compute ``1 + s`` times slower
+        beside a collective (``overlap_slowdown``), so the compute loses
+        :func:`~dpsim.strategies.layout.overlap_contention` per second of collective beside it, unless the
+        collectives outlast it anyway."""
+        if comm_s <= 0.0:
+            return 0.0
+        return max(comm_s - compute_s, overlap_contention(self.base.calibration.overlap_slowdown) * comm_s)
 
     def unit_copies(self, strategy: str, world: int):
         """Per wrap unit, the copy passes ``strategy`` runs over ``world`` shard ranks (predict's
@@ -952,8 +973,8 @@ class Planner:
         total, last_one, compute, before, after, gather, per_mb = hit
         overlap = c.overlap(self.base) and not self._shm_after_backward(c)
         hide = backward_s + compute if overlap else 0.0
-        exposed = max(last_one, total - hide)
-        exposed += overlap_contention(self.base.calibration.overlap_slowdown) * max(0.0, total - exposed)
+        # The last bucket leaves after the backward; the rest beside it (_phase_exposed).
+        exposed = last_one + self._phase_exposed(total - last_one, hide) if overlap else total
         return exposed + before + after + gather, compute + m * per_mb
 
     def _stream_exposed(self, head: float, tail: float, total: float, compute_s: float) -> float:
@@ -1584,7 +1605,7 @@ class Planner:
         # which predict's data-parallel programs charge beside the layer compute.
         dp_compute = 0.0
         if not c.sharded and c.strategy in ("zero3", "fsdp", "fsdp-hybrid"):
-            dp_exposed, owned, dp_compute = self.unit_dp(c, m, x[0])
+            dp_exposed, owned, dp_compute = self.unit_dp(c, m, per_stage[0][0], per_stage[0][1])
             optimizer = per_param * owned
         elif not c.sharded:
             if grad_group > 1 and (c.strategy == "ddp" or self.base.parallelism.zero_impl == "deepspeed"):
