@@ -929,32 +929,36 @@ class Planner:
                                                   gpu=self.gpu, fsdp_version=p.fsdp_version, gathered=gathered)
         return hit
 
-    def flat_dp(self, c: Candidate, gc: GroupCollectives, m: int, backward_s: float) -> tuple[float, float]:
+    def flat_dp(self, c: Candidate, gc: GroupCollectives, m: int, backward: Sequence[float]) -> tuple[float, float]:
         """Data parallelism alone under ``ddp`` or DeepSpeed's ``zero1``: ``(exposed seconds, the strategy's
         own compute per step)`` in closed form from the step predict's program plays. ``ddp``
         (:func:`~dpsim.strategies.ddp.ddp_program`): DDP's buckets (:func:`~dpsim.strategies.ddp_costs.ddp_buckets`)
-        all-reduced as the last of ``m`` backwards (``backward_s``) fills them, its own work
-        (:func:`~dpsim.strategies.ddp_costs.ddp_costs`: copies into the buckets during that backward, the
-        forward wrappers, the buffer broadcast) on the compute stream and its copies back after the last
-        all-reduce. ``zero1`` (:func:`~dpsim.strategies.zero._zero12_program`): DeepSpeed's 5e8-element
-        buckets (:func:`~dpsim.strategies.zero.deepspeed_buckets`) reduce-scattered, the optimizer, then the
-        whole updated 16-bit buffer all-gathered before the step ends (exposed). The collectives hidden
-        behind the backward slow it (``overlap_contention`` per hidden second, as the engine plays compute
-        beside a collective)."""
-        options = self.base.gradients.ddp_options()
-        cap = self.base.gradients.bucket_cap_mb
-        key = ("flat", id(gc), c.strategy, c.overlap(self.base), self._shm_after_backward(c))
+        all-reduced as the last of ``m`` backwards (``backward``: one micro-batch's, per model layer) fills
+        them, its own work (:func:`~dpsim.strategies.ddp_costs.ddp_costs`: copies into the buckets during that
+        backward, the forward wrappers, the buffer broadcast) on the compute stream and its copies back after
+        the last all-reduce. ``zero1`` (:func:`~dpsim.strategies.zero._zero12_program`): DeepSpeed's
+        5e8-element buckets (:func:`~dpsim.strategies.zero.deepspeed_buckets`) reduce-scattered, the optimizer,
+        then the whole updated 16-bit buffer all-gathered before the step ends (exposed). Each bucket leaves
+        once the backward has passed the layer of its first parameter (:func:`~dpsim.strategies.program._bucket_launch_points`' rule;
+        DeepSpeed's buckets are few and large, so when they leave matters), one after the other on one
+        stream; the backward runs slower beside them (``overlap_contention``)."""
+        overlap = c.overlap(self.base) and not self._shm_after_backward(c)
+        key = ("flat", id(gc), c.strategy, c.overlap(self.base))
         hit = self._steady.get(key)
         if hit is None:
+            options = self.base.gradients.ddp_options()
+            cap = self.base.gradients.bucket_cap_mb
             g, w = self.precision.grad_bytes, self.precision.weight_bytes
-            gather = compute = after = before = 0.0
+            owner = self.model.layer_index_by_param()
+            gather = compute = after = before = per_mb = 0.0
             if c.strategy == "ddp":
                 plan = ddp_buckets(self.model, self.precision.grad_dtype, options, bucket_cap_mb=cap)
                 costs = ddp_costs(self.model, plan, self.gpu, self.precision.grad_dtype, options)
                 ops = [sum(self.cost(gc, "dp", "all_reduce", st.size_bytes) for st in h.stages if st.size_bytes > 0)
                        for h in costs.hooks]
+                layers = [min(owner[n] for n in bk.param_names) for bk in plan.buckets]
                 # In the synchronising backward: the copies in and the hook's kernels; each micro-batch's
-                # forward wrapper (below, times m); before the first forward the buffers' broadcast and copies.
+                # forward wrapper; before the first forward the buffers' broadcast and copies.
                 compute = sum(costs.copy_in_s.values()) + costs.hooks_s + costs.unused_search_s
                 before = (costs.buffer_flatten_s + costs.buffer_unflatten_s
                           + (self.cost(gc, "dp", "broadcast", costs.buffer_bytes) if costs.buffer_bytes > 0 else 0.0))
@@ -967,14 +971,38 @@ class Planner:
                 sizes = [sum(q.numel for q in bk) for bk in buckets]
                 sizes[-1] += padded - self.model.param_count
                 ops = [self.cost(gc, "dp", "reduce_scatter", n * g) for n in sizes]
+                layers = [min(owner[q.name] for q in bk) for bk in buckets]
                 gather = self.cost(gc, "dp", "all_gather", padded * w)
-                per_mb = 0.0
-            hit = self._steady[key] = (sum(ops), ops[-1] if ops else 0.0, compute, before, after, gather, per_mb)
-        total, last_one, compute, before, after, gather, per_mb = hit
-        overlap = c.overlap(self.base) and not self._shm_after_backward(c)
-        hide = backward_s + compute if overlap else 0.0
-        # The last bucket leaves after the backward; the rest beside it (_phase_exposed).
-        exposed = last_one + self._phase_exposed(total - last_one, hide) if overlap else total
+            hit = self._steady[key] = (tuple(zip(layers, ops)), compute, before, after, gather, per_mb)
+        buckets, compute, before, after, gather, per_mb = hit
+        total = sum(op for _, op in buckets)
+        n = len(self.model.layers)
+        hide = sum(backward) + compute
+        if overlap and len(backward) == n and hide > 0:
+            # Backward runs from the last layer down: when it has passed each layer (DDP's copies spread alike).
+            done, elapsed = [0.0] * n, 0.0
+            for i in range(n - 1, -1, -1):
+                elapsed += backward[i]
+                done[i] = elapsed
+            scale = hide / elapsed if elapsed > 0 else 1.0
+            contention = overlap_contention(self.base.calibration.overlap_slowdown)
+
+            def stream_end(stretch: float) -> float:
+                t = 0.0
+                for layer, op in buckets:
+                    t = max(t, done[layer] * scale * stretch) + op
+                return t
+
+            # The backward slowed by the collectives it runs beside (those done before it ends), then the
+            # buckets leaving from the slowed backward.
+            beside = total - max(0.0, stream_end(1.0) - hide)
+            slowed = hide + contention * beside
+            exposed = max(stream_end(slowed / hide), slowed) - hide
+        elif overlap:
+            last_one = buckets[-1][1] if buckets else 0.0
+            exposed = last_one + self._phase_exposed(total - last_one, hide)
+        else:
+            exposed = total
         return exposed + before + after + gather, compute + m * per_mb
 
     def _stream_exposed(self, head: float, tail: float, total: float, compute_s: float) -> float:
@@ -1610,7 +1638,7 @@ class Planner:
         elif not c.sharded:
             if grad_group > 1 and (c.strategy == "ddp" or self.base.parallelism.zero_impl == "deepspeed"):
                 # Data parallelism alone (predict plays the data-parallel engine): its buckets and copies.
-                dp_exposed, dp_compute = self.flat_dp(c, gc, m, per_stage[0][1])
+                dp_exposed, dp_compute = self.flat_dp(c, gc, m, tab.backward)
             elif grad_group > 1:
                 # Data parallelism alone (predict plays the data-parallel engine): stage 0's buckets as before;
                 # plain DDP over NCCL's SHM transport all-reduces after the backward (as predict).
