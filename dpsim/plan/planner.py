@@ -939,9 +939,10 @@ class Planner:
         the last all-reduce. ``zero1`` (:func:`~dpsim.strategies.zero._zero12_program`): DeepSpeed's
         5e8-element buckets (:func:`~dpsim.strategies.zero.deepspeed_buckets`) reduce-scattered, the optimizer,
         then the whole updated 16-bit buffer all-gathered before the step ends (exposed). Each bucket leaves
-        once the backward has passed the layer of its first parameter (:func:`~dpsim.strategies.program._bucket_launch_points`' rule;
-        DeepSpeed's buckets are few and large, so when they leave matters), one after the other on one
-        stream; the backward runs slower beside them (``overlap_contention``)."""
+        once the backward has passed the layer of its first parameter (the rule of
+        :func:`~dpsim.strategies.program._bucket_launch_points`; DeepSpeed's buckets are few and large, so
+        when they leave matters), one after the other on one stream; the backward runs slower beside them
+        (``overlap_contention``)."""
         overlap = c.overlap(self.base) and not self._shm_after_backward(c)
         key = ("flat", id(gc), c.strategy, c.overlap(self.base))
         hit = self._steady.get(key)
