@@ -36,6 +36,11 @@ al. 2021, Sec. 2.2: ``(m + (p-1)/v)·X`` for uniform stages) plus ``2(p·v - 1)`
 (activations in, gradients out), then the data-parallel collectives the last
 micro-batch's backward cannot hide, the tied-embedding all-reduce and the optimizer (each stage
 its own parameters', :func:`~dpsim.predict.layout.stage_optimizer_s`: the latest-ending stage decides).
+With data parallelism alone, ``predict`` plays the data-parallel strategies' own programs, and so does the
+closed form: :meth:`Planner.unit_dp` (``zero3``, ``fsdp``, ``fsdp-hybrid``: per-unit gathers and reductions
+beside each forward and backward, and the copy passes :func:`~dpsim.strategies.sharded.unit_copies` charges)
+and :meth:`Planner.flat_dp` (``ddp``, ``zero1``: their own buckets as the backward releases them, DDP's
+copies, ZeRO-1's parameter all-gather after the update).
 The compute, waits and bubble reported are the critical stage's, as in ``predict``.
 Collective models are built once per communicator shape and every cost is memoised.
 The interleaved schedule's steady state is paced step by step by the heaviest pair any stage
@@ -177,9 +182,12 @@ ESTIMATE_BOUND = (0.94, 1.06)
 by ``validation/plan_estimate_check.py`` (2026-12-06, 168 layouts of Llama-3-70B and 405B,
 Mixtral-8x7B and DeepSeek-V3 on 1,024 to 16,384 H100s, the fastest estimates and a seeded draw of
 the rest: 0.943 to 1.051, validation/large_model_runs.md "plan's estimate against its simulation"),
-rounded outward to two decimals. Only the high end decides what is simulated: a layout estimated at ``e``
-simulates in no less than ``e / 1.06``, so once that is slower than the best simulated layout, it
-and every later estimate cannot beat it."""
+rounded outward to two decimals. Data parallelism alone (:meth:`Planner.unit_dp`, :meth:`Planner.flat_dp`)
+measured apart (validation/large_model_runs.md "planest2": ddp, zero1, zero3, fsdp, fsdp-hybrid on GPT-2
+Large/XL, Llama-2-7B/13B and Llama-3-8B, 8 to 512 GPUs, InfiniBand, Ethernet and five more presets, with
+and without full recomputation; 150 layouts, ``--data-parallel``): 0.973 to 1.005. Only the high end
+decides what is simulated: a layout estimated at ``e`` simulates in no less than ``e / 1.06``, so once
+that is slower than the best simulated layout, it and every later estimate cannot beat it."""
 
 DEFAULT_VERIFY = 64
 """Most layouts simulated (``--verify``): more than the bound leaves in the searches measured
