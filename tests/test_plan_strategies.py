@@ -4,6 +4,8 @@ layouts real runs use"): DeepSpeed ZeRO-3 without pipeline stages or expert para
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from dpsim.errors import ConfigError
@@ -139,19 +141,39 @@ def test_hsdp_under_tensor_and_pipeline_parallelism_is_searched_when_asked():
         assert ESTIMATE_BOUND[0] <= e.step_time_s / pred.step_time_s <= ESTIMATE_BOUND[1], c.flags()
 
 
-# Data parallelism alone: the closed form reads low (the data-parallel engine's copy passes are not in it:
-# validation/large_model_runs.md, "planest"); these are the per-strategy floors measured there on
-# gpt2-xl, 128 H100, dp 128, micro-batch 2, global batch 512 (ddp 0.919, zero1 0.938, zero3 0.879,
-# fsdp 0.840, fsdp-hybrid 0.924), each kept a little below so that a closer estimate still passes.
-DP_ONLY_FLOOR = {"ddp": 0.91, "zero1": 0.93, "zero3": 0.87, "fsdp": 0.83, "fsdp-hybrid": 0.92}
+# Data parallelism alone: the closed form charges what predict's data-parallel programs charge (their
+# buckets, copy passes and exposed parameter all-gather: Planner.unit_dp and Planner.flat_dp), so every
+# strategy's estimate is within the bound the layouts' is (validation/large_model_runs.md, "planest2":
+# 0.98-1.00 on these cases and 0.98-1.004 on the wider grid there). The cases: gpt2-xl on 128 H100s over
+# InfiniBand (the case the per-strategy floors were once stated on), Llama-2-7B on 256 over Ethernet with
+# full activation checkpointing (communication-bound: HSDP's replica all-reduces outlast its backward) and
+# Llama-2-13B on 512 over InfiniBand with it (slow lane); ddp fits the first only.
+DP_ONLY_STRATEGIES = ("ddp", "zero1", "zero3", "fsdp", "fsdp-hybrid")
+DP_ONLY_CASES = {
+    "gpt2-xl-128-ib": dict(model="gpt2-xl", link="infiniband", gpus=128, global_batch=512, micro_batch=2,
+                           recompute="off"),
+    "llama-2-7b-256-eth-ac": dict(model="llama-2-7b", link="ethernet", gpus=256, global_batch=1024, micro_batch=2,
+                                  recompute="full"),
+    "llama-2-13b-512-ib-ac": dict(model="llama-2-13b", link="infiniband", gpus=512, global_batch=1024,
+                                  micro_batch=2, recompute="full"),
+}
 
 
-@pytest.mark.parametrize("strategy", sorted(DP_ONLY_FLOOR))
-def test_data_parallel_only_estimates_stay_within_their_stated_bound(strategy):
-    base = resolve(_base("gpt2-xl", micro_batch=2)).config
+@pytest.mark.parametrize("case", [pytest.param(k, marks=pytest.mark.slow) if k.startswith("llama-2-13b") else k
+                                  for k in sorted(DP_ONLY_CASES)])
+@pytest.mark.parametrize("strategy", DP_ONLY_STRATEGIES)
+def test_data_parallel_only_estimates_stay_within_the_estimate_bound(case, strategy):
+    k = DP_ONLY_CASES[case]
+    base = resolve(PredictConfig(model=k["model"], link=k["link"], precision="bf16-mixed",
+                                 micro_batch=k["micro_batch"])).config
     planner = Planner(base)
-    cands, _ = planner.candidates(128, global_batch=512, tps=[1], pps=[1], micro_batches=[2],
-                                  strategies=[strategy])
-    c = cands[0]
-    ratio = planner.estimate(c, global_batch=512).step_time_s / predict(c.config(base)).step_time_s
-    assert DP_ONLY_FLOOR[strategy] <= ratio <= ESTIMATE_BOUND[1]
+    cands, _ = planner.candidates(k["gpus"], global_batch=k["global_batch"], tps=[1], pps=[1],
+                                  micro_batches=[k["micro_batch"]], recomputes=[k["recompute"]], strategies=[strategy])
+    assert cands
+    c = cands[0]  # fsdp-hybrid: the smallest shard group (one server)
+    e = planner.estimate(c, global_batch=k["global_batch"])
+    if math.isinf(e.step_time_s):
+        assert strategy == "ddp" and case != "gpt2-xl-128-ib", c.flags()  # the whole state on every GPU
+        return
+    ratio = e.step_time_s / predict(c.config(base)).step_time_s
+    assert ESTIMATE_BOUND[0] <= ratio <= ESTIMATE_BOUND[1], (c.flags(), ratio)

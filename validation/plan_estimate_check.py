@@ -8,6 +8,9 @@ fastest estimates and ``--sample`` more drawn at random (seeded) are simulated b
 (the pipeline engine). Printed: per job and over all of them, the distribution of estimate /
 simulation (below 1: the closed form is optimistic), and the layouts furthest off.
 
+With ``--data-parallel``, data parallelism alone (:data:`DATA_PARALLEL_JOBS`: 1.5B to 13B models on 8 to 512
+GPUs of seven presets, with and without full recomputation), every strategy and HSDP shard group that fits.
+
 With ``--exhaustive``, small searches (:data:`EXHAUSTIVE_JOBS`: dense models on 64 and 256 GPUs, mixtures
 of experts with and without dense first blocks) are simulated layout by layout, every one that fits
 (:func:`exhaustive`): the ratio over all of them, and whether ``plan``'s pruned ranking
@@ -63,6 +66,53 @@ EXHAUSTIVE_JOBS = (
 )
 """(model, GPUs, global batch, the search's restrictions): small enough to simulate every layout
 that fits (~70-200 each)."""
+
+
+DATA_PARALLEL_JOBS = (
+    ("gpt2-xl", "infiniband", 128, 512, 2, "off"),
+    ("gpt2-xl", "ethernet", 64, 512, 2, "off"),
+    ("gpt2-xl", "infiniband", 256, 2048, 4, "full"),
+    ("gpt2-large", "ethernet", 128, 1024, 4, "full"),
+    ("gpt2-xl", "pcie", 8, 64, 2, "off"),
+    ("gpt2-large", "nvlink", 8, 64, 4, "full"),
+    ("gpt2-xl", "aws-p5", 64, 512, 4, "off"),
+    ("gpt2-large", "dgx-a100", 32, 256, 8, "off"),
+    ("llama-2-7b", "infiniband", 64, 256, 1, "off"),
+    ("llama-2-7b", "infiniband", 64, 256, 2, "full"),
+    ("llama-2-7b", "infiniband", 64, 1024, 1, "off"),
+    ("llama-2-7b", "ethernet", 256, 512, 1, "off"),
+    ("llama-2-7b", "ethernet", 256, 1024, 2, "full"),
+    ("llama-2-7b", "ethernet", 128, 1024, 1, "full"),
+    ("llama-2-7b", "dgx-b200", 256, 1024, 2, "full"),
+    ("llama-3-8b", "infiniband", 128, 512, 1, "full"),
+    ("llama-3-8b", "infiniband", 512, 1024, 1, "full"),
+    ("llama-2-13b", "infiniband", 512, 1024, 1, "off"),
+    ("llama-2-13b", "infiniband", 512, 1024, 2, "full"),
+    ("llama-2-13b", "ethernet", 128, 512, 1, "full"),
+    ("llama-2-13b", "ethernet", 256, 512, 1, "full"),
+)
+"""(model, preset, GPUs, global batch, micro-batch, recomputation) of the ``--data-parallel`` check: data
+parallelism alone (``tp = pp = 1``), every strategy ``plan`` searches there (``fsdp`` too, and ``fsdp-hybrid``
+over each shard group), ``bf16-mixed``; the layouts whose state does not fit are left out (``ddp`` fits only
+the GPT-2 ones)."""
+DATA_PARALLEL_STRATEGIES = ("ddp", "zero1", "zero3", "fsdp", "fsdp-hybrid")
+
+
+def data_parallel(model: str, link: str, gpus: int, global_batch: int, micro_batch: int, recompute: str
+                  ) -> list[dict]:
+    """Rows as :func:`check_job`'s for every data-parallel-only layout of one :data:`DATA_PARALLEL_JOBS` job."""
+    base = resolve(PredictConfig(model=model, link=link, precision="bf16-mixed", micro_batch=micro_batch)).config
+    planner = Planner(base)
+    cands, _ = planner.candidates(gpus, global_batch=global_batch, tps=[1], pps=[1], micro_batches=[micro_batch],
+                                  recomputes=[recompute], strategies=DATA_PARALLEL_STRATEGIES)
+    rows = []
+    for e in (planner.estimate(c, global_batch=global_batch) for c in cands):
+        if not e.fits:
+            continue
+        sim = predict(e.candidate.config(base)).step_time_s
+        rows.append({"model": f"{model} {link}", "gpus": gpus, "flags": e.candidate.flags(), "top": False,
+                     "estimate_s": e.step_time_s, "simulated_s": sim, "ratio": e.step_time_s / sim})
+    return rows
 
 
 def job_base(model: str) -> PredictConfig:
@@ -140,9 +190,15 @@ def main(argv=None) -> None:
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--exhaustive", action="store_true",
                     help="simulate every fitting layout of the small searches (EXHAUSTIVE_JOBS) and check plan's first row")
+    ap.add_argument("--data-parallel", action="store_true",
+                    help="data parallelism alone: every strategy on each of DATA_PARALLEL_JOBS")
     args = ap.parse_args(argv)
     only = set(args.only.split(",")) if args.only else None
     rows = []
+    if args.data_parallel:
+        for job in DATA_PARALLEL_JOBS:
+            if not only or job[0] in only:
+                rows += data_parallel(*job)
     if args.exhaustive:
         for model, gpus, gb, search in EXHAUSTIVE_JOBS:
             if only and model not in only:
@@ -158,7 +214,7 @@ def main(argv=None) -> None:
             for r in job_rows:
                 del r["candidate"]
             rows += job_rows
-    for model, gpus, gb in () if args.exhaustive else JOBS:
+    for model, gpus, gb in () if args.exhaustive or args.data_parallel else JOBS:
         if only and model not in only:
             continue
         rows += check_job(model, gpus, gb, best=args.best, sample=args.sample, seed=args.seed)

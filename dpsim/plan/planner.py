@@ -36,6 +36,11 @@ al. 2021, Sec. 2.2: ``(m + (p-1)/v)·X`` for uniform stages) plus ``2(p·v - 1)`
 (activations in, gradients out), then the data-parallel collectives the last
 micro-batch's backward cannot hide, the tied-embedding all-reduce and the optimizer (each stage
 its own parameters', :func:`~dpsim.predict.layout.stage_optimizer_s`: the latest-ending stage decides).
+With data parallelism alone, ``predict`` plays the data-parallel strategies' own programs, and so does the
+closed form: :meth:`Planner.unit_dp` (``zero3``, ``fsdp``, ``fsdp-hybrid``: per-unit gathers and reductions
+beside each forward and backward, and the copy passes :func:`~dpsim.strategies.sharded.unit_copies` charges)
+and :meth:`Planner.flat_dp` (``ddp``, ``zero1``: their own buckets as the backward releases them, DDP's
+copies, ZeRO-1's parameter all-gather after the update).
 The compute, waits and bubble reported are the critical stage's, as in ``predict``.
 Collective models are built once per communicator shape and every cost is memoised.
 The interleaved schedule's steady state is paced step by step by the heaviest pair any stage
@@ -130,15 +135,19 @@ from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, reco
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
 from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, dualpipe_stage_times,
                                       extra_warmup, gradient_buckets, schedule_slots)
+from dpsim.strategies.ddp_costs import ddp_buckets, ddp_costs
 from dpsim.strategies.deepspeed_fetch import backward_gather_numel
 from dpsim.strategies.registry import UNIT_STRATEGIES, unsharded_accumulation, zero_shard_group
-from dpsim.strategies.shards import wrap_units
+from dpsim.strategies.sharded import unit_copies
+from dpsim.strategies.shards import (deepspeed_partition_numel, deepspeed_reduce_bucket_elements, unit_shard_numel,
+                                     wrap_units)
+from dpsim.strategies.zero import deepspeed_buckets
 from dpsim.strategies.tensor import NO_EXPERT_SPLIT, ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
-from dpsim.workload.fp8 import caches_fp8_weights
+from dpsim.workload.fp8 import caches_fp8_weights, gathered_weight_bytes, layers_fp8_weight_numel
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.routing import parse_routing
 from dpsim.workload.spec import ModelSpec, is_mtp_unit
@@ -173,9 +182,12 @@ ESTIMATE_BOUND = (0.94, 1.06)
 by ``validation/plan_estimate_check.py`` (2026-12-06, 168 layouts of Llama-3-70B and 405B,
 Mixtral-8x7B and DeepSeek-V3 on 1,024 to 16,384 H100s, the fastest estimates and a seeded draw of
 the rest: 0.943 to 1.051, validation/large_model_runs.md "plan's estimate against its simulation"),
-rounded outward to two decimals. Only the high end decides what is simulated: a layout estimated at ``e``
-simulates in no less than ``e / 1.06``, so once that is slower than the best simulated layout, it
-and every later estimate cannot beat it."""
+rounded outward to two decimals. Data parallelism alone (:meth:`Planner.unit_dp`, :meth:`Planner.flat_dp`)
+measured apart (validation/large_model_runs.md "planest2": ddp, zero1, zero3, fsdp, fsdp-hybrid on GPT-2
+Large/XL, Llama-2-7B/13B and Llama-3-8B, 8 to 512 GPUs, InfiniBand, Ethernet and five more presets, with
+and without full recomputation; 150 layouts, ``--data-parallel``): 0.973 to 1.005. Only the high end
+decides what is simulated: a layout estimated at ``e`` simulates in no less than ``e / 1.06``, so once
+that is slower than the best simulated layout, it and every later estimate cannot beat it."""
 
 DEFAULT_VERIFY = 64
 """Most layouts simulated (``--verify``): more than the bound leaves in the searches measured
@@ -837,17 +849,22 @@ class Planner:
             hit = self._steady["units"] = (tuple(u for u in units if u.params and u.numel), names)
         return hit
 
-    def unit_dp(self, c: Candidate, m: int, compute_s: float) -> tuple[float, float]:
-        """Data parallelism alone under ``zero3`` or ``fsdp-hybrid``: ``(exposed collectives, optimizer
-        share of the parameters)`` in closed form from the step ``predict``'s unit program plays
-        (:func:`~dpsim.strategies.sharded._unit_program`): each micro-batch gathers every unit for its
-        forward and again for its backward (FSDP keeps the root; DeepSpeed re-gathers only what its
+    def unit_dp(self, c: Candidate, m: int, forward_s: float, backward_s: float) -> tuple[float, float, float]:
+        """Data parallelism alone under ``zero3``, ``fsdp`` or ``fsdp-hybrid``: ``(exposed collectives, optimizer
+        share of the parameters, the strategy's copy passes)`` in closed form from the step ``predict``'s unit
+        program plays (:func:`~dpsim.strategies.sharded._unit_program`): each micro-batch gathers every unit for
+        its forward and again for its backward (FSDP keeps the root; DeepSpeed re-gathers only what its
         reuse distance freed, :func:`~dpsim.strategies.deepspeed_fetch.backward_gather_numel`) and
         reduce-scatters each unit's gradient (every micro-batch, or at the last one under FSDP1's
         ``no_sync``, :func:`~dpsim.strategies.registry.unsharded_accumulation`), HSDP then all-reducing the
-        gradient shard over its replica group (``inter``). All of it on one stream beside ``compute_s``
-        per micro-batch: the step waits for the first unit's gather, the last reduction (the first
-        unit's, after the backward) and whatever the stream needs beyond the compute."""
+        gradient shard over its replica group (``inter``). All of it on one stream beside the compute
+        (``forward_s`` and ``backward_s`` per micro-batch and the memory-bound passes around the collectives
+        that the program charges to the compute stream, :func:`~dpsim.strategies.sharded.unit_copies`, returned
+        as seconds per step): the step waits for the first unit's gather, the last reduction (the first unit's,
+        after the backward) and whatever the stream needs beyond the compute of each phase. Forward and
+        backward are costed apart: a forward's gathers run at most one unit ahead of it (``limit_all_gathers``)
+        and queue behind the previous backward's reductions in the one stream, so a forward with compute to
+        spare cannot hide a backward's excess (HSDP's slow replica all-reduces beside its fast gathers)."""
         units, names = self.units()
         hybrid = c.strategy == "fsdp-hybrid"
         world = zero_shard_group(c.strategy, c.dp, self.topology(c.gpus).gpus_per_node, c.zero_group)
@@ -869,10 +886,133 @@ class Planner:
                   + (self.cost(gc, "inter", "all_reduce", -(-u.numel // world) * g) if hybrid and replicas > 1
                      else 0.0) for u in units]
         p = self.base.parallelism
-        syncs = 1 if unsharded_accumulation(c.strategy, m, p.fsdp_version, p.fsdp_accumulate) else m
-        total = m * (sum(gather_fwd) + gather_bwd) + syncs * sum(reduce)
+        sharded_accumulation = not unsharded_accumulation(c.strategy, m, p.fsdp_version, p.fsdp_accumulate)
+        syncs = m if sharded_accumulation else 1
+        # The program's copy passes (the same per-unit costing): around every gather (forward, and the
+        # backward's re-gathers), in every backward, around each reduce-scatter, and each later micro-batch's
+        # reduce-scatter adding into the gradient shard.
+        copies = self.unit_copies(c.strategy, world)
+        copy_fwd = sum(copies.gather.get(u.name, 0.0) for u in units)
+        copy_bwd = sum(copies.gather.get(u.name, 0.0) for u in units if bwd[u.name] > 0) + sum(copies.backward.values())
+        # A reducing backward's passes; under sharded accumulation all but the step's first add into the shard.
+        copy_sync = sum(copies.scatter.values()) + (
+            (m - 1) / m * sum(copies.accumulate.values()) if sharded_accumulation else 0.0)
+        copies_s = m * (copy_fwd + copy_bwd) + syncs * copy_sync
         head, tail = (gather_fwd[0], reduce[0]) if units else (0.0, 0.0)
-        return self._stream_exposed(head, tail, total, m * compute_s), sum(-(-u.numel // world) for u in units)
+        # Per micro-batch and phase, its collectives beside its compute: every forward gathers (the step's
+        # first waits for the first unit's), every backward re-gathers, and the reducing ones (the last
+        # only, under no_sync) reduce too, the last reduction left after the step's last backward.
+        fwd_comm, fwd_compute = sum(gather_fwd), forward_s + copy_fwd
+        sync_comm, sync_compute = gather_bwd + sum(reduce), backward_s + copy_bwd + copy_sync
+        phase = self._phase_exposed
+        exposed = (head + phase(fwd_comm - head, fwd_compute) + (m - 1) * phase(fwd_comm, fwd_compute)
+                   + tail + phase(sync_comm - tail, sync_compute) + (syncs - 1) * phase(sync_comm, sync_compute)
+                   + (m - syncs) * phase(gather_bwd, backward_s + copy_bwd))
+        return exposed, sum(-(-u.numel // world) for u in units), copies_s
+
+    def _phase_exposed(self, comm_s: float, compute_s: float) -> float:
+        """``comm_s`` of collectives on one stream beside ``compute_s`` of compute, both starting together:
+        how much longer than the compute the two take. The engine runs compute ``1 + s`` times slower
+        beside a collective (``overlap_slowdown``), so the compute loses
+        :func:`~dpsim.strategies.layout.overlap_contention` per second of collective beside it, unless the
+        collectives outlast it anyway."""
+        if comm_s <= 0.0:
+            return 0.0
+        return max(comm_s - compute_s, overlap_contention(self.base.calibration.overlap_slowdown) * comm_s)
+
+    def unit_copies(self, strategy: str, world: int):
+        """Per wrap unit, the copy passes ``strategy`` runs over ``world`` shard ranks (predict's
+        :func:`~dpsim.strategies.sharded.unit_copies`, on the job's GPU; cached)."""
+        p = self.base.parallelism
+        key = ("copies", strategy, world, p.fsdp_version)
+        hit = self._steady.get(key)
+        if hit is None:
+            units, _ = self.units()
+            shard = {u.name: unit_shard_numel(u.params, world, p.fsdp_version) for u in units}
+            gathered = {u.name: gathered_weight_bytes(shard[u.name] * world,
+                                                      layers_fp8_weight_numel(self.model, u.layers),
+                                                      self.precision.weight_bytes, self.precision.fp8)
+                        for u in units}
+            hit = self._steady[key] = unit_copies(strategy, units, shard, world, precision=self.precision,
+                                                  gpu=self.gpu, fsdp_version=p.fsdp_version, gathered=gathered)
+        return hit
+
+    def flat_dp(self, c: Candidate, gc: GroupCollectives, m: int, backward: Sequence[float]) -> tuple[float, float]:
+        """Data parallelism alone under ``ddp`` or DeepSpeed's ``zero1``: ``(exposed seconds, the strategy's
+        own compute per step)`` in closed form from the step predict's program plays. ``ddp``
+        (:func:`~dpsim.strategies.ddp.ddp_program`): DDP's buckets (:func:`~dpsim.strategies.ddp_costs.ddp_buckets`)
+        all-reduced as the last of ``m`` backwards (``backward``: one micro-batch's, per model layer) fills
+        them, its own work (:func:`~dpsim.strategies.ddp_costs.ddp_costs`: copies into the buckets during that
+        backward, the forward wrappers, the buffer broadcast) on the compute stream and its copies back after
+        the last all-reduce. ``zero1`` (:func:`~dpsim.strategies.zero._zero12_program`): DeepSpeed's
+        5e8-element buckets (:func:`~dpsim.strategies.zero.deepspeed_buckets`) reduce-scattered, the optimizer,
+        then the whole updated 16-bit buffer all-gathered before the step ends (exposed). Each bucket leaves
+        once the backward has passed the layer of its first parameter (the rule of
+        :func:`~dpsim.strategies.program._bucket_launch_points`; DeepSpeed's buckets are few and large, so
+        when they leave matters), one after the other on one stream; the backward runs slower beside them
+        (``overlap_contention``)."""
+        overlap = c.overlap(self.base) and not self._shm_after_backward(c)
+        key = ("flat", id(gc), c.strategy, c.overlap(self.base))
+        hit = self._steady.get(key)
+        if hit is None:
+            options = self.base.gradients.ddp_options()
+            cap = self.base.gradients.bucket_cap_mb
+            g, w = self.precision.grad_bytes, self.precision.weight_bytes
+            owner = self.model.layer_index_by_param()
+            gather = compute = after = before = per_mb = 0.0
+            if c.strategy == "ddp":
+                plan = ddp_buckets(self.model, self.precision.grad_dtype, options, bucket_cap_mb=cap)
+                costs = ddp_costs(self.model, plan, self.gpu, self.precision.grad_dtype, options)
+                ops = [sum(self.cost(gc, "dp", "all_reduce", st.size_bytes) for st in h.stages if st.size_bytes > 0)
+                       for h in costs.hooks]
+                layers = [min(owner[n] for n in bk.param_names) for bk in plan.buckets]
+                # In the synchronising backward: the copies in and the hook's kernels; each micro-batch's
+                # forward wrapper; before the first forward the buffers' broadcast and copies.
+                compute = sum(costs.copy_in_s.values()) + costs.hooks_s + costs.unused_search_s
+                before = (costs.buffer_flatten_s + costs.buffer_unflatten_s
+                          + (self.cost(gc, "dp", "broadcast", costs.buffer_bytes) if costs.buffer_bytes > 0 else 0.0))
+                after = sum(costs.copy_out_s)
+                per_mb = costs.pre_forward_s
+            else:
+                order = list(self.model.grad_ready_params) if c.overlap(self.base) else list(self.model.params)
+                buckets = deepspeed_buckets(order, deepspeed_reduce_bucket_elements(cap, g))
+                padded = deepspeed_partition_numel(self.model.param_count, c.dp) * c.dp
+                sizes = [sum(q.numel for q in bk) for bk in buckets]
+                sizes[-1] += padded - self.model.param_count
+                ops = [self.cost(gc, "dp", "reduce_scatter", n * g) for n in sizes]
+                layers = [min(owner[q.name] for q in bk) for bk in buckets]
+                gather = self.cost(gc, "dp", "all_gather", padded * w)
+            hit = self._steady[key] = (tuple(zip(layers, ops)), compute, before, after, gather, per_mb)
+        buckets, compute, before, after, gather, per_mb = hit
+        total = sum(op for _, op in buckets)
+        n = len(self.model.layers)
+        hide = sum(backward) + compute
+        if overlap and len(backward) == n and hide > 0:
+            # Backward runs from the last layer down: when it has passed each layer (DDP's copies spread alike).
+            done, elapsed = [0.0] * n, 0.0
+            for i in range(n - 1, -1, -1):
+                elapsed += backward[i]
+                done[i] = elapsed
+            scale = hide / elapsed if elapsed > 0 else 1.0
+            contention = overlap_contention(self.base.calibration.overlap_slowdown)
+
+            def stream_end(stretch: float) -> float:
+                t = 0.0
+                for layer, op in buckets:
+                    t = max(t, done[layer] * scale * stretch) + op
+                return t
+
+            # The backward slowed by the collectives it runs beside (those done before it ends), then the
+            # buckets leaving from the slowed backward.
+            beside = total - max(0.0, stream_end(1.0) - hide)
+            slowed = hide + contention * beside
+            exposed = max(stream_end(slowed / hide), slowed) - hide
+        elif overlap:
+            last_one = buckets[-1][1] if buckets else 0.0
+            exposed = last_one + self._phase_exposed(total - last_one, hide)
+        else:
+            exposed = total
+        return exposed + before + after + gather, compute + m * per_mb
 
     def _stream_exposed(self, head: float, tail: float, total: float, compute_s: float) -> float:
         """Collectives of ``total`` seconds on one stream beside ``compute_s`` of compute, the first
@@ -1498,11 +1638,17 @@ class Planner:
         per_stage = self.stage_sums(tab, assignment)
         overlap = c.overlap(self.base)
         critical = 0
-        if not c.sharded and c.strategy in ("zero3", "fsdp-hybrid"):
-            dp_exposed, owned = self.unit_dp(c, m, x[0])
+        # Data parallelism alone: the strategy's own compute-stream work per step (copies, DDP's wrappers),
+        # which predict's data-parallel programs charge beside the layer compute.
+        dp_compute = 0.0
+        if not c.sharded and c.strategy in ("zero3", "fsdp", "fsdp-hybrid"):
+            dp_exposed, owned, dp_compute = self.unit_dp(c, m, per_stage[0][0], per_stage[0][1])
             optimizer = per_param * owned
         elif not c.sharded:
-            if grad_group > 1:
+            if grad_group > 1 and (c.strategy == "ddp" or self.base.parallelism.zero_impl == "deepspeed"):
+                # Data parallelism alone (predict plays the data-parallel engine): its buckets and copies.
+                dp_exposed, dp_compute = self.flat_dp(c, gc, m, tab.backward)
+            elif grad_group > 1:
                 # Data parallelism alone (predict plays the data-parallel engine): stage 0's buckets as before;
                 # plain DDP over NCCL's SHM transport all-reduces after the backward (as predict).
                 total, last_one, gather_total, first_gather = self.dp_collectives(gc, c.strategy, numel0)
@@ -1558,6 +1704,7 @@ class Planner:
             # What the step waits for of the updates after the exposed reductions: the latest-ending
             # stage's update, less its lead on the exposed reductions (none when it is stage 0's).
             optimizer = tail[2] + (tail[1] - reduce_exposed)
+        pipe += dp_compute
         if dual:
             compute_k = sum(n * sum(tab.compute[i] for i in layers) for layers, n in stage_chunks[critical])
             tp_exposed_k = sum(n * sum(tab.tp_exposed[i] for i in layers) for layers, n in stage_chunks[critical])
@@ -1565,7 +1712,7 @@ class Planner:
             compute_k = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p + critical])
             tp_exposed_k = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p + critical])
         # Its chunks' once-a-step FP8 weight casts (LayerWork.first_forward_s) are its compute too.
-        compute_k += sum(tab.first_forward[i] for layers in assignment[critical] for i in layers)
+        compute_k += sum(tab.first_forward[i] for layers in assignment[critical] for i in layers) + dp_compute
         if dual:
             # The two parameter copies' gradients summed between each stage and its mirror after the
             # last backward, behind the stage's data-parallel collectives (the embedding's among them):

@@ -132,6 +132,8 @@ from dpsim.workload.fp8 import (
     layers_fp8_weight_numel,
     runs_in_fp8,
 )
+from dpsim.hardware import GpuSpec
+from dpsim.workload.precision import Precision
 from dpsim.workload.roofline import Efficiencies, memory_term
 
 
@@ -178,9 +180,8 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
     reduce_every_micro_batch = not request.unsharded_accumulation
     # Share of each unit's gathered bytes its backward all-gathers (FSDP: all of it, once).
     bwd_size = _deepspeed_backward_share(request, units, unit_of_layer) if key == "zero3" else {}
-    copies = (_zero3_copies(request, units, shard, world) if key == "zero3"
-              else _fsdp2_copies(request, units, shard, world, gathered) if request.fsdp_version == "2"
-              else _fsdp1_copies(request, units, shard, world))
+    copies = unit_copies(key, units, shard, world, precision=precision, gpu=request.compute_gpu,
+                         efficiencies=request.efficiencies, fsdp_version=request.fsdp_version, gathered=gathered)
     copies_s = 0.0
     group = "intra" if hybrid else "world"
     recompute = _recompute_starts(request.checkpoint_units, request.recompute_share)
@@ -340,22 +341,39 @@ class _Copies:
     """Added to a reduce-scatter after the step's first: its output summed into the gradient shard."""
 
 
-def _staging(request: BuildRequest):
+def unit_copies(key: str, units, shard: dict[str, int], world: int, *, precision: Precision,
+                gpu: GpuSpec | None, efficiencies: Efficiencies | None = None, fsdp_version: str = "1",
+                gathered: dict[str, float] | None = None) -> _Copies:
+    """Per unit, the memory-bound passes strategy ``key`` runs around its collectives on the compute
+    stream (:func:`_zero3_copies`, :func:`_fsdp2_copies`, :func:`_fsdp1_copies`), costed on ``gpu`` (none
+    without one): ``units`` the wrap units in forward order, ``shard`` each one's elements per rank over
+    ``world`` ranks, ``gathered`` each one's all-gather bytes (FSDP2 only). The one costing of
+    :func:`_unit_program` and of the planner's closed form (:meth:`dpsim.plan.planner.Planner.unit_dp`)."""
+    staging = _staging(precision, gpu, efficiencies)
+    if staging is None:
+        return _Copies()
+    if key == "zero3":
+        return _zero3_copies(staging, units, shard, world)
+    if fsdp_version == "2":
+        assert gathered is not None, "FSDP2's copies are sized by the gathered bytes"
+        return _fsdp2_copies(staging, units, shard, world, gathered)
+    return _fsdp1_copies(staging, units, shard, world)
+
+
+def _staging(precision: Precision, gpu: GpuSpec | None, efficiencies: Efficiencies | None):
     """``(w, g, stored, t)`` for costing a strategy's staging passes: the parameters', gradients'
     and sharded parameters' bytes per element, and ``t(bytes)``, the seconds one kernel takes to
-    stream them through the compute GPU's memory; ``None`` without a GPU to cost them on."""
-    if request.compute_gpu is None:
+    stream them through ``gpu``'s memory; ``None`` without a GPU to cost them on."""
+    if gpu is None:
         return None
-    eff = request.efficiencies or Efficiencies()
-    precision = request.precision
+    eff = efficiencies or Efficiencies()
     w, g = precision.weight_bytes, precision.grad_bytes
-    t = lambda size: memory_term(size, request.compute_gpu).time_s(eff) if size else 0.0  # noqa: E731
+    t = lambda size: memory_term(size, gpu).time_s(eff) if size else 0.0  # noqa: E731
     return w, g, precision.master_bytes or w, t
 
 
-def _fsdp2_copies(request: BuildRequest, units, shard: dict[str, int], world: int, gathered: dict[str, float]
-                  ) -> _Copies:
-    """FSDP2's copies (none without a GPU to cost them on). All-gather: the copy-in
+def _fsdp2_copies(staging, units, shard: dict[str, int], world: int, gathered: dict[str, float]) -> _Copies:
+    """FSDP2's copies (``staging``: :func:`_staging`'s). All-gather: the copy-in
     (``foreach_all_gather``: ``_get_param_all_gather_inputs`` casts the shard, kept in the unsharded
     optimizer's dtype, to the gathered dtype under a ``MixedPrecisionPolicy`` or torchao's float8
     ``fsdp_pre_all_gather``, and ``all_gather_copy_in`` copies it into the all-gather input) and the
@@ -369,9 +387,7 @@ def _fsdp2_copies(request: BuildRequest, units, shard: dict[str, int], world: in
     all-gather copy-in runs on FSDP2's all-gather copy-in stream and the reduce-scatter's work on
     its reduce-scatter stream, charged here to the compute stream they share device memory with
     (an upper bound)."""
-    out, staging = _Copies(), _staging(request)
-    if staging is None:
-        return out
+    out = _Copies()
     w, g, stored, t = staging
     for u in (u for u in units if u.params):
         n = shard[u.name]
@@ -383,8 +399,8 @@ def _fsdp2_copies(request: BuildRequest, units, shard: dict[str, int], world: in
     return out
 
 
-def _zero3_copies(request: BuildRequest, units, shard: dict[str, int], world: int) -> _Copies:
-    """DeepSpeed ZeRO-3's gradient passes (none without a GPU to cost them on), as
+def _zero3_copies(staging, units, shard: dict[str, int], world: int) -> _Copies:
+    """DeepSpeed ZeRO-3's gradient passes (``staging``: :func:`_staging`'s), as
     microsoft/DeepSpeed@ce78a632ac82 (v0.14.0) ``deepspeed/runtime/zero/stage3.py`` and
     ``runtime/comm/coalesced_collectives.py`` run them with the defaults (``contiguous_gradients``
     and ``reduce_scatter`` true, ``reduce_bucket_size`` 5e8 elements, the gradient in the model's
@@ -400,9 +416,7 @@ def _zero3_copies(request: BuildRequest, units, shard: dict[str, int], world: in
     stream (an upper bound, as FSDP's). Not costed: the gather side's copy-out
     (``AllGatherCoalescedHandle.wait``'s ``torch.cat``), which only gathers of several parameters at
     once pay."""
-    out, staging = _Copies(), _staging(request)
-    if staging is None:
-        return out
+    out = _Copies()
     _, g, _, t = staging
     passes = zero3_grad_pass_bytes([(u.name, [p.numel for p in u.params], shard[u.name]) for u in units if u.params],
                                    world, g)
@@ -464,8 +478,8 @@ def predivide_factor(world: int) -> int:
     return factor
 
 
-def _fsdp1_copies(request: BuildRequest, units, shard: dict[str, int], world: int) -> _Copies:
-    """FSDP1's gradient passes (none without a GPU to cost them on). FSDP1 runs the forward on
+def _fsdp1_copies(staging, units, shard: dict[str, int], world: int) -> _Copies:
+    """FSDP1's gradient passes (``staging``: :func:`_staging`'s). FSDP1 runs the forward on
     views of the flat parameter (``FlatParamHandle._get_unflat_views``: ``torch.split`` of it,
     each piece ``view``-ed to its parameter's shape), so every backward's ``split`` backward
     concatenates the parameters' gradients into the flat gradient (a read and a write of it in the
@@ -478,9 +492,7 @@ def _fsdp1_copies(request: BuildRequest, units, shard: dict[str, int], world: in
     all-gather first casts the shard into its low-precision copy (``_use_low_precision_shard``);
     the all-gather writes the flat parameter itself, so there is no copy-out. Costed on the compute
     stream (the reduction's run on FSDP1's post-backward stream: an upper bound, as FSDP2's)."""
-    out, staging = _Copies(), _staging(request)
-    if staging is None:
-        return out
+    out = _Copies()
     w, g, stored, t = staging
     pre = predivide_factor(world)
     for u in (u for u in units if u.params):
