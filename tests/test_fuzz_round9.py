@@ -1,0 +1,169 @@
+"""Bad inputs found by the ninth fuzz round (fuzz9): one line and exit 2, or a sane result.
+
+In-process and quick (the fast lane runs it), judged by ``fuzz_harness.check_outcome`` as the other fuzz
+suites are. Each case says what it did before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fuzz_harness import check_outcome, run_cli
+
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+SHAPE = ("transformer:hidden=1024,layers=4,heads=16,ffn=2816,vocab=32000,seq=2048,act=swiglu,norm=rmsnorm,"
+         "pos=rope")
+PREDICT = ["predict", "--gpus", "8", "--link", "nvlink", "--steps", "1"]
+
+
+def _fixture(name: str, **changes) -> dict:
+    return {**json.loads((CONFIGS / name / "config.json").read_text()), **changes}
+
+
+def _predict_config_json(tmp_path, capsys, data: dict):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    args = [*PREDICT, "--model", str(path), "--seq-len", "2048"]
+    return args, run_cli(args, capsys)
+
+
+# --- --model transformer:...: numbers that are not ASCII, refusals that named another value ------------------------
+@pytest.mark.parametrize("extra, needle", [
+    # Before: ValueError tracebacks (str.isdigit is true for a superscript two, int() refuses it).
+    ("window=²", "window=² is not valid; expected an integer from 0"),
+    ("parallel=²", "parallel=² is not valid"),
+    # Before: taken (int and float read Arabic-Indic digits).
+    ("window=١٢", "window=١٢ is not valid"),
+    ("rotary_pct=٠.٥", "rotary_pct=٠.٥ is not valid"),
+    # Before: refused naming a value the user never wrote (0.0, -0.0, inf, 10.0).
+    ("rotary_pct=1e-400", "rotary_pct=1e-400 is not valid; expected a share above 0 and at most 1"),
+    ("rotary_pct=-0", "rotary_pct=-0 is not valid"),
+    ("final_softcap=1e400", "final_softcap=1e400 is not valid; expected a cap above 0, or 0 for none"),
+    ("attn_softcap=Infinity", "attn_softcap=Infinity is not valid"),
+])
+def test_shape_numbers_are_ascii_and_named_as_given(extra, needle, capsys):
+    args = [*PREDICT, "--model", f"{SHAPE},{extra}"]
+    check_outcome(run_cli(args, capsys), args, "error", (f"--model transformer: {needle}",))
+
+
+@pytest.mark.parametrize("extra", ["window=1_024", "rotary_pct=.5", "rotary_pct=+1", "rotary_pct=2.5e-1",
+                                   "window=16,window_layers=ALTERNATE"])
+def test_shape_numbers_as_written_are_taken(extra, capsys):
+    args = [*PREDICT, "--model", f"{SHAPE},{extra}"]
+    check_outcome(run_cli(args, capsys), args, "ok")
+
+
+# --- config.json: odd values of the newer keys ------------------------------------------------------------------
+@pytest.mark.parametrize("name, changes, needle", [
+    # Before: "partial_rotary_factor=0.5 is not valid; expected a share above 0 and at most 1" for the string "0.5".
+    ("Mistral-7B-v0.1", {"partial_rotary_factor": "0.5"}, "partial_rotary_factor='0.5' is not valid"),
+    ("Mistral-7B-v0.1", {"rope_parameters": {"partial_rotary_factor": "x"}}, "partial_rotary_factor='x' is not valid"),
+    ("gemma-2-9b", {"attn_logit_softcapping": "50"}, "attn_logit_softcapping='50' is not valid"),
+    ("gpt-neox-20b", {"rotary_pct": "0.25"}, "rotary_pct='0.25' is not valid"),
+    # Before: GPT-J's rotary_dim was refused as the share it becomes ("rotary_dim=1.171875 is not valid; expected a
+    # share above 0 and at most 1"), "64" as "a field the builders do not cover", and 64.5 and true were taken.
+    ("gpt-j-6b", {"rotary_dim": 300}, "rotary_dim=300 is not valid; expected an integer from 1 to a head's width, "
+                                      "n_embd / n_head = 256"),
+    ("gpt-j-6b", {"rotary_dim": 0}, "rotary_dim=0 is not valid"),
+    ("gpt-j-6b", {"rotary_dim": 64.5}, "rotary_dim=64.5 is not valid"),
+    ("gpt-j-6b", {"rotary_dim": True}, "rotary_dim=True is not valid"),
+    ("gpt-j-6b", {"rotary_dim": "64"}, "rotary_dim='64' is not valid"),
+    # Before: num_ln_in_parallel_attn 0 under new_decoder_architecture built blocks in sequence (status 0);
+    # transformers' FalconDecoderLayer gives the MLP a norm for 1 or 2 only.
+    ("falcon-7b", {"new_decoder_architecture": True, "num_kv_heads": 71, "num_ln_in_parallel_attn": 0},
+     "num_ln_in_parallel_attn=0 is not valid; allowed: 1 (one input_layernorm both read) or 2"),
+    ("falcon-7b", {"new_decoder_architecture": True, "num_kv_heads": 71, "num_ln_in_parallel_attn": 3},
+     "num_ln_in_parallel_attn=3 is not valid"),
+    # Still refused as before.
+    ("Mistral-7B-v0.1", {"sliding_window": -1}, "sliding_window=-1 is not valid"),
+    ("Mistral-7B-v0.1", {"partial_rotary_factor": 1.5}, "partial_rotary_factor=1.5 is not valid"),
+])
+def test_config_json_odd_values_are_refused_by_their_own_name(name, changes, needle, tmp_path, capsys):
+    args, outcome = _predict_config_json(tmp_path, capsys, _fixture(name, **changes))
+    check_outcome(outcome, args, "error", ("--model", needle))
+
+
+@pytest.mark.parametrize("key", ["bias", "multi_query", "parallel_attn", "new_decoder_architecture", "alibi"])
+def test_config_json_falcon_switch_as_a_string_is_refused(key, tmp_path, capsys):
+    """Before: "false" (a JSON string) was truthy: "bias": "false" built biases on every projection,
+    "multi_query": "false" one key-value head, in silence (status 0); "alibi": "false" was refused as ALiBi."""
+    args, outcome = _predict_config_json(tmp_path, capsys, _fixture("falcon-7b", **{key: "false"}))
+    check_outcome(outcome, args, "error", (f"{key}='false' is not valid; expected true or false",))
+
+
+@pytest.mark.parametrize("changes", [{"sliding_window": None}, {"sliding_window": 0}, {"partial_rotary_factor": None},
+                                     {"partial_rotary_factor": 0.25}])
+def test_config_json_window_and_rotary_left_out_or_set_are_taken(changes, tmp_path, capsys):
+    args, outcome = _predict_config_json(tmp_path, capsys, _fixture("Mistral-7B-v0.1", **changes))
+    check_outcome(outcome, args, "ok")
+
+
+def test_config_json_falcon_new_architecture_norms_are_taken(tmp_path, capsys):
+    base = _fixture("falcon-7b", new_decoder_architecture=True, num_kv_heads=71)
+    params = []
+    for num_ln in (1, 2):
+        path = tmp_path / f"ln{num_ln}.json"
+        path.write_text(json.dumps({**base, "num_ln_in_parallel_attn": num_ln}))
+        args = [*PREDICT, "--model", str(path), "--seq-len", "2048", "--json"]
+        outcome = run_cli(args, capsys)
+        check_outcome(outcome, args, "ok")
+        params.append(json.loads(outcome.out)["param_count"])
+    assert params[1] - params[0] == 32 * 2 * 4544  # Falcon-40B's ln_attn and ln_mlp: one LayerNorm more a block
+
+
+# --- dpsim mix: the shard group of a job ------------------------------------------------------------------------
+def _mix(tmp_path, capsys, job: str):
+    path = tmp_path / "mix.yaml"
+    path.write_text("cluster: {link: infiniband, gpus: 32}\njobs:\n  - " + job + "\n")
+    args = ["mix", str(path), "--json"]
+    return args, run_cli(args, capsys)
+
+
+def test_mix_fsdp_hybrid_with_tp_takes_its_shard_group(tmp_path, capsys):
+    """Before: "jobs[0] (a): --zero-group: ... e.g. --zero-group 4", a flag the mix file had no key for."""
+    job = "{name: a, model: gpt2, gpus: 16, steps: 10, strategy: fsdp-hybrid, tp: 2%s}"
+    args, outcome = _mix(tmp_path, capsys, job % "")
+    check_outcome(outcome, args, "error", ("jobs[0].zero_group (a): jobs[0].strategy fsdp-hybrid with jobs[0].tp 2 "
+                                           "needs its shard group", "e.g. jobs[0].zero_group 4"))
+    args, outcome = _mix(tmp_path, capsys, job % ", zero_group: 4")
+    check_outcome(outcome, args, "ok")
+    args, outcome = _mix(tmp_path, capsys, job % ", zero_group: 3")
+    check_outcome(outcome, args, "error", ("jobs[0].zero_group (a): 3 does not divide the 8 data-parallel ranks",))
+
+
+@pytest.mark.parametrize("extra, expect, needles", [
+    (", strategy: zero3, zero_group: 8", "ok", ()),
+    (", strategy: zero3, zero_impl: gemini, precision: bf16-params", "ok", ()),
+    (", strategy: zero3, zero_impl: gemini", "error", ("jobs[0].precision (a): amp-bf16 is not what "
+                                                       "jobs[0].zero_impl gemini runs",)),
+    (", strategy: ddp, zero_group: 8", "error", ("jobs[0].zero_group (a): 8 applies to jobs[0].strategy fsdp-hybrid",)),
+    (", strategy: zero3, zero_group: '8'", "error", ("jobs[0].zero_group (a): '8' is not valid",)),
+])
+def test_mix_zero_keys(extra, expect, needles, tmp_path, capsys):
+    args, outcome = _mix(tmp_path, capsys, "{name: a, model: gpt2, gpus: 16, steps: 10%s}" % extra)
+    check_outcome(outcome, args, expect, needles)
+
+
+# --- a YAML input that holds no document ------------------------------------------------------------------------
+@pytest.mark.parametrize("command", [["mix", "{f}"], ["sweep", "-c", "{f}"],
+                                     ["predict", "--model", "gpt2", "--gpus", "8", "--topology", "{f}"]])
+@pytest.mark.parametrize("text", ["", "# only a comment\n"])
+def test_empty_yaml_is_named_so(command, text, tmp_path, capsys):
+    """Before: "mix: None is not valid", "the document is NoneType", "(top level): None is not valid"."""
+    path = tmp_path / "empty.yaml"
+    path.write_text(text)
+    args = [a.replace("{f}", str(path)) for a in command]
+    check_outcome(run_cli(args, capsys), args, "error",
+                  (f"{path}: holds no YAML document (the file is empty or only comments)",))
+
+
+# --- the environment ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["COLUMNS", "LINES"])
+def test_terminal_size_of_superscript_digits_is_dropped(name, monkeypatch, capsys):
+    """Before: COLUMNS=² raised ValueError in main() before any command ran (a traceback, status 1)."""
+    monkeypatch.setenv(name, "²")
+    args = [*PREDICT, "--model", "gpt2"]
+    check_outcome(run_cli(args, capsys), args, "ok")
