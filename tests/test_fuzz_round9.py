@@ -167,3 +167,27 @@ def test_terminal_size_of_superscript_digits_is_dropped(name, monkeypatch, capsy
     monkeypatch.setenv(name, "²")
     args = [*PREDICT, "--model", "gpt2"]
     check_outcome(run_cli(args, capsys), args, "ok")
+
+
+# --- --degrade of a link the job never uses ---------------------------------------------------------------------
+@pytest.mark.parametrize("gpus, link, needle", [
+    # Before: status 0 and the healthy step to the last digit (a 1-GPU job runs no collective).
+    ("1", "nvlink:10%", "--degrade: 'nvlink:10%' would change nothing: a 1-GPU job runs no collective over any link"),
+    ("1", "node0.gpu0:10%", "--degrade: 'node0.gpu0:10%' would change nothing"),
+    # Before: status 0, no effect: GPU 5 of a 4-GPU job on an 8-GPU server carries none of its traffic.
+    ("4", "node0.gpu5:10%", "--degrade: 'node0.gpu5:10%' names GPU 5, which the job does not use: its 4 GPUs of the "
+                            "server are gpu0..gpu3"),
+])
+def test_degrade_of_a_link_the_job_never_uses_is_refused(gpus, link, needle, capsys):
+    args = ["predict", "--model", "gpt2", "--link", "infiniband", "--steps", "1", "--gpus", gpus, "--degrade", link]
+    check_outcome(run_cli(args, capsys), args, "error", (needle,))
+
+
+def test_degrade_of_a_gpu_the_job_uses_slows_it(capsys):
+    steps = []
+    for extra in ([], ["--degrade", "node0.gpu3:10%"]):
+        args = ["predict", "--model", "gpt2", "--link", "infiniband", "--steps", "1", "--gpus", "4", "--json", *extra]
+        outcome = run_cli(args, capsys)
+        check_outcome(outcome, args, "ok")
+        steps.append(json.loads(outcome.out)["step_time_s"])
+    assert steps[1] > steps[0]

@@ -86,6 +86,13 @@ def degradation_terms(network, degradations: Sequence[LinkDegradation], *,
                 if j >= network.gpn:
                     raise ConfigError(f"--degrade: {deg.label!r} names GPU {j}; nodes have "
                                       f"gpu0..gpu{network.gpn - 1}")
+                # A job on part of one server (--gpus 4 of 8) uses its first GPUs: node0.gpu5 is in the
+                # model's server but carries none of the job's traffic, and was taken in silence (no effect).
+                topology = getattr(network, "topology", None)
+                used = topology.gpus_per_node if topology is not None else network.gpn
+                if j >= used:
+                    raise ConfigError(f"--degrade: {deg.label!r} names GPU {j}, which the job does not use: its "
+                                      f"{used} GPUs of the server are gpu0..gpu{used - 1}")
                 terms.append(("links", network.server_gpu_links(node, j), f))
         elif deg.link in network.link_classes:
             terms.append(("class", deg.link, f))
