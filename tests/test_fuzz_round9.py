@@ -191,3 +191,14 @@ def test_degrade_of_a_gpu_the_job_uses_slows_it(capsys):
         check_outcome(outcome, args, "ok")
         steps.append(json.loads(outcome.out)["step_time_s"])
     assert steps[1] > steps[0]
+
+
+# --- goodput --restart at its limit ---------------------------------------------------------------------------
+def test_goodput_restart_is_checked_as_given(capsys):
+    """Before: --restart 365d (the limit) was refused as "31536000.14932777 s is not valid", the checkpoint's read
+    back added to it, and 1e9h was named "3600000000000.1494 s"."""
+    args = ["goodput", "--model", "gpt2", "--link", "infiniband", "--gpus", "16", "--runs", "2", "--restart", "365d"]
+    check_outcome(run_cli(args, capsys), args, "ok")
+    args[-1] = "1e9h"
+    check_outcome(run_cli(args, capsys), args, "error", ("--restart: 3.6e+12 s is not valid; expected a duration >= 0 "
+                                                         "and <= 3.1536e+07 s (a year)",))
