@@ -49,6 +49,16 @@ def test_shape_numbers_are_ascii_and_named_as_given(extra, needle, capsys):
     check_outcome(run_cli(args, capsys), args, "error", (f"--model transformer: {needle}",))
 
 
+@pytest.mark.parametrize("extra, needle", [
+    # Before: "sandwich_norms=True is not valid" (Python's spelling; the shape and JSON write true).
+    ("sandwich_norms=true,experts=8,top_k=2,moe_ffn=512", "sandwich_norms=true is not valid"),
+    ("qk_norm=true,kv_lora_rank=512,qk_nope_head_dim=128,qk_rope_head_dim=64,v_head_dim=128", "qk_norm=true is not"),
+])
+def test_shape_booleans_are_named_as_written(extra, needle, capsys):
+    args = [*PREDICT, "--model", f"{SHAPE},{extra}"]
+    check_outcome(run_cli(args, capsys), args, "error", (needle,))
+
+
 @pytest.mark.parametrize("extra", ["window=1_024", "rotary_pct=.5", "rotary_pct=+1", "rotary_pct=2.5e-1",
                                    "window=16,window_layers=ALTERNATE"])
 def test_shape_numbers_as_written_are_taken(extra, capsys):
@@ -69,7 +79,7 @@ def test_shape_numbers_as_written_are_taken(extra, capsys):
                                       "n_embd / n_head = 256"),
     ("gpt-j-6b", {"rotary_dim": 0}, "rotary_dim=0 is not valid"),
     ("gpt-j-6b", {"rotary_dim": 64.5}, "rotary_dim=64.5 is not valid"),
-    ("gpt-j-6b", {"rotary_dim": True}, "rotary_dim=True is not valid"),
+    ("gpt-j-6b", {"rotary_dim": True}, "rotary_dim=true is not valid"),
     ("gpt-j-6b", {"rotary_dim": "64"}, "rotary_dim='64' is not valid"),
     # Before: num_ln_in_parallel_attn 0 under new_decoder_architecture built blocks in sequence (status 0);
     # transformers' FalconDecoderLayer gives the MLP a norm for 1 or 2 only.

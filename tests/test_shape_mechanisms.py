@@ -284,9 +284,9 @@ def test_gemma2_runs_under_every_layout(layout):
     ("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64,attn_softcap=-1", "attn_softcap=-1"),
     ("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64,final_softcap=x", "final_softcap=x"),
     ("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64,sandwich_norms=true,parallel=1",
-     "sandwich_norms=True"),
+     "sandwich_norms=true is"),
     ("transformer:hidden=512,layers=2,heads=8,vocab=100,seq=64,act=gelu,norm=layernorm,pos=learned,"
-     "sandwich_norms=true", "sandwich_norms=True"),
+     "sandwich_norms=true", "sandwich_norms=true is"),
 ])
 def test_gemma2_refusals_are_one_line(text, says):
     with pytest.raises(DpsimError) as err:

@@ -259,7 +259,10 @@ def _ascii_float(key: str, text: str, allowed: str, ok) -> float:
 
 
 def _shown(value: object) -> object:
-    """A field's value in a refusal: a JSON string keeps its quotes (``"0.5"`` printed as 0.5 read as valid)."""
+    """A field's value in a refusal: a JSON string keeps its quotes (``"0.5"`` printed as 0.5 read as valid), a
+    boolean is written as the shape and JSON write it (``true``, not Python's ``True``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
     return repr(value) if isinstance(value, str) else value
 
 
@@ -287,6 +290,7 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         return (names or {}).get(key, key)
 
     def fail(key: str, value: object, allowed: str) -> WorkloadError:
+        value = str(value).lower() if isinstance(value, bool) else value  # sandwich_norms=True: the shape says true
         return WorkloadError(f"{origin}: {n(key)}={value} is not valid; {allowed}")
 
     for key in _INT_FIELDS + _MOE_INT_FIELDS:  # before any division by them
