@@ -212,3 +212,18 @@ def test_goodput_restart_is_checked_as_given(capsys):
     args[-1] = "1e9h"
     check_outcome(run_cli(args, capsys), args, "error", ("--restart: 3.6e+12 s is not valid; expected a duration >= 0 "
                                                          "and <= 3.1536e+07 s (a year)",))
+
+
+@pytest.mark.parametrize("link, needle", [
+    # Before: status 0, the healthy step: 16 GPUs of nvl72-ib are one NVLink domain and talk over NVLink alone.
+    ("node0.nic0:10%", "--degrade: 'node0.nic0:10%' names NIC 0, which carries none of the job's traffic: its 4 "
+                       "servers are one NVLink domain of nvl72-ib"),
+    ("infiniband:10%", "--degrade: 'infiniband' carries none of the job's traffic"),
+    ("leaf-spine:10%", "degrade a link class they use: nvlink, nvlink-domain"),
+])
+def test_degrade_of_nics_inside_one_nvlink_domain_is_refused(link, needle, capsys):
+    topology = str(Path(__file__).parents[1] / "topologies" / "examples" / "nvl72-ib.yaml")
+    args = ["predict", "--model", "gpt2", "--topology", topology, "--steps", "1", "--gpus", "16", "--degrade", link]
+    check_outcome(run_cli(args, capsys), args, "error", (needle,))
+    args[args.index("16")] = "288"  # past one domain the NICs carry the job's traffic
+    check_outcome(run_cli(args, capsys), args, "ok")
