@@ -227,3 +227,27 @@ def test_degrade_of_nics_inside_one_nvlink_domain_is_refused(link, needle, capsy
     check_outcome(run_cli(args, capsys), args, "error", (needle,))
     args[args.index("16")] = "288"  # past one domain the NICs carry the job's traffic
     check_outcome(run_cli(args, capsys), args, "ok")
+
+
+# --- --zero-impl gemini: flags it has no use for ----------------------------------------------------------------
+GEMINI = ["predict", "--model", "gpt2", "--link", "infiniband", "--steps", "1", "--gpus", "16", "--strategy", "zero3",
+          "--zero-impl", "gemini", "--precision", "bf16-params"]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    # Before: each predicted Gemini's step to the last digit (status 0): it gathers chunks, not wrapped units, on the
+    # compute stream (no overlap to slow).
+    (["--fsdp-unit", "layer"], "--fsdp-unit: 'layer' does not apply to --zero-impl gemini, which gathers and "
+                               "reduce-scatters chunks, not wrapped units"),
+    (["--fsdp-unit", "model"], "--fsdp-unit: 'model' does not apply to --zero-impl gemini"),
+    (["--overlap-slowdown", "0.5"], "--overlap-slowdown: 0.5 slows compute while communication overlaps it, but "
+                                    "--zero-impl gemini runs its chunk collectives on the compute stream"),
+])
+def test_gemini_refuses_flags_it_has_no_use_for(extra, needle, capsys):
+    args = GEMINI + extra
+    check_outcome(run_cli(args, capsys), args, "error", (needle,))
+
+
+def test_gemini_checkpointing_unit_is_taken(capsys):
+    args = GEMINI + ["--activation-checkpointing", "--fsdp-unit", "layer"]
+    check_outcome(run_cli(args, capsys), args, "ok")
