@@ -127,14 +127,14 @@ def test_config_json_falcon_new_architecture_norms_are_taken(tmp_path, capsys):
 # --- dpsim mix: the shard group of a job ------------------------------------------------------------------------
 def _mix(tmp_path, capsys, job: str):
     path = tmp_path / "mix.yaml"
-    path.write_text("cluster: {link: infiniband, gpus: 32}\njobs:\n  - " + job + "\n")
+    path.write_text("cluster: {link: infiniband, gpus: 16}\njobs:\n  - " + job + "\n")
     args = ["mix", str(path), "--json"]
     return args, run_cli(args, capsys)
 
 
 def test_mix_fsdp_hybrid_with_tp_takes_its_shard_group(tmp_path, capsys):
     """Before: "jobs[0] (a): --zero-group: ... e.g. --zero-group 4", a flag the mix file had no key for."""
-    job = "{name: a, model: gpt2, gpus: 16, steps: 10, strategy: fsdp-hybrid, tp: 2%s}"
+    job = "{name: a, model: gpt2, gpus: 16, steps: 1, strategy: fsdp-hybrid, tp: 2%s}"
     args, outcome = _mix(tmp_path, capsys, job % "")
     check_outcome(outcome, args, "error", ("jobs[0].zero_group (a): jobs[0].strategy fsdp-hybrid with jobs[0].tp 2 "
                                            "needs its shard group", "e.g. jobs[0].zero_group 4"))
@@ -153,7 +153,7 @@ def test_mix_fsdp_hybrid_with_tp_takes_its_shard_group(tmp_path, capsys):
     (", strategy: zero3, zero_group: '8'", "error", ("jobs[0].zero_group (a): '8' is not valid",)),
 ])
 def test_mix_zero_keys(extra, expect, needles, tmp_path, capsys):
-    args, outcome = _mix(tmp_path, capsys, "{name: a, model: gpt2, gpus: 16, steps: 10%s}" % extra)
+    args, outcome = _mix(tmp_path, capsys, "{name: a, model: gpt2, gpus: 16, steps: 1%s}" % extra)
     check_outcome(outcome, args, expect, needles)
 
 
