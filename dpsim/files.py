@@ -166,13 +166,19 @@ def read_yaml_file(path: str | Path, flag: str, error: type[DpsimError]) -> Any:
     path = Path(path)
     text = read_text_capped(path, flag, error, what="YAML file")
     try:
-        return load_yaml_text(text)
+        data = load_yaml_text(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or (str(exc) if type(exc) is yaml.YAMLError else None)
         detail = f" ({' '.join(str(problem).split())[:160]})" if problem else ""
         raise error(f"{path}: not valid YAML{where}{detail}") from None
+    if data is None:
+        # Every caller reads a mapping; an empty file was "mix: None is not valid", "the document is NoneType"
+        # or "(top level): None is not valid", each naming a value the user never wrote.
+        raise error(f"{path}: holds no YAML document (the file is empty or only comments); expected a mapping "
+                    f"of keys")
+    return data
 
 
 def path_kind(path: str | Path, flag: str, error: type[DpsimError] = ConfigError) -> str | None:

@@ -139,7 +139,7 @@ def test_partial_rotary_rotates_its_share_and_adds_the_concatenation():
     assert _run(shape + ",rotary_pct=0.25").step_time_s <= _run(shape).step_time_s
 
 
-@pytest.mark.parametrize("value, says", [("0", "rotary_pct=0.0"), ("1.5", "rotary_pct=1.5"), ("x", "rotary_pct=x"),
+@pytest.mark.parametrize("value, says", [("0", "rotary_pct=0 is"), ("1.5", "rotary_pct=1.5"), ("x", "rotary_pct=x"),
                                          ("0.001", "rotates no element")])
 def test_a_bad_rotary_share_is_refused_in_one_line(value, says):
     with pytest.raises(DpsimError) as err:
@@ -284,9 +284,9 @@ def test_gemma2_runs_under_every_layout(layout):
     ("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64,attn_softcap=-1", "attn_softcap=-1"),
     ("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64,final_softcap=x", "final_softcap=x"),
     ("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64,sandwich_norms=true,parallel=1",
-     "sandwich_norms=True"),
+     "sandwich_norms=true is"),
     ("transformer:hidden=512,layers=2,heads=8,vocab=100,seq=64,act=gelu,norm=layernorm,pos=learned,"
-     "sandwich_norms=true", "sandwich_norms=True"),
+     "sandwich_norms=true", "sandwich_norms=true is"),
 ])
 def test_gemma2_refusals_are_one_line(text, says):
     with pytest.raises(DpsimError) as err:

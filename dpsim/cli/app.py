@@ -261,7 +261,8 @@ def _sane_terminal_size() -> None:
     zero-wide console, and predict, memory, goodput and models printed nothing at all (status 0)."""
     for name in ("COLUMNS", "LINES"):
         value = os.environ.get(name)
-        if value is not None and not (value.strip().isdigit() and int(value) > 0):
+        # isascii: "²".isdigit() is true and int("²") raised ValueError, a traceback before any command ran.
+        if value is not None and not (value.strip().isascii() and value.strip().isdigit() and int(value) > 0):
             del os.environ[name]
 
 

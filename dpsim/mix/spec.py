@@ -62,16 +62,18 @@ every 2 s, an hour): 256 jobs 0.69 million events, 16 s of CPU; 512 jobs 2.7 mil
 4,096 one-server jobs over 3 h took 6.8 s of CPU."""
 
 _JOB_KEYS = ("name", "model", "gpus", "strategy", "micro_batch", "precision", "tp", "pp", "ep", "cp", "tp_across_network",
-             "sequence_parallel",
+             "sequence_parallel", "zero_group", "zero_impl",
              "optimizer", "bucket_cap_mb", "calibration", "start", "steps", "duration", "placement", "nodes", "checkpoint")
 _PREDICT_KEYS = ("model", "strategy", "micro_batch", "precision", "tp", "pp", "ep", "cp", "tp_across_network",
-                 "sequence_parallel", "optimizer",
+                 "sequence_parallel", "zero_group", "zero_impl", "optimizer",
                  "bucket_cap_mb", "calibration")
 """A job's keys that are ``dpsim predict``'s (``calibration``: a profile of its step and collectives,
 as ``--calibration`` takes it; a relative path is read next to the mix file; ``sequence_parallel``:
 true or false, which a mixture of experts with ``tp`` above 1 needs, as Megatron-Core does; ``ep``:
 expert parallelism, without which a mixture of experts rarely fits; ``cp``: context parallelism;
-``tp_across_network``: true lets ``tp`` span servers, as ``predict`` allows it). A job that does not fit in
+``tp_across_network``: true lets ``tp`` span servers, as ``predict`` allows it; ``zero_group`` and ``zero_impl``:
+``--zero-group`` and ``--zero-impl``, without which an ``fsdp-hybrid`` job with ``tp`` or ``pp`` was refused naming
+``--zero-group``, a flag the file had no key for). A job that does not fit in
 its GPUs' memory is refused, as it could not start."""
 
 

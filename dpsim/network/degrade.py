@@ -65,6 +65,11 @@ def degradation_terms(network, degradations: Sequence[LinkDegradation], *,
     terms: list[tuple[str, object, float]] = []
     spec = network.spec
     n_nodes = network.n_nodes
+    # Servers that are one NVLink domain (nvl72-ib's 16 GPUs) talk over NVLink alone: their NICs and switch
+    # tiers are in the network but carry none of the job's traffic, and a --degrade of them changed nothing.
+    topology = getattr(network, "topology", None)
+    idle = (frozenset(network.between_server_classes) if topology is not None and network.nic_kind
+            and not topology.crosses_nics else frozenset())
     for deg in degradations:
         f = deg.capacity_fraction
         m = _NAMED_LINK.fullmatch(deg.link)
@@ -76,6 +81,11 @@ def degradation_terms(network, degradations: Sequence[LinkDegradation], *,
             if kind == "nic":
                 ports = network.layout.ports_per_nic
                 nics = network.layout.nic_nodes * ports if network.nic_kind else 0
+                if idle and j < nics:
+                    if strict:
+                        raise ConfigError(f"--degrade: {deg.label!r} names NIC {j}, which carries none of the job's "
+                                          f"traffic: its {n_nodes} servers are one NVLink domain of {spec.name}")
+                    continue
                 if j >= nics:
                     allowed = (("nic0" if nics == 1 else f"nic0..nic{nics - 1}") if nics
                                else "no NIC carrying traffic between servers")
@@ -86,13 +96,25 @@ def degradation_terms(network, degradations: Sequence[LinkDegradation], *,
                 if j >= network.gpn:
                     raise ConfigError(f"--degrade: {deg.label!r} names GPU {j}; nodes have "
                                       f"gpu0..gpu{network.gpn - 1}")
+                # A job on part of one server (--gpus 4 of 8) uses its first GPUs: node0.gpu5 is in the
+                # model's server but carries none of the job's traffic, and was taken in silence (no effect).
+                topology = getattr(network, "topology", None)
+                used = topology.gpus_per_node if topology is not None else network.gpn
+                if j >= used:
+                    raise ConfigError(f"--degrade: {deg.label!r} names GPU {j}, which the job does not use: its "
+                                      f"{used} GPUs of the server are gpu0..gpu{used - 1}")
                 terms.append(("links", network.server_gpu_links(node, j), f))
+        elif deg.link in idle:
+            if strict:
+                raise ConfigError(f"--degrade: {deg.link!r} carries none of the job's traffic: its {n_nodes} servers "
+                                  f"are one NVLink domain of {spec.name}; degrade a link class they use: "
+                                  f"{', '.join(sorted(set(network.link_classes) - idle))}")
         elif deg.link in network.link_classes:
             terms.append(("class", deg.link, f))
         elif strict:
             raise ConfigError(
                 f"--degrade: {deg.link!r} is not a link of {spec.name}; use node<K>.nic<J>, node<K>.gpu<J> "
-                f"or a link class present here: {', '.join(sorted(network.link_classes)) or 'none'}")
+                f"or a link class present here: {', '.join(sorted(set(network.link_classes) - idle)) or 'none'}")
     return terms
 
 

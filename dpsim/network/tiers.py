@@ -413,6 +413,15 @@ class TierNetwork:
                             min(self.n_nodes, (block + 1) * span) - 1))
         return out
 
+    @property
+    def between_server_classes(self) -> frozenset[str]:
+        """Link classes only traffic between servers over NICs crosses: the NIC cables and the switch tiers
+        (a class a server's own GPU links share, such as ``pcie``, is not among them)."""
+        inside = {f.link_class for f in self._server_families if f.intra}
+        nic = {f.link_class for f in self._server_families if not f.intra}
+        tiers = {b[4] for b in self._blocks if b[0].startswith(("up", "down"))}
+        return frozenset((nic - inside) | tiers)
+
     def class_links(self, link_class: str) -> np.ndarray:
         """Indices of every link of class ``link_class`` (empty when there is none)."""
         if link_class not in self.link_classes:

@@ -262,6 +262,11 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
         # Checked here, not only in CheckpointPolicy: the restart below adds it, and would be blamed for it.
         raise ConfigError(f"--checkpoint-write: {checkpoint_write_s!r} s is not valid; expected a duration >= 0 and "
                           f"<= {MAX_RECOVERY_S:g} s (a year)")
+    if not 0 <= restart_s <= MAX_RECOVERY_S:
+        # Checked as given: past the sum below, --restart 1e9h was refused as "3600000000000.1494 s", the
+        # checkpoint's read back added to what the user wrote.
+        raise ConfigError(f"--restart: {restart_s:g} s is not valid; expected a duration >= 0 and <= "
+                          f"{MAX_RECOVERY_S:g} s (a year)")
     # A restart reads the checkpoint back, as long as writing it (the same bytes per node).
     restart_s = restart_s + checkpoint_write_s
     cluster = ClusterShape.from_topology(topology)

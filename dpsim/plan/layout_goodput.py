@@ -162,6 +162,9 @@ class FailureInputs:
 
     def __post_init__(self) -> None:
         CheckpointPolicy(interval_s=3600.0, write_s=0.0, restart_s=self.restart_s)  # its checks, one line
+        if not self.restart_s <= MAX_RECOVERY_S:  # CheckpointPolicy's bound also holds the checkpoint's read back
+            raise ConfigError(f"--restart: {self.restart_s:g} s is not valid; expected a duration >= 0 and <= "
+                              f"{MAX_RECOVERY_S:g} s (a year)")
         if not (self.replace_s >= 0 and self.replace_s <= MAX_RECOVERY_S):
             raise ConfigError(f"--replace: {self.replace_s!r} s is not valid; expected a duration >= 0 and <= "
                               f"{MAX_RECOVERY_S:g} s (a year)")

@@ -209,9 +209,11 @@ class CheckpointPolicy:
         if not (math.isfinite(self.interval_s) and self.interval_s >= MIN_CHECKPOINT_INTERVAL_S):
             raise ConfigError(f"--checkpoint-interval: {self.interval_s!r} s is not valid; expected a finite duration "
                               f">= {MIN_CHECKPOINT_INTERVAL_S:g} s")
-        if not self.restart_s <= MAX_RECOVERY_S:
+        # The relaunch (--restart, at most a year) plus the checkpoint's read back (as long as its write, at most a
+        # year): bounded by the one-year limit alone, --restart 365d was refused as "31536000.149 s".
+        if not self.restart_s <= 2 * MAX_RECOVERY_S:
             raise ConfigError(f"--restart: {self.restart_s!r} s is not valid; expected a duration <= {MAX_RECOVERY_S:g} s "
-                              "(a year)")
+                              "(a year) and a checkpoint read back of at most as long")
 
 
 @dataclass(frozen=True, kw_only=True)

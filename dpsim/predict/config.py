@@ -794,6 +794,17 @@ class PredictConfig:
             if e.offload != "off":
                 raise ConfigError(f"--offload: {e.offload} does not combine with --zero-impl gemini (Gemini's own "
                                   f"offload placement is not modelled); leave it out")
+            # Gemini gathers and reduce-scatters chunks, on the compute stream (dpsim/strategies/gemini.py): a wrap
+            # unit other than the checkpointing one and an overlap slowdown each predicted Gemini's step to the last
+            # digit, in silence.
+            if p.fsdp_unit != "block" and not e.activation_checkpointing:
+                raise ConfigError(f"--fsdp-unit: {p.fsdp_unit!r} does not apply to --zero-impl gemini, which gathers "
+                                  f"and reduce-scatters chunks, not wrapped units (the unit is only what "
+                                  f"--activation-checkpointing recomputes); leave it out")
+            if k.overlap_slowdown not in (None, DEFAULT_OVERLAP_SLOWDOWN) and k.profile is None:
+                raise ConfigError(f"--overlap-slowdown: {k.overlap_slowdown:g} slows compute while communication "
+                                  f"overlaps it, but --zero-impl gemini runs its chunk collectives on the compute "
+                                  f"stream, overlapping none; leave it out")
             if w.global_batch is None:
                 check_gemini_accum(p.zero_impl, w.grad_accum)
         if g.bucket_cap_mb is not None and not honours(p.strategy, BUCKET_CAP_MB):

@@ -154,6 +154,11 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
     if degradations and profile is None:
         # Names are given on the job's cluster: checked there once, whichever communicators they reach
         # (a layout's or a shard group's communicators see them through communicator_degradations).
+        if topology.n_gpus == 1:
+            # No collective, so no link carries the job's traffic: nvlink:10% or node0.gpu0:10% predicted the
+            # healthy step to the last digit (status 0).
+            raise ConfigError(f"--degrade: {degradations[0].label!r} would change nothing: a 1-GPU job runs no "
+                              f"collective over any link; leave it out, or give --gpus 2 or more")
         jobs = max(1, config.cluster.jobs)  # with --jobs, node<K> counts every job's servers
         degradation_terms(TierNetwork(Topology(spec=topology.spec, n_gpus=topology.n_gpus * jobs)), degradations)
     return GroupCollectives(topology, make, layout=layout, zero_group=par.zero_group, shard_group=shard_group)

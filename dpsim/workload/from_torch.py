@@ -584,6 +584,6 @@ def trace_summary(model: ModelSpec) -> dict:
 
 
 def _natural_key(text: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+    return [int(t) if t.isdecimal() else t for t in re.split(r"(\d+)", text)]  # isdigit: "²" broke int()
 
 

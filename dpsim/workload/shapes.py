@@ -25,6 +25,8 @@ decoders it lists need no torch tracing.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, fields, replace
 from collections.abc import Mapping
 from typing import Any
@@ -191,18 +193,13 @@ def parse_shape(text: str) -> TransformerShape:
     if missing:
         raise WorkloadError(f"--model transformer: {', '.join(missing)} missing; required: {', '.join(_REQUIRED)}")
     values: dict[str, Any] = {}
-    for key in _INT_FIELDS:
-        if key in given:
-            raw = given[key].replace("_", "")
-            if not raw.isdigit() or not 1 <= int(raw) <= _MAX_DIM:
-                raise _fail(key, given[key], f"expected an integer from 1 to {_MAX_DIM:,}")
-            values[key] = int(raw)
-    for key in _MOE_INT_FIELDS:
-        if key in given:
-            raw = given[key].replace("_", "")
-            if not raw.isdigit() or int(raw) > _MAX_DIM:
-                raise _fail(key, given[key], f"expected an integer from 0 to {_MAX_DIM:,}")
-            values[key] = int(raw)
+    for keys, low in ((_INT_FIELDS, 1), (_MOE_INT_FIELDS, 0)):
+        for key in keys:
+            if key in given:
+                value = _ascii_int(given[key])
+                if value is None or not low <= value <= _MAX_DIM:
+                    raise _fail(key, given[key], f"expected an integer from {low} to {_MAX_DIM:,}")
+                values[key] = value
     for key, choices in _CHOICES.items():
         value = given.get(key, choices[0]).lower()
         if value not in choices:
@@ -228,19 +225,45 @@ def parse_shape(text: str) -> TransformerShape:
     values["dropout"] = _dropout(given.get("dropout"), values["norm"], values["pos"])
     for key in ("attn_softcap", "final_softcap"):
         if key in given:
-            try:
-                values[key] = float(given[key])
-            except ValueError:
-                raise _fail(key, given[key], "expected a cap above 0, or 0 for none") from None
+            values[key] = _ascii_float(key, given[key], _CAP_ALLOWED, lambda cap: 0.0 <= cap < float("inf"))
     if "rotary_pct" in given:
-        try:
-            values["rotary_pct"] = float(given["rotary_pct"])
-        except ValueError:
-            raise _fail("rotary_pct", given["rotary_pct"], "expected a share above 0 and at most 1") from None
+        values["rotary_pct"] = _ascii_float("rotary_pct", given["rotary_pct"], _SHARE_ALLOWED,
+                                            lambda pct: 0.0 < pct <= 1.0)
     values["name"] = given.get("name", "transformer")
     if not values["name"].isprintable():  # a newline or an escape sequence went raw into every table's title
         raise _fail("name", repr(values["name"]), "expected printable text on one line")
     return check_shape(TransformerShape(**values))
+
+
+_ASCII_INT = re.compile(r"[0-9](_?[0-9])*")
+"""A shape's integer: ASCII digits, ``_`` between them as Python writes ``4_096``. ``str.isdigit`` took
+``window=²`` (a superscript two) and ``int`` then raised ValueError: a traceback, not a line."""
+_ASCII_FLOAT = re.compile(r"[+-]?([0-9](_?[0-9])*(\.([0-9](_?[0-9])*)?)?|\.[0-9](_?[0-9])*)([eE][+-]?[0-9]+)?")
+"""A shape's number: ASCII decimal (``0.25``, ``.5``, ``1e-3``); Python's ``float`` also read ``nan``, ``inf``,
+Arabic-Indic digits and ``1_0``."""
+_CAP_ALLOWED = "expected a cap above 0, or 0 for none"
+_SHARE_ALLOWED = "expected a share above 0 and at most 1"
+
+
+def _ascii_int(text: str) -> int | None:
+    return int(text) if _ASCII_INT.fullmatch(text) else None
+
+
+def _ascii_float(key: str, text: str, allowed: str, ok) -> float:
+    """``text`` as a finite float that ``ok`` accepts, else refused naming the text as given: ``rotary_pct=1e-400``
+    was refused as ``rotary_pct=0.0`` and ``final_softcap=1e400`` as ``inf``, values the user never wrote."""
+    value = float(text) if _ASCII_FLOAT.fullmatch(text) else math.nan
+    if not (math.isfinite(value) and ok(value)):
+        raise _fail(key, text, allowed)
+    return value
+
+
+def _shown(value: object) -> object:
+    """A field's value in a refusal: a JSON string keeps its quotes (``"0.5"`` printed as 0.5 read as valid), a
+    boolean is written as the shape and JSON write it (``true``, not Python's ``True``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value) if isinstance(value, str) else value
 
 
 def _dropout(text: str | None, norm: str, pos: str) -> float:
@@ -248,10 +271,7 @@ def _dropout(text: str | None, norm: str, pos: str) -> float:
     gpt = norm == "layernorm" and pos != "rope"
     if text is None:
         return GPT2_DROPOUT if gpt else 0.0
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
+    value = float(text) if _ASCII_FLOAT.fullmatch(text) else -1.0
     if not 0.0 <= value < 1.0:
         raise _fail("dropout", text, "expected a probability from 0 up to (not including) 1")
     if value and not gpt:
@@ -270,6 +290,7 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         return (names or {}).get(key, key)
 
     def fail(key: str, value: object, allowed: str) -> WorkloadError:
+        value = str(value).lower() if isinstance(value, bool) else value  # sandwich_norms=True: the shape says true
         return WorkloadError(f"{origin}: {n(key)}={value} is not valid; {allowed}")
 
     for key in _INT_FIELDS + _MOE_INT_FIELDS:  # before any division by them
@@ -324,7 +345,7 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
     for key in ("attn_softcap", "final_softcap"):
         cap = getattr(shape, key)
         if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0.0 <= cap < float("inf"):
-            raise fail(key, cap, "expected a cap above 0, or 0 for none")
+            raise fail(key, _shown(cap), _CAP_ALLOWED)
     if (shape.sandwich_norms or shape.attn_softcap or shape.final_softcap) and not rope:
         key = "sandwich_norms" if shape.sandwich_norms else "attn_softcap" if shape.attn_softcap else "final_softcap"
         raise fail(key, getattr(shape, key), "Gemma 2's norms and soft-caps are built with pos=rope")
@@ -353,7 +374,7 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         raise fail("router_bias", "true", f"a router's bias needs expert layers: give {n('experts')}=")
     pct = shape.rotary_pct
     if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0.0 < pct <= 1.0:
-        raise fail("rotary_pct", pct, "expected a share above 0 and at most 1")
+        raise fail("rotary_pct", _shown(pct), _SHARE_ALLOWED)
     if pct != 1.0 and not rope:
         raise fail("rotary_pct", pct, "partial rotary embeddings exist only with pos=rope")
     if pct != 1.0 and int((shape.head_dim or shape.hidden // shape.heads) * pct) < 1:
@@ -685,6 +706,13 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
             if act not in ("gelu", "gelu_new", "relu") or not isinstance(heads, int) or heads < 1:
                 return None
             rotary = _attr(config, "rotary_dim")
+            head = h // heads if isinstance(h, int) and not h % heads else None
+            if head and rotary is not None and (isinstance(rotary, bool) or not isinstance(rotary, int)
+                                                or not 1 <= rotary <= head):
+                # Checked here, by its own name and value: the share it becomes (rotary_dim=300 was refused as
+                # "rotary_dim=1.171875 ... a share above 0") is not what the file says; 64.5 and true were taken.
+                raise WorkloadError(f"--model transformers:{name}: rotary_dim={_shown(rotary)} is not valid; expected "
+                                    f"an integer from 1 to a head's width, n_embd / n_head = {head}")
             tied = bool(getattr(config, "tie_word_embeddings", False))
             return check(TransformerShape(
                 hidden=h, layers=config.n_layer, heads=heads, kv_heads=heads, ffn=given("n_inner", 4 * h),
@@ -705,6 +733,12 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 parallel = 0
             elif new_arch:
                 parallel = given("num_ln_in_parallel_attn", 2)
+                if isinstance(parallel, bool) or parallel not in (1, 2):
+                    # FalconDecoderLayer builds ln_attn and ln_mlp for 2 and one input_layernorm otherwise, and
+                    # its forward gives the MLP a norm only for 1 or 2; 0 was read as blocks in sequence.
+                    raise WorkloadError(f"--model transformers:{name}: num_ln_in_parallel_attn={_shown(parallel)} is "
+                                        f"not valid; allowed: 1 (one input_layernorm both read) or 2 (ln_attn and "
+                                        f"ln_mlp), or leave it out (2)")
             else:
                 parallel = 1
             act = getattr(config, "activation", "gelu")
@@ -771,9 +805,12 @@ _HF_REQUIRED = {
 """The keys a family's ``config.json`` must give (a Llama-style family: :data:`_LLAMA_NAMES`' own keys; MoE
 families also their expert keys): without one, the builder read no size at all."""
 
-_HF_BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_parallel_residual", "do_layer_norm_before")
+_HF_BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_parallel_residual", "do_layer_norm_before",
+             "parallel_attn", "multi_query", "new_decoder_architecture", "bias", "alibi",
+             "apply_residual_connection_post_layernorm", "use_sliding_window", "qk_layernorm")
 """``config.json`` switches the builders read as booleans: a JSON string ``"false"`` was truthy, so it was
-taken as true in silence (``bool("false")``)."""
+taken as true in silence (``bool("false")``: Falcon's ``"bias": "false"`` built biases on every projection,
+``"multi_query": "false"`` one key-value head)."""
 
 
 def _check_config_json_fields(data: dict, kind: str, path: str) -> None:
