@@ -255,14 +255,16 @@ def _random_phase(topo, rng):
 
 
 def _block_endpoints(routes, topo, server, groups):
-    """Every flow of every block of ``routes`` as (source, destination) endpoints, block by block, row-major."""
+    """Every flow of every block of ``routes`` as (source, destination) endpoints, block by block, row-major
+    (flows inside servers: every flow of ``server``, though the block has a column per distinct route)."""
     g = topo.spec.node.gpus_per_node
     place = lambda local, node: np.where(local < 0, -1 - node, node * g + local)  # noqa: E731
     src, dst = [], []
     for blk in routes.blocks:
         rows, cols = blk.shape
         if blk.kind == "server":
-            node = np.repeat(np.arange(rows), cols)
+            k = len(server.src)
+            node = np.repeat(np.arange(rows), k)
             src.append(place(np.tile(server.src, rows), node))
             dst.append(place(np.tile(server.dst, rows), node))
         else:
@@ -270,6 +272,12 @@ def _block_endpoints(routes, topo, server, groups):
             src.append(np.repeat(x.src_server[blk.edges], cols) * g + np.tile(x.src_local, rows))
             dst.append(np.repeat(x.dst_server[blk.edges], cols) * g + np.tile(x.dst_local, rows))
     return np.concatenate(src), np.concatenate(dst)
+
+
+def _per_flow(blk, values):
+    """A block's per-column values for every flow of its rows (flows inside servers: each flow of
+    the :class:`ServerFlows`, from its route's column)."""
+    return values[:, blk.flow_column] if blk.flow_column is not None else values
 
 
 def _dense(counts, net):
@@ -290,10 +298,9 @@ def test_symmetric_routes_are_the_routed_flows(topo):
     for _ in range(2):
         server, groups = _random_phase(topo, rng)
         routes = net.symmetric_routes(server=server, crossing=groups)
-        assert sum(b.shape[0] * b.shape[1] for b in routes.blocks) == (
-            topo.n_nodes * len(server.src) + sum(len(x.src_server) * len(x.src_local) for x in groups))
-        flow_of, link_of = net.routes(*_block_endpoints(routes, topo, server, groups))
-        n_flows = sum(b.shape[0] * b.shape[1] for b in routes.blocks)
+        src, dst = _block_endpoints(routes, topo, server, groups)
+        assert len(src) == topo.n_nodes * len(server.src) + sum(len(x.src_server) * len(x.src_local) for x in groups)
+        flow_of, link_of = net.routes(src, dst)
         # The same counts as symmetric_loads, for all flows and for random subsets of random rows.
         everything = [np.ones(b.shape, bool) for b in routes.blocks]
         every_row = [np.arange(b.shape[0]) for b in routes.blocks]
@@ -304,24 +311,23 @@ def test_symmetric_routes_are_the_routed_flows(topo):
         rows = [np.sort(rng.choice(b.shape[0], int(rng.integers(0, b.shape[0] + 1)), replace=False))
                 for b in routes.blocks]
         which = [rng.random((len(r), b.shape[1])) < 0.5 for r, b in zip(rows, routes.blocks)]
-        chosen = np.zeros(n_flows, bool)
-        start = 0
+        chosen, start = np.zeros(len(src), bool), 0
         for r, w, b in zip(rows, which, routes.blocks):
-            chosen[start + (r[:, None] * b.shape[1] + np.arange(b.shape[1]))[w]] = True
-            start += b.shape[0] * b.shape[1]
+            per = _per_flow(b, w)
+            chosen[start + (r[:, None] * per.shape[1] + np.arange(per.shape[1]))[per]] = True
+            start += b.shape[0] * (len(b.flow_column) if b.flow_column is not None else b.shape[1])
         assert _dense(routes.count(which, rows), net) == pytest.approx(
             np.bincount(link_of[chosen[flow_of]], minlength=net.n_links), abs=0)
         # Flows crossing a marked link.
         for density in (0.001, 0.05, 0.5):
             marked = rng.random(net.n_links) < density
-            expect = np.bincount(flow_of, weights=marked[link_of], minlength=n_flows) > 0
+            expect = np.bincount(flow_of, weights=marked[link_of], minlength=len(src)) > 0
             by_family = {name: marked[f.offset:f.offset + f.units * f.lanes] for name, f in net.families().items()}
-            got = routes.crossed(by_family, rows)
             start = 0
-            for r, h, b in zip(rows, got, routes.blocks):
-                idx = start + (r[:, None] * b.shape[1] + np.arange(b.shape[1]))
-                assert np.array_equal(h, expect[idx])
-                start += b.shape[0] * b.shape[1]
+            for r, h, b in zip(rows, routes.crossed(by_family, rows), routes.blocks):
+                per = _per_flow(b, h)
+                assert np.array_equal(per, expect[start + (r[:, None] * per.shape[1] + np.arange(per.shape[1]))])
+                start += b.shape[0] * per.shape[1]
 
 
 @pytest.mark.parametrize("topo", _networks(), ids=lambda t: f"{t.spec.name}-{t.n_gpus}")
@@ -333,6 +339,9 @@ def test_max_min_over_blocks_is_max_min_over_flows_bit_for_bit(topo):
     rng = np.random.default_rng(11 + topo.n_gpus)
     for _ in range(2):
         server, groups = _random_phase(topo, rng)
+        # Repeated flows inside a server: one column of the block stands for several.
+        server = ServerFlows(src=np.tile(server.src, 2)[:len(server.src) + 2],
+                             dst=np.tile(server.dst, 2)[:len(server.src) + 2], weight=1.0)
         routes = net.symmetric_routes(server=server, crossing=groups)
         caps = {name: f.capacity_bytes_per_s * float(rng.choice([1.0, 0.5, rng.random()]))
                 for name, f in net.families().items()}
@@ -342,16 +351,15 @@ def test_max_min_over_blocks_is_max_min_over_flows_bit_for_bit(topo):
         src, dst = _block_endpoints(routes, topo, server, groups)
         flow_of, link_of = net.routes(src, dst)
         expect = max_min_sparse(flow_of, link_of, capacity, len(src))
-        got = np.concatenate([r.ravel() for r in max_min_routes(routes, caps)])
+        rates = max_min_routes(routes, caps)
+        got = np.concatenate([_per_flow(b, r).ravel() for b, r in zip(routes.blocks, rates)])
         assert np.array_equal(got, expect)
         # The slowest flow of each column of each block (columns as groups).
-        labels = []
-        for k, b in enumerate(routes.blocks):
-            labels.append(np.arange(b.shape[1]) + 1000 * k)
-        part = max_min_routes(routes, caps, labels)
+        labels = [np.arange(b.shape[1]) + 1000 * k for k, b in enumerate(routes.blocks)]
         start = 0
-        for r, b in zip(part, routes.blocks):
-            full = expect[start:start + r.size].reshape(b.shape)
+        for r, b in zip(max_min_routes(routes, caps, labels), routes.blocks):
+            r = _per_flow(b, r)
+            full = expect[start:start + r.size].reshape(r.shape)
             if r.size:
                 assert np.array_equal(r.min(axis=0), full.min(axis=0))
                 assert np.all((r == full) | np.isinf(r))

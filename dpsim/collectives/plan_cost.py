@@ -441,10 +441,10 @@ class PlanEvaluator:
         if len(ph.server_src):
             server = ServerFlows(src=ph.server_src, dst=ph.server_dst, weight=1.0)
         routes = self.network.symmetric_routes(server=server, crossing=ph.crossing)
-        # Only the slowest flow of each flow inside a server (its bytes and NVLS weight differ)
-        # and the slowest between servers (all alike) count.
-        k = len(ph.server_src)
-        groups = [np.arange(k) if blk.kind == "server" else np.full(blk.shape[1], k) for blk in routes.blocks]
+        # Only the slowest flows count: of each route inside a server (their bytes and NVLS weights
+        # differ) and between servers (all alike).
+        groups = [np.arange(blk.shape[1]) if blk.kind == "server" else np.full(blk.shape[1], -1)
+                  for blk in routes.blocks]
         users = {name: f.table[f.cls].ravel() for name, f in counts.families.items() if f.table.any()}
         rates = max_min_routes(routes, caps, groups, users)
         t_in = t_out = -math.inf
@@ -454,6 +454,7 @@ class PlanEvaluator:
                 continue
             if blk.kind == "server":
                 w = np.where(ph.server_nvls, self.nvls_weight, 1.0)
+                r = r.min(axis=0)[blk.flow_column]  # the slowest of each flow inside a server
                 t_in = max(t_in, float((ph.server_fraction * w / r).max()))
                 r_intra = min(r_intra, float((r / w).min()))
             else:

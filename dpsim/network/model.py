@@ -129,6 +129,11 @@ class RouteBlock:
     """Other links, ``(family, cells, mask)``: ``cells`` (a row each, or one row for all; broadcast
     over the columns) is each flow's link as ``unit x lanes + lane`` of the family, ``mask`` (as
     ``cells``; ``None`` for all) the flows that cross it."""
+    multiplicity: np.ndarray | None = None
+    """Flows each column stands for (``None``: one each): flows inside a server that take one
+    route cross the same links, so they always freeze together at one rate."""
+    flow_column: np.ndarray | None = None
+    """Flows inside servers: the column of each flow of the :class:`ServerFlows` given."""
     pattern: int = -1
     """Index of its pattern in the ``crossing`` given (``-1``: flows inside servers)."""
     edges: np.ndarray | None = None
@@ -214,7 +219,12 @@ class SymmetricRoutes:
                 units = self.families[side.links[0][0]].units
                 for k, (fam, lane) in enumerate(side.links):
                     idx = side.column_index[k]
-                    per_row = wr[:, idx[0]] if len(idx) == 1 else np.count_nonzero(wr[:, idx], axis=1)
+                    if blk.multiplicity is not None:
+                        per_row = (wr[:, idx] * blk.multiplicity[idx]).sum(axis=1)  # whole numbers: exact
+                    elif len(idx) == 1:
+                        per_row = wr[:, idx[0]]
+                    else:
+                        per_row = np.count_nonzero(wr[:, idx], axis=1)
                     dense(fam).reshape(-1, self.families[fam].lanes)[:, lane] += np.bincount(
                         srv, weights=per_row, minlength=units)
             for fam, cells, mask in blk.hops:
@@ -223,7 +233,10 @@ class SymmetricRoutes:
                     continue
                 c = np.broadcast_to(cells[r] if len(cells) > 1 else cells, on.shape)
                 d = dense(fam)
-                d += np.bincount(c[on], minlength=len(d))
+                if blk.multiplicity is None:
+                    d += np.bincount(c[on], minlength=len(d))
+                else:
+                    d += np.bincount(c[on], weights=np.broadcast_to(blk.multiplicity, on.shape)[on], minlength=len(d))
         return out
 
 

@@ -362,8 +362,15 @@ class TierNetwork:
         n = self.n_nodes
         blocks: list[RouteBlock] = []
         if server is not None and len(server.src):
-            routes = tmpl.intra_routes(np.asarray(server.src), np.asarray(server.dst))
-            blocks.append(RouteBlock(kind="server", shape=(n, len(routes)), sides=(self._side(np.arange(n), routes),)))
+            # One column per distinct (source, destination): flows on one route share its rate.
+            pairs = list(zip(np.asarray(server.src).tolist(), np.asarray(server.dst).tolist()))
+            distinct = list(dict.fromkeys(pairs))
+            column = np.array([distinct.index(p) for p in pairs], dtype=np.int64)
+            src, dst = (np.array(x, dtype=np.int64) for x in zip(*distinct))
+            routes = tmpl.intra_routes(src, dst)
+            mult = np.bincount(column, minlength=len(distinct)).astype(float)
+            blocks.append(RouteBlock(kind="server", shape=(n, len(routes)), sides=(self._side(np.arange(n), routes),),
+                                     multiplicity=None if (mult == 1).all() else mult, flow_column=column))
         for x, flows in enumerate(crossing):
             a = np.asarray(flows.src_server, dtype=np.int64)
             b = np.asarray(flows.dst_server, dtype=np.int64)
