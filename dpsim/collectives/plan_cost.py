@@ -445,6 +445,7 @@ class PlanEvaluator:
         # differ) and between servers (all alike).
         groups = [np.arange(blk.shape[1]) if blk.kind == "server" else np.full(blk.shape[1], -1)
                   for blk in routes.blocks]
+        # Fresh arrays (max_min_routes uses them up).
         users = {name: f.table[f.cls].ravel() for name, f in counts.families.items() if f.table.any()}
         rates = max_min_routes(routes, caps, groups, users)
         t_in = t_out = -math.inf

@@ -105,7 +105,8 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
     ``groups`` (per block, a group number per column): when given, only the slowest flows of
     each group are wanted; the rounds stop once every group has a frozen flow (levels only
     rise, so a group's first frozen flows are its slowest), and flows still rising then are
-    left at ``inf``. ``users``: the flows on each link (per family, dense), when already counted.
+    left at ``inf``. ``users``: the flows on each link (per family, dense, float), when already
+    counted (the arrays are used up: they end as the flows left rising).
 
     The rounds of :func:`max_min_sparse`, with the same arithmetic on every link: each round the
     smallest ``max(remaining, 0) / users`` over loaded links, every rising flow on a link within
@@ -121,7 +122,7 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
     live = [np.arange(b.shape[0]) for b in routes.blocks]
     rising = [np.ones(b.shape, dtype=bool) for b in routes.blocks]
     rates = [np.full(b.shape, np.inf) for b in routes.blocks]
-    users = routes.count(rising, live) if users is None else {f: np.array(u, dtype=float) for f, u in users.items()}
+    users = routes.count(rising, live) if users is None else {f: np.asarray(u, dtype=float) for f, u in users.items()}
     remaining = {f: np.full(len(u), float(capacity[f])) for f, u in users.items()}
     share = {}
     for f, u in users.items():
@@ -131,11 +132,13 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
     waiting = None
     if groups is not None:
         waiting = {int(g) for b, gr in zip(routes.blocks, groups) if b.shape[0] for g in np.asarray(gr).tolist()}
+    lowest = {f: float(x.min()) if x.size else np.inf for f, x in share.items()}  # kept per family
     while any(len(r) for r in live) and (waiting is None or waiting):
-        fair = min((float(x.min()) for x in share.values() if x.size), default=np.inf)
+        fair = min(lowest.values(), default=np.inf)
         if fair == np.inf:
             break  # rising flows that cross no link (none here: every flow has a route)
-        marked = {f: x <= fair * (1 + 1e-9) + 1e-300 for f, x in share.items()}
+        limit = fair * (1 + 1e-9) + 1e-300
+        marked = {f: share[f] <= limit for f, low in lowest.items() if low <= limit}
         hit = [a & c for a, c in zip(rising, routes.crossed(marked, live))]
         for k, (r, rows, h) in enumerate(zip(rates, live, hit)):
             if h.any():
@@ -152,6 +155,7 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
             users[f][ch] -= g[ch]
             u, left = users[f][ch], remaining[f][ch]
             share[f][ch] = np.where(u > 0, np.maximum(left, 0.0) / np.where(u > 0, u, 1.0), np.inf)
+            lowest[f] = float(share[f].min())
         for k, h in enumerate(hit):
             if not h.any():
                 continue

@@ -379,10 +379,12 @@ class TierNetwork:
             if (a == b).any():
                 raise ValueError("a crossing pattern joins two different servers on every edge")
             q = len(i)
-            if self.nic_kind:
-                via_nic = (a // self.domain_nodes != b // self.domain_nodes) if self.domain_nodes else np.ones(len(a), bool)
-            else:
+            if not self.nic_kind:
                 via_nic = np.zeros(len(a), dtype=bool)
+            elif self.domain_nodes:
+                via_nic = a // self.domain_nodes != b // self.domain_nodes
+            else:
+                via_nic = np.ones(len(a), dtype=bool)
             if (~via_nic).any():
                 ah, bh = a[~via_nic], b[~via_nic]
                 hub_up, hub_down = ("hub_nvl", "nvl_hub") if self.nvl_fabric else ("hub_dom", "dom_hub")
