@@ -211,10 +211,11 @@ class SymmetricRoutes:
         for blk, w, r in zip(self.blocks, which, rows):
             if not w.any():
                 continue
-            cols = blk.shape[1]
             rr = np.flatnonzero(w.any(axis=1))
             wr = w[rr]
             for side in blk.sides:
+                if not side.links:
+                    continue
                 srv = side.servers[r[rr]]
                 units = self.families[side.links[0][0]].units
                 for k, (fam, lane) in enumerate(side.links):
