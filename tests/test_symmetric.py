@@ -29,6 +29,7 @@ from dpsim.collectives.ops import OPS
 from dpsim.collectives.symmetric import flow_multiset, symmetric_plan
 from dpsim.network import FlowNetwork
 from dpsim.network.degrade import LinkDegradation
+from dpsim.network.maxmin import max_min_routes, max_min_sparse
 from dpsim.network.model import CrossingFlows, ServerFlows
 from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
@@ -174,8 +175,6 @@ def test_symmetric_plan_is_the_algorithms_plan_flow_for_flow(cluster, name, op):
 
 def test_every_default_algorithm_has_a_symmetric_form_on_every_preset():
     for name in preset_names():
-        if load_preset(name).nvlink_domain is not None:
-            continue  # NVLink domains spanning servers: the tree plans have no symmetric form (as nvl72 above)
         cluster = Cluster.of(Topology.from_spec(load_preset(name), 1024), nvls=nvls_available(load_preset(name)))
         for algo in ("ring", "tree", "nvls", "nvls_tree"):
             for op in ("all_reduce", "reduce_scatter", "all_gather"):
@@ -237,6 +236,171 @@ def test_symmetric_counts_equal_routed_flows(topo):
         assert counted == pytest.approx(routed, rel=1e-12, abs=1e-12)
 
 
+def _random_phase(topo, rng):
+    """Random flows inside every server (switch endpoints included) and random server-level patterns."""
+    n, g = topo.n_nodes, topo.spec.node.gpus_per_node
+    groups = []
+    for _ in range(3):
+        m, q = int(rng.integers(1, 3 * n)), int(rng.integers(1, g + 1))
+        a = rng.integers(0, n, m)
+        b = (a + rng.integers(1, n, m)) % n
+        groups.append(CrossingFlows(src_server=a, dst_server=b, src_local=rng.integers(0, g, q),
+                                    dst_local=rng.integers(0, g, q)))
+    k = int(rng.integers(1, 2 * g))
+    s_loc, d_loc = rng.integers(-1, g, k), rng.integers(0, g, k)
+    s_loc = np.where(s_loc == d_loc, -1, s_loc)
+    if topo.spec.node.interconnect not in HUB_KINDS:
+        s_loc = np.where(s_loc < 0, (d_loc + 1) % g, s_loc)
+    return ServerFlows(src=s_loc, dst=d_loc, weight=1.0), groups
+
+
+def _block_endpoints(routes, topo, server, groups):
+    """Every flow of every block of ``routes`` as (source, destination) endpoints, block by block, row-major
+    (flows inside servers: every flow of ``server``, though the block has a column per distinct route)."""
+    g = topo.spec.node.gpus_per_node
+    place = lambda local, node: np.where(local < 0, -1 - node, node * g + local)  # noqa: E731
+    src, dst = [], []
+    for blk in routes.blocks:
+        rows, cols = blk.shape
+        if blk.kind == "server":
+            k = len(server.src)
+            node = np.repeat(np.arange(rows), k)
+            src.append(place(np.tile(server.src, rows), node))
+            dst.append(place(np.tile(server.dst, rows), node))
+        else:
+            x = groups[blk.pattern]
+            src.append(np.repeat(x.src_server[blk.edges], cols) * g + np.tile(x.src_local, rows))
+            dst.append(np.repeat(x.dst_server[blk.edges], cols) * g + np.tile(x.dst_local, rows))
+    return np.concatenate(src), np.concatenate(dst)
+
+
+def _per_flow(blk, values):
+    """A block's per-column values for every flow of its rows (flows inside servers: each flow of
+    the :class:`ServerFlows`, from its route's column)."""
+    return values[:, blk.flow_column] if blk.flow_column is not None else values
+
+
+def _dense(counts, net):
+    out = np.zeros(net.n_links)
+    for name, d in counts.items():
+        fam = net.families()[name]
+        out[fam.offset:fam.offset + len(d)] += d
+    return out
+
+
+@pytest.mark.parametrize("topo", _networks(), ids=lambda t: f"{t.spec.name}-{t.n_gpus}")
+def test_symmetric_routes_are_the_routed_flows(topo):
+    """Flows routed by symmetry in blocks (:meth:`~dpsim.network.tiers.TierNetwork.symmetric_routes`)
+    cross the links that :meth:`~dpsim.network.tiers.TierNetwork.routes` gives them: the same
+    flows on every link, for every subset of flows, and the same flows crossing marked links."""
+    net = TierNetwork(topo)
+    rng = np.random.default_rng(7 + topo.n_gpus)
+    for _ in range(2):
+        server, groups = _random_phase(topo, rng)
+        routes = net.symmetric_routes(server=server, crossing=groups)
+        src, dst = _block_endpoints(routes, topo, server, groups)
+        assert len(src) == topo.n_nodes * len(server.src) + sum(len(x.src_server) * len(x.src_local) for x in groups)
+        flow_of, link_of = net.routes(src, dst)
+        # The same counts as symmetric_loads, for all flows and for random subsets of random rows.
+        everything = [np.ones(b.shape, bool) for b in routes.blocks]
+        every_row = [np.arange(b.shape[0]) for b in routes.blocks]
+        assert _dense(routes.count(everything, every_row), net) == pytest.approx(
+            np.bincount(link_of, minlength=net.n_links), abs=0)
+        assert _dense(routes.count(everything, every_row), net) == pytest.approx(
+            net.symmetric_loads(server=server, crossing=groups).dense(net.families(), net.n_links), abs=0)
+        rows = [np.sort(rng.choice(b.shape[0], int(rng.integers(0, b.shape[0] + 1)), replace=False))
+                for b in routes.blocks]
+        which = [rng.random((len(r), b.shape[1])) < 0.5 for r, b in zip(rows, routes.blocks)]
+        chosen, start = np.zeros(len(src), bool), 0
+        for r, w, b in zip(rows, which, routes.blocks):
+            per = _per_flow(b, w)
+            chosen[start + (r[:, None] * per.shape[1] + np.arange(per.shape[1]))[per]] = True
+            start += b.shape[0] * (len(b.flow_column) if b.flow_column is not None else b.shape[1])
+        assert _dense(routes.count(which, rows), net) == pytest.approx(
+            np.bincount(link_of[chosen[flow_of]], minlength=net.n_links), abs=0)
+        # Flows crossing a marked link.
+        for density in (0.001, 0.05, 0.5):
+            marked = rng.random(net.n_links) < density
+            expect = np.bincount(flow_of, weights=marked[link_of], minlength=len(src)) > 0
+            by_family = {name: marked[f.offset:f.offset + f.units * f.lanes] for name, f in net.families().items()}
+            start = 0
+            for r, h, b in zip(rows, routes.crossed(by_family, rows), routes.blocks):
+                per = _per_flow(b, h)
+                assert np.array_equal(per, expect[start + (r[:, None] * per.shape[1] + np.arange(per.shape[1]))])
+                start += b.shape[0] * per.shape[1]
+
+
+@pytest.mark.parametrize("topo", _networks(), ids=lambda t: f"{t.spec.name}-{t.n_gpus}")
+def test_max_min_over_blocks_is_max_min_over_flows_bit_for_bit(topo):
+    """Progressive filling over blocks of servers and pattern edges gives every flow the rate
+    that progressive filling over the routed flows does, to the last bit (random capacities per
+    family); asked for the slowest flows of groups only, the first frozen ones are those."""
+    net = TierNetwork(topo)
+    rng = np.random.default_rng(11 + topo.n_gpus)
+    for _ in range(2):
+        server, groups = _random_phase(topo, rng)
+        # Repeated flows inside a server: one column of the block stands for several.
+        server = ServerFlows(src=np.tile(server.src, 2)[:len(server.src) + 2],
+                             dst=np.tile(server.dst, 2)[:len(server.src) + 2], weight=1.0)
+        routes = net.symmetric_routes(server=server, crossing=groups)
+        caps = {name: f.capacity_bytes_per_s * float(rng.choice([1.0, 0.5, rng.random()]))
+                for name, f in net.families().items()}
+        capacity = np.zeros(net.n_links)
+        for name, f in net.families().items():
+            capacity[f.offset:f.offset + f.units * f.lanes] = caps[name]
+        src, dst = _block_endpoints(routes, topo, server, groups)
+        flow_of, link_of = net.routes(src, dst)
+        expect = max_min_sparse(flow_of, link_of, capacity, len(src))
+        rates = max_min_routes(routes, caps)
+        got = np.concatenate([_per_flow(b, r).ravel() for b, r in zip(routes.blocks, rates)])
+        assert np.array_equal(got, expect)
+        # The slowest flow of each column of each block (columns as groups).
+        labels = [np.arange(b.shape[1]) + 1000 * k for k, b in enumerate(routes.blocks)]
+        start = 0
+        for r, b in zip(max_min_routes(routes, caps, labels), routes.blocks):
+            r = _per_flow(b, r)
+            full = expect[start:start + r.size].reshape(r.shape)
+            if r.size:
+                assert np.array_equal(r.min(axis=0), full.min(axis=0))
+                assert np.all((r == full) | np.isinf(r))
+            start += r.size
+
+
+def _tree_clusters():
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    nvl = load_topology_file(root / NVL72)
+    mesh = load_topology_file(root / "validation" / "systems" / "v100-tcp-x4.yaml")
+    gb = load_preset("gb200-nvl72")
+    return ([(f"gb200-nvl72-{n}", Topology.from_spec(gb, n)) for n in (8, 144, 148, 360, 576)]
+            + [(f"nvl72-ib-{n}", Topology(spec=nvl, n_gpus=n)) for n in (144, 216)]
+            + [(f"domains-{n}", Topology(spec=_domains(), n_gpus=n)) for n in (4 * 7, 4 * 13, 4 * 29)]
+            + [("nvlink-fabric-5-nodes", Topology(spec=variant("nvlink"), n_gpus=40))]
+            + [(f"cube-mesh-tcp-{n}", Topology(spec=mesh, n_gpus=n)) for n in (32, 40, 64)])
+
+
+# The whole cluster of 360 GPUs and more takes about a second a case: the slow lane keeps them.
+@pytest.mark.parametrize("cid, topo", [pytest.param(c, t, id=c, marks=pytest.mark.slow if t.n_gpus >= 200 else ())
+                                       for c, t in _tree_clusters()])
+def test_trees_on_shared_server_links_are_symmetric_and_exact(cid, topo):
+    """Where flows between servers share the GPU's links with flows inside servers (NVLink domains
+    and switch tiers, PCIe trees), the double binary tree and NVLS + tree are costed by symmetry,
+    with a max-min over blocks where needed, equal to the whole cluster's to the last bit."""
+    from dpsim.collectives.plan_cost import PlanEvaluator
+
+    for nvls_weight in (1.25,):  # NVLS flows cost more than the others: sizes differ on shared links
+        fast = PlanEvaluator(topo, nvls_weight=nvls_weight)
+        slow = PlanEvaluator(topo, nvls_weight=nvls_weight, symmetric=False)
+        for algorithm in ("tree", "nvls_tree"):
+            if not ALGORITHMS[algorithm].supports("all_reduce", fast.cluster):
+                continue
+            for scale in (1.0, 0.7):
+                a, b = fast.plan_cost(algorithm, "all_reduce", scale), slow.plan_cost(algorithm, "all_reduce", scale)
+                assert a.path == SYMMETRIC and b.path == WHOLE_CLUSTER
+                assert (a.seconds_per_byte, a.inter_bound, a.r_intra, a.r_inter) == (
+                    b.seconds_per_byte, b.inter_bound, b.r_intra, b.r_inter), (algorithm, scale)
+                assert a.link_bytes_per_byte == pytest.approx(b.link_bytes_per_byte, rel=1e-12, abs=1e-15)
+
+
 # ----------------------------------------------------------------------------- the same answers
 
 
@@ -276,17 +440,12 @@ def test_symmetric_evaluation_equals_the_whole_cluster(cid, topo, kw):
     assert ra.bottleneck_count == rb.bottleneck_count
     assert [(u.link, u.links) for u in ra.top] == [(u.link, u.links) for u in rb.top]
     assert all(_close(u.bytes, v.bytes) for u, v in zip(ra.top, rb.top))
-    # Where the plan has a symmetric form the fast model used it (NVLink domains: some plans do not).
-    if "domains" not in cid and "nvl72" not in cid and "degraded" not in cid:
-        plans = {(a, op) for op in ("all_reduce", "reduce_scatter", "all_gather") for a, _ in fast.candidates(op)}
-        if topo.spec.node.interconnect not in HUB_KINDS and topo.n_nodes > 1:
-            # Across servers with a PCIe tree the double binary tree has no symmetric form (yet):
-            # it alone is evaluated flow by flow, exactly, at the whole cluster's cost.
-            plans -= {("tree", "all_reduce")}
-        assert fast.evaluation_of(plans) == SYMMETRIC, fast.evaluation_of(plans)
-        if plans == {(a, op) for op in ("all_reduce", "reduce_scatter", "all_gather") for a, _ in fast.candidates(op)}:
-            assert ra.evaluation == SYMMETRIC
-        assert rb.evaluation.startswith(WHOLE_CLUSTER)
+    # Every candidate plan has a symmetric form and the fast model used it (NVLink domains and PCIe
+    # trees included: their trees by a max-min over blocks of servers, :func:`max_min_routes`).
+    plans = {(a, op) for op in ("all_reduce", "reduce_scatter", "all_gather") for a, _ in fast.candidates(op)}
+    assert fast.evaluation_of(plans) == SYMMETRIC, fast.evaluation_of(plans)
+    assert ra.evaluation == SYMMETRIC
+    assert rb.evaluation.startswith(WHOLE_CLUSTER)
 
 
 # ----------------------------------------------------------------------------- which path ran

@@ -10,12 +10,17 @@ the pipelined rates, the links' loads).
 every link family by the network (:meth:`~dpsim.network.model.NetworkModel.symmetric_loads`),
 the flows inside a server max-min shared on one server's links; the cost depends on the
 servers only through integer counts per server, not on GPUs, channels or flows, and the
-result is the whole-cluster one (``tests/test_symmetric.py``). Flow by flow on the whole
-cluster (:data:`WHOLE_CLUSTER`) for what is not symmetric: a user graph
-(:class:`~dpsim.network.graph_network.FlowNetwork`), ``--degrade`` naming single links, a
-partial server, plans without a symmetric form (a broadcast chain, halving-doubling off
-powers of two) and NVLink-domain plans whose flows of different sizes share GPU links.
-:attr:`PlanEvaluator.evaluation` says which ran.
+result is the whole-cluster one (``tests/test_symmetric.py``). Where flows between servers
+cross the GPU links that flows inside a server use (NVLink domains and switch tiers, PCIe
+trees) and flows of different sizes (or NVLS flows) share them, or a pipelined plan's slowest
+rates are set past max-min's first level (the double binary tree, NVLS + tree), max-min runs
+over the whole cluster's flows routed by symmetry in blocks of servers and pattern edges
+(:func:`~dpsim.network.maxmin.max_min_routes`): the whole-cluster rates bit for bit, without
+listing a route per flow (a few numpy passes over servers and pattern edges per level).
+Flow by flow on the whole cluster (:data:`WHOLE_CLUSTER`) for what is not symmetric: a user
+graph (:class:`~dpsim.network.graph_network.FlowNetwork`), ``--degrade`` naming single links,
+a partial server, plans without a symmetric form (a broadcast chain, halving-doubling off
+powers of two). :attr:`PlanEvaluator.evaluation` says which ran.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from dpsim.network.degrade import (
     same_numbering,
 )
 from dpsim.network.loadmap import LoadMap
+from dpsim.network.maxmin import max_min_routes
 from dpsim.network.model import CrossingFlows, NetworkModel, ServerFlows
 from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
@@ -301,17 +307,21 @@ class PlanEvaluator:
         if self.whole_cluster_reason is None:
             sp = symmetric_plan(algorithm, op, self.cluster)
             if sp is not None:
-                counted, loads = self._count(sp)
-                # The server-level patterns are counted: keep what costing needs, not the patterns.
-                light = tuple(dataclasses.replace(ph, crossing=()) for ph in sp.phases)
+                counted, loads, placed = self._count(sp)
+                # The server-level patterns are counted: keep what costing needs, not the patterns,
+                # unless flows between servers share links with those inside one (a max-min over
+                # both may need them, :meth:`_max_min_phase`: a few integers per server).
+                keep = self.network.shared_server_links
+                light = tuple(dataclasses.replace(ph, crossing=tuple(x) if keep else ())
+                              for ph, x in zip(sp.phases, placed))
                 parts = (sp.plan, light, sp.max_fraction, counted, loads)
         self._symmetric[key] = parts
         return parts
 
-    def _count(self, sp: SymmetricPlan) -> tuple[list, LoadMap]:
+    def _count(self, sp: SymmetricPlan) -> tuple[list, LoadMap, list]:
         net = self.network
         jobs = range(self.jobs)
-        counted = []
+        counted, placed_phases = [], []
         loads = LoadMap()
         for ph in sp.phases:
             server = None
@@ -320,7 +330,7 @@ class PlanEvaluator:
                 served = net.symmetric_loads(server=ServerFlows(src=ph.server_src, dst=ph.server_dst,
                                                                 weight=ph.server_fraction))
                 loads = loads + served.scaled(ph.repeat)
-            crossing = None
+            crossing, placed = None, ()
             if ph.crossing:
                 placed = ph.crossing if self.jobs == 1 else [
                     CrossingFlows(src_server=np.concatenate([self._place_server(x.src_server, j) for j in jobs]),
@@ -329,7 +339,8 @@ class PlanEvaluator:
                 crossing = net.symmetric_loads(crossing=placed)
                 loads = loads + crossing.scaled(ph.repeat * ph.crossing_fraction)
             counted.append((server, crossing))
-        return counted, loads
+            placed_phases.append(placed)
+        return counted, loads, placed_phases
 
     def family_capacity(self, nic_scale: float) -> dict[str, float]:
         """Capacity of each link family (degraded link classes and NIC message overhead applied)."""
@@ -358,10 +369,11 @@ class PlanEvaluator:
         and the phase takes ``φ`` over that rate: a count of flows per link, no max-min over them.
         Where flows between servers do not touch the GPU <-> switch links (NIC fabrics), the
         flows inside a server are max-min shared on one server's links, exactly as on the whole
-        cluster. Where they do (NVLink switch tiers and domains), every flow of the phase must
-        share φ (and no NVLS derating) and the slowest rates are read off the first level too;
-        a pipelined plan whose slowest intra- or inter-server rate is set at a later level of
-        max-min returns ``None`` (the whole cluster is evaluated).
+        cluster. Where they do (NVLink switch tiers and domains, PCIe trees) and every flow of
+        the phase moves φ (no NVLS derating), the slowest rates are read off the first level
+        too; otherwise (flows of different sizes on shared links, or a pipelined plan whose
+        slowest intra- or inter-server rate is set at a later level) max-min runs over every
+        flow of the cluster, routed by symmetry in blocks (:meth:`_max_min_phase`).
         """
         parts = self._symmetric_parts(algorithm, op)
         if parts is None:
@@ -389,20 +401,29 @@ class PlanEvaluator:
                     r_inter = min(r_inter, fair)
             else:
                 phi = ph.crossing_fraction
-                if server is not None and (ph.server_nvls.any() or (ph.server_fraction != phi).any()):
-                    return None  # flows of different sizes share links: a full max-min is needed
+                first = None
                 both = crossing if server is None else server + crossing
-                fair, hits = both.min_share(caps)
-                t = phi * 1.0 / fair
-                intra_hit = server is not None and _touches(server, both, hits)
-                inter_hit = _touches(crossing, both, hits)
-                if pipelined and ((server is not None and not intra_hit) or not inter_hit):
-                    return None
-                # Flows on links that saturate at max-min's first level run at it: the slowest ones.
-                if intra_hit:
-                    r_intra, t_in = min(r_intra, fair), t
-                if inter_hit:
-                    r_inter, t_out = min(r_inter, fair), t
+                if server is None or not (ph.server_nvls.any() or (ph.server_fraction != phi).any()):
+                    fair, hits = both.min_share(caps)
+                    intra_hit = server is not None and _touches(server, both, hits)
+                    inter_hit = _touches(crossing, both, hits)
+                    if not pipelined or ((server is None or intra_hit) and inter_hit):
+                        first = fair, intra_hit, inter_hit
+                if first is not None:
+                    # Every flow moves φ: the slowest run at max-min's first level, on the links
+                    # that saturate at it.
+                    fair, intra_hit, inter_hit = first
+                    t = phi * 1.0 / fair
+                    if intra_hit:
+                        r_intra, t_in = min(r_intra, fair), t
+                    if inter_hit:
+                        r_inter, t_out = min(r_inter, fair), t
+                else:
+                    # Flows of different sizes (or NVLS flows) share links, or a pipelined plan's
+                    # slowest flows inside or between servers are set at a later level: max-min
+                    # over every level.
+                    t_in, t_out, ri, ro = self._max_min_phase(ph, caps, both)
+                    r_intra, r_inter = min(r_intra, ri), min(r_inter, ro)
             phase_t = max(t_in, t_out, 0.0)
             total += ph.repeat * phase_t
             if ph.repeat * phase_t > worst_phase:
@@ -410,6 +431,37 @@ class PlanEvaluator:
         return PlanCost(plan=plan, seconds_per_byte=total, inter_bound=inter_bound, r_intra=r_intra,
                         r_inter=r_inter, loads=loads, network=self.network, max_fraction=max_fraction,
                         path=SYMMETRIC)
+
+    def _max_min_phase(self, ph, caps: dict[str, float], counts: LoadMap) -> tuple[float, float, float, float]:
+        """One phase's flows max-min shared on the whole cluster, routed by symmetry
+        (:func:`~dpsim.network.maxmin.max_min_routes`: the rates of :meth:`_whole_cluster_cost`'s
+        max-min, bit for bit): ``(t_in, t_out, r_intra, r_inter)`` as there. ``counts``: the flows
+        on every link (:meth:`_count`)."""
+        server = None
+        if len(ph.server_src):
+            server = ServerFlows(src=ph.server_src, dst=ph.server_dst, weight=1.0)
+        routes = self.network.symmetric_routes(server=server, crossing=ph.crossing)
+        # Only the slowest flows count: of each route inside a server (their bytes and NVLS weights
+        # differ) and between servers (all alike).
+        groups = [np.arange(blk.shape[1]) if blk.kind == "server" else np.full(blk.shape[1], -1)
+                  for blk in routes.blocks]
+        # Fresh arrays (max_min_routes uses them up).
+        users = {name: f.table[f.cls].ravel() for name, f in counts.families.items() if f.table.any()}
+        rates = max_min_routes(routes, caps, groups, users)
+        t_in = t_out = -math.inf
+        r_intra = r_inter = math.inf
+        for blk, r in zip(routes.blocks, rates):
+            if not r.size:
+                continue
+            if blk.kind == "server":
+                w = np.where(ph.server_nvls, self.nvls_weight, 1.0)
+                r = r.min(axis=0)[blk.flow_column]  # the slowest of each flow inside a server
+                t_in = max(t_in, float((ph.server_fraction * w / r).max()))
+                r_intra = min(r_intra, float((r / w).min()))
+            else:
+                t_out = max(t_out, float((ph.crossing_fraction * 1.0 / r).max()))
+                r_inter = min(r_inter, float(r.min()))
+        return t_in, t_out, r_intra, r_inter
 
     def nic_link_scale(self, nic_scale: float) -> np.ndarray | float:
         """Per-message overhead on each NIC link: ``nic_scale`` on a healthy link; a link left

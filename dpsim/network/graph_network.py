@@ -118,6 +118,10 @@ class FlowNetwork:
         """No symmetric counting on an arbitrary graph."""
         return None
 
+    def symmetric_routes(self, *, server=None, crossing=()) -> None:
+        """No symmetric routing on an arbitrary graph."""
+        return None
+
     # ------------------------------------------------------------------ routing
     def route(self, src: str, dst: str) -> tuple[Edge, ...]:
         """Fewest-hop path from ``src`` to ``dst`` as directed edges (GPUs never transit)."""

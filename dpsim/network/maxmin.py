@@ -95,3 +95,71 @@ def max_min_sparse(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarra
         if w is not None:
             w = w[keep]
     return rates
+
+
+def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarray] | None = None,
+                   users: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
+    """Max-min fair rates of flows routed by symmetry (:class:`~dpsim.network.model.SymmetricRoutes`),
+    one array per block (``inf``: not set); ``capacity`` per family name.
+
+    ``groups`` (per block, a group number per column): when given, only the slowest flows of
+    each group are wanted; the rounds stop once every group has a frozen flow (levels only
+    rise, so a group's first frozen flows are its slowest), and flows still rising then are
+    left at ``inf``. ``users``: the flows on each link (per family, dense, float), when already
+    counted (the arrays are used up: they end as the flows left rising).
+
+    The rounds of :func:`max_min_sparse`, with the same arithmetic on every link: each round the
+    smallest ``max(remaining, 0) / users`` over loaded links, every rising flow on a link within
+    its tolerance frozen at it, its links' remaining capacity lowered by (frozen flows) x (level)
+    and their users by the frozen flows. Users and frozen flows are whole numbers, whatever order
+    they are counted in, so the rates are :func:`max_min_sparse`'s on the same flows, bit for bit;
+    but no route is listed flow by flow: which flows a saturated link freezes and how many leave
+    each link are counted by blocks of servers and pattern edges
+    (:meth:`~dpsim.network.model.SymmetricRoutes.crossed`, :meth:`~dpsim.network.model.SymmetricRoutes.count`),
+    over the rows that still hold a rising flow. A link's share is recomputed only when its
+    flows change (the same value as recomputing it every round).
+    """
+    live = [np.arange(b.shape[0]) for b in routes.blocks]
+    rising = [np.ones(b.shape, dtype=bool) for b in routes.blocks]
+    rates = [np.full(b.shape, np.inf) for b in routes.blocks]
+    users = routes.count(rising, live) if users is None else {f: np.asarray(u, dtype=float) for f, u in users.items()}
+    remaining = {f: np.full(len(u), float(capacity[f])) for f, u in users.items()}
+    share = {}
+    for f, u in users.items():
+        share[f] = np.full(len(u), np.inf)
+        loaded = u > 0
+        share[f][loaded] = np.maximum(remaining[f][loaded], 0.0) / u[loaded]
+    waiting = None
+    if groups is not None:
+        waiting = {int(g) for b, gr in zip(routes.blocks, groups) if b.shape[0] for g in np.asarray(gr).tolist()}
+    lowest = {f: float(x.min()) if x.size else np.inf for f, x in share.items()}  # kept per family
+    while any(len(r) for r in live) and (waiting is None or waiting):
+        fair = min(lowest.values(), default=np.inf)
+        if fair == np.inf:
+            break  # rising flows that cross no link (none here: every flow has a route)
+        limit = fair * (1 + 1e-9) + 1e-300
+        marked = {f: share[f] <= limit for f, low in lowest.items() if low <= limit}
+        hit = [a & c for a, c in zip(rising, routes.crossed(marked, live))]
+        for k, (r, rows, h) in enumerate(zip(rates, live, hit)):
+            if h.any():
+                if waiting is not None:
+                    waiting -= set(np.asarray(groups[k])[h.any(axis=0)].tolist())
+                sub = r[rows]
+                sub[h] = fair
+                r[rows] = sub
+        if waiting is not None and not waiting:
+            break
+        for f, g in routes.count(hit, live).items():
+            ch = np.flatnonzero(g)
+            remaining[f][ch] -= g[ch] * fair
+            users[f][ch] -= g[ch]
+            u, left = users[f][ch], remaining[f][ch]
+            share[f][ch] = np.where(u > 0, np.maximum(left, 0.0) / np.where(u > 0, u, 1.0), np.inf)
+            lowest[f] = float(share[f].min())
+        for k, h in enumerate(hit):
+            if not h.any():
+                continue
+            still = rising[k] & ~h
+            keep = still.any(axis=1)
+            live[k], rising[k] = live[k][keep], still[keep]
+    return rates

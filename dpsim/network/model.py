@@ -28,6 +28,7 @@ serve tests and explicit schedules on small graphs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -95,6 +96,151 @@ class CrossingFlows:
     """What each flow puts on every link of its route (1: count flows; a fraction of S: bytes)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class ServerSide:
+    """The links a block's flows cross on one server (their source's or their destination's)."""
+
+    servers: np.ndarray
+    """Server of each row of the block."""
+    links: tuple[tuple[str, int], ...]
+    """``(family, lane)`` of each server link some flow of the block crosses on the row's server."""
+    columns: np.ndarray
+    """``(links, columns)``: which columns' flows cross each of :attr:`links`."""
+
+    @cached_property
+    def column_index(self) -> list[np.ndarray]:
+        """The columns that cross each of :attr:`links`."""
+        return [np.flatnonzero(c) for c in self.columns]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouteBlock:
+    """``rows x cols`` flows of one kind, routed by symmetry: server links by template, the
+    others by formula."""
+
+    kind: str
+    """``server`` (flows inside a server: a row per server, a column per flow of
+    :class:`ServerFlows`) or ``crossing`` (a row per pattern edge, a column per lane)."""
+    shape: tuple[int, int]
+    """Rows and columns."""
+    sides: tuple[ServerSide, ...]
+    """Links on the servers at either end."""
+    hops: tuple[tuple[str, np.ndarray, np.ndarray | None], ...] = ()
+    """Other links, ``(family, cells, mask)``: ``cells`` (a row each, or one row for all; broadcast
+    over the columns) is each flow's link as ``unit x lanes + lane`` of the family, ``mask`` (as
+    ``cells``; ``None`` for all) the flows that cross it."""
+    multiplicity: np.ndarray | None = None
+    """Flows each column stands for (``None``: one each): flows inside a server that take one
+    route cross the same links, so they always freeze together at one rate."""
+    flow_column: np.ndarray | None = None
+    """Flows inside servers: the column of each flow of the :class:`ServerFlows` given."""
+    pattern: int = -1
+    """Index of its pattern in the ``crossing`` given (``-1``: flows inside servers)."""
+    edges: np.ndarray | None = None
+    """The pattern edge of each row (``None``: flows inside servers, a row per server)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SymmetricRoutes:
+    """Every flow of a phase routed by symmetry, in blocks: which flows cross marked links, and
+    how many flows of a subset cross each link, without listing a route per flow.
+
+    Per-link arrays are dense per family (``units x lanes``, flat), what a max-min over the flows
+    (:func:`~dpsim.network.maxmin.max_min_routes`) tracks link by link. Both methods take the
+    rows of each block still of interest (``rows``), so that later rounds of a max-min cost
+    what is still rising.
+    """
+
+    blocks: tuple[RouteBlock, ...]
+    """The flows, block by block."""
+    families: dict[str, Family]
+    """The network's link families (units and lanes of each)."""
+
+    def crossed(self, marked: dict[str, np.ndarray], rows: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Per block, which flows of rows ``rows`` cross a link that ``marked`` (per family, a boolean
+        per link ``unit x lanes + lane``; missing families: none) marks."""
+        some = {f: bool(m.any()) for f, m in marked.items()}
+        out = []
+        for blk, r in zip(self.blocks, rows):
+            hit = np.zeros((len(r), blk.shape[1]), dtype=bool)
+            if not len(r):
+                out.append(hit)
+                continue
+            for side in blk.sides:
+                on = [k for k, (f, _) in enumerate(side.links) if some.get(f)]
+                if not on:
+                    continue
+                # Per server, which of its links are marked (a bit each), then which columns cross
+                # one of them, once per combination that occurs.
+                srv = side.servers[r]
+                mk = [marked[side.links[k][0]].reshape(-1, self.families[side.links[k][0]].lanes)[:, side.links[k][1]]
+                      for k in on]
+                if len(on) <= 16:
+                    bits = np.zeros(len(mk[0]), dtype=np.int32)
+                    for b, m in enumerate(mk):
+                        bits |= m.astype(np.int32) << b
+                    bits = bits[srv]
+                    table = np.zeros((1 << len(on), blk.shape[1]), dtype=bool)
+                    for combo in np.flatnonzero(np.bincount(bits, minlength=1 << len(on))).tolist():
+                        table[combo] = side.columns[[on[b] for b in range(len(on)) if combo >> b & 1]].any(axis=0)
+                    hit |= table[bits]
+                else:
+                    for k, m in zip(on, mk):
+                        sel = m[srv]
+                        hit[sel] |= side.columns[k]
+            for fam, cells, mask in blk.hops:
+                if not some.get(fam):
+                    continue
+                x = marked[fam][cells[r] if len(cells) > 1 else cells]
+                hit |= x if mask is None else (x & (mask[r] if len(mask) > 1 else mask))
+            out.append(hit)
+        return out
+
+    def count(self, which: Sequence[np.ndarray], rows: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        """How many flows of ``which`` (per block, a boolean per flow of its rows ``rows``) cross each
+        link, per family (dense ``unit x lanes + lane``; families none of them crosses left out).
+        Whole numbers: exact in any order of summation."""
+        out: dict[str, np.ndarray] = {}
+
+        def dense(fam: str) -> np.ndarray:
+            if fam not in out:
+                f = self.families[fam]
+                out[fam] = np.zeros(f.units * f.lanes)
+            return out[fam]
+
+        for blk, w, r in zip(self.blocks, which, rows):
+            if not w.any():
+                continue
+            rr = np.flatnonzero(w.any(axis=1))
+            wr = w[rr]
+            for side in blk.sides:
+                if not side.links:
+                    continue
+                srv = side.servers[r[rr]]
+                units = self.families[side.links[0][0]].units
+                for k, (fam, lane) in enumerate(side.links):
+                    idx = side.column_index[k]
+                    if blk.multiplicity is not None:
+                        per_row = (wr[:, idx] * blk.multiplicity[idx]).sum(axis=1)  # whole numbers: exact
+                    elif len(idx) == 1:
+                        per_row = wr[:, idx[0]]
+                    else:
+                        per_row = np.count_nonzero(wr[:, idx], axis=1)
+                    dense(fam).reshape(-1, self.families[fam].lanes)[:, lane] += np.bincount(
+                        srv, weights=per_row, minlength=units)
+            for fam, cells, mask in blk.hops:
+                on = w if mask is None else (w & (mask[r] if len(mask) > 1 else mask))
+                if not on.any():
+                    continue
+                c = np.broadcast_to(cells[r] if len(cells) > 1 else cells, on.shape)
+                d = dense(fam)
+                if blk.multiplicity is None:
+                    d += np.bincount(c[on], minlength=len(d))
+                else:
+                    d += np.bincount(c[on], weights=np.broadcast_to(blk.multiplicity, on.shape)[on], minlength=len(d))
+        return out
+
+
 @runtime_checkable
 class NetworkModel(Protocol):
     """What collectives need from a network (see the module docstring for the numbering)."""
@@ -144,6 +290,13 @@ class NetworkModel(Protocol):
                         crossing: Sequence[CrossingFlows] = ()) -> LoadMap | None:
         """The weight every link carries when every server runs ``server`` and every pattern of
         ``crossing`` runs (``None`` when the network cannot count them by symmetry)."""
+        ...
+
+    def symmetric_routes(self, *, server: ServerFlows | None = None,
+                         crossing: Sequence[CrossingFlows] = ()) -> SymmetricRoutes | None:
+        """The routes of the flows of :meth:`symmetric_loads`, in blocks (the flows of ``server`` on
+        every server, then each pattern of ``crossing``), for a max-min over them; ``None`` when
+        the network cannot route them by symmetry."""
         ...
 
 

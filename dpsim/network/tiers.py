@@ -48,7 +48,10 @@ from dpsim.network.model import (
     Flow,
     FlowRates,
     LinkLoads,
+    RouteBlock,
     ServerFlows,
+    ServerSide,
+    SymmetricRoutes,
     TransferResult,
     describe_rates,
     run_transfer,
@@ -349,6 +352,85 @@ class TierNetwork:
         for level in range(self.n_levels):
             self._class_families(fams, level_cols[level], level_terms[level])
         return LoadMap(fams)
+
+    def symmetric_routes(self, *, server: ServerFlows | None = None,
+                         crossing: Sequence[CrossingFlows] = ()) -> SymmetricRoutes:
+        """The routes of :meth:`symmetric_loads`' flows in blocks (:class:`~dpsim.network.model.SymmetricRoutes`):
+        the same routes as :meth:`routes`, server links by template, switch links by the
+        arithmetic of :meth:`routes` on each pattern edge (a test compares the two)."""
+        tmpl = self.server
+        n = self.n_nodes
+        blocks: list[RouteBlock] = []
+        if server is not None and len(server.src):
+            # One column per distinct (source, destination): flows on one route share its rate.
+            pairs = list(zip(np.asarray(server.src).tolist(), np.asarray(server.dst).tolist()))
+            distinct = list(dict.fromkeys(pairs))
+            column = np.array([distinct.index(p) for p in pairs], dtype=np.int64)
+            src, dst = (np.array(x, dtype=np.int64) for x in zip(*distinct))
+            routes = tmpl.intra_routes(src, dst)
+            mult = np.bincount(column, minlength=len(distinct)).astype(float)
+            blocks.append(RouteBlock(kind="server", shape=(n, len(routes)), sides=(self._side(np.arange(n), routes),),
+                                     multiplicity=None if (mult == 1).all() else mult, flow_column=column))
+        for x, flows in enumerate(crossing):
+            a = np.asarray(flows.src_server, dtype=np.int64)
+            b = np.asarray(flows.dst_server, dtype=np.int64)
+            i = np.asarray(flows.src_local, dtype=np.int64)
+            j = np.asarray(flows.dst_local, dtype=np.int64)
+            if (a == b).any():
+                raise ValueError("a crossing pattern joins two different servers on every edge")
+            q = len(i)
+            if not self.nic_kind:
+                via_nic = np.zeros(len(a), dtype=bool)
+            elif self.domain_nodes:
+                via_nic = a // self.domain_nodes != b // self.domain_nodes
+            else:
+                via_nic = np.ones(len(a), dtype=bool)
+            if (~via_nic).any():
+                ah, bh = a[~via_nic], b[~via_nic]
+                hub_up, hub_down = ("hub_nvl", "nvl_hub") if self.nvl_fabric else ("hub_dom", "dom_hub")
+                blocks.append(RouteBlock(
+                    kind="crossing", shape=(len(ah), q),
+                    sides=(self._side(ah, tmpl.to_hub(i)[:, None]), self._side(bh, tmpl.from_hub(j)[:, None])),
+                    hops=((hub_up, ah[:, None], None), (hub_down, bh[:, None], None)),
+                    pattern=x, edges=np.flatnonzero(~via_nic)))
+            if not via_nic.any():
+                continue
+            an, bn = a[via_nic], b[via_nic]
+            hops = []
+            if self.n_levels:
+                # As :meth:`routes`: up from the source's leaf, turning at the first common block.
+                rails = self.layout.rails
+                s, t = tmpl.nic_of[i], tmpl.nic_of[j]
+                ra = s if self.fabric.rail_optimized else np.zeros_like(s)
+                rb = t if self.fabric.rail_optimized else np.zeros_like(t)
+                blk_a, blk_b = an // self.sizes[0], bn // self.sizes[0]
+                unit_a = blk_a[:, None] * rails + ra[None, :]
+                unit_b = blk_b[:, None] * rails + rb[None, :]
+                climbing = unit_a != unit_b
+                for level in range(self.n_levels):
+                    if not climbing.any():
+                        break
+                    hops += [(f"up{level}", unit_a, climbing), (f"down{level}", unit_b, climbing)]
+                    if level + 1 < len(self.sizes):
+                        blk_a, blk_b = blk_a // self.sizes[level + 1], blk_b // self.sizes[level + 1]
+                    else:
+                        blk_a, blk_b = np.zeros_like(blk_a), np.zeros_like(blk_b)
+                    climbing = climbing & (blk_a != blk_b)[:, None]
+                    unit_a, unit_b = blk_a[:, None], blk_b[:, None]
+            blocks.append(RouteBlock(
+                kind="crossing", shape=(len(an), q),
+                sides=(self._side(an, tmpl.out_routes(i)), self._side(bn, tmpl.in_routes(j))),
+                hops=tuple(hops), pattern=x, edges=np.flatnonzero(via_nic)))
+        return SymmetricRoutes(blocks=tuple(blocks), families=self.families())
+
+    def _side(self, servers: np.ndarray, routes: np.ndarray) -> ServerSide:
+        """Flows leaving or entering ``servers`` (a row each) by template ``routes`` (a row of
+        template links per column, ``-1`` padded) as a :class:`~dpsim.network.model.ServerSide`."""
+        fam_of, lane_of = self.server.lane_of
+        used = sorted(set(routes[routes >= 0].tolist()))  # not np.unique: it imports numpy.ma
+        links = tuple((self.server.families[fam_of[t]].name, int(lane_of[t])) for t in used)
+        columns = np.array([(routes == t).any(axis=1) for t in used], dtype=bool).reshape(len(used), len(routes))
+        return ServerSide(servers=servers, links=links, columns=columns)
 
     @staticmethod
     def _class_families(fams: dict[str, FamilyLoad], cols: list[np.ndarray],
