@@ -46,7 +46,8 @@ def plan_command(
     # because the default pair, always passed, could not be told from the same pair given).
     strategies: Optional[str] = typer.Option(None, "--strategies",
                                              help="Data-parallel strategies to search: ddp, zero1, fsdp, zero3 "
-                                                  "(without --pp or --ep), fsdp-hybrid (data parallelism alone, "
+                                                  "(without --pp or --ep; with data parallelism alone also MiCS, "
+                                                  "every whole-server --zero-group), fsdp-hybrid (data parallelism alone, "
                                                   "every whole-server shard group; named here, also under --tp/--pp) (default: "
                                                   "ddp,zero1,zero3,fsdp-hybrid, each where it applies).",
                                              rich_help_panel=SEARCH),

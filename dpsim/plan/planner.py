@@ -6,7 +6,8 @@ For each GPU count, every layout of the search space is enumerated: tensor-paral
 first and last stage the lighter share when they do not divide), data-parallel replicas (the rest, placed as
 :func:`~dpsim.collectives.groups.check_layout_placement` requires), data-parallel strategy
 (``ddp``, ``zero1``, ``fsdp``, ``zero3`` without pipeline stages or experts, and with data parallelism alone
-``fsdp-hybrid`` over every whole-server shard group: :meth:`Planner.strategy_variants`), micro-batch (dividing the
+``fsdp-hybrid`` and MiCS (``zero3 --zero-group``) over every whole-server shard group:
+:meth:`Planner.strategy_variants`), micro-batch (dividing the
 global batch per replica),
 recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 ``1f1b-interleaved`` with every number of chunks that divides a stage's blocks and those
@@ -77,6 +78,7 @@ from dpsim.collectives.groups import (
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.hardware import get_gpu
+from dpsim.network.degrade import LinkDegradation
 from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
                           check_int, check_number, short)
 from dpsim.memory import stage_activation_bytes, worst_stage
@@ -102,6 +104,7 @@ from dpsim.predict.layout import (
     check_experts,
     check_no_expert_options,
     context_comm_s,
+    degraded_classes,
     expert_a2a_s,
     expert_tp_s,
     expert_load,
@@ -200,7 +203,8 @@ sequence into ``2 x cp`` chunks that must divide it)."""
 DEFAULT_STRATEGIES = ("ddp", "zero1", "zero3", "fsdp-hybrid")
 """Data-parallel strategies searched unless given, each where it applies (:meth:`Planner.strategy_variants`):
 ``zero3`` without pipeline stages or expert parallelism (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism,
-``deepspeed/runtime/pipe/engine.py``; predict refuses it with ``--ep``), ``fsdp-hybrid`` with data parallelism
+``deepspeed/runtime/pipe/engine.py``; predict refuses it with ``--ep``), with data parallelism alone also as MiCS
+over every shard group HSDP takes (``--zero-group``), ``fsdp-hybrid`` with data parallelism
 alone, over every shard group it can take (under tensor/pipeline layouts only when ``--strategies`` names it:
 there its memory is never below zero1's or zero3's, and a candidate per shard group on every pipelined shape
 would take the 16,384-GPU searches past issue 28's 10 s). ``fsdp`` is left out: under pipeline parallelism it is costed like the
@@ -260,8 +264,9 @@ class Candidate:
     """The job's ``--moe-node-limit`` (DeepSeek-V3's node-limited routing), which applies when ``ep``
     is above 1: a layout without expert parallelism has no all-to-all for it to bound."""
     zero_group: int | None = None
-    """``fsdp-hybrid``'s shard group (``--zero-group``: consecutive data-parallel ranks sharding the state,
-    replicated across the groups); ``None`` for every other strategy."""
+    """``fsdp-hybrid``'s or MiCS's (``zero3``) shard group (``--zero-group``: consecutive data-parallel ranks
+    sharding the state, replicated across the groups); ``None`` for every other strategy, and for ``zero3``
+    sharded over every data-parallel rank."""
 
     @property
     def sharded(self) -> bool:
@@ -288,8 +293,9 @@ class Candidate:
             grad_accum_fusion=self.grad_accum_fusion or not self.sharded, moe_a2a_overlap=self.moe_a2a_overlap,
             moe_node_limit=self.moe_node_limit if self.ep > 1 else None, zero_group=self.zero_group)
 
-    def command(self, base: PredictConfig) -> str:
-        """The whole ``dpsim predict`` command: the job's flags that differ from the defaults, then the layout's."""
+    def command(self, base: PredictConfig, degradations: Sequence[LinkDegradation] = ()) -> str:
+        """The whole ``dpsim predict`` command: the job's flags that differ from the defaults, then the layout's
+        (``degradations``: the search's ``--degrade``, each named again)."""
         default = PredictConfig().settings()
         job = []
         for name, value in base.settings().items():
@@ -304,6 +310,7 @@ class Candidate:
             else:
                 scale = flag_scale(name)
                 job.append(f"{flag} {value * scale if scale else value}")
+        job += [f"--degrade {d.label}" for d in degradations]
         return " ".join(["dpsim predict --model", base.workload.model, *job, self.flags()])
 
     def flags(self) -> str:
@@ -442,6 +449,8 @@ class PlanResult:
     """Nothing fits: the candidate closest to fitting (an :class:`Estimate`), else ``None``."""
     base: PredictConfig | None = field(default=None, repr=False)
     """The job searched (for the chosen layout's whole command)."""
+    degradations: tuple[LinkDegradation, ...] = ()
+    """Links below capacity every layout was costed with (``--degrade``)."""
     verification: dict = field(default_factory=dict)
     """What was simulated: ``simulated`` (layouts), ``within_bound`` (layouts whose estimate could
     beat the best simulated one, :data:`ESTIMATE_BOUND`), ``stopped_by`` (``bound``: every such
@@ -467,7 +476,8 @@ class PlanResult:
             "verification": dict(self.verification),
             "layouts": [e.to_dict() for e in self.ranked],
             "best": best.to_dict() if best is not None else None,
-            "command": best.candidate.command(self.base) if best is not None and self.base is not None else None,
+            "command": best.candidate.command(self.base, self.degradations)
+            if best is not None and self.base is not None else None,
             "best_prediction": best.verified.to_dict() if best is not None and best.verified is not None else None,
             "closest_to_fitting": self.best_memory.to_dict() if self.best_memory is not None else None,
         }
@@ -613,8 +623,12 @@ class Planner:
     def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True, tp_comm_overlap: str | None = None,
                  tp_across_network: bool | None = None, cp_comm: str | None = None,
                  moe_a2a_overlap: bool | None = None, cp_balance: bool | None = None,
-                 moe_node_limit: int | None = None):
+                 moe_node_limit: int | None = None, degradations: Sequence[LinkDegradation] = ()):
         self.base = base
+        self.degradations = tuple(degradations)
+        """Links below capacity (``--degrade``): every candidate's communicators are costed on them, as
+        ``predict --degrade`` costs its own (:func:`~dpsim.predict.run.build_collectives`)."""
+        self._factories: dict[int, object] = {}
         # The job's settings, kept apart from ``base``: a config without --tp/--pp refuses
         # --no-grad-accum-fusion, one without --tp the tensor-parallel flags, one without --cp
         # --cp-comm or --no-cp-balance, and the search's base has none of them (``None``: base's own).
@@ -693,10 +707,26 @@ class Planner:
         gc = self._collectives.get(key)
         if gc is None:
             shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero_group=zero_group)
-            inner = build_collectives(self.base, self.topology(gpus), layout=shape)
-            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self._shared(inner._make),
-                                                           layout=shape)
+            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self.factory(gpus), layout=shape)
         return gc
+
+    def factory(self, gpus: int):
+        """The job's collective-model factory on ``gpus`` GPUs (predict's
+        :func:`~dpsim.predict.run.build_collectives`, ``--degrade`` included), memoised by communicator
+        shape (:meth:`_shared`); built once per GPU count: it depends on the job, not the layout, and
+        building it checks the degraded links' names against that cluster."""
+        make = self._factories.get(gpus)
+        if make is None:
+            try:
+                inner = build_collectives(self.base, self.topology(gpus), degradations=self.degradations)
+            except ConfigError as exc:
+                if not self.degradations or not str(exc).startswith("--degrade:"):
+                    raise
+                # A node or NIC the smallest of several GPU counts does not have: name the count.
+                raise ConfigError(f"{exc} (on --gpus {gpus}); name links that every searched GPU count has") \
+                    from None
+            make = self._factories[gpus] = self._shared(inner._make)
+        return make
 
     def _shared(self, make):
         """``make`` (the factory of the job's models) memoised by communicator shape, across layouts."""
@@ -715,8 +745,7 @@ class Planner:
         key = ("hybrid", gpus, shard_group)
         gc = self._collectives.get(key)
         if gc is None:
-            inner = build_collectives(self.base, self.topology(gpus))
-            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self._shared(inner._make),
+            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self.factory(gpus),
                                                            shard_group=shard_group)
         return gc
 
@@ -796,13 +825,16 @@ class Planner:
         def cost(group: str, op: str, size: float) -> float:
             return self.cost(gc, group, op, size)
 
+        # --degrade: the slowest link of each class the all-to-all crosses paces it (predict's expert_a2a_s).
+        ep_classes = degraded_classes(gc, "ep") if c.ep > 1 and self.degradations else None
         work = layer_work(tpm, compute, layout, tp_cost=lambda op, size: cost("tp", op, size),
                           act_element_bytes=act_bytes, overlap_slowdown=self.base.calibration.overlap_slowdown,
                           accumulate_s=accumulate,
                           cp_cost=(lambda op, size: context_comm_s(gc, cost, op, size)) if c.cp > 1 else None,
                           cp_model=self.model if c.cp > 1 else None,
                           ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.parallelism.moe_a2a,
-                                                                self.model.moe, self.moe_node_limit))
+                                                                self.model.moe, self.moe_node_limit,
+                                                                class_factors=ep_classes))
                           if c.ep > 1 else None,
                           etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
                           gpu=self.gpu, recompute_share=shares,
@@ -845,13 +877,16 @@ class Planner:
         reuse distance freed, :func:`~dpsim.strategies.deepspeed_fetch.backward_gather_numel`) and
         reduce-scatters each unit's gradient (every micro-batch, or at the last one under FSDP1's
         ``no_sync``, :func:`~dpsim.strategies.registry.unsharded_accumulation`), HSDP then all-reducing the
-        gradient shard over its replica group (``inter``). All of it on one stream beside ``compute_s``
+        gradient shard over its replica group (``inter``) after each, MiCS (``zero3`` with a shard group) once a
+        step, at the last micro-batch. All of it on one stream beside ``compute_s``
         per micro-batch: the step waits for the first unit's gather, the last reduction (the first
         unit's, after the backward) and whatever the stream needs beyond the compute."""
         units, names = self.units()
         hybrid = c.strategy == "fsdp-hybrid"
+        # MiCS: zero3's passes on the shard group; its gradient shards all-reduced across the groups once a step.
+        mics = c.strategy == "zero3" and c.zero_group is not None
         world = zero_shard_group(c.strategy, c.dp, self.topology(c.gpus).gpus_per_node, c.zero_group)
-        if hybrid:
+        if hybrid or mics:
             gc, group = self.hybrid_collectives(c.gpus, world), "intra"
         else:
             gc, group = self.collectives(c.gpus, 1, 1, c.dp), "dp"
@@ -868,10 +903,14 @@ class Planner:
         reduce = [self.cost(gc, group, "reduce_scatter", u.numel * g)
                   + (self.cost(gc, "inter", "all_reduce", -(-u.numel // world) * g) if hybrid and replicas > 1
                      else 0.0) for u in units]
+        # MiCS's second hop waits for the accumulation boundary (allreduce_mics_shard_grads): once a step, each
+        # unit's right behind its last reduce-scatter, as predict's program queues it.
+        second = [self.cost(gc, "inter", "all_reduce", -(-u.numel // world) * g) if mics and replicas > 1 else 0.0
+                  for u in units]
         p = self.base.parallelism
         syncs = 1 if unsharded_accumulation(c.strategy, m, p.fsdp_version, p.fsdp_accumulate) else m
-        total = m * (sum(gather_fwd) + gather_bwd) + syncs * sum(reduce)
-        head, tail = (gather_fwd[0], reduce[0]) if units else (0.0, 0.0)
+        total = m * (sum(gather_fwd) + gather_bwd) + syncs * sum(reduce) + sum(second)
+        head, tail = (gather_fwd[0], reduce[0] + second[0]) if units else (0.0, 0.0)
         return self._stream_exposed(head, tail, total, m * compute_s), sum(-(-u.numel // world) for u in units)
 
     def _stream_exposed(self, head: float, tail: float, total: float, compute_s: float) -> float:
@@ -1034,10 +1073,11 @@ class Planner:
     def strategy_variants(self, gpus: int, *, dp: int, cp: int, pp: int, ep: int, etp: int, sharded: bool,
                           strategies) -> list[tuple[str, int | None]]:
         """The data-parallel strategies of one shape, each with its shard group (``None`` but for
-        ``fsdp-hybrid``), where they apply as ``predict`` runs them: none but ``ddp`` without data-parallel
+        ``fsdp-hybrid`` and MiCS), where they apply as ``predict`` runs them: none but ``ddp`` without data-parallel
         replicas; ``zero3`` without pipeline stages or expert parallelism (DeepSpeed's ``PipelineEngine``
         asserts ZeRO stage below 2, microsoft/DeepSpeed ``deepspeed/runtime/pipe/engine.py``; ZeRO-3 with
-        experts is not modelled, as ``predict --strategy zero3 --ep`` refuses); ``fsdp-hybrid`` with data
+        experts is not modelled, as ``predict --strategy zero3 --ep`` refuses), with data parallelism alone
+        also as MiCS over each shard group :meth:`shard_groups` gives; ``fsdp-hybrid`` with data
         parallelism alone, once per shard group :meth:`shard_groups` gives, and, when ``strategies`` names it,
         under ``--tp``/``--pp`` too (torchtitan's ``dp_replicate x dp_shard x tp x pp``; not with cp or ep, as
         predict refuses), its collectives in :meth:`stage_dp` and :meth:`reshard_dp`."""
@@ -1046,6 +1086,12 @@ class Planner:
             if dp * cp == 1 and strategy != "ddp":
                 continue
             if strategy == "zero3" and (pp > 1 or ep > 1 or etp > 1):
+                continue
+            if strategy == "zero3" and not sharded:
+                # MiCS (predict's zero3 --zero-group, dpsim/strategies/sharded.py): ZeRO-3 over every rank, then
+                # over each whole-server shard group HSDP takes. Under tp/cp predict refuses the group (its
+                # zero3 there shards over every data-parallel rank), so the layouts keep full sharding.
+                out += [(strategy, None)] + [(strategy, g) for g in self.shard_groups(gpus, dp)]
                 continue
             if strategy == "fsdp-hybrid":
                 if not sharded:
@@ -1831,7 +1877,7 @@ def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, r
             stopped = "time"
             continue
         try:
-            pred = predict(e.candidate.config(base))
+            pred = predict(e.candidate.config(base), degradations=planner.degradations)
         except DpsimError:
             out.append((e, None))
             continue

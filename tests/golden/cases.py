@@ -280,6 +280,12 @@ def plan_cases() -> dict[str, list[str]]:
                     "--tp", "1", "--pp", "1,2", "--micro-batches", "2", "--recompute", "off", "--tokens", "20B",
                     "--rank", "goodput", "--mtbf-gpu", "2000h", "--replace", "4h", "--top", "4", "--verify", "1",
                     "--json"],
+        # MiCS: DeepSpeed ZeRO-3 over each whole-server shard group (--zero-group), data parallelism alone; a
+        # 39B model that needs its state sharded over two 8-GPU nodes or more.
+        "mics": ["plan", "--gpus", "64", "--link", "infiniband", "--model",
+                 "transformer:hidden=8192,layers=48,heads=64,ffn=22016,vocab=32000,seq=2048", "--precision",
+                 "bf16-mixed", "--global-batch", "64", "--tp", "1", "--pp", "1", "--micro-batches", "1",
+                 "--recompute", "full", "--strategies", "zero3", "--top", "5", "--verify", "1", "--json"],
         # A mixture of experts: expert parallelism searched (issue 28).
         "moe": ["plan", "--gpus", "64", "--link", "infiniband", "--model", "mixtral-8x7b", "--global-batch", "256",
                 "--tp", "1,2", "--pp", "1,2", "--micro-batches", "1", "--recompute", "full", "--top", "5",
