@@ -144,6 +144,7 @@ from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.fp8 import caches_fp8_weights
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.routing import parse_routing
+from dpsim.variability.spec import VariabilitySpec
 from dpsim.workload.spec import ModelSpec, is_mtp_unit
 
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
@@ -720,7 +721,7 @@ class Planner:
             try:
                 inner = build_collectives(self.base, self.topology(gpus), degradations=self.degradations)
             except ConfigError as exc:
-                if not self.degradations or not str(exc).startswith("--degrade:"):
+                if not str(exc).startswith("--degrade:") or " names " not in str(exc):
                     raise
                 # A node or NIC the smallest of several GPU counts does not have: name the count.
                 raise ConfigError(f"{exc} (on --gpus {gpus}); name links that every searched GPU count has") \
@@ -1646,7 +1647,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  tp_comm_overlap: str | None = None, tp_across_network: bool | None = None,
                  moe_a2a_overlap: bool | None = None,
                  cp_comm: str | None = None, cp_balance: bool | None = None,
-                 moe_node_limit: int | None = None) -> PlanResult:
+                 moe_node_limit: int | None = None, degradations: Sequence[LinkDegradation] = ()) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
     ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
     A search axis left ``None`` is not given (the command line's flag left out): ``strategies``
@@ -1659,7 +1660,9 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     ``tp_comm_overlap``/``tp_across_network``/``cp_comm``/``cp_balance``/``moe_a2a_overlap``/``moe_node_limit``: the
     job's flags that apply to the candidates with that parallelism (a base without ``--tp``/``--cp``/``--ep`` cannot
     hold them; ``None``: ``base``'s). ``verify``: most layouts simulated, ``verify_seconds``: seconds of simulation after the first
-    (``None``: no limit), see :func:`_verify`."""
+    (``None``: no limit), see :func:`_verify`. ``degradations``: links below capacity (``--degrade``,
+    :func:`~dpsim.network.degrade.parse_degradation`), checked as ``predict`` checks them and applied to every
+    candidate, closed form and simulation alike."""
     t0 = time.perf_counter()
     base = resolve(base).config
     # The layout a candidate sets itself, given on the base (the API's PredictConfig(tp=4)): the search replaced
@@ -1713,9 +1716,17 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         failures = FailureInputs()
     if budget_usd is not None and tokens is None and samples is None:
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
+    # predict's own checks of --degrade (a tuple of LinkDegradation, at most MAX_REPEATED_FLAGS, what all of one
+    # link's leave it at least MIN_DEGRADED_FRACTION): one validator, in the variability spec that carries them.
+    degradations = VariabilitySpec(degradations=degradations).degradations
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion, tp_comm_overlap=tp_comm_overlap,
                       tp_across_network=tp_across_network, cp_comm=cp_comm, moe_a2a_overlap=moe_a2a_overlap,
-                      cp_balance=cp_balance, moe_node_limit=moe_node_limit)
+                      cp_balance=cp_balance, moe_node_limit=moe_node_limit, degradations=degradations)
+    if degradations:
+        for n in gpus:
+            # The names against each GPU count's cluster (node<K> beyond the smallest one is named with it),
+            # and --calibration's refusal, before any layout is searched.
+            planner.factory(n)
     if planner.moe_a2a_overlap and planner.model.moe is None:
         raise ConfigError(f"--moe-a2a-overlap: hides a mixture of experts' all-to-alls, but {planner.model.name} is "
                           f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
@@ -1826,7 +1837,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     counts["ranked"] = len(fitting)
     return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
                       failures=failures, best_memory=closest if not fitting else None, base=base,
-                      verification=verification)
+                      verification=verification, degradations=planner.degradations)
 
 
 def _with_step(planner: Planner, e: Estimate, pred: Prediction | None, step_s: float, *, failures, tokens,

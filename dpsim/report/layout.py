@@ -194,9 +194,12 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
     console.print(table)
     console.print("layout: GPUs: tensor (x cpN context) x pipeline x data sizes (epN: N expert-parallel), "
                   "iN = interleaved with N chunks per stage, "
-                  "data-parallel strategy (hsdpN: fsdp-hybrid, N-rank shard groups), micro-batch, sel/full/op/megatron/moe = recomputation, "
+                  "data-parallel strategy (hsdpN: fsdp-hybrid, N-rank shard groups; micsN: zero3 over them), micro-batch, sel/full/op/megatron/moe = recomputation, "
                   "sp = sequence parallelism")
     console.print(_verification_line(result))
+    if result.degradations:
+        console.print(f"every layout costed with degraded links: "
+                      f"{escape(', '.join(d.label for d in result.degradations))}")
     console.print(f"Refused: "
                   f"{counts['do_not_fit']} do not fit in memory, {counts['refused_by_placement']} cannot be placed"
                   + (f", {counts['over_budget']} over budget" if counts.get("over_budget") else ""))
@@ -217,7 +220,7 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
             return
         console.print(f"[bold red]no layout fits[/bold red]{hint}; add GPUs, or allow more tensor parallelism")
         return
-    console.print(f"best: {escape(best.candidate.command(base))}")
+    console.print(f"best: {escape(best.candidate.command(base, result.degradations))}")
     if best.reliability is not None:
         _print_recommendation(console, best.reliability)
     pred = best.verified

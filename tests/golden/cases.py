@@ -179,6 +179,9 @@ def sweep_cases() -> dict[str, list[str]]:
     return {
         "grid": ["sweep", "--gpus", "8,64", "--link", "infiniband,ethernet", "--model", "gpt2",
                  "--strategy", "ddp,zero3", "--json"],
+        # Every row on half-rate NICs and one server's first NIC at a quarter (predict's --degrade).
+        "degrade": ["sweep", "--gpus", "16,64", "--link", "infiniband", "--model", "gpt2", "--strategy",
+                    "ddp,zero3", "--degrade", "infiniband:50%", "--degrade", "node1.nic0:50%", "--json"],
     }
 
 
@@ -286,6 +289,10 @@ def plan_cases() -> dict[str, list[str]]:
                  "transformer:hidden=8192,layers=48,heads=64,ffn=22016,vocab=32000,seq=2048", "--precision",
                  "bf16-mixed", "--global-batch", "64", "--tp", "1", "--pp", "1", "--micro-batches", "1",
                  "--recompute", "full", "--strategies", "zero3", "--top", "5", "--verify", "1", "--json"],
+        # Every layout costed on half-rate NICs (--degrade), named again in the chosen layout's command.
+        "degrade": ["plan", "--gpus", "64", "--link", "infiniband", "--model", "llama-2-7b", "--global-batch", "256",
+                    "--tp", "1,2", "--pp", "1,2", "--micro-batches", "1", "--recompute", "full", "--top", "5",
+                    "--verify", "1", "--degrade", "infiniband:50%", "--json"],
         # A mixture of experts: expert parallelism searched (issue 28).
         "moe": ["plan", "--gpus", "64", "--link", "infiniband", "--model", "mixtral-8x7b", "--global-batch", "256",
                 "--tp", "1,2", "--pp", "1,2", "--micro-batches", "1", "--recompute", "full", "--top", "5",
