@@ -92,10 +92,19 @@ def test_plan_degrade_on_the_command_line(capsys):
     assert err.count("\n") == 1 and "--degrade: 'node1.nic0:125%' is not valid" in err
 
 
-def test_plan_keeps_predicts_refusal_with_a_calibration_profile():
-    with pytest.raises(ConfigError, match="^--degrade: .*--calibration"):
-        plan_layouts(PredictConfig(model="gpt2", gpus=8, calibration="a100-nvswitch-8gpu"), gpus=[8],
-                     global_batch=64, degradations=(parse_degradation("nvlink:50%"),))
+def test_plan_takes_degraded_links_with_a_calibration_profile():
+    # A degraded link at a fraction of its calibrated rate (dpsim.profile.calibrated), closed form and simulation.
+    degraded = (parse_degradation("nvlink:50%"),)
+    base = PredictConfig(model="gpt2", calibration="a100-nvswitch-8gpu")
+    search = dict(gpus=[8], global_batch=64, micro_batches=[8], recomputes=["off"], strategies=["ddp"], verify=1)
+    healthy, slow = plan_layouts(base, **search), plan_layouts(base, **search, degradations=degraded)
+    assert slow.best.step_time_s > healthy.best.step_time_s
+    config = slow.best.candidate.config(resolve(PredictConfig(model="gpt2", calibration="a100-nvswitch-8gpu",
+                                                              micro_batch=1)).config)
+    assert slow.best.step_time_s == predict(config, degradations=degraded).step_time_s
+    with pytest.raises(ConfigError, match=r"^--degrade: 'pcie:50%' with --calibration"):
+        plan_layouts(PredictConfig(model="gpt2", calibration="aws-p4de-2node"), gpus=[16], global_batch=64,
+                     degradations=(parse_degradation("pcie:50%"),))
 
 
 # ------------------------------------------------------------------------------------------------ sweep

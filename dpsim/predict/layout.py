@@ -277,9 +277,12 @@ def expert_split(config: PredictConfig, model: ModelSpec | None = None) -> Exper
 
 def degraded_classes(collectives: GroupCollectives, name: str) -> dict[str, float] | None:
     """The capacity ``--degrade`` leaves the slowest link of each class the ``name`` communicator's
-    copy crosses (``None`` when nothing is degraded or its model has no links, a calibrated one)."""
-    plans = getattr(collectives.group(name), "plans", None)  # NCCL's flow model; a calibrated one has none
-    return (plans.slowest_class_factors() or None) if plans is not None else None
+    copy crosses (``None`` when nothing is degraded)."""
+    model = collectives.group(name)
+    plans = getattr(model, "plans", None)  # NCCL's flow model
+    if plans is None:  # a calibrated one: the factors build_collectives gave it beside its fits, if any
+        return getattr(model, "class_factors", None) or None
+    return plans.slowest_class_factors() or None
 
 
 def context_comm_s(collectives: GroupCollectives, cost, op: str, size: float) -> float:
