@@ -196,3 +196,20 @@ def test_mics_is_not_searched_under_tensor_or_context_parallelism():
     cands, _ = planner.candidates(128, global_batch=256, tps=[2, 4], pps=[1], micro_batches=[1],
                                   recomputes=["full"], strategies=["zero3"], sequence_parallel=True)
     assert cands and all(c.zero_group is None for c in cands)
+
+
+def test_hsdp_under_context_parallelism_is_searched_when_asked():
+    # torchtitan's dp_shard_cp: a shard group holds its data-parallel ranks' context-parallel ones; 2 data-parallel
+    # ranks a server under tp 4 x cp 2 (8-GPU servers), so groups of 2, 4, 8 below dp 16 (pp 1), 2, 4 below dp 8.
+    base = resolve(_base("llama-2-7b", seq_len=16384, micro_batch=1)).config
+    planner = Planner(base)
+    cands, _ = planner.candidates(128, global_batch=64, tps=[4], pps=[1, 2], cps=[2], micro_batches=[1],
+                                  recomputes=["full"], strategies=["fsdp-hybrid"], sequence_parallel=True,
+                                  schedules=["1f1b"])
+    assert sorted((c.pp, c.zero_group) for c in cands) == [(1, 2), (1, 4), (1, 8), (2, 2), (2, 4)]
+    for c in cands:
+        assert c.cp == 2 and f"--cp 2 --pp {c.pp}" in c.flags() and f"--zero-group {c.zero_group}" in c.flags()
+        e = planner.estimate(c, global_batch=64)
+        pred = predict(c.config(base))
+        assert pred.memory.total_bytes == e.memory_bytes
+        assert ESTIMATE_BOUND[0] <= e.step_time_s / pred.step_time_s <= ESTIMATE_BOUND[1], c.flags()

@@ -48,7 +48,7 @@ def plan_command(
                                              help="Data-parallel strategies to search: ddp, zero1, fsdp, zero3 "
                                                   "(without --pp or --ep; with data parallelism alone also MiCS, "
                                                   "every whole-server --zero-group), fsdp-hybrid (data parallelism alone, "
-                                                  "every whole-server shard group; named here, also under --tp/--pp) (default: "
+                                                  "every whole-server shard group; named here, also under --tp/--pp/--cp) (default: "
                                                   "ddp,zero1,zero3,fsdp-hybrid, each where it applies).",
                                              rich_help_panel=SEARCH),
     micro_batches: Optional[str] = typer.Option(None, "--micro-batches",

@@ -1080,7 +1080,7 @@ class Planner:
         experts is not modelled, as ``predict --strategy zero3 --ep`` refuses), with data parallelism alone
         also as MiCS over each shard group :meth:`shard_groups` gives; ``fsdp-hybrid`` with data
         parallelism alone, once per shard group :meth:`shard_groups` gives, and, when ``strategies`` names it,
-        under ``--tp``/``--pp`` too (torchtitan's ``dp_replicate x dp_shard x tp x pp``; not with cp or ep, as
+        under ``--tp``/``--pp``/``--cp`` too (torchtitan's ``dp_replicate x dp_shard x cp x tp x pp``; not with ep, as
         predict refuses), its collectives in :meth:`stage_dp` and :meth:`reshard_dp`."""
         out: list[tuple[str, int | None]] = []
         for strategy in (strategies or DEFAULT_STRATEGIES):
@@ -1097,7 +1097,7 @@ class Planner:
             if strategy == "fsdp-hybrid":
                 if not sharded:
                     out += [(strategy, g) for g in self.shard_groups(gpus, dp)]
-                elif strategies and cp == 1 and ep == etp == 1:
+                elif strategies and ep == etp == 1:
                     # Under tp/pp only when asked: HSDP's memory there is never below zero1's (pipelined) or
                     # zero3's (not), so the default search, bounded by issue 28's 10 s, leaves it out.
                     out += [(strategy, g) for g in self.shard_groups(gpus, dp, tp=gpus // (dp * pp))]
@@ -1228,7 +1228,8 @@ class Planner:
             shape = self._checkpoints[key] = (ClusterShape.from_topology(topo), checkpoint_cost(
                 state_bytes=state_bytes(self.model.param_count, self.precision, self.base.workload.optimizer),
                 gpus_per_node=topo.gpus_per_node, tp=c.tp, pp=c.pp, dp=c.dp * c.cp,
-                shard_group=zero_shard_group(c.strategy, c.dp * c.cp, topo.gpus_per_node, c.zero_group),
+                shard_group=zero_shard_group(c.strategy, c.dp * c.cp, topo.gpus_per_node,
+                                             c.zero_group * c.cp if c.zero_group and c.sharded else c.zero_group),
                 node_bandwidth_bytes_per_s=failures.node_bandwidth_bytes_per_s))
         cluster, ck = shape
         return dataclasses.replace(e, reliability=layout_goodput(
@@ -1362,9 +1363,10 @@ class Planner:
             launches = sorted((-leads[ch] - wgrad[ch] + (launch * wgrad[ch] / chunk_backward[ch]
                                                           if chunk_backward[ch] > 0 else 0.0), k)
                               for k, (_, ch, _, launch, _) in enumerate(buckets))
-        # HSDP (fsdp-hybrid under tp/pp): fsdp's collectives on the shard group ("zero"), each reduce-scatter's
-        # shard then all-reduced across the replica groups ("zrep") behind it, as predict's program queues them.
-        shard = gc.layout.zero_group if strategy == "fsdp-hybrid" and gc.layout is not None else None
+        # HSDP (fsdp-hybrid under tp/pp): fsdp's collectives on the shard group ("zero": its data-parallel ranks with
+        # their context-parallel ones), each reduce-scatter's shard then all-reduced across the replica groups
+        # ("zrep") behind it, as predict's program queues them.
+        shard = gc.layout.zero_group * gc.layout.cp if strategy == "fsdp-hybrid" and gc.layout is not None else None
         replicated = shard is not None and shard < grad_group
         comm_of = {"dp": "zero"} if replicated else {}
         end = -math.inf
@@ -1943,7 +1945,7 @@ def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: i
         # And the strategies' (strategy_variants): where DeepSpeed ZeRO-3 and HSDP run.
         strategy_rules = {"zero3": "zero3 runs without pipeline stages or expert parallelism (--pp 1, --ep 1)",
                           "fsdp-hybrid": "fsdp-hybrid needs more data-parallel ranks than one server holds (its "
-                                         "shard groups are whole servers' ranks below them), and no --cp or --ep"}
+                                         "shard groups are whole servers' ranks below them), and no --ep"}
         if "strategies" in (culprits or given):
             needs += [strategy_rules[s] for s in given["strategies"] if s in strategy_rules]
         # And the recomputation modes' (_variants): the layout path's modes need a sharded layout, moe experts.

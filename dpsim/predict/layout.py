@@ -160,9 +160,10 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
     check_layout_placement(topology, shape, tp_across_network=par.tp_across_network,
                            tp_comm_overlap=par.tp_comm_overlap)
     if par.strategy == "fsdp-hybrid":
-        # The shard group's placement: consecutive data-parallel ranks tiling the servers (tp apart).
+        # The shard group's placement: consecutive data-parallel ranks tiling the servers (tp x cp apart: each
+        # data-parallel rank's context-parallel ranks are in its shard group).
         check_zero_options(par.strategy, par.zero_impl, par.zero_group, n_gpus=config.data_parallel,
-                           gpus_per_node=topology.gpus_per_node, tp=par.tp)
+                           gpus_per_node=topology.gpus_per_node, tp=par.tp * par.cp)
     if par.zero_impl == "internlm":
         if model.moe is not None:
             raise ConfigError(f"--zero-impl: internlm is modelled for dense models; {model.name} is a mixture of "

@@ -203,6 +203,10 @@ def layout_cases() -> dict[str, list[str]]:
         # groups of 4 data-parallel ranks, gradient shards all-reduced across the 4 groups.
         "hsdp-tp-pp": ["--gpus", "128", "--link", "infiniband", *llama7, "--tp", "4", "--pp", "2",
                        "--strategy", "fsdp-hybrid", "--zero-group", "4", "--global-batch", "64"],
+        # HSDP with context parallelism (torchtitan's dp_shard_cp): shard groups of 4 data-parallel ranks and their
+        # 2 context-parallel ranks, gradient shards all-reduced across the 2 groups.
+        "hsdp-tp-cp": ["--gpus", "64", "--link", "infiniband", *llama7, "--seq-len", "16384", "--tp", "4", "--cp", "2",
+                       "--strategy", "fsdp-hybrid", "--zero-group", "4", "--global-batch", "16"],
         # One NIC of node 3 at half rate under tp 8 x pp 2: the dp and pp copies holding it pace the step.
         "degrade-tp-pp": ["--gpus", "64", "--link", "infiniband", "--model", "llama-2-13b", "--tp", "8", "--pp", "2",
                           "--degrade", "node3.nic0:50%"],
