@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import nic_fabric
 from dpsim.units import NUMBER_PATTERN
@@ -207,8 +208,6 @@ def calibrated_factors(degradations: Sequence[LinkDegradation], job: Topology,
     only) is a :class:`~dpsim.errors.ConfigError`: the profile's fits mix it into rates it cannot be
     told apart from. A named link also carries its scope's class degradation (they multiply, as on
     the flow model)."""
-    from dpsim.network.tiers import TierNetwork
-
     network = TierNetwork(group) if group.n_gpus > 1 else None
     scope_of: dict[str, str] = {}
     if network is not None:

@@ -19,6 +19,7 @@ from dpsim.plan.cost import PriceOverride, check_price_override, parse_count
 from dpsim.predict.config import SETTINGS, PredictConfig, check_value, field_kind
 from dpsim.profile.io import load_profile
 from dpsim.topology.load import load_preset, load_topology_file
+from dpsim.variability.spec import VariabilitySpec
 from dpsim.workload.catalog import get_entry
 from dpsim.workload.model_ref import is_torch_model_ref, model_ref_next_to, parse_model_ref
 
@@ -184,8 +185,6 @@ class SweepSpec:
     def __post_init__(self) -> None:
         if self.tokens is not None and self.samples is not None:
             raise ConfigError("sweep: give a token budget (tokens) or a sample budget (samples), not both")
-        from dpsim.variability.spec import VariabilitySpec
-
         # predict's own checks of --degrade (LinkDegradation items, how many, what one link keeps): one validator.
         VariabilitySpec(degradations=self.degradations)
         for axis, values in self.axes.items():
