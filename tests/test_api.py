@@ -112,8 +112,9 @@ def api_sweep(argv: list[str]) -> dict:
     from dpsim.plan.sweep import records_json, run_sweep
 
     args = [a for a in argv[1:] if a != "--json"]
-    grid = {flag.removeprefix("--"): values.split(",") for flag, values in zip(args[::2], args[1::2])}
-    spec = dpsim.SweepSpec.from_grid(grid)
+    pairs = list(zip(args[::2], args[1::2]))
+    grid = {flag.removeprefix("--"): values.split(",") for flag, values in pairs if flag != "--degrade"}
+    spec = dpsim.SweepSpec.from_grid(grid, degrade=[v for flag, v in pairs if flag == "--degrade"] or None)
     # the rows as the DataFrame has them: every column in every row (null where a row has none)
     return records_json(run_sweep(spec).to_dict(orient="records"), spec)
 
@@ -151,16 +152,19 @@ def _own_flags(argv: list[str], flags: tuple[str, ...]) -> tuple[list[str], dict
 
 def api_plan(argv: list[str]) -> dict:
     from dpsim.plan.cost import parse_count
+    from dpsim.network.degrade import parse_degradation
     from dpsim.plan.planner import PLAN_RECOMPUTES, PLAN_SCHEDULES, parse_choice_list, parse_int_list
+    from dpsim.predict.config import PLAN_DP_STRATEGIES
 
-    argv, own = _own_flags(argv, ("--gpus", "--tp", "--pp", "--micro-batches", "--recompute"))
+    argv, own = _own_flags(argv, ("--gpus", "--tp", "--pp", "--micro-batches", "--recompute", "--degrade"))
     fields, other = _split_args(argv)
     global_batch = fields.pop("global_batch")
     grad_accum_fusion = fields.pop("grad_accum_fusion", True)
     tokens = _one(other, "--tokens")
     kwargs = dict(gpus=parse_int_list(own["--gpus"], "--gpus"), global_batch=global_batch,
                   tps=parse_int_list(own.get("--tp"), "--tp"), pps=parse_int_list(own.get("--pp"), "--pp"),
-                  strategies=parse_choice_list(_one(other, "--strategies"), "--strategies", ("ddp", "zero1", "fsdp")),
+                  strategies=parse_choice_list(_one(other, "--strategies"), "--strategies", PLAN_DP_STRATEGIES),
+                  degradations=(parse_degradation(own["--degrade"]),) if "--degrade" in own else (),
                   micro_batches=parse_int_list(own.get("--micro-batches"), "--micro-batches"),
                   recomputes=parse_choice_list(own.get("--recompute"), "--recompute", PLAN_RECOMPUTES),
                   # None when the flag is left out, as the command line passes it (the library's defaults).

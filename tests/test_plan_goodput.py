@@ -177,10 +177,10 @@ def test_plan_keeps_the_layouts_that_finish_when_some_never_do():
     # Past MAX_FAILURES_PER_RUN expected failures a layout never finishes (fuzz5: the closed form's
     # finite 6e173 s was ranked and printed); at 60 s (restart 608 s) every layout is past it.
     assert all(e.candidate.gpus == 8 for e in res.ranked if math.isfinite(e.reliability.expected_wall_s))
-    # 3,148 fit: plan also searches zero3 and HSDP shard groups (3,012 before; selective recomputation drops
-    # no attention core under fused attention, 8 fewer than when what exceeded 13sh of a Llama block counted
-    # as a 5as² core).
-    with pytest.raises(ConfigError, match="none of the 3,148 layouts that fit would finish training"):
+    # 3,163 fit: plan also searches zero3, HSDP and MiCS shard groups (3,012 before zero3/HSDP, 3,148 before MiCS;
+    # selective recomputation drops no attention core under fused attention, 8 fewer than when what exceeded
+    # 13sh of a Llama block counted as a 5as² core).
+    with pytest.raises(ConfigError, match="none of the 3,163 layouts that fit would finish training"):
         plan_layouts(dpsim.PredictConfig(model="llama-2-7b", gpus=8, link="infiniband"), global_batch=512,
                      gpus=[8, 64], tokens=1e9, rank_by="goodput", verify=0,
                      failures=FailureInputs(rates=FailureRates(node_mtbf_s=60.0)))
@@ -197,7 +197,7 @@ def test_plan_json_carries_no_astronomical_time_to_train(capsys):
             "--checkpoint-bandwidth", "1MB/s"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "none of the 2,376 layouts that fit would finish training" in err  # 2,293 before zero3/HSDP groups
+    assert err.count("\n") == 1 and "none of the 2,388 layouts that fit would finish training" in err  # 2,293 before zero3/HSDP groups, 2,376 before MiCS
     argv[argv.index("1e18")] = "1T"
     assert main(argv[:-4]) == 0  # a run that finishes: finite, sane numbers
     d = json.loads(capsys.readouterr().out)

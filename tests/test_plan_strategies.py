@@ -77,7 +77,9 @@ def test_zero3_is_searched_where_deepspeed_runs_it():
     # Default strategies: with tensor parallelism and with data parallelism alone, never with pipeline stages
     # (DeepSpeed's PipelineEngine refuses ZeRO-2/3, as predict does).
     assert {c.tp for c in zero3} == {1, 8} and {c.pp for c in zero3} == {1}
-    assert all(c.zero_group is None for c in zero3)
+    # MiCS's shard groups (zero3 --zero-group) with data parallelism alone only: predict refuses them under tp.
+    assert all(c.zero_group is None for c in zero3 if c.tp > 1)
+    assert sorted({c.zero_group or 0 for c in zero3 if c.tp == 1}) == [0, 8, 16, 32]
     hybrid = [c for c in cands if c.strategy == "fsdp-hybrid"]
     assert hybrid and all(c.tp == c.pp == 1 and c.zero_group for c in hybrid)
     # Every candidate is a command predict accepts (none refused by the config's rules).
@@ -177,3 +179,59 @@ def test_data_parallel_only_estimates_stay_within_the_estimate_bound(case, strat
         return
     ratio = e.step_time_s / predict(c.config(base)).step_time_s
     assert ESTIMATE_BOUND[0] <= ratio <= ESTIMATE_BOUND[1], (c.flags(), ratio)
+
+
+# MiCS (DeepSpeed ZeRO-3 over --zero-group ranks, replicated across the groups): searched as HSDP's groups are.
+
+def test_plan_searches_mics_shard_groups_with_data_parallelism_alone():
+    base = resolve(_base("gpt2-xl", micro_batch=2)).config
+    planner = Planner(base)
+    cands, _ = planner.candidates(128, global_batch=1024, tps=[1], pps=[1], micro_batches=[2], recomputes=["off"],
+                                  strategies=["zero3"])
+    # Every rank (plain ZeRO-3), then whole servers doubling below the 128 data-parallel ranks.
+    assert [c.zero_group for c in cands] == [None, 8, 16, 32, 64]
+    for c in cands:
+        flags = c.flags()
+        assert ("--zero-group" in flags) == (c.zero_group is not None)
+        if c.zero_group is not None:
+            assert f"--strategy zero3 --zero-group {c.zero_group}" in flags
+        e = planner.estimate(c, global_batch=1024)
+        pred = predict(c.config(base))
+        # The one memory model, and the closed form (two micro-batches: MiCS's second hop once a step) within
+        # zero3's stated bound.
+        assert pred.memory.total_bytes == e.memory_bytes
+        assert ESTIMATE_BOUND[0] <= e.step_time_s / pred.step_time_s <= ESTIMATE_BOUND[1], flags
+
+
+def test_plan_keeps_the_mics_groups_that_fit_and_prints_them():
+    # The 39B model does not fit ZeRO-3 sharded over one 8-GPU node (see HYBRID), fits over two.
+    result = plan_layouts(_base(MODEL_39B), **{**HYBRID, "strategies": ["zero3"]}, top=10, verify=1)
+    assert result.counts["candidates"] == 4 and result.counts["do_not_fit"] == 1
+    assert sorted(e.candidate.zero_group or 0 for e in result.ranked) == [0, 16, 32]
+    command = result.to_dict()["command"]
+    assert command.startswith("dpsim predict ") and "--strategy zero3" in command
+
+
+def test_mics_is_not_searched_under_tensor_or_context_parallelism():
+    # predict models MiCS's groups for data parallelism alone: a tp layout's zero3 shards over every replica.
+    planner = Planner(resolve(_base("llama-3-8b", micro_batch=1)).config)
+    cands, _ = planner.candidates(128, global_batch=256, tps=[2, 4], pps=[1], micro_batches=[1],
+                                  recomputes=["full"], strategies=["zero3"], sequence_parallel=True)
+    assert cands and all(c.zero_group is None for c in cands)
+
+
+def test_hsdp_under_context_parallelism_is_searched_when_asked():
+    # torchtitan's dp_shard_cp: a shard group holds its data-parallel ranks' context-parallel ones; 2 data-parallel
+    # ranks a server under tp 4 x cp 2 (8-GPU servers), so groups of 2, 4, 8 below dp 16 (pp 1), 2, 4 below dp 8.
+    base = resolve(_base("llama-2-7b", seq_len=16384, micro_batch=1)).config
+    planner = Planner(base)
+    cands, _ = planner.candidates(128, global_batch=64, tps=[4], pps=[1, 2], cps=[2], micro_batches=[1],
+                                  recomputes=["full"], strategies=["fsdp-hybrid"], sequence_parallel=True,
+                                  schedules=["1f1b"])
+    assert sorted((c.pp, c.zero_group) for c in cands) == [(1, 2), (1, 4), (1, 8), (2, 2), (2, 4)]
+    for c in cands:
+        assert c.cp == 2 and f"--cp 2 --pp {c.pp}" in c.flags() and f"--zero-group {c.zero_group}" in c.flags()
+        e = planner.estimate(c, global_batch=64)
+        pred = predict(c.config(base))
+        assert pred.memory.total_bytes == e.memory_bytes
+        assert ESTIMATE_BOUND[0] <= e.step_time_s / pred.step_time_s <= ESTIMATE_BOUND[1], c.flags()

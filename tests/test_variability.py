@@ -535,12 +535,62 @@ def test_with_jobs_node_numbers_count_every_jobs_servers():
         predict_with_variability(cfg, _spec("node16.nic0:50%"))
 
 
-def test_degradation_with_a_calibration_is_rejected():
+def _calibrated_world(cfg, *degrade):
+    from dpsim.predict.run import build_collectives, resolve_topology
+    from dpsim.predict.resolve import resolve
+
+    config = resolve(cfg).config
+    return build_collectives(config, resolve_topology(config),
+                             degradations=tuple(parse_degradation(d) for d in degrade)).group("world")
+
+
+def test_a_degraded_link_runs_at_a_fraction_of_its_calibrated_rate():
+    """--degrade with --calibration: the profile's bus bandwidth of the kind of link degraded (its NIC-bound
+    inter_node ring here) is scaled, its latency kept: the transfer term exactly 1 / f times the healthy one."""
     cfg = PredictConfig(gpus=16, link="infiniband", model="gpt2", calibration="aws-p4de-2node")
-    with pytest.raises(ConfigError, match="--degrade: not available with --calibration"):
-        predict_with_variability(cfg, _spec("infiniband:50%"))
-    with pytest.raises(ConfigError, match="--degrade: not available with --calibration"):
-        predict(cfg, degradations=(parse_degradation("infiniband:50%"),))
+    size = 256e6
+    healthy = _calibrated_world(cfg).time("all_reduce", size)
+    for degrade in (("infiniband:50%",), ("node1.nic0:50%",), ("infiniband:80%", "node0.nic1:62.5%")):
+        slow = _calibrated_world(cfg, *degrade).time("all_reduce", size)
+        assert slow.latency_s == healthy.latency_s
+        assert slow.time_s - slow.latency_s == pytest.approx(2 * (healthy.time_s - healthy.latency_s), rel=1e-12)
+    p, report = predict_with_variability(cfg, _spec("infiniband:50%"))
+    assert report.degradation.step_s > report.degradation.healthy_step_s == predict(cfg).step_time_s
+    assert p.step_time_s == predict(cfg, degradations=(parse_degradation("infiniband:50%"),)).step_time_s
+
+
+def test_slowed_gpu_links_pace_a_multi_node_ring_only_below_the_profiles_headroom():
+    from dpsim.profile.calibrated import peak_bus_bandwidth
+    from dpsim.profile.io import load_profile
+
+    cfg = PredictConfig(gpus=16, link="infiniband", model="gpt2", calibration="aws-p4de-2node")
+    profile = load_profile("aws-p4de-2node")
+    headroom = peak_bus_bandwidth(profile, "intra_node") / peak_bus_bandwidth(profile, "inter_node")
+    assert headroom > 2  # NVLink far above the NICs: at half rate it is still not the ring's bottleneck
+    assert _calibrated_world(cfg, "nvlink:50%").bandwidth_factor == 1.0
+    slow = _calibrated_world(cfg, "nvlink:5%", "infiniband:90%")
+    assert slow.bandwidth_factor == pytest.approx(min(0.9, 0.05 * headroom))
+    # One server's ring runs on its GPU links alone: they are its calibrated rate.
+    one = PredictConfig(gpus=8, link="dgx-a100", model="gpt2", calibration="a100-nvswitch-8gpu")
+    assert _calibrated_world(one, "node0.gpu3:25%").bandwidth_factor == 0.25
+
+
+def test_a_degradation_a_calibration_cannot_place_is_refused_saying_why():
+    import dataclasses
+
+    from dpsim.errors import ProfileError
+    from dpsim.profile.calibrated import degraded_bandwidth_factor
+    from dpsim.profile.io import load_profile
+
+    cfg = PredictConfig(gpus=16, link="aws-p4de", model="gpt2", calibration="aws-p4de-2node")
+    with pytest.raises(ConfigError, match=r"^--degrade: 'pcie:50%' with --calibration: .* pcie has no rate of its own"):
+        predict(cfg, degradations=(parse_degradation("pcie:50%"),))
+    # Without the one-node fit, how far the GPU links are above the NICs is unknown.
+    profile = load_profile("aws-p4de-2node")
+    inter_only = dataclasses.replace(profile, ops={k: v for k, v in profile.ops.items() if k[0] != "intra_node"})
+    with pytest.raises(ProfileError, match="no intra_node all_reduce fit"):
+        degraded_bandwidth_factor(inter_only, "inter_node", {"gpu": 0.5})
+    assert degraded_bandwidth_factor(inter_only, "inter_node", {"nic": 0.5}) == 0.5
 
 
 # ----------------------------------------------------------------------------- predict and the CLI
@@ -597,7 +647,7 @@ def test_cli_variability_json_and_table(capsys, monkeypatch):
     (["--degrade", "node1.nic0"], ["--degrade", "LINK:PCT%"]),
     (["--degrade", "infiniband:50%"], ["--degrade", "'infiniband'", "ethernet"]),
     (["--degrade", "node99.nic0:50%"], ["--degrade", "'node99.nic0:50%'", "node0..node7"]),
-    (["--degrade", "ethernet:50%", "--calibration", "aws-p4de-2node"], ["--degrade", "--calibration"]),
+    (["--degrade", "pcie:50%", "--calibration", "aws-p4de-2node"], ["--degrade", "--calibration", "pcie"]),
     (["--noise-cv", "-1"], ["--noise-cv", "-1"]),
     (["--hiccup-s", "0.1"], ["--hiccup-rate-per-s / --hiccup-s"]),
     (["--noise-cv", "0.1", "--mc-samples", "0"], ["--mc-samples", "0"]),

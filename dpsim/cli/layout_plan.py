@@ -46,8 +46,9 @@ def plan_command(
     # because the default pair, always passed, could not be told from the same pair given).
     strategies: Optional[str] = typer.Option(None, "--strategies",
                                              help="Data-parallel strategies to search: ddp, zero1, fsdp, zero3 "
-                                                  "(without --pp or --ep), fsdp-hybrid (data parallelism alone, "
-                                                  "every whole-server shard group; named here, also under --tp/--pp) (default: "
+                                                  "(without --pp or --ep; with data parallelism alone also MiCS, "
+                                                  "every whole-server --zero-group), fsdp-hybrid (data parallelism alone, "
+                                                  "every whole-server shard group; named here, also under --tp/--pp/--cp) (default: "
                                                   "ddp,zero1,zero3,fsdp-hybrid, each where it applies).",
                                              rich_help_panel=SEARCH),
     micro_batches: Optional[str] = typer.Option(None, "--micro-batches",
@@ -104,12 +105,18 @@ def plan_command(
     straggler: Optional[list[str]] = typer.Option(
         None, "--straggler", help="A persistently slow node or GPU, e.g. node3:1.3x (repeatable), charged like "
                                   "--noise-cv.", rich_help_panel=VARIABILITY),
+    degrade: Optional[list[str]] = typer.Option(
+        None, "--degrade", help="A link below capacity, as predict takes it (node3.nic0:50%, node0.gpu2:50% or a "
+                                "link class such as infiniband:50%; repeatable): every layout is costed with it.",
+        rich_help_panel=VARIABILITY),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (schema dpsim.plan/1).",
                                  rich_help_panel=OUTPUT),
 ) -> None:
     """Search tensor x pipeline x data layouts (tp, pp, dp, strategy, micro-batch, recomputation, schedule;
     cp for a long sequence, ep for a mixture of experts) that fit in memory and rank them by time to train and cost."""
     from dpsim.errors import ConfigError
+    from dpsim.limits import MAX_REPEATED_FLAGS
+    from dpsim.network.degrade import parse_degradation
     from dpsim.plan.cost import parse_count, parse_price_overrides
     from dpsim.plan.planner import (
         MAX_TOP,
@@ -161,6 +168,9 @@ def plan_command(
         given = [flag for flag, value in failure_flags.items() if value is not None]
         if given:
             raise ConfigError(f"{given[0]}: applies to --rank goodput only; add --rank goodput or leave it out")
+    if degrade and len(degrade) > MAX_REPEATED_FLAGS:
+        raise ConfigError(f"--degrade: given {len(degrade):,} times; expected at most {MAX_REPEATED_FLAGS:,}")
+    degradations = tuple(parse_degradation(x) for x in degrade or ())
     counts = parse_int_list(gpus, "--gpus")
     # Searched layouts with tensor or pipeline parallelism take it; the base (no --tp/--pp) cannot.
     grad_accum_fusion = flags.pop("grad_accum_fusion", True)
@@ -181,7 +191,7 @@ def plan_command(
         samples=None if samples is None else parse_count(samples, "--samples"),
         budget_usd=budget_usd, gpu_hour_usd=parse_price_overrides(gpu_hour_usd or []), rank_by=rank, top=top,
         verify=verify, verify_seconds=verify_seconds, grad_accum_fusion=grad_accum_fusion, failures=failures,
-        **sharded)
+        degradations=degradations, **sharded)
     if as_json:
         _emit_json(result.to_dict())
         return

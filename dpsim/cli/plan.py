@@ -14,7 +14,7 @@ import typer
 from dpsim.cli.app import _emit_json
 from dpsim.cli.checks import check_budget, check_prices
 from dpsim.cli.options import axis_options, config_options
-from dpsim.cli.panels import BUDGET, EXECUTION, GRID, OUTPUT
+from dpsim.cli.panels import BUDGET, EXECUTION, GRID, OUTPUT, VARIABILITY
 from dpsim.cli.predict import PREDICT_FIELDS, SINGLE_GPU_SAMPLES_PER_S, predict_config
 from dpsim.errors import ConfigError
 from dpsim.workload.shapes import is_shape_ref
@@ -146,6 +146,10 @@ def sweep_command(
         rich_help_panel=OUTPUT),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON (schema dpsim.sweep/1).",
                                  rich_help_panel=OUTPUT),
+    degrade: Optional[list[str]] = typer.Option(
+        None, "--degrade", help="A link below capacity in every point, as predict takes it (node3.nic0:50%, "
+                                "node0.gpu2:50% or a link class such as infiniband:50%; repeatable; replaces the "
+                                "file's degrade:).", rich_help_panel=VARIABILITY),
 ) -> None:
     """Predict every combination of a grid (flags and/or a YAML file): table, CSV/Parquet/JSON.
 
@@ -201,6 +205,8 @@ def sweep_command(
         given[key] = f"--axis {name.strip()}"
         spec = spec.with_axes(SweepSpec.from_grid({name.strip(): _split(values, f"--axis {name.strip()}", key)},
                                                   origin=f"--axis {name.strip()}"))
+    if degrade:
+        spec = spec.with_axes(SweepSpec.from_grid(degrade=_repeated(degrade, "--degrade"), origin="--degrade"))
     if tokens is not None or samples is not None or gpu_hour_usd:
         spec = spec.with_axes(SweepSpec(
             tokens=None if tokens is None else parse_count(tokens, "--tokens"),

@@ -134,8 +134,9 @@ class LayoutShape:
     etp: int = 1
     """Expert-tensor-parallel ranks of the expert layers."""
     zero_group: int | None = None
-    """InternLM's ZERO1 group (``--zero-group``): that many consecutive data-parallel ranks, a
-    ``zero`` communicator when fewer than all of them (``None``: all)."""
+    """InternLM's ZERO1 group or HSDP's shard degree (``--zero-group``): that many consecutive data-parallel
+    ranks, each with its ``cp`` context-parallel ranks, a ``zero`` communicator when fewer than all of them
+    (``None``: all)."""
 
 
 def _node_group(job: Topology, per_node: int, nodes: int) -> tuple[Topology, int]:
@@ -212,15 +213,18 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
 
     dp_topo, dp_conc = strided(t, d)
     comms["dp"] = Communicator(name="dp", topology=dp_topo, job=job, concurrent=dp_conc)
-    if shape.zero_group is not None and shape.zero_group < d:
+    # HSDP folds the context-parallel ranks into its shard dimension (torchtitan's dp_shard_cp): a shard group
+    # is zero_group data-parallel ranks with their cp ranks, cp being faster than dp in the rank order.
+    shard = shape.zero_group * shape.cp if shape.zero_group is not None else None
+    if shard is not None and shard < d:
         # InternLM's ZERO1 group: consecutive ranks of one data-parallel group (Initializer_Zero1 in
         # internlm/core/context/process_group_initializer.py@20fe5ac297e6), so tp apart as dp's are.
-        zero_topo, zero_conc = strided(t, shape.zero_group)
+        zero_topo, zero_conc = strided(t, shard)
         comms["zero"] = Communicator(name="zero", topology=zero_topo, job=job, concurrent=zero_conc)
         # HSDP's replica group under tp/pp (fsdp-hybrid's dp_replicate mesh dimension, outside dp_shard in
         # torchtitan's pp, dp_replicate, dp_shard_cp, tp order: ParallelDims.build_mesh,
-        # torchtitan/distributed/parallel_dims.py@0119de156de5): one rank of each shard group, tp x zero_group apart.
-        rep_topo, rep_conc = strided(t * shape.zero_group, d // shape.zero_group)
+        # torchtitan/distributed/parallel_dims.py@0119de156de5): one rank of each shard group, tp x shard apart.
+        rep_topo, rep_conc = strided(t * shard, d // shard)
         comms["zrep"] = Communicator(name="zrep", topology=rep_topo, job=job, concurrent=rep_conc)
     # The expert layers' own rank order, tp-ep-dp-pp with tp = etp and dp = edp (Megatron-Core's
     # expert RankGenerator, megatron/core/parallel_state.py): an ``ep`` group is ep ranks etp

@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import nic_fabric
 from dpsim.units import NUMBER_PATTERN
@@ -207,3 +208,69 @@ def communicator_degradations(degradations: Sequence[LinkDegradation], job: Topo
                 share = (r - 1 + f) / r if r > 1 else f
                 out.append(LinkDegradation(link=f"node{node}.nic0", capacity_fraction=share))
     return tuple(out)
+
+
+CALIBRATED_SCOPES = ("gpu", "nic")
+"""What a calibration profile measured a rate for, that a degraded link can be a fraction of: the
+GPUs' links inside a server (its ``intra_node`` fits) and the NICs (its ``inter_node`` fits: the
+multi-node ring's bottleneck, :mod:`dpsim.profile.calibrated`)."""
+
+
+def calibrated_factors(degradations: Sequence[LinkDegradation], job: Topology,
+                       group: Topology) -> dict[str, float]:
+    """Capacity left of the slowest degraded link of each :data:`CALIBRATED_SCOPES` scope that a
+    communicator ``group`` of ``job`` (its copy holding the link, :func:`communicator_degradations`)
+    crosses, for a calibrated collective model: ``{"gpu": f, "nic": f}`` (1 where none is degraded).
+
+    ``node<K>.gpu<J>`` and the link classes of the server's GPU-to-GPU links (``nvlink``, or ``pcie``
+    in a PCIe server) are ``gpu``; ``node<K>.nic<J>`` and the NIC cables' class (``infiniband``,
+    ``ethernet``) are ``nic``; degradations of one link multiply and the slowest link of a scope
+    paces a ring through it, as on the flow model. A class with no measured rate of its own (the
+    switch tiers ``leaf-spine``/``spine``..., an NVLink fabric or domain, a PCIe link on the NIC path
+    only) is a :class:`~dpsim.errors.ConfigError`: the profile's fits mix it into rates it cannot be
+    told apart from. A named link also carries its scope's class degradation (they multiply, as on
+    the flow model)."""
+    network = TierNetwork(group) if group.n_gpus > 1 else None
+    scope_of: dict[str, str] = {}
+    if network is not None:
+        for f in network.server.families:
+            if f.nic:
+                scope_of.setdefault(f.link_class, "nic")
+            elif f.intra:
+                scope_of[f.link_class] = "gpu"
+    left: dict[tuple[str, str], float] = {}
+    for d in communicator_degradations(degradations, job, group):
+        m = _NAMED_LINK.fullmatch(d.link)
+        scope = ("gpu" if m.group(2) == "gpu" else "nic") if m else scope_of.get(d.link)
+        if scope is None:
+            if network is not None and d.link not in network.link_classes:
+                continue  # a class this communicator's copy does not cross (nvlink of a one-GPU-per-node group)
+            raise ConfigError(f"--degrade: {d.label!r} with --calibration: a calibration profile measured the "
+                              f"GPUs' links inside a server and the NICs, and {d.link} has no rate of its own "
+                              f"there; degrade {', '.join(sorted(scope_of)) or 'a GPU or NIC link'} or a named "
+                              f"node<K>.gpu<J>/node<K>.nic<J>, or leave --calibration out")
+        left[(scope, d.link)] = left.get((scope, d.link), 1.0) * d.capacity_fraction
+    out = {}
+    for scope in CALIBRATED_SCOPES:
+        # A named link is also of its scope's class: a class degraded as well slows it further (the slowest
+        # class of the scope, when a server's GPU links are of two).
+        whole = min([f for (s, link), f in left.items() if s == scope and not names_one_link(link)], default=1.0)
+        named = [f * whole for (s, link), f in left.items() if s == scope and names_one_link(link)]
+        out[scope] = min([whole, *named])
+    return out
+
+
+def slowest_class_factors(network, degradations: Sequence[LinkDegradation]) -> dict[str, float]:
+    """Per link class of ``network``, the lowest capacity factor ``degradations`` (already named on its
+    cluster, :func:`communicator_degradations`) leave any of its links; classes left whole are left out.
+    What paces a uniform exchange over the class (the all-to-alls), on a flow model or beside a calibrated
+    one (:meth:`~dpsim.collectives.plan_cost.PlanEvaluator.slowest_class_factors` for the former)."""
+    terms = degradation_terms(network, degradations, strict=False)
+    if not terms:
+        return {}
+    scale = np.ones(network.n_links)
+    for kind, what, f in terms:
+        scale[network.class_links(what) if kind == "class" else what] *= f
+    ids = network.link_class_id
+    return {cls: float(scale[ids == i].min()) for i, cls in enumerate(network.link_classes)
+            if (ids == i).any() and scale[ids == i].min() < 1.0}

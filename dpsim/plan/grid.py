@@ -14,10 +14,12 @@ from typing import Any
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
 from dpsim.hardware import get_gpu
+from dpsim.network.degrade import LinkDegradation, parse_degradation
 from dpsim.plan.cost import PriceOverride, check_price_override, parse_count
 from dpsim.predict.config import SETTINGS, PredictConfig, check_value, field_kind
 from dpsim.profile.io import load_profile
 from dpsim.topology.load import load_preset, load_topology_file
+from dpsim.variability.spec import VariabilitySpec
 from dpsim.workload.catalog import get_entry
 from dpsim.workload.model_ref import is_torch_model_ref, model_ref_next_to, parse_model_ref
 
@@ -27,7 +29,7 @@ AXIS_ALIASES = {"topology": "topology_file"}
 _NONE_WORDS = {"none", "null", "default", "~"}
 _TRUE_WORDS = {"true", "on", "yes", "1"}
 _FALSE_WORDS = {"false", "off", "no", "0"}
-SPEC_KEYS = ("grid", "tokens", "samples", "gpu_hour_usd")
+SPEC_KEYS = ("grid", "tokens", "samples", "gpu_hour_usd", "degrade")
 """Top-level keys of a sweep YAML file."""
 
 
@@ -142,6 +144,28 @@ def _check_domain(axis: str, value: Any, where: str) -> None:
         raise ConfigError(f"{where}: {message}") from None
 
 
+def parse_degrade(raw: Any, origin: str = "--degrade") -> tuple[LinkDegradation, ...]:
+    """A sweep's degraded links: ``None`` (none), one item or a list of ``LINK:PCT%`` text or
+    :class:`~dpsim.network.degrade.LinkDegradation` (what ``predict --degrade`` takes, one flag per item)."""
+    if raw is None:
+        return ()
+    items = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    out = []
+    for item in items:
+        if isinstance(item, LinkDegradation):
+            out.append(item)
+        elif isinstance(item, str):
+            try:
+                out.append(parse_degradation(item))
+            except ConfigError as exc:
+                # parse_degradation names --degrade: a YAML file's key is named where it came from.
+                raise ConfigError(re.sub(r"^--degrade", origin, str(exc), count=1)) from None
+        else:
+            raise ConfigError(f"{origin}: {item!r} is not valid; expected LINK:PCT% text (e.g. infiniband:50%) or a "
+                              f"dpsim.network.degrade.LinkDegradation")
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class SweepSpec:
     """A grid of predictions plus an optional training budget and price overrides."""
@@ -154,10 +178,15 @@ class SweepSpec:
     """Sample budget (image models), instead of tokens."""
     gpu_hour_usd: PriceOverride = None
     """Price override: one number for every GPU, or per GPU preset."""
+    degradations: tuple[LinkDegradation, ...] = ()
+    """Links below capacity in every point (``--degrade``, ``predict``'s; a name is checked against each
+    point's cluster when it runs, so a node one point lacks is that point's error)."""
 
     def __post_init__(self) -> None:
         if self.tokens is not None and self.samples is not None:
             raise ConfigError("sweep: give a token budget (tokens) or a sample budget (samples), not both")
+        # predict's own checks of --degrade (LinkDegradation items, how many, what one link keeps): one validator.
+        VariabilitySpec(degradations=self.degradations)
         for axis, values in self.axes.items():
             if not values:
                 raise ConfigError(f"sweep {axis}: the axis has no values; give at least one")
@@ -165,8 +194,10 @@ class SweepSpec:
     @classmethod
     def from_grid(cls, grid: Mapping[str, Any] | None = None, *, tokens: float | str | None = None,
                   samples: float | str | None = None, gpu_hour_usd: PriceOverride = None,
-                  origin: str = "sweep", base_dir: Path | None = None) -> SweepSpec:
-        """Build and validate a spec from ``{axis: value or list of values}``."""
+                  origin: str = "sweep", base_dir: Path | None = None, degrade: Any = None) -> SweepSpec:
+        """Build and validate a spec from ``{axis: value or list of values}``; ``degrade``: links below capacity
+        in every point, as ``predict --degrade`` text (``infiniband:50%``) or
+        :class:`~dpsim.network.degrade.LinkDegradation` (:func:`parse_degrade`)."""
         if grid is None:
             grid = {}
         if not isinstance(grid, Mapping):
@@ -197,7 +228,8 @@ class SweepSpec:
         return cls(axes=axes,
                    tokens=None if tokens is None else parse_count(tokens, f"{origin} tokens"),
                    samples=None if samples is None else parse_count(samples, f"{origin} samples"),
-                   gpu_hour_usd=check_price_override(gpu_hour_usd, f"{origin} gpu_hour_usd"))
+                   gpu_hour_usd=check_price_override(gpu_hour_usd, f"{origin} gpu_hour_usd"),
+                   degradations=parse_degrade(degrade, _where(origin, "degrade")))
 
     @classmethod
     def from_dict(cls, data: Any, origin: str = "sweep", base_dir: Path | None = None) -> SweepSpec:
@@ -215,7 +247,8 @@ class SweepSpec:
         return cls(axes=spec.axes,
                    tokens=None if tokens is None else parse_count(tokens, f"{origin}: tokens"),
                    samples=None if samples is None else parse_count(samples, f"{origin}: samples"),
-                   gpu_hour_usd=check_price_override(data.get("gpu_hour_usd"), f"{origin}: gpu_hour_usd"))
+                   gpu_hour_usd=check_price_override(data.get("gpu_hour_usd"), f"{origin}: gpu_hour_usd"),
+                   degradations=parse_degrade(data.get("degrade"), f"{origin}: degrade"))
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> SweepSpec:
@@ -233,7 +266,8 @@ class SweepSpec:
         if overrides.tokens is not None or overrides.samples is not None:
             tokens, samples = overrides.tokens, overrides.samples
         prices = overrides.gpu_hour_usd if overrides.gpu_hour_usd is not None else self.gpu_hour_usd
-        return SweepSpec(axes=axes, tokens=tokens, samples=samples, gpu_hour_usd=prices)
+        degradations = overrides.degradations or self.degradations  # --degrade replaces the file's degrade:
+        return SweepSpec(axes=axes, tokens=tokens, samples=samples, gpu_hour_usd=prices, degradations=degradations)
 
     @property
     def size(self) -> int:

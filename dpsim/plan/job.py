@@ -170,7 +170,10 @@ def _checkpoint_shard_group(config: PredictConfig, strategy: str, dp: int, gpus_
     """Data-parallel ranks the checkpointed optimizer state is sharded over: the strategy's group, or
     ``--zero-group`` (InternLM's zero1 and HSDP shard the state within groups of that many consecutive ranks
     and replicate it across them, so one group writes it all; dpsim/strategies/zero.py, sharded.py)."""
-    return zero_shard_group(strategy, dp, gpus_per_node, config.value_of("zero_group"))
+    group = config.value_of("zero_group")
+    if group is not None and strategy == "fsdp-hybrid" and config.parallelism.layout_active:
+        group *= config.parallelism.cp  # HSDP's shard group holds its data-parallel ranks' context-parallel ones
+    return zero_shard_group(strategy, dp, gpus_per_node, group)
 
 
 def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: float | None = None,

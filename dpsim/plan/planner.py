@@ -6,7 +6,8 @@ For each GPU count, every layout of the search space is enumerated: tensor-paral
 first and last stage the lighter share when they do not divide), data-parallel replicas (the rest, placed as
 :func:`~dpsim.collectives.groups.check_layout_placement` requires), data-parallel strategy
 (``ddp``, ``zero1``, ``fsdp``, ``zero3`` without pipeline stages or experts, and with data parallelism alone
-``fsdp-hybrid`` over every whole-server shard group: :meth:`Planner.strategy_variants`), micro-batch (dividing the
+``fsdp-hybrid`` and MiCS (``zero3 --zero-group``) over every whole-server shard group:
+:meth:`Planner.strategy_variants`), micro-batch (dividing the
 global batch per replica),
 recomputation (``none``, ``selective``, ``full``), schedule (``1f1b``, and
 ``1f1b-interleaved`` with every number of chunks that divides a stage's blocks and those
@@ -82,6 +83,7 @@ from dpsim.collectives.groups import (
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.hardware import get_gpu
+from dpsim.network.degrade import LinkDegradation
 from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
                           check_int, check_number, short)
 from dpsim.memory import stage_activation_bytes, worst_stage
@@ -107,6 +109,7 @@ from dpsim.predict.layout import (
     check_experts,
     check_no_expert_options,
     context_comm_s,
+    degraded_classes,
     expert_a2a_s,
     expert_tp_s,
     expert_load,
@@ -150,6 +153,7 @@ from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.fp8 import caches_fp8_weights, gathered_weight_bytes, layers_fp8_weight_numel
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.routing import parse_routing
+from dpsim.variability.spec import VariabilitySpec
 from dpsim.workload.spec import ModelSpec, is_mtp_unit
 
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
@@ -212,7 +216,8 @@ sequence into ``2 x cp`` chunks that must divide it)."""
 DEFAULT_STRATEGIES = ("ddp", "zero1", "zero3", "fsdp-hybrid")
 """Data-parallel strategies searched unless given, each where it applies (:meth:`Planner.strategy_variants`):
 ``zero3`` without pipeline stages or expert parallelism (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism,
-``deepspeed/runtime/pipe/engine.py``; predict refuses it with ``--ep``), ``fsdp-hybrid`` with data parallelism
+``deepspeed/runtime/pipe/engine.py``; predict refuses it with ``--ep``), with data parallelism alone also as MiCS
+over every shard group HSDP takes (``--zero-group``), ``fsdp-hybrid`` with data parallelism
 alone, over every shard group it can take (under tensor/pipeline layouts only when ``--strategies`` names it:
 there its memory is never below zero1's or zero3's, and a candidate per shard group on every pipelined shape
 would take the 16,384-GPU searches past issue 28's 10 s). ``fsdp`` is left out: under pipeline parallelism it is costed like the
@@ -272,8 +277,9 @@ class Candidate:
     """The job's ``--moe-node-limit`` (DeepSeek-V3's node-limited routing), which applies when ``ep``
     is above 1: a layout without expert parallelism has no all-to-all for it to bound."""
     zero_group: int | None = None
-    """``fsdp-hybrid``'s shard group (``--zero-group``: consecutive data-parallel ranks sharding the state,
-    replicated across the groups); ``None`` for every other strategy."""
+    """``fsdp-hybrid``'s or MiCS's (``zero3``) shard group (``--zero-group``: consecutive data-parallel ranks
+    sharding the state, replicated across the groups); ``None`` for every other strategy, and for ``zero3``
+    sharded over every data-parallel rank."""
 
     @property
     def sharded(self) -> bool:
@@ -300,8 +306,9 @@ class Candidate:
             grad_accum_fusion=self.grad_accum_fusion or not self.sharded, moe_a2a_overlap=self.moe_a2a_overlap,
             moe_node_limit=self.moe_node_limit if self.ep > 1 else None, zero_group=self.zero_group)
 
-    def command(self, base: PredictConfig) -> str:
-        """The whole ``dpsim predict`` command: the job's flags that differ from the defaults, then the layout's."""
+    def command(self, base: PredictConfig, degradations: Sequence[LinkDegradation] = ()) -> str:
+        """The whole ``dpsim predict`` command: the job's flags that differ from the defaults, then the layout's
+        (``degradations``: the search's ``--degrade``, each named again)."""
         default = PredictConfig().settings()
         job = []
         for name, value in base.settings().items():
@@ -316,6 +323,7 @@ class Candidate:
             else:
                 scale = flag_scale(name)
                 job.append(f"{flag} {value * scale if scale else value}")
+        job += [f"--degrade {d.label}" for d in degradations]
         return " ".join(["dpsim predict --model", base.workload.model, *job, self.flags()])
 
     def flags(self) -> str:
@@ -454,6 +462,8 @@ class PlanResult:
     """Nothing fits: the candidate closest to fitting (an :class:`Estimate`), else ``None``."""
     base: PredictConfig | None = field(default=None, repr=False)
     """The job searched (for the chosen layout's whole command)."""
+    degradations: tuple[LinkDegradation, ...] = ()
+    """Links below capacity every layout was costed with (``--degrade``)."""
     verification: dict = field(default_factory=dict)
     """What was simulated: ``simulated`` (layouts), ``within_bound`` (layouts whose estimate could
     beat the best simulated one, :data:`ESTIMATE_BOUND`), ``stopped_by`` (``bound``: every such
@@ -479,7 +489,8 @@ class PlanResult:
             "verification": dict(self.verification),
             "layouts": [e.to_dict() for e in self.ranked],
             "best": best.to_dict() if best is not None else None,
-            "command": best.candidate.command(self.base) if best is not None and self.base is not None else None,
+            "command": best.candidate.command(self.base, self.degradations)
+            if best is not None and self.base is not None else None,
             "best_prediction": best.verified.to_dict() if best is not None and best.verified is not None else None,
             "closest_to_fitting": self.best_memory.to_dict() if self.best_memory is not None else None,
         }
@@ -625,8 +636,12 @@ class Planner:
     def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True, tp_comm_overlap: str | None = None,
                  tp_across_network: bool | None = None, cp_comm: str | None = None,
                  moe_a2a_overlap: bool | None = None, cp_balance: bool | None = None,
-                 moe_node_limit: int | None = None):
+                 moe_node_limit: int | None = None, degradations: Sequence[LinkDegradation] = ()):
         self.base = base
+        self.degradations = tuple(degradations)
+        """Links below capacity (``--degrade``): every candidate's communicators are costed on them, as
+        ``predict --degrade`` costs its own (:func:`~dpsim.predict.run.build_collectives`)."""
+        self._factories: dict[int, object] = {}
         # The job's settings, kept apart from ``base``: a config without --tp/--pp refuses
         # --no-grad-accum-fusion, one without --tp the tensor-parallel flags, one without --cp
         # --cp-comm or --no-cp-balance, and the search's base has none of them (``None``: base's own).
@@ -705,10 +720,26 @@ class Planner:
         gc = self._collectives.get(key)
         if gc is None:
             shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero_group=zero_group)
-            inner = build_collectives(self.base, self.topology(gpus), layout=shape)
-            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self._shared(inner._make),
-                                                           layout=shape)
+            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self.factory(gpus), layout=shape)
         return gc
+
+    def factory(self, gpus: int):
+        """The job's collective-model factory on ``gpus`` GPUs (predict's
+        :func:`~dpsim.predict.run.build_collectives`, ``--degrade`` included), memoised by communicator
+        shape (:meth:`_shared`); built once per GPU count: it depends on the job, not the layout, and
+        building it checks the degraded links' names against that cluster."""
+        make = self._factories.get(gpus)
+        if make is None:
+            try:
+                inner = build_collectives(self.base, self.topology(gpus), degradations=self.degradations)
+            except ConfigError as exc:
+                if not str(exc).startswith("--degrade:") or " names " not in str(exc):
+                    raise
+                # A node or NIC the smallest of several GPU counts does not have: name the count.
+                raise ConfigError(f"{exc} (on --gpus {gpus}); name links that every searched GPU count has") \
+                    from None
+            make = self._factories[gpus] = self._shared(inner._make)
+        return make
 
     def _shared(self, make):
         """``make`` (the factory of the job's models) memoised by communicator shape, across layouts."""
@@ -727,8 +758,7 @@ class Planner:
         key = ("hybrid", gpus, shard_group)
         gc = self._collectives.get(key)
         if gc is None:
-            inner = build_collectives(self.base, self.topology(gpus))
-            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self._shared(inner._make),
+            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self.factory(gpus),
                                                            shard_group=shard_group)
         return gc
 
@@ -808,13 +838,16 @@ class Planner:
         def cost(group: str, op: str, size: float) -> float:
             return self.cost(gc, group, op, size)
 
+        # --degrade: the slowest link of each class the all-to-all crosses paces it (predict's expert_a2a_s).
+        ep_classes = degraded_classes(gc, "ep") if c.ep > 1 and self.degradations else None
         work = layer_work(tpm, compute, layout, tp_cost=lambda op, size: cost("tp", op, size),
                           act_element_bytes=act_bytes, overlap_slowdown=self.base.calibration.overlap_slowdown,
                           accumulate_s=accumulate,
                           cp_cost=(lambda op, size: context_comm_s(gc, cost, op, size)) if c.cp > 1 else None,
                           cp_model=self.model if c.cp > 1 else None,
                           ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.parallelism.moe_a2a,
-                                                                self.model.moe, self.moe_node_limit))
+                                                                self.model.moe, self.moe_node_limit,
+                                                                class_factors=ep_classes))
                           if c.ep > 1 else None,
                           etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
                           gpu=self.gpu, recompute_share=shares,
@@ -857,7 +890,8 @@ class Planner:
         reuse distance freed, :func:`~dpsim.strategies.deepspeed_fetch.backward_gather_numel`) and
         reduce-scatters each unit's gradient (every micro-batch, or at the last one under FSDP1's
         ``no_sync``, :func:`~dpsim.strategies.registry.unsharded_accumulation`), HSDP then all-reducing the
-        gradient shard over its replica group (``inter``). All of it on one stream beside the compute
+        gradient shard over its replica group (``inter``) after each, MiCS (``zero3`` with a shard group) once a
+        step, at the last micro-batch. All of it on one stream beside the compute
         (``forward_s`` and ``backward_s`` per micro-batch and the memory-bound passes around the collectives
         that the program charges to the compute stream, :func:`~dpsim.strategies.sharded.unit_copies`, returned
         as seconds per step): the step waits for the first unit's gather, the last reduction (the first unit's,
@@ -867,8 +901,10 @@ class Planner:
         spare cannot hide a backward's excess (HSDP's slow replica all-reduces beside its fast gathers)."""
         units, names = self.units()
         hybrid = c.strategy == "fsdp-hybrid"
+        # MiCS: zero3's passes on the shard group; its gradient shards all-reduced across the groups once a step.
+        mics = c.strategy == "zero3" and c.zero_group is not None
         world = zero_shard_group(c.strategy, c.dp, self.topology(c.gpus).gpus_per_node, c.zero_group)
-        if hybrid:
+        if hybrid or mics:
             gc, group = self.hybrid_collectives(c.gpus, world), "intra"
         else:
             gc, group = self.collectives(c.gpus, 1, 1, c.dp), "dp"
@@ -885,6 +921,10 @@ class Planner:
         reduce = [self.cost(gc, group, "reduce_scatter", u.numel * g)
                   + (self.cost(gc, "inter", "all_reduce", -(-u.numel // world) * g) if hybrid and replicas > 1
                      else 0.0) for u in units]
+        # MiCS's second hop waits for the accumulation boundary (allreduce_mics_shard_grads): once a step, each
+        # unit's right behind its last reduce-scatter, as predict's program queues it.
+        second = [self.cost(gc, "inter", "all_reduce", -(-u.numel // world) * g) if mics and replicas > 1 else 0.0
+                  for u in units]
         p = self.base.parallelism
         sharded_accumulation = not unsharded_accumulation(c.strategy, m, p.fsdp_version, p.fsdp_accumulate)
         syncs = m if sharded_accumulation else 1
@@ -898,15 +938,17 @@ class Planner:
         copy_sync = sum(copies.scatter.values()) + (
             (m - 1) / m * sum(copies.accumulate.values()) if sharded_accumulation else 0.0)
         copies_s = m * (copy_fwd + copy_bwd) + syncs * copy_sync
-        head, tail = (gather_fwd[0], reduce[0]) if units else (0.0, 0.0)
+        head, tail = (gather_fwd[0], reduce[0] + second[0]) if units else (0.0, 0.0)
         # Per micro-batch and phase, its collectives beside its compute: every forward gathers (the step's
         # first waits for the first unit's), every backward re-gathers, and the reducing ones (the last
         # only, under no_sync) reduce too, the last reduction left after the step's last backward.
         fwd_comm, fwd_compute = sum(gather_fwd), forward_s + copy_fwd
         sync_comm, sync_compute = gather_bwd + sum(reduce), backward_s + copy_bwd + copy_sync
+        # MiCS's second hop rides on the step's last reducing backward only.
+        last_comm = sync_comm + sum(second)
         phase = self._phase_exposed
         exposed = (head + phase(fwd_comm - head, fwd_compute) + (m - 1) * phase(fwd_comm, fwd_compute)
-                   + tail + phase(sync_comm - tail, sync_compute) + (syncs - 1) * phase(sync_comm, sync_compute)
+                   + tail + phase(last_comm - tail, sync_compute) + (syncs - 1) * phase(sync_comm, sync_compute)
                    + (m - syncs) * phase(gather_bwd, backward_s + copy_bwd))
         return exposed, sum(-(-u.numel // world) for u in units), copies_s
 
@@ -1174,12 +1216,13 @@ class Planner:
     def strategy_variants(self, gpus: int, *, dp: int, cp: int, pp: int, ep: int, etp: int, sharded: bool,
                           strategies) -> list[tuple[str, int | None]]:
         """The data-parallel strategies of one shape, each with its shard group (``None`` but for
-        ``fsdp-hybrid``), where they apply as ``predict`` runs them: none but ``ddp`` without data-parallel
+        ``fsdp-hybrid`` and MiCS), where they apply as ``predict`` runs them: none but ``ddp`` without data-parallel
         replicas; ``zero3`` without pipeline stages or expert parallelism (DeepSpeed's ``PipelineEngine``
         asserts ZeRO stage below 2, microsoft/DeepSpeed ``deepspeed/runtime/pipe/engine.py``; ZeRO-3 with
-        experts is not modelled, as ``predict --strategy zero3 --ep`` refuses); ``fsdp-hybrid`` with data
+        experts is not modelled, as ``predict --strategy zero3 --ep`` refuses), with data parallelism alone
+        also as MiCS over each shard group :meth:`shard_groups` gives; ``fsdp-hybrid`` with data
         parallelism alone, once per shard group :meth:`shard_groups` gives, and, when ``strategies`` names it,
-        under ``--tp``/``--pp`` too (torchtitan's ``dp_replicate x dp_shard x tp x pp``; not with cp or ep, as
+        under ``--tp``/``--pp``/``--cp`` too (torchtitan's ``dp_replicate x dp_shard x cp x tp x pp``; not with ep, as
         predict refuses), its collectives in :meth:`stage_dp` and :meth:`reshard_dp`."""
         out: list[tuple[str, int | None]] = []
         for strategy in (strategies or DEFAULT_STRATEGIES):
@@ -1187,10 +1230,16 @@ class Planner:
                 continue
             if strategy == "zero3" and (pp > 1 or ep > 1 or etp > 1):
                 continue
+            if strategy == "zero3" and not sharded:
+                # MiCS (predict's zero3 --zero-group, dpsim/strategies/sharded.py): ZeRO-3 over every rank, then
+                # over each whole-server shard group HSDP takes. Under tp/cp predict refuses the group (its
+                # zero3 there shards over every data-parallel rank), so the layouts keep full sharding.
+                out += [(strategy, None)] + [(strategy, g) for g in self.shard_groups(gpus, dp)]
+                continue
             if strategy == "fsdp-hybrid":
                 if not sharded:
                     out += [(strategy, g) for g in self.shard_groups(gpus, dp)]
-                elif strategies and cp == 1 and ep == etp == 1:
+                elif strategies and ep == etp == 1:
                     # Under tp/pp only when asked: HSDP's memory there is never below zero1's (pipelined) or
                     # zero3's (not), so the default search, bounded by issue 28's 10 s, leaves it out.
                     out += [(strategy, g) for g in self.shard_groups(gpus, dp, tp=gpus // (dp * pp))]
@@ -1321,7 +1370,8 @@ class Planner:
             shape = self._checkpoints[key] = (ClusterShape.from_topology(topo), checkpoint_cost(
                 state_bytes=state_bytes(self.model.param_count, self.precision, self.base.workload.optimizer),
                 gpus_per_node=topo.gpus_per_node, tp=c.tp, pp=c.pp, dp=c.dp * c.cp,
-                shard_group=zero_shard_group(c.strategy, c.dp * c.cp, topo.gpus_per_node, c.zero_group),
+                shard_group=zero_shard_group(c.strategy, c.dp * c.cp, topo.gpus_per_node,
+                                             c.zero_group * c.cp if c.zero_group and c.sharded else c.zero_group),
                 node_bandwidth_bytes_per_s=failures.node_bandwidth_bytes_per_s))
         cluster, ck = shape
         return dataclasses.replace(e, reliability=layout_goodput(
@@ -1455,9 +1505,10 @@ class Planner:
             launches = sorted((-leads[ch] - wgrad[ch] + (launch * wgrad[ch] / chunk_backward[ch]
                                                           if chunk_backward[ch] > 0 else 0.0), k)
                               for k, (_, ch, _, launch, _) in enumerate(buckets))
-        # HSDP (fsdp-hybrid under tp/pp): fsdp's collectives on the shard group ("zero"), each reduce-scatter's
-        # shard then all-reduced across the replica groups ("zrep") behind it, as predict's program queues them.
-        shard = gc.layout.zero_group if strategy == "fsdp-hybrid" and gc.layout is not None else None
+        # HSDP (fsdp-hybrid under tp/pp): fsdp's collectives on the shard group ("zero": its data-parallel ranks with
+        # their context-parallel ones), each reduce-scatter's shard then all-reduced across the replica groups
+        # ("zrep") behind it, as predict's program queues them.
+        shard = gc.layout.zero_group * gc.layout.cp if strategy == "fsdp-hybrid" and gc.layout is not None else None
         replicated = shard is not None and shard < grad_group
         comm_of = {"dp": "zero"} if replicated else {}
         end = -math.inf
@@ -1747,7 +1798,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                  tp_comm_overlap: str | None = None, tp_across_network: bool | None = None,
                  moe_a2a_overlap: bool | None = None,
                  cp_comm: str | None = None, cp_balance: bool | None = None,
-                 moe_node_limit: int | None = None) -> PlanResult:
+                 moe_node_limit: int | None = None, degradations: Sequence[LinkDegradation] = ()) -> PlanResult:
     """Search the layouts of ``base``'s job on each GPU count (see the module docstring); the fields of
     ``base`` a calibration profile decides take its values, as in ``predict`` (:mod:`dpsim.predict.resolve`).
     A search axis left ``None`` is not given (the command line's flag left out): ``strategies``
@@ -1760,7 +1811,9 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     ``tp_comm_overlap``/``tp_across_network``/``cp_comm``/``cp_balance``/``moe_a2a_overlap``/``moe_node_limit``: the
     job's flags that apply to the candidates with that parallelism (a base without ``--tp``/``--cp``/``--ep`` cannot
     hold them; ``None``: ``base``'s). ``verify``: most layouts simulated, ``verify_seconds``: seconds of simulation after the first
-    (``None``: no limit), see :func:`_verify`."""
+    (``None``: no limit), see :func:`_verify`. ``degradations``: links below capacity (``--degrade``,
+    :func:`~dpsim.network.degrade.parse_degradation`), checked as ``predict`` checks them and applied to every
+    candidate, closed form and simulation alike."""
     t0 = time.perf_counter()
     base = resolve(base).config
     # The layout a candidate sets itself, given on the base (the API's PredictConfig(tp=4)): the search replaced
@@ -1814,9 +1867,17 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         failures = FailureInputs()
     if budget_usd is not None and tokens is None and samples is None:
         raise ConfigError("--budget-usd: needs --tokens (or --samples) to cost the training")
+    # predict's own checks of --degrade (a tuple of LinkDegradation, at most MAX_REPEATED_FLAGS, what all of one
+    # link's leave it at least MIN_DEGRADED_FRACTION): one validator, in the variability spec that carries them.
+    degradations = VariabilitySpec(degradations=degradations).degradations
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion, tp_comm_overlap=tp_comm_overlap,
                       tp_across_network=tp_across_network, cp_comm=cp_comm, moe_a2a_overlap=moe_a2a_overlap,
-                      cp_balance=cp_balance, moe_node_limit=moe_node_limit)
+                      cp_balance=cp_balance, moe_node_limit=moe_node_limit, degradations=degradations)
+    if degradations:
+        for n in gpus:
+            # The names against each GPU count's cluster (node<K> beyond the smallest one is named with it),
+            # and --calibration's refusal, before any layout is searched.
+            planner.factory(n)
     if planner.moe_a2a_overlap and planner.model.moe is None:
         raise ConfigError(f"--moe-a2a-overlap: hides a mixture of experts' all-to-alls, but {planner.model.name} is "
                           f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
@@ -1927,7 +1988,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     counts["ranked"] = len(fitting)
     return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
                       failures=failures, best_memory=closest if not fitting else None, base=base,
-                      verification=verification)
+                      verification=verification, degradations=planner.degradations)
 
 
 def _with_step(planner: Planner, e: Estimate, pred: Prediction | None, step_s: float, *, failures, tokens,
@@ -1978,7 +2039,7 @@ def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, r
             stopped = "time"
             continue
         try:
-            pred = predict(e.candidate.config(base))
+            pred = predict(e.candidate.config(base), degradations=planner.degradations)
         except DpsimError:
             out.append((e, None))
             continue
@@ -2033,7 +2094,7 @@ def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: i
         # And the strategies' (strategy_variants): where DeepSpeed ZeRO-3 and HSDP run.
         strategy_rules = {"zero3": "zero3 runs without pipeline stages or expert parallelism (--pp 1, --ep 1)",
                           "fsdp-hybrid": "fsdp-hybrid needs more data-parallel ranks than one server holds (its "
-                                         "shard groups are whole servers' ranks below them), and no --cp or --ep"}
+                                         "shard groups are whole servers' ranks below them), and no --ep"}
         if "strategies" in (culprits or given):
             needs += [strategy_rules[s] for s in given["strategies"] if s in strategy_rules]
         # And the recomputation modes' (_variants): the layout path's modes need a sharded layout, moe experts.

@@ -18,6 +18,7 @@ A sweep YAML file (``dpsim sweep --config sweep.yaml``)::
       bucket_cap_mb: [null, 25, 100]   # null: PyTorch's default buckets
     tokens: 1T                   # optional: time-to-train and cost for this budget
     gpu_hour_usd: {h100: 2.5}    # optional: override default prices (dpsim.cost)
+    degrade: [infiniband:50%]    # optional: links below capacity in every point (predict's --degrade)
 
 Results are one row per point: the point's config, the prediction flattened
 (``memory_*``, ``ring_*``), the price and, given a budget, ``time_to_train_s``,
@@ -113,8 +114,10 @@ def cost_columns(row: Mapping[str, Any], *, tokens: float | None = None, samples
 
 def run_point(config: PredictConfig | Mapping[str, Any], *, tokens: float | None = None,
               samples: float | None = None, gpu_hour_usd: PriceOverride = None,
-              skip_invalid: bool = False, label: str | None = None) -> dict[str, Any]:
+              skip_invalid: bool = False, label: str | None = None, degradations=()) -> dict[str, Any]:
     """Predict one grid point and return its row (an ``error`` column when ``skip_invalid``).
+    ``degradations``: links below capacity (``--degrade``), as ``predict`` costs them; the row then
+    names them in a ``degrade`` column.
 
     ``config`` may be the point's ``{field: value}``: its :class:`PredictConfig` is built here,
     so a combination the config refuses is this point's error, not the sweep's. ``label``
@@ -124,7 +127,9 @@ def run_point(config: PredictConfig | Mapping[str, Any], *, tokens: float | None
     try:
         if point is not None:
             config = PredictConfig(**point)
-        row = prediction_record(predict(config))
+        row = prediction_record(predict(config, degradations=degradations))
+        if degradations:
+            row["degrade"] = ",".join(d.label for d in degradations)
         if point is not None:
             # An axis is a column of every row: to_dict leaves out a SHOWN_WHEN_SET field at its default,
             # so the compile=false (fsdp_version=1, cp=1...) rows of a sweep over it read empty.
@@ -139,6 +144,8 @@ def run_point(config: PredictConfig | Mapping[str, Any], *, tokens: float | None
             else {}
         row.update({k: _plain(v) for k, v in (point.items() if point is not None
                                                else config.to_dict().items())})
+        if degradations:
+            row["degrade"] = ",".join(d.label for d in degradations)
         row["error"] = str(exc)
         return row
     if skip_invalid:
@@ -251,7 +258,7 @@ def sweep_records(spec: SweepSpec, *, scheduler: str | None = None, workers: int
     if not skip_invalid:
         spec.configs()  # a refused combination fails the sweep before any point runs
     options = dict(tokens=spec.tokens, samples=spec.samples, gpu_hour_usd=spec.gpu_hour_usd,
-                   skip_invalid=skip_invalid)
+                   skip_invalid=skip_invalid, degradations=spec.degradations)
     rows: list[dict | None] = [None] * len(points)
     with _Progress(len(points), enabled=progress) as bar:
         def done(n: int) -> None:
@@ -379,8 +386,9 @@ def run_sweep(spec: SweepSpec, **kwargs: Any):
 def sweep(grid: Mapping[str, Any] | None = None, *, tokens: float | str | None = None,
           samples: float | str | None = None, gpu_hour_usd: PriceOverride = None,
           scheduler: str | None = None, workers: int | None = None, client: Any = None,
-          progress: bool = False, skip_invalid: bool = False, **axes: Any):
-    """Sweep a grid given as a mapping and/or keyword axes; returns a pandas DataFrame.
+          progress: bool = False, skip_invalid: bool = False, degrade: Any = None, **axes: Any):
+    """Sweep a grid given as a mapping and/or keyword axes; returns a pandas DataFrame. ``degrade``: links below
+    capacity in every point (``"infiniband:50%"``, a list of them, or ``LinkDegradation``).
 
     >>> df = sweep(gpus=[8, 16], link=["nvlink", "ethernet"], model="gpt2")  # doctest: +SKIP
     """
@@ -391,7 +399,7 @@ def sweep(grid: Mapping[str, Any] | None = None, *, tokens: float | str | None =
         if name in merged:
             raise ConfigError(f"sweep: axis {name!r} is given twice")
         merged[name] = values
-    spec = SweepSpec.from_grid(merged, tokens=tokens, samples=samples, gpu_hour_usd=gpu_hour_usd)
+    spec = SweepSpec.from_grid(merged, tokens=tokens, samples=samples, gpu_hour_usd=gpu_hour_usd, degrade=degrade)
     return run_sweep(spec, scheduler=scheduler, workers=workers, client=client, progress=progress,
                      skip_invalid=skip_invalid)
 
@@ -434,6 +442,8 @@ def records_json(rows: Iterable[Mapping[str, Any]], spec: SweepSpec | None = Non
         doc["axes"] = {k: list(v) for k, v in spec.axes.items()}
         doc["tokens"] = spec.tokens
         doc["samples"] = spec.samples
+        if spec.degradations:
+            doc["degrade"] = [d.label for d in spec.degradations]
     doc["rows"] = [{k: _json_value(v) for k, v in row.items()} for row in rows]
     return doc
 

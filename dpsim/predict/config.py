@@ -969,12 +969,14 @@ class PredictConfig:
         if p.strategy not in LAYOUT_DP_STRATEGIES:
             raise ConfigError(f"--strategy: {p.strategy!r} does not combine with {p.layout_flags} here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
-        if p.strategy == "fsdp-hybrid" and (p.cp > 1 or p.ep > 1 or p.etp > 1):
-            # torchtitan folds cp into the shard dimension (dp_shard_cp) and carves ep out of it; dpsim models
-            # HSDP's groups under tp and pp only.
-            name, value = next((n, v) for n, v in (("cp", p.cp), ("ep", p.ep), ("etp", p.etp)) if v > 1)
-            raise ConfigError(f"--{name}: {value} does not combine with --strategy fsdp-hybrid here (HSDP is modelled "
-                              f"with --tp and --pp); use --{name} 1, or --strategy fsdp")
+        if p.strategy == "fsdp-hybrid" and (p.ep > 1 or p.etp > 1):
+            # torchtitan folds cp into the shard dimension (dp_shard_cp), modelled; it carves ep out of dp_shard_cp
+            # and shards the experts over the rest (dp_shard_mod_ep) inside each replica: a shard and a replica
+            # group of the expert-data-parallel ranks that dpsim's one edp group does not split.
+            name, value = next((n, v) for n, v in (("ep", p.ep), ("etp", p.etp)) if v > 1)
+            raise ConfigError(f"--{name}: {value} does not combine with --strategy fsdp-hybrid here (its experts would "
+                              f"be sharded within each replica and replicated across them, which the expert-data-"
+                              f"parallel group is not split for); use --{name} 1, or --strategy fsdp or zero1")
         if p.strategy == "zero3" and (p.pp > 1 or p.ep > 1 or p.etp > 1):
             # DeepSpeed's PipelineEngine asserts ``zero_optimization_stage() < 2`` ("ZeRO-2 and ZeRO-3 are
             # incompatible with pipeline parallelism", microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py);

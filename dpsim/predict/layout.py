@@ -160,9 +160,10 @@ def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) ->
     check_layout_placement(topology, shape, tp_across_network=par.tp_across_network,
                            tp_comm_overlap=par.tp_comm_overlap)
     if par.strategy == "fsdp-hybrid":
-        # The shard group's placement: consecutive data-parallel ranks tiling the servers (tp apart).
+        # The shard group's placement: consecutive data-parallel ranks tiling the servers (tp x cp apart: each
+        # data-parallel rank's context-parallel ranks are in its shard group).
         check_zero_options(par.strategy, par.zero_impl, par.zero_group, n_gpus=config.data_parallel,
-                           gpus_per_node=topology.gpus_per_node, tp=par.tp)
+                           gpus_per_node=topology.gpus_per_node, tp=par.tp * par.cp)
     if par.zero_impl == "internlm":
         if model.moe is not None:
             raise ConfigError(f"--zero-impl: internlm is modelled for dense models; {model.name} is a mixture of "
@@ -277,9 +278,12 @@ def expert_split(config: PredictConfig, model: ModelSpec | None = None) -> Exper
 
 def degraded_classes(collectives: GroupCollectives, name: str) -> dict[str, float] | None:
     """The capacity ``--degrade`` leaves the slowest link of each class the ``name`` communicator's
-    copy crosses (``None`` when nothing is degraded or its model has no links, a calibrated one)."""
-    plans = getattr(collectives.group(name), "plans", None)  # NCCL's flow model; a calibrated one has none
-    return (plans.slowest_class_factors() or None) if plans is not None else None
+    copy crosses (``None`` when nothing is degraded)."""
+    model = collectives.group(name)
+    plans = getattr(model, "plans", None)  # NCCL's flow model
+    if plans is None:  # a calibrated one: the factors build_collectives gave it beside its fits, if any
+        return getattr(model, "class_factors", None) or None
+    return plans.slowest_class_factors() or None
 
 
 def context_comm_s(collectives: GroupCollectives, cost, op: str, size: float) -> float:

@@ -21,7 +21,12 @@ from dpsim.engine.simulate import PlayedCollectives, played_durations
 from dpsim.errors import ConfigError
 from dpsim.hardware import get_gpu, power_cap_throughput
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown, offload_memory
-from dpsim.network.degrade import degradation_terms
+from dpsim.network.degrade import (
+    calibrated_factors,
+    communicator_degradations,
+    degradation_terms,
+    slowest_class_factors,
+)
 from dpsim.network.tiers import TierNetwork
 from dpsim.strategies.offload import host_bytes_per_param, host_step_s, param_fetches
 from dpsim.predict.config import PredictConfig, capped_compute_efficiency
@@ -52,6 +57,7 @@ from dpsim.predict.result import MemoryReport, Prediction
 from dpsim.profile.calibrated import (
     calibrated_collectives,
     calibrated_device,
+    degraded_bandwidth_factor,
     profile_ranks_per_node,
 )
 from dpsim.profile.io import load_profile
@@ -117,9 +123,6 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
     """
     if profile is None and config.calibration.profile is not None:
         profile = load_profile(config.calibration.profile)
-    if profile is not None and degradations:
-        raise ConfigError("--degrade: not available with --calibration (a calibrated collective model has no "
-                          "links to degrade); leave one of them out")
     algorithms, protocols = parse_algorithms(config.cluster.algo), parse_protocols(config.cluster.proto)
     if profile is not None:
         # Dropped in silence: a profile's fits are what NCCL chose on the measured cluster, alone on it;
@@ -137,7 +140,16 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
 
     def make(comm: Communicator) -> CollectiveModel:
         if profile is not None:
-            return calibrated_collectives(profile, comm.topology, concurrent=comm.concurrent)
+            # A degraded link at a fraction of its calibrated rate: the GPU links' (intra_node fits) or the NICs'
+            # (inter_node), for the copy of this communicator that holds it (dpsim.profile.calibrated).
+            degraded = calibrated_factors(degradations, comm.job, comm.topology) if degradations else None
+            model = calibrated_collectives(profile, comm.topology, concurrent=comm.concurrent, degraded=degraded)
+            if degradations and comm.topology.n_gpus > 1:
+                # The all-to-alls are costed on the fabric beside the calibrated collectives: the slowest degraded
+                # link of each class they cross paces them there too (dpsim.predict.layout.degraded_classes).
+                model.class_factors = slowest_class_factors(
+                    TierNetwork(comm.topology), communicator_degradations(degradations, comm.job, comm.topology))
+            return model
         # The jobs share NICs and switches, never a server's NVLink (each job has whole servers): a group
         # inside one server (--zero-group 2 of fsdp-hybrid, InternLM's zero1 group) shares nothing with the other
         # jobs. Costed as the other jobs' servers, it was refused "--gpus 2 is less than one server" (--gpus 16).
@@ -151,7 +163,7 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
     # HSDP's and MiCS's shard group (--zero-group with fsdp-hybrid or zero3) re-forms the hybrid communicators;
     # None: one node.
     shard_group = par.zero_group if par.strategy in ("fsdp-hybrid", "zero3") and layout is None else None
-    if degradations and profile is None:
+    if degradations:
         # Names are given on the job's cluster: checked there once, whichever communicators they reach
         # (a layout's or a shard group's communicators see them through communicator_degradations).
         if topology.n_gpus == 1:
@@ -161,6 +173,11 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
                               f"collective over any link; leave it out, or give --gpus 2 or more")
         jobs = max(1, config.cluster.jobs)  # with --jobs, node<K> counts every job's servers
         degradation_terms(TierNetwork(Topology(spec=topology.spec, n_gpus=topology.n_gpus * jobs)), degradations)
+        if profile is not None:
+            # A class the profile has no rate for is refused now, and so are slowed GPU links on a multi-node
+            # job whose profile cannot say how far they are above its NICs (not at the first collective).
+            degraded = calibrated_factors(degradations, topology, topology)
+            degraded_bandwidth_factor(profile, "inter_node" if topology.n_nodes > 1 else "intra_node", degraded)
     return GroupCollectives(topology, make, layout=layout, zero_group=par.zero_group, shard_group=shard_group)
 
 

@@ -29,6 +29,15 @@ Collectives (:class:`CalibratedCollectives`, a :class:`~dpsim.collectives.Collec
     FSDP hybrid sharding's ``intra`` groups from ``intra_node``, its ``inter`` groups from
     ``inter_node`` with the node's bandwidth shared by the node's concurrent groups.
 
+    Degraded links (``--degrade``) run at a fraction of their calibrated rate: a communicator's
+    bus bandwidth is scaled by what is left of the slowest degraded link of the kind its fit
+    measured (:func:`~dpsim.network.degrade.calibrated_factors`): GPU links for ``intra_node``,
+    NICs for ``inter_node``. A multi-node ring also crosses the GPU links, whose calibrated rate is
+    the ``intra_node`` fit's: with them slowed to ``g`` it runs at ``min(f_nic, g x H)`` of its own,
+    ``H`` the profile's headroom, its peak ``intra_node`` all-reduce bus bandwidth over its peak
+    ``inter_node`` one (so NVLink at half its rate leaves a NIC-bound ring as it was, and at a tenth
+    paces it). Latencies are kept: a slower link moves the bytes, not the launch.
+
     An op the profile did not measure on that link class is derived from the class's
     all-reduce fit, as the ring model relates them: per-step latency ``a / steps(AR, N0)``
     and the same busbw B (reduce-scatter and all-gather are each half a ring all-reduce;
@@ -87,10 +96,13 @@ class CalibratedCollectives:
     ``concurrent`` identical communicators share the links the fit was measured on (FSDP
     hybrid sharding's ``inter`` groups, one per GPU of a node, share the node's NICs): each
     gets ``1 / concurrent`` of the measured bus bandwidth, as the flow model gives each its
-    share of the NICs.
+    share of the NICs. ``degraded``: the capacity ``--degrade`` leaves the slowest ``gpu`` and ``nic``
+    link the communicator crosses (:func:`~dpsim.network.degrade.calibrated_factors`; the module
+    docstring says how they scale it).
     """
 
-    def __init__(self, profile: Profile, n_ranks: int, n_nodes: int = 1, *, concurrent: int = 1):
+    def __init__(self, profile: Profile, n_ranks: int, n_nodes: int = 1, *, concurrent: int = 1,
+                 degraded: dict[str, float] | None = None):
         if n_ranks < 1 or n_nodes < 1:
             raise ConfigError(f"--gpus: {n_ranks} ranks on {n_nodes} nodes is not valid; expected >= 1 each")
         assert concurrent >= 1, "at least the communicator itself runs"
@@ -110,6 +122,11 @@ class CalibratedCollectives:
                 f"a prediction on {n_nodes} node{'s' if n_nodes > 1 else ''} needs {need}")
         self.notes: list[str] = []
         """Caveats found while predicting (derived ops, extrapolated sizes)."""
+        self.bandwidth_factor = degraded_bandwidth_factor(profile, self.link_class, degraded or {})
+        """Share of the calibrated bus bandwidth degraded links leave (1: healthy)."""
+        self.class_factors: dict[str, float] = {}
+        """Per link class, what ``--degrade`` leaves its slowest link (set by
+        :func:`~dpsim.predict.run.build_collectives`): the fabric's all-to-alls beside the fits are paced by it."""
 
     def _source(self, op: str) -> tuple[OpCalibration, str]:
         own = self.profile.op(self.link_class, op)
@@ -139,7 +156,7 @@ class CalibratedCollectives:
         factor = bus_factor(op, n)
 
         def piece(seg: Segment, size: float) -> float:
-            busbw = cal.bus_bandwidth_bytes_per_s(seg) / self.concurrent
+            busbw = cal.bus_bandwidth_bytes_per_s(seg) / self.concurrent * self.bandwidth_factor
             transfer = factor * size / busbw if math.isfinite(busbw) else 0.0
             return seg.latency_s * step_ratio + transfer
 
@@ -150,10 +167,40 @@ class CalibratedCollectives:
                                 time_s=total, latency_s=min(latency, total))
 
 
-def calibrated_collectives(profile: Profile, topology, *, concurrent: int = 1) -> CalibratedCollectives:
+def calibrated_collectives(profile: Profile, topology, *, concurrent: int = 1,
+                           degraded: dict[str, float] | None = None) -> CalibratedCollectives:
     """The calibrated model for a :class:`~dpsim.topology.Topology`'s ranks and nodes
-    (``concurrent``: see :class:`CalibratedCollectives`)."""
-    return CalibratedCollectives(profile, topology.n_gpus, topology.n_nodes, concurrent=concurrent)
+    (``concurrent``, ``degraded``: see :class:`CalibratedCollectives`)."""
+    return CalibratedCollectives(profile, topology.n_gpus, topology.n_nodes, concurrent=concurrent,
+                                 degraded=degraded)
+
+
+def peak_bus_bandwidth(profile: Profile, link_class: str) -> float | None:
+    """The highest bus bandwidth of ``link_class``'s all-reduce fit (its large-message pieces), if measured."""
+    cal = profile.op(link_class, "all_reduce")
+    if cal is None:
+        return None
+    rates = [b for b in (cal.bus_bandwidth_bytes_per_s(seg) for seg in cal.fit.segments) if math.isfinite(b)]
+    return max(rates) if rates else None
+
+
+def degraded_bandwidth_factor(profile: Profile, link_class: str, degraded: dict[str, float]) -> float:
+    """Share of ``link_class``'s calibrated bus bandwidth that degraded links leave (the module docstring):
+    ``intra_node`` its GPU links' ``g``; ``inter_node`` ``min(f_nic, g x H)``, ``H`` the headroom of the
+    profile's GPU links over its NIC-bound ring (a :class:`~dpsim.errors.ProfileError` when slowed GPU links
+    meet a profile without both all-reduce fits to tell it)."""
+    g, nic = degraded.get("gpu", 1.0), degraded.get("nic", 1.0)
+    if link_class == "intra_node":
+        return g
+    if g >= 1.0:
+        return nic
+    intra, inter = peak_bus_bandwidth(profile, "intra_node"), peak_bus_bandwidth(profile, "inter_node")
+    if intra is None or inter is None:
+        raise ProfileError(f"--degrade: GPU links at {100 * g:.3g} % with --calibration {profile.path or profile.name}: "
+                           f"a multi-node ring crosses them too, and the profile has no "
+                           f"{'intra_node' if intra is None else 'inter_node'} all_reduce fit to say how far their "
+                           f"rate is above its NICs'; calibrate on one node and across nodes, or leave one out")
+    return min(nic, g * intra / inter)
 
 
 def calibrated_gpu(profile: Profile, gpu: GpuSpec) -> GpuSpec:

@@ -85,7 +85,7 @@ def _usd(x: float) -> str:
 
 def _short(c) -> str:
     """``512: tp4 cp2 pp4 dp16 ep8 i10 zero1 mb1 sel sp`` (GPUs, sizes, interleaved chunks, strategy (``hsdpN``:
-    fsdp-hybrid over N-rank shard groups),
+    fsdp-hybrid over N-rank shard groups, ``micsN``: zero3 over them),
     micro-batch, recomputation, sequence parallelism; cp and ep when above 1)."""
     cp = f" cp{c.cp}" if c.cp > 1 else ""
     ep = f" ep{c.ep}" if c.ep > 1 else ""
@@ -94,8 +94,10 @@ def _short(c) -> str:
         parts.append(f"i{c.virtual_stages}")
     elif c.pp > 1 and c.schedule in ("gpipe", "zb-h1"):
         parts.append({"gpipe": "gpipe", "zb-h1": "zb"}[c.schedule])
-    # HSDP's shard group (``hsdp16``: fsdp-hybrid over 16-rank groups), short enough for the table's column.
-    parts += [f"hsdp{c.zero_group}" if c.strategy == "fsdp-hybrid" and c.zero_group else c.strategy, f"mb{c.micro_batch}"]
+    # HSDP's and MiCS's shard group (``hsdp16``: fsdp-hybrid over 16-rank groups; ``mics16``: zero3 over them),
+    # short enough for the table's column.
+    label = {"fsdp-hybrid": "hsdp", "zero3": "mics"}.get(c.strategy) if c.zero_group else None
+    parts += [f"{label}{c.zero_group}" if label else c.strategy, f"mb{c.micro_batch}"]
     if c.recompute != "off":
         parts.append({"selective": "sel"}.get(c.recompute, c.recompute))  # op, megatron, moe as they are
     if c.sequence_parallel:
@@ -192,9 +194,12 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
     console.print(table)
     console.print("layout: GPUs: tensor (x cpN context) x pipeline x data sizes (epN: N expert-parallel), "
                   "iN = interleaved with N chunks per stage, "
-                  "data-parallel strategy (hsdpN: fsdp-hybrid, N-rank shard groups), micro-batch, sel/full/op/megatron/moe = recomputation, "
+                  "data-parallel strategy (hsdpN: fsdp-hybrid, N-rank shard groups; micsN: zero3 over them), micro-batch, sel/full/op/megatron/moe = recomputation, "
                   "sp = sequence parallelism")
     console.print(_verification_line(result))
+    if result.degradations:
+        console.print(f"every layout costed with degraded links: "
+                      f"{escape(', '.join(d.label for d in result.degradations))}")
     console.print(f"Refused: "
                   f"{counts['do_not_fit']} do not fit in memory, {counts['refused_by_placement']} cannot be placed"
                   + (f", {counts['over_budget']} over budget" if counts.get("over_budget") else ""))
@@ -215,7 +220,7 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
             return
         console.print(f"[bold red]no layout fits[/bold red]{hint}; add GPUs, or allow more tensor parallelism")
         return
-    console.print(f"best: {escape(best.candidate.command(base))}")
+    console.print(f"best: {escape(best.candidate.command(base, result.degradations))}")
     if best.reliability is not None:
         _print_recommendation(console, best.reliability)
     pred = best.verified

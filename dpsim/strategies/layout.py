@@ -171,7 +171,7 @@ class Layout:
         assert self.tp_comm_overlap in TP_COMM_OVERLAP and self.strategy in LAYOUT_STRATEGIES
         assert self.zero_impl == "deepspeed" or self.strategy == "zero1", (self.zero_impl, self.strategy)
         # HSDP's shard group tiles the data-parallel ranks (predict's config refuses the rest in one line).
-        assert self.strategy != "fsdp-hybrid" or (self.zero_group is not None and self.cp == 1
+        assert self.strategy != "fsdp-hybrid" or (self.zero_group is not None and self.ep == self.etp == 1
                                                   and self.dp % self.zero_group == 0), (self.zero_group, self.dp)
 
     @property
@@ -195,9 +195,11 @@ class Layout:
     def shard_group(self) -> int:
         """Ranks a sharding strategy splits the parameters, gradients and optimizer state over: the
         :attr:`grad_group`, or HSDP's shard group (``fsdp-hybrid``: :attr:`zero_group` consecutive
-        data-parallel ranks, torchtitan's ``dp_shard``; the state replicated across the ``dp /
-        zero_group`` groups, ``dp_replicate``)."""
-        return self.zero_group if self.strategy == "fsdp-hybrid" and self.zero_group else self.grad_group
+        data-parallel ranks, torchtitan's ``dp_shard``, with their ``cp`` context-parallel ranks, its
+        ``dp_shard_cp``; the state replicated across the ``dp / zero_group`` groups, ``dp_replicate``)."""
+        if self.strategy == "fsdp-hybrid" and self.zero_group:
+            return self.zero_group * self.cp
+        return self.grad_group
 
     @property
     def replicas(self) -> int:

@@ -179,6 +179,9 @@ def sweep_cases() -> dict[str, list[str]]:
     return {
         "grid": ["sweep", "--gpus", "8,64", "--link", "infiniband,ethernet", "--model", "gpt2",
                  "--strategy", "ddp,zero3", "--json"],
+        # Every row on half-rate NICs and one server's first NIC at a quarter (predict's --degrade).
+        "degrade": ["sweep", "--gpus", "16,64", "--link", "infiniband", "--model", "gpt2", "--strategy",
+                    "ddp,zero3", "--degrade", "infiniband:50%", "--degrade", "node1.nic0:50%", "--json"],
     }
 
 
@@ -200,6 +203,10 @@ def layout_cases() -> dict[str, list[str]]:
         # groups of 4 data-parallel ranks, gradient shards all-reduced across the 4 groups.
         "hsdp-tp-pp": ["--gpus", "128", "--link", "infiniband", *llama7, "--tp", "4", "--pp", "2",
                        "--strategy", "fsdp-hybrid", "--zero-group", "4", "--global-batch", "64"],
+        # HSDP with context parallelism (torchtitan's dp_shard_cp): shard groups of 4 data-parallel ranks and their
+        # 2 context-parallel ranks, gradient shards all-reduced across the 2 groups.
+        "hsdp-tp-cp": ["--gpus", "64", "--link", "infiniband", *llama7, "--seq-len", "16384", "--tp", "4", "--cp", "2",
+                       "--strategy", "fsdp-hybrid", "--zero-group", "4", "--global-batch", "16"],
         # One NIC of node 3 at half rate under tp 8 x pp 2: the dp and pp copies holding it pace the step.
         "degrade-tp-pp": ["--gpus", "64", "--link", "infiniband", "--model", "llama-2-13b", "--tp", "8", "--pp", "2",
                           "--degrade", "node3.nic0:50%"],
@@ -280,6 +287,16 @@ def plan_cases() -> dict[str, list[str]]:
                     "--tp", "1", "--pp", "1,2", "--micro-batches", "2", "--recompute", "off", "--tokens", "20B",
                     "--rank", "goodput", "--mtbf-gpu", "2000h", "--replace", "4h", "--top", "4", "--verify", "1",
                     "--json"],
+        # MiCS: DeepSpeed ZeRO-3 over each whole-server shard group (--zero-group), data parallelism alone; a
+        # 39B model that needs its state sharded over two 8-GPU nodes or more.
+        "mics": ["plan", "--gpus", "64", "--link", "infiniband", "--model",
+                 "transformer:hidden=8192,layers=48,heads=64,ffn=22016,vocab=32000,seq=2048", "--precision",
+                 "bf16-mixed", "--global-batch", "64", "--tp", "1", "--pp", "1", "--micro-batches", "1",
+                 "--recompute", "full", "--strategies", "zero3", "--top", "5", "--verify", "1", "--json"],
+        # Every layout costed on half-rate NICs (--degrade), named again in the chosen layout's command.
+        "degrade": ["plan", "--gpus", "64", "--link", "infiniband", "--model", "llama-2-7b", "--global-batch", "256",
+                    "--tp", "1,2", "--pp", "1,2", "--micro-batches", "1", "--recompute", "full", "--top", "5",
+                    "--verify", "1", "--degrade", "infiniband:50%", "--json"],
         # A mixture of experts: expert parallelism searched (issue 28).
         "moe": ["plan", "--gpus", "64", "--link", "infiniband", "--model", "mixtral-8x7b", "--global-batch", "256",
                 "--tp", "1,2", "--pp", "1,2", "--micro-batches", "1", "--recompute", "full", "--top", "5",
