@@ -24,7 +24,7 @@ def variant(name: str, **changes) -> TopologySpec:
     return dataclasses.replace(spec, **top)
 
 
-# The cyclic collector's full passes cost the fast lane about a sixth of its time and free little:
+# The cyclic collector cost the fast lane an eighth of its CPU time or more and freed little:
 # each walks every live object (the collected tests, numpy, torch once a test imports it, dpsim's
 # memo caches), and the default first-generation threshold (700 allocations) starts one every few
 # tests. Fewer, larger young passes and freezing what collection built (kept for the whole session
