@@ -349,11 +349,13 @@ def test_module_entry_point_predict_json_imports_neither_torch_nor_the_other_com
                          "dpsim.cli.validate", "dpsim.cli.testbed", "dpsim.cli.memory"}, loaded
 
 
+# A fresh process each (about half a second on 2 cores): the fast lane keeps one error of the library's
+# own checks and one of the parser's; the same messages in-process are the tests above, every one fast.
 @pytest.mark.parametrize("args, needle", [
-    (["predict", "--gpus", "abc"], "--gpus"),
+    pytest.param(["predict", "--gpus", "abc"], "--gpus", marks=pytest.mark.slow),
     (["predict", "--gpus", "12"], "--gpus"),
     (["predict", "--frobnicate"], "--frobnicate"),
-    (["collective", "-e", "1X"], "-e/--maxbytes"),
+    pytest.param(["collective", "-e", "1X"], "-e/--maxbytes", marks=pytest.mark.slow),
 ])
 def test_module_entry_point_errors_exit_2(args, needle):
     proc = _run_module(*args)

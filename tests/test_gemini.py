@@ -133,7 +133,8 @@ def test_what_gemini_does_not_run_is_refused_in_one_line(kw, expected):
     assert expected in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("gpus", [8, 16, 64])
+# A prediction each: the fast lane (-m "not slow") keeps the smallest and the largest count.
+@pytest.mark.parametrize("gpus", [8, pytest.param(16, marks=pytest.mark.slow), 64])
 def test_bytes_are_conserved_across_rank_counts(gpus):
     """Each chunk is reduce-scattered once, at its full size (padding included), whatever the ranks; every
     rank keeps 1/N of it; a gathered chunk is the whole chunk."""

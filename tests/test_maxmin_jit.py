@@ -26,7 +26,8 @@ def _case(rng: np.random.Generator, k: int) -> tuple:
     return flow_of, link_of, capacity, n_flows, rng.integers(1, 8, n_flows).astype(float)
 
 
-@pytest.mark.parametrize("seed", range(4))
+# 300 random problems a seed: the fast lane (-m "not slow") runs two seeds, the slow lane all four.
+@pytest.mark.parametrize("seed", [0, 1, *(pytest.param(s, marks=pytest.mark.slow) for s in (2, 3))])
 def test_compiled_max_min_is_numpys_bit_for_bit(seed):
     from dpsim.network.maxmin_jit import compiled
 

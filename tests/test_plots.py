@@ -176,20 +176,19 @@ def test_records_accepts_rows_and_rejects_junk(scaling_df):
         plots.scaling_figure([{"gpus": 8}])
 
 
-def test_plots_module_does_not_import_plotly_at_import_time():
-    code = "import sys, dpsim.report.plots, dpsim.report.html, dpsim.plan.sweep, dpsim.plan.cost; print('plotly' in sys.modules, 'pandas' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "False"]
-
-
-def test_predict_imports_no_plotting_or_dataframes():
-    # Torch too: this fresh process is the one check that `dpsim predict --gpus 16 --json` never imports it
+def test_plots_module_does_not_import_plotly_at_import_time_and_predict_imports_no_plotting_or_dataframes():
+    # One fresh process (each costs half a second on 2 cores) for two checks in turn: importing the report,
+    # plot and sweep modules loads neither plotly nor pandas; then `dpsim predict --gpus 16 --json` loads
+    # none of them nor torch. Torch too: this is the one check that that command never imports it
     # (tests/test_cli.py ran the same command in a second process for torch alone).
-    code = ("import sys; from dpsim.cli import main; rc = main(['predict', '--gpus', '16', '--json']); "
+    code = ("import sys, dpsim.report.plots, dpsim.report.html, dpsim.plan.sweep, dpsim.plan.cost; "
+            "print('plotly' in sys.modules, 'pandas' in sys.modules); "
+            "from dpsim.cli import main; rc = main(['predict', '--gpus', '16', '--json']); "
             "print(sorted(m for m in ('plotly', 'pandas', 'dask', 'distributed', 'torch', 'pyarrow') if m in sys.modules)); "
             "sys.exit(rc)")  # the command's own status too: check=True fails on anything but 0
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "[]"
+    lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    assert lines[0].split() == ["False", "False"]
+    assert lines[-1] == "[]"
 
 
 # ----------------------------------------------------------------------------- report
