@@ -323,7 +323,7 @@ class WVariant:
     label: str
     """What the table calls it."""
     band: str = "shipped"
-    """``shipped`` (signed p10 / median / p90), ``shrink`` (W1) or ``centred`` (W4)."""
+    """``shipped`` (signed p10 / median / p90), ``shrink`` (W1), ``centred`` (W4) or ``shortest`` (X1)."""
     systems: int = 1
     """Fewest distinct systems a regime keeps before a key is dropped (W3: 3)."""
     margin: str = "pool"
@@ -372,15 +372,24 @@ def _w_band(rows, regime, knobs) -> tuple[float, float, float, int, list]:
         plo, pc, phi = _stats(parent)
         w = k / (k + SHRINK_PRIOR_SYSTEMS)
         lo, c, hi = w * lo + (1 - w) * plo, w * c + (1 - w) * pc, w * hi + (1 - w) * phi
+    elif _W.variant.band == "shortest":
+        v = np.sort(np.array(values))
+        width = math.ceil(me.COVERAGE * len(v))
+        spans = v[width - 1:] - v[:len(v) - width + 1]
+        start = int(np.argmin(spans))  # the first window on ties
+        lo, hi = float(v[start]), float(v[start + width - 1])
     elif _W.variant.band == "centred":
         d = float(_order_statistic(np.abs(np.array(values) - c), (me.COVERAGE,))[0])
         lo, hi = c - d, c + d
     return lo, c, hi, k, chosen
 
 
-def _w_closed_scores(pool_rows, knobs) -> list[tuple[float, int]]:
-    """Each row's shipped (closed-form) score against its band without its system, and that
-    band's systems."""
+def _w_closed_scores(pool_rows, knobs) -> list[tuple[float, int, str]]:
+    """Each row's shipped (closed-form) score against its band without its system, that band's
+    systems and the row's id."""
+    key = ("closed", tuple(pool_rows), knobs)
+    if key in _W.scores:
+        return _W.scores[key]
     out = []
     for system in {r.system for r in pool_rows}:
         others = [r for r in pool_rows if r.system != system]
@@ -391,6 +400,7 @@ def _w_closed_scores(pool_rows, knobs) -> list[tuple[float, int]]:
             lo, c, hi, k, _ = _w_band(others, r, knobs)
             factor = me.WIDEN_PER_EXTRAPOLATION ** len(me._extrapolations(others, r, r.pool, extent))
             out.append((max((c - r.log_ratio) / factor - (c - lo), (r.log_ratio - c) / factor - (hi - c)), k, r.id))
+    _W.scores[key] = out
     return out
 
 
@@ -498,9 +508,12 @@ W_VARIANTS = {
     "W3": WVariant(label="regimes of three systems or more", systems=MONDRIAN_CUT),
     "W4": WVariant(label="bias-centred symmetric bands (80 % |r - median|)", band="centred"),
     "W5": WVariant(label="one margin for all pools", margin="joint"),
+    # second registration, after W1-W5(+) were scored (validation/large_model_runs.md)
+    "X1": WVariant(label="shortest window of 80 % of the regime's rows", band="shortest"),
 }
 W_VARIANTS.update({f"{name}+": dataclasses.replace(v, label=v.label + ", with V11", query_form=True)
-                   for name, v in list(W_VARIANTS.items()) if name != "W0"})
+                   for name, v in list(W_VARIANTS.items())})
+W_VARIANTS["W0+"] = dataclasses.replace(W_VARIANTS["W0+"], label="V11 through W's code (must read as V11)")
 
 
 @contextlib.contextmanager
