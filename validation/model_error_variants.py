@@ -510,6 +510,7 @@ W_VARIANTS = {
     "W5": WVariant(label="one margin for all pools", margin="joint"),
     # second registration, after W1-W5(+) were scored (validation/large_model_runs.md)
     "X1": WVariant(label="shortest window of 80 % of the regime's rows", band="shortest"),
+    "X1J": WVariant(label="X1 with one margin for all pools (reported only)", band="shortest", margin="joint"),
 }
 W_VARIANTS.update({f"{name}+": dataclasses.replace(v, label=v.label + ", with V11", query_form=True)
                    for name, v in list(W_VARIANTS.items())})
