@@ -532,11 +532,17 @@ def installed_w(variant: WVariant) -> Iterator[None]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("variants", nargs="*", help=f"variants to score, of {', '.join(VARIANTS)} (default: all)")
-    names = parser.parse_args().variants or list(VARIANTS)
+    parser.add_argument("--nested", action="store_true",
+                        help="choose among the named W variants per left-out system on the others' rows")
+    args = parser.parse_args()
+    names = args.variants or list(VARIANTS)
     unknown = [n for n in names if n not in VARIANTS and n not in W_VARIANTS]
     if unknown:
         parser.error(f"unknown variant(s) {', '.join(unknown)}; expected some of "
                      f"{', '.join([*VARIANTS, *W_VARIANTS])}")
+    if args.nested:
+        nested(names)
+        return
     print("| variant | inside | half-width / error | compute | ddp | layout | collective |")
     print("|---|---|---|---|---|---|---|")
     for name in names:
@@ -549,6 +555,41 @@ def main() -> None:
         print(f"| {name} {variant.label} | {a.fraction:.1%} ({a.inside}/{a.rows}) | "
               f"{a.median_half_width:.2%} / {a.median_abs_error:.2%} = {a.median_half_width / a.median_abs_error:.3f}"
               f" | {pools} |", flush=True)
+
+
+
+def nested(names: list[str]) -> None:
+    """For each system, the rule among ``names`` (W variants) that the other systems' rows
+    choose (>= 80 % inside with every pool >= 75 %, then the smallest half-width / error; else the
+    most inside), and that system's rows scored with it without the system; prints the figures
+    over all rows and how often each rule was chosen."""
+    rows = me.load_rows()[0]
+    systems = sorted({r.system for r in rows})
+    chosen_by: dict[str, str] = {}
+    figures: dict[tuple[str, str], tuple] = {}
+    scored: dict[tuple[str, str], list] = {}
+    for name in names:
+        with installed_w(W_VARIANTS[name]):
+            for system in systems:
+                rest = tuple(r for r in rows if r.system != system)
+                cov = me.loso_coverage(rest)
+                a = cov["all"]
+                figures[name, system] = (a.fraction >= me.COVERAGE and all(c.fraction >= 0.75 for c in cov.values()),
+                                         a.median_half_width / a.median_abs_error, a.fraction)
+                scored[name, system] = [me._scored(r, list(rest), me.KNOBS) for r in rows if r.system == system]
+    items = []
+    for system in systems:
+        ok = [n for n in names if figures[n, system][0]]
+        pick = (min(ok, key=lambda n: figures[n, system][1]) if ok
+                else max(names, key=lambda n: figures[n, system][2]))
+        chosen_by[system] = pick
+        items += scored[pick, system]
+    c = me._coverage("all", items)
+    print(f"nested over {', '.join(names)}: {c.fraction:.1%} ({c.inside}/{c.rows}) | "
+          f"{c.median_half_width:.2%} / {c.median_abs_error:.2%} = {c.median_half_width / c.median_abs_error:.3f}")
+    for name in names:
+        print(f"  {name} chosen for {sum(v == name for v in chosen_by.values())} of {len(systems)} systems: "
+              f"{', '.join(s for s, v in chosen_by.items() if v == name)}")
 
 
 if __name__ == "__main__":
