@@ -273,8 +273,8 @@ is built from the rows of the regime it falls in:
   ddp 93.8 %, layout 79.9 %, collective 77.1 %); chosen per left-out system among the shipped rule,
   X1 and it on the other systems' rows alone (nested), 80.9 %, 1.944. It meets issue 25's bars but
   was proposed after seeing how close X1 came, and it gives a DDP query from a measured one-GPU
-  step the layout and collective pools' margin (its half-width ~1.5-5 % -> 5-7 %) and the
-  collectives 77.1 % inside: left to the lead (``validation/large_model_runs.md``).
+  step the layout and collective pools' margin (a hopper ResNet-50 query: +/-1.7 % -> +/-3.9 %)
+  and the collectives 77.1 % inside: left to the lead (``validation/large_model_runs.md``).
 * **Several pools.** A preset multi-GPU prediction adds the compute and ddp pools' residuals
   (each moved out by its pool's margin) pairwise (the outer sum: the distribution of the sum of
   two independent errors). No published row predicts such a step end to end, so whether the sum
