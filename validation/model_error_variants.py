@@ -4,12 +4,14 @@ asymmetric margins, CQR's CV+ form and the layout rows' scores on the intervals 
 
 Each variant is registered, with its reason and the rule for keeping it, in
 ``validation/large_model_runs.md`` ("Model-error intervals: quantile rules and margins registered
-before scoring"); none was kept, so none is in :mod:`dpsim.predict.model_error`. This script puts
-each in place of the module's functions for the length of one :func:`loso_coverage` and prints the
-figures the module docstring's tried list quotes:
+before scoring"; interval3's W1-W5, W1+-W5+, X1, X1+ and the reported-only X1J under "regime cells,
+shrinkage and calibration groups registered before scoring"); none was kept, so none is in
+:mod:`dpsim.predict.model_error`. This script puts each in place of the module's functions for the
+length of one :func:`loso_coverage` and prints the figures the module docstring's tried list quotes:
 
-    python validation/model_error_variants.py            # every variant
-    python validation/model_error_variants.py V1 V11     # some
+    python validation/model_error_variants.py            # every V variant
+    python validation/model_error_variants.py V1 V11 W4 X1J   # some
+    python validation/model_error_variants.py --nested W0 X1 X1J   # the rule chosen per left-out system
 """
 
 from __future__ import annotations
