@@ -302,14 +302,14 @@ def test_the_shipped_rows_are_what_the_validation_scripts_produce():
 @pytest.mark.slow
 def test_the_variants_script_reimplements_the_shipped_intervals_and_restores_them():
     """``validation/model_error_variants.py`` scores the interval variants the module docstring
-    lists (interval2, 2026-12-06) by putting them in place of the module's functions; its V0, the
-    shipped rules written again, must read exactly as :func:`loso_coverage` does, or its other
+    lists (interval2 and interval3, 2026-12-06) by putting them in place of the module's functions;
+    its V0 and W0, the shipped rules written again, must read exactly as :func:`loso_coverage` does, or its other
     figures are not comparable, and the module must be itself again afterwards."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
-    from model_error_variants import VARIANTS, installed
+    from model_error_variants import VARIANTS, W_VARIANTS, installed, installed_w
 
     from dpsim.predict import model_error as me
 
@@ -319,6 +319,14 @@ def test_the_variants_script_reimplements_the_shipped_intervals_and_restores_the
         assert me._margin is not functions[2]
         again = loso_coverage()
     assert (me._order_statistics, me._select, me._margin, me._pool_samples, me.log_interval, me.KNOBS) == functions
+    for pool, c in shipped.items():
+        assert (again[pool].inside, again[pool].rows) == (c.inside, c.rows), pool
+        assert again[pool].median_half_width == pytest.approx(c.median_half_width, rel=1e-12), pool
+    # interval3's W variants go through their own code: W0 is the shipped rule written there
+    with installed_w(W_VARIANTS["W0"]):
+        assert me._pool_samples is not functions[3]
+        again = loso_coverage()
+    assert me._pool_samples is functions[3]
     for pool, c in shipped.items():
         assert (again[pool].inside, again[pool].rows) == (c.inside, c.rows), pool
         assert again[pool].median_half_width == pytest.approx(c.median_half_width, rel=1e-12), pool

@@ -4,12 +4,14 @@ asymmetric margins, CQR's CV+ form and the layout rows' scores on the intervals 
 
 Each variant is registered, with its reason and the rule for keeping it, in
 ``validation/large_model_runs.md`` ("Model-error intervals: quantile rules and margins registered
-before scoring"); none was kept, so none is in :mod:`dpsim.predict.model_error`. This script puts
-each in place of the module's functions for the length of one :func:`loso_coverage` and prints the
-figures the module docstring's tried list quotes:
+before scoring"; interval3's W1-W5, W1+-W5+, X1, X1+ and the reported-only X1J under "regime cells,
+shrinkage and calibration groups registered before scoring"); none was kept, so none is in
+:mod:`dpsim.predict.model_error`. This script puts each in place of the module's functions for the
+length of one :func:`loso_coverage` and prints the figures the module docstring's tried list quotes:
 
-    python validation/model_error_variants.py            # every variant
-    python validation/model_error_variants.py V1 V11     # some
+    python validation/model_error_variants.py            # every V variant
+    python validation/model_error_variants.py V1 V11 W4 X1J   # some
+    python validation/model_error_variants.py --nested W0 X1 X1J   # the rule chosen per left-out system
 """
 
 from __future__ import annotations
@@ -303,24 +305,293 @@ def installed(variant: Variant) -> Iterator[None]:
             setattr(me, name, value)
 
 
+# --- interval3 (2026-12-06): regime cells, shrinkage and calibration groups, registered before
+# scoring in validation/large_model_runs.md ("Model-error intervals: regime cells, shrinkage and
+# calibration groups registered before scoring"), W1-W5 and each with V11's repair (W1+-W5+).
+
+SHRINK_PRIOR_SYSTEMS = 1
+"""W1's ``k0``: the parent regime counts as one system's worth of evidence about the cell."""
+
+MONDRIAN_CUT = 3
+"""W2's and W3's systems: from three exchangeable systems on, a new one's bias falls between
+the others' smallest and largest with probability ``(k - 1) / (k + 1)`` >= 1/2."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WVariant:
+    """One of interval3's registered variants: the band rule, the fewest systems a regime keeps,
+    the calibration groups of the margin and whether V11's repair is on."""
+
+    label: str
+    """What the table calls it."""
+    band: str = "shipped"
+    """``shipped`` (signed p10 / median / p90), ``shrink`` (W1), ``centred`` (W4) or ``shortest`` (X1)."""
+    systems: int = 1
+    """Fewest distinct systems a regime keeps before a key is dropped (W3: 3)."""
+    margin: str = "pool"
+    """``pool`` (as shipped), ``mondrian`` (W2: by the band's systems) or ``joint`` (W5: all pools)."""
+    query_form: bool = False
+    """V11's repair: the five layout rows scored on the intervals their queries get."""
+
+
+class _W:
+    """The installed W variant's state: the variant, caches, and the layout margin that V11's
+    bisection tries (``None`` outside it)."""
+
+    variant: WVariant = WVariant(label="")
+    override: float | None = None
+    scores: dict = {}
+    joint: dict = {}
+
+
+def _w_select(rows, regime, keys, minimum) -> tuple[list, int]:
+    """The regime's rows and the keys kept: dropped from the last until ``minimum`` rows of at
+    least the variant's systems remain."""
+    target = tuple(getattr(regime, k) for k in keys)
+    values = [tuple(getattr(r, k) for k in keys) for r in rows]
+    for keep in range(len(keys), -1, -1):
+        chosen = [r for r, v in zip(rows, values) if v[:keep] == target[:keep]]
+        if (len(chosen) >= minimum and len({r.system for r in chosen}) >= _W.variant.systems) or keep == 0:
+            return chosen, keep
+    raise AssertionError("unreachable")
+
+
+def _stats(values) -> tuple[float, float, float]:
+    lo, c, hi = _order_statistic(values, (me._TAILS[0], 0.5, me._TAILS[1]))
+    return float(lo), float(c), float(hi)
+
+
+def _w_band(rows, regime, knobs) -> tuple[float, float, float, int, list]:
+    """``(p10, centre, p90, systems, chosen rows)`` of the regime by the variant's band rule."""
+    keys = knobs.keys
+    chosen, keep = _w_select(rows, regime, keys, knobs.min_rows)
+    values = [r.log_ratio for r in chosen]
+    k = len({r.system for r in chosen})
+    lo, c, hi = _stats(values)
+    if _W.variant.band == "shrink" and keep > 0:
+        target = tuple(getattr(regime, key) for key in keys[:keep - 1])
+        parent = [r.log_ratio for r in rows if tuple(getattr(r, key) for key in keys[:keep - 1]) == target]
+        plo, pc, phi = _stats(parent)
+        w = k / (k + SHRINK_PRIOR_SYSTEMS)
+        lo, c, hi = w * lo + (1 - w) * plo, w * c + (1 - w) * pc, w * hi + (1 - w) * phi
+    elif _W.variant.band == "shortest":
+        v = np.sort(np.array(values))
+        width = math.ceil(me.COVERAGE * len(v))
+        spans = v[width - 1:] - v[:len(v) - width + 1]
+        start = int(np.argmin(spans))  # the first window on ties
+        lo, hi = float(v[start]), float(v[start + width - 1])
+    elif _W.variant.band == "centred":
+        d = float(_order_statistic(np.abs(np.array(values) - c), (me.COVERAGE,))[0])
+        lo, hi = c - d, c + d
+    return lo, c, hi, k, chosen
+
+
+def _w_closed_scores(pool_rows, knobs) -> list[tuple[float, int, str]]:
+    """Each row's shipped (closed-form) score against its band without its system, that band's
+    systems and the row's id."""
+    key = ("closed", tuple(pool_rows), knobs)
+    if key in _W.scores:
+        return _W.scores[key]
+    out = []
+    for system in {r.system for r in pool_rows}:
+        others = [r for r in pool_rows if r.system != system]
+        if not others:
+            continue
+        extent = me._Extent.of(others)
+        for r in (r for r in pool_rows if r.system == system):
+            lo, c, hi, k, _ = _w_band(others, r, knobs)
+            factor = me.WIDEN_PER_EXTRAPOLATION ** len(me._extrapolations(others, r, r.pool, extent))
+            out.append((max((c - r.log_ratio) / factor - (c - lo), (r.log_ratio - c) / factor - (hi - c)), k, r.id))
+    _W.scores[key] = out
+    return out
+
+
+def _w_scores(pool_rows, knobs) -> list[tuple[float, int]]:
+    """The pool's scores with the band's systems; with V11's repair, the layout rows whose query
+    adds the collective pool's error or widens for an unvalidated fabric scored by bisection on
+    the layout margin through the variant's own interval (the other pools' margins as the variant
+    gives them without the repair, as V11 took the collective pool's as shipped)."""
+    key = (pool_rows, knobs)
+    if key in _W.scores:
+        return _W.scores[key]
+    closed = _w_closed_scores(pool_rows, knobs)
+    if not (_W.variant.query_form and pool_rows and pool_rows[0].pool == "layout"):
+        _W.scores[key] = [(s, k) for s, k, _ in closed]
+        return _W.scores[key]
+    all_rows, classes = me.load_rows()
+    collectives = [r for r in all_rows if r.pool == me.COLLECTIVE_POOL]
+    by_id = {rid: (s, k) for s, k, rid in closed}
+    out = []
+    for r in pool_rows:
+        others = [o for o in pool_rows if o.system != r.system]
+        if not others:
+            continue
+        unvalidated = (f"fabric {r.fabric!r}",) if r.fabric and r.fabric not in classes else ()
+        if not unvalidated and not (r.exposed_share > 0 and r.fabric and r.fabric not in {o.fabric for o in others}):
+            out.append(by_id[r.id])
+            continue
+        regime = me.Regime(pools=("layout",), gpu_arch=r.gpu_arch, model_family=r.model_family, params=r.params,
+                           gpus=r.gpus, fabric=r.fabric, exposed_share=r.exposed_share,
+                           unvalidated_fabric=unvalidated, message_bytes=r.message_bytes, layout_kind=r.layout_kind)
+
+        def holds(m: float) -> bool:
+            saved, _W.override = _W.override, m
+            try:
+                low, high, _, _, _ = me.log_interval(regime, others + collectives, me.KNOBS)
+            finally:
+                _W.override = saved
+            return low <= r.log_ratio <= high
+
+        lo, hi = -1.0, 2.0  # ln units, as V11
+        if holds(lo):
+            out.append((lo, by_id[r.id][1]))
+            continue
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+        out.append((hi, by_id[r.id][1]))
+    _W.scores[key] = out
+    return out
+
+
+def _w_margin(rows, pool_rows, knobs, k: int) -> float:
+    """The margin of a band of ``k`` systems in ``pool`` by the variant's calibration groups."""
+    pool = pool_rows[0].pool
+    if _W.override is not None and pool == "layout":
+        return _W.override
+    inside_bisection = _W.override is not None
+    if _W.variant.margin == "joint":
+        key = (tuple(rows), inside_bisection)
+        if key not in _W.joint:
+            scores = []
+            for p in (*me.POOLS, me.COLLECTIVE_POOL):
+                pr = tuple(r for r in rows if r.pool == p)
+                if pr:
+                    scored = _w_closed_scores(pr, me.KNOBS[p]) if inside_bisection else _w_scores(pr, me.KNOBS[p])
+                    scores += [s[0] for s in scored]
+            _W.joint[key] = _rank(np.array(scores), me.COVERAGE) if scores else 0.0
+        return _W.joint[key]
+    scored = ([(s, kk) for s, kk, _ in _w_closed_scores(pool_rows, knobs)] if inside_bisection
+              else _w_scores(pool_rows, knobs))
+    if not scored:
+        return 0.0
+    if _W.variant.margin == "mondrian":
+        group = [s for s, kk in scored if (kk >= MONDRIAN_CUT) == (k >= MONDRIAN_CUT)]
+        if len(group) >= me.MIN_ROWS:
+            return _rank(np.array(group), me.COVERAGE)
+    return _rank(np.array([s for s, _ in scored]), me.COVERAGE)
+
+
+def _w_pool_samples(rows, regime, pool, knobs, matched, ids, widened) -> np.ndarray:
+    """:func:`dpsim.predict.model_error._pool_samples` by the variant: the regime's rows mapped
+    piecewise-linearly onto the variant's p10 / median / p90 (ten points at those where a side of
+    the rows has no spread to map), each moved away from the centre by the variant's margin."""
+    pool_rows = tuple(r for r in rows if r.pool == pool)
+    lo, c, hi, k, chosen = _w_band(list(pool_rows), regime, knobs)
+    matched[pool] = {}
+    widened += me._extrapolations(list(pool_rows), regime, pool)
+    ids += [r.id for r in chosen]
+    values = np.array([r.log_ratio for r in chosen])
+    lo0, c0, hi0 = _stats(values)
+    if (c0 > lo0 or c == lo) and (hi0 > c0 or hi == c):
+        below = (c - lo) / (c0 - lo0) if c0 > lo0 else 1.0
+        above = (hi - c) / (hi0 - c0) if hi0 > c0 else 1.0
+        samples = c + np.where(values < c0, (values - c0) * below, (values - c0) * above)
+    else:
+        samples = np.array([lo] * 2 + [c] * 6 + [hi] * 2)
+    m = _w_margin(rows, pool_rows, knobs, k)
+    return c + np.sign(samples - c) * np.maximum(np.abs(samples - c) + m, 0.0)
+
+
+W_VARIANTS = {
+    "W0": WVariant(label="as shipped through W's code (must read as the module)"),
+    "W1": WVariant(label="bands shrunk toward the parent by systems", band="shrink"),
+    "W2": WVariant(label="margin within bands of 1-2 / 3+ systems", margin="mondrian"),
+    "W3": WVariant(label="regimes of three systems or more", systems=MONDRIAN_CUT),
+    "W4": WVariant(label="bias-centred symmetric bands (80 % |r - median|)", band="centred"),
+    "W5": WVariant(label="one margin for all pools", margin="joint"),
+    # second registration, after W1-W5(+) were scored (validation/large_model_runs.md)
+    "X1": WVariant(label="shortest window of 80 % of the regime's rows", band="shortest"),
+    "X1J": WVariant(label="X1 with one margin for all pools (reported only)", band="shortest", margin="joint"),
+}
+W_VARIANTS.update({f"{name}+": dataclasses.replace(v, label=v.label + ", with V11", query_form=True)
+                   for name, v in list(W_VARIANTS.items())})
+W_VARIANTS["W0+"] = dataclasses.replace(W_VARIANTS["W0+"], label="V11 through W's code (must read as V11)")
+
+
+@contextlib.contextmanager
+def installed_w(variant: WVariant) -> Iterator[None]:
+    """The module with a W variant's interval in place of its own, restored on exit."""
+    saved = me._pool_samples
+    _W.variant, _W.override, _W.scores, _W.joint = variant, None, {}, {}
+    try:
+        me._pool_samples = _w_pool_samples
+        yield
+    finally:
+        me._pool_samples = saved
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("variants", nargs="*", help=f"variants to score, of {', '.join(VARIANTS)} (default: all)")
-    names = parser.parse_args().variants or list(VARIANTS)
-    unknown = [n for n in names if n not in VARIANTS]
+    parser.add_argument("--nested", action="store_true",
+                        help="choose among the named W variants per left-out system on the others' rows")
+    args = parser.parse_args()
+    names = args.variants or list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS and n not in W_VARIANTS]
     if unknown:
-        parser.error(f"unknown variant(s) {', '.join(unknown)}; expected some of {', '.join(VARIANTS)}")
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; expected some of "
+                     f"{', '.join([*VARIANTS, *W_VARIANTS])}")
+    if args.nested:
+        nested(names)
+        return
     print("| variant | inside | half-width / error | compute | ddp | layout | collective |")
     print("|---|---|---|---|---|---|---|")
     for name in names:
-        with installed(VARIANTS[name]):
+        variant = VARIANTS.get(name) or W_VARIANTS[name]
+        with installed(variant) if name in VARIANTS else installed_w(variant):
             cov = me.loso_coverage()
         a = cov["all"]
         pools = " | ".join(f"{c.fraction:.1%}, {c.median_half_width / c.median_abs_error:.2f}"
                            for p, c in cov.items() if p != "all")
-        print(f"| {name} {VARIANTS[name].label} | {a.fraction:.1%} ({a.inside}/{a.rows}) | "
+        print(f"| {name} {variant.label} | {a.fraction:.1%} ({a.inside}/{a.rows}) | "
               f"{a.median_half_width:.2%} / {a.median_abs_error:.2%} = {a.median_half_width / a.median_abs_error:.3f}"
               f" | {pools} |", flush=True)
+
+
+
+def nested(names: list[str]) -> None:
+    """For each system, the rule among ``names`` (W variants) that the other systems' rows
+    choose (>= 80 % inside with every pool >= 75 %, then the smallest half-width / error; else the
+    most inside), and that system's rows scored with it without the system; prints the figures
+    over all rows and how often each rule was chosen."""
+    rows = me.load_rows()[0]
+    systems = sorted({r.system for r in rows})
+    chosen_by: dict[str, str] = {}
+    figures: dict[tuple[str, str], tuple] = {}
+    scored: dict[tuple[str, str], list] = {}
+    for name in names:
+        with installed_w(W_VARIANTS[name]):
+            for system in systems:
+                rest = tuple(r for r in rows if r.system != system)
+                cov = me.loso_coverage(rest)
+                a = cov["all"]
+                figures[name, system] = (a.fraction >= me.COVERAGE and all(c.fraction >= 0.75 for c in cov.values()),
+                                         a.median_half_width / a.median_abs_error, a.fraction)
+                scored[name, system] = [me._scored(r, list(rest), me.KNOBS) for r in rows if r.system == system]
+    items = []
+    for system in systems:
+        ok = [n for n in names if figures[n, system][0]]
+        pick = (min(ok, key=lambda n: figures[n, system][1]) if ok
+                else max(names, key=lambda n: figures[n, system][2]))
+        chosen_by[system] = pick
+        items += scored[pick, system]
+    c = me._coverage("all", items)
+    print(f"nested over {', '.join(names)}: {c.fraction:.1%} ({c.inside}/{c.rows}) | "
+          f"{c.median_half_width:.2%} / {c.median_abs_error:.2%} = {c.median_half_width / c.median_abs_error:.3f}")
+    for name in names:
+        print(f"  {name} chosen for {sum(v == name for v in chosen_by.values())} of {len(systems)} systems: "
+              f"{', '.join(s for s, v in chosen_by.items() if v == name)}")
 
 
 if __name__ == "__main__":
