@@ -207,7 +207,7 @@ def test_an_moe_config_json_is_the_catalog_model(tmp_path, folder, data, catalog
 
 
 @pytest.mark.parametrize("model_type, extra, says", [
-    ("gemma3", {}, "five local blocks"),
+    ("gemma3", {}, "no text_config"),  # Gemma 3 is built from its text_config (tests/test_hf_families.py)
     # Parallel blocks (Falcon, GPT-J, GPT-NeoX's parallel residual) are built now (tests/test_shape_mechanisms.py);
     # Falcon's ALiBi and Cohere's bias-free eager LayerNorm are not.
     ("falcon", {"parallel_attn": True, "alibi": True}, "Falcon's ALiBi"),

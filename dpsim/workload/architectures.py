@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -211,9 +212,10 @@ class LlamaConfig:
     ``sliding_window - 1`` tokens before it (:func:`~dpsim.workload.layers.window_causal_share`);
     0: the whole causal prefix."""
     window_layers: str = "all"
-    """Which blocks attend over the window: ``all`` (Mistral) or ``alternate`` (Gemma 2: the even
+    """Which blocks attend over the window: ``all`` (Mistral), ``alternate`` (Gemma 2: the even
     blocks local, the odd ones global; transformers 5.25.0 ``Gemma2Config.layer_types``
-    ``"sliding_attention" if bool((i + 1) % 2) else "full_attention"``)."""
+    ``"sliding_attention" if bool((i + 1) % 2) else "full_attention"``) or ``N:1``, ``N`` local blocks
+    then one global (Gemma 3's ``5:1``: ``Gemma3TextConfig.layer_types`` ``bool((i + 1) % 6)``)."""
     mtp_depth: int = 0
     """Multi-token prediction modules run in training (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2:
     ``D`` sequential modules, the k-th an RMSNorm of the previous depth's hidden state and one of
@@ -301,6 +303,19 @@ class ResNetConfig:
 
 
 ModelConfig = GPT2Config | LlamaConfig | BertConfig | ViTConfig | ResNetConfig
+
+_WINDOW_PATTERN = re.compile(r"([1-9][0-9]{0,5}):1")
+
+
+def window_pattern(text: object) -> int | None:
+    """Local blocks per global one of a ``window_layers`` value: 0 for ``all`` (every block local), 1 for
+    ``alternate`` (Gemma 2), ``N`` for ``N:1`` (Gemma 3's ``5:1``); ``None``: not a value."""
+    if not isinstance(text, str):
+        return None
+    if text in ("all", "alternate"):
+        return 0 if text == "all" else 1
+    match = _WINDOW_PATTERN.fullmatch(text)
+    return int(match.group(1)) if match else None
 
 
 def build_gpt2(
@@ -463,8 +478,10 @@ def build_llama(
                             "multi-head or grouped-query attention; expert layers, MLA and MTP modules run in sequence")
     if cfg.lm_head_bias and cfg.tie_word_embeddings:
         raise WorkloadError("lm_head_bias: a bias is on an untied output head (GPT-J); give tie_word_embeddings=False")
-    if cfg.window_layers not in ("all", "alternate"):
-        raise WorkloadError(f"window_layers: {cfg.window_layers!r} is not modelled; allowed: all, alternate")
+    local_per_global = window_pattern(cfg.window_layers)
+    if local_per_global is None:
+        raise WorkloadError(f"window_layers: {cfg.window_layers!r} is not modelled; allowed: all, alternate, N:1 "
+                            f"(N local blocks, then one global)")
     _check_positive_int(cfg.sliding_window or 1, "sliding_window")
 
     def block(p: str, routed: bool, mtp: tuple[list, list, float, float] | None = None, index: int = 0) -> None:
@@ -473,7 +490,7 @@ def build_llama(
         ``index``: the block's place, which picks its window (:attr:`LlamaConfig.window_layers`)."""
         nonlocal registered
         sd = float(s * d)
-        window = cfg.sliding_window if cfg.window_layers == "all" or index % 2 == 0 else 0
+        window = cfg.sliding_window if not local_per_global or (index + 1) % (local_per_global + 1) else 0
         # The attention core's FLOPs in the full-square convention, scaled to the window's share.
         window_scale = window_causal_share(s, window) / 0.5
         input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=layernorm)

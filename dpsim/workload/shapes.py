@@ -34,7 +34,7 @@ from typing import Any
 from dpsim.errors import WorkloadError
 from dpsim.files import path_kind, read_text_capped
 from dpsim.limits import MAX_LAYERS
-from dpsim.workload.architectures import GPT2Config, LlamaConfig
+from dpsim.workload.architectures import GPT2Config, LlamaConfig, window_pattern
 
 SHAPE_PREFIX = "transformer:"
 """What starts a shape ``--model`` (``transformers:`` with an s is the library's configs)."""
@@ -146,8 +146,8 @@ class TransformerShape:
     """Sliding-window attention: each query attends to itself and the ``window - 1`` tokens before it
     (Mistral's ``sliding_window``); 0: the whole causal prefix (RoPE blocks)."""
     window_layers: str = "all"
-    """With ``window``: ``all`` blocks local (Mistral) or ``alternate`` (Gemma 2: even blocks local,
-    odd ones global)."""
+    """With ``window``: ``all`` blocks local (Mistral), ``alternate`` (Gemma 2: even blocks local,
+    odd ones global) or ``N:1``, ``N`` local blocks then one global (Gemma 3: ``5:1``)."""
 
 
 _INT_FIELDS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq", "positions")
@@ -155,10 +155,12 @@ _MOE_INT_FIELDS = ("head_dim", "experts", "top_k", "moe_ffn", "shared_experts", 
                    "window", "parallel", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                    "v_head_dim")
 """Integer keys that may be 0 (not set): the head width, the expert layers and the attention window."""
-WINDOW_LAYERS = ("all", "alternate")
+WINDOW_LAYERS = ("all", "alternate", "N:1")
+"""``window_layers`` values; ``N:1`` is any count of local blocks before each global one (``1:1`` is read as
+``alternate``)."""
 _REQUIRED = ("hidden", "layers", "heads", "vocab", "seq")
 _KEYS = tuple(f.name for f in fields(TransformerShape))
-_CHOICES = {"act": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS, "window_layers": WINDOW_LAYERS}
+_CHOICES = {"act": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS}
 _FAMILIES = ("pos=rope with any norm and act (the Llama builder: Llama, Nemotron-4, Gemma), or "
              "norm=layernorm with act=gelu/gelu_new/relu and pos=learned/alibi (GPT-2, OPT, BLOOM)")
 
@@ -205,6 +207,11 @@ def parse_shape(text: str) -> TransformerShape:
         if value not in choices:
             raise _fail(key, given[key], f"allowed: {', '.join(choices)}")
         values[key] = value
+    layers_text = given.get("window_layers", "all").lower()
+    if window_pattern(layers_text) is None:
+        raise _fail("window_layers", given["window_layers"], f"allowed: all, alternate, or N:1 (N local blocks, "
+                                                             f"then one global: Gemma 3's 5:1)")
+    values["window_layers"] = "alternate" if layers_text == "1:1" else layers_text
     if "bias" in given:
         if given["bias"].lower() not in BIASES:
             raise _fail("bias", given["bias"], f"allowed: {', '.join(BIASES)}")
@@ -312,10 +319,11 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         raise fail("kv_heads", shape.kv_heads, f"it must divide {n('heads')}={shape.heads}")
     if shape.pos == "learned" and shape.positions < shape.seq:
         raise fail("positions", shape.positions, f"a learned table needs at least {n('seq')}={shape.seq} rows")
-    for key, choices in (("norm", NORMS), ("act", ACTIVATIONS), ("pos", POSITIONS), ("bias", ("",) + BIASES),
-                         ("window_layers", WINDOW_LAYERS)):
+    for key, choices in (("norm", NORMS), ("act", ACTIVATIONS), ("pos", POSITIONS), ("bias", ("",) + BIASES)):
         if getattr(shape, key) not in choices:  # a config's value (parse_shape checked the shape keys)
             raise fail(key, getattr(shape, key), f"allowed: {', '.join(c for c in choices if c)}")
+    if window_pattern(shape.window_layers) is None:
+        raise fail("window_layers", _shown(shape.window_layers), f"allowed: {', '.join(WINDOW_LAYERS)}")
     # RoPE blocks are built by the Llama builder (any norm, MLP and biases); learned and ALiBi
     # positions by the GPT-2 builder (GPT-2, OPT, BLOOM: LayerNorm, a two-matrix MLP, biases everywhere).
     rope = shape.pos == "rope"
@@ -528,6 +536,8 @@ _HF_NAMES = {
                     "top_k": "num_experts_per_tok", "moe_ffn": "moe_intermediate_size",
                     "shared_experts": "n_shared_experts", "dense_layers": "first_k_dense_replace"},
     "gemma2": {**_LLAMA_NAMES, "attn_softcap": "attn_logit_softcapping", "final_softcap": "final_logit_softcapping"},
+    "gemma3_text": {**_LLAMA_NAMES, "attn_softcap": "attn_logit_softcapping",
+                    "final_softcap": "final_logit_softcapping"},
     "gptj": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
              "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions", "rotary_pct": "rotary_dim"},
     "falcon": {**_LLAMA_NAMES, "kv_heads": "num_kv_heads", "ffn": "ffn_hidden_size",
@@ -545,14 +555,34 @@ _ROPE_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorc
 """The gated MLP of a Llama-style family by its ``hidden_act`` (Gemma's GeGLU runs ``gelu_pytorch_tanh``)."""
 
 HF_NOT_BUILT = {
-    "gemma3": "Gemma 3's blocks add query/key norms to Gemma 2's four and interleave five local blocks with one "
-              "global block whose RoPE base differs: not read from config.json (give it by shape)",
     "cohere": "Cohere's blocks have a LayerNorm without a bias run eagerly (CohereLayerNorm) and scale the "
               "logits (logit_scale), which the builders do not have",
     "qwen2_moe": "Qwen2-MoE's shared expert has a sigmoid gate (shared_expert_gate), which the expert layers "
                  "do not have",
 }
 """Families whose ``config.json`` is refused, and why (the one-line message names it)."""
+
+
+def _layer_types(layers: int, every: int) -> list[str]:
+    """transformers' ``layer_types`` of a sliding-window pattern: each ``every``-th block full attention
+    (Gemma2Config and Gemma3TextConfig: ``"sliding_attention" if bool((i + 1) % pattern)``)."""
+    return ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(layers)]
+
+
+def _window_layers_of(types: list, layers: int) -> str | None:
+    """The ``window_layers`` of a config's ``layer_types``: ``all`` sliding, ``none`` (no window), ``alternate``
+    or ``N:1`` (N sliding then one full, repeated from the first block); ``None``: a pattern the key does not
+    express (or a list of another length)."""
+    if len(types) != layers:
+        return None
+    if all(t == "sliding_attention" for t in types):
+        return "all"
+    if all(t == "full_attention" for t in types):
+        return "none"
+    local = types.index("full_attention")
+    if not local or types != _layer_types(layers, local + 1):
+        return None
+    return "alternate" if local == 1 else f"{local}:1"
 
 
 def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
@@ -567,6 +597,18 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
     OPT are not in the builders: such configs return ``None``.
     """
     kind = getattr(config, "model_type", None)
+    if kind == "gemma3":
+        # Gemma3Config (the multimodal models, 4B and up) nests its language model's fields in text_config: that
+        # model is read; the SigLIP vision tower and its projector are not costed (text-only training).
+        text = getattr(config, "text_config", None)
+        if isinstance(text, Mapping):
+            from types import SimpleNamespace
+            text = SimpleNamespace(**text)
+        if text is None:
+            return None
+        config, kind = text, "gemma3_text"
+        if getattr(config, "model_type", kind) != kind:
+            return None
 
     def check(shape: TransformerShape) -> TransformerShape:
         return check_shape(shape, origin=f"--model transformers:{name}", names=_HF_NAMES[kind])
@@ -669,24 +711,32 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 kv_lora_rank=config.kv_lora_rank, qk_nope_head_dim=config.qk_nope_head_dim,
                 qk_rope_head_dim=config.qk_rope_head_dim, v_head_dim=config.v_head_dim,
                 router_bias=getattr(config, "topk_method", "") == "noaux_tc"))
-        if kind == "gemma2":
+        if kind in ("gemma2", "gemma3_text"):
             # Gemma2DecoderLayer (transformers 5.25.0 models/gemma2/modeling_gemma2.py): four RMSNorms, GeGLU
             # (gelu_pytorch_tanh), head_dim, attention and final logit soft-caps, and layer_types: sliding and
             # full attention alternating from a sliding first block (Gemma2Config's default), or all sliding.
+            # Gemma3DecoderLayer (models/gemma3/modeling_gemma3.py) is that block plus an RMSNorm over each query
+            # and key head (q_norm, k_norm of head_dim), no soft-caps unless given (Gemma3TextConfig: None), and
+            # five sliding blocks to one full (layer_types from sliding_window_pattern 6); the global blocks'
+            # other RoPE base (rope_theta vs rope_local_base_freq) costs nothing.
+            gemma3 = kind == "gemma3_text"
             h, heads = config.hidden_size, config.num_attention_heads
             act = _ROPE_ACTS.get(_attr(config, "hidden_activation", "hidden_act"))
             types = list(getattr(config, "layer_types", None) or [])
             layers = config.num_hidden_layers
             window = given("sliding_window", 0)
-            alternate = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
-            if not types or types == alternate:
-                window_layers = "alternate"
-            elif all(t == "sliding_attention" for t in types):
-                window_layers = "all"
-            elif all(t == "full_attention" for t in types):
-                window, window_layers = 0, "all"
-            else:
+            # sliding_window_pattern: older Gemma 3 config.json files; Gemma3TextConfig keeps it as a private
+            # attribute and spells the layers out in layer_types.
+            every = given("sliding_window_pattern", 6) if gemma3 else 2
+            if isinstance(every, bool) or not isinstance(every, int) or not 1 <= every <= layers:
+                raise WorkloadError(f"--model transformers:{name}: sliding_window_pattern={_shown(every)} is not "
+                                    f"valid; expected an integer from 1 to num_hidden_layers={layers} (every "
+                                    f"that many blocks one is global)")
+            window_layers = _window_layers_of(types or _layer_types(layers, every), layers)
+            if window_layers is None:
                 return None
+            if window_layers == "none":
+                window, window_layers = 0, "all"
             if act is None or getattr(config, "attention_bias", False) or not isinstance(heads, int) or heads < 1:
                 return None
             head_dim = _attr(config, "head_dim")
@@ -696,7 +746,7 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 act=act, norm="rmsnorm", pos="rope", positions=config.max_position_embeddings,
                 tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False, dropout=0.0, name=name,
                 head_dim=head_dim if head_dim not in (None, h // heads) else 0, window=window if window else 0,
-                window_layers=window_layers if window else "all", sandwich_norms=True,
+                window_layers=window_layers if window else "all", sandwich_norms=True, qk_norm=gemma3,
                 attn_softcap=given("attn_logit_softcapping", 0.0), final_softcap=given("final_logit_softcapping", 0.0)))
         if kind == "gptj":
             # GPTJBlock: x + attn(ln_1(x)) + mlp(ln_1(x)); q/k/v/out_proj without biases, fc_in/fc_out and
@@ -878,6 +928,14 @@ def shape_ref_of_config_json(path: str) -> str:
     stem = file.parent.name if file.stem == "config" and file.parent.name else file.stem
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "config"
     kind = data.get("model_type")
+    if kind == "gemma3" and isinstance(data.get("text_config"), dict):
+        # The multimodal Gemma 3 (4B and up): its language model's fields, checked as a Gemma 3 text config's (a
+        # text_config that leaves a size to Gemma3TextConfig's defaults is refused naming the key).
+        data, kind = {**data["text_config"], "model_type": "gemma3_text"}, "gemma3_text"
+    elif kind == "gemma3":
+        raise WorkloadError(f"--model: {path!r}: its gemma3 configuration has no text_config object (the language "
+                            f"model's fields, which dpsim reads); give the text_config's fields with model_type "
+                            f"gemma3_text, or the model by its shape (transformer:hidden=...,layers=...)")
     if kind in _HF_NAMES:
         _check_config_json_fields(data, kind, path)
     shape = shape_of_hf_config(SimpleNamespace(**data), name=name) if kind in _HF_NAMES else None
@@ -886,7 +944,8 @@ def shape_ref_of_config_json(path: str) -> str:
         why = (f"its model_type {kind!r} is not built from a shape: {HF_NOT_BUILT[kind]}" if kind in HF_NOT_BUILT
                else f"its model_type {kind!r} is not one dpsim builds from a shape ({covered})" if kind not in _HF_NAMES
                else f"its {kind} configuration has a field the builders do not cover (an activation other than "
-                    f"the family's, Falcon's ALiBi, Qwen2's use_sliding_window, DeepSeek's moe_layer_freq, "
+                    f"the family's, Falcon's ALiBi, Qwen2's use_sliding_window, Gemma's layer_types other than N sliding "
+                    f"blocks then one full, DeepSeek's moe_layer_freq, "
                     f"Qwen3-MoE's mlp_only_layers "
                     f"or decoder_sparse_step, OPT's projections or post-norm)")
         raise WorkloadError(f"--model: {path!r}: {why}; give the model as transformers:CONFIGCLASS(KEY=VALUE, ...) "

@@ -1,0 +1,138 @@
+"""Families once refused by ``model_type`` (issue #28: any model shape under every layout; issue #24: the catalog,
+a shape and a transformers ``config.json`` are one lowering): each against its published configuration in
+``tests/data/hf_configs/`` (tests/data/README.md names the repositories), its parameter count against the modules
+transformers builds from the same file on the meta device, by shape and by ``config.json`` at the same cost, and
+under the layouts that apply."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dpsim.errors import DpsimError
+from dpsim.predict.config import PredictConfig
+from dpsim.predict.run import predict
+from dpsim.workload.catalog import get_model
+from dpsim.workload.shapes import parse_shape, shape_param_count, shape_ref_of_config_json
+from dpsim.workload.spec import AttentionOp
+
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+
+
+def _config(folder: str) -> str:
+    return str(CONFIGS / folder / "config.json")
+
+
+def _run(model, **layout):
+    layout.setdefault("seq_len", 2048)
+    return predict(PredictConfig(model=model, gpus=8, gpu="h100", link="infiniband", steps=1, global_batch=8,
+                                 micro_batch=1, **layout))
+
+
+def _transformers_count(folder: str, config_class: str, model_class: str) -> int:
+    """Parameters of the transformers module built from the fixture on the meta device (no weights)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    fields = {k: v for k, v in json.loads(Path(_config(folder)).read_text()).items() if k != "model_type"}
+    config = getattr(transformers, config_class)(**fields)
+    with torch.device("meta"):
+        module = getattr(transformers, model_class)(config)
+    return sum(p.numel() for p in module.parameters())
+
+
+def _same_cost(folder: str, **layout) -> None:
+    text = shape_ref_of_config_json(_config(folder))
+    a, b = _run(_config(folder), **layout), _run(text, **layout)
+    assert a.step_time_s == pytest.approx(b.step_time_s, rel=0.01)
+    assert a.memory.total_bytes == pytest.approx(b.memory.total_bytes, rel=0.01)
+
+
+def _refused(model: str, says: str, **layout) -> None:
+    with pytest.raises(DpsimError) as err:
+        _run(model, **layout) if layout else get_model(model)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- Gemma 3
+
+# Gemma-3-1B: tests/data/hf_configs/gemma-3-1b-pt/config.json (google/gemma-3-1b-pt's fields). 999,885,952
+# parameters: keras-team/keras-hub keras_hub/src/models/gemma3/gemma3_presets.py "gemma3_1b" "params", and by hand:
+# embedding 262144 x 1152, 26 blocks of q/k/v/o (4 query heads and 1 key-value head of 256), a GeGLU MLP of 6912,
+# four RMSNorms of 1152 and q/k norms of 256, the final norm; the head tied.
+GEMMA3_1B_COUNT = 999_885_952
+
+
+def test_gemma3_1b_by_config_json_has_the_published_count():
+    v, h, hd, ffn = 262144, 1152, 256, 6912
+    block = h * (4 * hd + 2 * hd) + 4 * hd * h + 3 * h * ffn + 4 * h + 2 * hd
+    assert v * h + 26 * block + h == GEMMA3_1B_COUNT
+    model = get_model(_config("gemma-3-1b-pt"))
+    assert model.param_count == GEMMA3_1B_COUNT
+    assert shape_param_count(parse_shape(shape_ref_of_config_json(_config("gemma-3-1b-pt")))) == GEMMA3_1B_COUNT
+
+
+def test_gemma3_1b_count_is_what_transformers_builds():
+    assert _transformers_count("gemma-3-1b-pt", "Gemma3TextConfig", "Gemma3ForCausalLM") == GEMMA3_1B_COUNT
+
+
+def test_gemma3_has_five_local_blocks_to_one_global_qk_norms_and_no_caps():
+    model = get_model(_config("gemma-3-1b-pt"))
+    ops = [op for layer in model.layers for op in layer.ops if isinstance(op, AttentionOp)]
+    assert [op.window for op in ops[:12]] == [512] * 5 + [0] + [512] * 5 + [0]
+    assert sum(op.window == 0 for op in ops) == 26 // 6 and not any(op.softcap for op in ops)
+    names = {p.name for p in model.params}
+    for norm in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                 "post_feedforward_layernorm", "self_attn.q_norm", "self_attn.k_norm"):
+        assert f"model.layers.0.{norm}.weight" in names
+    assert not any(op.name.startswith("final_softcap") for op in model.layers[-1].ops)
+
+
+def test_gemma3_by_shape_and_by_config_json_cost_the_same():
+    _same_cost("gemma-3-1b-pt", pp=2, seq_len=4096)
+
+
+@pytest.mark.parametrize("layout", [dict(pp=2), dict(strategy="fsdp"), dict(pp=2, strategy="zero1")])
+def test_gemma3_1b_runs_under_every_layout_its_one_key_value_head_allows(layout):
+    assert _run(_config("gemma-3-1b-pt"), **layout).step_time_s > 0
+
+
+GEMMA3_SHAPE = ("transformer:hidden=1024,layers=12,heads=8,kv_heads=4,head_dim=256,ffn=4096,vocab=32000,seq=4096,"
+                "act=geglu,tied=true,qk_norm=true,sandwich_norms=true,window=512,window_layers=5:1")
+
+
+@pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2), dict(tp=2, pp=2), dict(strategy="fsdp")])
+def test_a_gemma3_shape_runs_under_tp_and_pp(layout):
+    assert _run(GEMMA3_SHAPE, **layout).step_time_s > 0
+
+
+def test_five_to_one_windows_cost_between_all_local_and_alternate():
+    def step(layers: str) -> float:
+        return _run(GEMMA3_SHAPE.replace("5:1", layers), seq_len=4096).step_time_s
+    assert step("all") < step("5:1") < step("alternate")
+    assert parse_shape(GEMMA3_SHAPE.replace("5:1", "1:1")).window_layers == "alternate"
+
+
+@pytest.mark.parametrize("value", ["0:1", "5:2", "x", "5:", ":1"])
+def test_a_bad_window_pattern_is_refused_in_one_line(value):
+    _refused(GEMMA3_SHAPE.replace("5:1", value), f"window_layers={value} is not valid")
+
+
+def test_a_multimodal_gemma3_config_reads_its_text_config(tmp_path):
+    text = json.loads(Path(_config("gemma-3-1b-pt")).read_text())
+    folder = tmp_path / "gemma-3-mm"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gemma3", "text_config": text,
+                                                    "vision_config": {"model_type": "siglip_vision_model"}}))
+    assert get_model(str(folder / "config.json")).param_count == GEMMA3_1B_COUNT
+    del text["num_attention_heads"]  # left to Gemma3TextConfig's default: refused naming it
+    (folder / "config.json").write_text(json.dumps({"model_type": "gemma3", "text_config": text}))
+    _refused(str(folder / "config.json"), "num_attention_heads")
+
+
+def test_a_gemma3_layer_pattern_the_keys_cannot_say_is_refused(tmp_path):
+    data = json.loads(Path(_config("gemma-3-1b-pt")).read_text())
+    data["layer_types"] = ["full_attention"] + ["sliding_attention"] * 25
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    _refused(str(tmp_path / "config.json"), "gemma3_text configuration has a field")
