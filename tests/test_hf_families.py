@@ -136,3 +136,72 @@ def test_a_gemma3_layer_pattern_the_keys_cannot_say_is_refused(tmp_path):
     data["layer_types"] = ["full_attention"] + ["sliding_attention"] * 25
     (tmp_path / "config.json").write_text(json.dumps(data))
     _refused(str(tmp_path / "config.json"), "gemma3_text configuration has a field")
+
+
+# --------------------------------------------------------------------------- Cohere (Command R)
+
+# Command R (35B): tests/data/hf_configs/c4ai-command-r-v01/config.json (CohereForAI/c4ai-command-r-v01's fields; its
+# model card: "35 billion"). By hand: embedding 256000 x 8192 (tied head), 40 blocks of q/k/v/o (64 heads of 128),
+# a SiLU-gated MLP of 22528 and one weight-only LayerNorm, the final norm.
+COMMAND_R_COUNT = 34_980_831_232
+
+
+def test_command_r_by_config_json_has_its_count():
+    v, h, ffn = 256000, 8192, 22528
+    assert v * h + 40 * (4 * h * h + 3 * h * ffn + h) + h == COMMAND_R_COUNT
+    assert abs(COMMAND_R_COUNT / 35e9 - 1) < 0.01
+    model = get_model(_config("c4ai-command-r-v01"))
+    assert model.param_count == COMMAND_R_COUNT
+    assert shape_param_count(parse_shape(shape_ref_of_config_json(_config("c4ai-command-r-v01")))) == COMMAND_R_COUNT
+
+
+def test_command_r_count_is_what_transformers_builds():
+    assert _transformers_count("c4ai-command-r-v01", "CohereConfig", "CohereForCausalLM") == COMMAND_R_COUNT
+
+
+def test_cohere_use_qk_norm_has_a_weight_per_head(tmp_path):
+    data = json.loads(Path(_config("c4ai-command-r-v01")).read_text())
+    data.update(use_qk_norm=True, num_key_value_heads=8)
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    # q_norm (64, 128) and k_norm (8, 128) a block; 8 key-value heads of 128 for k and v: transformers 5.25.0's
+    # CohereForCausalLM from this config on the meta device has 30,283,579,392.
+    qk = 40 * (64 + 8) * 128 - 40 * 2 * 8192 * (64 - 8) * 128
+    assert get_model(str(tmp_path / "config.json")).param_count == COMMAND_R_COUNT + qk == 30_283_579_392
+
+
+COHERE_SHAPE = ("transformer:hidden=1024,layers=4,heads=8,ffn=2816,vocab=32000,seq=2048,norm=layernorm_nobias,"
+                "parallel=1,tied=true,logit_scale=true")
+
+
+def test_cohere_block_is_the_parallel_block_with_its_norm_and_logit_scale():
+    model = get_model(_config("c4ai-command-r-v01"))
+    names = {p.name for p in model.params}
+    assert "model.layers.0.input_layernorm.weight" in names and "model.layers.0.input_layernorm.bias" not in names
+    assert "model.layers.0.post_attention_layernorm.weight" not in names
+    assert any(op.name == "logit_scale" for op in model.layers[-1].ops)
+    rms = get_model(COHERE_SHAPE.replace("norm=layernorm_nobias", "norm=rmsnorm").replace(",logit_scale=true", ""))
+    cohere = get_model(COHERE_SHAPE)
+    assert cohere.param_count == rms.param_count and cohere.forward_flops_per_sample == rms.forward_flops_per_sample
+    assert _run(COHERE_SHAPE).step_time_s > _run(COHERE_SHAPE.replace("norm=layernorm_nobias", "norm=rmsnorm")
+                                                 ).step_time_s > _run(COHERE_SHAPE.replace("norm=layernorm_nobias",
+                                                                                           "norm=rmsnorm").replace(
+                                                                          ",logit_scale=true", "")).step_time_s
+
+
+def test_command_r_by_shape_and_by_config_json_cost_the_same():
+    _same_cost("c4ai-command-r-v01", pp=2, strategy="fsdp")
+
+
+@pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2), dict(tp=2, pp=2), dict(strategy="fsdp"), dict(cp=2)])
+def test_cohere_runs_under_every_layout(layout):
+    assert _run(COHERE_SHAPE + ",qk_norm=true,qk_norm_whole=true", **layout).step_time_s > 0
+
+
+def test_command_r_runs_under_tp_and_pp():
+    assert _run(_config("c4ai-command-r-v01"), tp=4, pp=2, seq_len=4096).step_time_s > 0
+
+
+@pytest.mark.parametrize("extra, says", [(",qk_norm_whole=true", "qk_norm_whole=true is not valid"),
+                                         (",norm=layernorm_nobias,pos=learned,act=gelu", "not a modelled block")])
+def test_cohere_keys_refuse_in_one_line(extra, says):
+    _refused("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64" + extra, says)

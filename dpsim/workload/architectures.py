@@ -38,6 +38,7 @@ from dpsim.workload.layers import (
     cast_op,
     dropout_op,
     embedding_op,
+    eager_centred_norm_ops,
     eager_rms_norm_ops,
     eager_rms_saved_elements,
     layernorm_saved_elements,
@@ -168,9 +169,14 @@ class LlamaConfig:
     v_head_dim: int = 0
     """MLA: a value head's width."""
     norm: str = "rmsnorm"
-    """The blocks' and the final norm: ``rmsnorm`` (weight only, HF's eager ``LlamaRMSNorm``) or
+    """The blocks' and the final norm: ``rmsnorm`` (weight only, HF's eager ``LlamaRMSNorm``),
     ``layernorm`` (weight and bias, one fused ``torch.nn.functional.layer_norm`` kernel: Nemotron's
-    ``NemotronLayerNorm1P``, GPT-NeoX's ``nn.LayerNorm``)."""
+    ``NemotronLayerNorm1P``, GPT-NeoX's ``nn.LayerNorm``) or ``layernorm_nobias`` (weight only, run
+    eagerly: Cohere's ``CohereLayerNorm``, :func:`~dpsim.workload.layers.eager_centred_norm_ops`; it
+    keeps what the eager RMSNorm keeps)."""
+    logit_scale: bool = False
+    """The logits multiplied by a constant before the loss (Cohere's ``logit_scale``): one eager
+    pass over them each way (:func:`~dpsim.workload.layers.logit_scale_ops`)."""
     mlp_act: str = "swiglu"
     """The dense MLP: ``swiglu`` (``down(silu(gate(x)) * up(x))``, Llama) or ``geglu`` (the same
     three matrices with GELU: Gemma's ``gelu_pytorch_tanh``), both of ``intermediate_size``; or a
@@ -441,19 +447,22 @@ def build_llama(
                      ops=[embedding_op("embed_tokens", s, d, v)])]
     moe = cfg.moe
     depth = _check_mtp_depth(cfg.mtp_depth, s, name)
-    if cfg.norm not in ("rmsnorm", "layernorm"):
-        raise WorkloadError(f"norm: {cfg.norm!r} is not modelled; allowed: rmsnorm, layernorm")
+    if cfg.norm not in ("rmsnorm", "layernorm", "layernorm_nobias"):
+        raise WorkloadError(f"norm: {cfg.norm!r} is not modelled; allowed: rmsnorm, layernorm, layernorm_nobias")
     if cfg.mlp_act not in GATED_MLP_ACTS + PLAIN_MLP_ACTS:
         raise WorkloadError(f"mlp_act: {cfg.mlp_act!r} is not modelled; allowed: "
                             f"{', '.join(GATED_MLP_ACTS + PLAIN_MLP_ACTS)}")
     layernorm = cfg.norm == "layernorm"
-    if layernorm and (moe is not None or cfg.mla or depth):
+    centred = cfg.norm == "layernorm_nobias"
+    if (layernorm or centred) and (moe is not None or cfg.mla or depth):
         # Their norms are costed as HF's eager RMSNorm (_moe_mlp, _mla_attention, the MTP projection).
         raise WorkloadError("norm: layernorm is modelled for dense blocks with multi-head or grouped-query "
                             "attention only; expert layers, MLA and MTP modules take rmsnorm")
 
     def norm_ops(name_: str) -> list:
         # HF's eager RMSNorm kernel by kernel; a LayerNorm is one fused kernel each way.
+        if centred:
+            return eager_centred_norm_ops(name_, s, d)
         return eager_rms_norm_ops(name_, s, d) if not layernorm else [norm_op(name_, float(s * d))]
 
     def saved(readers: int) -> tuple:
@@ -540,7 +549,7 @@ def build_llama(
                                                             flash_attention=flash_attention, qk_norm=cfg.qk_norm)[0]
             # The compiled count was traced on Llama's block (RMSNorm, gated MLP) only: other blocks
             # keep the eager count under torch.compile.
-            if flash_attention and not cfg.qk_norm and not layernorm and cfg.gated:
+            if flash_attention and not cfg.qk_norm and not layernorm and not centred and cfg.gated:
                 attn_compiled = llama_compiled_saved_elements(s, d, q_dim, sdpa_kv, inter)[0]
             attn_flops = (2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
                           + attention_matmul_flops(s, q_dim) * window_scale)
@@ -564,7 +573,8 @@ def build_llama(
             mlp_flops = 2.0 * s * d * inter * 3
             mlp_act = llama_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
                                                    flash_attention=flash_attention, layernorm=layernorm)[1]
-            mlp_compiled = llama_compiled_saved_elements(s, d, q_dim, kv_dim, inter)[1] if not layernorm else None
+            mlp_compiled = (llama_compiled_saved_elements(s, d, q_dim, kv_dim, inter)[1]
+                            if not (layernorm or centred) else None)
             mlp_megatron = megatron_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads)[1]
         else:
             # A two-matrix MLP, down(act(up(x))): HF NemotronMLP's and GPTNeoXMLP's layout.
@@ -661,7 +671,7 @@ def build_llama(
     registered += head
     # model.norm + lm_head, and once more per MTP depth: the head is shared (Sec. 2.2).
     layers.append(_lm_head_layer(head, s, d, v, eager_rms=not layernorm, passes=1 + depth,
-                                 softcap=bool(cfg.final_softcap)))
+                                 softcap=bool(cfg.final_softcap), logit_scale=cfg.logit_scale, centred=centred))
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source, moe=moe)
 

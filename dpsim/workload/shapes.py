@@ -44,7 +44,8 @@ GATED = ("swiglu", "geglu")
 """Gated MLPs: three matrices of ``ffn`` (gate, up, down), whose width is a model's choice."""
 GPT_ACTIVATIONS = ("gelu", "gelu_new", "relu")
 """The MLPs of GPT-2, OPT and BLOOM blocks (learned or ALiBi positions)."""
-NORMS = ("rmsnorm", "layernorm")
+NORMS = ("rmsnorm", "layernorm", "layernorm_nobias")
+"""``layernorm_nobias``: a LayerNorm with a weight and no bias, run eagerly (Cohere's ``CohereLayerNorm``)."""
 POSITIONS = ("rope", "learned", "alibi")
 BIASES = ("none", "qkv", "attn", "mlp", "all")
 """Which projections have biases: ``none`` (Llama, Mistral, Nemotron-4, Gemma), ``qkv`` (Qwen2's q, k
@@ -82,7 +83,8 @@ class TransformerShape:
     """MLP activation: ``swiglu``, ``geglu`` (gated, three matrices) or ``gelu``, ``gelu_new``,
     ``relu``, ``relu2`` (squared ReLU, Nemotron-4) (two)."""
     norm: str
-    """``rmsnorm`` (weight only) or ``layernorm`` (weight and bias)."""
+    """``rmsnorm`` (weight only), ``layernorm`` (weight and bias) or ``layernorm_nobias`` (weight only, centred:
+    Cohere)."""
     pos: str
     """Positions: ``rope`` and ``alibi`` have no parameters, ``learned`` a table of ``positions`` rows."""
     positions: int
@@ -145,6 +147,11 @@ class TransformerShape:
     window: int = 0
     """Sliding-window attention: each query attends to itself and the ``window - 1`` tokens before it
     (Mistral's ``sliding_window``); 0: the whole causal prefix (RoPE blocks)."""
+    qk_norm_whole: bool = False
+    """With ``qk_norm``: the query and key norms' weights span every head (``heads x head_dim`` and
+    ``kv_heads x head_dim``: Cohere's ``use_qk_norm``, OLMo 2), not one head's width shared by all."""
+    logit_scale: bool = False
+    """The logits multiplied by a constant before the loss (Cohere's ``logit_scale``): one element-wise pass."""
     window_layers: str = "all"
     """With ``window``: ``all`` blocks local (Mistral), ``alternate`` (Gemma 2: even blocks local,
     odd ones global) or ``N:1``, ``N`` local blocks then one global (Gemma 3: ``5:1``)."""
@@ -216,7 +223,8 @@ def parse_shape(text: str) -> TransformerShape:
         if given["bias"].lower() not in BIASES:
             raise _fail("bias", given["bias"], f"allowed: {', '.join(BIASES)}")
         values["bias"] = given["bias"].lower()
-    for key in ("tied", "embed_norm", "qk_norm", "head_bias", "sandwich_norms", "router_bias"):
+    for key in ("tied", "embed_norm", "qk_norm", "head_bias", "sandwich_norms", "router_bias", "qk_norm_whole",
+                "logit_scale"):
         value = given.get(key, "false").lower()
         if value not in _BOOLS:
             raise _fail(key, given[key], "allowed: true, false")
@@ -378,6 +386,10 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
     elif any(getattr(shape, k) for k in mla_keys):
         key = next(k for k in mla_keys if getattr(shape, k))
         raise fail(key, getattr(shape, key), f"it shapes multi-head latent attention: give {n('kv_lora_rank')}= too")
+    if shape.qk_norm_whole and not shape.qk_norm:
+        raise fail("qk_norm_whole", "true", f"it shapes the query and key norms: give {n('qk_norm')}=true too")
+    if shape.logit_scale and not rope:
+        raise fail("logit_scale", "true", "the logit scale is built with pos=rope (Cohere)")
     if shape.router_bias and not shape.experts:
         raise fail("router_bias", "true", f"a router's bias needs expert layers: give {n('experts')}=")
     pct = shape.rotary_pct
@@ -428,7 +440,7 @@ def shape_ref(shape: TransformerShape) -> str:
             return shape.window_layers == "all"
         if key == "rotary_pct":
             return shape.rotary_pct == 1.0
-        if key in ("attn_softcap", "final_softcap", "sandwich_norms", "router_bias"):
+        if key in ("attn_softcap", "final_softcap", "sandwich_norms", "router_bias", "qk_norm_whole", "logit_scale"):
             return not getattr(shape, key)
         return key in _MOE_INT_FIELDS + ("qk_norm", "head_bias") and not getattr(shape, key)
     # The head width, expert keys and biases only when set, so a shape reads as it always has.
@@ -448,7 +460,8 @@ def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
                            qk_nope_head_dim=shape.qk_nope_head_dim, qk_rope_head_dim=shape.qk_rope_head_dim,
                            v_head_dim=shape.v_head_dim, router_bias=shape.router_bias,
                            sandwich_norms=shape.sandwich_norms, attn_softcap=shape.attn_softcap,
-                           final_softcap=shape.final_softcap,
+                           final_softcap=shape.final_softcap, qk_norm_whole_projection=shape.qk_norm_whole,
+                           logit_scale=shape.logit_scale,
                            num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
                            num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.seq,
                            tie_word_embeddings=shape.tied, head_dim=shape.head_dim or None, qk_norm=shape.qk_norm,
@@ -486,7 +499,8 @@ def shape_param_count(shape: TransformerShape) -> int:
     gated = shape.act in GATED
     # A parallel block's one shared norm (GPT-J, Falcon-7B); Gemma 2's four.
     norms = 1 if shape.parallel == 1 else 4 if shape.sandwich_norms else 2
-    attention = h * (q + 2 * kv) + q * h + norms * norm + (2 * head_dim if shape.qk_norm else 0)
+    qk_norms = (q + kv if shape.qk_norm_whole else 2 * head_dim) if shape.qk_norm else 0
+    attention = h * (q + 2 * kv) + q * h + norms * norm + qk_norms
     attention += (q + 2 * kv if bias in ("qkv", "attn", "all") else 0) + (h if bias in ("attn", "all") else 0)
     if shape.kv_lora_rank:
         # MLA: the query path (a latent with its norm, or one q_proj), the key-value latent plus the shared
@@ -532,6 +546,7 @@ _HF_NAMES = {
     "gpt_neox": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "rotary_pct": "rotary_pct"},
     "mixtral": {**_MOE_NAMES, "experts": "num_local_experts", "moe_ffn": "intermediate_size"},
     "qwen3_moe": _MOE_NAMES,
+    "cohere": {**_LLAMA_NAMES, "qk_norm": "use_qk_norm", "qk_norm_whole": "use_qk_norm"},
     "deepseek_v2": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "experts": "n_routed_experts",
                     "top_k": "num_experts_per_tok", "moe_ffn": "moe_intermediate_size",
                     "shared_experts": "n_shared_experts", "dense_layers": "first_k_dense_replace"},
@@ -555,8 +570,6 @@ _ROPE_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorc
 """The gated MLP of a Llama-style family by its ``hidden_act`` (Gemma's GeGLU runs ``gelu_pytorch_tanh``)."""
 
 HF_NOT_BUILT = {
-    "cohere": "Cohere's blocks have a LayerNorm without a bias run eagerly (CohereLayerNorm) and scale the "
-              "logits (logit_scale), which the builders do not have",
     "qwen2_moe": "Qwen2-MoE's shared expert has a sigmoid gate (shared_expert_gate), which the expert layers "
                  "do not have",
 }
@@ -692,6 +705,23 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 tied=bool(getattr(config, "tie_word_embeddings", kind == "gemma")), embed_norm=False, dropout=0.0,
                 name=name, head_dim=head_dim if head_dim not in (None, h // heads) else 0,
                 qk_norm=kind in ("qwen3", "qwen3_moe"), bias=bias, **experts))
+        if kind == "cohere":
+            # CohereDecoderLayer (transformers 5.25.0 models/cohere/modeling_cohere.py): x + attn(ln(x)) + mlp(ln(x))
+            # with one input_layernorm, a CohereLayerNorm (weight, no bias, eager); q/k/v/o with attention_bias,
+            # a SiLU-gated MLP without biases; use_qk_norm: CohereLayerNorms of (heads, head_dim) and (kv_heads,
+            # head_dim) over q and k; CohereForCausalLM multiplies the logits by logit_scale; the head is tied.
+            h, heads = config.hidden_size, config.num_attention_heads
+            act = _ROPE_ACTS.get(getattr(config, "hidden_act", "silu"))
+            if act != "swiglu" or not isinstance(heads, int) or heads < 1:
+                return None
+            qk = bool(getattr(config, "use_qk_norm", False))
+            return check(TransformerShape(
+                hidden=h, layers=config.num_hidden_layers, heads=heads, kv_heads=given("num_key_value_heads", heads),
+                ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
+                act=act, norm="layernorm_nobias", pos="rope", positions=config.max_position_embeddings,
+                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False, dropout=0.0, name=name,
+                bias="attn" if getattr(config, "attention_bias", False) else "none", parallel=1, qk_norm=qk,
+                qk_norm_whole=qk, logit_scale=True))
         if kind in ("deepseek_v2", "deepseek_v3"):
             # DeepseekV2/V3 (transformers 5.25.0 models/deepseek_v3/configuration_deepseek_v3.py): MLA, the first
             # first_k_dense_replace blocks dense, then MoE blocks of n_routed_experts (top num_experts_per_tok)
@@ -857,7 +887,7 @@ families also their expert keys): without one, the builder read no size at all."
 
 _HF_BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_parallel_residual", "do_layer_norm_before",
              "parallel_attn", "multi_query", "new_decoder_architecture", "bias", "alibi",
-             "apply_residual_connection_post_layernorm", "use_sliding_window", "qk_layernorm")
+             "apply_residual_connection_post_layernorm", "use_sliding_window", "qk_layernorm", "use_qk_norm")
 """``config.json`` switches the builders read as booleans: a JSON string ``"false"`` was truthy, so it was
 taken as true in silence (``bool("false")``: Falcon's ``"bias": "false"`` built biases on every projection,
 ``"multi_query": "false"`` one key-value head)."""
