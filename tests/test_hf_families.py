@@ -205,3 +205,53 @@ def test_command_r_runs_under_tp_and_pp():
                                          (",norm=layernorm_nobias,pos=learned,act=gelu", "not a modelled block")])
 def test_cohere_keys_refuse_in_one_line(extra, says):
     _refused("transformer:hidden=512,layers=2,heads=8,ffn=1024,vocab=100,seq=64" + extra, says)
+
+
+# --------------------------------------------------------------------------- Qwen2-MoE: the gated shared expert
+
+# Qwen1.5-MoE-A2.7B: tests/data/hf_configs/Qwen1.5-MoE-A2.7B/config.json (Qwen/Qwen1.5-MoE-A2.7B's fields; its model
+# card: "14.3B parameters in total and 2.7B activated"). By hand: embedding and untied head 151936 x 2048, 24 blocks
+# of q/k/v/o with q/k/v biases, two RMSNorms, a router of 60, 60 experts of 1408, one shared expert of 5632 and its
+# gate (2048 x 1), the final norm.
+QWEN2_MOE_COUNT = 14_315_784_192
+
+
+def test_qwen1_5_moe_by_config_json_has_its_count():
+    v, h = 151936, 2048
+    block = 4 * h * h + 3 * h + 2 * h + 60 * h + 3 * h * (60 * 1408 + 5632) + h
+    assert 2 * v * h + 24 * block + h == QWEN2_MOE_COUNT
+    assert abs(QWEN2_MOE_COUNT / 14.3e9 - 1) < 0.005
+    assert get_model(_config("Qwen1.5-MoE-A2.7B")).param_count == QWEN2_MOE_COUNT
+    assert shape_param_count(parse_shape(shape_ref_of_config_json(_config("Qwen1.5-MoE-A2.7B")))) == QWEN2_MOE_COUNT
+
+
+def test_qwen1_5_moe_count_is_what_transformers_builds():
+    assert _transformers_count("Qwen1.5-MoE-A2.7B", "Qwen2MoeConfig", "Qwen2MoeForCausalLM") == QWEN2_MOE_COUNT
+
+
+QWEN2_MOE_SHAPE = ("transformer:hidden=1024,layers=4,heads=8,ffn=2816,vocab=32000,seq=2048,experts=8,top_k=2,"
+                   "moe_ffn=704,shared_experts=1,shared_ffn=2816,bias=qkv")
+
+
+def test_the_shared_gate_adds_its_weight_its_product_and_time():
+    plain, gated = get_model(QWEN2_MOE_SHAPE), get_model(QWEN2_MOE_SHAPE + ",shared_gate=true")
+    assert gated.param_count == plain.param_count + 4 * 1024
+    assert gated.forward_flops_per_sample == plain.forward_flops_per_sample + 4 * 2.0 * 2048 * 1024
+    assert "model.layers.0.mlp.shared_expert_gate.weight" in {p.name for p in gated.params}
+    assert _run(QWEN2_MOE_SHAPE + ",shared_gate=true").step_time_s > _run(QWEN2_MOE_SHAPE).step_time_s
+
+
+def test_qwen1_5_moe_by_shape_and_by_config_json_cost_the_same():
+    _same_cost("Qwen1.5-MoE-A2.7B", ep=4, pp=2)
+
+
+@pytest.mark.parametrize("layout", [dict(tp=2, sequence_parallel=True), dict(ep=4), dict(tp=2, ep=4, sequence_parallel=True),
+                                    dict(pp=2), dict(strategy="fsdp"),
+                                    dict(tp=2, sequence_parallel=True, pp=2)])
+def test_qwen1_5_moe_runs_under_every_layout(layout):
+    assert _run(_config("Qwen1.5-MoE-A2.7B"), **layout).step_time_s > 0
+
+
+def test_a_shared_gate_without_shared_experts_is_refused():
+    _refused(QWEN2_MOE_SHAPE.replace(",shared_experts=1,shared_ffn=2816", "") + ",shared_gate=true",
+             "shared_gate=true is not valid")

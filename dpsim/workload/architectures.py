@@ -151,6 +151,10 @@ class LlamaConfig:
     """Shared experts every token runs through (DeepSeek-V3: 1)."""
     shared_expert_intermediate_size: int = 0
     """Inner width of one shared expert; 0: ``moe_intermediate_size`` (DeepSeek-V3)."""
+    shared_expert_gate: bool = False
+    """The shared experts' output scaled by a sigmoid gate, ``sigmoid(x·w) * shared(x)`` with ``w`` of
+    ``hidden x 1`` (Qwen2-MoE's ``shared_expert_gate``: transformers 5.25.0
+    ``models/qwen2_moe/modeling_qwen2_moe.py`` ``Qwen2MoeSparseMoeBlock``)."""
     first_k_dense_replace: int = 0
     """Blocks before the first MoE layer, with a dense ``intermediate_size`` MLP (DeepSeek-V3: 3)."""
     router_bias: bool = False
@@ -559,6 +563,8 @@ def build_llama(
             mlp_megatron = megatron_moe_activation_bytes(s, d, experts=moe.experts, top_k=moe.top_k,
                                                          expert_ffn=moe.expert_ffn,
                                                          shared_ffn=moe.shared_experts * moe.shared_ffn)
+            if cfg.shared_expert_gate:
+                mlp_megatron += _shared_gate_kept(s, d)
         elif cfg.gated:
             gate = _linear(f"{p}.mlp.gate_proj", inter, d, dtype, bias=cfg.mlp_bias)
             up = _linear(f"{p}.mlp.up_proj", inter, d, dtype, bias=cfg.mlp_bias)
@@ -780,12 +786,33 @@ def _moe_mlp(cfg: LlamaConfig, p: str, s: int, dtype: str):
                  _linear(f"{p}.mlp.shared_experts.up_proj", shared, d, dtype, bias=False),
                  _linear(f"{p}.mlp.shared_experts.down_proj", d, shared, dtype, bias=False)]
     sd = float(s * d)
+    gate_ops: list = []
+    if cfg.shared_expert_gate:
+        if not shared:
+            raise WorkloadError("shared_expert_gate: the gate scales the shared experts' output; give "
+                                "n_shared_experts=")
+        mods.append(_linear(f"{p}.mlp.shared_expert_gate", 1, d, dtype, bias=False))
+        # A product of width 1 (a GEMV, memory-bound): run as the router is, out of FP8, whose GEMMs need
+        # widths that are multiples of 16. Then the sigmoid over one value a token and its product with the
+        # shared output (read both, write; backward both operands' gradients, the gate's a row sum).
+        gate_ops = [MatmulOp(name="shared_expert_gate", m=s, n=1, k=d, kind="router"),
+                    MemoryOp(name="shared_expert_gate.sigmoid", elements=float(s), forward=((2, "act"),),
+                             backward=((3, "act"),)),
+                    MemoryOp(name="shared_expert_gate.mul", elements=sd, forward=((2 + 1 / d, "act"),),
+                             backward=((4 + 1 / d, "act"),))]
     ops = [*eager_rms_norm_ops("post_attention_layernorm", s, d), cast_op("cast", sd),
-           *moe_ops(s, d, experts=e, top_k=moe.top_k, expert_ffn=f, shared_ffn=shared),
+           *moe_ops(s, d, experts=e, top_k=moe.top_k, expert_ffn=f, shared_ffn=shared), *gate_ops,
            *residual_ops("residual", sd)]
-    flops = 2.0 * s * d * (e + 3 * moe.top_k * f + 3 * shared)
+    flops = 2.0 * s * d * (e + 3 * moe.top_k * f + 3 * shared + (1 if gate_ops else 0))
     act = moe_activation_bytes(s, d, experts=e, top_k=moe.top_k, expert_ffn=f, shared_ffn=shared)
+    if gate_ops:
+        act += _shared_gate_kept(s, d)
     return mods, ops, flops, act
+
+
+def _shared_gate_kept(s: int, d: int) -> float:
+    """What the shared-expert gate keeps for backward: the shared output and the sigmoid's output (16-bit)."""
+    return ACTIVATION_ELEMENT_BYTES * (float(s) * d + s)
 
 
 def build_bert(

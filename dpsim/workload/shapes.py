@@ -112,6 +112,9 @@ class TransformerShape:
     """Experts every token runs through (DeepSeek's shared expert)."""
     shared_ffn: int = 0
     """Inner width of one shared expert; 0: ``moe_ffn``."""
+    shared_gate: bool = False
+    """A sigmoid gate on the shared experts' output, ``sigmoid(x·w) * shared(x)``, ``w`` of ``hidden x 1``
+    (Qwen2-MoE's ``shared_expert_gate``)."""
     dense_layers: int = 0
     """Blocks before the first MoE layer, with the dense ``ffn`` MLP (DeepSeek-V3: 3)."""
     bias: str = ""
@@ -224,7 +227,7 @@ def parse_shape(text: str) -> TransformerShape:
             raise _fail("bias", given["bias"], f"allowed: {', '.join(BIASES)}")
         values["bias"] = given["bias"].lower()
     for key in ("tied", "embed_norm", "qk_norm", "head_bias", "sandwich_norms", "router_bias", "qk_norm_whole",
-                "logit_scale"):
+                "logit_scale", "shared_gate"):
         value = given.get(key, "false").lower()
         if value not in _BOOLS:
             raise _fail(key, given[key], "allowed: true, false")
@@ -390,6 +393,9 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         raise fail("qk_norm_whole", "true", f"it shapes the query and key norms: give {n('qk_norm')}=true too")
     if shape.logit_scale and not rope:
         raise fail("logit_scale", "true", "the logit scale is built with pos=rope (Cohere)")
+    if shape.shared_gate and not shape.shared_experts:
+        raise fail("shared_gate", "true", f"the gate scales the shared experts' output: give "
+                                          f"{n('shared_experts')}= too")
     if shape.router_bias and not shape.experts:
         raise fail("router_bias", "true", f"a router's bias needs expert layers: give {n('experts')}=")
     pct = shape.rotary_pct
@@ -440,7 +446,8 @@ def shape_ref(shape: TransformerShape) -> str:
             return shape.window_layers == "all"
         if key == "rotary_pct":
             return shape.rotary_pct == 1.0
-        if key in ("attn_softcap", "final_softcap", "sandwich_norms", "router_bias", "qk_norm_whole", "logit_scale"):
+        if key in ("attn_softcap", "final_softcap", "sandwich_norms", "router_bias", "qk_norm_whole", "logit_scale",
+                   "shared_gate"):
             return not getattr(shape, key)
         return key in _MOE_INT_FIELDS + ("qk_norm", "head_bias") and not getattr(shape, key)
     # The head width, expert keys and biases only when set, so a shape reads as it always has.
@@ -468,7 +475,7 @@ def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
                            num_experts=shape.experts, num_experts_per_tok=shape.top_k,
                            moe_intermediate_size=shape.moe_ffn, n_shared_experts=shape.shared_experts,
                            shared_expert_intermediate_size=shape.shared_ffn,
-                           first_k_dense_replace=shape.dense_layers, sliding_window=shape.window,
+                           first_k_dense_replace=shape.dense_layers, shared_expert_gate=shape.shared_gate, sliding_window=shape.window,
                            rotary_dim=int((shape.head_dim or shape.hidden // shape.heads) * shape.rotary_pct)
                            if shape.rotary_pct != 1.0 else 0,
                            window_layers=shape.window_layers)
@@ -514,9 +521,11 @@ def shape_param_count(shape: TransformerShape) -> int:
     block = attention + (3 if gated else 2) * h * shape.ffn
     block += shape.ffn * (2 if gated else 1) + h if bias in ("mlp", "all") else 0
     moe_layers = shape.layers - shape.dense_layers if shape.experts else 0
-    # An MoE layer: router h x E, E gated experts of moe_ffn, the shared ones of shared_ffn.
-    moe_block = attention + h * shape.experts + (shape.experts if shape.router_bias else 0) + 3 * h * (shape.experts * shape.moe_ffn
-                                                         + shape.shared_experts * (shape.shared_ffn or shape.moe_ffn))
+    # An MoE layer: router h x E (and its bias), E gated experts of moe_ffn, the shared ones of shared_ffn and
+    # their gate (h x 1).
+    moe_block = (attention + h * shape.experts + (shape.experts if shape.router_bias else 0)
+                 + (h if shape.shared_gate else 0)
+                 + 3 * h * (shape.experts * shape.moe_ffn + shape.shared_experts * (shape.shared_ffn or shape.moe_ffn)))
     total = (shape.layers - moe_layers) * block + moe_layers * moe_block + shape.vocab * h + norm
     total += shape.positions * h if shape.pos == "learned" else 0
     total += 0 if shape.tied else shape.vocab * h
@@ -546,6 +555,7 @@ _HF_NAMES = {
     "gpt_neox": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "rotary_pct": "rotary_pct"},
     "mixtral": {**_MOE_NAMES, "experts": "num_local_experts", "moe_ffn": "intermediate_size"},
     "qwen3_moe": _MOE_NAMES,
+    "qwen2_moe": {**_MOE_NAMES, "shared_ffn": "shared_expert_intermediate_size"},
     "cohere": {**_LLAMA_NAMES, "qk_norm": "use_qk_norm", "qk_norm_whole": "use_qk_norm"},
     "deepseek_v2": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "experts": "n_routed_experts",
                     "top_k": "num_experts_per_tok", "moe_ffn": "moe_intermediate_size",
@@ -570,8 +580,6 @@ _ROPE_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorc
 """The gated MLP of a Llama-style family by its ``hidden_act`` (Gemma's GeGLU runs ``gelu_pytorch_tanh``)."""
 
 HF_NOT_BUILT = {
-    "qwen2_moe": "Qwen2-MoE's shared expert has a sigmoid gate (shared_expert_gate), which the expert layers "
-                 "do not have",
 }
 """Families whose ``config.json`` is refused, and why (the one-line message names it)."""
 
@@ -633,7 +641,7 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
 
     try:
         if kind in ("llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gemma", "nemotron", "gpt_neox", "mixtral",
-                    "qwen3_moe"):
+                    "qwen3_moe", "qwen2_moe"):
             h, heads = config.hidden_size, config.num_attention_heads
             if isinstance(heads, int) and heads < 1:  # before h // heads (Qwen2Config does not divide by it)
                 raise WorkloadError(f"--model transformers:{name}: num_attention_heads={heads} is not valid; "
@@ -669,7 +677,8 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 # Qwen2Attention's q/k/v projections have biases, its o_proj none (transformers'
                 # modeling_qwen2.py); Llama's attention_bias puts one on all four, mlp_bias on the MLP.
                 attention_bias, mlp_bias = getattr(config, "attention_bias", False), getattr(config, "mlp_bias", False)
-                bias = ("qkv" if kind == "qwen2" else "none" if not (attention_bias or mlp_bias)
+                bias = ("qkv" if kind == "qwen2" or (kind == "qwen2_moe" and getattr(config, "qkv_bias", True))
+                        else "none" if not (attention_bias or mlp_bias)
                         else "attn" if not mlp_bias else "all" if attention_bias else "mlp")
             if act is None or bias is None:
                 return None
@@ -677,6 +686,15 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
             if kind == "mixtral":
                 experts = dict(experts=config.num_local_experts, top_k=config.num_experts_per_tok,
                                moe_ffn=config.intermediate_size)
+            elif kind == "qwen2_moe":
+                # Qwen2MoeSparseMoeBlock: num_experts routed experts, one shared expert of
+                # shared_expert_intermediate_size behind its sigmoid shared_expert_gate.
+                if getattr(config, "mlp_only_layers", None) or getattr(config, "decoder_sparse_step", 1) != 1:
+                    return None
+                shared = given("shared_expert_intermediate_size", 0)
+                experts = dict(experts=config.num_experts, top_k=config.num_experts_per_tok,
+                               moe_ffn=config.moe_intermediate_size, shared_experts=1 if shared else 0,
+                               shared_ffn=shared, shared_gate=bool(shared))
             elif kind == "qwen3_moe":
                 if getattr(config, "mlp_only_layers", None) or getattr(config, "decoder_sparse_step", 1) != 1:
                     return None  # dense blocks between MoE ones: not a prefix of dense_layers
@@ -902,7 +920,7 @@ def _check_config_json_fields(data: dict, kind: str, path: str) -> None:
     else:
         names = _HF_NAMES[kind]
         required = tuple(dict.fromkeys(names[k] for k in ("hidden", "layers", "heads", "ffn", "vocab", "seq")))
-        if kind in ("mixtral", "qwen3_moe"):
+        if kind in ("mixtral", "qwen3_moe", "qwen2_moe"):
             required += tuple(dict.fromkeys(names[k] for k in ("experts", "top_k", "moe_ffn")))
     for key in required:
         value = data.get(key)
@@ -976,7 +994,7 @@ def shape_ref_of_config_json(path: str) -> str:
                else f"its {kind} configuration has a field the builders do not cover (an activation other than "
                     f"the family's, Falcon's ALiBi, Qwen2's use_sliding_window, Gemma's layer_types other than N sliding "
                     f"blocks then one full, DeepSeek's moe_layer_freq, "
-                    f"Qwen3-MoE's mlp_only_layers "
+                    f"Qwen2-MoE's and Qwen3-MoE's mlp_only_layers "
                     f"or decoder_sparse_step, OPT's projections or post-norm)")
         raise WorkloadError(f"--model: {path!r}: {why}; give the model as transformers:CONFIGCLASS(KEY=VALUE, ...) "
                             f"to trace it, or by its shape (transformer:hidden=...,layers=...)")
