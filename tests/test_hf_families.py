@@ -255,3 +255,49 @@ def test_qwen1_5_moe_runs_under_every_layout(layout):
 def test_a_shared_gate_without_shared_experts_is_refused():
     _refused(QWEN2_MOE_SHAPE.replace(",shared_experts=1,shared_ffn=2816", "") + ",shared_gate=true",
              "shared_gate=true is not valid")
+
+
+# --------------------------------------------------------------------------- Falcon with ALiBi (Falcon-RW)
+
+# Falcon-RW-1B: tests/data/hf_configs/falcon-rw-1b/config.json (tiiuae/falcon-rw-1b's fields). 1,311,625,216
+# parameters: keras-team/keras-hub's Falcon preset "falcon_refinedweb_1b_en" "params"; by hand: embedding 50304 x 2048
+# (tied), 24 blocks in sequence of a fused query_key_value and dense with biases, two LayerNorms and a GELU MLP of
+# 8192 with biases, the final LayerNorm.
+FALCON_RW_1B_COUNT = 1_311_625_216
+
+
+def test_falcon_rw_1b_by_config_json_has_the_published_count():
+    v, h = 50304, 2048
+    block = 3 * h * h + 3 * h + h * h + h + 2 * h * 4 * h + 4 * h + h + 2 * 2 * h
+    assert v * h + 24 * block + 2 * h == FALCON_RW_1B_COUNT
+    model = get_model(_config("falcon-rw-1b"))
+    assert model.param_count == FALCON_RW_1B_COUNT
+    assert shape_param_count(parse_shape(shape_ref_of_config_json(_config("falcon-rw-1b")))) == FALCON_RW_1B_COUNT
+
+
+def test_falcon_rw_1b_count_is_what_transformers_builds():
+    assert _transformers_count("falcon-rw-1b", "FalconConfig", "FalconForCausalLM") == FALCON_RW_1B_COUNT
+
+
+def test_falcon_rw_is_blooms_block_without_the_embedding_norm():
+    text = shape_ref_of_config_json(_config("falcon-rw-1b"))
+    assert "pos=alibi" in text and "embed_norm=false" in text and "parallel" not in text
+    bloom_like = get_model(text.replace("embed_norm=false", "embed_norm=true"))
+    assert bloom_like.param_count == FALCON_RW_1B_COUNT + 2 * 2048
+
+
+def test_falcon_rw_by_shape_and_by_config_json_cost_the_same():
+    _same_cost("falcon-rw-1b", tp=2, pp=2)
+
+
+@pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2), dict(tp=2, pp=2), dict(strategy="fsdp")])
+def test_falcon_rw_runs_under_every_layout(layout):
+    assert _run(_config("falcon-rw-1b"), **layout).step_time_s > 0
+
+
+@pytest.mark.parametrize("extra, says", [({"parallel_attn": True}, "Falcon's ALiBi with parallel_attn"),
+                                         ({"multi_query": True}, "num_kv_heads=1 is not valid")])
+def test_falcon_alibi_it_does_not_build_is_refused_in_one_line(tmp_path, extra, says):
+    data = {**json.loads(Path(_config("falcon-rw-1b")).read_text()), **extra}
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    _refused(str(tmp_path / "config.json"), says)

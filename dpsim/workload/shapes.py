@@ -13,10 +13,12 @@ blocks: biases everywhere, fused QKV, MLP of ``ffn``); a shape that mixes the tw
 refused, naming the two that exist. The model is then the catalog's own layer list, so a
 shape equal to a catalog entry predicts exactly what that entry predicts, under every layout.
 
-RoPE blocks also take a sliding window (``window``, ``window_layers``), partial rotary
-(``rotary_pct``), parallel attention and MLP (``parallel``), Gemma 2's extra norms and logit soft-caps
-(``sandwich_norms``, ``attn_softcap``, ``final_softcap``) and DeepSeek's multi-head latent attention
-(``kv_lora_rank`` and its widths); see docs/models.md.
+RoPE blocks also take a sliding window (``window``, ``window_layers``: all, alternate or Gemma 3's ``5:1``),
+partial rotary (``rotary_pct``), parallel attention and MLP (``parallel``), Gemma 2's extra norms and logit soft-caps
+(``sandwich_norms``, ``attn_softcap``, ``final_softcap``), Cohere's weight-only eager LayerNorm, logit scale and
+per-head query/key norm weights (``norm=layernorm_nobias``, ``logit_scale``, ``qk_norm_whole``), Qwen2-MoE's gated
+shared expert (``shared_gate``) and DeepSeek's multi-head latent attention (``kv_lora_rank`` and its widths); see
+docs/models.md.
 
 A transformers configuration of such a family (:func:`shape_of_hf_config`) is read into a
 shape by its attribute names, so ``--model transformers:LlamaConfig(...)`` and the other
@@ -579,9 +581,10 @@ _HF_NAMES["deepseek_v3"] = _HF_NAMES["deepseek_v2"]
 _ROPE_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu"}
 """The gated MLP of a Llama-style family by its ``hidden_act`` (Gemma's GeGLU runs ``gelu_pytorch_tanh``)."""
 
-HF_NOT_BUILT = {
-}
-"""Families whose ``config.json`` is refused, and why (the one-line message names it)."""
+HF_NOT_BUILT: dict[str, str] = {}
+"""Families whose ``config.json`` is refused by ``model_type``, and why (the one-line message names it). Gemma 3,
+Cohere, Qwen2-MoE and Falcon's ALiBi are built now; a covered family's field the builders do not have is refused
+by :func:`shape_ref_of_config_json` naming it."""
 
 
 def _layer_types(layers: int, every: int) -> list[str]:
@@ -822,9 +825,26 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
             # input_layernorm (Falcon-7B) or, under new_decoder_architecture, ln_attn and ln_mlp
             # (num_ln_in_parallel_attn 2, Falcon-40B/180B); multi_query: one key-value head; fused
             # query_key_value and dense, MLP dense_h_to_4h/dense_4h_to_h, biases all or none (bias).
-            if getattr(config, "alibi", False) or getattr(config, "apply_residual_connection_post_layernorm", False):
+            if getattr(config, "apply_residual_connection_post_layernorm", False):
                 return None
             h, heads = config.hidden_size, config.num_attention_heads
+            if getattr(config, "alibi", False):
+                # Falcon-RW-1B/7B: alibi with the classic block in sequence (parallel_attn false), full multi-head
+                # attention and biases everywhere, GELU MLP of 4 x hidden, no embedding norm: BLOOM's block
+                # without its embedding LayerNorm, built by the GPT-2 builder. FalconAttention adds the ALiBi
+                # bias to the scores (not costed, as BLOOM's).
+                if (getattr(config, "parallel_attn", True) or getattr(config, "new_decoder_architecture", False)
+                        or getattr(config, "activation", "gelu") != "gelu"):
+                    return None
+                seq = given("max_position_embeddings", 2048)
+                kv = 1 if getattr(config, "multi_query", True) else heads
+                return check(TransformerShape(
+                    hidden=h, layers=config.num_hidden_layers, heads=heads, kv_heads=kv,
+                    ffn=given("ffn_hidden_size", 4 * h), vocab=config.vocab_size, seq=seq, act="gelu",
+                    norm="layernorm", pos="alibi", positions=seq,
+                    tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False,
+                    dropout=given("hidden_dropout", 0.0), name=name,
+                    bias="all" if getattr(config, "bias", False) else "none"))
             new_arch = bool(getattr(config, "new_decoder_architecture", False))
             kv = (given("num_kv_heads", heads) if new_arch else 1 if getattr(config, "multi_query", True) else heads)
             if not getattr(config, "parallel_attn", True):
@@ -949,7 +969,8 @@ def is_config_json_ref(model: object) -> bool:
 
 def shape_ref_of_config_json(path: str) -> str:
     """The ``transformer:KEY=VALUE,...`` of a transformers ``config.json`` whose ``model_type`` the
-    catalog builders cover (:func:`shape_of_hf_config`: Llama-style, Nemotron, Gemma, MoE, GPT-2, OPT, BLOOM),
+    catalog builders cover (:func:`shape_of_hf_config`: Llama-style, Nemotron, Gemma 1-3, Cohere, Falcon (ALiBi
+    too), MoE, GPT-2, OPT, BLOOM),
     read by the same attribute names as ``transformers:LlamaConfig(...)``; its sequence is the
     configuration's context length unless ``--seq-len`` gives another. A capacity planner has the
     file of the model it plans (``config.json`` of its repository), not a Python call. Any other
@@ -992,7 +1013,7 @@ def shape_ref_of_config_json(path: str) -> str:
         why = (f"its model_type {kind!r} is not built from a shape: {HF_NOT_BUILT[kind]}" if kind in HF_NOT_BUILT
                else f"its model_type {kind!r} is not one dpsim builds from a shape ({covered})" if kind not in _HF_NAMES
                else f"its {kind} configuration has a field the builders do not cover (an activation other than "
-                    f"the family's, Falcon's ALiBi, Qwen2's use_sliding_window, Gemma's layer_types other than N sliding "
+                    f"the family's, Falcon's ALiBi with parallel_attn or new_decoder_architecture, Qwen2's use_sliding_window, Gemma's layer_types other than N sliding "
                     f"blocks then one full, DeepSeek's moe_layer_freq, "
                     f"Qwen2-MoE's and Qwen3-MoE's mlp_only_layers "
                     f"or decoder_sparse_step, OPT's projections or post-norm)")
