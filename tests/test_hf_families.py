@@ -301,3 +301,17 @@ def test_falcon_alibi_it_does_not_build_is_refused_in_one_line(tmp_path, extra, 
     data = {**json.loads(Path(_config("falcon-rw-1b")).read_text()), **extra}
     (tmp_path / "config.json").write_text(json.dumps(data))
     _refused(str(tmp_path / "config.json"), says)
+
+
+@pytest.mark.parametrize("layer_types, says", [(["sliding_attention", "local"] * 13, "has a field"),
+                                               ([1] * 26, "has a field")])
+def test_gemma3_layer_types_of_other_kinds_are_refused_in_one_line(tmp_path, layer_types, says):
+    data = {**json.loads(Path(_config("gemma-3-1b-pt")).read_text()), "layer_types": layer_types}
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    _refused(str(tmp_path / "config.json"), says)
+
+
+def test_a_one_block_gemma2_still_reads_its_window(tmp_path):
+    data = {**json.loads(Path(CONFIGS / "gemma-2-9b" / "config.json").read_text()), "num_hidden_layers": 1}
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    assert "window=4096" in shape_ref_of_config_json(str(tmp_path / "config.json"))

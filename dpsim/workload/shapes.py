@@ -495,11 +495,13 @@ def shape_param_count(shape: TransformerShape) -> int:
     kv_heads·head_dim``) and an MLP of ``(3 if gated else 2)·h·ffn``; biases ``q + 2·kv`` (``qkv``),
     ``+ h`` for the output projection (``attn``), ``+ ffn·(2 if gated else 1) + h`` for the MLP's
     (``all``, or the MLP's alone with ``mlp``); two norms, ``2·h`` each for LayerNorm (weight and bias),
-    ``h`` for RMSNorm (one with ``parallel=1``, four with ``sandwich_norms``). Multi-head latent attention
+    ``h`` for RMSNorm (one with ``parallel=1``, four with ``sandwich_norms``), q/k norms of a head's width each
+    (``qk_norm``) or of the whole projections (``qk_norm_whole``). Multi-head latent attention
     in place of q/k/v/o: the query latent and its norm (or one ``q_proj``), the key-value latent with
     the shared rotary key, its norm, the up-projection and the output. Plus the embedding ``vocab·h``,
     a learned table ``positions·h``, the final norm, an untied head ``vocab·h`` (and its bias with
-    ``head_bias``), a router bias per expert and MoE layer, and an embedding LayerNorm ``2·h``.
+    ``head_bias``), a router bias per expert and MoE layer, the shared experts' gate ``h`` per MoE layer
+    (``shared_gate``), and an embedding LayerNorm ``2·h``.
     """
     h, head_dim = shape.hidden, shape.head_dim or shape.hidden // shape.heads
     q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
@@ -603,6 +605,8 @@ def _window_layers_of(types: list, layers: int) -> str | None:
         return "all"
     if all(t == "full_attention" for t in types):
         return "none"
+    if "full_attention" not in types:  # another kind of block (a typo, a number): not a pattern the key says
+        return None
     local = types.index("full_attention")
     if not local or types != _layer_types(layers, local + 1):
         return None
@@ -779,10 +783,9 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
             # sliding_window_pattern: older Gemma 3 config.json files; Gemma3TextConfig keeps it as a private
             # attribute and spells the layers out in layer_types.
             every = given("sliding_window_pattern", 6) if gemma3 else 2
-            if isinstance(every, bool) or not isinstance(every, int) or not 1 <= every <= layers:
+            if isinstance(every, bool) or not isinstance(every, int) or every < 1:
                 raise WorkloadError(f"--model transformers:{name}: sliding_window_pattern={_shown(every)} is not "
-                                    f"valid; expected an integer from 1 to num_hidden_layers={layers} (every "
-                                    f"that many blocks one is global)")
+                                    f"valid; expected an integer from 1 (every that many blocks one is global)")
             window_layers = _window_layers_of(types or _layer_types(layers, every), layers)
             if window_layers is None:
                 return None
