@@ -207,13 +207,14 @@ def test_an_moe_config_json_is_the_catalog_model(tmp_path, folder, data, catalog
 
 
 @pytest.mark.parametrize("model_type, extra, says", [
-    ("gemma3", {}, "five local blocks"),
+    ("gemma3", {}, "no text_config"),  # Gemma 3 is built from its text_config (tests/test_hf_families.py)
     # Parallel blocks (Falcon, GPT-J, GPT-NeoX's parallel residual) are built now (tests/test_shape_mechanisms.py);
-    # Falcon's ALiBi and Cohere's bias-free eager LayerNorm are not.
+    # Falcon's ALiBi is not.
     ("falcon", {"parallel_attn": True, "alibi": True}, "Falcon's ALiBi"),
-    ("cohere", {}, "CohereLayerNorm"),
+    ("cohere", {"hidden_act": "gelu"}, "a field the builders do not cover"),  # Cohere is built (test_hf_families)
     ("deepseek_v3", {"moe_layer_freq": 2}, "moe_layer_freq"),
-    ("qwen2_moe", {}, "shared_expert_gate"),
+    ("qwen2_moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 256, "mlp_only_layers": [0]},
+     "mlp_only_layers"),  # Qwen2-MoE is built (tests/test_hf_families.py), all its blocks expert layers
     ("mamba", {}, "'mamba' is not one dpsim builds"),
 ])
 def test_other_families_are_refused_in_one_line(tmp_path, model_type, extra, says):

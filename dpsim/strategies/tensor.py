@@ -219,8 +219,9 @@ def check_tp(model: ModelSpec, tp: int) -> None:
                           f"{odd[0]!r}; use --tp 1")
     for l in blocks:
         for p in l.params:
-            # Routed experts are split by expert parallelism, the router is replicated.
-            if is_expert_param(p) or ".mlp.gate." in p.name:
+            # Routed experts are split by expert parallelism, the router and the shared experts' gate (a
+            # hidden x 1 product, Qwen2-MoE) are replicated.
+            if is_expert_param(p) or ".mlp.gate." in p.name or ".mlp.shared_expert_gate." in p.name:
                 continue
             if len(p.shape) >= 2 and p.shape[0] % tp:
                 raise ConfigError(f"--tp: {tp} does not divide {p.name} (shape {p.shape}) of {model.name!r}; "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from dpsim.workload.layers import (
     cast_op,
     dropout_op,
     embedding_op,
+    eager_centred_norm_ops,
     eager_rms_norm_ops,
     eager_rms_saved_elements,
     layernorm_saved_elements,
@@ -149,6 +151,10 @@ class LlamaConfig:
     """Shared experts every token runs through (DeepSeek-V3: 1)."""
     shared_expert_intermediate_size: int = 0
     """Inner width of one shared expert; 0: ``moe_intermediate_size`` (DeepSeek-V3)."""
+    shared_expert_gate: bool = False
+    """The shared experts' output scaled by a sigmoid gate, ``sigmoid(x·w) * shared(x)`` with ``w`` of
+    ``hidden x 1`` (Qwen2-MoE's ``shared_expert_gate``: transformers 5.25.0
+    ``models/qwen2_moe/modeling_qwen2_moe.py`` ``Qwen2MoeSparseMoeBlock``)."""
     first_k_dense_replace: int = 0
     """Blocks before the first MoE layer, with a dense ``intermediate_size`` MLP (DeepSeek-V3: 3)."""
     router_bias: bool = False
@@ -167,9 +173,14 @@ class LlamaConfig:
     v_head_dim: int = 0
     """MLA: a value head's width."""
     norm: str = "rmsnorm"
-    """The blocks' and the final norm: ``rmsnorm`` (weight only, HF's eager ``LlamaRMSNorm``) or
+    """The blocks' and the final norm: ``rmsnorm`` (weight only, HF's eager ``LlamaRMSNorm``),
     ``layernorm`` (weight and bias, one fused ``torch.nn.functional.layer_norm`` kernel: Nemotron's
-    ``NemotronLayerNorm1P``, GPT-NeoX's ``nn.LayerNorm``)."""
+    ``NemotronLayerNorm1P``, GPT-NeoX's ``nn.LayerNorm``) or ``layernorm_nobias`` (weight only, run
+    eagerly: Cohere's ``CohereLayerNorm``, :func:`~dpsim.workload.layers.eager_centred_norm_ops`; it
+    keeps what the eager RMSNorm keeps)."""
+    logit_scale: bool = False
+    """The logits multiplied by a constant before the loss (Cohere's ``logit_scale``): one eager
+    pass over them each way (:func:`~dpsim.workload.layers.logit_scale_ops`)."""
     mlp_act: str = "swiglu"
     """The dense MLP: ``swiglu`` (``down(silu(gate(x)) * up(x))``, Llama) or ``geglu`` (the same
     three matrices with GELU: Gemma's ``gelu_pytorch_tanh``), both of ``intermediate_size``; or a
@@ -211,9 +222,10 @@ class LlamaConfig:
     ``sliding_window - 1`` tokens before it (:func:`~dpsim.workload.layers.window_causal_share`);
     0: the whole causal prefix."""
     window_layers: str = "all"
-    """Which blocks attend over the window: ``all`` (Mistral) or ``alternate`` (Gemma 2: the even
+    """Which blocks attend over the window: ``all`` (Mistral), ``alternate`` (Gemma 2: the even
     blocks local, the odd ones global; transformers 5.25.0 ``Gemma2Config.layer_types``
-    ``"sliding_attention" if bool((i + 1) % 2) else "full_attention"``)."""
+    ``"sliding_attention" if bool((i + 1) % 2) else "full_attention"``) or ``N:1``, ``N`` local blocks
+    then one global (Gemma 3's ``5:1``: ``Gemma3TextConfig.layer_types`` ``bool((i + 1) % 6)``)."""
     mtp_depth: int = 0
     """Multi-token prediction modules run in training (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2:
     ``D`` sequential modules, the k-th an RMSNorm of the previous depth's hidden state and one of
@@ -301,6 +313,19 @@ class ResNetConfig:
 
 
 ModelConfig = GPT2Config | LlamaConfig | BertConfig | ViTConfig | ResNetConfig
+
+_WINDOW_PATTERN = re.compile(r"([1-9][0-9]{0,5}):1")
+
+
+def window_pattern(text: object) -> int | None:
+    """Local blocks per global one of a ``window_layers`` value: 0 for ``all`` (every block local), 1 for
+    ``alternate`` (Gemma 2), ``N`` for ``N:1`` (Gemma 3's ``5:1``); ``None``: not a value."""
+    if not isinstance(text, str):
+        return None
+    if text in ("all", "alternate"):
+        return 0 if text == "all" else 1
+    match = _WINDOW_PATTERN.fullmatch(text)
+    return int(match.group(1)) if match else None
 
 
 def build_gpt2(
@@ -426,19 +451,22 @@ def build_llama(
                      ops=[embedding_op("embed_tokens", s, d, v)])]
     moe = cfg.moe
     depth = _check_mtp_depth(cfg.mtp_depth, s, name)
-    if cfg.norm not in ("rmsnorm", "layernorm"):
-        raise WorkloadError(f"norm: {cfg.norm!r} is not modelled; allowed: rmsnorm, layernorm")
+    if cfg.norm not in ("rmsnorm", "layernorm", "layernorm_nobias"):
+        raise WorkloadError(f"norm: {cfg.norm!r} is not modelled; allowed: rmsnorm, layernorm, layernorm_nobias")
     if cfg.mlp_act not in GATED_MLP_ACTS + PLAIN_MLP_ACTS:
         raise WorkloadError(f"mlp_act: {cfg.mlp_act!r} is not modelled; allowed: "
                             f"{', '.join(GATED_MLP_ACTS + PLAIN_MLP_ACTS)}")
     layernorm = cfg.norm == "layernorm"
-    if layernorm and (moe is not None or cfg.mla or depth):
+    centred = cfg.norm == "layernorm_nobias"
+    if (layernorm or centred) and (moe is not None or cfg.mla or depth):
         # Their norms are costed as HF's eager RMSNorm (_moe_mlp, _mla_attention, the MTP projection).
         raise WorkloadError("norm: layernorm is modelled for dense blocks with multi-head or grouped-query "
                             "attention only; expert layers, MLA and MTP modules take rmsnorm")
 
     def norm_ops(name_: str) -> list:
         # HF's eager RMSNorm kernel by kernel; a LayerNorm is one fused kernel each way.
+        if centred:
+            return eager_centred_norm_ops(name_, s, d)
         return eager_rms_norm_ops(name_, s, d) if not layernorm else [norm_op(name_, float(s * d))]
 
     def saved(readers: int) -> tuple:
@@ -463,8 +491,10 @@ def build_llama(
                             "multi-head or grouped-query attention; expert layers, MLA and MTP modules run in sequence")
     if cfg.lm_head_bias and cfg.tie_word_embeddings:
         raise WorkloadError("lm_head_bias: a bias is on an untied output head (GPT-J); give tie_word_embeddings=False")
-    if cfg.window_layers not in ("all", "alternate"):
-        raise WorkloadError(f"window_layers: {cfg.window_layers!r} is not modelled; allowed: all, alternate")
+    local_per_global = window_pattern(cfg.window_layers)
+    if local_per_global is None:
+        raise WorkloadError(f"window_layers: {cfg.window_layers!r} is not modelled; allowed: all, alternate, N:1 "
+                            f"(N local blocks, then one global)")
     _check_positive_int(cfg.sliding_window or 1, "sliding_window")
 
     def block(p: str, routed: bool, mtp: tuple[list, list, float, float] | None = None, index: int = 0) -> None:
@@ -473,7 +503,7 @@ def build_llama(
         ``index``: the block's place, which picks its window (:attr:`LlamaConfig.window_layers`)."""
         nonlocal registered
         sd = float(s * d)
-        window = cfg.sliding_window if cfg.window_layers == "all" or index % 2 == 0 else 0
+        window = cfg.sliding_window if not local_per_global or (index + 1) % (local_per_global + 1) else 0
         # The attention core's FLOPs in the full-square convention, scaled to the window's share.
         window_scale = window_causal_share(s, window) / 0.5
         input_norm = _norm(f"{p}.input_layernorm", d, dtype, bias=layernorm)
@@ -523,7 +553,7 @@ def build_llama(
                                                             flash_attention=flash_attention, qk_norm=cfg.qk_norm)[0]
             # The compiled count was traced on Llama's block (RMSNorm, gated MLP) only: other blocks
             # keep the eager count under torch.compile.
-            if flash_attention and not cfg.qk_norm and not layernorm and cfg.gated:
+            if flash_attention and not cfg.qk_norm and not layernorm and not centred and cfg.gated:
                 attn_compiled = llama_compiled_saved_elements(s, d, q_dim, sdpa_kv, inter)[0]
             attn_flops = (2.0 * s * d * (q_dim + 2 * kv_dim) + 2.0 * s * q_dim * d
                           + attention_matmul_flops(s, q_dim) * window_scale)
@@ -533,6 +563,8 @@ def build_llama(
             mlp_megatron = megatron_moe_activation_bytes(s, d, experts=moe.experts, top_k=moe.top_k,
                                                          expert_ffn=moe.expert_ffn,
                                                          shared_ffn=moe.shared_experts * moe.shared_ffn)
+            if cfg.shared_expert_gate:
+                mlp_megatron += _shared_gate_kept(s, d)
         elif cfg.gated:
             gate = _linear(f"{p}.mlp.gate_proj", inter, d, dtype, bias=cfg.mlp_bias)
             up = _linear(f"{p}.mlp.up_proj", inter, d, dtype, bias=cfg.mlp_bias)
@@ -547,7 +579,8 @@ def build_llama(
             mlp_flops = 2.0 * s * d * inter * 3
             mlp_act = llama_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads,
                                                    flash_attention=flash_attention, layernorm=layernorm)[1]
-            mlp_compiled = llama_compiled_saved_elements(s, d, q_dim, kv_dim, inter)[1] if not layernorm else None
+            mlp_compiled = (llama_compiled_saved_elements(s, d, q_dim, kv_dim, inter)[1]
+                            if not (layernorm or centred) else None)
             mlp_megatron = megatron_block_activation_bytes(s, d, q_dim, kv_dim, inter, cfg.num_attention_heads)[1]
         else:
             # A two-matrix MLP, down(act(up(x))): HF NemotronMLP's and GPTNeoXMLP's layout.
@@ -644,7 +677,7 @@ def build_llama(
     registered += head
     # model.norm + lm_head, and once more per MTP depth: the head is shared (Sec. 2.2).
     layers.append(_lm_head_layer(head, s, d, v, eager_rms=not layernorm, passes=1 + depth,
-                                 softcap=bool(cfg.final_softcap)))
+                                 softcap=bool(cfg.final_softcap), logit_scale=cfg.logit_scale, centred=centred))
     return _model(name, layers, registered, tokens_per_sample=s,
                   published_param_count=published_param_count, source=source, moe=moe)
 
@@ -753,12 +786,33 @@ def _moe_mlp(cfg: LlamaConfig, p: str, s: int, dtype: str):
                  _linear(f"{p}.mlp.shared_experts.up_proj", shared, d, dtype, bias=False),
                  _linear(f"{p}.mlp.shared_experts.down_proj", d, shared, dtype, bias=False)]
     sd = float(s * d)
+    gate_ops: list = []
+    if cfg.shared_expert_gate:
+        if not shared:
+            raise WorkloadError("shared_expert_gate: the gate scales the shared experts' output; give "
+                                "n_shared_experts=")
+        mods.append(_linear(f"{p}.mlp.shared_expert_gate", 1, d, dtype, bias=False))
+        # A product of width 1 (a GEMV, memory-bound): run as the router is, out of FP8, whose GEMMs need
+        # widths that are multiples of 16. Then the sigmoid over one value a token and its product with the
+        # shared output (read both, write; backward both operands' gradients, the gate's a row sum).
+        gate_ops = [MatmulOp(name="shared_expert_gate", m=s, n=1, k=d, kind="router"),
+                    MemoryOp(name="shared_expert_gate.sigmoid", elements=float(s), forward=((2, "act"),),
+                             backward=((3, "act"),)),
+                    MemoryOp(name="shared_expert_gate.mul", elements=sd, forward=((2 + 1 / d, "act"),),
+                             backward=((4 + 1 / d, "act"),))]
     ops = [*eager_rms_norm_ops("post_attention_layernorm", s, d), cast_op("cast", sd),
-           *moe_ops(s, d, experts=e, top_k=moe.top_k, expert_ffn=f, shared_ffn=shared),
+           *moe_ops(s, d, experts=e, top_k=moe.top_k, expert_ffn=f, shared_ffn=shared), *gate_ops,
            *residual_ops("residual", sd)]
-    flops = 2.0 * s * d * (e + 3 * moe.top_k * f + 3 * shared)
+    flops = 2.0 * s * d * (e + 3 * moe.top_k * f + 3 * shared + (1 if gate_ops else 0))
     act = moe_activation_bytes(s, d, experts=e, top_k=moe.top_k, expert_ffn=f, shared_ffn=shared)
+    if gate_ops:
+        act += _shared_gate_kept(s, d)
     return mods, ops, flops, act
+
+
+def _shared_gate_kept(s: int, d: int) -> float:
+    """What the shared-expert gate keeps for backward: the shared output and the sigmoid's output (16-bit)."""
+    return ACTIVATION_ELEMENT_BYTES * (float(s) * d + s)
 
 
 def build_bert(

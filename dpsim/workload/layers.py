@@ -418,6 +418,24 @@ def eager_rms_norm_ops(name: str, tokens: int, dim: int) -> list[MemoryOp]:
                      backward=((6, "stream"),))]
 
 
+def eager_centred_norm_ops(name: str, tokens: int, dim: int) -> list[MemoryOp]:
+    """A LayerNorm without a bias run eagerly, kernel by kernel (transformers 5.25.0 ``CohereLayerNorm``:
+    ``mean``, ``x - mean``, ``pow``, ``mean``, ``+ eps``, ``rsqrt``, ``x - mean`` again, the products):
+    :func:`eager_rms_norm_ops` on the centred input plus the centring, its row mean (read x, write one value
+    a row) and its two subtractions (read x and the row values, write). Backward: each subtraction's
+    gradient to the mean is a row sum (read the gradient), the mean's an expanded write, and the gradients
+    reaching x by three paths are summed (two more adds of read two, write one)."""
+    e = float(tokens * dim)
+    centring = [MemoryOp(name=f"{name}.center_mean", elements=e, forward=((1 + 1 / dim, "stream"),),
+                         backward=((1, "stream"),)),
+                MemoryOp(name=f"{name}.center_sub", elements=e, forward=((2 + 1 / dim, "stream"),),
+                         backward=((1 + 1 / dim, "stream"),)),
+                MemoryOp(name=f"{name}.center_sub2", elements=e, forward=((2 + 1 / dim, "stream"),),
+                         backward=((1 + 1 / dim, "stream"),)),
+                MemoryOp(name=f"{name}.center_grad_sum", elements=e, forward=(), backward=((6, "stream"),))]
+    return [*centring, *eager_rms_norm_ops(name, tokens, dim)]
+
+
 def fan_out_ops(name: str, elements: float, readers: int) -> list[MemoryOp]:
     """A residual-stream tensor read by ``readers`` matmuls (Llama's q, k and v projections):
     autocast copies it to 16 bits once per matmul (it caches only the casts of weights) and
@@ -836,8 +854,16 @@ def final_softcap_activation_bytes(tokens: int, vocab: int) -> float:
     return ACTIVATION_ELEMENT_BYTES * float(tokens) * vocab
 
 
+def logit_scale_ops(tokens: int, vocab: int) -> list[MemoryOp]:
+    """``logits * logit_scale`` (transformers 5.25.0 ``CohereForCausalLM.forward``): one eager kernel each way
+    over the ``s x V`` logits; a product by a constant keeps nothing."""
+    e = float(tokens) * vocab
+    return [MemoryOp(name="logit_scale", elements=e, forward=((2, "act"),), backward=((2, "act"),))]
+
+
 def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int, *, eager_rms: bool = False,
-                   passes: int = 1, softcap: bool = False) -> LayerSpec:
+                   passes: int = 1, softcap: bool = False, logit_scale: bool = False,
+                   centred: bool = False) -> LayerSpec:
     """The final norm + LM head of a decoder and its loss: an s x d by d x v matmul per sample,
     then cross-entropy over the s x v logits. ``passes`` > 1: the head shared by multi-token
     prediction modules (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2: one output head for the main
@@ -846,8 +872,10 @@ def _lm_head_layer(run: Sequence[_Module], s: int, d: int, v: int, *, eager_rms:
     ``h`` weights are left out)."""
     ops: list[OpSpec] = []
     for k in range(passes):
-        norm = eager_rms_norm_ops("final_norm", s, d) if eager_rms else [norm_op("final_norm", float(s * d))]
+        norm = (eager_centred_norm_ops("final_norm", s, d) if centred else eager_rms_norm_ops("final_norm", s, d)
+                if eager_rms else [norm_op("final_norm", float(s * d))])
         ops += [*norm, cast_op("cast", float(s * d)), MatmulOp(name="lm_head", m=s, n=v, k=d),
+                *(logit_scale_ops(s, v) if logit_scale else []),
                 *(final_softcap_ops(s, v) if softcap else []), lm_loss_op(s, v)]
     kept = lm_head_activation_bytes(s, d, v, eager_rms=eager_rms) + (final_softcap_activation_bytes(s, v) if softcap
                                                                       else 0.0)

@@ -13,10 +13,12 @@ blocks: biases everywhere, fused QKV, MLP of ``ffn``); a shape that mixes the tw
 refused, naming the two that exist. The model is then the catalog's own layer list, so a
 shape equal to a catalog entry predicts exactly what that entry predicts, under every layout.
 
-RoPE blocks also take a sliding window (``window``, ``window_layers``), partial rotary
-(``rotary_pct``), parallel attention and MLP (``parallel``), Gemma 2's extra norms and logit soft-caps
-(``sandwich_norms``, ``attn_softcap``, ``final_softcap``) and DeepSeek's multi-head latent attention
-(``kv_lora_rank`` and its widths); see docs/models.md.
+RoPE blocks also take a sliding window (``window``, ``window_layers``: all, alternate or Gemma 3's ``5:1``),
+partial rotary (``rotary_pct``), parallel attention and MLP (``parallel``), Gemma 2's extra norms and logit soft-caps
+(``sandwich_norms``, ``attn_softcap``, ``final_softcap``), Cohere's weight-only eager LayerNorm, logit scale and
+per-head query/key norm weights (``norm=layernorm_nobias``, ``logit_scale``, ``qk_norm_whole``), Qwen2-MoE's gated
+shared expert (``shared_gate``) and DeepSeek's multi-head latent attention (``kv_lora_rank`` and its widths); see
+docs/models.md.
 
 A transformers configuration of such a family (:func:`shape_of_hf_config`) is read into a
 shape by its attribute names, so ``--model transformers:LlamaConfig(...)`` and the other
@@ -34,7 +36,7 @@ from typing import Any
 from dpsim.errors import WorkloadError
 from dpsim.files import path_kind, read_text_capped
 from dpsim.limits import MAX_LAYERS
-from dpsim.workload.architectures import GPT2Config, LlamaConfig
+from dpsim.workload.architectures import GPT2Config, LlamaConfig, window_pattern
 
 SHAPE_PREFIX = "transformer:"
 """What starts a shape ``--model`` (``transformers:`` with an s is the library's configs)."""
@@ -44,7 +46,8 @@ GATED = ("swiglu", "geglu")
 """Gated MLPs: three matrices of ``ffn`` (gate, up, down), whose width is a model's choice."""
 GPT_ACTIVATIONS = ("gelu", "gelu_new", "relu")
 """The MLPs of GPT-2, OPT and BLOOM blocks (learned or ALiBi positions)."""
-NORMS = ("rmsnorm", "layernorm")
+NORMS = ("rmsnorm", "layernorm", "layernorm_nobias")
+"""``layernorm_nobias``: a LayerNorm with a weight and no bias, run eagerly (Cohere's ``CohereLayerNorm``)."""
 POSITIONS = ("rope", "learned", "alibi")
 BIASES = ("none", "qkv", "attn", "mlp", "all")
 """Which projections have biases: ``none`` (Llama, Mistral, Nemotron-4, Gemma), ``qkv`` (Qwen2's q, k
@@ -82,7 +85,8 @@ class TransformerShape:
     """MLP activation: ``swiglu``, ``geglu`` (gated, three matrices) or ``gelu``, ``gelu_new``,
     ``relu``, ``relu2`` (squared ReLU, Nemotron-4) (two)."""
     norm: str
-    """``rmsnorm`` (weight only) or ``layernorm`` (weight and bias)."""
+    """``rmsnorm`` (weight only), ``layernorm`` (weight and bias) or ``layernorm_nobias`` (weight only, centred:
+    Cohere)."""
     pos: str
     """Positions: ``rope`` and ``alibi`` have no parameters, ``learned`` a table of ``positions`` rows."""
     positions: int
@@ -110,6 +114,9 @@ class TransformerShape:
     """Experts every token runs through (DeepSeek's shared expert)."""
     shared_ffn: int = 0
     """Inner width of one shared expert; 0: ``moe_ffn``."""
+    shared_gate: bool = False
+    """A sigmoid gate on the shared experts' output, ``sigmoid(x·w) * shared(x)``, ``w`` of ``hidden x 1``
+    (Qwen2-MoE's ``shared_expert_gate``)."""
     dense_layers: int = 0
     """Blocks before the first MoE layer, with the dense ``ffn`` MLP (DeepSeek-V3: 3)."""
     bias: str = ""
@@ -145,9 +152,14 @@ class TransformerShape:
     window: int = 0
     """Sliding-window attention: each query attends to itself and the ``window - 1`` tokens before it
     (Mistral's ``sliding_window``); 0: the whole causal prefix (RoPE blocks)."""
+    qk_norm_whole: bool = False
+    """With ``qk_norm``: the query and key norms' weights span every head (``heads x head_dim`` and
+    ``kv_heads x head_dim``: Cohere's ``use_qk_norm``, OLMo 2), not one head's width shared by all."""
+    logit_scale: bool = False
+    """The logits multiplied by a constant before the loss (Cohere's ``logit_scale``): one element-wise pass."""
     window_layers: str = "all"
-    """With ``window``: ``all`` blocks local (Mistral) or ``alternate`` (Gemma 2: even blocks local,
-    odd ones global)."""
+    """With ``window``: ``all`` blocks local (Mistral), ``alternate`` (Gemma 2: even blocks local,
+    odd ones global) or ``N:1``, ``N`` local blocks then one global (Gemma 3: ``5:1``)."""
 
 
 _INT_FIELDS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq", "positions")
@@ -155,10 +167,12 @@ _MOE_INT_FIELDS = ("head_dim", "experts", "top_k", "moe_ffn", "shared_experts", 
                    "window", "parallel", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                    "v_head_dim")
 """Integer keys that may be 0 (not set): the head width, the expert layers and the attention window."""
-WINDOW_LAYERS = ("all", "alternate")
+WINDOW_LAYERS = ("all", "alternate", "N:1")
+"""``window_layers`` values; ``N:1`` is any count of local blocks before each global one (``1:1`` is read as
+``alternate``)."""
 _REQUIRED = ("hidden", "layers", "heads", "vocab", "seq")
 _KEYS = tuple(f.name for f in fields(TransformerShape))
-_CHOICES = {"act": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS, "window_layers": WINDOW_LAYERS}
+_CHOICES = {"act": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS}
 _FAMILIES = ("pos=rope with any norm and act (the Llama builder: Llama, Nemotron-4, Gemma), or "
              "norm=layernorm with act=gelu/gelu_new/relu and pos=learned/alibi (GPT-2, OPT, BLOOM)")
 
@@ -205,11 +219,17 @@ def parse_shape(text: str) -> TransformerShape:
         if value not in choices:
             raise _fail(key, given[key], f"allowed: {', '.join(choices)}")
         values[key] = value
+    layers_text = given.get("window_layers", "all").lower()
+    if window_pattern(layers_text) is None:
+        raise _fail("window_layers", given["window_layers"], f"allowed: all, alternate, or N:1 (N local blocks, "
+                                                             f"then one global: Gemma 3's 5:1)")
+    values["window_layers"] = "alternate" if layers_text == "1:1" else layers_text
     if "bias" in given:
         if given["bias"].lower() not in BIASES:
             raise _fail("bias", given["bias"], f"allowed: {', '.join(BIASES)}")
         values["bias"] = given["bias"].lower()
-    for key in ("tied", "embed_norm", "qk_norm", "head_bias", "sandwich_norms", "router_bias"):
+    for key in ("tied", "embed_norm", "qk_norm", "head_bias", "sandwich_norms", "router_bias", "qk_norm_whole",
+                "logit_scale", "shared_gate"):
         value = given.get(key, "false").lower()
         if value not in _BOOLS:
             raise _fail(key, given[key], "allowed: true, false")
@@ -312,10 +332,11 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
         raise fail("kv_heads", shape.kv_heads, f"it must divide {n('heads')}={shape.heads}")
     if shape.pos == "learned" and shape.positions < shape.seq:
         raise fail("positions", shape.positions, f"a learned table needs at least {n('seq')}={shape.seq} rows")
-    for key, choices in (("norm", NORMS), ("act", ACTIVATIONS), ("pos", POSITIONS), ("bias", ("",) + BIASES),
-                         ("window_layers", WINDOW_LAYERS)):
+    for key, choices in (("norm", NORMS), ("act", ACTIVATIONS), ("pos", POSITIONS), ("bias", ("",) + BIASES)):
         if getattr(shape, key) not in choices:  # a config's value (parse_shape checked the shape keys)
             raise fail(key, getattr(shape, key), f"allowed: {', '.join(c for c in choices if c)}")
+    if window_pattern(shape.window_layers) is None:
+        raise fail("window_layers", _shown(shape.window_layers), f"allowed: {', '.join(WINDOW_LAYERS)}")
     # RoPE blocks are built by the Llama builder (any norm, MLP and biases); learned and ALiBi
     # positions by the GPT-2 builder (GPT-2, OPT, BLOOM: LayerNorm, a two-matrix MLP, biases everywhere).
     rope = shape.pos == "rope"
@@ -370,6 +391,13 @@ def check_shape(shape: TransformerShape, *, origin: str = "--model transformer",
     elif any(getattr(shape, k) for k in mla_keys):
         key = next(k for k in mla_keys if getattr(shape, k))
         raise fail(key, getattr(shape, key), f"it shapes multi-head latent attention: give {n('kv_lora_rank')}= too")
+    if shape.qk_norm_whole and not shape.qk_norm:
+        raise fail("qk_norm_whole", "true", f"it shapes the query and key norms: give {n('qk_norm')}=true too")
+    if shape.logit_scale and not rope:
+        raise fail("logit_scale", "true", "the logit scale is built with pos=rope (Cohere)")
+    if shape.shared_gate and not shape.shared_experts:
+        raise fail("shared_gate", "true", f"the gate scales the shared experts' output: give "
+                                          f"{n('shared_experts')}= too")
     if shape.router_bias and not shape.experts:
         raise fail("router_bias", "true", f"a router's bias needs expert layers: give {n('experts')}=")
     pct = shape.rotary_pct
@@ -420,7 +448,8 @@ def shape_ref(shape: TransformerShape) -> str:
             return shape.window_layers == "all"
         if key == "rotary_pct":
             return shape.rotary_pct == 1.0
-        if key in ("attn_softcap", "final_softcap", "sandwich_norms", "router_bias"):
+        if key in ("attn_softcap", "final_softcap", "sandwich_norms", "router_bias", "qk_norm_whole", "logit_scale",
+                   "shared_gate"):
             return not getattr(shape, key)
         return key in _MOE_INT_FIELDS + ("qk_norm", "head_bias") and not getattr(shape, key)
     # The head width, expert keys and biases only when set, so a shape reads as it always has.
@@ -440,14 +469,15 @@ def shape_config(shape: TransformerShape) -> GPT2Config | LlamaConfig:
                            qk_nope_head_dim=shape.qk_nope_head_dim, qk_rope_head_dim=shape.qk_rope_head_dim,
                            v_head_dim=shape.v_head_dim, router_bias=shape.router_bias,
                            sandwich_norms=shape.sandwich_norms, attn_softcap=shape.attn_softcap,
-                           final_softcap=shape.final_softcap,
+                           final_softcap=shape.final_softcap, qk_norm_whole_projection=shape.qk_norm_whole,
+                           logit_scale=shape.logit_scale,
                            num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
                            num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.seq,
                            tie_word_embeddings=shape.tied, head_dim=shape.head_dim or None, qk_norm=shape.qk_norm,
                            num_experts=shape.experts, num_experts_per_tok=shape.top_k,
                            moe_intermediate_size=shape.moe_ffn, n_shared_experts=shape.shared_experts,
                            shared_expert_intermediate_size=shape.shared_ffn,
-                           first_k_dense_replace=shape.dense_layers, sliding_window=shape.window,
+                           first_k_dense_replace=shape.dense_layers, shared_expert_gate=shape.shared_gate, sliding_window=shape.window,
                            rotary_dim=int((shape.head_dim or shape.hidden // shape.heads) * shape.rotary_pct)
                            if shape.rotary_pct != 1.0 else 0,
                            window_layers=shape.window_layers)
@@ -465,11 +495,13 @@ def shape_param_count(shape: TransformerShape) -> int:
     kv_heads·head_dim``) and an MLP of ``(3 if gated else 2)·h·ffn``; biases ``q + 2·kv`` (``qkv``),
     ``+ h`` for the output projection (``attn``), ``+ ffn·(2 if gated else 1) + h`` for the MLP's
     (``all``, or the MLP's alone with ``mlp``); two norms, ``2·h`` each for LayerNorm (weight and bias),
-    ``h`` for RMSNorm (one with ``parallel=1``, four with ``sandwich_norms``). Multi-head latent attention
+    ``h`` for RMSNorm (one with ``parallel=1``, four with ``sandwich_norms``), q/k norms of a head's width each
+    (``qk_norm``) or of the whole projections (``qk_norm_whole``). Multi-head latent attention
     in place of q/k/v/o: the query latent and its norm (or one ``q_proj``), the key-value latent with
     the shared rotary key, its norm, the up-projection and the output. Plus the embedding ``vocab·h``,
     a learned table ``positions·h``, the final norm, an untied head ``vocab·h`` (and its bias with
-    ``head_bias``), a router bias per expert and MoE layer, and an embedding LayerNorm ``2·h``.
+    ``head_bias``), a router bias per expert and MoE layer, the shared experts' gate ``h`` per MoE layer
+    (``shared_gate``), and an embedding LayerNorm ``2·h``.
     """
     h, head_dim = shape.hidden, shape.head_dim or shape.hidden // shape.heads
     q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
@@ -478,7 +510,8 @@ def shape_param_count(shape: TransformerShape) -> int:
     gated = shape.act in GATED
     # A parallel block's one shared norm (GPT-J, Falcon-7B); Gemma 2's four.
     norms = 1 if shape.parallel == 1 else 4 if shape.sandwich_norms else 2
-    attention = h * (q + 2 * kv) + q * h + norms * norm + (2 * head_dim if shape.qk_norm else 0)
+    qk_norms = (q + kv if shape.qk_norm_whole else 2 * head_dim) if shape.qk_norm else 0
+    attention = h * (q + 2 * kv) + q * h + norms * norm + qk_norms
     attention += (q + 2 * kv if bias in ("qkv", "attn", "all") else 0) + (h if bias in ("attn", "all") else 0)
     if shape.kv_lora_rank:
         # MLA: the query path (a latent with its norm, or one q_proj), the key-value latent plus the shared
@@ -492,9 +525,11 @@ def shape_param_count(shape: TransformerShape) -> int:
     block = attention + (3 if gated else 2) * h * shape.ffn
     block += shape.ffn * (2 if gated else 1) + h if bias in ("mlp", "all") else 0
     moe_layers = shape.layers - shape.dense_layers if shape.experts else 0
-    # An MoE layer: router h x E, E gated experts of moe_ffn, the shared ones of shared_ffn.
-    moe_block = attention + h * shape.experts + (shape.experts if shape.router_bias else 0) + 3 * h * (shape.experts * shape.moe_ffn
-                                                         + shape.shared_experts * (shape.shared_ffn or shape.moe_ffn))
+    # An MoE layer: router h x E (and its bias), E gated experts of moe_ffn, the shared ones of shared_ffn and
+    # their gate (h x 1).
+    moe_block = (attention + h * shape.experts + (shape.experts if shape.router_bias else 0)
+                 + (h if shape.shared_gate else 0)
+                 + 3 * h * (shape.experts * shape.moe_ffn + shape.shared_experts * (shape.shared_ffn or shape.moe_ffn)))
     total = (shape.layers - moe_layers) * block + moe_layers * moe_block + shape.vocab * h + norm
     total += shape.positions * h if shape.pos == "learned" else 0
     total += 0 if shape.tied else shape.vocab * h
@@ -524,10 +559,14 @@ _HF_NAMES = {
     "gpt_neox": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "rotary_pct": "rotary_pct"},
     "mixtral": {**_MOE_NAMES, "experts": "num_local_experts", "moe_ffn": "intermediate_size"},
     "qwen3_moe": _MOE_NAMES,
+    "qwen2_moe": {**_MOE_NAMES, "shared_ffn": "shared_expert_intermediate_size"},
+    "cohere": {**_LLAMA_NAMES, "qk_norm": "use_qk_norm", "qk_norm_whole": "use_qk_norm"},
     "deepseek_v2": {**_LLAMA_NAMES, "kv_heads": "num_attention_heads", "experts": "n_routed_experts",
                     "top_k": "num_experts_per_tok", "moe_ffn": "moe_intermediate_size",
                     "shared_experts": "n_shared_experts", "dense_layers": "first_k_dense_replace"},
     "gemma2": {**_LLAMA_NAMES, "attn_softcap": "attn_logit_softcapping", "final_softcap": "final_logit_softcapping"},
+    "gemma3_text": {**_LLAMA_NAMES, "attn_softcap": "attn_logit_softcapping",
+                    "final_softcap": "final_logit_softcapping"},
     "gptj": {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "kv_heads": "n_head", "ffn": "n_inner",
              "vocab": "vocab_size", "seq": "n_positions", "positions": "n_positions", "rotary_pct": "rotary_dim"},
     "falcon": {**_LLAMA_NAMES, "kv_heads": "num_kv_heads", "ffn": "ffn_hidden_size",
@@ -544,15 +583,34 @@ _HF_NAMES["deepseek_v3"] = _HF_NAMES["deepseek_v2"]
 _ROPE_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu"}
 """The gated MLP of a Llama-style family by its ``hidden_act`` (Gemma's GeGLU runs ``gelu_pytorch_tanh``)."""
 
-HF_NOT_BUILT = {
-    "gemma3": "Gemma 3's blocks add query/key norms to Gemma 2's four and interleave five local blocks with one "
-              "global block whose RoPE base differs: not read from config.json (give it by shape)",
-    "cohere": "Cohere's blocks have a LayerNorm without a bias run eagerly (CohereLayerNorm) and scale the "
-              "logits (logit_scale), which the builders do not have",
-    "qwen2_moe": "Qwen2-MoE's shared expert has a sigmoid gate (shared_expert_gate), which the expert layers "
-                 "do not have",
-}
-"""Families whose ``config.json`` is refused, and why (the one-line message names it)."""
+HF_NOT_BUILT: dict[str, str] = {}
+"""Families whose ``config.json`` is refused by ``model_type``, and why (the one-line message names it). Gemma 3,
+Cohere, Qwen2-MoE and Falcon's ALiBi are built now; a covered family's field the builders do not have is refused
+by :func:`shape_ref_of_config_json` naming it."""
+
+
+def _layer_types(layers: int, every: int) -> list[str]:
+    """transformers' ``layer_types`` of a sliding-window pattern: each ``every``-th block full attention
+    (Gemma2Config and Gemma3TextConfig: ``"sliding_attention" if bool((i + 1) % pattern)``)."""
+    return ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(layers)]
+
+
+def _window_layers_of(types: list, layers: int) -> str | None:
+    """The ``window_layers`` of a config's ``layer_types``: ``all`` sliding, ``none`` (no window), ``alternate``
+    or ``N:1`` (N sliding then one full, repeated from the first block); ``None``: a pattern the key does not
+    express (or a list of another length)."""
+    if len(types) != layers:
+        return None
+    if all(t == "sliding_attention" for t in types):
+        return "all"
+    if all(t == "full_attention" for t in types):
+        return "none"
+    if "full_attention" not in types:  # another kind of block (a typo, a number): not a pattern the key says
+        return None
+    local = types.index("full_attention")
+    if not local or types != _layer_types(layers, local + 1):
+        return None
+    return "alternate" if local == 1 else f"{local}:1"
 
 
 def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
@@ -567,6 +625,18 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
     OPT are not in the builders: such configs return ``None``.
     """
     kind = getattr(config, "model_type", None)
+    if kind == "gemma3":
+        # Gemma3Config (the multimodal models, 4B and up) nests its language model's fields in text_config: that
+        # model is read; the SigLIP vision tower and its projector are not costed (text-only training).
+        text = getattr(config, "text_config", None)
+        if isinstance(text, Mapping):
+            from types import SimpleNamespace
+            text = SimpleNamespace(**text)
+        if text is None:
+            return None
+        config, kind = text, "gemma3_text"
+        if getattr(config, "model_type", kind) != kind:
+            return None
 
     def check(shape: TransformerShape) -> TransformerShape:
         return check_shape(shape, origin=f"--model transformers:{name}", names=_HF_NAMES[kind])
@@ -578,7 +648,7 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
 
     try:
         if kind in ("llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gemma", "nemotron", "gpt_neox", "mixtral",
-                    "qwen3_moe"):
+                    "qwen3_moe", "qwen2_moe"):
             h, heads = config.hidden_size, config.num_attention_heads
             if isinstance(heads, int) and heads < 1:  # before h // heads (Qwen2Config does not divide by it)
                 raise WorkloadError(f"--model transformers:{name}: num_attention_heads={heads} is not valid; "
@@ -614,7 +684,8 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 # Qwen2Attention's q/k/v projections have biases, its o_proj none (transformers'
                 # modeling_qwen2.py); Llama's attention_bias puts one on all four, mlp_bias on the MLP.
                 attention_bias, mlp_bias = getattr(config, "attention_bias", False), getattr(config, "mlp_bias", False)
-                bias = ("qkv" if kind == "qwen2" else "none" if not (attention_bias or mlp_bias)
+                bias = ("qkv" if kind == "qwen2" or (kind == "qwen2_moe" and getattr(config, "qkv_bias", True))
+                        else "none" if not (attention_bias or mlp_bias)
                         else "attn" if not mlp_bias else "all" if attention_bias else "mlp")
             if act is None or bias is None:
                 return None
@@ -622,6 +693,15 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
             if kind == "mixtral":
                 experts = dict(experts=config.num_local_experts, top_k=config.num_experts_per_tok,
                                moe_ffn=config.intermediate_size)
+            elif kind == "qwen2_moe":
+                # Qwen2MoeSparseMoeBlock: num_experts routed experts, one shared expert of
+                # shared_expert_intermediate_size behind its sigmoid shared_expert_gate.
+                if getattr(config, "mlp_only_layers", None) or getattr(config, "decoder_sparse_step", 1) != 1:
+                    return None
+                shared = given("shared_expert_intermediate_size", 0)
+                experts = dict(experts=config.num_experts, top_k=config.num_experts_per_tok,
+                               moe_ffn=config.moe_intermediate_size, shared_experts=1 if shared else 0,
+                               shared_ffn=shared, shared_gate=bool(shared))
             elif kind == "qwen3_moe":
                 if getattr(config, "mlp_only_layers", None) or getattr(config, "decoder_sparse_step", 1) != 1:
                     return None  # dense blocks between MoE ones: not a prefix of dense_layers
@@ -650,6 +730,23 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 tied=bool(getattr(config, "tie_word_embeddings", kind == "gemma")), embed_norm=False, dropout=0.0,
                 name=name, head_dim=head_dim if head_dim not in (None, h // heads) else 0,
                 qk_norm=kind in ("qwen3", "qwen3_moe"), bias=bias, **experts))
+        if kind == "cohere":
+            # CohereDecoderLayer (transformers 5.25.0 models/cohere/modeling_cohere.py): x + attn(ln(x)) + mlp(ln(x))
+            # with one input_layernorm, a CohereLayerNorm (weight, no bias, eager); q/k/v/o with attention_bias,
+            # a SiLU-gated MLP without biases; use_qk_norm: CohereLayerNorms of (heads, head_dim) and (kv_heads,
+            # head_dim) over q and k; CohereForCausalLM multiplies the logits by logit_scale; the head is tied.
+            h, heads = config.hidden_size, config.num_attention_heads
+            act = _ROPE_ACTS.get(getattr(config, "hidden_act", "silu"))
+            if act != "swiglu" or not isinstance(heads, int) or heads < 1:
+                return None
+            qk = bool(getattr(config, "use_qk_norm", False))
+            return check(TransformerShape(
+                hidden=h, layers=config.num_hidden_layers, heads=heads, kv_heads=given("num_key_value_heads", heads),
+                ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
+                act=act, norm="layernorm_nobias", pos="rope", positions=config.max_position_embeddings,
+                tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False, dropout=0.0, name=name,
+                bias="attn" if getattr(config, "attention_bias", False) else "none", parallel=1, qk_norm=qk,
+                qk_norm_whole=qk, logit_scale=True))
         if kind in ("deepseek_v2", "deepseek_v3"):
             # DeepseekV2/V3 (transformers 5.25.0 models/deepseek_v3/configuration_deepseek_v3.py): MLA, the first
             # first_k_dense_replace blocks dense, then MoE blocks of n_routed_experts (top num_experts_per_tok)
@@ -669,24 +766,31 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 kv_lora_rank=config.kv_lora_rank, qk_nope_head_dim=config.qk_nope_head_dim,
                 qk_rope_head_dim=config.qk_rope_head_dim, v_head_dim=config.v_head_dim,
                 router_bias=getattr(config, "topk_method", "") == "noaux_tc"))
-        if kind == "gemma2":
+        if kind in ("gemma2", "gemma3_text"):
             # Gemma2DecoderLayer (transformers 5.25.0 models/gemma2/modeling_gemma2.py): four RMSNorms, GeGLU
             # (gelu_pytorch_tanh), head_dim, attention and final logit soft-caps, and layer_types: sliding and
             # full attention alternating from a sliding first block (Gemma2Config's default), or all sliding.
+            # Gemma3DecoderLayer (models/gemma3/modeling_gemma3.py) is that block plus an RMSNorm over each query
+            # and key head (q_norm, k_norm of head_dim), no soft-caps unless given (Gemma3TextConfig: None), and
+            # five sliding blocks to one full (layer_types from sliding_window_pattern 6); the global blocks'
+            # other RoPE base (rope_theta vs rope_local_base_freq) costs nothing.
+            gemma3 = kind == "gemma3_text"
             h, heads = config.hidden_size, config.num_attention_heads
             act = _ROPE_ACTS.get(_attr(config, "hidden_activation", "hidden_act"))
             types = list(getattr(config, "layer_types", None) or [])
             layers = config.num_hidden_layers
             window = given("sliding_window", 0)
-            alternate = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
-            if not types or types == alternate:
-                window_layers = "alternate"
-            elif all(t == "sliding_attention" for t in types):
-                window_layers = "all"
-            elif all(t == "full_attention" for t in types):
-                window, window_layers = 0, "all"
-            else:
+            # sliding_window_pattern: older Gemma 3 config.json files; Gemma3TextConfig keeps it as a private
+            # attribute and spells the layers out in layer_types.
+            every = given("sliding_window_pattern", 6) if gemma3 else 2
+            if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+                raise WorkloadError(f"--model transformers:{name}: sliding_window_pattern={_shown(every)} is not "
+                                    f"valid; expected an integer from 1 (every that many blocks one is global)")
+            window_layers = _window_layers_of(types or _layer_types(layers, every), layers)
+            if window_layers is None:
                 return None
+            if window_layers == "none":
+                window, window_layers = 0, "all"
             if act is None or getattr(config, "attention_bias", False) or not isinstance(heads, int) or heads < 1:
                 return None
             head_dim = _attr(config, "head_dim")
@@ -696,7 +800,7 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 act=act, norm="rmsnorm", pos="rope", positions=config.max_position_embeddings,
                 tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False, dropout=0.0, name=name,
                 head_dim=head_dim if head_dim not in (None, h // heads) else 0, window=window if window else 0,
-                window_layers=window_layers if window else "all", sandwich_norms=True,
+                window_layers=window_layers if window else "all", sandwich_norms=True, qk_norm=gemma3,
                 attn_softcap=given("attn_logit_softcapping", 0.0), final_softcap=given("final_logit_softcapping", 0.0)))
         if kind == "gptj":
             # GPTJBlock: x + attn(ln_1(x)) + mlp(ln_1(x)); q/k/v/out_proj without biases, fc_in/fc_out and
@@ -724,9 +828,26 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
             # input_layernorm (Falcon-7B) or, under new_decoder_architecture, ln_attn and ln_mlp
             # (num_ln_in_parallel_attn 2, Falcon-40B/180B); multi_query: one key-value head; fused
             # query_key_value and dense, MLP dense_h_to_4h/dense_4h_to_h, biases all or none (bias).
-            if getattr(config, "alibi", False) or getattr(config, "apply_residual_connection_post_layernorm", False):
+            if getattr(config, "apply_residual_connection_post_layernorm", False):
                 return None
             h, heads = config.hidden_size, config.num_attention_heads
+            if getattr(config, "alibi", False):
+                # Falcon-RW-1B/7B: alibi with the classic block in sequence (parallel_attn false), full multi-head
+                # attention and biases everywhere, GELU MLP of 4 x hidden, no embedding norm: BLOOM's block
+                # without its embedding LayerNorm, built by the GPT-2 builder. FalconAttention adds the ALiBi
+                # bias to the scores (not costed, as BLOOM's).
+                if (getattr(config, "parallel_attn", True) or getattr(config, "new_decoder_architecture", False)
+                        or getattr(config, "activation", "gelu") != "gelu"):
+                    return None
+                seq = given("max_position_embeddings", 2048)
+                kv = 1 if getattr(config, "multi_query", True) else heads
+                return check(TransformerShape(
+                    hidden=h, layers=config.num_hidden_layers, heads=heads, kv_heads=kv,
+                    ffn=given("ffn_hidden_size", 4 * h), vocab=config.vocab_size, seq=seq, act="gelu",
+                    norm="layernorm", pos="alibi", positions=seq,
+                    tied=bool(getattr(config, "tie_word_embeddings", True)), embed_norm=False,
+                    dropout=given("hidden_dropout", 0.0), name=name,
+                    bias="all" if getattr(config, "bias", False) else "none"))
             new_arch = bool(getattr(config, "new_decoder_architecture", False))
             kv = (given("num_kv_heads", heads) if new_arch else 1 if getattr(config, "multi_query", True) else heads)
             if not getattr(config, "parallel_attn", True):
@@ -807,7 +928,7 @@ families also their expert keys): without one, the builder read no size at all."
 
 _HF_BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_parallel_residual", "do_layer_norm_before",
              "parallel_attn", "multi_query", "new_decoder_architecture", "bias", "alibi",
-             "apply_residual_connection_post_layernorm", "use_sliding_window", "qk_layernorm")
+             "apply_residual_connection_post_layernorm", "use_sliding_window", "qk_layernorm", "use_qk_norm")
 """``config.json`` switches the builders read as booleans: a JSON string ``"false"`` was truthy, so it was
 taken as true in silence (``bool("false")``: Falcon's ``"bias": "false"`` built biases on every projection,
 ``"multi_query": "false"`` one key-value head)."""
@@ -822,7 +943,7 @@ def _check_config_json_fields(data: dict, kind: str, path: str) -> None:
     else:
         names = _HF_NAMES[kind]
         required = tuple(dict.fromkeys(names[k] for k in ("hidden", "layers", "heads", "ffn", "vocab", "seq")))
-        if kind in ("mixtral", "qwen3_moe"):
+        if kind in ("mixtral", "qwen3_moe", "qwen2_moe"):
             required += tuple(dict.fromkeys(names[k] for k in ("experts", "top_k", "moe_ffn")))
     for key in required:
         value = data.get(key)
@@ -851,7 +972,8 @@ def is_config_json_ref(model: object) -> bool:
 
 def shape_ref_of_config_json(path: str) -> str:
     """The ``transformer:KEY=VALUE,...`` of a transformers ``config.json`` whose ``model_type`` the
-    catalog builders cover (:func:`shape_of_hf_config`: Llama-style, Nemotron, Gemma, MoE, GPT-2, OPT, BLOOM),
+    catalog builders cover (:func:`shape_of_hf_config`: Llama-style, Nemotron, Gemma 1-3, Cohere, Falcon (ALiBi
+    too), MoE, GPT-2, OPT, BLOOM),
     read by the same attribute names as ``transformers:LlamaConfig(...)``; its sequence is the
     configuration's context length unless ``--seq-len`` gives another. A capacity planner has the
     file of the model it plans (``config.json`` of its repository), not a Python call. Any other
@@ -878,6 +1000,14 @@ def shape_ref_of_config_json(path: str) -> str:
     stem = file.parent.name if file.stem == "config" and file.parent.name else file.stem
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "config"
     kind = data.get("model_type")
+    if kind == "gemma3" and isinstance(data.get("text_config"), dict):
+        # The multimodal Gemma 3 (4B and up): its language model's fields, checked as a Gemma 3 text config's (a
+        # text_config that leaves a size to Gemma3TextConfig's defaults is refused naming the key).
+        data, kind = {**data["text_config"], "model_type": "gemma3_text"}, "gemma3_text"
+    elif kind == "gemma3":
+        raise WorkloadError(f"--model: {path!r}: its gemma3 configuration has no text_config object (the language "
+                            f"model's fields, which dpsim reads); give the text_config's fields with model_type "
+                            f"gemma3_text, or the model by its shape (transformer:hidden=...,layers=...)")
     if kind in _HF_NAMES:
         _check_config_json_fields(data, kind, path)
     shape = shape_of_hf_config(SimpleNamespace(**data), name=name) if kind in _HF_NAMES else None
@@ -886,8 +1016,9 @@ def shape_ref_of_config_json(path: str) -> str:
         why = (f"its model_type {kind!r} is not built from a shape: {HF_NOT_BUILT[kind]}" if kind in HF_NOT_BUILT
                else f"its model_type {kind!r} is not one dpsim builds from a shape ({covered})" if kind not in _HF_NAMES
                else f"its {kind} configuration has a field the builders do not cover (an activation other than "
-                    f"the family's, Falcon's ALiBi, Qwen2's use_sliding_window, DeepSeek's moe_layer_freq, "
-                    f"Qwen3-MoE's mlp_only_layers "
+                    f"the family's, Falcon's ALiBi with parallel_attn or new_decoder_architecture, Qwen2's use_sliding_window, Gemma's layer_types other than N sliding "
+                    f"blocks then one full, DeepSeek's moe_layer_freq, "
+                    f"Qwen2-MoE's and Qwen3-MoE's mlp_only_layers "
                     f"or decoder_sparse_step, OPT's projections or post-norm)")
         raise WorkloadError(f"--model: {path!r}: {why}; give the model as transformers:CONFIGCLASS(KEY=VALUE, ...) "
                             f"to trace it, or by its shape (transformer:hidden=...,layers=...)")
