@@ -198,8 +198,8 @@ that is slower than the best simulated layout, it and every later estimate canno
 
 DEFAULT_VERIFY = 64
 """Most layouts simulated (``--verify``): more than the bound leaves in the searches measured
-(DeepSeek-V3 on 16,384 GPUs: 35, Llama-3-405B: 3), so that ``--verify-seconds`` is what limits a
-larger one."""
+(DeepSeek-V3 on 16,384 GPUs: 43, Llama-3-405B: 9, with the bound at 1.07 on 2026-12-06), so that
+``--verify-seconds`` is what limits a larger one."""
 VERIFY_SECONDS = 2.0
 """Seconds of simulation after the first (``--verify-seconds``): issue 28 asks for a 16,384-GPU
 search of a 405B dense model or DeepSeek-V3 under 10 s whole process; on a 2-core machine the
@@ -1449,7 +1449,8 @@ class Planner:
         hit = self._dp_costs.get(key)
         if hit is not None:
             return hit
-        chunk_backward = tuple(sum(tab.backward[i] for i in layers) for layers in assignment[s])
+        forward, backward, paced_b = self.chunk_sums(tab, assignment)
+        chunk_backward, chunk_forward = backward[s], forward[s]
         g, w = self.precision.grad_bytes, self.precision.weight_bytes
         op = "all_reduce" if strategy == "ddp" else "reduce_scatter"
         p = gc.layout.pp if gc.layout is not None else 1
@@ -1459,9 +1460,6 @@ class Planner:
         # chunk before it after chunk 0's: each chunk's own times, not chunk 0's (a first stage's chunk 0
         # holding the embedding and dense blocks is lighter than the rest: DeepSeek-V3 had its gathers
         # and reductions late by up to 0.17 s and estimated 1.11-1.30x its simulation).
-        chunk_forward = tuple(sum(tab.forward[i] for i in layers) for layers in assignment[s])
-        paced_b = tuple(max(sum(tab.backward[i] for i in chunks[ch]) for chunks in assignment)
-                        for ch in range(len(chunk_backward)))
         before_b = tuple(p * t for t in itertools.accumulate(paced_b[:-1], initial=0.0))
         before_f = tuple(p * t for t in itertools.accumulate(chunk_forward[:-1], initial=0.0))
         # Times relative to the end of chunk 0's last backward.
@@ -1502,6 +1500,18 @@ class Planner:
                 stall = queue
         out = self._dp_costs[key] = (reduce_left, stall, hidden, early)
         return out
+
+    def chunk_sums(self, tab: _Tables, assignment) -> tuple[tuple[tuple[float, ...], ...],
+                                                             tuple[tuple[float, ...], ...], tuple[float, ...]]:
+        """Per stage and chunk, one micro-batch's forward and backward; per chunk, the slowest stage's backward
+        (cached by the per-layer tables and the split)."""
+        key = ("chunks", id(tab), id(assignment))
+        hit = self._steady.get(key)
+        if hit is None:
+            forward = tuple(tuple(sum(tab.forward[i] for i in layers) for layers in chunks) for chunks in assignment)
+            backward = tuple(tuple(sum(tab.backward[i] for i in layers) for layers in chunks) for chunks in assignment)
+            hit = self._steady[key] = (forward, backward, tuple(map(max, zip(*backward))))
+        return hit
 
     def interleaved_steady_s(self, tab: _Tables, assignment, p: int, v: int, *, all_warmup: bool) -> float:
         """The interleaved schedule's steady state per ``p`` micro-batches (every chunk of every
