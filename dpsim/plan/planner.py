@@ -46,7 +46,10 @@ The compute, waits and bubble reported are the critical stage's, as in ``predict
 Collective models are built once per communicator shape and every cost is memoised.
 The interleaved schedule's steady state is paced step by step by the heaviest pair any stage
 runs (:meth:`Planner.interleaved_steady_s`: uneven chunks), and each stage's data-parallel buckets
-are played on its stream in closed form (:meth:`Planner.stage_dp`), the worst stage deciding.
+are played on its stream in closed form (:meth:`Planner.stage_dp`, each chunk at its own time), the worst stage
+deciding; the backwards they run beside are slowed as the engine slows compute beside a collective
+(:func:`~dpsim.strategies.layout.overlap_contention`): each stage's last one in turn along the drain, and the
+earlier ones of an interleaved drain all at once.
 **Finally** the fitting candidates are simulated by :func:`dpsim.predict.run.predict` (the
 pipeline engine), best estimate first, while an estimate could still beat the best simulated
 time given the closed form's measured error (:data:`ESTIMATE_BOUND`), up to ``verify`` layouts
@@ -64,6 +67,7 @@ cost (spares included).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -181,22 +185,25 @@ MAX_UNEVEN_CHUNKS = 4
 this, only the counts that divide): each more chunk adds transfers for a bubble that
 shrinks as ``1/v``."""
 
-ESTIMATE_BOUND = (0.94, 1.06)
-"""The closed-form step over the simulated one (``predict``'s pipeline engine), low and high: measured
-by ``validation/plan_estimate_check.py`` (2026-12-06, 168 layouts of Llama-3-70B and 405B,
-Mixtral-8x7B and DeepSeek-V3 on 1,024 to 16,384 H100s, the fastest estimates and a seeded draw of
-the rest: 0.943 to 1.051, validation/large_model_runs.md "plan's estimate against its simulation"),
-rounded outward to two decimals. Data parallelism alone (:meth:`Planner.unit_dp`, :meth:`Planner.flat_dp`)
-measured apart (validation/large_model_runs.md "planest2": ddp, zero1, zero3, fsdp, fsdp-hybrid on GPT-2
-Large/XL, Llama-2-7B/13B and Llama-3-8B, 8 to 512 GPUs, InfiniBand, Ethernet and five more presets, with
-and without full recomputation; 150 layouts, ``--data-parallel``): 0.973 to 1.005. Only the high end
-decides what is simulated: a layout estimated at ``e`` simulates in no less than ``e / 1.06``, so once
+ESTIMATE_BOUND = (0.91, 1.07)
+"""The closed-form step over the simulated one (``predict``'s pipeline engine), low and high, rounded outward
+to two decimals from what ``validation/plan_estimate_check.py`` measured on 2026-12-06 (validation/large_model_runs.md
+"estbound"): its 168 layouts (Llama-3-70B and 405B, Mixtral-8x7B and DeepSeek-V3 on 1,024 to 16,384 H100s, the
+fastest estimates and a seeded draw of the rest) 0.942 to 1.049, median 0.997; every one of the 2,163 DeepSeek-V3
+layouts that fit on 16,384 GPUs 0.937 to 1.057; every eighth of DeepSeek-V3's on 4,096 GPUs (373) 0.917 (DualPipe)
+to 1.061 (1f1b-interleaved at m = p with a heavier middle chunk: the steady state's pacing, not the data-parallel
+collectives). The 168-layout draw had read 0.943 to 1.051 earlier that day while the whole DeepSeek-V3 search on
+16,384 GPUs read 0.903 to 1.301: a draw is not the search. Data parallelism alone (:meth:`Planner.unit_dp`,
+:meth:`Planner.flat_dp`) measured apart (validation/large_model_runs.md "planest2": ddp, zero1, zero3, fsdp,
+fsdp-hybrid on GPT-2 Large/XL, Llama-2-7B/13B and Llama-3-8B, 8 to 512 GPUs, InfiniBand, Ethernet and five more
+presets, with and without full recomputation; 150 layouts, ``--data-parallel``): 0.973 to 1.005. Only the high
+end decides what is simulated: a layout estimated at ``e`` simulates in no less than ``e / 1.07``, so once
 that is slower than the best simulated layout, it and every later estimate cannot beat it."""
 
 DEFAULT_VERIFY = 64
 """Most layouts simulated (``--verify``): more than the bound leaves in the searches measured
-(DeepSeek-V3 on 16,384 GPUs: 35, Llama-3-405B: 3), so that ``--verify-seconds`` is what limits a
-larger one."""
+(DeepSeek-V3 on 16,384 GPUs: 43, Llama-3-405B: 9, with the bound at 1.07 on 2026-12-06), so that
+``--verify-seconds`` is what limits a larger one."""
 VERIFY_SECONDS = 2.0
 """Seconds of simulation after the first (``--verify-seconds``): issue 28 asks for a 16,384-GPU
 search of a 405B dense model or DeepSeek-V3 under 10 s whole process; on a 2-core machine the
@@ -1465,10 +1472,13 @@ class Planner:
 
     def stage_dp(self, gc: GroupCollectives, tab: _Tables, assignment, s: int, *, strategy: str, bucket: int,
                  grad_group: int, edp: int, overlap: bool,
-                 leads: tuple[float, ...] | None = None) -> tuple[float, float]:
+                 leads: tuple[float, ...] | None = None) -> tuple[float, float, float, float]:
         """Stage ``s``'s data-parallel collectives that its step waits for (:meth:`stage_buckets`):
         ``(gradient reductions left after its last backward, parameter gathers its forwards wait
-        for)``, played in closed form on the one stream they share.
+        for, seconds of reductions run beside its last backward, and before it)``, played in closed form
+        on the one stream they share. The last two are hidden behind backwards, which they slow
+        (:func:`~dpsim.strategies.layout.overlap_contention` per second, as the engine plays compute beside
+        a collective).
 
         Reductions: a chunk's buckets launch as its last micro-batch's backward passes their layers
         (all after it without ``overlap``), chunk ``v - 1``'s first, each next chunk's about ``p``
@@ -1489,14 +1499,22 @@ class Planner:
         hit = self._dp_costs.get(key)
         if hit is not None:
             return hit
-        chunk_backward = tuple(sum(tab.backward[i] for i in layers) for layers in assignment[s])
+        forward, backward, paced_b = self.chunk_sums(tab, assignment)
+        chunk_backward, chunk_forward = backward[s], forward[s]
         g, w = self.precision.grad_bytes, self.precision.weight_bytes
         op = "all_reduce" if strategy == "ddp" else "reduce_scatter"
         p = gc.layout.pp if gc.layout is not None else 1
-        b0 = chunk_backward[0]
+        # Chunk c's last backward ends p backwards of each chunk before it ahead of chunk 0's (the drain
+        # runs the chunks' last p micro-batches in turn, v - 1 first; each paced by the stage slowest at
+        # that chunk, whose gradients the wave waits for), and its first forward starts p forwards of each
+        # chunk before it after chunk 0's: each chunk's own times, not chunk 0's (a first stage's chunk 0
+        # holding the embedding and dense blocks is lighter than the rest: DeepSeek-V3 had its gathers
+        # and reductions late by up to 0.17 s and estimated 1.11-1.30x its simulation).
+        before_b = tuple(p * t for t in itertools.accumulate(paced_b[:-1], initial=0.0))
+        before_f = tuple(p * t for t in itertools.accumulate(chunk_forward[:-1], initial=0.0))
         # Times relative to the end of chunk 0's last backward.
         if leads is None:
-            launches = sorted((-ch * p * b0 - chunk_backward[ch] + launch, k)
+            launches = sorted((-before_b[ch] - chunk_backward[ch] + launch, k)
                               for k, (_, ch, _, launch, _) in enumerate(buckets))
         else:
             # DualPipe: a chunk's buckets launch layer by layer in its last weight-gradient pass W
@@ -1512,25 +1530,39 @@ class Planner:
         replicated = shard is not None and shard < grad_group
         comm_of = {"dp": "zero"} if replicated else {}
         end = -math.inf
+        hidden = early = 0.0
         for t, k in launches:
             group, _, numel, _, _ = buckets[k]
-            end = max(end, t) + self.cost(gc, comm_of.get(group, group), op, numel * g)
+            start = max(end, t)
+            end = start + self.cost(gc, comm_of.get(group, group), op, numel * g)
             if replicated and group == "dp":
                 end += self.cost(gc, "zrep", "all_reduce", -(-numel // shard) * g)
+            hidden += max(0.0, min(end, 0.0) - max(start, -chunk_backward[0]))
+            early += max(0.0, min(end, -chunk_backward[0]) - start)
         reduce_left = max(0.0, end) if launches else 0.0
         stall = 0.0
         fsdp = strategy in ("fsdp", "fsdp-hybrid")
         if strategy == "zero1" or fsdp:
-            # Chunk c's first forward comes p forwards of each chunk before it later (interleaved).
-            f0 = sum(tab.forward[i] for i in assignment[s][0])
             queue = 0.0
             for group, ch, numel, _, needed in buckets:
                 queue += self.cost(gc, comm_of.get(group, group), "all_gather", numel * w)
-                stall = max(stall, queue - ch * p * f0 - needed)
+                stall = max(stall, queue - before_f[ch] - needed)
             if not (overlap or fsdp):
                 stall = queue
-        out = self._dp_costs[key] = (reduce_left, stall)
+        out = self._dp_costs[key] = (reduce_left, stall, hidden, early)
         return out
+
+    def chunk_sums(self, tab: _Tables, assignment) -> tuple[tuple[tuple[float, ...], ...],
+                                                             tuple[tuple[float, ...], ...], tuple[float, ...]]:
+        """Per stage and chunk, one micro-batch's forward and backward; per chunk, the slowest stage's backward
+        (cached by the per-layer tables and the split)."""
+        key = ("chunks", id(tab), id(assignment))
+        hit = self._steady.get(key)
+        if hit is None:
+            forward = tuple(tuple(sum(tab.forward[i] for i in layers) for layers in chunks) for chunks in assignment)
+            backward = tuple(tuple(sum(tab.backward[i] for i in layers) for layers in chunks) for chunks in assignment)
+            hit = self._steady[key] = (forward, backward, tuple(map(max, zip(*backward))))
+        return hit
 
     def interleaved_steady_s(self, tab: _Tables, assignment, p: int, v: int, *, all_warmup: bool) -> float:
         """The interleaved schedule's steady state per ``p`` micro-batches (every chunk of every
@@ -1721,11 +1753,16 @@ class Planner:
             # of them (a stage of DeepSeek-V3's past its dense first blocks, or the last one with the
             # output layer, has more to update than stage 0). Its first forward starts ``fill`` after
             # stage 0's (gathers launched at the step's start have that long more).
-            reduce_exposed = gather_exposed = 0.0
-            tail = (-math.inf, 0.0, 0.0)  # the latest update's end after stage 0's last backward, its parts
+            gather_exposed = slow_early = 0.0
+            # The engine runs compute 1 + overlap_slowdown times slower beside a collective: the reductions
+            # hidden behind a stage's backwards slow them (DualPipe's two directions left as they were).
+            contention = 0.0 if dual else overlap_contention(self.base.calibration.overlap_slowdown)
             fill = drain = 0.0  # forward (backward) time from stage 0 to stage s (s to 0) of one micro-batch
             own = []  # per stage: compute and its waits for its own collectives (critical_stage's)
-            seen: dict[tuple, tuple[float, float, float]] = {}
+            stage_dp = []  # per stage: reductions left, its last backward's slowdown, update, drain
+            # Per kind of stage: reductions left, gather stall, slowdown of its last backward and of the
+            # backwards before it, update.
+            seen: dict[tuple, tuple[float, float, float, float, float]] = {}
             for s, (first_forward, last_backward, experts) in enumerate(per_stage):
                 # Stages alike (as the middle ones are: same parameters and chunk sizes) wait as long.
                 # DualPipe: each direction's gradients complete in its last W, before the stage's end.
@@ -1733,28 +1770,49 @@ class Planner:
                 kind = (stage_params[s], experts, tuple(len(layers) for layers in assignment[s]), leads)
                 hit = seen.get(kind)
                 if hit is None and reshards_after_forward(layout) and grad_group > 1:
-                    # Without pipeline stages (s is 0): every micro-batch gathers and reduce-scatters.
+                    # Without pipeline stages (s is 0): every micro-batch gathers and reduce-scatters
+                    # (reshard_dp charges its own contention).
                     left, stall = self.reshard_dp(gc, tab, assignment, c, layout, zero3, x[s])
-                    hit = seen[kind] = (left, stall, stage_optimizer_s(per_param, stage_params[s], experts, layout))
+                    hit = seen[kind] = (left, stall, 0.0, 0.0,
+                                        stage_optimizer_s(per_param, stage_params[s], experts, layout))
                 if hit is None:
-                    left, stall = self.stage_dp(gc, tab, assignment, s, strategy=c.strategy,
-                                                bucket=self.bucket(grad_group), grad_group=grad_group, edp=edp,
-                                                overlap=overlap, leads=leads) if grad_group > 1 or edp > 1 else (0.0, 0.0)
-                    hit = seen[kind] = (left, stall, stage_optimizer_s(per_param, stage_params[s], experts, layout))
-                left, stall, update = hit
-                reduce_exposed = max(reduce_exposed, left - drain)
+                    left, stall, hidden, before = self.stage_dp(
+                        gc, tab, assignment, s, strategy=c.strategy, bucket=self.bucket(grad_group),
+                        grad_group=grad_group, edp=edp, overlap=overlap, leads=leads) \
+                        if grad_group > 1 or edp > 1 else (0.0, 0.0, 0.0, 0.0)
+                    hit = seen[kind] = (left, stall, contention * hidden, contention * before,
+                                        stage_optimizer_s(per_param, stage_params[s], experts, layout))
+                left, stall, slow, slow_before, update = hit
+                # An interleaved drain's earlier backwards run on every stage at once: the most slowed paces it.
+                slow_early = max(slow_early, slow_before)
                 gather_exposed = max(gather_exposed, stall - fill)
-                if left + update - drain > tail[0]:
-                    tail = (left + update - drain, left - drain, update)
+                stage_dp.append((left, slow, update, drain))
                 own.append(m * x[s] + left + stall + update)
                 fill += first_forward
                 drain += last_backward
+            # When each stage's reductions end after stage 0's last backward would without the slowdowns:
+            # stage s's last backward waits for stage s + 1's gradient, so a stage's slowdown delays every
+            # stage before it on the drain (DeepSeek-V3 tp8 pp8 ep32 ddp: 8 x ~0.025 s, estimated 0.93x its
+            # simulation without), after the earlier backwards all slowed together; its own reductions, not
+            # slowed, are left that much less exposed.
+            ends = [0.0] * p
+            later = 0.0
+            for s in reversed(range(p)):
+                left, slow, _, drain_s = stage_dp[s]
+                ends[s] = later + max(left, slow + slow_early) - drain_s
+                later += slow
+            if not dual and tpm.tied_embedding and p > 1:
+                # The tied embedding's gradients (a multi-token prediction module's copy too) all-reduced
+                # between the first and last stage once both are done, before either updates.
+                ends[0] = ends[p - 1] = max(ends[0], ends[p - 1]) + \
+                    self.cost(gc, "emb", "all_reduce", tpm.embedding_numel_per_rank * g)
+            reduce_exposed = max(ends)
             # The figures reported are the critical stage's, as predict's headline (critical_stage).
             critical = heaviest_stage(own)
             dp_exposed = reduce_exposed + gather_exposed
             # What the step waits for of the updates after the exposed reductions: the latest-ending
-            # stage's update, less its lead on the exposed reductions (none when it is stage 0's).
-            optimizer = tail[2] + (tail[1] - reduce_exposed)
+            # stage's update, less its lead on the exposed reductions.
+            optimizer = max(end + update for end, (_, _, update, _) in zip(ends, stage_dp)) - reduce_exposed
         pipe += dp_compute
         if dual:
             compute_k = sum(n * sum(tab.compute[i] for i in layers) for layers, n in stage_chunks[critical])
@@ -1773,8 +1831,6 @@ class Planner:
             dp_exposed += max(self.cost(gc, mirror_pair_group(gpn, shape, r), "all_reduce",
                                         sum(tab.work[i].grad_numel for layers in assignment[r] for i in layers) * g)
                               for r in range(p // 2))
-        elif tpm.tied_embedding and p > 1:
-            dp_exposed += self.cost(gc, "emb", "all_reduce", tpm.embedding_numel_per_rank * g)
         step = pipe + p2p + dp_exposed + optimizer
         samples = global_batch / step
         tokens = samples * self.model.tokens_per_sample if self.model.tokens_per_sample else None
