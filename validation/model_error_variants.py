@@ -5,12 +5,13 @@ asymmetric margins, CQR's CV+ form and the layout rows' scores on the intervals 
 Each variant is registered, with its reason and the rule for keeping it, in
 ``validation/large_model_runs.md`` ("Model-error intervals: quantile rules and margins registered
 before scoring"; interval3's W1-W5, W1+-W5+, X1, X1+ and the reported-only X1J under "regime cells,
-shrinkage and calibration groups registered before scoring"); none was kept by its keep rule. X1J, reported only there, is the module's rule
-since interval4 (the lead's decision, post hoc, with ``--nested`` as the evidence): its band and
-mapping here call :func:`dpsim.predict.model_error._shortest_window` and ``_mapped``, and X1J through
-this code must read as :func:`dpsim.predict.model_error.loso_coverage`; V0 and W0 re-read the rule
-shipped before it (the regime's p10-p90 with a margin per pool). This script puts each in place of the module's functions for the
-length of one :func:`loso_coverage` and prints the figures the module docstring's tried list quotes:
+shrinkage and calibration groups registered before scoring"); none was kept by its keep rule.
+X1J, reported only there, is the module's rule since interval4 (the lead's decision, post hoc,
+with ``--nested`` as the evidence): its band and mapping here call
+:func:`dpsim.predict.model_error._shortest_window` and ``_mapped``, and X1J through this code must
+read as :func:`dpsim.predict.model_error.loso_coverage`; V0 and W0 re-read the rule shipped before
+it (the regime's p10-p90 with a margin per pool). This script puts each in place of the module's
+functions for the length of one :func:`loso_coverage` and prints the figures the module docstring's tried list quotes:
 
     python validation/model_error_variants.py            # every V variant
     python validation/model_error_variants.py V1 V11 W4 X1J   # some

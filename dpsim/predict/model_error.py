@@ -269,10 +269,11 @@ is built from the rows of the regime it falls in:
   carry. The bar falls in a block of 35 layout rows at 13.8-14.5 % half-width that follow the
   layout margin: about 0.8 % of margin decides it either way.
 * **Regime cells, shrinkage, calibration groups, bias-centred and shortest bands: registered on
-  2026-12-06 (interval3), none kept; X1J, reported only there, shipped by interval4.** Same keep rule as interval2's, each written and committed
-  before its score (``validation/large_model_runs.md``, "Model-error intervals: regime cells,
-  shrinkage and calibration groups registered before scoring"; ``validation/model_error_variants.py``
-  W0-W5, W1+-W5+, X1, X1+; W0 and W0+ re-read the shipped rule and V11 through the same code).
+  2026-12-06 (interval3), none kept; X1J, reported only there, shipped by interval4.** Same keep
+  rule as interval2's, each written and committed before its score
+  (``validation/large_model_runs.md``, "Model-error intervals: regime cells, shrinkage and
+  calibration groups registered before scoring"; ``validation/model_error_variants.py`` W0-W5,
+  W1+-W5+, X1, X1+; W0 and W0+ re-read the rule then shipped and V11 through the same code).
   Against 80.9 %, 2.087 (inside %, half-width / error): the regime's p10 / median / p90 shrunk toward
   its parent's by ``k / (k + 1)``, ``k`` its systems (partial pooling): 80.9 %, 2.170; the margin
   calibrated apart for bands of one or two systems and of three or more (Mondrian; a new system's
