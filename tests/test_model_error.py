@@ -41,23 +41,25 @@ def test_every_shipped_row_is_cited_and_in_a_known_pool():
 
 
 def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside():
-    """The bar of issue 25, over every pool together (per pool in VALIDATION.md), and no pool far
-    below it."""
+    """The bar of issue 25, over every pool together (per pool in VALIDATION.md), and no pool below
+    75 %: the one margin for all pools (since interval4) holds 80 % over the pools together, not in
+    each (342 of 423; compute 88.0 %, ddp 93.8 %, layout 79.9 %, collective 77.1 %), so a floor per
+    pool keeps one pool from paying for another's width."""
     cov = loso_coverage()
     assert cov["all"].rows == len(load_rows()[0])
     assert cov["all"].fraction >= COVERAGE, {k: round(v.fraction, 3) for k, v in cov.items()}
     assert all(c.fraction >= 0.75 for c in cov.values()), {k: round(v.fraction, 3) for k, v in cov.items()}
 
 
-def test_the_intervals_are_not_wider_than_the_method_reaches():
-    """Issue 25 asks for a median half-width at most twice the median error; CQR with the margin
-    scored on the widened intervals, the compute pool keyed by model family first, the layout pool
-    by layout kind first and order statistics reaches 2.087 over the 423 rows with the large-model
-    runs in the layout pool (2.105 before R053/R116 ran their own engines, Gemini and MiCS; 2.004 over 397 before the 26 rows of the fourth 2026-12-06 session: LLaMA-1/Llama 2, ms-swift, XTuner; 2.08 over 374 before the new systems of the third 2026-12-06 session; 2.05 before the residuals of the second 2026-12-06 session; 2.27 over 372 before the OLMo-core rows were restated, 2.37 before the framework costs read from source, 2.43 before the kind key; 2.07 over the 265 without them; CQR before:
-    2.45; the normalised split-conformal intervals before it: 2.98), held here as a regression
-    bound, not the issue's bar."""
+def test_the_intervals_are_at_most_twice_the_median_error_wide():
+    """Issue 25's bar: a median half-width at most twice the median |error|, leaving each system out.
+    The shortest 80 % window per regime with one conformal margin for all pools (interval4) reads
+    1.920 over the 423 rows (13.40 % / 6.98 %); the rule was chosen after ~25 registered variants
+    had been scored, and chosen per left-out system on the other systems' rows alone among the
+    rule before it, X1 and itself it reads 1.944 (``python validation/model_error_variants.py
+    --nested W0 X1 X1J``). Before: 2.087 (the regime's p10-p90 with a margin per pool)."""
     cov = loso_coverage()["all"]
-    assert cov.median_half_width <= 2.5 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
+    assert cov.median_half_width <= 2.0 * cov.median_abs_error, (cov.median_half_width, cov.median_abs_error)
 
 
 def test_the_large_model_runs_are_judged_by_the_layout_pool():
@@ -104,7 +106,11 @@ def test_a_ddp_query_on_an_architecture_with_enough_rows_keeps_them():
     error) come from a left-out hopper server leaving too few hopper rows, not from the intervals a
     prediction gets: with every row, a hopper query keeps its architecture's rows (all predicted
     within 0.5 %), and its interval is narrower than one on an architecture that falls back to the
-    whole pool (blackwell: one server's rows)."""
+    whole pool (blackwell: one server's rows). Since interval4 both carry the one margin of all
+    pools (0.036 in ln over the 423 rows, which the layout and collective pools' scores set), so the
+    hopper query's interval is -3.7 % / +3.9 % (-1.6 % / +1.7 % with the ddp pool's own margin
+    before) and no longer under half the blackwell one's: the cost of the joint margin, disclosed
+    in the module docstring."""
     rows = load_rows()[0]
     hopper = Regime(pools=("ddp",), gpu_arch="hopper", model_family="cnn", params=2.56e7, gpus=8)
     lo, hi, matched, ids, widened = log_interval(hopper, rows)
@@ -112,7 +118,8 @@ def test_a_ddp_query_on_an_architecture_with_enough_rows_keeps_them():
     assert len(ids) >= MIN_ROWS and all(abs(r.log_ratio) < 0.01 for r in rows if r.id in ids and r.pool == "ddp")
     lo_b, hi_b, matched_b, _, _ = log_interval(dataclasses.replace(hopper, gpu_arch="blackwell"), rows)
     assert "gpu_arch" not in matched_b["ddp"]
-    assert 2 * (hi - lo) < hi_b - lo_b
+    assert hi - lo < hi_b - lo_b
+    assert math.expm1(hi) < 0.04 and math.expm1(lo) > -0.04, (lo, hi)
 
 
 def test_every_pool_has_its_knobs_and_each_regime_is_scored():
@@ -303,8 +310,9 @@ def test_the_shipped_rows_are_what_the_validation_scripts_produce():
 def test_the_variants_script_reimplements_the_shipped_intervals_and_restores_them():
     """``validation/model_error_variants.py`` scores the interval variants the module docstring
     lists (interval2 and interval3, 2026-12-06) by putting them in place of the module's functions;
-    its V0 and W0, the shipped rules written again, must read exactly as :func:`loso_coverage` does, or its other
-    figures are not comparable, and the module must be itself again afterwards."""
+    its X1J, the shipped rule through the W variants' code, must read exactly as :func:`loso_coverage`
+    does, and V0 and W0, the rule shipped before it written in each family's code, as each other, or
+    their other figures are not comparable; the module must be itself again afterwards."""
     import sys
     from pathlib import Path
 
@@ -315,18 +323,20 @@ def test_the_variants_script_reimplements_the_shipped_intervals_and_restores_the
 
     shipped = loso_coverage()
     functions = (me._order_statistics, me._select, me._margin, me._pool_samples, me.log_interval, me.KNOBS)
-    with installed(VARIANTS["V0"]):
-        assert me._margin is not functions[2]
-        again = loso_coverage()
-    assert (me._order_statistics, me._select, me._margin, me._pool_samples, me.log_interval, me.KNOBS) == functions
-    for pool, c in shipped.items():
-        assert (again[pool].inside, again[pool].rows) == (c.inside, c.rows), pool
-        assert again[pool].median_half_width == pytest.approx(c.median_half_width, rel=1e-12), pool
-    # interval3's W variants go through their own code: W0 is the shipped rule written there
-    with installed_w(W_VARIANTS["W0"]):
+    with installed_w(W_VARIANTS["X1J"]):
         assert me._pool_samples is not functions[3]
         again = loso_coverage()
     assert me._pool_samples is functions[3]
     for pool, c in shipped.items():
         assert (again[pool].inside, again[pool].rows) == (c.inside, c.rows), pool
         assert again[pool].median_half_width == pytest.approx(c.median_half_width, rel=1e-12), pool
+    with installed(VARIANTS["V0"]):
+        assert me._margin is not functions[2]
+        v0 = loso_coverage()
+    assert (me._order_statistics, me._select, me._margin, me._pool_samples, me.log_interval, me.KNOBS) == functions
+    with installed_w(W_VARIANTS["W0"]):
+        w0 = loso_coverage()
+    assert (v0["all"].inside, v0["all"].rows) == (342, 423)
+    for pool, c in v0.items():
+        assert (w0[pool].inside, w0[pool].rows) == (c.inside, c.rows), pool
+        assert w0[pool].median_half_width == pytest.approx(c.median_half_width, rel=1e-12), pool

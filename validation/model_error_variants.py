@@ -5,9 +5,13 @@ asymmetric margins, CQR's CV+ form and the layout rows' scores on the intervals 
 Each variant is registered, with its reason and the rule for keeping it, in
 ``validation/large_model_runs.md`` ("Model-error intervals: quantile rules and margins registered
 before scoring"; interval3's W1-W5, W1+-W5+, X1, X1+ and the reported-only X1J under "regime cells,
-shrinkage and calibration groups registered before scoring"); none was kept, so none is in
-:mod:`dpsim.predict.model_error`. This script puts each in place of the module's functions for the
-length of one :func:`loso_coverage` and prints the figures the module docstring's tried list quotes:
+shrinkage and calibration groups registered before scoring"); none was kept by its keep rule.
+X1J, reported only there, is the module's rule since interval4 (the lead's decision, post hoc,
+with ``--nested`` as the evidence): its band and mapping here call
+:func:`dpsim.predict.model_error._shortest_window` and ``_mapped``, and X1J through this code must
+read as :func:`dpsim.predict.model_error.loso_coverage`; V0 and W0 re-read the rule shipped before
+it (the regime's p10-p90 with a margin per pool). This script puts each in place of the module's
+functions for the length of one :func:`loso_coverage` and prints the figures the module docstring's tried list quotes:
 
     python validation/model_error_variants.py            # every V variant
     python validation/model_error_variants.py V1 V11 W4 X1J   # some
@@ -55,6 +59,15 @@ def _prediction_ranks(values, levels) -> np.ndarray:
     return np.array(out)
 
 
+def _p10_p90(rows, regime, knobs) -> tuple[float, float, float]:
+    """The regime's signed p10, median and p90 by the (installed) ``_order_statistics``: the band of
+    the rule shipped until interval4 (2026-12-06), which the V variants vary; the module's own
+    :func:`dpsim.predict.model_error._band` is now the shortest window (X1J)."""
+    chosen, _ = me._select(rows, regime, knobs.keys, knobs.min_rows)
+    low, centre, high = me._order_statistics([r.log_ratio for r in chosen], (me._TAILS[0], 0.5, me._TAILS[1]))
+    return float(low), float(centre), float(high)
+
+
 def _select_two_systems(rows, regime, keys_in_order, minimum):
     """:func:`dpsim.predict.model_error._select`, a regime also needing rows of two systems."""
     target = tuple(getattr(regime, k) for k in keys_in_order)
@@ -76,7 +89,7 @@ def _scored_rows(pool_rows, knobs) -> list[tuple[str, float, float]]:
             continue
         extent = me._Extent.of(others)
         for r in (r for r in pool_rows if r.system == system):
-            low, centre, high = me._band(others, r, knobs)
+            low, centre, high = _p10_p90(others, r, knobs)
             factor = me.WIDEN_PER_EXTRAPOLATION ** len(me._extrapolations(others, r, r.pool, extent))
             out.append((system, (centre - r.log_ratio) / factor - (centre - low),
                         (r.log_ratio - centre) / factor - (high - centre)))
@@ -120,7 +133,10 @@ def _margins(mode: str) -> Callable:
 
 
 def _pool_samples(rows, regime, pool, knobs, matched, ids, widened) -> np.ndarray:
-    """:func:`dpsim.predict.model_error._pool_samples` with a margin per side."""
+    """The pool samples of the rule shipped until interval4 (the regime's rows about their median,
+    moved out by the pool's own margin), with a margin per side (``me._margin`` as installed: a
+    pair, or one value for both)."""
+    knobs = knobs[pool]
     pool_rows = tuple(r for r in rows if r.pool == pool)
     chosen, keys = me._select(list(pool_rows), regime, knobs.keys, knobs.min_rows)
     matched[pool] = keys
@@ -128,7 +144,8 @@ def _pool_samples(rows, regime, pool, knobs, matched, ids, widened) -> np.ndarra
     ids += [r.id for r in chosen]
     values = np.array([r.log_ratio for r in chosen])
     centre = float(me._order_statistics(values, (0.5,))[0])
-    m_low, m_high = me._margin(pool_rows, knobs)
+    m = me._margin(pool_rows, knobs)
+    m_low, m_high = m if isinstance(m, tuple) else (m, m)
     d = values - centre
     return centre + np.where(d < 0, -np.maximum(-d + m_low, 0.0), np.where(d > 0, np.maximum(d + m_high, 0.0), 0.0))
 
@@ -168,7 +185,7 @@ def _cv_plus(shipped_log_interval: Callable) -> Callable:
         for system, score in scores(pool_rows, knobs[pool]):
             if system not in bands:
                 rest = [r for r in pool_rows if r.system != system]
-                low, centre, high = me._band(rest, regime, knobs[pool])
+                low, centre, high = _p10_p90(rest, regime, knobs[pool])
                 ways = len(me._extrapolations(rest, regime, pool)) + len(regime.unvalidated_fabric)
                 bands[system] = low, centre, high, me.WIDEN_PER_EXTRAPOLATION ** ways
             low, centre, high, factor = bands[system]
@@ -202,8 +219,7 @@ def _query_form_margin(shipped_margin: Callable) -> Callable:
         if regime.fabric in {r.fabric for r in layout_rows}:
             share = 0.0
         if share > 0:
-            coll = me._pool_samples(collectives, regime, me.COLLECTIVE_POOL, me.KNOBS[me.COLLECTIVE_POOL], {}, [],
-                                    widened)
+            coll = me._pool_samples(collectives, regime, me.COLLECTIVE_POOL, me.KNOBS, {}, [], widened)
             step = np.log(np.add.outer((1 - share) * np.expm1(step), share * np.expm1(coll)).ravel() + 1.0)
         low, centre, high = me._order_statistics(step, (me._TAILS[0], 0.5, me._TAILS[1]))
         factor = me.WIDEN_PER_EXTRAPOLATION ** len(widened)
@@ -223,7 +239,7 @@ def _query_form_margin(shipped_margin: Callable) -> Callable:
             for r in (r for r in pool_rows if r.system == system):
                 unvalidated = (f"fabric {r.fabric!r}",) if r.fabric and r.fabric not in classes else ()
                 if not unvalidated and not (r.exposed_share > 0 and r.fabric and r.fabric not in fabrics):
-                    low, centre, high = me._band(others, r, knobs)
+                    low, centre, high = _p10_p90(others, r, knobs)
                     factor = me.WIDEN_PER_EXTRAPOLATION ** len(me._extrapolations(others, r, r.pool, extent))
                     scores.append(max((centre - r.log_ratio) / factor - (centre - low),
                                       (r.log_ratio - centre) / factor - (high - centre)))
@@ -264,7 +280,7 @@ class Variant:
 
 
 VARIANTS = {
-    "V0": Variant(label="as shipped (re-implemented: must read as the module)"),
+    "V0": Variant(label="the rule shipped until interval4 (must read as W0)"),
     "V1": Variant(label="band by Hyndman-Fan type 8", band=_hyndman_fan("median_unbiased")),
     "V2": Variant(label="band by Hyndman-Fan type 7 (reported only)", band=_hyndman_fan("linear")),
     "V3": Variant(label="band and margin by type 8 (reported only)", band=_hyndman_fan("median_unbiased"),
@@ -292,11 +308,12 @@ def installed(variant: Variant) -> Iterator[None]:
             me._select = _select_two_systems
         if variant.min_rows is not None:
             me.KNOBS = {pool: dataclasses.replace(k, min_rows=variant.min_rows) for pool, k in saved["KNOBS"].items()}
+        # the rule shipped until interval4 (per-pool margins on the p10-p90), which V0 re-reads
+        me._pool_samples = _pool_samples
         if variant.query_form:
-            me._margin = _query_form_margin(saved["_margin"])
+            me._margin = _query_form_margin(_margins("sym"))
         else:
             me._margin = _margins(variant.margin)
-            me._pool_samples = _pool_samples
         if variant.cv_plus:
             me.log_interval = _cv_plus(saved["log_interval"])
         yield
@@ -375,11 +392,7 @@ def _w_band(rows, regime, knobs) -> tuple[float, float, float, int, list]:
         w = k / (k + SHRINK_PRIOR_SYSTEMS)
         lo, c, hi = w * lo + (1 - w) * plo, w * c + (1 - w) * pc, w * hi + (1 - w) * phi
     elif _W.variant.band == "shortest":
-        v = np.sort(np.array(values))
-        width = math.ceil(me.COVERAGE * len(v))
-        spans = v[width - 1:] - v[:len(v) - width + 1]
-        start = int(np.argmin(spans))  # the first window on ties
-        lo, hi = float(v[start]), float(v[start + width - 1])
+        lo, hi = me._shortest_window(values)  # the module's band since interval4
     elif _W.variant.band == "centred":
         d = float(_order_statistic(np.abs(np.array(values) - c), (me.COVERAGE,))[0])
         lo, hi = c - d, c + d
@@ -486,25 +499,19 @@ def _w_pool_samples(rows, regime, pool, knobs, matched, ids, widened) -> np.ndar
     """:func:`dpsim.predict.model_error._pool_samples` by the variant: the regime's rows mapped
     piecewise-linearly onto the variant's p10 / median / p90 (ten points at those where a side of
     the rows has no spread to map), each moved away from the centre by the variant's margin."""
+    knobs = knobs[pool]
     pool_rows = tuple(r for r in rows if r.pool == pool)
     lo, c, hi, k, chosen = _w_band(list(pool_rows), regime, knobs)
     matched[pool] = {}
     widened += me._extrapolations(list(pool_rows), regime, pool)
     ids += [r.id for r in chosen]
-    values = np.array([r.log_ratio for r in chosen])
-    lo0, c0, hi0 = _stats(values)
-    if (c0 > lo0 or c == lo) and (hi0 > c0 or hi == c):
-        below = (c - lo) / (c0 - lo0) if c0 > lo0 else 1.0
-        above = (hi - c) / (hi0 - c0) if hi0 > c0 else 1.0
-        samples = c + np.where(values < c0, (values - c0) * below, (values - c0) * above)
-    else:
-        samples = np.array([lo] * 2 + [c] * 6 + [hi] * 2)
+    samples = me._mapped(np.array([r.log_ratio for r in chosen]), lo, c, hi)
     m = _w_margin(rows, pool_rows, knobs, k)
     return c + np.sign(samples - c) * np.maximum(np.abs(samples - c) + m, 0.0)
 
 
 W_VARIANTS = {
-    "W0": WVariant(label="as shipped through W's code (must read as the module)"),
+    "W0": WVariant(label="the rule shipped until interval4, through W's code"),
     "W1": WVariant(label="bands shrunk toward the parent by systems", band="shrink"),
     "W2": WVariant(label="margin within bands of 1-2 / 3+ systems", margin="mondrian"),
     "W3": WVariant(label="regimes of three systems or more", systems=MONDRIAN_CUT),
@@ -512,11 +519,14 @@ W_VARIANTS = {
     "W5": WVariant(label="one margin for all pools", margin="joint"),
     # second registration, after W1-W5(+) were scored (validation/large_model_runs.md)
     "X1": WVariant(label="shortest window of 80 % of the regime's rows", band="shortest"),
-    "X1J": WVariant(label="X1 with one margin for all pools (reported only)", band="shortest", margin="joint"),
+    # shipped by interval4 (post hoc; the nested check below is its evidence): must read as the module
+    "X1J": WVariant(label="X1 with one margin for all pools (shipped since interval4)", band="shortest",
+                    margin="joint"),
 }
 W_VARIANTS.update({f"{name}+": dataclasses.replace(v, label=v.label + ", with V11", query_form=True)
                    for name, v in list(W_VARIANTS.items())})
 W_VARIANTS["W0+"] = dataclasses.replace(W_VARIANTS["W0+"], label="V11 through W's code (must read as V11)")
+W_VARIANTS["X1J"] = dataclasses.replace(W_VARIANTS["X1J"], label="as shipped since interval4 through W's code (X1J)")
 
 
 @contextlib.contextmanager

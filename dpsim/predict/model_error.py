@@ -22,30 +22,47 @@ is built from the rows of the regime it falls in:
   the family first, the layout pool with the layout kind first, :data:`LAYOUT_KEYS`; collectives: the
   all-reduce's size band, then its fabric class); keys are dropped from the last until at least
   :data:`MIN_ROWS` rows remain (:data:`KNOBS`).
-* **Interval: conformalised quantiles** (CQR: Romano, Patterson and Candes 2019, "Conformalized
-  quantile regression", NeurIPS). Regimes differ in how well dpsim predicts them (a DDP step from
-  a measured one-GPU step within 0.2 %, a small all-reduce within 20 %) and in their bias (the
-  Megatron-LM layout rows all measure 3-30 % slower than predicted), so the interval starts from
-  the p10-p90 of the regime's own residuals: it is centred where the regime's errors lie and as
-  wide as they spread. Those quantiles come from few rows of a few systems, so they are then
-  calibrated: each row of the pool gets the score ``max(p10 - r, r - p90)`` against its regime's
-  p10-p90 taken without its own system and widened for each way the row extrapolates from the
-  others (as a prediction on that system would build it), and both ends move out by the
-  ``ceil(0.8 (n + 1))``-th smallest of the pool's ``n`` scores (inward when negative), which
-  holds a new exchangeable row at least 80 % of the time. Every quantile is an order statistic
-  (:func:`_order_statistics`), never interpolated. (A pool of one system has no scores and no
-  margin.)
-* **Chosen on the rows, in part.** :data:`MIN_ROWS`, the step pools' keys and the collectives'
-  are fixed by the reasons given where they are defined. The compute pool's key order and the
-  order statistics were compared on the leave-one-system-out score below (each has a reason,
-  given where it is defined, but was kept after seeing it), so that score is not wholly out of
-  sample: choices of this kind (the quantile rule alone) move the half-width / error ratio
-  between 2.07 and 2.26, about the distance left to issue 25's bar.
-* **Measured, not assumed.** Leaving each system out: 80.9 % of the 423 rows inside, median
-  half-width 2.087x the median |error| (VALIDATION.md, "Model-error intervals", per regime;
-  ``tests/test_model_error.py`` holds both). Issue 25 asks for <= 2: not met. Per pool (inside %,
-  half-width / error): compute 86.0 %, 2.22; ddp 75.0 %, 20.41; layout 80.4 %, 1.74 (by kind:
-  dp 81.6 %, 3d 77.5 %, moe 84.6 %); collective 80.9 %, 1.95. The rules below are unchanged since
+* **Interval: the shortest 80 % window, conformalised** (CQR: Romano, Patterson and Candes 2019,
+  "Conformalized quantile regression", NeurIPS). Regimes differ in how well dpsim predicts them (a
+  DDP step from a measured one-GPU step within 0.2 %, a small all-reduce within 20 %) and in their
+  bias (the Megatron-LM layout rows all measure 3-30 % slower than predicted), so the interval
+  starts from the regime's own residuals: the narrowest window holding ``ceil(0.8 n)`` of its
+  ``n`` rows (:func:`_shortest_window`, their highest-density region; centre the median), centred
+  where the regime's errors lie, as wide as most of them spread, and asymmetric where they are
+  (the interval carries its two ends). Those windows come from few rows of a few systems, so they
+  are then calibrated: each row gets the score ``max(lo - r, r - hi)`` against its regime's window
+  taken without its own system and widened for each way the row extrapolates from the others (as a
+  prediction on that system would build it), and both ends of every window move out by one margin,
+  the ``ceil(0.8 (N + 1))``-th smallest of all pools' ``N`` scores together (inward when negative),
+  which holds a new row exchangeable with them at least 80 % of the time (:func:`_margin`). Every
+  quantile is an order statistic (:func:`_order_statistics`), never interpolated. (Where no
+  pool has two systems the margin is 0.) The interval is still labelled p10-p90: it is the p10-p90 of the
+  regime's rows mapped onto the window (:func:`_mapped`, which lets pools' errors add), an 80 %
+  interval whose two tails need not hold 10 % each.
+* **Chosen on the rows.** :data:`MIN_ROWS`, the step pools' keys and the collectives' are fixed by
+  the reasons given where they are defined. The compute pool's key order and the order statistics
+  were compared on the leave-one-system-out score below (each has a reason, given where it is
+  defined, but was kept after seeing it). The band and margin rule (the shortest window with one
+  margin for all pools, "X1J" in ``validation/model_error_variants.py``) was written down and
+  scored after about 25 registered variants had been (interval2, interval3: below), as "reported
+  only", then shipped by the lead (interval4, 2026-12-06): it is chosen by its figure, post hoc, so
+  the 1.920 below is not out of sample. The evidence on how much the choice buys: choosing per
+  left-out system, on the other 49 systems' rows alone, among the rule before it, X1 and X1J, and
+  scoring that system's rows with the choice reads 80.9 %, 1.944 (X1J chosen for 49 of the 50;
+  ``python validation/model_error_variants.py --nested W0 X1 X1J``); that check cannot measure that
+  X1J itself was proposed after X1's figures were seen.
+* **Measured, not assumed.** Leaving each system out: 80.9 % of the 423 rows inside (342), median
+  half-width 1.920x the median |error| (13.40 % / 6.98 %; VALIDATION.md, "Model-error intervals",
+  per regime; ``tests/test_model_error.py`` holds >= 80 %, every pool >= 75 % and <= 2, issue 25's
+  bars). Per pool (inside %, half-width / error): compute 88.0 %, 2.24; ddp 93.8 %, 28.11; layout
+  79.9 %, 1.55; collective 77.1 %, 1.93. The one margin (0.0364 in ln over the 423 rows) is
+  calibrated over the pools together, not within each: the collectives are covered below their
+  nominal 80 % because the compute and ddp rows are covered above it, which the margin per pool
+  before avoided, and a DDP query from a measured one-GPU step takes a margin the layout and
+  collective rows set (a hopper ResNet-50 query on every row: -1.6 % / +1.7 % -> -3.7 % / +3.9 %).
+  Before interval4 (the regime's p10-p90 with a margin per pool): 80.9 %, 2.087 (compute 86.0 %,
+  2.22; ddp 75.0 %, 20.41; layout 80.4 %, 1.74, by kind dp 81.6 %, 3d 77.5 %, moe 84.6 %;
+  collective 80.9 %, 1.95). That rule's history: unchanged since
   the fifth session's 2.084: the seventh session's engines for R053 and R116 (Colossal-AI Gemini, MiCS; from 2.105) and the sixth session's model changes (DeepSpeed ZeRO-3's re-gathers, the
   Qwen3 routers' cited skew, packed-sample attention, H20 attention, the A100 power cap, the
   Nemotron-4 MLP) moved the residuals, and with them the rows' widths. On 2026-12-06 (fifth session) the
@@ -252,10 +269,11 @@ is built from the rows of the regime it falls in:
   carry. The bar falls in a block of 35 layout rows at 13.8-14.5 % half-width that follow the
   layout margin: about 0.8 % of margin decides it either way.
 * **Regime cells, shrinkage, calibration groups, bias-centred and shortest bands: registered on
-  2026-12-06 (interval3), none kept.** Same keep rule as interval2's, each written and committed
-  before its score (``validation/large_model_runs.md``, "Model-error intervals: regime cells,
-  shrinkage and calibration groups registered before scoring"; ``validation/model_error_variants.py``
-  W0-W5, W1+-W5+, X1, X1+; W0 and W0+ re-read the shipped rule and V11 through the same code).
+  2026-12-06 (interval3), none kept; X1J, reported only there, shipped by interval4.** Same keep
+  rule as interval2's, each written and committed before its score
+  (``validation/large_model_runs.md``, "Model-error intervals: regime cells, shrinkage and
+  calibration groups registered before scoring"; ``validation/model_error_variants.py`` W0-W5,
+  W1+-W5+, X1, X1+; W0 and W0+ re-read the rule then shipped and V11 through the same code).
   Against 80.9 %, 2.087 (inside %, half-width / error): the regime's p10 / median / p90 shrunk toward
   its parent's by ``k / (k + 1)``, ``k`` its systems (partial pooling): 80.9 %, 2.170; the margin
   calibrated apart for bands of one or two systems and of three or more (Mondrian; a new system's
@@ -274,9 +292,10 @@ is built from the rows of the regime it falls in:
   X1 and it on the other systems' rows alone (nested), 80.9 %, 1.944. It meets issue 25's bars but
   was proposed after seeing how close X1 came, and it gives a DDP query from a measured one-GPU
   step the layout and collective pools' margin (a hopper ResNet-50 query: +/-1.7 % -> +/-3.9 %)
-  and the collectives 77.1 % inside: left to the lead (``validation/large_model_runs.md``).
+  and the collectives 77.1 % inside: left to the lead (``validation/large_model_runs.md``), who
+  shipped it (interval4, "Chosen on the rows" above).
 * **Several pools.** A preset multi-GPU prediction adds the compute and ddp pools' residuals
-  (each moved out by its pool's margin) pairwise (the outer sum: the distribution of the sum of
+  (each moved out by the margin) pairwise (the outer sum: the distribution of the sum of
   two independent errors). No published row predicts such a step end to end, so whether the sum
   over-widens is not measured. A step's exposed communication carries the ``collective`` pool's
   error in proportion to its share of the step, except in a ``layout`` query over a fabric class
@@ -353,9 +372,9 @@ class Knobs:
 MIN_ROWS = 9
 """Fewest rows a regime keeps: the smallest ``n`` whose split-conformal 80 % rank
 ``ceil(0.9 (n + 1))`` is at most ``n`` (a p10-p90 at that rank exists among the rows), the rule the
-interval's earlier, normalised form already started from. At 9 rows the order statistics the band
-takes (:func:`_order_statistics`) are still the regime's two extremes (the 1st and 9th of 9); 11
-rows, the fewest where they are not, read 79.7 %, 2.122 (module docstring, interval2's variants)."""
+interval's earlier, normalised form already started from. At 9 rows the p10-p90 band before
+interval4 took the regime's two extremes (the 1st and 9th of 9; 11 rows, the fewest where it did
+not, read 79.7 %, 2.122: module docstring, interval2's variants); the shortest window keeps 8 of 9."""
 
 COLLECTIVE_KEYS = ("message_band", "fabric")
 """The collective pool's regime keys: the all-reduce's size band first (latency- and protocol-bound
@@ -491,9 +510,10 @@ class ModelErrorInterval:
     predicted_s: float
     """The predicted step time."""
     low_s: float
-    """Lower end: the measured step should be at least this long 9 times in 10."""
+    """Lower end of the 80 % interval (the p10 of the regime's rows mapped onto its shortest 80 %
+    window and widened: the two tails together hold 20 %, not necessarily 10 % each)."""
     high_s: float
-    """Upper end: the measured step should be at most this long 9 times in 10."""
+    """Upper end of the 80 % interval (as :attr:`low_s`)."""
     coverage: float = COVERAGE
     """Nominal coverage of the interval."""
     regime: dict = field(default_factory=dict)
@@ -597,28 +617,42 @@ def _order_statistics(values, levels: tuple[float, ...]) -> np.ndarray:
     return np.quantile(values, levels, method="inverted_cdf")
 
 
+def _shortest_window(values) -> tuple[float, float]:
+    """The narrowest window of ``ceil(0.8 n)`` consecutive sorted ``values`` (its lowest and
+    highest value; the first such window on ties): the shortest interval holding 80 % of them, their
+    highest-density region in Hyndman's sense (R. J. Hyndman 1996, "Computing and graphing highest
+    density regions", The American Statistician 50(2):120-126). Where one system's rows sit off to
+    one side of a regime, an equal-tailed p10-p90 keeps a tail row on each side; this window drops
+    the far side's, so a band of the same share of rows is narrower (and may be asymmetric)."""
+    v = np.sort(np.asarray(values, dtype=float))
+    width = math.ceil(COVERAGE * len(v))
+    spans = v[width - 1:] - v[:len(v) - width + 1]
+    start = int(np.argmin(spans))
+    return float(v[start]), float(v[start + width - 1])
+
+
 def _band(rows: list[ResidualRow], regime, knobs: Knobs) -> tuple[float, float, float]:
-    """The p10, median and p90 of ``ln(measured / predicted)`` over the rows of the regime of ``regime``."""
+    """The regime's band of ``ln(measured / predicted)``: the lower end, median and upper end of the
+    shortest window holding 80 % of the regime's rows (:func:`_shortest_window`; the median is in
+    any such window, as more than half the rows are)."""
     chosen, _ = _select(rows, regime, knobs.keys, knobs.min_rows)
-    low, centre, high = _order_statistics([r.log_ratio for r in chosen], (_TAILS[0], 0.5, _TAILS[1]))
-    return float(low), float(centre), float(high)
+    values = [r.log_ratio for r in chosen]
+    low, high = _shortest_window(values)
+    return low, float(_order_statistics(values, (0.5,))[0]), high
 
 
 @lru_cache(maxsize=4096)
-def _margin(pool_rows: tuple[ResidualRow, ...], knobs: Knobs) -> float:
-    """The conformal margin of the pool: of each row's score, how far both ends of its interval
-    as a prediction on its system would build it (its regime's p10-p90 taken *without its own
-    system*, widened about their median for each way the row extrapolates from the others) must
-    move out to hold it, the ``ceil(0.8 (n + 1))``-th smallest, which the band
-    widened by it on both sides holds a new exchangeable row at least 80 % of the time. 0 when the
-    pool has one system. The score takes the widening in: the guarantee holds for the interval the
-    score is measured on, and scored on the bare p10-p90 the margin came on top of the widening
-    (a pool whose extrapolated rows were all inside their widened intervals was widened twice).
-    Not yet for five layout rows (R049-R052, GCP A3 over TCPX; R116, AWS p4d over EFA): their
-    queries (:func:`_scored`) also widen for a fabric no collective measurement validated or add
-    the collective pool's error, which this closed-form score leaves out; scored on those intervals
-    the layout margin reads 0.0235 against 0.0244 (module docstring, interval2's variants: not kept;
-    re-read by interval3 over the 423 rows: 0.0244 against 0.0269, 80.6 %, 2.052)."""
+def _scores(pool_rows: tuple[ResidualRow, ...], knobs: Knobs) -> tuple[float, ...]:
+    """The conformal scores of one pool's rows: of each row, how far both ends of its interval as
+    a prediction on its system would build it (its regime's band taken *without its own system*,
+    widened about the median for each way the row extrapolates from the others) must move out to
+    hold it. None when the pool has one system. The score takes the widening in: the guarantee
+    holds for the interval the score is measured on, and scored on the bare band the margin came
+    on top of the widening (a pool whose extrapolated rows were all inside their widened intervals
+    was widened twice). Not yet for five layout rows (R049-R052, GCP A3 over TCPX; R116, AWS p4d
+    over EFA): their queries (:func:`_scored`) also widen for a fabric no collective measurement
+    validated or add the collective pool's error, which this closed-form score leaves out (interval2's
+    V11 and interval3's W+ / X1+ variants score them so; module docstring)."""
     by_system: dict[str, list[ResidualRow]] = {}
     for r in pool_rows:
         by_system.setdefault(r.system, []).append(r)
@@ -636,10 +670,37 @@ def _margin(pool_rows: tuple[ResidualRow, ...], knobs: Knobs) -> float:
             # the margin m holds r when centre -/+ (the band's side + m) x factor reaches it
             scores.append(max((centre - r.log_ratio) / factor - (centre - low),
                               (r.log_ratio - centre) / factor - (high - centre)))
+    return tuple(scores)
+
+
+def _margin(rows, knobs: dict[str, Knobs]) -> float:
+    """The conformal margin, one for all pools: the ``ceil(0.8 (N + 1))``-th smallest of every
+    pool's ``N`` scores (:func:`_scores`, each pool's rows against their own regimes), which each
+    pool's band widened by it on both sides holds a new row exchangeable with all of them at least
+    80 % of the time (over the pools together, not within each: module docstring, "Measured, not
+    assumed", for the pools' own figures). 0 when no pool has two systems."""
+    scores: list[float] = []
+    for pool in (*POOLS, COLLECTIVE_POOL):
+        pool_rows = tuple(r for r in rows if r.pool == pool)
+        if pool_rows:
+            scores += _scores(pool_rows, knobs[pool])
     if not scores:
         return 0.0
     n = len(scores)
     return float(_order_statistics(scores, (min(1.0, COVERAGE * (n + 1) / n),))[0])
+
+
+def _mapped(values: np.ndarray, low: float, centre: float, high: float) -> np.ndarray:
+    """The regime's rows mapped piecewise-linearly from their own p10 / median / p90 onto the band
+    ``low`` / ``centre`` / ``high`` (so that the p10-p90 of the mapped rows, and of their sums with
+    another pool's, is the band), or ten points at the band's ends and centre where a side of the
+    rows has no spread to map and the band's side has."""
+    lo0, c0, hi0 = (float(x) for x in _order_statistics(values, (_TAILS[0], 0.5, _TAILS[1])))
+    if not ((c0 > lo0 or centre == low) and (hi0 > c0 or high == centre)):
+        return np.array([low] * 2 + [centre] * 6 + [high] * 2)
+    below = (centre - low) / (c0 - lo0) if c0 > lo0 else 1.0
+    above = (high - centre) / (hi0 - c0) if hi0 > c0 else 1.0
+    return centre + np.where(values < c0, (values - c0) * below, (values - c0) * above)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -682,22 +743,25 @@ def _extrapolations(pool_rows: list[ResidualRow], regime: Regime | ResidualRow, 
     return out
 
 
-def _pool_samples(rows, regime: Regime, pool: str, knobs: Knobs, matched: dict, ids: list,
+def _pool_samples(rows, regime: Regime, pool: str, knobs: dict[str, Knobs], matched: dict, ids: list,
                   widened: list) -> np.ndarray:
-    """The pool's residuals as they would fall on this query: its regime's rows, each moved away
-    from their median by the pool's conformal margin (:func:`_margin`), so that their p10-p90 is
-    the regime's widened by the margin on both sides (and several pools' errors can be added)."""
+    """The pool's residuals as they would fall on this query: its regime's rows mapped onto the
+    regime's band (:func:`_band`, :func:`_mapped`), each moved away from their median by the
+    conformal margin (:func:`_margin`), so that their p10-p90 is the band widened by the margin on
+    both sides (and several pools' errors can be added)."""
     pool_rows = tuple(r for r in rows if r.pool == pool)
     if not pool_rows:
         raise AssertionError(f"no residual rows in pool {pool!r}")
-    chosen, keys = _select(list(pool_rows), regime, knobs.keys, knobs.min_rows)
+    chosen, keys = _select(list(pool_rows), regime, knobs[pool].keys, knobs[pool].min_rows)
     matched[pool] = keys
     widened += _extrapolations(list(pool_rows), regime, pool)
     ids += [r.id for r in chosen]
     values = np.array([r.log_ratio for r in chosen])
+    low, high = _shortest_window(values)
     centre = float(_order_statistics(values, (0.5,))[0])
+    samples = _mapped(values, low, centre, high)
     # a negative margin (the regimes' bands too wide) narrows, never past the median
-    return centre + np.sign(values - centre) * np.maximum(np.abs(values - centre) + _margin(pool_rows, knobs), 0.0)
+    return centre + np.sign(samples - centre) * np.maximum(np.abs(samples - centre) + _margin(rows, knobs), 0.0)
 
 
 def log_interval(regime: Regime, rows: tuple[ResidualRow, ...] | list[ResidualRow] | None = None,
@@ -716,7 +780,7 @@ def log_interval(regime: Regime, rows: tuple[ResidualRow, ...] | list[ResidualRo
                           for name in regime.unvalidated_fabric]
     step = np.zeros(1)
     for pool in regime.pools:
-        step = np.add.outer(step, _pool_samples(rows, regime, pool, knobs[pool], matched, ids, widened)).ravel()
+        step = np.add.outer(step, _pool_samples(rows, regime, pool, knobs, matched, ids, widened)).ravel()
     share = regime.exposed_share if regime.fabric else 0.0
     if share > 0 and "layout" in regime.pools and regime.fabric in {r.fabric for r in rows if r.pool == "layout"}:
         # The layout rows are whole steps measured over their own networks: where one of them
@@ -729,7 +793,7 @@ def log_interval(regime: Regime, rows: tuple[ResidualRow, ...] | list[ResidualRo
     if share > 0:
         matched["pools"].append(COLLECTIVE_POOL)
         matched["exposed_share"] = round(share, 4)
-        coll = _pool_samples(rows, regime, COLLECTIVE_POOL, knobs[COLLECTIVE_POOL], matched, ids, widened)
+        coll = _pool_samples(rows, regime, COLLECTIVE_POOL, knobs, matched, ids, widened)
         # measured = compute part x its error + exposed communication x its error
         step = np.log(np.add.outer((1 - share) * np.expm1(step), share * np.expm1(coll)).ravel() + 1.0)
     assert regime.pools or share > 0, "a regime needs a pool"
