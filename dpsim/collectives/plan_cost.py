@@ -17,6 +17,9 @@ rates are set past max-min's first level (the double binary tree, NVLS + tree), 
 over the whole cluster's flows routed by symmetry in blocks of servers and pattern edges
 (:func:`~dpsim.network.maxmin.max_min_routes`): the whole-cluster rates bit for bit, without
 listing a route per flow (a few numpy passes over servers and pattern edges per level).
+On either path a phase whose flows move different bytes re-shares its links as flows finish
+(:func:`~dpsim.network.maxmin.progressive_finish`): a fixed share let a flow throttled by a
+degraded link free capacity for the largest one, and the phase got shorter.
 Flow by flow on the whole cluster (:data:`WHOLE_CLUSTER`) for what is not symmetric: a user
 graph (:class:`~dpsim.network.graph_network.FlowNetwork`), ``--degrade`` naming single links,
 a partial server, plans without a symmetric form (a broadcast chain, halving-doubling off
