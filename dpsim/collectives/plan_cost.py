@@ -545,10 +545,24 @@ class PlanEvaluator:
                 size.append(np.full(blk.shape[0] * blk.shape[1], ph.crossing_fraction * 1.0))
         size = np.concatenate(size) if size else np.zeros(0)
         first: list = []
+        every = [np.arange(s[0]) for s in shapes]
+        # Each link's flows counted once, then lowered by the flows that finish (whole numbers:
+        # the same counts, bit for bit, as counting the flows left at every re-share).
+        counted = {"alive": np.ones(size.shape, dtype=bool), "users": None}
 
         def rates_of(alive: np.ndarray) -> np.ndarray:
             masks = [alive[cuts[k]:cuts[k + 1]].reshape(shapes[k]) for k in range(len(blocks))]
-            rates = max_min_routes(routes, caps, alive=masks)
+            if counted["users"] is None:
+                counted["users"] = routes.count(masks, every)
+            else:
+                gone = counted["alive"] & ~alive
+                left = routes.count([gone[cuts[k]:cuts[k + 1]].reshape(shapes[k]) for k in range(len(blocks))],
+                                    every)
+                for f, g in left.items():
+                    counted["users"][f] = counted["users"][f] - g
+            counted["alive"] = alive.copy()
+            rates = max_min_routes(routes, caps, alive=masks,
+                                   users={f: u.copy() for f, u in counted["users"].items()})
             if not first:
                 first.extend(rates)
             return np.concatenate([r.ravel() for r in rates]) if rates else np.zeros(0)

@@ -147,7 +147,8 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
     each group are wanted; the rounds stop once every group has a frozen flow (levels only
     rise, so a group's first frozen flows are its slowest), and flows still rising then are
     left at ``inf``. ``users``: the flows on each link (per family, dense, float), when already
-    counted (the arrays are used up: they end as the flows left rising). ``alive`` (per block, a
+    counted (over the flows ``alive`` when given; the arrays are used up: they end as the flows
+    left rising). ``alive`` (per block, a
     boolean per flow): share among these flows only (the others left at ``inf``), for
     :func:`progressive_finish`.
 
@@ -168,7 +169,6 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
     else:
         live = [np.flatnonzero(a.any(axis=1)) for a in alive]
         rising = [a[rows] for a, rows in zip(alive, live)]
-        users = None
     rates = [np.full(b.shape, np.inf) for b in routes.blocks]
     users = routes.count(rising, live) if users is None else {f: np.asarray(u, dtype=float) for f, u in users.items()}
     remaining = {f: np.full(len(u), float(capacity[f])) for f, u in users.items()}
