@@ -548,7 +548,7 @@ class PlanEvaluator:
         every = [np.arange(s[0]) for s in shapes]
         # Each link's flows counted once, then lowered by the flows that finish (whole numbers:
         # the same counts, bit for bit, as counting the flows left at every re-share).
-        counted = {"alive": np.ones(size.shape, dtype=bool), "users": None}
+        counted = {"alive": np.ones(size.shape, dtype=bool), "users": None, "last": None}
 
         def rates_of(alive: np.ndarray) -> np.ndarray:
             masks = [alive[cuts[k]:cuts[k + 1]].reshape(shapes[k]) for k in range(len(blocks))]
@@ -558,14 +558,26 @@ class PlanEvaluator:
                 gone = counted["alive"] & ~alive
                 left = routes.count([gone[cuts[k]:cuts[k + 1]].reshape(shapes[k]) for k in range(len(blocks))],
                                     every)
+                coupled = False
                 for f, g in left.items():
                     counted["users"][f] = counted["users"][f] - g
+                    coupled = coupled or bool(((g > 0) & (counted["users"][f] > 0)).any())
+                counted["alive"] = alive.copy()
+                if not coupled and counted["last"] is not None:
+                    # The flows that finished share no link with those left, and the last max-min
+                    # froze every link exactly at its level (no tolerance merge): each round of a
+                    # max-min over the flows left is one of its rounds on the same links with the
+                    # same counts, so their rates are the ones it gave, bit for bit.
+                    return np.where(alive, counted["last"], np.inf)
             counted["alive"] = alive.copy()
-            rates = max_min_routes(routes, caps, alive=masks,
+            merged: list = []
+            rates = max_min_routes(routes, caps, alive=masks, merged=merged,
                                    users={f: u.copy() for f, u in counted["users"].items()})
             if not first:
                 first.extend(rates)
-            return np.concatenate([r.ravel() for r in rates]) if rates else np.zeros(0)
+            out = np.concatenate([r.ravel() for r in rates]) if rates else np.zeros(0)
+            counted["last"] = None if merged else out
+            return out
 
         finish = progressive_finish(size, rates_of) if size.size else size
         t_in = t_out = -math.inf

@@ -139,7 +139,7 @@ def progressive_finish(size: np.ndarray, rates_of: Callable[[np.ndarray], np.nda
 
 def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarray] | None = None,
                    users: dict[str, np.ndarray] | None = None,
-                   alive: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+                   alive: Sequence[np.ndarray] | None = None, merged: list | None = None) -> list[np.ndarray]:
     """Max-min fair rates of flows routed by symmetry (:class:`~dpsim.network.model.SymmetricRoutes`),
     one array per block (``inf``: not set); ``capacity`` per family name.
 
@@ -150,7 +150,9 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
     counted (over the flows ``alive`` when given; the arrays are used up: they end as the flows
     left rising). ``alive`` (per block, a
     boolean per flow): share among these flows only (the others left at ``inf``), for
-    :func:`progressive_finish`.
+    :func:`progressive_finish`. ``merged``: when given, gets ``True`` appended if some round froze
+    a link whose share was within the tolerance of the level but not equal to it (then a flow's
+    rate can depend on flows that share no link with it).
 
     The rounds of :func:`max_min_sparse`, with the same arithmetic on every link: each round the
     smallest ``max(remaining, 0) / users`` over loaded links, every rising flow on a link within
@@ -187,6 +189,8 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
             break  # rising flows that cross no link (none here: every flow has a route)
         limit = fair * (1 + 1e-9) + 1e-300
         marked = {f: share[f] <= limit for f, low in lowest.items() if low <= limit}
+        if merged is not None and not merged and any((share[f][m] != fair).any() for f, m in marked.items()):
+            merged.append(True)
         hit = [a & c for a, c in zip(rising, routes.crossed(marked, live))]
         for k, (r, rows, h) in enumerate(zip(rates, live, hit)):
             if h.any():
