@@ -292,6 +292,12 @@ class NcclCost:
         kept = channels_kept(protocol, size_bytes, k, self.facts.n_ranks)
         if pc.inter_bound and kept < k:
             spb *= k / kept
+        elif kept < k and pc.phase_seconds_per_byte:
+            # Bound inside servers overall, but the flows between servers of a phase may still be
+            # the slower once fewer channels carry them: else a slower GPU link (a --degrade) that
+            # moved the bound inside the servers made the call faster.
+            spb = max(spb, sum(r * max(t_in, t_out * (k / kept), 0.0)
+                               for r, t_in, t_out in pc.phase_seconds_per_byte))
         algbw = 1.0 / spb if spb > 0 else math.inf
         family = cost_family(algorithm)
         # NCCL's "bus bandwidth" of the algorithm, to apply its protocol factors and caps.

@@ -17,6 +17,9 @@ rates are set past max-min's first level (the double binary tree, NVLS + tree), 
 over the whole cluster's flows routed by symmetry in blocks of servers and pattern edges
 (:func:`~dpsim.network.maxmin.max_min_routes`): the whole-cluster rates bit for bit, without
 listing a route per flow (a few numpy passes over servers and pattern edges per level).
+On either path a phase whose flows move different bytes re-shares its links as flows finish
+(:func:`~dpsim.network.maxmin.progressive_finish`): a fixed share let a flow throttled by a
+degraded link free capacity for the largest one, and the phase got shorter.
 Flow by flow on the whole cluster (:data:`WHOLE_CLUSTER`) for what is not symmetric: a user
 graph (:class:`~dpsim.network.graph_network.FlowNetwork`), ``--degrade`` naming single links,
 a partial server, plans without a symmetric form (a broadcast chain, halving-doubling off
@@ -44,7 +47,7 @@ from dpsim.network.degrade import (
     same_numbering,
 )
 from dpsim.network.loadmap import LoadMap
-from dpsim.network.maxmin import max_min_routes
+from dpsim.network.maxmin import max_min_routes, progressive_finish
 from dpsim.network.model import CrossingFlows, NetworkModel, ServerFlows
 from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
@@ -76,6 +79,10 @@ class PlanCost:
     (:class:`~dpsim.network.loadmap.LoadMap`, symmetric path) or dense over the network's links."""
     max_fraction: float = 0.0
     """Largest bytes of one flow in one repetition, as a fraction of S (a ring step's message)."""
+    phase_seconds_per_byte: tuple[tuple[int, float, float], ...] = ()
+    """Per phase ``(repeat, t_in, t_out)``: when its last flow inside a server and its last flow
+    between servers finish, per byte of S (``-inf``: none), what NCCL's cost model needs to slow
+    only the flows between servers when it keeps fewer channels (a per-channel NIC resource)."""
     path: str = WHOLE_CLUSTER
     """How it was evaluated: :data:`SYMMETRIC` or :data:`WHOLE_CLUSTER`."""
     network: NetworkModel | None = field(default=None, repr=False, compare=False)
@@ -113,6 +120,12 @@ def shared_state(key: tuple | None) -> dict:
         _SHARED.move_to_end(key)
     return state
 
+
+
+def _differ(size: np.ndarray) -> bool:
+    """Whether flows of a phase move different bytes: then a fixed max-min share can mis-order
+    them and they are costed as they finish (:func:`~dpsim.network.maxmin.progressive_finish`)."""
+    return bool(size.size) and bool((size != size.flat[0]).any())
 
 
 def _touches(part: LoadMap, both: LoadMap, hits) -> bool:
@@ -171,6 +184,12 @@ class PlanEvaluator:
         self._symmetric: dict[tuple[str, str], tuple | None] = cache["symmetric"]
         self.paths: dict[tuple[str, str], str] = cache["paths"]
         """How each (algorithm, op) evaluated so far was evaluated."""
+
+    @cached_property
+    def _healthy(self) -> PlanEvaluator:
+        """The same communicator on the same network with no link degraded."""
+        return PlanEvaluator(self.topology, jobs=self.jobs, placement=self.placement, network=self.network,
+                             symmetric=self.whole_cluster_reason != "asked for", nvls_weight=self.nvls_weight)
 
     def slowest_class_factors(self) -> dict[str, float]:
         """Per link class of the network, the lowest capacity factor ``--degrade`` leaves any of its
@@ -248,6 +267,13 @@ class PlanEvaluator:
         cost = self._symmetric_cost(algorithm, op, nic_scale)
         if cost is None:
             cost = self._whole_cluster_cost(algorithm, op, nic_scale)
+        if self._terms and (cost.plan.pipeline_intra or cost.plan.pipeline_inter):
+            # A pipeline's stages relay one stream of chunks: a stage whose max-min rate rises only
+            # because a degraded link throttles the flows it shares links with (stages of the same
+            # pipeline) runs no faster than healthy, so a degraded link never shortens the fill.
+            healthy = self._healthy.plan_cost(algorithm, op, nic_scale)
+            cost = dataclasses.replace(cost, r_intra=min(cost.r_intra, healthy.r_intra),
+                                       r_inter=min(cost.r_inter, healthy.r_inter))
         self.paths[(algorithm, op)] = cost.path
         self.costs[key] = cost
         return cost
@@ -264,6 +290,7 @@ class PlanEvaluator:
         worst_phase, inter_bound = -1.0, False
         r_intra = r_inter = math.inf
         link_bytes = np.zeros(self.network.n_links)
+        phases = []
         stride = self.spec.node.gpus_per_node
         jobs = self.jobs
         for ph in plan.phases:
@@ -278,7 +305,11 @@ class PlanEvaluator:
             w = np.tile(weight, jobs)
             cross = np.tile(s_node != d_node, jobs)
             loads = self.network.loads(src, dst, capacity)
-            t_flow = frac * w / loads.rates_bytes_per_s
+            size = frac * w
+            if _differ(size):
+                t_flow = progressive_finish(size, self._flow_rates(self.network, src, dst, capacity, loads))
+            else:
+                t_flow = size / loads.rates_bytes_per_s
             t_in = float(t_flow[~cross].max()) if (~cross).any() else -math.inf
             t_out = float(t_flow[cross].max()) if cross.any() else -math.inf
             phase_t = max(t_in, t_out, 0.0)
@@ -289,11 +320,24 @@ class PlanEvaluator:
             if cross.any():
                 r_inter = min(r_inter, float(rates[cross].min()))
             total += ph.repeat * phase_t
+            phases.append((ph.repeat, t_in, t_out))
             if ph.repeat * phase_t > worst_phase:
                 worst_phase, inter_bound = ph.repeat * phase_t, t_out > t_in
         return PlanCost(plan=plan, seconds_per_byte=total, inter_bound=inter_bound, r_intra=r_intra,
-                        r_inter=r_inter, loads=link_bytes, network=self.network,
+                        r_inter=r_inter, loads=link_bytes, network=self.network, phase_seconds_per_byte=tuple(phases),
                         max_fraction=max(float(ph.fraction.max()) for ph in plan.phases), path=WHOLE_CLUSTER)
+
+    @staticmethod
+    def _flow_rates(net: NetworkModel, src: np.ndarray, dst: np.ndarray, capacity: np.ndarray, loads):
+        """``rates_of`` for :func:`~dpsim.network.maxmin.progressive_finish`: the flows left max-min
+        shared flow by flow on ``net`` (``loads``: all of them)."""
+        def rates_of(alive: np.ndarray) -> np.ndarray:
+            if alive.all():
+                return loads.rates_bytes_per_s
+            out = np.full(len(src), np.inf)
+            out[alive] = net.loads(src[alive], dst[alive], capacity).rates_bytes_per_s
+            return out
+        return rates_of
 
     # ------------------------------------------------------------------ symmetric evaluation
     def _symmetric_parts(self, algorithm: str, op: str) -> tuple | None:
@@ -386,6 +430,7 @@ class PlanEvaluator:
         total = 0.0
         worst_phase, inter_bound = -1.0, False
         r_intra = r_inter = math.inf
+        phase_s = []
         for ph, (server, crossing) in zip(phases, counted):
             t_in = t_out = -math.inf
             if not shared or crossing is None:
@@ -393,7 +438,14 @@ class PlanEvaluator:
                     net, cap = self._server
                     w = np.where(ph.server_nvls, nvls_w, 1.0)
                     res = net.loads(ph.server_src, ph.server_dst, cap)
-                    t_in = float((ph.server_fraction * w / res.rates_bytes_per_s).max())
+                    size = ph.server_fraction * w
+                    if _differ(size):
+                        # One server's flows alone on its links: every server's finish as they re-share.
+                        rates_of = self._flow_rates(net, np.asarray(ph.server_src), np.asarray(ph.server_dst),
+                                                    cap, res)
+                        t_in = float(progressive_finish(size, rates_of).max())
+                    else:
+                        t_in = float((size / res.rates_bytes_per_s).max())
                     r_intra = min(r_intra, float((res.rates_bytes_per_s / w).min()))
                 if crossing is not None:
                     fair, _ = crossing.min_share(caps)
@@ -426,11 +478,12 @@ class PlanEvaluator:
                     r_intra, r_inter = min(r_intra, ri), min(r_inter, ro)
             phase_t = max(t_in, t_out, 0.0)
             total += ph.repeat * phase_t
+            phase_s.append((ph.repeat, t_in, t_out))
             if ph.repeat * phase_t > worst_phase:
                 worst_phase, inter_bound = ph.repeat * phase_t, t_out > t_in
         return PlanCost(plan=plan, seconds_per_byte=total, inter_bound=inter_bound, r_intra=r_intra,
                         r_inter=r_inter, loads=loads, network=self.network, max_fraction=max_fraction,
-                        path=SYMMETRIC)
+                        phase_seconds_per_byte=tuple(phase_s), path=SYMMETRIC)
 
     def _max_min_phase(self, ph, caps: dict[str, float], counts: LoadMap) -> tuple[float, float, float, float]:
         """One phase's flows max-min shared on the whole cluster, routed by symmetry
@@ -438,6 +491,11 @@ class PlanEvaluator:
         max-min, bit for bit): ``(t_in, t_out, r_intra, r_inter)`` as there. ``counts``: the flows
         on every link (:meth:`_count`)."""
         server = None
+        w_in = np.where(ph.server_nvls, self.nvls_weight, 1.0)
+        size_in = ph.server_fraction * w_in
+        sizes = np.concatenate([size_in, [ph.crossing_fraction * 1.0] if ph.crossing else []])
+        if _differ(sizes):
+            return self._progressive_phase(ph, caps, size_in, w_in)
         if len(ph.server_src):
             server = ServerFlows(src=ph.server_src, dst=ph.server_dst, weight=1.0)
         routes = self.network.symmetric_routes(server=server, crossing=ph.crossing)
@@ -461,6 +519,79 @@ class PlanEvaluator:
             else:
                 t_out = max(t_out, float((ph.crossing_fraction * 1.0 / r).max()))
                 r_inter = min(r_inter, float(r.min()))
+        return t_in, t_out, r_intra, r_inter
+
+    def _progressive_phase(self, ph, caps: dict[str, float], size_in: np.ndarray,
+                           w_in: np.ndarray) -> tuple[float, float, float, float]:
+        """:meth:`_max_min_phase` where the phase's flows move different bytes: every flow of the
+        cluster, routed by symmetry, finishing as the links re-share
+        (:func:`~dpsim.network.maxmin.progressive_finish`, the whole cluster's arithmetic flow for
+        flow); the slowest rates are the first max-min's, as there."""
+        server = None
+        if len(ph.server_src):
+            # Flows of one route but different bytes get columns of their own (they finish apart).
+            server = ServerFlows(src=ph.server_src, dst=ph.server_dst, weight=size_in)
+        routes = self.network.symmetric_routes(server=server, crossing=ph.crossing)
+        blocks = routes.blocks
+        shapes = [b.shape for b in blocks]
+        cuts = np.cumsum([0] + [r * c for r, c in shapes])
+        size = []
+        for blk in blocks:
+            if blk.kind == "server":
+                col = np.empty(blk.shape[1])
+                col[blk.flow_column] = size_in
+                size.append(np.broadcast_to(col, blk.shape).ravel())
+            else:
+                size.append(np.full(blk.shape[0] * blk.shape[1], ph.crossing_fraction * 1.0))
+        size = np.concatenate(size) if size else np.zeros(0)
+        first: list = []
+        every = [np.arange(s[0]) for s in shapes]
+        # Each link's flows counted once, then lowered by the flows that finish (whole numbers:
+        # the same counts, bit for bit, as counting the flows left at every re-share).
+        counted = {"alive": np.ones(size.shape, dtype=bool), "users": None, "last": None}
+
+        def rates_of(alive: np.ndarray) -> np.ndarray:
+            masks = [alive[cuts[k]:cuts[k + 1]].reshape(shapes[k]) for k in range(len(blocks))]
+            if counted["users"] is None:
+                counted["users"] = routes.count(masks, every)
+            else:
+                gone = counted["alive"] & ~alive
+                left = routes.count([gone[cuts[k]:cuts[k + 1]].reshape(shapes[k]) for k in range(len(blocks))],
+                                    every)
+                coupled = False
+                for f, g in left.items():
+                    counted["users"][f] = counted["users"][f] - g
+                    coupled = coupled or bool(((g > 0) & (counted["users"][f] > 0)).any())
+                counted["alive"] = alive.copy()
+                if not coupled and counted["last"] is not None:
+                    # The flows that finished share no link with those left, and the last max-min
+                    # froze every link exactly at its level (no tolerance merge): each round of a
+                    # max-min over the flows left is one of its rounds on the same links with the
+                    # same counts, so their rates are the ones it gave, bit for bit.
+                    return np.where(alive, counted["last"], np.inf)
+            counted["alive"] = alive.copy()
+            merged: list = []
+            rates = max_min_routes(routes, caps, alive=masks, merged=merged,
+                                   users={f: u.copy() for f, u in counted["users"].items()})
+            if not first:
+                first.extend(rates)
+            out = np.concatenate([r.ravel() for r in rates]) if rates else np.zeros(0)
+            counted["last"] = None if merged else out
+            return out
+
+        finish = progressive_finish(size, rates_of) if size.size else size
+        t_in = t_out = -math.inf
+        r_intra = r_inter = math.inf
+        for k, (blk, r) in enumerate(zip(blocks, first)):
+            if not r.size:
+                continue
+            t = float(finish[cuts[k]:cuts[k + 1]].max())
+            if blk.kind == "server":
+                r_intra = min(r_intra, float((r.min(axis=0)[blk.flow_column] / w_in).min()))
+                t_in = max(t_in, t)
+            else:
+                r_inter = min(r_inter, float(r.min()))
+                t_out = max(t_out, t)
         return t_in, t_out, r_intra, r_inter
 
     def nic_link_scale(self, nic_scale: float) -> np.ndarray | float:

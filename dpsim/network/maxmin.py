@@ -1,8 +1,9 @@
-"""Max-min fair sharing of links by concurrent flows (progressive filling)."""
+"""Max-min fair sharing of links by concurrent flows (progressive filling), and the finish times of
+flows that re-share the links as they finish (progressive completion)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -97,8 +98,48 @@ def max_min_sparse(flow_of: np.ndarray, link_of: np.ndarray, capacity: np.ndarra
     return rates
 
 
+def progressive_finish(size: np.ndarray, rates_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """When each flow of ``size`` bytes finishes, all starting at 0, their rates max-min shared
+    among the flows not yet finished: ``rates_of(alive)`` gives the rates of the flows ``alive``
+    (a boolean per flow; the others ignored).
+
+    A fixed share (every flow at its first max-min rate to the end) is exact only while flows
+    that share links move the same bytes: otherwise a small flow finishes early and leaves its
+    capacity to the others, and a flow slowed elsewhere (a degraded link) frees capacity for the
+    largest one, so ``max(size / rate)`` could fall when a link gets slower. Here the flows
+    re-share at every finish (time advances to the first finish, finished flows leave, max-min
+    runs again on those left), and the last finish is the phase's end.
+
+    Each flow keeps when its rate last changed, its bytes left then and its rate, and is touched
+    only when its own rate changes: a flow whose rate never changes finishes at ``size / rate``
+    exactly, and flows coupled to no others by links evolve bit for bit as they would alone
+    (what lets the symmetric evaluation, which costs independent parts apart, equal the whole
+    cluster's). Flows finish together only when their finish times are equal (no tolerance:
+    the same flows finish in each round whatever else runs).
+    """
+    size = np.asarray(size, dtype=float)
+    alive = np.ones(size.shape, dtype=bool)
+    rate = np.asarray(rates_of(alive), dtype=float).copy()
+    t0 = np.zeros(size.shape)
+    left = size.copy()
+    finish = size / rate
+    while True:
+        t = float(finish[alive].min())
+        alive &= ~(finish <= t)
+        if not alive.any():
+            return finish
+        new = np.asarray(rates_of(alive), dtype=float)
+        ch = alive & (new != rate)
+        if ch.any():
+            left[ch] = np.maximum(left[ch] - rate[ch] * (t - t0[ch]), 0.0)
+            t0[ch] = t
+            rate[ch] = new[ch]
+            finish[ch] = t0[ch] + left[ch] / rate[ch]
+
+
 def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarray] | None = None,
-                   users: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
+                   users: dict[str, np.ndarray] | None = None,
+                   alive: Sequence[np.ndarray] | None = None, merged: list | None = None) -> list[np.ndarray]:
     """Max-min fair rates of flows routed by symmetry (:class:`~dpsim.network.model.SymmetricRoutes`),
     one array per block (``inf``: not set); ``capacity`` per family name.
 
@@ -106,7 +147,12 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
     each group are wanted; the rounds stop once every group has a frozen flow (levels only
     rise, so a group's first frozen flows are its slowest), and flows still rising then are
     left at ``inf``. ``users``: the flows on each link (per family, dense, float), when already
-    counted (the arrays are used up: they end as the flows left rising).
+    counted (over the flows ``alive`` when given; the arrays are used up: they end as the flows
+    left rising). ``alive`` (per block, a
+    boolean per flow): share among these flows only (the others left at ``inf``), for
+    :func:`progressive_finish`. ``merged``: when given, gets ``True`` appended if some round froze
+    a link whose share was within the tolerance of the level but not equal to it (then a flow's
+    rate can depend on flows that share no link with it).
 
     The rounds of :func:`max_min_sparse`, with the same arithmetic on every link: each round the
     smallest ``max(remaining, 0) / users`` over loaded links, every rising flow on a link within
@@ -119,8 +165,12 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
     over the rows that still hold a rising flow. A link's share is recomputed only when its
     flows change (the same value as recomputing it every round).
     """
-    live = [np.arange(b.shape[0]) for b in routes.blocks]
-    rising = [np.ones(b.shape, dtype=bool) for b in routes.blocks]
+    if alive is None:
+        live = [np.arange(b.shape[0]) for b in routes.blocks]
+        rising = [np.ones(b.shape, dtype=bool) for b in routes.blocks]
+    else:
+        live = [np.flatnonzero(a.any(axis=1)) for a in alive]
+        rising = [a[rows] for a, rows in zip(alive, live)]
     rates = [np.full(b.shape, np.inf) for b in routes.blocks]
     users = routes.count(rising, live) if users is None else {f: np.asarray(u, dtype=float) for f, u in users.items()}
     remaining = {f: np.full(len(u), float(capacity[f])) for f, u in users.items()}
@@ -139,6 +189,8 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
             break  # rising flows that cross no link (none here: every flow has a route)
         limit = fair * (1 + 1e-9) + 1e-300
         marked = {f: share[f] <= limit for f, low in lowest.items() if low <= limit}
+        if merged is not None and not merged and any((share[f][m] != fair).any() for f, m in marked.items()):
+            merged.append(True)
         hit = [a & c for a, c in zip(rising, routes.crossed(marked, live))]
         for k, (r, rows, h) in enumerate(zip(rates, live, hit)):
             if h.any():

@@ -217,7 +217,7 @@ class SymmetricRoutes:
                 if not side.links:
                     continue
                 srv = side.servers[r[rr]]
-                units = self.families[side.links[0][0]].units
+                by_family: dict[str, tuple[list, list]] = {}
                 for k, (fam, lane) in enumerate(side.links):
                     idx = side.column_index[k]
                     if blk.multiplicity is not None:
@@ -226,8 +226,16 @@ class SymmetricRoutes:
                         per_row = wr[:, idx[0]]
                     else:
                         per_row = np.count_nonzero(wr[:, idx], axis=1)
-                    dense(fam).reshape(-1, self.families[fam].lanes)[:, lane] += np.bincount(
-                        srv, weights=per_row, minlength=units)
+                    lanes_of, rows_of = by_family.setdefault(fam, ([], []))
+                    lanes_of.append(lane)
+                    rows_of.append(per_row)
+                # One histogram per family over its cells (server x lane), not one per link: whole
+                # numbers, so the same sums.
+                for fam, (lanes_of, rows_of) in by_family.items():
+                    f = self.families[fam]
+                    cell = (srv[:, None] * f.lanes + np.asarray(lanes_of)).ravel()
+                    dense(fam)[:] += np.bincount(cell, weights=np.stack(rows_of, axis=1).astype(float).ravel(),
+                                                 minlength=f.units * f.lanes)
             for fam, cells, mask in blk.hops:
                 on = w if mask is None else (w & (mask[r] if len(mask) > 1 else mask))
                 if not on.any():

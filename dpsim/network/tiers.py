@@ -362,11 +362,15 @@ class TierNetwork:
         n = self.n_nodes
         blocks: list[RouteBlock] = []
         if server is not None and len(server.src):
-            # One column per distinct (source, destination): flows on one route share its rate.
-            pairs = list(zip(np.asarray(server.src).tolist(), np.asarray(server.dst).tolist()))
+            # One column per distinct (source, destination): flows on one route share its rate. Given
+            # a weight per flow, flows of different weights (bytes) keep their own columns: they
+            # finish at different times (:func:`~dpsim.network.maxmin.progressive_finish`).
+            weight = np.broadcast_to(np.asarray(server.weight, dtype=float), np.shape(server.src)).tolist()
+            pairs = list(zip(np.asarray(server.src).tolist(), np.asarray(server.dst).tolist(), weight))
             distinct = list(dict.fromkeys(pairs))
-            column = np.array([distinct.index(p) for p in pairs], dtype=np.int64)
-            src, dst = (np.array(x, dtype=np.int64) for x in zip(*distinct))
+            index = {p: k for k, p in enumerate(distinct)}
+            column = np.array([index[p] for p in pairs], dtype=np.int64)
+            src, dst = (np.array(x, dtype=np.int64) for x in list(zip(*distinct))[:2])
             routes = tmpl.intra_routes(src, dst)
             mult = np.bincount(column, minlength=len(distinct)).astype(float)
             blocks.append(RouteBlock(kind="server", shape=(n, len(routes)), sides=(self._side(np.arange(n), routes),),
