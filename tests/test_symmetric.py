@@ -211,19 +211,8 @@ def test_symmetric_counts_equal_routed_flows(topo):
     rng = np.random.default_rng(topo.n_gpus)
     n, g = topo.n_nodes, topo.spec.node.gpus_per_node
     for _ in range(3):
-        groups = []
-        for _ in range(3):
-            m, q = int(rng.integers(1, 3 * n)), int(rng.integers(1, g + 1))
-            a = rng.integers(0, n, m)
-            b = (a + rng.integers(1, n, m)) % n
-            groups.append(CrossingFlows(src_server=a, dst_server=b, src_local=rng.integers(0, g, q),
-                                        dst_local=rng.integers(0, g, q), weight=float(rng.integers(1, 4))))
-        k = int(rng.integers(1, 2 * g))
-        s_loc, d_loc = rng.integers(-1, g, k), rng.integers(0, g, k)
-        s_loc = np.where(s_loc == d_loc, -1, s_loc)
-        if topo.spec.node.interconnect not in HUB_KINDS:  # no switch to send from: GPU to GPU only
-            s_loc = np.where(s_loc < 0, (d_loc + 1) % g, s_loc)
-        server = ServerFlows(src=s_loc, dst=d_loc, weight=rng.random(k))
+        server, groups = _random_phase(topo, rng, weighted=True)
+        s_loc, d_loc, k = server.src, server.dst, len(server.src)
         counted = net.symmetric_loads(server=server, crossing=groups).dense(net.families(), net.n_links)
         routed = np.zeros(net.n_links)
         for x in groups:
@@ -236,8 +225,9 @@ def test_symmetric_counts_equal_routed_flows(topo):
         assert counted == pytest.approx(routed, rel=1e-12, abs=1e-12)
 
 
-def _random_phase(topo, rng):
-    """Random flows inside every server (switch endpoints included) and random server-level patterns."""
+def _random_phase(topo, rng, *, weighted: bool = False):
+    """Random flows inside every server (switch endpoints included) and random server-level patterns
+    (with random weights if ``weighted``, else every flow one byte)."""
     n, g = topo.n_nodes, topo.spec.node.gpus_per_node
     groups = []
     for _ in range(3):
@@ -245,13 +235,14 @@ def _random_phase(topo, rng):
         a = rng.integers(0, n, m)
         b = (a + rng.integers(1, n, m)) % n
         groups.append(CrossingFlows(src_server=a, dst_server=b, src_local=rng.integers(0, g, q),
-                                    dst_local=rng.integers(0, g, q)))
+                                    dst_local=rng.integers(0, g, q),
+                                    weight=float(rng.integers(1, 4)) if weighted else 1.0))
     k = int(rng.integers(1, 2 * g))
     s_loc, d_loc = rng.integers(-1, g, k), rng.integers(0, g, k)
     s_loc = np.where(s_loc == d_loc, -1, s_loc)
     if topo.spec.node.interconnect not in HUB_KINDS:
         s_loc = np.where(s_loc < 0, (d_loc + 1) % g, s_loc)
-    return ServerFlows(src=s_loc, dst=d_loc, weight=1.0), groups
+    return ServerFlows(src=s_loc, dst=d_loc, weight=rng.random(k) if weighted else 1.0), groups
 
 
 def _block_endpoints(routes, topo, server, groups):
