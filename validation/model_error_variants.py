@@ -83,15 +83,11 @@ def _scored_rows(pool_rows, knobs) -> list[tuple[str, float, float]]:
     to hold it) against its regime's band without its system, in units of the unwidened band (as
     shipped: the symmetric score is their maximum)."""
     out = []
-    for system in {r.system for r in pool_rows}:
-        others = [r for r in pool_rows if r.system != system]
-        if not others:
-            continue
-        extent = me._Extent.of(others)
-        for r in (r for r in pool_rows if r.system == system):
+    for others, extent, mine in me._held_out(pool_rows):
+        for r in mine:
             low, centre, high = _p10_p90(others, r, knobs)
             factor = me.WIDEN_PER_EXTRAPOLATION ** len(me._extrapolations(others, r, r.pool, extent))
-            out.append((system, (centre - r.log_ratio) / factor - (centre - low),
+            out.append((r.system, (centre - r.log_ratio) / factor - (centre - low),
                         (r.log_ratio - centre) / factor - (high - centre)))
     return out
 
@@ -230,13 +226,9 @@ def _query_form_margin(shipped_margin: Callable) -> Callable:
         if not pool_rows or pool_rows[0].pool != "layout":
             return shipped_margin(pool_rows, knobs)
         scores = []
-        for system in {r.system for r in pool_rows}:
-            others = [r for r in pool_rows if r.system != system]
-            if not others:
-                continue
-            extent = me._Extent.of(others)
+        for others, extent, mine in me._held_out(pool_rows):
             fabrics = {r.fabric for r in others}
-            for r in (r for r in pool_rows if r.system == system):
+            for r in mine:
                 unvalidated = (f"fabric {r.fabric!r}",) if r.fabric and r.fabric not in classes else ()
                 if not unvalidated and not (r.exposed_share > 0 and r.fabric and r.fabric not in fabrics):
                     low, centre, high = _p10_p90(others, r, knobs)
@@ -406,12 +398,8 @@ def _w_closed_scores(pool_rows, knobs) -> list[tuple[float, int, str]]:
     if key in _W.scores:
         return _W.scores[key]
     out = []
-    for system in {r.system for r in pool_rows}:
-        others = [r for r in pool_rows if r.system != system]
-        if not others:
-            continue
-        extent = me._Extent.of(others)
-        for r in (r for r in pool_rows if r.system == system):
+    for others, extent, mine in me._held_out(pool_rows):
+        for r in mine:
             lo, c, hi, k, _ = _w_band(others, r, knobs)
             factor = me.WIDEN_PER_EXTRAPOLATION ** len(me._extrapolations(others, r, r.pool, extent))
             out.append((max((c - r.log_ratio) / factor - (c - lo), (r.log_ratio - c) / factor - (hi - c)), k, r.id))

@@ -317,6 +317,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from operator import attrgetter
@@ -653,15 +654,10 @@ def _scores(pool_rows: tuple[ResidualRow, ...], knobs: Knobs) -> tuple[float, ..
     over EFA): their queries (:func:`_scored`) also widen for a fabric no collective measurement
     validated or add the collective pool's error, which this closed-form score leaves out (interval2's
     V11 and interval3's W+ / X1+ variants score them so; module docstring)."""
-    by_system: dict[str, list[ResidualRow]] = {}
-    for r in pool_rows:
-        by_system.setdefault(r.system, []).append(r)
     scores = []
-    for system, mine in by_system.items():
-        others = [r for r in pool_rows if r.system != system]
-        extent = _Extent.of(others) if others else None  # once per system, not per row
+    for others, extent, mine in _held_out(pool_rows):
         bands: dict[tuple, tuple[float, float, float]] = {}
-        for r in mine if others else ():
+        for r in mine:
             key = tuple(getattr(r, k) for k in knobs.keys)
             if key not in bands:
                 bands[key] = _band(others, r, knobs)
@@ -671,6 +667,18 @@ def _scores(pool_rows: tuple[ResidualRow, ...], knobs: Knobs) -> tuple[float, ..
             scores.append(max((centre - r.log_ratio) / factor - (centre - low),
                               (r.log_ratio - centre) / factor - (high - centre)))
     return tuple(scores)
+
+
+def _held_out(pool_rows) -> Iterator[tuple[list, _Extent, list]]:
+    """Leaving each system out, system by system (first seen first): the other systems' rows, their
+    extent (once per system, not per row) and the system's own rows; a system alone in its pool is skipped."""
+    by_system: dict[str, list[ResidualRow]] = {}
+    for r in pool_rows:
+        by_system.setdefault(r.system, []).append(r)
+    for system, mine in by_system.items():
+        others = [r for r in pool_rows if r.system != system]
+        if others:
+            yield others, _Extent.of(others), mine
 
 
 def _margin(rows, knobs: dict[str, Knobs]) -> float:
