@@ -294,7 +294,8 @@ class ParallelismConfig:
     sharded_data_parallel_degree: gradient shards all-reduced over the replicas at the last micro-batch),
     left out every rank; with --strategy zero1 --zero-impl internlm InternLM's zero1 group (optimizer
     states), left out every rank. Must divide the data-parallel ranks and tile the servers; other
-    strategies refuse it."""
+    strategies refuse it. With fsdp-hybrid and --ep, ep must divide tp x N x cp (the experts are sharded
+    over what it leaves of each shard group)."""
     tp: int = field(default=1, metadata=_count())
     """Tensor-parallel GPUs per model replica (Megatron-style: each transformer block's linears
     split over them, inside one NVLink domain)."""
