@@ -505,6 +505,9 @@ class LayoutReport:
                 "expert_load_factor": self.expert_load.mean_busiest_factor,
                 "expert_load_p90": _p90(self.expert_load.step_factors),
                 "expert_dropped_fraction": self.expert_load.dropped_fraction} if self.expert_load else {}),
+            # HSDP under expert parallelism: the experts' shard group (of edp) and their replicas.
+            **({"expert_shard_group": lay.expert_shard_group, "expert_replicas": lay.expert_replicas}
+               if lay.expert_replicas > 1 else {}),
             **({"etp_comm_s": self.etp_comm_s} if lay.etp > 1 else {}),
         }
 
