@@ -887,7 +887,8 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
         experts = sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
-        shard = -(-(numel - experts) // d) + -(-experts // layout.edp)  # a rank's share of the stage's parameters
+        # HSDP under expert parallelism shards them over the expert-data-parallel ranks of its shard group.
+        shard = -(-(numel - experts) // d) + -(-experts // layout.expert_shard_group)  # a rank's share
         opt = shard * k if layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES else numel * k
         if internlm:  # whole parameters, greedily, within the ZERO1 group: the largest share's state
             opt = internlm[s].largest_owned * k

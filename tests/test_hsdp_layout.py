@@ -119,10 +119,3 @@ def test_hsdp_with_context_parallelism_tiles_the_servers_by_its_context_ranks():
     # tp 2 x cp 2 on 8-GPU servers: 2 data-parallel ranks a server; a group of 3 neither divides nor fills them.
     with pytest.raises(ConfigError, match="^--zero-group: 3 neither divides nor is a multiple of the 2 data-parallel"):
         predict(_cp(12, "fsdp-hybrid", 3, tp=2))
-
-
-def test_hsdp_refuses_expert_parallelism_saying_why():
-    with pytest.raises(ConfigError, match="^--ep: 8 does not combine with --strategy fsdp-hybrid here .*experts would "
-                                          "be sharded within each replica"):
-        PredictConfig(model="mixtral-8x7b", link="infiniband", precision="bf16-mixed", micro_batch=1, steps=1,
-                      gpus=64, ep=8, global_batch=64, strategy="fsdp-hybrid", zero_group=16)

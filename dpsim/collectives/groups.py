@@ -30,10 +30,11 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.server import with_gpus_per_node
 from dpsim.topology.spec import nic_fabric, nvlink_fabric
 
-GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb", "cp", "ep", "edp", "zero", "zrep")
+GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb", "cp", "ep", "edp", "zero", "zrep", "ezero", "ezrep")
 """Communicator names a comm op may use (``tp``, ``dp``, ``pp``, ``emb`` and ``cp`` exist only for a
 tensor/pipeline/context layout, ``ep`` and ``edp`` for its expert layers: :func:`layout_communicators`;
-``zero`` for InternLM's ZeRO-1 group, ``--zero-group``)."""
+``zero`` for InternLM's ZeRO-1 group or HSDP's shard group, ``--zero-group``, ``zrep`` HSDP's replica group;
+``ezero`` and ``ezrep`` the routed experts' shard and replica groups of HSDP under expert parallelism)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,6 +227,17 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
         # torchtitan/distributed/parallel_dims.py@0119de156de5): one rank of each shard group, tp x shard apart.
         rep_topo, rep_conc = strided(t * shard, d // shard)
         comms["zrep"] = Communicator(name="zrep", topology=rep_topo, job=job, concurrent=rep_conc)
+    if shard is not None and shard < d and shape.ep > 1:
+        # HSDP under expert parallelism: the routed experts are sharded over the expert-data-parallel ranks of one
+        # shard group (torchtitan's dp_shard_in_ep = dp_shard x cp / ep, parallel_dims.py@0119de156de5), in
+        # the expert order below etp x ep apart within the shard group's tp x shard consecutive GPUs, and
+        # replicated across the shard groups: one rank of each, tp x shard apart, the ranks zrep spans (a group
+        # of its own, placed where those ranks are).
+        eshard = t * shard // (shape.etp * shape.ep)
+        ezero_topo, ezero_conc = strided(shape.etp * shape.ep, eshard)
+        comms["ezero"] = Communicator(name="ezero", topology=ezero_topo, job=job, concurrent=ezero_conc)
+        erep_topo, erep_conc = strided(t * shard, d // shard)
+        comms["ezrep"] = Communicator(name="ezrep", topology=erep_topo, job=job, concurrent=erep_conc)
     # The expert layers' own rank order, tp-ep-dp-pp with tp = etp and dp = edp (Megatron-Core's
     # expert RankGenerator, megatron/core/parallel_state.py): an ``ep`` group is ep ranks etp
     # apart, an ``edp`` group edp ranks etp x ep apart (a dense model uses neither).

@@ -1083,8 +1083,11 @@ class Planner:
         gathers the forwards wait for)``: the last bucket's reduce-scatter; the first bucket's gather and
         whatever the stream needs beyond the compute."""
         m = layout.micro_batches
+        # HSDP under expert parallelism: the routed experts in buckets of their own on their shard group
+        # ("ezero"), each reduce-scatter's shard all-reduced across their replicas ("ezrep"), as predict's program.
+        split = layout.expert_replicas > 1 and self.model.moe is not None
         buckets = self.stage_buckets(tab, assignment, 0, bucket=self.bucket(layout.grad_group),
-                                     overlap=True, groups=("all",))
+                                     overlap=True, groups=("dp", "edp") if split else ("all",))
         w, g = self.precision.weight_bytes, self.precision.grad_bytes
         numel = sum(b[2] for b in buckets)
         share = 1.0
@@ -1092,12 +1095,15 @@ class Planner:
             share = sum(zero3.backward_gather_numel) / numel
         shard, replicas = layout.shard_group, layout.replicas
         comm = "zero" if replicas > 1 else "dp"
-        gathers = [self.cost(gc, comm, "all_gather", b[2] * w) for b in buckets]
-        again = sum(self.cost(gc, comm, "all_gather", b[2] * share * w) for b in buckets) if share > 0 else 0.0
+        of = {"edp": ("ezero", "ezrep", layout.expert_shard_group)}
+        place = [of.get(b[0], (comm, "zrep", shard)) for b in buckets]
+        gathers = [self.cost(gc, q[0], "all_gather", b[2] * w) for b, q in zip(buckets, place)]
+        again = sum(self.cost(gc, q[0], "all_gather", b[2] * share * w) for b, q in zip(buckets, place)) \
+            if share > 0 else 0.0
         # HSDP: each reduce-scatter's shard then all-reduced across the replica groups, behind it.
-        reduces = [self.cost(gc, comm, "reduce_scatter", b[2] * g)
-                   + (self.cost(gc, "zrep", "all_reduce", -(-b[2] // shard) * g) if replicas > 1 else 0.0)
-                   for b in buckets]
+        reduces = [self.cost(gc, q[0], "reduce_scatter", b[2] * g)
+                   + (self.cost(gc, q[1], "all_reduce", -(-b[2] // q[2]) * g) if replicas > 1 else 0.0)
+                   for b, q in zip(buckets, place)]
         if not buckets:
             return 0.0, 0.0
         total = m * (sum(gathers) + again + sum(reduces))
@@ -1229,8 +1235,8 @@ class Planner:
         experts is not modelled, as ``predict --strategy zero3 --ep`` refuses), with data parallelism alone
         also as MiCS over each shard group :meth:`shard_groups` gives; ``fsdp-hybrid`` with data
         parallelism alone, once per shard group :meth:`shard_groups` gives, and, when ``strategies`` names it,
-        under ``--tp``/``--pp``/``--cp`` too (torchtitan's ``dp_replicate x dp_shard x cp x tp x pp``; not with ep, as
-        predict refuses), its collectives in :meth:`stage_dp` and :meth:`reshard_dp`."""
+        under ``--tp``/``--pp``/``--cp``/``--ep`` too (torchtitan's ``dp_replicate x dp_shard x cp x tp x pp``, ep
+        carved out of each shard group), its collectives in :meth:`stage_dp` and :meth:`reshard_dp`."""
         out: list[tuple[str, int | None]] = []
         for strategy in (strategies or DEFAULT_STRATEGIES):
             if dp * cp == 1 and strategy != "ddp":
@@ -1246,10 +1252,14 @@ class Planner:
             if strategy == "fsdp-hybrid":
                 if not sharded:
                     out += [(strategy, g) for g in self.shard_groups(gpus, dp)]
-                elif strategies and ep == etp == 1:
+                elif strategies:
                     # Under tp/pp only when asked: HSDP's memory there is never below zero1's (pipelined) or
-                    # zero3's (not), so the default search, bounded by issue 28's 10 s, leaves it out.
-                    out += [(strategy, g) for g in self.shard_groups(gpus, dp, tp=gpus // (dp * pp))]
+                    # zero3's (not), so the default search, bounded by issue 28's 10 s, leaves it out. With
+                    # ep, the shard groups ep (x etp) divides: the experts are carved out of tp x group x cp
+                    # (torchtitan's (dp_shard * cp) % ep == 0, as predict requires).
+                    per_rank = gpus // (dp * pp)  # tp x cp
+                    out += [(strategy, g) for g in self.shard_groups(gpus, dp, tp=per_rank)
+                            if (per_rank * g) % (ep * etp) == 0]
                 continue
             out.append((strategy, None))
         return out
@@ -1491,7 +1501,9 @@ class Planner:
         ``overlap``). The routed experts' buckets, on their own communicator strided across nodes,
         cost more than the same bytes over ``dp`` would (Mixtral tp2 ep4 on 1,024 GPUs: 0.56 s of
         collectives where all over dp read 0.2 s)."""
-        groups = tuple(group for group, size in (("dp", grad_group), ("edp", edp)) if size > 1)
+        ereplicas = self._expert_replicas(gc, strategy)
+        groups = tuple(group for group, size in (("dp", grad_group), ("edp", edp))
+                       if size > 1 or (group == "edp" and ereplicas > 1 and self.model.moe is not None))
         buckets = self.stage_buckets(tab, assignment, s, bucket=bucket, overlap=overlap, groups=groups)
         # ``gc`` and ``buckets`` are cached for the planner's life (:meth:`collectives`,
         # :meth:`stage_buckets`), so their ids are stable.
@@ -1526,9 +1538,12 @@ class Planner:
         # HSDP (fsdp-hybrid under tp/pp): fsdp's collectives on the shard group ("zero": its data-parallel ranks with
         # their context-parallel ones), each reduce-scatter's shard then all-reduced across the replica groups
         # ("zrep") behind it, as predict's program queues them.
+        # Under expert parallelism the routed experts likewise on theirs ("ezero", "ezrep").
         shard = gc.layout.zero_group * gc.layout.cp if strategy == "fsdp-hybrid" and gc.layout is not None else None
         replicated = shard is not None and shard < grad_group
         comm_of = {"dp": "zero"} if replicated else {}
+        if ereplicas > 1:
+            comm_of["edp"] = "ezero"
         end = -math.inf
         hidden = early = 0.0
         for t, k in launches:
@@ -1537,6 +1552,8 @@ class Planner:
             end = start + self.cost(gc, comm_of.get(group, group), op, numel * g)
             if replicated and group == "dp":
                 end += self.cost(gc, "zrep", "all_reduce", -(-numel // shard) * g)
+            elif ereplicas > 1 and group == "edp":
+                end += self.cost(gc, "ezrep", "all_reduce", -(-numel // max(1, edp)) * g)
             hidden += max(0.0, min(end, 0.0) - max(start, -chunk_backward[0]))
             early += max(0.0, min(end, -chunk_backward[0]) - start)
         reduce_left = max(0.0, end) if launches else 0.0
@@ -1551,6 +1568,15 @@ class Planner:
                 stall = queue
         out = self._dp_costs[key] = (reduce_left, stall, hidden, early)
         return out
+
+    @staticmethod
+    def _expert_replicas(gc: GroupCollectives, strategy: str) -> int:
+        """HSDP's replica groups of the routed experts on ``gc``'s layout (1 unless ``fsdp-hybrid`` with a shard
+        group below every data-parallel rank and ep above 1: :attr:`~dpsim.strategies.layout.Layout.expert_replicas`)."""
+        shape = gc.layout
+        if strategy != "fsdp-hybrid" or shape is None or shape.zero_group is None or shape.ep == 1:
+            return 1
+        return shape.dp // shape.zero_group
 
     def chunk_sums(self, tab: _Tables, assignment) -> tuple[tuple[tuple[float, ...], ...],
                                                              tuple[tuple[float, ...], ...], tuple[float, ...]]:
@@ -1717,7 +1743,8 @@ class Planner:
         # worst stage (a middle stage of a mixture of experts holds more experts than the first).
         dp_exposed = 0.0
         grad_group = c.dp * c.cp
-        edp = layout.edp if self.model.moe is not None and c.sharded else 1
+        # HSDP under expert parallelism: the experts' shard group, their replicas all-reducing behind (stage_dp).
+        edp = layout.expert_shard_group if self.model.moe is not None and c.sharded else 1
         per_stage = self.stage_sums(tab, assignment)
         overlap = c.overlap(self.base)
         critical = 0
@@ -1779,7 +1806,7 @@ class Planner:
                     left, stall, hidden, before = self.stage_dp(
                         gc, tab, assignment, s, strategy=c.strategy, bucket=self.bucket(grad_group),
                         grad_group=grad_group, edp=edp, overlap=overlap, leads=leads) \
-                        if grad_group > 1 or edp > 1 else (0.0, 0.0, 0.0, 0.0)
+                        if grad_group > 1 or edp > 1 or layout.expert_replicas > 1 else (0.0, 0.0, 0.0, 0.0)
                     hit = seen[kind] = (left, stall, contention * hidden, contention * before,
                                         stage_optimizer_s(per_param, stage_params[s], experts, layout))
                 left, stall, slow, slow_before, update = hit

@@ -294,7 +294,8 @@ class ParallelismConfig:
     sharded_data_parallel_degree: gradient shards all-reduced over the replicas at the last micro-batch),
     left out every rank; with --strategy zero1 --zero-impl internlm InternLM's zero1 group (optimizer
     states), left out every rank. Must divide the data-parallel ranks and tile the servers; other
-    strategies refuse it."""
+    strategies refuse it. With fsdp-hybrid and --ep, ep must divide tp x N x cp (the experts are sharded
+    over what it leaves of each shard group)."""
     tp: int = field(default=1, metadata=_count())
     """Tensor-parallel GPUs per model replica (Megatron-style: each transformer block's linears
     split over them, inside one NVLink domain)."""
@@ -970,13 +971,17 @@ class PredictConfig:
             raise ConfigError(f"--strategy: {p.strategy!r} does not combine with {p.layout_flags} here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
         if p.strategy == "fsdp-hybrid" and (p.ep > 1 or p.etp > 1):
-            # torchtitan folds cp into the shard dimension (dp_shard_cp), modelled; it carves ep out of dp_shard_cp
-            # and shards the experts over the rest (dp_shard_mod_ep) inside each replica: a shard and a replica
-            # group of the expert-data-parallel ranks that dpsim's one edp group does not split.
-            name, value = next((n, v) for n, v in (("ep", p.ep), ("etp", p.etp)) if v > 1)
-            raise ConfigError(f"--{name}: {value} does not combine with --strategy fsdp-hybrid here (its experts would "
-                              f"be sharded within each replica and replicated across them, which the expert-data-"
-                              f"parallel group is not split for); use --{name} 1, or --strategy fsdp or zero1")
+            # torchtitan carves ep out of each shard group (dp_shard x cp, with etp 1 x tp too) and shards the
+            # experts over the rest inside each replica: it asserts (dp_shard * cp) % ep == 0
+            # (ParallelDims._validate, torchtitan/distributed/parallel_dims.py@0119de156de5).
+            ranks = p.tp * p.zero_group * p.cp
+            if ranks % (p.ep * p.etp):
+                allowed = [k for k in range(1, ranks + 1) if ranks % (k * p.etp) == 0]
+                name, value = ("ep", p.ep) if p.etp == 1 else ("ep", f"{p.ep} x --etp {p.etp}")
+                raise ConfigError(f"--{name}: {value} does not divide the HSDP shard group the experts are carved "
+                                  f"from, --zero-group {p.zero_group} x --cp {p.cp}"
+                                  + (f" x --tp {p.tp}" if p.tp > 1 else "") + f" = {ranks} ranks; choose --ep "
+                                  f"among {', '.join(map(str, allowed))}, or a --zero-group that --ep divides")
         if p.strategy == "zero3" and (p.pp > 1 or p.ep > 1 or p.etp > 1):
             # DeepSpeed's PipelineEngine asserts ``zero_optimization_stage() < 2`` ("ZeRO-2 and ZeRO-3 are
             # incompatible with pipeline parallelism", microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py);

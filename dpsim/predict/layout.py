@@ -505,6 +505,9 @@ class LayoutReport:
                 "expert_load_factor": self.expert_load.mean_busiest_factor,
                 "expert_load_p90": _p90(self.expert_load.step_factors),
                 "expert_dropped_fraction": self.expert_load.dropped_fraction} if self.expert_load else {}),
+            # HSDP under expert parallelism: the experts' shard group (of edp) and their replicas.
+            **({"expert_shard_group": lay.expert_shard_group, "expert_replicas": lay.expert_replicas}
+               if lay.expert_replicas > 1 else {}),
             **({"etp_comm_s": self.etp_comm_s} if lay.etp > 1 else {}),
         }
 
@@ -705,7 +708,11 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                                bucket_elements=internlm[0].bucket_elements if internlm else
                                layout.bucket_elements or default_bucket_elements(d),
                                grad_bytes=precision.grad_bytes, weight_bytes=precision.weight_bytes,
-                               edp=layout.edp if model.moe is not None else 1, internlm=internlm,
+                               edp=layout.expert_shard_group if model.moe is not None else 1, internlm=internlm,
+                               # HSDP under expert parallelism: the experts on their shard group ("ezero"),
+                               # each gradient shard all-reduced over their replica group ("ezrep").
+                               expert_comm="ezero" if layout.expert_replicas > 1 else "edp",
+                               expert_replicas=layout.expert_replicas,
                                zero_comm="zero" if layout.zero1_group < d else "dp",
                                # HSDP: fsdp on its shard group ("zero"), each gradient shard all-reduced
                                # over the replica group ("zrep").
@@ -893,7 +900,7 @@ def stage_optimizer_s(per_param_s: float, params_per_gpu: int, expert_numel: int
     over ``edp``, each rounded up."""
     if layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES:
         return per_param_s * (-(-(params_per_gpu - expert_numel) // layout.shard_group)
-                              + -(-expert_numel // layout.edp))
+                              + -(-expert_numel // layout.expert_shard_group))
     return per_param_s * params_per_gpu
 
 

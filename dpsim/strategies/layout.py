@@ -75,7 +75,8 @@ LAYOUT_STRATEGIES: dict[str, str] = {
     "fsdp-hybrid": "HSDP over the replicas of each shard (torchtitan's dp_replicate x dp_shard mesh under tp and pp): "
                    "fsdp within shard groups of --zero-group consecutive data-parallel ranks (its gathers and "
                    "reduce-scatters on that group), each gradient shard then all-reduced across the groups "
-                   "(replicate); no context or expert parallelism here",
+                   "(replicate); with --ep the routed experts sharded over the expert-data-parallel part of each "
+                   "shard group and all-reduced across the same replicas",
 }
 """Data-parallel strategies a tensor/pipeline layout runs over its replicas."""
 
@@ -171,8 +172,9 @@ class Layout:
         assert self.tp_comm_overlap in TP_COMM_OVERLAP and self.strategy in LAYOUT_STRATEGIES
         assert self.zero_impl == "deepspeed" or self.strategy == "zero1", (self.zero_impl, self.strategy)
         # HSDP's shard group tiles the data-parallel ranks (predict's config refuses the rest in one line).
-        assert self.strategy != "fsdp-hybrid" or (self.zero_group is not None and self.ep == self.etp == 1
-                                                  and self.dp % self.zero_group == 0), (self.zero_group, self.dp)
+        assert self.strategy != "fsdp-hybrid" or (self.zero_group is not None and self.dp % self.zero_group == 0
+                                                  and self.tp * self.shard_group % (self.ep * self.etp) == 0), \
+            (self.zero_group, self.dp, self.ep, self.etp)
 
     @property
     def n_gpus(self) -> int:
@@ -216,6 +218,28 @@ class Layout:
         """Expert-data-parallel replicas, over which the experts' gradients reduce: ``tp x cp x dp /
         (etp x ep)`` (``megatron/core/parallel_state.py``, ``expert_data_parallel_size``)."""
         return self.tp * self.grad_group // (self.etp * self.ep)
+
+    @property
+    def expert_shard_group(self) -> int:
+        """Ranks a sharding strategy splits the routed experts' parameters, gradients and optimizer state over:
+        :attr:`edp`, or with HSDP under expert parallelism (``fsdp-hybrid``, ``ep`` above 1) the
+        expert-data-parallel ranks of one shard group, ``tp x shard_group / (etp x ep)``, the experts
+        replicated across the :attr:`replicas` as the dense parameters are. torchtitan carves ep out of
+        ``dp_shard x cp`` and shards the experts over the rest (``dp_shard_in_ep = dp_shard * cp // ep``
+        with etp = tp, ``dp_shard * cp * tp // ep`` with etp = 1), the expert region's mesh being
+        ``[pp, dp_replicate, dp_shard_in_ep, ep, tp]`` (ParallelDims.build_mesh,
+        torchtitan/distributed/parallel_dims.py@0119de156de5); apply_fsdp wraps the routed experts with
+        ``fully_shard(transformer_block.moe.experts, mesh=edp_mesh)``, edp_mesh ``["dp_replicate", "efsdp"]``
+        with replicas (torchtitan/models/llama4/infra/parallelize.py@05a6cb3895a5). With ``ep`` 1 the
+        experts keep :attr:`edp` (the behaviour before expert parallelism joined HSDP)."""
+        if self.strategy == "fsdp-hybrid" and self.zero_group and self.ep > 1:
+            return self.tp * self.shard_group // (self.etp * self.ep)
+        return self.edp
+
+    @property
+    def expert_replicas(self) -> int:
+        """Replica groups of the routed experts (HSDP's :attr:`replicas` under expert parallelism, else 1)."""
+        return self.edp // self.expert_shard_group
 
     @property
     def chunks(self) -> int:

@@ -774,7 +774,7 @@ class DataParallelPlan:
     """Bytes per parameter element gathered."""
     edp: int = 1
     """Expert-data-parallel replicas a mixture of experts reduces its routed experts' gradients
-    over, on the ``edp`` communicator (their own buckets, as Megatron-Core keeps the expert
+    over, on the :attr:`expert_comm` communicator (their own buckets, as Megatron-Core keeps the expert
     parameters in buffers of their own); the rest reduce over ``dp``."""
     internlm: tuple[InternlmZero1, ...] = ()
     """Per stage, InternLM's ZeRO-1 (``zero1`` only; empty: Megatron's distributed optimizer): buckets
@@ -789,6 +789,12 @@ class DataParallelPlan:
     """HSDP's replica groups: above 1, each reduce-scatter's gradient shard (its bytes over
     ``dp / replicas`` ranks) is then all-reduced on ``zrep``, one rank of each shard group, on the same
     stream (FSDP2's HSDP reduces its reduce-scatter output over the replicate dimension)."""
+    expert_comm: str = "edp"
+    """The communicator the routed experts' gradients reduce (and, sharded, their parameters gather) on: ``edp``,
+    or with HSDP under expert parallelism their shard group (``ezero``, :attr:`edp` ranks then)."""
+    expert_replicas: int = 1
+    """The routed experts' replica groups (HSDP under expert parallelism): above 1, each expert reduce-scatter's
+    shard (its bytes over :attr:`edp` ranks) is then all-reduced on ``ezrep``, on the same stream."""
     fp8_all_gather: bool = False
     """FSDP2 gathers the FP8 linears' weights in one byte (torchao ``enable_fsdp_float8_all_gather``, which
     torchtitan turns on whenever the data-parallel dimension is sharded, tensor parallel or not:
@@ -910,14 +916,16 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         comm_stages.append(stages)
         return len(comms) - 1
 
-    def replicate(label: str, numel: float) -> list[int]:
+    def replicate(label: str, numel: float, expert: bool = False) -> list[int]:
         # HSDP: the reduce-scatter's gradient shard (numel over the shard group's ranks) all-reduced across
-        # the replica groups, queued right behind it on the same stream, so it starts when that one ends.
-        if dp.replicas <= 1:
+        # the replica groups, queued right behind it on the same stream, so it starts when that one ends;
+        # the routed experts' shard (over their own shard group) across their replicas, on a group of its own.
+        replicas, shard, group = ((dp.expert_replicas, dp.edp, "ezrep") if expert
+                                  else (dp.replicas, dp.dp // max(1, dp.replicas), "zrep"))
+        if replicas <= 1:
             return []
-        shard = dp.dp // dp.replicas
         return [new_comm(f"all-reduce gradient shard {label} across replicas", "all_reduce",
-                         -(-numel // shard) * dp.grad_bytes, "allreduce", "zrep", (s,))]
+                         -(-numel // shard) * dp.grad_bytes, "allreduce", group, (s,))]
 
     gradient_ops: list[int] = []
     stage_programs: list[StageProgram] = []
@@ -948,40 +956,58 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         # A micro-batch's backward gathers, then the next micro-batch's forward gathers, are
         # launched when its forward starts, so that the stream holds them in the order they are used.
         reshard = dp.dp > 1 and reshards_after_forward(layout)
-        gather_fwd: dict[tuple[int, int, int], int] = {}  # (chunk, micro-batch, layer) -> all-gather
-        gather_bwd: dict[tuple[int, int, int], int] = {}
+        gather_fwd: dict[tuple[int, int, int], tuple[int, ...]] = {}  # (chunk, micro-batch, layer) -> all-gathers
+        gather_bwd: dict[tuple[int, int, int], tuple[int, ...]] = {}
         launch_at_forward: dict[tuple[int, int], list[int]] = {}  # (chunk, micro-batch) -> gathers
         rs_after: dict[tuple[int, int, int], list[int]] = {}  # (chunk, micro-batch, layer) -> reduce-scatters
         if reshard:
             for c in range(v):
-                # Every parameter, experts too: the experts' edp groups are not split out here.
-                buckets = gradient_buckets(chunks[s][c], dp.bucket_elements, _all_numel)
+                # Every parameter in one set of buckets, experts too (fsdp's experts are not split out of dp
+                # here); HSDP under expert parallelism wraps the routed experts apart (torchtitan's apply_fsdp:
+                # ``fully_shard(transformer_block.moe.experts, mesh=edp_mesh)``), their buckets on the experts'
+                # shard group, queued on the one stream in the order the layers use them, the block's first.
+                if dp.expert_replicas > 1:
+                    sets = [(dp.shard_comm, False, "", gradient_buckets(chunks[s][c], dp.bucket_elements,
+                                                                        _dense_numel)),
+                            (dp.expert_comm, True, "experts ", gradient_buckets(chunks[s][c], dp.bucket_elements,
+                                                                                _expert_numel))]
+                else:
+                    sets = [(dp.shard_comm, False, "", gradient_buckets(chunks[s][c], dp.bucket_elements,
+                                                                        _all_numel))]
+                tagged = [(group, expert, label0, x, bucket) for group, expert, label0, buckets in sets
+                          for x, bucket in enumerate(buckets)]
+                forward_order = sorted(tagged, key=lambda t: (min(t[4][2]), t[1]))
+                backward_order = sorted(tagged, key=lambda t: (-max(t[4][2]), t[1]))
+                last_layer = min((min(t[4][2]) for t in tagged), default=0)
                 fp8_by_layer = {lw.index: lw.fp8_numel for lw in chunks[s][c].layers}
                 fp8_of = lambda members: sum(fp8_by_layer[i] for i in members)  # noqa: E731
                 for j in range(m):
                     forward_gathers, backward_gathers = [], []
-                    for x in range(len(buckets) - 1, -1, -1):
-                        _, numel, members = buckets[x]
-                        op = new_comm(f"all-gather parameters chunk {c} micro-batch {j + 1} bucket {x} (forward)",
-                                      "all_gather", dp.gather_bytes(numel, fp8_of(members)), "allgather",
-                                      dp.shard_comm, (s,))
+                    for group, expert, label0, x, (_, numel, members) in forward_order:
+                        op = new_comm(f"all-gather parameters {label0}chunk {c} micro-batch {j + 1} bucket {x} "
+                                      f"(forward)", "all_gather",
+                                      dp.gather_bytes(numel, 0 if expert else fp8_of(members)), "allgather",
+                                      group, (s,))
                         forward_gathers.append(op)
-                        gather_fwd.update({(c, j, i): op for i in members})
-                    for x, (first_layer, numel, members) in enumerate(buckets):
+                        for i in members:
+                            gather_fwd[c, j, i] = gather_fwd.get((c, j, i), ()) + (op,)
+                    for group, expert, label0, x, (first_layer, numel, members) in backward_order:
                         again = sum(dp.backward_gather_numel[i] for i in members) if dp.backward_gather_numel \
                             else numel
                         if again > 0:  # DeepSpeed keeps a bucket reused soon after its forward: no gather
-                            fp8 = fp8_of(members) * min(1.0, again / numel) if numel else 0.0
-                            op = new_comm(f"all-gather parameters chunk {c} micro-batch {j + 1} bucket {x} "
+                            fp8 = fp8_of(members) * min(1.0, again / numel) if numel and not expert else 0.0
+                            op = new_comm(f"all-gather parameters {label0}chunk {c} micro-batch {j + 1} bucket {x} "
                                           f"(backward)", "all_gather", dp.gather_bytes(again, fp8), "allgather",
-                                          dp.shard_comm, (s,))
+                                          group, (s,))
                             backward_gathers.append(op)
-                            gather_bwd.update({(c, j, i): op for i in members})
-                        rs = new_comm(f"reduce-scatter chunk {c} micro-batch {j + 1} bucket {x}", "reduce_scatter",
-                                      numel * dp.grad_bytes, "reducescatter", dp.shard_comm, (s,))
+                            for i in members:
+                                gather_bwd[c, j, i] = gather_bwd.get((c, j, i), ()) + (op,)
+                        rs = new_comm(f"reduce-scatter {label0}chunk {c} micro-batch {j + 1} bucket {x}",
+                                      "reduce_scatter", numel * dp.grad_bytes, "reducescatter", group, (s,))
                         # Without overlap every bucket waits for the micro-batch's whole backward.
-                        launched = [rs, *replicate(f"chunk {c} micro-batch {j + 1} bucket {x}", numel)]
-                        rs_after.setdefault((c, j, first_layer if overlap else buckets[-1][0]), []).extend(launched)
+                        launched = [rs, *replicate(f"{label0}chunk {c} micro-batch {j + 1} bucket {x}", numel,
+                                                   expert)]
+                        rs_after.setdefault((c, j, first_layer if overlap else last_layer), []).extend(launched)
                         dp_ops.extend(launched)
                     if j == 0:
                         at_start.extend(forward_gathers)
@@ -989,9 +1015,11 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         launch_at_forward.setdefault((c, j - 1), []).extend(forward_gathers)
                     launch_at_forward[c, j] = backward_gathers + launch_at_forward.get((c, j), [])
         # Dense parameters over dp, a mixture of experts' routed experts over edp.
+        # HSDP's experts on a shard group of one rank (ep = the shard group) still all-reduce across the replicas.
         groups = [] if reshard else [(group, size, numel, label) for group, size, numel, label in (
-            (dp.shard_comm, dp.dp, _dense_numel, ""), ("edp", dp.edp, _expert_numel, "experts "))
-            if size > 1 and any(numel(w) for stage in chunks for c in stage for w in c.layers)]
+            (dp.shard_comm, dp.dp, _dense_numel, ""), (dp.expert_comm, dp.edp, _expert_numel, "experts "))
+            if (size > 1 or (numel is _expert_numel and dp.expert_replicas > 1))
+            and any(numel(w) for stage in chunks for c in stage for w in c.layers)]
         for group, _, numel_of, label0 in groups:
             for c in range(v):
                 work = chunks[s][c]
@@ -1003,7 +1031,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     label = "all-gather parameters" if fsdp else "all-gather updated parameters"
                     for x in range(len(buckets) - 1, -1, -1):
                         _, numel, members = buckets[x]
-                        fp8 = sum(lw.fp8_numel for lw in work.layers if lw.index in members) if group != "edp" else 0
+                        fp8 = sum(lw.fp8_numel for lw in work.layers if lw.index in members) \
+                            if numel_of is not _expert_numel else 0
                         size = dp.gather_bytes(numel, fp8) if fsdp else numel * dp.weight_bytes
                         op = new_comm(f"{label} {label0}chunk {c} bucket {x}", "all_gather", size,
                                       "allgather", group, (s,))
@@ -1023,7 +1052,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} {label0}chunk "
                                       f"{c} bucket {x}", reduce, numel * dp.grad_bytes,
                                       "allreduce" if reduce == "all_reduce" else "reducescatter", group, (s,))
-                        launched = [op, *(replicate(f"{label0}chunk {c} bucket {x}", numel) if group != "edp" else ())]
+                        launched = [op, *replicate(f"{label0}chunk {c} bucket {x}", numel, numel_of is _expert_numel)]
                         launches_after_layer.setdefault((c, first_layer), []).extend(launched)
                         dp_ops.extend(launched)
                 else:
@@ -1031,7 +1060,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} {label0}chunk "
                                   f"{c} gradients", reduce, numel * dp.grad_bytes,
                                   "allreduce" if reduce == "all_reduce" else "reducescatter", group, (s,))
-                    launched = [op, *(replicate(f"{label0}chunk {c} gradients", numel) if group != "edp" else ())]
+                    launched = [op, *replicate(f"{label0}chunk {c} gradients", numel, numel_of is _expert_numel)]
                     end_ops.extend(launched)
                     dp_ops.extend(launched)
         gradient_ops += dp_ops
@@ -1097,13 +1126,13 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 if reshard:
                     for k, lw in enumerate(work.layers):
                         first, last = k == 0, k == len(work.layers) - 1
-                        gate = gather_fwd.get((c, j, lw.index))
+                        gate = gather_fwd.get((c, j, lw.index), ())
                         ops.append(StageOp(kind="forward", name=f"forward chunk {c} micro-batch {j + 1} layer "
                                                                 f"{lw.index}",
                                            duration_s=lw.forward_s * share("F", c, j, fwd[s][c])
                                            + (extra if first else 0.0) + (lw.first_forward_s if cast else 0.0),
                                            needs=needs if first else (), sends=sends if last else (),
-                                           waits=(gate,) if gate is not None else (),
+                                           waits=gate,
                                            launches=tuple(launch_at_forward.get((c, j), ())) if first else (),
                                            micro_batch=j, chunk=c))
                     continue
@@ -1131,7 +1160,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 if blocking_p2p:
                     needs, sends = tuple(pending), ()
                     pending.clear()
-                gates = tuple(sorted({op for (cc, jj, _), op in gather_bwd.items() if (cc, jj) == (c, j)}))
+                gates = tuple(sorted({op for (cc, jj, _), ops_ in gather_bwd.items() if (cc, jj) == (c, j)
+                                      for op in ops_}))
                 # A paired backward's all-to-alls are in its input-gradient pass (DualPipe's F&B).
                 ops.append(StageOp(kind="backward", name=f"input gradient chunk {c} micro-batch {j + 1}",
                                    duration_s=bwd[s][c] - wgrad[s][c] - cut.get(("B", c, j), 0.0) + extra,
@@ -1166,13 +1196,13 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 for k, lw in enumerate(layers):
                     first, last = k == 0, k == len(layers) - 1
                     launch = list(rs_after.get((c, j, lw.index), ())) + (tail if last else [])
-                    gate = gather_bwd.get((c, j, lw.index)) if kind == "B" else None
+                    gate = gather_bwd.get((c, j, lw.index), ()) if kind == "B" else ()
                     ops.append(StageOp(kind="backward", name=f"{label} chunk {c} micro-batch {j + 1} layer {lw.index}",
                                        duration_s=(lw.weight_grad_s if split else
                                                    lw.backward_s * share("B", c, j, bwd[s][c]))
                                        + (extra if first else 0.0),
                                        needs=needs if first else (), sends=sends if last else (),
-                                       waits=(gate,) if gate is not None else (),
+                                       waits=gate,
                                        launches=tuple(launch), micro_batch=j, chunk=c))
             elif j == final_b[c] and any(key[0] == c for key in launches_after_layer):
                 # Layer by layer, so that buckets launch as their gradients become ready.

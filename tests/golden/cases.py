@@ -269,6 +269,17 @@ def moe_cases() -> dict[str, list[str]]:
             "--gpus", "64", "--link", "infiniband", "--gpu", "h100", "--model", "mixtral-8x7b", "--micro-batch", "1",
             "--ep", "8", "--global-batch", "256", "--strategy", "zero1", "--precision", "bf16-params",
             "--recompute", "full", "--moe-a2a-overlap"],
+        # HSDP with expert parallelism (torchtitan's dp_replicate x dp_shard_in_ep x ep): shard groups of 16 ranks,
+        # the experts sharded over 16 / 8 = 2 of them, both kinds' gradient shards all-reduced across 4 replicas;
+        # resharded after each forward (no pipeline), then with pipeline stages (groups of 8, experts over 2).
+        "mixtral-8x7b-hsdp16-ep8": [
+            "--gpus", "64", "--link", "infiniband", "--gpu", "h100", "--model", "mixtral-8x7b", "--micro-batch", "1",
+            "--ep", "8", "--global-batch", "128", "--strategy", "fsdp-hybrid", "--zero-group", "16",
+            "--precision", "bf16-params", "--recompute", "full"],
+        "mixtral-8x7b-hsdp8-ep4-pp2": [
+            "--gpus", "64", "--link", "infiniband", "--gpu", "h100", "--model", "mixtral-8x7b", "--micro-batch", "1",
+            "--ep", "4", "--pp", "2", "--global-batch", "128", "--strategy", "fsdp-hybrid", "--zero-group", "8",
+            "--precision", "bf16-params", "--recompute", "full"],
         # Megatron-Core's --offload-modules expert_fc1 moe_act over PCIe.
         "mixtral-8x7b-ep8-pp4-offload-experts": [
             "--gpus", "64", "--link", "infiniband", "--gpu", "h100", "--model", "mixtral-8x7b", "--micro-batch", "2",
