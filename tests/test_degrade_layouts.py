@@ -63,7 +63,8 @@ def test_links_no_communicator_crosses_are_refused_by_name_not_dropped():
     """A one-server job's layout crosses no NIC: naming one (or the fabric's class) is an error in one line."""
     one = dict(gpus=8, tp=4, pp=2, link="infiniband", model="llama-2-7b")
     for degrade, message in (("node0.nic0:50%", "--degrade: 'node0.nic0:50%' names NIC 0"),
-                             ("infiniband:50%", "--degrade: 'infiniband' is not a link of")):
+                             ("infiniband:50%", "--degrade: 'infiniband' carries none of the job's traffic: its one "
+                                                "server's GPUs talk over nvlink alone")):
         with pytest.raises(ConfigError) as e:
             _step(one, degrade)
         assert str(e.value).startswith(message) and "\n" not in str(e.value)

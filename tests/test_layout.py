@@ -623,10 +623,17 @@ def test_dualpipe_pair_exchange_bytes_and_placement():
     # zero1's gradients reduce-scatter, so stage 0's one all-reduce is the pair's.
     assert pred.comm_bytes_by_op["all_reduce"] == 2 * pair0
     # Stages of 2 ranks on 8-GPU servers: stages 0-3 in one, 4-7 in the next; with 12 stages of
-    # one rank, the middle pair (5, 6) shares a server while (3, 8) does not.
-    assert [mirror_pair_group(8, LayoutShape(tp=1, pp=8, dp=2), r) for r in range(4)] == ["emb"] * 4
-    assert [mirror_pair_group(8, LayoutShape(tp=1, pp=8, dp=1), r) for r in range(4)] == ["pp"] * 4
-    assert [mirror_pair_group(8, LayoutShape(tp=1, pp=12, dp=1), r) for r in (3, 5)] == ["emb", "pp"]
+    # two ranks on 24 GPUs, the middle pair (5, 6) shares a server while (3, 8) does not. ``emb`` is placed as the
+    # job's farthest pair (across servers once the job spans them), so a pair as far apart takes it.
+    from dpsim.topology.cluster import Topology
+    from dpsim.topology.load import load_preset
+    ib = load_preset("infiniband")
+    assert [mirror_pair_group(Topology(spec=ib, n_gpus=16), LayoutShape(tp=1, pp=8, dp=2), r)
+            for r in range(4)] == ["emb"] * 4
+    assert [mirror_pair_group(Topology(spec=ib, n_gpus=8), LayoutShape(tp=1, pp=8, dp=1), r)
+            for r in range(4)] == ["emb"] * 4
+    assert [mirror_pair_group(Topology(spec=ib, n_gpus=24), LayoutShape(tp=1, pp=12, dp=2), r)
+            for r in (3, 5)] == ["emb", "pair-server"]
 
 
 def test_plan_takes_cp_balance_to_every_context_parallel_candidate(capsys):

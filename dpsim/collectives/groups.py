@@ -30,9 +30,11 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.server import with_gpus_per_node
 from dpsim.topology.spec import nic_fabric, nvlink_fabric
 
-GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb", "cp", "ep", "edp", "zero", "zrep", "ezero", "ezrep")
+GROUPS = ("world", "intra", "inter", "tp", "dp", "pp", "emb", "cp", "ep", "edp", "zero", "zrep", "ezero", "ezrep",
+          "pair-server", "pair-domain")
 """Communicator names a comm op may use (``tp``, ``dp``, ``pp``, ``emb`` and ``cp`` exist only for a
-tensor/pipeline/context layout, ``ep`` and ``edp`` for its expert layers: :func:`layout_communicators`;
+tensor/pipeline/context layout, ``ep`` and ``edp`` for its expert layers, ``pair-server`` and ``pair-domain``
+for a DualPipe mirror pair nearer than the job's farthest pair: :func:`layout_communicators`;
 ``zero`` for InternLM's ZeRO-1 group or HSDP's shard group, ``--zero-group``, ``zrep`` HSDP's replica group;
 ``ezero`` and ``ezrep`` the routed experts' shard and replica groups of HSDP under expert parallelism)."""
 
@@ -186,7 +188,8 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
     one local rank, hence one rail) and two neighbouring pipeline stages are ``tp x dp``
     GPUs apart (the same local rank of two servers once ``tp x dp`` fills a server). The
     ``pp`` communicator is one such pair (a point-to-point transfer is a two-rank
-    broadcast), ``emb`` the first and last stage's pair. Every server runs all its
+    broadcast), ``emb`` the first and last stage's pair, each placed as the farthest such
+    pair sits (across servers, or NVLink domains, once the job spans them). Every server runs all its
     groups at once, so each group gets its share of the server's NICs
     (:attr:`Communicator.concurrent`). ``tp x dp`` must tile the servers (a multiple or a
     divisor of the GPUs per node: :func:`check_layout_placement`).
@@ -251,17 +254,22 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
         etp_topo, etp_conc = consecutive(shape.etp)
         comms["etp"] = Communicator(name="etp", topology=etp_topo, job=job, concurrent=etp_conc)
 
-    def pair(distance: int) -> tuple[Topology, int]:
-        # A job of one server has no pair across servers, whatever the distance: with pp = 1 the
-        # distance t x d is the whole job, and a fabric-less server (a PCIe box) has no network.
-        if distance < gpn or job.n_gpus <= gpn:
-            return Topology(spec=job.spec, n_gpus=2), 1
-        return _node_group(job, 1, 2)
-
-    pp_topo, pp_conc = pair(t * d)
+    # Every pair of neighbouring stages (r, r + t x d) runs its transfers at once and the pipeline waits
+    # for the slowest: once the job spans servers (NVLink domains) some pair straddles their boundary,
+    # whatever the distance (r = boundary - distance, or 0, is one), so ``pp`` and ``emb`` (the first and
+    # last stage) are costed as a pair placed as far apart as the job's own span (:func:`pair_place`).
+    # (Taking the pair nearer than a server as inside one left tp 2 x pp 4 on two servers, or tp 4 x pp 2
+    # on two NVL72 racks, with their stage-to-stage transfers on NVLink and a degraded NIC changing nothing.)
+    far = pair_place(job, 0, job.n_gpus - 1) if p > 1 else "server"
+    pp_topo, pp_conc = pair_topology(job, far)
     comms["pp"] = Communicator(name="pp", topology=pp_topo, job=job, concurrent=pp_conc)
-    emb_topo, emb_conc = pair((p - 1) * t * d)
-    comms["emb"] = Communicator(name="emb", topology=emb_topo, job=job, concurrent=emb_conc)
+    comms["emb"] = Communicator(name="emb", topology=pp_topo, job=job, concurrent=pp_conc)
+    # DualPipe's mirror pairs nearer than that (:func:`mirror_pair_group`): one server, or one domain of several.
+    nearer = {"server": (), "domain": ("server",), "network": ("server", "domain")}[far]
+    for place in nearer:
+        if place == "server" or nvlink_domain_gpus(job) > gpn:
+            topo, conc = pair_topology(job, place)
+            comms[f"pair-{place}"] = Communicator(name=f"pair-{place}", topology=topo, job=job, concurrent=conc)
     if shape.cp > 1:
         # A ring's neighbours are tp apart; its slowest hop crosses servers once t x cp exceeds one.
         cp_topo, cp_conc = strided(t, shape.cp)
@@ -269,16 +277,41 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
     return comms
 
 
-def mirror_pair_group(gpus_per_node: int, shape: LayoutShape, stage: int) -> str:
+def pair_place(job: Topology, first: int, last: int) -> str:
+    """Where ranks ``first`` to ``last`` of ``job`` sit: ``server`` (one server), ``domain`` (one multi-node
+    NVLink domain, or an NVLink fabric joining every server) or ``network`` (across the NICs). Pairs of
+    ranks ``first + i`` and ``last - k + 1 + i`` (two blocks of ``k``) all share one of them exactly when
+    the whole span does (the blocks are in rank order and servers and domains are runs of ranks)."""
+    gpn = job.gpus_per_node
+    if first // gpn == last // gpn:
+        return "server"
+    domain = nvlink_domain_gpus(job)
+    return "domain" if first // domain == last // domain else "network"
+
+
+def pair_topology(job: Topology, place: str) -> tuple[Topology, int]:
+    """Two ranks of ``job`` placed as :func:`pair_place` says, as a cluster of their own, and how many such
+    pairs share each server's NICs: two GPUs of one server; one GPU in each of two servers of one NVLink
+    domain (or of an NVLink fabric); one GPU in each of two servers that reach each other over the NICs
+    (two domains apart: the domain left out, every GPU of a server with its own pair on the NICs)."""
+    if place == "server":
+        return Topology(spec=job.spec, n_gpus=2), 1
+    if place == "network" and job.spec.nvlink_domain is not None:
+        job = Topology(spec=dataclasses.replace(job.spec, nvlink_domain=None), n_gpus=job.n_gpus)
+    return _node_group(job, 1, 2)
+
+
+def mirror_pair_group(job: Topology, shape: LayoutShape, stage: int) -> str:
     """The communicator that costs a collective between ``stage`` and its mirror ``pp - 1 - stage``
     (DualPipe's two parameter copies of one stage), as :func:`layout_communicators` places stages:
-    ``tp x cp x dp`` consecutive ranks each, so the two share a server exactly when their blocks of
-    ranks fall in the same one. ``pp`` (two GPUs of one server) when they do, else ``emb`` (one GPU
-    in each of two servers, every GPU of a server with its own pair on the NICs): the same pair
-    models, chosen by where this pair really sits rather than where the outermost one does."""
+    ``tp x cp x dp`` consecutive ranks each. ``emb`` (placed as the job's farthest pair) when this pair
+    is as far apart, else ``pair-server`` or ``pair-domain`` by where its two blocks of ranks sit
+    (:func:`pair_place`): the same pair models, chosen by where this pair really sits rather than where
+    the outermost one does."""
     per_stage = shape.tp * shape.cp * shape.dp
     mirror = shape.pp - 1 - stage
-    return "pp" if (stage * per_stage) // gpus_per_node == (mirror * per_stage) // gpus_per_node else "emb"
+    place = pair_place(job, stage * per_stage, (mirror + 1) * per_stage - 1)
+    return "emb" if place == pair_place(job, 0, job.n_gpus - 1) else f"pair-{place}"
 
 
 def nvlink_domain_gpus(job: Topology) -> int:

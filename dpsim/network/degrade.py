@@ -7,6 +7,7 @@ collective model as a healthy one, on the network with those capacities scaled.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dpsim.errors import ConfigError
+from dpsim.errors import ConfigError, DpsimError
 from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import nic_fabric
@@ -113,10 +114,29 @@ def degradation_terms(network, degradations: Sequence[LinkDegradation], *,
         elif deg.link in network.link_classes:
             terms.append(("class", deg.link, f))
         elif strict:
+            present = ', '.join(sorted(set(network.link_classes) - idle)) or 'none'
+            if n_nodes == 1 and deg.link in _classes_between_servers(topology):
+                # The preset's NICs and switches exist once the job spans servers; on one server they carry
+                # nothing, which "not a link of infiniband" (on the infiniband preset) did not say.
+                raise ConfigError(f"--degrade: {deg.link!r} carries none of the job's traffic: its one server's GPUs "
+                                  f"talk over {present} alone; degrade a link class it uses: {present}")
             raise ConfigError(
                 f"--degrade: {deg.link!r} is not a link of {spec.name}; use node<K>.nic<J>, node<K>.gpu<J> "
-                f"or a link class present here: {', '.join(sorted(set(network.link_classes) - idle)) or 'none'}")
+                f"or a link class present here: {present}")
     return terms
+
+
+def _classes_between_servers(topology) -> frozenset[str]:
+    """The link classes ``topology``'s design adds once a job spans two of its servers (none without a
+    fabric, or where the cluster cannot be widened)."""
+    if topology is None or topology.spec.fabric is None:
+        return frozenset()
+    try:
+        two = TierNetwork(dataclasses.replace(topology, n_gpus=2 * topology.spec.node.gpus_per_node,
+                                              leaf_group_nodes=None, tier_group_sizes=None))
+    except DpsimError:
+        return frozenset()
+    return frozenset(two.link_classes)
 
 
 def degradation_scale(network, degradations: Sequence[LinkDegradation], *, strict: bool = True) -> np.ndarray:

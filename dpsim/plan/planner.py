@@ -1854,8 +1854,8 @@ class Planner:
             # last backward, behind the stage's data-parallel collectives (the embedding's among them):
             # the slowest pair, on the communicator where it sits.
             shape = LayoutShape(tp=c.tp, pp=p, dp=c.dp, cp=c.cp, ep=c.ep, etp=c.etp)
-            gpn = self.topology(c.gpus).gpus_per_node
-            dp_exposed += max(self.cost(gc, mirror_pair_group(gpn, shape, r), "all_reduce",
+            job = self.topology(c.gpus)
+            dp_exposed += max(self.cost(gc, mirror_pair_group(job, shape, r), "all_reduce",
                                         sum(tab.work[i].grad_numel for layers in assignment[r] for i in layers) * g)
                               for r in range(p // 2))
         step = pipe + p2p + dp_exposed + optimizer

@@ -954,7 +954,7 @@ def mirror_groups(config: PredictConfig, topology: Topology) -> tuple[str, ...]:
     if par.schedule != "dualpipe":
         return ()
     shape = layout_shape(config)
-    return tuple(mirror_pair_group(topology.gpus_per_node, shape, r) for r in range(par.pp // 2))
+    return tuple(mirror_pair_group(topology, shape, r) for r in range(par.pp // 2))
 
 
 def _share(chunks: tuple[ChunkWork, ...], part: str) -> float:
