@@ -294,7 +294,7 @@ class Reshare:
         if self._by_link is None:
             flat = self.links.ravel()
             at = np.flatnonzero(flat < self.n_links)
-            link = flat[at].astype(np.int32)  # int32 sorts faster; fewer links than that
+            link = flat[at]
             flow = at // max(self.links.shape[1], 1)
             order = np.argsort(link, kind="stable")
             start = np.zeros(self.n_links + 1, dtype=np.int64)
@@ -337,7 +337,7 @@ class Reshare:
             if np.count_nonzero(region) > budget:
                 return None  # most of the cluster: a whole max-min costs less
         rl = np.flatnonzero(region_link[:n])
-        local = np.full(n + 1, -1, dtype=np.int64)
+        local = np.full(n + 1, -1, dtype=np.int32)
         local[rl] = np.arange(len(rl))
         ll = local[self.links[cand]]
         inc_f, slot = np.nonzero(ll >= 0)
