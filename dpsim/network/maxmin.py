@@ -243,10 +243,16 @@ class Reshare:
     of a region link and every level of the last max-min (where links outside may freeze), each
     round a region link's capacity left lowered by (its flows frozen in the round: region flows, and
     certified ones at their rate) x (level), as the whole max-min lowers it round by round (the same
-    numbers, the same operations). The whole max-min runs instead when the replay would leave the
-    trace's terms: a link frozen within the tolerance of a level but not at it (a merge), a level
+    numbers, the same operations). Why the links outside keep the last max-min's course: the flows
+    they carry are certified or never touch the region, so they freeze at the same levels; a round
+    that only region links reach freezes region flows only (a certified flow's level is one where an
+    outside link freezes); and between levels every link's share is at least the last max-min's next
+    level (its least share then), so a region level with no level of the last max-min within its
+    tolerance above it freezes no link outside. The whole max-min runs instead when the replay would
+    leave these terms: a link frozen within the tolerance of a level but not at it (a merge), a level
     within the tolerance of a level of the last max-min (links outside could merge), or a certified
-    flow frozen at another rate.
+    flow frozen at another rate. Levels of the last max-min that no longer occur are kept among the
+    levels (harmless: at most a needless whole max-min).
     """
 
     def __init__(self, routes, capacity: dict[str, float]):
