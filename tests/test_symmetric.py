@@ -29,7 +29,7 @@ from dpsim.collectives.ops import OPS
 from dpsim.collectives.symmetric import flow_multiset, symmetric_plan
 from dpsim.network import FlowNetwork
 from dpsim.network.degrade import LinkDegradation
-from dpsim.network.maxmin import max_min_routes, max_min_sparse
+from dpsim.network.maxmin import Reshare, max_min_routes, max_min_sparse, progressive_finish
 from dpsim.network.model import CrossingFlows, ServerFlows
 from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
@@ -506,3 +506,63 @@ def test_symmetric_evaluation_lists_no_link_of_a_huge_cluster():
     for (algorithm, op, _), pc in world.plans.costs.items():
         assert all(len(f.count) <= 64 for f in pc.loads.families.values()), (algorithm, op)
     assert p.links.by_class["nvlink"]["links"] == 2 * 262144
+
+
+def _reshared(routes, caps, size):
+    """:func:`progressive_finish` driven by :class:`Reshare`, every re-share checked against a whole
+    :func:`max_min_routes` over the flows alive; the finish times and how many re-shares were replayed."""
+    reshare = Reshare(routes, caps)
+    shapes = [b.shape for b in routes.blocks]
+    cuts = np.cumsum([0] + [r * c for r, c in shapes])
+
+    def rates_of(alive):
+        got = reshare.rates(alive)
+        masks = [alive[cuts[k]:cuts[k + 1]].reshape(shapes[k]) for k in range(len(shapes))]
+        whole = np.concatenate([r.ravel() for r in max_min_routes(routes, caps, alive=masks)])
+        assert np.array_equal(got, whole)  # inf (flows gone) included
+        return got
+
+    return progressive_finish(size, rates_of), reshare.replayed
+
+
+def _reshare_networks():
+    """The networks of :func:`_networks` and the NVL72 example; the fast lane keeps three small ones
+    (an NVLink domain, whose flows between servers share the GPU links, a PCIe host, Ethernet)."""
+    fast = {"infiniband-28", "v100-tcp-x4-40", "ethernet-72"}
+    nets = _networks() + [Topology(spec=load_topology_file(__import__("pathlib").Path(__file__).resolve().parents[1]
+                                                           / NVL72), n_gpus=72 * 2)]
+    return [pytest.param(t, id=f"{t.spec.name}-{t.n_gpus}",
+                         marks=() if f"{t.spec.name}-{t.n_gpus}" in fast else pytest.mark.slow) for t in nets]
+
+
+@pytest.mark.parametrize("topo", _reshare_networks())
+def test_reshare_near_finished_flows_is_the_whole_max_min_bit_for_bit(topo):
+    """Flows of random sizes finishing and re-sharing: every re-share replayed on the links near the
+    flows that finished (or run whole where the replay cannot vouch for it) gives the rates of a
+    max-min over every flow left, to the last bit, on symmetric phases (every server alike), random
+    server-level patterns, and with one link degraded (which no symmetry covers)."""
+    net = TierNetwork(topo)
+    rng = np.random.default_rng(5 + topo.n_gpus)
+    replayed = 0
+    for trial in range(3):
+        server, groups = _random_phase(topo, rng)
+        if trial == 0:
+            # A symmetric phase: every server one ring edge on every lane.
+            n, g = topo.n_nodes, topo.spec.node.gpus_per_node
+            groups = [CrossingFlows(src_server=np.arange(n), dst_server=(np.arange(n) + 1) % n,
+                                    src_local=np.arange(g), dst_local=np.arange(g))] if n > 1 else []
+        routes = net.symmetric_routes(server=server, crossing=groups)
+        caps = {name: f.capacity_bytes_per_s for name, f in net.families().items()}
+        if trial == 2:
+            used = [name for name, f in net.families().items() if f.units * f.lanes > 1]
+            name = used[int(rng.integers(len(used)))]
+            f = net.families()[name]
+            per_link = np.full(f.units * f.lanes, caps[name])
+            per_link[int(rng.integers(len(per_link)))] *= 0.3
+            caps[name] = per_link
+        n_flows = sum(b.shape[0] * b.shape[1] for b in routes.blocks)
+        size = rng.choice([1.0, 2.0], n_flows)
+        finish, k = _reshared(routes, caps, size)
+        assert np.all(np.isfinite(finish))
+        replayed += k
+    assert replayed > 0

@@ -1,8 +1,10 @@
-"""Whole-process time of `dpsim predict` per link preset and cluster size, each against the
-infiniband baseline measured in the same run (the machine is shared: wall and CPU time, median
-of repeats, or the best of them with ``--best``).
+"""Whole-process time of `dpsim predict` per link preset and cluster size, each against a
+baseline preset (infiniband unless ``--baseline``) measured in the same run (the machine is shared:
+wall and CPU time, median of repeats, or the best of them with ``--best``).
 
     python validation/preset_speed.py [--repeats 3] [--best] [--gpus 4096,65536,1048576] [--links ...]
+    python validation/preset_speed.py --gpus 65536 --links gb200-nvl72 --baseline ethernet --best
+        (issue 24's "65,536 GPUs under 1 s whole process", gb200-nvl72 against ethernet)
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--gpus", default="4096,65536,1048576")
     ap.add_argument("--links", default="gb200-nvl72,dgx-b200")
+    ap.add_argument("--baseline", default="infiniband", help="the preset every other is compared with")
     ap.add_argument("--best", action="store_true", help="the fastest of the repeats instead of their median "
                     "(what a loaded machine leaves least disturbed)")
     args = ap.parse_args()
     stat = min if args.best else statistics.median
-    links = ["infiniband"] + [x for x in args.links.split(",") if x and x != "infiniband"]
-    print(f"{'gpus':>9} {'link':<13} {'wall s':>7} {'cpu s':>7} {'wall/ib':>8} {'cpu/ib':>7}  "
+    links = [args.baseline] + [x for x in args.links.split(",") if x and x != args.baseline]
+    print(f"{'gpus':>9} {'link':<13} {'wall s':>7} {'cpu s':>7} {'wall/base':>9} {'cpu/base':>8}  "
           f"({'best' if args.best else 'median'} of {args.repeats})")
     for gpus in (int(g) for g in args.gpus.split(",")):
         base = None
@@ -48,7 +51,7 @@ def main() -> None:
             cpu = stat(r[1] for r in runs)
             if base is None:
                 base = (wall, cpu)
-            print(f"{gpus:>9} {link:<13} {wall:7.2f} {cpu:7.2f} {wall / base[0]:8.2f} {cpu / base[1]:7.2f}", flush=True)
+            print(f"{gpus:>9} {link:<13} {wall:7.2f} {cpu:7.2f} {wall / base[0]:9.2f} {cpu / base[1]:8.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from dpsim.network.degrade import (
     same_numbering,
 )
 from dpsim.network.loadmap import LoadMap
-from dpsim.network.maxmin import max_min_routes, progressive_finish
+from dpsim.network.maxmin import Reshare, max_min_routes, progressive_finish
 from dpsim.network.model import CrossingFlows, NetworkModel, ServerFlows
 from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
@@ -544,39 +544,15 @@ class PlanEvaluator:
             else:
                 size.append(np.full(blk.shape[0] * blk.shape[1], ph.crossing_fraction * 1.0))
         size = np.concatenate(size) if size else np.zeros(0)
+        # Each re-share replayed on the links near the flows that finished where that gives the
+        # whole max-min's rates bit for bit (:class:`~dpsim.network.maxmin.Reshare`), else a whole one.
+        reshare = Reshare(routes, caps)
         first: list = []
-        every = [np.arange(s[0]) for s in shapes]
-        # Each link's flows counted once, then lowered by the flows that finish (whole numbers:
-        # the same counts, bit for bit, as counting the flows left at every re-share).
-        counted = {"alive": np.ones(size.shape, dtype=bool), "users": None, "last": None}
 
         def rates_of(alive: np.ndarray) -> np.ndarray:
-            masks = [alive[cuts[k]:cuts[k + 1]].reshape(shapes[k]) for k in range(len(blocks))]
-            if counted["users"] is None:
-                counted["users"] = routes.count(masks, every)
-            else:
-                gone = counted["alive"] & ~alive
-                left = routes.count([gone[cuts[k]:cuts[k + 1]].reshape(shapes[k]) for k in range(len(blocks))],
-                                    every)
-                coupled = False
-                for f, g in left.items():
-                    counted["users"][f] = counted["users"][f] - g
-                    coupled = coupled or bool(((g > 0) & (counted["users"][f] > 0)).any())
-                counted["alive"] = alive.copy()
-                if not coupled and counted["last"] is not None:
-                    # The flows that finished share no link with those left, and the last max-min
-                    # froze every link exactly at its level (no tolerance merge): each round of a
-                    # max-min over the flows left is one of its rounds on the same links with the
-                    # same counts, so their rates are the ones it gave, bit for bit.
-                    return np.where(alive, counted["last"], np.inf)
-            counted["alive"] = alive.copy()
-            merged: list = []
-            rates = max_min_routes(routes, caps, alive=masks, merged=merged,
-                                   users={f: u.copy() for f, u in counted["users"].items()})
+            out = reshare.rates(alive)
             if not first:
-                first.extend(rates)
-            out = np.concatenate([r.ravel() for r in rates]) if rates else np.zeros(0)
-            counted["last"] = None if merged else out
+                first.extend(out[cuts[k]:cuts[k + 1]].reshape(shapes[k]) for k in range(len(blocks)))
             return out
 
         finish = progressive_finish(size, rates_of) if size.size else size

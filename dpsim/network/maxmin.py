@@ -139,7 +139,8 @@ def progressive_finish(size: np.ndarray, rates_of: Callable[[np.ndarray], np.nda
 
 def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarray] | None = None,
                    users: dict[str, np.ndarray] | None = None,
-                   alive: Sequence[np.ndarray] | None = None, merged: list | None = None) -> list[np.ndarray]:
+                   alive: Sequence[np.ndarray] | None = None, merged: list | None = None,
+                   saturated: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
     """Max-min fair rates of flows routed by symmetry (:class:`~dpsim.network.model.SymmetricRoutes`),
     one array per block (``inf``: not set); ``capacity`` per family name.
 
@@ -152,7 +153,8 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
     boolean per flow): share among these flows only (the others left at ``inf``), for
     :func:`progressive_finish`. ``merged``: when given, gets ``True`` appended if some round froze
     a link whose share was within the tolerance of the level but not equal to it (then a flow's
-    rate can depend on flows that share no link with it).
+    rate can depend on flows that share no link with it). ``saturated`` (per family, dense): gets
+    the level each link froze its flows at (a link freezes once: its users drop to none).
 
     The rounds of :func:`max_min_sparse`, with the same arithmetic on every link: each round the
     smallest ``max(remaining, 0) / users`` over loaded links, every rising flow on a link within
@@ -173,7 +175,7 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
         rising = [a[rows] for a, rows in zip(alive, live)]
     rates = [np.full(b.shape, np.inf) for b in routes.blocks]
     users = routes.count(rising, live) if users is None else {f: np.asarray(u, dtype=float) for f, u in users.items()}
-    remaining = {f: np.full(len(u), float(capacity[f])) for f, u in users.items()}
+    remaining = {f: np.full(len(u), capacity[f], dtype=float) for f, u in users.items()}  # a number or one per link
     share = {}
     for f, u in users.items():
         share[f] = np.full(len(u), np.inf)
@@ -191,6 +193,9 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
         marked = {f: share[f] <= limit for f, low in lowest.items() if low <= limit}
         if merged is not None and not merged and any((share[f][m] != fair).any() for f, m in marked.items()):
             merged.append(True)
+        if saturated is not None:
+            for f, m in marked.items():
+                saturated[f][m] = fair
         hit = [a & c for a, c in zip(rising, routes.crossed(marked, live))]
         for k, (r, rows, h) in enumerate(zip(rates, live, hit)):
             if h.any():
@@ -215,3 +220,180 @@ def max_min_routes(routes, capacity: dict[str, float], groups: Sequence[np.ndarr
             keep = still.any(axis=1)
             live[k], rising[k] = live[k][keep], still[keep]
     return rates
+
+
+def _sorted_unique(x: np.ndarray) -> np.ndarray:
+    """The distinct values of ``x``, sorted (not np.unique: it imports numpy.ma)."""
+    x = np.sort(x)
+    return x[np.concatenate(([True], x[1:] != x[:-1]))] if len(x) else x
+
+
+class Reshare:
+    """The rates of :func:`max_min_routes` over the flows still alive, for
+    :func:`progressive_finish`, re-shared near the flows that finished instead of over the whole
+    cluster where that gives the same rates bit for bit (else a whole max-min).
+
+    A whole max-min (no tolerance merge) leaves a trace: each flow's rate, the level at which each
+    link froze its flows (``saturated``), and the levels (every round's). When flows finish, the
+    links they crossed are the *region*; a flow on a region link keeps its rate if another of its
+    links, outside the region, froze at that rate (its *certificate*: an outside link's flows and
+    counts are those of the last max-min, so it freezes at the same level again), otherwise it joins
+    the region with its links, until every flow on a region link is in the region or certified.
+    Then the max-min's rounds are replayed on the region links only: the levels are the least share
+    of a region link and every level of the last max-min (where links outside may freeze), each
+    round a region link's capacity left lowered by (its flows frozen in the round: region flows, and
+    certified ones at their rate) x (level), as the whole max-min lowers it round by round (the same
+    numbers, the same operations). Why the links outside keep the last max-min's course: the flows
+    they carry are certified or never touch the region, so they freeze at the same levels; a round
+    that only region links reach freezes region flows only (a certified flow's level is one where an
+    outside link freezes); and between levels every link's share is at least the last max-min's next
+    level (its least share then), so a region level with no level of the last max-min within its
+    tolerance above it freezes no link outside. The whole max-min runs instead when the replay would
+    leave these terms: a link frozen within the tolerance of a level but not at it (a merge), a level
+    within the tolerance of a level of the last max-min (links outside could merge), or a certified
+    flow frozen at another rate. Levels of the last max-min that no longer occur are kept among the
+    levels (harmless: at most a needless whole max-min).
+    """
+
+    def __init__(self, routes, capacity: dict[str, float]):
+        self.routes = routes
+        self.capacity = capacity
+        self.offsets, self.n_links, self.links, self.weight = routes.flow_links()
+        self.cap = np.zeros(self.n_links)
+        for name, f in routes.families.items():
+            self.cap[self.offsets[name]:self.offsets[name] + f.units * f.lanes] = capacity.get(name, 0.0)
+        shapes = [b.shape for b in routes.blocks]
+        self.cuts = np.cumsum([0] + [r * c for r, c in shapes])
+        self.shapes = shapes
+        self.state = None
+        self._by_link = None
+        self.replayed = 0
+        """Re-shares done on a region (the others were whole max-mins)."""
+
+    def rates(self, alive: np.ndarray) -> np.ndarray:
+        """Each flow's rate among the flows ``alive`` (``inf`` for the others)."""
+        if self.state is not None:
+            out = self._replay(alive)
+            if out is not None:
+                self.replayed += 1
+                return out
+        return self._whole(alive)
+
+    def _whole(self, alive: np.ndarray) -> np.ndarray:
+        masks = [alive[self.cuts[k]:self.cuts[k + 1]].reshape(self.shapes[k]) for k in range(len(self.shapes))]
+        sat = {name: np.full(f.units * f.lanes, np.inf) for name, f in self.routes.families.items()}
+        merged: list = []
+        rates = max_min_routes(self.routes, self.capacity, alive=masks, merged=merged, saturated=sat)
+        out = np.concatenate([r.ravel() for r in rates]) if rates else np.zeros(0)
+        if merged:
+            self.state = None
+        else:
+            saturated = np.full(self.n_links + 1, np.nan)  # the spare slot matches no rate
+            for name, s in sat.items():
+                saturated[self.offsets[name]:self.offsets[name] + len(s)] = s
+            live = out[alive]
+            self.state = (alive.copy(), out, saturated, _sorted_unique(live[np.isfinite(live)]))
+        return out
+
+    def _flows_on(self, links: np.ndarray) -> np.ndarray:
+        """The flows that cross any of ``links`` (sorted, each once)."""
+        if self._by_link is None:
+            flat = self.links.ravel()
+            at = np.flatnonzero(flat < self.n_links)
+            link = flat[at]
+            flow = at // max(self.links.shape[1], 1)
+            order = np.argsort(link, kind="stable")
+            start = np.zeros(self.n_links + 1, dtype=np.int64)
+            np.cumsum(np.bincount(link, minlength=self.n_links), out=start[1:])
+            self._by_link = (flow[order], start)
+        flow, start = self._by_link
+        s, e = start[links], start[links + 1]
+        cnt = e - s
+        at = np.repeat(s - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))
+        seen = np.zeros(len(self.links), dtype=bool)
+        seen[flow[at]] = True
+        return np.flatnonzero(seen)
+
+    def _replay(self, alive: np.ndarray) -> np.ndarray | None:
+        was, rate, sat, levels = self.state
+        if (alive & ~was).any():
+            return None
+        gone = np.flatnonzero(was & ~alive)
+        n = self.n_links
+        out = np.where(alive, rate, np.inf)
+        if not gone.size:
+            return out
+        region_link = np.zeros(n + 1, dtype=bool)
+        region_link[self.links[gone].ravel()] = True
+        region_link[n] = False
+        region = np.zeros(len(alive), dtype=bool)
+        budget = int(np.count_nonzero(alive)) // 4
+        while True:
+            cand = self._flows_on(np.flatnonzero(region_link[:n]))
+            cand = cand[alive[cand]]
+            new = cand[~region[cand]]
+            lk = self.links[new]
+            certified = (~region_link[lk] & (sat[lk] == rate[new][:, None])).any(axis=1)
+            grow = new[~certified]
+            if not grow.size:
+                break
+            region[grow] = True
+            region_link[self.links[grow].ravel()] = True
+            region_link[n] = False
+            if np.count_nonzero(region) > budget:
+                return None  # most of the cluster: a whole max-min costs less
+        rl = np.flatnonzero(region_link[:n])
+        local = np.full(n + 1, -1, dtype=np.int32)
+        local[rl] = np.arange(len(rl))
+        ll = local[self.links[cand]]
+        inc_f, slot = np.nonzero(ll >= 0)
+        inc_l = ll[inc_f, slot]
+        w = self.weight[cand][inc_f]
+        users = np.bincount(inc_l, weights=w, minlength=len(rl))
+        remaining = self.cap[rl].copy()
+        share = np.full(len(rl), np.inf)
+        loaded = users > 0
+        share[loaded] = np.maximum(remaining[loaded], 0.0) / users[loaded]
+        outside = ~region[cand]
+        old = rate[cand]
+        rising = np.ones(len(cand), dtype=bool)
+        new_rate = np.full(len(cand), np.inf)
+        sat_new = np.full(len(rl), np.inf)
+        p, last = 0, -np.inf
+        while rising.any():
+            while p < len(levels) and levels[p] <= last:
+                p += 1
+            x_region = float(share.min()) if len(share) else np.inf
+            x_level = float(levels[p]) if p < len(levels) else np.inf
+            fair = min(x_region, x_level)
+            if fair == np.inf:
+                return None
+            limit = fair * (1 + 1e-9) + 1e-300
+            if x_level != fair and x_level <= limit:
+                return None  # links outside the region could freeze within the tolerance
+            mark = share <= limit
+            if (share[mark] != fair).any():
+                return None  # a merge: the trace's terms no longer hold
+            on_marked = np.zeros(len(cand), dtype=bool)
+            on_marked[inc_f[mark[inc_l]]] = True
+            hit = rising & (on_marked | (outside & (old == fair)))
+            if (hit & outside & (old != fair)).any():
+                return None  # a certified flow frozen off its rate
+            new_rate[hit] = fair
+            sat_new[mark] = fair
+            h = hit[inc_f]
+            g = np.bincount(inc_l[h], weights=w[h], minlength=len(rl))
+            ch = np.flatnonzero(g)
+            remaining[ch] -= g[ch] * fair
+            users[ch] -= g[ch]
+            u, left = users[ch], remaining[ch]
+            share[ch] = np.where(u > 0, np.maximum(left, 0.0) / np.where(u > 0, u, 1.0), np.inf)
+            rising &= ~hit
+            last = fair
+        mine = cand[~outside]
+        out[mine] = new_rate[~outside]
+        sat = sat.copy()
+        sat[rl] = sat_new
+        fresh = new_rate[~outside]
+        self.state = (alive.copy(), out, sat, _sorted_unique(np.concatenate([levels, fresh[np.isfinite(fresh)]])))
+        return out

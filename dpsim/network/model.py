@@ -248,6 +248,47 @@ class SymmetricRoutes:
                     d += np.bincount(c[on], weights=np.broadcast_to(blk.multiplicity, on.shape)[on], minlength=len(d))
         return out
 
+    def flow_links(self) -> tuple[dict[str, int], int, np.ndarray, np.ndarray]:
+        """Every flow's links listed: ``(offsets, n_links, links, weight)``. Links are numbered over
+        all the families (each family's ``unit x lanes + lane`` after ``offsets[family]``); flows in
+        block order, row by row (a row's columns in order); ``links`` is ``(flows, slots)`` with
+        spare slots ``n_links``, int32; ``weight`` the flows each stands for (:attr:`RouteBlock.multiplicity`)."""
+        offsets: dict[str, int] = {}
+        n = 0
+        for name, f in self.families.items():
+            offsets[name] = n
+            n += f.units * f.lanes
+        parts, weights = [], []
+        for blk in self.blocks:
+            rows, cols = blk.shape
+            slots = []
+            for side in blk.sides:
+                # A column crosses the side's links its column marks: a slot per link, the slots of
+                # a column that crosses fewer of them left spare.
+                width = int(side.columns.sum(axis=0).max()) if side.links else 0
+                part = np.full((rows, cols, width), n, dtype=np.int32)
+                for c in range(cols):
+                    for slot, k in enumerate(np.flatnonzero(side.columns[:, c]).tolist()):
+                        fam, lane = side.links[k]
+                        part[:, c, slot] = offsets[fam] + side.servers * self.families[fam].lanes + lane
+                slots.append(part)
+            for fam, cells, mask in blk.hops:
+                cell = offsets[fam] + np.broadcast_to(cells, blk.shape)
+                if mask is not None:
+                    cell = np.where(np.broadcast_to(mask, blk.shape), cell, n)
+                slots.append(np.asarray(cell, dtype=np.int32)[:, :, None])
+            parts.append(np.concatenate(slots, axis=2).reshape(rows * cols, -1) if slots
+                         else np.full((rows * cols, 0), n, dtype=np.int32))
+            mult = np.ones(cols) if blk.multiplicity is None else np.asarray(blk.multiplicity, dtype=float)
+            weights.append(np.broadcast_to(mult, blk.shape).ravel())
+        width = max((p.shape[1] for p in parts), default=0)
+        links = np.full((sum(len(p) for p in parts), width), n, dtype=np.int32)  # half the memory of int64
+        at = 0
+        for p in parts:
+            links[at:at + len(p), :p.shape[1]] = p
+            at += len(p)
+        return offsets, n, links, (np.concatenate(weights) if weights else np.zeros(0))
+
 
 @runtime_checkable
 class NetworkModel(Protocol):
