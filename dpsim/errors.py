@@ -27,6 +27,17 @@ class ProfileError(DpsimError):
     """A calibration profile or measurement log is malformed."""
 
 
+class UncalibratedLinkClass(ProfileError):
+    """A calibration profile has no fit of the link class a communicator needs (``intra_node`` for one
+    inside a server, ``inter_node`` for one across servers): predict refuses the job, plan refuses the
+    layouts that need it and ranks the others."""
+
+    def __init__(self, message: str, link_class: str):
+        super().__init__(message)
+        self.link_class = link_class
+        """The link class the profile lacks."""
+
+
 class CalibrationError(DpsimError):
     """A calibration run failed (a rank died or hung, a backend is unavailable)."""
 
