@@ -7,13 +7,14 @@ suites are. Each case says what it did before.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from fuzz_harness import check_outcome, run_cli
 
 PLAN_P5 = ["plan", "--model", "gpt2", "--link", "aws-p5", "--calibration", "aws-p5-2node", "--gpus", "16",
-           "--global-batch", "64", "--tp", "1", "--pp", "1", "--verify", "0"]
+           "--global-batch", "64", "--tp", "1", "--pp", "1", "--verify", "0", "--micro-batches", "4", "--recompute", "off"]
 
 
 # --- plan with a profile measured across servers only --------------------------------------------------------
@@ -37,3 +38,63 @@ def test_plan_where_no_layout_can_be_costed_says_so(capsys):
     check_outcome(run_cli(args, capsys), args, "error", (
         "has no intra_node measurements (it has: inter_node); a communicator of 8 ranks on 1 node needs",
         "every layout searched has one"))
+
+
+# --- config.json of the newer families: odd or missing fields ------------------------------------------------
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+
+
+def _fixture(name: str, **changes) -> dict:
+    data = {**json.loads((CONFIGS / name / "config.json").read_text()), **changes}
+    return {k: v for k, v in data.items() if v is not _DROP}
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize("name, changes, needle", [
+    # Before: each was built as a Qwen2-MoE without a shared expert (and without its gate), in silence (status 0);
+    # transformers' Qwen2MoeSparseMoeBlock builds both whatever the width.
+    ("Qwen1.5-MoE-A2.7B", {"shared_expert_intermediate_size": 0}, "shared_expert_intermediate_size=0 is not valid; "
+                                                                  "expected an integer from 1"),
+    ("Qwen1.5-MoE-A2.7B", {"shared_expert_intermediate_size": None}, "has no shared_expert_intermediate_size (null)"),
+    ("Qwen1.5-MoE-A2.7B", {"shared_expert_intermediate_size": _DROP},
+     "has no shared_expert_intermediate_size (missing)"),
+    # Before: "shared_expert_intermediate_size=True is not valid" (Python's spelling of the file's true).
+    ("Qwen1.5-MoE-A2.7B", {"shared_expert_intermediate_size": True}, "shared_expert_intermediate_size=true is not"),
+    # Before: taken in silence (they shape no cost): a string, 0, a negative base, a boolean.
+    ("gemma-3-1b-pt", {"rope_local_base_freq": "1e4"}, "rope_local_base_freq='1e4' is not valid; expected a number "
+                                                       "above 0"),
+    ("gemma-3-1b-pt", {"rope_local_base_freq": -5}, "rope_local_base_freq=-5 is not valid"),
+    ("gemma-3-1b-pt", {"rope_theta": 0}, "rope_theta=0 is not valid"),
+    ("c4ai-command-r-v01", {"logit_scale": 0}, "logit_scale=0 is not valid; expected a number above 0"),
+    ("c4ai-command-r-v01", {"logit_scale": "0.0625"}, "logit_scale='0.0625' is not valid"),
+    ("c4ai-command-r-v01", {"logit_scale": True}, "logit_scale=true is not valid"),
+    # Before: [] was read as left out (sliding_window_pattern's blocks); a list of another length and a string as
+    # "a field the builders do not cover", which named no field.
+    ("gemma-3-1b-pt", {"layer_types": []}, "layer_types=[0 entries] is not valid; expected a list of one entry per "
+                                           "block, num_hidden_layers=26"),
+    ("gemma-3-1b-pt", {"layer_types": ["sliding_attention"] * 25}, "layer_types=[25 entries] is not valid"),
+    ("gemma-2-9b", {"layer_types": "sliding_attention"}, "layer_types='sliding_attention' is not valid"),
+    # Still refused as before.
+    ("gemma-3-1b-pt", {"sliding_window_pattern": 0}, "sliding_window_pattern=0 is not valid"),
+    ("gemma-3-1b-pt", {"sliding_window_pattern": -1}, "sliding_window_pattern=-1 is not valid"),
+])
+def test_config_json_newer_families_odd_fields(name, changes, needle, tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_fixture(name, **changes)))
+    args = ["predict", "--gpus", "8", "--link", "nvlink", "--steps", "1", "--seq-len", "1024", "--model", str(path)]
+    check_outcome(run_cli(args, capsys), args, "error", ("--model", needle))
+
+
+@pytest.mark.parametrize("name, changes", [
+    ("gemma-3-1b-pt", {"rope_local_base_freq": None}), ("gemma-3-1b-pt", {"rope_local_base_freq": _DROP}),
+    ("gemma-3-1b-pt", {"sliding_window_pattern": 1}), ("gemma-3-1b-pt", {"layer_types": None}),
+    ("c4ai-command-r-v01", {"logit_scale": _DROP}), ("c4ai-command-r-v01", {"logit_scale": 1}),
+    ("Qwen1.5-MoE-A2.7B", {"shared_expert_intermediate_size": 1}), ("falcon-rw-1b", {"rope_theta": 10000.0}),
+])
+def test_config_json_newer_families_as_written_are_taken(name, changes, tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_fixture(name, num_hidden_layers=2, **changes)))
+    args = ["predict", "--gpus", "8", "--link", "nvlink", "--steps", "1", "--seq-len", "1024", "--model", str(path)]
+    check_outcome(run_cli(args, capsys), args, "ok")
