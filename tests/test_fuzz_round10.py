@@ -98,3 +98,17 @@ def test_config_json_newer_families_as_written_are_taken(name, changes, tmp_path
     path.write_text(json.dumps(_fixture(name, num_hidden_layers=2, **changes)))
     args = ["predict", "--gpus", "8", "--link", "nvlink", "--steps", "1", "--seq-len", "1024", "--model", str(path)]
     check_outcome(run_cli(args, capsys), args, "ok")
+
+
+# --- goodput: a restart longer than the job's MTBF ------------------------------------------------------------
+def test_goodput_shrink_policy_that_never_finishes_is_refused(monkeypatch, capsys):
+    """Before: --mtbf-node 1h --restart 2h on 2 nodes passed the wait policy's bounds and ran past 5 minutes (the
+    shrink policy, always compared, played ~400,000 failures a run one numpy step each). The bound is lowered here
+    so that the case runs in a moment."""
+    monkeypatch.setattr("dpsim.plan.goodput.MAX_ELASTIC_EVENTS", 200)
+    args = ["goodput", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--runs", "1", "--mtbf-node", "1h",
+            "--restart", "2h", "--duration", "2h"]
+    check_outcome(run_cli(args, capsys), args, "error", (
+        "--elastic shrink: a run on fewer nodes passes 200 failures and restarts unfinished", "a shorter --restart"))
+    args[args.index("2h")] = "1min"  # a restart the failures leave time for stays under the bound
+    check_outcome(run_cli(args, capsys), args, "ok")
