@@ -7,6 +7,7 @@ suites are. Each case says what it did before.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,42 @@ def test_goodput_shrink_policy_that_never_finishes_is_refused(monkeypatch, capsy
         "--elastic shrink: a run on fewer nodes passes 200 failures and restarts unfinished", "a shorter --restart"))
     args[args.index("2h")] = "1min"  # a restart the failures leave time for stays under the bound
     check_outcome(run_cli(args, capsys), args, "ok")
+
+
+# --- sweep axes: repeats under another name, integers beside a null ------------------------------------------
+SWEEP = ["sweep", "--model", "gpt2", "--link", "infiniband", "--steps", "1", "--gpus", "8"]
+
+
+@pytest.mark.parametrize("values", ["amp,amp-bf16", "bf16-params,bf16-mixed", "bf16,bf16-true"])
+def test_sweep_precision_old_name_repeats_its_new_one(values, capsys):
+    """Before: two identical points (status 0), as 8,08 or 25,25.0 were already refused."""
+    args = [*SWEEP, "--precision", values]
+    check_outcome(run_cli(args, capsys), args, "error", (f"--precision: {values.split(',')!r} repeats a value",))
+
+
+def test_sweep_integer_axis_beside_a_null_stays_an_integer(capsys):
+    """Before: "seq_len": 512.0 in the JSON (and 512.0 in a CSV): pandas made the column float for its null,
+    and predict --seq-len refuses 512.0."""
+    args = [*SWEEP, "--seq-len", "none,512", "--json"]
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "ok")
+    assert [r["seq_len"] for r in json.loads(outcome.out)["rows"]] == [None, 512]
+    assert "512.0" not in outcome.out
+
+
+# --- plan --rank goodput where no layout can finish -------------------------------------------------------------
+def test_layout_goodput_of_a_hopeless_run_skips_the_interval_search(monkeypatch):
+    """Before: plan --rank goodput --tokens 1T --mtbf-node 1s searched every layout's checkpoint interval (~25 ms
+    each, 30 s over gpt2's 1,212 layouts on 16 GPUs) to refuse them all; the work alone has 1e6 failures."""
+    from dpsim.plan import layout_goodput as lg
+    from dpsim.plan.reliability import ClusterShape, FailureRates
+
+    def searched(*args, **kwargs):
+        raise AssertionError("the interval search ran")
+
+    monkeypatch.setattr(lg, "model_optimum_s", searched)
+    cost = lg.checkpoint_cost(state_bytes=1.5e9, gpus_per_node=8)
+    failures = lg.FailureInputs(rates=FailureRates(node_mtbf_s=1.0))
+    run = lg.layout_goodput(work_s=5e5, cluster=ClusterShape(n_nodes=2, gpus_per_node=8, links_per_node=8),
+                            checkpoint=cost, failures=failures)
+    assert run.expected_wall_s == math.inf and run.interval_s > 0
