@@ -32,10 +32,11 @@ class UncalibratedLinkClass(ProfileError):
     inside a server, ``inter_node`` for one across servers): predict refuses the job, plan refuses the
     layouts that need it and ranks the others."""
 
-    def __init__(self, message: str, link_class: str):
+    def __init__(self, message: str, link_class: str | None = None):
         super().__init__(message)
         self.link_class = link_class
-        """The link class the profile lacks."""
+        """The link class the profile lacks (``None`` when re-raised with its message reworded: ``type(exc)(text)``
+        by mix and sweep)."""
 
 
 class CalibrationError(DpsimError):

@@ -152,3 +152,32 @@ def test_layout_goodput_of_a_hopeless_run_skips_the_interval_search(monkeypatch)
     run = lg.layout_goodput(work_s=5e5, cluster=ClusterShape(n_nodes=2, gpus_per_node=8, links_per_node=8),
                             checkpoint=cost, failures=failures)
     assert run.expected_wall_s == math.inf and run.interval_s > 0
+
+
+# --- a calibration profile's hand-edited environment -------------------------------------------------------------
+@pytest.mark.parametrize("key, value, needle", [
+    # Before: read as a GPU profile (is_cpu_profile compares the string), status 0.
+    ("device_type", 3, "environment.device_type: 3 is not valid; expected a torch device type"),
+    ("device_type", "", "environment.device_type: \"\" is not valid"),
+    # Before: dropped in silence (profile_ranks_per_node takes whole numbers only).
+    ("ranks_per_node", [0], "environment.ranks_per_node: list is not valid; expected a list of each host's ranks"),
+    ("ranks_per_node", ["8"], "environment.ranks_per_node: list is not valid"),
+    ("ranks_per_node", 8, "environment.ranks_per_node: 8 is not valid"),
+])
+def test_profile_environment_fields_predict_reads_are_checked(key, value, needle, tmp_path, capsys):
+    data = json.loads((Path(__file__).parents[1] / "calibration" / "profiles" / "aws-p5-2node.json").read_text())
+    data["environment"][key] = value
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    args = ["predict", "--model", "gpt2", "--gpus", "16", "--link", "aws-p5", "--steps", "1", "--calibration",
+            str(path)]
+    check_outcome(run_cli(args, capsys), args, "error", (needle,))
+
+
+def test_mix_job_whose_calibration_lacks_a_class_is_named(tmp_path, capsys):
+    """The refusal plan now counts per layout keeps its one line when mix rewords it for a job."""
+    path = tmp_path / "mix.yaml"
+    path.write_text("cluster: {link: aws-p5, gpus: 32}\njobs:\n  - {name: a, model: gpt2, gpus: 16, steps: 1, "
+                    "calibration: aws-p5-2node, strategy: zero3, zero_group: 8}\n")
+    args = ["mix", str(path), "--json"]
+    check_outcome(run_cli(args, capsys), args, "error", ("jobs[0].calibration (a): ", "has no intra_node measurements"))
