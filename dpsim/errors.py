@@ -27,6 +27,18 @@ class ProfileError(DpsimError):
     """A calibration profile or measurement log is malformed."""
 
 
+class UncalibratedLinkClass(ProfileError):
+    """A calibration profile has no fit of the link class a communicator needs (``intra_node`` for one
+    inside a server, ``inter_node`` for one across servers): predict refuses the job, plan refuses the
+    layouts that need it and ranks the others."""
+
+    def __init__(self, message: str, link_class: str | None = None):
+        super().__init__(message)
+        self.link_class = link_class
+        """The link class the profile lacks (``None`` when re-raised with its message reworded: ``type(exc)(text)``
+        by mix and sweep)."""
+
+
 class CalibrationError(DpsimError):
     """A calibration run failed (a rank died or hung, a backend is unavailable)."""
 

@@ -167,6 +167,13 @@ MAX_FAILURES_PER_RUN = 1e5
 """Expected failures of one training run beyond which it cannot be simulated nor be said to finish:
 ``dpsim goodput`` refuses such a job, ``plan --rank goodput`` ranks such a layout as never finishing
 (its closed form gave 6e173 s for --tokens 1e18 at --mtbf-gpu 1h with a 1 MB/s checkpoint)."""
+MAX_ELASTIC_EVENTS = 20_000
+"""Events (training stretches, failures, restarts) of the slowest run the ``shrink`` policy's event-by-event
+simulation plays before it refuses the job: ~0.8 ms each here whatever the runs (one numpy step for all), so
+~16 s. ``dpsim goodput`` compares both policies always, and the bounds above are the ``wait`` policy's: with
+``--mtbf-node 1h --restart 2h`` on 2 nodes (most restarts interrupted) it passed them and ran for hours,
+shrinking to one node (13,000 failures a run for a day of work, 400,000 for the default 30 days). The
+16,384-GPU, 30-day default run takes ~1,400."""
 MAX_GOODPUT_FAILURES = 5e6
 """Expected failures one goodput simulation covers: runs x failures per run, summed over the configurations
 simulated together (the checkpoint-interval study compares 10). Measured here: ``dpsim goodput --gpus 16384

@@ -213,7 +213,8 @@ def test_an_moe_config_json_is_the_catalog_model(tmp_path, folder, data, catalog
     ("falcon", {"parallel_attn": True, "alibi": True}, "Falcon's ALiBi"),
     ("cohere", {"hidden_act": "gelu"}, "a field the builders do not cover"),  # Cohere is built (test_hf_families)
     ("deepseek_v3", {"moe_layer_freq": 2}, "moe_layer_freq"),
-    ("qwen2_moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 256, "mlp_only_layers": [0]},
+    ("qwen2_moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+                   "shared_expert_intermediate_size": 512, "mlp_only_layers": [0]},
      "mlp_only_layers"),  # Qwen2-MoE is built (tests/test_hf_families.py), all its blocks expert layers
     ("mamba", {}, "'mamba' is not one dpsim builds"),
 ])

@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from dpsim.errors import ConfigError
-from dpsim.limits import MAX_FAILURES_PER_RUN, MAX_GOODPUT_FAILURES, MIN_CHECKPOINT_INTERVAL_S
+from dpsim.limits import MAX_ELASTIC_EVENTS, MAX_FAILURES_PER_RUN, MAX_GOODPUT_FAILURES, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.plan.reliability import (
     COMPONENTS,
     POLICIES,
@@ -309,7 +309,16 @@ def _simulate_lanes(jobs: list[TrainingJob], seeds: list[int], streams: _Streams
             e = e + dt
             reduced = reduced + np.where(nodes < n_full, dt, 0.0)
 
+    events = 0
     while (phase != DONE).any():
+        events += 1
+        if events > MAX_ELASTIC_EVENTS:
+            job = jobs[lane_job[int(np.argmax(phase != DONE))]]
+            raise ConfigError(
+                f"--elastic shrink: a run on fewer nodes passes {MAX_ELASTIC_EVENTS:,} failures and restarts "
+                f"unfinished (the job fails every {job.mtbf_s:.3g} s and restarts in {job.checkpoint.restart_s:g} s, "
+                f"so most restarts are interrupted); goodput compares both policies: give longer MTBFs (with a "
+                f"unit: e.g. 80000h), a shorter --restart or less work (--tokens or --duration)")
         # ------------------------------------------------------------------ training
         tr = phase == TRAIN
         if tr.any():

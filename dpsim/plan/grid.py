@@ -21,6 +21,7 @@ from dpsim.profile.io import load_profile
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.variability.spec import VariabilitySpec
 from dpsim.workload.catalog import get_entry
+from dpsim.workload.precision import PRECISION_ALIASES
 from dpsim.workload.model_ref import is_torch_model_ref, model_ref_next_to, parse_model_ref
 
 AXIS_ALIASES = {"topology": "topology_file"}
@@ -109,6 +110,14 @@ def convert_value(axis: str, raw: Any, origin: str = "sweep") -> Any:
     if choices and isinstance(raw, int) and not isinstance(raw, bool) and str(raw) in choices:
         return str(raw)  # ``fsdp_version: [2]``: YAML reads the choice '2' as a number
     raise bad
+
+
+def _canonical(axis: str, value: Any) -> Any:
+    """``value`` as a point runs it, for telling repeats apart: a precision's old name is its new one
+    (``precision=amp,amp-bf16`` ran the same point twice)."""
+    if axis == "precision" and isinstance(value, str):
+        return PRECISION_ALIASES.get(value, value)
+    return value
 
 
 def _check_domain(axis: str, value: Any, where: str) -> None:
@@ -222,7 +231,7 @@ class SweepSpec:
                     value = str(base_dir / value)  # a profile file (a shipped name stays), as mix reads it
                 _check_domain(axis, value, _where(origin, axis))
                 converted.append(value)
-            if len(set(map(repr, converted))) != len(converted):
+            if len({repr(_canonical(axis, v)) for v in converted}) != len(converted):
                 raise ConfigError(f"{_where(origin, axis)}: {values!r} repeats a value; give each value once")
             axes[axis] = tuple(converted)
         return cls(axes=axes,

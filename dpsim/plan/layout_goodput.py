@@ -54,6 +54,7 @@ from dpsim.plan.reliability import (
     ClusterShape,
     FailureRates,
     TrainingJob,
+    continuous_optimum_s,
     daly_interval_s,
     expected_wall_time_s,
     model_optimum_s,
@@ -256,7 +257,12 @@ def layout_goodput(*, work_s: float, cluster: ClusterShape, checkpoint: Checkpoi
     m = cluster.mtbf_s(failures.rates)
     restart = failures.restart_s + checkpoint.read_s
     spares, down = spares_for(failures.replace_s, m, failures.spare_risk, max_spares=cluster.n_nodes)
-    tau = model_optimum_s(work_s, checkpoint.write_s, restart, m, down)
+    # The wall time is at least the work: past MAX_FAILURES_PER_RUN failures in the work alone, the run never
+    # finishes whatever the interval (below), and the interval search (tens of ms a layout) is skipped: plan
+    # --rank goodput --mtbf-node 1s took 30 s over gpt2's 1,212 layouts to refuse them all.
+    hopeless = not work_s / m <= MAX_FAILURES_PER_RUN
+    tau = continuous_optimum_s(checkpoint.write_s, m) if hopeless else model_optimum_s(
+        work_s, checkpoint.write_s, restart, m, down)
     if not (math.isfinite(tau) and tau > 0):
         tau = work_s
     wall = expected_wall_time_s(work_s, tau, checkpoint.write_s, restart, m, down)

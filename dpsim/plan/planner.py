@@ -85,7 +85,7 @@ from dpsim.collectives.groups import (
     nvlink_domain_gpus,
 )
 from dpsim.collectives.ops import CollectiveModel
-from dpsim.errors import ConfigError, DpsimError
+from dpsim.errors import ConfigError, DpsimError, UncalibratedLinkClass
 from dpsim.hardware import get_gpu
 from dpsim.network.degrade import LinkDegradation
 from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
@@ -471,6 +471,9 @@ class PlanResult:
     """The job searched (for the chosen layout's whole command)."""
     degradations: tuple[LinkDegradation, ...] = ()
     """Links below capacity every layout was costed with (``--degrade``)."""
+    uncalibrated: dict = field(default_factory=dict)
+    """Per link class a ``--calibration`` profile has no fit of, the layouts refused for a communicator on it
+    (counted in ``counts["refused_by_placement"]`` too)."""
     verification: dict = field(default_factory=dict)
     """What was simulated: ``simulated`` (layouts), ``within_bound`` (layouts whose estimate could
     beat the best simulated one, :data:`ESTIMATE_BOUND`), ``stopped_by`` (``bound``: every such
@@ -1990,6 +1993,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     fitting: list[Estimate] = []
     closest: Estimate | None = None
     searches = []
+    uncalibrated: dict[str, list] = {}
     for n in gpus:
         cands, info = planner.candidates(n, tps=tps, pps=pps, strategies=strategies, micro_batches=micro_batches,
                                          recomputes=recomputes, schedules=schedules,
@@ -2041,7 +2045,15 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         except ConfigError:
             price = None
         for c in cands:
-            e = planner.estimate(c, global_batch=global_batch)
+            try:
+                e = planner.estimate(c, global_batch=global_batch)
+            except UncalibratedLinkClass as exc:
+                # A layout with a communicator on a link class --calibration did not measure (tp or a shard
+                # group inside one server, with a profile measured across servers), as predict refuses it;
+                # the search ranks the rest (one such row, the zero3 search's MiCS group, refused all of it).
+                counts["refused_by_placement"] += 1
+                uncalibrated.setdefault(exc.link_class, [0, str(exc)])[0] += 1
+                continue
             if not e.fits:
                 counts["do_not_fit"] += 1
                 if closest is None or e.memory_bytes < closest.memory_bytes:
@@ -2054,6 +2066,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                 counts["over_budget"] += 1
                 continue
             fitting.append(e)
+    if uncalibrated and not fitting and not counts["do_not_fit"]:
+        (_, message), = list(uncalibrated.values())[:1]
+        raise ConfigError(f"{message} (every layout searched has one; widen --gpus, --tp, --pp or --strategies, "
+                          f"or give a profile that measured it)")
     if failures is not None and fitting and not any(e.reliability.expected_wall_s < math.inf for e in fitting):
         raise ConfigError(_never_done_message(fitting, failures))
     fitting.sort(key=lambda e: _key(e, rank_by))
@@ -2071,7 +2087,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     counts["ranked"] = len(fitting)
     return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
                       failures=failures, best_memory=closest if not fitting else None, base=base,
-                      verification=verification, degradations=planner.degradations)
+                      verification=verification, degradations=planner.degradations,
+                      uncalibrated={lc: n for lc, (n, _) in uncalibrated.items()})
 
 
 def _with_step(planner: Planner, e: Estimate, pred: Prediction | None, step_s: float, *, failures, tokens,

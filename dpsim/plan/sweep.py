@@ -410,10 +410,19 @@ def to_dataframe(rows: Sequence[Mapping[str, Any]]):
     """Rows as a pandas DataFrame with a stable column order (first row's keys first)."""
     import pandas as pd
 
+    rows = list(rows)
     columns: list[str] = []
     for row in rows:
         columns.extend(k for k in row if k not in columns)
-    return pd.DataFrame.from_records(list(rows), columns=columns)
+    df = pd.DataFrame.from_records(rows, columns=columns)
+    for col in columns:
+        # An integer column with a null in it (seq_len=none,512; a point's error row) became float64, so the JSON
+        # and CSV wrote 512.0, which predict --seq-len refuses: pandas' nullable integers keep 512.
+        values = [row.get(col) for row in rows]
+        given = [v for v in values if v is not None]
+        if len(given) < len(values) and given and all(isinstance(v, int) and not isinstance(v, bool) for v in given):
+            df[col] = df[col].astype("Int64")
+    return df
 
 
 OUTPUT_FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json"}

@@ -79,7 +79,7 @@ from dpsim.collectives.ops import (
     check_message,
     ring_steps,
 )
-from dpsim.errors import ConfigError, ProfileError
+from dpsim.errors import ConfigError, ProfileError, UncalibratedLinkClass
 from dpsim.hardware import GpuSpec
 from dpsim.profile.fit import Segment, piecewise_time
 from dpsim.profile.schema import ModelStep, OpCalibration, Profile
@@ -117,9 +117,10 @@ class CalibratedCollectives:
             need = ("a multi-node communicator: calibrate under torchrun across nodes, or fit "
                     "nccl-tests logs from a multi-node run" if self.link_class == "inter_node"
                     else "a single-node communicator: calibrate on one node")
-            raise ProfileError(
+            raise UncalibratedLinkClass(
                 f"--calibration: {where} has no {self.link_class} measurements (it has: {have}); "
-                f"a prediction on {n_nodes} node{'s' if n_nodes > 1 else ''} needs {need}")
+                f"a communicator of {n_ranks:,} ranks on {n_nodes:,} node{'s' if n_nodes > 1 else ''} needs {need}",
+                self.link_class)
         self.notes: list[str] = []
         """Caveats found while predicting (derived ops, extrapolated sizes)."""
         self.bandwidth_factor = degraded_bandwidth_factor(profile, self.link_class, degraded or {})

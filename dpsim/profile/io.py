@@ -376,6 +376,15 @@ def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
     if method not in METHODS:
         top.fail("method", method, "one of " + ", ".join(METHODS))
     env = top.obj("environment", None, default={})
+    # The two environment fields predict reads (is_cpu_profile, profile_ranks_per_node): a hand-edited
+    # "device_type": 3 was read as a GPU profile and "ranks_per_node": [0] or ["8"] dropped, in silence.
+    device_type = env.data.get("device_type")
+    if device_type is not None and not (isinstance(device_type, str) and device_type.strip()):
+        env.fail(env.field("device_type"), device_type, "a torch device type (e.g. \"cuda\", \"cpu\") or null")
+    per_node = env.data.get("ranks_per_node")
+    if per_node is not None and not (isinstance(per_node, list) and per_node and all(
+            isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= MAX_GPUS for k in per_node)):
+        env.fail(env.field("ranks_per_node"), per_node, "a list of each host's ranks (integers >= 1) or null")
     collectives = top.obj("collectives", LINK_CLASSES)
     link_classes: dict[str, dict[str, Any]] = {}
     ops: dict[tuple[str, str], OpCalibration] = {}

@@ -202,6 +202,8 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
                       f"{escape(', '.join(d.label for d in result.degradations))}")
     console.print(f"Refused: "
                   f"{counts['do_not_fit']} do not fit in memory, {counts['refused_by_placement']} cannot be placed"
+                  + "".join(f" ({n} of them need {lc} measurements, which --calibration has none of)"
+                            for lc, n in result.uncalibrated.items())
                   + (f", {counts['over_budget']} over budget" if counts.get("over_budget") else ""))
     # --gpu of another generation than the --topology file's links: every layout was costed on those
     # links, which predict warns of among its sources.

@@ -945,19 +945,50 @@ def _check_config_json_fields(data: dict, kind: str, path: str) -> None:
         required = tuple(dict.fromkeys(names[k] for k in ("hidden", "layers", "heads", "ffn", "vocab", "seq")))
         if kind in ("mixtral", "qwen3_moe", "qwen2_moe"):
             required += tuple(dict.fromkeys(names[k] for k in ("experts", "top_k", "moe_ffn")))
+        if kind == "qwen2_moe":
+            # Qwen2MoeSparseMoeBlock (transformers 5.25.0 models/qwen2_moe/modeling_qwen2_moe.py) builds its shared
+            # expert and sigmoid gate unconditionally: a file without the width was built without either.
+            required += ("shared_expert_intermediate_size",)
     for key in required:
         value = data.get(key)
         if value is None:
             raise WorkloadError(f"--model: {path!r}: its {kind} configuration has no {key} "
                                 f"({'null' if key in data else 'missing'}); expected an integer")
         if isinstance(value, bool) or not isinstance(value, int):
-            raise WorkloadError(f"--model: {path!r}: {key}={value!r} is not valid; expected an integer (a JSON "
+            raise WorkloadError(f"--model: {path!r}: {key}={_shown(value)} is not valid; expected an integer (a JSON "
                                 f"number without quotes)")
     for key in _HF_BOOLS:
         value = data.get(key)
         if value is not None and not isinstance(value, bool):
-            raise WorkloadError(f"--model: {path!r}: {key}={value!r} is not valid; expected true or false (a JSON "
+            raise WorkloadError(f"--model: {path!r}: {key}={_shown(value)} is not valid; expected true or false (a JSON "
                                 f"boolean without quotes)")
+    if kind == "qwen2_moe" and data["shared_expert_intermediate_size"] < 1:
+        raise WorkloadError(f"--model: {path!r}: shared_expert_intermediate_size={data['shared_expert_intermediate_size']} "
+                            f"is not valid; expected an integer "
+                            f"from 1 (Qwen2MoeSparseMoeBlock always builds its shared expert and its gate); for MoE "
+                            f"blocks without one give the model by its shape (transformer:...,experts=...)")
+    for key, what in _HF_POSITIVE_NUMBERS.items():
+        # Cost nothing (a RoPE base, a constant factor), so nothing downstream looked at them: "1e4" (a string),
+        # 0 or -5 were taken in silence.
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise WorkloadError(f"--model: {path!r}: {key}={_shown(value)} is not valid; expected a number above 0 "
+                                f"({what}; a JSON number without quotes)")
+    types = data.get("layer_types")
+    if kind in ("gemma2", "gemma3_text") and types is not None and (
+            not isinstance(types, list) or len(types) != data["num_hidden_layers"]):
+        # [] was read as "left out" (the sliding_window_pattern's blocks); transformers refuses a list of another
+        # length than the blocks (layer_type_validation), and a string was read as a list of its letters.
+        shown = f"[{len(types)} entries]" if isinstance(types, list) else _shown(types)
+        raise WorkloadError(f"--model: {path!r}: layer_types={shown} is not valid; expected a list of one entry per "
+                            f"block, num_hidden_layers={data['num_hidden_layers']} (each \"sliding_attention\" or "
+                            f"\"full_attention\")")
+
+
+_HF_POSITIVE_NUMBERS = {"rope_theta": "the rotary base", "rope_local_base_freq": "the local blocks' rotary base",
+                        "logit_scale": "the factor on the logits"}
+"""``config.json`` numbers that shape no cost but must be numbers above 0 when given (``null``: left out)."""
 
 
 CONFIG_JSON_SUFFIX = ".json"
