@@ -8,8 +8,8 @@ import sys
 
 # Bytecode caches are written here whatever PYTHONDONTWRITEBYTECODE says (these machines set it):
 # without them every run re-compiles dpsim's modules and pytest re-rewrites every test module (the
-# fast lane's collection took 12.5 s of CPU against 4.1 s with the caches, 2 cores), and each
-# subprocess a test starts re-compiles the dpsim it imports (~0.25 s each). They are the caches a
+# fast lane's collection took 12.9 s of CPU against 4.8 s with the caches on a loaded 2-core box),
+# and each subprocess a test starts re-compiled the dpsim it imports (~0.25 s each). They are the caches a
 # run without that variable writes (``__pycache__``, git-ignored; pytest's rewritten test modules
 # beside them); reading them is allowed under it, so subprocesses and later runs use them. Set
 # before dpsim's first import below, and before pytest imports a test module.

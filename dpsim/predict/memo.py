@@ -81,7 +81,7 @@ _PLAIN = (bool, int, float, str, bytes)
 _FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
 """A type -> its dataclass fields' names (``None``: not a frozen dataclass), found once per type:
 :func:`dataclasses.fields` filters a dataclass's fields anew on each call, and a model's key visits
-thousands of ops (the keys of fresh models were a tenth of a batch of layout predictions)."""
+thousands of ops (keying 21 freshly built catalog models: 1.31 -> 0.79 s of CPU)."""
 
 
 def _field_names(cls: type) -> tuple[str, ...] | None:
