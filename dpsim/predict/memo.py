@@ -76,28 +76,62 @@ def _key(value: Any) -> Any:
     return _key_of(value)[0]
 
 
+_PLAIN = (bool, int, float, str, bytes)
+
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+"""A type -> its dataclass fields' names (``None``: not a frozen dataclass), found once per type:
+:func:`dataclasses.fields` filters a dataclass's fields anew on each call, and a model's key visits
+thousands of ops (keying 21 freshly built catalog models: 1.31 -> 0.79 s of CPU)."""
+
+
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        pass
+    if not dataclasses.is_dataclass(cls):
+        names = None
+    elif not cls.__dataclass_params__.frozen:
+        raise _Unkeyable
+    else:
+        names = tuple(f.name for f in dataclasses.fields(cls))
+    _FIELD_NAMES[cls] = names
+    return names
+
+
 def _key_of(value: Any) -> tuple[Any, bool]:
     """``(key, immutable)``: ``immutable`` when nothing in ``value`` is a list or a dict."""
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+    if value is None or isinstance(value, _PLAIN):
         return value, True
     if _RETURNED.get(id(value)) is value:
         return _Same(value), True
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if not value.__dataclass_params__.frozen:
-            raise _Unkeyable
-        cached = getattr(value, "__dict__", {}).get(_KEY_ATTR)
+    cls = type(value)
+    names = _field_names(cls)
+    if names is not None:
+        holder = getattr(value, "__dict__", None)
+        cached = holder.get(_KEY_ATTR) if holder is not None else None
         if cached is not None:
             return cached, True
-        parts = [_key_of(getattr(value, f.name)) for f in dataclasses.fields(value)]
-        key = (type(value).__qualname__,) + tuple(k for k, _ in parts)
-        if all(immutable for _, immutable in parts) and hasattr(value, "__dict__"):
+        key = [cls.__qualname__]
+        immutable = True
+        for name in names:
+            k, i = _key_of(getattr(value, name))
+            key.append(k)
+            immutable = immutable and i
+        key = tuple(key)
+        if immutable and holder is not None:
             frozen = _Frozen(key)
             object.__setattr__(value, _KEY_ATTR, frozen)
             return frozen, True
         return key, False
     if isinstance(value, tuple):
-        parts = [_key_of(v) for v in value]
-        return ("tuple",) + tuple(k for k, _ in parts), all(i for _, i in parts)
+        key = ["tuple"]
+        immutable = True
+        for v in value:
+            k, i = _key_of(v)
+            key.append(k)
+            immutable = immutable and i
+        return tuple(key), immutable
     if isinstance(value, list):
         return ("list",) + tuple(_key(v) for v in value), False
     if isinstance(value, dict):
