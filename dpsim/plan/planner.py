@@ -1072,7 +1072,10 @@ class Planner:
         rest = max(0.0, total - head - tail)
         hidden = min(rest, compute_s)
         contention = overlap_contention(self.base.calibration.overlap_slowdown)
-        return head + tail + (rest - hidden) + contention * hidden
+        # Whichever is longer: the stream beyond the compute, or what the compute loses beside it. A stream longer
+        # than the slowed compute paces the step alone (fsdp + ep under tp 2, the experts whole on each tp rank and
+        # gathered over a NIC each: charging both read 1.10x the simulation).
+        return head + tail + max(rest - hidden, contention * hidden)
 
     def reshard_dp(self, gc: GroupCollectives, tab: _Tables, assignment, c: Candidate, layout: Layout,
                    zero3, compute_s: float) -> tuple[float, float]:
