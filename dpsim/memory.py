@@ -900,7 +900,12 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             # state above: torchtitan's apply_fsdp wraps them with `fully_shard(
             # transformer_block.moe.experts, mesh=dp_mod_ep_mesh)` (pytorch/torchtitan@2645c02d3926
             # torchtitan/models/llama4/infra/parallelize.py), the rest of the block on dp_mesh.
-            largest = max(_unit_numels(tpm, assignment[s]), default=0)
+            # Under expert parallelism the experts are a unit of their own nested in their block, and torchtitan
+            # prefetches the next block with its experts (``set_modules_to_forward_prefetch([next_transformer_block,
+            # next_transformer_block.moe.experts])``, models/llama4/infra/parallelize.py@05a6cb3895a5): the working
+            # set is still whole blocks, less the experts when each rank holds its own whole (never gathered).
+            largest = max(_unit_numels(tpm, assignment[s], experts_local=layout.experts_apart
+                                       and layout.expert_shard_group == 1), default=0)
             weights, grads, buffers = shard * w, shard * g, largest * (2 * w + g)
         breakdown = MemoryBreakdown(
             weights_bytes=float(weights), gradients_bytes=float(grads), optimizer_bytes=float(opt),
@@ -939,14 +944,15 @@ def layout_fp8_weight_bytes(tpm, chunks, precision: Precision, architecture: str
     return float(numel * saved_fp8_weight_bytes_per_element(precision.fp8, architecture, cached=True))
 
 
-def _unit_numels(tpm, chunks) -> list[int]:
-    """Parameters per GPU of each FSDP unit of a stage: a block, or a layer outside the blocks."""
+def _unit_numels(tpm, chunks, *, experts_local: bool = False) -> list[int]:
+    """Parameters per GPU each FSDP unit of a stage gathers: a block, or a layer outside the blocks; the
+    routed experts left out when ``experts_local`` (their shard group is one rank: whole on each, never gathered)."""
     units: dict[object, int] = {}
     for layers in chunks:
         for i in layers:
             layer = tpm.layers[i]
             key = layer.unit if layer.unit is not None else ("layer", i)
-            units[key] = units.get(key, 0) + layer.numel_per_rank
+            units[key] = units.get(key, 0) + layer.numel_per_rank - (layer.expert_numel_per_rank if experts_local else 0)
     return list(units.values())
 
 

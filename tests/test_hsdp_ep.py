@@ -90,12 +90,14 @@ def test_one_replica_is_fsdp_with_ep_exactly(pp):
 
 
 @pytest.mark.parametrize("pp", [1, 2])
-def test_ep_one_is_todays_hsdp_exactly(pp):
-    # Figures of the code before expert parallelism joined HSDP (main at 3b47e35), tp 2 with sequence parallelism,
-    # shard groups of 4 data-parallel ranks: the experts there keep their expert-data-parallel group.
+def test_ep_one_shards_experts_within_the_shard_group(pp):
+    # tp 2 with sequence parallelism, ep 1 (etp 1), shard groups of 4 data-parallel ranks. Before fsdpep the experts
+    # kept their whole expert-data-parallel group (tp x dp = 64 or 32 ranks): 2.9252 s / 26.65 GB (pp 1) and
+    # 1.2348 s / 104.78 GB (pp 2). Now they shard over the tp x 4 = 8 ranks of the shard group and all-reduce across
+    # its replicas, as HSDP does the dense parameters (tests/test_fsdp_ep.py): 8x the expert state per rank.
     r = predict(_config(tp=2, sequence_parallel=True, pp=pp, ep=1, zero_group=4, global_batch=64))
-    want = {1: (2.9252113782700926, 26654081024.0, 229503160320),
-            2: (1.2347780804270803, 104777871360.0, 46101495808)}[pp]
+    want = {1: (2.405765254446232, 105574105088.0, 206954582016),
+            2: (1.4069284529666268, 130145021952.0, 51738640384)}[pp]
     assert (r.step_time_s, r.memory.total_bytes, r.gradient_bytes) == want
 
 
@@ -113,16 +115,18 @@ def test_bytes_are_conserved_per_collective_group(monkeypatch, pp, zero_group, e
     micro_batches = 128 // dp
     rounds = micro_batches if pp == 1 else 1  # resharded: every micro-batch reduce-scatters (bf16 gradients)
     assert got["zero", "reduce_scatter"] == rounds * 2 * dense
-    assert got["ezero", "reduce_scatter"] == rounds * 2 * experts
+    # An expert shard group of one rank (ep = the shard group) holds its experts whole: nothing on ezero.
+    assert got.get(("ezero", "reduce_scatter"), 0) == (rounds * 2 * experts if eshard > 1 else 0)
     gathers = 2 * micro_batches if pp == 1 else 1  # forward and backward of each micro-batch, or once a step
     assert got["zero", "all_gather"] == gathers * 2 * dense
-    assert got["ezero", "all_gather"] == gathers * 2 * experts
+    assert got.get(("ezero", "all_gather"), 0) == (gathers * 2 * experts if eshard > 1 else 0)
     # Each reduce-scatter's shard all-reduced across the replicas: 1/shard of its bytes, rounded up per bucket.
     rs = [(op, s) for op, s in zip(plan.program.comms, plan.program.comm_stages) if 0 in s]
     n_rs = {g: sum(1 for op, _ in rs if op.group == g and op.op == "reduce_scatter") for g in ("zero", "ezero")}
     assert 2 * dense / zero_group <= got["zrep", "all_reduce"] / rounds <= 2 * dense / zero_group + 2 * n_rs["zero"]
-    assert 2 * experts / eshard <= got["ezrep", "all_reduce"] / rounds <= 2 * experts / eshard + 2 * n_rs["ezero"]
-    assert sum(1 for op, _ in rs if op.group == "ezrep") == n_rs["ezero"]
+    n_ar = sum(1 for op, _ in rs if op.group == "ezrep")
+    assert 2 * experts / eshard <= got["ezrep", "all_reduce"] / rounds <= 2 * experts / eshard + 2 * n_ar
+    assert n_ar == n_rs["ezero"] or (eshard == 1 and n_rs["ezero"] == 0 < n_ar)
     assert sum(1 for op, _ in rs if op.group == "zrep") == n_rs["zero"]
     # Nothing left on the groups of plain fsdp.
     assert not [k for k in got if k[0] in ("dp", "edp")]

@@ -230,12 +230,13 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
         # torchtitan/distributed/parallel_dims.py@0119de156de5): one rank of each shard group, tp x shard apart.
         rep_topo, rep_conc = strided(t * shard, d // shard)
         comms["zrep"] = Communicator(name="zrep", topology=rep_topo, job=job, concurrent=rep_conc)
-    if shard is not None and shard < d and shape.ep > 1:
+    if shard is not None and shard < d and (shape.ep > 1 or shape.etp != t):
         # HSDP under expert parallelism: the routed experts are sharded over the expert-data-parallel ranks of one
         # shard group (torchtitan's dp_shard_in_ep = dp_shard x cp / ep, parallel_dims.py@0119de156de5), in
         # the expert order below etp x ep apart within the shard group's tp x shard consecutive GPUs, and
         # replicated across the shard groups: one rank of each, tp x shard apart, the ranks zrep spans (a group
-        # of its own, placed where those ranks are).
+        # of its own, placed where those ranks are). With ep 1 and etp below tp (experts whole on each
+        # tensor-parallel rank) the same: tp x shard / etp consecutive-by-etp ranks.
         eshard = t * shard // (shape.etp * shape.ep)
         ezero_topo, ezero_conc = strided(shape.etp * shape.ep, eshard)
         comms["ezero"] = Communicator(name="ezero", topology=ezero_topo, job=job, concurrent=ezero_conc)

@@ -130,6 +130,7 @@ from dpsim.predict.result import Prediction
 from dpsim.predict.run import build_collectives, load_model, predict, resolve_topology, strategy_memory
 from dpsim.strategies.layout import (
     ChunkWork,
+    PARAM_SHARDING_LAYOUT_STRATEGIES,
     Layout,
     default_bucket_elements,
     gradient_accumulation_s,
@@ -1074,7 +1075,10 @@ class Planner:
         rest = max(0.0, total - head - tail)
         hidden = min(rest, compute_s)
         contention = overlap_contention(self.base.calibration.overlap_slowdown)
-        return head + tail + (rest - hidden) + contention * hidden
+        # Whichever is longer: the stream beyond the compute, or what the compute loses beside it. A stream longer
+        # than the slowed compute paces the step alone (fsdp + ep under tp 2, the experts whole on each tp rank and
+        # gathered over a NIC each: charging both read 1.10x the simulation).
+        return head + tail + max(rest - hidden, contention * hidden)
 
     def reshard_dp(self, gc: GroupCollectives, tab: _Tables, assignment, c: Candidate, layout: Layout,
                    zero3, compute_s: float) -> tuple[float, float]:
@@ -1086,11 +1090,14 @@ class Planner:
         gathers the forwards wait for)``: the last bucket's reduce-scatter; the first bucket's gather and
         whatever the stream needs beyond the compute."""
         m = layout.micro_batches
-        # HSDP under expert parallelism: the routed experts in buckets of their own on their shard group
-        # ("ezero"), each reduce-scatter's shard all-reduced across their replicas ("ezrep"), as predict's program.
-        split = layout.expert_replicas > 1 and self.model.moe is not None
+        # Under expert parallelism the routed experts in buckets of their own on their shard group (fsdp's "edp",
+        # HSDP's "ezero", each reduce-scatter's shard then all-reduced across their replicas on "ezrep"), as
+        # predict's program; none when each rank holds its experts whole and unreplicated (edp 1).
+        eshard, ereplicas = layout.expert_shard_group, layout.expert_replicas
+        split = layout.experts_apart and self.model.moe is not None
+        groups = (("dp", "edp") if eshard * ereplicas > 1 else ("dp",)) if split else ("all",)
         buckets = self.stage_buckets(tab, assignment, 0, bucket=self.bucket(layout.grad_group),
-                                     overlap=True, groups=("dp", "edp") if split else ("all",))
+                                     overlap=True, groups=groups)
         w, g = self.precision.weight_bytes, self.precision.grad_bytes
         numel = sum(b[2] for b in buckets)
         share = 1.0
@@ -1098,15 +1105,17 @@ class Planner:
             share = sum(zero3.backward_gather_numel) / numel
         shard, replicas = layout.shard_group, layout.replicas
         comm = "zero" if replicas > 1 else "dp"
-        of = {"edp": ("ezero", "ezrep", layout.expert_shard_group)}
+        of = {"edp": ("ezero" if ereplicas > 1 else "edp", "ezrep", eshard)}
         place = [of.get(b[0], (comm, "zrep", shard)) for b in buckets]
-        gathers = [self.cost(gc, q[0], "all_gather", b[2] * w) for b, q in zip(buckets, place)]
-        again = sum(self.cost(gc, q[0], "all_gather", b[2] * share * w) for b, q in zip(buckets, place)) \
-            if share > 0 else 0.0
+        # An expert shard group of one rank gathers and reduce-scatters nothing.
+        moved = [q[2] > 1 for q in place]
+        gathers = [self.cost(gc, q[0], "all_gather", b[2] * w) if x else 0.0 for b, q, x in zip(buckets, place, moved)]
+        again = sum(self.cost(gc, q[0], "all_gather", b[2] * share * w) for b, q, x in zip(buckets, place, moved)
+                    if x) if share > 0 else 0.0
         # HSDP: each reduce-scatter's shard then all-reduced across the replica groups, behind it.
-        reduces = [self.cost(gc, q[0], "reduce_scatter", b[2] * g)
+        reduces = [(self.cost(gc, q[0], "reduce_scatter", b[2] * g) if x else 0.0)
                    + (self.cost(gc, q[1], "all_reduce", -(-b[2] // q[2]) * g) if replicas > 1 else 0.0)
-                   for b, q in zip(buckets, place)]
+                   for b, q, x in zip(buckets, place, moved)]
         if not buckets:
             return 0.0, 0.0
         total = m * (sum(gathers) + again + sum(reduces))
@@ -1505,8 +1514,11 @@ class Planner:
         cost more than the same bytes over ``dp`` would (Mixtral tp2 ep4 on 1,024 GPUs: 0.56 s of
         collectives where all over dp read 0.2 s)."""
         ereplicas = self._expert_replicas(gc, strategy)
+        # FSDP with ep 1 reduces (and gathers) the experts with their block: every parameter over dp.
+        apart = self.model.moe is None or self._experts_apart(gc, strategy)
         groups = tuple(group for group, size in (("dp", grad_group), ("edp", edp))
-                       if size > 1 or (group == "edp" and ereplicas > 1 and self.model.moe is not None))
+                       if size > 1 or (group == "edp" and ereplicas > 1 and self.model.moe is not None)) \
+            if apart else (("all",) if grad_group > 1 else ())
         buckets = self.stage_buckets(tab, assignment, s, bucket=bucket, overlap=overlap, groups=groups)
         # ``gc`` and ``buckets`` are cached for the planner's life (:meth:`collectives`,
         # :meth:`stage_buckets`), so their ids are stable.
@@ -1544,16 +1556,19 @@ class Planner:
         # Under expert parallelism the routed experts likewise on theirs ("ezero", "ezrep").
         shard = gc.layout.zero_group * gc.layout.cp if strategy == "fsdp-hybrid" and gc.layout is not None else None
         replicated = shard is not None and shard < grad_group
-        comm_of = {"dp": "zero"} if replicated else {}
+        comm_of = {"dp": "zero", "all": "zero"} if replicated else {"all": "dp"}
         if ereplicas > 1:
             comm_of["edp"] = "ezero"
+        # An expert shard group of one rank (ep x etp = tp x dp x cp): the experts are whole on each rank, only
+        # HSDP's replica all-reduce runs.
+        alone = {"edp": edp == 1}
         end = -math.inf
         hidden = early = 0.0
         for t, k in launches:
             group, _, numel, _, _ = buckets[k]
             start = max(end, t)
-            end = start + self.cost(gc, comm_of.get(group, group), op, numel * g)
-            if replicated and group == "dp":
+            end = start + (0.0 if alone.get(group) else self.cost(gc, comm_of.get(group, group), op, numel * g))
+            if replicated and group in ("dp", "all"):
                 end += self.cost(gc, "zrep", "all_reduce", -(-numel // shard) * g)
             elif ereplicas > 1 and group == "edp":
                 end += self.cost(gc, "ezrep", "all_reduce", -(-numel // max(1, edp)) * g)
@@ -1565,6 +1580,8 @@ class Planner:
         if strategy == "zero1" or fsdp:
             queue = 0.0
             for group, ch, numel, _, needed in buckets:
+                if alone.get(group):
+                    continue
                 queue += self.cost(gc, comm_of.get(group, group), "all_gather", numel * w)
                 stall = max(stall, queue - before_f[ch] - needed)
             if not (overlap or fsdp):
@@ -1573,11 +1590,20 @@ class Planner:
         return out
 
     @staticmethod
+    def _experts_apart(gc: GroupCollectives, strategy: str) -> bool:
+        """Whether the routed experts have buckets of their own on ``gc``'s layout
+        (:attr:`~dpsim.strategies.layout.Layout.experts_apart`: not a parameter-sharding strategy's with ep 1)."""
+        shape = gc.layout
+        return (strategy not in PARAM_SHARDING_LAYOUT_STRATEGIES or shape is None or shape.ep > 1
+                or shape.etp != shape.tp)
+
+    @staticmethod
     def _expert_replicas(gc: GroupCollectives, strategy: str) -> int:
         """HSDP's replica groups of the routed experts on ``gc``'s layout (1 unless ``fsdp-hybrid`` with a shard
         group below every data-parallel rank and ep above 1: :attr:`~dpsim.strategies.layout.Layout.expert_replicas`)."""
         shape = gc.layout
-        if strategy != "fsdp-hybrid" or shape is None or shape.zero_group is None or shape.ep == 1:
+        if strategy != "fsdp-hybrid" or shape is None or shape.zero_group is None \
+                or not Planner._experts_apart(gc, strategy):
             return 1
         return shape.dp // shape.zero_group
 

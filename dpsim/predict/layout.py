@@ -505,9 +505,9 @@ class LayoutReport:
                 "expert_load_factor": self.expert_load.mean_busiest_factor,
                 "expert_load_p90": _p90(self.expert_load.step_factors),
                 "expert_dropped_fraction": self.expert_load.dropped_fraction} if self.expert_load else {}),
-            # HSDP under expert parallelism: the experts' shard group (of edp) and their replicas.
+            # HSDP's routed experts in units of their own: their shard group (of edp) and their replicas.
             **({"expert_shard_group": lay.expert_shard_group, "expert_replicas": lay.expert_replicas}
-               if lay.expert_replicas > 1 else {}),
+               if lay.expert_replicas > 1 and self.expert_load else {}),
             **({"etp_comm_s": self.etp_comm_s} if lay.etp > 1 else {}),
         }
 
@@ -712,7 +712,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                                # HSDP under expert parallelism: the experts on their shard group ("ezero"),
                                # each gradient shard all-reduced over their replica group ("ezrep").
                                expert_comm="ezero" if layout.expert_replicas > 1 else "edp",
-                               expert_replicas=layout.expert_replicas,
+                               expert_replicas=layout.expert_replicas if model.moe is not None else 1,
+                               # FSDP with ep 1 gathers and reduces the experts with their block.
+                               experts_apart=layout.experts_apart,
                                zero_comm="zero" if layout.zero1_group < d else "dp",
                                # HSDP: fsdp on its shard group ("zero"), each gradient shard all-reduced
                                # over the replica group ("zrep").

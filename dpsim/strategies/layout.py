@@ -220,26 +220,42 @@ class Layout:
         return self.tp * self.grad_group // (self.etp * self.ep)
 
     @property
+    def experts_apart(self) -> bool:
+        """Whether the routed experts' parameters live apart from the dense ones, in buckets (FSDP units) of
+        their own on their own group. Megatron-Core (``ddp``, ``zero1``) keeps them in buffers of their own
+        reduced over :attr:`edp` whatever ``ep``; a parameter-sharding strategy (``fsdp``, ``fsdp-hybrid``,
+        ``zero3``) only under expert parallelism: torchtitan's apply_fsdp wraps
+        ``transformer_block.moe.experts`` with a ``fully_shard`` of its own on the expert mesh only ``if
+        transformer_block.moe_enabled and ep_degree > 1``, and with ep 1 they are gathered and reduced with
+        their block (torchtitan/models/llama4/infra/parallelize.py@05a6cb3895a5), split over the tensor-parallel
+        ranks as the dense linears are (``etp = tp``). With ep 1 and ``etp`` below ``tp`` (experts whole on
+        each tensor-parallel rank, sharded over ``tp / etp`` times the ranks) they keep units of their own."""
+        return self.strategy not in PARAM_SHARDING_LAYOUT_STRATEGIES or self.ep > 1 or self.etp != self.tp
+
+    @property
     def expert_shard_group(self) -> int:
-        """Ranks a sharding strategy splits the routed experts' parameters, gradients and optimizer state over:
-        :attr:`edp`, or with HSDP under expert parallelism (``fsdp-hybrid``, ``ep`` above 1) the
-        expert-data-parallel ranks of one shard group, ``tp x shard_group / (etp x ep)``, the experts
-        replicated across the :attr:`replicas` as the dense parameters are. torchtitan carves ep out of
-        ``dp_shard x cp`` and shards the experts over the rest (``dp_shard_in_ep = dp_shard * cp // ep``
-        with etp = tp, ``dp_shard * cp * tp // ep`` with etp = 1), the expert region's mesh being
-        ``[pp, dp_replicate, dp_shard_in_ep, ep, tp]`` (ParallelDims.build_mesh,
+        """Ranks a sharding strategy splits the routed experts' parameters, gradients and optimizer state over.
+        Megatron-Core's (``zero1``): :attr:`edp`. A parameter-sharding strategy's: the expert-data-parallel
+        ranks of one shard group, ``tp x shard_group / (etp x ep)`` (with ep 1 and etp = tp its
+        :attr:`shard_group`: the experts are in their block's unit, :attr:`experts_apart`)
+        (:attr:`edp` for ``fsdp``; HSDP's experts replicated across the :attr:`replicas` as the dense
+        parameters are). torchtitan carves ep out of ``dp_shard x cp`` and shards the experts over the rest
+        (``dp_shard_in_ep = dp_shard * cp // ep`` with etp = tp, ``dp_shard * cp * tp // ep`` with etp = 1), the
+        expert region's mesh being ``[pp, dp_replicate, dp_shard_in_ep, ep, tp]`` (ParallelDims.build_mesh,
         torchtitan/distributed/parallel_dims.py@0119de156de5); apply_fsdp wraps the routed experts with
         ``fully_shard(transformer_block.moe.experts, mesh=edp_mesh)``, edp_mesh ``["dp_replicate", "efsdp"]``
-        with replicas (torchtitan/models/llama4/infra/parallelize.py@05a6cb3895a5). With ``ep`` 1 the
-        experts keep :attr:`edp` (the behaviour before expert parallelism joined HSDP)."""
-        if self.strategy == "fsdp-hybrid" and self.zero_group and self.ep > 1:
-            return self.tp * self.shard_group // (self.etp * self.ep)
-        return self.edp
+        with replicas (torchtitan/models/llama4/infra/parallelize.py@05a6cb3895a5)."""
+        if self.strategy not in PARAM_SHARDING_LAYOUT_STRATEGIES:
+            return self.edp
+        return self.tp * self.shard_group // (self.etp * self.ep)  # shard_group itself with ep 1 and etp = tp
 
     @property
     def expert_replicas(self) -> int:
-        """Replica groups of the routed experts (HSDP's :attr:`replicas` under expert parallelism, else 1)."""
-        return self.edp // self.expert_shard_group
+        """Replica groups of the routed experts in buckets of their own (:attr:`experts_apart`): HSDP's
+        :attr:`replicas` under expert parallelism, else 1 (with ep 1 they replicate with their block)."""
+        if self.strategy in PARAM_SHARDING_LAYOUT_STRATEGIES and self.experts_apart:
+            return self.replicas
+        return 1
 
     @property
     def chunks(self) -> int:

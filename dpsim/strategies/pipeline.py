@@ -795,6 +795,12 @@ class DataParallelPlan:
     expert_replicas: int = 1
     """The routed experts' replica groups (HSDP under expert parallelism): above 1, each expert reduce-scatter's
     shard (its bytes over :attr:`edp` ranks) is then all-reduced on ``ezrep``, on the same stream."""
+    experts_apart: bool = True
+    """The routed experts in buckets of their own on :attr:`expert_comm`
+    (:attr:`~dpsim.strategies.layout.Layout.experts_apart`: Megatron-Core's buffers, or FSDP's expert units under
+    expert parallelism); ``False``: in their blocks' buckets with the dense parameters (FSDP with ep 1). On an
+    expert group of one rank (:attr:`edp` 1: ep x etp = tp x dp x cp) they are whole on every rank: nothing is
+    gathered or reduce-scattered, only HSDP's replica all-reduce runs."""
     fp8_all_gather: bool = False
     """FSDP2 gathers the FP8 linears' weights in one byte (torchao ``enable_fsdp_float8_all_gather``, which
     torchtitan turns on whenever the data-parallel dimension is sharded, tensor parallel or not:
@@ -962,20 +968,25 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         rs_after: dict[tuple[int, int, int], list[int]] = {}  # (chunk, micro-batch, layer) -> reduce-scatters
         if reshard:
             for c in range(v):
-                # Every parameter in one set of buckets, experts too (fsdp's experts are not split out of dp
-                # here); HSDP under expert parallelism wraps the routed experts apart (torchtitan's apply_fsdp:
-                # ``fully_shard(transformer_block.moe.experts, mesh=edp_mesh)``), their buckets on the experts'
-                # shard group, queued on the one stream in the order the layers use them, the block's first.
-                if dp.expert_replicas > 1:
+                # Under expert parallelism FSDP wraps the routed experts apart (torchtitan's apply_fsdp:
+                # ``fully_shard(transformer_block.moe.experts, mesh=edp_mesh)`` when ep > 1), their buckets on
+                # the experts' shard group (fsdp's edp, HSDP's ezero), queued on the one stream in the order the
+                # layers use them, the block's first; with ep 1 every parameter is in one set of buckets.
+                if dp.experts_apart and dp.edp * dp.expert_replicas > 1:
                     sets = [(dp.shard_comm, False, "", gradient_buckets(chunks[s][c], dp.bucket_elements,
                                                                         _dense_numel)),
                             (dp.expert_comm, True, "experts ", gradient_buckets(chunks[s][c], dp.bucket_elements,
                                                                                 _expert_numel))]
+                elif dp.experts_apart:  # one expert shard per rank, no replicas: the experts need no collective
+                    sets = [(dp.shard_comm, False, "", gradient_buckets(chunks[s][c], dp.bucket_elements,
+                                                                        _dense_numel))]
                 else:
                     sets = [(dp.shard_comm, False, "", gradient_buckets(chunks[s][c], dp.bucket_elements,
                                                                         _all_numel))]
                 tagged = [(group, expert, label0, x, bucket) for group, expert, label0, buckets in sets
                           for x, bucket in enumerate(buckets)]
+                # The experts whole on each rank (edp 1): no gather and no reduce-scatter, HSDP's all-reduce only.
+                local = dp.edp == 1
                 forward_order = sorted(tagged, key=lambda t: (min(t[4][2]), t[1]))
                 backward_order = sorted(tagged, key=lambda t: (-max(t[4][2]), t[1]))
                 last_layer = min((min(t[4][2]) for t in tagged), default=0)
@@ -984,6 +995,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 for j in range(m):
                     forward_gathers, backward_gathers = [], []
                     for group, expert, label0, x, (_, numel, members) in forward_order:
+                        if expert and local:
+                            continue
                         op = new_comm(f"all-gather parameters {label0}chunk {c} micro-batch {j + 1} bucket {x} "
                                       f"(forward)", "all_gather",
                                       dp.gather_bytes(numel, 0 if expert else fp8_of(members)), "allgather",
@@ -994,7 +1007,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     for group, expert, label0, x, (first_layer, numel, members) in backward_order:
                         again = sum(dp.backward_gather_numel[i] for i in members) if dp.backward_gather_numel \
                             else numel
-                        if again > 0:  # DeepSpeed keeps a bucket reused soon after its forward: no gather
+                        if again > 0 and not (expert and local):  # DeepSpeed keeps a bucket reused soon: none
                             fp8 = fp8_of(members) * min(1.0, again / numel) if numel and not expert else 0.0
                             op = new_comm(f"all-gather parameters {label0}chunk {c} micro-batch {j + 1} bucket {x} "
                                           f"(backward)", "all_gather", dp.gather_bytes(again, fp8), "allgather",
@@ -1002,10 +1015,11 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                             backward_gathers.append(op)
                             for i in members:
                                 gather_bwd[c, j, i] = gather_bwd.get((c, j, i), ()) + (op,)
-                        rs = new_comm(f"reduce-scatter {label0}chunk {c} micro-batch {j + 1} bucket {x}",
-                                      "reduce_scatter", numel * dp.grad_bytes, "reducescatter", group, (s,))
+                        rs = [] if expert and local else [new_comm(
+                            f"reduce-scatter {label0}chunk {c} micro-batch {j + 1} bucket {x}", "reduce_scatter",
+                            numel * dp.grad_bytes, "reducescatter", group, (s,))]
                         # Without overlap every bucket waits for the micro-batch's whole backward.
-                        launched = [rs, *replicate(f"{label0}chunk {c} micro-batch {j + 1} bucket {x}", numel,
+                        launched = [*rs, *replicate(f"{label0}chunk {c} micro-batch {j + 1} bucket {x}", numel,
                                                    expert)]
                         rs_after.setdefault((c, j, first_layer if overlap else last_layer), []).extend(launched)
                         dp_ops.extend(launched)
@@ -1014,18 +1028,21 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     else:
                         launch_at_forward.setdefault((c, j - 1), []).extend(forward_gathers)
                     launch_at_forward[c, j] = backward_gathers + launch_at_forward.get((c, j), [])
-        # Dense parameters over dp, a mixture of experts' routed experts over edp.
-        # HSDP's experts on a shard group of one rank (ep = the shard group) still all-reduce across the replicas.
-        groups = [] if reshard else [(group, size, numel, label) for group, size, numel, label in (
-            (dp.shard_comm, dp.dp, _dense_numel, ""), (dp.expert_comm, dp.edp, _expert_numel, "experts "))
-            if (size > 1 or (numel is _expert_numel and dp.expert_replicas > 1))
-            and any(numel(w) for stage in chunks for c in stage for w in c.layers)]
-        for group, _, numel_of, label0 in groups:
+        # Dense parameters over dp, a mixture of experts' routed experts over edp (with the dense ones when
+        # not apart: FSDP with ep 1). HSDP's experts on a shard group of one rank (ep = the shard group) still
+        # all-reduce across the replicas, with nothing to gather or reduce-scatter.
+        sets = ((dp.shard_comm, dp.dp, _dense_numel, ""), (dp.expert_comm, dp.edp, _expert_numel, "experts ")) \
+            if dp.experts_apart else ((dp.shard_comm, dp.dp, _all_numel, ""),)
+        groups = [] if reshard else [(group, size, numel, label) for group, size, numel, label in sets
+                                     if (size > 1 or (numel is _expert_numel and dp.expert_replicas > 1))
+                                     and any(numel(w) for stage in chunks for c in stage for w in c.layers)]
+        for group, size_, numel_of, label0 in groups:
+            alone = size_ == 1  # an expert group of one rank: only the replica all-reduce
             for c in range(v):
                 work = chunks[s][c]
                 buckets = gradient_buckets(work, dp.bucket_elements, numel_of)
                 fsdp = dp.strategy in ("fsdp", "fsdp-hybrid")
-                if fsdp or (dp.strategy == "zero1" and overlap and not dp.internlm):
+                if not alone and (fsdp or (dp.strategy == "zero1" and overlap and not dp.internlm)):
                     # Gathered bucket by bucket in forward order; each layer's first forward
                     # waits only for the bucket holding its parameters.
                     label = "all-gather parameters" if fsdp else "all-gather updated parameters"
@@ -1049,18 +1066,22 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 reduce = "all_reduce" if dp.strategy == "ddp" or deepspeed or dp.internlm else "reduce_scatter"
                 if overlap:
                     for x, (first_layer, numel, _) in enumerate(buckets):
-                        op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} {label0}chunk "
-                                      f"{c} bucket {x}", reduce, numel * dp.grad_bytes,
-                                      "allreduce" if reduce == "all_reduce" else "reducescatter", group, (s,))
-                        launched = [op, *replicate(f"{label0}chunk {c} bucket {x}", numel, numel_of is _expert_numel)]
+                        op = () if alone else (new_comm(
+                            f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} {label0}chunk {c} "
+                            f"bucket {x}", reduce, numel * dp.grad_bytes,
+                            "allreduce" if reduce == "all_reduce" else "reducescatter", group, (s,)),)
+                        launched = [*op,
+                                    *replicate(f"{label0}chunk {c} bucket {x}", numel, numel_of is _expert_numel)]
                         launches_after_layer.setdefault((c, first_layer), []).extend(launched)
                         dp_ops.extend(launched)
                 else:
                     numel = sum(numel_of(w) for w in work.layers)
-                    op = new_comm(f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} {label0}chunk "
-                                  f"{c} gradients", reduce, numel * dp.grad_bytes,
-                                  "allreduce" if reduce == "all_reduce" else "reducescatter", group, (s,))
-                    launched = [op, *replicate(f"{label0}chunk {c} gradients", numel, numel_of is _expert_numel)]
+                    op = () if alone else (new_comm(
+                        f"{'all-reduce' if reduce == 'all_reduce' else 'reduce-scatter'} {label0}chunk {c} "
+                        f"gradients", reduce, numel * dp.grad_bytes,
+                        "allreduce" if reduce == "all_reduce" else "reducescatter", group, (s,)),)
+                    launched = [*op,
+                                *replicate(f"{label0}chunk {c} gradients", numel, numel_of is _expert_numel)]
                     end_ops.extend(launched)
                     dp_ops.extend(launched)
         gradient_ops += dp_ops

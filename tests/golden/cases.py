@@ -280,6 +280,12 @@ def moe_cases() -> dict[str, list[str]]:
             "--gpus", "64", "--link", "infiniband", "--gpu", "h100", "--model", "mixtral-8x7b", "--micro-batch", "1",
             "--ep", "4", "--pp", "2", "--global-batch", "128", "--strategy", "fsdp-hybrid", "--zero-group", "8",
             "--precision", "bf16-params", "--recompute", "full"],
+        # fsdp with expert parallelism and no pipeline stages: the routed experts gathered and reduce-scattered
+        # every micro-batch on their own 8-rank edp group (one rank a server), the dense parameters on dp (fsdpep).
+        "mixtral-8x7b-fsdp-ep8": [
+            "--gpus", "64", "--link", "infiniband", "--gpu", "h100", "--model", "mixtral-8x7b", "--micro-batch", "1",
+            "--ep", "8", "--global-batch", "128", "--strategy", "fsdp", "--precision", "bf16-params",
+            "--recompute", "full"],
         # Megatron-Core's --offload-modules expert_fc1 moe_act over PCIe.
         "mixtral-8x7b-ep8-pp4-offload-experts": [
             "--gpus", "64", "--link", "infiniband", "--gpu", "h100", "--model", "mixtral-8x7b", "--micro-batch", "2",
