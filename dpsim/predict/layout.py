@@ -661,9 +661,16 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
 
     ep_classes = degraded_classes(collectives, "ep")
 
+    a2a_of: dict[float, float] = {}
+
     def ep_cost(bytes_per_rank: float) -> float:
-        return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.parallelism.moe_a2a, model.moe,
-                            config.parallelism.moe_node_limit, class_factors=ep_classes)
+        # Every MoE layer sends the same bytes: one costing per size, not one per layer.
+        t = a2a_of.get(bytes_per_rank)
+        if t is None:
+            t = a2a_of[bytes_per_rank] = expert_a2a_s(
+                collectives.communicator("ep"), bytes_per_rank, load, config.parallelism.moe_a2a, model.moe,
+                config.parallelism.moe_node_limit, class_factors=ep_classes)
+        return t
 
     def etp_cost(bytes_per_rank: float) -> float:
         return expert_tp_s(cost, bytes_per_rank, load, config.parallelism.etp)

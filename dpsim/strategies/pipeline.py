@@ -204,7 +204,7 @@ def dualpipe_slots(p: int, m: int, stage: int, pairs: list[int] | None = None) -
     micro-batch ``j`` counts that direction's ``m/2``. ``pairs`` collects the positions of the
     forwards run overlapped with the backward after them."""
     out: list[Slot] = []
-    for step in dualpipe_steps(p, m, stage):
+    for step in _dualpipe_steps(p, m, stage):
         if step[0] == "pair" and pairs is not None:
             pairs.append(len(out))
         elif step[0] in ("F", "B", "W"):
@@ -701,7 +701,7 @@ def _stage_sequence(slots: Sequence[Slot], s: int, p: int, m: int, *, deepspeed:
             return grad_send[g, j] if sending else grad_send[g + 1, j]
 
         out = []
-        for step in dualpipe_steps(p, m, s):
+        for step in _dualpipe_steps(p, m, s):
             if step[0] == "commit":
                 out.append(("exchange", 0, 0, tuple(transfer(x, True) for x in step[1]),
                             tuple(transfer(x, False) for x in step[2])))
