@@ -518,6 +518,12 @@ def _act_bytes(precision) -> int:
     return 4 if precision.compute_dtype == "float32" else 2
 
 
+_SHARD_TIMES: dict[tuple, tuple[ModelSpec, Any, dict]] = {}
+_SHARD_TIMES_SIZE = 32
+""":func:`shard_compute`'s layer-time memos, by model and GPU object (both kept, so that their ids are not
+reused), precision and micro-batch."""
+
+
 def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision, memo: dict | None = None) -> ComputeProfile:
     """The compute profile of one tensor-parallel rank's shard at the config's micro-batch; with
     ``--grad-accum-fusion`` (the default) every weight-gradient GEMM accumulates into the gradient
@@ -528,7 +534,17 @@ def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision, memo: dic
     if config.parallelism.grad_accum_fusion:
         precision = replace(precision, fused_wgrad_accumulation=True)
     # Not memoized: the shard's spec is a new object per layout, and keying it by value (every layer
-    # and expert) cost more than the profile on large MoE models (DeepSeek-V3's 16,384-GPU plan 5.4 -> 8.1 s)
+    # and expert) cost more than the profile on large MoE models (DeepSeek-V3's 16,384-GPU plan 5.4 -> 8.1 s).
+    # Its layer times are, per model object, GPU, precision and micro-batch: the shards of one model share
+    # their dense layers (plan simulates ~30 layouts of one model in a search).
+    if memo is None:
+        key = (id(tpm.model), id(gpu), precision, wl.micro_batch)
+        held = _SHARD_TIMES.get(key)
+        if held is None or held[0] is not tpm.model or held[1] is not gpu:
+            if len(_SHARD_TIMES) >= _SHARD_TIMES_SIZE:
+                _SHARD_TIMES.pop(next(iter(_SHARD_TIMES)))
+            held = _SHARD_TIMES[key] = (tpm.model, gpu, {})
+        memo = held[2]
     return compute_profile(tpm.spec, gpu, micro_batch=wl.micro_batch, precision=precision,
                            optimizer=wl.optimizer, compute_efficiency=capped_compute_efficiency(config, gpu),
                            clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop", memo=memo)
