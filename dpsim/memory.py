@@ -1033,6 +1033,16 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
         working = 0.0
         per_chunk = []
         for layers in chunks:
+            # A chunk's bytes depend on its layers and the policy alone: other stage splits of the same shard
+            # (another pp x chunks of the same virtual stages) reuse them. Its working bytes are its own
+            # maximum, joined to the stage's (a maximum: the order does not matter).
+            chunk_key = (tuple(layers), layout.recompute, layout.recompute_every, layout.offload)
+            known = memo.get(chunk_key) if per_layer is not None else None
+            if known is not None:
+                per_chunk.append(known[0])
+                working = max(working, known[1])
+                continue
+            stage_working, working = working, 0.0
             per_mb = 0.0
             first_of: dict = {}  # each unit's first layer in the chunk (one pass, not one per unit)
             for i in layers:
@@ -1090,6 +1100,9 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
                     if layer.unit in ckpt:
                         blocks[layer.unit] = blocks.get(layer.unit, 0.0) + lab(layer, "off")
                 working = max([working, *blocks.values()])
+            if per_layer is not None:
+                memo[chunk_key] = (per_mb, working)
+            working = max(stage_working, working)
         out.append((tuple(per_chunk), working, numel))
     return tuple(out)
 
