@@ -829,7 +829,8 @@ class StageMemory:
 
 def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Precision, optimizer: str,
                         in_flight: Sequence[Sequence[int]], activations=None,
-                        deferred_w: Sequence[int] | None = None) -> tuple[StageMemory, ...]:
+                        deferred_w: Sequence[int] | None = None,
+                        expert_numels: Sequence[int] | None = None) -> tuple[StageMemory, ...]:
     """Per-GPU memory of every stage of a layout (:class:`~dpsim.strategies.layout.Layout`).
 
     ``tpm``: the tensor-parallel shard (:func:`~dpsim.strategies.tensor.tp_model`);
@@ -864,6 +865,8 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
       when not given). ``deferred_w[stage]``: micro-batches whose weight-gradient pass the stage
       still owes at its peak (:func:`~dpsim.strategies.pipeline.deferred_weight_grads`, ZB-H1), each
       holding :func:`deferred_weight_grad_bytes` per sample, not its whole activations.
+      ``expert_numels[stage]``: the stage's routed-expert parameters per GPU (:func:`stage_expert_numels`,
+      computed when not given).
     """
     w, g = precision.weight_bytes, precision.grad_bytes
     k = optimizer_state_bytes_per_param(precision, optimizer)
@@ -886,7 +889,8 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         d = layout.shard_group
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
-        experts = sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
+        experts = expert_numels[s] if expert_numels is not None else \
+            sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
         # HSDP under expert parallelism shards them over the expert-data-parallel ranks of its shard group.
         shard = -(-(numel - experts) // d) + -(-experts // layout.expert_shard_group)  # a rank's share
         opt = shard * k if layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES else numel * k
@@ -917,6 +921,12 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
                                in_flight=tuple(in_flight[s])))
     return tuple(out)
+
+
+def stage_expert_numels(tpm, assignment) -> tuple[int, ...]:
+    """Per stage (``assignment[stage][chunk]``: layer indices), the routed-expert parameters one GPU holds."""
+    return tuple(sum(tpm.layers[i].expert_numel_per_rank for layers in chunks for i in layers)
+                 for chunks in assignment)
 
 
 def layout_fp8_weight_bytes(tpm, chunks, precision: Precision, architecture: str = "hopper") -> float:
@@ -987,8 +997,8 @@ def deferred_weight_grad_bytes(tpm, chunks, layout) -> float:
     return 2.0 * total
 
 
-def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None = None
-                           ) -> tuple[tuple[tuple[float, ...], float, int], ...]:
+def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None = None, *,
+                           per_layer: dict | None = None) -> tuple[tuple[tuple[float, ...], float, int], ...]:
     """Per stage of :func:`layout_stage_memory`: the bytes one sample of one micro-batch keeps for
     backward in each model chunk, the working bytes of the block being recomputed (per
     sample), both before the precision's scale, and the parameters it holds per GPU (the
@@ -996,15 +1006,22 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
     and the checkpointing policy only, so a search over micro-batches, schedules and
     replicas reuses them. With ``precision``, each layer's saved elements and each block's input
     count at the dtypes they are stored in (:func:`activation_bytes_per_sample`), still in the
-    units of that scale."""
+    units of that scale. ``per_layer``: a dict the caller keeps for one ``tpm``, tensor-parallel size,
+    sequence parallelism and ``precision`` (a search calls this for many stage splits of the same
+    shard), memoising each layer's activations across calls."""
     t = layout.tp
     sp = layout.sequence_parallel
     scale = 1.0 if precision is None else precision.activation_bytes / 2.0
+    memo = {} if per_layer is None else per_layer
 
     def lab(layer, recompute: str) -> float:  # the layer's activations on a rank, in 2-byte units
-        every = layer_activation_bytes(layer, t, sequence_parallel=sp, recompute=recompute)
-        return every if precision is None else every + saved_extra_bytes_per_rank(
-            layer, t, sequence_parallel=sp, precision=precision) / scale
+        key = (layer.index, recompute)
+        hit = memo.get(key)
+        if hit is None:
+            every = layer_activation_bytes(layer, t, sequence_parallel=sp, recompute=recompute)
+            hit = memo[key] = every if precision is None else every + saved_extra_bytes_per_rank(
+                layer, t, sequence_parallel=sp, precision=precision) / scale
+        return hit
 
     def block_in(layer) -> float:  # a block's input in its stream's dtype, in 2-byte units
         kept = block_input_bytes(layer, t, sequence_parallel=sp)
@@ -1023,9 +1040,23 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
         working = 0.0
         per_chunk = []
         for layers in chunks:
+            # A chunk's bytes depend on its layers and the policy alone: other stage splits of the same shard
+            # (another pp x chunks of the same virtual stages) reuse them. Its working bytes are its own
+            # maximum, joined to the stage's (a maximum: the order does not matter).
+            chunk_key = (tuple(layers), layout.recompute, layout.recompute_every, layout.offload)
+            known = memo.get(chunk_key) if per_layer is not None else None
+            if known is not None:
+                per_chunk.append(known[0])
+                working = max(working, known[1])
+                continue
+            stage_working, working = working, 0.0
             per_mb = 0.0
-            starts = {min(i for i in layers if tpm.layers[i].unit == u) for u in
-                      {tpm.layers[i].unit for i in layers if tpm.layers[i].unit is not None}}
+            first_of: dict = {}  # each unit's first layer in the chunk (one pass, not one per unit)
+            for i in layers:
+                u = tpm.layers[i].unit
+                if u is not None and (u not in first_of or i < first_of[u]):
+                    first_of[u] = i
+            starts = set(first_of.values())
             op_units: dict[str, list[float]] = {}  # op level: [all of the block, what it keeps, offloaded]
             for i in layers:
                 layer = tpm.layers[i]
@@ -1076,6 +1107,9 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
                     if layer.unit in ckpt:
                         blocks[layer.unit] = blocks.get(layer.unit, 0.0) + lab(layer, "off")
                 working = max([working, *blocks.values()])
+            if per_layer is not None:
+                memo[chunk_key] = (per_mb, working)
+            working = max(stage_working, working)
         out.append((tuple(per_chunk), working, numel))
     return tuple(out)
 

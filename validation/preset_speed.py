@@ -5,6 +5,13 @@ wall and CPU time, median of repeats, or the best of them with ``--best``).
     python validation/preset_speed.py [--repeats 3] [--best] [--gpus 4096,65536,1048576] [--links ...]
     python validation/preset_speed.py --gpus 65536 --links gb200-nvl72 --baseline ethernet --best
         (issue 24's "65,536 GPUs under 1 s whole process", gb200-nvl72 against ethernet)
+
+``--plan``: instead, issue 28's two searches (``dpsim plan`` of DeepSeek-V3 and Llama-3-405B on 16,384
+GPUs, bar 10 s whole process), each against a baseline run in the same loop: with ``--baseline-src DIR``
+(another source tree, e.g. ``git archive`` of main unpacked) the same command from that tree, else
+``dpsim predict --gpus 4096 --link infiniband`` (the preset rows' baseline, a yardstick of the machine).
+
+    python validation/preset_speed.py --plan [--baseline-src /tmp/main] [--repeats 3] [--best]
 """
 
 from __future__ import annotations
@@ -30,6 +37,50 @@ def _one(gpus: int, link: str) -> tuple[float, float]:
     return wall, cpu
 
 
+PLAN_SEARCHES = {
+    "deepseek-v3": ["plan", "--model", "deepseek-v3", "--gpus", "16384", "--global-batch", "4096",
+                    "--precision", "bf16-params", "--link", "infiniband"],
+    "llama-3-405b": ["plan", "--model", "llama-3-405b", "--gpus", "16384", "--link", "infiniband",
+                     "--global-batch", "2048", "--precision", "bf16-params"],
+}
+"""Issue 28's searches: ``plan`` over every layout of each on 16,384 GPUs in under 10 s whole process."""
+
+
+def _process(args: list[str], src: str | None = None) -> tuple[float, float]:
+    """Wall and CPU seconds of one ``python -m dpsim ARGS`` process (``src``: a source tree put first on
+    its path, run from a neutral directory so that the current one does not shadow it)."""
+    import os
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = src
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "dpsim", *args], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, env=env, cwd="/" if src is not None else None)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def plan_speed(repeats: int, stat, baseline_src: str | None) -> None:
+    """Each search, then its baseline, alternately ``repeats`` times (a load that comes and goes hits both)."""
+    import os
+    load = os.getloadavg()[0]
+    what = f"same command from {baseline_src}" if baseline_src else "predict --gpus 4096 --link infiniband"
+    print(f"{'search':<14} {'wall s':>7} {'cpu s':>7} {'base wall':>9} {'base cpu':>8} {'cpu/base':>8}  "
+          f"({'best' if stat is min else 'median'} of {repeats}; baseline: {what}; load {load:.2f})")
+    for name, args in PLAN_SEARCHES.items():
+        runs, base = [], []
+        for _ in range(repeats):
+            runs.append(_process(args))
+            base.append(_process(args, baseline_src) if baseline_src else
+                        _process(["predict", "--gpus", "4096", "--link", "infiniband"]))
+        wall, cpu = stat(r[0] for r in runs), stat(r[1] for r in runs)
+        bwall, bcpu = stat(r[0] for r in base), stat(r[1] for r in base)
+        print(f"{name:<14} {wall:7.2f} {cpu:7.2f} {bwall:9.2f} {bcpu:8.2f} {cpu / bcpu:8.2f}", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -38,8 +89,14 @@ def main() -> None:
     ap.add_argument("--baseline", default="infiniband", help="the preset every other is compared with")
     ap.add_argument("--best", action="store_true", help="the fastest of the repeats instead of their median "
                     "(what a loaded machine leaves least disturbed)")
+    ap.add_argument("--plan", action="store_true", help="time issue 28's two plan searches instead")
+    ap.add_argument("--baseline-src", default=None, help="with --plan: a source tree whose dpsim runs each "
+                    "search as the baseline (else a predict run is the yardstick)")
     args = ap.parse_args()
     stat = min if args.best else statistics.median
+    if args.plan:
+        plan_speed(args.repeats, stat, args.baseline_src)
+        return
     links = [args.baseline] + [x for x in args.links.split(",") if x and x != args.baseline]
     print(f"{'gpus':>9} {'link':<13} {'wall s':>7} {'cpu s':>7} {'wall/base':>9} {'cpu/base':>8}  "
           f"({'best' if args.best else 'median'} of {args.repeats})")

@@ -90,7 +90,7 @@ from dpsim.hardware import get_gpu
 from dpsim.network.degrade import LinkDegradation
 from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
                           check_int, check_number, short)
-from dpsim.memory import stage_activation_bytes, worst_stage
+from dpsim.memory import stage_activation_bytes, stage_expert_numels, worst_stage
 from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
 from dpsim.plan.reliability import (
@@ -675,7 +675,8 @@ class Planner:
         self._topologies: dict[int, Topology] = {}
         self._models: dict[object, CollectiveModel] = {}
         self._collectives: dict[tuple[int, int, int, int], GroupCollectives] = {}
-        self._costs: dict[tuple, float] = {}
+        self._costs: dict[tuple, dict[float, float]] = {}
+        self._cost_tables: dict[tuple, dict[float, float]] = {}
         self._comm_values: dict[tuple, int] = {}
         self._comm_index: dict[tuple[int, str], int] = {}
         self._tables: dict[tuple, _Tables] = {}
@@ -690,6 +691,8 @@ class Planner:
         """Candidates left out for more micro-batches than predict simulates (:meth:`_variants`; counted per call)."""
         self._splits: dict[tuple[int, int, int, int], tuple] = {}
         self._activations: dict[tuple, tuple] = {}
+        self._layer_activations: dict[tuple, dict] = {}
+        self._layer_times: dict[int, dict] = {}
         self._shard_params: dict[tuple, int] = {}
         self._checkpoints: dict[tuple, tuple[ClusterShape, object]] = {}
         self._steady: dict[tuple, float] = {}
@@ -779,16 +782,25 @@ class Planner:
         # that value, a tree of frozen dataclasses hashed field by field on every lookup, is numbered
         # once per communicator (``gc`` is cached for the planner's life, :meth:`collectives`, so its
         # id is stable): DeepSeek-V3 on 16,384 GPUs costs ~290,000 collectives.
-        index = self._comm_index.get((id(gc), group))
-        if index is None:
-            comm = gc.communicator(group)
-            index = self._comm_index[(id(gc), group)] = self._comm_values.setdefault(
-                (comm.topology, comm.concurrent), len(self._comm_values))
-        key = (index, op, size)
-        t = self._costs.get(key)
+        table = self.cost_table(gc, group, op)
+        t = table.get(size)
         if t is None:
-            t = self._costs[key] = gc.group(group).time(op, size).time_s
+            t = table[size] = gc.group(group).time(op, size).time_s
         return t
+
+    def cost_table(self, gc: GroupCollectives, group: str, op: str) -> dict[float, float]:
+        """The memo of :meth:`cost` for one communicator's value and op: bytes -> seconds (a hot loop
+        looks sizes up in it directly, falling back on :meth:`cost` for a new one)."""
+        key = (id(gc), group, op)
+        table = self._cost_tables.get(key)
+        if table is None:
+            index = self._comm_index.get((id(gc), group))
+            if index is None:
+                comm = gc.communicator(group)
+                index = self._comm_index[(id(gc), group)] = self._comm_values.setdefault(
+                    (comm.topology, comm.concurrent), len(self._comm_values))
+            table = self._cost_tables[key] = self._costs.setdefault((index, op), {})
+        return table
 
     def experts(self, c: Candidate) -> tuple[ExpertSplit, object]:
         """How ``c``'s ranks hold and run the routed experts, and the busiest rank's load
@@ -832,7 +844,9 @@ class Planner:
         compute = self._compute.get(ckey)
         if compute is None:
             cfg = dataclasses.replace(self.base, micro_batch=micro_batch)
-            compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, self.layout_precision)
+            # One memo of layer times per micro-batch: the shards of every split share their dense layers.
+            compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, self.layout_precision,
+                                                          memo=self._layer_times.setdefault(micro_batch, {}))
         ctx = self.context(c.cp)
         layout = Layout(tp=tp, micro_batch=micro_batch, sequence_parallel=sp, recompute=recompute,
                         tp_comm_overlap=self.tp_comm_overlap if tp > 1 else "backward",
@@ -849,17 +863,35 @@ class Planner:
         def cost(group: str, op: str, size: float) -> float:
             return self.cost(gc, group, op, size)
 
+        tp_tables: dict[str, dict[float, float]] = {}
+
+        def tp_cost(op: str, size: float) -> float:
+            # Every layer asks: the memo's table of each op looked up directly (:meth:`cost_table`).
+            table = tp_tables.get(op)
+            if table is None:
+                table = tp_tables[op] = self.cost_table(gc, "tp", op)
+            t = table.get(size)
+            return self.cost(gc, "tp", op, size) if t is None else t
+
         # --degrade: the slowest link of each class the all-to-all crosses paces it (predict's expert_a2a_s).
         ep_classes = degraded_classes(gc, "ep") if c.ep > 1 and self.degradations else None
-        work = layer_work(tpm, compute, layout, tp_cost=lambda op, size: cost("tp", op, size),
+        a2a_of: dict[float, float] = {}
+
+        def ep_cost(size: float) -> float:
+            # Every MoE layer of a model sends the same bytes: one costing per size, not per layer
+            # (DeepSeek-V3's 58 MoE layers cost ~24,000 all-to-alls per search otherwise).
+            t = a2a_of.get(size)
+            if t is None:
+                t = a2a_of[size] = expert_a2a_s(gc.communicator("ep"), size, load, self.base.parallelism.moe_a2a,
+                                                self.model.moe, self.moe_node_limit, class_factors=ep_classes)
+            return t
+
+        work = layer_work(tpm, compute, layout, tp_cost=tp_cost,
                           act_element_bytes=act_bytes, overlap_slowdown=self.base.calibration.overlap_slowdown,
                           accumulate_s=accumulate,
                           cp_cost=(lambda op, size: context_comm_s(gc, cost, op, size)) if c.cp > 1 else None,
                           cp_model=self.model if c.cp > 1 else None,
-                          ep_cost=(lambda size: expert_a2a_s(gc.communicator("ep"), size, load, self.base.parallelism.moe_a2a,
-                                                                self.model.moe, self.moe_node_limit,
-                                                                class_factors=ep_classes))
-                          if c.ep > 1 else None,
+                          ep_cost=ep_cost if c.ep > 1 else None,
                           etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
                           gpu=self.gpu, recompute_share=shares,
                           cached_fp8_weights=caches_fp8_weights(self.layout_precision.fp8),
@@ -1378,12 +1410,15 @@ class Planner:
         tpm = self.tp_model(c.tp, c.sequence_parallel, c.cp, split)
         key = (c.tp, c.sequence_parallel, layout.recompute, layout.recompute_every, layout.pp, layout.chunks,
                layout.schedule == "dualpipe", c.cp, split)
-        activations = self._activations.get(key)
-        if activations is None:
-            activations = self._activations[key] = stage_activation_bytes(tpm, assignment, layout,
-                                                                          self.layout_precision)
+        hit = self._activations.get(key)
+        if hit is None:
+            hit = self._activations[key] = (stage_activation_bytes(
+                tpm, assignment, layout, self.layout_precision,
+                per_layer=self._layer_activations.setdefault((c.tp, c.sequence_parallel, c.cp, split), {})),
+                stage_expert_numels(tpm, assignment))
+        activations, expert_numels = hit
         stages = stages_memory(tpm, layout, self.gpu, self.layout_precision, self.base.workload.optimizer, assignment, activations,
-                               cp_model=self.model)
+                               cp_model=self.model, expert_numels=expert_numels)
         worst = worst_stage(stages).breakdown
         return worst.total_bytes, worst.usable_bytes, tuple(st.params_per_gpu for st in stages)
 
@@ -1421,6 +1456,21 @@ class Planner:
             hit = self._stage_sums[key] = tuple(
                 (sum(tab.forward[i] for i in chunks[0]), sum(tab.backward[i] for i in chunks[0]),
                  sum(tab.work[i].expert_grad_numel for layers in chunks for i in layers)) for chunks in assignment)
+        return hit
+
+    def stage_work(self, tab: _Tables, assignment, v: int) -> tuple[tuple[float, ...], ...]:
+        """Per stage, one micro-batch's forward + backward, compute and tensor-parallel waits over its
+        first ``v`` chunks (cached by the per-layer tables and the split, as :meth:`stage_sums`: the
+        candidates that differ only in replicas, strategy or micro-batches per step share them)."""
+        key = ("work", id(tab), id(assignment), v)
+        hit = self._stage_sums.get(key)
+        if hit is None:
+            p = len(assignment)
+            hit = self._stage_sums[key] = (
+                tuple(sum(tab.forward[i] + tab.backward[i] for ch in range(v) for i in assignment[s][ch])
+                      for s in range(p)),
+                tuple(sum(tab.compute[i] for ch in range(v) for i in assignment[s][ch]) for s in range(p)),
+                tuple(sum(tab.tp_exposed[i] for ch in range(v) for i in assignment[s][ch]) for s in range(p)))
         return hit
 
     def dp_collectives(self, gc: GroupCollectives, strategy: str, numel: int) -> tuple[float, float, float, float]:
@@ -1564,25 +1614,40 @@ class Planner:
         alone = {"edp": edp == 1}
         end = -math.inf
         hidden = early = 0.0
+        # The memo's tables of each group's op, looked up directly in the loops (:meth:`cost_table`).
+        reduce_of = {group: self.cost_table(gc, comm_of.get(group, group), op) for group in groups}
+        backward0 = -chunk_backward[0]
         for t, k in launches:
             group, _, numel, _, _ = buckets[k]
             start = max(end, t)
-            end = start + (0.0 if alone.get(group) else self.cost(gc, comm_of.get(group, group), op, numel * g))
+            if alone.get(group):
+                seconds = 0.0
+            else:
+                size = numel * g
+                seconds = reduce_of[group].get(size)
+                if seconds is None:
+                    seconds = self.cost(gc, comm_of.get(group, group), op, size)
+            end = start + seconds
             if replicated and group in ("dp", "all"):
                 end += self.cost(gc, "zrep", "all_reduce", -(-numel // shard) * g)
             elif ereplicas > 1 and group == "edp":
                 end += self.cost(gc, "ezrep", "all_reduce", -(-numel // max(1, edp)) * g)
-            hidden += max(0.0, min(end, 0.0) - max(start, -chunk_backward[0]))
-            early += max(0.0, min(end, -chunk_backward[0]) - start)
+            hidden += max(0.0, min(end, 0.0) - max(start, backward0))
+            early += max(0.0, min(end, backward0) - start)
         reduce_left = max(0.0, end) if launches else 0.0
         stall = 0.0
         fsdp = strategy in ("fsdp", "fsdp-hybrid")
         if strategy == "zero1" or fsdp:
             queue = 0.0
+            gather_of = {group: self.cost_table(gc, comm_of.get(group, group), "all_gather") for group in groups}
             for group, ch, numel, _, needed in buckets:
                 if alone.get(group):
                     continue
-                queue += self.cost(gc, comm_of.get(group, group), "all_gather", numel * w)
+                size = numel * w
+                seconds = gather_of[group].get(size)
+                if seconds is None:
+                    seconds = self.cost(gc, comm_of.get(group, group), "all_gather", size)
+                queue += seconds
                 stall = max(stall, queue - before_f[ch] - needed)
             if not (overlap or fsdp):
                 stall = queue
@@ -1723,8 +1788,7 @@ class Planner:
             x = [sum(n / m * sum(tab.forward[i] + tab.backward[i] for i in layers) for layers, n in chunks)
                  for chunks in stage_chunks]
         else:
-            x = [sum(tab.forward[i] + tab.backward[i] for ch in range(v) for i in virtual_layers[ch * p + s])
-                 for s in range(p)]
+            x = list(self.stage_work(tab, assignment, v)[0])
         xmax = max(x)
         pipe = m * xmax + (sum(x) - xmax) / v
         if c.schedule == "1f1b-interleaved" and v > 1:
@@ -1874,8 +1938,9 @@ class Planner:
             compute_k = sum(n * sum(tab.compute[i] for i in layers) for layers, n in stage_chunks[critical])
             tp_exposed_k = sum(n * sum(tab.tp_exposed[i] for i in layers) for layers, n in stage_chunks[critical])
         else:
-            compute_k = m * sum(tab.compute[i] for ch in range(v) for i in virtual_layers[ch * p + critical])
-            tp_exposed_k = m * sum(tab.tp_exposed[i] for ch in range(v) for i in virtual_layers[ch * p + critical])
+            _, compute_sums, exposed_sums = self.stage_work(tab, assignment, v)
+            compute_k = m * compute_sums[critical]
+            tp_exposed_k = m * exposed_sums[critical]
         # Its chunks' once-a-step FP8 weight casts (LayerWork.first_forward_s) are its compute too.
         compute_k += sum(tab.first_forward[i] for layers in assignment[critical] for i in layers) + dp_compute
         if dual:

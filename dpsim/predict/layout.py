@@ -521,18 +521,36 @@ def _act_bytes(precision) -> int:
     return 4 if precision.compute_dtype == "float32" else 2
 
 
-def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision) -> ComputeProfile:
+_SHARD_TIMES: dict[tuple, tuple[ModelSpec, Any, dict]] = {}
+_SHARD_TIMES_SIZE = 32
+""":func:`shard_compute`'s layer-time memos, by model and GPU object (both kept, so that their ids are not
+reused), precision and micro-batch."""
+
+
+def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision, memo: dict | None = None) -> ComputeProfile:
     """The compute profile of one tensor-parallel rank's shard at the config's micro-batch; with
     ``--grad-accum-fusion`` (the default) every weight-gradient GEMM accumulates into the gradient
-    buffer (:attr:`~dpsim.workload.precision.Precision.fused_wgrad_accumulation`)."""
+    buffer (:attr:`~dpsim.workload.precision.Precision.fused_wgrad_accumulation`). ``memo``: the layer
+    times' (:func:`~dpsim.workload.compute.compute_profile`), kept by a caller for one GPU, precision,
+    micro-batch and ``--grad-accum-fusion``."""
     wl = config.workload
     if config.parallelism.grad_accum_fusion:
         precision = replace(precision, fused_wgrad_accumulation=True)
     # Not memoized: the shard's spec is a new object per layout, and keying it by value (every layer
-    # and expert) cost more than the profile on large MoE models (DeepSeek-V3's 16,384-GPU plan 5.4 -> 8.1 s)
+    # and expert) cost more than the profile on large MoE models (DeepSeek-V3's 16,384-GPU plan 5.4 -> 8.1 s).
+    # Its layer times are, per model object, GPU, precision and micro-batch: the shards of one model share
+    # their dense layers (plan simulates ~30 layouts of one model in a search).
+    if memo is None:
+        key = (id(tpm.model), id(gpu), precision, wl.micro_batch)
+        held = _SHARD_TIMES.get(key)
+        if held is None or held[0] is not tpm.model or held[1] is not gpu:
+            if len(_SHARD_TIMES) >= _SHARD_TIMES_SIZE:
+                _SHARD_TIMES.pop(next(iter(_SHARD_TIMES)))
+            held = _SHARD_TIMES[key] = (tpm.model, gpu, {})
+        memo = held[2]
     return compute_profile(tpm.spec, gpu, micro_batch=wl.micro_batch, precision=precision,
                            optimizer=wl.optimizer, compute_efficiency=capped_compute_efficiency(config, gpu),
-                           clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop")
+                           clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop", memo=memo)
 
 
 def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: ComputeProfile) -> tuple[float, float]:
@@ -555,21 +573,24 @@ def layout_memory(config: PredictConfig, model: ModelSpec, gpu, precision) -> tu
 
 
 def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
-                  assignment=None, activations=None, cp_model: ModelSpec | None = None) -> tuple[StageMemory, ...]:
+                  assignment=None, activations=None, cp_model: ModelSpec | None = None,
+                  expert_numels=None) -> tuple[StageMemory, ...]:
     """Memory per GPU of every stage of ``layout`` (the one count ``predict``, ``memory`` and
     ``plan`` use): its stages' layers (``assignment``, :func:`~dpsim.strategies.layout.stage_assignment`
     when not given) and the micro-batches its schedule holds in flight; ``activations``: the
     split's :func:`~dpsim.memory.stage_activation_bytes`, when a caller keeps them. With context
     parallelism ``tpm`` is the shard of a context-parallel rank's model and ``cp_model`` the
     unsharded one, whose attention layer adds its transient buffers
-    (:func:`~dpsim.strategies.context.cp_buffer_bytes`)."""
+    (:func:`~dpsim.strategies.context.cp_buffer_bytes`). ``expert_numels``: the split's
+    :func:`~dpsim.memory.stage_expert_numels`, when a caller keeps them."""
     check_schedule(layout)
     if assignment is None:
         assignment = stage_assignment(tpm, layout)
     flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, extra_warmup(layout))
     deferred = stage_deferred_weight_grads(layout.schedule, layout.pp, layout.micro_batches)
     stages = layout_stage_memory(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
-                                 in_flight=flights, activations=activations, deferred_w=deferred)
+                                 in_flight=flights, activations=activations, deferred_w=deferred,
+                                 expert_numels=expert_numels)
     if offloads_optimizer(layout.offload):
         stages = _offloaded(stages, tpm, assignment, layout, precision)
     if layout.cp == 1:
@@ -659,9 +680,16 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
 
     ep_classes = degraded_classes(collectives, "ep")
 
+    a2a_of: dict[float, float] = {}
+
     def ep_cost(bytes_per_rank: float) -> float:
-        return expert_a2a_s(collectives.communicator("ep"), bytes_per_rank, load, config.parallelism.moe_a2a, model.moe,
-                            config.parallelism.moe_node_limit, class_factors=ep_classes)
+        # Every MoE layer sends the same bytes: one costing per size, not one per layer.
+        t = a2a_of.get(bytes_per_rank)
+        if t is None:
+            t = a2a_of[bytes_per_rank] = expert_a2a_s(
+                collectives.communicator("ep"), bytes_per_rank, load, config.parallelism.moe_a2a, model.moe,
+                config.parallelism.moe_node_limit, class_factors=ep_classes)
+        return t
 
     def etp_cost(bytes_per_rank: float) -> float:
         return expert_tp_s(cost, bytes_per_rank, load, config.parallelism.etp)

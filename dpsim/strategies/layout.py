@@ -613,14 +613,21 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     local_copy_s = (lambda size: memory_term(size, gpu).time_s(Efficiencies())) if asynchronous else None
     fwd_s, bwd_s, comms, core_s = [], [], [], []
     cast_s = [(lt.fp8_weight_cast_s if cached_fp8_weights else 0.0) * time_scale for lt in shard_compute.layers]
+    # A model's blocks repeat: layers alike in what layer_tp_comm reads of them (and their forward) share one.
+    tp_comms: dict[tuple, TpComm] = {}
     for i, (layer, lt) in enumerate(zip(tpm.layers, shard_compute.layers)):
         fwd = lt.forward_s * time_scale - cast_s[i]
-        comm = layer_tp_comm(layer, fwd, layout.micro_batch, layout.tp,
-                             sequence_parallel=layout.sequence_parallel, overlap=layout.tp_comm_overlap,
-                             cost=tp_cost, tokens_per_sample=tokens, act_element_bytes=act_element_bytes,
-                             comm_slowdown=comm_slowdown, local_copy_s=local_copy_s,
-                             chunk_loss=chunked_gemm_loss(tpm.spec.layers[i], layout.tp, layout.micro_batch, gpu)
-                             if asynchronous and layer.role == "block" else (0.0, 0.0))
+        chunk_loss = chunked_gemm_loss(tpm.spec.layers[i], layout.tp, layout.micro_batch, gpu) \
+            if asynchronous and layer.role == "block" else (0.0, 0.0)
+        key = (layer.role, layer.tp_collectives, layer.hidden_bytes_per_sample, layer.col_flops_per_sample,
+               layer.row_flops_per_sample, layer.core_flops_per_sample, fwd, chunk_loss)
+        comm = tp_comms.get(key)
+        if comm is None:
+            comm = tp_comms[key] = layer_tp_comm(
+                layer, fwd, layout.micro_batch, layout.tp, sequence_parallel=layout.sequence_parallel,
+                overlap=layout.tp_comm_overlap, cost=tp_cost, tokens_per_sample=tokens,
+                act_element_bytes=act_element_bytes, comm_slowdown=comm_slowdown, local_copy_s=local_copy_s,
+                chunk_loss=chunk_loss)
         comms.append(comm)
         fwd_s.append(fwd + comm.forward_compute_s)
         bwd_s.append(lt.backward_s * time_scale + comm.backward_compute_s)

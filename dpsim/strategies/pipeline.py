@@ -204,7 +204,7 @@ def dualpipe_slots(p: int, m: int, stage: int, pairs: list[int] | None = None) -
     micro-batch ``j`` counts that direction's ``m/2``. ``pairs`` collects the positions of the
     forwards run overlapped with the backward after them."""
     out: list[Slot] = []
-    for step in dualpipe_steps(p, m, stage):
+    for step in _dualpipe_steps(p, m, stage):
         if step[0] == "pair" and pairs is not None:
             pairs.append(len(out))
         elif step[0] in ("F", "B", "W"):
@@ -362,6 +362,12 @@ def dualpipe_steps(p: int, m: int, stage: int) -> list[tuple]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _dualpipe_steps(p: int, m: int, stage: int) -> tuple[tuple, ...]:
+    """:func:`dualpipe_steps`, kept: a search replays the same orders for many chunk times."""
+    return tuple(dualpipe_steps(p, m, stage))
+
+
 def dualpipe_compute_s(p: int, m: int, forward_s, backward_s, weight_s, pair_cut=None) -> float:
     """The last stage's end of :func:`dualpipe_stage_times`."""
     return max(dualpipe_stage_times(p, m, forward_s, backward_s, weight_s, pair_cut)[0])
@@ -383,7 +389,7 @@ def dualpipe_stage_times(p: int, m: int, forward_s, backward_s, weight_s,
     heavy stages' wait with two stages. As the runtime (and the pipeline program), each commit posts
     the sends appended since the last one and its receives together, and waits for the receives
     before the next compute; the sends' own completion is not waited on (transfers free)."""
-    steps = [dualpipe_steps(p, m, s) for s in range(p)]
+    steps = [_dualpipe_steps(p, m, s) for s in range(p)]
     at = [0] * p
     clock = [0.0] * p
     grads = [[0.0, 0.0] for _ in range(p)]
@@ -695,7 +701,7 @@ def _stage_sequence(slots: Sequence[Slot], s: int, p: int, m: int, *, deepspeed:
             return grad_send[g, j] if sending else grad_send[g + 1, j]
 
         out = []
-        for step in dualpipe_steps(p, m, s):
+        for step in _dualpipe_steps(p, m, s):
             if step[0] == "commit":
                 out.append(("exchange", 0, 0, tuple(transfer(x, True) for x in step[1]),
                             tuple(transfer(x, False) for x in step[2])))

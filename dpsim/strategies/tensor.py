@@ -238,6 +238,10 @@ def _weights(layer: LayerSpec) -> list[ParamSpec]:
 
 _TP_CACHE: dict[tuple, TpModel] = {}
 _TP_CACHE_SIZE = 64
+_DENSE_CACHE: dict[tuple, tuple] = {}
+"""Per ``(model, tp, sequence parallelism)``: the shard of each layer without routed experts, which
+:func:`_tp_model` builds alike for every expert split (a planner's search builds one shard per split,
+and DeepSeek-V3's dense layers, sharded op by op, were most of each)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -277,7 +281,7 @@ def tp_model(model: ModelSpec, tp: int, *, sequence_parallel: bool = False,
     return result
 
 
-def _expert_shard(layer: LayerSpec, tp: int, experts: ExpertSplit, top_k: int) -> dict:
+def _expert_shard(layer: LayerSpec, tp: int, experts: ExpertSplit, top_k: int, memo: dict | None = None) -> dict:
     """An MoE layer as one rank runs it: the router replicated (each rank routes its own
     ``s / tp`` tokens: Megatron-Core requires sequence parallelism with tensor parallelism in
     MoE models, ``megatron/training/arguments.py``), the shared experts split like a dense
@@ -285,7 +289,9 @@ def _expert_shard(layer: LayerSpec, tp: int, experts: ExpertSplit, top_k: int) -
     Its ops: token-wise work on ``s / tp`` tokens; each grouped GEMM over the rank's
     ``experts / ep`` local experts with ``(s / tp)·top_k·ep·etp / experts`` rows each (the
     tokens of the whole expert-parallel group routed to them, gathered over ``etp``) times
-    ``experts.load`` on the busiest rank, ``n`` or ``k`` of the expert width ``/ etp``."""
+    ``experts.load`` on the busiest rank, ``n`` or ``k`` of the expert width ``/ etp``. ``memo``: a dict
+    kept for one ``tp`` and ``experts``, holding the sharded ops of layers whose ops are equal (a model's
+    MoE layers repeat theirs)."""
     ep, etp = experts.ep, experts.etp
     weights = _weights(layer)
     routed = [p for p in layer.params if is_expert_param(p)]
@@ -295,8 +301,10 @@ def _expert_shard(layer: LayerSpec, tp: int, experts: ExpertSplit, top_k: int) -
                    else ParamSpec(name=p.name, shape=_split_shape(p.shape, tp), dtype=p.dtype) if p in shared
                    else p for p in layer.params)
     n_experts = routed[0].shape[0] if routed else 1
-    ops = []
-    for op in layer.ops:
+    key = (layer.ops, n_experts)
+    known = memo.get(key) if memo is not None else None
+    ops = [] if known is None else list(known)
+    for op in (layer.ops if known is None else ()):
         if _is_matmul(op) and op.name.startswith("experts."):
             rows = max(1, round(op.m / tp * ep * etp * experts.load))
             width = {"n": max(1, -(-op.n // etp))} if op.name.endswith("gate_up") else {"k": max(1, -(-op.k // etp))}
@@ -312,6 +320,8 @@ def _expert_shard(layer: LayerSpec, tp: int, experts: ExpertSplit, top_k: int) -
             ops.append(dataclasses.replace(op, elements=op.elements * scale / tp))
         else:
             ops.append(op)
+    if memo is not None and known is None:
+        memo[key] = tuple(ops)
     tokens = tokens_of(layer)
     col = sum(2.0 * tokens * p.numel for p in shared[:-1])
     row = 2.0 * tokens * shared[-1].numel if shared else 0.0
@@ -337,7 +347,24 @@ def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool, experts: Exper
     spec_layers: list[LayerSpec] = []
     tied = False
     emb_numel = 0
+    dense_key = (id(model), tp, sequence_parallel)
+    held = _DENSE_CACHE.get(dense_key)
+    if held is None or held[0] is not model:
+        if len(_DENSE_CACHE) >= _TP_CACHE_SIZE:
+            _DENSE_CACHE.pop(next(iter(_DENSE_CACHE)))
+        held = _DENSE_CACHE[dense_key] = (model, {})
+    dense = held[1]
+    expert_ops: dict = {}
     for i, layer in enumerate(model.layers):
+        has_experts = any(is_expert_param(p) for p in layer.params)
+        hit = None if has_experts else dense.get(i)
+        if hit is not None:
+            tp_layer, spec_layer, emb_after, tied_after = hit
+            out_layers.append(tp_layer)
+            spec_layers.append(spec_layer)
+            emb_numel = emb_after if emb_after is not None else emb_numel
+            tied = tied_after if tied_after is not None else tied
+            continue
         weights = _weights(layer)
         if layer.unit is not None:
             role = "block"
@@ -363,8 +390,8 @@ def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool, experts: Exper
         elif role == "head":
             split_names = {p.name for p in weights}
             tied = not weights and layer.forward_flops_per_sample > 0
-        moe = _expert_shard(layer, tp, experts, model.moe.top_k if model.moe else 1) \
-            if any(is_expert_param(p) for p in layer.params) else None
+        moe = _expert_shard(layer, tp, experts, model.moe.top_k if model.moe else 1, memo=expert_ops) \
+            if has_experts else None
         if moe is not None:
             split_names = {p.name for p in moe["shared"]}
             col, row = moe["col"], moe["row"]
@@ -412,6 +439,9 @@ def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool, experts: Exper
         elif tp > 1 and getattr(layer, "ops", None):
             changes["ops"] = _shard_ops(layer, role, tp, hidden / 2.0, sequence_parallel)
         spec_layers.append(dataclasses.replace(layer, **changes))
+        if not has_experts:
+            dense[i] = (out_layers[-1], spec_layers[-1], emb_numel if role == "embedding" else None,
+                        tied if role == "head" else None)
     spec = ModelSpec(name=model.name if tp == 1 else f"{model.name} (tp {tp} shard)", layers=tuple(spec_layers),
                      registration_order=model.registration_order, grad_ready_order=model.grad_ready_order,
                      tokens_per_sample=model.tokens_per_sample, source=model.source, moe=model.moe)

@@ -345,6 +345,7 @@ def compute_profile(
     optimizer_ops_per_param: int | None = None,
     clip_grad_norm: bool = False,
     zero_grad_loop: bool = False,
+    memo: dict | None = None,
 ) -> ComputeProfile:
     """Layer times of ``model`` on ``gpu`` for one micro-batch of ``micro_batch`` samples.
 
@@ -358,6 +359,8 @@ def compute_profile(
     validation script's fit).
     When ``single_gpu_step_s`` is given (a user's measured one-GPU step), every time is
     scaled so that forward + backward + optimizer equals it, keeping the proportions.
+    ``memo``: :func:`layer_times`' memo, kept by a caller that profiles several models (shards) on the same
+    GPU, precision, micro-batch and efficiencies.
     """
     if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
         raise ConfigError(f"--micro-batch: {micro_batch} is not valid; expected an integer >= 1")
@@ -365,7 +368,7 @@ def compute_profile(
         raise ConfigError(f"--compute-efficiency: {compute_efficiency} is not valid; expected a number in (0, 1]")
     breakdown: dict[str, float] = {}
     layers = []
-    memo: dict = {}
+    memo = {} if memo is None else memo
     for layer in model.layers:
         cast: list[float] = []
         fwd, bwd = layer_times(layer, gpu, precision, micro_batch, breakdown, efficiencies, memo, weight_cast=cast)
