@@ -292,3 +292,16 @@ def test_sweep_seq_len_equal_to_the_models_own_repeats_none(capsys):
     outcome = run_cli(args, capsys)
     check_outcome(outcome, args, "ok")
     assert [r["seq_len"] for r in json.loads(outcome.out)["rows"]] == [None, 256]
+
+
+def test_nccl_tests_log_with_unequal_hosts_is_refused(tmp_path):
+    """A device list of 3 + 1 ranks made a profile of 4 ranks on 2 nodes, which the loader now refuses."""
+    from test_calibrate_nccl_tests import OLD_FORMAT
+
+    from dpsim.calibrate.nccl_tests import parse_nccl_tests
+    from dpsim.errors import ProfileError
+
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text(OLD_FORMAT.replace("on       dgx1 device  3", "on       dgx2 device  3"))
+    with pytest.raises(ProfileError, match=r"the device list has 4 ranks on 2 hosts, 3, 1 per host; dpsim takes"):
+        parse_nccl_tests(path)
