@@ -247,7 +247,7 @@ def test_ranks_per_node_that_contradicts_the_device_list_is_refused(capsys, tmp_
     path = tmp_path / "all_reduce_perf.log"
     path.write_text(OLD_FORMAT)
     with pytest.raises(ProfileError, match=r"--ranks-per-node 3 contradicts the log's device list \(4 ranks on 1 "
-                                           r"host\(s\), 4 per host\)"):
+                                           r"host, 4 per host\)"):
         parse_nccl_tests(path, ranks_per_node=3)
     assert parse_nccl_tests(path, ranks_per_node=4).n_nodes == 1  # agreeing with the list is fine
     rc, _, err = run_cli(capsys, "calibrate", "--from-nccl-tests", str(path), "--ranks-per-node", "2",

@@ -181,3 +181,127 @@ def test_mix_job_whose_calibration_lacks_a_class_is_named(tmp_path, capsys):
                     "calibration: aws-p5-2node, strategy: zero3, zero_group: 8}\n")
     args = ["mix", str(path), "--json"]
     check_outcome(run_cli(args, capsys), args, "error", ("jobs[0].calibration (a): ", "has no intra_node measurements"))
+
+
+# --- left by fuzz10, fixed after (polish) ------------------------------------------------------------------------
+@pytest.mark.parametrize("args, needle", [
+    # Before: "names node 1, but there are 1 nodes (node0..node0)".
+    (["predict", "--model", "gpt2", "--gpus", "8", "--link", "nvlink", "--steps", "1", "--straggler", "node1:1.3x"],
+     "--straggler: 'node1:1.3x' names node 1, but there is 1 node (node0)"),
+    (["predict", "--model", "gpt2", "--gpus", "8", "--link", "nvlink", "--steps", "1", "--degrade", "node1.gpu0:50%"],
+     "--degrade: 'node1.gpu0:50%' names node 1, but there is 1 node (node0)"),
+    (["predict", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--steps", "1", "--degrade",
+      "node2.nic0:50%"], "names node 2, but there are 2 nodes (node0..node1)"),
+])
+def test_counts_in_messages_agree_with_their_number(args, needle, capsys):
+    check_outcome(run_cli(args, capsys), args, "error", (needle,))
+
+
+def test_wording_helpers():
+    from dpsim.wording import a_an, count, count_are, index_range, span, there_are
+
+    assert [count(1, "node"), count(2, "node"), count(0, "GPU")] == ["1 node", "2 nodes", "0 GPUs"]
+    assert [there_are(1, "rank"), there_are(3, "rank"), count_are(1, "server")] == [
+        "there is 1 rank", "there are 3 ranks", "1 server is"]
+    assert [a_an("encoder"), a_an("ampere"), a_an("unknown"), a_an("decoder"), a_an("hopper")] == [
+        "an encoder", "an ampere", "an unknown", "a decoder", "a hopper"]
+    assert [span(2.56e7, 2.56e7), span(2.561e7, 2.564e7), span(1.25e8, 1.01e12)] == [
+        "2.56e+07", "2.56e+07", "1.25e+08-1.01e+12"]
+    assert [index_range("gpu", 1), index_range("node", 4)] == ["gpu0", "node0..node3"]
+
+
+def test_model_error_extrapolation_text_reads_right():
+    """Before: "no validation row of a encoder model" and "outside the validated 2.56e+07-2.56e+07" (a pool whose
+    rows are all one size)."""
+    from dataclasses import replace
+
+    from dpsim.predict.model_error import _extrapolations, load_rows
+
+    rows = [r for r in load_rows()[0] if r.pool == "compute" and r.model_family != "encoder"]
+    one = [replace(rows[0], params=2.56e7)]
+    regime = replace(rows[0], model_family="encoder", gpu_arch="ampere" if rows[0].gpu_arch != "ampere" else "ada",
+                     params=1.24e8)
+    text = _extrapolations(rows, regime, "compute") + _extrapolations(one, regime, "compute")
+    assert "compute: no validation row of an encoder model" in text
+    assert any(t.startswith("compute: no validation row on an a") for t in text)
+    assert "compute: model size 1.24e+08 outside the validated 2.56e+07" in text
+
+
+@pytest.mark.parametrize("where, value, needle", [
+    # Before: both taken (status 0): 15 ranks on 2 nodes (no whole ranks per node), and a profile named "".
+    (("collectives", "inter_node", "n_ranks"), 15,
+     "collectives.inter_node.n_ranks: 15 is not valid; expected a multiple of n_nodes (2)"),
+    (("name",), "", "name: \"\" is not valid; expected one line of printable text, not empty"),
+    (("name",), "  ", "name: \"  \" is not valid"),
+])
+def test_profile_ranks_per_node_and_name_are_checked(where, value, needle, tmp_path, capsys):
+    data = json.loads((Path(__file__).parents[1] / "calibration" / "profiles" / "aws-p5-2node.json").read_text())
+    node = data
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    args = ["predict", "--model", "gpt2", "--gpus", "16", "--link", "aws-p5", "--steps", "1", "--calibration",
+            str(path)]
+    check_outcome(run_cli(args, capsys), args, "error", (needle,))
+
+
+def _gemma3_multimodal(**text_changes) -> dict:
+    text = {k: v for k, v in _fixture("gemma-3-1b-pt", num_hidden_layers=2, **text_changes).items()
+            if k != "model_type" and v is not _DROP}
+    return {"model_type": "gemma3", "text_config": {**text, **({"model_type": text_changes["model_type"]}
+                                                               if "model_type" in text_changes else {})}}
+
+
+@pytest.mark.parametrize("data, needle", [
+    # Before: head_dim 0 was read as hidden / heads (status 0); the shape's `head_dim or hidden // heads`.
+    (_fixture("gemma-3-1b-pt", head_dim=0), "head_dim=0 is not valid; expected an integer from 1"),
+    (_fixture("gemma-2-9b", head_dim=-4), "head_dim=-4 is not valid"),
+    (_fixture("gemma-3-1b-pt", head_dim="256"), "head_dim='256' is not valid"),
+    # Before: read as Gemma 3 in silence. transformers' Gemma3Config builds a text_config dict as
+    # Gemma3TextConfig(**text_config) whatever its model_type, so a "llama" there is refused, not honoured.
+    (_gemma3_multimodal(model_type="llama"), "text_config.model_type='llama' is not valid; expected 'gemma3_text'"),
+])
+def test_gemma_head_dim_and_text_config_model_type(data, needle, tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    args = ["predict", "--gpus", "8", "--link", "nvlink", "--steps", "1", "--seq-len", "1024", "--model", str(path)]
+    check_outcome(run_cli(args, capsys), args, "error", ("--model", needle))
+
+
+@pytest.mark.parametrize("data", [_gemma3_multimodal(), _gemma3_multimodal(model_type="gemma3_text"),
+                                  _fixture("gemma-3-1b-pt", num_hidden_layers=2, head_dim=_DROP)])
+def test_gemma3_text_config_as_transformers_writes_it_is_taken(data, tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    args = ["predict", "--gpus", "8", "--link", "nvlink", "--steps", "1", "--seq-len", "1024", "--model", str(path)]
+    check_outcome(run_cli(args, capsys), args, "ok")
+
+
+def test_sweep_seq_len_equal_to_the_models_own_repeats_none(capsys):
+    """Before: --seq-len none,1024 on gpt2 (n_positions 1024) ran the same point twice (status 0)."""
+    args = [*SWEEP, "--seq-len", "none,1024"]
+    check_outcome(run_cli(args, capsys), args, "error", (
+        "sweep seq_len: [None, 1024] repeats a value: 1024 is gpt2's own sequence length",))
+    args = [*SWEEP, "--seq-len", "512,none"]
+    args[args.index("gpt2")] = "bert-base"
+    check_outcome(run_cli(args, capsys), args, "error", ("[512, None] repeats a value: 512 is bert-base's own",))
+    args = [*SWEEP, "--seq-len", "none,256", "--json"]
+    args[args.index("gpt2")] = "bert-base"  # its own sequence is 512: the two points differ
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "ok")
+    assert [r["seq_len"] for r in json.loads(outcome.out)["rows"]] == [None, 256]
+
+
+def test_nccl_tests_log_with_unequal_hosts_is_refused(tmp_path):
+    """A device list of 3 + 1 ranks made a profile of 4 ranks on 2 nodes, which the loader now refuses."""
+    from test_calibrate_nccl_tests import OLD_FORMAT
+
+    from dpsim.calibrate.nccl_tests import parse_nccl_tests
+    from dpsim.errors import ProfileError
+
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text(OLD_FORMAT.replace("on       dgx1 device  3", "on       dgx2 device  3"))
+    with pytest.raises(ProfileError, match=r"the device list has 4 ranks on 2 hosts, 3, 1 per host; dpsim takes"):
+        parse_nccl_tests(path)

@@ -20,7 +20,7 @@ LAYOUT_DOC = PACKAGE.parent / "docs" / "internals.md"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "lazy"),
-    ("units", "limits"),
+    ("units", "limits", "wording"),
     ("files", "stats", "processes", "shipped"),
     ("hardware",),
     ("topology",),

@@ -511,13 +511,13 @@ def test_bad_degradation_format(raw, needle):
 
 @pytest.mark.parametrize("link,gpus,raw,needle", [
     ("ethernet", 64, "node8.nic0:50%", "names node 8, but there are 8 nodes (node0..node7)"),
-    ("ethernet", 64, "node0.nic1:50%", "names NIC 1; ethernet with 8 node(s) has nic0"),
+    ("ethernet", 64, "node0.nic1:50%", "names NIC 1; ethernet with 8 nodes has nic0"),
     ("ethernet", 64, "node0.gpu8:50%", "gpu0..gpu7"),
     ("ethernet", 64, "token-ring:50%", "not a link of ethernet"),
     ("ethernet", 64, "leaf-spine:50%", "link class present here: ethernet, host-memory, nvlink, pcie"),
     ("infiniband", 16, "node0.nic8:50%", "nic0..nic7"),
     ("nvlink", 8, "node0.nic0:50%", "no NIC carrying traffic between servers"),
-    ("nvlink", 8, "node1.gpu0:50%", "names node 1, but there are 1 nodes"),
+    ("nvlink", 8, "node1.gpu0:50%", "names node 1, but there is 1 node (node0)"),
 ])
 def test_degradation_must_name_a_link_of_the_cluster(link, gpus, raw, needle):
     topo = resolve_topology(PredictConfig(gpus=gpus, link=link))

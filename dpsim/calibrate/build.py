@@ -33,6 +33,7 @@ from dpsim.profile.schema import (
     ranks_share_cores,
 )
 from dpsim.stats import mean_confidence_interval
+from dpsim.wording import count
 
 
 def utc_now() -> str:
@@ -62,8 +63,8 @@ def profile_from_nccl_tests(
         if lc in classes and classes[lc][:2] != (n_ranks, log.n_nodes) and log.op != "sendrecv":
             n0, nodes0, first = classes[lc]
             raise ProfileError(
-                f"--from-nccl-tests: {log.path}: {n_ranks} ranks on {log.n_nodes} node(s), but {first} "
-                f"measured {lc} on {n0} ranks on {nodes0} node(s); a profile holds one communicator size "
+                f"--from-nccl-tests: {log.path}: {count(n_ranks, 'rank')} on {count(log.n_nodes, 'node')}, but {first} "
+                f"measured {lc} on {count(n0, 'rank')} on {count(nodes0, 'node')}; a profile holds one communicator size "
                 "per link class (make one profile per size)")
         if log.op != "sendrecv":
             classes.setdefault(lc, (n_ranks, log.n_nodes, log.path))

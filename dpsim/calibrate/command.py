@@ -31,6 +31,7 @@ from dpsim.profile.match import model_fingerprint
 from dpsim.profile.op_rates import MEMORY_KERNEL_BYTES, kernels_to_time
 from dpsim.profile.schema import PROFILE_OPS, Profile
 from dpsim.units import format_bytes
+from dpsim.wording import count
 from dpsim.workload.catalog import CATALOG_ENTRIES, get_model
 from dpsim.workload.from_torch import load_torch_workload
 from dpsim.workload.model_ref import is_torch_model_ref, parse_input_shape, parse_model_ref
@@ -512,9 +513,9 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
         nproc = opts.nproc if opts.nproc is not None else (n_gpus if backend == "nccl" else
                                                           max(2, min(4, os.cpu_count() or 2)))
         if backend == "nccl" and nproc > n_gpus:
-            raise ConfigError(f"--nproc: {nproc} is more than the {n_gpus} GPU(s) torch sees; NCCL needs one GPU per rank")
+            raise ConfigError(f"--nproc: {nproc} is more than the {count(n_gpus, 'GPU')} torch sees; NCCL needs one GPU per rank")
         if backend == "nccl" and nproc < 2:
-            raise ConfigError(f"--nproc: {nproc} GPU(s); collectives need at least 2 ranks (use --backend gloo)")
+            raise ConfigError(f"--nproc: {count(nproc, 'GPU')}; collectives need at least 2 ranks (use --backend gloo)")
         if opts.ranks_per_node is not None and nproc % opts.ranks_per_node:
             raise ConfigError(f"--ranks-per-node: {opts.ranks_per_node} does not divide --nproc {nproc}")
         ranks_here = nproc

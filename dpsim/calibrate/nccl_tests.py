@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpsim import wording
 from dpsim.errors import ProfileError
 from dpsim.files import path_kind, read_text_capped
 from dpsim.limits import MAX_SINGLE_GPU_STEP_S
@@ -236,14 +237,17 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
     if ranks:
         n_ranks = len(ranks)
         n_nodes = len(hosts)  # the device list is authoritative; --ranks-per-node is not needed
+        per_host = [sum(1 for h, _ in ranks.values() if h == host) for host in hosts]
+        counts = ", ".join(str(k) for k in dict.fromkeys(per_host))
+        layout = f"{wording.count(n_ranks, 'rank')} on {wording.count(n_nodes, 'host')}, {counts} per host"
         if ranks_per_node is not None:
             # ... and one that contradicts it was silently dropped (--ranks-per-node 3 on 2 hosts of 8).
-            per_host = [sum(1 for h, _ in ranks.values() if h == host) for host in hosts]
             if any(k != ranks_per_node for k in per_host):
-                counts = ", ".join(str(k) for k in dict.fromkeys(per_host))
                 raise _fail(path, None, f"--ranks-per-node {ranks_per_node} contradicts the log's device list "
-                                        f"({n_ranks} ranks on {n_nodes} host(s), {counts} per host); leave "
-                                        f"--ranks-per-node out, the list gives the nodes")
+                                        f"({layout}); leave --ranks-per-node out, the list gives the nodes")
+        if len(set(per_host)) > 1:  # a profile's communicator has n_ranks / n_nodes ranks on every node
+            raise _fail(path, None, f"the device list has {layout}; dpsim takes runs with the same number of "
+                                    "ranks on every host")
     else:
         n_ranks = _ranks_from_ratio(op, last_ratio) if last_ratio else None
         if n_ranks is None:

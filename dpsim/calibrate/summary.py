@@ -12,6 +12,7 @@ import math
 from dpsim.profile.op_rates import describe
 from dpsim.profile.schema import OpCalibration, Profile, op_bus_factor
 from dpsim.stats import fixed
+from dpsim.wording import count
 
 _REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
 _RATE_UNITS = (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0))
@@ -105,8 +106,8 @@ def profile_report(profile: Profile) -> str:
             if cls != lc:
                 continue
             ranks = 2 if op == "sendrecv" else info["n_ranks"]
-            parts.append(f"#\n# {lc} {op}: {ranks} ranks on {info['n_nodes'] if op != 'sendrecv' else '-'} "
-                         f"node(s)")
+            parts.append(f"#\n# {lc} {op}: {count(ranks, 'rank')} on "
+                         f"{count(info['n_nodes'], 'node') if op != 'sendrecv' else '- nodes'}")
             parts.append(calibration_table(c))
     if profile.compute is not None:
         cc = profile.compute

@@ -244,12 +244,15 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
     classes = []
     if world >= 2 and min(node_sizes) >= 2 and len(node_sizes) == 1:
         classes.append("intra_node")
-    if len(nodes) >= 2:
+    if len(nodes) >= 2 and len(node_sizes) == 1:  # a profile's inter_node is n_nodes of n_ranks / n_nodes each
         classes.append("inter_node")
     warnings = []
     if world >= 2 and "intra_node" not in classes and max(node_sizes) > 1:  # one rank per node has no intra-node
         warnings.append(f"intra_node not measured: nodes have {sorted(node_sizes)} ranks "
                         "(need the same number, at least 2, on every node)")
+    if len(nodes) >= 2 and len(node_sizes) > 1:
+        warnings.append(f"inter_node not measured: nodes have {sorted(node_sizes)} ranks "
+                        "(need the same number on every node)")
     model_steps = 1 + (world > 1) + sum(n > 0 for n in fresh_counts)
     compute_steps = (1 + 1 + op_steps(plan) + (model_steps if plan.get("model") else 0) + 1) \
         if plan.get("compute") else 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+from dpsim import wording
 from dpsim.errors import ConfigError
 from dpsim.topology.fabric import design_group_sizes
 from dpsim.topology.spec import nic_fabric
@@ -45,7 +46,8 @@ def place(job, n_servers_wanted: int, free: list[bool], spec, *, at_s: float) ->
     where = f"jobs {job.name!r} at {at_s:g} s"
     if job.nodes is not None:
         if len(job.nodes) != n:
-            raise ConfigError(f"{where}: nodes lists {len(job.nodes)} servers; its {job.gpus} GPUs need {n}")
+            raise ConfigError(f"{where}: nodes lists {wording.count(len(job.nodes), 'server')}; its "
+                              f"{wording.count(job.gpus, 'GPU')} need {n}")
         bad = [x for x in job.nodes if x >= total]
         if bad:
             raise ConfigError(f"{where}: nodes {bad[0]} does not exist; the cluster has servers 0..{total - 1}")
@@ -55,7 +57,7 @@ def place(job, n_servers_wanted: int, free: list[bool], spec, *, at_s: float) ->
         return list(job.nodes)
     available = sum(free)
     if n > available:
-        raise ConfigError(f"{where}: needs {n} servers, only {available} of {total} are free "
+        raise ConfigError(f"{where}: needs {wording.count(n, 'server')}, only {available} of {total} are free "
                           "(over-subscribed; start it later or shrink it)")
     blocks = block_sizes(spec, total)
     leaf = blocks[0]

@@ -20,6 +20,7 @@ from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import nic_fabric
 from dpsim.units import NUMBER_PATTERN
+from dpsim.wording import count, count_are, index_range, there_are
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,38 +79,41 @@ def degradation_terms(network, degradations: Sequence[LinkDegradation], *,
         if m:
             node, kind, j = int(m.group(1)), m.group(2), int(m.group(3))
             if node >= n_nodes:
-                raise ConfigError(f"--degrade: {deg.label!r} names node {node}, but there are "
-                                  f"{n_nodes} nodes (node0..node{n_nodes - 1})")
+                raise ConfigError(f"--degrade: {deg.label!r} names node {node}, but "
+                                  f"{there_are(n_nodes, 'node')} ({index_range('node', n_nodes)})")
             if kind == "nic":
                 ports = network.layout.ports_per_nic
                 nics = network.layout.nic_nodes * ports if network.nic_kind else 0
                 if idle and j < nics:
                     if strict:
                         raise ConfigError(f"--degrade: {deg.label!r} names NIC {j}, which carries none of the job's "
-                                          f"traffic: its {n_nodes} servers are one NVLink domain of {spec.name}")
+                                          f"traffic: its {count_are(n_nodes, 'server')} one NVLink domain of "
+                                          f"{spec.name}")
                     continue
                 if j >= nics:
                     allowed = (("nic0" if nics == 1 else f"nic0..nic{nics - 1}") if nics
                                else "no NIC carrying traffic between servers")
                     raise ConfigError(f"--degrade: {deg.label!r} names NIC {j}; {spec.name} with "
-                                      f"{n_nodes} node(s) has {allowed}")
+                                      f"{count(n_nodes, 'node')} has {allowed}")
                 terms.append(("links", network.server_nic_links(node, j // ports), (ports - 1 + f) / ports))
             else:
                 if j >= network.gpn:
                     raise ConfigError(f"--degrade: {deg.label!r} names GPU {j}; nodes have "
-                                      f"gpu0..gpu{network.gpn - 1}")
+                                      f"{index_range('gpu', network.gpn)}")
                 # A job on part of one server (--gpus 4 of 8) uses its first GPUs: node0.gpu5 is in the
                 # model's server but carries none of the job's traffic, and was taken in silence (no effect).
                 topology = getattr(network, "topology", None)
                 used = topology.gpus_per_node if topology is not None else network.gpn
                 if j >= used:
                     raise ConfigError(f"--degrade: {deg.label!r} names GPU {j}, which the job does not use: its "
-                                      f"{used} GPUs of the server are gpu0..gpu{used - 1}")
+                                      f"{count(used, 'GPU')} of the server {'is' if used == 1 else 'are'} "
+                                      f"{index_range('gpu', used)}")
                 terms.append(("links", network.server_gpu_links(node, j), f))
         elif deg.link in idle:
             if strict:
-                raise ConfigError(f"--degrade: {deg.link!r} carries none of the job's traffic: its {n_nodes} servers "
-                                  f"are one NVLink domain of {spec.name}; degrade a link class they use: "
+                raise ConfigError(f"--degrade: {deg.link!r} carries none of the job's traffic: its "
+                                  f"{count_are(n_nodes, 'server')} one NVLink domain of "
+                                  f"{spec.name}; degrade a link class they use: "
                                   f"{', '.join(sorted(set(network.link_classes) - idle))}")
         elif deg.link in network.link_classes:
             terms.append(("class", deg.link, f))

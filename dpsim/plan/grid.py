@@ -20,7 +20,7 @@ from dpsim.predict.config import SETTINGS, PredictConfig, check_value, field_kin
 from dpsim.profile.io import load_profile
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.variability.spec import VariabilitySpec
-from dpsim.workload.catalog import get_entry
+from dpsim.workload.catalog import get_entry, get_model
 from dpsim.workload.precision import PRECISION_ALIASES
 from dpsim.workload.model_ref import is_torch_model_ref, model_ref_next_to, parse_model_ref
 
@@ -291,8 +291,30 @@ class SweepSpec:
     def points(self) -> list[dict[str, Any]]:
         """Every grid point as ``{axis: value}``, in grid order (the last axis varies fastest);
         :class:`~dpsim.predict.PredictConfig` is built (and may refuse it) per point."""
+        self._check_default_seq_len()
         names = list(self.axes)
         return [dict(zip(names, combo)) for combo in itertools.product(*(self.axes[n] for n in names))]
+
+    def _check_default_seq_len(self) -> None:
+        """A ``seq_len`` axis with ``None`` (the model's own sequence) and a length equal to it runs every such
+        point twice (``--seq-len none,1024`` on gpt2), as a precision's old and new names did. Checked here, where
+        the model axis is final (the command line adds its axes one flag at a time), and only where each model
+        of the grid builds the same at both (a model whose default differs keeps both points)."""
+        seqs = self.axes.get("seq_len", ())
+        if None not in seqs:
+            return
+        models = self.axes.get("model") or (PredictConfig.__dataclass_fields__["model"].default,)
+        for value in seqs:
+            if value is None:
+                continue
+            try:
+                if not all(get_model(m) == get_model(m, seq_len=value) for m in models):
+                    continue
+            except DpsimError:  # a builder file, or a length the model refuses: its point says so when it runs
+                continue
+            own = ", ".join(str(m) for m in models)
+            raise ConfigError(f"sweep seq_len: {list(seqs)!r} repeats a value: {value} is {own}'s own sequence "
+                              f"length, which None (the model's default) runs too; give one of them")
 
     def point_label(self, point: dict[str, Any]) -> str:
         """``gpus=12, link=nvlink``: the point's values on the axes that vary (all when none does)."""

@@ -326,6 +326,7 @@ from typing import Any
 
 import numpy as np
 
+from dpsim.wording import a_an, span
 from dpsim.workload.spec import AttentionOp, MatmulOp
 
 ROWS_FILE = Path(__file__).with_name("model_error_rows.json")
@@ -738,14 +739,14 @@ def _extrapolations(pool_rows: list[ResidualRow], regime: Regime | ResidualRow, 
     out = []
     if pool != COLLECTIVE_POOL:
         if regime.gpu_arch not in e.archs:
-            out.append(f"{pool}: no validation row on a {regime.gpu_arch} GPU")
+            out.append(f"{pool}: no validation row on {a_an(regime.gpu_arch)} GPU")
         if regime.model_family not in e.families:
-            out.append(f"{pool}: no validation row of a {regime.model_family} model")
+            out.append(f"{pool}: no validation row of {a_an(regime.model_family)} model")
         if pool == "layout" and regime.layout_kind not in e.kinds:
-            out.append(f"{pool}: no validation row of a {regime.layout_kind or 'data-parallel'} layout")
+            out.append(f"{pool}: no validation row of {a_an(regime.layout_kind or 'data-parallel')} layout")
         if not e.min_params / SIZE_EXTRAPOLATION <= regime.params <= e.max_params * SIZE_EXTRAPOLATION:
             out.append(f"{pool}: model size {regime.params:.3g} outside the validated "
-                       f"{e.min_params:.3g}-{e.max_params:.3g}")
+                       f"{span(e.min_params, e.max_params)}")
     if regime.gpus > 1 and e.max_gpus > 1 and regime.gpus > e.max_gpus * SCALE_EXTRAPOLATION:
         out.append(f"{pool}: {regime.gpus} GPUs beyond the validated {e.max_gpus}")
     return out

@@ -33,6 +33,7 @@ from dpsim.profile.match import match_model_step
 from dpsim.profile.op_rates import describe, op_rate_compute, untimed_kernels
 from dpsim.profile.schema import Profile
 from dpsim.topology.load import load_cluster_spec
+from dpsim.wording import count
 from dpsim.workload.precision import get_precision
 
 SOURCES = ("profile", "flag", "model")
@@ -259,7 +260,7 @@ def check_profile_layout(config: PredictConfig, profile: Profile, topology) -> N
     have = ", ".join(profile.link_classes) or "none"
     with_rpn = None if rpn is None else ("intra_node" if topology.n_gpus <= rpn else "inter_node")
     if rpn is not None and rpn != topology.gpus_per_node and with_rpn in profile.link_classes:
-        fix = f"; the profile was measured with {rpn} rank(s) per node: use --gpus-per-node {rpn}"
+        fix = f"; the profile was measured with {count(rpn, 'rank')} per node: use --gpus-per-node {rpn}"
     else:
         fix = "; calibrate under torchrun across nodes" if need == "inter_node" else "; calibrate on one node"
     raise ProfileError(f"--calibration: {profile.path or profile.name} has no {need} measurements (it has: {have}); "
@@ -302,10 +303,10 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
     info = profile.link_classes.get(link_class, {})
     measured_rpn = profile_ranks_per_node(profile)
     network = Origin(source="profile", detail=f"fitted {link_class} collectives of profile {profile.name} "
-                                              f"(measured on {info.get('n_ranks', '?')} ranks, "
-                                              f"{info.get('n_nodes', '?')} node(s))")
+                                              f"(measured on {_counted(info, 'n_ranks', 'rank')}, "
+                                              f"{_counted(info, 'n_nodes', 'node')})")
     if measured_rpn is not None and link_class == "inter_node" and gpn != measured_rpn:
-        warnings.append(f"the profile measured {measured_rpn} rank(s) per node, this prediction has {gpn}: its "
+        warnings.append(f"the profile measured {count(measured_rpn, 'rank')} per node, this prediction has {gpn}: its "
                         f"inter-node fit assumes the measured node's share of the NICs")
     if cal.single_gpu_step_s is not None:
         compute_origin = Origin(source="flag", detail=f"scaled to the measured one-GPU step "
@@ -371,3 +372,7 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
                         f"{topology.spec.gpu} preset")
     return compute, comm_slowdown, Provenance(compute=compute_origin, network=network, overlap=overlap,
                                               device=device, warnings=tuple(warnings), after_comm=after_comm)
+
+
+def _counted(info: dict, key: str, noun: str) -> str:
+    return count(info[key], noun) if key in info else f"? {noun}s"

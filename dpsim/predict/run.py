@@ -67,6 +67,7 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.load import load_cluster_spec
 from dpsim.topology.spec import TopologySpec, ddp_allreduce_after_backward, nic_fabric
 from dpsim.topology.transport import TRANSPORT_ASSUMPTION_NOTE
+from dpsim.wording import count
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.catalog import get_model
 from dpsim.workload.compute import ComputeProfile, compute_profile
@@ -102,7 +103,7 @@ def _resolve_topology(config: PredictConfig, profile) -> Topology:
         rpn = profile_ranks_per_node(profile)
         if rpn is None or config.cluster.gpus_per_node == rpn:
             raise
-        raise ConfigError(f"{exc}; profile {profile.name} was measured with {rpn} rank(s) per node: "
+        raise ConfigError(f"{exc}; profile {profile.name} was measured with {count(rpn, 'rank')} per node: "
                           f"add --gpus-per-node {rpn}") from None
     check_profile_layout(config, profile, topology)
     return topology

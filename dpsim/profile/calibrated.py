@@ -83,6 +83,7 @@ from dpsim.errors import ConfigError, ProfileError, UncalibratedLinkClass
 from dpsim.hardware import GpuSpec
 from dpsim.profile.fit import Segment, piecewise_time
 from dpsim.profile.schema import ModelStep, OpCalibration, Profile
+from dpsim.wording import count
 from dpsim.workload.spec import ModelSpec
 
 HIGH_CV = 0.05
@@ -104,7 +105,7 @@ class CalibratedCollectives:
     def __init__(self, profile: Profile, n_ranks: int, n_nodes: int = 1, *, concurrent: int = 1,
                  degraded: dict[str, float] | None = None):
         if n_ranks < 1 or n_nodes < 1:
-            raise ConfigError(f"--gpus: {n_ranks} ranks on {n_nodes} nodes is not valid; expected >= 1 each")
+            raise ConfigError(f"--gpus: {count(n_ranks, 'rank')} on {count(n_nodes, 'node')} is not valid; expected >= 1 each")
         assert concurrent >= 1, "at least the communicator itself runs"
         self.profile = profile
         self.n_ranks = n_ranks

@@ -397,6 +397,8 @@ def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
         n_nodes = cd.integer("n_nodes", minimum=1, maximum=MAX_GPUS)
         if n_nodes > n_ranks:
             cd.fail(cd.field("n_nodes"), n_nodes, f"at most n_ranks ({n_ranks:,})")
+        if n_ranks % n_nodes:  # every host runs the same number of ranks (what profile_ranks_per_node reads)
+            cd.fail(cd.field("n_ranks"), n_ranks, f"a multiple of n_nodes ({n_nodes:,}): the same ranks on each node")
         if lc == "intra_node" and n_nodes != 1:
             cd.fail(cd.field("n_nodes"), n_nodes, "1 for intra_node")
         if lc == "inter_node" and n_nodes < 2:
@@ -411,8 +413,8 @@ def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
                                        od.data[op])
     compute_raw = top.get("compute", "a JSON object or null", None)
     name = top.string("name")
-    if not name.isprintable():  # it titles collective's header and the report: a newline split them
-        top.fail(top.field("name"), name, "one line of printable text")
+    if not name.strip() or not name.isprintable():  # it titles collective's header and the report
+        top.fail(top.field("name"), name, "one line of printable text, not empty")
     return Profile(
         name=name,
         description=top.string("description", default=""),

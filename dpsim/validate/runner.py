@@ -37,6 +37,7 @@ from dpsim.profile.schema import (
     ranks_share_cores,
 )
 from dpsim.stats import mean_confidence_interval
+from dpsim.wording import count
 from dpsim.workload.spec import ModelSpec
 
 
@@ -77,7 +78,7 @@ def run_ranks(*, world_size: int, model: str, micro_batch: int, bucket_cap_mb: f
     """
     hosts = list(range(world_size)) if hosts is None else list(hosts)
     if len(hosts) != world_size:
-        raise ValidationError(f"validate: {len(hosts)} hosts for {world_size} ranks")
+        raise ValidationError(f"validate: {count(len(hosts), 'host')} for {count(world_size, 'rank')}")
     reap_stale_tmpdirs()
     with tempfile.TemporaryDirectory(prefix=f"{TMP_PREFIX}{os.getpid()}-") as tmp:
         out = str(Path(tmp) / "run.json")

@@ -76,6 +76,7 @@ import numpy as np
 from dpsim.errors import ConfigError
 from dpsim.strategies.stage_parts import StageParts
 from dpsim.variability.monte_carlo import factor_sampler
+from dpsim.wording import count
 
 ROUTING_SEED_KEY = 0x524F5554
 """Spawn key of the routing draws' seed stream (``SeedSequence(seed, spawn_key=(key, sample))``),
@@ -91,7 +92,7 @@ def block_maxima(spec, persistent: np.ndarray, *, block: int, steps: int, sample
     (stragglers alone: the persistent factors, every step alike)."""
     n = len(persistent)
     if block < 1 or n % block:
-        raise ConfigError(f"block: {block!r} is not valid; expected a divisor of the {n} ranks")
+        raise ConfigError(f"block: {block!r} is not valid; expected a divisor of the {count(n, 'rank')}")
     if not spec.random:
         maxima = persistent.reshape(n // block, block).max(axis=1)
         return np.broadcast_to(maxima, (len(sample_ids), steps, n // block)).copy()

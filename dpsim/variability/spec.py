@@ -82,6 +82,7 @@ from dpsim.limits import (
 from dpsim.network.degrade import LinkDegradation
 from dpsim.stats import DEFAULT_CONFIDENCE
 from dpsim.units import NUMBER_PATTERN as _FACTOR
+from dpsim.wording import index_range, there_are
 
 NOISE_DISTRIBUTIONS = ("normal", "lognormal")
 """Per-rank compute-noise distributions (both with mean 1 and the given CV)."""
@@ -224,13 +225,13 @@ def rank_factors(stragglers: Sequence[Straggler], n_ranks: int, gpus_per_node: i
     for s in stragglers:
         if s.target == "node":
             if s.index >= n_nodes:
-                raise ConfigError(f"--straggler: {s.label!r} names node {s.index}, but there are "
-                                  f"{n_nodes} nodes (node0..node{n_nodes - 1})")
+                raise ConfigError(f"--straggler: {s.label!r} names node {s.index}, but "
+                                  f"{there_are(n_nodes, 'node')} ({index_range('node', n_nodes)})")
             factors[s.index * gpus_per_node:(s.index + 1) * gpus_per_node] *= s.factor
         else:
             if s.index >= n_ranks:
-                raise ConfigError(f"--straggler: {s.label!r} names GPU {s.index}, but there are "
-                                  f"{n_ranks} GPUs (gpu0..gpu{n_ranks - 1})")
+                raise ConfigError(f"--straggler: {s.label!r} names GPU {s.index}, but "
+                                  f"{there_are(n_ranks, 'GPU')} ({index_range('gpu', n_ranks)})")
             factors[s.index] *= s.factor
     extreme = float(factors.max()) if factors.max() > 1 / factors.min() else float(factors.min())
     if not MIN_STRAGGLER_FACTOR <= extreme <= MAX_STRAGGLER_FACTOR:

@@ -548,6 +548,16 @@ def _attr(config: Any, *names: str) -> Any:
     return None
 
 
+def _head_dim(config: Any, name: str) -> int | None:
+    """``head_dim`` as the configuration gives it, ``None`` where left out. 0 is refused: the shape's
+    ``head_dim or hidden // heads`` read it as left out, in silence (Gemma 3's ``head_dim: 0``)."""
+    value = getattr(config, "head_dim", None)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise WorkloadError(f"--model transformers:{name}: head_dim={_shown(value)} is not valid; expected an integer "
+                            f"from 1 to {_MAX_DIM:,}, or head_dim left out (hidden_size / num_attention_heads)")
+    return value
+
+
 _LLAMA_NAMES = {"rotary_pct": "partial_rotary_factor", "hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
                 "kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
                 "seq": "max_position_embeddings", "positions": "max_position_embeddings", "window": "sliding_window"}
@@ -653,7 +663,7 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
             if isinstance(heads, int) and heads < 1:  # before h // heads (Qwen2Config does not divide by it)
                 raise WorkloadError(f"--model transformers:{name}: num_attention_heads={heads} is not valid; "
                                     f"expected an integer from 1 to {_MAX_DIM:,}")
-            head_dim = _attr(config, "head_dim")
+            head_dim = _head_dim(config, name)
             parallel = 0
             if kind == "gpt_neox":
                 # GPTNeoXLayer: x + attn(input_layernorm(x)) + mlp(post_attention_layernorm(x)) when parallel.
@@ -793,7 +803,7 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 window, window_layers = 0, "all"
             if act is None or getattr(config, "attention_bias", False) or not isinstance(heads, int) or heads < 1:
                 return None
-            head_dim = _attr(config, "head_dim")
+            head_dim = _head_dim(config, name)
             return check(TransformerShape(
                 hidden=h, layers=layers, heads=heads, kv_heads=given("num_key_value_heads", heads),
                 ffn=config.intermediate_size, vocab=config.vocab_size, seq=config.max_position_embeddings,
@@ -1034,6 +1044,13 @@ def shape_ref_of_config_json(path: str) -> str:
     if kind == "gemma3" and isinstance(data.get("text_config"), dict):
         # The multimodal Gemma 3 (4B and up): its language model's fields, checked as a Gemma 3 text config's (a
         # text_config that leaves a size to Gemma3TextConfig's defaults is refused naming the key).
+        inner = data["text_config"].get("model_type")
+        if inner not in (None, "gemma3_text"):
+            # transformers' Gemma3Config builds a text_config dict as Gemma3TextConfig(**text_config) whatever its
+            # model_type (models/gemma3/configuration_gemma3.py), so "llama" there names a model it does not build.
+            raise WorkloadError(f"--model: {path!r}: text_config.model_type={_shown(inner)} is not valid; expected "
+                                f"'gemma3_text' or left out (Gemma3Config reads its text_config as a Gemma 3 text "
+                                f"model); for another model give its own config.json")
         data, kind = {**data["text_config"], "model_type": "gemma3_text"}, "gemma3_text"
     elif kind == "gemma3":
         raise WorkloadError(f"--model: {path!r}: its gemma3 configuration has no text_config object (the language "

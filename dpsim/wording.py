@@ -1,0 +1,39 @@
+"""Small English helpers for user-facing lines (errors, extrapolation notes), so that a count, an
+article or a range reads right whatever the value: "1 node", "an encoder model", "validated 2.56e+07"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is one: ``count(1, "node")`` is "1 node", ``count(8, "GPU")``
+    "8 GPUs" (``plural`` where adding an "s" is wrong)."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
+def there_are(n: int, noun: str, plural: str | None = None) -> str:
+    """"there is 1 node" or "there are 2 nodes"."""
+    return f"there {'is' if n == 1 else 'are'} {count(n, noun, plural)}"
+
+
+def a_an(word: str) -> str:
+    """``word`` with its indefinite article, by its first letter (the words dpsim names here, GPU
+    architectures, model families and layout kinds, have no silent or sounded-out first letters)."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
+def span(low: float, high: float, fmt: Callable[[float], str] = "{:.3g}".format) -> str:
+    """"low-high", or one value where both print the same."""
+    lo, hi = fmt(low), fmt(high)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def index_range(prefix: str, n: int) -> str:
+    """The names of ``n`` numbered things from 0: "node0" or "node0..node3"."""
+    return f"{prefix}0" if n == 1 else f"{prefix}0..{prefix}{n - 1}"
+
+
+def count_are(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 server is" or "2 servers are"."""
+    return f"{count(n, noun, plural)} {'is' if n == 1 else 'are'}"
