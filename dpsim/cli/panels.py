@@ -16,8 +16,7 @@ that reads it; tests/test_cli_flags.py freezes every command's flags and their p
 from __future__ import annotations
 
 import dataclasses
-
-from dpsim.predict.config import PARTS, setting_key
+from typing import Any
 
 CLUSTER = "Cluster"
 WORKLOAD = "Workload"
@@ -48,13 +47,33 @@ PART_PANELS: dict[str, str] = {"cluster": CLUSTER, "workload": WORKLOAD, "parall
 """Part of :class:`~dpsim.predict.config.PredictConfig` -> the panel showing its settings: a setting's panel
 is its part's, so the configuration and ``--help`` are grouped the same way."""
 
-CONFIG_PANELS: dict[str, tuple[str, ...]] = {
-    PART_PANELS[part]: tuple(setting_key(f) for f in dataclasses.fields(cls))
-    for part, cls in PARTS.items()}
-"""Panel -> the ``PredictConfig`` settings (flat names) whose flags it shows, in their part's order."""
+def _config_panels() -> dict[str, tuple[str, ...]]:
+    from dpsim.predict.config import PARTS, setting_key
 
-FIELD_PANEL: dict[str, str] = {name: panel for panel, names in CONFIG_PANELS.items() for name in names}
-"""``PredictConfig`` field -> its flag's panel (a field missing here is shown under typer's "Options")."""
+    return {PART_PANELS[part]: tuple(setting_key(f) for f in dataclasses.fields(cls)) for part, cls in PARTS.items()}
+
+
+def __getattr__(name: str) -> Any:
+    # CONFIG_PANELS and FIELD_PANEL need dpsim.predict.config (every strategy and workload module,
+    # ~0.5 s), which the command line's own start-up (dpsim.cli.app sorts flags by panel_rank) and
+    # commands without config flags never read: built on first use, then kept as plain globals.
+    if name == "CONFIG_PANELS":
+        globals()[name] = _config_panels()
+    elif name == "FIELD_PANEL":
+        globals()[name] = {field: panel for panel, names in __getattr__("CONFIG_PANELS").items()
+                           for field in names}
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return globals()[name]
+
+
+CONFIG_PANELS: dict[str, tuple[str, ...]]
+"""Panel -> the ``PredictConfig`` settings (flat names) whose flags it shows, in their part's order
+(built on first use)."""
+
+FIELD_PANEL: dict[str, str]
+"""``PredictConfig`` field -> its flag's panel (a field missing here is shown under typer's "Options");
+built on first use."""
 
 
 def panel_rank(param: object) -> int:
