@@ -9,23 +9,11 @@ block's unit, gathered and reduced with the dense parameters (HSDP's shard group
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pytest
 
-import dpsim.predict.layout as layout_mod
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.run import memory_for_config, predict
-
-MIXTRAL = dict(model="mixtral-8x7b", link="infiniband", precision="bf16-mixed", micro_batch=1, steps=1,
-               recompute="full")
-
-# Mixtral-8x7B by hand (as tests/test_hsdp_ep.py): per block attention 2 x 4096^2 + 2 x 4096 x 1024 = 41,943,040,
-# router 4096 x 8 = 32,768, two norms 8,192; one expert 3 x 4096 x 14336 = 176,160,768; embedding and output
-# 32000 x 4096 = 131,072,000 each, final norm 4096 (in the output's unit).
-EXPERT = 176_160_768
-DENSE_BLOCK = 41_943_040 + 32_768 + 8_192
-DENSE = 32 * DENSE_BLOCK + 2 * 131_072_000 + 4096
+from expert_layouts import DENSE, DENSE_BLOCK, EXPERT, MIXTRAL, bytes_by_group, program
 
 
 def _config(*, gpus: int = 64, pp: int = 1, ep: int = 8, strategy: str = "fsdp", global_batch: int = 128,
@@ -33,35 +21,13 @@ def _config(*, gpus: int = 64, pp: int = 1, ep: int = 8, strategy: str = "fsdp",
     return PredictConfig(**{**MIXTRAL, **kw}, gpus=gpus, pp=pp, ep=ep, strategy=strategy, global_batch=global_batch)
 
 
-def _program(monkeypatch, config: PredictConfig):
-    seen = []
-    real = layout_mod.build_pipeline_program
-
-    def spy(*args, **kwargs):
-        plan = real(*args, **kwargs)
-        seen.append(plan)
-        return plan
-    monkeypatch.setattr(layout_mod, "build_pipeline_program", spy)
-    result = predict(config)
-    assert len(seen) == 1
-    return result, seen[0]
-
-
-def _bytes_by_group(plan, stage: int = 0) -> dict[tuple[str, str], float]:
-    out: dict[tuple[str, str], float] = defaultdict(float)
-    for op, stages in zip(plan.program.comms, plan.program.comm_stages):
-        if stage in stages:
-            out[op.group, op.op] += op.size_bytes
-    return dict(out)
-
-
 @pytest.mark.parametrize("pp, ep", [(1, 8), (1, 4), (2, 4), (2, 8)])
 def test_fsdp_bytes_per_collective_group(monkeypatch, pp, ep):
     # The dense parameters on dp, the rank's own experts on edp: each group carries exactly its kind's bytes
     # (bf16 weights and gradients), the two adding up to every parameter the rank holds, nothing elsewhere.
     dp = 64 // pp
-    _, plan = _program(monkeypatch, _config(pp=pp, ep=ep))
-    got = _bytes_by_group(plan)
+    _, plan = program(monkeypatch, _config(pp=pp, ep=ep))
+    got = bytes_by_group(plan)
     stage_blocks = 32 // pp
     experts = stage_blocks * 8 // ep * EXPERT
     dense = stage_blocks * DENSE_BLOCK + 131_072_000 + (131_072_000 + 4096 if pp == 1 else 0)
@@ -90,7 +56,7 @@ def test_expert_gather_group_is_dp_cp_over_ep(dp, cp, tp, ep, want):
 
 def test_fsdp_program_gathers_experts_on_edp_only(monkeypatch):
     # The command of issue 28's HSDP note: every expert collective on edp (8 ranks, one a server), not on dp (64).
-    result, plan = _program(monkeypatch, _config())
+    result, plan = program(monkeypatch, _config())
     groups = {op.group for op in plan.program.comms if "experts" in op.name}
     assert groups == {"edp"}
     assert result.layout.layout.expert_shard_group == 8
@@ -114,9 +80,9 @@ def test_fsdp_memory_per_rank_is_the_hand_count():
 def test_one_expert_shard_per_rank_gathers_no_experts(monkeypatch):
     # ep = dp = 8 on 8 GPUs: every rank holds its one expert of each block whole (expert shard group 1). Nothing
     # of the experts is gathered or reduce-scattered; the dense parameters are, on dp.
-    result, plan = _program(monkeypatch, _config(gpus=8, global_batch=16))
+    result, plan = program(monkeypatch, _config(gpus=8, global_batch=16))
     assert result.layout.layout.expert_shard_group == 1
-    got = _bytes_by_group(plan)
+    got = bytes_by_group(plan)
     assert got == {("dp", "all_gather"): 2 * 2 * 2 * DENSE, ("dp", "reduce_scatter"): 2 * 2 * DENSE}
     assert not [op for op in plan.program.comms if "experts" in op.name]
     m = memory_for_config(_config(gpus=8, global_batch=16))[0]
@@ -130,8 +96,8 @@ def test_one_expert_shard_per_rank_gathers_no_experts(monkeypatch):
 
 def test_hsdp_one_expert_shard_per_rank_only_all_reduces_them(monkeypatch):
     # HSDP, shard groups of 8 = ep: the experts are whole within a shard group, so only their replica all-reduce.
-    _, plan = _program(monkeypatch, _config(gpus=16, strategy="fsdp-hybrid", zero_group=8, global_batch=32))
-    got = _bytes_by_group(plan)
+    _, plan = program(monkeypatch, _config(gpus=16, strategy="fsdp-hybrid", zero_group=8, global_batch=32))
+    got = bytes_by_group(plan)
     assert not [k for k in got if k[0] in ("ezero", "edp", "dp")]
     assert got["ezrep", "all_reduce"] == 2 * 2 * 32 * EXPERT  # two micro-batches, bf16, whole
     assert got["zero", "all_gather"] == 2 * 2 * 2 * DENSE
@@ -142,12 +108,12 @@ def test_hsdp_ep_one_reduces_experts_like_dense(monkeypatch, pp):
     # tp 2 with ep 1 (etp 1: each tensor-parallel rank holds its experts whole): the experts shard over the
     # tp x shard = 8 ranks of the shard group and their gradient shards all-reduce across the dp / 4 replicas
     # (32 / 4 = 8 without stages, 16 / 4 = 4 with two), as the dense parameters do; nothing on the whole edp group.
-    result, plan = _program(monkeypatch, _config(tp=2, sequence_parallel=True, pp=pp, ep=1, zero_group=4,
+    result, plan = program(monkeypatch, _config(tp=2, sequence_parallel=True, pp=pp, ep=1, zero_group=4,
                                                  strategy="fsdp-hybrid", global_batch=64))
     lay = result.layout.layout
     replicas = 64 // (2 * pp) // 4
     assert (lay.expert_shard_group, lay.expert_replicas, lay.replicas) == (8, replicas, replicas)
-    got = _bytes_by_group(plan)
+    got = bytes_by_group(plan)
     assert not [k for k in got if k[0] in ("edp", "dp")]
     assert {k[0] for k in got} >= {"zero", "zrep", "ezero", "ezrep"}
     m = memory_for_config(_config(tp=2, sequence_parallel=True, pp=pp, ep=1, zero_group=4, strategy="fsdp-hybrid",
@@ -159,7 +125,7 @@ def test_hsdp_ep_one_reduces_experts_like_dense(monkeypatch, pp):
 def test_hsdp_ep_one_with_tp_split_experts_is_one_set_of_buckets(monkeypatch):
     # etp = tp = 2, ep 1: the experts are split as the dense linears and sit in their block's unit (torchtitan's
     # ep 1): every parameter in one set of buckets on zero, all-reduced on zrep, no expert group at all.
-    result, plan = _program(monkeypatch, _config(tp=2, etp=2, sequence_parallel=True, pp=2, ep=1, zero_group=4,
+    result, plan = program(monkeypatch, _config(tp=2, etp=2, sequence_parallel=True, pp=2, ep=1, zero_group=4,
                                                  strategy="fsdp-hybrid", global_batch=64))
     assert not result.layout.layout.experts_apart
     assert {op.group for op in plan.program.comms if op.kind != "p2p"} <= {"zero", "zrep", "pp", "emb", "tp"}

@@ -7,54 +7,18 @@ on ``ezero`` and ``ezrep``."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pytest
 
-import dpsim.predict.layout as layout_mod
 from dpsim.errors import ConfigError
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.run import memory_for_config, predict
-
-MIXTRAL = dict(model="mixtral-8x7b", link="infiniband", precision="bf16-mixed", micro_batch=1, steps=1,
-               recompute="full")
-
-# Mixtral-8x7B by hand (hidden 4096, 32 blocks, 8 experts of ffn 14336, 32 query / 8 key-value heads of 128,
-# vocabulary 32000, untied output): per block attention 2 x 4096^2 + 2 x 4096 x 1024 = 41,943,040, router
-# 4096 x 8 = 32,768, two norms 8,192; one expert 3 x 4096 x 14336 = 176,160,768. Embedding and output
-# 32000 x 4096 = 131,072,000 each, final norm 4096.
-EXPERT = 176_160_768
-DENSE_BLOCK = 41_943_040 + 32_768 + 8_192
-DENSE = 32 * DENSE_BLOCK + 2 * 131_072_000 + 4096  # 1,605,636,096: every rank holds all of it (tp 1)
+from expert_layouts import DENSE, DENSE_BLOCK, EXPERT, MIXTRAL, bytes_by_group, program
 
 
 def _config(*, gpus: int = 64, pp: int = 1, ep: int = 8, strategy: str = "fsdp-hybrid", zero_group: int | None = 16,
             global_batch: int = 128, **kw) -> PredictConfig:
     return PredictConfig(**{**MIXTRAL, **kw}, gpus=gpus, pp=pp, ep=ep, strategy=strategy, zero_group=zero_group,
                          global_batch=global_batch)
-
-
-def _program(monkeypatch, config: PredictConfig):
-    """``config``'s prediction and the pipeline program predict played for it."""
-    seen = []
-    real = layout_mod.build_pipeline_program
-
-    def spy(*args, **kwargs):
-        plan = real(*args, **kwargs)
-        seen.append(plan)
-        return plan
-    monkeypatch.setattr(layout_mod, "build_pipeline_program", spy)
-    result = predict(config)
-    assert len(seen) == 1
-    return result, seen[0]
-
-
-def _bytes_by_group(plan, stage: int = 0) -> dict[tuple[str, str], float]:
-    out: dict[tuple[str, str], float] = defaultdict(float)
-    for op, stages in zip(plan.program.comms, plan.program.comm_stages):
-        if stage in stages:
-            out[op.group, op.op] += op.size_bytes
-    return dict(out)
 
 
 def test_the_issue_command_runs():
@@ -104,11 +68,11 @@ def test_ep_one_shards_experts_within_the_shard_group(pp):
 @pytest.mark.parametrize("pp, zero_group, ep", [(1, 16, 8), (2, 8, 4), (2, 8, 8)])
 def test_bytes_are_conserved_per_collective_group(monkeypatch, pp, zero_group, ep):
     dp = 64 // pp
-    result, plan = _program(monkeypatch, _config(pp=pp, zero_group=zero_group, ep=ep))
+    result, plan = program(monkeypatch, _config(pp=pp, zero_group=zero_group, ep=ep))
     lay = result.layout.layout
     eshard, replicas = zero_group // ep, dp // zero_group
     assert (lay.expert_shard_group, lay.expert_replicas, lay.replicas) == (eshard, replicas, replicas)
-    got = _bytes_by_group(plan)
+    got = bytes_by_group(plan)
     stage_blocks = 32 // pp
     experts = stage_blocks * 8 // ep * EXPERT  # the routed experts stage 0 holds on a rank
     dense = stage_blocks * DENSE_BLOCK + 131_072_000 + (131_072_000 + 4096 if pp == 1 else 0)
