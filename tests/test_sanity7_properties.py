@@ -36,7 +36,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpsim.collectives.groups import LayoutShape, layout_communicators, mirror_pair_group, pair_place
-from dpsim.errors import DpsimError
 from dpsim.network.degrade import parse_degradation
 from dpsim.network.maxmin import max_min_sparse, progressive_finish
 from dpsim.predict.config import PredictConfig

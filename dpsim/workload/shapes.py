@@ -221,8 +221,8 @@ def parse_shape(text: str) -> TransformerShape:
         values[key] = value
     layers_text = given.get("window_layers", "all").lower()
     if window_pattern(layers_text) is None:
-        raise _fail("window_layers", given["window_layers"], f"allowed: all, alternate, or N:1 (N local blocks, "
-                                                             f"then one global: Gemma 3's 5:1)")
+        raise _fail("window_layers", given["window_layers"], "allowed: all, alternate, or N:1 (N local blocks, "
+                                                             "then one global: Gemma 3's 5:1)")
     values["window_layers"] = "alternate" if layers_text == "1:1" else layers_text
     if "bias" in given:
         if given["bias"].lower() not in BIASES:
