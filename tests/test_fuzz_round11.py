@@ -137,3 +137,18 @@ def test_config_json_attention_heads_below_one_are_named(name, key, value, tmp_p
     path.write_text(json.dumps(data))
     args = ["predict", "--gpus", "8", "--link", "nvlink", "--steps", "1", "--seq-len", "1024", "--model", str(path)]
     check_outcome(run_cli(args, capsys), args, "error", (f"{key}={value} is not valid; expected an integer from 1",))
+
+
+# --- a calibration profile's unbounded numbers ------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["fit", "segment"])
+def test_profile_r2_refusal_reads_without_minus_inf(where, tmp_path, capsys):
+    """Before: "fit.r2: NaN is not valid; expected a number >= -inf or null" (an r2 has no lower bound)."""
+    data = json.loads((Path(__file__).parents[1] / "calibration" / "profiles" / "a100-nvswitch-8gpu.json").read_text())
+    fit = data["collectives"]["intra_node"]["ops"]["all_reduce"]["fit"]
+    (fit if where == "fit" else fit["segments"][0])["r2"] = float("nan")
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    args = ["predict", "--model", "gpt2", "--gpus", "8", "--link", "dgx-a100", "--steps", "1", "--calibration", str(path)]
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "error", ("r2: NaN is not valid; expected a finite number or null",))
+    assert "-inf" not in outcome.err
