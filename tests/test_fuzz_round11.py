@@ -38,6 +38,16 @@ def test_sweep_catalog_model_or_gpu_in_another_case_repeats(flag, values, capsys
     check_outcome(run_cli(args, capsys), args, "error", (f"{flag}: ", "repeats a value; give each value once"))
 
 
+def test_sweep_one_shape_in_two_key_orders_repeats(capsys):
+    """Before: status 0, the same point twice, both rows named "transformer"."""
+    a = "transformer:hidden=768,layers=12,heads=12,ffn=3072,vocab=50257,seq=1024"
+    b = "transformer:layers=12,hidden=768,heads=12,ffn=3072,vocab=50257,seq=1024"
+    args = ["sweep", "--link", "infiniband", "--steps", "1", "--gpus", "8", "--axis", f"model={a};{b}"]
+    check_outcome(run_cli(args, capsys), args, "error", ("--axis model: ", "repeats a value"))
+    args[-1] = f"model={a};{a.replace('heads=12', 'heads=6')}"  # two shapes: two points
+    check_outcome(run_cli(args, capsys), args, "ok")
+
+
 def test_sweep_models_of_different_names_still_run(capsys):
     args = ["sweep", "--link", "infiniband", "--steps", "1", "--gpus", "8", "--model", "gpt2,bert-base", "--json"]
     outcome = run_cli(args, capsys)

@@ -23,6 +23,7 @@ from dpsim.variability.spec import VariabilitySpec
 from dpsim.workload.catalog import CATALOG_ENTRIES, get_entry, get_model
 from dpsim.workload.precision import PRECISION_ALIASES
 from dpsim.workload.model_ref import is_torch_model_ref, model_ref_next_to, parse_model_ref
+from dpsim.workload.shapes import is_shape_ref, parse_shape, shape_ref
 
 AXIS_ALIASES = {"topology": "topology_file"}
 """Command-line spellings of ``PredictConfig`` fields."""
@@ -123,6 +124,12 @@ def _canonical(axis: str, value: Any) -> Any:
         return value.strip().lower()
     if axis == "gpu" and isinstance(value, str):
         return value.strip().lower()
+    if axis == "model" and is_shape_ref(value):
+        # One shape in two key orders (hidden=768,layers=12 / layers=12,hidden=768) ran twice, both rows "transformer".
+        try:
+            return shape_ref(parse_shape(value))
+        except DpsimError:
+            return value
     return value
 
 
