@@ -162,3 +162,29 @@ def test_profile_r2_refusal_reads_without_minus_inf(where, tmp_path, capsys):
     outcome = run_cli(args, capsys)
     check_outcome(outcome, args, "error", ("r2: NaN is not valid; expected a finite number or null",))
     assert "-inf" not in outcome.err
+
+
+# --- NVLS across an NVL72 rack with its NVLink domain degraded ---------------------------------------------------
+NVL72 = ["predict", "--model", "gpt2", "--link", "gb200-nvl72", "--gpus", "72", "--steps", "1", "--micro-batch", "1",
+         "--json"]
+
+
+def _step(args, capsys) -> float:
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "ok")
+    return json.loads(outcome.out)["step_time_s"]
+
+
+def test_nvls_over_a_degraded_nvlink_domain_slows(capsys):
+    """Before: --degrade nvlink-domain:1% (and 10 %) predicted the healthy 72-GPU step to the last digit: NVLS,
+    NCCL's choice there, was costed on the GPU links alone (the domain's links never bound when healthy)."""
+    healthy = _step(NVL72, capsys)
+    ten = _step([*NVL72, "--degrade", "nvlink-domain:10%"], capsys)
+    one = _step([*NVL72, "--degrade", "nvlink-domain:1%"], capsys)
+    assert healthy < ten < one
+    # The tier's link at 10 % gives each GPU what its own link at 10 % gives it: the same NVLS step.
+    nvls = [*NVL72, "--algo", "nvls"]
+    assert _step([*nvls, "--degrade", "nvlink-domain:10%"], capsys) == _step([*nvls, "--degrade", "nvlink:10%"], capsys)
+    # Named links too (the whole-cluster path): never faster than the class alone.
+    assert _step([*nvls, "--degrade", "nvlink-domain:10%", "--degrade", "node0.gpu0:99%"], capsys) >= \
+        _step([*nvls, "--degrade", "nvlink-domain:10%"], capsys)
