@@ -476,8 +476,9 @@ def mix_from_dict(data: Any) -> MixSpec:
         raise _fail("placement", policy, f"choose one of {', '.join(POLICIES)}")
     raw_jobs = data.get("jobs")
     if not isinstance(raw_jobs, list) or not raw_jobs or len(raw_jobs) > MAX_JOBS:
-        raise ConfigError(f"jobs: {_written(raw_jobs) if not isinstance(raw_jobs, list) else f'a list of {len(raw_jobs):,} jobs' if raw_jobs else '[]'}"
-                          f" is not valid; expected a list of 1 to {MAX_JOBS} jobs")
+        given = (_written(raw_jobs) if not isinstance(raw_jobs, list)
+                 else f"a list of {len(raw_jobs):,} jobs" if raw_jobs else "[]")
+        raise ConfigError(f"jobs: {given} is not valid; expected a list of 1 to {MAX_JOBS} jobs")
     checkpoint = _checkpoint("checkpoint", data["checkpoint"], CheckpointSpec()) if "checkpoint" in data \
         else CheckpointSpec()
     spares = _int("spares", data["spares"], 0) if "spares" in data else 0

@@ -244,8 +244,8 @@ def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
             if getattr(op, "name", "").startswith("experts.") and hasattr(op, "m")}
     bad = min((m for m in rows if m % parallelism.cp), default=None)  # the rows it fails on, not the fewest
     if parallelism.cp > 1 and bad is not None:
-        raise ConfigError(f"--cp: {parallelism.cp} does not divide the {count(bad, 'token')} each expert of {model.name} gets "
-                          f"per sample; choose a --cp that divides them")
+        raise ConfigError(f"--cp: {parallelism.cp} does not divide the {count(bad, 'token')} each expert of "
+                          f"{model.name} gets per sample; choose a --cp that divides them")
     if parallelism.tp > 1 and not parallelism.sequence_parallel:
         # megatron/training/arguments.py: "When using MoE and tensor parallelism, sequence
         # parallelism must be used" (the router and dispatcher work on the s / tp shard).
