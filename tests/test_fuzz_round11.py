@@ -188,3 +188,13 @@ def test_nvls_over_a_degraded_nvlink_domain_slows(capsys):
     # Named links too (the whole-cluster path): never faster than the class alone.
     assert _step([*nvls, "--degrade", "nvlink-domain:10%", "--degrade", "node0.gpu0:99%"], capsys) >= \
         _step([*nvls, "--degrade", "nvlink-domain:10%"], capsys)
+
+
+def test_nvls_over_a_degraded_nvlink_switch_tier_slows(capsys):
+    """Before: --link nvlink --gpus 16 --degrade nvlink-fabric:10% predicted the healthy step (0.019483 s) to the
+    last digit, as the NVL72 domain did."""
+    base = ["predict", "--model", "gpt2", "--link", "nvlink", "--gpus", "16", "--steps", "1", "--micro-batch", "1",
+            "--json"]
+    assert _step(base, capsys) < _step([*base, "--degrade", "nvlink-fabric:10%"], capsys)
+    nvls = [*base, "--algo", "nvls"]
+    assert _step([*nvls, "--degrade", "nvlink-fabric:10%"], capsys) == _step([*nvls, "--degrade", "nvlink:10%"], capsys)
