@@ -191,7 +191,7 @@ def test_gradients_are_reduced_over_dp_times_cp():
     (dict(gpus=16, cp=4, dp=3), "--dp: 3 with --tp 1 --cp 4"),
     # BERT's pooler computes on the [CLS] token alone: cp_shard's assertion was an AssertionError traceback.
     (dict(model="bert-base", cp=2, seq_len=None), "--cp: 2 cuts every op of bert-base along its sequence, but "
-                                                  "layer 'pooler' computes on 1 token(s) per sample"),
+                                                  "layer 'pooler' computes on 1 token per sample"),
 ])
 def test_bad_input_is_one_line(kw, flag):
     with pytest.raises(ConfigError) as err:

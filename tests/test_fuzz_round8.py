@@ -141,13 +141,13 @@ PP4 = ["predict", "--model", "llama-3-8b", "--gpus", "16", "--link", "infiniband
 @pytest.mark.parametrize("extra, needles", [
     # Before: "--global-batch: 16 gives 1 micro-batches per replica ..." though no --global-batch was given.
     (["--schedule", "1f1b-interleaved", "--virtual-stages", "2", "--stage-layers", "3,4,4,5,4,4,4,4"],
-     ("--grad-accum: 1 micro-batches per replica is not a multiple of --pp 4", "give --grad-accum 4")),
+     ("--grad-accum: 1 micro-batch per replica is not a multiple of --pp 4", "give --grad-accum 4")),
     (["--schedule", "1f1b-interleaved", "--virtual-stages", "2", "--grad-accum", "6"], ("give --grad-accum 8",)),
     (["--schedule", "dualpipe", "--grad-accum", "9"], ("--grad-accum: 9 micro-batches per replica; --schedule "
                                                        "dualpipe needs an even number", "give --grad-accum 10")),
     # A --global-batch given is still the one named.
     (["--schedule", "1f1b-interleaved", "--virtual-stages", "2", "--global-batch", "16"],
-     ("--global-batch: 16 gives 1 micro-batches per replica",)),
+     ("--global-batch: 16 gives 1 micro-batch per replica",)),
 ])
 def test_schedule_micro_batch_rule_names_the_flag_given(extra, needles, capsys):
     args = PP4 + extra

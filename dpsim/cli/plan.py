@@ -172,8 +172,11 @@ def sweep_command(
             raise ConfigError(f"-o/--output: {output!r} has no known extension; use one of "
                               f"{', '.join(OUTPUT_FORMATS)}")
         from dpsim.files import check_writable_dir, path_kind
-        if path_kind(Path(output).parent, "-o/--output") != "dir":
-            raise ConfigError(f"-o/--output: directory {str(Path(output).parent)!r} does not exist")
+        parent = path_kind(Path(output).parent, "-o/--output")
+        if parent != "dir":
+            # A file where the directory should be (out.csv/r.csv) is not a missing directory (as check_output_path).
+            what = "does not exist" if parent is None else "is not a directory"
+            raise ConfigError(f"-o/--output: directory {str(Path(output).parent)!r} {what}")
         if path_kind(output, "-o/--output") == "dir":
             raise ConfigError(f"-o/--output: {output!r} is a directory; give a file path")
         check_writable_dir(output, "-o/--output")  # before the sweep: not an OSError after it

@@ -274,9 +274,36 @@ class PlanEvaluator:
             healthy = self._healthy.plan_cost(algorithm, op, nic_scale)
             cost = dataclasses.replace(cost, r_intra=min(cost.r_intra, healthy.r_intra),
                                        r_inter=min(cost.r_inter, healthy.r_inter))
+        if self._terms and algorithm == "nvls":
+            cost = self._nvls_tier_bound(cost)
         self.paths[(algorithm, op)] = cost.path
         self.costs[key] = cost
         return cost
+
+    def _nvls_tier_bound(self, cost: PlanCost) -> PlanCost:
+        """NVLS over an NVLink domain (or switch tier) of several servers, with that tier's links degraded.
+
+        The reduction runs in the tier's switches; the plan's flows stop at the server's switch
+        (:func:`~dpsim.collectives.algorithms.nvls._switch_flows`), since healthy a server's link into the tier
+        carries its GPUs' traffic at their combined rate and the GPU links bind. Degraded, that link binds: every
+        GPU's flow gets at most its share, the link's capacity over the server's GPUs (every copy of the
+        communicator runs at once). ``--degrade nvlink-domain:1%`` on a 72-GPU NVL72 job predicted the healthy
+        step to the last digit, NVLS being NCCL's choice there. A tier class is degraded whole (no link of it
+        can be named), so every server's link is alike."""
+        net = self.network
+        if self.cluster.n_nodes < 2 or not isinstance(net, TierNetwork):
+            return cost
+        factors = self.slowest_class_factors()
+        tiers = [(cls, block) for cls, block in (("nvlink-domain", "hub_dom"), ("nvlink-fabric", "hub_nvl"))
+                 if factors.get(cls, 1.0) < 1.0 and block in net.families()]
+        if not tiers:
+            return cost
+        rate = min(net.families()[block].capacity_bytes_per_s * factors[cls] for cls, block in tiers) / net.gpn
+        t_tier = cost.max_fraction * self.nvls_weight / rate
+        phases = tuple((repeat, max(t_in, t_tier), t_out) for repeat, t_in, t_out in cost.phase_seconds_per_byte)
+        total = sum(repeat * max(t_in, t_out, 0.0) for repeat, t_in, t_out in phases)
+        return dataclasses.replace(cost, seconds_per_byte=max(cost.seconds_per_byte, total),
+                                   r_intra=min(cost.r_intra, rate / self.nvls_weight), phase_seconds_per_byte=phases)
 
     def _whole_cluster_cost(self, algorithm: str, op: str, nic_scale: float) -> PlanCost:
         """Every flow of every job routed and max-min shared on the whole network."""

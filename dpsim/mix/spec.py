@@ -38,7 +38,7 @@ from typing import Any
 
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
-from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_MTBF_S, MAX_SPAN_S, MAX_RECOVERY_S
+from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_MTBF_S, MAX_RECOVERY_S, MAX_SPAN_S, short
 from dpsim.plan.reliability import DEFAULT_RESTART_S, FailureRates, parse_long_duration_s
 from dpsim.units import parse_bandwidth_bytes_per_s
 from dpsim.workload.model_ref import model_ref_next_to
@@ -257,7 +257,15 @@ class MixSpec:
 
 
 def _fail(field: str, value: Any, allowed: str) -> ConfigError:
-    return ConfigError(f"{field}: {value!r} is not valid; {allowed}")
+    return ConfigError(f"{field}: {_written(value)} is not valid; {allowed}")
+
+
+def _written(value: Any) -> str:
+    """A mix file's value as YAML writes it: ``gpus: true`` was refused as ``True`` and ``jobs:`` (empty) as
+    ``None``, Python's spellings, which the file does not contain."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else short(value)
 
 
 def _int(field: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
@@ -468,8 +476,9 @@ def mix_from_dict(data: Any) -> MixSpec:
         raise _fail("placement", policy, f"choose one of {', '.join(POLICIES)}")
     raw_jobs = data.get("jobs")
     if not isinstance(raw_jobs, list) or not raw_jobs or len(raw_jobs) > MAX_JOBS:
-        raise _fail("jobs", raw_jobs if not isinstance(raw_jobs, list) else f"{len(raw_jobs)} jobs",
-                    f"expected a list of 1 to {MAX_JOBS} jobs")
+        given = (_written(raw_jobs) if not isinstance(raw_jobs, list)
+                 else f"a list of {len(raw_jobs):,} jobs" if raw_jobs else "[]")
+        raise ConfigError(f"jobs: {given} is not valid; expected a list of 1 to {MAX_JOBS} jobs")
     checkpoint = _checkpoint("checkpoint", data["checkpoint"], CheckpointSpec()) if "checkpoint" in data \
         else CheckpointSpec()
     spares = _int("spares", data["spares"], 0) if "spares" in data else 0

@@ -20,9 +20,10 @@ from dpsim.predict.config import SETTINGS, PredictConfig, check_value, field_kin
 from dpsim.profile.io import load_profile
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.variability.spec import VariabilitySpec
-from dpsim.workload.catalog import get_entry, get_model
+from dpsim.workload.catalog import CATALOG_ENTRIES, get_entry, get_model
 from dpsim.workload.precision import PRECISION_ALIASES
 from dpsim.workload.model_ref import is_torch_model_ref, model_ref_next_to, parse_model_ref
+from dpsim.workload.shapes import is_shape_ref, parse_shape, shape_ref
 
 AXIS_ALIASES = {"topology": "topology_file"}
 """Command-line spellings of ``PredictConfig`` fields."""
@@ -117,6 +118,18 @@ def _canonical(axis: str, value: Any) -> Any:
     (``precision=amp,amp-bf16`` ran the same point twice)."""
     if axis == "precision" and isinstance(value, str):
         return PRECISION_ALIASES.get(value, value)
+    # Catalog models and GPU presets are looked up case-insensitively (get_entry, get_gpu): model=gpt2,GPT2 and
+    # gpu=h100,H100 each ran one point twice, both rows named gpt2 (h100).
+    if axis == "model" and isinstance(value, str) and value.strip().lower() in CATALOG_ENTRIES:
+        return value.strip().lower()
+    if axis == "gpu" and isinstance(value, str):
+        return value.strip().lower()
+    if axis == "model" and is_shape_ref(value):
+        # One shape in two key orders (hidden=768,layers=12 / layers=12,hidden=768) ran twice, both rows "transformer".
+        try:
+            return shape_ref(parse_shape(value))
+        except DpsimError:
+            return value
     return value
 
 

@@ -213,7 +213,7 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     check_int(seed, "--seed", 0, MAX_SEED)
     check_int(min_nodes, "--min-nodes", 1, MAX_GPUS)
     if checkpoint_interval_s is not None and not checkpoint_interval_s <= MAX_SPAN_S:
-        raise ConfigError(f"--checkpoint-interval: {checkpoint_interval_s!r} s is not valid; expected at most "
+        raise ConfigError(f"--checkpoint-interval: {checkpoint_interval_s:g} s is not valid; expected at most "
                           f"{MAX_SPAN_S:g} s (a century)")
     if variability is not None and tokens is None:
         raise ConfigError(VARIABILITY_NEEDS_TOKENS.format(flag=_spec_flags(variability, mc_steps)))
@@ -239,7 +239,7 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     else:
         work_s = DEFAULT_WORK_S if duration_s is None else duration_s
         if not (0 < work_s <= MAX_SPAN_S):  # 1e30d printed 31-digit days in every table
-            raise ConfigError(f"--duration: {work_s!r} s is not valid; expected a duration > 0 and <= "
+            raise ConfigError(f"--duration: {work_s:g} s is not valid; expected a duration > 0 and <= "
                               f"{MAX_SPAN_S:g} s (a century), e.g. 30d")
     # p.layout is the layout's report; its .layout holds the sizes (reading tp off the report was an
     # AttributeError traceback for every goodput with --tp or --pp). The data-parallel ranks include the

@@ -2285,7 +2285,8 @@ def _no_candidate_message(planner: Planner, gpus: Sequence[int], global_batch: i
         # And the strategies' (strategy_variants): where DeepSpeed ZeRO-3 and HSDP run.
         strategy_rules = {"zero3": "zero3 runs without pipeline stages or expert parallelism (--pp 1, --ep 1)",
                           "fsdp-hybrid": "fsdp-hybrid needs more data-parallel ranks than one server holds (its "
-                                         "shard groups are whole servers' ranks below them), and no --ep"}
+                                         "shard groups are whole servers' ranks below them; with --ep, a group "
+                                         "whose tp x group x cp ranks ep x etp divides)"}
         if "strategies" in (culprits or given):
             needs += [strategy_rules[s] for s in given["strategies"] if s in strategy_rules]
         # And the recomputation modes' (_variants): the layout path's modes need a sharded layout, moe experts.

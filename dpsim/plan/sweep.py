@@ -496,7 +496,8 @@ def write_results(df, path: str | Path, spec: SweepSpec | None = None) -> Path:
         raise ConfigError(f"-o/--output: {str(path)!r} has no known extension; use one of "
                           f"{', '.join(OUTPUT_FORMATS)}")
     if not path.parent.is_dir():
-        raise ConfigError(f"-o/--output: directory {str(path.parent)!r} does not exist")
+        what = "is not a directory" if path.parent.exists() else "does not exist"
+        raise ConfigError(f"-o/--output: directory {str(path.parent)!r} {what}")
     # Through a temporary file: an interrupted or failed write leaves the old file (or none).
     with atomic_output(path, flag="-o/--output") as tmp:
         if fmt == "csv":

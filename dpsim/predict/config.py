@@ -63,6 +63,7 @@ from dpsim.strategies.registry import (
     check_zero_options,
     honours,
 )
+from dpsim.wording import count
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.routing import parse_routing
@@ -910,13 +911,14 @@ class PredictConfig:
             # The schedules' own rule (dpsim/strategies/pipeline.py check_schedule) names --global-batch, which
             # this job did not give: "--global-batch: 16 gives 1 micro-batches" answered the default --grad-accum 1.
             m = w.grad_accum
+            per_replica = f"{count(m, 'micro-batch', 'micro-batches')} per replica"
             if p.schedule == "1f1b-interleaved" and m % p.pp:
-                raise ConfigError(f"--grad-accum: {m} micro-batches per replica is not a multiple of --pp {p.pp}, as "
+                raise ConfigError(f"--grad-accum: {per_replica} is not a multiple of --pp {p.pp}, as "
                                   f"the interleaved schedule needs; give --grad-accum {p.pp * (m // p.pp + 1)} (or a "
                                   f"--global-batch that makes a multiple)")
             if p.schedule == "dualpipe" and (m % 2 or m < 2 * p.pp):
                 want = max(2 * p.pp, m + m % 2)
-                raise ConfigError(f"--grad-accum: {m} micro-batches per replica; --schedule dualpipe needs an even "
+                raise ConfigError(f"--grad-accum: {per_replica}; --schedule dualpipe needs an even "
                                   f"number, at least 2 x --pp = {2 * p.pp} (half enter from each end); give "
                                   f"--grad-accum {want} (or a --global-batch that makes it)")
         if e.activation_checkpointing and e.recompute not in ("off", "full"):

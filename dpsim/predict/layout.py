@@ -86,6 +86,7 @@ from dpsim.strategies.shards import unit_shard_numel
 from dpsim.strategies.stage_parts import stage_parts
 from dpsim.strategies.tensor import ExpertSplit, TpModel, check_tp, tp_model
 from dpsim.strategies.zero import internlm_stages
+from dpsim.wording import count
 from dpsim.workload.routing import RankLoad, parse_routing, rank_load
 from dpsim.topology.cluster import Topology
 from dpsim.units import MiB, format_bytes_against
@@ -241,9 +242,10 @@ def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
                           f"that divides it")
     rows = {op.m for layer in model.layers for op in layer.ops
             if getattr(op, "name", "").startswith("experts.") and hasattr(op, "m")}
-    if parallelism.cp > 1 and any(m % parallelism.cp for m in rows):
-        raise ConfigError(f"--cp: {parallelism.cp} does not divide the {min(rows)} tokens each expert of {model.name} gets "
-                          f"per sample; choose a --cp that divides them")
+    bad = min((m for m in rows if m % parallelism.cp), default=None)  # the rows it fails on, not the fewest
+    if parallelism.cp > 1 and bad is not None:
+        raise ConfigError(f"--cp: {parallelism.cp} does not divide the {count(bad, 'token')} each expert of "
+                          f"{model.name} gets per sample; choose a --cp that divides them")
     if parallelism.tp > 1 and not parallelism.sequence_parallel:
         # megatron/training/arguments.py: "When using MoE and tensor parallelism, sequence
         # parallelism must be used" (the router and dispatcher work on the s / tp shard).

@@ -108,8 +108,9 @@ class _Doc:
 
     def number(self, key: str, *, minimum: float = 0.0, strict: bool = False, nullable: bool = False,
                default: Any = ..., expected: str | None = None, maximum: float = math.inf) -> float | None:
-        expected = expected or (f"a number {'>' if strict else '>='} {minimum:g}"
-                                + (f" and <= {maximum:g}" if maximum < math.inf else "")
+        # No lower bound (an r2 may be negative) reads "a finite number", not "a number >= -inf".
+        bound = f"a number {'>' if strict else '>='} {minimum:g}" if minimum > -math.inf else "a finite number"
+        expected = expected or (bound + (f" and <= {maximum:g}" if maximum < math.inf else "")
                                 + (" or null" if nullable else ""))
         value = self.get(key, expected, default)
         if value is None and nullable:

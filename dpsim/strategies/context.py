@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
 from dpsim.strategies.tensor import TpComm, TpLayer
+from dpsim.wording import count
 from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, MemoryOp, ModelSpec
 
 CP_COMM: dict[str, str] = {
@@ -103,7 +104,7 @@ def check_context(model: ModelSpec, ctx: ContextParallel, tp: int) -> None:
                 # Not a token-wise op (BERT's pooler reads the [CLS] token alone): its rows cannot be
                 # cut over the context-parallel ranks (cp_shard's assertion was the user's traceback).
                 raise ConfigError(f"--cp: {ctx.cp} cuts every op of {model.name} along its sequence, but layer "
-                                  f"{layer.name!r} computes on {op.m} token(s) per sample, which {ctx.cp} ranks "
+                                  f"{layer.name!r} computes on {count(op.m, 'token')} per sample, which {ctx.cp} ranks "
                                   f"cannot share; use --cp 1")
             if isinstance(op, AttentionOp):
                 if not op.fused:

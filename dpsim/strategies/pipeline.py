@@ -100,6 +100,7 @@ from dpsim.engine.program import CommOp
 from dpsim.errors import ConfigError
 from dpsim.strategies.layout import ChunkWork, Layout, reshards_after_forward
 from dpsim.strategies.zero import InternlmZero1
+from dpsim.wording import count
 
 Slot = tuple[str, int, int]
 """``("F" | "B" | "W", chunk, micro_batch)`` (``W``: a zero-bubble schedule's weight gradient)."""
@@ -124,17 +125,17 @@ def check_schedule(layout: Layout) -> None:
             raise ConfigError(f"--virtual-stages: {v} with --schedule 1f1b-interleaved; give 2 or more model "
                               f"chunks per stage, or use --schedule 1f1b")
         if m % p:
-            raise ConfigError(f"--global-batch: {layout.global_batch} gives {m} micro-batches per replica, not a "
-                              f"multiple of --pp {p} as the interleaved schedule needs; change --global-batch or "
-                              f"--micro-batch")
+            raise ConfigError(f"--global-batch: {layout.global_batch} gives {count(m, 'micro-batch', 'micro-batches')} "
+                              f"per replica, not a multiple of --pp {p} as the interleaved schedule needs; change "
+                              f"--global-batch or --micro-batch")
     elif layout.schedule == "dualpipe":
         if p < 2 or p % 2:
             raise ConfigError(f"--pp: {p} stages with --schedule dualpipe; it needs an even number of stages "
                               f"(2 or more), half of them feeding each direction")
         if m % 2 or m < 2 * p:
-            raise ConfigError(f"--global-batch: {layout.global_batch} gives {m} micro-batches per replica; "
-                              f"--schedule dualpipe needs an even number, at least 2 x --pp = {2 * p} (half "
-                              f"enter from each end); change --global-batch or --micro-batch")
+            raise ConfigError(f"--global-batch: {layout.global_batch} gives {count(m, 'micro-batch', 'micro-batches')} "
+                              f"per replica; --schedule dualpipe needs an even number, at least 2 x --pp = {2 * p} "
+                              f"(half enter from each end); change --global-batch or --micro-batch")
     elif v != 1:
         raise ConfigError(f"--virtual-stages: {v} applies only to --schedule 1f1b-interleaved; leave it at 1")
 

@@ -967,6 +967,12 @@ def _check_config_json_fields(data: dict, kind: str, path: str) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise WorkloadError(f"--model: {path!r}: {key}={_shown(value)} is not valid; expected an integer (a JSON "
                                 f"number without quotes)")
+    heads = _HF_NAMES[kind].get("heads")
+    if isinstance(data.get(heads), int) and not isinstance(data[heads], bool) and data[heads] < 1:
+        # Before h // heads: Cohere, Gemma 2/3 and GPT-J builders returned no shape, refused as "a field the builders
+        # do not cover", which named no field (the Llama-style ones named it).
+        raise WorkloadError(f"--model: {path!r}: {heads}={data[heads]} is not valid; expected an integer from 1 to "
+                            f"{_MAX_DIM:,} (the attention heads)")
     for key in _HF_BOOLS:
         value = data.get(key)
         if value is not None and not isinstance(value, bool):
