@@ -185,3 +185,58 @@ def test_plan_costs_equal_unfolded(gpus, degrade, monkeypatch):
     assert any(used)  # NVLS beside tree flows, and pipelined trees: max-min over every flow
     monkeypatch.setattr(SymmetricRoutes, "fold", lambda self, capacity: None)
     assert costs() == folded
+
+
+def _family(name, units, lanes):
+    from dpsim.network.loadmap import Family
+
+    return Family(name=name, offset=0, units=units, lanes=lanes, capacity_bytes_per_s=1.0, link_class=0, nic=False)
+
+
+def _crossing(servers, links, columns, hops, pattern=0):
+    from dpsim.network.model import RouteBlock, ServerSide
+
+    servers = np.asarray(servers)
+    return RouteBlock(kind="crossing", shape=(len(servers), np.shape(columns)[1]),
+                      sides=(ServerSide(servers=servers, links=tuple(links), columns=np.asarray(columns, dtype=bool)),),
+                      hops=tuple((f, np.asarray(c), None if m is None else np.asarray(m, dtype=bool)) for f, c, m in hops),
+                      pattern=pattern, edges=np.arange(len(servers)))
+
+
+def _hand_made():
+    """Routes built by hand where what tells components (or lanes) apart is one thing at a time."""
+    out = []
+    # Shifted components: {0, 2} and {1, 3} alike; {4, 5, 6} (two rows sharing hop link 6) and
+    # {8, 10, 11} (two rows sharing link a[8]) as many rows but apart; rows 12 and 13 alike but
+    # for a hop mask.
+    fams = {"a": _family("a", 16, 1), "h": _family("h", 16, 1)}
+    x = _crossing([0, 1, 4, 5, 8, 8], [("a", 0)], [[True]], [("h", [[2], [3], [6], [6], [10], [11]], None)])
+    y = _crossing([12, 13], [("a", 0)], [[True, True]], [("h", [[12, 12], [13, 13]], [[True, True], [True, False]])],
+                  pattern=1)
+    out.append((SymmetricRoutes(blocks=(x, y), families=fams), {"a": 10.0, "h": 4.0}))
+    # Lanes apart for one thing (lanes 1 and 2 alike): which units lane 0's hops reach (all three
+    # rows one hop link) ...
+    fams = {"p": _family("p", 4, 3), "u": _family("u", 2, 3)}
+    z = _crossing([0, 1, 2], [("p", 0), ("p", 1), ("p", 2)], np.eye(3), [("u", [[0, 1, 2], [0, 4, 5], [0, 4, 5]], None)])
+    out.append((SymmetricRoutes(blocks=(z,), families=fams), {"p": 10.0, "u": 4.0}))
+    # ... and which families lane 0 crosses (q besides p).
+    fams = {"p": _family("p", 4, 3), "q": _family("q", 4, 3), "u": _family("u", 2, 3)}
+    w = _crossing([0, 3], [("p", 0), ("q", 0), ("p", 1), ("p", 2)], [[1, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]],
+                  [("u", [[0, 1, 2], [3, 4, 5]], None)])
+    out.append((SymmetricRoutes(blocks=(w,), families=fams), {"p": 10.0, "u": 4.0, "q": 1.0}))
+    return out
+
+
+@pytest.mark.parametrize("case", range(3), ids=["shifted", "lane-units", "lane-families"])
+def test_hand_made_repeats_fold_and_the_others_stay(case):
+    """Components alike but for one thing (hop links, a mask, how many share a link, which families a
+    lane crosses, which units its hops reach) are kept apart; those alike fold; the rates and finish
+    times read the same."""
+    routes, caps = _hand_made()[case]
+    rng = np.random.default_rng(case)
+    assert _check(routes, caps, rng) == ("servers" if case == 0 else "lanes")
+    folded = routes.fold(caps)
+    if case == 0:
+        assert [b.shape[0] for b in folded.blocks] == [5, 2]   # {1, 3} folds into {0, 2}
+    else:
+        assert [b.shape[1] for b in folded.blocks] == [2]   # lane 2 folds into lane 1
