@@ -437,16 +437,32 @@ def _fold_shifted(blocks: list[RouteBlock], fams: dict[str, Family],
             order = np.lexsort(tuple(r[:, j] for j in range(r.shape[1] - 1, -1, -1)) + (cp,))
         rel.append((np.ascontiguousarray(r[order]), cp[order]))
     labels = _sorted_unique(np.concatenate(comp))
-    lo = [np.searchsorted(c, labels).tolist() for _, c in rel]
-    hi = [np.searchsorted(c, labels, side="right").tolist() for _, c in rel]
-    seen: set = set()
+    lo = [np.searchsorted(c, labels) for _, c in rel]
+    many = np.stack([np.searchsorted(c, labels, side="right") - start for (_, c), start in zip(rel, lo)], axis=1)
+    # Components with as many rows in each block side by side, each one line of its rows' numbers:
+    # alike lines are repeats (the first of each kept).
     rep = np.zeros(units, dtype=bool)
-    for i, c in enumerate(labels.tolist()):
-        key = tuple(r[lo[j][i]:hi[j][i]].tobytes() for j, (r, _) in enumerate(rel))
-        if key not in seen:
-            seen.add(key)
-            rep[c] = True
-    if len(seen) == len(labels):
+    kinds = 0
+    order = np.lexsort(many.T[::-1])
+    edge = np.flatnonzero(np.concatenate(([True], (many[order][1:] != many[order][:-1]).any(axis=1), [True])))
+    for a, b in zip(edge[:-1].tolist(), edge[1:].tolist()):
+        which = np.sort(order[a:b])
+        lines = [np.zeros((len(which), 0), dtype=np.int64)]
+        for (r, _), start, k in zip(rel, lo, many[which[0]].tolist()):
+            if k:
+                at = start[which][:, None] + np.arange(k)
+                lines.append(r[at].reshape(len(which), -1))
+        line = np.concatenate(lines, axis=1)
+        if line.shape[1]:
+            o = np.lexsort(line.T[::-1])
+            first = np.concatenate(([True], (line[o][1:] != line[o][:-1]).any(axis=1)))
+            # The least component of each kind (o is stable, which ascending).
+            firsts = np.minimum.reduceat(o, np.flatnonzero(first))
+        else:
+            firsts = np.zeros(1, dtype=np.int64)
+        rep[labels[which[firsts]]] = True
+        kinds += len(firsts)
+    if kinds == len(labels):
         return None
     keep = [rep[cp] for cp in comp]
     touched = np.zeros(units, dtype=bool)
