@@ -35,27 +35,22 @@ def _sizes(routes, server_size, crossing_size):
     return np.concatenate(out) if out else np.zeros(0)
 
 
-def _read(routes, caps, server_size, crossing_size, whole: bool = False):
+def _read(routes, caps, server_size, crossing_size):
     """What the costing reads of a phase, per block: the last finish, the distinct finish times, the
     slowest first rate of each column (inside servers) or of all, and the slowest rates of a max-min
-    that stops at each group's first frozen flows (:meth:`PlanEvaluator._max_min_phase`)."""
+    that stops at each group's first frozen flows (:meth:`PlanEvaluator._max_min_phase`). Re-shares
+    replayed as the costing does (:class:`Reshare`: a whole max-min's rates, bit for bit)."""
     shapes = [b.shape for b in routes.blocks]
     cuts = np.cumsum([0] + [r * c for r, c in shapes])
     size = _sizes(routes, server_size, crossing_size)
     first = []
-    if whole:
-        def rates_of(alive):
-            masks = [alive[cuts[k]:cuts[k + 1]].reshape(shapes[k]) for k in range(len(shapes))]
-            out = np.concatenate([r.ravel() for r in max_min_routes(routes, caps, alive=masks)])
-            first.append(out) if not first else None
-            return out
-    else:
-        reshare = Reshare(routes, caps)
+    reshare = Reshare(routes, caps)
 
-        def rates_of(alive):
-            out = reshare.rates(alive)
-            first.append(out.copy()) if not first else None
-            return out
+    def rates_of(alive):
+        out = reshare.rates(alive)
+        first.append(out.copy()) if not first else None
+        return out
+
     finish = progressive_finish(size, rates_of)
     groups = [np.arange(b.shape[1]) if b.kind == "server" else np.full(b.shape[1], -1) for b in routes.blocks]
     slowest = max_min_routes(routes, caps, groups)
@@ -82,9 +77,7 @@ def _check(routes: SymmetricRoutes, caps, rng) -> str | None:
     server = next((b for b in routes.blocks if b.kind == "server"), None)
     server_size = rng.choice([1.0, 2.0], len(server.flow_column)) if server is not None else None
     crossing_size = rng.choice([1.0, 2.0], 1 + max((b.pattern for b in routes.blocks), default=0))
-    # Re-shares replayed (Reshare: a whole max-min's rates, bit for bit, tests/test_symmetric.py).
-    assert _read(folded, caps, server_size, crossing_size, whole=False) == _read(routes, caps, server_size,
-                                                                                 crossing_size, whole=False)
+    assert _read(folded, caps, server_size, crossing_size) == _read(routes, caps, server_size, crossing_size)
     kinds = []
     if any(a.shape[0] < b.shape[0] for a, b in zip(folded.blocks, routes.blocks)):
         kinds.append("servers")
@@ -199,7 +192,8 @@ def _crossing(servers, links, columns, hops, pattern=0):
     servers = np.asarray(servers)
     return RouteBlock(kind="crossing", shape=(len(servers), np.shape(columns)[1]),
                       sides=(ServerSide(servers=servers, links=tuple(links), columns=np.asarray(columns, dtype=bool)),),
-                      hops=tuple((f, np.asarray(c), None if m is None else np.asarray(m, dtype=bool)) for f, c, m in hops),
+                      hops=tuple((f, np.asarray(c), None if m is None else np.asarray(m, dtype=bool))
+                                 for f, c, m in hops),
                       pattern=pattern, edges=np.arange(len(servers)))
 
 
@@ -217,7 +211,8 @@ def _hand_made():
     # Lanes apart for one thing (lanes 1 and 2 alike): which units lane 0's hops reach (all three
     # rows one hop link) ...
     fams = {"p": _family("p", 4, 3), "u": _family("u", 2, 3)}
-    z = _crossing([0, 1, 2], [("p", 0), ("p", 1), ("p", 2)], np.eye(3), [("u", [[0, 1, 2], [0, 4, 5], [0, 4, 5]], None)])
+    z = _crossing([0, 1, 2], [("p", 0), ("p", 1), ("p", 2)], np.eye(3),
+                  [("u", [[0, 1, 2], [0, 4, 5], [0, 4, 5]], None)])
     out.append((SymmetricRoutes(blocks=(z,), families=fams), {"p": 10.0, "u": 4.0}))
     # ... and which families lane 0 crosses (q besides p).
     fams = {"p": _family("p", 4, 3), "q": _family("q", 4, 3), "u": _family("u", 2, 3)}

@@ -530,8 +530,8 @@ def _fold_lanes(blocks: list[RouteBlock], fams: dict[str, Family],
         sides = []
         for s in blk.sides:
             on = [k for k, (_, l) in enumerate(s.links) if new[l] >= 0]
-            sides.append(ServerSide(servers=s.servers, links=tuple((s.links[k][0], int(new[s.links[k][1]])) for k in on),
-                                    columns=s.columns[on][:, cols]))
+            links = tuple((s.links[k][0], int(new[s.links[k][1]])) for k in on)
+            sides.append(ServerSide(servers=s.servers, links=links, columns=s.columns[on][:, cols]))
         hops = []
         for f, cells, mask in blk.hops:
             c = np.asarray(cells, dtype=np.int64)[:, cols]
