@@ -489,7 +489,9 @@ class PlanEvaluator:
         """One phase's flows max-min shared on the whole cluster, routed by symmetry
         (:func:`~dpsim.network.maxmin.max_min_routes`: the rates of :meth:`_whole_cluster_cost`'s
         max-min, bit for bit): ``(t_in, t_out, r_intra, r_inter)`` as there. ``counts``: the flows
-        on every link (:meth:`_count`)."""
+        on every link (:meth:`_count`; counted again on the routes when they fold). Components of
+        flows that repeat one another (NVLink domains of one shape, rails alike) run once
+        (:meth:`~dpsim.network.model.SymmetricRoutes.fold`: the same slowest rates, bit for bit)."""
         server = None
         w_in = np.where(ph.server_nvls, self.nvls_weight, 1.0)
         size_in = ph.server_fraction * w_in
@@ -533,7 +535,8 @@ class PlanEvaluator:
         """:meth:`_max_min_phase` where the phase's flows move different bytes: every flow of the
         cluster, routed by symmetry, finishing as the links re-share
         (:func:`~dpsim.network.maxmin.progressive_finish`, the whole cluster's arithmetic flow for
-        flow); the slowest rates are the first max-min's, as there."""
+        flow); the slowest rates are the first max-min's, as there. Repeated components run once
+        (:meth:`~dpsim.network.model.SymmetricRoutes.fold`: the same finish times and rates)."""
         server = None
         if len(ph.server_src):
             # Flows of one route but different bytes get columns of their own (they finish apart).
