@@ -5,6 +5,10 @@ wall and CPU time, median of repeats, or the best of them with ``--best``).
     python validation/preset_speed.py [--repeats 3] [--best] [--gpus 4096,65536,1048576] [--links ...]
     python validation/preset_speed.py --gpus 65536 --links gb200-nvl72 --baseline ethernet --best
         (issue 24's "65,536 GPUs under 1 s whole process", gb200-nvl72 against ethernet)
+    python validation/preset_speed.py --gpus 65536 --links gb200-nvl72 --baseline ethernet --best \
+        --src /tmp/after --baseline-src /tmp/before
+        (each row also run from another tree, e.g. an install of the commit before, in the same loop:
+        before/after CPU on the same load; ``--src``: the tree timed, else the installed ``dpsim``)
 
 ``--plan``: instead, issue 28's two searches (``dpsim plan`` of DeepSeek-V3 and Llama-3-405B on 16,384
 GPUs, bar 10 s whole process), each against a baseline run in the same loop: with ``--baseline-src DIR``
@@ -25,8 +29,11 @@ import time
 from pathlib import Path
 
 
-def _one(gpus: int, link: str) -> tuple[float, float]:
-    """Wall and CPU seconds of one `dpsim predict` process (its children's rusage)."""
+def _one(gpus: int, link: str, src: str | None = None) -> tuple[float, float]:
+    """Wall and CPU seconds of one `dpsim predict` process (its children's rusage); ``src``: run from
+    that tree (:func:`_process`)."""
+    if src is not None:
+        return _process(["predict", "--gpus", str(gpus), "--link", link], src)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run([str(Path(sys.executable).with_name("dpsim")), "predict", "--gpus", str(gpus), "--link", link],
@@ -91,24 +98,39 @@ def main() -> None:
                     "(what a loaded machine leaves least disturbed)")
     ap.add_argument("--plan", action="store_true", help="time issue 28's two plan searches instead")
     ap.add_argument("--baseline-src", default=None, help="with --plan: a source tree whose dpsim runs each "
-                    "search as the baseline (else a predict run is the yardstick)")
+                    "search as the baseline (else a predict run is the yardstick); else: every row run from this "
+                    "tree too, alternately, its CPU seconds and the ratio to them printed")
+    ap.add_argument("--src", default=None, help="the tree timed (PYTHONPATH, run from /), else the installed dpsim")
     args = ap.parse_args()
     stat = min if args.best else statistics.median
     if args.plan:
         plan_speed(args.repeats, stat, args.baseline_src)
         return
+    import os
     links = [args.baseline] + [x for x in args.links.split(",") if x and x != args.baseline]
-    print(f"{'gpus':>9} {'link':<13} {'wall s':>7} {'cpu s':>7} {'wall/base':>9} {'cpu/base':>8}  "
-          f"({'best' if args.best else 'median'} of {args.repeats})")
+    other = args.baseline_src
+    print(f"{'gpus':>9} {'link':<13} {'wall s':>7} {'cpu s':>7} {'wall/base':>9} {'cpu/base':>8}"
+          + (f" {'src cpu':>7} {'cpu/src':>7}" if other else "")
+          + f"  ({'best' if args.best else 'median'} of {args.repeats}; load {os.getloadavg()[0]:.2f}"
+          + (f"; src: {other}" if other else "") + ")")
     for gpus in (int(g) for g in args.gpus.split(",")):
         base = None
         for link in links:
-            runs = [_one(gpus, link) for _ in range(args.repeats)]
+            runs, then = [], []
+            for _ in range(args.repeats):
+                runs.append(_one(gpus, link, args.src))
+                if other:
+                    then.append(_one(gpus, link, other))
             wall = stat(r[0] for r in runs)
             cpu = stat(r[1] for r in runs)
             if base is None:
                 base = (wall, cpu)
-            print(f"{gpus:>9} {link:<13} {wall:7.2f} {cpu:7.2f} {wall / base[0]:9.2f} {cpu / base[1]:8.2f}", flush=True)
+            line = f"{gpus:>9} {link:<13} {wall:7.2f} {cpu:7.2f} {wall / base[0]:9.2f} {cpu / base[1]:8.2f}"
+            if other:
+                cpu_then = stat(r[1] for r in then)
+                line += f" {cpu_then:7.2f} {cpu / cpu_then:7.2f}"
+            print(line, flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

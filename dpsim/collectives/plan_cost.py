@@ -516,7 +516,9 @@ class PlanEvaluator:
         """One phase's flows max-min shared on the whole cluster, routed by symmetry
         (:func:`~dpsim.network.maxmin.max_min_routes`: the rates of :meth:`_whole_cluster_cost`'s
         max-min, bit for bit): ``(t_in, t_out, r_intra, r_inter)`` as there. ``counts``: the flows
-        on every link (:meth:`_count`)."""
+        on every link (:meth:`_count`; counted again on the routes when they fold). Components of
+        flows that repeat one another (NVLink domains of one shape, rails alike) run once
+        (:meth:`~dpsim.network.model.SymmetricRoutes.fold`: the same slowest rates, bit for bit)."""
         server = None
         w_in = np.where(ph.server_nvls, self.nvls_weight, 1.0)
         size_in = ph.server_fraction * w_in
@@ -526,12 +528,19 @@ class PlanEvaluator:
         if len(ph.server_src):
             server = ServerFlows(src=ph.server_src, dst=ph.server_dst, weight=1.0)
         routes = self.network.symmetric_routes(server=server, crossing=ph.crossing)
+        # Repeated components (NVLink domains of one shape, rails alike) run as one: the same
+        # slowest rates (SymmetricRoutes.fold), the links then counted on the folded routes.
+        folded = routes.fold(caps)
+        users = None
+        if folded is not None:
+            routes = folded
+        else:
+            # Fresh arrays (max_min_routes uses them up).
+            users = {name: f.table[f.cls].ravel() for name, f in counts.families.items() if f.table.any()}
         # Only the slowest flows count: of each route inside a server (their bytes and NVLS weights
         # differ) and between servers (all alike).
         groups = [np.arange(blk.shape[1]) if blk.kind == "server" else np.full(blk.shape[1], -1)
                   for blk in routes.blocks]
-        # Fresh arrays (max_min_routes uses them up).
-        users = {name: f.table[f.cls].ravel() for name, f in counts.families.items() if f.table.any()}
         rates = max_min_routes(routes, caps, groups, users)
         t_in = t_out = -math.inf
         r_intra = r_inter = math.inf
@@ -553,12 +562,16 @@ class PlanEvaluator:
         """:meth:`_max_min_phase` where the phase's flows move different bytes: every flow of the
         cluster, routed by symmetry, finishing as the links re-share
         (:func:`~dpsim.network.maxmin.progressive_finish`, the whole cluster's arithmetic flow for
-        flow); the slowest rates are the first max-min's, as there."""
+        flow); the slowest rates are the first max-min's, as there. Repeated components run once
+        (:meth:`~dpsim.network.model.SymmetricRoutes.fold`: the same finish times and rates)."""
         server = None
         if len(ph.server_src):
             # Flows of one route but different bytes get columns of their own (they finish apart).
             server = ServerFlows(src=ph.server_src, dst=ph.server_dst, weight=size_in)
         routes = self.network.symmetric_routes(server=server, crossing=ph.crossing)
+        # Repeated components run as one: the same finish times and first rates, block by block
+        # and column by column (SymmetricRoutes.fold).
+        routes = routes.fold(caps) or routes
         blocks = routes.blocks
         shapes = [b.shape for b in blocks]
         cuts = np.cumsum([0] + [r * c for r, c in shapes])

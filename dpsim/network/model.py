@@ -27,14 +27,14 @@ serve tests and explicit schedules on small graphs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from dpsim.network.loadmap import Family, LoadMap
-from dpsim.network.maxmin import max_min_sparse
+from dpsim.network.maxmin import _sorted_unique, max_min_sparse
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,6 +248,81 @@ class SymmetricRoutes:
                     d += np.bincount(c[on], weights=np.broadcast_to(blk.multiplicity, on.shape)[on], minlength=len(d))
         return out
 
+    def fold(self, capacity: dict[str, object]) -> SymmetricRoutes | None:
+        """The same flows with every *component* that repeats another left out (``None`` when none
+        repeats): one of each kind kept, links renumbered.
+
+        A component is a set of flows that share links only among themselves. Two components are
+        repeats when a renaming of links within each family (same capacity) maps one onto the other,
+        row for row and column for column: max-min then runs on repeats as on one, bit for bit. A
+        round's level is the least share over the links and a repeat's links hold the same shares
+        (the same capacities lowered by the same counts times the same levels, round by round), so
+        its flows freeze in the same rounds at the same levels; :func:`~dpsim.network.maxmin.progressive_finish`
+        re-shares at the union of the finish times, which repeats share. Each flow left out thus has
+        the rate and the finish time of its kept image, and any maximum or minimum over a block's
+        flows (or a column's, or a group's of :func:`~dpsim.network.maxmin.max_min_routes`) is the
+        same over the folded routes. Flows of a repeat move the bytes of their image: rows drop from
+        any block, columns only from crossing blocks (all of one size).
+
+        Families that some block uses together form a group, folded apart (two groups share no link).
+        Two kinds of repeats are found:
+
+        - *shifted by servers*: in a group whose families all have the same units, each link of unit
+          ``u`` is a node ``u``; components of the node graph (unions of components of flows) that
+          are the same rows shifted by ``d`` units (each link ``d`` units further in its family). On
+          an NVLink-domain cluster, each domain's flows (NVLink links only) against the other shapes
+          of domain.
+        - *another lane*: in a group of crossing blocks whose families have the same lanes, where
+          each column crosses links of one lane only, the flows of one lane against another's whose
+          columns are the same in each block (the same units, masks and families crossed): the rails
+          of a NIC fabric.
+
+        Capacities given per link (an array) are not folded.
+        """
+        fams = self.families
+        if any(np.ndim(capacity.get(f, 0.0)) for f in fams):
+            return None
+        if any(np.ndim(c) != 2 or (m is not None and np.ndim(m) != 2) for b in self.blocks for _, c, m in b.hops):
+            return None
+        parent = {f: f for f in fams}
+
+        def root(f: str) -> str:
+            while parent[f] != f:
+                f = parent[f]
+            return f
+
+        names = []
+        for blk in self.blocks:
+            used = [f for s in blk.sides for f, _ in s.links] + [f for f, _, _ in blk.hops]
+            names.append(used)
+            for f in used[1:]:
+                a, b = root(used[0]), root(f)
+                if a != b:
+                    parent[b] = a
+        groups: dict[str, list[int]] = {}
+        for k, used in enumerate(names):
+            if used and self.blocks[k].shape[0]:
+                groups.setdefault(root(used[0]), []).append(k)
+        blocks = list(self.blocks)
+        families = dict(fams)
+        changed = False
+        for g, ks in groups.items():
+            members = [f for f in fams if root(f) == g]
+            done = None
+            if len({fams[f].units for f in members}) == 1:
+                done = _fold_shifted([self.blocks[k] for k in ks], fams, fams[members[0]].units)
+            if done is None and len({fams[f].lanes for f in members}) == 1:
+                done = _fold_lanes([self.blocks[k] for k in ks], fams, fams[members[0]].lanes)
+            if done is None:
+                continue
+            changed = True
+            new_blocks, field, value = done
+            for k, b in zip(ks, new_blocks):
+                blocks[k] = b
+            for f in members:
+                families[f] = replace(fams[f], **{field: value})
+        return SymmetricRoutes(blocks=tuple(blocks), families=families) if changed else None
+
     def flow_links(self) -> tuple[dict[str, int], int, np.ndarray, np.ndarray]:
         """Every flow's links listed: ``(offsets, n_links, links, weight)``. Links are numbered over
         all the families (each family's ``unit x lanes + lane`` after ``offsets[family]``); flows in
@@ -288,6 +363,184 @@ class SymmetricRoutes:
             links[at:at + len(p), :p.shape[1]] = p
             at += len(p)
         return offsets, n, links, (np.concatenate(weights) if weights else np.zeros(0))
+
+
+def _components(nodes: list[np.ndarray], units: int) -> np.ndarray:
+    """The least node of each node's component, rows of ``nodes`` joining their nodes."""
+    lab = np.arange(units, dtype=np.int64)
+    a = np.concatenate([np.repeat(n[:, 0], n.shape[1] - 1) for n in nodes])
+    b = np.concatenate([n[:, 1:].ravel() for n in nodes])
+    apart = a != b
+    a, b = a[apart], b[apart]
+    while True:  # hook each root on the lesser, then jump pointers
+        la, lb = lab[a], lab[b]
+        differ = la != lb
+        if not differ.any():
+            return lab
+        la, lb = la[differ], lb[differ]
+        np.minimum.at(lab, np.maximum(la, lb), np.minimum(la, lb))
+        while True:
+            up = lab[lab]
+            if (up == lab).all():
+                break
+            lab = up
+
+
+def _distinct_columns(m: np.ndarray, keep_constant: bool = True) -> np.ndarray:
+    """``m`` without the columns that repeat an earlier one, nor (unless ``keep_constant``) those that hold
+    one value in every row: what tells rows apart, and no less."""
+    keep = []
+    for j in range(m.shape[1]):
+        c = m[:, j]
+        if not keep_constant and len(c) and (c == c[0]).all():
+            continue
+        if not any(np.array_equal(c, m[:, i]) for i in keep):
+            keep.append(j)
+    return m[:, keep]
+
+
+def _fold_shifted(blocks: list[RouteBlock], fams: dict[str, Family],
+                  units: int) -> tuple[list[RouteBlock], str, int] | None:
+    """:meth:`SymmetricRoutes.fold` of one group by shifts of units: its blocks with one component of
+    each shape kept and the kept units renumbered (``None``: no two alike)."""
+    nodes = []
+    for blk in blocks:
+        rows = blk.shape[0]
+        cols = [np.asarray(s.servers, dtype=np.int64)[:, None] for s in blk.sides]
+        for f, cells, _ in blk.hops:
+            c = np.asarray(cells, dtype=np.int64)
+            cols.append(np.broadcast_to(c // fams[f].lanes, (rows, c.shape[1])))
+        nodes.append(np.concatenate(cols, axis=1))
+    lab = _components([_distinct_columns(n) for n in nodes], units)
+    comp = [lab[n[:, 0]] for n in nodes]
+    rel = []
+    for blk, cp in zip(blocks, comp):
+        # Each row as it reads from its component's least node: what must match row for row.
+        rows = blk.shape[0]
+        parts = [np.asarray(s.servers, dtype=np.int64)[:, None] - cp[:, None] for s in blk.sides]
+        for f, cells, mask in blk.hops:
+            c = np.asarray(cells, dtype=np.int64)
+            parts.append(np.broadcast_to(c, (rows, c.shape[1])) - cp[:, None] * fams[f].lanes)
+            if mask is not None:
+                mk = np.asarray(mask)
+                parts.append(np.broadcast_to(mk, (rows, mk.shape[1])).astype(np.int64))
+        r = _distinct_columns(np.concatenate(parts, axis=1), keep_constant=False)
+        low = r.min(axis=0) if r.size else r[:0].sum(axis=0)
+        span = (r.max(axis=0) - low + 1) if r.size else low + 1
+        if float(np.prod(span.astype(float))) * units < 2.0 ** 62:
+            # The row as one number (after its component): a sort of one key.
+            key = cp.copy()
+            for j in range(r.shape[1]):
+                key = key * int(span[j]) + (r[:, j] - low[j])
+            order = np.argsort(key, kind="stable")
+        else:
+            order = np.lexsort(tuple(r[:, j] for j in range(r.shape[1] - 1, -1, -1)) + (cp,))
+        rel.append((np.ascontiguousarray(r[order]), cp[order]))
+    labels = _sorted_unique(np.concatenate(comp))
+    lo = [np.searchsorted(c, labels) for _, c in rel]
+    many = np.stack([np.searchsorted(c, labels, side="right") - start for (_, c), start in zip(rel, lo)], axis=1)
+    # Components with as many rows in each block side by side, each one line of its rows' numbers:
+    # alike lines are repeats (the first of each kept).
+    rep = np.zeros(units, dtype=bool)
+    kinds = 0
+    order = np.lexsort(many.T[::-1])
+    edge = np.flatnonzero(np.concatenate(([True], (many[order][1:] != many[order][:-1]).any(axis=1), [True])))
+    for a, b in zip(edge[:-1].tolist(), edge[1:].tolist()):
+        which = np.sort(order[a:b])
+        lines = [np.zeros((len(which), 0), dtype=np.int64)]
+        for (r, _), start, k in zip(rel, lo, many[which[0]].tolist()):
+            if k:
+                at = start[which][:, None] + np.arange(k)
+                lines.append(r[at].reshape(len(which), -1))
+        line = np.concatenate(lines, axis=1)
+        if line.shape[1]:
+            o = np.lexsort(line.T[::-1])
+            first = np.concatenate(([True], (line[o][1:] != line[o][:-1]).any(axis=1)))
+            # The least component of each kind (o is stable, which ascending).
+            firsts = np.minimum.reduceat(o, np.flatnonzero(first))
+        else:
+            firsts = np.zeros(1, dtype=np.int64)
+        rep[labels[which[firsts]]] = True
+        kinds += len(firsts)
+    if kinds == len(labels):
+        return None
+    keep = [rep[cp] for cp in comp]
+    touched = np.zeros(units, dtype=bool)
+    for n, kp in zip(nodes, keep):
+        touched[n[kp].ravel()] = True
+    new = np.cumsum(touched) - 1
+    out = []
+    for blk, kp in zip(blocks, keep):
+        hops = []
+        for f, cells, mask in blk.hops:
+            c = np.asarray(cells, dtype=np.int64)
+            c = c[kp] if c.shape[0] > 1 else c
+            lanes = fams[f].lanes
+            m = None if mask is None else (np.asarray(mask)[kp] if np.shape(mask)[0] > 1 else mask)
+            hops.append((f, new[c // lanes] * lanes + c % lanes, m))
+        sides = tuple(ServerSide(servers=new[np.asarray(s.servers)[kp]], links=s.links, columns=s.columns)
+                      for s in blk.sides)
+        out.append(replace(blk, shape=(int(np.count_nonzero(kp)), blk.shape[1]), sides=sides, hops=tuple(hops),
+                           edges=None if blk.edges is None else blk.edges[kp]))
+    return out, "units", int(np.count_nonzero(touched))
+
+
+def _fold_lanes(blocks: list[RouteBlock], fams: dict[str, Family],
+                lanes: int) -> tuple[list[RouteBlock], str, int] | None:
+    """:meth:`SymmetricRoutes.fold` of one group by lanes: its blocks with the columns of one lane of
+    each kind kept, lanes renumbered (``None``: not one lane a column, or no two lanes alike)."""
+    if lanes < 2 or any(blk.kind != "crossing" for blk in blocks):
+        return None
+    lane_of, content = [], []
+    for blk in blocks:
+        cols = blk.shape[1]
+        seen = [set() for _ in range(cols)]
+        what = [[] for _ in range(cols)]
+        for s in blk.sides:
+            for j in range(cols):
+                on = np.flatnonzero(s.columns[:, j]).tolist()
+                seen[j].update(s.links[k][1] for k in on)
+                what[j].append(tuple(s.links[k][0] for k in on))
+        for f, cells, mask in blk.hops:
+            c = np.asarray(cells, dtype=np.int64)
+            if c.shape[1] != cols:
+                return None
+            for j in range(cols):
+                ln = _sorted_unique(c[:, j] % lanes).tolist()
+                seen[j].update(ln)
+                what[j].append((f, (c[:, j] // lanes).tobytes(),
+                                None if mask is None else np.asarray(np.broadcast_to(mask, c.shape)[:, j]).tobytes()))
+        if any(len(x) != 1 for x in seen):
+            return None
+        lane_of.append([x.pop() for x in seen])
+        mult = blk.multiplicity
+        content.append([(tuple(w), None if mult is None else float(mult[j])) for j, w in enumerate(what)])
+    kinds: dict[tuple, int] = {}
+    for ln in range(lanes):
+        key = tuple(tuple(c for c, l in zip(cs, lo) if l == ln) for cs, lo in zip(content, lane_of))
+        kinds.setdefault(key, ln)
+    kept = sorted(kinds.values())
+    if len(kept) == lanes:
+        return None
+    new = np.full(lanes, -1, dtype=np.int64)
+    new[kept] = np.arange(len(kept))
+    out = []
+    for blk, lo in zip(blocks, lane_of):
+        cols = np.array([new[l] >= 0 for l in lo])
+        sides = []
+        for s in blk.sides:
+            on = [k for k, (_, l) in enumerate(s.links) if new[l] >= 0]
+            links = tuple((s.links[k][0], int(new[s.links[k][1]])) for k in on)
+            sides.append(ServerSide(servers=s.servers, links=links, columns=s.columns[on][:, cols]))
+        hops = []
+        for f, cells, mask in blk.hops:
+            c = np.asarray(cells, dtype=np.int64)[:, cols]
+            m = None if mask is None else np.asarray(np.broadcast_to(mask, np.shape(cells)))[:, cols]
+            hops.append((f, c // lanes * len(kept) + new[c % lanes], m))
+        out.append(replace(blk, shape=(blk.shape[0], int(np.count_nonzero(cols))), sides=tuple(sides),
+                           hops=tuple(hops),
+                           multiplicity=None if blk.multiplicity is None else blk.multiplicity[cols]))
+    return out, "lanes", len(kept)
 
 
 @runtime_checkable
