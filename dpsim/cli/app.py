@@ -104,8 +104,8 @@ BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "1")
 """The thread count numpy's OpenBLAS starts with in a ``dpsim`` process, unless the user set it. OpenBLAS
 starts one worker per core when numpy is imported, and each spins a while for work before it sleeps: ~40 ms of
 CPU of every ``dpsim predict`` (0.14 -> 0.10 s CPU for ``import numpy`` alone, best of 7, 2 cores) for
-vectors dpsim never hands to BLAS in parallel (its dot products are short; OpenBLAS splits one only above
-10,000 elements). Read once, when numpy loads; the variable is put back afterwards, so the processes a
+work dpsim never gives BLAS (a few short dot products and least-squares fits; the golden outputs are the same
+bytes either way). Read once, when numpy loads; the variable is put back afterwards, so the processes a
 command starts (calibrate's and validate's ranks, Dask's workers) get the user's environment."""
 
 
@@ -119,7 +119,7 @@ def loading() -> Iterator[None]:
     CLI itself, and garbage made from then on is collected as before. numpy, if this loads it, starts
     with :data:`BLAS_THREADS`.
     """
-    collecting = gc.isenabled()
+    collecting, loaded = gc.isenabled(), len(sys.modules)
     variable, threads = BLAS_THREADS
     ours = variable not in os.environ and "numpy" not in sys.modules
     if ours:
@@ -130,7 +130,8 @@ def loading() -> Iterator[None]:
     finally:
         if ours:
             os.environ.pop(variable, None)
-        gc.freeze()
+        if len(sys.modules) != loaded:  # a second run in one process (tests) imports nothing: nothing to freeze
+            gc.freeze()
         if collecting:
             gc.enable()
 
