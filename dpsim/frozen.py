@@ -9,7 +9,8 @@ with an ``exec`` of its own: six per frozen class (``__init__``, ``__repr__``, `
 ``__setattr__``, ``__delattr__``), ~0.15 ms each on a 2-core machine, ~1.1 ms per class, and
 ``dpsim predict`` makes ~170 classes at start-up: ~0.2 s of CPU, its largest single share (more than
 importing numpy). Here ``__init__`` is compiled from the standard text (its signature is the fields'),
-and the other five are closures over the class's field names: nothing to compile.
+when it is first used (:class:`_LazyInit`), and the other five are closures over the class's field
+names: nothing to compile.
 
 A class with a dataclass base is made by the standard frozen decorator (the base's frozenness is
 checked against it), with the three closures; there are a few.
@@ -74,7 +75,7 @@ def _make(cls: T, init: bool) -> T:
             if name in own:
                 raise TypeError(f"Cannot overwrite attribute {name} in class {cls.__name__}")
         if init and "__init__" not in own:
-            cls.__init__ = _init(cls, fields)  # type: ignore[misc]
+            cls.__init__ = _LazyInit(cls, fields, hasattr(cls, "__post_init__"))  # type: ignore[misc,assignment]
         _frozen(cls, tuple(f.name for f in fields))
         if not documented:
             try:
@@ -146,7 +147,23 @@ def _frozen(cls: type, names: tuple[str, ...]) -> None:
     _method(cls, __delattr__)
 
 
-def _init(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable:
+class _LazyInit:
+    """A class's ``__init__`` until it is first looked up (the first instance, ``inspect.signature``), then
+    the compiled function in its place: ``dpsim predict`` makes an instance of about half the classes it
+    imports (86 of 159), and the other half never pay for the compile."""
+
+    def __init__(self, cls: type, fields: tuple[dataclasses.Field, ...], post_init: bool) -> None:
+        self.cls, self.fields, self.post_init = cls, fields, post_init
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        function = self.cls.__dict__.get("__init__")
+        if function is self:
+            function = _init(self.cls, self.fields, self.post_init)
+            type.__setattr__(self.cls, "__init__", function)
+        return function.__get__(obj, owner)
+
+
+def _init(cls: type, fields: tuple[dataclasses.Field, ...], post_init: bool) -> Callable:
     """The standard decorator's ``__init__`` of a frozen keyword-only class (Python 3.10-3.12's text): one
     compile."""
     self_name = "__dataclass_self__" if any(f.name == "self" for f in fields) else "self"
@@ -170,7 +187,7 @@ def _init(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable:
             default = "" if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING else \
                 f"=_dflt_{f.name}" if f.default is not dataclasses.MISSING else "=_HAS_DEFAULT_FACTORY"
             params.append(f"{f.name}:_type_{f.name}{default}")
-    if hasattr(cls, "__post_init__"):
+    if post_init:
         body.append(f"{self_name}.__post_init__()")
     args = ",".join([self_name] + (["*"] + params if params else []))
     lines = "\n".join(f"  {b}" for b in body or ["pass"])

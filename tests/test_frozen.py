@@ -175,3 +175,20 @@ def test_the_package_makes_its_frozen_keyword_only_classes_with_it():
                 if keywords.get("frozen") is True and keywords.get("kw_only") is True and path.name != "frozen.py":
                     standard.append(f"{path.relative_to(package.parent)}:{node.lineno}")
     assert not standard, "use @frozen_dataclass (dpsim/frozen.py):\n" + "\n".join(standard)
+
+
+def test_init_is_compiled_on_first_use_and_then_is_a_plain_function():
+    for first in ("instance", "subclass", "signature"):
+        made = _shapes(frozen_dataclass)
+        plain = made["Plain"]
+        assert type(plain.__dict__["__init__"]).__name__ == "_LazyInit"
+        if first == "instance":
+            assert repr(plain(a=1)) == "Plain(a=1, b='x')"
+        elif first == "subclass":
+            assert type("Sub", (plain,), {})(a=2).a == 2
+        else:
+            assert str(inspect.signature(plain)) == "(*, a: 'int', b: 'str' = 'x', c: 'float' = 2.5) -> None"
+        assert inspect.isfunction(plain.__dict__["__init__"]) and plain.__init__ is plain.__dict__["__init__"]
+        assert plain(a=3, c=1.0) == plain(a=3, c=1.0)
+        with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'a'"):
+            plain()
