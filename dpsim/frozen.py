@@ -10,7 +10,8 @@ with an ``exec`` of its own: six per frozen class (``__init__``, ``__repr__``, `
 ``dpsim predict`` makes ~170 classes at start-up: ~0.2 s of CPU, its largest single share (more than
 importing numpy). Here ``__init__`` is compiled from the standard text (its signature is the fields'),
 when it is first used (:class:`_LazyInit`), and the other five are closures over the class's field
-names: nothing to compile.
+names: nothing to compile. A six-field class: 0.84 ms standard, 0.08 ms here, 0.35 ms once an instance
+is made (best of 5 x 200, 2 cores under load).
 
 A class with a dataclass base is made by the standard frozen decorator (the base's frozenness is
 checked against it), with the three closures; there are a few.
