@@ -35,9 +35,10 @@ or skinny shapes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 
 MATMUL_DTYPES = ("float8", "float16", "bfloat16", "float32", "float32-highest")
 """Rate keys a preset may give (see the module docstring)."""
@@ -46,7 +47,7 @@ ARCHITECTURES = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackw
 """GPU generations of the presets."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class GpuSpec:
     """One accelerator model, as one PyTorch device sees it."""
 

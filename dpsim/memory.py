@@ -73,9 +73,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec, get_gpu
 from dpsim.processes import meminfo_bytes
 from dpsim.strategies.ddp_costs import (
@@ -154,7 +155,7 @@ HEADROOM_FRACTION = 0.05
 """Share of device memory left free for the caching allocator's fragmentation."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class MemoryBreakdown:
     """Bytes per GPU, by category."""
 
@@ -568,7 +569,7 @@ STAGE_LADDERS = {
 """Strategies to try, least sharded first, from each strategy."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class FitAdvice:
     """What would make a configuration fit, found by re-evaluating the memory model."""
 
@@ -813,7 +814,7 @@ def _strategy_text(strategy: str, bucket_cap_mb: float | None) -> str:
 # ----------------------------------------------------------------- 3D layouts
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StageMemory:
     """Memory per GPU of one pipeline stage of a tensor/pipeline/data layout."""
 

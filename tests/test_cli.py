@@ -328,8 +328,9 @@ def test_module_entry_point_predict_json_imports_neither_torch_nor_the_other_com
     # second one for its modules): runpy runs dpsim/__main__.py as python -m does, and at exit the process
     # writes the modules it imported to a file (stdout and stderr stay the command's own).
     modules = tmp_path / "modules.json"
-    code = ("import atexit, json, runpy, sys\n"
-            f"atexit.register(lambda: open({str(modules)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
+    code = ("import atexit, json, os, runpy, sys\n"
+            f"atexit.register(lambda: open({str(modules)!r}, 'w').write(json.dumps([sorted(sys.modules), "
+            f"os.environ.get('OPENBLAS_NUM_THREADS')])))\n"
             "sys.argv = ['dpsim', 'predict', '--gpus', '64', '--link', 'ethernet', '--json']\n"
             "runpy.run_module('dpsim', run_name='__main__', alter_sys=True)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
@@ -340,8 +341,13 @@ def test_module_entry_point_predict_json_imports_neither_torch_nor_the_other_com
     assert PREDICTION_KEYS <= set(d) and d["n_gpus"] == 64
     # torch is never imported by predict, and the other commands' modules (calibrate, plan, goodput, ...)
     # only when they run (dpsim/cli/commands.py).
-    loaded = set(json.loads(modules.read_text()))
+    loaded, blas_threads = json.loads(modules.read_text())
+    loaded = set(loaded)
     assert "torch" not in loaded
+    # numpy started OpenBLAS on one thread (dpsim.cli.app.loading), and the variable was put back after.
+    assert blas_threads == os.environ.get("OPENBLAS_NUM_THREADS")
+    # The package's frozen keyword-only classes are made by dpsim.frozen (tests/test_frozen.py checks the source).
+    assert "dpsim.frozen" in loaded
     # Nor networkx (~0.15 s of start-up): the connectivity check walks a Reach (dpsim.topology.graph).
     assert "networkx" not in loaded
     assert {"dpsim.cli.predict", "dpsim.cli.app", "dpsim.cli.commands"} <= loaded

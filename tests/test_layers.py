@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dpsim"
 LAYOUT_DOC = PACKAGE.parent / "docs" / "internals.md"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
+    ("frozen",),
     ("errors", "lazy"),
     ("units", "limits", "wording"),
     ("files", "stats", "processes", "shipped"),

@@ -10,6 +10,13 @@ wall and CPU time, median of repeats, or the best of them with ``--best``).
         (each row also run from another tree, e.g. an install of the commit before, in the same loop:
         before/after CPU on the same load; ``--src``: the tree timed, else the installed ``dpsim``)
 
+``--startup``: instead, the start-up of ``dpsim predict`` (process start to the first line of its own work:
+the interpreter, the imports, typer's parse, the config; :data:`TO_WORK`) beside ``dpsim --help``, ``dpsim plan
+--help`` and the whole ``predict --gpus 65536``, each against ``python -c pass`` and ``python -c "import numpy"``
+measured in the same loop (issue 24: start-up at most ~0.3 s CPU on the shared 2-core machine).
+
+    python validation/preset_speed.py --startup [--repeats 7] [--best]
+
 ``--plan``: instead, issue 28's two searches (``dpsim plan`` of DeepSeek-V3 and Llama-3-405B on 16,384
 GPUs, bar 10 s whole process), each against a baseline run in the same loop: with ``--baseline-src DIR``
 (another source tree, e.g. ``git archive`` of main unpacked) the same command from that tree, else
@@ -53,20 +60,71 @@ PLAN_SEARCHES = {
 """Issue 28's searches: ``plan`` over every layout of each on 16,384 GPUs in under 10 s whole process."""
 
 
-def _process(args: list[str], src: str | None = None) -> tuple[float, float]:
+def _process(args: list[str], src: str | None = None, python_args: list[str] | None = None) -> tuple[float, float]:
     """Wall and CPU seconds of one ``python -m dpsim ARGS`` process (``src``: a source tree put first on
-    its path, run from a neutral directory so that the current one does not shadow it)."""
+    its path, run from a neutral directory so that the current one does not shadow it; ``python_args``:
+    instead of ``-m dpsim``)."""
     import os
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = src
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "dpsim", *args], check=True, stdout=subprocess.DEVNULL,
+    subprocess.run([sys.executable, *(python_args or ["-m", "dpsim"]), *args], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, env=env, cwd="/" if src is not None else None)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+TO_WORK = """
+import builtins, os, sys
+_import = builtins.__import__
+
+def _stop(*args, **kwargs):
+    sys.stdout.flush()
+    os._exit(0)  # the first line of predict's own work: nothing after it is start-up
+
+def _hook(name, globals=None, locals=None, fromlist=(), level=0):
+    module = _import(name, globals, locals, fromlist, level)
+    if name == "dpsim.variability.run" and "predict_with_variability" in (fromlist or ()):
+        module.predict_with_variability = _stop
+    return module
+
+builtins.__import__ = _hook
+sys.argv = ["dpsim", "predict", "--gpus", "65536", "--link", "ethernet"]
+from dpsim.cli.app import run
+run()
+"""
+"""``python -c TO_WORK``: ``dpsim predict --gpus 65536 --link ethernet`` as the console script runs it, ended
+where :func:`dpsim.cli.predict.predict` calls ``predict_with_variability`` (the hook on ``import`` costs a
+function call per import statement: well under 1 % of the figure)."""
+
+STARTUP = {
+    "python -c pass": ["-c", "pass"],
+    "import numpy": ["-c", "import numpy"],
+    "dpsim --help": ["-m", "dpsim", "--help"],
+    "dpsim plan --help": ["-m", "dpsim", "plan", "--help"],
+    "predict start-up": ["-c", TO_WORK],
+    "predict 65536 whole": ["-m", "dpsim", "predict", "--gpus", "65536", "--link", "ethernet"],
+}
+"""Issue 24's start-up figures, each a fresh process; the first two are the machine's yardsticks."""
+
+
+def startup_speed(repeats: int, stat) -> None:
+    """Each of :data:`STARTUP` in turn, ``repeats`` times over (a load that comes and goes hits all alike)."""
+    import os
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in STARTUP}
+    for _ in range(repeats):
+        for name, args in STARTUP.items():
+            runs[name].append(_process([], python_args=args))
+    base = {name: stat(r[1] for r in runs[name]) for name in ("python -c pass", "import numpy")}
+    print(f"{'process':<20} {'wall s':>7} {'cpu s':>7} {'cpu-pass':>8} {'cpu/numpy':>9}  "
+          f"({'best' if stat is min else 'median'} of {repeats}; load {os.getloadavg()[0]:.2f})")
+    for name, values in runs.items():
+        wall, cpu = stat(r[0] for r in values), stat(r[1] for r in values)
+        print(f"{name:<20} {wall:7.2f} {cpu:7.3f} {cpu - base['python -c pass']:8.3f} "
+              f"{cpu / base['import numpy']:9.2f}", flush=True)
 
 
 def plan_speed(repeats: int, stat, baseline_src: str | None) -> None:
@@ -97,6 +155,7 @@ def main() -> None:
     ap.add_argument("--best", action="store_true", help="the fastest of the repeats instead of their median "
                     "(what a loaded machine leaves least disturbed)")
     ap.add_argument("--plan", action="store_true", help="time issue 28's two plan searches instead")
+    ap.add_argument("--startup", action="store_true", help="time predict's start-up instead (and --help)")
     ap.add_argument("--baseline-src", default=None, help="with --plan: a source tree whose dpsim runs each "
                     "search as the baseline (else a predict run is the yardstick); else: every row run from this "
                     "tree too, alternately, its CPU seconds and the ratio to them printed")
@@ -105,6 +164,9 @@ def main() -> None:
     stat = min if args.best else statistics.median
     if args.plan:
         plan_speed(args.repeats, stat, args.baseline_src)
+        return
+    if args.startup:
+        startup_speed(args.repeats, stat)
         return
     import os
     links = [args.baseline] + [x for x in args.links.split(",") if x and x != args.baseline]

@@ -6,7 +6,6 @@ import math
 import os
 import socket
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from dpsim.calibrate.build import profile_from_nccl_tests, profile_from_results
@@ -22,6 +21,7 @@ from dpsim.calibrate.runner import (
 from dpsim.calibrate.summary import profile_report
 from dpsim.errors import ConfigError
 from dpsim.files import path_kind, refuse_special_output
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import get_gpu
 from dpsim.limits import MAX_FRESH_PROCESSES, MAX_REPEATS, MAX_TIMEOUT_S
 from dpsim.memory import HOST_MEMORY_SHARE, check_cpu_ranks_fit, memory_breakdown
@@ -68,7 +68,7 @@ def warn(message: str) -> None:
     print(f"dpsim: warning: {message}", file=sys.stderr)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class CalibrateOptions:
     """What ``dpsim calibrate`` is asked (the CLI's flags, sizes already parsed), checked by :func:`run_calibrate`."""
 

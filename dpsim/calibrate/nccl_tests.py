@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from dpsim import wording
 from dpsim.errors import ProfileError
 from dpsim.files import path_kind, read_text_capped
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_SINGLE_GPU_STEP_S
 from dpsim.profile.schema import Measurement
 
@@ -70,7 +70,7 @@ _ROW = re.compile(r"^\d+\s+\d+\s")
 _STARTING = re.compile(r"Collective test starting:\s*(\w+)")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class NcclTestsLog:
     """One parsed nccl-tests run."""
 

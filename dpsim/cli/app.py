@@ -100,6 +100,42 @@ if _RuntimeParam is not None and hasattr(_TyperParameter, "get_runtime_param"):
     _TyperParameter.get_runtime_param = _runtime_param
 
 
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "1")
+"""The thread count numpy's OpenBLAS starts with in a ``dpsim`` process, unless the user set it. OpenBLAS
+starts one worker per core when numpy is imported, and each spins a while for work before it sleeps: ~40 ms of
+CPU of every ``dpsim predict`` (0.14 -> 0.10 s CPU for ``import numpy`` alone, best of 7, 2 cores) for
+work dpsim never gives BLAS (a few short dot products and least-squares fits; the golden outputs are the same
+bytes either way). Read once, when numpy loads; the variable is put back afterwards, so the processes a
+command starts (calibrate's and validate's ranks, Dask's workers) get the user's environment."""
+
+
+@contextlib.contextmanager
+def loading() -> Iterator[None]:
+    """Imports of a command's machinery, with the cyclic collector off and what they made frozen after.
+
+    Importing makes ~100,000 objects (modules, classes, functions) and frees almost none, so the collector's
+    passes during it (~90 of them in ``dpsim predict``) walked them and found nothing: ~20-30 ms of CPU.
+    Afterwards the objects go to the permanent generation (:func:`gc.freeze`), as :func:`run` does for the
+    CLI itself, and garbage made from then on is collected as before. numpy, if this loads it, starts
+    with :data:`BLAS_THREADS`.
+    """
+    collecting, loaded = gc.isenabled(), len(sys.modules)
+    variable, threads = BLAS_THREADS
+    ours = variable not in os.environ and "numpy" not in sys.modules
+    if ours:
+        os.environ[variable] = threads
+    gc.disable()
+    try:
+        yield
+    finally:
+        if ours:
+            os.environ.pop(variable, None)
+        if len(sys.modules) != loaded:  # a second run in one process (tests) imports nothing: nothing to freeze
+            gc.freeze()
+        if collecting:
+            gc.enable()
+
+
 class LazyCommands(MutableMapping):
     """The commands of :data:`dpsim.cli.commands.COMMANDS`, each module imported when its command is first looked up.
 
@@ -116,7 +152,9 @@ class LazyCommands(MutableMapping):
     def __getitem__(self, name: str) -> Any:
         if name not in self._built:
             module, _, attribute = self._table[name].partition(":")
-            self._built[name] = _click_command(name, getattr(importlib.import_module(module), attribute))
+            with loading():
+                target = getattr(importlib.import_module(module), attribute)
+            self._built[name] = _click_command(name, target)
         return self._built[name]
 
     def __setitem__(self, name: str, command: Any) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from dpsim.cli.app import _emit_json
+from dpsim.cli.app import _emit_json, loading
 from dpsim.cli.options import ALL_FIELDS, config_options
 from dpsim.cli.panels import CALIBRATION, OUTPUT, VARIABILITY
 from dpsim.errors import ConfigError
@@ -98,7 +98,8 @@ def predict(
     if timeline is not None:
         from dpsim.files import check_output_path
         check_output_path(timeline, "--timeline", inputs=config.input_files())
-    from dpsim.variability.run import predict_with_variability
+    with loading():
+        from dpsim.variability.run import predict_with_variability
 
     # The library resolves the profile's defaults (--noise-cv included) and takes the one-rank
     # fast path when nothing varies.

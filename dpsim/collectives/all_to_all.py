@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -56,6 +55,7 @@ from dpsim.collectives.groups import Communicator
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.collectives.nccl_tuning import PROTOCOLS
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.network.loadmap import FamilyLoad
 from dpsim.network.model import CrossingFlows, ServerFlows
 from dpsim.units import US, KiB
@@ -78,7 +78,7 @@ peer, 8 p2p channels and 2 per peer on an 8-GPU H20 server (NVIDIA/nccl#1189, NC
 NVIDIA/nccl#1424). An all-to-all over N peers pays ``ceil(N / 4)`` rounds of hop latency."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class AllToAllCost:
     """What one all-to-all costs on a communicator."""
 

@@ -11,7 +11,6 @@ communicator crosses NICs :attr:`dpsim.topology.cluster.Topology.crosses_nics`'.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from dpsim.collectives.nccl_tuning import (
     BASE_LATENCY_US,
@@ -27,6 +26,7 @@ from dpsim.collectives.nccl_tuning import (
     library,
     nvls_tuning,
 )
+from dpsim.frozen import frozen_dataclass
 from dpsim.topology.cluster import Topology
 from dpsim.topology.fabric import nic_layout
 from dpsim.topology.spec import FabricSpec, TopologySpec, nic_fabric, nvlink_fabric
@@ -37,7 +37,7 @@ NVLINK_RING_INTERCONNECTS = ("nvswitch", "nvlink-mesh", "xgmi")
 takes the slowest link of the path: a ring through NVLink bridges still crosses PCIe (``pci``)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class FabricFacts:
     """The fabric facts of one communicator (:func:`fabric_facts`)."""
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from dpsim.collectives.ops import CollectiveModel, CollectiveResult
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.topology.cluster import Topology
 from dpsim.topology.server import with_gpus_per_node
 from dpsim.topology.spec import nic_fabric, nvlink_fabric
@@ -39,7 +39,7 @@ for a DualPipe mirror pair nearer than the job's farthest pair: :func:`layout_co
 ``ezero`` and ``ezrep`` the routed experts' shard and replica groups of HSDP under expert parallelism)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Communicator:
     """One communicator of a job, as a cluster of its own."""
 
@@ -120,7 +120,7 @@ def _replica_group(job: Topology, shard_group: int) -> tuple[Topology, int]:
     return Topology(spec=sub, n_gpus=ranks), gpn // per_node if nic_fabric(spec.fabric) else 1
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LayoutShape:
     """A tensor x pipeline x data-parallel layout's sizes, for placing its groups."""
 

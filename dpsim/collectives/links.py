@@ -24,10 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpsim.collectives.nccl import NcclCollectives
+from dpsim.frozen import frozen_dataclass
 from dpsim.network.loadmap import LoadMap
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LinkUse:
     """A group of directed links that carried the same bytes in a step (often one link)."""
 
@@ -52,7 +53,7 @@ class LinkUse:
                 "busy_s": self.busy_s, "utilisation": self.utilisation, "links": self.links}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LinkReport:
     """Link utilisation of one step."""
 

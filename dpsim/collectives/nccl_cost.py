@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from dataclasses import dataclass
 from functools import cached_property
 
 from dpsim.collectives.algorithms.base import Plan
@@ -75,6 +74,7 @@ from dpsim.collectives.nccl_tuning import (
 )
 from dpsim.collectives.ops import BROADCAST_SLICE_BYTES, bus_factor
 from dpsim.collectives.plan_cost import PlanCost, PlanEvaluator
+from dpsim.frozen import frozen_dataclass
 from dpsim.units import US, KiB
 
 SOCKET_MIN_TASK_BYTES = 64 * KiB
@@ -82,7 +82,7 @@ SOCKET_MIN_TASK_BYTES = 64 * KiB
 (src/transport/net_socket.cc@5067397 ``MIN_CHUNKSIZE``)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Choice:
     """One costed algorithm x protocol."""
 

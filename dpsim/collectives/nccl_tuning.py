@@ -8,9 +8,9 @@ for how the model uses them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from dpsim.errors import ConfigError, TopologyError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GPU_PRESETS
 from dpsim.units import KiB
 
@@ -108,7 +108,7 @@ slot, which RCCL uses for xGMI: (LL, LL128, Simple), us."""
 ALGO_ALIASES = {"hd": "halving_doubling", "nvlstree": "nvls_tree", "hier": "hierarchical"}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class NvlsTuning:
     """What NCCL's ``ncclNvlsTuning`` sets for a communicator (src/transport/nvls.cc@5067397)."""
 
@@ -298,7 +298,7 @@ verbs NIC's RDMA writes; GoogleCloudPlatform/container-engine-accelerators
 ``gpudirect-tcpxo/nccl-test-latest.yaml`` runs that daemon beside every NCCL job)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class NcclTuning:
     """Software constants of the model that are *fitted* on measurements, not read from NCCL's source.
 

@@ -9,10 +9,10 @@ the models, the calibration harness and the profiles alike.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Protocol
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.units import MiB
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
@@ -56,7 +56,7 @@ def check_message(op: str, size_bytes: float, n_ranks: int) -> None:
         raise ConfigError(f"ranks: {n_ranks} is not valid; expected an integer >= 1")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class CollectiveResult:
     """Cost of one collective call, as the model that costed it saw it."""
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 
 import numpy as np
@@ -40,6 +40,7 @@ from dpsim.collectives.algorithms import ALGORITHMS
 from dpsim.collectives.algorithms.base import Cluster, Plan
 from dpsim.collectives.nccl_tuning import nvls_available
 from dpsim.collectives.symmetric import SymmetricPlan, symmetric_plan
+from dpsim.frozen import frozen_dataclass
 from dpsim.network.degrade import (
     class_factors,
     communicator_degradations,
@@ -59,7 +60,7 @@ WHOLE_CLUSTER = "whole cluster"
 """Evaluation path: every flow of the cluster routed and max-min shared."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class PlanCost:
     """An algorithm's traffic on a cluster, evaluated once by the network model."""
 

@@ -31,7 +31,6 @@ them and the collective model evaluates their full plan.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,10 +45,11 @@ from dpsim.collectives.algorithms.base import (
 from dpsim.collectives.algorithms.nvls import _switch_flows
 from dpsim.collectives.algorithms.tree import chain, tree_channels
 from dpsim.collectives.ops import ring_steps
+from dpsim.frozen import frozen_dataclass
 from dpsim.network.model import CrossingFlows
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class SymmetricPhase:
     """Concurrent flows of one phase: the same inside every server, plus server-level patterns."""
 
@@ -71,7 +71,7 @@ class SymmetricPhase:
     """For reports."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class SymmetricPlan:
     """An algorithm's plan for one op, in symmetric form."""
 

@@ -50,7 +50,7 @@ import heapq
 import itertools
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from dpsim.engine.play import PlayedTrace
 from dpsim.engine.program import CommOp, StepProgram
@@ -62,9 +62,10 @@ from dpsim.engine.simulate import (
     uncovered_s,
 )
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StageOp:
     """One piece of compute a stage runs, in program order."""
 
@@ -88,7 +89,7 @@ class StageOp:
     """Model chunk (virtual stage) of its stage."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Transfer:
     """A point-to-point message from one stage to another."""
 
@@ -108,7 +109,7 @@ class Transfer:
     """How the collective model costs it (a two-rank broadcast is one send)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StageProgram:
     """What one stage runs."""
 
@@ -118,7 +119,7 @@ class StageProgram:
     """Collectives launched before the first op (e.g. a steady-state parameter all-gather)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class PipelineProgram:
     """One step of every stage."""
 
@@ -149,7 +150,7 @@ class PipelineProgram:
         assert sorted(sent) == list(range(len(self.transfers))), "every transfer is sent exactly once"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StageTiming:
     """One stage's step."""
 
@@ -171,7 +172,7 @@ class StageTiming:
     a forward, the gradient reductions before the optimizer)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class PipelineResult:
     """A simulated pipeline step."""
 

@@ -10,10 +10,11 @@ FIFO stream. :mod:`dpsim.strategies` builds the programs of DDP, ZeRO and FSDP.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+
+from dpsim.frozen import frozen_dataclass
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ComputeTask:
     """One piece of compute every rank runs, in program order."""
 
@@ -29,7 +30,7 @@ class ComputeTask:
     """Comm ops this rank launches when the task ends, in this order."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class CommOp:
     """One collective on the communication stream."""
 
@@ -47,7 +48,7 @@ class CommOp:
     node, for FSDP hybrid sharding; see :class:`dpsim.collectives.groups.GroupCollectives`)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StepProgram:
     """What every rank does in one training step."""
 

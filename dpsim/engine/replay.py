@@ -36,6 +36,7 @@ from dpsim.collectives.ops import CollectiveModel
 from dpsim.engine.program import StepProgram
 from dpsim.engine.simulate import comm_op_time_s
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 
 # ----------------------------------------------------------------------------- the fast path
 
@@ -62,7 +63,7 @@ def program_segments(program: StepProgram) -> tuple[_Segment, ...]:
     return tuple(segs)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class RankRun:
     """Per-step results of :func:`simulate_ranks` for a batch of independent samples."""
 

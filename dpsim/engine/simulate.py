@@ -27,18 +27,18 @@ SimPy-free player :func:`dpsim.engine.play.play_program`, tested against it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.engine.program import CommOp, StepProgram
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     import simpy
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TraceEvent:
     """One interval of activity on one rank."""
 
@@ -58,7 +58,7 @@ class TraceEvent:
     """Comm op index for communication events."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StepTiming:
     """Timing of one simulated step.
 
@@ -79,7 +79,7 @@ class StepTiming:
     """Time in which a collective ran and rank 0 computed nothing."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class SimulationResult:
     """All steps of a simulation plus its trace."""
 

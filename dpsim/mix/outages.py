@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.mix.spec import DrawnFailures, FailureSpec
 from dpsim.topology.fabric import level_class, uplink_cables
 
@@ -37,7 +37,7 @@ _UPLINK_STREAM = 1
 """Spawn key of the switch cables' random stream (the servers' draws stay those of ``seed`` alone)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LinkOutage:
     """Cables between switches that were down during the mix."""
 

@@ -54,6 +54,7 @@ import numpy as np
 from dpsim.collectives.algorithms import ALGORITHMS
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.errors import ConfigError, DpsimError
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.clock import Pace
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
@@ -89,7 +90,7 @@ def _bits(x: int) -> list[int]:
 """Groups whose shared links' load is kept for the no-solve shortcuts (the latest; others solve)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LinkBlame:
     """A link that slowed a job down in the mix."""
 
@@ -107,7 +108,7 @@ class LinkBlame:
                 "with_jobs": list(self.with_jobs)}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Stretch:
     """A stretch of time a job spent in one state on a set of servers (for timelines)."""
 
@@ -124,7 +125,7 @@ class Stretch:
         return {"phase": self.phase, "start_s": self.start_s, "end_s": self.end_s, "servers": list(self.servers)}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class FailureRecord:
     """A failure that struck during the mix."""
 
@@ -141,7 +142,7 @@ class FailureRecord:
         return {"at_s": self.at_s, "server": self.server, "component": self.component, "job": self.job}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class JobResult:
     """One job of the mix."""
 
@@ -217,7 +218,7 @@ class JobResult:
                 "timeline": [s.to_dict() for s in self.timeline]}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class MixResult:
     """What a mix did on its cluster."""
 
@@ -463,7 +464,7 @@ def cluster_topology(spec: MixSpec) -> Topology:
         raise
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class SoloRun:
     """A job's prediction alone on its GPUs: what the mix's events read of it."""
 

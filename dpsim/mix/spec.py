@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_MTBF_S, MAX_RECOVERY_S, MAX_SPAN_S, short
 from dpsim.plan.reliability import DEFAULT_RESTART_S, FailureRates, parse_long_duration_s
 from dpsim.units import parse_bandwidth_bytes_per_s
@@ -135,7 +136,7 @@ model's assumption (:data:`dpsim.plan.reliability.DEFAULT_CHECKPOINT_BYTES_PER_S
 _CLUSTER_KEYS = ("link", "topology", "gpus")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class CheckpointSpec:
     """How a job of a mix saves and restores its state (:class:`~dpsim.plan.reliability.CheckpointPolicy`'s
     terms; what is not given is derived when the job is placed)."""
@@ -151,7 +152,7 @@ class CheckpointSpec:
     """Restart after a failure: relaunch, init, checkpoint load."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class FailureEvent:
     """A failure at a given time."""
 
@@ -168,7 +169,7 @@ class FailureEvent:
     NICs are bundled behind one GPU (:mod:`dpsim.mix.outages`)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class UplinkFailure:
     """Cables between switches that fail at a given time: the jobs crossing them keep running over
     the cables left (:mod:`dpsim.mix.outages`)."""
@@ -183,7 +184,7 @@ class UplinkFailure:
     """Time until they are back (``None``: :attr:`FailureSpec.uplink_repair_s`)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class FailureSpec:
     """Failures of the mix's servers: explicit events and a random (Poisson) process."""
 
@@ -204,7 +205,7 @@ class FailureSpec:
     """Time until a failed switch cable is back (``None``: :attr:`repair_s`)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class JobSpec:
     """One job of a mix."""
 
@@ -233,7 +234,7 @@ class JobSpec:
         return dict(self.predict)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class MixSpec:
     """Jobs sharing one cluster."""
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from dpsim.errors import ConfigError, DpsimError
+from dpsim.frozen import frozen_dataclass
 from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import nic_fabric
@@ -23,7 +23,7 @@ from dpsim.units import NUMBER_PATTERN
 from dpsim.wording import count, count_are, index_range, there_are
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LinkDegradation:
     """A link, or a class of links, running below its capacity."""
 

@@ -14,12 +14,13 @@ distinct loads with how many links carry each and the first such link (for its n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from dpsim.frozen import frozen_dataclass
 
-@dataclass(frozen=True, kw_only=True)
+
+@frozen_dataclass
 class Family:
     """One block of a network's links, numbered ``offset + unit * lanes + lane``."""
 
@@ -39,7 +40,7 @@ class Family:
     """NIC <-> switch links (what a per-message NIC overhead slows down)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class FamilyLoad:
     """Loads of one family: unit ``u`` lane ``l`` carries ``table[cls[u], l]``."""
 

@@ -27,17 +27,18 @@ serve tests and explicit schedules on small graphs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from dpsim.frozen import frozen_dataclass
 from dpsim.network.loadmap import Family, LoadMap
 from dpsim.network.maxmin import _sorted_unique, max_min_sparse
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LinkLoads:
     """Steady max-min rates of concurrent flows, in array form."""
 
@@ -62,7 +63,7 @@ class LinkLoads:
         return np.bincount(self.link_of, minlength=self.n_links)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ServerFlows:
     """Flows inside a server that *every* server of the cluster runs at once."""
 
@@ -74,7 +75,7 @@ class ServerFlows:
     """What each flow puts on every link of its route (1: count flows; a fraction of S: bytes)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class CrossingFlows:
     """Flows between servers: every edge of a server-level pattern, on every lane.
 
@@ -96,7 +97,7 @@ class CrossingFlows:
     """What each flow puts on every link of its route (1: count flows; a fraction of S: bytes)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ServerSide:
     """The links a block's flows cross on one server (their source's or their destination's)."""
 
@@ -113,7 +114,7 @@ class ServerSide:
         return [np.flatnonzero(c) for c in self.columns]
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class RouteBlock:
     """``rows x cols`` flows of one kind, routed by symmetry: server links by template, the
     others by formula."""
@@ -140,7 +141,7 @@ class RouteBlock:
     """The pattern edge of each row (``None``: flows inside servers, a row per server)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class SymmetricRoutes:
     """Every flow of a phase routed by symmetry, in blocks: which flows cross marked links, and
     how many flows of a subset cross each link, without listing a route per flow.
@@ -602,7 +603,7 @@ class NetworkModel(Protocol):
         ...
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Flow:
     """One point-to-point transfer between named graph nodes."""
 
@@ -614,7 +615,7 @@ class Flow:
     """Bytes to move."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class FlowRates:
     """Steady rates of a set of named flows that start together and never finish."""
 
@@ -640,7 +641,7 @@ class FlowRates:
         return float(np.max(self.latencies_s + size_bytes / self.rates_bytes_per_s))
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TransferResult:
     """What happened to a set of concurrent named flows of possibly different sizes."""
 

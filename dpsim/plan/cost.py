@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Mapping
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GPU_PRESETS
 from dpsim.limits import MAX_GPU_HOUR_USD, MAX_TOKENS, short
 
@@ -32,7 +32,7 @@ _COREWEAVE = ("CoreWeave on-demand list price (coreweave.com/pricing, as listed 
               "the same table is quoted in kaelresearch.com/blog/gpu-economics-real-inference-costs)")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class GpuPrice:
     """Default rental price of one GPU preset."""
 
@@ -248,7 +248,7 @@ def gpu_hour_price(gpu: str, override: PriceOverride = None) -> float:
                           f"(--gpu-hour-usd {key}=PRICE)") from None
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TrainingCost:
     """Time and money to process a training budget at a predicted throughput."""
 

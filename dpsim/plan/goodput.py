@@ -6,12 +6,13 @@ from __future__ import annotations
 import heapq
 import math
 import typing
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Sequence
 
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_ELASTIC_EVENTS, MAX_FAILURES_PER_RUN, MAX_GOODPUT_FAILURES, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.plan.reliability import (
     COMPONENTS,
@@ -26,7 +27,7 @@ from dpsim.stats import mean_confidence_interval
 
 # ----------------------------------------------------------------------------- simulation
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class RunOutcome:
     """One simulated training run."""
 
@@ -537,7 +538,7 @@ def _streams(seeds: tuple[int, ...], rate: float) -> _Streams:
     return _STREAMS[key]
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class GoodputStats:
     """Monte-Carlo summary of many runs of one job."""
 
@@ -635,7 +636,7 @@ def _summarise(job: TrainingJob, outs: list[RunOutcome], confidence: float) -> G
 
 # ----------------------------------------------------------------------------- the optimum interval
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class IntervalStudy:
     """The checkpoint interval that maximises goodput, against Young and Daly.
 

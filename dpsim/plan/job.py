@@ -8,10 +8,11 @@ is its weights and optimizer state, and failures are simulated by :mod:`dpsim.pl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import (
     MAX_GOODPUT_RUNS,
     MAX_GPUS,
@@ -74,7 +75,7 @@ DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S = DEFAULT_CHECKPOINT_BYTES_PER_S
 (:data:`~dpsim.plan.reliability.DEFAULT_CHECKPOINT_BYTES_PER_S`)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class GoodputReport:
     """``dpsim goodput``'s result (schema ``dpsim.goodput/1``)."""
 

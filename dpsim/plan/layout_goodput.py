@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_FAILURES_PER_RUN, MAX_RECOVERY_S
 from dpsim.plan.reliability import (
     DEFAULT_CHECKPOINT_BYTES_PER_S,
@@ -71,7 +72,7 @@ TAIL_STEPS = 200
 few per cent of the noise's own spread)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class CheckpointCost:
     """What saving and restoring one checkpoint of a layout costs."""
 
@@ -144,7 +145,7 @@ def spares_for(replace_s: float, mtbf_s: float, risk: float = DEFAULT_SPARE_RISK
     return s, replace_s * max(0.0, 1.0 - below)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class FailureInputs:
     """What failures and checkpoints cost, apart from the layout (``plan --rank goodput``'s flags)."""
 
@@ -173,7 +174,7 @@ class FailureInputs:
         spares_for(0.0, math.inf, self.spare_risk)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LayoutGoodput:
     """A layout's training run through failures (closed form, policy ``wait``)."""
 

@@ -71,7 +71,7 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,7 @@ from dpsim.collectives.groups import (
 )
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.errors import ConfigError, DpsimError, UncalibratedLinkClass
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import get_gpu
 from dpsim.network.degrade import LinkDegradation
 from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
@@ -233,7 +234,7 @@ distributed optimizer, so it only ties with ``zero1``, and without pipeline stag
 (FSDP's one difference, the root unit kept from forward to backward, is asked for with ``--strategies fsdp``)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Candidate:
     """One layout of the search space."""
 
@@ -366,7 +367,7 @@ class Candidate:
         return out
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Estimate:
     """A candidate's closed-form step, memory and cost."""
 
@@ -451,7 +452,7 @@ class Estimate:
         return self.verified.model_error if self.verified is not None else None
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class PlanResult:
     """What :func:`plan_layouts` found."""
 
@@ -622,7 +623,7 @@ class _Tables:
         self.work = tuple(work)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class _ExpertAsk:
     """What :func:`~dpsim.predict.layout.check_experts` reads of a config's parallelism part, for a shape
     being enumerated."""

@@ -55,11 +55,12 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_MTBF_S, MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.topology.spec import nvlink_fabric
 
@@ -125,7 +126,7 @@ def parse_long_duration_s(raw: str | float, flag: str) -> float:
     return value
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class FailureRates:
     """Mean time between failures of each component (``inf``: never fails)."""
 
@@ -145,7 +146,7 @@ class FailureRates:
                                   f"years), or none for a component that never fails")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ClusterShape:
     """What can fail: nodes, their GPUs and their inter-node links."""
 
@@ -191,7 +192,7 @@ class ClusterShape:
         return 1.0 / total if total > 0 else math.inf
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class CheckpointPolicy:
     """How often and at what cost the job saves and restores its state."""
 
@@ -216,7 +217,7 @@ class CheckpointPolicy:
                               "(a year) and a checkpoint read back of at most as long")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TrainingJob:
     """A training run to get through failures."""
 

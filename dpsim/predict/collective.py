@@ -9,11 +9,11 @@ fits, with the profile's defaults: :mod:`dpsim.predict.resolve`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from dpsim.collectives.ops import OPS, CollectiveResult
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_SIZE_ROWS, is_finite, short
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.resolve import resolve
@@ -23,7 +23,7 @@ TYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1}
 """nccl-tests' ``-d`` data types and their sizes in bytes."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class CollectiveReport:
     """A collective's time at each size of a sweep (schema ``dpsim.collective/1``)."""
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import typing
 import warnings
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from functools import cache
 from typing import Any, Literal
 
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import power_cap_throughput
 from dpsim.limits import (
     MAX_BUCKET_CAP_MB,
@@ -163,7 +164,7 @@ def _range(minimum: float, maximum: float, *, open_below: bool = False, **metada
 
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ClusterConfig:
     """The cluster a job runs on: its topology, GPUs and how collectives may run over the fabric.
 
@@ -210,7 +211,7 @@ class ClusterConfig:
             object.__setattr__(self, "link", DEFAULT_LINK)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class WorkloadConfig:
     """What is trained: the model, its batch and the steps of the training loop around it.
 
@@ -258,7 +259,7 @@ class WorkloadConfig:
         _check_part(self)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ParallelismConfig:
     """How the job is split over its GPUs: the data-parallel strategy and the tensor, pipeline,
     context and expert layout.
@@ -390,7 +391,7 @@ class ParallelismConfig:
         _check_part(self)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class GradientConfig:
     """How gradients are communicated: buckets, overlap with backward, and PyTorch DDP's arguments.
 
@@ -436,7 +437,7 @@ class GradientConfig:
         _check_part(self)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ExecutionConfig:
     """How each GPU executes the model: number formats, compilation, fused attention, and the
     memory levers (activation recompute, CPU offload).
@@ -514,7 +515,7 @@ class ExecutionConfig:
         _check_part(self)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class CalibrationConfig:
     """What replaces the modelled rates: a calibration profile, a measured one-GPU step, and the
     overall factors on compute and on compute slowed by communication.
@@ -596,7 +597,7 @@ class FlatSettingWarning(DeprecationWarning):
     """A setting read as ``config.tp`` rather than through its part (``config.parallelism.tp``)."""
 
 
-@dataclass(frozen=True, kw_only=True, init=False)
+@frozen_dataclass(init=False)
 class PredictConfig:
     """Everything that defines one prediction (the CLI's flags, in SI units), validated on creation.
 

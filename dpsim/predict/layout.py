@@ -23,7 +23,7 @@ not slowed: blocking collectives and point-to-point transfers run beside no comp
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from dpsim.collectives.all_to_all import routed_spread, uniform_all_to_all_cost
@@ -37,6 +37,7 @@ from dpsim.collectives.links import link_report
 from dpsim.engine.pipeline import PipelineResult, collective_cost, run_pipeline
 from dpsim.engine.simulate import SimulationResult, StepTiming
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.memory import (
     FitAdvice,
     MemoryBreakdown,
@@ -378,7 +379,7 @@ def _heads(name: str) -> tuple[int, ...] | None:
     return None
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StageReport:
     """One pipeline stage of a predicted layout."""
 
@@ -427,7 +428,7 @@ class StageReport:
                 "memory_optimizer_bytes": m.optimizer_bytes, "fits": m.fits}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LayoutReport:
     """Where a layout's step goes, stage by stage."""
 
@@ -874,7 +875,7 @@ def heaviest_stage(own_s: Sequence[float]) -> int:
     return next(s for s, t in enumerate(own_s) if t >= top * (1 - CRITICAL_TIE))
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Zero3LayoutPasses:
     """What DeepSpeed ZeRO-3 adds to a layout's data-parallel plan, per model layer (by index)."""
 
@@ -936,7 +937,7 @@ def stage_optimizer_s(per_param_s: float, params_per_gpu: int, expert_numel: int
     return per_param_s * params_per_gpu
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StageComm:
     """A stage's communication inside its ops over the step (every micro-batch it runs)."""
 

@@ -318,7 +318,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property, lru_cache
 from operator import attrgetter
 from pathlib import Path
@@ -326,6 +326,7 @@ from typing import Any
 
 import numpy as np
 
+from dpsim.frozen import frozen_dataclass
 from dpsim.wording import a_an, span
 from dpsim.workload.spec import AttentionOp, MatmulOp
 
@@ -360,7 +361,7 @@ SCALE_BANDS = ((1, "1"), (8, "2-8"), (512, "9-512"), (math.inf, ">512"))
 REGIME_KEYS = ("gpu_arch", "model_family", "size_band", "scale_band")
 """Regime keys in the order they are kept: the last is dropped first."""
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Knobs:
     """The choices one pool's intervals depend on, fixed by the principles in :data:`KNOBS` (none is
     chosen by scoring candidates on the rows)."""
@@ -437,7 +438,7 @@ class _Bands:
         return band(self.gpus, SCALE_BANDS)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ResidualRow(_Bands):
     """One validation row: a published measurement against its leave-one-system-out prediction."""
 
@@ -476,7 +477,7 @@ class ResidualRow(_Bands):
     """A ``layout`` row's kind (:func:`layout_kind`); empty in the other pools."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Regime(_Bands):
     """Where a prediction falls: what its residuals are drawn from."""
 
@@ -505,7 +506,7 @@ class Regime(_Bands):
     """The job's layout kind (:func:`layout_kind`), read by the ``layout`` pool."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ModelErrorInterval:
     """A p10-p90 interval of the measured step time, given the prediction and its regime."""
 
@@ -712,7 +713,7 @@ def _mapped(values: np.ndarray, low: float, centre: float, high: float) -> np.nd
     return centre + np.where(values < c0, (values - c0) * below, (values - c0) * above)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class _Extent:
     """What :func:`_extrapolations` reads of a pool's rows (their architectures, families, layout
     kinds, size range and largest scale), gathered once for the many rows :func:`_margin` scores
@@ -887,7 +888,7 @@ REPORTED_KEYS = {**{pool: "gpu_arch" for pool in POOLS}, COLLECTIVE_POOL: "messa
 """The key each pool's coverage is reported by in VALIDATION.md (fixed, whatever the regime keys)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Coverage:
     """Leave-one-system-out coverage of the intervals over one pool's rows (or all)."""
 

@@ -15,9 +15,10 @@ for the fields left out are :mod:`dpsim.predict.resolve`'s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from dpsim.errors import ConfigError, ProfileError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import get_gpu
 from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN, PredictConfig
 from dpsim.profile.calibrated import (
@@ -41,7 +42,7 @@ SOURCES = ("profile", "flag", "model")
 dpsim's own model of the preset (or its default)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Origin:
     """Where one part of the prediction came from."""
 
@@ -54,7 +55,7 @@ class Origin:
         return {"source": self.source, "detail": self.detail}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class SensitivityPoint:
     """The step at one NIC efficiency."""
 
@@ -69,7 +70,7 @@ class SensitivityPoint:
         return {"nic_efficiency": self.nic_efficiency, "step_time_s": self.step_time_s, "used": self.used}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TransportSensitivity:
     """How the step moves with a NIC efficiency that rests on an assumption about the transport."""
 
@@ -85,7 +86,7 @@ class TransportSensitivity:
                 "points": [p.to_dict() for p in self.points]}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class AfterComm:
     """The measured extra time of a step that starts right after waiting on the network."""
 
@@ -138,7 +139,7 @@ def charge_after_comm(provenance: Provenance | None, exposed_comm_s: float, *, s
     return after.charged_s, replace(provenance, after_comm=after, compute=replace(provenance.compute, detail=detail))
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Provenance:
     """Where compute, network and overlap came from, and what makes them uncertain."""
 

@@ -19,10 +19,11 @@ from the Python API and the command line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import short
 from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN, DEFAULT_PRECISION, PredictConfig
 from dpsim.profile.calibrated import (
@@ -35,7 +36,7 @@ from dpsim.profile.schema import Profile
 from dpsim.topology.load import load_cluster_spec
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Resolved:
     """A config with every default filled in, and its calibration profile read once."""
 

@@ -3,20 +3,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from dpsim.collectives.links import LinkReport
 from dpsim.collectives.ops import CollectiveModel, CollectiveResult
 from dpsim.engine.program import StepProgram
 from dpsim.engine.simulate import SimulationResult
+from dpsim.frozen import frozen_dataclass
 from dpsim.memory import FitAdvice, MemoryBreakdown
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.model_error import ModelErrorInterval
 from dpsim.predict.provenance import Provenance
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Prediction:
     """The predicted training step and everything derived from it."""
 
@@ -179,7 +180,7 @@ class Prediction:
         }
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class MemoryReport:
     """Memory per GPU of one configuration without simulating a step (``dpsim memory``)."""
 

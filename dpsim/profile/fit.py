@@ -62,11 +62,11 @@ Quality
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from dpsim.errors import ProfileError
+from dpsim.frozen import frozen_dataclass
 
 DEFAULT_TOLERANCE = 0.10
 """Sparse sweeps: worst relative residual below which fewer segments are preferred."""
@@ -92,7 +92,7 @@ POOR_WORST_REL = 0.25
 """A fit whose worst relative residual exceeds this is flagged poor."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Segment:
     """One straight piece ``T = latency_s + seconds_per_byte * S`` fitted over a size range."""
 
@@ -138,7 +138,7 @@ def piecewise_time(segments, size_bytes: float, piece_time) -> float:
     raise AssertionError("no segments")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class AlphaBetaFit:
     """A piecewise alpha-beta fit over a size sweep."""
 

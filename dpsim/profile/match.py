@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 
+from dpsim.frozen import frozen_dataclass
 from dpsim.profile.schema import ModelStep, Profile
 from dpsim.workload.spec import ModelSpec
 
@@ -33,7 +33,7 @@ def model_fingerprint(model: ModelSpec) -> str:
     return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StepMatch:
     """The outcome of matching a profile's measured step against a prediction's model."""
 

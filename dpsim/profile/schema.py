@@ -60,10 +60,11 @@ replaced whole, never truncated.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from dpsim.collectives.ops import OPS, bus_factor
+from dpsim.frozen import frozen_dataclass
 from dpsim.profile.fit import AlphaBetaFit, Segment, fit_alpha_beta
 from dpsim.stats import fixed
 
@@ -85,7 +86,7 @@ def op_bus_factor(op: str, n_ranks: int) -> float:
 # ----------------------------------------------------------------------------- data
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Measurement:
     """One size of a sweep: the median time over repeats and its spread."""
 
@@ -121,7 +122,7 @@ class Measurement:
         return (self.max_s - self.min_s) / self.time_s
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class OpCalibration:
     """Fitted timing of one operation on one link class."""
 
@@ -158,7 +159,7 @@ class OpCalibration:
                 f"R² {fixed(self.fit.r2, '.4f')}, worst residual {100 * self.fit.worst_rel_residual:.1f} %")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LayerTiming:
     """Measured time of one module of a real model."""
 
@@ -170,7 +171,7 @@ class LayerTiming:
     """Backward time for one micro-batch."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ModelStep:
     """A real model's training step at one micro-batch, as trained: forward, loss, backward, optimizer."""
 
@@ -241,7 +242,7 @@ class ModelStep:
         return self.forward_s + self.backward_s + (self.optimizer_s or 0.0)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class MatmulRate:
     """One GEMM shape timed alone: ``batch`` products ``(m x k) @ (k x n)``."""
 
@@ -264,7 +265,7 @@ class MatmulRate:
         return 2.0 * self.m * self.n * self.k * self.batch / self.time_s
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class AttentionRate:
     """One scaled-dot-product attention kernel timed alone (``torch.nn.functional.scaled_dot_product_attention``)."""
 
@@ -284,7 +285,7 @@ class AttentionRate:
     """Median backward time (forward + backward less the forward)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class OpRates:
     """The rates of the op graph's kernels on the calibrated device (:mod:`dpsim.profile.op_rates`)."""
 
@@ -303,7 +304,7 @@ class OpRates:
     """Kernels of the model not timed (over the cap or the budget): costed from the nearest timed one."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ComputeCalibration:
     """Compute micro-benchmarks of one device type."""
 
@@ -326,7 +327,7 @@ class ComputeCalibration:
     """Raw results: ``matmul``, ``memcpy``, ``overlap`` lists/dicts."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Profile:
     """A whole calibration profile."""
 

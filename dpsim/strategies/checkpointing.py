@@ -71,9 +71,9 @@ catalog's activation estimates; :mod:`dpsim.memory` doubles both under fp32 comp
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec
 from dpsim.strategies.tensor import TpLayer, layer_kind, tp_model
 from dpsim.workload.fp8 import FP8_BYTES
@@ -103,7 +103,7 @@ _SOFTMAX_STAT_BYTES = 4
 (FlashAttention-2, Dao 2023, Algorithm 1: "Write L to HBM")."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class CheckpointPolicy:
     """What activation checkpointing does (``--recompute``, ``--recompute-every``)."""
 

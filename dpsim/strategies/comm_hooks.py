@@ -49,9 +49,9 @@ in the gradient dtype.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec
 from dpsim.workload.roofline import Efficiencies, Term, matmul_term, memory_term
 from dpsim.workload.spec import DTYPE_SIZE_BYTES, ParamSpec
@@ -83,7 +83,7 @@ def check_comm_hook(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class HookStage:
     """One collective of a bucket's hook and the compute that precedes it on the GPU."""
 
@@ -96,7 +96,7 @@ class HookStage:
     """All-reduce message size."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class BucketHook:
     """What a hook does to one bucket."""
 

@@ -39,9 +39,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.strategies.tensor import TpComm, TpLayer
 from dpsim.wording import count
 from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, MemoryOp, ModelSpec
@@ -58,7 +58,7 @@ FUSED_ATTENTION_BACKWARD_RATIO = 2.5
 (:data:`dpsim.workload.roofline.FUSED_ATTENTION_BACKWARD_FLOPS`)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ContextParallel:
     """How a sequence is split over a context-parallel group."""
 

@@ -53,9 +53,10 @@ is a steady-state step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec
 from dpsim.strategies.comm_hooks import (
     POWERSGD_DEFAULT_START_ITER,
@@ -86,7 +87,7 @@ USED_MAP_ELEMENT_BYTES = 4
 """``local_used_map_``: one ``int32`` per parameter tensor (``reducer.cpp``, ``at::kInt``)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class DdpOptions:
     """The ``DistributedDataParallel`` arguments that change the step (torch's defaults)."""
 
@@ -171,7 +172,7 @@ def autograd_nodes(model: ModelSpec) -> int:
     return sum(max(1, len(layer.ops)) for layer in model.layers) + len(model.params)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class DdpCosts:
     """DDP's own work in one step, ready for the step program (:func:`dpsim.strategies.ddp.ddp_program`)."""
 

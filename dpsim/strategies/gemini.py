@@ -63,9 +63,9 @@ import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.strategies.program import (
     BuildRequest,
     StrategyProgram,
@@ -182,7 +182,7 @@ def _chunk_size(numels: tuple[int, ...], world: int, search_range_m: float, min_
     return best + (-best % world), False
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class GeminiChunk:
     """One chunk: its parameters (registration order) and its elements, padding included."""
 
@@ -209,7 +209,7 @@ def gemini_chunks(params: Sequence[ParamSpec], chunk_size: int, world: int, *, k
     return tuple(GeminiChunk(params=tuple(n), numel=cap) for n, cap, _ in chunks)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class GeminiEvent:
     """A collective the hooks issue: ``op`` (``all_gather``, ``reduce_scatter`` or, for a kept-gathered
     chunk, ``all_reduce``) of chunk ``chunk`` during ``phase`` (``forward``, ``recompute``, ``backward``)
@@ -225,7 +225,7 @@ class GeminiEvent:
     """Index of the chunk in :class:`GeminiPlan`'s ``chunks``."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class GeminiSchedule:
     """One micro-batch's collectives in issue order and the most chunk elements gathered at once."""
 
@@ -287,7 +287,7 @@ def gemini_schedule(model: ModelSpec, chunks: Sequence[GeminiChunk], recomputed:
     return GeminiSchedule(events=tuple(events), peak_gathered_numel=peak)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class GeminiPlan:
     """Gemini's chunks for one model on ``world`` ranks and one micro-batch's schedule."""
 

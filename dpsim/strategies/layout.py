@@ -34,10 +34,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 import dataclasses
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec
 from dpsim.strategies.context import ContextParallel, layer_cp_comm, model_hidden
 from dpsim.strategies.checkpointing import RECOMPUTE, CheckpointPolicy, checkpointed, selective_recompute_s
@@ -98,7 +99,7 @@ def reshards_after_forward(layout: "Layout") -> bool:
     return layout.strategy in PARAM_SHARDING_LAYOUT_STRATEGIES and layout.pp == 1
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Layout:
     """How one job is split: tensor x pipeline x data parallelism and how each runs."""
 
@@ -435,7 +436,7 @@ def stage_assignment(tpm: TpModel, layout: Layout) -> tuple[tuple[tuple[int, ...
 # --------------------------------------------------------------------- work
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LayerWork:
     """One layer's work for one micro-batch on one rank."""
 
@@ -754,7 +755,7 @@ def checkpointed_blocks(tpm: TpModel, layout: Layout) -> list[list[int]]:
     return checkpointed(_units(tpm), policy)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ChunkWork:
     """One model chunk (virtual stage) of one stage: its work per micro-batch."""
 

@@ -93,11 +93,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from dpsim.engine.pipeline import PipelineProgram, StageOp, StageProgram, Transfer, gc_paused
 from dpsim.engine.program import CommOp
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.strategies.layout import ChunkWork, Layout, reshards_after_forward
 from dpsim.strategies.zero import InternlmZero1
 from dpsim.wording import count
@@ -763,7 +763,7 @@ def _stage_sequence(slots: Sequence[Slot], s: int, p: int, m: int, *, deepspeed:
     return out
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class DataParallelPlan:
     """What a stage's data-parallel collectives look like (all sizes per GPU)."""
 
@@ -826,7 +826,7 @@ class DataParallelPlan:
         return (numel - fp8) * self.weight_bytes + fp8 * 1.0
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class PipelinePlan:
     """A layout's step program and what it communicates."""
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from dpsim.collectives.ops import bus_factor
 from dpsim.engine.program import CommOp, ComputeTask, StepProgram
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec
 from dpsim.strategies.checkpointing import FULL_CHECKPOINTING, CheckpointPolicy, checkpointed
 from dpsim.strategies.ddp_costs import DEFAULT_DDP_OPTIONS, DdpOptions
@@ -23,7 +23,7 @@ from dpsim.workload.spec import ModelSpec
 # -------------------------------------------------------------------- programs
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class BuildRequest:
     """What every strategy builder gets (already validated by
     :func:`~dpsim.strategies.build.build_step_program`)."""
@@ -77,7 +77,7 @@ class BuildRequest:
     ranks over the shard group's; ``None``: the node-sized default (one rank per node)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StrategyProgram:
     """A strategy's step program and what it communicates."""
 
@@ -212,7 +212,7 @@ def _forward(b: _Builder, compute: ComputeProfile, j: int, k: int, wait_at: Mapp
         b.task("forward", _mb(layer.name, j, k), duration_s, wait=wait_at.get(i, ()))
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class _Recompute:
     name: str
     layers: tuple[int, ...]

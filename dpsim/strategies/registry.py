@@ -12,9 +12,9 @@ through it; :data:`STRATEGIES`, :data:`SHARDED_STRATEGIES`, :data:`FSDP_STRATEGI
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.strategies.ddp import build_ddp
 from dpsim.strategies.program import BuildRequest, StrategyProgram, check_grad_accum
 from dpsim.strategies.sharded import (
@@ -52,7 +52,7 @@ KNOB_FLAGS = {BUCKET_CAP_MB: "--bucket-cap-mb", FSDP_UNIT: "--fsdp-unit"}
 _SHARD_GROUPS = ("none", "node", "world")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StrategyRecord:
     """One ``--strategy``."""
 

@@ -111,8 +111,9 @@ the CPU's launch timing (above).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from dpsim.frozen import frozen_dataclass
 from dpsim.strategies.program import (
     BuildRequest,
     StrategyProgram,
@@ -326,7 +327,7 @@ def _amax_s(request: BuildRequest, units, shard: dict[str, int]) -> float:
     return memory_term(numel * request.precision.weight_bytes, gpu).time_s(request.efficiencies or Efficiencies())
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class _Copies:
     """Per unit, seconds of the memory-bound passes a sharded strategy runs around its collectives
     (empty: none costed)."""

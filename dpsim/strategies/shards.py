@@ -12,9 +12,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.workload.buckets import bucket_caps_bytes
 from dpsim.workload.precision import OPTIMIZER_STATES, check_optimizer
 from dpsim.workload.spec import ModelSpec, ParamSpec
@@ -55,7 +55,7 @@ def check_fsdp_unit(name: str) -> str:
 # ------------------------------------------------------------------------ units
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Unit:
     """One FSDP / ZeRO-3 unit (flat parameter) or activation-checkpointing unit."""
 

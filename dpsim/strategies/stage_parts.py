@@ -8,10 +8,11 @@ own time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+
+from dpsim.frozen import frozen_dataclass
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StageParts:
     """One pipeline stage's micro-batch, split by what stretches it (seconds, per micro-batch)."""
 

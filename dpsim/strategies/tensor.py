@@ -61,11 +61,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cached_property
 
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec
 from dpsim.workload.fp8 import fp8_weight_numel
 from dpsim.workload.precision import saved_extra_bytes
@@ -100,7 +100,7 @@ _ATTENTION_LINEAR_ACTIVATION_SH = 13.0
 for its norm; Korthikanti et al. 2022, Sec. 4.1)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TpLayer:
     """One layer as a tensor-parallel rank sees it (sizes for one sample, unsharded unless said)."""
 
@@ -155,7 +155,7 @@ class TpLayer:
     the routed tokens travel by all-to-all on the sequence-parallel shard)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TpModel:
     """A model as one rank of a t-way tensor-parallel group holds and runs it."""
 
@@ -244,7 +244,7 @@ _DENSE_CACHE: dict[tuple, tuple] = {}
 and DeepSeek-V3's dense layers, sharded op by op, were most of each)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ExpertSplit:
     """How a rank holds and runs the routed experts of an MoE model (Megatron-Core's expert
     parallelism: ``megatron/core/parallel_state.py``, ``expert_model_parallel_size`` and
@@ -534,7 +534,7 @@ def block_input_bytes(layer: TpLayer, tp: int, *, sequence_parallel: bool) -> fl
 # ------------------------------------------------------------------ communication
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TpComm:
     """Tensor-parallel communication of one layer for one micro-batch, in seconds."""
 

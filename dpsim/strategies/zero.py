@@ -69,8 +69,8 @@ the scalar all-reduces of the overflow flag and gradient norm.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from dpsim.frozen import frozen_dataclass
 from dpsim.strategies.layout import Layout
 from dpsim.strategies.program import (
     BuildRequest,
@@ -115,7 +115,7 @@ def deepspeed_buckets(params: Sequence[ParamSpec], bucket_elements: int = DEEPSP
     return buckets
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class InternlmZero1:
     """What InternLM's ``HybridZeroOptimizer`` moves for one rank's parameters (the module
     docstring): the data-parallel path's and the tensor-parallel layout's (whose rank holds its

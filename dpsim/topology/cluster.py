@@ -11,11 +11,12 @@ cluster's numbering (:mod:`dpsim.collectives.symmetric`, :mod:`dpsim.network.tie
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from dpsim.errors import TopologyError
+from dpsim.frozen import frozen_dataclass
 from dpsim.topology.fabric import design_group_sizes, level_units, nic_layout
 from dpsim.topology.graph import Reach, build_graph, gpu_id
 from dpsim.topology.server import with_gpus_per_node
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Topology:
     """A cluster: a :class:`TopologySpec` instantiated with a number of GPUs."""
 

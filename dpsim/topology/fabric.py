@@ -30,16 +30,16 @@ Layout (``topologies/README.md`` has the user-facing version):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dpsim.frozen import frozen_dataclass
 from dpsim.topology.spec import nic_fabric, nvlink_fabric
 
 if TYPE_CHECKING:
     import networkx as nx
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class NicLayout:
     """How a server's NIC ports appear in the graph."""
 

@@ -41,10 +41,11 @@ the two directions, each staged byte costing the transport's ``host_memory_passe
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from dpsim.frozen import frozen_dataclass
 from dpsim.topology.fabric import nic_layout_of
 from dpsim.topology.spec import nic_fabric
 
@@ -56,7 +57,7 @@ MESH_KINDS = ("nvlink-mesh", "nvlink-bridge", "xgmi")
 """Layouts with direct GPU-to-GPU links."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ServerLink:
     """One directed link of a server."""
 
@@ -74,7 +75,7 @@ class ServerLink:
     """``nvlink``, ``xgmi``, ``pcie``, ``upi``, ``host-memory``, or the fabric kind for NIC cables."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Family:
     """Links of one family, in lane order."""
 
@@ -94,7 +95,7 @@ class Family:
     """NIC <-> switch cables (what a per-message NIC overhead slows down)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ServerTemplate:
     """A server's links, families and routes (see the module docstring)."""
 

@@ -9,8 +9,8 @@ domains spanning nodes. SI units inside.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from dpsim.frozen import frozen_dataclass
 from dpsim.topology.transport import TRANSPORTS, TransportSpec
 
 INTRA_NODE_KINDS = ("nvswitch", "pcie", "pcie-tree", "nvlink-mesh", "nvlink-bridge", "xgmi")
@@ -38,7 +38,7 @@ keeps in flight rather than by the link's width, and NVIDIA says SM-driven trans
 through CPU interconnects (NVIDIA/nccl#1163). Not chosen on any row: the value and its source
 predate the PCIe training rows, whose logs imply 3.8-7.2 GB/s (validation/pcie_runs.md)."""
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class NodeSpec:
     """What is inside one server."""
 
@@ -92,7 +92,7 @@ class NodeSpec:
     RCCL on AMD GPU presets, NCCL otherwise)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class FabricSpec:
     """The network between nodes."""
 
@@ -139,7 +139,7 @@ def nic_fabric(fabric: FabricSpec | None) -> bool:
     return fabric is not None and not nvlink_fabric(fabric)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TierSpec:
     """One switch tier above the leaves of a multi-tier fat tree."""
 
@@ -149,7 +149,7 @@ class TierSpec:
     """A block's down-link to up-link bandwidth ratio (1 = non-blocking)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class NvlinkDomainSpec:
     """An NVLink switch tier joining the NVSwitches of several nodes (NVL72-like)."""
 
@@ -163,7 +163,7 @@ class NvlinkDomainSpec:
     """Per-hop latency of a step that crosses the NVLink switch tier."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TopologySpec:
     """A whole homogeneous cluster design, as a topology YAML file describes it."""
 

@@ -34,8 +34,8 @@ the answer moves with it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from dpsim.frozen import frozen_dataclass
 from dpsim.units import GB
 
 TRANSPORT_KINDS = ("ib", "roce", "socket", "efa", "tcpx", "tcpxo")
@@ -56,7 +56,7 @@ def tcp_payload_efficiency(mtu_bytes: int) -> float:
     return (mtu_bytes - TCP_IP_HEADER_BYTES) / (mtu_bytes + ETHERNET_FRAMING_BYTES)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TransportSpec:
     """The transport NCCL runs over a NIC, and what it costs."""
 
@@ -244,7 +244,7 @@ TRANSPORT_ASSUMPTION_NOTE = {
 
 # ----------------------------------------------------------------------------- NIC presets
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class NicPreset:
     """A NIC as sold, and the transport NCCL runs on it by default."""
 

@@ -13,9 +13,10 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.memory import check_cpu_ranks_fit, host_available_bytes
 from dpsim.processes import check_torchrun_env, torchrun_count
 from dpsim.validate import worker
@@ -31,7 +32,7 @@ OPTIMIZERS = ("adamw", "adam", "sgd-momentum", "sgd")
 """``--optimizer`` names (predict's), for a model file without ``optimizer(parameters)``."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ValidationConfig:
     """One validation case."""
 
@@ -80,7 +81,7 @@ class ValidationConfig:
             raise ConfigError(f"--optimizer: {self.optimizer!r} is not valid; choose one of {', '.join(OPTIMIZERS)}")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ValidationResult:
     """Measured vs predicted step of one case."""
 

@@ -22,11 +22,12 @@ from __future__ import annotations
 import statistics
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from dpsim.errors import ConfigError
 from dpsim.files import write_text_atomic
+from dpsim.frozen import frozen_dataclass
 from dpsim.mix.simulate import simulate_mix
 from dpsim.mix.spec import load_mix
 from dpsim.profile.io import save_profile
@@ -39,7 +40,7 @@ HOSTS, RACKS, OVERSUBSCRIPTION = 4, 2, 2.0
 """The testbed: two racks of two hosts, each rack's uplink shaped to one NIC's rate."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class MixJobCase:
     """One job of the two-job case."""
 
@@ -60,7 +61,7 @@ class MixJobCase:
             raise ConfigError(f"hosts: {self.hosts!r} is not valid; expected two different hosts in 0..{HOSTS - 1}")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class MixCheckConfig:
     """The two-job case."""
 
@@ -80,7 +81,7 @@ class MixCheckConfig:
     """Deadline of each run."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class MixJobResult:
     """One job: measured and predicted, alone and in the mix."""
 
@@ -131,7 +132,7 @@ class MixJobResult:
                 "speed_drift": self.speed_drift}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class MixCheckResult:
     """Both jobs."""
 

@@ -54,6 +54,7 @@ from typing import Sequence
 
 from dpsim.errors import ConfigError, DpsimError, Interrupted
 from dpsim.files import write_text_atomic
+from dpsim.frozen import frozen_dataclass
 from dpsim.processes import alive
 
 STATE_DIR = Path(os.environ.get("DPSIM_TESTBED_STATE", "/run/dpsim-testbed"))
@@ -80,7 +81,7 @@ class TestbedError(DpsimError):
     __test__ = False  # not a pytest test class
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TestbedSpec:
     """Shape of an emulated cluster."""
 

@@ -69,11 +69,11 @@ maxima from :func:`block_maxima`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.strategies.stage_parts import StageParts
 from dpsim.variability.monte_carlo import factor_sampler
 from dpsim.wording import count
@@ -126,7 +126,7 @@ def routing_ratios(step_factors, *, groups: int, dispatches: int, shape: tuple[i
 
 # ----------------------------------------------------------------------------- the step
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LayoutSync:
     """How a layout's ranks wait for each other (module docstring)."""
 

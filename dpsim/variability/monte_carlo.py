@@ -11,7 +11,6 @@ summarised (mean, p50, p90, p99 step time, a confidence interval on throughput).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -19,6 +18,7 @@ import numpy as np
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.engine.program import StepProgram
 from dpsim.engine.replay import simulate_ranks
+from dpsim.frozen import frozen_dataclass
 from dpsim.stats import mean_confidence_interval
 from dpsim.variability.spec import MIN_COMPUTE_FACTOR, VariabilitySpec, rank_factors
 
@@ -63,7 +63,7 @@ def factor_sampler(spec: VariabilitySpec, persistent: np.ndarray, *, sample_ids:
     return draw
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class StepStatistics:
     """Monte-Carlo summary of step times and throughput."""
 

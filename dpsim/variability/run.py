@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_MC_STEPS, check_int, short
 from dpsim.predict.resolve import resolve
 from dpsim.predict.run import predict_resolved, resolve_topology
@@ -19,7 +20,7 @@ from dpsim.workload.routing import parse_routing
 
 # ----------------------------------------------------------------------------- with predict
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class DegradationEffect:
     """What degraded links do to the noise-free step (same collective model as the healthy one)."""
 
@@ -46,7 +47,7 @@ class DegradationEffect:
                 "bottleneck_count": self.bottleneck_count}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class VariabilityReport:
     """What variability does to a prediction."""
 

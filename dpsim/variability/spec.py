@@ -54,12 +54,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import (
     MAX_HICCUP_FRACTION,
     MAX_HICCUP_RATE_PER_S,
@@ -102,7 +102,7 @@ MAX_NOISE_CV = 1.0
 
 # ----------------------------------------------------------------------------- inputs
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Straggler:
     """A persistently slow GPU or node."""
 
@@ -119,7 +119,7 @@ class Straggler:
         return f"{self.target}{self.index}:{self.factor:g}x"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class VariabilitySpec:
     """Everything that makes ranks differ from one another, or steps from one another."""
 

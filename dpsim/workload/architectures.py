@@ -11,9 +11,9 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from dpsim.errors import WorkloadError
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_MTP_DEPTH
 from dpsim.workload.layers import (
     ACTIVATION_ELEMENT_BYTES,
@@ -76,7 +76,7 @@ from dpsim.workload.spec import (
 # --------------------------------------------------------------------------- configs
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class GPT2Config:
     """HuggingFace ``GPT2Config`` fields that shape the parameters."""
 
@@ -116,7 +116,7 @@ PLAIN_MLP_ACTS = ("gelu", "gelu_new", "relu", "relu2")
 """Two-matrix MLPs the Llama builder makes (``relu2``: squared ReLU, ``relu(x) ** 2``)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LlamaConfig:
     """HuggingFace ``LlamaConfig`` fields that shape the parameters."""
 
@@ -261,7 +261,7 @@ class LlamaConfig:
                        dense_layers=self.first_k_dense_replace)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class BertConfig:
     """HuggingFace ``BertConfig`` fields that shape the parameters."""
 
@@ -275,7 +275,7 @@ class BertConfig:
     add_pooling_layer: bool = True
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ViTConfig:
     """torchvision ``VisionTransformer`` constructor arguments."""
 
@@ -293,7 +293,7 @@ class ViTConfig:
         return (self.image_size // self.patch_size) ** 2 + 1
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ResNetConfig:
     """torchvision ``ResNet`` with ``Bottleneck`` blocks (ResNet v1.5, stride in the 3×3)."""
 

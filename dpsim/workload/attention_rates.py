@@ -38,8 +38,9 @@ kernel are costed as FlashAttention-2 on Hopper: a kernel not written for the ar
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 
 FAMILIES = ("flash2", "flash3", "cudnn")
 """Kernel families the model knows: FlashAttention-2 (PyTorch SDPA's flash backend), FlashAttention-3
@@ -94,7 +95,7 @@ FALLBACK = "flash2@hopper"
 """The pair every unbenchmarked one is costed as: FlashAttention-2 on a generation it was not written for."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class FamilyRates:
     """The fitted shape terms of one kernel family (its ceilings are per generation)."""
 
@@ -108,7 +109,7 @@ class FamilyRates:
     """``s0`` of the backward."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class AttentionRateModel:
     """Every fitted term of the attention rate model (see the module docstring)."""
 

@@ -59,9 +59,9 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.units import MiB
 from dpsim.workload.spec import ModelSpec, ParamSpec
 
@@ -76,7 +76,7 @@ DEFAULT_FIRST_BUCKET_BYTES = 1 * MiB
 passes no ``bucket_cap_mb``."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Bucket:
     """One DDP gradient bucket: the gradients reduced by one all-reduce."""
 
@@ -98,7 +98,7 @@ class Bucket:
         return len(self.param_names)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class BucketPlan:
     """DDP's steady-state bucket assignment for one replica."""
 

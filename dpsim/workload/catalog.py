@@ -82,10 +82,11 @@ Units (``LayerSpec.unit``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 from dpsim.errors import WorkloadError
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_SEQ_LEN
 from dpsim.workload.architectures import (
     BertConfig,
@@ -103,7 +104,7 @@ from dpsim.workload.spec import ModelSpec
 # --------------------------------------------------------------------------- catalog
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class CatalogEntry:
     """A built-in model: its architecture config, published count and sources."""
 

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec
 from dpsim.workload.precision import Precision, check_optimizer, optimizer_traffic_bytes_per_param
 from dpsim.workload.compiled import chains, fixed_backward_bytes, fused_chain_bytes
@@ -102,7 +103,7 @@ efficiency dpsim used for every layer before the roofline, kept for specs withou
 (Dubey et al. 2024, table 4) and MegaScale's 55.2 % (Jiang et al., NSDI 2024)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LayerTime:
     """Compute time of one layer for one micro-batch."""
 
@@ -121,7 +122,7 @@ class LayerTime:
     (:func:`dpsim.workload.fp8.caches_fp8_weights`)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ComputeProfile:
     """Compute of one replica for one micro-batch, layer by layer."""
 

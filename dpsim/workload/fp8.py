@@ -82,9 +82,10 @@ and the memory model read the gathered bytes from :func:`gathered_weight_bytes`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.workload.spec import LayerSpec, MatmulOp, OpSpec
 
 FP8_RATE_KEY = "float8"
@@ -111,7 +112,7 @@ AMAX_ALL_REDUCE_BYTES_PER_LINEAR = 4
 """One fp32 amax per FP8 weight in ``precompute_float8_dynamic_scale_for_fsdp``'s all-reduce."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Fp8Recipe:
     """One FP8 training recipe, as the framework that runs it casts and saves."""
 
@@ -380,7 +381,7 @@ def compiled_cast_amax_reads(operand: str) -> bool:
     return operand in ("w", "w_bwd")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class CastPass:
     """The cast kernels of one operand of one FP8 linear per micro-batch (:func:`cast_plan`)."""
 

@@ -57,9 +57,9 @@ sweep with nothing fitted on it (leave-one-source-out), and prints the tables be
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec
 
 TILE = 128
@@ -72,7 +72,7 @@ SPLIT_K_MIN_K = 256
 bounds the split of short reductions."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class GemmFit:
     """The fitted constants of one GPU family and dtype (module docstring)."""
 

@@ -4,10 +4,11 @@ layers with their FLOPs and activation bytes, and the activation formulas they c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Sequence
 
 from dpsim.errors import ConfigError, WorkloadError
+from dpsim.frozen import frozen_dataclass
 from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, MemoryOp, ModelSpec, OpSpec, ParamSpec
 
 ACTIVATION_ELEMENT_BYTES = 2
@@ -321,7 +322,7 @@ def _param(name: str, shape: tuple[int, ...], dtype: str) -> ParamSpec:
     return ParamSpec(name=name, shape=tuple(int(d) for d in shape), dtype=dtype)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class _Module:
     """One torch module's parameters, with the order its backward makes their gradients ready."""
 

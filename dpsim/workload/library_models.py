@@ -45,10 +45,10 @@ import difflib
 import functools
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from dpsim.errors import WorkloadError
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_LAYERS, MAX_SEQ_LEN
 from dpsim.workload.shapes import shape_of_hf_config, shape_ref
 
@@ -68,7 +68,7 @@ _LITERAL_USAGE = ("keyword arguments with literal values, e.g. torchvision.model
                   "transformers:LlamaConfig(hidden_size=2048, num_hidden_layers=16)")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Call:
     """``NAME(ARGS)`` of a model reference."""
 

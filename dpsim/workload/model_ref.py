@@ -19,12 +19,12 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dpsim.errors import WorkloadError
 from dpsim.files import path_kind
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_INPUT_ELEMENTS, short
 from dpsim.workload.library_models import parse_call
 from dpsim.workload.shapes import is_shape_ref
@@ -52,7 +52,7 @@ def model_ref_next_to(value: Any, base_dir: Path) -> Any:
     return str(Path(base_dir) / target) + text[len(target):]
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ModelRef:
     """A parsed ``--model`` reference to a builder function."""
 

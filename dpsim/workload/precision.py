@@ -70,13 +70,14 @@ after it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.workload.fp8 import Fp8Recipe, check_fp8_on_gpu, fp8_all_gather, get_fp8_recipe
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Precision:
     """How weights, gradients and optimizer state are stored, and in which dtype each op computes."""
 

@@ -49,6 +49,7 @@ import math
 from dataclasses import dataclass
 
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec
 from dpsim.workload.attention_rates import attention_fraction_of_peak
 from dpsim.workload.fp8 import (
@@ -117,7 +118,7 @@ FUSED_ATTENTION_SLOWDOWN = {"triton": TRITON_FLASH_SLOWDOWN, "flash1": FLASH1_SL
 speed against FlashAttention-2 on the same GPU)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Efficiencies:
     """The fitted constants, as one value (``validation/accuracy_compute.py`` varies them)."""
 

@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -82,6 +81,7 @@ import numpy as np
 
 from dpsim.errors import ConfigError
 from dpsim.files import read_text_capped
+from dpsim.frozen import frozen_dataclass
 
 ROUTING_KINDS: dict[str, str] = {
     "balanced": "every expert gets the same share of tokens (an ideal load-balanced router)",
@@ -98,7 +98,7 @@ ROUTING_KINDS: dict[str, str] = {
 _FLAG = "--moe-routing"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Routing:
     """How a router spreads tokens over experts."""
 
@@ -122,7 +122,7 @@ class Routing:
                 or (self.kind == "gini" and self.gini == 0))
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class RankLoad:
     """How unevenly routing loads the expert-parallel ranks."""
 

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from collections.abc import Mapping
 from typing import Any
 
 from dpsim.errors import WorkloadError
 from dpsim.files import path_kind, read_text_capped
+from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_LAYERS
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, window_pattern
 
@@ -62,7 +63,7 @@ _MAX_DIM = 2 ** 31
 """Upper bound of every integer field: larger shapes are typos, and the counts stay exact in floats."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class TransformerShape:
     """A decoder-only transformer's shape, as ``--model transformer:...`` gives it."""
 

@@ -31,10 +31,10 @@ the transformer block an FSDP auto-wrap policy wraps) and its input size
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import cached_property
 
 from dpsim.errors import WorkloadError
+from dpsim.frozen import frozen_dataclass
 
 DTYPE_SIZE_BYTES: dict[str, int] = {
     "float64": 8,
@@ -60,7 +60,7 @@ def dtype_size_bytes(dtype: str) -> int:
         raise WorkloadError(f"dtype: {dtype!r} is not known; allowed: {allowed}") from None
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ParamSpec:
     """One parameter tensor, as ``model.named_parameters()`` would list it."""
 
@@ -107,7 +107,7 @@ dtypes agree), ``upcast`` autocast's copy of an ``act`` tensor into fp32, ``nchw
 layout transpose of a 16-bit channels-first tensor for its tensor-core kernels (0 in fp32)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class MatmulOp:
     """One matmul of a layer's forward, per sample: ``(m x k) @ (k x n)``, ``batch`` times.
 
@@ -151,7 +151,7 @@ last two are Hopper kernels, costed as FlashAttention-2 elsewhere
 (:func:`dpsim.workload.attention_rates.kernel_pair`)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class AttentionOp:
     """Scaled dot-product attention of one layer, per sample: ``softmax(QKᵀ)V`` over ``heads``.
 
@@ -210,7 +210,7 @@ class AttentionOp:
         return 4.0 * self.seq * (self.seq if self.kv_seq is None else self.kv_seq) * self.heads * self.head_dim
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class MemoryOp:
     """Element-wise or reduction work of a layer's forward that streams tensors through device memory.
 
@@ -270,7 +270,7 @@ def is_mtp_unit(unit: str | None) -> bool:
     return unit is not None and unit.startswith(MTP_UNIT_PREFIX)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class MoeSpec:
     """A mixture-of-experts model's expert layers (every block from ``dense_layers`` on)."""
 
@@ -288,7 +288,7 @@ class MoeSpec:
     """Blocks before the first MoE layer, with a dense MLP (DeepSeek-V3: 3)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class LayerSpec:
     """A unit of compute in forward/backward order that owns zero or more parameters."""
 
@@ -369,7 +369,7 @@ class LayerSpec:
         return tuple(by_name[n] for n in self.grad_ready_order)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class ModelSpec:
     """A whole model: its layers in forward order plus metadata."""
 

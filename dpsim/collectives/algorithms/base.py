@@ -18,17 +18,18 @@ plan charges on every (source, destination) pair: the plan is the schedule, comp
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from dpsim.collectives.ops import check_op as check_message_op
 from dpsim.errors import ConfigError
+from dpsim.frozen import frozen_dataclass
 from dpsim.topology.fabric import nic_layout
 from dpsim.topology.server import build_server
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Phase:
     """Concurrent flows, run ``repeat`` times back to back."""
 
@@ -44,7 +45,7 @@ class Phase:
     """For reports (``intra reduce-scatter``...)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Plan:
     """An algorithm's traffic for one op on one cluster, compressed."""
 
@@ -68,7 +69,7 @@ class Plan:
     """Per flow of the single phase: moved by in-switch reduction (NVLS efficiency applies)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Send:
     """One transfer of an explicit schedule."""
 
@@ -89,7 +90,7 @@ class Send:
         return self.chunk_fraction * len(self.chunks)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Schedule:
     """Steps of sends; sends within a step are concurrent."""
 
@@ -101,7 +102,7 @@ class Schedule:
     """reduce_scatter: chunk -> rank that must end with it; all_gather/broadcast: chunk -> rank that starts with it."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_dataclass
 class Cluster:
     """The ranks of one communicator on a topology, as algorithms see them."""
 
