@@ -90,7 +90,7 @@ def test_plan_searches_the_default_etp_and_names_it_only_when_it_differs():
     assert "--etp 1" in Candidate(**kw, ep=1, etp=1, experts=True).flags()
     assert "--etp" not in Candidate(**kw, ep=4, etp=1, experts=True).flags()
     assert "--etp 2" in Candidate(**kw, ep=4, etp=2, experts=True).flags()
-    assert "--etp" not in Candidate(**kw, ep=1, etp=1).flags()  # a dense model's
+    assert "--etp" not in Candidate(**kw, ep=1, etp=1).flags() and Candidate(**kw, ep=1, etp=1).given_etp is None
 
 
 def test_default_and_given_etp_print_the_same_json(capsys):

@@ -269,8 +269,9 @@ class Candidate:
     etp: int = 1
     """Expert-tensor-parallel size (each expert's width split over it)."""
     experts: bool = False
-    """The model has routed experts: its command names ``--etp`` only where it is not predict's default
-    (:func:`~dpsim.predict.config.default_etp`); a dense model's 1 never."""
+    """The model has routed experts: its config and command give ``etp`` only where it is not predict's
+    default (:func:`~dpsim.predict.config.default_etp`; a dense model's 1 never). A candidate built by hand for a
+    model with experts and ``tp`` above 1 with ``ep`` 1 says so, or its ``etp`` 1 reads as that default."""
     grad_accum_fusion: bool = True
     """Weight gradients accumulated by their GEMM (``--no-grad-accum-fusion``: one more add per
     parameter and micro-batch); always on without tensor or pipeline parallelism, where it
@@ -299,6 +300,12 @@ class Candidate:
         """Tensor, pipeline, context or expert parallelism: the layout path (else data parallelism alone)."""
         return self.tp * self.pp * self.cp * self.ep * self.etp > 1
 
+    @property
+    def given_etp(self) -> int | None:
+        """``etp`` as the job would give it: left out (``None``) where it is predict's default for the model
+        (:attr:`experts`), so the config, and the command, read as the user's would."""
+        return None if self.etp == (default_etp(tp=self.tp, ep=self.ep) if self.experts else 1) else self.etp
+
     def overlap(self, base: PredictConfig) -> bool:
         """Whether its gradients overlap backward: ``base``'s --overlap, except that fsdp with data parallelism
         alone always does (predict models its per-unit traffic overlapped and refuses --no-overlap there)."""
@@ -308,7 +315,7 @@ class Candidate:
         """The :class:`PredictConfig` of this layout on ``base``'s job."""
         return dataclasses.replace(
             base, overlap=self.overlap(base),
-            gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
+            gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.given_etp,
             cp_comm=self.cp_comm if self.cp > 1 else "p2p", cp_balance=self.cp_balance or self.cp == 1,
             strategy=self.strategy,
             micro_batch=self.micro_batch, recompute=self.recompute if self.sharded else "off",
@@ -342,8 +349,7 @@ class Candidate:
     def flags(self) -> str:
         """The ``dpsim predict`` flags of the layout."""
         cp = f" --cp {self.cp}" if self.cp > 1 else ""
-        etp = self.experts and self.etp != default_etp(tp=self.tp, ep=self.ep)
-        ep = (f" --ep {self.ep}" if self.ep > 1 else "") + (f" --etp {self.etp}" if etp else "")
+        ep = (f" --ep {self.ep}" if self.ep > 1 else "") + (f" --etp {self.etp}" if self.given_etp is not None else "")
         out = (f"--gpus {self.gpus} --tp {self.tp}{cp} --pp {self.pp} --dp {self.dp}{ep} "
                f"--micro-batch {self.micro_batch} --global-batch {self.global_batch}")
         out += f" --strategy {self.strategy}"
