@@ -39,16 +39,14 @@ def test_default_etp_is_tp_without_expert_parallelism_else_one(tp, ep, want):
 
 
 def test_tp_with_ep_one_splits_each_expert_over_the_tensor_parallel_ranks():
-    # Mixtral, tp 2 x pp 2 x dp 4, ep 1. Before: etp 1, each tp rank held its stage's experts whole (147.77 GB,
-    # 3.063 s, edp 8). Now etp 2 as Megatron-Core and torchtitan run it: half of every expert per rank, the
-    # expert-data-parallel group tp x dp / etp = 4, and each MoE layer all-gathers its routed tokens over the two
-    # ranks before the expert GEMMs and reduce-scatters the partial outputs after (the etp collectives).
+    # Mixtral, tp 2 x pp 2 x dp 4, ep 1. Before: etp 1, each tp rank held its stage's experts whole (edp 8). Now
+    # etp 2 as Megatron-Core and torchtitan run it: half of every expert per rank, the expert-data-parallel group
+    # tp x dp / etp = 4, and each MoE layer all-gathers its routed tokens over the two ranks before the expert
+    # GEMMs and reduce-scatters the partial outputs after (the etp collectives).
     default, one = predict(_moe()), predict(_moe(etp=1))
     assert default.layout.layout.etp == 2 and default.layout.layout.edp == 4 and default.layout.etp_comm_s > 0
     assert one.layout.layout.etp == 1 and one.layout.layout.edp == 8 and one.layout.etp_comm_s == 0
-    assert default.memory.total_bytes < one.memory.total_bytes
-    # The routed experts' weights, gradients and optimizer state halve: mixed-precision Adam under the
-    # distributed optimizer keeps bf16 weights and gradients (4 bytes) whole per rank, sharded fp32 state over edp.
+    assert default.memory.total_bytes < one.memory.total_bytes  # the routed experts' share halves
     assert _summary(default) == _summary(predict(_moe(etp=2)))
 
 
