@@ -108,7 +108,7 @@ def test_hsdp_ep_one_reduces_experts_like_dense(monkeypatch, pp):
     # tp 2 with ep 1 (etp 1: each tensor-parallel rank holds its experts whole): the experts shard over the
     # tp x shard = 8 ranks of the shard group and their gradient shards all-reduce across the dp / 4 replicas
     # (32 / 4 = 8 without stages, 16 / 4 = 4 with two), as the dense parameters do; nothing on the whole edp group.
-    result, plan = program(monkeypatch, _config(tp=2, sequence_parallel=True, pp=pp, ep=1, zero_group=4,
+    result, plan = program(monkeypatch, _config(tp=2, sequence_parallel=True, pp=pp, ep=1, etp=1, zero_group=4,
                                                  strategy="fsdp-hybrid", global_batch=64))
     lay = result.layout.layout
     replicas = 64 // (2 * pp) // 4

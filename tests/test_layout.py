@@ -44,7 +44,7 @@ def test_layout_choices_are_the_registries():
     assert {k: defaults[k] for k in cfg.LAYOUT_FIELDS} == {
         "tp": 1, "pp": 1, "dp": None, "global_batch": None, "schedule": "1f1b", "virtual_stages": 1,
         "stage_layers": None, "sequence_parallel": False, "recompute": "off", "tp_comm_overlap": "backward",
-        "tp_across_network": False, "grad_accum_fusion": True, "ep": 1, "etp": 1}
+        "tp_across_network": False, "grad_accum_fusion": True, "ep": 1, "etp": None}
 
 
 def test_dp_alone_implies_the_gpus():
@@ -287,7 +287,8 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
     from dpsim.plan.planner import CP_MIN_TOKENS, Planner, plan_layouts
     moe = PredictConfig(model="mixtral-8x7b", link="infiniband", precision="bf16-mixed")
     cands, _ = Planner(moe).candidates(64, global_batch=256, micro_batches=(1,), recomputes=("full",))
-    assert {c.ep for c in cands} == {1, 2, 4, 8} and {c.etp for c in cands} == {1}
+    # etp as predict defaults it: tp with ep 1 (the experts split as the dense linears are), else 1.
+    assert {c.ep for c in cands} == {1, 2, 4, 8} and all(c.etp == (c.tp if c.ep == 1 else 1) for c in cands)
     assert all(8 % c.ep == 0 and (c.tp * c.cp * c.dp) % c.ep == 0 and c.cp == 1 for c in cands)
     # --etp: the expert-tensor-parallel sizes asked for, carved with ep out of tp x cp x dp
     both, _ = Planner(moe).candidates(64, global_batch=256, tps=(2,), eps=(4, 8), etps=(1, 2), micro_batches=(1,),

@@ -696,9 +696,10 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         kw["overlap"] = False
     if "offload" in row["features"].split(";"):
         kw["offload"] = "params+optimizer" if "parameters and optimizer" in row["data_parallel"] else "optimizer"
-    ep, etp = int(row["ep"] or 1), int(row["etp"] or 1)
+    # A row whose source states no etp leaves it blank: predict's default then (tp with ep 1, else 1).
+    ep, etp = int(row["ep"] or 1), (int(row["etp"]) if row["etp"] else None)
     if tp * pp * cp * ep > 1:
-        if strategy == "zero3" and pp * ep * etp > 1:  # the layout's zero3 runs with tp and cp only
+        if strategy == "zero3" and pp * ep * (etp or 1) > 1:  # the layout's zero3 runs with tp and cp only
             kw["strategy"] = "fsdp"
             assumed.append("ZeRO-3 with pipeline or expert parallelism as the layout path's fsdp")
         # Otherwise DeepSpeed ZeRO-3 stays zero3 over the layout's dp x cp ranks (XTuner and EasyContext

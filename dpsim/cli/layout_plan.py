@@ -40,7 +40,8 @@ def plan_command(
                                                          "(default: every divisor of its experts).",
                                      rich_help_panel=SEARCH),
     etp: Optional[str] = typer.Option(None, "--etp", help="Expert-tensor-parallel sizes to search for a mixture of "
-                                                           "experts (default: 1).", rich_help_panel=SEARCH),
+                                                           "experts (default: predict's, --tp with --ep 1, else 1).",
+                                      rich_help_panel=SEARCH),
     # The three name lists default to None ("not given"): the library searches its own defaults then, and
     # blames a list only when the user gave it (--pp 1 --schedules 1f1b,1f1b-interleaved was let through
     # because the default pair, always passed, could not be told from the same pair given).

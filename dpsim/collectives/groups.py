@@ -136,6 +136,9 @@ class LayoutShape:
     """Expert-parallel ranks of the expert layers (1: no ``ep`` communicator)."""
     etp: int = 1
     """Expert-tensor-parallel ranks of the expert layers."""
+    experts: bool = True
+    """The model has routed experts: without (a dense model), no HSDP expert-shard communicators (``ezero``,
+    ``ezrep``), which a dense tp layout's ``etp`` 1 below ``tp`` would otherwise build, unused."""
     zero_group: int | None = None
     """InternLM's ZERO1 group or HSDP's shard degree (``--zero-group``): that many consecutive data-parallel
     ranks, each with its ``cp`` context-parallel ranks, a ``zero`` communicator when fewer than all of them
@@ -230,7 +233,7 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
         # torchtitan/distributed/parallel_dims.py@0119de156de5): one rank of each shard group, tp x shard apart.
         rep_topo, rep_conc = strided(t * shard, d // shard)
         comms["zrep"] = Communicator(name="zrep", topology=rep_topo, job=job, concurrent=rep_conc)
-    if shard is not None and shard < d and (shape.ep > 1 or shape.etp != t):
+    if shard is not None and shard < d and shape.experts and (shape.ep > 1 or shape.etp != t):
         # HSDP under expert parallelism: the routed experts are sharded over the expert-data-parallel ranks of one
         # shard group (torchtitan's dp_shard_in_ep = dp_shard x cp / ep, parallel_dims.py@0119de156de5), in
         # the expert order below etp x ep apart within the shard group's tp x shard consecutive GPUs, and

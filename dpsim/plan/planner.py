@@ -20,7 +20,8 @@ two parameter copies' gradients with its mirror's; for a mixture of experts with
 schedules add DualPipe, run with the expert-parallel all-to-alls overlapped as ``predict
 --schedule dualpipe --moe-a2a-overlap`` runs them, DeepSeek-V3's schedule for it, arXiv:2412.19437 Sec. 3.2.1)
 and sequence parallelism (with ``tp > 1``). For a mixture of experts, every expert-parallel size ``ep``
-dividing its experts and ``tp x cp x dp`` (``etp`` 1 unless ``--etp``, sequence parallelism exactly when
+dividing its experts and ``tp x cp x dp`` (``etp`` predict's default unless ``--etp``: ``tp`` with ``ep`` 1, else 1;
+sequence parallelism exactly when
 ``tp > 1``, as ``predict`` requires); for a sequence of :data:`CP_MIN_TOKENS` or more, the
 context-parallel sizes :data:`DEFAULT_CPS` that cut it into ``2 x cp`` chunks (GPUs =
 ``tp x cp x pp x dp``).
@@ -104,6 +105,7 @@ from dpsim.plan.reliability import (
 from dpsim.predict.config import (
     PLAN_DP_STRATEGIES,
     PredictConfig,
+    default_etp,
     check_moe_node_limit,
     check_value,
     flag_name,
@@ -267,6 +269,10 @@ class Candidate:
     """Expert-parallel size of a mixture of experts, carved with ``etp`` out of ``tp x cp x dp``."""
     etp: int = 1
     """Expert-tensor-parallel size (each expert's width split over it)."""
+    experts: bool = False
+    """The model has routed experts: its config and command give ``etp`` only where it is not predict's
+    default (:func:`~dpsim.predict.config.default_etp`; a dense model's 1 never). A candidate built by hand for a
+    model with experts and ``tp`` above 1 with ``ep`` 1 says so, or its ``etp`` 1 reads as that default."""
     grad_accum_fusion: bool = True
     """Weight gradients accumulated by their GEMM (``--no-grad-accum-fusion``: one more add per
     parameter and micro-batch); always on without tensor or pipeline parallelism, where it
@@ -295,6 +301,12 @@ class Candidate:
         """Tensor, pipeline, context or expert parallelism: the layout path (else data parallelism alone)."""
         return self.tp * self.pp * self.cp * self.ep * self.etp > 1
 
+    @property
+    def given_etp(self) -> int | None:
+        """``etp`` as the job would give it: left out (``None``) where it is predict's default for the model
+        (:attr:`experts`), so the config, and the command, read as the user's would."""
+        return None if self.etp == (default_etp(tp=self.tp, ep=self.ep) if self.experts else 1) else self.etp
+
     def overlap(self, base: PredictConfig) -> bool:
         """Whether its gradients overlap backward: ``base``'s --overlap, except that fsdp with data parallelism
         alone always does (predict models its per-unit traffic overlapped and refuses --no-overlap there)."""
@@ -304,7 +316,7 @@ class Candidate:
         """The :class:`PredictConfig` of this layout on ``base``'s job."""
         return dataclasses.replace(
             base, overlap=self.overlap(base),
-            gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
+            gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.given_etp,
             cp_comm=self.cp_comm if self.cp > 1 else "p2p", cp_balance=self.cp_balance or self.cp == 1,
             strategy=self.strategy,
             micro_batch=self.micro_batch, recompute=self.recompute if self.sharded else "off",
@@ -338,7 +350,7 @@ class Candidate:
     def flags(self) -> str:
         """The ``dpsim predict`` flags of the layout."""
         cp = f" --cp {self.cp}" if self.cp > 1 else ""
-        ep = (f" --ep {self.ep}" if self.ep > 1 else "") + (f" --etp {self.etp}" if self.etp > 1 else "")
+        ep = (f" --ep {self.ep}" if self.ep > 1 else "") + (f" --etp {self.etp}" if self.given_etp is not None else "")
         out = (f"--gpus {self.gpus} --tp {self.tp}{cp} --pp {self.pp} --dp {self.dp}{ep} "
                f"--micro-batch {self.micro_batch} --global-batch {self.global_batch}")
         out += f" --strategy {self.strategy}"
@@ -641,6 +653,10 @@ class _ExpertAsk:
     moe_a2a_overlap: bool = False
     """Checked by the job's own config, not per candidate."""
 
+    def etp_for(self, experts: bool) -> int:
+        """The enumerated ``etp`` (already predict's default where ``--etp`` was left out)."""
+        return self.etp
+
 
 class Planner:
     """The searches of one job (model, cluster design, precision): caches shared by every candidate."""
@@ -734,7 +750,8 @@ class Planner:
         key = (gpus, tp, pp, dp, cp, ep, etp, zero_group)
         gc = self._collectives.get(key)
         if gc is None:
-            shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero_group=zero_group)
+            shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero_group=zero_group,
+                                experts=self.model.moe is not None)
             gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self.factory(gpus), layout=shape)
         return gc
 
@@ -1198,14 +1215,17 @@ class Planner:
                         continue
                     # Expert parallelism carved out of tp x cp x dp, as predict requires.
                     ep_values = (eps or _divisors(moe.experts)) if moe is not None else (1,)
-                    experts = [(ep, etp) for ep in ep_values for etp in ((etps or (1,)) if moe is not None else (1,))]
+                    # --etp left out: predict's default (tp with ep 1, else 1); a dense model's 1.
+                    experts = [(ep, etp) for ep in ep_values
+                               for etp in ((etps or (default_etp(tp=tp, ep=ep),)) if moe is not None else (1,))]
                     for ep, etp in experts:
                         if (tp * cp * dp) % (ep * etp):
                             continue
                         try:
                             if moe is not None:
                                 check_experts(self.model, _ExpertAsk(tp=tp, cp=cp, ep=ep, etp=etp))
-                            check_layout_placement(topo, LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp),
+                            check_layout_placement(topo, LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
+                                                                     experts=moe is not None),
                                                    tp_across_network=self.tp_across_network,
                                                    tp_comm_overlap=self.tp_comm_overlap)
                         except ConfigError:
@@ -1230,7 +1250,7 @@ class Planner:
             if global_batch % (mb * dp):
                 continue
             m = global_batch // (mb * dp)
-            for strategy, zero_group in self.strategy_variants(gpus, dp=dp, cp=cp, pp=pp, ep=ep, etp=etp,
+            for strategy, zero_group in self.strategy_variants(gpus, dp=dp, cp=cp, pp=pp, ep=ep, etp=etp, tp=tp,
                                                                sharded=sharded, strategies=strategies):
                 for recompute in (recomputes or DEFAULT_RECOMPUTES):
                     if not sharded and recompute != "off" and recompute != "full":
@@ -1259,7 +1279,7 @@ class Planner:
                                 (self.moe_a2a_overlap and (pp == 1 or schedule in A2A_OVERLAP_SCHEDULES))
                                 or (schedule == "dualpipe" and self._dual_default(schedules)))
                             out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
-                                                 strategy=strategy,
+                                                 experts=self.model.moe is not None, strategy=strategy,
                                                  micro_batch=mb, recompute=recompute, schedule=schedule,
                                                  virtual_stages=v, sequence_parallel=sp, global_batch=global_batch,
                                                  grad_accum_fusion=self.grad_accum_fusion or not sharded,
@@ -1271,7 +1291,7 @@ class Planner:
                                                  zero_group=zero_group))
         return out
 
-    def strategy_variants(self, gpus: int, *, dp: int, cp: int, pp: int, ep: int, etp: int, sharded: bool,
+    def strategy_variants(self, gpus: int, *, dp: int, cp: int, pp: int, ep: int, etp: int, sharded: bool, tp: int = 1,
                           strategies) -> list[tuple[str, int | None]]:
         """The data-parallel strategies of one shape, each with its shard group (``None`` but for
         ``fsdp-hybrid`` and MiCS), where they apply as ``predict`` runs them: none but ``ddp`` without data-parallel
@@ -1286,7 +1306,8 @@ class Planner:
         for strategy in (strategies or DEFAULT_STRATEGIES):
             if dp * cp == 1 and strategy != "ddp":
                 continue
-            if strategy == "zero3" and (pp > 1 or ep > 1 or etp > 1):
+            # etp = tp with ep 1 (the default) splits the experts as the dense linears are, as predict takes it.
+            if strategy == "zero3" and (pp > 1 or ep > 1 or (etp > 1 and not (ep == 1 and etp == tp))):
                 continue
             if strategy == "zero3" and not sharded:
                 # MiCS (predict's zero3 --zero-group, dpsim/strategies/sharded.py): ZeRO-3 over every rank, then
@@ -1948,7 +1969,7 @@ class Planner:
             # The two parameter copies' gradients summed between each stage and its mirror after the
             # last backward, behind the stage's data-parallel collectives (the embedding's among them):
             # the slowest pair, on the communicator where it sits.
-            shape = LayoutShape(tp=c.tp, pp=p, dp=c.dp, cp=c.cp, ep=c.ep, etp=c.etp)
+            shape = LayoutShape(tp=c.tp, pp=p, dp=c.dp, cp=c.cp, ep=c.ep, etp=c.etp, experts=self.model.moe is not None)
             job = self.topology(c.gpus)
             dp_exposed += max(self.cost(gc, mirror_pair_group(job, shape, r), "all_reduce",
                                         sum(tab.work[i].grad_numel for layers in assignment[r] for i in layers) * g)

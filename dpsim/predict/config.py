@@ -259,6 +259,28 @@ class WorkloadConfig:
         _check_part(self)
 
 
+def default_etp(*, tp: int, ep: int) -> int:
+    """``--etp`` left out: ``tp`` with ``ep`` 1, else 1.
+
+    With expert parallelism off both frameworks split every routed expert over the tensor-parallel ranks:
+    Megatron-Core defaults ``--expert-tensor-parallel-size`` to ``--tensor-model-parallel-size``
+    (megatron/training/arguments.py validate_args, ``if args.expert_tensor_parallel_size is None:
+    args.expert_tensor_parallel_size = args.tensor_model_parallel_size``, and
+    megatron/core/model_parallel_config.py ``__post_init__`` alike, NVIDIA/Megatron-LM@d98e8a64ddf3), and
+    torchtitan's ``apply_moe_ep_tp`` gives the experts ``TensorParallel()`` on the tp mesh when there is no ep
+    mesh ("EP disabled: shard routed expert weights across TP mesh", torchtitan/models/llama4/parallelize.py
+    @c4b409af2bc7; the ``expert_tensor_parallel_degree`` it removed had "No effect ... when ep = 1",
+    torchtitan/config/configs.py@a2b5ee66ccb7). With expert parallelism they differ: torchtitan's
+    ``expert_tensor_parallel_degree`` defaulted to 1 (ep borrowing the tp ranks, ``efsdp = dp_shard * cp * tp
+    // (etp * ep)``, torchtitan/distributed/parallel_dims.py@a2b5ee66ccb7), and since c4b409af2bc7 ("deprecate
+    expert tensor parallel (ETP)") experts are never tensor-split under ep (torchtitan/config/configs.py@b5bcd76c66d0,
+    expert_parallel_degree: "EP borrows ranks from FSDP and TP"); Megatron-Core keeps etp = tp. dpsim has no framework setting to
+    choose between them, so it keeps 1 there (what it did before, and what the published Megatron-Core MoE
+    recipes it is checked against set: ``--expert-tensor-parallel-size: 1`` in
+    yanring/Megatron-MoE-ModelZoo model_configs/benchmarking/*.yaml@c1ad0b5c89f4)."""
+    return tp if ep == 1 else 1
+
+
 @frozen_dataclass
 class ParallelismConfig:
     """How the job is split over its GPUs: the data-parallel strategy and the tensor, pipeline,
@@ -345,9 +367,13 @@ class ParallelismConfig:
     ep: int = field(default=1, metadata=_count())
     """Expert-parallel GPUs of a mixture of experts: each holds experts / ep of every MoE layer's
     experts, tokens sent to them by all-to-all; carved with --etp out of tp x dp (Megatron-Core)."""
-    etp: int = field(default=1, metadata=_count())
+    etp: int | None = field(default=None, metadata=_count())
     """Expert-tensor-parallel GPUs: each expert's width split over them (Megatron-Core's
-    --expert-tensor-parallel-size)."""
+    --expert-tensor-parallel-size). Left out: --tp with --ep 1 (each expert split over the
+    tensor-parallel ranks, as the dense linears are: what Megatron-Core and torchtitan both do), 1
+    with --ep 2 or more (experts whole, expert parallelism borrowing the tensor-parallel ranks:
+    torchtitan's default; Megatron-Core's is --tp, so give --etp to match a Megatron-Core job that
+    leaves it out)."""
     moe_routing: str = "balanced"
     """How a mixture of experts' router spreads tokens over its experts: balanced, zipf:S (expert i's
     share proportional to (i + 1)^-S), histogram:PATH.json (measured per-expert counts), maxvio:V
@@ -377,15 +403,22 @@ class ParallelismConfig:
     @property
     def layout_active(self) -> bool:
         """Tensor, pipeline, context or expert parallelism is asked for (``tp``, ``pp``, ``cp``, ``ep`` or
-        ``etp`` above 1)."""
-        return self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1 or self.etp > 1
+        a given ``etp`` above 1; its default is above 1 only with ``tp``)."""
+        return self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1 or (self.etp or 1) > 1
 
     @property
     def layout_flags(self) -> str:
         """The flags that make :attr:`layout_active`, as given (``--ep 8``, ``--tp 2 --pp 4``): its
         refusals said "with --tp/--cp/--pp" to a job that gave only --ep."""
         return " ".join(f"--{name} {value}" for name, value in (("tp", self.tp), ("pp", self.pp), ("cp", self.cp),
-                                                                ("ep", self.ep), ("etp", self.etp)) if value > 1)
+                                                                ("ep", self.ep), ("etp", self.etp or 1)) if value > 1)
+
+    def etp_for(self, experts: bool) -> int:
+        """The expert-tensor-parallel size a job runs: ``--etp`` as given, else :func:`default_etp` for a model
+        with routed experts (``experts``) and 1 for a dense one (it has no expert layers to split)."""
+        if self.etp is not None:
+            return self.etp
+        return default_etp(tp=self.tp, ep=self.ep) if experts else 1
 
     def __post_init__(self) -> None:
         _check_part(self)
@@ -853,9 +886,11 @@ class PredictConfig:
                     raise ConfigError(f"{_given_flag(name, self.value_of(name))} applies only with context "
                                       f"parallelism; give --cp 2 or more, or leave it out")
         parse_routing(p.moe_routing)  # a one-line --moe-routing error now, not mid-prediction
-        experts = p.ep * p.etp
+        # A left-out --etp's default (tp or 1) divides tp x cp x dp whenever --ep does: checked as 1 here.
+        etp = p.etp or 1
+        experts = p.ep * etp
         if (p.tp * p.cp * self.data_parallel) % experts:
-            raise ConfigError(f"--ep: --ep {p.ep} x --etp {p.etp} = {experts} does not divide --tp {p.tp} x "
+            raise ConfigError(f"--ep: --ep {p.ep} x --etp {etp} = {experts} does not divide --tp {p.tp} x "
                               f"--cp {p.cp} x {self.data_parallel} data-parallel replicas = "
                               f"{p.tp * p.cp * self.data_parallel}, the GPUs "
                               f"of a stage the expert layers are carved from; choose an --ep that divides it")
@@ -973,23 +1008,26 @@ class PredictConfig:
         if p.strategy not in LAYOUT_DP_STRATEGIES:
             raise ConfigError(f"--strategy: {p.strategy!r} does not combine with {p.layout_flags} here; over the "
                               f"replicas of a tensor/pipeline layout choose one of {', '.join(LAYOUT_DP_STRATEGIES)}")
-        if p.strategy == "fsdp-hybrid" and (p.ep > 1 or p.etp > 1):
+        etp = p.etp or 1  # the default (tp with ep 1) divides the shard group's tp x zero_group x cp ranks
+        if p.strategy == "fsdp-hybrid" and (p.ep > 1 or etp > 1):
             # torchtitan carves ep out of each shard group (dp_shard x cp, with etp 1 x tp too) and shards the
             # experts over the rest inside each replica: it asserts (dp_shard * cp) % ep == 0
             # (ParallelDims._validate, torchtitan/distributed/parallel_dims.py@0119de156de5).
             ranks = p.tp * p.zero_group * p.cp
-            if ranks % (p.ep * p.etp):
-                allowed = [k for k in range(1, ranks + 1) if ranks % (k * p.etp) == 0]
-                name, value = ("ep", p.ep) if p.etp == 1 else ("ep", f"{p.ep} x --etp {p.etp}")
+            if ranks % (p.ep * etp):
+                allowed = [k for k in range(1, ranks + 1) if ranks % (k * etp) == 0]
+                name, value = ("ep", p.ep) if etp == 1 else ("ep", f"{p.ep} x --etp {etp}")
                 raise ConfigError(f"--{name}: {value} does not divide the HSDP shard group the experts are carved "
                                   f"from, --zero-group {p.zero_group} x --cp {p.cp}"
                                   + (f" x --tp {p.tp}" if p.tp > 1 else "") + f" = {ranks} ranks; choose --ep "
                                   f"among {', '.join(map(str, allowed))}, or a --zero-group that --ep divides")
-        if p.strategy == "zero3" and (p.pp > 1 or p.ep > 1 or p.etp > 1):
+        # An --etp equal to --tp with --ep 1 is the default: the experts split as the dense linears are.
+        etp_apart = etp if etp > 1 and not (p.ep == 1 and etp == p.tp) else 1
+        if p.strategy == "zero3" and (p.pp > 1 or p.ep > 1 or etp_apart > 1):
             # DeepSpeed's PipelineEngine asserts ``zero_optimization_stage() < 2`` ("ZeRO-2 and ZeRO-3 are
             # incompatible with pipeline parallelism", microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py);
             # expert parallelism under ZeRO-3 is not modelled.
-            name, value = next((n, v) for n, v in (("pp", p.pp), ("ep", p.ep), ("etp", p.etp)) if v > 1)
+            name, value = next((n, v) for n, v in (("pp", p.pp), ("ep", p.ep), ("etp", etp_apart)) if v > 1)
             raise ConfigError(f"--{name}: {value} does not combine with --strategy zero3 (DeepSpeed ZeRO-3 runs "
                               f"with tensor and context/sequence parallelism only); use --{name} 1, or --strategy "
                               f"fsdp or zero1")

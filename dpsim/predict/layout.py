@@ -100,9 +100,11 @@ from dpsim.workload.roofline import Efficiencies, memory_term
 from dpsim.workload.spec import ModelSpec
 
 
-def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
+def layout_of(config: PredictConfig, grad_element_bytes: int = 2, model: ModelSpec | None = None) -> Layout:
     """The :class:`Layout` a config asks for (its own rules already checked); ``--bucket-cap-mb``
-    (MiB of gradients) becomes parameters per bucket at ``grad_element_bytes``."""
+    (MiB of gradients) becomes parameters per bucket at ``grad_element_bytes``. ``model``: whether it has routed
+    experts decides a left-out ``--etp`` (:meth:`~dpsim.predict.config.ParallelismConfig.etp_for`; without it,
+    a dense model's 1)."""
     par = config.parallelism
     dp = config.data_parallel
     bucket = None
@@ -116,24 +118,30 @@ def layout_of(config: PredictConfig, grad_element_bytes: int = 2) -> Layout:
                   stage_blocks=parse_stage_layers(par.stage_layers, par.pp, par.virtual_stages),
                   bucket_elements=bucket,
                   grad_accum_fusion=par.grad_accum_fusion, cp=par.cp, cp_comm=par.cp_comm,
-                  cp_balance=par.cp_balance, offload=config.execution.offload, ep=par.ep, etp=par.etp,
+                  cp_balance=par.cp_balance, offload=config.execution.offload, ep=par.ep, etp=par.etp_for(_has_experts(model)),
                   moe_a2a_overlap=par.moe_a2a_overlap, zero_impl=par.zero_impl, zero_group=par.zero_group)
 
 
-def layout_shape(config: PredictConfig) -> LayoutShape | None:
+def _has_experts(model: ModelSpec | None) -> bool:
+    return model is not None and model.moe is not None
+
+
+def layout_shape(config: PredictConfig, model: ModelSpec | None = None) -> LayoutShape | None:
     """The layout's group sizes for :class:`~dpsim.collectives.groups.GroupCollectives` (``None``
-    without tensor/pipeline parallelism)."""
+    without tensor/pipeline parallelism); ``model`` as for :func:`layout_of` (without it, no expert
+    communicators beyond ``ep`` and ``edp``)."""
     par = config.parallelism
     if not par.layout_active:
         return None
+    experts = _has_experts(model)
     return LayoutShape(tp=par.tp, pp=par.pp, dp=config.data_parallel, cp=par.cp, ep=par.ep,
-                       etp=par.etp, zero_group=par.zero_group)
+                       etp=par.etp_for(experts), zero_group=par.zero_group, experts=experts)
 
 
 def check_layout(config: PredictConfig, model: ModelSpec, topology: Topology) -> None:
     """What needs the model or the cluster: the split, the heads, the placement (one line each)."""
     par = config.parallelism
-    shape = layout_shape(config)
+    shape = layout_shape(config, model)
     assert shape is not None
     source = model_source(config)
     if is_torch_model_ref(source):
@@ -229,7 +237,7 @@ def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
                           f"leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
     if moe is None:
         check_no_expert_options(model.name, parallelism)
-        if parallelism.ep > 1 or parallelism.etp > 1:
+        if parallelism.ep > 1 or (parallelism.etp or 1) > 1:
             flag, value = ("--ep", parallelism.ep) if parallelism.ep > 1 else ("--etp", parallelism.etp)
             raise ConfigError(f"{flag}: {value} splits the experts of a mixture of experts, but {model.name} is dense; "
                               f"leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
@@ -238,8 +246,10 @@ def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
     if moe.experts % parallelism.ep:
         raise ConfigError(f"--ep: {parallelism.ep} does not divide the {moe.experts} experts of {model.name}; choose an "
                           f"--ep that divides them")
-    if moe.expert_ffn % parallelism.etp:
-        raise ConfigError(f"--etp: {parallelism.etp} does not divide the experts' width {moe.expert_ffn}; choose an --etp "
+    etp = parallelism.etp_for(True)
+    if moe.expert_ffn % etp:
+        given = "" if parallelism.etp is not None else f" (left out: --tp {parallelism.tp}'s, with --ep 1)"
+        raise ConfigError(f"--etp: {etp}{given} does not divide the experts' width {moe.expert_ffn}; choose an --etp "
                           f"that divides it")
     rows = {op.m for layer in model.layers for op in layer.ops
             if getattr(op, "name", "").startswith("experts.") and hasattr(op, "m")}
@@ -276,7 +286,7 @@ def expert_split(config: PredictConfig, model: ModelSpec | None = None) -> Exper
     busiest rank's rows over the balanced mean (the routing's factor, less what capacity drops)."""
     load = expert_load(config, model) if model is not None else None
     factor = load.mean_busiest_factor * (1.0 - load.dropped_fraction) if load is not None else 1.0
-    return ExpertSplit(ep=config.parallelism.ep, etp=config.parallelism.etp, load=factor)
+    return ExpertSplit(ep=config.parallelism.ep, etp=config.parallelism.etp_for(_has_experts(model)), load=factor)
 
 
 def degraded_classes(collectives: GroupCollectives, name: str) -> dict[str, float] | None:
@@ -570,7 +580,7 @@ def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: Co
 
 def layout_memory(config: PredictConfig, model: ModelSpec, gpu, precision) -> tuple[StageMemory, ...]:
     """Memory per GPU of every stage of ``config``'s layout."""
-    layout = layout_of(config)
+    layout = layout_of(config, model=model)
     return stages_memory(tp_model(cp_shard(model, layout.context), config.parallelism.tp, experts=expert_split(config, model)),
                          layout, gpu, precision, config.workload.optimizer, cp_model=model)
 
@@ -668,7 +678,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     profile, whose measured message sizes the step's collectives are checked against as the
     data-parallel path checks its buckets.
     """
-    layout = layout_of(config, precision.grad_bytes)
+    layout = layout_of(config, precision.grad_bytes, model)
     check_schedule(layout)
     load = expert_load(config, model)
     tpm = tp_model(cp_shard(model, layout.context), config.parallelism.tp, sequence_parallel=config.parallelism.sequence_parallel,
@@ -695,7 +705,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
         return t
 
     def etp_cost(bytes_per_rank: float) -> float:
-        return expert_tp_s(cost, bytes_per_rank, load, config.parallelism.etp)
+        return expert_tp_s(cost, bytes_per_rank, load, layout.etp)
 
     scale, opt_scale = _scales(config, model, gpu, precision, compute)
     shard = shard_compute(tpm, gpu, config, precision)

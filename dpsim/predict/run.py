@@ -265,7 +265,7 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     if config.parallelism.layout_active:
         check_layout(config, model, topology)
     collectives = build_collectives(config, topology, profile=profile, degradations=degradations,
-                                    layout=layout_shape(config))
+                                    layout=layout_shape(config, model))
     comm_slowdown = 0.0
     if profile is not None:
         compute, comm_slowdown, provenance = apply_profile(config, profile, model, compute, precision, topology,
