@@ -183,8 +183,6 @@ def test_every_row_cites_its_source_and_no_kept_out_one():
 def test_shipped_constants_are_the_fit_on_the_sweeps():
     import sys
 
-    import numpy as np
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
     import accuracy_gemm
 

@@ -49,7 +49,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpsim.errors import DpsimError
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.model_error import load_rows
 from dpsim.predict.run import predict

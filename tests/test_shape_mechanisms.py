@@ -5,7 +5,6 @@ model by shape and by ``config.json`` costs the same; what stays unexpressible i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 

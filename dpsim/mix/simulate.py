@@ -458,9 +458,9 @@ def cluster_topology(spec: MixSpec) -> Topology:
         return Topology(spec=design, n_gpus=spec.cluster_gpus)
     except DpsimError as exc:
         text = str(exc)
-        for flag, field in _CLUSTER_FIELDS.items():
+        for flag, name in _CLUSTER_FIELDS.items():
             if text.startswith(f"{flag}:") or text.startswith(f"{flag} "):
-                raise type(exc)(field + text[len(flag):]) from None
+                raise type(exc)(name + text[len(flag):]) from None
         raise
 
 
