@@ -876,6 +876,14 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
         activations = stage_activation_bytes(tpm, assignment, layout, precision)
     out = []
     internlm = internlm_stages(tpm, assignment, layout, None, precision.grad_bytes)
+    # The layout's, alike for every stage (properties, read once).
+    # HSDP (fsdp-hybrid) shards over its shard group, every other strategy over dp x cp.
+    d = layout.shard_group
+    expert_group = layout.expert_shard_group
+    shards_optimizer = layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES
+    resharded = reshards_after_forward(layout) and d > 1
+    shard_group_size = layout.zero1_group if internlm else d if shards_optimizer else 1
+    overhead, capacity = float(FRAMEWORK_OVERHEAD_BYTES), float(gpu.memory_bytes)
     for s in range(len(assignment)):
         per_chunk, working, numel = activations[s]
         act = 0.0
@@ -885,19 +893,17 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             act += deferred_w[s] * deferred_weight_grad_bytes(tpm, assignment[s], layout) * mb
         act = (act + working * mb) * act_scale
         act += layout_fp8_weight_bytes(tpm, assignment[s], precision, gpu.architecture)
-        # HSDP (fsdp-hybrid) shards over its shard group, every other strategy over dp x cp.
-        d = layout.shard_group
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
         experts = expert_numels[s] if expert_numels is not None else \
             sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
         # HSDP under expert parallelism shards them over the expert-data-parallel ranks of its shard group.
-        shard = -(-(numel - experts) // d) + -(-experts // layout.expert_shard_group)  # a rank's share
-        opt = shard * k if layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES else numel * k
+        shard = -(-(numel - experts) // d) + -(-experts // expert_group)  # a rank's share
+        opt = shard * k if shards_optimizer else numel * k
         if internlm:  # whole parameters, greedily, within the ZERO1 group: the largest share's state
             opt = internlm[s].largest_owned * k
         weights, grads, buffers = numel * w, numel * g, 0
-        if reshards_after_forward(layout) and d > 1:
+        if resharded:
             # Only the shards persist; the current and the prefetched unit are gathered, and the
             # unit being reduced holds its unsharded gradient (the data-parallel path's working set).
             # The routed experts' shards are split over their own edp replicas, as the optimizer
@@ -909,15 +915,12 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             # next_transformer_block.moe.experts])``, models/llama4/infra/parallelize.py@05a6cb3895a5): the working
             # set is still whole blocks, less the experts when each rank holds its own whole (never gathered).
             largest = max(_unit_numels(tpm, assignment[s], experts_local=layout.experts_apart
-                                       and layout.expert_shard_group == 1), default=0)
+                                       and expert_group == 1), default=0)
             weights, grads, buffers = shard * w, shard * g, largest * (2 * w + g)
         breakdown = MemoryBreakdown(
             weights_bytes=float(weights), gradients_bytes=float(grads), optimizer_bytes=float(opt),
-            activations_bytes=float(act), comm_buffers_bytes=float(buffers),
-            overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),
-            capacity_bytes=float(gpu.memory_bytes), strategy=layout.strategy,
-            shard_group_size=layout.zero1_group if internlm else d if layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES
-            else 1)
+            activations_bytes=float(act), comm_buffers_bytes=float(buffers), overhead_bytes=overhead,
+            capacity_bytes=capacity, strategy=layout.strategy, shard_group_size=shard_group_size)
         out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
                                in_flight=tuple(in_flight[s])))
     return tuple(out)
