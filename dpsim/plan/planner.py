@@ -142,7 +142,7 @@ from dpsim.strategies.layout import (
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
 from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, dualpipe_stage_times,
-                                      extra_warmup, gradient_buckets, schedule_slots)
+                                      extra_warmup, layer_buckets, schedule_slots)
 from dpsim.strategies.ddp_costs import ddp_buckets, ddp_costs
 from dpsim.strategies.deepspeed_fetch import backward_gather_numel
 from dpsim.strategies.registry import UNIT_STRATEGIES, unsharded_accumulation, zero_shard_group
@@ -1517,28 +1517,35 @@ class Planner:
         numel_of = {"dp": lambda lw: lw.grad_numel - lw.expert_grad_numel, "edp": lambda lw: lw.expert_grad_numel,
                     "all": lambda lw: lw.grad_numel}
         out = []
+        # Per chunk, what every group's buckets read: its layers' work and, with ``overlap``, when the backward
+        # reaches each layer and when the forward does (a bucket is launched once the backward reaches its
+        # earliest layer, needed by the forward at its earliest layer); else the chunk's backward.
+        forward, backward = tab.forward, tab.backward
+        chunks = []
+        for layers in assignment[s]:
+            work = [tab.work[i] for i in layers]
+            if overlap:
+                before_f, after_b, run_f = {}, {}, 0.0
+                for i in layers:
+                    before_f[i] = run_f
+                    run_f += forward[i]
+                run_b = 0.0
+                for i in reversed(layers):
+                    run_b += backward[i]
+                    after_b[i] = run_b
+                chunks.append((work, before_f, after_b, 0.0))
+            else:
+                chunks.append((work, None, None, sum(backward[i] for i in layers)))
         for group in groups:
-            for ch, layers in enumerate(assignment[s]):
-                work = ChunkWork(stage=s, chunk=ch, layers=tuple(tab.work[i] for i in layers))
-                backward = sum(tab.backward[i] for i in layers)
+            for ch, (work, before_f, after_b, chunk_backward) in enumerate(chunks):
                 if overlap:
-                    # Launched once the backward reaches the bucket's earliest layer; needed by the
-                    # forward at its earliest layer.
-                    before_f, after_b, run_f = {}, {}, 0.0
-                    for i in layers:
-                        before_f[i] = run_f
-                        run_f += tab.forward[i]
-                    run_b = 0.0
-                    for i in reversed(layers):
-                        run_b += tab.backward[i]
-                        after_b[i] = run_b
-                    for _, numel, members in reversed(gradient_buckets(work, bucket, numel_of[group])):
+                    for _, numel, members in reversed(layer_buckets(work, bucket, numel_of[group])):
                         first = min(members)
                         out.append((group, ch, numel, after_b[first], before_f[first]))
                 else:
-                    numel = sum(numel_of[group](lw) for lw in work.layers)
+                    numel = sum(numel_of[group](lw) for lw in work)
                     if numel:
-                        out.append((group, ch, numel, backward, 0.0))
+                        out.append((group, ch, numel, chunk_backward, 0.0))
         hit = self._buckets[key] = tuple(out)
         return hit
 

@@ -98,7 +98,7 @@ from dataclasses import dataclass
 from dpsim.engine.pipeline import PipelineProgram, StageOp, StageProgram, Transfer, gc_paused
 from dpsim.engine.program import CommOp
 from dpsim.errors import ConfigError
-from dpsim.strategies.layout import ChunkWork, Layout, reshards_after_forward
+from dpsim.strategies.layout import ChunkWork, LayerWork, Layout, reshards_after_forward
 from dpsim.strategies.zero import InternlmZero1
 
 Slot = tuple[str, int, int]
@@ -1388,9 +1388,15 @@ def gradient_buckets(work: ChunkWork, bucket_elements: int, numel_of=_dense_nume
     """Gradient buckets of a chunk in backward order: ``(layer whose backward completes it,
     parameters, its layers)``; a layer larger than the bucket forms one of its own.
     ``numel_of``: the parameters of a layer the buckets hold (its dense ones, or its experts')."""
+    return layer_buckets(work.layers, bucket_elements, numel_of)
+
+
+def layer_buckets(layers: Sequence[LayerWork], bucket_elements: int,
+                  numel_of=_dense_numel) -> list[tuple[int, int, tuple[int, ...]]]:
+    """:func:`gradient_buckets` of a chunk's ``layers`` (its :attr:`ChunkWork.layers`, without building one)."""
     out: list[tuple[int, int, tuple[int, ...]]] = []
     current, members = 0, []
-    for lw in reversed(work.layers):
+    for lw in reversed(layers):
         numel = numel_of(lw)
         if numel == 0:
             continue
