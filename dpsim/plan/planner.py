@@ -90,7 +90,7 @@ from dpsim.hardware import get_gpu
 from dpsim.network.degrade import LinkDegradation
 from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
                           check_int, check_number, short)
-from dpsim.memory import stage_activation_bytes, stage_expert_numels, worst_stage
+from dpsim.memory import stage_activation_bytes, stage_expert_numels
 from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
 from dpsim.plan.reliability import (
@@ -122,7 +122,7 @@ from dpsim.predict.layout import (
     model_source,
     shard_compute,
     stage_optimizer_s,
-    stages_memory,
+    stages_fullest,
     zero3_layout_passes,
 )
 from dpsim.predict.resolve import resolve
@@ -1417,10 +1417,8 @@ class Planner:
                 per_layer=self._layer_activations.setdefault((c.tp, c.sequence_parallel, c.cp, split), {})),
                 stage_expert_numels(tpm, assignment))
         activations, expert_numels = hit
-        stages = stages_memory(tpm, layout, self.gpu, self.layout_precision, self.base.workload.optimizer, assignment, activations,
-                               cp_model=self.model, expert_numels=expert_numels)
-        worst = worst_stage(stages).breakdown
-        return worst.total_bytes, worst.usable_bytes, tuple(st.params_per_gpu for st in stages)
+        return stages_fullest(tpm, layout, self.gpu, self.layout_precision, self.base.workload.optimizer, assignment,
+                              activations, cp_model=self.model, expert_numels=expert_numels)
 
     def through_failures(self, e: Estimate, failures: FailureInputs) -> Estimate:
         """``e`` with its expected time to train through failures (it needs a time to train)."""
