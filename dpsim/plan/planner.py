@@ -67,6 +67,7 @@ cost (spares included).
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import math
 import time
@@ -1763,6 +1764,19 @@ class Planner:
     def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
         """Closed-form memory and, when it fits, step of ``c`` (see the module docstring); a layout
         that does not fit has no time estimated (its times are 0)."""
+        steps = self.estimate_steps(c, global_batch=global_batch)
+        try:
+            while True:
+                next(steps)
+        except StopIteration as done:
+            return done.value
+
+    def estimate_steps(self, c: Candidate, *, global_batch: int):
+        """:meth:`estimate` as a generator: for a tensor/pipeline layout that fits, it first yields a floor
+        of its step (the pipeline and its transfers, to which the data-parallel collectives and the
+        update only add), then returns the :class:`Estimate` (``StopIteration.value``); any other it
+        returns at once. :func:`plan_layouts` finishes only the layouts whose floor could still rank
+        them where the output reads them (:class:`_Ranking`)."""
         self.topology(c.gpus)
         gpu = self.gpu
         p, v = c.pp, c.virtual_stages
@@ -1830,6 +1844,12 @@ class Planner:
         # Fill and drain cross every link; in the steady state the blocking exchanges (one per
         # micro-batch and chunk on the critical path, as the simulator plays them) add theirs.
         p2p = (2 * (n_virtual - 1) + m * v) * (p2p_one + gather) if p > 1 else 0.0
+        if c.sharded:
+            # The step is pipe + p2p + dp_exposed + optimizer, the last two never negative below (each
+            # stage's exposed reductions, stage 0's at least, and its gathers' stall are maxima with 0; the
+            # update is the latest stage's end less the latest reduction's, no earlier than that stage's
+            # own), and pipe gains no dp_compute here.
+            yield pipe + p2p
         g = self.precision.grad_bytes
         shard = self._compute[(c.tp, c.micro_batch, c.sequence_parallel, c.cp, split)]
         shard_params = self._shard_params.get((c.tp, c.cp, split))
@@ -2135,6 +2155,12 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         # work is the mean, and dpsim.plan(PredictConfig(moe_routing="gini:0.5"), eps=[1]) dropped the routing.
         raise ConfigError(f"--moe-routing: {routing!r} loads the experts unevenly, which moves the step of layouts "
                           f"with --ep 2 or more, and the search has none; widen --ep, or leave it out")
+    # Ranked by step alone (no budget, failures or calibration profile, whose figures or refusals come only
+    # with a finished estimate): a fitting layout's estimate is finished only if its floor could rank it
+    # where the verification or the table reads (_Ranking); the rest are counted, never printed.
+    lazy = (rank_by == "time" and failures is None and budget_usd is None and tokens is None and samples is None
+            and base.calibration.profile is None)
+    pending: list[tuple[float, int, Any, float | None]] = []
     for n, cands in searches:
         try:
             price = gpu_hour_price(planner.topology(n).spec.gpu, gpu_hour_usd)
@@ -2142,7 +2168,17 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             price = None
         for c in cands:
             try:
-                e = planner.estimate(c, global_batch=global_batch)
+                if lazy:
+                    steps = planner.estimate_steps(c, global_batch=global_batch)
+                    try:
+                        floor = next(steps)
+                    except StopIteration as done:
+                        e = done.value
+                    else:
+                        pending.append((floor, len(fitting) + len(pending), steps, price))
+                        continue
+                else:
+                    e = planner.estimate(c, global_batch=global_batch)
             except UncalibratedLinkClass as exc:
                 # A layout with a communicator on a link class --calibration did not measure (tp or a shard
                 # group inside one server, with a profile measured across servers), as predict refuses it;
@@ -2161,30 +2197,86 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             if budget_usd is not None and (e.cost_usd is None or e.cost_usd > budget_usd):
                 counts["over_budget"] += 1
                 continue
-            fitting.append(e)
+            fitting.append((len(fitting) + len(pending), e) if lazy else e)
+    if lazy:
+        fitting = _Ranking(fitting, pending, global_batch=global_batch, rank_by=rank_by)
     if uncalibrated and not fitting and not counts["do_not_fit"]:
         (_, message), = list(uncalibrated.values())[:1]
         raise ConfigError(f"{message} (every layout searched has one; widen --gpus, --tp, --pp or --strategies, "
                           f"or give a profile that measured it)")
     if failures is not None and fitting and not any(e.reliability.expected_wall_s < math.inf for e in fitting):
         raise ConfigError(_never_done_message(fitting, failures))
-    fitting.sort(key=lambda e: _key(e, rank_by))
+    if not lazy:
+        fitting.sort(key=lambda e: _key(e, rank_by))
     verified, verification = _verify(planner, base, fitting, rank_by=rank_by, verify=verify,
                                      verify_seconds=verify_seconds, failures=failures, tokens=tokens, samples=samples)
     simulated = {id(e): v for e, v in verified}
     ranked_verified = sorted((v for v in simulated.values() if v is not None), key=lambda e: _key(e, rank_by))
-    # A layout the simulation finds does not fit is dropped; one it cannot play stays an estimate.
-    rest = [e for e in fitting if id(e) not in simulated or simulated[id(e)] is None
-            and not verification["refused"].get(id(e))]
+    # A layout the simulation finds does not fit is dropped; one it cannot play stays an estimate. Only the
+    # first of the rest are listed: read in order as far as they are (a _Ranking finishes no more).
+    rest = []
+    for e in fitting:
+        if len(ranked_verified) + len(rest) >= max(top, 1):
+            break
+        if id(e) not in simulated or simulated[id(e)] is None and not verification["refused"].get(id(e)):
+            rest.append(e)
     ranked = tuple(ranked_verified + rest)[:max(top, 1)]
-    fitting = ranked_verified + rest
+    # Every fitting layout is ranked but those the simulation found do not fit.
+    counts["ranked"] = len(fitting) - len(verification["refused"])
     del verification["refused"]
     counts["verified"] = len(ranked_verified)
-    counts["ranked"] = len(fitting)
     return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
                       failures=failures, best_memory=closest if not fitting else None, base=base,
                       verification=verification, degradations=planner.degradations,
                       uncalibrated={lc: n for lc, (n, _) in uncalibrated.items()})
+
+
+class _Ranking:
+    """The fitting layouts in :func:`_key` order (``rank_by`` ``time``, unpriced), as ``sorted`` gives them (ties
+    in search order), their estimates finished only as far as they are read: a layout whose floor
+    (:meth:`Planner.estimate_steps`) ranks it behind the next finished one cannot come before it, so the
+    verification and the table, which read the first few dozen, leave most of a large search's
+    data-parallel costing undone. Its length is every fitting layout's."""
+
+    def __init__(self, done: list[tuple[int, Estimate]], pending: list[tuple[float, int, Any, float | None]], *,
+                 global_batch: int, rank_by: str):
+        assert rank_by == "time", "only the step ranks by a floor of the step"
+        self._rank_by = rank_by
+        self._global_batch = global_batch
+        self._done = [(_key(e, rank_by), order, e) for order, e in done]
+        heapq.heapify(self._done)
+        # _key's first item (1 / samples per second, as _priced leaves it without a budget) at the floor,
+        # no later than at the step: the same operations, each non-decreasing in the step.
+        self._pending = [(self._first_key(floor), order, steps, price) for floor, order, steps, price in pending]
+        heapq.heapify(self._pending)
+        self._read: list[Estimate] = []
+        self._n = len(done) + len(pending)
+
+    def _first_key(self, step_s: float) -> float:
+        return 1.0 / (self._global_batch / step_s) if step_s > 0 else 0.0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _next(self) -> Estimate:
+        while self._pending and (not self._done or self._done[0][0][0] >= self._pending[0][0]):
+            floor, order, steps, price = heapq.heappop(self._pending)
+            try:
+                while True:
+                    next(steps)
+            except StopIteration as finished:
+                e = _priced(finished.value, price, tokens=None, samples=None)
+            assert e.fits and _key(e, self._rank_by)[0] >= floor, "an estimate below its floor"
+            heapq.heappush(self._done, (_key(e, self._rank_by), order, e))
+        return heapq.heappop(self._done)[2]
+
+    def __iter__(self):
+        k = 0
+        while k < self._n:
+            if k == len(self._read):
+                self._read.append(self._next())
+            yield self._read[k]
+            k += 1
 
 
 def _with_step(planner: Planner, e: Estimate, pred: Prediction | None, step_s: float, *, failures, tokens,
