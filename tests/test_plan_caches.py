@@ -167,3 +167,40 @@ def test_layer_buckets_are_the_chunks_buckets():
         for k in range(0, len(tab.work) - 4, 4):
             layers = tab.work[k:k + 4]
             assert layer_buckets(layers, bucket) == gradient_buckets(ChunkWork(stage=0, chunk=0, layers=layers), bucket)
+
+
+@pytest.mark.parametrize("job,search", [
+    (dict(model="mixtral-8x7b", link="infiniband", precision="bf16-params"), dict(gpus=[64], global_batch=256)),
+    (dict(model="llama-3-8b", link="infiniband", precision="bf16-params"), dict(gpus=[32, 64], global_batch=128)),
+], ids=["mixtral", "llama"])
+@pytest.mark.parametrize("verify,top", [(3, 10), (0, 25)])
+def test_lazy_ranking_equals_every_estimate_finished(monkeypatch, job, search, verify, top):
+    """plan finishing only the estimates its floors cannot rule out (_Ranking) prints what finishing every
+    one and sorting them prints: the same rows in the same order, counts and verification."""
+    from dpsim.plan.planner import plan_layouts
+
+    def run():
+        r = plan_layouts(PredictConfig(**job), verify=verify, verify_seconds=None, top=top, **search)
+        verification = {k: v for k, v in r.verification.items() if k != "seconds"}
+        rows = []
+        for e in r.ranked:
+            row = dataclasses.asdict(dataclasses.replace(e, verified=None))
+            # The simulation's figures (its communicators are objects, equal only to themselves).
+            row["verified"] = None if e.verified is None else (e.verified.step_time_s, e.verified.memory.total_bytes)
+            rows.append(row)
+        return rows, r.counts, verification
+
+    lazy = run()
+
+    steps_of = Planner.estimate_steps
+
+    def finished_at_once(self, c, *, global_batch):
+        steps = steps_of(self, c, global_batch=global_batch)
+        try:
+            while True:
+                next(steps)
+        except StopIteration as done:
+            return done.value
+        yield  # a generator that returns at once: every estimate finished before the ranking
+    monkeypatch.setattr(Planner, "estimate_steps", finished_at_once)
+    assert run() == lazy
