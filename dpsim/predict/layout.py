@@ -240,8 +240,10 @@ def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
     if moe.expert_ffn % parallelism.etp:
         raise ConfigError(f"--etp: {parallelism.etp} does not divide the experts' width {moe.expert_ffn}; choose an --etp "
                           f"that divides it")
+    # The routed experts' rows, read only where cp splits them (every layer's every op: plan checks each
+    # expert split it enumerates, and its verification each layout it simulates).
     rows = {op.m for layer in model.layers for op in layer.ops
-            if getattr(op, "name", "").startswith("experts.") and hasattr(op, "m")}
+            if getattr(op, "name", "").startswith("experts.") and hasattr(op, "m")} if parallelism.cp > 1 else ()
     if parallelism.cp > 1 and any(m % parallelism.cp for m in rows):
         raise ConfigError(f"--cp: {parallelism.cp} does not divide the {min(rows)} tokens each expert of {model.name} gets "
                           f"per sample; choose a --cp that divides them")
