@@ -869,14 +869,73 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
       ``expert_numels[stage]``: the stage's routed-expert parameters per GPU (:func:`stage_expert_numels`,
       computed when not given).
     """
-    w, g = precision.weight_bytes, precision.grad_bytes
+    shard_group_size, terms = _stage_terms(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
+                                           in_flight=in_flight, activations=activations, deferred_w=deferred_w,
+                                           expert_numels=expert_numels)
+    overhead, capacity = float(FRAMEWORK_OVERHEAD_BYTES), float(gpu.memory_bytes)
+    out = []
+    for s, weights, grads, opt, act, buffers, numel in terms:
+        breakdown = MemoryBreakdown(
+            weights_bytes=float(weights), gradients_bytes=float(grads), optimizer_bytes=float(opt),
+            activations_bytes=float(act), comm_buffers_bytes=float(buffers), overhead_bytes=overhead,
+            capacity_bytes=capacity, strategy=layout.strategy, shard_group_size=shard_group_size)
+        out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
+                               in_flight=tuple(in_flight[s])))
+    return tuple(out)
+
+
+def layout_stage_totals(tpm, assignment, layout, gpu: GpuSpec, *, precision: Precision, optimizer: str,
+                        in_flight: Sequence[Sequence[int]], activations=None,
+                        deferred_w: Sequence[int] | None = None,
+                        expert_numels: Sequence[int] | None = None) -> tuple[float, float, tuple[int, ...]]:
+    """What a search reads of :func:`layout_stage_memory` (same arguments): ``(total bytes of the fullest
+    stage, usable bytes, parameters per GPU of each stage)``, the same figures bit for bit
+    (:attr:`MemoryBreakdown.total_bytes`' sum in its order, :func:`worst_stage`'s choice), without building a
+    breakdown per stage (a 16,384-GPU plan checks ~75,000 stages)."""
+    _, terms = _stage_terms(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
+                            in_flight=in_flight, activations=activations, deferred_w=deferred_w,
+                            expert_numels=expert_numels)
+    overhead = float(FRAMEWORK_OVERHEAD_BYTES)
+    worst = -math.inf
+    params = []
+    for _, weights, grads, opt, act, buffers, numel in terms:
+        total = float(weights) + float(grads) + float(opt) + float(act) + float(buffers) + overhead
+        # The first of the fullest, as worst_stage (largest total, then the lowest stage).
+        if total > worst:
+            worst = total
+        params.append(numel)
+    return worst, float(gpu.memory_bytes) * (1 - HEADROOM_FRACTION), tuple(params)
+
+
+def _stage_terms(tpm, assignment, layout, gpu: GpuSpec, *, precision: Precision, optimizer: str,
+                 in_flight: Sequence[Sequence[int]], activations=None, deferred_w: Sequence[int] | None = None,
+                 expert_numels: Sequence[int] | None = None):
+    """:func:`layout_stage_memory`'s count: ``(shard group size, per stage (stage, weights, gradients,
+    optimizer state, activations, buffers, parameters per GPU))``, the latter an iterator."""
     k = optimizer_state_bytes_per_param(precision, optimizer)
     act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
-    mb = layout.micro_batch
     if activations is None:
         activations = stage_activation_bytes(tpm, assignment, layout, precision)
-    out = []
     internlm = internlm_stages(tpm, assignment, layout, None, precision.grad_bytes)
+    # The layout's, alike for every stage (properties, read once).
+    # HSDP (fsdp-hybrid) shards over its shard group, every other strategy over dp x cp.
+    d = layout.shard_group
+    expert_group = layout.expert_shard_group
+    shards_optimizer = layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES
+    resharded = reshards_after_forward(layout) and d > 1
+    shard_group_size = layout.zero1_group if internlm else d if shards_optimizer else 1
+    return shard_group_size, _stage_terms_of(tpm, assignment, layout, gpu, precision, in_flight, activations,
+                                             deferred_w, expert_numels, internlm, k=k, act_scale=act_scale,
+                                             shard_group=d, expert_group=expert_group,
+                                             shards_optimizer=shards_optimizer, resharded=resharded)
+
+
+def _stage_terms_of(tpm, assignment, layout, gpu, precision, in_flight, activations, deferred_w, expert_numels,
+                    internlm, *, k, act_scale, shard_group, expert_group, shards_optimizer, resharded):
+    """:func:`_stage_terms`' per-stage figures, stage by stage."""
+    w, g = precision.weight_bytes, precision.grad_bytes
+    mb = layout.micro_batch
+    d = shard_group
     for s in range(len(assignment)):
         per_chunk, working, numel = activations[s]
         act = 0.0
@@ -886,19 +945,17 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             act += deferred_w[s] * deferred_weight_grad_bytes(tpm, assignment[s], layout) * mb
         act = (act + working * mb) * act_scale
         act += layout_fp8_weight_bytes(tpm, assignment[s], precision, gpu.architecture)
-        # HSDP (fsdp-hybrid) shards over its shard group, every other strategy over dp x cp.
-        d = layout.shard_group
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
         experts = expert_numels[s] if expert_numels is not None else \
             sum(tpm.layers[i].expert_numel_per_rank for layers in assignment[s] for i in layers)
         # HSDP under expert parallelism shards them over the expert-data-parallel ranks of its shard group.
-        shard = -(-(numel - experts) // d) + -(-experts // layout.expert_shard_group)  # a rank's share
-        opt = shard * k if layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES else numel * k
+        shard = -(-(numel - experts) // d) + -(-experts // expert_group)  # a rank's share
+        opt = shard * k if shards_optimizer else numel * k
         if internlm:  # whole parameters, greedily, within the ZERO1 group: the largest share's state
             opt = internlm[s].largest_owned * k
         weights, grads, buffers = numel * w, numel * g, 0
-        if reshards_after_forward(layout) and d > 1:
+        if resharded:
             # Only the shards persist; the current and the prefetched unit are gathered, and the
             # unit being reduced holds its unsharded gradient (the data-parallel path's working set).
             # The routed experts' shards are split over their own edp replicas, as the optimizer
@@ -910,18 +967,9 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
             # next_transformer_block.moe.experts])``, models/llama4/infra/parallelize.py@05a6cb3895a5): the working
             # set is still whole blocks, less the experts when each rank holds its own whole (never gathered).
             largest = max(_unit_numels(tpm, assignment[s], experts_local=layout.experts_apart
-                                       and layout.expert_shard_group == 1), default=0)
+                                       and expert_group == 1), default=0)
             weights, grads, buffers = shard * w, shard * g, largest * (2 * w + g)
-        breakdown = MemoryBreakdown(
-            weights_bytes=float(weights), gradients_bytes=float(grads), optimizer_bytes=float(opt),
-            activations_bytes=float(act), comm_buffers_bytes=float(buffers),
-            overhead_bytes=float(FRAMEWORK_OVERHEAD_BYTES),
-            capacity_bytes=float(gpu.memory_bytes), strategy=layout.strategy,
-            shard_group_size=layout.zero1_group if internlm else d if layout.strategy in OPTIMIZER_SHARDING_LAYOUT_STRATEGIES
-            else 1)
-        out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
-                               in_flight=tuple(in_flight[s])))
-    return tuple(out)
+        yield s, weights, grads, opt, act, buffers, numel
 
 
 def stage_expert_numels(tpm, assignment) -> tuple[int, ...]:

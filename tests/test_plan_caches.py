@@ -13,7 +13,8 @@ from dpsim.memory import stage_activation_bytes, stage_expert_numels
 from dpsim.plan.planner import Planner
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.resolve import resolve
-from dpsim.strategies.pipeline import _dualpipe_steps, dualpipe_steps
+from dpsim.strategies.pipeline import _dualpipe_program, _dualpipe_steps, dualpipe_steps
+from dpsim.workload import routing
 
 CASES = [
     # A mixture of experts (expert splits, DualPipe, all-to-alls) and a dense model (interleaved chunks).
@@ -28,6 +29,8 @@ def _fresh_caches() -> None:
     tensor._TP_CACHE.clear()
     tensor._DENSE_CACHE.clear()
     _dualpipe_steps.cache_clear()
+    _dualpipe_program.cache_clear()
+    routing._rank_load_kept.cache_clear()
 
 
 @pytest.mark.parametrize("job,search", CASES, ids=["mixtral", "llama"])
@@ -75,3 +78,129 @@ def test_memos_match_the_plain_functions():
             stage_activation_bytes(tpm, assignment, lay, planner.layout_precision)
     assert stage_expert_numels(tpm, assignment) == tuple(
         sum(tpm.layers[i].expert_numel_per_rank for chunk in stage for i in chunk) for stage in assignment)
+
+
+@pytest.mark.parametrize("p", [2, 4, 6, 8, 16])
+def test_dualpipe_program_replays_the_steps_bit_for_bit(p):
+    """plan's DualPipe times from the program kept per (p, m) equal the step-by-step replay's exactly, with
+    and without overlapped pairs' cuts (uneven chunks: the order of the sums matters)."""
+    import random
+
+    from dpsim.strategies.pipeline import _dualpipe_replay, dualpipe_stage_times
+    rng = random.Random(p)
+    for m in (2 * p, 2 * p + 2, 6 * p):
+        f = [[rng.uniform(0.1, 1.0) for _ in range(2)] for _ in range(p)]
+        b = [[rng.uniform(0.2, 2.0) for _ in range(2)] for _ in range(p)]
+        w = [[x * rng.uniform(0.2, 0.6) for x in row] for row in b]
+        cuts: dict = {}
+
+        def cut(s, df, db):
+            return cuts.setdefault((s, df, db), (rng.uniform(0, 0.05), rng.uniform(0, 0.05)))
+        for pair_cut in (None, cut):
+            assert dualpipe_stage_times(p, m, f, b, w, pair_cut) == _dualpipe_replay(p, m, f, b, w, pair_cut)
+
+
+def test_stage_totals_are_the_breakdowns_figures():
+    """stages_fullest (what plan reads of a layout's memory) equals the fullest of stages_memory's
+    breakdowns, bit for bit, across strategies, schedules, recomputation and (falling back) context parallelism."""
+    from dpsim.predict.layout import stages_fullest, stages_memory
+    from dpsim.memory import worst_stage
+    for job, gpus, gb in ((dict(model="mixtral-8x7b", link="infiniband", precision="bf16-params"), 64, 128),
+                          (dict(model="llama-3-8b", link="infiniband", precision="bf16-params", seq_len=32768), 32, 32)):
+        base = resolve(PredictConfig(**job)).config
+        planner = Planner(base)
+        cands = planner.candidates(gpus, global_batch=gb, micro_batches=[1, 2])[0]
+        seen = 0
+        for c in cands[::3]:
+            if not c.sharded:
+                continue
+            layout = planner.layout(c, gb // (c.micro_batch * c.dp))
+            assignment = planner.assignment(c.tp, layout)
+            tpm = planner.tp_model(c.tp, c.sequence_parallel, c.cp, planner.experts(c)[0])
+            stages = stages_memory(tpm, layout, planner.gpu, planner.layout_precision, base.workload.optimizer,
+                                   assignment, cp_model=planner.model)
+            worst = worst_stage(stages).breakdown
+            assert stages_fullest(tpm, layout, planner.gpu, planner.layout_precision, base.workload.optimizer,
+                                  assignment, cp_model=planner.model) == (
+                worst.total_bytes, worst.usable_bytes, tuple(st.params_per_gpu for st in stages)), c
+            seen += 1
+        assert seen > 10
+
+
+def test_rank_load_memo_is_the_sampled_figure():
+    """rank_load kept per arguments gives the uncached sampling's figure, and still refuses what it refused."""
+    from dpsim.errors import ConfigError
+    r = routing.parse_routing("zipf:1.2")
+    kept = routing.rank_load(r, experts=64, ep=8, tokens_per_rank=4096, top_k=2, steps=16)
+    assert routing.rank_load(r, experts=64, ep=8, tokens_per_rank=4096, top_k=2, steps=16) is kept
+    assert kept == routing._rank_load(r, 64, 8, 4096, 2, None, 16, 0)
+    for bad in (2.0, True, 0):
+        with pytest.raises(ConfigError):
+            routing.rank_load(r, experts=64, ep=8, tokens_per_rank=4096, top_k=bad, steps=16)
+
+
+def test_layer_time_memo_by_identity_equals_by_value():
+    """layer_times' memo found by the ops' identity gives what the value memo and no memo give."""
+    from dpsim.workload.compute import compute_profile
+    base = PredictConfig(model="mixtral-8x7b", link="infiniband", precision="bf16-params")
+    planner = Planner(base)
+    planner.topology(64)
+    from dpsim.strategies.tensor import ExpertSplit
+    kw = dict(micro_batch=2, precision=planner.layout_precision, optimizer="adamw")
+    memo: dict = {}
+    for split in (ExpertSplit(ep=4, etp=1, load=1.25), ExpertSplit(ep=8, etp=1, load=1.5)):
+        tpm = tensor.tp_model(planner.model, 2, sequence_parallel=True, experts=split)
+        once = compute_profile(tpm.spec, planner.gpu, memo=memo, **kw)
+        assert compute_profile(tpm.spec, planner.gpu, memo=memo, **kw) == once
+        assert compute_profile(tpm.spec, planner.gpu, **kw) == once
+
+
+def test_layer_buckets_are_the_chunks_buckets():
+    from dpsim.strategies.layout import ChunkWork
+    from dpsim.strategies.pipeline import gradient_buckets, layer_buckets
+    base = resolve(PredictConfig(model="mixtral-8x7b", link="infiniband", precision="bf16-params")).config
+    planner = Planner(base)
+    c = next(c for c in planner.candidates(64, global_batch=128, micro_batches=[1])[0] if c.pp == 4 and c.ep > 1)
+    gc = planner.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp)
+    tab = planner.tables(c, gc)
+    for bucket in (10**6, 10**7, 10**9):
+        for k in range(0, len(tab.work) - 4, 4):
+            layers = tab.work[k:k + 4]
+            assert layer_buckets(layers, bucket) == gradient_buckets(ChunkWork(stage=0, chunk=0, layers=layers), bucket)
+
+
+@pytest.mark.parametrize("job,search", [
+    (dict(model="mixtral-8x7b", link="infiniband", precision="bf16-params"), dict(gpus=[64], global_batch=256)),
+    (dict(model="llama-3-8b", link="infiniband", precision="bf16-params"), dict(gpus=[32, 64], global_batch=128)),
+], ids=["mixtral", "llama"])
+@pytest.mark.parametrize("verify,top", [(3, 10), (0, 25)])
+def test_lazy_ranking_equals_every_estimate_finished(monkeypatch, job, search, verify, top):
+    """plan finishing only the estimates its floors cannot rule out (_Ranking) prints what finishing every
+    one and sorting them prints: the same rows in the same order, counts and verification."""
+    from dpsim.plan.planner import plan_layouts
+
+    def run():
+        r = plan_layouts(PredictConfig(**job), verify=verify, verify_seconds=None, top=top, **search)
+        verification = {k: v for k, v in r.verification.items() if k != "seconds"}
+        rows = []
+        for e in r.ranked:
+            row = dataclasses.asdict(dataclasses.replace(e, verified=None))
+            # The simulation's figures (its communicators are objects, equal only to themselves).
+            row["verified"] = None if e.verified is None else (e.verified.step_time_s, e.verified.memory.total_bytes)
+            rows.append(row)
+        return rows, r.counts, verification
+
+    lazy = run()
+
+    steps_of = Planner.estimate_steps
+
+    def finished_at_once(self, c, *, global_batch):
+        steps = steps_of(self, c, global_batch=global_batch)
+        try:
+            while True:
+                next(steps)
+        except StopIteration as done:
+            return done.value
+        yield  # a generator that returns at once: every estimate finished before the ranking
+    monkeypatch.setattr(Planner, "estimate_steps", finished_at_once)
+    assert run() == lazy

@@ -68,6 +68,7 @@ cost (spares included).
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import math
 import time
@@ -88,11 +89,12 @@ from dpsim.collectives.groups import (
 from dpsim.collectives.ops import CollectiveModel
 from dpsim.errors import ConfigError, DpsimError, UncalibratedLinkClass
 from dpsim.frozen import frozen_dataclass
+from dpsim.engine.pipeline import gc_paused
 from dpsim.hardware import get_gpu
 from dpsim.network.degrade import LinkDegradation
 from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
                           check_int, check_number, short)
-from dpsim.memory import stage_activation_bytes, stage_expert_numels, worst_stage
+from dpsim.memory import stage_activation_bytes, stage_expert_numels
 from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
 from dpsim.plan.reliability import (
@@ -125,7 +127,7 @@ from dpsim.predict.layout import (
     model_source,
     shard_compute,
     stage_optimizer_s,
-    stages_memory,
+    stages_fullest,
     zero3_layout_passes,
 )
 from dpsim.predict.resolve import resolve
@@ -145,7 +147,7 @@ from dpsim.strategies.layout import (
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
 from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, dualpipe_stage_times,
-                                      extra_warmup, gradient_buckets, schedule_slots)
+                                      extra_warmup, layer_buckets, schedule_slots)
 from dpsim.strategies.ddp_costs import ddp_buckets, ddp_costs
 from dpsim.strategies.deepspeed_fetch import backward_gather_numel
 from dpsim.strategies.registry import UNIT_STRATEGIES, unsharded_accumulation, zero_shard_group
@@ -1439,10 +1441,8 @@ class Planner:
                 per_layer=self._layer_activations.setdefault((c.tp, c.sequence_parallel, c.cp, split), {})),
                 stage_expert_numels(tpm, assignment))
         activations, expert_numels = hit
-        stages = stages_memory(tpm, layout, self.gpu, self.layout_precision, self.base.workload.optimizer, assignment, activations,
-                               cp_model=self.model, expert_numels=expert_numels)
-        worst = worst_stage(stages).breakdown
-        return worst.total_bytes, worst.usable_bytes, tuple(st.params_per_gpu for st in stages)
+        return stages_fullest(tpm, layout, self.gpu, self.layout_precision, self.base.workload.optimizer, assignment,
+                              activations, cp_model=self.model, expert_numels=expert_numels)
 
     def through_failures(self, e: Estimate, failures: FailureInputs) -> Estimate:
         """``e`` with its expected time to train through failures (it needs a time to train)."""
@@ -1539,28 +1539,35 @@ class Planner:
         numel_of = {"dp": lambda lw: lw.grad_numel - lw.expert_grad_numel, "edp": lambda lw: lw.expert_grad_numel,
                     "all": lambda lw: lw.grad_numel}
         out = []
+        # Per chunk, what every group's buckets read: its layers' work and, with ``overlap``, when the backward
+        # reaches each layer and when the forward does (a bucket is launched once the backward reaches its
+        # earliest layer, needed by the forward at its earliest layer); else the chunk's backward.
+        forward, backward = tab.forward, tab.backward
+        chunks = []
+        for layers in assignment[s]:
+            work = [tab.work[i] for i in layers]
+            if overlap:
+                before_f, after_b, run_f = {}, {}, 0.0
+                for i in layers:
+                    before_f[i] = run_f
+                    run_f += forward[i]
+                run_b = 0.0
+                for i in reversed(layers):
+                    run_b += backward[i]
+                    after_b[i] = run_b
+                chunks.append((work, before_f, after_b, 0.0))
+            else:
+                chunks.append((work, None, None, sum(backward[i] for i in layers)))
         for group in groups:
-            for ch, layers in enumerate(assignment[s]):
-                work = ChunkWork(stage=s, chunk=ch, layers=tuple(tab.work[i] for i in layers))
-                backward = sum(tab.backward[i] for i in layers)
+            for ch, (work, before_f, after_b, chunk_backward) in enumerate(chunks):
                 if overlap:
-                    # Launched once the backward reaches the bucket's earliest layer; needed by the
-                    # forward at its earliest layer.
-                    before_f, after_b, run_f = {}, {}, 0.0
-                    for i in layers:
-                        before_f[i] = run_f
-                        run_f += tab.forward[i]
-                    run_b = 0.0
-                    for i in reversed(layers):
-                        run_b += tab.backward[i]
-                        after_b[i] = run_b
-                    for _, numel, members in reversed(gradient_buckets(work, bucket, numel_of[group])):
+                    for _, numel, members in reversed(layer_buckets(work, bucket, numel_of[group])):
                         first = min(members)
                         out.append((group, ch, numel, after_b[first], before_f[first]))
                 else:
-                    numel = sum(numel_of[group](lw) for lw in work.layers)
+                    numel = sum(numel_of[group](lw) for lw in work)
                     if numel:
-                        out.append((group, ch, numel, backward, 0.0))
+                        out.append((group, ch, numel, chunk_backward, 0.0))
         hit = self._buckets[key] = tuple(out)
         return hit
 
@@ -1780,6 +1787,19 @@ class Planner:
     def estimate(self, c: Candidate, *, global_batch: int) -> Estimate:
         """Closed-form memory and, when it fits, step of ``c`` (see the module docstring); a layout
         that does not fit has no time estimated (its times are 0)."""
+        steps = self.estimate_steps(c, global_batch=global_batch)
+        try:
+            while True:
+                next(steps)
+        except StopIteration as done:
+            return done.value
+
+    def estimate_steps(self, c: Candidate, *, global_batch: int):
+        """:meth:`estimate` as a generator: for a tensor/pipeline layout that fits, it first yields a floor
+        of its step (the pipeline and its transfers, to which the data-parallel collectives and the
+        update only add), then returns the :class:`Estimate` (``StopIteration.value``); any other it
+        returns at once. :func:`plan_layouts` finishes only the layouts whose floor could still rank
+        them where the output reads them (:class:`_Ranking`)."""
         self.topology(c.gpus)
         gpu = self.gpu
         p, v = c.pp, c.virtual_stages
@@ -1847,6 +1867,12 @@ class Planner:
         # Fill and drain cross every link; in the steady state the blocking exchanges (one per
         # micro-batch and chunk on the critical path, as the simulator plays them) add theirs.
         p2p = (2 * (n_virtual - 1) + m * v) * (p2p_one + gather) if p > 1 else 0.0
+        if c.sharded:
+            # The step is pipe + p2p + dp_exposed + optimizer, the last two never negative below (each
+            # stage's exposed reductions, stage 0's at least, and its gathers' stall are maxima with 0; the
+            # update is the latest stage's end less the latest reduction's, no earlier than that stage's
+            # own), and pipe gains no dp_compute here.
+            yield pipe + p2p
         g = self.precision.grad_bytes
         shard = self._compute[(c.tp, c.micro_batch, c.sequence_parallel, c.cp, split)]
         shard_params = self._shard_params.get((c.tp, c.cp, split))
@@ -1987,6 +2013,7 @@ class Planner:
                         mfu=mfu, usd_per_hour=None)
 
 
+@gc_paused
 def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int, tps=None, pps=None,
                  strategies=None, micro_batches=None, recomputes=None, schedules=None, sequence_parallel=None,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
@@ -2012,7 +2039,11 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     hold them; ``None``: ``base``'s). ``verify``: most layouts simulated, ``verify_seconds``: seconds of simulation after the first
     (``None``: no limit), see :func:`_verify`. ``degradations``: links below capacity (``--degrade``,
     :func:`~dpsim.network.degrade.parse_degradation`), checked as ``predict`` checks them and applied to every
-    candidate, closed form and simulation alike."""
+    candidate, closed form and simulation alike.
+
+    Run with the cyclic garbage collector paused (:func:`~dpsim.engine.pipeline.gc_paused`): estimating thousands
+    of layouts creates millions of objects, none in a reference cycle, which it would only walk (~10 % of
+    DeepSeek-V3's 16,384-GPU search)."""
     t0 = time.perf_counter()
     base = resolve(base).config
     # The layout a candidate sets itself, given on the base (the API's PredictConfig(tp=4)): the search replaced
@@ -2152,6 +2183,12 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         # work is the mean, and dpsim.plan(PredictConfig(moe_routing="gini:0.5"), eps=[1]) dropped the routing.
         raise ConfigError(f"--moe-routing: {routing!r} loads the experts unevenly, which moves the step of layouts "
                           f"with --ep 2 or more, and the search has none; widen --ep, or leave it out")
+    # Ranked by step alone (no budget, failures or calibration profile, whose figures or refusals come only
+    # with a finished estimate): a fitting layout's estimate is finished only if its floor could rank it
+    # where the verification or the table reads (_Ranking); the rest are counted, never printed.
+    lazy = (rank_by == "time" and failures is None and budget_usd is None and tokens is None and samples is None
+            and base.calibration.profile is None)
+    pending: list[tuple[float, int, Any, float | None]] = []
     for n, cands in searches:
         try:
             price = gpu_hour_price(planner.topology(n).spec.gpu, gpu_hour_usd)
@@ -2159,7 +2196,17 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             price = None
         for c in cands:
             try:
-                e = planner.estimate(c, global_batch=global_batch)
+                if lazy:
+                    steps = planner.estimate_steps(c, global_batch=global_batch)
+                    try:
+                        floor = next(steps)
+                    except StopIteration as done:
+                        e = done.value
+                    else:
+                        pending.append((floor, len(fitting) + len(pending), steps, price))
+                        continue
+                else:
+                    e = planner.estimate(c, global_batch=global_batch)
             except UncalibratedLinkClass as exc:
                 # A layout with a communicator on a link class --calibration did not measure (tp or a shard
                 # group inside one server, with a profile measured across servers), as predict refuses it;
@@ -2178,30 +2225,86 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             if budget_usd is not None and (e.cost_usd is None or e.cost_usd > budget_usd):
                 counts["over_budget"] += 1
                 continue
-            fitting.append(e)
+            fitting.append((len(fitting) + len(pending), e) if lazy else e)
+    if lazy:
+        fitting = _Ranking(fitting, pending, global_batch=global_batch, rank_by=rank_by)
     if uncalibrated and not fitting and not counts["do_not_fit"]:
         (_, message), = list(uncalibrated.values())[:1]
         raise ConfigError(f"{message} (every layout searched has one; widen --gpus, --tp, --pp or --strategies, "
                           f"or give a profile that measured it)")
     if failures is not None and fitting and not any(e.reliability.expected_wall_s < math.inf for e in fitting):
         raise ConfigError(_never_done_message(fitting, failures))
-    fitting.sort(key=lambda e: _key(e, rank_by))
+    if not lazy:
+        fitting.sort(key=lambda e: _key(e, rank_by))
     verified, verification = _verify(planner, base, fitting, rank_by=rank_by, verify=verify,
                                      verify_seconds=verify_seconds, failures=failures, tokens=tokens, samples=samples)
     simulated = {id(e): v for e, v in verified}
     ranked_verified = sorted((v for v in simulated.values() if v is not None), key=lambda e: _key(e, rank_by))
-    # A layout the simulation finds does not fit is dropped; one it cannot play stays an estimate.
-    rest = [e for e in fitting if id(e) not in simulated or simulated[id(e)] is None
-            and not verification["refused"].get(id(e))]
+    # A layout the simulation finds does not fit is dropped; one it cannot play stays an estimate. Only the
+    # first of the rest are listed: read in order as far as they are (a _Ranking finishes no more).
+    rest = []
+    for e in fitting:
+        if len(ranked_verified) + len(rest) >= max(top, 1):
+            break
+        if id(e) not in simulated or simulated[id(e)] is None and not verification["refused"].get(id(e)):
+            rest.append(e)
     ranked = tuple(ranked_verified + rest)[:max(top, 1)]
-    fitting = ranked_verified + rest
+    # Every fitting layout is ranked but those the simulation found do not fit.
+    counts["ranked"] = len(fitting) - len(verification["refused"])
     del verification["refused"]
     counts["verified"] = len(ranked_verified)
-    counts["ranked"] = len(fitting)
     return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
                       failures=failures, best_memory=closest if not fitting else None, base=base,
                       verification=verification, degradations=planner.degradations,
                       uncalibrated={lc: n for lc, (n, _) in uncalibrated.items()})
+
+
+class _Ranking:
+    """The fitting layouts in :func:`_key` order (``rank_by`` ``time``, unpriced), as ``sorted`` gives them (ties
+    in search order), their estimates finished only as far as they are read: a layout whose floor
+    (:meth:`Planner.estimate_steps`) ranks it behind the next finished one cannot come before it, so the
+    verification and the table, which read the first few dozen, leave most of a large search's
+    data-parallel costing undone. Its length is every fitting layout's."""
+
+    def __init__(self, done: list[tuple[int, Estimate]], pending: list[tuple[float, int, Any, float | None]], *,
+                 global_batch: int, rank_by: str):
+        assert rank_by == "time", "only the step ranks by a floor of the step"
+        self._rank_by = rank_by
+        self._global_batch = global_batch
+        self._done = [(_key(e, rank_by), order, e) for order, e in done]
+        heapq.heapify(self._done)
+        # _key's first item (1 / samples per second, as _priced leaves it without a budget) at the floor,
+        # no later than at the step: the same operations, each non-decreasing in the step.
+        self._pending = [(self._first_key(floor), order, steps, price) for floor, order, steps, price in pending]
+        heapq.heapify(self._pending)
+        self._read: list[Estimate] = []
+        self._n = len(done) + len(pending)
+
+    def _first_key(self, step_s: float) -> float:
+        return 1.0 / (self._global_batch / step_s) if step_s > 0 else 0.0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _next(self) -> Estimate:
+        while self._pending and (not self._done or self._done[0][0][0] >= self._pending[0][0]):
+            floor, order, steps, price = heapq.heappop(self._pending)
+            try:
+                while True:
+                    next(steps)
+            except StopIteration as finished:
+                e = _priced(finished.value, price, tokens=None, samples=None)
+            assert e.fits and _key(e, self._rank_by)[0] >= floor, "an estimate below its floor"
+            heapq.heappush(self._done, (_key(e, self._rank_by), order, e))
+        return heapq.heappop(self._done)[2]
+
+    def __iter__(self):
+        k = 0
+        while k < self._n:
+            if k == len(self._read):
+                self._read.append(self._next())
+            yield self._read[k]
+            k += 1
 
 
 def _with_step(planner: Planner, e: Estimate, pred: Prediction | None, step_s: float, *, failures, tokens,

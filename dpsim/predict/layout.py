@@ -43,6 +43,7 @@ from dpsim.memory import (
     MemoryBreakdown,
     StageMemory,
     layout_stage_memory,
+    layout_stage_totals,
     offload_memory,
     worst_stage,
 )
@@ -251,8 +252,10 @@ def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
         given = "" if parallelism.etp is not None else f" (left out: --tp {parallelism.tp}'s, with --ep 1)"
         raise ConfigError(f"--etp: {etp}{given} does not divide the experts' width {moe.expert_ffn}; choose an --etp "
                           f"that divides it")
+    # The routed experts' rows, read only where cp splits them (every layer's every op: plan checks each
+    # expert split it enumerates, and its verification each layout it simulates).
     rows = {op.m for layer in model.layers for op in layer.ops
-            if getattr(op, "name", "").startswith("experts.") and hasattr(op, "m")}
+            if getattr(op, "name", "").startswith("experts.") and hasattr(op, "m")} if parallelism.cp > 1 else ()
     bad = min((m for m in rows if m % parallelism.cp), default=None)  # the rows it fails on, not the fewest
     if parallelism.cp > 1 and bad is not None:
         raise ConfigError(f"--cp: {parallelism.cp} does not divide the {count(bad, 'token')} each expert of "
@@ -613,6 +616,24 @@ def stages_memory(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str,
                             tokens_per_rank=tpm.model.tokens_per_sample or 0, act_element_bytes=_act_bytes(precision))
     return tuple(replace(m, breakdown=replace(m.breakdown, comm_buffers_bytes=m.breakdown.comm_buffers_bytes + extra))
                  for m in stages)
+
+
+def stages_fullest(tpm: TpModel, layout: Layout, gpu, precision, optimizer: str, assignment, activations=None,
+                   cp_model: ModelSpec | None = None, expert_numels=None) -> tuple[float, float, tuple[int, ...]]:
+    """What a search reads of :func:`stages_memory` (same arguments, ``assignment`` given): ``(bytes per GPU of
+    the fullest stage, usable bytes, parameters per GPU of each stage)``, the same figures, without a
+    breakdown per stage where nothing is moved after the count (no offload, no context parallelism)."""
+    if offloads_optimizer(layout.offload) or layout.cp != 1:
+        stages = stages_memory(tpm, layout, gpu, precision, optimizer, assignment, activations, cp_model=cp_model,
+                               expert_numels=expert_numels)
+        worst = worst_stage(stages).breakdown
+        return worst.total_bytes, worst.usable_bytes, tuple(st.params_per_gpu for st in stages)
+    check_schedule(layout)
+    flights = stage_in_flight(layout.schedule, layout.pp, layout.chunks, layout.micro_batches, extra_warmup(layout))
+    deferred = stage_deferred_weight_grads(layout.schedule, layout.pp, layout.micro_batches)
+    return layout_stage_totals(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
+                               in_flight=flights, activations=activations, deferred_w=deferred,
+                               expert_numels=expert_numels)
 
 
 def _offloaded(stages: tuple[StageMemory, ...], tpm: TpModel, assignment, layout: Layout, precision

@@ -98,7 +98,7 @@ from dpsim.engine.pipeline import PipelineProgram, StageOp, StageProgram, Transf
 from dpsim.engine.program import CommOp
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
-from dpsim.strategies.layout import ChunkWork, Layout, reshards_after_forward
+from dpsim.strategies.layout import ChunkWork, LayerWork, Layout, reshards_after_forward
 from dpsim.strategies.zero import InternlmZero1
 from dpsim.wording import count
 
@@ -390,6 +390,85 @@ def dualpipe_stage_times(p: int, m: int, forward_s, backward_s, weight_s,
     heavy stages' wait with two stages. As the runtime (and the pipeline program), each commit posts
     the sends appended since the last one and its receives together, and waits for the receives
     before the next compute; the sends' own completion is not waited on (transfers free)."""
+    # The order in which the replay below meets its steps, and which receive waits for which send, depend on
+    # (p, m) alone, not on the times: played once per shape (_dualpipe_program), then each call only adds
+    # and takes maxima in that order, the same operations on the same values as the replay (bit for bit).
+    program, n_posts = _dualpipe_program(p, m)
+    clock = [0.0] * p
+    grads = [[0.0, 0.0] for _ in range(p)]
+    posted = [0.0] * n_posts
+    cuts = [(0.0, 0.0)] * p
+    for code, s, a, b in program:
+        if code == _F:
+            clock[s] += forward_s[s][a] - (cuts[s][0] if b else 0.0)
+        elif code == _B:
+            clock[s] += backward_s[s][a] - weight_s[s][a] - (cuts[s][1] if b else 0.0)
+        elif code == _W:
+            clock[s] += weight_s[s][a]
+            grads[s][a] = clock[s]
+        elif code == _POST:
+            posted[a] = clock[s]
+        elif code == _WAIT:
+            clock[s] = max([clock[s], *[posted[k] for k in a]])
+        else:  # _PAIR
+            cuts[s] = pair_cut(s, a, b) if pair_cut is not None else (0.0, 0.0)
+    return clock, grads
+
+
+_F, _B, _W, _POST, _WAIT, _PAIR = range(6)
+"""The instructions of :func:`_dualpipe_program`."""
+
+
+@functools.lru_cache(maxsize=256)
+def _dualpipe_program(p: int, m: int) -> tuple[tuple[tuple, ...], int]:
+    """:func:`_dualpipe_replay`'s walk of DualPipe's steps with the times left out: ``(code, stage, a, b)``
+    in the order the replay runs them (``_F``/``_B`` chunk ``a``, paired when ``b``; ``_W`` chunk ``a``;
+    ``_POST`` the stage's clock into send slot ``a``; ``_WAIT`` the receives' slots ``a``; ``_PAIR`` the cut
+    of the pair of directions ``a``, ``b``), and the number of send slots. Which sends a receive waits
+    for, and so the order, never depend on the times."""
+    steps = [_dualpipe_steps(p, m, s) for s in range(p)]
+    at = [0] * p
+    slots: dict[tuple[int, str, int, int], int] = {}
+    program: list[tuple] = []
+    while True:
+        progressed = False
+        for s in range(p):
+            paired = False
+            while at[s] < len(steps[s]):
+                step = steps[s][at[s]]
+                kind = step[0]
+                if kind == "commit":
+                    _, sends, recvs = step
+                    for what, d, j in sends:
+                        to = s + (1 if (what == "act") == (d == 0) else -1)
+                        if (to, what, d, j) not in slots:  # the first post is the one kept (setdefault)
+                            slots[to, what, d, j] = len(slots)
+                            program.append((_POST, s, slots[to, what, d, j], None))
+                    waits = [slots.get((s, what, d, j)) for what, d, j in recvs]
+                    if any(k is None for k in waits):
+                        break
+                    program.append((_WAIT, s, tuple(waits), None))
+                elif kind == "pair":
+                    paired = True
+                    nxt = steps[s][at[s] + 1: at[s] + 3]
+                    program.append((_PAIR, s, nxt[0][1], nxt[1][1]))
+                elif kind == "F":
+                    program.append((_F, s, step[1], paired))
+                elif kind == "B":
+                    program.append((_B, s, step[1], paired))
+                    paired = False
+                else:  # "W"
+                    program.append((_W, s, step[1], None))
+                at[s] += 1
+                progressed = True
+        if all(at[s] == len(steps[s]) for s in range(p)):
+            return tuple(program), len(slots)
+        assert progressed, "DualPipe's order deadlocked"
+
+
+def _dualpipe_replay(p: int, m: int, forward_s, backward_s, weight_s,
+                     pair_cut=None) -> tuple[list[float], list[list[float]]]:
+    """:func:`dualpipe_stage_times` replayed step by step (its reference: tests check the kept program against it)."""
     steps = [_dualpipe_steps(p, m, s) for s in range(p)]
     at = [0] * p
     clock = [0.0] * p
@@ -1310,9 +1389,15 @@ def gradient_buckets(work: ChunkWork, bucket_elements: int, numel_of=_dense_nume
     """Gradient buckets of a chunk in backward order: ``(layer whose backward completes it,
     parameters, its layers)``; a layer larger than the bucket forms one of its own.
     ``numel_of``: the parameters of a layer the buckets hold (its dense ones, or its experts')."""
+    return layer_buckets(work.layers, bucket_elements, numel_of)
+
+
+def layer_buckets(layers: Sequence[LayerWork], bucket_elements: int,
+                  numel_of=_dense_numel) -> list[tuple[int, int, tuple[int, ...]]]:
+    """:func:`gradient_buckets` of a chunk's ``layers`` (its :attr:`ChunkWork.layers`, without building one)."""
     out: list[tuple[int, int, tuple[int, ...]]] = []
     current, members = 0, []
-    for lw in reversed(work.layers):
+    for lw in reversed(layers):
         numel = numel_of(lw)
         if numel == 0:
             continue

@@ -302,7 +302,12 @@ def _expert_shard(layer: LayerSpec, tp: int, experts: ExpertSplit, top_k: int, m
                    else p for p in layer.params)
     n_experts = routed[0].shape[0] if routed else 1
     key = (layer.ops, n_experts)
-    known = memo.get(key) if memo is not None else None
+    known = None
+    if memo is not None:
+        # By the ops' identity first (hashing every op of every MoE layer cost more than the shard); the entry
+        # keeps the tuple, so that its id is not reused while the memo lives.
+        held = memo.get((id(layer.ops), n_experts))
+        known = held[1] if held is not None and held[0] is layer.ops else memo.get(key)
     ops = [] if known is None else list(known)
     for op in (layer.ops if known is None else ()):
         if _is_matmul(op) and op.name.startswith("experts."):
@@ -320,12 +325,19 @@ def _expert_shard(layer: LayerSpec, tp: int, experts: ExpertSplit, top_k: int, m
             ops.append(dataclasses.replace(op, elements=op.elements * scale / tp))
         else:
             ops.append(op)
-    if memo is not None and known is None:
-        memo[key] = tuple(ops)
+    if memo is not None:
+        if known is None:
+            known = memo[key] = tuple(ops)
+        memo[(id(layer.ops), n_experts)] = (layer.ops, known)
+        # The memo's own tuple: the layers alike then share their ops (one object), which the layer-time
+        # memo (:func:`~dpsim.workload.compute.layer_times`) finds by identity.
+        ops = known
+    else:
+        ops = tuple(ops)
     tokens = tokens_of(layer)
     col = sum(2.0 * tokens * p.numel for p in shared[:-1])
     row = 2.0 * tokens * shared[-1].numel if shared else 0.0
-    return {"params": params, "ops": tuple(ops), "shared": shared, "col": col, "row": row,
+    return {"params": params, "ops": ops, "shared": shared, "col": col, "row": row,
             # top_k copies of the rank's s / tp hidden states (input_bytes_per_sample is 2·s·h).
             "routed_bytes": top_k * layer.input_bytes_per_sample / tp,
             "expert_numel": sum(p.numel for p in params if is_expert_param(p))}

@@ -224,6 +224,10 @@ def layer_terms(layer: LayerSpec, gpu: GpuSpec, precision: Precision,
     return out
 
 
+_BY_IDENTITY = object()
+""":func:`layer_times`' memo entries keyed by the ops' identity start with this (never a value key's first item)."""
+
+
 def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batch: int,
                 breakdown: dict[str, float] | None = None,
                 efficiencies: Efficiencies | None = None, memo: dict | None = None,
@@ -242,8 +246,21 @@ def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batc
         return fwd, BACKWARD_TO_FORWARD * fwd
     eff = efficiencies or Efficiencies()
     # Blocks repeat: a layer with the same ops and weights as one already costed costs the same.
-    key = (layer.ops, layer.param_count, len(layer.params))
-    known = memo.get(key) if memo is not None else None
+    # Looked up first by the ops' identity (a model's blocks, and the shards of one model, share their
+    # ops tuples), which spares hashing every op of the layer on every call; the entry keeps the tuple,
+    # so that its id is not reused while the memo lives.
+    key = known = None
+    if memo is not None:
+        count, n_params = layer.param_count, len(layer.params)
+        same = (_BY_IDENTITY, id(layer.ops), count, n_params)
+        held = memo.get(same)
+        if held is not None and held[0] is layer.ops:
+            known = held[1]
+        else:
+            key = (layer.ops, count, n_params)
+            known = memo.get(key)
+            if known is not None:
+                memo[same] = (layer.ops, known)
     if known is None:
         fwd = bwd = 0.0
         kinds: dict[str, float] = {}
@@ -258,6 +275,7 @@ def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batc
         known = (fwd, bwd, kinds, cast)
         if memo is not None:
             memo[key] = known
+            memo[same] = (layer.ops, known)
     fwd, bwd, kinds, cast = known
     if breakdown is not None:
         for kind, seconds in kinds.items():

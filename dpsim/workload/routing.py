@@ -360,7 +360,19 @@ def _check_moe(experts: int, ep: int, top_k: int, tokens_per_rank: int, capacity
 def rank_load(routing: Routing, *, experts: int, ep: int, tokens_per_rank: int, top_k: int,
               capacity_factor: float | None = None, steps: int = 64, seed: int = 0) -> RankLoad:
     """How the busiest of ``ep`` ranks is loaded when each of them routes ``tokens_per_rank``
-    tokens to ``top_k`` of ``experts`` experts per step (``steps`` steps sampled with ``seed``)."""
+    tokens to ``top_k`` of ``experts`` experts per step (``steps`` steps sampled with ``seed``).
+    Kept per argument values (the sampling is seeded, so a repeat is the same figure): a plan asks
+    for each expert split's load several times, and its verification once per simulated layout."""
+    key = (routing, experts, ep, tokens_per_rank, top_k, capacity_factor, steps, seed)
+    try:
+        hash(key)
+    except TypeError:  # a malformed argument: refused below as before, not by the memo
+        return _rank_load(*key)
+    return _rank_load_kept(*key)
+
+
+def _rank_load(routing: Routing, experts: int, ep: int, tokens_per_rank: int, top_k: int,
+               capacity_factor: float | None, steps: int, seed: int) -> RankLoad:
     shares = expert_shares(routing, experts, _check_int("top_k", top_k, 1))
     _check_moe(experts, ep, top_k, tokens_per_rank, capacity_factor, shares)
     steps = _check_int("steps", steps, 1)
@@ -386,6 +398,10 @@ def rank_load(routing: Routing, *, experts: int, ep: int, tokens_per_rank: int, 
     factors = np.where(mean > 0, per_rank.max(axis=1) / np.where(mean > 0, mean, 1.0), 1.0)
     return RankLoad(mean_busiest_factor=float(factors.mean()), step_factors=tuple(float(f) for f in factors),
                     dropped_fraction=dropped)
+
+
+# typed: 2 and 2.0 (or True) are told apart, so that a value _check_int refuses is never answered from the memo.
+_rank_load_kept = lru_cache(maxsize=256, typed=True)(_rank_load)
 
 
 def traffic_matrix(routing: Routing, *, experts: int, ep: int, tokens_per_rank: int, top_k: int,

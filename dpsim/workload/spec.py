@@ -355,7 +355,7 @@ class LayerSpec:
                     f"a permutation of its parameters {names}"
                 )
 
-    @property
+    @cached_property  # frozen, so it cannot change (as ParamSpec.numel): the layer-time memo asks per layer and shard
     def param_count(self) -> int:
         """Parameters in this layer."""
         return sum(p.numel for p in self.params)
