@@ -194,7 +194,8 @@ def _check_rack_placement(topology: Topology, *, layout: LayoutShape | None, zer
     server's ``intra`` and the one-GPU-per-server ``inter`` sit the same way whatever the placement)."""
     per_domain = multi_server_domain(topology)
     head = "--rack-placement: 'contiguous' changes nothing here"
-    allowed = "it applies to a tp/pp/cp/ep layout or a --zero-group on NVLink domains of several servers; leave it out"
+    allowed = ("it applies to a tp/pp/cp/ep layout or a --zero-group on NVLink domains of several servers; "
+               "give aligned (the default) or leave it out")
     if not per_domain:
         raise ConfigError(f"{head}: {topology.spec.name!r} has no NVLink domain of several servers "
                           f"(e.g. gb200-nvl72's racks); {allowed}")
