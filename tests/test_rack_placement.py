@@ -117,3 +117,11 @@ def test_an_unknown_value_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="rack.placement") as err:
         PredictConfig(**BASE, gpus=80, rack_placement="segments")
     assert "aligned" in str(err.value) and "contiguous" in str(err.value)
+
+
+def test_plan_refuses_contiguous_on_its_base():
+    from dpsim.plan.planner import plan_layouts
+
+    base = PredictConfig(**BASE, gpus=80, rack_placement="contiguous")
+    with pytest.raises(ConfigError, match="--rack-placement: 'contiguous' on the base config is not used by plan"):
+        plan_layouts(base, gpus=[80], global_batch=40)
