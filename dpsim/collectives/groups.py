@@ -350,7 +350,8 @@ def rank_order_split(job: Topology, topo: Topology, stride: int, size: int) -> T
         if worst is None or key > worst:
             worst, pieces = key, [int(c) for c in counts]
     assert sum(pieces) == group_nodes, (pieces, group_nodes)
-    aligned = [per_domain] * (group_nodes // per_domain) + ([group_nodes % per_domain] if group_nodes % per_domain else [])
+    whole, rest = divmod(group_nodes, per_domain)
+    aligned = [per_domain] * whole + ([rest] if rest else [])
     if sorted(pieces) == sorted(aligned):
         return topo
     nodes = max(pieces)
