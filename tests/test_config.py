@@ -250,7 +250,7 @@ def test_to_dict_is_the_plain_settings():
     expert_options = ("ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a", "moe_a2a_overlap",
                       "moe_node_limit", "mtp_depth")
     zero_options = ("zero_impl", "zero_group")
-    cluster_options = ("power_cap_w",)  # --power-cap-w: named only when given, like the options above
+    cluster_options = ("power_cap_w", "rack_placement")  # named only when given, like the options above
     assert config.to_dict() == {k: v for k, v in config.settings().items()
                                 if k not in cp_fields + expert_options + zero_options + cluster_options}
     assert PredictConfig(**config.to_dict()) == config
@@ -264,6 +264,8 @@ def test_to_dict_is_the_plain_settings():
     assert PredictConfig(**config.to_dict()) == config
     config = PredictConfig(gpus=64, gpu="a100", power_cap_w=350.0)
     assert config.to_dict()["power_cap_w"] == 350.0 and PredictConfig(**config.to_dict()) == config
+    config = PredictConfig(gpus=80, link="gb200-nvl72", tp=4, pp=2, rack_placement="contiguous")
+    assert config.to_dict()["rack_placement"] == "contiguous" and PredictConfig(**config.to_dict()) == config
     config = PredictConfig(gpus=64, strategy="zero1", zero_impl="internlm", zero_group=8)
     assert {k: config.to_dict()[k] for k in zero_options} == {"zero_impl": "internlm", "zero_group": 8}
     assert PredictConfig(**config.to_dict()) == config

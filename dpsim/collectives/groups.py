@@ -21,7 +21,10 @@ servers above one) and ``inter`` its replica group, built the same way (:func:`c
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
+
+import numpy as np
 
 from dpsim.collectives.ops import CollectiveModel, CollectiveResult
 from dpsim.errors import ConfigError
@@ -37,6 +40,16 @@ tensor/pipeline/context layout, ``ep`` and ``edp`` for its expert layers, ``pair
 for a DualPipe mirror pair nearer than the job's farthest pair: :func:`layout_communicators`;
 ``zero`` for InternLM's ZeRO-1 group or HSDP's shard group, ``--zero-group``, ``zrep`` HSDP's replica group;
 ``ezero`` and ``ezrep`` the routed experts' shard and replica groups of HSDP under expert parallelism)."""
+
+RACK_PLACEMENTS = ("aligned", "contiguous")
+"""``--rack-placement``: how a job's groups sit on multi-server NVLink domains (:func:`rank_order_split`).
+``aligned``: each group's copies in segments that do not straddle a domain, how every group is costed by
+default. That is Slurm's topology/block plugin: topology.conf's ``BlockName``/``BlockSizes`` declare the
+NVLink domains as blocks (https://slurm.schedmd.com/topology.conf.html, Topology Guide
+https://slurm.schedmd.com/topology.html) and a job's ``--segment`` size keeps each segment of nodes in one
+block (CoreWeave's SUNK guide, "Topology and block scheduling in Slurm", for GB200/GB300 NVL72 racks).
+``contiguous``: racks filled in rank order (a job's nodes one run, no segments), so at a size that is not
+a multiple of the domain some copy of a group straddles two domains."""
 
 
 @frozen_dataclass
@@ -54,7 +67,8 @@ class Communicator:
     (``inter``: the node's GPUs; ``world`` and ``intra``: 1, each on links of its own)."""
 
 
-def communicators(job: Topology, shard_group: int | None = None) -> dict[str, Communicator]:
+def communicators(job: Topology, shard_group: int | None = None,
+                  contiguous: bool = False) -> dict[str, Communicator]:
     """The ``world``, ``intra`` and ``inter`` communicators of ``job`` (see the module docstring).
 
     ``shard_group``: HSDP's shard group (``--zero-group`` with ``fsdp-hybrid``) when it is not one node
@@ -67,6 +81,9 @@ def communicators(job: Topology, shard_group: int | None = None) -> dict[str, Co
     if shard_group is not None and shard_group != min(gpn, job.n_gpus):
         intra_topo, intra_conc = consecutive_group(job, shard_group)
         inter_topo, inter_conc = _replica_group(job, shard_group)
+        if contiguous:
+            intra_topo = rank_order_split(job, intra_topo, 1, shard_group)
+            inter_topo = rank_order_split(job, inter_topo, shard_group, job.n_gpus // shard_group)
         return {
             "world": Communicator(name="world", topology=job, job=job),
             "intra": Communicator(name="intra", topology=intra_topo, job=job, concurrent=intra_conc),
@@ -178,7 +195,7 @@ def consecutive_group(job: Topology, size: int) -> tuple[Topology, int]:
     return _node_group(job, size, 1) if size <= gpn else _node_group(job, gpn, size // gpn)
 
 
-def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communicator]:
+def layout_communicators(job: Topology, shape: LayoutShape, contiguous: bool = False) -> dict[str, Communicator]:
     """The ``tp``, ``dp``, ``pp`` and ``emb`` communicators of a layout on ``job`` (and the expert
     layers' ``ep``, ``edp``, with ``etp`` above 1 ``etp``; with ``cp`` above 1 ``cp``; with a
     ``zero_group`` smaller than the data-parallel group, InternLM's ``zero``).
@@ -196,6 +213,11 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
     groups at once, so each group gets its share of the server's NICs
     (:attr:`Communicator.concurrent`). ``tp x dp`` must tile the servers (a multiple or a
     divisor of the GPUs per node: :func:`check_layout_placement`).
+
+    ``contiguous`` (``--rack-placement contiguous``): the racks of multi-server NVLink domains filled in rank
+    order rather than each group's copies aligned to them; every group is then costed as its copy that
+    straddles the domains worst (:func:`rank_order_split`). The ``pp``/``emb`` pairs are placed by the
+    job's span either way (:func:`pair_place` already reads rank order).
     """
     gpn = job.gpus_per_node
     # Context-parallel ranks sit between the tensor- and data-parallel ones (tp-cp-ep-dp-pp):
@@ -204,8 +226,12 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
     t, d, p = shape.tp, shape.dp * shape.cp, shape.pp
     comms: dict[str, Communicator] = {}
 
+    def placed(topo: Topology, stride: int, size: int) -> Topology:
+        return rank_order_split(job, topo, stride, size) if contiguous else topo
+
     def consecutive(size: int) -> tuple[Topology, int]:
-        return consecutive_group(job, size)
+        topo, conc = consecutive_group(job, size)
+        return placed(topo, 1, size), conc
 
     tp_topo, tp_conc = consecutive(t)
     comms["tp"] = Communicator(name="tp", topology=tp_topo, job=job, concurrent=tp_conc)
@@ -216,7 +242,8 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
         if stride * size <= gpn:
             return Topology(spec=job.spec, n_gpus=size), 1
         per_node = max(1, gpn // stride)
-        return _node_group(job, per_node, size // per_node)
+        topo, conc = _node_group(job, per_node, size // per_node)
+        return placed(topo, stride, size), conc
 
     dp_topo, dp_conc = strided(t, d)
     comms["dp"] = Communicator(name="dp", topology=dp_topo, job=job, concurrent=dp_conc)
@@ -279,6 +306,59 @@ def layout_communicators(job: Topology, shape: LayoutShape) -> dict[str, Communi
         cp_topo, cp_conc = strided(t, shape.cp)
         comms["cp"] = Communicator(name="cp", topology=cp_topo, job=job, concurrent=cp_conc)
     return comms
+
+
+def multi_server_domain(job: Topology) -> int:
+    """Servers per NVLink domain of ``job`` when domains join several servers but not all of them (NVL72
+    racks under a scale-out network), else 0: where ``--rack-placement`` can place a group across domains."""
+    domain = job.spec.nvlink_domain
+    if domain is None or domain.nodes <= 1 or nvlink_fabric(job.spec.fabric):
+        return 0
+    return domain.nodes
+
+
+def rank_order_split(job: Topology, topo: Topology, stride: int, size: int) -> Topology:
+    """``topo`` (a group of ``size`` ranks ``stride`` apart, as a cluster of its own, its servers in NVLink
+    domains of ``job``'s size: aligned) with its domains as its worst copy's when ``job``'s racks are filled in
+    rank order (``--rack-placement contiguous``).
+
+    Copies of the group start every ``stride x size`` ranks (the tp-cp-ep-dp-pp order tiles the job with
+    them; a copy offset inside that block sits on the same servers). Each copy's servers fall into domains
+    as rank order puts them (server ``rank // gpus_per_node``, domain ``server // nodes``); the worst copy
+    spans the most domains, then has the smallest piece (fewest servers, so fewest NICs, carrying its
+    domain's share across the network). Two pieces are reproduced exactly: domains of the larger piece's
+    size, the smaller piece after it (8 + 2 trays: domains of 8). Three or more (a group wider than a domain
+    that starts inside one) are approximated by the largest domain size that gives as many domains: the
+    same number of crossings, the pieces' sizes evened out. A copy that splits as aligned placement does
+    returns ``topo`` itself, so such a group is costed exactly as by default."""
+    per_domain = multi_server_domain(job)
+    group_nodes = topo.n_nodes
+    if not per_domain or group_nodes <= 1 or job.n_nodes <= per_domain:
+        return topo
+    gpn = job.spec.node.gpus_per_node
+    block = stride * size
+    blocks = job.n_gpus // block
+    # Block k's split depends on k x block modulo a domain's GPUs only: one period of starts is every split.
+    period = per_domain * gpn // math.gcd(block, per_domain * gpn)
+    offsets = np.arange(size, dtype=np.int64) * stride
+    worst: tuple[int, int] | None = None
+    pieces: list[int] = []
+    for k in range(min(blocks, period)):
+        servers = np.unique((k * block + offsets) // gpn)
+        counts = np.unique(servers // per_domain, return_counts=True)[1]
+        key = (len(counts), -int(counts.min()))
+        if worst is None or key > worst:
+            worst, pieces = key, [int(c) for c in counts]
+    assert sum(pieces) == group_nodes, (pieces, group_nodes)
+    whole, rest = divmod(group_nodes, per_domain)
+    aligned = [per_domain] * whole + ([rest] if rest else [])
+    if sorted(pieces) == sorted(aligned):
+        return topo
+    nodes = max(pieces)
+    while math.ceil(group_nodes / nodes) < len(pieces):
+        nodes -= 1
+    domain = dataclasses.replace(topo.spec.nvlink_domain, nodes=nodes)
+    return dataclasses.replace(topo, spec=dataclasses.replace(topo.spec, nvlink_domain=domain))
 
 
 def pair_place(job: Topology, first: int, last: int) -> str:
@@ -390,18 +470,20 @@ class GroupCollectives:
     """
 
     def __init__(self, job: Topology, make: ModelFactory, layout: LayoutShape | None = None,
-                 zero_group: int | None = None, shard_group: int | None = None):
+                 zero_group: int | None = None, shard_group: int | None = None, contiguous: bool = False):
         self.job = job
         self._make = make
-        self._communicators = communicators(job, shard_group)
+        self._communicators = communicators(job, shard_group, contiguous)
         if layout is None and zero_group is not None and zero_group < job.n_gpus:
             # InternLM's ZERO1 group: consecutive data-parallel ranks (Initializer_Zero1).
             topo, conc = consecutive_group(job, zero_group)
+            if contiguous:
+                topo = rank_order_split(job, topo, 1, zero_group)
             self._communicators["zero"] = Communicator(name="zero", topology=topo, job=job, concurrent=conc)
         self.layout = layout
         """The tensor x pipeline x data layout whose groups :meth:`group` also knows (``None``: none)."""
         if layout is not None:
-            self._communicators.update(layout_communicators(job, layout))
+            self._communicators.update(layout_communicators(job, layout, contiguous))
         self._models: dict[str, CollectiveModel] = {}
         self.world = self.group("world")
         self.n_ranks = self.world.n_ranks

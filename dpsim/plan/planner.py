@@ -2064,6 +2064,11 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         # A candidate is one job's layout: the base's --jobs 2 ended in a line about '--gpus 1' no one gave.
         raise ConfigError(f"--jobs: {base.cluster.jobs} on the base config is not used by plan (it searches one job's "
                           f"layouts); leave it at 1")
+    if base.cluster.rack_placement != "aligned":
+        # The search's collectives place every group aligned to the NVLink domains (GroupCollectives without
+        # contiguous): taken from the base, 'contiguous' would have changed no candidate without a word.
+        raise ConfigError(f"--rack-placement: {base.cluster.rack_placement!r} on the base config is not used by plan "
+                          f"(its candidates are costed aligned to the racks); allowed: aligned, or leave it out")
     # The search's own inputs, checked as predict checks them: --global-batch 0 reached Layout's
     # assertion (a traceback), --tokens 1e300 printed a 1.6e+294-s time to train.
     if global_batch is None:

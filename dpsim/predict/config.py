@@ -102,6 +102,8 @@ Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op
 FsdpUnit = Literal["block", "layer", "model"]
 """``--fsdp-unit``: the keys of :data:`dpsim.strategies.registry.FSDP_UNITS`."""
 Placement = Literal["packed", "interleaved"]
+RackPlacement = Literal["aligned", "contiguous"]
+"""``--rack-placement``: :data:`dpsim.collectives.groups.RACK_PLACEMENTS`."""
 MoeA2a = Literal["flat", "hierarchical"]
 """``--moe-a2a``: the keys of :data:`dpsim.collectives.all_to_all.ALL_TO_ALL_ALGORITHMS`."""
 """``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
@@ -195,6 +197,10 @@ class ClusterConfig:
     max-min."""
     placement: Placement = "packed"
     """Servers of the jobs: packed (each job contiguous) or interleaved (round robin)."""
+    rack_placement: RackPlacement = "aligned"
+    """Where a job's groups sit on multi-server NVLink domains (NVL72 racks): aligned (each group's copies in
+    segments inside one domain, as Slurm's topology/block places a job) or contiguous (racks filled in rank
+    order, so a group may straddle two domains and cross the scale-out network)."""
     power_cap_w: float | None = field(default=None, metadata=_range(0, MAX_POWER_CAP_W, open_below=True))
     """Per-GPU power limit (nvidia-smi -pl), W: compute runs at the measured fraction of its uncapped
     rate at that cap (A100 SXM4: 100-400 W, dpsim/hardware.py POWER_CAP_THROUGHPUT); left out: the
@@ -616,7 +622,7 @@ SETTINGS: tuple[str, ...] = (
     "clip_grad_norm", "zero_grad", "input_samples_per_s", "fsdp_version", "fsdp_accumulate", "recompute_every",
     "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a", "zero_impl", "zero_group",
     "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit", "activations", "power_cap_w",
-    "loss_impl")
+    "loss_impl", "rack_placement")
 """Every setting by its flat name, in the order ``--json``'s ``config``, a sweep's columns and the
 flags are listed in (the order they were added in, kept so that outputs do not move)."""
 
@@ -1246,7 +1252,7 @@ assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of th
 SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
                   "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a",
                   "zero_impl", "zero_group", "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit",
-                  "activations", "power_cap_w", "loss_impl")
+                  "activations", "power_cap_w", "loss_impl", "rack_placement")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""
 

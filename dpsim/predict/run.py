@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dpsim.collectives.groups import Communicator, GroupCollectives, LayoutShape
+from dpsim.collectives.groups import Communicator, GroupCollectives, LayoutShape, multi_server_domain
 from dpsim.collectives.links import link_report
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
@@ -179,7 +179,36 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
             # job whose profile cannot say how far they are above its NICs (not at the first collective).
             degraded = calibrated_factors(degradations, topology, topology)
             degraded_bandwidth_factor(profile, "inter_node" if topology.n_nodes > 1 else "intra_node", degraded)
-    return GroupCollectives(topology, make, layout=layout, zero_group=par.zero_group, shard_group=shard_group)
+    contiguous = config.cluster.rack_placement == "contiguous"
+    if contiguous:
+        _check_rack_placement(topology, layout=layout, zero_group=par.zero_group, shard_group=shard_group,
+                              jobs=config.cluster.jobs)
+    return GroupCollectives(topology, make, layout=layout, zero_group=par.zero_group, shard_group=shard_group,
+                            contiguous=contiguous)
+
+
+def _check_rack_placement(topology: Topology, *, layout: LayoutShape | None, zero_group: int | None,
+                          shard_group: int | None, jobs: int) -> None:
+    """Refuse ``--rack-placement contiguous`` where it could change nothing (one line): without NVLink domains
+    of several servers, on a job inside one domain, or with no group smaller than the job (the world, one
+    server's ``intra`` and the one-GPU-per-server ``inter`` sit the same way whatever the placement)."""
+    per_domain = multi_server_domain(topology)
+    head = "--rack-placement: 'contiguous' changes nothing here"
+    allowed = ("it applies to a tp/pp/cp/ep layout or a --zero-group on NVLink domains of several servers; "
+               "give aligned (the default) or leave it out")
+    if not per_domain:
+        raise ConfigError(f"{head}: {topology.spec.name!r} has no NVLink domain of several servers "
+                          f"(e.g. gb200-nvl72's racks); {allowed}")
+    if topology.n_nodes <= per_domain:
+        raise ConfigError(f"{head}: {topology.n_gpus:,} GPUs fit in one NVLink domain of {per_domain} servers; "
+                          f"{allowed}")
+    groups = layout is not None or shard_group is not None or (zero_group is not None and zero_group < topology.n_gpus)
+    if not groups:
+        raise ConfigError(f"{head}: the job has no group smaller than itself to place (data parallelism alone); "
+                          f"{allowed}")
+    if jobs > 1:
+        raise ConfigError(f"--rack-placement: 'contiguous' is not modelled with --jobs {jobs} (each job's servers "
+                          f"are laid out by --placement); leave one of them out")
 
 
 def gradient_collective(program: StepProgram, gradient_ops, collectives: GroupCollectives) -> CollectiveResult | None:
