@@ -41,7 +41,11 @@ def variant(name: str, **changes) -> TopologySpec:
 # anyway) cut the collector's time by about three quarters (9 heavy test files, 2 cores: 5.0 -> 1.3 s
 # CPU, full passes 31 -> 7) and change no result: nothing in dpsim depends on when garbage is freed
 # (dpsim/engine/pipeline.py and dpsim/mix/simulate.py already pause the collector for the same reason).
-gc.set_threshold(10_000, 10, 10)
+# The collector still took 9 s of the fast lane's 186 s (2 workers, gc.callbacks); a first generation of
+# 50,000 (was 10,000) leaves more of each test's short-lived objects to be freed by their count before a
+# pass scans them: 8 files in one process, 1.33 -> 0.91 s in the collector (208 -> 70 young passes, full
+# passes 3 -> 2; 100,000 gave no more), live objects at the end +4 %.
+gc.set_threshold(50_000, 10, 10)
 
 
 # The fast lane (``-m "not slow"``, as the README names it) runs on two worker processes where
@@ -64,6 +68,62 @@ def fast_lane_workers(config, cores: int) -> int | None:
     return min(cores, 4) if cores >= 2 else None
 
 
+# Whole test files go to one worker each (``--dist loadfile``) rather than single tests (``load``):
+# a file's module fixtures and the first-use costs its tests share (a built model, a loaded profile,
+# lazily imported libraries) are then paid by one worker, not by both. On a third of the lane's
+# files (49, 1,740 tests, 2 workers on the loaded 2-core box): 94.0 s of CPU with ``load``, 90.0 s
+# with ``loadfile``, 95.7 s with ``worksteal``; the workers ended 0.8, 3.7 and 2.1 s apart. An
+# explicit ``--dist`` wins.
+FAST_LANE_DIST = "loadfile"
+
+# A file is sent whole, so the two workers end together only if the last files sent are short.
+# xdist's own order (``--loadscope-reorder``: most tests first) sends the golden file (11 tests,
+# ~14 s of CPU) and other short lists of long tests last; the fast lane sends these first instead,
+# the rest in collection order (its last files take well under a second). Measured CPU seconds a
+# file, one process (``--durations`` and per-test CPU, this stop).
+FIRST_FILES = (
+    "test_golden.py",                 # 14.1
+    "test_symmetric.py",              # 8.8
+    "test_cli.py",                    # 7.0
+    "test_maxmin_jit.py",             # 6.4 (numba's compiled solvers loaded on first use)
+    "test_sanity_properties.py",      # 5.4
+    "test_plots.py",                  # 5.4
+    "test_collectives.py",            # 5.3
+    "test_model_error.py",            # 4.8
+    "test_accuracy_large_models.py",  # 4.3
+    "test_layout.py",                 # 4.1
+    "test_plan_verify.py",            # 3.8
+    "test_variability.py",            # 3.6
+    "test_calibrate_profile.py",      # 3.0
+    "test_plan_caches.py",            # 2.9
+    "test_install.py",                # 2.7
+)
+
+
+def fast_lane_dist(config) -> str | None:
+    """How to share this run's tests among its workers (None: leave it as given)."""
+    return FAST_LANE_DIST if config.option.dist == "no" else None
+
+
+def first_files_first(items: list) -> list:
+    """``items`` with the tests of :data:`FIRST_FILES` first (in that order), the rest as they were."""
+    rank = {name: k for k, name in enumerate(FIRST_FILES)}
+    return sorted(items, key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    # The workers parse the command line anew (no --dist there): the controller tells them.
+    if node.config.option.dist == FAST_LANE_DIST and not node.config.option.loadscopereorder:
+        node.workerinput["dpsim_first_files"] = True
+
+
+def pytest_collection_modifyitems(config, items):
+    # Every worker sorts alike (xdist checks that their lists agree); one process keeps its order.
+    if getattr(config, "workerinput", {}).get("dpsim_first_files"):
+        items[:] = first_files_first(items)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
     import os
@@ -72,10 +132,27 @@ def pytest_cmdline_main(config):
     workers = fast_lane_workers(config, cores)
     if workers is not None:
         config.option.numprocesses = workers
+        dist = fast_lane_dist(config)
+        if dist is not None:
+            config.option.dist = dist
+            config.option.loadscopereorder = False  # FIRST_FILES gives the order
 
 
 def pytest_collection_finish(session):
     gc.collect()
+    gc.freeze()
+
+
+# After the last test the process still walked its whole heap twice: pytest's unraisable-exception
+# plugin collects every generation once more at the end of the session (for finalizers of garbage
+# never collected), and the interpreter collects again as it exits. By then the heap holds every
+# test's memoized models and plans: on 8 of the lane's files in one process this cost 2.7 s of CPU
+# after the session (0.26 s frozen as below; the lane's two workers each pay it). The young
+# generations, where the last tests' cyclic garbage is, are still collected first; an unraisable
+# exception raised during a test is reported with that test as before.
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    gc.collect(1)
     gc.freeze()
 
 

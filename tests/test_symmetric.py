@@ -123,6 +123,20 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
 
 
+def _same_array(actual, expected, *, rel: float | None = None, abs: float = 0.0) -> bool:
+    """``actual == pytest.approx(expected, rel=rel, abs=abs)`` for arrays, in numpy: the same shape, and each
+    element equal or within ``max(rel x |expected|, abs)`` (``rel`` None: ``abs`` alone, as approx takes it;
+    an infinite expected element only by equality; NaN never). pytest's approx builds an object an element
+    and took a third of this file's CPU (8.8 -> 6.2 s, one process)."""
+    actual, expected = np.asarray(actual, dtype=float), np.asarray(expected, dtype=float)
+    if actual.shape != expected.shape:
+        return False
+    with np.errstate(invalid="ignore"):  # inf - inf, 0 x inf: held to equality below
+        tolerance = np.maximum((rel or 0.0) * np.abs(expected), abs)
+        within = np.isfinite(expected) & (np.abs(actual - expected) <= tolerance)
+    return bool(np.all((actual == expected) | within))
+
+
 # ----------------------------------------------------------------------------- plans
 
 
@@ -222,7 +236,7 @@ def test_symmetric_counts_equal_routed_flows(topo):
         nodes = np.repeat(np.arange(n), k)
         place = lambda local: np.where(np.tile(local, n) < 0, -1 - nodes, nodes * g + np.tile(local, n))  # noqa: E731
         routed += net.loads(place(s_loc), place(d_loc)).link_bytes(np.tile(server.weight, n))
-        assert counted == pytest.approx(routed, rel=1e-12, abs=1e-12)
+        assert _same_array(counted, routed, rel=1e-12, abs=1e-12)
 
 
 def _random_phase(topo, rng, *, weighted: bool = False):
@@ -295,10 +309,10 @@ def test_symmetric_routes_are_the_routed_flows(topo):
         # The same counts as symmetric_loads, for all flows and for random subsets of random rows.
         everything = [np.ones(b.shape, bool) for b in routes.blocks]
         every_row = [np.arange(b.shape[0]) for b in routes.blocks]
-        assert _dense(routes.count(everything, every_row), net) == pytest.approx(
-            np.bincount(link_of, minlength=net.n_links), abs=0)
-        assert _dense(routes.count(everything, every_row), net) == pytest.approx(
-            net.symmetric_loads(server=server, crossing=groups).dense(net.families(), net.n_links), abs=0)
+        assert _same_array(_dense(routes.count(everything, every_row), net),
+                           np.bincount(link_of, minlength=net.n_links), abs=0)
+        assert _same_array(_dense(routes.count(everything, every_row), net),
+                           net.symmetric_loads(server=server, crossing=groups).dense(net.families(), net.n_links), abs=0)
         rows = [np.sort(rng.choice(b.shape[0], int(rng.integers(0, b.shape[0] + 1)), replace=False))
                 for b in routes.blocks]
         which = [rng.random((len(r), b.shape[1])) < 0.5 for r, b in zip(rows, routes.blocks)]
@@ -307,8 +321,8 @@ def test_symmetric_routes_are_the_routed_flows(topo):
             per = _per_flow(b, w)
             chosen[start + (r[:, None] * per.shape[1] + np.arange(per.shape[1]))[per]] = True
             start += b.shape[0] * (len(b.flow_column) if b.flow_column is not None else b.shape[1])
-        assert _dense(routes.count(which, rows), net) == pytest.approx(
-            np.bincount(link_of[chosen[flow_of]], minlength=net.n_links), abs=0)
+        assert _same_array(_dense(routes.count(which, rows), net),
+                           np.bincount(link_of[chosen[flow_of]], minlength=net.n_links), abs=0)
         # Flows crossing a marked link.
         for density in (0.001, 0.05, 0.5):
             marked = rng.random(net.n_links) < density
@@ -389,7 +403,7 @@ def test_trees_on_shared_server_links_are_symmetric_and_exact(cid, topo):
                 assert a.path == SYMMETRIC and b.path == WHOLE_CLUSTER
                 assert (a.seconds_per_byte, a.inter_bound, a.r_intra, a.r_inter) == (
                     b.seconds_per_byte, b.inter_bound, b.r_intra, b.r_inter), (algorithm, scale)
-                assert a.link_bytes_per_byte == pytest.approx(b.link_bytes_per_byte, rel=1e-12, abs=1e-15)
+                assert _same_array(a.link_bytes_per_byte, b.link_bytes_per_byte, rel=1e-12, abs=1e-15)
 
 
 # ----------------------------------------------------------------------------- the same answers
@@ -423,7 +437,7 @@ def test_symmetric_evaluation_equals_the_whole_cluster(cid, topo, kw):
                     assert _close(a.r_intra, b.r_intra) and _close(a.r_inter, b.r_inter), (algorithm, op)
                 for f in ("intra_hops", "inter_hops", "channels", "pipeline_intra", "pipeline_inter"):
                     assert getattr(a.plan, f) == getattr(b.plan, f)
-                assert a.link_bytes_per_byte == pytest.approx(b.link_bytes_per_byte, rel=1e-9, abs=1e-15)
+                assert _same_array(a.link_bytes_per_byte, b.link_bytes_per_byte, rel=1e-9, abs=1e-15)
         for size in (8, 4096, 1 * MiB, 64 * MiB, GiB):
             x, y = fast.time(op, size), slow.time(op, size)
             assert (x.algorithm, x.protocol) == (y.algorithm, y.protocol), (op, size)
