@@ -39,3 +39,33 @@ def test_main_in_a_callers_process_leaves_its_garbage_collectable_and_its_blas_a
     assert status == 0 and numpy_loaded
     assert freed and frozen == 0 and collecting
     assert blas is None
+
+
+# --- results in a notebook: pickled, copied, compared ---------------------------------------------------------------
+def test_a_prediction_pickles_and_equals_its_copy():
+    """Before: ``pickle.dumps(dpsim.predict(config))`` (and of a PlanResult or GoodputReport, which hold
+    predictions) raised "Can't pickle local object 'build_collectives.<locals>.make'"; and two predictions of one
+    config, or a prediction and its deepcopy, were unequal (the collective models compared by identity)."""
+    import copy
+    import pickle
+
+    import dpsim
+
+    config = dpsim.PredictConfig(gpus=16, link="infiniband", model="gpt2", micro_batch=1)
+    p = dpsim.predict(config)
+    q = pickle.loads(pickle.dumps(p))
+    assert q == p == dpsim.predict(config) == copy.deepcopy(p)
+    assert q.collectives.time("all_reduce", 1e8).time_s == p.collectives.time("all_reduce", 1e8).time_s
+
+
+def test_the_api_functions_pickle_for_a_process_pool():
+    """Before: ``multiprocessing.Pool().map(dpsim.predict, configs)`` raised "cannot pickle 'CallablePackage'
+    object": ``dpsim.predict`` and ``dpsim.plan`` are their subpackages made callable."""
+    import pickle
+
+    import dpsim
+    from dpsim.plan.planner import plan_layouts
+    from dpsim.predict.run import predict
+
+    assert pickle.loads(pickle.dumps(dpsim.predict)) is predict
+    assert pickle.loads(pickle.dumps(dpsim.plan)) is plan_layouts
