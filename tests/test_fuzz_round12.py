@@ -69,3 +69,24 @@ def test_the_api_functions_pickle_for_a_process_pool():
 
     assert pickle.loads(pickle.dumps(dpsim.predict)) is predict
     assert pickle.loads(pickle.dumps(dpsim.plan)) is plan_layouts
+
+
+# --- a second degraded link class never speeds a collective up --------------------------------------------------
+def test_a_degraded_nvlink_domain_on_top_of_degraded_gpu_links_is_never_faster():
+    """Before: on 576 GPUs of gb200-nvl72, --degrade nvlink:50% --degrade nvlink-domain:10% predicted a shorter
+    step (gpt2, 0.025372 s: the healthy one) than nvlink:50% alone (0.025377 s), and an all_reduce of 256 KiB
+    0.26 % faster: the domain's links held back the flows between servers that share the GPU links, so the
+    pipelined NVLS tree's stages inside a server ran at their healthy rate."""
+    from dpsim.collectives.nccl import NcclCollectives
+    from dpsim.network.degrade import parse_degradation
+    from dpsim.predict.config import PredictConfig
+    from dpsim.predict.run import _resolve_topology
+
+    topology = _resolve_topology(PredictConfig(gpus=144, link="gb200-nvl72"), None)
+
+    def seconds(*degrade: str) -> float:
+        model = NcclCollectives(topology, degradations=tuple(parse_degradation(d) for d in degrade))
+        return model.time("all_reduce", 256 * 1024).time_s
+
+    gpu_links = seconds("nvlink:50%")
+    assert seconds() < gpu_links <= seconds("nvlink:50%", "nvlink-domain:10%")
