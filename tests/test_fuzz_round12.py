@@ -90,3 +90,20 @@ def test_a_degraded_nvlink_domain_on_top_of_degraded_gpu_links_is_never_faster()
 
     gpu_links = seconds("nvlink:50%")
     assert seconds() < gpu_links <= seconds("nvlink:50%", "nvlink-domain:10%")
+
+
+# --- an --etp that does not divide the stage's GPUs is named --------------------------------------------------------
+def test_an_etp_that_does_not_divide_the_stage_is_named(capsys):
+    """Before: "--ep: --ep 1 x --etp 3 = 3 does not divide ... = 16 ...; choose an --ep that divides it": the given
+    --etp was the value at fault, and no --ep fixes it at --ep 1."""
+    from fuzz_harness import check_outcome, run_cli
+
+    args = ["predict", "--model", "mixtral-8x7b", "--gpus", "16", "--link", "infiniband", "--steps", "1",
+            "--sequence-parallel", "--recompute", "full", "--tp", "2", "--etp", "3"]
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "error", ("--etp: 3 x --ep 1 = 3 does not divide --tp 2 x --cp 1 x 8 data-parallel",
+                                           "choose an --etp among 1, 2, 4, 8, 16, or leave it out"))
+    args[-1:] = ["3", "--ep", "2"]  # --ep 2 x --etp 3: etp is still the one that divides nothing
+    check_outcome(run_cli(args, capsys), args, "error", ("--etp: 3 x --ep 2 = 6", "choose an --etp among 1, 2, 4, 8"))
+    args = [*args[:-4], "--ep", "3"]  # an --ep alone at fault: as before
+    check_outcome(run_cli(args, capsys), args, "error", ("--ep: --ep 3 x --etp 1 = 3 does not divide",))
