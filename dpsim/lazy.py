@@ -48,5 +48,15 @@ def callable_package(package: str, target: str) -> None:
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
             return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
+        def __reduce_ex__(self, protocol: Any) -> tuple:
+            # Pickled as the function it calls: ``Pool().map(dpsim.predict, configs)`` failed "cannot pickle
+            # 'CallablePackage' object" (a module pickles by nothing); copy.copy gives the function too.
+            return _imported, (module, name)
+
     CallablePackage.__call__.__doc__ = f"Call :func:`{module}.{name}`."
     sys.modules[package].__class__ = CallablePackage
+
+
+def _imported(module: str, name: str) -> Any:
+    """``module.name``, imported: what a callable package unpickles as (:func:`callable_package`)."""
+    return getattr(importlib.import_module(module), name)

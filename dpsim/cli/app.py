@@ -109,19 +109,28 @@ bytes either way). Read once, when numpy loads; the variable is put back afterwa
 command starts (calibrate's and validate's ranks, Dask's workers) get the user's environment."""
 
 
+_OWN_PROCESS = False
+"""Whether this process is the ``dpsim`` command's own (:func:`run`: the console script, ``python -m dpsim``).
+Only then does :func:`loading` freeze what the collector tracks and start numpy's OpenBLAS on
+:data:`BLAS_THREADS`: :func:`gc.freeze` takes every object the process holds, and in a notebook or script
+that calls :func:`main` those are the caller's too, whose cycles were then never freed (a 10 MB cycle dropped
+after one ``main(["predict", ...])`` stayed for good), and OpenBLAS would run the caller's numpy on one thread
+for the rest of the session."""
+
+
 @contextlib.contextmanager
 def loading() -> Iterator[None]:
     """Imports of a command's machinery, with the cyclic collector off and what they made frozen after.
 
     Importing makes ~100,000 objects (modules, classes, functions) and frees almost none, so the collector's
     passes during it (~90 of them in ``dpsim predict``) walked them and found nothing: ~20-30 ms of CPU.
-    Afterwards the objects go to the permanent generation (:func:`gc.freeze`), as :func:`run` does for the
-    CLI itself, and garbage made from then on is collected as before. numpy, if this loads it, starts
-    with :data:`BLAS_THREADS`.
+    Afterwards, in dpsim's own process (:data:`_OWN_PROCESS`), the objects go to the permanent generation
+    (:func:`gc.freeze`), as :func:`run` does for the CLI itself, and garbage made from then on is collected as
+    before; numpy, if this loads it, starts with :data:`BLAS_THREADS` there.
     """
-    collecting, loaded = gc.isenabled(), len(sys.modules)
+    collecting, loaded, own = gc.isenabled(), len(sys.modules), _OWN_PROCESS
     variable, threads = BLAS_THREADS
-    ours = variable not in os.environ and "numpy" not in sys.modules
+    ours = own and variable not in os.environ and "numpy" not in sys.modules
     if ours:
         os.environ[variable] = threads
     gc.disable()
@@ -130,7 +139,7 @@ def loading() -> Iterator[None]:
     finally:
         if ours:
             os.environ.pop(variable, None)
-        if len(sys.modules) != loaded:  # a second run in one process (tests) imports nothing: nothing to freeze
+        if own and len(sys.modules) != loaded:  # a second run in one process imports nothing: nothing to freeze
             gc.freeze()
         if collecting:
             gc.enable()
@@ -408,6 +417,8 @@ def run() -> None:
     # again and freed nothing: predict 65,536 GPUs 0.51 -> 0.43 s CPU (median of 10, 2 cores,
     # tests/benchmarks/bench_predict_startup.py's way). Garbage made from here on is collected
     # as before; no result depends on when it is.
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
     gc.freeze()
     from dpsim.workload.model_ref import end_process_on_runaway
 

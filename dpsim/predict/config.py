@@ -18,6 +18,7 @@ so they are written for the person typing the command and contain no square brac
 
 from __future__ import annotations
 
+import math
 import typing
 import warnings
 from dataclasses import field, fields, replace
@@ -263,6 +264,12 @@ class WorkloadConfig:
 
     def __post_init__(self) -> None:
         _check_part(self)
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n``, smallest first."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in reversed(small) if k * k != n]
 
 
 def default_etp(*, tp: int, ep: int) -> int:
@@ -895,11 +902,18 @@ class PredictConfig:
         # A left-out --etp's default (tp or 1) divides tp x cp x dp whenever --ep does: checked as 1 here.
         etp = p.etp or 1
         experts = p.ep * etp
-        if (p.tp * p.cp * self.data_parallel) % experts:
-            raise ConfigError(f"--ep: --ep {p.ep} x --etp {etp} = {experts} does not divide --tp {p.tp} x "
-                              f"--cp {p.cp} x {self.data_parallel} data-parallel replicas = "
-                              f"{p.tp * p.cp * self.data_parallel}, the GPUs "
-                              f"of a stage the expert layers are carved from; choose an --ep that divides it")
+        total = p.tp * p.cp * self.data_parallel
+        if total % experts:
+            carved = (f"--tp {p.tp} x --cp {p.cp} x {self.data_parallel} data-parallel replicas = {total}, the GPUs "
+                      f"of a stage the expert layers are carved from")
+            if p.etp is not None and (p.ep == 1 or total % etp):
+                # The given --etp is what does not fit: "choose an --ep" sent the user to a flag that, at --ep 1,
+                # no value of fixes (--tp 2 --etp 3 on 16 GPUs).
+                allowed = ", ".join(str(k) for k in _divisors(total) if total % (p.ep * k) == 0)
+                raise ConfigError(f"--etp: {etp} x --ep {p.ep} = {experts} does not divide "
+                                  f"{carved}; choose an --etp among {allowed}, or leave it out")
+            raise ConfigError(f"--ep: --ep {p.ep} x --etp {etp} = {experts} does not divide {carved}; choose an --ep "
+                              f"that divides it")
         if w.global_batch is not None:
             per_step = w.micro_batch * self.data_parallel
             if w.global_batch % per_step:

@@ -80,7 +80,7 @@ class Prediction:
     """Message bytes per collective type in one step (``all_reduce``, ``reduce_scatter``, ``all_gather``)."""
     fit: FitAdvice | None = field(default=None, repr=False)
     """What would make the job fit in memory (``fit.fits`` when it already does)."""
-    collectives: CollectiveModel | None = field(default=None, repr=False)
+    collectives: CollectiveModel | None = field(default=None, repr=False, compare=False)
     """The job's collective models (:class:`~dpsim.collectives.groups.GroupCollectives`: NCCL's
     choice on the flow model, degraded links included, or a calibration profile's fits)."""
     links: LinkReport | None = field(default=None, repr=False)

@@ -109,6 +109,39 @@ def _resolve_topology(config: PredictConfig, profile) -> Topology:
     return topology
 
 
+class CollectiveFactory:
+    """The one factory of a job's collective models (:func:`build_collectives`): a calibration profile's fits, or
+    NCCL's choice on the flow model. A class, not a closure, so that a :class:`~dpsim.predict.result.Prediction`
+    that holds the models pickles (a process pool's results, a notebook's cache): with a closure here
+    ``pickle.dumps(dpsim.predict(config))`` failed "Can't pickle local object 'build_collectives.<locals>.make'"."""
+
+    def __init__(self, *, profile, degradations, algorithms, protocols, jobs: int, placement: str) -> None:
+        self.profile, self.degradations = profile, degradations
+        self.algorithms, self.protocols, self.jobs, self.placement = algorithms, protocols, jobs, placement
+
+    def __call__(self, comm: Communicator) -> CollectiveModel:
+        profile, degradations = self.profile, self.degradations
+        if profile is not None:
+            # A degraded link at a fraction of its calibrated rate: the GPU links' (intra_node fits) or the NICs'
+            # (inter_node), for the copy of this communicator that holds it (dpsim.profile.calibrated).
+            degraded = calibrated_factors(degradations, comm.job, comm.topology) if degradations else None
+            model = calibrated_collectives(profile, comm.topology, concurrent=comm.concurrent, degraded=degraded)
+            if degradations and comm.topology.n_gpus > 1:
+                # The all-to-alls are costed on the fabric beside the calibrated collectives: the slowest degraded
+                # link of each class they cross paces them there too (dpsim.predict.layout.degraded_classes).
+                model.class_factors = slowest_class_factors(
+                    TierNetwork(comm.topology), communicator_degradations(degradations, comm.job, comm.topology))
+            return model
+        # The jobs share NICs and switches, never a server's NVLink (each job has whole servers): a group
+        # inside one server (--zero-group 2 of fsdp-hybrid, InternLM's zero1 group) shares nothing with the other
+        # jobs. Costed as the other jobs' servers, it was refused "--gpus 2 is less than one server" (--gpus 16).
+        inside_server = comm.topology.n_gpus < comm.topology.spec.node.gpus_per_node
+        return NcclCollectives(comm.topology, algorithms=self.algorithms, protocols=self.protocols,
+                               jobs=1 if inside_server else self.jobs,
+                               placement=self.placement, degradations=degradations,
+                               job=None if comm.name == "world" else comm.job)
+
+
 def build_collectives(config: PredictConfig, topology: Topology, *, profile=None,
                       degradations=(), layout: LayoutShape | None = None) -> GroupCollectives:
     """The collective models of ``config``'s job: its world and every sub-communicator.
@@ -139,27 +172,6 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
                 raise ConfigError(f"{flag}: {value!r} is not available with --calibration ({why}); leave one of "
                                   f"them out")
 
-    def make(comm: Communicator) -> CollectiveModel:
-        if profile is not None:
-            # A degraded link at a fraction of its calibrated rate: the GPU links' (intra_node fits) or the NICs'
-            # (inter_node), for the copy of this communicator that holds it (dpsim.profile.calibrated).
-            degraded = calibrated_factors(degradations, comm.job, comm.topology) if degradations else None
-            model = calibrated_collectives(profile, comm.topology, concurrent=comm.concurrent, degraded=degraded)
-            if degradations and comm.topology.n_gpus > 1:
-                # The all-to-alls are costed on the fabric beside the calibrated collectives: the slowest degraded
-                # link of each class they cross paces them there too (dpsim.predict.layout.degraded_classes).
-                model.class_factors = slowest_class_factors(
-                    TierNetwork(comm.topology), communicator_degradations(degradations, comm.job, comm.topology))
-            return model
-        # The jobs share NICs and switches, never a server's NVLink (each job has whole servers): a group
-        # inside one server (--zero-group 2 of fsdp-hybrid, InternLM's zero1 group) shares nothing with the other
-        # jobs. Costed as the other jobs' servers, it was refused "--gpus 2 is less than one server" (--gpus 16).
-        inside_server = comm.topology.n_gpus < comm.topology.spec.node.gpus_per_node
-        return NcclCollectives(comm.topology, algorithms=algorithms, protocols=protocols,
-                               jobs=1 if inside_server else config.cluster.jobs,
-                               placement=config.cluster.placement, degradations=degradations,
-                               job=None if comm.name == "world" else comm.job)
-
     par = config.parallelism
     # HSDP's and MiCS's shard group (--zero-group with fsdp-hybrid or zero3) re-forms the hybrid communicators;
     # None: one node.
@@ -179,6 +191,8 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
             # job whose profile cannot say how far they are above its NICs (not at the first collective).
             degraded = calibrated_factors(degradations, topology, topology)
             degraded_bandwidth_factor(profile, "inter_node" if topology.n_nodes > 1 else "intra_node", degraded)
+    make = CollectiveFactory(profile=profile, degradations=degradations, algorithms=algorithms,
+                             protocols=protocols, jobs=config.cluster.jobs, placement=config.cluster.placement)
     contiguous = config.cluster.rack_placement == "contiguous"
     if contiguous:
         _check_rack_placement(topology, layout=layout, zero_group=par.zero_group, shard_group=shard_group,
