@@ -103,11 +103,11 @@ Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op
 FsdpUnit = Literal["block", "layer", "model"]
 """``--fsdp-unit``: the keys of :data:`dpsim.strategies.registry.FSDP_UNITS`."""
 Placement = Literal["packed", "interleaved"]
+"""``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
 RackPlacement = Literal["aligned", "contiguous"]
 """``--rack-placement``: :data:`dpsim.collectives.groups.RACK_PLACEMENTS`."""
 MoeA2a = Literal["flat", "hierarchical"]
 """``--moe-a2a``: the keys of :data:`dpsim.collectives.all_to_all.ALL_TO_ALL_ALGORITHMS`."""
-"""``--placement``: the job layouts :class:`dpsim.collectives.nccl.NcclCollectives` knows."""
 Schedule = Literal["1f1b", "gpipe", "1f1b-interleaved", "deepspeed", "zb-h1", "dualpipe"]
 """``--schedule``: the keys of :data:`dpsim.strategies.layout.SCHEDULES`."""
 Recompute = Literal["off", "selective", "op", "full", "megatron", "moe", "deepseek"]
