@@ -421,8 +421,9 @@ _F, _B, _W, _POST, _WAIT, _PAIR = range(6)
 
 @functools.lru_cache(maxsize=256)
 def _dualpipe_program(p: int, m: int) -> tuple[tuple[tuple, ...], int]:
-    """:func:`_dualpipe_replay`'s walk of DualPipe's steps with the times left out: ``(code, stage, a, b)``
-    in the order the replay runs them (``_F``/``_B`` chunk ``a``, paired when ``b``; ``_W`` chunk ``a``;
+    """DualPipe's steps (:func:`_dualpipe_steps`) walked as a step-by-step replay walks them, with the times left
+    out (tests/test_plan_caches.py keeps that replay, times and all, as this program's reference): ``(code, stage,
+    a, b)`` in the order the replay runs them (``_F``/``_B`` chunk ``a``, paired when ``b``; ``_W`` chunk ``a``;
     ``_POST`` the stage's clock into send slot ``a``; ``_WAIT`` the receives' slots ``a``; ``_PAIR`` the cut
     of the pair of directions ``a``, ``b``), and the number of send slots. Which sends a receive waits
     for, and so the order, never depend on the times."""
@@ -463,54 +464,6 @@ def _dualpipe_program(p: int, m: int) -> tuple[tuple[tuple, ...], int]:
                 progressed = True
         if all(at[s] == len(steps[s]) for s in range(p)):
             return tuple(program), len(slots)
-        assert progressed, "DualPipe's order deadlocked"
-
-
-def _dualpipe_replay(p: int, m: int, forward_s, backward_s, weight_s,
-                     pair_cut=None) -> tuple[list[float], list[list[float]]]:
-    """:func:`dualpipe_stage_times` replayed step by step (its reference: tests check the kept program against it)."""
-    steps = [_dualpipe_steps(p, m, s) for s in range(p)]
-    at = [0] * p
-    clock = [0.0] * p
-    grads = [[0.0, 0.0] for _ in range(p)]
-    sent: dict[tuple[int, str, int, int], float] = {}  # (receiving stage, what, direction, j) -> when posted
-    while True:
-        progressed = False
-        for s in range(p):
-            paired = False
-            cut = (0.0, 0.0)
-            while at[s] < len(steps[s]):
-                step = steps[s][at[s]]
-                kind = step[0]
-                if kind == "commit":
-                    _, sends, recvs = step
-                    # Posted together (batch_isend_irecv): the sends leave before the receives are
-                    # waited on, so two stages exchanging in one commit each do not wait for the other.
-                    for what, d, j in sends:
-                        # Activations go down direction d (up for d = 1), gradients the other way.
-                        to = s + (1 if (what == "act") == (d == 0) else -1)
-                        sent.setdefault((to, what, d, j), clock[s])
-                    waits = [sent.get((s, what, d, j)) for what, d, j in recvs]
-                    if any(t is None for t in waits):
-                        break
-                    clock[s] = max([clock[s], *waits])
-                elif kind == "pair":
-                    paired = True
-                    nxt = steps[s][at[s] + 1: at[s] + 3]
-                    cut = pair_cut(s, nxt[0][1], nxt[1][1]) if pair_cut is not None else (0.0, 0.0)
-                elif kind == "F":
-                    clock[s] += forward_s[s][step[1]] - (cut[0] if paired else 0.0)
-                elif kind == "B":
-                    d = step[1]
-                    clock[s] += backward_s[s][d] - weight_s[s][d] - (cut[1] if paired else 0.0)
-                    paired = False
-                else:  # "W"
-                    clock[s] += weight_s[s][step[1]]
-                    grads[s][step[1]] = clock[s]
-                at[s] += 1
-                progressed = True
-        if all(at[s] == len(steps[s]) for s in range(p)):
-            return clock, grads
         assert progressed, "DualPipe's order deadlocked"
 
 
