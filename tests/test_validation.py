@@ -6,7 +6,10 @@ How busy this shared machine is must not decide the outcome:
   re-run while other processes take more than 15 % of the machine ("outside load",
   ``validation/load.py``) or while the machine changes speed (the measured step timed again
   after the DDP steps moved by more than 5 %: ``speed_drift``, a control that never looks at
-  the DDP steps, so it cannot hide a model error); a case whose best run was still unsteady
+  the DDP steps, so it cannot hide a model error; the DDP steps' own forward and optimizer
+  step, which run with no collective, against the measured ones: the machine during the steps;
+  the largest all-reduce timed again after them: the network; these two weighed by their part
+  of the predicted step, ``run_matrix.steady``); a case whose best run was still unsteady
   is not judged (its figures are reported), and when no case ran steadily the test is
   skipped with the figures: contention measures the machine, not the model.
 - **A miss is measured again, once**: the whole subset, every case whatever its error, and
@@ -40,8 +43,17 @@ from run_matrix import MEDIAN_BAR, SUBSET, WORST_BAR, case_name, run_case  # noq
 
 
 def _figures(r) -> str:
-    drift = "n/a" if r["speed_drift"] is None else f"{r['speed_drift']:+.1%}"
-    return f"{r['error']:+.1%} at {r['outside_load']:.0%} load, speed drift {drift}"
+    """A case's error, its controls, and the step measured against predicted by part (enough to tell,
+    from a CI log alone, a machine that changed speed from a model that missed)."""
+    pct = lambda x: "n/a" if x is None else f"{x:+.1%}"
+    m, p, ddp = r["measured"], r["predicted"], r["run"].get("ddp") or {}
+    ms = lambda x: f"{1e3 * x:.1f}" if isinstance(x, (int, float)) else "?"
+    return (f"{r['error']:+.1%} at {r['outside_load']:.0%} load, speed drift {pct(r['speed_drift'])}, "
+            f"in-run compute drift {pct(r.get('training_compute_drift'))}, network drift {pct(r.get('network_drift'))}; "
+            f"measured {ms(m['median_s'])} ms (forward {ms(ddp.get('forward_s'))}, backward+wait "
+            f"{ms(ddp.get('backward_and_wait_s'))}, optimizer {ms(ddp.get('optimizer_s'))}), predicted "
+            f"{ms(p['step_time_s'])} ms (forward {ms(p.get('forward_s'))}, backward+wait "
+            f"{ms(p.get('backward_and_wait_s'))}, optimizer {ms(p.get('optimizer_s'))}, comm {ms(p.get('comm_s'))})")
 
 
 def _measure_subset() -> tuple[list, list]:
@@ -180,6 +192,43 @@ def test_speed_drift_compares_the_control_with_the_measured_step_only():
     assert not steady(OUTSIDE_LOAD_LIMIT + 0.01, 0.0) and steady(OUTSIDE_LOAD_LIMIT, -DRIFT_LIMIT)
     assert speed_drift({"compute": {"step_times_s": [0.1]}, "ddp": {}}) is None  # recorded before the control
     assert steady(0.0, None)
+
+
+def test_the_machine_during_the_steps_and_the_network_are_controlled_too():
+    """A machine slowed only while the DDP steps ran (its forward and optimizer step, which run with
+    no collective, slower than measured), or a network that slowed after the sweep, makes the run
+    unsteady in proportion to that part of the step; the backward, where the model's overlap terms
+    act, is never read, so a model error cannot make a run unsteady."""
+    from run_matrix import DRIFT_LIMIT, run_steady, steady
+
+    from dpsim.validate.runner import measured_summary, network_drift, training_compute_drift
+
+    run = {"compute": {"step_times_s": [0.100] * 4, "forward_s": 0.040, "optimizer_s": 0.010},
+           "compute_after": {"step_times_s": [0.100] * 3},
+           "collectives": [{"size_bytes": 1024, "times_s": [0.001] * 5},
+                           {"size_bytes": 4096, "times_s": [0.200, 0.210, 0.190, 0.200, 0.205]}],
+           "collectives_after": {"size_bytes": 4096, "times_s": [0.204] * 5},
+           "ddp": {"step_times_s": [0.3] * 5, "forward_s": 0.041, "backward_and_wait_s": 0.5, "optimizer_s": 0.010}}
+    assert training_compute_drift(run) == pytest.approx(0.02)
+    assert network_drift(run) == pytest.approx(0.02)
+    m = measured_summary(run)
+    predicted = {"step_time_s": 0.3, "compute_s": 0.15, "comm_s": 0.2}
+    assert run_steady(0.0, m, predicted)
+    # a wildly different backward (the model's part) is never read
+    assert run_steady(0.0, measured_summary(dict(run, ddp=dict(run["ddp"], backward_and_wait_s=5.0))), predicted)
+    # forward and optimizer 30 % slower during the steps, compute half the step: the step moved ~15 %
+    slowed = dict(run, ddp=dict(run["ddp"], forward_s=0.052, optimizer_s=0.013))
+    assert training_compute_drift(slowed) == pytest.approx(0.30)
+    assert not run_steady(0.0, measured_summary(slowed), predicted)
+    # the same slowing on a step that is 5 % compute moves it 1.5 %: judged
+    assert run_steady(0.0, measured_summary(slowed), {"step_time_s": 1.0, "compute_s": 0.05, "comm_s": 0.9})
+    # the network 20 % slower after the steps, communication two thirds of the step
+    slow_net = dict(run, collectives_after={"size_bytes": 4096, "times_s": [0.240] * 5})
+    assert network_drift(slow_net) == pytest.approx(0.20)
+    assert not run_steady(0.0, measured_summary(slow_net), predicted)
+    assert steady(0.0, 0.0, network_drift=DRIFT_LIMIT, comm_share=1.0)
+    # runs recorded before these controls
+    assert training_compute_drift({"compute": {}, "ddp": {}}) is None and network_drift({"collectives": []}) is None
 
 
 def test_per_tensor_rows_give_every_gradient_its_own_all_reduce():

@@ -82,9 +82,32 @@ measured one (before them) ran on a machine that changed speed meanwhile: it is 
 (:func:`dpsim.validate.runner.speed_drift`; steady runs drift by 1-3 %)."""
 
 
-def steady(load: float, drift: float | None) -> bool:
-    """Whether a run measured the model, not the machine: little outside load, no change of speed."""
-    return load <= OUTSIDE_LOAD_LIMIT and (drift is None or abs(drift) <= DRIFT_LIMIT)
+def steady(load: float, drift: float | None, *, training_drift: float | None = None,
+           network_drift: float | None = None, compute_share: float = 1.0, comm_share: float = 1.0) -> bool:
+    """Whether a run measured the model, not the machine: little outside load, no change of speed.
+
+    ``drift``: the control step after the DDP steps against before them
+    (:func:`dpsim.validate.runner.speed_drift`), held to :data:`DRIFT_LIMIT`. ``training_drift``: the
+    DDP steps' own forward and optimizer step against the measured ones
+    (:func:`~dpsim.validate.runner.training_compute_drift`: the machine's speed *during* the steps), and
+    ``network_drift``: the largest all-reduce after the steps against before
+    (:func:`~dpsim.validate.runner.network_drift`); each is weighed by its part of the predicted step
+    (``compute_share``, ``comm_share``), so what is held to :data:`DRIFT_LIMIT` is how far the machine
+    alone could have moved the step (CI on 2026-12-07: the convnet at 100 Mbit/s measured -12.0 % and
+    -18.6 % with the control before/after within 2.5 % and no outside load, on a shared box whose
+    neighbours' load is not in its /proc/stat)."""
+    return (load <= OUTSIDE_LOAD_LIMIT and (drift is None or abs(drift) <= DRIFT_LIMIT)
+            and (training_drift is None or abs(training_drift) * min(1.0, compute_share) <= DRIFT_LIMIT)
+            and (network_drift is None or abs(network_drift) * min(1.0, comm_share) <= DRIFT_LIMIT))
+
+
+def run_steady(load: float, measured: dict, predicted: dict) -> bool:
+    """:func:`steady` of one validation result (its ``measured`` and ``predicted`` documents)."""
+    step = predicted.get("step_time_s") or 0.0
+    share = (lambda part: predicted.get(part, 0.0) / step if step > 0 else 1.0)
+    return steady(load, measured.get("speed_drift"), training_drift=measured.get("training_compute_drift"),
+                  network_drift=measured.get("network_drift"), compute_share=share("compute_s"),
+                  comm_share=share("comm_s"))
 
 
 def run_case(case, steps: int = 20, attempts: int = 3) -> dict:
@@ -103,17 +126,20 @@ def run_case(case, steps: int = 20, attempts: int = 3) -> dict:
                 continue
         spread = r.measured["p90_s"] / r.measured["p10_s"]
         drift = r.measured.get("speed_drift")
-        key = (not steady(load.outside, drift), load.outside, abs(drift or 0.0), spread)
+        calm = run_steady(load.outside, r.measured, r.predicted)
+        key = (not calm, load.outside, abs(drift or 0.0), spread)
         if best is None or key < best[0]:
             best = (key, r, load.outside)
-        if spread <= DISTURBED_SPREAD and steady(load.outside, drift):
+        if spread <= DISTURBED_SPREAD and calm:
             break
     if best is None:
         raise crash
     _, r, outside = best
     return {"case": case, "measured": r.measured, "predicted": r.predicted, "error": r.error, "runs": attempt,
             "outside_load": outside, "speed_drift": r.measured.get("speed_drift"),
-            "steady": steady(outside, r.measured.get("speed_drift")), "run": r.run}
+            "training_compute_drift": r.measured.get("training_compute_drift"),
+            "network_drift": r.measured.get("network_drift"),
+            "steady": run_steady(outside, r.measured, r.predicted), "run": r.run}
 
 
 def case_name(case) -> str:

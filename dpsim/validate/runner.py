@@ -234,7 +234,8 @@ def measured_summary(run: dict) -> dict:
     xs = sorted(run["ddp"]["step_times_s"])
     q = lambda f: xs[min(len(xs) - 1, max(0, int(round(f * (len(xs) - 1)))))]
     return {"median_s": statistics.median(xs), "p10_s": q(0.1), "p90_s": q(0.9), "n": len(xs),
-            "speed_drift": speed_drift(run)}
+            "speed_drift": speed_drift(run), "training_compute_drift": training_compute_drift(run),
+            "network_drift": network_drift(run)}
 
 
 def speed_drift(run: dict) -> float | None:
@@ -249,3 +250,40 @@ def speed_drift(run: dict) -> float | None:
     if not after or not before:
         return None
     return statistics.median(after) / statistics.median(before) - 1.0
+
+
+def training_compute_drift(run: dict) -> float | None:
+    """The DDP steps' forward and optimizer step (medians) over the measured ones (phase 2), less one;
+    ``None`` for runs recorded without them.
+
+    :func:`speed_drift` compares the machine before and after the DDP steps; a machine slowed only
+    while they ran (another job's burst, a neighbour's steal) passes it. These two parts of every
+    DDP step are compute with no collective running (DDP waits on its last bucket inside backward),
+    so they time the machine *during* the steps; the backward, where communication overlaps and
+    the model's overlap and interference terms act, is left out, so the model's error cannot show here.
+    """
+    ddp, comp = run.get("ddp") or {}, run.get("compute") or {}
+    keys = ("forward_s", "optimizer_s")
+    if not all(isinstance(ddp.get(k), (int, float)) and isinstance(comp.get(k), (int, float)) for k in keys):
+        return None
+    before = comp["forward_s"] + comp["optimizer_s"]
+    if before <= 0:
+        return None
+    return (ddp["forward_s"] + ddp["optimizer_s"]) / before - 1.0
+
+
+def network_drift(run: dict) -> float | None:
+    """Phase 1's largest all-reduce timed again after the DDP steps (``collectives_after``, median)
+    over its phase-1 median, less one; ``None`` for runs recorded without it (or one rank).
+
+    The network's :func:`speed_drift`: the emulated NICs' shaping and the loopback traffic are the
+    kernel's work on the same cores, so a busy host slows the collectives too, and a
+    communication-bound case then measures the host. Neither time is a DDP step.
+    """
+    after = run.get("collectives_after")
+    if not after or not after.get("times_s"):
+        return None
+    same = [c for c in run.get("collectives") or [] if c["size_bytes"] == after["size_bytes"] and c["times_s"]]
+    if not same:
+        return None
+    return statistics.median(after["times_s"]) / statistics.median(same[-1]["times_s"]) - 1.0

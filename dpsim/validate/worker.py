@@ -21,6 +21,9 @@ with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set. Phases, in order:
    machine's speed across the run. On a shared machine a change of speed between the
    measurements and the DDP steps (another job starting, clocks) moves the DDP step without
    any fault of the model's; the control says so without looking at the DDP steps.
+   ``collectives_after``: phase 1's largest all-reduce timed again, as phase 1 timed it: the
+   same control for the network (the emulated NICs are the kernel's work, which a busy host
+   slows as it slows compute), whose time dominates a communication-bound case.
 
 With ``--ddp-only`` the rank runs phases 0 and 4 alone: a job measured while another job shares
 its network (:mod:`dpsim.validate.mix`), whose measurements come from a run of its own alone.
@@ -116,21 +119,7 @@ def main(argv=None) -> int:
                                                             for p in step.model.parameters() if p.requires_grad))
         while sizes[0] > max(4, smallest):
             sizes.insert(0, max(4, sizes[0] // 4 // 4 * 4))
-    coll = []
-    for size in sizes:
-        t = torch.zeros(size // 4)
-        reps = max(5, min(20, int(2e7 // max(size, 1))))
-        times = []
-        for r in range(reps + 2):
-            dist.barrier()
-            t0 = time.perf_counter()
-            dist.all_reduce(t)
-            if r >= 2:
-                times.append(time.perf_counter() - t0)
-        worst = torch.tensor(times, dtype=torch.float64)
-        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-        coll.append({"size_bytes": size, "times_s": worst.tolist()})
-        del t
+    coll = [_time_all_reduce(size) for size in sizes]
     result["collectives"] = coll
 
     # 2. compute: the step as trained, every rank at once, per traced layer
@@ -193,7 +182,29 @@ def main(argv=None) -> int:
                          budget_s=max(5.0, args.timeout_s / 8), agree=agree)
     result["compute_after"] = {"step_times_s": after["step_times_s"], "iterations": after["iterations"]}
     del again
+    if world > 1:
+        result["collectives_after"] = _time_all_reduce(coll[-1]["size_bytes"])
     return _finish(args, result, rank)
+
+
+def _time_all_reduce(size: int) -> dict:
+    """``size_bytes`` all-reduced a few times after two untimed ones, each rank timing; each repeat's
+    slowest rank's time (``times_s``)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.zeros(size // 4)
+    reps = max(5, min(20, int(2e7 // max(size, 1))))
+    times = []
+    for r in range(reps + 2):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(t)
+        if r >= 2:
+            times.append(time.perf_counter() - t0)
+    worst = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    return {"size_bytes": size, "times_s": worst.tolist()}
 
 
 def _ddp(args, result: dict, make_step, rank: int, world: int) -> None:
