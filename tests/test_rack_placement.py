@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from dpsim.cli.app import app
+from dpsim.cli.app import app, main
 from dpsim.collectives.algorithms import ALGORITHMS
 from dpsim.collectives.algorithms.base import Cluster, dtree_parents
 from dpsim.collectives.all_to_all import P2P_NET_CHUNK_BYTES, uniform_all_to_all_cost
@@ -278,3 +278,90 @@ def test_pieces_route_as_the_graph_does():
     # The first piece is the one a cluster of its first servers sits in: one tray of 1 + 3 + 3 + 1.
     assert dataclasses.replace(topo, n_gpus=1).single_nvlink_domain
     assert not dataclasses.replace(topo, n_gpus=2).single_nvlink_domain
+
+
+# ---------------------------------------------------------------------------- plan, sweep, memory
+PLAN_SEARCH = dict(gpus=[80], global_batch=40, tps=[4], pps=[2], strategies=["ddp"], micro_batches=[1],
+                   recomputes=["off"], schedules=["1f1b"], sequence_parallel=False, verify=1)
+
+
+def test_plan_ranks_its_layouts_under_contiguous_placement():
+    from dpsim.plan.planner import plan_layouts
+
+    aligned = plan_layouts(PredictConfig(**BASE, gpus=80), **PLAN_SEARCH)
+    contiguous = plan_layouts(PredictConfig(**BASE, gpus=80, rack_placement="contiguous"), **PLAN_SEARCH)
+    a, c = aligned.ranked[0], contiguous.ranked[0]
+    assert a.candidate == c.candidate  # tp 4 x pp 2 x dp 10: stage 1's data-parallel group on 8 + 2 trays
+    assert c.step_time_s > a.step_time_s  # the closed form costs the straddling group...
+    # ...and the simulated layout is predict's own under the flag, the command saying it.
+    assert c.verified.step_time_s == _step(gpus=80, tp=4, pp=2, global_batch=40, rack_placement="contiguous")
+    assert c.verified.step_time_s > a.verified.step_time_s
+    assert "--rack-placement contiguous" in c.candidate.command(contiguous_base := PredictConfig(
+        **BASE, gpus=80, rack_placement="contiguous"))
+    assert "--rack-placement" not in a.candidate.command(PredictConfig(**BASE, gpus=80))
+    assert c.candidate.config(contiguous_base).cluster.rack_placement == "contiguous"
+
+
+def test_plan_costs_data_parallelism_alone_aligned_under_contiguous():
+    from dpsim.plan.planner import plan_layouts
+
+    search = dict(PLAN_SEARCH, tps=[1], pps=[1], strategies=["zero1", "fsdp-hybrid"], global_batch=80, verify=0)
+    base = PredictConfig(**BASE, gpus=80, rack_placement="contiguous")
+    found = plan_layouts(base, **search)
+    alone = [e for e in found.ranked if e.candidate.zero_group is None]
+    assert alone and all(e.candidate.config(base).cluster.rack_placement == "aligned" for e in alone)
+    assert all("--rack-placement" not in e.candidate.command(base) for e in alone)  # predict would refuse it
+    same = {e.candidate: e.step_time_s for e in plan_layouts(PredictConfig(**BASE, gpus=80), **search).ranked}
+    assert all(e.step_time_s == same[e.candidate] for e in alone)
+
+
+@pytest.mark.parametrize(("base", "search", "says"), [
+    (dict(gpus=72), dict(gpus=[72], global_batch=36), "72 GPUs fit in one NVLink domain of 18 servers"),
+    (dict(gpus=72), dict(gpus=[36, 72], global_batch=36), "--gpus 36,72 all fit in one NVLink domain"),
+    (dict(gpus=16, link="infiniband"), dict(gpus=[16], global_batch=16), "no NVLink domain of several servers"),
+    (dict(gpus=80), dict(gpus=[80], global_batch=80, tps=[1], pps=[1], strategies=["ddp", "zero1"]),
+     "every searched layout is data parallelism alone"),
+])
+def test_plan_refuses_contiguous_where_it_changes_nothing(base, search, says):
+    from dpsim.plan.planner import plan_layouts
+
+    with pytest.raises(ConfigError, match="--rack-placement: 'contiguous' changes nothing here") as err:
+        plan_layouts(PredictConfig(**{**BASE, **base, "rack_placement": "contiguous"}), **search)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_sweep_passes_the_placement_to_each_point():
+    args = ["sweep", "--model", "llama-3-8b", "--seq-len", "1024", "--link", "gb200-nvl72", "--gpus", "80",
+            "--micro-batch", "1", "--axis", "tp=4", "--axis", "pp=2", "--axis", "global_batch=40",
+            "--rack-placement", "aligned,contiguous", "--json"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    rows = {r["rack_placement"]: r["step_time_s"] for r in json.loads(out.output)["rows"]}
+    assert rows == {"aligned": _step(gpus=80, tp=4, pp=2, global_batch=40),
+                    "contiguous": _step(gpus=80, tp=4, pp=2, global_batch=40, rack_placement="contiguous")}
+
+
+def test_memory_ignores_the_placement_but_refuses_what_predict_refuses(capsys):
+    runner = CliRunner()
+    args = ["memory", "--model", "llama-3-8b", "--seq-len", "1024", "--link", "gb200-nvl72", "--micro-batch", "1",
+            "--tp", "4", "--pp", "2", "--json"]
+    plain = runner.invoke(app, [*args, "--gpus", "80"])
+    contiguous = runner.invoke(app, [*args, "--gpus", "80", "--rack-placement", "contiguous"])
+    assert plain.exit_code == 0 and contiguous.exit_code == 0, contiguous.output
+    assert contiguous.output == plain.output  # memory does not depend on the placement
+    assert main([*args, "--gpus", "72", "--rack-placement", "contiguous"]) == 2
+    refused = capsys.readouterr().err
+    assert main(["predict", *args[1:], "--gpus", "72", "--global-batch", "36", "--rack-placement", "contiguous"]) == 2
+    assert refused == capsys.readouterr().err  # predict's own line
+    assert len(refused.splitlines()) == 1 and refused.startswith("dpsim: error: --rack-placement: 'contiguous'")
+    assert "72 GPUs fit in one NVLink domain" in refused
+
+
+@pytest.mark.parametrize("command", [
+    ["plan", "--gpus", "80", "--global-batch", "40"], ["sweep", "--gpus", "80"], ["memory", "--gpus", "80"],
+    ["predict", "--gpus", "80"]])
+def test_an_unknown_value_is_one_line_in_every_command(command, capsys):
+    assert main([*command, "--model", "llama-3-8b", "--link", "gb200-nvl72", "--rack-placement", "segments"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["dpsim: error: --rack-placement: 'segments' is not known; choose one of aligned, "
+                                "contiguous"]

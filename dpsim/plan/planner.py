@@ -2215,6 +2215,14 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         # and dropped the flag in silence (predict refuses it with --ep 1).
         raise ConfigError(f"--moe-a2a: {a2a!r} shapes the expert-parallel all-to-all of layouts with --ep 2 or more, "
                           f"and the search has none; widen --ep, or leave it out")
+    if base.cluster.rack_placement == "contiguous" and not any(
+            planner.contiguous(n) and (max(c.tp, c.pp, c.cp, c.ep) > 1 or c.zero_group is not None)
+            for n, cands in searches for c in cands):
+        # As predict refuses it for data parallelism alone: every candidate would be costed aligned.
+        raise ConfigError("--rack-placement: 'contiguous' changes nothing here: every searched layout is data "
+                          "parallelism alone (no group smaller than its job) on GPUs spanning several NVLink "
+                          "domains; widen --tp, --pp, --cp or --ep (or search fsdp-hybrid), or give aligned (the "
+                          "default) or leave it out")
     routing = planner.base.parallelism.moe_routing
     if (planner.model.moe is not None and not parse_routing(routing).uniform
             and planner.base.parallelism.moe_capacity_factor is None
