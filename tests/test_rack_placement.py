@@ -365,3 +365,12 @@ def test_an_unknown_value_is_one_line_in_every_command(command, capsys):
     err = capsys.readouterr().err
     assert err.splitlines() == ["dpsim: error: --rack-placement: 'segments' is not known; choose one of aligned, "
                                 "contiguous"]
+
+
+def test_the_link_report_is_the_slowest_copys():
+    # Stage 1's data-parallel group is on 8 + 2 trays, stage 0's on 10 of one rack: the report names the NICs.
+    pred = predict(PredictConfig(**BASE, gpus=80, tp=4, pp=2, global_batch=40, rack_placement="contiguous"))
+    assert pred.links is not None
+    assert {u.link_class for u in pred.links.bottleneck} == {"infiniband"}
+    aligned = predict(PredictConfig(**BASE, gpus=80, tp=4, pp=2, global_batch=40))
+    assert "infiniband" not in {u.link_class for u in aligned.links.bottleneck}

@@ -546,5 +546,10 @@ class SlowestCopy:
         results = [m.time(op, size_bytes) for m in self.models]
         return max(results, key=lambda r: r.time_s)  # the first of equals: the worst-placed copy's
 
+    def slowest(self, ops: list[tuple[str, float]]) -> CollectiveModel:
+        """The copy's model that takes longest over ``ops`` (``(op, size_bytes)``, a step's collectives on this
+        group; the first of equals): the one whose links ``--links`` reports."""
+        return max(self.models, key=lambda m: sum(m.time(op, size).time_s for op, size in ops))
+
     def __getattr__(self, name: str):
         return getattr(self.models[0], name)
