@@ -374,3 +374,18 @@ def test_the_link_report_is_the_slowest_copys():
     assert {u.link_class for u in pred.links.bottleneck} == {"infiniband"}
     aligned = predict(PredictConfig(**BASE, gpus=80, tp=4, pp=2, global_batch=40))
     assert "infiniband" not in {u.link_class for u in aligned.links.bottleneck}
+
+
+@pytest.mark.parametrize(("algorithm", "op"), [("ring", "all_reduce"), ("ring", "all_gather"),
+                                               ("tree", "all_reduce"), ("nvls_tree", "all_reduce")])
+def test_pieces_cost_the_same_by_symmetry_as_flow_by_flow(algorithm, op):
+    # Two GPUs per tray (tp 2): flows inside the trays share the NVLink links with those between them.
+    job = _racks_of_3()
+    dp = layout_communicators(job, LayoutShape(tp=2, pp=3, dp=16), contiguous=True)["dp"]
+    assert {_pieces(t) for t in (dp.topology, *dp.copies)} == set(SPLITS)
+    for t in (dp.topology, *dp.copies):
+        fast, whole = NcclCollectives(t).plan_cost(algorithm, op), NcclCollectives(t, symmetric=False).plan_cost(
+            algorithm, op)
+        assert fast.path == "symmetric"
+        assert fast.seconds_per_byte == pytest.approx(whole.seconds_per_byte, rel=1e-12)
+        assert fast.r_inter == pytest.approx(whole.r_inter, rel=1e-12)
