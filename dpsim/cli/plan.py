@@ -108,7 +108,7 @@ def _repeated(items: list[str] | None, flag: str) -> list[str]:
 
 SWEEP_FIELDS = ("gpus", "link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "micro_batch",
                 "precision", "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency",
-                "steps", "calibration", "strategy", "grad_accum", "activations")
+                "steps", "calibration", "strategy", "grad_accum", "activations", "rack_placement")
 """``PredictConfig`` fields with a comma-separated flag of their own in ``sweep`` (any other: ``--axis``)."""
 _SHOW_ROWS = 40
 

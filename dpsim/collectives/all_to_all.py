@@ -45,6 +45,7 @@ destination *servers* plus the forwarding hop's rounds.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import OrderedDict
 from functools import cached_property
@@ -387,7 +388,12 @@ def all_to_all_cost(comm: Communicator, traffic_bytes: np.ndarray, *, algorithm:
     rank ``j`` (the diagonal stays local); every flow routed on the communicator's network. With
     ``hierarchical``, ``node_dedup`` (in (0, 1]) scales what crosses between servers
     (:func:`node_dedup_factor`). ``class_factors``: degraded links' capacity left per link class
-    (``--degrade``, :meth:`~dpsim.collectives.plan_cost.PlanEvaluator.slowest_class_factors`)."""
+    (``--degrade``, :meth:`~dpsim.collectives.plan_cost.PlanEvaluator.slowest_class_factors`).
+    A group whose copies sit differently on the racks (:attr:`~dpsim.collectives.groups.Communicator.copies`)
+    costs its slowest copy's."""
+    if comm.copies:
+        return _slowest(all_to_all_cost, comm, traffic_bytes, algorithm=algorithm, node_dedup=node_dedup,
+                        class_factors=class_factors)
     check_algorithm(algorithm)
     dedup = _check_dedup(node_dedup)
     traffic = _check_traffic(comm, traffic_bytes)
@@ -409,6 +415,14 @@ def all_to_all_cost(comm: Communicator, traffic_bytes: np.ndarray, *, algorithm:
                    latency, send, recv)
 
 
+def _slowest(cost, comm: Communicator, *args, **kwargs) -> AllToAllCost:
+    """``cost`` on every copy of ``comm`` (:attr:`~dpsim.collectives.groups.Communicator.copies`), the slowest
+    (the first of equals: the worst-placed copy's)."""
+    results = [cost(dataclasses.replace(comm, topology=t, copies=()), *args, **kwargs)
+               for t in (comm.topology, *comm.copies)]
+    return max(results, key=lambda r: r.time_s)
+
+
 def _family_max(inside: FamilyLoad | None, across: FamilyLoad | None, dedup: float) -> float:
     """The busiest link of a family carrying ``inside`` and ``dedup`` times ``across``."""
     if across is None:
@@ -426,7 +440,11 @@ def uniform_all_to_all_cost(comm: Communicator, bytes_per_rank: float, *, load_f
     scaled by ``node_dedup``. Equal to :func:`all_to_all_cost` of the uniform matrix at
     ``load_factor`` 1; counted by symmetry and memoised per communicator. ``class_factors``: the
     capacity ``--degrade`` leaves the slowest link of each class (every link of a family carries the
-    same bytes here, so the slowest one paces the exchange)."""
+    same bytes here, so the slowest one paces the exchange). A group whose copies sit differently on the racks
+    costs its slowest copy's."""
+    if comm.copies:
+        return _slowest(uniform_all_to_all_cost, comm, bytes_per_rank, load_factor=load_factor,
+                        algorithm=algorithm, node_dedup=node_dedup, class_factors=class_factors)
     check_algorithm(algorithm)
     dedup = _check_dedup(node_dedup)
     size = _check_positive("bytes_per_rank", bytes_per_rank, 0.0)

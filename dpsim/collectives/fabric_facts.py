@@ -141,7 +141,7 @@ def _inter_hop(spec: TopologySpec, n_nodes: int) -> tuple[float, str]:
     nvlink = HW_LATENCY_US["nvlink"]["ring"][2] * US
     if nvlink_fabric(fabric):
         return fabric.nic_latency_s / nvlink, "nvlink"
-    if dom is not None and n_nodes <= dom.nodes:
+    if dom is not None and dom.holds(n_nodes):
         return dom.latency_s / nvlink, "nvlink"
     if fabric is None:
         return 1.0, "net"

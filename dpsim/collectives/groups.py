@@ -49,7 +49,8 @@ NVLink domains as blocks (https://slurm.schedmd.com/topology.conf.html, Topology
 https://slurm.schedmd.com/topology.html) and a job's ``--segment`` size keeps each segment of nodes in one
 block (CoreWeave's SUNK guide, "Topology and block scheduling in Slurm", for GB200/GB300 NVL72 racks).
 ``contiguous``: racks filled in rank order (a job's nodes one run, no segments), so at a size that is not
-a multiple of the domain some copy of a group straddles two domains."""
+a multiple of the domain some copy of a group straddles two domains (or more: a group wider than a rack that
+starts inside one), costed at its real piece sizes (:func:`rank_order_splits`)."""
 
 
 @frozen_dataclass
@@ -65,6 +66,10 @@ class Communicator:
     concurrent: int = 1
     """Identical communicators running the same ops at once on the same node links
     (``inter``: the node's GPUs; ``world`` and ``intra``: 1, each on links of its own)."""
+    copies: tuple[Topology, ...] = ()
+    """Other copies of the group that sit differently on the NVLink domains than :attr:`topology`
+    (``--rack-placement contiguous``: each distinct split over the racks, :func:`rank_order_splits`); every op
+    is costed on each and the slowest taken (:class:`SlowestCopy`). Empty: every copy sits alike."""
 
 
 def communicators(job: Topology, shard_group: int | None = None,
@@ -81,13 +86,15 @@ def communicators(job: Topology, shard_group: int | None = None,
     if shard_group is not None and shard_group != min(gpn, job.n_gpus):
         intra_topo, intra_conc = consecutive_group(job, shard_group)
         inter_topo, inter_conc = _replica_group(job, shard_group)
-        if contiguous:
-            intra_topo = rank_order_split(job, intra_topo, 1, shard_group)
-            inter_topo = rank_order_split(job, inter_topo, shard_group, job.n_gpus // shard_group)
+        intra_split = rank_order_splits(job, intra_topo, 1, shard_group) if contiguous else (intra_topo,)
+        inter_split = (rank_order_splits(job, inter_topo, shard_group, job.n_gpus // shard_group) if contiguous
+                       else (inter_topo,))
         return {
             "world": Communicator(name="world", topology=job, job=job),
-            "intra": Communicator(name="intra", topology=intra_topo, job=job, concurrent=intra_conc),
-            "inter": Communicator(name="inter", topology=inter_topo, job=job, concurrent=inter_conc),
+            "intra": Communicator(name="intra", topology=intra_split[0], job=job, concurrent=intra_conc,
+                                  copies=intra_split[1:]),
+            "inter": Communicator(name="inter", topology=inter_split[0], job=job, concurrent=inter_conc,
+                                  copies=inter_split[1:]),
         }
     intra = Topology(spec=spec, n_gpus=gpn) if job.n_gpus >= spec.node.gpus_per_node else job
     fabric = spec.fabric
@@ -215,8 +222,9 @@ def layout_communicators(job: Topology, shape: LayoutShape, contiguous: bool = F
     divisor of the GPUs per node: :func:`check_layout_placement`).
 
     ``contiguous`` (``--rack-placement contiguous``): the racks of multi-server NVLink domains filled in rank
-    order rather than each group's copies aligned to them; every group is then costed as its copy that
-    straddles the domains worst (:func:`rank_order_split`). The ``pp``/``emb`` pairs are placed by the
+    order rather than each group's copies aligned to them; every group's copies are then split over the domains
+    at their real piece sizes, each distinct split kept and every op costed as its slowest
+    (:func:`rank_order_splits`, :attr:`Communicator.copies`). The ``pp``/``emb`` pairs are placed by the
     job's span either way (:func:`pair_place` already reads rank order).
     """
     gpn = job.gpus_per_node
@@ -226,40 +234,39 @@ def layout_communicators(job: Topology, shape: LayoutShape, contiguous: bool = F
     t, d, p = shape.tp, shape.dp * shape.cp, shape.pp
     comms: dict[str, Communicator] = {}
 
-    def placed(topo: Topology, stride: int, size: int) -> Topology:
-        return rank_order_split(job, topo, stride, size) if contiguous else topo
+    def placed(topo: Topology, stride: int, size: int) -> tuple[Topology, ...]:
+        return rank_order_splits(job, topo, stride, size) if contiguous else (topo,)
 
-    def consecutive(size: int) -> tuple[Topology, int]:
+    def add(name: str, topos: tuple[Topology, ...], conc: int) -> None:
+        comms[name] = Communicator(name=name, topology=topos[0], job=job, concurrent=conc, copies=topos[1:])
+
+    def consecutive(size: int) -> tuple[tuple[Topology, ...], int]:
         topo, conc = consecutive_group(job, size)
         return placed(topo, 1, size), conc
 
-    tp_topo, tp_conc = consecutive(t)
-    comms["tp"] = Communicator(name="tp", topology=tp_topo, job=job, concurrent=tp_conc)
+    add("tp", *consecutive(t))
 
-    def strided(stride: int, size: int) -> tuple[Topology, int]:
+    def strided(stride: int, size: int) -> tuple[tuple[Topology, ...], int]:
         # ``size`` ranks ``stride`` apart: in one server while stride x size fits it, else
         # gpn / stride of them (at least one) in each of the servers they span.
         if stride * size <= gpn:
-            return Topology(spec=job.spec, n_gpus=size), 1
+            return (Topology(spec=job.spec, n_gpus=size),), 1
         per_node = max(1, gpn // stride)
         topo, conc = _node_group(job, per_node, size // per_node)
         return placed(topo, stride, size), conc
 
-    dp_topo, dp_conc = strided(t, d)
-    comms["dp"] = Communicator(name="dp", topology=dp_topo, job=job, concurrent=dp_conc)
+    add("dp", *strided(t, d))
     # HSDP folds the context-parallel ranks into its shard dimension (torchtitan's dp_shard_cp): a shard group
     # is zero_group data-parallel ranks with their cp ranks, cp being faster than dp in the rank order.
     shard = shape.zero_group * shape.cp if shape.zero_group is not None else None
     if shard is not None and shard < d:
         # InternLM's ZERO1 group: consecutive ranks of one data-parallel group (Initializer_Zero1 in
         # internlm/core/context/process_group_initializer.py@20fe5ac297e6), so tp apart as dp's are.
-        zero_topo, zero_conc = strided(t, shard)
-        comms["zero"] = Communicator(name="zero", topology=zero_topo, job=job, concurrent=zero_conc)
+        add("zero", *strided(t, shard))
         # HSDP's replica group under tp/pp (fsdp-hybrid's dp_replicate mesh dimension, outside dp_shard in
         # torchtitan's pp, dp_replicate, dp_shard_cp, tp order: ParallelDims.build_mesh,
         # torchtitan/distributed/parallel_dims.py@0119de156de5): one rank of each shard group, tp x shard apart.
-        rep_topo, rep_conc = strided(t * shard, d // shard)
-        comms["zrep"] = Communicator(name="zrep", topology=rep_topo, job=job, concurrent=rep_conc)
+        add("zrep", *strided(t * shard, d // shard))
     if shard is not None and shard < d and shape.experts and (shape.ep > 1 or shape.etp != t):
         # HSDP under expert parallelism: the routed experts are sharded over the expert-data-parallel ranks of one
         # shard group (torchtitan's dp_shard_in_ep = dp_shard x cp / ep, parallel_dims.py@0119de156de5), in
@@ -268,22 +275,17 @@ def layout_communicators(job: Topology, shape: LayoutShape, contiguous: bool = F
         # of its own, placed where those ranks are). With ep 1 and etp below tp (experts whole on each
         # tensor-parallel rank) the same: tp x shard / etp consecutive-by-etp ranks.
         eshard = t * shard // (shape.etp * shape.ep)
-        ezero_topo, ezero_conc = strided(shape.etp * shape.ep, eshard)
-        comms["ezero"] = Communicator(name="ezero", topology=ezero_topo, job=job, concurrent=ezero_conc)
-        erep_topo, erep_conc = strided(t * shard, d // shard)
-        comms["ezrep"] = Communicator(name="ezrep", topology=erep_topo, job=job, concurrent=erep_conc)
+        add("ezero", *strided(shape.etp * shape.ep, eshard))
+        add("ezrep", *strided(t * shard, d // shard))
     # The expert layers' own rank order, tp-ep-dp-pp with tp = etp and dp = edp (Megatron-Core's
     # expert RankGenerator, megatron/core/parallel_state.py): an ``ep`` group is ep ranks etp
     # apart, an ``edp`` group edp ranks etp x ep apart (a dense model uses neither).
     edp = max(1, t * d // (shape.etp * shape.ep))
-    ep_topo, ep_conc = strided(shape.etp, shape.ep)
-    comms["ep"] = Communicator(name="ep", topology=ep_topo, job=job, concurrent=ep_conc)
-    edp_topo, edp_conc = strided(shape.etp * shape.ep, edp)
-    comms["edp"] = Communicator(name="edp", topology=edp_topo, job=job, concurrent=edp_conc)
+    add("ep", *strided(shape.etp, shape.ep))
+    add("edp", *strided(shape.etp * shape.ep, edp))
     if shape.etp > 1:
         # Expert-tensor ranks are the fastest of that order: etp consecutive GPUs, placed as tp's.
-        etp_topo, etp_conc = consecutive(shape.etp)
-        comms["etp"] = Communicator(name="etp", topology=etp_topo, job=job, concurrent=etp_conc)
+        add("etp", *consecutive(shape.etp))
 
     # Every pair of neighbouring stages (r, r + t x d) runs its transfers at once and the pipeline waits
     # for the slowest: once the job spans servers (NVLink domains) some pair straddles their boundary,
@@ -303,8 +305,7 @@ def layout_communicators(job: Topology, shape: LayoutShape, contiguous: bool = F
             comms[f"pair-{place}"] = Communicator(name=f"pair-{place}", topology=topo, job=job, concurrent=conc)
     if shape.cp > 1:
         # A ring's neighbours are tp apart; its slowest hop crosses servers once t x cp exceeds one.
-        cp_topo, cp_conc = strided(t, shape.cp)
-        comms["cp"] = Communicator(name="cp", topology=cp_topo, job=job, concurrent=cp_conc)
+        add("cp", *strided(t, shape.cp))
     return comms
 
 
@@ -317,48 +318,64 @@ def multi_server_domain(job: Topology) -> int:
     return domain.nodes
 
 
-def rank_order_split(job: Topology, topo: Topology, stride: int, size: int) -> Topology:
-    """``topo`` (a group of ``size`` ranks ``stride`` apart, as a cluster of its own, its servers in NVLink
-    domains of ``job``'s size: aligned) with its domains as its worst copy's when ``job``'s racks are filled in
-    rank order (``--rack-placement contiguous``).
+def rank_order_splits(job: Topology, topo: Topology, stride: int, size: int) -> tuple[Topology, ...]:
+    """Every distinct way the copies of ``topo`` (a group of ``size`` ranks ``stride`` apart, as a cluster of
+    its own, its servers in NVLink domains of ``job``'s size: aligned) split over ``job``'s racks when they are
+    filled in rank order (``--rack-placement contiguous``), worst first; ``(topo,)`` where nothing straddles.
 
     Copies of the group start every ``stride x size`` ranks (the tp-cp-ep-dp-pp order tiles the job with
     them; a copy offset inside that block sits on the same servers). Each copy's servers fall into domains
-    as rank order puts them (server ``rank // gpus_per_node``, domain ``server // nodes``); the worst copy
-    spans the most domains, then has the smallest piece (fewest servers, so fewest NICs, carrying its
-    domain's share across the network). Two pieces are reproduced exactly: domains of the larger piece's
-    size, the smaller piece after it (8 + 2 trays: domains of 8). Three or more (a group wider than a domain
-    that starts inside one) are approximated by the largest domain size that gives as many domains: the
-    same number of crossings, the pieces' sizes evened out. A copy that splits as aligned placement does
-    returns ``topo`` itself, so such a group is costed exactly as by default."""
+    as rank order puts them (server ``rank // gpus_per_node``, domain ``server // nodes``): its *pieces*, the
+    group's servers in each domain in server order (a group of 8 trays from tray 2 on racks of 3: 1 + 3 + 3 + 1).
+    Each split is the group's cluster with those exact pieces as its domains
+    (:attr:`~dpsim.topology.spec.NvlinkDomainSpec.pieces`), so the network routes every flow between two
+    pieces over the NICs and the busiest NIC carries what those pieces make it carry (the derivation per
+    collective is in tests/test_rack_placement.py). Which copy is slowest depends on the collective (a ring
+    crosses once per piece boundary, each on other servers' NICs; a flat all-to-all loads most the NICs of the
+    smallest piece; a tree the servers with most tree edges leaving their piece), so every distinct split is
+    kept and each op costed on all of them (:class:`SlowestCopy`). Worst first: most pieces, then the smallest
+    piece (the one whose link report is shown). A split that is the aligned one (whole domains of ``job``'s
+    size, the rest after them) is ``topo`` itself, costed exactly as by default."""
     per_domain = multi_server_domain(job)
     group_nodes = topo.n_nodes
     if not per_domain or group_nodes <= 1 or job.n_nodes <= per_domain:
-        return topo
+        return (topo,)
     gpn = job.spec.node.gpus_per_node
     block = stride * size
     blocks = job.n_gpus // block
     # Block k's split depends on k x block modulo a domain's GPUs only: one period of starts is every split.
     period = per_domain * gpn // math.gcd(block, per_domain * gpn)
     offsets = np.arange(size, dtype=np.int64) * stride
-    worst: tuple[int, int] | None = None
-    pieces: list[int] = []
+    splits: dict[tuple[int, ...], tuple[int, int]] = {}
     for k in range(min(blocks, period)):
         servers = np.unique((k * block + offsets) // gpn)
         counts = np.unique(servers // per_domain, return_counts=True)[1]
-        key = (len(counts), -int(counts.min()))
-        if worst is None or key > worst:
-            worst, pieces = key, [int(c) for c in counts]
-    assert sum(pieces) == group_nodes, (pieces, group_nodes)
+        pieces = tuple(int(c) for c in counts)
+        assert sum(pieces) == group_nodes, (pieces, group_nodes)
+        splits.setdefault(pieces, (len(pieces), -min(pieces)))
     whole, rest = divmod(group_nodes, per_domain)
-    aligned = [per_domain] * whole + ([rest] if rest else [])
-    if sorted(pieces) == sorted(aligned):
-        return topo
-    nodes = max(pieces)
-    while math.ceil(group_nodes / nodes) < len(pieces):
-        nodes -= 1
-    domain = dataclasses.replace(topo.spec.nvlink_domain, nodes=nodes)
+    aligned = (per_domain,) * whole + ((rest,) if rest else ())
+    out: list[Topology] = []
+    for pieces in sorted(splits, key=splits.__getitem__, reverse=True):  # stable: first copy first on ties
+        split = topo if pieces == aligned else _pieces_topology(topo, pieces)
+        if split not in out:
+            out.append(split)
+    return tuple(out)
+
+
+def _pieces_topology(topo: Topology, pieces: tuple[int, ...]) -> Topology:
+    """``topo`` with its servers in NVLink domains of ``pieces`` servers each, in server order. Pieces of one
+    size with a shorter last one are uniform domains (8 + 2 trays: domains of 8, as a design would say)."""
+    if len(pieces) == 1 or (len(set(pieces[:-1])) == 1 and pieces[-1] <= pieces[0]):
+        domain = dataclasses.replace(topo.spec.nvlink_domain, nodes=pieces[0], pieces=())
+    else:
+        domain = dataclasses.replace(topo.spec.nvlink_domain, nodes=max(pieces), pieces=pieces)
     return dataclasses.replace(topo, spec=dataclasses.replace(topo.spec, nvlink_domain=domain))
+
+
+def rank_order_split(job: Topology, topo: Topology, stride: int, size: int) -> Topology:
+    """The worst of :func:`rank_order_splits` (most pieces, then the smallest piece)."""
+    return rank_order_splits(job, topo, stride, size)[0]
 
 
 def pair_place(job: Topology, first: int, last: int) -> str:
@@ -477,9 +494,9 @@ class GroupCollectives:
         if layout is None and zero_group is not None and zero_group < job.n_gpus:
             # InternLM's ZERO1 group: consecutive data-parallel ranks (Initializer_Zero1).
             topo, conc = consecutive_group(job, zero_group)
-            if contiguous:
-                topo = rank_order_split(job, topo, 1, zero_group)
-            self._communicators["zero"] = Communicator(name="zero", topology=topo, job=job, concurrent=conc)
+            split = rank_order_splits(job, topo, 1, zero_group) if contiguous else (topo,)
+            self._communicators["zero"] = Communicator(name="zero", topology=split[0], job=job, concurrent=conc,
+                                                       copies=split[1:])
         self.layout = layout
         """The tensor x pipeline x data layout whose groups :meth:`group` also knows (``None``: none)."""
         if layout is not None:
@@ -501,8 +518,38 @@ class GroupCollectives:
             raise ConfigError(f"communicator {name!r} is not known; known: {known}") from None
 
     def group(self, name: str) -> CollectiveModel:
-        """The collective model of communicator ``name``."""
+        """The collective model of communicator ``name`` (of each of its copies that sit differently on the
+        racks, the slowest: :class:`SlowestCopy`)."""
         model = self._models.get(name)
         if model is None:
-            model = self._models[name] = self._make(self.communicator(name))
+            comm = self.communicator(name)
+            model = self._make(comm)
+            if comm.copies:
+                model = SlowestCopy([model, *(self._make(dataclasses.replace(comm, topology=t, copies=()))
+                                              for t in comm.copies)])
+            self._models[name] = model
         return model
+
+
+class SlowestCopy:
+    """The collective model of a group whose copies sit differently on the NVLink domains
+    (:attr:`Communicator.copies`): each op costed on every copy, the slowest one's result returned (the copies
+    run the same op at once and the step waits for the last). Anything else is the first copy's, the worst
+    by :func:`rank_order_splits`' order (its links are the ones ``--links`` reports)."""
+
+    def __init__(self, models: list[CollectiveModel]):
+        self.models = models
+        """One model per copy, the first the worst-placed."""
+        self.n_ranks = models[0].n_ranks
+
+    def time(self, op: str, size_bytes: float) -> CollectiveResult:
+        results = [m.time(op, size_bytes) for m in self.models]
+        return max(results, key=lambda r: r.time_s)  # the first of equals: the worst-placed copy's
+
+    def slowest(self, ops: list[tuple[str, float]]) -> CollectiveModel:
+        """The copy's model that takes longest over ``ops`` (``(op, size_bytes)``, a step's collectives on this
+        group; the first of equals): the one whose links ``--links`` reports."""
+        return max(self.models, key=lambda m: sum(m.time(op, size).time_s for op, size in ops))
+
+    def __getattr__(self, name: str):
+        return getattr(self.models[0], name)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpsim.collectives.groups import SlowestCopy
 from dpsim.collectives.nccl import NcclCollectives
 from dpsim.frozen import frozen_dataclass
 from dpsim.network.loadmap import LoadMap
@@ -101,10 +102,12 @@ def link_report(collectives, ops: list[tuple[str, float]], step_time_s: float, *
     """Utilisation of every link by the collectives ``ops`` (``(op, size_bytes)``) of one step.
 
     ``collectives`` is a :class:`~dpsim.collectives.nccl.NcclCollectives` (or anything with
-    one as ``.world``); returns ``None`` for models without links (a calibration's fits).
+    one as ``.world``; of a :class:`~dpsim.collectives.groups.SlowestCopy`, the copy slowest over ``ops``); returns ``None`` for models without links (a calibration's fits).
     ``top`` groups are listed, busiest first.
     """
     model = collectives
+    if isinstance(model, SlowestCopy):  # a group whose copies sit differently on the racks: its slowest copy's
+        model = model.slowest(ops)
     if not isinstance(model, NcclCollectives):
         model = getattr(collectives, "world", None)
     if not isinstance(model, NcclCollectives):

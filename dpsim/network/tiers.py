@@ -104,6 +104,8 @@ class TierNetwork:
         self.nvl_fabric = nvlink_fabric(fabric) and self.n_nodes > 1
         dom = spec.nvlink_domain
         self.domain_nodes = dom.nodes if dom is not None and self.n_nodes > 1 else 0
+        self._domain_of = dom.domain_of if self.domain_nodes else None
+        """Domain index of servers (a communicator's copy split over racks has pieces of its own sizes)."""
         if self.nic_kind:
             design = design_group_sizes(spec)
             tiers = tuple(topology.tier_group_sizes or ())
@@ -301,7 +303,7 @@ class TierNetwork:
                 raise ValueError("a crossing pattern joins two different servers on every edge")
             q = len(i)
             if self.nic_kind:
-                via_nic = (a // self.domain_nodes != b // self.domain_nodes) if self.domain_nodes else None
+                via_nic = (self._domain_of(a) != self._domain_of(b)) if self.domain_nodes else None
             else:
                 via_nic = np.zeros(len(a), dtype=bool)
             via_hub = ~via_nic if via_nic is not None else None
@@ -386,7 +388,7 @@ class TierNetwork:
             if not self.nic_kind:
                 via_nic = np.zeros(len(a), dtype=bool)
             elif self.domain_nodes:
-                via_nic = a // self.domain_nodes != b // self.domain_nodes
+                via_nic = self._domain_of(a) != self._domain_of(b)
             else:
                 via_nic = np.ones(len(a), dtype=bool)
             if (~via_nic).any():
@@ -538,7 +540,7 @@ class TierNetwork:
             a = f"n{k}.nvswitch"
             return (a, "nvl-spine") if block == "hub_nvl" else ("nvl-spine", a)
         if block in ("hub_dom", "dom_hub"):
-            a, b = f"n{k}.nvswitch", f"nvl{k // self.domain_nodes}"
+            a, b = f"n{k}.nvswitch", f"nvl{self._domain_of(k)}"
             return (a, b) if block == "hub_dom" else (b, a)
         level = int(block[2:] if block.startswith("up") else block[4:])
         if level == 0:
@@ -587,7 +589,7 @@ class TierNetwork:
         if self.nic_kind:
             via_nic = ~same
             if self.domain_nodes:
-                via_nic = (a // self.domain_nodes) != (b // self.domain_nodes)
+                via_nic = self._domain_of(a) != self._domain_of(b)
         else:
             via_nic = np.zeros(len(src), dtype=bool)
         via_hub = ~same & ~via_nic

@@ -132,7 +132,14 @@ from dpsim.predict.layout import (
 )
 from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
-from dpsim.predict.run import build_collectives, load_model, predict, resolve_topology, strategy_memory
+from dpsim.predict.run import (
+    build_collectives,
+    load_model,
+    predict,
+    rack_placement_unused,
+    resolve_topology,
+    strategy_memory,
+)
 from dpsim.strategies.layout import (
     ChunkWork,
     PARAM_SHARDING_LAYOUT_STRATEGIES,
@@ -315,7 +322,17 @@ class Candidate:
         return base.gradients.overlap or (not self.sharded and self.strategy in UNIT_STRATEGIES)
 
     def config(self, base: PredictConfig) -> PredictConfig:
-        """The :class:`PredictConfig` of this layout on ``base``'s job."""
+        """The :class:`PredictConfig` of this layout on ``base``'s job (``--rack-placement contiguous`` left at
+        aligned where it changes nothing for this layout, as ``predict`` would refuse it there: data parallelism
+        alone, or a GPU count inside one NVLink domain; the placement is the same)."""
+        cfg = self._config(base)
+        if cfg.cluster.rack_placement == "contiguous":
+            par = cfg.parallelism
+            if rack_placement_unused(resolve_topology(cfg), groups=par.layout_active or par.zero_group is not None):
+                cfg = dataclasses.replace(cfg, rack_placement="aligned")
+        return cfg
+
+    def _config(self, base: PredictConfig) -> PredictConfig:
         return dataclasses.replace(
             base, overlap=self.overlap(base),
             gpus=self.gpus, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.given_etp,
@@ -334,7 +351,10 @@ class Candidate:
         (``degradations``: the search's ``--degrade``, each named again)."""
         default = PredictConfig().settings()
         job = []
+        placed = self.config(base).cluster.rack_placement if base.cluster.rack_placement != "aligned" else None
         for name, value in base.settings().items():
+            if name == "rack_placement" and value != placed:  # aligned where contiguous changes nothing (config)
+                continue
             # value None: a setting left out where the default is not (no --link with a --topology file).
             if name in _LAYOUT_OWN or value == default[name] or name == "model" or value is None:
                 continue
@@ -754,8 +774,15 @@ class Planner:
         if gc is None:
             shape = LayoutShape(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero_group=zero_group,
                                 experts=self.model.moe is not None)
-            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self.factory(gpus), layout=shape)
+            gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self.factory(gpus), layout=shape,
+                                                           contiguous=self.contiguous(gpus))
         return gc
+
+    def contiguous(self, gpus: int) -> bool:
+        """Whether the candidates on ``gpus`` GPUs place their groups contiguously on the racks (the base's
+        ``--rack-placement contiguous``, where it can change anything: :func:`~dpsim.predict.run.rack_placement_unused`)."""
+        return (self.base.cluster.rack_placement == "contiguous"
+                and rack_placement_unused(self.topology(gpus)) is None)
 
     def factory(self, gpus: int):
         """The job's collective-model factory on ``gpus`` GPUs (predict's
@@ -765,7 +792,11 @@ class Planner:
         make = self._factories.get(gpus)
         if make is None:
             try:
-                inner = build_collectives(self.base, self.topology(gpus), degradations=self.degradations)
+                # The factory costs one communicator at a time, whatever the placement (the groups are placed
+                # by GroupCollectives): built from an aligned base, predict's refusal of contiguous for data
+                # parallelism alone (no layout here) does not apply to it.
+                inner = build_collectives(dataclasses.replace(self.base, rack_placement="aligned"),
+                                          self.topology(gpus), degradations=self.degradations)
             except ConfigError as exc:
                 if not str(exc).startswith("--degrade:") or " names " not in str(exc):
                     raise
@@ -793,7 +824,7 @@ class Planner:
         gc = self._collectives.get(key)
         if gc is None:
             gc = self._collectives[key] = GroupCollectives(self.topology(gpus), self.factory(gpus),
-                                                           shard_group=shard_group)
+                                                           shard_group=shard_group, contiguous=self.contiguous(gpus))
         return gc
 
     def cost(self, gc: GroupCollectives, group: str, op: str, size: float) -> float:
@@ -818,7 +849,7 @@ class Planner:
             if index is None:
                 comm = gc.communicator(group)
                 index = self._comm_index[(id(gc), group)] = self._comm_values.setdefault(
-                    (comm.topology, comm.concurrent), len(self._comm_values))
+                    (comm.topology, comm.concurrent, comm.copies), len(self._comm_values))
             table = self._cost_tables[key] = self._costs.setdefault((index, op), {})
         return table
 
@@ -852,7 +883,7 @@ class Planner:
         (:func:`~dpsim.predict.layout.zero3_layout_passes`, :meth:`zero3_passes`), as predict charges them."""
         tp, micro_batch, sp, recompute = c.tp, c.micro_batch, c.sequence_parallel, c.recompute
         split, load = self.experts(c)
-        comms = tuple((g, gc.communicator(g).topology, gc.communicator(g).concurrent)
+        comms = tuple((g, gc.communicator(g).topology, gc.communicator(g).concurrent, gc.communicator(g).copies)
                       for g, on in (("cp", c.cp > 1), ("ep", c.ep > 1), ("etp", c.etp > 1)) if on)
         key = (tp, micro_batch, sp, recompute, id(gc.group("tp")), c.grad_accum_fusion, c.cp, split, comms,
                id(zero3))
@@ -2064,11 +2095,6 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         # A candidate is one job's layout: the base's --jobs 2 ended in a line about '--gpus 1' no one gave.
         raise ConfigError(f"--jobs: {base.cluster.jobs} on the base config is not used by plan (it searches one job's "
                           f"layouts); leave it at 1")
-    if base.cluster.rack_placement != "aligned":
-        # The search's collectives place every group aligned to the NVLink domains (GroupCollectives without
-        # contiguous): taken from the base, 'contiguous' would have changed no candidate without a word.
-        raise ConfigError(f"--rack-placement: {base.cluster.rack_placement!r} on the base config is not used by plan "
-                          f"(its candidates are costed aligned to the racks); allowed: aligned, or leave it out")
     # The search's own inputs, checked as predict checks them: --global-batch 0 reached Layout's
     # assertion (a traceback), --tokens 1e300 printed a 1.6e+294-s time to train.
     if global_batch is None:
@@ -2108,6 +2134,15 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion, tp_comm_overlap=tp_comm_overlap,
                       tp_across_network=tp_across_network, cp_comm=cp_comm, moe_a2a_overlap=moe_a2a_overlap,
                       cp_balance=cp_balance, moe_node_limit=moe_node_limit, degradations=degradations)
+    if base.cluster.rack_placement == "contiguous":
+        # As predict refuses it where it changes nothing: on no searched GPU count does a group straddle a rack
+        # (no multi-server NVLink domain, or every count inside one). A candidate of data parallelism alone, or a
+        # GPU count inside one domain, is costed (and its command printed) aligned: the same placement there.
+        reasons = [rack_placement_unused(planner.topology(n)) for n in gpus]
+        if all(reasons):
+            why = reasons[-1]
+            raise ConfigError(why if len(gpus) == 1 else why.replace(
+                f"{planner.topology(gpus[-1]).n_gpus:,} GPUs fit", f"--gpus {','.join(map(str, gpus))} all fit"))
     if degradations:
         for n in gpus:
             # The names against each GPU count's cluster (node<K> beyond the smallest one is named with it),
@@ -2180,6 +2215,14 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         # and dropped the flag in silence (predict refuses it with --ep 1).
         raise ConfigError(f"--moe-a2a: {a2a!r} shapes the expert-parallel all-to-all of layouts with --ep 2 or more, "
                           f"and the search has none; widen --ep, or leave it out")
+    if base.cluster.rack_placement == "contiguous" and not any(
+            planner.contiguous(n) and (max(c.tp, c.pp, c.cp, c.ep) > 1 or c.zero_group is not None)
+            for n, cands in searches for c in cands):
+        # As predict refuses it for data parallelism alone: every candidate would be costed aligned.
+        raise ConfigError("--rack-placement: 'contiguous' changes nothing here: every searched layout is data "
+                          "parallelism alone (no group smaller than its job) on GPUs spanning several NVLink "
+                          "domains; widen --tp, --pp, --cp or --ep (or search fsdp-hybrid), or give aligned (the "
+                          "default) or leave it out")
     routing = planner.base.parallelism.moe_routing
     if (planner.model.moe is not None and not parse_routing(routing).uniform
             and planner.base.parallelism.moe_capacity_factor is None

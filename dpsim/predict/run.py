@@ -195,34 +195,46 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
                              protocols=protocols, jobs=config.cluster.jobs, placement=config.cluster.placement)
     contiguous = config.cluster.rack_placement == "contiguous"
     if contiguous:
-        _check_rack_placement(topology, layout=layout, zero_group=par.zero_group, shard_group=shard_group,
-                              jobs=config.cluster.jobs)
+        groups = (layout is not None or shard_group is not None
+                  or (par.zero_group is not None and par.zero_group < topology.n_gpus))
+        _check_rack_placement(topology, groups=groups, jobs=config.cluster.jobs)
     return GroupCollectives(topology, make, layout=layout, zero_group=par.zero_group, shard_group=shard_group,
                             contiguous=contiguous)
 
 
-def _check_rack_placement(topology: Topology, *, layout: LayoutShape | None, zero_group: int | None,
-                          shard_group: int | None, jobs: int) -> None:
-    """Refuse ``--rack-placement contiguous`` where it could change nothing (one line): without NVLink domains
-    of several servers, on a job inside one domain, or with no group smaller than the job (the world, one
-    server's ``intra`` and the one-GPU-per-server ``inter`` sit the same way whatever the placement)."""
-    per_domain = multi_server_domain(topology)
-    head = "--rack-placement: 'contiguous' changes nothing here"
-    allowed = ("it applies to a tp/pp/cp/ep layout or a --zero-group on NVLink domains of several servers; "
-               "give aligned (the default) or leave it out")
-    if not per_domain:
-        raise ConfigError(f"{head}: {topology.spec.name!r} has no NVLink domain of several servers "
-                          f"(e.g. gb200-nvl72's racks); {allowed}")
-    if topology.n_nodes <= per_domain:
-        raise ConfigError(f"{head}: {topology.n_gpus:,} GPUs fit in one NVLink domain of {per_domain} servers; "
-                          f"{allowed}")
-    groups = layout is not None or shard_group is not None or (zero_group is not None and zero_group < topology.n_gpus)
-    if not groups:
-        raise ConfigError(f"{head}: the job has no group smaller than itself to place (data parallelism alone); "
-                          f"{allowed}")
+def _check_rack_placement(topology: Topology, *, groups: bool, jobs: int) -> None:
+    """Refuse ``--rack-placement contiguous`` where it could change nothing (one line,
+    :func:`rack_placement_unused`; ``groups``: the job has a group smaller than itself)."""
+    why = rack_placement_unused(topology, groups=groups)
+    if why is not None:
+        raise ConfigError(why)
     if jobs > 1:
         raise ConfigError(f"--rack-placement: 'contiguous' is not modelled with --jobs {jobs} (each job's servers "
                           f"are laid out by --placement); leave one of them out")
+
+
+RACK_PLACEMENT_ALLOWED = ("it applies to a tp/pp/cp/ep layout or a --zero-group on NVLink domains of several servers; "
+                          "give aligned (the default) or leave it out")
+"""What ``--rack-placement contiguous`` applies to, the end of every refusal of it."""
+
+
+def rack_placement_unused(topology: Topology, *, groups: bool = True) -> str | None:
+    """Why ``--rack-placement contiguous`` changes nothing on ``topology`` (one line), or ``None`` where it can
+    matter: without NVLink domains of several servers, on a job inside one domain, or (``groups`` false) with no
+    group smaller than the job (the world, one server's ``intra`` and the one-GPU-per-server ``inter`` sit the
+    same way whatever the placement)."""
+    per_domain = multi_server_domain(topology)
+    head = "--rack-placement: 'contiguous' changes nothing here"
+    if not per_domain:
+        return (f"{head}: {topology.spec.name!r} has no NVLink domain of several servers (e.g. gb200-nvl72's racks); "
+                f"{RACK_PLACEMENT_ALLOWED}")
+    if topology.n_nodes <= per_domain:
+        return (f"{head}: {topology.n_gpus:,} GPUs fit in one NVLink domain of {per_domain} servers; "
+                f"{RACK_PLACEMENT_ALLOWED}")
+    if not groups:
+        return (f"{head}: the job has no group smaller than itself to place (data parallelism alone); "
+                f"{RACK_PLACEMENT_ALLOWED}")
+    return None
 
 
 def gradient_collective(program: StepProgram, gradient_ops, collectives: GroupCollectives) -> CollectiveResult | None:
@@ -614,8 +626,16 @@ def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpe
 
 
 def memory_report(config: PredictConfig) -> MemoryReport:
-    """:func:`memory_for_config` as a result (``dpsim memory``)."""
+    """:func:`memory_for_config` as a result (``dpsim memory``). ``--rack-placement`` cannot change the memory
+    per GPU: it is ignored, as ``memory`` ignores every flag that only moves collectives (``--jobs``,
+    ``--algo``), except that a ``contiguous`` that ``predict`` refuses for the same job (it would change nothing
+    there either) is refused here too, in the same line."""
     config = resolve(config).config
     memory, advice, model, topology = _memory(config)
+    if config.cluster.rack_placement == "contiguous":
+        par = config.parallelism
+        shard = par.strategy in ("fsdp-hybrid", "zero3") and not par.layout_active and par.zero_group is not None
+        groups = (par.layout_active or shard or (par.zero_group is not None and par.zero_group < topology.n_gpus))
+        _check_rack_placement(topology, groups=groups, jobs=config.cluster.jobs)
     return MemoryReport(config=config, model=model.name, param_count=model.param_count, gpu=topology.spec.gpu,
                         n_gpus=topology.n_gpus, gpus_per_node=topology.gpus_per_node, memory=memory, advice=advice)

@@ -90,7 +90,7 @@ class Topology:
         or an ``nvlink_domain`` holding all of them."""
         domain = self.spec.nvlink_domain
         return (self.n_nodes == 1 or nvlink_fabric(self.spec.fabric)
-                or (domain is not None and self.n_nodes <= domain.nodes))
+                or (domain is not None and domain.holds(self.n_nodes)))
 
     @property
     def crosses_nics(self) -> bool:

@@ -173,12 +173,11 @@ def add_switch_fabric(g: nx.DiGraph, spec, n_nodes: int, group_sizes: tuple[int,
     gpn = node.gpus_per_node
     dom = spec.nvlink_domain
     if dom is not None and n_nodes > 1:
-        size = dom.nodes
         for n in range(n_nodes):
-            _add_link(g, f"n{n}.nvswitch", f"nvl{n // size}",
+            _add_link(g, f"n{n}.nvswitch", f"nvl{dom.domain_of(n)}",
                       capacity_bytes_per_s=gpn * dom.gpu_link_bandwidth_bytes_per_s * dom.efficiency,
                       latency_s=dom.latency_s, link_class="nvlink-domain")
-            g.nodes[f"nvl{n // size}"]["kind"] = "nvl"
+            g.nodes[f"nvl{dom.domain_of(n)}"]["kind"] = "nvl"
     if fabric is None or n_nodes == 1:
         return
     rate = nic_rate(spec)

@@ -161,6 +161,27 @@ class NvlinkDomainSpec:
     """Fraction of that line rate NCCL achieves."""
     latency_s: float
     """Per-hop latency of a step that crosses the NVLink switch tier."""
+    pieces: tuple[int, ...] = ()
+    """Servers of each domain in server order, when they are not ``nodes`` each (the last may be short):
+    a communicator's copy split over racks at its real piece sizes (``--rack-placement contiguous``,
+    :func:`dpsim.collectives.groups.rank_order_split`: 1 + 3 + 3 + 1 servers); servers past them continue
+    in domains of ``nodes``. Empty for every design: server ``s`` is in domain ``s // nodes``."""
+
+    def domain_of(self, servers):
+        """The domain index of each server of ``servers`` (an int or an integer array)."""
+        if not self.pieces:
+            return servers // self.nodes
+        import numpy as np
+
+        ends = np.cumsum(self.pieces)
+        s = np.asarray(servers)
+        out = np.where(s < ends[-1], np.searchsorted(ends, s, side="right"),
+                       len(self.pieces) + (s - ends[-1]) // self.nodes)
+        return int(out) if out.ndim == 0 else out
+
+    def holds(self, n_nodes: int) -> bool:
+        """Servers ``0 .. n_nodes - 1`` all sit in the first domain."""
+        return n_nodes <= (self.pieces[0] if self.pieces else self.nodes)
 
 
 @frozen_dataclass
