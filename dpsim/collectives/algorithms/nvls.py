@@ -52,7 +52,8 @@ def switch_fractions(op: str, shards: int) -> tuple[float, float]:
 def _switch_flows(c: Cluster, op: str, nodes: np.ndarray, shards: int | None = None):
     """GPU <-> NVSwitch flows of NVLS. Across an NVLink switch tier the reduction happens in
     the tier's switches, reached through the server's own; a server's link into the tier
-    carries its GPUs' traffic at their combined rate, so the GPU links are what bind."""
+    carries its GPUs' traffic at their combined rate, so the GPU links are what bind (with the
+    tier degraded its link binds: :meth:`~dpsim.collectives.plan_cost.PlanEvaluator._nvls_tier_bound`)."""
     g = c.gpus_per_node
     shards = shards or g
     up, down = switch_fractions(op, shards)
