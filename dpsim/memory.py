@@ -631,10 +631,11 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
     ck_flag = ("--activation-checkpointing" if not policy.active else
                "--recompute full" + (" without --recompute-every" if policy.every != 1 else ""))
 
-    def mem(s, n, ck, mb):
+    def mem(s, n, ck, mb, prec=None):
         cap = bucket_cap_mb if honours(s, BUCKET_CAP_MB) else None
         return memory_breakdown(model, gpu, strategy=s, n_gpus=n, checkpointing=ck, micro_batch=mb,
-                                bucket_cap_mb=cap, ddp=ddp if s == "ddp" else None, **base)
+                                bucket_cap_mb=cap, ddp=ddp if s == "ddp" else None,
+                                **(base if prec is None else {**base, "precision": prec}))
 
     def use(s):
         return _strategy_text(s, bucket_cap_mb)
@@ -699,38 +700,54 @@ def fit_advice(model: ModelSpec, gpu: GpuSpec, *, precision: Precision, optimize
     # keep no such copies. Llama-3-70B under FSDP2 on 64 H100 with full checkpointing: 131 GiB of
     # copies, "use tensor/pipeline parallelism" where --precision bf16-params fits at 50.8 GiB.
     sixteen = _sixteen_bit_params(precision)
-    if sixteen is not None:
-        m = memory_breakdown(model, gpu, strategy=strategy, n_gpus=n_gpus, checkpointing=best_ck, micro_batch=micro_batch,
-                             bucket_cap_mb=cap, ddp=ddp if strategy == "ddp" else None, zero_impl=zero_impl,
-                             zero_group=zero_group, **{**base, "precision": sixteen})
+    # On the strategy asked for, else on the most sharded one: a DDP job of Llama-2-70B on 64 H100 was told "no
+    # data-parallel configuration fits" where ZeRO-3 with checkpointing and 16-bit parameters fits at 32.0 GiB.
+    for s in dict.fromkeys((strategy, top)) if sixteen is not None else ():
+        if s == strategy:
+            m = memory_breakdown(model, gpu, strategy=strategy, n_gpus=n_gpus, checkpointing=best_ck,
+                                 micro_batch=micro_batch, bucket_cap_mb=cap, ddp=ddp if strategy == "ddp" else None,
+                                 zero_impl=zero_impl, zero_group=zero_group, **{**base, "precision": sixteen})
+        else:
+            m = memory_breakdown(model, gpu, strategy=s, n_gpus=n_gpus, checkpointing=best_ck, micro_batch=micro_batch,
+                                 bucket_cap_mb=bucket_cap_mb if honours(s, BUCKET_CAP_MB) else None,
+                                 ddp=ddp if s == "ddp" else None, **{**base, "precision": sixteen})
         if m.fits:
             ck_text = f" {ck_flag}" if best_ck is not policy else ""
             copies = autocast_weight_bytes(model, precision, best_ck, fsdp_unit, cached=True)
-            return FitAdvice(fits=False, precision=sixteen.name, activation_checkpointing=True if ck_text else None,
-                             total_bytes=m.total_bytes,
-                             message=f"use --precision {sixteen.name}{ck_text} (16-bit parameters, fp32 master: FSDP "
-                                     f"MixedPrecision param_dtype, DeepSpeed bf16; torch.autocast keeps a 16-bit copy "
-                                     f"of every weight until forward ends, up to {gb(copies)}): "
+            return FitAdvice(fits=False, strategy=None if s == strategy else s, precision=sixteen.name,
+                             activation_checkpointing=True if ck_text else None, total_bytes=m.total_bytes,
+                             message=f"use {change(s)}--precision {sixteen.name}{ck_text} (16-bit parameters, fp32 "
+                                     f"master: FSDP MixedPrecision param_dtype, DeepSpeed bf16; torch.autocast keeps a "
+                                     f"16-bit copy of every weight until forward ends, up to {gb(copies)}): "
                                      f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
-    # More GPUs: the fully sharded total is fixed + sharded/N; solve, then check.
+    # More GPUs: the fully sharded total is fixed + sharded/N; solve, then check. Then the same with 16-bit
+    # parameters, whose autocast copies no GPU count divides (Llama-2-70B on 16 H100: "no data-parallel
+    # configuration fits" where bf16-params fits on 32).
     full = "fsdp" if strategy.startswith("fsdp") else "zero3"
     ck_text = f"{ck_flag} " if best_ck is not policy else ""
     one = mem(full, 1, best_ck, 1)
     fixed = one.total_bytes - one.model_state_bytes  # what sharding does not divide
-    if fixed < usable:
-        need = math.ceil(one.model_state_bytes / (usable - fixed))
+    for prec in (None, sixteen) if sixteen is not None else (None,):
+        lone = one if prec is None else mem(full, 1, best_ck, 1, prec)
+        rest = lone.total_bytes - lone.model_state_bytes
+        if rest >= usable:
+            continue
+        need = math.ceil(lone.model_state_bytes / (usable - rest))
         start = max(-(-need // gpn) * gpn, n_gpus + gpn if n_gpus >= gpn else gpn)
         # Sharded state shrinks as 1/N (padding moves it by less than N elements per tensor),
         # so the smallest count of whole nodes that fits, from the closed form up, takes
         # O(log N) evaluations; padding can cost a node or two more than the closed form.
-        extra = smallest_true(0, (max_gpus - start) // gpn, lambda k: mem(full, start + k * gpn, best_ck, 1).fits)
+        extra = smallest_true(0, (max_gpus - start) // gpn,
+                              lambda k: mem(full, start + k * gpn, best_ck, 1, prec).fits)
         if extra is not None:
             n = start + extra * gpn
-            m = mem(full, n, best_ck, 1)
+            m = mem(full, n, best_ck, 1, prec)
             mb_text = "--micro-batch 1 " if micro_batch > 1 else ""
+            prec_text = "" if prec is None else f"--precision {prec.name} "
             return FitAdvice(fits=False, strategy=full, activation_checkpointing=True if ck_text else None,
                              micro_batch=1 if micro_batch > 1 else None, gpus=n, total_bytes=m.total_bytes,
-                             message=f"use {use(full)} {ck_text}{mb_text}on --gpus {n} or more: "
+                             precision=None if prec is None else prec.name,
+                             message=f"use {use(full)} {prec_text}{ck_text}{mb_text}on --gpus {n} or more: "
                                      f"{gb(m.total_bytes)} of {gb(usable)} usable per GPU")
     if fixed < usable and full == "fsdp" and fsdp_version == "2":
         # More GPUs would fit but for FSDP2's per-parameter dim-0 padding (ceil(dim0/N) rows on

@@ -116,3 +116,35 @@ def test_flows_re_share_as_they_finish():
 
     finish = progressive_finish(np.array([10.0, 30.0, 7.0]), rates_of)
     assert finish.tolist() == [2.0, 4.0, 7.0 / 3.0]
+
+
+@pytest.mark.parametrize("cid", ["nvl72-ib-288", "gb200-nvl72-144"])
+def test_nvls_tree_in_server_part_is_charged_to_a_degraded_domain(cid):
+    """NVLS + tree's NVLS part reduces in the NVLink domain's switches (an NVL72 tray has none of its own), so a
+    degraded domain slows it too, sharing the tray's link into the domain with the tree's flows. Before, it stayed
+    on the GPU links and ran faster degraded than healthy (nvl72-ib, 288 GPUs, ``nvlink-domain:10%``: the in-server
+    part 2.61 against 3.04 ps per byte, its pipeline rate the healthy 106.6 GB/s)."""
+    from dpsim.collectives.plan_cost import SYMMETRIC, WHOLE_CLUSTER, PlanEvaluator
+
+    topo = (Topology(spec=load_topology_file(_root() / NVL72), n_gpus=288) if cid.startswith("nvl72-ib")
+            else Topology.from_spec(load_preset("gb200-nvl72"), 144))
+    nvls_weight = 1 / 0.74  # NCCL's nvlsEfficiency on Blackwell (nvls.py)
+    before = PlanEvaluator(topo, nvls_weight=nvls_weight).plan_cost("nvls_tree", "all_reduce")
+    for pct in (90, 50, 10, 1):
+        named = (parse_degradation(f"nvlink-domain:{pct}%"),)
+        cost = PlanEvaluator(topo, nvls_weight=nvls_weight, degradations=named).plan_cost("nvls_tree", "all_reduce")
+        whole = PlanEvaluator(topo, nvls_weight=nvls_weight, degradations=named,
+                              symmetric=False).plan_cost("nvls_tree", "all_reduce")
+        assert (cost.path, whole.path) == (SYMMETRIC, WHOLE_CLUSTER)
+        # Both paths charge the tier alike, to the last bit.
+        assert (cost.seconds_per_byte, cost.phase_seconds_per_byte, cost.r_intra, cost.r_inter, cost.inter_bound) == (
+            whole.seconds_per_byte, whole.phase_seconds_per_byte, whole.r_intra, whole.r_inter, whole.inter_bound)
+        (_, t_in, t_out), = cost.phase_seconds_per_byte
+        (_, b_in, b_out), = before.phase_seconds_per_byte
+        # Never faster than the next milder degradation (healthy first), part by part.
+        assert t_in > b_in and t_out >= b_out and cost.seconds_per_byte >= before.seconds_per_byte, pct
+        assert cost.r_intra <= before.r_intra and cost.r_inter <= before.r_inter, pct
+        # The bound names the side that binds: the in-server part once it is the slower.
+        assert cost.inter_bound == (t_out > t_in)
+        before = cost
+    assert not cost.inter_bound  # at 1 % the domain's link holds back the NVLS part most

@@ -355,3 +355,32 @@ def test_advice_names_16_bit_parameters_when_autocasts_weight_copies_fill_the_gp
         assert fixed.fits and advice.total_bytes == fixed.total_bytes
     # Nothing to say about precision when the job fits, or for 16-bit parameters already.
     assert "precision" not in fit_advice(model, h100, precision=get_precision("bf16-params"), **kw).to_dict()
+
+
+def test_advice_offers_16_bit_parameters_on_the_most_sharded_strategy():
+    """`dpsim memory --model llama-2-70b --gpus 64 --link infiniband --micro-batch 1` (DDP, amp-bf16), the first
+    command of docs/strategies.md, said "no data-parallel configuration fits ... use tensor/pipeline parallelism":
+    16-bit parameters were tried on DDP only, where the replicas alone overflow; ZeRO-3 with checkpointing and
+    them fits at 32.0 GiB, which predict's own advice on zero3 already said. The advice names both changes and
+    the advised command fits."""
+    for strategy in ("ddp", "zero1", "zero2"):
+        config = PredictConfig(gpus=64, link="infiniband", model="llama-2-70b", micro_batch=1, strategy=strategy)
+        memory, advice, _, _ = memory_for_config(config)
+        assert not memory.fits and memory.suggestion == advice.message
+        assert (advice.strategy, advice.precision, advice.activation_checkpointing) == ("zero3", "bf16-params", True)
+        assert advice.message.startswith("use --strategy zero3 --precision bf16-params --activation-checkpointing ")
+        fixed, again, _, _ = memory_for_config(PredictConfig(gpus=64, link="infiniband", model="llama-2-70b",
+                                                             micro_batch=1, strategy="zero3", precision="bf16-params",
+                                                             activation_checkpointing=True))
+        assert fixed.fits and again.fits and fixed.total_bytes == advice.total_bytes
+    # On 16 GPUs no strategy fits either way; 16-bit parameters on more GPUs do (the GPUs are the smallest count
+    # of whole nodes), where the advice said no data-parallel configuration fits.
+    memory, advice, _, _ = memory_for_config(PredictConfig(gpus=16, link="infiniband", model="llama-2-70b",
+                                                           micro_batch=1))
+    assert (advice.strategy, advice.precision, advice.gpus) == ("zero3", "bf16-params", 24)
+    assert advice.message.startswith("use --strategy zero3 --precision bf16-params --activation-checkpointing "
+                                     "on --gpus 24 or more: ")
+    for gpus, fits in ((24, True), (16, False)):
+        assert memory_for_config(PredictConfig(gpus=gpus, link="infiniband", model="llama-2-70b", micro_batch=1,
+                                               strategy="zero3", precision="bf16-params",
+                                               activation_checkpointing=True))[0].fits == fits

@@ -8,8 +8,8 @@ and the flows between servers follow a *server-level* pattern (a ring of servers
 double binary tree of servers, XOR partners) on a few *lanes*: the GPUs (and so the
 NICs) that carry it on each server. A :class:`SymmetricPlan` says exactly that:
 
-- :attr:`SymmetricPhase.server`: the flows inside server 0 (local GPU indices, ``-1``
-  the NVSwitch), which every server runs;
+- :attr:`SymmetricPhase.server_src`, :attr:`~SymmetricPhase.server_dst` (with their fractions and NVLS
+  marks): the flows inside server 0 (local GPU indices, ``-1`` the NVSwitch), which every server runs;
 - :attr:`SymmetricPhase.crossing`: :class:`~dpsim.network.model.CrossingFlows`, each a
   server-level pattern (one edge per server pair) times its lanes.
 

@@ -42,18 +42,26 @@ _SWITCH_TRAFFIC = {
 }
 
 
+def switch_fractions(op: str, shards: int) -> tuple[float, float]:
+    """Bytes one GPU sends into the switch and receives from it, as fractions of S, for NVLS
+    over ``shards`` shards (the GPUs that reduce together)."""
+    up, down = _SWITCH_TRAFFIC[op]
+    return up(shards), down(shards)
+
+
 def _switch_flows(c: Cluster, op: str, nodes: np.ndarray, shards: int | None = None):
     """GPU <-> NVSwitch flows of NVLS. Across an NVLink switch tier the reduction happens in
     the tier's switches, reached through the server's own; a server's link into the tier
-    carries its GPUs' traffic at their combined rate, so the GPU links are what bind."""
+    carries its GPUs' traffic at their combined rate, so the GPU links are what bind (with the
+    tier degraded its link binds: :meth:`~dpsim.collectives.plan_cost.PlanEvaluator._nvls_tier_bound`)."""
     g = c.gpus_per_node
     shards = shards or g
-    up, down = _SWITCH_TRAFFIC[op]
+    up, down = switch_fractions(op, shards)
     gpus = c.index(nodes[:, None], np.arange(g)[None, :]).ravel()
     hubs = np.repeat(-1 - nodes, g)
     src = np.concatenate([gpus, hubs])
     dst = np.concatenate([hubs, gpus])
-    frac = np.concatenate([np.full(len(gpus), up(shards)), np.full(len(gpus), down(shards))])
+    frac = np.concatenate([np.full(len(gpus), up), np.full(len(gpus), down)])
     return src, dst, frac
 
 
