@@ -81,3 +81,24 @@ def test_a_bad_variability_value_is_predicts_error(capsys):
     assert main(["predict", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--noise-cv", "-1"]) == 2
     assert capsys.readouterr().err == goodput_err
     assert goodput_err.startswith("dpsim: error: --noise-cv: -1.0 is not valid")
+
+
+def test_a_given_duration_carries_no_model_error_a_token_budget_does(capsys):
+    """``--duration`` is a failure-free time the user gives: no prediction is in it, so no model-error
+    interval qualifies it (``--duration 54d`` printed "54.00 d (model error p10-p90 58.22 d .. 67.77 d)");
+    with ``--tokens`` the time comes from the predicted step, and the step's interval scales with it."""
+    import json
+
+    from dpsim.cli import main
+
+    base = ["goodput", "--gpus", "64", "--link", "infiniband", "--model", "llama-2-7b", "--micro-batch", "1",
+            "--runs", "5", "--json"]
+    assert main(base + ["--duration", "7d"]) == 0
+    given = json.loads(capsys.readouterr().out)
+    assert given["tokens"] is None and given["work_model_error"] is None
+    assert main(base + ["--tokens", "10B"]) == 0
+    budget = json.loads(capsys.readouterr().out)
+    error = budget["work_model_error"]
+    assert error is not None and error["low_s"] < error["high_s"]
+    assert main(base[:-1] + ["--duration", "7d"]) == 0
+    assert "model error" not in capsys.readouterr().out

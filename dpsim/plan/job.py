@@ -113,9 +113,15 @@ class GoodputReport:
     @property
     def work_model_error(self) -> ModelErrorInterval | None:
         """The model-error interval of the failure-free time to train (the step's, scaled to the work);
-        the confidence intervals of :attr:`result` are the run-to-run variability of failures."""
+        the confidence intervals of :attr:`result` are the run-to-run variability of failures.
+
+        ``None`` when the work was given as ``--duration``: that time is the user's, no prediction is in
+        it, so the step's error does not apply (it printed "54.00 d (model error p10-p90 58.22 d ..
+        67.77 d)" for ``--duration 54d``, an interval that did not contain the figure it qualified)."""
         p = self.prediction
-        return p.model_error.scaled(self.work_s / p.step_time_s) if p.model_error else None
+        if self.tokens is None or not p.model_error:
+            return None
+        return p.model_error.scaled(self.work_s / p.step_time_s)
 
     @property
     def better(self) -> str:
