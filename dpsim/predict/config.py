@@ -435,6 +435,11 @@ class ParallelismConfig:
 
     def __post_init__(self) -> None:
         _check_part(self)
+        if self.etp is not None and self.etp == default_etp(tp=self.tp, ep=self.ep):
+            # An --etp equal to its default says what leaving it out says: kept as left out, so the two configs
+            # are equal (and hash alike), a dense model takes both, and --json's config names neither (tp=2 vs
+            # tp=2, etp=2 compared unequal, and the second was refused on gpt2 while tp=2, etp=1 was taken).
+            object.__setattr__(self, "etp", None)
 
 
 @frozen_dataclass
