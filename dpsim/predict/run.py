@@ -216,7 +216,9 @@ def _check_rack_placement(topology: Topology, *, layout: LayoutShape | None, zer
     if topology.n_nodes <= per_domain:
         raise ConfigError(f"{head}: {topology.n_gpus:,} GPUs fit in one NVLink domain of {per_domain} servers; "
                           f"{allowed}")
-    groups = layout is not None or shard_group is not None or (zero_group is not None and zero_group < topology.n_gpus)
+    # A shard group of every rank (fsdp-hybrid or zero3 with --zero-group = --gpus) is plain FSDP/ZeRO-3: no group
+    # smaller than the job, as InternLM's --zero-group of every rank (that one was refused, these two were taken).
+    groups = layout is not None or any(g is not None and g < topology.n_gpus for g in (shard_group, zero_group))
     if not groups:
         raise ConfigError(f"{head}: the job has no group smaller than itself to place (data parallelism alone); "
                           f"{allowed}")
