@@ -61,3 +61,59 @@ def test_an_etp_equal_to_its_default_is_the_config_that_leaves_it_out(capsys):
     assert same.out == plain.out
     for extra in (["--tp", "2", "--etp", "1"], ["--etp", "2"]):
         check_outcome(run_cli(base + extra, capsys), base + extra, "error", ("--etp:", "gpt2 is dense"))
+
+
+# --- (a) --rack-placement and NVL72 racks ------------------------------------------------------------------------------
+LLAMA_NVL72 = ["predict", "--model", "llama-2-7b", "--seq-len", "1024", "--micro-batch", "1", "--link", "gb200-nvl72",
+               "--steps", "1", "--json"]
+
+
+def _step(capsys, args: list[str]) -> float:
+    import json
+
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "ok")
+    return json.loads(outcome.out)["step_time_s"]
+
+
+def test_a_data_parallel_group_spread_over_two_racks_crosses_the_network():
+    """Before: with --tp 8 on gb200-nvl72 (4-GPU trays) the data-parallel group of 144 GPUs (18 ranks, one every
+    other tray: 36 trays, two racks) was costed inside one rack's NVLink domain (18 servers for its 18 servers),
+    so the default (aligned) step was 0.0597 s and --degrade infiniband:10% left it there to the last digit;
+    --rack-placement contiguous, which reads the ranks' trays, said 0.183 s. A rack holds 9 of its ranks
+    whatever the placement: both are 0.183 s now, and slowed InfiniBand slows them."""
+    from dpsim.collectives.groups import LayoutShape, layout_communicators
+    from dpsim.topology.cluster import Topology
+    from dpsim.topology.load import load_preset
+
+    job = Topology(spec=load_preset("gb200-nvl72"), n_gpus=144)
+    for contiguous in (False, True):
+        dp = layout_communicators(job, LayoutShape(tp=8, pp=1, dp=18, experts=False), contiguous)["dp"].topology
+        assert (dp.n_nodes, dp.spec.nvlink_domain.nodes) == (18, 9)
+    # HSDP's replica group without a layout: one rank of each 2-tray shard group, 9 to a rack as well.
+    from dpsim.collectives.groups import communicators
+
+    inter = communicators(job, shard_group=8)["inter"].topology
+    assert (inter.n_nodes, inter.spec.nvlink_domain.nodes) == (18, 9)
+
+
+def test_the_network_under_an_nvl72_tp8_job_matters_whatever_the_placement(capsys):
+    """The same defect through the CLI: the aligned step equals the contiguous one (rank order already puts 9
+    of each group's 18 ranks in a rack) and a slowed scale-out network slows it (before: unchanged)."""
+    args = LLAMA_NVL72 + ["--gpus", "144", "--tp", "8"]
+    aligned = _step(capsys, args)
+    assert aligned == _step(capsys, args + ["--rack-placement", "contiguous"])
+    assert _step(capsys, args + ["--degrade", "infiniband:10%"]) > 2 * aligned
+
+
+@pytest.mark.parametrize("strategy", ["fsdp-hybrid", "zero3"])
+def test_contiguous_is_refused_for_a_shard_group_of_every_rank(strategy, capsys):
+    """Before: ``--strategy fsdp-hybrid --zero-group 144`` (or zero3's) on 144 GPUs took --rack-placement
+    contiguous and predicted the aligned step to the last digit (one shard group of every rank: no group smaller
+    than the job to place), while ``--strategy zero1 --zero-impl internlm --zero-group 144`` refused it."""
+    args = LLAMA_NVL72 + ["--gpus", "144", "--strategy", strategy, "--zero-group", "144", "--rack-placement",
+                          "contiguous"]
+    check_outcome(run_cli(args, capsys), args, "error", ("--rack-placement:", "no group smaller"))
+    smaller = LLAMA_NVL72 + ["--gpus", "144", "--strategy", strategy, "--zero-group", "24", "--rack-placement",
+                             "contiguous"]
+    check_outcome(run_cli(smaller, capsys), smaller, "ok")

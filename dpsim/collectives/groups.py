@@ -81,6 +81,7 @@ def communicators(job: Topology, shard_group: int | None = None,
     if shard_group is not None and shard_group != min(gpn, job.n_gpus):
         intra_topo, intra_conc = consecutive_group(job, shard_group)
         inter_topo, inter_conc = _replica_group(job, shard_group)
+        inter_topo = spread_domains(job, inter_topo, shard_group)
         if contiguous:
             intra_topo = rank_order_split(job, intra_topo, 1, shard_group)
             inter_topo = rank_order_split(job, inter_topo, shard_group, job.n_gpus // shard_group)
@@ -243,7 +244,7 @@ def layout_communicators(job: Topology, shape: LayoutShape, contiguous: bool = F
             return Topology(spec=job.spec, n_gpus=size), 1
         per_node = max(1, gpn // stride)
         topo, conc = _node_group(job, per_node, size // per_node)
-        return placed(topo, stride, size), conc
+        return placed(spread_domains(job, topo, stride), stride, size), conc
 
     dp_topo, dp_conc = strided(t, d)
     comms["dp"] = Communicator(name="dp", topology=dp_topo, job=job, concurrent=dp_conc)
@@ -317,9 +318,31 @@ def multi_server_domain(job: Topology) -> int:
     return domain.nodes
 
 
+def spread_domains(job: Topology, topo: Topology, stride: int) -> Topology:
+    """``topo`` (a group of ranks ``stride`` apart, one in each of its servers, as a cluster of its own) with
+    NVLink domains of as many of its ranks as one of ``job``'s multi-server domains holds when they are more
+    than a server apart: ``stride`` GPUs apart, a domain of ``D`` servers holds ``D x gpus_per_node // stride``
+    of them (whole blocks of ``stride`` ranks, the consecutive groups between them aligned to the domain, as
+    aligned placement keeps every group), none of them with another when that is one.
+
+    The group's own servers are its ranks' (one each), but they sit every ``stride // gpus_per_node``-th server:
+    with --tp 8 on gb200-nvl72's 4-GPU trays a data-parallel group of 18 spans 36 trays, two racks, and was
+    costed inside one rack's NVLink (an 18-server domain for its 18 servers), the all-reduce never on the
+    network."""
+    per_domain = multi_server_domain(job)
+    gpn = job.spec.node.gpus_per_node
+    if not per_domain or stride <= gpn or topo.n_nodes <= 1 or topo.spec.nvlink_domain is None:
+        return topo
+    held = per_domain * gpn // stride
+    if held >= topo.spec.nvlink_domain.nodes:
+        return topo
+    domain = dataclasses.replace(topo.spec.nvlink_domain, nodes=held) if held > 1 else None
+    return dataclasses.replace(topo, spec=dataclasses.replace(topo.spec, nvlink_domain=domain))
+
+
 def rank_order_split(job: Topology, topo: Topology, stride: int, size: int) -> Topology:
     """``topo`` (a group of ``size`` ranks ``stride`` apart, as a cluster of its own, its servers in NVLink
-    domains of ``job``'s size: aligned) with its domains as its worst copy's when ``job``'s racks are filled in
+    domains as aligned placement fills them: :func:`spread_domains`) with its domains as its worst copy's when ``job``'s racks are filled in
     rank order (``--rack-placement contiguous``).
 
     Copies of the group start every ``stride x size`` ranks (the tp-cp-ep-dp-pp order tiles the job with
@@ -350,14 +373,17 @@ def rank_order_split(job: Topology, topo: Topology, stride: int, size: int) -> T
         if worst is None or key > worst:
             worst, pieces = key, [int(c) for c in counts]
     assert sum(pieces) == group_nodes, (pieces, group_nodes)
-    whole, rest = divmod(group_nodes, per_domain)
-    aligned = [per_domain] * whole + ([rest] if rest else [])
+    # Aligned, a domain holds topo's domain of the group's servers (fewer than a domain's servers when they are
+    # more than a server apart: spread_domains; none of them together: one each).
+    held = topo.spec.nvlink_domain.nodes if topo.spec.nvlink_domain is not None else 1
+    whole, rest = divmod(group_nodes, held)
+    aligned = [held] * whole + ([rest] if rest else [])
     if sorted(pieces) == sorted(aligned):
         return topo
     nodes = max(pieces)
     while math.ceil(group_nodes / nodes) < len(pieces):
         nodes -= 1
-    domain = dataclasses.replace(topo.spec.nvlink_domain, nodes=nodes)
+    domain = dataclasses.replace(job.spec.nvlink_domain, nodes=nodes) if nodes > 1 else None
     return dataclasses.replace(topo, spec=dataclasses.replace(topo.spec, nvlink_domain=domain))
 
 
