@@ -25,6 +25,7 @@ from dpsim.network.degrade import (
     calibrated_factors,
     communicator_degradations,
     degradation_terms,
+    names_one_link,
     slowest_class_factors,
 )
 from dpsim.network.tiers import TierNetwork
@@ -196,13 +197,13 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
     contiguous = config.cluster.rack_placement == "contiguous"
     if contiguous:
         _check_rack_placement(topology, layout=layout, zero_group=par.zero_group, shard_group=shard_group,
-                              jobs=config.cluster.jobs)
+                              jobs=config.cluster.jobs, degradations=degradations)
     return GroupCollectives(topology, make, layout=layout, zero_group=par.zero_group, shard_group=shard_group,
                             contiguous=contiguous)
 
 
 def _check_rack_placement(topology: Topology, *, layout: LayoutShape | None, zero_group: int | None,
-                          shard_group: int | None, jobs: int) -> None:
+                          shard_group: int | None, jobs: int, degradations=()) -> None:
     """Refuse ``--rack-placement contiguous`` where it could change nothing (one line): without NVLink domains
     of several servers, on a job inside one domain, or with no group smaller than the job (the world, one
     server's ``intra`` and the one-GPU-per-server ``inter`` sit the same way whatever the placement)."""
@@ -225,6 +226,14 @@ def _check_rack_placement(topology: Topology, *, layout: LayoutShape | None, zer
     if jobs > 1:
         raise ConfigError(f"--rack-placement: 'contiguous' is not modelled with --jobs {jobs} (each job's servers "
                           f"are laid out by --placement); leave one of them out")
+    named = next((d for d in degradations if names_one_link(d.link)), None)
+    if named is not None:
+        # Each group is costed as its copy that straddles the racks worst, and a named link was put in that copy
+        # whichever copy holds it: node0.nic0:10% on 100 GB200s (--tp 4 --pp 5) slowed the step 4.6x though
+        # node0's copies sit inside rack 0 and cross no NIC (aligned: 1.06x).
+        raise ConfigError(f"--degrade: {named.label!r} names one server's link, and --rack-placement contiguous "
+                          f"costs each group as its copy that straddles the racks worst, not the copy holding "
+                          f"that link; degrade a link class (e.g. infiniband:50%) or give --rack-placement aligned")
 
 
 def gradient_collective(program: StepProgram, gradient_ops, collectives: GroupCollectives) -> CollectiveResult | None:
