@@ -131,3 +131,19 @@ def test_contiguous_refuses_a_named_link_it_would_put_in_the_wrong_copy(link, ca
     check_outcome(run_cli(named, capsys), named, "error", ("--degrade:", link, "contiguous"))
     healthy = _step(capsys, args)
     assert _step(capsys, args + ["--degrade", "infiniband:10%"]) > healthy
+
+
+def test_a_plan_called_twice_gives_equal_results_that_pickle():
+    """Before: two ``dpsim.plan`` calls of one search were unequal, and so was a result and its pickled copy's
+    comparison with a fresh call: each held its own run time (``wall_s``, ``verification["seconds"]``)."""
+    import pickle
+
+    import dpsim
+
+    def search():
+        return dpsim.plan(dpsim.PredictConfig(model="gpt2", link="infiniband"), gpus=[16], global_batch=64, verify=2,
+                          top=3)
+
+    first = search()
+    assert first == search() == pickle.loads(pickle.dumps(first))
+    assert "seconds" not in first.verification and first.wall_s > 0
