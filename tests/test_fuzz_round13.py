@@ -147,3 +147,18 @@ def test_a_plan_called_twice_gives_equal_results_that_pickle():
     first = search()
     assert first == search() == pickle.loads(pickle.dumps(first))
     assert "seconds" not in first.verification and first.wall_s > 0
+
+
+def test_contiguous_reads_every_copy_of_a_group_whose_ranks_are_trays_apart():
+    """Before: with --tp 16 on 80 GB200s (20 trays) the data-parallel group (5 ranks, one every 4 trays) was
+    placed as its copy starting at rank 0 alone (trays 0, 4, ..., 16: all in rack 0), so --rack-placement
+    contiguous costed it with 5 ranks per rack, fewer crossings than aligned (4: whole 4-tray tensor-parallel
+    groups per rack); the copy 8 ranks on (trays 2, ..., 18) straddles two racks. Both read 4 now."""
+    from dpsim.collectives.groups import LayoutShape, layout_communicators
+    from dpsim.topology.cluster import Topology
+    from dpsim.topology.load import load_preset
+
+    job = Topology(spec=load_preset("gb200-nvl72"), n_gpus=80)
+    for contiguous in (False, True):
+        dp = layout_communicators(job, LayoutShape(tp=16, pp=1, dp=5, experts=False), contiguous)["dp"].topology
+        assert (dp.n_nodes, dp.spec.nvlink_domain.nodes) == (5, 4)

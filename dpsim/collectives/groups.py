@@ -346,7 +346,8 @@ def rank_order_split(job: Topology, topo: Topology, stride: int, size: int) -> T
     rank order (``--rack-placement contiguous``).
 
     Copies of the group start every ``stride x size`` ranks (the tp-cp-ep-dp-pp order tiles the job with
-    them; a copy offset inside that block sits on the same servers). Each copy's servers fall into domains
+    them), and inside that block every rank up to ``stride`` starts one: on the same servers as the block's
+    first while the ranks are at most a server apart, else shifted by whole servers. Each copy's servers fall into domains
     as rank order puts them (server ``rank // gpus_per_node``, domain ``server // nodes``); the worst copy
     spans the most domains, then has the smallest piece (fewest servers, so fewest NICs, carrying its
     domain's share across the network). Two pieces are reproduced exactly: domains of the larger piece's
@@ -366,12 +367,19 @@ def rank_order_split(job: Topology, topo: Topology, stride: int, size: int) -> T
     offsets = np.arange(size, dtype=np.int64) * stride
     worst: tuple[int, int] | None = None
     pieces: list[int] = []
+    # Copies offset inside a block: on the block's servers while the ranks are at most a server apart; further
+    # apart, a copy offset by a server's GPUs or more sits on other servers and may straddle where the block's
+    # first does not (the edp group of --tp 8 --ep 2 --etp 8 on 160 GB200s: trays 0, 4, ..., 16 in one rack,
+    # the copy 8 ranks on at trays 2, ..., 18 across two; only the first was read, and contiguous came out
+    # faster than aligned).
+    shifts = (0,) if stride <= gpn else range(0, stride, gpn) if stride % gpn == 0 else range(stride)
     for k in range(min(blocks, period)):
-        servers = np.unique((k * block + offsets) // gpn)
-        counts = np.unique(servers // per_domain, return_counts=True)[1]
-        key = (len(counts), -int(counts.min()))
-        if worst is None or key > worst:
-            worst, pieces = key, [int(c) for c in counts]
+        for shift in shifts:
+            servers = np.unique((k * block + shift + offsets) // gpn)
+            counts = np.unique(servers // per_domain, return_counts=True)[1]
+            key = (len(counts), -int(counts.min()))
+            if worst is None or key > worst:
+                worst, pieces = key, [int(c) for c in counts]
     assert sum(pieces) == group_nodes, (pieces, group_nodes)
     # Aligned, a domain holds topo's domain of the group's servers (fewer than a domain's servers when they are
     # more than a server apart: spread_domains; none of them together: one each).
