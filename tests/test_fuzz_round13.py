@@ -63,6 +63,16 @@ def test_an_etp_equal_to_its_default_is_the_config_that_leaves_it_out(capsys):
         check_outcome(run_cli(base + extra, capsys), base + extra, "error", ("--etp:", "gpt2 is dense"))
 
 
+def test_a_sweep_over_etp_keeps_the_axis_value_its_config_leaves_out():
+    """An --etp equal to its default is kept as left out (above); a sweep's etp column still reads the value
+    of its point (etp=1,2 under tp=2 read 1 and an empty cell once the config normalised 2 away)."""
+    import dpsim
+
+    frame = dpsim.sweep(model="mixtral-8x7b", seq_len=512, micro_batch=1, gpus=16, link="infiniband", tp=2,
+                        sequence_parallel=True, etp=[1, 2], steps=1)
+    assert list(frame["etp"]) == [1, 2]
+
+
 # --- (a) --rack-placement and NVL72 racks ------------------------------------------------------------------------------
 LLAMA_NVL72 = ["predict", "--model", "llama-2-7b", "--seq-len", "1024", "--micro-batch", "1", "--link", "gb200-nvl72",
                "--steps", "1", "--json"]
