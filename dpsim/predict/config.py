@@ -386,7 +386,8 @@ class ParallelismConfig:
     tensor-parallel ranks, as the dense linears are: what Megatron-Core and torchtitan both do), 1
     with --ep 2 or more (experts whole, expert parallelism borrowing the tensor-parallel ranks:
     torchtitan's default; Megatron-Core's is --tp, so give --etp to match a Megatron-Core job that
-    leaves it out)."""
+    leaves it out). A value equal to that default is the same job and is kept as left out; a dense model
+    takes no other."""
     moe_routing: str = "balanced"
     """How a mixture of experts' router spreads tokens over its experts: balanced, zipf:S (expert i's
     share proportional to (i + 1)^-S), histogram:PATH.json (measured per-expert counts), maxvio:V
