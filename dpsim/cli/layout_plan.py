@@ -90,10 +90,12 @@ def plan_command(
                                                     "(within the estimate's measured error); the table ranks them "
                                                     "by their simulated time, then the rest by estimate (0: "
                                                     "estimates only).", rich_help_panel=SEARCH),
-    verify_seconds: float = typer.Option(2.0, "--verify-seconds", help="Seconds of simulation after the first "
-                                                                       "layout; the output says how many were "
-                                                                       "simulated and what stopped it.",
-                                         rich_help_panel=SEARCH),
+    verify_seconds: Optional[float] = typer.Option(None, "--verify-seconds", help="Seconds of simulation after the "
+                                                   "first layout; the output says how many were simulated and what "
+                                                   "stopped it. Left out: no limit but --verify's (the same layouts "
+                                                   "simulated, and the same output, on every run); given, which "
+                                                   "layouts are simulated depends on the machine's speed and load.",
+                                                   rich_help_panel=SEARCH),
     mtbf_gpu: Optional[str] = MTBF_GPU,
     mtbf_node: Optional[str] = MTBF_NODE,
     mtbf_link: Optional[str] = MTBF_LINK,
@@ -143,7 +145,7 @@ def plan_command(
     for name, value, low, high in (("--top", top, 1, MAX_TOP), ("--verify", verify, 0, MAX_VERIFY)):
         if not low <= value <= high:
             raise ConfigError(f"{name}: {value} is not valid; expected an integer in [{low}, {high}]")
-    if not 0 <= verify_seconds <= 86_400:
+    if verify_seconds is not None and not 0 <= verify_seconds <= 86_400:
         raise ConfigError(f"--verify-seconds: {verify_seconds} is not valid; expected a number in [0, 86400]")
     if budget_usd is not None and not budget_usd > 0:
         raise ConfigError(f"--budget-usd: {budget_usd} is not valid; expected a number > 0")

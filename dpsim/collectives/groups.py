@@ -86,6 +86,7 @@ def communicators(job: Topology, shard_group: int | None = None,
     if shard_group is not None and shard_group != min(gpn, job.n_gpus):
         intra_topo, intra_conc = consecutive_group(job, shard_group)
         inter_topo, inter_conc = _replica_group(job, shard_group)
+        inter_topo = spread_domains(job, inter_topo, shard_group)
         intra_split = rank_order_splits(job, intra_topo, 1, shard_group) if contiguous else (intra_topo,)
         inter_split = (rank_order_splits(job, inter_topo, shard_group, job.n_gpus // shard_group) if contiguous
                        else (inter_topo,))
@@ -253,7 +254,7 @@ def layout_communicators(job: Topology, shape: LayoutShape, contiguous: bool = F
             return (Topology(spec=job.spec, n_gpus=size),), 1
         per_node = max(1, gpn // stride)
         topo, conc = _node_group(job, per_node, size // per_node)
-        return placed(topo, stride, size), conc
+        return placed(spread_domains(job, topo, stride), stride, size), conc
 
     add("dp", *strided(t, d))
     # HSDP folds the context-parallel ranks into its shard dimension (torchtitan's dp_shard_cp): a shard group
@@ -318,6 +319,28 @@ def multi_server_domain(job: Topology) -> int:
     return domain.nodes
 
 
+def spread_domains(job: Topology, topo: Topology, stride: int) -> Topology:
+    """``topo`` (a group of ranks ``stride`` apart, one in each of its servers, as a cluster of its own) with
+    NVLink domains of as many of its ranks as one of ``job``'s multi-server domains holds when they are more
+    than a server apart: ``stride`` GPUs apart, a domain of ``D`` servers holds ``D x gpus_per_node // stride``
+    of them (whole blocks of ``stride`` ranks, the consecutive groups between them aligned to the domain, as
+    aligned placement keeps every group), none of them with another when that is one.
+
+    The group's own servers are its ranks' (one each), but they sit every ``stride // gpus_per_node``-th server:
+    with --tp 8 on gb200-nvl72's 4-GPU trays a data-parallel group of 18 spans 36 trays, two racks, and was
+    costed inside one rack's NVLink (an 18-server domain for its 18 servers), the all-reduce never on the
+    network."""
+    per_domain = multi_server_domain(job)
+    gpn = job.spec.node.gpus_per_node
+    if not per_domain or stride <= gpn or topo.n_nodes <= 1 or topo.spec.nvlink_domain is None:
+        return topo
+    held = per_domain * gpn // stride
+    if held >= topo.spec.nvlink_domain.nodes:
+        return topo
+    domain = dataclasses.replace(topo.spec.nvlink_domain, nodes=held) if held > 1 else None
+    return dataclasses.replace(topo, spec=dataclasses.replace(topo.spec, nvlink_domain=domain))
+
+
 def rank_order_splits(job: Topology, topo: Topology, stride: int, size: int) -> tuple[Topology, ...]:
     """Every distinct way the copies of ``topo`` (a group of ``size`` ranks ``stride`` apart, as a cluster of
     its own, its servers in NVLink domains of ``job``'s size: aligned) split over ``job``'s racks when they are
@@ -347,29 +370,42 @@ def rank_order_splits(job: Topology, topo: Topology, stride: int, size: int) -> 
     period = per_domain * gpn // math.gcd(block, per_domain * gpn)
     offsets = np.arange(size, dtype=np.int64) * stride
     splits: dict[tuple[int, ...], tuple[int, int]] = {}
+    # Copies offset inside a block: on the block's servers while the ranks are at most a server apart; further
+    # apart, a copy offset by a server's GPUs or more sits on other servers and may straddle where the block's
+    # first does not (the edp group of --tp 8 --ep 2 --etp 8 on 160 GB200s: trays 0, 4, ..., 16 in one rack,
+    # the copy 8 ranks on at trays 2, ..., 18 across two; only the first was read, and contiguous came out
+    # faster than aligned).
+    shifts = (0,) if stride <= gpn else range(0, stride, gpn) if stride % gpn == 0 else range(stride)
     for k in range(min(blocks, period)):
-        servers = np.unique((k * block + offsets) // gpn)
-        counts = np.unique(servers // per_domain, return_counts=True)[1]
-        pieces = tuple(int(c) for c in counts)
-        assert sum(pieces) == group_nodes, (pieces, group_nodes)
-        splits.setdefault(pieces, (len(pieces), -min(pieces)))
-    whole, rest = divmod(group_nodes, per_domain)
-    aligned = (per_domain,) * whole + ((rest,) if rest else ())
+        for shift in shifts:
+            servers = np.unique((k * block + shift + offsets) // gpn)
+            counts = np.unique(servers // per_domain, return_counts=True)[1]
+            pieces = tuple(int(c) for c in counts)
+            assert sum(pieces) == group_nodes, (pieces, group_nodes)
+            splits.setdefault(pieces, (len(pieces), -min(pieces)))
+    # Aligned, a domain holds topo's domain of the group's servers (fewer than a domain's servers when they are
+    # more than a server apart: spread_domains; none of them together: one each).
+    held = topo.spec.nvlink_domain.nodes if topo.spec.nvlink_domain is not None else 1
+    whole, rest = divmod(group_nodes, held)
+    aligned = (held,) * whole + ((rest,) if rest else ())
     out: list[Topology] = []
     for pieces in sorted(splits, key=splits.__getitem__, reverse=True):  # stable: first copy first on ties
-        split = topo if pieces == aligned else _pieces_topology(topo, pieces)
+        split = topo if pieces == aligned else _pieces_topology(job, topo, pieces)
         if split not in out:
             out.append(split)
     return tuple(out)
 
 
-def _pieces_topology(topo: Topology, pieces: tuple[int, ...]) -> Topology:
-    """``topo`` with its servers in NVLink domains of ``pieces`` servers each, in server order. Pieces of one
-    size with a shorter last one are uniform domains (8 + 2 trays: domains of 8, as a design would say)."""
-    if len(pieces) == 1 or (len(set(pieces[:-1])) == 1 and pieces[-1] <= pieces[0]):
-        domain = dataclasses.replace(topo.spec.nvlink_domain, nodes=pieces[0], pieces=())
+def _pieces_topology(job: Topology, topo: Topology, pieces: tuple[int, ...]) -> Topology:
+    """``topo`` with its servers in NVLink domains of ``pieces`` servers each, in server order (``job``'s
+    domain's kind; no domain where every piece is one server). Pieces of one size with a shorter last one are
+    uniform domains (8 + 2 trays: domains of 8, as a design would say)."""
+    if max(pieces) <= 1:
+        domain = None
+    elif len(pieces) == 1 or (len(set(pieces[:-1])) == 1 and pieces[-1] <= pieces[0]):
+        domain = dataclasses.replace(job.spec.nvlink_domain, nodes=pieces[0], pieces=())
     else:
-        domain = dataclasses.replace(topo.spec.nvlink_domain, nodes=max(pieces), pieces=pieces)
+        domain = dataclasses.replace(job.spec.nvlink_domain, nodes=max(pieces), pieces=pieces)
     return dataclasses.replace(topo, spec=dataclasses.replace(topo.spec, nvlink_domain=domain))
 
 

@@ -54,8 +54,10 @@ earlier ones of an interleaved drain all at once.
 **Finally** the fitting candidates are simulated by :func:`dpsim.predict.run.predict` (the
 pipeline engine), best estimate first, while an estimate could still beat the best simulated
 time given the closed form's measured error (:data:`ESTIMATE_BOUND`), up to ``verify`` layouts
-and ``verify_seconds`` (:func:`_verify`); the simulated ones are ranked on their simulated times,
-ahead of those only estimated (marked so in the table and in ``--json``).
+(and ``verify_seconds``, when given: :func:`_verify`); the simulated ones are ranked on their simulated
+times, ahead of those only estimated (marked so in the table and in ``--json``). What is simulated is
+decided by counts alone unless ``verify_seconds`` is given, so one search prints the same bytes on
+every run and every machine.
 
 Ranking: by time to train a token budget (``tokens``) or by step throughput, or by
 cost (GPU-hours x price per GPU-hour, :mod:`dpsim.plan.cost`); a USD budget drops the
@@ -134,6 +136,7 @@ from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import (
     build_collectives,
+    has_placeable_group,
     load_model,
     predict,
     rack_placement_unused,
@@ -215,13 +218,15 @@ that is slower than the best simulated layout, it and every later estimate canno
 
 DEFAULT_VERIFY = 64
 """Most layouts simulated (``--verify``): more than the bound leaves in the searches measured
-(DeepSeek-V3 on 16,384 GPUs: 43, Llama-3-405B: 9, with the bound at 1.07 on 2026-12-06), so that
-``--verify-seconds`` is what limits a larger one."""
-VERIFY_SECONDS = 2.0
-"""Seconds of simulation after the first (``--verify-seconds``): issue 28 asks for a 16,384-GPU
-search of a 405B dense model or DeepSeek-V3 under 10 s whole process; on a 2-core machine the
-DeepSeek-V3 process spends ~5.5 s CPU before simulating (imports, every layout estimated), and one
-simulated layout takes ~0.04 s (405B: ~0.15 s)."""
+(DeepSeek-V3 on 16,384 GPUs: 43, Llama-3-405B: 9, with the bound at 1.07 on 2026-12-06; 32 and 9 on
+2026-12-07, ~3 s of simulation each on a loaded 2-core machine): issue 28 asks for either 16,384-GPU search
+under 10 s whole process, and one simulated layout takes ~0.04 s (DeepSeek-V3) to ~0.15 s (405B)."""
+VERIFY_SECONDS: float | None = None
+"""Seconds of simulation after the first (``--verify-seconds``); ``None``, the default: no time limit, only
+``--verify`` and the bound. A limit in wall time makes which layouts are simulated, hence the ranking and
+the chosen layout, depend on the machine and its load: DeepSeek-V3's 16,384-GPU search under the 2 s it
+was simulated 17 layouts in one run and 15 in the next (the JSON differed); without it, 32 every time
+(every one the bound leaves, in less wall time than the two loaded runs took whole)."""
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8, 16)
 """Micro-batch sizes searched unless given."""
@@ -328,7 +333,8 @@ class Candidate:
         cfg = self._config(base)
         if cfg.cluster.rack_placement == "contiguous":
             par = cfg.parallelism
-            if rack_placement_unused(resolve_topology(cfg), groups=par.layout_active or par.zero_group is not None):
+            topology = resolve_topology(cfg)
+            if rack_placement_unused(topology, groups=has_placeable_group(par, topology.n_gpus)):
                 cfg = dataclasses.replace(cfg, rack_placement="aligned")
         return cfg
 
@@ -495,8 +501,9 @@ class PlanResult:
     time, then those only estimated (:attr:`Estimate.verified` ``None``) by their estimate."""
     counts: dict
     """Candidates enumerated, refused by placement, not fitting, over budget, ranked."""
-    wall_s: float
-    """Time the search took."""
+    wall_s: float = field(compare=False)
+    """Time the search took (wall clock): neither compared nor in :meth:`to_dict` (``--json``), so that one
+    search gives equal results and the same output on every run."""
     rank_by: str
     """``time`` or ``cost``."""
     failures: FailureInputs | None = None
@@ -514,7 +521,7 @@ class PlanResult:
     """What was simulated: ``simulated`` (layouts), ``within_bound`` (layouts whose estimate could
     beat the best simulated one, :data:`ESTIMATE_BOUND`), ``stopped_by`` (``bound``: every such
     layout was simulated; ``count``: ``--verify``; ``time``: ``--verify-seconds``; ``none``: nothing
-    fit or ``--verify 0``), ``seconds``, ``bound``."""
+    fit or ``--verify 0``), ``bound``."""
 
     @property
     def best(self) -> Estimate | None:
@@ -531,7 +538,7 @@ class PlanResult:
                 "link_mtbf_s": self.failures.rates.link_mtbf_s, "restart_s": self.failures.restart_s,
                 "replace_s": self.failures.replace_s,
                 "checkpoint_bandwidth_bytes_per_s": self.failures.node_bandwidth_bytes_per_s,
-                "spare_risk": self.failures.spare_risk}, "counts": dict(self.counts), "wall_s": self.wall_s,
+                "spare_risk": self.failures.spare_risk}, "counts": dict(self.counts),
             "verification": dict(self.verification),
             "layouts": [e.to_dict() for e in self.ranked],
             "best": best.to_dict() if best is not None else None,
@@ -2416,7 +2423,7 @@ def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, r
         key = _key(v, rank_by)
         best = key if best is None or key < best else best
     return out, {"simulated": sum(1 for _, v in out if v is not None), "within_bound": within,
-                 "stopped_by": stopped, "seconds": time.perf_counter() - t0, "bound": list(ESTIMATE_BOUND),
+                 "stopped_by": stopped, "bound": list(ESTIMATE_BOUND),
                  "refused": refused}
 
 

@@ -133,8 +133,10 @@ def run_point(config: PredictConfig | Mapping[str, Any], *, tokens: float | None
         if point is not None:
             # An axis is a column of every row: to_dict leaves out a SHOWN_WHEN_SET field at its default,
             # so the compile=false (fsdp_version=1, cp=1...) rows of a sweep over it read empty.
+            # A value the config keeps as left out (an etp equal to its default) is the axis's value still.
             settings = config.settings()
-            row.update({k: _plain(settings[k]) for k in point if k in settings and k not in row})
+            row.update({k: _plain(settings[k] if settings[k] is not None else point[k]) for k in point
+                        if k in settings and k not in row})
         row.update(cost_columns(row, tokens=tokens, samples=samples, gpu_hour_usd=gpu_hour_usd))
     except DpsimError as exc:
         if not skip_invalid:

@@ -386,7 +386,8 @@ class ParallelismConfig:
     tensor-parallel ranks, as the dense linears are: what Megatron-Core and torchtitan both do), 1
     with --ep 2 or more (experts whole, expert parallelism borrowing the tensor-parallel ranks:
     torchtitan's default; Megatron-Core's is --tp, so give --etp to match a Megatron-Core job that
-    leaves it out)."""
+    leaves it out). A value equal to that default is the same job and is kept as left out; a dense model
+    takes no other."""
     moe_routing: str = "balanced"
     """How a mixture of experts' router spreads tokens over its experts: balanced, zipf:S (expert i's
     share proportional to (i + 1)^-S), histogram:PATH.json (measured per-expert counts), maxvio:V
@@ -435,6 +436,11 @@ class ParallelismConfig:
 
     def __post_init__(self) -> None:
         _check_part(self)
+        if self.etp is not None and self.etp == default_etp(tp=self.tp, ep=self.ep):
+            # An --etp equal to its default says what leaving it out says: kept as left out, so the two configs
+            # are equal (and hash alike), a dense model takes both, and --json's config names neither (tp=2 vs
+            # tp=2, etp=2 compared unequal, and the second was refused on gpt2 while tp=2, etp=1 was taken).
+            object.__setattr__(self, "etp", None)
 
 
 @frozen_dataclass

@@ -238,10 +238,16 @@ def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
                           f"leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
     if moe is None:
         check_no_expert_options(model.name, parallelism)
-        if parallelism.ep > 1 or (parallelism.etp or 1) > 1:
-            flag, value = ("--ep", parallelism.ep) if parallelism.ep > 1 else ("--etp", parallelism.etp)
-            raise ConfigError(f"{flag}: {value} splits the experts of a mixture of experts, but {model.name} is dense; "
-                              f"leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
+        if parallelism.ep > 1:
+            raise ConfigError(f"--ep: {parallelism.ep} splits the experts of a mixture of experts, but {model.name} is "
+                              f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
+        if parallelism.etp is not None:
+            # Any --etp but its default (which the config keeps as left out): 1 was taken and 2 refused under
+            # --tp 2, though neither splits anything in a dense model.
+            raise ConfigError(f"--etp: {parallelism.etp} sets how a mixture of experts' experts are split, but "
+                              f"{model.name} is dense (no expert layers; its default, --tp {parallelism.tp}'s, is "
+                              f"the only value it takes); leave it out or give a model with experts= (e.g. --model "
+                              f"mixtral-8x7b)")
         return
     check_all_to_all_options(model, parallelism)
     if moe.experts % parallelism.ep:

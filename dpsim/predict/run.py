@@ -25,6 +25,7 @@ from dpsim.network.degrade import (
     calibrated_factors,
     communicator_degradations,
     degradation_terms,
+    names_one_link,
     slowest_class_factors,
 )
 from dpsim.network.tiers import TierNetwork
@@ -195,22 +196,39 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
                              protocols=protocols, jobs=config.cluster.jobs, placement=config.cluster.placement)
     contiguous = config.cluster.rack_placement == "contiguous"
     if contiguous:
-        groups = (layout is not None or shard_group is not None
-                  or (par.zero_group is not None and par.zero_group < topology.n_gpus))
-        _check_rack_placement(topology, groups=groups, jobs=config.cluster.jobs)
+        # A shard group of every rank (fsdp-hybrid or zero3 with --zero-group = --gpus) is plain FSDP/ZeRO-3: no group
+        # smaller than the job, as InternLM's --zero-group of every rank (that one was refused, these two were taken).
+        groups = layout is not None or any(g is not None and g < topology.n_gpus for g in (shard_group, par.zero_group))
+        _check_rack_placement(topology, groups=groups, jobs=config.cluster.jobs, degradations=degradations)
     return GroupCollectives(topology, make, layout=layout, zero_group=par.zero_group, shard_group=shard_group,
                             contiguous=contiguous)
 
 
-def _check_rack_placement(topology: Topology, *, groups: bool, jobs: int) -> None:
+def has_placeable_group(par, n_gpus: int) -> bool:
+    """Whether a job of ``n_gpus`` with parallelism ``par`` has a group smaller than itself, which
+    ``--rack-placement`` could place: a tp/pp/cp/ep layout or a ``--zero-group`` under ``n_gpus`` (a shard
+    group of every rank is plain FSDP/ZeRO-3)."""
+    return bool(par.layout_active) or (par.zero_group is not None and par.zero_group < n_gpus)
+
+
+def _check_rack_placement(topology: Topology, *, groups: bool, jobs: int, degradations=()) -> None:
     """Refuse ``--rack-placement contiguous`` where it could change nothing (one line,
-    :func:`rack_placement_unused`; ``groups``: the job has a group smaller than itself)."""
+    :func:`rack_placement_unused`; ``groups``: the job has a group smaller than itself), with ``--jobs`` or with
+    a ``--degrade`` that names one server's link."""
     why = rack_placement_unused(topology, groups=groups)
     if why is not None:
         raise ConfigError(why)
     if jobs > 1:
         raise ConfigError(f"--rack-placement: 'contiguous' is not modelled with --jobs {jobs} (each job's servers "
                           f"are laid out by --placement); leave one of them out")
+    named = next((d for d in degradations if names_one_link(d.link)), None)
+    if named is not None:
+        # Each group is costed as its copy that straddles the racks worst, and a named link was put in that copy
+        # whichever copy holds it: node0.nic0:10% on 100 GB200s (--tp 4 --pp 5) slowed the step 4.6x though
+        # node0's copies sit inside rack 0 and cross no NIC (aligned: 1.06x).
+        raise ConfigError(f"--degrade: {named.label!r} names one server's link, and --rack-placement contiguous "
+                          f"costs each group as its copy that straddles the racks worst, not the copy holding "
+                          f"that link; degrade a link class (e.g. infiniband:50%) or give --rack-placement aligned")
 
 
 RACK_PLACEMENT_ALLOWED = ("it applies to a tp/pp/cp/ep layout or a --zero-group on NVLink domains of several servers; "
@@ -633,9 +651,7 @@ def memory_report(config: PredictConfig) -> MemoryReport:
     config = resolve(config).config
     memory, advice, model, topology = _memory(config)
     if config.cluster.rack_placement == "contiguous":
-        par = config.parallelism
-        shard = par.strategy in ("fsdp-hybrid", "zero3") and not par.layout_active and par.zero_group is not None
-        groups = (par.layout_active or shard or (par.zero_group is not None and par.zero_group < topology.n_gpus))
-        _check_rack_placement(topology, groups=groups, jobs=config.cluster.jobs)
+        _check_rack_placement(topology, groups=has_placeable_group(config.parallelism, topology.n_gpus),
+                              jobs=config.cluster.jobs)
     return MemoryReport(config=config, model=model.name, param_count=model.param_count, gpu=topology.spec.gpu,
                         n_gpus=topology.n_gpus, gpus_per_node=topology.gpus_per_node, memory=memory, advice=advice)

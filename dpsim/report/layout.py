@@ -161,7 +161,7 @@ def _verification_line(result) -> str:
     left = v["within_bound"] - v["simulated"]
     n = v["simulated"]
     return (f"* simulated step by step (ranked by it, p10-p90 model error in brackets): {n} layout{'s' * (n != 1)} in "
-            f"{v['seconds']:.1f} s ({why}{f'; {left} more could have' if left > 0 else ''}); ~ closed-form "
+            f"this search ({why}{f'; {left} more could have' if left > 0 else ''}); ~ closed-form "
             f"estimate only (within {low:.2f}x-{high:.2f}x of its simulation, measured), ranked after them.")
 
 
@@ -170,7 +170,7 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
     console = console or Console(width=max(Console().width, 110))
     counts = result.counts
     title = (f"{base.workload.model}: layouts for a global batch of {global_batch} "
-             f"({counts['ranked']} fit of {counts['candidates']}, searched in {result.wall_s:.1f} s)")
+             f"({counts['ranked']} fit of {counts['candidates']})")
     table = Table(title=escape(title), header_style="bold")
     tokens = any(e.tokens_per_s for e in result.ranked)
     failures = any(e.reliability is not None for e in result.ranked)
