@@ -190,6 +190,22 @@ def test_composer_default_rows_reduce_in_fp32_and_still_fit():
         assert alm.evaluate(rows[rid]).fits, rid
 
 
+def test_megatron_moe_rows_keep_megatrons_fp32_main_gradients():
+    # Megatron-LM's --bf16 accumulates and reduces gradients in fp32 unless --grad-reduce-in-bf16
+    # (megatron/training/arguments.py@1e057005959b lines 618-633), which no Megatron-MoE-ModelZoo script
+    # of these rows sets; PR=mxfp8 adds bf16 Adam moments (sbatch_benchmarking.sh@798dfb503c68 lines
+    # 98-107).
+    rows = {r["id"]: r for r in alm.rows()}
+
+    def precision(rid):
+        return alm.job_of(rows[rid]).config.execution.precision
+
+    for n in range(54, 72):
+        assert precision(f"R{n:03d}") == "bf16-fp32-grads", n
+    for rid in ("R072", "R073", "R074"):
+        assert precision(rid) == "bf16-fp32-grads-bf16-moments", rid
+
+
 def test_olmo2_rows_and_only_they_normalise_the_whole_query_and_key_projections():
     # OLMo 2 (TransformerConfig.olmo_1B/7B/13B at allenai/OLMo-core@e27ba74550f1: qk_norm=True) runs
     # an RMSNorm over all of w_q(x) and w_k(x), weights of d_model; Llama-8B.py's shape has none.

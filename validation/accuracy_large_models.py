@@ -269,7 +269,9 @@ STRATEGIES = {
 
 PRECISIONS = {
     # FP8 rows: the precision under the FP8 recipe (FP8_RECIPES); listed first, before the "bf16" prefix.
-    "mxfp8 (PR=mxfp8)": "bf16-params",  # Megatron-Core: bf16 parameters, MXFP8 GEMMs (the fp8_recipe column)
+    # Megatron-Core MXFP8 (the fp8_recipe column): the ModelZoo's PR=mxfp8 adds --use-precision-aware-optimizer with
+    # fp32 main gradients and params and bf16 Adam moments (sbatch_benchmarking.sh@798dfb503c68 lines 98-107).
+    "mxfp8 (PR=mxfp8": "bf16-fp32-grads-bf16-moments",
     # DeepSeek-V3 (arXiv:2412.19437 Sec. 3.3.1, 3.3.3): bf16 weights for the GEMMs, FP32 master weights and
     # FP32 gradients "used for batch size accumulation", BF16 AdamW moments (Sec. 3.3.3).
     "fp8 mixed precision (HAI-LLM": "bf16-fp32-grads-bf16-moments",
