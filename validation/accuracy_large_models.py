@@ -233,6 +233,21 @@ SYSTEMS = {
     "stated)": System(
         name="DeepSeek H800", topology_file="h800-deepseek.yaml",
         assumed="network not described: the DeepSeek-V3 cluster's (8x 400 Gb/s CX7 per node, multi-plane fat tree)"),
+    # FlagPerf (BAAI's vendor benchmark, FlagOpen/FlagPerf): Llama 3 8B/70B on Megatron-Core and Llama 2 70B on
+    # FlagScale, each README stating its own hardware. Three clusters, three leave-one-system-out units.
+    "NVIDIA DGX A800 (80G), one node; InfiniBand 200Gb/s between nodes (FlagPerf, as published)": System(
+        name="FlagPerf DGX A800", topology_file="flagperf-dgx-a800.yaml",
+        assumed="A800 as the a100 preset with NVLink 200 GB/s per direction; 8x 200 Gb/s HDR per node (count not stated)"),
+    "H100 (FlagPerf Llama 3 8B table; server and network not stated in that README)": System(
+        name="FlagPerf H100", link="infiniband",
+        assumed="server and network not stated for the 8B rows: the 70B README's H100 SXM with InfiniBand 400Gb/s, "
+                "as 8x 400 Gb/s NDR per node (the infiniband preset)"),
+    "H100 SXM 80GB nodes, InfiniBand 400Gb/s (FlagPerf Llama 3 70B, as published)": System(
+        name="FlagPerf H100", link="infiniband",
+        assumed="'InfiniBand 400Gb/s' as 8x 400 Gb/s NDR per node (the infiniband preset; count not stated)"),
+    "H800 (80G) nodes, Xeon Platinum 8462Y+, InfiniBand 200Gb/s (FlagPerf Llama 2 70B, as published)": System(
+        name="FlagPerf H800", topology_file="flagperf-h800-ib200.yaml",
+        assumed="H800 form factor not stated (the SXM preset); 8x 200 Gb/s HDR per node (count not stated)"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -281,7 +296,9 @@ PRECISIONS = {
     # --use_precision_aware_optimizer with --exp_avg_dtype/--exp_avg_sq_dtype bf16 keeps the Adam moments in bf16.
     "fp8 blockwise (Megatron": "bf16-fp32-grads-bf16-moments",
     "bf16 mixed, bf16 Adam moments (Megatron": "bf16-fp32-grads-bf16-moments",
-    "bf16 mixed (Megatron": "bf16-fp32-grads",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
+    "bf16 mixed (Megatron": "bf16-fp32-grads",
+    # FlagPerf's Llama 3 8B FP8 rows: Megatron --bf16 with TransformerEngine FP8 linears (--fp8-format hybrid).
+    "bf16 mixed with fp8 linears (Megatron": "bf16-fp32-grads",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
     "float8 tensorwise": "bf16-params",  # the float8 blog's FSDP2 bf16 params, as its bf16 baseline
     "bf16 params with float8 matmuls": "bf16-fp32-grads",  # OLMo-core: param bf16, reduce fp32, as its bf16 rows
     # FSDP MixedPrecision DEFAULT: bf16 params and buffers, fp32 reduction (mosaicml/composer@1c9d8d179894,
@@ -315,6 +332,8 @@ FP8_RECIPES = {
     "DeepSeek fine-grained FP8": ("deepseek-blockwise", ""),
     # Megatron-Core's --fp8-recipe blockwise: TransformerEngine's Float8BlockScaling (1x128 activations, 128x128 weights).
     "TransformerEngine Float8BlockScaling": ("te-blockwise", ""),
+    # Megatron's --fp8-format hybrid with amax history: TransformerEngine's DelayedScaling (FlagPerf R161, R163).
+    "TransformerEngine DelayedScaling": ("te-delayed", ""),
 }
 """The row's ``fp8_recipe`` (by its start) -> ``--fp8`` and what that assumes."""
 
