@@ -427,3 +427,48 @@ def test_router_options_on_a_dense_model_are_refused(flag, kw, layout):
     with pytest.raises(ConfigError, match=f"^{flag}: .* applies to a mixture of experts' router and all-to-alls, "
                                           f"but gpt2 is dense"):
         predict(config)
+
+
+def test_megatron_recompute_charges_the_two_block_norms_and_the_experts_activation_only():
+    """``--recompute megatron`` (Megatron-Core's --recompute-modules layernorm moe_act) re-runs the
+    input and pre-MLP norms and the routed experts' activation, not the rotary embedding, q/k norms,
+    casts, residual adds or token permutation that ``op`` re-runs: its share of each layer's forward
+    is the time of exactly those ops, and below op's."""
+    from dpsim.strategies.checkpointing import op_recompute_share, recomputed_op
+    from dpsim.workload.roofline import Efficiencies, op_terms
+    from dpsim.workload.spec import MemoryOp
+    h100, bf16 = get_gpu("h100"), get_precision("bf16-params")
+    model = get_model("qwen3-235b-a22b", seq_len=4096, flash_attention=True)
+    attn, moe = model.layers[1], model.layers[2]
+    names = {m: {o.name.split(".")[0] for layer in (attn, moe) for o in layer.ops if recomputed_op(o, m)}
+             for m in ("megatron", "op")}
+    assert names["megatron"] == {"input_layernorm", "post_attention_layernorm", "experts"}
+    assert {o.name for o in moe.ops if recomputed_op(o, "megatron") and o.name.startswith("experts")} == \
+        {"experts.act.silu", "experts.act.mul"}
+    assert {"rope_q", "q_norm", "residual", "experts"} <= names["op"]
+    assert not any(recomputed_op(o, "megatron") for o in moe.ops if o.name.startswith(("experts.permute", "router")))
+    assert recomputed_op(next(o for o in moe.ops if o.name == "experts.unpermute"), "op")
+
+    def fwd(op):
+        return sum(t.time_s(Efficiencies()) for t in op_terms(op, h100, bf16, 1)[0])
+    for layer in (attn, moe):
+        by_hand = sum(fwd(o) for o in layer.ops if isinstance(o, MemoryOp) and
+                      (o.name.split(".")[0] in ("input_layernorm", "post_attention_layernorm")
+                       or o.name.startswith("experts.act"))) / sum(fwd(o) for o in layer.ops)
+        assert op_recompute_share(layer, h100, bf16, 1, "megatron") == pytest.approx(by_hand)
+        assert 0 < by_hand < op_recompute_share(layer, h100, bf16, 1, "op")
+
+
+def test_deepseek_recompute_charges_every_rmsnorm_the_mla_up_projections_and_the_moe_swiglu():
+    """DeepSeek-V3 (arXiv:2412.19437 Sec. 3.2.3, 3.3.3): every RMSNorm and the MLA up-projection
+    GEMMs re-run in backward, and the MoE SwiGLU output (routed and shared experts'); the other
+    GEMMs, the rotary embedding and the residual adds do not."""
+    from dpsim.strategies.checkpointing import recomputed_op
+    model = get_model("deepseek-v3", seq_len=4096, flash_attention=True)
+    attn = model.layers[1]
+    moe = next(layer for layer in model.layers if any(o.name == "experts.gate_up" for o in layer.ops))
+    redo = {o.name for layer in (attn, moe) for o in layer.ops if recomputed_op(o, "deepseek")}
+    assert {"q_b_proj", "kv_b_proj", "q_a_layernorm", "kv_a_layernorm", "experts.act.silu",
+            "shared_experts.act.mul", "input_layernorm.rsqrt", "post_attention_layernorm.mul"} <= redo
+    assert not redo & {"q_a_proj", "kv_a_proj_with_mqa", "o_proj", "experts.gate_up", "experts.down",
+                       "rope_q.cos", "residual", "experts.permute"}
