@@ -304,21 +304,3 @@ def test_fit_advice_names_the_flag_that_turns_full_checkpointing_on(policy, advi
     a = fit_advice(get_model("llama-2-13b"), H100, precision=BF16, optimizer="adamw", micro_batch=4, strategy="fsdp",
                    n_gpus=8, gpus_per_node=8, checkpointing=policy)
     assert not a.fits and a.activation_checkpointing and a.message.startswith(advice)
-
-
-def test_root_layers_are_never_recomputed_by_op_level_modes():
-    """Only blocks are checkpointed (the module docstring): the embedding and the head with its final
-    norm and loss re-run nothing, though their norm and loss are the memory-bound ops ``op`` re-runs
-    inside a block (the layout path charges every layer its share)."""
-    from dpsim.strategies.checkpointing import recompute_shares
-    from dpsim.workload.catalog import get_model
-    model = get_model("llama-2-7b")
-    for mode in ("op", "megatron", "deepseek"):
-        shares = recompute_shares(model, CheckpointPolicy(mode=mode), gpu=H100, precision=BF16, micro_batch=1)
-        for layer, share in zip(model.layers, shares):
-            if layer.unit is None:
-                assert share == 0.0, (mode, layer.name)
-            else:
-                assert share == op_recompute_share(layer, H100, BF16, 1, mode) > 0, (mode, layer.name)
-    head = model.layers[-1]
-    assert head.unit is None and op_recompute_share(head, H100, BF16, 1) > 0  # what was charged before

@@ -587,13 +587,15 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         full = False
     elif checkpointing.startswith("selective") and moe and re.search(r"\bmoe\b(?!_)", checkpointing):
         full = "moe"  # Megatron-Core's --recompute-modules moe: each MoE layer recomputed whole
+        assumed.append("the recomputed norms' time as op-level recomputation's (every element-wise op)")
     elif checkpointing.startswith("selective") and moe and row["framework"].startswith("HAI-LLM") \
             and "MLA up-projections" in checkpointing:
         # DeepSeek-V3 (arXiv:2412.19437 Sec. 3.2.3, 3.3.3): RMSNorm and the MLA up-projections recomputed,
         # the experts' SwiGLU output recomputed from its cached input, the linears' inputs cached in FP8.
         full = "deepseek"
         assumed.append(f"HAI-LLM's {checkpointing} recomputation as --recompute deepseek (what it keeps: "
-                       f"arXiv:2412.19437 Sec. 3.2.3, 3.3.3)")
+                       f"arXiv:2412.19437 Sec. 3.2.3, 3.3.3); its time as --recompute megatron's, the MLA "
+                       f"up-projection GEMMs' re-run not charged")
     elif checkpointing.startswith("selective") and moe and row["framework"].startswith("HAI-LLM"):
         # DeepSeek-V2 names no recomputed operator ("a portion of the operators"). A setting a source
         # leaves unstated is taken from the same organisation's published configuration of the same
@@ -601,9 +603,12 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # and the MLA up-projections recomputed, the SwiGLU output recomputed from its input).
         full = "deepseek"
         assumed.append(f"HAI-LLM's {checkpointing} recomputation as DeepSeek-V3's on HAI-LLM and H800, "
-                       f"--recompute deepseek (arXiv:2412.19437 Sec. 3.2.3; V2 names no operator)")
+                       f"--recompute deepseek (arXiv:2412.19437 Sec. 3.2.3; V2 names no operator); its time as "
+                       f"--recompute megatron's")
     elif checkpointing.startswith("selective") and moe:
         full = "megatron"  # Megatron-Core's --recompute-modules of element-wise work (layernorm, moe_act)
+        assumed.append(f"Megatron's {checkpointing} recomputation's time as op-level recomputation's (every "
+                       f"element-wise op)")
     elif checkpointing.startswith("selective (--recompute_granularity selective"):
         # Megatron's selective granularity recomputes the modules of --recompute-modules, whose default is
         # core_attn (ms-swift's own default too: swift/megatron/argument/megatron_args.py@891a9ab3d437,

@@ -39,10 +39,9 @@ parallelism alone the ``--fsdp-unit``), never the root layers.
   MLP's (or the shared experts') second GEMM (only the routed experts' activation is recomputed),
   and each sub-block's own input, which its norm's output-discarding checkpoint keeps (the MLP's
   too: ``_forward_pre_mlp_layernorm`` in ``megatron/core/transformer/transformer_layer.py``,
-  NVIDIA/Megatron-LM@d98e8a64ddf3). Its recomputation time is that of the ops those checkpoints
-  wrap, the two block norms and the routed experts' activation (:func:`recomputed_op`), not every
-  element-wise op (rotary, casts, residual adds and token permutation are kept, as ``op`` would
-  re-run them).
+  NVIDIA/Megatron-LM@d98e8a64ddf3). Its recomputation
+  time is counted as ``op``'s (every element-wise op, an upper bound of the norms and the
+  activation).
 - ``deepseek``: DeepSeek-V3's (arXiv:2412.19437 Sec. 3.2.3 and 3.3.3): every RMSNorm and the MLA
   up-projections are recomputed in backward, "thereby eliminating the need to persistently store
   their output activations", and the MoE SwiGLU's output is recomputed from its cached input
@@ -56,8 +55,8 @@ parallelism alone the ``--fsdp-unit``), never the root layers.
   as the FP8 copies the GEMMs read, one byte an element plus the recipe's scales ("it is a natural
   choice to cache activations in FP8 format for the backward pass of the Linear operator"; the
   attention output is re-tiled 1x128 -> 128x1 in backward, so one copy is cached); without one, at
-  2 bytes. Its recomputation time is that of every RMSNorm, the MLA up-projection GEMMs and the MoE
-  SwiGLU (routed and shared experts') (:func:`recomputed_op`).
+  2 bytes. Its recomputation time is counted as ``megatron``'s (every element-wise op; the
+  up-projection GEMMs' re-run is not charged).
 - ``moe``: Megatron-Core's ``--recompute-modules moe layernorm``: each MoE layer is
   checkpointed whole ("moe": recompute the MoE layer, with normal checkpointing): it keeps
   only its input and re-runs its forward, the router, the dispatch all-to-all, the experts and
@@ -80,7 +79,7 @@ from dpsim.strategies.tensor import TpLayer, layer_kind, tp_model
 from dpsim.workload.fp8 import FP8_BYTES
 from dpsim.workload.precision import Precision
 from dpsim.workload.roofline import Efficiencies, op_kind, op_terms
-from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, MemoryOp, ModelSpec, OpSpec
+from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, ModelSpec
 
 RECOMPUTE: dict[str, str] = {
     "off": "keep every activation",
@@ -291,47 +290,9 @@ def deepseek_saved_bytes_per_sample(layer: LayerSpec, *, cached_element_bytes: f
     return total
 
 
-_MEGATRON_NORMS = ("input_layernorm", "post_attention_layernorm")
-"""The norms Megatron-Core's ``--recompute-modules layernorm`` re-runs, as the Hugging Face lowering
-names them: "layernorm": recompute the input_layernorm and pre_mlp_layernorm" (``TransformerConfig.
-recompute_modules``, NVIDIA/Megatron-LM@d98e8a64ddf3 megatron/core/transformer/transformer_config.py);
-a block's other norms (Qwen3's q_norm and k_norm inside attention) are not recomputed."""
-_MOE_ACTIVATIONS = ("experts.act",)
-"""``moe_act``: "recompute the MoE MLP activation function" (the same docstring): the routed experts'."""
-_DEEPSEEK_ACTIVATIONS = ("experts.act", "shared_experts.act")
-"""DeepSeek-V3 caches "the inputs of the SwiGLU operator" in MoE and recomputes its output in
-backward (arXiv:2412.19437 Sec. 3.3.3 (2)): the routed and the shared experts' (both are the MoE layer)."""
-
-
-def recomputed_op(op: OpSpec, mode: str) -> bool:
-    """Whether ``mode`` re-runs ``op`` before its layer's backward (the op-level modes only).
-
-    ``op`` re-runs every memory-bound op and eager attention (torchtitan's op-level policy saves
-    the matmul and SDPA outputs only). ``megatron`` (and ``moe`` outside its MoE layers) re-runs
-    what Megatron-Core's output-discarding checkpoints wrap, the two block norms and the routed
-    experts' activation (:data:`_MEGATRON_NORMS`, :data:`_MOE_ACTIVATIONS`), not the rotary
-    embedding, casts, residual adds or token permutation that ``op`` would. ``deepseek`` re-runs
-    "all RMSNorm operations and MLA up-projections" (DeepSeek-V3 Sec. 3.2.3: the up-projection
-    GEMMs included) and the MoE SwiGLU (:data:`_DEEPSEEK_ACTIVATIONS`).
-    """
-    name = op.name
-    head = name.split(".", 1)[0]
-    if mode == "op":
-        kind = op_kind(op)
-        return kind == "memory" or (kind == "attention" and not getattr(op, "fused", True))
-    if mode in ("megatron", "moe"):
-        return isinstance(op, MemoryOp) and (head in _MEGATRON_NORMS or name.startswith(_MOE_ACTIVATIONS))
-    if mode == "deepseek":
-        if isinstance(op, MatmulOp):
-            return name.endswith(_MLA_UP_GEMMS)
-        return isinstance(op, MemoryOp) and (head.endswith("norm") or name.startswith(_DEEPSEEK_ACTIVATIONS))
-    raise AssertionError(f"not an op-level recompute mode: {mode!r}")
-
-
-def op_recompute_share(layer: LayerSpec, gpu: GpuSpec | None, precision: Precision, micro_batch: int,
-                       mode: str = "op") -> float:
-    """Share of a layer's forward time that ``mode`` re-runs (:func:`recomputed_op`), costed by the
-    roofline on ``gpu``; 0 for a layer without ops or no GPU."""
+def op_recompute_share(layer: LayerSpec, gpu: GpuSpec | None, precision: Precision, micro_batch: int) -> float:
+    """Share of a layer's forward time that ``op`` re-runs: its memory-bound ops (and eager
+    attention), costed by the roofline on ``gpu``; 0 for a layer without ops or no GPU."""
     if not layer.ops or gpu is None:
         return 0.0
     eff = Efficiencies()
@@ -339,7 +300,8 @@ def op_recompute_share(layer: LayerSpec, gpu: GpuSpec | None, precision: Precisi
     for op in layer.ops:
         t = sum(term.time_s(eff) for term in op_terms(op, gpu, precision, micro_batch)[0])
         total += t
-        if recomputed_op(op, mode):
+        kind = op_kind(op)
+        if kind == "memory" or (kind == "attention" and not getattr(op, "fused", True)):
             redo += t
     return redo / total if total > 0 else 0.0
 
@@ -363,9 +325,6 @@ def recompute_shares(model: ModelSpec, policy: CheckpointPolicy, *, gpu: GpuSpec
         return None
     if policy.mode == "selective":
         return tuple(selective_recompute_s(layer, 1.0) for layer in tp_model(model, 1).layers)
-    # ``moe``: the MoE layers re-run all of their forward (the layout's work sets theirs), the others
-    # as megatron (:func:`recomputed_op`). A root layer (no unit: the embedding, the final norm, the head
-    # and the loss) is never checkpointed, so nothing of it re-runs (the layout path charges each layer's
-    # share, not only the checkpointed blocks').
-    return tuple(op_recompute_share(layer, gpu, precision, micro_batch, policy.mode) if layer.unit is not None
-                 else 0.0 for layer in model.layers)
+    # ``megatron`` re-runs at most what op does; ``moe``: the MoE layers re-run all of their
+    # forward (the layout's work sets theirs), the others as megatron.
+    return tuple(op_recompute_share(layer, gpu, precision, micro_batch) for layer in model.layers)
