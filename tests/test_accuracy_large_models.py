@@ -340,3 +340,30 @@ def test_gemini_and_mics_rows_run_their_engines():
     assert (gemini.strategy, gemini.zero_impl, gemini.zero_group) == ("zero3", "gemini", None)
     mics = alm.job_of(rows["R116"]).config.parallelism
     assert (mics.strategy, mics.zero_impl, mics.zero_group) == ("zero3", "deepspeed", 128)
+
+
+# ------------------------------------------------------------------ the residuals' breakdown (--breakdown)
+
+
+def test_within_system_takes_each_systems_own_mean_out():
+    # System A: checkpointed rows +10 %, the others 0 %; system B: every row +30 %, all checkpointed.
+    errors = {"a1": 0.10, "a2": 0.10, "a3": 0.0, "a4": 0.0, "b1": 0.30, "b2": 0.30}
+    system = {"a1": "A", "a2": "A", "a3": "A", "a4": "A", "b1": "B", "b2": "B"}
+    level = {"a1": "AC", "a2": "AC", "a3": "no AC", "a4": "no AC", "b1": "AC", "b2": "AC"}
+    inside = alm.within_system(errors, system, level)
+    # Pooled, AC rows are +17 % against 0 %; inside A (B has one level and says nothing) the split is 10 points.
+    assert inside["AC"] == pytest.approx((0.05, 2, 1))
+    assert inside["no AC"] == pytest.approx((-0.05, 2, 1))
+    assert alm.within_system(errors, system, {i: "one" for i in errors}) == {}
+
+
+def test_breakdown_groups_checkpointing_and_recomputed_share():
+    from dpsim.predict.config import PredictConfig
+    assert alm.checkpointing_kind(PredictConfig(recompute="full", recompute_every=2)) == "full every k"
+    assert alm.checkpointing_kind(PredictConfig(activation_checkpointing=True)) == "full"
+    assert alm.checkpointing_kind(PredictConfig()) == "none"
+    assert alm.checkpointing_kind(PredictConfig(recompute="op")) == "op"
+    assert [alm._fraction_bucket(f) for f in (0.0, 0.03, 0.10, 0.2, 0.3)] == \
+        ["0", "<=5 %", "<=15 %", "<=25 %", ">25 %"]
+    assert [alm._size_bucket(p) for p in (1e9, 7e9, 30e9, 70e9, 405e9)] == \
+        ["<3B", "3-15B", "15-50B", "50-150B", ">=150B"]

@@ -1338,6 +1338,117 @@ def section(presets: list[Result], loso: list[Result], fitted: dict[str, float],
     return "\n".join(lines)
 
 
+def recompute_fraction(row: dict) -> float:
+    """Share of the row's predicted step that is recomputation: 1 - (the step with nothing
+    recomputed) / (the step as the row ran); 0 for a row that recomputes nothing."""
+    job = job_of(row)
+    policy = job.config.execution.checkpointing
+    if not policy.active:
+        return 0.0
+    bare = replace(job.config, execution=replace(job.config.execution, recompute="off", recompute_every=1,
+                                                   activation_checkpointing=False))
+    on = predict(job.config, model=job.model).step_time_s
+    off = predict(bare, model=job.model).step_time_s
+    return max(0.0, 1.0 - off / on)
+
+
+def checkpointing_kind(config: PredictConfig) -> str:
+    """The row's ``--recompute`` as the breakdown groups it (``full every k`` for every k-th block)."""
+    policy = config.execution.checkpointing
+    if policy.mode == "full" and policy.every != 1:
+        return "full every k"
+    return "none" if policy.mode == "off" else policy.mode
+
+
+def _size_bucket(params: float) -> str:
+    for edge, name in ((3e9, "<3B"), (15e9, "3-15B"), (50e9, "15-50B"), (150e9, "50-150B")):
+        if params < edge:
+            return name
+    return ">=150B"
+
+
+def _fraction_bucket(f: float) -> str:
+    if f <= 0:
+        return "0"
+    for edge in (0.05, 0.15, 0.25):
+        if f <= edge:
+            return f"<={100 * edge:.0f} %"
+    return ">25 %"
+
+
+def within_system(errors: dict[str, float], system: dict[str, str], level: dict[str, str]
+                  ) -> dict[str, tuple[float, int, int]]:
+    """Each level's mean signed error once every system's own mean is taken out, over the systems
+    whose rows take more than one level of the factor (a system with one level says nothing about
+    it: its rows differ from the others' in everything its system does). Returns
+    ``{level: (mean, rows, systems)}``; a level no such system has is left out.
+
+    A split of the pooled rows (checkpointed against not, H100 against A100) mixes the systems the
+    levels come from; this is the split inside systems."""
+    by_system: dict[str, list[str]] = {}
+    for i in errors:
+        by_system.setdefault(system[i], []).append(i)
+    out: dict[str, list[tuple[float, str]]] = {}
+    for name, ids in by_system.items():
+        if len({level[i] for i in ids}) < 2:
+            continue
+        mean = statistics.fmean(errors[i] for i in ids)
+        for i in ids:
+            out.setdefault(level[i], []).append((errors[i] - mean, name))
+    return {k: (statistics.fmean(e for e, _ in v), len(v), len({n for _, n in v})) for k, v in out.items()}
+
+
+BREAKDOWN_FACTORS = ("AC kind", "AC (full or every-k) or not", "GPU", "framework", "model size", "precision",
+                     "recompute share of step")
+"""What :func:`breakdown_lines` groups the residuals by."""
+
+
+def breakdown_lines(presets: list[Result], loso: list[Result]) -> list[str]:
+    """Signed residuals (presets and leave-one-system-out) grouped by checkpointing kind, GPU,
+    framework, model size, precision and the predicted recomputation share of the step: pooled
+    (mean / median) and within systems (:func:`within_system`)."""
+    by_id = {r["id"]: r for r in rows()}
+    loso_by = {r.id: r for r in loso}
+    facts = {}
+    for r in presets:
+        row = by_id[r.id]
+        job = job_of(row)
+        frac = recompute_fraction(row)
+        kind = checkpointing_kind(job.config)
+        facts[r.id] = {
+            "AC kind": kind, "AC (full or every-k) or not": "AC" if kind.startswith("full") else "no AC",
+            "GPU": r.gpu, "framework": re.split(r"[ (/]", row["framework"])[0], "model size": _size_bucket(r.params),
+            "precision": (row["fp8_recipe"] and "fp8 " + job.config.execution.fp8 or job.config.execution.precision),
+            "recompute share of step": _fraction_bucket(frac), "_frac": frac}
+    system = {r.id: r.system for r in presets}
+    lines = []
+    for factor in BREAKDOWN_FACTORS:
+        level = {i: f[factor] for i, f in facts.items()}
+        inside_pre = within_system({r.id: r.error for r in presets}, system, level)
+        inside_lo = within_system({i: x.error for i, x in loso_by.items()}, system, level)
+        lines.append(f"{factor}: group, rows, presets mean / median, LOSO mean / median, within systems presets / "
+                     f"LOSO mean (rows, systems); signed, + = dpsim faster")
+        groups: dict[str, list[Result]] = {}
+        for r in presets:
+            groups.setdefault(level[r.id], []).append(r)
+        for name, rs in sorted(groups.items()):
+            pre = [x.error for x in rs]
+            lo = [loso_by[x.id].error for x in rs if x.id in loso_by]
+            lo_text = (f"{100 * statistics.fmean(lo):+6.1f} / {100 * statistics.median(lo):+6.1f} %" if lo else "-")
+            inside = (f"{100 * inside_pre[name][0]:+6.1f} / "
+                      + (f"{100 * inside_lo[name][0]:+6.1f} %" if name in inside_lo else "-")
+                      + f" ({inside_pre[name][1]}, {inside_pre[name][2]})") if name in inside_pre else "-"
+            lines.append(f"  {name:28.28s} {len(rs):4d}  {100 * statistics.fmean(pre):+6.1f} / "
+                         f"{100 * statistics.median(pre):+6.1f} %   {lo_text}   {inside}")
+    lines.append("per row: id, system, AC kind, GPU, recompute share, presets error, LOSO error")
+    for r in presets:
+        f = facts[r.id]
+        lo = loso_by.get(r.id)
+        lines.append(f"  {r.id} {r.system[:24]:24s} {f['AC kind']:12s} {r.gpu:9s} {100 * f['_frac']:5.1f} % "
+                     f"{100 * r.error:+6.1f} % {'-' if lo is None else f'{100 * lo.error:+6.1f} %'}")
+    return lines
+
+
 def run(only: set[str] | None = None, *, loso: bool = True):
     """Everything the section reports: (presets, LOSO results, fitted values, rows not predicted)."""
     dense, skipped = split(rows())
@@ -1357,9 +1468,14 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true", help="rewrite VALIDATION.md's large-model section")
     ap.add_argument("--no-loso", action="store_true", help="skip the leave-one-system-out fit (faster)")
     ap.add_argument("--only", help="comma-separated row ids")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="print the signed residuals by checkpointing kind, GPU, framework, size, precision and "
+                         "recomputation share")
     args = ap.parse_args(argv)
     only = set(args.only.split(",")) if args.only else None
     presets, loso_results, fitted, skipped = run(only, loso=not args.no_loso)
+    if args.breakdown:
+        print("\n".join(breakdown_lines(presets, loso_results)))
     if args.markdown:
         print(markdown(presets, loso_results or None))
         return 0
