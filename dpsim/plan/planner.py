@@ -1796,7 +1796,7 @@ class Planner:
         self._steady[key] = out
         return out
 
-    def interleaved_all_warmup_s(self, tab: _Tables, assignment, p: int, v: int) -> float:
+    def interleaved_all_warmup_s(self, tab: _Tables, assignment, p: int, v: int, transfer: float = 0.0) -> float:
         """The interleaved schedule with ``m = p`` micro-batches, transfers free: Megatron then runs every
         forward before any backward (:func:`~dpsim.strategies.pipeline.warmup_forwards`), stage ``s`` its
         chunks' forwards chunk by chunk, micro-batches in turn, then the backwards from the last chunk back.
@@ -1805,11 +1805,14 @@ class Planner:
         the previous op and ``c·p + s + 1``'s backward of ``j`` are. Why not the steady state plus
         ``(ΣX - max X)/v``: that fill and drain charge every stage its mean chunk, while the first forwards
         (and the last backwards) cross the light outer chunks (the embedding's, the output layer's) first:
-        DeepSeek-V3 tp4 pp16 v3 read 1.06x its simulation."""
-        return self.interleaved_all_warmup_dp_s(tab, assignment, p, v)[0]
+        DeepSeek-V3 tp4 pp16 v3 read 1.06x its simulation. ``transfer``: the seconds each activation or gradient
+        takes from one stage to the next (the closed form's ``2(p·v - 1) + m·v`` transfers overcount the waves':
+        Llama-3-8B pp2 v16 1.03x)."""
+        return self.interleaved_all_warmup_dp_s(tab, assignment, p, v, transfer=transfer)[0]
 
     def interleaved_all_warmup_dp_s(self, tab: _Tables, assignment, p: int, v: int, streams=None,
-                                    contention: float = 0.0) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+                                    contention: float = 0.0,
+                                    transfer: float = 0.0) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
         """:meth:`interleaved_all_warmup_s` with each stage's data-parallel collectives played beside its
         compute: ``streams[s]`` is ``(ready, gathers, reductions)``: per chunk the earliest its first forward
         starts (its parameters gathered), the gathers' seconds on the stream from the step's start, and per
@@ -1820,7 +1823,8 @@ class Planner:
         around the ring of virtual stages, so every stage's slowdown delays the next (DeepSeek-V3 tp8 pp8 ep8
         zero1 v4: 0.21 s of reductions' slowdown where the stage-by-stage drain read 0.06 s, 0.95x).
         ``(makespan, per stage its last backward's end, its reductions' end)``, transfers free; cached."""
-        key = ("all_warmup", id(tab), id(assignment), p, v, streams, contention)
+        # ``streams`` is cached for the planner's life (:meth:`stage_streams`), so its id is stable.
+        key = ("all_warmup", id(tab), id(assignment), p, v, id(streams), contention, transfer)
         hit = self._steady.get(key)
         if hit is not None:
             return hit
@@ -1838,6 +1842,8 @@ class Planner:
             while i < len(spans) and spans[i][1] <= t:
                 i += 1
             at[s] = i
+            if i == len(spans):
+                return t + d
             while i < len(spans):
                 a, b = spans[i]
                 if a > t:
@@ -1864,32 +1870,30 @@ class Planner:
         done = [[0.0] * (p * v) for _ in range(p)]
         for k in range(p * v):
             c = k // p
+            arrived = done[p - 1][k - p] + transfer if k >= p else 0.0
             for s in range(p):
-                before = done[s][k - 1] if k else 0.0
-                if s:
-                    arrived = done[s - 1][k]
-                else:
-                    arrived = done[p - 1][k - p] if k >= p else 0.0
+                row = done[s]
+                before = row[k - 1] if k else 0.0
                 t = before if before > arrived else arrived
                 if streams is None:
-                    done[s][k] = t + forward[s][c]
+                    row[k] = t + forward[s][c]
                 else:
                     if ready[s][c] > t:
                         t = ready[s][c]
-                    done[s][k] = run(s, t, forward[s][c])
+                    row[k] = t + forward[s][c] if t >= stream_end[s] else run(s, t, forward[s][c])
+                arrived = row[k] + transfer
         back = [[0.0] * (p * v) for _ in range(p)]
         for k in range(p * v):
             c = v - 1 - k // p
             last = k % p == p - 1  # the chunk's last backward: its buckets launch as it passes their layers
+            arrived = back[0][k - p] + transfer if k >= p else 0.0
             for s in reversed(range(p)):
-                before = back[s][k - 1] if k else done[s][-1]
-                if s < p - 1:
-                    arrived = back[s + 1][k]
-                else:
-                    arrived = back[0][k - p] if k >= p else 0.0
+                row = back[s]
+                before = row[k - 1] if k else done[s][-1]
                 t = before if before > arrived else arrived
                 if streams is None:
-                    back[s][k] = t + backward[s][c]
+                    row[k] = t + backward[s][c]
+                    arrived = row[k] + transfer
                     continue
                 if last:
                     end = stream_end[s]
@@ -1899,17 +1903,18 @@ class Planner:
                         if seconds > 0:
                             busy[s].append([start, end])
                     stream_end[s] = end
-                back[s][k] = run(s, t, backward[s][c])
+                row[k] = t + backward[s][c] if t >= stream_end[s] else run(s, t, backward[s][c])
+                arrived = row[k] + transfer
         ends = tuple(row[-1] for row in back)
         out = self._steady[key] = (max(ends), ends, tuple(stream_end))
         return out
 
     def stage_streams(self, gc: GroupCollectives, tab: _Tables, assignment, *, strategy: str, bucket: int,
-                      grad_group: int, edp: int) -> tuple:
+                      grad_group: int, edp: int, kinds: tuple) -> tuple:
         """Each stage's data-parallel stream for :meth:`interleaved_all_warmup_dp_s` (buckets launched layer by
         layer, ``overlap``): its chunks' gather-ready times and gathers' seconds (``zero1``, ``fsdp``:
         :meth:`_gathers_ready`, chunks in order) and per chunk its reductions, costed as :meth:`stage_dp` costs
-        them; cached."""
+        them; stages of one of ``kinds`` (as :meth:`estimate_steps` tells stages alike) share one; cached."""
         key = ("streams", id(gc), id(tab), id(assignment), strategy, bucket, grad_group, edp)
         hit = self._dp_costs.get(key)
         if hit is not None:
@@ -1918,7 +1923,11 @@ class Planner:
         op = "all_reduce" if strategy == "ddp" else "reduce_scatter"
         gathering = strategy in ("zero1", "fsdp", "fsdp-hybrid")
         out = []
+        alike: dict = {}
         for s in range(len(assignment)):
+            if kinds[s] in alike:
+                out.append(alike[kinds[s]])
+                continue
             v = len(assignment[s])
             groups, buckets, comm_of, alone, ereplicas, shard, replicated = self._dp_groups(
                 gc, tab, assignment, s, strategy=strategy, bucket=bucket, grad_group=grad_group, edp=edp,
@@ -1941,6 +1950,7 @@ class Planner:
                     seconds += self.cost(gc, "ezrep", "all_reduce", -(-numel // max(1, edp)) * g)
                 chunks[ch].append((launch, seconds))
             out.append((ready, queue, tuple(tuple(sorted(c)) for c in chunks)))
+            alike[kinds[s]] = out[-1]
         hit = self._dp_costs[key] = tuple(out)
         return hit
 
@@ -2066,6 +2076,11 @@ class Planner:
         # Fill and drain cross every link; in the steady state the blocking exchanges (one per
         # micro-batch and chunk on the critical path, as the simulator plays them) add theirs.
         p2p = (2 * (n_virtual - 1) + m * v) * (p2p_one + gather) if p > 1 else 0.0
+        all_warmup = c.schedule == "1f1b-interleaved" and v > 1 and m == p
+        if all_warmup:
+            # The two waves with each transfer on their path, as many as cross it.
+            p2p = self.interleaved_all_warmup_s(tab, assignment, p, v, p2p_one + gather) \
+                - self.interleaved_all_warmup_s(tab, assignment, p, v)
         if c.sharded:
             # The step is pipe + p2p + dp_exposed + optimizer, the last two never negative below (each
             # stage's exposed reductions, stage 0's at least, and its gathers' stall are maxima with 0; the
@@ -2141,12 +2156,16 @@ class Planner:
             # The interleaved schedule with m = p: every stage's collectives played in the two waves
             # (interleaved_all_warmup_dp_s), their stalls and slowdowns with them.
             waves = None
-            if c.schedule == "1f1b-interleaved" and v > 1 and m == p and overlap and collectives \
+            if all_warmup and overlap and collectives \
                     and not reshards_after_forward(layout):
                 streams = self.stage_streams(gc, tab, assignment, strategy=c.strategy, bucket=self.bucket(grad_group),
-                                             grad_group=grad_group, edp=edp)
-                waves = self.interleaved_all_warmup_dp_s(tab, assignment, p, v, streams, contention)
-                pipe += waves[0] - self.interleaved_all_warmup_s(tab, assignment, p, v)
+                                             grad_group=grad_group, edp=edp,
+                                             kinds=tuple((stage_params[s], per_stage[s][2],
+                                                          tuple(len(layers) for layers in assignment[s]))
+                                                         for s in range(p)))
+                waves = self.interleaved_all_warmup_dp_s(tab, assignment, p, v, streams, contention,
+                                                         p2p_one + gather)
+                pipe += waves[0] - self.interleaved_all_warmup_s(tab, assignment, p, v, p2p_one + gather)
             fill = drain = 0.0  # forward (backward) time from stage 0 to stage s (s to 0) of one micro-batch
             own = []  # per stage: compute and its waits for its own collectives (critical_stage's)
             stage_dp = []  # per stage: reductions left, its last backward's slowdown, update, drain

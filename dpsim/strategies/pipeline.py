@@ -405,30 +405,26 @@ def dualpipe_stage_times(p: int, m: int, forward_s, backward_s, weight_s,
     slow = 1.0 + slowdown
 
     def run(s: int, d: float) -> None:
-        # Compute beside the stage's gathers runs ``slow`` times slower until they end.
-        t, until = clock[s], gathers_s[s]
-        if t >= until:
-            clock[s] = t + d
-        elif t + d * slow <= until:
-            clock[s] = t + d * slow
-        else:
-            clock[s] = until + d - (until - t) / slow
+        # Compute beside the stage's gathers (until they end) runs ``slow`` times slower.
+        t, end = clock[s], gathers_s[s]
+        clock[s] = t + d * slow if t + d * slow <= end else end + d - (end - t) / slow
 
+    until = gathers_s if gathers_s is not None else [0.0] * p
     for code, s, a, b in program:
         if code == _F:
-            if ready_s is not None:
-                clock[s] = max(clock[s], ready_s[s][a])
-            if gathers_s is not None:
+            if ready_s is not None and ready_s[s][a] > clock[s]:
+                clock[s] = ready_s[s][a]
+            if clock[s] < until[s]:
                 run(s, forward_s[s][a] - (cuts[s][0] if b else 0.0))
             else:
                 clock[s] += forward_s[s][a] - (cuts[s][0] if b else 0.0)
         elif code == _B:
-            if gathers_s is not None:
+            if clock[s] < until[s]:
                 run(s, backward_s[s][a] - weight_s[s][a] - (cuts[s][1] if b else 0.0))
             else:
                 clock[s] += backward_s[s][a] - weight_s[s][a] - (cuts[s][1] if b else 0.0)
         elif code == _W:
-            if gathers_s is not None:
+            if clock[s] < until[s]:
                 run(s, weight_s[s][a])
             else:
                 clock[s] += weight_s[s][a]
