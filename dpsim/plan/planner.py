@@ -214,7 +214,7 @@ slower than the best simulated layout, it and every later estimate cannot beat i
 DEFAULT_VERIFY = 64
 """Most layouts simulated (``--verify``): more than the bound leaves in the searches measured
 (DeepSeek-V3 on 16,384 GPUs, global batch 4,096: 39, Llama-3-405B, 2,048: 9, with the bound at 1.08 on
-2026-12-07; 43 and 9 at 1.07 the day before), so that
+2026-12-07; 32 and 9 at 1.07 with the estimate and engine before, ea65253), so that
 ``--verify-seconds`` is what limits a larger one."""
 VERIFY_SECONDS = 2.0
 """Seconds of simulation after the first (``--verify-seconds``): issue 28 asks for a 16,384-GPU
