@@ -201,7 +201,8 @@ ESTIMATE_BOUND = (0.94, 1.08)
 margin of 0.01 each way, rounded outward. 3,581 layouts, every N-th fitting one of each search (DeepSeek-V3 on
 4,096 GPUs every 8th and on 16,384 every 24th, Mixtral-8x7B on 1,024 every 3rd, and Llama-3-405B on 2,048, -70B on
 1,024 and -8B on 64 searched with 1F1B, interleaved and DualPipe, every 3rd, 4th and 2nd): **0.952 to 1.073**,
-median 0.999; per schedule 1F1B 0.964-1.073, interleaved 0.952-1.045, DualPipe 0.988-1.030 (before DualPipe's
+median 0.999 (every one of DeepSeek-V3's 2,279 on 16,384 GPUs, batch 2,048: 0.964 to 1.042); per schedule 1F1B
+0.964-1.073, interleaved 0.952-1.045, DualPipe 0.988-1.030 (before DualPipe's
 gathers were played in its replay and the interleaved schedule with ``m = p`` as two waves with its collectives,
 the same layouts read DualPipe 0.911-1.026 and interleaved 0.952-1.060). The ends are none of those two: 1.073 is
 Llama-3-70B's 80 blocks on 64 stages with ``m = 32`` micro-batches under 1F1B (the uneven stages' fill and
