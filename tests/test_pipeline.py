@@ -669,3 +669,25 @@ def test_dualpipe_compute_replays_the_program_with_free_transfers(p, m):
     heavy = (p / 2 - 1) * (f[0][1] + b[0][1] + b[0][1] - 3 * w[0][1])
     if p > 2:
         assert dualpipe_compute_s(p, m, f, b, w) < m / 2 * max(sum(f[s]) + sum(b[s]) for s in range(p)) + heavy
+
+
+@pytest.mark.parametrize("schedule, v", [("1f1b", 1), ("1f1b-interleaved", 2), ("zb-h1", 1), ("dualpipe", 2)])
+@pytest.mark.parametrize("strategy", ["zero1", "fsdp"])
+def test_parameter_gathers_follow_first_use(schedule, v, strategy):
+    """Each stage queues its parameter all-gathers in the order its schedule first runs their layers
+    (a framework prefetches them so): the chunk whose first forward comes first, then by layer. DualPipe's
+    stages past p/2 start with chunk 1 (the direction fed from the last stage)."""
+    p, m = 4, 8
+    dp = DataParallelPlan(strategy=strategy, dp=8, overlap=True, bucket_elements=100, grad_bytes=2, weight_bytes=2)
+    layout = Layout(pp=p, dp=8, virtual_stages=v, schedule=schedule, micro_batches=m, strategy=strategy)
+    plan = build_pipeline_program(_uniform(p, v), layout, p2p_bytes=0.0, gather_s=0.0, optimizer_s=[0.0] * p,
+                                  dp=dp)
+    for s, st in enumerate(plan.program.stages):
+        names = [plan.program.comms[c].name for c in st.comms_at_start]
+        chunks = [int(n.split("chunk ")[1].split()[0]) for n in names if "all-gather" in n]
+        assert len(chunks) == v
+        slots = schedule_slots(schedule, p, v, m, s)
+        first_f = sorted(range(v), key=lambda c: slots.index(next(x for x in slots if x[0] == "F" and x[1] == c)))
+        assert chunks == first_f
+        if schedule == "dualpipe":
+            assert chunks == ([0, 1] if s < p // 2 else [1, 0])

@@ -155,14 +155,15 @@ def quantiles(values: list[float]) -> dict:
 
 
 def check_job(model: str, gpus: int, global_batch: int, *, best: int, sample: int, seed: int,
-              every: int | None = None) -> list[dict]:
+              every: int | None = None, schedules=None) -> list[dict]:
     """Rows (estimate, simulation, their ratio) of one :data:`JOBS` job: the ``best`` fastest estimates and
     ``sample`` more drawn at random, or with ``every`` each ``every``-th fitting layout in the order of their
     flags (1: the whole search; a draw is not the search: DeepSeek-V3 on 16,384 GPUs read 0.930 to 1.065 in
-    its draw of 24 and 0.903 to 1.301 over all 2,163 layouts at the same commit)."""
+    its draw of 24 and 0.903 to 1.301 over all 2,163 layouts at the same commit); ``schedules``: the search's
+    (default: plan's)."""
     base = job_base(model)
     planner = Planner(base)
-    cands, _ = planner.candidates(gpus, global_batch=global_batch)
+    cands, _ = planner.candidates(gpus, global_batch=global_batch, schedules=schedules)
     t0 = time.perf_counter()
     fitting = [e for e in (planner.estimate(c, global_batch=global_batch) for c in cands) if e.fits]
     t_est = time.perf_counter() - t0
@@ -184,6 +185,7 @@ def check_job(model: str, gpus: int, global_batch: int, *, best: int, sample: in
             print(f"  {e.candidate.flags()}: {exc}", file=sys.stderr)
             continue
         rows.append({"model": model, "gpus": gpus, "flags": e.candidate.flags(), "top": top,
+                     "schedule": e.candidate.schedule,
                      "estimate_s": e.step_time_s, "simulated_s": sim, "ratio": e.step_time_s / sim})
     print(f"{model} on {gpus:,} GPUs (global batch {global_batch}): {len(cands):,} layouts, {len(fitting):,} fit, "
           f"estimated in {t_est:.2f} s; {len(rows)} simulated in {time.perf_counter() - t0:.1f} s")
@@ -200,6 +202,9 @@ def main(argv=None) -> None:
     ap.add_argument("--every", type=int, help="simulate every N-th fitting layout of each job (1: all of them) "
                     "instead of the fastest estimates and a draw")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--schedules", help="comma-separated schedules searched (default: plan's; a dense model's "
+                    "default leaves DualPipe out)")
+    ap.add_argument("--job", action="append", help="MODEL:GPUS:GLOBAL_BATCH instead of JOBS (repeatable)")
     ap.add_argument("--exhaustive", action="store_true",
                     help="simulate every fitting layout of the small searches (EXHAUSTIVE_JOBS) and check plan's first row")
     ap.add_argument("--data-parallel", action="store_true",
@@ -227,16 +232,22 @@ def main(argv=None) -> None:
                 del r["candidate"]
             rows += job_rows
     gpu_counts = {int(g) for g in args.gpus.split(",")} if args.gpus else None
-    for model, gpus, gb in () if args.exhaustive or args.data_parallel else JOBS:
+    jobs = [(j.split(":")[0], int(j.split(":")[1]), int(j.split(":")[2])) for j in args.job] if args.job else JOBS
+    schedules = tuple(args.schedules.split(",")) if args.schedules else None
+    for model, gpus, gb in () if args.exhaustive or args.data_parallel else jobs:
         if (only and model not in only) or (gpu_counts and gpus not in gpu_counts):
             continue
-        rows += check_job(model, gpus, gb, best=args.best, sample=args.sample, seed=args.seed, every=args.every)
+        rows += check_job(model, gpus, gb, best=args.best, sample=args.sample, seed=args.seed, every=args.every,
+                          schedules=schedules)
     print()
     print(f"{'estimate / simulation':32s} {'n':>4s} {'min':>6s} {'p5':>6s} {'median':>6s} {'p95':>6s} {'max':>6s} "
           f"{'median |e/s-1|':>14s} {'worst':>6s}")
     groups = {}
     for r in rows:
         groups.setdefault(f"{r['model']} @ {r['gpus']}", []).append(r["ratio"])
+    for r in rows:
+        if "schedule" in r:
+            groups.setdefault(f"  {r['schedule']}", []).append(r["ratio"])
     groups["all"] = [r["ratio"] for r in rows]
     groups["all, fastest estimates"] = [r["ratio"] for r in rows if r["top"]]
     for name, ratios in groups.items():

@@ -46,7 +46,11 @@ copies, ZeRO-1's parameter all-gather after the update).
 The compute, waits and bubble reported are the critical stage's, as in ``predict``.
 Collective models are built once per communicator shape and every cost is memoised.
 The interleaved schedule's steady state is paced step by step by the heaviest pair any stage
-runs (:meth:`Planner.interleaved_steady_s`: uneven chunks), and each stage's data-parallel buckets
+runs (:meth:`Planner.interleaved_steady_s`: uneven chunks); with ``m = p`` (every forward before any backward) its
+two waves are played exactly, transfers and each stage's data-parallel collectives (their stalls and the
+compute they slow) with them (:meth:`Planner.interleaved_all_warmup_dp_s`); DualPipe's replay holds each chunk's
+first forward for the parameters ``zero1``/``fsdp`` gather in the order its stage first runs them
+(:meth:`Planner.stage_gathers`), as the engine queues them. Otherwise each stage's data-parallel buckets
 are played on its stream in closed form (:meth:`Planner.stage_dp`, each chunk at its own time), the worst stage
 deciding; the backwards they run beside are slowed as the engine slows compute beside a collective
 (:func:`~dpsim.strategies.layout.overlap_contention`): each stage's last one in turn along the drain, and the
@@ -201,32 +205,35 @@ MAX_UNEVEN_CHUNKS = 4
 this, only the counts that divide): each more chunk adds transfers for a bubble that
 shrinks as ``1/v``."""
 
-ESTIMATE_BOUND = (0.91, 1.07)
-"""The closed-form step over the simulated one (``predict``'s pipeline engine), low and high, rounded outward
-to two decimals from what ``validation/plan_estimate_check.py`` measured on 2026-12-06 (validation/large_model_runs.md
-"estbound"): its 168 layouts (Llama-3-70B and 405B, Mixtral-8x7B and DeepSeek-V3 on 1,024 to 16,384 H100s, the
-fastest estimates and a seeded draw of the rest) 0.942 to 1.049, median 0.997; every one of the 2,163 DeepSeek-V3
-layouts that fit on 16,384 GPUs 0.937 to 1.057; every eighth of DeepSeek-V3's on 4,096 GPUs (373) 0.917 (DualPipe)
-to 1.061 (1f1b-interleaved at m = p with a heavier middle chunk: the steady state's pacing, not the data-parallel
-collectives). The 168-layout draw had read 0.943 to 1.051 earlier that day while the whole DeepSeek-V3 search on
-16,384 GPUs read 0.903 to 1.301: a draw is not the search. Data parallelism alone (:meth:`Planner.unit_dp`,
-:meth:`Planner.flat_dp`) measured apart (validation/large_model_runs.md "planest2": ddp, zero1, zero3, fsdp,
-fsdp-hybrid on GPT-2 Large/XL, Llama-2-7B/13B and Llama-3-8B, 8 to 512 GPUs, InfiniBand, Ethernet and five more
-presets, with and without full recomputation; 150 layouts, ``--data-parallel``): 0.973 to 1.005. Only the high
-end decides what is simulated: a layout estimated at ``e`` simulates in no less than ``e / 1.07``, so once
-that is slower than the best simulated layout, it and every later estimate cannot beat it."""
+ESTIMATE_BOUND = (0.94, 1.08)
+"""The closed-form step over the simulated one (``predict``'s pipeline engine), low and high: what
+``validation/plan_estimate_check.py`` measured on 2026-12-07 (validation/large_model_runs.md "estbound2") plus a
+margin of 0.01 each way, rounded outward. 3,581 layouts, every N-th fitting one of each search (DeepSeek-V3 on
+4,096 GPUs every 8th and on 16,384 every 24th, Mixtral-8x7B on 1,024 every 3rd, and Llama-3-405B on 2,048, -70B on
+1,024 and -8B on 64 searched with 1F1B, interleaved and DualPipe, every 3rd, 4th and 2nd): **0.952 to 1.073**,
+median 0.999 (every one of DeepSeek-V3's 2,279 on 16,384 GPUs, batch 2,048: 0.964 to 1.042); per schedule 1F1B
+0.964-1.073, interleaved 0.952-1.045, DualPipe 0.988-1.030 (before DualPipe's
+gathers were played in its replay and the interleaved schedule with ``m = p`` as two waves with its collectives,
+the same layouts read DualPipe 0.911-1.026 and interleaved 0.952-1.060). The ends are none of those two: 1.073 is
+Llama-3-70B's 80 blocks on 64 stages with ``m = 32`` micro-batches under 1F1B (the uneven stages' fill and
+drain; the bound of 1.07 before did not hold there either), 0.952 Llama-3-8B on two stages of 16 chunks with
+``m = 64``. Data parallelism alone (:meth:`Planner.unit_dp`, :meth:`Planner.flat_dp`) measured apart
+(validation/large_model_runs.md "planest2", ``--data-parallel``, 150 layouts): 0.973 to 1.005. Only the high end
+decides what is simulated: a layout estimated at ``e`` simulates in no less than ``e / 1.08``, so once that is
+slower than the best simulated layout, it and every later estimate cannot beat it."""
 
 DEFAULT_VERIFY = 64
 """Most layouts simulated (``--verify``): more than the bound leaves in the searches measured
-(DeepSeek-V3 on 16,384 GPUs: 43, Llama-3-405B: 9, with the bound at 1.07 on 2026-12-06; 32 and 9 on
-2026-12-07, ~3 s of simulation each on a loaded 2-core machine): issue 28 asks for either 16,384-GPU search
-under 10 s whole process, and one simulated layout takes ~0.04 s (DeepSeek-V3) to ~0.15 s (405B)."""
+(DeepSeek-V3 on 16,384 GPUs, global batch 4,096: 39, Llama-3-405B, 2,048: 9, with the bound at 1.08 on
+2026-12-07; 32 and 9 at 1.07 with the estimate and engine before, ea65253; ~3 s of simulation each on a
+loaded 2-core machine): issue 28 asks for either 16,384-GPU search under 10 s whole process, and one
+simulated layout takes ~0.04 s (DeepSeek-V3) to ~0.15 s (405B)."""
 VERIFY_SECONDS: float | None = None
 """Seconds of simulation after the first (``--verify-seconds``); ``None``, the default: no time limit, only
 ``--verify`` and the bound. A limit in wall time makes which layouts are simulated, hence the ranking and
 the chosen layout, depend on the machine and its load: DeepSeek-V3's 16,384-GPU search under the 2 s it
-was simulated 17 layouts in one run and 15 in the next (the JSON differed); without it, 32 every time
-(every one the bound leaves, in less wall time than the two loaded runs took whole)."""
+was simulated 17 layouts in one run and 15 in the next (the JSON differed); without it, every one the bound
+leaves, every time."""
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8, 16)
 """Micro-batch sizes searched unless given."""
@@ -1567,8 +1574,8 @@ class Planner:
         parameters' over ``dp`` and a mixture of experts' routed experts' over ``edp``
         (:class:`~dpsim.strategies.pipeline.DataParallelPlan`): ``(group, chunk, parameters, when its
         reduction launches after its chunk's backward starts, when its chunk's forward first needs
-        it)``, groups in turn, then chunks, then buckets in forward order (the gathers' launch
-        order); cached by shape."""
+        it)``, groups in turn, then chunks, then buckets in forward order (:meth:`_gathers_ready` queues the
+        gathers in the order the schedule first uses them); cached by shape."""
         key = (id(tab), id(assignment), s, bucket, overlap, groups)
         hit = self._buckets.get(key)
         if hit is not None:
@@ -1624,19 +1631,15 @@ class Planner:
         backwards later (the drain runs a chunk's last ``p`` micro-batches together), one after
         another: what is left after chunk 0's backward is exposed (a few buckets of 2e9
         parameters, Megatron's default at dp 2,048, leave most of theirs: DeepSeek-V3 tp8 ep128).
-        Gathers (``zero1``, ``fsdp``): launched at the step's start, in order (dense, then the
-        routed experts', on ``edp``), each layer's first forward waiting for its bucket: the
+        Gathers (``zero1``, ``fsdp``): launched at the step's start, in the order the forwards first use
+        them (:meth:`_gathers_ready`: chunk by chunk, a block's dense bucket before its routed experts',
+        on ``edp``), each layer's first forward waiting for its bucket: the
         stall is the worst bucket's lateness (after the update, all of them, without
-        ``overlap``). The routed experts' buckets, on their own communicator strided across nodes,
+        ``overlap``; DualPipe's are in its replay instead, :meth:`dualpipe_s`). The routed experts' buckets, on their own communicator strided across nodes,
         cost more than the same bytes over ``dp`` would (Mixtral tp2 ep4 on 1,024 GPUs: 0.56 s of
         collectives where all over dp read 0.2 s)."""
-        ereplicas = self._expert_replicas(gc, strategy)
-        # FSDP with ep 1 reduces (and gathers) the experts with their block: every parameter over dp.
-        apart = self.model.moe is None or self._experts_apart(gc, strategy)
-        groups = tuple(group for group, size in (("dp", grad_group), ("edp", edp))
-                       if size > 1 or (group == "edp" and ereplicas > 1 and self.model.moe is not None)) \
-            if apart else (("all",) if grad_group > 1 else ())
-        buckets = self.stage_buckets(tab, assignment, s, bucket=bucket, overlap=overlap, groups=groups)
+        groups, buckets, comm_of, alone, ereplicas, shard, replicated = self._dp_groups(
+            gc, tab, assignment, s, strategy=strategy, bucket=bucket, grad_group=grad_group, edp=edp, overlap=overlap)
         # ``gc`` and ``buckets`` are cached for the planner's life (:meth:`collectives`,
         # :meth:`stage_buckets`), so their ids are stable.
         key = (id(gc), id(buckets), strategy, leads)
@@ -1645,7 +1648,7 @@ class Planner:
             return hit
         forward, backward, paced_b = self.chunk_sums(tab, assignment)
         chunk_backward, chunk_forward = backward[s], forward[s]
-        g, w = self.precision.grad_bytes, self.precision.weight_bytes
+        g = self.precision.grad_bytes
         op = "all_reduce" if strategy == "ddp" else "reduce_scatter"
         p = gc.layout.pp if gc.layout is not None else 1
         # Chunk c's last backward ends p backwards of each chunk before it ahead of chunk 0's (the drain
@@ -1667,18 +1670,6 @@ class Planner:
             launches = sorted((-leads[ch] - wgrad[ch] + (launch * wgrad[ch] / chunk_backward[ch]
                                                           if chunk_backward[ch] > 0 else 0.0), k)
                               for k, (_, ch, _, launch, _) in enumerate(buckets))
-        # HSDP (fsdp-hybrid under tp/pp): fsdp's collectives on the shard group ("zero": its data-parallel ranks with
-        # their context-parallel ones), each reduce-scatter's shard then all-reduced across the replica groups
-        # ("zrep") behind it, as predict's program queues them.
-        # Under expert parallelism the routed experts likewise on theirs ("ezero", "ezrep").
-        shard = gc.layout.zero_group * gc.layout.cp if strategy == "fsdp-hybrid" and gc.layout is not None else None
-        replicated = shard is not None and shard < grad_group
-        comm_of = {"dp": "zero", "all": "zero"} if replicated else {"all": "dp"}
-        if ereplicas > 1:
-            comm_of["edp"] = "ezero"
-        # An expert shard group of one rank (ep x etp = tp x dp x cp): the experts are whole on each rank, only
-        # HSDP's replica all-reduce runs.
-        alone = {"edp": edp == 1}
         end = -math.inf
         hidden = early = 0.0
         # The memo's tables of each group's op, looked up directly in the loops (:meth:`cost_table`).
@@ -1705,21 +1696,83 @@ class Planner:
         stall = 0.0
         fsdp = strategy in ("fsdp", "fsdp-hybrid")
         if strategy == "zero1" or fsdp:
-            queue = 0.0
-            gather_of = {group: self.cost_table(gc, comm_of.get(group, group), "all_gather") for group in groups}
-            for group, ch, numel, _, needed in buckets:
-                if alone.get(group):
-                    continue
-                size = numel * w
-                seconds = gather_of[group].get(size)
-                if seconds is None:
-                    seconds = self.cost(gc, comm_of.get(group, group), "all_gather", size)
-                queue += seconds
-                stall = max(stall, queue - before_f[ch] - needed)
+            ready, queue = self._gathers_ready(gc, buckets, groups, comm_of, alone, tuple(range(len(chunk_forward))))
+            if leads is None:
+                stall = max(0.0, *(r - before_f[ch] for ch, r in enumerate(ready)))
+            # DualPipe: its replay waits for them (:meth:`dualpipe_s`, :meth:`stage_gathers`).
             if not (overlap or fsdp):
                 stall = queue
         out = self._dp_costs[key] = (reduce_left, stall, hidden, early)
         return out
+
+    def _dp_groups(self, gc: GroupCollectives, tab: _Tables, assignment, s: int, *, strategy: str, bucket: int,
+                   grad_group: int, edp: int, overlap: bool):
+        """What :meth:`stage_dp` and :meth:`stage_gathers` read of stage ``s``'s data-parallel collectives:
+        ``(groups, buckets, communicator of each group, groups of one rank, HSDP's replica groups of the
+        routed experts, its shard group or None, whether the dense shard group is replicated)``."""
+        ereplicas = self._expert_replicas(gc, strategy)
+        # FSDP with ep 1 reduces (and gathers) the experts with their block: every parameter over dp.
+        apart = self.model.moe is None or self._experts_apart(gc, strategy)
+        groups = tuple(group for group, size in (("dp", grad_group), ("edp", edp))
+                       if size > 1 or (group == "edp" and ereplicas > 1 and self.model.moe is not None)) \
+            if apart else (("all",) if grad_group > 1 else ())
+        buckets = self.stage_buckets(tab, assignment, s, bucket=bucket, overlap=overlap, groups=groups)
+        # HSDP (fsdp-hybrid under tp/pp): fsdp's collectives on the shard group ("zero": its data-parallel ranks with
+        # their context-parallel ones), each reduce-scatter's shard then all-reduced across the replica groups
+        # ("zrep") behind it, as predict's program queues them.
+        # Under expert parallelism the routed experts likewise on theirs ("ezero", "ezrep").
+        shard = gc.layout.zero_group * gc.layout.cp if strategy == "fsdp-hybrid" and gc.layout is not None else None
+        replicated = shard is not None and shard < grad_group
+        comm_of = {"dp": "zero", "all": "zero"} if replicated else {"all": "dp"}
+        if ereplicas > 1:
+            comm_of["edp"] = "ezero"
+        # An expert shard group of one rank (ep x etp = tp x dp x cp): the experts are whole on each rank, only
+        # HSDP's replica all-reduce runs.
+        alone = {"edp": edp == 1}
+        return groups, buckets, comm_of, alone, ereplicas, shard, replicated
+
+    def _gathers_ready(self, gc: GroupCollectives, buckets, groups, comm_of, alone,
+                       order: tuple[int, ...]) -> tuple[tuple[float, ...], float]:
+        """The parameter all-gathers of a stage's ``buckets`` (:meth:`stage_buckets`), launched at the step's
+        start and played one after another on its stream in the order its schedule first uses them (as
+        predict's program queues them): the chunks in ``order``, each's buckets by the layer that first needs
+        them, a block's dense bucket before its experts'. ``(per chunk, the earliest its first forward can
+        start, each layer's first forward waiting for its bucket; all of them)``; cached."""
+        key = ("gathers", id(gc), id(buckets), order, tuple(comm_of.items()), alone["edp"])
+        hit = self._dp_costs.get(key)
+        if hit is not None:
+            return hit
+        w = self.precision.weight_bytes
+        rank = {ch: k for k, ch in enumerate(order)}
+        place = {group: k for k, group in enumerate(groups)}
+        gather_of = {group: self.cost_table(gc, comm_of.get(group, group), "all_gather") for group in groups}
+        ready = [0.0] * len(order)
+        queue = 0.0
+        for group, ch, numel, _, needed in sorted(buckets, key=lambda b: (rank[b[1]], b[4], place[b[0]])):
+            if alone.get(group):
+                continue
+            size = numel * w
+            seconds = gather_of[group].get(size)
+            if seconds is None:
+                seconds = self.cost(gc, comm_of.get(group, group), "all_gather", size)
+            queue += seconds
+            ready[ch] = max(ready[ch], queue - needed)
+        hit = self._dp_costs[key] = (tuple(ready), queue)
+        return hit
+
+    def stage_gathers(self, gc: GroupCollectives, tab: _Tables, assignment, s: int, *, strategy: str, bucket: int,
+                      grad_group: int, edp: int, overlap: bool,
+                      order: tuple[int, ...]) -> tuple[tuple[float, ...], float]:
+        """Per chunk of stage ``s``, the earliest its first forward can start for the parameters
+        ``zero1`` (with ``overlap``) and ``fsdp`` gather at the step's start, and when they all are
+        (:meth:`_gathers_ready`; ``order``: its chunks in the order its schedule first runs them); zeros for
+        the other strategies."""
+        v = len(assignment[s])
+        if not (strategy in ("fsdp", "fsdp-hybrid") or (strategy == "zero1" and overlap)):
+            return (0.0,) * v, 0.0
+        groups, buckets, comm_of, alone, *_ = self._dp_groups(
+            gc, tab, assignment, s, strategy=strategy, bucket=bucket, grad_group=grad_group, edp=edp, overlap=overlap)
+        return self._gathers_ready(gc, buckets, groups, comm_of, alone, order)
 
     @staticmethod
     def _experts_apart(gc: GroupCollectives, strategy: str) -> bool:
@@ -1789,13 +1842,175 @@ class Planner:
         self._steady[key] = out
         return out
 
-    def dualpipe_s(self, c: Candidate, tab: _Tables, assignment, m: int) -> tuple[list[float], list[list[float]]]:
+    def interleaved_all_warmup_s(self, tab: _Tables, assignment, p: int, v: int, transfer: float = 0.0) -> float:
+        """The interleaved schedule with ``m = p`` micro-batches, transfers free: Megatron then runs every
+        forward before any backward (:func:`~dpsim.strategies.pipeline.warmup_forwards`), stage ``s`` its
+        chunks' forwards chunk by chunk, micro-batches in turn, then the backwards from the last chunk back.
+        Played exactly as two waves of max-plus recurrences: forward ``(s, c, j)`` starts once the stage's
+        previous op and virtual stage ``c·p + s - 1``'s forward of ``j`` are done, backward ``(s, c, j)`` once
+        the previous op and ``c·p + s + 1``'s backward of ``j`` are. Why not the steady state plus
+        ``(ΣX - max X)/v``: that fill and drain charge every stage its mean chunk, while the first forwards
+        (and the last backwards) cross the light outer chunks (the embedding's, the output layer's) first:
+        DeepSeek-V3 tp4 pp16 v3 read 1.06x its simulation. ``transfer``: the seconds each activation or gradient
+        takes from one stage to the next (the closed form's ``2(p·v - 1) + m·v`` transfers overcount the waves':
+        Llama-3-8B pp2 v16 1.03x)."""
+        return self.interleaved_all_warmup_dp_s(tab, assignment, p, v, transfer=transfer)[0]
+
+    def interleaved_all_warmup_dp_s(self, tab: _Tables, assignment, p: int, v: int, streams=None,
+                                    contention: float = 0.0,
+                                    transfer: float = 0.0) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+        """:meth:`interleaved_all_warmup_s` with each stage's data-parallel collectives played beside its
+        compute: ``streams[s]`` is ``(ready, gathers, reductions)``: per chunk the earliest its first forward
+        starts (its parameters gathered), the gathers' seconds on the stream from the step's start, and per
+        chunk its buckets' ``(seconds into its last backward they launch, seconds)``, queued on the same stream
+        in launch order. A compute op runs ``contention`` seconds longer per second of collective beside it
+        (:func:`~dpsim.strategies.layout.overlap_contention`, as the engine slows compute while a collective
+        is in flight). Why here and not after the pipeline: with ``m = p`` the interleaved waves are tight
+        around the ring of virtual stages, so every stage's slowdown delays the next (DeepSeek-V3 tp8 pp8 ep8
+        zero1 v4: 0.21 s of reductions' slowdown where the stage-by-stage drain read 0.06 s, 0.95x).
+        ``(makespan, per stage its last backward's end, its reductions' end)``, transfers free; cached."""
+        # ``streams`` is cached for the planner's life (:meth:`stage_streams`), so its id is stable.
+        key = ("all_warmup", id(tab), id(assignment), p, v, id(streams), contention, transfer)
+        hit = self._steady.get(key)
+        if hit is not None:
+            return hit
+        forward, backward, _ = self.chunk_sums(tab, assignment)
+        slow = 1.0 / (1.0 - contention) if contention < 1.0 else math.inf  # 1 + overlap_slowdown
+        # Per stage: its stream's busy intervals in time order, and the first not yet behind its compute.
+        busy: list[list[list[float]]] = [[] for _ in range(p)]
+        at = [0] * p
+        stream_end = [0.0] * p
+
+        def run(s: int, t: float, d: float) -> float:
+            """When ``d`` seconds of compute started at ``t`` on stage ``s`` end, slowed beside its stream."""
+            spans = busy[s]
+            i = at[s]
+            while i < len(spans) and spans[i][1] <= t:
+                i += 1
+            at[s] = i
+            if i == len(spans):
+                return t + d
+            while i < len(spans):
+                a, b = spans[i]
+                if a > t:
+                    if t + d <= a:
+                        return t + d
+                    d -= a - t
+                    t = a
+                room = (b - t) / slow
+                if d <= room:
+                    return t + d * slow
+                d -= room
+                t = b
+                i += 1
+            return t + d
+
+        ready = [None] * p
+        if streams is not None:
+            for s, (chunk_ready, gathers, _) in enumerate(streams):
+                ready[s] = chunk_ready
+                if gathers > 0:
+                    busy[s].append([0.0, gathers])
+                    stream_end[s] = gathers
+        # done[s][k]: when stage s's k-th forward (then backward) of the wave ends.
+        done = [[0.0] * (p * v) for _ in range(p)]
+        for k in range(p * v):
+            c = k // p
+            arrived = done[p - 1][k - p] + transfer if k >= p else 0.0
+            for s in range(p):
+                row = done[s]
+                before = row[k - 1] if k else 0.0
+                t = before if before > arrived else arrived
+                if streams is None:
+                    row[k] = t + forward[s][c]
+                else:
+                    if ready[s][c] > t:
+                        t = ready[s][c]
+                    row[k] = t + forward[s][c] if t >= stream_end[s] else run(s, t, forward[s][c])
+                arrived = row[k] + transfer
+        back = [[0.0] * (p * v) for _ in range(p)]
+        for k in range(p * v):
+            c = v - 1 - k // p
+            last = k % p == p - 1  # the chunk's last backward: its buckets launch as it passes their layers
+            arrived = back[0][k - p] + transfer if k >= p else 0.0
+            for s in reversed(range(p)):
+                row = back[s]
+                before = row[k - 1] if k else done[s][-1]
+                t = before if before > arrived else arrived
+                if streams is None:
+                    row[k] = t + backward[s][c]
+                    arrived = row[k] + transfer
+                    continue
+                if last:
+                    end = stream_end[s]
+                    for launch, seconds in streams[s][2][c]:
+                        start = max(end, t + launch)
+                        end = start + seconds
+                        if seconds > 0:
+                            busy[s].append([start, end])
+                    stream_end[s] = end
+                row[k] = t + backward[s][c] if t >= stream_end[s] else run(s, t, backward[s][c])
+                arrived = row[k] + transfer
+        ends = tuple(row[-1] for row in back)
+        out = self._steady[key] = (max(ends), ends, tuple(stream_end))
+        return out
+
+    def stage_streams(self, gc: GroupCollectives, tab: _Tables, assignment, *, strategy: str, bucket: int,
+                      grad_group: int, edp: int, kinds: tuple) -> tuple:
+        """Each stage's data-parallel stream for :meth:`interleaved_all_warmup_dp_s` (buckets launched layer by
+        layer, ``overlap``): its chunks' gather-ready times and gathers' seconds (``zero1``, ``fsdp``:
+        :meth:`_gathers_ready`, chunks in order) and per chunk its reductions, costed as :meth:`stage_dp` costs
+        them; stages of one of ``kinds`` (as :meth:`estimate_steps` tells stages alike) share one; cached."""
+        key = ("streams", id(gc), id(tab), id(assignment), strategy, bucket, grad_group, edp)
+        hit = self._dp_costs.get(key)
+        if hit is not None:
+            return hit
+        g = self.precision.grad_bytes
+        op = "all_reduce" if strategy == "ddp" else "reduce_scatter"
+        gathering = strategy in ("zero1", "fsdp", "fsdp-hybrid")
+        out = []
+        alike: dict = {}
+        for s in range(len(assignment)):
+            if kinds[s] in alike:
+                out.append(alike[kinds[s]])
+                continue
+            v = len(assignment[s])
+            groups, buckets, comm_of, alone, ereplicas, shard, replicated = self._dp_groups(
+                gc, tab, assignment, s, strategy=strategy, bucket=bucket, grad_group=grad_group, edp=edp,
+                overlap=True)
+            ready, queue = self._gathers_ready(gc, buckets, groups, comm_of, alone, tuple(range(v))) \
+                if gathering else ((0.0,) * v, 0.0)
+            reduce_of = {group: self.cost_table(gc, comm_of.get(group, group), op) for group in groups}
+            chunks: list[list[tuple[float, float]]] = [[] for _ in range(v)]
+            for group, ch, numel, launch, _ in buckets:
+                if alone.get(group):
+                    seconds = 0.0
+                else:
+                    size = numel * g
+                    seconds = reduce_of[group].get(size)
+                    if seconds is None:
+                        seconds = self.cost(gc, comm_of.get(group, group), op, size)
+                if replicated and group in ("dp", "all"):
+                    seconds += self.cost(gc, "zrep", "all_reduce", -(-numel // shard) * g)
+                elif ereplicas > 1 and group == "edp":
+                    seconds += self.cost(gc, "ezrep", "all_reduce", -(-numel // max(1, edp)) * g)
+                chunks[ch].append((launch, seconds))
+            out.append((ready, queue, tuple(tuple(sorted(c)) for c in chunks)))
+            alike[kinds[s]] = out[-1]
+        hit = self._dp_costs[key] = tuple(out)
+        return hit
+
+    def dualpipe_s(self, c: Candidate, tab: _Tables, assignment, m: int,
+                   ready: tuple[tuple[float, ...], ...] | None = None,
+                   gathers: tuple[float, ...] | None = None) -> tuple[list[float], list[list[float]]]:
         """DualPipe's per stage end of its last op and of each direction's last ``W``, transfers free
         (:func:`~dpsim.strategies.pipeline.dualpipe_stage_times`): stage ``s``'s chunk ``d`` is
         ``assignment[s][d]``; with ``moe_a2a_overlap`` each F&B pair runs shorter by
         :func:`~dpsim.strategies.pipeline.a2a_overlap_cut` of its two chunks, as the pipeline
-        program takes it off."""
-        key = ("dualpipe", id(tab), id(assignment), c.pp, m, c.moe_a2a_overlap)
+        program takes it off; ``ready[s][d]``: the earliest chunk ``d``'s first forward on stage ``s`` can
+        start, its parameters gathered (:meth:`stage_gathers`), ``gathers[s]`` when they all are: the compute
+        beside them slowed as the engine slows it (``overlap_slowdown``)."""
+        key = ("dualpipe", id(tab), id(assignment), c.pp, m, c.moe_a2a_overlap, ready, gathers)
         hit = self._steady.get(key)
         if hit is not None:
             return hit
@@ -1818,7 +2033,7 @@ class Planner:
                 return hit
             cut_of = pair_cut
         out = dualpipe_stage_times(p, m, per_chunk(tab.forward), per_chunk(tab.backward), per_chunk(tab.weight_grad),
-                                   cut_of)
+                                   cut_of, ready, gathers, self.base.calibration.overlap_slowdown)
         self._steady[key] = out
         return out
 
@@ -1871,8 +2086,10 @@ class Planner:
             x = list(self.stage_work(tab, assignment, v)[0])
         xmax = max(x)
         pipe = m * xmax + (sum(x) - xmax) / v
-        if c.schedule == "1f1b-interleaved" and v > 1:
-            pipe = m / p * self.interleaved_steady_s(tab, assignment, p, v, all_warmup=m == p) + (sum(x) - xmax) / v
+        if c.schedule == "1f1b-interleaved" and v > 1 and m == p:
+            pipe = self.interleaved_all_warmup_s(tab, assignment, p, v)
+        elif c.schedule == "1f1b-interleaved" and v > 1:
+            pipe = m / p * self.interleaved_steady_s(tab, assignment, p, v, all_warmup=False) + (sum(x) - xmax) / v
         if dual:
             # DualPipe's order replayed chunk by chunk (dualpipe_compute_s), not the paper's bubble for the
             # heaviest chunk: the stages holding both ends are heavier than the middle ones that fill
@@ -1905,6 +2122,11 @@ class Planner:
         # Fill and drain cross every link; in the steady state the blocking exchanges (one per
         # micro-batch and chunk on the critical path, as the simulator plays them) add theirs.
         p2p = (2 * (n_virtual - 1) + m * v) * (p2p_one + gather) if p > 1 else 0.0
+        all_warmup = c.schedule == "1f1b-interleaved" and v > 1 and m == p
+        if all_warmup:
+            # The two waves with each transfer on their path, as many as cross it.
+            p2p = self.interleaved_all_warmup_s(tab, assignment, p, v, p2p_one + gather) \
+                - self.interleaved_all_warmup_s(tab, assignment, p, v)
         if c.sharded:
             # The step is pipe + p2p + dp_exposed + optimizer, the last two never negative below (each
             # stage's exposed reductions, stage 0's at least, and its gathers' stall are maxima with 0; the
@@ -1960,15 +2182,43 @@ class Planner:
             # output layer, has more to update than stage 0). Its first forward starts ``fill`` after
             # stage 0's (gathers launched at the step's start have that long more).
             gather_exposed = slow_early = 0.0
+            collectives = grad_group > 1 or edp > 1 or layout.expert_replicas > 1
+            if dual and collectives:
+                # DualPipe: each stage's gathers, queued in the order its chunks first run (stages from p/2 on
+                # start with chunk 1), hold its chunks' first forwards in the replay, whose waits delay the
+                # stages its transfers feed (no separate stall: the interleaved offsets misplaced them, 0.92x).
+                ready, gathers = zip(*(self.stage_gathers(gc, tab, assignment, s, strategy=c.strategy,
+                                                          bucket=self.bucket(grad_group), grad_group=grad_group,
+                                                          edp=edp, overlap=overlap,
+                                                          order=(0, 1) if s < p // 2 else (1, 0))
+                                       for s in range(p)))
+                if any(gathers):
+                    free = max(dual_end)
+                    dual_end, dual_grads = self.dualpipe_s(c, tab, assignment, m, ready, gathers)
+                    pipe += max(dual_end) - free
             # The engine runs compute 1 + overlap_slowdown times slower beside a collective: the reductions
-            # hidden behind a stage's backwards slow them (DualPipe's two directions left as they were).
-            contention = 0.0 if dual else overlap_contention(self.base.calibration.overlap_slowdown)
+            # hidden behind a stage's backwards slow them (DualPipe's too: its gathers' slowdown is in the replay).
+            contention = overlap_contention(self.base.calibration.overlap_slowdown)
+            # The interleaved schedule with m = p: every stage's collectives played in the two waves
+            # (interleaved_all_warmup_dp_s), their stalls and slowdowns with them.
+            waves = None
+            if all_warmup and overlap and collectives \
+                    and not reshards_after_forward(layout):
+                streams = self.stage_streams(gc, tab, assignment, strategy=c.strategy, bucket=self.bucket(grad_group),
+                                             grad_group=grad_group, edp=edp,
+                                             kinds=tuple((stage_params[s], per_stage[s][2],
+                                                          tuple(len(layers) for layers in assignment[s]))
+                                                         for s in range(p)))
+                waves = self.interleaved_all_warmup_dp_s(tab, assignment, p, v, streams, contention,
+                                                         p2p_one + gather)
+                pipe += waves[0] - self.interleaved_all_warmup_s(tab, assignment, p, v, p2p_one + gather)
             fill = drain = 0.0  # forward (backward) time from stage 0 to stage s (s to 0) of one micro-batch
             own = []  # per stage: compute and its waits for its own collectives (critical_stage's)
             stage_dp = []  # per stage: reductions left, its last backward's slowdown, update, drain
             # Per kind of stage: reductions left, gather stall, slowdown of its last backward and of the
             # backwards before it, update.
             seen: dict[tuple, tuple[float, float, float, float, float]] = {}
+            own_before = []  # per stage: the slowdown of the backwards before its last one
             for s, (first_forward, last_backward, experts) in enumerate(per_stage):
                 # Stages alike (as the middle ones are: same parameters and chunk sizes) wait as long.
                 # DualPipe: each direction's gradients complete in its last W, before the stage's end.
@@ -1985,14 +2235,17 @@ class Planner:
                     left, stall, hidden, before = self.stage_dp(
                         gc, tab, assignment, s, strategy=c.strategy, bucket=self.bucket(grad_group),
                         grad_group=grad_group, edp=edp, overlap=overlap, leads=leads) \
-                        if grad_group > 1 or edp > 1 or layout.expert_replicas > 1 else (0.0, 0.0, 0.0, 0.0)
+                        if collectives else (0.0, 0.0, 0.0, 0.0)
                     hit = seen[kind] = (left, stall, contention * hidden, contention * before,
                                         stage_optimizer_s(per_param, stage_params[s], experts, layout))
                 left, stall, slow, slow_before, update = hit
+                if waves is not None:
+                    left = stall = slow = slow_before = 0.0
                 # An interleaved drain's earlier backwards run on every stage at once: the most slowed paces it.
                 slow_early = max(slow_early, slow_before)
                 gather_exposed = max(gather_exposed, stall - fill)
                 stage_dp.append((left, slow, update, drain))
+                own_before.append(slow_before)
                 own.append(m * x[s] + left + stall + update)
                 fill += first_forward
                 drain += last_backward
@@ -2007,6 +2260,15 @@ class Planner:
                 left, slow, _, drain_s = stage_dp[s]
                 ends[s] = later + max(left, slow + slow_early) - drain_s
                 later += slow
+            if waves is not None:
+                ends = [max(b, r) - waves[0] for b, r in zip(waves[1], waves[2])]
+            if dual:
+                # DualPipe: each stage's reductions (stage_dp: after its own last op) from when that op ends,
+                # not along a 1F1B drain (which read the middle stages' ends up to 0.08 s early, where the
+                # last reductions end: DeepSeek-V3 tp4 pp8 ep32 zero1 0.96x).
+                last = max(dual_end)
+                ends = [max(left, slow + slow_b) - (last - t)
+                        for (left, slow, _, _), slow_b, t in zip(stage_dp, own_before, dual_end)]
             if not dual and tpm.tied_embedding and p > 1:
                 # The tied embedding's gradients (a multi-token prediction module's copy too) all-reduced
                 # between the first and last stage once both are done, before either updates.

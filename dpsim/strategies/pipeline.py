@@ -375,13 +375,17 @@ def dualpipe_compute_s(p: int, m: int, forward_s, backward_s, weight_s, pair_cut
 
 
 def dualpipe_stage_times(p: int, m: int, forward_s, backward_s, weight_s,
-                         pair_cut=None) -> tuple[list[float], list[list[float]]]:
+                         pair_cut=None, ready_s=None, gathers_s=None,
+                         slowdown: float = 0.0) -> tuple[list[float], list[list[float]]]:
     """Per stage, when its last op ends and when each direction's last ``W`` does (its gradients
     complete: their data-parallel reductions launch), from the first forward, in DualPipe's order
     (:func:`dualpipe_steps`) with free transfers: the closed form ``plan`` estimates it with. ``forward_s[s][d]``,
     ``backward_s[s][d]`` (with its ``W``) and ``weight_s[s][d]``: stage ``s``'s chunk of direction
     ``d``; ``pair_cut(s, df, db)``: the seconds an overlapped pair (the forward of direction ``df``,
-    the backward of ``db``) runs shorter each (:func:`a2a_overlap_cut`), none without it.
+    the backward of ``db``) runs shorter each (:func:`a2a_overlap_cut`), none without it; ``ready_s[s][d]``:
+    the earliest stage ``s``'s forwards of direction ``d`` start (its parameters gathered), none without it;
+    ``gathers_s[s]``: until when stage ``s``'s stream gathers them from the step's start, its compute running
+    ``1 + slowdown`` times slower meanwhile (the engine's ``overlap_slowdown``).
 
     Why replay rather than the paper's ``(p/2 - 1)(F&B + B - 3W)``: that bubble assumes every chunk
     alike; the stages holding the embedding and the output layer (0 and ``p - 1``, which hold both
@@ -398,13 +402,32 @@ def dualpipe_stage_times(p: int, m: int, forward_s, backward_s, weight_s,
     grads = [[0.0, 0.0] for _ in range(p)]
     posted = [0.0] * n_posts
     cuts = [(0.0, 0.0)] * p
+    slow = 1.0 + slowdown
+
+    def run(s: int, d: float) -> None:
+        # Compute beside the stage's gathers (until they end) runs ``slow`` times slower.
+        t, end = clock[s], gathers_s[s]
+        clock[s] = t + d * slow if t + d * slow <= end else end + d - (end - t) / slow
+
+    until = gathers_s if gathers_s is not None else [0.0] * p
     for code, s, a, b in program:
         if code == _F:
-            clock[s] += forward_s[s][a] - (cuts[s][0] if b else 0.0)
+            if ready_s is not None and ready_s[s][a] > clock[s]:
+                clock[s] = ready_s[s][a]
+            if clock[s] < until[s]:
+                run(s, forward_s[s][a] - (cuts[s][0] if b else 0.0))
+            else:
+                clock[s] += forward_s[s][a] - (cuts[s][0] if b else 0.0)
         elif code == _B:
-            clock[s] += backward_s[s][a] - weight_s[s][a] - (cuts[s][1] if b else 0.0)
+            if clock[s] < until[s]:
+                run(s, backward_s[s][a] - weight_s[s][a] - (cuts[s][1] if b else 0.0))
+            else:
+                clock[s] += backward_s[s][a] - weight_s[s][a] - (cuts[s][1] if b else 0.0)
         elif code == _W:
-            clock[s] += weight_s[s][a]
+            if clock[s] < until[s]:
+                run(s, weight_s[s][a])
+            else:
+                clock[s] += weight_s[s][a]
             grads[s][a] = clock[s]
         elif code == _POST:
             posted[a] = clock[s]
@@ -1075,7 +1098,16 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         groups = [] if reshard else [(group, size, numel, label) for group, size, numel, label in sets
                                      if (size > 1 or (numel is _expert_numel and dp.expert_replicas > 1))
                                      and any(numel(w) for stage in chunks for c in stage for w in c.layers)]
-        for group, size_, numel_of, label0 in groups:
+        # Parameter gathers (zero1, fsdp), queued on the stage's one stream in the order its schedule first
+        # uses them, as a framework prefetches them: the chunk whose first forward comes first in ``slots``
+        # (DualPipe's stages past p/2 start with chunk 1), then by layer, a block's dense bucket before its
+        # experts' (as the reshard path above orders them).
+        first_use = {}
+        for k, (kind, cc, _) in enumerate(slots[s]):
+            if kind == "F":
+                first_use.setdefault(cc, k)
+        gathers: list[tuple[int, int, int, int]] = []  # (chunk's first forward, first layer, set, op)
+        for n_set, (group, size_, numel_of, label0) in enumerate(groups):
             alone = size_ == 1  # an expert group of one rank: only the replica all-reduce
             for c in range(v):
                 work = chunks[s][c]
@@ -1092,7 +1124,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         size = dp.gather_bytes(numel, fp8) if fsdp else numel * dp.weight_bytes
                         op = new_comm(f"{label} {label0}chunk {c} bucket {x}", "all_gather", size,
                                       "allgather", group, (s,))
-                        at_start.append(op)
+                        gathers.append((first_use[c], min(members), n_set, op))
                         for i in members:
                             gather_before[c, i] = op
                 # DeepSpeed's engine of 2021 all-reduces ZeRO-1's gradients: stage 1 runs on
@@ -1123,6 +1155,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                                 *replicate(f"{label0}chunk {c} gradients", numel, numel_of is _expert_numel)]
                     end_ops.extend(launched)
                     dp_ops.extend(launched)
+        at_start.extend(op for *_, op in sorted(gathers))
         gradient_ops += dp_ops
         # The op that completes a micro-batch's gradients: the backward, or with a zero-bubble
         # schedule its weight-gradient pass W (the input-gradient pass B runs before).
