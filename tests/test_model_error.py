@@ -343,7 +343,7 @@ def test_the_variants_script_reimplements_the_shipped_intervals_and_restores_the
     assert (me._order_statistics, me._select, me._margin, me._pool_samples, me.log_interval, me.KNOBS) == functions
     with installed_w(W_VARIANTS["W0"]):
         w0 = loso_coverage()
-    assert (v0["all"].inside, v0["all"].rows) == (342, 423)
+    assert (v0["all"].inside, v0["all"].rows) == (350, 433)
     for pool, c in v0.items():
         assert (w0[pool].inside, w0[pool].rows) == (c.inside, c.rows), pool
         assert w0[pool].median_half_width == pytest.approx(c.median_half_width, rel=1e-12), pool
