@@ -1678,18 +1678,9 @@ class Planner:
         for t, k in launches:
             group, _, numel, _, _ = buckets[k]
             start = max(end, t)
-            if alone.get(group):
-                seconds = 0.0
-            else:
-                size = numel * g
-                seconds = reduce_of[group].get(size)
-                if seconds is None:
-                    seconds = self.cost(gc, comm_of.get(group, group), op, size)
-            end = start + seconds
-            if replicated and group in ("dp", "all"):
-                end += self.cost(gc, "zrep", "all_reduce", -(-numel // shard) * g)
-            elif ereplicas > 1 and group == "edp":
-                end += self.cost(gc, "ezrep", "all_reduce", -(-numel // max(1, edp)) * g)
+            seconds, replica = self._bucket_reduce_s(gc, reduce_of, comm_of, alone, group, numel, g, op,
+                                                     replicated=replicated, shard=shard, ereplicas=ereplicas, edp=edp)
+            end = start + seconds + replica
             hidden += max(0.0, min(end, 0.0) - max(start, backward0))
             early += max(0.0, min(end, backward0) - start)
         reduce_left = max(0.0, end) if launches else 0.0
@@ -1730,6 +1721,24 @@ class Planner:
         # HSDP's replica all-reduce runs.
         alone = {"edp": edp == 1}
         return groups, buckets, comm_of, alone, ereplicas, shard, replicated
+
+    def _bucket_reduce_s(self, gc, reduce_of, comm_of, alone, group: str, numel: int, g: float, op: str, *,
+                         replicated: bool, shard, ereplicas: int, edp: int) -> tuple[float, float]:
+        """One gradient bucket's reduction on its group (0 where the group is one rank), and the
+        all-reduce of its shard across the replicas after it (HSDP's ``zrep``, the experts' ``ezrep``;
+        0 without replicas), apart so each caller adds them in its own order (bit for bit as before)."""
+        if alone.get(group):
+            seconds = 0.0
+        else:
+            size = numel * g
+            seconds = reduce_of[group].get(size)
+            if seconds is None:
+                seconds = self.cost(gc, comm_of.get(group, group), op, size)
+        if replicated and group in ("dp", "all"):
+            return seconds, self.cost(gc, "zrep", "all_reduce", -(-numel // shard) * g)
+        if ereplicas > 1 and group == "edp":
+            return seconds, self.cost(gc, "ezrep", "all_reduce", -(-numel // max(1, edp)) * g)
+        return seconds, 0.0
 
     def _gathers_ready(self, gc: GroupCollectives, buckets, groups, comm_of, alone,
                        order: tuple[int, ...]) -> tuple[tuple[float, ...], float]:
@@ -1983,18 +1992,10 @@ class Planner:
             reduce_of = {group: self.cost_table(gc, comm_of.get(group, group), op) for group in groups}
             chunks: list[list[tuple[float, float]]] = [[] for _ in range(v)]
             for group, ch, numel, launch, _ in buckets:
-                if alone.get(group):
-                    seconds = 0.0
-                else:
-                    size = numel * g
-                    seconds = reduce_of[group].get(size)
-                    if seconds is None:
-                        seconds = self.cost(gc, comm_of.get(group, group), op, size)
-                if replicated and group in ("dp", "all"):
-                    seconds += self.cost(gc, "zrep", "all_reduce", -(-numel // shard) * g)
-                elif ereplicas > 1 and group == "edp":
-                    seconds += self.cost(gc, "ezrep", "all_reduce", -(-numel // max(1, edp)) * g)
-                chunks[ch].append((launch, seconds))
+                seconds, replica = self._bucket_reduce_s(gc, reduce_of, comm_of, alone, group, numel, g, op,
+                                                         replicated=replicated, shard=shard, ereplicas=ereplicas,
+                                                         edp=edp)
+                chunks[ch].append((launch, seconds + replica))
             out.append((ready, queue, tuple(tuple(sorted(c)) for c in chunks)))
             alike[kinds[s]] = out[-1]
         hit = self._dp_costs[key] = tuple(out)
