@@ -80,13 +80,16 @@ HEADING = "## Large-model training runs (issue 24)"
 SYSTEMS_DIR = ROOT / "validation" / "systems"
 
 BF16_PEAK_FLOPS = {"a100": 312e12, "a100-40gb": 312e12, "h100": 989e12, "h800": 989e12, "gb200": 2.5e15,
-                   "gb300": 2.5e15, "h20": 148e12}
+                   "gb300": 2.5e15, "h20": 148e12, "b200": 2250e12,
+                   "h200": 989e12}
 """Dense bf16 peaks (A100 and H100 SXM datasheets; GB200: the GB200 NVL72 datasheet's 180 PFLOPS
 dense FP16/BF16 over its 72 GPUs; GB300: the same 180 PFLOPS over 72 for the GB300 NVL72, the
 ``gb300`` preset's citation; H800: the H100 SXM's, as DeepSeek quote it: 432 TFLOPS is 43.73 % MFU
 "calculated based on BF16 peak performance", arXiv:2505.09343v2 Table 4 and Sec. 5.1.2, 988 TFLOPS)
 the common MFU column is quoted against. H20: 148 TFLOPS dense FP16/BF16, the figure the ``h20`` preset
-cites (zangshuxian.com/new/674733024499207168; willitrunai.com/es/gpus/h20-96gb)."""
+cites (zangshuxian.com/new/674733024499207168; willitrunai.com/es/gpus/h20-96gb). B200: 2,250 TFLOPS dense
+BF16, the ``b200`` preset's peak (hardware.csv H022); H200: the H100 SXM's 989, as the ``h200`` preset takes its
+compute (the same GH100 die). Only the MFU column uses them."""
 FP8_PEAK_FLOPS = {"h100": 1979e12}
 """Dense FP8 peak (H100 SXM datasheet: 3,958 TFLOPS with sparsity): llm-foundry's MFU column
 divides its FP8 rows' throughput by it, not by the bf16 peak (R041-R047's published MFU is half
@@ -248,6 +251,25 @@ SYSTEMS = {
     "H800 (80G) nodes, Xeon Platinum 8462Y+, InfiniBand 200Gb/s (FlagPerf Llama 2 70B, as published)": System(
         name="FlagPerf H800", topology_file="flagperf-h800-ib200.yaml",
         assumed="H800 form factor not stated (the SXM preset); 8x 200 Gb/s HDR per node (count not stated)"),
+    # MLPerf Training GPT-3 175B submissions (mlcommons/training_results_v3.1 and v4.1): each system json states
+    # its GPUs and NICs; one leave-one-system-out unit per submitter's cluster.
+    "NVIDIA Eos (DGX H100; compute fabric 8x ConnectX-7 InfiniBand NDR 400Gb/s per node) (MLPerf Training, as "
+    "published)": System(
+        name="MLPerf NVIDIA Eos H100", link="infiniband",
+        assumed="fabric topology not stated: the preset's rail-optimised non-blocking fat tree"),
+    "Azure ND H100 v5 (8x NVIDIA Quantum-2 CX7 InfiniBand 400Gb/s per node) (MLPerf Training v3.1, as published)": System(
+        name="MLPerf Azure ND H100 v5", link="infiniband",
+        assumed="fabric topology not stated: the preset's rail-optimised non-blocking fat tree"),
+    "NVIDIA Nyx (8x NVIDIA DGX B200; network not stated) (MLPerf Training v4.1 preview, as published)": System(
+        name="MLPerf NVIDIA Nyx B200", link="dgx-b200",
+        assumed="network not stated: a DGX B200's 8x 400 Gb/s NDR compute ports (the dgx-b200 preset)"),
+    "Oracle BM.GPU.H100.8 (H100-SXM5, RoCEv2 switched network, 16 HCAs per node in the launch config) (MLPerf "
+    "Training v4.1, as published)": System(
+        name="MLPerf Oracle OCI H100", topology_file="oci-h100-x2.yaml",
+        assumed="port speed not stated: OCI's BM.GPU.H100.8 cluster network, 16x 200 Gb/s RoCE (oci-h100-x2.yaml)"),
+    "Nebius H200 (8x ConnectX-7 IB NDR 400Gb/s per node) (MLPerf Training v5.1, as published)": System(
+        name="MLPerf Nebius H200", link="infiniband",
+        assumed="fabric topology not stated: the preset's rail-optimised non-blocking fat tree (H200 on the H100 node's NVLink4)"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -299,6 +321,10 @@ PRECISIONS = {
     "bf16 mixed (Megatron": "bf16-fp32-grads",
     # FlagPerf's Llama 3 8B FP8 rows: Megatron --bf16 with TransformerEngine FP8 linears (--fp8-format hybrid).
     "bf16 mixed with fp8 linears (Megatron": "bf16-fp32-grads",  # amp_fp8 with FSDP MixedPrecision DEFAULT, as the bf16-amp rows
+    # MLPerf's GPT-3 and Llama 3.1 405B implementations: bf16 with TransformerEngine FP8 linears, gradients accumulated
+    # and reduced in bf16 (distributed_fused_adam.yaml grad_sync_dtype bf16; Megatron-Core grad_reduce_in_fp32=False),
+    # fp32 main params in the optimizer.
+    "bf16 with fp8 linears and bf16 gradient reduction": "bf16-params",
     "float8 tensorwise": "bf16-params",  # the float8 blog's FSDP2 bf16 params, as its bf16 baseline
     "bf16 params with float8 matmuls": "bf16-fp32-grads",  # OLMo-core: param bf16, reduce fp32, as its bf16 rows
     # FSDP MixedPrecision DEFAULT: bf16 params and buffers, fp32 reduction (mosaicml/composer@1c9d8d179894,
