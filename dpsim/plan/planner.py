@@ -160,7 +160,8 @@ from dpsim.strategies.layout import (
 )
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
-from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, dualpipe_stage_times,
+from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, blocking_1f1b_stage_times,
+                                      dualpipe_stage_times,
                                       extra_warmup, layer_buckets, schedule_slots)
 from dpsim.strategies.ddp_costs import ddp_buckets, ddp_costs
 from dpsim.strategies.deepspeed_fetch import backward_gather_numel
@@ -1813,6 +1814,30 @@ class Planner:
             hit = self._steady[key] = (forward, backward, tuple(map(max, zip(*backward))))
         return hit
 
+    def one_f_one_b_s(self, tab: _Tables, assignment, p: int, m: int, transfer: float = 0.0, token: float = 0.0,
+                      gather: float = 0.0) -> float:
+        """1F1B's step from the first forward to the last exchange, replayed with each stage's own forward and
+        backward and the blocking exchanges as the pipeline program plays them
+        (:func:`~dpsim.strategies.pipeline.blocking_1f1b_stage_times`; ``transfer``, ``token``, ``gather``: its
+        transfer, ready message and receiver's all-gather; 0: transfers free). Beyond ``p + 1`` micro-batches
+        the replay's step grows by the same amount per micro-batch (its steady state: checked against the whole
+        replay over uneven stages with and without transfers), so it is replayed at ``p`` and ``p + 1`` and
+        extended, which keeps a search's cost per shape, not per micro-batch; cached."""
+        key = ("1f1b", id(tab), id(assignment), p, m, transfer, token, gather)
+        hit = self._steady.get(key)
+        if hit is not None:
+            return hit
+        if m > p + 1:
+            at = self.one_f_one_b_s(tab, assignment, p, p + 1, transfer, token, gather)
+            out = at + (m - p - 1) * (at - self.one_f_one_b_s(tab, assignment, p, p, transfer, token, gather))
+        else:
+            forward, backward, _ = self.chunk_sums(tab, assignment)
+            casts = [sum(tab.first_forward[i] for i in chunks[0]) for chunks in assignment]
+            out = max(blocking_1f1b_stage_times(p, m, [f[0] for f in forward], [b[0] for b in backward], casts,
+                                                transfer, token, gather)[1])
+        self._steady[key] = out
+        return out
+
     def interleaved_steady_s(self, tab: _Tables, assignment, p: int, v: int, *, all_warmup: bool) -> float:
         """The interleaved schedule's steady state per ``p`` micro-batches (every chunk of every
         stage run ``p`` times forward and backward), paced step by step by its heaviest stage.
@@ -2101,9 +2126,14 @@ class Planner:
             # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
             share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
             pipe = m * xmax + (sum(x) - xmax) * max(0.0, 1.0 - 2.0 * share)
-        # Each chunk's first forward also casts its FP8 weights (LayerWork.first_forward_s): the first
-        # micro-batch's path through the stages runs every one of them.
-        pipe += sum(tab.first_forward)
+        one_f_one_b = c.schedule == "1f1b" and p > 1
+        if one_f_one_b:
+            # Replayed stage by stage, each first forward's FP8 casts with it.
+            pipe = self.one_f_one_b_s(tab, assignment, p, m)
+        else:
+            # Each chunk's first forward also casts its FP8 weights (LayerWork.first_forward_s): the first
+            # micro-batch's path through the stages runs every one of them.
+            pipe += sum(tab.first_forward)
         if c.moe_a2a_overlap and not dual:
             # The heaviest stage's paired ops (a2a_pairs) each run shorter by a2a_overlap_cut of a
             # forward and a backward of its average chunk.
@@ -2128,6 +2158,10 @@ class Planner:
             # The two waves with each transfer on their path, as many as cross it.
             p2p = self.interleaved_all_warmup_s(tab, assignment, p, v, p2p_one + gather) \
                 - self.interleaved_all_warmup_s(tab, assignment, p, v)
+        if one_f_one_b:
+            # The replay with each transfer, ready message and all-gather where the blocking exchanges put them.
+            p2p = self.one_f_one_b_s(tab, assignment, p, m, p2p_one, self.cost(gc, "pp", "broadcast", 0.0),
+                                     gather) - pipe
         if c.sharded:
             # The step is pipe + p2p + dp_exposed + optimizer, the last two never negative below (each
             # stage's exposed reductions, stage 0's at least, and its gathers' stall are maxima with 0; the
