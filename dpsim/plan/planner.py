@@ -160,7 +160,7 @@ from dpsim.strategies.layout import (
 )
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
-from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, blocking_1f1b_stage_times,
+from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, blocking_stage_times,
                                       dualpipe_stage_times,
                                       extra_warmup, layer_buckets, schedule_slots)
 from dpsim.strategies.ddp_costs import ddp_buckets, ddp_costs
@@ -1814,27 +1814,29 @@ class Planner:
             hit = self._steady[key] = (forward, backward, tuple(map(max, zip(*backward))))
         return hit
 
-    def one_f_one_b_s(self, tab: _Tables, assignment, p: int, m: int, transfer: float = 0.0, token: float = 0.0,
-                      gather: float = 0.0) -> float:
-        """1F1B's step from the first forward to the last exchange, replayed with each stage's own forward and
-        backward and the blocking exchanges as the pipeline program plays them
-        (:func:`~dpsim.strategies.pipeline.blocking_1f1b_stage_times`; ``transfer``, ``token``, ``gather``: its
-        transfer, ready message and receiver's all-gather; 0: transfers free). Beyond ``p + 1`` micro-batches
-        the replay's step grows by the same amount per micro-batch (its steady state: checked against the whole
-        replay over uneven stages with and without transfers), so it is replayed at ``p`` and ``p + 1`` and
-        extended, which keeps a search's cost per shape, not per micro-batch; cached."""
-        key = ("1f1b", id(tab), id(assignment), p, m, transfer, token, gather)
+    def blocking_s(self, tab: _Tables, assignment, p: int, v: int, m: int, transfer: float = 0.0, token: float = 0.0,
+                   gather: float = 0.0) -> float:
+        """1F1B's (``v`` 1) or the interleaved schedule's step from the first forward to the last exchange, replayed
+        with each stage's own chunks and the blocking exchanges as the pipeline program plays them
+        (:func:`~dpsim.strategies.pipeline.blocking_stage_times`; ``transfer``, ``token``, ``gather``: its
+        transfer, ready message and receiver's all-gather; 0: transfers free). Past ``p + 1`` micro-batches (1F1B)
+        or ``3p`` (interleaved, in steps of ``p``) the replay's step grows by the same amount per micro-batch (per
+        ``p``): its steady state, checked against the whole replay over uneven stages and chunks with and without
+        transfers (interleaved from ``2p`` it does not yet: up to 4 % off). So it is replayed at those two counts
+        and extended, which keeps a search's cost per shape, not per micro-batch; cached."""
+        key = ("blocking", id(tab), id(assignment), p, v, m, transfer, token, gather)
         hit = self._steady.get(key)
         if hit is not None:
             return hit
-        if m > p + 1:
-            at = self.one_f_one_b_s(tab, assignment, p, p + 1, transfer, token, gather)
-            out = at + (m - p - 1) * (at - self.one_f_one_b_s(tab, assignment, p, p, transfer, token, gather))
+        base, step = (p + 1, 1) if v == 1 else (3 * p, p)
+        if m > base:
+            at = self.blocking_s(tab, assignment, p, v, base, transfer, token, gather)
+            out = at + (m - base) // step * (at - self.blocking_s(tab, assignment, p, v, base - step, transfer, token,
+                                                                   gather))
         else:
             forward, backward, _ = self.chunk_sums(tab, assignment)
-            casts = [sum(tab.first_forward[i] for i in chunks[0]) for chunks in assignment]
-            out = max(blocking_1f1b_stage_times(p, m, [f[0] for f in forward], [b[0] for b in backward], casts,
-                                                transfer, token, gather)[1])
+            casts = [[sum(tab.first_forward[i] for i in layers) for layers in chunks] for chunks in assignment]
+            out = max(blocking_stage_times(p, v, m, forward, backward, casts, transfer, token, gather)[1])
         self._steady[key] = out
         return out
 
@@ -2126,10 +2128,13 @@ class Planner:
             # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
             share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
             pipe = m * xmax + (sum(x) - xmax) * max(0.0, 1.0 - 2.0 * share)
-        one_f_one_b = c.schedule == "1f1b" and p > 1
-        if one_f_one_b:
-            # Replayed stage by stage, each first forward's FP8 casts with it.
-            pipe = self.one_f_one_b_s(tab, assignment, p, m)
+        # 1F1B and the interleaved schedule with m > p (m = p: the two waves) replayed with their blocking exchanges
+        # (an a2a overlap's pairs are cut below, from the closed form).
+        replayed = p > 1 and not c.moe_a2a_overlap and (c.schedule == "1f1b" or (
+            c.schedule == "1f1b-interleaved" and v > 1 and m > p))
+        if replayed:
+            # Stage by stage, each first forward's FP8 casts with it.
+            pipe = self.blocking_s(tab, assignment, p, v, m)
         else:
             # Each chunk's first forward also casts its FP8 weights (LayerWork.first_forward_s): the first
             # micro-batch's path through the stages runs every one of them.
@@ -2158,10 +2163,10 @@ class Planner:
             # The two waves with each transfer on their path, as many as cross it.
             p2p = self.interleaved_all_warmup_s(tab, assignment, p, v, p2p_one + gather) \
                 - self.interleaved_all_warmup_s(tab, assignment, p, v)
-        if one_f_one_b:
+        if replayed:
             # The replay with each transfer, ready message and all-gather where the blocking exchanges put them.
-            p2p = self.one_f_one_b_s(tab, assignment, p, m, p2p_one, self.cost(gc, "pp", "broadcast", 0.0),
-                                     gather) - pipe
+            p2p = self.blocking_s(tab, assignment, p, v, m, p2p_one, self.cost(gc, "pp", "broadcast", 0.0),
+                                  gather) - pipe
         if c.sharded:
             # The step is pipe + p2p + dp_exposed + optimizer, the last two never negative below (each
             # stage's exposed reductions, stage 0's at least, and its gathers' stall are maxima with 0; the

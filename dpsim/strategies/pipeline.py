@@ -490,39 +490,43 @@ def _dualpipe_program(p: int, m: int) -> tuple[tuple[tuple, ...], int]:
         assert progressed, "DualPipe's order deadlocked"
 
 
-def blocking_1f1b_stage_times(p: int, m: int, forward_s, backward_s, first_forward_s, transfer_s: float,
-                              token_s: float, gather_s: float) -> tuple[list[float], list[float]]:
-    """1F1B's step replayed exactly as the pipeline program plays it with Megatron's blocking exchanges
-    (:func:`build_pipeline_program`, ``blocking_p2p``): per stage, when its last backward ends and when its last
-    exchange has landed. ``forward_s[s]``, ``backward_s[s]``: stage ``s``'s of one micro-batch; ``first_forward_s[s]``:
-    its first forward's once-a-step FP8 casts; ``transfer_s``: one activation or gradient between neighbours,
-    ``token_s``: the receiver's zero-byte "ready" message before it (each on the FIFO channel of its pair of
-    stages); ``gather_s``: the receiver's tensor-parallel all-gather of a received slice, on the op that reads it.
+def blocking_stage_times(p: int, v: int, m: int, forward_s, backward_s, first_forward_s, transfer_s: float,
+                         token_s: float, gather_s: float) -> tuple[list[float], list[float]]:
+    """1F1B's step (``v`` 1) or the interleaved schedule's (``v`` chunks per stage), replayed exactly as the
+    pipeline program plays it with Megatron's blocking exchanges (:func:`build_pipeline_program`,
+    ``blocking_p2p``): per stage, when its last backward ends and when its last exchange has landed.
+    ``forward_s[s][c]``, ``backward_s[s][c]``: stage ``s``'s chunk ``c`` of one micro-batch; ``first_forward_s[s][c]``:
+    its first forward's once-a-step FP8 casts; ``transfer_s``: one activation or gradient between stages,
+    ``token_s``: the receiver's zero-byte "ready" message before it (each on the FIFO channel of its ordered
+    pair of stages); ``gather_s``: the receiver's tensor-parallel all-gather of a received slice, on the op
+    that reads it.
 
-    Why replay rather than ``m·X_max + ΣX - X_max`` (+ ``2(p - 1) + m`` transfers): that charges every stage
-    its fill and drain and the heaviest stage ``m`` times, a path only when the heaviest stage is the last
-    one. With uneven stages and few micro-batches per stage (Llama-3-70B's 80 blocks on 64 stages, m <= p:
+    Why replay rather than 1F1B's ``m·X_max + ΣX - X_max`` (+ ``2(p - 1) + m`` transfers): that charges every
+    stage its fill and drain and the heaviest stage ``m`` times, a path only when the heaviest stage is the
+    last one. With uneven stages and few micro-batches (Llama-3-70B's 80 blocks on 64 stages, ``m <= p``:
     1.07x its simulation) no path crosses them all, and the blocking exchanges put a transfer on the
-    critical path per op only where a stage waits for its neighbour, not every micro-batch (m > p: 1.03x)."""
-    program, n = _blocking_1f1b_program(p, m)
+    critical path only where a stage waits for its neighbour. The interleaved steady state's pacing
+    (:meth:`~dpsim.plan.planner.Planner.interleaved_steady_s`) leaves out the exchanges' waits between
+    the waves (Llama-3-8B two stages of 16 chunks, ``m = 32p``: 0.95x)."""
+    program, n = _blocking_program(p, v, m)
     clock = [0.0] * p
     last_b = [0.0] * p
     land = [0.0] * n
     token = [0.0] * n
-    free = [0.0] * (2 * p)  # per channel: s -> s + 1 at 2s, s -> s - 1 at 2s + 1
+    free = [0.0] * (2 * p + 2)
+    last_g = p * v - 1
     for code, s, a, b in program:
-        if code == _OP_F:
+        if code == _OP_F or code == _OP_B:
+            c, j, needs = a[0], a[1], b
             t = clock[s]
-            for x in b:
+            for x in needs:
                 if land[x] > t:
                     t = land[x]
-            clock[s] = t + forward_s[s] + (gather_s if s else 0.0) + (first_forward_s[s] if a == 0 else 0.0)
-        elif code == _OP_B:
-            t = clock[s]
-            for x in b:
-                if land[x] > t:
-                    t = land[x]
-            clock[s] = last_b[s] = t + backward_s[s] + (gather_s if s < p - 1 else 0.0)
+            g = c * p + s
+            if code == _OP_F:
+                clock[s] = t + forward_s[s][c] + (gather_s if g else 0.0) + (first_forward_s[s][c] if j == 0 else 0.0)
+            else:
+                clock[s] = last_b[s] = t + backward_s[s][c] + (gather_s if g < last_g else 0.0)
         elif code == _TOKEN:  # a receive posted: the ready message of transfer ``a`` on channel ``b``
             start = clock[s] if clock[s] > free[b] else free[b]
             token[a] = free[b] = start + token_s
@@ -545,38 +549,43 @@ def blocking_1f1b_stage_times(p: int, m: int, forward_s, backward_s, first_forwa
 
 
 _OP_F, _OP_B, _TOKEN, _SEND, _LAND = range(5)
-"""The instructions of :func:`_blocking_1f1b_program`."""
+"""The instructions of :func:`_blocking_program`."""
 
 
 @functools.lru_cache(maxsize=256)
-def _blocking_1f1b_program(p: int, m: int) -> tuple[tuple[tuple, ...], int]:
-    """1F1B's blocking exchanges (:func:`_stage_sequence`) as :func:`build_pipeline_program` turns them into ops
-    (a receive posted by the op before it, or by an op of its own waiting for the exchanges in flight; each send
-    an op waiting for its ready message; each compute op waiting for every exchange in flight), walked in an
-    order in which every value is known before it is read: ``(code, stage, a, b)`` (:func:`blocking_1f1b_stage_times`)
-    and the number of transfers. Activation ``(s, j)`` (stage ``s`` to ``s + 1``) is ``s·m + j``, gradient
-    ``(s, j)`` (to ``s - 1``) ``(p - 1 + s - 1)·m + j``. The order depends on ``(p, m)`` alone."""
-    act = {(g, j): g * m + j for g in range(p - 1) for j in range(m)}
-    grad = {(g, j): (p - 2 + g) * m + j for g in range(1, p) for j in range(m)}
-    n = 2 * (p - 1) * m
+def _blocking_program(p: int, v: int, m: int) -> tuple[tuple[tuple, ...], int]:
+    """The blocking exchanges of 1F1B (``v`` 1) or the interleaved schedule (:func:`_stage_sequence`) as
+    :func:`build_pipeline_program` turns them into ops (a receive posted by the op before it, or by an op of its
+    own waiting for the exchanges in flight; each send an op waiting for its ready message; each compute op
+    waiting for every exchange in flight), walked in an order in which every value is known before it is read:
+    ``(code, stage, a, b)`` (:func:`blocking_stage_times`) and the number of transfers. Activation ``(g, j)``
+    (virtual stage ``g`` to ``g + 1``) is ``g·m + j``, gradient ``(g, j)`` (to ``g - 1``) ``(p·v - 2 + g)·m + j``.
+    The order depends on ``(p, v, m)`` alone."""
+    last_g = p * v - 1
+    act = {(g, j): g * m + j for g in range(last_g) for j in range(m)}
+    grad = {(g, j): (last_g - 1 + g) * m + j for g in range(1, last_g + 1) for j in range(m)}
+    n = 2 * last_g * m
     src = [0] * n
     dst = [0] * n
     for (g, _), x in act.items():
-        src[x], dst[x] = g, g + 1
+        src[x], dst[x] = g % p, (g + 1) % p
     for (g, _), x in grad.items():
-        src[x], dst[x] = g, g - 1
+        src[x], dst[x] = g % p, (g - 1) % p
+    channels: dict[tuple[int, int], int] = {}
 
     def channel(a: int, b: int) -> int:
-        return 2 * a + (0 if b == a + 1 else 1)
+        return channels.setdefault((a, b), len(channels))
 
+    schedule = "1f1b" if v == 1 else "1f1b-interleaved"
     stages = []
     for s in range(p):
-        seq = _stage_sequence(schedule_slots("1f1b", p, 1, m, s), s, p, m, deepspeed=False, blocking=True,
-                              act_send=act, grad_send=grad)
+        seq = _stage_sequence(schedule_slots(schedule, p, v, m, s), s, p, m, deepspeed=False, blocking=True,
+                              act_send=act, grad_send=grad,
+                              interleaved_warmup=warmup_forwards(p, v, m, s) if v > 1 else None)
         ins: list[tuple] = []
         pending: list[int] = []
         any_op = False
-        for kind, _, j, xsend, xrecv in seq:
+        for kind, c, j, xsend, xrecv in seq:
             if kind == "exchange":
                 if xrecv:
                     if pending or not any_op:
@@ -590,12 +599,13 @@ def _blocking_1f1b_program(p: int, m: int) -> tuple[tuple[tuple, ...], int]:
                     any_op = True
                 pending += list(xsend) + list(xrecv)
                 continue
-            ins.append((_OP_F if kind == "F" else _OP_B, s, j, tuple(pending)))
+            ins.append((_OP_F if kind == "F" else _OP_B, s, (c, j), tuple(pending)))
             pending = []
             any_op = True
         if pending:
             ins.append((_LAND, s, None, tuple(pending)))
         stages.append(ins)
+    assert len(channels) <= 2 * p + 2
     landed = [False] * n
     tokened = [False] * n
     at = [0] * p
@@ -604,8 +614,10 @@ def _blocking_1f1b_program(p: int, m: int) -> tuple[tuple[tuple, ...], int]:
         progressed = False
         for s in range(p):
             ins = stages[s]
-            while at[s] < len(ins):
-                code, _, a, b = ins[at[s]]
+            k = at[s]
+            while k < len(ins):
+                step = ins[k]
+                code, a, b = step[0], step[2], step[3]
                 if code == _SEND:
                     if not tokened[a] or not all(landed[y] for y in b[1]):
                         break
@@ -614,13 +626,14 @@ def _blocking_1f1b_program(p: int, m: int) -> tuple[tuple[tuple, ...], int]:
                     tokened[a] = True
                 elif not all(landed[y] for y in b):
                     break
-                program.append(ins[at[s]])
-                at[s] += 1
+                program.append(step)
+                k += 1
+            if k > at[s]:
+                at[s] = k
                 progressed = True
         if all(at[s] == len(stages[s]) for s in range(p)):
             return tuple(program), n
-        assert progressed, "1F1B's blocking exchanges deadlocked"
-
+        assert progressed, "the blocking exchanges deadlocked"
 
 
 def _interleaved_warmup(layout: Layout, stage: int) -> int | None:
