@@ -175,7 +175,8 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
-from dpsim.workload.fp8 import caches_fp8_weights, gathered_weight_bytes, layers_fp8_weight_numel
+from dpsim.workload.fp8 import (caches_fp8_weights, fp8_all_gather, gathered_weight_bytes, get_fp8_recipe,
+                               layers_fp8_weight_numel)
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.routing import parse_routing
 from dpsim.variability.spec import VariabilitySpec
@@ -753,6 +754,7 @@ class Planner:
         self._stage_sums: dict[tuple, tuple] = {}
         self._dp_costs: dict[tuple, tuple] = {}
         self._buckets: dict[tuple, tuple] = {}
+        self._bucket_fp8: dict[int, tuple[int, ...]] = {}  # id of stage_buckets' tuple -> per bucket FP8 weights
         self.gpu = None
         """The GPU preset of the cluster design (set by the first :meth:`topology`)."""
 
@@ -1024,8 +1026,15 @@ class Planner:
             bwd = {u.name: again.get(u.name, 0) for u in units}
         else:
             bwd = {u.name: 0 if u.is_root else u.numel for u in units}
-        gather_fwd = [self.cost(gc, group, "all_gather", u.numel * w) for u in units]
-        gather_bwd = sum(self.cost(gc, group, "all_gather", bwd[u.name] * w) for u in units if bwd[u.name] > 0)
+        # FSDP2's float8 all-gather moves the FP8 linears' weights in one byte (as predict's gathered_weight_bytes).
+        recipe = self.gather_fp8(c.strategy, False)
+        fp8 = {u.name: layers_fp8_weight_numel(self.model, u.layers) if recipe is not None else 0 for u in units}
+        gather_fwd = [self.cost(gc, group, "all_gather", self._gather_bytes(u.numel, fp8[u.name], recipe))
+                      for u in units]
+        gather_bwd = sum(self.cost(gc, group, "all_gather",
+                                   self._gather_bytes(bwd[u.name], fp8[u.name] if bwd[u.name] == u.numel else 0,
+                                                      recipe))
+                         for u in units if bwd[u.name] > 0)
         replicas = c.dp // world
         reduce = [self.cost(gc, group, "reduce_scatter", u.numel * g)
                   + (self.cost(gc, "inter", "all_reduce", -(-u.numel // world) * g) if hybrid and replicas > 1
@@ -1207,9 +1216,13 @@ class Planner:
         place = [of.get(b[0], (comm, "zrep", shard)) for b in buckets]
         # An expert shard group of one rank gathers and reduce-scatters nothing.
         moved = [q[2] > 1 for q in place]
-        gathers = [self.cost(gc, q[0], "all_gather", b[2] * w) if x else 0.0 for b, q, x in zip(buckets, place, moved)]
-        again = sum(self.cost(gc, q[0], "all_gather", b[2] * share * w) for b, q, x in zip(buckets, place, moved)
-                    if x) if share > 0 else 0.0
+        # FSDP2's float8 all-gather moves the FP8 linears' weights in one byte (as predict's gather_bytes).
+        recipe = self.gather_fp8(c.strategy, True)
+        fp8 = self._bucket_fp8[id(buckets)]
+        gathers = [self.cost(gc, q[0], "all_gather", self._gather_bytes(b[2], f, recipe)) if x else 0.0
+                   for b, f, q, x in zip(buckets, fp8, place, moved)]
+        again = sum(self.cost(gc, q[0], "all_gather", self._gather_bytes(b[2] * share, f * min(1.0, share), recipe))
+                    for b, f, q, x in zip(buckets, fp8, place, moved) if x) if share > 0 else 0.0
         # HSDP: each reduce-scatter's shard then all-reduced across the replica groups, behind it.
         reduces = [(self.cost(gc, q[0], "reduce_scatter", b[2] * g) if x else 0.0)
                    + (self.cost(gc, q[1], "all_reduce", -(-b[2] // q[2]) * g) if replicas > 1 else 0.0)
@@ -1585,6 +1598,8 @@ class Planner:
         numel_of = {"dp": lambda lw: lw.grad_numel - lw.expert_grad_numel, "edp": lambda lw: lw.expert_grad_numel,
                     "all": lambda lw: lw.grad_numel}
         out = []
+        fp8 = []  # per bucket, its FP8 linears' weights (none of the routed experts': predict's gather_bytes)
+        fp8_of = {lw.index: lw.fp8_numel for layers in assignment[s] for lw in (tab.work[i] for i in layers)}
         # Per chunk, what every group's buckets read: its layers' work and, with ``overlap``, when the backward
         # reaches each layer and when the forward does (a bucket is launched once the backward reaches its
         # earliest layer, needed by the forward at its earliest layer); else the chunk's backward.
@@ -1610,12 +1625,34 @@ class Planner:
                     for _, numel, members in reversed(layer_buckets(work, bucket, numel_of[group])):
                         first = min(members)
                         out.append((group, ch, numel, after_b[first], before_f[first]))
+                        fp8.append(0 if group == "edp" else sum(fp8_of[i] for i in members))
                 else:
                     numel = sum(numel_of[group](lw) for lw in work)
                     if numel:
                         out.append((group, ch, numel, chunk_backward, 0.0))
+                        fp8.append(0 if group == "edp" else sum(lw.fp8_numel for lw in work))
         hit = self._buckets[key] = tuple(out)
+        self._bucket_fp8[id(hit)] = tuple(fp8)
         return hit
+
+    def gather_fp8(self, strategy: str, layout: bool):
+        """The FP8 recipe whose float8 all-gather ``strategy``'s parameter gathers run (FSDP2's, torchtitan's
+        under a tensor/pipeline ``layout``: :func:`~dpsim.workload.fp8.fp8_all_gather`, as predict's precision for
+        that strategy), else ``None``: their bytes are then the parameters' dtype."""
+        key = ("fp8 gather", strategy, layout)
+        if key not in self._steady:
+            fp8 = self.base.execution.fp8
+            recipe = fp8_all_gather(get_fp8_recipe(fp8), strategy=strategy,
+                                    fsdp_version=self.base.parallelism.fsdp_version, layout=layout) \
+                if fp8 is not None else None
+            self._steady[key] = recipe if recipe is not None and recipe.fsdp_float8_all_gather else None
+        return self._steady[key]
+
+    def _gather_bytes(self, numel: float, fp8_numel: float, recipe) -> float:
+        """One all-gather's bytes: ``fp8_numel`` of its ``numel`` parameters in one byte under ``recipe``'s float8
+        all-gather (:meth:`gather_fp8`; ``None``: all in the parameters' dtype)."""
+        w = self.precision.weight_bytes
+        return numel * w if recipe is None else gathered_weight_bytes(numel, fp8_numel, w, recipe)
 
     def stage_dp(self, gc: GroupCollectives, tab: _Tables, assignment, s: int, *, strategy: str, bucket: int,
                  grad_group: int, edp: int, overlap: bool,
@@ -1688,7 +1725,8 @@ class Planner:
         stall = 0.0
         fsdp = strategy in ("fsdp", "fsdp-hybrid")
         if strategy == "zero1" or fsdp:
-            ready, queue = self._gathers_ready(gc, buckets, groups, comm_of, alone, tuple(range(len(chunk_forward))))
+            ready, queue = self._gathers_ready(gc, buckets, groups, comm_of, alone, tuple(range(len(chunk_forward))),
+                                               self.gather_fp8(strategy, True))
             if leads is None:
                 stall = max(0.0, *(r - before_f[ch] for ch, r in enumerate(ready)))
             # DualPipe: its replay waits for them (:meth:`dualpipe_s`, :meth:`stage_gathers`).
@@ -1742,26 +1780,28 @@ class Planner:
         return seconds, 0.0
 
     def _gathers_ready(self, gc: GroupCollectives, buckets, groups, comm_of, alone,
-                       order: tuple[int, ...]) -> tuple[tuple[float, ...], float]:
+                       order: tuple[int, ...], recipe=None) -> tuple[tuple[float, ...], float]:
         """The parameter all-gathers of a stage's ``buckets`` (:meth:`stage_buckets`), launched at the step's
         start and played one after another on its stream in the order its schedule first uses them (as
         predict's program queues them): the chunks in ``order``, each's buckets by the layer that first needs
         them, a block's dense bucket before its experts'. ``(per chunk, the earliest its first forward can
-        start, each layer's first forward waiting for its bucket; all of them)``; cached."""
-        key = ("gathers", id(gc), id(buckets), order, tuple(comm_of.items()), alone["edp"])
+        start, each layer's first forward waiting for its bucket; all of them)``; ``recipe``: the float8
+        all-gather's (:meth:`gather_fp8`), its buckets' FP8 weights in one byte; cached."""
+        key = ("gathers", id(gc), id(buckets), order, tuple(comm_of.items()), alone["edp"], recipe is not None)
         hit = self._dp_costs.get(key)
         if hit is not None:
             return hit
-        w = self.precision.weight_bytes
+        fp8 = self._bucket_fp8[id(buckets)] if recipe is not None else (0,) * len(buckets)
         rank = {ch: k for k, ch in enumerate(order)}
         place = {group: k for k, group in enumerate(groups)}
         gather_of = {group: self.cost_table(gc, comm_of.get(group, group), "all_gather") for group in groups}
         ready = [0.0] * len(order)
         queue = 0.0
-        for group, ch, numel, _, needed in sorted(buckets, key=lambda b: (rank[b[1]], b[4], place[b[0]])):
+        for (group, ch, numel, _, needed), f in sorted(zip(buckets, fp8),
+                                                       key=lambda b: (rank[b[0][1]], b[0][4], place[b[0][0]])):
             if alone.get(group):
                 continue
-            size = numel * w
+            size = self._gather_bytes(numel, f, recipe)
             seconds = gather_of[group].get(size)
             if seconds is None:
                 seconds = self.cost(gc, comm_of.get(group, group), "all_gather", size)
@@ -1782,7 +1822,7 @@ class Planner:
             return (0.0,) * v, 0.0
         groups, buckets, comm_of, alone, *_ = self._dp_groups(
             gc, tab, assignment, s, strategy=strategy, bucket=bucket, grad_group=grad_group, edp=edp, overlap=overlap)
-        return self._gathers_ready(gc, buckets, groups, comm_of, alone, order)
+        return self._gathers_ready(gc, buckets, groups, comm_of, alone, order, self.gather_fp8(strategy, True))
 
     @staticmethod
     def _experts_apart(gc: GroupCollectives, strategy: str) -> bool:
@@ -2014,7 +2054,8 @@ class Planner:
             groups, buckets, comm_of, alone, ereplicas, shard, replicated = self._dp_groups(
                 gc, tab, assignment, s, strategy=strategy, bucket=bucket, grad_group=grad_group, edp=edp,
                 overlap=True)
-            ready, queue = self._gathers_ready(gc, buckets, groups, comm_of, alone, tuple(range(v))) \
+            ready, queue = self._gathers_ready(gc, buckets, groups, comm_of, alone, tuple(range(v)),
+                                               self.gather_fp8(strategy, True)) \
                 if gathering else ((0.0,) * v, 0.0)
             reduce_of = {group: self.cost_table(gc, comm_of.get(group, group), op) for group in groups}
             chunks: list[list[tuple[float, float]]] = [[] for _ in range(v)]
