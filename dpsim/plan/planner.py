@@ -1868,7 +1868,7 @@ class Planner:
         hit = self._steady.get(key)
         if hit is not None:
             return hit
-        base, step = (p + 1, 1) if v == 1 else (3 * p, p)
+        base, step = self.blocking_base(p, v)
         if m > base:
             at = self.blocking_s(tab, assignment, p, v, base, transfer, token, gather)
             out = at + (m - base) // step * (at - self.blocking_s(tab, assignment, p, v, base - step, transfer, token,
@@ -1879,6 +1879,31 @@ class Planner:
             out = max(blocking_stage_times(p, v, m, forward, backward, casts, transfer, token, gather)[1])
         self._steady[key] = out
         return out
+
+    @staticmethod
+    def blocking_base(p: int, v: int) -> tuple[int, int]:
+        """The most micro-batches :meth:`blocking_s` replays whole, and its step beyond (1F1B: one, interleaved: ``p``)."""
+        return (p + 1, 1) if v == 1 else (3 * p, p)
+
+    def blocking_dp_s(self, tab: _Tables, assignment, p: int, v: int, m: int, streams, contention: float,
+                      transfer: float, token: float, gather: float) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+        """:meth:`blocking_s` (``m`` at most :meth:`blocking_base`'s) with each stage's data-parallel collectives
+        played beside its compute (``streams``: :meth:`stage_streams`; compute beside them ``contention`` per
+        second slower, as the engine plays it): ``(step, per stage its last backward's end, its reductions')``.
+        Why here and not after the pipeline (:meth:`stage_dp`'s 1F1B drain): the parameter gathers hold the
+        first forwards, which every later stage waits for, and the reductions of a chunk's last backward slow
+        the backwards that pace the drain (Mixtral-8x7B tp2 pp4 ep8 ddp, interleaved 8 chunks, ``m = 2p``:
+        0.96x with the closed form's drain); cached."""
+        key = ("blocking dp", id(tab), id(assignment), p, v, m, id(streams), contention, transfer, token, gather)
+        hit = self._steady.get(key)
+        if hit is None:
+            forward, backward, _ = self.chunk_sums(tab, assignment)
+            casts = [[sum(tab.first_forward[i] for i in layers) for layers in chunks] for chunks in assignment]
+            slow = 1.0 / (1.0 - contention) if contention < 1.0 else math.inf
+            last_b, clock, reduced = blocking_stage_times(p, v, m, forward, backward, casts, transfer, token, gather,
+                                                          streams, slow)
+            hit = self._steady[key] = (max(clock), tuple(last_b), tuple(reduced))
+        return hit
 
     def interleaved_steady_s(self, tab: _Tables, assignment, p: int, v: int, *, all_warmup: bool) -> float:
         """The interleaved schedule's steady state per ``p`` micro-batches (every chunk of every
@@ -2283,7 +2308,21 @@ class Planner:
             # The interleaved schedule with m = p: every stage's collectives played in the two waves
             # (interleaved_all_warmup_dp_s), their stalls and slowdowns with them.
             waves = None
-            if all_warmup and overlap and collectives \
+            # 1F1B and the interleaved schedule past m = p, where replayed whole: likewise in the replay.
+            # Not with parameter gathers (zero1, fsdp): played at the step's start they read up to 1.033x (Mixtral
+            # tp8 pp2 ep8 zero1 v4 m = 2p, 1.03x more slowdown than the engine's), the closed form's stall 0.99x.
+            replay_dp = replayed and m <= self.blocking_base(p, v)[0] and overlap and collectives \
+                and not reshards_after_forward(layout) and c.strategy == "ddp"
+            if replay_dp:
+                streams = self.stage_streams(gc, tab, assignment, strategy=c.strategy, bucket=self.bucket(grad_group),
+                                             grad_group=grad_group, edp=edp,
+                                             kinds=tuple((stage_params[s], per_stage[s][2],
+                                                          tuple(len(layers) for layers in assignment[s]))
+                                                         for s in range(p)))
+                token = self.cost(gc, "pp", "broadcast", 0.0)
+                waves = self.blocking_dp_s(tab, assignment, p, v, m, streams, contention, p2p_one, token, gather)
+                pipe += waves[0] - self.blocking_s(tab, assignment, p, v, m, p2p_one, token, gather)
+            elif all_warmup and overlap and collectives \
                     and not reshards_after_forward(layout):
                 streams = self.stage_streams(gc, tab, assignment, strategy=c.strategy, bucket=self.bucket(grad_group),
                                              grad_group=grad_group, edp=edp,

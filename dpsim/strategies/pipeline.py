@@ -491,7 +491,8 @@ def _dualpipe_program(p: int, m: int) -> tuple[tuple[tuple, ...], int]:
 
 
 def blocking_stage_times(p: int, v: int, m: int, forward_s, backward_s, first_forward_s, transfer_s: float,
-                         token_s: float, gather_s: float) -> tuple[list[float], list[float]]:
+                         token_s: float, gather_s: float, streams=None,
+                         slow: float = 1.0) -> tuple[list[float], list[float], list[float]]:
     """1F1B's step (``v`` 1) or the interleaved schedule's (``v`` chunks per stage), replayed exactly as the
     pipeline program plays it with Megatron's blocking exchanges (:func:`build_pipeline_program`,
     ``blocking_p2p``): per stage, when its last backward ends and when its last exchange has landed.
@@ -499,7 +500,11 @@ def blocking_stage_times(p: int, v: int, m: int, forward_s, backward_s, first_fo
     its first forward's once-a-step FP8 casts; ``transfer_s``: one activation or gradient between stages,
     ``token_s``: the receiver's zero-byte "ready" message before it (each on the FIFO channel of its ordered
     pair of stages); ``gather_s``: the receiver's tensor-parallel all-gather of a received slice, on the op
-    that reads it.
+    that reads it. ``streams[s]``: stage ``s``'s data-parallel stream, ``(ready, gathers, reductions)`` as
+    :meth:`~dpsim.plan.planner.Planner.stage_streams` gives it (per chunk the earliest its first forward starts,
+    the gathers' seconds from the step's start, per chunk its buckets' ``(seconds into its last backward they
+    launch, seconds)``), compute beside the busy stream running ``slow`` times slower, as the engine plays it.
+    Returns per stage its last backward's end, its last exchange's and its stream's.
 
     Why replay rather than 1F1B's ``m·X_max + ΣX - X_max`` (+ ``2(p - 1) + m`` transfers): that charges every
     stage its fill and drain and the heaviest stage ``m`` times, a path only when the heaviest stage is the
@@ -515,6 +520,31 @@ def blocking_stage_times(p: int, v: int, m: int, forward_s, backward_s, first_fo
     token = [0.0] * n
     free = [0.0] * (2 * p + 2)
     last_g = p * v - 1
+    busy: list[list[tuple[float, float]]] = [[] for _ in range(p)]
+    stream_end = [0.0] * p
+    if streams is not None:
+        for s in range(p):
+            if streams[s][1] > 0:
+                busy[s].append((0.0, streams[s][1]))
+                stream_end[s] = streams[s][1]
+
+    def run(s: int, t: float, d: float) -> float:
+        """When ``d`` seconds of compute started at ``t`` on stage ``s`` end, ``slow`` times slower beside its stream."""
+        for a, b in busy[s]:
+            if b <= t:
+                continue
+            if a > t:
+                if t + d <= a:
+                    return t + d
+                d -= a - t
+                t = a
+            room = (b - t) / slow
+            if d <= room:
+                return t + d * slow
+            d -= room
+            t = b
+        return t + d
+
     for code, s, a, b in program:
         if code == _OP_F or code == _OP_B:
             c, j, needs = a[0], a[1], b
@@ -524,9 +554,23 @@ def blocking_stage_times(p: int, v: int, m: int, forward_s, backward_s, first_fo
                     t = land[x]
             g = c * p + s
             if code == _OP_F:
-                clock[s] = t + forward_s[s][c] + (gather_s if g else 0.0) + (first_forward_s[s][c] if j == 0 else 0.0)
+                if streams is not None and streams[s][0][c] > t:
+                    t = streams[s][0][c]
+                d = forward_s[s][c] + (gather_s if g else 0.0) + (first_forward_s[s][c] if j == 0 else 0.0)
             else:
-                clock[s] = last_b[s] = t + backward_s[s][c] + (gather_s if g < last_g else 0.0)
+                d = backward_s[s][c] + (gather_s if g < last_g else 0.0)
+                if streams is not None and j == m - 1:
+                    # The chunk's last backward: its buckets launch as it passes their layers.
+                    end = stream_end[s]
+                    for launch, seconds in streams[s][2][c]:
+                        start = end if end > t + launch else t + launch
+                        end = start + seconds
+                        if seconds > 0:
+                            busy[s].append((start, end))
+                    stream_end[s] = end
+            clock[s] = t + d if t >= stream_end[s] else run(s, t, d)
+            if code == _OP_B:
+                last_b[s] = clock[s]
         elif code == _TOKEN:  # a receive posted: the ready message of transfer ``a`` on channel ``b``
             start = clock[s] if clock[s] > free[b] else free[b]
             token[a] = free[b] = start + token_s
@@ -545,7 +589,7 @@ def blocking_stage_times(p: int, v: int, m: int, forward_s, backward_s, first_fo
                 if land[x] > t:
                     t = land[x]
             clock[s] = t
-    return last_b, clock
+    return last_b, clock, stream_end
 
 
 _OP_F, _OP_B, _TOKEN, _SEND, _LAND = range(5)
