@@ -224,6 +224,14 @@ drain; the bound of 1.07 before did not hold there either), 0.952 Llama-3-8B on 
 decides what is simulated: a layout estimated at ``e`` simulates in no less than ``e / 1.08``, so once that is
 slower than the best simulated layout, it and every later estimate cannot beat it."""
 
+MAX_REPLAY_OPS = 16_384
+"""Forwards and backwards (``2·p·v·m``) up to which the estimate replays 1F1B and the interleaved schedule op by op
+with their blocking exchanges (:meth:`Planner.blocking_s`; beyond, the closed form: a long steady state, where it
+is within 1-3 %). Why not extend a shorter replay: its step grows by the heaviest stage per micro-batch only once
+that stage's warm-up slack is spent, which with uneven stages can take many micro-batches (Llama-3-70B tp8 on 32
+stages: extended from ``m = p + 1`` to 256 it read 0.964x its simulation). The replay's order is built once per
+``(p, v, m)`` (~40 µs per op) and run in ~1-2 µs per op."""
+
 DEFAULT_VERIFY = 64
 """Most layouts simulated (``--verify``): more than the bound leaves in the searches measured
 (DeepSeek-V3 on 16,384 GPUs, global batch 4,096: 39, Llama-3-405B, 2,048: 9, with the bound at 1.08 on
@@ -1859,35 +1867,20 @@ class Planner:
         """1F1B's (``v`` 1) or the interleaved schedule's step from the first forward to the last exchange, replayed
         with each stage's own chunks and the blocking exchanges as the pipeline program plays them
         (:func:`~dpsim.strategies.pipeline.blocking_stage_times`; ``transfer``, ``token``, ``gather``: its
-        transfer, ready message and receiver's all-gather; 0: transfers free). Past ``p + 1`` micro-batches (1F1B)
-        or ``3p`` (interleaved, in steps of ``p``) the replay's step grows by the same amount per micro-batch (per
-        ``p``): its steady state, checked against the whole replay over uneven stages and chunks with and without
-        transfers (interleaved from ``2p`` it does not yet: up to 4 % off). So it is replayed at those two counts
-        and extended, which keeps a search's cost per shape, not per micro-batch; cached."""
+        transfer, ready message and receiver's all-gather; 0: transfers free); only where :data:`MAX_REPLAY_OPS`
+        allows; cached."""
         key = ("blocking", id(tab), id(assignment), p, v, m, transfer, token, gather)
         hit = self._steady.get(key)
-        if hit is not None:
-            return hit
-        base, step = self.blocking_base(p, v)
-        if m > base:
-            at = self.blocking_s(tab, assignment, p, v, base, transfer, token, gather)
-            out = at + (m - base) // step * (at - self.blocking_s(tab, assignment, p, v, base - step, transfer, token,
-                                                                   gather))
-        else:
+        if hit is None:
             forward, backward, _ = self.chunk_sums(tab, assignment)
             casts = [[sum(tab.first_forward[i] for i in layers) for layers in chunks] for chunks in assignment]
-            out = max(blocking_stage_times(p, v, m, forward, backward, casts, transfer, token, gather)[1])
-        self._steady[key] = out
-        return out
-
-    @staticmethod
-    def blocking_base(p: int, v: int) -> tuple[int, int]:
-        """The most micro-batches :meth:`blocking_s` replays whole, and its step beyond (1F1B: one, interleaved: ``p``)."""
-        return (p + 1, 1) if v == 1 else (3 * p, p)
+            hit = self._steady[key] = max(blocking_stage_times(p, v, m, forward, backward, casts, transfer, token,
+                                                               gather)[1])
+        return hit
 
     def blocking_dp_s(self, tab: _Tables, assignment, p: int, v: int, m: int, streams, contention: float,
                       transfer: float, token: float, gather: float) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
-        """:meth:`blocking_s` (``m`` at most :meth:`blocking_base`'s) with each stage's data-parallel collectives
+        """:meth:`blocking_s` with each stage's data-parallel collectives
         played beside its compute (``streams``: :meth:`stage_streams`; compute beside them ``contention`` per
         second slower, as the engine plays it): ``(step, per stage its last backward's end, its reductions')``.
         Why here and not after the pipeline (:meth:`stage_dp`'s 1F1B drain): the parameter gathers hold the
@@ -2196,8 +2189,8 @@ class Planner:
             pipe = m * xmax + (sum(x) - xmax) * max(0.0, 1.0 - 2.0 * share)
         # 1F1B and the interleaved schedule with m > p (m = p: the two waves) replayed with their blocking exchanges
         # (an a2a overlap's pairs are cut below, from the closed form).
-        replayed = p > 1 and not c.moe_a2a_overlap and (c.schedule == "1f1b" or (
-            c.schedule == "1f1b-interleaved" and v > 1 and m > p))
+        replayed = p > 1 and not c.moe_a2a_overlap and 2 * p * v * m <= MAX_REPLAY_OPS and (
+            c.schedule == "1f1b" or (c.schedule == "1f1b-interleaved" and v > 1 and m > p))
         if replayed:
             # Stage by stage, each first forward's FP8 casts with it.
             pipe = self.blocking_s(tab, assignment, p, v, m)
@@ -2308,10 +2301,10 @@ class Planner:
             # The interleaved schedule with m = p: every stage's collectives played in the two waves
             # (interleaved_all_warmup_dp_s), their stalls and slowdowns with them.
             waves = None
-            # 1F1B and the interleaved schedule past m = p, where replayed whole: likewise in the replay.
+            # 1F1B and the interleaved schedule past m = p, where replayed: likewise in the replay.
             # Not with parameter gathers (zero1, fsdp): played at the step's start they read up to 1.033x (Mixtral
             # tp8 pp2 ep8 zero1 v4 m = 2p, 1.03x more slowdown than the engine's), the closed form's stall 0.99x.
-            replay_dp = replayed and m <= self.blocking_base(p, v)[0] and overlap and collectives \
+            replay_dp = replayed and overlap and collectives \
                 and not reshards_after_forward(layout) and c.strategy == "ddp"
             if replay_dp:
                 streams = self.stage_streams(gc, tab, assignment, strategy=c.strategy, bucket=self.bucket(grad_group),
