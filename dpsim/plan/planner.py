@@ -207,22 +207,21 @@ MAX_UNEVEN_CHUNKS = 4
 this, only the counts that divide): each more chunk adds transfers for a bubble that
 shrinks as ``1/v``."""
 
-ESTIMATE_BOUND = (0.94, 1.08)
+ESTIMATE_BOUND = (0.95, 1.04)
 """The closed-form step over the simulated one (``predict``'s pipeline engine), low and high: what
-``validation/plan_estimate_check.py`` measured on 2026-12-07 (validation/large_model_runs.md "estbound2") plus a
-margin of 0.01 each way, rounded outward. 3,581 layouts, every N-th fitting one of each search (DeepSeek-V3 on
-4,096 GPUs every 8th and on 16,384 every 24th, Mixtral-8x7B on 1,024 every 3rd, and Llama-3-405B on 2,048, -70B on
-1,024 and -8B on 64 searched with 1F1B, interleaved and DualPipe, every 3rd, 4th and 2nd): **0.952 to 1.073**,
-median 0.999 (every one of DeepSeek-V3's 2,279 on 16,384 GPUs, batch 2,048: 0.964 to 1.042); per schedule 1F1B
-0.964-1.073, interleaved 0.952-1.045, DualPipe 0.988-1.030 (before DualPipe's
-gathers were played in its replay and the interleaved schedule with ``m = p`` as two waves with its collectives,
-the same layouts read DualPipe 0.911-1.026 and interleaved 0.952-1.060). The ends are none of those two: 1.073 is
-Llama-3-70B's 80 blocks on 64 stages with ``m = 32`` micro-batches under 1F1B (the uneven stages' fill and
-drain; the bound of 1.07 before did not hold there either), 0.952 Llama-3-8B on two stages of 16 chunks with
-``m = 64``. Data parallelism alone (:meth:`Planner.unit_dp`, :meth:`Planner.flat_dp`) measured apart
-(validation/large_model_runs.md "planest2", ``--data-parallel``, 150 layouts): 0.973 to 1.005. Only the high end
-decides what is simulated: a layout estimated at ``e`` simulates in no less than ``e / 1.08``, so once that is
-slower than the best simulated layout, it and every later estimate cannot beat it."""
+``validation/plan_estimate_check.py`` measured on 2026-12-07 (validation/large_model_runs.md "est1f1b") plus a
+margin of about 0.01 each way, rounded outward. The same 3,581 layouts as "estbound2" (every N-th fitting one of
+each search: DeepSeek-V3 on 4,096 GPUs every 8th and on 16,384 every 24th, Mixtral-8x7B on 1,024 every 3rd, and
+Llama-3-405B on 2,048, -70B on 1,024 and -8B on 64 searched with 1F1B, interleaved and DualPipe, every 3rd, 4th and
+2nd): **0.964 to 1.030**, median 1.000 (0.952 to 1.073 before); per schedule 1F1B 0.982-1.029 (0.983-1.073),
+interleaved 0.964-1.030 (0.952-1.045; at ``m = p`` 0.975-1.021, unchanged), DualPipe 0.988-1.030 (unchanged), data
+parallelism alone 0.964-1.016 (unchanged). 1F1B and the interleaved schedule past ``m = p`` are now replayed op
+by op with their blocking exchanges (:meth:`Planner.blocking_s`): Llama-3-70B's 80 blocks on 64 stages under
+1F1B with ``m <= p`` read 1.073, now 1.000. The ends: 1.030 Mixtral-8x7B's interleaved ``m = 2p`` and DualPipe
+layouts, 0.964 Mixtral's data parallelism alone (tp8 zero1) and interleaved zero1 with ep2 (the closed-form
+data-parallel part, which the replay no longer offsets). Only the high end decides what is simulated: a layout
+estimated at ``e`` simulates in no less than ``e / 1.04``, so once that is slower than the best simulated layout,
+it and every later estimate cannot beat it."""
 
 MAX_REPLAY_OPS = 16_384
 """Forwards and backwards (``2·p·v·m``) up to which the estimate replays 1F1B and the interleaved schedule op by op
