@@ -45,8 +45,11 @@ and :meth:`Planner.flat_dp` (``ddp``, ``zero1``: their own buckets as the backwa
 copies, ZeRO-1's parameter all-gather after the update).
 The compute, waits and bubble reported are the critical stage's, as in ``predict``.
 Collective models are built once per communicator shape and every cost is memoised.
-The interleaved schedule's steady state is paced step by step by the heaviest pair any stage
-runs (:meth:`Planner.interleaved_steady_s`: uneven chunks); with ``m = p`` (every forward before any backward) its
+1F1B, and the interleaved schedule past ``m = p``, are replayed op by op with each stage's own chunks and the
+blocking exchanges as the pipeline program plays them (:meth:`Planner.blocking_s`, up to :data:`MAX_REPLAY_OPS`
+forwards and backwards; under ``ddp`` with its reductions beside, :meth:`Planner.blocking_dp_s`); beyond, the
+closed form above, the interleaved steady state paced step by step by the heaviest pair any stage
+runs (:meth:`Planner.interleaved_steady_s`: uneven chunks). With ``m = p`` (every forward before any backward) its
 two waves are played exactly, transfers and each stage's data-parallel collectives (their stalls and the
 compute they slow) with them (:meth:`Planner.interleaved_all_warmup_dp_s`); DualPipe's replay holds each chunk's
 first forward for the parameters ``zero1``/``fsdp`` gather in the order its stage first runs them
