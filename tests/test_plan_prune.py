@@ -110,3 +110,44 @@ def test_estimate_brackets_the_simulation_on_small_layouts_of_each_schedule(job)
         for e in estimates[::max(1, len(estimates) // 3)][:3]:
             ratio = e.step_time_s / predict(e.candidate.config(base)).step_time_s
             assert ESTIMATE_BOUND[0] <= ratio <= ESTIMATE_BOUND[1], (e.candidate.flags(), ratio)
+
+
+@pytest.mark.parametrize("global_batch,schedule", [(4, "1f1b"), (32, "1f1b"), (16, "1f1b-interleaved"),
+                                                   (48, "1f1b-interleaved")])
+def test_blocking_replay_is_the_simulated_pipeline(global_batch, schedule):
+    """Without data-parallel collectives (dp 1), the estimate of 1F1B (m <= p and m > p) and of the interleaved
+    schedule past m = p (2 to 4 chunks: 32 blocks on 16, 24 and 32 chunks, uneven for 3) replays the pipeline
+    program's blocking exchanges, so it is the simulated step (with and without the receiver's all-gather)."""
+    from dpsim.predict.run import predict
+
+    base = plan_estimate_check.job_base("llama-3-8b")
+    planner = Planner(base)
+    cands, _ = planner.candidates(16, global_batch=global_batch, tps=(2,), pps=(8,), micro_batches=(1,),
+                                  recomputes=("off",), strategies=("ddp",), schedules=(schedule,))
+    assert len(cands) >= 2
+    for c in cands[:4]:
+        e = planner.estimate(c, global_batch=global_batch)
+        assert e.step_time_s == pytest.approx(predict(c.config(base)).step_time_s, rel=1e-6), c.flags()
+
+
+def test_fsdp_gathers_move_fp8_weights_in_one_byte():
+    """Under FSDP2's float8 all-gather (torchao tensorwise) the planner's FSDP gathers are FP8-sized, as predict's;
+    zero1's and the bf16 job's are not."""
+    from dpsim.predict.config import PredictConfig
+    from dpsim.predict.resolve import resolve
+
+    fp8 = Planner(resolve(PredictConfig(model="llama-3-8b", link="infiniband", precision="bf16-params",
+                                        fp8="torchao-tensorwise", micro_batch=1)).config)
+    assert fp8.gather_fp8("fsdp", True) is not None and fp8.gather_fp8("fsdp-hybrid", True) is not None
+    assert fp8.gather_fp8("zero1", True) is None
+    assert Planner(plan_estimate_check.job_base("llama-3-8b")).gather_fp8("fsdp", True) is None
+    recipe = fp8.gather_fp8("fsdp", True)
+    assert fp8._gather_bytes(1000, 600, recipe) == pytest.approx(400 * fp8.precision.weight_bytes + 600)
+    assert fp8._gather_bytes(1000, 600, None) == 1000 * fp8.precision.weight_bytes
+    cands, _ = fp8.candidates(64, global_batch=128, tps=(2,), pps=(1,), micro_batches=(2,), recomputes=("full",),
+                              strategies=("fsdp",), sequence_parallel=True)
+    bf16 = Planner(resolve(PredictConfig(model="llama-3-8b", link="infiniband", precision="bf16-params",
+                                         micro_batch=1)).config)
+    (c,) = cands
+    # The same layout's exposed data-parallel time is smaller with the one-byte gathers.
+    assert fp8.estimate(c, global_batch=128).dp_exposed_s < bf16.estimate(c, global_batch=128).dp_exposed_s

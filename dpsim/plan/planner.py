@@ -45,8 +45,11 @@ and :meth:`Planner.flat_dp` (``ddp``, ``zero1``: their own buckets as the backwa
 copies, ZeRO-1's parameter all-gather after the update).
 The compute, waits and bubble reported are the critical stage's, as in ``predict``.
 Collective models are built once per communicator shape and every cost is memoised.
-The interleaved schedule's steady state is paced step by step by the heaviest pair any stage
-runs (:meth:`Planner.interleaved_steady_s`: uneven chunks); with ``m = p`` (every forward before any backward) its
+1F1B, and the interleaved schedule past ``m = p``, are replayed op by op with each stage's own chunks and the
+blocking exchanges as the pipeline program plays them (:meth:`Planner.blocking_s`, up to :data:`MAX_REPLAY_OPS`
+forwards and backwards; under ``ddp`` with its reductions beside, :meth:`Planner.blocking_dp_s`); beyond, the
+closed form above, the interleaved steady state paced step by step by the heaviest pair any stage
+runs (:meth:`Planner.interleaved_steady_s`: uneven chunks). With ``m = p`` (every forward before any backward) its
 two waves are played exactly, transfers and each stage's data-parallel collectives (their stalls and the
 compute they slow) with them (:meth:`Planner.interleaved_all_warmup_dp_s`); DualPipe's replay holds each chunk's
 first forward for the parameters ``zero1``/``fsdp`` gather in the order its stage first runs them
@@ -160,7 +163,8 @@ from dpsim.strategies.layout import (
 )
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
-from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, dualpipe_stage_times,
+from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, blocking_stage_times,
+                                      dualpipe_stage_times,
                                       extra_warmup, layer_buckets, schedule_slots)
 from dpsim.strategies.ddp_costs import ddp_buckets, ddp_costs
 from dpsim.strategies.deepspeed_fetch import backward_gather_numel
@@ -174,7 +178,8 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
-from dpsim.workload.fp8 import caches_fp8_weights, gathered_weight_bytes, layers_fp8_weight_numel
+from dpsim.workload.fp8 import (caches_fp8_weights, fp8_all_gather, gathered_weight_bytes, get_fp8_recipe,
+                               layers_fp8_weight_numel)
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.routing import parse_routing
 from dpsim.variability.spec import VariabilitySpec
@@ -205,27 +210,34 @@ MAX_UNEVEN_CHUNKS = 4
 this, only the counts that divide): each more chunk adds transfers for a bubble that
 shrinks as ``1/v``."""
 
-ESTIMATE_BOUND = (0.94, 1.08)
+ESTIMATE_BOUND = (0.95, 1.04)
 """The closed-form step over the simulated one (``predict``'s pipeline engine), low and high: what
-``validation/plan_estimate_check.py`` measured on 2026-12-07 (validation/large_model_runs.md "estbound2") plus a
-margin of 0.01 each way, rounded outward. 3,581 layouts, every N-th fitting one of each search (DeepSeek-V3 on
-4,096 GPUs every 8th and on 16,384 every 24th, Mixtral-8x7B on 1,024 every 3rd, and Llama-3-405B on 2,048, -70B on
-1,024 and -8B on 64 searched with 1F1B, interleaved and DualPipe, every 3rd, 4th and 2nd): **0.952 to 1.073**,
-median 0.999 (every one of DeepSeek-V3's 2,279 on 16,384 GPUs, batch 2,048: 0.964 to 1.042); per schedule 1F1B
-0.964-1.073, interleaved 0.952-1.045, DualPipe 0.988-1.030 (before DualPipe's
-gathers were played in its replay and the interleaved schedule with ``m = p`` as two waves with its collectives,
-the same layouts read DualPipe 0.911-1.026 and interleaved 0.952-1.060). The ends are none of those two: 1.073 is
-Llama-3-70B's 80 blocks on 64 stages with ``m = 32`` micro-batches under 1F1B (the uneven stages' fill and
-drain; the bound of 1.07 before did not hold there either), 0.952 Llama-3-8B on two stages of 16 chunks with
-``m = 64``. Data parallelism alone (:meth:`Planner.unit_dp`, :meth:`Planner.flat_dp`) measured apart
-(validation/large_model_runs.md "planest2", ``--data-parallel``, 150 layouts): 0.973 to 1.005. Only the high end
-decides what is simulated: a layout estimated at ``e`` simulates in no less than ``e / 1.08``, so once that is
-slower than the best simulated layout, it and every later estimate cannot beat it."""
+``validation/plan_estimate_check.py`` measured on 2026-12-07 (validation/large_model_runs.md "est1f1b") plus a
+margin of about 0.01 each way, rounded outward. The same 3,581 layouts as "estbound2" (every N-th fitting one of
+each search: DeepSeek-V3 on 4,096 GPUs every 8th and on 16,384 every 24th, Mixtral-8x7B on 1,024 every 3rd, and
+Llama-3-405B on 2,048, -70B on 1,024 and -8B on 64 searched with 1F1B, interleaved and DualPipe, every 3rd, 4th and
+2nd): **0.964 to 1.030**, median 1.000 (0.952 to 1.073 before); per schedule 1F1B 0.982-1.029 (0.983-1.073),
+interleaved 0.964-1.030 (0.952-1.045; at ``m = p`` 0.975-1.021, unchanged), DualPipe 0.988-1.030 (unchanged), data
+parallelism alone 0.964-1.016 (unchanged). 1F1B and the interleaved schedule past ``m = p`` are now replayed op
+by op with their blocking exchanges (:meth:`Planner.blocking_s`): Llama-3-70B's 80 blocks on 64 stages under
+1F1B with ``m <= p`` read 1.073, now 1.000. The ends: 1.030 Mixtral-8x7B's interleaved ``m = 2p`` and DualPipe
+layouts, 0.964 Mixtral's data parallelism alone (tp8 zero1) and interleaved zero1 with ep2 (the closed-form
+data-parallel part, which the replay no longer offsets). Only the high end decides what is simulated: a layout
+estimated at ``e`` simulates in no less than ``e / 1.04``, so once that is slower than the best simulated layout,
+it and every later estimate cannot beat it."""
+
+MAX_REPLAY_OPS = 16_384
+"""Forwards and backwards (``2·p·v·m``) up to which the estimate replays 1F1B and the interleaved schedule op by op
+with their blocking exchanges (:meth:`Planner.blocking_s`; beyond, the closed form: a long steady state, where it
+is within 1-3 %). Why not extend a shorter replay: its step grows by the heaviest stage per micro-batch only once
+that stage's warm-up slack is spent, which with uneven stages can take many micro-batches (Llama-3-70B tp8 on 32
+stages: extended from ``m = p + 1`` to 256 it read 0.964x its simulation). The replay's order is built once per
+``(p, v, m)`` (~40 µs per op) and run in ~1-2 µs per op."""
 
 DEFAULT_VERIFY = 64
 """Most layouts simulated (``--verify``): more than the bound leaves in the searches measured
-(DeepSeek-V3 on 16,384 GPUs, global batch 4,096: 39, Llama-3-405B, 2,048: 9, with the bound at 1.08 on
-2026-12-07; 32 and 9 at 1.07 with the estimate and engine before, ea65253; ~3 s of simulation each on a
+(DeepSeek-V3 on 16,384 GPUs, global batch 4,096: 13, Llama-3-405B, 2,048: 4, with the bound at 1.04 on
+2026-12-07, "est1f1b"; 39 and 9 at 1.08; 32 and 9 at 1.07 with the estimate and engine before, ea65253; ~3 s of simulation each on a
 loaded 2-core machine): issue 28 asks for either 16,384-GPU search under 10 s whole process, and one
 simulated layout takes ~0.04 s (DeepSeek-V3) to ~0.15 s (405B)."""
 VERIFY_SECONDS: float | None = None
@@ -752,6 +764,7 @@ class Planner:
         self._stage_sums: dict[tuple, tuple] = {}
         self._dp_costs: dict[tuple, tuple] = {}
         self._buckets: dict[tuple, tuple] = {}
+        self._bucket_fp8: dict[int, tuple[int, ...]] = {}  # id of stage_buckets' tuple -> per bucket FP8 weights
         self.gpu = None
         """The GPU preset of the cluster design (set by the first :meth:`topology`)."""
 
@@ -1023,8 +1036,15 @@ class Planner:
             bwd = {u.name: again.get(u.name, 0) for u in units}
         else:
             bwd = {u.name: 0 if u.is_root else u.numel for u in units}
-        gather_fwd = [self.cost(gc, group, "all_gather", u.numel * w) for u in units]
-        gather_bwd = sum(self.cost(gc, group, "all_gather", bwd[u.name] * w) for u in units if bwd[u.name] > 0)
+        # FSDP2's float8 all-gather moves the FP8 linears' weights in one byte (as predict's gathered_weight_bytes).
+        recipe = self.gather_fp8(c.strategy, False)
+        fp8 = {u.name: layers_fp8_weight_numel(self.model, u.layers) if recipe is not None else 0 for u in units}
+        gather_fwd = [self.cost(gc, group, "all_gather", self._gather_bytes(u.numel, fp8[u.name], recipe))
+                      for u in units]
+        gather_bwd = sum(self.cost(gc, group, "all_gather",
+                                   self._gather_bytes(bwd[u.name], fp8[u.name] if bwd[u.name] == u.numel else 0,
+                                                      recipe))
+                         for u in units if bwd[u.name] > 0)
         replicas = c.dp // world
         reduce = [self.cost(gc, group, "reduce_scatter", u.numel * g)
                   + (self.cost(gc, "inter", "all_reduce", -(-u.numel // world) * g) if hybrid and replicas > 1
@@ -1206,9 +1226,13 @@ class Planner:
         place = [of.get(b[0], (comm, "zrep", shard)) for b in buckets]
         # An expert shard group of one rank gathers and reduce-scatters nothing.
         moved = [q[2] > 1 for q in place]
-        gathers = [self.cost(gc, q[0], "all_gather", b[2] * w) if x else 0.0 for b, q, x in zip(buckets, place, moved)]
-        again = sum(self.cost(gc, q[0], "all_gather", b[2] * share * w) for b, q, x in zip(buckets, place, moved)
-                    if x) if share > 0 else 0.0
+        # FSDP2's float8 all-gather moves the FP8 linears' weights in one byte (as predict's gather_bytes).
+        recipe = self.gather_fp8(c.strategy, True)
+        fp8 = self._bucket_fp8[id(buckets)]
+        gathers = [self.cost(gc, q[0], "all_gather", self._gather_bytes(b[2], f, recipe)) if x else 0.0
+                   for b, f, q, x in zip(buckets, fp8, place, moved)]
+        again = sum(self.cost(gc, q[0], "all_gather", self._gather_bytes(b[2] * share, f * min(1.0, share), recipe))
+                    for b, f, q, x in zip(buckets, fp8, place, moved) if x) if share > 0 else 0.0
         # HSDP: each reduce-scatter's shard then all-reduced across the replica groups, behind it.
         reduces = [(self.cost(gc, q[0], "reduce_scatter", b[2] * g) if x else 0.0)
                    + (self.cost(gc, q[1], "all_reduce", -(-b[2] // q[2]) * g) if replicas > 1 else 0.0)
@@ -1584,6 +1608,8 @@ class Planner:
         numel_of = {"dp": lambda lw: lw.grad_numel - lw.expert_grad_numel, "edp": lambda lw: lw.expert_grad_numel,
                     "all": lambda lw: lw.grad_numel}
         out = []
+        fp8 = []  # per bucket, its FP8 linears' weights (none of the routed experts': predict's gather_bytes)
+        fp8_of = {lw.index: lw.fp8_numel for layers in assignment[s] for lw in (tab.work[i] for i in layers)}
         # Per chunk, what every group's buckets read: its layers' work and, with ``overlap``, when the backward
         # reaches each layer and when the forward does (a bucket is launched once the backward reaches its
         # earliest layer, needed by the forward at its earliest layer); else the chunk's backward.
@@ -1609,12 +1635,34 @@ class Planner:
                     for _, numel, members in reversed(layer_buckets(work, bucket, numel_of[group])):
                         first = min(members)
                         out.append((group, ch, numel, after_b[first], before_f[first]))
+                        fp8.append(0 if group == "edp" else sum(fp8_of[i] for i in members))
                 else:
                     numel = sum(numel_of[group](lw) for lw in work)
                     if numel:
                         out.append((group, ch, numel, chunk_backward, 0.0))
+                        fp8.append(0 if group == "edp" else sum(lw.fp8_numel for lw in work))
         hit = self._buckets[key] = tuple(out)
+        self._bucket_fp8[id(hit)] = tuple(fp8)
         return hit
+
+    def gather_fp8(self, strategy: str, layout: bool):
+        """The FP8 recipe whose float8 all-gather ``strategy``'s parameter gathers run (FSDP2's, torchtitan's
+        under a tensor/pipeline ``layout``: :func:`~dpsim.workload.fp8.fp8_all_gather`, as predict's precision for
+        that strategy), else ``None``: their bytes are then the parameters' dtype."""
+        key = ("fp8 gather", strategy, layout)
+        if key not in self._steady:
+            fp8 = self.base.execution.fp8
+            recipe = fp8_all_gather(get_fp8_recipe(fp8), strategy=strategy,
+                                    fsdp_version=self.base.parallelism.fsdp_version, layout=layout) \
+                if fp8 is not None else None
+            self._steady[key] = recipe if recipe is not None and recipe.fsdp_float8_all_gather else None
+        return self._steady[key]
+
+    def _gather_bytes(self, numel: float, fp8_numel: float, recipe) -> float:
+        """One all-gather's bytes: ``fp8_numel`` of its ``numel`` parameters in one byte under ``recipe``'s float8
+        all-gather (:meth:`gather_fp8`; ``None``: all in the parameters' dtype)."""
+        w = self.precision.weight_bytes
+        return numel * w if recipe is None else gathered_weight_bytes(numel, fp8_numel, w, recipe)
 
     def stage_dp(self, gc: GroupCollectives, tab: _Tables, assignment, s: int, *, strategy: str, bucket: int,
                  grad_group: int, edp: int, overlap: bool,
@@ -1687,7 +1735,8 @@ class Planner:
         stall = 0.0
         fsdp = strategy in ("fsdp", "fsdp-hybrid")
         if strategy == "zero1" or fsdp:
-            ready, queue = self._gathers_ready(gc, buckets, groups, comm_of, alone, tuple(range(len(chunk_forward))))
+            ready, queue = self._gathers_ready(gc, buckets, groups, comm_of, alone, tuple(range(len(chunk_forward))),
+                                               self.gather_fp8(strategy, True))
             if leads is None:
                 stall = max(0.0, *(r - before_f[ch] for ch, r in enumerate(ready)))
             # DualPipe: its replay waits for them (:meth:`dualpipe_s`, :meth:`stage_gathers`).
@@ -1741,26 +1790,28 @@ class Planner:
         return seconds, 0.0
 
     def _gathers_ready(self, gc: GroupCollectives, buckets, groups, comm_of, alone,
-                       order: tuple[int, ...]) -> tuple[tuple[float, ...], float]:
+                       order: tuple[int, ...], recipe=None) -> tuple[tuple[float, ...], float]:
         """The parameter all-gathers of a stage's ``buckets`` (:meth:`stage_buckets`), launched at the step's
         start and played one after another on its stream in the order its schedule first uses them (as
         predict's program queues them): the chunks in ``order``, each's buckets by the layer that first needs
         them, a block's dense bucket before its experts'. ``(per chunk, the earliest its first forward can
-        start, each layer's first forward waiting for its bucket; all of them)``; cached."""
-        key = ("gathers", id(gc), id(buckets), order, tuple(comm_of.items()), alone["edp"])
+        start, each layer's first forward waiting for its bucket; all of them)``; ``recipe``: the float8
+        all-gather's (:meth:`gather_fp8`), its buckets' FP8 weights in one byte; cached."""
+        key = ("gathers", id(gc), id(buckets), order, tuple(comm_of.items()), alone["edp"], recipe is not None)
         hit = self._dp_costs.get(key)
         if hit is not None:
             return hit
-        w = self.precision.weight_bytes
+        fp8 = self._bucket_fp8[id(buckets)] if recipe is not None else (0,) * len(buckets)
         rank = {ch: k for k, ch in enumerate(order)}
         place = {group: k for k, group in enumerate(groups)}
         gather_of = {group: self.cost_table(gc, comm_of.get(group, group), "all_gather") for group in groups}
         ready = [0.0] * len(order)
         queue = 0.0
-        for group, ch, numel, _, needed in sorted(buckets, key=lambda b: (rank[b[1]], b[4], place[b[0]])):
+        for (group, ch, numel, _, needed), f in sorted(zip(buckets, fp8),
+                                                       key=lambda b: (rank[b[0][1]], b[0][4], place[b[0][0]])):
             if alone.get(group):
                 continue
-            size = numel * w
+            size = self._gather_bytes(numel, f, recipe)
             seconds = gather_of[group].get(size)
             if seconds is None:
                 seconds = self.cost(gc, comm_of.get(group, group), "all_gather", size)
@@ -1781,7 +1832,7 @@ class Planner:
             return (0.0,) * v, 0.0
         groups, buckets, comm_of, alone, *_ = self._dp_groups(
             gc, tab, assignment, s, strategy=strategy, bucket=bucket, grad_group=grad_group, edp=edp, overlap=overlap)
-        return self._gathers_ready(gc, buckets, groups, comm_of, alone, order)
+        return self._gathers_ready(gc, buckets, groups, comm_of, alone, order, self.gather_fp8(strategy, True))
 
     @staticmethod
     def _experts_apart(gc: GroupCollectives, strategy: str) -> bool:
@@ -1811,6 +1862,42 @@ class Planner:
             forward = tuple(tuple(sum(tab.forward[i] for i in layers) for layers in chunks) for chunks in assignment)
             backward = tuple(tuple(sum(tab.backward[i] for i in layers) for layers in chunks) for chunks in assignment)
             hit = self._steady[key] = (forward, backward, tuple(map(max, zip(*backward))))
+        return hit
+
+    def blocking_s(self, tab: _Tables, assignment, p: int, v: int, m: int, transfer: float = 0.0, token: float = 0.0,
+                   gather: float = 0.0) -> float:
+        """1F1B's (``v`` 1) or the interleaved schedule's step from the first forward to the last exchange, replayed
+        with each stage's own chunks and the blocking exchanges as the pipeline program plays them
+        (:func:`~dpsim.strategies.pipeline.blocking_stage_times`; ``transfer``, ``token``, ``gather``: its
+        transfer, ready message and receiver's all-gather; 0: transfers free); only where :data:`MAX_REPLAY_OPS`
+        allows; cached."""
+        key = ("blocking", id(tab), id(assignment), p, v, m, transfer, token, gather)
+        hit = self._steady.get(key)
+        if hit is None:
+            forward, backward, _ = self.chunk_sums(tab, assignment)
+            casts = [[sum(tab.first_forward[i] for i in layers) for layers in chunks] for chunks in assignment]
+            hit = self._steady[key] = max(blocking_stage_times(p, v, m, forward, backward, casts, transfer, token,
+                                                               gather)[1])
+        return hit
+
+    def blocking_dp_s(self, tab: _Tables, assignment, p: int, v: int, m: int, streams, contention: float,
+                      transfer: float, token: float, gather: float) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+        """:meth:`blocking_s` with each stage's data-parallel collectives
+        played beside its compute (``streams``: :meth:`stage_streams`; compute beside them ``contention`` per
+        second slower, as the engine plays it): ``(step, per stage its last backward's end, its reductions')``.
+        Why here and not after the pipeline (:meth:`stage_dp`'s 1F1B drain): the parameter gathers hold the
+        first forwards, which every later stage waits for, and the reductions of a chunk's last backward slow
+        the backwards that pace the drain (Mixtral-8x7B tp2 pp4 ep8 ddp, interleaved 8 chunks, ``m = 2p``:
+        0.96x with the closed form's drain); cached."""
+        key = ("blocking dp", id(tab), id(assignment), p, v, m, id(streams), contention, transfer, token, gather)
+        hit = self._steady.get(key)
+        if hit is None:
+            forward, backward, _ = self.chunk_sums(tab, assignment)
+            casts = [[sum(tab.first_forward[i] for i in layers) for layers in chunks] for chunks in assignment]
+            slow = 1.0 / (1.0 - contention) if contention < 1.0 else math.inf
+            last_b, clock, reduced = blocking_stage_times(p, v, m, forward, backward, casts, transfer, token, gather,
+                                                          streams, slow)
+            hit = self._steady[key] = (max(clock), tuple(last_b), tuple(reduced))
         return hit
 
     def interleaved_steady_s(self, tab: _Tables, assignment, p: int, v: int, *, all_warmup: bool) -> float:
@@ -1987,7 +2074,8 @@ class Planner:
             groups, buckets, comm_of, alone, ereplicas, shard, replicated = self._dp_groups(
                 gc, tab, assignment, s, strategy=strategy, bucket=bucket, grad_group=grad_group, edp=edp,
                 overlap=True)
-            ready, queue = self._gathers_ready(gc, buckets, groups, comm_of, alone, tuple(range(v))) \
+            ready, queue = self._gathers_ready(gc, buckets, groups, comm_of, alone, tuple(range(v)),
+                                               self.gather_fp8(strategy, True)) \
                 if gathering else ((0.0,) * v, 0.0)
             reduce_of = {group: self.cost_table(gc, comm_of.get(group, group), op) for group in groups}
             chunks: list[list[tuple[float, float]]] = [[] for _ in range(v)]
@@ -2101,9 +2189,17 @@ class Planner:
             # Fill and drain of (p - 1)(F + B - W) instead of (p - 1)(F + B + W) (Qi et al. 2024).
             share = sum(tab.weight_grad[i] for layers in virtual_layers for i in layers) / sum(x)
             pipe = m * xmax + (sum(x) - xmax) * max(0.0, 1.0 - 2.0 * share)
-        # Each chunk's first forward also casts its FP8 weights (LayerWork.first_forward_s): the first
-        # micro-batch's path through the stages runs every one of them.
-        pipe += sum(tab.first_forward)
+        # 1F1B and the interleaved schedule with m > p (m = p: the two waves) replayed with their blocking exchanges
+        # (an a2a overlap's pairs are cut below, from the closed form).
+        replayed = p > 1 and not c.moe_a2a_overlap and 2 * p * v * m <= MAX_REPLAY_OPS and (
+            c.schedule == "1f1b" or (c.schedule == "1f1b-interleaved" and v > 1 and m > p))
+        if replayed:
+            # Stage by stage, each first forward's FP8 casts with it.
+            pipe = self.blocking_s(tab, assignment, p, v, m)
+        else:
+            # Each chunk's first forward also casts its FP8 weights (LayerWork.first_forward_s): the first
+            # micro-batch's path through the stages runs every one of them.
+            pipe += sum(tab.first_forward)
         if c.moe_a2a_overlap and not dual:
             # The heaviest stage's paired ops (a2a_pairs) each run shorter by a2a_overlap_cut of a
             # forward and a backward of its average chunk.
@@ -2128,6 +2224,10 @@ class Planner:
             # The two waves with each transfer on their path, as many as cross it.
             p2p = self.interleaved_all_warmup_s(tab, assignment, p, v, p2p_one + gather) \
                 - self.interleaved_all_warmup_s(tab, assignment, p, v)
+        if replayed:
+            # The replay with each transfer, ready message and all-gather where the blocking exchanges put them.
+            p2p = self.blocking_s(tab, assignment, p, v, m, p2p_one, self.cost(gc, "pp", "broadcast", 0.0),
+                                  gather) - pipe
         if c.sharded:
             # The step is pipe + p2p + dp_exposed + optimizer, the last two never negative below (each
             # stage's exposed reductions, stage 0's at least, and its gathers' stall are maxima with 0; the
@@ -2203,7 +2303,21 @@ class Planner:
             # The interleaved schedule with m = p: every stage's collectives played in the two waves
             # (interleaved_all_warmup_dp_s), their stalls and slowdowns with them.
             waves = None
-            if all_warmup and overlap and collectives \
+            # 1F1B and the interleaved schedule past m = p, where replayed: likewise in the replay.
+            # Not with parameter gathers (zero1, fsdp): played at the step's start they read up to 1.033x (Mixtral
+            # tp8 pp2 ep8 zero1 v4 m = 2p, 1.03x more slowdown than the engine's), the closed form's stall 0.99x.
+            replay_dp = replayed and overlap and collectives \
+                and not reshards_after_forward(layout) and c.strategy == "ddp"
+            if replay_dp:
+                streams = self.stage_streams(gc, tab, assignment, strategy=c.strategy, bucket=self.bucket(grad_group),
+                                             grad_group=grad_group, edp=edp,
+                                             kinds=tuple((stage_params[s], per_stage[s][2],
+                                                          tuple(len(layers) for layers in assignment[s]))
+                                                         for s in range(p)))
+                token = self.cost(gc, "pp", "broadcast", 0.0)
+                waves = self.blocking_dp_s(tab, assignment, p, v, m, streams, contention, p2p_one, token, gather)
+                pipe += waves[0] - self.blocking_s(tab, assignment, p, v, m, p2p_one, token, gather)
+            elif all_warmup and overlap and collectives \
                     and not reshards_after_forward(layout):
                 streams = self.stage_streams(gc, tab, assignment, strategy=c.strategy, bucket=self.bucket(grad_group),
                                              grad_group=grad_group, edp=edp,
