@@ -220,9 +220,13 @@ def fit(train: list[str]) -> NcclTuning:
                   if k != "node" and VERBS_KINDS.get(k, False) == VERBS_KINDS.get(kind, False)]
         return statistics.median(family) if family else fallback_net
 
-    # A host overhead cannot be negative: where NCCL's own latency already exceeds a system's
-    # smallest-message time (the #309 pairs, 1 us under it), nothing is added.
-    overheads = tuple((k, round(max(0.0, overhead(k)), 1)) for k in CALL_SCOPES)
+    # A host overhead cannot be negative, and a call across the NICs does at least the host work
+    # of one inside a server (launch, enqueue, completion): a transport kind adds to ``node``'s,
+    # never takes from it. Where NCCL's own latency already exceeds a system's smallest-message
+    # time (the #309 pairs, 1 us under it), its NET hop latencies overestimate that system; the
+    # host side is still ``node``'s.
+    node = max(0.0, medians.get("node", 0.0))
+    overheads = tuple((k, round(max(node, overhead(k)) if k != "node" else node, 1)) for k in CALL_SCOPES)
     scored = [r for r in rows if r.scored]
     node_rows = [r for r in scored if scope(r)[1] == "node"]
     net_rows = [r for r in scored if scope(r)[1] in ("network", "verbs")]

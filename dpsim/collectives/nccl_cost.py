@@ -224,7 +224,7 @@ class NcclCost:
         and its values just below each regime change under ``size_bytes``.
         """
         raw = self.raw_cost(algorithm, protocol, op, size_bytes)
-        worst = max(raw.time_s + self._ramp_extra_s(raw, size_bytes),
+        worst = max(raw.time_s + self._ramp_extra_s(raw, op, size_bytes),
                     self._below_regime_changes_s(algorithm, protocol, op, size_bytes))
         if worst > raw.time_s:
             raw = Choice(algorithm=raw.algorithm, protocol=raw.protocol, time_s=worst,
@@ -243,24 +243,41 @@ class NcclCost:
             tops, top = [], 0.0
             for b in sizes:
                 below = self.raw_cost(algorithm, protocol, op, b - 1)
-                top = max(top, below.time_s + self._ramp_extra_s(below, b - 1))
+                top = max(top, below.time_s + self._ramp_extra_s(below, op, b - 1))
                 tops.append(top)
             table = self._below[key] = (sizes, tops)
         sizes, tops = table
         i = bisect_right(sizes, size_bytes)
         return tops[i - 1] if i else 0.0
 
-    def _ramp_extra_s(self, raw: Choice, size_bytes: float) -> float:
+    def _ramp_extra_s(self, raw: Choice, op: str, size_bytes: float) -> float:
         """What the Simple protocol's bandwidth ramp (:meth:`NcclTuning.ramp`) adds to a transfer:
         LL and LL128 carry their own factors from NCCL's model, Simple reaches its bandwidth
-        only on large messages (measured; see ``validation/accuracy_collectives.py``)."""
+        only on large messages (measured; see ``validation/accuracy_collectives.py``).
+
+        A call across the NICs still streams its chunks through each server's own links in the
+        same 512 KiB Simple pipeline, so it pays at least the server's ramp on the time its flows
+        inside the servers take (the flow model's ``t_in`` per phase); the network's ramp (fitted
+        on the whole call's time, ``verbs``: none) can only add to that. Without this, a ring of
+        16 GPUs over InfiniBand ramped less than the same ring on 8 GPUs of one server and came
+        out faster per call (6.35 -> 4.64 ms, ``--algo ring --proto Simple``)."""
         if raw.protocol != "Simple" or raw.algorithm == "nvls":
             return 0.0  # NVLS: its chunk steps (:meth:`nvls_steps_s`) are its mid-size cost
         if raw.algorithm == "nvls_tree" and self.facts.crosses_nics:
-            scope = "nvls_tree"  # its 32-128 KiB chunks stream unlike a ring's or tree's 512 KiB ones
-        else:
-            scope = self.facts.ramp_scope
-        return raw.transfer_s * (1.0 / self.tuning.ramp(scope, size_bytes) - 1.0)
+            # Its 32-128 KiB chunks stream unlike a ring's or tree's 512 KiB ones; inside the
+            # servers it runs NVLS, which has no ramp.
+            return raw.transfer_s * (1.0 / self.tuning.ramp("nvls_tree", size_bytes) - 1.0)
+        extra = raw.transfer_s * (1.0 / self.tuning.ramp(self.facts.ramp_scope, size_bytes) - 1.0)
+        if self.facts.crosses_nics:
+            inside_s = size_bytes * self._inside_seconds_per_byte(raw.algorithm, op)
+            extra = max(extra, inside_s * (1.0 / self.tuning.ramp(self.facts.server_ramp_scope, size_bytes) - 1.0))
+        return extra
+
+    def _inside_seconds_per_byte(self, algorithm: str, op: str) -> float:
+        """Per byte of the message, how long the flows inside the servers take at the full
+        channel count (the flow model's per-phase ``t_in``, summed over the phases)."""
+        pc = self.plans.plan_cost(algorithm, op)
+        return sum(r * t_in for r, t_in, _ in pc.phase_seconds_per_byte if math.isfinite(t_in) and t_in > 0)
 
     def _breakpoints(self, algorithm: str, protocol: str, op: str) -> list[float]:
         """Sizes where NCCL's regime changes: channels kept, NVLS(-tree) chunk, tree correction."""
@@ -343,14 +360,19 @@ class NcclCost:
 
     @cached_property
     def call_overhead_s(self) -> float:
-        """Per-call host overhead: the topology's ``launch_overhead_us``, else the transport's own,
-        else the fitted default of the scope (one server, or the NICs' transport kind)."""
+        """Per-call host overhead: the topology's ``launch_overhead_us``, else the fitted default
+        of the scope (one server, or the NICs' transport kind: :meth:`NcclTuning.call_overhead_s`).
+
+        A transport's own ``call_overhead_us`` is what it adds to the call's host work inside the
+        servers (the launch, the enqueue, the completion every rank waits on, all paid by a
+        call that stays in one server too): the call pays at least that host work, so a call
+        across the NICs never has less fixed cost than the same call inside one server."""
         if self.facts.spec.launch_overhead_s is not None:
             return self.facts.spec.launch_overhead_s
         if self.facts.crosses_nics:
             transport = self.facts.spec.fabric.transport
             if transport.call_overhead_s is not None:
-                return transport.call_overhead_s
+                return max(self.tuning.call_overhead_s("node"), transport.call_overhead_s)
             return self.tuning.call_overhead_s(transport.kind)
         return self.tuning.call_overhead_s("node")
 
