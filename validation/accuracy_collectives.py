@@ -22,7 +22,8 @@ How the fit works (:func:`fit`): a per-call overhead per scope (collectives insi
 server, or the transport kind of the NICs) is the median over the training systems of that
 scope of what their smallest-message row (below 1 MiB, never scored) measures beyond the
 model without an overhead; a scope without a training system takes the median of the
-others (network scopes) or of all. Then the ramp (half size per scope, one exponent), the NVLS
+others (network scopes) or of all; a transport kind never takes less than ``node`` (a call
+across the NICs does the host work of one inside a server and more). Then the ramp (half size per scope, one exponent), the NVLS
 chunk step (latency and per-channel rate, on the rows of the systems that run NVLS inside one
 server, between a fit of the node ramp without steps and one with them) and the
 NVLS-tree round-trip scale are searched on a grid, minimising the mean squared log error of

@@ -21,7 +21,10 @@ communicator's fabric facts (:mod:`dpsim.collectives.fabric_facts`):
   other algorithms and protocols scale with them. Ring/Simple all-reduce across
   servers multiplies the latency by 1.4 (1.9 before Ampere): NCCL's "plateau effect".
   On multi-server rings an intra hop costs at least the network post overhead
-  (1 us, x3 for Simple). Plus the topology's ``launch_overhead_us`` per call.
+  (1 us, x3 for Simple). Plus the topology's ``launch_overhead_us`` per call, else the fitted
+  per-call overhead of its scope, which across the NICs is never less than inside a server.
+- **Ramp** (Simple): the fitted bandwidth ramp of the call's scope; a call across the NICs also
+  ramps the time its flows take inside the servers by the server's ramp, whichever adds more.
 - **Protocols** LL moves 8 data bytes per 16 (bus bandwidth x 0.5, capped at
   ``llMaxBw``), LL128 120 of 128 (x 0.92 on rings; x 120/128 on trees across
   servers, x 7/9 inside one), Simple all of it; tree all-reduce x 0.92, across servers
@@ -256,11 +259,16 @@ class NcclCost:
         only on large messages (measured; see ``validation/accuracy_collectives.py``).
 
         A call across the NICs still streams its chunks through each server's own links in the
-        same 512 KiB Simple pipeline, so it pays at least the server's ramp on the time its flows
-        inside the servers take (the flow model's ``t_in`` per phase); the network's ramp (fitted
-        on the whole call's time, ``verbs``: none) can only add to that. Without this, a ring of
-        16 GPUs over InfiniBand ramped less than the same ring on 8 GPUs of one server and came
-        out faster per call (6.35 -> 4.64 ms, ``--algo ring --proto Simple``)."""
+        same 512 KiB Simple pipeline, and a pipeline runs at the pace of its slowest stage: per
+        phase, the flows inside the servers at the server's ramp or those between servers at the
+        network's (:meth:`_staged_seconds_per_byte`), whichever is slower; the network's ramp on
+        the whole call's time (as fitted, ``verbs``: none) stands where it adds more. Without
+        the servers' stage, a ring of 16 GPUs over InfiniBand whose NVLink flows bound it ramped
+        less than the same ring on 8 GPUs of one server and came out faster per call (1.99 ->
+        1.47 ms for 256 MiB, ``--algo ring --proto Simple``). Where the NICs bound the call (the
+        A100 HDR pairs of the reference rows), the servers' ramped stage stays under the network's
+        and nothing changes; charging the servers' ramp on their whole in-server time instead
+        made a100-hdr4-x3's 128 MiB rows 41 % slow (10 % before)."""
         if raw.protocol != "Simple" or raw.algorithm == "nvls":
             return 0.0  # NVLS: its chunk steps (:meth:`nvls_steps_s`) are its mid-size cost
         if raw.algorithm == "nvls_tree" and self.facts.crosses_nics:
@@ -269,15 +277,23 @@ class NcclCost:
             return raw.transfer_s * (1.0 / self.tuning.ramp("nvls_tree", size_bytes) - 1.0)
         extra = raw.transfer_s * (1.0 / self.tuning.ramp(self.facts.ramp_scope, size_bytes) - 1.0)
         if self.facts.crosses_nics:
-            inside_s = size_bytes * self._inside_seconds_per_byte(raw.algorithm, op)
-            extra = max(extra, inside_s * (1.0 / self.tuning.ramp(self.facts.server_ramp_scope, size_bytes) - 1.0))
+            staged_s = size_bytes * self._staged_seconds_per_byte(raw.algorithm, op, size_bytes)
+            extra = max(extra, staged_s - raw.transfer_s)
         return extra
 
-    def _inside_seconds_per_byte(self, algorithm: str, op: str) -> float:
-        """Per byte of the message, how long the flows inside the servers take at the full
-        channel count (the flow model's per-phase ``t_in``, summed over the phases)."""
+    def _staged_seconds_per_byte(self, algorithm: str, op: str, size_bytes: float) -> float:
+        """Per byte of the message, the pipeline's pace when each stage ramps by its own tier:
+        per phase the slower of the flows inside the servers (``t_in``) at the server's ramp and
+        the flows between them (``t_out``) at the network's (the flow model's per-phase times at
+        the full channel count)."""
         pc = self.plans.plan_cost(algorithm, op)
-        return sum(r * t_in for r, t_in, _ in pc.phase_seconds_per_byte if math.isfinite(t_in) and t_in > 0)
+        f_in = self.tuning.ramp(self.facts.server_ramp_scope, size_bytes)
+        f_out = self.tuning.ramp(self.facts.ramp_scope, size_bytes)
+        total = 0.0
+        for repeat, t_in, t_out in pc.phase_seconds_per_byte:
+            paces = [t / f for t, f in ((t_in, f_in), (t_out, f_out)) if math.isfinite(t) and t > 0]
+            total += repeat * max(paces, default=0.0)
+        return total
 
     def _breakpoints(self, algorithm: str, protocol: str, op: str) -> list[float]:
         """Sizes where NCCL's regime changes: channels kept, NVLS(-tree) chunk, tree correction."""
