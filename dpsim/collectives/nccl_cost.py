@@ -23,8 +23,6 @@ communicator's fabric facts (:mod:`dpsim.collectives.fabric_facts`):
   On multi-server rings an intra hop costs at least the network post overhead
   (1 us, x3 for Simple). Plus the topology's ``launch_overhead_us`` per call, else the fitted
   per-call overhead of its scope, which across the NICs is never less than inside a server.
-- **Ramp** (Simple): the fitted bandwidth ramp of the call's scope; a call across the NICs also
-  ramps the time its flows take inside the servers by the server's ramp, whichever adds more.
 - **Protocols** LL moves 8 data bytes per 16 (bus bandwidth x 0.5, capped at
   ``llMaxBw``), LL128 120 of 128 (x 0.92 on rings; x 120/128 on trees across
   servers, x 7/9 inside one), Simple all of it; tree all-reduce x 0.92, across servers
@@ -227,7 +225,7 @@ class NcclCost:
         and its values just below each regime change under ``size_bytes``.
         """
         raw = self.raw_cost(algorithm, protocol, op, size_bytes)
-        worst = max(raw.time_s + self._ramp_extra_s(raw, op, size_bytes),
+        worst = max(raw.time_s + self._ramp_extra_s(raw, size_bytes),
                     self._below_regime_changes_s(algorithm, protocol, op, size_bytes))
         if worst > raw.time_s:
             raw = Choice(algorithm=raw.algorithm, protocol=raw.protocol, time_s=worst,
@@ -246,54 +244,29 @@ class NcclCost:
             tops, top = [], 0.0
             for b in sizes:
                 below = self.raw_cost(algorithm, protocol, op, b - 1)
-                top = max(top, below.time_s + self._ramp_extra_s(below, op, b - 1))
+                top = max(top, below.time_s + self._ramp_extra_s(below, b - 1))
                 tops.append(top)
             table = self._below[key] = (sizes, tops)
         sizes, tops = table
         i = bisect_right(sizes, size_bytes)
         return tops[i - 1] if i else 0.0
 
-    def _ramp_extra_s(self, raw: Choice, op: str, size_bytes: float) -> float:
+    def _ramp_extra_s(self, raw: Choice, size_bytes: float) -> float:
         """What the Simple protocol's bandwidth ramp (:meth:`NcclTuning.ramp`) adds to a transfer:
         LL and LL128 carry their own factors from NCCL's model, Simple reaches its bandwidth
         only on large messages (measured; see ``validation/accuracy_collectives.py``).
 
-        A call across the NICs still streams its chunks through each server's own links in the
-        same 512 KiB Simple pipeline, and a pipeline runs at the pace of its slowest stage: per
-        phase, the flows inside the servers at the server's ramp or those between servers at the
-        network's (:meth:`_staged_seconds_per_byte`), whichever is slower; the network's ramp on
-        the whole call's time (as fitted, ``verbs``: none) stands where it adds more. Without
-        the servers' stage, a ring of 16 GPUs over InfiniBand whose NVLink flows bound it ramped
-        less than the same ring on 8 GPUs of one server and came out faster per call (1.99 ->
-        1.47 ms for 256 MiB, ``--algo ring --proto Simple``). Where the NICs bound the call (the
-        A100 HDR pairs of the reference rows), the servers' ramped stage stays under the network's
-        and nothing changes; charging the servers' ramp on their whole in-server time instead
-        made a100-hdr4-x3's 128 MiB rows 41 % slow (10 % before)."""
+        The ramp is fitted per scope on whole calls (``node`` halves the bandwidth at 64 MiB,
+        ``verbs`` has none): a Simple call across servers whose NVLink flows bound it can come
+        out cheaper than the same call inside one server (left alone:
+        ``tests/test_collective_tier_monotone.py``, ``RAMPED``)."""
         if raw.protocol != "Simple" or raw.algorithm == "nvls":
             return 0.0  # NVLS: its chunk steps (:meth:`nvls_steps_s`) are its mid-size cost
         if raw.algorithm == "nvls_tree" and self.facts.crosses_nics:
-            # Its 32-128 KiB chunks stream unlike a ring's or tree's 512 KiB ones; inside the
-            # servers it runs NVLS, which has no ramp.
-            return raw.transfer_s * (1.0 / self.tuning.ramp("nvls_tree", size_bytes) - 1.0)
-        extra = raw.transfer_s * (1.0 / self.tuning.ramp(self.facts.ramp_scope, size_bytes) - 1.0)
-        if self.facts.crosses_nics:
-            staged_s = size_bytes * self._staged_seconds_per_byte(raw.algorithm, op, size_bytes)
-            extra = max(extra, staged_s - raw.transfer_s)
-        return extra
-
-    def _staged_seconds_per_byte(self, algorithm: str, op: str, size_bytes: float) -> float:
-        """Per byte of the message, the pipeline's pace when each stage ramps by its own tier:
-        per phase the slower of the flows inside the servers (``t_in``) at the server's ramp and
-        the flows between them (``t_out``) at the network's (the flow model's per-phase times at
-        the full channel count)."""
-        pc = self.plans.plan_cost(algorithm, op)
-        f_in = self.tuning.ramp(self.facts.server_ramp_scope, size_bytes)
-        f_out = self.tuning.ramp(self.facts.ramp_scope, size_bytes)
-        total = 0.0
-        for repeat, t_in, t_out in pc.phase_seconds_per_byte:
-            paces = [t / f for t, f in ((t_in, f_in), (t_out, f_out)) if math.isfinite(t) and t > 0]
-            total += repeat * max(paces, default=0.0)
-        return total
+            scope = "nvls_tree"  # its 32-128 KiB chunks stream unlike a ring's or tree's 512 KiB ones
+        else:
+            scope = self.facts.ramp_scope
+        return raw.transfer_s * (1.0 / self.tuning.ramp(scope, size_bytes) - 1.0)
 
     def _breakpoints(self, algorithm: str, protocol: str, op: str) -> list[float]:
         """Sizes where NCCL's regime changes: channels kept, NVLS(-tree) chunk, tree correction."""
@@ -379,10 +352,10 @@ class NcclCost:
         """Per-call host overhead: the topology's ``launch_overhead_us``, else the fitted default
         of the scope (one server, or the NICs' transport kind: :meth:`NcclTuning.call_overhead_s`).
 
-        A transport's own ``call_overhead_us`` is what it adds to the call's host work inside the
-        servers (the launch, the enqueue, the completion every rank waits on, all paid by a
-        call that stays in one server too): the call pays at least that host work, so a call
-        across the NICs never has less fixed cost than the same call inside one server."""
+        A transport's own ``call_overhead_us`` is the whole call's across its NICs, never less
+        than the fitted ``node`` one: the launch, the enqueue and the completion every rank waits
+        on are paid by a call that stays in one server too, so a call across the NICs never has
+        less fixed cost than the same call inside one server."""
         if self.facts.spec.launch_overhead_s is not None:
             return self.facts.spec.launch_overhead_s
         if self.facts.crosses_nics:
