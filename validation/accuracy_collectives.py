@@ -22,7 +22,8 @@ How the fit works (:func:`fit`): a per-call overhead per scope (collectives insi
 server, or the transport kind of the NICs) is the median over the training systems of that
 scope of what their smallest-message row (below 1 MiB, never scored) measures beyond the
 model without an overhead; a scope without a training system takes the median of the
-others (network scopes) or of all. Then the ramp (half size per scope, one exponent), the NVLS
+others (network scopes) or of all; a transport kind never takes less than ``node`` (a call
+across the NICs does the host work of one inside a server and more). Then the ramp (half size per scope, one exponent), the NVLS
 chunk step (latency and per-channel rate, on the rows of the systems that run NVLS inside one
 server, between a fit of the node ramp without steps and one with them) and the
 NVLS-tree round-trip scale are searched on a grid, minimising the mean squared log error of
@@ -220,9 +221,13 @@ def fit(train: list[str]) -> NcclTuning:
                   if k != "node" and VERBS_KINDS.get(k, False) == VERBS_KINDS.get(kind, False)]
         return statistics.median(family) if family else fallback_net
 
-    # A host overhead cannot be negative: where NCCL's own latency already exceeds a system's
-    # smallest-message time (the #309 pairs, 1 us under it), nothing is added.
-    overheads = tuple((k, round(max(0.0, overhead(k)), 1)) for k in CALL_SCOPES)
+    # A host overhead cannot be negative, and a call across the NICs does at least the host work
+    # of one inside a server (launch, enqueue, completion): a transport kind adds to ``node``'s,
+    # never takes from it. Where NCCL's own latency already exceeds a system's smallest-message
+    # time (the #309 pairs, 1 us under it), its NET hop latencies overestimate that system; the
+    # host side is still ``node``'s.
+    node = max(0.0, medians.get("node", 0.0))
+    overheads = tuple((k, round(max(node, overhead(k)) if k != "node" else node, 1)) for k in CALL_SCOPES)
     scored = [r for r in rows if r.scored]
     node_rows = [r for r in scored if scope(r)[1] == "node"]
     net_rows = [r for r in scored if scope(r)[1] in ("network", "verbs")]

@@ -21,7 +21,8 @@ communicator's fabric facts (:mod:`dpsim.collectives.fabric_facts`):
   other algorithms and protocols scale with them. Ring/Simple all-reduce across
   servers multiplies the latency by 1.4 (1.9 before Ampere): NCCL's "plateau effect".
   On multi-server rings an intra hop costs at least the network post overhead
-  (1 us, x3 for Simple). Plus the topology's ``launch_overhead_us`` per call.
+  (1 us, x3 for Simple). Plus the topology's ``launch_overhead_us`` per call, else the fitted
+  per-call overhead of its scope, which across the NICs is never less than inside a server.
 - **Protocols** LL moves 8 data bytes per 16 (bus bandwidth x 0.5, capped at
   ``llMaxBw``), LL128 120 of 128 (x 0.92 on rings; x 120/128 on trees across
   servers, x 7/9 inside one), Simple all of it; tree all-reduce x 0.92, across servers
@@ -253,7 +254,12 @@ class NcclCost:
     def _ramp_extra_s(self, raw: Choice, size_bytes: float) -> float:
         """What the Simple protocol's bandwidth ramp (:meth:`NcclTuning.ramp`) adds to a transfer:
         LL and LL128 carry their own factors from NCCL's model, Simple reaches its bandwidth
-        only on large messages (measured; see ``validation/accuracy_collectives.py``)."""
+        only on large messages (measured; see ``validation/accuracy_collectives.py``).
+
+        The ramp is fitted per scope on whole calls (``node`` halves the bandwidth at 64 MiB,
+        ``verbs`` has none): a Simple call across servers whose NVLink flows bound it can come
+        out cheaper than the same call inside one server (left alone:
+        ``tests/test_collective_tier_monotone.py``, ``RAMPED``)."""
         if raw.protocol != "Simple" or raw.algorithm == "nvls":
             return 0.0  # NVLS: its chunk steps (:meth:`nvls_steps_s`) are its mid-size cost
         if raw.algorithm == "nvls_tree" and self.facts.crosses_nics:
@@ -343,14 +349,19 @@ class NcclCost:
 
     @cached_property
     def call_overhead_s(self) -> float:
-        """Per-call host overhead: the topology's ``launch_overhead_us``, else the transport's own,
-        else the fitted default of the scope (one server, or the NICs' transport kind)."""
+        """Per-call host overhead: the topology's ``launch_overhead_us``, else the fitted default
+        of the scope (one server, or the NICs' transport kind: :meth:`NcclTuning.call_overhead_s`).
+
+        A transport's own ``call_overhead_us`` is the whole call's across its NICs, never less
+        than the fitted ``node`` one: the launch, the enqueue and the completion every rank waits
+        on are paid by a call that stays in one server too, so a call across the NICs never has
+        less fixed cost than the same call inside one server."""
         if self.facts.spec.launch_overhead_s is not None:
             return self.facts.spec.launch_overhead_s
         if self.facts.crosses_nics:
             transport = self.facts.spec.fabric.transport
             if transport.call_overhead_s is not None:
-                return transport.call_overhead_s
+                return max(self.tuning.call_overhead_s("node"), transport.call_overhead_s)
             return self.tuning.call_overhead_s(transport.kind)
         return self.tuning.call_overhead_s("node")
 

@@ -312,7 +312,10 @@ class NcclTuning:
     latencies (25 + 20.9 us on Hopper). 1.0 = NCCL's own latencies."""
     call_overhead_us: tuple[tuple[str, float], ...] = ()
     """Per-call host overhead beyond NCCL's modelled latency (kernel launch, proxy, plugin), us,
-    by scope (:data:`CALL_SCOPES`): what a topology without ``launch_overhead_us`` gets."""
+    by scope (:data:`CALL_SCOPES`): what a topology without ``launch_overhead_us`` gets. A
+    transport kind's value is the whole call's: the host work of a call inside one server
+    (``node``) plus what the transport adds, never less than ``node``
+    (:meth:`call_overhead_s`)."""
     ramp_half_bytes: tuple[tuple[str, float], ...] = ()
     """Message size at which the size-dependent part runs at half its bandwidth, by scope
     (:data:`RAMP_SCOPES`); 0: no ramp."""
@@ -326,8 +329,17 @@ class NcclTuning:
     heads' chunks counted; 0: no chunk-step term (the NVLS time is its bandwidth bound)."""
 
     def call_overhead_s(self, scope: str) -> float:
-        """Per-call overhead of ``scope``, seconds (0 when not fitted)."""
-        return dict(self.call_overhead_us).get(scope, 0.0) * 1e-6
+        """Per-call overhead of ``scope``, seconds (0 when not fitted).
+
+        A call across the NICs launches the same kernels, enqueues the same work and waits on the
+        same completion as one inside a server; the network's proxy and plugin only add to that
+        (NCCL's own model charges no host work at all: ``ncclTopoGetAlgoTime`` is latency + size
+        / bandwidth, src/graph/tuning.cc@5067397), so a transport kind pays at least ``node``'s."""
+        own = dict(self.call_overhead_us)
+        value = own.get(scope, 0.0)
+        if scope != "node":
+            value = max(value, own.get("node", 0.0))
+        return value * 1e-6
 
     def ramp(self, scope: str, size_bytes: float) -> float:
         """Fraction of the size-dependent bandwidth a message of ``size_bytes`` reaches in ``scope``."""
@@ -346,7 +358,7 @@ class NcclTuning:
 
 FITTED_TUNING = NcclTuning(
     nvls_tree_rtt_scale=1.0,
-    call_overhead_us=(("node", 28.2), ("ib", 0.0), ("roce", 0.0), ("socket", 48.8), ("efa", 56.4),
+    call_overhead_us=(("node", 28.2), ("ib", 28.2), ("roce", 28.2), ("socket", 48.8), ("efa", 56.4),
                       ("tcpx", 48.8), ("tcpxo", 41.1)),
     ramp_half_bytes=(("node", 64.0 * 2**20), ("network", 2.0 * 2**20), ("verbs", 0.0),
                      ("nvls_tree", 32.0 * 2**20), ("staged", 4.0 * 2**20), ("tcpx", 32.0 * 2**20)),
@@ -360,7 +372,10 @@ refits it leaving each system out): per-call overheads on each system's smallest
 below 1 MiB (``node``: median of the single-server systems; ``ib``: median of two A100 nodes on
 HDR, NVIDIA/nccl-tests#150, 19.9 us at 8 B, and the two and four XE9680 H100 nodes of
 NVIDIA/nccl-tests#309, whose 16 B rows sit 1 us under NCCL's own latency: a median of -0.9 us,
-held at 0 since a host overhead cannot be negative; ``efa``: AWS
+raised to ``node``'s since a call across the NICs does at least the host work of one inside a
+server (:meth:`NcclTuning.call_overhead_s`; at 0 an 8 B all-reduce of 80 GB200s, 38.3 us, came
+out cheaper than of 8 inside one NVLink domain, 40.0 us, the residual being NCCL's NET hop
+latencies overestimating those two systems, not a cheaper host side); ``efa``: AWS
 p4de/p5/p6; ``tcpxo``: GCP A3 Mega); kinds
 without a reference system with such a row take their transport family's (``roce``: the
 verbs transport ``ib`` runs; ``socket``, ``tcpx``: the host-driven kinds EFA and TCPXO), an
