@@ -21,8 +21,11 @@ communicator's fabric facts (:mod:`dpsim.collectives.fabric_facts`):
   other algorithms and protocols scale with them. Ring/Simple all-reduce across
   servers multiplies the latency by 1.4 (1.9 before Ampere): NCCL's "plateau effect".
   On multi-server rings an intra hop costs at least the network post overhead
-  (1 us, x3 for Simple). Plus the topology's ``launch_overhead_us`` per call, else the fitted
+  (1 us, x3 for Simple); with one GPU per server every NET hop takes the tree's latency
+  (NCCL's ``ppn == 1``). Plus the topology's ``launch_overhead_us`` per call, else the fitted
   per-call overhead of its scope, which across the NICs is never less than inside a server.
+- **Ramp** (Simple): the fitted bandwidth ramp of the call's scope; a call across the NICs also
+  ramps the time its flows take inside the servers by the server's ramp, whichever adds more.
 - **Protocols** LL moves 8 data bytes per 16 (bus bandwidth x 0.5, capped at
   ``llMaxBw``), LL128 120 of 128 (x 0.92 on rings; x 120/128 on trees across
   servers, x 7/9 inside one), Simple all of it; tree all-reduce x 0.92, across servers
@@ -32,9 +35,11 @@ communicator's fabric facts (:mod:`dpsim.collectives.fabric_facts`):
   servers only the protocols the NICs' transport allows run (``network_protocols``: the
   AWS plugin forces Simple on EFA v1).
 - **Channels** NCCL drops channels while ``bytes < channels * threads * threshold``
-  (threshold 64 B/thread for Simple, 8 for LL128 and 8 x ranks for LL; 512, 640 and
-  512 threads): fewer channels use fewer NICs, so a NIC-bound plan's bandwidth scales
-  with the channels kept.
+  (threshold 64 B/thread for Simple, 8 for LL128 and LL, x ranks for the ring's LL; 512, 640
+  and 512 threads): fewer channels use fewer NICs, so a NIC-bound plan's bandwidth scales
+  with the channels kept, and an LL channel moves at most the fitted
+  :attr:`~dpsim.collectives.nccl_tuning.NcclTuning.ll_channel_bytes_per_s` (one CTA's LL
+  steps), so a small call's LL bytes cost time per kept channel.
 - **Pipeline fill** (trees, chains, NVLS tree): the first chunk crosses every stage
   before the pipeline streams: ``chunk * (stages_intra / r_intra + stages_inter /
   r_inter - 1 / r_slowest)``, chunk = ``min(step size, S / channels)``: Simple 512 KiB
@@ -78,6 +83,10 @@ from dpsim.collectives.plan_cost import PlanCost, PlanEvaluator
 from dpsim.frozen import frozen_dataclass
 from dpsim.units import US, KiB
 
+NCCL_MAX_CHANNELS = 64
+"""Most channels a communicator runs (src/include/device.h@5067397 ``MAXCHANNELS``): what bounds
+the channels an LL call keeps by NCCL's thresholds, whatever flows the plan draws its links with."""
+
 SOCKET_MIN_TASK_BYTES = 64 * KiB
 """Smallest piece NCCL's socket transport splits a message into across a connection's sockets
 (src/transport/net_socket.cc@5067397 ``MIN_CHUNKSIZE``)."""
@@ -119,16 +128,18 @@ def cost_family(algorithm: str) -> str:
     return algorithm if algorithm in ("tree", "nvls", "nvls_tree") else "ring"
 
 
-def channel_bytes(protocol: str, n_ranks: int) -> int:
-    """Bytes per channel NCCL wants before it keeps one more: ``threads * threshold`` (LL's
-    threshold counts every rank)."""
-    return THREADS[protocol] * THREAD_THRESHOLD[protocol] * (n_ranks if protocol == "LL" else 1)
+def channel_bytes(protocol: str, n_ranks: int, algorithm: str = "ring") -> int:
+    """Bytes per channel NCCL wants before it keeps one more: ``threads * threshold`` (the ring's
+    LL threshold counts every rank, the tree's does not: ``threadThresholds[RING][LL] *= nRanks``,
+    src/graph/tuning.cc@5067397)."""
+    ranks = n_ranks if protocol == "LL" and cost_family(algorithm) == "ring" else 1
+    return THREADS[protocol] * THREAD_THRESHOLD[protocol] * ranks
 
 
-def channels_kept(protocol: str, size_bytes: float, channels: int, n_ranks: int) -> int:
+def channels_kept(protocol: str, size_bytes: float, channels: int, n_ranks: int, algorithm: str = "ring") -> int:
     """Channels NCCL keeps of ``channels`` for a message: it drops them while
-    ``bytes < channels * threads * threshold``."""
-    return max(1, min(channels, int(size_bytes // channel_bytes(protocol, n_ranks))))
+    ``bytes < channels * threads * threshold`` (src/enqueue.cc@5067397, ring/tree channel tuning)."""
+    return max(1, min(channels, int(size_bytes // channel_bytes(protocol, n_ranks, algorithm))))
 
 
 class NcclCost:
@@ -156,7 +167,10 @@ class NcclCost:
         f = self.facts
         intra_scale, inter_scale, intra_hw, inter_hw = f.intra_hop_scale, f.inter_hop_scale, f.intra_hw, f.inter_hw
         intra_lat = self.facts.hw_latency_us(intra_hw, family, p) * US * intra_scale
-        inter_lat = HW_LATENCY_US[inter_hw][family][p] * US * inter_scale
+        # One GPU per server leaves a network hop's latency fully exposed: NCCL then charges the
+        # tree's NET latency on every algorithm (src/graph/tuning.cc@5067397, ``ppn == 1``).
+        inter_family = "tree" if self.facts.gpus_per_node == 1 and family in ("ring", "tree") else family
+        inter_lat = HW_LATENCY_US[inter_hw][inter_family][p] * US * inter_scale
         if family == "ring" and self.facts.n_nodes > 1 and inter_hw == "net":
             intra_lat = max(intra_lat, (3.0 if protocol == "Simple" else 1.0) * US)
         return intra_lat, inter_lat
@@ -225,7 +239,7 @@ class NcclCost:
         and its values just below each regime change under ``size_bytes``.
         """
         raw = self.raw_cost(algorithm, protocol, op, size_bytes)
-        worst = max(raw.time_s + self._ramp_extra_s(raw, size_bytes),
+        worst = max(raw.time_s + self._ramp_extra_s(raw, op, size_bytes),
                     self._below_regime_changes_s(algorithm, protocol, op, size_bytes))
         if worst > raw.time_s:
             raw = Choice(algorithm=raw.algorithm, protocol=raw.protocol, time_s=worst,
@@ -244,36 +258,63 @@ class NcclCost:
             tops, top = [], 0.0
             for b in sizes:
                 below = self.raw_cost(algorithm, protocol, op, b - 1)
-                top = max(top, below.time_s + self._ramp_extra_s(below, b - 1))
+                top = max(top, below.time_s + self._ramp_extra_s(below, op, b - 1))
                 tops.append(top)
             table = self._below[key] = (sizes, tops)
         sizes, tops = table
         i = bisect_right(sizes, size_bytes)
         return tops[i - 1] if i else 0.0
 
-    def _ramp_extra_s(self, raw: Choice, size_bytes: float) -> float:
+    def _ramp_extra_s(self, raw: Choice, op: str, size_bytes: float) -> float:
         """What the Simple protocol's bandwidth ramp (:meth:`NcclTuning.ramp`) adds to a transfer:
         LL and LL128 carry their own factors from NCCL's model, Simple reaches its bandwidth
         only on large messages (measured; see ``validation/accuracy_collectives.py``).
 
-        The ramp is fitted per scope on whole calls (``node`` halves the bandwidth at 64 MiB,
-        ``verbs`` has none): a Simple call across servers whose NVLink flows bound it can come
-        out cheaper than the same call inside one server (left alone:
-        ``tests/test_collective_tier_monotone.py``, ``RAMPED``)."""
+        A call across the NICs still streams its chunks through each server's own links in the
+        same 512 KiB Simple pipeline, and a pipeline runs at the pace of its slowest stage: per
+        phase, the flows inside the servers at the server's ramp or those between servers at the
+        network's (:meth:`_staged_seconds_per_byte`), whichever is slower; the network's ramp on
+        the whole call's time (as fitted, ``verbs``: none) stands where it adds more. Without
+        the servers' stage, a ring of 16 GPUs over InfiniBand whose NVLink flows bound it ramped
+        less than the same ring on 8 GPUs of one server and came out faster per call (1.99 ->
+        1.47 ms for 256 MiB, ``--algo ring --proto Simple``). Where the NICs bound the call (the
+        A100 HDR pairs of the reference rows), the servers' ramped stage stays under the network's
+        and nothing changes; charging the servers' ramp on their whole in-server time instead
+        made a100-hdr4-x3's 128 MiB rows 41 % slow (10 % before)."""
         if raw.protocol != "Simple" or raw.algorithm == "nvls":
             return 0.0  # NVLS: its chunk steps (:meth:`nvls_steps_s`) are its mid-size cost
         if raw.algorithm == "nvls_tree" and self.facts.crosses_nics:
-            scope = "nvls_tree"  # its 32-128 KiB chunks stream unlike a ring's or tree's 512 KiB ones
-        else:
-            scope = self.facts.ramp_scope
-        return raw.transfer_s * (1.0 / self.tuning.ramp(scope, size_bytes) - 1.0)
+            # Its 32-128 KiB chunks stream unlike a ring's or tree's 512 KiB ones; inside the
+            # servers it runs NVLS, which has no ramp.
+            return raw.transfer_s * (1.0 / self.tuning.ramp("nvls_tree", size_bytes) - 1.0)
+        extra = raw.transfer_s * (1.0 / self.tuning.ramp(self.facts.ramp_scope, size_bytes) - 1.0)
+        if self.facts.crosses_nics:
+            staged_s = size_bytes * self._staged_seconds_per_byte(raw.algorithm, op, size_bytes)
+            extra = max(extra, staged_s - raw.transfer_s)
+        return extra
+
+    def _staged_seconds_per_byte(self, algorithm: str, op: str, size_bytes: float) -> float:
+        """Per byte of the message, the pipeline's pace when each stage ramps by its own tier:
+        per phase the slower of the flows inside the servers (``t_in``) at the server's ramp and
+        the flows between them (``t_out``) at the network's (the flow model's per-phase times at
+        the full channel count)."""
+        pc = self.plans.plan_cost(algorithm, op)
+        f_in = self.tuning.ramp(self.facts.server_ramp_scope, size_bytes)
+        f_out = self.tuning.ramp(self.facts.ramp_scope, size_bytes)
+        total = 0.0
+        for repeat, t_in, t_out in pc.phase_seconds_per_byte:
+            paces = [t / f for t, f in ((t_in, f_in), (t_out, f_out)) if math.isfinite(t) and t > 0]
+            total += repeat * max(paces, default=0.0)
+        return total
 
     def _breakpoints(self, algorithm: str, protocol: str, op: str) -> list[float]:
         """Sizes where NCCL's regime changes: channels kept, NVLS(-tree) chunk, tree correction."""
         out: list[float] = []
         k = self.plans.plan_cost(algorithm, op).plan.channels
-        per = channel_bytes(protocol, self.facts.n_ranks)
+        per = channel_bytes(protocol, self.facts.n_ranks, algorithm)
         out += [j * per for j in range(2, k + 1)]
+        if protocol == "LL" and cost_family(algorithm) in ("ring", "tree") and self.tuning.ll_channel_bytes_per_s > 0:
+            out += [j * per for j in range(k + 1, NCCL_MAX_CHANNELS + 1)]  # the LL channel bound's
         if algorithm == "nvls_tree":
             out += nvls_tree_chunk_breaks(self.facts.nvls, self.facts.gpus_per_node)
         if algorithm == "nvls":
@@ -295,7 +336,7 @@ class NcclCost:
         n = self.facts.n_ranks
         spb = pc.seconds_per_byte
         k = plan.channels
-        kept = channels_kept(protocol, size_bytes, k, self.facts.n_ranks)
+        kept = channels_kept(protocol, size_bytes, k, self.facts.n_ranks, algorithm)
         if pc.inter_bound and kept < k:
             spb *= k / kept
         elif kept < k and pc.phase_seconds_per_byte:
@@ -345,6 +386,13 @@ class NcclCost:
             # NCCL applies the trees' size correction to NVLS tree on Blackwell (x86 hosts)
             # too (src/graph/tuning.cc@5067397 ncclTopoGetAlgoTime): its ramp differs from Hopper's.
             bus *= tree_correction(protocol, size_bytes)
+        if protocol == "LL" and family in ("ring", "tree") and self.tuning.ll_channel_bytes_per_s > 0:
+            # Each channel NCCL keeps for the size steps its LL lines at one CTA's pace
+            # (NcclTuning.ll_channel_bytes_per_s), as NCCL bounds LL128 and tree channels
+            # (perChMaxRingLL128Bw, perChMaxTreeBw). The channels are NCCL's (its thresholds up
+            # to MAXCHANNELS), not the plan's: a plan inside one server draws one flow per link.
+            ll_channels = channels_kept(protocol, size_bytes, NCCL_MAX_CHANNELS, self.facts.n_ranks, family)
+            bus = min(bus, ll_channels * self.tuning.ll_channel_bytes_per_s)
         return bus
 
     @cached_property
@@ -352,10 +400,10 @@ class NcclCost:
         """Per-call host overhead: the topology's ``launch_overhead_us``, else the fitted default
         of the scope (one server, or the NICs' transport kind: :meth:`NcclTuning.call_overhead_s`).
 
-        A transport's own ``call_overhead_us`` is the whole call's across its NICs, never less
-        than the fitted ``node`` one: the launch, the enqueue and the completion every rank waits
-        on are paid by a call that stays in one server too, so a call across the NICs never has
-        less fixed cost than the same call inside one server."""
+        A transport's own ``call_overhead_us`` is what it adds to the call's host work inside the
+        servers (the launch, the enqueue, the completion every rank waits on, all paid by a
+        call that stays in one server too): the call pays at least that host work, so a call
+        across the NICs never has less fixed cost than the same call inside one server."""
         if self.facts.spec.launch_overhead_s is not None:
             return self.facts.spec.launch_overhead_s
         if self.facts.crosses_nics:
