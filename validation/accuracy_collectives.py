@@ -22,8 +22,7 @@ How the fit works (:func:`fit`): a per-call overhead per scope (collectives insi
 server, or the transport kind of the NICs) is the median over the training systems of that
 scope of what their smallest-message row (below 1 MiB, never scored) measures beyond the
 model without an overhead; a scope without a training system takes the median of the
-others (network scopes) or of all; a transport kind never takes less than ``node`` (a call
-across the NICs does the host work of one inside a server and more). Then the ramp (half size per scope, one exponent), the NVLS
+others (network scopes) or of all. Then the ramp (half size per scope, one exponent), the NVLS
 chunk step (latency and per-channel rate, on the rows of the systems that run NVLS inside one
 server, between a fit of the node ramp without steps and one with them) and the
 NVLS-tree round-trip scale are searched on a grid, minimising the mean squared log error of
@@ -93,11 +92,6 @@ STEP_LATENCY_GRID_US = tuple(0.5 * i for i in range(31))
 CHANNEL_RATE_GRID_GBPS = (8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 32, 36, 40, 48, 56, 64)
 """NVLS per-channel rate candidates, GB/s (16-24 channels: 128-1500 GB/s per GPU, around the
 200-480 GB/s of algorithm bandwidth the NVLS systems measure)."""
-LL_CHANNEL_GRID_GBPS = (0.0, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 12.0, 16.0)
-"""LL per-channel bound candidates, GB/s of bus bandwidth (0: none, NCCL's own model)."""
-SMALL_ROWS_BYTES = 32 * 1024
-"""The LL bound and the shared per-call cost are fitted on rows of 8 B up to this (the single
-servers' smallest rows are 32 KiB: one LL channel of an 8-rank ring)."""
 RTT_GRID = (1.0,)
 """The NVLS-tree round-trip scale is not fitted: NCCL's own NVLS + NVLSTree hop latencies
 (``tuning.cc`` hwLat, 25 + 20.9 us on Hopper) stand. Left out, p5 has one training system
@@ -192,70 +186,43 @@ def scope(row: Row) -> tuple[str, str]:
 
 # ----------------------------------------------------------------------------- fitting
 
-def measured_overhead_s(system: str, ll_channel_bytes_per_s: float = 0.0) -> tuple[str, float] | None:
+def measured_overhead_s(system: str) -> tuple[str, float] | None:
     """What the system's smallest-message row (below 1 MiB) measures beyond the model without a
-    per-call overhead (LL channels bounded at ``ll_channel_bytes_per_s``): ``(row id, seconds)``,
-    or ``None`` without such a row."""
+    per-call overhead: ``(row id, seconds)``, or ``None`` without such a row."""
     small = [r for r in load_rows() if r.system == system and r.precise and r.size_bytes < SCORED_FROM_BYTES]
     if not small:
         return None
     row = min(small, key=lambda r: r.size_bytes)
-    bare_tuning = NcclTuning(ll_channel_bytes_per_s=ll_channel_bytes_per_s)
-    bare = model(row, bare_tuning, overhead_free=True).time("all_reduce", row.size_bytes).time_s
+    bare = model(row, NcclTuning(), overhead_free=True).time("all_reduce", row.size_bytes).time_s
     return row.id, row.measured_s - bare
-
-
-def _shared_overheads(train: list[str], ll: float) -> tuple[tuple[str, float], ...]:
-    """Per-call overheads by scope (:data:`CALL_SCOPES`), LL channels bounded at ``ll``.
-
-    One fixed cost is shared by every scope: the median of what the smallest rows of the
-    systems whose calls add no host-side transport work measure beyond the model (calls inside
-    one server, ``node``, and NCCL's verbs transport, whose NIC RDMA-writes GPU memory with no
-    proxy copy: ``ib``, ``roce``). A host-driven kind (EFA's libfabric, sockets, TCPX/TCPXO)
-    takes its own systems' median where that is more (else its family's, else every such
-    kind's), never less: a call across the NICs launches, enqueues and completes like one
-    inside a server and only adds the network's host work."""
-    by_scope: dict[str, list[float]] = {}
-    for system in train:
-        got = measured_overhead_s(system, ll)
-        if got is None:
-            continue
-        first = next(r for r in load_rows() if r.system == system)
-        by_scope.setdefault(scope(first)[0], []).append(got[1] * 1e6)
-    shared_values = [v for k, vs in by_scope.items() if k == "node" or VERBS_KINDS.get(k, False) for v in vs]
-    shared = max(0.0, statistics.median(shared_values)) if shared_values else 0.0
-    medians = {k: statistics.median(v) for k, v in by_scope.items() if k != "node" and not VERBS_KINDS.get(k, False)}
-    fallback = statistics.median(medians.values()) if medians else shared
-
-    def own(kind: str) -> float:
-        if VERBS_KINDS.get(kind, False):
-            return shared
-        return medians.get(kind, fallback)
-
-    return tuple((k, round(shared if k == "node" else max(shared, own(k)), 1)) for k in CALL_SCOPES)
-
-
-def _small_rows_loss(train: list[str], ll: float, overheads) -> float:
-    """Mean squared log error over the node and verbs training systems (each weighted once) of
-    their rows of 8 B - 32 KiB (never scored), LL channels bounded at ``ll``."""
-    tuning = NcclTuning(call_overhead_us=overheads, ll_channel_bytes_per_s=ll)
-    total = 0.0
-    for system in train:
-        rows = [r for r in load_rows() if r.system == system and r.precise and r.size_bytes <= SMALL_ROWS_BYTES]
-        if not rows or not (scope(rows[0])[0] == "node" or VERBS_KINDS.get(scope(rows[0])[0], False)):
-            continue
-        total += sum(math.log(predict(r, tuning).predicted_s / r.measured_s) ** 2 for r in rows) / len(rows)
-    return total
 
 
 def fit(train: list[str]) -> NcclTuning:
     """The tuning fitted on the systems ``train`` (see the module docstring)."""
     rows = [r for r in load_rows() if r.system in train]
-    # The LL channel bound and the shared per-call cost together, on the smallest rows: the
-    # bound takes the size-dependent part (a kept LL channel's share), the overhead the rest.
-    ll = min(((_small_rows_loss(train, g * 1e9, _shared_overheads(train, g * 1e9)), g * 1e9)
-              for g in LL_CHANNEL_GRID_GBPS), key=lambda x: x[0])[1]
-    overheads = _shared_overheads(train, ll)
+    by_scope: dict[str, list[float]] = {}
+    for system in train:
+        got = measured_overhead_s(system)
+        if got is None:
+            continue
+        first = next(r for r in rows if r.system == system)
+        by_scope.setdefault(scope(first)[0], []).append(got[1] * 1e6)
+    medians = {k: statistics.median(v) for k, v in by_scope.items()}
+    network = [v for k, v in medians.items() if k != "node"]
+    fallback_net = statistics.median(network) if network else statistics.median(medians.values())
+
+    def overhead(kind: str) -> float:
+        """A kind's own median; else the median of its family (verbs, or host-driven); else every
+        network kind's."""
+        if kind in medians:
+            return medians[kind]
+        family = [v for k, v in medians.items()
+                  if k != "node" and VERBS_KINDS.get(k, False) == VERBS_KINDS.get(kind, False)]
+        return statistics.median(family) if family else fallback_net
+
+    # A host overhead cannot be negative: where NCCL's own latency already exceeds a system's
+    # smallest-message time (the #309 pairs, 1 us under it), nothing is added.
+    overheads = tuple((k, round(max(0.0, overhead(k)), 1)) for k in CALL_SCOPES)
     scored = [r for r in rows if r.scored]
     node_rows = [r for r in scored if scope(r)[1] == "node"]
     net_rows = [r for r in scored if scope(r)[1] in ("network", "verbs")]
@@ -263,7 +230,7 @@ def fit(train: list[str]) -> NcclTuning:
 
     def node_fit(step: tuple[float, float]) -> dict[float, tuple[float, float]]:
         """Per exponent: (loss, half) of the node ramp, NVLS steps ``step`` given."""
-        return {gamma: min(((_loss(node_rows, _node_tuning(overheads, gamma, h, step, ll)), h) for h in HALF_GRID_MIB),
+        return {gamma: min(((_loss(node_rows, _node_tuning(overheads, gamma, h, step)), h) for h in HALF_GRID_MIB),
                            default=(0.0, 0.0)) for gamma in EXPONENT_GRID}
 
     # The NVLS step constants and the node ramp meet only where NCCL chooses between NVLS and a
@@ -274,14 +241,14 @@ def fit(train: list[str]) -> NcclTuning:
     if nvls_rows:
         gamma0 = min(first, key=lambda g: first[g][0])
         h0 = first[gamma0][1]
-        step = min(((_loss(nvls_rows, _node_tuning(overheads, gamma0, h0, (a, r * 1e9), ll)), (a, r * 1e9))
+        step = min(((_loss(nvls_rows, _node_tuning(overheads, gamma0, h0, (a, r * 1e9))), (a, r * 1e9))
                     for a in STEP_LATENCY_GRID_US for r in CHANNEL_RATE_GRID_GBPS), key=lambda x: x[0])[1]
     nodes = node_fit(step)
     best = None
     for gamma in EXPONENT_GRID:
         node_best = nodes[gamma]
         net_best = min(((_loss(net_rows, NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma,
-                                                    nvls_tree_rtt_scale=rtt, ll_channel_bytes_per_s=ll,
+                                                    nvls_tree_rtt_scale=rtt,
                                                     ramp_half_bytes=(("network", h * MiB), ("verbs", h * MiB),
                                                                      ("nvls_tree", t * MiB)))),
                          h, t, rtt) for h in HALF_GRID_MIB for t in HALF_GRID_MIB for rtt in RTT_GRID),
@@ -298,8 +265,7 @@ def fit(train: list[str]) -> NcclTuning:
             return fallback
         extra = given.pop("ramp_half_bytes", ())
         return min((_loss(kind_rows, NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma,
-                                                ramp_half_bytes=((kind, h * MiB), *extra),
-                                                ll_channel_bytes_per_s=ll, **given)), h)
+                                                ramp_half_bytes=((kind, h * MiB), *extra), **given)), h)
                    for h in HALF_GRID_MIB)[1]
 
     # NCCL's verbs transport (IB, RoCE) and the other GPUDirect NICs (EFA) then ramp each on its
@@ -317,12 +283,12 @@ def fit(train: list[str]) -> NcclTuning:
                                        ("verbs", split["verbs"] * MiB),
                                        ("nvls_tree", h_nvls_tree * MiB), ("staged", own["staged"] * MiB),
                                        ("tcpx", own["tcpx"] * MiB)),
-                      nvls_step_latency_us=step[0], nvls_channel_bytes_per_s=step[1], ll_channel_bytes_per_s=ll)
+                      nvls_step_latency_us=step[0], nvls_channel_bytes_per_s=step[1])
 
 
-def _node_tuning(overheads, gamma: float, half_mib: float, step: tuple[float, float], ll: float) -> NcclTuning:
+def _node_tuning(overheads, gamma: float, half_mib: float, step: tuple[float, float]) -> NcclTuning:
     return NcclTuning(call_overhead_us=overheads, ramp_exponent=gamma, ramp_half_bytes=(("node", half_mib * MiB),),
-                      nvls_step_latency_us=step[0], nvls_channel_bytes_per_s=step[1], ll_channel_bytes_per_s=ll)
+                      nvls_step_latency_us=step[0], nvls_channel_bytes_per_s=step[1])
 
 
 def nvls_runs(row: Row) -> bool:
@@ -393,8 +359,7 @@ def _r(x: float) -> float | None:
 def tuning_dict(t: NcclTuning) -> dict:
     return {"nvls_tree_rtt_scale": t.nvls_tree_rtt_scale, "call_overhead_us": dict(t.call_overhead_us),
             "ramp_half_bytes": dict(t.ramp_half_bytes), "ramp_exponent": t.ramp_exponent,
-            "nvls_step_latency_us": t.nvls_step_latency_us, "nvls_channel_bytes_per_s": t.nvls_channel_bytes_per_s,
-            "ll_channel_bytes_per_s": t.ll_channel_bytes_per_s}
+            "nvls_step_latency_us": t.nvls_step_latency_us, "nvls_channel_bytes_per_s": t.nvls_channel_bytes_per_s}
 
 
 def tuning_from(d: dict) -> NcclTuning:
@@ -402,8 +367,7 @@ def tuning_from(d: dict) -> NcclTuning:
                       call_overhead_us=tuple((k, float(v)) for k, v in d["call_overhead_us"].items()),
                       ramp_half_bytes=tuple((k, float(v)) for k, v in d["ramp_half_bytes"].items()),
                       ramp_exponent=d["ramp_exponent"], nvls_step_latency_us=d.get("nvls_step_latency_us", 0.0),
-                      nvls_channel_bytes_per_s=d.get("nvls_channel_bytes_per_s", 0.0),
-                      ll_channel_bytes_per_s=d.get("ll_channel_bytes_per_s", 0.0))
+                      nvls_channel_bytes_per_s=d.get("nvls_channel_bytes_per_s", 0.0))
 
 
 def load_results() -> dict:
@@ -606,9 +570,18 @@ ANALYSIS = """What the model does that explains misses it used to have:
   half-size. Sharing one `network` scope, the fit took no ramp for every GPUDirect NIC and the
   systems that borrow it when left out (A3 Mega's `tcpx`, the V100 TCP `staged`) fell to 13.7 %
   and 29.2 %; each scope is now refitted on its own rows (verbs: 0, network: 2 MiB). The
-  verbs per-call overhead is the median of three systems' smallest rows: 7.9 us (#150) and
+  verbs per-call overhead is the median of three systems' smallest rows: 3.3 us (#150, one GPU
+  per server, where NCCL charges every NET hop the tree's latency: 7.9 us with the ring's) and
   -0.9/-1.1 us on the #309 H100 pairs, whose 16 B rows run 1 us under NCCL's own tree/LL
   latency: -0.9 us.
+- **A ring across the NICs runs at its slower stage's ramped pace**: per phase, the flows inside
+  the servers at the server's ramp (`node`) or those between them at the network's, whichever
+  is slower (Simple's 512 KiB chunks stream through both). With the network's ramp alone, a ring
+  of 16 GPUs over InfiniBand whose NVLink flows bound it came out cheaper than the ring of the 8
+  GPUs of one server (1.99 vs 1.47 ms at 256 MiB). p4de's 1 MiB row goes from 13 % to 2 % fast,
+  A3 Mega's 2-8 MiB rows move by -9..+7 points; no class moves by more than 0.3 points. Trees keep
+  the network's ramp alone: the stage there moved A3 Mega's 128 MiB-1 GiB tree/Simple rows from
+  -12..+7 % to +1..+17 %.
 
 Where it still misses (per-row errors: `python validation/accuracy_collectives.py`):
 
@@ -621,7 +594,7 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   and their 1 MiB row 92 % slow: 82 us measured against ring/LL128's 158; NCCL likely runs a
   tree or NVLS tree there, which the model prices higher on four servers.
 
-- **p4de's 2-16 MiB rows come out 26-29 % fast** on ring/Simple (from 32 MiB on, tree/Simple,
+- **p4de's 2-16 MiB rows come out 22-28 % fast** on ring/Simple (from 32 MiB on, tree/Simple,
   within 7 %): the GPUDirect systems it is fitted on want no network ramp, and NCCL's own
   estimate may pick the tree there (20 % slow to 19 % fast).
 - **Four p6-b200 nodes (torch benchmark, `NCCL_TUNER_PLUGIN=ofi`)** take ~360-500 us from

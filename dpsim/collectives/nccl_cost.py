@@ -22,10 +22,10 @@ communicator's fabric facts (:mod:`dpsim.collectives.fabric_facts`):
   servers multiplies the latency by 1.4 (1.9 before Ampere): NCCL's "plateau effect".
   On multi-server rings an intra hop costs at least the network post overhead
   (1 us, x3 for Simple); with one GPU per server every NET hop takes the tree's latency
-  (NCCL's ``ppn == 1``). Plus the topology's ``launch_overhead_us`` per call, else the fitted
-  per-call overhead of its scope, which across the NICs is never less than inside a server.
-- **Ramp** (Simple): the fitted bandwidth ramp of the call's scope; a call across the NICs also
-  ramps the time its flows take inside the servers by the server's ramp, whichever adds more.
+  (NCCL's ``ppn == 1``). Plus the topology's ``launch_overhead_us`` per call.
+- **Ramp** (Simple): the fitted bandwidth ramp of the call's scope; a ring across the NICs runs
+  at the pace of its slower stage, the flows inside the servers at the server's ramp or those
+  between them at the network's.
 - **Protocols** LL moves 8 data bytes per 16 (bus bandwidth x 0.5, capped at
   ``llMaxBw``), LL128 120 of 128 (x 0.92 on rings; x 120/128 on trees across
   servers, x 7/9 inside one), Simple all of it; tree all-reduce x 0.92, across servers
@@ -37,9 +37,7 @@ communicator's fabric facts (:mod:`dpsim.collectives.fabric_facts`):
 - **Channels** NCCL drops channels while ``bytes < channels * threads * threshold``
   (threshold 64 B/thread for Simple, 8 for LL128 and LL, x ranks for the ring's LL; 512, 640
   and 512 threads): fewer channels use fewer NICs, so a NIC-bound plan's bandwidth scales
-  with the channels kept, and an LL channel moves at most the fitted
-  :attr:`~dpsim.collectives.nccl_tuning.NcclTuning.ll_channel_bytes_per_s` (one CTA's LL
-  steps), so a small call's LL bytes cost time per kept channel.
+  with the channels kept.
 - **Pipeline fill** (trees, chains, NVLS tree): the first chunk crosses every stage
   before the pipeline streams: ``chunk * (stages_intra / r_intra + stages_inter /
   r_inter - 1 / r_slowest)``, chunk = ``min(step size, S / channels)``: Simple 512 KiB
@@ -82,10 +80,6 @@ from dpsim.collectives.ops import BROADCAST_SLICE_BYTES, bus_factor
 from dpsim.collectives.plan_cost import PlanCost, PlanEvaluator
 from dpsim.frozen import frozen_dataclass
 from dpsim.units import US, KiB
-
-NCCL_MAX_CHANNELS = 64
-"""Most channels a communicator runs (src/include/device.h@5067397 ``MAXCHANNELS``): what bounds
-the channels an LL call keeps by NCCL's thresholds, whatever flows the plan draws its links with."""
 
 SOCKET_MIN_TASK_BYTES = 64 * KiB
 """Smallest piece NCCL's socket transport splits a message into across a connection's sockets
@@ -288,7 +282,7 @@ class NcclCost:
             # servers it runs NVLS, which has no ramp.
             return raw.transfer_s * (1.0 / self.tuning.ramp("nvls_tree", size_bytes) - 1.0)
         extra = raw.transfer_s * (1.0 / self.tuning.ramp(self.facts.ramp_scope, size_bytes) - 1.0)
-        if self.facts.crosses_nics:
+        if self.facts.crosses_nics and cost_family(raw.algorithm) == "ring":
             staged_s = size_bytes * self._staged_seconds_per_byte(raw.algorithm, op, size_bytes)
             extra = max(extra, staged_s - raw.transfer_s)
         return extra
@@ -313,8 +307,6 @@ class NcclCost:
         k = self.plans.plan_cost(algorithm, op).plan.channels
         per = channel_bytes(protocol, self.facts.n_ranks, algorithm)
         out += [j * per for j in range(2, k + 1)]
-        if protocol == "LL" and cost_family(algorithm) in ("ring", "tree") and self.tuning.ll_channel_bytes_per_s > 0:
-            out += [j * per for j in range(k + 1, NCCL_MAX_CHANNELS + 1)]  # the LL channel bound's
         if algorithm == "nvls_tree":
             out += nvls_tree_chunk_breaks(self.facts.nvls, self.facts.gpus_per_node)
         if algorithm == "nvls":
@@ -386,13 +378,6 @@ class NcclCost:
             # NCCL applies the trees' size correction to NVLS tree on Blackwell (x86 hosts)
             # too (src/graph/tuning.cc@5067397 ncclTopoGetAlgoTime): its ramp differs from Hopper's.
             bus *= tree_correction(protocol, size_bytes)
-        if protocol == "LL" and family in ("ring", "tree") and self.tuning.ll_channel_bytes_per_s > 0:
-            # Each channel NCCL keeps for the size steps its LL lines at one CTA's pace
-            # (NcclTuning.ll_channel_bytes_per_s), as NCCL bounds LL128 and tree channels
-            # (perChMaxRingLL128Bw, perChMaxTreeBw). The channels are NCCL's (its thresholds up
-            # to MAXCHANNELS), not the plan's: a plan inside one server draws one flow per link.
-            ll_channels = channels_kept(protocol, size_bytes, NCCL_MAX_CHANNELS, self.facts.n_ranks, family)
-            bus = min(bus, ll_channels * self.tuning.ll_channel_bytes_per_s)
         return bus
 
     @cached_property
@@ -409,7 +394,7 @@ class NcclCost:
         if self.facts.crosses_nics:
             transport = self.facts.spec.fabric.transport
             if transport.call_overhead_s is not None:
-                return max(self.tuning.call_overhead_s("node"), transport.call_overhead_s)
+                return transport.call_overhead_s
             return self.tuning.call_overhead_s(transport.kind)
         return self.tuning.call_overhead_s("node")
 

@@ -312,10 +312,7 @@ class NcclTuning:
     latencies (25 + 20.9 us on Hopper). 1.0 = NCCL's own latencies."""
     call_overhead_us: tuple[tuple[str, float], ...] = ()
     """Per-call host overhead beyond NCCL's modelled latency (kernel launch, proxy, plugin), us,
-    by scope (:data:`CALL_SCOPES`): what a topology without ``launch_overhead_us`` gets. A
-    transport kind's value is the whole call's: the host work of a call inside one server
-    (``node``) plus what the transport adds, never less than ``node``
-    (:meth:`call_overhead_s`)."""
+    by scope (:data:`CALL_SCOPES`): what a topology without ``launch_overhead_us`` gets."""
     ramp_half_bytes: tuple[tuple[str, float], ...] = ()
     """Message size at which the size-dependent part runs at half its bandwidth, by scope
     (:data:`RAMP_SCOPES`); 0: no ramp."""
@@ -327,31 +324,10 @@ class NcclTuning:
     nvls_channel_bytes_per_s: float = 0.0
     """NVLS: bytes per second one channel (one CTA) moves through the switch within a step, all
     heads' chunks counted; 0: no chunk-step term (the NVLS time is its bandwidth bound)."""
-    ll_channel_bytes_per_s: float = 0.0
-    """LL: bus bandwidth one channel (one CTA) moves at most, bytes/s; 0: no per-channel bound.
-
-    NCCL's model charges LL a fixed ``hwLat`` per step (0.6 us on NVLink) and prices its bytes at
-    the bandwidth of *every* channel (``busBw * .5`` capped at ``llMaxBw``,
-    src/graph/tuning.cc@5067397 ``ncclTopoTuneModel``), but a small call keeps one channel per
-    ``512 threads x 8 B x ranks`` of message (``threadThresholds``): every kept channel of an
-    8-rank ring carries 32 KiB whatever the size, and its LL steps, each a 16 B flag-and-data
-    store polled by the receiver, move that share at one CTA's pace. That per-channel time is
-    what single servers measure flat from 32 KiB to 512 KiB (H200: 38-40 us); without it the
-    fitted per-call overhead of ``node`` absorbed it (28.2 us), a cost a call across the NICs,
-    fitted on 8-16 B rows, did not pay."""
 
     def call_overhead_s(self, scope: str) -> float:
-        """Per-call overhead of ``scope``, seconds (0 when not fitted).
-
-        A call across the NICs launches the same kernels, enqueues the same work and waits on the
-        same completion as one inside a server; the network's proxy and plugin only add to that
-        (NCCL's own model charges no host work at all: ``ncclTopoGetAlgoTime`` is latency + size
-        / bandwidth, src/graph/tuning.cc@5067397), so a transport kind pays at least ``node``'s."""
-        own = dict(self.call_overhead_us)
-        value = own.get(scope, 0.0)
-        if scope != "node":
-            value = max(value, own.get("node", 0.0))
-        return value * 1e-6
+        """Per-call overhead of ``scope``, seconds (0 when not fitted)."""
+        return dict(self.call_overhead_us).get(scope, 0.0) * 1e-6
 
     def ramp(self, scope: str, size_bytes: float) -> float:
         """Fraction of the size-dependent bandwidth a message of ``size_bytes`` reaches in ``scope``."""
@@ -370,32 +346,28 @@ class NcclTuning:
 
 FITTED_TUNING = NcclTuning(
     nvls_tree_rtt_scale=1.0,
-    call_overhead_us=(("node", 9.1), ("ib", 9.1), ("roce", 9.1), ("socket", 48.8), ("efa", 56.4),
+    call_overhead_us=(("node", 28.2), ("ib", 0.0), ("roce", 0.0), ("socket", 48.8), ("efa", 56.4),
                       ("tcpx", 48.8), ("tcpxo", 41.1)),
     ramp_half_bytes=(("node", 64.0 * 2**20), ("network", 2.0 * 2**20), ("verbs", 0.0),
                      ("nvls_tree", 32.0 * 2**20), ("staged", 4.0 * 2**20), ("tcpx", 32.0 * 2**20)),
     ramp_exponent=0.5,
-    nvls_step_latency_us=11.0,
-    nvls_channel_bytes_per_s=24e9,
-    ll_channel_bytes_per_s=1.5e9,
+    nvls_step_latency_us=5.5,
+    nvls_channel_bytes_per_s=20e9,
 )
 """The default, fitted on every reference system (``tests/data/collectives_reference.csv``) by
 ``python validation/accuracy_collectives.py --fit``, which prints it (the accuracy it reports
-refits it leaving each system out). The per-call overhead is one fixed cost shared by every
-scope, fitted with LL's per-channel bound on the smallest rows (8 B - 32 KiB): the bound (a
-grid, 0-16 GB/s) minimises the log error of the rows up to 32 KiB of the single servers and the
-verbs systems (each system weighted once), the shared cost is the median of what their smallest
-rows measure beyond the model with that bound (the single servers' 32 KiB rows, two A100 nodes
-on HDR with one GPU each at 8 B, NVIDIA/nccl-tests#150, and the two and four XE9680 H100 nodes
-of NVIDIA/nccl-tests#309 at 16 B). It was fitted per scope before, ``node`` 28.2 us on the
-single servers' 32 KiB rows, where one kept LL channel carries the 8-rank ring's whole 32 KiB,
-and ``ib`` 0 on 8-16 B rows: a call across the NICs cost less than the same call inside one
-NVLink domain (8 B on 80 GB200s 38.3 us, on 8 of them 40.0 us). The host-driven kinds add their
-own host work on top, each the median of its systems' smallest rows where more (``efa``: AWS
-p4de/p5/p6; ``tcpxo``: GCP A3 Mega; ``socket``, ``tcpx``: the family's, an assumption); the
+refits it leaving each system out): per-call overheads on each system's smallest-message row
+below 1 MiB (``node``: median of the single-server systems; ``ib``: median of two A100 nodes on
+HDR, NVIDIA/nccl-tests#150, 19.9 us at 8 B, and the two and four XE9680 H100 nodes of
+NVIDIA/nccl-tests#309, whose 16 B rows sit 1 us under NCCL's own latency: a median of -0.9 us,
+held at 0 since a host overhead cannot be negative; ``efa``: AWS
+p4de/p5/p6; ``tcpxo``: GCP A3 Mega); kinds
+without a reference system with such a row take their transport family's (``roce``: the
+verbs transport ``ib`` runs; ``socket``, ``tcpx``: the host-driven kinds EFA and TCPXO), an
+assumption; the
 ramp, the NVLS chunk step (fitted on the single H200 and B200 servers, the systems that run NVLS
-inside one server) and the NVLS-tree round trip on the rows of 1 MiB and more
-(``tests/test_accuracy_nccl.py`` checks the fit reproduces these values)."""
+inside one server) and the NVLS-tree round trip on the rows of 1 MiB and more (``tests/test_accuracy_nccl.py``
+checks the fit reproduces these values)."""
 
 
 def check_job_flags(jobs: int, placement: str) -> None:
