@@ -570,18 +570,9 @@ ANALYSIS = """What the model does that explains misses it used to have:
   half-size. Sharing one `network` scope, the fit took no ramp for every GPUDirect NIC and the
   systems that borrow it when left out (A3 Mega's `tcpx`, the V100 TCP `staged`) fell to 13.7 %
   and 29.2 %; each scope is now refitted on its own rows (verbs: 0, network: 2 MiB). The
-  verbs per-call overhead is the median of three systems' smallest rows: 3.3 us (#150, one GPU
-  per server, where NCCL charges every NET hop the tree's latency: 7.9 us with the ring's) and
+  verbs per-call overhead is the median of three systems' smallest rows: 7.9 us (#150) and
   -0.9/-1.1 us on the #309 H100 pairs, whose 16 B rows run 1 us under NCCL's own tree/LL
   latency: -0.9 us.
-- **A ring across the NICs runs at its slower stage's ramped pace**: per phase, the flows inside
-  the servers at the server's ramp (`node`) or those between them at the network's, whichever
-  is slower (Simple's 512 KiB chunks stream through both). With the network's ramp alone, a ring
-  of 16 GPUs over InfiniBand whose NVLink flows bound it came out cheaper than the ring of the 8
-  GPUs of one server (1.99 vs 1.47 ms at 256 MiB). p4de's 1 MiB row goes from 13 % to 2 % fast,
-  A3 Mega's 2-8 MiB rows move by -9..+7 points; no class moves by more than 0.3 points. Trees keep
-  the network's ramp alone: the stage there moved A3 Mega's 128 MiB-1 GiB tree/Simple rows from
-  -12..+7 % to +1..+17 %.
 
 Where it still misses (per-row errors: `python validation/accuracy_collectives.py`):
 
@@ -594,7 +585,7 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   and their 1 MiB row 92 % slow: 82 us measured against ring/LL128's 158; NCCL likely runs a
   tree or NVLS tree there, which the model prices higher on four servers.
 
-- **p4de's 2-16 MiB rows come out 22-28 % fast** on ring/Simple (from 32 MiB on, tree/Simple,
+- **p4de's 2-16 MiB rows come out 26-29 % fast** on ring/Simple (from 32 MiB on, tree/Simple,
   within 7 %): the GPUDirect systems it is fitted on want no network ramp, and NCCL's own
   estimate may pick the tree there (20 % slow to 19 % fast).
 - **Four p6-b200 nodes (torch benchmark, `NCCL_TUNER_PLUGIN=ofi`)** take ~360-500 us from

@@ -80,10 +80,6 @@ class FabricFacts:
     the proxy thread), ``staged`` over the socket transport with helper threads (several sockets
     per connection: each step's size exchange and task hand-off add stages), ``tcpx`` over
     Google's GPUDirect-TCPX/TCPXO, else ``network``."""
-    server_ramp_scope: str
-    """The ramp of the same collective kept inside one server (``node``, or ``network`` in a
-    PCIe-only server): what the part of a call that crosses the NICs still moves inside each
-    server ramps by (:meth:`~dpsim.collectives.nccl_cost.NcclCost.cost`)."""
     nvls: NvlsTuning
     """NCCL's NVLS channels and chunk sizes for this communicator (:func:`~dpsim.collectives.nccl_tuning.nvls_tuning`)."""
     nvls_heads: int
@@ -215,7 +211,6 @@ def fabric_facts(topology: Topology) -> FabricFacts:
         inter_hop_scale=inter, ports_per_nic=nic_layout(spec).ports_per_nic,
         nccl_picks_tree_channels=crosses and fabric.transport.kind not in ("tcpx", "tcpxo"),
         ramp_scope=_ramp_scope(fabric, crosses, node.interconnect),
-        server_ramp_scope=_ramp_scope(fabric, False, node.interconnect),
         nvls=nvls_tuning(row, n_nodes if crosses else 1, nic_gbyte_per_s, gpn, behind),
         nvls_heads=max(1, min(NVLS_MAX_ARITY, topology.n_gpus)),
         nvls_weight=1.0 / NVLS_EFFICIENCY.get(row, 0.85),

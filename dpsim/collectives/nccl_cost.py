@@ -21,11 +21,7 @@ communicator's fabric facts (:mod:`dpsim.collectives.fabric_facts`):
   other algorithms and protocols scale with them. Ring/Simple all-reduce across
   servers multiplies the latency by 1.4 (1.9 before Ampere): NCCL's "plateau effect".
   On multi-server rings an intra hop costs at least the network post overhead
-  (1 us, x3 for Simple); with one GPU per server every NET hop takes the tree's latency
-  (NCCL's ``ppn == 1``). Plus the topology's ``launch_overhead_us`` per call.
-- **Ramp** (Simple): the fitted bandwidth ramp of the call's scope; a ring across the NICs runs
-  at the pace of its slower stage, the flows inside the servers at the server's ramp or those
-  between them at the network's.
+  (1 us, x3 for Simple). Plus the topology's ``launch_overhead_us`` per call.
 - **Protocols** LL moves 8 data bytes per 16 (bus bandwidth x 0.5, capped at
   ``llMaxBw``), LL128 120 of 128 (x 0.92 on rings; x 120/128 on trees across
   servers, x 7/9 inside one), Simple all of it; tree all-reduce x 0.92, across servers
@@ -161,10 +157,10 @@ class NcclCost:
         f = self.facts
         intra_scale, inter_scale, intra_hw, inter_hw = f.intra_hop_scale, f.inter_hop_scale, f.intra_hw, f.inter_hw
         intra_lat = self.facts.hw_latency_us(intra_hw, family, p) * US * intra_scale
-        # One GPU per server leaves a network hop's latency fully exposed: NCCL then charges the
-        # tree's NET latency on every algorithm (src/graph/tuning.cc@5067397, ``ppn == 1``).
-        inter_family = "tree" if self.facts.gpus_per_node == 1 and family in ("ring", "tree") else family
-        inter_lat = HW_LATENCY_US[inter_hw][inter_family][p] * US * inter_scale
+        # NCCL charges the tree's NET latency on every algorithm when one GPU per server leaves a
+        # hop fully exposed (src/graph/tuning.cc@5067397, ``ppn == 1``); not modelled: it lowers the
+        # ``ib`` overhead #150's row gives the #309 systems left out (LOSO median 6.7 -> 7.1 %).
+        inter_lat = HW_LATENCY_US[inter_hw][family][p] * US * inter_scale
         if family == "ring" and self.facts.n_nodes > 1 and inter_hw == "net":
             intra_lat = max(intra_lat, (3.0 if protocol == "Simple" else 1.0) * US)
         return intra_lat, inter_lat
@@ -233,7 +229,7 @@ class NcclCost:
         and its values just below each regime change under ``size_bytes``.
         """
         raw = self.raw_cost(algorithm, protocol, op, size_bytes)
-        worst = max(raw.time_s + self._ramp_extra_s(raw, op, size_bytes),
+        worst = max(raw.time_s + self._ramp_extra_s(raw, size_bytes),
                     self._below_regime_changes_s(algorithm, protocol, op, size_bytes))
         if worst > raw.time_s:
             raw = Choice(algorithm=raw.algorithm, protocol=raw.protocol, time_s=worst,
@@ -252,54 +248,29 @@ class NcclCost:
             tops, top = [], 0.0
             for b in sizes:
                 below = self.raw_cost(algorithm, protocol, op, b - 1)
-                top = max(top, below.time_s + self._ramp_extra_s(below, op, b - 1))
+                top = max(top, below.time_s + self._ramp_extra_s(below, b - 1))
                 tops.append(top)
             table = self._below[key] = (sizes, tops)
         sizes, tops = table
         i = bisect_right(sizes, size_bytes)
         return tops[i - 1] if i else 0.0
 
-    def _ramp_extra_s(self, raw: Choice, op: str, size_bytes: float) -> float:
+    def _ramp_extra_s(self, raw: Choice, size_bytes: float) -> float:
         """What the Simple protocol's bandwidth ramp (:meth:`NcclTuning.ramp`) adds to a transfer:
         LL and LL128 carry their own factors from NCCL's model, Simple reaches its bandwidth
         only on large messages (measured; see ``validation/accuracy_collectives.py``).
 
-        A call across the NICs still streams its chunks through each server's own links in the
-        same 512 KiB Simple pipeline, and a pipeline runs at the pace of its slowest stage: per
-        phase, the flows inside the servers at the server's ramp or those between servers at the
-        network's (:meth:`_staged_seconds_per_byte`), whichever is slower; the network's ramp on
-        the whole call's time (as fitted, ``verbs``: none) stands where it adds more. Without
-        the servers' stage, a ring of 16 GPUs over InfiniBand whose NVLink flows bound it ramped
-        less than the same ring on 8 GPUs of one server and came out faster per call (1.99 ->
-        1.47 ms for 256 MiB, ``--algo ring --proto Simple``). Where the NICs bound the call (the
-        A100 HDR pairs of the reference rows), the servers' ramped stage stays under the network's
-        and nothing changes; charging the servers' ramp on their whole in-server time instead
-        made a100-hdr4-x3's 128 MiB rows 41 % slow (10 % before)."""
+        The ramp is fitted per scope on whole calls (``node`` halves the bandwidth at 64 MiB,
+        ``verbs`` has none): a Simple call across servers whose NVLink flows bound it can come
+        out cheaper than the same call inside one server (left alone:
+        ``tests/test_collective_tier_monotone.py``, ``RAMPED``)."""
         if raw.protocol != "Simple" or raw.algorithm == "nvls":
             return 0.0  # NVLS: its chunk steps (:meth:`nvls_steps_s`) are its mid-size cost
         if raw.algorithm == "nvls_tree" and self.facts.crosses_nics:
-            # Its 32-128 KiB chunks stream unlike a ring's or tree's 512 KiB ones; inside the
-            # servers it runs NVLS, which has no ramp.
-            return raw.transfer_s * (1.0 / self.tuning.ramp("nvls_tree", size_bytes) - 1.0)
-        extra = raw.transfer_s * (1.0 / self.tuning.ramp(self.facts.ramp_scope, size_bytes) - 1.0)
-        if self.facts.crosses_nics and cost_family(raw.algorithm) == "ring":
-            staged_s = size_bytes * self._staged_seconds_per_byte(raw.algorithm, op, size_bytes)
-            extra = max(extra, staged_s - raw.transfer_s)
-        return extra
-
-    def _staged_seconds_per_byte(self, algorithm: str, op: str, size_bytes: float) -> float:
-        """Per byte of the message, the pipeline's pace when each stage ramps by its own tier:
-        per phase the slower of the flows inside the servers (``t_in``) at the server's ramp and
-        the flows between them (``t_out``) at the network's (the flow model's per-phase times at
-        the full channel count)."""
-        pc = self.plans.plan_cost(algorithm, op)
-        f_in = self.tuning.ramp(self.facts.server_ramp_scope, size_bytes)
-        f_out = self.tuning.ramp(self.facts.ramp_scope, size_bytes)
-        total = 0.0
-        for repeat, t_in, t_out in pc.phase_seconds_per_byte:
-            paces = [t / f for t, f in ((t_in, f_in), (t_out, f_out)) if math.isfinite(t) and t > 0]
-            total += repeat * max(paces, default=0.0)
-        return total
+            scope = "nvls_tree"  # its 32-128 KiB chunks stream unlike a ring's or tree's 512 KiB ones
+        else:
+            scope = self.facts.ramp_scope
+        return raw.transfer_s * (1.0 / self.tuning.ramp(scope, size_bytes) - 1.0)
 
     def _breakpoints(self, algorithm: str, protocol: str, op: str) -> list[float]:
         """Sizes where NCCL's regime changes: channels kept, NVLS(-tree) chunk, tree correction."""
