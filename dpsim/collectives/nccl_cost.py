@@ -353,13 +353,8 @@ class NcclCost:
 
     @cached_property
     def call_overhead_s(self) -> float:
-        """Per-call host overhead: the topology's ``launch_overhead_us``, else the fitted default
-        of the scope (one server, or the NICs' transport kind: :meth:`NcclTuning.call_overhead_s`).
-
-        A transport's own ``call_overhead_us`` is what it adds to the call's host work inside the
-        servers (the launch, the enqueue, the completion every rank waits on, all paid by a
-        call that stays in one server too): the call pays at least that host work, so a call
-        across the NICs never has less fixed cost than the same call inside one server."""
+        """Per-call host overhead: the topology's ``launch_overhead_us``, else the transport's own,
+        else the fitted default of the scope (one server, or the NICs' transport kind)."""
         if self.facts.spec.launch_overhead_s is not None:
             return self.facts.spec.launch_overhead_s
         if self.facts.crosses_nics:
