@@ -31,8 +31,8 @@ communicator's fabric facts (:mod:`dpsim.collectives.fabric_facts`):
   servers only the protocols the NICs' transport allows run (``network_protocols``: the
   AWS plugin forces Simple on EFA v1).
 - **Channels** NCCL drops channels while ``bytes < channels * threads * threshold``
-  (threshold 64 B/thread for Simple, 8 for LL128 and 8 x ranks for LL; 512, 640 and
-  512 threads): fewer channels use fewer NICs, so a NIC-bound plan's bandwidth scales
+  (threshold 64 B/thread for Simple, 8 for LL128 and LL, x ranks for the ring's LL; 512, 640
+  and 512 threads): fewer channels use fewer NICs, so a NIC-bound plan's bandwidth scales
   with the channels kept.
 - **Pipeline fill** (trees, chains, NVLS tree): the first chunk crosses every stage
   before the pipeline streams: ``chunk * (stages_intra / r_intra + stages_inter /
@@ -118,16 +118,18 @@ def cost_family(algorithm: str) -> str:
     return algorithm if algorithm in ("tree", "nvls", "nvls_tree") else "ring"
 
 
-def channel_bytes(protocol: str, n_ranks: int) -> int:
-    """Bytes per channel NCCL wants before it keeps one more: ``threads * threshold`` (LL's
-    threshold counts every rank)."""
-    return THREADS[protocol] * THREAD_THRESHOLD[protocol] * (n_ranks if protocol == "LL" else 1)
+def channel_bytes(protocol: str, n_ranks: int, algorithm: str = "ring") -> int:
+    """Bytes per channel NCCL wants before it keeps one more: ``threads * threshold`` (the ring's
+    LL threshold counts every rank, the tree's does not: ``threadThresholds[RING][LL] *= nRanks``,
+    src/graph/tuning.cc@5067397)."""
+    ranks = n_ranks if protocol == "LL" and cost_family(algorithm) == "ring" else 1
+    return THREADS[protocol] * THREAD_THRESHOLD[protocol] * ranks
 
 
-def channels_kept(protocol: str, size_bytes: float, channels: int, n_ranks: int) -> int:
+def channels_kept(protocol: str, size_bytes: float, channels: int, n_ranks: int, algorithm: str = "ring") -> int:
     """Channels NCCL keeps of ``channels`` for a message: it drops them while
-    ``bytes < channels * threads * threshold``."""
-    return max(1, min(channels, int(size_bytes // channel_bytes(protocol, n_ranks))))
+    ``bytes < channels * threads * threshold`` (src/enqueue.cc@5067397, ring/tree channel tuning)."""
+    return max(1, min(channels, int(size_bytes // channel_bytes(protocol, n_ranks, algorithm))))
 
 
 class NcclCost:
@@ -155,6 +157,9 @@ class NcclCost:
         f = self.facts
         intra_scale, inter_scale, intra_hw, inter_hw = f.intra_hop_scale, f.inter_hop_scale, f.intra_hw, f.inter_hw
         intra_lat = self.facts.hw_latency_us(intra_hw, family, p) * US * intra_scale
+        # NCCL charges the tree's NET latency on every algorithm when one GPU per server leaves a
+        # hop fully exposed (src/graph/tuning.cc@5067397, ``ppn == 1``); not modelled: it lowers the
+        # ``ib`` overhead #150's row gives the #309 systems left out (LOSO median 6.7 -> 7.1 %).
         inter_lat = HW_LATENCY_US[inter_hw][family][p] * US * inter_scale
         if family == "ring" and self.facts.n_nodes > 1 and inter_hw == "net":
             intra_lat = max(intra_lat, (3.0 if protocol == "Simple" else 1.0) * US)
@@ -253,7 +258,12 @@ class NcclCost:
     def _ramp_extra_s(self, raw: Choice, size_bytes: float) -> float:
         """What the Simple protocol's bandwidth ramp (:meth:`NcclTuning.ramp`) adds to a transfer:
         LL and LL128 carry their own factors from NCCL's model, Simple reaches its bandwidth
-        only on large messages (measured; see ``validation/accuracy_collectives.py``)."""
+        only on large messages (measured; see ``validation/accuracy_collectives.py``).
+
+        The ramp is fitted per scope on whole calls (``node`` halves the bandwidth at 64 MiB,
+        ``verbs`` has none): a Simple call across servers whose NVLink flows bound it can come
+        out cheaper than the same call inside one server (left alone:
+        ``tests/test_collective_tier_monotone.py``, ``RAMPED``)."""
         if raw.protocol != "Simple" or raw.algorithm == "nvls":
             return 0.0  # NVLS: its chunk steps (:meth:`nvls_steps_s`) are its mid-size cost
         if raw.algorithm == "nvls_tree" and self.facts.crosses_nics:
@@ -266,7 +276,7 @@ class NcclCost:
         """Sizes where NCCL's regime changes: channels kept, NVLS(-tree) chunk, tree correction."""
         out: list[float] = []
         k = self.plans.plan_cost(algorithm, op).plan.channels
-        per = channel_bytes(protocol, self.facts.n_ranks)
+        per = channel_bytes(protocol, self.facts.n_ranks, algorithm)
         out += [j * per for j in range(2, k + 1)]
         if algorithm == "nvls_tree":
             out += nvls_tree_chunk_breaks(self.facts.nvls, self.facts.gpus_per_node)
@@ -289,7 +299,7 @@ class NcclCost:
         n = self.facts.n_ranks
         spb = pc.seconds_per_byte
         k = plan.channels
-        kept = channels_kept(protocol, size_bytes, k, self.facts.n_ranks)
+        kept = channels_kept(protocol, size_bytes, k, self.facts.n_ranks, algorithm)
         if pc.inter_bound and kept < k:
             spb *= k / kept
         elif kept < k and pc.phase_seconds_per_byte:
