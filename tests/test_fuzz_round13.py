@@ -27,8 +27,8 @@ def test_plan_prints_the_same_bytes_however_slow_the_machine(json_out, capsys, m
     an hour at every reading (a machine that slow stopped after the first layout); the output is unchanged."""
     import dpsim.plan.planner as planner
 
-    # The bound before 2026-12-07's (0.95, 1.04), so that this small search simulates several layouts, stopped by
-    # the bound (at 1.04 it stops after the first), and a clock cut would have something to cut.
+    # The bound before 2026-12-07's (0.95, 1.06), so that this small search simulates several layouts, stopped by
+    # the bound (at 1.06 it stops after the first or second), and a clock cut would have something to cut.
     monkeypatch.setattr(planner, "ESTIMATE_BOUND", (0.94, 1.08))
     args = PLAN_SMALL + (["--json"] if json_out else [])
     first = run_cli(args, capsys)
