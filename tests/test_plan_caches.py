@@ -222,7 +222,7 @@ def test_layer_buckets_are_the_chunks_buckets():
 # yielded, Estimate]}. An estimate and its floor are functions of the job and the layout alone (verify and top only
 # choose which are read), so the search's other verify/top case replays them through the same generator protocol
 # rather than costing its 4,000-8,000 candidates twice more: its ranking, verification and comparison are the
-# same; the four cases' CPU 24 -> 14 s. Kept only once the first case has passed; a case run alone costs afresh.
+# same; the four cases' CPU 24 -> 16 s. Kept only once the first case has passed; a case run alone costs afresh.
 _ESTIMATES: dict[tuple, dict] = {}
 
 
