@@ -63,3 +63,10 @@ def test_every_first_file_exists():
     here = Path(__file__).parent
     assert len(set(FIRST_FILES)) == len(FIRST_FILES)
     assert all((here / name).is_file() for name in FIRST_FILES)
+
+
+def test_a_flat_config_read_fails_in_the_tests():
+    """conftest's warning filter (moved there from pyproject so that dpsim's modules are cached) is in force."""
+    from dpsim.predict.config import FlatSettingWarning, PredictConfig
+    with pytest.raises(FlatSettingWarning, match="config.parallelism.tp"):
+        PredictConfig(gpus=8, link="infiniband").tp

@@ -218,6 +218,14 @@ def test_layer_buckets_are_the_chunks_buckets():
             assert layer_buckets(layers, bucket) == gradient_buckets(ChunkWork(stage=0, chunk=0, layers=layers), bucket)
 
 
+# Each search's estimates as its first case here met them: (job, search) -> {(candidate, global batch): [floors
+# yielded, Estimate]}. An estimate and its floor are functions of the job and the layout alone (verify and top only
+# choose which are read), so the search's other verify/top case replays them through the same generator protocol
+# rather than costing its 4,000-8,000 candidates twice more: its ranking, verification and comparison are the
+# same; the four cases' CPU 24 -> 16 s. Kept only once the first case has passed; a case run alone costs afresh.
+_ESTIMATES: dict[tuple, dict] = {}
+
+
 @pytest.mark.parametrize("job,search", [
     (dict(model="mixtral-8x7b", link="infiniband", precision="bf16-params"), dict(gpus=[64], global_batch=256)),
     (dict(model="llama-3-8b", link="infiniband", precision="bf16-params"), dict(gpus=[32, 64], global_batch=128)),
@@ -239,17 +247,42 @@ def test_lazy_ranking_equals_every_estimate_finished(monkeypatch, job, search, v
             rows.append(row)
         return rows, r.counts, verification
 
-    lazy = run()
-
+    search_key = (tuple(sorted(job.items())), tuple((k, repr(v)) for k, v in sorted(search.items())))
+    kept = _ESTIMATES.get(search_key)
+    first = kept is None
+    if first:
+        kept = {}
     steps_of = Planner.estimate_steps
 
-    def finished_at_once(self, c, *, global_batch):
+    def lazily(self, c, *, global_batch):
+        """The planner's generator, what it yields kept (first case), or those floors and estimate replayed."""
+        if not first:
+            floors, estimate = kept[c, global_batch]
+            yield from floors
+            return estimate
+        floors = kept.setdefault((c, global_batch), [[], None])[0]
         steps = steps_of(self, c, global_batch=global_batch)
         try:
             while True:
-                next(steps)
+                floors.append(next(steps))
+                yield floors[-1]
         except StopIteration as done:
             return done.value
+
+    monkeypatch.setattr(Planner, "estimate_steps", lazily)
+    lazy = run()
+
+    def finished_at_once(self, c, *, global_batch):
+        if first:
+            steps = steps_of(self, c, global_batch=global_batch)
+            try:
+                while True:
+                    next(steps)
+            except StopIteration as done:
+                kept[c, global_batch][1] = done.value
+        return kept[c, global_batch][1]
         yield  # a generator that returns at once: every estimate finished before the ranking
     monkeypatch.setattr(Planner, "estimate_steps", finished_at_once)
     assert run() == lazy
+    if first:
+        _ESTIMATES[search_key] = kept
