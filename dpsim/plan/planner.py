@@ -2423,11 +2423,18 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                           f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
     if planner.model.moe is None:
         check_no_expert_options(planner.model.name, base.parallelism)
-    for flag, sizes in (("--ep", eps), ("--etp", etps)):
-        if sizes and max(sizes) > 1 and planner.model.moe is None:
-            raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "
-                              f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
-                              f"--model mixtral-8x7b)")
+    if eps and max(eps) > 1 and planner.model.moe is None:
+        raise ConfigError(f"--ep: {','.join(map(str, eps))} splits the experts of a mixture of experts, but "
+                          f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
+                          f"--model mixtral-8x7b)")
+    if etps and planner.model.moe is None and (not tps or set(etps) != set(tps)):
+        # As predict takes it: on a dense model an --etp is its default, --tp's own value, or refused. `plan --tp
+        # 2,4 --etp 1` searched tp 2 and 4 (each refused by predict with that --etp) while `--etp 2,4` was refused.
+        taken = f"--etp {','.join(map(str, tps))}, the --tp searched" if tps else "none without --tp"
+        raise ConfigError(f"--etp: {','.join(map(str, etps))} sets how a mixture of experts' experts are split, but "
+                          f"{planner.model.name} is dense (no expert layers; as predict, the search takes only "
+                          f"--etp equal to --tp, its default: {taken}); leave it out or give a model with experts "
+                          f"(e.g. --model mixtral-8x7b)")
     if pps and max(pps) == 1 and schedules and set(schedules) - {"1f1b"}:
         # A layout without a pipeline has no schedule: `plan --pp 1 --schedules dualpipe` searched 1F1B only.
         # ``schedules`` is None unless given (the command line's default too), so a given list is blamed.

@@ -717,6 +717,7 @@ class PredictConfig:
                 part, attr = SETTING_PLACES[key]
                 if getattr(getattr(self, part), attr) is None:
                     object.__setattr__(self, part, replace(getattr(self, part), **{attr: value}))
+        self._normalise_zero_group()
         self._check_combination()
         self._check_layout()
         self._check_ddp()
@@ -772,6 +773,23 @@ class PredictConfig:
             return w.grad_accum
         return w.global_batch // (w.micro_batch * self.data_parallel)
 
+
+    def _normalise_zero_group(self) -> None:
+        """A --zero-group of every data-parallel rank is kept as left out where that is its default (zero3's MiCS
+        group, InternLM's ZeRO-1 group): the two configs predicted the same step to the last digit yet compared
+        unequal and hashed apart (as an --etp equal to its default did). fsdp-hybrid's default is one node, which
+        the config does not know, so its group is kept as given."""
+        p, c = self.parallelism, self.cluster
+        takes_every_rank = p.strategy == "zero3" and p.zero_impl == "deepspeed" or (
+            p.strategy == "zero1" and p.zero_impl == "internlm")
+        if p.zero_group is None or not takes_every_rank or isinstance(p.zero_group, bool) \
+                or not isinstance(p.zero_group, int):
+            return
+        shard = p.tp * p.pp * p.cp
+        if c.gpus % shard or (p.dp is not None and p.dp * shard != c.gpus):
+            return  # refused by _check_layout, naming what does not fit
+        if p.zero_group == c.gpus // shard:
+            object.__setattr__(self, "parallelism", replace(p, zero_group=None))
 
     def _check_combination(self) -> None:
         """The rules between fields (each field's own value is already valid)."""

@@ -1,0 +1,161 @@
+"""Defects found by the fourteenth fuzz round (fuzz14): configs with one meaning that compared unequal, ``dpsim
+plan`` and ``predict`` disagreeing over ``--etp`` on a dense model, ``--degrade`` under ``--rack-placement
+contiguous`` on the all-to-alls, ``dpsim memory``'s flags, and hostile inputs through every command.
+
+Each case says what it did before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz_harness import check_outcome, run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --- 1. a --zero-group of every data-parallel rank is the config that leaves it out ---------------------------------
+@pytest.mark.parametrize("settings, group", [
+    (dict(strategy="zero3"), 16),
+    (dict(strategy="zero1", zero_impl="internlm"), 16),
+    (dict(strategy="zero1", zero_impl="internlm", tp=2), 8),
+], ids=["zero3", "internlm", "internlm-tp2"])
+def test_a_zero_group_of_every_rank_is_the_config_that_leaves_it_out(settings, group):
+    """Before: ``PredictConfig(strategy="zero3", gpus=16, zero_group=16) != PredictConfig(strategy="zero3",
+    gpus=16)`` (and they hashed apart), though both shard over every rank and predicted the same step to the last
+    digit; so did InternLM's ZeRO-1 group (its default is every data-parallel rank too, 8 under --tp 2)."""
+    import dpsim
+
+    base = dict(model="gpt2", gpus=16, link="infiniband", steps=1, **settings)
+    left_out, given = dpsim.PredictConfig(**base), dpsim.PredictConfig(**base, zero_group=group)
+    assert given == left_out and hash(given) == hash(left_out)
+    assert given.parallelism.zero_group is None
+    # A smaller group is a different job, kept.
+    assert dpsim.PredictConfig(**base, zero_group=group // 2).parallelism.zero_group == group // 2
+
+
+def test_a_zero_group_of_every_rank_prints_what_leaving_it_out_prints(capsys):
+    """The same through the CLI: --json's config named ``zero_group: 16`` for one of two identical jobs."""
+    base = ["predict", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--steps", "1", "--strategy", "zero3",
+            "--json"]
+    plain = run_cli(base, capsys)
+    given = run_cli(base + ["--zero-group", "16"], capsys)
+    check_outcome(given, base, "ok")
+    assert given.out == plain.out
+
+
+def test_fsdp_hybrids_zero_group_is_kept_as_given():
+    """fsdp-hybrid's default group is one node, which a config does not know: its group stays as given."""
+    import dpsim
+
+    config = dpsim.PredictConfig(model="gpt2", gpus=16, link="infiniband", strategy="fsdp-hybrid", zero_group=16)
+    assert config.parallelism.zero_group == 16
+
+
+# --- 2. plan --etp on a dense model takes what predict takes ------------------------------------------------------------
+PLAN_DENSE = ["plan", "--gpus", "64", "--link", "dgx-a100", "--model", "llama-2-7b", "--global-batch", "256",
+              "--micro-batches", "1", "--recompute", "selective", "--top", "3", "--json"]
+
+
+@pytest.mark.parametrize("extra", [["--tp", "2,4", "--etp", "1"], ["--tp", "2,4", "--etp", "1,2"], ["--etp", "1"],
+                                   ["--tp", "2", "--etp", "4"]],
+                         ids=["etp1-under-tp2,4", "etp1,2", "etp1-without-tp", "etp4-under-tp2"])
+def test_plan_refuses_an_etp_predict_refuses_on_a_dense_model(extra, capsys):
+    """Before: ``plan --tp 2,4 --etp 1`` on llama-2-7b searched tp 2 and 4 (``predict --tp 2 --etp 1`` refuses: "gpt2
+    is dense"), while ``--etp 2,4`` under ``--tp 2,4`` (each predict's default) was refused "splits the experts"."""
+    args = PLAN_DENSE + extra
+    check_outcome(run_cli(args, capsys), args, "error", ("--etp:", "llama-2-7b is dense", "equal to --tp"))
+
+
+def test_plan_takes_an_etp_equal_to_tp_on_a_dense_model_as_left_out(capsys):
+    """``--etp`` equal to ``--tp`` is predict's default on a dense model: the search is the one without it."""
+    plain = run_cli(PLAN_DENSE + ["--tp", "2,4"], capsys)
+    check_outcome(plain, PLAN_DENSE, "ok")
+    same = run_cli(PLAN_DENSE + ["--tp", "2,4", "--etp", "4,2"], capsys)
+    check_outcome(same, PLAN_DENSE, "ok")
+    assert same.out == plain.out
+    # predict agrees: the default taken, any other refused.
+    predict = ["predict", "--model", "llama-2-7b", "--gpus", "64", "--link", "dgx-a100", "--steps", "1"]
+    check_outcome(run_cli(predict + ["--tp", "2", "--etp", "2"], capsys), predict, "ok")
+    check_outcome(run_cli(predict + ["--tp", "2", "--etp", "1"], capsys), predict, "error", ("--etp:", "dense"))
+
+
+# --- 3. --degrade under --rack-placement contiguous reaches every copy's all-to-all ---------------------------------------
+def _racks_of_three(tmp_path) -> str:
+    """gb200-nvl72 with 3-tray racks: 16 GPUs are 4 trays, 3 in rack 0 and 1 in rack 1."""
+    import yaml
+
+    doc = yaml.safe_load((REPO / "topologies" / "gb200-nvl72.yaml").read_text())
+    doc["name"] = "gb200-nvl12"
+    doc["nvlink_domain"]["nodes"] = 3
+    path = tmp_path / "nvl12.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_a_slowed_rack_nvlink_slows_the_all_to_all_of_the_copy_inside_the_rack(tmp_path, capsys):
+    """Before: mixtral-8x7b on 16 GPUs in racks of 3 trays, --ep 8 (two trays a group), --rack-placement contiguous:
+    the all-to-all's degraded link classes were read from the worst-placed copy alone (trays 2 and 3, split over
+    the racks: no rack NVLink in it), so --degrade nvlink-domain:1% left the copy inside rack 0 (trays 0 and 1,
+    over the rack's NVLink) at its healthy all-to-all: ep_comm_s 0.0256 s degraded or not, where aligned placement
+    read 0.154 s. It reads every copy now, as the other collectives do."""
+    topo = _racks_of_three(tmp_path)
+    args = ["predict", "--model", "mixtral-8x7b", "--topology", topo, "--gpus", "16", "--ep", "8", "--seq-len",
+            "1024", "--micro-batch", "1", "--steps", "1", "--json"]
+
+    def ep_comm(extra):
+        outcome = run_cli(args + extra, capsys)
+        check_outcome(outcome, args + extra, "ok")
+        return json.loads(outcome.out)["layout"]["ep_comm_s"]
+
+    healthy = ep_comm(["--rack-placement", "contiguous"])
+    aligned = ep_comm(["--degrade", "nvlink-domain:1%"])
+    degraded = ep_comm(["--degrade", "nvlink-domain:1%", "--rack-placement", "contiguous"])
+    assert degraded >= aligned > 2 * healthy
+
+
+def test_degraded_classes_read_every_copy(tmp_path):
+    """The factors themselves: the lowest each class is left in any copy (a copy without the class is untouched)."""
+    from dpsim.collectives.groups import LayoutShape
+    from dpsim.network.degrade import parse_degradation
+    from dpsim.predict import PredictConfig
+    from dpsim.predict.layout import degraded_classes
+    from dpsim.predict.run import build_collectives, resolve_topology
+
+    config = PredictConfig(model="mixtral-8x7b", topology_file=_racks_of_three(tmp_path), gpus=16, ep=8,
+                           rack_placement="contiguous")
+    topo = resolve_topology(config)
+    collectives = build_collectives(config, topo, degradations=(parse_degradation("nvlink-domain:1%"),),
+                                    layout=LayoutShape(tp=1, pp=1, dp=16, ep=8, experts=True))
+    assert collectives.communicator("ep").copies  # the copies sit differently on the racks
+    assert degraded_classes(collectives, "ep") == {"nvlink-domain": 0.01}
+
+
+# --- 4. memory takes predict's command line, and refuses what predict refuses --------------------------------------------
+CALIBRATED = ["--model", "gpt2", "--gpus", "8", "--link", "dgx-a100", "--calibration",
+              "calibration/profiles/a100-nvswitch-8gpu.json"]
+
+
+@pytest.mark.parametrize("extra, flag", [(["--algo", "ring"], "--algo"), (["--proto", "LL"], "--proto"),
+                                         (["--jobs", "2"], "--jobs")])
+def test_memory_refuses_a_collective_flag_beside_a_profile_as_predict_does(extra, flag, capsys):
+    """Before: ``dpsim memory ... --calibration PROFILE --algo ring`` (or --proto, --jobs 2) printed the table, while
+    predict refused the same line ("not available with --calibration"). Without a profile both take them (memory
+    takes predict's command line as it is, and says so in --help)."""
+    base = [a if not a.startswith("calibration/") else str(REPO / a) for a in CALIBRATED]
+    for command in (["memory"], ["predict", "--steps", "1"]):
+        args = command + base + extra
+        check_outcome(run_cli(args, capsys), args, "error", (f"{flag}:", "not available with --calibration"))
+    plain = ["memory", "--model", "gpt2", "--gpus", "8", "--link", "dgx-a100"]
+    alone = run_cli(plain + ["--json"], capsys)
+    with_flags = run_cli(plain + ["--json", "--algo", "ring", "--jobs", "2"], capsys)
+    check_outcome(with_flags, plain, "ok")
+    assert with_flags.out == alone.out
+
+
+def test_memory_help_says_which_flags_it_ignores(capsys):
+    outcome = run_cli(["memory", "--help"], capsys)
+    assert outcome.status == 0 and "are ignored" in outcome.out
