@@ -159,3 +159,34 @@ def test_memory_refuses_a_collective_flag_beside_a_profile_as_predict_does(extra
 def test_memory_help_says_which_flags_it_ignores(capsys):
     outcome = run_cli(["memory", "--help"], capsys)
     assert outcome.status == 0 and "are ignored" in outcome.out
+
+
+# --- numpy's numbers through the Python API ----------------------------------------------------------------------------
+def test_a_config_takes_numpys_numbers_as_pythons():
+    """Before: ``PredictConfig(gpus=np.int64(16))`` (a value from ``np.arange`` or a DataFrame's column) was refused
+    "--gpus: np.int64(16) is not valid; expected an integer", and so was ``compute_efficiency=np.float32(0.5)``; now
+    each is kept as Python's own number (the config equal to the one given ints, --json's numbers plain). A float
+    that is a whole number is still refused for an integer (16.0 GPUs), and a bool for a number."""
+    np = pytest.importorskip("numpy")
+    import dpsim
+
+    config = dpsim.PredictConfig(model="gpt2", link="infiniband", gpus=np.int64(16), global_batch=np.int32(64),
+                                 compute_efficiency=np.float32(0.5), strategy="zero3", zero_group=np.int64(8))
+    assert config == dpsim.PredictConfig(model="gpt2", link="infiniband", gpus=16, global_batch=64,
+                                         compute_efficiency=0.5, strategy="zero3", zero_group=8)
+    assert type(config.cluster.gpus) is int and type(config.value_of("compute_efficiency")) is float
+    for bad in (dict(gpus=np.float64(16.0)), dict(gpus=np.bool_(True)), dict(compute_efficiency=np.bool_(True))):
+        with pytest.raises(dpsim.DpsimError, match="is not valid"):
+            dpsim.PredictConfig(**bad)
+
+
+def test_a_sweep_takes_a_range_or_an_array_as_an_axis():
+    """Before: ``dpsim.sweep(gpus=range(8, 17, 8))`` and ``gpus=np.arange(8, 17, 8)`` were refused "range(8, 17, 8)
+    is not valid; expected an integer" (only a list or tuple was a list of values), and a list of numpy integers
+    "np.int64(8) is not valid"."""
+    np = pytest.importorskip("numpy")
+    import dpsim
+
+    for gpus in (range(8, 17, 8), np.arange(8, 17, 8), [np.int64(8), np.int64(16)]):
+        frame = dpsim.sweep(model="gpt2", link="infiniband", steps=1, micro_batch=np.int64(2), gpus=gpus)
+        assert list(frame["gpus"]) == [8, 16] and list(frame["micro_batch"]) == [2, 2]

@@ -19,6 +19,7 @@ so they are written for the person typing the command and contain no square brac
 from __future__ import annotations
 
 import math
+import numbers
 import typing
 import warnings
 from dataclasses import field, fields, replace
@@ -1280,10 +1281,31 @@ _FILE_FIELDS = {"topology_file": "a topology YAML file (without it, the --link p
 
 
 
+def plain_number(value: Any, kind: type) -> Any:
+    """``value`` as Python's own number when it is another library's scalar of ``kind`` (numpy's int64, float32,
+    bool_: ``PredictConfig(gpus=np.int64(16))`` from ``np.arange`` or a DataFrame was refused "np.int64(16) is not
+    valid; expected an integer"); anything else as it is, for :func:`check_value` to judge. A float that is a whole
+    number stays a float (refused for an integer field: 16.0 GPUs is a typo's sign), as a bool is not an integer."""
+    if type(value) in (int, float, bool, str) or value is None:
+        return value
+    if kind is bool and type(value).__name__ == "bool_":
+        return bool(value)
+    if kind in (int, float) and isinstance(value, numbers.Integral) and type(value).__name__ != "bool_":
+        return int(value)
+    if kind is float and isinstance(value, numbers.Real) and type(value).__name__ != "bool_":
+        return float(value)
+    return value
+
+
 def _check_part(part: Any) -> None:
     """Each setting of one part against its own rule (:func:`check_value`); a part is valid alone."""
     for f in fields(part):
-        check_value(setting_key(f), getattr(part, f.name))
+        key = setting_key(f)
+        value = getattr(part, f.name)
+        plain = plain_number(value, field_kind(key)[0])
+        if plain is not value:
+            object.__setattr__(part, f.name, plain)
+        check_value(key, plain)
 
 
 assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of the parts once"
